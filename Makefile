@@ -1,0 +1,33 @@
+# The two commands that do all the set-up on a fresh machine:
+#   make run    venv + package + Mesa EGL/llvmpipe, then the default scene suite -> a trace
+#   make test   the same set-up (+ Xvfb), then the whole test suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.stamp-installed
+
+.PHONY: run test bench sysdeps sysdeps-test clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+sysdeps:
+	bash ci/system-deps.sh
+
+sysdeps-test:
+	bash ci/system-deps.sh test
+
+run: sysdeps $(STAMP)
+	$(VENV)/bin/katra3d run --suite default
+
+test: sysdeps-test $(STAMP)
+	$(PY) -m pytest -p no:cacheprovider tests
+
+bench: sysdeps $(STAMP)
+	$(PY) -m pytest -p no:cacheprovider bench --benchmark-only -o testpaths=bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .benchmarks

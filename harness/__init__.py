@@ -1,0 +1,1 @@
+"""katra3d's harness: GL contexts, host probe, timing, the runner and the CLI."""

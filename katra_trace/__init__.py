@@ -1,0 +1,35 @@
+"""katra_trace: the katra3d trace format — writer, reader, stats and comparison.
+
+Pure Python + numpy + zstandard; imports no GL module, so traces can be read
+and compared on any machine.
+"""
+
+from __future__ import annotations
+
+from katra_trace.errors import (
+    BackendUnavailable,
+    ConfigError,
+    KatraError,
+    SceneError,
+    TraceFormatError,
+    TraceVersionError,
+)
+from katra_trace.schema import COLUMNS, EVENT_DTYPE, Clock, Flag, Kind, schema_hash
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendUnavailable",
+    "COLUMNS",
+    "Clock",
+    "ConfigError",
+    "EVENT_DTYPE",
+    "Flag",
+    "KatraError",
+    "Kind",
+    "SceneError",
+    "TraceFormatError",
+    "TraceVersionError",
+    "__version__",
+    "schema_hash",
+]

@@ -1,0 +1,86 @@
+"""The event schema: one row per measured span per clock.
+
+Events live in memory as a numpy structured array of :data:`EVENT_DTYPE`
+(packed, little-endian) and in the file as one buffer per column
+(see docs/trace-format.md). Times are integer nanoseconds on the host clock
+(``time.perf_counter_ns``), relative to the capture start in the header.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+
+import numpy as np
+
+
+class Kind(enum.IntEnum):
+    """What an event row describes."""
+
+    FRAME = 0  #: one whole frame
+    ZONE = 1  #: a named span inside a frame (a pass or a draw)
+    MARKER = 2  #: a named span or instant outside frames (scene setup, skips)
+    COUNTER = 3  #: a sampled value in ``value`` (start_ns = sample time, dur_ns = 0)
+
+
+class Clock(enum.IntEnum):
+    """Which clock measured the span."""
+
+    CPU = 0  #: host clock around command submission, no GPU sync
+    WALL = 1  #: host clock with glFinish at the end (sync mode): what the user waits for
+    GPU = 2  #: GL_TIMESTAMP queries, mapped into the host timeline
+
+
+class Flag(enum.IntFlag):
+    """Bits of the ``flags`` column."""
+
+    NONE = 0
+    WARMUP = 1  #: recorded during warmup: excluded from statistics
+    SETUP = 2  #: scene setup (shader compile, uploads)
+    SKIPPED = 4  #: a marker recording that a scene was skipped
+    ESTIMATED = 8  #: value is derived rather than measured directly
+    INTERRUPTED = 16  #: the span was cut short by an interrupt
+
+
+#: (column name, numpy type string, unit/meaning); the file stores columns in this order.
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("kind", "u1", "Kind enum"),
+    ("clock", "u1", "Clock enum"),
+    ("flags", "<u2", "Flag bits"),
+    ("depth", "<u2", "zone nesting depth; frames are 0, their zones 1+"),
+    ("scene", "<u4", "string id of the scene name (0 = none)"),
+    ("name", "<u4", "string id of the span name"),
+    ("frame", "<u4", "frame index within the scene, warmup frames included"),
+    ("start_ns", "<i8", "span start, ns since capture start (host clock)"),
+    ("dur_ns", "<i8", "span duration, ns"),
+    ("value", "<f8", "counter value (0 for spans)"),
+)
+
+#: In-memory record type (packed: 42 bytes per event).
+EVENT_DTYPE = np.dtype([(name, typ) for name, typ, _ in COLUMNS])
+
+#: Version number of the event schema, stored in each block header's ``schema`` field.
+SCHEMA_VERSION = 1
+
+
+def schema_hash() -> str:
+    """A stable fingerprint of the event columns (names, types, order)."""
+    text = ";".join(f"{name}:{np.dtype(typ).str}" for name, typ, _ in COLUMNS)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def empty_events(n: int = 0) -> np.ndarray:
+    """A zero-filled event array of length ``n``."""
+    return np.zeros(n, dtype=EVENT_DTYPE)
+
+
+__all__ = [
+    "COLUMNS",
+    "Clock",
+    "EVENT_DTYPE",
+    "Flag",
+    "Kind",
+    "SCHEMA_VERSION",
+    "empty_events",
+    "schema_hash",
+]

@@ -1,0 +1,5 @@
+"""katra3d's scenes: the Scene API and the built-in workloads."""
+
+from scenes.api import NOMINAL_RATE_HZ, Frame, Param, Scene, SceneError, SceneSkip, SimpleFrame
+
+__all__ = ["Frame", "NOMINAL_RATE_HZ", "Param", "Scene", "SceneError", "SceneSkip", "SimpleFrame"]

@@ -1,0 +1,114 @@
+"""The Scene API: what a workload is, and what it gets each frame.
+
+A scene is a small class with declarative attributes and a three-step
+lifecycle::
+
+    class Spin(Scene):
+        name = "spin"
+        description = "one lit cube, rotating"
+        stresses = ("vertex",)
+        params = {"count": Param(1, int, 1, 1000, "cubes drawn")}
+
+        def setup(self, ctx, size, params): ...   # compile, upload
+        def render(self, frame): ...              # draw one frame into ctx.fbo / self.fbo
+        def release(self): ...                    # free GL objects
+
+``render`` gets a :class:`Frame` from the harness: the frame index, a
+deterministic time (``index / nominal_rate_hz``, never the wall clock), a
+seeded RNG and ``zone(name)``, a context manager that times a pass or draw
+(when zones are on) and labels it with a KHR_debug group.
+
+Scenes depend on moderngl and numpy only; they know nothing of traces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+from katra_trace.errors import SceneError
+
+#: The rate that maps frame indices to scene time: ``time_s = index / NOMINAL_RATE_HZ``.
+NOMINAL_RATE_HZ = 60.0
+
+
+class SceneSkip(Exception):
+    """Raised by ``setup`` when the context lacks what the scene needs.
+
+    The runner records the skip and its reason in the trace and goes on.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """A scene parameter: default, type, valid range (inclusive) and meaning.
+
+    ``choices`` restricts a str/bool param to a set of values.
+    """
+
+    default: Any
+    type: type = int
+    min: float | None = None
+    max: float | None = None
+    help: str = ""
+    choices: tuple[Any, ...] | None = None
+
+
+class Frame(Protocol):
+    """What ``Scene.render`` receives each frame."""
+
+    index: int  #: frame index within the scene, warmup frames included
+    time_s: float  #: deterministic scene time, index / NOMINAL_RATE_HZ
+    rng: np.random.Generator  #: seeded per (run seed, scene, frame index)
+
+    def zone(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """Time (when zones are on) and debug-label a pass or draw."""
+        ...
+
+
+class Scene:
+    """Base class of every scene. Subclasses set the class attributes below."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    stresses: ClassVar[tuple[str, ...]] = ()
+    #: minimum GL version as major*100 + minor*10, e.g. 330, 430
+    min_gl_version: ClassVar[int] = 330
+    required_extensions: ClassVar[tuple[str, ...]] = ()
+    params: ClassVar[Mapping[str, Param]] = {}
+
+    def setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, Any]) -> None:
+        """Create GL objects. ``ctx`` is a moderngl.Context; render into ``ctx.fbo``
+        unless the scene says otherwise via :meth:`output_framebuffer`."""
+        raise NotImplementedError
+
+    def render(self, frame: Frame) -> None:
+        """Issue the GL commands of one frame."""
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """Free every GL object created in ``setup``."""
+
+    def output_framebuffer(self) -> Any | None:
+        """The framebuffer holding the final image (None: the context's default)."""
+        return None
+
+
+class SimpleFrame:
+    """A :class:`Frame` with no timing, for tests and for running a scene by hand."""
+
+    def __init__(self, index: int, seed: int = 0) -> None:
+        self.index = index
+        self.time_s = index / NOMINAL_RATE_HZ
+        self.rng = np.random.default_rng([seed, index])
+
+    @contextlib.contextmanager
+    def zone(self, name: str) -> Iterator[None]:
+        yield
+
+
+__all__ = ["Frame", "NOMINAL_RATE_HZ", "Param", "Scene", "SceneError", "SceneSkip", "SimpleFrame"]

@@ -1,0 +1,69 @@
+"""Shared test fixtures. The one place that creates GL contexts for tests.
+
+GL tests are marked ``gl`` and render on a real context (Mesa llvmpipe via
+EGL in CI). If no context can be created at all, they are skipped with the
+reason computed once here; CI installs Mesa, so there they always run.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@functools.lru_cache(maxsize=1)
+def _egl_context() -> tuple[Any, str]:
+    """A process-wide standalone EGL context, or (None, why not)."""
+    try:
+        import moderngl
+
+        ctx = moderngl.create_standalone_context(backend="egl")
+    except Exception as exc:  # noqa: BLE001 - any failure means "no GL here"
+        return None, f"no EGL context: {type(exc).__name__}: {exc}"
+    return ctx, ""
+
+
+@pytest.fixture
+def gl_ctx() -> Iterator[Any]:
+    """A moderngl context on EGL; fails the test if it leaves a GL error behind."""
+    ctx, why = _egl_context()
+    if ctx is None:
+        pytest.skip(why)
+    assert ctx.error == "GL_NO_ERROR", "GL error left by an earlier test"
+    yield ctx
+    err = ctx.error
+    assert err == "GL_NO_ERROR", f"test left GL error {err}"
+
+
+@pytest.fixture
+def katra_cli(tmp_path: Path) -> Any:
+    """Run the ``katra3d`` console script in a subprocess: ``katra_cli(*args)``.
+
+    Returns the CompletedProcess (text mode, stdout/stderr captured).
+    """
+    import subprocess
+
+    def run(*args: str, timeout: float = 300, env: dict[str, str] | None = None,
+            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        full_env = dict(os.environ)
+        full_env.pop("KATRA3D_BACKEND", None)
+        if env:
+            full_env.update(env)
+        return subprocess.run(
+            [sys.executable, "-m", "harness", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=full_env,
+            cwd=cwd or tmp_path,
+        )
+
+    return run
