@@ -1,0 +1,401 @@
+"""GL backends: an ordered table of ways to get a moderngl context with no display.
+
+Each backend is imported lazily (moderngl, glfw and glcontext are loaded only
+when a backend is checked or opened) and reports ``available`` and
+``why_not``. An explicitly requested backend that fails raises
+:class:`~katra_trace.errors.BackendUnavailable` naming why; ``auto`` tries
+each in order and reports every reason when none works.
+
+The harness renders into an offscreen framebuffer of the requested size and
+MSAA sample count (:class:`GLSession.fbo`), for every backend: results do not
+depend on a window's default framebuffer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import dataclasses
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from katra_trace.errors import BackendUnavailable, ConfigError
+
+#: The line that installs Mesa's EGL + llvmpipe on Debian/Ubuntu.
+MESA_INSTALL_LINE = "apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri"
+
+#: Environment variable that overrides the default backend.
+BACKEND_ENV = "KATRA3D_BACKEND"
+
+#: Backend names in the order ``auto`` tries them.
+ORDER: tuple[str, ...] = ("egl", "glfw")
+
+#: Every name ``--backend`` accepts.
+CHOICES: tuple[str, ...] = ("egl", "glfw", "auto")
+
+DEFAULT_BACKEND = "egl"
+
+#: Minimum GL version requested from every backend (major*100 + minor*10).
+REQUIRE_GL = 330
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendStatus:
+    """Whether a backend can open a context here, and if not, why."""
+
+    name: str
+    available: bool
+    why_not: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class GLSession:
+    """An open GL context plus the offscreen framebuffer the harness renders into.
+
+    ``fbo`` has ``size`` (w, h) pixels and ``samples`` MSAA samples (0 = none),
+    an RGBA8 colour attachment and a 24-bit depth attachment.
+    """
+
+    backend: str
+    device: int | None
+    ctx: Any  # moderngl.Context
+    fbo: Any  # moderngl.Framebuffer
+    size: tuple[int, int]
+    samples: int
+    _close: Callable[[], None] | None = None
+    _attachments: tuple[Any, ...] = ()
+
+    def bind(self) -> None:
+        """Make the offscreen framebuffer current (``ctx.fbo``)."""
+        self.fbo.use()
+
+    def resolved_pixels(self) -> Any:
+        """The framebuffer's pixels as an (H, W, 4) uint8 array, top row first.
+
+        MSAA framebuffers are resolved into a temporary single-sample one first.
+        """
+        import numpy as np
+
+        w, h = self.size
+        src = self.fbo
+        tmp: list[Any] = []
+        if self.samples:
+            rb = self.ctx.renderbuffer((w, h), 4)
+            dst = self.ctx.framebuffer(color_attachments=[rb])
+            tmp = [dst, rb]
+            self.ctx.copy_framebuffer(dst, src)
+            src = dst
+        try:
+            data = src.read(components=4, alignment=1)
+        finally:
+            for obj in tmp:
+                obj.release()
+            self.bind()
+        return np.frombuffer(data, dtype=np.uint8).reshape(h, w, 4)[::-1].copy()
+
+    def close(self) -> None:
+        """Release the framebuffer and the context (and the window, for glfw)."""
+        for obj in (self.fbo, *self._attachments):
+            with contextlib.suppress(Exception):
+                obj.release()
+        with contextlib.suppress(Exception):
+            self.ctx.release()
+        if self._close is not None:
+            self._close()
+            self._close = None
+
+    def __enter__(self) -> GLSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _check_egl() -> str:
+    try:
+        import glcontext.egl  # noqa: F401
+        import moderngl  # noqa: F401
+    except ImportError as exc:
+        return f"cannot import moderngl/glcontext: {exc}"
+    if ctypes.util.find_library("EGL") is None:
+        return f"libEGL not found (install Mesa's EGL: {MESA_INSTALL_LINE})"
+    return ""
+
+
+def _check_glfw() -> str:
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        return "no display: DISPLAY is not set (start Xvfb, or use --backend egl)"
+    try:
+        import glfw  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - the glfw wrapper raises ImportError or others
+        return f"cannot import glfw: {exc}"
+    return ""
+
+
+_CHECKS: dict[str, Callable[[], str]] = {"egl": _check_egl, "glfw": _check_glfw}
+
+
+def check(name: str) -> BackendStatus:
+    """A cheap availability check (imports, libraries, display), no context opened."""
+    why = _CHECKS[name]()
+    return BackendStatus(name, not why, why)
+
+
+def probe(name: str, device: int | None = None) -> BackendStatus:
+    """Whether ``name`` can really open a context: opens and closes a tiny one."""
+    status = check(name)
+    if not status.available:
+        return status
+    try:
+        session = _OPENERS[name](device, (1, 1), 0)
+    except BackendUnavailable as exc:
+        return BackendStatus(name, False, str(exc))
+    session.close()
+    return BackendStatus(name, True, "")
+
+
+def resolve_name(requested: str | None) -> str:
+    """The backend to use: ``requested``, else ``$KATRA3D_BACKEND``, else ``egl``."""
+    name = requested or os.environ.get(BACKEND_ENV) or DEFAULT_BACKEND
+    name = name.strip().lower()
+    if name not in CHOICES:
+        source = "--backend" if requested else BACKEND_ENV
+        raise ConfigError(
+            f"unknown backend '{name}' (from {source}); choose one of: {', '.join(CHOICES)}"
+        )
+    return name
+
+
+# --------------------------------------------------------------------------- openers
+
+
+def _offscreen(ctx: Any, size: tuple[int, int], samples: int) -> tuple[Any, tuple[Any, ...]]:
+    max_samples = int(ctx.info.get("GL_MAX_SAMPLES", 0) or 0)
+    if samples > max_samples:
+        raise ConfigError(
+            f"--samples {samples} is more than this context supports (GL_MAX_SAMPLES = {max_samples})"
+        )
+    color = ctx.renderbuffer(size, 4, samples=samples)
+    depth = ctx.depth_renderbuffer(size, samples=samples)
+    fbo = ctx.framebuffer(color_attachments=[color], depth_attachment=depth)
+    return fbo, (color, depth)
+
+
+def _finish_session(name: str, device: int | None, ctx: Any, size: tuple[int, int], samples: int,
+                    close: Callable[[], None] | None) -> GLSession:
+    try:
+        fbo, attachments = _offscreen(ctx, size, samples)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            ctx.release()
+        if close is not None:
+            close()
+        raise
+    session = GLSession(name, device, ctx, fbo, size, samples, close, attachments)
+    session.bind()
+    return session
+
+
+def _open_egl(device: int | None, size: tuple[int, int], samples: int) -> GLSession:
+    why = _check_egl()
+    if why:
+        raise BackendUnavailable(f"backend 'egl' unavailable: {why}")
+    import moderngl
+
+    kwargs: dict[str, Any] = {"backend": "egl", "require": REQUIRE_GL}
+    if device is not None:
+        kwargs["device_index"] = device
+    try:
+        ctx = moderngl.create_standalone_context(**kwargs)
+    except Exception as exc:  # noqa: BLE001 - glcontext raises plain Exception
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if device is not None and "device" in detail.lower():
+            raise BackendUnavailable(f"backend 'egl' cannot use EGL device {device}: {detail}") from None
+        raise BackendUnavailable(
+            f"backend 'egl' could not create a context: {detail} (install Mesa's EGL: {MESA_INSTALL_LINE})"
+        ) from None
+    return _finish_session("egl", device, ctx, size, samples, None)
+
+
+def _open_glfw(device: int | None, size: tuple[int, int], samples: int) -> GLSession:
+    why = _check_glfw()
+    if why:
+        raise BackendUnavailable(f"backend 'glfw' unavailable: {why}")
+    if device is not None:
+        raise ConfigError("--device selects an EGL device; backend 'glfw' does not take one")
+    import glfw
+
+    errors: list[str] = []
+    glfw.set_error_callback(lambda code, desc: errors.append(
+        desc.decode(errors="replace") if isinstance(desc, bytes) else str(desc)))
+    if not glfw.init():
+        raise BackendUnavailable(
+            f"backend 'glfw' could not initialise: {'; '.join(errors) or 'glfw.init() failed'}")
+    glfw.default_window_hints()
+    glfw.window_hint(glfw.VISIBLE, glfw.FALSE)
+    glfw.window_hint(glfw.CONTEXT_VERSION_MAJOR, 3)
+    glfw.window_hint(glfw.CONTEXT_VERSION_MINOR, 3)
+    glfw.window_hint(glfw.OPENGL_PROFILE, glfw.OPENGL_CORE_PROFILE)
+    glfw.window_hint(glfw.OPENGL_FORWARD_COMPAT, glfw.TRUE)
+    window = glfw.create_window(max(size[0], 1), max(size[1], 1), "katra3d", None, None)
+    if not window:
+        glfw.terminate()
+        raise BackendUnavailable(
+            f"backend 'glfw' could not create a GL 3.3 core window: {'; '.join(errors) or 'unknown reason'}")
+    glfw.make_context_current(window)
+    glfw.swap_interval(0)
+
+    def close() -> None:
+        glfw.destroy_window(window)
+        glfw.terminate()
+
+    import moderngl
+
+    try:
+        ctx = moderngl.create_context(require=REQUIRE_GL, standalone=False)
+    except Exception as exc:  # noqa: BLE001
+        close()
+        raise BackendUnavailable(f"backend 'glfw' could not wrap the window's context: {exc}") from None
+    return _finish_session("glfw", None, ctx, size, samples, close)
+
+
+_OPENERS: dict[str, Callable[[int | None, tuple[int, int], int], GLSession]] = {
+    "egl": _open_egl,
+    "glfw": _open_glfw,
+}
+
+
+def open_session(backend: str | None = None, *, device: int | None = None,
+                 size: tuple[int, int] = (256, 256), samples: int = 0) -> GLSession:
+    """Open a GL context on ``backend`` (None: ``$KATRA3D_BACKEND`` or ``egl``).
+
+    ``auto`` tries :data:`ORDER` in turn. Raises BackendUnavailable (exit code 3)
+    with every reason when nothing works; the message includes the Mesa install line.
+    """
+    name = resolve_name(backend)
+    if name != "auto":
+        return _OPENERS[name](device, size, samples)
+    reasons: list[str] = []
+    for candidate in ORDER:
+        if candidate == "glfw" and device is not None:
+            reasons.append("glfw: --device applies to EGL only")
+            continue
+        try:
+            return _OPENERS[candidate](device, size, samples)
+        except BackendUnavailable as exc:
+            reasons.append(str(exc))
+    raise BackendUnavailable(
+        f"no usable OpenGL backend ({'; '.join(reasons)}); install Mesa's EGL/llvmpipe: {MESA_INSTALL_LINE}"
+    )
+
+
+# --------------------------------------------------------------------------- EGL devices
+
+
+def _egl_lib() -> Any | None:
+    path = ctypes.util.find_library("EGL")
+    if path is None:
+        return None
+    try:
+        return ctypes.CDLL(path)
+    except OSError:
+        return None
+
+
+EGL_VENDOR = 0x3053
+EGL_VERSION = 0x3054
+EGL_EXTENSIONS = 0x3055
+EGL_DRM_DEVICE_FILE_EXT = 0x3233
+EGL_RENDERER_EXT = 0x335F
+
+
+def list_egl_devices() -> list[dict[str, Any]]:
+    """EGL devices visible through EGL_EXT_device_enumeration, in ``--device`` order.
+
+    Each entry: index, drm_device (path or ""), renderer (when the driver names it),
+    software (Mesa's software device), extensions. Empty when EGL or the extension is missing.
+    """
+    egl = _egl_lib()
+    if egl is None:
+        return []
+    egl.eglGetProcAddress.restype = ctypes.c_void_p
+    egl.eglGetProcAddress.argtypes = [ctypes.c_char_p]
+    query_ptr = egl.eglGetProcAddress(b"eglQueryDevicesEXT")
+    string_ptr = egl.eglGetProcAddress(b"eglQueryDeviceStringEXT")
+    if not query_ptr or not string_ptr:
+        return []
+    query_devices = ctypes.CFUNCTYPE(ctypes.c_uint, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
+                                     ctypes.POINTER(ctypes.c_int))(query_ptr)
+    query_string = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int)(string_ptr)
+    count = ctypes.c_int(0)
+    if not query_devices(0, None, ctypes.byref(count)) or count.value <= 0:
+        return []
+    devices = (ctypes.c_void_p * count.value)()
+    if not query_devices(count.value, devices, ctypes.byref(count)):
+        return []
+    out: list[dict[str, Any]] = []
+    for index in range(count.value):
+        exts = (query_string(devices[index], EGL_EXTENSIONS) or b"").decode(errors="replace")
+        drm = b""
+        if "EGL_EXT_device_drm" in exts:
+            drm = query_string(devices[index], EGL_DRM_DEVICE_FILE_EXT) or b""
+        renderer = b""
+        if "EGL_EXT_device_query_name" in exts:
+            renderer = query_string(devices[index], EGL_RENDERER_EXT) or b""
+        out.append({
+            "index": index,
+            "drm_device": drm.decode(errors="replace"),
+            "renderer": renderer.decode(errors="replace"),
+            "software": "EGL_MESA_device_software" in exts,
+            "extensions": exts.split(),
+        })
+    return out
+
+
+def current_egl_info() -> dict[str, str]:
+    """EGL vendor and version of the current EGL display ({} when not on EGL)."""
+    egl = _egl_lib()
+    if egl is None:
+        return {}
+    egl.eglGetCurrentDisplay.restype = ctypes.c_void_p
+    egl.eglGetCurrentDisplay.argtypes = []
+    egl.eglQueryString.restype = ctypes.c_char_p
+    egl.eglQueryString.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    display = egl.eglGetCurrentDisplay()
+    if not display:
+        return {}
+    vendor = egl.eglQueryString(display, EGL_VENDOR) or b""
+    version = egl.eglQueryString(display, EGL_VERSION) or b""
+    return {"vendor": vendor.decode(errors="replace"), "version": version.decode(errors="replace")}
+
+
+def statuses(probe_contexts: bool = False) -> Iterator[BackendStatus]:
+    """Status of every backend in :data:`ORDER` (opening a context when ``probe_contexts``)."""
+    for name in ORDER:
+        yield probe(name) if probe_contexts else check(name)
+
+
+__all__ = [
+    "BACKEND_ENV",
+    "BackendStatus",
+    "CHOICES",
+    "DEFAULT_BACKEND",
+    "GLSession",
+    "MESA_INSTALL_LINE",
+    "ORDER",
+    "check",
+    "current_egl_info",
+    "list_egl_devices",
+    "open_session",
+    "probe",
+    "resolve_name",
+    "statuses",
+]

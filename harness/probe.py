@@ -1,0 +1,225 @@
+"""Host probe: what a capture ran on, for the trace header.
+
+:func:`host_info` returns a JSON-ready dict with a ``gl`` part (strings,
+parsed driver version, software-renderer flag, timer-query support, limits),
+an ``egl`` part, a ``system`` part (CPU, cores, RAM, OS, Python, package
+versions) and ``env`` (the environment variables that change rendering).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import os
+import platform
+import re
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+#: Substrings (lower case) of GL_RENDERER that mean a CPU rasterizer.
+SOFTWARE_RENDERERS: tuple[str, ...] = (
+    "llvmpipe", "softpipe", "swrast", "lavapipe", "swiftshader", "software rasterizer",
+    "microsoft basic render", "gdi generic",
+)
+
+#: Prefixes of environment variables that change how GL renders.
+ENV_PREFIXES: tuple[str, ...] = ("LIBGL_", "MESA_", "GALLIUM_", "LP_", "EGL_", "__GL", "GLCONTEXT_",
+                                 "PYOPENGL_", "KATRA3D_")
+
+#: Packages whose versions are recorded.
+PACKAGES: tuple[str, ...] = ("moderngl", "glcontext", "PyOpenGL", "numpy", "glfw", "zstandard", "katra3d")
+
+GL_TIMESTAMP = 0x8E28
+GL_QUERY_COUNTER_BITS = 0x8864
+
+
+def is_software_renderer(renderer: str) -> bool:
+    """True when a GL_RENDERER string names a CPU rasterizer (llvmpipe, swrast, ...)."""
+    low = renderer.lower()
+    return any(name in low for name in SOFTWARE_RENDERERS)
+
+
+def parse_driver(version: str, vendor: str = "", renderer: str = "") -> dict[str, str]:
+    """Driver name and version from GL_VERSION (and vendor/renderer).
+
+    ``"4.5 (Core Profile) Mesa 22.3.6"`` -> ``{"name": "Mesa", "version": "22.3.6"}``;
+    ``"4.6.0 NVIDIA 535.104.05"`` -> ``{"name": "NVIDIA", "version": "535.104.05"}``.
+    Unknown formats give ``{"name": vendor, "version": ""}``.
+    """
+    m = re.search(r"\bMesa\s+(\d+\.\d+(?:\.\d+)?(?:-\w+)?)", version)
+    if m:
+        return {"name": "Mesa", "version": m.group(1)}
+    m = re.search(r"\bNVIDIA\s+(\d+(?:\.\d+)+)", version)
+    if m:
+        return {"name": "NVIDIA", "version": m.group(1)}
+    m = re.search(r"\b(?:Compatibility|Core) Profile Context\s+(\d+(?:\.\d+)+)", version)
+    if m and ("ati " in f"{vendor.lower()} " or "amd" in vendor.lower()):
+        return {"name": "AMD", "version": m.group(1)}
+    m = re.search(r"\bBuild\s+(\d+(?:\.\d+)+)", version)
+    if m and "intel" in vendor.lower():
+        return {"name": "Intel", "version": m.group(1)}
+    return {"name": vendor, "version": ""}
+
+
+def _profile(ctx: Any, version: str) -> str:
+    if "core profile" in version.lower():
+        return "core"
+    if "compatibility" in version.lower():
+        return "compatibility"
+    try:
+        from OpenGL import GL
+
+        mask = ctypes.c_int(0)
+        GL.glGetIntegerv(GL.GL_CONTEXT_PROFILE_MASK, ctypes.byref(mask))
+        if mask.value & 0x1:
+            return "core"
+        if mask.value & 0x2:
+            return "compatibility"
+    except Exception:  # noqa: BLE001 - probing must never fail a run
+        pass
+    return "unknown"
+
+
+def _glsl_version(ctx: Any) -> str:
+    value = ctx.info.get("GL_SHADING_LANGUAGE_VERSION")
+    if value:
+        return str(value)
+    try:
+        from OpenGL import GL
+
+        raw = GL.glGetString(GL.GL_SHADING_LANGUAGE_VERSION)
+    except Exception:  # noqa: BLE001 - probing must never fail a run
+        return ""
+    return raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw or "")
+
+
+def timer_query_info(ctx: Any) -> dict[str, Any]:
+    """Timer-query support: extension/version and GL_QUERY_COUNTER_BITS for GL_TIMESTAMP."""
+    supported = ctx.version_code >= 330 or "GL_ARB_timer_query" in ctx.extensions
+    bits = 0
+    error = ""
+    if supported:
+        try:
+            from OpenGL import GL
+
+            out = ctypes.c_int(0)
+            GL.glGetQueryiv(GL_TIMESTAMP, GL_QUERY_COUNTER_BITS, ctypes.byref(out))
+            bits = int(out.value)
+        except Exception as exc:  # noqa: BLE001
+            error = f"{type(exc).__name__}: {exc}"
+    return {"supported": bool(supported and bits > 0), "counter_bits": bits,
+            **({"error": error} if error else {})}
+
+
+def gl_info(ctx: Any) -> dict[str, Any]:
+    """GL strings, driver, software flag, timer queries, limits of the current context."""
+    info = ctx.info
+    vendor = str(info.get("GL_VENDOR", ""))
+    renderer = str(info.get("GL_RENDERER", ""))
+    version = str(info.get("GL_VERSION", ""))
+    return {
+        "vendor": vendor,
+        "renderer": renderer,
+        "version": version,
+        "version_code": int(ctx.version_code),
+        "glsl_version": _glsl_version(ctx),
+        "profile": _profile(ctx, version),
+        "driver": parse_driver(version, vendor, renderer),
+        "software_renderer": is_software_renderer(renderer),
+        "timer_query": timer_query_info(ctx),
+        "khr_debug": "GL_KHR_debug" in ctx.extensions or ctx.version_code >= 430,
+        "max_texture_size": int(info.get("GL_MAX_TEXTURE_SIZE", 0) or 0),
+        "max_samples": int(info.get("GL_MAX_SAMPLES", 0) or 0),
+        "extensions_count": len(ctx.extensions),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _ram_bytes() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def _versions() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = ""
+    return out
+
+
+def system_info() -> dict[str, Any]:
+    """CPU model, core counts, RAM, OS/kernel, Python and package versions (no GL)."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        usable = os.cpu_count() or 0
+    return {
+        "cpu_model": _cpu_model(),
+        "cpu_cores": os.cpu_count() or 0,
+        "cpu_cores_usable": usable,
+        "ram_bytes": _ram_bytes(),
+        "os": platform.system(),
+        "kernel": platform.release(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "hostname": platform.node(),
+        "python": sys.version.split()[0],
+        "python_implementation": platform.python_implementation(),
+        "packages": _versions(),
+    }
+
+
+def render_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment variables that change rendering (LIBGL_*, MESA_*, GALLIUM_*, LP_*, EGL_*, __GL*)."""
+    env = os.environ if environ is None else environ
+    return {k: env[k] for k in sorted(env) if k.startswith(ENV_PREFIXES)}
+
+
+def host_info(session: Any) -> dict[str, Any]:
+    """Everything the trace header records about where a capture ran.
+
+    ``session`` is a :class:`harness.backends.GLSession` (or anything with
+    ``ctx``, ``backend`` and ``device``).
+    """
+    from harness.backends import current_egl_info
+
+    egl: dict[str, Any] = {}
+    if getattr(session, "backend", "") == "egl":
+        egl = dict(current_egl_info())
+        egl["device_index"] = session.device if session.device is not None else 0
+    return {
+        "backend": getattr(session, "backend", ""),
+        "gl": gl_info(session.ctx),
+        "egl": egl,
+        "system": system_info(),
+        "env": render_env(),
+    }
+
+
+__all__ = [
+    "ENV_PREFIXES",
+    "SOFTWARE_RENDERERS",
+    "gl_info",
+    "host_info",
+    "is_software_renderer",
+    "parse_driver",
+    "render_env",
+    "system_info",
+    "timer_query_info",
+]
