@@ -94,8 +94,71 @@ class Scene:
         """Free every GL object created in ``setup``."""
 
     def output_framebuffer(self) -> Any | None:
-        """The framebuffer holding the final image (None: the context's default)."""
-        return None
+        """The framebuffer holding the final image (None: the context's default).
+
+        The default returns the target remembered by :meth:`bind_target`, if any.
+        """
+        return getattr(self, "target", None)
+
+    # -- helpers for subclasses -------------------------------------------------
+
+    @classmethod
+    def check_requirements(cls, ctx: Any) -> None:
+        """Raise :class:`SceneSkip` if ``ctx`` lacks the GL version or extensions
+        this scene declares (``min_gl_version``, ``required_extensions``).
+
+        Call it first thing in ``setup``.
+        """
+        have = int(getattr(ctx, "version_code", 0))
+        if have < cls.min_gl_version:
+            raise SceneSkip(
+                f"scene '{cls.name}' needs OpenGL {_gl_version_str(cls.min_gl_version)}, "
+                f"the context has {_gl_version_str(have)}"
+            )
+        exts = set(getattr(ctx, "extensions", ()) or ())
+        missing = [e for e in cls.required_extensions if e not in exts]
+        if missing:
+            raise SceneSkip(
+                f"scene '{cls.name}' needs extension(s) {', '.join(missing)}, "
+                f"which the context does not offer"
+            )
+
+    def bind_target(self, ctx: Any, size: tuple[int, int]) -> Any:
+        """Remember the framebuffer the scene must draw its final image into.
+
+        That is the framebuffer bound when ``setup`` is called (``ctx.fbo``; the
+        harness binds an offscreen one of ``size`` for headless contexts). If
+        none is bound, or its size differs from ``size``, the scene creates its
+        own RGBA8 + depth framebuffer, binds it and releases it in
+        :meth:`release_target`. Returns the target; also stored as ``self.target``.
+        """
+        current = getattr(ctx, "fbo", None)
+        self._owns_target = False
+        self._target_ctx = ctx
+        if current is None or tuple(current.size) != tuple(size):
+            current = ctx.simple_framebuffer(tuple(size), components=4)
+            self._owns_target = True
+            current.use()
+        self.target = current
+        return current
+
+    def release_target(self) -> None:
+        """Release the framebuffer created by :meth:`bind_target`, if the scene owns it.
+
+        Binds framebuffer 0 afterwards, so that no deleted framebuffer stays bound
+        (moderngl rebinds ``ctx.fbo`` after creating objects).
+        """
+        target = getattr(self, "target", None)
+        if target is not None and getattr(self, "_owns_target", False):
+            target.release()
+            self._target_ctx.detect_framebuffer(0).use()
+        self.target = None
+        self._owns_target = False
+
+
+def _gl_version_str(code: int) -> str:
+    """430 -> '4.3'."""
+    return f"{code // 100}.{(code % 100) // 10}"
 
 
 class SimpleFrame:

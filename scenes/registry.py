@@ -1,0 +1,276 @@
+"""Finding scenes by name, and validating their parameters.
+
+A scene spec (what a user types after ``katra3d run``) is one of:
+
+* a built-in name (``geometry``);
+* the name of an entry point in the group ``katra3d.scenes`` of an installed
+  package (``[project.entry-points."katra3d.scenes"] my-scene = "pkg.mod:MyScene"``);
+* ``path/to/file.py:ClassName`` — a class in a Python file;
+* ``pkg.module:ClassName`` — a class in an importable module.
+
+Unknown names and missing classes raise :class:`~katra_trace.errors.SceneError`
+with the closest names and the list of what exists; bad parameters raise
+:class:`~katra_trace.errors.ConfigError` naming the scene, the parameter and
+its valid range or choices.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import math
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from katra_trace.errors import ConfigError, SceneError
+from scenes.api import Param, Scene
+
+#: the entry-point group installed packages use to offer scenes
+ENTRY_POINT_GROUP = "katra3d.scenes"
+
+#: built-in scenes, in listing order: (module under scenes.builtin, class name)
+_BUILTINS: tuple[tuple[str, str], ...] = (
+    ("clear", "ClearScene"),
+    ("triangle", "TriangleScene"),
+)
+
+
+def builtin_scenes() -> dict[str, type[Scene]]:
+    """The built-in scenes by name, in listing order."""
+    out: dict[str, type[Scene]] = {}
+    for module_name, class_name in _BUILTINS:
+        module = importlib.import_module(f"scenes.builtin.{module_name}")
+        cls = getattr(module, class_name)
+        out[cls.name] = cls
+    return out
+
+
+def entry_point_scenes() -> dict[str, importlib.metadata.EntryPoint]:
+    """Entry points in the ``katra3d.scenes`` group, by name (not loaded)."""
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def available_scene_names() -> list[str]:
+    """Built-in names, then entry-point names (sorted) that do not shadow a built-in."""
+    names = list(builtin_scenes())
+    names.extend(sorted(n for n in entry_point_scenes() if n not in names))
+    return names
+
+
+def _check_scene_class(obj: Any, where: str) -> type[Scene]:
+    if not (inspect.isclass(obj) and issubclass(obj, Scene)):
+        raise SceneError(f"{where} is not a katra3d scene: expected a subclass of scenes.Scene, "
+                         f"found {type(obj).__name__ if not inspect.isclass(obj) else 'class ' + obj.__name__}")
+    if not obj.name:
+        raise SceneError(f"{where} has no 'name': set the class attribute name = \"...\"")
+    return obj
+
+
+def _scene_classes_in(module: Any) -> list[str]:
+    return sorted(
+        name
+        for name, obj in vars(module).items()
+        if inspect.isclass(obj) and issubclass(obj, Scene) and obj is not Scene
+        and getattr(obj, "__module__", None) == module.__name__
+    )
+
+
+def _class_from_module(module: Any, class_name: str, where: str) -> type[Scene]:
+    if not hasattr(module, class_name):
+        found = _scene_classes_in(module)
+        listing = ", ".join(found) if found else "none"
+        raise SceneError(f"{where} defines no class '{class_name}'; scene classes in it: {listing}")
+    return _check_scene_class(getattr(module, class_name), f"'{class_name}' in {where}")
+
+
+def _load_from_file(file_part: str, class_name: str) -> type[Scene]:
+    path = Path(file_part).expanduser()
+    where = f"file '{file_part}'"
+    if not path.is_file():
+        raise SceneError(f"scene file '{file_part}' not found")
+    resolved = path.resolve()
+    digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:10]
+    module_name = f"katra3d_user_scene_{resolved.stem}_{digest}"
+    module = sys.modules.get(module_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(module_name, resolved)
+        if spec is None or spec.loader is None:
+            raise SceneError(f"cannot load scene file '{file_part}': not a Python source file")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # noqa: BLE001 - a user file may raise anything
+            del sys.modules[module_name]
+            raise SceneError(f"error while importing scene file '{file_part}': "
+                             f"{type(exc).__name__}: {exc}") from None
+    return _class_from_module(module, class_name, where)
+
+
+def _load_from_module(module_part: str, class_name: str) -> type[Scene]:
+    try:
+        module = importlib.import_module(module_part)
+    except ModuleNotFoundError as exc:
+        raise SceneError(f"cannot import scene module '{module_part}': {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a user module may raise anything
+        raise SceneError(f"error while importing scene module '{module_part}': "
+                         f"{type(exc).__name__}: {exc}") from None
+    return _class_from_module(module, class_name, f"module '{module_part}'")
+
+
+def _looks_like_file(part: str) -> bool:
+    return part.endswith(".py") or "/" in part or "\\" in part
+
+
+def get_scene(spec: str) -> type[Scene]:
+    """Resolve a scene spec (see the module docstring) to its class.
+
+    Raises SceneError for unknown names (with the closest matches and the list
+    of available scenes), missing files/modules and missing classes.
+    """
+    spec = spec.strip()
+    builtins = builtin_scenes()
+    if spec in builtins:
+        return builtins[spec]
+    entry_points = entry_point_scenes()
+    if spec in entry_points:
+        ep = entry_points[spec]
+        try:
+            obj = ep.load()
+        except Exception as exc:  # noqa: BLE001 - a third-party package may raise anything
+            raise SceneError(f"cannot load scene '{spec}' from entry point '{ep.value}': "
+                             f"{type(exc).__name__}: {exc}") from None
+        return _check_scene_class(obj, f"entry point '{spec}' ({ep.value})")
+    if ":" in spec:
+        left, _, class_name = spec.rpartition(":")
+        if not class_name.isidentifier():
+            raise SceneError(f"bad scene spec '{spec}': after ':' must come a class name")
+        if _looks_like_file(left):
+            return _load_from_file(left, class_name)
+        return _load_from_module(left, class_name)
+    names = list(builtins) + sorted(n for n in entry_points if n not in builtins)
+    close = difflib.get_close_matches(spec, names, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    raise SceneError(f"unknown scene '{spec}'{hint} available: {', '.join(names)} "
+                     f"(or path/to/file.py:Class, package.module:Class)")
+
+
+# -- parameters -------------------------------------------------------------------
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def describe_range(param: Param) -> str:
+    """The valid values of a param, as text: 'choices: a, b', '1..64', '>= 0', 'true/false'."""
+    if param.choices is not None:
+        return "choices: " + ", ".join(_fmt(c) for c in param.choices)
+    if param.type is bool:
+        return "true/false"
+    if param.min is not None and param.max is not None:
+        return f"{_fmt(param.min)}..{_fmt(param.max)}"
+    if param.min is not None:
+        return f">= {_fmt(param.min)}"
+    if param.max is not None:
+        return f"<= {_fmt(param.max)}"
+    return f"any {param.type.__name__}"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def convert_param(scene_name: str, key: str, param: Param, value: Any) -> Any:
+    """Convert one value (a Python value or a CLI string) to ``param.type`` and check its range."""
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"scene '{scene_name}': param '{key}' {why}; valid: {describe_range(param)}")
+
+    kind = param.type
+    if isinstance(value, str):
+        text = value.strip()
+        if kind is bool:
+            low = text.lower()
+            if low in _TRUE:
+                out: Any = True
+            elif low in _FALSE:
+                out = False
+            else:
+                raise bad(f"expects true/false, got '{value}'")
+        elif kind is int:
+            try:
+                out = int(text, 0)
+            except ValueError:
+                raise bad(f"expects an integer, got '{value}'") from None
+        elif kind is float:
+            try:
+                out = float(text)
+            except ValueError:
+                raise bad(f"expects a number, got '{value}'") from None
+        elif kind is str:
+            out = text
+        else:
+            try:
+                out = kind(text)
+            except Exception:  # noqa: BLE001 - a user param type may raise anything
+                raise bad(f"cannot convert '{value}' to {kind.__name__}") from None
+    else:
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            out = float(value)
+        elif kind is int and isinstance(value, bool):
+            raise bad(f"expects an integer, got {value!r}")
+        elif isinstance(value, kind):
+            out = value
+        else:
+            raise bad(f"expects {kind.__name__}, got {type(value).__name__} {value!r}")
+    if isinstance(out, float) and not math.isfinite(out):
+        raise bad(f"must be finite, got {value!r}")
+    if param.choices is not None and out not in param.choices:
+        raise bad(f"got {_fmt(out)!r}")
+    if kind in (int, float):
+        if (param.min is not None and out < param.min) or (param.max is not None and out > param.max):
+            raise bad(f"is out of range: {_fmt(out)}")
+    return out
+
+
+def resolve_params(scene: type[Scene], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The scene's param defaults merged with ``overrides`` (values or CLI strings).
+
+    Raises ConfigError for an unknown key or an invalid / out-of-range value,
+    naming the scene, the param and what is valid.
+    """
+    declared = dict(scene.params)
+    unknown = [k for k in overrides if k not in declared]
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(key, list(declared), n=1, cutoff=0.6)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        valid = ", ".join(declared) if declared else "none"
+        raise ConfigError(f"scene '{scene.name}' has no param '{key}'{hint} valid params: {valid}")
+    out: dict[str, Any] = {}
+    for key, param in declared.items():
+        value = overrides[key] if key in overrides else param.default
+        out[key] = convert_param(scene.name, key, param, value)
+    return out
+
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "available_scene_names",
+    "builtin_scenes",
+    "convert_param",
+    "describe_range",
+    "entry_point_scenes",
+    "get_scene",
+    "resolve_params",
+]
