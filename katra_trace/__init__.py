@@ -33,3 +33,8 @@ __all__ = [
     "__version__",
     "schema_hash",
 ]
+
+from katra_trace.reader import Trace, TraceRecoveryWarning, iter_blocks, open_trace  # noqa: E402
+from katra_trace.writer import TraceWriter  # noqa: E402
+
+__all__ += ["Trace", "TraceRecoveryWarning", "TraceWriter", "iter_blocks", "open_trace"]

@@ -1,0 +1,27 @@
+"""``katra3d validate TRACE``: exit 0 if the trace is intact, 2 if damaged."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from harness.cli._common import load_trace_quietly
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("validate", help="check a trace's framing and checksums",
+                       description="Check every block's framing and CRC. Exit 0 if intact, 2 if damaged "
+                                   "(with what could be recovered).")
+    p.add_argument("trace", metavar="TRACE", help="a .katra trace file")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    trace = load_trace_quietly(args.trace)
+    n = len(trace.events)
+    if trace.truncated:
+        print(f"{trace.path}: damaged: {trace.stop_reason}; recoverable: {n} events, {len(trace.strings)} strings "
+              f"in {trace.blocks} intact blocks before offset {trace.stopped_at}", file=sys.stderr)
+        return 2
+    print(f"{trace.path}: ok: {n} events in {trace.blocks} blocks, status {trace.status}")
+    return 0

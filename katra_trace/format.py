@@ -1,0 +1,237 @@
+"""Byte-level layout of a katra3d trace (the spec is docs/trace-format.md).
+
+This module only encodes and decodes: preamble, block framing, footer and the
+payload of each block type. The writer and reader build on it.
+
+All integers are little-endian.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import struct
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import zstandard
+
+from katra_trace.errors import TraceFormatError
+from katra_trace.schema import COLUMNS, EVENT_DTYPE
+
+#: 8 bytes: a non-ASCII byte first, then CR LF and ^Z, so text-mode or 7-bit damage shows.
+MAGIC = b"\x89KTR\r\n\x1a\n"
+FORMAT_MAJOR = 1
+FORMAT_MINOR = 0
+
+PREAMBLE = struct.Struct("<8sHHI")  # magic, major, minor, flags
+BLOCK_HEADER = struct.Struct("<IBBHIIII")  # sync, type, codec, schema, seq, stored_len, raw_len, crc32
+FOOTER = struct.Struct("<QII")  # summary offset, crc32 of the offset bytes, end magic
+
+SYNC = 0xB10C4B7A  # first 4 bytes of every block ("z K \x0c \xb1" on disk)
+END_MAGIC = 0x444E454B  # "KEND" on disk
+PREAMBLE_SIZE = PREAMBLE.size  # 16
+BLOCK_HEADER_SIZE = BLOCK_HEADER.size  # 24
+FOOTER_SIZE = FOOTER.size  # 16
+
+#: No block payload may claim more than this many bytes, stored or decoded.
+MAX_BLOCK_BYTES = 1 << 28  # 256 MiB
+#: Events per EVENTS block at most (keeps one decoded block under MAX_BLOCK_BYTES).
+MAX_BLOCK_EVENTS = (MAX_BLOCK_BYTES - 12) // EVENT_DTYPE.itemsize
+
+EVENTS_HEAD = struct.Struct("<Iq")  # n, base_ts
+STRINGS_HEAD = struct.Struct("<II")  # first id, count
+
+
+class BlockType(enum.IntEnum):
+    HEADER = 1
+    STRINGS = 2
+    EVENTS = 3
+    CLOCK_SYNC = 4
+    SUMMARY = 5
+    ANNOTATION = 6
+
+
+class Codec(enum.IntEnum):
+    NONE = 0
+    ZSTD = 1
+
+
+CODEC_NAMES = {"none": Codec.NONE, "zstd": Codec.ZSTD}
+
+#: Block types whose payload is one UTF-8 JSON object.
+JSON_BLOCKS = frozenset({BlockType.HEADER, BlockType.CLOCK_SYNC, BlockType.SUMMARY, BlockType.ANNOTATION})
+
+
+def encode_preamble(flags: int = 0) -> bytes:
+    return PREAMBLE.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, flags)
+
+
+def encode_block(
+    btype: int, payload: bytes, *, seq: int, codec: Codec, schema: int = 0,
+    compressor: zstandard.ZstdCompressor | None = None,
+) -> bytes:
+    """Frame one block: 24-byte header + stored payload (compressed when codec is zstd)."""
+    raw_len = len(payload)
+    if raw_len > MAX_BLOCK_BYTES:
+        raise ValueError(f"block payload of {raw_len} bytes exceeds {MAX_BLOCK_BYTES}")
+    if codec == Codec.ZSTD:
+        stored = (compressor or zstandard.ZstdCompressor()).compress(payload)
+    else:
+        stored = bytes(payload)
+    head = BLOCK_HEADER.pack(SYNC, btype, codec, schema, seq, len(stored), raw_len, 0)
+    crc = zlib.crc32(stored, zlib.crc32(head[:20]))
+    return head[:20] + struct.pack("<I", crc) + stored
+
+
+def encode_footer(summary_offset: int) -> bytes:
+    off = struct.pack("<Q", summary_offset)
+    return FOOTER.pack(summary_offset, zlib.crc32(off), END_MAGIC)
+
+
+def decode_footer(data: bytes) -> int | None:
+    """The summary offset if ``data`` (16 bytes) is a valid footer, else None."""
+    if len(data) != FOOTER_SIZE:
+        return None
+    offset, crc, end = FOOTER.unpack(data)
+    if end != END_MAGIC or crc != zlib.crc32(data[:8]):
+        return None
+    return int(offset)
+
+
+def encode_json(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), default=_json_default).encode("utf-8")
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    if hasattr(obj, "as_dict"):
+        return obj.as_dict()
+    return str(obj)
+
+
+def decode_json(payload: bytes, offset: int) -> dict[str, Any]:
+    try:
+        obj = json.loads(payload.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise TraceFormatError(f"corrupt block at offset {offset}: bad JSON ({exc})", offset) from None
+    if not isinstance(obj, dict):
+        raise TraceFormatError(f"corrupt block at offset {offset}: JSON payload is not an object", offset)
+    return obj
+
+
+# -- STRINGS ---------------------------------------------------------------------------------
+
+def encode_strings(first_id: int, strings: Sequence[str]) -> bytes:
+    blobs = [s.encode("utf-8", "surrogatepass") for s in strings]
+    lengths = np.fromiter((len(b) for b in blobs), dtype="<u4", count=len(blobs))
+    return STRINGS_HEAD.pack(first_id, len(blobs)) + lengths.tobytes() + b"".join(blobs)
+
+
+def decode_strings(payload: bytes, offset: int) -> tuple[int, list[str]]:
+    bad = f"corrupt STRINGS block at offset {offset}"
+    if len(payload) < STRINGS_HEAD.size:
+        raise TraceFormatError(f"{bad}: too short", offset)
+    first_id, count = STRINGS_HEAD.unpack_from(payload)
+    table_end = STRINGS_HEAD.size + 4 * count
+    if table_end > len(payload):
+        raise TraceFormatError(f"{bad}: {count} strings do not fit in {len(payload)} bytes", offset)
+    lengths = np.frombuffer(payload, dtype="<u4", count=count, offset=STRINGS_HEAD.size)
+    if int(lengths.sum(dtype=np.uint64)) != len(payload) - table_end:
+        raise TraceFormatError(f"{bad}: string lengths do not add up", offset)
+    out: list[str] = []
+    pos = table_end
+    try:
+        for n in lengths.tolist():
+            out.append(payload[pos:pos + n].decode("utf-8", "surrogatepass"))
+            pos += n
+    except UnicodeDecodeError:
+        raise TraceFormatError(f"{bad}: invalid UTF-8", offset) from None
+    return first_id, out
+
+
+# -- EVENTS ----------------------------------------------------------------------------------
+
+_SHUFFLED = tuple(name for name, typ, _ in COLUMNS if np.dtype(typ).itemsize > 1)
+
+
+def encode_events(events: np.ndarray) -> bytes:
+    """Columnar payload: n, base_ts, then each column; start_ns as deltas.
+
+    Multi-byte columns are stored byte-planed (all first bytes, then all second
+    bytes, ...), which lets zstd see the slowly varying high bytes as runs.
+    """
+    n = len(events)
+    if n == 0:
+        return EVENTS_HEAD.pack(0, 0)
+    start = events["start_ns"].astype("<i8")
+    base = int(start[0])
+    delta = np.empty(n, dtype="<i8")
+    delta[0] = 0
+    np.subtract(start[1:], start[:-1], out=delta[1:])
+    parts = [EVENTS_HEAD.pack(n, base)]
+    for name, typ, _ in COLUMNS:
+        col = delta if name == "start_ns" else np.ascontiguousarray(events[name], dtype=typ)
+        size = col.dtype.itemsize
+        if size > 1:
+            parts.append(col.view(np.uint8).reshape(n, size).T.tobytes())
+        else:
+            parts.append(col.tobytes())
+    return b"".join(parts)
+
+
+def decode_events(payload: bytes, offset: int) -> np.ndarray:
+    bad = f"corrupt EVENTS block at offset {offset}"
+    if len(payload) < EVENTS_HEAD.size:
+        raise TraceFormatError(f"{bad}: too short", offset)
+    n, base = EVENTS_HEAD.unpack_from(payload)
+    if len(payload) != EVENTS_HEAD.size + n * EVENT_DTYPE.itemsize:
+        raise TraceFormatError(f"{bad}: {n} events do not match {len(payload)} bytes", offset)
+    out = np.empty(n, dtype=EVENT_DTYPE)
+    buf = np.frombuffer(payload, dtype=np.uint8)
+    pos = EVENTS_HEAD.size
+    for name, typ, _ in COLUMNS:
+        dt = np.dtype(typ)
+        size = dt.itemsize
+        chunk = buf[pos:pos + n * size]
+        pos += n * size
+        if size > 1:
+            col = np.ascontiguousarray(chunk.reshape(size, n).T).view(dt).reshape(n)
+        else:
+            col = chunk.view(dt)
+        if name == "start_ns":
+            col = np.cumsum(col, dtype="<i8")
+            col += base
+        out[name] = col
+    return out
+
+
+def decompress(stored: bytes, raw_len: int, codec: int, offset: int) -> bytes:
+    """Decode a stored payload, never producing more than ``raw_len`` bytes."""
+    if codec == Codec.NONE:
+        if len(stored) != raw_len:
+            raise TraceFormatError(f"corrupt block at offset {offset}: stored and raw lengths differ", offset)
+        return stored
+    if codec == Codec.ZSTD:
+        try:
+            size = zstandard.frame_content_size(stored)
+            if size not in (-1, raw_len):
+                raise TraceFormatError(
+                    f"corrupt block at offset {offset}: zstd frame holds {size} bytes, header says {raw_len}", offset)
+            data = zstandard.ZstdDecompressor().decompress(stored, max_output_size=raw_len)
+        except zstandard.ZstdError as exc:
+            raise TraceFormatError(f"corrupt block at offset {offset}: zstd: {exc}", offset) from None
+        if len(data) != raw_len:
+            raise TraceFormatError(f"corrupt block at offset {offset}: decoded {len(data)} bytes, expected {raw_len}",
+                                   offset)
+        return data
+    raise TraceFormatError(
+        f"block at offset {offset} uses codec {codec}, unknown to this katra3d build; upgrade katra3d to read it",
+        offset)

@@ -1,0 +1,386 @@
+"""TraceWriter: streams events into a katra3d trace from any number of threads.
+
+The producer side is cheap: :meth:`TraceWriter.append` packs one event into a
+preallocated batch buffer with one ``struct.pack_into`` call under a lock (no
+Python object per event is kept). Full batches — or whatever is pending every
+``batch_ms`` — go to a background thread that encodes them column by column,
+delta-encodes timestamps, compresses and writes them. Each block reaches the
+operating system as soon as it is written, so a killed process loses only the
+batch it had not yet handed over.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import os
+import struct
+import threading
+import time
+import weakref
+from pathlib import Path
+from types import TracebackType
+from typing import Any, BinaryIO
+
+import numpy as np
+import zstandard
+
+from katra_trace import format as fmt
+from katra_trace.errors import ConfigError, KatraError
+from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION, schema_hash
+
+#: struct layout of one packed event (matches EVENT_DTYPE field for field).
+_EVENT = struct.Struct("<BBHHIIIqqd")
+assert _EVENT.size == EVENT_DTYPE.itemsize
+
+STATUSES = ("complete", "aborted", "interrupted")
+DROP_POLICIES = ("block", "drop")
+
+
+def tool_version() -> str:
+    from katra_trace import __version__
+
+    return f"katra3d {__version__}"
+
+
+class TraceWriter:
+    """Write a katra3d trace. Use as a context manager, or call :meth:`finish`.
+
+    Args:
+        path: the file to create (truncated if it exists).
+        workload: what was run (suite or scene names).
+        capture_options: how the capture was made (the harness's RunConfig).
+        host_info: what it ran on (the harness's host probe).
+        notes: free-form text.
+        codec: ``"zstd"`` (default) or ``"none"``.
+        batch_events: events per batch handed to the background thread.
+        batch_ms: a non-empty batch is handed over at least this often.
+        drop_policy: ``"block"`` (default, lossless: producers wait when
+            ``queue_batches`` batches are pending) or ``"drop"`` (the batch is
+            dropped and counted in the summary).
+        start_host_ns: host-clock (``perf_counter_ns``) capture start; event
+            times are relative to it. Defaults to now.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        workload: str = "",
+        capture_options: dict[str, Any] | None = None,
+        host_info: dict[str, Any] | None = None,
+        notes: str = "",
+        codec: str = "zstd",
+        batch_events: int = 4096,
+        batch_ms: float = 200.0,
+        drop_policy: str = "block",
+        queue_batches: int = 8,
+        compression_level: int = 3,
+        start_host_ns: int | None = None,
+    ) -> None:
+        if codec not in fmt.CODEC_NAMES:
+            raise ConfigError(f"unknown codec {codec!r}; choose one of: {', '.join(fmt.CODEC_NAMES)}")
+        if drop_policy not in DROP_POLICIES:
+            raise ConfigError(f"unknown drop policy {drop_policy!r}; choose one of: {', '.join(DROP_POLICIES)}")
+        if not 1 <= batch_events <= fmt.MAX_BLOCK_EVENTS:
+            raise ConfigError(f"batch_events must be in 1..{fmt.MAX_BLOCK_EVENTS}, got {batch_events}")
+        if batch_ms <= 0 or queue_batches < 1:
+            raise ConfigError("batch_ms must be > 0 and queue_batches >= 1")
+        self.path = Path(path)
+        self.start_host_ns = time.perf_counter_ns() if start_host_ns is None else int(start_host_ns)
+        self.start_wall_ns = time.time_ns()
+        self._codec = fmt.CODEC_NAMES[codec]
+        self._level = compression_level
+        self._batch_events = batch_events
+        self._batch_s = batch_ms / 1000.0
+        self._drop = drop_policy == "drop"
+        self._max_pending = queue_batches
+
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._cap = batch_events * _EVENT.size
+        self._buf = bytearray(self._cap)
+        self._off = 0
+        self._pack = _EVENT.pack_into
+        self._strings: dict[str, int] = {"": 0}
+        self._new_strings: list[str] = []
+        self._strings_flushed = 1  # id 0 ("") is written with the header
+        self._pending: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._enqueued = 0  # items handed to the thread
+        self._done = 0  # items the thread has written
+        self._closing = False
+        self._finished = False
+        self._error: BaseException | None = None
+        self._appended = 0
+        self._dropped_events = 0
+        self._dropped_batches = 0
+
+        self.header: dict[str, Any] = {
+            "format_version": f"{fmt.FORMAT_MAJOR}.{fmt.FORMAT_MINOR}",
+            "schema_version": SCHEMA_VERSION,
+            "schema_hash": schema_hash(),
+            "tool_version": tool_version(),
+            "capture_options": dict(capture_options or {}),
+            "host_info": dict(host_info or {}),
+            "start_wall_ns": self.start_wall_ns,
+            "start_host_ns": self.start_host_ns,
+            "pid": os.getpid(),
+            "workload": workload,
+            "notes": notes,
+        }
+        try:
+            self._file: BinaryIO = open(self.path, "wb")  # noqa: SIM115 - closed by finish()
+        except OSError as exc:
+            raise ConfigError(f"cannot create trace {str(self.path)!r}: {exc.strerror or exc}") from None
+        # Owned by the background thread once started:
+        self._seq = 0
+        self._pos = 0
+        self._blocks = 0
+        self._event_blocks = 0
+        self._written_events = 0
+        self._summary_offset = 0
+        self._compressor = zstandard.ZstdCompressor(level=compression_level)
+        self._write_raw(fmt.encode_preamble())
+        self._write_block(fmt.BlockType.HEADER, fmt.encode_json(self.header))
+        self._write_block(fmt.BlockType.STRINGS, fmt.encode_strings(0, [""]))
+        self._file.flush()
+
+        self._thread = threading.Thread(target=self._run, name=f"katra-trace-writer:{self.path.name}", daemon=True)
+        self._thread.start()
+        _OPEN_WRITERS.add(self)
+
+    # -- producer API ------------------------------------------------------------------------
+
+    def now_ns(self) -> int:
+        """Host-clock nanoseconds since the capture start."""
+        return time.perf_counter_ns() - self.start_host_ns
+
+    def intern(self, name: str) -> int:
+        """The id of ``name`` in the trace's string table (added on first use)."""
+        sid = self._strings.get(name)
+        if sid is not None:
+            return sid
+        with self._lock:
+            sid = self._strings.get(name)
+            if sid is None:
+                sid = len(self._strings)
+                self._strings[name] = sid
+                self._new_strings.append(name)
+            return sid
+
+    def append(
+        self, kind: int, clock: int, scene: int, name: int, frame: int, depth: int,
+        start_ns: int, dur_ns: int, value: float = 0.0, flags: int = 0,
+    ) -> None:
+        """Append one event (fields as in :data:`katra_trace.schema.EVENT_DTYPE`)."""
+        with self._lock:
+            if self._off == self._cap:
+                self._hand_over_locked()
+            self._pack(self._buf, self._off, kind, clock, flags, depth, scene, name, frame, start_ns, dur_ns, value)
+            self._off += 42
+
+    def append_array(self, events: np.ndarray) -> None:
+        """Append many events at once (an array of EVENT_DTYPE or a compatible structured array)."""
+        if events.dtype != EVENT_DTYPE:
+            try:
+                events = events.astype(EVENT_DTYPE, casting="same_kind")
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"append_array needs EVENT_DTYPE records: {exc}") from None
+        data = memoryview(np.ascontiguousarray(events)).cast("B")
+        with self._lock:
+            pos = 0
+            while pos < len(data):
+                if self._off == self._cap:
+                    self._hand_over_locked()
+                take = min(self._cap - self._off, len(data) - pos)
+                self._buf[self._off:self._off + take] = data[pos:pos + take]
+                self._off += take
+                pos += take
+
+    def clock_sync(self, record: dict[str, Any]) -> None:
+        """Write a CLOCK_SYNC block (e.g. a GPU/host timestamp calibration pair)."""
+        self._enqueue_json(fmt.BlockType.CLOCK_SYNC, record)
+
+    def annotate(self, record: dict[str, Any]) -> None:
+        """Write an ANNOTATION block (a JSON dict), ordered after the events appended so far."""
+        self._enqueue_json(fmt.BlockType.ANNOTATION, record)
+
+    def flush(self) -> None:
+        """Return once everything appended so far has been written to the file."""
+        with self._cond:
+            self._raise_if_failed()
+            if self._off or self._new_strings:
+                self._hand_over_locked(force=True)
+            target = self._enqueued
+            while self._done < target and self._error is None:
+                self._cond.wait()
+            self._raise_if_failed()
+
+    def finish(self, summary: dict[str, Any] | None = None, status: str = "complete") -> None:
+        """Write everything pending, the SUMMARY block and the footer, then close the file."""
+        if status not in STATUSES:
+            raise ConfigError(f"unknown status {status!r}; choose one of: {', '.join(STATUSES)}")
+        with self._cond:
+            if self._finished:
+                return
+            self._finished = True
+            if self._off or self._new_strings:
+                self._hand_over_locked(force=True)
+            self._pending.append(("summary", status, dict(summary or {})))
+            self._enqueued += 1
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join()
+        _OPEN_WRITERS.discard(self)
+        try:
+            self._file.close()
+        except OSError as exc:
+            self._error = self._error or exc
+        self._raise_if_failed()
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None,
+    ) -> None:
+        if self._finished:
+            return
+        if exc_type is None:
+            self.finish()
+            return
+        status = "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "aborted"
+        try:
+            self.finish({"error": f"{exc_type.__name__}: {exc}"}, status=status)
+        except KatraError:
+            pass  # the original exception matters more
+
+    # -- internals (producer side, lock held) ------------------------------------------------
+
+    def _hand_over_locked(self, force: bool = False) -> None:
+        """Queue the current batch (and new strings) for the writer thread."""
+        strings = self._new_strings
+        first_id = self._strings_flushed
+        if strings:
+            self._new_strings = []
+            self._strings_flushed += len(strings)
+        batch = self._buf if self._off == self._cap else self._buf[:self._off]
+        n = self._off // 42
+        self._buf = bytearray(self._cap)
+        self._off = 0
+        self._appended += n
+        if self._drop and len(self._pending) >= self._max_pending and not force:
+            self._dropped_events += n
+            self._dropped_batches += 1
+            if strings:
+                self._pending.append(("events", first_id, strings, b""))
+                self._enqueued += 1
+                self._cond.notify_all()
+            return
+        self._pending.append(("events", first_id, strings, batch))
+        self._enqueued += 1
+        self._cond.notify_all()
+        if not self._drop and not force:
+            while len(self._pending) > self._max_pending and self._error is None:
+                self._cond.wait()
+        self._raise_if_failed()
+
+    def _enqueue_json(self, btype: fmt.BlockType, record: dict[str, Any]) -> None:
+        payload = fmt.encode_json(record)  # fail early, in the caller, on unencodable data
+        with self._cond:
+            self._raise_if_failed()
+            if self._finished:
+                raise ConfigError("trace writer is already finished")
+            if self._off or self._new_strings:
+                self._hand_over_locked(force=True)
+            self._pending.append(("json", btype, payload))
+            self._enqueued += 1
+            self._cond.notify_all()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            err = self._error
+            raise KatraError(f"writing trace {str(self.path)!r} failed: {err}") from err
+
+    # -- the writer thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._pending and not self._closing:
+                    self._cond.wait(self._batch_s)
+                    if not self._pending and self._off and not self._closing:
+                        self._hand_over_locked(force=True)
+                if not self._pending:
+                    if self._closing:
+                        return
+                    continue
+                item = self._pending.popleft()
+            try:
+                if self._error is None:
+                    self._write_item(item)
+            except BaseException as exc:  # noqa: BLE001 - reported to the producer
+                self._error = exc
+            with self._cond:
+                self._done += 1
+                self._cond.notify_all()
+
+    def _write_item(self, item: tuple[Any, ...]) -> None:
+        what = item[0]
+        if what == "events":
+            _, first_id, strings, batch = item
+            if strings:
+                self._write_block(fmt.BlockType.STRINGS, fmt.encode_strings(first_id, strings))
+            if batch:
+                events = np.frombuffer(batch, dtype=EVENT_DTYPE)
+                self._write_block(fmt.BlockType.EVENTS, fmt.encode_events(events), schema=SCHEMA_VERSION)
+                self._written_events += len(events)
+                self._event_blocks += 1
+        elif what == "json":
+            _, btype, payload = item
+            self._write_block(btype, payload)
+        elif what == "summary":
+            _, status, user = item
+            self._summary_offset = self._pos
+            summary = {
+                "status": status,
+                "events": self._written_events,
+                "dropped_events": self._dropped_events,
+                "dropped_batches": self._dropped_batches,
+                "strings": self._strings_flushed,
+                "blocks": self._blocks + 1,
+                "event_blocks": self._event_blocks,
+                "end_host_ns": time.perf_counter_ns() - self.start_host_ns,
+                "user": user,
+            }
+            self._write_block(fmt.BlockType.SUMMARY, fmt.encode_json(summary))
+            self._write_raw(fmt.encode_footer(self._summary_offset))
+        self._file.flush()
+
+    def _write_block(self, btype: int, payload: bytes, schema: int = 0) -> None:
+        data = fmt.encode_block(btype, payload, seq=self._seq, codec=self._codec, schema=schema,
+                                compressor=self._compressor)
+        self._write_raw(data)
+        self._seq += 1
+        self._blocks += 1
+
+    def _write_raw(self, data: bytes) -> None:
+        self._file.write(data)
+        self._pos += len(data)
+
+
+_OPEN_WRITERS: weakref.WeakSet[TraceWriter] = weakref.WeakSet()
+
+
+@atexit.register
+def _finish_open_writers() -> None:
+    """A normal interpreter exit with a writer still open keeps its events and marks it aborted."""
+    for writer in list(_OPEN_WRITERS):
+        try:
+            writer.finish({"error": "process exited without finish()"}, status="aborted")
+        except Exception:  # noqa: BLE001 - nothing left to report to at exit
+            pass
