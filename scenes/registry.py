@@ -38,6 +38,7 @@ ENTRY_POINT_GROUP = "katra3d.scenes"
 _BUILTINS: tuple[tuple[str, str], ...] = (
     ("clear", "ClearScene"),
     ("triangle", "TriangleScene"),
+    ("geometry", "GeometryScene"),
 )
 
 
