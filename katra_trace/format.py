@@ -25,6 +25,9 @@ from katra_trace.schema import COLUMNS, EVENT_DTYPE
 MAGIC = b"\x89KTR\r\n\x1a\n"
 FORMAT_MAJOR = 1
 FORMAT_MINOR = 0
+#: Preamble flag bits this build understands. A set bit marks a must-understand feature,
+#: so a reader refuses a file with a bit it does not know. Version 1.0 defines none.
+KNOWN_FLAGS = 0
 
 PREAMBLE = struct.Struct("<8sHHI")  # magic, major, minor, flags
 BLOCK_HEADER = struct.Struct("<IBBHIIII")  # sync, type, codec, schema, seq, stored_len, raw_len, crc32

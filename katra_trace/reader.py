@@ -77,7 +77,7 @@ def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator
     size = state.size = _file_size(f)
     f.seek(0)
     pre = f.read(fmt.PREAMBLE_SIZE)
-    _check_preamble(pre, size)
+    state.version = _check_preamble(pre, size)
     pos = fmt.PREAMBLE_SIZE
     expected_seq = 0
 
@@ -137,12 +137,13 @@ def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator
         pos += fmt.BLOCK_HEADER_SIZE + stored_len
 
 
-def _check_preamble(pre: bytes, size: int) -> None:
+def _check_preamble(pre: bytes, size: int) -> tuple[int, int]:
+    """The (major, minor) version of a valid preamble; raises otherwise."""
     if len(pre) < fmt.PREAMBLE_SIZE:
         if fmt.MAGIC.startswith(pre[:8]) and pre:
             raise TraceFormatError(f"truncated katra3d trace: only {size} bytes, no complete preamble", 0)
         raise TraceFormatError(f"not a katra3d trace: {size} bytes, too short for a preamble", 0)
-    magic, major, minor, _flags = fmt.PREAMBLE.unpack(pre)
+    magic, major, minor, flags = fmt.PREAMBLE.unpack(pre)
     if magic != fmt.MAGIC:
         if magic[:4] == fmt.MAGIC[:4]:
             raise TraceFormatError("not a readable katra3d trace: its first bytes were altered (line endings "
@@ -152,8 +153,13 @@ def _check_preamble(pre: bytes, size: int) -> None:
         raise TraceVersionError(
             f"trace format {major}.{minor} is newer than this katra3d build reads "
             f"({fmt.FORMAT_MAJOR}.x); upgrade katra3d (pip install -U katra3d) to read it", 0)
+    if flags & ~fmt.KNOWN_FLAGS:
+        raise TraceFormatError(
+            f"trace uses feature flags {flags:#x} unknown to this katra3d build (knows {fmt.KNOWN_FLAGS:#x}); "
+            "upgrade katra3d to read it, or the file is damaged", 8)
     if major < 1:
         raise TraceFormatError(f"trace format {major}.{minor} is not a released katra3d format", 0)
+    return major, minor
 
 
 def _decode(btype: int, codec: int, schema: int, seq: int, stored: bytes, raw_len: int, pos: int) -> Block | None:
@@ -282,6 +288,7 @@ def open_trace(path: str | os.PathLike[str], strict: bool = False, events: bool 
     trace.stop_reason = state.stop_reason
     trace.skipped_blocks = state.skipped_blocks
     trace.size = state.size
+    trace.version = state.version
     if batches:
         trace.events = batches[0] if len(batches) == 1 else np.concatenate(batches)
     if not trace.summary:

@@ -265,9 +265,8 @@ class TraceWriter:
         """Queue the current batch (and new strings) for the writer thread."""
         strings = self._new_strings
         first_id = self._strings_flushed
-        if strings:
-            self._new_strings = []
-            self._strings_flushed += len(strings)
+        self._new_strings = []
+        self._strings_flushed += len(strings)
         batch = self._buf if self._off == self._cap else self._buf[:self._off]
         n = self._off // 42
         self._buf = bytearray(self._cap)

@@ -1,0 +1,141 @@
+"""Format stability, crash safety and the GL-free promise of katra_trace."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from katra_trace import Clock, Flag, Kind, TraceRecoveryWarning, open_trace
+from katra_trace.schema import schema_hash
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_golden_v1_0_trace_still_reads() -> None:
+    t = open_trace(DATA / "golden-v1.0.katra", strict=True)
+    assert t.version == (1, 0) and t.header["format_version"] == "1.0"
+    assert t.header["schema_hash"] == schema_hash() == "ea22aa269ca471fe"
+    assert t.header["workload"] == "golden" and t.header["notes"] == "golden v1.0"
+    assert t.header["capture_options"] == {"size": [64, 64], "frames": 10, "timing_mode": "sync"}
+    assert t.header["host_info"]["gl_renderer"] == "golden renderer"
+    assert t.strings == ["", "golden-scene", "frame", "pass", "triangles"]
+    ev = t.events
+    assert len(ev) == 81
+    frames = ev[ev["kind"] == Kind.FRAME]
+    assert frames["dur_ns"].tolist() == [1_000_000 + 1000 * i for i in range(40)]
+    assert frames["start_ns"].tolist() == [i * 2_000_000 for i in range(40)]
+    assert ((frames["flags"] & Flag.WARMUP) != 0).sum() == 5
+    assert (frames["clock"] == Clock.WALL).all()
+    zones = ev[ev["kind"] == Kind.ZONE]
+    assert zones["depth"].tolist() == [1] * 40 and zones["dur_ns"][-1] == 400_039
+    counter = ev[ev["kind"] == Kind.COUNTER]
+    assert counter["value"].tolist() == [12345.5] and t.name(int(counter["name"][0])) == "triangles"
+    assert t.clock_syncs == [{"host_ns": 1000, "gpu_ns": 5000}]
+    assert t.annotations == [{"scene": "golden-scene", "last_frame_sha256": "0" * 64}]
+    assert t.summary["status"] == "complete" and t.summary["user"] == {"scenes": 1}
+
+
+KILL_SCRIPT = textwrap.dedent("""
+    import sys
+    from katra_trace import TraceWriter, Kind, Clock
+    w = TraceWriter(sys.argv[1], batch_events=100, batch_ms=60_000)
+    name = w.intern("frame")
+    i = 0
+    while True:
+        for _ in range(100):
+            w.append(Kind.FRAME, Clock.WALL, 0, name, i, 0, i * 1000, 500)
+            i += 1
+        w.flush()
+        print(i, flush=True)
+        for _ in range(37):  # a partial batch that is never flushed
+            w.append(Kind.FRAME, Clock.WALL, 0, name, i, 0, i * 1000, 500)
+            i += 1
+""")
+
+
+def test_sigkilled_writer_keeps_every_flushed_batch(tmp_path: Path) -> None:
+    path = tmp_path / "killed.katra"
+    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(path)], stdout=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).parent.parent)
+    assert proc.stdout is not None
+    flushed = 0
+    for line in proc.stdout:
+        flushed = int(line)
+        if flushed >= 2000:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    proc.stdout.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TraceRecoveryWarning)
+        t = open_trace(path)
+    assert t.summary.get("rebuilt") and t.status == "incomplete"
+    n = len(t.events)
+    assert n >= flushed  # every batch flushed before the kill is there
+    assert t.events["frame"].tolist() == list(range(n))  # and nothing but an intact prefix
+
+
+def test_katra_trace_imports_no_gl_module() -> None:
+    code = textwrap.dedent("""
+        import sys, pkgutil, importlib
+        for mod in ("moderngl", "glfw", "OpenGL", "glcontext"):
+            sys.modules[mod] = None  # any import of them raises ImportError
+        import katra_trace
+        for info in pkgutil.walk_packages(katra_trace.__path__, "katra_trace."):
+            importlib.import_module(info.name)
+        import harness.cli
+        harness.cli.build_parser()
+        print("ok", sorted(m for m in sys.modules if m.startswith("katra_trace")))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).parent.parent)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("ok") and "katra_trace.reader" in out.stdout
+
+
+def test_golden_events_are_the_same_through_streaming() -> None:
+    t = open_trace(DATA / "golden-v1.0.katra")
+    assert np.concatenate(list(t.iter_batches())).tobytes() == t.events.tobytes()
+
+
+@pytest.mark.parametrize("codec", ["zstd", "none"])
+def test_cli_info_and_validate(tmp_path: Path, katra_cli, codec: str) -> None:  # noqa: ANN001
+    from tests.trace_helpers import frame_zone_stream, write_trace
+
+    path = tmp_path / "t.katra"
+    write_trace(path, frame_zone_stream(30), ["", "scene", "frame", "a", "b", "c"], codec=codec,
+                header={"workload": "cli-test", "capture_options": {"timing_mode": "sync", "timing_reason": "r"},
+                        "host_info": {"gl_renderer": "llvmpipe"}})
+    r = katra_cli("info", str(path))
+    assert r.returncode == 0, r.stderr
+    assert "cli-test" in r.stdout and "timing    sync (r)" in r.stdout and "llvmpipe" in r.stdout
+    import json
+
+    r = katra_cli("info", str(path), "--json")
+    info = json.loads(r.stdout)
+    assert info["events"] == 120 and info["truncated"] is False
+    assert info["header"]["workload"] == "cli-test" and info["summary"]["status"] == "complete"
+    assert katra_cli("validate", str(path)).returncode == 0
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    r = katra_cli("validate", str(path))
+    assert r.returncode == 2
+    assert "damaged:" in r.stderr and "recoverable:" in r.stderr and "Traceback" not in r.stderr
+    r = katra_cli("info", str(path), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["truncated"] is True
+
+
+def test_cli_bad_files(tmp_path: Path, katra_cli) -> None:  # noqa: ANN001
+    (tmp_path / "junk").write_text("not a trace")
+    for args in (("info", "missing.katra"), ("validate", "junk"), ("info", str(tmp_path))):
+        r = katra_cli(*args)
+        assert r.returncode == 2, args
+        assert r.stderr.startswith("katra3d: error: ") and r.stderr.count("\n") == 1, r.stderr

@@ -1,0 +1,191 @@
+"""Round trips: whatever is written comes back equal."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from katra_trace import EVENT_DTYPE, Clock, ConfigError, Kind, TraceWriter, open_trace
+from tests.trace_helpers import frame_zone_stream, write_trace
+
+json_scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=20) | st.floats(
+    allow_nan=False, allow_infinity=False)
+json_values = st.recursive(json_scalars, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(
+    st.text(max_size=10), kids, max_size=4), max_leaves=12)
+json_dicts = st.dictionaries(st.text(max_size=12), json_values, max_size=6)
+
+def _field(typ: str) -> st.SearchStrategy:
+    dt = np.dtype(typ)
+    if dt.kind == "f":
+        return st.floats(allow_nan=False)
+    info = np.iinfo(dt)
+    return st.integers(int(info.min), int(info.max))
+
+
+event_rows = st.tuples(*(_field(EVENT_DTYPE[name].str) for name in EVENT_DTYPE.names))
+events_arrays = st.lists(event_rows, max_size=300).map(lambda rows: np.array(rows, dtype=EVENT_DTYPE))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=events_arrays,
+       strings=st.lists(st.text(max_size=30), max_size=20, unique=True),
+       capture=json_dicts, host=json_dicts, notes=st.text(max_size=50), workload=st.text(max_size=20),
+       codec=st.sampled_from(["zstd", "none"]), batch=st.integers(1, 200))
+def test_any_events_strings_and_header_round_trip(tmp_path: Path, events: np.ndarray, strings: list[str],
+                                                   capture: dict, host: dict, notes: str, workload: str,
+                                                   codec: str, batch: int) -> None:
+    path = tmp_path / "rt.katra"
+    strings = [""] + [s for s in strings if s]
+    header = {"capture_options": capture, "host_info": host, "notes": notes, "workload": workload}
+    w = write_trace(path, events, strings, batch_events=batch, codec=codec, header=header,
+                    annotations=[capture])
+    t = open_trace(path, strict=True)
+    assert not t.truncated
+    assert t.strings == strings
+    assert t.events.dtype == EVENT_DTYPE
+    assert t.events.tobytes() == events.tobytes()
+    assert t.header == w.header
+    assert t.header["capture_options"] == capture and t.header["host_info"] == host
+    assert t.header["notes"] == notes and t.header["workload"] == workload
+    assert t.annotations == [capture]
+    assert t.summary["status"] == "complete"
+    assert t.summary["events"] == len(events)
+    assert t.summary["user"] == {"note": "test"}
+
+
+def test_per_event_append_and_intern(tmp_path: Path) -> None:
+    path = tmp_path / "a.katra"
+    with TraceWriter(path, batch_events=7) as w:
+        ids = [w.intern(n) for n in ("frame", "zone-a", "frame")]
+        assert ids[0] == ids[2] != ids[1] and w.intern("") == 0
+        for i in range(50):
+            w.append(Kind.FRAME, Clock.WALL, 0, ids[0], i, 0, 1000 * i, 500 + i, value=0.5 * i, flags=i % 2)
+    t = open_trace(path, strict=True)
+    assert len(t.events) == 50
+    assert t.events["dur_ns"].tolist() == [500 + i for i in range(50)]
+    assert t.events["value"].tolist() == [0.5 * i for i in range(50)]
+    assert t.events["flags"].tolist() == [i % 2 for i in range(50)]
+    assert t.name(int(t.events["name"][0])) == "frame"
+    assert t.summary["event_blocks"] == 8  # 50 events in batches of 7
+
+
+def test_appends_from_many_threads_are_serialized(tmp_path: Path) -> None:
+    path = tmp_path / "mt.katra"
+    n_threads, per_thread = 4, 5000
+    with TraceWriter(path, batch_events=333, queue_batches=2) as w:
+        def produce(k: int) -> None:
+            name = w.intern(f"thread-{k}")
+            for i in range(per_thread):
+                w.append(Kind.COUNTER, Clock.CPU, 0, name, i, 0, i, 0, value=float(k))
+        threads = [threading.Thread(target=produce, args=(k,)) for k in range(n_threads)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    t = open_trace(path, strict=True)
+    assert len(t.events) == n_threads * per_thread
+    for k in range(n_threads):
+        mine = t.events[t.events["value"] == k]
+        assert t.name(int(mine["name"][0])) == f"thread-{k}"
+        assert mine["frame"].tolist() == list(range(per_thread))  # each producer's order kept
+
+
+def test_exception_in_with_body_leaves_an_aborted_summary(tmp_path: Path) -> None:
+    path = tmp_path / "ab.katra"
+    events = frame_zone_stream(20)
+    with pytest.raises(RuntimeError, match="boom"):
+        with TraceWriter(path, batch_events=16) as w:
+            w.append_array(events)
+            raise RuntimeError("boom")
+    t = open_trace(path, strict=True)
+    assert t.summary["status"] == "aborted"
+    assert "boom" in t.summary["user"]["error"]
+    assert len(t.events) == len(events)
+
+
+def test_keyboard_interrupt_marks_summary_interrupted(tmp_path: Path) -> None:
+    path = tmp_path / "ki.katra"
+    with pytest.raises(KeyboardInterrupt):
+        with TraceWriter(path):
+            raise KeyboardInterrupt
+    assert open_trace(path, strict=True).summary["status"] == "interrupted"
+
+
+def test_drop_policy_counts_what_it_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "drop.katra"
+    w = TraceWriter(path, batch_events=10, queue_batches=1, drop_policy="drop", batch_ms=60_000)
+    name = w.intern("x")
+    with w._cond:  # hold the writer thread off so batches pile up and must be dropped
+        for i in range(100):
+            w._pack(w._buf, w._off, Kind.FRAME, Clock.CPU, 0, 0, 0, name, i, 0, 0, 0.0)
+            w._off += 42
+            if w._off == w._cap:
+                w._hand_over_locked()
+    w.finish()
+    t = open_trace(path, strict=True)
+    dropped = t.summary["dropped_events"]
+    assert dropped > 0 and t.summary["dropped_batches"] == dropped // 10
+    assert len(t.events) + dropped == 100
+    assert t.strings == ["", "x"]  # strings of a dropped batch are kept
+
+
+def test_time_based_batches_reach_the_file_without_flush(tmp_path: Path) -> None:
+    path = tmp_path / "tick.katra"
+    w = TraceWriter(path, batch_events=1_000_000 // 42, batch_ms=20)
+    w.append(Kind.MARKER, Clock.CPU, 0, w.intern("tick"), 0, 0, 0, 0)
+    import time
+
+    deadline = time.monotonic() + 10
+    seen = 0
+    while time.monotonic() < deadline and seen == 0:
+        time.sleep(0.02)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            seen = len(open_trace(path).events)
+    w.finish()
+    assert seen == 1
+
+
+def test_flush_puts_everything_on_disk(tmp_path: Path) -> None:
+    path = tmp_path / "fl.katra"
+    w = TraceWriter(path, batch_events=1000, batch_ms=60_000)
+    w.append_array(frame_zone_stream(10))
+    w.flush()
+    with pytest.warns(UserWarning, match="without a footer"):
+        t = open_trace(path)
+    assert len(t.events) == 40 and t.truncated and t.summary["rebuilt"]
+    w.finish()
+
+
+def test_bad_writer_options_are_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown codec 'lz4'"):
+        TraceWriter(tmp_path / "x.katra", codec="lz4")
+    with pytest.raises(ConfigError, match="drop policy"):
+        TraceWriter(tmp_path / "x.katra", drop_policy="sometimes")
+    with pytest.raises(ConfigError, match="cannot create trace"):
+        TraceWriter(tmp_path / "no" / "such" / "dir" / "x.katra")
+
+
+def test_iter_batches_streams_blocks(tmp_path: Path) -> None:
+    path = tmp_path / "it.katra"
+    events = frame_zone_stream(100)
+    write_trace(path, events, ["", "s", "frame", "a", "b", "c"], batch_events=64)
+    t = open_trace(path, events=False)
+    assert len(t.events) == 0 and t.summary["events"] == len(events)
+    batches = list(t.iter_batches())
+    assert [len(b) for b in batches][:-1] == [64] * (len(batches) - 1)
+    assert np.concatenate(batches).tobytes() == events.tobytes()
+
+
+def test_realistic_stream_is_compact(tmp_path: Path) -> None:
+    path = tmp_path / "c.katra"
+    events = frame_zone_stream(3000)
+    write_trace(path, events, ["", "s", "frame", "a", "b", "c"], batch_events=4096)
+    assert path.stat().st_size / len(events) <= 16

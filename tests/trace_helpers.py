@@ -1,0 +1,48 @@
+"""Small builders of traces for tests (no GL)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from katra_trace import Clock, Flag, Kind, TraceWriter
+from katra_trace.schema import EVENT_DTYPE
+
+
+def frame_zone_stream(n_frames: int, zones: int = 3, seed: int = 0, scene: int = 1,
+                      names: tuple[int, ...] = (2, 3, 4, 5)) -> np.ndarray:
+    """A realistic stream: each frame's zones, then the frame, on the wall clock, jittered durations."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    t = 0
+    for i in range(n_frames):
+        frame_ns = int(rng.normal(16_600_000, 400_000))
+        zt = t
+        for z in range(zones):
+            zd = frame_ns // (zones + 1) + int(rng.integers(-20_000, 20_000))
+            rows.append((Kind.ZONE, Clock.WALL, 0, 1, scene, names[1 + z % (len(names) - 1)], i, zt, zd, 0.0))
+            zt += zd
+        flags = Flag.WARMUP if i < 3 else 0
+        rows.append((Kind.FRAME, Clock.WALL, flags, 0, scene, names[0], i, t, frame_ns, 0.0))
+        t += frame_ns + int(rng.integers(10_000, 50_000))
+    return np.array(rows, dtype=EVENT_DTYPE)
+
+
+def write_trace(path: Path, events: np.ndarray, strings: list[str], *, batch_events: int = 64,
+                codec: str = "zstd", annotations: list[dict[str, Any]] | None = None,
+                header: dict[str, Any] | None = None, finish: bool = True) -> TraceWriter:
+    """Write ``events`` (string ids index ``strings``; strings[0] must be "")."""
+    h = header or {}
+    w = TraceWriter(path, workload=h.get("workload", "test"), capture_options=h.get("capture_options", {}),
+                    host_info=h.get("host_info", {}), notes=h.get("notes", ""), codec=codec,
+                    batch_events=batch_events, batch_ms=60_000)
+    for s in strings[1:]:
+        w.intern(s)
+    w.append_array(events)
+    for a in annotations or []:
+        w.annotate(a)
+    if finish:
+        w.finish({"note": "test"})
+    return w
