@@ -39,6 +39,12 @@ _BUILTINS: tuple[tuple[str, str], ...] = (
     ("clear", "ClearScene"),
     ("triangle", "TriangleScene"),
     ("geometry", "GeometryScene"),
+    ("drawcalls", "DrawCallsScene"),
+    ("instancing", "InstancingScene"),
+    ("fillrate", "FillrateScene"),
+    ("shader", "ShaderScene"),
+    ("texture", "TextureScene"),
+    ("buffer", "BufferScene"),
 )
 
 
