@@ -74,30 +74,6 @@ class GLSession:
         """Make the offscreen framebuffer current (``ctx.fbo``)."""
         self.fbo.use()
 
-    def resolved_pixels(self) -> Any:
-        """The framebuffer's pixels as an (H, W, 4) uint8 array, top row first.
-
-        MSAA framebuffers are resolved into a temporary single-sample one first.
-        """
-        import numpy as np
-
-        w, h = self.size
-        src = self.fbo
-        tmp: list[Any] = []
-        if self.samples:
-            rb = self.ctx.renderbuffer((w, h), 4)
-            dst = self.ctx.framebuffer(color_attachments=[rb])
-            tmp = [dst, rb]
-            self.ctx.copy_framebuffer(dst, src)
-            src = dst
-        try:
-            data = src.read(components=4, alignment=1)
-        finally:
-            for obj in tmp:
-                obj.release()
-            self.bind()
-        return np.frombuffer(data, dtype=np.uint8).reshape(h, w, 4)[::-1].copy()
-
     def close(self) -> None:
         """Release the framebuffer and the context (and the window, for glfw)."""
         for obj in (self.fbo, *self._attachments):

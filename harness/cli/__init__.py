@@ -19,8 +19,13 @@ from katra_trace.errors import KatraError
 
 #: (subcommand module under harness.cli, in help order)
 COMMANDS: tuple[str, ...] = (
+    "run",
+    "doctor",
     "info",
     "validate",
+    "stats",
+    "compare",
+    "ab",
 )
 
 

@@ -1,0 +1,120 @@
+"""``katra3d run``: render scenes headless, time every frame, stream a trace.
+
+Numbers and sizes are parsed here (not by argparse types) so that every bad
+value is reported as one ``katra3d: error: ...`` line with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import Any, NoReturn
+
+from katra_trace.errors import ConfigError
+
+
+def _one_line_error(parser: argparse.ArgumentParser) -> None:
+    def error(message: str) -> NoReturn:
+        print(f"katra3d: error: {parser.prog.split()[-1]}: {message} (see 'katra3d {parser.prog.split()[-1]} --help')",
+              file=sys.stderr)
+        sys.exit(2)
+
+    parser.error = error  # type: ignore[method-assign]
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "run", help="run scenes (or a suite) headless and write a trace",
+        description="Render scenes in a headless GL context, time every frame (and, with --zones, "
+                    "every pass or draw) and stream the timings into a .katra trace. "
+                    "docs/timing.md says what each number means.")
+    p.add_argument("scenes", nargs="*", metavar="SCENE",
+                   help="scene names (see 'katra3d scenes'), path/to/file.py:Class or package.module:Class")
+    p.add_argument("--suite", metavar="NAME", help="run a named suite (ci, default, stress); scenes named "
+                   "on the command line run after it")
+    p.add_argument("-o", "--output", metavar="PATH",
+                   help="trace file to write (default: traces/<UTC timestamp>-<suite or scene>.katra)")
+    p.add_argument("--frames", metavar="N", help="measured frames per scene (default: the suite's, else 100)")
+    p.add_argument("--duration", metavar="S", help="measure each scene for S seconds instead of N frames")
+    p.add_argument("--warmup", metavar="N", help="warmup frames per scene, recorded and flagged "
+                   "(default: the suite's, else 5)")
+    p.add_argument("--size", metavar="WxH", help="framebuffer size in pixels (default: the suite's, else 640x360)")
+    p.add_argument("--samples", metavar="N", default="0", help="MSAA samples (default 0: none)")
+    p.add_argument("--backend", metavar="NAME", help="egl (default), glfw or auto; $KATRA3D_BACKEND sets "
+                   "the default")
+    p.add_argument("--device", metavar="N", help="EGL device index (see 'katra3d doctor')")
+    p.add_argument("--timing", metavar="MODE", default="auto",
+                   help="auto (default: sync on software renderers, gpu elsewhere), gpu or sync")
+    p.add_argument("--zones", action="store_true", help="time each pass/draw zone too (adds KHR_debug groups)")
+    p.add_argument("--param", metavar="SCENE.KEY=VALUE", action="append", default=[],
+                   help="set a scene parameter (repeatable)")
+    p.add_argument("--seed", metavar="N", default="0", help="seed of the scenes' random numbers (default 0)")
+    p.add_argument("--note", metavar="TEXT", default="", help="free text stored in the trace header")
+    p.add_argument("--screenshot", metavar="DIR", help="save each scene's last frame as DIR/<scene>.png")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    _one_line_error(p)
+    p.set_defaults(func=run)
+
+
+def _int(value: str | None, option: str, minimum: int = 0) -> int | None:
+    if value is None:
+        return None
+    try:
+        out = int(value.strip())
+    except ValueError:
+        raise ConfigError(f"bad {option} '{value}': expected a whole number") from None
+    if out < minimum:
+        raise ConfigError(f"bad {option} {out}: must be >= {minimum}")
+    return out
+
+
+def _float(value: str | None, option: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        out = float(value.strip().rstrip("s"))
+    except ValueError:
+        raise ConfigError(f"bad {option} '{value}': expected seconds, e.g. 10 or 2.5") from None
+    if not out > 0 or out == float("inf"):
+        raise ConfigError(f"bad {option} {value}: must be a positive number of seconds")
+    return out
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    """Build a :class:`harness.runner.RunConfig` from parsed arguments (ConfigError on bad values)."""
+    from harness.runner import RunConfig, parse_param, parse_size
+
+    if args.frames is not None and args.duration is not None:
+        raise ConfigError("give --frames or --duration, not both")
+    return RunConfig(
+        scenes=tuple(args.scenes),
+        suite=args.suite,
+        frames=_int(args.frames, "--frames", 1),
+        duration_s=_float(args.duration, "--duration"),
+        warmup=_int(args.warmup, "--warmup", 0),
+        size=parse_size(args.size) if args.size is not None else None,
+        samples=_int(args.samples, "--samples", 0) or 0,
+        backend=args.backend.strip().lower() if args.backend else None,
+        device=_int(args.device, "--device", 0),
+        timing=args.timing.strip().lower(),
+        zones=bool(args.zones),
+        seed=_int(args.seed, "--seed", 0) or 0,
+        params=tuple(parse_param(p) for p in args.param),
+        output=args.output,
+        notes=args.note,
+        screenshot_dir=args.screenshot,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness import runner
+
+    config = config_from_args(args)
+    plan = runner.plan_run(config)
+    result = runner.run(config, plan=plan, quiet=args.quiet)
+    print(runner.format_table(result))
+    if result.status == "interrupted":
+        signum = signal.SIGTERM if result.signal_name == "SIGTERM" else signal.SIGINT
+        return 128 + int(signum)
+    return 0

@@ -1,0 +1,633 @@
+"""Frame and zone timing: the clocks, the modes, the GPU query ring.
+
+Modes (docs/timing.md says what each number means):
+
+* ``sync`` — every frame ends with ``glFinish``; the host clock
+  (``time.perf_counter_ns``) around render + finish gives the ``wall`` time,
+  render alone the ``cpu`` submit time. With zones on, each zone starts and
+  ends with ``glFinish`` too, so a zone's wall time holds its own GPU work only.
+* ``gpu`` — ``GL_TIMESTAMP`` queries (``glQueryCounter``) from a preallocated
+  ring bracket every frame and zone; results are read back without blocking
+  (``GL_QUERY_RESULT_AVAILABLE``) when they are ready, a few frames later,
+  and drained at the end. GPU timestamps are mapped into the host timeline
+  with one calibration pair taken at start (and another at the end, to show
+  drift), both written as CLOCK_SYNC blocks. ``cpu`` submit time and the
+  frame-to-frame interval (a COUNTER named ``frame_interval_ns``) come from
+  the host clock. No ``glFinish`` per frame.
+* ``auto`` — ``sync`` on software renderers (their timer queries do not time
+  the draw: llvmpipe stamps one 64x64 tile), ``gpu`` elsewhere.
+
+Events are buffered as tuples in EVENT_DTYPE field order and handed to the
+trace writer in batches (:class:`EventBuffer`), so the per-frame cost is a
+few list appends.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import time
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from katra_trace.errors import ConfigError
+from katra_trace.schema import EVENT_DTYPE, Clock, Flag, Kind
+
+MODES: tuple[str, ...] = ("auto", "gpu", "sync")
+
+GL_TIMESTAMP = 0x8E28
+GL_QUERY_RESULT = 0x8866
+GL_QUERY_RESULT_AVAILABLE = 0x8867
+GL_DEBUG_SOURCE_APPLICATION = 0x824A
+
+#: Queries preallocated for the GPU ring (two per frame or zone span).
+RING_QUERIES = 2048
+
+#: Name of the frame spans and of the frame-interval counter in the string table.
+FRAME_NAME = "frame"
+INTERVAL_NAME = "frame_interval_ns"
+
+_FRAME = int(Kind.FRAME)
+_ZONE = int(Kind.ZONE)
+_COUNTER = int(Kind.COUNTER)
+_CPU = int(Clock.CPU)
+_WALL = int(Clock.WALL)
+_GPU = int(Clock.GPU)
+
+_pc = time.perf_counter_ns
+
+
+def choose_mode(requested: str, gl: dict[str, Any]) -> tuple[str, str]:
+    """The timing mode to use and why, from ``--timing`` and the probe's ``gl`` dict.
+
+    Raises ConfigError when ``gpu`` is asked for on a software renderer (its
+    timer queries do not time the draw) or without timer queries.
+    """
+    if requested not in MODES:
+        raise ConfigError(f"unknown timing mode '{requested}'; choose one of: {', '.join(MODES)}")
+    renderer = gl.get("renderer", "?")
+    software = bool(gl.get("software_renderer"))
+    timer = bool(gl.get("timer_query", {}).get("supported"))
+    if requested == "sync":
+        return "sync", "requested with --timing sync"
+    if requested == "gpu":
+        if software:
+            raise ConfigError(
+                f"--timing gpu: '{renderer}' is a software renderer whose timer queries do not "
+                "time the draw (llvmpipe stamps one 64x64 tile); use --timing sync or auto")
+        if not timer:
+            raise ConfigError(f"--timing gpu: '{renderer}' has no GL_TIMESTAMP queries; use --timing sync")
+        return "gpu", "requested with --timing gpu"
+    if software:
+        return "sync", (f"software renderer '{renderer}': its timer queries do not time the draw, "
+                        "so frames end with glFinish and are timed on the host clock")
+    if not timer:
+        return "sync", f"'{renderer}' has no GL_TIMESTAMP queries"
+    return "gpu", f"hardware renderer '{renderer}' with {gl['timer_query'].get('counter_bits', 0)}-bit timestamp queries"
+
+
+class EventBuffer:
+    """Collects event tuples (EVENT_DTYPE field order) and hands them to a writer in batches.
+
+    Flushes when ``max_rows`` rows are pending or ``max_age_ns`` has passed
+    since the last flush (checked by :meth:`maybe_flush`, once per frame).
+    """
+
+    def __init__(self, writer: Any, max_rows: int = 1024, max_age_ns: int = 250_000_000) -> None:
+        self.writer = writer
+        self.rows: list[tuple[int, ...]] = []
+        self.add = self.rows.append
+        self.max_rows = max_rows
+        self.max_age_ns = max_age_ns
+        self._last_flush_ns = _pc()
+
+    def maybe_flush(self, now_ns: int) -> None:
+        if len(self.rows) >= self.max_rows or now_ns - self._last_flush_ns >= self.max_age_ns:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.rows:
+            arr = np.array(self.rows, dtype=EVENT_DTYPE)
+            self.rows.clear()
+            self.writer.append_array(arr)
+        self._last_flush_ns = _pc()
+
+
+class _NullZone:
+    """The shared do-nothing context manager returned by ``zone()`` when zones are off."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+NULL_ZONE = _NullZone()
+
+
+def no_zone(name: str) -> _NullZone:
+    """``zone()`` when zones are off: no timing, no debug group, no allocation."""
+    return NULL_ZONE
+
+
+class HarnessFrame:
+    """The :class:`scenes.api.Frame` the harness passes to ``Scene.render``.
+
+    ``rng`` is created on first use, seeded with (run seed, crc32 of the scene
+    name, frame index), so frames that do not use it pay nothing.
+    """
+
+    __slots__ = ("index", "time_s", "zone", "_seed_key", "_rng")
+
+    def __init__(self, index: int, time_s: float, seed_key: tuple[int, int],
+                 zone: Callable[[str], Any]) -> None:
+        self.index = index
+        self.time_s = time_s
+        self.zone = zone
+        self._seed_key = seed_key
+        self._rng: np.random.Generator | None = None
+
+    @property
+    def rng(self) -> np.random.Generator:
+        if self._rng is None:
+            self._rng = np.random.default_rng([self._seed_key[0], self._seed_key[1], self.index])
+        return self._rng
+
+
+def seed_key(seed: int, scene_name: str) -> tuple[int, int]:
+    """(seed, crc32(scene name)): the per-scene part of every frame's RNG seed."""
+    return (int(seed), zlib.crc32(scene_name.encode()))
+
+
+class Timer:
+    """Base of the frame timers: current scene/frame state, zones, name interning.
+
+    Use: ``set_scene(name)``; per frame ``begin_frame(index, flags)`` ...
+    ``end_frame()``; ``zone(name)`` inside a frame; ``drain()`` at the end.
+    Durations of measured frames on :attr:`primary_clock` are collected in
+    ``frame_ns`` (per scene, reset by ``set_scene``).
+    """
+
+    mode: str = ""
+    primary_clock: Clock = Clock.WALL
+
+    def __init__(self, ctx: Any, writer: Any, buffer: EventBuffer, *, zones: bool = False) -> None:
+        self.ctx = ctx
+        self.writer = writer
+        self.buffer = buffer
+        self.add = buffer.add
+        self.origin_ns = int(writer.start_host_ns)
+        self.zones = zones
+        self.finish = ctx.finish
+        self.debug = bool(getattr(ctx, "supports_debug_scopes", False)) and zones
+        mglo = ctx.mglo
+        self._push = mglo.push_debug_scope if self.debug else None
+        self._pop = mglo.pop_debug_scope if self.debug else None
+        self._names: dict[str, int] = {}
+        self.frame_name = writer.intern(FRAME_NAME)
+        self.scene_id = 0
+        self.frame_index = 0
+        self.flags = 0
+        self.depth = 0
+        self.frame_ns: list[int] = []
+        self.zone: Callable[[str], Any] = self._zone if zones else no_zone
+
+    def name_id(self, name: str) -> int:
+        sid = self._names.get(name)
+        if sid is None:
+            sid = self._names[name] = self.writer.intern(name)
+        return sid
+
+    def set_scene(self, name: str) -> int:
+        """Start attributing events to scene ``name``; returns its string id."""
+        self.scene_id = self.writer.intern(name)
+        self.frame_ns = []
+        return self.scene_id
+
+    def now_ns(self) -> int:
+        """Host-clock ns since the capture start."""
+        return _pc() - self.origin_ns
+
+    def _zone(self, name: str) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def begin_frame(self, index: int, flags: int = 0) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def end_frame(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def settle(self) -> None:
+        """Read back every pending measurement of the current scene (GPU queries; blocks)."""
+
+    def drain(self) -> None:
+        """Write every pending measurement (GPU queries) and flush the buffer."""
+        self.settle()
+        self.buffer.flush()
+
+    def close(self) -> None:
+        """Free GL objects (queries)."""
+
+    def options(self) -> dict[str, Any]:
+        """What goes into the capture options' ``timing`` entry."""
+        return {"mode": self.mode, "primary_clock": self.primary_clock.name.lower(), "zones": self.zones}
+
+
+# --------------------------------------------------------------------------- sync
+
+
+class _SyncZone:
+    __slots__ = ("timer", "name", "name_id", "depth", "t0")
+
+    def __init__(self, timer: SyncTimer, name: str) -> None:
+        self.timer = timer
+        self.name = name
+        self.name_id = timer.name_id(name)
+
+    def __enter__(self) -> None:
+        t = self.timer
+        t.finish()  # earlier work of the frame is not this zone's
+        t.depth += 1
+        self.depth = t.depth
+        if t._push is not None:
+            t._push(GL_DEBUG_SOURCE_APPLICATION, 0, self.name)
+        self.t0 = _pc()
+
+    def __exit__(self, *exc: object) -> None:
+        t = self.timer
+        t_sub = _pc()
+        t.finish()
+        t1 = _pc()
+        if t._pop is not None:
+            t._pop()
+        t.depth -= 1
+        start = self.t0 - t.origin_ns
+        add = t.add
+        add((_ZONE, _CPU, t.flags, self.depth, t.scene_id, self.name_id, t.frame_index, start, t_sub - self.t0, 0.0))
+        add((_ZONE, _WALL, t.flags, self.depth, t.scene_id, self.name_id, t.frame_index, start, t1 - self.t0, 0.0))
+
+
+class SyncTimer(Timer):
+    """Mode ``sync``: glFinish at the end of each frame (and zone); host clock."""
+
+    mode = "sync"
+    primary_clock = Clock.WALL
+
+    def _zone(self, name: str) -> _SyncZone:
+        return _SyncZone(self, name)
+
+    def begin_frame(self, index: int, flags: int = 0) -> None:
+        self.frame_index = index
+        self.flags = flags
+        self.t0 = _pc()
+
+    def end_frame(self) -> None:
+        t_sub = _pc()
+        self.finish()
+        t1 = _pc()
+        t0 = self.t0
+        start = t0 - self.origin_ns
+        wall = t1 - t0
+        add = self.add
+        add((_FRAME, _CPU, self.flags, 0, self.scene_id, self.frame_name, self.frame_index, start, t_sub - t0, 0.0))
+        add((_FRAME, _WALL, self.flags, 0, self.scene_id, self.frame_name, self.frame_index, start, wall, 0.0))
+        if not self.flags:
+            self.frame_ns.append(wall)
+        self.buffer.maybe_flush(t1)
+
+
+# --------------------------------------------------------------------------- gpu
+
+
+class _GL:
+    """The raw GL entry points the GPU timer needs, through PyOpenGL (64-bit out-buffers)."""
+
+    def __init__(self) -> None:
+        from OpenGL import GL
+
+        self.GL = GL
+        self.query_counter = GL.glQueryCounter
+        self.get_query_iv = GL.glGetQueryObjectiv
+        self.get_query_ui64v = GL.glGetQueryObjectui64v
+        self.get_integer64v = GL.glGetInteger64v
+
+    def gen_queries(self, n: int) -> list[int]:
+        ids = (ctypes.c_uint * n)()
+        self.GL.glGenQueries(n, ids)
+        return list(ids)
+
+    def delete_queries(self, ids: list[int]) -> None:
+        if ids:
+            arr = (ctypes.c_uint * len(ids))(*ids)
+            self.GL.glDeleteQueries(len(ids), arr)
+
+
+def gpu_timestamp_ns() -> int:
+    """The GPU's current GL_TIMESTAMP (ns), via glGetInteger64v with a c_int64 out-buffer."""
+    gl = _GL()
+    out = ctypes.c_int64(0)
+    gl.get_integer64v(GL_TIMESTAMP, ctypes.byref(out))
+    return int(out.value)
+
+
+class _GpuZone:
+    __slots__ = ("timer", "name", "name_id", "depth", "q0", "t0")
+
+    def __init__(self, timer: GpuTimer, name: str) -> None:
+        self.timer = timer
+        self.name = name
+        self.name_id = timer.name_id(name)
+
+    def __enter__(self) -> None:
+        t = self.timer
+        t.depth += 1
+        self.depth = t.depth
+        if t._push is not None:
+            t._push(GL_DEBUG_SOURCE_APPLICATION, 0, self.name)
+        self.q0 = t._stamp()
+        self.t0 = _pc()
+
+    def __exit__(self, *exc: object) -> None:
+        t = self.timer
+        q1 = t._stamp()
+        t_sub = _pc()
+        if t._pop is not None:
+            t._pop()
+        t.depth -= 1
+        t._spans.append((_ZONE, t.flags, self.depth, t.scene_id, self.name_id, t.frame_index, self.q0, q1))
+        t.add((_ZONE, _CPU, t.flags, self.depth, t.scene_id, self.name_id, t.frame_index,
+               self.t0 - t.origin_ns, t_sub - self.t0, 0.0))
+
+
+class GpuTimer(Timer):
+    """Mode ``gpu``: GL_TIMESTAMP queries from a preallocated ring, read back without blocking."""
+
+    mode = "gpu"
+    primary_clock = Clock.GPU
+
+    def __init__(self, ctx: Any, writer: Any, buffer: EventBuffer, *, zones: bool = False,
+                 ring_queries: int = RING_QUERIES) -> None:
+        super().__init__(ctx, writer, buffer, zones=zones)
+        self.gl = _GL()
+        self._all_queries = self.gl.gen_queries(ring_queries)
+        self._free: list[int] = list(reversed(self._all_queries))
+        self._qc = self.gl.query_counter
+        self._spans: list[tuple[int, ...]] = []
+        # pending frames, oldest first: (end query id, spans)
+        self._pending: collections.deque[tuple[int, list[tuple[int, ...]]]] = collections.deque()
+        self._avail = ctypes.c_int(0)
+        self._avail_ref = ctypes.byref(self._avail)
+        self._result = ctypes.c_uint64(0)
+        self._result_ref = ctypes.byref(self._result)
+        self.interval_name = writer.intern(INTERVAL_NAME)
+        self._prev_t0: int | None = None
+        self.calibration = self.calibrate("start")
+        self._gpu0 = self.calibration["gpu_ns"]
+        self._host0 = self.calibration["host_ns"]
+        self.max_lag_frames = 0
+
+    # -- calibration
+
+    def calibrate(self, label: str, samples: int = 5) -> dict[str, Any]:
+        """One GPU/host clock pair (the tightest of ``samples`` tries), written as CLOCK_SYNC."""
+        out = ctypes.c_int64(0)
+        ref = ctypes.byref(out)
+        best: tuple[int, int, int] | None = None
+        for _ in range(samples):
+            h0 = _pc()
+            self.gl.get_integer64v(GL_TIMESTAMP, ref)
+            h1 = _pc()
+            if best is None or h1 - h0 < best[2]:
+                best = ((h0 + h1) // 2, int(out.value), h1 - h0)
+        assert best is not None
+        record = {
+            "label": label,
+            "host_ns": best[0] - self.origin_ns,
+            "gpu_ns": best[1],
+            "uncertainty_ns": best[2] // 2,
+            "method": "glGetInteger64v(GL_TIMESTAMP) between two perf_counter_ns reads",
+        }
+        self.writer.clock_sync(record)
+        return record
+
+    # -- query ring
+
+    def _stamp(self) -> int:
+        free = self._free
+        if not free:
+            self._refill()
+        q = free.pop()
+        self._qc(q, GL_TIMESTAMP)
+        return q
+
+    def _refill(self) -> None:
+        """Ring exhausted: read back finished frames (blocking on the oldest); grow if needed."""
+        self._poll(block=True)
+        if not self._free:
+            more = self.gl.gen_queries(256)
+            self._all_queries.extend(more)
+            self._free.extend(more)
+
+    def _read(self, q: int) -> int:
+        self.gl.get_query_ui64v(q, GL_QUERY_RESULT, self._result_ref)
+        return int(self._result.value)
+
+    def _emit(self, spans: list[tuple[int, ...]]) -> None:
+        add = self.add
+        offset = self._host0 - self._gpu0
+        free = self._free
+        for kind, flags, depth, scene, name, frame, q0, q1 in spans:
+            g0 = self._read(q0)
+            g1 = self._read(q1)
+            free.append(q0)
+            free.append(q1)
+            dur = g1 - g0
+            add((kind, _GPU, flags, depth, scene, name, frame, g0 + offset, dur, 0.0))
+            if kind == _FRAME and not flags and scene == self.scene_id:
+                self.frame_ns.append(dur)
+
+    def _poll(self, block: bool = False) -> None:
+        pending = self._pending
+        while pending:
+            end_q, spans = pending[0]
+            if not block:
+                self.gl.get_query_iv(end_q, GL_QUERY_RESULT_AVAILABLE, self._avail_ref)
+                if not self._avail.value:
+                    break
+            pending.popleft()
+            self._emit(spans)
+            if block:
+                break
+        if len(pending) > self.max_lag_frames:
+            self.max_lag_frames = len(pending)
+
+    # -- frames
+
+    def _zone(self, name: str) -> _GpuZone:
+        return _GpuZone(self, name)
+
+    def set_scene(self, name: str) -> int:
+        self.settle()
+        self._prev_t0 = None
+        return super().set_scene(name)
+
+    def begin_frame(self, index: int, flags: int = 0) -> None:
+        self.frame_index = index
+        self.flags = flags
+        self._spans = []
+        self._q0 = self._stamp()
+        self.t0 = _pc()
+
+    def end_frame(self) -> None:
+        q1 = self._stamp()
+        t_sub = _pc()
+        t0 = self.t0
+        start = t0 - self.origin_ns
+        add = self.add
+        add((_FRAME, _CPU, self.flags, 0, self.scene_id, self.frame_name, self.frame_index, start, t_sub - t0, 0.0))
+        if self._prev_t0 is not None:
+            add((_COUNTER, _CPU, self.flags, 0, self.scene_id, self.interval_name, self.frame_index, start, 0,
+                 float(t0 - self._prev_t0)))
+        self._prev_t0 = t0
+        spans = self._spans
+        spans.append((_FRAME, self.flags, 0, self.scene_id, self.frame_name, self.frame_index, self._q0, q1))
+        self._pending.append((q1, spans))
+        self._poll()
+        self.buffer.maybe_flush(t_sub)
+
+    def settle(self) -> None:
+        if self._pending:
+            self.finish()
+            while self._pending:
+                self._emit(self._pending.popleft()[1])
+
+    def drain(self) -> None:
+        super().drain()
+        self.calibrate("end")
+
+    def close(self) -> None:
+        self.settle()
+        self.gl.delete_queries(self._all_queries)
+        self._all_queries = []
+        self._free = []
+
+    def options(self) -> dict[str, Any]:
+        out = super().options()
+        out["ring_queries"] = len(self._all_queries)
+        return out
+
+
+def make_timer(mode: str, ctx: Any, writer: Any, buffer: EventBuffer, *, zones: bool = False) -> Timer:
+    """A :class:`SyncTimer` or :class:`GpuTimer` for a resolved mode (``sync`` or ``gpu``)."""
+    if mode == "sync":
+        return SyncTimer(ctx, writer, buffer, zones=zones)
+    if mode == "gpu":
+        return GpuTimer(ctx, writer, buffer, zones=zones)
+    raise ConfigError(f"timing mode must be resolved to 'sync' or 'gpu', got '{mode}'")
+
+
+# --------------------------------------------------------------------------- reliability check
+
+_HEAVY_VS = """
+#version 330
+in vec2 in_pos;
+void main() { gl_Position = vec4(in_pos, 0.0, 1.0); }
+"""
+
+_HEAVY_FS = """
+#version 330
+uniform int u_iters;
+out vec4 f_color;
+void main() {
+    vec2 p = gl_FragCoord.xy * 0.001;
+    float acc = 0.0;
+    for (int i = 0; i < u_iters; ++i) {
+        p = vec2(sin(p.x * 1.3 + p.y), cos(p.y * 0.7 - p.x)) + 0.01;
+        acc += p.x * p.y;
+    }
+    f_color = vec4(fract(acc), p, 1.0);
+}
+"""
+
+
+def timer_query_reliability(ctx: Any, size: tuple[int, int] = (512, 512), iters: int = 64,
+                            repeats: int = 3) -> dict[str, Any]:
+    """Do GL_TIMESTAMP queries time the draw? Compare a heavy draw's GPU time with its wall time.
+
+    The draw (a full-screen quad with a long fragment loop) is bracketed by two
+    timestamp queries and by ``glFinish`` + host clock. On a real GPU the GPU
+    time is close to (and at most) the wall time; on llvmpipe, whose queries
+    stamp one 64x64 tile, it is a small fraction of it. Returns gpu_ms,
+    wall_ms (medians over ``repeats``), ratio = gpu / wall, and a verdict:
+    ``reliable``, ``unreliable`` (ratio < 0.5) or ``unsupported``.
+    """
+    if ctx.version_code < 330 and "GL_ARB_timer_query" not in ctx.extensions:
+        return {"verdict": "unsupported", "reason": "no GL_ARB_timer_query"}
+    gl = _GL()
+    prog = ctx.program(vertex_shader=_HEAVY_VS, fragment_shader=_HEAVY_FS)
+    vbo = ctx.buffer(np.array([-1, -1, 1, -1, -1, 1, 1, 1], dtype="f4").tobytes())
+    vao = ctx.vertex_array(prog, [(vbo, "2f", "in_pos")])
+    color = ctx.renderbuffer(size, 4)
+    fbo = ctx.framebuffer(color_attachments=[color])
+    queries = gl.gen_queries(2)
+    result = ctypes.c_uint64(0)
+    gpu_ns: list[int] = []
+    wall_ns: list[int] = []
+    try:
+        fbo.use()
+        prog["u_iters"].value = iters
+        vao.render(mode=ctx.TRIANGLE_STRIP)  # warm up (shader compile on first draw)
+        ctx.finish()
+        for _ in range(repeats):
+            t0 = _pc()
+            gl.query_counter(queries[0], GL_TIMESTAMP)
+            vao.render(mode=ctx.TRIANGLE_STRIP)
+            gl.query_counter(queries[1], GL_TIMESTAMP)
+            ctx.finish()
+            t1 = _pc()
+            stamps = []
+            for q in queries:
+                gl.get_query_ui64v(q, GL_QUERY_RESULT, ctypes.byref(result))
+                stamps.append(int(result.value))
+            gpu_ns.append(stamps[1] - stamps[0])
+            wall_ns.append(t1 - t0)
+    finally:
+        gl.delete_queries(queries)
+        for obj in (vao, vbo, prog, fbo, color):
+            obj.release()
+    gpu_ms = float(np.median(gpu_ns)) / 1e6
+    wall_ms = float(np.median(wall_ns)) / 1e6
+    ratio = gpu_ms / wall_ms if wall_ms > 0 else 0.0
+    verdict = "reliable" if ratio >= 0.5 else "unreliable"
+    return {
+        "verdict": verdict,
+        "gpu_ms": round(gpu_ms, 4),
+        "wall_ms": round(wall_ms, 4),
+        "ratio": round(ratio, 4),
+        "draw": f"full-screen quad, {size[0]}x{size[1]}, {iters}-step fragment loop",
+    }
+
+
+__all__ = [
+    "EventBuffer",
+    "FRAME_NAME",
+    "GpuTimer",
+    "HarnessFrame",
+    "INTERVAL_NAME",
+    "MODES",
+    "NULL_ZONE",
+    "SyncTimer",
+    "Timer",
+    "choose_mode",
+    "gpu_timestamp_ns",
+    "make_timer",
+    "no_zone",
+    "seed_key",
+    "timer_query_reliability",
+]
