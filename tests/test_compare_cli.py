@@ -1,0 +1,187 @@
+"""``katra3d stats``, ``compare`` and ``ab`` on synthetic traces written with TraceWriter (no GL)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from katra_trace import Clock, Flag, Kind, TraceWriter
+from katra_trace.schema import EVENT_DTYPE
+
+SCENES = ("fill", "mesh")
+
+
+def write_run(path: Path, mean_ms: float, *, seed: int, frames: int = 60, size: tuple[int, int] = (64, 64),
+              renderer: str = "llvmpipe (LLVM 15.0.6, 256 bits)", warmup: int = 3,
+              slow: dict[str, float] | None = None) -> Path:
+    """One synthetic capture: each scene's warmup + measured frames (wall and cpu) with a zone each."""
+    rng = np.random.default_rng(seed)
+    run_factor = math.exp(rng.normal(0, 0.01))
+    opts = {"size": list(size), "samples": 0, "timing_mode": "sync",
+            "params": {s: {"layers": 1} for s in SCENES}}
+    host = {"gl": {"renderer": renderer, "driver": {"name": "Mesa", "version": "22.3.6"}}}
+    with TraceWriter(path, workload="test", capture_options=opts, host_info=host) as w:
+        frame_id, zone_id = w.intern("frame"), w.intern("draw")
+        t = 0
+        rows = []
+        for scene in SCENES:
+            sid = w.intern(scene)
+            factor = (slow or {}).get(scene, 1.0)
+            for i in range(warmup + frames):
+                dur = int(mean_ms * factor * run_factor * 1e6 * math.exp(rng.normal(0, 0.05)))
+                flags = int(Flag.WARMUP) if i < warmup else 0
+                rows.append((Kind.ZONE, Clock.WALL, flags, 1, sid, zone_id, i, t, dur // 2, 0.0))
+                rows.append((Kind.FRAME, Clock.WALL, flags, 0, sid, frame_id, i, t, dur, 0.0))
+                rows.append((Kind.FRAME, Clock.CPU, flags, 0, sid, frame_id, i, t, dur // 10, 0.0))
+                t += dur
+        w.append_array(np.array(rows, dtype=EVENT_DTYPE))
+    return path
+
+
+def write_runs(d: Path, k: int, mean_ms: float, seed: int, **kw: object) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    for i in range(k):
+        write_run(d / f"run-{i:02d}.katra", mean_ms, seed=seed + i, **kw)  # type: ignore[arg-type]
+    return d
+
+
+def test_stats_json_shape_and_formats(tmp_path: Path, katra_cli) -> None:
+    trace = write_run(tmp_path / "a.katra", 10.0, seed=1)
+    r = katra_cli("stats", str(trace), "--zones", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    fill = out["scenes"]["fill"]
+    assert set(fill["metrics"]) == {"wall", "cpu"}
+    assert fill["metrics"]["wall"]["n"] == 60  # warmup excluded
+    assert 8.0 < fill["metrics"]["wall"]["median_ms"] < 12.0
+    assert fill["zones"]["draw"]["wall"]["n"] == 60
+    r = katra_cli("stats", str(trace), "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert [(row["scene"], row["clock"]) for row in rows] == [("fill", "cpu"), ("fill", "wall"),
+                                                               ("mesh", "cpu"), ("mesh", "wall")]
+    assert float(rows[1]["fps_low_1pct_integral"]) > 0
+    r = katra_cli("stats", str(trace), "--format", "markdown")
+    assert r.returncode == 0 and "| fill | wall |" in r.stdout
+    r = katra_cli("stats", str(trace))
+    assert r.returncode == 0 and "fps_low_1pct" in r.stdout
+
+
+def test_stats_missing_file_is_one_line_error(tmp_path: Path, katra_cli) -> None:
+    r = katra_cli("stats", str(tmp_path / "nope.katra"))
+    assert r.returncode == 2 and r.stderr.startswith("katra3d: error:") and "Traceback" not in r.stderr
+
+
+def test_compare_same_runs_exit_0_and_json_shape(tmp_path: Path, katra_cli) -> None:
+    a = write_run(tmp_path / "a.katra", 10.0, seed=1)
+    b = write_run(tmp_path / "b.katra", 10.0, seed=2)
+    r = katra_cli("compare", str(a), str(b), "--format", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout)
+    assert out["metric"] == "wall" and out["exit_code"] == 0
+    assert set(out["scenes"]) == set(SCENES)
+    for s in out["scenes"].values():
+        assert s["verdict"] in ("unchanged", "inconclusive")
+        assert s["unit"] == "frames" and s["runs_base"] == 1
+        assert any("run-to-run noise is unknown" in n for n in s["notes"])
+    r = katra_cli("compare", str(a), str(b))
+    assert r.returncode == 0 and "fill" in r.stdout and "note:" in r.stdout
+
+
+def test_compare_directories_regression_exit_1(tmp_path: Path, katra_cli) -> None:
+    base = write_runs(tmp_path / "base", 6, 10.0, seed=10)
+    new = write_runs(tmp_path / "new", 6, 10.0, seed=20, slow={"mesh": 1.2})
+    r = katra_cli("compare", str(base), str(new), "--format", "json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    scenes = json.loads(r.stdout)["scenes"]
+    assert scenes["mesh"]["verdict"] == "regression" and scenes["mesh"]["unit"] == "runs"
+    assert scenes["mesh"]["runs_new"] == 6
+    assert scenes["fill"]["verdict"] != "regression"
+    r = katra_cli("compare", str(base), str(new), "--format", "markdown")
+    assert r.returncode == 1 and "| mesh | regression |" in r.stdout
+
+
+def test_compare_incomparable_sizes_exit_2(tmp_path: Path, katra_cli) -> None:
+    a = write_run(tmp_path / "a.katra", 10.0, seed=1)
+    b = write_run(tmp_path / "b.katra", 10.0, seed=2, size=(128, 128))
+    r = katra_cli("compare", str(a), str(b), "--format", "json")
+    assert r.returncode == 2
+    out = json.loads(r.stdout)
+    assert {s["verdict"] for s in out["scenes"].values()} == {"incomparable"}
+    assert "64x64" in out["scenes"]["fill"]["reason"] and "128x128" in out["scenes"]["fill"]["reason"]
+    assert "nothing comparable" in r.stderr
+
+
+def test_compare_host_mismatch_and_override(tmp_path: Path, katra_cli) -> None:
+    a = write_run(tmp_path / "a.katra", 10.0, seed=1)
+    b = write_run(tmp_path / "b.katra", 10.0, seed=2, renderer="softpipe")
+    assert katra_cli("compare", str(a), str(b)).returncode == 2
+    r = katra_cli("compare", str(a), str(b), "--allow-host-mismatch")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "allowed by --allow-host-mismatch" in r.stdout
+
+
+@pytest.mark.parametrize("args", [("--alpha", "0.9"), ("--threshold", "-1")])
+def test_compare_bad_options_exit_2(tmp_path: Path, katra_cli, args: tuple[str, str]) -> None:
+    a = write_run(tmp_path / "a.katra", 10.0, seed=1)
+    r = katra_cli("compare", str(a), str(a), *args)
+    assert r.returncode == 2 and r.stderr.startswith("katra3d: error:")
+
+
+def test_compare_bad_inputs_exit_2(tmp_path: Path, katra_cli) -> None:
+    a = write_run(tmp_path / "a.katra", 10.0, seed=1)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = katra_cli("compare", str(a), str(empty))
+    assert r.returncode == 2 and "no katra3d traces in directory" in r.stderr
+    junk = tmp_path / "junk.katra"
+    junk.write_bytes(b"not a trace at all")
+    r = katra_cli("compare", str(a), str(junk))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    r = katra_cli("compare", str(a), str(tmp_path / "missing"))
+    assert r.returncode == 2 and "no such trace file or directory" in r.stderr
+
+
+def _writer_cmd(tmp_path: Path, slow: float) -> str:
+    """A capture command that writes one synthetic trace to {out} (stands in for `katra3d run`)."""
+    script = tmp_path / "fake_capture.py"
+    script.write_text(
+        "import sys, random\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from pathlib import Path\n"
+        "from test_compare_cli import write_run\n"
+        "write_run(Path(sys.argv[1]), 10.0, seed=random.randrange(10**6), slow={'mesh': float(sys.argv[2])})\n"
+    )
+    return f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {{out}} {slow}"
+
+
+def test_ab_interleaves_and_compares(tmp_path: Path, katra_cli) -> None:
+    out = tmp_path / "ab"
+    r = katra_cli("ab", "--base", _writer_cmd(tmp_path, 1.0), "--new", _writer_cmd(tmp_path, 1.3),
+                  "--rounds", "6", "-o", str(out), "--format", "json", timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    labels = [line.split(":")[1].strip() for line in r.stderr.splitlines() if line.startswith("katra3d ab:")]
+    assert labels[:4] == ["round 1/6 BASE", "round 1/6 NEW", "round 2/6 BASE", "round 2/6 NEW"]
+    assert len(list((out / "base").glob("*.katra"))) == 6 and len(list((out / "new").glob("*.katra"))) == 6
+    scenes = json.loads(r.stdout)["scenes"]
+    assert scenes["mesh"]["verdict"] == "regression" and scenes["mesh"]["runs_base"] == 6
+    # a reused output directory is refused rather than mixed with old runs
+    r = katra_cli("ab", "--base", _writer_cmd(tmp_path, 1.0), "--new", _writer_cmd(tmp_path, 1.0),
+                  "--rounds", "1", "-o", str(out))
+    assert r.returncode == 2 and "already holds traces" in r.stderr
+
+
+def test_ab_bad_commands(tmp_path: Path, katra_cli) -> None:
+    r = katra_cli("ab", "--base", "true", "--new", "true {out}")
+    assert r.returncode == 2 and "must contain {out}" in r.stderr
+    r = katra_cli("ab", "--base", "exit 3 # {out}", "--new", "true {out}", "-o", str(tmp_path / "x"))
+    assert r.returncode == 2 and "failed with exit code 3" in r.stderr
+    r = katra_cli("ab", "--base", "true {out}", "--new", "true {out}", "-o", str(tmp_path / "y"))
+    assert r.returncode == 2 and "wrote no trace" in r.stderr
