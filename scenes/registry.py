@@ -45,6 +45,7 @@ _BUILTINS: tuple[tuple[str, str], ...] = (
     ("shader", "ShaderScene"),
     ("texture", "TextureScene"),
     ("buffer", "BufferScene"),
+    ("shadow", "ShadowScene"),
 )
 
 
