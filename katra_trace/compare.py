@@ -463,24 +463,32 @@ def host_facts(header: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def scene_params(options: Mapping[str, Any], scene: str) -> Any:
-    """The params a capture used for ``scene`` (None when not recorded)."""
+    """The params a capture used for ``scene`` (None when not recorded).
+
+    Reads ``resolved.scenes[*]`` (label, params) as written by ``katra3d run``,
+    else a ``params`` mapping keyed by scene, else ``scenes`` entries with a name.
+    """
+    resolved = options.get("resolved")
+    for source in (_get(resolved, "scenes"), options.get("scenes")):
+        if isinstance(source, Sequence) and not isinstance(source, str):
+            for entry in source:
+                if isinstance(entry, Mapping) and scene in (entry.get("label"), entry.get("name")):
+                    return entry.get("params")
     params = options.get("params")
-    if isinstance(params, Mapping) and scene in params:
+    if isinstance(params, Mapping) and isinstance(params.get(scene), Mapping):
         return params[scene]
-    scenes = options.get("scenes")
-    if isinstance(scenes, Sequence) and not isinstance(scenes, str):
-        for entry in scenes:
-            if isinstance(entry, Mapping) and entry.get("name") == scene:
-                return entry.get("params")
-    if isinstance(scenes, Mapping) and isinstance(scenes.get(scene), Mapping):
-        return scenes[scene].get("params")
     return None
 
 
 def capture_facts(header: Mapping[str, Any], scene: str) -> dict[str, Any]:
-    """The capture settings of ``scene`` that must match between BASE and NEW."""
+    """The capture settings of ``scene`` that must match between BASE and NEW.
+
+    Prefers the ``resolved`` values ``katra3d run`` records (a suite's size
+    when no --size was given) over the requested ones.
+    """
     opts = header.get("capture_options") or {}
-    facts = {key: opts.get(key) for key in CAPTURE_KEYS}
+    resolved = opts.get("resolved") if isinstance(opts.get("resolved"), Mapping) else {}
+    facts = {key: resolved.get(key, opts.get(key)) for key in CAPTURE_KEYS}
     for key in ("size", "samples"):
         if isinstance(facts[key], list):
             facts[key] = tuple(facts[key])
@@ -491,13 +499,16 @@ def capture_facts(header: Mapping[str, Any], scene: str) -> dict[str, Any]:
 def resolve_metric(headers: Sequence[Mapping[str, Any]], clocks: set[str], metric: str) -> str:
     """The clock to compare: ``metric`` itself, or for ``auto`` the one the capture trusts.
 
-    ``auto``: ``wall`` in sync timing mode, ``gpu`` in gpu mode; when the mode
-    is not recorded, the first of wall, gpu, cpu the traces contain.
+    ``auto``: the ``primary_clock`` the captures record, else ``wall`` in sync
+    timing mode and ``gpu`` in gpu mode; when neither is recorded, the first of wall, gpu, cpu the traces contain.
     """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
     if metric != "auto":
         return metric
+    primary = {_get(h, "capture_options", "primary_clock") for h in headers}
+    if len(primary) == 1 and next(iter(primary)) in ("wall", "cpu", "gpu"):
+        return str(next(iter(primary)))
     modes = {_get(h, "capture_options", "timing_mode") for h in headers}
     if modes == {"sync"}:
         return "wall"

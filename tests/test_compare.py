@@ -199,3 +199,16 @@ def test_resolve_metric() -> None:
     assert resolve_metric([{}], {"cpu"}, "wall") == "wall"
     with pytest.raises(ValueError):
         resolve_metric([{}], set(), "fps")
+
+
+def test_capture_facts_read_what_katra3d_run_records() -> None:
+    from katra_trace.compare import capture_facts
+
+    header = {"capture_options": {
+        "size": None, "samples": 0, "timing_mode": "sync", "params": {"fill.layers": 4},
+        "resolved": {"size": [320, 180], "samples": 0,
+                     "scenes": [{"label": "fill", "spec": "fill", "params": {"layers": 4}},
+                                {"label": "fill#2", "spec": "fill", "params": {"layers": 1}}]}}}
+    assert capture_facts(header, "fill") == {"size": (320, 180), "samples": 0, "timing_mode": "sync",
+                                             "params": {"layers": 4}}
+    assert capture_facts(header, "fill#2")["params"] == {"layers": 1}
