@@ -46,6 +46,7 @@ _BUILTINS: tuple[tuple[str, str], ...] = (
     ("texture", "TextureScene"),
     ("buffer", "BufferScene"),
     ("shadow", "ShadowScene"),
+    ("postfx", "PostFxScene"),
 )
 
 
