@@ -47,6 +47,7 @@ _BUILTINS: tuple[tuple[str, str], ...] = (
     ("buffer", "BufferScene"),
     ("shadow", "ShadowScene"),
     ("postfx", "PostFxScene"),
+    ("compute", "ComputeScene"),
 )
 
 
