@@ -534,6 +534,7 @@ def compare_traces(
     threshold_pct: float = 5.0,
     alpha: float = 0.01,
     allow_host_mismatch: bool = False,
+    allow_param_mismatch: bool = False,
     seed: int = 0,
 ) -> Comparison:
     """Compare two sets of opened traces (each one run), scene by scene.
@@ -541,7 +542,9 @@ def compare_traces(
     A trace needs ``header``, ``events`` and ``strings`` (see katra_trace.reader.Trace).
     Scenes whose capture settings (size, samples, timing mode, params) or
     host (GL renderer, driver) differ are ``incomparable``, within a side or
-    between sides; ``allow_host_mismatch`` downgrades host differences to a note.
+    between sides; ``allow_host_mismatch`` downgrades host differences to a
+    note, ``allow_param_mismatch`` scene-param differences (to measure what a
+    param change costs).
     """
     from katra_trace.stats import scene_durations
 
@@ -563,7 +566,9 @@ def compare_traces(
             for t, run in zip(traces, durations[side], strict=True):
                 if scene in run:
                     facts[side].append({**capture_facts(t.header, scene), **host_facts(t.header)})
-        reason = _mismatch(facts, allow_host_mismatch, host_notes)
+        allowed = {k for k, ok in (("renderer", allow_host_mismatch), ("driver", allow_host_mismatch),
+                                   ("params", allow_param_mismatch)) if ok}
+        reason = _mismatch(facts, allowed, host_notes)
         if reason:
             incomparable[scene] = reason
             continue
@@ -583,7 +588,11 @@ def compare_traces(
     return dataclasses.replace(result, notes=tuple(notes))
 
 
-def _mismatch(facts: Mapping[str, list[dict[str, Any]]], allow_host: bool, host_notes: set[str]) -> str:
+_OVERRIDE = {"renderer": "--allow-host-mismatch", "driver": "--allow-host-mismatch",
+             "params": "--allow-param-mismatch"}
+
+
+def _mismatch(facts: Mapping[str, list[dict[str, Any]]], allowed: set[str], notes: set[str]) -> str:
     """Why BASE and NEW runs of one scene are incomparable ("" when they are comparable)."""
     keys = ["size", "samples", "timing_mode", "params", *HOST_KEYS]
     for key in keys:
@@ -592,19 +601,19 @@ def _mismatch(facts: Mapping[str, list[dict[str, Any]]], allow_host: bool, host_
             distinct = list(dict.fromkeys(_fmt(v) for v in vals))
             if len(distinct) > 1:
                 msg = f"{side.upper()} runs differ in {key}: {' / '.join(distinct)}"
-                if key in HOST_KEYS and allow_host:
-                    host_notes.add(msg + " (allowed by --allow-host-mismatch)")
+                if key in allowed:
+                    notes.add(f"{msg} (allowed by {_OVERRIDE[key]})")
                     continue
                 return msg
         b = list(dict.fromkeys(_fmt(v) for v in values["base"]))
         n = list(dict.fromkeys(_fmt(v) for v in values["new"]))
         if b and n and b != n:
             msg = f"different {key}: BASE {' / '.join(b)} vs NEW {' / '.join(n)}"
-            if key in HOST_KEYS:
-                if allow_host:
-                    host_notes.add(msg + " (allowed by --allow-host-mismatch)")
-                    continue
-                return msg + " (--allow-host-mismatch to compare anyway)"
+            if key in allowed:
+                notes.add(f"{msg} (allowed by {_OVERRIDE[key]})")
+                continue
+            if key in _OVERRIDE:
+                return f"{msg} ({_OVERRIDE[key]} to compare anyway)"
             return msg
     return ""
 

@@ -181,7 +181,9 @@ def test_compare_traces_checks_comparability() -> None:
     assert size.scenes[0].verdict == "incomparable" and "64x64" in size.scenes[0].reason
     assert size.exit_code == 2
     params = compare_traces([_T(_hdr(), d)], [_T(_hdr(layers=4), d)])
-    assert "params" in params.scenes[0].reason
+    assert "params" in params.scenes[0].reason and "--allow-param-mismatch" in params.scenes[0].reason
+    slower = compare_traces([_T(_hdr(), d)], [_T(_hdr(layers=4), d * 1.5)], allow_param_mismatch=True)
+    assert slower.scenes[0].verdict == "regression" and "layers" in slower.notes[0]
     host = compare_traces([_T(_hdr(), d)], [_T(_hdr(renderer="softpipe"), d)])
     assert host.scenes[0].verdict == "incomparable" and "--allow-host-mismatch" in host.scenes[0].reason
     allowed = compare_traces([_T(_hdr(), d)], [_T(_hdr(renderer="softpipe"), d)], allow_host_mismatch=True)

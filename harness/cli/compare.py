@@ -28,6 +28,8 @@ def add_compare_options(p: argparse.ArgumentParser) -> None:
                    help="clock compared: auto = the one the capture trusts (wall in sync mode, gpu in gpu mode)")
     p.add_argument("--allow-host-mismatch", action="store_true",
                    help="compare even when GL renderer or driver differ (noted in the output)")
+    p.add_argument("--allow-param-mismatch", action="store_true",
+                   help="compare even when scene params differ, e.g. to measure what a param change costs")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
     p.add_argument("--format", choices=("table", "markdown", "json"), default="table",
                    help="output format (default: table)")
@@ -138,7 +140,8 @@ def compare_paths(base: str, new: str, args: argparse.Namespace) -> int:
     check_options(args)
     result = compare_traces(load_side(base), load_side(new), metric=args.metric,
                             threshold_pct=args.threshold, alpha=args.alpha,
-                            allow_host_mismatch=args.allow_host_mismatch, seed=args.seed)
+                            allow_host_mismatch=args.allow_host_mismatch,
+                            allow_param_mismatch=args.allow_param_mismatch, seed=args.seed)
     print_comparison(result, args.format, base, new)
     if result.exit_code == 2:
         reasons = "; ".join(f"{s.scene}: {s.reason}" for s in result.scenes) or "no scenes with frames"
