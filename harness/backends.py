@@ -81,6 +81,8 @@ class GLSession:
                 obj.release()
         with contextlib.suppress(Exception):
             self.ctx.release()
+        if self.backend == "egl":
+            release_current_egl()
         if self._close is not None:
             self._close()
             self._close = None
@@ -351,6 +353,21 @@ def current_egl_info() -> dict[str, str]:
     vendor = egl.eglQueryString(display, EGL_VENDOR) or b""
     version = egl.eglQueryString(display, EGL_VERSION) or b""
     return {"vendor": vendor.decode(errors="replace"), "version": version.decode(errors="replace")}
+
+
+def release_current_egl() -> None:
+    """Make no EGL context current on this thread (glcontext leaves a released one current,
+    which makes a later GLX context fail with BadAccess)."""
+    egl = _egl_lib()
+    if egl is None:
+        return
+    egl.eglGetCurrentDisplay.restype = ctypes.c_void_p
+    egl.eglGetCurrentDisplay.argtypes = []
+    egl.eglMakeCurrent.restype = ctypes.c_uint
+    egl.eglMakeCurrent.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    display = egl.eglGetCurrentDisplay()
+    if display:
+        egl.eglMakeCurrent(display, None, None, None)
 
 
 def statuses(probe_contexts: bool = False) -> Iterator[BackendStatus]:

@@ -67,3 +67,30 @@ def katra_cli(tmp_path: Path) -> Any:
         )
 
     return run
+
+
+# --- harness helper's fixtures (issue 3) -------------------------------------------------
+
+
+@pytest.fixture
+def harness_session() -> Iterator[Any]:
+    """``harness_session(backend=None, **kw)`` opens a harness GLSession in this process.
+
+    Sessions are closed after the test, and the shared ``gl_ctx`` context is made
+    current again (opening and closing a context changes the current one).
+    """
+    from harness.backends import open_session
+
+    opened: list[Any] = []
+
+    def open_(backend: str | None = "egl", **kwargs: Any) -> Any:
+        session = open_session(backend, **kwargs)
+        opened.append(session)
+        return session
+
+    yield open_
+    for session in opened:
+        session.close()
+    ctx, _ = _egl_context()
+    if ctx is not None:
+        ctx.__enter__()

@@ -1,0 +1,278 @@
+"""Harness pieces: host probe, timing-mode choice, frames, timers on llvmpipe, run planning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from harness import probe, timing
+from harness.runner import RunConfig, parse_param, parse_size, plan_run
+from katra_trace import open_trace
+from katra_trace.errors import ConfigError, SceneError
+from katra_trace.schema import Clock, Flag, Kind
+from katra_trace.writer import TraceWriter
+
+# --------------------------------------------------------------------------- probe
+
+
+@pytest.mark.parametrize(("version", "vendor", "expected"), [
+    ("4.5 (Core Profile) Mesa 22.3.6", "Mesa/X.org", {"name": "Mesa", "version": "22.3.6"}),
+    ("4.6 (Compatibility Profile) Mesa 24.0.0-devel", "Intel", {"name": "Mesa", "version": "24.0.0-devel"}),
+    ("4.6.0 NVIDIA 535.104.05", "NVIDIA Corporation", {"name": "NVIDIA", "version": "535.104.05"}),
+    ("4.6.14761 Core Profile Context 23.10.1", "ATI Technologies Inc.", {"name": "AMD", "version": "23.10.1"}),
+    ("4.6.0 - Build 31.0.101.4502", "Intel", {"name": "Intel", "version": "31.0.101.4502"}),
+    ("3.3 something else", "Acme", {"name": "Acme", "version": ""}),
+])
+def test_parse_driver(version: str, vendor: str, expected: dict[str, str]) -> None:
+    assert probe.parse_driver(version, vendor) == expected
+
+
+@pytest.mark.parametrize(("renderer", "software"), [
+    ("llvmpipe (LLVM 15.0.6, 256 bits)", True),
+    ("softpipe", True),
+    ("Mesa X11 swrast", True),
+    ("Google SwiftShader", True),
+    ("lavapipe", True),
+    ("NVIDIA GeForce RTX 4090/PCIe/SSE2", False),
+    ("AMD Radeon RX 7900 XTX (radeonsi, navi31, LLVM 16.0.6)", False),
+])
+def test_software_renderer_names(renderer: str, software: bool) -> None:
+    assert probe.is_software_renderer(renderer) is software
+
+
+def test_render_env_keeps_only_rendering_variables() -> None:
+    env = {"LIBGL_ALWAYS_SOFTWARE": "1", "MESA_GL_VERSION_OVERRIDE": "4.5", "GALLIUM_DRIVER": "llvmpipe",
+           "LP_NUM_THREADS": "2", "EGL_PLATFORM": "surfaceless", "__GL_SYNC_TO_VBLANK": "0",
+           "HOME": "/root", "PATH": "/bin", "MESAX": "no"}
+    assert probe.render_env(env) == {
+        "EGL_PLATFORM": "surfaceless", "GALLIUM_DRIVER": "llvmpipe", "LIBGL_ALWAYS_SOFTWARE": "1",
+        "LP_NUM_THREADS": "2", "MESA_GL_VERSION_OVERRIDE": "4.5", "__GL_SYNC_TO_VBLANK": "0"}
+
+
+@pytest.mark.gl
+def test_gl_info_on_llvmpipe(gl_ctx: Any) -> None:
+    gl = probe.gl_info(gl_ctx)
+    assert "llvmpipe" in gl["renderer"]
+    assert gl["software_renderer"] is True
+    assert gl["driver"]["name"] == "Mesa" and gl["driver"]["version"][0].isdigit()
+    assert gl["profile"] == "core"
+    assert gl["glsl_version"].startswith(("3.", "4."))
+    assert gl["timer_query"] == {"supported": True, "counter_bits": 64}
+    assert gl["max_texture_size"] >= 1024 and gl["max_samples"] >= 1
+
+
+def test_system_info_fields() -> None:
+    info = probe.system_info()
+    assert info["cpu_cores"] >= 1 and info["ram_bytes"] > 0
+    assert info["python"].count(".") == 2
+    assert info["packages"]["numpy"] == np.__version__
+    assert set(info["packages"]) >= {"moderngl", "glcontext", "PyOpenGL", "numpy", "glfw"}
+
+
+# --------------------------------------------------------------------------- timing modes
+
+_SOFT = {"renderer": "llvmpipe", "software_renderer": True, "timer_query": {"supported": True, "counter_bits": 64}}
+_HARD = {"renderer": "RTX", "software_renderer": False, "timer_query": {"supported": True, "counter_bits": 64}}
+_NO_TQ = {"renderer": "old", "software_renderer": False, "timer_query": {"supported": False, "counter_bits": 0}}
+
+
+def test_choose_mode() -> None:
+    assert timing.choose_mode("auto", _SOFT)[0] == "sync"
+    assert "software renderer" in timing.choose_mode("auto", _SOFT)[1]
+    assert timing.choose_mode("auto", _HARD)[0] == "gpu"
+    assert timing.choose_mode("auto", _NO_TQ)[0] == "sync"
+    assert timing.choose_mode("sync", _HARD) == ("sync", "requested with --timing sync")
+    assert timing.choose_mode("gpu", _HARD)[0] == "gpu"
+    with pytest.raises(ConfigError, match="software renderer whose timer queries do not time the draw"):
+        timing.choose_mode("gpu", _SOFT)
+    with pytest.raises(ConfigError, match="no GL_TIMESTAMP"):
+        timing.choose_mode("gpu", _NO_TQ)
+    with pytest.raises(ConfigError, match="choose one of: auto, gpu, sync"):
+        timing.choose_mode("fast", _HARD)
+
+
+def test_zones_off_share_one_null_context_manager() -> None:
+    frame = timing.HarnessFrame(3, 0.05, timing.seed_key(1, "s"), timing.no_zone)
+    assert frame.zone("a") is frame.zone("b") is timing.NULL_ZONE
+    with frame.zone("a") as value:
+        assert value is None
+
+
+def test_frame_rng_is_deterministic_per_seed_scene_and_index() -> None:
+    def draw(seed: int, scene: str, index: int) -> np.ndarray:
+        return timing.HarnessFrame(index, 0.0, timing.seed_key(seed, scene), timing.no_zone).rng.random(4)
+
+    assert np.array_equal(draw(1, "a", 5), draw(1, "a", 5))
+    assert not np.array_equal(draw(1, "a", 5), draw(1, "a", 6))
+    assert not np.array_equal(draw(1, "a", 5), draw(1, "b", 5))
+    assert not np.array_equal(draw(1, "a", 5), draw(2, "a", 5))
+
+
+def _run_timer(ctx: Any, path: Path, mode: str, frames: int, zones: bool, **kw: Any) -> Any:
+    fbo = ctx.simple_framebuffer((32, 32))
+    fbo.use()
+    with TraceWriter(path, workload="t") as writer:
+        buf = timing.EventBuffer(writer, max_rows=7)
+        timer = (timing.GpuTimer(ctx, writer, buf, zones=zones, **kw) if mode == "gpu"
+                 else timing.SyncTimer(ctx, writer, buf, zones=zones))
+        timer.set_scene("s")
+        for i in range(frames):
+            timer.begin_frame(i, int(Flag.WARMUP) if i == 0 else 0)
+            frame = timing.HarnessFrame(i, i / 60, timing.seed_key(0, "s"), timer.zone)
+            with frame.zone("outer"):
+                fbo.clear(0.1, 0.2, 0.3, 1.0)
+                with frame.zone("inner"):
+                    fbo.clear(0.3, 0.2, 0.1, 1.0)
+            timer.end_frame()
+        timer.drain()
+        measured = list(timer.frame_ns)
+        timer.close()
+    fbo.release()
+    ctx.detect_framebuffer(0).use()  # leave no released framebuffer bound
+    return open_trace(path), measured
+
+
+def _check_nesting(ev: np.ndarray, clock: int) -> None:
+    frames = {int(e["frame"]): e for e in ev[(ev["kind"] == Kind.FRAME) & (ev["clock"] == clock)]}
+    zones = ev[(ev["kind"] == Kind.ZONE) & (ev["clock"] == clock)]
+    for z in zones:
+        f = frames[int(z["frame"])]
+        assert f["start_ns"] <= z["start_ns"]
+        assert z["start_ns"] + z["dur_ns"] <= f["start_ns"] + f["dur_ns"]
+
+
+@pytest.mark.gl
+def test_sync_timer_events(gl_ctx: Any, tmp_path: Path) -> None:
+    trace, measured = _run_timer(gl_ctx, tmp_path / "s.katra", "sync", 6, zones=True)
+    ev = trace.events
+    wall = ev[(ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.WALL)]
+    cpu = ev[(ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.CPU)]
+    assert len(wall) == len(cpu) == 6
+    assert list(wall["flags"]) == [int(Flag.WARMUP)] + [0] * 5
+    assert np.all(wall["dur_ns"] >= cpu["dur_ns"]) and np.all(cpu["dur_ns"] > 0)
+    assert measured == list(wall["dur_ns"][1:])
+    zones = ev[(ev["kind"] == Kind.ZONE) & (ev["clock"] == Clock.WALL)]
+    assert sorted({trace.strings[n] for n in zones["name"]}) == ["inner", "outer"]
+    assert {int(d) for d in zones["depth"]} == {1, 2}
+    _check_nesting(ev, Clock.WALL)
+    inner = zones[zones["depth"] == 2]
+    outer = zones[zones["depth"] == 1]
+    assert np.all(inner["start_ns"] >= outer["start_ns"])
+    assert not (ev["clock"] == Clock.GPU).any()
+
+
+@pytest.mark.gl
+def test_gpu_timer_ring_readback_and_calibration(gl_ctx: Any, tmp_path: Path) -> None:
+    """The GPU timer's mechanics (ring reuse and growth, late read-back, drain, clock sync).
+
+    On llvmpipe the timestamps are real but do not time the draw, so only
+    structure is checked here, never durations against the wall clock.
+    """
+    trace, measured = _run_timer(gl_ctx, tmp_path / "g.katra", "gpu", 12, zones=True, ring_queries=4)
+    ev = trace.events
+    gpu_frames = ev[(ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.GPU)]
+    assert sorted(gpu_frames["frame"].tolist()) == list(range(12))
+    assert np.all(gpu_frames["dur_ns"] >= 0)
+    assert len(measured) == 11
+    gpu_zones = ev[(ev["kind"] == Kind.ZONE) & (ev["clock"] == Clock.GPU)]
+    assert len(gpu_zones) == 24
+    assert len(ev[(ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.CPU)]) == 12
+    intervals = ev[(ev["kind"] == Kind.COUNTER)]
+    assert len(intervals) == 11 and np.all(intervals["value"] > 0)
+    assert not (ev["clock"] == Clock.WALL).any()
+    labels = [c["label"] for c in trace.clock_syncs]
+    assert labels == ["start", "end"]
+    assert all(c["gpu_ns"] > 0 and c["uncertainty_ns"] >= 0 for c in trace.clock_syncs)
+    _check_nesting(ev, Clock.GPU)
+
+
+@pytest.mark.gl
+def test_timer_query_reliability_flags_llvmpipe(gl_ctx: Any) -> None:
+    check = timing.timer_query_reliability(gl_ctx, size=(256, 256), iters=32, repeats=1)
+    assert check["verdict"] == "unreliable"
+    assert check["wall_ms"] > 0 and check["ratio"] < 0.5
+
+
+# --------------------------------------------------------------------------- run planning
+
+
+def test_parse_size_and_param() -> None:
+    assert parse_size("640x360") == (640, 360)
+    assert parse_size(" 8X4 ") == (8, 4)
+    for bad in ("0x5", "5x0", "640", "axb", "-4x4", "99999x10"):
+        with pytest.raises(ConfigError, match="size"):
+            parse_size(bad)
+    assert parse_param("triangle.speed=0.5") == ("triangle", "speed", "0.5")
+    assert parse_param("my.pkg:Scene.count=3") == ("my.pkg:Scene", "count", "3")
+    for bad in ("triangle.speed", "speed=1", "triangle.=1", ".speed=1"):
+        with pytest.raises(ConfigError, match="expected SCENE.KEY=VALUE"):
+            parse_param(bad)
+
+
+def test_plan_resolves_suite_defaults_and_overrides(tmp_path: Path) -> None:
+    plan = plan_run(RunConfig(suite="ci", params=(("triangle", "speed", "2"),), output=str(tmp_path / "o.katra")))
+    from scenes.suites import get_suite
+
+    ci = get_suite("ci")
+    assert plan.size == ci.size and plan.frames == ci.frames and plan.warmup == ci.warmup
+    assert [e.label for e in plan.entries] == list(ci.scene_names())
+    tri = next(e for e in plan.entries if e.label == "triangle")
+    assert tri.params["speed"] == 2.0
+    assert plan.workload == "ci"
+    twice = plan_run(RunConfig(scenes=("triangle", "triangle"), output=str(tmp_path / "o.katra")))
+    assert [e.label for e in twice.entries] == ["triangle", "triangle#2"]
+
+
+def test_plan_default_output_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    plan = plan_run(RunConfig(scenes=("triangle",)))
+    assert plan.output.parent == Path("traces")
+    assert plan.output.name.endswith("-triangle.katra")
+    assert not (tmp_path / "traces").exists()  # planning writes nothing
+
+
+@pytest.mark.parametrize(("config", "error", "match"), [
+    (RunConfig(), ConfigError, "nothing to run"),
+    (RunConfig(scenes=("cubez",)), SceneError, "unknown scene 'cubez'"),
+    (RunConfig(scenes=("triangle",), frames=0), ConfigError, "bad --frames 0"),
+    (RunConfig(scenes=("triangle",), frames=5, duration_s=1.0), ConfigError, "not both"),
+    (RunConfig(scenes=("triangle",), duration_s=-1.0), ConfigError, "bad --duration"),
+    (RunConfig(scenes=("triangle",), warmup=-1), ConfigError, "bad --warmup"),
+    (RunConfig(scenes=("triangle",), size=(0, 5)), ConfigError, "bad size 0x5"),
+    (RunConfig(scenes=("triangle",), timing="fast"), ConfigError, "unknown --timing 'fast'"),
+    (RunConfig(scenes=("triangle",), backend="vulkan"), ConfigError, "unknown --backend 'vulkan'"),
+    (RunConfig(scenes=("triangle",), params=(("clear", "bands", "3"),)), ConfigError, "not in this run"),
+    (RunConfig(scenes=("triangle",), params=(("triangle", "sped", "3"),)), ConfigError, "no param 'sped'"),
+    (RunConfig(scenes=("triangle",), params=(("triangle", "speed", "fast"),)), ConfigError, "speed"),
+    (RunConfig(suite="nosuch"), ConfigError, "unknown suite 'nosuch'"),
+])
+def test_plan_rejects(config: RunConfig, error: type[Exception], match: str, tmp_path: Path) -> None:
+    config = RunConfig(**{**config.__dict__, "output": str(tmp_path / "x.katra")})
+    with pytest.raises(error, match=match):
+        plan_run(config)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_plan_rejects_unwritable_outputs(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for out, match in ((tmp_path / "missing" / "x.katra", "does not exist"),
+                       (afile / "x.katra", "does not exist"),
+                       (tmp_path, "is a directory")):
+        with pytest.raises(ConfigError, match=match):
+            plan_run(RunConfig(scenes=("triangle",), output=str(out)))
+    with pytest.raises(ConfigError, match="not a directory"):
+        plan_run(RunConfig(scenes=("triangle",), output=str(tmp_path / "o.katra"), screenshot_dir=str(afile)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_config_as_dict_is_json_ready() -> None:
+    import json
+
+    cfg = RunConfig(scenes=("triangle",), size=(64, 32), params=(("triangle", "speed", "1"),), zones=True)
+    d = json.loads(json.dumps(cfg.as_dict()))
+    assert d["scenes"] == ["triangle"] and d["size"] == [64, 32]
+    assert d["params"] == {"triangle.speed": "1"} and d["zones"] is True
