@@ -39,6 +39,43 @@ class Suite:
         return tuple(name for name, _ in self.entries)
 
 
+#: every built-in scene, with the small params the ci suite uses
+_CI_ENTRIES: tuple[tuple[str, Mapping[str, Any]], ...] = (
+    ("clear", {}),
+    ("triangle", {}),
+    ("geometry", {"detail": 24}),
+    ("drawcalls", {"count": 200}),
+    ("instancing", {"count": 10000}),
+    ("fillrate", {"layers": 4}),
+    ("shader", {"iterations": 24}),
+    ("texture", {"tex_size": 256, "samplers": 2}),
+    ("buffer", {"grid": 96}),
+    ("shadow", {"objects": 8, "shadow_size": 512}),
+    ("postfx", {"radius": 4, "objects": 16}),
+    ("compute", {"count": 16384}),
+)
+
+#: every built-in scene with its default params
+_DEFAULT_ENTRIES: tuple[tuple[str, Mapping[str, Any]], ...] = tuple((name, {}) for name, _ in _CI_ENTRIES)
+
+#: heavier params, sized for real GPUs (far too slow for llvmpipe)
+_STRESS_ENTRIES: tuple[tuple[str, Mapping[str, Any]], ...] = (
+    ("clear", {"bands": 64}),
+    ("triangle", {}),
+    ("geometry", {"detail": 256}),
+    ("geometry", {"detail": 256, "indexed": False}),
+    ("drawcalls", {"count": 10000}),
+    ("instancing", {"count": 500000}),
+    ("fillrate", {"layers": 64}),
+    ("shader", {"iterations": 512}),
+    ("texture", {"tex_size": 4096, "samplers": 4, "filter": "anisotropic"}),
+    ("buffer", {"grid": 1024, "update_fraction": 1.0, "method": "map"}),
+    ("buffer", {"grid": 1024, "update_fraction": 1.0, "method": "subdata"}),
+    ("shadow", {"objects": 256, "shadow_size": 4096, "pcf": 2}),
+    ("postfx", {"radius": 24, "downsample": 1, "objects": 1024}),
+    ("compute", {"count": 4_194_304}),
+)
+
 SUITES: dict[str, Suite] = {
     "ci": Suite(
         name="ci",
@@ -46,32 +83,23 @@ SUITES: dict[str, Suite] = {
         size=(320, 180),
         frames=60,
         warmup=5,
-        entries=(
-            ("clear", {}),
-            ("triangle", {}),
-        ),
+        entries=_CI_ENTRIES,
     ),
     "default": Suite(
         name="default",
         description="every scene at 1280x720 with default params (what `make run` runs)",
         size=(1280, 720),
-        frames=30,
-        warmup=3,
-        entries=(
-            ("clear", {}),
-            ("triangle", {}),
-        ),
+        frames=60,
+        warmup=5,
+        entries=_DEFAULT_ENTRIES,
     ),
     "stress": Suite(
         name="stress",
-        description="heavier params at 1920x1080, meant for real GPUs",
+        description="heavier params at 1920x1080, sized for real GPUs (slow on llvmpipe)",
         size=(1920, 1080),
-        frames=120,
-        warmup=10,
-        entries=(
-            ("clear", {"bands": 64}),
-            ("triangle", {}),
-        ),
+        frames=300,
+        warmup=30,
+        entries=_STRESS_ENTRIES,
     ),
 }
 

@@ -26,6 +26,7 @@ COMMANDS: tuple[str, ...] = (
     "stats",
     "compare",
     "ab",
+    "scenes",
 )
 
 

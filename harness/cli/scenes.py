@@ -1,0 +1,118 @@
+"""``katra3d scenes [--json]``: the scenes katra3d can run, their params and suites.
+
+Lists the built-in scenes and those installed through the ``katra3d.scenes``
+entry point group. Imports no GL module: nothing is rendered.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from harness.cli._common import print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("scenes", help="list scenes: description, what they stress, params, suites",
+                       description="List the built-in and installed scenes with their description, "
+                                   "what they stress, their params (default, valid range, meaning) "
+                                   "and the suites that run them; also list the suites.")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def catalogue() -> dict[str, Any]:
+    """Everything ``katra3d scenes`` shows, as one JSON-ready dict."""
+    from katra_trace.errors import SceneError
+    from scenes.registry import builtin_scenes, describe_range, entry_point_scenes, get_scene
+    from scenes.suites import SUITES, suites_containing
+
+    scenes: list[dict[str, Any]] = []
+    builtins = builtin_scenes()
+    errors: list[dict[str, str]] = []
+    classes: list[tuple[str, type, str]] = [(n, c, "builtin") for n, c in builtins.items()]
+    for ep_name, ep in sorted(entry_point_scenes().items()):
+        if ep_name in builtins:
+            continue
+        try:
+            classes.append((ep_name, get_scene(ep_name), f"entry point {ep.value}"))
+        except SceneError as err:
+            errors.append({"name": ep_name, "error": str(err)})
+    for name, cls, origin in classes:
+        params = {
+            key: {
+                "default": _jsonable(param.default),
+                "type": param.type.__name__,
+                "min": param.min,
+                "max": param.max,
+                "choices": _jsonable(param.choices) if param.choices is not None else None,
+                "range": describe_range(param),
+                "help": param.help,
+            }
+            for key, param in cls.params.items()
+        }
+        scenes.append({
+            "name": name,
+            "description": cls.description,
+            "stresses": list(cls.stresses),
+            "min_gl_version": cls.min_gl_version,
+            "required_extensions": list(cls.required_extensions),
+            "params": params,
+            "suites": suites_containing(name),
+            "origin": origin,
+        })
+    suites = {
+        s.name: {
+            "description": s.description,
+            "size": list(s.size),
+            "frames": s.frames,
+            "warmup": s.warmup,
+            "entries": [{"scene": n, "params": {k: _jsonable(v) for k, v in p.items()}} for n, p in s.entries],
+        }
+        for s in SUITES.values()
+    }
+    out: dict[str, Any] = {"scenes": scenes, "suites": suites}
+    if errors:
+        out["errors"] = errors
+    return out
+
+
+def _gl(code: int) -> str:
+    return f"{code // 100}.{(code % 100) // 10}"
+
+
+def run(args: argparse.Namespace) -> int:
+    cat = catalogue()
+    if args.json:
+        print_json(cat)
+        return 0
+    lines: list[str] = []
+    for sc in cat["scenes"]:
+        lines.append(f"{sc['name']}  -  {sc['description']}")
+        extra = f"   (needs GL {_gl(sc['min_gl_version'])})" if sc["min_gl_version"] > 330 else ""
+        lines.append(f"    stresses: {', '.join(sc['stresses']) or '-'}{extra}")
+        lines.append(f"    suites:   {', '.join(sc['suites']) or '-'}")
+        if sc["origin"] != "builtin":
+            lines.append(f"    from:     {sc['origin']}")
+        for key, p in sc["params"].items():
+            default = p["default"]
+            shown = ("true" if default else "false") if isinstance(default, bool) else default
+            lines.append(f"    --param {sc['name']}.{key}={shown}   [{p['range']}]  {p['help']}")
+        lines.append("")
+    lines.append("suites:")
+    for name, s in cat["suites"].items():
+        w, h = s["size"]
+        lines.append(f"  {name:8} {w}x{h}, {s['frames']} frames + {s['warmup']} warmup per scene, "
+                     f"{len(s['entries'])} scenes: {s['description']}")
+    for err in cat.get("errors", []):
+        lines.append(f"warning: installed scene '{err['name']}' cannot be loaded: {err['error']}")
+    print("\n".join(lines))
+    return 0
