@@ -75,8 +75,8 @@ def encode_preamble(flags: int = 0) -> bytes:
 def encode_block(
     btype: int, payload: bytes, *, seq: int, codec: Codec, schema: int = 0,
     compressor: zstandard.ZstdCompressor | None = None,
-) -> bytes:
-    """Frame one block: 24-byte header + stored payload (compressed when codec is zstd)."""
+) -> tuple[bytes, bytes]:
+    """Frame one block: returns the 24-byte header and the stored payload (compressed when codec is zstd)."""
     raw_len = len(payload)
     if raw_len > MAX_BLOCK_BYTES:
         raise ValueError(f"block payload of {raw_len} bytes exceeds {MAX_BLOCK_BYTES}")
@@ -86,7 +86,7 @@ def encode_block(
         stored = bytes(payload)
     head = BLOCK_HEADER.pack(SYNC, btype, codec, schema, seq, len(stored), raw_len, 0)
     crc = zlib.crc32(stored, zlib.crc32(head[:20]))
-    return head[:20] + struct.pack("<I", crc) + stored
+    return head[:20] + struct.pack("<I", crc), stored
 
 
 def encode_footer(summary_offset: int) -> bytes:
@@ -195,24 +195,16 @@ def decode_events(payload: bytes, offset: int) -> np.ndarray:
     if len(payload) < EVENTS_HEAD.size:
         raise TraceFormatError(f"{bad}: too short", offset)
     n, base = EVENTS_HEAD.unpack_from(payload)
-    if len(payload) != EVENTS_HEAD.size + n * EVENT_DTYPE.itemsize:
+    width = EVENT_DTYPE.itemsize
+    if len(payload) != EVENTS_HEAD.size + n * width:
         raise TraceFormatError(f"{bad}: {n} events do not match {len(payload)} bytes", offset)
-    out = np.empty(n, dtype=EVENT_DTYPE)
-    buf = np.frombuffer(payload, dtype=np.uint8)
-    pos = EVENTS_HEAD.size
-    for name, typ, _ in COLUMNS:
-        dt = np.dtype(typ)
-        size = dt.itemsize
-        chunk = buf[pos:pos + n * size]
-        pos += n * size
-        if size > 1:
-            col = np.ascontiguousarray(chunk.reshape(size, n).T).view(dt).reshape(n)
-        else:
-            col = chunk.view(dt)
-        if name == "start_ns":
-            col = np.cumsum(col, dtype="<i8")
-            col += base
-        out[name] = col
+    # Every column is stored byte-planed, in column order, so the payload is exactly the
+    # transpose of the packed records: one (width, n) -> (n, width) transpose decodes them all.
+    planes = np.frombuffer(payload, dtype=np.uint8, offset=EVENTS_HEAD.size).reshape(width, n)
+    out = planes.T.copy().view(EVENT_DTYPE).reshape(n)
+    start = np.cumsum(out["start_ns"], dtype="<i8")
+    start += base
+    out["start_ns"] = start
     return out
 
 

@@ -20,6 +20,7 @@ import time
 import weakref
 from pathlib import Path
 from types import TracebackType
+from collections.abc import Callable
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -75,7 +76,7 @@ class TraceWriter:
         batch_ms: float = 200.0,
         drop_policy: str = "block",
         queue_batches: int = 8,
-        compression_level: int = 3,
+        compression_level: int = 1,
         start_host_ns: int | None = None,
     ) -> None:
         if codec not in fmt.CODEC_NAMES:
@@ -99,9 +100,8 @@ class TraceWriter:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._cap = batch_events * _EVENT.size
-        self._buf = bytearray(self._cap)
-        self._off = 0
-        self._pack = _EVENT.pack_into
+        #: [current batch buffer, bytes used in it]; a list so the append closure can update it
+        self._slot: list[Any] = [bytearray(self._cap), 0]
         self._strings: dict[str, int] = {"": 0}
         self._new_strings: list[str] = []
         self._strings_flushed = 1  # id 0 ("") is written with the header
@@ -145,6 +145,7 @@ class TraceWriter:
         self._write_block(fmt.BlockType.STRINGS, fmt.encode_strings(0, [""]))
         self._file.flush()
 
+        self.append = self._make_append()
         self._thread = threading.Thread(target=self._run, name=f"katra-trace-writer:{self.path.name}", daemon=True)
         self._thread.start()
         _OPEN_WRITERS.add(self)
@@ -168,16 +169,27 @@ class TraceWriter:
                 self._new_strings.append(name)
             return sid
 
-    def append(
-        self, kind: int, clock: int, scene: int, name: int, frame: int, depth: int,
-        start_ns: int, dur_ns: int, value: float = 0.0, flags: int = 0,
-    ) -> None:
-        """Append one event (fields as in :data:`katra_trace.schema.EVENT_DTYPE`)."""
-        with self._lock:
-            if self._off == self._cap:
-                self._hand_over_locked()
-            self._pack(self._buf, self._off, kind, clock, flags, depth, scene, name, frame, start_ns, dur_ns, value)
-            self._off += 42
+    def _make_append(self) -> Callable[..., None]:
+        """Build :meth:`append` as a closure: local names instead of attribute look-ups, and an
+        explicit acquire/release, roughly double the rate of a plain method with ``with lock``."""
+        acquire, release = self._lock.acquire, self._lock.release
+        pack, slot, cap, hand_over = _EVENT.pack_into, self._slot, self._cap, self._hand_over_locked
+
+        def append(kind: int, clock: int, scene: int, name: int, frame: int, depth: int,
+                   start_ns: int, dur_ns: int, value: float = 0.0, flags: int = 0) -> None:
+            """Append one event (fields as in :data:`katra_trace.schema.EVENT_DTYPE`). Thread-safe."""
+            acquire()
+            try:
+                off = slot[1]
+                while off == cap:
+                    hand_over()  # may wait for room, letting other threads append meanwhile
+                    off = slot[1]
+                pack(slot[0], off, kind, clock, flags, depth, scene, name, frame, start_ns, dur_ns, value)
+                slot[1] = off + 42
+            finally:
+                release()
+
+        return append
 
     def append_array(self, events: np.ndarray) -> None:
         """Append many events at once (an array of EVENT_DTYPE or a compatible structured array)."""
@@ -186,16 +198,28 @@ class TraceWriter:
                 events = events.astype(EVENT_DTYPE, casting="same_kind")
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"append_array needs EVENT_DTYPE records: {exc}") from None
-        data = memoryview(np.ascontiguousarray(events)).cast("B")
+        events = np.ascontiguousarray(events)
+        step = self._batch_events
         with self._lock:
             pos = 0
-            while pos < len(data):
-                if self._off == self._cap:
-                    self._hand_over_locked()
-                take = min(self._cap - self._off, len(data) - pos)
-                self._buf[self._off:self._off + take] = data[pos:pos + take]
-                self._off += take
-                pos += take
+            if self._slot[1]:  # top up the current batch first, keeping append order
+                pos = min(len(events), (self._cap - self._slot[1]) // 42)
+                self._copy_in_locked(events[:pos])
+            while pos < len(events):  # then hand over whole batches without copying them
+                chunk = events[pos:pos + step]
+                if len(chunk) < step:
+                    self._copy_in_locked(chunk)
+                else:
+                    self._hand_over_locked(chunk)
+                pos += len(chunk)
+
+    def _copy_in_locked(self, events: np.ndarray) -> None:
+        buf, off = self._slot
+        data = memoryview(events).cast("B")
+        buf[off:off + len(data)] = data
+        self._slot[1] = off + len(data)
+        if self._slot[1] == self._cap:
+            self._hand_over_locked()
 
     def clock_sync(self, record: dict[str, Any]) -> None:
         """Write a CLOCK_SYNC block (e.g. a GPU/host timestamp calibration pair)."""
@@ -209,7 +233,7 @@ class TraceWriter:
         """Return once everything appended so far has been written to the file."""
         with self._cond:
             self._raise_if_failed()
-            if self._off or self._new_strings:
+            if self._slot[1] or self._new_strings:
                 self._hand_over_locked(force=True)
             target = self._enqueued
             while self._done < target and self._error is None:
@@ -224,7 +248,7 @@ class TraceWriter:
             if self._finished:
                 return
             self._finished = True
-            if self._off or self._new_strings:
+            if self._slot[1] or self._new_strings:
                 self._hand_over_locked(force=True)
             self._pending.append(("summary", status, dict(summary or {})))
             self._enqueued += 1
@@ -261,22 +285,24 @@ class TraceWriter:
 
     # -- internals (producer side, lock held) ------------------------------------------------
 
-    def _hand_over_locked(self, force: bool = False) -> None:
-        """Queue the current batch (and new strings) for the writer thread."""
+    def _hand_over_locked(self, batch: np.ndarray | None = None, force: bool = False) -> None:
+        """Queue a batch (default: the current buffer) and the new strings for the writer thread."""
         strings = self._new_strings
         first_id = self._strings_flushed
         self._new_strings = []
         self._strings_flushed += len(strings)
-        batch = self._buf if self._off == self._cap else self._buf[:self._off]
-        n = self._off // 42
-        self._buf = bytearray(self._cap)
-        self._off = 0
+        if batch is None:
+            buf, off = self._slot
+            batch = np.frombuffer(buf, dtype=EVENT_DTYPE, count=off // 42)
+            self._slot[0] = bytearray(self._cap)
+            self._slot[1] = 0
+        n = len(batch)
         self._appended += n
         if self._drop and len(self._pending) >= self._max_pending and not force:
             self._dropped_events += n
             self._dropped_batches += 1
             if strings:
-                self._pending.append(("events", first_id, strings, b""))
+                self._pending.append(("events", first_id, strings, None))
                 self._enqueued += 1
                 self._cond.notify_all()
             return
@@ -294,7 +320,7 @@ class TraceWriter:
             self._raise_if_failed()
             if self._finished:
                 raise ConfigError("trace writer is already finished")
-            if self._off or self._new_strings:
+            if self._slot[1] or self._new_strings:
                 self._hand_over_locked(force=True)
             self._pending.append(("json", btype, payload))
             self._enqueued += 1
@@ -312,7 +338,7 @@ class TraceWriter:
             with self._cond:
                 if not self._pending and not self._closing:
                     self._cond.wait(self._batch_s)
-                    if not self._pending and self._off and not self._closing:
+                    if not self._pending and self._slot[1] and not self._closing:
                         self._hand_over_locked(force=True)
                 if not self._pending:
                     if self._closing:
@@ -334,8 +360,8 @@ class TraceWriter:
             _, first_id, strings, batch = item
             if strings:
                 self._write_block(fmt.BlockType.STRINGS, fmt.encode_strings(first_id, strings))
-            if batch:
-                events = np.frombuffer(batch, dtype=EVENT_DTYPE)
+            if batch is not None and len(batch):
+                events = batch
                 self._write_block(fmt.BlockType.EVENTS, fmt.encode_events(events), schema=SCHEMA_VERSION)
                 self._written_events += len(events)
                 self._event_blocks += 1
@@ -361,9 +387,10 @@ class TraceWriter:
         self._file.flush()
 
     def _write_block(self, btype: int, payload: bytes, schema: int = 0) -> None:
-        data = fmt.encode_block(btype, payload, seq=self._seq, codec=self._codec, schema=schema,
-                                compressor=self._compressor)
-        self._write_raw(data)
+        head, stored = fmt.encode_block(btype, payload, seq=self._seq, codec=self._codec, schema=schema,
+                                        compressor=self._compressor)
+        self._write_raw(head)
+        self._write_raw(stored)
         self._seq += 1
         self._blocks += 1
 

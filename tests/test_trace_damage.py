@@ -148,7 +148,7 @@ def test_unknown_block_types_are_skipped_by_length(tmp_path: Path, small_trace) 
     for seq, (btype, raw, schema) in enumerate(payloads):
         if btype == fmt.BlockType.SUMMARY:
             summary_at = len(out)
-        out += fmt.encode_block(btype, raw, seq=seq, codec=fmt.Codec.ZSTD, schema=schema)
+        out += b"".join(fmt.encode_block(btype, raw, seq=seq, codec=fmt.Codec.ZSTD, schema=schema))
     out += fmt.encode_footer(summary_at)
     p = tmp_path / "future.katra"
     p.write_bytes(bytes(out))

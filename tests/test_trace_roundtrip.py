@@ -117,20 +117,37 @@ def test_keyboard_interrupt_marks_summary_interrupted(tmp_path: Path) -> None:
 
 
 def test_drop_policy_counts_what_it_dropped(tmp_path: Path) -> None:
-    path = tmp_path / "drop.katra"
-    w = TraceWriter(path, batch_events=10, queue_batches=1, drop_policy="drop", batch_ms=60_000)
+    """The trace goes into a pipe nobody reads yet: the writer thread blocks, batches must be dropped."""
+    import os
+
+    fifo = tmp_path / "pipe.katra"
+    os.mkfifo(fifo)
+    rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    w = TraceWriter(fifo, codec="none", batch_events=100, queue_batches=1, drop_policy="drop", batch_ms=60_000)
     name = w.intern("x")
-    with w._cond:  # hold the writer thread off so batches pile up and must be dropped
-        for i in range(100):
-            w._pack(w._buf, w._off, Kind.FRAME, Clock.CPU, 0, 0, 0, name, i, 0, 0, 0.0)
-            w._off += 42
-            if w._off == w._cap:
-                w._hand_over_locked()
+    total = 20_000  # 840 kB raw: far more than a pipe buffer holds
+    for i in range(total):
+        w.append(Kind.FRAME, Clock.CPU, 0, name, i, 0, i, 0)
+    chunks: list[bytes] = []
+
+    def drain() -> None:
+        os.set_blocking(rfd, True)
+        while chunk := os.read(rfd, 1 << 16):
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
     w.finish()
-    t = open_trace(path, strict=True)
+    reader.join()
+    os.close(rfd)
+    out = tmp_path / "drained.katra"
+    out.write_bytes(b"".join(chunks))
+    t = open_trace(out, strict=True)
     dropped = t.summary["dropped_events"]
-    assert dropped > 0 and t.summary["dropped_batches"] == dropped // 10
-    assert len(t.events) + dropped == 100
+    assert dropped > 0 and t.summary["dropped_batches"] == dropped // 100
+    assert len(t.events) + dropped == total
+    kept = t.events["frame"]
+    assert (np.diff(kept.astype(np.int64)) > 0).all()  # what was kept is in order
     assert t.strings == ["", "x"]  # strings of a dropped batch are kept
 
 
