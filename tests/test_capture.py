@@ -1,0 +1,127 @@
+"""``harness.capture`` on a plain moderngl program (no katra3d scene)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import harness
+from katra_trace import open_trace
+from katra_trace.errors import ConfigError
+from katra_trace.schema import Clock, Flag, Kind
+
+pytestmark = pytest.mark.gl
+
+_VS = """
+#version 330
+in vec2 in_pos;
+void main() { gl_Position = vec4(in_pos, 0.0, 1.0); }
+"""
+_FS = """
+#version 330
+out vec4 f_color;
+void main() { f_color = vec4(1.0, 0.5, 0.0, 1.0); }
+"""
+
+
+@pytest.fixture
+def program(gl_ctx: Any) -> Any:
+    """A user's own moderngl objects: a framebuffer and a triangle."""
+    fbo = gl_ctx.simple_framebuffer((40, 30))
+    prog = gl_ctx.program(vertex_shader=_VS, fragment_shader=_FS)
+    vbo = gl_ctx.buffer(np.array([-1, -1, 3, -1, -1, 3], dtype="f4").tobytes())
+    vao = gl_ctx.vertex_array(prog, [(vbo, "2f", "in_pos")])
+    fbo.use()
+    yield fbo, vao
+    for obj in (vao, vbo, prog, fbo):
+        obj.release()
+    gl_ctx.detect_framebuffer(0).use()
+
+
+def test_capture_frames_and_nested_zones(gl_ctx: Any, program: Any, tmp_path: Path) -> None:
+    fbo, vao = program
+    path = tmp_path / "mine.katra"
+    with harness.capture(gl_ctx, path, workload="my-renderer", notes="hello") as cap:
+        assert cap.timing_mode == "sync"  # llvmpipe
+        for i in range(6):
+            with cap.frame(warmup=i < 2) as index:
+                assert index == i
+                with cap.zone("clear"):
+                    fbo.clear(0.0, 0.0, 0.0, 1.0)
+                with cap.zone("geometry"), cap.zone("triangle"):
+                    vao.render()
+        cap.annotate({"type": "check", "pixel": list(fbo.read(components=4)[:4])})
+    assert cap.frames == 6
+
+    trace = open_trace(path)
+    assert trace.summary["status"] == "complete"
+    assert trace.header["workload"] == "my-renderer" and trace.header["notes"] == "hello"
+    assert trace.header["capture_options"]["api"] == "harness.capture"
+    assert trace.header["capture_options"]["timing_mode"] == "sync"
+    assert trace.header["host_info"]["gl"]["software_renderer"] is True
+    assert trace.annotations[-1] == {"type": "check", "pixel": [255, 128, 0, 255]}
+
+    ev = trace.events
+    frames = ev[(ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.WALL)]
+    assert frames["frame"].tolist() == list(range(6))
+    assert [bool(f & Flag.WARMUP) for f in frames["flags"]] == [True, True, False, False, False, False]
+    zones = ev[(ev["kind"] == Kind.ZONE) & (ev["clock"] == Clock.WALL)]
+    names = [trace.strings[n] for n in zones["name"]]
+    assert names.count("clear") == names.count("geometry") == names.count("triangle") == 6
+    depth = {trace.strings[n]: int(d) for n, d in zip(zones["name"], zones["depth"])}
+    assert depth == {"clear": 1, "geometry": 1, "triangle": 2}
+    by_frame = {int(f["frame"]): f for f in frames}
+    for z in zones:
+        f = by_frame[int(z["frame"])]
+        assert f["start_ns"] <= z["start_ns"] and z["start_ns"] + z["dur_ns"] <= f["start_ns"] + f["dur_ns"]
+    geo = zones[[n == "geometry" for n in names]]
+    tri = zones[[n == "triangle" for n in names]]
+    assert np.all(tri["start_ns"] >= geo["start_ns"])
+    assert np.all(tri["start_ns"] + tri["dur_ns"] <= geo["start_ns"] + geo["dur_ns"])
+    assert gl_ctx.error == "GL_NO_ERROR"
+
+
+def test_capture_zones_off_and_misuse(gl_ctx: Any, program: Any, tmp_path: Path) -> None:
+    fbo, vao = program
+    path = tmp_path / "plain.katra"
+    cap = harness.capture(gl_ctx, path, zones=False, scene="mine")
+    with pytest.raises(ConfigError, match="inside capture.frame"):
+        cap.zone("early")
+    with cap.frame():
+        with cap.zone("ignored"):
+            vao.render()
+        with pytest.raises(ConfigError, match="cannot be nested"):
+            with cap.frame():
+                pass
+    cap.close()
+    with pytest.raises(ConfigError, match="finished"):
+        with cap.frame():
+            pass
+    trace = open_trace(path)
+    ev = trace.events
+    assert not (ev["kind"] == Kind.ZONE).any()
+    assert len(ev[ev["kind"] == Kind.FRAME]) == 2  # cpu + wall
+    assert {trace.strings[s] for s in ev["scene"]} == {"mine"}
+
+
+def test_capture_aborted_by_exception_keeps_a_valid_trace(gl_ctx: Any, program: Any, tmp_path: Path) -> None:
+    fbo, vao = program
+    path = tmp_path / "boom.katra"
+    with pytest.raises(RuntimeError, match="boom"):
+        with harness.capture(gl_ctx, path) as cap:
+            with cap.frame():
+                vao.render()
+            raise RuntimeError("boom")
+    trace = open_trace(path)
+    assert trace.summary["status"] == "aborted"
+    assert "boom" in trace.summary["user"]["error"]
+    assert len(trace.events[trace.events["kind"] == Kind.FRAME]) == 2
+
+
+def test_capture_refuses_gpu_timing_on_software_renderer(gl_ctx: Any, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="software renderer"):
+        harness.capture(gl_ctx, tmp_path / "g.katra", timing="gpu")
+    assert not (tmp_path / "g.katra").exists()
