@@ -154,7 +154,7 @@ def _check_preamble(pre: bytes, size: int) -> tuple[int, int]:
             f"trace format {major}.{minor} is newer than this katra3d build reads "
             f"({fmt.FORMAT_MAJOR}.x); upgrade katra3d (pip install -U katra3d) to read it", 0)
     if flags & ~fmt.KNOWN_FLAGS:
-        raise TraceFormatError(
+        raise TraceVersionError(
             f"trace uses feature flags {flags:#x} unknown to this katra3d build (knows {fmt.KNOWN_FLAGS:#x}); "
             "upgrade katra3d to read it, or the file is damaged", 8)
     if major < 1:
