@@ -50,20 +50,39 @@ def info_dict(trace: Trace) -> dict[str, Any]:
 
 
 def _fmt_value(v: Any) -> str:
+    """One-line form of a scalar, a flat list or a small dict."""
     if isinstance(v, dict):
         return ", ".join(f"{k}={_fmt_value(x)}" for k, x in v.items()) or "-"
     if isinstance(v, (list, tuple)):
         return ", ".join(_fmt_value(x) for x in v) or "-"
-    return str(v)
+    return "-" if v is None or v == "" else str(v)
+
+
+def _is_nested(v: Any) -> bool:
+    if isinstance(v, dict):
+        return any(isinstance(x, (dict, list, tuple)) for x in v.values())
+    return isinstance(v, (list, tuple)) and any(isinstance(x, (dict, list, tuple)) for x in v)
+
+
+def _lines(items: dict[str, Any], indent: str) -> list[str]:
+    """Aligned ``key  value`` lines; nested dicts and lists of dicts get their own indented lines."""
+    out: list[str] = []
+    width = max((len(str(k)) for k in items), default=0)
+    for k, v in items.items():
+        if _is_nested(v):
+            out.append(f"{indent}{k}:")
+            if isinstance(v, dict):
+                out += _lines(v, indent + "  ")
+            else:
+                for x in v:
+                    out.append(f"{indent}  - {_fmt_value(x)}")
+        else:
+            out.append(f"{indent}{str(k).ljust(width)}  {_fmt_value(v)}")
+    return out
 
 
 def _section(title: str, items: dict[str, Any]) -> list[str]:
-    lines = [f"{title}:"]
-    if not items:
-        lines.append("  (none)")
-    width = max((len(k) for k in items), default=0)
-    lines += [f"  {k.ljust(width)}  {_fmt_value(v)}" for k, v in items.items()]
-    return lines
+    return [f"{title}:"] + (_lines(items, "  ") if items else ["  (none)"])
 
 
 def render_text(trace: Trace) -> str:
