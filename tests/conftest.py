@@ -94,3 +94,7 @@ def harness_session() -> Iterator[Any]:
     ctx, _ = _egl_context()
     if ctx is not None:
         ctx.__enter__()
+
+
+# --- issue 5 (stats/compare/CI): the pytester fixture, for tests/test_plugin.py ---------------
+pytest_plugins = ["pytester"]

@@ -1,0 +1,183 @@
+"""pytest plugin (entry point ``pytest11``: ``katra3d``): scenes as tests and benchmarks.
+
+* Fixture ``katra_scene``: a callable that runs a scene in-process for N
+  frames on a headless GL context, records a trace, and returns a
+  :class:`SceneRun` with the scene's statistics (see katra_trace.stats)::
+
+      @pytest.mark.gl
+      def test_fill(katra_scene):
+          run = katra_scene("fillrate", frames=30, size=(64, 64), params={"layers": 2})
+          assert run.stats["wall"]["n"] == 30
+
+* With pytest-benchmark, pass its fixture: every measured frame is one
+  ``benchmark.pedantic`` round (one iteration), so pytest-benchmark's stats
+  and ``--benchmark-compare`` see frame times; GL and host info and the
+  katra3d statistics go to ``benchmark.extra_info["katra3d"]``::
+
+      def test_fill_bench(katra_scene, benchmark):
+          katra_scene("fillrate", frames=60, benchmark=benchmark)
+
+  In ``sync`` timing mode (software renderers) each frame ends with
+  glFinish, so pytest-benchmark's time per round is the frame's wall time;
+  in ``gpu`` mode it is the CPU submit time (the GPU times are in the trace).
+
+* Registers the ``gl`` marker.
+
+Importing this module imports nothing but pytest and the standard library:
+it is loaded into every pytest run of a project that installs katra3d. GL
+modules are imported only when a test calls ``katra_scene``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+GL_MARKER = "gl: renders through a real OpenGL context (Mesa llvmpipe via EGL in CI)"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", GL_MARKER)
+
+
+@dataclasses.dataclass(frozen=True)
+class SceneRun:
+    """What :func:`run_scene` produced.
+
+    ``stats``: ``{clock: {stat: value}}`` for the scene's frames (warmup
+    excluded; keys as in ``katra_trace.stats.FrameStats.as_dict``);
+    ``zones``: ``{zone: {clock: {stat: value}}}``; ``clock``: the clock the
+    capture trusts (``wall`` in sync mode, ``gpu`` in gpu mode); ``trace``:
+    the trace file; ``info``: what goes to the benchmark's extra_info.
+    """
+
+    scene: str
+    stats: dict[str, dict[str, Any]]
+    zones: dict[str, dict[str, dict[str, Any]]]
+    clock: str
+    timing_mode: str
+    trace: Path
+    info: dict[str, Any]
+
+    @property
+    def primary(self) -> dict[str, Any]:
+        """The statistics on the trusted clock."""
+        return self.stats[self.clock]
+
+
+def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5,
+              size: tuple[int, int] = (128, 128), params: Mapping[str, Any] | None = None,
+              timing: str = "auto", zones: bool = False, seed: int = 0, benchmark: Any = None) -> SceneRun:
+    """Run scene ``name`` for ``warmup`` + ``frames`` frames into the trace file ``trace``.
+
+    Raises katra_trace errors (SceneError, ConfigError, BackendUnavailable)
+    like ``katra3d run``; ``benchmark`` (pytest-benchmark's fixture) times
+    each measured frame as one pedantic round.
+    """
+    from harness import backends
+    from harness.capture import Capture
+    from harness.timing import HarnessFrame, seed_key
+    from katra_trace.errors import ConfigError
+    from katra_trace.reader import open_trace
+    from katra_trace.stats import trace_stats
+    from scenes.api import NOMINAL_RATE_HZ
+    from scenes.registry import get_scene, resolve_params
+
+    if frames < 1 or warmup < 0:
+        raise ConfigError(f"katra_scene needs frames >= 1 and warmup >= 0, got frames={frames} warmup={warmup}")
+    cls = get_scene(name)
+    label = getattr(cls, "name", "") or name
+    resolved = dict(resolve_params(cls, dict(params or {})))
+    size = (int(size[0]), int(size[1]))
+    session = backends.open_session(None, size=size)
+    scene = cls()
+    try:
+        scene.setup(session.ctx, size, dict(resolved))
+        session.ctx.finish()
+        options = {"api": "katra_scene", "size": list(size), "samples": 0, "frames": frames, "warmup": warmup,
+                   "seed": seed, "resolved": {"size": list(size), "samples": 0,
+                                              "scenes": [{"label": label, "spec": name, "params": resolved}]}}
+        cap = Capture(session.ctx, trace, workload=label, scene=label, zones=zones, timing=timing,
+                      capture_options=options)
+        key = seed_key(seed, label)
+        bind = session.fbo.use
+
+        def one_frame(warm: bool = False) -> None:
+            with cap.frame(warmup=warm) as i:
+                scene.render(HarnessFrame(i, i / NOMINAL_RATE_HZ, key, cap.zone))
+
+        with cap:
+            for _ in range(warmup):
+                bind()
+                one_frame(True)
+            if benchmark is None:
+                for _ in range(frames):
+                    bind()
+                    one_frame()
+            elif getattr(benchmark, "disabled", False):
+                # --benchmark-disable: pedantic runs its target once, untimed; render the rest here
+                for _ in range(frames - 1):
+                    bind()
+                    one_frame()
+                benchmark.pedantic(one_frame, setup=bind, rounds=1, iterations=1)
+            else:
+                benchmark.pedantic(one_frame, setup=bind, rounds=frames, iterations=1, warmup_rounds=0)
+    finally:
+        try:
+            scene.release()
+        finally:
+            session.close()
+    opened = open_trace(trace)
+    result = trace_stats(opened)["scenes"].get(label, {"metrics": {}, "zones": {}})
+    clock = str(opened.header.get("capture_options", {}).get("primary_clock", "wall"))
+    if clock not in result["metrics"] and result["metrics"]:
+        clock = next(iter(result["metrics"]))
+    host = opened.header.get("host_info", {})
+    gl = host.get("gl", {})
+    primary = result["metrics"].get(clock, {})
+    info = {
+        "scene": label, "params": resolved, "size": list(size), "frames": frames, "warmup": warmup,
+        "timing_mode": cap.timing_mode, "clock": clock,
+        "gl_renderer": gl.get("renderer"), "gl_version": gl.get("version"), "driver": gl.get("driver"),
+        "backend": host.get("backend"), "cpu_model": host.get("system", {}).get("cpu_model"),
+        "trace": str(trace),
+        **{k: primary.get(k) for k in ("median_ms", "p99_ms", "fps_avg", "fps_low_1pct",
+                                       "fps_low_1pct_integral", "stutter_pct")},
+    }
+    if benchmark is not None:
+        benchmark.extra_info["katra3d"] = info
+    return SceneRun(label, result["metrics"], result["zones"], clock, cap.timing_mode, Path(trace), info)
+
+
+@pytest.fixture
+def katra_scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., SceneRun]]:
+    """``katra_scene(name, frames=60, warmup=5, size=(128, 128), params=None, timing="auto",
+    zones=False, seed=0, benchmark=None) -> SceneRun``: run a scene in-process and get its stats.
+
+    Skips the test when no GL context can be opened or the scene says it
+    cannot run here (SceneSkip); traces go to a temporary directory.
+    """
+    base = tmp_path_factory.mktemp("katra3d")
+    count = [0]
+
+    def run(name: str, **kwargs: Any) -> SceneRun:
+        from katra_trace.errors import BackendUnavailable
+        from scenes.api import SceneSkip
+
+        count[0] += 1
+        path = base / f"{count[0]:02d}-{name.replace('/', '_').replace(':', '_')}.katra"
+        try:
+            return run_scene(name, path, **kwargs)
+        except BackendUnavailable as exc:
+            pytest.skip(f"no usable OpenGL: {exc}")
+        except SceneSkip as exc:
+            pytest.skip(f"scene {name!r} cannot run here: {exc}")
+
+    yield run
+
+
+__all__ = ["GL_MARKER", "SceneRun", "katra_scene", "run_scene"]
