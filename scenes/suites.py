@@ -89,7 +89,7 @@ SUITES: dict[str, Suite] = {
         name="default",
         description="every scene at 1280x720 with default params (what `make run` runs)",
         size=(1280, 720),
-        frames=60,
+        frames=100,
         warmup=5,
         entries=_DEFAULT_ENTRIES,
     ),
