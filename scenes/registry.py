@@ -219,9 +219,12 @@ def convert_param(scene_name: str, key: str, param: Param, value: Any) -> Any:
                 raise bad(f"expects true/false, got '{value}'")
         elif kind is int:
             try:
-                out = int(text, 0)
+                out = int(text)
             except ValueError:
-                raise bad(f"expects an integer, got '{value}'") from None
+                try:
+                    out = int(text, 0)  # 0x10, 0o17, 1_000
+                except ValueError:
+                    raise bad(f"expects an integer, got '{value}'") from None
         elif kind is float:
             try:
                 out = float(text)

@@ -147,7 +147,7 @@ def test_entry_point_that_cannot_load(installed_user_package: Path) -> None:
 
 def test_resolve_params_converts_cli_strings() -> None:
     geo = get_scene("geometry")
-    assert resolve_params(geo, {"detail": "8", "indexed": "false", "cull": "yes"}) == {
+    assert resolve_params(geo, {"detail": "08", "indexed": "false", "cull": "yes"}) == {
         "detail": 8, "indexed": False, "cull": True}
     tex = get_scene("texture")
     assert resolve_params(tex, {"filter": "linear"})["filter"] == "linear"
