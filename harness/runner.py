@@ -369,7 +369,9 @@ def _scene_loop(timer: Any, session: Any, scene: Any, key: tuple[int, int], firs
     from scenes.api import NOMINAL_RATE_HZ
 
     render = scene.render
-    bind = session.fbo.use
+    ctx = session.ctx
+    fbo = session.fbo
+    bind = fbo.use
     begin = timer.begin_frame
     end = timer.end_frame
     zone = timer.zone
@@ -384,7 +386,8 @@ def _scene_loop(timer: Any, session: Any, scene: Any, key: tuple[int, int], firs
                 break
         elif pc() >= deadline_ns:  # type: ignore[operator]
             break
-        bind()
+        if ctx.fbo is not fbo:
+            bind()
         begin(i, flags)
         render(HarnessFrame(i, i / rate, key, zone))
         end()
