@@ -42,8 +42,9 @@ class GeometryScene(BuiltinScene):
 
     * ``indexed`` true: 32-bit index buffer over shared vertices; false: the
       same triangles expanded to a flat list (3 vertices per triangle). On
-      llvmpipe 32-bit indexed draws were measured ~3x slower than
-      non-indexed; on GPUs indexed is usually faster (post-transform cache).
+      llvmpipe 32-bit indexed draws can be much slower than non-indexed
+      (up to ~3x reported; 0.8x-1.5x measured with this mesh); on GPUs
+      indexed is usually faster (post-transform cache). See docs/scenes.md.
     * ``cull`` true (default): back faces culled (the mesh is closed and its
       faces are wound counter-clockwise outward), which roughly halves
       rasterization work; false draws both sides (the hidden ones fail the depth test).
