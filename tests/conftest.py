@@ -98,3 +98,24 @@ def harness_session() -> Iterator[Any]:
 
 # --- issue 5 (stats/compare/CI): the pytester fixture, for tests/test_plugin.py ---------------
 pytest_plugins = ["pytester"]
+
+
+# --- scenes helper's fixtures (issue 4) ---------------------------------------------------
+
+
+@pytest.fixture
+def installed_user_scene_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A real installed distribution (a ``.dist-info`` on sys.path, no mocking) whose
+    ``katra3d.scenes`` entry points are ``user-stripes`` (tests/data/user_scene_pkg)
+    and ``user-broken`` (a module that does not exist). Yields the site directory."""
+    dist = tmp_path / "katra3d_user_demo-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: katra3d-user-demo\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[katra3d.scenes]\nuser-stripes = katra3d_user_demo:Stripes\n"
+        "user-broken = katra3d_user_demo_missing:Nope\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(REPO / "tests" / "data" / "user_scene_pkg"))
+    yield tmp_path
+    sys.modules.pop("katra3d_user_demo", None)

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import struct
-import sys
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -107,27 +105,7 @@ def test_file_that_raises_on_import(tmp_path: Path) -> None:
         get_scene(f"{bad}:X")
 
 
-def _write_dist_info(root: Path) -> None:
-    dist = root / "katra3d_user_demo-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: katra3d-user-demo\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(
-        "[katra3d.scenes]\nuser-stripes = katra3d_user_demo:Stripes\n"
-        "user-broken = katra3d_user_demo_missing:Nope\n"
-    )
-
-
-@pytest.fixture
-def installed_user_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A real (not mocked) installed distribution on sys.path offering two entry points."""
-    _write_dist_info(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.syspath_prepend(str(DATA / "user_scene_pkg"))
-    yield tmp_path
-    sys.modules.pop("katra3d_user_demo", None)
-
-
-def test_scene_from_entry_point(installed_user_package: Path) -> None:
+def test_scene_from_entry_point(installed_user_scene_package: Path) -> None:
     cls = get_scene("user-stripes")
     assert cls.name == "user-stripes"
     assert cls.__module__ == "katra3d_user_demo"
@@ -137,7 +115,7 @@ def test_scene_from_entry_point(installed_user_package: Path) -> None:
     assert "did you mean 'user-stripes'" in str(info.value)
 
 
-def test_entry_point_that_cannot_load(installed_user_package: Path) -> None:
+def test_entry_point_that_cannot_load(installed_user_scene_package: Path) -> None:
     with pytest.raises(SceneError, match=r"cannot load scene 'user-broken' from entry point"):
         get_scene("user-broken")
 
@@ -276,9 +254,8 @@ def test_cli_scenes_json_lists_every_scene(katra_cli) -> None:  # type: ignore[n
     assert data["suites"]["default"]["size"] == [1280, 720]
 
 
-def test_cli_scenes_text_and_entry_point(katra_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    _write_dist_info(tmp_path)
-    env = {"PYTHONPATH": f"{tmp_path}:{DATA / 'user_scene_pkg'}"}
+def test_cli_scenes_text_and_entry_point(katra_cli, installed_user_scene_package: Path) -> None:  # type: ignore[no-untyped-def]
+    env = {"PYTHONPATH": f"{installed_user_scene_package}:{DATA / 'user_scene_pkg'}"}
     proc = katra_cli("scenes", env=env)
     assert proc.returncode == 0, proc.stderr
     assert "geometry  -  procedural high-poly lit mesh" in proc.stdout

@@ -123,6 +123,13 @@ def test_user_scene_from_file_renders(gl_ctx: Any) -> None:
     assert len(changes) >= 3
 
 
+def test_user_scene_from_entry_point_renders(gl_ctx: Any, installed_user_scene_package: Path) -> None:
+    cls = get_scene("user-stripes")
+    res = run_offscreen(gl_ctx, cls, SIZE, {"stripes": 6}, frames=2)
+    colours, std = _image_stats(res.pixels)
+    assert colours == 6 and std > 8.0
+
+
 def test_user_shader_that_does_not_compile(gl_ctx: Any) -> None:
     cls = get_scene(f"{DATA / 'user_scenes' / 'bad_shader.py'}:BrokenShader")
     with pytest.raises(SceneError) as info:

@@ -96,7 +96,8 @@ class TextureScene(BuiltinScene):
     generated in code and sampled per fragment (texture bandwidth, cache and
     filtering). The floor runs to the horizon so many mip levels are used.
     ``filter``: nearest (no mipmaps), linear (no mipmaps), trilinear (mipmaps),
-    anisotropic (trilinear + max anisotropy, up to 16).
+    anisotropic (trilinear + max anisotropy, up to 16; plain trilinear where
+    the context has no anisotropic filtering).
     """
 
     name = "texture"
@@ -126,7 +127,7 @@ class TextureScene(BuiltinScene):
             else:
                 tex.build_mipmaps()
                 tex.filter = (ctx.LINEAR_MIPMAP_LINEAR, ctx.LINEAR)
-                if filt == "anisotropic":
+                if filt == "anisotropic" and float(ctx.max_anisotropy) > 1.0:
                     tex.anisotropy = min(16.0, float(ctx.max_anisotropy))
             self.textures.append(tex)
         for i in range(4):
