@@ -322,7 +322,7 @@ def _decide(m: dict[str, Any], p_holm: float, threshold: float, alpha: float,
     unit = m.get("unit", "")
     if unit == "frames":
         notes.append(
-            f"{m['runs_base']} run(s) vs {m['runs_new']}: run-to-run noise is unknown; the p-value "
+            f"with {m['runs_base']} run(s) vs {m['runs_new']}, run-to-run noise is unknown: the p-value "
             f"and interval cover only frame-to-frame noise, so only the {thr_pct:g}% threshold guards "
             f"against run-to-run differences; for a test, use >= {min_runs_for_alpha(alpha / max(n_tests, 1))} "
             "runs a side (katra3d ab)")

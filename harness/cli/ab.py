@@ -63,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
                               f"got {getattr(args, name)!r}")
     if args.rounds < 1:
         raise ConfigError(f"--rounds must be >= 1, got {args.rounds}")
-    root = Path(args.output or f"katra3d-ab-{time.strftime('%Y%m%d-%H%M%S')}")
+    # absolute, so that commands which change directory still write where we look
+    root = Path(args.output or f"katra3d-ab-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     dirs = {"base": root / "base", "new": root / "new"}
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)

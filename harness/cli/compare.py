@@ -119,10 +119,15 @@ def print_comparison(result: Any, fmt: str, base: str, new: str) -> None:
     if fmt == "markdown":
         sys.stdout.write(f"**BASE** `{base}` vs **NEW** `{new}`\n\n")
     emit_table(columns, rows, fmt, title=title)
-    notes = list(result.notes)
+    by_note: dict[str, list[str]] = {}
     for s in result.scenes:
-        notes.extend(f"{s.scene}: {n}" for n in s.notes)
-    for note in dict.fromkeys(notes):
+        for n in s.notes:
+            by_note.setdefault(n, []).append(s.scene)
+    notes = list(result.notes)
+    for note, scenes in by_note.items():
+        every = len(scenes) == len(result.scenes)
+        notes.append(note if every else f"{', '.join(scenes)}: {note}")
+    for note in notes:
         sys.stdout.write(("- " if fmt == "markdown" else "note: ") + note + "\n")
 
 
