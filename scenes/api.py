@@ -9,9 +9,12 @@ lifecycle::
         stresses = ("vertex",)
         params = {"count": Param(1, int, 1, 1000, "cubes drawn")}
 
-        def setup(self, ctx, size, params): ...   # compile, upload
-        def render(self, frame): ...              # draw one frame into ctx.fbo / self.fbo
-        def release(self): ...                    # free GL objects
+        def setup(self, ctx, size, params):
+            self.check_requirements(ctx)          # SceneSkip if GL version/extensions lack
+            self.bind_target(ctx, size)           # the framebuffer bound now -> self.target
+            ...                                   # compile (scenes.shaders.compile_program), upload
+        def render(self, frame): ...              # draw one frame into self.target
+        def release(self): ...                    # free GL objects, then self.release_target()
 
 ``render`` gets a :class:`Frame` from the harness: the frame index, a
 deterministic time (``index / nominal_rate_hz``, never the wall clock), a
