@@ -21,6 +21,7 @@ statistics.
 
 from __future__ import annotations
 
+import contextlib
 import types
 from pathlib import Path
 from typing import Any
@@ -140,7 +141,10 @@ class Capture:
         status = "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "aborted"
         self._closed = True
         try:
-            self._buffer.flush()
+            with contextlib.suppress(Exception):
+                self._timer.drain()  # keep every frame measured before the failure
+            with contextlib.suppress(Exception):
+                self._timer.close()
         finally:
             self.writer.finish({"frames": self.frames, "error": f"{exc_type.__name__}: {exc}"}, status=status)
 

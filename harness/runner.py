@@ -461,6 +461,8 @@ def run(config: RunConfig, *, progress_stream: TextIO | None = None, quiet: bool
     except BaseException as exc:
         if timer is not None:
             with contextlib.suppress(Exception):
+                timer.drain()  # keep every frame measured before the failure
+            with contextlib.suppress(Exception):
                 timer.close()
         if writer is not None and not writer.finished:
             with contextlib.suppress(Exception):

@@ -196,3 +196,61 @@ def test_doctor(katra_cli: Any) -> None:
     assert text.returncode == 0
     assert "recommended timing: sync" in text.stdout
     assert "glfw  unavailable: no display" in text.stdout
+
+
+_USER_SCENES = '''
+from scenes.api import Scene, SceneSkip
+
+
+class NeedsMore(Scene):
+    name = "needs_more"
+
+    def setup(self, ctx, size, params):
+        raise SceneSkip("needs GL_NV_imaginary")
+
+    def render(self, frame):
+        pass
+
+
+class Broken(Scene):
+    name = "broken"
+
+    def setup(self, ctx, size, params):
+        self.n = 0
+
+    def render(self, frame):
+        self.n += 1
+        if self.n == 3:
+            raise RuntimeError("boom in render")
+'''
+
+
+def test_skipped_scene_is_recorded_and_the_run_goes_on(katra_cli: Any, tmp_path: Path) -> None:
+    (tmp_path / "mine.py").write_text(_USER_SCENES)
+    res = katra_cli("run", "mine.py:NeedsMore", "triangle", "--frames", "3", "--warmup", "0",
+                    "--size", "16x16", "-o", "s.katra")
+    assert res.returncode == 0, res.stderr
+    assert "needs_more: skipped: needs GL_NV_imaginary" in res.stderr
+    trace = open_trace(tmp_path / "s.katra")
+    ev = trace.events
+    skipped = ev[(ev["kind"] == Kind.MARKER) & ((ev["flags"] & Flag.SKIPPED) != 0)]
+    assert [trace.strings[s] for s in skipped["scene"]] == ["needs_more"]
+    notes = {a["scene"]: a for a in trace.annotations if a.get("type") == "scene"}
+    assert notes["needs_more"]["status"] == "skipped"
+    assert notes["needs_more"]["reason"] == "needs GL_NV_imaginary"
+    assert notes["triangle"]["status"] == "ok"
+    assert len(_frames(ev, Clock.WALL, warmup=False)) == 3
+    assert "skipped" in res.stdout
+
+
+def test_scene_failure_aborts_and_keeps_the_partial_trace(katra_cli: Any, tmp_path: Path) -> None:
+    (tmp_path / "mine.py").write_text(_USER_SCENES)
+    res = katra_cli("run", "mine.py:Broken", "--frames", "5", "--warmup", "0", "--size", "16x16",
+                    "-o", "b.katra")
+    assert res.returncode == 2
+    assert "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines()[-1] == (
+        "katra3d: error: scene 'broken' failed while rendering: RuntimeError: boom in render")
+    trace = open_trace(tmp_path / "b.katra")
+    assert trace.summary["status"] == "aborted"
+    assert len(_frames(trace.events, Clock.WALL, warmup=False)) == 2
