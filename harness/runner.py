@@ -378,6 +378,7 @@ def _scene_loop(timer: Any, session: Any, scene: Any, key: tuple[int, int], firs
     pc = time.perf_counter_ns
     rate = NOMINAL_RATE_HZ
     show = progress.tty
+    next_update_ns = 0
     i = first
     done = 0
     while not stop.set:
@@ -393,8 +394,13 @@ def _scene_loop(timer: Any, session: Any, scene: Any, key: tuple[int, int], firs
         end()
         i += 1
         done += 1
-        if show and not done & 15:
-            progress.advance(done)
+        if show:
+            now = pc()
+            if now >= next_update_ns:
+                progress.advance(done)
+                next_update_ns = now + 100_000_000
+    if show:
+        progress.advance(done)
     return done
 
 

@@ -27,6 +27,16 @@ void main() { f_color = vec4(1.0, 0.5, 0.0, 1.0); }
 """
 
 
+def _debug_group_depth() -> int:
+    import ctypes
+
+    from OpenGL import GL
+
+    out = ctypes.c_int(0)
+    GL.glGetIntegerv(0x826D, ctypes.byref(out))  # GL_DEBUG_GROUP_STACK_DEPTH
+    return int(out.value)
+
+
 @pytest.fixture
 def program(gl_ctx: Any) -> Any:
     """A user's own moderngl objects: a framebuffer and a triangle."""
@@ -44,6 +54,8 @@ def program(gl_ctx: Any) -> Any:
 def test_capture_frames_and_nested_zones(gl_ctx: Any, program: Any, tmp_path: Path) -> None:
     fbo, vao = program
     path = tmp_path / "mine.katra"
+    depths: list[int] = []
+    base_depth = _debug_group_depth()
     with harness.capture(gl_ctx, path, workload="my-renderer", notes="hello") as cap:
         assert cap.timing_mode == "sync"  # llvmpipe
         for i in range(6):
@@ -53,8 +65,11 @@ def test_capture_frames_and_nested_zones(gl_ctx: Any, program: Any, tmp_path: Pa
                     fbo.clear(0.0, 0.0, 0.0, 1.0)
                 with cap.zone("geometry"), cap.zone("triangle"):
                     vao.render()
+                    depths.append(_debug_group_depth())
         cap.annotate({"type": "check", "pixel": list(fbo.read(components=4)[:4])})
     assert cap.frames == 6
+    assert depths == [base_depth + 2] * 6  # each zone pushed a KHR_debug group
+    assert _debug_group_depth() == base_depth
 
     trace = open_trace(path)
     assert trace.summary["status"] == "complete"
