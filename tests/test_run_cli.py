@@ -113,9 +113,11 @@ def test_signal_stops_at_frame_end_and_marks_interrupted(tmp_path: Path, signum:
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr is not None
-        line = proc.stderr.readline()
-        assert "triangle: running" in line, line
-        time.sleep(0.3)
+        seen = [proc.stderr.readline() for _ in range(1)]
+        while "triangle: running" not in seen[-1] and seen[-1] and len(seen) < 20:
+            seen.append(proc.stderr.readline())
+        assert "triangle: running" in seen[-1], seen
+        time.sleep(1.0)  # well past setup: some frames are measured
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=60)
     finally:
