@@ -197,12 +197,19 @@ def host_info(session: Any) -> dict[str, Any]:
     ``session`` is a :class:`harness.backends.GLSession` (or anything with
     ``ctx``, ``backend`` and ``device``).
     """
-    from harness.backends import current_egl_info
+    from harness.backends import current_egl_info, list_egl_devices
 
     egl: dict[str, Any] = {}
     if getattr(session, "backend", "") == "egl":
         egl = dict(current_egl_info())
-        egl["device_index"] = session.device if session.device is not None else 0
+        index = session.device if session.device is not None else 0
+        egl["device_index"] = index
+        devices = list_egl_devices()
+        if 0 <= index < len(devices):
+            dev = devices[index]
+            egl["device"] = {"drm_device": dev["drm_device"], "renderer": dev["renderer"],
+                             "software": dev["software"]}
+        egl["device_count"] = len(devices)
     return {
         "backend": getattr(session, "backend", ""),
         "gl": gl_info(session.ctx),

@@ -42,8 +42,13 @@ def test_glfw_without_display_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.gl
 def test_egl_session_framebuffer(harness_session: Any) -> None:
-    session = harness_session("egl", size=(48, 32), samples=4)
-    assert session.backend == "egl"
+    session = harness_session("egl", device=0, size=(48, 32), samples=4)
+    assert session.backend == "egl" and session.device == 0
+    from harness.probe import host_info
+
+    egl = host_info(session)["egl"]
+    assert egl["device_index"] == 0 and egl["vendor"] and egl["version"]
+    assert egl["device_count"] >= 1 and set(egl["device"]) == {"drm_device", "renderer", "software"}
     assert session.ctx.fbo is session.fbo
     assert tuple(session.fbo.size) == (48, 32)
     assert session.fbo.samples == 4
