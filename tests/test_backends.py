@@ -89,9 +89,9 @@ def test_samples_above_the_limit_is_a_config_error(harness_session: Any) -> None
 @pytest.mark.gl
 def test_egl_devices_listed() -> None:
     devices = backends.list_egl_devices()
-    assert devices, "Mesa exposes at least its software EGL device"
+    assert devices, "the EGL context the tests use comes from one of these devices"
     assert [d["index"] for d in devices] == list(range(len(devices)))
-    assert any(d["software"] for d in devices)
+    assert all(isinstance(d["software"], bool) and isinstance(d["extensions"], list) for d in devices)
 
 
 # --------------------------------------------------------------------------- glfw under Xvfb
