@@ -18,6 +18,7 @@ import ctypes
 import ctypes.util
 import dataclasses
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -186,6 +187,9 @@ def _open_egl(device: int | None, size: tuple[int, int], samples: int) -> GLSess
     why = _check_egl()
     if why:
         raise BackendUnavailable(f"backend 'egl' unavailable: {why}")
+    if "OpenGL" not in sys.modules and "PYOPENGL_PLATFORM" not in os.environ:
+        # Resolve the raw GL calls of the timers through EGL too (no GLX needed on headless hosts).
+        os.environ["PYOPENGL_PLATFORM"] = "egl"
     import moderngl
 
     kwargs: dict[str, Any] = {"backend": "egl", "require": REQUIRE_GL}

@@ -609,6 +609,7 @@ def timer_query_reliability(ctx: Any, size: tuple[int, int] = (512, 512), iters:
     result = ctypes.c_uint64(0)
     gpu_ns: list[int] = []
     wall_ns: list[int] = []
+    previous = ctx.fbo
     try:
         fbo.use()
         prog["u_iters"].value = iters
@@ -629,6 +630,7 @@ def timer_query_reliability(ctx: Any, size: tuple[int, int] = (512, 512), iters:
             wall_ns.append(t1 - t0)
     finally:
         gl.delete_queries(queries)
+        (previous if previous is not None else ctx.detect_framebuffer(0)).use()
         for obj in (vao, vbo, prog, fbo, color):
             obj.release()
     gpu_ms = float(np.median(gpu_ns)) / 1e6

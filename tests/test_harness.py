@@ -191,7 +191,12 @@ def test_gpu_timer_ring_readback_and_calibration(gl_ctx: Any, tmp_path: Path) ->
 
 @pytest.mark.gl
 def test_timer_query_reliability_flags_llvmpipe(gl_ctx: Any) -> None:
+    mine = gl_ctx.simple_framebuffer((8, 8))
+    mine.use()
     check = timing.timer_query_reliability(gl_ctx, size=(256, 256), iters=32, repeats=1)
+    assert gl_ctx.fbo is mine  # the caller's framebuffer is bound again
+    mine.release()
+    gl_ctx.detect_framebuffer(0).use()
     assert check["verdict"] == "unreliable"
     assert check["wall_ms"] > 0 and check["ratio"] < 0.5
 
