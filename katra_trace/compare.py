@@ -404,10 +404,10 @@ def compare_runs(
                                              reason=incomparable[scene], metric=metric)
         elif scene not in base or not _clean_runs(base[scene]):
             results[scene] = SceneComparison(scene=scene, verdict="incomparable",
-                                             reason="missing in BASE", metric=metric)
+                                             reason="missing in BASE (no measured frames)", metric=metric)
         elif scene not in new or not _clean_runs(new[scene]):
             results[scene] = SceneComparison(scene=scene, verdict="incomparable",
-                                             reason="missing in NEW", metric=metric)
+                                             reason="missing in NEW (no measured frames)", metric=metric)
         else:
             measured[scene] = _measure_scene(scene, base[scene], new[scene], alpha, seed + i, metric)
     tested = [s for s in measured if min(measured[s]["frames_base"], measured[s]["frames_new"]) >= MIN_FRAMES]

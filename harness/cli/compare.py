@@ -118,7 +118,12 @@ def print_comparison(result: Any, fmt: str, base: str, new: str) -> None:
              f"alpha {result.alpha:g}): {summary}")
     if fmt == "markdown":
         sys.stdout.write(f"**BASE** `{base}` vs **NEW** `{new}`\n\n")
-    emit_table(columns, rows, fmt, title=title)
+        emit_table(columns, rows, fmt, title=title)
+    else:  # terminal: the reasons go below the table, one line per scene
+        emit_table(columns[:-1], [r[:-1] for r in rows], fmt, title=title)
+        width = max(len(s.scene) for s in result.scenes) if result.scenes else 0
+        for s in result.scenes:
+            sys.stdout.write(f"{s.scene.ljust(width)}  {s.verdict}: {s.reason}\n")
     by_note: dict[str, list[str]] = {}
     for s in result.scenes:
         for n in s.notes:

@@ -67,10 +67,14 @@ def emit_table(columns: Sequence[str], rows: Sequence[Sequence[str]], fmt: str, 
 
         table = Table(title=title or None)
         for col in columns:
-            table.add_column(col, overflow="fold")
+            table.add_column(col, no_wrap=True)
         for row in rows:
             table.add_row(*row)
-        Console().print(table)
+        # never squeeze numbers into ellipses: widen past a narrow terminal instead
+        needed = sum(max([len(c)] + [len(r[i]) for r in rows]) + 3 for i, c in enumerate(columns)) + 1
+        console = Console()
+        console.width = max(console.width, needed)
+        console.print(table)
         return
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
     if title:
