@@ -134,3 +134,21 @@ def test_events_stats_excludes_warmup_setup_and_markers() -> None:
     assert fill["zones"]["draw"]["wall"]["median_ms"] == pytest.approx(10.0)
     assert "setup" not in fill["zones"]
     assert events_stats(ev, strings, zones=False)["scenes"]["fill"]["zones"] == {}
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=10**9), min_size=1, max_size=400))
+def test_invariants_hold_for_any_positive_durations(durs: list[int]) -> None:
+    s = frame_stats(np.array(durs, dtype=np.float64))
+    slowest_fps = 1000.0 / s.max_ms
+    tol = 1 + 1e-9
+    assert s.min_ms <= s.median_ms <= s.max_ms
+    assert s.p90_ms <= s.p95_ms * tol and s.p95_ms <= s.p99_ms * tol and s.p99_ms <= s.max_ms * tol
+    assert slowest_fps <= s.fps_low_0_1pct * tol <= s.fps_low_1pct * tol**2 <= s.fps_avg * tol**3
+    assert slowest_fps <= s.fps_low_0_1pct_integral * tol <= s.fps_low_1pct_integral * tol**2
+    assert 0.0 <= s.stutter_pct <= 100.0
+    assert s.mad_ms >= 0 and s.stdev_ms >= 0
