@@ -201,13 +201,13 @@ def plan_run(config: RunConfig) -> RunPlan:
     seen: dict[str, int] = {}
     for spec, suite_params in raw:
         cls = get_scene(spec)
-        name = getattr(cls, "name", "") or spec
+        name = str(getattr(cls, "name", "") or spec)
         merged = {**dict(suite_params), **overrides.get(name, {}), **overrides.get(spec, {})}
         params = resolve_params(cls, merged)
         seen[name] = seen.get(name, 0) + 1
         label = name if seen[name] == 1 else f"{name}#{seen[name]}"
         entries.append(SceneEntry(label, spec, cls, params))
-    names = {e.cls.name for e in entries} | {e.spec for e in entries}
+    names = {str(getattr(e.cls, "name", "")) for e in entries} | {e.spec for e in entries}
     for scene_name in overrides:
         if scene_name not in names:
             raise ConfigError(f"--param names scene '{scene_name}', which is not in this run; "
@@ -432,6 +432,7 @@ def run(config: RunConfig, *, progress_stream: TextIO | None = None, quiet: bool
             "resolved": {
                 "frames": plan.frames, "duration_s": plan.duration_s, "warmup": plan.warmup,
                 "size": list(plan.size), "samples": cfg.samples, "backend": session.backend,
+                "output": str(plan.output),
                 "device": session.device,
                 "scenes": [{"label": e.label, "spec": e.spec, "params": dict(e.params)} for e in plan.entries],
             },
@@ -456,7 +457,7 @@ def run(config: RunConfig, *, progress_stream: TextIO | None = None, quiet: bool
         status = "interrupted" if stop.set else "complete"
         if stop.set:
             prog.line(f"stopped by {stop.signal_name}: trace finished as interrupted")
-        summary = {"scenes": [r.row() for r in results], "timing_mode": mode, "timing_reason": reason,
+        summary: dict[str, Any] = {"scenes": [r.row() for r in results], "timing_mode": mode, "timing_reason": reason,
                    "primary_clock": timer.primary_clock.name.lower()}
         if isinstance(timer, timing.GpuTimer):
             summary["gpu_max_lag_frames"] = timer.max_lag_frames

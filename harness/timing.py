@@ -104,7 +104,7 @@ class EventBuffer:
 
     def __init__(self, writer: Any, max_rows: int = 1024, max_age_ns: int = 250_000_000) -> None:
         self.writer = writer
-        self.rows: list[tuple[int, ...]] = []
+        self.rows: list[tuple[int | float, ...]] = []
         self.add = self.rows.append
         self.frames: list[tuple[int, ...]] = []
         self.add_frame = self.frames.append
