@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 import warnings
 from collections.abc import Sequence
+from typing import NoReturn
 
 from katra_trace.errors import KatraError
 
@@ -36,8 +38,22 @@ def _version() -> str:
     return __version__
 
 
+class KatraArgumentParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line, exit code 2, no usage dump.
+
+    ``add_subparsers`` makes every subcommand's parser of this class too.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        words = self.prog.split()
+        where = f"{words[-1]}: " if len(words) > 1 else ""
+        helper = f"katra3d {words[-1]} --help" if len(words) > 1 else "katra3d --help"
+        print(f"katra3d: error: {where}{message} (see '{helper}')", file=sys.stderr)
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = KatraArgumentParser(
         prog="katra3d",
         description="Run 3D scenes headless, time frames and draws, and inspect the traces.",
     )
@@ -50,17 +66,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: object = None, line: str | None = None) -> None:
+    print(f"katra3d: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            code = int(args.func(args))
-        for w in caught:
-            print(f"katra3d: warning: {w.message}", file=sys.stderr)
-        return code
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            warnings.showwarning = _show_warning
+            return int(args.func(args))
     except KatraError as err:
         print(f"katra3d: error: {err}", file=sys.stderr)
         return err.exit_code
@@ -68,6 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("katra3d: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
     except BrokenPipeError:
+        # The reader went away (``katra3d info T | head``): stop quietly, and keep Python from
+        # complaining again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
 

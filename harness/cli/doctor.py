@@ -19,9 +19,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--backend", metavar="NAME", help="backend to inspect in depth (default: egl, or "
                    "$KATRA3D_BACKEND)")
     p.add_argument("--device", metavar="N", help="EGL device index to inspect")
-    from harness.cli.run import _one_line_error
-
-    _one_line_error(p)
     p.set_defaults(func=run)
 
 

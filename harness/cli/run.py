@@ -9,18 +9,9 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from typing import Any, NoReturn
+from typing import Any
 
 from katra_trace.errors import ConfigError
-
-
-def _one_line_error(parser: argparse.ArgumentParser) -> None:
-    def error(message: str) -> NoReturn:
-        print(f"katra3d: error: {parser.prog.split()[-1]}: {message} (see 'katra3d {parser.prog.split()[-1]} --help')",
-              file=sys.stderr)
-        sys.exit(2)
-
-    parser.error = error  # type: ignore[method-assign]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -53,7 +44,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--note", metavar="TEXT", default="", help="free text stored in the trace header")
     p.add_argument("--screenshot", metavar="DIR", help="save each scene's last frame as DIR/<scene>.png")
     p.add_argument("--quiet", action="store_true", help="no progress output")
-    _one_line_error(p)
     p.set_defaults(func=run)
 
 

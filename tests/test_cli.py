@@ -1,0 +1,28 @@
+"""The CLI's usage errors: one line, exit 2, no usage dump, no traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.parametrize("args", [
+    ("bogus",),
+    (),
+    ("run", "--bogus"),
+    ("info",),
+    ("validate", "a", "b"),
+    ("stats",),
+    ("compare", "onlyone"),
+])
+def test_usage_errors_are_one_line(katra_cli, args: tuple[str, ...]) -> None:  # noqa: ANN001
+    r = katra_cli(*args)
+    assert r.returncode == 2
+    assert r.stderr.startswith("katra3d: error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert "usage:" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_version(katra_cli) -> None:  # noqa: ANN001
+    from katra_trace import __version__
+
+    r = katra_cli("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"katra3d {__version__}"
