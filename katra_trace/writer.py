@@ -205,17 +205,17 @@ class TraceWriter:
             if self._slot[1]:  # top up the current batch first, keeping append order
                 pos = min(len(events), (self._cap - self._slot[1]) // 42)
                 self._copy_in_locked(events[:pos])
-            while pos < len(events):  # then hand over whole batches without copying them
+            while pos < len(events):  # then hand over whole batches (a copy: the caller may reuse its array)
                 chunk = events[pos:pos + step]
                 if len(chunk) < step:
                     self._copy_in_locked(chunk)
                 else:
-                    self._hand_over_locked(chunk)
+                    self._hand_over_locked(chunk.copy())
                 pos += len(chunk)
 
     def _copy_in_locked(self, events: np.ndarray) -> None:
         buf, off = self._slot
-        data = memoryview(events).cast("B")
+        data = events.view(np.uint8).data
         buf[off:off + len(data)] = data
         self._slot[1] = off + len(data)
         if self._slot[1] == self._cap:
