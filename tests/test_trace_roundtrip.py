@@ -206,3 +206,14 @@ def test_realistic_stream_is_compact(tmp_path: Path) -> None:
     events = frame_zone_stream(3000)
     write_trace(path, events, ["", "s", "frame", "a", "b", "c"], batch_events=4096)
     assert path.stat().st_size / len(events) <= 16
+
+
+def test_append_array_copies_what_it_is_given(tmp_path: Path) -> None:
+    path = tmp_path / "reuse.katra"
+    events = frame_zone_stream(200)  # 800 events: several whole batches of 64, then a partial one
+    original = events.copy()
+    w = TraceWriter(path, batch_events=64, batch_ms=60_000)
+    w.append_array(events)
+    events["dur_ns"] = -1  # the producer reuses its array before the writer thread got to it
+    w.finish()
+    assert open_trace(path, strict=True).events.tobytes() == original.tobytes()
