@@ -190,21 +190,30 @@ def encode_events(events: np.ndarray) -> bytes:
     return b"".join(parts)
 
 
-def decode_events(payload: bytes, offset: int) -> np.ndarray:
+def events_head(payload: bytes, offset: int) -> tuple[int, int]:
+    """Check an EVENTS payload's size against its event count; returns (n, base_ts)."""
     bad = f"corrupt EVENTS block at offset {offset}"
     if len(payload) < EVENTS_HEAD.size:
         raise TraceFormatError(f"{bad}: too short", offset)
     n, base = EVENTS_HEAD.unpack_from(payload)
-    width = EVENT_DTYPE.itemsize
-    if len(payload) != EVENTS_HEAD.size + n * width:
+    if len(payload) != EVENTS_HEAD.size + n * EVENT_DTYPE.itemsize:
         raise TraceFormatError(f"{bad}: {n} events do not match {len(payload)} bytes", offset)
+    return n, base
+
+
+def decode_events(payload: bytes, offset: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Decode an EVENTS payload into ``out`` (a contiguous EVENT_DTYPE array of length n) or a new array."""
+    n, base = events_head(payload, offset)
+    width = EVENT_DTYPE.itemsize
+    if out is None:
+        out = np.empty(n, dtype=EVENT_DTYPE)
     # Every column is stored byte-planed, in column order, so the payload is exactly the
     # transpose of the packed records: one (width, n) -> (n, width) transpose decodes them all.
     planes = np.frombuffer(payload, dtype=np.uint8, offset=EVENTS_HEAD.size).reshape(width, n)
-    out = planes.T.copy().view(EVENT_DTYPE).reshape(n)
-    start = np.cumsum(out["start_ns"], dtype="<i8")
+    out.view(np.uint8).reshape(n, width)[...] = planes.T
+    start = out["start_ns"]
+    np.cumsum(start, out=start)
     start += base
-    out["start_ns"] = start
     return out
 
 

@@ -41,7 +41,19 @@ class Block:
     type: int
     offset: int
     seq: int
-    payload: Any  # dict (JSON blocks), (first_id, [str]) (STRINGS), ndarray (EVENTS), bytes (unknown)
+    payload: Any  # dict (JSON blocks), (first_id, [str]) (STRINGS), EventBatch (EVENTS)
+
+
+@dataclasses.dataclass(frozen=True)
+class EventBatch:
+    """An EVENTS block's checked payload, decoded on demand (into a caller's array if given)."""
+
+    n: int
+    raw: bytes
+    offset: int
+
+    def decode(self, out: np.ndarray | None = None) -> np.ndarray:
+        return fmt.decode_events(self.raw, self.offset, out)
 
 
 @dataclasses.dataclass
@@ -176,7 +188,8 @@ def _decode(btype: int, codec: int, schema: int, seq: int, stored: bytes, raw_le
         raise TraceFormatError(
             f"EVENTS block at offset {pos} uses event schema {schema}, newer than this build's "
             f"{SCHEMA_VERSION}; upgrade katra3d to read it", pos)
-    return Block(t, pos, seq, fmt.decode_events(payload, pos))
+    n, _ = fmt.events_head(payload, pos)
+    return Block(t, pos, seq, EventBatch(n, payload, pos))
 
 
 class Trace:
@@ -214,7 +227,7 @@ class Trace:
         with _open(self.path) as f:
             for block in iter_blocks(f, state, strict):
                 if block.type == fmt.BlockType.EVENTS:
-                    yield block.payload
+                    yield block.payload.decode()
 
     def __repr__(self) -> str:
         return (f"Trace({str(self.path)!r}, events={len(self.events)}, status={self.status!r}, "
@@ -232,6 +245,36 @@ def _open(path: Path) -> BinaryIO:
         raise ConfigError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
 
 
+def _summary_event_count(f: BinaryIO) -> int | None:
+    """The event count in the SUMMARY block the footer points to, if all of that is intact.
+
+    Lets :func:`open_trace` decode every batch straight into one preallocated array. Anything
+    unexpected returns None (the caller then collects batches); the scan checks everything anyway.
+    """
+    size = _file_size(f)
+    if size < fmt.PREAMBLE_SIZE + fmt.BLOCK_HEADER_SIZE + fmt.FOOTER_SIZE:
+        return None
+    f.seek(size - fmt.FOOTER_SIZE)
+    offset = fmt.decode_footer(f.read(fmt.FOOTER_SIZE))
+    if offset is None or not fmt.PREAMBLE_SIZE <= offset <= size - fmt.FOOTER_SIZE - fmt.BLOCK_HEADER_SIZE:
+        return None
+    f.seek(offset)
+    head = f.read(fmt.BLOCK_HEADER_SIZE)
+    sync, btype, codec, _, _, stored_len, raw_len, crc = fmt.BLOCK_HEADER.unpack(head)
+    if sync != fmt.SYNC or btype != fmt.BlockType.SUMMARY or stored_len > size - offset - fmt.BLOCK_HEADER_SIZE:
+        return None
+    stored = f.read(stored_len)
+    if zlib.crc32(stored, zlib.crc32(head[:20])) != crc:
+        return None
+    try:
+        count = fmt.decode_json(fmt.decompress(stored, raw_len, codec, offset), offset).get("events")
+    except TraceFormatError:
+        return None
+    if not isinstance(count, int) or not 0 <= count * EVENT_DTYPE.itemsize <= 64 * size:
+        return None  # bounds the allocation by the file's size (real traces compress 3-30x)
+    return count
+
+
 def open_trace(path: str | os.PathLike[str], strict: bool = False, events: bool = True) -> Trace:
     """Read a trace file.
 
@@ -247,6 +290,8 @@ def open_trace(path: str | os.PathLike[str], strict: bool = False, events: bool 
     n_events = 0
     summary_at: int | None = None
     with _open(trace.path) as f:
+        expected = _summary_event_count(f) if events else None
+        out = np.empty(expected, dtype=EVENT_DTYPE) if expected is not None else None
         for block in iter_blocks(f, state, strict):
             trace.blocks += 1
             t = block.type
@@ -266,9 +311,16 @@ def open_trace(path: str | os.PathLike[str], strict: bool = False, events: bool 
                     break
                 trace.strings.extend(names)
             elif t == fmt.BlockType.EVENTS:
-                n_events += len(block.payload)
+                batch: EventBatch = block.payload
                 if events:
-                    batches.append(block.payload)
+                    if out is not None and n_events + batch.n <= len(out):
+                        batch.decode(out[n_events:n_events + batch.n])
+                    else:  # the summary's count was wrong: fall back to collecting batches
+                        if out is not None:
+                            batches.append(out[:n_events])
+                            out = None
+                        batches.append(batch.decode())
+                n_events += batch.n
             elif t == fmt.BlockType.ANNOTATION:
                 trace.annotations.append(block.payload)
             elif t == fmt.BlockType.CLOCK_SYNC:
@@ -289,7 +341,9 @@ def open_trace(path: str | os.PathLike[str], strict: bool = False, events: bool 
     trace.skipped_blocks = state.skipped_blocks
     trace.size = state.size
     trace.version = state.version
-    if batches:
+    if out is not None:
+        trace.events = out if n_events == len(out) else out[:n_events]
+    elif batches:
         trace.events = batches[0] if len(batches) == 1 else np.concatenate(batches)
     if not trace.summary:
         trace.summary_rebuilt = True

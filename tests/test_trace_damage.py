@@ -59,7 +59,7 @@ def test_every_truncation_recovers_exactly_the_complete_blocks(tmp_path: Path, s
         complete = [b for b, end in zip(blocks, ends) if end <= cut]
         assert t.truncated, cut
         assert t.blocks == len(complete), cut
-        expect_events = [b.payload for b in complete if b.type == fmt.BlockType.EVENTS]
+        expect_events = [b.payload.decode() for b in complete if b.type == fmt.BlockType.EVENTS]
         expect = np.concatenate(expect_events) if expect_events else np.empty(0)
         assert t.events.tobytes() == expect.tobytes(), cut
         n_strings = sum(len(b.payload[1]) for b in complete if b.type == fmt.BlockType.STRINGS)
