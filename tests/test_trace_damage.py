@@ -132,17 +132,16 @@ def test_newer_minor_is_read(tmp_path: Path, small_trace) -> None:
     assert len(t.events) == 36
 
 
-def test_unknown_block_types_are_skipped_by_length(tmp_path: Path, small_trace) -> None:
-    data, blocks = small_trace
-    # Rebuild the file with a block of an unknown type (200) inserted after the header,
-    # renumbering the sequence numbers and the footer as a newer writer would.
+def _rebuild(data: bytes, blocks: list, edit) -> bytes:  # noqa: ANN001
+    """Re-encode a trace block by block through ``edit(list of (type, raw payload, schema))``,
+    renumbering sequence numbers and the footer as a writer would."""
     payloads: list[tuple[int, bytes, int]] = []
     for b in blocks:
         off = b.offset
         _, btype, codec, schema, _, stored_len, raw_len, _ = fmt.BLOCK_HEADER.unpack_from(data, off)
         stored = data[off + 24: off + 24 + stored_len]
         payloads.append((btype, fmt.decompress(stored, raw_len, codec, off), schema))
-    payloads.insert(1, (200, b"a future block type with its own payload", 0))
+    edit(payloads)
     out = bytearray(fmt.encode_preamble())
     summary_at = 0
     for seq, (btype, raw, schema) in enumerate(payloads):
@@ -150,11 +149,39 @@ def test_unknown_block_types_are_skipped_by_length(tmp_path: Path, small_trace) 
             summary_at = len(out)
         out += b"".join(fmt.encode_block(btype, raw, seq=seq, codec=fmt.Codec.ZSTD, schema=schema))
     out += fmt.encode_footer(summary_at)
+    return bytes(out)
+
+
+def test_unknown_block_types_are_skipped_by_length(tmp_path: Path, small_trace) -> None:
+    data, blocks = small_trace
     p = tmp_path / "future.katra"
-    p.write_bytes(bytes(out))
+    p.write_bytes(_rebuild(data, blocks, lambda ps: ps.insert(1, (200, b"a future block type's payload", 0))))
     t = open_trace(p, strict=True)
     assert t.skipped_blocks == 1
     assert len(t.events) == 36 and t.strings == STRINGS
+
+
+@pytest.mark.parametrize("claimed", [0, 5, 35, 37, 10**9])
+def test_a_wrong_event_count_in_the_summary_does_not_matter(tmp_path: Path, small_trace, claimed: int) -> None:
+    """open_trace sizes its array from the summary; a lying summary must not change what is read."""
+    import json
+
+    data, blocks = small_trace
+    truth = open_trace(_write(tmp_path / "ok.katra", data), strict=True).events
+
+    def lie(ps: list) -> None:  # noqa: ANN001
+        i = next(k for k, (btype, _, _) in enumerate(ps) if btype == fmt.BlockType.SUMMARY)
+        summary = json.loads(ps[i][1])
+        summary["events"] = claimed
+        ps[i] = (fmt.BlockType.SUMMARY, json.dumps(summary).encode(), 0)
+
+    t = open_trace(_write(tmp_path / "lie.katra", _rebuild(data, blocks, lie)), strict=True)
+    assert t.events.tobytes() == truth.tobytes()
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
 
 
 def test_huge_length_fields_are_rejected_before_allocating(tmp_path: Path, small_trace) -> None:
