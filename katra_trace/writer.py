@@ -199,27 +199,28 @@ class TraceWriter:
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"append_array needs EVENT_DTYPE records: {exc}") from None
         events = np.ascontiguousarray(events)
-        step = self._batch_events
+        step, cap = self._batch_events, self._cap
         with self._lock:
             pos = 0
-            if self._slot[1]:  # top up the current batch first, keeping append order
-                pos = min(len(events), (self._cap - self._slot[1]) // 42)
-                self._copy_in_locked(events[:pos])
-            while pos < len(events):  # then hand over whole batches (a copy: the caller may reuse its array)
-                chunk = events[pos:pos + step]
-                if len(chunk) < step:
-                    self._copy_in_locked(chunk)
-                else:
-                    self._hand_over_locked(chunk.copy())
-                pos += len(chunk)
-
-    def _copy_in_locked(self, events: np.ndarray) -> None:
-        buf, off = self._slot
-        data = events.view(np.uint8).data
-        buf[off:off + len(data)] = data
-        self._slot[1] = off + len(data)
-        if self._slot[1] == self._cap:
-            self._hand_over_locked()
+            while pos < len(events):
+                # Re-read the slot every time: a hand-over may wait for room, and other
+                # threads may append meanwhile.
+                buf, off = self._slot
+                if off == cap:  # append() leaves a full buffer for the next call to hand over
+                    self._hand_over_locked()
+                    continue
+                if off == 0 and len(events) - pos >= step:
+                    # A whole batch: hand over a copy (the caller may reuse its array).
+                    self._hand_over_locked(events[pos:pos + step].copy())
+                    pos += step
+                    continue
+                take = min(len(events) - pos, (cap - off) // 42)
+                data = events[pos:pos + take].view(np.uint8).data
+                buf[off:off + len(data)] = data
+                self._slot[1] = off + len(data)
+                pos += take
+                if self._slot[1] == cap:
+                    self._hand_over_locked()
 
     def clock_sync(self, record: dict[str, Any]) -> None:
         """Write a CLOCK_SYNC block (e.g. a GPU/host timestamp calibration pair)."""

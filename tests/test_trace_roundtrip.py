@@ -217,3 +217,66 @@ def test_append_array_copies_what_it_is_given(tmp_path: Path) -> None:
     events["dur_ns"] = -1  # the producer reuses its array before the writer thread got to it
     w.finish()
     assert open_trace(path, strict=True).events.tobytes() == original.tobytes()
+
+
+def test_mixed_appends_flushes_and_annotations_from_many_threads(tmp_path: Path) -> None:
+    """The trace goes into a slowly drained pipe, with small batches and a one-batch queue, so
+    hand-overs keep waiting for room while other threads append: every event must survive."""
+    import os
+    import random
+    import time
+
+    stream = frame_zone_stream(100)
+    fifo = tmp_path / "slow.katra"
+    os.mkfifo(fifo)
+    rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    chunks: list[bytes] = []
+    done = threading.Event()
+
+    def drain() -> None:
+        os.set_blocking(rfd, True)
+        while chunk := os.read(rfd, 2048):
+            chunks.append(chunk)
+            if not done.is_set():
+                time.sleep(0.0005)
+
+    w = TraceWriter(fifo, codec="none", batch_events=7, batch_ms=1, queue_batches=1)
+    reader = threading.Thread(target=drain)  # only now: a FIFO without a writer reads as EOF
+    reader.start()
+    sent = [0] * 4
+
+    def produce(k: int) -> None:
+        r = random.Random(k)
+        for i in range(400):
+            c = r.random()
+            if c < 0.6:
+                w.append(Kind.FRAME, Clock.WALL, 0, w.intern(f"n{r.randrange(50)}"), i, 0, i, 5, value=float(k))
+                sent[k] += 1
+            elif c < 0.85:
+                n = r.randrange(1, 30)
+                w.append_array(stream[:n])
+                sent[k] += n
+            elif c < 0.95:
+                w.annotate({"k": k, "i": i})
+            else:
+                w.flush()
+
+    threads = [threading.Thread(target=produce, args=(k,)) for k in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    done.set()
+    w.finish()
+    reader.join()
+    os.close(rfd)
+    path = tmp_path / "mixed.katra"
+    path.write_bytes(b"".join(chunks))
+    t = open_trace(path, strict=True)
+    assert len(t.events) == sum(sent) == t.summary["events"]
+    singles = t.events[t.events["dur_ns"] == 5]
+    for k in range(4):
+        mine = singles[singles["value"] == k]
+        assert (np.diff(mine["frame"].astype(np.int64)) > 0).all()  # each thread's order kept
+    names = {t.name(int(i)) for i in singles["name"]}
+    assert names <= {f"n{j}" for j in range(50)}
