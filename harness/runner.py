@@ -146,11 +146,17 @@ def _writable_dir(path: Path, what: str) -> None:
 
 
 def default_output(workload_name: str, now: dt.datetime | None = None) -> Path:
-    """``traces/<UTC timestamp>-<suite or scene>.katra``."""
+    """``traces/<UTC timestamp>-<suite or scene>.katra``; ``-2``, ``-3``… when that name is taken
+    (two runs within one second must not write into the same file)."""
     now = now or dt.datetime.now(dt.timezone.utc)
     stamp = now.strftime("%Y%m%dT%H%M%SZ")
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", workload_name)[:60] or "run"
-    return Path("traces") / f"{stamp}-{safe}.katra"
+    path = Path("traces") / f"{stamp}-{safe}.katra"
+    n = 2
+    while path.exists():
+        path = Path("traces") / f"{stamp}-{safe}-{n}.katra"
+        n += 1
+    return path
 
 
 def plan_run(config: RunConfig) -> RunPlan:

@@ -239,6 +239,22 @@ def test_plan_default_output_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert not (tmp_path / "traces").exists()  # planning writes nothing
 
 
+def test_default_output_names_never_collide(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import datetime as dt
+
+    from harness.runner import default_output
+
+    monkeypatch.chdir(tmp_path)
+    now = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    (tmp_path / "traces").mkdir()
+    names = []
+    for _ in range(3):
+        path = default_output("ci", now)
+        path.write_bytes(b"")  # a run in the same second took this name
+        names.append(path.name)
+    assert names == ["20260102T030405Z-ci.katra", "20260102T030405Z-ci-2.katra", "20260102T030405Z-ci-3.katra"]
+
+
 @pytest.mark.parametrize(("config", "error", "match"), [
     (RunConfig(), ConfigError, "nothing to run"),
     (RunConfig(scenes=("cubez",)), SceneError, "unknown scene 'cubez'"),
