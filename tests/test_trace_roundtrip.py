@@ -19,6 +19,46 @@ json_values = st.recursive(json_scalars, lambda kids: st.lists(kids, max_size=4)
     st.text(max_size=10), kids, max_size=4), max_leaves=12)
 json_dicts = st.dictionaries(st.text(max_size=12), json_values, max_size=6)
 
+class PipeSink:
+    """A FIFO to write a trace into, drained by a thread only when asked, and then (optionally)
+    slowly: a real way to make the writer thread block on I/O."""
+
+    def __init__(self, path: Path) -> None:
+        import os
+
+        self.path = path
+        os.mkfifo(path)
+        self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # lets the writer's open() succeed
+        self._chunks: list[bytes] = []
+        self._thread: threading.Thread | None = None
+        self.slow = threading.Event()
+
+    def start_draining(self, chunk: int = 1 << 16, pause_s: float = 0.0) -> None:
+        """Start reading; call it after the writer opened the FIFO (with no writer it reads as EOF)."""
+        import os
+        import time
+
+        def drain() -> None:
+            os.set_blocking(self._fd, True)
+            while data := os.read(self._fd, chunk):
+                self._chunks.append(data)
+                if pause_s and self.slow.is_set():
+                    time.sleep(pause_s)
+
+        self._thread = threading.Thread(target=drain)
+        self._thread.start()
+
+    def read_trace(self, out: Path):  # noqa: ANN201
+        """Wait for EOF (the writer closed the file) and open what came through as a trace."""
+        import os
+
+        assert self._thread is not None
+        self._thread.join()
+        os.close(self._fd)
+        out.write_bytes(b"".join(self._chunks))
+        return open_trace(out, strict=True)
+
+
 def _field(typ: str) -> st.SearchStrategy:
     dt = np.dtype(typ)
     if dt.kind == "f":
@@ -118,31 +158,16 @@ def test_keyboard_interrupt_marks_summary_interrupted(tmp_path: Path) -> None:
 
 def test_drop_policy_counts_what_it_dropped(tmp_path: Path) -> None:
     """The trace goes into a pipe nobody reads yet: the writer thread blocks, batches must be dropped."""
-    import os
-
-    fifo = tmp_path / "pipe.katra"
-    os.mkfifo(fifo)
-    rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-    w = TraceWriter(fifo, codec="none", batch_events=100, queue_batches=1, drop_policy="drop", batch_ms=60_000)
+    sink = PipeSink(tmp_path / "pipe.katra")
+    w = TraceWriter(sink.path, codec="none", batch_events=100, queue_batches=1, drop_policy="drop",
+                    batch_ms=60_000)
     name = w.intern("x")
     total = 20_000  # 840 kB raw: far more than a pipe buffer holds
     for i in range(total):
         w.append(Kind.FRAME, Clock.CPU, 0, name, i, 0, i, 0)
-    chunks: list[bytes] = []
-
-    def drain() -> None:
-        os.set_blocking(rfd, True)
-        while chunk := os.read(rfd, 1 << 16):
-            chunks.append(chunk)
-
-    reader = threading.Thread(target=drain)
-    reader.start()
+    sink.start_draining()
     w.finish()
-    reader.join()
-    os.close(rfd)
-    out = tmp_path / "drained.katra"
-    out.write_bytes(b"".join(chunks))
-    t = open_trace(out, strict=True)
+    t = sink.read_trace(tmp_path / "drained.katra")
     dropped = t.summary["dropped_events"]
     assert dropped > 0 and t.summary["dropped_batches"] == dropped // 100
     assert len(t.events) + dropped == total
@@ -222,27 +247,13 @@ def test_append_array_copies_what_it_is_given(tmp_path: Path) -> None:
 def test_mixed_appends_flushes_and_annotations_from_many_threads(tmp_path: Path) -> None:
     """The trace goes into a slowly drained pipe, with small batches and a one-batch queue, so
     hand-overs keep waiting for room while other threads append: every event must survive."""
-    import os
     import random
-    import time
 
     stream = frame_zone_stream(100)
-    fifo = tmp_path / "slow.katra"
-    os.mkfifo(fifo)
-    rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-    chunks: list[bytes] = []
-    done = threading.Event()
-
-    def drain() -> None:
-        os.set_blocking(rfd, True)
-        while chunk := os.read(rfd, 2048):
-            chunks.append(chunk)
-            if not done.is_set():
-                time.sleep(0.0005)
-
-    w = TraceWriter(fifo, codec="none", batch_events=7, batch_ms=1, queue_batches=1)
-    reader = threading.Thread(target=drain)  # only now: a FIFO without a writer reads as EOF
-    reader.start()
+    sink = PipeSink(tmp_path / "slow.katra")
+    w = TraceWriter(sink.path, codec="none", batch_events=7, batch_ms=1, queue_batches=1)
+    sink.slow.set()
+    sink.start_draining(chunk=2048, pause_s=0.0005)
     sent = [0] * 4
 
     def produce(k: int) -> None:
@@ -266,13 +277,9 @@ def test_mixed_appends_flushes_and_annotations_from_many_threads(tmp_path: Path)
         th.start()
     for th in threads:
         th.join()
-    done.set()
+    sink.slow.clear()
     w.finish()
-    reader.join()
-    os.close(rfd)
-    path = tmp_path / "mixed.katra"
-    path.write_bytes(b"".join(chunks))
-    t = open_trace(path, strict=True)
+    t = sink.read_trace(tmp_path / "mixed.katra")
     assert len(t.events) == sum(sent) == t.summary["events"]
     singles = t.events[t.events["dur_ns"] == 5]
     for k in range(4):
