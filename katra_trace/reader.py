@@ -65,8 +65,7 @@ class ScanState:
     truncated: bool = False
     stopped_at: int | None = None
     stop_reason: str = ""
-    has_footer: bool = False
-    summary_offset: int | None = None
+    summary_offset: int | None = None  #: where the footer says the SUMMARY is; None: no footer
     skipped_blocks: int = 0
 
 
@@ -94,11 +93,7 @@ def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator
     expected_seq = 0
 
     def stop(reason: str, at: int) -> None:
-        state.truncated = True
-        state.stopped_at = at
-        state.stop_reason = reason
-        if strict:
-            raise TraceFormatError(reason, at)
+        _damaged(state, strict, reason, at)
 
     while True:
         left = size - pos
@@ -108,7 +103,6 @@ def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator
         if left == fmt.FOOTER_SIZE:
             summary_offset = fmt.decode_footer(f.read(fmt.FOOTER_SIZE))
             if summary_offset is not None:
-                state.has_footer = True
                 state.summary_offset = summary_offset
                 return
         if left < fmt.BLOCK_HEADER_SIZE:
@@ -328,7 +322,7 @@ def open_trace(path: str | os.PathLike[str], strict: bool = False, events: bool 
             elif t == fmt.BlockType.SUMMARY:
                 trace.summary = block.payload
                 summary_at = block.offset
-    if state.has_footer and state.summary_offset != summary_at:
+    if state.summary_offset is not None and state.summary_offset != summary_at:
         _damaged(state, strict, f"footer points to offset {state.summary_offset}, but the SUMMARY block is at "
                  f"{summary_at}", state.size - fmt.FOOTER_SIZE)
     if not trace.header:
@@ -362,6 +356,7 @@ def open_trace(path: str | os.PathLike[str], strict: bool = False, events: bool 
 
 
 def _damaged(state: ScanState, strict: bool, reason: str, at: int) -> None:
+    """Record where and why reading stopped; in strict mode, raise instead."""
     state.truncated = True
     state.stopped_at = at
     state.stop_reason = reason

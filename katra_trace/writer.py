@@ -111,7 +111,6 @@ class TraceWriter:
         self._closing = False
         self._finished = False
         self._error: BaseException | None = None
-        self._appended = 0
         self._dropped_events = 0
         self._dropped_batches = 0
 
@@ -234,8 +233,7 @@ class TraceWriter:
         """Return once everything appended so far has been written to the file."""
         with self._cond:
             self._raise_if_failed()
-            if self._slot[1] or self._new_strings:
-                self._hand_over_locked(force=True)
+            self._hand_over_pending_locked()
             target = self._enqueued
             while self._done < target and self._error is None:
                 self._cond.wait()
@@ -249,12 +247,9 @@ class TraceWriter:
             if self._finished:
                 return
             self._finished = True
-            if self._slot[1] or self._new_strings:
-                self._hand_over_locked(force=True)
-            self._pending.append(("summary", status, dict(summary or {})))
-            self._enqueued += 1
+            self._hand_over_pending_locked()
             self._closing = True
-            self._cond.notify_all()
+            self._enqueue_locked(("summary", status, dict(summary or {})))
         self._thread.join()
         _OPEN_WRITERS.discard(self)
         try:
@@ -286,6 +281,16 @@ class TraceWriter:
 
     # -- internals (producer side, lock held) ------------------------------------------------
 
+    def _hand_over_pending_locked(self) -> None:
+        """Hand over the current partial batch and any new strings, without waiting for room."""
+        if self._slot[1] or self._new_strings:
+            self._hand_over_locked(force=True)
+
+    def _enqueue_locked(self, item: tuple[Any, ...]) -> None:
+        self._pending.append(item)
+        self._enqueued += 1
+        self._cond.notify_all()
+
     def _hand_over_locked(self, batch: np.ndarray | None = None, force: bool = False) -> None:
         """Queue a batch (default: the current buffer) and the new strings for the writer thread."""
         strings = self._new_strings
@@ -298,18 +303,13 @@ class TraceWriter:
             self._slot[0] = bytearray(self._cap)
             self._slot[1] = 0
         n = len(batch)
-        self._appended += n
         if self._drop and len(self._pending) >= self._max_pending and not force:
             self._dropped_events += n
             self._dropped_batches += 1
-            if strings:
-                self._pending.append(("events", first_id, strings, None))
-                self._enqueued += 1
-                self._cond.notify_all()
+            if strings:  # the names are kept even when their events are dropped
+                self._enqueue_locked(("events", first_id, strings, None))
             return
-        self._pending.append(("events", first_id, strings, batch))
-        self._enqueued += 1
-        self._cond.notify_all()
+        self._enqueue_locked(("events", first_id, strings, batch))
         if not self._drop and not force:
             while len(self._pending) > self._max_pending and self._error is None:
                 self._cond.wait()
@@ -321,11 +321,8 @@ class TraceWriter:
             self._raise_if_failed()
             if self._finished:
                 raise ConfigError("trace writer is already finished")
-            if self._slot[1] or self._new_strings:
-                self._hand_over_locked(force=True)
-            self._pending.append(("json", btype, payload))
-            self._enqueued += 1
-            self._cond.notify_all()
+            self._hand_over_pending_locked()
+            self._enqueue_locked(("json", btype, payload))
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
