@@ -487,11 +487,13 @@ def capture_facts(header: Mapping[str, Any], scene: str) -> dict[str, Any]:
     when no --size was given) over the requested ones.
     """
     opts = header.get("capture_options") or {}
-    resolved = opts.get("resolved") if isinstance(opts.get("resolved"), Mapping) else {}
-    facts = {key: resolved.get(key, opts.get(key)) for key in CAPTURE_KEYS}
+    raw = opts.get("resolved")
+    resolved: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    facts: dict[str, Any] = {key: resolved.get(key, opts.get(key)) for key in CAPTURE_KEYS}
     for key in ("size", "samples"):
-        if isinstance(facts[key], list):
-            facts[key] = tuple(facts[key])
+        value = facts[key]
+        if isinstance(value, list):
+            facts[key] = tuple(value)
     facts["params"] = scene_params(opts, scene)
     return facts
 
