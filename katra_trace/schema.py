@@ -29,6 +29,12 @@ class Clock(enum.IntEnum):
     CPU = 0  #: host clock around command submission, no GPU sync
     WALL = 1  #: host clock with glFinish at the end (sync mode): what the user waits for
     GPU = 2  #: GL_TIMESTAMP queries, mapped into the host timeline
+    #: (format 1.1) callgrind instruction count of the main thread; ``dur_ns`` holds a count of
+    #: instructions, not ns (``--measure instructions``). Deterministic on software renderers.
+    INSTRUCTIONS = 3
+    #: (format 1.1) estimated cycles from callgrind's cache simulation (``--measure cycles``);
+    #: ``dur_ns`` holds the estimate in cycles. The raw counts are COUNTER events on this clock.
+    CYCLES = 4
 
 
 class Flag(enum.IntFlag):
@@ -40,6 +46,9 @@ class Flag(enum.IntFlag):
     SKIPPED = 4  #: a marker recording that a scene was skipped
     ESTIMATED = 8  #: value is derived rather than measured directly
     INTERRUPTED = 16  #: the span was cut short by an interrupt
+    #: (format 1.1) a reference workload timed inside the run for drift normalization
+    #: (MARKER events named ``reference``); never a frame, excluded from frame statistics
+    REFERENCE = 32
 
 
 #: (column name, numpy type string, unit/meaning); the file stores columns in this order.
@@ -52,7 +61,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("name", "<u4", "string id of the span name"),
     ("frame", "<u4", "frame index within the scene, warmup frames included"),
     ("start_ns", "<i8", "span start, ns since capture start (host clock)"),
-    ("dur_ns", "<i8", "span duration, ns"),
+    ("dur_ns", "<i8", "span duration, ns (instructions or cycles on those clocks)"),
     ("value", "<f8", "counter value (0 for spans)"),
 )
 
@@ -68,19 +77,21 @@ def schema_hash() -> str:
     text = ";".join(f"{name}:{np.dtype(typ).str}" for name, typ, _ in COLUMNS)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
+#: Clocks whose ``dur_ns`` is a count (instructions, cycles), not a time: deterministic metrics.
+COUNT_CLOCKS: frozenset[int] = frozenset({int(Clock.INSTRUCTIONS), int(Clock.CYCLES)})
 
-def empty_events(n: int = 0) -> np.ndarray:
-    """A zero-filled event array of length ``n``."""
-    return np.zeros(n, dtype=EVENT_DTYPE)
+#: Name of the reference-workload markers (Flag.REFERENCE).
+REFERENCE_NAME = "reference"
 
 
 __all__ = [
     "COLUMNS",
     "Clock",
+    "COUNT_CLOCKS",
     "EVENT_DTYPE",
     "Flag",
     "Kind",
+    "REFERENCE_NAME",
     "SCHEMA_VERSION",
-    "empty_events",
     "schema_hash",
 ]

@@ -41,7 +41,7 @@ STUTTER_FACTOR = 2.5
 #: Width (frames) of the centred moving-median window used for stutter; truncated at the ends.
 STUTTER_WINDOW_FRAMES = 31
 #: Flags whose events never enter statistics (warmup, setup, skip markers, cut-short spans).
-EXCLUDED_FLAGS = int(Flag.WARMUP | Flag.SETUP | Flag.SKIPPED | Flag.INTERRUPTED)
+EXCLUDED_FLAGS = int(Flag.WARMUP | Flag.SETUP | Flag.SKIPPED | Flag.INTERRUPTED | Flag.REFERENCE)
 #: Clock enum -> the lowercase name used in dict keys ("cpu", "wall", "gpu").
 CLOCK_NAMES: dict[int, str] = {int(c): c.name.lower() for c in Clock}
 
