@@ -8,6 +8,7 @@ All integers are little-endian.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import struct
@@ -19,15 +20,35 @@ import numpy as np
 import zstandard
 
 from katra_trace.errors import TraceFormatError
-from katra_trace.schema import COLUMNS, EVENT_DTYPE
+from katra_trace.schema import COLUMNS, EVENT_DTYPE, Clock, Flag, Kind
 
 #: 8 bytes: a non-ASCII byte first, then CR LF and ^Z, so text-mode or 7-bit damage shows.
 MAGIC = b"\x89KTR\r\n\x1a\n"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 0
+FORMAT_MINOR = 1
 #: Preamble flag bits this build understands. A set bit marks a must-understand feature,
-#: so a reader refuses a file with a bit it does not know. Version 1.0 defines none.
+#: so a reader refuses a file with a bit it does not know. Versions 1.0 and 1.1 define none.
 KNOWN_FLAGS = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class MinorLimits:
+    """What the event columns may hold in a file of one format minor version."""
+
+    max_kind: int  #: highest Kind value
+    max_clock: int  #: highest Clock value
+    event_flags: int  #: every defined bit of the ``flags`` column
+
+
+#: Event column limits per format minor. A file of a newer minor than this build knows may use
+#: kinds, clocks and flag bits added after it: those rows are read and left for the consumers
+#: (which select the clocks and kinds they understand).
+MINOR_LIMITS: dict[int, MinorLimits] = {
+    0: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.GPU), event_flags=0x1F),
+    1: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.CYCLES), event_flags=0x3F),
+}
+assert max(MINOR_LIMITS) == FORMAT_MINOR
+assert MINOR_LIMITS[FORMAT_MINOR].event_flags == sum(int(f) for f in Flag)
 
 PREAMBLE = struct.Struct("<8sHHI")  # magic, major, minor, flags
 BLOCK_HEADER = struct.Struct("<IBBHIIII")  # sync, type, codec, schema, seq, stored_len, raw_len, crc32

@@ -43,6 +43,64 @@ def test_golden_v1_0_trace_still_reads() -> None:
     assert t.summary["status"] == "complete" and t.summary["user"] == {"scenes": 1}
 
 
+def test_golden_v1_1_trace_reads() -> None:
+    from katra_trace.schema import COUNT_CLOCKS, REFERENCE_NAME
+
+    t = open_trace(DATA / "golden-v1.1.katra", strict=True)
+    assert t.version == (1, 1) and t.header["format_version"] == "1.1"
+    assert t.header["schema_hash"] == schema_hash() and t.header["pid"] == 4242
+    measure = t.header["capture_options"]["measure"]
+    assert measure["mode"] == "cycles" and measure["valgrind"] == "3.19.0"
+    assert measure["env"]["LP_NUM_THREADS"] == "0" and measure["pinned"] == {"LP_NATIVE_VECTOR_WIDTH": "128"}
+    assert t.header["host_info"]["codegen"]["llvm"] == "15.0.7"
+    ev = t.events
+    assert len(ev) == 78
+    instr = ev[(ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.INSTRUCTIONS)]
+    assert instr["dur_ns"].tolist() == [1_000_000 + 7 * i for i in range(12)]
+    assert ((instr["flags"] & Flag.WARMUP) != 0).tolist() == [True] + [False] * 11
+    zones = ev[(ev["kind"] == Kind.ZONE) & (ev["clock"] == Clock.INSTRUCTIONS)]
+    assert (zones["dur_ns"] <= instr["dur_ns"]).all()
+    cycles = ev[(ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.CYCLES)]
+    assert cycles["dur_ns"].tolist() == [1_500_000 + 11 * i for i in range(6)]
+    assert ((cycles["flags"] & Flag.ESTIMATED) != 0).all()
+    counters = ev[ev["kind"] == Kind.COUNTER]
+    assert (counters["clock"] == Clock.CYCLES).all() and len(counters) == 6 * 7
+    by_name = {t.name(int(r["name"])): r["value"] for r in counters[counters["frame"] == 5]}
+    assert by_name == {"Ir": 1_000_005.0, "I1mr": 125.0, "D1mr": 3405.0, "D1mw": 565.0, "ILmr": 35.0,
+                       "DLmr": 705.0, "DLmw": 95.0}
+    refs = ev[(ev["flags"] & Flag.REFERENCE) != 0]
+    assert len(refs) == 6 and (refs["kind"] == Kind.MARKER).all()
+    assert sorted(set(refs["clock"].tolist())) == [Clock.CPU, Clock.WALL]
+    assert {t.name(int(n)) for n in refs["name"]} == {REFERENCE_NAME}
+    assert refs["frame"].tolist() == [3, 3, 7, 7, 11, 11]
+    assert not (ev[np.isin(ev["clock"], list(COUNT_CLOCKS))]["kind"] == Kind.MARKER).any()
+    assert t.annotations == [{"scene": "golden-cycles", "last_frame_sha256": "1" * 64}]
+    assert t.summary["status"] == "complete" and t.summary["user"] == {"scenes": 2}
+
+
+def test_golden_v1_1_is_what_make_golden_writes(tmp_path: Path) -> None:
+    """The generator is deterministic and still agrees with the committed file (content, not zstd bytes)."""
+    from tests.data import make_golden
+
+    make_golden.main(tmp_path / "a.katra")
+    make_golden.main(tmp_path / "b.katra")
+    assert (tmp_path / "a.katra").read_bytes() == (tmp_path / "b.katra").read_bytes()
+    new, old = open_trace(tmp_path / "a.katra", strict=True), open_trace(DATA / "golden-v1.1.katra", strict=True)
+    assert new.header == old.header and new.summary == old.summary and new.strings == old.strings
+    assert new.events.tobytes() == old.events.tobytes() and new.annotations == old.annotations
+
+
+@pytest.mark.parametrize("name", ["golden-v1.0.katra", "golden-v1.1.katra"])
+def test_cli_reads_both_golden_versions(katra_cli, name: str) -> None:  # noqa: ANN001
+    path = str(DATA / name)
+    r = katra_cli("validate", path)
+    assert r.returncode == 0 and "ok:" in r.stdout, r.stderr
+    r = katra_cli("info", path)
+    assert r.returncode == 0 and f"format    1.{name[-7]}" in r.stdout, r.stderr
+    r = katra_cli("stats", path)
+    assert r.returncode == 0, r.stderr
+
+
 KILL_SCRIPT = textwrap.dedent("""
     import sys
     from katra_trace import TraceWriter, Kind, Clock

@@ -120,7 +120,7 @@ def test_newer_major_is_refused_with_advice(tmp_path: Path, small_trace) -> None
     data, _ = small_trace
     p = tmp_path / "v2.katra"
     p.write_bytes(data[:8] + struct.pack("<H", 2) + data[10:])
-    with pytest.raises(TraceVersionError, match=r"format 2\.0 is newer .* reads \(1\.x\); upgrade katra3d"):
+    with pytest.raises(TraceVersionError, match=r"format 2\.1 is newer .* reads \(1\.x\); upgrade katra3d"):
         open_trace(p)
 
 
