@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli._common import load_trace_quietly, print_json
-from harness.cli.stats import emit_table
+from harness.cli._common import emit_table, load_trace_quietly, print_json
 from katra_trace.errors import ConfigError
 
 
