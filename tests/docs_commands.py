@@ -3,8 +3,9 @@
 Conventions (README.md and every docs/*.md):
 
 * A fenced block whose info string is ``sh`` holds commands a reader can type;
-  tests/test_docs.py runs every one of them. Other fences (``python``,
-  ``toml``, plain ```````) are examples or output and are not run.
+  tests/test_docs.py runs every one of them. A ``python run`` block is a
+  whole program; the test runs it with the venv's Python. Other fences
+  (``python``, ``toml``, plain ```````) are fragments or output and are not run.
 * ``sh no-run: REASON`` marks a block that cannot run inside the test suite
   (e.g. ``make test`` itself); the reason is required. Keep these rare.
 * A command ends at the end of a line not ending in ``\\``. A trailing
@@ -30,8 +31,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-#: The info string of a fenced block that is run.
+#: The info string of a fenced block whose commands are run.
 RUN_LANG = "sh"
+#: The info string of a fenced Python block that is run as a program.
+PYTHON_RUN = ("python", "run")
 
 _FENCE_RE = re.compile(r"^```\s*(?P<lang>[\w+-]*)(?P<rest>.*)$")
 _NO_RUN_RE = re.compile(r"^no-run:\s*(?P<reason>\S.*)$")
@@ -91,9 +94,16 @@ class Block:
     body: str
     no_run_reason: str | None
 
+    marker: str = ""
+
     @property
     def runs(self) -> bool:
-        return self.lang == RUN_LANG and self.no_run_reason is None
+        return (self.lang == RUN_LANG and self.no_run_reason is None) or self.is_program
+
+    @property
+    def is_program(self) -> bool:
+        """A ``python run`` block: a whole program, run as a file."""
+        return (self.lang, self.marker) == PYTHON_RUN
 
     def commands(self) -> list[Command]:
         return split_commands(self.body, self.path, self.line + 1)
@@ -151,7 +161,7 @@ def blocks(path: Path) -> list[Block]:
                 raise ValueError(f"{path}:{start}: unknown marker {rest!r} after ```sh "
                                  "(the only one is 'no-run: REASON')")
             reason = no_run["reason"]
-        out.append(Block(path, start, lang, "\n".join(body), reason))
+        out.append(Block(path, start, lang, "\n".join(body), reason, rest))
     return out
 
 

@@ -53,11 +53,12 @@ def test_every_doc_parses() -> None:
 def test_fence_markers(tmp_path: Path) -> None:
     doc = tmp_path / "d.md"
     doc.write_text("text\n```sh\nkatra3d scenes\n```\n```sh no-run: needs a real GPU\nkatra3d run x\n```\n"
-                   "```python\nprint(1)\n```\n```\nplain\n```\n")
+                   "```python\nprint(1)\n```\n```\nplain\n```\n```python run\nprint(2)\n```\n")
     found = blocks(doc)
     assert [(b.lang, b.line, b.runs, b.no_run_reason) for b in found] == [
         ("sh", 2, True, None), ("sh", 5, False, "needs a real GPU"), ("python", 8, False, None),
-        ("", 11, False, None)]
+        ("", 11, False, None), ("python", 14, True, None)]
+    assert [b.is_program for b in found] == [False, False, False, False, True]
     doc.write_text("```sh skip\nkatra3d scenes\n```\n")
     with pytest.raises(ValueError, match="unknown marker 'skip'"):
         blocks(doc)
@@ -111,11 +112,18 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(command: Command, cwd: Path, env: dict[str, str]) -> str | None:
-    """Run one documented command; a description of what went wrong, or None."""
-    shell_text = command.shell_text
+def _run(command: Command, cwd: Path, env: dict[str, str], program: Block | None = None) -> str | None:
+    """Run one documented command (or a ``python run`` program); what went wrong, or None."""
+    if program is None:
+        shell_text = command.shell_text
+        argv = ["bash", "-c", shell_text]
+    else:
+        script = cwd / f"doc_program_line{program.line}.py"
+        script.write_text(program.body + "\n", encoding="utf-8")
+        shell_text = f"python {script.name}"
+        argv = [sys.executable, script.name]
     try:
-        proc = subprocess.run(["bash", "-c", shell_text], cwd=cwd, env=env, capture_output=True, text=True,
+        proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
                               timeout=COMMAND_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
         return f"{command.where}: `{shell_text}` did not finish in {COMMAND_TIMEOUT_S} s"
@@ -133,12 +141,17 @@ def _run(command: Command, cwd: Path, env: dict[str, str]) -> str | None:
 @pytest.mark.gl
 @pytest.mark.parametrize("doc", RUN_FILES, ids=_doc_id)
 def test_documented_commands_run(doc: Path, tmp_path: Path, gl_ctx: Any) -> None:
-    """Every command of every ``sh`` block of ``doc``, in order, in one fresh directory."""
+    """Every command of every ``sh`` block (and every ``python run`` program) of ``doc``, in order,
+    in one fresh directory."""
     env = _env()
-    run_blocks: list[Block] = [b for b in blocks(doc) if b.runs]
-    commands = [c for b in run_blocks for c in b.commands()]
-    assert commands, f"{_doc_id(doc)}: sh blocks without commands"
-    failures = [f for f in (_run(c, tmp_path, env) for c in commands) if f]
+    steps: list[tuple[Command, Block | None]] = []
+    for block in blocks(doc):
+        if block.is_program:
+            steps.append((Command(block.path, block.line, f"python block at line {block.line}", (0,)), block))
+        elif block.runs:
+            steps.extend((c, None) for c in block.commands())
+    assert steps, f"{_doc_id(doc)}: runnable blocks without commands"
+    failures = [f for f in (_run(c, tmp_path, env, program) for c, program in steps) if f]
     assert not failures, "\n\n".join(failures)
 
 
