@@ -26,8 +26,9 @@ run: sysdeps $(STAMP)
 test: sysdeps-test $(STAMP)
 	$(PY) -m pytest -p no:cacheprovider tests
 
+# Ratios against in-run baselines, one table on stdout, bench/results.json (python -m bench --help)
 bench: sysdeps $(STAMP)
-	$(PY) -m pytest -p no:cacheprovider bench --benchmark-only -o testpaths=bench
+	$(PY) -m bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .benchmarks

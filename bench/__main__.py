@@ -1,0 +1,162 @@
+"""``python -m bench``: run katra3d's benches, print one table, write bench/results.json.
+
+Usage::
+
+    python -m bench                    # every default bench (a few minutes); what `make bench` runs
+    python -m bench overhead trace-*   # only these (names or shell-style patterns)
+    python -m bench --quick trace-read # smoke-test sizes: seconds, not measurements
+    python -m bench --list             # what is registered
+
+Every row is a ratio against a baseline measured in the same run, interleaved
+with it (see bench/_core.py), or a machine-independent value such as bytes per
+event. The table goes to stdout; progress lines go to stderr (``-q`` silences
+them). results.json records the date, git commit, machine facts and every row.
+
+Exit codes:
+
+* 0: every selected bench ran. A missed target is shown as MISS in the table
+  and does not change the exit code, unless ``--strict`` is given;
+* 1: ``--strict`` and at least one row missed its target;
+* 2: bad arguments (an unknown bench name), a bench failed with an error, or
+  results.json could not be written;
+* 3: a bench could not run because the environment lacks something (no
+  usable OpenGL context). The other benches still ran and are in the table.
+
+Adding a bench: write a function ``fn(ctx: BenchContext) -> list[Row]`` in any
+module ``bench/<name>.py`` whose name does not start with ``_`` (every such
+module is imported), decorated with ``@bench("name")``; see bench/_core.py.
+Benches that take minutes take ``default=False`` and run only when named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime as dt
+import fnmatch
+import importlib
+import pkgutil
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from bench._core import Bench, BenchContext, Row, registered, stderr_log
+from bench._report import BenchRun, Failure, git_facts, machine_facts, print_table, results_record, write_results
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+DEFAULT_RESULTS = PACKAGE_DIR / "results.json"
+
+
+def load_benches() -> dict[str, Bench]:
+    """Import every bench module (bench/*.py not starting with ``_``) and return the registry."""
+    for info in pkgutil.iter_modules([str(PACKAGE_DIR)]):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"bench.{info.name}")
+    return registered()
+
+
+def select(benches: dict[str, Bench], patterns: list[str]) -> list[Bench]:
+    """The benches named by ``patterns`` (registration order), or every default one; ValueError
+    naming the patterns that match nothing."""
+    if not patterns:
+        return [b for b in benches.values() if b.default]
+    unknown = [p for p in patterns if not fnmatch.filter(benches, p)]
+    if unknown:
+        raise ValueError(f"unknown bench {', '.join(repr(p) for p in unknown)}; "
+                         f"registered: {', '.join(benches)}")
+    return [b for name, b in benches.items() if any(fnmatch.fnmatchcase(name, p) for p in patterns)]
+
+
+def run_one(entry: Bench, *, quick: bool, log: Callable[[str], None]) -> BenchRun:
+    """Run one bench in its own scratch directory; an exception becomes a :class:`Failure`."""
+    from katra_trace.errors import KatraError
+
+    tmp = Path(tempfile.mkdtemp(prefix=f"katra-bench-{entry.name}-"))
+    ctx = BenchContext(entry.name, tmp, quick=quick, log=log)
+    t0 = time.perf_counter()
+    failure = None
+    rows: list[Row] = []
+    try:
+        rows = [r if r.bench else _with_bench(r, entry.name) for r in entry.fn(ctx)]
+    except KatraError as exc:
+        kind = "unavailable" if exc.exit_code == 3 else "error"
+        failure = Failure(entry.name, kind, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    except Exception as exc:  # noqa: BLE001 - one broken bench must not hide the others' rows
+        tb = traceback.extract_tb(exc.__traceback__)
+        where = f" ({Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
+        failure = Failure(entry.name, "error", f"{type(exc).__name__}: {exc}{where}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return BenchRun(entry.name, entry.about, rows, time.perf_counter() - t0, ctx.facts, failure)
+
+
+def _with_bench(row: Row, name: str) -> Row:
+    return dataclasses.replace(row, bench=name)
+
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description="Run katra3d's benches (ratios "
+                                     "against in-run baselines), print one table, write results.json.")
+    parser.add_argument("names", nargs="*", metavar="BENCH",
+                        help="benches to run: names or shell-style patterns (default: every default bench)")
+    parser.add_argument("--quick", action="store_true", help="smoke-test sizes: seconds, not measurements")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a row misses its target")
+    parser.add_argument("--out", type=Path, default=DEFAULT_RESULTS, metavar="PATH",
+                        help="where to write the results (default: bench/results.json)")
+    parser.add_argument("--list", action="store_true", help="list the registered benches and exit")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    benches = load_benches()
+    if args.list:
+        for b in benches.values():
+            flags = ("" if b.default else " [not default: name it]") + (" [GL]" if b.needs_gl else "")
+            print(f"{b.name:<20} {b.about}{flags}")
+        return 0
+    try:
+        chosen = select(benches, args.names)
+    except ValueError as exc:
+        print(f"python -m bench: error: {exc}", file=sys.stderr)
+        return 2
+    log = (lambda _msg: None) if args.quiet else stderr_log
+    started = dt.datetime.now(dt.timezone.utc)
+    machine = machine_facts()
+    t0 = time.perf_counter()
+    runs: list[BenchRun] = []
+    for i, entry in enumerate(chosen, 1):
+        log(f"[{i}/{len(chosen)}] {entry.name}: {entry.about}")
+        run = run_one(entry, quick=args.quick, log=log)
+        if run.failure is not None:
+            log(f"{entry.name}: {run.failure.kind}: {run.failure.message}")
+        runs.append(run)
+    total_s = time.perf_counter() - t0
+    print_table(runs, total_s=total_s, quick=args.quick)
+    record = results_record(runs, started=started, total_s=total_s, quick=args.quick, strict=args.strict,
+                            argv=list(sys.argv[1:] if argv is None else argv), machine=machine,
+                            git=git_facts(PACKAGE_DIR.parent))
+    try:
+        write_results(args.out, record)
+    except OSError as exc:
+        print(f"python -m bench: error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(f"results: {args.out}")
+    codes = [r.failure.exit_code for r in runs if r.failure is not None]
+    if codes:
+        return 2 if 2 in codes else 3
+    if args.strict and any(row.status == "miss" for r in runs for row in r.rows):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(BrokenPipeError):
+        sys.exit(main())
