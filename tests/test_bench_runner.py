@@ -1,0 +1,152 @@
+"""The bench runner (``python -m bench``): table on stdout, results.json, exit codes.
+
+Benches run at --quick sizes; nothing here asserts on a time or a ratio's value.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import pytest
+
+from bench import BenchContext, Row, at_least, at_most, interleave, median_iqr, pair_ratios
+from bench import _core
+from bench.__main__ import main
+from katra_trace.errors import BackendUnavailable
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+def test_quick_run_prints_table_and_writes_results(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    done = _bench("--quick", "trace-append", "trace-size", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    # The table is on stdout (no -s needed), one line per row, with its target.
+    assert "katra3d bench" in done.stdout
+    assert "append per event" in done.stdout and "bytes per event (zstd)" in done.stdout
+    assert ">= 0.333" in done.stdout and "<= 16 bytes/event" in done.stdout
+    record = json.loads(out.read_text(encoding="utf-8"))
+    assert record["quick"] is True
+    assert record["git"]["commit"] is None or len(record["git"]["commit"]) == 40
+    assert record["machine"]["cpu_count"] >= 1
+    assert [b["name"] for b in record["benches"]] == ["trace-append", "trace-size"]
+    rows = record["rows"]
+    assert [(r["bench"], r["name"]) for r in rows] == [("trace-append", "append per event"),
+                                                       ("trace-size", "bytes per event (zstd)")]
+    append, size = rows
+    assert append["unit"] == "ratio" and append["value"] > 0 and append["spread"]["n"] == 3
+    assert append["spread"]["q1"] <= append["value"] <= append["spread"]["q3"]
+    assert append["target"] == {"op": ">=", "bound": pytest.approx(1 / 3)}
+    assert size["unit"] == "bytes/event" and size["spread"]["n"] == 1
+    for row in rows:
+        assert row["status"] in ("pass", "miss")
+
+
+def test_unknown_bench_is_bad_input(tmp_path: Path) -> None:
+    done = _bench("no-such-bench", "--out", str(tmp_path / "r.json"))
+    assert done.returncode == 2
+    assert "unknown bench 'no-such-bench'" in done.stderr and "trace-read" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_list_names_every_bench() -> None:
+    done = _bench("--list")
+    assert done.returncode == 0
+    names = {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
+    assert {"overhead", "overhead-capture", "trace-append", "trace-write", "trace-read", "trace-size"} <= names
+
+
+@pytest.fixture
+def temp_benches() -> Iterator[list[str]]:
+    """Benches registered for one test and removed afterwards (names listed in the yielded list)."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        _core._REGISTRY.pop(name, None)
+
+
+def _register(names: list[str], name: str, rows: Iterable[Row] | Exception) -> None:
+    def fn(ctx: BenchContext) -> Iterable[Row]:
+        if isinstance(rows, Exception):
+            raise rows
+        return rows
+
+    _core.bench(name, about="test")(fn)
+    names.append(name)
+
+
+def test_exit_codes_strict_failures(tmp_path: Path, temp_benches: list[str],
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.json"
+    _register(temp_benches, "t-miss", [Row("slow thing", "a / b", 2.0, target=at_most(1.5))])
+    _register(temp_benches, "t-pass", [Row("fast thing", "a / b", 1.0, target=at_least(0.5))])
+    assert main(["-q", "t-miss", "t-pass", "--out", str(out)]) == 0  # a miss is shown, not an error
+    assert main(["-q", "t-miss", "t-pass", "--strict", "--out", str(out)]) == 1
+    assert main(["-q", "t-pass", "--strict", "--out", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "MISS" in table and "pass" in table
+
+    _register(temp_benches, "t-nogl", BackendUnavailable("no EGL here"))
+    assert main(["-q", "t-nogl", "t-pass", "--out", str(out)]) == 3
+    record = json.loads(out.read_text(encoding="utf-8"))
+    assert [r["name"] for r in record["rows"]] == ["fast thing"]  # the other bench still ran
+    failures = {b["name"]: b["failure"] for b in record["benches"]}
+    assert failures == {"t-pass": None, "t-nogl": {"bench": "t-nogl", "kind": "unavailable",
+                                                   "message": "no EGL here"}}
+
+    _register(temp_benches, "t-bug", ZeroDivisionError("division by zero"))
+    assert main(["-q", "t-bug", "t-nogl", "--out", str(out)]) == 2
+    table = capsys.readouterr().out
+    assert "ERROR" in table and "ZeroDivisionError" in table and "UNAVAILABLE" in table
+
+
+def test_glob_selects_in_registration_order(temp_benches: list[str]) -> None:
+    from bench.__main__ import load_benches, select
+
+    benches = load_benches()
+    chosen = [b.name for b in select(benches, ["trace-*"])]
+    assert chosen == ["trace-append", "trace-write", "trace-read", "trace-size"]
+    with pytest.raises(ValueError, match="unknown bench 'nope'"):
+        select(benches, ["trace-read", "nope"])
+
+
+def test_interleave_rotates_order_and_pairs_rounds() -> None:
+    calls: list[str] = []
+    counter = iter(range(1, 1000))
+
+    def variant(name: str) -> Callable[[], float]:
+        def fn() -> float:
+            calls.append(name)
+            return float(next(counter))
+
+        return fn
+
+    samples = interleave({"a": variant("a"), "b": variant("b"), "c": variant("c")}, rounds=6, warmup=1)
+    rounds = [tuple(calls[i:i + 3]) for i in range(0, len(calls), 3)]
+    assert len(rounds) == 7
+    assert set(rounds[1:]) == {("a", "b", "c"), ("a", "c", "b"), ("b", "a", "c"), ("b", "c", "a"),
+                               ("c", "a", "b"), ("c", "b", "a")}  # every order once: no position bias
+    # Sample i of each variant comes from round i (the warmup round is dropped).
+    for i in range(6):
+        values = sorted(samples[n][i] for n in "abc")
+        assert values == [3 * (i + 1) + 1, 3 * (i + 1) + 2, 3 * (i + 1) + 3]
+    assert pair_ratios({"x": [2.0, 3.0], "y": [1.0, 2.0]}, "x", "y") == [2.0, 1.5]
+
+
+def test_median_iqr_and_targets() -> None:
+    assert median_iqr([1.0, 2.0, 3.0, 4.0, 5.0]) == (3.0, 2.0, 4.0)
+    assert median_iqr([7.0]) == (7.0, 7.0, 7.0)
+    assert at_most(1.02).met(1.02) and not at_most(1.02).met(1.03)
+    assert at_least(0.5).met(0.5) and not at_least(0.5).met(float("nan"))
+    assert Row("r", "w", 1.0).status == "info"
