@@ -162,10 +162,24 @@ def _offscreen(ctx: Any, size: tuple[int, int], samples: int) -> tuple[Any, tupl
         raise ConfigError(
             f"--samples {samples} is more than this context supports (GL_MAX_SAMPLES = {max_samples})"
         )
-    color = ctx.renderbuffer(size, 4, samples=samples)
-    depth = ctx.depth_renderbuffer(size, samples=samples)
-    fbo = ctx.framebuffer(color_attachments=[color], depth_attachment=depth)
-    return fbo, (color, depth)
+    max_size = int(ctx.info.get("GL_MAX_RENDERBUFFER_SIZE", 0) or 0)
+    if max_size and max(size) > max_size:
+        raise ConfigError(f"--size {size[0]}x{size[1]} is more than this context supports "
+                          f"(GL_MAX_RENDERBUFFER_SIZE = {max_size})")
+    made: list[Any] = []
+    try:
+        made.append(ctx.renderbuffer(size, 4, samples=samples))
+        made.append(ctx.depth_renderbuffer(size, samples=samples))
+        fbo = ctx.framebuffer(color_attachments=[made[0]], depth_attachment=made[1])
+    except Exception as exc:  # moderngl.Error: incomplete framebuffer, out of memory
+        for obj in made:
+            with contextlib.suppress(Exception):
+                obj.release()
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"cannot create a {size[0]}x{size[1]} framebuffer"
+                          + (f" with {samples} samples" if samples else "")
+                          + f" on this context ({detail}); try a smaller --size") from None
+    return fbo, (made[0], made[1])
 
 
 def _finish_session(name: str, device: int | None, ctx: Any, size: tuple[int, int], samples: int,

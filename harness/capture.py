@@ -11,17 +11,18 @@
                 with cap.zone("lighting"):
                     ...
 
-The trace has the same format, clocks and timing modes as ``katra3d run``:
+The trace has the same format, clocks and timing modes as ``katra3d run`` (it
+is written by the same capture engine, :mod:`harness.engine`):
 ``timing="auto"`` picks ``sync`` (glFinish at the end of each frame, host
 clock) on software renderers and ``gpu`` (GL_TIMESTAMP queries) elsewhere.
 The context is not changed, except that frames in ``sync`` mode end with
 ``glFinish``. Frames marked ``warmup=True`` are recorded and excluded from
-statistics.
+statistics. A GL error during a frame ends the capture with a SceneError
+(the trace records it).
 """
 
 from __future__ import annotations
 
-import contextlib
 import types
 from pathlib import Path
 from typing import Any
@@ -47,15 +48,15 @@ class _FrameSpan:
             raise ConfigError("capture is finished: no more frames can be recorded")
         cap._in_frame = True
         index = cap._next_index
-        cap._timer.begin_frame(index, self.flags)
+        cap.engine.begin_frame(index, self.flags)
         return index
 
     def __exit__(self, *exc: object) -> None:
         cap = self.cap
-        cap._timer.end_frame()
         cap._in_frame = False
         cap._next_index += 1
         cap.frames += 1
+        cap.engine.end_frame()
 
 
 class Capture:
@@ -69,28 +70,21 @@ class Capture:
                  zones: bool = True, timing: str = "auto", notes: str = "",
                  capture_options: dict[str, Any] | None = None) -> None:
         from harness import probe
-        from harness import timing as timing_mod
-        from katra_trace.writer import TraceWriter
+        from harness.engine import Engine
 
         session = types.SimpleNamespace(ctx=ctx, backend="external", device=None)
         host = probe.host_info(session)
-        self.timing_mode, self.timing_reason = timing_mod.choose_mode(timing, host["gl"])
         options = dict(capture_options or {})
-        options.update({"api": "harness.capture", "timing": timing, "zones": bool(zones),
-                        "timing_mode": self.timing_mode, "timing_reason": self.timing_reason,
-                        "primary_clock": "wall" if self.timing_mode == "sync" else "gpu",
-                        "scene": scene})
+        options.setdefault("api", "harness.capture")
+        options.update({"timing": timing, "zones": bool(zones), "scene": scene})
         self.path = Path(path)
-        self.writer = TraceWriter(self.path, workload=workload or scene, capture_options=options,
-                                  host_info=host, notes=notes)
-        self._buffer = timing_mod.EventBuffer(self.writer)
-        try:
-            self._timer = timing_mod.make_timer(self.timing_mode, ctx, self.writer, self._buffer, zones=zones)
-        except BaseException:
-            self.writer.finish({"error": "timer setup failed"}, status="aborted")
-            raise
-        self._timer.set_scene(scene)
-        self._zone = self._timer.zone
+        self.engine = Engine(ctx, self.path, host=host, options=options, workload=workload or scene,
+                             timing=timing, zones=zones, notes=notes)
+        self.timing_mode = self.engine.mode
+        self.timing_reason = self.engine.reason
+        self.writer = self.engine.writer
+        self.engine.set_scene(scene)
+        self._zone = self.engine.timer.zone
         self._in_frame = False
         self._closed = False
         self._next_index = 0
@@ -111,8 +105,8 @@ class Capture:
         """Attribute the following frames to scene ``name`` (frame indices restart at 0)."""
         if self._in_frame:
             raise ConfigError("capture.scene() cannot be called inside a frame")
-        self._timer.settle()
-        self._timer.set_scene(name)
+        self.engine.timer.settle()
+        self.engine.set_scene(name)
         self._next_index = 0
 
     def annotate(self, record: dict[str, Any]) -> None:
@@ -124,12 +118,7 @@ class Capture:
         if self._closed:
             return
         self._closed = True
-        try:
-            self._timer.drain()
-            self._timer.close()
-        finally:
-            self.writer.finish({"frames": self.frames, "timing_mode": self.timing_mode,
-                                "timing_reason": self.timing_reason, "api": "harness.capture"}, status=status)
+        self.engine.finish(status, {"frames": self.frames, "api": "harness.capture"})
 
     def __enter__(self) -> Capture:
         return self
@@ -138,15 +127,8 @@ class Capture:
         if exc_type is None:
             self.close()
             return
-        status = "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "aborted"
         self._closed = True
-        try:
-            with contextlib.suppress(Exception):
-                self._timer.drain()  # keep every frame measured before the failure
-            with contextlib.suppress(Exception):
-                self._timer.close()
-        finally:
-            self.writer.finish({"frames": self.frames, "error": f"{exc_type.__name__}: {exc}"}, status=status)
+        self.engine.abort(exc)
 
 
 def capture(ctx: Any, path: str | Path, *, workload: str = "", scene: str = "capture", zones: bool = True,

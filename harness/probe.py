@@ -8,7 +8,6 @@ versions) and ``env`` (the environment variables that change rendering).
 
 from __future__ import annotations
 
-import ctypes
 import importlib.metadata
 import os
 import platform
@@ -16,6 +15,8 @@ import re
 import sys
 from collections.abc import Mapping
 from typing import Any
+
+from harness.gl import GL_CONTEXT_PROFILE_MASK, GL_SHADING_LANGUAGE_VERSION, RawGL
 
 #: Substrings (lower case) of GL_RENDERER that mean a CPU rasterizer.
 SOFTWARE_RENDERERS: tuple[str, ...] = (
@@ -30,8 +31,6 @@ ENV_PREFIXES: tuple[str, ...] = ("LIBGL_", "MESA_", "GALLIUM_", "LP_", "EGL_", "
 #: Packages whose versions are recorded.
 PACKAGES: tuple[str, ...] = ("moderngl", "glcontext", "PyOpenGL", "numpy", "glfw", "zstandard", "katra3d")
 
-GL_TIMESTAMP = 0x8E28
-GL_QUERY_COUNTER_BITS = 0x8864
 
 
 def is_software_renderer(renderer: str) -> bool:
@@ -68,13 +67,10 @@ def _profile(ctx: Any, version: str) -> str:
     if "compatibility" in version.lower():
         return "compatibility"
     try:
-        from OpenGL import GL
-
-        mask = ctypes.c_int(0)
-        GL.glGetIntegerv(GL.GL_CONTEXT_PROFILE_MASK, ctypes.byref(mask))
-        if mask.value & 0x1:
+        mask = RawGL().get_integer(GL_CONTEXT_PROFILE_MASK)
+        if mask & 0x1:
             return "core"
-        if mask.value & 0x2:
+        if mask & 0x2:
             return "compatibility"
     except Exception:  # noqa: BLE001 - probing must never fail a run
         pass
@@ -86,9 +82,7 @@ def _glsl_version(ctx: Any) -> str:
     if value:
         return str(value)
     try:
-        from OpenGL import GL
-
-        raw = GL.glGetString(GL.GL_SHADING_LANGUAGE_VERSION)
+        raw = RawGL().get_string(GL_SHADING_LANGUAGE_VERSION)
     except Exception:  # noqa: BLE001 - probing must never fail a run
         return ""
     return raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw or "")
@@ -101,11 +95,7 @@ def timer_query_info(ctx: Any) -> dict[str, Any]:
     error = ""
     if supported:
         try:
-            from OpenGL import GL
-
-            out = ctypes.c_int(0)
-            GL.glGetQueryiv(GL_TIMESTAMP, GL_QUERY_COUNTER_BITS, ctypes.byref(out))
-            bits = int(out.value)
+            bits = RawGL().timestamp_counter_bits()
         except Exception as exc:  # noqa: BLE001
             error = f"{type(exc).__name__}: {exc}"
     return {"supported": bool(supported and bits > 0), "counter_bits": bits,

@@ -78,13 +78,11 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
     like ``katra3d run``; ``benchmark`` (pytest-benchmark's fixture) times
     each measured frame as one pedantic round.
     """
-    from harness import backends
-    from harness.capture import Capture
-    from harness.timing import HarnessFrame, seed_key
+    from harness import backends, probe
+    from harness.engine import Engine
     from katra_trace.errors import ConfigError
     from katra_trace.reader import open_trace
     from katra_trace.stats import trace_stats
-    from scenes.api import NOMINAL_RATE_HZ
     from scenes.registry import get_scene, resolve_params
 
     if frames < 1 or warmup < 0:
@@ -93,44 +91,21 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
     label = getattr(cls, "name", "") or name
     resolved = dict(resolve_params(cls, dict(params or {})))
     size = (int(size[0]), int(size[1]))
-    session = backends.open_session(None, size=size)
-    scene = cls()
-    try:
-        scene.setup(session.ctx, size, dict(resolved))
-        session.ctx.finish()
+    driver = None if benchmark is None else _benchmark_driver(benchmark)
+    with backends.open_session(None, size=size) as session:
         options = {"api": "katra_scene", "size": list(size), "samples": 0, "frames": frames, "warmup": warmup,
                    "seed": seed, "resolved": {"size": list(size), "samples": 0,
                                               "scenes": [{"label": label, "spec": name, "params": resolved}]}}
-        cap = Capture(session.ctx, trace, workload=label, scene=label, zones=zones, timing=timing,
-                      capture_options=options)
-        key = seed_key(seed, label)
-        bind = session.fbo.use
+        engine = Engine(session.ctx, trace, host=probe.host_info(session), options=options, workload=label,
+                        timing=timing, zones=zones)
+        with engine:
+            outcome = engine.run_scene(cls, label, resolved, size=size, frames=frames, warmup=warmup, seed=seed,
+                                       spec=name, bind=session.bind, read_image=False, measured_driver=driver)
+            engine.finish("complete", {"frames": frames, "api": "katra_scene"})
+    if outcome.status == "skipped":
+        from scenes.api import SceneSkip
 
-        def one_frame(warm: bool = False) -> None:
-            with cap.frame(warmup=warm) as i:
-                scene.render(HarnessFrame(i, i / NOMINAL_RATE_HZ, key, cap.zone))
-
-        with cap:
-            for _ in range(warmup):
-                bind()
-                one_frame(True)
-            if benchmark is None:
-                for _ in range(frames):
-                    bind()
-                    one_frame()
-            elif getattr(benchmark, "disabled", False):
-                # --benchmark-disable: pedantic runs its target once, untimed; render the rest here
-                for _ in range(frames - 1):
-                    bind()
-                    one_frame()
-                benchmark.pedantic(one_frame, setup=bind, rounds=1, iterations=1)
-            else:
-                benchmark.pedantic(one_frame, setup=bind, rounds=frames, iterations=1, warmup_rounds=0)
-    finally:
-        try:
-            scene.release()
-        finally:
-            session.close()
+        raise SceneSkip(outcome.reason)
     opened = open_trace(trace)
     result = trace_stats(opened)["scenes"].get(label, {"metrics": {}, "zones": {}})
     clock = str(opened.header.get("capture_options", {}).get("primary_clock", "wall"))
@@ -141,7 +116,7 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
     primary = result["metrics"].get(clock, {})
     info = {
         "scene": label, "params": resolved, "size": list(size), "frames": frames, "warmup": warmup,
-        "timing_mode": cap.timing_mode, "clock": clock,
+        "timing_mode": engine.mode, "clock": clock,
         "gl_renderer": gl.get("renderer"), "gl_version": gl.get("version"), "driver": gl.get("driver"),
         "backend": host.get("backend"), "cpu_model": host.get("system", {}).get("cpu_model"),
         "trace": str(trace),
@@ -150,7 +125,22 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
     }
     if benchmark is not None:
         benchmark.extra_info["katra3d"] = info
-    return SceneRun(label, result["metrics"], result["zones"], clock, cap.timing_mode, Path(trace), info)
+    return SceneRun(label, result["metrics"], result["zones"], clock, engine.mode, Path(trace), info)
+
+
+def _benchmark_driver(benchmark: Any) -> Callable[[Callable[[], None], int], None]:
+    """Render the measured frames as pytest-benchmark rounds (one frame = one round)."""
+
+    def drive(one_frame: Callable[[], None], count: int) -> None:
+        if getattr(benchmark, "disabled", False):
+            # --benchmark-disable: pedantic runs its target once, untimed; render the rest here
+            for _ in range(count - 1):
+                one_frame()
+            benchmark.pedantic(one_frame, rounds=1, iterations=1)
+        else:
+            benchmark.pedantic(one_frame, rounds=count, iterations=1, warmup_rounds=0)
+
+    return drive
 
 
 @pytest.fixture

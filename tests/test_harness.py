@@ -8,8 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness import probe, timing
-from harness.runner import RunConfig, parse_param, parse_size, plan_run
+from harness import probe, timers
+from harness.cli.timer_check import timer_query_reliability
+from harness.config import RunConfig, parse_param, parse_size, plan_run
+from harness.frame import HarnessFrame, seed_key
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError, SceneError
 from katra_trace.schema import Clock, Flag, Kind
@@ -80,30 +82,30 @@ _NO_TQ = {"renderer": "old", "software_renderer": False, "timer_query": {"suppor
 
 
 def test_choose_mode() -> None:
-    assert timing.choose_mode("auto", _SOFT)[0] == "sync"
-    assert "software renderer" in timing.choose_mode("auto", _SOFT)[1]
-    assert timing.choose_mode("auto", _HARD)[0] == "gpu"
-    assert timing.choose_mode("auto", _NO_TQ)[0] == "sync"
-    assert timing.choose_mode("sync", _HARD) == ("sync", "requested with --timing sync")
-    assert timing.choose_mode("gpu", _HARD)[0] == "gpu"
+    assert timers.choose_mode("auto", _SOFT)[0] == "sync"
+    assert "software renderer" in timers.choose_mode("auto", _SOFT)[1]
+    assert timers.choose_mode("auto", _HARD)[0] == "gpu"
+    assert timers.choose_mode("auto", _NO_TQ)[0] == "sync"
+    assert timers.choose_mode("sync", _HARD) == ("sync", "requested with --timing sync")
+    assert timers.choose_mode("gpu", _HARD)[0] == "gpu"
     with pytest.raises(ConfigError, match="software renderer whose timer queries do not time the draw"):
-        timing.choose_mode("gpu", _SOFT)
+        timers.choose_mode("gpu", _SOFT)
     with pytest.raises(ConfigError, match="no GL_TIMESTAMP"):
-        timing.choose_mode("gpu", _NO_TQ)
+        timers.choose_mode("gpu", _NO_TQ)
     with pytest.raises(ConfigError, match="choose one of: auto, gpu, sync"):
-        timing.choose_mode("fast", _HARD)
+        timers.choose_mode("fast", _HARD)
 
 
 def test_zones_off_share_one_null_context_manager() -> None:
-    frame = timing.HarnessFrame(3, 0.05, timing.seed_key(1, "s"), timing.no_zone)
-    assert frame.zone("a") is frame.zone("b") is timing.NULL_ZONE
+    frame = HarnessFrame(3, 0.05, seed_key(1, "s"), timers.no_zone)
+    assert frame.zone("a") is frame.zone("b") is timers.NULL_ZONE
     with frame.zone("a") as value:
         assert value is None
 
 
 def test_frame_rng_is_deterministic_per_seed_scene_and_index() -> None:
     def draw(seed: int, scene: str, index: int) -> np.ndarray:
-        return timing.HarnessFrame(index, 0.0, timing.seed_key(seed, scene), timing.no_zone).rng.random(4)
+        return HarnessFrame(index, 0.0, seed_key(seed, scene), timers.no_zone).rng.random(4)
 
     assert np.array_equal(draw(1, "a", 5), draw(1, "a", 5))
     assert not np.array_equal(draw(1, "a", 5), draw(1, "a", 6))
@@ -115,13 +117,13 @@ def _run_timer(ctx: Any, path: Path, mode: str, frames: int, zones: bool, **kw: 
     fbo = ctx.simple_framebuffer((32, 32))
     fbo.use()
     with TraceWriter(path, workload="t") as writer:
-        buf = timing.EventBuffer(writer, max_rows=7)
-        timer = (timing.GpuTimer(ctx, writer, buf, zones=zones, **kw) if mode == "gpu"
-                 else timing.SyncTimer(ctx, writer, buf, zones=zones))
+        buf = timers.EventBuffer(writer, max_rows=7)
+        timer = (timers.GpuTimer(ctx, writer, buf, zones=zones, **kw) if mode == "gpu"
+                 else timers.SyncTimer(ctx, writer, buf, zones=zones))
         timer.set_scene("s")
         for i in range(frames):
             timer.begin_frame(i, int(Flag.WARMUP) if i == 0 else 0)
-            frame = timing.HarnessFrame(i, i / 60, timing.seed_key(0, "s"), timer.zone)
+            frame = HarnessFrame(i, i / 60, seed_key(0, "s"), timer.zone)
             with frame.zone("outer"):
                 fbo.clear(0.1, 0.2, 0.3, 1.0)
                 with frame.zone("inner"):
@@ -193,7 +195,7 @@ def test_gpu_timer_ring_readback_and_calibration(gl_ctx: Any, tmp_path: Path) ->
 def test_timer_query_reliability_flags_llvmpipe(gl_ctx: Any) -> None:
     mine = gl_ctx.simple_framebuffer((8, 8))
     mine.use()
-    check = timing.timer_query_reliability(gl_ctx, size=(256, 256), iters=32, repeats=1)
+    check = timer_query_reliability(gl_ctx, size=(256, 256), iters=32, repeats=1)
     assert gl_ctx.fbo is mine  # the caller's framebuffer is bound again
     mine.release()
     gl_ctx.detect_framebuffer(0).use()
@@ -242,7 +244,7 @@ def test_plan_default_output_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_default_output_names_never_collide(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import datetime as dt
 
-    from harness.runner import default_output
+    from harness.config import default_output
 
     monkeypatch.chdir(tmp_path)
     now = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)

@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def diagnose(backend: str | None = None, device: int | None = None) -> dict[str, Any]:
     """Everything doctor reports, as a JSON-ready dict."""
-    from harness import backends, probe, timing
+    from harness import backends, probe, timers
+    from harness.cli.timer_check import timer_query_reliability
     from katra_trace.errors import BackendUnavailable
 
     report: dict[str, Any] = {
@@ -46,14 +47,14 @@ def diagnose(backend: str | None = None, device: int | None = None) -> dict[str,
         gl = probe.gl_info(session.ctx)
         report["gl"] = gl
         report["egl"] = backends.current_egl_info() if session.backend == "egl" else {}
-        report["timer_query_check"] = timing.timer_query_reliability(session.ctx)
+        report["timer_query_check"] = timer_query_reliability(session.ctx)
         software = gl["software_renderer"]
         verdict = report["timer_query_check"]["verdict"]
-        mode, reason = timing.choose_mode("auto", gl)
+        mode, reason = timers.choose_mode("auto", gl)
         if mode == "gpu" and verdict == "unreliable":
             mode, reason = "sync", ("timer queries do not time the draw on this driver "
                                     "(GPU time far below wall time)")
-        report["recommended_timing"] = {"mode": mode, "reason": reason, "auto_picks": timing.choose_mode("auto", gl)[0]}
+        report["recommended_timing"] = {"mode": mode, "reason": reason, "auto_picks": timers.choose_mode("auto", gl)[0]}
         if software and verdict == "unreliable":
             report["timer_query_check"]["note"] = ("software renderer: its timer queries stamp one 64x64 "
                                                    "tile, not the draw; katra3d times it with glFinish (sync)")
@@ -110,9 +111,9 @@ def render_text(report: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.cli.run import _int
+    from harness.config import parse_int
 
-    report = diagnose(args.backend, _int(args.device, "--device", 0))
+    report = diagnose(args.backend, parse_int(args.device, "--device", 0))
     if args.json:
         from harness.cli._common import print_json
 

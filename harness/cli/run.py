@@ -47,49 +47,25 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
-def _int(value: str | None, option: str, minimum: int = 0) -> int | None:
-    if value is None:
-        return None
-    try:
-        out = int(value.strip())
-    except ValueError:
-        raise ConfigError(f"bad {option} '{value}': expected a whole number") from None
-    if out < minimum:
-        raise ConfigError(f"bad {option} {out}: must be >= {minimum}")
-    return out
-
-
-def _float(value: str | None, option: str) -> float | None:
-    if value is None:
-        return None
-    try:
-        out = float(value.strip().rstrip("s"))
-    except ValueError:
-        raise ConfigError(f"bad {option} '{value}': expected seconds, e.g. 10 or 2.5") from None
-    if not out > 0 or out == float("inf"):
-        raise ConfigError(f"bad {option} {value}: must be a positive number of seconds")
-    return out
-
-
 def config_from_args(args: argparse.Namespace) -> Any:
-    """Build a :class:`harness.runner.RunConfig` from parsed arguments (ConfigError on bad values)."""
-    from harness.runner import RunConfig, parse_param, parse_size
+    """Build a :class:`harness.config.RunConfig` from parsed arguments (ConfigError on bad values)."""
+    from harness.config import RunConfig, parse_int, parse_param, parse_seconds, parse_size
 
     if args.frames is not None and args.duration is not None:
         raise ConfigError("give --frames or --duration, not both")
     return RunConfig(
         scenes=tuple(args.scenes),
         suite=args.suite,
-        frames=_int(args.frames, "--frames", 1),
-        duration_s=_float(args.duration, "--duration"),
-        warmup=_int(args.warmup, "--warmup", 0),
+        frames=parse_int(args.frames, "--frames", 1),
+        duration_s=parse_seconds(args.duration, "--duration"),
+        warmup=parse_int(args.warmup, "--warmup", 0),
         size=parse_size(args.size) if args.size is not None else None,
-        samples=_int(args.samples, "--samples", 0) or 0,
+        samples=parse_int(args.samples, "--samples", 0) or 0,
         backend=args.backend.strip().lower() if args.backend else None,
-        device=_int(args.device, "--device", 0),
+        device=parse_int(args.device, "--device", 0),
         timing=args.timing.strip().lower(),
         zones=bool(args.zones),
-        seed=_int(args.seed, "--seed", 0) or 0,
+        seed=parse_int(args.seed, "--seed", 0) or 0,
         params=tuple(parse_param(p) for p in args.param),
         output=args.output,
         notes=args.note,
@@ -99,11 +75,14 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from harness import runner
+    from harness.cli.progress import Progress, format_table
+    from harness.config import plan_run
 
     config = config_from_args(args)
-    plan = runner.plan_run(config)
-    result = runner.run(config, plan=plan, quiet=args.quiet)
-    print(runner.format_table(result))
+    plan = plan_run(config)
+    progress = Progress(len(plan.entries), quiet=args.quiet)
+    result = runner.run(config, plan=plan, progress=progress)
+    print(format_table(result))
     if result.status == "interrupted":
         signum = signal.SIGTERM if result.signal_name == "SIGTERM" else signal.SIGINT
         return 128 + int(signum)

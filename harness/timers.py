@@ -1,4 +1,4 @@
-"""Frame and zone timing: the clocks, the modes, the GPU query ring.
+"""The frame timers: the clocks, the modes, the GPU query ring, the event buffer.
 
 Modes (docs/timing.md says what each number means):
 
@@ -27,21 +27,17 @@ from __future__ import annotations
 import collections
 import ctypes
 import time
-import zlib
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from harness.gl import GL_DEBUG_SOURCE_APPLICATION, GL_QUERY_RESULT, GL_QUERY_RESULT_AVAILABLE, GL_TIMESTAMP, RawGL
 from katra_trace.errors import ConfigError
-from katra_trace.schema import EVENT_DTYPE, Clock, Flag, Kind
+from katra_trace.schema import EVENT_DTYPE, Clock, Kind
 
 MODES: tuple[str, ...] = ("auto", "gpu", "sync")
 
-GL_TIMESTAMP = 0x8E28
-GL_QUERY_RESULT = 0x8866
-GL_QUERY_RESULT_AVAILABLE = 0x8867
-GL_DEBUG_SOURCE_APPLICATION = 0x824A
 
 #: Queries preallocated for the GPU ring (two per frame or zone span).
 RING_QUERIES = 2048
@@ -99,29 +95,46 @@ class EventBuffer:
     column (cheaper per frame than building two event tuples).
 
     Flushes when ``max_rows`` entries are pending or ``max_age_ns`` has passed
-    since the last flush (checked by :meth:`maybe_flush`, once per frame).
+    since the last flush (checked by :meth:`maybe_flush`, once per frame;
+    ``max_age_ns=None`` flushes by count only). Pending entries sit in deques,
+    so another thread may call :meth:`flush` at any time (the engine's keeper
+    does, when a frame takes long): each entry is handed over exactly once.
     """
 
-    def __init__(self, writer: Any, max_rows: int = 1024, max_age_ns: int = 250_000_000) -> None:
+    def __init__(self, writer: Any, max_rows: int = 1024, max_age_ns: int | None = 250_000_000) -> None:
         self.writer = writer
-        self.rows: list[tuple[int | float, ...]] = []
+        self.rows: collections.deque[tuple[int | float, ...]] = collections.deque()
         self.add = self.rows.append
-        self.frames: list[tuple[int, ...]] = []
+        self.frames: collections.deque[tuple[int, ...]] = collections.deque()
         self.add_frame = self.frames.append
         self.origin_ns = int(writer.start_host_ns)
         self.frame_name = writer.intern(FRAME_NAME)
         self.max_rows = max_rows
-        self.max_age_ns = max_age_ns
-        self._last_flush_ns = _pc()
+        self.max_age_ns = max_age_ns if max_age_ns is not None else 1 << 62
+        self.last_flush_ns = _pc()
+
+    @property
+    def pending(self) -> int:
+        return len(self.frames) + len(self.rows)
 
     def maybe_flush(self, now_ns: int) -> None:
         if (len(self.frames) + len(self.rows) >= self.max_rows
-                or now_ns - self._last_flush_ns >= self.max_age_ns):
+                or now_ns - self.last_flush_ns >= self.max_age_ns):
             self.flush()
 
-    def _frame_events(self) -> np.ndarray:
-        a = np.array(self.frames, dtype=np.int64)
-        self.frames.clear()
+    @staticmethod
+    def _take(queue: collections.deque[Any]) -> list[Any]:
+        pop = queue.popleft
+        out = []
+        for _ in range(len(queue)):
+            try:
+                out.append(pop())
+            except IndexError:  # another thread took the rest
+                break
+        return out
+
+    def _frame_events(self, frames: list[tuple[int, ...]]) -> np.ndarray:
+        a = np.array(frames, dtype=np.int64)
         out = np.zeros(2 * len(a), dtype=EVENT_DTYPE)
         out["kind"] = _FRAME
         out["clock"][0::2] = _CPU
@@ -137,13 +150,15 @@ class EventBuffer:
 
     def flush(self) -> None:
         """Hand everything pending to the writer."""
+        self.last_flush_ns = _pc()
         if self.frames:
-            self.writer.append_array(self._frame_events())
+            frames = self._take(self.frames)
+            if frames:
+                self.writer.append_array(self._frame_events(frames))
         if self.rows:
-            arr = np.array(self.rows, dtype=EVENT_DTYPE)
-            self.rows.clear()
-            self.writer.append_array(arr)
-        self._last_flush_ns = _pc()
+            rows = self._take(self.rows)
+            if rows:
+                self.writer.append_array(np.array(rows, dtype=EVENT_DTYPE))
 
 
 class _NullZone:
@@ -164,35 +179,6 @@ NULL_ZONE = _NullZone()
 def no_zone(name: str) -> _NullZone:
     """``zone()`` when zones are off: no timing, no debug group, no allocation."""
     return NULL_ZONE
-
-
-class HarnessFrame:
-    """The :class:`scenes.api.Frame` the harness passes to ``Scene.render``.
-
-    ``rng`` is created on first use, seeded with (run seed, crc32 of the scene
-    name, frame index), so frames that do not use it pay nothing.
-    """
-
-    __slots__ = ("index", "time_s", "zone", "_seed_key", "_rng")
-
-    def __init__(self, index: int, time_s: float, seed_key: tuple[int, int],
-                 zone: Callable[[str], Any]) -> None:
-        self.index = index
-        self.time_s = time_s
-        self.zone = zone
-        self._seed_key = seed_key
-        self._rng: np.random.Generator | None = None
-
-    @property
-    def rng(self) -> np.random.Generator:
-        if self._rng is None:
-            self._rng = np.random.default_rng([self._seed_key[0], self._seed_key[1], self.index])
-        return self._rng
-
-
-def seed_key(seed: int, scene_name: str) -> tuple[int, int]:
-    """(seed, crc32(scene name)): the per-scene part of every frame's RNG seed."""
-    return (int(seed), zlib.crc32(scene_name.encode()))
 
 
 class Timer:
@@ -335,37 +321,6 @@ class SyncTimer(Timer):
 # --------------------------------------------------------------------------- gpu
 
 
-class _GL:
-    """The raw GL entry points the GPU timer needs, through PyOpenGL (64-bit out-buffers)."""
-
-    def __init__(self) -> None:
-        from OpenGL import GL
-
-        self.GL = GL
-        self.query_counter = GL.glQueryCounter
-        self.get_query_iv = GL.glGetQueryObjectiv
-        self.get_query_ui64v = GL.glGetQueryObjectui64v
-        self.get_integer64v = GL.glGetInteger64v
-
-    def gen_queries(self, n: int) -> list[int]:
-        ids = (ctypes.c_uint * n)()
-        self.GL.glGenQueries(n, ids)
-        return list(ids)
-
-    def delete_queries(self, ids: list[int]) -> None:
-        if ids:
-            arr = (ctypes.c_uint * len(ids))(*ids)
-            self.GL.glDeleteQueries(len(ids), arr)
-
-
-def gpu_timestamp_ns() -> int:
-    """The GPU's current GL_TIMESTAMP (ns), via glGetInteger64v with a c_int64 out-buffer."""
-    gl = _GL()
-    out = ctypes.c_int64(0)
-    gl.get_integer64v(GL_TIMESTAMP, ctypes.byref(out))
-    return int(out.value)
-
-
 class _GpuZone:
     __slots__ = ("timer", "name", "name_id", "depth", "q0", "t0")
 
@@ -404,7 +359,7 @@ class GpuTimer(Timer):
     def __init__(self, ctx: Any, writer: Any, buffer: EventBuffer, *, zones: bool = False,
                  ring_queries: int = RING_QUERIES) -> None:
         super().__init__(ctx, writer, buffer, zones=zones)
-        self.gl = _GL()
+        self.gl = RawGL()
         self._all_queries = self.gl.gen_queries(ring_queries)
         self._free: list[int] = list(reversed(self._all_queries))
         self._qc = self.gl.query_counter
@@ -562,104 +517,16 @@ def make_timer(mode: str, ctx: Any, writer: Any, buffer: EventBuffer, *, zones: 
     raise ConfigError(f"timing mode must be resolved to 'sync' or 'gpu', got '{mode}'")
 
 
-# --------------------------------------------------------------------------- reliability check
-
-_HEAVY_VS = """
-#version 330
-in vec2 in_pos;
-void main() { gl_Position = vec4(in_pos, 0.0, 1.0); }
-"""
-
-_HEAVY_FS = """
-#version 330
-uniform int u_iters;
-out vec4 f_color;
-void main() {
-    vec2 p = gl_FragCoord.xy * 0.001;
-    float acc = 0.0;
-    for (int i = 0; i < u_iters; ++i) {
-        p = vec2(sin(p.x * 1.3 + p.y), cos(p.y * 0.7 - p.x)) + 0.01;
-        acc += p.x * p.y;
-    }
-    f_color = vec4(fract(acc), p, 1.0);
-}
-"""
-
-
-def timer_query_reliability(ctx: Any, size: tuple[int, int] = (512, 512), iters: int = 64,
-                            repeats: int = 3) -> dict[str, Any]:
-    """Do GL_TIMESTAMP queries time the draw? Compare a heavy draw's GPU time with its wall time.
-
-    The draw (a full-screen quad with a long fragment loop) is bracketed by two
-    timestamp queries and by ``glFinish`` + host clock. On a real GPU the GPU
-    time is close to (and at most) the wall time; on llvmpipe, whose queries
-    stamp one 64x64 tile, it is a small fraction of it. Returns gpu_ms,
-    wall_ms (medians over ``repeats``), ratio = gpu / wall, and a verdict:
-    ``reliable``, ``unreliable`` (ratio < 0.5) or ``unsupported``.
-    """
-    if ctx.version_code < 330 and "GL_ARB_timer_query" not in ctx.extensions:
-        return {"verdict": "unsupported", "reason": "no GL_ARB_timer_query"}
-    gl = _GL()
-    prog = ctx.program(vertex_shader=_HEAVY_VS, fragment_shader=_HEAVY_FS)
-    vbo = ctx.buffer(np.array([-1, -1, 1, -1, -1, 1, 1, 1], dtype="f4").tobytes())
-    vao = ctx.vertex_array(prog, [(vbo, "2f", "in_pos")])
-    color = ctx.renderbuffer(size, 4)
-    fbo = ctx.framebuffer(color_attachments=[color])
-    queries = gl.gen_queries(2)
-    result = ctypes.c_uint64(0)
-    gpu_ns: list[int] = []
-    wall_ns: list[int] = []
-    previous = ctx.fbo
-    try:
-        fbo.use()
-        prog["u_iters"].value = iters
-        vao.render(mode=ctx.TRIANGLE_STRIP)  # warm up (shader compile on first draw)
-        ctx.finish()
-        for _ in range(repeats):
-            t0 = _pc()
-            gl.query_counter(queries[0], GL_TIMESTAMP)
-            vao.render(mode=ctx.TRIANGLE_STRIP)
-            gl.query_counter(queries[1], GL_TIMESTAMP)
-            ctx.finish()
-            t1 = _pc()
-            stamps = []
-            for q in queries:
-                gl.get_query_ui64v(q, GL_QUERY_RESULT, ctypes.byref(result))
-                stamps.append(int(result.value))
-            gpu_ns.append(stamps[1] - stamps[0])
-            wall_ns.append(t1 - t0)
-    finally:
-        gl.delete_queries(queries)
-        (previous if previous is not None else ctx.detect_framebuffer(0)).use()
-        for obj in (vao, vbo, prog, fbo, color):
-            obj.release()
-    gpu_ms = float(np.median(gpu_ns)) / 1e6
-    wall_ms = float(np.median(wall_ns)) / 1e6
-    ratio = gpu_ms / wall_ms if wall_ms > 0 else 0.0
-    verdict = "reliable" if ratio >= 0.5 else "unreliable"
-    return {
-        "verdict": verdict,
-        "gpu_ms": round(gpu_ms, 4),
-        "wall_ms": round(wall_ms, 4),
-        "ratio": round(ratio, 4),
-        "draw": f"full-screen quad, {size[0]}x{size[1]}, {iters}-step fragment loop",
-    }
-
-
 __all__ = [
     "EventBuffer",
     "FRAME_NAME",
     "GpuTimer",
-    "HarnessFrame",
     "INTERVAL_NAME",
     "MODES",
     "NULL_ZONE",
     "SyncTimer",
     "Timer",
     "choose_mode",
-    "gpu_timestamp_ns",
     "make_timer",
     "no_zone",
-    "seed_key",
-    "timer_query_reliability",
 ]

@@ -1,0 +1,87 @@
+"""The CLI's progress display and end-of-run table (the engine reports to any :class:`~harness.engine.Progress`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, TextIO
+
+from harness.engine import RunResult
+
+
+class Progress:
+    """A rich progress bar on a TTY, plain lines otherwise (both on ``stream``, stderr by default)."""
+
+    def __init__(self, total_scenes: int, stream: TextIO | None = None, quiet: bool = False) -> None:
+        self.stream = stream or sys.stderr
+        self.total = total_scenes
+        self.quiet = quiet
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)()) and not quiet
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> Progress:
+        if self.tty:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, \
+                TimeElapsedColumn
+
+            self._bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                     TimeElapsedColumn(), console=Console(file=self.stream), transient=True)
+            self._bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+            self._bar = None
+
+    def line(self, text: str) -> None:
+        if self.quiet:
+            return
+        if self._bar is not None:
+            self._bar.console.print(text, markup=False, highlight=False)
+        else:
+            print(f"katra3d: {text}", file=self.stream, flush=True)
+
+    def scene_started(self, index: int, label: str, total_frames: int | None) -> None:
+        if self._bar is not None:
+            if self._task is not None:
+                self._bar.remove_task(self._task)
+            self._task = self._bar.add_task(f"[{index}/{self.total}] {label}", total=total_frames)
+        else:
+            self.line(f"[{index}/{self.total}] {label}: running")
+
+    def advance(self, done: int) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done)
+
+
+def format_table(result: RunResult) -> str:
+    """The end-of-run table: per scene frames, median / p99 ms, average and 1%-low FPS, clock."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"katra3d run ({result.status}; timing {result.timing_mode})", title_justify="left")
+    for col in ("scene", "frames", "median ms", "p99 ms", "avg FPS", "1% low FPS", "clock"):
+        table.add_column(col, justify="left" if col in ("scene", "clock") else "right")
+
+    def f(value: Any, digits: int) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    for r in result.scenes:
+        s = r.stats or {}
+        if r.status == "skipped":
+            table.add_row(r.label, "skipped", "-", "-", "-", "-", r.reason[:60])
+            continue
+        table.add_row(r.label + (" (interrupted)" if r.status == "interrupted" else ""), str(r.frames),
+                      f(s.get("median_ms"), 3), f(s.get("p99_ms"), 3), f(s.get("fps_avg"), 1),
+                      f(s.get("fps_low_1pct"), 1), r.clock)
+    console = Console(width=120, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(table)
+    text = console.export_text()
+    console.file.close()
+    return text.rstrip() + f"\ntrace: {result.path}"
+
+
+__all__ = ["Progress", "format_table"]

@@ -1,0 +1,278 @@
+"""What a run is: :class:`RunConfig` (validated input) and :class:`RunPlan` (resolved, no GL yet).
+
+Everything here is checked before any GL or disk work, so a bad input costs
+nothing and leaves nothing behind: parsers for the command line's values,
+:func:`plan_run` (scenes, params, sizes, paths) and the default output name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+import re
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from katra_trace.errors import ConfigError
+
+#: Defaults when neither the command line nor a suite says.
+DEFAULT_FRAMES = 100
+DEFAULT_WARMUP = 5
+DEFAULT_SIZE = (640, 360)
+MAX_SIZE = 16384
+MAX_FRAMES = 10_000_000
+MAX_DURATION_S = 7 * 24 * 3600.0
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``"640x360"`` -> (640, 360); ConfigError for anything else or non-positive sizes."""
+    m = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", text)
+    if not m:
+        raise ConfigError(f"bad size '{text}': expected WIDTHxHEIGHT, e.g. 640x360")
+    size = (int(m.group(1)), int(m.group(2)))
+    _check_size(size)
+    return size
+
+
+def _check_size(size: tuple[int, int]) -> None:
+    w, h = size
+    if not (1 <= w <= MAX_SIZE and 1 <= h <= MAX_SIZE):
+        raise ConfigError(f"bad size {w}x{h}: width and height must be in 1..{MAX_SIZE}")
+
+
+def parse_int(value: str | None, option: str, minimum: int = 0) -> int | None:
+    """A whole-number option (None stays None); ConfigError naming ``option`` otherwise."""
+    if value is None:
+        return None
+    try:
+        out = int(value.strip())
+    except ValueError:
+        raise ConfigError(f"bad {option} '{value}': expected a whole number") from None
+    if out < minimum:
+        raise ConfigError(f"bad {option} {out}: must be >= {minimum}")
+    return out
+
+
+def parse_seconds(value: str | None, option: str) -> float | None:
+    """A positive number of seconds (``10``, ``2.5``, ``3s``); None stays None."""
+    if value is None:
+        return None
+    try:
+        out = float(value.strip().rstrip("s"))
+    except ValueError:
+        raise ConfigError(f"bad {option} '{value}': expected seconds, e.g. 10 or 2.5") from None
+    if not out > 0 or out == float("inf"):
+        raise ConfigError(f"bad {option} {value}: must be a positive number of seconds")
+    return out
+
+
+def parse_param(text: str) -> tuple[str, str, str]:
+    """``"SCENE.KEY=VALUE"`` -> (scene, key, value); ConfigError when malformed."""
+    m = re.fullmatch(r"([^.=\s]+(?:\.[^.=\s]+)*)\.([A-Za-z_][\w-]*)=(.*)", text.strip(), flags=re.S)
+    if not m:
+        raise ConfigError(f"bad --param '{text}': expected SCENE.KEY=VALUE, e.g. triangle.speed=0.5")
+    return m.group(1), m.group(2), m.group(3)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines a run; stored whole in the trace's capture options.
+
+    ``scenes`` and/or ``suite`` say what runs (the suite's entries first).
+    ``frames`` (measured, per scene) or ``duration_s`` (measured seconds per
+    scene, host clock); ``warmup`` frames per scene; ``size`` (w, h) px;
+    ``samples`` MSAA samples (0 = none). None means "the suite's value, else
+    the default". ``params``: (scene, key, value) overrides, values as typed.
+    """
+
+    scenes: tuple[str, ...] = ()
+    suite: str | None = None
+    frames: int | None = None
+    duration_s: float | None = None
+    warmup: int | None = None
+    size: tuple[int, int] | None = None
+    samples: int = 0
+    backend: str | None = None
+    device: int | None = None
+    timing: str = "auto"
+    zones: bool = False
+    seed: int = 0
+    params: tuple[tuple[str, str, Any], ...] = ()
+    output: str | None = None
+    notes: str = ""
+    screenshot_dir: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field (params as SCENE.KEY -> value)."""
+        out = dataclasses.asdict(self)
+        out["scenes"] = list(self.scenes)
+        out["size"] = list(self.size) if self.size else None
+        out["params"] = {f"{s}.{k}": v for s, k, v in self.params}
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class SceneEntry:
+    """One scene of a plan: display ``label`` (unique in the run), spec, class, resolved params."""
+
+    label: str
+    spec: str
+    cls: type
+    params: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """A validated RunConfig with everything resolved (still no GL)."""
+
+    config: RunConfig
+    entries: tuple[SceneEntry, ...]
+    frames: int | None
+    duration_s: float | None
+    warmup: int
+    size: tuple[int, int]
+    output: Path
+    screenshot_dir: Path | None
+    workload: str
+
+
+def _writable_dir(path: Path, what: str) -> None:
+    """ConfigError unless ``path`` is (or could be created as) a writable directory."""
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"{what} '{path}': '{probe}' is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=probe, prefix=".katra3d-write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{what} '{path}': directory '{probe}' is not writable "
+                          f"({exc.strerror or exc})") from None
+
+
+def default_output(workload_name: str, now: dt.datetime | None = None) -> Path:
+    """``traces/<UTC timestamp>-<suite or scene>.katra``; ``-2``, ``-3``… when that name is taken
+    (two runs within one second must not write into the same file)."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    stamp = now.strftime("%Y%m%dT%H%M%SZ")
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", workload_name)[:60] or "run"
+    path = Path("traces") / f"{stamp}-{safe}.katra"
+    n = 2
+    while path.exists():
+        path = Path("traces") / f"{stamp}-{safe}-{n}.katra"
+        n += 1
+    return path
+
+
+def plan_run(config: RunConfig) -> RunPlan:
+    """Validate ``config`` and resolve scenes, params and paths; raises ConfigError/SceneError.
+
+    Touches no GL and writes nothing.
+    """
+    from harness.backends import CHOICES, resolve_name
+    from harness.timers import MODES
+    from scenes.registry import get_scene, resolve_params
+
+    suite = None
+    if config.suite is not None:
+        from scenes.suites import get_suite
+
+        suite = get_suite(config.suite)
+    if not config.scenes and suite is None:
+        raise ConfigError("nothing to run: name at least one scene, or --suite NAME")
+    if config.frames is not None and config.duration_s is not None:
+        raise ConfigError("give --frames or --duration, not both")
+    if config.frames is not None and not 1 <= config.frames <= MAX_FRAMES:
+        raise ConfigError(f"bad --frames {config.frames}: must be in 1..{MAX_FRAMES}")
+    if config.duration_s is not None and not (0 < config.duration_s <= MAX_DURATION_S
+                                              and math.isfinite(config.duration_s)):
+        raise ConfigError(f"bad --duration {config.duration_s}: must be > 0 seconds (at most one week)")
+    if config.warmup is not None and not 0 <= config.warmup <= MAX_FRAMES:
+        raise ConfigError(f"bad --warmup {config.warmup}: must be in 0..{MAX_FRAMES}")
+    if config.size is not None:
+        _check_size(tuple(config.size))  # type: ignore[arg-type]
+    if not 0 <= config.samples <= 64:
+        raise ConfigError(f"bad --samples {config.samples}: must be in 0..64")
+    if config.samples & (config.samples - 1):
+        raise ConfigError(f"bad --samples {config.samples}: MSAA sample counts are 0 or a power of two "
+                          "(2, 4, 8, ...)")
+    if config.device is not None and config.device < 0:
+        raise ConfigError(f"bad --device {config.device}: must be >= 0")
+    if config.timing not in MODES:
+        raise ConfigError(f"unknown --timing '{config.timing}'; choose one of: {', '.join(MODES)}")
+    if config.backend is not None and config.backend not in CHOICES:
+        raise ConfigError(f"unknown --backend '{config.backend}'; choose one of: {', '.join(CHOICES)}")
+    resolve_name(config.backend)  # validates $KATRA3D_BACKEND too
+    if not 0 <= config.seed < 2**63:
+        raise ConfigError(f"bad --seed {config.seed}: must be in 0..2**63-1")
+
+    raw: list[tuple[str, Mapping[str, Any]]] = list(suite.entries) if suite else []
+    raw += [(name, {}) for name in config.scenes]
+    overrides: dict[str, dict[str, Any]] = {}
+    for scene_name, key, value in config.params:
+        overrides.setdefault(scene_name, {})[key] = value
+    entries: list[SceneEntry] = []
+    seen: dict[str, int] = {}
+    for spec, suite_params in raw:
+        cls = get_scene(spec)
+        name = str(getattr(cls, "name", "") or spec)
+        merged = {**dict(suite_params), **overrides.get(name, {}), **overrides.get(spec, {})}
+        params = resolve_params(cls, merged)
+        seen[name] = seen.get(name, 0) + 1
+        label = name if seen[name] == 1 else f"{name}#{seen[name]}"
+        entries.append(SceneEntry(label, spec, cls, params))
+    names = {str(getattr(e.cls, "name", "")) for e in entries} | {e.spec for e in entries}
+    for scene_name in overrides:
+        if scene_name not in names:
+            raise ConfigError(f"--param names scene '{scene_name}', which is not in this run; "
+                              f"scenes in this run: {', '.join(e.label for e in entries)}")
+
+    frames = config.frames
+    if frames is None and config.duration_s is None:
+        frames = suite.frames if suite else DEFAULT_FRAMES
+    warmup = config.warmup if config.warmup is not None else (suite.warmup if suite else DEFAULT_WARMUP)
+    size = tuple(config.size) if config.size else (tuple(suite.size) if suite else DEFAULT_SIZE)
+    workload = suite.name if suite else "+".join(e.label for e in entries)
+    if suite and config.scenes:
+        workload = f"{suite.name}+{'+'.join(config.scenes)}"
+
+    if config.output:
+        output = Path(config.output)
+        if output.is_dir():
+            raise ConfigError(f"output '{output}' is a directory; give a file path, e.g. {output / 'run.katra'}")
+        if not output.parent.is_dir():
+            raise ConfigError(f"output directory '{output.parent}' does not exist")
+        _writable_dir(output.parent, "output")
+    else:
+        output = default_output(suite.name if suite else entries[0].label if len(entries) == 1
+                                else workload)
+        _writable_dir(output.parent, "output directory")
+    shots = Path(config.screenshot_dir) if config.screenshot_dir else None
+    if shots is not None:
+        if shots.exists() and not shots.is_dir():
+            raise ConfigError(f"--screenshot '{shots}' is not a directory")
+        _writable_dir(shots, "--screenshot directory")
+    return RunPlan(config, tuple(entries), frames, config.duration_s, warmup,
+                   (int(size[0]), int(size[1])), output, shots, workload)
+
+
+__all__ = [
+    "DEFAULT_FRAMES",
+    "DEFAULT_SIZE",
+    "DEFAULT_WARMUP",
+    "RunConfig",
+    "RunPlan",
+    "SceneEntry",
+    "default_output",
+    "parse_int",
+    "parse_param",
+    "parse_seconds",
+    "parse_size",
+    "plan_run",
+]

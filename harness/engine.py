@@ -1,0 +1,580 @@
+"""The capture engine: one frame loop, one place that records options and cleans up failures.
+
+Every way of capturing drives this engine: ``katra3d run`` (:mod:`harness.runner`),
+the Python API (:mod:`harness.capture`), the pytest plugin and the offscreen
+helper (:mod:`harness.offscreen`). An :class:`Engine` owns
+
+* the trace writer (header = capture options + host info) and the event buffer;
+* the timer of the resolved timing mode (:mod:`harness.timers`);
+* the frame loop (:meth:`Engine.loop`) and the per-scene lifecycle
+  (:meth:`Engine.run_scene`: setup, warmup, measured frames, checks, last image,
+  release), with the scene's errors turned into :class:`SceneError`;
+* the failure path: whatever happens, the frames measured so far are drained
+  into the trace and the trace is finished (``aborted`` or ``interrupted``);
+* a keeper thread that hands buffered events to the writer when a frame takes
+  long, so a stuck frame never holds back the frames before it.
+
+Stopping: :class:`StopFlag` is polled at every frame boundary;
+:func:`stop_on_signals` routes SIGINT, SIGTERM and SIGHUP to it. A second
+signal interrupts the frame in progress (``KeyboardInterrupt``), and if the
+process has not finished its trace a second later, the keeper finishes it
+(``interrupted``) and ends the process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from harness import timers
+from harness.frame import HarnessFrame, seed_key
+from katra_trace.errors import ConfigError, KatraError, SceneError
+from katra_trace.schema import Clock, Flag, Kind
+
+_pc = time.perf_counter_ns
+
+#: Signals that stop a run (the first at the next frame boundary, the second at once).
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+#: Seconds the keeper waits after a second stop signal before it finishes the trace itself.
+HARD_STOP_GRACE_S = 1.0
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclasses.dataclass
+class SceneResult:
+    """What one scene produced: status (ok | skipped | interrupted), measured frames, stats."""
+
+    label: str
+    status: str
+    frames: int = 0
+    warmup: int = 0
+    setup_ms: float = 0.0
+    clock: str = ""
+    stats: dict[str, Any] | None = None
+    checksum: str = ""
+    reason: str = ""
+    pixels: Any = None
+
+    def row(self) -> dict[str, Any]:
+        s = self.stats or {}
+        return {"scene": self.label, "status": self.status, "frames": self.frames,
+                "median_ms": s.get("median_ms"), "p99_ms": s.get("p99_ms"),
+                "fps_avg": s.get("fps_avg"), "fps_low_1pct": s.get("fps_low_1pct"),
+                "clock": self.clock, "setup_ms": round(self.setup_ms, 3)}
+
+
+@dataclasses.dataclass
+class RunResult:
+    """The outcome of a run: trace path, status (complete | interrupted), per-scene results."""
+
+    path: Path
+    status: str
+    timing_mode: str
+    timing_reason: str
+    scenes: list[SceneResult]
+    signal_name: str = ""
+
+
+class Progress(Protocol):
+    """What the engine reports progress to (the CLI's progress bar, or nothing)."""
+
+    tty: bool
+
+    def line(self, text: str) -> None: ...
+
+    def scene_started(self, index: int, label: str, total_frames: int | None) -> None: ...
+
+    def advance(self, done: int) -> None: ...
+
+
+class NoProgress:
+    """A :class:`Progress` that shows nothing."""
+
+    tty = False
+
+    def line(self, text: str) -> None:
+        pass
+
+    def scene_started(self, index: int, label: str, total_frames: int | None) -> None:
+        pass
+
+    def advance(self, done: int) -> None:
+        pass
+
+
+# --------------------------------------------------------------------------- stopping
+
+
+class StopFlag:
+    """Set by a stop signal while a run is in progress; the frame loop polls ``.set``."""
+
+    def __init__(self) -> None:
+        self.set = False
+        self.signal_name = ""
+        self.count = 0
+        self.signum = 0
+        self.hard_stop = threading.Event()
+
+    def trip(self, signum: int, _frame: Any = None) -> None:
+        self.count += 1
+        self.set = True
+        self.signum = signum
+        self.signal_name = signal.Signals(signum).name
+        if self.count >= 2:
+            self.hard_stop.set()
+            raise KeyboardInterrupt(f"second {self.signal_name}")
+
+
+@contextlib.contextmanager
+def stop_on_signals(flag: StopFlag) -> Iterator[StopFlag]:
+    """Route SIGINT/SIGTERM/SIGHUP to ``flag`` for the duration (main thread only).
+
+    The previous handlers are restored afterwards; a handler installed from C
+    (``signal.signal`` returns None for it, e.g. under apitrace) is restored as
+    ``SIG_DFL``.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    old: dict[signal.Signals, Any] = {}
+    try:
+        for sig in STOP_SIGNALS:
+            old[sig] = signal.signal(sig, flag.trip)
+        yield flag
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+# --------------------------------------------------------------------------- the engine
+
+
+class Engine:
+    """One capture into one trace: writer, buffer, timer, frame loop and clean-up.
+
+    ``host`` is the probe's host info (its ``gl`` part picks the timing mode);
+    ``options`` the capture options to record (the engine adds the timing
+    mode, its reason and the primary clock). ``writer`` replaces the trace
+    writer (any object with TraceWriter's methods, e.g. :class:`MemorySink`).
+    Use as a context manager: an exception finishes the trace as ``aborted``
+    (``interrupted`` for KeyboardInterrupt) with every measured frame kept.
+    """
+
+    def __init__(self, ctx: Any, path: str | Path | None, *, host: Mapping[str, Any],
+                 options: Mapping[str, Any], workload: str, timing: str = "auto", zones: bool = False,
+                 notes: str = "", writer: Any = None, stop: StopFlag | None = None,
+                 gl_error_check: bool = True) -> None:
+        from katra_trace.writer import TraceWriter
+
+        self.ctx = ctx
+        self.mode, self.reason = timers.choose_mode(timing, dict(host.get("gl", {})))
+        recorded = dict(options)
+        recorded.update({"timing_mode": self.mode, "timing_reason": self.reason,
+                         "primary_clock": "wall" if self.mode == "sync" else "gpu"})
+        self.options = recorded
+        if writer is None:
+            if path is None:
+                raise ConfigError("a capture needs an output path")
+            writer = TraceWriter(Path(path), workload=workload, capture_options=recorded,
+                                 host_info=dict(host), notes=notes)
+        self.writer = writer
+        self.path = Path(path) if path is not None else None
+        self.stop = stop or StopFlag()
+        self.gl_errors: list[dict[str, Any]] = []
+        self._check_gl = bool(gl_error_check)
+        self._frames_done = 0
+        self.scene_label = ""
+        try:
+            self.buffer = timers.EventBuffer(writer)
+            self.timer = timers.make_timer(self.mode, ctx, writer, self.buffer, zones=zones)
+        except BaseException as exc:
+            self._finish_quietly({"error": f"timer setup failed: {type(exc).__name__}: {exc}"}, "aborted")
+            raise
+        self.primary_clock = self.timer.primary_clock.name.lower()
+        self._keeper = _Keeper(self)
+        self._keeper.start()
+
+    # -- scenes and markers
+
+    def set_scene(self, label: str) -> int:
+        """Attribute the following frames to scene ``label``; returns its string id."""
+        self.scene_label = label
+        return self.timer.set_scene(label)
+
+    def marker(self, name: str, flags: int, t0_ns: int, t1_ns: int) -> None:
+        """A MARKER span (host clock, absolute perf_counter_ns) in the current scene."""
+        t = self.timer
+        self.buffer.add((int(Kind.MARKER), int(Clock.WALL), int(flags), 0, t.scene_id, t.name_id(name), 0,
+                         t0_ns - t.origin_ns, t1_ns - t0_ns, 0.0))
+
+    # -- frames
+
+    def begin_frame(self, index: int, flags: int = 0) -> None:
+        self.timer.begin_frame(index, flags)
+
+    def end_frame(self) -> None:
+        self.timer.end_frame()
+        self._frames_done += 1
+        if self._check_gl:
+            self.check_gl_errors(self.timer.frame_index)
+
+    def check_gl_errors(self, frame: int | None, where: str = "frame") -> None:
+        """Raise SceneError (recorded in the trace first) if GL reports an error."""
+        error = self.ctx.error
+        if error == "GL_NO_ERROR":
+            return
+        label = self.scene_label
+        record = {"type": "gl_error", "scene": label, "frame": frame, "where": where, "error": str(error)}
+        self.gl_errors.append(record)
+        with contextlib.suppress(Exception):
+            self.writer.annotate(record)
+        at = f"frame {frame}" if frame is not None else where
+        raise SceneError(f"scene '{label}': OpenGL reported {error} in {at}; the trace records it")
+
+    def loop(self, render: Callable[[Any], None], *, first: int, count: int | None, deadline_ns: int | None,
+             flags: int, key: tuple[int, int], bind: Callable[[], None] | None = None,
+             progress: Progress | None = None) -> int:
+        """Render frames ``first``, ``first+1``, … (``count`` of them, or until ``deadline_ns``).
+
+        The one frame loop of katra3d: stops early at a frame boundary when the
+        stop flag is set. Returns the number of frames rendered.
+        """
+        from scenes.api import NOMINAL_RATE_HZ
+
+        timer = self.timer
+        begin = timer.begin_frame
+        end = self.end_frame
+        zone = timer.zone
+        stop = self.stop
+        pc = _pc
+        rate = NOMINAL_RATE_HZ
+        show = progress is not None and progress.tty
+        next_update_ns = 0
+        i = first
+        done = 0
+        while not stop.set:
+            if count is not None:
+                if done >= count:
+                    break
+            elif deadline_ns is None or pc() >= deadline_ns:
+                break
+            if bind is not None:
+                bind()
+            begin(i, flags)
+            render(HarnessFrame(i, i / rate, key, zone))
+            end()
+            i += 1
+            done += 1
+            if show:
+                now = pc()
+                if now >= next_update_ns:
+                    progress.advance(done)  # type: ignore[union-attr]
+                    next_update_ns = now + 100_000_000
+        if show:
+            progress.advance(done)  # type: ignore[union-attr]
+        return done
+
+    # -- one scene, start to end
+
+    def run_scene(self, scene_cls: type, label: str, params: Mapping[str, Any], *, size: tuple[int, int],
+                  frames: int | None, warmup: int, duration_s: float | None = None, seed: int = 0,
+                  spec: str = "", bind: Callable[[], None] | None = None, read_image: bool = True,
+                  screenshot: Path | None = None, progress: Progress | None = None, index: int = 1,
+                  total: int = 1, measured_driver: Callable[[Callable[[], None], int], None] | None = None,
+                  ) -> SceneResult:
+        """Set up, warm up, measure and release one scene; its events and annotation go to the trace.
+
+        ``bind`` makes the harness's framebuffer current (before setup and
+        whenever the scene left another one bound). ``measured_driver(one_frame,
+        count)``, when given, renders the measured frames itself by calling
+        ``one_frame()`` ``count`` times (pytest-benchmark rounds).
+        Raises SceneError for a scene's own failure; returns a ``skipped``
+        result when the scene raises SceneSkip.
+        """
+        from scenes.api import SceneSkip
+        from scenes.image import image_checksum, read_pixels, write_png
+
+        progress = progress or NoProgress()
+        self.set_scene(label)
+        total_frames = (frames or 0) + warmup if frames is not None else None
+        progress.scene_started(index, label, total_frames)
+        ctx = self.ctx
+        scene = scene_cls()
+        if bind is not None:
+            bind()
+        t0 = _pc()
+        try:
+            scene.setup(ctx, size, dict(params))
+            ctx.finish()
+            if self._check_gl:
+                self.check_gl_errors(None, "setup")
+        except SceneSkip as exc:
+            t1 = _pc()
+            self.marker("skipped", int(Flag.SKIPPED), t0, t1)
+            self.buffer.flush()
+            self.writer.annotate({"type": "scene", "scene": label, "spec": spec, "status": "skipped",
+                                  "reason": str(exc), "params": dict(params)})
+            _release_quietly(scene)
+            progress.line(f"[{index}/{total}] {label}: skipped: {exc}")
+            return SceneResult(label, "skipped", reason=str(exc))
+        except KatraError:
+            _release_quietly(scene)
+            raise
+        except (Exception, SystemExit) as exc:
+            _release_quietly(scene)
+            raise SceneError(f"scene '{label}' failed in setup: {_describe(exc)}") from exc
+        t1 = _pc()
+        setup_ms = (t1 - t0) / 1e6
+        self.marker("setup", int(Flag.SETUP), t0, t1)
+        key = seed_key(seed, label)
+        result = SceneResult(label, "ok", setup_ms=setup_ms, clock=self.primary_clock)
+        render = scene.render
+        harness_fbo = getattr(ctx, "fbo", None) if bind is not None else None
+
+        def rebind() -> None:
+            if ctx.fbo is not harness_fbo:
+                bind()  # type: ignore[misc]
+
+        try:
+            try:
+                warm = self.loop(render, first=0, count=warmup, deadline_ns=None, flags=int(Flag.WARMUP), key=key,
+                                 bind=rebind if bind is not None else None, progress=progress)
+                if measured_driver is not None:
+                    measured = self._driven(render, warm, frames or 0, key, rebind if bind else None,
+                                            measured_driver)
+                else:
+                    deadline = _pc() + int(duration_s * 1e9) if duration_s is not None else None
+                    measured = self.loop(render, first=warm, count=frames, deadline_ns=deadline, flags=0, key=key,
+                                         bind=rebind if bind is not None else None, progress=progress)
+            except KatraError:
+                raise
+            except (Exception, SystemExit) as exc:
+                raise SceneError(f"scene '{label}' failed while rendering: {_describe(exc)}") from exc
+            result.warmup = warm
+            result.frames = measured
+            if self.stop.set:
+                result.status = "interrupted"
+            self.timer.settle()  # reads back this scene's pending GPU queries (no-op in sync mode)
+            if self.timer.frame_ns:
+                import numpy as np
+
+                from katra_trace.stats import frame_stats
+
+                result.stats = frame_stats(np.asarray(self.timer.frame_ns, dtype=np.float64)).as_dict()
+            annotation: dict[str, Any] = {"type": "scene", "scene": label, "spec": spec, "status": result.status,
+                                          "params": dict(params), "setup_ms": round(setup_ms, 3),
+                                          "warmup_frames": warm, "measured_frames": measured}
+            if read_image and warm + measured > 0:
+                pixels = read_pixels(ctx, scene)
+                result.pixels = pixels
+                result.checksum = image_checksum(pixels)
+                annotation["last_frame_index"] = warm + measured - 1
+                annotation["last_frame_sha256"] = result.checksum
+                if screenshot is not None:
+                    write_png(screenshot, pixels)
+                    annotation["screenshot"] = str(screenshot)
+            self.buffer.flush()
+            self.writer.annotate(annotation)
+        except BaseException:
+            _release_quietly(scene)
+            if bind is not None:
+                with contextlib.suppress(Exception):
+                    bind()
+            raise
+        try:
+            scene.release()
+        except (Exception, SystemExit) as exc:
+            raise SceneError(f"scene '{label}' failed in release: {_describe(exc)}") from exc
+        if bind is not None:
+            try:
+                bind()
+            except Exception as exc:
+                raise SceneError(f"scene '{label}' released the harness's framebuffer (self.target belongs to "
+                                 f"the harness unless bind_target created it): {_describe(exc)}") from exc
+        if not progress.tty:
+            progress.line(f"[{index}/{total}] {label}: {result.frames} frames"
+                          + (f", median {result.stats['median_ms']:.3f} ms ({result.clock})" if result.stats else ""))
+        return result
+
+    def _driven(self, render: Callable[[Any], None], first: int, count: int, key: tuple[int, int],
+                bind: Callable[[], None] | None, driver: Callable[[Callable[[], None], int], None]) -> int:
+        from scenes.api import NOMINAL_RATE_HZ
+
+        timer = self.timer
+        state = {"i": first}
+
+        def one_frame() -> None:
+            i = state["i"]
+            if bind is not None:
+                bind()
+            timer.begin_frame(i, 0)
+            render(HarnessFrame(i, i / NOMINAL_RATE_HZ, key, timer.zone))
+            self.end_frame()
+            state["i"] = i + 1
+
+        driver(one_frame, count)
+        return state["i"] - first
+
+    # -- the end
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"timing_mode": self.mode, "timing_reason": self.reason,
+                               "primary_clock": self.primary_clock}
+        if isinstance(self.timer, timers.GpuTimer):
+            out["gpu_max_lag_frames"] = self.timer.max_lag_frames
+        if self.gl_errors:
+            out["gl_errors"] = self.gl_errors[:100]
+        return out
+
+    def finish(self, status: str = "complete", summary: Mapping[str, Any] | None = None) -> None:
+        """Drain pending measurements, write the summary and close the trace."""
+        self._keeper.stop()
+        try:
+            self.timer.drain()
+            self.timer.close()
+        except BaseException:
+            self.abort(sys.exc_info()[1])
+            raise
+        self.writer.finish(summary={**self.summary(), **dict(summary or {})}, status=status)
+
+    def abort(self, exc: BaseException | None) -> None:
+        """Keep every frame measured so far and finish the trace as aborted/interrupted (never raises)."""
+        self._keeper.stop()
+        with contextlib.suppress(Exception):
+            self.timer.drain()
+        with contextlib.suppress(Exception):
+            self.timer.close()
+        with contextlib.suppress(Exception):
+            self.buffer.flush()
+        status = "interrupted" if isinstance(exc, KeyboardInterrupt) or self.stop.set else "aborted"
+        error = {"error": _describe(exc)} if exc is not None else {}
+        self._finish_quietly({**self.summary(), **error}, status)
+
+    def _finish_quietly(self, summary: dict[str, Any], status: str) -> None:
+        writer = self.writer
+        if not getattr(writer, "finished", False):
+            with contextlib.suppress(Exception):
+                writer.finish(summary, status=status)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if exc_type is not None:
+            self.abort(exc)
+        else:
+            self._keeper.stop()
+
+
+def _describe(exc: BaseException | None) -> str:
+    if exc is None:
+        return ""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}): scene code called sys.exit()"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _release_quietly(scene: Any) -> None:
+    with contextlib.suppress(Exception, SystemExit):
+        scene.release()
+
+
+class _Keeper(threading.Thread):
+    """Hands buffered events to the writer when the frame loop has not for a while, and ends a
+    process whose main thread does not react to a second stop signal."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(name="katra3d-keeper", daemon=True)
+        self.engine = engine
+        self._done = threading.Event()
+        self.period_s = min(0.25, engine.buffer.max_age_ns / 1e9)
+
+    def run(self) -> None:
+        engine = self.engine
+        buffer = engine.buffer
+        while not self._done.wait(self.period_s):
+            stop = engine.stop
+            if stop.hard_stop.is_set():
+                if not self._done.wait(HARD_STOP_GRACE_S):
+                    self._hard_exit()
+                return
+            if buffer.pending and _pc() - buffer.last_flush_ns >= buffer.max_age_ns:
+                with contextlib.suppress(Exception):
+                    buffer.flush()
+
+    def _hard_exit(self) -> None:
+        engine = self.engine
+        with contextlib.suppress(Exception):
+            engine.buffer.flush()
+        engine._finish_quietly({**engine.summary(), "error": "the frame in progress did not stop after a second "
+                                f"{engine.stop.signal_name}; trace finished by the keeper"}, "interrupted")
+        with contextlib.suppress(Exception):
+            print(f"katra3d: stopped by a second {engine.stop.signal_name}; trace finished as interrupted",
+                  file=sys.stderr, flush=True)
+        os._exit(128 + int(engine.stop.signum or signal.SIGINT))
+
+    def stop(self) -> None:
+        self._done.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout=2.0)
+
+
+# --------------------------------------------------------------------------- in-memory sink
+
+
+class MemorySink:
+    """A stand-in for TraceWriter that keeps events in memory (the offscreen helper uses it)."""
+
+    def __init__(self) -> None:
+        self.start_host_ns = _pc()
+        self.strings: list[str] = [""]
+        self._ids: dict[str, int] = {"": 0}
+        self.arrays: list[Any] = []
+        self.annotations: list[dict[str, Any]] = []
+        self.finished = False
+
+    def intern(self, name: str) -> int:
+        sid = self._ids.get(name)
+        if sid is None:
+            sid = self._ids[name] = len(self.strings)
+            self.strings.append(name)
+        return sid
+
+    def append_array(self, arr: Any) -> None:
+        self.arrays.append(arr.copy())
+
+    def annotate(self, record: dict[str, Any]) -> None:
+        self.annotations.append(dict(record))
+
+    def clock_sync(self, record: dict[str, Any]) -> None:
+        self.annotations.append({"type": "clock_sync", **record})
+
+    def flush(self) -> None:
+        pass
+
+    def finish(self, summary: dict[str, Any] | None = None, status: str = "complete") -> None:
+        self.finished = True
+
+
+__all__ = [
+    "Engine",
+    "MemorySink",
+    "NoProgress",
+    "Progress",
+    "RunResult",
+    "SceneResult",
+    "StopFlag",
+    "stop_on_signals",
+]

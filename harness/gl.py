@@ -1,0 +1,120 @@
+"""The raw-GL shim: every PyOpenGL call and GL constant the harness makes outside moderngl.
+
+moderngl covers drawing; what it lacks (timestamp queries, 64-bit query reads,
+``glGetError``, a few limits) goes through this one module, so a constant is
+defined once and a call is made one way. PyOpenGL is imported on first use
+(``import harness.gl`` loads no GL library). 64-bit reads use ctypes output
+buffers: without them ``glGetQueryObjectui64v`` raises and
+``glGetInteger64v`` returns garbage.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+GL_NO_ERROR = 0
+GL_TIMESTAMP = 0x8E28
+GL_QUERY_COUNTER_BITS = 0x8864
+GL_QUERY_RESULT = 0x8866
+GL_QUERY_RESULT_AVAILABLE = 0x8867
+GL_DEBUG_SOURCE_APPLICATION = 0x824A
+GL_MAX_SAMPLES = 0x8D57
+GL_MAX_RENDERBUFFER_SIZE = 0x84E8
+GL_CONTEXT_PROFILE_MASK = 0x9126
+GL_SHADING_LANGUAGE_VERSION = 0x8B8C
+
+#: glGetError codes -> names.
+GL_ERROR_NAMES: dict[int, str] = {
+    0x0500: "GL_INVALID_ENUM",
+    0x0501: "GL_INVALID_VALUE",
+    0x0502: "GL_INVALID_OPERATION",
+    0x0503: "GL_STACK_OVERFLOW",
+    0x0504: "GL_STACK_UNDERFLOW",
+    0x0505: "GL_OUT_OF_MEMORY",
+    0x0506: "GL_INVALID_FRAMEBUFFER_OPERATION",
+    0x0507: "GL_CONTEXT_LOST",
+}
+
+
+class RawGL:
+    """The raw entry points, resolved once (PyOpenGL, current context)."""
+
+    def __init__(self) -> None:
+        from OpenGL import GL
+
+        self.GL = GL
+        self.query_counter = GL.glQueryCounter
+        self.get_query_iv = GL.glGetQueryObjectiv
+        self.get_query_ui64v = GL.glGetQueryObjectui64v
+        self.get_integer64v = GL.glGetInteger64v
+
+    def gen_queries(self, n: int) -> list[int]:
+        ids = (ctypes.c_uint * n)()
+        self.GL.glGenQueries(n, ids)
+        return list(ids)
+
+    def delete_queries(self, ids: list[int]) -> None:
+        if ids:
+            arr = (ctypes.c_uint * len(ids))(*ids)
+            self.GL.glDeleteQueries(len(ids), arr)
+
+    def query_result_ns(self, query: int) -> int:
+        """A finished query's 64-bit result (blocks until it is available)."""
+        out = ctypes.c_uint64(0)
+        self.get_query_ui64v(query, GL_QUERY_RESULT, ctypes.byref(out))
+        return int(out.value)
+
+    def timestamp_counter_bits(self) -> int:
+        """GL_QUERY_COUNTER_BITS of GL_TIMESTAMP queries (0: no usable timestamps)."""
+        out = ctypes.c_int(0)
+        self.GL.glGetQueryiv(GL_TIMESTAMP, GL_QUERY_COUNTER_BITS, ctypes.byref(out))
+        return int(out.value)
+
+    def get_string(self, name: int) -> Any:
+        return self.GL.glGetString(name)
+
+    def get_integer(self, pname: int) -> int:
+        out = ctypes.c_int(0)
+        self.GL.glGetIntegerv(pname, ctypes.byref(out))
+        return int(out.value)
+
+
+def error_reader() -> Any:
+    """A zero-argument function returning the pending GL error codes (clears them)."""
+    from OpenGL import GL
+
+    get = GL.glGetError
+
+    def pending() -> list[int]:
+        codes: list[int] = []
+        for _ in range(16):  # a lost context can report an error forever
+            code = int(get())
+            if code == GL_NO_ERROR:
+                break
+            codes.append(code)
+        return codes
+
+    return pending
+
+
+def error_name(code: int) -> str:
+    return GL_ERROR_NAMES.get(code, f"GL error 0x{code:04X}")
+
+
+__all__ = [
+    "GL_CONTEXT_PROFILE_MASK",
+    "GL_SHADING_LANGUAGE_VERSION",
+    "GL_DEBUG_SOURCE_APPLICATION",
+    "GL_ERROR_NAMES",
+    "GL_MAX_RENDERBUFFER_SIZE",
+    "GL_MAX_SAMPLES",
+    "GL_NO_ERROR",
+    "GL_QUERY_COUNTER_BITS",
+    "GL_QUERY_RESULT",
+    "GL_QUERY_RESULT_AVAILABLE",
+    "GL_TIMESTAMP",
+    "RawGL",
+    "error_name",
+    "error_reader",
+]

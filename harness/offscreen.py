@@ -1,0 +1,77 @@
+"""Run a scene by hand into an offscreen framebuffer, with no trace file.
+
+Used by tests and for quick measurements. It drives the capture engine in
+``sync`` mode with an in-memory sink: the same setup, frame loop, error checks,
+last-image read-back and release as ``katra3d run``, on a framebuffer of
+``size`` that it creates. Frame times are host-clock times of ``render`` +
+``glFinish``, in ms.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from katra_trace.errors import SceneError
+
+
+@dataclasses.dataclass(frozen=True)
+class OffscreenResult:
+    """The last frame's pixels ((H, W, 4) uint8, top row first), its checksum and
+    the measured frames' times (ms, render + glFinish on the host clock)."""
+
+    pixels: np.ndarray
+    checksum: str
+    frame_ms: tuple[float, ...]
+
+    @property
+    def median_ms(self) -> float:
+        return float(np.median(self.frame_ms)) if self.frame_ms else float("nan")
+
+
+def run_offscreen(
+    ctx: Any,
+    scene_cls: type,
+    size: tuple[int, int],
+    params: Mapping[str, Any] | None = None,
+    *,
+    frames: int = 1,
+    warmup: int = 0,
+    seed: int = 0,
+    samples: int = 0,
+) -> OffscreenResult:
+    """Set up ``scene_cls`` at ``size``, render ``warmup + frames`` frames, read the last one.
+
+    The framebuffer (RGBA8 + depth, ``samples`` MSAA samples) and the scene
+    are released before returning. Raises SceneSkip when the scene cannot run
+    here, SceneError when it fails.
+    """
+    from harness.engine import Engine, MemorySink
+    from scenes.api import SceneSkip
+    from scenes.registry import resolve_params
+
+    label = str(getattr(scene_cls, "name", "") or scene_cls.__name__)
+    resolved = resolve_params(scene_cls, params or {})
+    fbo = ctx.simple_framebuffer(tuple(size), components=4, samples=samples)
+    try:
+        engine = Engine(ctx, None, host={}, options={}, workload=label, timing="sync", writer=MemorySink())
+        with engine:
+            result = engine.run_scene(scene_cls, label, resolved, size=(int(size[0]), int(size[1])),
+                                      frames=frames, warmup=warmup, seed=seed, bind=fbo.use)
+            engine.finish()
+    finally:
+        fbo.release()
+        # moderngl rebinds ctx.fbo after creating objects: never leave a deleted one bound
+        ctx.detect_framebuffer(0).use()
+    if result.status == "skipped":
+        raise SceneSkip(result.reason)
+    if result.pixels is None:
+        raise SceneError(f"scene '{label}' rendered no frame")
+    frame_ms = tuple(float(ns) / 1e6 for ns in engine.timer.frame_ns)
+    return OffscreenResult(result.pixels, result.checksum, frame_ms)
+
+
+__all__ = ["OffscreenResult", "run_offscreen"]
