@@ -12,9 +12,13 @@ lifecycle::
         def setup(self, ctx, size, params):
             self.check_requirements(ctx)          # SceneSkip if GL version/extensions lack
             self.bind_target(ctx, size)           # the framebuffer bound now -> self.target
-            ...                                   # compile (scenes.shaders.compile_program), upload
+            self.prog = self.own(compile_program(ctx, VS, FS, scene=self.name))
+            self.vao = self.own(ctx.vertex_array(...))   # own(): released for you
         def render(self, frame): ...              # draw one frame into self.target
-        def release(self): ...                    # free GL objects, then self.release_target()
+
+``release()`` is inherited: it frees every object passed to :meth:`Scene.own`
+(newest first) and the target, so most scenes never write one. The harness
+calls it after the last frame, and also when ``setup`` fails part-way.
 
 ``render`` gets a :class:`Frame` from the harness: the frame index, a
 deterministic time (``index / nominal_rate_hz``, never the wall clock), a
@@ -29,11 +33,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
 from katra_trace.errors import SceneError
+
+_T = TypeVar("_T")
 
 #: The rate that maps frame indices to scene time: ``time_s = index / NOMINAL_RATE_HZ``.
 NOMINAL_RATE_HZ = 60.0
@@ -64,9 +70,20 @@ class Param:
 class Frame(Protocol):
     """What ``Scene.render`` receives each frame."""
 
-    index: int  #: frame index within the scene, warmup frames included
-    time_s: float  #: deterministic scene time, index / NOMINAL_RATE_HZ
-    rng: np.random.Generator  #: seeded per (run seed, scene, frame index)
+    @property
+    def index(self) -> int:
+        """Frame index within the scene, warmup frames included."""
+        ...
+
+    @property
+    def time_s(self) -> float:
+        """Deterministic scene time, ``index / NOMINAL_RATE_HZ``."""
+        ...
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """A generator seeded per (run seed, scene, frame index)."""
+        ...
 
     def zone(self, name: str) -> contextlib.AbstractContextManager[None]:
         """Time (when zones are on) and debug-label a pass or draw."""
@@ -94,7 +111,29 @@ class Scene:
         raise NotImplementedError
 
     def release(self) -> None:
-        """Free every GL object created in ``setup``."""
+        """Free every object registered with :meth:`own` (newest first), then the target.
+
+        Override it only for resources :meth:`own` cannot hold; call
+        ``super().release()`` at the end. Safe to call more than once.
+        """
+        owned = self.__dict__.get("_owned") or []
+        self._owned = []
+        first_error: BaseException | None = None
+        for obj in reversed(owned):
+            try:
+                obj.release()
+            except Exception as exc:  # keep releasing the rest
+                first_error = first_error or exc
+        self.release_target()
+        if first_error is not None:
+            raise first_error
+
+    def own(self, obj: _T) -> _T:
+        """Register ``obj`` (anything with ``release()``: a buffer, program, texture, framebuffer, VAO)
+        to be freed by :meth:`release`; returns it, so ``self.vbo = self.own(ctx.buffer(...))``."""
+        owned = self.__dict__.setdefault("_owned", [])
+        owned.append(obj)
+        return obj
 
     def output_framebuffer(self) -> Any | None:
         """The framebuffer holding the final image (None: the context's default).

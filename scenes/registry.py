@@ -164,10 +164,10 @@ def get_scene(spec: str) -> type[Scene]:
         if _looks_like_file(left):
             return _load_from_file(left, class_name)
         return _load_from_module(left, class_name)
-    names = list(builtins) + sorted(n for n in entry_points if n not in builtins)
+    names = available_scene_names()
     close = difflib.get_close_matches(spec, names, n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    raise SceneError(f"unknown scene '{spec}'{hint} available: {', '.join(names)} "
+    raise SceneError(f"unknown scene '{spec}'{hint}; available: {', '.join(names)} "
                      f"(or path/to/file.py:Class, package.module:Class)")
 
 

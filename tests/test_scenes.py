@@ -262,3 +262,30 @@ def test_cli_scenes_text_and_entry_point(katra_cli, installed_user_scene_package
     assert "--param fillrate.layers=8   [1..256]" in proc.stdout
     assert "user-stripes  -  vertical stripes" in proc.stdout
     assert "installed scene 'user-broken' cannot be loaded" in proc.stdout
+
+
+def test_own_releases_newest_first_and_keeps_going_after_a_failure() -> None:
+    """Scene.own() registers anything with release(); the inherited release() frees it all."""
+    from scenes.api import Scene
+
+    released: list[str] = []
+
+    class Obj:
+        def __init__(self, name: str, fail: bool = False) -> None:
+            self.name, self.fail = name, fail
+
+        def release(self) -> None:
+            released.append(self.name)
+            if self.fail:
+                raise RuntimeError(f"{self.name} failed")
+
+    scene = Scene()
+    a = scene.own(Obj("a"))
+    scene.own(Obj("b", fail=True))
+    scene.own(Obj("c"))
+    assert a.name == "a"
+    with pytest.raises(RuntimeError, match="b failed"):
+        scene.release()
+    assert released == ["c", "b", "a"]
+    scene.release()  # a second call frees nothing twice
+    assert released == ["c", "b", "a"]

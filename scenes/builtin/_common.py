@@ -74,10 +74,6 @@ def translation(x: float, y: float, z: float) -> np.ndarray:
     return m
 
 
-def scaling(sx: float, sy: float, sz: float) -> np.ndarray:
-    return np.diag([sx, sy, sz, 1.0]).astype(np.float32)
-
-
 def mat_bytes(m: np.ndarray) -> bytes:
     """A 4x4 matrix as GLSL mat4 bytes (column-major float32)."""
     return np.ascontiguousarray(np.asarray(m, dtype=np.float32).T).tobytes()
@@ -209,10 +205,8 @@ void main() {
 
 
 class BuiltinScene(Scene):
-    """Base of the built-in scenes: tracks GL objects and releases them in reverse.
-
-    Subclasses call :meth:`own` on every GL object they create in ``setup``;
-    :meth:`release` frees them and the scene's own target, if any.
+    """Base of the built-in scenes: ``setup`` checks requirements, binds the target and calls
+    :meth:`build`; objects passed to :meth:`Scene.own` are released by the inherited ``release``.
     """
 
     def setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, Any]) -> None:
@@ -236,19 +230,7 @@ class BuiltinScene(Scene):
         self.size = (int(size[0]), int(size[1]))
         self.aspect = self.size[0] / max(1, self.size[1])
         self.p = dict(params)
-        self._owned: list[Any] = []
         self.bind_target(ctx, self.size)
-
-    def own(self, obj: Any) -> Any:
-        """Register a GL object for release; returns it."""
-        self._owned.append(obj)
-        return obj
-
-    def release(self) -> None:
-        for obj in reversed(getattr(self, "_owned", [])):
-            obj.release()
-        self._owned = []
-        self.release_target()
 
 
 __all__ = [
@@ -262,7 +244,6 @@ __all__ = [
     "orthographic",
     "perspective",
     "rotation",
-    "scaling",
     "torus_knot",
     "translation",
     "unindex",

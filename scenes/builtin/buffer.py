@@ -54,7 +54,7 @@ class BufferScene(BuiltinScene):
     name = "buffer"
     description = "per-frame dynamic vertex buffer updates: map vs sub-data, update fraction"
     stresses = ("upload", "bandwidth", "cpu")
-    params: Mapping[str, Param] = {
+    params: ClassVar[Mapping[str, Param]] = {
         "grid": Param(256, int, 8, 2048, "vertices per side of the height-field"),
         "update_fraction": Param(0.5, float, 0.0, 1.0, "fraction of vertices rewritten per frame"),
         "method": Param("subdata", str, help="upload path", choices=("subdata", "map")),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import colorsys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from scenes.api import Frame, Param, Scene
 
@@ -21,7 +21,7 @@ class ClearScene(Scene):
     name = "clear"
     description = "colour clear only: the per-frame floor of the harness"
     stresses = ("framework", "fill")
-    params: Mapping[str, Param] = {
+    params: ClassVar[Mapping[str, Param]] = {
         "bands": Param(4, int, 1, 64, "scissored clears per frame (vertical colour bands)"),
     }
 
@@ -42,6 +42,3 @@ class ClearScene(Scene):
                 hue = (frame.time_s * 0.1 + band / self.bands) % 1.0
                 r, g, b = colorsys.hsv_to_rgb(hue, 0.6, 0.9)
                 self.target.clear(r, g, b, 1.0, depth=1.0, viewport=(x0, 0, max(1, x1 - x0), height))
-
-    def release(self) -> None:
-        self.release_target()

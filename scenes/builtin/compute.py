@@ -84,7 +84,7 @@ class ComputeScene(BuiltinScene):
     description = "compute-shader particle simulation drawn as additive points (GL 4.3)"
     stresses = ("compute", "bandwidth", "blend")
     min_gl_version = 430
-    params: Mapping[str, Param] = {
+    params: ClassVar[Mapping[str, Param]] = {
         "count": Param(65536, int, 256, 16_777_216, "particles"),
     }
 

@@ -25,7 +25,7 @@ class DrawCallsScene(BuiltinScene):
     name = "drawcalls"
     description = "N small objects drawn one call each, with per-object uniforms: per-draw overhead"
     stresses = ("draw-calls", "state-changes", "cpu")
-    params: Mapping[str, Param] = {
+    params: ClassVar[Mapping[str, Param]] = {
         "count": Param(1000, int, 1, 20000, "objects (= draw calls per frame)"),
     }
 

@@ -40,7 +40,7 @@ class FillrateScene(BuiltinScene):
     name = "fillrate"
     description = "K alpha-blended full-screen layers: fill rate and blending bandwidth"
     stresses = ("fill", "blend", "bandwidth")
-    params: Mapping[str, Param] = {
+    params: ClassVar[Mapping[str, Param]] = {
         "layers": Param(8, int, 1, 256, "blended full-screen layers per frame"),
     }
 

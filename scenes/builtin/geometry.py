@@ -54,7 +54,7 @@ class GeometryScene(BuiltinScene):
     name = "geometry"
     description = "procedural high-poly lit mesh (torus knot): vertex and primitive throughput"
     stresses = ("vertex", "primitive-assembly")
-    params: Mapping[str, Param] = {
+    params: ClassVar[Mapping[str, Param]] = {
         "detail": Param(64, int, 4, 512, "mesh detail: 8*detail x detail segments = 16*detail^2 triangles"),
         "indexed": Param(True, bool, help="draw with a 32-bit index buffer (false: flat triangle list)"),
         "cull": Param(True, bool, help="cull back faces (the mesh is closed)"),

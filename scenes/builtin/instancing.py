@@ -50,7 +50,7 @@ class InstancingScene(BuiltinScene):
     name = "instancing"
     description = "tens of thousands of instanced cubes in a single draw call"
     stresses = ("vertex", "instancing")
-    params: Mapping[str, Param] = {
+    params: ClassVar[Mapping[str, Param]] = {
         "count": Param(20000, int, 1, 1_000_000, "instances (cubes) in the one draw call"),
     }
 

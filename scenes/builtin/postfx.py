@@ -110,7 +110,7 @@ class PostFxScene(BuiltinScene):
     name = "postfx"
     description = "render to HDR texture, separable Gaussian blur (bloom), tone map: multi-pass post-processing"
     stresses = ("fragment", "bandwidth", "render-to-texture", "multi-pass")
-    params: Mapping[str, Param] = {
+    params: ClassVar[Mapping[str, Param]] = {
         "radius": Param(8, int, 1, 64, "blur taps on each side of the centre"),
         "downsample": Param(2, int, 1, 8, "blur resolution divisor"),
         "objects": Param(64, int, 1, 4096, "glowing cubes in the scene pass"),

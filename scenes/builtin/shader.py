@@ -47,7 +47,7 @@ class ShaderScene(BuiltinScene):
     name = "shader"
     description = "ALU-heavy procedural fragment shader (Julia set, fixed iterations)"
     stresses = ("fragment", "alu")
-    params: Mapping[str, Param] = {
+    params: ClassVar[Mapping[str, Param]] = {
         "iterations": Param(48, int, 1, 4096, "loop iterations per pixel"),
     }
 

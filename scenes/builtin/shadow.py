@@ -102,7 +102,7 @@ class ShadowScene(BuiltinScene):
     name = "shadow"
     description = "shadow-map depth pass + lit pass with PCF: multi-pass rendering"
     stresses = ("multi-pass", "depth", "texture", "vertex")
-    params: Mapping[str, Param] = {
+    params: ClassVar[Mapping[str, Param]] = {
         "objects": Param(24, int, 1, 1024, "spheres casting shadows"),
         "shadow_size": Param(2048, int, 128, 8192, "shadow map width = height (texels)"),
         "pcf": Param(1, int, 0, 4, "PCF kernel radius: (2*pcf+1)^2 taps per fragment"),

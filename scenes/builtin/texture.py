@@ -103,7 +103,7 @@ class TextureScene(BuiltinScene):
     name = "texture"
     description = "large mipmapped procedural textures, several samplers, selectable filtering"
     stresses = ("texture", "bandwidth", "fragment")
-    params: Mapping[str, Param] = {
+    params: ClassVar[Mapping[str, Param]] = {
         "tex_size": Param(1024, int, 64, 8192, "texture width = height (texels)"),
         "samplers": Param(4, int, 1, 4, "textures sampled per fragment"),
         "filter": Param("trilinear", str, help="texture filtering", choices=_FILTERS),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -40,7 +40,7 @@ class TriangleScene(Scene):
     name = "triangle"
     description = "one rotating colour triangle: smoke test of the whole path"
     stresses = ("framework",)
-    params: Mapping[str, Param] = {
+    params: ClassVar[Mapping[str, Param]] = {
         "speed": Param(0.25, float, 0.0, 10.0, "rotation speed (turns per second of scene time)"),
     }
 
@@ -50,15 +50,15 @@ class TriangleScene(Scene):
         self.aspect = size[0] / max(1, size[1])
         self.speed = float(params["speed"])
         self.bind_target(ctx, size)
-        self.program = compile_program(ctx, self.name, vertex_shader=_VERTEX, fragment_shader=_FRAGMENT)
+        self.program = self.own(compile_program(ctx, self.name, vertex_shader=_VERTEX, fragment_shader=_FRAGMENT))
         r = 0.8
         verts = []
         colors = ((1.0, 0.2, 0.2), (0.2, 1.0, 0.2), (0.2, 0.3, 1.0))
         for i, col in enumerate(colors):
             a = math.pi / 2 + i * 2 * math.pi / 3
             verts.extend((r * math.cos(a), r * math.sin(a), *col))
-        self.vbo = ctx.buffer(np.array(verts, dtype="f4").tobytes())
-        self.vao = ctx.vertex_array(self.program, [(self.vbo, "2f 3f", "in_pos", "in_color")])
+        self.vbo = self.own(ctx.buffer(np.array(verts, dtype="f4").tobytes()))
+        self.vao = self.own(ctx.vertex_array(self.program, [(self.vbo, "2f 3f", "in_pos", "in_color")]))
         self.program["u_aspect"].value = self.aspect
 
     def render(self, frame: Frame) -> None:
@@ -68,11 +68,3 @@ class TriangleScene(Scene):
             self.ctx.disable(self.ctx.DEPTH_TEST | self.ctx.CULL_FACE | self.ctx.BLEND)
             self.program["u_angle"].value = 2 * math.pi * self.speed * frame.time_s
             self.vao.render()
-
-    def release(self) -> None:
-        for obj in ("vao", "vbo", "program"):
-            item = getattr(self, obj, None)
-            if item is not None:
-                item.release()
-                setattr(self, obj, None)
-        self.release_target()

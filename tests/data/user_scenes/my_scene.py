@@ -43,10 +43,10 @@ class Checker(Scene):
         self.check_requirements(ctx)
         self.bind_target(ctx, size)
         self.ctx = ctx
-        self.program = compile_program(ctx, self.name, vertex_shader=VERTEX, fragment_shader=FRAGMENT)
+        self.program = self.own(compile_program(ctx, self.name, vertex_shader=VERTEX, fragment_shader=FRAGMENT))
         tri = np.array([-1, -1, 3, -1, -1, 3], dtype="f4")
-        self.vbo = ctx.buffer(tri.tobytes())
-        self.vao = ctx.vertex_array(self.program, [(self.vbo, "2f", "in_pos")])
+        self.vbo = self.own(ctx.buffer(tri.tobytes()))
+        self.vao = self.own(ctx.vertex_array(self.program, [(self.vbo, "2f", "in_pos")]))
         self.program["u_cells"].value = float(params["cells"])
 
     def render(self, frame: Any) -> None:
@@ -54,11 +54,6 @@ class Checker(Scene):
             self.target.use()
             self.program["u_time"].value = frame.time_s
             self.vao.render()
-
-    def release(self) -> None:
-        for obj in (self.vao, self.vbo, self.program):
-            obj.release()
-        self.release_target()
 
 
 class NotAScene:
