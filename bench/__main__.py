@@ -20,22 +20,25 @@ Exit codes:
 * 2: bad arguments (an unknown bench name), a bench failed with an error, or
   results.json could not be written;
 * 3: a bench could not run because the environment lacks something (no
-  usable OpenGL context). The other benches still ran and are in the table.
+  usable OpenGL context). The other benches still ran and are in the table;
+* 130: interrupted (Ctrl-C): the benches that finished are still printed and
+  written, with ``"interrupted": true``.
 
 Adding a bench: write a function ``fn(ctx: BenchContext) -> list[Row]`` in any
 module ``bench/<name>.py`` whose name does not start with ``_`` (every such
-module is imported), decorated with ``@bench("name")``; see bench/_core.py.
-Benches that take minutes take ``default=False`` and run only when named.
+module is imported), decorated with ``@bench("name")``; example in
+bench/__init__.py. Benches that take minutes take ``default=False`` and run
+only when named.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime as dt
 import fnmatch
 import importlib
+import os
 import pkgutil
 import shutil
 import sys
@@ -61,15 +64,20 @@ def load_benches() -> dict[str, Bench]:
 
 
 def select(benches: dict[str, Bench], patterns: list[str]) -> list[Bench]:
-    """The benches named by ``patterns`` (registration order), or every default one; ValueError
-    naming the patterns that match nothing."""
+    """The benches named by ``patterns`` in that order (a pattern's matches in registration order,
+    each bench once), or every default one; ValueError naming the patterns that match nothing."""
     if not patterns:
         return [b for b in benches.values() if b.default]
     unknown = [p for p in patterns if not fnmatch.filter(benches, p)]
     if unknown:
         raise ValueError(f"unknown bench {', '.join(repr(p) for p in unknown)}; "
                          f"registered: {', '.join(benches)}")
-    return [b for name, b in benches.items() if any(fnmatch.fnmatchcase(name, p) for p in patterns)]
+    chosen: dict[str, Bench] = {}
+    for pattern in patterns:
+        for name, b in benches.items():
+            if fnmatch.fnmatchcase(name, pattern):
+                chosen.setdefault(name, b)
+    return list(chosen.values())
 
 
 def run_one(entry: Bench, *, quick: bool, log: Callable[[str], None]) -> BenchRun:
@@ -132,23 +140,31 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_facts()
     t0 = time.perf_counter()
     runs: list[BenchRun] = []
-    for i, entry in enumerate(chosen, 1):
-        log(f"[{i}/{len(chosen)}] {entry.name}: {entry.about}")
-        run = run_one(entry, quick=args.quick, log=log)
-        if run.failure is not None:
-            log(f"{entry.name}: {run.failure.kind}: {run.failure.message}")
-        runs.append(run)
+    interrupted = False
+    try:
+        for i, entry in enumerate(chosen, 1):
+            log(f"[{i}/{len(chosen)}] {entry.name}: {entry.about}")
+            run = run_one(entry, quick=args.quick, log=log)
+            if run.failure is not None:
+                log(f"{entry.name}: {run.failure.kind}: {run.failure.message}")
+            runs.append(run)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("python -m bench: interrupted: the table shows the benches that finished", file=sys.stderr)
     total_s = time.perf_counter() - t0
     print_table(runs, total_s=total_s, quick=args.quick)
     record = results_record(runs, started=started, total_s=total_s, quick=args.quick, strict=args.strict,
                             argv=list(sys.argv[1:] if argv is None else argv), machine=machine,
                             git=git_facts(PACKAGE_DIR.parent))
+    record["interrupted"] = interrupted
     try:
         write_results(args.out, record)
     except OSError as exc:
         print(f"python -m bench: error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     print(f"results: {args.out}")
+    if interrupted:
+        return 130
     codes = [r.failure.exit_code for r in runs if r.failure is not None]
     if codes:
         return 2 if 2 in codes else 3
@@ -158,5 +174,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    with contextlib.suppress(BrokenPipeError):
+    try:
         sys.exit(main())
+    except BrokenPipeError:  # the reader went away (python -m bench | head): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

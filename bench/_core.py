@@ -1,14 +1,7 @@
 """The bench framework: rows, targets, the registry and the in-run ratio method.
 
-A bench is a function that takes a :class:`BenchContext` and returns rows::
-
-    from bench import BenchContext, Row, at_most, bench, interleave, ratio_row
-
-    @bench("reference", about="cost of the interleaved reference draw")
-    def reference(ctx: BenchContext) -> list[Row]:
-        samples = interleave({"plain": plain_run, "with-ref": ref_run}, rounds=ctx.scale(21, 3))
-        return [ratio_row("reference cost", "run time with / without reference draws",
-                          pair_ratios(samples, "with-ref", "plain"), target=at_most(1.01))]
+A bench is a function that takes a :class:`BenchContext` and returns rows;
+see the package docstring (bench/__init__.py) for an example.
 
 Every measurement is a ratio against a baseline timed in the same run, with
 the two interleaved: absolute times on these shared machines are not stable

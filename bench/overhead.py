@@ -22,133 +22,29 @@ Target (zones off): frame time <= 1.02 x the plain loop (frame rate >= 0.98).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from bench._core import BenchContext, Row, at_most, bench, interleave, median_iqr, pair_ratios, ratio_row
+from bench._gl import (
+    WARMUP,
+    PlainFrame,
+    egl_context,
+    new_scene,
+    no_zone,
+    plain_frame_period_s,
+    renderer,
+    run_frame_period_s,
+)
 
 #: (scene, size, measured frames per loop): each loop lasts ~0.1-0.3 s on llvmpipe.
 SCENES: tuple[tuple[str, tuple[int, int], int], ...] = (
     ("triangle", (320, 180), 1000),
     ("clear", (640, 360), 300),
 )
-WARMUP = 5
 #: interleaved rounds (plain, zones off, zones on) per scene
 ROUNDS = 31
 ZONES_OFF_TARGET = at_most(1.02)
 ZONES_NOTE = "each zone: 2 glFinish + a KHR_debug group"
-
-
-class PlainFrame:
-    """The cheapest :class:`scenes.api.Frame` a hand-written loop would pass (rng made on use)."""
-
-    __slots__ = ("index", "time_s", "zone", "_rng")
-
-    def __init__(self, zone: Callable[[str], Any]) -> None:
-        self.index = 0
-        self.time_s = 0.0
-        self.zone = zone
-        self._rng: np.random.Generator | None = None
-
-    @property
-    def rng(self) -> np.random.Generator:
-        if self._rng is None:
-            self._rng = np.random.default_rng([0, self.index])
-        return self._rng
-
-
-class _NoZone:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NO_ZONE = _NoZone()
-
-
-def _no_zone(name: str) -> _NoZone:
-    return _NO_ZONE
-
-
-def _egl_context() -> Any:
-    """A plain moderngl standalone EGL context (BackendUnavailable when there is none)."""
-    # harness.capture's probe resolves raw GL calls through PyOpenGL: EGL, as the harness does headless.
-    os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
-    import moderngl
-
-    from katra_trace.errors import BackendUnavailable
-
-    try:
-        return moderngl.create_standalone_context(backend="egl", require=330)  # type: ignore[arg-type]
-    except Exception as exc:  # noqa: BLE001 - glcontext raises plain Exception
-        raise BackendUnavailable(f"no EGL context for the overhead bench: {exc}") from None
-
-
-def _new_scene(ctx: Any, name: str, size: tuple[int, int]) -> Any:
-    from scenes.registry import get_scene, resolve_params
-
-    cls = get_scene(name)
-    scene = cls()
-    scene.setup(ctx, size, resolve_params(cls, {}))
-    return scene
-
-
-def _plain_period_s(name: str, size: tuple[int, int], frames: int) -> float:
-    """Mean frame period (s) of a plain loop on its own fresh context, start of first to start of last frame."""
-    import time
-
-    ctx = _egl_context()
-    try:
-        fbo = ctx.simple_framebuffer(size, components=4)
-        fbo.use()
-        scene = _new_scene(ctx, name, size)
-        try:
-            render, finish, frame = scene.render, ctx.finish, PlainFrame(_no_zone)
-            for i in range(WARMUP):
-                frame.index, frame.time_s = i, i / 60.0
-                render(frame)
-                finish()
-            pc = time.perf_counter_ns
-            first = last = 0
-            for i in range(WARMUP, WARMUP + frames):
-                last = pc()
-                if i == WARMUP:
-                    first = last
-                frame.index, frame.time_s, frame._rng = i, i / 60.0, None
-                render(frame)
-                finish()
-        finally:
-            scene.release()
-            fbo.release()
-    finally:
-        ctx.release()
-    return (last - first) / 1e9 / (frames - 1)
-
-
-def _run_period_s(name: str, size: tuple[int, int], frames: int, zones: bool, out: Path) -> float:
-    """Mean frame period (s) of ``katra3d run`` from its trace (measured frames, wall clock)."""
-    from harness.runner import RunConfig, run
-    from katra_trace import Clock, Flag, Kind, open_trace
-
-    config = RunConfig(scenes=(name,), frames=frames, warmup=WARMUP, size=size, zones=zones, backend="egl",
-                       timing="sync", output=str(out))
-    result = run(config, quiet=True)
-    try:
-        ev = open_trace(result.path).events
-    finally:
-        Path(result.path).unlink(missing_ok=True)
-    sel = ev[(ev["kind"] == int(Kind.FRAME)) & (ev["clock"] == int(Clock.WALL))
-             & ((ev["flags"] & int(Flag.WARMUP)) == 0)]
-    if len(sel) != frames:
-        raise RuntimeError(f"run wrote {len(sel)} measured wall-clock frames of {frames}")
-    starts = np.sort(sel["start_ns"])
-    return float(starts[-1] - starts[0]) / 1e9 / (frames - 1)
 
 
 def _rows(label: str, samples: dict[str, list[float]], base: str, off: str, on: str, who: str,
@@ -171,17 +67,22 @@ def _scenes(ctx: BenchContext) -> tuple[tuple[str, tuple[int, int], int], ...]:
 
 @bench("overhead", about="katra3d run's frame loop vs a plain moderngl loop (zones off / on)", needs_gl=True)
 def overhead_run(ctx: BenchContext) -> list[Row]:
+    from harness.runner import RunConfig
+
     rows: list[Row] = []
     for name, size, frames in _scenes(ctx):
         label = f"run {name} {size[0]}x{size[1]}"
         ctx.log(label)
+        configs = {zones: RunConfig(scenes=(name,), frames=frames, warmup=WARMUP, size=size, zones=zones,
+                                    backend="egl", timing="sync", output=str(ctx.tmp / f"run-{zones}.katra"))
+                   for zones in (False, True)}
         samples = interleave({
-            "plain": lambda: _plain_period_s(name, size, frames),
-            "off": lambda: _run_period_s(name, size, frames, False, ctx.tmp / "off.katra"),
-            "on": lambda: _run_period_s(name, size, frames, True, ctx.tmp / "on.katra"),
+            "plain": lambda: plain_frame_period_s(name, size, frames),
+            "off": lambda: run_frame_period_s(configs[False]),
+            "on": lambda: run_frame_period_s(configs[True]),
         }, rounds=ctx.scale(ROUNDS, 3))
         rows += _rows(label, samples, "plain", "off", "on", "run", 1)
-    ctx.facts["gl_renderer"] = _renderer()
+    ctx.facts["gl_renderer"] = renderer()
     return rows
 
 
@@ -194,18 +95,18 @@ def overhead_capture(ctx: BenchContext) -> list[Row]:
     for name, size, frames in _scenes(ctx):
         label = f"capture {name} {size[0]}x{size[1]}"
         ctx.log(label)
-        gl = _egl_context()
+        gl = egl_context()
         try:
             fbo = gl.simple_framebuffer(size, components=4)
             fbo.use()
-            scene = _new_scene(gl, name, size)
+            scene = new_scene(gl, name, size)
             caps = {z: harness.capture(gl, ctx.tmp / f"capture-{z}.katra", scene=name, zones=z, timing="sync")
                     for z in (False, True)}
             try:
                 render, finish = scene.render, gl.finish
 
                 def plain() -> None:
-                    frame = PlainFrame(_no_zone)
+                    frame = PlainFrame(no_zone)
                     for i in range(frames):
                         frame.index, frame.time_s = i, i / 60.0
                         render(frame)
@@ -237,10 +138,3 @@ def overhead_capture(ctx: BenchContext) -> list[Row]:
         rows += _rows(label, samples, "plain", "off", "on", "capture", frames)
     return rows
 
-
-def _renderer() -> str:
-    gl = _egl_context()
-    try:
-        return str(gl.info.get("GL_RENDERER", ""))
-    finally:
-        gl.release()

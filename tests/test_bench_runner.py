@@ -111,12 +111,15 @@ def test_exit_codes_strict_failures(tmp_path: Path, temp_benches: list[str],
     assert "ERROR" in table and "ZeroDivisionError" in table and "UNAVAILABLE" in table
 
 
-def test_glob_selects_in_registration_order(temp_benches: list[str]) -> None:
+def test_selection_order() -> None:
     from bench.__main__ import load_benches, select
 
     benches = load_benches()
     chosen = [b.name for b in select(benches, ["trace-*"])]
     assert chosen == ["trace-append", "trace-write", "trace-read", "trace-size"]
+    chosen = [b.name for b in select(benches, ["trace-size", "trace-*", "overhead"])]
+    assert chosen == ["trace-size", "trace-append", "trace-write", "trace-read", "overhead"]
+    assert all(b.default for b in select(benches, []))
     with pytest.raises(ValueError, match="unknown bench 'nope'"):
         select(benches, ["trace-read", "nope"])
 
@@ -150,3 +153,42 @@ def test_median_iqr_and_targets() -> None:
     assert at_most(1.02).met(1.02) and not at_most(1.02).met(1.03)
     assert at_least(0.5).met(0.5) and not at_least(0.5).met(float("nan"))
     assert Row("r", "w", 1.0).status == "info"
+
+
+def test_interrupt_prints_what_finished(tmp_path: Path) -> None:
+    import signal
+
+    out = tmp_path / "r.json"
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "trace-size", "trace-append", "--out", str(out)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # trace-append (full size) runs for seconds: interrupt it once it started
+        seen.append(line)
+        if "[2/2] trace-append" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    stdout, rest = proc.communicate(timeout=120)
+    stderr = "".join(seen) + rest
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert "bytes per event (zstd)" in stdout and "append per event" not in stdout
+    record = json.loads(out.read_text(encoding="utf-8"))
+    assert record["interrupted"] is True
+    assert [r["bench"] for r in record["rows"]] == ["trace-size"]
+
+
+@pytest.mark.gl
+def test_overhead_benches_run_quick(tmp_path: Path) -> None:
+    """The GL benches drive the public entry points (run, capture); --quick keeps it to seconds."""
+    out = tmp_path / "r.json"
+    done = _bench("--quick", "overhead*", "--out", str(out))
+    if done.returncode == 3:
+        pytest.skip(f"no OpenGL context: {done.stdout[-300:]}")
+    assert done.returncode == 0, done.stderr + done.stdout
+    rows = json.loads(out.read_text(encoding="utf-8"))["rows"]
+    names = [r["name"] for r in rows]
+    assert names == [f"{who} triangle 160x90 zones {z}" for who in ("run", "capture") for z in ("off", "on", "cost")]
+    for row in rows:
+        assert row["unit"] == "ratio" and row["value"] > 0
+        assert (row["target"] is not None) == row["name"].endswith("zones off")
