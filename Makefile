@@ -24,6 +24,7 @@ run: sysdeps $(STAMP)
 	$(VENV)/bin/katra3d run --suite default
 
 test: sysdeps-test $(STAMP)
+	$(PY) -m mypy
 	$(PY) -m pytest -p no:cacheprovider tests
 
 # Ratios against in-run baselines, one table on stdout, bench/results.json (python -m bench --help)

@@ -116,8 +116,8 @@ class Scene:
         Override it only for resources :meth:`own` cannot hold; call
         ``super().release()`` at the end. Safe to call more than once.
         """
-        owned = self.__dict__.get("_owned") or []
-        self._owned = []
+        owned: list[Any] = self.__dict__.get("_owned") or []
+        self._owned: list[Any] = []
         first_error: BaseException | None = None
         for obj in reversed(owned):
             try:
@@ -131,7 +131,7 @@ class Scene:
     def own(self, obj: _T) -> _T:
         """Register ``obj`` (anything with ``release()``: a buffer, program, texture, framebuffer, VAO)
         to be freed by :meth:`release`; returns it, so ``self.vbo = self.own(ctx.buffer(...))``."""
-        owned = self.__dict__.setdefault("_owned", [])
+        owned: list[Any] = self.__dict__.setdefault("_owned", [])
         owned.append(obj)
         return obj
 

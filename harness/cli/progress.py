@@ -79,7 +79,7 @@ def format_table(result: RunResult) -> str:
                       f(s.get("fps_low_1pct"), 1), r.clock)
     console = Console(width=120, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
     console.print(table)
-    text = console.export_text()
+    text: str = console.export_text()
     console.file.close()
     return text.rstrip() + f"\ntrace: {result.path}"
 

@@ -32,13 +32,14 @@ def _jsonable(value: Any) -> Any:
 def catalogue() -> dict[str, Any]:
     """Everything ``katra3d scenes`` shows, as one JSON-ready dict."""
     from katra_trace.errors import SceneError
+    from scenes.api import Scene
     from scenes.registry import builtin_scenes, describe_range, entry_point_scenes, get_scene
     from scenes.suites import SUITES, suites_containing
 
     scenes: list[dict[str, Any]] = []
     builtins = builtin_scenes()
     errors: list[dict[str, str]] = []
-    classes: list[tuple[str, type, str]] = [(n, c, "builtin") for n, c in builtins.items()]
+    classes: list[tuple[str, type[Scene], str]] = [(n, c, "builtin") for n, c in builtins.items()]
     for ep_name, ep in sorted(entry_point_scenes().items()):
         if ep_name in builtins:
             continue

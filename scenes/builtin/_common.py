@@ -143,8 +143,8 @@ def uv_sphere(stacks: int, slices: int, radius: float = 1.0) -> tuple[np.ndarray
 
 def cube() -> tuple[np.ndarray, np.ndarray]:
     """A unit cube (-1..1) with flat face normals, 24 vertices, 36 indices."""
-    verts = []
-    idx = []
+    verts: list[Any] = []
+    idx: list[Any] = []
     for axis in range(3):
         for sign in (-1.0, 1.0):
             n = np.zeros(3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
 
@@ -88,8 +89,9 @@ class BufferScene(BuiltinScene):
     def _heights(self, xz: np.ndarray, t: float) -> np.ndarray:
         x, z = xz[:, 0], xz[:, 1]
         r = np.hypot(x - 0.3 * math.sin(t * 0.7), z)
-        return (0.12 * np.sin(r * 14.0 - t * 3.0) * np.exp(-r * 1.2)
-                + 0.05 * np.sin(x * 9.0 + t * 1.7) * np.cos(z * 7.0 - t)).astype(np.float32)
+        heights: np.ndarray = (0.12 * np.sin(r * 14.0 - t * 3.0) * np.exp(-r * 1.2)
+                               + 0.05 * np.sin(x * 9.0 + t * 1.7) * np.cos(z * 7.0 - t)).astype(np.float32)
+        return heights
 
     def render(self, frame: Frame) -> None:
         ctx = self.ctx

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 from scenes.api import Frame, Param
 from scenes.builtin._common import FULLSCREEN_TRIANGLE, FULLSCREEN_VERTEX, BuiltinScene

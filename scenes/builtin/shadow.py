@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -136,7 +137,7 @@ class ShadowScene(BuiltinScene):
         ground_vbo = self.own(ctx.buffer(ground.tobytes()))
         ground_inst = self.own(ctx.buffer(np.zeros(4, np.float32).tobytes()))
 
-        def vaos(prog: object, with_normal: bool) -> tuple[object, object]:
+        def vaos(prog: Any, with_normal: bool) -> tuple[Any, Any]:
             fmt, names = ("3f 3f", ("in_pos", "in_normal")) if with_normal else ("3f 12x", ("in_pos",))
             sph = self.own(ctx.vertex_array(prog, [(sphere_vbo, fmt, *names), (inst_vbo, "4f/i", "in_inst")],
                                             index_buffer=sphere_ibo, index_element_size=4))

@@ -52,7 +52,7 @@ class TriangleScene(Scene):
         self.bind_target(ctx, size)
         self.program = self.own(compile_program(ctx, self.name, vertex_shader=_VERTEX, fragment_shader=_FRAGMENT))
         r = 0.8
-        verts = []
+        verts: list[float] = []
         colors = ((1.0, 0.2, 0.2), (0.2, 1.0, 0.2), (0.2, 0.3, 1.0))
         for i, col in enumerate(colors):
             a = math.pi / 2 + i * 2 * math.pi / 3
