@@ -10,9 +10,14 @@ from katra_trace.errors import (
     BackendUnavailable,
     ConfigError,
     KatraError,
+    OutputBusyError,
+    OutputExistsError,
     SceneError,
     TraceFormatError,
+    TraceIOError,
+    TraceTooLargeError,
     TraceVersionError,
+    WriterClosedError,
 )
 from katra_trace.schema import COLUMNS, EVENT_DTYPE, Clock, Flag, Kind, schema_hash
 
@@ -27,9 +32,14 @@ __all__ = [
     "Flag",
     "KatraError",
     "Kind",
+    "OutputBusyError",
+    "OutputExistsError",
     "SceneError",
     "TraceFormatError",
+    "TraceIOError",
+    "TraceTooLargeError",
     "TraceVersionError",
+    "WriterClosedError",
     "__version__",
     "schema_hash",
 ]

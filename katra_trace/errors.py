@@ -4,8 +4,8 @@ Every error a user can cause (bad input, a damaged file, a missing GL stack)
 is a :class:`KatraError`. The CLI prints ``str(err)`` on one line, without a
 traceback, and exits with ``err.exit_code``:
 
-* 0 ok, 1 regression found (compare), 2 bad input or bad file,
-  3 environment (no usable GL).
+* 0 ok, 1 regression found (compare), 2 bad input, a bad file or an I/O
+  failure (disk full, ...), 3 environment (no usable GL).
 
 This module is pure stdlib so every package (scenes included) can use it.
 """
@@ -35,6 +35,42 @@ class TraceVersionError(TraceFormatError):
     """A trace was written by a newer, incompatible major format version."""
 
 
+class TraceTooLargeError(TraceFormatError):
+    """Decoding a trace would take more memory than its size can honestly explain (a
+    decompression bomb, or a genuine trace that compresses unusually well: the message says
+    how to lift the limit)."""
+
+
+class TraceIOError(KatraError):
+    """Writing a trace failed at the operating-system level (disk full, file too large, a name
+    too long, no permission, ...). The message is one line and names the file."""
+
+
+class OutputExistsError(KatraError):
+    """The output path already exists, or appeared while the capture ran; nothing was replaced.
+
+    ``part_path`` is the finished capture kept under its temporary name, when there is one."""
+
+    def __init__(self, message: str, part_path: str | None = None) -> None:
+        super().__init__(message)
+        self.part_path = part_path
+
+
+class OutputBusyError(KatraError):
+    """The output's temporary ``<path>.part`` is in the way: another live run is writing it
+    (``stale`` False), or a crashed run left it behind (``stale`` True; it is never deleted)."""
+
+    def __init__(self, message: str, part_path: str, stale: bool, pid: int | None = None) -> None:
+        super().__init__(message)
+        self.part_path = part_path
+        self.stale = stale
+        self.pid = pid
+
+
+class WriterClosedError(KatraError):
+    """A TraceWriter was used after :meth:`~katra_trace.writer.TraceWriter.finish`."""
+
+
 class SceneError(KatraError):
     """A scene could not be found, loaded, configured or compiled."""
 
@@ -49,7 +85,12 @@ __all__ = [
     "BackendUnavailable",
     "ConfigError",
     "KatraError",
+    "OutputBusyError",
+    "OutputExistsError",
     "SceneError",
     "TraceFormatError",
+    "TraceIOError",
+    "TraceTooLargeError",
     "TraceVersionError",
+    "WriterClosedError",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import re
 import struct
 import zlib
 from collections.abc import Sequence
@@ -141,25 +142,77 @@ def _json_default(obj: Any) -> Any:
     return str(obj)
 
 
-def decode_json(payload: bytes, offset: int) -> dict[str, Any]:
+def decode_json(payload: bytes, offset: int, notes: list[str] | None = None) -> dict[str, Any]:
+    """Decode a JSON object; lone surrogates (``\\udc80`` escapes) become U+FFFD, noted in ``notes``."""
     try:
         obj = json.loads(payload.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise TraceFormatError(f"corrupt block at offset {offset}: bad JSON ({exc})", offset) from None
     if not isinstance(obj, dict):
         raise TraceFormatError(f"corrupt block at offset {offset}: JSON payload is not an object", offset)
+    if b"\\ud" in payload or b"\\uD" in payload:  # only then can a lone surrogate be in there
+        repaired: list[int] = []
+        try:
+            fixed = _repair_json(obj, repaired)
+        except RecursionError:
+            raise TraceFormatError(f"corrupt block at offset {offset}: JSON nested too deep", offset) from None
+        if repaired:
+            if notes is not None:
+                notes.append(f"block at offset {offset}: invalid UTF-16 (lone surrogates) in JSON strings "
+                             "replaced by U+FFFD")
+            assert isinstance(fixed, dict)
+            obj = fixed
+    return obj
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _has_surrogate(text: str) -> bool:
+    return _SURROGATE.search(text) is not None
+
+
+def repair_text(text: str) -> str:
+    """``text`` with valid surrogate pairs joined and lone surrogates replaced by U+FFFD."""
+    if not _has_surrogate(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def _repair_json(obj: Any, repaired: list[int]) -> Any:
+    """A copy of ``obj`` with :func:`repair_text` applied to every string; appends to ``repaired``
+    once per string changed. (json.loads already refused nesting too deep to recurse.)"""
+    if isinstance(obj, str):
+        if _has_surrogate(obj):
+            repaired.append(1)
+            return repair_text(obj)
+        return obj
+    if isinstance(obj, list):
+        return [_repair_json(x, repaired) for x in obj]
+    if isinstance(obj, dict):
+        return {_repair_json(k, repaired): _repair_json(v, repaired) for k, v in obj.items()}
     return obj
 
 
 # -- STRINGS ---------------------------------------------------------------------------------
 
 def encode_strings(first_id: int, strings: Sequence[str]) -> bytes:
-    blobs = [s.encode("utf-8", "surrogatepass") for s in strings]
+    """Lone surrogates (not encodable as UTF-8) are written as U+FFFD, so every file holds valid UTF-8."""
+    blobs = [_utf8(s) for s in strings]
     lengths = np.fromiter((len(b) for b in blobs), dtype="<u4", count=len(blobs))
     return STRINGS_HEAD.pack(first_id, len(blobs)) + lengths.tobytes() + b"".join(blobs)
 
 
-def decode_strings(payload: bytes, offset: int) -> tuple[int, list[str]]:
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return repair_text(text).encode("utf-8")
+
+
+def decode_strings(payload: bytes, offset: int, notes: list[str] | None = None) -> tuple[int, list[str]]:
+    """Decode a STRINGS payload. Encoded surrogates (written by katra3d 0.1.0 for lone surrogates in a
+    name) are read as U+FFFD and noted in ``notes``; any other invalid UTF-8 is corruption."""
     bad = f"corrupt STRINGS block at offset {offset}"
     if len(payload) < STRINGS_HEAD.size:
         raise TraceFormatError(f"{bad}: too short", offset)
@@ -178,6 +231,10 @@ def decode_strings(payload: bytes, offset: int) -> tuple[int, list[str]]:
             pos += n
     except UnicodeDecodeError:
         raise TraceFormatError(f"{bad}: invalid UTF-8", offset) from None
+    if any(_has_surrogate(x) for x in out):
+        out = [repair_text(x) for x in out]
+        if notes is not None:
+            notes.append(f"STRINGS block at offset {offset}: encoded surrogates (invalid UTF-8) read as U+FFFD")
     return first_id, out
 
 
@@ -238,6 +295,35 @@ def decode_events(payload: bytes, offset: int, out: np.ndarray | None = None) ->
     return out
 
 
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def check_events(events: np.ndarray, minor: int) -> str | None:
+    """Why ``events`` cannot be in a file of format minor ``minor``, or None if they can.
+
+    Kinds, clocks and flag bits must be defined by that minor (a newer minor than this build
+    knows may add some: not checked); durations are never negative and a span's end fits in int64.
+    """
+    if len(events) == 0:
+        return None
+    limits = MINOR_LIMITS.get(minor)
+    if limits is not None:
+        kind_max, clock_max = int(events["kind"].max()), int(events["clock"].max())
+        if kind_max > limits.max_kind:
+            return f"event kind {kind_max} is not defined in format 1.{minor}"
+        if clock_max > limits.max_clock:
+            return f"event clock {clock_max} is not defined in format 1.{minor}"
+        extra = int(np.bitwise_or.reduce(events["flags"])) & ~limits.event_flags
+        if extra:
+            return f"event flag bits {extra:#x} are not defined in format 1.{minor}"
+    dur = events["dur_ns"]
+    if int(dur.min()) < 0:
+        return f"negative duration {int(dur.min())} (dur_ns is never negative)"
+    if bool((events["start_ns"] > _INT64_MAX - dur).any()):
+        return "a span ends beyond the int64 nanosecond range"
+    return None
+
+
 def decompress(stored: bytes, raw_len: int, codec: int, offset: int) -> bytes:
     """Decode a stored payload, never producing more than ``raw_len`` bytes."""
     if codec == Codec.NONE:
@@ -250,7 +336,7 @@ def decompress(stored: bytes, raw_len: int, codec: int, offset: int) -> bytes:
             if size not in (-1, raw_len):
                 raise TraceFormatError(
                     f"corrupt block at offset {offset}: zstd frame holds {size} bytes, header says {raw_len}", offset)
-            data = zstandard.ZstdDecompressor().decompress(stored, max_output_size=raw_len)
+            data: bytes = zstandard.ZstdDecompressor().decompress(stored, max_output_size=raw_len)
         except zstandard.ZstdError as exc:
             raise TraceFormatError(f"corrupt block at offset {offset}: zstd: {exc}", offset) from None
         if len(data) != raw_len:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import struct
+import stat
 import warnings
 import zlib
 from collections.abc import Iterator
@@ -26,12 +26,44 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from katra_trace import format as fmt
-from katra_trace.errors import ConfigError, TraceFormatError, TraceVersionError
+from katra_trace.errors import ConfigError, TraceFormatError, TraceTooLargeError, TraceVersionError
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION
 
 
 class TraceRecoveryWarning(UserWarning):
     """A damaged trace was read as far as it was intact."""
+
+
+#: Decoded bytes a trace may hold per byte of file, by default (see :func:`decode_budget`).
+DEFAULT_MAX_RATIO = 10.0
+#: Decoded bytes every trace may hold on top of ``max_ratio`` x its size: 64 MiB (1.6 M events).
+BUDGET_ALLOWANCE_BYTES = 64 << 20
+#: Environment variable that overrides the default ratio; ``0`` lifts the limit.
+MAX_RATIO_ENV = "KATRA3D_MAX_RATIO"
+
+
+def resolve_max_ratio(max_ratio: float | None) -> float:
+    """``max_ratio`` if given, else ``$KATRA3D_MAX_RATIO``, else :data:`DEFAULT_MAX_RATIO` (0: no limit)."""
+    if max_ratio is None:
+        text = os.environ.get(MAX_RATIO_ENV, "").strip()
+        if not text:
+            return DEFAULT_MAX_RATIO
+        try:
+            max_ratio = float(text)
+        except ValueError:
+            raise ConfigError(f"{MAX_RATIO_ENV}={text!r} is not a number (0 lifts the limit)") from None
+    if not max_ratio >= 0 or max_ratio == float("inf"):
+        raise ConfigError(f"max_ratio must be a finite number >= 0 (0 lifts the limit), got {max_ratio}")
+    return float(max_ratio)
+
+
+def decode_budget(size: int, max_ratio: float | None = None) -> int | None:
+    """How many decoded bytes a file of ``size`` bytes may hold: ``max_ratio`` x size + 64 MiB, or None
+    (no limit). A decompression bomb cannot make a reader allocate more than this."""
+    ratio = resolve_max_ratio(max_ratio)
+    if ratio == 0:
+        return None
+    return int(ratio * size) + BUDGET_ALLOWANCE_BYTES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,9 +83,15 @@ class EventBatch:
     n: int
     raw: bytes
     offset: int
+    minor: int = fmt.FORMAT_MINOR  #: the file's format minor: which kinds, clocks and flags are defined
 
     def decode(self, out: np.ndarray | None = None) -> np.ndarray:
-        return fmt.decode_events(self.raw, self.offset, out)
+        """The events, checked (:func:`katra_trace.format.check_events`); raises TraceFormatError."""
+        events = fmt.decode_events(self.raw, self.offset, out)
+        problem = fmt.check_events(events, self.minor)
+        if problem is not None:
+            raise TraceFormatError(f"corrupt EVENTS block at offset {self.offset}: {problem}", self.offset)
+        return events
 
 
 @dataclasses.dataclass
@@ -67,14 +105,14 @@ class ScanState:
     stop_reason: str = ""
     summary_offset: int | None = None  #: where the footer says the SUMMARY is; None: no footer
     skipped_blocks: int = 0
+    max_ratio: float | None = None  #: decoding budget (see :func:`decode_budget`); None: the default
+    budget_left: int | None = None  #: decoded bytes still allowed; None: no limit
+    notes: list[str] = dataclasses.field(default_factory=list)  #: content repaired while reading
 
 
 def _file_size(f: BinaryIO) -> int:
-    here = f.tell()
-    f.seek(0, os.SEEK_END)
-    size = f.tell()
-    f.seek(here)
-    return size
+    return os.fstat(f.fileno()).st_size
+
 
 
 def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator[Block]:
@@ -86,9 +124,11 @@ def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator
     cut inside its preamble, always raises.
     """
     size = state.size = _file_size(f)
+    state.budget_left = decode_budget(size, state.max_ratio)
     f.seek(0)
     pre = f.read(fmt.PREAMBLE_SIZE)
     state.version = _check_preamble(pre, size)
+    minor = state.version[1]
     pos = fmt.PREAMBLE_SIZE
     expected_seq = 0
 
@@ -109,6 +149,9 @@ def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator
             stop(f"torn block header or footer at offset {pos}: {left} bytes left", pos)
             return
         head = f.read(fmt.BLOCK_HEADER_SIZE)
+        if len(head) < fmt.BLOCK_HEADER_SIZE:  # the file shrank while we read it
+            stop(f"torn block header at offset {pos}: the file ends early", pos)
+            return
         sync, btype, codec, schema, seq, stored_len, raw_len, crc = fmt.BLOCK_HEADER.unpack(head)
         if sync != fmt.SYNC:
             stop(f"corrupt block at offset {pos}: bad sync word", pos)
@@ -122,14 +165,21 @@ def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator
                  f"{fmt.MAX_BLOCK_BYTES}-byte limit", pos)
             return
         stored = f.read(stored_len)
+        if len(stored) < stored_len:
+            stop(f"torn block at offset {pos}: the file ends early", pos)
+            return
         if zlib.crc32(stored, zlib.crc32(head[:20])) != crc:
             stop(f"corrupt block at offset {pos}: CRC mismatch", pos)
             return
         if seq != expected_seq:
             stop(f"corrupt block at offset {pos}: sequence number {seq}, expected {expected_seq}", pos)
             return
+        if state.budget_left is not None and btype in _KNOWN_TYPES:
+            if raw_len > state.budget_left:
+                raise _too_large(state, pos, raw_len)
+            state.budget_left -= raw_len
         try:
-            block = _decode(btype, codec, schema, seq, stored, raw_len, pos)
+            block = _decode(btype, codec, schema, seq, stored, raw_len, pos, minor, state.notes)
         except TraceFormatError as err:
             if strict:
                 raise
@@ -141,6 +191,17 @@ def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator
             yield block
         expected_seq += 1
         pos += fmt.BLOCK_HEADER_SIZE + stored_len
+
+
+_KNOWN_TYPES = frozenset(int(t) for t in fmt.BlockType)
+
+
+def _too_large(state: ScanState, pos: int, raw_len: int) -> TraceTooLargeError:
+    ratio = resolve_max_ratio(state.max_ratio)
+    return TraceTooLargeError(
+        f"the block at offset {pos} would decode to {raw_len} more bytes, beyond {ratio:g} x the file's "
+        f"{state.size} bytes + {BUDGET_ALLOWANCE_BYTES >> 20} MiB (a decompression bomb?); if this trace is "
+        f"genuine, lift the limit with {MAX_RATIO_ENV}=0 (or a larger ratio)", pos)
 
 
 def _check_preamble(pre: bytes, size: int) -> tuple[int, int]:
@@ -168,22 +229,78 @@ def _check_preamble(pre: bytes, size: int) -> tuple[int, int]:
     return major, minor
 
 
-def _decode(btype: int, codec: int, schema: int, seq: int, stored: bytes, raw_len: int, pos: int) -> Block | None:
-    known = btype in fmt.BlockType.__members__.values()
-    if not known:
+def _decode(btype: int, codec: int, schema: int, seq: int, stored: bytes, raw_len: int, pos: int,
+            minor: int = fmt.FORMAT_MINOR, notes: list[str] | None = None) -> Block | None:
+    if btype not in _KNOWN_TYPES:
         return None  # unknown block types are skipped by length
     payload = fmt.decompress(stored, raw_len, codec, pos)
     t = fmt.BlockType(btype)
     if t in fmt.JSON_BLOCKS:
-        return Block(t, pos, seq, fmt.decode_json(payload, pos))
+        obj = fmt.decode_json(payload, pos, notes)
+        if t == fmt.BlockType.HEADER:
+            check_header(obj, pos)
+        elif t == fmt.BlockType.SUMMARY:
+            check_summary(obj, pos)
+        return Block(t, pos, seq, obj)
     if t == fmt.BlockType.STRINGS:
-        return Block(t, pos, seq, fmt.decode_strings(payload, pos))
+        return Block(t, pos, seq, fmt.decode_strings(payload, pos, notes))
     if schema > SCHEMA_VERSION:
         raise TraceFormatError(
             f"EVENTS block at offset {pos} uses event schema {schema}, newer than this build's "
             f"{SCHEMA_VERSION}; upgrade katra3d to read it", pos)
     n, _ = fmt.events_head(payload, pos)
-    return Block(t, pos, seq, EventBatch(n, payload, pos))
+    return Block(t, pos, seq, EventBatch(n, payload, pos, minor))
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _shape_error(where: str, pos: int, key: str, what: str) -> TraceFormatError:
+    return TraceFormatError(f"corrupt {where} block at offset {pos}: {key!r} is not {what}", pos)
+
+
+def _check_int(obj: dict[str, Any], key: str, where: str, pos: int, low: int = _INT64[0]) -> None:
+    if key in obj:
+        v = obj[key]
+        if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= _INT64[1]:
+            raise _shape_error(where, pos, key, f"an integer in {low}..2**63-1")
+
+
+def _check_dict(obj: dict[str, Any], key: str, where: str, pos: int) -> None:
+    if key in obj and not isinstance(obj[key], dict):
+        raise _shape_error(where, pos, key, "a JSON object")
+
+
+def check_header(h: dict[str, Any], pos: int) -> None:
+    """Refuse a HEADER whose documented keys have the wrong shape (docs/trace-format.md)."""
+    if not h:
+        raise TraceFormatError(f"corrupt HEADER block at offset {pos} is empty", pos)
+    for key in ("capture_options", "host_info"):
+        _check_dict(h, key, "HEADER", pos)
+    _check_dict(h.get("capture_options") or {}, "measure", "HEADER", pos)
+    _check_dict(h.get("host_info") or {}, "codegen", "HEADER", pos)
+    _check_int(h, "start_wall_ns", "HEADER", pos, low=0)
+    _check_int(h, "start_host_ns", "HEADER", pos)
+    _check_int(h, "pid", "HEADER", pos)
+    _check_int(h, "schema_version", "HEADER", pos)
+    for key in ("format_version", "schema_hash", "tool_version", "workload", "notes"):
+        if key in h and not isinstance(h[key], str):
+            raise _shape_error("HEADER", pos, key, "a string")
+
+
+def check_summary(s: dict[str, Any], pos: int) -> None:
+    """Refuse a SUMMARY whose documented keys have the wrong shape."""
+    if "status" in s and not isinstance(s["status"], str):
+        raise _shape_error("SUMMARY", pos, "status", "a string")
+    if "user" in s and not isinstance(s["user"], dict):
+        raise TraceFormatError(f"corrupt SUMMARY block at offset {pos}: summary 'user' is not a JSON object", pos)
+    for key in ("events", "dropped_events", "dropped_batches", "strings", "blocks", "event_blocks"):
+        if key in s:
+            v = s[key]
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= _INT64[1]:
+                raise TraceFormatError(f"corrupt SUMMARY block at offset {pos}: summary {key!r} is not a count",
+                                       pos)
+    _check_int(s, "end_host_ns", "SUMMARY", pos)
 
 
 class Trace:
@@ -205,6 +322,9 @@ class Trace:
         self.skipped_blocks = 0
         self.size = 0
         self.version = (0, 0)
+        #: content the reader repaired (e.g. lone surrogates read as U+FFFD); the trace is usable
+        self.notes: list[str] = []
+        self.max_ratio: float | None = None
 
     @property
     def status(self) -> str:
@@ -216,30 +336,71 @@ class Trace:
         return self.strings[sid] if 0 <= sid < len(self.strings) else f"?{sid}"
 
     def iter_batches(self, strict: bool = False) -> Iterator[np.ndarray]:
-        """Stream the events block by block, re-reading the file (for traces larger than memory)."""
-        state = ScanState()
+        """Stream the events block by block, re-reading the file (for traces larger than memory).
+
+        Stops quietly at the first damaged block (``strict``: raises), like :func:`iter_blocks`."""
+        state = ScanState(max_ratio=self.max_ratio)
         with _open(self.path) as f:
             for block in iter_blocks(f, state, strict):
                 if block.type == fmt.BlockType.EVENTS:
-                    yield block.payload.decode()
+                    try:
+                        batch = block.payload.decode()
+                    except TraceFormatError:
+                        if strict:
+                            raise
+                        return
+                    yield batch
 
     def __repr__(self) -> str:
         return (f"Trace({str(self.path)!r}, events={len(self.events)}, status={self.status!r}, "
                 f"truncated={self.truncated})")
 
 
+_NOT_REGULAR = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a pipe or FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
 def _open(path: Path) -> BinaryIO:
+    """Open a trace for reading: regular files only.
+
+    The file is opened with O_NONBLOCK, so a FIFO with no writer cannot hang the open, and then
+    refused unless it is a regular file: a trace is read with seeks and by its size, which pipes,
+    devices and sockets do not have. (``/dev/stdin`` redirected from a file is that file, and reads.)
+    """
+    shown = str(path)
     try:
-        return open(path, "rb")  # noqa: SIM115 - caller closes
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise ConfigError(f"no such trace file: {str(path)!r}") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{str(path)!r} is a directory, not a trace file") from None
+        raise ConfigError(f"no such trace file: {shown!r}") from None
     except OSError as exc:
-        raise ConfigError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+        raise ConfigError(f"cannot read {shown!r}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        for test, what in _NOT_REGULAR:
+            if test(st.st_mode):
+                if what == "a directory":
+                    raise ConfigError(f"{shown!r} is a directory, not a trace file")
+                raise ConfigError(f"{shown!r} is not a regular file ({what}): katra3d reads traces from "
+                                  "regular files only; save it to a file first")
+        if st.st_size == 0 and os.pread(fd, 1, 0):
+            raise ConfigError(f"{shown!r} is not a regular file (it reports size 0 but has content, like "
+                              "files under /proc): not a katra3d trace")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except OSError as exc:
+        os.close(fd)
+        raise ConfigError(f"cannot read {shown!r}: {exc.strerror or exc}") from None
+    except BaseException:
+        os.close(fd)
+        raise
 
 
-def _summary_event_count(f: BinaryIO) -> int | None:
+def _summary_event_count(f: BinaryIO, budget: int | None) -> int | None:
     """The event count in the SUMMARY block the footer points to, if all of that is intact.
 
     Lets :func:`open_trace` decode every batch straight into one preallocated array. Anything
@@ -254,48 +415,63 @@ def _summary_event_count(f: BinaryIO) -> int | None:
         return None
     f.seek(offset)
     head = f.read(fmt.BLOCK_HEADER_SIZE)
+    if len(head) < fmt.BLOCK_HEADER_SIZE:
+        return None
     sync, btype, codec, _, _, stored_len, raw_len, crc = fmt.BLOCK_HEADER.unpack(head)
-    if sync != fmt.SYNC or btype != fmt.BlockType.SUMMARY or stored_len > size - offset - fmt.BLOCK_HEADER_SIZE:
+    if (sync != fmt.SYNC or btype != fmt.BlockType.SUMMARY or stored_len > size - offset - fmt.BLOCK_HEADER_SIZE
+            or raw_len > min(fmt.MAX_BLOCK_BYTES, budget if budget is not None else fmt.MAX_BLOCK_BYTES)):
         return None
     stored = f.read(stored_len)
-    if zlib.crc32(stored, zlib.crc32(head[:20])) != crc:
+    if len(stored) < stored_len or zlib.crc32(stored, zlib.crc32(head[:20])) != crc:
         return None
     try:
         count = fmt.decode_json(fmt.decompress(stored, raw_len, codec, offset), offset).get("events")
     except TraceFormatError:
         return None
-    if not isinstance(count, int) or not 0 <= count * EVENT_DTYPE.itemsize <= 64 * size:
-        return None  # bounds the allocation by the file's size (real traces compress 3-30x)
+    limit = budget if budget is not None else 64 * size  # no budget: still bounded by the file's size
+    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count * EVENT_DTYPE.itemsize <= limit:
+        return None
     return count
 
 
-def open_trace(path: str | os.PathLike[str], strict: bool = False, events: bool = True) -> Trace:
+def open_trace(path: str | os.PathLike[str], strict: bool = False, events: bool = True,
+               max_ratio: float | None = None) -> Trace:
     """Read a trace file.
 
     Args:
-        path: the file.
+        path: the file (a regular file: pipes, FIFOs and devices are refused).
         strict: raise :class:`TraceFormatError` on any damage instead of
             recovering the intact prefix (and warning).
         events: load the events (False: header, strings, summary and counts only).
+        max_ratio: decoded bytes allowed per byte of file, on top of a 64 MiB allowance
+            (:func:`decode_budget`); None: ``$KATRA3D_MAX_RATIO`` or 10; 0: no limit. Beyond it,
+            :class:`~katra_trace.errors.TraceTooLargeError` (a decompression bomb, or a genuine
+            trace that compresses unusually well).
     """
     trace = Trace(Path(path))
-    state = ScanState()
+    trace.max_ratio = max_ratio
+    state = ScanState(max_ratio=max_ratio)
     batches: list[np.ndarray] = []
     n_events = 0
     summary_at: int | None = None
+    header_seen = False
     with _open(trace.path) as f:
-        expected = _summary_event_count(f) if events else None
+        expected = _summary_event_count(f, decode_budget(_file_size(f), max_ratio)) if events else None
         out = np.empty(expected, dtype=EVENT_DTYPE) if expected is not None else None
         for block in iter_blocks(f, state, strict):
-            trace.blocks += 1
             t = block.type
             if t == fmt.BlockType.HEADER:
-                if trace.header:
+                if header_seen:
                     _damaged(state, strict, f"second HEADER block at offset {block.offset}", block.offset)
                     break
+                header_seen = True
                 trace.header = block.payload
-            elif not trace.header:
+            elif not header_seen:
                 _damaged(state, strict, f"block at offset {block.offset} comes before the HEADER block", block.offset)
+                break
+            elif summary_at is not None:
+                what = "second SUMMARY block" if t == fmt.BlockType.SUMMARY else "block after the SUMMARY block"
+                _damaged(state, strict, f"{what} at offset {block.offset}", block.offset)
                 break
             elif t == fmt.BlockType.STRINGS:
                 first_id, names = block.payload
@@ -306,14 +482,19 @@ def open_trace(path: str | os.PathLike[str], strict: bool = False, events: bool 
                 trace.strings.extend(names)
             elif t == fmt.BlockType.EVENTS:
                 batch: EventBatch = block.payload
-                if events:
-                    if out is not None and n_events + batch.n <= len(out):
+                try:
+                    if not events:
+                        pass
+                    elif out is not None and n_events + batch.n <= len(out):
                         batch.decode(out[n_events:n_events + batch.n])
                     else:  # the summary's count was wrong: fall back to collecting batches
                         if out is not None:
                             batches.append(out[:n_events])
                             out = None
                         batches.append(batch.decode())
+                except TraceFormatError as err:
+                    _damaged(state, strict, str(err), block.offset)
+                    break
                 n_events += batch.n
             elif t == fmt.BlockType.ANNOTATION:
                 trace.annotations.append(block.payload)
@@ -322,10 +503,11 @@ def open_trace(path: str | os.PathLike[str], strict: bool = False, events: bool 
             elif t == fmt.BlockType.SUMMARY:
                 trace.summary = block.payload
                 summary_at = block.offset
-    if state.summary_offset is not None and state.summary_offset != summary_at:
+            trace.blocks += 1
+    if state.summary_offset is not None and state.summary_offset != summary_at and not state.truncated:
         _damaged(state, strict, f"footer points to offset {state.summary_offset}, but the SUMMARY block is at "
                  f"{summary_at}", state.size - fmt.FOOTER_SIZE)
-    if not trace.header:
+    if not header_seen:
         reason = state.stop_reason or "no HEADER block"
         raise TraceFormatError(f"unreadable katra3d trace {str(trace.path)!r}: {reason}; nothing to recover",
                                state.stopped_at)
@@ -335,11 +517,12 @@ def open_trace(path: str | os.PathLike[str], strict: bool = False, events: bool 
     trace.skipped_blocks = state.skipped_blocks
     trace.size = state.size
     trace.version = state.version
+    trace.notes = list(state.notes)
     if out is not None:
         trace.events = out if n_events == len(out) else out[:n_events]
     elif batches:
         trace.events = batches[0] if len(batches) == 1 else np.concatenate(batches)
-    if not trace.summary:
+    if summary_at is None:
         trace.summary_rebuilt = True
         trace.summary = {
             "status": "incomplete",

@@ -46,3 +46,48 @@ def write_trace(path: Path, events: np.ndarray, strings: list[str], *, batch_eve
     if finish:
         w.finish({"note": "test"})
     return w
+
+
+def split_blocks(data: bytes) -> list[tuple[int, bytes, int]]:
+    """The (type, decoded payload, schema) of every block of an intact trace, by framing alone
+    (no content checks, so a test can start from a file the reader would refuse)."""
+    from katra_trace import format as fmt
+
+    out = []
+    pos = fmt.PREAMBLE_SIZE
+    while len(data) - pos > fmt.FOOTER_SIZE:
+        _, btype, codec, schema, _, stored_len, raw_len, _ = fmt.BLOCK_HEADER.unpack_from(data, pos)
+        stored = data[pos + fmt.BLOCK_HEADER_SIZE: pos + fmt.BLOCK_HEADER_SIZE + stored_len]
+        out.append((btype, fmt.decompress(stored, raw_len, codec, pos), schema))
+        pos += fmt.BLOCK_HEADER_SIZE + stored_len
+    return out
+
+
+def seal_blocks(blocks: list[tuple[int, bytes, int]], *, minor: int | None = None, codec: int = 1,
+                footer: bool = True) -> bytes:
+    """Encode blocks (as :func:`split_blocks` gives them) into a trace with valid CRCs, sequence
+    numbers and footer: the way to craft a file whose framing is intact and whose content is not."""
+    import struct
+
+    from katra_trace import format as fmt
+
+    out = bytearray(fmt.encode_preamble())
+    if minor is not None:
+        struct.pack_into("<H", out, 10, minor)
+    summary_at = 0
+    for seq, (btype, raw, schema) in enumerate(blocks):
+        if btype == fmt.BlockType.SUMMARY:
+            summary_at = len(out)
+        out += b"".join(fmt.encode_block(btype, raw, seq=seq, codec=fmt.Codec(codec), schema=schema))
+    if footer:
+        out += fmt.encode_footer(summary_at)
+    return bytes(out)
+
+
+def edit_json_block(blocks: list[tuple[int, bytes, int]], btype: int, edit: Any, which: int = 0) -> None:
+    """Apply ``edit(dict) -> dict`` to the ``which``-th JSON block of type ``btype``, in place."""
+    import json
+
+    found = [i for i, b in enumerate(blocks) if b[0] == btype]
+    i = found[which]
+    blocks[i] = (btype, json.dumps(edit(json.loads(blocks[i][1]))).encode(), blocks[i][2])

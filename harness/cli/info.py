@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-from collections import Counter
 from typing import Any
+
+import numpy as np
 
 from harness.cli._common import load_trace_quietly, print_json
 from katra_trace import Clock, Flag, Kind, Trace
@@ -19,15 +20,25 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
+def _enum_name(enum: type[Kind] | type[Clock], value: int, prefix: str) -> str:
+    """``frame`` / ``wall``; a value this build does not know (a newer format minor) as ``clock9``."""
+    try:
+        return enum(value).name.lower()
+    except ValueError:
+        return f"{prefix}{value}"
+
+
 def event_counts(trace: Trace) -> dict[str, Any]:
     """Counts by kind and clock, warmup events, and scenes seen."""
     ev = trace.events
-    by_kind = Counter(Kind(k).name.lower() for k in ev["kind"].tolist()) if len(ev) else Counter()
-    by_clock = Counter(Clock(c).name.lower() for c in ev["clock"].tolist()) if len(ev) else Counter()
+    kinds, kind_n = np.unique(ev["kind"], return_counts=True)
+    clocks, clock_n = np.unique(ev["clock"], return_counts=True)
+    by_kind = {_enum_name(Kind, int(k), "kind"): int(n) for k, n in zip(kinds, kind_n)}
+    by_clock = {_enum_name(Clock, int(c), "clock"): int(n) for c, n in zip(clocks, clock_n)}
     scenes = sorted({trace.name(s) for s in set(ev["scene"].tolist()) if s})
     return {
-        "by_kind": dict(by_kind),
-        "by_clock": dict(by_clock),
+        "by_kind": by_kind,
+        "by_clock": by_clock,
         "warmup": int(((ev["flags"] & Flag.WARMUP) != 0).sum()),
         "scenes": scenes,
     }
@@ -46,6 +57,7 @@ def info_dict(trace: Trace) -> dict[str, Any]:
         "truncated": trace.truncated,
         "stopped_at": trace.stopped_at,
         "stop_reason": trace.stop_reason or None,
+        "notes": trace.notes,
     }
 
 
@@ -111,6 +123,8 @@ def render_text(trace: Trace) -> str:
         lines.append(f"notes     {h['notes']}")
     if trace.truncated:
         lines.append(f"DAMAGED   {trace.stop_reason}; everything before offset {trace.stopped_at} was recovered")
+    for note in trace.notes:
+        lines.append(f"repaired  {note}")
     opts = dict(h.get("capture_options") or {})
     mode = opts.get("timing_mode")
     if mode:

@@ -9,9 +9,11 @@ from harness.cli._common import load_trace_quietly
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("validate", help="check a trace's framing and checksums",
-                       description="Check every block's framing and CRC. Exit 0 if intact, 2 if damaged "
-                                   "(with what could be recovered).")
+    p = sub.add_parser("validate", help="check a trace's framing, checksums and content",
+                       description="Check every block's framing and CRC, and the decoded content (event kinds, "
+                                   "clocks, flags and durations, JSON shapes, string encodings). Exit 0 if intact "
+                                   "(content the reader had to repair is reported on stderr), 2 if damaged (with "
+                                   "what could be recovered).")
     p.add_argument("trace", metavar="TRACE", help="a .katra trace file")
     p.set_defaults(func=run)
 
@@ -19,6 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     trace = load_trace_quietly(args.trace)
     n = len(trace.events)
+    for note in trace.notes:
+        print(f"{trace.path}: warning: {note}", file=sys.stderr)
     if trace.truncated:
         print(f"{trace.path}: damaged: {trace.stop_reason}; recoverable: {n} events, {len(trace.strings)} strings "
               f"in {trace.blocks} intact blocks before offset {trace.stopped_at}", file=sys.stderr)
