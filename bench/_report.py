@@ -66,11 +66,9 @@ def print_table(runs: list[BenchRun], stream: TextIO | None = None, *, total_s: 
     if total_s is not None:
         title += f", {total_s:.0f} s"
     table = Table(title=title, title_justify="left")
-    for col, justify in (("bench", "left"), ("row", "left"), ("value", "right"), ("95% CI", "right"),
-                         ("IQR", "right"), ("n", "right"), ("target", "right"), ("status", "left"),
-                         ("measures", "left"), ("notes", "left")):
-        table.add_column(col, justify=justify, no_wrap=col != "notes",  # type: ignore[arg-type]
-                         overflow="fold")
+    right = {"value", "95% CI", "IQR", "n", "target"}
+    for col in ("bench", "row", "value", "95% CI", "IQR", "n", "target", "status", "measures", "notes"):
+        table.add_column(col, justify="right" if col in right else "left", no_wrap=col != "notes", overflow="fold")
     for i, run in enumerate(runs):
         if i:
             table.add_section()
