@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Make sure the system libraries katra3d needs are present.
 #   ci/system-deps.sh        Mesa's EGL + llvmpipe (needed to render)
-#   ci/system-deps.sh test   the above, plus Xvfb (the GLFW backend tests)
+#   ci/system-deps.sh test   the above, plus Xvfb (the GLFW backend tests) and valgrind
+#                            (the --measure instructions tests run it for real)
 # Installs them with apt-get when they are missing and we are root;
 # otherwise prints the exact command to run and exits 1.
 set -euo pipefail
@@ -22,6 +23,9 @@ have_lib 'libEGL_mesa.so.0' || missing+=(libegl-mesa0)
 have_dri || missing+=(libgl1-mesa-dri)
 if [ "$want_test" = 1 ] && ! command -v Xvfb >/dev/null 2>&1; then
     missing+=(xvfb)
+fi
+if [ "$want_test" = 1 ] && ! command -v valgrind >/dev/null 2>&1; then
+    missing+=(valgrind)
 fi
 
 [ "${#missing[@]}" -eq 0 ] && exit 0
