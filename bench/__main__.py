@@ -109,8 +109,12 @@ def _with_bench(row: Row, name: str) -> Row:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench", description="Run katra3d's benches (ratios "
-                                     "against in-run baselines), print one table, write results.json.")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run katra3d's benches (ratios against in-run baselines), print one table, write results.json.",
+        epilog="exit codes: 0 ran (missed targets show as MISS), 1 --strict and a target missed, 2 bad arguments "
+               "or a bench failed,\n3 a bench lacked something in the environment (no OpenGL), 130 interrupted.\n"
+               "Adding a bench: see bench/__init__.py.")
     parser.add_argument("names", nargs="*", metavar="BENCH",
                         help="benches to run: names or shell-style patterns (default: every default bench)")
     parser.add_argument("--quick", action="store_true", help="smoke-test sizes: seconds, not measurements")

@@ -75,10 +75,10 @@ class _Collect:
 
 def _rows(label: str, samples: dict[str, list[float]], collect: _Collect, who: str) -> list[Row]:
     plain_fps = 1.0 / median_iqr(samples["plain"])[0]
-    left_out = "preempted frames left out: plain {}, {} {}"
+    left_out = "left out as preempted: plain {}, {} {}"
     return [
         ratio_row(f"{label} zones off", f"frame time: {who} / plain", pair_ratios(samples, "off", "plain"),
-                  target=ZONES_OFF_TARGET, notes=f"plain loop ~{plain_fps:.0f} fps here; "
+                  target=ZONES_OFF_TARGET, notes=f"plain ~{plain_fps:.0f} fps; "
                   + left_out.format(collect.note("plain"), who, collect.note("off"))),
         ratio_row(f"{label} zones on", f"frame time: {who} zones on / plain", pair_ratios(samples, "on", "plain"),
                   notes=left_out.format(collect.note("plain"), who, collect.note("on"))),
