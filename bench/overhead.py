@@ -129,7 +129,7 @@ def overhead_capture(ctx: BenchContext) -> list[Row]:
             fbo = gl.simple_framebuffer(size, components=4)
             fbo.use()
             scene = new_scene(gl, name, size)
-            caps = {z: harness.capture(gl, ctx.tmp / f"capture-{z}.katra", scene=name, zones=z, timing="sync")
+            caps = {z: harness.capture(gl, ctx.tmp / f"capture-{name}-{z}.katra", scene=name, zones=z, timing="sync")
                     for z in (False, True)}
             try:
                 render, finish, pc = scene.render, gl.finish, time.perf_counter_ns

@@ -57,6 +57,7 @@ def trace_append(ctx: BenchContext) -> list[Row]:
             add((frame, wall, 1, 2, i, 0, i * 1000, 900, 0.0, 0))
 
     def katra() -> None:
+        path.unlink(missing_ok=True)  # a trace is never written over an existing file
         w = TraceWriter(path)
         add = w.append
         for i in range(n):
@@ -91,6 +92,7 @@ def trace_write(ctx: BenchContext) -> list[Row]:
             stream.tofile(raw)
 
         def katra(codec: str = codec) -> None:
+            path.unlink(missing_ok=True)
             w = TraceWriter(path, codec=codec, batch_events=65536)
             w.append_array(stream)
             w.finish()
