@@ -9,12 +9,13 @@ in docs/stats.md). The public names of both modules stay importable from here.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from katra_trace.decide import (
+    decide_counts,
     MIN_FRAMES,
     MIN_RUNS_FOR_RUN_LEVEL,
     VERDICTS,
@@ -24,8 +25,12 @@ from katra_trace.decide import (
     holm,
     min_runs_for_alpha,
 )
+from katra_trace.errors import ConfigError
 from katra_trace.match import (
     CAPTURE_KEYS,
+    COUNT_METRIC_NAMES,
+    codegen_facts,
+    measure_mode,
     HOST_KEYS,
     METRICS,
     capture_facts,
@@ -34,6 +39,34 @@ from katra_trace.match import (
     resolve_metric,
     scene_params,
 )
+from katra_trace.schema import REFERENCE_NAME, Clock
+from katra_trace.stats import reference_durations, scene_durations, zone_frame_totals
+
+
+def _label(trace: Any, side: str, index: int) -> str:
+    path = getattr(trace, "path", None)
+    return str(path) if path is not None else f"{side.upper()} run {index + 1}"
+
+
+def _check_measure_modes(sides: Mapping[str, Sequence[Any]]) -> None:
+    """Refuse to mix traces measured in counts (instructions, cycles) with time traces."""
+    modes = {side: sorted({measure_mode(t.header) for t in traces}) for side, traces in sides.items()}
+    kinds = {"counts" if m in COUNT_METRIC_NAMES else "time" for ms in modes.values() for m in ms}
+    if len(kinds) > 1:
+        raise ConfigError(
+            f"cannot compare counts with times: BASE measured {' / '.join(modes['base'])}, NEW "
+            f"{' / '.join(modes['new'])}; capture both sides with the same --measure")
+
+
+def _normalized(trace: Any, scene: str, frames_ns: np.ndarray, label: str) -> np.ndarray:
+    """Frame walls divided by the median wall of the run's reference workload in ``scene``."""
+    ref = reference_durations(trace.events, list(trace.strings)).get(scene, {}).get("wall")
+    if ref is None or ref.size == 0 or not np.median(ref) > 0:
+        raise ConfigError(
+            f"--normalize: {label} has no reference markers ('{REFERENCE_NAME}', wall clock) for scene "
+            f"'{scene}'; capture it with a katra3d that times the reference workload, or drop --normalize")
+    out: np.ndarray = frames_ns / float(np.median(ref))
+    return out
 
 
 def compare_traces(
@@ -41,62 +74,118 @@ def compare_traces(
     new: Sequence[Any],
     *,
     metric: str = "auto",
-    threshold_pct: float = 5.0,
+    threshold_pct: float | None = None,
     alpha: float = 0.01,
     allow_host_mismatch: bool = False,
     allow_param_mismatch: bool = False,
+    allow_codegen_mismatch: bool = False,
+    normalize: bool = False,
+    pairs: Sequence[tuple[int, int]] | None = None,
     seed: int = 0,
 ) -> Comparison:
     """Compare two sets of opened traces (each one run), scene by scene.
 
     A trace needs ``header``, ``events`` and ``strings`` (see katra_trace.reader.Trace).
     Scenes whose capture settings (size, samples, timing mode, params) or
-    host (GL renderer, driver) differ are ``incomparable``, within a side or
-    between sides; ``allow_host_mismatch`` downgrades host differences to a
-    note, ``allow_param_mismatch`` scene-param differences (to measure what a
-    param change costs).
-    """
-    from katra_trace.stats import scene_durations
+    host (GL renderer, driver; for count metrics also the code generator)
+    differ are ``incomparable``, within a side or between sides; the
+    ``allow_*`` flags downgrade host, param and code-generator differences to
+    a note.
 
-    durations = {
-        side: [scene_durations(t.events, list(t.strings)) for t in traces]
-        for side, traces in (("base", base), ("new", new))
-    }
-    headers = [t.header for t in (*base, *new)]
-    clocks = {c for side in durations.values() for run in side for per in run.values() for c in per}
-    chosen = resolve_metric(headers, clocks, metric)
+    ``normalize``: compare per-run (median frame wall) / (median reference
+    wall) instead of wall time (ConfigError when a trace lacks reference
+    markers). ``pairs``: ``(base index, new index)`` of each paired round
+    (``katra3d ab``): the paired test is used, on those traces only.
+    Traces measured in counts and in time cannot be mixed (ConfigError).
+    """
+    del seed
+    sides: dict[str, list[Any]] = {"base": list(base), "new": list(new)}
+    if pairs is not None:
+        for i, j in pairs:
+            if not (0 <= i < len(sides["base"]) and 0 <= j < len(sides["new"])):
+                raise ValueError(f"pair ({i}, {j}) is out of range")
+        sides = {"base": [sides["base"][i] for i, _ in pairs], "new": [sides["new"][j] for _, j in pairs]}
+    _check_measure_modes(sides)
+    durations = {side: [scene_durations(t.events, list(t.strings)) for t in traces]
+                 for side, traces in sides.items()}
+    headers = [t.header for traces in sides.values() for t in traces]
+    per_trace = [{c for per in run.values() for c in per} for side in durations.values() for run in side]
+    clocks = set().union(*per_trace) if per_trace else set()
+    common = set.intersection(*per_trace) if per_trace else set()
+    chosen = resolve_metric(headers, clocks, metric, common)
+    count = chosen in COUNT_METRIC_NAMES
+    if normalize:
+        if count or metric not in ("auto", "wall"):
+            raise ConfigError(f"--normalize divides wall time by the reference workload's; it does not apply "
+                              f"to --metric {chosen if metric == 'auto' else metric}")
+        chosen = "wall"
     notes: list[str] = []
     incomparable: dict[str, str] = {}
     runs: dict[str, dict[str, list[np.ndarray]]] = {"base": {}, "new": {}}
     host_notes: set[str] = set()
+    allowed = {k for k, ok in (("renderer", allow_host_mismatch), ("driver", allow_host_mismatch),
+                               ("params", allow_param_mismatch), ("codegen", allow_codegen_mismatch)) if ok}
     scenes = list(dict.fromkeys(s for side in durations.values() for run in side for s in run))
+    empty = np.empty(0)
     for scene in scenes:
         facts: dict[str, list[dict[str, Any]]] = {"base": [], "new": []}
-        for side, traces in (("base", base), ("new", new)):
+        for side, traces in sides.items():
             for t, run in zip(traces, durations[side], strict=True):
                 if scene in run:
-                    facts[side].append({**capture_facts(t.header, scene), **host_facts(t.header)})
-        allowed = {k for k, ok in (("renderer", allow_host_mismatch), ("driver", allow_host_mismatch),
-                                   ("params", allow_param_mismatch)) if ok}
+                    fact = {**capture_facts(t.header, scene), **host_facts(t.header)}
+                    if count:
+                        fact["codegen"] = codegen_facts(t.header)
+                    facts[side].append(fact)
         reason = mismatch(facts, allowed, host_notes)
         if reason:
             incomparable[scene] = reason
             continue
-        for side in ("base", "new"):
-            per_run = [run[scene] for run in durations[side] if scene in run]
-            have = [r[chosen] for r in per_run if chosen in r]
-            if per_run and not have:
-                found = sorted({c for r in per_run for c in r})
-                incomparable[scene] = (f"no {chosen} frame times in {side.upper()} "
+        for side, traces in sides.items():
+            present = [run[scene] for run in durations[side] if scene in run]
+            if present and not any(chosen in r for r in present):
+                found = sorted({c for r in present for c in r})
+                incomparable[scene] = (f"no {chosen} frame {'counts' if count else 'times'} in {side.upper()} "
                                        f"(found: {', '.join(found) or 'none'}); try --metric")
                 break
-            if have:
-                runs[side][scene] = have
+            series: list[np.ndarray] = []
+            for i, (t, run) in enumerate(zip(traces, durations[side], strict=True)):
+                values = run.get(scene, {}).get(chosen)
+                if values is not None and normalize:
+                    values = _normalized(t, scene, values, _label(t, side, i))
+                if values is not None or pairs is not None:
+                    series.append(empty if values is None else values)
+            if any(v.size for v in series):
+                runs[side][scene] = series
     notes.extend(sorted(host_notes))
+    if normalize:
+        notes.append("normalized: each run's median frame wall divided by the median wall of its reference "
+                     "workload (values in x reference)")
     result = compare_runs(runs["base"], runs["new"], threshold_pct=threshold_pct, alpha=alpha,
-                          seed=seed, metric=chosen, incomparable=incomparable)
-    return dataclasses.replace(result, notes=tuple(notes))
+                          metric="wall/reference" if normalize else chosen, incomparable=incomparable,
+                          paired=pairs is not None, value_unit="x reference" if normalize else None)
+    zones: tuple[SceneComparison, ...] = ()
+    if count:
+        zones = _zone_rows(result, sides, chosen)
+    return dataclasses.replace(result, notes=tuple(notes), zones=zones)
 
+
+def _zone_rows(result: Comparison, sides: Mapping[str, Sequence[Any]], metric: str) -> tuple[SceneComparison, ...]:
+    """Per-zone count rows of the comparable scenes (information: which pass changed)."""
+    clock = int(Clock[metric.upper()])
+    totals = {side: [zone_frame_totals(t.events, list(t.strings), clock) for t in traces]
+              for side, traces in sides.items()}
+    rows: list[SceneComparison] = []
+    threshold = result.threshold_pct / 100.0
+    for s in result.scenes:
+        if s.verdict == "incomparable":
+            continue
+        zone_names = list(dict.fromkeys(z for side in totals.values() for run in side for z in run.get(s.scene, {})))
+        for zone in zone_names:
+            per = {side: [run[s.scene][zone] for run in totals[side] if zone in run.get(s.scene, {})]
+                   for side in totals}
+            rows.append(decide_counts(s.scene, per["base"], per["new"], threshold=threshold, metric=metric,
+                                      zone=zone))
+    return tuple(rows)
 
 
 __all__ = [

@@ -1,31 +1,35 @@
 """The decision of a comparison: statistics and verdicts on per-run frame durations.
 
-Pure: numpy and scipy.stats only, no GL, no I/O. The decision rule is
-documented in docs/stats.md; in short:
+Pure: numpy and scipy.stats only, no GL, no I/O. The rule is documented in
+docs/stats.md; in short (``thr`` = threshold, ``up = 1 + thr``,
+``down = 1 / (1 + thr)``, the interval at confidence ``1 - 2 alpha``):
 
-* **The run is the unit of evidence.** Frames of one run share that run's
-  luck (clock state, neighbours on a shared machine), so with >= 3 runs a
-  side the test and the interval are computed on the per-run medians:
-  effect = geometric mean of NEW per-run medians / geometric mean of BASE
-  per-run medians; a two-sided Mann-Whitney U test on the per-run medians;
-  a seeded BCa bootstrap interval of the effect. Frame-level figures (pooled
-  median ratio and its Mann-Whitney p-value) are shown beside.
-* With 1-2 runs on a side, run-to-run noise is unknown: the frames are the
-  unit, the effect is the ratio of pooled medians, and the p-value and
-  interval describe only within-run noise. The threshold is then the only
-  guard against run-to-run noise; results carry a note saying so.
-* p-values are Holm-corrected across the scenes compared.
-* Verdict per scene (``thr`` = threshold, e.g. 0.05; ``up = 1 + thr``,
-  ``down = 1 / (1 + thr)``; ``p`` = Holm-adjusted p; CI at 1 - 2 alpha):
+* **Time metrics** (wall, cpu, gpu, wall/reference): the run is the unit of
+  evidence. Each run is reduced to its median frame time; the effect is the
+  ratio of the geometric means of the per-run medians, NEW / BASE.
 
-  1. too few frames (< :data:`MIN_FRAMES` a side) -> inconclusive;
-  2. ``p < alpha`` and ratio >= up -> regression;
-     ``p < alpha`` and ratio <= down -> improvement;
-  3. runs are the unit but too few for the test to ever reach ``alpha``
-     (the exact Mann-Whitney minimum p) -> inconclusive, naming the runs needed;
-  4. CI inside (down, up), or ``p < alpha`` with ratio inside (down, up) -> unchanged;
-  5. otherwise (not significant, a threshold-sized change not ruled out)
-     -> inconclusive, with an estimate of the runs (or frames) needed.
+  - unpaired runs: Welch's t on the log per-run medians (each side's real
+    run count), Welch-Satterthwaite degrees of freedom;
+  - paired rounds (``katra3d ab``): a paired t on the per-round log ratios.
+
+  The p-value is one-sided in the direction of the observed change and is
+  Holm-corrected across the scenes compared. Verdicts, in order:
+
+  1. fewer than :data:`MIN_FRAMES` frames on a side -> inconclusive;
+  2. fewer than :data:`MIN_RUNS` runs (or rounds) a side -> inconclusive
+     "(run-to-run noise unknown)"; the frame-level change is information only;
+  3. ``p_holm < alpha`` and ratio >= up -> regression;
+     ``p_holm < alpha`` and ratio <= down -> improvement;
+  4. the whole interval inside (down, up) -> unchanged;
+  5. otherwise inconclusive, with an estimate of the runs a side needed.
+
+* **Count metrics** (instructions, cycles) are deterministic: one run a side
+  is evidence. No p-value: the change is set against the threshold and
+  against a measured noise floor ``f`` (the relative spread of per-run
+  medians when a side has several runs, else of the steady frames); the
+  band is ``log ratio +- NOISE_FLOOR_FACTOR * f``. Regression when the ratio
+  is >= up and the whole band is above 1 (improvement mirrored); unchanged
+  when the whole band lies inside (down, up); otherwise inconclusive.
 """
 
 from __future__ import annotations
@@ -41,43 +45,74 @@ from scipy import stats as sps
 
 from katra_trace.stats import frame_stats
 
-#: Fewer measured frames than this on a side: inconclusive.
+#: Fewer measured frames than this on a side: inconclusive (time metrics).
 MIN_FRAMES = 20
-#: Runs a side from which the run (not the frame) is the unit of evidence.
-MIN_RUNS_FOR_RUN_LEVEL = 3
+#: Fewer measured frames than this on a side: inconclusive (count metrics).
+MIN_FRAMES_COUNTS = 1
+#: Runs (or paired rounds) a side below which run-to-run noise is unknown (time metrics).
+MIN_RUNS = 3
+#: Kept for callers of the earlier name.
+MIN_RUNS_FOR_RUN_LEVEL = MIN_RUNS
 #: Power assumed when estimating how many runs would be needed.
 TARGET_POWER = 0.8
-#: Bootstrap resamples (seeded).
-N_RESAMPLES = 2000
+#: Default threshold (percent) of time metrics.
+DEFAULT_THRESHOLD_TIME_PCT = 5.0
+#: Default threshold (percent) of count metrics: a 1 % change of work is flagged, while two
+#: processes measured the same scene within 0.003-0.16 % of each other (docs/stats.md).
+DEFAULT_THRESHOLD_COUNT_PCT = 0.5
+#: Half-width of the count metrics' band, in noise floors.
+NOISE_FLOOR_FACTOR = 3.0
+#: Metrics whose values are counts (deterministic on software renderers), not times.
+COUNT_METRICS = frozenset({"instructions", "cycles"})
 
 VERDICTS = ("regression", "improvement", "unchanged", "inconclusive", "incomparable")
 
 
+def is_count_metric(metric: str) -> bool:
+    """True for instructions and cycles (deterministic counts), False for time metrics."""
+    return metric in COUNT_METRICS
+
+
+def default_threshold_pct(metric: str) -> float:
+    """The default ``--threshold`` of a metric kind (percent)."""
+    return DEFAULT_THRESHOLD_COUNT_PCT if is_count_metric(metric) else DEFAULT_THRESHOLD_TIME_PCT
+
+
 @dataclasses.dataclass(frozen=True)
 class SceneComparison:
-    """The comparison of one scene. Times in ms; ratios NEW/BASE (> 1 = slower)."""
+    """The comparison of one scene (or one zone of a scene). Ratios NEW/BASE (> 1 = slower)."""
 
     scene: str
     verdict: str
     reason: str
     metric: str = ""
-    unit: str = ""  #: "runs" or "frames": what the test and interval were computed on
+    zone: str = ""  #: "" for the scene's frames, else the zone this row describes
+    #: what the decision rests on: "runs" (unpaired), "rounds" (paired), "frames" (information
+    #: only: too few runs), "counts" (deterministic metric)
+    unit: str = ""
+    value_unit: str = "ms"  #: unit of median_base / median_new: ms, instructions, cycles, x reference
+    paired: bool = False
     runs_base: int = 0
     runs_new: int = 0
     frames_base: int = 0
     frames_new: int = 0
-    median_base_ms: float = math.nan  #: the effect's BASE level (see module doc)
+    median_base: float = math.nan  #: BASE level in value_unit (geometric mean of per-run medians)
+    median_new: float = math.nan
+    median_base_ms: float = math.nan  #: the same in ms (time metrics only)
     median_new_ms: float = math.nan
     ratio: float = math.nan
     ci_low: float = math.nan
     ci_high: float = math.nan
     confidence: float = math.nan
-    p_value: float = math.nan  #: raw two-sided Mann-Whitney U p on the unit
+    p_value: float = math.nan  #: one-sided, in the direction of the change, on runs or rounds
     p_holm: float = math.nan  #: Holm-adjusted across scenes
-    frame_ratio: float = math.nan  #: pooled-frame median ratio (shown beside)
-    frame_p_value: float = math.nan  #: Mann-Whitney U on pooled frames (shown beside)
+    dof: float = math.nan  #: degrees of freedom of the t interval
+    frame_ratio: float = math.nan  #: pooled-frame median ratio (information)
+    frame_p_value: float = math.nan  #: two-sided Mann-Whitney U on pooled frames (information)
     run_cv_base: float = math.nan  #: CV of per-run medians (needs >= 2 runs)
     run_cv_new: float = math.nan
+    pair_cv: float = math.nan  #: sd of per-round log ratios (paired)
+    noise_floor_pct: float = math.nan  #: count metrics: the measured noise floor
     runs_needed: int | None = None  #: runs a side that would settle an inconclusive result
     frames_needed: int | None = None
     p99_base_ms: float = math.nan
@@ -110,13 +145,19 @@ class SceneComparison:
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
-    """All scenes of one comparison and the settings used."""
+    """All scenes of one comparison and the settings used.
+
+    ``zones`` holds per-zone rows (count metrics): information on which pass
+    changed; the exit code rests on the scenes' own rows.
+    """
 
     scenes: tuple[SceneComparison, ...]
     threshold_pct: float
     alpha: float
     metric: str
     notes: tuple[str, ...] = ()
+    zones: tuple[SceneComparison, ...] = ()
+    paired: bool = False
 
     @property
     def regressions(self) -> tuple[SceneComparison, ...]:
@@ -133,14 +174,19 @@ class Comparison:
 
     def as_dict(self) -> dict[str, Any]:
         counts = {v: sum(1 for s in self.scenes if s.verdict == v) for v in VERDICTS}
+        scenes: dict[str, Any] = {s.scene: s.as_dict() for s in self.scenes}
+        for z in self.zones:
+            if z.scene in scenes:
+                scenes[z.scene].setdefault("zones", {})[z.zone] = z.as_dict()
         return {
             "threshold_pct": self.threshold_pct,
             "alpha": self.alpha,
             "metric": self.metric,
+            "paired": self.paired,
             "verdicts": counts,
             "exit_code": self.exit_code,
             "notes": list(self.notes),
-            "scenes": {s.scene: s.as_dict() for s in self.scenes},
+            "scenes": scenes,
         }
 
 
@@ -157,7 +203,7 @@ def holm(p_values: Sequence[float]) -> list[float]:
     adjusted = np.empty(m)
     running = 0.0
     for rank, idx in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p[idx]))
+        running = max(running, min(1.0, (m - rank) * float(p[idx])))
         adjusted[idx] = running
     return [float(v) for v in adjusted]
 
@@ -165,7 +211,8 @@ def holm(p_values: Sequence[float]) -> list[float]:
 def min_runs_for_alpha(alpha: float) -> int:
     """Smallest k such that an exact two-sided Mann-Whitney test of k vs k runs can give p < alpha.
 
-    The smallest attainable p is ``2 / C(2k, k)`` (complete separation).
+    Kept as a reference (docs/stats.md explains why the decision no longer uses
+    a rank test): the smallest attainable p is ``2 / C(2k, k)``.
     """
     k = 1
     while 2.0 / math.comb(2 * k, k) >= alpha:
@@ -184,58 +231,6 @@ def _mwu_p(x: np.ndarray, y: np.ndarray) -> float:
     return p if math.isfinite(p) else 1.0
 
 
-def _bootstrap_ci(x: np.ndarray, y: np.ndarray, statistic: Any, confidence: float, seed: int,
-                  method: str) -> tuple[float, float]:
-    """Seeded two-sample bootstrap CI of ``statistic(y, x)``; (nan, nan) if impossible."""
-    if x.size < 2 or y.size < 2:
-        return math.nan, math.nan
-    if np.ptp(x) == 0 and np.ptp(y) == 0:
-        value = float(statistic(y, x, axis=-1))
-        return value, value
-    kwargs: dict[str, Any] = {
-        "confidence_level": confidence,
-        "n_resamples": N_RESAMPLES,
-        "method": method,
-        "vectorized": True,
-    }
-    for key, rng in (("rng", np.random.default_rng(seed)), ("random_state", np.random.default_rng(seed))):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                res = sps.bootstrap((y, x), statistic, **{key: rng}, **kwargs)
-            break
-        except TypeError:  # scipy < 1.15 has random_state, not rng
-            continue
-    else:  # pragma: no cover
-        return math.nan, math.nan
-    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    if not (math.isfinite(low) and math.isfinite(high)) and method != "percentile":
-        return _bootstrap_ci(x, y, statistic, confidence, seed, "percentile")
-    return low, high
-
-
-def _log_mean_diff(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.mean(a, axis=axis) - np.mean(b, axis=axis)
-
-
-def _log_median_ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.log(np.median(a, axis=axis)) - np.log(np.median(b, axis=axis))
-
-
-def _needed(sd_log: float, threshold: float, alpha: float, m: int) -> int | None:
-    """Samples a side for a two-sample test to detect a ``threshold`` change (log scale).
-
-    Normal approximation at :data:`TARGET_POWER`, Bonferroni-worst-case alpha
-    (alpha / m), inflated by pi/3 for the Mann-Whitney test's efficiency.
-    """
-    if not math.isfinite(sd_log) or sd_log <= 0:
-        return None
-    z_a = float(sps.norm.ppf(1 - alpha / (2 * max(m, 1))))
-    z_b = float(sps.norm.ppf(TARGET_POWER))
-    delta = math.log1p(threshold)
-    return max(2, math.ceil(2 * ((z_a + z_b) * sd_log / delta) ** 2 * math.pi / 3))
-
-
 def _cv(values: np.ndarray) -> float:
     if values.size < 2:
         return math.nan
@@ -243,191 +238,342 @@ def _cv(values: np.ndarray) -> float:
     return float(values.std(ddof=1)) / mean if mean > 0 else math.nan
 
 
-# --------------------------------------------------------------------------- core
+def _clean(run: np.ndarray) -> np.ndarray:
+    d = np.asarray(run, dtype=np.float64)
+    return d[np.isfinite(d) & (d > 0)]
 
 
 def _clean_runs(runs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    out = []
-    for run in runs:
-        d = np.asarray(run, dtype=np.float64)
-        d = d[np.isfinite(d) & (d > 0)]
-        if d.size:
-            out.append(d)
+    return [d for d in (_clean(r) for r in runs) if d.size]
+
+
+@dataclasses.dataclass(frozen=True)
+class TInterval:
+    """A t-based estimate of a log ratio: estimate, standard error, degrees of freedom."""
+
+    estimate: float
+    se: float
+    dof: float
+
+    def interval(self, confidence: float) -> tuple[float, float]:
+        """Two-sided interval of the log ratio at ``confidence``."""
+        if self.se == 0:
+            return self.estimate, self.estimate
+        q = float(sps.t.ppf(0.5 + confidence / 2.0, self.dof))
+        return self.estimate - q * self.se, self.estimate + q * self.se
+
+    def p_directional(self) -> float:
+        """One-sided p-value in the direction of the estimate (0 when se is 0 and estimate != 0)."""
+        if self.se == 0:
+            return 0.0 if self.estimate != 0 else 1.0
+        return float(sps.t.sf(abs(self.estimate) / self.se, self.dof))
+
+
+def welch(log_base: np.ndarray, log_new: np.ndarray) -> TInterval:
+    """Welch's t for mean(log_new) - mean(log_base) (each side >= 2 values)."""
+    nb, nn = log_base.size, log_new.size
+    vb = float(log_base.var(ddof=1)) / nb
+    vn = float(log_new.var(ddof=1)) / nn
+    est = float(log_new.mean() - log_base.mean())
+    se2 = vb + vn
+    if se2 == 0:
+        return TInterval(est, 0.0, float(nb + nn - 2))
+    denom = (vb * vb / (nb - 1) if vb else 0.0) + (vn * vn / (nn - 1) if vn else 0.0)
+    dof = se2 * se2 / denom
+    return TInterval(est, math.sqrt(se2), dof)
+
+
+def paired_t(log_ratios: np.ndarray) -> TInterval:
+    """Paired t on per-round log ratios (>= 2 rounds)."""
+    k = log_ratios.size
+    return TInterval(float(log_ratios.mean()), float(log_ratios.std(ddof=1)) / math.sqrt(k), float(k - 1))
+
+
+def runs_needed(sd_log: float, threshold: float, alpha: float, m: int, paired: bool) -> int | None:
+    """Runs (rounds) a side for a one-sided t at alpha / m to detect a ``threshold`` change.
+
+    ``sd_log``: the spread of one run's log median (unpaired) or of one
+    round's log ratio (paired); power :data:`TARGET_POWER`.
+    """
+    if not math.isfinite(sd_log) or sd_log <= 0 or threshold <= 0:
+        return None
+    delta = math.log1p(threshold)
+    a = alpha / max(m, 1)
+    z = float(sps.norm.ppf(1 - a)) + float(sps.norm.ppf(TARGET_POWER))
+    n_normal = (z * sd_log / delta) ** 2 * (1 if paired else 2)  # t quantiles only make it larger
+    if n_normal > 100_000:
+        return None
+    n = np.arange(max(MIN_RUNS, math.floor(n_normal)), math.ceil(2 * n_normal) + 12, dtype=np.float64)
+    dof = n - 1 if paired else 2 * n - 2
+    se = sd_log / np.sqrt(n) if paired else sd_log * np.sqrt(2.0 / n)
+    ok = (sps.t.ppf(1 - a, dof) + sps.t.ppf(TARGET_POWER, dof)) * se <= delta
+    return int(n[np.argmax(ok)]) if ok.any() else None
+
+
+# --------------------------------------------------------------------------- time metrics
+
+
+def _frame_figures(b_all: np.ndarray, n_all: np.ndarray, count: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"frame_ratio": float(np.median(n_all) / np.median(b_all)),
+                           "frame_p_value": _mwu_p(b_all, n_all)}
+    if not count:
+        fb, fn = frame_stats(b_all), frame_stats(n_all)
+        out.update(p99_base_ms=fb.p99_ms, p99_new_ms=fn.p99_ms,
+                   fps_low_1pct_base=fb.fps_low_1pct, fps_low_1pct_new=fn.fps_low_1pct,
+                   stutter_pct_base=fb.stutter_pct, stutter_pct_new=fn.stutter_pct)
     return out
 
 
-def _measure_scene(scene: str, base_runs: Sequence[np.ndarray], new_runs: Sequence[np.ndarray],
-                   alpha: float, seed: int, metric: str) -> dict[str, Any]:
-    """Effect, raw p-value, CI and side figures of one scene (no verdict yet)."""
+def _measure_time(scene: str, b_runs: list[np.ndarray], n_runs: list[np.ndarray], paired: bool,
+                  alpha: float, metric: str, value_unit: str) -> dict[str, Any]:
+    """Effect, one-sided p, interval and side figures of one scene (no verdict yet)."""
+    b_all, n_all = np.concatenate(b_runs), np.concatenate(n_runs)
+    out: dict[str, Any] = {
+        "scene": scene, "metric": metric, "value_unit": value_unit, "paired": paired,
+        "unit": "rounds" if paired else "runs",
+        "runs_base": len(b_runs), "runs_new": len(n_runs),
+        "frames_base": int(b_all.size), "frames_new": int(n_all.size),
+        "confidence": 1.0 - 2.0 * alpha,
+    }
+    out.update(_frame_figures(b_all, n_all, count=False))
+    med_b = np.array([np.median(r) for r in b_runs])
+    med_n = np.array([np.median(r) for r in n_runs])
+    lb, ln = np.log(med_b), np.log(med_n)
+    scale = 1e-6 if value_unit == "ms" else 1.0
+    out.update(run_cv_base=_cv(med_b), run_cv_new=_cv(med_n),
+               median_base=math.exp(float(lb.mean())) * scale, median_new=math.exp(float(ln.mean())) * scale)
+    if value_unit == "ms":
+        out.update(median_base_ms=out["median_base"], median_new_ms=out["median_new"])
+    if min(len(b_runs), len(n_runs)) < MIN_RUNS:
+        out["unit"] = "frames"
+        out["ratio"] = out["frame_ratio"]
+        return out
+    t = paired_t(ln - lb) if paired else welch(lb, ln)
+    lo, hi = t.interval(out["confidence"])
+    out.update(ratio=math.exp(t.estimate), ci_low=math.exp(lo), ci_high=math.exp(hi),
+               p_value=t.p_directional(), dof=t.dof)
+    if paired:
+        out["pair_cv"] = float((ln - lb).std(ddof=1))
+        out["_sd_log"] = out["pair_cv"]
+    else:
+        resid = np.concatenate([lb - lb.mean(), ln - ln.mean()])
+        out["_sd_log"] = float(np.sqrt(np.sum(resid**2) / (resid.size - 2)))
+    return out
+
+
+def _decide_time(m: dict[str, Any], p_holm: float, threshold: float, alpha: float,
+                 n_tests: int) -> SceneComparison:
+    """Turn measured figures and the Holm-adjusted p into a verdict (rule in the module doc)."""
+    sd_log = m.pop("_sd_log", math.nan)
+    up, down = 1.0 + threshold, 1.0 / (1.0 + threshold)
+    thr_pct = threshold * 100.0
+    unit = m["unit"]
+    base = dict(m, p_holm=p_holm)
+    word = "rounds" if m["paired"] else "runs"
+    if min(m["frames_base"], m["frames_new"]) < MIN_FRAMES:
+        return SceneComparison(**dict(base, verdict="inconclusive", frames_needed=MIN_FRAMES,
+                                      reason=f"too few frames ({m['frames_base']} base, {m['frames_new']} new; "
+                                             f"need >= {MIN_FRAMES} a side)"))
+    if unit == "frames":
+        frames = f"{(m['frame_ratio'] - 1) * 100:+.1f}% (p={m['frame_p_value']:.2g})"
+        return SceneComparison(**dict(
+            base, verdict="inconclusive", runs_needed=MIN_RUNS,
+            reason=f"inconclusive (run-to-run noise unknown): {m['runs_base']} vs {m['runs_new']} {word}; "
+                   f"need >= {MIN_RUNS} {word} a side (katra3d ab). Frames, for information only: {frames}",
+            notes=(f"with fewer than {MIN_RUNS} runs a side a time metric never gives a verdict: frames of "
+                   "one run share that run's luck, and 11 of 40 single-run A/A comparisons measured on "
+                   "llvmpipe said 'regression' (docs/stats.md)",)))
+    ratio = m["ratio"]
+    change = f"{(ratio - 1) * 100:+.1f}%"
+    lo, hi = m["ci_low"], m["ci_high"]
+    interval = f"[{(lo - 1) * 100:+.1f}%, {(hi - 1) * 100:+.1f}%]"
+    sig = p_holm < alpha
+    if sig and ratio >= up:
+        return SceneComparison(**dict(base, verdict="regression",
+                                      reason=f"{change} slower, interval {interval} (p={p_holm:.2g} on {word}, "
+                                             f"threshold {thr_pct:g}%)"))
+    if sig and ratio <= down:
+        return SceneComparison(**dict(base, verdict="improvement",
+                                      reason=f"{change}, interval {interval} (p={p_holm:.2g} on {word}, "
+                                             f"threshold {thr_pct:g}%)"))
+    if down < lo and hi < up:
+        return SceneComparison(**dict(base, verdict="unchanged",
+                                      reason=f"{change}; interval {interval} within +-{thr_pct:g}%"))
+    needed = runs_needed(sd_log, threshold, alpha, n_tests, m["paired"])
+    have = min(m["runs_base"], m["runs_new"])
+    if needed is not None:
+        needed = max(needed, have + 1)
+    why = (f"significant but below the {thr_pct:g}% threshold, and the interval {interval} does not rule "
+           f"out {thr_pct:g}%" if sig else f"interval {interval}, p={p_holm:.2g}")
+    cv = sd_log * 100
+    need = f"~{needed} {word} a side needed" if needed else "more runs needed"
+    return SceneComparison(**dict(
+        base, verdict="inconclusive", runs_needed=needed,
+        reason=f"{change}: {why}; {'round-to-round' if m['paired'] else 'run-to-run'} spread {cv:.1f}%: "
+               f"{need} to resolve a {thr_pct:g}% change"))
+
+
+# --------------------------------------------------------------------------- count metrics
+
+
+def _robust_rel_spread(values: np.ndarray) -> float:
+    """1.4826 x MAD of log values: a robust relative sd (0 for identical values)."""
+    logs = np.log(values)
+    return 1.4826 * float(np.median(np.abs(logs - np.median(logs))))
+
+
+def noise_floor(b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]) -> tuple[float, str]:
+    """The relative noise floor of a count metric and where it came from.
+
+    Across runs (sd of log per-run medians, the larger side) when a side has
+    >= 2 runs; else across steady frames (robust relative sd of the frames,
+    the larger side). Steady frames: the frames themselves; the median is
+    robust to the few frames that carry periodic harness work.
+    """
+    sides = [r for r in (b_runs, n_runs) if len(r) >= 2]
+    if sides:
+        sds = [float(np.log(np.array([np.median(x) for x in runs])).std(ddof=1)) for runs in sides]
+        return max(sds), "across runs"
+    spreads = [_robust_rel_spread(np.concatenate(runs)) for runs in (b_runs, n_runs)]
+    return max(spreads), "across steady frames"
+
+
+def decide_counts(scene: str, base_runs: Sequence[np.ndarray], new_runs: Sequence[np.ndarray], *,
+                  threshold: float, metric: str, zone: str = "") -> SceneComparison:
+    """Verdict of a deterministic count metric (instructions, cycles) for one scene or zone."""
     b_runs, n_runs = _clean_runs(base_runs), _clean_runs(new_runs)
     b_all = np.concatenate(b_runs) if b_runs else np.empty(0)
     n_all = np.concatenate(n_runs) if n_runs else np.empty(0)
-    out: dict[str, Any] = {
-        "scene": scene, "metric": metric,
-        "runs_base": len(b_runs), "runs_new": len(n_runs),
-        "frames_base": int(b_all.size), "frames_new": int(n_all.size),
-    }
-    if b_all.size == 0 or n_all.size == 0:
-        return out
-    fb, fn = frame_stats(b_all), frame_stats(n_all)
-    out.update(
-        p99_base_ms=fb.p99_ms, p99_new_ms=fn.p99_ms,
-        fps_low_1pct_base=fb.fps_low_1pct, fps_low_1pct_new=fn.fps_low_1pct,
-        stutter_pct_base=fb.stutter_pct, stutter_pct_new=fn.stutter_pct,
-        frame_ratio=fn.median_ms / fb.median_ms,
-        frame_p_value=_mwu_p(b_all, n_all),
-    )
+    m: dict[str, Any] = {"scene": scene, "zone": zone, "metric": metric, "value_unit": metric,
+                         "unit": "counts", "runs_base": len(b_runs), "runs_new": len(n_runs),
+                         "frames_base": int(b_all.size), "frames_new": int(n_all.size)}
+    if min(b_all.size, n_all.size) < MIN_FRAMES_COUNTS:
+        side = "BASE" if b_all.size == 0 else "NEW"
+        return SceneComparison(**dict(m, verdict="incomparable", reason=f"missing in {side} (no measured frames)"))
     med_b = np.array([np.median(r) for r in b_runs])
     med_n = np.array([np.median(r) for r in n_runs])
-    out["run_cv_base"], out["run_cv_new"] = _cv(med_b), _cv(med_n)
-    confidence = 1.0 - 2.0 * alpha
-    out["confidence"] = confidence
-    if min(len(b_runs), len(n_runs)) >= MIN_RUNS_FOR_RUN_LEVEL:
-        lb, ln = np.log(med_b), np.log(med_n)
-        lo, hi = _bootstrap_ci(lb, ln, _log_mean_diff, confidence, seed, "BCa")
-        out.update(
-            unit="runs",
-            median_base_ms=math.exp(float(lb.mean())) / 1e6,
-            median_new_ms=math.exp(float(ln.mean())) / 1e6,
-            ratio=math.exp(float(ln.mean() - lb.mean())),
-            ci_low=math.exp(lo), ci_high=math.exp(hi),
-            p_value=_mwu_p(med_b, med_n),
-        )
-        resid = np.concatenate([lb - lb.mean(), ln - ln.mean()])
-        dof = lb.size + ln.size - 2
-        out["_sd_log"] = float(np.sqrt(np.sum(resid**2) / dof)) if dof > 0 else math.nan
-    else:
-        lo, hi = _bootstrap_ci(b_all, n_all, _log_median_ratio, confidence, seed, "percentile")
-        out.update(
-            unit="frames",
-            median_base_ms=fb.median_ms, median_new_ms=fn.median_ms,
-            ratio=fn.median_ms / fb.median_ms,
-            ci_low=math.exp(lo), ci_high=math.exp(hi),
-            p_value=out["frame_p_value"],
-        )
-        logs = np.concatenate([np.log(b_all) - np.median(np.log(b_all)),
-                               np.log(n_all) - np.median(np.log(n_all))])
-        # robust sd of log frame times, x1.25 for the median's lower efficiency
-        out["_sd_log"] = 1.4826 * float(np.median(np.abs(logs))) * 1.2533
-    return out
+    lb, ln = float(np.log(med_b).mean()), float(np.log(med_n).mean())
+    floor, source = noise_floor(b_runs, n_runs)
+    est = ln - lb
+    lo, hi = est - NOISE_FLOOR_FACTOR * floor, est + NOISE_FLOOR_FACTOR * floor
+    m.update(_frame_figures(b_all, n_all, count=True))
+    m.update(median_base=math.exp(lb), median_new=math.exp(ln), ratio=math.exp(est),
+             ci_low=math.exp(lo), ci_high=math.exp(hi), noise_floor_pct=floor * 100,
+             run_cv_base=_cv(med_b), run_cv_new=_cv(med_n))
+    up, down = math.log1p(threshold), -math.log1p(threshold)
+    thr_pct = threshold * 100
+    change = f"{math.expm1(est) * 100:+.2f}%"
+    floor_txt = f"noise floor {floor * 100:.3g}% {source}"
+    if est >= up and lo > 0:
+        return SceneComparison(**dict(m, verdict="regression",
+                                      reason=f"{change} {metric} (threshold {thr_pct:g}%, {floor_txt})"))
+    if est <= down and hi < 0:
+        return SceneComparison(**dict(m, verdict="improvement",
+                                      reason=f"{change} {metric} (threshold {thr_pct:g}%, {floor_txt})"))
+    if down < lo and hi < up:
+        return SceneComparison(**dict(m, verdict="unchanged",
+                                      reason=f"{change} {metric}, within +-{thr_pct:g}% ({floor_txt})"))
+    why = (f"the {floor_txt} is too large for a {thr_pct:g}% threshold"
+           if NOISE_FLOOR_FACTOR * floor * 2 >= math.log1p(threshold)
+           else f"within {NOISE_FLOOR_FACTOR:g}x the {floor_txt} of the {thr_pct:g}% threshold")
+    return SceneComparison(**dict(m, verdict="inconclusive", reason=f"{change} {metric}: {why}"))
 
 
-def _decide(m: dict[str, Any], p_holm: float, threshold: float, alpha: float,
-            n_tests: int) -> SceneComparison:
-    """Turn measured figures and the Holm-adjusted p into a verdict (rule in the module doc)."""
-    sd_log = m.pop("_sd_log", math.nan)
-    notes: list[str] = []
-    up, down = 1.0 + threshold, 1.0 / (1.0 + threshold)
-    thr_pct = threshold * 100.0
-    unit = m.get("unit", "")
-    if unit == "frames":
-        notes.append(
-            f"with {m['runs_base']} run(s) vs {m['runs_new']}, run-to-run noise is unknown: the p-value "
-            f"and interval cover only frame-to-frame noise, so only the {thr_pct:g}% threshold guards "
-            f"against run-to-run differences; for a test, use >= {min_runs_for_alpha(alpha / max(n_tests, 1))} "
-            "runs a side (katra3d ab)")
-    base = dict(m, p_holm=p_holm, notes=())
-    if min(m["frames_base"], m["frames_new"]) < MIN_FRAMES:
-        return SceneComparison(**dict(base, verdict="inconclusive", frames_needed=MIN_FRAMES, notes=tuple(notes),
-                                      reason=f"too few frames ({m['frames_base']} base, {m['frames_new']} new; "
-                                             f"need >= {MIN_FRAMES} a side)"))
-    ratio = m["ratio"]
-    sig = p_holm < alpha
-    change = f"{(ratio - 1) * 100:+.1f}%"
-    if sig and ratio >= up:
-        return SceneComparison(**dict(base, verdict="regression", notes=tuple(notes),
-                                      reason=f"{change} slower (p={p_holm:.2g} on {unit}, threshold {thr_pct:g}%)"))
-    if sig and ratio <= down:
-        return SceneComparison(**dict(base, verdict="improvement", notes=tuple(notes),
-                                      reason=f"{change} (p={p_holm:.2g} on {unit}, threshold {thr_pct:g}%)"))
-    if unit == "runs":
-        k_min = min_runs_for_alpha(alpha / max(n_tests, 1))
-        if min(m["runs_base"], m["runs_new"]) < k_min:
-            return SceneComparison(**dict(
-                base, verdict="inconclusive", runs_needed=k_min, notes=tuple(notes),
-                reason=f"{change}; {min(m['runs_base'], m['runs_new'])} runs a side cannot reach "
-                       f"alpha={alpha:g} over {n_tests} scene(s): need >= {k_min} runs a side"))
-    lo, hi = m.get("ci_low", math.nan), m.get("ci_high", math.nan)
-    if math.isfinite(lo) and math.isfinite(hi) and down < lo and hi < up:
-        return SceneComparison(**dict(base, verdict="unchanged", notes=tuple(notes),
-                                      reason=f"{change}; interval within +-{thr_pct:g}%"))
-    if sig:
-        return SceneComparison(**dict(base, verdict="unchanged", notes=tuple(notes),
-                                      reason=f"significant {change} change, below the {thr_pct:g}% threshold"))
-    needed = _needed(sd_log, threshold, alpha, n_tests)
-    if unit == "runs":
-        k_min = min_runs_for_alpha(alpha / max(n_tests, 1))
-        needed = max(needed or k_min, k_min)
-        cv = np.nanmean([m.get("run_cv_base", math.nan), m.get("run_cv_new", math.nan)]) * 100
-        return SceneComparison(**dict(
-            base, verdict="inconclusive", runs_needed=needed, notes=tuple(notes),
-            reason=f"{change}, not significant (p={p_holm:.2g}); run-to-run CV {cv:.1f}%: "
-                   f"~{needed} runs a side needed to resolve a {thr_pct:g}% change"))
-    return SceneComparison(**dict(
-        base, verdict="inconclusive", frames_needed=needed, notes=tuple(notes),
-        reason=f"{change}, not significant (p={p_holm:.2g}): too noisy; "
-               f"~{needed} frames a side needed to resolve a {thr_pct:g}% change"))
+# --------------------------------------------------------------------------- entry point
 
 
 def compare_runs(
     base: Mapping[str, Sequence[np.ndarray]],
     new: Mapping[str, Sequence[np.ndarray]],
     *,
-    threshold_pct: float = 5.0,
+    threshold_pct: float | None = None,
     alpha: float = 0.01,
     seed: int = 0,
     metric: str = "",
     incomparable: Mapping[str, str] | None = None,
+    paired: bool = False,
+    value_unit: str | None = None,
 ) -> Comparison:
-    """Compare per-run frame durations (ns), scene by scene.
+    """Compare per-run durations (ns) or counts, scene by scene.
 
     Args:
-        base, new: ``{scene: [dur_ns array of run 1, run 2, ...]}``.
-        threshold_pct: minimum effect in percent (5 = 5%).
-        alpha: significance level after Holm correction across scenes.
-        seed: bootstrap seed (results are deterministic for a seed).
-        metric: the clock compared, recorded in the result.
+        base, new: ``{scene: [values of run 1, run 2, ...]}`` (frame order).
+        threshold_pct: minimum effect in percent; default per metric kind
+            (:func:`default_threshold_pct`).
+        alpha: one-sided false-regression rate per scene, after Holm correction.
+        seed: kept for callers; the decision uses no random numbers.
+        metric: the metric compared (``instructions``/``cycles`` select the count rule).
         incomparable: ``{scene: reason}`` for scenes that must not be compared.
+        paired: ``base[scene][i]`` and ``new[scene][i]`` are one round (same length).
+        value_unit: unit of the values' levels; default ms for time metrics, the
+            metric's name for counts. Anything else (e.g. ``x reference``) is shown as is.
     """
+    del seed
     if not 0 < alpha < 0.5:
         raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
+    if threshold_pct is None:
+        threshold_pct = default_threshold_pct(metric)
     if not threshold_pct >= 0:
         raise ValueError(f"threshold must be >= 0 percent, got {threshold_pct}")
+    count = is_count_metric(metric)
+    unit = value_unit or (metric if count else "ms")
     incomparable = dict(incomparable or {})
     threshold = threshold_pct / 100.0
     names = list(dict.fromkeys([*base, *new, *incomparable]))
     results: dict[str, SceneComparison] = {}
     measured: dict[str, dict[str, Any]] = {}
-    for i, scene in enumerate(names):
+    for scene in names:
         if scene in incomparable:
             results[scene] = SceneComparison(scene=scene, verdict="incomparable",
                                              reason=incomparable[scene], metric=metric)
-        elif scene not in base or not _clean_runs(base[scene]):
-            results[scene] = SceneComparison(scene=scene, verdict="incomparable",
-                                             reason="missing in BASE (no measured frames)", metric=metric)
-        elif scene not in new or not _clean_runs(new[scene]):
-            results[scene] = SceneComparison(scene=scene, verdict="incomparable",
-                                             reason="missing in NEW (no measured frames)", metric=metric)
+            continue
+        b_src, n_src = base.get(scene, ()), new.get(scene, ())
+        if paired:
+            pairs = [(b, n) for b, n in zip(b_src, n_src, strict=True)
+                     if _clean(b).size and _clean(n).size]
+            b_runs, n_runs = [_clean(b) for b, _ in pairs], [_clean(n) for _, n in pairs]
         else:
-            measured[scene] = _measure_scene(scene, base[scene], new[scene], alpha, seed + i, metric)
-    tested = [s for s in measured if min(measured[s]["frames_base"], measured[s]["frames_new"]) >= MIN_FRAMES]
+            b_runs, n_runs = _clean_runs(b_src), _clean_runs(n_src)
+        if not b_runs or not n_runs:
+            side = "BASE" if not _clean_runs(b_src) else "NEW"
+            if paired and _clean_runs(b_src) and _clean_runs(n_src):
+                reason = "no round has measured frames on both sides"
+            else:
+                reason = f"missing in {side} (no measured frames)"
+            results[scene] = SceneComparison(scene=scene, verdict="incomparable", reason=reason, metric=metric)
+        elif count:
+            results[scene] = decide_counts(scene, b_runs, n_runs, threshold=threshold, metric=metric)
+        else:
+            measured[scene] = _measure_time(scene, b_runs, n_runs, paired, alpha, metric, unit)
+    tested = [s for s in measured if measured[s]["unit"] != "frames"
+              and min(measured[s]["frames_base"], measured[s]["frames_new"]) >= MIN_FRAMES]
     adjusted = dict(zip(tested, holm([measured[s]["p_value"] for s in tested]), strict=True))
     for scene, m in measured.items():
-        results[scene] = _decide(m, adjusted.get(scene, m.get("p_value", math.nan)), threshold, alpha,
-                                 max(len(tested), 1))
+        results[scene] = _decide_time(m, adjusted.get(scene, math.nan), threshold, alpha, max(len(tested), 1))
     return Comparison(scenes=tuple(results[s] for s in names), threshold_pct=threshold_pct,
-                      alpha=alpha, metric=metric)
+                      alpha=alpha, metric=metric, paired=paired)
 
 
 __all__ = [
+    "COUNT_METRICS",
     "Comparison",
+    "DEFAULT_THRESHOLD_COUNT_PCT",
+    "DEFAULT_THRESHOLD_TIME_PCT",
     "MIN_FRAMES",
+    "MIN_RUNS",
     "MIN_RUNS_FOR_RUN_LEVEL",
+    "NOISE_FLOOR_FACTOR",
     "SceneComparison",
+    "TInterval",
     "VERDICTS",
     "compare_runs",
+    "decide_counts",
+    "default_threshold_pct",
     "holm",
+    "is_count_metric",
     "min_runs_for_alpha",
+    "noise_floor",
+    "paired_t",
+    "runs_needed",
+    "welch",
 ]
-
-

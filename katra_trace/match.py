@@ -12,7 +12,10 @@ from typing import Any
 CAPTURE_KEYS: tuple[str, ...] = ("size", "samples", "timing_mode")
 #: host facts that must match unless ``allow_host_mismatch``.
 HOST_KEYS: tuple[str, ...] = ("renderer", "driver")
-METRICS = ("auto", "wall", "cpu", "gpu")
+#: Values of ``--metric``: auto, the time clocks, and the count clocks of ``--measure``.
+METRICS = ("auto", "wall", "cpu", "gpu", "instructions", "cycles")
+#: Metrics that are counts (deterministic), not times.
+COUNT_METRIC_NAMES: frozenset[str] = frozenset({"instructions", "cycles"})
 
 
 def _get(d: Any, *path: str) -> Any:
@@ -73,16 +76,34 @@ def capture_facts(header: Mapping[str, Any], scene: str) -> dict[str, Any]:
     return facts
 
 
-def resolve_metric(headers: Sequence[Mapping[str, Any]], clocks: set[str], metric: str) -> str:
+def measure_mode(header: Mapping[str, Any]) -> str:
+    """``time``, ``instructions`` or ``cycles``: what the capture measured (traces without it: time)."""
+    mode = _get(header, "capture_options", "measure", "mode")
+    return str(mode) if isinstance(mode, str) and mode else "time"
+
+
+def codegen_facts(header: Mapping[str, Any]) -> Any:
+    """The code-generator facts (CPU model and flags, Mesa, LLVM, vector width) of the host, or None."""
+    return _get(header, "host_info", "codegen")
+
+
+def resolve_metric(headers: Sequence[Mapping[str, Any]], clocks: set[str], metric: str,
+                   common: set[str] | None = None) -> str:
     """The clock to compare: ``metric`` itself, or for ``auto`` the one the capture trusts.
 
-    ``auto``: the ``primary_clock`` the captures record, else ``wall`` in sync
-    timing mode and ``gpu`` in gpu mode; when neither is recorded, the first of wall, gpu, cpu the traces contain.
+    ``auto``: ``instructions`` (then ``cycles``) when every trace has it
+    (``common``: the clocks all traces share; default ``clocks``); else the
+    ``primary_clock`` the captures record, else ``wall`` in sync timing mode
+    and ``gpu`` in gpu mode; when neither is recorded, the first of wall, gpu,
+    cpu the traces contain.
     """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
     if metric != "auto":
         return metric
+    for count in ("instructions", "cycles"):
+        if count in (clocks if common is None else common):
+            return count
     primary = {_get(h, "capture_options", "primary_clock") for h in headers}
     if len(primary) == 1 and next(iter(primary)) in ("wall", "cpu", "gpu"):
         return str(next(iter(primary)))
@@ -98,19 +119,36 @@ def resolve_metric(headers: Sequence[Mapping[str, Any]], clocks: set[str], metri
 
 
 def _fmt(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0])))
     if isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, int) for v in value):
         return f"{value[0]}x{value[1]}"
     return repr(value) if not isinstance(value, str) else value
 
 
+def _diff(a: Any, b: Any) -> tuple[Any, Any]:
+    """The parts of two mappings that differ (the values themselves otherwise)."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
+        return {k: a.get(k) for k in keys}, {k: b.get(k) for k in keys}
+    return a, b
+
+
 _OVERRIDE = {"renderer": "--allow-host-mismatch", "driver": "--allow-host-mismatch",
-             "params": "--allow-param-mismatch"}
+             "params": "--allow-param-mismatch", "codegen": "--allow-codegen-mismatch"}
 
 
 def mismatch(facts: Mapping[str, list[dict[str, Any]]], allowed: set[str], notes: set[str]) -> str:
-    """Why BASE and NEW runs of one scene are incomparable ("" when they are comparable)."""
-    keys = ["size", "samples", "timing_mode", "params", *HOST_KEYS]
+    """Why BASE and NEW runs of one scene are incomparable ("" when they are comparable).
+
+    ``facts[side]`` holds one dict per run (:func:`capture_facts`,
+    :func:`host_facts`, and ``codegen`` for count metrics); a key in
+    ``allowed`` only adds a note to ``notes``.
+    """
+    keys = ["size", "samples", "timing_mode", "params", *HOST_KEYS, "codegen"]
     for key in keys:
+        if not any(key in f for side in facts.values() for f in side):
+            continue
         values = {side: [f.get(key) for f in facts[side]] for side in facts}
         for side, vals in values.items():
             distinct = list(dict.fromkeys(_fmt(v) for v in vals))
@@ -123,6 +161,9 @@ def mismatch(facts: Mapping[str, list[dict[str, Any]]], allowed: set[str], notes
         b = list(dict.fromkeys(_fmt(v) for v in values["base"]))
         n = list(dict.fromkeys(_fmt(v) for v in values["new"]))
         if b and n and b != n:
+            if len(b) == 1 and len(n) == 1:  # name only what differs (codegen facts are long)
+                bd, nd = _diff(values["base"][0], values["new"][0])
+                b, n = [_fmt(bd)], [_fmt(nd)]
             msg = f"different {key}: BASE {' / '.join(b)} vs NEW {' / '.join(n)}"
             if key in allowed:
                 notes.add(f"{msg} (allowed by {_OVERRIDE[key]})")
@@ -133,5 +174,5 @@ def mismatch(facts: Mapping[str, list[dict[str, Any]]], allowed: set[str], notes
     return ""
 
 
-__all__ = ["CAPTURE_KEYS", "HOST_KEYS", "METRICS", "capture_facts", "host_facts", "mismatch",
-           "resolve_metric", "scene_params"]
+__all__ = ["CAPTURE_KEYS", "COUNT_METRIC_NAMES", "HOST_KEYS", "METRICS", "capture_facts", "codegen_facts",
+           "host_facts", "measure_mode", "mismatch", "resolve_metric", "scene_params"]

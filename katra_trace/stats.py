@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from katra_trace.schema import Clock, Flag, Kind
+from katra_trace.schema import COUNT_CLOCKS, Clock, Flag, Kind
 
 #: A frame is a stutter when it is longer than this many times the moving median.
 STUTTER_FACTOR = 2.5
@@ -131,11 +131,13 @@ def moving_median(dur_ns: np.ndarray, window: int = STUTTER_WINDOW_FRAMES) -> np
     if window < 1 or window % 2 == 0:
         raise ValueError(f"window must be a positive odd number of frames, got {window}")
     if d.size == 0:
-        return d.copy()
+        empty: np.ndarray = d.copy()
+        return empty
     half = window // 2
     padded = np.concatenate([np.full(half, np.nan), d, np.full(half, np.nan)])
     windows = np.lib.stride_tricks.sliding_window_view(padded, window)
-    return np.nanmedian(windows, axis=1)
+    out: np.ndarray = np.nanmedian(windows, axis=1)
+    return out
 
 
 def stutter_pct(dur_ns: np.ndarray, factor: float = STUTTER_FACTOR,
@@ -194,7 +196,8 @@ def measured(events: np.ndarray) -> np.ndarray:
     keep = ((ev["kind"] == Kind.FRAME) | (ev["kind"] == Kind.ZONE)) & (
         (ev["flags"] & EXCLUDED_FLAGS) == 0
     )
-    return ev[keep]
+    kept: np.ndarray = ev[keep]
+    return kept
 
 
 def _ordered(ev: np.ndarray) -> np.ndarray:
@@ -217,23 +220,102 @@ class TraceLike(Protocol):
     strings: list[str]
 
 
-def scene_durations(events: np.ndarray, strings: list[str]) -> dict[str, dict[str, np.ndarray]]:
-    """``{scene: {clock: dur_ns array}}`` of measured frames, in frame order.
+def scene_labels(events: np.ndarray, strings: list[str]) -> dict[int, str]:
+    """A unique label per scene id: its name, and ``name#2``, ``name#3`` ... for further ids sharing it.
 
-    Scenes are keyed by name; several scene ids with one name are merged.
+    Ids are taken in order of first appearance in ``events`` (the order the
+    capture ran them), the rule ``katra3d run`` uses for a scene named twice;
+    a label already taken by another scene's own name is skipped. ``stats``
+    and ``compare`` both key scenes by these labels.
     """
+    ev = np.asarray(events)
+    if ev.size == 0:
+        return {}
+    ids, first = np.unique(ev["scene"], return_index=True)
+    ordered = [int(i) for i in ids[np.argsort(first, kind="stable")]]
+    names = {sid: _name(strings, sid) for sid in ordered}
+    taken = set(names.values())
+    seen: dict[str, int] = {}
+    labels: dict[int, str] = {}
+    for sid in ordered:
+        name = names[sid]
+        seen[name] = seen.get(name, 0) + 1
+        label = name
+        if seen[name] > 1:
+            label = f"{name}#{seen[name]}"
+            while label in taken:
+                seen[name] += 1
+                label = f"{name}#{seen[name]}"
+            taken.add(label)
+        labels[sid] = label
+    return labels
+
+
+def scene_durations(events: np.ndarray, strings: list[str]) -> dict[str, dict[str, np.ndarray]]:
+    """``{scene: {clock: values}}`` of measured frames, in frame order.
+
+    Scenes are keyed by :func:`scene_labels` (ids sharing a name are kept apart).
+    Values are ns on time clocks, counts on count clocks (float64).
+    """
+    labels = scene_labels(events, strings)
     ev = measured(events)
     frames = ev[ev["kind"] == Kind.FRAME]
     out: dict[str, dict[str, np.ndarray]] = {}
-    for sid in np.unique(frames["scene"]):
-        name = _name(strings, int(sid))
+    for sid in _in_order(frames["scene"], labels):
         of_scene = frames[frames["scene"] == sid]
+        per_scene = out.setdefault(labels[sid], {})
         for clock in np.unique(of_scene["clock"]):
             cname = CLOCK_NAMES.get(int(clock), f"clock{int(clock)}")
-            dur = _ordered(of_scene[of_scene["clock"] == clock])["dur_ns"].astype(np.float64)
-            per_scene = out.setdefault(name, {})
-            per_scene[cname] = np.concatenate([per_scene[cname], dur]) if cname in per_scene else dur
+            per_scene[cname] = _ordered(of_scene[of_scene["clock"] == clock])["dur_ns"].astype(np.float64)
     return out
+
+
+def zone_frame_totals(events: np.ndarray, strings: list[str],
+                      clock: int) -> dict[str, dict[str, np.ndarray]]:
+    """``{scene: {zone: per-frame totals}}`` of measured zones on one clock, in frame order.
+
+    A zone that occurs several times in a frame contributes the sum of its
+    occurrences: what that pass cost the frame.
+    """
+    labels = scene_labels(events, strings)
+    ev = measured(events)
+    zones = ev[(ev["kind"] == Kind.ZONE) & (ev["clock"] == clock)]
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for sid in _in_order(zones["scene"], labels):
+        of_scene = zones[zones["scene"] == sid]
+        for zid in np.unique(of_scene["name"]):
+            z = of_scene[of_scene["name"] == zid]
+            frames, inverse = np.unique(z["frame"], return_inverse=True)
+            totals = np.zeros(frames.size, dtype=np.float64)
+            np.add.at(totals, inverse, z["dur_ns"].astype(np.float64))
+            out.setdefault(labels[sid], {})[_name(strings, int(zid))] = totals
+    return out
+
+
+def reference_durations(events: np.ndarray, strings: list[str]) -> dict[str, dict[str, np.ndarray]]:
+    """``{scene: {clock: ns}}`` of the reference workload (MARKER events flagged REFERENCE).
+
+    Warmup-flagged, interrupted and skipped reference markers are left out, as for frames.
+    """
+    labels = scene_labels(events, strings)
+    ev = np.asarray(events)
+    excluded = EXCLUDED_FLAGS & ~int(Flag.REFERENCE)
+    sel = ev[(ev["kind"] == Kind.MARKER) & ((ev["flags"] & int(Flag.REFERENCE)) != 0)
+             & ((ev["flags"] & excluded) == 0)]
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for sid in _in_order(sel["scene"], labels):
+        of_scene = sel[sel["scene"] == sid]
+        for clock in np.unique(of_scene["clock"]):
+            cname = CLOCK_NAMES.get(int(clock), f"clock{int(clock)}")
+            out.setdefault(labels[sid], {})[cname] = _ordered(of_scene[of_scene["clock"] == clock])[
+                "dur_ns"].astype(np.float64)
+    return out
+
+
+def _in_order(scene_ids: np.ndarray, labels: Mapping[int, str]) -> list[int]:
+    """The distinct ids of ``scene_ids`` in the order of ``labels`` (first appearance)."""
+    present = {int(i) for i in np.unique(scene_ids)}
+    return [sid for sid in labels if sid in present]
 
 
 def _name(strings: list[str], sid: int) -> str:
@@ -241,23 +323,53 @@ def _name(strings: list[str], sid: int) -> str:
     return strings[sid] if 0 <= sid < len(strings) else f"?{sid}"
 
 
+def count_stats(values: np.ndarray, unit: str) -> dict[str, float | int | None]:
+    """Statistics of a series of counts (instructions, cycles), keys suffixed with ``unit``.
+
+    ``n``, ``total_<unit>``, ``mean_``, ``median_``, ``min_``, ``max_``,
+    ``stdev_``, ``mad_``, ``p90_``, ``p95_``, ``p99_<unit>`` and ``cv``; no
+    frame rates (a count is not a time).
+    """
+    d = np.asarray(values, dtype=np.float64)
+    if d.ndim != 1 or d.size == 0:
+        raise ValueError(f"count_stats needs a non-empty 1-D array, got shape {d.shape}")
+    mean = float(d.mean())
+    median = float(np.median(d))
+    stdev = float(np.std(d, ddof=1)) if d.size > 1 else 0.0
+    p90, p95, p99 = (float(v) for v in np.percentile(d, [90.0, 95.0, 99.0]))
+    return {
+        "n": int(d.size),
+        f"total_{unit}": float(d.sum()),
+        f"mean_{unit}": mean,
+        f"median_{unit}": median,
+        f"min_{unit}": float(d.min()),
+        f"max_{unit}": float(d.max()),
+        f"stdev_{unit}": stdev,
+        f"mad_{unit}": float(np.median(np.abs(d - median))),
+        f"p90_{unit}": p90,
+        f"p95_{unit}": p95,
+        f"p99_{unit}": p99,
+        "cv": stdev / mean if mean > 0 else None,
+    }
+
+
 def _group_stats(ev: np.ndarray) -> dict[str, dict[str, float | int | None]]:
     out: dict[str, dict[str, float | int | None]] = {}
     for clock in np.unique(ev["clock"]):
         cname = CLOCK_NAMES.get(int(clock), f"clock{int(clock)}")
         dur = _ordered(ev[ev["clock"] == clock])["dur_ns"]
-        out[cname] = frame_stats(dur).as_dict()
+        out[cname] = count_stats(dur, cname) if int(clock) in COUNT_CLOCKS else frame_stats(dur).as_dict()
     return out
 
 
 def events_stats(events: np.ndarray, strings: list[str], zones: bool = True) -> dict[str, Any]:
     """Nested statistics of an event array; see :func:`trace_stats` for the shape."""
+    labels = scene_labels(events, strings)
     ev = measured(events)
     scenes: dict[str, Any] = {}
-    for sid in np.unique(ev["scene"]):
-        name = _name(strings, int(sid))
+    for sid in _in_order(ev["scene"], labels):
         of_scene = ev[ev["scene"] == sid]
-        entry = scenes.setdefault(name, {"metrics": {}, "zones": {}})
+        entry = scenes.setdefault(labels[sid], {"metrics": {}, "zones": {}})
         frames = of_scene[of_scene["kind"] == Kind.FRAME]
         entry["metrics"].update(_group_stats(frames))
         if zones:
@@ -272,7 +384,10 @@ def trace_stats(trace: TraceLike, zones: bool = True) -> dict[str, Any]:
 
     Returns ``{"scenes": {SCENE: {"metrics": {CLOCK: {STAT: value}},
     "zones": {ZONE: {CLOCK: {STAT: value}}}}}}`` where CLOCK is
-    ``cpu``/``wall``/``gpu`` and STAT the keys of :meth:`FrameStats.as_dict`.
+    ``cpu``/``wall``/``gpu`` and STAT the keys of :meth:`FrameStats.as_dict`;
+    on the count clocks (``instructions``, ``cycles``) STAT are the keys of
+    :func:`count_stats` (``median_instructions`` ...). Scenes are keyed by
+    :func:`scene_labels`.
     Warmup, setup, skipped and interrupted spans and all markers/counters are
     excluded. Scenes with no measured frames or zones are absent.
     """
@@ -296,6 +411,7 @@ __all__ = [
     "FrameStats",
     "STUTTER_FACTOR",
     "STUTTER_WINDOW_FRAMES",
+    "count_stats",
     "events_stats",
     "flatten",
     "frame_durations",
@@ -303,8 +419,11 @@ __all__ = [
     "low_fps_average",
     "low_fps_integral",
     "measured",
+    "reference_durations",
     "moving_median",
     "scene_durations",
+    "scene_labels",
     "stutter_pct",
     "trace_stats",
+    "zone_frame_totals",
 ]

@@ -102,7 +102,7 @@ def test_compare_versions_finds_a_slower_revision(tmp_path: Path, gl_ctx: object
             cwd=repo)
     assert r.returncode == 1, r.stdout + r.stderr
     scene = json.loads(r.stdout)["scenes"]["userfill"]
-    assert scene["verdict"] == "regression" and scene["unit"] == "runs" and scene["runs_new"] == 6
+    assert scene["verdict"] == "regression" and scene["unit"] == "rounds" and scene["runs_new"] == 6
     assert scene["ratio"] > 1.3, scene
     assert len(list((tmp_path / "out/base").glob("*.katra"))) == 6
     assert len(_git(repo, "worktree", "list").splitlines()) == 1  # the temporary worktrees are gone

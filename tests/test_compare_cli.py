@@ -88,9 +88,11 @@ def test_compare_same_runs_exit_0_and_json_shape(tmp_path: Path, katra_cli) -> N
     assert out["metric"] == "wall" and out["exit_code"] == 0
     assert set(out["scenes"]) == set(SCENES)
     for s in out["scenes"].values():
-        assert s["verdict"] in ("unchanged", "inconclusive")
+        # one run a side: a time metric gets no verdict, whatever the frames say
+        assert s["verdict"] == "inconclusive" and s["runs_needed"] == 3
         assert s["unit"] == "frames" and s["runs_base"] == 1
-        assert any("run-to-run noise is unknown" in n for n in s["notes"])
+        assert "run-to-run noise unknown" in s["reason"]
+        assert s["frame_ratio"] is not None and s["frame_p_value"] is not None
     r = katra_cli("compare", str(a), str(b))
     assert r.returncode == 0 and "fill" in r.stdout and "note:" in r.stdout
 
@@ -117,6 +119,10 @@ def test_compare_incomparable_sizes_exit_2(tmp_path: Path, katra_cli) -> None:
     assert {s["verdict"] for s in out["scenes"].values()} == {"incomparable"}
     assert "64x64" in out["scenes"]["fill"]["reason"] and "128x128" in out["scenes"]["fill"]["reason"]
     assert "nothing comparable" in r.stderr
+    # the table already shows each scene's reason: the error line does not repeat them
+    r = katra_cli("compare", str(a), str(b))
+    assert r.returncode == 2 and r.stdout.count("different size") == 2
+    assert "nothing comparable" in r.stderr and "different size" not in r.stderr
 
 
 def test_compare_host_mismatch_and_override(tmp_path: Path, katra_cli) -> None:
@@ -149,39 +155,81 @@ def test_compare_bad_inputs_exit_2(tmp_path: Path, katra_cli) -> None:
     assert r.returncode == 2 and "no such trace file or directory" in r.stderr
 
 
-def _writer_cmd(tmp_path: Path, slow: float) -> str:
-    """A capture command that writes one synthetic trace to {out} (stands in for `katra3d run`)."""
+def _writer_cmd(tmp_path: Path, slow: float, chatter: int = 0) -> str:
+    """A capture command that writes one synthetic trace to {out} (stands in for `katra3d run`).
+
+    ``chatter``: lines it prints first, as a capture's progress output would.
+    """
     script = tmp_path / "fake_capture.py"
     script.write_text(
         "import sys, random\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
         "from pathlib import Path\n"
         "from test_compare_cli import write_run\n"
+        "for i in range(int(sys.argv[3])):\n"
+        "    print(f'child progress line {i}')\n"
         "write_run(Path(sys.argv[1]), 10.0, seed=random.randrange(10**6), slow={'mesh': float(sys.argv[2])})\n"
     )
-    return f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {{out}} {slow}"
+    return f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {{out}} {slow} {chatter}"
 
 
-def test_ab_interleaves_and_compares(tmp_path: Path, katra_cli) -> None:
+def test_ab_interleaves_records_pairing_and_compares_paired(tmp_path: Path, katra_cli) -> None:
     out = tmp_path / "ab"
-    r = katra_cli("ab", "--base", _writer_cmd(tmp_path, 1.0), "--new", _writer_cmd(tmp_path, 1.3),
+    r = katra_cli("ab", "--base", _writer_cmd(tmp_path, 1.0, chatter=50), "--new", _writer_cmd(tmp_path, 1.3),
                   "--rounds", "6", "-o", str(out), "--format", "json", timeout=120)
     assert r.returncode == 1, r.stdout + r.stderr
-    labels = [line.split(":")[1].strip() for line in r.stderr.splitlines() if line.startswith("katra3d ab:")]
-    assert labels[:4] == ["round 1/6 BASE", "round 1/6 NEW", "round 2/6 BASE", "round 2/6 NEW"]
+    # children are quiet: one line per round, the order alternating (A B, B A, ...)
+    assert "child progress line" not in r.stderr + r.stdout
+    rounds = [line for line in r.stderr.splitlines() if line.startswith("katra3d ab: round")]
+    assert len(rounds) == 6
+    assert rounds[0].split(": ")[2].startswith("BASE") and rounds[1].split(": ")[2].startswith("NEW")
     assert len(list((out / "base").glob("*.katra"))) == 6 and len(list((out / "new").glob("*.katra"))) == 6
-    scenes = json.loads(r.stdout)["scenes"]
-    assert scenes["mesh"]["verdict"] == "regression" and scenes["mesh"]["runs_base"] == 6
+    manifest = json.loads((out / "ab.json").read_text())
+    assert [e["round"] for e in manifest["rounds"]] == [1, 2, 3, 4, 5, 6]
+    assert manifest["rounds"][1]["order"] == ["new", "base"]
+    assert manifest["rounds"][2]["base"] == "base/run-003.katra" and manifest["rounds"][2]["new"] == "new/run-003.katra"
+    assert "{out}" in manifest["base_command"] and "run-001.katra" in manifest["rounds"][0]["commands"]["base"]
+    result = json.loads(r.stdout)
+    assert result["paired"] is True and any("paired: 6 round(s)" in n for n in result["notes"])
+    mesh = result["scenes"]["mesh"]
+    assert mesh["verdict"] == "regression" and mesh["unit"] == "rounds" and mesh["runs_base"] == 6
+    # compare finds the pairing again, from the directory or from its two sides
+    for args in ((str(out),), (str(out / "base"), str(out / "new"))):
+        r2 = katra_cli("compare", *args, "--format", "json")
+        again = json.loads(r2.stdout)
+        assert r2.returncode == 1 and again["paired"] is True
+        assert again["scenes"]["mesh"]["ratio"] == pytest.approx(mesh["ratio"])
+    r3 = katra_cli("compare", str(out / "base"), str(out / "new"), "--unpaired", "--format", "json")
+    unpaired = json.loads(r3.stdout)
+    assert unpaired["paired"] is False and unpaired["scenes"]["mesh"]["unit"] == "runs"
+    # --quiet: not even the round lines
+    r = katra_cli("ab", "--base", _writer_cmd(tmp_path, 1.0), "--new", _writer_cmd(tmp_path, 1.0),
+                  "--rounds", "3", "-o", str(tmp_path / "q"), "--quiet", timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "katra3d ab: round" not in r.stderr
     # a reused output directory is refused rather than mixed with old runs
     r = katra_cli("ab", "--base", _writer_cmd(tmp_path, 1.0), "--new", _writer_cmd(tmp_path, 1.0),
                   "--rounds", "1", "-o", str(out))
-    assert r.returncode == 2 and "already holds traces" in r.stderr
+    assert r.returncode == 2 and "already holds" in r.stderr
+
+
+def test_compare_dir_without_manifest_is_bad_input(tmp_path: Path, katra_cli) -> None:
+    d = write_runs(tmp_path / "runs", 1, 10.0, seed=1)
+    r = katra_cli("compare", str(d))
+    assert r.returncode == 2 and "output directory of 'katra3d ab'" in r.stderr
+
+
+def test_ab_help_shows_positional_scenes_not_a_scene_option(katra_cli) -> None:
+    r = katra_cli("ab", "--help")
+    assert r.returncode == 0 and "--scene" not in r.stdout and "katra3d run fillrate" in r.stdout
 
 
 def test_ab_bad_commands(tmp_path: Path, katra_cli) -> None:
     r = katra_cli("ab", "--base", "true", "--new", "true {out}")
     assert r.returncode == 2 and "must contain {out}" in r.stderr
-    r = katra_cli("ab", "--base", "exit 3 # {out}", "--new", "true {out}", "-o", str(tmp_path / "x"))
+    r = katra_cli("ab", "--base", "echo the child said why; exit 3 # {out}", "--new", "true {out}",
+                  "-o", str(tmp_path / "x"))
     assert r.returncode == 2 and "failed with exit code 3" in r.stderr
+    assert "the child said why" in r.stderr  # a failing child's output is shown
     r = katra_cli("ab", "--base", "true {out}", "--new", "true {out}", "-o", str(tmp_path / "y"))
     assert r.returncode == 2 and "wrote no trace" in r.stderr

@@ -1,8 +1,11 @@
-"""``katra3d compare BASE NEW``: did NEW make frame times worse than BASE?
+"""``katra3d compare BASE NEW`` (or ``compare DIR`` of ``katra3d ab``): did NEW make frames worse?
 
 BASE and NEW are each a trace file or a directory of traces (one trace per
-run). Exit 0: no regression; 1: a regression; 2: bad input or nothing
-comparable. The decision rule is in katra_trace.compare and docs/stats.md.
+run). When both are the ``base``/``new`` directories of one ``katra3d ab``
+output directory, its ``ab.json`` pairs the runs round by round and the
+paired test is used (``--unpaired`` to ignore it). Exit 0: no regression;
+1: a regression; 2: bad input or nothing comparable. The decision rule is in
+katra_trace.decide and docs/stats.md.
 """
 
 from __future__ import annotations
@@ -13,35 +16,56 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli._common import emit_table, load_trace_quietly, print_json
+from harness.cli._common import (
+    AB_MANIFEST,
+    ab_pairs,
+    emit_table,
+    load_trace_quietly,
+    print_json,
+    read_ab_manifest,
+)
 from katra_trace.errors import ConfigError
 
 
 def add_compare_options(p: argparse.ArgumentParser) -> None:
     """The options shared by ``compare`` and ``ab``."""
-    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
-                   help="smallest change in percent that counts as a regression (default: 5)")
+    p.add_argument("--threshold", type=float, default=None, metavar="PCT",
+                   help="smallest change in percent that counts as a regression (default: 5 for times, "
+                        "0.5 for instructions and cycles)")
     p.add_argument("--alpha", type=float, default=0.01,
-                   help="significance level after Holm correction across scenes (default: 0.01)")
-    p.add_argument("--metric", choices=("auto", "wall", "cpu", "gpu"), default="auto",
-                   help="clock compared: auto = the one the capture trusts (wall in sync mode, gpu in gpu mode)")
+                   help="false-regression rate per scene (one-sided, after Holm correction across scenes; "
+                        "default: 0.01)")
+    p.add_argument("--metric", choices=("auto", "wall", "cpu", "gpu", "instructions", "cycles"), default="auto",
+                   help="what is compared: auto = instructions (then cycles) when every trace has them, else "
+                        "the clock the capture trusts (wall in sync mode, gpu in gpu mode)")
+    p.add_argument("--normalize", action="store_true",
+                   help="compare each run's median frame wall divided by the median wall of its reference "
+                        "workload (cancels machine drift; needs traces with reference markers)")
     p.add_argument("--allow-host-mismatch", action="store_true",
                    help="compare even when GL renderer or driver differ (noted in the output)")
     p.add_argument("--allow-param-mismatch", action="store_true",
                    help="compare even when scene params differ, e.g. to measure what a param change costs")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
+    p.add_argument("--allow-codegen-mismatch", action="store_true",
+                   help="compare instruction or cycle counts even when the code generator differs (CPU model "
+                        "or flags, Mesa, LLVM, vector width; noted in the output)")
+    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)  # kept for old scripts: no effect
     p.add_argument("--format", choices=("table", "markdown", "json"), default="table",
                    help="output format (default: table)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("compare", help="compare frame times of two traces or two directories of runs",
-                       description="Per scene: median ratio NEW/BASE with a bootstrap interval, a Mann-Whitney U "
-                                   "p-value (Holm-corrected across scenes) and a verdict. With >= 3 runs a side "
-                                   "the run is the unit of evidence. Exit 0 no regression, 1 regression, "
+    p = sub.add_parser("compare", help="compare frame times (or counts) of two traces or two directories of runs",
+                       description="Per scene: ratio NEW/BASE of the runs' medians with a t interval, a one-sided "
+                                   "p-value (Holm-corrected across scenes) and a verdict; >= 3 runs a side are "
+                                   "needed for a verdict on a time metric. Instructions and cycles: one run a "
+                                   "side, per scene and per zone. Exit 0 no regression, 1 regression, "
                                    "2 bad input or nothing comparable.")
-    p.add_argument("base", metavar="BASE", help="a .katra trace, or a directory of traces (one per run)")
-    p.add_argument("new", metavar="NEW", help="a .katra trace, or a directory of traces (one per run)")
+    p.add_argument("base", metavar="BASE", help="a .katra trace, a directory of traces (one per run), or the "
+                                                "output directory of 'katra3d ab' (then without NEW)")
+    p.add_argument("new", metavar="NEW", nargs="?", default=None,
+                   help="a .katra trace, or a directory of traces (one per run)")
+    p.add_argument("--unpaired", action="store_true",
+                   help="ignore the round pairing recorded by 'katra3d ab' (ab.json)")
     add_compare_options(p)
     p.set_defaults(func=run)
 
@@ -69,9 +93,9 @@ def trace_paths(path: str) -> list[Path]:
     return [p]
 
 
-def load_side(path: str) -> list[Any]:
+def load_traces(paths: list[Path]) -> list[Any]:
     traces = []
-    for p in trace_paths(path):
+    for p in paths:
         t = load_trace_quietly(str(p))
         if t.truncated:
             print(f"katra3d: warning: {p} is damaged ({t.stop_reason}); using the "
@@ -80,49 +104,93 @@ def load_side(path: str) -> list[Any]:
     return traces
 
 
+def load_side(path: str) -> list[Any]:
+    return load_traces(trace_paths(path))
+
+
 def _pct(x: float) -> str:
     return "-" if not math.isfinite(x) else f"{(x - 1) * 100:+.1f}%"
+
+
+def _pct_fine(x: float) -> str:
+    return "-" if not math.isfinite(x) else f"{(x - 1) * 100:+.2f}%"
 
 
 def _num(x: float | None, fmt: str = ".3g") -> str:
     return "-" if x is None or not math.isfinite(x) else format(x, fmt)
 
 
+def _count(x: float | None) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:,.0f}"
+
+
+def _time_row(s: Any) -> list[str]:
+    level = (f"{_num(s.median_base_ms)} -> {_num(s.median_new_ms)}" if s.value_unit == "ms"
+             else f"{_num(s.median_base, '.4g')} -> {_num(s.median_new, '.4g')}")
+    return [
+        s.scene, s.verdict, _pct(s.ratio),
+        "-" if s.unit == "frames" else f"[{_pct(s.ci_low)}, {_pct(s.ci_high)}]",
+        _num(s.p_holm, ".2g"),
+        f"{s.runs_base}/{s.runs_new} ({s.unit})",
+        level,
+        f"{_num(s.p99_base_ms)} -> {_num(s.p99_new_ms)}",
+        f"{_num(s.fps_low_1pct_base, '.4g')} -> {_num(s.fps_low_1pct_new, '.4g')}",
+        f"{_pct(s.frame_ratio)}, {_num(s.frame_p_value, '.2g')}",
+        s.reason,
+    ]
+
+
+def _count_row(s: Any) -> list[str]:
+    name = f"{s.scene} / {s.zone}" if s.zone else s.scene
+    return [name, s.verdict, _pct_fine(s.ratio), f"[{_pct_fine(s.ci_low)}, {_pct_fine(s.ci_high)}]",
+            _num(s.noise_floor_pct, ".2g") + "%", f"{s.runs_base}/{s.runs_new}",
+            f"{_count(s.median_base)} -> {_count(s.median_new)}", s.reason]
+
+
 def print_comparison(result: Any, fmt: str, base: str, new: str) -> None:
-    """Print a :class:`katra_trace.compare.Comparison` in ``fmt`` (table, markdown or json)."""
+    """Print a :class:`katra_trace.decide.Comparison` in ``fmt`` (table, markdown or json)."""
     if fmt == "json":
         print_json(dict(result.as_dict(), base=base, new=new))
         return
-    columns = ["scene", "verdict", "change", "interval", "p (Holm)", "runs", "median ms",
-               "p99 ms", "1% low fps", "frames: change, p", "why"]
-    rows = []
-    for s in result.scenes:
-        if s.verdict == "incomparable":
-            rows.append([s.scene, s.verdict, *(["-"] * 8), s.reason])
-            continue
-        rows.append([
-            s.scene, s.verdict, _pct(s.ratio),
-            f"[{_pct(s.ci_low)}, {_pct(s.ci_high)}]",
-            _num(s.p_holm, ".2g"),
-            f"{s.runs_base}/{s.runs_new} ({s.unit})",
-            f"{_num(s.median_base_ms)} -> {_num(s.median_new_ms)}",
-            f"{_num(s.p99_base_ms)} -> {_num(s.p99_new_ms)}",
-            f"{_num(s.fps_low_1pct_base, '.4g')} -> {_num(s.fps_low_1pct_new, '.4g')}",
-            f"{_pct(s.frame_ratio)}, {_num(s.frame_p_value, '.2g')}",
-            s.reason,
-        ])
+    from katra_trace.decide import is_count_metric
+
+    count = is_count_metric(result.metric)
+    rows: list[list[str]] = []
+    if count:
+        columns = ["scene / zone", "verdict", "change", "band", "noise floor", "runs",
+                   f"median {result.metric}/frame", "why"]
+        zones_of: dict[str, list[Any]] = {}
+        for z in result.zones:
+            zones_of.setdefault(z.scene, []).append(z)
+        lines = []
+        for s in result.scenes:
+            for row in [s, *zones_of.get(s.scene, [])]:
+                if row.verdict == "incomparable":
+                    rows.append([row.scene, row.verdict, *(["-"] * 5), row.reason])
+                else:
+                    rows.append(_count_row(row))
+                lines.append(row)
+    else:
+        unit = "ms" if result.scenes and all(s.value_unit == "ms" for s in result.scenes if s.unit) else "x ref"
+        columns = ["scene", "verdict", "change", "interval", "p (Holm)", "runs", f"median {unit}",
+                   "p99 ms", "1% low fps", "frames: change, p", "why"]
+        lines = list(result.scenes)
+        for s in result.scenes:
+            rows.append([s.scene, s.verdict, *(["-"] * 8), s.reason] if s.verdict == "incomparable"
+                        else _time_row(s))
     counts = result.as_dict()["verdicts"]
     summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-    title = (f"katra3d compare ({result.metric or 'no'} clock, threshold {result.threshold_pct:g}%, "
-             f"alpha {result.alpha:g}): {summary}")
+    how = "paired rounds, " if result.paired else ""
+    title = (f"katra3d compare ({result.metric or 'no'} {'count' if count else 'clock'}, {how}threshold "
+             f"{result.threshold_pct:g}%, alpha {result.alpha:g}): {summary}")
     if fmt == "markdown":
         sys.stdout.write(f"**BASE** `{base}` vs **NEW** `{new}`\n\n")
         emit_table(columns, rows, fmt, title=title)
-    else:  # terminal: the reasons go below the table, one line per scene
+    else:  # terminal: the reasons go below the table, one line per row
         emit_table(columns[:-1], [r[:-1] for r in rows], fmt, title=title)
-        width = max(len(s.scene) for s in result.scenes) if result.scenes else 0
-        for s in result.scenes:
-            sys.stdout.write(f"{s.scene.ljust(width)}  {s.verdict}: {s.reason}\n")
+        width = max(len(r[0]) for r in rows) if rows else 0
+        for r, s in zip(rows, lines, strict=True):
+            sys.stdout.write(f"{r[0].ljust(width)}  {s.verdict}: {s.reason}\n")
     by_note: dict[str, list[str]] = {}
     for s in result.scenes:
         for n in s.notes:
@@ -138,23 +206,72 @@ def print_comparison(result: Any, fmt: str, base: str, new: str) -> None:
 def check_options(args: argparse.Namespace) -> None:
     if not 0 < args.alpha < 0.5:
         raise ConfigError(f"--alpha must be between 0 and 0.5, got {args.alpha:g}")
-    if not 0 <= args.threshold < 1000:
+    if args.threshold is not None and not 0 <= args.threshold < 1000:
         raise ConfigError(f"--threshold must be a percentage >= 0, got {args.threshold:g}")
 
 
-def compare_paths(base: str, new: str, args: argparse.Namespace) -> int:
+def find_pairing(base: str, new: str) -> tuple[Path, list[tuple[Path, Path]]] | None:
+    """The ab manifest and its complete rounds when BASE and NEW are one ``katra3d ab`` output's sides."""
+    b, n = Path(base).resolve(), Path(new).resolve()
+    if not (b.is_dir() and n.is_dir()) or b.parent != n.parent:
+        return None
+    manifest = read_ab_manifest(b.parent)
+    if manifest is None or (manifest.get("base_dir"), manifest.get("new_dir")) != (b.name, n.name):
+        return None
+    return b.parent / AB_MANIFEST, ab_pairs(b.parent, manifest)
+
+
+def resolve_sides(base: str, new: str | None) -> tuple[str, str]:
+    """BASE and NEW paths; ``compare DIR`` of an ab output directory names its two sides."""
+    if new is not None:
+        return base, new
+    root = Path(base)
+    manifest = read_ab_manifest(root) if root.is_dir() else None
+    if manifest is None:
+        raise ConfigError(f"compare needs BASE and NEW, or the output directory of 'katra3d ab' "
+                          f"(with {AB_MANIFEST}); {base!r} is neither")
+    return str(root / str(manifest.get("base_dir", "base"))), str(root / str(manifest.get("new_dir", "new")))
+
+
+def compare_paths(base: str, new: str | None, args: argparse.Namespace) -> int:
     """Load both sides, compare, print; returns the exit code."""
     from katra_trace.compare import compare_traces
 
     check_options(args)
-    result = compare_traces(load_side(base), load_side(new), metric=args.metric,
+    base, new = resolve_sides(base, new)
+    base_paths, new_paths = trace_paths(base), trace_paths(new)
+    pairs: list[tuple[int, int]] | None = None
+    notes: list[str] = []
+    pairing = None if getattr(args, "unpaired", False) else find_pairing(base, new)
+    if pairing is not None:
+        manifest_path, rounds = pairing
+        index_b = {p.resolve(): i for i, p in enumerate(base_paths)}
+        index_n = {p.resolve(): i for i, p in enumerate(new_paths)}
+        pairs = [(index_b[b], index_n[n]) for b, n in rounds if b in index_b and n in index_n]
+        left = len(base_paths) + len(new_paths) - 2 * len(pairs)
+        if pairs:
+            notes.append(f"paired: {len(pairs)} round(s) from {manifest_path}"
+                         + (f"; {left} trace(s) outside a complete round left out" if left else ""))
+        else:
+            pairs = None
+            notes.append(f"{manifest_path} pairs none of these traces: compared unpaired")
+    result = compare_traces(load_traces(base_paths), load_traces(new_paths), metric=args.metric,
                             threshold_pct=args.threshold, alpha=args.alpha,
                             allow_host_mismatch=args.allow_host_mismatch,
-                            allow_param_mismatch=args.allow_param_mismatch, seed=args.seed)
+                            allow_param_mismatch=args.allow_param_mismatch,
+                            allow_codegen_mismatch=args.allow_codegen_mismatch,
+                            normalize=args.normalize, pairs=pairs)
+    if notes:
+        import dataclasses
+
+        result = dataclasses.replace(result, notes=(*notes, *result.notes))
     print_comparison(result, args.format, base, new)
     if result.exit_code == 2:
-        reasons = "; ".join(f"{s.scene}: {s.reason}" for s in result.scenes) or "no scenes with frames"
-        print(f"katra3d: error: nothing comparable between {base!r} and {new!r} ({reasons})", file=sys.stderr)
+        where = "in the JSON output" if args.format == "json" else "above"
+        print(f"katra3d: error: nothing comparable between {base!r} and {new!r} (reasons {where})"
+              if result.scenes else
+              f"katra3d: error: nothing comparable between {base!r} and {new!r}: no scenes with measured frames",
+              file=sys.stderr)
     return result.exit_code
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from harness.cli._common import emit_table, fmt_value, load_trace_quietly, print_json
 
@@ -12,12 +13,19 @@ TABLE_STATS: tuple[str, ...] = (
     "n", "median_ms", "mean_ms", "p99_ms", "mad_ms", "cv", "fps_avg",
     "fps_low_1pct", "fps_low_1pct_integral", "fps_low_0_1pct", "stutter_pct",
 )
+#: Columns for the count clocks (``{unit}``: instructions or cycles): counts per frame, no rates.
+COUNT_TABLE_STATS: tuple[str, ...] = (
+    "n", "median_{unit}", "mean_{unit}", "p99_{unit}", "mad_{unit}", "min_{unit}", "max_{unit}", "cv",
+)
+#: Clock names whose values are counts, not times.
+COUNT_CLOCK_NAMES = frozenset({"instructions", "cycles"})
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("stats", help="frame-time statistics of a trace (per scene, clock and zone)",
-                       description="Frame-time statistics per scene and clock (cpu, wall, gpu), and per zone "
-                                   "with --zones. Warmup and setup are excluded. See docs/stats.md.")
+                       description="Frame-time statistics per scene and clock (cpu, wall, gpu; instructions and "
+                                   "cycles in counts, not ms), and per zone with --zones. Warmup and setup are "
+                                   "excluded. See docs/stats.md.")
     p.add_argument("trace", metavar="TRACE", help="a .katra trace file")
     p.add_argument("--zones", action="store_true", help="also list per-zone statistics")
     p.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table",
@@ -41,16 +49,30 @@ def run(args: argparse.Namespace) -> int:
     if not rows_src:
         print(f"katra3d: warning: {args.trace} has no measured frames", file=sys.stderr)
     if args.format == "csv":
-        stat_names = list(rows_src[0][3]) if rows_src else list(TABLE_STATS)
+        stat_names = list(dict.fromkeys(k for *_, v in rows_src for k in v)) or list(TABLE_STATS)
         columns = ["scene", "zone", "clock", *stat_names]
         rows = [[scene, zone, clock, *("" if v.get(k) is None else repr(v.get(k)) for k in stat_names)]
                 for scene, zone, clock, v in rows_src]
         emit_table(columns, rows, "csv")
         return 0
-    columns = ["scene", "zone", "clock", *TABLE_STATS] if args.zones else ["scene", "clock", *TABLE_STATS]
-    rows = []
-    for scene, zone, clock, v in rows_src:
-        lead = [scene, zone or "(frame)", clock] if args.zones else [scene, clock]
-        rows.append([*lead, *(fmt_value(v.get(k)) for k in TABLE_STATS)])
-    emit_table(columns, rows, args.format, title=f"{trace.path.name}: frame times (warmup excluded)")
+    # one table per unit: frame times in ms, then each count clock (instructions, cycles) in its unit
+    groups: dict[str, list[tuple[str, str, str, dict[str, Any]]]] = {}
+    for row in rows_src:
+        groups.setdefault(row[2] if row[2] in COUNT_CLOCK_NAMES else "ms", []).append(row)
+    for unit, group in groups.items():
+        stats = TABLE_STATS if unit == "ms" else tuple(k.format(unit=unit) for k in COUNT_TABLE_STATS)
+        columns = ["scene", "zone", "clock", *stats] if args.zones else ["scene", "clock", *stats]
+        rows = []
+        for scene, zone, clock, v in group:
+            lead = [scene, zone or "(frame)", clock] if args.zones else [scene, clock]
+            rows.append([*lead, *(_cell(v.get(k), unit) for k in stats)])
+        what = "frame times" if unit == "ms" else f"{unit} per frame"
+        emit_table(columns, rows, args.format, title=f"{trace.path.name}: {what} (warmup excluded)")
     return 0
+
+
+def _cell(value: Any, unit: str) -> str:
+    """A table cell: counts as whole numbers with thousands separators, times as fmt_value does."""
+    if unit != "ms" and isinstance(value, float) and abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return fmt_value(value)
