@@ -238,6 +238,12 @@ def _cv(values: np.ndarray) -> float:
     return float(values.std(ddof=1)) / mean if mean > 0 else math.nan
 
 
+def geometric_mean(values: np.ndarray) -> float:
+    """Geometric mean of positive values, exact when they are all equal (one run's count stays whole)."""
+    first = float(values[0])
+    return first * math.exp(float(np.mean(np.log(values / first))))
+
+
 def _clean(run: np.ndarray) -> np.ndarray:
     d = np.asarray(run, dtype=np.float64)
     return d[np.isfinite(d) & (d > 0)]
@@ -341,7 +347,7 @@ def _measure_time(scene: str, b_runs: list[np.ndarray], n_runs: list[np.ndarray]
     lb, ln = np.log(med_b), np.log(med_n)
     scale = 1e-6 if value_unit == "ms" else 1.0
     out.update(run_cv_base=_cv(med_b), run_cv_new=_cv(med_n),
-               median_base=math.exp(float(lb.mean())) * scale, median_new=math.exp(float(ln.mean())) * scale)
+               median_base=geometric_mean(med_b) * scale, median_new=geometric_mean(med_n) * scale)
     if value_unit == "ms":
         out.update(median_base_ms=out["median_base"], median_new_ms=out["median_new"])
     if min(len(b_runs), len(n_runs)) < MIN_RUNS:
@@ -457,7 +463,7 @@ def decide_counts(scene: str, base_runs: Sequence[np.ndarray], new_runs: Sequenc
     est = ln - lb
     lo, hi = est - NOISE_FLOOR_FACTOR * floor, est + NOISE_FLOOR_FACTOR * floor
     m.update(_frame_figures(b_all, n_all, count=True))
-    m.update(median_base=math.exp(lb), median_new=math.exp(ln), ratio=math.exp(est),
+    m.update(median_base=geometric_mean(med_b), median_new=geometric_mean(med_n), ratio=math.exp(est),
              ci_low=math.exp(lo), ci_high=math.exp(hi), noise_floor_pct=floor * 100,
              run_cv_base=_cv(med_b), run_cv_new=_cv(med_n))
     up, down = math.log1p(threshold), -math.log1p(threshold)
