@@ -86,6 +86,8 @@ class RunConfig:
     scene, host clock); ``warmup`` frames per scene; ``size`` (w, h) px;
     ``samples`` MSAA samples (0 = none). None means "the suite's value, else
     the default". ``params``: (scene, key, value) overrides, values as typed.
+    ``measure``: time (clocks), instructions or cycles (counted under
+    callgrind, see :mod:`harness.measure`).
     """
 
     scenes: tuple[str, ...] = ()
@@ -104,6 +106,7 @@ class RunConfig:
     output: str | None = None
     notes: str = ""
     screenshot_dir: str | None = None
+    measure: str = "time"
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict of every field (params as SCENE.KEY -> value)."""
@@ -211,6 +214,9 @@ def plan_run(config: RunConfig) -> RunPlan:
     resolve_name(config.backend)  # validates $KATRA3D_BACKEND too
     if not 0 <= config.seed < 2**63:
         raise ConfigError(f"bad --seed {config.seed}: must be in 0..2**63-1")
+    from harness.measure import check_config
+
+    check_config(config.measure, timing=config.timing, duration_s=config.duration_s, warmup=config.warmup)
 
     raw: list[tuple[str, Mapping[str, Any]]] = list(suite.entries) if suite else []
     raw += [(name, {}) for name in config.scenes]
@@ -237,6 +243,8 @@ def plan_run(config: RunConfig) -> RunPlan:
     if frames is None and config.duration_s is None:
         frames = suite.frames if suite else DEFAULT_FRAMES
     warmup = config.warmup if config.warmup is not None else (suite.warmup if suite else DEFAULT_WARMUP)
+    if config.measure != "time":
+        warmup = max(1, warmup)  # the first frame pays the shader JIT
     size = tuple(config.size) if config.size else (tuple(suite.size) if suite else DEFAULT_SIZE)
     workload = suite.name if suite else "+".join(e.label for e in entries)
     if suite and config.scenes:
@@ -262,6 +270,37 @@ def plan_run(config: RunConfig) -> RunPlan:
                    (int(size[0]), int(size[1])), output, shots, workload)
 
 
+def plan_argv(plan: RunPlan) -> list[str]:
+    """``katra3d run`` arguments that reproduce ``plan`` exactly (resolved frames, size, output...).
+
+    The counted child process of ``--measure instructions`` is started with them.
+    """
+    cfg = plan.config
+    argv: list[str] = list(cfg.scenes)
+    if cfg.suite is not None:
+        argv += ["--suite", cfg.suite]
+    if plan.frames is not None:
+        argv += ["--frames", str(plan.frames)]
+    if plan.duration_s is not None:
+        argv += ["--duration", repr(plan.duration_s)]
+    argv += ["--warmup", str(plan.warmup), "--size", f"{plan.size[0]}x{plan.size[1]}",
+             "--samples", str(cfg.samples), "--timing", cfg.timing, "--seed", str(cfg.seed),
+             "--measure", cfg.measure, "-o", str(plan.output)]
+    if cfg.backend is not None:
+        argv += ["--backend", cfg.backend]
+    if cfg.device is not None:
+        argv += ["--device", str(cfg.device)]
+    if cfg.zones:
+        argv.append("--zones")
+    for scene, key, value in cfg.params:
+        argv += ["--param", f"{scene}.{key}={value}"]
+    if cfg.notes:
+        argv += ["--note", cfg.notes]
+    if plan.screenshot_dir is not None:
+        argv += ["--screenshot", str(plan.screenshot_dir)]
+    return argv
+
+
 __all__ = [
     "DEFAULT_FRAMES",
     "DEFAULT_SIZE",
@@ -274,5 +313,6 @@ __all__ = [
     "parse_param",
     "parse_seconds",
     "parse_size",
+    "plan_argv",
     "plan_run",
 ]

@@ -68,10 +68,13 @@ class SceneResult:
 
     def row(self) -> dict[str, Any]:
         s = self.stats or {}
-        return {"scene": self.label, "status": self.status, "frames": self.frames,
-                "median_ms": s.get("median_ms"), "p99_ms": s.get("p99_ms"),
-                "fps_avg": s.get("fps_avg"), "fps_low_1pct": s.get("fps_low_1pct"),
-                "clock": self.clock, "setup_ms": round(self.setup_ms, 3)}
+        row = {"scene": self.label, "status": self.status, "frames": self.frames,
+               "median_ms": s.get("median_ms"), "p99_ms": s.get("p99_ms"),
+               "fps_avg": s.get("fps_avg"), "fps_low_1pct": s.get("fps_low_1pct"),
+               "clock": self.clock, "setup_ms": round(self.setup_ms, 3)}
+        if "median" in s:  # a count (instructions, cycles), not a time
+            row.update({"median": s["median"], "min": s["min"], "max": s["max"], "spread_pct": s["spread_pct"]})
+        return row
 
 
 @dataclasses.dataclass
@@ -125,6 +128,8 @@ class StopFlag:
         self.count = 0
         self.signum = 0
         self.hard_stop = threading.Event()
+        #: called (in the signal handler) when the second signal arrives
+        self.on_hard_stop: list[Callable[[], None]] = []
 
     def trip(self, signum: int, _frame: Any = None) -> None:
         self.count += 1
@@ -133,6 +138,8 @@ class StopFlag:
         self.signal_name = signal.Signals(signum).name
         if self.count >= 2:
             self.hard_stop.set()
+            for callback in self.on_hard_stop:
+                callback()
             raise KeyboardInterrupt(f"second {self.signal_name}")
 
 
@@ -174,20 +181,33 @@ class Engine:
     def __init__(self, ctx: Any, path: str | Path | None, *, host: Mapping[str, Any],
                  options: Mapping[str, Any], workload: str, timing: str = "auto", zones: bool = False,
                  notes: str = "", writer: Any = None, stop: StopFlag | None = None,
-                 gl_error_check: bool = True) -> None:
+                 gl_error_check: bool = True, measure: Mapping[str, Any] | None = None) -> None:
         from katra_trace.writer import TraceWriter
 
         self.ctx = ctx
-        self.mode, self.reason = timers.choose_mode(timing, dict(host.get("gl", {})))
+        self.counting = measure is not None
         recorded = dict(options)
-        recorded.update({"timing_mode": self.mode, "timing_reason": self.reason,
-                         "primary_clock": "wall" if self.mode == "sync" else "gpu"})
+        writer_args: dict[str, Any] = {}
+        if measure is not None:
+            self.mode = str(measure["measure"])
+            self.reason = (f"--measure {self.mode}: counted under callgrind (valgrind {measure.get('valgrind', '?')}), "
+                           "main thread only, single-threaded llvmpipe")
+            recorded["measure"] = {"mode": self.mode, **{k: measure[k] for k in (
+                "valgrind", "command", "env", "frame_boundary", "pinned") if k in measure}}
+            recorded.update({"timing_mode": self.mode, "timing_reason": self.reason, "primary_clock": self.mode})
+            # no time-based flushes: periodic work would land in whichever frame it happened in
+            writer_args["batch_ms"] = 1e9
+        else:
+            self.mode, self.reason = timers.choose_mode(timing, dict(host.get("gl", {})))
+            recorded.update({"timing_mode": self.mode, "timing_reason": self.reason,
+                             "primary_clock": "wall" if self.mode == "sync" else "gpu",
+                             "measure": {"mode": "time"}})
         self.options = recorded
         if writer is None:
             if path is None:
                 raise ConfigError("a capture needs an output path")
             writer = TraceWriter(Path(path), workload=workload, capture_options=recorded,
-                                 host_info=dict(host), notes=notes)
+                                 host_info=dict(host), notes=notes, **writer_args)
         self.writer = writer
         self.path = Path(path) if path is not None else None
         self.stop = stop or StopFlag()
@@ -196,8 +216,15 @@ class Engine:
         self._frames_done = 0
         self.scene_label = ""
         try:
-            self.buffer = timers.EventBuffer(writer)
-            self.timer = timers.make_timer(self.mode, ctx, writer, self.buffer, zones=zones)
+            if measure is not None:
+                from harness.counting import CountTimer
+
+                self.buffer = timers.EventBuffer(writer, max_rows=1 << 16, max_age_ns=None)
+                self.timer = CountTimer(ctx, writer, self.buffer, zones=zones, dump_base=Path(measure["dump_base"]),
+                                        cycles=self.mode == "cycles")
+            else:
+                self.buffer = timers.EventBuffer(writer)
+                self.timer = timers.make_timer(self.mode, ctx, writer, self.buffer, zones=zones)
         except BaseException as exc:
             self._finish_quietly({"error": f"timer setup failed: {type(exc).__name__}: {exc}"}, "aborted")
             raise
@@ -367,14 +394,14 @@ class Engine:
                 result.status = "interrupted"
             self.timer.settle()  # reads back this scene's pending GPU queries (no-op in sync mode)
             if self.timer.frame_ns:
-                import numpy as np
-
-                from katra_trace.stats import frame_stats
-
-                result.stats = frame_stats(np.asarray(self.timer.frame_ns, dtype=np.float64)).as_dict()
+                result.stats = _scene_stats(self.timer.frame_ns, counts=self.counting)
             annotation: dict[str, Any] = {"type": "scene", "scene": label, "spec": spec, "status": result.status,
                                           "params": dict(params), "setup_ms": round(setup_ms, 3),
                                           "warmup_frames": warm, "measured_frames": measured}
+            if self.counting:
+                # host time under valgrind is 20-100x slower than outside: not a setup time anyone can use
+                del annotation["setup_ms"]
+                result.setup_ms = 0.0
             if read_image and warm + measured > 0:
                 pixels = read_pixels(ctx, scene)
                 result.pixels = pixels
@@ -385,6 +412,8 @@ class Engine:
                     write_png(screenshot, pixels)
                     annotation["screenshot"] = str(screenshot)
             self.buffer.flush()
+            if self.counting:
+                self.writer.flush()  # encode and write now, between scenes, not during the next frames
             self.writer.annotate(annotation)
         except BaseException:
             _release_quietly(scene)
@@ -403,8 +432,7 @@ class Engine:
                 raise SceneError(f"scene '{label}' released the harness's framebuffer (self.target belongs to "
                                  f"the harness unless bind_target created it): {_describe(exc)}") from exc
         if not progress.tty:
-            progress.line(f"[{index}/{total}] {label}: {result.frames} frames"
-                          + (f", median {result.stats['median_ms']:.3f} ms ({result.clock})" if result.stats else ""))
+            progress.line(f"[{index}/{total}] {label}: {result.frames} frames" + _median_text(result))
         return result
 
     def _driven(self, render: Callable[[Any], None], first: int, count: int, key: tuple[int, int],
@@ -477,6 +505,29 @@ class Engine:
             self._keeper.stop()
 
 
+def _scene_stats(values: list[int], counts: bool) -> dict[str, Any]:
+    """Per-scene statistics for the end table: frame-time stats, or count stats for instructions/cycles."""
+    import numpy as np
+
+    arr = np.asarray(values, dtype=np.float64)
+    if not counts:
+        from katra_trace.stats import frame_stats
+
+        return frame_stats(arr).as_dict()
+    median = float(np.median(arr))
+    return {"n": int(arr.size), "median": median, "min": float(arr.min()), "max": float(arr.max()),
+            "spread_pct": float((arr.max() - arr.min()) / median * 100.0) if median else 0.0}
+
+
+def _median_text(result: SceneResult) -> str:
+    s = result.stats
+    if not s:
+        return ""
+    if "median_ms" in s:
+        return f", median {s['median_ms']:.3f} ms ({result.clock})"
+    return f", median {s['median']:,.0f} {result.clock} per frame"
+
+
 def _describe(exc: BaseException | None) -> str:
     if exc is None:
         return ""
@@ -493,21 +544,29 @@ def _release_quietly(scene: Any) -> None:
 
 class _Keeper(threading.Thread):
     """Hands buffered events to the writer when the frame loop has not for a while, and ends a
-    process whose main thread does not react to a second stop signal."""
+    process whose main thread does not react to a second stop signal.
+
+    When counting instructions it never wakes on a timer (a periodic wake-up would make the
+    main thread hand over the GIL inside some frame): only a second signal or the end wakes it.
+    """
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(name="katra3d-keeper", daemon=True)
         self.engine = engine
-        self._done = threading.Event()
-        self.period_s = min(0.25, engine.buffer.max_age_ns / 1e9)
+        self._wake = threading.Event()
+        self._finished = threading.Event()
+        self.period_s: float | None = None if engine.counting else min(0.25, engine.buffer.max_age_ns / 1e9)
+        engine.stop.on_hard_stop.append(self._wake.set)
 
     def run(self) -> None:
         engine = self.engine
         buffer = engine.buffer
-        while not self._done.wait(self.period_s):
-            stop = engine.stop
-            if stop.hard_stop.is_set():
-                if not self._done.wait(HARD_STOP_GRACE_S):
+        while True:
+            self._wake.wait(self.period_s)
+            if self._finished.is_set():
+                return
+            if engine.stop.hard_stop.is_set():
+                if not self._finished.wait(HARD_STOP_GRACE_S):
                     self._hard_exit()
                 return
             if buffer.pending and _pc() - buffer.last_flush_ns >= buffer.max_age_ns:
@@ -526,7 +585,8 @@ class _Keeper(threading.Thread):
         os._exit(128 + int(engine.stop.signum or signal.SIGINT))
 
     def stop(self) -> None:
-        self._done.set()
+        self._finished.set()
+        self._wake.set()
         if self.is_alive() and threading.current_thread() is not self:
             self.join(timeout=2.0)
 

@@ -13,6 +13,7 @@ in progress (see :mod:`harness.engine`).
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, TextIO
@@ -30,7 +31,7 @@ from harness.config import (
     plan_run,
 )
 from harness.engine import Engine, NoProgress, Progress, RunResult, SceneResult, StopFlag, stop_on_signals
-from katra_trace.errors import ConfigError
+from katra_trace.errors import KatraError
 
 
 def capture_options(plan: RunPlan, session: Any) -> dict[str, Any]:
@@ -55,10 +56,13 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
     progress reports (default: plain lines on ``progress_stream``, or nothing
     when ``quiet``).
     """
-    from harness import backends, probe, timers
+    from harness import backends, measure, probe, timers
 
     plan = plan or plan_run(config)
     cfg = plan.config
+    child = measure.child_info() if cfg.measure in measure.COUNT_MEASURES else None
+    if cfg.measure in measure.COUNT_MEASURES and child is None:
+        return _run_counted(plan, quiet=quiet or isinstance(progress, NoProgress))
     if progress is None:
         if quiet:
             progress = NoProgress()
@@ -70,14 +74,19 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
                                     samples=cfg.samples)
     try:
         host = probe.host_info(session)
-        timers.choose_mode(cfg.timing, host["gl"])  # refuse an impossible mode before creating anything
+        if child is not None:
+            measure.check_renderer(cfg.measure, host["gl"])
+            host["codegen"] = measure.codegen_facts(host["gl"], host["system"], os.environ)
+        else:
+            timers.choose_mode(cfg.timing, host["gl"])  # refuse an impossible mode before creating anything
         plan.output.parent.mkdir(parents=True, exist_ok=True)
         if plan.screenshot_dir is not None:
             plan.screenshot_dir.mkdir(parents=True, exist_ok=True)
         stop = StopFlag()
         with stop_on_signals(stop):
             engine = Engine(session.ctx, plan.output, host=host, options=capture_options(plan, session),
-                            workload=plan.workload, timing=cfg.timing, zones=cfg.zones, notes=cfg.notes, stop=stop)
+                            workload=plan.workload, timing=cfg.timing, zones=cfg.zones, notes=cfg.notes, stop=stop,
+                            measure=child)
             with engine, _entered(progress):
                 results: list[SceneResult] = []
                 for n, entry in enumerate(plan.entries, 1):
@@ -91,6 +100,44 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
         return RunResult(plan.output, status, engine.mode, engine.reason, results, stop.signal_name)
     finally:
         session.close()
+
+
+def _run_counted(plan: RunPlan, *, quiet: bool) -> RunResult:
+    """``--measure instructions|cycles``: check here, count in a child under callgrind, read its trace."""
+    from harness import backends, measure, probe
+    from harness.config import plan_argv
+    from katra_trace.reader import open_trace
+
+    cfg = plan.config
+    measure.find_valgrind()
+    with backends.open_session(cfg.backend, device=cfg.device, size=(16, 16)) as session:
+        measure.check_renderer(cfg.measure, probe.gl_info(session.ctx))
+    plan.output.parent.mkdir(parents=True, exist_ok=True)
+    argv = plan_argv(plan) + (["--quiet"] if quiet else [])
+    code = measure.run_child(argv, cfg.measure, quiet=quiet)
+    if code in (2, 3):
+        raise _ChildFailed(code, "the counted run under valgrind failed (its error is above)")
+    if not plan.output.is_file():
+        raise _ChildFailed(2, f"the counted run under valgrind ended with exit code {code} and wrote no trace "
+                              f"at {plan.output}")
+    trace = open_trace(plan.output, events=False)
+    summary = trace.summary or {}
+    status = str(summary.get("status") or ("interrupted" if code else "complete"))
+    results = [SceneResult(str(r.get("scene", "?")), str(r.get("status", "")), frames=int(r.get("frames") or 0),
+                           clock=str(r.get("clock", "")),
+                           stats={k: r[k] for k in ("median", "min", "max", "spread_pct") if k in r} or None)
+               for r in (summary.get("user", {}) or {}).get("scenes", [])]
+    if code != 0 and status == "complete":
+        raise _ChildFailed(2, f"the counted run under valgrind ended with exit code {code}")
+    signal_name = "SIGINT" if status == "interrupted" else ""
+    return RunResult(plan.output, status, cfg.measure, str(trace.header.get("capture_options", {})
+                                                           .get("timing_reason", "")), results, signal_name)
+
+
+class _ChildFailed(KatraError):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.exit_code = code
 
 
 class _entered:

@@ -62,21 +62,32 @@ def format_table(result: RunResult) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"katra3d run ({result.status}; timing {result.timing_mode})", title_justify="left")
-    for col in ("scene", "frames", "median ms", "p99 ms", "avg FPS", "1% low FPS", "clock"):
+    counts = result.timing_mode in ("instructions", "cycles")
+    what = f"measure {result.timing_mode}" if counts else f"timing {result.timing_mode}"
+    table = Table(title=f"katra3d run ({result.status}; {what})", title_justify="left")
+    columns = (("scene", "frames", f"median {result.timing_mode}/frame", "min", "max", "spread %", "clock") if counts
+               else ("scene", "frames", "median ms", "p99 ms", "avg FPS", "1% low FPS", "clock"))
+    for col in columns:
         table.add_column(col, justify="left" if col in ("scene", "clock") else "right")
 
     def f(value: Any, digits: int) -> str:
         return "-" if value is None else f"{value:.{digits}f}"
+
+    def n(value: Any) -> str:
+        return "-" if value is None else f"{value:,.0f}"
 
     for r in result.scenes:
         s = r.stats or {}
         if r.status == "skipped":
             table.add_row(r.label, "skipped", "-", "-", "-", "-", r.reason[:60])
             continue
-        table.add_row(r.label + (" (interrupted)" if r.status == "interrupted" else ""), str(r.frames),
-                      f(s.get("median_ms"), 3), f(s.get("p99_ms"), 3), f(s.get("fps_avg"), 1),
-                      f(s.get("fps_low_1pct"), 1), r.clock)
+        label = r.label + (" (interrupted)" if r.status == "interrupted" else "")
+        if counts:
+            table.add_row(label, str(r.frames), n(s.get("median")), n(s.get("min")), n(s.get("max")),
+                          f(s.get("spread_pct"), 3), r.clock)
+        else:
+            table.add_row(label, str(r.frames), f(s.get("median_ms"), 3), f(s.get("p99_ms"), 3),
+                          f(s.get("fps_avg"), 1), f(s.get("fps_low_1pct"), 1), r.clock)
     console = Console(width=120, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
     console.print(table)
     text: str = console.export_text()

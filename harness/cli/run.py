@@ -37,6 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--device", metavar="N", help="EGL device index (see 'katra3d doctor')")
     p.add_argument("--timing", metavar="MODE", default="auto",
                    help="auto (default: sync on software renderers, gpu elsewhere), gpu or sync")
+    p.add_argument("--measure", metavar="WHAT", default="time",
+                   help="time (default: the clocks of --timing), instructions or cycles: count each frame's "
+                        "work under callgrind on a software renderer, deterministic to the instruction "
+                        "(docs/measure.md)")
     p.add_argument("--zones", action="store_true", help="time each pass/draw zone too (adds KHR_debug groups)")
     p.add_argument("--param", metavar="SCENE.KEY=VALUE", action="append", default=[],
                    help="set a scene parameter (repeatable)")
@@ -70,6 +74,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         output=args.output,
         notes=args.note,
         screenshot_dir=args.screenshot,
+        measure=args.measure.strip().lower(),
     )
 
 

@@ -1,0 +1,217 @@
+"""The instruction-counting timer: per-frame and per-zone callgrind counts, inside valgrind.
+
+``katra3d run --measure instructions|cycles`` re-runs itself under callgrind
+(:mod:`harness.measure`); in that child process the engine uses
+:class:`CountTimer` instead of a clock.
+
+Frame boundaries: callgrind runs with ``--dump-before=getppid``, so every call
+of ``os.getppid()`` first writes a dump of the costs since the previous dump.
+The timer calls it at every frame start, zone entry, zone exit and frame end,
+and numbers those calls (callgrind's *part* numbers). After the frame-end
+call, outside the frame, it reads the ``summary:`` line of each dump of the
+frame (only the main thread's file, ``--separate-threads=yes``), deletes the
+dumps, and writes the counts as events: a frame is the sum of its segments, a
+zone the segments between its entry and exit. The dump of the time between two
+frames (the harness's own work, the previous frame's bookkeeping) is deleted
+unread, so nothing is counted between frames but the fixed cost of the
+boundary calls themselves.
+
+In ``cycles`` mode callgrind simulates the caches too (``--cache-sim=yes``),
+and the frame gets an estimated cycle count (:func:`estimated_cycles`) beside
+its instruction count, with the raw counts as COUNTER events.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.timers import EventBuffer, Timer
+from katra_trace.errors import KatraError
+from katra_trace.schema import Clock, Kind
+
+#: callgrind's event names with ``--cache-sim=yes``, in its order.
+CACHE_EVENTS: tuple[str, ...] = ("Ir", "Dr", "Dw", "I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw")
+
+#: Cycles per L1 hit, LL hit and RAM access in :func:`estimated_cycles`.
+CYCLE_WEIGHTS: tuple[int, int, int] = (1, 5, 35)
+
+#: Lines read from the top of a dump before giving up on its ``summary:`` line.
+_HEADER_LINES = 64
+
+_FRAME = int(Kind.FRAME)
+_ZONE = int(Kind.ZONE)
+_COUNTER = int(Kind.COUNTER)
+_INSTR = int(Clock.INSTRUCTIONS)
+_CYCLES = int(Clock.CYCLES)
+_pc = time.perf_counter_ns
+
+
+class CountError(KatraError):
+    """A callgrind dump is missing or unreadable: the counts cannot be trusted."""
+
+
+def estimated_cycles(counts: dict[str, int]) -> int:
+    """Cycles estimated from callgrind's cache simulation.
+
+    Itamar Turner-Trauring's weighting (pythonspeed.com, "Consistent benchmarking
+    in CI", also used by iai and iai-callgrind): every access (instruction fetch,
+    data read or write) that hits L1 costs 1 cycle, one that misses L1 but hits
+    the last-level cache 5, one that goes to RAM 35.
+    """
+    accesses = counts.get("Ir", 0) + counts.get("Dr", 0) + counts.get("Dw", 0)
+    ram = counts.get("ILmr", 0) + counts.get("DLmr", 0) + counts.get("DLmw", 0)
+    l1_misses = counts.get("I1mr", 0) + counts.get("D1mr", 0) + counts.get("D1mw", 0)
+    ll_hits = max(0, l1_misses - ram)
+    l1_hits = max(0, accesses - l1_misses)
+    w1, wll, wram = CYCLE_WEIGHTS
+    return w1 * l1_hits + wll * ll_hits + wram * ram
+
+
+def read_summary(path: Path) -> dict[str, int]:
+    """The ``summary:`` counts of one callgrind dump, by event name (reads only its header)."""
+    events: list[str] = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for _, line in zip(range(_HEADER_LINES), fh):
+                if line.startswith("events:"):
+                    events = line.split(":", 1)[1].split()
+                elif line.startswith("summary:"):
+                    values = [int(v) for v in line.split(":", 1)[1].split()]
+                    values += [0] * (len(events) - len(values))
+                    return dict(zip(events, values))
+    except (OSError, ValueError) as exc:
+        raise CountError(f"cannot read callgrind dump {path}: {exc}") from None
+    raise CountError(f"callgrind dump {path} has no summary line")
+
+
+class _CountZone:
+    __slots__ = ("timer", "name_id", "depth", "enter_part", "t0")
+
+    def __init__(self, timer: CountTimer, name: str) -> None:
+        self.timer = timer
+        self.name_id = timer.name_id(name)
+
+    def __enter__(self) -> None:
+        t = self.timer
+        t.depth += 1
+        self.depth = t.depth
+        self.t0 = _pc()
+        t.part += 1
+        t.mark()
+        self.enter_part = t.part
+
+    def __exit__(self, *exc: object) -> None:
+        t = self.timer
+        t.part += 1
+        t.mark()
+        t.zones_done.append((self.depth, self.name_id, self.enter_part, t.part, self.t0))
+        t.depth -= 1
+
+
+class CountTimer(Timer):
+    """Modes ``instructions`` and ``cycles``: callgrind counts of the main thread per frame and zone.
+
+    ``dump_base`` is callgrind's ``--callgrind-out-file``; dumps are
+    ``<dump_base>.<part>-<thread>``. The first ``os.getppid()`` call of the
+    process must be this timer's (part numbers count every call).
+    """
+
+    def __init__(self, ctx: Any, writer: Any, buffer: EventBuffer, *, zones: bool, dump_base: Path,
+                 cycles: bool = False) -> None:
+        super().__init__(ctx, writer, buffer, zones=zones)
+        self.mode = "cycles" if cycles else "instructions"
+        self.primary_clock = Clock.CYCLES if cycles else Clock.INSTRUCTIONS
+        self.cycles = cycles
+        self.dump_base = Path(dump_base)
+        self.mark = os.getppid
+        self.part = 0
+        self.zones_done: list[tuple[int, int, int, int, int]] = []
+        self.counter_ids = {name: writer.intern(name) for name in CACHE_EVENTS} if cycles else {}
+        # debug groups would only add instructions here: no GL debugger runs under valgrind
+        self._push = None
+        self._pop = None
+
+    def _zone(self, name: str) -> _CountZone:
+        return _CountZone(self, name)
+
+    def begin_frame(self, index: int, flags: int = 0) -> None:
+        self.frame_index = index
+        self.flags = flags
+        self.zones_done = []
+        self.part += 1
+        self.mark()  # dumps the time since the last boundary: harness work, not this frame
+        self.first_part = self.part + 1
+        self.t0 = _pc()
+
+    def end_frame(self) -> None:
+        self.part += 1
+        self.mark()
+        # outside the frame from here on: read this frame's dumps, then delete them
+        last = self.part
+        first = self.first_part
+        segments = {p: self._take(p) for p in range(first, last + 1)}
+        self._remove(first - 1)
+        start = self.t0 - self.origin_ns
+        frame = self.frame_index
+        flags = self.flags
+        scene = self.scene_id
+        add = self.add
+        total = _sum(segments, first, last)
+        primary = self._emit(_FRAME, 0, self.frame_name, start, total, flags, scene, frame)
+        for depth, name_id, enter, leave, t0 in self.zones_done:
+            self._emit(_ZONE, depth, name_id, t0 - self.origin_ns, _sum(segments, enter + 1, leave), flags, scene,
+                       frame)
+        if self.cycles:
+            for event, sid in self.counter_ids.items():
+                add((_COUNTER, _CYCLES, flags, 0, scene, sid, frame, start, 0, float(total.get(event, 0))))
+        if not flags:
+            self._frame_ns_add(primary)
+        self._maybe_flush(_pc())
+
+    def _emit(self, kind: int, depth: int, name_id: int, start: int, counts: dict[str, int], flags: int,
+              scene: int, frame: int) -> int:
+        instructions = int(counts.get("Ir", 0))
+        self.add((kind, _INSTR, flags, depth, scene, name_id, frame, start, instructions, 0.0))
+        if not self.cycles:
+            return instructions
+        cycles = estimated_cycles(counts)
+        self.add((kind, _CYCLES, flags, depth, scene, name_id, frame, start, cycles, 0.0))
+        return cycles
+
+    def _path(self, part: int, thread: int = 1) -> Path:
+        return self.dump_base.with_name(f"{self.dump_base.name}.{part}-{thread:02d}")
+
+    def _take(self, part: int) -> dict[str, int]:
+        counts = read_summary(self._path(part))
+        self._remove(part)
+        return counts
+
+    def _remove(self, part: int) -> None:
+        if part < 1:
+            return
+        prefix = f"{self.dump_base.name}.{part}-"
+        for entry in os.scandir(self.dump_base.parent):
+            if entry.name.startswith(prefix):
+                try:
+                    os.unlink(entry.path)
+                except FileNotFoundError:
+                    pass
+
+    def options(self) -> dict[str, Any]:
+        out = super().options()
+        out["dump_base"] = str(self.dump_base)
+        return out
+
+
+def _sum(segments: dict[int, dict[str, int]], first: int, last: int) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for part in range(first, last + 1):
+        for event, value in segments[part].items():
+            total[event] = total.get(event, 0) + value
+    return total
+
+
+__all__ = ["CACHE_EVENTS", "CYCLE_WEIGHTS", "CountError", "CountTimer", "estimated_cycles", "read_summary"]

@@ -1,0 +1,231 @@
+"""``--measure``: what a run counts — time (clocks), or instructions / cycles under callgrind.
+
+``instructions`` and ``cycles`` are deterministic on a software renderer:
+llvmpipe's "GPU" is the CPU, so callgrind can count the work of each frame
+exactly. The run re-executes itself as a child process under
+``valgrind --tool=callgrind`` with single-threaded llvmpipe, a fixed hash seed
+and a pinned vector width (:func:`child_command`, :data:`PINNED_ENV`); the
+child captures with :class:`harness.counting.CountTimer` and writes the trace
+itself. This parent validates everything first (valgrind present, a software
+renderer, sensible flags), forwards stop signals to the child, and removes the
+dump directory whatever happens. docs/measure.md says what the numbers mean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from katra_trace.errors import ConfigError, KatraError
+
+#: What ``--measure`` accepts.
+MEASURES: tuple[str, ...] = ("time", "instructions", "cycles")
+
+#: Measures counted under callgrind.
+COUNT_MEASURES: frozenset[str] = frozenset({"instructions", "cycles"})
+
+#: Environment of the counted child: what makes its counts repeatable and comparable.
+PINNED_ENV: dict[str, str] = {
+    "PYTHONHASHSEED": "0",  # str hashes, so dict/set layouts, are the same in every process
+    "LP_NUM_THREADS": "0",  # llvmpipe rasterizes on the main thread (the one that is counted)
+    "LP_NATIVE_VECTOR_WIDTH": "128",  # the JIT's vector width, pinned across CPUs with and without AVX
+}
+
+#: Environment variable through which the child learns its dump directory and the run's facts.
+CHILD_ENV = "KATRA3D_MEASURE_CHILD"
+
+#: How frames are delimited (recorded in the header).
+FRAME_BOUNDARY = ("callgrind --dump-before=getppid; os.getppid() at every frame start, zone entry, zone exit "
+                  "and frame end; per-frame dumps of the main thread (--separate-threads=yes) are summed and "
+                  "deleted; the dumps between frames are discarded")
+
+VALGRIND_INSTALL_LINE = "apt-get install -y valgrind"
+
+
+class ToolUnavailable(KatraError):
+    """A tool the run needs (valgrind) is not installed."""
+
+    exit_code = 3
+
+
+def check_config(measure: str, *, timing: str, duration_s: float | None, warmup: int | None) -> None:
+    """ConfigError for a measure that is unknown or makes no sense with the other options."""
+    if measure not in MEASURES:
+        raise ConfigError(f"unknown --measure '{measure}'; choose one of: {', '.join(MEASURES)}")
+    if measure not in COUNT_MEASURES:
+        return
+    if timing not in ("auto", "sync"):
+        raise ConfigError(f"--measure {measure} counts instructions, it does not time: drop --timing {timing}")
+    if duration_s is not None:
+        raise ConfigError(f"--measure {measure} needs --frames, not --duration (under valgrind a second of "
+                          "wall time is 20-100x less work than outside it)")
+    if warmup is not None and warmup < 1:
+        raise ConfigError(f"--measure {measure} needs --warmup >= 1: the first frame of a scene pays the "
+                          "shader JIT and must not reach the statistics")
+
+
+def check_renderer(measure: str, gl: Mapping[str, Any]) -> None:
+    """ConfigError unless the renderer is a software one (its frames are CPU work valgrind can count)."""
+    if measure in COUNT_MEASURES and not gl.get("software_renderer"):
+        renderer = gl.get("renderer") or "this renderer"
+        raise ConfigError(
+            f"--measure {measure} needs a software renderer such as llvmpipe; '{renderer}' is a hardware "
+            "renderer: instructions would count only the CPU side of a GPU frame, and GPU drivers do not run "
+            "under valgrind. Use --measure time")
+
+
+def find_valgrind() -> tuple[str, str]:
+    """(path, version) of valgrind; ToolUnavailable (exit 3) with the install line when it is missing."""
+    path = shutil.which("valgrind")
+    if path is None:
+        how = VALGRIND_INSTALL_LINE if os.geteuid() == 0 else f"sudo {VALGRIND_INSTALL_LINE}"
+        raise ToolUnavailable(f"--measure instructions/cycles needs valgrind, which is not on PATH; "
+                              f"install it: {how}")
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolUnavailable(f"valgrind at {path} does not run: {exc}") from None
+    version = out.stdout.strip().removeprefix("valgrind-")
+    if out.returncode != 0 or not version:
+        raise ToolUnavailable(f"valgrind at {path} does not run (exit {out.returncode})")
+    return path, version
+
+
+def cpu_flags() -> list[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return sorted(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return []
+
+
+def codegen_facts(gl: Mapping[str, Any], system: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """What decides the instructions llvmpipe's JIT emits: instruction counts compare only when these match.
+
+    CPU model and feature flags (the JIT targets the host CPU; valgrind hides
+    some extensions), Mesa and LLVM versions, the vector width, the architecture.
+    """
+    renderer = str(gl.get("renderer", ""))
+    version = str(gl.get("version", ""))
+    llvm = re.search(r"LLVM\s+([\d.]+)", renderer)
+    width = re.search(r"(\d+)\s*bits", renderer)
+    mesa = re.search(r"Mesa\s+([\w.\-]+)", version)
+    flags = cpu_flags()
+    return {
+        "cpu_model": str(system.get("cpu_model", "")),
+        "machine": str(system.get("machine", "")),
+        "cpu_flags_sha": hashlib.sha256(" ".join(flags).encode()).hexdigest()[:16] if flags else "",
+        "renderer": renderer,
+        "mesa": mesa.group(1) if mesa else "",
+        "llvm": llvm.group(1) if llvm else "",
+        "vector_bits": int(width.group(1)) if width else 0,
+        "lp_native_vector_width": env.get("LP_NATIVE_VECTOR_WIDTH", ""),
+    }
+
+
+def child_info() -> dict[str, Any] | None:
+    """The facts the parent handed to this (counted) child process, or None outside one."""
+    raw = os.environ.get(CHILD_ENV)
+    if not raw:
+        return None
+    try:
+        info = json.loads(raw)
+    except ValueError:
+        raise ConfigError(f"${CHILD_ENV} is not valid JSON; it is set by katra3d for its own child") from None
+    if not isinstance(info, dict) or "dump_dir" not in info or info.get("measure") not in COUNT_MEASURES:
+        raise ConfigError(f"${CHILD_ENV} lacks dump_dir/measure; it is set by katra3d for its own child")
+    return info
+
+
+def child_command(valgrind: str, dump_base: Path, argv: list[str], measure: str) -> list[str]:
+    """The valgrind command line of the counted child (``argv`` = the katra3d run arguments)."""
+    cmd = [valgrind, "--tool=callgrind", "-q", "--dump-before=getppid", "--separate-threads=yes",
+           "--dump-instr=no", "--dump-line=yes",
+           f"--callgrind-out-file={dump_base}"]
+    if measure == "cycles":
+        cmd.append("--cache-sim=yes")
+    return [*cmd, sys.executable, "-m", "harness", "run", *argv]
+
+
+@contextlib.contextmanager
+def _forward_signals(proc: subprocess.Popen[bytes]) -> Iterator[None]:
+    """While the child runs, send it every SIGINT/SIGTERM/SIGHUP this process gets (once each)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def forward(signum: int, _frame: Any) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    old: dict[int, Any] = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            old[sig] = signal.signal(sig, forward)
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def run_child(argv: list[str], measure: str, *, quiet: bool) -> int:
+    """Run ``katra3d run ARGV`` counted under callgrind; returns the child's exit code.
+
+    The dump directory is created here and removed afterwards, whatever the
+    child did (finished, failed, was interrupted or killed).
+    """
+    valgrind, version = find_valgrind()
+    dump_dir = Path(tempfile.mkdtemp(prefix="katra3d-callgrind-"))
+    try:
+        dump_base = dump_dir / "cg.out"
+        cmd = child_command(valgrind, dump_base, argv, measure)
+        info = {"measure": measure, "dump_dir": str(dump_dir), "dump_base": str(dump_base), "valgrind": version,
+                "command": cmd, "env": dict(PINNED_ENV), "frame_boundary": FRAME_BOUNDARY,
+                "pinned": {"LP_NATIVE_VECTOR_WIDTH": PINNED_ENV["LP_NATIVE_VECTOR_WIDTH"]}}
+        env = {**os.environ, **PINNED_ENV, CHILD_ENV: json.dumps(info)}
+        try:
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL if quiet else None, start_new_session=True)
+        except OSError as exc:
+            raise ToolUnavailable(f"cannot start valgrind: {exc}") from None
+        with _forward_signals(proc):
+            try:
+                return proc.wait()
+            finally:
+                if proc.poll() is None:  # this process is being torn down: do not leave the child behind
+                    proc.kill()
+                    proc.wait()
+    finally:
+        shutil.rmtree(dump_dir, ignore_errors=True)
+
+
+__all__ = [
+    "CHILD_ENV",
+    "COUNT_MEASURES",
+    "FRAME_BOUNDARY",
+    "MEASURES",
+    "PINNED_ENV",
+    "ToolUnavailable",
+    "check_config",
+    "check_renderer",
+    "child_command",
+    "child_info",
+    "codegen_facts",
+    "find_valgrind",
+    "run_child",
+]

@@ -1,0 +1,243 @@
+"""``--measure instructions|cycles``: refusals, the pieces, and real callgrind runs on real llvmpipe.
+
+The real runs (marked ``gl`` and ``slow``) start three counted captures at once, each a
+valgrind child: two identical ones (A and A2) and one with a param step that adds work (B).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from harness import measure
+from harness.cli import build_parser
+from harness.config import RunConfig, plan_argv, plan_run
+from harness.counting import CACHE_EVENTS, estimated_cycles, read_summary
+from katra_trace import open_trace
+from katra_trace.errors import ConfigError
+from katra_trace.schema import Clock, Kind
+
+KATRA3D = str(Path(sys.executable).with_name("katra3d"))
+HAVE_VALGRIND = shutil.which("valgrind") is not None
+SCENES = ("clear", "triangle", "fillrate")
+COMMON = ["--zones", "--frames", "4", "--warmup", "2", "--size", "32x32", "--measure", "instructions", "--quiet"]
+
+
+# --------------------------------------------------------------------------- pure pieces
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"timing": "gpu", "duration_s": None, "warmup": None}, "drop --timing gpu"),
+    ({"timing": "auto", "duration_s": 2.0, "warmup": None}, "needs --frames, not --duration"),
+    ({"timing": "auto", "duration_s": None, "warmup": 0}, "--warmup >= 1"),
+])
+def test_flag_combinations_that_make_no_sense_are_refused(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        measure.check_config("instructions", **kwargs)
+    measure.check_config("time", **kwargs)  # fine without counting
+
+
+def test_unknown_measure_lists_the_choices() -> None:
+    with pytest.raises(ConfigError, match="choose one of: time, instructions, cycles"):
+        plan_run(RunConfig(scenes=("triangle",), measure="bogus"))
+
+
+def test_hardware_renderer_is_refused_software_accepted() -> None:
+    hardware = {"renderer": "NVIDIA H200/PCIe/SSE2", "software_renderer": False}
+    with pytest.raises(ConfigError, match="hardware renderer.*only the CPU side of a GPU frame"):
+        measure.check_renderer("instructions", hardware)
+    measure.check_renderer("time", hardware)
+    measure.check_renderer("cycles", {"renderer": "llvmpipe (LLVM 15.0.6, 128 bits)", "software_renderer": True})
+
+
+def test_estimated_cycles_weights_hits_and_misses() -> None:
+    counts = dict.fromkeys(CACHE_EVENTS, 0) | {"Ir": 1000, "Dr": 300, "Dw": 100, "I1mr": 20, "D1mr": 30,
+                                                "D1mw": 10, "ILmr": 2, "DLmr": 5, "DLmw": 3}
+    # 1400 accesses, 60 L1 misses of which 10 went to RAM: 1340 L1 hits + 5*50 LL hits + 35*10 RAM
+    assert estimated_cycles(counts) == 1340 + 250 + 350
+    assert estimated_cycles({"Ir": 500}) == 500  # no cache simulation: every access an L1 hit
+
+
+def test_read_summary_reads_the_header_only(tmp_path: Path) -> None:
+    dump = tmp_path / "cg.out.7-01"
+    dump.write_text("# callgrind format\nversion: 1\npart: 7\nevents: Ir Dr\nsummary: 1234 56\n\nfn=x\n"
+                    + "15 99999\n" * 10000)
+    assert read_summary(dump) == {"Ir": 1234, "Dr": 56}
+    (tmp_path / "bad").write_text("events: Ir\n")
+    with pytest.raises(Exception, match="no summary line"):
+        read_summary(tmp_path / "bad")
+
+
+def test_plan_argv_reproduces_the_plan(tmp_path: Path) -> None:
+    cfg = RunConfig(scenes=("fillrate",), suite="ci", frames=7, warmup=2, size=(48, 32), zones=True, seed=9,
+                    params=(("fillrate", "layers", "3"),), output=str(tmp_path / "x.katra"), notes="n",
+                    measure="instructions")
+    plan = plan_run(cfg)
+    from harness.cli.run import config_from_args
+
+    again = plan_run(config_from_args(build_parser().parse_args(["run", *plan_argv(plan)])))
+    assert plan_argv(again) == plan_argv(plan)
+    assert again.frames == 7 and again.warmup == 2 and again.size == (48, 32) and again.output == plan.output
+
+
+def test_codegen_facts_parse_renderer_and_versions() -> None:
+    gl = {"renderer": "llvmpipe (LLVM 15.0.6, 128 bits)", "version": "4.5 (Core Profile) Mesa 22.3.6"}
+    facts = measure.codegen_facts(gl, {"cpu_model": "AMD EPYC", "machine": "x86_64"},
+                                  {"LP_NATIVE_VECTOR_WIDTH": "128"})
+    assert facts["llvm"] == "15.0.6" and facts["mesa"] == "22.3.6" and facts["vector_bits"] == 128
+    assert facts["cpu_model"] == "AMD EPYC" and facts["lp_native_vector_width"] == "128"
+
+
+# --------------------------------------------------------------------------- refusals through the CLI
+
+
+def _cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+         timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([KATRA3D, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout,
+                          check=False)
+
+
+def test_missing_valgrind_is_exit_3_with_the_install_line(tmp_path: Path) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    env = {**os.environ, "PATH": f"{bindir}:{Path(sys.executable).parent}"}  # no /usr/bin: no valgrind
+    res = _cli("run", "triangle", "--measure", "instructions", "--frames", "2", "-o", str(tmp_path / "t.katra"),
+               env=env)
+    assert res.returncode == 3, res.stderr
+    assert "Traceback" not in res.stderr
+    assert "needs valgrind" in res.stderr and "apt-get install -y valgrind" in res.stderr
+    assert not (tmp_path / "t.katra").exists()
+
+
+def test_bad_flag_combination_is_one_line_exit_2(tmp_path: Path) -> None:
+    res = _cli("run", "triangle", "--measure", "instructions", "--duration", "1", "-o", str(tmp_path / "t.katra"))
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "needs --frames, not --duration" in lines[0]
+
+
+# --------------------------------------------------------------------------- real valgrind
+
+
+def _scene_frames(path: Path, clock: Clock = Clock.INSTRUCTIONS) -> dict[tuple[str, str, int, int], int]:
+    """{(scene, name, kind, frame): count} of measured frames and zones on ``clock``."""
+    trace = open_trace(path)
+    ev = trace.events
+    sel = ev[(ev["clock"] == int(clock)) & (ev["flags"] == 0) & np.isin(ev["kind"], [Kind.FRAME, Kind.ZONE])]
+    return {(trace.name(int(e["scene"])), trace.name(int(e["name"])), int(e["kind"]), int(e["frame"])):
+            int(e["dur_ns"]) for e in sel}
+
+
+@pytest.fixture(scope="module")
+def counted_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A, A2 (identical) and B (fillrate with one more layer), run at once, each under valgrind."""
+    if not HAVE_VALGRIND:
+        pytest.skip("valgrind is not installed (ci/system-deps.sh test installs it)")
+    base = tmp_path_factory.mktemp("measure")
+    tmp = base / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    runs = {"A": [], "A2": [], "B": ["--param", "fillrate.layers=5"]}
+    procs = {}
+    for name, extra in runs.items():
+        cmd = [KATRA3D, "run", *SCENES, *COMMON, "--param", "fillrate.layers=4", *extra, "-o",
+               str(base / f"{name}.katra")]
+        procs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    out: dict[str, Any] = {"dir": base, "tmp": tmp}
+    for name, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 0, f"{name}: {stderr}"
+        out[name] = base / f"{name}.katra"
+        out[f"{name}.stdout"] = stdout
+    yield out
+
+
+@pytest.mark.gl
+@pytest.mark.slow
+def test_two_processes_count_the_same_work_per_frame(counted_runs: dict[str, Any]) -> None:
+    a = _scene_frames(counted_runs["A"])
+    a2 = _scene_frames(counted_runs["A2"])
+    assert set(a) == set(a2)
+    frames = [k for k in a if k[2] == Kind.FRAME]
+    assert {k[0] for k in frames} == set(SCENES) and len(frames) == 4 * len(SCENES)
+    for key in frames:
+        assert a[key] > 10_000, key  # a real frame of work, not a boundary artefact
+        assert abs(a[key] - a2[key]) <= 0.001 * a[key], (key, a[key], a2[key])
+
+
+@pytest.mark.gl
+@pytest.mark.slow
+def test_zones_add_up_to_at_most_their_frame(counted_runs: dict[str, Any]) -> None:
+    counts = _scene_frames(counted_runs["A"])
+    for (scene, _name, kind, frame), total in counts.items():
+        if kind != Kind.FRAME:
+            continue
+        zones = sum(v for (s, _n, k, f), v in counts.items() if s == scene and f == frame and k == Kind.ZONE)
+        assert 0 < zones <= total, (scene, frame, zones, total)
+
+
+@pytest.mark.gl
+@pytest.mark.slow
+def test_trace_says_how_it_was_counted_and_keeps_no_dumps(counted_runs: dict[str, Any]) -> None:
+    trace = open_trace(counted_runs["A"])
+    options = trace.header["capture_options"]
+    m = options["measure"]
+    assert m["mode"] == "instructions" and m["valgrind"] and m["env"]["LP_NUM_THREADS"] == "0"
+    assert m["env"]["PYTHONHASHSEED"] == "0" and "--dump-before=getppid" in m["command"]
+    assert "getppid" in m["frame_boundary"] and m["pinned"]["LP_NATIVE_VECTOR_WIDTH"]
+    codegen = trace.header["host_info"]["codegen"]
+    assert codegen["llvm"] and codegen["mesa"] and codegen["cpu_flags_sha"]
+    ev = trace.events
+    assert not np.any(np.isin(ev["clock"], [Clock.WALL, Clock.CPU]) & (ev["kind"] == Kind.FRAME)), \
+        "host times under valgrind must not be recorded as frame times"
+    warm = ev[(ev["kind"] == Kind.FRAME) & (ev["flags"] != 0)]
+    assert len(warm) == 2 * len(SCENES)  # the JIT frames are there, flagged warmup
+    assert list(counted_runs["tmp"].iterdir()) == [], "dump directories must be removed"
+    assert "instructions/frame" in counted_runs["A.stdout"]
+
+
+@pytest.mark.gl
+@pytest.mark.slow
+def test_compare_flags_more_work_and_passes_identical_runs(counted_runs: dict[str, Any]) -> None:
+    same = _cli("compare", str(counted_runs["A"]), str(counted_runs["A2"]), "--metric", "instructions")
+    assert same.returncode == 0, same.stdout + same.stderr
+    more = _cli("compare", str(counted_runs["A"]), str(counted_runs["B"]), "--metric", "instructions",
+                "--allow-param-mismatch")
+    assert more.returncode == 1, more.stdout + more.stderr
+    assert "fillrate" in more.stdout and "regression" in more.stdout
+    b = _scene_frames(counted_runs["B"])
+    a = _scene_frames(counted_runs["A"])
+    step = np.median([b[k] for k in b if k[0] == "fillrate" and k[2] == Kind.FRAME]) / \
+        np.median([a[k] for k in a if k[0] == "fillrate" and k[2] == Kind.FRAME])
+    assert step > 1.02  # the param step really is >= 2 % more work
+
+
+@pytest.mark.gl
+def test_stopping_the_parent_stops_the_child_and_removes_the_dumps(tmp_path: Path) -> None:
+    if not HAVE_VALGRIND:
+        pytest.skip("valgrind is not installed")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen([KATRA3D, "run", "triangle", "--measure", "instructions", "--frames", "2000",
+                             "--size", "16x16", "-o", str(tmp_path / "t.katra")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp)})
+    deadline = time.monotonic() + 60
+    while not any(tmp.iterdir()) and time.monotonic() < deadline:  # the dump directory exists
+        time.sleep(0.1)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode not in (0, 1), stderr
+    assert "Traceback" not in stderr
+    assert list(tmp.iterdir()) == [], "the dump directory must be removed"
