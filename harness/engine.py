@@ -220,7 +220,7 @@ class Engine:
                 from harness.counting import CountTimer
 
                 self.buffer = timers.EventBuffer(writer, max_rows=1 << 16, max_age_ns=None)
-                self.timer = CountTimer(ctx, writer, self.buffer, zones=zones, dump_base=Path(measure["dump_base"]),
+                self.timer: timers.Timer = CountTimer(ctx, writer, self.buffer, zones=zones, dump_base=Path(measure["dump_base"]),
                                         cycles=self.mode == "cycles")
             else:
                 self.buffer = timers.EventBuffer(writer)
