@@ -173,14 +173,14 @@ def _forward_signals(proc: subprocess.Popen[bytes]) -> Iterator[None]:
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signum)
 
-    old: dict[int, Any] = {}
+    old: dict[signal.Signals, Any] = {}
     try:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             old[sig] = signal.signal(sig, forward)
         yield
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        for stopped, handler in old.items():
+            signal.signal(stopped, handler if handler is not None else signal.SIG_DFL)
 
 
 def run_child(argv: list[str], measure: str, *, quiet: bool) -> int:
