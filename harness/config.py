@@ -22,6 +22,8 @@ from katra_trace.errors import ConfigError
 DEFAULT_FRAMES = 100
 DEFAULT_WARMUP = 5
 DEFAULT_SIZE = (640, 360)
+#: Measured frames between two reference draws when the config does not say (sync timing only).
+DEFAULT_REFERENCE_EVERY = 4
 MAX_SIZE = 16384
 MAX_FRAMES = 10_000_000
 MAX_DURATION_S = 7 * 24 * 3600.0
@@ -87,7 +89,9 @@ class RunConfig:
     ``samples`` MSAA samples (0 = none). None means "the suite's value, else
     the default". ``params``: (scene, key, value) overrides, values as typed.
     ``measure``: time (clocks), instructions or cycles (counted under
-    callgrind, see :mod:`harness.measure`).
+    callgrind, see :mod:`harness.measure`). ``reference_every``: time the
+    reference draw after every K-th measured frame (sync timing; 0 = never,
+    None = :data:`DEFAULT_REFERENCE_EVERY`), see :mod:`harness.reference`.
     """
 
     scenes: tuple[str, ...] = ()
@@ -107,6 +111,7 @@ class RunConfig:
     notes: str = ""
     screenshot_dir: str | None = None
     measure: str = "time"
+    reference_every: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict of every field (params as SCENE.KEY -> value)."""
@@ -214,6 +219,8 @@ def plan_run(config: RunConfig) -> RunPlan:
     resolve_name(config.backend)  # validates $KATRA3D_BACKEND too
     if not 0 <= config.seed < 2**63:
         raise ConfigError(f"bad --seed {config.seed}: must be in 0..2**63-1")
+    if config.reference_every is not None and not 0 <= config.reference_every <= MAX_FRAMES:
+        raise ConfigError(f"bad --reference-every {config.reference_every}: must be in 0..{MAX_FRAMES} (0 = off)")
     from harness.measure import check_config
 
     check_config(config.measure, timing=config.timing, duration_s=config.duration_s, warmup=config.warmup)
@@ -292,6 +299,8 @@ def plan_argv(plan: RunPlan) -> list[str]:
         argv += ["--device", str(cfg.device)]
     if cfg.zones:
         argv.append("--zones")
+    if cfg.reference_every is not None:
+        argv += ["--reference-every", str(cfg.reference_every)]
     for scene, key, value in cfg.params:
         argv += ["--param", f"{scene}.{key}={value}"]
     if cfg.notes:

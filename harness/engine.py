@@ -181,7 +181,8 @@ class Engine:
     def __init__(self, ctx: Any, path: str | Path | None, *, host: Mapping[str, Any],
                  options: Mapping[str, Any], workload: str, timing: str = "auto", zones: bool = False,
                  notes: str = "", writer: Any = None, stop: StopFlag | None = None,
-                 gl_error_check: bool = True, measure: Mapping[str, Any] | None = None) -> None:
+                 gl_error_check: bool = True, measure: Mapping[str, Any] | None = None,
+                 reference_every: int = 0) -> None:
         from katra_trace.writer import TraceWriter
 
         self.ctx = ctx
@@ -229,6 +230,19 @@ class Engine:
             self._finish_quietly({"error": f"timer setup failed: {type(exc).__name__}: {exc}"}, "aborted")
             raise
         self.primary_clock = self.timer.primary_clock.name.lower()
+        self.reference: Any = None
+        self.reference_every = 0
+        self.reference_draws = 0
+        if reference_every > 0 and self.mode == "sync":
+            from harness.reference import ReferenceDraw
+
+            try:
+                self.reference = ReferenceDraw(ctx, self.timer)
+            except BaseException as exc:
+                self._finish_quietly({"error": f"reference draw setup failed: {_describe(exc)}"}, "aborted")
+                raise
+            self.reference_every = int(reference_every)
+            writer.annotate({"type": "reference", **self.reference.options(self.reference_every)})
         self._keeper = _Keeper(self)
         self._keeper.start()
 
@@ -286,6 +300,8 @@ class Engine:
         stop = self.stop
         pc = _pc
         rate = NOMINAL_RATE_HZ
+        reference = self.reference if not flags and bind is not None else None
+        every = self.reference_every
         show = progress is not None and progress.tty
         next_update_ns = 0
         i = first
@@ -303,6 +319,8 @@ class Engine:
             end()
             i += 1
             done += 1
+            if reference is not None and done % every == 0:
+                reference.run(i - 1)
             if show:
                 now = pc()
                 if now >= next_update_ns:
@@ -463,11 +481,21 @@ class Engine:
             out["gpu_max_lag_frames"] = self.timer.max_lag_frames
         if self.gl_errors:
             out["gl_errors"] = self.gl_errors[:100]
+        if self.reference_every:
+            out["reference_draws"] = self.reference.count if self.reference is not None else self.reference_draws
         return out
+
+    def _release_reference(self) -> None:
+        if self.reference is not None:
+            reference, self.reference = self.reference, None
+            self.reference_draws = reference.count
+            with contextlib.suppress(Exception):
+                reference.release()
 
     def finish(self, status: str = "complete", summary: Mapping[str, Any] | None = None) -> None:
         """Drain pending measurements, write the summary and close the trace."""
         self._keeper.stop()
+        self._release_reference()
         try:
             self.timer.drain()
             self.timer.close()
@@ -479,6 +507,7 @@ class Engine:
     def abort(self, exc: BaseException | None) -> None:
         """Keep every frame measured so far and finish the trace as aborted/interrupted (never raises)."""
         self._keeper.stop()
+        self._release_reference()
         with contextlib.suppress(Exception):
             self.timer.drain()
         with contextlib.suppress(Exception):

@@ -86,7 +86,7 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
         with stop_on_signals(stop):
             engine = Engine(session.ctx, plan.output, host=host, options=capture_options(plan, session),
                             workload=plan.workload, timing=cfg.timing, zones=cfg.zones, notes=cfg.notes, stop=stop,
-                            measure=child)
+                            measure=child, reference_every=_reference_every(cfg))
             with engine, _entered(progress):
                 results: list[SceneResult] = []
                 for n, entry in enumerate(plan.entries, 1):
@@ -100,6 +100,12 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
         return RunResult(plan.output, status, engine.mode, engine.reason, results, stop.signal_name)
     finally:
         session.close()
+
+
+def _reference_every(cfg: RunConfig) -> int:
+    from harness.config import DEFAULT_REFERENCE_EVERY
+
+    return DEFAULT_REFERENCE_EVERY if cfg.reference_every is None else cfg.reference_every
 
 
 def _run_counted(plan: RunPlan, *, quiet: bool) -> RunResult:

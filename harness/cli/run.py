@@ -41,6 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="time (default: the clocks of --timing), instructions or cycles: count each frame's "
                         "work under callgrind on a software renderer, deterministic to the instruction "
                         "(docs/measure.md)")
+    p.add_argument("--reference-every", metavar="K",
+                   help="time a small fixed reference draw after every K-th measured frame, for "
+                        "'compare --normalize' (sync timing; default 4, 0 = off)")
     p.add_argument("--zones", action="store_true", help="time each pass/draw zone too (adds KHR_debug groups)")
     p.add_argument("--param", metavar="SCENE.KEY=VALUE", action="append", default=[],
                    help="set a scene parameter (repeatable)")
@@ -75,6 +78,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         notes=args.note,
         screenshot_dir=args.screenshot,
         measure=args.measure.strip().lower(),
+        reference_every=parse_int(args.reference_every, "--reference-every", 0),
     )
 
 

@@ -1,0 +1,112 @@
+"""The reference workload: a small fixed draw timed inside every run, for drift-normalized time.
+
+On a shared machine a busy neighbour slows every frame of a run alike. A
+reference draw that never changes, timed between the scene's frames, is slowed
+the same way, so the ratio (median frame time) / (median reference time) of a
+run cancels most of that drift (``katra3d compare --normalize``).
+
+The draw: a full-screen triangle into the reference's own 64x64 RGBA8
+framebuffer, with a fragment shader that runs a fixed 24-step loop, bracketed
+by ``glFinish`` and timed on the host clock. It runs after every K-th frame
+(``--reference-every K``), outside the frame span, and becomes a MARKER event
+named ``reference`` with flag REFERENCE on the WALL clock (its ``frame`` is the
+frame it followed). Statistics never include it; the trace keeps it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from katra_trace.schema import REFERENCE_NAME, Clock, Flag, Kind
+
+#: Framebuffer size of the reference draw (px).
+REFERENCE_SIZE = (64, 64)
+#: Iterations of the reference shader's loop.
+REFERENCE_STEPS = 24
+
+_VERTEX = """
+#version 330
+in vec2 in_pos;
+void main() { gl_Position = vec4(in_pos, 0.0, 1.0); }
+"""
+
+_FRAGMENT = """
+#version 330
+uniform int u_steps;
+out vec4 f_color;
+void main() {
+    vec2 p = gl_FragCoord.xy * 0.013;
+    float acc = 0.0;
+    for (int i = 0; i < u_steps; ++i) {
+        p = vec2(sin(p.y * 1.7 + 0.3), cos(p.x * 1.1 - 0.2)) * 1.01;
+        acc += p.x * p.y;
+    }
+    f_color = vec4(fract(acc), p * 0.5 + 0.5, 1.0);
+}
+"""
+
+_pc = time.perf_counter_ns
+
+
+class ReferenceDraw:
+    """Owns the reference draw's GL objects; :meth:`run` times one draw into the event buffer."""
+
+    def __init__(self, ctx: Any, timer: Any) -> None:
+        self.ctx = ctx
+        self.timer = timer
+        self.add = timer.add
+        self.name_id = timer.name_id(REFERENCE_NAME)
+        made: list[Any] = []
+        try:
+            self.program = ctx.program(vertex_shader=_VERTEX, fragment_shader=_FRAGMENT)
+            made.append(self.program)
+            self.program["u_steps"].value = REFERENCE_STEPS
+            self.vbo = ctx.buffer(np.array([-1, -1, 3, -1, -1, 3], dtype="f4").tobytes())
+            made.append(self.vbo)
+            self.vao = ctx.vertex_array(self.program, [(self.vbo, "2f", "in_pos")])
+            made.append(self.vao)
+            self.color = ctx.renderbuffer(REFERENCE_SIZE, 4)
+            made.append(self.color)
+            self.fbo = ctx.framebuffer(color_attachments=[self.color])
+            made.append(self.fbo)
+        except BaseException:
+            for obj in reversed(made):
+                obj.release()
+            raise
+        self._objects = made
+        self.count = 0
+
+    def run(self, frame: int) -> None:
+        """Time one reference draw (after frame ``frame``), leaving the reference framebuffer bound."""
+        ctx = self.ctx
+        timer = self.timer
+        self.fbo.use()
+        ctx.finish()  # the frame's own work is not the reference's
+        t0 = _pc()
+        self.vao.render()
+        t_sub = _pc()
+        ctx.finish()
+        t1 = _pc()
+        start = t0 - timer.origin_ns
+        flags = int(Flag.REFERENCE)
+        self.add((int(Kind.MARKER), int(Clock.CPU), flags, 0, timer.scene_id, self.name_id, frame, start,
+                  t_sub - t0, 0.0))
+        self.add((int(Kind.MARKER), int(Clock.WALL), flags, 0, timer.scene_id, self.name_id, frame, start,
+                  t1 - t0, 0.0))
+        self.count += 1
+
+    def options(self, every: int) -> dict[str, Any]:
+        return {"every_frames": every, "size": list(REFERENCE_SIZE), "steps": REFERENCE_STEPS,
+                "draw": "full-screen triangle, fixed fragment loop, glFinish before and after, host clock",
+                "event": f"MARKER '{REFERENCE_NAME}', flag REFERENCE, clocks cpu and wall"}
+
+    def release(self) -> None:
+        for obj in reversed(self._objects):
+            obj.release()
+        self._objects = []
+
+
+__all__ = ["REFERENCE_SIZE", "REFERENCE_STEPS", "ReferenceDraw"]
