@@ -7,12 +7,19 @@ Python object per event is kept). Full batches — or whatever is pending every
 delta-encodes timestamps, compresses and writes them. Each block reaches the
 operating system as soon as it is written, so a killed process loses only the
 batch it had not yet handed over.
+
+The output path is claimed atomically (katra_trace/claim.py): the trace is written to a locked
+``<path>.part`` and moved into place when the capture ends, so no existing file and no other
+capture is ever destroyed. Every failure reaches the caller as a KatraError (exit code 2): a write
+error in the background thread is recorded and raised at the producer's next call (or by
+:meth:`TraceWriter.finish`), and any call after ``finish()`` raises WriterClosedError.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import os
 import struct
 import threading
@@ -26,8 +33,9 @@ from typing import Any, BinaryIO
 import numpy as np
 import zstandard
 
+from katra_trace import claim as claim_mod
 from katra_trace import format as fmt
-from katra_trace.errors import ConfigError, KatraError
+from katra_trace.errors import ConfigError, KatraError, TraceIOError, WriterClosedError
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION, schema_hash
 
 #: struct layout of one packed event (matches EVENT_DTYPE field for field).
@@ -48,7 +56,11 @@ class TraceWriter:
     """Write a katra3d trace. Use as a context manager, or call :meth:`finish`.
 
     Args:
-        path: the file to create (truncated if it exists).
+        path: the trace to create. It is written as ``<path>.part`` (:attr:`part_path`) and moved
+            to ``path`` (:attr:`final_path`) by :meth:`finish`; a killed process leaves the
+            readable prefix in the ``.part``.
+        overwrite: replace ``path`` if it exists (else OutputExistsError). Even then, a capture
+            that records no event and does not complete keeps the existing file.
         workload: what was run (suite or scene names).
         capture_options: how the capture was made (the harness's RunConfig).
         host_info: what it ran on (the harness's host probe).
@@ -61,6 +73,13 @@ class TraceWriter:
             dropped and counted in the summary).
         start_host_ns: host-clock (``perf_counter_ns``) capture start; event
             times are relative to it. Defaults to now.
+        stream: write to this open binary file instead of claiming ``path`` (a pipe, a socket):
+            no ``.part``, nothing moved; the writer closes it in :meth:`finish`. ``path`` only
+            names it (in messages and the writer thread's name).
+
+    Raises:
+        OutputExistsError, OutputBusyError: the path is taken (see katra_trace/claim.py).
+        TraceIOError: the file cannot be created or written (disk full, file too large, ...).
     """
 
     def __init__(
@@ -78,6 +97,8 @@ class TraceWriter:
         queue_batches: int = 8,
         compression_level: int = 1,
         start_host_ns: int | None = None,
+        overwrite: bool = False,
+        stream: BinaryIO | None = None,
     ) -> None:
         if codec not in fmt.CODEC_NAMES:
             raise ConfigError(f"unknown codec {codec!r}; choose one of: {', '.join(fmt.CODEC_NAMES)}")
@@ -87,7 +108,14 @@ class TraceWriter:
             raise ConfigError(f"batch_events must be in 1..{fmt.MAX_BLOCK_EVENTS}, got {batch_events}")
         if batch_ms <= 0 or queue_batches < 1:
             raise ConfigError("batch_ms must be > 0 and queue_batches >= 1")
+        raw = os.fspath(path)
+        if stream is None and (not raw or raw.endswith(os.sep)):
+            raise TraceIOError(f"cannot create trace {raw!r}: the output needs a file name")
         self.path = Path(path)
+        #: where the trace ends up (the same as ``path``)
+        self.final_path = self.path
+        #: where the trace is written until finish() moves it (None when writing to a ``stream``)
+        self.part_path: Path | None = None if stream is not None else claim_mod.part_path_for(self.path)
         self.start_host_ns = time.perf_counter_ns() if start_host_ns is None else int(start_host_ns)
         self.start_wall_ns = time.time_ns()
         self._codec = fmt.CODEC_NAMES[codec]
@@ -108,8 +136,11 @@ class TraceWriter:
         self._pending: collections.deque[tuple[Any, ...]] = collections.deque()
         self._enqueued = 0  # items handed to the thread
         self._done = 0  # items the thread has written
-        self._closing = False
-        self._finished = False
+        self._closing = False  #: the writer thread may exit once the queue is empty
+        self._closed = False  #: finish() began: every producer call raises
+        self._finished = False  #: finish() completed (successfully or not)
+        self._finish_lock = threading.Lock()
+        self._finish_error: KatraError | None = None
         self._error: BaseException | None = None
         self._dropped_events = 0
         self._dropped_batches = 0
@@ -127,10 +158,13 @@ class TraceWriter:
             "workload": workload,
             "notes": notes,
         }
-        try:
-            self._file: BinaryIO = open(self.path, "wb")  # noqa: SIM115 - closed by finish()
-        except OSError as exc:
-            raise ConfigError(f"cannot create trace {str(self.path)!r}: {exc.strerror or exc}") from None
+        header_json = fmt.encode_json(self.header)  # unencodable options fail here, before any file exists
+        self._claim: claim_mod.Claim | None = None
+        if stream is None:
+            self._claim = claim_mod.claim(self.path, overwrite)
+            self._file: BinaryIO = os.fdopen(self._claim.fd, "wb")
+        else:
+            self._file = stream
         # Owned by the background thread once started:
         self._seq = 0
         self._pos = 0
@@ -139,10 +173,14 @@ class TraceWriter:
         self._written_events = 0
         self._summary_offset = 0
         self._compressor = zstandard.ZstdCompressor(level=compression_level)
-        self._write_raw(fmt.encode_preamble())
-        self._write_block(fmt.BlockType.HEADER, fmt.encode_json(self.header))
-        self._write_block(fmt.BlockType.STRINGS, fmt.encode_strings(0, [""]))
-        self._file.flush()
+        try:
+            self._write_raw(fmt.encode_preamble())
+            self._write_block(fmt.BlockType.HEADER, header_json)
+            self._write_block(fmt.BlockType.STRINGS, fmt.encode_strings(0, [""]))
+            self._file.flush()
+        except OSError as exc:
+            self._abandon()
+            raise TraceIOError(f"cannot write trace {str(self.path)!r}: {claim_mod.describe(exc)}") from None
 
         self.append = self._make_append()
         self._thread = threading.Thread(target=self._run, name=f"katra-trace-writer:{self.path.name}", daemon=True)
@@ -157,10 +195,13 @@ class TraceWriter:
 
     def intern(self, name: str) -> int:
         """The id of ``name`` in the trace's string table (added on first use)."""
+        if self._closed:
+            self._raise_closed()
         sid = self._strings.get(name)
         if sid is not None:
             return sid
         with self._lock:
+            self._check_open_locked()
             sid = self._strings.get(name)
             if sid is None:
                 sid = len(self._strings)
@@ -170,7 +211,10 @@ class TraceWriter:
 
     def _make_append(self) -> Callable[..., None]:
         """Build :meth:`append` as a closure: local names instead of attribute look-ups, and an
-        explicit acquire/release, roughly double the rate of a plain method with ``with lock``."""
+        explicit acquire/release, roughly double the rate of a plain method with ``with lock``.
+
+        It checks nothing but the batch buffer being full: finish() and a failed write mark the
+        buffer full, so the next append reaches the hand-over, which raises."""
         acquire, release = self._lock.acquire, self._lock.release
         pack, slot, cap, hand_over = _EVENT.pack_into, self._slot, self._cap, self._hand_over_locked
 
@@ -191,15 +235,22 @@ class TraceWriter:
         return append
 
     def append_array(self, events: np.ndarray) -> None:
-        """Append many events at once (an array of EVENT_DTYPE or a compatible structured array)."""
+        """Append many events at once (an array of EVENT_DTYPE or a compatible structured array).
+
+        Rows a trace may not hold (an undefined kind, clock or flag bit, a negative duration) are
+        refused with ConfigError before any of them is appended."""
         if events.dtype != EVENT_DTYPE:
             try:
                 events = events.astype(EVENT_DTYPE, casting="same_kind")
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"append_array needs EVENT_DTYPE records: {exc}") from None
         events = np.ascontiguousarray(events)
+        problem = fmt.check_events(events, fmt.FORMAT_MINOR)
+        if problem is not None:
+            raise ConfigError(f"append_array: {problem}")
         step, cap = self._batch_events, self._cap
         with self._lock:
+            self._check_open_locked()
             pos = 0
             while pos < len(events):
                 # Re-read the slot every time: a hand-over may wait for room, and other
@@ -232,31 +283,73 @@ class TraceWriter:
     def flush(self) -> None:
         """Return once everything appended so far has been written to the file."""
         with self._cond:
-            self._raise_if_failed()
+            self._check_open_locked()
             self._hand_over_pending_locked()
             target = self._enqueued
-            while self._done < target and self._error is None:
-                self._cond.wait()
+            while self._done < target and self._error is None and self._thread.is_alive():
+                self._cond.wait(0.5)
             self._raise_if_failed()
 
     def finish(self, summary: dict[str, Any] | None = None, status: str = "complete") -> None:
-        """Write everything pending, the SUMMARY block and the footer, then close the file."""
+        """Write everything pending, the SUMMARY block and the footer, close the file and move it
+        into place (see katra_trace/claim.py). Whatever happens, the background thread is joined
+        and the file closed before this returns or raises.
+
+        Raises TraceIOError when a write failed (the events written before it stay readable, in
+        :attr:`final_path`, or in :attr:`part_path` when the move failed too), OutputExistsError
+        when the path appeared meanwhile. A later call raises the same error again; a later call
+        after a successful finish does nothing. Concurrent appenders get WriterClosedError.
+        """
         if status not in STATUSES:
             raise ConfigError(f"unknown status {status!r}; choose one of: {', '.join(STATUSES)}")
-        with self._cond:
+        user = dict(summary or {})
+        with self._finish_lock:  # a second finish() waits for the first, then sees its outcome
             if self._finished:
+                if self._finish_error is not None:
+                    raise self._finish_error
                 return
-            self._finished = True
-            self._hand_over_pending_locked()
+            try:
+                self._finish(status, user)
+            except KatraError as err:
+                self._finish_error = err
+                raise
+            finally:
+                self._finished = True
+                _OPEN_WRITERS.discard(self)
+
+    def _finish(self, status: str, user: dict[str, Any]) -> None:
+        with self._cond:
+            self._closed = True
+            if self._error is None:
+                self._hand_over_pending_locked(raise_errors=False)
+            self._slot[1] = self._cap  # producers now reach a hand-over (the buffer was handed over above)
             self._closing = True
-            self._enqueue_locked(("summary", status, dict(summary or {})))
+            self._enqueue_locked(("summary", status, user))
         self._thread.join()
-        _OPEN_WRITERS.discard(self)
+        failure = self._error
+        published: bool | None = None
         try:
-            self._file.close()
-        except OSError as exc:
-            self._error = self._error or exc
-        self._raise_if_failed()
+            if self._claim is not None:
+                if failure is None:
+                    try:
+                        self._file.flush()
+                        os.fsync(self._file.fileno())  # on disk before it takes the user's name
+                    except OSError as exc:
+                        failure = exc
+                empty = self._written_events == 0 and (status != "complete" or failure is not None)
+                published = claim_mod.publish(self._claim, empty_failure=empty)
+        finally:
+            try:
+                self._file.close()  # also releases the .part's lock
+            except OSError as exc:
+                failure = failure or exc
+        if failure is not None:
+            where = self.path if published or self._claim is None else self.part_path
+            kept = (f"; the {self._written_events} events written before it are readable in {str(where)!r}"
+                    if published is not False else "; the existing file was kept")
+            if isinstance(failure, ConfigError):
+                raise ConfigError(f"writing trace {str(self.path)!r} stopped: {failure}{kept}")
+            raise TraceIOError(f"writing trace {str(self.path)!r} failed: {claim_mod.describe(failure)}{kept}")
 
     @property
     def finished(self) -> bool:
@@ -281,18 +374,29 @@ class TraceWriter:
 
     # -- internals (producer side, lock held) ------------------------------------------------
 
-    def _hand_over_pending_locked(self) -> None:
+    def _raise_closed(self) -> None:
+        raise WriterClosedError(f"trace writer for {str(self.path)!r} is already finished")
+
+    def _check_open_locked(self) -> None:
+        if self._closed:
+            self._raise_closed()
+        self._raise_if_failed()
+
+    def _hand_over_pending_locked(self, raise_errors: bool = True) -> None:
         """Hand over the current partial batch and any new strings, without waiting for room."""
         if self._slot[1] or self._new_strings:
-            self._hand_over_locked(force=True)
+            self._hand_over_locked(force=True, raise_errors=raise_errors)
 
     def _enqueue_locked(self, item: tuple[Any, ...]) -> None:
         self._pending.append(item)
         self._enqueued += 1
         self._cond.notify_all()
 
-    def _hand_over_locked(self, batch: np.ndarray | None = None, force: bool = False) -> None:
+    def _hand_over_locked(self, batch: np.ndarray | None = None, force: bool = False,
+                          raise_errors: bool = True) -> None:
         """Queue a batch (default: the current buffer) and the new strings for the writer thread."""
+        if raise_errors:
+            self._check_open_locked()
         strings = self._new_strings
         first_id = self._strings_flushed
         self._new_strings = []
@@ -311,33 +415,46 @@ class TraceWriter:
             return
         self._enqueue_locked(("events", first_id, strings, batch))
         if not self._drop and not force:
-            while len(self._pending) > self._max_pending and self._error is None:
-                self._cond.wait()
-        self._raise_if_failed()
+            while len(self._pending) > self._max_pending and self._error is None and self._thread.is_alive():
+                self._cond.wait(0.5)
+        if raise_errors:
+            self._raise_if_failed()
 
     def _enqueue_json(self, btype: fmt.BlockType, record: dict[str, Any]) -> None:
         payload = fmt.encode_json(record)  # fail early, in the caller, on unencodable data
         with self._cond:
-            self._raise_if_failed()
-            if self._finished:
-                raise ConfigError("trace writer is already finished")
+            self._check_open_locked()
             self._hand_over_pending_locked()
             self._enqueue_locked(("json", btype, payload))
 
     def _raise_if_failed(self) -> None:
-        if self._error is not None:
-            err = self._error
-            raise KatraError(f"writing trace {str(self.path)!r} failed: {err}") from err
+        err = self._error
+        if err is None:
+            return
+        if isinstance(err, ConfigError):  # an event the format cannot hold (found by the writer thread)
+            raise ConfigError(f"writing trace {str(self.path)!r} stopped: {err}")
+        raise TraceIOError(f"writing trace {str(self.path)!r} failed: {claim_mod.describe(err)}")
+
+    def _abandon(self) -> None:
+        """The header could not be written: remove our own empty .part (or leave a stream) and close."""
+        if self._claim is not None:
+            claim_mod.discard(self._claim)
+        with contextlib.suppress(OSError):
+            self._file.close()  # a stream too: the writer owns it
+        self._finished = self._closed = True
 
     # -- the writer thread -------------------------------------------------------------------
 
     def _run(self) -> None:
+        """Write queued items until finish() closes the queue. Never raises: a failure is recorded
+        in ``_error`` (the producers see it at their next call), and the rest of the queue is
+        drained without writing so that nobody waits for room forever."""
         while True:
             with self._cond:
                 if not self._pending and not self._closing:
                     self._cond.wait(self._batch_s)
-                    if not self._pending and self._slot[1] and not self._closing:
-                        self._hand_over_locked(force=True)
+                    if not self._pending and self._slot[1] and not self._closing and self._error is None:
+                        self._hand_over_locked(force=True, raise_errors=False)  # the periodic flush
                 if not self._pending:
                     if self._closing:
                         return
@@ -347,7 +464,9 @@ class TraceWriter:
                 if self._error is None:
                     self._write_item(item)
             except BaseException as exc:  # noqa: BLE001 - reported to the producer
-                self._error = exc
+                with self._cond:
+                    self._error = exc
+                    self._slot[1] = self._cap  # the next append() reaches a hand-over, which raises
             with self._cond:
                 self._done += 1
                 self._cond.notify_all()
@@ -360,6 +479,9 @@ class TraceWriter:
                 self._write_block(fmt.BlockType.STRINGS, fmt.encode_strings(first_id, strings))
             if batch is not None and len(batch):
                 events = batch
+                problem = fmt.check_events(events, fmt.FORMAT_MINOR)
+                if problem is not None:  # written, no reader would read past it
+                    raise ConfigError(f"append: {problem}")
                 self._write_block(fmt.BlockType.EVENTS, fmt.encode_events(events), schema=SCHEMA_VERSION)
                 self._written_events += len(events)
                 self._event_blocks += 1

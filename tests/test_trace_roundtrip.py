@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from katra_trace import EVENT_DTYPE, Clock, ConfigError, Kind, TraceWriter, open_trace
+from katra_trace import EVENT_DTYPE, Clock, ConfigError, Kind, TraceIOError, TraceWriter, open_trace
 from tests.trace_helpers import frame_zone_stream, write_trace
 
 json_scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=20) | st.floats(
@@ -28,7 +28,9 @@ class PipeSink:
 
         self.path = path
         os.mkfifo(path)
-        self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # lets the writer's open() succeed
+        self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # lets the open() for writing succeed
+        #: what TraceWriter(stream=...) writes to (the writer closes it in finish())
+        self.stream = open(path, "wb")  # noqa: SIM115
         self._chunks: list[bytes] = []
         self._thread: threading.Thread | None = None
         self.slow = threading.Event()
@@ -165,7 +167,7 @@ def test_drop_policy_counts_what_it_dropped(tmp_path: Path) -> None:
     """The trace goes into a pipe nobody reads yet: the writer thread blocks, batches must be dropped."""
     sink = PipeSink(tmp_path / "pipe.katra")
     w = TraceWriter(sink.path, codec="none", batch_events=100, queue_batches=1, drop_policy="drop",
-                    batch_ms=60_000)
+                    batch_ms=60_000, stream=sink.stream)
     name = w.intern("x")
     total = 20_000  # 840 kB raw: far more than a pipe buffer holds
     for i in range(total):
@@ -195,7 +197,7 @@ def test_time_based_batches_reach_the_file_without_flush(tmp_path: Path) -> None
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            seen = len(open_trace(path).events)
+            seen = len(open_trace(w.part_path).events)  # the capture lives in <path>.part until finish()
     w.finish()
     assert seen == 1
 
@@ -205,10 +207,12 @@ def test_flush_puts_everything_on_disk(tmp_path: Path) -> None:
     w = TraceWriter(path, batch_events=1000, batch_ms=60_000)
     w.append_array(frame_zone_stream(10))
     w.flush()
+    assert w.part_path == tmp_path / "fl.katra.part" and not path.exists()
     with pytest.warns(UserWarning, match="without a footer"):
-        t = open_trace(path)
+        t = open_trace(w.part_path)
     assert len(t.events) == 40 and t.truncated and t.summary["rebuilt"]
     w.finish()
+    assert path.exists() and not w.part_path.exists()
 
 
 def test_bad_writer_options_are_config_errors(tmp_path: Path) -> None:
@@ -216,8 +220,9 @@ def test_bad_writer_options_are_config_errors(tmp_path: Path) -> None:
         TraceWriter(tmp_path / "x.katra", codec="lz4")
     with pytest.raises(ConfigError, match="drop policy"):
         TraceWriter(tmp_path / "x.katra", drop_policy="sometimes")
-    with pytest.raises(ConfigError, match="cannot create trace"):
+    with pytest.raises(TraceIOError, match="cannot create trace .*No such file or directory \\(ENOENT\\)"):
         TraceWriter(tmp_path / "no" / "such" / "dir" / "x.katra")
+    assert list(tmp_path.iterdir()) == []  # no .part left by any of them
 
 
 def test_iter_batches_streams_blocks(tmp_path: Path) -> None:
@@ -256,7 +261,7 @@ def test_mixed_appends_flushes_and_annotations_from_many_threads(tmp_path: Path)
 
     stream = frame_zone_stream(100)
     sink = PipeSink(tmp_path / "slow.katra")
-    w = TraceWriter(sink.path, codec="none", batch_events=7, batch_ms=1, queue_batches=1)
+    w = TraceWriter(sink.path, codec="none", batch_events=7, batch_ms=1, queue_batches=1, stream=sink.stream)
     sink.slow.set()
     sink.start_draining(chunk=2048, pause_s=0.0005)
     sent = [0] * 4

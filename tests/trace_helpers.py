@@ -37,7 +37,7 @@ def write_trace(path: Path, events: np.ndarray, strings: list[str], *, batch_eve
     h = header or {}
     w = TraceWriter(path, workload=h.get("workload", "test"), capture_options=h.get("capture_options", {}),
                     host_info=h.get("host_info", {}), notes=h.get("notes", ""), codec=codec,
-                    batch_events=batch_events, batch_ms=60_000)
+                    batch_events=batch_events, batch_ms=60_000, overwrite=True)
     for s in strings[1:]:
         w.intern(s)
     w.append_array(events)

@@ -1,0 +1,214 @@
+"""Claiming a trace's output path, so that no capture destroys a file or another capture.
+
+A :class:`~katra_trace.writer.TraceWriter` never writes to its output path directly. It creates a
+sibling ``<path>.part`` with ``O_CREAT | O_EXCL`` (two writers can never share it) and holds an
+exclusive ``flock`` on it for its whole life (so a second writer can tell a live run from the
+remnant of a crashed one). When the capture ends, whatever its status, the ``.part`` is moved
+into place:
+
+* without ``overwrite``, with a no-replace move (``link`` then ``unlink``): a file that appeared at
+  the path meanwhile is never replaced; the capture stays in the ``.part`` and the error names it;
+* with ``overwrite``, with ``os.replace`` (atomic: readers see the old file or the new one);
+* except that a capture that ended without recording a single event (it failed or was
+  interrupted first) never replaces a file that existed when it started: its ``.part`` is
+  removed and the old file kept.
+
+A killed writer leaves ``<path>.part``: a readable prefix of the capture. It is never deleted
+automatically; the next writer for that path refuses and says how to recover it.
+See docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import os
+import stat
+import warnings
+from pathlib import Path
+
+from katra_trace.errors import KatraError, OutputBusyError, OutputExistsError, TraceIOError
+
+PART_SUFFIX = ".part"
+
+#: errno values of filesystems without hard links (vfat, some FUSE and network filesystems)
+_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK, errno.EXDEV}
+
+_KIND = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a pipe or FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def describe(exc: BaseException) -> str:
+    """``No space left on device (ENOSPC)``: one line for an OSError (or any exception)."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        name = errno.errorcode.get(exc.errno, str(exc.errno))
+        return f"{exc.strerror or os.strerror(exc.errno)} ({name})"
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def part_path_for(path: Path) -> Path:
+    return path.with_name(path.name + PART_SUFFIX)
+
+
+@dataclasses.dataclass
+class Claim:
+    """An output path claimed by one writer: its locked ``.part`` file descriptor."""
+
+    final_path: Path
+    part_path: Path
+    fd: int
+    overwrite: bool
+    existed: bool  #: the final path held a file when the claim was made
+
+
+def _kind(mode: int) -> str | None:
+    return next((what for test, what in _KIND if test(mode)), None)
+
+
+def claim(path: Path, overwrite: bool) -> Claim:
+    """Create and lock ``<path>.part``; raises OutputExistsError, OutputBusyError or TraceIOError."""
+    shown = str(path)
+    part = part_path_for(path)
+    for _ in range(5):  # a .part that vanishes while we look at it (its run just finished): try again
+        existed = _check_final(path, overwrite)
+        try:
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except FileExistsError:
+            if _refuse_part(path, part):
+                continue
+            raise AssertionError("unreachable")  # pragma: no cover - _refuse_part raises or returns True
+        except OSError as exc:
+            raise TraceIOError(f"cannot create trace {shown!r}: {describe(exc)}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            _discard(part, fd)
+            raise TraceIOError(f"cannot lock {str(part)!r}: {describe(exc)}") from None
+        return Claim(path, part, fd, overwrite, existed)
+    raise OutputBusyError(f"{str(part)!r} keeps appearing and disappearing: several katra3d runs are racing "
+                          f"for {shown!r}; give each its own -o", str(part), stale=False)
+
+
+def _check_final(path: Path, overwrite: bool) -> bool:
+    """Whether ``path`` exists (a regular file); refuses what may not be replaced."""
+    shown = str(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise TraceIOError(f"cannot create trace {shown!r}: {describe(exc)}") from None
+    what = _kind(st.st_mode)
+    if what is not None:
+        raise TraceIOError(f"cannot write a trace to {shown!r}: it is {what}, not a regular file; "
+                           "give -o a file name")
+    if not overwrite:
+        raise OutputExistsError(f"{shown!r} already exists: pass --force to replace it, or choose another -o")
+    return True
+
+
+def _refuse_part(path: Path, part: Path) -> bool:
+    """``<path>.part`` exists: raise OutputBusyError saying whose it is, or return True if it vanished."""
+    shown = str(part)
+    try:
+        fd = os.open(part, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    except OSError as exc:
+        raise TraceIOError(f"cannot create trace {str(path)!r}: {shown!r} is in the way: {describe(exc)}") from None
+    try:
+        if _kind(os.fstat(fd).st_mode) is not None:
+            raise OutputBusyError(f"{shown!r} is in the way and is not a regular file; move it away or choose "
+                                  "another -o", shown, stale=True)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            held = False
+        except BlockingIOError:
+            held = True
+    finally:
+        os.close(fd)
+    pid = _writer_pid(part)
+    who = f"pid {pid}" if pid is not None else "pid unknown"
+    if held:
+        raise OutputBusyError(f"another katra3d run ({who}) is writing {str(path)!r} (its capture is in {shown!r} "
+                              "until it finishes); wait for it, or choose another -o", shown, stale=False, pid=pid)
+    raise OutputBusyError(
+        f"{shown!r} is left from a capture that never finished ({who}; killed or crashed); it holds that "
+        f"capture's readable prefix and is never deleted automatically: keep it with `mv {shown} "
+        f"{path.stem}-recovered{path.suffix or '.katra'}` (check it with `katra3d validate`), or delete it, "
+        "then run again", shown, stale=True, pid=pid)
+
+
+def _writer_pid(part: Path) -> int | None:
+    """The pid in the HEADER of a .part (written and flushed when its writer started), if readable."""
+    from katra_trace.reader import open_trace
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pid = open_trace(part, events=False).header.get("pid")
+    except KatraError:
+        return None
+    return pid if isinstance(pid, int) else None
+
+
+def _discard(part: Path, fd: int) -> None:
+    """Remove a .part this writer created and close it (only for a capture that holds nothing)."""
+    try:
+        os.unlink(part)
+    except OSError:
+        pass
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def discard(c: Claim) -> None:
+    """Give up a claim whose .part holds nothing worth keeping (the header could not be written)."""
+    _discard(c.part_path, c.fd)
+
+
+def publish(c: Claim, empty_failure: bool) -> bool:
+    """Move the finished ``.part`` into place (the caller closes the file afterwards, releasing the lock).
+
+    ``empty_failure``: the capture recorded no event and did not complete. Then a file that
+    existed when the claim was made is kept, and the ``.part`` removed; returns False.
+    Raises OutputExistsError (the path appeared meanwhile; the capture stays in the .part) or
+    TraceIOError (the move failed; the capture stays in the .part).
+    """
+    part, final = str(c.part_path), str(c.final_path)
+    if empty_failure and c.existed and os.path.lexists(final):
+        os.unlink(part)
+        return False
+    try:
+        if c.overwrite:
+            os.replace(part, final)
+            return True
+        try:
+            os.link(part, final)
+        except FileExistsError:
+            raise OutputExistsError(f"{final!r} appeared while this capture ran and was not replaced; this "
+                                    f"capture is kept in {part!r}", part) from None
+        except OSError as exc:
+            if exc.errno not in _NO_LINKS:
+                raise
+            # No hard links here: a plain rename, after a last look (a file appearing in between
+            # would be replaced: the one race this filesystem leaves open).
+            if os.path.lexists(final):
+                raise OutputExistsError(f"{final!r} appeared while this capture ran and was not replaced; "
+                                        f"this capture is kept in {part!r}", part) from None
+            os.rename(part, final)
+            return True
+        os.unlink(part)
+        return True
+    except OSError as exc:
+        raise TraceIOError(f"cannot move the finished capture {part!r} to {final!r}: {describe(exc)}; it is kept "
+                           f"in {part!r}") from None
