@@ -46,6 +46,8 @@ EXCLUDED_FLAGS = int(Flag.WARMUP | Flag.SETUP | Flag.SKIPPED | Flag.INTERRUPTED 
 CLOCK_NAMES: dict[int, str] = {int(c): c.name.lower() for c in Clock}
 
 _NS_PER_MS = 1e6
+#: Frames per block of the moving median (bounds its memory at ~window x this x 8 bytes x 3).
+_MEDIAN_BLOCK_FRAMES = 8192
 _NS_PER_S = 1e9
 
 
@@ -136,7 +138,12 @@ def moving_median(dur_ns: np.ndarray, window: int = STUTTER_WINDOW_FRAMES) -> np
     half = window // 2
     padded = np.concatenate([np.full(half, np.nan), d, np.full(half, np.nan)])
     windows = np.lib.stride_tricks.sliding_window_view(padded, window)
-    out: np.ndarray = np.nanmedian(windows, axis=1)
+    out = np.empty(d.size)
+    # in blocks: nanmedian copies its input, so a whole long capture at once would take
+    # ~window x its size in memory
+    for start in range(0, d.size, _MEDIAN_BLOCK_FRAMES):
+        stop = min(start + _MEDIAN_BLOCK_FRAMES, d.size)
+        out[start:stop] = np.nanmedian(windows[start:stop], axis=1)
     return out
 
 
