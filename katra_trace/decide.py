@@ -26,10 +26,12 @@ docs/stats.md; in short (``thr`` = threshold, ``up = 1 + thr``,
 * **Count metrics** (instructions, cycles) are deterministic: one run a side
   is evidence. No p-value: the change is set against the threshold and
   against a measured noise floor ``f`` (the relative spread of per-run
-  medians when a side has several runs, else of the steady frames); the
+  medians when a side has several runs, else across steady frames); the
   band is ``log ratio +- NOISE_FLOOR_FACTOR * f``. Regression when the ratio
   is >= up and the whole band is above 1 (improvement mirrored); unchanged
   when the whole band lies inside (down, up); otherwise inconclusive.
+  With one run a side and the same frames, the floor is the spread of the
+  per-frame ratios (frame i of NEW against frame i of BASE).
 """
 
 from __future__ import annotations
@@ -384,8 +386,8 @@ def _decide_time(m: dict[str, Any], p_holm: float, threshold: float, alpha: floa
         frames = f"{(m['frame_ratio'] - 1) * 100:+.1f}% (p={m['frame_p_value']:.2g})"
         return SceneComparison(**dict(
             base, verdict="inconclusive", runs_needed=MIN_RUNS,
-            reason=f"inconclusive (run-to-run noise unknown): {m['runs_base']} vs {m['runs_new']} {word}; "
-                   f"need >= {MIN_RUNS} {word} a side (katra3d ab). Frames, for information only: {frames}",
+            reason=f"run-to-run noise unknown ({m['runs_base']} vs {m['runs_new']} {word}): need >= {MIN_RUNS} "
+                   f"{word} a side (katra3d ab); frames, for information only: {frames}",
             notes=(f"with fewer than {MIN_RUNS} runs a side a time metric never gives a verdict: frames of "
                    "one run share that run's luck, and 11 of 40 single-run A/A comparisons measured on "
                    "llvmpipe said 'regression' (docs/stats.md)",)))
@@ -429,17 +431,24 @@ def _robust_rel_spread(values: np.ndarray) -> float:
 
 
 def noise_floor(b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]) -> tuple[float, str]:
-    """The relative noise floor of a count metric and where it came from.
+    """The relative noise floor of a count metric (an sd on the log scale) and where it came from.
 
-    Across runs (sd of log per-run medians, the larger side) when a side has
-    >= 2 runs; else across steady frames (robust relative sd of the frames,
-    the larger side). Steady frames: the frames themselves; the median is
-    robust to the few frames that carry periodic harness work.
+    * a side has >= 2 runs: the sd of the log per-run medians (the larger side's);
+    * one run a side with the same frames: the robust spread (1.4826 x MAD) of
+      the per-frame log ratios NEW/BASE, frame i against frame i. A scene's
+      frames may differ in work (animation), but the same frame of two runs does
+      the same work, so what the ratios spread by is noise;
+    * otherwise the robust spread of each side's log frame counts (the larger).
+
+    The median absolute deviation ignores the few frames that carry the
+    harness's periodic work.
     """
     sides = [r for r in (b_runs, n_runs) if len(r) >= 2]
     if sides:
         sds = [float(np.log(np.array([np.median(x) for x in runs])).std(ddof=1)) for runs in sides]
         return max(sds), "across runs"
+    if len(b_runs) == len(n_runs) == 1 and b_runs[0].size == n_runs[0].size:
+        return _robust_rel_spread(n_runs[0] / b_runs[0]), "across matched steady frames"
     spreads = [_robust_rel_spread(np.concatenate(runs)) for runs in (b_runs, n_runs)]
     return max(spreads), "across steady frames"
 

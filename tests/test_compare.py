@@ -274,17 +274,30 @@ def test_count_metric_one_run_a_side_is_evidence() -> None:
     assert few.scenes[0].verdict == "regression" and math.isnan(few.scenes[0].p_holm)
 
 
+def test_count_floor_of_an_animated_scene_compares_frame_with_frame() -> None:
+    # the work of a frame varies by +-10 % with the animation, the same in every run: frame i of
+    # NEW against frame i of BASE shows a clean 1 % change (the frames' own spread would hide it)
+    work = 1e6 * (1 + 0.1 * np.sin(np.arange(30) / 3))
+    s = compare_runs({"s": [work]}, {"s": [work * 1.01]}, metric="instructions").scenes[0]
+    assert s.verdict == "regression" and s.noise_floor_pct < 1e-9, s.reason
+    s = compare_runs({"s": [work]}, {"s": [work.copy()]}, metric="instructions").scenes[0]
+    assert s.verdict == "unchanged", s.reason
+
+
 def test_count_noise_floor_from_frames_then_from_runs() -> None:
     # frames that wobble by 1 %: a 1 % change is within 3x the floor -> inconclusive, not regression
     noisy_b, noisy_n = [counts(40, 1e6, 0.01, seed=1)], [counts(40, 1.01e6, 0.01, seed=2)]
     s = compare_runs({"s": noisy_b}, {"s": noisy_n}, metric="instructions").scenes[0]
-    assert s.verdict == "inconclusive" and "across steady frames" in s.reason
+    assert s.verdict == "inconclusive" and "across matched steady frames" in s.reason
     assert 0.5 < s.noise_floor_pct < 2
     # two runs a side: the floor is the spread of the per-run medians
     b = [counts(10, 1e6), counts(10, 1e6 * 1.0002)]
     n = [counts(10, 1.02e6), counts(10, 1.02e6 * 1.0002)]
     s = compare_runs({"s": b}, {"s": n}, metric="instructions").scenes[0]
     assert s.verdict == "regression" and "across runs" in s.reason and s.noise_floor_pct < 0.05
+    # frames of unequal count cannot be matched: the spread of each side's frames
+    s = compare_runs({"s": noisy_b}, {"s": [noisy_n[0][:30]]}, metric="instructions").scenes[0]
+    assert "across steady frames" in s.reason and "matched" not in s.reason
     # explicit threshold overrides the per-kind default
     s = compare_runs({"s": b}, {"s": n}, metric="instructions", threshold_pct=5).scenes[0]
     assert s.verdict == "unchanged"

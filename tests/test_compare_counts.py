@@ -120,7 +120,7 @@ def test_instructions_noise_floor_from_frames(tmp_path: Path) -> None:
     c = compare_traces(_open(a), _open(b))
     s = c.scenes[0]
     assert s.verdict == "inconclusive" and c.exit_code == 0, s.reason
-    assert "across steady frames" in s.reason and s.noise_floor_pct > 0.3
+    assert "across matched steady frames" in s.reason and s.noise_floor_pct > 0.3
 
 
 def test_instruction_comparisons_refuse_a_different_code_generator(tmp_path: Path, katra_cli) -> None:
