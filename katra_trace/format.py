@@ -50,6 +50,7 @@ MINOR_LIMITS: dict[int, MinorLimits] = {
 }
 assert max(MINOR_LIMITS) == FORMAT_MINOR
 assert MINOR_LIMITS[FORMAT_MINOR].event_flags == sum(int(f) for f in Flag)
+assert all(lim.event_flags & (lim.event_flags + 1) == 0 for lim in MINOR_LIMITS.values())  # low bits only
 
 PREAMBLE = struct.Struct("<8sHHI")  # magic, major, minor, flags
 BLOCK_HEADER = struct.Struct("<IBBHIIII")  # sync, type, codec, schema, seq, stored_len, raw_len, crc32
@@ -313,14 +314,66 @@ def check_events(events: np.ndarray, minor: int) -> str | None:
             return f"event kind {kind_max} is not defined in format 1.{minor}"
         if clock_max > limits.max_clock:
             return f"event clock {clock_max} is not defined in format 1.{minor}"
-        extra = int(np.bitwise_or.reduce(events["flags"])) & ~limits.event_flags
-        if extra:
+        if int(events["flags"].max()) & ~limits.event_flags:  # the defined bits are the low ones
+            extra = int(np.bitwise_or.reduce(events["flags"])) & ~limits.event_flags
             return f"event flag bits {extra:#x} are not defined in format 1.{minor}"
     dur = events["dur_ns"]
     if int(dur.min()) < 0:
         return f"negative duration {int(dur.min())} (dur_ns is never negative)"
-    if bool((events["start_ns"] > _INT64_MAX - dur).any()):
-        return "a span ends beyond the int64 nanosecond range"
+    start = events["start_ns"]
+    if int(dur.max()) > 1 << 62 or int(start.max()) > 1 << 62:  # only then can start + dur overflow
+        if bool((start > _INT64_MAX - dur).any()):
+            return "a span ends beyond the int64 nanosecond range"
+    return None
+
+
+def _plane_offsets() -> dict[str, tuple[int, int]]:
+    """Per column: (byte offset of its first plane in units of n, byte width) in an EVENTS payload."""
+    out, at = {}, 0
+    for name, typ, _ in COLUMNS:
+        width = np.dtype(typ).itemsize
+        out[name] = (at, width)
+        at += width
+    return out
+
+
+_PLANES = _plane_offsets()
+
+
+def check_payload(payload: bytes, start_ns: np.ndarray, minor: int) -> str | None:
+    """:func:`check_events` for an encoded EVENTS payload (the writer's side, before it writes).
+
+    Reads the byte planes (contiguous, so a few fast passes) instead of the strided records;
+    ``start_ns`` is the batch's start column, for the end-of-span overflow check.
+    """
+    n = len(start_ns)
+    if n == 0:
+        return None
+    head = EVENTS_HEAD.size
+
+    def plane(column: str, byte: int) -> np.ndarray:
+        first, _ = _PLANES[column]
+        return np.frombuffer(payload, dtype=np.uint8, count=n, offset=head + (first + byte) * n)
+
+    limits = MINOR_LIMITS.get(minor)
+    if limits is not None:
+        kind_max, clock_max = int(plane("kind", 0).max()), int(plane("clock", 0).max())
+        if kind_max > limits.max_kind:
+            return f"event kind {kind_max} is not defined in format 1.{minor}"
+        if clock_max > limits.max_clock:
+            return f"event clock {clock_max} is not defined in format 1.{minor}"
+        if int(plane("flags", 1).max()) or int(plane("flags", 0).max()) & ~limits.event_flags:
+            flags = plane("flags", 0).astype(np.uint16) | (plane("flags", 1).astype(np.uint16) << 8)
+            return (f"event flag bits {int(np.bitwise_or.reduce(flags)) & ~limits.event_flags:#x} are not defined "
+                    f"in format 1.{minor}")
+    dur_top = int(plane("dur_ns", 7).max())
+    if dur_top >= 0x80:
+        return "negative duration (dur_ns is never negative)"
+    if dur_top >= 0x40 or int(start_ns.max()) > 1 << 62:  # only then can start + dur overflow
+        dur = np.frombuffer(payload, dtype=np.uint8, count=8 * n, offset=head + _PLANES["dur_ns"][0] * n)
+        dur_ns = np.ascontiguousarray(dur.reshape(8, n).T).view("<i8").ravel()
+        if bool((start_ns > _INT64_MAX - dur_ns).any()):
+            return "a span ends beyond the int64 nanosecond range"
     return None
 
 

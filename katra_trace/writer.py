@@ -237,17 +237,15 @@ class TraceWriter:
     def append_array(self, events: np.ndarray) -> None:
         """Append many events at once (an array of EVENT_DTYPE or a compatible structured array).
 
-        Rows a trace may not hold (an undefined kind, clock or flag bit, a negative duration) are
-        refused with ConfigError before any of them is appended."""
+        Like :meth:`append`, rows a trace may not hold (an undefined kind, clock or flag bit, a
+        negative duration) are refused by the writer thread before their batch is written: the
+        ConfigError reaches the producer at its next call, or from finish()."""
         if events.dtype != EVENT_DTYPE:
             try:
                 events = events.astype(EVENT_DTYPE, casting="same_kind")
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"append_array needs EVENT_DTYPE records: {exc}") from None
         events = np.ascontiguousarray(events)
-        problem = fmt.check_events(events, fmt.FORMAT_MINOR)
-        if problem is not None:
-            raise ConfigError(f"append_array: {problem}")
         step, cap = self._batch_events, self._cap
         with self._lock:
             self._check_open_locked()
@@ -333,7 +331,6 @@ class TraceWriter:
                 if failure is None:
                     try:
                         self._file.flush()
-                        os.fsync(self._file.fileno())  # on disk before it takes the user's name
                     except OSError as exc:
                         failure = exc
                 empty = self._written_events == 0 and (status != "complete" or failure is not None)
@@ -479,10 +476,11 @@ class TraceWriter:
                 self._write_block(fmt.BlockType.STRINGS, fmt.encode_strings(first_id, strings))
             if batch is not None and len(batch):
                 events = batch
-                problem = fmt.check_events(events, fmt.FORMAT_MINOR)
-                if problem is not None:  # written, no reader would read past it
+                payload = fmt.encode_events(events)
+                problem = fmt.check_payload(payload, events["start_ns"], fmt.FORMAT_MINOR)
+                if problem is not None:  # once written, no reader would read past it
                     raise ConfigError(f"append: {problem}")
-                self._write_block(fmt.BlockType.EVENTS, fmt.encode_events(events), schema=SCHEMA_VERSION)
+                self._write_block(fmt.BlockType.EVENTS, payload, schema=SCHEMA_VERSION)
                 self._written_events += len(events)
                 self._event_blocks += 1
         elif what == "json":

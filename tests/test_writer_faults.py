@@ -97,21 +97,46 @@ def test_finish_while_threads_append_never_deadlocks_and_keeps_every_returned_ap
 
 
 def test_invalid_rows_are_refused_not_written(tmp_path: Path) -> None:
+    """The writer thread checks each batch before writing it (no reader would read past a bad row)."""
     w = TraceWriter(tmp_path / "bad.katra", batch_events=4, batch_ms=60_000)
+    w.append_array(frame_zone_stream(2))
+    w.flush()
     bad = frame_zone_stream(2)
     bad["dur_ns"][3] = -1
+    w.append_array(bad)
     with pytest.raises(ConfigError, match="negative duration"):
-        w.append_array(bad)
-    w.append(Kind.FRAME, 99, 0, 0, 0, 0, 0, 5)  # checked by the writer thread when the batch is encoded
-    with pytest.raises(ConfigError, match="clock 99 is not defined"):
+        w.flush()
+    with pytest.raises(ConfigError, match="negative duration"):
         w.finish()
-    with pytest.raises(ConfigError, match="clock 99"):
+    with pytest.raises(ConfigError, match="negative duration"):
         w.finish()  # the same error again: well-defined
     assert not _writer_threads()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TraceRecoveryWarning)
         t = open_trace(tmp_path / "bad.katra")
-    assert len(t.events) == 0  # no reader would have read past the bad row: nothing bad is on disk
+    assert len(t.events) == 8 and t.truncated  # the good batches before it, nothing bad on disk
+    w = TraceWriter(tmp_path / "bad2.katra", batch_ms=60_000)
+    w.append(Kind.FRAME, 99, 0, 0, 0, 0, 0, 5)
+    with pytest.raises(ConfigError, match="clock 99 is not defined"):
+        w.finish()
+
+
+@pytest.mark.parametrize("column,value", [("kind", 4), ("clock", 5), ("flags", 64), ("flags", 1 << 9),
+                                          ("dur_ns", -1), ("dur_ns", -(2**63)), ("start_ns", 2**63 - 2),
+                                          ("dur_ns", 2**62 + 1), ("frame", 2**32 - 1), ("value", -1.0)])
+def test_writer_and_reader_checks_agree(column: str, value: int) -> None:
+    from katra_trace import format as fmt
+
+    ev = frame_zone_stream(40)
+    for row in (0, 77, len(ev) - 1):
+        bad = ev.copy()
+        bad[column][row] = value
+        if column == "dur_ns" and value == 2**62 + 1:
+            bad["start_ns"][row] = 2**62
+        reader = fmt.check_events(bad, fmt.FORMAT_MINOR)
+        writer = fmt.check_payload(fmt.encode_events(bad), bad["start_ns"], fmt.FORMAT_MINOR)
+        assert (reader is None) == (writer is None), (column, value, reader, writer)
+        assert (reader is None) == (column in ("frame", "value"))
 
 
 def test_dev_full_as_the_output_is_refused_and_as_a_stream_gives_enospc(tmp_path: Path) -> None:
