@@ -73,7 +73,13 @@ def _kind(mode: int) -> str | None:
 
 
 def claim(path: Path, overwrite: bool) -> Claim:
-    """Create and lock ``<path>.part``; raises OutputExistsError, OutputBusyError or TraceIOError."""
+    """Create and lock ``<path>.part``; raises OutputExistsError, OutputBusyError or TraceIOError.
+
+    A symbolic link at ``path`` is followed: the trace goes where it points (``Claim.final_path``),
+    and the link itself is never replaced (``/dev/stdout`` redirected to a file is that file).
+    """
+    if os.path.islink(path):
+        path = Path(os.path.realpath(path))
     shown = str(path)
     part = part_path_for(path)
     for _ in range(5):  # a .part that vanishes while we look at it (its run just finished): try again
@@ -85,7 +91,9 @@ def claim(path: Path, overwrite: bool) -> Claim:
                 continue
             raise AssertionError("unreachable")  # pragma: no cover - _refuse_part raises or returns True
         except OSError as exc:
-            raise TraceIOError(f"cannot create trace {shown!r}: {describe(exc)}") from None
+            hint = (f" (it is written as {part.name!r} until it is complete: shorten the name)"
+                    if exc.errno == errno.ENAMETOOLONG and len(os.fsencode(path.name)) <= 255 else "")
+            raise TraceIOError(f"cannot create trace {shown!r}: {describe(exc)}{hint}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

@@ -112,7 +112,7 @@ class TraceWriter:
         if stream is None and (not raw or raw.endswith(os.sep)):
             raise TraceIOError(f"cannot create trace {raw!r}: the output needs a file name")
         self.path = Path(path)
-        #: where the trace ends up (the same as ``path``)
+        #: where the trace ends up: ``path``, or the file a symbolic link at ``path`` points to
         self.final_path = self.path
         #: where the trace is written until finish() moves it (None when writing to a ``stream``)
         self.part_path: Path | None = None if stream is not None else claim_mod.part_path_for(self.path)
@@ -162,6 +162,7 @@ class TraceWriter:
         self._claim: claim_mod.Claim | None = None
         if stream is None:
             self._claim = claim_mod.claim(self.path, overwrite)
+            self.final_path, self.part_path = self._claim.final_path, self._claim.part_path
             self._file: BinaryIO = os.fdopen(self._claim.fd, "wb")
         else:
             self._file = stream
@@ -341,7 +342,7 @@ class TraceWriter:
             except OSError as exc:
                 failure = failure or exc
         if failure is not None:
-            where = self.path if published or self._claim is None else self.part_path
+            where = self.final_path if published or self._claim is None else self.part_path
             kept = (f"; the {self._written_events} events written before it are readable in {str(where)!r}"
                     if published is not False else "; the existing file was kept")
             if isinstance(failure, ConfigError):

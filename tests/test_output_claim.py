@@ -230,3 +230,24 @@ def test_sigkill_leaves_a_readable_part_that_the_next_writer_refuses_to_touch(tm
         TraceWriter(path, overwrite=True)
     assert info.value.stale and info.value.pid == proc.pid and "\n" not in str(info.value)
     assert part.read_bytes() == data and path.read_bytes() == old  # nothing deleted, nothing replaced
+
+
+def test_a_symlink_is_followed_and_never_replaced(tmp_path: Path) -> None:
+    target = tmp_path / "real.katra"
+    data = _existing(target)
+    link = tmp_path / "link.katra"
+    link.symlink_to(target)
+    with pytest.raises(OutputExistsError, match="real.katra' already exists"):
+        TraceWriter(link)
+    w = TraceWriter(link, overwrite=True, batch_events=8)
+    assert w.final_path == target and w.part_path == tmp_path / "real.katra.part"
+    w.append_array(frame_zone_stream(2))
+    w.finish()
+    assert link.is_symlink() and len(open_trace(link, strict=True).events) == 8 and target.read_bytes() != data
+
+
+def test_a_name_that_only_its_part_makes_too_long_says_so(tmp_path: Path) -> None:
+    from katra_trace import TraceIOError
+
+    with pytest.raises(TraceIOError, match=r"ENAMETOOLONG\) \(it is written as .*\.part' until it is complete"):
+        TraceWriter(tmp_path / ("n" * 248 + ".katra"))
