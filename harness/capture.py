@@ -68,7 +68,7 @@ class Capture:
 
     def __init__(self, ctx: Any, path: str | Path, *, workload: str = "", scene: str = "capture",
                  zones: bool = True, timing: str = "auto", notes: str = "",
-                 capture_options: dict[str, Any] | None = None) -> None:
+                 capture_options: dict[str, Any] | None = None, overwrite: bool = False) -> None:
         from harness import probe
         from harness.engine import Engine
 
@@ -79,7 +79,7 @@ class Capture:
         options.update({"timing": timing, "zones": bool(zones), "scene": scene})
         self.path = Path(path)
         self.engine = Engine(ctx, self.path, host=host, options=options, workload=workload or scene,
-                             timing=timing, zones=zones, notes=notes)
+                             timing=timing, zones=zones, notes=notes, overwrite=overwrite)
         self.timing_mode = self.engine.mode
         self.timing_reason = self.engine.reason
         self.writer = self.engine.writer
@@ -132,15 +132,17 @@ class Capture:
 
 
 def capture(ctx: Any, path: str | Path, *, workload: str = "", scene: str = "capture", zones: bool = True,
-            timing: str = "auto", notes: str = "", capture_options: dict[str, Any] | None = None) -> Capture:
+            timing: str = "auto", notes: str = "", capture_options: dict[str, Any] | None = None,
+            overwrite: bool = False) -> Capture:
     """Start recording frames of your own moderngl code on ``ctx`` into the trace at ``path``.
 
     ``timing``: auto | sync | gpu (see docs/timing.md). ``zones``: record
     ``zone()`` spans (each also a KHR_debug group). Returns a :class:`Capture`;
-    use it as a context manager or call :meth:`Capture.close`.
+    use it as a context manager or call :meth:`Capture.close`. An existing file at
+    ``path`` is refused (OutputExistsError) unless ``overwrite`` is true.
     """
     return Capture(ctx, path, workload=workload, scene=scene, zones=zones, timing=timing, notes=notes,
-                   capture_options=capture_options)
+                   capture_options=capture_options, overwrite=overwrite)
 
 
 __all__ = ["Capture", "capture"]

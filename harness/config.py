@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
+import os
 import re
 import tempfile
 from collections.abc import Mapping
@@ -92,6 +93,8 @@ class RunConfig:
     callgrind, see :mod:`harness.measure`). ``reference_every``: time the
     reference draw after every K-th measured frame (sync timing; 0 = never,
     None = :data:`DEFAULT_REFERENCE_EVERY`), see :mod:`harness.reference`.
+    ``force``: replace an existing output file (only once the new capture has
+    recorded something; see :mod:`katra_trace.claim`).
     """
 
     scenes: tuple[str, ...] = ()
@@ -112,6 +115,7 @@ class RunConfig:
     screenshot_dir: str | None = None
     measure: str = "time"
     reference_every: int | None = None
+    force: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict of every field (params as SCENE.KEY -> value)."""
@@ -164,6 +168,45 @@ def _writable_dir(path: Path, what: str) -> None:
                           f"({exc.strerror or exc})") from None
 
 
+def check_output(text: str, *, force: bool = False) -> Path:
+    """The ``-o`` path, checked before any GL or disk work: ConfigError for an empty path, a directory,
+    a missing directory, something that is not a regular file (a FIFO, /dev/stdout), or an existing
+    trace without ``force`` (a capture never replaces a file it was not told it may replace)."""
+    import stat
+
+    if not text.strip():
+        raise ConfigError("empty -o/--output path: give a file name, e.g. -o run.katra")
+    output = Path(text)
+    if text.endswith(("/", os.sep)) or output.is_dir():
+        raise ConfigError(f"output '{text}' names a directory; give a file path, e.g. "
+                          f"{Path(text) / 'run.katra'}")
+    if not output.parent.is_dir():
+        raise ConfigError(f"output directory '{output.parent}' does not exist")
+    try:
+        mode = output.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise ConfigError(f"output '{output}' cannot be checked: {exc.strerror or exc}") from None
+    if mode is not None:
+        if not stat.S_ISREG(mode):
+            raise ConfigError(f"output '{output}' exists and is not a regular file (a pipe, device or socket); "
+                              "katra3d writes a trace file: give a file path")
+        if not force:
+            raise ConfigError(f"output '{output}' already exists; give --force to replace it (once the new "
+                              "capture has recorded something), or choose another -o")
+    part = output.with_name(output.name + ".part")
+    if part.exists():
+        raise ConfigError(f"'{part}' exists: another katra3d run is writing '{output}', or a run that was "
+                          f"killed left its frames there (check it with 'katra3d validate {part}', then rename "
+                          "or remove it)")
+    try:
+        _writable_dir(output.parent, "output")
+    except ConfigError as exc:
+        raise ConfigError(f"cannot write output '{output}': {str(exc).split(': ', 1)[-1]}") from None
+    return output
+
+
 def default_output(workload_name: str, now: dt.datetime | None = None) -> Path:
     """``traces/<UTC timestamp>-<suite or scene>.katra``; ``-2``, ``-3``… when that name is taken
     (two runs within one second must not write into the same file)."""
@@ -172,7 +215,7 @@ def default_output(workload_name: str, now: dt.datetime | None = None) -> Path:
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", workload_name)[:60] or "run"
     path = Path("traces") / f"{stamp}-{safe}.katra"
     n = 2
-    while path.exists():
+    while path.exists() or path.with_name(path.name + ".part").exists():
         path = Path("traces") / f"{stamp}-{safe}-{n}.katra"
         n += 1
     return path
@@ -257,13 +300,8 @@ def plan_run(config: RunConfig) -> RunPlan:
     if suite and config.scenes:
         workload = f"{suite.name}+{'+'.join(config.scenes)}"
 
-    if config.output:
-        output = Path(config.output)
-        if output.is_dir():
-            raise ConfigError(f"output '{output}' is a directory; give a file path, e.g. {output / 'run.katra'}")
-        if not output.parent.is_dir():
-            raise ConfigError(f"output directory '{output.parent}' does not exist")
-        _writable_dir(output.parent, "output")
+    if config.output is not None:
+        output = check_output(config.output, force=config.force)
     else:
         output = default_output(suite.name if suite else entries[0].label if len(entries) == 1
                                 else workload)
@@ -301,6 +339,8 @@ def plan_argv(plan: RunPlan) -> list[str]:
         argv.append("--zones")
     if cfg.reference_every is not None:
         argv += ["--reference-every", str(cfg.reference_every)]
+    if cfg.force:
+        argv.append("--force")
     for scene, key, value in cfg.params:
         argv += ["--param", f"{scene}.{key}={value}"]
     if cfg.notes:
@@ -317,6 +357,7 @@ __all__ = [
     "RunConfig",
     "RunPlan",
     "SceneEntry",
+    "check_output",
     "default_output",
     "parse_int",
     "parse_param",

@@ -119,6 +119,14 @@ class NoProgress:
 # --------------------------------------------------------------------------- stopping
 
 
+class StopSignal(KeyboardInterrupt):
+    """Raised in the main thread by a second stop signal; ``signum`` says which."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"second {signal.Signals(signum).name}")
+        self.signum = signum
+
+
 class StopFlag:
     """Set by a stop signal while a run is in progress; the frame loop polls ``.set``."""
 
@@ -132,6 +140,7 @@ class StopFlag:
         self.on_hard_stop: list[Callable[[], None]] = []
 
     def trip(self, signum: int, _frame: Any = None) -> None:
+        """Signal handler: the first signal asks for a stop at the next frame boundary, the second stops now."""
         self.count += 1
         self.set = True
         self.signum = signum
@@ -140,7 +149,7 @@ class StopFlag:
             self.hard_stop.set()
             for callback in self.on_hard_stop:
                 callback()
-            raise KeyboardInterrupt(f"second {self.signal_name}")
+            raise StopSignal(signum)
 
 
 @contextlib.contextmanager
@@ -182,7 +191,7 @@ class Engine:
                  options: Mapping[str, Any], workload: str, timing: str = "auto", zones: bool = False,
                  notes: str = "", writer: Any = None, stop: StopFlag | None = None,
                  gl_error_check: bool = True, measure: Mapping[str, Any] | None = None,
-                 reference_every: int = 0) -> None:
+                 reference_every: int = 0, overwrite: bool = False) -> None:
         from katra_trace.writer import TraceWriter
 
         self.ctx = ctx
@@ -208,7 +217,7 @@ class Engine:
             if path is None:
                 raise ConfigError("a capture needs an output path")
             writer = TraceWriter(Path(path), workload=workload, capture_options=recorded,
-                                 host_info=dict(host), notes=notes, **writer_args)
+                                 host_info=dict(host), notes=notes, overwrite=overwrite, **writer_args)
         self.writer = writer
         self.path = Path(path) if path is not None else None
         self.stop = stop or StopFlag()
@@ -562,8 +571,12 @@ def _describe(exc: BaseException | None) -> str:
         return ""
     if isinstance(exc, SystemExit):
         return f"SystemExit({exc.code!r}): scene code called sys.exit()"
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+    # one line, whatever the exception's text (a GLSL compiler log has many)
+    lines = [" ".join(line.split()) for line in str(exc).splitlines()]
+    text = " | ".join(line for line in lines if line and set(line) - set("=-~"))
+    if len(text) > 400:
+        text = text[:397] + "..."
+    return f"{type(exc).__name__}: {text}".rstrip(": ")
 
 
 def _release_quietly(scene: Any) -> None:
@@ -665,5 +678,6 @@ __all__ = [
     "RunResult",
     "SceneResult",
     "StopFlag",
+    "StopSignal",
     "stop_on_signals",
 ]

@@ -13,6 +13,7 @@ in progress (see :mod:`harness.engine`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from pathlib import Path
@@ -31,7 +32,7 @@ from harness.config import (
     plan_run,
 )
 from harness.engine import Engine, NoProgress, Progress, RunResult, SceneResult, StopFlag, stop_on_signals
-from katra_trace.errors import KatraError
+from katra_trace.errors import KatraError, OutputBusyError, OutputExistsError
 
 
 def capture_options(plan: RunPlan, session: Any) -> dict[str, Any]:
@@ -84,9 +85,18 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
             plan.screenshot_dir.mkdir(parents=True, exist_ok=True)
         stop = StopFlag()
         with stop_on_signals(stop):
-            engine = Engine(session.ctx, plan.output, host=host, options=capture_options(plan, session),
-                            workload=plan.workload, timing=cfg.timing, zones=cfg.zones, notes=cfg.notes, stop=stop,
-                            measure=child, reference_every=_reference_every(cfg))
+            for attempt in range(20):
+                try:
+                    engine = Engine(session.ctx, plan.output, host=host, options=capture_options(plan, session),
+                                    workload=plan.workload, timing=cfg.timing, zones=cfg.zones, notes=cfg.notes,
+                                    stop=stop, measure=child, reference_every=_reference_every(cfg),
+                                    overwrite=cfg.force)
+                    break
+                except (OutputBusyError, OutputExistsError):
+                    if cfg.output is not None or attempt == 19:
+                        raise
+                    # another run took this default name a moment ago: take the next one
+                    plan = dataclasses.replace(plan, output=default_output(plan.output.stem))
             with engine, _entered(progress):
                 results: list[SceneResult] = []
                 for n, entry in enumerate(plan.entries, 1):

@@ -284,7 +284,7 @@ def test_plan_rejects_unwritable_outputs(tmp_path: Path) -> None:
     afile.write_text("x")
     for out, match in ((tmp_path / "missing" / "x.katra", "does not exist"),
                        (afile / "x.katra", "does not exist"),
-                       (tmp_path, "is a directory")):
+                       (tmp_path, "names a directory")):
         with pytest.raises(ConfigError, match=match):
             plan_run(RunConfig(scenes=("triangle",), output=str(out)))
     with pytest.raises(ConfigError, match="not a directory"):

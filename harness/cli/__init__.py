@@ -13,6 +13,7 @@ import importlib
 import os
 import signal
 import sys
+import threading
 import warnings
 from collections.abc import Sequence
 from typing import NoReturn
@@ -73,7 +74,15 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
-    parser = build_parser()
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler and \
+            getattr(signal.getsignal(signal.SIGINT), "__name__", "") == "_quiet_exit":
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # set by harness/__init__ for start-up
+    try:
+        parser = build_parser()
+    except KeyboardInterrupt:
+        print("katra3d: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
     args = parser.parse_args(argv)
     try:
         with warnings.catch_warnings():
@@ -83,9 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KatraError as err:
         print(f"katra3d: error: {err}", file=sys.stderr)
         return err.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("katra3d: interrupted", file=sys.stderr)
-        return 128 + signal.SIGINT
+        return 128 + int(getattr(exc, "signum", signal.SIGINT))
     except BrokenPipeError:
         # The reader went away (``katra3d info T | head``): stop quietly, and keep Python from
         # complaining again when it flushes stdout at exit.

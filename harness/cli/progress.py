@@ -57,6 +57,11 @@ class Progress:
             self._bar.update(self._task, completed=done)
 
 
+def _printable(text: str) -> str:
+    """``text`` with anything that cannot be encoded (a lone surrogate in a scene name) replaced."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def format_table(result: RunResult) -> str:
     """The end-of-run table: per scene frames, median / p99 ms, average and 1%-low FPS, clock."""
     from rich.console import Console
@@ -79,9 +84,9 @@ def format_table(result: RunResult) -> str:
     for r in result.scenes:
         s = r.stats or {}
         if r.status == "skipped":
-            table.add_row(r.label, "skipped", "-", "-", "-", "-", r.reason[:60])
+            table.add_row(_printable(r.label), "skipped", "-", "-", "-", "-", _printable(r.reason[:60]))
             continue
-        label = r.label + (" (interrupted)" if r.status == "interrupted" else "")
+        label = _printable(r.label) + (" (interrupted)" if r.status == "interrupted" else "")
         if counts:
             table.add_row(label, str(r.frames), n(s.get("median")), n(s.get("min")), n(s.get("max")),
                           f(s.get("spread_pct"), 3), r.clock)
@@ -92,7 +97,7 @@ def format_table(result: RunResult) -> str:
     console.print(table)
     text: str = console.export_text()
     console.file.close()
-    return text.rstrip() + f"\ntrace: {result.path}"
+    return text.rstrip() + f"\ntrace: {_printable(str(result.path))}"
 
 
 __all__ = ["Progress", "format_table"]

@@ -50,6 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--seed", metavar="N", default="0", help="seed of the scenes' random numbers (default 0)")
     p.add_argument("--note", metavar="TEXT", default="", help="free text stored in the trace header")
     p.add_argument("--screenshot", metavar="DIR", help="save each scene's last frame as DIR/<scene>.png")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing output file (only once the new capture has recorded something)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=run)
 
@@ -79,6 +81,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         screenshot_dir=args.screenshot,
         measure=args.measure.strip().lower(),
         reference_every=parse_int(args.reference_every, "--reference-every", 0),
+        force=bool(args.force),
     )
 
 
@@ -93,6 +96,9 @@ def run(args: argparse.Namespace) -> int:
     result = runner.run(config, plan=plan, progress=progress)
     print(format_table(result))
     if result.status == "interrupted":
-        signum = signal.SIGTERM if result.signal_name == "SIGTERM" else signal.SIGINT
+        try:
+            signum = signal.Signals[result.signal_name]
+        except KeyError:
+            signum = signal.SIGINT
         return 128 + int(signum)
     return 0
