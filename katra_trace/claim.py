@@ -118,7 +118,8 @@ def _check_final(path: Path, overwrite: bool) -> bool:
         raise TraceIOError(f"cannot write a trace to {shown!r}: it is {what}, not a regular file; "
                            "give -o a file name")
     if not overwrite:
-        raise OutputExistsError(f"{shown!r} already exists: pass --force to replace it, or choose another -o")
+        raise OutputExistsError(f"{shown!r} already exists: pass --force (overwrite=True in Python) to replace "
+                                "it, or choose another -o")
     return True
 
 
