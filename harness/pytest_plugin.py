@@ -71,12 +71,15 @@ class SceneRun:
 
 def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5,
               size: tuple[int, int] = (128, 128), params: Mapping[str, Any] | None = None,
-              timing: str = "auto", zones: bool = False, seed: int = 0, benchmark: Any = None) -> SceneRun:
+              timing: str = "auto", zones: bool = False, seed: int = 0, benchmark: Any = None,
+              measure: str = "time") -> SceneRun:
     """Run scene ``name`` for ``warmup`` + ``frames`` frames into the trace file ``trace``.
 
     Raises katra_trace errors (SceneError, ConfigError, BackendUnavailable)
     like ``katra3d run``; ``benchmark`` (pytest-benchmark's fixture) times
-    each measured frame as one pedantic round.
+    each measured frame as one pedantic round. ``measure="instructions"`` (or
+    ``"cycles"``) counts each frame's work under callgrind in a child process,
+    as ``katra3d run --measure`` does; ``stats`` then holds counts, not times.
     """
     from harness import backends, probe
     from harness.engine import Engine
@@ -91,6 +94,12 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
     label = getattr(cls, "name", "") or name
     resolved = dict(resolve_params(cls, dict(params or {})))
     size = (int(size[0]), int(size[1]))
+    if measure != "time":
+        if benchmark is not None:
+            raise ConfigError("katra_scene(measure=...) counts instructions: pytest-benchmark would time the "
+                              "valgrind child; drop benchmark=")
+        return _run_counted(name, label, trace, frames=frames, warmup=warmup, size=size, params=resolved,
+                            zones=zones, seed=seed, measure=measure)
     driver = None if benchmark is None else _benchmark_driver(benchmark)
     with backends.open_session(None, size=size) as session:
         options = {"api": "katra_scene", "size": list(size), "samples": 0, "frames": frames, "warmup": warmup,
@@ -126,6 +135,28 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
     if benchmark is not None:
         benchmark.extra_info["katra3d"] = info
     return SceneRun(label, result["metrics"], result["zones"], clock, engine.mode, Path(trace), info)
+
+
+def _run_counted(name: str, label: str, trace: str | Path, *, frames: int, warmup: int, size: tuple[int, int],
+                 params: Mapping[str, Any], zones: bool, seed: int, measure: str) -> SceneRun:
+    """``katra_scene(..., measure="instructions")``: the same counted child process as ``katra3d run``."""
+    from harness import runner
+    from harness.config import RunConfig
+    from katra_trace.reader import open_trace
+    from katra_trace.stats import trace_stats
+
+    config = RunConfig(scenes=(name,), frames=frames, warmup=warmup, size=size, zones=zones, seed=seed,
+                       params=tuple((label, k, v) for k, v in params.items()), output=str(trace), measure=measure,
+                       force=True)
+    result = runner.run(config, quiet=True)
+    opened = open_trace(trace)
+    stats = trace_stats(opened)["scenes"].get(label, {"metrics": {}, "zones": {}})
+    host = opened.header.get("host_info", {})
+    info = {"scene": label, "params": dict(params), "size": list(size), "frames": frames, "warmup": warmup,
+            "measure": measure, "clock": measure, "trace": str(trace),
+            "gl_renderer": host.get("gl", {}).get("renderer"), "codegen": host.get("codegen", {}),
+            "median": stats["metrics"].get(measure, {}).get(f"median_{measure}")}
+    return SceneRun(label, stats["metrics"], stats["zones"], measure, result.timing_mode, Path(trace), info)
 
 
 def _benchmark_driver(benchmark: Any) -> Callable[[Callable[[], None], int], None]:

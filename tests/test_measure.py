@@ -241,3 +241,17 @@ def test_stopping_the_parent_stops_the_child_and_removes_the_dumps(tmp_path: Pat
     assert proc.returncode not in (0, 1), stderr
     assert "Traceback" not in stderr
     assert list(tmp.iterdir()) == [], "the dump directory must be removed"
+
+
+@pytest.mark.gl
+@pytest.mark.slow
+def test_pytest_plugin_counts_too(tmp_path: Path) -> None:
+    if not HAVE_VALGRIND:
+        pytest.skip("valgrind is not installed")
+    from harness.pytest_plugin import run_scene
+
+    run = run_scene("clear", tmp_path / "p.katra", frames=2, warmup=1, size=(16, 16), measure="instructions")
+    assert run.clock == "instructions" and run.stats["instructions"]["n"] == 2
+    assert run.info["median"] > 10_000 and run.info["codegen"]["llvm"]
+    with pytest.raises(ConfigError, match="drop benchmark="):
+        run_scene("clear", tmp_path / "q.katra", measure="instructions", benchmark=object())
