@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 
 from katra_trace.decide import (
-    decide_counts,
     MIN_FRAMES,
     MIN_RUNS_FOR_RUN_LEVEL,
     VERDICTS,
     Comparison,
     SceneComparison,
     compare_runs,
+    decide_counts,
     holm,
     min_runs_for_alpha,
 )
@@ -29,12 +29,12 @@ from katra_trace.errors import ConfigError
 from katra_trace.match import (
     CAPTURE_KEYS,
     COUNT_METRIC_NAMES,
-    codegen_facts,
-    measure_mode,
     HOST_KEYS,
     METRICS,
     capture_facts,
+    codegen_facts,
     host_facts,
+    measure_mode,
     mismatch,
     resolve_metric,
     scene_params,

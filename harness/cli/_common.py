@@ -1,6 +1,8 @@
-"""Helpers shared by the CLI subcommands (no GL imports here): trace loading, JSON and table output.
+"""Helpers shared by the CLI subcommands (no GL imports here).
 
-The table printer is rich when stdout is a terminal, plain aligned text otherwise.
+Trace loading, JSON and table output (the table printer is rich when stdout
+is a terminal, plain aligned text otherwise), and the ``ab.json`` manifest
+in which ``katra3d ab`` records its rounds for ``katra3d compare``.
 """
 
 from __future__ import annotations
