@@ -1,0 +1,293 @@
+"""``katra3d history add|show|check|export``: per-run summaries across versions, trends and step detection.
+
+The store is an embedded DuckDB file (``.katra/history.duckdb`` by default), or Parquet files per CI
+runner (``add --parquet DIR``; ``show``/``check --source 'DIR/**/*.parquet'``). See docs/history.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.cli._common import emit_table, fmt_value, print_json
+
+FORMATS = ("table", "json", "csv", "markdown")
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from katra_trace.history.store import DEFAULT_DB, DEFAULT_LOCK_TIMEOUT_S
+    from katra_trace.history.trends import STATS
+
+    p = sub.add_parser("history", help="keep per-run summaries across versions; trends and step detection",
+                       description="Keep per-run summaries of traces under a label (a version), show the trend "
+                                   "of each scene over labels in order, and find the label where a step starts. "
+                                   "Exit codes: 0 ok, 1 (check) a regression starts at the newest label, 2 bad "
+                                   "input, 3 DuckDB missing. See docs/history.md.")
+    hsub = p.add_subparsers(dest="history_command", metavar="ACTION")
+    hsub.required = True
+
+    def store_options(q: argparse.ArgumentParser, source: bool) -> None:
+        where = q.add_mutually_exclusive_group()
+        where.add_argument("--db", metavar="PATH", default=str(DEFAULT_DB),
+                           help=f"the DuckDB history store (default: {DEFAULT_DB})")
+        if source:
+            where.add_argument("--source", metavar="GLOB",
+                               help="read Parquet files instead of the store, e.g. 'DIR/**/*.parquet' "
+                                    "(any glob DuckDB's read_parquet takes)")
+        q.add_argument("--lock-timeout", type=float, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S",
+                       help=f"seconds to wait while another process holds the store (default: "
+                            f"{DEFAULT_LOCK_TIMEOUT_S:g})")
+
+    def filters(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--scene", metavar="S", help="only this scene")
+        q.add_argument("--metric", metavar="M", default="auto",
+                       help="wall, cpu, gpu, instructions, cycles, wall/reference, all, or auto (default: "
+                            "instructions when stored, else cycles, else wall, gpu, cpu)")
+        q.add_argument("--host", metavar="H", help="only hosts whose id starts with H or whose "
+                                                   "'renderer / driver / cpu' contains H")
+        q.add_argument("--zone", metavar="Z", default="",
+                       help="a zone's trend instead of the frames' ('*': frames and every zone)")
+        q.add_argument("--stat", choices=STATS, default="median", help="the per-run statistic (default: median)")
+        q.add_argument("--last", type=int, metavar="N", help="only the newest N labels")
+        q.add_argument("--allow-host-mismatch", action="store_true",
+                       help="one trend across hosts (renderers, drivers, CPUs, code generators) instead of one "
+                            "per host")
+        q.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+        q.add_argument("--json", action="store_const", const="json", dest="format", help="same as --format json")
+
+    add = hsub.add_parser("add", help="store the runs of traces under a label",
+                          description="Store one row per run x scene x zone x metric of each trace under LABEL. "
+                                      "A trace already stored is skipped (and reported).")
+    add.add_argument("traces", nargs="+", metavar="TRACE|DIR", help="trace files, or directories of *.katra files")
+    add.add_argument("--label", required=True, help="the version these runs measured (e.g. a tag or short SHA)")
+    add.add_argument("--commit", default="", metavar="SHA", help="the commit, kept with the runs")
+    add.add_argument("--time", metavar="ISO", help="the label's time, which orders labels (e.g. the commit "
+                                                   "date: git show -s --format=%%cI); default: the capture's start")
+    add.add_argument("--parquet", metavar="DIR", help="write Parquet files under DIR instead of the DuckDB store")
+    add.add_argument("--json", action="store_true", help="print what was stored as JSON")
+    store_options(add, source=False)
+    add.set_defaults(func=run_add)
+
+    show = hsub.add_parser("show", help="trend of each scene over labels in order, with a sparkline",
+                           description="One trend per scene, metric and host over labels in order (labels are "
+                                       "ordered by their --time, else their earliest capture).")
+    filters(show)
+    store_options(show, source=True)
+    show.set_defaults(func=run_show)
+
+    check = hsub.add_parser("check", help="find the labels where a scene's level steps up or down",
+                            description="Step detection per scene, metric and host over labels in order, with "
+                                        "the runs of a label as replicates. Exit 1 when a regression step starts "
+                                        "at the newest label.")
+    check.add_argument("--threshold", type=float, metavar="PCT",
+                       help="smallest step that counts as a regression or improvement (default: 5 for times, "
+                            "0.5 for instructions and cycles)")
+    check.add_argument("--alpha", type=float, default=0.01,
+                       help="chance that a flat series shows a step; 1 - alpha is the intervals' confidence "
+                            "(default: 0.01)")
+    filters(check)
+    store_options(check, source=True)
+    check.set_defaults(func=run_check)
+
+    export = hsub.add_parser("export", help="write the store as hive-partitioned Parquet (by host and label)",
+                             description="Write every run of the store as DIR/host_id=H/label=L/SHA.parquet; "
+                                         "runs already there are left alone.")
+    export.add_argument("--parquet", metavar="DIR", required=True, help="the Parquet directory")
+    store_options(export, source=False)
+    export.set_defaults(func=run_export)
+
+
+def _lock_timeout(args: argparse.Namespace) -> float:
+    from katra_trace.errors import ConfigError
+
+    if not 0 <= args.lock_timeout <= 86400:
+        raise ConfigError(f"--lock-timeout must be between 0 and 86400 seconds, got {args.lock_timeout:g}")
+    return float(args.lock_timeout)
+
+
+class _Progress:
+    """``reading 12/40 NAME`` on one rewritten stderr line, when stderr is a terminal."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, done: int, total: int, path: Path) -> None:
+        if self.tty and total > 1:
+            end = "\n" if done == total else ""
+            sys.stderr.write(f"\rhistory: reading {done}/{total} {path.name[:50]:<50}{end}")
+            sys.stderr.flush()
+
+
+def _warn(message: str) -> None:
+    print(f"katra3d: warning: {message}", file=sys.stderr)
+
+
+def run_add(args: argparse.Namespace) -> int:
+    from katra_trace.history.ingest import find_traces, prepare_runs
+    from katra_trace.history.rows import parse_time_ns
+    from katra_trace.history.store import add_to_parquet, add_to_store, duckdb_module
+
+    duckdb_module()  # exit 3 before reading anything when DuckDB is missing
+    timeout = _lock_timeout(args)
+    label_time = parse_time_ns(args.time) if args.time is not None else None
+    paths = find_traces(args.traces)
+    runs, same = prepare_runs(paths, args.label, args.commit, label_time, progress=_Progress(), warn=_warn)
+    where = args.parquet if args.parquet is not None else args.db
+    if args.parquet is not None:
+        result = add_to_parquet(Path(args.parquet), runs)
+    else:
+        result = add_to_store(Path(args.db), runs, timeout)
+    if args.json:
+        print_json({"store": where, "label": args.label, "added": [{"trace": str(r.path), "sha256": r.sha256,
+                                                                     "rows": len(r.rows)} for r in result.added],
+                    "already_stored": [{"trace": str(r.path), "sha256": r.sha256, "label": lab}
+                                       for r, lab in result.duplicates],
+                    "same_bytes": [{"trace": str(a), "same_as": str(b)} for a, b in same],
+                    "rows": result.rows})
+        return 0
+    print(f"history: added {len(result.added)} run(s) ({result.rows} rows) under label {args.label!r} to {where}")
+    for run, lab in result.duplicates:
+        print(f"history: already stored, skipped: {run.path} (label {lab!r})")
+    for a, b in same:
+        print(f"history: same bytes as {b}, skipped: {a}")
+    return 0
+
+
+def _selection(args: argparse.Namespace) -> Any:
+    from katra_trace.history.trends import Selection
+
+    return Selection(scene=args.scene, metric=args.metric, host=args.host,
+                     zone=None if args.zone == "*" else args.zone, stat=args.stat, last=args.last,
+                     allow_host_mismatch=args.allow_host_mismatch)
+
+
+def _source(args: argparse.Namespace) -> Any:
+    from katra_trace.history.store import Source
+
+    if args.source is not None:
+        return Source(parquet_glob=args.source)
+    return Source(db=Path(args.db))
+
+
+def _name(series: Any) -> str:
+    return f"{series.scene} / {series.zone}" if series.zone else series.scene
+
+
+def _val(value: float, unit: str) -> str:
+    if unit in ("instructions", "cycles") and abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return fmt_value(value) + ("" if unit in ("ms", "x reference") else "")
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from katra_trace.history.rows import iso_utc
+    from katra_trace.history.trends import load_series
+
+    series = load_series(_source(args), _selection(args), _lock_timeout(args))
+    if args.format == "json":
+        print_json({"source": _source(args).name, "series": [s.as_dict() for s in series]})
+        return 0
+    if args.format == "csv":
+        columns = ["scene", "zone", "metric", "stat", "unit", "host_id", "label", "time", "commit", "runs", "level",
+                   "min", "max"]
+        rows = [[s.scene, s.zone, s.metric, s.stat, s.unit, s.host_id, p.label, iso_utc(p.time_ns), p.commit,
+                 str(len(p.values)), repr(p.level), repr(min(p.values)), repr(max(p.values))]
+                for s in series for p in s.points]
+        emit_table(columns, rows, "csv")
+        return 0
+    columns = ["scene", "metric", "host", "labels", "first", "last", "change", "trend"]
+    rows = []
+    for s in series:
+        first, last = s.points[0], s.points[-1]
+        change = f"{100 * (last.level / first.level - 1):+.1f}%"
+        stat = "" if s.stat == "median" else f" {s.stat}"
+        rows.append([_name(s), f"{s.metric}{stat} ({s.unit})", s.host_id, str(len(s.points)),
+                     f"{first.label}: {_val(first.level, s.unit)}", f"{last.label}: {_val(last.level, s.unit)}",
+                     change, s.sparkline()])
+    emit_table(columns, rows, args.format, title="katra3d history: trend per scene over labels in order "
+                                                 "(geometric mean of each label's runs)")
+    hosts = {s.host_id: s.host for s in series}
+    if args.format == "table":
+        for host_id, text in hosts.items():
+            print(f"host {host_id}: {text}")
+    if len(series) == 1:
+        s = series[0]
+        detail = [[p.label, iso_utc(p.time_ns), p.commit, str(len(p.values)), _val(p.level, s.unit),
+                   _val(min(p.values), s.unit), _val(max(p.values), s.unit), p.settings]
+                  for p in s.points]
+        emit_table(["label", "time", "commit", "runs", "level", "min", "max", "settings changed"], detail,
+                   args.format, title=f"{_name(s)} {s.metric} {s.stat} ({s.unit}) per label")
+    return 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from katra_trace.history.trends import check_steps, load_series, threshold_for
+
+    if args.threshold is not None and not 0 <= args.threshold < 1000:
+        from katra_trace.errors import ConfigError
+
+        raise ConfigError(f"--threshold must be a percentage >= 0, got {args.threshold:g}")
+    series = load_series(_source(args), _selection(args), _lock_timeout(args))
+    result = check_steps(series, alpha=args.alpha, threshold_pct=args.threshold)
+    code = 1 if result.regression_at_newest else 0
+    if args.format == "json":
+        print_json({"source": _source(args).name, "newest_label": result.newest_label, "alpha": result.alpha,
+                    "threshold_pct": result.threshold_pct, "series_checked": len(series),
+                    "regression_at_newest_label": result.regression_at_newest,
+                    "steps": [s.as_dict() for s in result.steps],
+                    "by_label": {lab: sorted({_name(s.series) for s in steps})
+                                 for lab, steps in result.by_label().items()},
+                    "noise": [{"scene": s.scene, "zone": s.zone, "metric": s.metric, "host_id": s.host_id,
+                               "run_sd": f.noise_sd, "from": f.noise_source, "labels": len(s.points),
+                               "label_overdispersion": f.overdispersion} for s, f in zip(series, result.fits,
+                                                                                         strict=True)]})
+        return code
+    columns = ["starts at", "may start", "scene", "metric", "host", "change", "interval", "verdict", "note"]
+    rows = []
+    for st in result.steps:
+        s = st.series
+        span = st.label if st.start_low == st.start_high else f"{st.start_low} .. {st.start_high}"
+        notes = []
+        if st.at_newest:
+            notes.append("newest label")
+        if st.settings_changed:
+            notes.append(f"settings changed: {st.settings_changed}")
+        stat = "" if s.stat == "median" else f" {s.stat}"
+        rows.append([st.label, span, _name(s), f"{s.metric}{stat}", s.host_id, f"{100 * (st.ratio - 1):+.1f}%",
+                     f"[{100 * (st.ratio_low - 1):+.1f}%, {100 * (st.ratio_high - 1):+.1f}%]", st.verdict,
+                     "; ".join(notes)])
+    if args.format == "csv":
+        emit_table(columns, rows, "csv")
+        return code
+    thresholds = sorted({threshold_for(s.metric, args.threshold) for s in series})
+    title = (f"katra3d history check: {len(series)} series, {len(result.steps)} step(s); alpha {args.alpha:g}, "
+             f"threshold {'/'.join(f'{t:g}' for t in thresholds)}%, intervals {100 * (1 - args.alpha):g}%")
+    if rows:
+        emit_table(columns, rows, args.format, title=title)
+    else:
+        print(title)
+    for lab, steps in result.by_label().items():
+        parts = [f"{_name(s.series)} {100 * (s.ratio - 1):+.1f}% ({s.verdict})" for s in steps]
+        print(f"steps starting at {lab}: " + ", ".join(parts))
+    if code:
+        scenes = sorted({_name(s.series) for s in result.steps if s.verdict == "regression" and s.at_newest})
+        print(f"regression starting at the newest label {result.newest_label!r}: {', '.join(scenes)}")
+    else:
+        print(f"no regression starts at the newest label {result.newest_label!r}")
+    return code
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from katra_trace.history.store import export_parquet
+
+    progress = _Progress()
+
+    def step(done: int, total: int) -> None:
+        progress(done, total, Path(f"run {done}"))
+
+    written, skipped = export_parquet(Path(args.db), Path(args.parquet), _lock_timeout(args), step)
+    print(f"history: exported {written} run(s) from {args.db} to {args.parquet}"
+          + (f"; {skipped} already there" if skipped else ""))
+    return 0

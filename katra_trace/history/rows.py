@@ -1,0 +1,246 @@
+"""One trace -> the rows the history store keeps (pure: reads a trace, no database).
+
+A *row* is one run x scene x zone x metric: the run's median, p99, 1 % low,
+CV and frame count on one clock (``wall``, ``cpu``, ``gpu``, ``instructions``,
+``cycles``, and ``wall/reference`` when the run timed the reference
+workload), with the facts of the run repeated on every row (label, commit,
+host fingerprint, the trace's SHA-256) so that a row stands alone in a
+Parquet file. ``zone`` is ``""`` for the scene's frames.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from katra_trace.errors import ConfigError
+from katra_trace.match import codegen_facts, host_facts, measure_mode, scene_params
+from katra_trace.schema import COUNT_CLOCKS, Clock
+from katra_trace.stats import reference_durations, scene_durations, zone_frame_totals
+
+#: Columns of a history row, in order, with their DuckDB types.
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("trace_sha256", "VARCHAR"),    # SHA-256 of the trace file's bytes (the run's identity)
+    ("label", "VARCHAR"),           # the version this run measured (--label)
+    ("label_time_ns", "BIGINT"),    # --time, else the capture's start; UTC ns since the epoch (orders labels)
+    ("commit", "VARCHAR"),          # --commit ("" when not given)
+    ("run_start_ns", "BIGINT"),     # the capture's start (header start_wall_ns), UTC ns
+    ("added_ns", "BIGINT"),         # when `history add` stored the row, UTC ns
+    ("host_id", "VARCHAR"),         # 12 hex digits of SHA-256(renderer, driver, cpu)
+    ("renderer", "VARCHAR"),
+    ("driver", "VARCHAR"),
+    ("cpu", "VARCHAR"),
+    ("codegen_id", "VARCHAR"),      # 12 hex digits of SHA-256(host_info.codegen) ("" when absent)
+    ("codegen", "VARCHAR"),         # host_info.codegen as JSON ("" when absent)
+    ("machine_name", "VARCHAR"),    # the capturing machine's hostname (information only)
+    ("mode", "VARCHAR"),            # time | instructions | cycles (what the capture measured)
+    ("size", "VARCHAR"),            # framebuffer WxH
+    ("params", "VARCHAR"),          # the scene's params as JSON ("" when not recorded)
+    ("scene", "VARCHAR"),
+    ("zone", "VARCHAR"),            # "" for the scene's frames
+    ("metric", "VARCHAR"),          # the clock: wall, cpu, gpu, instructions, cycles, wall/reference
+    ("unit", "VARCHAR"),            # ms, instructions, cycles or x reference
+    ("frames", "BIGINT"),           # measured frames (zones: frames the zone ran in)
+    ("median", "DOUBLE"),           # in `unit`
+    ("mean", "DOUBLE"),
+    ("p99", "DOUBLE"),
+    ("low_1pct_fps", "DOUBLE"),     # 1 % low frame rate (average of the slowest 1 %), time clocks only
+    ("cv", "DOUBLE"),               # frame-to-frame coefficient of variation within the run
+    ("trace_path", "VARCHAR"),      # where the trace was when it was added
+    ("trace_status", "VARCHAR"),    # complete | aborted | interrupted | incomplete
+    ("tool_version", "VARCHAR"),
+)
+COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
+
+#: Metric name of the per-run ratio (median frame wall) / (median reference wall), as `compare --normalize`.
+REFERENCE_METRIC = "wall/reference"
+_COUNT_NAMES = {Clock(c).name.lower() for c in COUNT_CLOCKS}
+_NS_PER_MS = 1e6
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 (hex) of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def short_id(obj: Any) -> str:
+    """12 hex digits of the SHA-256 of ``obj`` as canonical JSON ("" for None)."""
+    if obj is None:
+        return ""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def parse_time_ns(text: str) -> int:
+    """An ISO 8601 date or time (``2026-11-30``, ``2026-11-30T12:00:00+01:00``, ``...Z``) -> UTC ns.
+
+    A time without a UTC offset is taken as UTC. Raises ConfigError.
+    """
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"--time {text!r} is not an ISO 8601 time (e.g. 2026-11-30T12:00:00Z; "
+                          "git show -s --format=%cI SHA prints one)") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return int(round(when.timestamp() * 1e9 / 1000)) * 1000
+
+
+def iso_utc(ns: int | None) -> str:
+    """UTC ns -> ``YYYY-MM-DDTHH:MM:SSZ`` ("" for None)."""
+    if ns is None:
+        return ""
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclasses.dataclass(frozen=True)
+class HostFingerprint:
+    """What must match for two runs' numbers to sit on one trend (see :func:`host_fingerprint`)."""
+
+    host_id: str
+    renderer: str
+    driver: str
+    cpu: str
+    codegen_id: str
+    codegen: str
+    machine_name: str
+
+    @property
+    def description(self) -> str:
+        return f"{self.renderer} / {self.driver} / {self.cpu}"
+
+
+def host_fingerprint(header: Mapping[str, Any]) -> HostFingerprint:
+    """The GL renderer, driver and CPU model of a trace header, and its code-generator facts."""
+    facts = host_facts(header)
+    system = (header.get("host_info") or {}).get("system") or {}
+    renderer = str(facts.get("renderer") or "?")
+    driver = str(facts.get("driver") or "?")
+    cpu = str(system.get("cpu_model") or "?") if isinstance(system, Mapping) else "?"
+    codegen = codegen_facts(header)
+    return HostFingerprint(
+        host_id=short_id([renderer, driver, cpu]),
+        renderer=renderer, driver=driver, cpu=cpu,
+        codegen_id=short_id(codegen) if codegen else "",
+        codegen=json.dumps(codegen, sort_keys=True, default=str) if codegen else "",
+        machine_name=str(system.get("hostname") or "") if isinstance(system, Mapping) else "",
+    )
+
+
+def _size(header: Mapping[str, Any]) -> str:
+    opts = header.get("capture_options") or {}
+    resolved = opts.get("resolved") if isinstance(opts.get("resolved"), Mapping) else {}
+    size = resolved.get("size", opts.get("size"))
+    if isinstance(size, (list, tuple)) and len(size) == 2:
+        return f"{size[0]}x{size[1]}"
+    return "" if size is None else str(size)
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _stats(values: np.ndarray, count: bool) -> dict[str, Any]:
+    """frames, median, mean, p99, low_1pct_fps, cv of one run's values (ns on time clocks)."""
+    d = np.asarray(values, dtype=np.float64)
+    scale = 1.0 if count else _NS_PER_MS
+    mean = float(d.mean())
+    stdev = float(np.std(d, ddof=1)) if d.size > 1 else 0.0
+    low = None
+    if not count:
+        k = max(1, math.ceil(0.01 * d.size - 1e-9))
+        slow_ns = float(np.sort(d)[-k:].sum())
+        low = k * 1e9 / slow_ns if slow_ns > 0 else None
+    return {
+        "frames": int(d.size),
+        "median": float(np.median(d)) / scale,
+        "mean": mean / scale,
+        "p99": float(np.percentile(d, 99.0)) / scale,
+        "low_1pct_fps": low,
+        "cv": _finite(stdev / mean) if mean > 0 else None,
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFacts:
+    """The facts `history add` attaches to every row of one trace."""
+
+    label: str
+    commit: str = ""
+    label_time_ns: int | None = None  #: None: the capture's start
+    added_ns: int = 0
+
+
+def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[dict[str, Any]]:
+    """The history rows of an opened trace (:class:`~katra_trace.reader.Trace`), one per run x scene x
+    zone x metric; empty when the trace has no measured frames."""
+    header = trace.header
+    host = host_fingerprint(header)
+    start_ns = header.get("start_wall_ns")
+    start_ns = int(start_ns) if isinstance(start_ns, int) and not isinstance(start_ns, bool) else None
+    base: dict[str, Any] = {
+        "trace_sha256": sha256,
+        "label": facts.label,
+        "label_time_ns": facts.label_time_ns if facts.label_time_ns is not None else (start_ns or facts.added_ns),
+        "commit": facts.commit,
+        "run_start_ns": start_ns,
+        "added_ns": facts.added_ns or time.time_ns(),
+        **{k: v for k, v in dataclasses.asdict(host).items()},
+        "mode": measure_mode(header),
+        "size": _size(header),
+        "trace_path": os.path.abspath(str(trace.path)),
+        "trace_status": trace.status,
+        "tool_version": str(header.get("tool_version") or ""),
+    }
+    opts = header.get("capture_options") or {}
+    strings = list(trace.strings)
+    frames = scene_durations(trace.events, strings)
+    refs = reference_durations(trace.events, strings)
+    out: list[dict[str, Any]] = []
+
+    def add(scene: str, zone: str, metric: str, values: np.ndarray, unit: str | None = None) -> None:
+        if values.size == 0:
+            return
+        count = metric in _COUNT_NAMES
+        params = scene_params(opts, scene) if isinstance(opts, Mapping) else None
+        out.append({**base, "scene": scene, "zone": zone, "metric": metric,
+                    "unit": unit or (metric if count else "ms"),
+                    "params": json.dumps(params, sort_keys=True, default=str) if params is not None else "",
+                    **_stats(values, count)})
+
+    for scene, per_clock in frames.items():
+        for clock, values in per_clock.items():
+            add(scene, "", clock, values)
+        ref = refs.get(scene, {}).get("wall")
+        wall = per_clock.get("wall")
+        if wall is not None and wall.size and ref is not None and ref.size and np.median(ref) > 0:
+            add(scene, "", REFERENCE_METRIC, wall / float(np.median(ref)), unit="x reference")
+            # the ratio is unitless: undo the ns -> ms scaling _stats applies to time clocks
+            row = out[-1]
+            for key in ("median", "mean", "p99"):
+                row[key] = row[key] * _NS_PER_MS
+            row["low_1pct_fps"] = None
+    for clock in Clock:
+        zones = zone_frame_totals(trace.events, strings, int(clock))
+        for scene, per_zone in zones.items():
+            for zone, totals in per_zone.items():
+                add(scene, zone, clock.name.lower(), totals)
+    return out
+
+
+__all__ = ["COLUMNS", "COLUMN_NAMES", "HostFingerprint", "REFERENCE_METRIC", "RunFacts", "file_sha256",
+           "host_fingerprint", "iso_utc", "parse_time_ns", "short_id", "trace_rows"]

@@ -1,0 +1,242 @@
+"""Step detection over a history: where did the level change, by how much, and is it more than noise?
+
+Pure numpy/scipy. The input is one series (a scene, metric and host): for each
+label, in order, the values of its runs (replicates). The method:
+
+1. Work on logs (a step is a ratio; run-to-run noise is multiplicative).
+2. **Noise from replicates.** The run-to-run variance ``s2`` is pooled from
+   the spread of the runs *within* each label (``df = sum(n_l - 1)``), so a
+   step between labels cannot inflate it. A label mean then has variance
+   ``s2 / n_l``. When fewer than 3 degrees of freedom come from replicates
+   (one run per label), the noise of a label mean is estimated from the
+   differences between consecutive labels (median absolute difference,
+   robust to the few differences that are steps).
+3. **Penalized piecewise-constant fit.** The levels are fitted by exact
+   optimal partitioning (dynamic programming) minimizing the chi-square
+   misfit ``sum w_l (mean_l - level)^2`` plus a penalty ``c`` per step.
+4. **The penalty is a test.** ``c`` is the ``1 - alpha`` quantile of the
+   largest single-split chi-square of *this series' design* (its labels and
+   replicate counts, with its noise estimator) under "no step", found by a
+   seeded simulation and cached. So a flat history shows a step with
+   probability ~alpha, whatever its length or replicate counts.
+5. **Extra label-to-label noise.** When the labels scatter around the fitted
+   levels more than their replicates explain (an F test at alpha), that
+   excess (a label's runs sharing one machine state) is added to every
+   label's variance and the fit is redone.
+6. Each step reports the label where the new level starts, the range of
+   labels where it may start (splits whose misfit is within the chi-square
+   ``1 - alpha`` quantile of the best one), and its size as a ratio of the
+   adjacent levels with a ``1 - alpha`` interval (t on the noise's degrees
+   of freedom).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+#: Simulated null series per design when calibrating the penalty.
+NULL_SIMULATIONS = 4000
+#: Fewer replicate degrees of freedom than this: estimate the noise from label-to-label differences.
+MIN_REPLICATE_DF = 3
+#: A label mean's standard deviation is never taken below this (log units, 0.01 %): keeps identical counts finite.
+MIN_SD = 1e-4
+#: Overdispersion refits at most this many times.
+_MAX_REFITS = 3
+_MAD_TO_SD = 1.0 / sps.norm.ppf(0.75)
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """A change of level that starts at label index ``index`` (0-based; the first label of the new level)."""
+
+    index: int
+    start_low: int     #: earliest label index where the step may start (at the fit's confidence)
+    start_high: int    #: latest such index
+    ratio: float       #: new level / old level (geometric means)
+    ratio_low: float   #: lower end of the interval of ``ratio``
+    ratio_high: float
+    z: float           #: log ratio over its standard error
+    level_before: float  #: geometric-mean level of the segment before (the series' unit)
+    level_after: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """The fitted levels of one series and the steps between them."""
+
+    steps: list[Step]
+    levels: list[float]         #: fitted level per label (the series' unit)
+    label_means: list[float]    #: geometric mean of each label's runs
+    noise_sd: float             #: run-to-run sd (log units ~ relative) used, per run; per label mean when
+                                #: ``noise_source`` is ``"labels"``
+    noise_source: str           #: "replicates" | "labels"
+    noise_df: int
+    overdispersion: float       #: label-to-label variance added, as a multiple of the replicate variance of a
+                                #: label mean (0: none needed)
+    penalty: float              #: the chi-square penalty per step (the null quantile)
+    confidence: float
+
+
+def _label_noise_from_diffs(means: np.ndarray) -> np.ndarray:
+    """Variance of a label mean from consecutive differences (rows of ``means`` are series)."""
+    d = np.diff(means, axis=-1)
+    mad = np.median(np.abs(d), axis=-1) * _MAD_TO_SD
+    var: np.ndarray = np.maximum(mad**2 / 2.0, MIN_SD**2)
+    return var
+
+
+def _split_stats(means: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Chi-square of each single split k = 1..L-1 (columns) of rows of ``means`` with weights ``w`` (1-D)."""
+    cw = np.cumsum(w)
+    cwm = np.cumsum(means * w, axis=-1)
+    wa = cw[:-1]
+    wb = cw[-1] - wa
+    ma = cwm[..., :-1] / wa
+    mb = (cwm[..., -1:] - cwm[..., :-1]) / wb
+    out: np.ndarray = wa * wb / (wa + wb) * (ma - mb) ** 2
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def null_penalty(counts: tuple[int, ...], alpha: float, source: str, sims: int = NULL_SIMULATIONS) -> float:
+    """The ``1 - alpha`` quantile of the largest single-split chi-square under "no step".
+
+    ``counts``: runs per label. ``source``: how the noise is estimated ("replicates" or "labels"),
+    simulated with the same estimator. Seeded: the same design always gets the same penalty.
+    """
+    n = np.asarray(counts, dtype=np.float64)
+    if n.size < 2:
+        return math.inf
+    rng = np.random.default_rng(20261130 + n.size)
+    means = rng.standard_normal((sims, n.size)) / np.sqrt(n)
+    if source == "replicates":
+        df = int(np.sum(n - 1))
+        s2 = rng.chisquare(df, sims) / df
+        stat = _split_stats(means, n).max(axis=-1) / s2
+    else:
+        var = _label_noise_from_diffs(means)
+        stat = _split_stats(means, np.ones(n.size)).max(axis=-1) / var
+    return float(np.quantile(stat, 1.0 - alpha))
+
+
+def _segment_costs(means: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    z = np.concatenate([[0.0], np.cumsum(w)])
+    zm = np.concatenate([[0.0], np.cumsum(w * means)])
+    zmm = np.concatenate([[0.0], np.cumsum(w * means * means)])
+    return z, zm, zmm
+
+
+def _optimal_partition(means: np.ndarray, w: np.ndarray, penalty: float) -> list[int]:
+    """Start indices of the segments (0 first) minimizing misfit + penalty x steps."""
+    n = means.size
+    z, zm, zmm = _segment_costs(means, w)
+    best = np.zeros(n + 1)
+    prev = np.zeros(n + 1, dtype=np.int64)
+    for j in range(1, n + 1):
+        i = np.arange(j)
+        sw = z[j] - z[i]
+        cost = (zmm[j] - zmm[i]) - (zm[j] - zm[i]) ** 2 / sw
+        total = best[i] + cost + np.where(i > 0, penalty, 0.0)
+        k = int(np.argmin(total))
+        best[j] = total[k]
+        prev[j] = k
+    starts = []
+    j = n
+    while j > 0:
+        starts.append(int(prev[j]))
+        j = int(prev[j])
+    return sorted(starts)
+
+
+def _misfit(means: np.ndarray, w: np.ndarray, starts: list[int]) -> tuple[float, np.ndarray]:
+    bounds = [*starts, means.size]
+    levels = np.empty(means.size)
+    total = 0.0
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        mu = float(np.sum(w[a:b] * means[a:b]) / np.sum(w[a:b]))
+        levels[a:b] = mu
+        total += float(np.sum(w[a:b] * (means[a:b] - mu) ** 2))
+    return total, levels
+
+
+def detect_steps(groups: Sequence[Sequence[float]], alpha: float = 0.01) -> Fit:
+    """Fit levels to a series of labels (each a sequence of run values > 0) and find the steps.
+
+    ``alpha``: the chance that a flat series shows a step (the penalty's null quantile), and
+    ``1 - alpha`` is the confidence of each step's interval and start range. Labels without a
+    positive finite value must be left out by the caller. Raises ValueError on bad input.
+    """
+    if not 0 < alpha < 0.5:
+        raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
+    logs = []
+    for g in groups:
+        arr = np.asarray(g, dtype=np.float64)
+        if arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+            raise ValueError("every label needs at least one positive, finite value")
+        logs.append(np.log(arr))
+    n = np.array([a.size for a in logs], dtype=np.float64)
+    means = np.array([float(a.mean()) for a in logs])
+    level_of = [float(math.exp(m)) for m in means]
+    ss = float(sum(float(np.sum((a - a.mean()) ** 2)) for a in logs))
+    df_w = int(np.sum(n - 1))
+    if means.size < 2:
+        sd = math.sqrt(ss / df_w) if df_w else 0.0
+        return Fit([], level_of, level_of, sd, "replicates", df_w, 0.0, math.inf, 1 - alpha)
+    if df_w >= MIN_REPLICATE_DF:
+        source = "replicates"
+        s2 = max(ss / df_w, MIN_SD**2)
+        var = s2 / n
+        noise_df = df_w
+        noise_sd = math.sqrt(s2)
+    else:
+        source = "labels"
+        var = np.full(means.size, float(_label_noise_from_diffs(means)))
+        noise_df = max(means.size - 2, 1)
+        noise_sd = math.sqrt(float(var[0]))
+    penalty = null_penalty(tuple(int(x) for x in n), alpha, source)
+    extra = 0.0
+    starts = _optimal_partition(means, 1.0 / var, penalty)
+    if source == "replicates":
+        misfit, _levels = _misfit(means, 1.0 / var, starts)
+        df_b = means.size - len(starts)
+        if df_b >= 1 and misfit / df_b > float(sps.f.ppf(1 - alpha, df_b, noise_df)):
+            # the labels scatter around the fitted levels more than their replicates explain (a label's
+            # runs share one machine state): add that excess to every label's variance and refit
+            for _ in range(_MAX_REFITS):
+                extra = max(0.0, misfit / df_b - 1.0) * float(var.mean())
+                new_starts = _optimal_partition(means, 1.0 / (var + extra), penalty)
+                if new_starts == starts:
+                    break
+                starts = new_starts
+                misfit, _levels = _misfit(means, 1.0 / var, starts)
+                df_b = means.size - len(starts)
+    w = 1.0 / (var + extra)
+    _, levels = _misfit(means, w, starts)
+    q_t = float(sps.t.ppf(1 - alpha / 2, noise_df))
+    q_loc = float(sps.chi2.ppf(1 - alpha, 1))
+    bounds = [*starts, means.size]
+    out: list[Step] = []
+    for s in range(1, len(starts)):
+        a, k, b = bounds[s - 1], bounds[s], bounds[s + 1]
+        wa, wb = float(np.sum(w[a:k])), float(np.sum(w[k:b]))
+        mu_a = float(np.sum(w[a:k] * means[a:k]) / wa)
+        mu_b = float(np.sum(w[k:b] * means[k:b]) / wb)
+        delta = mu_b - mu_a
+        se = math.sqrt(1 / wa + 1 / wb)
+        split = _split_stats(means[a:b], w[a:b])  # split j+1 = start at a + j + 1
+        near = np.flatnonzero(split >= split.max() - q_loc) + a + 1
+        out.append(Step(index=k, start_low=int(near.min()), start_high=int(near.max()),
+                        ratio=math.exp(delta), ratio_low=math.exp(delta - q_t * se),
+                        ratio_high=math.exp(delta + q_t * se), z=delta / se,
+                        level_before=math.exp(mu_a), level_after=math.exp(mu_b)))
+    return Fit(out, [float(math.exp(v)) for v in levels], level_of, noise_sd, source, noise_df,
+               extra / float(var.mean()), penalty, 1 - alpha)
+
+
+__all__ = ["Fit", "MIN_REPLICATE_DF", "NULL_SIMULATIONS", "Step", "detect_steps", "null_penalty"]

@@ -1,0 +1,346 @@
+"""Trends: history rows grouped into series (scene x zone x metric x host) over labels in order, and
+the steps :func:`katra_trace.history.steps.detect_steps` finds in them.
+
+:func:`trend_data` is what a report draws; :func:`check_steps` is what ``history check`` decides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from katra_trace.errors import ConfigError
+from katra_trace.history.rows import iso_utc
+from katra_trace.history.steps import Fit, detect_steps
+from katra_trace.history.store import DEFAULT_LOCK_TIMEOUT_S, Source, read_rows
+
+#: Stats a trend can follow; all are "higher is worse" but the frame rate.
+STATS: tuple[str, ...] = ("median", "mean", "p99", "low_1pct_fps")
+HIGHER_IS_BETTER: frozenset[str] = frozenset({"low_1pct_fps"})
+#: ``--metric auto``: the first of these a series' host has (counts are deterministic; then the trusted clock).
+AUTO_ORDER: tuple[str, ...] = ("instructions", "cycles", "wall", "gpu", "cpu")
+COUNT_METRICS: frozenset[str] = frozenset({"instructions", "cycles"})
+#: Default minimum step size (percent), as compare's: times and counts.
+DEFAULT_THRESHOLD_TIME_PCT = 5.0
+DEFAULT_THRESHOLD_COUNT_PCT = 0.5
+_SPARK = "▁▂▃▄▅▆▇█"
+
+_READ_COLUMNS = ("label", "label_time_ns", "added_ns", "commit", "host_id", "renderer", "driver", "cpu",
+                 "codegen_id", "scene", "zone", "metric", "unit", "size", "params", "trace_sha256", *STATS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """Which series to build. ``None`` means no filter; ``metric`` ``auto`` and ``all`` are special."""
+
+    scene: str | None = None
+    metric: str = "auto"
+    host: str | None = None      #: a host id prefix, or text found in "renderer / driver / cpu"
+    zone: str | None = ""        #: "" the frames, a zone name, or None for frames and every zone
+    stat: str = "median"
+    last: int | None = None      #: only the newest N labels
+    allow_host_mismatch: bool = False  #: one series across hosts (and code generators) per scene
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One label of a series: its runs' values and their geometric mean."""
+
+    label: str
+    time_ns: int
+    commit: str
+    values: list[float]
+    level: float
+    settings: str  #: size and params of its runs ("" when they match the series' first label)
+    rank: int = 0  #: position of the label among all labels of the source (their order)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "time": iso_utc(self.time_ns), "commit": self.commit, "runs": len(self.values),
+                "level": self.level, "min": min(self.values), "max": max(self.values), "values": self.values,
+                "settings_changed": self.settings}
+
+
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """A trend: one scene's (zone's) metric and stat on one host, over labels in order."""
+
+    scene: str
+    zone: str
+    metric: str
+    unit: str
+    stat: str
+    host_id: str
+    host: str
+    codegen_id: str
+    points: list[Point]
+
+    @property
+    def key(self) -> str:
+        zone = f" / {self.zone}" if self.zone else ""
+        return f"{self.scene}{zone} {self.metric} {self.stat} @{self.host_id}"
+
+    def sparkline(self) -> str:
+        return sparkline([p.level for p in self.points])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"scene": self.scene, "zone": self.zone, "metric": self.metric, "unit": self.unit, "stat": self.stat,
+                "host_id": self.host_id, "host": self.host, "codegen_id": self.codegen_id,
+                "sparkline": self.sparkline(), "points": [p.as_dict() for p in self.points]}
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """One block character per value, scaled between the series' min and max (flat: all low)."""
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    if not hi > lo:
+        return _SPARK[0] * len(values)
+    return "".join(_SPARK[min(len(_SPARK) - 1, int((v - lo) / (hi - lo) * len(_SPARK)))] for v in values)
+
+
+def _label_order(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Labels ordered by their time (earliest ``label_time_ns`` of their runs), then first add, then name."""
+    first: dict[str, tuple[int, int]] = {}
+    for r in rows:
+        key = (int(r["label_time_ns"] or 0), int(r["added_ns"] or 0))
+        old = first.get(r["label"])
+        first[r["label"]] = key if old is None else min(old, key)
+    return sorted(first, key=lambda lab: (*first[lab], lab))
+
+
+def _host_text(r: Mapping[str, Any]) -> str:
+    return f"{r['renderer']} / {r['driver']} / {r['cpu']}"
+
+
+def _match_host(r: Mapping[str, Any], host: str) -> bool:
+    return str(r["host_id"]).startswith(host) or host.lower() in _host_text(r).lower()
+
+
+def _choices(values: Iterable[str]) -> str:
+    return ", ".join(sorted(set(values))) or "(none)"
+
+
+def build_series(rows: Sequence[Mapping[str, Any]], sel: Selection) -> list[Series]:
+    """Group ``rows`` into series per :class:`Selection`. Raises ConfigError on an unknown scene, zone,
+    metric, stat or host (naming the ones stored)."""
+    if sel.stat not in STATS:
+        raise ConfigError(f"unknown stat {sel.stat!r}; choose from {', '.join(STATS)}")
+    if sel.last is not None and sel.last < 1:
+        raise ConfigError(f"--last must be at least 1, got {sel.last}")
+    order = _label_order(rows)
+    if sel.last is not None:
+        keep = set(order[-sel.last:])
+        rows = [r for r in rows if r["label"] in keep]
+        order = order[-sel.last:]
+    if sel.scene is not None:
+        scenes = {r["scene"] for r in rows}
+        if sel.scene not in scenes:
+            raise ConfigError(f"unknown scene {sel.scene!r} in the history; stored: {_choices(scenes)}")
+        rows = [r for r in rows if r["scene"] == sel.scene]
+    if sel.zone is not None:
+        if sel.zone and sel.zone not in {r["zone"] for r in rows}:
+            raise ConfigError(f"unknown zone {sel.zone!r}; stored: {_choices(r['zone'] for r in rows if r['zone'])}")
+        rows = [r for r in rows if r["zone"] == sel.zone]
+    if sel.host is not None:
+        hosts = {r["host_id"]: _host_text(r) for r in rows}
+        rows = [r for r in rows if _match_host(r, sel.host)]
+        if not rows:
+            raise ConfigError(f"no host matches {sel.host!r}; stored: "
+                              + "; ".join(f"{h} ({t})" for h, t in sorted(hosts.items())))
+    metrics = {r["metric"] for r in rows}
+    if sel.metric not in ("auto", "all") and sel.metric not in metrics:
+        raise ConfigError(f"unknown metric {sel.metric!r} in the history; stored: {_choices(metrics)} "
+                          "(or auto, all)")
+    groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        host = "*" if sel.allow_host_mismatch else str(r["host_id"])
+        codegen = "" if sel.allow_host_mismatch or r["metric"] not in COUNT_METRICS else str(r["codegen_id"] or "")
+        groups.setdefault((r["scene"], r["zone"], r["metric"], host, codegen), []).append(r)
+    if sel.metric == "auto":
+        # per scene, zone and host: the first metric of AUTO_ORDER it has
+        chosen: dict[tuple[str, ...], str] = {}
+        for scene, zone, metric, host, _c in groups:
+            k = (scene, zone, host)
+            if metric in AUTO_ORDER and (k not in chosen or AUTO_ORDER.index(metric) < AUTO_ORDER.index(chosen[k])):
+                chosen[k] = metric
+        groups = {g: v for g, v in groups.items() if chosen.get((g[0], g[1], g[3])) == g[2]}
+    elif sel.metric != "all":
+        groups = {g: v for g, v in groups.items() if g[2] == sel.metric}
+    rank = {lab: i for i, lab in enumerate(order)}
+    out = []
+    for (scene, zone, metric, host, codegen), grows in groups.items():
+        by_label: dict[str, list[Mapping[str, Any]]] = {}
+        for r in grows:
+            value = r[sel.stat]
+            if value is not None and math.isfinite(value) and value > 0:
+                by_label.setdefault(r["label"], []).append(r)
+        if not by_label:
+            continue
+        points = []
+        first_settings: str | None = None
+        for lab in sorted(by_label, key=rank.__getitem__):
+            lrows = sorted(by_label[lab], key=lambda r: str(r["trace_sha256"]))
+            values = [float(r[sel.stat]) for r in lrows]
+            settings = "; ".join(sorted({f"size {r['size']}" + (f", params {r['params']}" if r["params"] else "")
+                                         for r in lrows}))
+            if first_settings is None:
+                first_settings = settings
+            points.append(Point(lab, min(int(r["label_time_ns"] or 0) for r in lrows),
+                                ", ".join(sorted({str(r["commit"]) for r in lrows if r["commit"]})), values,
+                                float(np.exp(np.mean(np.log(values)))),
+                                "" if settings == first_settings else settings, rank[lab]))
+        hosts = sorted({_host_text(r) for r in grows})
+        out.append(Series(scene, zone, metric, str(grows[0]["unit"]), sel.stat, host,
+                          " | ".join(hosts), codegen, points))
+    out.sort(key=lambda s: (s.scene, s.zone, AUTO_ORDER.index(s.metric) if s.metric in AUTO_ORDER else 9,
+                            s.metric, s.host_id))
+    return out
+
+
+def load_series(source: Source, sel: Selection, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> list[Series]:
+    """Read ``source`` and build the series of ``sel`` (ConfigError when none result)."""
+    rows = read_rows(source, _READ_COLUMNS, lock_timeout_s)
+    series = build_series(rows, sel)
+    if not series:
+        raise ConfigError(f"history {source.name!r} has no {sel.stat} values for that selection")
+    return series
+
+
+# --------------------------------------------------------------------------- steps
+
+
+@dataclasses.dataclass(frozen=True)
+class StepReport:
+    """A step of one series, judged against the threshold."""
+
+    series: Series
+    label: str            #: the first label of the new level
+    start_low: str        #: earliest label where it may start
+    start_high: str       #: latest
+    ratio: float          #: new level / old level
+    ratio_low: float
+    ratio_high: float
+    verdict: str          #: regression | improvement | below threshold | uncertain
+    at_newest: bool       #: starts at the newest label of the selection
+    settings_changed: str  #: the capture settings of its first label, when they differ from the series' first
+
+    def as_dict(self) -> dict[str, Any]:
+        s = self.series
+        return {"scene": s.scene, "zone": s.zone, "metric": s.metric, "stat": s.stat, "host_id": s.host_id,
+                "host": s.host, "label": self.label, "start_range": [self.start_low, self.start_high],
+                "change_pct": 100 * (self.ratio - 1), "change_pct_interval": [100 * (self.ratio_low - 1),
+                                                                             100 * (self.ratio_high - 1)],
+                "verdict": self.verdict, "at_newest_label": self.at_newest,
+                "settings_changed": self.settings_changed}
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """Every series checked, their fits, and the steps found."""
+
+    series: list[Series]
+    fits: list[Fit]
+    steps: list[StepReport]
+    newest_label: str
+    alpha: float
+    threshold_pct: float | None  #: None: the per-metric defaults
+
+    @property
+    def regression_at_newest(self) -> bool:
+        return any(s.verdict == "regression" and s.at_newest for s in self.steps)
+
+    def by_label(self) -> dict[str, list[StepReport]]:
+        """The steps grouped by the label where they start, labels in order."""
+        out: dict[str, list[StepReport]] = {}
+        for step in self.steps:
+            out.setdefault(step.label, []).append(step)
+        return out
+
+
+def threshold_for(metric: str, threshold_pct: float | None) -> float:
+    if threshold_pct is not None:
+        return threshold_pct
+    return DEFAULT_THRESHOLD_COUNT_PCT if metric in COUNT_METRICS else DEFAULT_THRESHOLD_TIME_PCT
+
+
+def check_steps(series: Sequence[Series], alpha: float = 0.01, threshold_pct: float | None = None,
+                newest_label: str | None = None) -> CheckResult:
+    """Fit each series and judge its steps: **regression** when the level got worse by at least the
+    threshold and the whole interval is on the worse side of 1, **improvement** mirrored, **below
+    threshold** when the change is real but smaller, **uncertain** when its interval crosses 1."""
+    if not 0 < alpha < 0.5:
+        raise ConfigError(f"--alpha must be in (0, 0.5), got {alpha:g}")
+    if threshold_pct is not None and not 0 <= threshold_pct < 1000:
+        raise ConfigError(f"--threshold must be a percentage >= 0, got {threshold_pct:g}")
+    newest = newest_label if newest_label is not None else _newest(series)
+    fits: list[Fit] = []
+    steps: list[StepReport] = []
+    for s in series:
+        fit = detect_steps([p.values for p in s.points], alpha=alpha)
+        fits.append(fit)
+        up = 1 + threshold_for(s.metric, threshold_pct) / 100
+        better_high = s.stat in HIGHER_IS_BETTER
+        for st in fit.steps:
+            worse = 1 / st.ratio if better_high else st.ratio
+            worse_low = 1 / st.ratio_high if better_high else st.ratio_low
+            worse_high = 1 / st.ratio_low if better_high else st.ratio_high
+            if worse_low <= 1 <= worse_high:
+                verdict = "uncertain"
+            elif worse >= up:
+                verdict = "regression"
+            elif worse <= 1 / up:
+                verdict = "improvement"
+            else:
+                verdict = "below threshold"
+            p = s.points
+            steps.append(StepReport(s, p[st.index].label, p[st.start_low].label, p[st.start_high].label, st.ratio,
+                                    st.ratio_low, st.ratio_high, verdict,
+                                    p[st.index].label == newest and p[-1].label == newest, p[st.index].settings))
+    order = {lab: i for i, lab in enumerate(_all_labels(series))}
+    steps.sort(key=lambda r: (order[r.label], r.series.scene, r.series.zone, r.series.metric))
+    return CheckResult(list(series), fits, steps, newest, alpha, threshold_pct)
+
+
+def _all_labels(series: Sequence[Series]) -> list[str]:
+    ranks: dict[str, int] = {}
+    for s in series:
+        for p in s.points:
+            ranks.setdefault(p.label, p.rank)
+    return sorted(ranks, key=ranks.__getitem__)
+
+
+def _newest(series: Sequence[Series]) -> str:
+    labels = _all_labels(series)
+    return labels[-1] if labels else ""
+
+
+def trend_data(source: Source, sel: Selection | None = None, alpha: float = 0.01,
+               threshold_pct: float | None = None, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> dict[str, Any]:
+    """The trends a report draws, as plain JSON-able data.
+
+    Returns ``{"source": str, "labels": [label, ...] (in order), "series": [SERIES, ...],
+    "steps": [STEP, ...]}`` where SERIES is :meth:`Series.as_dict` (scene, zone, metric, unit, stat,
+    host_id, host, codegen_id, sparkline, and ``points``: per label in order ``label``, ``time``
+    (ISO UTC), ``commit``, ``runs``, ``level`` (geometric mean of the runs' values, in ``unit``),
+    ``min``, ``max``, ``values``, ``settings_changed``) with ``fit``: the fitted ``levels`` per
+    point, and STEP is :meth:`StepReport.as_dict`. Raises ConfigError (exit 2) on a missing, empty or
+    unreadable source and on an unknown scene, metric or host.
+    """
+    series = load_series(source, sel or Selection(), lock_timeout_s)
+    result = check_steps(series, alpha=alpha, threshold_pct=threshold_pct)
+    out_series = []
+    for s, fit in zip(series, result.fits, strict=True):
+        d = s.as_dict()
+        d["fit"] = {"levels": fit.levels, "noise_sd": fit.noise_sd, "noise_source": fit.noise_source}
+        out_series.append(d)
+    return {"source": source.name, "labels": _all_labels(series), "series": out_series,
+            "steps": [st.as_dict() for st in result.steps]}
+
+
+__all__ = ["AUTO_ORDER", "CheckResult", "DEFAULT_THRESHOLD_COUNT_PCT", "DEFAULT_THRESHOLD_TIME_PCT",
+           "HIGHER_IS_BETTER", "Point", "STATS", "Selection", "Series", "StepReport", "build_series",
+           "check_steps", "load_series", "sparkline", "threshold_for", "trend_data"]
