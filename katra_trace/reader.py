@@ -271,14 +271,35 @@ def _check_dict(obj: dict[str, Any], key: str, where: str, pos: int) -> None:
         raise _shape_error(where, pos, key, "a JSON object")
 
 
+#: Documented HEADER keys that readers rely on, by where they live: each must have this JSON type
+#: when present (null is allowed: "not known"). docs/trace-format.md lists them.
+_HEADER_SHAPES: dict[tuple[str, ...], dict[str, type]] = {
+    ("capture_options",): {"timing_mode": str, "timing_reason": str, "primary_clock": str, "scene": str,
+                           "measure": dict, "resolved": dict},
+    ("capture_options", "measure"): {"mode": str, "valgrind": str, "command": list, "env": dict,
+                                     "frame_boundary": str, "pinned": dict},
+    ("capture_options", "resolved"): {"scenes": list},
+    ("host_info",): {"gl_renderer": str, "gl_vendor": str, "gl_version": str, "driver_version": str, "gl": dict,
+                     "codegen": dict},
+}
+_TYPE_NAMES = {str: "a string", dict: "a JSON object", list: "a JSON array"}
+
+
 def check_header(h: dict[str, Any], pos: int) -> None:
     """Refuse a HEADER whose documented keys have the wrong shape (docs/trace-format.md)."""
     if not h:
         raise TraceFormatError(f"corrupt HEADER block at offset {pos} is empty", pos)
     for key in ("capture_options", "host_info"):
         _check_dict(h, key, "HEADER", pos)
-    _check_dict(h.get("capture_options") or {}, "measure", "HEADER", pos)
-    _check_dict(h.get("host_info") or {}, "codegen", "HEADER", pos)
+    for section, shapes in _HEADER_SHAPES.items():
+        part: Any = h
+        for key in section:
+            part = part.get(key) if isinstance(part, dict) else None
+        if not isinstance(part, dict):
+            continue
+        for key, typ in shapes.items():
+            if key in part and part[key] is not None and not isinstance(part[key], typ):
+                raise _shape_error("HEADER", pos, ".".join((*section, key)), _TYPE_NAMES[typ])
     _check_int(h, "start_wall_ns", "HEADER", pos, low=0)
     _check_int(h, "start_host_ns", "HEADER", pos)
     _check_int(h, "pid", "HEADER", pos)

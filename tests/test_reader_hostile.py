@@ -76,9 +76,14 @@ BAD_HEADERS = [
     ("start-wall-float", _header(lambda h: {**h, "start_wall_ns": 1.5}), "'start_wall_ns'"),
     ("capture-options-list", _header(lambda h: {**h, "capture_options": [1]}), "'capture_options' is not"),
     ("host-info-str", _header(lambda h: {**h, "host_info": "x"}), "'host_info' is not"),
-    ("measure-list", _header(lambda h: {**h, "capture_options": {"measure": []}}), "'measure' is not"),
-    ("codegen-str", _header(lambda h: {**h, "host_info": {"codegen": "x"}}), "'codegen' is not"),
+    ("measure-list", _header(lambda h: {**h, "capture_options": {"measure": []}}), "'capture_options.measure' is not"),
+    ("codegen-str", _header(lambda h: {**h, "host_info": {"codegen": "x"}}), "'host_info.codegen' is not"),
     ("empty-header", _header(lambda h: {}), "HEADER block at offset 16 is empty"),
+    ("timing-mode-dict", _header(lambda h: {**h, "capture_options": {"timing_mode": {"a": 1}}}),
+     "'capture_options.timing_mode' is not a string"),
+    ("measure-mode-list", _header(lambda h: {**h, "capture_options": {"measure": {"mode": []}}}),
+     "'capture_options.measure.mode' is not a string"),
+    ("gl-renderer-int", _header(lambda h: {**h, "host_info": {"gl_renderer": 5}}), "'host_info.gl_renderer'"),
 ]
 
 
