@@ -282,7 +282,7 @@ _HEADER_SHAPES: dict[tuple[str, ...], dict[str, type]] = {
     ("host_info",): {"gl_renderer": str, "gl_vendor": str, "gl_version": str, "driver_version": str, "gl": dict,
                      "codegen": dict},
 }
-_TYPE_NAMES = {str: "a string", dict: "a JSON object", list: "a JSON array"}
+_TYPE_NAMES: dict[type, str] = {str: "a string", dict: "a JSON object", list: "a JSON array"}
 
 
 def check_header(h: dict[str, Any], pos: int) -> None:
