@@ -241,7 +241,7 @@ def run_check(args: argparse.Namespace) -> int:
                                  for lab, steps in result.by_label().items()},
                     "noise": [{"scene": s.scene, "zone": s.zone, "metric": s.metric, "host_id": s.host_id,
                                "run_sd": f.noise_sd, "from": f.noise_source, "labels": len(s.points),
-                               "label_overdispersion": f.overdispersion} for s, f in zip(series, result.fits,
+                               "label_dispersion": f.dispersion} for s, f in zip(series, result.fits,
                                                                                          strict=True)]})
         return code
     columns = ["starts at", "may start", "scene", "metric", "host", "change", "interval", "verdict", "note"]

@@ -143,7 +143,8 @@ def host_fingerprint(header: Mapping[str, Any]) -> HostFingerprint:
 
 def _size(header: Mapping[str, Any]) -> str:
     opts = header.get("capture_options") or {}
-    resolved = opts.get("resolved") if isinstance(opts.get("resolved"), Mapping) else {}
+    raw = opts.get("resolved")
+    resolved: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     size = resolved.get("size", opts.get("size"))
     if isinstance(size, (list, tuple)) and len(size) == 2:
         return f"{size[0]}x{size[1]}"
@@ -234,11 +235,11 @@ def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[dict[str, Any]]
             for key in ("median", "mean", "p99"):
                 row[key] = row[key] * _NS_PER_MS
             row["low_1pct_fps"] = None
-    for clock in Clock:
-        zones = zone_frame_totals(trace.events, strings, int(clock))
+    for zclock in Clock:
+        zones = zone_frame_totals(trace.events, strings, int(zclock))
         for scene, per_zone in zones.items():
             for zone, totals in per_zone.items():
-                add(scene, zone, clock.name.lower(), totals)
+                add(scene, zone, zclock.name.lower(), totals)
     return out
 
 

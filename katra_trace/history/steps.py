@@ -19,10 +19,13 @@ label, in order, the values of its runs (replicates). The method:
    replicate counts, with its noise estimator) under "no step", found by a
    seeded simulation and cached. So a flat history shows a step with
    probability ~alpha, whatever its length or replicate counts.
-5. **Extra label-to-label noise.** When the labels scatter around the fitted
-   levels more than their replicates explain (an F test at alpha), that
-   excess (a label's runs sharing one machine state) is added to every
-   label's variance and the fit is redone.
+5. **Label-to-label noise.** When consecutive labels differ more than their
+   replicates explain (the 35th percentile of the squared differences over
+   their replicate variances, against its own simulated ``1 - alpha``
+   quantile; a low percentile, so a few steps do not trigger it), a label's
+   runs evidently share something (one machine state, one build): the noise
+   of a label mean is then taken from the label-to-label differences, as
+   with one run a label.
 6. Each step reports the label where the new level starts, the range of
    labels where it may start (splits whose misfit is within the chi-square
    ``1 - alpha`` quantile of the best one), and its size as a ratio of the
@@ -46,9 +49,11 @@ NULL_SIMULATIONS = 4000
 MIN_REPLICATE_DF = 3
 #: A label mean's standard deviation is never taken below this (log units, 0.01 %): keeps identical counts finite.
 MIN_SD = 1e-4
-#: Overdispersion refits at most this many times.
-_MAX_REFITS = 3
 _MAD_TO_SD = 1.0 / sps.norm.ppf(0.75)
+#: The quantile of the squared label differences that measures label-to-label noise: low enough that
+#: a few steps among a dozen labels barely move it.
+_DISPERSION_Q = 0.35
+_CHI2_1_Q = float(sps.chi2.ppf(_DISPERSION_Q, 1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,8 +82,8 @@ class Fit:
                                 #: ``noise_source`` is ``"labels"``
     noise_source: str           #: "replicates" | "labels"
     noise_df: int
-    overdispersion: float       #: label-to-label variance added, as a multiple of the replicate variance of a
-                                #: label mean (0: none needed)
+    dispersion: float           #: how much label means scatter relative to their replicates (about 1 when
+                                #: they differ by their runs' noise only; 0 without replicates)
     penalty: float              #: the chi-square penalty per step (the null quantile)
     confidence: float
 
@@ -89,6 +94,26 @@ def _label_noise_from_diffs(means: np.ndarray) -> np.ndarray:
     mad = np.median(np.abs(d), axis=-1) * _MAD_TO_SD
     var: np.ndarray = np.maximum(mad**2 / 2.0, MIN_SD**2)
     return var
+
+
+def _dispersion(means: np.ndarray, var: np.ndarray) -> float:
+    """How much consecutive label means differ relative to their replicate variances ``var``: the
+    :data:`_DISPERSION_Q` quantile of ``d^2 / (v_l + v_l+1)`` over the chi-square(1) one (about 1 without
+    label-level noise; a low quantile, so the few differences that are steps barely move it)."""
+    d2 = np.diff(means, axis=-1) ** 2 / (var[..., :-1] + var[..., 1:])
+    return float(np.quantile(d2, _DISPERSION_Q)) / _CHI2_1_Q
+
+
+@functools.lru_cache(maxsize=256)
+def null_dispersion(counts: tuple[int, ...], alpha: float, sims: int = NULL_SIMULATIONS) -> float:
+    """The ``1 - alpha`` quantile of :func:`_dispersion` when the labels differ only by their replicates."""
+    n = np.asarray(counts, dtype=np.float64)
+    rng = np.random.default_rng(20261201 + n.size)
+    df = int(np.sum(n - 1))
+    means = rng.standard_normal((sims, n.size)) / np.sqrt(n)
+    s2 = rng.chisquare(df, sims) / df
+    d2 = np.diff(means, axis=-1) ** 2 / ((1 / n[:-1] + 1 / n[1:]) * s2[:, None])
+    return float(np.quantile(np.quantile(d2, _DISPERSION_Q, axis=-1) / _CHI2_1_Q, 1.0 - alpha))
 
 
 def _split_stats(means: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -165,7 +190,7 @@ def _misfit(means: np.ndarray, w: np.ndarray, starts: list[int]) -> tuple[float,
     return total, levels
 
 
-def detect_steps(groups: Sequence[Sequence[float]], alpha: float = 0.01) -> Fit:
+def detect_steps(groups: Sequence[Sequence[float] | np.ndarray], alpha: float = 0.01) -> Fit:
     """Fit levels to a series of labels (each a sequence of run values > 0) and find the steps.
 
     ``alpha``: the chance that a flat series shows a step (the penalty's null quantile), and
@@ -188,35 +213,27 @@ def detect_steps(groups: Sequence[Sequence[float]], alpha: float = 0.01) -> Fit:
     if means.size < 2:
         sd = math.sqrt(ss / df_w) if df_w else 0.0
         return Fit([], level_of, level_of, sd, "replicates", df_w, 0.0, math.inf, 1 - alpha)
+    s2 = 0.0
+    source = "labels"
+    dispersion = 0.0
     if df_w >= MIN_REPLICATE_DF:
-        source = "replicates"
         s2 = max(ss / df_w, MIN_SD**2)
+        dispersion = _dispersion(means, s2 / n)
+        if means.size < 3 or dispersion <= null_dispersion(tuple(int(x) for x in n), alpha):
+            source = "replicates"
+    if source == "replicates":
         var = s2 / n
         noise_df = df_w
         noise_sd = math.sqrt(s2)
     else:
-        source = "labels"
-        var = np.full(means.size, float(_label_noise_from_diffs(means)))
+        # one run a label, or labels that scatter more than their replicates explain (a label's runs
+        # sharing one machine state): the noise of a label mean from label-to-label differences
+        var = np.maximum(float(_label_noise_from_diffs(means)), s2 / n)
         noise_df = max(means.size - 2, 1)
-        noise_sd = math.sqrt(float(var[0]))
+        noise_sd = math.sqrt(float(np.max(var)))
     penalty = null_penalty(tuple(int(x) for x in n), alpha, source)
-    extra = 0.0
     starts = _optimal_partition(means, 1.0 / var, penalty)
-    if source == "replicates":
-        misfit, _levels = _misfit(means, 1.0 / var, starts)
-        df_b = means.size - len(starts)
-        if df_b >= 1 and misfit / df_b > float(sps.f.ppf(1 - alpha, df_b, noise_df)):
-            # the labels scatter around the fitted levels more than their replicates explain (a label's
-            # runs share one machine state): add that excess to every label's variance and refit
-            for _ in range(_MAX_REFITS):
-                extra = max(0.0, misfit / df_b - 1.0) * float(var.mean())
-                new_starts = _optimal_partition(means, 1.0 / (var + extra), penalty)
-                if new_starts == starts:
-                    break
-                starts = new_starts
-                misfit, _levels = _misfit(means, 1.0 / var, starts)
-                df_b = means.size - len(starts)
-    w = 1.0 / (var + extra)
+    w = 1.0 / var
     _, levels = _misfit(means, w, starts)
     q_t = float(sps.t.ppf(1 - alpha / 2, noise_df))
     q_loc = float(sps.chi2.ppf(1 - alpha, 1))
@@ -236,7 +253,7 @@ def detect_steps(groups: Sequence[Sequence[float]], alpha: float = 0.01) -> Fit:
                         ratio_high=math.exp(delta + q_t * se), z=delta / se,
                         level_before=math.exp(mu_a), level_after=math.exp(mu_b)))
     return Fit(out, [float(math.exp(v)) for v in levels], level_of, noise_sd, source, noise_df,
-               extra / float(var.mean()), penalty, 1 - alpha)
+               dispersion, penalty, 1 - alpha)
 
 
 __all__ = ["Fit", "MIN_REPLICATE_DF", "NULL_SIMULATIONS", "Step", "detect_steps", "null_penalty"]

@@ -62,11 +62,12 @@ class HistoryLockedError(KatraError):
 def duckdb_module() -> ModuleType:
     """The ``duckdb`` module, or :class:`HistoryUnavailable` with the install line."""
     try:
-        import duckdb
+        import duckdb as module
     except ImportError:
         raise HistoryUnavailable("katra3d history needs DuckDB, which is not installed: "
                                  "pip install 'katra3d[history]' (or pip install duckdb)") from None
-    return duckdb
+    out: ModuleType = module
+    return out
 
 
 def _one_line(exc: BaseException) -> str:

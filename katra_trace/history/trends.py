@@ -193,9 +193,9 @@ def build_series(rows: Sequence[Mapping[str, Any]], sel: Selection) -> list[Seri
                                 ", ".join(sorted({str(r["commit"]) for r in lrows if r["commit"]})), values,
                                 float(np.exp(np.mean(np.log(values)))),
                                 "" if settings == first_settings else settings, rank[lab]))
-        hosts = sorted({_host_text(r) for r in grows})
+        host_texts = sorted({_host_text(r) for r in grows})
         out.append(Series(scene, zone, metric, str(grows[0]["unit"]), sel.stat, host,
-                          " | ".join(hosts), codegen, points))
+                          " | ".join(host_texts), codegen, points))
     out.sort(key=lambda s: (s.scene, s.zone, AUTO_ORDER.index(s.metric) if s.metric in AUTO_ORDER else 9,
                             s.metric, s.host_id))
     return out

@@ -1,0 +1,115 @@
+"""The history step detector on seeded synthetic histories (katra_trace.history.steps, .sim).
+
+The issue's checks (12 labels, 5 runs a label) at the noise where they are attainable, and the
+false-alarm check at 8 % run-to-run CV. docs/history.md explains why exact placement at 8 % run
+CV is beyond any detector (the oracle figures) and lists the full grid from
+``python -m katra_trace.history.sim``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from katra_trace.history.sim import Scenario, oracle_exact_rate, run, simulate
+from katra_trace.history.steps import detect_steps, null_penalty
+
+SEEDS = range(20)
+
+
+def test_flat_history_at_8pct_run_cv_shows_no_step_in_19_of_20() -> None:
+    o = run(Scenario(12, 5, 0.08), SEEDS)
+    assert o.any_step <= 1, o
+
+
+def test_flat_history_with_one_run_a_label_shows_no_step_in_19_of_20() -> None:
+    o = run(Scenario(12, 1, 0.08), SEEDS)
+    assert o.any_step <= 1, o
+
+
+@pytest.mark.parametrize("frames", [0, 60])
+def test_plus_8pct_step_at_label_7_is_found_at_label_7(frames: int) -> None:
+    # frames=0: run CV 4 %; frames=60: runs are medians of 60 frames at 8 % frame CV plus 2 % run CV
+    sc = Scenario(12, 5, 0.04 if frames == 0 else 0.02, ((7, 0.08),), frames=frames, frame_cv=0.08)
+    o = run(sc, SEEDS)
+    assert o.exact >= 19, o
+    assert o.start_range_covers >= 19, o
+
+
+def test_at_8pct_run_cv_the_detector_is_close_to_the_oracle() -> None:
+    """+8 % at 8 % run CV with 5 runs: even knowing the size and noise, label 7 is the most likely start
+    in only ~70 % of histories; the detector places it within one label of the truth nearly as often."""
+    sc = Scenario(12, 5, 0.08, ((7, 0.08),))
+    seeds = range(200)
+    oracle = oracle_exact_rate(sc, seeds)
+    assert 0.55 < oracle < 0.85, oracle  # the bound itself: 19 of 20 is out of reach at this noise
+    o = run(sc, seeds)
+    assert o.within_one >= 0.75 * oracle * o.n, (o, oracle)
+    assert o.extra_steps <= 0.1 * o.n, o
+
+
+def test_two_steps_are_both_found() -> None:
+    for steps in (((5, 0.10), (9, 0.15)), ((5, 0.10), (9, -0.10))):
+        o = run(Scenario(12, 5, 0.04, steps), SEEDS)
+        assert o.exact >= 19, (steps, o)
+
+
+def test_step_size_interval_covers_the_truth() -> None:
+    hits = 0
+    for seed in range(40):
+        fit = detect_steps(simulate(Scenario(12, 5, 0.04, ((7, 0.10),)), seed))
+        step = min(fit.steps, key=lambda st: abs(st.index - 6))  # (a rare false extra step elsewhere)
+        hits += step.ratio_low <= 1.10 <= step.ratio_high
+        assert step.ratio_low < step.ratio < step.ratio_high
+    assert hits >= 38  # nominal 99 %
+
+
+def test_noise_comes_from_the_replicates_not_from_the_step() -> None:
+    fit = detect_steps(simulate(Scenario(12, 5, 0.05, ((4, 0.5),)), 3))
+    assert fit.noise_source == "replicates" and fit.noise_df == 48
+    assert 0.035 < fit.noise_sd < 0.07
+    assert [s.index for s in fit.steps] == [3]
+    assert fit.levels[0] == pytest.approx(1.0, rel=0.05) and fit.levels[-1] == pytest.approx(1.5, rel=0.05)
+
+
+def test_one_run_a_label_uses_label_differences() -> None:
+    counts = [[1000.0], [1000.5], [999.8], [1000.2], [1100.0], [1100.3], [1099.9], [1100.1]]
+    fit = detect_steps(counts)
+    assert fit.noise_source == "labels"
+    assert [s.index for s in fit.steps] == [4]
+    assert fit.steps[0].ratio == pytest.approx(1.1, rel=1e-3)
+
+
+def test_identical_counts_do_not_divide_by_zero() -> None:
+    fit = detect_steps([[5.0, 5.0]] * 3 + [[6.0, 6.0]] * 3)
+    assert [s.index for s in fit.steps] == [3] and math.isfinite(fit.steps[0].z)
+    assert detect_steps([[5.0, 5.0]] * 6).steps == []
+
+
+def test_label_to_label_noise_beyond_the_replicates_is_not_a_step() -> None:
+    """Each label's runs share a machine state (label noise 6 %, replicate noise 1 %): without the
+    overdispersion refit nearly every history would show steps."""
+    alarms = 0
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        groups = [math.exp(rng.normal(0, 0.06)) * np.exp(rng.normal(0, 0.01, 5)) for _ in range(12)]
+        alarms += bool(detect_steps(groups).steps)
+    assert alarms <= 4, alarms
+
+
+def test_penalty_is_seeded_and_grows_with_the_history() -> None:
+    assert null_penalty((5,) * 12, 0.01, "replicates") == null_penalty((5,) * 12, 0.01, "replicates")
+    assert null_penalty((5,) * 100, 0.01, "replicates") > null_penalty((5,) * 12, 0.01, "replicates")
+    assert null_penalty((5,) * 12, 0.001, "replicates") > null_penalty((5,) * 12, 0.01, "replicates")
+
+
+def test_bad_input_is_refused() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        detect_steps([[1.0], [0.0]])
+    with pytest.raises(ValueError, match="positive"):
+        detect_steps([[1.0], []])
+    with pytest.raises(ValueError, match="alpha"):
+        detect_steps([[1.0], [1.0]], alpha=0.7)
+    assert detect_steps([[1.0, 1.1]]).steps == []
