@@ -1,0 +1,62 @@
+"""``katra3d export TRACE --to perfetto|chrome|csv|parquet [-o PATH]``: the trace for other tools."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from harness.cli._common import load_trace_quietly, print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from katra_trace.export import FORMATS
+
+    p = sub.add_parser("export", help="export a trace for Perfetto, chrome://tracing, CSV or Parquet",
+                       description="Write a trace in another format: perfetto (a .pftrace for ui.perfetto.dev), "
+                                   "chrome (Trace Event Format JSON), csv or parquet (one row per event). "
+                                   "The file goes beside the trace unless -o says otherwise; an existing file "
+                                   "is replaced only with --force. See docs/export.md.")
+    p.add_argument("trace", metavar="TRACE", help="a .katra trace file")
+    p.add_argument("--to", required=True, choices=tuple(FORMATS), metavar="FORMAT",
+                   help=f"output format: {', '.join(FORMATS)}")
+    p.add_argument("-o", "--output", metavar="PATH", default=None,
+                   help="output file (default: the trace's path with .pftrace, .json, .csv or .parquet)")
+    p.add_argument("--force", action="store_true", help="replace the output file if it exists")
+    p.add_argument("--json", action="store_true", help="print what was written as JSON (for scripts)")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=run)
+
+
+class _Progress:
+    """A line on stderr at most once a second, for exports that take a while."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.t0 = time.monotonic()
+        self.last = self.t0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if self.quiet or now - self.last < 1.0 or total <= 0:
+            return
+        self.last = now
+        print(f"katra3d: exporting: {min(done, total):,} of {total:,} events ({100 * min(done, total) // total}%, "
+              f"{now - self.t0:.0f} s)", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from katra_trace.export import export_trace
+
+    trace = load_trace_quietly(args.trace)
+    if trace.truncated:
+        print(f"katra3d: warning: {args.trace} is damaged ({trace.stop_reason}); exporting the "
+              f"{len(trace.events)} events before offset {trace.stopped_at}", file=sys.stderr)
+    result = export_trace(trace, args.to, args.output, overwrite=args.force, progress=_Progress(args.quiet))
+    for warning in result.warnings:
+        print(f"katra3d: warning: {warning}", file=sys.stderr)
+    if args.json:
+        print_json(result.as_dict())
+    elif not args.quiet:
+        print(f"{result.path} ({args.to}, {result.events:,} events, {result.bytes:,} bytes, {result.seconds:.2f} s)")
+    return 0

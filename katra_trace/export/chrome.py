@@ -1,0 +1,144 @@
+"""Export a trace as Chrome's Trace Event Format (JSON), for chrome://tracing and other viewers.
+
+Same layout as the Perfetto export (katra_trace.export.timeline): one process per scene
+(``pid`` = its rank, named by ``M`` metadata events), one thread per time clock (``tid``:
+1 wall, 2 cpu, 3 gpu), frames and zones as ``X`` complete events (zones nest inside their
+frame by time), markers as thread-scoped instants (``i``), and counter series as ``C``
+events on the scene's process. Times are microseconds (``ts``, ``dur``) since the capture
+start, with ns precision (three decimals). The header and summary go in the top-level
+``metadata`` object and in the arguments of a ``capture`` slice on process 0.
+
+chrome://tracing slows down past about a million events; :data:`CHROME_EVENT_WARN` is where
+the exporter says so and points to the Perfetto export.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import IO, Any
+
+import numpy as np
+
+from katra_trace.export.output import ProgressFn
+from katra_trace.export.timeline import Timeline, clock_name, flag_names
+
+#: Events beyond which chrome://tracing struggles (the export warns and suggests Perfetto).
+CHROME_EVENT_WARN = 1_000_000
+#: Events formatted and written at a time.
+_CHUNK = 65_536
+
+
+def _tid(clock: int) -> int:
+    return {1: 1, 0: 2, 2: 3}.get(int(clock), int(clock) + 1)
+
+
+def write_chrome(tl: Timeline, header: Mapping[str, Any], summary: Mapping[str, Any], out: IO[str],
+                 progress: ProgressFn | None = None) -> dict[str, int]:
+    """Write ``tl`` as a Trace Event Format JSON object to ``out``; returns event counts."""
+    ev = tl.events
+    total = len(ev)
+    done = 0
+    dumps = json.dumps
+    options = header.get("capture_options") or {}
+    metadata = {
+        "katra3d": {k: header.get(k) for k in ("workload", "tool_version", "format_version", "notes",
+                                               "start_wall_ns", "pid")},
+        "timing_mode": options.get("timing_mode"),
+        "timing_reason": options.get("timing_reason"),
+        "capture_options": options,
+        "host_info": header.get("host_info") or {},
+        "summary": dict(summary),
+    }
+    out.write('{"displayTimeUnit":"ms","metadata":')
+    out.write(dumps(metadata, default=str))
+    out.write(',"traceEvents":[\n')
+    first = True
+
+    def emit(lines: list[str]) -> None:
+        nonlocal first
+        if not lines:
+            return
+        if not first:
+            out.write(",\n")
+        out.write(",\n".join(lines))
+        first = False
+
+    counts = {"complete": 0, "instant": 0, "counter": 0, "metadata": 0}
+    meta = ['{"ph":"M","pid":0,"tid":0,"name":"process_name","args":{"name":"katra3d capture"}}']
+    end_us = float(tl.end_ns.max()) / 1e3 if tl.end_ns.size else 0.0
+    start_us = min(float(tl.start_ns.min()) / 1e3, 0.0) if tl.start_ns.size else 0.0
+    meta.append(dumps({"ph": "X", "pid": 0, "tid": 0, "name": f"capture: {header.get('workload', '')}",
+                       "ts": start_us, "dur": end_us - start_us, "args": metadata}, default=str))
+    pid_of: dict[int, int] = {}
+    for rank, (sid, label) in enumerate(tl.scenes.items()):
+        pid_of[sid] = rank + 1
+        meta.append(f'{{"ph":"M","pid":{rank + 1},"tid":0,"name":"process_name","args":{{"name":{dumps(label)}}}}}')
+        meta.append(f'{{"ph":"M","pid":{rank + 1},"tid":0,"name":"process_sort_index",'
+                    f'"args":{{"sort_index":{rank + 1}}}}}')
+    for track in tl.slice_tracks:
+        meta.append(f'{{"ph":"M","pid":{pid_of[track.scene_id]},"tid":{_tid(track.clock)},"name":"thread_name",'
+                    f'"args":{{"name":{dumps(clock_name(track.clock))}}}}}')
+    counts["metadata"] = len(meta) - 1
+    counts["complete"] += 1
+    emit(meta)
+
+    quoted = [dumps(s) for s in tl.strings]
+
+    def q(sid: int) -> str:
+        return quoted[sid] if 0 <= sid < len(quoted) else dumps(f"?{sid}")
+
+    kinds = ev["kind"]
+    for track in tl.slice_tracks:
+        pid, tid = pid_of[track.scene_id], _tid(track.clock)
+        idx = track.spans
+        for lo in range(0, len(idx), _CHUNK):
+            part = idx[lo:lo + _CHUNK]
+            ts = (tl.start_ns[part] / 1e3).tolist()
+            dur = ((tl.end_ns[part] - tl.start_ns[part]) / 1e3).tolist()
+            cat = ['"frame"' if k == 0 else '"zone"' for k in kinds[part].tolist()]
+            lines = [f'{{"ph":"X","pid":{pid},"tid":{tid},"name":{q(n)},"cat":{c},"ts":{t:.3f},"dur":{d:.3f},'
+                     f'"args":{{"frame":{f}{_flags_arg(fl)}}}}}'
+                     for n, c, t, d, f, fl in zip(ev["name"][part].tolist(), cat, ts, dur, ev["frame"][part].tolist(),
+                                                  ev["flags"][part].tolist(), strict=True)]
+            emit(lines)
+            counts["complete"] += len(lines)
+            done += len(lines)
+            if progress is not None:
+                progress(done, total)
+        lines = []
+        for row in track.instants.tolist():
+            lines.append(f'{{"ph":"i","s":"t","pid":{pid},"tid":{tid},"name":{q(int(ev["name"][row]))},'
+                         f'"cat":"marker","ts":{float(tl.start_ns[row]) / 1e3:.3f},'
+                         f'"args":{{"dur_ns":{int(ev["dur_ns"][row])},"frame":{int(ev["frame"][row])}'
+                         f'{_flags_arg(int(ev["flags"][row]))}}}}}')
+        emit(lines)
+        counts["instant"] += len(lines)
+        done += len(lines)
+    for ctrack in tl.counter_tracks:
+        pid = pid_of[ctrack.scene_id]
+        name = dumps(f"{ctrack.label} ({clock_name(ctrack.clock)})")
+        rows = ctrack.rows
+        values = (ev["dur_ns"][rows] if ctrack.from_durations else ev["value"][rows]).astype(np.float64)
+        lines = []
+        for t, v in zip((tl.start_ns[rows] / 1e3).tolist(), values.tolist(), strict=True):
+            lines.append(f'{{"ph":"C","pid":{pid},"name":{name},"ts":{t:.3f},"args":{{"value":{_num(v)}}}}}')
+        emit(lines)
+        counts["counter"] += len(lines)
+        done += len(lines)
+        if progress is not None:
+            progress(done, total)
+    out.write("\n]}\n")
+    return counts
+
+
+def _flags_arg(flags: int) -> str:
+    return f',"flags":"{flag_names(flags)}"' if flags else ""
+
+
+def _num(v: float) -> str:
+    """A JSON number (non-finite values, which JSON lacks, as null)."""
+    return repr(v) if v == v and v not in (float("inf"), float("-inf")) else "null"
+
+
+__all__ = ["CHROME_EVENT_WARN", "write_chrome"]

@@ -1,0 +1,283 @@
+"""Export a trace as a Perfetto protobuf trace (``.pftrace``), for ui.perfetto.dev.
+
+Built with the protos and the trace builder of the ``perfetto`` Python package (an optional
+extra: ``pip install 'katra3d[export]'``); its trace processor, which downloads a binary at
+run time, is not used.
+
+Layout (docs/export.md):
+
+* one group track per scene; inside it one slice track per time clock (``wall``, ``cpu``,
+  ``gpu``): frames as slices with their zones nested, markers (setup, skips, reference
+  draws) as instants;
+* counter tracks inside the scene for COUNTER rows and for the count clocks
+  (``instructions``, ``cycles``: one value per frame or zone, at its host time);
+* a ``katra3d capture`` track with one slice spanning the capture whose arguments hold the
+  header (capture options, host, timing mode and why) and the summary: click it in the UI;
+* each track is its own packet sequence with interned names and the track as the sequence's
+  default, so an event packet holds a timestamp, a type and a name id.
+
+Timestamps are the capture's host clock (``start_host_ns`` + the event's ``start_ns``), with
+a clock snapshot that ties them to the wall-clock start of the capture. GPU rows go through
+:func:`katra_trace.export.timeline.gpu_to_host`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from katra_trace.export.output import ProgressFn, require
+from katra_trace.export.timeline import Timeline, clock_name, flag_names
+
+#: Packets serialized and written at a time (bounds memory on large traces).
+CHUNK_PACKETS = 200_000
+#: Name of the metadata track and of its one slice.
+CAPTURE_TRACK = "katra3d capture"
+
+# perfetto.protos.perfetto.trace.perfetto_trace_pb2 enum values (stable proto field values)
+_SLICE_BEGIN, _SLICE_END, _INSTANT, _COUNTER = 1, 2, 3, 4
+_SEQ_CLEARED, _SEQ_NEEDS_STATE = 1, 2
+_CLOCK_REALTIME, _CLOCK_BOOTTIME = 1, 6
+_CHILD_ORDER_EXPLICIT = 3
+#: interned debug-annotation names
+_ARG_FRAME, _ARG_FLAGS, _ARG_DUR, _ARG_VALUE = 1, 2, 3, 4
+_ARG_NAMES = {_ARG_FRAME: "frame", _ARG_FLAGS: "flags", _ARG_DUR: "dur_ns", _ARG_VALUE: "value"}
+
+
+def _pb() -> Any:
+    require("perfetto", "export", "--to perfetto")
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2
+
+    return perfetto_trace_pb2
+
+
+def _builder() -> Any:
+    require("perfetto", "export", "--to perfetto")
+    from perfetto.trace_builder.proto_builder import TraceProtoBuilder
+
+    return TraceProtoBuilder()
+
+
+def _annotation(name: str, value: Any) -> dict[str, Any]:
+    """A DebugAnnotation (as a dict for the proto constructor) holding a JSON-like value."""
+    ann: dict[str, Any] = {"name": name} if name else {}
+    if isinstance(value, bool):
+        ann["bool_value"] = value
+    elif isinstance(value, int) and -(2**63) <= value < 2**63:
+        ann["int_value"] = value
+    elif isinstance(value, float):
+        ann["double_value"] = value
+    elif isinstance(value, str):
+        ann["string_value"] = value
+    elif isinstance(value, Mapping):
+        ann["dict_entries"] = [_annotation(str(k), v) for k, v in value.items()] or [_annotation("", "{}")]
+    elif isinstance(value, (list, tuple)):
+        ann["array_values"] = [_annotation("", v) for v in value] or [_annotation("", "[]")]
+    elif value is None:
+        ann["string_value"] = "null"
+    else:
+        ann["string_value"] = json.dumps(value, default=str)
+    return ann
+
+
+class _Writer:
+    """Packets into a TraceProtoBuilder, written out every :data:`CHUNK_PACKETS`."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.builder = _builder()
+        self.packets = 0
+
+    def add(self, **fields: Any) -> None:
+        self.packet_adder()(**fields)
+
+    def packet_adder(self) -> Any:
+        """The current chunk's ``packet.add`` (flushing first when the chunk is full): for hot loops, which
+        call it again every few thousand packets."""
+        if len(self.builder.trace.packet) >= CHUNK_PACKETS:
+            self.flush()
+        return self.builder.trace.packet.add
+
+    def flush(self) -> None:
+        pending = len(self.builder.trace.packet)
+        if pending:
+            self.out.write(self.builder.serialize())  # concatenated Trace messages are one Trace
+            self.packets += pending
+            self.builder = _builder()
+
+
+def write_perfetto(tl: Timeline, header: Mapping[str, Any], summary: Mapping[str, Any], out: BinaryIO,
+                   progress: ProgressFn | None = None) -> dict[str, int]:
+    """Write ``tl`` as a Perfetto trace to ``out``; returns counts (packets, tracks, slices, ...)."""
+    _pb()  # fail early, before writing anything, when the package is missing
+    w = _Writer(out)
+    ev = tl.events
+    start_host = header.get("start_host_ns")
+    base = int(start_host) if isinstance(start_host, int) else 0
+    lowest = int(tl.start_ns.min()) if tl.start_ns.size else 0
+    base = max(base, -lowest, 0)  # protobuf timestamps are unsigned
+    total = len(ev)
+    done = 0
+    uuid = iter(range(1, 1 << 62))
+    seq_ids = iter(range(1, 1 << 31))
+
+    # metadata: clock snapshot, scene groups, the capture track and its slice
+    meta_seq = next(seq_ids)
+    first_ts = base + lowest if tl.start_ns.size else base
+    clocks = [{"clock_id": _CLOCK_BOOTTIME, "timestamp": base}]
+    start_wall = header.get("start_wall_ns")
+    if isinstance(start_wall, int) and start_wall >= 0:
+        clocks.append({"clock_id": _CLOCK_REALTIME, "timestamp": start_wall})
+    w.add(timestamp=base, trusted_packet_sequence_id=meta_seq, sequence_flags=_SEQ_CLEARED,
+          clock_snapshot={"clocks": clocks, "primary_trace_clock": _CLOCK_BOOTTIME})
+    capture_uuid = next(uuid)
+    w.add(timestamp=first_ts, trusted_packet_sequence_id=meta_seq,
+          track_descriptor={"uuid": capture_uuid, "name": CAPTURE_TRACK})
+    scene_uuid: dict[int, int] = {}
+    for rank, (sid, label) in enumerate(tl.scenes.items()):
+        scene_uuid[sid] = next(uuid)
+        w.add(timestamp=first_ts, trusted_packet_sequence_id=meta_seq,
+              track_descriptor={"uuid": scene_uuid[sid], "name": label, "child_ordering": _CHILD_ORDER_EXPLICIT,
+                                "sibling_order_rank": rank + 1})
+    last_ts = base + int(tl.end_ns.max()) if tl.end_ns.size else first_ts
+    options = header.get("capture_options") or {}
+    args = [
+        _annotation("workload", header.get("workload", "")),
+        _annotation("tool_version", header.get("tool_version", "")),
+        _annotation("format_version", header.get("format_version", "")),
+        _annotation("timing_mode", options.get("timing_mode", "")),
+        _annotation("timing_reason", options.get("timing_reason", "")),
+        _annotation("renderer", ((header.get("host_info") or {}).get("gl") or {}).get("renderer", "")),
+        _annotation("notes", header.get("notes", "")),
+        _annotation("status", summary.get("status", "incomplete")),
+        _annotation("capture_options", options),
+        _annotation("host_info", header.get("host_info") or {}),
+        _annotation("summary", dict(summary)),
+    ]
+    w.add(timestamp=first_ts, trusted_packet_sequence_id=meta_seq,
+          track_event={"type": _SLICE_BEGIN, "track_uuid": capture_uuid,
+                       "name": f"capture: {header.get('workload', '')}", "debug_annotations": args})
+    w.add(timestamp=max(last_ts, first_ts), trusted_packet_sequence_id=meta_seq,
+          track_event={"type": _SLICE_END, "track_uuid": capture_uuid})
+
+    names = ev["name"]
+    frames = ev["frame"]
+    flags = ev["flags"]
+    depth = ev["depth"]
+    counts = {"slices": 0, "instants": 0, "counter_values": 0, "slice_tracks": 0, "counter_tracks": 0}
+    rank_in_scene: dict[int, int] = {}
+
+    def open_sequence(sid: int, name: str, used: np.ndarray, counter_unit: str | None) -> tuple[int, int, dict[int, int]]:
+        seq = next(seq_ids)
+        track = next(uuid)
+        rank_in_scene[sid] = rank_in_scene.get(sid, 0) + 1
+        descriptor: dict[str, Any] = {"uuid": track, "parent_uuid": scene_uuid[sid], "name": name,
+                                      "sibling_order_rank": rank_in_scene[sid]}
+        if counter_unit is not None:
+            descriptor["counter"] = {"unit_name": counter_unit} if counter_unit else {}
+        iids = {int(n): i + 1 for i, n in enumerate(np.unique(used))}
+        interned = {"event_names": [{"iid": i, "name": tl.name(n)} for n, i in iids.items()],
+                    "debug_annotation_names": [{"iid": i, "name": n} for i, n in _ARG_NAMES.items()]}
+        w.add(timestamp=first_ts, trusted_packet_sequence_id=seq, sequence_flags=_SEQ_CLEARED,
+              track_descriptor=descriptor, interned_data=interned,
+              trace_packet_defaults={"track_event_defaults": {"track_uuid": track}})
+        return seq, track, iids
+
+    for track in tl.slice_tracks:
+        spans, inst = track.spans, track.instants
+        seq, _, iids = open_sequence(track.scene_id, track.name, names[np.concatenate([spans, inst])], None)
+        counts["slice_tracks"] += 1
+        s_list = (tl.start_ns[spans] + base).tolist()
+        e_list = (tl.end_ns[spans] + base).tolist()
+        d_list = depth[spans].tolist()
+        n_list = [iids[n] for n in names[spans].tolist()]
+        f_list = frames[spans].tolist()
+        fl_list = flags[spans].tolist()
+        i_list = (tl.start_ns[inst] + base).tolist()
+        stack: list[int] = []
+        j = 0
+        n_inst = len(i_list)
+        end_event = {"type": _SLICE_END}
+        add = w.packet_adder()
+
+        def instant(k: int, add: Any) -> None:
+            row = int(inst[k])
+            t = i_list[k]
+            while stack and e_list[stack[-1]] <= t:
+                add(timestamp=e_list[stack.pop()], trusted_packet_sequence_id=seq, sequence_flags=_SEQ_NEEDS_STATE,
+                    track_event=end_event)
+            annotations: list[dict[str, Any]] = [{"name_iid": _ARG_DUR, "int_value": int(ev["dur_ns"][row])},
+                           {"name_iid": _ARG_FRAME, "uint_value": int(frames[row])}]
+            if flags[row]:
+                annotations.append({"name_iid": _ARG_FLAGS, "string_value": flag_names(int(flags[row]))})
+            add(timestamp=t, trusted_packet_sequence_id=seq, sequence_flags=_SEQ_NEEDS_STATE,
+                track_event={"type": _INSTANT, "name_iid": iids[int(names[row])], "debug_annotations": annotations})
+
+        for i in range(len(s_list)):
+            s = s_list[i]
+            while j < n_inst and i_list[j] < s:
+                instant(j, add)
+                j += 1
+            d = d_list[i]
+            while stack:
+                top = stack[-1]
+                te = e_list[top]
+                if d_list[top] < d and (te > s or (te == s and e_list[i] == s)):
+                    break  # the open span is this one's parent
+                add(timestamp=te, trusted_packet_sequence_id=seq, sequence_flags=_SEQ_NEEDS_STATE,
+                    track_event=end_event)
+                stack.pop()
+            fl = fl_list[i]
+            if d == 0 or fl:  # frames carry their index (zones: their frame's), and any flags
+                ann: list[dict[str, Any]] = [{"name_iid": _ARG_FRAME, "uint_value": f_list[i]}]
+                if fl:
+                    ann.append({"name_iid": _ARG_FLAGS, "string_value": flag_names(fl)})
+                add(timestamp=s, trusted_packet_sequence_id=seq, sequence_flags=_SEQ_NEEDS_STATE,
+                    track_event={"type": _SLICE_BEGIN, "name_iid": n_list[i], "debug_annotations": ann})
+            else:
+                add(timestamp=s, trusted_packet_sequence_id=seq, sequence_flags=_SEQ_NEEDS_STATE,
+                    track_event={"type": _SLICE_BEGIN, "name_iid": n_list[i]})
+            stack.append(i)
+            if (i & 0x3FFF) == 0x3FFF:
+                add = w.packet_adder()
+                if progress is not None:
+                    progress(done + i, total)
+        while j < n_inst:
+            instant(j, add)
+            j += 1
+        while stack:
+            add(timestamp=e_list[stack.pop()], trusted_packet_sequence_id=seq, sequence_flags=_SEQ_NEEDS_STATE,
+                track_event=end_event)
+        counts["slices"] += len(s_list)
+        counts["instants"] += n_inst
+        done += len(s_list) + n_inst
+        if progress is not None:
+            progress(done, total)
+
+    for ctrack in tl.counter_tracks:
+        rows = ctrack.rows
+        seq, _, _ = open_sequence(ctrack.scene_id, ctrack.name, np.empty(0, dtype=np.uint32), ctrack.unit)
+        counts["counter_tracks"] += 1
+        t_list = (tl.start_ns[rows] + base).tolist()
+        source = ev["dur_ns"][rows] if ctrack.from_durations else ev["value"][rows]
+        v_list = source.astype(np.float64).tolist()
+        add = w.packet_adder()
+        for k, (t, v) in enumerate(zip(t_list, v_list, strict=True)):
+            if (k & 0x3FFF) == 0x3FFF:
+                add = w.packet_adder()
+            add(timestamp=t, trusted_packet_sequence_id=seq, sequence_flags=_SEQ_NEEDS_STATE,
+                track_event={"type": _COUNTER, "double_counter_value": v})
+        counts["counter_values"] += len(t_list)
+        done += len(t_list)
+        if progress is not None:
+            progress(done, total)
+    w.flush()
+    counts["packets"] = w.packets
+    counts["scene_tracks"] = len(scene_uuid)
+    return counts
+
+
+__all__ = ["CAPTURE_TRACK", "write_perfetto"]

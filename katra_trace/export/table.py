@@ -1,0 +1,129 @@
+"""A trace as a table: one row per event, for CSV, Parquet, Arrow and pandas.
+
+Columns (:data:`TABLE_COLUMNS`): ``scene`` (its unique label, as ``stats`` shows it),
+``name``, ``kind`` (``frame``, ``zone``, ``marker``, ``counter``), ``clock`` (``cpu``,
+``wall``, ``gpu``, ``instructions``, ``cycles``) and ``flags`` (``warmup|setup``, empty for
+none) as strings; ``depth``, ``frame``; ``start_ns`` and ``dur_ns`` in ns exactly as stored
+(``start_ns`` since the capture start on the host clock; ``dur_ns`` a count on the count
+clocks) and ``value`` (counters). Rows are in file order.
+
+Parquet and Arrow need ``pyarrow`` (``pip install 'katra3d[export]'``), pandas needs
+``pandas`` too; neither is needed for CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Mapping
+from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
+
+from katra_trace.export.output import ProgressFn, require
+from katra_trace.export.timeline import clock_name, flag_names
+from katra_trace.schema import Kind
+from katra_trace.stats import scene_labels
+
+if TYPE_CHECKING:
+    from katra_trace.reader import Trace
+
+#: (column, meaning) of the table, in order.
+TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("scene", "scene label (string)"),
+    ("name", "span or counter name (string)"),
+    ("kind", "frame | zone | marker | counter"),
+    ("clock", "cpu | wall | gpu | instructions | cycles"),
+    ("flags", "set flag names joined by '|' (empty: none)"),
+    ("depth", "nesting depth: frames 0, zones 1+"),
+    ("frame", "frame index within the scene, warmup included"),
+    ("start_ns", "start, ns since the capture start (host clock)"),
+    ("dur_ns", "duration in ns (a count on the instructions and cycles clocks)"),
+    ("value", "counter value (0 for spans)"),
+)
+_ROWS_PER_CHUNK = 131_072
+
+
+def _lookup(ids: np.ndarray, table: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Codes into a dictionary of the strings ``ids`` uses (``?<id>`` for ids the table lacks)."""
+    uniq, codes = np.unique(ids, return_inverse=True)
+    words = [table[i] if 0 <= i < len(table) else f"?{i}" for i in uniq.tolist()]
+    return codes.astype(np.int32), words
+
+
+def string_columns(events: np.ndarray, strings: list[str]) -> dict[str, tuple[np.ndarray, list[str]]]:
+    """``{column: (codes, dictionary)}`` for the string columns of :data:`TABLE_COLUMNS`."""
+    ev = np.asarray(events)
+    labels = scene_labels(ev, strings)
+    max_scene = int(ev["scene"].max()) + 1 if ev.size else 0
+    scene_table = [labels.get(i, strings[i] if i < len(strings) else f"?{i}") for i in range(max_scene)]
+    kind_names = {int(k): k.name.lower() for k in Kind}
+    out = {
+        "scene": _lookup(ev["scene"], scene_table),
+        "name": _lookup(ev["name"], strings),
+    }
+    for col, namer in (("kind", lambda v: kind_names.get(v, f"kind{v}")), ("clock", clock_name),
+                       ("flags", flag_names)):
+        uniq, codes = np.unique(ev[col], return_inverse=True)
+        out[col] = (codes.astype(np.int32), [namer(int(v)) for v in uniq.tolist()])
+    return out
+
+
+def write_csv(events: np.ndarray, strings: list[str], out: IO[str], progress: ProgressFn | None = None) -> int:
+    """Write the table as CSV (header row first) to ``out``; returns the rows written."""
+    ev = np.asarray(events)
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([c for c, _ in TABLE_COLUMNS])
+    cols = string_columns(ev, strings)
+    words = {k: np.array(d, dtype=object) for k, (_, d) in cols.items()}
+    for lo in range(0, len(ev), _ROWS_PER_CHUNK):
+        part = slice(lo, lo + _ROWS_PER_CHUNK)
+        text = [words[k][cols[k][0][part]].tolist() for k in ("scene", "name", "kind", "clock", "flags")]
+        nums = [ev[c][part].tolist() for c in ("depth", "frame", "start_ns", "dur_ns", "value")]
+        writer.writerows(zip(*text, *nums, strict=True))
+        if progress is not None:
+            progress(min(lo + _ROWS_PER_CHUNK, len(ev)), len(ev))
+    return len(ev)
+
+
+def to_arrow(trace: Trace) -> Any:
+    """The trace's events as a ``pyarrow.Table`` (string columns dictionary-encoded); the header and
+    summary are in the schema metadata as JSON (keys ``katra3d.header``, ``katra3d.summary``)."""
+    return events_to_arrow(trace.events, list(trace.strings), trace.header, trace.summary)
+
+
+def events_to_arrow(events: np.ndarray, strings: list[str], header: Mapping[str, Any] | None = None,
+                    summary: Mapping[str, Any] | None = None) -> Any:
+    """:func:`to_arrow` for an event array and its string table."""
+    pa = require("pyarrow", "export", "Arrow and Parquet export")
+    ev = np.asarray(events)
+    arrays = {}
+    for name, (codes, words) in string_columns(ev, strings).items():
+        arrays[name] = pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(words, pa.string()))
+    for name in ("depth", "frame", "start_ns", "dur_ns", "value"):
+        arrays[name] = pa.array(np.ascontiguousarray(ev[name]))
+    meta = {"katra3d.header": json.dumps(dict(header or {}), default=str),
+            "katra3d.summary": json.dumps(dict(summary or {}), default=str),
+            "katra3d.columns": json.dumps(dict(TABLE_COLUMNS))}
+    return pa.table({c: arrays[c] for c, _ in TABLE_COLUMNS}, metadata=meta)
+
+
+def to_pandas(trace: Trace) -> Any:
+    """The trace's events as a ``pandas.DataFrame`` (string columns as categoricals); needs pandas and
+    pyarrow."""
+    require("pandas", "export", "to_pandas()")
+    return to_arrow(trace).to_pandas()
+
+
+def write_parquet(events: np.ndarray, strings: list[str], header: Mapping[str, Any], summary: Mapping[str, Any],
+                  out: IO[bytes]) -> int:
+    """Write the table as Parquet (zstd) to ``out``; returns the rows written."""
+    require("pyarrow", "export", "--to parquet")
+    pq = require("pyarrow.parquet", "export", "--to parquet")
+    table = events_to_arrow(events, strings, header, summary)
+    pq.write_table(table, out, compression="zstd")
+    return int(table.num_rows)
+
+
+__all__ = ["TABLE_COLUMNS", "events_to_arrow", "string_columns", "to_arrow", "to_pandas", "write_csv",
+           "write_parquet"]

@@ -1,0 +1,245 @@
+"""A trace laid out as timeline tracks: what the Perfetto and Chrome exporters share.
+
+Every event of a trace lands on one track:
+
+* a **slice track** per scene x time clock (``cpu``, ``wall``, ``gpu``): its frames as
+  slices, their zones nested inside, its markers (setup, skips, reference draws) as
+  instants;
+* a **counter track** per scene x clock x name for everything that is a value, not a span:
+  COUNTER rows (``frame_interval_ns``, the cache counts of ``--measure cycles``) and the
+  frames and zones of the count clocks (``instructions``, ``cycles``), whose ``dur_ns`` is a
+  count; each value sits at the row's ``start_ns``, which orders it on the host clock.
+
+Times are ns on the host clock, relative to the capture start. GPU rows are already on the
+host clock (the capture maps them through its first CLOCK_SYNC pair); when the trace holds
+two or more pairs (start and end), :func:`gpu_to_host` corrects for the drift between the
+two clocks, linearly between the pairs.
+
+Spans on one track must nest for a timeline viewer. The capture writes them nested, but a
+span that overhangs its parent by a few ns (two clock reads) would make a viewer close the
+wrong slice; :func:`nest` clamps such an end to its parent's and counts it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from katra_trace.schema import COUNT_CLOCKS, Clock, Flag, Kind
+from katra_trace.stats import CLOCK_NAMES, scene_labels
+
+#: Order of the time clocks' tracks inside a scene.
+CLOCK_ORDER: tuple[int, ...] = (int(Clock.WALL), int(Clock.CPU), int(Clock.GPU), int(Clock.INSTRUCTIONS),
+                                int(Clock.CYCLES))
+
+
+def clock_name(clock: int) -> str:
+    """``wall``, ``cpu``, ``gpu``, ``instructions``, ``cycles``, or ``clock<N>`` for one this build lacks."""
+    return CLOCK_NAMES.get(int(clock), f"clock{int(clock)}")
+
+
+def flag_names(flags: int) -> str:
+    """The set bits of a ``flags`` value as ``warmup|setup`` (``""`` for none)."""
+    names = [f.name.lower() for f in Flag if f.value and flags & f.value and f.name]
+    unknown = int(flags) & ~sum(int(f.value) for f in Flag)
+    if unknown:
+        names.append(f"bits{unknown:#x}")
+    return "|".join(names)
+
+
+@dataclasses.dataclass(frozen=True)
+class SliceTrack:
+    """One scene x clock track: its spans (nested) and instants, as index arrays into the events."""
+
+    scene_id: int
+    scene: str
+    clock: int
+    spans: np.ndarray  #: event indices of its frames and zones, in (start, depth) order
+    instants: np.ndarray  #: event indices of its markers, in start order
+
+    @property
+    def name(self) -> str:
+        return f"{self.scene}: {clock_name(self.clock)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class CounterTrack:
+    """One scene x clock x name series of values (counters, and frames/zones on count clocks)."""
+
+    scene_id: int
+    scene: str
+    clock: int
+    name_id: int
+    label: str  #: the series' name: the counter's, or ``frame``/the zone's name on a count clock
+    rows: np.ndarray  #: event indices, in start order
+    from_durations: bool  #: values are the rows' ``dur_ns`` (count clocks), else their ``value``
+
+    @property
+    def name(self) -> str:
+        return f"{self.scene}: {self.label} ({clock_name(self.clock)})"
+
+    @property
+    def unit(self) -> str:
+        if self.from_durations:
+            return clock_name(self.clock)
+        return "ns" if self.label.endswith("_ns") else ""
+
+
+@dataclasses.dataclass
+class Timeline:
+    """A trace's events placed on tracks, with their host times (ns since the capture start)."""
+
+    events: np.ndarray
+    strings: list[str]
+    scenes: dict[int, str]  #: scene id -> unique label, in capture order
+    start_ns: np.ndarray  #: per event, int64: its start on the host clock (GPU rows drift-corrected)
+    end_ns: np.ndarray  #: per event, int64: its end, clamped so that spans nest (instants: = start)
+    slice_tracks: list[SliceTrack]
+    counter_tracks: list[CounterTrack]
+    clamped: int  #: spans whose end was clamped to their parent's (or next sibling's) start or end
+    gpu_drift_ppm: float | None  #: drift between GPU and host clock corrected for, when known
+
+    def name(self, sid: int) -> str:
+        return self.strings[sid] if 0 <= sid < len(self.strings) else f"?{sid}"
+
+    @property
+    def span_count(self) -> int:
+        return sum(len(t.spans) for t in self.slice_tracks)
+
+
+def _sync_pairs(clock_syncs: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
+    """(host_ns, gpu_ns) of every CLOCK_SYNC record holding both as integers, in host order."""
+    pairs = []
+    for rec in clock_syncs:
+        h, g = rec.get("host_ns"), rec.get("gpu_ns")
+        if isinstance(h, int) and isinstance(g, int) and not isinstance(h, bool) and not isinstance(g, bool):
+            pairs.append((h, g))
+    return pairs
+
+
+def gpu_to_host(start_ns: np.ndarray, clock_syncs: Sequence[dict[str, Any]]) -> tuple[np.ndarray, float | None]:
+    """GPU rows' times (as stored: mapped with the first CLOCK_SYNC pair) re-mapped through all pairs.
+
+    The capture stores ``gpu + (host0 - gpu0)`` with the first pair ``(host0, gpu0)``. With two or
+    more pairs the GPU time is recovered and mapped piecewise linearly through them (linear
+    extrapolation beyond the first and last pair), which removes the drift between the clocks.
+    Returns the host times and the drift in ppm between the first and last pair (None: fewer than
+    two usable pairs, times returned unchanged).
+    """
+    pairs = _sync_pairs(clock_syncs)
+    t = np.asarray(start_ns, dtype=np.int64)
+    if len(pairs) < 2:
+        return t.copy(), None
+    h0, g0 = pairs[0]
+    gpu = t - np.int64(h0 - g0)  # the raw GPU timestamps
+    pairs = sorted(set(pairs), key=lambda p: p[1])
+    gs = np.array([p[1] for p in pairs], dtype=np.int64)
+    hs = np.array([p[0] for p in pairs], dtype=np.int64)
+    if np.any(np.diff(gs) <= 0) or np.any(np.diff(hs) < 0):
+        return t.copy(), None  # pairs that do not increase together: keep the capture's mapping
+    seg = np.clip(np.searchsorted(gs, gpu, side="right") - 1, 0, len(gs) - 2)
+    slope = (hs[1:] - hs[:-1]).astype(np.float64) / (gs[1:] - gs[:-1]).astype(np.float64)
+    out = hs[seg] + np.rint((gpu - gs[seg]).astype(np.float64) * slope[seg]).astype(np.int64)
+    total = (hs[-1] - hs[0]) / (gs[-1] - gs[0])
+    return out, (float(total) - 1.0) * 1e6
+
+
+def nest(starts: Sequence[int], ends: Sequence[int], depths: Sequence[int]) -> tuple[list[int], int]:
+    """Clamp span ends so that the spans of one track nest; spans given in (start, depth) order.
+
+    A span's parent is the innermost open span of smaller depth that contains its start; a span
+    still open at a sibling's (or shallower span's) start is closed there. Returns the new ends
+    and how many were changed.
+    """
+    out = list(ends)
+    stack: list[int] = []  # indices of open spans
+    changed = 0
+    for i in range(len(out)):
+        s, d = starts[i], depths[i]
+        while stack:
+            top = stack[-1]
+            te = out[top]
+            if depths[top] < d and (te > s or (te == s and out[i] <= s)):
+                break
+            if te > s:
+                out[top] = s
+                changed += 1
+            stack.pop()
+        if stack and out[i] > out[stack[-1]]:
+            out[i] = out[stack[-1]]
+            changed += 1
+        stack.append(i)
+    return out, changed
+
+
+def build_timeline(events: np.ndarray, strings: list[str], clock_syncs: Sequence[dict[str, Any]] = ()) -> Timeline:
+    """Place ``events`` on tracks (see the module docstring)."""
+    ev = np.asarray(events)
+    labels = scene_labels(ev, strings)
+    start = ev["start_ns"].astype(np.int64)
+    gpu_rows = ev["clock"] == Clock.GPU
+    drift: float | None = None
+    if gpu_rows.any():
+        mapped, drift = gpu_to_host(start[gpu_rows], clock_syncs)
+        gpu_end, _ = gpu_to_host(start[gpu_rows] + ev["dur_ns"][gpu_rows].astype(np.int64), clock_syncs)
+        start[gpu_rows] = mapped
+        end = start + ev["dur_ns"].astype(np.int64)
+        end[gpu_rows] = np.maximum(gpu_end, mapped)
+    else:
+        end = start + ev["dur_ns"].astype(np.int64)
+    kind = ev["kind"]
+    count_clock = np.isin(ev["clock"], list(COUNT_CLOCKS))
+    is_span = ((kind == Kind.FRAME) | (kind == Kind.ZONE)) & ~count_clock
+    is_instant = kind == Kind.MARKER
+    is_value = (kind == Kind.COUNTER) | (((kind == Kind.FRAME) | (kind == Kind.ZONE)) & count_clock)
+    # anything else (a kind newer than this build) is left out of the timeline
+    end[~is_span] = start[~is_span]
+
+    slice_tracks: list[SliceTrack] = []
+    counter_tracks: list[CounterTrack] = []
+    clamped = 0
+    order_rank = {c: i for i, c in enumerate(CLOCK_ORDER)}
+    for sid, label in labels.items():
+        of_scene = ev["scene"] == sid
+        clocks = sorted({int(c) for c in np.unique(ev["clock"][of_scene])}, key=lambda c: (order_rank.get(c, 99), c))
+        for clock in clocks:
+            on = of_scene & (ev["clock"] == clock)
+            span_idx = np.flatnonzero(on & is_span)
+            inst_idx = np.flatnonzero(on & is_instant)
+            if span_idx.size or inst_idx.size:
+                span_idx = span_idx[np.lexsort((span_idx, ev["depth"][span_idx], start[span_idx]))]
+                inst_idx = inst_idx[np.lexsort((inst_idx, start[inst_idx]))]
+                new_ends, changed = nest(start[span_idx].tolist(), end[span_idx].tolist(),
+                                         ev["depth"][span_idx].tolist())
+                end[span_idx] = new_ends
+                clamped += changed
+                slice_tracks.append(SliceTrack(sid, label, clock, span_idx, inst_idx))
+            value_idx = np.flatnonzero(on & is_value)
+            if value_idx.size:
+                vals = ev[value_idx]
+                # count-clock frames first, then zones, then counters; each by name in first-seen order
+                group_key = np.where(vals["kind"] == Kind.COUNTER, 2, np.where(vals["kind"] == Kind.FRAME, 0, 1))
+                names, first = np.unique(vals["name"] * 4 + group_key, return_index=True)
+                for key in names[np.lexsort((first, names % 4))]:
+                    name_id, group = int(key) // 4, int(key) % 4
+                    rows = value_idx[(vals["name"] == name_id) & (group_key == group)]
+                    rows = rows[np.lexsort((rows, start[rows]))]
+                    name = strings[name_id] if 0 <= name_id < len(strings) else f"?{name_id}"
+                    counter_tracks.append(CounterTrack(sid, label, clock, name_id, name, rows, group != 2))
+    return Timeline(ev, strings, labels, start, end, slice_tracks, counter_tracks, clamped, drift)
+
+
+__all__ = [
+    "CLOCK_ORDER",
+    "CounterTrack",
+    "SliceTrack",
+    "Timeline",
+    "build_timeline",
+    "clock_name",
+    "flag_names",
+    "gpu_to_host",
+    "nest",
+]
