@@ -1,6 +1,6 @@
 """Step detection over a history: where did the level change, by how much, and is it more than noise?
 
-Pure numpy/scipy. The input is one series (a scene, metric and host): for each
+Pure numpy (and scipy.special for the t quantile). The input is one series (a scene, metric and host): for each
 label, in order, the values of its runs (replicates). The method:
 
 1. Work on logs (a step is a ratio; run-to-run noise is multiplicative).
@@ -40,20 +40,24 @@ import functools
 import math
 from collections.abc import Sequence
 
+from statistics import NormalDist
+
 import numpy as np
-from scipy import stats as sps
 
 #: Simulated null series per design when calibrating the penalty.
 NULL_SIMULATIONS = 4000
 #: Fewer replicate degrees of freedom than this: estimate the noise from label-to-label differences.
 MIN_REPLICATE_DF = 3
+#: Without replicates, the noise comes from label-to-label differences: at least this many labels.
+MIN_LABELS_FOR_LABEL_NOISE = 4
 #: A label mean's standard deviation is never taken below this (log units, 0.01 %): keeps identical counts finite.
 MIN_SD = 1e-4
-_MAD_TO_SD = 1.0 / sps.norm.ppf(0.75)
+_NORMAL = NormalDist()
+_MAD_TO_SD = 1.0 / _NORMAL.inv_cdf(0.75)
 #: The quantile of the squared label differences that measures label-to-label noise: low enough that
 #: a few steps among a dozen labels barely move it.
 _DISPERSION_Q = 0.35
-_CHI2_1_Q = float(sps.chi2.ppf(_DISPERSION_Q, 1))
+_CHI2_1_Q = _NORMAL.inv_cdf(0.5 + _DISPERSION_Q / 2) ** 2  # chi-square(1) quantile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,12 +235,17 @@ def detect_steps(groups: Sequence[Sequence[float] | np.ndarray], alpha: float = 
         var = np.maximum(float(_label_noise_from_diffs(means)), s2 / n)
         noise_df = max(means.size - 2, 1)
         noise_sd = math.sqrt(float(np.max(var)))
+    if source == "labels" and means.size < MIN_LABELS_FOR_LABEL_NOISE:
+        # 1-2 differences cannot tell noise from a step: no step can be established
+        return Fit([], level_of, level_of, noise_sd, source, noise_df, dispersion, math.inf, 1 - alpha)
     penalty = null_penalty(tuple(int(x) for x in n), alpha, source)
     starts = _optimal_partition(means, 1.0 / var, penalty)
     w = 1.0 / var
     _, levels = _misfit(means, w, starts)
-    q_t = float(sps.t.ppf(1 - alpha / 2, noise_df))
-    q_loc = float(sps.chi2.ppf(1 - alpha, 1))
+    from scipy.special import stdtrit  # (scipy.stats alone takes a second to import)
+
+    q_t = float(stdtrit(noise_df, 1 - alpha / 2))
+    q_loc = _NORMAL.inv_cdf(1 - alpha / 2) ** 2  # chi-square(1) quantile 1 - alpha
     bounds = [*starts, means.size]
     out: list[Step] = []
     for s in range(1, len(starts)):
