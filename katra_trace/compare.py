@@ -184,7 +184,7 @@ def _zone_rows(result: Comparison, sides: Mapping[str, Sequence[Any]], metric: s
             per = {side: [run[s.scene][zone] for run in totals[side] if zone in run.get(s.scene, {})]
                    for side in totals}
             rows.append(decide_counts(s.scene, per["base"], per["new"], threshold=threshold, metric=metric,
-                                      zone=zone))
+                                      zone=zone, frame_base=s.median_base))
     return tuple(rows)
 
 

@@ -115,6 +115,7 @@ class SceneComparison:
     run_cv_new: float = math.nan
     pair_cv: float = math.nan  #: sd of per-round log ratios (paired)
     noise_floor_pct: float = math.nan  #: count metrics: the measured noise floor
+    frame_change_pct: float = math.nan  #: zones of count metrics: the zone's change over the frame's count
     runs_needed: int | None = None  #: runs a side that would settle an inconclusive result
     frames_needed: int | None = None
     p99_base_ms: float = math.nan
@@ -322,6 +323,7 @@ def runs_needed(sd_log: float, threshold: float, alpha: float, m: int, paired: b
 
 
 def _frame_figures(b_all: np.ndarray, n_all: np.ndarray, count: bool) -> dict[str, Any]:
+    """Pooled-frame change and p (information); frame-pacing figures unless ``count`` (not times in ns)."""
     out: dict[str, Any] = {"frame_ratio": float(np.median(n_all) / np.median(b_all)),
                            "frame_p_value": _mwu_p(b_all, n_all)}
     if not count:
@@ -343,7 +345,8 @@ def _measure_time(scene: str, b_runs: list[np.ndarray], n_runs: list[np.ndarray]
         "frames_base": int(b_all.size), "frames_new": int(n_all.size),
         "confidence": 1.0 - 2.0 * alpha,
     }
-    out.update(_frame_figures(b_all, n_all, count=False))
+    # frame pacing (p99, 1 % low, stutter) is in ms: not for values in other units (x reference)
+    out.update(_frame_figures(b_all, n_all, count=value_unit != "ms"))
     med_b = np.array([np.median(r) for r in b_runs])
     med_n = np.array([np.median(r) for r in n_runs])
     lb, ln = np.log(med_b), np.log(med_n)
@@ -454,8 +457,15 @@ def noise_floor(b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]) -> t
 
 
 def decide_counts(scene: str, base_runs: Sequence[np.ndarray], new_runs: Sequence[np.ndarray], *,
-                  threshold: float, metric: str, zone: str = "") -> SceneComparison:
-    """Verdict of a deterministic count metric (instructions, cycles) for one scene or zone."""
+                  threshold: float, metric: str, zone: str = "",
+                  frame_base: float | None = None) -> SceneComparison:
+    """Verdict of a deterministic count metric (instructions, cycles) for one scene or zone.
+
+    ``frame_base``: for a zone, the scene's BASE count per frame. A zone is then
+    judged by what its change does to the frame (its change in counts over the
+    frame's count, ``frame_change_pct``), so that a small zone's jitter does not
+    read as a regression of the frame; ``ratio`` stays the zone's own.
+    """
     b_runs, n_runs = _clean_runs(base_runs), _clean_runs(new_runs)
     b_all = np.concatenate(b_runs) if b_runs else np.empty(0)
     n_all = np.concatenate(n_runs) if n_runs else np.empty(0)
@@ -469,29 +479,39 @@ def decide_counts(scene: str, base_runs: Sequence[np.ndarray], new_runs: Sequenc
     med_n = np.array([np.median(r) for r in n_runs])
     lb, ln = float(np.log(med_b).mean()), float(np.log(med_n).mean())
     floor, source = noise_floor(b_runs, n_runs)
-    est = ln - lb
-    lo, hi = est - NOISE_FLOOR_FACTOR * floor, est + NOISE_FLOOR_FACTOR * floor
+    own = ln - lb
+    level_b, level_n = geometric_mean(med_b), geometric_mean(med_n)
     m.update(_frame_figures(b_all, n_all, count=True))
-    m.update(median_base=geometric_mean(med_b), median_new=geometric_mean(med_n), ratio=math.exp(est),
-             ci_low=math.exp(lo), ci_high=math.exp(hi), noise_floor_pct=floor * 100,
+    m.update(median_base=level_b, median_new=level_n, ratio=math.exp(own), noise_floor_pct=floor * 100,
              run_cv_base=_cv(med_b), run_cv_new=_cv(med_n))
+    est, scale = own, 1.0
+    if frame_base is not None and frame_base > 0:  # a zone: judged on its share of the frame
+        scale = level_b / frame_base
+        est = math.log1p(math.expm1(own) * scale)
+        m["frame_change_pct"] = math.expm1(est) * 100
+    spread = NOISE_FLOOR_FACTOR * floor * scale
+    lo, hi = est - spread, est + spread
+    m.update(ci_low=math.exp(lo), ci_high=math.exp(hi))
     up, down = math.log1p(threshold), -math.log1p(threshold)
     thr_pct = threshold * 100
-    change = f"{math.expm1(est) * 100:+.2f}%"
+    change = f"{math.expm1(own) * 100:+.2f}% {metric}"
+    if frame_base is not None:
+        change += f" in this zone, {math.expm1(est) * 100:+.2f}% of the frame"
     floor_txt = f"noise floor {floor * 100:.3g}% {source}"
+    band = f"[{math.expm1(lo) * 100:+.2f}%, {math.expm1(hi) * 100:+.2f}%]"
     if est >= up and lo > 0:
         return SceneComparison(**dict(m, verdict="regression",
-                                      reason=f"{change} {metric} (threshold {thr_pct:g}%, {floor_txt})"))
+                                      reason=f"{change} (threshold {thr_pct:g}%, {floor_txt})"))
     if est <= down and hi < 0:
         return SceneComparison(**dict(m, verdict="improvement",
-                                      reason=f"{change} {metric} (threshold {thr_pct:g}%, {floor_txt})"))
+                                      reason=f"{change} (threshold {thr_pct:g}%, {floor_txt})"))
     if down < lo and hi < up:
         return SceneComparison(**dict(m, verdict="unchanged",
-                                      reason=f"{change} {metric}, within +-{thr_pct:g}% ({floor_txt})"))
+                                      reason=f"{change}, within +-{thr_pct:g}% ({floor_txt})"))
     why = (f"the {floor_txt} is too large for a {thr_pct:g}% threshold"
-           if NOISE_FLOOR_FACTOR * floor * 2 >= math.log1p(threshold)
-           else f"within {NOISE_FLOOR_FACTOR:g}x the {floor_txt} of the {thr_pct:g}% threshold")
-    return SceneComparison(**dict(m, verdict="inconclusive", reason=f"{change} {metric}: {why}"))
+           if 2 * spread >= math.log1p(threshold)
+           else f"the band {band} ({NOISE_FLOOR_FACTOR:g}x the {floor_txt}) reaches the +-{thr_pct:g}% threshold")
+    return SceneComparison(**dict(m, verdict="inconclusive", reason=f"{change}: {why}"))
 
 
 # --------------------------------------------------------------------------- entry point

@@ -102,15 +102,28 @@ def test_instructions_one_run_a_side_per_scene_and_per_zone(tmp_path: Path, katr
     assert scene["verdict"] == "regression" and 1.0 < scene["change_pct"] < 1.2
     zones = scene["zones"]
     assert zones["lighting"]["verdict"] == "regression" and zones["lighting"]["change_pct"] == pytest.approx(1.5)
+    # a zone is judged by what it does to the frame: +1.5 % of 10M in a 14.15M frame
+    assert zones["lighting"]["frame_change_pct"] == pytest.approx(1.5e5 / 14.15e6 * 100)
     assert zones["post"]["verdict"] == "unchanged" and zones["post"]["change_pct"] == 0
     r = katra_cli("compare", str(base), str(more))
     assert r.returncode == 1
     assert "shader / lighting" in r.stdout and "shader / post" in r.stdout and "14,150,000" in r.stdout
+    assert "+1.50% (+1.06% of frame)" in r.stdout
     # cycles are compared the same way
     cb = count_trace(tmp_path / "cb.katra", clock=Clock.CYCLES, mode="cycles")
     cn = count_trace(tmp_path / "cn.katra", clock=Clock.CYCLES, mode="cycles", post=4.4e6)
     r = katra_cli("compare", str(cb), str(cn), "--format", "json")
     assert r.returncode == 1 and json.loads(r.stdout)["metric"] == "cycles"
+
+
+def test_a_small_zone_is_judged_by_its_share_of_the_frame(tmp_path: Path) -> None:
+    # post grows 5 % but is 1/35 of the frame: +0.14 % of the frame, below the 0.5 % threshold
+    a = count_trace(tmp_path / "a.katra", post=4.0e5)
+    b = count_trace(tmp_path / "b.katra", post=4.2e5)
+    c = compare_traces(_open(a), _open(b))
+    post = {z.zone: z for z in c.zones}["post"]
+    assert post.ratio == pytest.approx(1.05) and post.verdict == "unchanged", post.reason
+    assert "of the frame" in post.reason and c.exit_code == 0
 
 
 def test_instructions_noise_floor_from_frames(tmp_path: Path) -> None:
@@ -185,6 +198,7 @@ def test_normalize_divides_by_the_reference_workload(tmp_path: Path, katra_cli) 
     s = out["scenes"]["shader"]
     assert out["metric"] == "wall/reference" and s["value_unit"] == "x reference"
     assert s["verdict"] == "unchanged" and s["median_base"] == pytest.approx(5.0, rel=0.03)
+    assert s["p99_base_ms"] is None and s["median_base_ms"] is None  # no ms figures for a ratio
     # the normalized level is computed from the trace's reference rows
     from katra_trace import open_trace
     from katra_trace.stats import reference_durations

@@ -142,7 +142,8 @@ def _time_row(s: Any) -> list[str]:
 
 def _count_row(s: Any) -> list[str]:
     name = f"{s.scene} / {s.zone}" if s.zone else s.scene
-    return [name, s.verdict, _pct_fine(s.ratio), f"[{_pct_fine(s.ci_low)}, {_pct_fine(s.ci_high)}]",
+    frame = "" if not s.zone else f" ({_pct_fine(1 + s.frame_change_pct / 100)} of frame)"
+    return [name, s.verdict, _pct_fine(s.ratio) + frame, f"[{_pct_fine(s.ci_low)}, {_pct_fine(s.ci_high)}]",
             _num(s.noise_floor_pct, ".2g") + "%", f"{s.runs_base}/{s.runs_new}",
             f"{_count(s.median_base)} -> {_count(s.median_new)}", s.reason]
 
