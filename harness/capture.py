@@ -67,8 +67,9 @@ class Capture:
     """
 
     def __init__(self, ctx: Any, path: str | Path, *, workload: str = "", scene: str = "capture",
-                 zones: bool = True, timing: str = "auto", notes: str = "",
-                 capture_options: dict[str, Any] | None = None, overwrite: bool = False) -> None:
+                 zones: bool | str = True, timing: str = "auto", notes: str = "",
+                 capture_options: dict[str, Any] | None = None, overwrite: bool = False,
+                 max_draw_zones: int | None = None) -> None:
         from harness import probe
         from harness.engine import Engine
 
@@ -76,20 +77,21 @@ class Capture:
         host = probe.host_info(session)
         options = dict(capture_options or {})
         options.setdefault("api", "harness.capture")
-        options.update({"timing": timing, "zones": bool(zones), "scene": scene})
+        options.update({"timing": timing, "scene": scene})
         self.path = Path(path)
         self.engine = Engine(ctx, self.path, host=host, options=options, workload=workload or scene,
-                             timing=timing, zones=zones, notes=notes, overwrite=overwrite)
+                             timing=timing, zones=zones, notes=notes, overwrite=overwrite,
+                             max_draw_zones=max_draw_zones)
         self.timing_mode = self.engine.mode
         self.timing_reason = self.engine.reason
         self.writer = self.engine.writer
         self.engine.set_scene(scene)
-        self._zone = self.engine.timer.zone
+        self._zone = self.engine.frame_zone
         self._in_frame = False
         self._closed = False
         self._next_index = 0
         self.frames = 0
-        self.zones = bool(zones)
+        self.zones = self.engine.zones
 
     def frame(self, warmup: bool = False) -> _FrameSpan:
         """Context manager around one frame; ``as`` gives the frame index (0, 1, ...)."""
@@ -131,18 +133,20 @@ class Capture:
         self.engine.abort(exc)
 
 
-def capture(ctx: Any, path: str | Path, *, workload: str = "", scene: str = "capture", zones: bool = True,
+def capture(ctx: Any, path: str | Path, *, workload: str = "", scene: str = "capture", zones: bool | str = True,
             timing: str = "auto", notes: str = "", capture_options: dict[str, Any] | None = None,
-            overwrite: bool = False) -> Capture:
+            overwrite: bool = False, max_draw_zones: int | None = None) -> Capture:
     """Start recording frames of your own moderngl code on ``ctx`` into the trace at ``path``.
 
     ``timing``: auto | sync | gpu (see docs/timing.md). ``zones``: record
-    ``zone()`` spans (each also a KHR_debug group). Returns a :class:`Capture`;
+    ``zone()`` spans (each also a KHR_debug group): True or ``"passes"``,
+    ``"draws"`` (every moderngl draw on ``ctx`` inside a frame too, see
+    :mod:`harness.draws`), False or ``"off"``. Returns a :class:`Capture`;
     use it as a context manager or call :meth:`Capture.close`. An existing file at
     ``path`` is refused (OutputExistsError) unless ``overwrite`` is true.
     """
     return Capture(ctx, path, workload=workload, scene=scene, zones=zones, timing=timing, notes=notes,
-                   capture_options=capture_options, overwrite=overwrite)
+                   capture_options=capture_options, overwrite=overwrite, max_draw_zones=max_draw_zones)
 
 
 __all__ = ["Capture", "capture"]

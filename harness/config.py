@@ -93,6 +93,8 @@ class RunConfig:
     callgrind, see :mod:`harness.measure`). ``reference_every``: time the
     reference draw after every K-th measured frame (sync timing; 0 = never,
     None = :data:`DEFAULT_REFERENCE_EVERY`), see :mod:`harness.reference`.
+    ``zones``: off | passes | draws (True/False mean passes/off), see
+    :mod:`harness.draws`; ``max_draw_zones`` caps the draws timed per frame.
     ``force``: replace an existing output file (only once the new capture has
     recorded something; see :mod:`katra_trace.claim`).
     """
@@ -107,7 +109,7 @@ class RunConfig:
     backend: str | None = None
     device: int | None = None
     timing: str = "auto"
-    zones: bool = False
+    zones: bool | str = False
     seed: int = 0
     params: tuple[tuple[str, str, Any], ...] = ()
     output: str | None = None
@@ -116,6 +118,7 @@ class RunConfig:
     measure: str = "time"
     reference_every: int | None = None
     force: bool = False
+    max_draw_zones: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict of every field (params as SCENE.KEY -> value)."""
@@ -262,6 +265,14 @@ def plan_run(config: RunConfig) -> RunPlan:
     resolve_name(config.backend)  # validates $KATRA3D_BACKEND too
     if not 0 <= config.seed < 2**63:
         raise ConfigError(f"bad --seed {config.seed}: must be in 0..2**63-1")
+    from harness.timers import zone_mode
+
+    zones = zone_mode(config.zones)
+    if config.max_draw_zones is not None:
+        if zones != "draws":
+            raise ConfigError("--max-draw-zones applies to --zones draws")
+        if not 1 <= config.max_draw_zones <= 1_000_000:
+            raise ConfigError(f"bad --max-draw-zones {config.max_draw_zones}: must be in 1..1000000")
     if config.reference_every is not None and not 0 <= config.reference_every <= MAX_FRAMES:
         raise ConfigError(f"bad --reference-every {config.reference_every}: must be in 0..{MAX_FRAMES} (0 = off)")
     from harness.measure import check_config
@@ -335,8 +346,11 @@ def plan_argv(plan: RunPlan) -> list[str]:
         argv += ["--backend", cfg.backend]
     if cfg.device is not None:
         argv += ["--device", str(cfg.device)]
-    if cfg.zones:
-        argv.append("--zones")
+    from harness.timers import zone_mode
+
+    argv += ["--zones", zone_mode(cfg.zones)]
+    if cfg.max_draw_zones is not None:
+        argv += ["--max-draw-zones", str(cfg.max_draw_zones)]
     if cfg.reference_every is not None:
         argv += ["--reference-every", str(cfg.reference_every)]
     if cfg.force:

@@ -188,13 +188,15 @@ class Engine:
     """
 
     def __init__(self, ctx: Any, path: str | Path | None, *, host: Mapping[str, Any],
-                 options: Mapping[str, Any], workload: str, timing: str = "auto", zones: bool = False,
+                 options: Mapping[str, Any], workload: str, timing: str = "auto", zones: bool | str = False,
                  notes: str = "", writer: Any = None, stop: StopFlag | None = None,
                  gl_error_check: bool = True, measure: Mapping[str, Any] | None = None,
-                 reference_every: int = 0, overwrite: bool = False) -> None:
+                 reference_every: int = 0, overwrite: bool = False, max_draw_zones: int | None = None) -> None:
         from katra_trace.writer import TraceWriter
 
         self.ctx = ctx
+        self.zones = timers.zone_mode(zones)
+        timed_zones = self.zones != "off"
         self.counting = measure is not None
         recorded = dict(options)
         writer_args: dict[str, Any] = {}
@@ -212,6 +214,9 @@ class Engine:
             recorded.update({"timing_mode": self.mode, "timing_reason": self.reason,
                              "primary_clock": "wall" if self.mode == "sync" else "gpu",
                              "measure": {"mode": "time"}})
+        recorded["zones"] = self.zones
+        if self.zones == "draws":
+            recorded["max_draw_zones"] = max_draw_zones
         self.options = recorded
         if writer is None:
             if path is None:
@@ -230,11 +235,17 @@ class Engine:
                 from harness.counting import CountTimer
 
                 self.buffer = timers.EventBuffer(writer, max_rows=1 << 16, max_age_ns=None)
-                self.timer: timers.Timer = CountTimer(ctx, writer, self.buffer, zones=zones, dump_base=Path(measure["dump_base"]),
-                                        cycles=self.mode == "cycles")
+                self.timer: timers.Timer = CountTimer(ctx, writer, self.buffer, zones=timed_zones,
+                                                      dump_base=Path(measure["dump_base"]),
+                                                      cycles=self.mode == "cycles")
             else:
                 self.buffer = timers.EventBuffer(writer)
-                self.timer = timers.make_timer(self.mode, ctx, writer, self.buffer, zones=zones)
+                self.timer = timers.make_timer(self.mode, ctx, writer, self.buffer, zones=timed_zones)
+            self.draws: Any = None
+            if self.zones == "draws":
+                from harness.draws import DrawZones
+
+                self.draws = DrawZones(ctx, self.timer, max_draw_zones=max_draw_zones)
         except BaseException as exc:
             self._finish_quietly({"error": f"timer setup failed: {type(exc).__name__}: {exc}"}, "aborted")
             raise
@@ -260,6 +271,8 @@ class Engine:
     def set_scene(self, label: str) -> int:
         """Attribute the following frames to scene ``label``; returns its string id."""
         self.scene_label = label
+        if self.draws is not None:
+            self.draws.new_scene()
         return self.timer.set_scene(label)
 
     def marker(self, name: str, flags: int, t0_ns: int, t1_ns: int) -> None:
@@ -270,10 +283,19 @@ class Engine:
 
     # -- frames
 
+    @property
+    def frame_zone(self) -> Callable[[str], Any]:
+        """What ``frame.zone`` is: the timer's zone, or the draw instrument's pass zone in draws mode."""
+        return self.draws.pass_zone if self.draws is not None else self.timer.zone
+
     def begin_frame(self, index: int, flags: int = 0) -> None:
         self.timer.begin_frame(index, flags)
+        if self.draws is not None:
+            self.draws.install()
 
     def end_frame(self) -> None:
+        if self.draws is not None:
+            self.draws.uninstall()
         self.timer.end_frame()
         self._frames_done += 1
         if self._check_gl:
@@ -302,6 +324,9 @@ class Engine:
         """
         from scenes.api import NOMINAL_RATE_HZ
 
+        if self.draws is not None:
+            return self._loop_draws(render, first=first, count=count, deadline_ns=deadline_ns, flags=flags, key=key,
+                                    bind=bind, progress=progress)
         timer = self.timer
         begin = timer.begin_frame
         end = self.end_frame
@@ -337,6 +362,38 @@ class Engine:
                     next_update_ns = now + 100_000_000
         if show:
             progress.advance(done)  # type: ignore[union-attr]
+        return done
+
+    def _loop_draws(self, render: Callable[[Any], None], *, first: int, count: int | None, deadline_ns: int | None,
+                    flags: int, key: tuple[int, int], bind: Callable[[], None] | None,
+                    progress: Progress | None) -> int:
+        """:meth:`loop` in draws mode: moderngl is patched only inside each frame, and always restored."""
+        from scenes.api import NOMINAL_RATE_HZ
+
+        draws = self.draws
+        zone = draws.pass_zone
+        done = 0
+        i = first
+        while not self.stop.set:
+            if count is not None:
+                if done >= count:
+                    break
+            elif deadline_ns is None or _pc() >= deadline_ns:
+                break
+            if bind is not None:
+                bind()
+            self.begin_frame(i, flags)
+            try:
+                render(HarnessFrame(i, i / NOMINAL_RATE_HZ, key, zone))
+            finally:
+                draws.uninstall()
+            self.end_frame()
+            i += 1
+            done += 1
+            if self.reference is not None and not flags and bind is not None and done % self.reference_every == 0:
+                self.reference.run(i - 1)
+            if progress is not None and progress.tty:
+                progress.advance(done)
         return done
 
     # -- one scene, start to end
@@ -473,8 +530,12 @@ class Engine:
             i = state["i"]
             if bind is not None:
                 bind()
-            timer.begin_frame(i, 0)
-            render(HarnessFrame(i, i / NOMINAL_RATE_HZ, key, timer.zone))
+            self.begin_frame(i, 0)
+            try:
+                render(HarnessFrame(i, i / NOMINAL_RATE_HZ, key, self.frame_zone))
+            finally:
+                if self.draws is not None:
+                    self.draws.uninstall()
             self.end_frame()
             state["i"] = i + 1
 
@@ -515,6 +576,8 @@ class Engine:
 
     def abort(self, exc: BaseException | None) -> None:
         """Keep every frame measured so far and finish the trace as aborted/interrupted (never raises)."""
+        if getattr(self, "draws", None) is not None:
+            self.draws.uninstall()
         self._keeper.stop()
         self._release_reference()
         with contextlib.suppress(Exception):

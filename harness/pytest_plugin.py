@@ -71,7 +71,7 @@ class SceneRun:
 
 def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5,
               size: tuple[int, int] = (128, 128), params: Mapping[str, Any] | None = None,
-              timing: str = "auto", zones: bool = False, seed: int = 0, benchmark: Any = None,
+              timing: str = "auto", zones: bool | str = False, seed: int = 0, benchmark: Any = None,
               measure: str = "time") -> SceneRun:
     """Run scene ``name`` for ``warmup`` + ``frames`` frames into the trace file ``trace``.
 
@@ -138,7 +138,7 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
 
 
 def _run_counted(name: str, label: str, trace: str | Path, *, frames: int, warmup: int, size: tuple[int, int],
-                 params: Mapping[str, Any], zones: bool, seed: int, measure: str) -> SceneRun:
+                 params: Mapping[str, Any], zones: bool | str, seed: int, measure: str) -> SceneRun:
     """``katra_scene(..., measure="instructions")``: the same counted child process as ``katra3d run``."""
     from harness import runner
     from harness.config import RunConfig

@@ -412,10 +412,10 @@ class GpuTimer(Timer):
         return q
 
     def _refill(self) -> None:
-        """Ring exhausted: read back finished frames (blocking on the oldest); grow if needed."""
-        self._poll(block=True)
+        """Ring exhausted: read back what has finished (without waiting); grow when that frees nothing."""
+        self._poll(block=False)
         if not self._free:
-            more = self.gl.gen_queries(256)
+            more = self.gl.gen_queries(max(256, len(self._all_queries) // 2))
             self._all_queries.extend(more)
             self._free.extend(more)
 
@@ -508,6 +508,22 @@ class GpuTimer(Timer):
         return out
 
 
+#: What ``--zones`` accepts: no zones, the scene's pass zones, or every draw too (see harness.draws).
+ZONE_MODES: tuple[str, ...] = ("off", "passes", "draws")
+
+
+def zone_mode(value: bool | str | None) -> str:
+    """``--zones`` as one of :data:`ZONE_MODES` (True/False from older callers: passes/off)."""
+    if value is None or value is False:
+        return "off"
+    if value is True:
+        return "passes"
+    mode = str(value).strip().lower()
+    if mode not in ZONE_MODES:
+        raise ConfigError(f"unknown --zones '{value}'; choose one of: {', '.join(ZONE_MODES)}")
+    return mode
+
+
 def make_timer(mode: str, ctx: Any, writer: Any, buffer: EventBuffer, *, zones: bool = False) -> Timer:
     """A :class:`SyncTimer` or :class:`GpuTimer` for a resolved mode (``sync`` or ``gpu``)."""
     if mode == "sync":
@@ -525,8 +541,10 @@ __all__ = [
     "MODES",
     "NULL_ZONE",
     "SyncTimer",
+    "ZONE_MODES",
     "Timer",
     "choose_mode",
     "make_timer",
     "no_zone",
+    "zone_mode",
 ]

@@ -29,8 +29,8 @@ from katra_trace.schema import Clock, Kind
 
 KATRA3D = str(Path(sys.executable).with_name("katra3d"))
 HAVE_VALGRIND = shutil.which("valgrind") is not None
-SCENES = ("clear", "triangle", "fillrate")
-COMMON = ["--zones", "--frames", "4", "--warmup", "2", "--size", "32x32", "--measure", "instructions", "--quiet"]
+SCENES = ("clear", "triangle", "fillrate", "shader")
+COMMON = ["--zones", "draws", "--frames", "4", "--warmup", "2", "--size", "32x32", "--measure", "instructions", "--quiet"]
 
 
 # --------------------------------------------------------------------------- pure pieces
@@ -140,14 +140,15 @@ def _scene_frames(path: Path, clock: Clock = Clock.INSTRUCTIONS) -> dict[tuple[s
 
 @pytest.fixture(scope="module")
 def counted_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A, A2 (identical) and B (fillrate with one more layer), run at once, each under valgrind."""
+    """A, A2 (identical) and B (fillrate with one more layer, a longer shader loop), run at once, each under
+    valgrind, every draw a zone."""
     if not HAVE_VALGRIND:
         pytest.skip("valgrind is not installed (ci/system-deps.sh test installs it)")
     base = tmp_path_factory.mktemp("measure")
     tmp = base / "tmp"
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp)}
-    runs = {"A": [], "A2": [], "B": ["--param", "fillrate.layers=5"]}
+    runs = {"A": [], "A2": [], "B": ["--param", "fillrate.layers=5", "--param", "shader.iterations=52"]}
     procs = {}
     for name, extra in runs.items():
         cmd = [KATRA3D, "run", *SCENES, *COMMON, "--param", "fillrate.layers=4", *extra, "-o",
@@ -173,17 +174,25 @@ def test_two_processes_count_the_same_work_per_frame(counted_runs: dict[str, Any
     for key in frames:
         assert a[key] > 10_000, key  # a real frame of work, not a boundary artefact
         assert abs(a[key] - a2[key]) <= 0.001 * a[key], (key, a[key], a2[key])
+    draws = [k for k in a if k[2] == Kind.ZONE and "#" in k[1]]
+    assert {k[0] for k in draws} == set(SCENES)
+    for key in draws:  # every draw of every frame, counted the same in two processes
+        assert abs(a[key] - a2[key]) <= 0.001 * max(a[key], 1000), (key, a[key], a2[key])
 
 
 @pytest.mark.gl
 @pytest.mark.slow
 def test_zones_add_up_to_at_most_their_frame(counted_runs: dict[str, Any]) -> None:
-    counts = _scene_frames(counted_runs["A"])
-    for (scene, _name, kind, frame), total in counts.items():
-        if kind != Kind.FRAME:
-            continue
-        zones = sum(v for (s, _n, k, f), v in counts.items() if s == scene and f == frame and k == Kind.ZONE)
-        assert 0 < zones <= total, (scene, frame, zones, total)
+    trace = open_trace(counted_runs["A"])
+    ev = trace.events
+    ev = ev[(ev["clock"] == int(Clock.INSTRUCTIONS)) & (ev["flags"] == 0)]
+    for frame in ev[ev["kind"] == Kind.FRAME]:
+        of_frame = ev[(ev["scene"] == frame["scene"]) & (ev["frame"] == frame["frame"]) & (ev["kind"] == Kind.ZONE)]
+        passes = of_frame[of_frame["depth"] == 1]
+        draws = of_frame[of_frame["depth"] == 2]
+        assert len(passes) and len(draws), trace.name(int(frame["scene"]))
+        assert 0 < passes["dur_ns"].sum() <= frame["dur_ns"]
+        assert draws["dur_ns"].sum() <= passes["dur_ns"].sum()
 
 
 @pytest.mark.gl
@@ -215,6 +224,8 @@ def test_compare_flags_more_work_and_passes_identical_runs(counted_runs: dict[st
                 "--allow-param-mismatch")
     assert more.returncode == 1, more.stdout + more.stderr
     assert "fillrate" in more.stdout and "regression" in more.stdout
+    heavier = [line for line in more.stdout.splitlines() if "shader /" in line and "#1" in line]
+    assert heavier and "regression" in heavier[0], more.stdout  # the one draw made heavier, by name
     b = _scene_frames(counted_runs["B"])
     a = _scene_frames(counted_runs["A"])
     step = np.median([b[k] for k in b if k[0] == "fillrate" and k[2] == Kind.FRAME]) / \

@@ -44,7 +44,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--reference-every", metavar="K",
                    help="time a small fixed reference draw after every K-th measured frame, for "
                         "'compare --normalize' (sync timing; default 4, 0 = off)")
-    p.add_argument("--zones", action="store_true", help="time each pass/draw zone too (adds KHR_debug groups)")
+    p.add_argument("--zones", nargs="?", const="passes", default="off", metavar="MODE",
+                   help="off (default), passes (the scene's zones; --zones alone) or draws (every draw, dispatch, "
+                        "clear and blit too, named <pass>/<label>#<k>); zones add KHR_debug groups")
+    p.add_argument("--max-draw-zones", metavar="N",
+                   help="with --zones draws: time at most N draws a frame (the rest are counted as untimed)")
     p.add_argument("--param", metavar="SCENE.KEY=VALUE", action="append", default=[],
                    help="set a scene parameter (repeatable)")
     p.add_argument("--seed", metavar="N", default="0", help="seed of the scenes' random numbers (default 0)")
@@ -73,7 +77,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         backend=args.backend.strip().lower() if args.backend else None,
         device=parse_int(args.device, "--device", 0),
         timing=args.timing.strip().lower(),
-        zones=bool(args.zones),
+        zones=args.zones,
+        max_draw_zones=parse_int(args.max_draw_zones, "--max-draw-zones", 1),
         seed=parse_int(args.seed, "--seed", 0) or 0,
         params=tuple(parse_param(p) for p in args.param),
         output=args.output,

@@ -1,0 +1,131 @@
+"""``--zones draws`` on real llvmpipe: every draw a zone, named stably, nested, capped, and moderngl
+left untouched outside frames."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import moderngl
+import numpy as np
+import pytest
+
+import harness
+from harness import timers
+from harness.draws import TARGETS, UNTIMED_NAME, DrawZones
+from harness.frame import HarnessFrame, seed_key
+from katra_trace import open_trace
+from katra_trace.schema import Clock, Kind
+from katra_trace.writer import TraceWriter
+
+KATRA3D = str(Path(sys.executable).with_name("katra3d"))
+pytestmark = pytest.mark.gl
+
+
+def _originals() -> dict[tuple[str, str], Any]:
+    return {(cls, meth): getattr(moderngl, cls).__dict__[meth] for cls, meth, _ in TARGETS}
+
+
+def _run(tmp_path: Path, *extra: str) -> Any:
+    out = tmp_path / "d.katra"
+    res = subprocess.run([KATRA3D, "run", "drawcalls", "--param", "drawcalls.count=50", "--zones", "draws",
+                          "--frames", "4", "--warmup", "1", "--size", "32x32", "--quiet", "-o", str(out), *extra],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    return open_trace(out)
+
+
+def test_every_draw_is_a_zone_nested_in_its_pass_with_stable_names(tmp_path: Path) -> None:
+    trace = _run(tmp_path)
+    ev = trace.events
+    wall = ev[(ev["clock"] == int(Clock.WALL)) & (ev["flags"] == 0)]
+    names_per_frame = []
+    for frame in wall[wall["kind"] == Kind.FRAME]:
+        zones = wall[(wall["kind"] == Kind.ZONE) & (wall["frame"] == frame["frame"])]
+        passes = zones[zones["depth"] == 1]
+        draws = zones[zones["depth"] == 2]
+        draw_names = [trace.name(int(n)) for n in draws["name"]]
+        in_pass = [n for n in draw_names if n.startswith("draws/")]
+        assert len(in_pass) == 50, Counter(n.split("#")[0] for n in draw_names)
+        names_per_frame.append(sorted(draw_names))
+        # sync timing: a draw's wall time lies inside its pass, the pass inside its frame
+        assert draws["dur_ns"].sum() <= passes["dur_ns"].sum() <= frame["dur_ns"]
+        for d in draws:
+            parent = passes[(passes["start_ns"] <= d["start_ns"])
+                            & (passes["start_ns"] + passes["dur_ns"] >= d["start_ns"] + d["dur_ns"])]
+            assert len(parent) == 1, trace.name(int(d["name"]))
+    assert len(names_per_frame) == 4
+    assert all(names == names_per_frame[0] for names in names_per_frame)
+    assert "draws/draw(in_normal,in_pos)#50" in names_per_frame[0]
+    assert trace.header["capture_options"]["zones"] == "draws"
+    assert moderngl.VertexArray.__dict__["render"] is _originals()[("VertexArray", "render")]
+
+
+def test_the_cap_times_the_first_n_draws_and_counts_the_rest(tmp_path: Path) -> None:
+    trace = _run(tmp_path, "--max-draw-zones", "10")
+    ev = trace.events
+    measured = ev[ev["flags"] == 0]
+    draws = measured[(measured["kind"] == Kind.ZONE) & (measured["depth"] == 2) & (measured["clock"] == Clock.WALL)]
+    assert len(draws) == 4 * 10
+    untimed = measured[(measured["kind"] == Kind.COUNTER)
+                       & (measured["name"] == trace.strings.index(UNTIMED_NAME))]
+    assert len(untimed) == 4 and set(untimed["value"]) == {41.0}  # 50 draws + 1 clear, 10 timed
+
+
+def test_capture_in_draws_mode_leaves_moderngl_unpatched(gl_ctx: Any, tmp_path: Path) -> None:
+    before = _originals()
+    fbo = gl_ctx.simple_framebuffer((16, 16))
+    prog = gl_ctx.program(vertex_shader="#version 330\nin vec2 in_pos; void main() { gl_Position = vec4(in_pos, 0, 1); }",
+                          fragment_shader="#version 330\nout vec4 c; void main() { c = vec4(1); }")
+    vbo = gl_ctx.buffer(np.array([-1, -1, 3, -1, -1, 3], dtype="f4").tobytes())
+    vao = gl_ctx.vertex_array(prog, [(vbo, "2f", "in_pos")])
+    try:
+        with harness.capture(gl_ctx, tmp_path / "c.katra", zones="draws") as cap:
+            for _ in range(3):
+                with cap.frame():
+                    assert moderngl.VertexArray.__dict__["render"] is not before[("VertexArray", "render")]
+                    fbo.use()
+                    with cap.zone("main"):
+                        fbo.clear()
+                        vao.render()
+                assert _originals() == before  # restored between frames
+        assert _originals() == before  # and after the capture
+        trace = open_trace(tmp_path / "c.katra")
+        names = {trace.name(int(n)) for n in trace.events["name"]}
+        assert {"main/clear#1", "main/draw(in_pos)#1"} <= names
+    finally:
+        for obj in (vao, vbo, prog, fbo):
+            obj.release()
+        gl_ctx.detect_framebuffer(0).use()
+
+
+def test_gpu_ring_grows_without_blocking_for_many_draws(gl_ctx: Any, tmp_path: Path) -> None:
+    """GpuTimer logic on llvmpipe (its timestamps are not draw times, but the ring is real)."""
+    fbo = gl_ctx.simple_framebuffer((16, 16))
+    fbo.use()
+    with TraceWriter(tmp_path / "g.katra", workload="t") as writer:
+        buf = timers.EventBuffer(writer)
+        timer = timers.GpuTimer(gl_ctx, writer, buf, zones=True, ring_queries=16)
+        draws = DrawZones(gl_ctx, timer)
+        timer.set_scene("s")
+        for i in range(3):
+            timer.begin_frame(i, 0)
+            draws.install()
+            frame = HarnessFrame(i, 0.0, seed_key(0, "s"), draws.pass_zone)
+            with frame.zone("p"):
+                for _ in range(40):
+                    fbo.clear(0.1, 0.2, 0.3, 1.0)
+            draws.uninstall()
+            timer.end_frame()
+        timer.drain()
+        ring = len(timer._all_queries)
+        timer.close()
+    fbo.release()
+    gl_ctx.detect_framebuffer(0).use()
+    assert ring > 16  # grew past its preallocation: 2 queries per draw, 41 spans a frame
+    ev = open_trace(tmp_path / "g.katra").events
+    gpu_draws = ev[(ev["clock"] == Clock.GPU) & (ev["kind"] == Kind.ZONE) & (ev["depth"] == 2)]
+    assert len(gpu_draws) == 3 * 40
