@@ -14,6 +14,7 @@ import shlex
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.gl
@@ -89,3 +90,36 @@ def test_different_sizes_are_incomparable(tmp_path: Path, katra_cli, gl_ctx) -> 
     assert "different size: BASE 64x64 vs NEW 96x64" in r.stdout
     r = katra_cli("stats", a, "--format", "json")
     assert json.loads(r.stdout)["scenes"]["fillrate"]["metrics"]["wall"]["n"] == 20
+
+
+def test_normalize_uses_the_reference_rows_of_real_captures(tmp_path: Path, katra_cli, gl_ctx) -> None:
+    from katra_trace import open_trace
+    from katra_trace.compare import compare_traces
+    from katra_trace.stats import reference_durations, scene_durations
+
+    for side in ("base", "new"):
+        (tmp_path / side).mkdir()
+        for i in range(3):
+            r = katra_cli("run", "triangle", "--frames", "24", "--warmup", "2", "--size", "64x64",
+                          "--reference-every", "4", "--quiet", "-o", str(tmp_path / side / f"run-{i}.katra"))
+            assert r.returncode == 0, r.stderr
+    r = katra_cli("compare", str(tmp_path / "base"), str(tmp_path / "new"), "--normalize", "--format", "json")
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    out = json.loads(r.stdout)
+    scene = out["scenes"]["triangle"]
+    assert out["metric"] == "wall/reference" and scene["value_unit"] == "x reference" and scene["runs_base"] == 3
+    traces = [open_trace(p) for p in sorted((tmp_path / "base").glob("*.katra"))]
+    levels = []
+    for t in traces:
+        ref = reference_durations(t.events, list(t.strings))["triangle"]["wall"]
+        assert ref.size == 6  # one reference draw after every 4th of 24 measured frames
+        frames = scene_durations(t.events, list(t.strings))["triangle"]["wall"]
+        levels.append(float(np.median(frames) / np.median(ref)))
+    assert scene["median_base"] == pytest.approx(float(np.exp(np.mean(np.log(levels)))), rel=1e-9)
+    assert compare_traces(traces, traces, normalize=True).scenes[0].ratio == pytest.approx(1.0)
+    # a capture without the reference workload cannot be normalized: bad input
+    r = katra_cli("run", "triangle", "--frames", "24", "--warmup", "2", "--size", "64x64", "--reference-every", "0",
+                  "--quiet", "-o", str(tmp_path / "plain.katra"))
+    assert r.returncode == 0, r.stderr
+    r = katra_cli("compare", str(tmp_path / "base" / "run-0.katra"), str(tmp_path / "plain.katra"), "--normalize")
+    assert r.returncode == 2 and "no reference markers" in r.stderr
