@@ -193,6 +193,9 @@ def test_doctor(katra_cli: Any) -> None:
     assert report["timer_query_check"]["verdict"] == "unreliable"
     assert report["recommended_timing"]["mode"] == "sync"
     assert report["egl_devices"] and report["egl_devices"][0]["index"] == 0
+    for device in report["egl_devices"]:  # fields EGL cannot fill are left out, never shown empty
+        assert all(value != "" for value in device.values()), device
+    assert report["egl_devices"][0]["renderer"] == report["gl"]["renderer"]
 
     text = katra_cli("doctor", env={"DISPLAY": "", "WAYLAND_DISPLAY": ""})
     assert text.returncode == 0

@@ -30,7 +30,8 @@ def diagnose(backend: str | None = None, device: int | None = None) -> dict[str,
 
     report: dict[str, Any] = {
         "backends": [s.as_dict() for s in backends.statuses(probe_contexts=True)],
-        "egl_devices": [{k: v for k, v in d.items() if k != "extensions"} | {"extensions": d["extensions"]}
+        # keys EGL cannot fill (no DRM node for Mesa's software device) are left out, not shown empty
+        "egl_devices": [{k: v for k, v in d.items() if k != "extensions" and v != ""} | {"extensions": d["extensions"]}
                         for d in backends.list_egl_devices()],
         "default_backend": backends.resolve_name(backend),
         "env": probe.render_env(),
@@ -46,6 +47,10 @@ def diagnose(backend: str | None = None, device: int | None = None) -> dict[str,
         report["backend_used"] = session.backend
         gl = probe.gl_info(session.ctx)
         report["gl"] = gl
+        used = session.device if session.device is not None else 0
+        for dev in report["egl_devices"]:
+            if session.backend == "egl" and dev.get("index") == used and not dev.get("renderer"):
+                dev["renderer"] = gl["renderer"]  # EGL gives no renderer string for a device; GL does
         report["egl"] = backends.current_egl_info() if session.backend == "egl" else {}
         report["timer_query_check"] = timer_query_reliability(session.ctx)
         software = gl["software_renderer"]
@@ -75,8 +80,8 @@ def render_text(report: dict[str, Any]) -> str:
     if not report["egl_devices"]:
         lines.append("  (none listed: EGL_EXT_device_enumeration missing)")
     for d in report["egl_devices"]:
-        desc = d["renderer"] or ("Mesa software device" if d["software"] else d["drm_device"] or "device")
-        lines.append(f"  {d['index']}: {desc}" + (f" ({d['drm_device']})" if d["drm_device"] else ""))
+        desc = d.get("renderer") or ("Mesa software device" if d["software"] else d.get("drm_device") or "device")
+        lines.append(f"  {d['index']}: {desc}" + (f" ({d['drm_device']})" if d.get("drm_device") else ""))
     if not report["ok"]:
         lines.append(f"no usable GL: {report.get('error', '?')}")
         return "\n".join(lines)
