@@ -324,13 +324,12 @@ class Engine:
         """
         from scenes.api import NOMINAL_RATE_HZ
 
-        if self.draws is not None:
-            return self._loop_draws(render, first=first, count=count, deadline_ns=deadline_ns, flags=flags, key=key,
-                                    bind=bind, progress=progress)
         timer = self.timer
-        begin = timer.begin_frame
+        # in draws mode the engine's begin/end install and remove the draw wrappers around each frame
+        # (an exception leaves them installed until abort() takes them out)
+        begin = timer.begin_frame if self.draws is None else self.begin_frame
         end = self.end_frame
-        zone = timer.zone
+        zone = self.frame_zone
         stop = self.stop
         pc = _pc
         rate = NOMINAL_RATE_HZ
@@ -362,38 +361,6 @@ class Engine:
                     next_update_ns = now + 100_000_000
         if show:
             progress.advance(done)  # type: ignore[union-attr]
-        return done
-
-    def _loop_draws(self, render: Callable[[Any], None], *, first: int, count: int | None, deadline_ns: int | None,
-                    flags: int, key: tuple[int, int], bind: Callable[[], None] | None,
-                    progress: Progress | None) -> int:
-        """:meth:`loop` in draws mode: moderngl is patched only inside each frame, and always restored."""
-        from scenes.api import NOMINAL_RATE_HZ
-
-        draws = self.draws
-        zone = draws.pass_zone
-        done = 0
-        i = first
-        while not self.stop.set:
-            if count is not None:
-                if done >= count:
-                    break
-            elif deadline_ns is None or _pc() >= deadline_ns:
-                break
-            if bind is not None:
-                bind()
-            self.begin_frame(i, flags)
-            try:
-                render(HarnessFrame(i, i / NOMINAL_RATE_HZ, key, zone))
-            finally:
-                draws.uninstall()
-            self.end_frame()
-            i += 1
-            done += 1
-            if self.reference is not None and not flags and bind is not None and done % self.reference_every == 0:
-                self.reference.run(i - 1)
-            if progress is not None and progress.tty:
-                progress.advance(done)
         return done
 
     # -- one scene, start to end
@@ -523,7 +490,6 @@ class Engine:
                 bind: Callable[[], None] | None, driver: Callable[[Callable[[], None], int], None]) -> int:
         from scenes.api import NOMINAL_RATE_HZ
 
-        timer = self.timer
         state = {"i": first}
 
         def one_frame() -> None:
@@ -531,11 +497,7 @@ class Engine:
             if bind is not None:
                 bind()
             self.begin_frame(i, 0)
-            try:
-                render(HarnessFrame(i, i / NOMINAL_RATE_HZ, key, self.frame_zone))
-            finally:
-                if self.draws is not None:
-                    self.draws.uninstall()
+            render(HarnessFrame(i, i / NOMINAL_RATE_HZ, key, self.frame_zone))
             self.end_frame()
             state["i"] = i + 1
 

@@ -129,3 +129,26 @@ def test_gpu_ring_grows_without_blocking_for_many_draws(gl_ctx: Any, tmp_path: P
     ev = open_trace(tmp_path / "g.katra").events
     gpu_draws = ev[(ev["clock"] == Clock.GPU) & (ev["kind"] == Kind.ZONE) & (ev["depth"] == 2)]
     assert len(gpu_draws) == 3 * 40
+
+
+def test_a_scene_failing_mid_frame_leaves_moderngl_unpatched(tmp_path: Path) -> None:
+    from harness.config import RunConfig
+    from harness.runner import run
+    from katra_trace.errors import SceneError
+
+    scene = tmp_path / "boom.py"
+    scene.write_text("from scenes.api import Scene\n"
+                     "class Boom(Scene):\n"
+                     "    name = 'boom'\n"
+                     "    def setup(self, ctx, size, params):\n"
+                     "        self.bind_target(ctx, size)\n"
+                     "    def render(self, frame):\n"
+                     "        with frame.zone('p'):\n"
+                     "            self.target.clear()\n"
+                     "            raise RuntimeError('boom')\n")
+    before = _originals()
+    with pytest.raises(SceneError, match="boom"):
+        run(RunConfig(scenes=(f"{scene}:Boom",), frames=3, size=(16, 16), zones="draws",
+                      output=str(tmp_path / "b.katra")), quiet=True)
+    assert _originals() == before
+    assert open_trace(tmp_path / "b.katra").status == "aborted"
