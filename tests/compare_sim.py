@@ -20,6 +20,7 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
+from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -72,6 +73,22 @@ def verdict_rate(k: int, effect: float, reps: int, seed: int, *, run_cv: float =
     return hits / reps
 
 
+def student_power(k: int, effect: float, reps: int, seed: int, *, run_cv: float = 0.08,
+                  alpha: float = 0.01, threshold: float = 0.05, frames: int = 30) -> float:
+    """For reference: how often a one-sided pooled-variance (Student) t on log run medians, exact
+    under equal spreads, would call ``effect`` a regression (alpha, threshold as compare's)."""
+    rng = np.random.default_rng(seed)
+    crit = float(sps.t.ppf(1 - alpha, 2 * k - 2))
+    hits = 0
+    for _ in range(reps):
+        lb = np.log([np.median(r) for r in simulate_side(rng, k, 10.0, run_cv, frames)])
+        ln = np.log([np.median(r) for r in simulate_side(rng, k, 10.0 * effect, run_cv, frames)])
+        sp = math.sqrt((lb.var(ddof=1) + ln.var(ddof=1)) / 2)
+        d = float(ln.mean() - lb.mean())
+        hits += d / (sp * math.sqrt(2 / k)) > crit and d >= math.log1p(threshold)
+    return hits / reps
+
+
 def memory_and_time_50k(frames: int = 50_000, runs: int = 1) -> tuple[float, float]:
     """(peak MiB traced, seconds) of compare_runs on ``runs`` run(s) of ``frames`` frames a side."""
     rng = np.random.default_rng(0)
@@ -101,6 +118,8 @@ def main() -> None:
     for cv in (0.01, 0.03, 0.05):
         print(f"  3 runs a side at {cv * 100:.0f} % run CV: +30 % caught "
               f"{verdict_rate(3, 1.3, 1000, 41, run_cv=cv) * 100:.0f} %")
+    print(f"  for reference, a pooled-variance t at 3 runs a side, 8 % run CV: +30 % caught "
+          f"{student_power(3, 1.3, 1000, 42) * 100:.0f} %, A/A {student_power(3, 1.0, 1000, 43) * 100:.1f} %")
     print("paired rounds, round drift 10 % shared by both captures, run noise 2 %, 1000 each")
     for k in (3, 5, 8):
         aa = verdict_rate(k, 1.0, 1000, 50 + k, run_cv=0.02, paired=True, drift_cv=0.10)
