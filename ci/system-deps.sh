@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Make sure the system libraries katra3d needs are present.
 #   ci/system-deps.sh        Mesa's EGL + llvmpipe (needed to render)
-#   ci/system-deps.sh test   the above, plus Xvfb (the GLFW backend tests) and valgrind
-#                            (the --measure instructions tests run it for real)
+#   ci/system-deps.sh test   the above, plus Xvfb (the GLFW backend tests), valgrind
+#                            (the --measure instructions tests run it for real) and chromium
+#                            (the HTML report is opened in it)
 # Installs them with apt-get when they are missing and we are root;
 # otherwise prints the exact command to run and exits 1.
 set -euo pipefail
@@ -26,6 +27,9 @@ if [ "$want_test" = 1 ] && ! command -v Xvfb >/dev/null 2>&1; then
 fi
 if [ "$want_test" = 1 ] && ! command -v valgrind >/dev/null 2>&1; then
     missing+=(valgrind)
+fi
+if [ "$want_test" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
+    missing+=(chromium)
 fi
 
 [ "${#missing[@]}" -eq 0 ] && exit 0

@@ -31,6 +31,7 @@ COMMANDS: tuple[str, ...] = (
     "ab",
     "scenes",
     "export",
+    "report",
     "history",
 )
 

@@ -1,0 +1,86 @@
+"""``katra3d report TRACE|DIR... [--baseline TRACE|DIR] -o report.html``: one self-contained HTML page."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.cli._common import load_trace_quietly, print_json
+from katra_trace.errors import ConfigError
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("report", help="an HTML report with frame-time plots (offline, one file)",
+                       description="Write one self-contained HTML page (no network needed to view it): the runs' "
+                                   "capture options and host, then per scene the frame-time series (warmup shaded, "
+                                   "median and p99 lines), the distribution, the zones and the statistics; with "
+                                   "--baseline both sides overlaid and the 'compare' verdicts. See docs/report.md.")
+    p.add_argument("traces", metavar="TRACE|DIR", nargs="+",
+                   help="trace files, or directories whose traces are the runs")
+    p.add_argument("--baseline", metavar="TRACE|DIR", action="append", default=[],
+                   help="baseline trace(s) or directory to compare against (repeatable)")
+    p.add_argument("-o", "--output", metavar="PATH", default="report.html",
+                   help="the HTML file to write (default: report.html)")
+    p.add_argument("--title", default="katra3d report", help="the page's title")
+    p.add_argument("--force", action="store_true", help="replace the output file if it exists")
+    p.add_argument("--json", action="store_true", help="print what was written as JSON (for scripts)")
+    p.set_defaults(func=run)
+
+
+def trace_files(arg: str) -> list[Path]:
+    """The trace files ``arg`` names: itself, or the katra traces directly inside a directory."""
+    from katra_trace.format import MAGIC
+
+    p = Path(arg)
+    if p.is_dir():
+        found = []
+        for child in sorted(p.iterdir()):
+            if child.is_file():
+                try:
+                    with open(child, "rb") as f:
+                        if f.read(len(MAGIC)) == MAGIC:
+                            found.append(child)
+                except OSError:
+                    continue
+        if not found:
+            raise ConfigError(f"no katra3d traces in directory {arg!r}")
+        return found
+    if not p.exists():
+        raise ConfigError(f"no such trace file or directory: {arg!r}")
+    return [p]
+
+
+def _load(args: list[str]) -> list[Any]:
+    traces = []
+    for arg in args:
+        for path in trace_files(arg):
+            t = load_trace_quietly(str(path))
+            if t.truncated:
+                print(f"katra3d: warning: {path} is damaged ({t.stop_reason}); reporting the "
+                      f"{len(t.events)} events before offset {t.stopped_at}", file=sys.stderr)
+            traces.append(t)
+    return traces
+
+
+def run(args: argparse.Namespace) -> int:
+    from katra_trace.report import build_report, write_report
+    from katra_trace.report.page import plotly_js_packed
+
+    plotly_js_packed()  # exit 3 before reading anything when plotly is missing
+    out = Path(args.output)
+    if out.exists() and not args.force:
+        raise ConfigError(f"output {str(out)!r} already exists; choose another path with -o, or pass --force to "
+                          "replace it")
+    runs = _load(args.traces)
+    baseline = _load(args.baseline)
+    page = build_report(runs, baseline, title=args.title)
+    size = write_report(out, page, overwrite=args.force)
+    if args.json:
+        print_json({"path": str(out), "bytes": size, "runs": [str(t.path) for t in runs],
+                    "baseline": [str(t.path) for t in baseline]})
+    else:
+        print(f"{out} ({len(runs)} run(s)" + (f" vs {len(baseline)} baseline run(s)" if baseline else "")
+              + f", {size / 1e6:.1f} MB)")
+    return 0

@@ -1,0 +1,54 @@
+"""An HTML report of one or more runs, optionally against a baseline: ``katra3d report``.
+
+:func:`build_report` returns the page (katra_trace.report.page), :func:`write_report` writes it
+without replacing an existing file unless asked. The comparison with a baseline is
+:func:`katra_trace.compare.compare_traces`' verdict, shown as a table. Needs the optional
+``plotly`` package (its plotly.js is inlined): ``pip install 'katra3d[export]'``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from katra_trace.errors import KatraError
+from katra_trace.export.output import open_output
+from katra_trace.report.page import plotly_js_packed, render
+from katra_trace.report.series import MAX_POINTS, minmax_downsample
+
+
+def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: str = "katra3d report",
+                 compare_options: dict[str, Any] | None = None) -> str:
+    """The report page for opened traces ``runs`` (one run each) and, if given, ``baseline``.
+
+    With a baseline the page holds ``compare_traces(baseline, runs)``'s verdicts; when the
+    traces cannot be compared (ConfigError: counts against times, ...) it says why instead.
+    Raises MissingDependencyError (exit 3) without plotly.
+    """
+    from katra_trace import __version__
+
+    plotly_js_packed()  # fail before any work when plotly is missing
+    comparison: dict[str, Any] | None = None
+    error: str | None = None
+    if baseline:
+        from katra_trace.compare import compare_traces
+
+        try:
+            comparison = compare_traces(list(baseline), list(runs), **(compare_options or {})).as_dict()
+        except KatraError as exc:
+            error = str(exc)
+    return render(runs, baseline, comparison=comparison, comparison_error=error, title=title,
+                  tool_version=f"katra3d {__version__}")
+
+
+def write_report(path: str | os.PathLike[str], page: str, *, overwrite: bool = False) -> int:
+    """Write ``page`` to ``path`` (refusing to replace a file unless ``overwrite``); returns its size in bytes."""
+    data = page.encode("utf-8")
+    with open_output(Path(path), overwrite=overwrite) as f:
+        f.write(data)
+    return len(data)
+
+
+__all__ = ["MAX_POINTS", "build_report", "minmax_downsample", "write_report"]

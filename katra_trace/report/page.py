@@ -1,0 +1,397 @@
+"""The HTML report: one self-contained page, plots drawn by plotly.js inlined into it.
+
+The page works offline: plotly.js (from the installed ``plotly`` Python package) is stored in
+the page gzip-compressed and base64-encoded, and unpacked by the browser's
+``DecompressionStream`` (about 2 MB instead of 4.8 MB); the figures are JSON in the page.
+Everything that is not a plot (the runs, the statistics, the comparison) is plain HTML, readable
+even where scripts do not run.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import functools
+import gzip
+import html
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from katra_trace.report.series import (
+    TraceLike,
+    frame_series,
+    cdf_points,
+    primary_clock,
+    scenes_of,
+    unit_of,
+    zone_medians,
+)
+from katra_trace.stats import trace_stats
+
+#: Plot colours of the runs (NEW side) and of the baseline runs.
+RUN_COLORS = ("#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#bcbd22", "#e377c2", "#8c564b", "#ff7f0e")
+BASELINE_COLOR = "#7f7f7f"
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#222;background:#fafafa}
+main{max-width:1200px;margin:0 auto;padding:16px 24px 48px}
+h1{font-size:24px;margin:8px 0 4px}h2{font-size:19px;margin:28px 0 8px;border-bottom:1px solid #ddd}
+h3{font-size:15px;margin:16px 0 6px}
+table{border-collapse:collapse;margin:6px 0 12px;background:#fff;font-variant-numeric:tabular-nums}
+th,td{border:1px solid #ddd;padding:3px 8px;text-align:right;vertical-align:top}
+th{background:#f0f0f0}td.l,th.l{text-align:left}
+.plot{height:320px;background:#fff;border:1px solid #e5e5e5;margin:6px 0}
+.row{display:flex;gap:12px}.row>.plot{flex:1 1 0;min-width:0}
+.regression{color:#b00020;font-weight:600}.improvement{color:#1b7f2a;font-weight:600}
+.muted{color:#666}details{margin:4px 0}pre{background:#fff;border:1px solid #e5e5e5;padding:8px;overflow:auto;
+max-height:360px;font-size:12px}#katra-status{color:#b00020}
+"""
+
+_LOADER = """
+(async function () {
+  const status = document.getElementById("katra-status");
+  try {
+    if (!window.Plotly) {
+      if (typeof DecompressionStream === "undefined") {
+        throw new Error("this browser lacks DecompressionStream (use a browser from 2023 or later)");
+      }
+      const packed = atob(document.getElementById("katra-plotly").textContent.trim());
+      const bytes = new Uint8Array(packed.length);
+      for (let i = 0; i < packed.length; i++) bytes[i] = packed.charCodeAt(i);
+      const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+      const code = await new Response(stream).text();
+      const script = document.createElement("script");
+      script.textContent = code;
+      document.head.appendChild(script);
+    }
+    const figures = JSON.parse(document.getElementById("katra-figures").textContent);
+    for (const f of figures) {
+      await Plotly.newPlot(f.id, f.data, f.layout, {responsive: true, displaylogo: false});
+    }
+    document.body.dataset.plots = "ready";
+  } catch (err) {
+    status.textContent = "The plots could not be drawn: " + err;
+    document.body.dataset.plots = "failed";
+    console.error(err);
+  }
+})();
+"""
+
+
+@functools.lru_cache(maxsize=1)
+def plotly_js_packed() -> str:
+    """plotly.min.js from the installed ``plotly`` package, gzip-compressed and base64-encoded."""
+    from katra_trace.export.output import require
+
+    offline = require("plotly.offline", "export", "katra3d report")
+    js: str = offline.get_plotlyjs()
+    return base64.b64encode(gzip.compress(js.encode("utf-8"), compresslevel=9, mtime=0)).decode("ascii")
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _json_for_script(obj: Any) -> str:
+    """JSON safe inside a <script> element (no ``</`` and no ``<!--`` can end or confuse it)."""
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False, default=str).replace("<", "\\u003c")
+
+
+def _num(v: Any, unit: str) -> str:
+    """One number format per unit: ms to 3 decimals, counts whole with separators, rates to 1 decimal."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    if isinstance(v, bool):
+        return str(v)
+    if unit == "int":
+        return f"{int(v):,}"
+    if unit == "ms":
+        return f"{float(v):,.3f}"
+    if unit == "fps":
+        return f"{float(v):,.1f}"
+    if unit == "ratio":
+        return f"{float(v):.3f}"
+    if unit == "pct":
+        return f"{float(v):+.2f}%"
+    if unit == "p":
+        return f"{float(v):.2g}"
+    return f"{float(v):,.0f}"  # counts
+
+
+def _table(columns: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> str:
+    head = "".join(f'<th class="l">{_e(c)}</th>' if i < left else f"<th>{_e(c)}</th>" for i, c in enumerate(columns))
+    body = "".join("<tr>" + "".join(f'<td class="l">{c}</td>' if i < left else f"<td>{c}</td>"
+                                    for i, c in enumerate(row)) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _get(d: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(d, Mapping):
+            return None
+        d = d.get(key)
+    return d
+
+
+def _run_label(trace: Any, index: int, role: str) -> str:
+    path = getattr(trace, "path", None)
+    name = path.name if path is not None else f"{index + 1}"
+    return f"{'baseline' if role == 'baseline' else 'run'} {index + 1}: {name}"
+
+
+def _runs_section(runs: Sequence[TraceLike], baseline: Sequence[TraceLike]) -> str:
+    rows = []
+    details = []
+    for role, traces in (("run", runs), ("baseline", baseline)):
+        for i, t in enumerate(traces):
+            h = t.header
+            opts = h.get("capture_options") or {}
+            found = opts.get("resolved")
+            resolved: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+            size = resolved.get("size") or opts.get("size")
+            mode = _get(opts, "measure", "mode")
+            timing = opts.get("timing_mode", "-")
+            label = _run_label(t, i, role)
+            rows.append([
+                _e(label), _e(h.get("workload", "")), _e(getattr(t, "status", "")),
+                _e(f"{timing}" + (f" / measure {mode}" if mode and mode != "time" else "")),
+                _e(_get(h, "host_info", "gl", "renderer") or "-"),
+                _e(_get(h, "host_info", "system", "cpu_model") or "-"),
+                _e("x".join(str(v) for v in size) if isinstance(size, (list, tuple)) else (size or "-")),
+                _e(f"{resolved.get('frames', opts.get('frames', '-'))} / {resolved.get('warmup', opts.get('warmup', '-'))}"),
+                _num(len(t.events), "int"),
+            ])
+            why = opts.get("timing_reason")
+            start = h.get("start_wall_ns")
+            when = (datetime.datetime.fromtimestamp(start / 1e9, tz=datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+                    if isinstance(start, int) else "-")
+            details.append(
+                f"<details><summary>{_e(label)}: {_e(h.get('tool_version', ''))}, captured {_e(when)}"
+                + (f"; timing {_e(timing)} because {_e(why)}" if why else "") + "</summary>"
+                f"<h3>capture options</h3><pre>{_e(json.dumps(opts, indent=2, default=str))}</pre>"
+                f"<h3>host</h3><pre>{_e(json.dumps(h.get('host_info') or {}, indent=2, default=str))}</pre>"
+                + (f"<p>notes: {_e(h.get('notes'))}</p>" if h.get("notes") else "") + "</details>")
+    table = _table(["run", "workload", "status", "timing", "renderer", "CPU", "size", "frames / warmup", "events"],
+                   rows)
+    return f'<section id="runs"><h2>Runs</h2>{table}{"".join(details)}</section>'
+
+
+def _comparison_section(comparison: Mapping[str, Any] | None, error: str | None) -> str:
+    if error is not None:
+        return (f'<section id="comparison"><h2>Comparison with the baseline</h2>'
+                f'<p class="regression">No comparison: {_e(error)}</p></section>')
+    if comparison is None:
+        return ""
+    rows = []
+    for scene, s in (comparison.get("scenes") or {}).items():
+        verdict = str(s.get("verdict", ""))
+        cls = verdict if verdict in ("regression", "improvement") else ""
+        unit = s.get("value_unit") or "ms"
+        level_unit = "ms" if unit == "ms" else ("count" if unit in ("instructions", "cycles") else "ratio")
+        ci = (f"[{_num(_pct(s.get('ci_low')), 'pct')}, {_num(_pct(s.get('ci_high')), 'pct')}]"
+              if s.get("ci_low") is not None else "-")
+        rows.append([
+            _e(scene), f'<span class="{cls}">{_e(verdict)}</span>', _num(s.get("change_pct"), "pct"), ci,
+            _num(s.get("p_holm"), "p"), _e(f"{s.get('runs_base', '-')} / {s.get('runs_new', '-')}"),
+            f"{_num(s.get('median_base'), level_unit)} &rarr; {_num(s.get('median_new'), level_unit)} {_e(unit)}",
+            f'<span class="muted">{_e(s.get("reason", ""))}</span>',
+        ])
+    table = _table(["scene", "verdict", "change", "interval", "p (Holm)", "runs base / new", "level", "why"], rows)
+    notes = "".join(f"<li>{_e(n)}</li>" for n in comparison.get("notes") or [])
+    counts = ", ".join(f"{v} {k}" for k, v in (comparison.get("verdicts") or {}).items() if v)
+    return (f'<section id="comparison"><h2>Comparison with the baseline</h2>'
+            f'<p>metric <b>{_e(comparison.get("metric", ""))}</b>, threshold {_e(comparison.get("threshold_pct"))} %, '
+            f'alpha {_e(comparison.get("alpha"))}{", paired rounds" if comparison.get("paired") else ""}: '
+            f'{_e(counts or "no scenes")}. A change is NEW over BASE: + is slower.</p>{table}'
+            + (f"<ul>{notes}</ul>" if notes else "") + "</section>")
+
+
+def _pct(ratio: Any) -> float | None:
+    return None if ratio is None else (float(ratio) - 1.0) * 100.0
+
+
+_TIME_COLUMNS = (("n", "int"), ("median_ms", "ms"), ("mean_ms", "ms"), ("p99_ms", "ms"), ("mad_ms", "ms"),
+                 ("cv", "ratio"), ("fps_avg", "fps"), ("fps_low_1pct", "fps"), ("stutter_pct", "fps"))
+_COUNT_COLUMNS = (("n", "int"), ("median_{u}", "count"), ("mean_{u}", "count"), ("p99_{u}", "count"),
+                  ("min_{u}", "count"), ("max_{u}", "count"), ("cv", "ratio"))
+
+
+def _stats_table(entries: Sequence[tuple[str, str, Mapping[str, Any]]]) -> str:
+    """Rows (run label, clock, stat dict) as one table per unit."""
+    groups: dict[str, list[tuple[str, str, Mapping[str, Any]]]] = {}
+    for entry in entries:
+        groups.setdefault(unit_of(entry[1]), []).append(entry)
+    out = []
+    for unit, rows in groups.items():
+        cols = _TIME_COLUMNS if unit == "ms" else tuple((k.format(u=unit), f) for k, f in _COUNT_COLUMNS)
+        body = [[_e(label), _e(clock), *(_num(stats.get(k), f) for k, f in cols)] for label, clock, stats in rows]
+        out.append(_table(["run", "clock", *(k for k, _ in cols)], body, left=2))
+    return "".join(out)
+
+
+def _layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, Any]:
+    layout: dict[str, Any] = {
+        "title": {"text": title, "font": {"size": 14}}, "margin": {"l": 64, "r": 16, "t": 36, "b": 44},
+        "xaxis": {"title": {"text": x_title}}, "yaxis": {"title": {"text": y_title}, "rangemode": "tozero"},
+        "legend": {"orientation": "h", "y": -0.22}, "hovermode": "closest", "paper_bgcolor": "#fff",
+        "plot_bgcolor": "#fff",
+    }
+    layout.update(extra)
+    return layout
+
+
+def _color(role: str, i: int) -> str:
+    return BASELINE_COLOR if role == "baseline" else RUN_COLORS[i % len(RUN_COLORS)]
+
+
+def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[TraceLike]]],
+                  stats_of: Mapping[int, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """One scene's HTML and its figures (series, histogram, zones)."""
+    figures: list[dict[str, Any]] = []
+    # the clock: the first run's choice, else any side's
+    clock: str | None = None
+    for _role, traces in sides:
+        for t in traces:
+            found = scenes_of(t).get(scene)
+            if found and clock is None:
+                clock = primary_clock(t, found[1])
+    if clock is None:
+        return "", []
+    unit = unit_of(clock)
+    series_data: list[dict[str, Any]] = []
+    shapes: list[dict[str, Any]] = []
+    pooled: dict[str, list[np.ndarray]] = {"run": [], "baseline": []}
+    stats_rows: list[tuple[str, str, Mapping[str, Any]]] = []
+    x_max = 0
+    for role, traces in sides:
+        for i, t in enumerate(traces):
+            found = scenes_of(t).get(scene)
+            if not found or clock not in found[1]:
+                continue
+            s = frame_series(t, found[0], clock)
+            label = _run_label(t, i, role)
+            series_data.append({"type": "scatter", "mode": "lines", "name": label, "x": s.frame.tolist(),
+                                "y": s.value.tolist(), "line": {"width": 1, "color": _color(role, i),
+                                                                 "dash": "dot" if role == "baseline" else "solid"}})
+            if s.frame.size:
+                x_max = max(x_max, int(s.frame.max()))
+            if s.warmup is not None and not shapes:
+                shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": s.warmup[0] - 0.5,
+                               "x1": s.warmup[1] + 0.5, "y0": 0, "y1": 1, "fillcolor": "rgba(120,120,120,0.15)",
+                               "line": {"width": 0}, "layer": "below"})
+            pooled[role].append(s.measured)
+            per_clock = (stats_of[id(t)].get("scenes", {}).get(scene, {}).get("metrics", {}))
+            for c, values in per_clock.items():
+                stats_rows.append((label, c, values))
+    annotations = []
+    if shapes:
+        annotations.append({"x": shapes[0]["x0"], "y": 1, "xref": "x", "yref": "paper", "text": "warmup",
+                            "showarrow": False, "xanchor": "left", "yanchor": "top", "font": {"size": 11}})
+    for role, name in (("run", "runs"), ("baseline", "baseline")):
+        values = np.concatenate(pooled[role]) if pooled[role] else np.empty(0)
+        if not values.size:
+            continue
+        med, p99 = (float(v) for v in np.percentile(values, [50.0, 99.0]))
+        fmt = ".3f" if unit == "ms" else ",.0f"
+        for what, v, dash in (("median", med, "dash"), ("p99", p99, "dashdot")):
+            series_data.append({"type": "scatter", "mode": "lines", "x": [0, x_max], "y": [v, v],
+                                "name": f"{name} {what} {format(v, fmt)} {unit}", "hoverinfo": "name",
+                                "line": {"width": 1.5, "dash": dash,
+                                         "color": BASELINE_COLOR if role == "baseline" else "#d62728"}})
+    top = max((float(v.max()) for r in ("run", "baseline") for v in pooled[r] if v.size), default=0.0)
+    y_axis: dict[str, Any] = {"title": {"text": unit}, "rangemode": "tozero"}
+    if top > 0:
+        y_axis["range"] = [0, top * 1.08]  # measured frames set the scale; taller warmup frames are cut
+    what = f"frame time ({unit})" if unit == "ms" else f"{unit} per frame"
+    base_id = f"katra-plot-{index}"
+    figures.append({"id": f"{base_id}-series", "data": series_data,
+                    "layout": _layout(f"{scene}: {what} per frame ({clock})", "frame", unit,
+                                      shapes=shapes, annotations=annotations, yaxis=y_axis)})
+    cdf_data = []
+    spread = [v for r in ("run", "baseline") for v in pooled[r] if v.size]
+    for role in ("run", "baseline"):
+        if pooled[role]:
+            x, y = cdf_points(np.concatenate(pooled[role]))
+            cdf_data.append({"type": "scatter", "mode": "lines", "name": "runs" if role == "run" else "baseline",
+                             "x": x.tolist(), "y": y.tolist(), "line": {"color": _color(role, 0), "width": 2,
+                                                                         "dash": "dot" if role == "baseline" else "solid"}})
+    lo = min((float(v.min()) for v in spread), default=1.0)
+    hi = max((float(v.max()) for v in spread), default=1.0)
+    log_x = lo > 0 and hi / lo > 20
+    figures.append({"id": f"{base_id}-cdf", "data": cdf_data,
+                    "layout": _layout(f"distribution: share of frames at or below ({clock}, warmup excluded)", unit,
+                                      "% of frames", xaxis={"title": {"text": unit + (" (log)" if log_x else "")},
+                                                           "type": "log" if log_x else "linear"},
+                                      yaxis={"title": {"text": "% of frames"}, "range": [0, 100.5]})})
+    zone_data = []
+    for role, traces in sides:
+        per_zone: dict[str, list[float]] = {}
+        for t in traces:
+            for zone, med in zone_medians(t, scene, clock).items():
+                per_zone.setdefault(zone, []).append(med)
+        if per_zone:
+            zones = list(per_zone)
+            meds = [float(np.median(per_zone[z])) for z in zones]
+            zone_data.append({"type": "bar", "orientation": "h", "name": "runs" if role == "run" else "baseline",
+                              "y": zones, "x": meds, "marker": {"color": _color(role, 0)},
+                              "text": [format(m, ".3f" if unit == "ms" else ",.0f") for m in meds],
+                              "textposition": "auto"})
+    zone_html = ""
+    if zone_data:
+        figures.append({"id": f"{base_id}-zones", "data": zone_data,
+                        "layout": _layout(f"zones: median per frame ({clock})", unit, "", barmode="group",
+                                          yaxis={"automargin": True, "autorange": "reversed"},
+                                          xaxis={"title": {"text": unit}, "rangemode": "tozero"})})
+        zone_html = f'<div class="plot" id="{base_id}-zones"></div>'
+    else:
+        zone_html = '<p class="muted">No zones recorded for this scene (capture with --zones).</p>'
+    body = (f'<section class="scene" id="scene-{index}"><h2>{_e(scene)}</h2>'
+            f'<p class="muted">plotted clock: {_e(clock)} ({_e(unit)}); warmup shaded; lines: median and p99 of the '
+            f'measured frames</p><div class="plot" id="{base_id}-series"></div>'
+            f'<div class="row"><div class="plot" id="{base_id}-cdf"></div>{zone_html}</div>'
+            f"<h3>statistics (warmup excluded)</h3>{_stats_table(stats_rows)}</section>")
+    return body, figures
+
+
+def render(runs: Sequence[TraceLike], baseline: Sequence[TraceLike] = (), *, comparison: Mapping[str, Any] | None = None,
+           comparison_error: str | None = None, title: str = "katra3d report", tool_version: str = "") -> str:
+    """The whole report page as a string."""
+    sides: list[tuple[str, Sequence[TraceLike]]] = [("run", runs)]
+    if baseline:
+        sides.append(("baseline", baseline))
+    stats_of = {id(t): trace_stats(t, zones=False) for _, traces in sides for t in traces}
+    scenes: list[str] = []
+    for _, traces in sides:
+        for t in traces:
+            for label in scenes_of(t):
+                if label not in scenes:
+                    scenes.append(label)
+    sections = []
+    figures: list[dict[str, Any]] = []
+    for i, scene in enumerate(scenes):
+        body, figs = scene_section(i, scene, sides, stats_of)
+        sections.append(body)
+        figures.extend(figs)
+    toc = " &middot; ".join(f'<a href="#scene-{i}">{_e(s)}</a>' for i, s in enumerate(scenes))
+    generated = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    empty = "" if scenes else '<p class="regression">No frames in these traces: nothing to plot.</p>'
+    return (
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{_e(title)}</title>"
+        f"<style>{_CSS}</style></head><body><main>"
+        f"<h1>{_e(title)}</h1><p class=\"muted\">{len(runs)} run(s)"
+        + (f" against {len(baseline)} baseline run(s)" if baseline else "")
+        + f"; generated {generated} by {_e(tool_version)}. Scenes: {toc}</p><p id=\"katra-status\"></p>"
+        + _runs_section(runs, baseline) + _comparison_section(comparison, comparison_error) + empty
+        + "".join(sections)
+        + f'</main><script type="application/json" id="katra-figures">{_json_for_script(figures)}</script>'
+        + f'<script type="application/octet-stream" id="katra-plotly">{plotly_js_packed()}</script>'
+        + f"<script>{_LOADER}</script></body></html>\n"
+    )
+
+
+__all__ = ["BASELINE_COLOR", "RUN_COLORS", "plotly_js_packed", "render", "scene_section"]

@@ -1,0 +1,152 @@
+"""The numbers behind the report's plots: per-scene frame series, histograms, zone shares.
+
+Pure numpy over opened traces (no HTML here). Frame series keep warmup frames (the plot
+shades them); histograms, zone shares and statistics use measured frames only, as ``stats``
+does. Long series are cut to at most :data:`MAX_POINTS` points by keeping the minimum and
+the maximum of each bucket of consecutive frames (:func:`minmax_downsample`), so that a
+single slow frame among 100 000 still shows as a spike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from katra_trace.schema import COUNT_CLOCKS, Clock, Flag, Kind
+from katra_trace.stats import CLOCK_NAMES, EXCLUDED_FLAGS, scene_labels, zone_frame_totals
+
+#: Most points drawn per frame series (min and max of MAX_POINTS / 2 buckets).
+MAX_POINTS = 4000
+#: Most points of a distribution (CDF) curve.
+CDF_POINTS = 1000
+#: Clock preference for the plotted series when the capture names no primary clock.
+CLOCK_PREFERENCE: tuple[str, ...] = ("wall", "gpu", "instructions", "cycles", "cpu")
+
+
+class TraceLike(Protocol):
+    events: np.ndarray
+    strings: list[str]
+    header: dict[str, Any]
+
+
+def minmax_downsample(x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``max_points`` of ``(x, y)``: the min and the max of each bucket, in x order.
+
+    Buckets hold consecutive points; each contributes its smallest and largest ``y`` (once if
+    they are the same point), so spikes and dips survive at any length.
+    """
+    n = len(y)
+    if n <= max_points:
+        return x, y
+    buckets = max(1, max_points // 2)
+    size = -(-n // buckets)
+    pad = buckets * size - n
+    yy = np.concatenate([y.astype(np.float64), np.full(pad, np.nan)]).reshape(buckets, size)
+    lo = np.nanargmin(np.where(np.isnan(yy), np.inf, yy), axis=1)
+    hi = np.nanargmax(np.where(np.isnan(yy), -np.inf, yy), axis=1)
+    base = np.arange(buckets) * size
+    keep = np.unique(np.concatenate([base + lo, base + hi]))
+    keep = keep[keep < n]
+    return x[keep], y[keep]
+
+
+def primary_clock(trace: TraceLike, available: Sequence[str]) -> str | None:
+    """The clock a scene's series is drawn on: the capture's primary clock if the scene has it, else
+    the first of :data:`CLOCK_PREFERENCE` it has."""
+    options = trace.header.get("capture_options") or {}
+    primary = options.get("primary_clock")
+    measure = (options.get("measure") or {}).get("mode") if isinstance(options.get("measure"), dict) else None
+    for name in (measure, primary, *CLOCK_PREFERENCE):
+        if isinstance(name, str) and name in available:
+            return name
+    return available[0] if available else None
+
+
+def unit_of(clock: str) -> str:
+    """``ms`` for time clocks, the count's unit for the count clocks."""
+    return clock if clock in ("instructions", "cycles") else "ms"
+
+
+def _scale(clock: str) -> float:
+    return 1.0 if unit_of(clock) != "ms" else 1e-6
+
+
+@dataclasses.dataclass(frozen=True)
+class FrameSeries:
+    """One run's frames of one scene on one clock, for plotting (values in ``unit``)."""
+
+    frame: np.ndarray  #: frame indices (warmup included), downsampled
+    value: np.ndarray  #: durations (ms) or counts, downsampled
+    warmup: tuple[int, int] | None  #: first and last warmup frame index
+    measured: np.ndarray  #: every measured (non-warmup) value, in frame order, not downsampled
+    total_frames: int  #: frames before downsampling
+
+
+def frame_series(trace: TraceLike, scene_id: int, clock: str, max_points: int = MAX_POINTS) -> FrameSeries:
+    """The frame series of ``scene_id`` on ``clock`` (see :class:`FrameSeries`)."""
+    ev = trace.events
+    cid = next((c for c, n in CLOCK_NAMES.items() if n == clock), -1)
+    sel = ev[(ev["kind"] == Kind.FRAME) & (ev["scene"] == scene_id) & (ev["clock"] == cid)
+             & ((ev["flags"] & (EXCLUDED_FLAGS & ~int(Flag.WARMUP))) == 0)]
+    sel = sel[np.lexsort((sel["start_ns"], sel["frame"]))]
+    values = sel["dur_ns"].astype(np.float64) * _scale(clock)
+    frames = sel["frame"].astype(np.int64)
+    warm = (sel["flags"] & int(Flag.WARMUP)) != 0
+    warmup = (int(frames[warm].min()), int(frames[warm].max())) if warm.any() else None
+    x, y = minmax_downsample(frames, values, max_points)
+    return FrameSeries(x, y, warmup, values[~warm], len(values))
+
+
+def cdf_points(values: np.ndarray, max_points: int = CDF_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """The empirical CDF of ``values`` as (value, percent of values at or below it), at most
+    ``max_points`` points: every value for short series, else evenly spaced quantiles (min and max kept)."""
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    n = v.size
+    if n == 0:
+        return v, v
+    if n <= max_points:
+        return v, np.arange(1, n + 1) * (100.0 / n)
+    idx = np.unique(np.round(np.linspace(0, n - 1, max_points)).astype(np.int64))
+    return v[idx], (idx + 1) * (100.0 / n)
+
+
+def zone_medians(trace: TraceLike, scene: str, clock: str) -> dict[str, float]:
+    """Median per-frame total of each zone of ``scene`` on ``clock`` (ms or counts), measured frames only."""
+    cid = next((c for c, n in CLOCK_NAMES.items() if n == clock), -1)
+    totals = zone_frame_totals(trace.events, list(trace.strings), cid).get(scene, {})
+    return {zone: float(np.median(v)) * _scale(clock) for zone, v in totals.items() if v.size}
+
+
+def scenes_of(trace: TraceLike) -> dict[str, tuple[int, list[str]]]:
+    """``{label: (scene id, clocks with frames)}`` in capture order (scenes without frames left out)."""
+    ev = trace.events
+    frames = ev[ev["kind"] == Kind.FRAME]
+    out: dict[str, tuple[int, list[str]]] = {}
+    order = {int(c): i for i, c in enumerate((Clock.WALL, Clock.GPU, Clock.INSTRUCTIONS, Clock.CYCLES, Clock.CPU))}
+    for sid, label in scene_labels(ev, list(trace.strings)).items():
+        clocks = sorted({int(c) for c in np.unique(frames["clock"][frames["scene"] == sid])},
+                        key=lambda c: (order.get(c, 99), c))
+        if clocks:
+            out[label] = (sid, [CLOCK_NAMES.get(c, f"clock{c}") for c in clocks])
+    return out
+
+
+def is_count_clock(clock: str) -> bool:
+    return any(CLOCK_NAMES.get(c) == clock for c in COUNT_CLOCKS)
+
+
+__all__ = [
+    "FrameSeries",
+    "CDF_POINTS",
+    "MAX_POINTS",
+    "frame_series",
+    "cdf_points",
+    "minmax_downsample",
+    "primary_clock",
+    "scenes_of",
+    "unit_of",
+    "zone_medians",
+]

@@ -1,0 +1,165 @@
+"""katra3d report: the numbers behind the plots and the page they make (the browser test is in
+tests/test_report_browser.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from katra_trace import Clock, Flag, Kind, open_trace
+from katra_trace.report import build_report, write_report
+from katra_trace.report.series import MAX_POINTS, cdf_points, frame_series, minmax_downsample, zone_medians
+from katra_trace.schema import EVENT_DTYPE
+from tests.export_helpers import STRINGS, write_rich
+from tests.trace_helpers import write_trace
+
+pytest.importorskip("plotly", reason="the 'export' extra (plotly) is part of the test extra")
+
+
+def long_run(path: Path, n_frames: int, spike_at: int, scale: float = 1.0, seed: int = 0) -> None:
+    """A run of ``n_frames`` wall frames (5 warmup) of ~2 ms with one 40 ms spike, and a zone per frame."""
+    rng = np.random.default_rng(seed)
+    dur = (rng.normal(2_000_000, 50_000, n_frames) * scale).astype(np.int64)
+    dur[spike_at] = 40_000_000
+    start = np.concatenate([[0], np.cumsum(dur + 10_000)[:-1]])
+    ev = np.zeros(2 * n_frames, dtype=EVENT_DTYPE)
+    frames, zones = ev[0::2], ev[1::2]
+    for rows, kind, depth, name, d in ((frames, Kind.FRAME, 0, 1, dur), (zones, Kind.ZONE, 1, 2, dur // 2)):
+        rows["kind"], rows["clock"], rows["depth"], rows["scene"], rows["name"] = kind, Clock.WALL, depth, 3, name
+        rows["frame"], rows["start_ns"], rows["dur_ns"] = np.arange(n_frames), start, d
+        rows["flags"][:5] = Flag.WARMUP
+    write_trace(path, ev, ["", "frame", "draw", "long"], batch_events=8192,
+                header={"workload": "long", "capture_options": {"timing_mode": "sync", "primary_clock": "wall",
+                                                                "timing_reason": "software renderer"}})
+
+
+def test_minmax_downsample_keeps_spikes() -> None:
+    rng = np.random.default_rng(1)
+    y = rng.normal(10.0, 0.1, 100_000)
+    y[31_337], y[77_001] = 50.0, 1.0
+    x = np.arange(y.size)
+    dx, dy = minmax_downsample(x, y)
+    assert len(dx) <= MAX_POINTS and np.all(np.diff(dx) > 0)
+    assert 31_337 in dx and 77_001 in dx and dy.max() == 50.0 and dy.min() == 1.0
+    sx, sy = minmax_downsample(x[:100], y[:100])
+    assert sx.tolist() == x[:100].tolist()
+
+
+def test_cdf_points() -> None:
+    x, y = cdf_points(np.array([3.0, 1.0, 2.0, 2.0]))
+    assert x.tolist() == [1.0, 2.0, 2.0, 3.0] and y.tolist() == [25.0, 50.0, 75.0, 100.0]
+    x, y = cdf_points(np.arange(10_000.0), max_points=100)
+    assert len(x) == 100 and x[0] == 0.0 and x[-1] == 9999.0 and y[-1] == 100.0
+
+
+def test_series_warmup_and_zones(tmp_path: Path) -> None:
+    write_rich(tmp_path / "r.katra")
+    t = open_trace(tmp_path / "r.katra")
+    s = frame_series(t, STRINGS.index("alpha"), "wall")
+    assert s.warmup == (0, 1) and s.total_frames == 8 and s.measured.size == 6
+    assert s.measured.tolist() == [4.0] * 6  # ms
+    assert zone_medians(t, "alpha", "wall") == {"lit": 2.0, "draw": 1.0, "shadow": 2.0}
+    counts = frame_series(t, STRINGS.index("gamma"), "instructions")
+    assert counts.measured.tolist() == [1_000_000.0 + i for i in range(5)]
+
+
+def _figures(page: str) -> list[dict[str, Any]]:
+    found = re.search(r'<script type="application/json" id="katra-figures">(.*?)</script>', page, re.S)
+    assert found is not None
+    figures: list[dict[str, Any]] = json.loads(found.group(1))
+    return figures
+
+
+def test_page_is_self_contained(tmp_path: Path) -> None:
+    write_rich(tmp_path / "r.katra")
+    page = build_report([open_trace(tmp_path / "r.katra")])
+    # no network: no external script, stylesheet, image or font
+    assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=", page)
+    assert "@import" not in page and "url(" not in page
+    figures = _figures(page)
+    ids = [f["id"] for f in figures]
+    for fid in ids:
+        assert f'id="{fid}"' in page
+    # alpha and beta (time) and gamma (counts): series + distribution each; zones where recorded
+    assert sorted(ids) == sorted([f"katra-plot-{i}-{k}" for i in range(3) for k in ("series", "cdf")]
+                                 + ["katra-plot-0-zones", "katra-plot-1-zones", "katra-plot-2-zones"])
+    for f in figures:
+        assert f["data"] and all(len(trace["x"]) > 0 for trace in f["data"]), f["id"]
+    gamma = next(f for f in figures if f["id"] == "katra-plot-2-series")
+    assert "instructions" in gamma["layout"]["title"]["text"]
+    assert "test renderer" in page and "a test says so" in page and "median_ms" in page
+    assert "median_instructions" in page
+    assert len(page) < 3_000_000
+
+
+def test_baseline_comparison_and_overlay(tmp_path: Path) -> None:
+    for i in range(3):
+        long_run(tmp_path / f"base-{i}.katra", 300, 100, seed=i)
+        long_run(tmp_path / f"new-{i}.katra", 300, 200, scale=1.3, seed=10 + i)
+    base = [open_trace(tmp_path / f"base-{i}.katra") for i in range(3)]
+    new = [open_trace(tmp_path / f"new-{i}.katra") for i in range(3)]
+    page = build_report(new, base)
+    assert "Comparison with the baseline" in page
+    assert re.search(r'<span class="regression">regression</span></td><td>\+3\d\.\d\d%', page)
+    series = next(f for f in _figures(page) if f["id"] == "katra-plot-0-series")
+    names = [d["name"] for d in series["data"]]
+    assert sum(bool(re.match(r"run \d: new-", n)) for n in names) == 3
+    assert sum(bool(re.match(r"baseline \d: base-", n)) for n in names) == 3
+    assert any(n.startswith("runs median") for n in names) and any(n.startswith("baseline p99") for n in names)
+    assert series["layout"]["shapes"][0]["x1"] == 4.5  # warmup frames 0-4 shaded
+
+
+def test_comparison_refused_is_shown(tmp_path: Path) -> None:
+    write_rich(tmp_path / "r.katra")
+    long_run(tmp_path / "l.katra", 50, 10)
+    # counts (gamma measured in instructions) cannot be compared with times: the page says so
+    counts = open_trace(tmp_path / "r.katra")
+    counts.header["capture_options"]["measure"] = {"mode": "instructions"}
+    page = build_report([open_trace(tmp_path / "l.katra")], [counts])
+    assert "No comparison: cannot compare counts with times" in page
+
+
+def test_hundred_thousand_frames(tmp_path: Path) -> None:
+    long_run(tmp_path / "big.katra", 100_000, 54_321)
+    page = build_report([open_trace(tmp_path / "big.katra")])
+    series = next(f for f in _figures(page) if f["id"] == "katra-plot-0-series")
+    run = series["data"][0]
+    assert len(run["x"]) <= MAX_POINTS and 54_321 in run["x"] and max(run["y"]) == 40.0
+    assert len(page) < 2_600_000  # the 100k frames do not bloat the page
+
+
+def test_write_report_never_replaces(tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    out.write_text("keep me")
+    from katra_trace.errors import OutputExistsError
+
+    with pytest.raises(OutputExistsError):
+        write_report(out, "<html></html>")
+    assert out.read_text() == "keep me"
+    write_report(out, "<html></html>", overwrite=True)
+    assert out.read_text() == "<html></html>"
+
+
+def test_cli_report(tmp_path: Path, katra_cli: Any) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    long_run(runs / "a.katra", 40, 20)
+    long_run(runs / "b.katra", 40, 30, seed=3)
+    (runs / "notes.txt").write_text("not a trace")
+    long_run(tmp_path / "base.katra", 40, 10, seed=5)
+    r = katra_cli("report", str(runs), "--baseline", str(tmp_path / "base.katra"), "-o", str(tmp_path / "r.html"),
+                  "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert len(out["runs"]) == 2 and len(out["baseline"]) == 1 and out["bytes"] == (tmp_path / "r.html").stat().st_size
+    r = katra_cli("report", str(runs), "-o", str(tmp_path / "r.html"))
+    assert r.returncode == 2 and "already exists" in r.stderr and len(r.stderr.splitlines()) == 1
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = katra_cli("report", str(empty), "-o", str(tmp_path / "e.html"))
+    assert r.returncode == 2 and "no katra3d traces" in r.stderr
