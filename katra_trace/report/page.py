@@ -122,6 +122,13 @@ def _num(v: Any, unit: str) -> str:
     return f"{float(v):,.0f}"  # counts
 
 
+def _compact(values: np.ndarray, decimals: int = 6) -> list[float]:
+    """Values for the page's JSON, rounded to ``decimals`` (ms to 1 ns; counts are whole already): the
+    page stays small."""
+    out: list[float] = np.round(np.asarray(values, dtype=np.float64), decimals).tolist()
+    return out
+
+
 def _table(columns: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> str:
     head = "".join(f'<th class="l">{_e(c)}</th>' if i < left else f"<th>{_e(c)}</th>" for i, c in enumerate(columns))
     body = "".join("<tr>" + "".join(f'<td class="l">{c}</td>' if i < left else f"<td>{c}</td>"
@@ -235,7 +242,7 @@ def _stats_table(entries: Sequence[tuple[str, str, Mapping[str, Any]]]) -> str:
 
 def _layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, Any]:
     layout: dict[str, Any] = {
-        "title": {"text": title, "font": {"size": 14}}, "margin": {"l": 64, "r": 16, "t": 36, "b": 44},
+        "title": {"text": title, "font": {"size": 14}, "x": 0.01, "xanchor": "left"}, "margin": {"l": 64, "r": 16, "t": 36, "b": 44},
         "xaxis": {"title": {"text": x_title}}, "yaxis": {"title": {"text": y_title}, "rangemode": "tozero"},
         "legend": {"orientation": "h", "y": -0.22}, "hovermode": "closest", "paper_bgcolor": "#fff",
         "plot_bgcolor": "#fff",
@@ -275,7 +282,7 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
             s = frame_series(t, found[0], clock)
             label = _run_label(t, i, role)
             series_data.append({"type": "scatter", "mode": "lines", "name": label, "x": s.frame.tolist(),
-                                "y": s.value.tolist(), "line": {"width": 1, "color": _color(role, i),
+                                "y": _compact(s.value), "line": {"width": 1, "color": _color(role, i),
                                                                  "dash": "dot" if role == "baseline" else "solid"}})
             if s.frame.size:
                 x_max = max(x_max, int(s.frame.max()))
@@ -306,10 +313,10 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
     y_axis: dict[str, Any] = {"title": {"text": unit}, "rangemode": "tozero"}
     if top > 0:
         y_axis["range"] = [0, top * 1.08]  # measured frames set the scale; taller warmup frames are cut
-    what = f"frame time ({unit})" if unit == "ms" else f"{unit} per frame"
+    what = f"frame time, {clock} clock (ms)" if unit == "ms" else f"{unit} per frame"
     base_id = f"katra-plot-{index}"
     figures.append({"id": f"{base_id}-series", "data": series_data,
-                    "layout": _layout(f"{scene}: {what} per frame ({clock})", "frame", unit,
+                    "layout": _layout(f"{scene}: {what}", "frame", unit,
                                       shapes=shapes, annotations=annotations, yaxis=y_axis)})
     cdf_data = []
     spread = [v for r in ("run", "baseline") for v in pooled[r] if v.size]
@@ -317,7 +324,7 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
         if pooled[role]:
             x, y = cdf_points(np.concatenate(pooled[role]))
             cdf_data.append({"type": "scatter", "mode": "lines", "name": "runs" if role == "run" else "baseline",
-                             "x": x.tolist(), "y": y.tolist(), "line": {"color": _color(role, 0), "width": 2,
+                             "x": _compact(x), "y": _compact(y, 4), "line": {"color": _color(role, 0), "width": 2,
                                                                          "dash": "dot" if role == "baseline" else "solid"}})
     lo = min((float(v.min()) for v in spread), default=1.0)
     hi = max((float(v.max()) for v in spread), default=1.0)
@@ -350,8 +357,8 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
     else:
         zone_html = '<p class="muted">No zones recorded for this scene (capture with --zones).</p>'
     body = (f'<section class="scene" id="scene-{index}"><h2>{_e(scene)}</h2>'
-            f'<p class="muted">plotted clock: {_e(clock)} ({_e(unit)}); warmup shaded; lines: median and p99 of the '
-            f'measured frames</p><div class="plot" id="{base_id}-series"></div>'
+            f'<p class="muted">plotted: {_e(what)}; {"warmup shaded; " if shapes else ""}lines: median and p99 '
+            f'of the measured frames</p><div class="plot" id="{base_id}-series"></div>'
             f'<div class="row"><div class="plot" id="{base_id}-cdf"></div>{zone_html}</div>'
             f"<h3>statistics (warmup excluded)</h3>{_stats_table(stats_rows)}</section>")
     return body, figures
