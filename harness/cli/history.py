@@ -241,7 +241,7 @@ def run_check(args: argparse.Namespace) -> int:
                                  for lab, steps in result.by_label().items()},
                     "noise": [{"scene": s.scene, "zone": s.zone, "metric": s.metric, "host_id": s.host_id,
                                "run_sd": f.noise_sd, "from": f.noise_source, "labels": len(s.points),
-                               "label_dispersion": f.dispersion} for s, f in zip(series, result.fits,
+                               "label_dispersion": f.dispersion, "outlier_runs_left_out": f.dropped_runs} for s, f in zip(series, result.fits,
                                                                                          strict=True)]})
         return code
     columns = ["starts at", "may start", "scene", "metric", "host", "change", "interval", "verdict", "note"]
@@ -268,6 +268,9 @@ def run_check(args: argparse.Namespace) -> int:
         emit_table(columns, rows, args.format, title=title)
     else:
         print(title)
+    dropped = sum(f.dropped_runs for f in result.fits)
+    if dropped:
+        print(f"{dropped} run(s) left out as outliers (far slower or faster than the other runs of their label)")
     for lab, steps in result.by_label().items():
         parts = [f"{_name(s.series)} {100 * (s.ratio - 1):+.1f}% ({s.verdict})" for s in steps]
         print(f"steps starting at {lab}: " + ", ".join(parts))

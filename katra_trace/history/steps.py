@@ -4,6 +4,9 @@ Pure numpy (and scipy.special for the t quantile). The input is one series (a sc
 label, in order, the values of its runs (replicates). The method:
 
 1. Work on logs (a step is a ratio; run-to-run noise is multiplicative).
+   A run far from the other runs of its label (more than 5 robust sds from
+   the label's median, the sd pooled over labels of 3+ runs) is left out:
+   a busy neighbour can halve one run's frame rate.
 2. **Noise from replicates.** The run-to-run variance ``s2`` is pooled from
    the spread of the runs *within* each label (``df = sum(n_l - 1)``), so a
    step between labels cannot inflate it. A label mean then has variance
@@ -50,6 +53,8 @@ NULL_SIMULATIONS = 4000
 MIN_REPLICATE_DF = 3
 #: Without replicates, the noise comes from label-to-label differences: at least this many labels.
 MIN_LABELS_FOR_LABEL_NOISE = 4
+#: A run further than this many robust sds from its label's median is left out as an outlier.
+OUTLIER_SDS = 5.0
 #: A label mean's standard deviation is never taken below this (log units, 0.01 %): keeps identical counts finite.
 MIN_SD = 1e-4
 _NORMAL = NormalDist()
@@ -90,6 +95,29 @@ class Fit:
                                 #: they differ by their runs' noise only; 0 without replicates)
     penalty: float              #: the chi-square penalty per step (the null quantile)
     confidence: float
+    dropped_runs: int = 0       #: runs left out as outliers (see :data:`OUTLIER_SDS`)
+
+
+def _drop_outliers(logs: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
+    """Leave out runs more than :data:`OUTLIER_SDS` robust sds from their label's median (labels of 3+
+    runs; the sd pooled from every such label's absolute deviations, one zero of an odd label left out).
+    A busy neighbour can halve one run's frame rate; that run says nothing about the version."""
+    devs = []
+    for a in logs:
+        if a.size >= 3:
+            d = np.sort(np.abs(a - np.median(a)))
+            devs.append(d[1:] if a.size % 2 else d)
+    if not devs or sum(d.size for d in devs) < 4:
+        return logs, 0
+    sd = max(float(np.median(np.concatenate(devs))) * _MAD_TO_SD, MIN_SD)
+    out, dropped = [], 0
+    for a in logs:
+        if a.size >= 3:
+            keep = np.abs(a - np.median(a)) <= OUTLIER_SDS * sd
+            dropped += int(a.size - keep.sum())
+            a = a[keep]
+        out.append(a)
+    return out, dropped
 
 
 def _label_noise_from_diffs(means: np.ndarray) -> np.ndarray:
@@ -209,6 +237,7 @@ def detect_steps(groups: Sequence[Sequence[float] | np.ndarray], alpha: float = 
         if arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
             raise ValueError("every label needs at least one positive, finite value")
         logs.append(np.log(arr))
+    logs, dropped = _drop_outliers(logs)
     n = np.array([a.size for a in logs], dtype=np.float64)
     means = np.array([float(a.mean()) for a in logs])
     level_of = [float(math.exp(m)) for m in means]
@@ -216,7 +245,7 @@ def detect_steps(groups: Sequence[Sequence[float] | np.ndarray], alpha: float = 
     df_w = int(np.sum(n - 1))
     if means.size < 2:
         sd = math.sqrt(ss / df_w) if df_w else 0.0
-        return Fit([], level_of, level_of, sd, "replicates", df_w, 0.0, math.inf, 1 - alpha)
+        return Fit([], level_of, level_of, sd, "replicates", df_w, 0.0, math.inf, 1 - alpha, dropped)
     s2 = 0.0
     source = "labels"
     dispersion = 0.0
@@ -237,7 +266,7 @@ def detect_steps(groups: Sequence[Sequence[float] | np.ndarray], alpha: float = 
         noise_sd = math.sqrt(float(np.max(var)))
     if source == "labels" and means.size < MIN_LABELS_FOR_LABEL_NOISE:
         # 1-2 differences cannot tell noise from a step: no step can be established
-        return Fit([], level_of, level_of, noise_sd, source, noise_df, dispersion, math.inf, 1 - alpha)
+        return Fit([], level_of, level_of, noise_sd, source, noise_df, dispersion, math.inf, 1 - alpha, dropped)
     penalty = null_penalty(tuple(int(x) for x in n), alpha, source)
     starts = _optimal_partition(means, 1.0 / var, penalty)
     w = 1.0 / var
@@ -262,7 +291,7 @@ def detect_steps(groups: Sequence[Sequence[float] | np.ndarray], alpha: float = 
                         ratio_high=math.exp(delta + q_t * se), z=delta / se,
                         level_before=math.exp(mu_a), level_after=math.exp(mu_b)))
     return Fit(out, [float(math.exp(v)) for v in levels], level_of, noise_sd, source, noise_df,
-               dispersion, penalty, 1 - alpha)
+               dispersion, penalty, 1 - alpha, dropped)
 
 
 __all__ = ["Fit", "MIN_REPLICATE_DF", "NULL_SIMULATIONS", "Step", "detect_steps", "null_penalty"]
