@@ -99,12 +99,14 @@ class _CountZone:
         t.depth += 1
         self.depth = t.depth
         self.t0 = _pc()
+        t.finish()  # llvmpipe rasterizes at a flush: the frame's earlier work is not this zone's
         t.part += 1
         t.mark()
         self.enter_part = t.part
 
     def __exit__(self, *exc: object) -> None:
         t = self.timer
+        t.finish()  # the zone's draws are rasterized here, inside the zone
         t.part += 1
         t.mark()
         t.zones_done.append((self.depth, self.name_id, self.enter_part, t.part, self.t0))
@@ -147,6 +149,9 @@ class CountTimer(Timer):
         self.t0 = _pc()
 
     def end_frame(self) -> None:
+        # llvmpipe defers rasterization (fragment work) to the next flush; without this glFinish it would
+        # run at the next framebuffer bind, between frames, where nothing is counted
+        self.finish()
         self.part += 1
         self.mark()
         # outside the frame from here on: read this frame's dumps, then delete them
