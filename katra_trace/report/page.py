@@ -165,7 +165,7 @@ def _runs_section(runs: Sequence[TraceLike], baseline: Sequence[TraceLike]) -> s
             label = _run_label(t, i, role)
             rows.append([
                 _e(label), _e(h.get("workload", "")), _e(getattr(t, "status", "")),
-                _e(f"{timing}" + (f" / measure {mode}" if mode and mode != "time" else "")),
+                _e(f"measure {mode}" if mode and mode != "time" else timing),
                 _e(_get(h, "host_info", "gl", "renderer") or "-"),
                 _e(_get(h, "host_info", "system", "cpu_model") or "-"),
                 _e("x".join(str(v) for v in size) if isinstance(size, (list, tuple)) else (size or "-")),
