@@ -334,3 +334,37 @@ def test_timeline_counts(rich: tuple[Path, np.ndarray]) -> None:
     assert tl.span_count == int(_spans(ev).sum())
     assert sum(len(t.instants) for t in tl.slice_tracks) == int((ev["kind"] == Kind.MARKER).sum())
     assert tl.clamped == 0
+
+
+def test_to_pandas_or_a_clear_error(rich: tuple[Path, np.ndarray]) -> None:
+    from katra_trace.export import to_pandas
+
+    path, ev = rich
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        with pytest.raises(MissingDependencyError, match="'pandas'") as info:
+            to_pandas(open_trace(path))
+        assert info.value.exit_code == 3
+        return
+    frame = to_pandas(open_trace(path))
+    assert len(frame) == len(ev) and list(frame.columns)[:4] == ["scene", "name", "kind", "clock"]
+
+
+@pytest.mark.gl
+def test_real_capture_exports_nested(tmp_path: Path, katra_cli: Any, gl_ctx: Any) -> None:
+    """A capture made by katra3d itself: every frame and zone a slice, nested, nothing clamped."""
+    trace_path = tmp_path / "real.katra"
+    r = katra_cli("run", "triangle", "postfx", "--frames", "12", "--warmup", "2", "--zones", "--size", "48x48",
+                  "--quiet", "-o", str(trace_path))
+    assert r.returncode == 0, r.stderr
+    trace = open_trace(trace_path)
+    result = export_trace(trace, "perfetto")
+    assert result.warnings == ()
+    parsed = parse_perfetto(result.path.read_bytes())
+    assert parsed.problems == []
+    ev = trace.events
+    assert len(parsed.slices) - 1 == int(_spans(ev).sum())
+    zones = [s for s in parsed.slices if s.depth > 0]
+    assert zones and all(s.track.startswith(("triangle", "postfx")) for s in zones)
+    assert len(parsed.instants) == int((ev["kind"] == Kind.MARKER).sum()) > 0
