@@ -24,153 +24,20 @@ process has not finished its trace a second later, the keeper finishes it
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import os
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from harness import timers
 from harness.frame import HarnessFrame, seed_key
+from harness.results import NoProgress, Progress, RunResult, SceneResult, median_text, scene_stats
+from harness.stopping import Keeper, StopFlag, StopSignal, stop_on_signals
 from katra_trace.errors import ConfigError, KatraError, SceneError
 from katra_trace.schema import Clock, Flag, Kind
 
 _pc = time.perf_counter_ns
-
-#: Signals that stop a run (the first at the next frame boundary, the second at once).
-STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-#: Seconds the keeper waits after a second stop signal before it finishes the trace itself.
-HARD_STOP_GRACE_S = 1.0
-
-
-# --------------------------------------------------------------------------- results
-
-
-@dataclasses.dataclass
-class SceneResult:
-    """What one scene produced: status (ok | skipped | interrupted), measured frames, stats."""
-
-    label: str
-    status: str
-    frames: int = 0
-    warmup: int = 0
-    setup_ms: float = 0.0
-    clock: str = ""
-    stats: dict[str, Any] | None = None
-    checksum: str = ""
-    reason: str = ""
-    pixels: Any = None
-
-    def row(self) -> dict[str, Any]:
-        s = self.stats or {}
-        row = {"scene": self.label, "status": self.status, "frames": self.frames,
-               "median_ms": s.get("median_ms"), "p99_ms": s.get("p99_ms"),
-               "fps_avg": s.get("fps_avg"), "fps_low_1pct": s.get("fps_low_1pct"),
-               "clock": self.clock, "setup_ms": round(self.setup_ms, 3)}
-        if "median" in s:  # a count (instructions, cycles), not a time
-            row.update({"median": s["median"], "min": s["min"], "max": s["max"], "spread_pct": s["spread_pct"]})
-        return row
-
-
-@dataclasses.dataclass
-class RunResult:
-    """The outcome of a run: trace path, status (complete | interrupted), per-scene results."""
-
-    path: Path
-    status: str
-    timing_mode: str
-    timing_reason: str
-    scenes: list[SceneResult]
-    signal_name: str = ""
-
-
-class Progress(Protocol):
-    """What the engine reports progress to (the CLI's progress bar, or nothing)."""
-
-    tty: bool
-
-    def line(self, text: str) -> None: ...
-
-    def scene_started(self, index: int, label: str, total_frames: int | None) -> None: ...
-
-    def advance(self, done: int) -> None: ...
-
-
-class NoProgress:
-    """A :class:`Progress` that shows nothing."""
-
-    tty = False
-
-    def line(self, text: str) -> None:
-        pass
-
-    def scene_started(self, index: int, label: str, total_frames: int | None) -> None:
-        pass
-
-    def advance(self, done: int) -> None:
-        pass
-
-
-# --------------------------------------------------------------------------- stopping
-
-
-class StopSignal(KeyboardInterrupt):
-    """Raised in the main thread by a second stop signal; ``signum`` says which."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"second {signal.Signals(signum).name}")
-        self.signum = signum
-
-
-class StopFlag:
-    """Set by a stop signal while a run is in progress; the frame loop polls ``.set``."""
-
-    def __init__(self) -> None:
-        self.set = False
-        self.signal_name = ""
-        self.count = 0
-        self.signum = 0
-        self.hard_stop = threading.Event()
-        #: called (in the signal handler) when the second signal arrives
-        self.on_hard_stop: list[Callable[[], None]] = []
-
-    def trip(self, signum: int, _frame: Any = None) -> None:
-        """Signal handler: the first signal asks for a stop at the next frame boundary, the second stops now."""
-        self.count += 1
-        self.set = True
-        self.signum = signum
-        self.signal_name = signal.Signals(signum).name
-        if self.count >= 2:
-            self.hard_stop.set()
-            for callback in self.on_hard_stop:
-                callback()
-            raise StopSignal(signum)
-
-
-@contextlib.contextmanager
-def stop_on_signals(flag: StopFlag) -> Iterator[StopFlag]:
-    """Route SIGINT/SIGTERM/SIGHUP to ``flag`` for the duration (main thread only).
-
-    The previous handlers are restored afterwards; a handler installed from C
-    (``signal.signal`` returns None for it, e.g. under apitrace) is restored as
-    ``SIG_DFL``.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield flag
-        return
-    old: dict[signal.Signals, Any] = {}
-    try:
-        for sig in STOP_SIGNALS:
-            old[sig] = signal.signal(sig, flag.trip)
-        yield flag
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 # --------------------------------------------------------------------------- the engine
@@ -263,7 +130,7 @@ class Engine:
                 raise
             self.reference_every = int(reference_every)
             writer.annotate({"type": "reference", **self.reference.options(self.reference_every)})
-        self._keeper = _Keeper(self)
+        self._keeper = Keeper(self)
         self._keeper.start()
 
     # -- scenes and markers
@@ -445,7 +312,7 @@ class Engine:
                 result.status = "interrupted"
             self.timer.settle()  # reads back this scene's pending GPU queries (no-op in sync mode)
             if self.timer.frame_ns:
-                result.stats = _scene_stats(self.timer.frame_ns, counts=self.counting)
+                result.stats = scene_stats(self.timer.frame_ns, counts=self.counting)
             annotation: dict[str, Any] = {"type": "scene", "scene": label, "spec": spec, "status": result.status,
                                           "params": dict(params), "setup_ms": round(setup_ms, 3),
                                           "warmup_frames": warm, "measured_frames": measured}
@@ -483,7 +350,7 @@ class Engine:
                 raise SceneError(f"scene '{label}' released the harness's framebuffer (self.target belongs to "
                                  f"the harness unless bind_target created it): {_describe(exc)}") from exc
         if not progress.tty:
-            progress.line(f"[{index}/{total}] {label}: {result.frames} frames" + _median_text(result))
+            progress.line(f"[{index}/{total}] {label}: {result.frames} frames" + median_text(result))
         return result
 
     def _driven(self, render: Callable[[Any], None], first: int, count: int, key: tuple[int, int],
@@ -568,29 +435,6 @@ class Engine:
             self._keeper.stop()
 
 
-def _scene_stats(values: list[int], counts: bool) -> dict[str, Any]:
-    """Per-scene statistics for the end table: frame-time stats, or count stats for instructions/cycles."""
-    import numpy as np
-
-    arr = np.asarray(values, dtype=np.float64)
-    if not counts:
-        from katra_trace.stats import frame_stats
-
-        return frame_stats(arr).as_dict()
-    median = float(np.median(arr))
-    return {"n": int(arr.size), "median": median, "min": float(arr.min()), "max": float(arr.max()),
-            "spread_pct": float((arr.max() - arr.min()) / median * 100.0) if median else 0.0}
-
-
-def _median_text(result: SceneResult) -> str:
-    s = result.stats
-    if not s:
-        return ""
-    if "median_ms" in s:
-        return f", median {s['median_ms']:.3f} ms ({result.clock})"
-    return f", median {s['median']:,.0f} {result.clock} per frame"
-
-
 def _describe(exc: BaseException | None) -> str:
     if exc is None:
         return ""
@@ -609,95 +453,8 @@ def _release_quietly(scene: Any) -> None:
         scene.release()
 
 
-class _Keeper(threading.Thread):
-    """Hands buffered events to the writer when the frame loop has not for a while, and ends a
-    process whose main thread does not react to a second stop signal.
-
-    When counting instructions it never wakes on a timer (a periodic wake-up would make the
-    main thread hand over the GIL inside some frame): only a second signal or the end wakes it.
-    """
-
-    def __init__(self, engine: Engine) -> None:
-        super().__init__(name="katra3d-keeper", daemon=True)
-        self.engine = engine
-        self._wake = threading.Event()
-        self._finished = threading.Event()
-        self.period_s: float | None = None if engine.counting else min(0.25, engine.buffer.max_age_ns / 1e9)
-        engine.stop.on_hard_stop.append(self._wake.set)
-
-    def run(self) -> None:
-        engine = self.engine
-        buffer = engine.buffer
-        while True:
-            self._wake.wait(self.period_s)
-            if self._finished.is_set():
-                return
-            if engine.stop.hard_stop.is_set():
-                if not self._finished.wait(HARD_STOP_GRACE_S):
-                    self._hard_exit()
-                return
-            if buffer.pending and _pc() - buffer.last_flush_ns >= buffer.max_age_ns:
-                with contextlib.suppress(Exception):
-                    buffer.flush()
-
-    def _hard_exit(self) -> None:
-        engine = self.engine
-        with contextlib.suppress(Exception):
-            engine.buffer.flush()
-        engine._finish_quietly({**engine.summary(), "error": "the frame in progress did not stop after a second "
-                                f"{engine.stop.signal_name}; trace finished by the keeper"}, "interrupted")
-        with contextlib.suppress(Exception):
-            print(f"katra3d: stopped by a second {engine.stop.signal_name}; trace finished as interrupted",
-                  file=sys.stderr, flush=True)
-        os._exit(128 + int(engine.stop.signum or signal.SIGINT))
-
-    def stop(self) -> None:
-        self._finished.set()
-        self._wake.set()
-        if self.is_alive() and threading.current_thread() is not self:
-            self.join(timeout=2.0)
-
-
-# --------------------------------------------------------------------------- in-memory sink
-
-
-class MemorySink:
-    """A stand-in for TraceWriter that keeps events in memory (the offscreen helper uses it)."""
-
-    def __init__(self) -> None:
-        self.start_host_ns = _pc()
-        self.strings: list[str] = [""]
-        self._ids: dict[str, int] = {"": 0}
-        self.arrays: list[Any] = []
-        self.annotations: list[dict[str, Any]] = []
-        self.finished = False
-
-    def intern(self, name: str) -> int:
-        sid = self._ids.get(name)
-        if sid is None:
-            sid = self._ids[name] = len(self.strings)
-            self.strings.append(name)
-        return sid
-
-    def append_array(self, arr: Any) -> None:
-        self.arrays.append(arr.copy())
-
-    def annotate(self, record: dict[str, Any]) -> None:
-        self.annotations.append(dict(record))
-
-    def clock_sync(self, record: dict[str, Any]) -> None:
-        self.annotations.append({"type": "clock_sync", **record})
-
-    def flush(self) -> None:
-        pass
-
-    def finish(self, summary: dict[str, Any] | None = None, status: str = "complete") -> None:
-        self.finished = True
-
-
 __all__ = [
     "Engine",
-    "MemorySink",
     "NoProgress",
     "Progress",
     "RunResult",
@@ -705,4 +462,4 @@ __all__ = [
     "StopFlag",
     "StopSignal",
     "stop_on_signals",
-]
+]  # results and stopping names are re-exported: the engine's drivers import them from here

@@ -10,12 +10,47 @@ last-image read-back and release as ``katra3d run``, on a framebuffer of
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from katra_trace.errors import SceneError
+
+
+class MemorySink:
+    """A stand-in for TraceWriter that keeps events in memory (the offscreen helper uses it)."""
+
+    def __init__(self) -> None:
+        self.start_host_ns = time.perf_counter_ns()
+        self.strings: list[str] = [""]
+        self._ids: dict[str, int] = {"": 0}
+        self.arrays: list[Any] = []
+        self.annotations: list[dict[str, Any]] = []
+        self.finished = False
+
+    def intern(self, name: str) -> int:
+        sid = self._ids.get(name)
+        if sid is None:
+            sid = self._ids[name] = len(self.strings)
+            self.strings.append(name)
+        return sid
+
+    def append_array(self, arr: Any) -> None:
+        self.arrays.append(arr.copy())
+
+    def annotate(self, record: dict[str, Any]) -> None:
+        self.annotations.append(dict(record))
+
+    def clock_sync(self, record: dict[str, Any]) -> None:
+        self.annotations.append({"type": "clock_sync", **record})
+
+    def flush(self) -> None:
+        pass
+
+    def finish(self, summary: dict[str, Any] | None = None, status: str = "complete") -> None:
+        self.finished = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +84,7 @@ def run_offscreen(
     are released before returning. Raises SceneSkip when the scene cannot run
     here, SceneError when it fails.
     """
-    from harness.engine import Engine, MemorySink
+    from harness.engine import Engine
     from scenes.api import SceneSkip
     from scenes.registry import resolve_params
 
@@ -74,4 +109,4 @@ def run_offscreen(
     return OffscreenResult(result.pixels, result.checksum, frame_ms)
 
 
-__all__ = ["OffscreenResult", "run_offscreen"]
+__all__ = ["MemorySink", "OffscreenResult", "run_offscreen"]

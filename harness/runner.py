@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from pathlib import Path
 from typing import Any, TextIO
 
 from harness.config import (

@@ -22,6 +22,12 @@ REPO = Path(__file__).resolve().parent.parent
 @functools.lru_cache(maxsize=1)
 def _egl_context() -> tuple[Any, str]:
     """A process-wide standalone EGL context, or (None, why not)."""
+    import os
+    import sys
+
+    if "OpenGL" not in sys.modules:
+        # as harness.backends does for EGL: PyOpenGL's raw calls (timers, probe) must go through EGL too
+        os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
     try:
         import moderngl
 
@@ -37,9 +43,10 @@ def gl_ctx() -> Iterator[Any]:
     ctx, why = _egl_context()
     if ctx is None:
         pytest.skip(why)
-    assert ctx.error == "GL_NO_ERROR", "GL error left by an earlier test"
-    yield ctx
-    err = ctx.error
+    with ctx:  # current again, whatever contexts in-process runs opened and closed since
+        assert ctx.error == "GL_NO_ERROR", "GL error left by an earlier test"
+        yield ctx
+        err = ctx.error
     assert err == "GL_NO_ERROR", f"test left GL error {err}"
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
 from typing import Any
 
 from katra_trace.errors import ConfigError

@@ -1,0 +1,98 @@
+"""What a run produced: per-scene and per-run results, the progress protocol, the per-scene summary stats."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Protocol
+
+
+@dataclasses.dataclass
+class SceneResult:
+    """What one scene produced: status (ok | skipped | interrupted), measured frames, stats."""
+
+    label: str
+    status: str
+    frames: int = 0
+    warmup: int = 0
+    setup_ms: float = 0.0
+    clock: str = ""
+    stats: dict[str, Any] | None = None
+    checksum: str = ""
+    reason: str = ""
+    pixels: Any = None
+
+    def row(self) -> dict[str, Any]:
+        s = self.stats or {}
+        row = {"scene": self.label, "status": self.status, "frames": self.frames,
+               "median_ms": s.get("median_ms"), "p99_ms": s.get("p99_ms"),
+               "fps_avg": s.get("fps_avg"), "fps_low_1pct": s.get("fps_low_1pct"),
+               "clock": self.clock, "setup_ms": round(self.setup_ms, 3)}
+        if "median" in s:  # a count (instructions, cycles), not a time
+            row.update({"median": s["median"], "min": s["min"], "max": s["max"], "spread_pct": s["spread_pct"]})
+        return row
+
+
+@dataclasses.dataclass
+class RunResult:
+    """The outcome of a run: trace path, status (complete | interrupted), per-scene results."""
+
+    path: Path
+    status: str
+    timing_mode: str
+    timing_reason: str
+    scenes: list[SceneResult]
+    signal_name: str = ""
+
+
+class Progress(Protocol):
+    """What the engine reports progress to (the CLI's progress bar, or nothing)."""
+
+    tty: bool
+
+    def line(self, text: str) -> None: ...
+
+    def scene_started(self, index: int, label: str, total_frames: int | None) -> None: ...
+
+    def advance(self, done: int) -> None: ...
+
+
+class NoProgress:
+    """A :class:`Progress` that shows nothing."""
+
+    tty = False
+
+    def line(self, text: str) -> None:
+        pass
+
+    def scene_started(self, index: int, label: str, total_frames: int | None) -> None:
+        pass
+
+    def advance(self, done: int) -> None:
+        pass
+
+
+def scene_stats(values: list[int], counts: bool) -> dict[str, Any]:
+    """Per-scene statistics for the end table: frame-time stats, or count stats for instructions/cycles."""
+    import numpy as np
+
+    arr = np.asarray(values, dtype=np.float64)
+    if not counts:
+        from katra_trace.stats import frame_stats
+
+        return frame_stats(arr).as_dict()
+    median = float(np.median(arr))
+    return {"n": int(arr.size), "median": median, "min": float(arr.min()), "max": float(arr.max()),
+            "spread_pct": float((arr.max() - arr.min()) / median * 100.0) if median else 0.0}
+
+
+def median_text(result: SceneResult) -> str:
+    s = result.stats
+    if not s:
+        return ""
+    if "median_ms" in s:
+        return f", median {s['median_ms']:.3f} ms ({result.clock})"
+    return f", median {s['median']:,.0f} {result.clock} per frame"
+
+
+__all__ = ["NoProgress", "Progress", "RunResult", "SceneResult", "median_text", "scene_stats"]

@@ -1,0 +1,134 @@
+"""Stopping a run: stop signals, the stop flag the frame loop polls, and the keeper thread.
+
+SIGINT, SIGTERM and SIGHUP set :class:`StopFlag` (the run stops at the next
+frame boundary); a second one raises :class:`StopSignal` in the main thread,
+which ends the frame in progress. The :class:`Keeper` thread hands buffered
+events to the writer when a frame takes long, and finishes the trace and ends
+the process if the main thread does not react to a second signal within
+:data:`HARD_STOP_GRACE_S`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+#: Signals that stop a run (the first at the next frame boundary, the second at once).
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+#: Seconds the keeper waits after a second stop signal before it finishes the trace itself.
+HARD_STOP_GRACE_S = 1.0
+
+_pc = time.perf_counter_ns
+
+
+class StopSignal(KeyboardInterrupt):
+    """Raised in the main thread by a second stop signal; ``signum`` says which."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"second {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+class StopFlag:
+    """Set by a stop signal while a run is in progress; the frame loop polls ``.set``."""
+
+    def __init__(self) -> None:
+        self.set = False
+        self.signal_name = ""
+        self.count = 0
+        self.signum = 0
+        self.hard_stop = threading.Event()
+        #: called (in the signal handler) when the second signal arrives
+        self.on_hard_stop: list[Callable[[], None]] = []
+
+    def trip(self, signum: int, _frame: Any = None) -> None:
+        """Signal handler: the first signal asks for a stop at the next frame boundary, the second stops now."""
+        self.count += 1
+        self.set = True
+        self.signum = signum
+        self.signal_name = signal.Signals(signum).name
+        if self.count >= 2:
+            self.hard_stop.set()
+            for callback in self.on_hard_stop:
+                callback()
+            raise StopSignal(signum)
+
+
+@contextlib.contextmanager
+def stop_on_signals(flag: StopFlag) -> Iterator[StopFlag]:
+    """Route SIGINT/SIGTERM/SIGHUP to ``flag`` for the duration (main thread only).
+
+    The previous handlers are restored afterwards; a handler installed from C
+    (``signal.signal`` returns None for it, e.g. under apitrace) is restored as
+    ``SIG_DFL``.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    old: dict[signal.Signals, Any] = {}
+    try:
+        for sig in STOP_SIGNALS:
+            old[sig] = signal.signal(sig, flag.trip)
+        yield flag
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+class Keeper(threading.Thread):
+    """Hands buffered events to the writer when the frame loop has not for a while, and ends a
+    process whose main thread does not react to a second stop signal.
+
+    When counting instructions it never wakes on a timer (a periodic wake-up would make the
+    main thread hand over the GIL inside some frame): only a second signal or the end wakes it.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        super().__init__(name="katra3d-keeper", daemon=True)
+        self.engine = engine
+        self._wake = threading.Event()
+        self._finished = threading.Event()
+        self.period_s: float | None = None if engine.counting else min(0.25, engine.buffer.max_age_ns / 1e9)
+        engine.stop.on_hard_stop.append(self._wake.set)
+
+    def run(self) -> None:
+        engine = self.engine
+        buffer = engine.buffer
+        while True:
+            self._wake.wait(self.period_s)
+            if self._finished.is_set():
+                return
+            if engine.stop.hard_stop.is_set():
+                if not self._finished.wait(HARD_STOP_GRACE_S):
+                    self._hard_exit()
+                return
+            if buffer.pending and _pc() - buffer.last_flush_ns >= buffer.max_age_ns:
+                with contextlib.suppress(Exception):
+                    buffer.flush()
+
+    def _hard_exit(self) -> None:
+        engine = self.engine
+        with contextlib.suppress(Exception):
+            engine.buffer.flush()
+        engine._finish_quietly({**engine.summary(), "error": "the frame in progress did not stop after a second "
+                                f"{engine.stop.signal_name}; trace finished by the keeper"}, "interrupted")
+        with contextlib.suppress(Exception):
+            print(f"katra3d: stopped by a second {engine.stop.signal_name}; trace finished as interrupted",
+                  file=sys.stderr, flush=True)
+        os._exit(128 + int(engine.stop.signum or signal.SIGINT))
+
+    def stop(self) -> None:
+        self._finished.set()
+        self._wake.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout=2.0)
+
+
+__all__ = ["HARD_STOP_GRACE_S", "STOP_SIGNALS", "Keeper", "StopFlag", "StopSignal", "stop_on_signals"]
