@@ -25,8 +25,10 @@ Target (zones off): frame time <= 1.02 x the plain loop (frame rate >= 0.98).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from bench._core import BenchContext, Row, at_most, bench, interleave, median_iqr, pair_ratios, ratio_row
 from bench._gl import (
@@ -176,3 +178,132 @@ def overhead_capture(ctx: BenchContext) -> list[Row]:
         rows += _rows(label, samples, collect, "capture")
     return rows
 
+
+
+# --------------------------------------------------------------------------- the reference draw's cost
+
+#: (scene, size, measured frames) for the reference-draw rows: a cheap frame and a fill-bound one.
+REFERENCE_SCENES: tuple[tuple[str, tuple[int, int], int], ...] = (
+    ("triangle", (320, 180), 600),
+    ("fillrate", (320, 180), 200),
+)
+REFERENCE_ROUNDS = 15
+
+
+def _loop_figures(config: object) -> tuple[float, float]:
+    """(median measured frame wall, frame-loop wall) in seconds of ``harness.runner.run(config)``.
+
+    The frame loop runs from the first measured frame's start to the last one's
+    end: it holds every reference draw (timed after frames, outside their spans),
+    which the frames' own walls do not.
+    """
+    import numpy as np
+
+    from harness.runner import run
+    from katra_trace import Clock, Flag, Kind, open_trace
+
+    result = run(config, quiet=True)  # type: ignore[arg-type]
+    try:
+        ev = open_trace(result.path).events
+    finally:
+        Path(result.path).unlink(missing_ok=True)
+    sel = ev[(ev["kind"] == int(Kind.FRAME)) & (ev["clock"] == int(Clock.WALL))
+             & ((ev["flags"] & int(Flag.WARMUP)) == 0)]
+    if len(sel) < 2:
+        raise RuntimeError("the run wrote fewer than 2 measured wall-clock frames")
+    ends = sel["start_ns"] + sel["dur_ns"]
+    return float(np.median(sel["dur_ns"])) / 1e9, float(ends.max() - sel["start_ns"].min()) / 1e9
+
+
+@bench("overhead-reference", about="the reference draw (--reference-every 4 vs 0): frame time and run time",
+       needs_gl=True)
+def overhead_reference(ctx: BenchContext) -> list[Row]:
+    """Cost of the drift-normalization reference draw: per-frame wall and frame-loop wall, every 4 vs off."""
+    import dataclasses
+
+    from harness.runner import RunConfig
+
+    scenes = (("triangle", (160, 90), 40),) if ctx.quick else REFERENCE_SCENES
+    rows: list[Row] = []
+    for name, size, frames in scenes:
+        label = f"reference {name} {size[0]}x{size[1]}"
+        ctx.log(label)
+        off = RunConfig(scenes=(name,), frames=frames, warmup=WARMUP, size=size, backend="egl", timing="sync",
+                        reference_every=0, output=str(ctx.tmp / "ref-off.katra"))
+        on = dataclasses.replace(off, reference_every=4, output=str(ctx.tmp / "ref-on.katra"))
+        frame_s: dict[str, list[float]] = {"on": [], "off": []}
+
+        def variant(key: str, config: RunConfig) -> Callable[[], float]:
+            def call() -> float:
+                median_s, loop_s = _loop_figures(config)
+                frame_s[key].append(median_s)
+                return loop_s
+
+            return call
+
+        loops = interleave({"off": variant("off", off), "on": variant("on", on)},
+                           rounds=ctx.scale(REFERENCE_ROUNDS, 3))
+        # interleave's warmup round also called the variants: keep the kept rounds' frame medians only
+        frames_kept = {k: v[-len(loops[k]):] for k, v in frame_s.items()}
+        frame_ms = 1e3 * median_iqr(frames_kept["off"])[0]
+        rows += [
+            ratio_row(f"{label} frame", "median frame wall: reference every 4 / off",
+                      pair_ratios(frames_kept, "on", "off"), target=at_most(1.02),
+                      notes=f"frame ~{frame_ms:.2f} ms; the draw runs outside the frame span"),
+            ratio_row(f"{label} run", "frame-loop wall: reference every 4 / off", pair_ratios(loops, "on", "off"),
+                      notes="one 64x64 reference draw + 2 glFinish after every 4th frame"),
+        ]
+    return rows
+
+
+# --------------------------------------------------------------------------- --zones draws
+
+#: drawcalls' draw counts for the draws-mode rows (1000 is its default) and measured frames at each.
+DRAW_COUNTS: tuple[tuple[int, int], ...] = ((1000, 20), (100, 100))
+DRAWS_ROUNDS = 9
+DRAWS_SIZE = (320, 180)
+
+
+@bench("overhead-draws", about="drawcalls frame rate with --zones draws / passes vs off, per timing mode",
+       needs_gl=True)
+def overhead_draws(ctx: BenchContext) -> list[Row]:
+    """What timing every draw costs: the drawcalls frame-rate ratio, zones draws (and passes) vs off."""
+    import dataclasses
+
+    from harness.runner import RunConfig
+
+    gl_renderer = renderer()
+    ctx.facts["gl_renderer"] = gl_renderer
+    from harness.probe import is_software_renderer
+
+    software = is_software_renderer(gl_renderer)
+    modes = ["sync"] if software else ["sync", "gpu"]
+    counts = ((100, 20),) if ctx.quick else DRAW_COUNTS
+    rows: list[Row] = []
+    for timing in modes:
+        for count, frames in counts:
+            label = f"drawcalls count={count} {timing}"
+            ctx.log(label)
+            off = RunConfig(scenes=("drawcalls",), frames=frames, warmup=WARMUP, size=DRAWS_SIZE, backend="egl",
+                            timing=timing, reference_every=0, params=(("drawcalls", "count", count),),
+                            output=str(ctx.tmp / "draws.katra"))
+            configs = {z: dataclasses.replace(off, zones=z) for z in ("off", "passes", "draws")}
+            collect = _Collect()
+            samples = interleave({z: collect(z, functools.partial(run_frame_period_s, c)) for z, c in configs.items()},
+                                 rounds=ctx.scale(DRAWS_ROUNDS, 3))
+            fps = 1.0 / median_iqr(samples["off"])[0]
+            per_draw_us = 1e6 * (median_iqr(samples["draws"])[0] - median_iqr(samples["off"])[0]) / count
+            for z in ("draws", "passes"):
+                # frame-rate ratio = inverse frame-period ratio, round by round
+                rates = pair_ratios(samples, "off", z)
+                note = (f"off ~{fps:.0f} fps; ~{per_draw_us:.1f} us more per draw" if z == "draws"
+                        else "drawcalls has one pass zone")
+                if timing == "sync" and z == "draws":
+                    note += "; sync: 2 glFinish per draw"
+                rows.append(ratio_row(f"{label} zones {z}", f"frame rate: zones {z} / off", rates,
+                                      notes=f"{note}; left out as preempted: off {collect.note('off')}, "
+                                            f"{z} {collect.note(z)}"))
+    if software:
+        rows.append(Row(f"drawcalls {DRAWS_SIZE[0]}x{DRAWS_SIZE[1]} gpu", "frame rate: zones draws / off",
+                        float("nan"), notes=f"skipped: gpu timing needs a hardware renderer ({gl_renderer})"))
+    return rows

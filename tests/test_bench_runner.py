@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -186,9 +187,70 @@ def test_overhead_benches_run_quick(tmp_path: Path) -> None:
     if done.returncode == 3:
         pytest.skip(f"no OpenGL context: {done.stdout[-300:]}")
     assert done.returncode == 0, done.stderr + done.stdout
-    rows = json.loads(out.read_text(encoding="utf-8"))["rows"]
+    record = json.loads(out.read_text(encoding="utf-8"))
+    by_bench: dict[str, list[dict[str, Any]]] = {}
+    for r in record["rows"]:
+        by_bench.setdefault(r["bench"], []).append(r)
+    assert list(by_bench) == ["overhead", "overhead-capture", "overhead-reference", "overhead-draws"]
+    rows = by_bench["overhead"] + by_bench["overhead-capture"]
     names = [r["name"] for r in rows]
     assert names == [f"{who} triangle 160x90 zones {z}" for who in ("run", "capture") for z in ("off", "on", "cost")]
     for row in rows:
         assert row["unit"] == "ratio" and row["value"] > 0
         assert (row["target"] is not None) == row["name"].endswith("zones off")
+    # the reference draw: frame wall (target) and frame-loop wall, both ratios every 4 / off
+    assert [r["name"] for r in by_bench["overhead-reference"]] == ["reference triangle 160x90 frame",
+                                                                   "reference triangle 160x90 run"]
+    assert [r["target"] is not None for r in by_bench["overhead-reference"]] == [True, False]
+    # --zones draws / passes vs off per timing mode; gpu rows only on a hardware renderer, else one skip row
+    draws = {r["name"]: r for r in by_bench["overhead-draws"]}
+    renderer = next(b["facts"]["gl_renderer"] for b in record["benches"] if b["name"] == "overhead-draws")
+    assert {"drawcalls count=100 sync zones draws", "drawcalls count=100 sync zones passes"} <= set(draws)
+    for name in ("drawcalls count=100 sync zones draws", "drawcalls count=100 sync zones passes"):
+        assert draws[name]["unit"] == "ratio" and draws[name]["value"] > 0
+    skipped = [r for r in draws.values() if "skipped" in r["notes"]]
+    if "llvmpipe" in renderer:
+        assert len(skipped) == 1 and skipped[0]["value"] is None  # NaN: no gpu timing on a software renderer
+    else:
+        assert "drawcalls count=100 gpu zones draws" in draws and not skipped
+
+
+def test_noise_table_goes_between_the_markers_only(tmp_path: Path) -> None:
+    from bench.noise import END_MARK, START_MARK, main as noise_main, write_doc
+
+    doc = tmp_path / "stats.md"
+    doc.write_text(f"# Title\n\nbefore\n{START_MARK}\nold table\n{END_MARK}\nafter\n", encoding="utf-8")
+    write_doc("| new | table |", doc)
+    assert doc.read_text(encoding="utf-8") == f"# Title\n\nbefore\n{START_MARK}\n| new | table |\n{END_MARK}\nafter\n"
+    write_doc("| newer |", doc)  # regenerating replaces, never appends
+    assert "| new | table |" not in doc.read_text(encoding="utf-8") and "| newer |" in doc.read_text(encoding="utf-8")
+
+    bare = tmp_path / "bare.md"
+    bare.write_text("no markers here\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="lacks the markers"):
+        write_doc("x", bare)
+    assert bare.read_text(encoding="utf-8") == "no markers here\n"
+
+    results = tmp_path / "r.json"
+    record = {"quick": True, "benches": [{"name": "noise", "facts": {"markdown": "| quick |"}}]}
+    results.write_text(json.dumps(record), encoding="utf-8")
+    assert noise_main(["--write-doc", str(results), str(doc)]) == 2  # a --quick table is never published
+    assert "| quick |" not in doc.read_text(encoding="utf-8")
+    record["quick"] = False
+    results.write_text(json.dumps(record), encoding="utf-8")
+    assert noise_main(["--write-doc", str(results), str(doc)]) == 0
+    assert "| quick |" in doc.read_text(encoding="utf-8")
+    assert noise_main(["--write-doc", str(tmp_path / "missing.json"), str(doc)]) == 2
+
+
+def test_measure_bench_helpers() -> None:
+    from bench.measure import spearman
+    from bench.noise import _smallest
+
+    assert spearman([1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 30.0, 40.0]) == pytest.approx(1.0)
+    assert spearman([1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0]) == pytest.approx(-1.0)
+    assert spearman([1.0, 2.0, 3.0], [1.0, 1.0, 2.0]) == pytest.approx(0.8660254)  # ties share their rank
+    # the smallest level caught in >= 90 % with every larger level caught too
+    assert _smallest([(5.0, 0.2), (10.0, 0.95), (20.0, 1.0)]) == "+10.0 %"
+    assert _smallest([(5.0, 0.95), (10.0, 0.5), (20.0, 1.0)]) == "+20.0 %"
+    assert _smallest([(5.0, 0.1), (10.0, 0.5)]) == "> +10.0 %"
