@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.stamp-installed
 
-.PHONY: run test bench sysdeps sysdeps-test clean
+.PHONY: run test bench bench-measure bench-noise sysdeps sysdeps-test clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,16 @@ test: sysdeps-test $(STAMP)
 # Ratios against in-run baselines, one table on stdout, bench/results.json (python -m bench --help)
 bench: sysdeps $(STAMP)
 	$(PY) -m bench
+
+# Not in `make bench` (valgrind, minutes): --measure instructions on the ci suite, docs/measure.md's table
+bench-measure: sysdeps-test $(STAMP)
+	$(PY) -m bench measure --out .benchmarks/results-measure.json
+
+# Not in `make bench` (about 30 min): the noise table, written between docs/stats.md's noise-table markers.
+# Smoke test at tiny sizes (not written to the docs): $(PY) -m bench --quick noise --out /tmp/noise.json
+bench-noise: sysdeps-test $(STAMP)
+	$(PY) -m bench noise --out .benchmarks/results-noise.json
+	$(PY) -m bench.noise --write-doc .benchmarks/results-noise.json docs/stats.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .benchmarks

@@ -301,7 +301,7 @@ def _markdown(table: list[dict[str, Any]], plan: _Plan, started: dt.datetime, lo
             f"{plan.comparisons} independent trials). Instructions: {plan.count_frames} measured frames, one "
             f"process a side (deterministic: one comparison per process pair). Load average at the start "
             f"{load0:.1f} on {os.cpu_count()} cores.")
-    lines = [head, "",
+    lines = ["### Noise table today (`make bench-noise`)", "", head, "",
              "| scene | condition | method | runs | run CV | A/A false regressions | smallest slowdown caught "
              "in >= 90 % | caught per slowdown |", "|---|---|---|---|---:|---:|---|---|"]
     for e in table:
