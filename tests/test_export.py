@@ -341,7 +341,7 @@ def test_to_pandas_or_a_clear_error(rich: tuple[Path, np.ndarray]) -> None:
 
     path, ev = rich
     try:
-        import pandas  # noqa: F401
+        import pandas  # type: ignore[import-untyped,unused-ignore]  # noqa: F401
     except ImportError:
         with pytest.raises(MissingDependencyError, match="'pandas'") as info:
             to_pandas(open_trace(path))
