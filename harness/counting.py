@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.timers import EventBuffer, Timer
+from harness.events import EventBuffer
+from harness.timers import Timer
 from katra_trace.errors import KatraError
 from katra_trace.schema import Clock, Kind
 

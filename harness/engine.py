@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import timers
+from harness.events import EventBuffer
 from harness.frame import HarnessFrame, seed_key
 from harness.results import NoProgress, Progress, RunResult, SceneResult, median_text, scene_stats
 from harness.stopping import Keeper, StopFlag, StopSignal, stop_on_signals
@@ -101,12 +102,12 @@ class Engine:
             if measure is not None:
                 from harness.counting import CountTimer
 
-                self.buffer = timers.EventBuffer(writer, max_rows=1 << 16, max_age_ns=None)
+                self.buffer = EventBuffer(writer, max_rows=1 << 16, max_age_ns=None)
                 self.timer: timers.Timer = CountTimer(ctx, writer, self.buffer, zones=timed_zones,
                                                       dump_base=Path(measure["dump_base"]),
                                                       cycles=self.mode == "cycles")
             else:
-                self.buffer = timers.EventBuffer(writer)
+                self.buffer = EventBuffer(writer)
                 self.timer = timers.make_timer(self.mode, ctx, writer, self.buffer, zones=timed_zones)
             self.draws: Any = None
             if self.zones == "draws":

@@ -17,9 +17,7 @@ Modes (docs/timing.md says what each number means):
 * ``auto`` — ``sync`` on software renderers (their timer queries do not time
   the draw: llvmpipe stamps one 64x64 tile), ``gpu`` elsewhere.
 
-Events are buffered as tuples in EVENT_DTYPE field order and handed to the
-trace writer in batches (:class:`EventBuffer`), so the per-frame cost is a
-few list appends.
+Events go to the trace writer through :class:`harness.events.EventBuffer`.
 """
 
 from __future__ import annotations
@@ -30,11 +28,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 
 from harness.gl import GL_DEBUG_SOURCE_APPLICATION, GL_QUERY_RESULT, GL_QUERY_RESULT_AVAILABLE, GL_TIMESTAMP, RawGL
 from katra_trace.errors import ConfigError
-from katra_trace.schema import EVENT_DTYPE, Clock, Kind
+from harness.events import FRAME_NAME, EventBuffer
+from katra_trace.schema import Clock, Kind
 
 MODES: tuple[str, ...] = ("auto", "gpu", "sync")
 
@@ -42,8 +40,7 @@ MODES: tuple[str, ...] = ("auto", "gpu", "sync")
 #: Queries preallocated for the GPU ring (two per frame or zone span).
 RING_QUERIES = 2048
 
-#: Name of the frame spans and of the frame-interval counter in the string table.
-FRAME_NAME = "frame"
+#: Name of the frame-interval counter in the string table.
 INTERVAL_NAME = "frame_interval_ns"
 
 _FRAME = int(Kind.FRAME)
@@ -83,82 +80,6 @@ def choose_mode(requested: str, gl: dict[str, Any]) -> tuple[str, str]:
     if not timer:
         return "sync", f"'{renderer}' has no GL_TIMESTAMP queries"
     return "gpu", f"hardware renderer '{renderer}' with {gl['timer_query'].get('counter_bits', 0)}-bit timestamp queries"
-
-
-class EventBuffer:
-    """Collects events and hands them to a writer in batches (numpy arrays).
-
-    Two inputs: :attr:`add` takes one event tuple in EVENT_DTYPE field order;
-    :attr:`add_frame` takes one sync-mode frame as ``(t0, t_submit, t_end,
-    frame index, flags, scene id)`` (absolute ``perf_counter_ns`` values) and
-    becomes a CPU and a WALL frame event at flush time, converted column by
-    column (cheaper per frame than building two event tuples).
-
-    Flushes when ``max_rows`` entries are pending or ``max_age_ns`` has passed
-    since the last flush (checked by :meth:`maybe_flush`, once per frame;
-    ``max_age_ns=None`` flushes by count only). Pending entries sit in deques,
-    so another thread may call :meth:`flush` at any time (the engine's keeper
-    does, when a frame takes long): each entry is handed over exactly once.
-    """
-
-    def __init__(self, writer: Any, max_rows: int = 1024, max_age_ns: int | None = 250_000_000) -> None:
-        self.writer = writer
-        self.rows: collections.deque[tuple[int | float, ...]] = collections.deque()
-        self.add = self.rows.append
-        self.frames: collections.deque[tuple[int, ...]] = collections.deque()
-        self.add_frame = self.frames.append
-        self.origin_ns = int(writer.start_host_ns)
-        self.frame_name = writer.intern(FRAME_NAME)
-        self.max_rows = max_rows
-        self.max_age_ns = max_age_ns if max_age_ns is not None else 1 << 62
-        self.last_flush_ns = _pc()
-
-    @property
-    def pending(self) -> int:
-        return len(self.frames) + len(self.rows)
-
-    def maybe_flush(self, now_ns: int) -> None:
-        if (len(self.frames) + len(self.rows) >= self.max_rows
-                or now_ns - self.last_flush_ns >= self.max_age_ns):
-            self.flush()
-
-    @staticmethod
-    def _take(queue: collections.deque[Any]) -> list[Any]:
-        pop = queue.popleft
-        out = []
-        for _ in range(len(queue)):
-            try:
-                out.append(pop())
-            except IndexError:  # another thread took the rest
-                break
-        return out
-
-    def _frame_events(self, frames: list[tuple[int, ...]]) -> np.ndarray:
-        a = np.array(frames, dtype=np.int64)
-        out = np.zeros(2 * len(a), dtype=EVENT_DTYPE)
-        out["kind"] = _FRAME
-        out["clock"][0::2] = _CPU
-        out["clock"][1::2] = _WALL
-        out["flags"] = np.repeat(a[:, 4], 2)
-        out["scene"] = np.repeat(a[:, 5], 2)
-        out["name"] = self.frame_name
-        out["frame"] = np.repeat(a[:, 3], 2)
-        out["start_ns"] = np.repeat(a[:, 0] - self.origin_ns, 2)
-        out["dur_ns"][0::2] = a[:, 1] - a[:, 0]
-        out["dur_ns"][1::2] = a[:, 2] - a[:, 0]
-        return out
-
-    def flush(self) -> None:
-        """Hand everything pending to the writer."""
-        self.last_flush_ns = _pc()
-        if self.frames:
-            frames = self._take(self.frames)
-            if frames:
-                self.writer.append_array(self._frame_events(frames))
-        if self.rows:
-            rows = self._take(self.rows)
-            if rows:
-                self.writer.append_array(np.array(rows, dtype=EVENT_DTYPE))
 
 
 class _NullZone:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import harness
-from harness import timers
+from harness import events, timers
 from harness.draws import TARGETS, UNTIMED_NAME, DrawZones
 from harness.frame import HarnessFrame, seed_key
 from katra_trace import open_trace
@@ -107,7 +107,7 @@ def test_gpu_ring_grows_without_blocking_for_many_draws(gl_ctx: Any, tmp_path: P
     fbo = gl_ctx.simple_framebuffer((16, 16))
     fbo.use()
     with TraceWriter(tmp_path / "g.katra", workload="t") as writer:
-        buf = timers.EventBuffer(writer)
+        buf = events.EventBuffer(writer)
         timer = timers.GpuTimer(gl_ctx, writer, buf, zones=True, ring_queries=16)
         draws = DrawZones(gl_ctx, timer)
         timer.set_scene("s")

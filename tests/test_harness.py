@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness import probe, timers
+from harness import events, probe, timers
 from harness.cli.timer_check import timer_query_reliability
 from harness.config import RunConfig, parse_param, parse_size, plan_run
 from harness.frame import HarnessFrame, seed_key
@@ -117,7 +117,7 @@ def _run_timer(ctx: Any, path: Path, mode: str, frames: int, zones: bool, **kw: 
     fbo = ctx.simple_framebuffer((32, 32))
     fbo.use()
     with TraceWriter(path, workload="t") as writer:
-        buf = timers.EventBuffer(writer, max_rows=7)
+        buf = events.EventBuffer(writer, max_rows=7)
         timer = (timers.GpuTimer(ctx, writer, buf, zones=zones, **kw) if mode == "gpu"
                  else timers.SyncTimer(ctx, writer, buf, zones=zones))
         timer.set_scene("s")
