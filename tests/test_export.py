@@ -368,3 +368,21 @@ def test_real_capture_exports_nested(tmp_path: Path, katra_cli: Any, gl_ctx: Any
     zones = [s for s in parsed.slices if s.depth > 0]
     assert zones and all(s.track.startswith(("triangle", "postfx")) for s in zones)
     assert len(parsed.instants) == int((ev["kind"] == Kind.MARKER).sum()) > 0
+
+
+def test_odd_header_values_export_and_report(tmp_path: Path) -> None:
+    """Header values the reader lets through (None for documented keys, anything for the others)."""
+    from katra_trace.report import build_report
+    from tests.export_helpers import rich_events
+    from tests.trace_helpers import write_trace
+
+    header = {"workload": "odd", "capture_options": {"timing_mode": None, "primary_clock": None,
+                                                     "measure": {"mode": None}, "resolved": None, "size": 5,
+                                                     "frames": {"n": 2}},
+              "host_info": {"gl": {"renderer": 5}, "system": [1, 2]}}
+    write_trace(tmp_path / "odd.katra", rich_events(), STRINGS, header=header)
+    trace = open_trace(tmp_path / "odd.katra")
+    for fmt in FORMATS:
+        assert export_trace(trace, fmt).bytes > 0
+    assert parse_perfetto((tmp_path / "odd.pftrace").read_bytes()).problems == []
+    assert "alpha" in build_report([trace], [trace])

@@ -83,6 +83,15 @@ def _annotation(name: str, value: Any) -> dict[str, Any]:
     return ann
 
 
+def _dig(d: Any, *path: str) -> Any:
+    """``d[path[0]][path[1]]...``, or None where a level is missing or not an object."""
+    for key in path:
+        if not isinstance(d, Mapping):
+            return None
+        d = d.get(key)
+    return d
+
+
 class _Writer:
     """Packets into a TraceProtoBuilder, written out every :data:`CHUNK_PACKETS`."""
 
@@ -150,7 +159,7 @@ def write_perfetto(tl: Timeline, header: Mapping[str, Any], summary: Mapping[str
         _annotation("format_version", header.get("format_version", "")),
         _annotation("timing_mode", options.get("timing_mode", "")),
         _annotation("timing_reason", options.get("timing_reason", "")),
-        _annotation("renderer", ((header.get("host_info") or {}).get("gl") or {}).get("renderer", "")),
+        _annotation("renderer", _dig(header, "host_info", "gl", "renderer") or ""),
         _annotation("notes", header.get("notes", "")),
         _annotation("status", summary.get("status", "incomplete")),
         _annotation("capture_options", options),
