@@ -330,10 +330,10 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
     hi = max((float(v.max()) for v in spread), default=1.0)
     log_x = lo > 0 and hi / lo > 20
     figures.append({"id": f"{base_id}-cdf", "data": cdf_data,
-                    "layout": _layout(f"distribution: share of frames at or below ({clock}, warmup excluded)", unit,
-                                      "% of frames", xaxis={"title": {"text": unit + (" (log)" if log_x else "")},
+                    "layout": _layout(f"distribution ({clock})", unit,
+                                      "% of frames", xaxis={"title": {"text": unit + (" (log)" if log_x else "") + ", warmup excluded"},
                                                            "type": "log" if log_x else "linear"},
-                                      yaxis={"title": {"text": "% of frames"}, "range": [0, 100.5]})})
+                                      yaxis={"title": {"text": "% of frames at or below"}, "range": [0, 100.5]})})
     zone_data = []
     for role, traces in sides:
         per_zone: dict[str, list[float]] = {}
@@ -350,7 +350,7 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
     zone_html = ""
     if zone_data:
         figures.append({"id": f"{base_id}-zones", "data": zone_data,
-                        "layout": _layout(f"zones: median per frame ({clock})", unit, "", barmode="group",
+                        "layout": _layout(f"zones, median per frame ({clock})", unit, "", barmode="group",
                                           yaxis={"automargin": True, "autorange": "reversed"},
                                           xaxis={"title": {"text": unit}, "rangemode": "tozero"})})
         zone_html = f'<div class="plot" id="{base_id}-zones"></div>'
