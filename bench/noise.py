@@ -72,6 +72,8 @@ COUNT_FRAMES = 10
 #: A run with fewer rounds or counted frames than these is labelled "reduced" in the table.
 FULL_ROUNDS = 10
 FULL_COUNT_FRAMES = 10
+FULL_FRAMES = 300
+FULL_LEVELS = 4
 #: The busy child's hard CPU limit (s) and loop: it ends by itself even if the bench dies.
 BUSY_CPU_LIMIT_S = 120
 BUSY_LOOP = "import time\nend = time.monotonic() + {s}\nx = 0\nwhile time.monotonic() < end:\n    x += 1\n"
@@ -93,8 +95,8 @@ class _Plan:
 
     @property
     def reduced(self) -> bool:
-        return (self.frames < FRAMES or self.rounds < FULL_ROUNDS or self.count_frames < FULL_COUNT_FRAMES
-                or any(len(v) < len(SCENES[s][2]) for s, v in self.levels.items()))
+        return (self.frames < FULL_FRAMES or self.rounds < FULL_ROUNDS or self.count_frames < FULL_COUNT_FRAMES
+                or any(len(v) < FULL_LEVELS for v in self.levels.values()))
 
 
 def _busy() -> subprocess.Popen[bytes]:
@@ -209,7 +211,7 @@ def _counted(ctx: BenchContext, plan: _Plan) -> dict[str, dict[str, Any]]:
             args = (scene, "--param", f"{scene}.{key}={value}", "--size", f"{plan.size[0]}x{plan.size[1]}",
                     "--frames", str(plan.count_frames), "--warmup", "1", "--measure", "instructions")
             jobs.append(Job(f"{scene}-{name}", args, ctx.tmp / f"count-{scene}-{name}.katra"))
-    done = run_jobs(jobs, parallel=max(2, os.cpu_count() or 2), log=ctx.log)
+    done = run_jobs(jobs, parallel=4, log=ctx.log)  # counts do not depend on load
     out: dict[str, dict[str, Any]] = {}
     for scene in SCENES:
         levels = plan.levels[scene]
@@ -263,7 +265,7 @@ def noise(ctx: BenchContext) -> list[Row]:
             for method in METHODS[:3]:
                 rates = [(level_changes[lv], det[lv][method][0] / det[lv][method][1]) for lv in det]
                 fa, n = aa[method]
-                entry = {"scene": scene, "condition": cond, "method": method,
+                entry = {"scene": f"{scene} ({SCENES[scene][0]} {SCENES[scene][1]})", "condition": cond, "method": method,
                          "runs": f"{plan.runs} a side" if method != "paired (ab)" else f"{plan.runs} rounds",
                          "run_cv_pct": 100.0 * cvs[method], "aa_false": fa, "aa_n": n,
                          "smallest": _smallest(rates),
@@ -275,7 +277,8 @@ def noise(ctx: BenchContext) -> list[Row]:
             if not loaded:
                 c = counted[scene]
                 rates = [(ch, 1.0 if hit else 0.0) for ch, hit in c["levels"].values()]
-                entry = {"scene": scene, "condition": "any (deterministic)", "method": "instructions",
+                entry = {"scene": f"{scene} ({SCENES[scene][0]} {SCENES[scene][1]})",
+                         "condition": "any (deterministic)", "method": "instructions",
                          "runs": "1 a side", "run_cv_pct": abs(c["aa_change_pct"]),
                          "aa_false": int(c["aa_regression"]), "aa_n": 1, "smallest": _smallest(rates),
                          "rates": {f"+{ch:.1f} %": r for ch, r in rates}}
@@ -300,7 +303,11 @@ def _markdown(table: list[dict[str, Any]], plan: _Plan, started: dt.datetime, lo
             f"{plan.rounds} (overlapping: only {disjoint} disjoint, so a rate is an estimate, not "
             f"{plan.comparisons} independent trials). Instructions: {plan.count_frames} measured frames, one "
             f"process a side (deterministic: one comparison per process pair). Load average at the start "
-            f"{load0:.1f} on {os.cpu_count()} cores.")
+            f"{load0:.1f} on {os.cpu_count()} cores. Injected load: one CPU-busy child process during the capture "
+            f"of run `A` (BASE of a slowdown comparison, NEW of an A/A one) in every other round.")
+    if plan.reduced:
+        head += (f" A full run has {FULL_ROUNDS} rounds, {FULL_FRAMES} frames a run, {FULL_COUNT_FRAMES} counted "
+                 f"frames and {FULL_LEVELS} slowdown levels a scene.")
     lines = ["### Noise table today (`make bench-noise`)", "", head, "",
              "| scene | condition | method | runs | run CV | A/A false regressions | smallest slowdown caught "
              "in >= 90 % | caught per slowdown |", "|---|---|---|---|---:|---:|---|---|"]
