@@ -113,3 +113,20 @@ def test_bad_input_is_refused() -> None:
     with pytest.raises(ValueError, match="alpha"):
         detect_steps([[1.0], [1.0]], alpha=0.7)
     assert detect_steps([[1.0, 1.1]]).steps == []
+
+
+def test_a_run_slowed_by_a_busy_neighbour_is_left_out() -> None:
+    rng = np.random.default_rng(7)
+    groups = [np.exp(rng.normal(0, 0.02, 3)) for _ in range(6)]
+    groups[2][0] *= 2.0  # one run of label 3 and one of label 5 ran beside a heavy job
+    groups[4][1] *= 2.5
+    fit = detect_steps(groups)
+    assert fit.dropped_runs == 2 and fit.steps == []
+    assert fit.noise_sd < 0.04  # the noise is the runs', not the neighbour's
+    groups[5] = groups[5] * 1.2  # a real step at the newest label is still found
+    assert [s.index for s in detect_steps(groups).steps] == [5]
+
+
+def test_busy_neighbour_histories_rarely_raise_false_steps() -> None:
+    o = run(Scenario(12, 5, 0.04, (), outlier_rate=0.05), SEEDS)
+    assert o.any_step <= 2, o

@@ -28,8 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     hsub = p.add_subparsers(dest="history_command", metavar="ACTION")
     hsub.required = True
 
-    def store_options(q: argparse.ArgumentParser, source: bool) -> None:
+    def store_options(q: argparse.ArgumentParser, source: bool, parquet: bool = False) -> None:
         where = q.add_mutually_exclusive_group()
+        if parquet:
+            where.add_argument("--parquet", metavar="DIR",
+                               help="write Parquet files under DIR instead of the DuckDB store")
         where.add_argument("--db", metavar="PATH", default=str(DEFAULT_DB),
                            help=f"the DuckDB history store (default: {DEFAULT_DB})")
         if source:
@@ -65,9 +68,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add.add_argument("--commit", default="", metavar="SHA", help="the commit, kept with the runs")
     add.add_argument("--time", metavar="ISO", help="the label's time, which orders labels (e.g. the commit "
                                                    "date: git show -s --format=%%cI); default: the capture's start")
-    add.add_argument("--parquet", metavar="DIR", help="write Parquet files under DIR instead of the DuckDB store")
     add.add_argument("--json", action="store_true", help="print what was stored as JSON")
-    store_options(add, source=False)
+    store_options(add, source=False, parquet=True)
     add.set_defaults(func=run_add)
 
     show = hsub.add_parser("show", help="trend of each scene over labels in order, with a sparkline",
