@@ -338,3 +338,19 @@ def test_runners_write_their_own_parquet_files(tmp_path: Path) -> None:
     assert not list((tmp_path / "fleet").rglob("*.tmp"))
     out = json.loads(cli("show", "--source", "fleet/**/*.parquet", "--json", cwd=tmp_path).stdout)
     assert sorted(s["points"][0]["runs"] for s in out["series"]) == [5, 5]
+
+
+def test_trend_data_gives_a_report_the_trends_fits_and_steps(tmp_path: Path) -> None:
+    from katra_trace.history import Selection, Source, trend_data
+
+    labels = [(f"v{i}", {"fill": 10.0 if i < 4 else 13.0, "cubes": 5.0}) for i in range(1, 7)]
+    db = history_of(tmp_path, labels)
+    data = trend_data(Source(db=db))
+    assert data["labels"] == [f"v{i}" for i in range(1, 7)]
+    fill = next(s for s in data["series"] if s["scene"] == "fill")
+    assert len(fill["fit"]["levels"]) == len(fill["points"]) == 6 and fill["fit"]["noise_source"] == "replicates"
+    assert fill["fit"]["levels"][2] == pytest.approx(10.0, rel=0.03) and fill["fit"]["levels"][3] == pytest.approx(13.0, rel=0.03)
+    assert [(s["scene"], s["label"], s["verdict"]) for s in data["steps"]] == [("fill", "v4", "regression")]
+    json.dumps(data)  # plain data
+    only = trend_data(Source(db=db), Selection(scene="cubes", last=3))
+    assert [p["label"] for p in only["series"][0]["points"]] == ["v4", "v5", "v6"] and only["steps"] == []
