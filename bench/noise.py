@@ -45,6 +45,7 @@ import json
 import math
 import os
 import random
+import re
 import resource
 import subprocess
 import sys
@@ -265,7 +266,8 @@ def noise(ctx: BenchContext) -> list[Row]:
             for method in METHODS[:3]:
                 rates = [(level_changes[lv], det[lv][method][0] / det[lv][method][1]) for lv in det]
                 fa, n = aa[method]
-                entry = {"scene": f"{scene} ({SCENES[scene][0]} {SCENES[scene][1]})", "condition": cond, "method": method,
+                entry = {"scene": f"{scene} ({SCENES[scene][0]} {SCENES[scene][1]})", "condition": cond,
+                         "method": method,
                          "runs": f"{plan.runs} a side" if method != "paired (ab)" else f"{plan.runs} rounds",
                          "run_cv_pct": 100.0 * cvs[method], "aa_false": fa, "aa_n": n,
                          "smallest": _smallest(rates),
@@ -288,7 +290,8 @@ def noise(ctx: BenchContext) -> list[Row]:
                                 notes=f"A/A {c['aa_change_pct']:+.4f} %; caught from {entry['smallest']}"))
     markdown = _markdown(table, plan, started, load0)
     ctx.facts.update({"markdown": markdown, "table": table, "plan": dataclasses.asdict(plan),
-                      "counted": counted, "date": started.isoformat(timespec="seconds"), "quick": ctx.quick})
+                      "counted": counted, "date": started.isoformat(timespec="seconds"), "quick": ctx.quick,
+                      "load0": load0})
     for line in markdown.splitlines():
         ctx.log(line)
     return rows
@@ -315,7 +318,20 @@ def _markdown(table: list[dict[str, Any]], plan: _Plan, started: dt.datetime, lo
         rates = ", ".join(f"{k}: {100 * v:.0f} %" for k, v in e["rates"].items())
         lines.append(f"| {e['scene']} | {e['condition']} | {e['method']} | {e['runs']} | {e['run_cv_pct']:.2f} % "
                      f"| {e['aa_false']} of {e['aa_n']} | {e['smallest']} | {rates} |")
+    lines += ["", DEFINITIONS]
     return "\n".join(lines)
+
+
+#: What the table's columns mean (under the table in docs/stats.md).
+DEFINITIONS = (
+    "Methods: *raw wall* is `katra3d compare` on the runs' wall times, unpaired; *normalized wall* the same "
+    "traces with `--normalize`; *paired (ab)* the same traces as rounds, BASE and NEW of a round paired, as "
+    "`katra3d ab` compares them (captured in-process here, not by `ab`'s subprocesses: the pairing and the "
+    "decision are the same code); *instructions* `--measure instructions`, one process a side. *Run CV*: the "
+    "CV of BASE's per-run medians (raw), of its per-run normalized levels (normalized), the sd of the per-round "
+    "log ratios of a round's two BASE runs (paired), the A/A difference of two processes (instructions). A "
+    "slowdown (a param step) is named by its measured change in instructions per frame. Defaults: alpha 0.01, "
+    "threshold 5 % (0.5 % for instructions).")
 
 
 def write_doc(markdown: str, doc: Path) -> None:
@@ -340,8 +356,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         facts = next(b["facts"] for b in record["benches"] if b["name"] == "noise")
         if record.get("quick"):
             raise ValueError("a --quick run's table is a smoke test; run the full bench")
-        write_doc(str(facts["markdown"]), doc)
-    except (OSError, ValueError, KeyError, StopIteration) as exc:
+        markdown = str(facts["markdown"])
+        if "table" in facts and "plan" in facts and "date" in facts:  # re-rendered: today's layout, same numbers
+            load = facts.get("load0")
+            if load is None:
+                found = re.search(r"Load average at the start ([\d.]+)", markdown)
+                load = float(found.group(1)) if found else math.nan
+            markdown = _markdown(facts["table"], _Plan(**facts["plan"]), dt.datetime.fromisoformat(facts["date"]),
+                                 float(load))
+        write_doc(markdown, doc)
+    except (OSError, ValueError, KeyError, TypeError, StopIteration) as exc:
         print(f"python -m bench.noise: error: {exc or type(exc).__name__}", file=sys.stderr)
         return 2
     print(f"noise table written to {doc}")
