@@ -262,7 +262,7 @@ def noise(ctx: BenchContext) -> list[Row]:
             aa = _verdicts(traces, "A2", "A", plan, rng)
             level_changes = {f"L{v}": counted[scene]["levels"][f"L{v}"][0] for v in levels}
             det = {f"L{v}": _verdicts(traces, "A", f"L{v}", plan, rng) for v in levels}
-            cond = "injected load" if loaded else "quiet"
+            cond = "injected load" if loaded else "no injected load"
             for method in METHODS[:3]:
                 rates = [(level_changes[lv], det[lv][method][0] / det[lv][method][1]) for lv in det]
                 fa, n = aa[method]
@@ -299,8 +299,9 @@ def noise(ctx: BenchContext) -> list[Row]:
 
 def _markdown(table: list[dict[str, Any]], plan: _Plan, started: dt.datetime, load0: float) -> str:
     disjoint = plan.rounds // plan.runs
-    head = (f"Measured {started:%Y-%m-%d} with `make bench-noise` (`python -m bench noise`"
-            f"{', REDUCED run' if plan.reduced else ''}): {plan.size[0]}x{plan.size[1]}, {plan.frames} "
+    how = ("a REDUCED `python -m bench noise` (bench/noise.py's sizes lowered to fit a time budget; "
+           "`make bench-noise` runs the full one)" if plan.reduced else "`make bench-noise` (`python -m bench noise`)")
+    head = (f"Measured {started:%Y-%m-%d} with {how}: {plan.size[0]}x{plan.size[1]}, {plan.frames} "
             f"measured frames (+{plan.warmup} warmup) a run, {plan.rounds} rounds per scene and condition; "
             f"{plan.comparisons} comparisons per cell, each on {plan.runs} rounds drawn at random from the "
             f"{plan.rounds} (overlapping: only {disjoint} disjoint, so a rate is an estimate, not "
@@ -308,6 +309,9 @@ def _markdown(table: list[dict[str, Any]], plan: _Plan, started: dt.datetime, lo
             f"process a side (deterministic: one comparison per process pair). Load average at the start "
             f"{load0:.1f} on {os.cpu_count()} cores. Injected load: one CPU-busy child process during the capture "
             f"of run `A` (BASE of a slowdown comparison, NEW of an A/A one) in every other round.")
+    if load0 > (os.cpu_count() or 1):
+        head += (" **The machine was overloaded** (load average above its core count, from other jobs) while this "
+                 "ran: the wall-clock rows show what a saturated shared machine does, not a quiet one.")
     if plan.reduced:
         head += (f" A full run has {FULL_ROUNDS} rounds, {FULL_FRAMES} frames a run, {FULL_COUNT_FRAMES} counted "
                  f"frames and {FULL_LEVELS} slowdown levels a scene.")
@@ -316,7 +320,8 @@ def _markdown(table: list[dict[str, Any]], plan: _Plan, started: dt.datetime, lo
              "in >= 90 % | caught per slowdown |", "|---|---|---|---|---:|---:|---|---|"]
     for e in table:
         rates = ", ".join(f"{k}: {100 * v:.0f} %" for k, v in e["rates"].items())
-        lines.append(f"| {e['scene']} | {e['condition']} | {e['method']} | {e['runs']} | {e['run_cv_pct']:.2f} % "
+        cond = "no injected load" if e["condition"] == "quiet" else e["condition"]
+        lines.append(f"| {e['scene']} | {cond} | {e['method']} | {e['runs']} | {e['run_cv_pct']:.2f} % "
                      f"| {e['aa_false']} of {e['aa_n']} | {e['smallest']} | {rates} |")
     lines += ["", DEFINITIONS]
     return "\n".join(lines)
@@ -331,7 +336,8 @@ DEFINITIONS = (
     "CV of BASE's per-run medians (raw), of its per-run normalized levels (normalized), the sd of the per-round "
     "log ratios of a round's two BASE runs (paired), the A/A difference of two processes (instructions). A "
     "slowdown (a param step) is named by its measured change in instructions per frame. Defaults: alpha 0.01, "
-    "threshold 5 % (0.5 % for instructions).")
+    "threshold 5 % (0.5 % for instructions). For instructions the smallest slowdown tried is what bounds that "
+    "column: docs/measure.md shows +0.9 % caught in every comparison.")
 
 
 def write_doc(markdown: str, doc: Path) -> None:
