@@ -14,11 +14,22 @@ frames (> 5x the loop's median) left out on both sides; the notes give the
 share left out per side.
 
 * ``overhead``: the runner, through ``harness.runner.run(RunConfig)`` with
-  ``timing="sync"``, frame starts read from the trace it wrote; the plain loop
+  ``timing="sync"`` and no reference draw (``reference_every=0``: it runs
+  between frames and would count in the frame period; ``overhead-reference``
+  measures it), frame starts read from the trace it wrote; the plain loop
   runs on its own fresh context too, after the same warmup. Per-run costs
   (context, probe, setup, checksum) are part of neither.
 * ``overhead-capture``: ``harness.capture(ctx, path)`` driving the same scene
   on the same context as the plain loop, frame starts taken in both loops.
+
+* ``overhead-reference``: the drift-normalization reference draw
+  (``--reference-every 4`` vs ``0``): the median frame wall (the draw runs
+  outside the frame span: target <= 1.02) and the frame loop's whole wall
+  (what the draws add to a run);
+* ``overhead-draws``: ``drawcalls`` at 320x180, count 1000 (its default) and
+  100, frame rate with ``--zones draws`` and ``passes`` over ``off``, per
+  timing mode (``gpu`` needs a hardware renderer: a skip row otherwise);
+  docs/timing.md quotes it.
 
 Target (zones off): frame time <= 1.02 x the plain loop (frame rate >= 0.98).
 """
@@ -103,8 +114,11 @@ def overhead_run(ctx: BenchContext) -> list[Row]:
     for name, size, frames in _scenes(ctx):
         label = f"run {name} {size[0]}x{size[1]}"
         ctx.log(label)
+        # reference_every=0: the reference draw (default every 4th frame, outside the frame span) would land in
+        # the frame period; its cost has its own bench, overhead-reference
         configs = {zones: RunConfig(scenes=(name,), frames=frames, warmup=WARMUP, size=size, zones=zones,
-                                    backend="egl", timing="sync", output=str(ctx.tmp / f"run-{zones}.katra"))
+                                    backend="egl", timing="sync", reference_every=0,
+                                    output=str(ctx.tmp / f"run-{zones}.katra"))
                    for zones in (False, True)}
         collect = _Collect()
         samples = interleave({
