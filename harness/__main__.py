@@ -1,4 +1,8 @@
-from harness.cli import main
+"""``python -m harness``: the katra3d command line (and the counted child of ``--measure instructions``)."""
+
 import sys
 
-sys.exit(main())
+from harness.cli import main
+from harness.measure import child_argv
+
+sys.exit(main(child_argv()))

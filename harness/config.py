@@ -326,7 +326,7 @@ def plan_run(config: RunConfig) -> RunPlan:
                    (int(size[0]), int(size[1])), output, shots, workload)
 
 
-def plan_argv(plan: RunPlan) -> list[str]:
+def plan_argv(plan: RunPlan, with_output: bool = True) -> list[str]:
     """``katra3d run`` arguments that reproduce ``plan`` exactly (resolved frames, size, output...).
 
     The counted child process of ``--measure instructions`` is started with them.
@@ -341,7 +341,9 @@ def plan_argv(plan: RunPlan) -> list[str]:
         argv += ["--duration", repr(plan.duration_s)]
     argv += ["--warmup", str(plan.warmup), "--size", f"{plan.size[0]}x{plan.size[1]}",
              "--samples", str(cfg.samples), "--timing", cfg.timing, "--seed", str(cfg.seed),
-             "--measure", cfg.measure, "-o", str(plan.output)]
+             "--measure", cfg.measure]
+    if with_output:
+        argv += ["-o", str(plan.output)]
     if cfg.backend is not None:
         argv += ["--backend", cfg.backend]
     if cfg.device is not None:
@@ -353,7 +355,7 @@ def plan_argv(plan: RunPlan) -> list[str]:
         argv += ["--max-draw-zones", str(cfg.max_draw_zones)]
     if cfg.reference_every is not None:
         argv += ["--reference-every", str(cfg.reference_every)]
-    if cfg.force:
+    if cfg.force and with_output:
         argv.append("--force")
     for scene, key, value in cfg.params:
         argv += ["--param", f"{scene}.{key}={value}"]

@@ -73,7 +73,7 @@ class Engine:
             self.reason = (f"--measure {self.mode}: counted under callgrind (valgrind {measure.get('valgrind', '?')}), "
                            "main thread only, single-threaded llvmpipe")
             recorded["measure"] = {"mode": self.mode, **{k: measure[k] for k in (
-                "valgrind", "command", "env", "frame_boundary", "pinned") if k in measure}}
+                "valgrind", "command", "env", "frame_boundary", "pinned", "output") if k in measure}}
             recorded.update({"timing_mode": self.mode, "timing_reason": self.reason, "primary_clock": self.mode})
             # no time-based flushes: periodic work would land in whichever frame it happened in
             writer_args["batch_ms"] = 1e9

@@ -41,9 +41,10 @@ PINNED_ENV: dict[str, str] = {
     "PYTHONHASHSEED": "0",  # str hashes, so dict/set layouts, are the same in every process
     "LP_NUM_THREADS": "0",  # llvmpipe rasterizes on the main thread (the one that is counted)
     "LP_NATIVE_VECTOR_WIDTH": "128",  # the JIT's vector width, pinned across CPUs with and without AVX
+    "MESA_SHADER_CACHE_DISABLE": "true",  # every process compiles its shaders: no cache hit in one, miss in another
 }
 
-#: Environment variable through which the child learns its dump directory and the run's facts.
+#: Environment variable naming the child's dump directory (its arguments and the run's facts are in it).
 CHILD_ENV = "KATRA3D_MEASURE_CHILD"
 
 #: How frames are delimited (recorded in the header).
@@ -138,28 +139,94 @@ def codegen_facts(gl: Mapping[str, Any], system: Mapping[str, Any], env: Mapping
     }
 
 
+#: File in the dump directory holding the child's arguments and the run's facts.
+ARGS_FILE = "args.json"
+#: Where the child writes its trace, inside the dump directory (the parent moves it into place).
+CHILD_TRACE = "trace.katra"
+
+
 def child_info() -> dict[str, Any] | None:
     """The facts the parent handed to this (counted) child process, or None outside one."""
-    raw = os.environ.get(CHILD_ENV)
-    if not raw:
+    where = os.environ.get(CHILD_ENV)
+    if not where:
         return None
     try:
-        info = json.loads(raw)
-    except ValueError:
-        raise ConfigError(f"${CHILD_ENV} is not valid JSON; it is set by katra3d for its own child") from None
+        info = json.loads((Path(where) / ARGS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise ConfigError(f"${CHILD_ENV} does not name a katra3d dump directory; it is set by katra3d for its "
+                          "own child") from None
     if not isinstance(info, dict) or "dump_dir" not in info or info.get("measure") not in COUNT_MEASURES:
         raise ConfigError(f"${CHILD_ENV} lacks dump_dir/measure; it is set by katra3d for its own child")
     return info
 
 
-def child_command(valgrind: str, dump_base: Path, argv: list[str], measure: str) -> list[str]:
-    """The valgrind command line of the counted child (``argv`` = the katra3d run arguments)."""
+def child_argv() -> list[str] | None:
+    """``katra3d run`` arguments of this counted child (read from the dump directory), or None."""
+    info = child_info()
+    return None if info is None else [str(a) for a in info["argv"]]
+
+
+def child_command(valgrind: str, dump_base: Path, measure: str) -> list[str]:
+    """The valgrind command line of the counted child; its arguments are in the dump directory's args.json."""
     cmd = [valgrind, "--tool=callgrind", "-q", "--dump-before=getppid", "--separate-threads=yes",
-           "--dump-instr=no", "--dump-line=yes",
-           f"--callgrind-out-file={dump_base}"]
+           "--dump-instr=no", "--dump-line=yes", f"--callgrind-out-file={dump_base}"]
     if measure == "cycles":
         cmd.append("--cache-sim=yes")
-    return [*cmd, sys.executable, "-m", "harness", "run", *argv]
+    return [*cmd, sys.executable, "-m", "harness"]
+
+
+def child_env(dump_dir: Path, extra_pythonpath: str | None = None) -> dict[str, str]:
+    """The counted child's whole environment: fixed apart from the rendering variables the user set.
+
+    The lengths of the environment, the arguments and the working directory shift the
+    process's stack and heap, and with them llvmpipe's and Python's instruction counts
+    (measured: a longer -o name or --note moved a triangle frame by 0.4-0.6 %). So the
+    child gets a fixed PATH and locale, the pinned variables, the rendering variables
+    (LIBGL_*, MESA_*, GALLIUM_*, LP_*, EGL_*, __GL*, PYOPENGL_*, KATRA3D_*) and nothing else;
+    it runs in the dump directory, whose name has a fixed length, and reads its arguments
+    from a file there.
+    """
+    from harness.probe import render_env
+
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+    env.update(render_env())
+    env.update(PINNED_ENV)
+    if extra_pythonpath:
+        env["PYTHONPATH"] = extra_pythonpath
+    env[CHILD_ENV] = str(dump_dir)
+    return env
+
+
+def _absolute_argv(argv: list[str]) -> tuple[list[str], bool]:
+    """``argv`` with file scene specs and --screenshot made absolute (the child runs elsewhere);
+    also whether a ``package.module:Class`` spec needs the current directory on the import path."""
+    from scenes.registry import builtin_scenes
+
+    out: list[str] = []
+    needs_cwd = False
+    builtins = set(builtin_scenes())
+    value_options = {"--suite", "--frames", "--duration", "--warmup", "--size", "--samples", "--backend", "--device",
+                     "--timing", "--seed", "--measure", "-o", "--output", "--param", "--note", "--screenshot",
+                     "--reference-every", "--zones", "--max-draw-zones"}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in value_options and i + 1 < len(argv):
+            value = argv[i + 1]
+            if arg == "--screenshot":
+                value = os.path.abspath(value)
+            out += [arg, value]
+            i += 2
+            continue
+        if not arg.startswith("-") and arg not in builtins and ":" in arg:
+            left, _, cls = arg.rpartition(":")
+            if left.endswith(".py") or os.sep in left:
+                arg = f"{os.path.abspath(left)}:{cls}"
+            else:
+                needs_cwd = True
+        out.append(arg)
+        i += 1
+    return out, needs_cwd
 
 
 @contextlib.contextmanager
@@ -183,35 +250,64 @@ def _forward_signals(proc: subprocess.Popen[bytes]) -> Iterator[None]:
             signal.signal(stopped, handler if handler is not None else signal.SIG_DFL)
 
 
-def run_child(argv: list[str], measure: str, *, quiet: bool) -> int:
-    """Run ``katra3d run ARGV`` counted under callgrind; returns the child's exit code.
+def run_counted(argv: list[str], measure: str, output: Path, *, force: bool, quiet: bool) -> int:
+    """Run ``katra3d run ARGV`` counted under callgrind, and move its trace to ``output``.
 
-    The dump directory is created here and removed afterwards, whatever the
-    child did (finished, failed, was interrupted or killed).
+    ``output`` is claimed here first (``<output>.part``, as any capture does), so no
+    other run can take it. The child writes into the dump directory; its trace is moved
+    into place when it ends (complete, aborted or interrupted). If the child was killed,
+    its readable prefix stays as ``<output>.part``. The dump directory is removed
+    whatever happens. Returns the child's exit code.
     """
+    from katra_trace import claim as claim_mod
+
     valgrind, version = find_valgrind()
+    target = claim_mod.claim(output, force)
+    published = False
     dump_dir = Path(tempfile.mkdtemp(prefix="katra3d-callgrind-"))
     try:
         dump_base = dump_dir / "cg.out"
-        cmd = child_command(valgrind, dump_base, argv, measure)
+        child_args, needs_cwd = _absolute_argv(argv)
+        trace = dump_dir / CHILD_TRACE
+        cmd = child_command(valgrind, dump_base, measure)
+        env = child_env(dump_dir, os.getcwd() if needs_cwd else None)
         info = {"measure": measure, "dump_dir": str(dump_dir), "dump_base": str(dump_base), "valgrind": version,
-                "command": cmd, "env": dict(PINNED_ENV), "frame_boundary": FRAME_BOUNDARY,
-                "pinned": {"LP_NATIVE_VECTOR_WIDTH": PINNED_ENV["LP_NATIVE_VECTOR_WIDTH"]}}
-        env = {**os.environ, **PINNED_ENV, CHILD_ENV: json.dumps(info)}
+                "argv": ["run", *child_args, "-o", str(trace)] + (["--quiet"] if quiet else []),
+                "output": str(output), "command": cmd, "env": dict(PINNED_ENV), "frame_boundary": FRAME_BOUNDARY,
+                "pinned": {k: PINNED_ENV[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")}}
+        (dump_dir / ARGS_FILE).write_text(json.dumps(info), encoding="utf-8")
         try:
-            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+            proc = subprocess.Popen(cmd, env=env, cwd=dump_dir, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL if quiet else None, start_new_session=True)
         except OSError as exc:
             raise ToolUnavailable(f"cannot start valgrind: {exc}") from None
         with _forward_signals(proc):
             try:
-                return proc.wait()
+                code = proc.wait()
             finally:
                 if proc.poll() is None:  # this process is being torn down: do not leave the child behind
                     proc.kill()
                     proc.wait()
+        finished = trace if trace.is_file() else None
+        partial = trace.with_name(trace.name + ".part")
+        source = finished or (partial if partial.is_file() else None)
+        if source is not None:
+            with open(source, "rb") as src, os.fdopen(os.dup(target.fd), "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            if finished is not None:
+                published = claim_mod.publish(target, empty_failure=False) or True
+            else:
+                published = True  # the killed child's prefix stays in <output>.part for the user
+                print(f"katra3d: the counted run was killed; the frames it recorded are in '{target.part_path}'",
+                      file=sys.stderr)
+        return code
     finally:
         shutil.rmtree(dump_dir, ignore_errors=True)
+        if not published:
+            claim_mod.discard(target)
+        else:
+            with contextlib.suppress(OSError):
+                os.close(target.fd)
 
 
 __all__ = [
@@ -223,9 +319,11 @@ __all__ = [
     "ToolUnavailable",
     "check_config",
     "check_renderer",
+    "child_argv",
     "child_command",
+    "child_env",
     "child_info",
     "codegen_facts",
     "find_valgrind",
-    "run_child",
+    "run_counted",
 ]

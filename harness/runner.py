@@ -128,8 +128,8 @@ def _run_counted(plan: RunPlan, *, quiet: bool) -> RunResult:
     with backends.open_session(cfg.backend, device=cfg.device, size=(16, 16)) as session:
         measure.check_renderer(cfg.measure, probe.gl_info(session.ctx))
     plan.output.parent.mkdir(parents=True, exist_ok=True)
-    argv = plan_argv(plan) + (["--quiet"] if quiet else [])
-    code = measure.run_child(argv, cfg.measure, quiet=quiet)
+    code = measure.run_counted(plan_argv(plan, with_output=False), cfg.measure, plan.output, force=cfg.force,
+                               quiet=quiet)
     if code in (2, 3):
         raise _ChildFailed(code, "the counted run under valgrind failed (its error is above)")
     if not plan.output.is_file():
