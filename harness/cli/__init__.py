@@ -50,8 +50,9 @@ class KatraArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         words = self.prog.split()
-        where = f"{words[-1]}: " if len(words) > 1 else ""
-        helper = f"katra3d {words[-1]} --help" if len(words) > 1 else "katra3d --help"
+        command = " ".join(words[1:])  # "history add" for a nested command
+        where = f"{command}: " if command else ""
+        helper = f"katra3d {command} --help" if command else "katra3d --help"
         print(f"katra3d: error: {where}{message} (see '{helper}')", file=sys.stderr)
         sys.exit(2)
 
