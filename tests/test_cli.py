@@ -26,3 +26,17 @@ def test_version(katra_cli) -> None:  # noqa: ANN001
 
     r = katra_cli("--version")
     assert r.returncode == 0 and r.stdout.strip() == f"katra3d {__version__}"
+
+
+def test_unknown_option_points_at_the_subcommands_help() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    katra3d = str(Path(sys.executable).with_name("katra3d"))
+    for args, helper in ((["run", "--bogus"], "katra3d run --help"),
+                         (["history", "show", "--bogus"], "katra3d history show --help")):
+        res = subprocess.run([katra3d, *args], capture_output=True, text=True, check=False)
+        assert res.returncode == 2
+        assert res.stderr.strip().splitlines() == [
+            f"katra3d: error: {' '.join(args[:-1])}: unrecognized arguments: --bogus (see '{helper}')"]

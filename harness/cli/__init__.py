@@ -68,7 +68,18 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMANDS:
         module = importlib.import_module(f"harness.cli.{name}")
         module.register(sub)
+    _remember_parsers(parser)
     return parser
+
+
+def _remember_parsers(parser: argparse.ArgumentParser) -> None:
+    """Give every (sub)command's parser a default ``_katra_parser`` naming itself, so that an unknown
+    option is reported by the command it was given to (and points at that command's help)."""
+    parser.set_defaults(_katra_parser=parser)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _remember_parsers(child)
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
@@ -87,7 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("katra3d: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        getattr(args, "_katra_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
