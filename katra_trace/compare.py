@@ -39,8 +39,8 @@ from katra_trace.match import (
     resolve_metric,
     scene_params,
 )
-from katra_trace.schema import REFERENCE_NAME, Clock
-from katra_trace.stats import reference_durations, scene_durations, zone_frame_totals
+from katra_trace.schema import REFERENCE_NAME, Clock, Kind
+from katra_trace.stats import reference_durations, scene_durations, scene_labels, zone_frame_totals
 
 
 def _label(trace: Any, side: str, index: int) -> str:
@@ -166,7 +166,45 @@ def compare_traces(
     zones: tuple[SceneComparison, ...] = ()
     if count:
         zones = _zone_rows(result, sides, chosen)
+    notes.extend(_draw_set_notes(sides))
     return dataclasses.replace(result, notes=tuple(notes), zones=zones)
+
+
+def _draw_names(trace: Any) -> dict[str, set[str]]:
+    """``{scene: {draw zone name}}`` of a trace captured with ``--zones draws`` (names ``pass/label#k``)."""
+    labels = scene_labels(trace.events, list(trace.strings))
+    ev = trace.events
+    draws = ev[(ev["kind"] == Kind.ZONE) & (ev["depth"] >= 2) & (ev["flags"] == 0)]
+    out: dict[str, set[str]] = {}
+    for sid in np.unique(draws["scene"]):
+        names = {trace.name(int(n)) for n in np.unique(draws[draws["scene"] == sid]["name"])}
+        names = {n for n in names if "#" in n and "/" in n}
+        if names:
+            out.setdefault(labels.get(int(sid), trace.name(int(sid))), set()).update(names)
+    return out
+
+
+def _draw_set_notes(sides: Mapping[str, Sequence[Any]]) -> list[str]:
+    """Notes for scenes whose draws differ between BASE and NEW: draws are paired by name, never by position."""
+    names = {side: [_draw_names(t) for t in traces] for side, traces in sides.items()}
+    merged: dict[str, dict[str, set[str]]] = {}
+    for side, per_trace in names.items():
+        for run in per_trace:
+            for scene, draws in run.items():
+                merged.setdefault(scene, {}).setdefault(side, set()).update(draws)
+    notes = []
+    for scene, per_side in sorted(merged.items()):
+        base, new = per_side.get("base", set()), per_side.get("new", set())
+        if not base or not new or base == new:
+            continue
+        only_new, only_base = sorted(new - base), sorted(base - new)
+        detail = "; ".join(part for part in (
+            f"only in NEW: {', '.join(only_new[:5])}{' ...' if len(only_new) > 5 else ''}" if only_new else "",
+            f"only in BASE: {', '.join(only_base[:5])}{' ...' if len(only_base) > 5 else ''}" if only_base else "",
+        ) if part)
+        notes.append(f"{scene}: the draw calls differ ({len(base)} draws in BASE, {len(new)} in NEW; {detail}); "
+                     "draws are compared by name, and a draw on one side only is not compared")
+    return notes
 
 
 def _zone_rows(result: Comparison, sides: Mapping[str, Sequence[Any]], metric: str) -> tuple[SceneComparison, ...]:

@@ -152,3 +152,16 @@ def test_a_scene_failing_mid_frame_leaves_moderngl_unpatched(tmp_path: Path) -> 
                       output=str(tmp_path / "b.katra")), quiet=True)
     assert _originals() == before
     assert open_trace(tmp_path / "b.katra").status == "aborted"
+
+
+def test_compare_says_when_the_draws_differ(tmp_path: Path) -> None:
+    for name, count in (("a", 20), ("b", 22)):
+        res = subprocess.run([KATRA3D, "run", "drawcalls", "--param", f"drawcalls.count={count}", "--zones", "draws",
+                              "--frames", "5", "--size", "16x16", "--quiet", "-o", str(tmp_path / f"{name}.katra")],
+                             capture_output=True, text=True, check=False)
+        assert res.returncode == 0, res.stderr
+    res = subprocess.run([KATRA3D, "compare", str(tmp_path / "a.katra"), str(tmp_path / "b.katra"),
+                          "--allow-param-mismatch"], capture_output=True, text=True, check=False)
+    assert res.returncode in (0, 1), res.stderr
+    assert "the draw calls differ (21 draws in BASE, 23 in NEW; only in NEW: draws/draw(in_normal,in_pos)#21" \
+        in res.stdout
