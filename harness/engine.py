@@ -273,7 +273,7 @@ class Engine:
                                   "reason": str(exc), "params": dict(params)})
             _release_quietly(scene)
             progress.line(f"[{index}/{total}] {label}: skipped: {exc}")
-            return SceneResult(label, "skipped", reason=str(exc))
+            return SceneResult(label, "skipped", reason=str(exc), params=dict(params))
         except KatraError:
             _release_quietly(scene)
             raise
@@ -284,7 +284,7 @@ class Engine:
         setup_ms = (t1 - t0) / 1e6
         self.marker("setup", int(Flag.SETUP), t0, t1)
         key = seed_key(seed, label)
-        result = SceneResult(label, "ok", setup_ms=setup_ms, clock=self.primary_clock)
+        result = SceneResult(label, "ok", setup_ms=setup_ms, clock=self.primary_clock, params=dict(params))
         render = scene.render
         harness_fbo = getattr(ctx, "fbo", None) if bind is not None else None
 

@@ -21,6 +21,7 @@ class SceneResult:
     checksum: str = ""
     reason: str = ""
     pixels: Any = None
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def row(self) -> dict[str, Any]:
         s = self.stats or {}
@@ -43,6 +44,14 @@ class RunResult:
     timing_reason: str
     scenes: list[SceneResult]
     signal_name: str = ""
+    size: tuple[int, int] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """What ``katra3d run --json`` prints: the trace, the run's status and mode, a row per scene."""
+        return {"trace": str(self.path), "status": self.status, "timing_mode": self.timing_mode,
+                "timing_reason": self.timing_reason, "size": list(self.size) if self.size else None,
+                "signal": self.signal_name or None,
+                "scenes": [{**r.row(), "params": dict(r.params), "reason": r.reason or None} for r in self.scenes]}
 
 
 class Progress(Protocol):

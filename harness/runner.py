@@ -106,7 +106,7 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
                 if stop.set:
                     progress.line(f"stopped by {stop.signal_name}: trace finished as interrupted")
                 engine.finish(status, {"scenes": [r.row() for r in results]})
-        return RunResult(plan.output, status, engine.mode, engine.reason, results, stop.signal_name)
+        return RunResult(plan.output, status, engine.mode, engine.reason, results, stop.signal_name, size=plan.size)
     finally:
         session.close()
 
@@ -145,8 +145,12 @@ def _run_counted(plan: RunPlan, *, quiet: bool) -> RunResult:
     if code != 0 and status == "complete":
         raise _ChildFailed(2, f"the counted run under valgrind ended with exit code {code}")
     signal_name = "SIGINT" if status == "interrupted" else ""
+    params = {e.label: dict(e.params) for e in plan.entries}
+    for r in results:
+        r.params = params.get(r.label, {})
     return RunResult(plan.output, status, cfg.measure, str(trace.header.get("capture_options", {})
-                                                           .get("timing_reason", "")), results, signal_name)
+                                                           .get("timing_reason", "")), results, signal_name,
+                     size=plan.size)
 
 
 class _ChildFailed(KatraError):

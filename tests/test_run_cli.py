@@ -259,3 +259,33 @@ def test_scene_failure_aborts_and_keeps_the_partial_trace(katra_cli: Any, tmp_pa
     trace = open_trace(tmp_path / "b.katra")
     assert trace.summary["status"] == "aborted"
     assert len(_frames(trace.events, Clock.WALL, warmup=False)) == 2
+
+
+def test_small_gaps_run_json_stats_dir_compare_csv_info_warmup(katra_cli: Any, tmp_path: Path) -> None:
+    """Issue 10 item 3: run --json, stats over a directory, compare --format csv, one number format,
+    no FPS for zones, info counts warmup frames."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for i in (1, 2):
+        res = katra_cli("run", "triangle", "fillrate", "--frames", "6", "--warmup", "2", "--size", "16x16",
+                        "--zones", "--quiet", "--json", "-o", f"runs/r{i}.katra")
+        assert res.returncode == 0, res.stderr
+        report = json.loads(res.stdout)
+        assert report["size"] == [16, 16] and report["status"] == "complete"
+        assert [s["scene"] for s in report["scenes"]] == ["triangle", "fillrate"]
+        assert report["scenes"][1]["params"]["layers"] == 8
+    stats = katra_cli("stats", "runs", "--zones", "--format", "markdown")
+    assert stats.returncode == 0, stats.stderr
+    assert "r1.katra" in stats.stdout and "r2.katra" in stats.stdout
+    assert "e+" not in stats.stdout  # no exponent notation anywhere
+    for line in stats.stdout.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) > 3 and cells[1] not in ("(frame)", "zone", "---"):
+            assert cells[-1] == "" and cells[-4] == "", line  # stutter and FPS columns empty for zones
+    csv_out = katra_cli("compare", "runs/r1.katra", "runs/r2.katra", "--format", "csv")
+    assert csv_out.returncode == 0, csv_out.stderr
+    header = csv_out.stdout.splitlines()[0].split(",")
+    assert header[:2] == ["scene", "verdict"] and header[-1] == "why"
+    info = katra_cli("info", "runs/r1.katra", "--json")
+    counts = json.loads(info.stdout)["counts"]
+    assert counts["warmup_frames"] == 4 and counts["warmup_events"] > counts["warmup_frames"]

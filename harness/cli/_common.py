@@ -34,14 +34,22 @@ def print_json(obj: Any) -> None:
 
 
 def fmt_value(value: Any) -> str:
-    """A stat value for a table cell: ints as is, floats to 4 significant digits, None as '-'."""
+    """A stat value for a table cell: ints as is, floats to 4 significant digits (no exponent), None as '-'."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     if isinstance(value, bool) or isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) < 1e5 else f"{value:.0f}"
+        return fmt_float(value)
     return str(value)
+
+
+def fmt_float(value: float, digits: int = 4) -> str:
+    """``digits`` significant digits in plain notation, never an exponent: 17390, 12.35, 0.008483."""
+    if value == 0 or not math.isfinite(value):
+        return "0" if value == 0 else str(value)
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"
 
 
 def emit_table(columns: Sequence[str], rows: Sequence[Sequence[str]], fmt: str, title: str = "") -> None:

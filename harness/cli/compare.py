@@ -49,7 +49,7 @@ def add_compare_options(p: argparse.ArgumentParser) -> None:
                    help="compare instruction or cycle counts even when the code generator differs (CPU model "
                         "or flags, Mesa, LLVM, vector width; noted in the output)")
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)  # kept for old scripts: no effect
-    p.add_argument("--format", choices=("table", "markdown", "json"), default="table",
+    p.add_argument("--format", choices=("table", "markdown", "csv", "json"), default="table",
                    help="output format (default: table)")
 
 
@@ -149,7 +149,7 @@ def _count_row(s: Any) -> list[str]:
 
 
 def print_comparison(result: Any, fmt: str, base: str, new: str) -> None:
-    """Print a :class:`katra_trace.decide.Comparison` in ``fmt`` (table, markdown or json)."""
+    """Print a :class:`katra_trace.decide.Comparison` in ``fmt`` (table, markdown, csv or json)."""
     if fmt == "json":
         print_json(dict(result.as_dict(), base=base, new=new))
         return
@@ -184,6 +184,11 @@ def print_comparison(result: Any, fmt: str, base: str, new: str) -> None:
     how = "paired rounds, " if result.paired else ""
     title = (f"katra3d compare ({result.metric or 'no'} {'count' if count else 'clock'}, {how}threshold "
              f"{result.threshold_pct:g}%, alpha {result.alpha:g}): {summary}")
+    if fmt == "csv":  # one row per scene (and zone), the reason as a column; notes go to stderr
+        emit_table(columns, rows, fmt)
+        for note in result.notes:
+            print(f"katra3d: note: {note}", file=sys.stderr)
+        return
     if fmt == "markdown":
         sys.stdout.write(f"**BASE** `{base}` vs **NEW** `{new}`\n\n")
         emit_table(columns, rows, fmt, title=title)

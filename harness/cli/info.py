@@ -29,7 +29,7 @@ def _enum_name(enum: type[Kind] | type[Clock], value: int, prefix: str) -> str:
 
 
 def event_counts(trace: Trace) -> dict[str, Any]:
-    """Counts by kind and clock, warmup events, and scenes seen."""
+    """Counts by kind and clock, warmup events and frames, and scenes seen."""
     ev = trace.events
     kinds, kind_n = np.unique(ev["kind"], return_counts=True)
     clocks, clock_n = np.unique(ev["clock"], return_counts=True)
@@ -39,7 +39,10 @@ def event_counts(trace: Trace) -> dict[str, Any]:
     return {
         "by_kind": by_kind,
         "by_clock": by_clock,
-        "warmup": int(((ev["flags"] & Flag.WARMUP) != 0).sum()),
+        "warmup_events": int(((ev["flags"] & Flag.WARMUP) != 0).sum()),
+        # frames, not events: one warmup frame is an event per clock (and zone)
+        "warmup_frames": int(len({(int(e["scene"]), int(e["frame"])) for e in
+                                  ev[(ev["kind"] == Kind.FRAME) & ((ev["flags"] & Flag.WARMUP) != 0)]})),
         "scenes": scenes,
     }
 
@@ -67,6 +70,10 @@ def _fmt_value(v: Any) -> str:
         return ", ".join(f"{k}={_fmt_value(x)}" for k, x in v.items()) or "-"
     if isinstance(v, (list, tuple)):
         return ", ".join(_fmt_value(x) for x in v) or "-"
+    if isinstance(v, float):
+        from harness.cli._common import fmt_float
+
+        return fmt_float(v)
     return "-" if v is None or v == "" else str(v)
 
 
@@ -112,7 +119,7 @@ def render_text(trace: Trace) -> str:
         f"started   {started}  pid {h.get('pid', '?')}",
         f"status    {s.get('status', '?')}" + ("  (summary rebuilt by scanning)" if trace.summary_rebuilt else ""),
         f"events    {n}  ({_fmt_value(counts['by_kind'])}; clocks: {_fmt_value(counts['by_clock'])}; "
-        f"warmup {counts['warmup']})",
+        f"warmup frames {counts['warmup_frames']})",
         f"scenes    {', '.join(counts['scenes']) or '-'}",
         f"size      {trace.size} bytes" + (f", {trace.size / n:.1f} bytes/event" if n else ""),
     ]

@@ -69,11 +69,12 @@ def format_table(result: RunResult) -> str:
 
     counts = result.timing_mode in ("instructions", "cycles")
     what = f"measure {result.timing_mode}" if counts else f"timing {result.timing_mode}"
-    table = Table(title=f"katra3d run ({result.status}; {what})", title_justify="left")
-    columns = (("scene", "frames", f"median {result.timing_mode}/frame", "min", "max", "spread %", "clock") if counts
-               else ("scene", "frames", "median ms", "p99 ms", "avg FPS", "1% low FPS", "clock"))
+    size = f"; {result.size[0]}x{result.size[1]}" if result.size else ""
+    table = Table(title=f"katra3d run ({result.status}; {what}{size})", title_justify="left")
+    columns = (("scene", "frames", f"median {result.timing_mode}/frame", "min", "max", "spread %", "clock", "params")
+               if counts else ("scene", "frames", "median ms", "p99 ms", "avg FPS", "1% low FPS", "clock", "params"))
     for col in columns:
-        table.add_column(col, justify="left" if col in ("scene", "clock") else "right")
+        table.add_column(col, justify="left" if col in ("scene", "clock", "params") else "right")
 
     def f(value: Any, digits: int) -> str:
         return "-" if value is None else f"{value:.{digits}f}"
@@ -84,16 +85,17 @@ def format_table(result: RunResult) -> str:
     for r in result.scenes:
         s = r.stats or {}
         if r.status == "skipped":
-            table.add_row(_printable(r.label), "skipped", "-", "-", "-", "-", _printable(r.reason[:60]))
+            table.add_row(_printable(r.label), "skipped", "-", "-", "-", "-", "", _printable(r.reason[:60]))
             continue
         label = _printable(r.label) + (" (interrupted)" if r.status == "interrupted" else "")
+        params = _printable(" ".join(f"{k}={v}" for k, v in r.params.items()))
         if counts:
             table.add_row(label, str(r.frames), n(s.get("median")), n(s.get("min")), n(s.get("max")),
-                          f(s.get("spread_pct"), 3), r.clock)
+                          f(s.get("spread_pct"), 3), r.clock, params)
         else:
             table.add_row(label, str(r.frames), f(s.get("median_ms"), 3), f(s.get("p99_ms"), 3),
-                          f(s.get("fps_avg"), 1), f(s.get("fps_low_1pct"), 1), r.clock)
-    console = Console(width=120, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+                          f(s.get("fps_avg"), 1), f(s.get("fps_low_1pct"), 1), r.clock, params)
+    console = Console(width=160, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
     console.print(table)
     text: str = console.export_text()
     console.file.close()

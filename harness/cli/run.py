@@ -56,6 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--force", action="store_true",
                    help="replace an existing output file (only once the new capture has recorded something)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--json", action="store_true", help="print the end table as one JSON object instead")
     p.set_defaults(func=run)
 
 
@@ -98,7 +99,12 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_run(config)
     progress = Progress(len(plan.entries), quiet=args.quiet)
     result = runner.run(config, plan=plan, progress=progress)
-    print(format_table(result))
+    if args.json:
+        from harness.cli._common import print_json
+
+        print_json(result.as_dict())
+    else:
+        print(format_table(result))
     if result.status == "interrupted":
         try:
             signum = signal.Signals[result.signal_name]

@@ -26,14 +26,34 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        description="Frame-time statistics per scene and clock (cpu, wall, gpu; instructions and "
                                    "cycles in counts, not ms), and per zone with --zones. Warmup and setup are "
                                    "excluded. See docs/stats.md.")
-    p.add_argument("trace", metavar="TRACE", help="a .katra trace file")
+    p.add_argument("trace", metavar="TRACE", help="a .katra trace file, or a directory of traces (one per run: "
+                   "each run's statistics, with a run column)")
     p.add_argument("--zones", action="store_true", help="also list per-zone statistics")
     p.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table",
                    help="output format (default: table)")
     p.set_defaults(func=run)
 
 
+#: Rate columns that mean nothing for a zone (a zone is not a frame: "zone FPS" is not a thing).
+FRAME_ONLY_STATS = frozenset({"fps_avg", "fps_low_1pct", "fps_low_1pct_integral", "fps_low_0_1pct",
+                              "fps_low_0_1pct_integral", "stutter_pct"})
+
+
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    if Path(args.trace).is_dir():
+        from harness.cli.compare import trace_paths
+
+        paths = trace_paths(args.trace)
+        code = 0
+        for path in paths:
+            code = max(code, _one(argparse.Namespace(**{**vars(args), "trace": str(path)}), run_label=path.name))
+        return code
+    return _one(args)
+
+
+def _one(args: argparse.Namespace, run_label: str = "") -> int:
     from katra_trace.stats import flatten, trace_stats
 
     trace = load_trace_quietly(args.trace)
@@ -65,9 +85,9 @@ def run(args: argparse.Namespace) -> int:
         rows = []
         for scene, zone, clock, v in group:
             lead = [scene, zone or "(frame)", clock] if args.zones else [scene, clock]
-            rows.append([*lead, *(_cell(v.get(k), unit) for k in stats)])
+            rows.append([*lead, *("" if zone and k in FRAME_ONLY_STATS else _cell(v.get(k), unit) for k in stats)])
         what = "frame times" if unit == "ms" else f"{unit} per frame"
-        emit_table(columns, rows, args.format, title=f"{trace.path.name}: {what} (warmup excluded)")
+        emit_table(columns, rows, args.format, title=f"{run_label or trace.path.name}: {what} (warmup excluded)")
     return 0
 
 
