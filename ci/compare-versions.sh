@@ -1,41 +1,51 @@
 #!/usr/bin/env bash
 # Compare two git revisions of your project on this machine, interleaved (A B A B ...).
 #
-#   ci/compare-versions.sh [-r ROUNDS] [-o DIR] [-c CMD] BASE_REF NEW_REF [-- COMPARE_OPTIONS...]
+#   ci/compare-versions.sh [-m MEASURE] [-r ROUNDS] [-o DIR] [-c CMD] BASE_REF NEW_REF
+#                          [-- COMPARE_OPTIONS...]
 #
 # Checks out BASE_REF and NEW_REF as git worktrees of the repository you are in, then runs
 # `katra3d ab`: CMD is run alternately in each worktree (cwd = the worktree, which is also
 # put first on PYTHONPATH, so scenes and code of that revision are used), ROUNDS times each,
 # and the pooled traces are compared with the run as the unit of evidence.
 #
-#   -r ROUNDS  rounds (default: 7: enough for an exact rank test across the 12 scenes of the
-#              `ci` suite at alpha 0.01 after Holm; one scene needs 5)
+#   -m WHAT    (or --measure WHAT) time (default), instructions, cycles, or auto (instructions
+#              when valgrind is on PATH, else time). Counts are deterministic (docs/measure.md):
+#              one round suffices, the default command captures with --measure WHAT
+#              --frames 10, and the comparison uses --metric WHAT. A -c command must capture
+#              with --measure WHAT itself.
+#   -r ROUNDS  rounds (default: 1 for counts; 7 for time: enough for an exact rank test across
+#              the 12 scenes of the `ci` suite at alpha 0.01 after Holm; one scene needs 5)
 #   -o DIR     traces go to DIR/base and DIR/new (default: katra3d-versions-<time>)
 #   -c CMD     capture command; {out} is replaced by the trace path
-#              (default: katra3d run --suite ci --quiet -o {out})
+#              (default: katra3d run --suite ci --quiet -o {out}, plus --measure for counts)
 #   after --   options for `katra3d compare` (--threshold, --alpha, --metric, --format ...)
 #
 # Environment: KATRA3D (the katra3d command, default: katra3d on PATH).
-# Exit codes as `katra3d compare`: 0 no regression, 1 regression, 2 bad input / nothing comparable.
+# Exit codes as `katra3d compare`: 0 no regression, 1 regression, 2 bad input / nothing
+# comparable; 3 when -m instructions or cycles finds no valgrind.
 set -euo pipefail
 
-rounds=7
+rounds=""
 out=""
+measure="time"
 katra="${KATRA3D:-katra3d}"
-cmd="$katra run --suite ci --quiet -o {out}"
+cmd=""
 while [ $# -gt 0 ]; do
     case "$1" in
+        -m|--measure) measure="$2"; shift 2 ;;
+        --measure=*) measure="${1#--measure=}"; shift ;;
         -r) rounds="$2"; shift 2 ;;
         -o) out="$2"; shift 2 ;;
         -c) cmd="$2"; shift 2 ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         --) echo "ci/compare-versions.sh: give BASE_REF and NEW_REF before --" >&2; exit 2 ;;
         -*) echo "ci/compare-versions.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
         *) break ;;
     esac
 done
 if [ $# -lt 2 ]; then
-    echo "usage: ci/compare-versions.sh [-r ROUNDS] [-o DIR] [-c CMD] BASE_REF NEW_REF [-- COMPARE_OPTIONS...]" >&2
+    echo "usage: ci/compare-versions.sh [-m MEASURE] [-r ROUNDS] [-o DIR] [-c CMD] BASE_REF NEW_REF [-- COMPARE_OPTIONS...]" >&2
     exit 2
 fi
 base_ref="$1"; new_ref="$2"; shift 2
@@ -43,6 +53,26 @@ if [ $# -gt 0 ]; then
     [ "$1" = "--" ] || { echo "ci/compare-versions.sh: unexpected argument '$1'" >&2; exit 2; }
     shift
 fi
+case "$measure" in
+    auto) if command -v valgrind >/dev/null 2>&1; then measure=instructions; else measure=time; fi ;;
+    instructions|cycles|time) ;;
+    *) echo "ci/compare-versions.sh: -m takes time, instructions, cycles or auto, got '$measure'" >&2; exit 2 ;;
+esac
+compare_opts=("$@")
+if [ "$measure" = time ]; then
+    rounds="${rounds:-7}"
+    [ -n "$cmd" ] || cmd="$katra run --suite ci --quiet -o {out}"
+else
+    if ! command -v valgrind >/dev/null 2>&1; then
+        echo "ci/compare-versions.sh: -m $measure runs the captures under valgrind, which is not on PATH;" \
+             "install it: sudo apt-get install -y valgrind" >&2
+        exit 3
+    fi
+    rounds="${rounds:-1}"  # a count is deterministic: one round is evidence
+    [ -n "$cmd" ] || cmd="$katra run --suite ci --quiet --measure $measure --frames 10 -o {out}"
+    compare_opts=(--metric "$measure" "${compare_opts[@]}")  # a later --metric of the caller wins
+fi
+case "$rounds" in ''|*[!0-9]*|0) echo "ci/compare-versions.sh: -r needs a whole number >= 1, got '$rounds'" >&2; exit 2 ;; esac
 case "$cmd" in *"{out}"*) ;; *) echo "ci/compare-versions.sh: -c command must contain {out}" >&2; exit 2 ;; esac
 
 top="$(git rev-parse --show-toplevel 2>/dev/null)" || {
@@ -67,10 +97,10 @@ side_cmd() {  # the capture command run inside worktree $1
     printf 'cd %q && PYTHONPATH=%q${PYTHONPATH:+:$PYTHONPATH} %s' "$1" "$1" "$cmd"
 }
 echo "ci/compare-versions.sh: BASE $base_ref ($(git -C "$top" rev-parse --short "$base_ref^{commit}")) vs" \
-     "NEW $new_ref ($(git -C "$top" rev-parse --short "$new_ref^{commit}")), $rounds rounds" >&2
+     "NEW $new_ref ($(git -C "$top" rev-parse --short "$new_ref^{commit}")), $rounds rounds, $measure" >&2
 set +e
 # shellcheck disable=SC2086  # KATRA3D may hold a command with arguments
-$katra ab --base "$(side_cmd "$work/base")" --new "$(side_cmd "$work/new")" --rounds "$rounds" -o "$out" "$@"
+$katra ab --base "$(side_cmd "$work/base")" --new "$(side_cmd "$work/new")" --rounds "$rounds" -o "$out" "${compare_opts[@]}"
 rc=$?
 set -e
 echo "ci/compare-versions.sh: traces in $out (exit $rc)" >&2
