@@ -38,7 +38,7 @@ while [ $# -gt 0 ]; do
         -r) rounds="$2"; shift 2 ;;
         -o) out="$2"; shift 2 ;;
         -c) cmd="$2"; shift 2 ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
         --) echo "ci/compare-versions.sh: give BASE_REF and NEW_REF before --" >&2; exit 2 ;;
         -*) echo "ci/compare-versions.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
         *) break ;;
