@@ -59,7 +59,8 @@ class Engine:
                  options: Mapping[str, Any], workload: str, timing: str = "auto", zones: bool | str = False,
                  notes: str = "", writer: Any = None, stop: StopFlag | None = None,
                  gl_error_check: bool = True, measure: Mapping[str, Any] | None = None,
-                 reference_every: int = 0, overwrite: bool = False, max_draw_zones: int | None = None) -> None:
+                 reference_every: int = 0, overwrite: bool = False, max_draw_zones: int | None = None,
+                 codec: str | None = None) -> None:
         from katra_trace.writer import TraceWriter
 
         self.ctx = ctx
@@ -67,7 +68,7 @@ class Engine:
         timed_zones = self.zones != "off"
         self.counting = measure is not None
         recorded = dict(options)
-        writer_args: dict[str, Any] = {}
+        writer_args: dict[str, Any] = {} if codec is None else {"codec": codec}
         if measure is not None:
             self.mode = str(measure["measure"])
             self.reason = (f"--measure {self.mode}: counted under callgrind (valgrind {measure.get('valgrind', '?')}), "
@@ -331,9 +332,11 @@ class Engine:
                     write_png(screenshot, pixels)
                     annotation["screenshot"] = str(screenshot)
             self.buffer.flush()
-            if self.counting:
-                self.writer.flush()  # encode and write now, between scenes, not during the next frames
             self.writer.annotate(annotation)
+            if self.counting:
+                # encode and write everything now, between scenes: the writer thread must be idle while
+                # the next scene's frames are counted (taking the GIL back from it costs the main thread)
+                self.writer.flush()
         except BaseException:
             _release_quietly(scene)
             if bind is not None:
