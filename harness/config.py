@@ -96,7 +96,8 @@ class RunConfig:
     ``zones``: off | passes | draws (True/False mean passes/off), see
     :mod:`harness.draws`; ``max_draw_zones`` caps the draws timed per frame.
     ``force``: replace an existing output file (only once the new capture has
-    recorded something; see :mod:`katra_trace.claim`).
+    recorded something; see :mod:`katra_trace.claim`). ``codec``: the trace's
+    codec (zstd, blosc2 or none; None = TraceWriter's default).
     """
 
     scenes: tuple[str, ...] = ()
@@ -119,6 +120,7 @@ class RunConfig:
     reference_every: int | None = None
     force: bool = False
     max_draw_zones: int | None = None
+    codec: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict of every field (params as SCENE.KEY -> value)."""
@@ -357,6 +359,8 @@ def plan_argv(plan: RunPlan, with_output: bool = True) -> list[str]:
         argv += ["--reference-every", str(cfg.reference_every)]
     if cfg.force and with_output:
         argv.append("--force")
+    if cfg.codec is not None:
+        argv += ["--codec", cfg.codec]
     for scene, key, value in cfg.params:
         argv += ["--param", f"{scene}.{key}={value}"]
     if cfg.notes:

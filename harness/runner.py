@@ -89,7 +89,7 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
                     engine = Engine(session.ctx, plan.output, host=host, options=capture_options(plan, session),
                                     workload=plan.workload, timing=cfg.timing, zones=cfg.zones, notes=cfg.notes,
                                     stop=stop, measure=child, reference_every=_reference_every(cfg),
-                                    overwrite=cfg.force, max_draw_zones=cfg.max_draw_zones)
+                                    overwrite=cfg.force, max_draw_zones=cfg.max_draw_zones, codec=cfg.codec)
                     break
                 except (OutputBusyError, OutputExistsError):
                     if cfg.output is not None or attempt == 19:

@@ -1,6 +1,6 @@
 """katra_trace: the katra3d trace format — writer, reader, stats and comparison.
 
-Pure Python + numpy + zstandard; imports no GL module, so traces can be read
+Pure Python + numpy + zstandard (python-blosc2 for trace codec 2, optional); imports no GL module, so traces can be read
 and compared on any machine.
 """
 
@@ -44,7 +44,8 @@ __all__ = [
     "schema_hash",
 ]
 
+from katra_trace.format import CodecUnavailableError  # noqa: E402
 from katra_trace.reader import Trace, TraceRecoveryWarning, iter_blocks, open_trace  # noqa: E402
 from katra_trace.writer import TraceWriter  # noqa: E402
 
-__all__ += ["Trace", "TraceRecoveryWarning", "TraceWriter", "iter_blocks", "open_trace"]
+__all__ += ["CodecUnavailableError", "Trace", "TraceRecoveryWarning", "TraceWriter", "iter_blocks", "open_trace"]

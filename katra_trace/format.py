@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from katra_trace.errors import TraceFormatError
+from katra_trace.errors import KatraError, TraceFormatError
 from katra_trace.schema import COLUMNS, EVENT_DTYPE, Clock, Flag, Kind
 
 #: 8 bytes: a non-ASCII byte first, then CR LF and ^Z, so text-mode or 7-bit damage shows.
@@ -83,9 +83,35 @@ class BlockType(enum.IntEnum):
 class Codec(enum.IntEnum):
     NONE = 0
     ZSTD = 1
+    BLOSC2 = 2  #: EVENTS blocks only: packed records in one blosc2 chunk (byte shuffle, LZ4)
 
 
-CODEC_NAMES = {"none": Codec.NONE, "zstd": Codec.ZSTD}
+CODEC_NAMES = {"none": Codec.NONE, "zstd": Codec.ZSTD, "blosc2": Codec.BLOSC2}
+
+
+class CodecUnavailableError(KatraError):
+    """A codec's library is not installed here (exit code 3: the environment lacks something)."""
+
+    exit_code = 3
+
+
+#: How katra3d writes a codec-2 chunk: blosc2's LZ4 at level 9, its byte-shuffle filter over the
+#: 42-byte records, one encoding thread (the render threads need the cores).
+BLOSC2_CLEVEL = 9
+#: blosc2 chunk header: version, versionlz, flags, typesize, nbytes, blocksize, cbytes (32 bytes in all)
+BLOSC2_CHUNK_HEAD = struct.Struct("<BBBBiii")
+BLOSC2_MIN_HEADER = 32
+
+
+def load_blosc2(purpose: str) -> Any:
+    """The ``blosc2`` module, or CodecUnavailableError naming what needed it and how to get it."""
+    try:
+        import blosc2
+    except ImportError:
+        raise CodecUnavailableError(
+            f"{purpose} needs the blosc2 codec, but python-blosc2 is not installed; "
+            "install it with: pip install 'katra3d[blosc2]' (or pip install blosc2)") from None
+    return blosc2
 
 #: Block types whose payload is one UTF-8 JSON object.
 JSON_BLOCKS = frozenset({BlockType.HEADER, BlockType.CLOCK_SYNC, BlockType.SUMMARY, BlockType.ANNOTATION})
@@ -99,14 +125,27 @@ def encode_block(
     btype: int, payload: bytes, *, seq: int, codec: Codec, schema: int = 0,
     compressor: zstandard.ZstdCompressor | None = None,
 ) -> tuple[bytes, bytes]:
-    """Frame one block: returns the 24-byte header and the stored payload (compressed when codec is zstd)."""
+    """Frame one block: returns the 24-byte header and the stored payload (compressed when codec is zstd).
+
+    Codec 2 (blosc2) applies to EVENTS blocks only and is encoded by :func:`encode_events_blosc2`
+    (then framed with :func:`frame_block`)."""
     raw_len = len(payload)
     if raw_len > MAX_BLOCK_BYTES:
         raise ValueError(f"block payload of {raw_len} bytes exceeds {MAX_BLOCK_BYTES}")
     if codec == Codec.ZSTD:
         stored = (compressor or zstandard.ZstdCompressor()).compress(payload)
-    else:
+    elif codec == Codec.NONE:
         stored = bytes(payload)
+    else:
+        raise ValueError(f"encode_block cannot encode codec {int(codec)}")
+    return frame_block(btype, stored, raw_len, seq=seq, codec=codec, schema=schema)
+
+
+def frame_block(btype: int, stored: bytes, raw_len: int, *, seq: int, codec: Codec,
+                schema: int = 0) -> tuple[bytes, bytes]:
+    """The 24-byte header (with its CRC) for an already encoded payload; returns (header, stored)."""
+    if raw_len > MAX_BLOCK_BYTES or len(stored) > MAX_BLOCK_BYTES:
+        raise ValueError(f"block payload of {max(raw_len, len(stored))} bytes exceeds {MAX_BLOCK_BYTES}")
     head = BLOCK_HEADER.pack(SYNC, btype, codec, schema, seq, len(stored), raw_len, 0)
     crc = zlib.crc32(stored, zlib.crc32(head[:20]))
     return head[:20] + struct.pack("<I", crc), stored
@@ -377,8 +416,88 @@ def check_payload(payload: bytes, start_ns: np.ndarray, minor: int) -> str | Non
     return None
 
 
+# -- EVENTS with codec 2 (blosc2) ----------------------------------------------------------
+
+def encode_events_blosc2(events: np.ndarray, blosc2: Any) -> bytes:
+    """The stored payload of a codec-2 EVENTS block: ``u32 n, i64 base_ts`` then one blosc2 chunk
+    holding the n packed 42-byte records with ``start_ns`` replaced by its deltas (docs/trace-format.md).
+
+    ``events`` is not modified. ``blosc2`` is the module (:func:`load_blosc2`)."""
+    n = len(events)
+    if n == 0:
+        return EVENTS_HEAD.pack(0, 0)
+    records = np.array(events, dtype=EVENT_DTYPE, copy=True, order="C")
+    start = records["start_ns"]
+    base = int(start[0])
+    delta = np.diff(start)  # int64 wrap-around, like codec 0/1
+    start[0] = 0
+    start[1:] = delta
+    chunk: bytes = blosc2.compress2(records, typesize=EVENT_DTYPE.itemsize, clevel=BLOSC2_CLEVEL,
+                                    codec=blosc2.Codec.LZ4, filters=[blosc2.Filter.SHUFFLE], nthreads=1)
+    return EVENTS_HEAD.pack(n, base) + chunk
+
+
+def blosc2_events_head(stored: bytes, raw_len: int, offset: int) -> tuple[int, int]:
+    """Check a codec-2 EVENTS payload without decoding it; returns (n, base_ts).
+
+    The event count, the block's ``raw_len`` and the sizes the blosc2 chunk header declares must
+    agree before anything is allocated or decompressed (blosc2 trusts its header)."""
+    bad = f"corrupt EVENTS block at offset {offset}"
+    if len(stored) < EVENTS_HEAD.size:
+        raise TraceFormatError(f"{bad}: too short", offset)
+    n, base = EVENTS_HEAD.unpack_from(stored)
+    nbytes_expected = n * EVENT_DTYPE.itemsize
+    if raw_len != EVENTS_HEAD.size + nbytes_expected:
+        raise TraceFormatError(f"{bad}: {n} events do not match raw length {raw_len}", offset)
+    chunk_len = len(stored) - EVENTS_HEAD.size
+    if n == 0:
+        if chunk_len:
+            raise TraceFormatError(f"{bad}: bytes after an empty batch", offset)
+        return n, base
+    if chunk_len < BLOSC2_MIN_HEADER:
+        raise TraceFormatError(f"{bad}: blosc2 chunk of {chunk_len} bytes is shorter than its header", offset)
+    _, _, _, typesize, nbytes, blocksize, cbytes = BLOSC2_CHUNK_HEAD.unpack_from(stored, EVENTS_HEAD.size)
+    if nbytes != nbytes_expected:
+        raise TraceFormatError(f"{bad}: blosc2 chunk declares {nbytes} bytes, {n} events are {nbytes_expected}",
+                               offset)
+    if cbytes != chunk_len:
+        raise TraceFormatError(f"{bad}: blosc2 chunk declares {cbytes} stored bytes, the block holds {chunk_len}",
+                               offset)
+    if typesize != EVENT_DTYPE.itemsize or not 0 < blocksize <= max(nbytes, BLOSC2_MIN_HEADER):
+        raise TraceFormatError(f"{bad}: blosc2 chunk header is not one katra3d writes (typesize {typesize}, "
+                               f"block size {blocksize})", offset)
+    return n, base
+
+
+def decode_events_blosc2(stored: bytes, raw_len: int, offset: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Decode a codec-2 EVENTS payload straight into ``out`` (contiguous EVENT_DTYPE, length n) or a new array."""
+    n, base = blosc2_events_head(stored, raw_len, offset)
+    if out is None:
+        out = np.empty(n, dtype=EVENT_DTYPE)
+    if len(out) != n or out.dtype != EVENT_DTYPE or not out.flags.c_contiguous:
+        raise ValueError(f"decode_events_blosc2 needs a contiguous EVENT_DTYPE array of {n} events")
+    if n == 0:
+        return out
+    blosc2 = load_blosc2("reading this trace's events")
+    try:
+        got = blosc2.decompress2(memoryview(stored)[EVENTS_HEAD.size:], dst=out)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise TraceFormatError(f"corrupt EVENTS block at offset {offset}: blosc2: {exc}", offset) from None
+    if isinstance(got, int) and got != n * EVENT_DTYPE.itemsize:
+        raise TraceFormatError(f"corrupt EVENTS block at offset {offset}: blosc2 decoded {got} bytes, "
+                               f"expected {n * EVENT_DTYPE.itemsize}", offset)
+    start = out["start_ns"]
+    np.cumsum(start, out=start)
+    start += base
+    return out
+
+
 def decompress(stored: bytes, raw_len: int, codec: int, offset: int) -> bytes:
-    """Decode a stored payload, never producing more than ``raw_len`` bytes."""
+    """Decode a stored payload, never producing more than ``raw_len`` bytes (codecs 0 and 1; a codec-2
+    EVENTS payload is decoded by :func:`decode_events_blosc2`)."""
+    if codec == Codec.BLOSC2:
+        raise TraceFormatError(f"corrupt block at offset {offset}: codec 2 (blosc2) is defined for EVENTS "
+                               "blocks only", offset)
     if codec == Codec.NONE:
         if len(stored) != raw_len:
             raise TraceFormatError(f"corrupt block at offset {offset}: stored and raw lengths differ", offset)

@@ -81,13 +81,19 @@ class EventBatch:
     """An EVENTS block's checked payload, decoded on demand (into a caller's array if given)."""
 
     n: int
-    raw: bytes
+    raw: bytes  #: the decoded payload (codecs 0, 1), or the stored one, still compressed (codec 2)
     offset: int
     minor: int = fmt.FORMAT_MINOR  #: the file's format minor: which kinds, clocks and flags are defined
+    codec: int = fmt.Codec.NONE  #: fmt.Codec.BLOSC2: ``raw`` is decompressed by decode(), into ``out``
 
     def decode(self, out: np.ndarray | None = None) -> np.ndarray:
-        """The events, checked (:func:`katra_trace.format.check_events`); raises TraceFormatError."""
-        events = fmt.decode_events(self.raw, self.offset, out)
+        """The events, checked (:func:`katra_trace.format.check_events`); raises TraceFormatError
+        (CodecUnavailableError, exit 3, when the codec's library is not installed)."""
+        if self.codec == fmt.Codec.BLOSC2:
+            raw_len = fmt.EVENTS_HEAD.size + self.n * EVENT_DTYPE.itemsize
+            events = fmt.decode_events_blosc2(self.raw, raw_len, self.offset, out)
+        else:
+            events = fmt.decode_events(self.raw, self.offset, out)
         problem = fmt.check_events(events, self.minor)
         if problem is not None:
             raise TraceFormatError(f"corrupt EVENTS block at offset {self.offset}: {problem}", self.offset)
@@ -233,8 +239,12 @@ def _decode(btype: int, codec: int, schema: int, seq: int, stored: bytes, raw_le
             minor: int = fmt.FORMAT_MINOR, notes: list[str] | None = None) -> Block | None:
     if btype not in _KNOWN_TYPES:
         return None  # unknown block types are skipped by length
-    payload = fmt.decompress(stored, raw_len, codec, pos)
     t = fmt.BlockType(btype)
+    if t == fmt.BlockType.EVENTS and codec == fmt.Codec.BLOSC2:
+        _check_schema(schema, pos)
+        n, _ = fmt.blosc2_events_head(stored, raw_len, pos)  # sizes checked; decoded on demand, in place
+        return Block(t, pos, seq, EventBatch(n, stored, pos, minor, codec))
+    payload = fmt.decompress(stored, raw_len, codec, pos)
     if t in fmt.JSON_BLOCKS:
         obj = fmt.decode_json(payload, pos, notes)
         if t == fmt.BlockType.HEADER:
@@ -244,12 +254,16 @@ def _decode(btype: int, codec: int, schema: int, seq: int, stored: bytes, raw_le
         return Block(t, pos, seq, obj)
     if t == fmt.BlockType.STRINGS:
         return Block(t, pos, seq, fmt.decode_strings(payload, pos, notes))
+    _check_schema(schema, pos)
+    n, _ = fmt.events_head(payload, pos)
+    return Block(t, pos, seq, EventBatch(n, payload, pos, minor))
+
+
+def _check_schema(schema: int, pos: int) -> None:
     if schema > SCHEMA_VERSION:
         raise TraceFormatError(
             f"EVENTS block at offset {pos} uses event schema {schema}, newer than this build's "
             f"{SCHEMA_VERSION}; upgrade katra3d to read it", pos)
-    n, _ = fmt.events_head(payload, pos)
-    return Block(t, pos, seq, EventBatch(n, payload, pos, minor))
 
 
 _INT64 = (-(2**63), 2**63 - 1)

@@ -65,7 +65,8 @@ class TraceWriter:
         capture_options: how the capture was made (the harness's RunConfig).
         host_info: what it ran on (the harness's host probe).
         notes: free-form text.
-        codec: ``"zstd"`` (default) or ``"none"``.
+        codec: ``"zstd"`` (default), ``"blosc2"`` (EVENTS blocks as blosc2 chunks, one encoding
+            thread; needs python-blosc2, else CodecUnavailableError, exit code 3) or ``"none"``.
         batch_events: events per batch handed to the background thread.
         batch_ms: a non-empty batch is handed over at least this often.
         drop_policy: ``"block"`` (default, lossless: producers wait when
@@ -119,6 +120,9 @@ class TraceWriter:
         self.start_host_ns = time.perf_counter_ns() if start_host_ns is None else int(start_host_ns)
         self.start_wall_ns = time.time_ns()
         self._codec = fmt.CODEC_NAMES[codec]
+        #: codec 2 is for EVENTS blocks: the other blocks (header, strings, JSON) are written with zstd
+        self._other_codec = fmt.Codec.ZSTD if self._codec == fmt.Codec.BLOSC2 else self._codec
+        self._blosc2: Any = fmt.load_blosc2("writing a trace with codec 'blosc2'") if codec == "blosc2" else None
         self._level = compression_level
         self._batch_events = batch_events
         self._batch_s = batch_ms / 1000.0
@@ -477,11 +481,20 @@ class TraceWriter:
                 self._write_block(fmt.BlockType.STRINGS, fmt.encode_strings(first_id, strings))
             if batch is not None and len(batch):
                 events = batch
-                payload = fmt.encode_events(events)
-                problem = fmt.check_payload(payload, events["start_ns"], fmt.FORMAT_MINOR)
-                if problem is not None:  # once written, no reader would read past it
-                    raise ConfigError(f"append: {problem}")
-                self._write_block(fmt.BlockType.EVENTS, payload, schema=SCHEMA_VERSION)
+                if self._codec == fmt.Codec.BLOSC2:
+                    problem = fmt.check_events(events, fmt.FORMAT_MINOR)
+                    if problem is not None:  # once written, no reader would read past it
+                        raise ConfigError(f"append: {problem}")
+                    stored = fmt.encode_events_blosc2(events, self._blosc2)
+                    raw_len = fmt.EVENTS_HEAD.size + len(events) * EVENT_DTYPE.itemsize
+                    self._write_framed(fmt.frame_block(fmt.BlockType.EVENTS, stored, raw_len, seq=self._seq,
+                                                       codec=self._codec, schema=SCHEMA_VERSION))
+                else:
+                    payload = fmt.encode_events(events)
+                    problem = fmt.check_payload(payload, events["start_ns"], fmt.FORMAT_MINOR)
+                    if problem is not None:  # once written, no reader would read past it
+                        raise ConfigError(f"append: {problem}")
+                    self._write_block(fmt.BlockType.EVENTS, payload, schema=SCHEMA_VERSION)
                 self._written_events += len(events)
                 self._event_blocks += 1
         elif what == "json":
@@ -506,8 +519,11 @@ class TraceWriter:
         self._file.flush()
 
     def _write_block(self, btype: int, payload: bytes, schema: int = 0) -> None:
-        head, stored = fmt.encode_block(btype, payload, seq=self._seq, codec=self._codec, schema=schema,
-                                        compressor=self._compressor)
+        self._write_framed(fmt.encode_block(btype, payload, seq=self._seq, codec=self._other_codec, schema=schema,
+                                            compressor=self._compressor))
+
+    def _write_framed(self, framed: tuple[bytes, bytes]) -> None:
+        head, stored = framed
         self._write_raw(head)
         self._write_raw(stored)
         self._seq += 1

@@ -20,11 +20,21 @@ from tests.trace_helpers import frame_zone_stream, write_trace
 STRINGS = ["", "scene", "frame", "pass-a", "pass-b", "pass-c"]
 
 
-@pytest.fixture(scope="module")
-def small_trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, list]:
-    """A trace of ~10 blocks (header, strings, events x N, annotation, summary) and its block list."""
+def _codecs() -> list[str]:
+    try:
+        import blosc2  # noqa: F401
+    except ImportError:
+        return ["zstd"]
+    return ["zstd", "blosc2"]
+
+
+@pytest.fixture(scope="module", params=_codecs())
+def small_trace(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> tuple[bytes, list]:
+    """A trace of ~10 blocks (header, strings, events x N, annotation, summary) and its block list,
+    with each codec (blosc2 codes the EVENTS blocks; the other blocks are zstd)."""
     path = tmp_path_factory.mktemp("dmg") / "small.katra"
-    write_trace(path, frame_zone_stream(12, zones=2), STRINGS, batch_events=8, annotations=[{"k": "v"}])
+    write_trace(path, frame_zone_stream(12, zones=2), STRINGS, batch_events=8, annotations=[{"k": "v"}],
+                codec=request.param)
     data = path.read_bytes()
     with open(path, "rb") as f:
         blocks = list(iter_blocks(f, ScanState(), strict=True))
@@ -140,7 +150,11 @@ def _rebuild(data: bytes, blocks: list, edit) -> bytes:  # noqa: ANN001
         off = b.offset
         _, btype, codec, schema, _, stored_len, raw_len, _ = fmt.BLOCK_HEADER.unpack_from(data, off)
         stored = data[off + 24: off + 24 + stored_len]
-        payloads.append((btype, fmt.decompress(stored, raw_len, codec, off), schema))
+        if codec == fmt.Codec.BLOSC2:  # re-encoded as codec-0/1 columns (what encode_block writes)
+            raw = fmt.encode_events(fmt.decode_events_blosc2(stored, raw_len, off))
+        else:
+            raw = fmt.decompress(stored, raw_len, codec, off)
+        payloads.append((btype, raw, schema))
     edit(payloads)
     out = bytearray(fmt.encode_preamble())
     summary_at = 0

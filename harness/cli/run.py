@@ -55,6 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--screenshot", metavar="DIR", help="save each scene's last frame as DIR/<scene>.png")
     p.add_argument("--force", action="store_true",
                    help="replace an existing output file (only once the new capture has recorded something)")
+    p.add_argument("--codec", metavar="NAME",
+                   help="how the trace's events are compressed: zstd (default), blosc2 (needs python-blosc2) or none")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--json", action="store_true", help="print the end table as one JSON object instead")
     p.set_defaults(func=run)
@@ -87,7 +89,23 @@ def config_from_args(args: argparse.Namespace) -> Any:
         measure=args.measure.strip().lower(),
         reference_every=parse_int(args.reference_every, "--reference-every", 0),
         force=bool(args.force),
+        codec=_codec(args.codec),
     )
+
+
+def _codec(text: str | None) -> str | None:
+    """The --codec value, checked before any GL work: an unknown name is exit 2, a codec whose
+    library is missing exit 3."""
+    if text is None:
+        return None
+    from katra_trace import format as fmt
+
+    codec = text.strip().lower()
+    if codec not in fmt.CODEC_NAMES:
+        raise ConfigError(f"--codec: unknown codec {text!r}; choose one of: {', '.join(fmt.CODEC_NAMES)}")
+    if codec == "blosc2":
+        fmt.load_blosc2("--codec blosc2")
+    return codec
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,6 +1,10 @@
 """Writes tests/data/golden-v1.1.katra, deterministically (fixed pid, times and end time).
 
-    .venv/bin/python tests/data/make_golden.py [OUT]
+    .venv/bin/python tests/data/make_golden.py [OUT [CODEC]]   (OUT "": the codec's golden file)
+
+CODEC is ``zstd`` (golden-v1.1.katra, the default), ``blosc2`` (golden-v1.1-blosc2.katra: EVENTS
+blocks in codec 2, the other blocks in zstd) or ``none`` (golden-v1.1-none.katra): one golden file
+per codec, with the same content.
 
 Run once per format version; never regenerate an old golden file. golden-v1.0.katra was written
 by katra3d 0.1.0's writer (format 1.0: wall clock frames and zones, a counter, a clock sync and an
@@ -70,7 +74,12 @@ def _fix(payload: dict[str, Any], fixed: dict[str, Any]) -> bytes:
     return fmt.encode_json({**payload, **fixed})
 
 
-def main(out: Path = OUT) -> None:
+#: the golden file of each codec
+GOLDEN = {"zstd": OUT, "blosc2": OUT.with_name("golden-v1.1-blosc2.katra"),
+          "none": OUT.with_name("golden-v1.1-none.katra")}
+
+
+def main(out: Path = OUT, codec: str = "zstd") -> None:
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "raw.katra"
         w = TraceWriter(raw, workload="golden", notes="golden v1.1: every 1.1 addition (a format fixture)",
@@ -78,7 +87,7 @@ def main(out: Path = OUT) -> None:
                                          "measure": MEASURE},
                         host_info={"gl_renderer": "golden renderer", "software_renderer": True,
                                    "codegen": CODEGEN},
-                        batch_events=16, batch_ms=60_000, start_host_ns=0)
+                        batch_events=16, batch_ms=60_000, start_host_ns=0, codec=codec)
         write_events(w)
         w.finish({"scenes": 2})
         data = raw.read_bytes()
@@ -90,6 +99,10 @@ def main(out: Path = OUT) -> None:
     for b in blocks:
         _, btype, codec, schema, seq, stored_len, raw_len, _ = fmt.BLOCK_HEADER.unpack_from(data, b.offset)
         stored = data[b.offset + fmt.BLOCK_HEADER_SIZE: b.offset + fmt.BLOCK_HEADER_SIZE + stored_len]
+        if codec == fmt.Codec.BLOSC2:  # EVENTS hold no fixed fact: kept as written
+            result += b"".join(fmt.frame_block(btype, stored, raw_len, seq=seq, codec=fmt.Codec(codec),
+                                               schema=schema))
+            continue
         payload = fmt.decompress(stored, raw_len, codec, b.offset)
         if btype == fmt.BlockType.HEADER:
             payload = _fix(b.payload, FIXED_HEADER)
@@ -102,4 +115,5 @@ def main(out: Path = OUT) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else OUT)
+    codec_arg = sys.argv[2] if len(sys.argv) > 2 else "zstd"
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] else GOLDEN[codec_arg], codec_arg)
