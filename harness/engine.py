@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -295,15 +295,16 @@ class Engine:
 
         try:
             try:
-                warm = self.loop(render, first=0, count=warmup, deadline_ns=None, flags=int(Flag.WARMUP), key=key,
-                                 bind=rebind if bind is not None else None, progress=progress)
-                if measured_driver is not None:
-                    measured = self._driven(render, warm, frames or 0, key, rebind if bind else None,
-                                            measured_driver)
-                else:
-                    deadline = _pc() + int(duration_s * 1e9) if duration_s is not None else None
-                    measured = self.loop(render, first=warm, count=frames, deadline_ns=deadline, flags=0, key=key,
-                                         bind=rebind if bind is not None else None, progress=progress)
+                with self._quiet_process():
+                    warm = self.loop(render, first=0, count=warmup, deadline_ns=None, flags=int(Flag.WARMUP),
+                                     key=key, bind=rebind if bind is not None else None, progress=progress)
+                    if measured_driver is not None:
+                        measured = self._driven(render, warm, frames or 0, key, rebind if bind else None,
+                                                measured_driver)
+                    else:
+                        deadline = _pc() + int(duration_s * 1e9) if duration_s is not None else None
+                        measured = self.loop(render, first=warm, count=frames, deadline_ns=deadline, flags=0,
+                                             key=key, bind=rebind if bind is not None else None, progress=progress)
             except KatraError:
                 raise
             except (Exception, SystemExit) as exc:
@@ -356,6 +357,31 @@ class Engine:
         if not progress.tty:
             progress.line(f"[{index}/{total}] {label}: {result.frames} frames" + median_text(result))
         return result
+
+    @contextlib.contextmanager
+    def _quiet_process(self) -> Iterator[None]:
+        """While counting: nothing but the frames may run in this process during a scene's frames.
+
+        The writer thread is made idle first (a thread taking the GIL costs the main thread
+        instructions in whichever frame it happens), and the cyclic garbage collector is paused
+        (it is triggered by allocations of all threads, so it would run in different frames in
+        different processes); it collects between scenes instead. A no-op when timing.
+        """
+        if not self.counting:
+            yield
+            return
+        import gc
+
+        self.buffer.flush()
+        self.writer.flush()
+        gc.collect()
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            yield
+        finally:
+            if was_enabled:
+                gc.enable()
 
     def _driven(self, render: Callable[[Any], None], first: int, count: int, key: tuple[int, int],
                 bind: Callable[[], None] | None, driver: Callable[[Callable[[], None], int], None]) -> int:

@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import signal
@@ -172,7 +173,10 @@ def child_command(valgrind: str, dump_base: Path, measure: str) -> list[str]:
            "--dump-instr=no", "--dump-line=yes", f"--callgrind-out-file={dump_base}"]
     if measure == "cycles":
         cmd.append("--cache-sim=yes")
-    return [*cmd, sys.executable, "-m", "harness"]
+    # no address-space randomization: where the heap and libraries land changes hashing and alignment paths
+    setarch = shutil.which("setarch")
+    prefix = [setarch, platform.machine(), "-R"] if setarch else []
+    return [*prefix, *cmd, sys.executable, "-m", "harness"]
 
 
 def child_env(dump_dir: Path, extra_pythonpath: str | None = None) -> dict[str, str]:
