@@ -1,15 +1,19 @@
 """Trace writer and reader throughput, each against the plain-numpy (or plain-list) equivalent.
 
-Targets (from the trace-format issue): per-event ``append`` >= 1/3 of the rate
+Targets (from the trace-format and codec issues): per-event ``append`` >= 1/3 of the rate
 of appending tuples to a list; bulk write >= 0.5 of ``ndarray.tofile``; read
->= 0.25 of ``np.fromfile``; <= 16 bytes per event on a frame + 3 zones stream
-with zstd. Each ratio is (baseline time) / (katra3d time) for the same events,
+>= 0.25 of ``np.fromfile`` (0.5 with blosc2); <= 6 bytes per event on a frame + 3 zones
+stream; blosc2's writer-thread CPU <= 1/3 of zstd's. Every codec is measured in the same
+interleaved rounds, so the codecs' ratios compare with each other. Each ratio is (baseline time) / (katra3d time) for the same events,
 i.e. katra3d's rate as a fraction of the baseline's rate (higher is better).
 """
 
 from __future__ import annotations
 
+import time
 import warnings
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -57,8 +61,7 @@ def trace_append(ctx: BenchContext) -> list[Row]:
             add((frame, wall, 1, 2, i, 0, i * 1000, 900, 0.0, 0))
 
     def katra() -> None:
-        path.unlink(missing_ok=True)  # a trace is never written over an existing file
-        w = TraceWriter(path)
+        w = TraceWriter(path, overwrite=True)
         add = w.append
         for i in range(n):
             add(frame, wall, 1, 2, i, 0, i * 1000, 900, 0.0, 0)
@@ -82,68 +85,121 @@ def _bulk_stream(ctx: BenchContext) -> np.ndarray:
     return out
 
 
-@bench("trace-write", about="TraceWriter.append_array (zstd / no codec) vs ndarray.tofile")
+def _codecs() -> tuple[str, ...]:
+    """The trace codecs this machine can write: blosc2 only when python-blosc2 is installed."""
+    try:
+        import blosc2  # noqa: F401
+    except ImportError:
+        return ("zstd", "none")
+    return ("zstd", "blosc2", "none")
+
+
+def _write(path: object, stream: np.ndarray, codec: str) -> None:
+    w = TraceWriter(path, codec=codec, batch_events=65536, overwrite=True)  # type: ignore[arg-type]
+    w.append_array(stream)
+    w.finish()
+
+
+@bench("trace-write", about="TraceWriter.append_array per codec vs ndarray.tofile; writer-thread CPU and "
+                            "bytes per event per codec")
 def trace_write(ctx: BenchContext) -> list[Row]:
     stream = _bulk_stream(ctx)
-    raw, path = ctx.tmp / "raw.bin", ctx.tmp / "bulk.katra"
+    raw = ctx.tmp / "raw.bin"
+    codecs = _codecs()
+    #: per codec, per round: CPU seconds spent outside the calling thread (the writer thread, and
+    #: any thread a codec starts), which is what a capture takes from the render threads
+    writer_cpu_s: dict[str, list[float]] = {c: [] for c in codecs}
+    sizes: dict[str, int] = {}
+
+    def baseline() -> None:
+        stream.tofile(raw)
+
+    def variant(codec: str) -> Callable[[], None]:
+        path = ctx.tmp / f"bulk-{codec}.katra"
+
+        def katra() -> None:
+            proc0, own0 = time.process_time(), time.thread_time()
+            _write(path, stream, codec)
+            writer_cpu_s[codec].append((time.process_time() - proc0) - (time.thread_time() - own0))
+            sizes[codec] = path.stat().st_size
+
+        return katra
+
+    variants: dict[str, Callable[[], None]] = {"tofile": baseline}
+    variants.update({c: variant(c) for c in codecs})
+    rounds = ctx.scale(9, 3)
+    samples = interleave(variants, rounds=rounds, progress=ctx.log)
     rows: list[Row] = []
-    for codec in ("zstd", "none"):
-        def baseline() -> None:
-            stream.tofile(raw)
-
-        def katra(codec: str = codec) -> None:
-            path.unlink(missing_ok=True)
-            w = TraceWriter(path, codec=codec, batch_events=65536)
-            w.append_array(stream)
-            w.finish()
-
-        samples = interleave({"tofile": baseline, "katra": katra}, rounds=ctx.scale(9, 3), progress=ctx.log)
-        per_event = path.stat().st_size / len(stream)
+    for codec in codecs:
         rows.append(ratio_row(f"bulk write ({codec})", "events/s: append_array / ndarray.tofile",
-                              pair_ratios(samples, "tofile", "katra"), target=at_least(0.5),
-                              notes=f"{len(stream)} events; {per_event:.2f} bytes/event"))
+                              pair_ratios(samples, "tofile", codec), target=at_least(0.5),
+                              notes=f"{len(stream)} events (tiled: sizes here flatter zstd; see the bytes-per-event rows); "
+                                    f"{sizes[codec] / len(stream):.2f} bytes/event"))
+    for codec in codecs:
+        cpu = writer_cpu_s[codec][-rounds:]  # the warmup round is not kept by interleave either
+        per_m_ms = [1e3 * c * 1e6 / len(stream) for c in cpu]
+        rows.append(ratio_row(f"writer CPU ({codec})", "writer-thread CPU ms per 1 M events", per_m_ms,
+                              unit="ms/M events", notes="process CPU minus the appending thread's"))
+    realistic = frame_zone_stream(ctx.scale(20_000, 2_000))
+    for codec in codecs:
+        if codec != "none":
+            rows.append(Row(f"bytes per event ({codec})", "file size / events (frame + 3 zones, default batches)",
+                            _size_per_event(ctx.tmp / f"size-{codec}.katra", realistic, codec), unit="bytes/event",
+                            target=at_most(6), notes=f"{len(realistic)} events, read back exactly"))
+    if "blosc2" in codecs:
+        zstd_cpu = writer_cpu_s["zstd"][-rounds:]
+        rows.append(ratio_row("writer CPU blosc2 / zstd", "writer-thread CPU: blosc2 / zstd, per round",
+                              [b / z for b, z in zip(writer_cpu_s["blosc2"][-rounds:], zstd_cpu, strict=True)],
+                              target=at_most(1 / 3)))
     return rows
 
 
-@bench("trace-read", about="open_trace (zstd / no codec) vs np.fromfile")
+@bench("trace-read", about="open_trace per codec vs np.fromfile")
 def trace_read(ctx: BenchContext) -> list[Row]:
     stream = _bulk_stream(ctx)
     raw = ctx.tmp / "raw.bin"
     stream.tofile(raw)
-    rows: list[Row] = []
-    for codec in ("zstd", "none"):
+    codecs = _codecs()
+
+    def baseline() -> None:
+        np.fromfile(raw, dtype=EVENT_DTYPE)
+
+    def variant(codec: str) -> Callable[[], None]:
         path = ctx.tmp / f"read-{codec}.katra"
-        w = TraceWriter(path, codec=codec, batch_events=65536)
-        w.append_array(stream)
-        w.finish()
+        _write(path, stream, codec)
 
-        def baseline() -> None:
-            np.fromfile(raw, dtype=EVENT_DTYPE)
-
-        def katra(path: object = path) -> None:
-            got = len(open_trace(path).events)  # type: ignore[arg-type]
+        def katra() -> None:
+            got = len(open_trace(path).events)
             if got != len(stream):
                 raise RuntimeError(f"open_trace read {got} events of {len(stream)}")
 
-        samples = interleave({"fromfile": baseline, "katra": katra}, rounds=ctx.scale(9, 3), progress=ctx.log)
-        rows.append(ratio_row(f"read ({codec})", "events/s: open_trace / np.fromfile",
-                              pair_ratios(samples, "fromfile", "katra"), target=at_least(0.25),
-                              notes=f"{len(stream)} events"))
-    return rows
+        return katra
+
+    variants: dict[str, Callable[[], None]] = {"fromfile": baseline}
+    variants.update({c: variant(c) for c in codecs})
+    samples = interleave(variants, rounds=ctx.scale(9, 3), progress=ctx.log)
+    return [ratio_row(f"read ({codec})", "events/s: open_trace / np.fromfile",
+                      pair_ratios(samples, "fromfile", codec), target=at_least(0.5 if codec == "blosc2" else 0.25),
+                      notes=f"{len(stream)} events") for codec in codecs]
 
 
 @bench("trace-size", about="bytes per event of a frame + 3 zones capture with zstd")
 def trace_size(ctx: BenchContext) -> list[Row]:
     events = frame_zone_stream(ctx.scale(20_000, 2_000))
     path = ctx.tmp / "size.katra"
-    w = TraceWriter(path)
+    per_event = _size_per_event(path, events, "zstd")
+    return [Row("bytes per event (zstd)", "file size / events (frame + 3 zones)", per_event,
+                unit="bytes/event", target=at_most(16), notes=f"{len(events)} events, read back exactly")]
+
+
+def _size_per_event(path: Path, events: np.ndarray, codec: str) -> float:
+    """Write ``events`` with ``codec`` and the default batches, check they read back; bytes per event."""
+    w = TraceWriter(path, codec=codec, overwrite=True)
     w.append_array(events)
     w.finish()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         back = open_trace(path, strict=True).events
     if back.tobytes() != events.tobytes():
-        raise RuntimeError("the trace did not read back the events written")
-    per_event = path.stat().st_size / len(events)
-    return [Row("bytes per event (zstd)", "file size / events (frame + 3 zones)", per_event,
-                unit="bytes/event", target=at_most(16), notes=f"{len(events)} events, read back exactly")]
+        raise RuntimeError(f"the {codec} trace did not read back the events written")
+    return path.stat().st_size / len(events)

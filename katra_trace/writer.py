@@ -485,8 +485,9 @@ class TraceWriter:
                     problem = fmt.check_events(events, fmt.FORMAT_MINOR)
                     if problem is not None:  # once written, no reader would read past it
                         raise ConfigError(f"append: {problem}")
-                    stored = fmt.encode_events_blosc2(events, self._blosc2)
-                    raw_len = fmt.EVENTS_HEAD.size + len(events) * EVENT_DTYPE.itemsize
+                    n_events = len(events)  # the batch is the writer's own: encoded in place
+                    stored = fmt.encode_events_blosc2(events, self._blosc2, in_place=True)
+                    raw_len = fmt.EVENTS_HEAD.size + n_events * EVENT_DTYPE.itemsize
                     self._write_framed(fmt.frame_block(fmt.BlockType.EVENTS, stored, raw_len, seq=self._seq,
                                                        codec=self._codec, schema=SCHEMA_VERSION))
                 else:

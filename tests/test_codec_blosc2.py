@@ -256,3 +256,14 @@ def test_run_writes_the_codec_it_is_given(katra_cli, tmp_path: Path) -> None:  #
         codecs = {fmt.BLOCK_HEADER.unpack_from(data, b.offset)[2] for b in iter_blocks(f, ScanState(), strict=True)
                   if b.type == fmt.BlockType.EVENTS}
     assert codecs == {fmt.Codec.BLOSC2}
+
+
+def test_encoding_leaves_the_callers_events_alone_unless_in_place() -> None:
+    events = frame_zone_stream(40)
+    before = events.tobytes()
+    a = fmt.encode_events_blosc2(events, blosc2)
+    assert events.tobytes() == before
+    b = fmt.encode_events_blosc2(events, blosc2, in_place=True)  # the writer's own batch: start_ns becomes deltas
+    assert a == b and events.tobytes() != before and events["start_ns"][0] == 0
+    raw_len = fmt.EVENTS_HEAD.size + 42 * len(events)
+    assert fmt.decode_events_blosc2(b, raw_len, 0).tobytes() == before
