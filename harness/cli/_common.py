@@ -136,3 +136,26 @@ def ab_pairs(root: Path, manifest: dict[str, Any]) -> list[tuple[Path, Path]]:
         if b.is_file() and n.is_file():
             out.append((b, n))
     return out
+
+
+def trace_paths(path: str) -> list[Path]:
+    """The trace files ``path`` names: itself, or the katra traces directly inside a directory."""
+    from katra_trace.format import MAGIC
+
+    p = Path(path)
+    if p.is_dir():
+        found = []
+        for child in sorted(p.iterdir()):
+            if child.is_file():
+                try:
+                    with open(child, "rb") as f:
+                        if f.read(len(MAGIC)) == MAGIC:
+                            found.append(child)
+                except OSError:
+                    continue
+        if not found:
+            raise ConfigError(f"no katra3d traces in directory {path!r}")
+        return found
+    if not p.exists():
+        raise ConfigError(f"no such trace file or directory: {path!r}")
+    return [p]

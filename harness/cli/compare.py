@@ -23,6 +23,7 @@ from harness.cli._common import (
     load_trace_quietly,
     print_json,
     read_ab_manifest,
+    trace_paths,
 )
 from katra_trace.errors import ConfigError
 
@@ -68,29 +69,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="ignore the round pairing recorded by 'katra3d ab' (ab.json)")
     add_compare_options(p)
     p.set_defaults(func=run)
-
-
-def trace_paths(path: str) -> list[Path]:
-    """The trace files ``path`` names: itself, or the katra traces directly inside a directory."""
-    from katra_trace.format import MAGIC
-
-    p = Path(path)
-    if p.is_dir():
-        found = []
-        for child in sorted(p.iterdir()):
-            if child.is_file():
-                try:
-                    with open(child, "rb") as f:
-                        if f.read(len(MAGIC)) == MAGIC:
-                            found.append(child)
-                except OSError:
-                    continue
-        if not found:
-            raise ConfigError(f"no katra3d traces in directory {path!r}")
-        return found
-    if not p.exists():
-        raise ConfigError(f"no such trace file or directory: {path!r}")
-    return [p]
 
 
 def load_traces(paths: list[Path]) -> list[Any]:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli._common import load_trace_quietly, print_json
+from harness.cli._common import load_trace_quietly, print_json, trace_paths
 from katra_trace.errors import ConfigError
 
 
@@ -29,33 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
-def trace_files(arg: str) -> list[Path]:
-    """The trace files ``arg`` names: itself, or the katra traces directly inside a directory."""
-    from katra_trace.format import MAGIC
-
-    p = Path(arg)
-    if p.is_dir():
-        found = []
-        for child in sorted(p.iterdir()):
-            if child.is_file():
-                try:
-                    with open(child, "rb") as f:
-                        if f.read(len(MAGIC)) == MAGIC:
-                            found.append(child)
-                except OSError:
-                    continue
-        if not found:
-            raise ConfigError(f"no katra3d traces in directory {arg!r}")
-        return found
-    if not p.exists():
-        raise ConfigError(f"no such trace file or directory: {arg!r}")
-    return [p]
-
-
 def _load(args: list[str]) -> list[Any]:
     traces = []
     for arg in args:
-        for path in trace_files(arg):
+        for path in trace_paths(arg):
             t = load_trace_quietly(str(path))
             if t.truncated:
                 print(f"katra3d: warning: {path} is damaged ({t.stop_reason}); reporting the "

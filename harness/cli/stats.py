@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     if Path(args.trace).is_dir():
-        from harness.cli.compare import trace_paths
+        from harness.cli._common import trace_paths
 
         paths = trace_paths(args.trace)
         code = 0
