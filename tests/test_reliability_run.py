@@ -236,7 +236,9 @@ def test_sigint_during_start_up_is_quiet(tmp_path: Path) -> None:
         if "init_import_site" in err:  # still inside the interpreter's own start-up
             continue
         assert "Traceback" not in err, (delay, err)
-        assert proc.returncode in (0, 130), (delay, proc.returncode, err)
+        # 0: it finished first; 130: katra3d caught it; -SIGINT: it came while the interpreter was
+        # shutting down, after Python put the default action back (the trace was already finished)
+        assert proc.returncode in (0, 130, -int(signal.SIGINT)), (delay, proc.returncode, err)
 
 
 # --------------------------------------------------------------------------- 6, 7, 12: hostile scenes
