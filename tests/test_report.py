@@ -163,3 +163,32 @@ def test_cli_report(tmp_path: Path, katra_cli: Any) -> None:
     empty.mkdir()
     r = katra_cli("report", str(empty), "-o", str(tmp_path / "e.html"))
     assert r.returncode == 2 and "no katra3d traces" in r.stderr
+
+
+def test_report_history_draws_the_trends_of_a_store(tmp_path: Path) -> None:
+    """`report --history DB`: a trend plot per series over the labels, steps marked (issue 11 item 2)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("duckdb")
+    katra3d = str(Path(sys.executable).with_name("katra3d"))
+    for i, label in enumerate(("v1", "v2", "v3")):
+        trace = tmp_path / f"{label}.katra"
+        long_run(trace, 60, 30, scale=1.0 + 0.2 * (i == 2), seed=i)
+        res = subprocess.run([katra3d, "history", "add", str(trace), "--label", label, "--db", str(tmp_path / "h.db"),
+                              "--json"], capture_output=True, text=True, check=False)
+        assert res.returncode == 0, res.stderr
+    res = subprocess.run([katra3d, "report", "--history", str(tmp_path / "h.db"), "-o", str(tmp_path / "r.html"),
+                          "--json"], capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    page = (tmp_path / "r.html").read_text()
+    figures = json.loads(re.search(r'id="katra-figures">(.*?)</script>', page, re.S).group(1))  # type: ignore[union-attr]
+    trends = [f for f in figures if f["id"].startswith("history-")]
+    assert trends and trends[0]["data"][0]["x"] == ["v1", "v2", "v3"]
+    assert '<section id="history">' in page
+    none = subprocess.run([katra3d, "report", "-o", str(tmp_path / "x.html")], capture_output=True, text=True,
+                          check=False)
+    assert none.returncode == 2 and "nothing to report" in none.stderr
+    missing = subprocess.run([katra3d, "report", "--history", str(tmp_path / "nope.db"), "-o", str(tmp_path / "y.html")],
+                             capture_output=True, text=True, check=False)
+    assert missing.returncode == 2 and "no history store" in missing.stderr

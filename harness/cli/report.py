@@ -17,13 +17,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "capture options and host, then per scene the frame-time series (warmup shaded, "
                                    "median and p99 lines), the distribution, the zones and the statistics; with "
                                    "--baseline both sides overlaid and the 'compare' verdicts. See docs/report.md.")
-    p.add_argument("traces", metavar="TRACE|DIR", nargs="+",
-                   help="trace files, or directories whose traces are the runs")
+    p.add_argument("traces", metavar="TRACE|DIR", nargs="*",
+                   help="trace files, or directories whose traces are the runs (optional with --history)")
     p.add_argument("--baseline", metavar="TRACE|DIR", action="append", default=[],
                    help="baseline trace(s) or directory to compare against (repeatable)")
     p.add_argument("-o", "--output", metavar="PATH", default="report.html",
                    help="the HTML file to write (default: report.html)")
     p.add_argument("--title", default="katra3d report", help="the page's title")
+    p.add_argument("--history", metavar="DB",
+                   help="add the trends of a history store (katra3d history add ...): a plot per scene and metric "
+                        "over the labels, with the steps 'history check' finds")
     p.add_argument("--force", action="store_true", help="replace the output file if it exists")
     p.add_argument("--json", action="store_true", help="print what was written as JSON (for scripts)")
     p.set_defaults(func=run)
@@ -50,9 +53,19 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not args.force:
         raise ConfigError(f"output {str(out)!r} already exists; choose another path with -o, or pass --force to "
                           "replace it")
+    if not args.traces and not args.history:
+        raise ConfigError("nothing to report: give trace files or directories, or --history DB")
     runs = _load(args.traces)
     baseline = _load(args.baseline)
-    page = build_report(runs, baseline, title=args.title)
+    trends = None
+    if args.history:
+        from katra_trace.history import trend_data
+        from katra_trace.history.store import Source
+
+        if not Path(args.history).is_file():
+            raise ConfigError(f"no history store at {args.history!r} (katra3d history add ... --db PATH makes one)")
+        trends = trend_data(Source(db=Path(args.history)))
+    page = build_report(runs, baseline, title=args.title, history=trends)
     size = write_report(out, page, overwrite=args.force)
     if args.json:
         print_json({"path": str(out), "bytes": size, "runs": [str(t.path) for t in runs],

@@ -20,11 +20,12 @@ from katra_trace.report.series import MAX_POINTS, minmax_downsample
 
 
 def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: str = "katra3d report",
-                 compare_options: dict[str, Any] | None = None) -> str:
+                 compare_options: dict[str, Any] | None = None, history: dict[str, Any] | None = None) -> str:
     """The report page for opened traces ``runs`` (one run each) and, if given, ``baseline``.
 
     With a baseline the page holds ``compare_traces(baseline, runs)``'s verdicts; when the
     traces cannot be compared (ConfigError: counts against times, ...) it says why instead.
+    ``history`` (:func:`katra_trace.history.trend_data`'s result) adds a section of trend plots.
     Raises MissingDependencyError (exit 3) without plotly.
     """
     from katra_trace import __version__
@@ -40,7 +41,7 @@ def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: st
         except KatraError as exc:
             error = str(exc)
     return render(runs, baseline, comparison=comparison, comparison_error=error, title=title,
-                  tool_version=f"katra3d {__version__}")
+                  tool_version=f"katra3d {__version__}", history=history)
 
 
 def write_report(path: str | os.PathLike[str], page: str, *, overwrite: bool = False) -> int:

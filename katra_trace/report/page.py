@@ -364,8 +364,13 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
     return body, figures
 
 
+#: The table-of-contents link to the history section.
+HISTORY_LINK = '<a href="#history">history</a>'
+
+
 def render(runs: Sequence[TraceLike], baseline: Sequence[TraceLike] = (), *, comparison: Mapping[str, Any] | None = None,
-           comparison_error: str | None = None, title: str = "katra3d report", tool_version: str = "") -> str:
+           comparison_error: str | None = None, title: str = "katra3d report", tool_version: str = "",
+           history: Mapping[str, Any] | None = None) -> str:
     """The whole report page as a string."""
     sides: list[tuple[str, Sequence[TraceLike]]] = [("run", runs)]
     if baseline:
@@ -383,9 +388,17 @@ def render(runs: Sequence[TraceLike], baseline: Sequence[TraceLike] = (), *, com
         body, figs = scene_section(i, scene, sides, stats_of)
         sections.append(body)
         figures.extend(figs)
+    history_html = ""
+    if history is not None:
+        from katra_trace.report.history import history_section
+
+        history_html, history_figures = history_section(history, len(figures))
+        figures.extend(history_figures)
     toc = " &middot; ".join(f'<a href="#scene-{i}">{_e(s)}</a>' for i, s in enumerate(scenes))
+    if history is not None:
+        toc += (" &middot; " if toc else "") + HISTORY_LINK
     generated = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    empty = "" if scenes else '<p class="regression">No frames in these traces: nothing to plot.</p>'
+    empty = "" if scenes or history is not None else '<p class="regression">No frames in these traces: nothing to plot.</p>'
     return (
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{_e(title)}</title>"
@@ -393,8 +406,8 @@ def render(runs: Sequence[TraceLike], baseline: Sequence[TraceLike] = (), *, com
         f"<h1>{_e(title)}</h1><p class=\"muted\">{len(runs)} run(s)"
         + (f" against {len(baseline)} baseline run(s)" if baseline else "")
         + f"; generated {generated} by {_e(tool_version)}. Scenes: {toc}</p><p id=\"katra-status\"></p>"
-        + _runs_section(runs, baseline) + _comparison_section(comparison, comparison_error) + empty
-        + "".join(sections)
+        + (_runs_section(runs, baseline) if runs or baseline else "") + _comparison_section(comparison, comparison_error) + empty
+        + "".join(sections) + history_html
         + f'</main><script type="application/json" id="katra-figures">{_json_for_script(figures)}</script>'
         + f'<script type="application/octet-stream" id="katra-plotly">{plotly_js_packed()}</script>'
         + f"<script>{_LOADER}</script></body></html>\n"
