@@ -235,6 +235,8 @@ def test_sigint_during_start_up_is_quiet(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=60)
         if "init_import_site" in err:  # still inside the interpreter's own start-up
             continue
+        if "Traceback" in err and not any(f"/{pkg}/" in err for pkg in ("harness", "katra_trace", "scenes")):
+            continue  # interrupted before the first line of katra3d's own code ran (the console script's import)
         assert "Traceback" not in err, (delay, err)
         # 0: it finished first; 130: katra3d caught it; -SIGINT: it came while the interpreter was
         # shutting down, after Python put the default action back (the trace was already finished)

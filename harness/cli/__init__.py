@@ -89,6 +89,22 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
+    try:
+        return _main(argv)
+    finally:
+        if os.path.basename(sys.argv[0] if sys.argv else "") == "katra3d" and \
+                threading.current_thread() is threading.main_thread():
+            # The work is done and the process is about to exit: a late Ctrl-C must not raise
+            # KeyboardInterrupt inside a destructor during shutdown ("Exception ignored ... Traceback").
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread() and \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler and \
             getattr(signal.getsignal(signal.SIGINT), "__name__", "") == "_quiet_exit":
