@@ -5,9 +5,13 @@ reference draw that never changes, timed between the scene's frames, is slowed
 the same way, so the ratio (median frame time) / (median reference time) of a
 run cancels most of that drift (``katra3d compare --normalize``).
 
-The draw: a full-screen triangle into the reference's own 64x64 RGBA8
-framebuffer, with a fragment shader that runs a fixed 24-step loop, bracketed
-by ``glFinish`` and timed on the host clock. It runs after every K-th frame
+The draw: a full-screen triangle into the reference's own 256x256 RGBA8
+framebuffer, with a fragment shader that runs a fixed 8-step loop, bracketed
+by ``glFinish`` and timed on the host clock. 256x256 is 16 of llvmpipe's
+64x64 tiles, so its rasterizer threads share the draw the way they share a
+scene's frames: a CPU-busy neighbour that takes one of two cores slowed
+``fillrate`` frames 1.84x and this draw 1.79x, while a one-tile (64x64)
+draw, run by one thread, did not slow at all (0.95x) and cancelled nothing. It runs after every K-th frame
 (``--reference-every K``), outside the frame span, and becomes a MARKER event
 named ``reference`` with flag REFERENCE on the WALL clock (its ``frame`` is the
 frame it followed). Statistics never include it; the trace keeps it.
@@ -22,10 +26,10 @@ import numpy as np
 
 from katra_trace.schema import REFERENCE_NAME, Clock, Flag, Kind
 
-#: Framebuffer size of the reference draw (px).
-REFERENCE_SIZE = (64, 64)
-#: Iterations of the reference shader's loop.
-REFERENCE_STEPS = 24
+#: Framebuffer size of the reference draw (px): several llvmpipe tiles (see the module doc).
+REFERENCE_SIZE = (256, 256)
+#: Iterations of the reference shader's loop (about 0.9 ms a draw on llvmpipe, 2 cores).
+REFERENCE_STEPS = 8
 
 _VERTEX = """
 #version 330

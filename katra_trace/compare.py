@@ -58,6 +58,32 @@ def _check_measure_modes(sides: Mapping[str, Sequence[Any]]) -> None:
             f"{' / '.join(modes['new'])}; capture both sides with the same --measure")
 
 
+def _reference_workload(trace: Any) -> str | None:
+    """How a trace's reference draw was defined (its ``reference`` annotation), as text; None without one."""
+    for note in getattr(trace, "annotations", ()):
+        if isinstance(note, dict) and note.get("type") == "reference":
+            size, steps = note.get("size"), note.get("steps")
+            if isinstance(size, list) and len(size) == 2:
+                return f"{size[0]}x{size[1]}, {steps} steps"
+            return f"size {size!r}, {steps} steps"
+    return None
+
+
+def _check_reference_workloads(sides: dict[str, list[Any]]) -> None:
+    """--normalize divides by the reference draw's time: every trace must time the same draw.
+    (A trace without one is refused later, per scene, for its missing markers.)"""
+    seen: dict[str, str] = {}
+    for side, traces in sides.items():
+        for i, t in enumerate(traces):
+            what = _reference_workload(t)
+            if what is not None:
+                seen.setdefault(what, _label(t, side, i))
+    if len(seen) > 1:
+        found = "; ".join(f"{what} ({where})" for what, where in seen.items())
+        raise ConfigError(f"--normalize: the traces time different reference draws ({found}); a ratio to one "
+                          "is not comparable with a ratio to another: capture both sides with one katra3d version")
+
+
 def _normalized(trace: Any, scene: str, frames_ns: np.ndarray, label: str) -> np.ndarray:
     """Frame walls divided by the median wall of the run's reference workload in ``scene``."""
     ref = reference_durations(trace.events, list(trace.strings)).get(scene, {}).get("wall")
@@ -119,6 +145,7 @@ def compare_traces(
             raise ConfigError(f"--normalize divides wall time by the reference workload's; it does not apply "
                               f"to --metric {chosen if metric == 'auto' else metric}")
         chosen = "wall"
+        _check_reference_workloads(sides)
     notes: list[str] = []
     incomparable: dict[str, str] = {}
     runs: dict[str, dict[str, list[np.ndarray]]] = {"base": {}, "new": {}}

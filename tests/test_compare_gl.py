@@ -17,6 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from katra_trace import format as fmt
+from tests.trace_helpers import seal_blocks, split_blocks
+
 pytestmark = pytest.mark.gl
 
 SIZE = "96x96"
@@ -123,3 +126,13 @@ def test_normalize_uses_the_reference_rows_of_real_captures(tmp_path: Path, katr
     assert r.returncode == 0, r.stderr
     r = katra_cli("compare", str(tmp_path / "base" / "run-0.katra"), str(tmp_path / "plain.katra"), "--normalize")
     assert r.returncode == 2 and "no reference markers" in r.stderr
+    # a trace that timed another reference draw (an older katra3d's 64x64 one): its ratios are not comparable
+    blocks = split_blocks((tmp_path / "base" / "run-0.katra").read_bytes())
+    for i, (btype, raw, schema) in enumerate(blocks):
+        note = json.loads(raw) if btype == fmt.BlockType.ANNOTATION else {}
+        if note.get("type") == "reference":
+            blocks[i] = (btype, json.dumps({**note, "size": [64, 64], "steps": 24}).encode(), schema)
+    (tmp_path / "old.katra").write_bytes(seal_blocks(blocks))
+    r = katra_cli("compare", str(tmp_path / "old.katra"), str(tmp_path / "base" / "run-1.katra"), "--normalize")
+    assert r.returncode == 2 and "different reference draws (64x64, 24 steps" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr

@@ -14,10 +14,12 @@ names the iteration's seed: ``reproduce(seed)`` rebuilds the file.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import os
 import random
+import struct
 import time
 import warnings
 from collections.abc import Callable
@@ -35,6 +37,7 @@ from tests.trace_helpers import frame_zone_stream, seal_blocks, split_blocks, wr
 
 DATA = Path(__file__).parent / "data"
 FUZZ_SECONDS = float(os.environ.get("KATRA3D_FUZZ_SECONDS", "3"))
+HAVE_BLOSC2 = importlib.util.find_spec("blosc2") is not None
 Blocks = list[tuple[int, bytes, int]]
 
 INTERESTING_INTS = [0, 1, -1, 2, 3, 4, 5, 9, 31, 32, 63, 64, 255, 256, 65535, 2**31 - 1, 2**31, 2**32 - 1,
@@ -50,7 +53,36 @@ def _base_traces(tmp: Path) -> list[bytes]:
                 batch_events=8, annotations=[{"scene": "scene", "last_frame_sha256": "0" * 64}],
                 header={"capture_options": {"timing_mode": "sync", "resolved": {"frames": 12}},
                         "host_info": {"gl": {"renderer": "llvmpipe"}, "software_renderer": True}})
-    return [small.read_bytes(), (DATA / "golden-v1.1.katra").read_bytes(), (DATA / "golden-v1.0.katra").read_bytes()]
+    bases = [small.read_bytes(), (DATA / "golden-v1.1.katra").read_bytes(), (DATA / "golden-v1.0.katra").read_bytes()]
+    if HAVE_BLOSC2:
+        bases.append((DATA / "golden-v1.1-blosc2.katra").read_bytes())
+    return bases
+
+
+def _blosc2_edit(rng: random.Random) -> Callable[[bytearray], None] | None:
+    """Most codec-2 files keep their chunks; some get a chunk-header field or a chunk byte changed
+    (the CRC is re-sealed, so only the reader's own checks and blosc2 stand between it and a crash)."""
+    if rng.random() < 0.6:
+        return None
+    field = rng.choice(["version", "versionlz", "flags", "typesize", "nbytes", "blocksize", "cbytes", "byte", "n"])
+    value = rng.choice(INTERESTING_INTS)
+    where = rng.random()
+
+    def edit(stored: bytearray) -> None:
+        head = fmt.EVENTS_HEAD.size
+        if len(stored) < head + fmt.BLOSC2_MIN_HEADER:
+            return
+        if field == "n":
+            struct.pack_into("<I", stored, 0, value & 0xFFFFFFFF)
+        elif field == "byte":
+            i = head + int(where * (len(stored) - head))
+            stored[i] ^= 1 + (value & 0x7F)
+        else:
+            at, code = {"version": (0, "<B"), "versionlz": (1, "<B"), "flags": (2, "<B"), "typesize": (3, "<B"),
+                        "nbytes": (4, "<I"), "blocksize": (8, "<I"), "cbytes": (12, "<I")}[field]
+            struct.pack_into(code, stored, head + at, value & (0xFF if code == "<B" else 0xFFFFFFFF))
+
+    return edit
 
 
 def _mutate_events(rng: random.Random, raw: bytes) -> bytes:
@@ -166,7 +198,9 @@ def build(seed: int, bases: list[bytes]) -> tuple[bytes, str]:
         blocks[i] = (btype, raw, schema)
         done.append(f"block {i} type {btype}")
     minor = rng.choice([None, None, None, 0, 1, 2, 9])
-    data = seal_blocks(blocks, minor=minor, codec=rng.choice([0, 1]), footer=rng.random() < 0.9)
+    codec = rng.choice([0, 1, 2] if HAVE_BLOSC2 else [0, 1])
+    data = seal_blocks(blocks, minor=minor, codec=codec, footer=rng.random() < 0.9,
+                       blosc2_edit=_blosc2_edit(rng) if codec == 2 else None)
     return data, f"seed {seed}: {', '.join(done)}, minor {minor}"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,15 +59,24 @@ def split_blocks(data: bytes) -> list[tuple[int, bytes, int]]:
     while len(data) - pos > fmt.FOOTER_SIZE:
         _, btype, codec, schema, _, stored_len, raw_len, _ = fmt.BLOCK_HEADER.unpack_from(data, pos)
         stored = data[pos + fmt.BLOCK_HEADER_SIZE: pos + fmt.BLOCK_HEADER_SIZE + stored_len]
-        out.append((btype, fmt.decompress(stored, raw_len, codec, pos), schema))
+        if codec == fmt.Codec.BLOSC2 and btype == fmt.BlockType.EVENTS:  # as the codec-0/1 columnar payload
+            raw = fmt.encode_events(fmt.decode_events_blosc2(stored, raw_len, pos))
+        else:
+            raw = fmt.decompress(stored, raw_len, codec, pos)
+        out.append((btype, raw, schema))
         pos += fmt.BLOCK_HEADER_SIZE + stored_len
     return out
 
 
 def seal_blocks(blocks: list[tuple[int, bytes, int]], *, minor: int | None = None, codec: int = 1,
-                footer: bool = True) -> bytes:
+                footer: bool = True, blosc2_edit: Callable[[bytearray], None] | None = None) -> bytes:
     """Encode blocks (as :func:`split_blocks` gives them) into a trace with valid CRCs, sequence
-    numbers and footer: the way to craft a file whose framing is intact and whose content is not."""
+    numbers and footer: the way to craft a file whose framing is intact and whose content is not.
+
+    ``codec=2`` writes EVENTS blocks as blosc2 chunks (what the writer does; other blocks zstd),
+    except a payload whose event count does not match its size, which stays codec 1; then
+    ``blosc2_edit`` may change each codec-2 stored payload (``u32 n, i64 base`` + chunk) in place
+    before it is sealed."""
     import struct
 
     from katra_trace import format as fmt
@@ -78,7 +88,22 @@ def seal_blocks(blocks: list[tuple[int, bytes, int]], *, minor: int | None = Non
     for seq, (btype, raw, schema) in enumerate(blocks):
         if btype == fmt.BlockType.SUMMARY:
             summary_at = len(out)
-        out += b"".join(fmt.encode_block(btype, raw, seq=seq, codec=fmt.Codec(codec), schema=schema))
+        if codec == fmt.Codec.BLOSC2 and btype == fmt.BlockType.EVENTS:
+            try:
+                events = fmt.decode_events(raw, 0)
+            except fmt.TraceFormatError:
+                events = None
+            if events is not None:
+                import blosc2
+
+                stored = bytearray(fmt.encode_events_blosc2(events, blosc2))
+                if blosc2_edit is not None:
+                    blosc2_edit(stored)
+                out += b"".join(fmt.frame_block(btype, bytes(stored), len(raw), seq=seq, codec=fmt.Codec.BLOSC2,
+                                                schema=schema))
+                continue
+        block_codec = fmt.Codec.ZSTD if codec == fmt.Codec.BLOSC2 else fmt.Codec(codec)
+        out += b"".join(fmt.encode_block(btype, raw, seq=seq, codec=block_codec, schema=schema))
     if footer:
         out += fmt.encode_footer(summary_at)
     return bytes(out)
