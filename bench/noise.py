@@ -337,7 +337,10 @@ DEFINITIONS = (
     "log ratios of a round's two BASE runs (paired), the A/A difference of two processes (instructions). A "
     "slowdown (a param step) is named by its measured change in instructions per frame. Defaults: alpha 0.01, "
     "threshold 5 % (0.5 % for instructions). For instructions the smallest slowdown tried is what bounds that "
-    "column: docs/measure.md shows +0.9 % caught in every comparison.")
+    "column: docs/measure.md shows +0.9 % caught in every comparison. *Injected load* lands on run `A` only: "
+    "those runs really were slower, so raw and paired wall time see, in an A/A comparison, a slowdown that the "
+    "code did not cause, and in a slowdown comparison a BASE that is partly slow too. Only a ratio to a "
+    "workload that the neighbour slows alike can cancel it: that is what `--normalize` divides by.")
 
 
 def write_doc(markdown: str, doc: Path) -> None:
