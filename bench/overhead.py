@@ -54,6 +54,7 @@ from bench._gl import (
     renderer,
     run_frame_period_s,
 )
+from harness.reference import REFERENCE_SIZE
 
 #: (scene, size, measured frames per loop): each loop lasts ~0.1-0.3 s on llvmpipe.
 SCENES: tuple[tuple[str, tuple[int, int], int], ...] = (
@@ -265,7 +266,8 @@ def overhead_reference(ctx: BenchContext) -> list[Row]:
                       pair_ratios(frames_kept, "on", "off"), target=at_most(1.02),
                       notes=f"frame ~{frame_ms:.2f} ms; the draw runs outside the frame span"),
             ratio_row(f"{label} run", "frame-loop wall: reference every 4 / off", pair_ratios(loops, "on", "off"),
-                      notes="one 64x64 reference draw + 2 glFinish after every 4th frame"),
+                      notes=f"one {REFERENCE_SIZE[0]}x{REFERENCE_SIZE[1]} reference draw + 2 glFinish after every "
+                            "4th frame"),
         ]
     return rows
 
