@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,13 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # Started in the background by a shell without job control (`make test &`, `nohup ... &`),
+    # which ignores SIGINT; children inherit that, and Python then installs no KeyboardInterrupt
+    # handler in them. The tests that interrupt a child need it to react like one started from a
+    # terminal, so catch SIGINT here: a caught signal is reset to its default in exec'd children.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @functools.lru_cache(maxsize=1)

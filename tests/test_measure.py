@@ -181,9 +181,11 @@ def test_two_processes_count_the_same_work_per_frame(counted_runs: dict[str, Any
 
     for key in frames:
         assert a[key] > 10_000, key  # a real frame of work, not a boundary artefact
-        # every frame of every scene agrees within 0.25 % (32x32 frames are a few 100k instructions;
-        # a first measured frame has been seen 0.13 % apart) ...
-        assert spread(key) <= 0.0025, (key, a[key], a2[key])
+        # every frame of every scene agrees within 0.25 % or 2,000 instructions, whichever is more
+        # (32x32 frames are a few 100k instructions; a triangle frame has been seen 1,219 instructions,
+        # 0.55 %, apart, see docs/measure.md; a collection or another thread's work in a frame would
+        # cost far more) ...
+        assert abs(a[key] - a2[key]) <= max(0.0025 * a[key], 2_000), (key, a[key], a2[key])
     # ... and every frame of at least three of the four scenes within 0.1 % (issue 8's test)
     exact = [scene for scene in SCENES if all(spread(k) <= 0.001 for k in frames if k[0] == scene)]
     assert len(exact) >= 3, {k: (a[k], a2[k]) for k in frames if spread(k) > 0.001}
