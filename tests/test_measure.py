@@ -176,19 +176,20 @@ def test_two_processes_count_the_same_work_per_frame(counted_runs: dict[str, Any
     frames = [k for k in a if k[2] == Kind.FRAME]
     assert {k[0] for k in frames} == set(SCENES) and len(frames) == 4 * len(SCENES)
 
-    def spread(key: tuple[str, str, int, int]) -> float:
-        return abs(a[key] - a2[key]) / a[key]
+    def close(key: tuple[str, str, int, int], rel: float, instructions: int) -> bool:
+        return abs(a[key] - a2[key]) <= max(rel * a[key], instructions)
 
+    # Two processes' counts of one frame differ by a roughly fixed amount, not a share: up to 1,219
+    # instructions were seen, nearly all outside the frame's zones (the harness's Python code around
+    # them; cause not pinned down), 0.55 % of a 32x32 triangle frame but 0.01 % of a frame of 10 M
+    # (docs/measure.md). A collection or another thread's work in a frame costs far more.
     for key in frames:
         assert a[key] > 10_000, key  # a real frame of work, not a boundary artefact
-        # every frame of every scene agrees within 0.25 % or 2,000 instructions, whichever is more
-        # (32x32 frames are a few 100k instructions; a triangle frame has been seen 1,219 instructions,
-        # 0.55 %, apart, see docs/measure.md; a collection or another thread's work in a frame would
-        # cost far more) ...
-        assert abs(a[key] - a2[key]) <= max(0.0025 * a[key], 2_000), (key, a[key], a2[key])
-    # ... and every frame of at least three of the four scenes within 0.1 % (issue 8's test)
-    exact = [scene for scene in SCENES if all(spread(k) <= 0.001 for k in frames if k[0] == scene)]
-    assert len(exact) >= 3, {k: (a[k], a2[k]) for k in frames if spread(k) > 0.001}
+        # every frame of every scene within 0.25 % or 2,000 instructions, whichever is more ...
+        assert close(key, 0.0025, 2_000), (key, a[key], a2[key])
+    # ... and every frame of at least three of the four scenes within 0.1 % or 1,500 (issue 8's test)
+    exact = [scene for scene in SCENES if all(close(k, 0.001, 1_500) for k in frames if k[0] == scene)]
+    assert len(exact) >= 3, {k: (a[k], a2[k]) for k in frames if not close(k, 0.001, 1_500)}
     draws = [k for k in a if k[2] == Kind.ZONE and "#" in k[1]]
     assert {k[0] for k in draws} == set(SCENES)
     frame_of = {(k[0], k[3]): a[k] for k in frames}
