@@ -266,11 +266,8 @@ class TraceWriter:
                     self._hand_over_locked()
                     continue
                 if off == 0 and len(events) - pos >= step:
-                    # A whole batch: hand over a copy (the caller may reuse its array), copied as
-                    # bytes: a structured copy of the packed records goes field by field, ~6x slower.
-                    batch = np.empty(step, dtype=EVENT_DTYPE)
-                    batch.view(np.uint8)[...] = events[pos:pos + step].view(np.uint8)
-                    self._hand_over_locked(batch)
+                    # A whole batch: hand over a copy (the caller may reuse its array).
+                    self._hand_over_locked(fmt.copy_events(events[pos:pos + step]))
                     pos += step
                     continue
                 take = min(len(events) - pos, (cap - off) // 42)
