@@ -28,6 +28,19 @@ def load_trace_quietly(path: str, events: bool = True) -> Trace:
         return open_trace(path, events=events)
 
 
+def load_traces(paths: Sequence[str | os.PathLike[str]], verb: str = "using") -> list[Trace]:
+    """Open each trace (:func:`load_trace_quietly`); a damaged one is used up to where it stops, with a
+    one-line warning on stderr ("<path> is damaged (why); <verb> the N events before offset O")."""
+    traces = []
+    for p in paths:
+        t = load_trace_quietly(os.fspath(p))
+        if t.truncated:
+            print(f"katra3d: warning: {p} is damaged ({t.stop_reason}); {verb} the "
+                  f"{len(t.events)} events before offset {t.stopped_at}", file=sys.stderr)
+        traces.append(t)
+    return traces
+
+
 def print_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=str)
     sys.stdout.write("\n")

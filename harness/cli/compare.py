@@ -20,7 +20,7 @@ from harness.cli._common import (
     AB_MANIFEST,
     ab_pairs,
     emit_table,
-    load_trace_quietly,
+    load_traces,
     print_json,
     read_ab_manifest,
     trace_paths,
@@ -69,21 +69,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="ignore the round pairing recorded by 'katra3d ab' (ab.json)")
     add_compare_options(p)
     p.set_defaults(func=run)
-
-
-def load_traces(paths: list[Path]) -> list[Any]:
-    traces = []
-    for p in paths:
-        t = load_trace_quietly(str(p))
-        if t.truncated:
-            print(f"katra3d: warning: {p} is damaged ({t.stop_reason}); using the "
-                  f"{len(t.events)} events before offset {t.stopped_at}", file=sys.stderr)
-        traces.append(t)
-    return traces
-
-
-def load_side(path: str) -> list[Any]:
-    return load_traces(trace_paths(path))
 
 
 def _pct(x: float) -> str:

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from harness.cli._common import load_trace_quietly, print_json
+from harness.cli._common import load_traces, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -48,10 +48,7 @@ class _Progress:
 def run(args: argparse.Namespace) -> int:
     from katra_trace.export import export_trace
 
-    trace = load_trace_quietly(args.trace)
-    if trace.truncated:
-        print(f"katra3d: warning: {args.trace} is damaged ({trace.stop_reason}); exporting the "
-              f"{len(trace.events)} events before offset {trace.stopped_at}", file=sys.stderr)
+    trace = load_traces([args.trace], verb="exporting")[0]
     result = export_trace(trace, args.to, args.output, overwrite=args.force, progress=_Progress(args.quiet))
     for warning in result.warnings:
         print(f"katra3d: warning: {warning}", file=sys.stderr)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli._common import load_trace_quietly, print_json, trace_paths
+from harness.cli._common import load_traces, print_json, trace_paths
 from katra_trace.errors import ConfigError
 
 
@@ -33,15 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _load(args: list[str]) -> list[Any]:
-    traces = []
-    for arg in args:
-        for path in trace_paths(arg):
-            t = load_trace_quietly(str(path))
-            if t.truncated:
-                print(f"katra3d: warning: {path} is damaged ({t.stop_reason}); reporting the "
-                      f"{len(t.events)} events before offset {t.stopped_at}", file=sys.stderr)
-            traces.append(t)
-    return traces
+    return load_traces([path for arg in args for path in trace_paths(arg)], verb="reporting")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from harness.cli._common import emit_table, fmt_value, load_trace_quietly, print_json
+from harness.cli._common import emit_table, fmt_value, load_traces, print_json
 
 #: Columns of the table/markdown forms (csv carries every stat).
 TABLE_STATS: tuple[str, ...] = (
@@ -56,11 +56,7 @@ def run(args: argparse.Namespace) -> int:
 def _one(args: argparse.Namespace, run_label: str = "") -> int:
     from katra_trace.stats import flatten, trace_stats
 
-    trace = load_trace_quietly(args.trace)
-    if trace.truncated:
-        print(f"katra3d: warning: {args.trace} is damaged ({trace.stop_reason}); "
-              f"statistics cover the {len(trace.events)} events before offset {trace.stopped_at}",
-              file=sys.stderr)
+    trace = load_traces([args.trace], verb="statistics cover")[0]
     result = trace_stats(trace, zones=args.zones)
     if args.format == "json":
         print_json(result)
