@@ -157,9 +157,9 @@ def plain_frame_period_s(name: str, size: tuple[int, int], frames: int, warmup: 
     return frame_period(starts)
 
 
-def run_frame_period_s(config: Any) -> FramePeriod:
-    """:func:`frame_period` of ``harness.runner.run(config)``, from the frame starts in the trace
-    it wrote (measured frames, wall clock, one scene); the trace is deleted afterwards.
+def run_wall_frames(config: Any) -> np.ndarray:
+    """The measured wall-clock FRAME events of ``harness.runner.run(config)`` (one scene), read from
+    the trace it wrote, which is deleted afterwards.
 
     ``config`` is a ``RunConfig`` with ``timing="sync"`` and an ``output`` path.
     """
@@ -171,8 +171,15 @@ def run_frame_period_s(config: Any) -> FramePeriod:
         ev = open_trace(result.path).events
     finally:
         Path(result.path).unlink(missing_ok=True)
-    sel = ev[(ev["kind"] == int(Kind.FRAME)) & (ev["clock"] == int(Clock.WALL))
-             & ((ev["flags"] & int(Flag.WARMUP)) == 0)]
+    sel: np.ndarray = ev[(ev["kind"] == int(Kind.FRAME)) & (ev["clock"] == int(Clock.WALL))
+                         & ((ev["flags"] & int(Flag.WARMUP)) == 0)]
+    return sel
+
+
+def run_frame_period_s(config: Any) -> FramePeriod:
+    """:func:`frame_period` of ``harness.runner.run(config)``, from the frame starts in the trace
+    it wrote (:func:`run_wall_frames`)."""
+    sel = run_wall_frames(config)
     if config.frames is not None and len(sel) != config.frames:
         raise RuntimeError(f"the run wrote {len(sel)} measured wall-clock frames, not {config.frames}")
     if len(sel) < 2:
@@ -181,4 +188,4 @@ def run_frame_period_s(config: Any) -> FramePeriod:
 
 
 __all__ = ["OUTLIER_FACTOR", "WARMUP", "FramePeriod", "PlainFrame", "egl_context", "frame_period", "new_scene",
-           "no_zone", "plain_frame_period_s", "renderer", "run_frame_period_s"]
+           "no_zone", "plain_frame_period_s", "renderer", "run_frame_period_s", "run_wall_frames"]

@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 #: ``python -m harness run``: the venv's katra3d, whatever PATH says.
 KATRA_RUN: tuple[str, ...] = (sys.executable, "-m", "harness", "run")
@@ -74,13 +75,18 @@ def run_jobs(jobs: Sequence[Job], *, parallel: int, log: Callable[[str], None] |
     finally:
         for _, proc, _, _ in running.values():
             if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+                stop(proc, timeout_s=30)
     return done
+
+
+def stop(proc: subprocess.Popen[Any], timeout_s: float) -> None:
+    """Terminate a child and wait for it; kill it if it has not ended after ``timeout_s``."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 __all__ = ["KATRA_RUN", "Done", "Job", "run_jobs"]

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from bench._core import BenchContext, Row, at_least, at_most, bench
-from bench._proc import Done, Job, run_jobs
+from bench._proc import Job, run_jobs
 
 #: Processes of the counted ci suite (the spread is taken across them).
 CI_PROCESSES = 3

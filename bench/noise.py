@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from bench._core import BenchContext, Row, at_most, bench
-from bench._proc import Job, run_jobs
+from bench._proc import Job, run_jobs, stop
 
 #: scene -> (param, BASE value, slowdown values): the steps add about 5, 10, 20 and 40 % of work.
 SCENES: dict[str, tuple[str, int, tuple[int, ...]]] = {
@@ -109,15 +109,6 @@ def _busy() -> subprocess.Popen[bytes]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def _capture(plan: _Plan, scene: str, key: str, value: int, path: Path) -> Any:
     from harness.runner import RunConfig, run
     from katra_trace import open_trace
@@ -148,7 +139,7 @@ def _rounds(ctx: BenchContext, plan: _Plan, scene: str, loaded: bool) -> dict[st
                                  ctx.tmp / f"{scene}-{'load' if loaded else 'quiet'}-{name}-{r}.katra")
             finally:
                 if busy is not None:
-                    _stop(busy)
+                    stop(busy, timeout_s=10)
             out[name].append(trace)
         ctx.log(f"{scene} {'loaded' if loaded else 'quiet'}: round {r + 1}/{plan.rounds}")
     return out

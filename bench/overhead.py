@@ -39,7 +39,6 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from bench._core import BenchContext, Row, at_most, bench, interleave, median_iqr, pair_ratios, ratio_row
 from bench._gl import (
@@ -53,6 +52,7 @@ from bench._gl import (
     plain_frame_period_s,
     renderer,
     run_frame_period_s,
+    run_wall_frames,
 )
 from harness.reference import REFERENCE_SIZE
 
@@ -214,16 +214,7 @@ def _loop_figures(config: object) -> tuple[float, float]:
     """
     import numpy as np
 
-    from harness.runner import run
-    from katra_trace import Clock, Flag, Kind, open_trace
-
-    result = run(config, quiet=True)  # type: ignore[arg-type]
-    try:
-        ev = open_trace(result.path).events
-    finally:
-        Path(result.path).unlink(missing_ok=True)
-    sel = ev[(ev["kind"] == int(Kind.FRAME)) & (ev["clock"] == int(Clock.WALL))
-             & ((ev["flags"] & int(Flag.WARMUP)) == 0)]
+    sel = run_wall_frames(config)
     if len(sel) < 2:
         raise RuntimeError("the run wrote fewer than 2 measured wall-clock frames")
     ends = sel["start_ns"] + sel["dur_ns"]
