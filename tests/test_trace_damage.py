@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from katra_trace import KatraError, TraceFormatError, TraceRecoveryWarning, TraceVersionError, open_trace
 from katra_trace import format as fmt
 from katra_trace.reader import ScanState, iter_blocks
-from tests.trace_helpers import frame_zone_stream, write_trace
+from tests.trace_helpers import frame_zone_stream, seal_blocks, split_blocks, write_trace
 
 STRINGS = ["", "scene", "frame", "pass-a", "pass-b", "pass-c"]
 
@@ -142,34 +142,18 @@ def test_newer_minor_is_read(tmp_path: Path, small_trace) -> None:
     assert len(t.events) == 36
 
 
-def _rebuild(data: bytes, blocks: list, edit) -> bytes:  # noqa: ANN001
-    """Re-encode a trace block by block through ``edit(list of (type, raw payload, schema))``,
-    renumbering sequence numbers and the footer as a writer would."""
-    payloads: list[tuple[int, bytes, int]] = []
-    for b in blocks:
-        off = b.offset
-        _, btype, codec, schema, _, stored_len, raw_len, _ = fmt.BLOCK_HEADER.unpack_from(data, off)
-        stored = data[off + 24: off + 24 + stored_len]
-        if codec == fmt.Codec.BLOSC2:  # re-encoded as codec-0/1 columns (what encode_block writes)
-            raw = fmt.encode_events(fmt.decode_events_blosc2(stored, raw_len, off))
-        else:
-            raw = fmt.decompress(stored, raw_len, codec, off)
-        payloads.append((btype, raw, schema))
+def _rebuild(data: bytes, edit) -> bytes:  # noqa: ANN001
+    """Re-encode a trace block by block through ``edit(list of (type, raw payload, schema))``, with
+    zstd blocks, renumbering sequence numbers and the footer as a writer would."""
+    payloads = split_blocks(data)
     edit(payloads)
-    out = bytearray(fmt.encode_preamble())
-    summary_at = 0
-    for seq, (btype, raw, schema) in enumerate(payloads):
-        if btype == fmt.BlockType.SUMMARY:
-            summary_at = len(out)
-        out += b"".join(fmt.encode_block(btype, raw, seq=seq, codec=fmt.Codec.ZSTD, schema=schema))
-    out += fmt.encode_footer(summary_at)
-    return bytes(out)
+    return seal_blocks(payloads, codec=fmt.Codec.ZSTD)
 
 
 def test_unknown_block_types_are_skipped_by_length(tmp_path: Path, small_trace) -> None:
-    data, blocks = small_trace
+    data, _ = small_trace
     p = tmp_path / "future.katra"
-    p.write_bytes(_rebuild(data, blocks, lambda ps: ps.insert(1, (200, b"a future block type's payload", 0))))
+    p.write_bytes(_rebuild(data, lambda ps: ps.insert(1, (200, b"a future block type's payload", 0))))
     t = open_trace(p, strict=True)
     assert t.skipped_blocks == 1
     assert len(t.events) == 36 and t.strings == STRINGS
@@ -180,7 +164,7 @@ def test_a_wrong_event_count_in_the_summary_does_not_matter(tmp_path: Path, smal
     """open_trace sizes its array from the summary; a lying summary must not change what is read."""
     import json
 
-    data, blocks = small_trace
+    data, _ = small_trace
     truth = open_trace(_write(tmp_path / "ok.katra", data), strict=True).events
 
     def lie(ps: list) -> None:  # noqa: ANN001
@@ -189,7 +173,7 @@ def test_a_wrong_event_count_in_the_summary_does_not_matter(tmp_path: Path, smal
         summary["events"] = claimed
         ps[i] = (fmt.BlockType.SUMMARY, json.dumps(summary).encode(), 0)
 
-    t = open_trace(_write(tmp_path / "lie.katra", _rebuild(data, blocks, lie)), strict=True)
+    t = open_trace(_write(tmp_path / "lie.katra", _rebuild(data, lie)), strict=True)
     assert t.events.tobytes() == truth.tobytes()
 
 
