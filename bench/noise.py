@@ -9,6 +9,8 @@ threshold 5 % (0.5 % for instructions):
 * **normalized wall**: the same runs, ``--normalize`` (frame wall / reference wall);
 * **paired**: the same runs as 5 rounds, each round's BASE and NEW paired, as
   ``katra3d ab`` pairs them;
+* **process CPU**: the same runs, ``--metric process`` (the process CPU time per
+  frame, every thread counted), unpaired;
 * **instructions**: ``--measure instructions``, one run a side.
 
 Captures: ``rounds`` rounds per scene and condition; a round runs, in rotating
@@ -27,7 +29,7 @@ half of NEW's runs in an A/A comparison (it makes false regressions).
 Levels are named by their measured change in instructions per frame (the
 counted runs), the work actually added.
 
-Run CV: CV of ``A``'s per-run medians (raw), of its per-run normalized levels
+Run CV: CV of ``A``'s per-run medians (raw, process CPU), of its per-run normalized levels
 (normalized), the sd of the per-round log ratios ``A``/``A2`` (paired), the
 difference of the two BASE processes (instructions).
 
@@ -80,7 +82,9 @@ BUSY_CPU_LIMIT_S = 120
 BUSY_LOOP = "import time\nend = time.monotonic() + {s}\nx = 0\nwhile time.monotonic() < end:\n    x += 1\n"
 START_MARK = "<!-- noise-table:start -->"
 END_MARK = "<!-- noise-table:end -->"
-METHODS = ("raw wall", "normalized wall", "paired (ab)", "instructions")
+METHODS = ("raw wall", "normalized wall", "paired (ab)", "process CPU", "instructions")
+#: The methods compared on the wall-clock captures (all but instructions).
+TIME_METHODS = METHODS[:4]
 
 
 @dataclasses.dataclass
@@ -153,7 +157,7 @@ def _verdicts(traces: dict[str, list[Any]], base: str, new: str, plan: _Plan, rn
     rounds = len(traces[base])
     k = min(plan.runs, rounds)
     subsets = [sorted(rng.sample(range(rounds), k)) for _ in range(plan.comparisons)]
-    out = {m: [0, 0] for m in METHODS[:3]}
+    out = {m: [0, 0] for m in TIME_METHODS}
     for subset in subsets:
         b = [traces[base][i] for i in subset]
         n = [traces[new][i] for i in subset]
@@ -162,6 +166,7 @@ def _verdicts(traces: dict[str, list[Any]], base: str, new: str, plan: _Plan, rn
             "normalized wall": compare_traces(b, n, normalize=True, allow_param_mismatch=True),
             "paired (ab)": compare_traces(b, n, metric="wall", allow_param_mismatch=True,
                                           pairs=[(i, i) for i in range(k)]),
+            "process CPU": compare_traces(b, n, metric="process", allow_param_mismatch=True),
         }
         for method, result in results.items():
             out[method][0] += int(result.exit_code == 1)
@@ -172,23 +177,24 @@ def _verdicts(traces: dict[str, list[Any]], base: str, new: str, plan: _Plan, rn
 def _run_cv(traces: dict[str, list[Any]], scene: str) -> dict[str, float]:
     from katra_trace.stats import reference_durations, scene_durations
 
-    raw, norm, logr = [], [], []
+    raw, norm, logr, process = [], [], [], []
     for a, a2 in zip(traces["A"], traces["A2"], strict=True):
         walls = []
         for t in (a, a2):
-            wall = scene_durations(t.events, list(t.strings))[scene]["wall"]
+            frames = scene_durations(t.events, list(t.strings))[scene]
             ref = reference_durations(t.events, list(t.strings))[scene]["wall"]
-            walls.append(float(np.median(wall)))
+            walls.append(float(np.median(frames["wall"])))
             if t is a:
                 raw.append(walls[-1])
                 norm.append(walls[-1] / float(np.median(ref)))
+                process.append(float(np.median(frames["process"])))
         logr.append(math.log(walls[0] / walls[1]))
 
     def cv(v: list[float]) -> float:
         return float(np.std(v, ddof=1) / np.mean(v)) if len(v) > 1 else math.nan
 
     return {"raw wall": cv(raw), "normalized wall": cv(norm),
-            "paired (ab)": float(np.std(logr, ddof=1)) if len(logr) > 1 else math.nan}
+            "paired (ab)": float(np.std(logr, ddof=1)) if len(logr) > 1 else math.nan, "process CPU": cv(process)}
 
 
 def _counted(ctx: BenchContext, plan: _Plan) -> dict[str, dict[str, Any]]:
@@ -254,7 +260,7 @@ def noise(ctx: BenchContext) -> list[Row]:
             level_changes = {f"L{v}": counted[scene]["levels"][f"L{v}"][0] for v in levels}
             det = {f"L{v}": _verdicts(traces, "A", f"L{v}", plan, rng) for v in levels}
             cond = "injected load" if loaded else "no injected load"
-            for method in METHODS[:3]:
+            for method in TIME_METHODS:
                 rates = [(level_changes[lv], det[lv][method][0] / det[lv][method][1]) for lv in det]
                 fa, n = aa[method]
                 entry = {"scene": f"{scene} ({SCENES[scene][0]} {SCENES[scene][1]})", "condition": cond,
@@ -323,15 +329,19 @@ DEFINITIONS = (
     "Methods: *raw wall* is `katra3d compare` on the runs' wall times, unpaired; *normalized wall* the same "
     "traces with `--normalize`; *paired (ab)* the same traces as rounds, BASE and NEW of a round paired, as "
     "`katra3d ab` compares them (captured in-process here, not by `ab`'s subprocesses: the pairing and the "
-    "decision are the same code); *instructions* `--measure instructions`, one process a side. *Run CV*: the "
-    "CV of BASE's per-run medians (raw), of its per-run normalized levels (normalized), the sd of the per-round "
-    "log ratios of a round's two BASE runs (paired), the A/A difference of two processes (instructions). A "
+    "decision are the same code); *process CPU* the same traces with `--metric process` (the CPU time the "
+    "process spent on each frame, every thread counted), unpaired; *instructions* `--measure instructions`, one "
+    "process a side. *Run CV*: the "
+    "CV of BASE's per-run medians (raw; process CPU), of its per-run normalized levels (normalized), the sd of "
+    "the per-round log ratios of a round's two BASE runs (paired), the A/A difference of two processes (instructions). A "
     "slowdown (a param step) is named by its measured change in instructions per frame. Defaults: alpha 0.01, "
     "threshold 5 % (0.5 % for instructions). For instructions the smallest slowdown tried is what bounds that "
     "column: docs/measure.md shows +0.9 % caught in every comparison. *Injected load* lands on run `A` only: "
     "those runs really were slower, so raw and paired wall time see, in an A/A comparison, a slowdown that the "
     "code did not cause, and in a slowdown comparison a BASE that is partly slow too. Only a ratio to a "
-    "workload that the neighbour slows alike can cancel it: that is what `--normalize` divides by.")
+    "workload that the neighbour slows alike can cancel it (that is what `--normalize` divides by), or a "
+    "measure of the work that a neighbour does not stretch: process CPU time counts the CPU the process "
+    "used, not the time it waited for a core.")
 
 
 def write_doc(markdown: str, doc: Path) -> None:

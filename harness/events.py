@@ -21,6 +21,7 @@ FRAME_NAME = "frame"
 _FRAME = int(Kind.FRAME)
 _CPU = int(Clock.CPU)
 _WALL = int(Clock.WALL)
+_PROCESS = int(Clock.PROCESS)
 _pc = time.perf_counter_ns
 
 
@@ -29,9 +30,10 @@ class EventBuffer:
 
     Two inputs: :attr:`add` takes one event tuple in EVENT_DTYPE field order;
     :attr:`add_frame` takes one sync-mode frame as ``(t0, t_submit, t_end,
-    frame index, flags, scene id)`` (absolute ``perf_counter_ns`` values) and
-    becomes a CPU and a WALL frame event at flush time, converted column by
-    column (cheaper per frame than building two event tuples).
+    process CPU ns, frame index, flags, scene id)`` (times: absolute
+    ``perf_counter_ns`` values) and becomes a CPU, a WALL and a PROCESS frame
+    event at flush time, converted column by column (cheaper per frame than
+    building three event tuples).
 
     Flushes when ``max_rows`` entries are pending or ``max_age_ns`` has passed
     since the last flush (checked by :meth:`maybe_flush`, once per frame;
@@ -74,17 +76,19 @@ class EventBuffer:
 
     def _frame_events(self, frames: list[tuple[int, ...]]) -> np.ndarray:
         a = np.array(frames, dtype=np.int64)
-        out = np.zeros(2 * len(a), dtype=EVENT_DTYPE)
+        out = np.zeros(3 * len(a), dtype=EVENT_DTYPE)
         out["kind"] = _FRAME
-        out["clock"][0::2] = _CPU
-        out["clock"][1::2] = _WALL
-        out["flags"] = np.repeat(a[:, 4], 2)
-        out["scene"] = np.repeat(a[:, 5], 2)
+        out["clock"][0::3] = _CPU
+        out["clock"][1::3] = _WALL
+        out["clock"][2::3] = _PROCESS
+        out["flags"] = np.repeat(a[:, 5], 3)
+        out["scene"] = np.repeat(a[:, 6], 3)
         out["name"] = self.frame_name
-        out["frame"] = np.repeat(a[:, 3], 2)
-        out["start_ns"] = np.repeat(a[:, 0] - self.origin_ns, 2)
-        out["dur_ns"][0::2] = a[:, 1] - a[:, 0]
-        out["dur_ns"][1::2] = a[:, 2] - a[:, 0]
+        out["frame"] = np.repeat(a[:, 4], 3)
+        out["start_ns"] = np.repeat(a[:, 0] - self.origin_ns, 3)
+        out["dur_ns"][0::3] = a[:, 1] - a[:, 0]
+        out["dur_ns"][1::3] = a[:, 2] - a[:, 0]
+        out["dur_ns"][2::3] = a[:, 3]
         return out
 
     def flush(self) -> None:

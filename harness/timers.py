@@ -4,7 +4,9 @@ Modes (docs/timing.md says what each number means):
 
 * ``sync`` — every frame ends with ``glFinish``; the host clock
   (``time.perf_counter_ns``) around render + finish gives the ``wall`` time,
-  render alone the ``cpu`` submit time. With zones on, each zone starts and
+  render alone the ``cpu`` submit time, and the process CPU time across the
+  same span (every thread, a software rasterizer's included) the ``process``
+  time. With zones on, each zone starts and
   ends with ``glFinish`` too, so a zone's wall time holds its own GPU work only.
 * ``gpu`` — ``GL_TIMESTAMP`` queries (``glQueryCounter``) from a preallocated
   ring bracket every frame and zone; results are read back without blocking
@@ -51,6 +53,10 @@ _WALL = int(Clock.WALL)
 _GPU = int(Clock.GPU)
 
 _pc = time.perf_counter_ns
+#: Process CPU time, every thread counted (a software rasterizer's threads too): the PROCESS clock.
+#: Read outside the wall span (before its start, after its end), so it does not lengthen it.
+_process_ns = time.clock_gettime_ns
+_PROCESS_CLOCK = time.CLOCK_PROCESS_CPUTIME_ID
 
 
 def choose_mode(requested: str, gl: dict[str, Any]) -> tuple[str, str]:
@@ -226,14 +232,16 @@ class SyncTimer(Timer):
     def begin_frame(self, index: int, flags: int = 0) -> None:
         self.frame_index = index
         self.flags = flags
+        self.c0 = _process_ns(_PROCESS_CLOCK)
         self.t0 = _pc()
 
     def end_frame(self) -> None:
         t_sub = _pc()
         self.finish()
         t1 = _pc()
+        c1 = _process_ns(_PROCESS_CLOCK)
         flags = self.flags
-        self._add_frame((self.t0, t_sub, t1, self.frame_index, flags, self.scene_id))
+        self._add_frame((self.t0, t_sub, t1, c1 - self.c0, self.frame_index, flags, self.scene_id))
         if not flags:
             self._frame_ns_add(t1 - self.t0)
         self._maybe_flush(t1)

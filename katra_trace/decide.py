@@ -4,7 +4,7 @@ Pure: numpy and scipy.stats only, no GL, no I/O. The rule is documented in
 docs/stats.md; in short (``thr`` = threshold, ``up = 1 + thr``,
 ``down = 1 / (1 + thr)``, the interval at confidence ``1 - 2 alpha``):
 
-* **Time metrics** (wall, cpu, gpu, wall/reference): the run is the unit of
+* **Time metrics** (wall, cpu, gpu, process, wall/reference): the run is the unit of
   evidence. Each run is reduced to its median frame time; the effect is the
   ratio of the geometric means of the per-run medians, NEW / BASE.
 

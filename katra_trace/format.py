@@ -46,7 +46,7 @@ class MinorLimits:
 #: (which select the clocks and kinds they understand).
 MINOR_LIMITS: dict[int, MinorLimits] = {
     0: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.GPU), event_flags=0x1F),
-    1: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.CYCLES), event_flags=0x3F),
+    1: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),
 }
 assert max(MINOR_LIMITS) == FORMAT_MINOR
 assert MINOR_LIMITS[FORMAT_MINOR].event_flags == sum(int(f) for f in Flag)

@@ -13,7 +13,7 @@ CAPTURE_KEYS: tuple[str, ...] = ("size", "samples", "timing_mode")
 #: host facts that must match unless ``allow_host_mismatch``.
 HOST_KEYS: tuple[str, ...] = ("renderer", "driver")
 #: Values of ``--metric``: auto, the time clocks, and the count clocks of ``--measure``.
-METRICS = ("auto", "wall", "cpu", "gpu", "instructions", "cycles")
+METRICS = ("auto", "wall", "cpu", "gpu", "process", "instructions", "cycles")
 #: Metrics that are counts (deterministic), not times.
 COUNT_METRIC_NAMES: frozenset[str] = frozenset({"instructions", "cycles"})
 

@@ -35,6 +35,11 @@ class Clock(enum.IntEnum):
     #: (format 1.1) estimated cycles from callgrind's cache simulation (``--measure cycles``);
     #: ``dur_ns`` holds the estimate in cycles. The raw counts are COUNTER events on this clock.
     CYCLES = 4
+    #: (format 1.1) CPU time the whole process spent on the frame, every thread counted (a software
+    #: rasterizer's threads included), from its start to the end of its ``glFinish``
+    #: (``CLOCK_PROCESS_CPUTIME_ID``; sync mode). ``dur_ns`` is CPU ns, which may exceed the
+    #: frame's wall time when threads ran in parallel: a value, not a span on the host timeline.
+    PROCESS = 5
 
 
 class Flag(enum.IntFlag):
@@ -80,6 +85,10 @@ def schema_hash() -> str:
 #: Clocks whose ``dur_ns`` is a count (instructions, cycles), not a time: deterministic metrics.
 COUNT_CLOCKS: frozenset[int] = frozenset({int(Clock.INSTRUCTIONS), int(Clock.CYCLES)})
 
+#: Clocks whose ``dur_ns`` is a value, not a span on the host timeline: the counts, and process
+#: CPU time (threads running in parallel add up to more than the wall time they took).
+VALUE_CLOCKS: frozenset[int] = COUNT_CLOCKS | {int(Clock.PROCESS)}
+
 #: Name of the reference-workload markers (Flag.REFERENCE).
 REFERENCE_NAME = "reference"
 
@@ -88,6 +97,7 @@ __all__ = [
     "COLUMNS",
     "Clock",
     "COUNT_CLOCKS",
+    "VALUE_CLOCKS",
     "EVENT_DTYPE",
     "Flag",
     "Kind",

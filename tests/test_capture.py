@@ -118,7 +118,7 @@ def test_capture_zones_off_and_misuse(gl_ctx: Any, program: Any, tmp_path: Path)
     trace = open_trace(path)
     ev = trace.events
     assert not (ev["kind"] == Kind.ZONE).any()
-    assert len(ev[ev["kind"] == Kind.FRAME]) == 2  # cpu + wall
+    assert len(ev[ev["kind"] == Kind.FRAME]) == 3  # cpu + wall + process
     assert {trace.strings[s] for s in ev["scene"]} == {"mine"}
 
 
@@ -133,10 +133,41 @@ def test_capture_aborted_by_exception_keeps_a_valid_trace(gl_ctx: Any, program: 
     trace = open_trace(path)
     assert trace.summary["status"] == "aborted"
     assert "boom" in trace.summary["user"]["error"]
-    assert len(trace.events[trace.events["kind"] == Kind.FRAME]) == 2
+    assert len(trace.events[trace.events["kind"] == Kind.FRAME]) == 3  # cpu + wall + process
 
 
 def test_capture_refuses_gpu_timing_on_software_renderer(gl_ctx: Any, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="software renderer"):
         harness.capture(gl_ctx, tmp_path / "g.katra", timing="gpu")
     assert not (tmp_path / "g.katra").exists()
+
+
+def test_process_clock_counts_cpu_work_not_waiting(gl_ctx: Any, program: Any, tmp_path: Path) -> None:
+    """The PROCESS frame row is the process's CPU time across the frame: it holds the CPU work done
+    inside the frame (read here around that work) and leaves out time spent asleep."""
+    import time
+
+    _, vao = program
+    path = tmp_path / "process.katra"
+    inner: list[int] = []
+    with harness.capture(gl_ctx, path, scene="mine") as cap:
+        for i in range(4):
+            with cap.frame():
+                vao.render()
+                if i % 2:
+                    time.sleep(0.05)  # waiting: wall time, no CPU time
+                else:
+                    c0 = time.process_time_ns()
+                    x = 0
+                    while time.process_time_ns() - c0 < 20_000_000:  # 20 ms of CPU work
+                        x += 1
+                    inner.append(time.process_time_ns() - c0)
+    ev = open_trace(path).events
+    frames = ev[ev["kind"] == Kind.FRAME]
+    wall = frames[frames["clock"] == Clock.WALL]
+    process = frames[frames["clock"] == Clock.PROCESS]
+    assert process["frame"].tolist() == wall["frame"].tolist() == [0, 1, 2, 3]
+    assert process["start_ns"].tolist() == wall["start_ns"].tolist()
+    assert (process["dur_ns"][0::2] >= np.array(inner)).all()  # the CPU work done inside the frame
+    assert (wall["dur_ns"][1::2] >= 50_000_000).all()
+    assert (process["dur_ns"][1::2] < 25_000_000).all()  # asleep for 50 ms of it: not CPU time

@@ -54,6 +54,12 @@ def test_more_work_is_a_regression(tmp_path: Path, katra_cli, gl_ctx) -> None:
     assert r.returncode == 1, r.stdout + r.stderr
     scene = json.loads(r.stdout)["scenes"]["fillrate"]
     assert scene["verdict"] == "regression" and scene["ratio"] > 1.3 and scene["unit"] == "runs"
+    # the same runs compared on process CPU time: the 8x fill work shows there too
+    r = katra_cli("compare", str(base), str(new), "--allow-param-mismatch", "--metric", "process", "--format", "json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    out = json.loads(r.stdout)
+    assert out["metric"] == "process" and out["scenes"]["fillrate"]["verdict"] == "regression"
+    assert out["scenes"]["fillrate"]["ratio"] > 1.3
     # and the reverse direction is an improvement, exit 0
     r = katra_cli("compare", str(new), str(base), "--allow-param-mismatch", "--format", "json")
     assert r.returncode == 0 and json.loads(r.stdout)["scenes"]["fillrate"]["verdict"] == "improvement"

@@ -368,6 +368,12 @@ def test_real_capture_exports_nested(tmp_path: Path, katra_cli: Any, gl_ctx: Any
     zones = [s for s in parsed.slices if s.depth > 0]
     assert zones and all(s.track.startswith(("triangle", "postfx")) for s in zones)
     assert len(parsed.instants) == int((ev["kind"] == Kind.MARKER).sum()) > 0
+    # process CPU time is a value per frame (threads add up past the wall span): a counter track
+    for scene in ("triangle", "postfx"):
+        sid = trace.strings.index(scene)
+        rows = ev[(ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.PROCESS) & (ev["scene"] == sid)]
+        assert len(rows) == 14
+        assert [v for _, v in parsed.counters[f"{scene}: frame (process)"]] == rows["dur_ns"].astype(float).tolist()
 
 
 def test_odd_header_values_export_and_report(tmp_path: Path) -> None:

@@ -121,7 +121,7 @@ def test_invalid_rows_are_refused_not_written(tmp_path: Path) -> None:
         w.finish()
 
 
-@pytest.mark.parametrize("column,value", [("kind", 4), ("clock", 5), ("flags", 64), ("flags", 1 << 9),
+@pytest.mark.parametrize("column,value", [("kind", 4), ("clock", 6), ("flags", 64), ("flags", 1 << 9),
                                           ("dur_ns", -1), ("dur_ns", -(2**63)), ("start_ns", 2**63 - 2),
                                           ("dur_ns", 2**62 + 1), ("frame", 2**32 - 1), ("value", -1.0)])
 def test_writer_and_reader_checks_agree(column: str, value: int) -> None:

@@ -26,6 +26,7 @@ from harness.cli._common import (
     trace_paths,
 )
 from katra_trace.errors import ConfigError
+from katra_trace.match import METRICS
 
 
 def add_compare_options(p: argparse.ArgumentParser) -> None:
@@ -36,9 +37,11 @@ def add_compare_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alpha", type=float, default=0.01,
                    help="false-regression rate per scene (one-sided, after Holm correction across scenes; "
                         "default: 0.01)")
-    p.add_argument("--metric", choices=("auto", "wall", "cpu", "gpu", "instructions", "cycles"), default="auto",
+    p.add_argument("--metric", choices=METRICS, default="auto",
                    help="what is compared: auto = instructions (then cycles) when every trace has them, else "
-                        "the clock the capture trusts (wall in sync mode, gpu in gpu mode)")
+                        "the clock the capture trusts (wall in sync mode, gpu in gpu mode); process = the "
+                        "process CPU time per frame (sync mode: on a software renderer, the frame's work "
+                        "whatever a busy neighbour does to its wall time)")
     p.add_argument("--normalize", action="store_true",
                    help="compare each run's median frame wall divided by the median wall of its reference "
                         "workload (cancels machine drift; needs traces with reference markers)")

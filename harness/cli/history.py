@@ -46,8 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     def filters(q: argparse.ArgumentParser) -> None:
         q.add_argument("--scene", metavar="S", help="only this scene")
         q.add_argument("--metric", metavar="M", default="auto",
-                       help="wall, cpu, gpu, instructions, cycles, wall/reference, all, or auto (default: "
-                            "instructions when stored, else cycles, else wall, gpu, cpu)")
+                       help="wall, cpu, gpu, process, instructions, cycles, wall/reference, all, or auto (default: "
+                            "instructions when stored, else cycles, else wall, gpu, process, cpu)")
         q.add_argument("--host", metavar="H", help="only hosts whose id starts with H or whose "
                                                    "'renderer / driver / cpu' contains H")
         q.add_argument("--zone", metavar="Z", default="",

@@ -9,8 +9,9 @@ Layout (docs/export.md):
 * one group track per scene; inside it one slice track per time clock (``wall``, ``cpu``,
   ``gpu``): frames as slices with their zones nested, markers (setup, skips, reference
   draws) as instants;
-* counter tracks inside the scene for COUNTER rows and for the count clocks
-  (``instructions``, ``cycles``: one value per frame or zone, at its host time);
+* counter tracks inside the scene for COUNTER rows and for the value clocks
+  (``instructions``, ``cycles``, ``process`` CPU ns: one value per frame or zone, at its
+  host time);
 * a ``katra3d capture`` track with one slice spanning the capture whose arguments hold the
   header (capture options, host, timing mode and why) and the summary: click it in the UI;
 * each track is its own packet sequence with interned names and the track as the sequence's

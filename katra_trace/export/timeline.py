@@ -7,8 +7,10 @@ Every event of a trace lands on one track:
   instants;
 * a **counter track** per scene x clock x name for everything that is a value, not a span:
   COUNTER rows (``frame_interval_ns``, the cache counts of ``--measure cycles``) and the
-  frames and zones of the count clocks (``instructions``, ``cycles``), whose ``dur_ns`` is a
-  count; each value sits at the row's ``start_ns``, which orders it on the host clock.
+  frames and zones of the value clocks: the counts (``instructions``, ``cycles``) and the
+  process CPU time (``process``, ns of CPU, which threads running in parallel make longer
+  than the span they ran in); each value sits at the row's ``start_ns``, which orders it on
+  the host clock.
 
 Times are ns on the host clock, relative to the capture start. GPU rows are already on the
 host clock (the capture maps them through its first CLOCK_SYNC pair); when the trace holds
@@ -28,16 +30,17 @@ from typing import Any
 
 import numpy as np
 
-from katra_trace.schema import COUNT_CLOCKS, Clock, Flag, Kind
+from katra_trace.schema import VALUE_CLOCKS, Clock, Flag, Kind
 from katra_trace.stats import CLOCK_NAMES, scene_labels
 
 #: Order of the time clocks' tracks inside a scene.
-CLOCK_ORDER: tuple[int, ...] = (int(Clock.WALL), int(Clock.CPU), int(Clock.GPU), int(Clock.INSTRUCTIONS),
-                                int(Clock.CYCLES))
+CLOCK_ORDER: tuple[int, ...] = (int(Clock.WALL), int(Clock.CPU), int(Clock.GPU), int(Clock.PROCESS),
+                                int(Clock.INSTRUCTIONS), int(Clock.CYCLES))
 
 
 def clock_name(clock: int) -> str:
-    """``wall``, ``cpu``, ``gpu``, ``instructions``, ``cycles``, or ``clock<N>`` for one this build lacks."""
+    """``wall``, ``cpu``, ``gpu``, ``process``, ``instructions``, ``cycles``, or ``clock<N>`` for one this
+    build lacks."""
     return CLOCK_NAMES.get(int(clock), f"clock{int(clock)}")
 
 
@@ -67,15 +70,15 @@ class SliceTrack:
 
 @dataclasses.dataclass(frozen=True)
 class CounterTrack:
-    """One scene x clock x name series of values (counters, and frames/zones on count clocks)."""
+    """One scene x clock x name series of values (counters, and frames/zones on value clocks)."""
 
     scene_id: int
     scene: str
     clock: int
     name_id: int
-    label: str  #: the series' name: the counter's, or ``frame``/the zone's name on a count clock
+    label: str  #: the series' name: the counter's, or ``frame``/the zone's name on a value clock
     rows: np.ndarray  #: event indices, in start order
-    from_durations: bool  #: values are the rows' ``dur_ns`` (count clocks), else their ``value``
+    from_durations: bool  #: values are the rows' ``dur_ns`` (value clocks), else their ``value``
 
     @property
     def name(self) -> str:
@@ -84,7 +87,7 @@ class CounterTrack:
     @property
     def unit(self) -> str:
         if self.from_durations:
-            return clock_name(self.clock)
+            return "ns" if self.clock == Clock.PROCESS else clock_name(self.clock)
         return "ns" if self.label.endswith("_ns") else ""
 
 
@@ -191,10 +194,10 @@ def build_timeline(events: np.ndarray, strings: list[str], clock_syncs: Sequence
     else:
         end = start + ev["dur_ns"].astype(np.int64)
     kind = ev["kind"]
-    count_clock = np.isin(ev["clock"], list(COUNT_CLOCKS))
-    is_span = ((kind == Kind.FRAME) | (kind == Kind.ZONE)) & ~count_clock
+    value_clock = np.isin(ev["clock"], list(VALUE_CLOCKS))
+    is_span = ((kind == Kind.FRAME) | (kind == Kind.ZONE)) & ~value_clock
     is_instant = kind == Kind.MARKER
-    is_value = (kind == Kind.COUNTER) | (((kind == Kind.FRAME) | (kind == Kind.ZONE)) & count_clock)
+    is_value = (kind == Kind.COUNTER) | (((kind == Kind.FRAME) | (kind == Kind.ZONE)) & value_clock)
     # anything else (a kind newer than this build) is left out of the timeline
     end[~is_span] = start[~is_span]
 
@@ -220,7 +223,7 @@ def build_timeline(events: np.ndarray, strings: list[str], clock_syncs: Sequence
             value_idx = np.flatnonzero(on & is_value)
             if value_idx.size:
                 vals = ev[value_idx]
-                # count-clock frames first, then zones, then counters; each by name in first-seen order
+                # value-clock frames first, then zones, then counters; each by name in first-seen order
                 group_key = np.where(vals["kind"] == Kind.COUNTER, 2, np.where(vals["kind"] == Kind.FRAME, 0, 1))
                 names, first = np.unique(vals["name"] * 4 + group_key, return_index=True)
                 for key in names[np.lexsort((first, names % 4))]:

@@ -1,8 +1,8 @@
 """One trace -> the rows the history store keeps (pure: reads a trace, no database).
 
 A *row* is one run x scene x zone x metric: the run's median, p99, 1 % low,
-CV and frame count on one clock (``wall``, ``cpu``, ``gpu``, ``instructions``,
-``cycles``, and ``wall/reference`` when the run timed the reference
+CV and frame count on one clock (``wall``, ``cpu``, ``gpu``, ``process``,
+``instructions``, ``cycles``, and ``wall/reference`` when the run timed the reference
 workload), with the facts of the run repeated on every row (label, commit,
 host fingerprint, the trace's SHA-256) so that a row stands alone in a
 Parquet file. ``zone`` is ``""`` for the scene's frames.
@@ -48,7 +48,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("params", "VARCHAR"),          # the scene's params as JSON ("" when not recorded)
     ("scene", "VARCHAR"),
     ("zone", "VARCHAR"),            # "" for the scene's frames
-    ("metric", "VARCHAR"),          # the clock: wall, cpu, gpu, instructions, cycles, wall/reference
+    ("metric", "VARCHAR"),          # the clock: wall, cpu, gpu, process, instructions, cycles, wall/reference
     ("unit", "VARCHAR"),            # ms, instructions, cycles or x reference
     ("frames", "BIGINT"),           # measured frames (zones: frames the zone ran in)
     ("median", "DOUBLE"),           # in `unit`

@@ -22,7 +22,7 @@ from katra_trace.history.store import DEFAULT_LOCK_TIMEOUT_S, Source, read_rows
 STATS: tuple[str, ...] = ("median", "mean", "p99", "low_1pct_fps")
 HIGHER_IS_BETTER: frozenset[str] = frozenset({"low_1pct_fps"})
 #: ``--metric auto``: the first of these a series' host has (counts are deterministic; then the trusted clock).
-AUTO_ORDER: tuple[str, ...] = ("instructions", "cycles", "wall", "gpu", "cpu")
+AUTO_ORDER: tuple[str, ...] = ("instructions", "cycles", "wall", "gpu", "process", "cpu")
 COUNT_METRICS: frozenset[str] = frozenset({"instructions", "cycles"})
 #: Default minimum step size (percent), as compare's: times and counts.
 DEFAULT_THRESHOLD_TIME_PCT = 5.0

@@ -23,7 +23,7 @@ MAX_POINTS = 4000
 #: Most points of a distribution (CDF) curve.
 CDF_POINTS = 1000
 #: Clock preference for the plotted series when the capture names no primary clock.
-CLOCK_PREFERENCE: tuple[str, ...] = ("wall", "gpu", "instructions", "cycles", "cpu")
+CLOCK_PREFERENCE: tuple[str, ...] = ("wall", "gpu", "instructions", "cycles", "process", "cpu")
 
 
 class TraceLike(Protocol):
@@ -125,7 +125,8 @@ def scenes_of(trace: TraceLike) -> dict[str, tuple[int, list[str]]]:
     ev = trace.events
     frames = ev[ev["kind"] == Kind.FRAME]
     out: dict[str, tuple[int, list[str]]] = {}
-    order = {int(c): i for i, c in enumerate((Clock.WALL, Clock.GPU, Clock.INSTRUCTIONS, Clock.CYCLES, Clock.CPU))}
+    order = {int(c): i for i, c in enumerate((Clock.WALL, Clock.GPU, Clock.INSTRUCTIONS, Clock.CYCLES, Clock.PROCESS,
+                                               Clock.CPU))}
     for sid, label in scene_labels(ev, list(trace.strings)).items():
         clocks = sorted({int(c) for c in np.unique(frames["clock"][frames["scene"] == sid])},
                         key=lambda c: (order.get(c, 99), c))
