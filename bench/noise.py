@@ -11,6 +11,8 @@ threshold 5 % (0.5 % for instructions):
   ``katra3d ab`` pairs them;
 * **process CPU**: the same runs, ``--metric process`` (the process CPU time per
   frame, every thread counted), unpaired;
+* **process CPU, p10**: the same with ``--stat p10`` (each run's 10th-percentile
+  frame instead of its median);
 * **instructions**: ``--measure instructions``, one run a side.
 
 Captures: ``rounds`` rounds per scene and condition; a round runs, in rotating
@@ -29,7 +31,8 @@ half of NEW's runs in an A/A comparison (it makes false regressions).
 Levels are named by their measured change in instructions per frame (the
 counted runs), the work actually added.
 
-Run CV: CV of ``A``'s per-run medians (raw, process CPU), of its per-run normalized levels
+Run CV: CV of ``A``'s per-run medians (raw, process CPU) or 10th percentiles
+(process CPU, p10), of its per-run normalized levels
 (normalized), the sd of the per-round log ratios ``A``/``A2`` (paired), the
 difference of the two BASE processes (instructions).
 
@@ -82,9 +85,9 @@ BUSY_CPU_LIMIT_S = 120
 BUSY_LOOP = "import time\nend = time.monotonic() + {s}\nx = 0\nwhile time.monotonic() < end:\n    x += 1\n"
 START_MARK = "<!-- noise-table:start -->"
 END_MARK = "<!-- noise-table:end -->"
-METHODS = ("raw wall", "normalized wall", "paired (ab)", "process CPU", "instructions")
+METHODS = ("raw wall", "normalized wall", "paired (ab)", "process CPU", "process CPU, p10", "instructions")
 #: The methods compared on the wall-clock captures (all but instructions).
-TIME_METHODS = METHODS[:4]
+TIME_METHODS = METHODS[:5]
 
 
 @dataclasses.dataclass
@@ -167,6 +170,7 @@ def _verdicts(traces: dict[str, list[Any]], base: str, new: str, plan: _Plan, rn
             "paired (ab)": compare_traces(b, n, metric="wall", allow_param_mismatch=True,
                                           pairs=[(i, i) for i in range(k)]),
             "process CPU": compare_traces(b, n, metric="process", allow_param_mismatch=True),
+            "process CPU, p10": compare_traces(b, n, metric="process", allow_param_mismatch=True, run_stat="p10"),
         }
         for method, result in results.items():
             out[method][0] += int(result.exit_code == 1)
@@ -177,7 +181,7 @@ def _verdicts(traces: dict[str, list[Any]], base: str, new: str, plan: _Plan, rn
 def _run_cv(traces: dict[str, list[Any]], scene: str) -> dict[str, float]:
     from katra_trace.stats import reference_durations, scene_durations
 
-    raw, norm, logr, process = [], [], [], []
+    raw, norm, logr, process, process10 = [], [], [], [], []
     for a, a2 in zip(traces["A"], traces["A2"], strict=True):
         walls = []
         for t in (a, a2):
@@ -188,13 +192,15 @@ def _run_cv(traces: dict[str, list[Any]], scene: str) -> dict[str, float]:
                 raw.append(walls[-1])
                 norm.append(walls[-1] / float(np.median(ref)))
                 process.append(float(np.median(frames["process"])))
+                process10.append(float(np.percentile(frames["process"], 10)))
         logr.append(math.log(walls[0] / walls[1]))
 
     def cv(v: list[float]) -> float:
         return float(np.std(v, ddof=1) / np.mean(v)) if len(v) > 1 else math.nan
 
     return {"raw wall": cv(raw), "normalized wall": cv(norm),
-            "paired (ab)": float(np.std(logr, ddof=1)) if len(logr) > 1 else math.nan, "process CPU": cv(process)}
+            "paired (ab)": float(np.std(logr, ddof=1)) if len(logr) > 1 else math.nan, "process CPU": cv(process),
+            "process CPU, p10": cv(process10)}
 
 
 def _counted(ctx: BenchContext, plan: _Plan) -> dict[str, dict[str, Any]]:
@@ -330,9 +336,10 @@ DEFINITIONS = (
     "traces with `--normalize`; *paired (ab)* the same traces as rounds, BASE and NEW of a round paired, as "
     "`katra3d ab` compares them (captured in-process here, not by `ab`'s subprocesses: the pairing and the "
     "decision are the same code); *process CPU* the same traces with `--metric process` (the CPU time the "
-    "process spent on each frame, every thread counted), unpaired; *instructions* `--measure instructions`, one "
-    "process a side. *Run CV*: the "
-    "CV of BASE's per-run medians (raw; process CPU), of its per-run normalized levels (normalized), the sd of "
+    "process spent on each frame, every thread counted), unpaired; *process CPU, p10* the same with `--stat p10` "
+    "(each run reduced to its 10th-percentile frame, not its median); *instructions* `--measure instructions`, "
+    "one process a side. *Run CV*: the CV of BASE's per-run medians (raw; process CPU) or 10th percentiles "
+    "(process CPU, p10), of its per-run normalized levels (normalized), the sd of "
     "the per-round log ratios of a round's two BASE runs (paired), the A/A difference of two processes (instructions). A "
     "slowdown (a param step) is named by its measured change in instructions per frame. Defaults: alpha 0.01, "
     "threshold 5 % (0.5 % for instructions). For instructions the smallest slowdown tried is what bounds that "

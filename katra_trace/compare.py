@@ -17,6 +17,7 @@ import numpy as np
 from katra_trace.decide import (
     MIN_FRAMES,
     MIN_RUNS_FOR_RUN_LEVEL,
+    RUN_STATS,
     VERDICTS,
     Comparison,
     SceneComparison,
@@ -108,6 +109,7 @@ def compare_traces(
     normalize: bool = False,
     pairs: Sequence[tuple[int, int]] | None = None,
     seed: int = 0,
+    run_stat: str = "median",
 ) -> Comparison:
     """Compare two sets of opened traces (each one run), scene by scene.
 
@@ -122,6 +124,8 @@ def compare_traces(
     wall) instead of wall time (ConfigError when a trace lacks reference
     markers). ``pairs``: ``(base index, new index)`` of each paired round
     (``katra3d ab``): the paired test is used, on those traces only.
+    ``run_stat``: ``median`` or ``p10``, what reduces each run of a time metric to
+    its level (ConfigError with counts or ``normalize``).
     Traces measured in counts and in time cannot be mixed (ConfigError).
     """
     del seed
@@ -146,6 +150,12 @@ def compare_traces(
                               f"to --metric {chosen if metric == 'auto' else metric}")
         chosen = "wall"
         _check_reference_workloads(sides)
+    if run_stat not in RUN_STATS:
+        raise ConfigError(f"unknown --stat '{run_stat}'; choose one of: {', '.join(RUN_STATS)}")
+    if run_stat != "median" and (count or normalize):
+        raise ConfigError(f"--stat {run_stat} applies to time metrics without --normalize; "
+                          f"{'counts are deterministic' if count else 'normalized ratios use medians'}: "
+                          f"drop --stat")
     notes: list[str] = []
     incomparable: dict[str, str] = {}
     runs: dict[str, dict[str, list[np.ndarray]]] = {"base": {}, "new": {}}
@@ -187,9 +197,13 @@ def compare_traces(
     if normalize:
         notes.append("normalized: each run's median frame wall divided by the median wall of its reference "
                      "workload (values in x reference)")
+    if run_stat == "p10":
+        notes.append("p10: each run is reduced to the 10th percentile of its frames (the frames that nothing "
+                     "got in the way of), not the median; a change that slows only some frames does not show")
     result = compare_runs(runs["base"], runs["new"], threshold_pct=threshold_pct, alpha=alpha,
                           metric="wall/reference" if normalize else chosen, incomparable=incomparable,
-                          paired=pairs is not None, value_unit="x reference" if normalize else None)
+                          paired=pairs is not None, value_unit="x reference" if normalize else None,
+                          run_stat=run_stat)
     zones: tuple[SceneComparison, ...] = ()
     if count:
         zones = _zone_rows(result, sides, chosen)

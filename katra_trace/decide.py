@@ -5,8 +5,9 @@ docs/stats.md; in short (``thr`` = threshold, ``up = 1 + thr``,
 ``down = 1 / (1 + thr)``, the interval at confidence ``1 - 2 alpha``):
 
 * **Time metrics** (wall, cpu, gpu, process, wall/reference): the run is the unit of
-  evidence. Each run is reduced to its median frame time; the effect is the
-  ratio of the geometric means of the per-run medians, NEW / BASE.
+  evidence. Each run is reduced to its median frame time (or, with ``run_stat``
+  ``p10``, the 10th percentile of its frames); the effect is the ratio of the
+  geometric means of the per-run levels, NEW / BASE.
 
   - unpaired runs: Welch's t on the log per-run medians (each side's real
     run count), Welch-Satterthwaite degrees of freedom;
@@ -66,6 +67,11 @@ DEFAULT_THRESHOLD_COUNT_PCT = 0.5
 NOISE_FLOOR_FACTOR = 3.0
 #: Metrics whose values are counts (deterministic on software renderers), not times.
 COUNT_METRICS = frozenset({"instructions", "cycles"})
+
+#: Per-run statistics of a time metric: ``median`` (default) or ``p10``, the 10th percentile of the
+#: run's frames: the cost of a frame that nothing got in the way of, when interference only adds
+#: (docs/stats.md); blind to a change that slows only some frames.
+RUN_STATS: tuple[str, ...] = ("median", "p10")
 
 VERDICTS = ("regression", "improvement", "unchanged", "inconclusive", "incomparable")
 
@@ -161,6 +167,7 @@ class Comparison:
     notes: tuple[str, ...] = ()
     zones: tuple[SceneComparison, ...] = ()
     paired: bool = False
+    run_stat: str = "median"  #: the per-run statistic of a time metric (:data:`RUN_STATS`)
 
     @property
     def regressions(self) -> tuple[SceneComparison, ...]:
@@ -186,6 +193,7 @@ class Comparison:
             "alpha": self.alpha,
             "metric": self.metric,
             "paired": self.paired,
+            "run_stat": self.run_stat,
             "verdicts": counts,
             "exit_code": self.exit_code,
             "notes": list(self.notes),
@@ -334,8 +342,17 @@ def _frame_figures(b_all: np.ndarray, n_all: np.ndarray, count: bool) -> dict[st
     return out
 
 
+def run_level(values: np.ndarray, stat: str = "median") -> float:
+    """One run's level on a time metric: the median of its frames, or their 10th percentile (``p10``)."""
+    if stat == "median":
+        return float(np.median(values))
+    if stat == "p10":
+        return float(np.percentile(values, 10))
+    raise ValueError(f"unknown run statistic {stat!r}; choose from {', '.join(RUN_STATS)}")
+
+
 def _measure_time(scene: str, b_runs: list[np.ndarray], n_runs: list[np.ndarray], paired: bool,
-                  alpha: float, metric: str, value_unit: str) -> dict[str, Any]:
+                  alpha: float, metric: str, value_unit: str, run_stat: str = "median") -> dict[str, Any]:
     """Effect, one-sided p, interval and side figures of one scene (no verdict yet)."""
     b_all, n_all = np.concatenate(b_runs), np.concatenate(n_runs)
     out: dict[str, Any] = {
@@ -347,8 +364,8 @@ def _measure_time(scene: str, b_runs: list[np.ndarray], n_runs: list[np.ndarray]
     }
     # frame pacing (p99, 1 % low, stutter) is in ms: not for values in other units (x reference)
     out.update(_frame_figures(b_all, n_all, count=value_unit != "ms"))
-    med_b = np.array([np.median(r) for r in b_runs])
-    med_n = np.array([np.median(r) for r in n_runs])
+    med_b = np.array([run_level(r, run_stat) for r in b_runs])
+    med_n = np.array([run_level(r, run_stat) for r in n_runs])
     lb, ln = np.log(med_b), np.log(med_n)
     scale = 1e-6 if value_unit == "ms" else 1.0
     out.update(run_cv_base=_cv(med_b), run_cv_new=_cv(med_n),
@@ -528,6 +545,7 @@ def compare_runs(
     incomparable: Mapping[str, str] | None = None,
     paired: bool = False,
     value_unit: str | None = None,
+    run_stat: str = "median",
 ) -> Comparison:
     """Compare per-run durations (ns) or counts, scene by scene.
 
@@ -542,10 +560,14 @@ def compare_runs(
         paired: ``base[scene][i]`` and ``new[scene][i]`` are one round (same length).
         value_unit: unit of the values' levels; default ms for time metrics, the
             metric's name for counts. Anything else (e.g. ``x reference``) is shown as is.
+        run_stat: what reduces a run of a time metric to its level: ``median`` or ``p10``
+            (the 10th percentile of its frames). Counts always use the median.
     """
     del seed
     if not 0 < alpha < 0.5:
         raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
+    if run_stat not in RUN_STATS:
+        raise ValueError(f"unknown run statistic {run_stat!r}; choose from {', '.join(RUN_STATS)}")
     if threshold_pct is None:
         threshold_pct = default_threshold_pct(metric)
     if not threshold_pct >= 0:
@@ -579,14 +601,14 @@ def compare_runs(
         elif count:
             results[scene] = decide_counts(scene, b_runs, n_runs, threshold=threshold, metric=metric)
         else:
-            measured[scene] = _measure_time(scene, b_runs, n_runs, paired, alpha, metric, unit)
+            measured[scene] = _measure_time(scene, b_runs, n_runs, paired, alpha, metric, unit, run_stat)
     tested = [s for s in measured if measured[s]["unit"] != "frames"
               and min(measured[s]["frames_base"], measured[s]["frames_new"]) >= MIN_FRAMES]
     adjusted = dict(zip(tested, holm([measured[s]["p_value"] for s in tested]), strict=True))
     for scene, m in measured.items():
         results[scene] = _decide_time(m, adjusted.get(scene, math.nan), threshold, alpha, max(len(tested), 1))
     return Comparison(scenes=tuple(results[s] for s in names), threshold_pct=threshold_pct,
-                      alpha=alpha, metric=metric, paired=paired)
+                      alpha=alpha, metric=metric, paired=paired, run_stat="median" if count else run_stat)
 
 
 __all__ = [
@@ -598,6 +620,7 @@ __all__ = [
     "MIN_RUNS",
     "MIN_RUNS_FOR_RUN_LEVEL",
     "NOISE_FLOOR_FACTOR",
+    "RUN_STATS",
     "SceneComparison",
     "TInterval",
     "VERDICTS",
@@ -609,6 +632,7 @@ __all__ = [
     "min_runs_for_alpha",
     "noise_floor",
     "paired_t",
+    "run_level",
     "runs_needed",
     "welch",
 ]

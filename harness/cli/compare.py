@@ -26,6 +26,7 @@ from harness.cli._common import (
     trace_paths,
 )
 from katra_trace.errors import ConfigError
+from katra_trace.decide import RUN_STATS
 from katra_trace.match import METRICS
 
 
@@ -42,6 +43,10 @@ def add_compare_options(p: argparse.ArgumentParser) -> None:
                         "the clock the capture trusts (wall in sync mode, gpu in gpu mode); process = the "
                         "process CPU time per frame (sync mode: on a software renderer, the frame's work "
                         "whatever a busy neighbour does to its wall time)")
+    p.add_argument("--stat", choices=RUN_STATS, default="median",
+                   help="what reduces each run of a time metric to one level: median (default) or p10, the "
+                        "10th percentile of its frames (the frames nothing got in the way of: steadier on a "
+                        "busy machine, blind to a change that slows only some frames)")
     p.add_argument("--normalize", action="store_true",
                    help="compare each run's median frame wall divided by the median wall of its reference "
                         "workload (cancels machine drift; needs traces with reference markers)")
@@ -139,7 +144,8 @@ def print_comparison(result: Any, fmt: str, base: str, new: str) -> None:
                 lines.append(row)
     else:
         unit = "ms" if result.scenes and all(s.value_unit == "ms" for s in result.scenes if s.unit) else "x ref"
-        columns = ["scene", "verdict", "change", "interval", "p (Holm)", "runs", f"median {unit}",
+        level = "median" if result.run_stat == "median" else result.run_stat
+        columns = ["scene", "verdict", "change", "interval", "p (Holm)", "runs", f"{level} {unit}",
                    "p99 ms", "1% low fps", "frames: change, p", "why"]
         lines = list(result.scenes)
         for s in result.scenes:
@@ -147,7 +153,7 @@ def print_comparison(result: Any, fmt: str, base: str, new: str) -> None:
                         else _time_row(s))
     counts = result.as_dict()["verdicts"]
     summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-    how = "paired rounds, " if result.paired else ""
+    how = ("paired rounds, " if result.paired else "") + ("p10 of each run, " if result.run_stat == "p10" else "")
     title = (f"katra3d compare ({result.metric or 'no'} {'count' if count else 'clock'}, {how}threshold "
              f"{result.threshold_pct:g}%, alpha {result.alpha:g}): {summary}")
     if fmt == "csv":  # one row per scene (and zone), the reason as a column; notes go to stderr
@@ -180,6 +186,8 @@ def check_options(args: argparse.Namespace) -> None:
         raise ConfigError(f"--alpha must be between 0 and 0.5, got {args.alpha:g}")
     if args.threshold is not None and not 0 <= args.threshold < 1000:
         raise ConfigError(f"--threshold must be a percentage >= 0, got {args.threshold:g}")
+    if args.stat != "median" and (args.normalize or args.metric in ("instructions", "cycles")):
+        raise ConfigError(f"--stat {args.stat} applies to time metrics without --normalize; drop --stat")
 
 
 def find_pairing(base: str, new: str) -> tuple[Path, list[tuple[Path, Path]]] | None:
@@ -232,7 +240,7 @@ def compare_paths(base: str, new: str | None, args: argparse.Namespace) -> int:
                             allow_host_mismatch=args.allow_host_mismatch,
                             allow_param_mismatch=args.allow_param_mismatch,
                             allow_codegen_mismatch=args.allow_codegen_mismatch,
-                            normalize=args.normalize, pairs=pairs)
+                            normalize=args.normalize, pairs=pairs, run_stat=args.stat)
     if notes:
         import dataclasses
 
