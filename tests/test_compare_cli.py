@@ -134,11 +134,31 @@ def test_compare_host_mismatch_and_override(tmp_path: Path, katra_cli) -> None:
     assert "allowed by --allow-host-mismatch" in r.stdout
 
 
-@pytest.mark.parametrize("args", [("--alpha", "0.9"), ("--threshold", "-1")])
-def test_compare_bad_options_exit_2(tmp_path: Path, katra_cli, args: tuple[str, str]) -> None:
+@pytest.mark.parametrize("args", [("--alpha", "0.9"), ("--threshold", "-1"), ("--stat", "p5"),
+                                  ("--stat", "p10", "--normalize"), ("--stat", "p10", "--metric", "instructions")])
+def test_compare_bad_options_exit_2(tmp_path: Path, katra_cli, args: tuple[str, ...]) -> None:
     a = write_run(tmp_path / "a.katra", 10.0, seed=1)
     r = katra_cli("compare", str(a), str(a), *args)
-    assert r.returncode == 2 and r.stderr.startswith("katra3d: error:")
+    assert r.returncode == 2 and r.stderr.startswith(("katra3d: error:", "usage:")), r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) <= 3
+
+
+def test_compare_stat_p10_reduces_runs_to_their_10th_percentile(tmp_path: Path, katra_cli) -> None:
+    base = write_runs(tmp_path / "base", 4, 10.0, seed=10)
+    new = write_runs(tmp_path / "new", 4, 10.0, seed=20, slow={"fill": 1.3})
+    r = katra_cli("compare", str(base), str(new), "--stat", "p10", "--format", "json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    out = json.loads(r.stdout)
+    assert out["run_stat"] == "p10" and out["scenes"]["fill"]["verdict"] == "regression"
+    assert any(n.startswith("p10:") for n in out["notes"])
+    from katra_trace import open_trace
+    from katra_trace.stats import scene_durations
+
+    p10 = [np.percentile(scene_durations(open_trace(p).events, list(open_trace(p).strings))["fill"]["wall"], 10)
+           for p in sorted(base.iterdir())]
+    assert out["scenes"]["fill"]["median_base"] == pytest.approx(float(np.exp(np.mean(np.log(p10)))) * 1e-6)
+    r = katra_cli("compare", str(base), str(new), "--stat", "p10")
+    assert r.returncode == 1 and "p10 of each run" in r.stdout and "p10 ms" in r.stdout
 
 
 def test_compare_bad_inputs_exit_2(tmp_path: Path, katra_cli) -> None:
