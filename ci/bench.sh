@@ -11,8 +11,9 @@
 #            under callgrind (docs/measure.md), one run is evidence, and the comparison uses
 #            --metric instructions (or cycles) with its 0.5 % threshold. Times need many runs.
 #   -n RUNS  captures of the suite (default: 1 for counts, 7 for time). For time, the run is the
-#            unit of evidence: with 12 scenes Holm-corrected at alpha 0.01, an exact rank test
-#            needs >= 7 runs a side to call anything a regression (see docs/stats.md).
+#            unit of evidence: >= 3 runs a side give a verdict (Welch's t on the runs' levels),
+#            and with 12 scenes Holm-corrected at alpha 0.01 more runs resolve smaller changes
+#            (docs/stats.md). On a shared runner, pass `-- --metric process --stat p10`.
 #   -s NAME  suite (default: ci); -s '' runs only the scenes named in -a
 #   -a ARGS  extra `katra3d run` options, one string (e.g. "--frames 120"); keep them the same
 #            as the baseline's, or scenes become incomparable. Counts default to --frames 10
