@@ -17,7 +17,6 @@ import numpy as np
 from katra_trace.decide import (
     MIN_FRAMES,
     MIN_RUNS_FOR_RUN_LEVEL,
-    RUN_STATS,
     VERDICTS,
     Comparison,
     SceneComparison,
@@ -32,6 +31,7 @@ from katra_trace.match import (
     COUNT_METRIC_NAMES,
     HOST_KEYS,
     METRICS,
+    RUN_STATS,
     capture_facts,
     codegen_facts,
     host_facts,

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from katra_trace.match import RUN_STATS
 from katra_trace.stats import frame_stats
 
 #: Fewer measured frames than this on a side: inconclusive (time metrics).
@@ -67,11 +68,6 @@ DEFAULT_THRESHOLD_COUNT_PCT = 0.5
 NOISE_FLOOR_FACTOR = 3.0
 #: Metrics whose values are counts (deterministic on software renderers), not times.
 COUNT_METRICS = frozenset({"instructions", "cycles"})
-
-#: Per-run statistics of a time metric: ``median`` (default) or ``p10``, the 10th percentile of the
-#: run's frames: the cost of a frame that nothing got in the way of, when interference only adds
-#: (docs/stats.md); blind to a change that slows only some frames.
-RUN_STATS: tuple[str, ...] = ("median", "p10")
 
 VERDICTS = ("regression", "improvement", "unchanged", "inconclusive", "incomparable")
 

@@ -299,3 +299,14 @@ def test_config_as_dict_is_json_ready() -> None:
     d = json.loads(json.dumps(cfg.as_dict()))
     assert d["scenes"] == ["triangle"] and d["size"] == [64, 32]
     assert d["params"] == {"triangle.speed": "1"} and d["zones"] is True
+
+
+def test_the_command_line_imports_no_scipy() -> None:
+    """``python -m harness`` is also the counted child of ``--measure``, where every import runs under
+    valgrind: building the parser (all subcommands) must not import scipy (it doubled a counted run)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from harness.cli import build_parser; build_parser(); "
+            "sys.exit(3 if any(m == 'scipy' or m.startswith('scipy.') for m in sys.modules) else 0)")
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

@@ -26,8 +26,7 @@ from harness.cli._common import (
     trace_paths,
 )
 from katra_trace.errors import ConfigError
-from katra_trace.decide import RUN_STATS
-from katra_trace.match import METRICS
+from katra_trace.match import METRICS, RUN_STATS
 
 
 def add_compare_options(p: argparse.ArgumentParser) -> None:
