@@ -208,7 +208,36 @@ def compare_traces(
     if count:
         zones = _zone_rows(result, sides, chosen)
     notes.extend(_draw_set_notes(sides))
+    if chosen == "wall" and not normalize:
+        notes.extend(_process_hint(result, sides, durations))
     return dataclasses.replace(result, notes=tuple(notes), zones=zones)
+
+
+#: Run-to-run CV of wall time above which an inconclusive scene gets the hint of :func:`_process_hint`.
+NOISY_RUN_CV = 0.05
+
+
+def _process_hint(result: Comparison, sides: Mapping[str, Sequence[Any]],
+                  durations: Mapping[str, Sequence[Mapping[str, Mapping[str, np.ndarray]]]]) -> list[str]:
+    """A note pointing to ``--metric process --stat p10`` when wall time left scenes inconclusive for its
+    run-to-run spread, and every trace is a software renderer's that recorded process CPU time."""
+    software = all(bool(((t.header.get("host_info") or {}).get("gl") or {}).get("software_renderer"))
+                   for traces in sides.values() for t in traces)
+    if not software:
+        return []
+    noisy = []
+    for s in result.scenes:
+        cv = max((c for c in (s.run_cv_base, s.run_cv_new) if c == c), default=0.0)
+        if s.verdict != "inconclusive" or s.unit not in ("runs", "rounds") or cv <= NOISY_RUN_CV:
+            continue
+        if all("process" in run[s.scene] for side in durations.values() for run in side if s.scene in run):
+            noisy.append((s.scene, cv))
+    if not noisy:
+        return []
+    worst = max(cv for _, cv in noisy)
+    return [f"wall time varied up to {worst * 100:.0f} % from run to run ({', '.join(n for n, _ in noisy)}); "
+            "on this software renderer, --metric process --stat p10 compares the frames' CPU work, which a busy "
+            "neighbour does not stretch (docs/stats.md)"]
 
 
 def _draw_names(trace: Any) -> dict[str, set[str]]:

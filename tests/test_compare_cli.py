@@ -21,13 +21,15 @@ SCENES = ("fill", "mesh")
 
 def write_run(path: Path, mean_ms: float, *, seed: int, frames: int = 60, size: tuple[int, int] = (64, 64),
               renderer: str = "llvmpipe (LLVM 15.0.6, 256 bits)", warmup: int = 3,
-              slow: dict[str, float] | None = None) -> Path:
-    """One synthetic capture: each scene's warmup + measured frames (wall and cpu) with a zone each."""
+              slow: dict[str, float] | None = None, run_sd: float = 0.01, process: bool = False) -> Path:
+    """One synthetic capture: each scene's warmup + measured frames (wall and cpu, and with ``process``
+    a steady process CPU time) with a zone each; ``run_sd``: the run's luck (sd of its log level)."""
     rng = np.random.default_rng(seed)
-    run_factor = math.exp(rng.normal(0, 0.01))
+    run_factor = math.exp(rng.normal(0, run_sd))
     opts = {"size": list(size), "samples": 0, "timing_mode": "sync",
             "params": {s: {"layers": 1} for s in SCENES}}
-    host = {"gl": {"renderer": renderer, "driver": {"name": "Mesa", "version": "22.3.6"}}}
+    host = {"gl": {"renderer": renderer, "driver": {"name": "Mesa", "version": "22.3.6"},
+                   "software_renderer": renderer.startswith("llvmpipe")}}
     with TraceWriter(path, workload="test", capture_options=opts, host_info=host) as w:
         frame_id, zone_id = w.intern("frame"), w.intern("draw")
         t = 0
@@ -41,6 +43,9 @@ def write_run(path: Path, mean_ms: float, *, seed: int, frames: int = 60, size: 
                 rows.append((Kind.ZONE, Clock.WALL, flags, 1, sid, zone_id, i, t, dur // 2, 0.0))
                 rows.append((Kind.FRAME, Clock.WALL, flags, 0, sid, frame_id, i, t, dur, 0.0))
                 rows.append((Kind.FRAME, Clock.CPU, flags, 0, sid, frame_id, i, t, dur // 10, 0.0))
+                if process:
+                    cpu = int(mean_ms * factor * 1.9e6 * math.exp(rng.normal(0, 0.02)))
+                    rows.append((Kind.FRAME, Clock.PROCESS, flags, 0, sid, frame_id, i, t, cpu, 0.0))
                 t += dur
         w.append_array(np.array(rows, dtype=EVENT_DTYPE))
     return path
@@ -253,3 +258,23 @@ def test_ab_bad_commands(tmp_path: Path, katra_cli) -> None:
     assert "the child said why" in r.stderr  # a failing child's output is shown
     r = katra_cli("ab", "--base", "true {out}", "--new", "true {out}", "-o", str(tmp_path / "y"))
     assert r.returncode == 2 and "wrote no trace" in r.stderr
+
+
+def test_noisy_wall_time_points_to_process_cpu_time(tmp_path: Path, katra_cli) -> None:
+    """Runs whose wall time varies 20 % from run to run (a busy neighbour) leave compare inconclusive; when
+    the traces recorded process CPU time on a software renderer, the output says how to use it."""
+    base = write_runs(tmp_path / "base", 4, 10.0, seed=30, run_sd=0.2, process=True)
+    new = write_runs(tmp_path / "new", 4, 10.0, seed=40, run_sd=0.2, process=True)
+    r = katra_cli("compare", str(base), str(new), "--format", "json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and "inconclusive" in {s["verdict"] for s in out["scenes"].values()}, r.stdout
+    assert any("--metric process --stat p10" in n for n in out["notes"])
+    r = katra_cli("compare", str(base), str(new), "--metric", "process", "--format", "json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and {s["verdict"] for s in out["scenes"].values()} == {"unchanged"}
+    assert not any("--metric process" in n for n in out["notes"])
+    # without process rows there is nothing to point to
+    plain_b = write_runs(tmp_path / "plain_b", 4, 10.0, seed=30, run_sd=0.2)
+    plain_n = write_runs(tmp_path / "plain_n", 4, 10.0, seed=40, run_sd=0.2)
+    r = katra_cli("compare", str(plain_b), str(plain_n), "--format", "json")
+    assert not any("--metric process" in n for n in json.loads(r.stdout)["notes"])
