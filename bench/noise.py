@@ -179,6 +179,7 @@ def _verdicts(traces: dict[str, list[Any]], base: str, new: str, plan: _Plan, rn
 
 
 def _run_cv(traces: dict[str, list[Any]], scene: str) -> dict[str, float]:
+    from katra_trace.decide import run_level
     from katra_trace.stats import reference_durations, scene_durations
 
     raw, norm, logr, process, process10 = [], [], [], [], []
@@ -191,8 +192,8 @@ def _run_cv(traces: dict[str, list[Any]], scene: str) -> dict[str, float]:
             if t is a:
                 raw.append(walls[-1])
                 norm.append(walls[-1] / float(np.median(ref)))
-                process.append(float(np.median(frames["process"])))
-                process10.append(float(np.percentile(frames["process"], 10)))
+                process.append(run_level(frames["process"], "median"))
+                process10.append(run_level(frames["process"], "p10"))
         logr.append(math.log(walls[0] / walls[1]))
 
     def cv(v: list[float]) -> float:

@@ -9,6 +9,7 @@ in docs/stats.md). The public names of both modules stay importable from here.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -227,7 +228,7 @@ def _process_hint(result: Comparison, sides: Mapping[str, Sequence[Any]],
         return []
     noisy = []
     for s in result.scenes:
-        cv = max((c for c in (s.run_cv_base, s.run_cv_new) if c == c), default=0.0)
+        cv = max((c for c in (s.run_cv_base, s.run_cv_new) if math.isfinite(c)), default=0.0)
         if s.verdict != "inconclusive" or s.unit not in ("runs", "rounds") or cv <= NOISY_RUN_CV:
             continue
         if all("process" in run[s.scene] for side in durations.values() for run in side if s.scene in run):

@@ -100,7 +100,7 @@ class SceneComparison:
     runs_new: int = 0
     frames_base: int = 0
     frames_new: int = 0
-    median_base: float = math.nan  #: BASE level in value_unit (geometric mean of per-run medians)
+    median_base: float = math.nan  #: BASE level in value_unit (geometric mean of per-run medians, or p10s)
     median_new: float = math.nan
     median_base_ms: float = math.nan  #: the same in ms (time metrics only)
     median_new_ms: float = math.nan
@@ -113,7 +113,7 @@ class SceneComparison:
     dof: float = math.nan  #: degrees of freedom of the t interval
     frame_ratio: float = math.nan  #: pooled-frame median ratio (information)
     frame_p_value: float = math.nan  #: two-sided Mann-Whitney U on pooled frames (information)
-    run_cv_base: float = math.nan  #: CV of per-run medians (needs >= 2 runs)
+    run_cv_base: float = math.nan  #: CV of per-run medians, or p10s (needs >= 2 runs)
     run_cv_new: float = math.nan
     pair_cv: float = math.nan  #: sd of per-round log ratios (paired)
     noise_floor_pct: float = math.nan  #: count metrics: the measured noise floor

@@ -143,8 +143,7 @@ def print_comparison(result: Any, fmt: str, base: str, new: str) -> None:
                 lines.append(row)
     else:
         unit = "ms" if result.scenes and all(s.value_unit == "ms" for s in result.scenes if s.unit) else "x ref"
-        level = "median" if result.run_stat == "median" else result.run_stat
-        columns = ["scene", "verdict", "change", "interval", "p (Holm)", "runs", f"{level} {unit}",
+        columns = ["scene", "verdict", "change", "interval", "p (Holm)", "runs", f"{result.run_stat} {unit}",
                    "p99 ms", "1% low fps", "frames: change, p", "why"]
         lines = list(result.scenes)
         for s in result.scenes:
