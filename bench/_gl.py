@@ -158,12 +158,12 @@ def plain_frame_period_s(name: str, size: tuple[int, int], frames: int, warmup: 
 
 
 def run_wall_frames(config: Any) -> np.ndarray:
-    """The measured wall-clock FRAME events of ``harness.runner.run(config)`` (one scene), read from
+    """The measured wall-clock FRAME events of ``harness.run.runner.run(config)`` (one scene), read from
     the trace it wrote, which is deleted afterwards.
 
     ``config`` is a ``RunConfig`` with ``timing="sync"`` and an ``output`` path.
     """
-    from harness.runner import run
+    from harness.run.runner import run
     from katra_trace import Clock, Flag, Kind, open_trace
 
     result = run(config, quiet=True)
@@ -177,7 +177,7 @@ def run_wall_frames(config: Any) -> np.ndarray:
 
 
 def run_frame_period_s(config: Any) -> FramePeriod:
-    """:func:`frame_period` of ``harness.runner.run(config)``, from the frame starts in the trace
+    """:func:`frame_period` of ``harness.run.runner.run(config)``, from the frame starts in the trace
     it wrote (:func:`run_wall_frames`)."""
     sel = run_wall_frames(config)
     if config.frames is not None and len(sel) != config.frames:

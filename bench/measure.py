@@ -12,7 +12,7 @@ Rows (the targets are issue 8's):
   scene against <= 0.1 %;
 * **1 % work change**: ``shader`` at 160x90 with ``iterations`` 100 vs 101
   (about +1 % of the frame's instructions), compared by
-  ``katra_trace.compare.compare_traces`` (what ``katra3d compare`` runs) with
+  ``katra_trace.analysis.compare.compare_traces`` (what ``katra3d compare`` runs) with
   one run a side, for every distinct pair of BASE and NEW processes; A/A
   over every distinct pair of BASE processes and of the ``ci`` processes,
   scene by scene. Counts are deterministic: comparing the same two
@@ -80,7 +80,7 @@ class Empty(Scene):
 def per_scene_medians(path: Path, clock: str) -> dict[str, float]:
     """Median measured-frame value per scene on ``clock`` (instructions, or wall in ns)."""
     from katra_trace import open_trace
-    from katra_trace.stats import scene_durations
+    from katra_trace.analysis.stats import scene_durations
 
     trace = open_trace(path)
     durations = scene_durations(trace.events, list(trace.strings))
@@ -90,7 +90,7 @@ def per_scene_medians(path: Path, clock: str) -> dict[str, float]:
 def frame_periods_s(path: Path) -> dict[str, float]:
     """Median period between consecutive measured frame starts per scene (host clock, any frame clock)."""
     from katra_trace import Kind, open_trace
-    from katra_trace.stats import measured, scene_labels
+    from katra_trace.analysis.stats import measured, scene_labels
 
     trace = open_trace(path)
     labels = scene_labels(trace.events, list(trace.strings))
@@ -123,7 +123,7 @@ def spearman(x: list[float], y: list[float]) -> float:
 
 def _compare(base: Path, new: Path) -> Any:
     from katra_trace import open_trace
-    from katra_trace.compare import compare_traces
+    from katra_trace.analysis.compare import compare_traces
 
     return compare_traces([open_trace(base)], [open_trace(new)], metric="instructions",
                           allow_param_mismatch=True)
@@ -137,7 +137,7 @@ def _fmt_count(x: float) -> str:
        default=False, needs_gl=True)
 def measure(ctx: BenchContext) -> list[Row]:
     """--measure instructions on the ci suite: spread, 1 % step, suite time, harness floor, proxy quality."""
-    from harness.measure import find_valgrind
+    from harness.run.measure import find_valgrind
 
     _, valgrind = find_valgrind()  # exit 3 with the install line when missing
     quick = ctx.quick

@@ -1,7 +1,7 @@
 """``python -m bench noise``: the noise table of docs/stats.md (``make bench-noise``).
 
 For ``fillrate`` and ``shader`` at 320x180, 300 measured frames a run, four
-ways to compare BASE with NEW, each with ``katra_trace.compare.compare_traces``
+ways to compare BASE with NEW, each with ``katra_trace.analysis.compare.compare_traces``
 (the code ``katra3d compare`` and ``katra3d ab`` run), defaults alpha 0.01 and
 threshold 5 % (0.5 % for instructions):
 
@@ -117,7 +117,7 @@ def _busy() -> subprocess.Popen[bytes]:
 
 
 def _capture(plan: _Plan, scene: str, key: str, value: int, path: Path) -> Any:
-    from harness.runner import RunConfig, run
+    from harness.run.runner import RunConfig, run
     from katra_trace import open_trace
 
     path.unlink(missing_ok=True)
@@ -155,7 +155,7 @@ def _rounds(ctx: BenchContext, plan: _Plan, scene: str, loaded: bool) -> dict[st
 def _verdicts(traces: dict[str, list[Any]], base: str, new: str, plan: _Plan, rng: random.Random
               ) -> dict[str, tuple[int, int]]:
     """(regressions, comparisons) per time method over ``plan.comparisons`` subsets of the rounds."""
-    from katra_trace.compare import compare_traces
+    from katra_trace.analysis.compare import compare_traces
 
     rounds = len(traces[base])
     k = min(plan.runs, rounds)
@@ -179,8 +179,8 @@ def _verdicts(traces: dict[str, list[Any]], base: str, new: str, plan: _Plan, rn
 
 
 def _run_cv(traces: dict[str, list[Any]], scene: str) -> dict[str, float]:
-    from katra_trace.decide import run_level
-    from katra_trace.stats import reference_durations, scene_durations
+    from katra_trace.analysis.decide import run_level
+    from katra_trace.analysis.stats import reference_durations, scene_durations
 
     raw, norm, logr, process, process10 = [], [], [], [], []
     for a, a2 in zip(traces["A"], traces["A2"], strict=True):
@@ -207,7 +207,7 @@ def _run_cv(traces: dict[str, list[Any]], scene: str) -> dict[str, float]:
 def _counted(ctx: BenchContext, plan: _Plan) -> dict[str, dict[str, Any]]:
     """Per scene: the instruction change of every level (%), A/A and level verdicts, one run a side."""
     from katra_trace import open_trace
-    from katra_trace.compare import compare_traces
+    from katra_trace.analysis.compare import compare_traces
 
     jobs = []
     for scene, (key, base, _) in SCENES.items():

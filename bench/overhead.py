@@ -13,7 +13,7 @@ per-frame work (frame object, timer, event buffer, flushes), with preempted
 frames (> 5x the loop's median) left out on both sides; the notes give the
 share left out per side.
 
-* ``overhead``: the runner, through ``harness.runner.run(RunConfig)`` with
+* ``overhead``: the runner, through ``harness.run.runner.run(RunConfig)`` with
   ``timing="sync"`` and no reference draw (``reference_every=0``: it runs
   between frames and would count in the frame period; ``overhead-reference``
   measures it), frame starts read from the trace it wrote; the plain loop
@@ -54,7 +54,7 @@ from bench._gl import (
     run_frame_period_s,
     run_wall_frames,
 )
-from harness.reference import REFERENCE_SIZE
+from harness.engine.reference import REFERENCE_SIZE
 
 #: (scene, size, measured frames per loop): each loop lasts ~0.1-0.3 s on llvmpipe.
 SCENES: tuple[tuple[str, tuple[int, int], int], ...] = (
@@ -109,7 +109,7 @@ def _scenes(ctx: BenchContext) -> tuple[tuple[str, tuple[int, int], int], ...]:
 
 @bench("overhead", about="katra3d run's frame loop vs a plain moderngl loop (zones off / on)", needs_gl=True)
 def overhead_run(ctx: BenchContext) -> list[Row]:
-    from harness.runner import RunConfig
+    from harness.run.runner import RunConfig
 
     rows: list[Row] = []
     for name, size, frames in _scenes(ctx):
@@ -206,7 +206,7 @@ REFERENCE_ROUNDS = 15
 
 
 def _loop_figures(config: object) -> tuple[float, float]:
-    """(median measured frame wall, frame-loop wall) in seconds of ``harness.runner.run(config)``.
+    """(median measured frame wall, frame-loop wall) in seconds of ``harness.run.runner.run(config)``.
 
     The frame loop runs from the first measured frame's start to the last one's
     end: it holds every reference draw (timed after frames, outside their spans),
@@ -227,7 +227,7 @@ def overhead_reference(ctx: BenchContext) -> list[Row]:
     """Cost of the drift-normalization reference draw: per-frame wall and frame-loop wall, every 4 vs off."""
     import dataclasses
 
-    from harness.runner import RunConfig
+    from harness.run.runner import RunConfig
 
     scenes = (("triangle", (160, 90), 40),) if ctx.quick else REFERENCE_SCENES
     rows: list[Row] = []
@@ -277,11 +277,11 @@ def overhead_draws(ctx: BenchContext) -> list[Row]:
     """What timing every draw costs: the drawcalls frame-rate ratio, zones draws (and passes) vs off."""
     import dataclasses
 
-    from harness.runner import RunConfig
+    from harness.run.runner import RunConfig
 
     gl_renderer = renderer()
     ctx.facts["gl_renderer"] = gl_renderer
-    from harness.probe import is_software_renderer
+    from harness.gl.probe import is_software_renderer
 
     software = is_software_renderer(gl_renderer)
     modes = ["sync"] if software else ["sync", "gpu"]

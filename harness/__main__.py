@@ -3,6 +3,6 @@
 import sys
 
 from harness.cli import main
-from harness.measure import child_argv
+from harness.run.measure import child_argv
 
 sys.exit(main(child_argv()))

@@ -12,7 +12,7 @@
                     ...
 
 The trace has the same format, clocks and timing modes as ``katra3d run`` (it
-is written by the same capture engine, :mod:`harness.engine`):
+is written by the same capture engine, :mod:`harness.engine.core`):
 ``timing="auto"`` picks ``sync`` (glFinish at the end of each frame, host
 clock) on software renderers and ``gpu`` (GL_TIMESTAMP queries) elsewhere.
 The context is not changed, except that frames in ``sync`` mode end with
@@ -70,8 +70,8 @@ class Capture:
                  zones: bool | str = True, timing: str = "auto", notes: str = "",
                  capture_options: dict[str, Any] | None = None, overwrite: bool = False,
                  max_draw_zones: int | None = None) -> None:
-        from harness import probe
-        from harness.engine import Engine
+        from harness.gl import probe
+        from harness.engine.core import Engine
 
         session = types.SimpleNamespace(ctx=ctx, backend="external", device=None)
         host = probe.host_info(session)
@@ -141,7 +141,7 @@ def capture(ctx: Any, path: str | Path, *, workload: str = "", scene: str = "cap
     ``timing``: auto | sync | gpu (see docs/timing.md). ``zones``: record
     ``zone()`` spans (each also a KHR_debug group): True or ``"passes"``,
     ``"draws"`` (every moderngl draw on ``ctx`` inside a frame too, see
-    :mod:`harness.draws`), False or ``"off"``. Returns a :class:`Capture`;
+    :mod:`harness.engine.draws`), False or ``"off"``. Returns a :class:`Capture`;
     use it as a context manager or call :meth:`Capture.close`. An existing file at
     ``path`` is refused (OutputExistsError) unless ``overwrite`` is true.
     """

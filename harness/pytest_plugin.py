@@ -2,7 +2,7 @@
 
 * Fixture ``katra_scene``: a callable that runs a scene in-process for N
   frames on a headless GL context, records a trace, and returns a
-  :class:`SceneRun` with the scene's statistics (see katra_trace.stats)::
+  :class:`SceneRun` with the scene's statistics (see katra_trace.analysis.stats)::
 
       @pytest.mark.gl
       def test_fill(katra_scene):
@@ -49,7 +49,7 @@ class SceneRun:
     """What :func:`run_scene` produced.
 
     ``stats``: ``{clock: {stat: value}}`` for the scene's frames (warmup
-    excluded; keys as in ``katra_trace.stats.FrameStats.as_dict``);
+    excluded; keys as in ``katra_trace.analysis.stats.FrameStats.as_dict``);
     ``zones``: ``{zone: {clock: {stat: value}}}``; ``clock``: the clock the
     capture trusts (``wall`` in sync mode, ``gpu`` in gpu mode); ``trace``:
     the trace file; ``info``: what goes to the benchmark's extra_info.
@@ -81,11 +81,12 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
     ``"cycles"``) counts each frame's work under callgrind in a child process,
     as ``katra3d run --measure`` does; ``stats`` then holds counts, not times.
     """
-    from harness import backends, probe
-    from harness.engine import Engine
+    from harness.gl import backends
+    from harness.gl import probe
+    from harness.engine.core import Engine
     from katra_trace.errors import ConfigError
-    from katra_trace.reader import open_trace
-    from katra_trace.stats import trace_stats
+    from katra_trace.io.reader import open_trace
+    from katra_trace.analysis.stats import trace_stats
     from scenes.registry import get_scene, resolve_params
 
     if frames < 1 or warmup < 0:
@@ -140,10 +141,10 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
 def _run_counted(name: str, label: str, trace: str | Path, *, frames: int, warmup: int, size: tuple[int, int],
                  params: Mapping[str, Any], zones: bool | str, seed: int, measure: str) -> SceneRun:
     """``katra_scene(..., measure="instructions")``: the same counted child process as ``katra3d run``."""
-    from harness import runner
-    from harness.config import RunConfig
-    from katra_trace.reader import open_trace
-    from katra_trace.stats import trace_stats
+    from harness.run import runner
+    from harness.run.config import RunConfig
+    from katra_trace.io.reader import open_trace
+    from katra_trace.analysis.stats import trace_stats
 
     config = RunConfig(scenes=(name,), frames=frames, warmup=warmup, size=size, zones=zones, seed=seed,
                        params=tuple((label, k, v) for k, v in params.items()), output=str(trace), measure=measure,

@@ -44,8 +44,8 @@ __all__ = [
     "schema_hash",
 ]
 
-from katra_trace.format import CodecUnavailableError  # noqa: E402
-from katra_trace.reader import Trace, TraceRecoveryWarning, iter_blocks, open_trace  # noqa: E402
-from katra_trace.writer import TraceWriter  # noqa: E402
+from katra_trace.io.format import CodecUnavailableError  # noqa: E402
+from katra_trace.io.reader import Trace, TraceRecoveryWarning, iter_blocks, open_trace  # noqa: E402
+from katra_trace.io.writer import TraceWriter  # noqa: E402
 
 __all__ += ["CodecUnavailableError", "Trace", "TraceRecoveryWarning", "TraceWriter", "iter_blocks", "open_trace"]

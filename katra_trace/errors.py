@@ -68,7 +68,7 @@ class OutputBusyError(KatraError):
 
 
 class WriterClosedError(KatraError):
-    """A TraceWriter was used after :meth:`~katra_trace.writer.TraceWriter.finish`."""
+    """A TraceWriter was used after :meth:`~katra_trace.io.writer.TraceWriter.finish`."""
 
 
 class SceneError(KatraError):

@@ -1,4 +1,4 @@
-"""Seeded simulations of katra_trace.decide: interval coverage, false alarms, power, memory.
+"""Seeded simulations of katra_trace.analysis.decide: interval coverage, false alarms, power, memory.
 
 Used by tests/test_compare_sim.py at small sizes, and run as a script for the
 figures in docs/stats.md::
@@ -24,7 +24,7 @@ from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from katra_trace.decide import compare_runs, paired_t, welch  # noqa: E402
+from katra_trace.analysis.decide import compare_runs, paired_t, welch  # noqa: E402
 
 FRAME_CV = 0.10
 

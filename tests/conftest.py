@@ -34,7 +34,7 @@ def _egl_context() -> tuple[Any, str]:
     import sys
 
     if "OpenGL" not in sys.modules:
-        # as harness.backends does for EGL: PyOpenGL's raw calls (timers, probe) must go through EGL too
+        # as harness.gl.backends does for EGL: PyOpenGL's raw calls (timers, probe) must go through EGL too
         os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
     try:
         import moderngl
@@ -94,7 +94,7 @@ def harness_session() -> Iterator[Any]:
     Sessions are closed after the test, and the shared ``gl_ctx`` context is made
     current again (opening and closing a context changes the current one).
     """
-    from harness.backends import open_session
+    from harness.gl.backends import open_session
 
     opened: list[Any] = []
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness import backends
+from harness.gl import backends
 from katra_trace.errors import BackendUnavailable, ConfigError
 
 
@@ -44,7 +44,7 @@ def test_glfw_without_display_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_egl_session_framebuffer(harness_session: Any) -> None:
     session = harness_session("egl", device=0, size=(48, 32), samples=4)
     assert session.backend == "egl" and session.device == 0
-    from harness.probe import host_info
+    from harness.gl.probe import host_info
 
     egl = host_info(session)["egl"]
     assert egl["device_index"] == 0 and egl["vendor"] and egl["version"]

@@ -1,4 +1,4 @@
-"""katra_trace.compare on synthetic data with run-level noise (no GL).
+"""katra_trace.analysis.compare on synthetic data with run-level noise (no GL).
 
 Each synthetic run draws its frames around a run mean that itself varies
 from run to run (log-normal, run CV as given): frames of one run share that
@@ -15,14 +15,14 @@ import pytest
 
 from scipy import stats as sps
 
-from katra_trace.compare import (
+from katra_trace.analysis.compare import (
     compare_runs,
     compare_traces,
     holm,
     min_runs_for_alpha,
     resolve_metric,
 )
-from katra_trace.decide import paired_t, welch
+from katra_trace.analysis.decide import paired_t, welch
 
 
 def runs(rng: np.random.Generator, k: int, mean_ms: float, run_cv: float = 0.08,
@@ -365,7 +365,7 @@ def test_resolve_metric() -> None:
 
 
 def test_capture_facts_read_what_katra3d_run_records() -> None:
-    from katra_trace.compare import capture_facts
+    from katra_trace.analysis.compare import capture_facts
 
     header = {"capture_options": {
         "size": None, "samples": 0, "timing_mode": "sync", "params": {"fill.layers": 4},

@@ -157,7 +157,7 @@ def test_compare_stat_p10_reduces_runs_to_their_10th_percentile(tmp_path: Path, 
     assert out["run_stat"] == "p10" and out["scenes"]["fill"]["verdict"] == "regression"
     assert any(n.startswith("p10:") for n in out["notes"])
     from katra_trace import open_trace
-    from katra_trace.stats import scene_durations
+    from katra_trace.analysis.stats import scene_durations
 
     p10 = [np.percentile(scene_durations(open_trace(p).events, list(open_trace(p).strings))["fill"]["wall"], 10)
            for p in sorted(base.iterdir())]

@@ -1,6 +1,6 @@
 """compare/stats on synthetic format-1.1 traces: instruction counts, reference markers, duplicate names.
 
-The traces are written with katra_trace.writer.TraceWriter (tests/trace_helpers.py),
+The traces are written with katra_trace.io.writer.TraceWriter (tests/trace_helpers.py),
 as the capture engine writes them: instruction counts on Clock.INSTRUCTIONS in
 ``dur_ns``, REFERENCE markers on the wall clock, the measure and codegen facts
 in the header.
@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from katra_trace import Clock, Flag, Kind
-from katra_trace.compare import compare_traces
+from katra_trace.analysis.compare import compare_traces
 from katra_trace.errors import ConfigError
 from katra_trace.schema import EVENT_DTYPE, REFERENCE_NAME
-from katra_trace.stats import events_stats, scene_durations, scene_labels
+from katra_trace.analysis.stats import events_stats, scene_durations, scene_labels
 from tests.trace_helpers import write_trace
 
 STRINGS = ["", "shader", "frame", "lighting", "post", REFERENCE_NAME, "fill"]
@@ -201,7 +201,7 @@ def test_normalize_divides_by_the_reference_workload(tmp_path: Path, katra_cli) 
     assert s["p99_base_ms"] is None and s["median_base_ms"] is None  # no ms figures for a ratio
     # the normalized level is computed from the trace's reference rows
     from katra_trace import open_trace
-    from katra_trace.stats import reference_durations
+    from katra_trace.analysis.stats import reference_durations
 
     t = open_trace(base / "r0.katra")
     ref = reference_durations(t.events, list(t.strings))["shader"]["wall"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from katra_trace import format as fmt
+from katra_trace.io import format as fmt
 from tests.trace_helpers import seal_blocks, split_blocks
 
 pytestmark = pytest.mark.gl
@@ -103,8 +103,8 @@ def test_different_sizes_are_incomparable(tmp_path: Path, katra_cli, gl_ctx) -> 
 
 def test_normalize_uses_the_reference_rows_of_real_captures(tmp_path: Path, katra_cli, gl_ctx) -> None:
     from katra_trace import open_trace
-    from katra_trace.compare import compare_traces
-    from katra_trace.stats import reference_durations, scene_durations
+    from katra_trace.analysis.compare import compare_traces
+    from katra_trace.analysis.stats import reference_durations, scene_durations
 
     for side in ("base", "new"):
         (tmp_path / side).mkdir()

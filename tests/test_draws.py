@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 
 import harness
-from harness import events, timers
-from harness.draws import TARGETS, UNTIMED_NAME, DrawZones
-from harness.frame import HarnessFrame, seed_key
+from harness.engine import events
+from harness.engine import timers
+from harness.engine.draws import TARGETS, UNTIMED_NAME, DrawZones
+from harness.engine.frame import HarnessFrame, seed_key
 from katra_trace import open_trace
 from katra_trace.schema import Clock, Kind
-from katra_trace.writer import TraceWriter
+from katra_trace.io.writer import TraceWriter
 
 KATRA3D = str(Path(sys.executable).with_name("katra3d"))
 pytestmark = pytest.mark.gl
@@ -132,8 +133,8 @@ def test_gpu_ring_grows_without_blocking_for_many_draws(gl_ctx: Any, tmp_path: P
 
 
 def test_a_scene_failing_mid_frame_leaves_moderngl_unpatched(tmp_path: Path) -> None:
-    from harness.config import RunConfig
-    from harness.runner import run
+    from harness.run.config import RunConfig
+    from harness.run.runner import run
     from katra_trace.errors import SceneError
 
     scene = tmp_path / "boom.py"

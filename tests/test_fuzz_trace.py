@@ -31,7 +31,7 @@ import pytest
 
 from harness.cli import main as cli_main
 from katra_trace import KatraError, TraceRecoveryWarning, open_trace
-from katra_trace import format as fmt
+from katra_trace.io import format as fmt
 from katra_trace.schema import EVENT_DTYPE
 from tests.trace_helpers import frame_zone_stream, seal_blocks, split_blocks, write_trace
 

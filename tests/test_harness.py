@@ -8,14 +8,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness import events, probe, timers
-from harness.cli.timer_check import timer_query_reliability
-from harness.config import RunConfig, parse_param, parse_size, plan_run
-from harness.frame import HarnessFrame, seed_key
+from harness.engine import events
+from harness.gl import probe
+from harness.engine import timers
+from harness.gl.timer_check import timer_query_reliability
+from harness.run.config import RunConfig, parse_param, parse_size, plan_run
+from harness.engine.frame import HarnessFrame, seed_key
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError, SceneError
 from katra_trace.schema import Clock, Flag, Kind
-from katra_trace.writer import TraceWriter
+from katra_trace.io.writer import TraceWriter
 
 # --------------------------------------------------------------------------- probe
 
@@ -244,7 +246,7 @@ def test_plan_default_output_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_default_output_names_never_collide(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import datetime as dt
 
-    from harness.config import default_output
+    from harness.run.config import default_output
 
     monkeypatch.chdir(tmp_path)
     now = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)

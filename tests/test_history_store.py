@@ -20,7 +20,7 @@ from katra_trace import Clock, Kind, TraceWriter
 from katra_trace.history.ingest import prepare_runs
 from katra_trace.history.rows import RunFacts, parse_time_ns, trace_rows
 from katra_trace.history.store import add_to_store
-from katra_trace.reader import open_trace
+from katra_trace.io.reader import open_trace
 from katra_trace.schema import EVENT_DTYPE
 
 duckdb = pytest.importorskip("duckdb", reason="pip install 'katra3d[history]'")

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness import measure
+from harness.run import measure
 from harness.cli import build_parser
-from harness.config import RunConfig, plan_argv, plan_run
-from harness.counting import CACHE_EVENTS, estimated_cycles, read_summary
+from harness.run.config import RunConfig, plan_argv, plan_run
+from harness.engine.counting import CACHE_EVENTS, estimated_cycles, read_summary
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError
 from katra_trace.schema import Clock, Kind

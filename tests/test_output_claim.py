@@ -1,5 +1,5 @@
 """TraceWriter claims its output atomically: no capture destroys an existing file or another
-capture, and a crashed capture's prefix stays in ``<path>.part`` (katra_trace/claim.py)."""
+capture, and a crashed capture's prefix stays in ``<path>.part`` (katra_trace/io/claim.py)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ import zstandard
 
 from harness.cli import main as cli_main
 from katra_trace import Clock, KatraError, TraceFormatError, TraceRecoveryWarning, TraceTooLargeError, open_trace
-from katra_trace import format as fmt
+from katra_trace.io import format as fmt
 from tests.trace_helpers import edit_json_block, frame_zone_stream, seal_blocks, split_blocks, write_trace
 
 REPO = Path(__file__).resolve().parent.parent

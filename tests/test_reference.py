@@ -13,7 +13,7 @@ import pytest
 
 from katra_trace import open_trace
 from katra_trace.schema import REFERENCE_NAME, Clock, Flag, Kind
-from katra_trace.stats import trace_stats
+from katra_trace.analysis.stats import trace_stats
 
 KATRA3D = str(Path(sys.executable).with_name("katra3d"))
 pytestmark = pytest.mark.gl

@@ -339,8 +339,8 @@ def test_a_signal_handler_installed_from_c_is_restored_as_default(tmp_path: Path
     program = textwrap.dedent(f'''
         import signal
         assert signal.getsignal(signal.SIGTERM) is None  # a handler Python did not install
-        from harness.config import RunConfig
-        from harness.runner import run
+        from harness.run.config import RunConfig
+        from harness.run.runner import run
         result = run(RunConfig(scenes=("triangle",), frames=3, size=(16, 16), output={str(tmp_path / "c.katra")!r}),
                      quiet=True)
         assert result.status == "complete"

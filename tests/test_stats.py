@@ -1,4 +1,4 @@
-"""katra_trace.stats against hand-computed values on small arrays (no GL)."""
+"""katra_trace.analysis.stats against hand-computed values on small arrays (no GL)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from katra_trace import Clock, Flag, Kind
 from katra_trace.schema import EVENT_DTYPE
-from katra_trace.stats import (
+from katra_trace.analysis.stats import (
     FrameStats,
     events_stats,
     frame_stats,

@@ -157,7 +157,7 @@ def test_katra_trace_imports_no_gl_module() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=Path(__file__).parent.parent)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("ok") and "katra_trace.reader" in out.stdout
+    assert out.stdout.startswith("ok") and "katra_trace.io.reader" in out.stdout
 
 
 def test_golden_events_are_the_same_through_streaming() -> None:

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from katra_trace import EVENT_DTYPE, Clock, ConfigError, Kind, TraceIOError, TraceWriter, open_trace
-from katra_trace import reader as reader_mod
+from katra_trace.io import reader as reader_mod
 from tests.trace_helpers import frame_zone_stream, write_trace
 
 json_scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=20) | st.floats(

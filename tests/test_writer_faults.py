@@ -125,7 +125,7 @@ def test_invalid_rows_are_refused_not_written(tmp_path: Path) -> None:
                                           ("dur_ns", -1), ("dur_ns", -(2**63)), ("start_ns", 2**63 - 2),
                                           ("dur_ns", 2**62 + 1), ("frame", 2**32 - 1), ("value", -1.0)])
 def test_writer_and_reader_checks_agree(column: str, value: int) -> None:
-    from katra_trace import format as fmt
+    from katra_trace.io import format as fmt
 
     ev = frame_zone_stream(40)
     for row in (0, 77, len(ev) - 1):

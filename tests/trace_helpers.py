@@ -52,7 +52,7 @@ def write_trace(path: Path, events: np.ndarray, strings: list[str], *, batch_eve
 def split_blocks(data: bytes) -> list[tuple[int, bytes, int]]:
     """The (type, decoded payload, schema) of every block of an intact trace, by framing alone
     (no content checks, so a test can start from a file the reader would refuse)."""
-    from katra_trace import format as fmt
+    from katra_trace.io import format as fmt
 
     out = []
     pos = fmt.PREAMBLE_SIZE
@@ -79,7 +79,7 @@ def seal_blocks(blocks: list[tuple[int, bytes, int]], *, minor: int | None = Non
     before it is sealed."""
     import struct
 
-    from katra_trace import format as fmt
+    from katra_trace.io import format as fmt
 
     out = bytearray(fmt.encode_preamble())
     if minor is not None:

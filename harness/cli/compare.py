@@ -5,7 +5,7 @@ run). When both are the ``base``/``new`` directories of one ``katra3d ab``
 output directory, its ``ab.json`` pairs the runs round by round and the
 paired test is used (``--unpaired`` to ignore it). Exit 0: no regression;
 1: a regression; 2: bad input or nothing comparable. The decision rule is in
-katra_trace.decide and docs/stats.md.
+katra_trace.analysis.decide and docs/stats.md.
 """
 
 from __future__ import annotations
@@ -16,17 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli._common import (
-    AB_MANIFEST,
-    ab_pairs,
-    emit_table,
-    load_traces,
-    print_json,
-    read_ab_manifest,
-    trace_paths,
-)
+from harness.cli._common import emit_table, load_traces, print_json
+from katra_trace.analysis.match import METRICS, RUN_STATS
 from katra_trace.errors import ConfigError
-from katra_trace.match import METRICS, RUN_STATS
+from katra_trace.io.tracesets import AB_MANIFEST, ab_pairs, read_ab_manifest, trace_paths
 
 
 def add_compare_options(p: argparse.ArgumentParser) -> None:
@@ -119,11 +112,11 @@ def _count_row(s: Any) -> list[str]:
 
 
 def print_comparison(result: Any, fmt: str, base: str, new: str) -> None:
-    """Print a :class:`katra_trace.decide.Comparison` in ``fmt`` (table, markdown, csv or json)."""
+    """Print a :class:`katra_trace.analysis.decide.Comparison` in ``fmt`` (table, markdown, csv or json)."""
     if fmt == "json":
         print_json(dict(result.as_dict(), base=base, new=new))
         return
-    from katra_trace.decide import is_count_metric
+    from katra_trace.analysis.decide import is_count_metric
 
     count = is_count_metric(result.metric)
     rows: list[list[str]] = []
@@ -213,7 +206,7 @@ def resolve_sides(base: str, new: str | None) -> tuple[str, str]:
 
 def compare_paths(base: str, new: str | None, args: argparse.Namespace) -> int:
     """Load both sides, compare, print; returns the exit code."""
-    from katra_trace.compare import compare_traces
+    from katra_trace.analysis.compare import compare_traces
 
     check_options(args)
     base, new = resolve_sides(base, new)

@@ -24,8 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def diagnose(backend: str | None = None, device: int | None = None) -> dict[str, Any]:
     """Everything doctor reports, as a JSON-ready dict."""
-    from harness import backends, probe, timers
-    from harness.cli.timer_check import timer_query_reliability
+    from harness.gl import backends
+    from harness.gl import probe
+    from harness.engine import timers
+    from harness.gl.timer_check import timer_query_reliability
     from katra_trace.errors import BackendUnavailable
 
     report: dict[str, Any] = {
@@ -116,7 +118,7 @@ def render_text(report: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.config import parse_int
+    from harness.run.config import parse_int
 
     report = diagnose(args.backend, parse_int(args.device, "--device", 0))
     if args.json:

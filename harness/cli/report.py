@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from harness.cli._common import load_traces, print_json, trace_paths
+from harness.cli._common import load_traces, print_json
+from katra_trace.io.tracesets import trace_paths
 from katra_trace.errors import ConfigError
 
 

@@ -63,8 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    """Build a :class:`harness.config.RunConfig` from parsed arguments (ConfigError on bad values)."""
-    from harness.config import RunConfig, parse_int, parse_param, parse_seconds, parse_size
+    """Build a :class:`harness.run.config.RunConfig` from parsed arguments (ConfigError on bad values)."""
+    from harness.run.config import RunConfig, parse_int, parse_param, parse_seconds, parse_size
 
     if args.frames is not None and args.duration is not None:
         raise ConfigError("give --frames or --duration, not both")
@@ -98,7 +98,7 @@ def _codec(text: str | None) -> str | None:
     library is missing exit 3."""
     if text is None:
         return None
-    from katra_trace import format as fmt
+    from katra_trace.io import format as fmt
 
     codec = text.strip().lower()
     if codec not in fmt.CODEC_NAMES:
@@ -109,9 +109,10 @@ def _codec(text: str | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness import runner
-    from harness.cli.progress import Progress, format_table
-    from harness.config import plan_run
+    from harness.run import runner
+    from harness.cli.progress import format_table
+    from harness.run.progress import Progress
+    from harness.run.config import plan_run
 
     config = config_from_args(args)
     plan = plan_run(config)

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     if Path(args.trace).is_dir():
-        from harness.cli._common import trace_paths
+        from katra_trace.io.tracesets import trace_paths
 
         paths = trace_paths(args.trace)
         code = 0
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _one(args: argparse.Namespace, run_label: str = "") -> int:
-    from katra_trace.stats import flatten, trace_stats
+    from katra_trace.analysis.stats import flatten, trace_stats
 
     trace = load_traces([args.trace], verb="statistics cover")[0]
     result = trace_stats(trace, zones=args.zones)

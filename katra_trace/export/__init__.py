@@ -1,6 +1,6 @@
 """Export a trace for other tools: Perfetto, Chrome's JSON trace format, CSV and Parquet.
 
-:func:`export_trace` writes one opened :class:`~katra_trace.reader.Trace` in one format;
+:func:`export_trace` writes one opened :class:`~katra_trace.io.reader.Trace` in one format;
 ``katra3d export`` is its command line. docs/export.md describes each format's layout.
 Pure Python + numpy (no GL); ``perfetto`` and ``pyarrow`` are optional extras imported only
 by the formats that need them (:class:`MissingDependencyError`, exit code 3, names the pip line).
@@ -20,7 +20,7 @@ from katra_trace.export.output import MissingDependencyError, ProgressFn, open_o
 from katra_trace.export.table import TABLE_COLUMNS, to_arrow, to_pandas
 
 if TYPE_CHECKING:
-    from katra_trace.reader import Trace
+    from katra_trace.io.reader import Trace
 
 #: format -> file suffix of its default output path.
 FORMATS: dict[str, str] = {"perfetto": ".pftrace", "chrome": ".json", "csv": ".csv", "parquet": ".parquet"}

@@ -23,10 +23,10 @@ import numpy as np
 from katra_trace.export.output import ProgressFn, require
 from katra_trace.export.timeline import clock_name, flag_names
 from katra_trace.schema import Kind
-from katra_trace.stats import scene_labels
+from katra_trace.analysis.stats import scene_labels
 
 if TYPE_CHECKING:
-    from katra_trace.reader import Trace
+    from katra_trace.io.reader import Trace
 
 #: (column, meaning) of the table, in order.
 TABLE_COLUMNS: tuple[tuple[str, str], ...] = (

@@ -13,7 +13,7 @@ from pathlib import Path
 from katra_trace.errors import ConfigError
 from katra_trace.history.rows import RunFacts, file_sha256, host_fingerprint, trace_rows
 from katra_trace.history.store import PreparedRun
-from katra_trace.reader import TraceRecoveryWarning, open_trace
+from katra_trace.io.reader import TraceRecoveryWarning, open_trace
 
 #: File name pattern of the traces a directory argument stands for (searched recursively).
 TRACE_GLOB = "*.katra"

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from katra_trace.errors import ConfigError
-from katra_trace.match import codegen_facts, host_facts, measure_mode, scene_params
+from katra_trace.analysis.match import codegen_facts, host_facts, measure_mode, scene_params
 from katra_trace.schema import COUNT_CLOCKS, Clock
-from katra_trace.stats import reference_durations, scene_durations, zone_frame_totals
+from katra_trace.analysis.stats import reference_durations, scene_durations, zone_frame_totals
 
 #: Columns of a history row, in order, with their DuckDB types.
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -187,7 +187,7 @@ class RunFacts:
 
 
 def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[dict[str, Any]]:
-    """The history rows of an opened trace (:class:`~katra_trace.reader.Trace`), one per run x scene x
+    """The history rows of an opened trace (:class:`~katra_trace.io.reader.Trace`), one per run x scene x
     zone x metric; empty when the trace has no measured frames."""
     header = trace.header
     host = host_fingerprint(header)

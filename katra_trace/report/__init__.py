@@ -2,7 +2,7 @@
 
 :func:`build_report` returns the page (katra_trace.report.page), :func:`write_report` writes it
 without replacing an existing file unless asked. The comparison with a baseline is
-:func:`katra_trace.compare.compare_traces`' verdict, shown as a table. Needs the optional
+:func:`katra_trace.analysis.compare.compare_traces`' verdict, shown as a table. Needs the optional
 ``plotly`` package (its plotly.js is inlined): ``pip install 'katra3d[export]'``.
 """
 
@@ -34,7 +34,7 @@ def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: st
     comparison: dict[str, Any] | None = None
     error: str | None = None
     if baseline:
-        from katra_trace.compare import compare_traces
+        from katra_trace.analysis.compare import compare_traces
 
         try:
             comparison = compare_traces(list(baseline), list(runs), **(compare_options or {})).as_dict()

@@ -30,7 +30,7 @@ from katra_trace.report.series import (
     unit_of,
     zone_medians,
 )
-from katra_trace.stats import trace_stats
+from katra_trace.analysis.stats import trace_stats
 
 #: Plot colours of the runs (NEW side) and of the baseline runs.
 RUN_COLORS = ("#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#bcbd22", "#e377c2", "#8c564b", "#ff7f0e")

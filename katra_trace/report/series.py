@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from katra_trace.schema import COUNT_CLOCKS, Clock, Flag, Kind
-from katra_trace.stats import CLOCK_NAMES, EXCLUDED_FLAGS, scene_labels, zone_frame_totals
+from katra_trace.analysis.stats import CLOCK_NAMES, EXCLUDED_FLAGS, scene_labels, zone_frame_totals
 
 #: Most points drawn per frame series (min and max of MAX_POINTS / 2 buckets).
 MAX_POINTS = 4000

@@ -5,7 +5,7 @@ llvmpipe's "GPU" is the CPU, so callgrind can count the work of each frame
 exactly. The run re-executes itself as a child process under
 ``valgrind --tool=callgrind`` with single-threaded llvmpipe, a fixed hash seed
 and a pinned vector width (:func:`child_command`, :data:`PINNED_ENV`); the
-child captures with :class:`harness.counting.CountTimer` and writes the trace
+child captures with :class:`harness.engine.counting.CountTimer` and writes the trace
 itself. This parent validates everything first (valgrind present, a software
 renderer, sensible flags), forwards stop signals to the child, and removes the
 dump directory whatever happens. docs/measure.md says what the numbers mean.
@@ -190,7 +190,7 @@ def child_env(dump_dir: Path, extra_pythonpath: str | None = None) -> dict[str, 
     it runs in the dump directory, whose name has a fixed length, and reads its arguments
     from a file there.
     """
-    from harness.probe import render_env
+    from harness.gl.probe import render_env
 
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
     env.update(render_env())
@@ -263,7 +263,7 @@ def run_counted(argv: list[str], measure: str, output: Path, *, force: bool, qui
     its readable prefix stays as ``<output>.part``. The dump directory is removed
     whatever happens. Returns the child's exit code.
     """
-    from katra_trace import claim as claim_mod
+    from katra_trace.io import claim as claim_mod
 
     valgrind, version = find_valgrind()
     target = claim_mod.claim(output, force)

@@ -87,7 +87,7 @@ def scene_stats(values: list[int], counts: bool) -> dict[str, Any]:
 
     arr = np.asarray(values, dtype=np.float64)
     if not counts:
-        from katra_trace.stats import frame_stats
+        from katra_trace.analysis.stats import frame_stats
 
         return frame_stats(arr).as_dict()
     median = float(np.median(arr))

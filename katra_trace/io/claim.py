@@ -1,6 +1,6 @@
 """Claiming a trace's output path, so that no capture destroys a file or another capture.
 
-A :class:`~katra_trace.writer.TraceWriter` never writes to its output path directly. It creates a
+A :class:`~katra_trace.io.writer.TraceWriter` never writes to its output path directly. It creates a
 sibling ``<path>.part`` with ``O_CREAT | O_EXCL`` (two writers can never share it) and holds an
 exclusive ``flock`` on it for its whole life (so a second writer can tell a live run from the
 remnant of a crashed one). When the capture ends, whatever its status, the ``.part`` is moved
@@ -157,7 +157,7 @@ def _refuse_part(path: Path, part: Path) -> bool:
 
 def _writer_pid(part: Path) -> int | None:
     """The pid in the HEADER of a .part (written and flushed when its writer started), if readable."""
-    from katra_trace.reader import open_trace
+    from katra_trace.io.reader import open_trace
 
     try:
         with warnings.catch_warnings():

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.gl import GL_TIMESTAMP, RawGL
+from harness.gl.shim import GL_TIMESTAMP, RawGL
 
 _HEAVY_VS = """
 #version 330

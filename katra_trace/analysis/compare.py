@@ -1,8 +1,8 @@
 """Compare frame times of two sets of runs (BASE vs NEW), scene by scene.
 
 The entry point for opened traces, :func:`compare_traces`: it asks
-:mod:`katra_trace.match` which scenes may be compared and on which clock,
-and :mod:`katra_trace.decide` for the statistics and verdicts (the rule is
+:mod:`katra_trace.analysis.match` which scenes may be compared and on which clock,
+and :mod:`katra_trace.analysis.decide` for the statistics and verdicts (the rule is
 in docs/stats.md). The public names of both modules stay importable from here.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from katra_trace.decide import (
+from katra_trace.analysis.decide import (
     MIN_FRAMES,
     MIN_RUNS_FOR_RUN_LEVEL,
     VERDICTS,
@@ -27,7 +27,7 @@ from katra_trace.decide import (
     min_runs_for_alpha,
 )
 from katra_trace.errors import ConfigError
-from katra_trace.match import (
+from katra_trace.analysis.match import (
     CAPTURE_KEYS,
     COUNT_METRIC_NAMES,
     HOST_KEYS,
@@ -42,7 +42,7 @@ from katra_trace.match import (
     scene_params,
 )
 from katra_trace.schema import REFERENCE_NAME, Clock, Kind
-from katra_trace.stats import reference_durations, scene_durations, scene_labels, zone_frame_totals
+from katra_trace.analysis.stats import reference_durations, scene_durations, scene_labels, zone_frame_totals
 
 
 def _label(trace: Any, side: str, index: int) -> str:
@@ -114,7 +114,7 @@ def compare_traces(
 ) -> Comparison:
     """Compare two sets of opened traces (each one run), scene by scene.
 
-    A trace needs ``header``, ``events`` and ``strings`` (see katra_trace.reader.Trace).
+    A trace needs ``header``, ``events`` and ``strings`` (see katra_trace.io.reader.Trace).
     Scenes whose capture settings (size, samples, timing mode, params) or
     host (GL renderer, driver; for count metrics also the code generator)
     differ are ``incomparable``, within a side or between sides; the

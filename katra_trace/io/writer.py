@@ -8,7 +8,7 @@ delta-encodes timestamps, compresses and writes them. Each block reaches the
 operating system as soon as it is written, so a killed process loses only the
 batch it had not yet handed over.
 
-The output path is claimed atomically (katra_trace/claim.py): the trace is written to a locked
+The output path is claimed atomically (katra_trace/io/claim.py): the trace is written to a locked
 ``<path>.part`` and moved into place when the capture ends, so no existing file and no other
 capture is ever destroyed. Every failure reaches the caller as a KatraError (exit code 2): a write
 error in the background thread is recorded and raised at the producer's next call (or by
@@ -33,8 +33,8 @@ from typing import Any, BinaryIO
 import numpy as np
 import zstandard
 
-from katra_trace import claim as claim_mod
-from katra_trace import format as fmt
+from katra_trace.io import claim as claim_mod
+from katra_trace.io import format as fmt
 from katra_trace.errors import ConfigError, KatraError, TraceIOError, WriterClosedError
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION, schema_hash
 
@@ -82,7 +82,7 @@ class TraceWriter:
             names it (in messages and the writer thread's name).
 
     Raises:
-        OutputExistsError, OutputBusyError: the path is taken (see katra_trace/claim.py).
+        OutputExistsError, OutputBusyError: the path is taken (see katra_trace/io/claim.py).
         TraceIOError: the file cannot be created or written (disk full, file too large, ...).
     """
 
@@ -298,7 +298,7 @@ class TraceWriter:
 
     def finish(self, summary: dict[str, Any] | None = None, status: str = "complete") -> None:
         """Write everything pending, the SUMMARY block and the footer, close the file and move it
-        into place (see katra_trace/claim.py). Whatever happens, the background thread is joined
+        into place (see katra_trace/io/claim.py). Whatever happens, the background thread is joined
         and the file closed before this returns or raises.
 
         Raises TraceIOError when a write failed (the events written before it stay readable, in

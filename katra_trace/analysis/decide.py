@@ -46,8 +46,8 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from katra_trace.match import RUN_STATS
-from katra_trace.stats import frame_stats
+from katra_trace.analysis.match import RUN_STATS
+from katra_trace.analysis.stats import frame_stats
 
 #: Fewer measured frames than this on a side: inconclusive (time metrics).
 MIN_FRAMES = 20

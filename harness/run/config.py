@@ -90,13 +90,13 @@ class RunConfig:
     ``samples`` MSAA samples (0 = none). None means "the suite's value, else
     the default". ``params``: (scene, key, value) overrides, values as typed.
     ``measure``: time (clocks), instructions or cycles (counted under
-    callgrind, see :mod:`harness.measure`). ``reference_every``: time the
+    callgrind, see :mod:`harness.run.measure`). ``reference_every``: time the
     reference draw after every K-th measured frame (sync timing; 0 = never,
-    None = :data:`DEFAULT_REFERENCE_EVERY`), see :mod:`harness.reference`.
+    None = :data:`DEFAULT_REFERENCE_EVERY`), see :mod:`harness.engine.reference`.
     ``zones``: off | passes | draws (True/False mean passes/off), see
-    :mod:`harness.draws`; ``max_draw_zones`` caps the draws timed per frame.
+    :mod:`harness.engine.draws`; ``max_draw_zones`` caps the draws timed per frame.
     ``force``: replace an existing output file (only once the new capture has
-    recorded something; see :mod:`katra_trace.claim`). ``codec``: the trace's
+    recorded something; see :mod:`katra_trace.io.claim`). ``codec``: the trace's
     codec (zstd, blosc2 or none; None = TraceWriter's default).
     """
 
@@ -231,8 +231,8 @@ def plan_run(config: RunConfig) -> RunPlan:
 
     Touches no GL and writes nothing.
     """
-    from harness.backends import CHOICES, resolve_name
-    from harness.timers import MODES
+    from harness.gl.backends import CHOICES, resolve_name
+    from harness.engine.timers import MODES
     from scenes.registry import get_scene, resolve_params
 
     suite = None
@@ -267,7 +267,7 @@ def plan_run(config: RunConfig) -> RunPlan:
     resolve_name(config.backend)  # validates $KATRA3D_BACKEND too
     if not 0 <= config.seed < 2**63:
         raise ConfigError(f"bad --seed {config.seed}: must be in 0..2**63-1")
-    from harness.timers import zone_mode
+    from harness.engine.timers import zone_mode
 
     zones = zone_mode(config.zones)
     if config.max_draw_zones is not None:
@@ -277,7 +277,7 @@ def plan_run(config: RunConfig) -> RunPlan:
             raise ConfigError(f"bad --max-draw-zones {config.max_draw_zones}: must be in 1..1000000")
     if config.reference_every is not None and not 0 <= config.reference_every <= MAX_FRAMES:
         raise ConfigError(f"bad --reference-every {config.reference_every}: must be in 0..{MAX_FRAMES} (0 = off)")
-    from harness.measure import check_config
+    from harness.run.measure import check_config
 
     check_config(config.measure, timing=config.timing, duration_s=config.duration_s, warmup=config.warmup)
 
@@ -350,7 +350,7 @@ def plan_argv(plan: RunPlan, with_output: bool = True) -> list[str]:
         argv += ["--backend", cfg.backend]
     if cfg.device is not None:
         argv += ["--device", str(cfg.device)]
-    from harness.timers import zone_mode
+    from harness.engine.timers import zone_mode
 
     argv += ["--zones", zone_mode(cfg.zones)]
     if cfg.max_draw_zones is not None:

@@ -19,7 +19,7 @@ Modes (docs/timing.md says what each number means):
 * ``auto`` — ``sync`` on software renderers (their timer queries do not time
   the draw: llvmpipe stamps one 64x64 tile), ``gpu`` elsewhere.
 
-Events go to the trace writer through :class:`harness.events.EventBuffer`.
+Events go to the trace writer through :class:`harness.engine.events.EventBuffer`.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from collections.abc import Callable
 from typing import Any
 
 
-from harness.gl import GL_DEBUG_SOURCE_APPLICATION, GL_QUERY_RESULT, GL_QUERY_RESULT_AVAILABLE, GL_TIMESTAMP, RawGL
+from harness.gl.shim import GL_DEBUG_SOURCE_APPLICATION, GL_QUERY_RESULT, GL_QUERY_RESULT_AVAILABLE, GL_TIMESTAMP, RawGL
 from katra_trace.errors import ConfigError
-from harness.events import FRAME_NAME, EventBuffer
+from harness.engine.events import FRAME_NAME, EventBuffer
 from katra_trace.schema import Clock, Kind
 
 MODES: tuple[str, ...] = ("auto", "gpu", "sync")
@@ -437,7 +437,7 @@ class GpuTimer(Timer):
         return out
 
 
-#: What ``--zones`` accepts: no zones, the scene's pass zones, or every draw too (see harness.draws).
+#: What ``--zones`` accepts: no zones, the scene's pass zones, or every draw too (see harness.engine.draws).
 ZONE_MODES: tuple[str, ...] = ("off", "passes", "draws")
 
 

@@ -1,7 +1,7 @@
 """The instruction-counting timer: per-frame and per-zone callgrind counts, inside valgrind.
 
 ``katra3d run --measure instructions|cycles`` re-runs itself under callgrind
-(:mod:`harness.measure`); in that child process the engine uses
+(:mod:`harness.run.measure`); in that child process the engine uses
 :class:`CountTimer` instead of a clock.
 
 Frame boundaries: callgrind runs with ``--dump-before=getppid``, so every call
@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.events import EventBuffer
-from harness.timers import Timer
+from harness.engine.events import EventBuffer
+from harness.engine.timers import Timer
 from katra_trace.errors import KatraError
 from katra_trace.schema import Clock, Kind
 

@@ -1,11 +1,11 @@
 """The capture engine: one frame loop, one place that records options and cleans up failures.
 
-Every way of capturing drives this engine: ``katra3d run`` (:mod:`harness.runner`),
+Every way of capturing drives this engine: ``katra3d run`` (:mod:`harness.run.runner`),
 the Python API (:mod:`harness.capture`), the pytest plugin and the offscreen
-helper (:mod:`harness.offscreen`). An :class:`Engine` owns
+helper (:mod:`harness.run.offscreen`). An :class:`Engine` owns
 
 * the trace writer (header = capture options + host info) and the event buffer;
-* the timer of the resolved timing mode (:mod:`harness.timers`);
+* the timer of the resolved timing mode (:mod:`harness.engine.timers`);
 * the frame loop (:meth:`Engine.loop`) and the per-scene lifecycle
   (:meth:`Engine.run_scene`: setup, warmup, measured frames, checks, last image,
   release), with the scene's errors turned into :class:`SceneError`;
@@ -30,11 +30,11 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness import timers
-from harness.events import EventBuffer
-from harness.frame import HarnessFrame, seed_key
-from harness.results import NoProgress, Progress, RunResult, SceneResult, median_text, scene_stats
-from harness.stopping import Keeper, StopFlag, StopSignal, stop_on_signals
+from harness.engine import timers
+from harness.engine.events import EventBuffer
+from harness.engine.frame import HarnessFrame, seed_key
+from harness.engine.results import NoProgress, Progress, RunResult, SceneResult, median_text, scene_stats
+from harness.engine.stopping import Keeper, StopFlag, StopSignal, stop_on_signals
 from katra_trace.errors import ConfigError, KatraError, SceneError
 from katra_trace.schema import Clock, Flag, Kind
 
@@ -61,7 +61,7 @@ class Engine:
                  gl_error_check: bool = True, measure: Mapping[str, Any] | None = None,
                  reference_every: int = 0, overwrite: bool = False, max_draw_zones: int | None = None,
                  codec: str | None = None) -> None:
-        from katra_trace.writer import TraceWriter
+        from katra_trace.io.writer import TraceWriter
 
         self.ctx = ctx
         self.zones = timers.zone_mode(zones)
@@ -101,7 +101,7 @@ class Engine:
         self.scene_label = ""
         try:
             if measure is not None:
-                from harness.counting import CountTimer
+                from harness.engine.counting import CountTimer
 
                 self.buffer = EventBuffer(writer, max_rows=1 << 16, max_age_ns=None)
                 self.timer: timers.Timer = CountTimer(ctx, writer, self.buffer, zones=timed_zones,
@@ -112,7 +112,7 @@ class Engine:
                 self.timer = timers.make_timer(self.mode, ctx, writer, self.buffer, zones=timed_zones)
             self.draws: Any = None
             if self.zones == "draws":
-                from harness.draws import DrawZones
+                from harness.engine.draws import DrawZones
 
                 self.draws = DrawZones(ctx, self.timer, max_draw_zones=max_draw_zones)
         except BaseException as exc:
@@ -123,7 +123,7 @@ class Engine:
         self.reference_every = 0
         self.reference_draws = 0
         if reference_every > 0 and self.mode == "sync":
-            from harness.reference import ReferenceDraw
+            from harness.engine.reference import ReferenceDraw
 
             try:
                 self.reference = ReferenceDraw(ctx, self.timer)

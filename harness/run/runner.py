@@ -1,14 +1,14 @@
 """The runner: a validated RunConfig in, a trace and per-scene results out.
 
 Order of work: validate the config and resolve every scene and param
-(:func:`harness.config.plan_run`: no GL yet, so a bad input costs nothing and
+(:func:`harness.run.config.plan_run`: no GL yet, so a bad input costs nothing and
 leaves nothing behind) -> open the backend -> probe the host -> create the capture engine (trace header =
 capture options + host info; the timing mode is chosen there) -> per scene,
-:meth:`harness.engine.Engine.run_scene` -> summary.
+:meth:`harness.engine.core.Engine.run_scene` -> summary.
 
 SIGINT, SIGTERM and SIGHUP stop the run at the next frame boundary, and the
 trace is finished with status ``interrupted``; a second signal stops the frame
-in progress (see :mod:`harness.engine`).
+in progress (see :mod:`harness.engine.core`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import os
 import re
 from typing import Any, TextIO
 
-from harness.config import (
+from harness.run.config import (
     DEFAULT_FRAMES,
     DEFAULT_SIZE,
     DEFAULT_WARMUP,
@@ -30,7 +30,10 @@ from harness.config import (
     parse_size,
     plan_run,
 )
-from harness.engine import Engine, NoProgress, Progress, RunResult, SceneResult, StopFlag, stop_on_signals
+from harness.engine.core import Engine
+from harness.engine.results import NoProgress, Progress, RunResult, SceneResult
+from harness.engine.stopping import StopFlag, stop_on_signals
+from harness.run.progress import Progress as RunProgress
 from katra_trace.errors import KatraError, OutputBusyError, OutputExistsError
 
 
@@ -56,7 +59,10 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
     progress reports (default: plain lines on ``progress_stream``, or nothing
     when ``quiet``).
     """
-    from harness import backends, measure, probe, timers
+    from harness.gl import backends
+    from harness.run import measure
+    from harness.gl import probe
+    from harness.engine import timers
 
     plan = plan or plan_run(config)
     cfg = plan.config
@@ -67,9 +73,7 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
         if quiet:
             progress = NoProgress()
         else:
-            from harness.cli.progress import Progress as CliProgress
-
-            progress = CliProgress(len(plan.entries), progress_stream)
+            progress = RunProgress(len(plan.entries), progress_stream)
     session = backends.open_session(cfg.backend, device=cfg.device, size=plan.size,
                                     samples=cfg.samples)
     try:
@@ -112,16 +116,18 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
 
 
 def _reference_every(cfg: RunConfig) -> int:
-    from harness.config import DEFAULT_REFERENCE_EVERY
+    from harness.run.config import DEFAULT_REFERENCE_EVERY
 
     return DEFAULT_REFERENCE_EVERY if cfg.reference_every is None else cfg.reference_every
 
 
 def _run_counted(plan: RunPlan, *, quiet: bool) -> RunResult:
     """``--measure instructions|cycles``: check here, count in a child under callgrind, read its trace."""
-    from harness import backends, measure, probe
-    from harness.config import plan_argv
-    from katra_trace.reader import open_trace
+    from harness.gl import backends
+    from harness.run import measure
+    from harness.gl import probe
+    from harness.run.config import plan_argv
+    from katra_trace.io.reader import open_trace
 
     cfg = plan.config
     measure.find_valgrind()

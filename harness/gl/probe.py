@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from harness.gl import GL_CONTEXT_PROFILE_MASK, GL_SHADING_LANGUAGE_VERSION, RawGL
+from harness.gl.shim import GL_CONTEXT_PROFILE_MASK, GL_SHADING_LANGUAGE_VERSION, RawGL
 
 #: Substrings (lower case) of GL_RENDERER that mean a CPU rasterizer.
 SOFTWARE_RENDERERS: tuple[str, ...] = (
@@ -184,10 +184,10 @@ def render_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 def host_info(session: Any) -> dict[str, Any]:
     """Everything the trace header records about where a capture ran.
 
-    ``session`` is a :class:`harness.backends.GLSession` (or anything with
+    ``session`` is a :class:`harness.gl.backends.GLSession` (or anything with
     ``ctx``, ``backend`` and ``device``).
     """
-    from harness.backends import current_egl_info, list_egl_devices
+    from harness.gl.backends import current_egl_info, list_egl_devices
 
     egl: dict[str, Any] = {}
     if getattr(session, "backend", "") == "egl":

@@ -84,7 +84,7 @@ def run_offscreen(
     are released before returning. Raises SceneSkip when the scene cannot run
     here, SceneError when it fails.
     """
-    from harness.engine import Engine
+    from harness.engine.core import Engine
     from scenes.api import SceneSkip
     from scenes.registry import resolve_params
 

@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from katra_trace import format as fmt
+from katra_trace.io import format as fmt
 from katra_trace.errors import ConfigError, TraceFormatError, TraceTooLargeError, TraceVersionError
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION
 
@@ -87,7 +87,7 @@ class EventBatch:
     codec: int = fmt.Codec.NONE  #: fmt.Codec.BLOSC2: ``raw`` is decompressed by decode(), into ``out``
 
     def decode(self, out: np.ndarray | None = None) -> np.ndarray:
-        """The events, checked (:func:`katra_trace.format.check_events`); raises TraceFormatError
+        """The events, checked (:func:`katra_trace.io.format.check_events`); raises TraceFormatError
         (CodecUnavailableError, exit 3, when the codec's library is not installed)."""
         if self.codec == fmt.Codec.BLOSC2:
             raw_len = fmt.EVENTS_HEAD.size + self.n * EVENT_DTYPE.itemsize

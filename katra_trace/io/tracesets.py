@@ -1,0 +1,83 @@
+"""Sets of traces on disk: a trace or a directory of traces, and the ``ab.json`` manifest of an A/B directory.
+
+``katra3d ab`` records its rounds in ``ab.json`` (which BASE and NEW traces were taken together) so that
+``katra3d compare DIR`` pairs them; every command that takes "a trace or a directory" lists its files here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from katra_trace.errors import ConfigError
+from katra_trace.io.format import MAGIC
+
+
+#: Name of the manifest ``katra3d ab`` writes into its output directory.
+AB_MANIFEST = "ab.json"
+#: Manifest format version.
+AB_MANIFEST_VERSION = 1
+
+
+def write_ab_manifest(root: Path, manifest: dict[str, Any]) -> None:
+    """Write ``root/ab.json`` atomically (a crash leaves the previous version)."""
+    tmp = root / f".{AB_MANIFEST}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(tmp, root / AB_MANIFEST)
+
+
+def read_ab_manifest(root: Path) -> dict[str, Any] | None:
+    """``root/ab.json`` as written by ``katra3d ab``, or None when there is none.
+
+    Raises ConfigError when the file exists but is not a readable manifest.
+    """
+    path = root / AB_MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read the ab manifest {str(path)!r}: {exc}") from None
+    if not isinstance(data, dict) or data.get("katra3d_ab") != AB_MANIFEST_VERSION \
+            or not isinstance(data.get("rounds"), list):
+        raise ConfigError(f"{str(path)!r} is not a katra3d ab manifest (version {AB_MANIFEST_VERSION})")
+    return data
+
+
+def ab_pairs(root: Path, manifest: dict[str, Any]) -> list[tuple[Path, Path]]:
+    """The (BASE trace, NEW trace) of each round of ``manifest`` whose two traces exist, in round order."""
+    out = []
+    for entry in manifest["rounds"]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("base"), str) \
+                or not isinstance(entry.get("new"), str):
+            raise ConfigError(f"{str(root / AB_MANIFEST)!r}: a round lacks its base/new trace paths")
+        b, n = (root / entry["base"]).resolve(), (root / entry["new"]).resolve()
+        if b.is_file() and n.is_file():
+            out.append((b, n))
+    return out
+
+
+def trace_paths(path: str) -> list[Path]:
+    """The trace files ``path`` names: itself, or the katra traces directly inside a directory."""
+    p = Path(path)
+    if p.is_dir():
+        found = []
+        for child in sorted(p.iterdir()):
+            if child.is_file():
+                try:
+                    with open(child, "rb") as f:
+                        if f.read(len(MAGIC)) == MAGIC:
+                            found.append(child)
+                except OSError:
+                    continue
+        if not found:
+            raise ConfigError(f"no katra3d traces in directory {path!r}")
+        return found
+    if not p.exists():
+        raise ConfigError(f"no such trace file or directory: {path!r}")
+    return [p]
+
+
+__all__ = ["AB_MANIFEST", "AB_MANIFEST_VERSION", "ab_pairs", "read_ab_manifest", "trace_paths", "write_ab_manifest"]
