@@ -31,6 +31,7 @@ from harness.config import (
     plan_run,
 )
 from harness.engine import Engine, NoProgress, Progress, RunResult, SceneResult, StopFlag, stop_on_signals
+from harness.spec import CaptureSpec, SceneSpec
 from katra_trace.errors import KatraError, OutputBusyError, OutputExistsError
 
 
@@ -86,10 +87,11 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
         with stop_on_signals(stop):
             for attempt in range(20):
                 try:
-                    engine = Engine(session.ctx, plan.output, host=host, options=capture_options(plan, session),
-                                    workload=plan.workload, timing=cfg.timing, zones=cfg.zones, notes=cfg.notes,
-                                    stop=stop, measure=child, reference_every=_reference_every(cfg),
-                                    overwrite=cfg.force, max_draw_zones=cfg.max_draw_zones, codec=cfg.codec)
+                    spec = CaptureSpec(plan.output, plan.workload, host=host, options=capture_options(plan, session),
+                                       timing=cfg.timing, zones=cfg.zones, notes=cfg.notes, measure=child,
+                                       reference_every=_reference_every(cfg), overwrite=cfg.force,
+                                       max_draw_zones=cfg.max_draw_zones, codec=cfg.codec)
+                    engine = Engine(session.ctx, spec, stop=stop)
                     break
                 except (OutputBusyError, OutputExistsError):
                     if cfg.output is not None or attempt == 19:
@@ -178,10 +180,10 @@ class _entered:
 def _run_entry(engine: Engine, plan: RunPlan, entry: SceneEntry, session: Any, progress: Progress,
                n: int) -> SceneResult:
     shot = plan.screenshot_dir / f"{_safe(entry.label)}.png" if plan.screenshot_dir is not None else None
-    return engine.run_scene(entry.cls, entry.label, entry.params, size=plan.size, frames=plan.frames,
-                            warmup=plan.warmup, duration_s=plan.duration_s, seed=plan.config.seed, spec=entry.spec,
-                            bind=session.bind, screenshot=shot, progress=progress, index=n,
-                            total=len(plan.entries))
+    scene = SceneSpec(entry.cls, entry.label, entry.params, size=plan.size, frames=plan.frames, warmup=plan.warmup,
+                      duration_s=plan.duration_s, seed=plan.config.seed, spec=entry.spec, screenshot=shot, index=n,
+                      total=len(plan.entries))
+    return engine.run_scene(scene, bind=session.bind, progress=progress)
 
 
 def _safe(label: str) -> str:
