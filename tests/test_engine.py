@@ -10,6 +10,7 @@ trace file and read it back.
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -193,6 +194,48 @@ def test_frames_are_counted_and_warmup_is_flagged() -> None:
         "scene": "probe", "status": "ok", "params": {"k": 1}, "warmup_frames": 2, "measured_frames": 3}
     assert "last_frame_sha256" not in note  # read_image=False
     assert sink.status == "complete" and sink.summary["timing_mode"] == "sync" and sink.summary["frames"] == 3
+
+
+def test_a_scene_measured_for_a_duration_renders_until_the_deadline() -> None:
+    log: list[str] = []
+    engine, sink, _ = sink_engine()
+    t0 = time.perf_counter()
+    with engine:
+        result = engine.run_scene(scene_spec(probe_scene(log), frames=None, warmup=1, duration_s=0.2))
+        engine.finish()
+    assert time.perf_counter() - t0 >= 0.2 and result.frames >= 1 and result.warmup == 1
+    assert wall_frames(sink) == [(0, int(Flag.WARMUP))] + [(i, 0) for i in range(1, result.frames + 1)]
+
+
+class Lines:
+    """A non-tty Progress that keeps what it was told."""
+
+    tty = False
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def line(self, text: str) -> None:
+        self.seen.append(text)
+
+    def scene_started(self, index: int, label: str, total_frames: int | None) -> None:
+        self.seen.append(f"started {index} {label} {total_frames}")
+
+    def advance(self, done: int) -> None:
+        self.seen.append(f"advance {done}")
+
+
+def test_progress_hears_of_each_scene_once_it_ends() -> None:
+    progress = Lines()
+    engine, _, _ = sink_engine()
+    with engine:
+        engine.run_scene(scene_spec(probe_scene([]), index=2, total=3), progress=progress)
+        engine.run_scene(scene_spec(probe_scene([], fail_in="setup", exc=SceneSkip("no")), index=3, total=3),
+                         progress=progress)
+        engine.finish()
+    assert progress.seen[0] == "started 2 probe 5"
+    assert progress.seen[1].startswith("[2/3] probe: 3 frames, median ") and progress.seen[1].endswith(" ms (wall)")
+    assert progress.seen[2:] == ["started 3 probe 5", "[3/3] probe: skipped: no"]
 
 
 def test_a_measured_driver_renders_the_measured_frames() -> None:
