@@ -31,14 +31,14 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import timers
 from harness.counting import CountTimer
 from harness.draws import DrawZones
 from harness.events import EventBuffer
 from harness.frame import HarnessFrame
-from harness.lifecycle import MeasuredDriver, SceneLifecycle, describe
+from harness.lifecycle import SceneLifecycle, describe
 from harness.reference import ReferenceDraw
 from harness.results import NoProgress, Progress, RunResult, SceneResult
 from harness.spec import CaptureSpec, SceneSpec
@@ -47,6 +47,9 @@ from katra_trace.errors import ConfigError, SceneError
 from katra_trace.schema import Clock, Kind
 from katra_trace.writer import TraceWriter
 from scenes.api import NOMINAL_RATE_HZ
+
+if TYPE_CHECKING:
+    from harness.lifecycle import MeasuredDriver
 
 _pc = time.perf_counter_ns
 

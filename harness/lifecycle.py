@@ -19,8 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from harness.frame import seed_key
-from harness.results import NoProgress, Progress, SceneResult, median_text, scene_stats
-from harness.spec import SceneSpec
+from harness.results import NoProgress, SceneResult, median_text, scene_stats
 from katra_trace.errors import KatraError, SceneError
 from katra_trace.schema import Flag
 from scenes.api import SceneSkip
@@ -28,6 +27,8 @@ from scenes.image import image_checksum, read_pixels, write_png
 
 if TYPE_CHECKING:
     from harness.engine import Engine
+    from harness.results import Progress
+    from harness.spec import SceneSpec
 
 _pc = time.perf_counter_ns
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness import stopping
+from harness import probe, stopping
 from harness.engine import Engine, resolve_capture
 from harness.lifecycle import describe, scene_errors
 from harness.offscreen import MemorySink
@@ -27,7 +27,7 @@ from harness.spec import CaptureSpec, SceneSpec
 from harness.stopping import StopFlag, StopSignal
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError, SceneError
-from katra_trace.schema import Clock, Flag, Kind
+from katra_trace.schema import EVENT_DTYPE, Clock, Flag, Kind
 from scenes.api import NOMINAL_RATE_HZ, Scene, SceneSkip
 
 SOFTWARE_GL = {"gl": {"renderer": "llvmpipe (LLVM 15.0.6, 256 bits)", "software_renderer": True,
@@ -94,8 +94,11 @@ def probe_scene(log: list[str], *, fail_in: str = "", at: int = 0, exc: BaseExce
     return Probe
 
 
-def sink_engine(*, stop: StopFlag | None = None, ctx: FakeContext | None = None) -> tuple[Engine, MemorySink,
-                                                                                            FakeContext]:
+Rig = tuple[Engine, MemorySink, FakeContext]
+
+
+def sink_engine(*, stop: StopFlag | None = None, ctx: FakeContext | None = None) -> Rig:
+    """An engine in sync mode on a stand-in context, writing into a MemorySink."""
     ctx = ctx or FakeContext()
     sink = MemorySink()
     engine = Engine(ctx, CaptureSpec(None, "unit", host=SOFTWARE_GL, timing="sync"), writer=sink, stop=stop)
@@ -107,8 +110,6 @@ def scene_spec(cls: type, *, frames: int | None = 3, warmup: int = 2, **kw: Any)
 
 
 def events(sink: MemorySink) -> np.ndarray:
-    from katra_trace.schema import EVENT_DTYPE
-
     return np.concatenate(sink.arrays) if sink.arrays else np.empty(0, dtype=EVENT_DTYPE)
 
 
@@ -169,11 +170,6 @@ def test_an_engine_without_writer_or_path_is_refused() -> None:
         Engine(FakeContext(), CaptureSpec(None, "w", host=SOFTWARE_GL))
 
 
-def test_scene_spec_total_frames() -> None:
-    assert scene_spec(object, frames=3, warmup=2).total_frames == 5
-    assert scene_spec(object, frames=None, warmup=2, duration_s=1.0).total_frames is None
-
-
 # --------------------------------------------------------------------------- a good run (pure)
 
 
@@ -199,9 +195,11 @@ def test_frames_are_counted_and_warmup_is_flagged() -> None:
 def test_a_scene_measured_for_a_duration_renders_until_the_deadline() -> None:
     log: list[str] = []
     engine, sink, _ = sink_engine()
+    spec = scene_spec(probe_scene(log), frames=None, warmup=1, duration_s=0.2)
+    assert spec.total_frames is None  # no frame count for the progress bar
     t0 = time.perf_counter()
     with engine:
-        result = engine.run_scene(scene_spec(probe_scene(log), frames=None, warmup=1, duration_s=0.2))
+        result = engine.run_scene(spec)
         engine.finish()
     assert time.perf_counter() - t0 >= 0.2 and result.frames >= 1 and result.warmup == 1
     assert wall_frames(sink) == [(0, int(Flag.WARMUP))] + [(i, 0) for i in range(1, result.frames + 1)]
@@ -464,8 +462,6 @@ def gl_fbo(gl_ctx: Any) -> Iterator[Any]:
 
 @pytest.mark.gl
 def test_engine_on_llvmpipe_writes_frames_and_the_last_image(gl_ctx: Any, gl_fbo: Any, tmp_path: Path) -> None:
-    from harness import probe
-
     path = tmp_path / "e.katra"
     shot = tmp_path / "last.png"
     host = {"gl": probe.gl_info(gl_ctx)}
