@@ -27,6 +27,9 @@ import types
 from pathlib import Path
 from typing import Any
 
+from harness.gl import probe
+from harness.engine.core import Engine
+from harness.engine.spec import CaptureSpec
 from katra_trace.errors import ConfigError
 from katra_trace.schema import Flag
 
@@ -70,18 +73,15 @@ class Capture:
                  zones: bool | str = True, timing: str = "auto", notes: str = "",
                  capture_options: dict[str, Any] | None = None, overwrite: bool = False,
                  max_draw_zones: int | None = None) -> None:
-        from harness.gl import probe
-        from harness.engine.core import Engine
-
         session = types.SimpleNamespace(ctx=ctx, backend="external", device=None)
         host = probe.host_info(session)
         options = dict(capture_options or {})
         options.setdefault("api", "harness.capture")
         options.update({"timing": timing, "scene": scene})
         self.path = Path(path)
-        self.engine = Engine(ctx, self.path, host=host, options=options, workload=workload or scene,
-                             timing=timing, zones=zones, notes=notes, overwrite=overwrite,
-                             max_draw_zones=max_draw_zones)
+        spec = CaptureSpec(self.path, workload or scene, host=host, options=options, timing=timing, zones=zones,
+                           notes=notes, overwrite=overwrite, max_draw_zones=max_draw_zones)
+        self.engine = Engine(ctx, spec)
         self.timing_mode = self.engine.mode
         self.timing_reason = self.engine.reason
         self.writer = self.engine.writer

@@ -81,9 +81,11 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
     ``"cycles"``) counts each frame's work under callgrind in a child process,
     as ``katra3d run --measure`` does; ``stats`` then holds counts, not times.
     """
+    # deferred: this module is loaded into every pytest run; GL and the engine load when a test runs a scene
     from harness.gl import backends
     from harness.gl import probe
     from harness.engine.core import Engine
+    from harness.engine.spec import CaptureSpec, SceneSpec
     from katra_trace.errors import ConfigError
     from katra_trace.io.reader import open_trace
     from katra_trace.analysis.stats import trace_stats
@@ -106,11 +108,13 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
         options = {"api": "katra_scene", "size": list(size), "samples": 0, "frames": frames, "warmup": warmup,
                    "seed": seed, "resolved": {"size": list(size), "samples": 0,
                                               "scenes": [{"label": label, "spec": name, "params": resolved}]}}
-        engine = Engine(session.ctx, trace, host=probe.host_info(session), options=options, workload=label,
-                        timing=timing, zones=zones)
+        spec = CaptureSpec(Path(trace), label, host=probe.host_info(session), options=options, timing=timing,
+                           zones=zones)
+        engine = Engine(session.ctx, spec)
         with engine:
-            outcome = engine.run_scene(cls, label, resolved, size=size, frames=frames, warmup=warmup, seed=seed,
-                                       spec=name, bind=session.bind, read_image=False, measured_driver=driver)
+            scene = SceneSpec(cls, label, resolved, size=size, frames=frames, warmup=warmup, seed=seed, spec=name,
+                              read_image=False)
+            outcome = engine.run_scene(scene, bind=session.bind, measured_driver=driver)
             engine.finish("complete", {"frames": frames, "api": "katra_scene"})
     if outcome.status == "skipped":
         from scenes.api import SceneSkip

@@ -2,43 +2,103 @@
 
 Every way of capturing drives this engine: ``katra3d run`` (:mod:`harness.run.runner`),
 the Python API (:mod:`harness.capture`), the pytest plugin and the offscreen
-helper (:mod:`harness.run.offscreen`). An :class:`Engine` owns
+helper (:mod:`harness.run.offscreen`), each with a :class:`~harness.engine.spec.CaptureSpec`.
+An :class:`Engine` owns
 
 * the trace writer (header = capture options + host info) and the event buffer;
 * the timer of the resolved timing mode (:mod:`harness.engine.timers`);
-* the frame loop (:meth:`Engine.loop`) and the per-scene lifecycle
-  (:meth:`Engine.run_scene`: setup, warmup, measured frames, checks, last image,
-  release), with the scene's errors turned into :class:`SceneError`;
+* the frame loop (:meth:`Engine.loop`); a scene's lifecycle around it (setup,
+  warmup, measured frames, last image, release, its errors as
+  :class:`SceneError`) is :mod:`harness.engine.lifecycle`, run by :meth:`Engine.run_scene`;
 * the failure path: whatever happens, the frames measured so far are drained
   into the trace and the trace is finished (``aborted`` or ``interrupted``);
 * a keeper thread that hands buffered events to the writer when a frame takes
   long, so a stuck frame never holds back the frames before it.
 
-Stopping: :class:`StopFlag` is polled at every frame boundary;
-:func:`stop_on_signals` routes SIGINT, SIGTERM and SIGHUP to it. A second
-signal interrupts the frame in progress (``KeyboardInterrupt``), and if the
-process has not finished its trace a second later, the keeper finishes it
+Stopping (:mod:`harness.engine.stopping`): :class:`StopFlag` is polled at every frame
+boundary; :func:`stop_on_signals` routes SIGINT, SIGTERM and SIGHUP to it. A
+second signal interrupts the frame in progress (``KeyboardInterrupt``), and if
+the process has not finished its trace a second later, the keeper finishes it
 (``interrupted``) and ends the process.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import gc
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.engine import timers
+from harness.engine.counting import CountTimer
+from harness.engine.draws import DrawZones
 from harness.engine.events import EventBuffer
-from harness.engine.frame import HarnessFrame, seed_key
-from harness.engine.results import NoProgress, Progress, RunResult, SceneResult, median_text, scene_stats
+from harness.engine.frame import HarnessFrame
+from harness.engine.lifecycle import SceneLifecycle, describe
+from harness.engine.reference import ReferenceDraw
+from harness.engine.results import NoProgress, Progress, RunResult, SceneResult
+from harness.engine.spec import CaptureSpec, SceneSpec
 from harness.engine.stopping import Keeper, StopFlag, StopSignal, stop_on_signals
-from katra_trace.errors import ConfigError, KatraError, SceneError
-from katra_trace.schema import Clock, Flag, Kind
+from katra_trace.errors import ConfigError, SceneError
+from katra_trace.schema import Clock, Kind
+from katra_trace.io.writer import TraceWriter
+from scenes.api import NOMINAL_RATE_HZ
+
+if TYPE_CHECKING:
+    from harness.engine.lifecycle import MeasuredDriver
 
 _pc = time.perf_counter_ns
+
+#: The child facts of a counted run that the trace header records under ``measure``.
+_MEASURE_FACTS = ("valgrind", "command", "env", "frame_boundary", "pinned", "output")
+
+
+# --------------------------------------------------------------------------- what a spec resolves to
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedCapture:
+    """What a :class:`CaptureSpec` resolves to before any GL work.
+
+    ``mode``: sync | gpu | instructions | cycles; ``reason``: why (recorded as
+    ``timing_reason``); ``zones``: off | passes | draws; ``options``: the
+    capture options as the trace header records them; ``writer_args``: extra
+    keyword arguments for the TraceWriter (codec, batching).
+    """
+
+    mode: str
+    reason: str
+    zones: str
+    options: Mapping[str, Any]
+    writer_args: Mapping[str, Any]
+
+
+def resolve_capture(spec: CaptureSpec) -> ResolvedCapture:
+    """The timing mode, zone mode and recorded capture options of ``spec`` (pure; ConfigError if impossible)."""
+    zones = timers.zone_mode(spec.zones)
+    recorded = dict(spec.options)
+    writer_args: dict[str, Any] = {} if spec.codec is None else {"codec": spec.codec}
+    measure = spec.measure
+    if measure is not None:
+        mode = str(measure["measure"])
+        reason = (f"--measure {mode}: counted under callgrind (valgrind {measure.get('valgrind', '?')}), "
+                  "main thread only, single-threaded llvmpipe")
+        recorded["measure"] = {"mode": mode, **{k: measure[k] for k in _MEASURE_FACTS if k in measure}}
+        recorded.update({"timing_mode": mode, "timing_reason": reason, "primary_clock": mode})
+        # no time-based flushes: periodic work would land in whichever frame it happened in
+        writer_args["batch_ms"] = 1e9
+    else:
+        mode, reason = timers.choose_mode(spec.timing, dict(spec.host.get("gl", {})))
+        recorded.update({"timing_mode": mode, "timing_reason": reason,
+                         "primary_clock": "wall" if mode == "sync" else "gpu", "measure": {"mode": "time"}})
+    recorded["zones"] = zones
+    if zones == "draws":
+        recorded["max_draw_zones"] = spec.max_draw_zones
+    return ResolvedCapture(mode, reason, zones, recorded, writer_args)
 
 
 # --------------------------------------------------------------------------- the engine
@@ -47,93 +107,66 @@ _pc = time.perf_counter_ns
 class Engine:
     """One capture into one trace: writer, buffer, timer, frame loop and clean-up.
 
-    ``host`` is the probe's host info (its ``gl`` part picks the timing mode);
-    ``options`` the capture options to record (the engine adds the timing
-    mode, its reason and the primary clock). ``writer`` replaces the trace
-    writer (any object with TraceWriter's methods, e.g. :class:`MemorySink`).
+    ``spec`` says what to capture and how (:class:`CaptureSpec`); ``ctx`` is
+    the moderngl context. ``writer`` replaces the trace writer (any object
+    with TraceWriter's methods, e.g. :class:`~harness.run.offscreen.MemorySink`);
+    ``stop`` is the flag the frame loop polls (a fresh one if None).
     Use as a context manager: an exception finishes the trace as ``aborted``
     (``interrupted`` for KeyboardInterrupt) with every measured frame kept.
     """
 
-    def __init__(self, ctx: Any, path: str | Path | None, *, host: Mapping[str, Any],
-                 options: Mapping[str, Any], workload: str, timing: str = "auto", zones: bool | str = False,
-                 notes: str = "", writer: Any = None, stop: StopFlag | None = None,
-                 gl_error_check: bool = True, measure: Mapping[str, Any] | None = None,
-                 reference_every: int = 0, overwrite: bool = False, max_draw_zones: int | None = None,
-                 codec: str | None = None) -> None:
-        from katra_trace.io.writer import TraceWriter
-
+    def __init__(self, ctx: Any, spec: CaptureSpec, *, writer: Any = None, stop: StopFlag | None = None) -> None:
+        resolved = resolve_capture(spec)
         self.ctx = ctx
-        self.zones = timers.zone_mode(zones)
-        timed_zones = self.zones != "off"
-        self.counting = measure is not None
-        recorded = dict(options)
-        writer_args: dict[str, Any] = {} if codec is None else {"codec": codec}
-        if measure is not None:
-            self.mode = str(measure["measure"])
-            self.reason = (f"--measure {self.mode}: counted under callgrind (valgrind {measure.get('valgrind', '?')}), "
-                           "main thread only, single-threaded llvmpipe")
-            recorded["measure"] = {"mode": self.mode, **{k: measure[k] for k in (
-                "valgrind", "command", "env", "frame_boundary", "pinned", "output") if k in measure}}
-            recorded.update({"timing_mode": self.mode, "timing_reason": self.reason, "primary_clock": self.mode})
-            # no time-based flushes: periodic work would land in whichever frame it happened in
-            writer_args["batch_ms"] = 1e9
-        else:
-            self.mode, self.reason = timers.choose_mode(timing, dict(host.get("gl", {})))
-            recorded.update({"timing_mode": self.mode, "timing_reason": self.reason,
-                             "primary_clock": "wall" if self.mode == "sync" else "gpu",
-                             "measure": {"mode": "time"}})
-        recorded["zones"] = self.zones
-        if self.zones == "draws":
-            recorded["max_draw_zones"] = max_draw_zones
-        self.options = recorded
-        if writer is None:
-            if path is None:
-                raise ConfigError("a capture needs an output path")
-            writer = TraceWriter(Path(path), workload=workload, capture_options=recorded,
-                                 host_info=dict(host), notes=notes, overwrite=overwrite, **writer_args)
-        self.writer = writer
-        self.path = Path(path) if path is not None else None
+        self.spec = spec
+        self.mode, self.reason, self.zones = resolved.mode, resolved.reason, resolved.zones
+        self.counting = spec.measure is not None
+        self.options = dict(resolved.options)
+        self.writer = writer if writer is not None else _open_writer(spec, resolved)
+        self.path = spec.path
         self.stop = stop or StopFlag()
         self.gl_errors: list[dict[str, Any]] = []
-        self._check_gl = bool(gl_error_check)
-        self._frames_done = 0
+        self.gl_error_check = bool(spec.gl_error_check)
         self.scene_label = ""
-        try:
-            if measure is not None:
-                from harness.engine.counting import CountTimer
+        self._start_timer(spec)
+        self.primary_clock = self.timer.primary_clock.name.lower()
+        self._start_reference(spec.reference_every)
+        self._keeper = Keeper(self)
+        self._keeper.start()
 
+    def _start_timer(self, spec: CaptureSpec) -> None:
+        """The event buffer, the timer (and the draw instrument); a failure finishes the trace as aborted."""
+        ctx, writer, timed_zones = self.ctx, self.writer, self.zones != "off"
+        try:
+            if spec.measure is not None:
                 self.buffer = EventBuffer(writer, max_rows=1 << 16, max_age_ns=None)
                 self.timer: timers.Timer = CountTimer(ctx, writer, self.buffer, zones=timed_zones,
-                                                      dump_base=Path(measure["dump_base"]),
+                                                      dump_base=Path(spec.measure["dump_base"]),
                                                       cycles=self.mode == "cycles")
             else:
                 self.buffer = EventBuffer(writer)
                 self.timer = timers.make_timer(self.mode, ctx, writer, self.buffer, zones=timed_zones)
-            self.draws: Any = None
+            self.draws: DrawZones | None = None
             if self.zones == "draws":
-                from harness.engine.draws import DrawZones
-
-                self.draws = DrawZones(ctx, self.timer, max_draw_zones=max_draw_zones)
+                self.draws = DrawZones(ctx, self.timer, max_draw_zones=spec.max_draw_zones)
         except BaseException as exc:
-            self._finish_quietly({"error": f"timer setup failed: {type(exc).__name__}: {exc}"}, "aborted")
+            self.finish_quietly({"error": f"timer setup failed: {type(exc).__name__}: {exc}"}, "aborted")
             raise
-        self.primary_clock = self.timer.primary_clock.name.lower()
-        self.reference: Any = None
+
+    def _start_reference(self, every: int) -> None:
+        """The reference draw after every ``every``-th measured frame (sync timing only; 0: none)."""
+        self.reference: ReferenceDraw | None = None
         self.reference_every = 0
         self.reference_draws = 0
-        if reference_every > 0 and self.mode == "sync":
-            from harness.engine.reference import ReferenceDraw
-
-            try:
-                self.reference = ReferenceDraw(ctx, self.timer)
-            except BaseException as exc:
-                self._finish_quietly({"error": f"reference draw setup failed: {_describe(exc)}"}, "aborted")
-                raise
-            self.reference_every = int(reference_every)
-            writer.annotate({"type": "reference", **self.reference.options(self.reference_every)})
-        self._keeper = Keeper(self)
-        self._keeper.start()
+        if every <= 0 or self.mode != "sync":
+            return
+        try:
+            self.reference = ReferenceDraw(self.ctx, self.timer)
+        except BaseException as exc:
+            self.finish_quietly({"error": f"reference draw setup failed: {describe(exc)}"}, "aborted")
+            raise
+        self.reference_every = int(every)
+        self.writer.annotate({"type": "reference", **self.reference.options(self.reference_every)})
 
     # -- scenes and markers
 
@@ -158,16 +191,17 @@ class Engine:
         return self.draws.pass_zone if self.draws is not None else self.timer.zone
 
     def begin_frame(self, index: int, flags: int = 0) -> None:
+        """Open frame ``index`` (``flags``: e.g. Flag.WARMUP); in draws mode, start instrumenting draws."""
         self.timer.begin_frame(index, flags)
         if self.draws is not None:
             self.draws.install()
 
     def end_frame(self) -> None:
+        """Close the frame (its events go to the buffer); SceneError if GL reported an error in it."""
         if self.draws is not None:
             self.draws.uninstall()
         self.timer.end_frame()
-        self._frames_done += 1
-        if self._check_gl:
+        if self.gl_error_check:
             self.check_gl_errors(self.timer.frame_index)
 
     def check_gl_errors(self, frame: int | None, where: str = "frame") -> None:
@@ -191,8 +225,6 @@ class Engine:
         The one frame loop of katra3d: stops early at a frame boundary when the
         stop flag is set. Returns the number of frames rendered.
         """
-        from scenes.api import NOMINAL_RATE_HZ
-
         timer = self.timer
         # in draws mode the engine's begin/end install and remove the draw wrappers around each frame
         # (an exception leaves them installed until abort() takes them out)
@@ -234,13 +266,9 @@ class Engine:
 
     # -- one scene, start to end
 
-    def run_scene(self, scene_cls: type, label: str, params: Mapping[str, Any], *, size: tuple[int, int],
-                  frames: int | None, warmup: int, duration_s: float | None = None, seed: int = 0,
-                  spec: str = "", bind: Callable[[], None] | None = None, read_image: bool = True,
-                  screenshot: Path | None = None, progress: Progress | None = None, index: int = 1,
-                  total: int = 1, measured_driver: Callable[[Callable[[], None], int], None] | None = None,
-                  ) -> SceneResult:
-        """Set up, warm up, measure and release one scene; its events and annotation go to the trace.
+    def run_scene(self, scene: SceneSpec, *, bind: Callable[[], None] | None = None,
+                  progress: Progress | None = None, measured_driver: MeasuredDriver | None = None) -> SceneResult:
+        """Set up, warm up, measure and release one scene (:class:`~harness.engine.lifecycle.SceneLifecycle`).
 
         ``bind`` makes the harness's framebuffer current (before setup and
         whenever the scene left another one bound). ``measured_driver(one_frame,
@@ -249,117 +277,10 @@ class Engine:
         Raises SceneError for a scene's own failure; returns a ``skipped``
         result when the scene raises SceneSkip.
         """
-        from scenes.api import SceneSkip
-        from scenes.image import image_checksum, read_pixels, write_png
-
-        progress = progress or NoProgress()
-        self.set_scene(label)
-        total_frames = (frames or 0) + warmup if frames is not None else None
-        progress.scene_started(index, label, total_frames)
-        ctx = self.ctx
-        scene = scene_cls()
-        if bind is not None:
-            bind()
-        t0 = _pc()
-        try:
-            scene.setup(ctx, size, dict(params))
-            ctx.finish()
-            if self._check_gl:
-                self.check_gl_errors(None, "setup")
-        except SceneSkip as exc:
-            t1 = _pc()
-            self.marker("skipped", int(Flag.SKIPPED), t0, t1)
-            self.buffer.flush()
-            self.writer.annotate({"type": "scene", "scene": label, "spec": spec, "status": "skipped",
-                                  "reason": str(exc), "params": dict(params)})
-            _release_quietly(scene)
-            progress.line(f"[{index}/{total}] {label}: skipped: {exc}")
-            return SceneResult(label, "skipped", reason=str(exc), params=dict(params))
-        except KatraError:
-            _release_quietly(scene)
-            raise
-        except (Exception, SystemExit) as exc:
-            _release_quietly(scene)
-            raise SceneError(f"scene '{label}' failed in setup: {_describe(exc)}") from exc
-        t1 = _pc()
-        setup_ms = (t1 - t0) / 1e6
-        self.marker("setup", int(Flag.SETUP), t0, t1)
-        key = seed_key(seed, label)
-        result = SceneResult(label, "ok", setup_ms=setup_ms, clock=self.primary_clock, params=dict(params))
-        render = scene.render
-        harness_fbo = getattr(ctx, "fbo", None) if bind is not None else None
-
-        def rebind() -> None:
-            if ctx.fbo is not harness_fbo:
-                bind()  # type: ignore[misc]
-
-        try:
-            try:
-                with self._quiet_process():
-                    warm = self.loop(render, first=0, count=warmup, deadline_ns=None, flags=int(Flag.WARMUP),
-                                     key=key, bind=rebind if bind is not None else None, progress=progress)
-                    if measured_driver is not None:
-                        measured = self._driven(render, warm, frames or 0, key, rebind if bind else None,
-                                                measured_driver)
-                    else:
-                        deadline = _pc() + int(duration_s * 1e9) if duration_s is not None else None
-                        measured = self.loop(render, first=warm, count=frames, deadline_ns=deadline, flags=0,
-                                             key=key, bind=rebind if bind is not None else None, progress=progress)
-            except KatraError:
-                raise
-            except (Exception, SystemExit) as exc:
-                raise SceneError(f"scene '{label}' failed while rendering: {_describe(exc)}") from exc
-            result.warmup = warm
-            result.frames = measured
-            if self.stop.set:
-                result.status = "interrupted"
-            self.timer.settle()  # reads back this scene's pending GPU queries (no-op in sync mode)
-            if self.timer.frame_ns:
-                result.stats = scene_stats(self.timer.frame_ns, counts=self.counting)
-            annotation: dict[str, Any] = {"type": "scene", "scene": label, "spec": spec, "status": result.status,
-                                          "params": dict(params), "setup_ms": round(setup_ms, 3),
-                                          "warmup_frames": warm, "measured_frames": measured}
-            if self.counting:
-                # host time under valgrind is 20-100x slower than outside: not a setup time anyone can use
-                del annotation["setup_ms"]
-                result.setup_ms = 0.0
-            if read_image and warm + measured > 0:
-                pixels = read_pixels(ctx, scene)
-                result.pixels = pixels
-                result.checksum = image_checksum(pixels)
-                annotation["last_frame_index"] = warm + measured - 1
-                annotation["last_frame_sha256"] = result.checksum
-                if screenshot is not None:
-                    write_png(screenshot, pixels)
-                    annotation["screenshot"] = str(screenshot)
-            self.buffer.flush()
-            self.writer.annotate(annotation)
-            if self.counting:
-                # encode and write everything now, between scenes: the writer thread must be idle while
-                # the next scene's frames are counted (taking the GIL back from it costs the main thread)
-                self.writer.flush()
-        except BaseException:
-            _release_quietly(scene)
-            if bind is not None:
-                with contextlib.suppress(Exception):
-                    bind()
-            raise
-        try:
-            scene.release()
-        except (Exception, SystemExit) as exc:
-            raise SceneError(f"scene '{label}' failed in release: {_describe(exc)}") from exc
-        if bind is not None:
-            try:
-                bind()
-            except Exception as exc:
-                raise SceneError(f"scene '{label}' released the harness's framebuffer (self.target belongs to "
-                                 f"the harness unless bind_target created it): {_describe(exc)}") from exc
-        if not progress.tty:
-            progress.line(f"[{index}/{total}] {label}: {result.frames} frames" + median_text(result))
-        return result
+        return SceneLifecycle(self, scene, bind=bind, progress=progress, measured_driver=measured_driver).run()
 
     @contextlib.contextmanager
-    def _quiet_process(self) -> Iterator[None]:
+    def quiet_process(self) -> Iterator[None]:
         """While counting: nothing but the frames may run in this process during a scene's frames.
 
         The writer thread is made idle first (a thread taking the GIL costs the main thread
@@ -370,8 +291,6 @@ class Engine:
         if not self.counting:
             yield
             return
-        import gc
-
         self.buffer.flush()
         self.writer.flush()
         gc.collect()
@@ -383,10 +302,9 @@ class Engine:
             if was_enabled:
                 gc.enable()
 
-    def _driven(self, render: Callable[[Any], None], first: int, count: int, key: tuple[int, int],
-                bind: Callable[[], None] | None, driver: Callable[[Callable[[], None], int], None]) -> int:
-        from scenes.api import NOMINAL_RATE_HZ
-
+    def drive(self, render: Callable[[Any], None], first: int, count: int, key: tuple[int, int],
+              bind: Callable[[], None] | None, driver: MeasuredDriver) -> int:
+        """Let ``driver`` render ``count`` measured frames from index ``first``; returns how many it rendered."""
         state = {"i": first}
 
         def one_frame() -> None:
@@ -404,6 +322,7 @@ class Engine:
     # -- the end
 
     def summary(self) -> dict[str, Any]:
+        """The engine's part of the trace summary: timing mode and clock, GPU lag, GL errors, reference draws."""
         out: dict[str, Any] = {"timing_mode": self.mode, "timing_reason": self.reason,
                                "primary_clock": self.primary_clock}
         if isinstance(self.timer, timers.GpuTimer):
@@ -435,8 +354,9 @@ class Engine:
 
     def abort(self, exc: BaseException | None) -> None:
         """Keep every frame measured so far and finish the trace as aborted/interrupted (never raises)."""
-        if getattr(self, "draws", None) is not None:
-            self.draws.uninstall()
+        draws = getattr(self, "draws", None)
+        if draws is not None:
+            draws.uninstall()
         self._keeper.stop()
         self._release_reference()
         with contextlib.suppress(Exception):
@@ -446,10 +366,11 @@ class Engine:
         with contextlib.suppress(Exception):
             self.buffer.flush()
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) or self.stop.set else "aborted"
-        error = {"error": _describe(exc)} if exc is not None else {}
-        self._finish_quietly({**self.summary(), **error}, status)
+        error = {"error": describe(exc)} if exc is not None else {}
+        self.finish_quietly({**self.summary(), **error}, status)
 
-    def _finish_quietly(self, summary: dict[str, Any], status: str) -> None:
+    def finish_quietly(self, summary: dict[str, Any], status: str) -> None:
+        """Finish the trace with ``summary`` and ``status`` unless it is finished already (never raises)."""
         writer = self.writer
         if not getattr(writer, "finished", False):
             with contextlib.suppress(Exception):
@@ -465,31 +386,26 @@ class Engine:
             self._keeper.stop()
 
 
-def _describe(exc: BaseException | None) -> str:
-    if exc is None:
-        return ""
-    if isinstance(exc, SystemExit):
-        return f"SystemExit({exc.code!r}): scene code called sys.exit()"
-    # one line, whatever the exception's text (a GLSL compiler log has many)
-    lines = [" ".join(line.split()) for line in str(exc).splitlines()]
-    text = " | ".join(line for line in lines if line and set(line) - set("=-~"))
-    if len(text) > 400:
-        text = text[:397] + "..."
-    return f"{type(exc).__name__}: {text}".rstrip(": ")
-
-
-def _release_quietly(scene: Any) -> None:
-    with contextlib.suppress(Exception, SystemExit):
-        scene.release()
+def _open_writer(spec: CaptureSpec, resolved: ResolvedCapture) -> TraceWriter:
+    """The trace writer of ``spec`` (claims the output path; the header is written here)."""
+    if spec.path is None:
+        raise ConfigError("a capture needs an output path")
+    return TraceWriter(Path(spec.path), workload=spec.workload, capture_options=dict(resolved.options),
+                       host_info=dict(spec.host), notes=spec.notes, overwrite=spec.overwrite,
+                       **resolved.writer_args)
 
 
 __all__ = [
+    "CaptureSpec",
     "Engine",
     "NoProgress",
     "Progress",
+    "ResolvedCapture",
     "RunResult",
     "SceneResult",
+    "SceneSpec",
     "StopFlag",
     "StopSignal",
+    "resolve_capture",
     "stop_on_signals",
-]  # results and stopping names are re-exported: the engine's drivers import them from here
+]  # results, specs and stopping names are re-exported: the engine's drivers import them from here

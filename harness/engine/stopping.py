@@ -17,7 +17,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from harness.engine.events import EventBuffer
 
 #: Signals that stop a run (the first at the next frame boundary, the second at once).
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -82,6 +85,18 @@ def stop_on_signals(flag: StopFlag) -> Iterator[StopFlag]:
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
+class Kept(Protocol):
+    """What the keeper looks after (the capture engine): its buffer, stop flag and trace."""
+
+    counting: bool
+    buffer: EventBuffer
+    stop: StopFlag
+
+    def summary(self) -> dict[str, Any]: ...
+
+    def finish_quietly(self, summary: dict[str, Any], status: str) -> None: ...
+
+
 class Keeper(threading.Thread):
     """Hands buffered events to the writer when the frame loop has not for a while, and ends a
     process whose main thread does not react to a second stop signal.
@@ -90,7 +105,7 @@ class Keeper(threading.Thread):
     main thread hand over the GIL inside some frame): only a second signal or the end wakes it.
     """
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Kept) -> None:
         super().__init__(name="katra3d-keeper", daemon=True)
         self.engine = engine
         self._wake = threading.Event()
@@ -117,7 +132,7 @@ class Keeper(threading.Thread):
         engine = self.engine
         with contextlib.suppress(Exception):
             engine.buffer.flush()
-        engine._finish_quietly({**engine.summary(), "error": "the frame in progress did not stop after a second "
+        engine.finish_quietly({**engine.summary(), "error": "the frame in progress did not stop after a second "
                                 f"{engine.stop.signal_name}; trace finished by the keeper"}, "interrupted")
         with contextlib.suppress(Exception):
             print(f"katra3d: stopped by a second {engine.stop.signal_name}; trace finished as interrupted",
@@ -125,10 +140,11 @@ class Keeper(threading.Thread):
         os._exit(128 + int(engine.stop.signum or signal.SIGINT))
 
     def stop(self) -> None:
+        """End the keeper (the run is over) and wait up to 2 s for it."""
         self._finished.set()
         self._wake.set()
         if self.is_alive() and threading.current_thread() is not self:
             self.join(timeout=2.0)
 
 
-__all__ = ["HARD_STOP_GRACE_S", "STOP_SIGNALS", "Keeper", "StopFlag", "StopSignal", "stop_on_signals"]
+__all__ = ["HARD_STOP_GRACE_S", "STOP_SIGNALS", "Keeper", "Kept", "StopFlag", "StopSignal", "stop_on_signals"]

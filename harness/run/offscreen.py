@@ -16,11 +16,20 @@ from typing import Any
 
 import numpy as np
 
+from harness.engine.core import Engine
+from harness.engine.spec import CaptureSpec, SceneSpec
 from katra_trace.errors import SceneError
+from scenes.api import SceneSkip
+from scenes.registry import resolve_params
 
 
 class MemorySink:
-    """A stand-in for TraceWriter that keeps events in memory (the offscreen helper uses it)."""
+    """A stand-in for TraceWriter that keeps events in memory (the offscreen helper uses it).
+
+    ``arrays``: the event batches (EVENT_DTYPE arrays) in the order handed over;
+    ``annotations``: the JSON annotations; ``status`` and ``summary``: what
+    :meth:`finish` was given ("" and {} until then).
+    """
 
     def __init__(self) -> None:
         self.start_host_ns = time.perf_counter_ns()
@@ -29,6 +38,8 @@ class MemorySink:
         self.arrays: list[Any] = []
         self.annotations: list[dict[str, Any]] = []
         self.finished = False
+        self.status = ""
+        self.summary: dict[str, Any] = {}
 
     def intern(self, name: str) -> int:
         sid = self._ids.get(name)
@@ -51,6 +62,8 @@ class MemorySink:
 
     def finish(self, summary: dict[str, Any] | None = None, status: str = "complete") -> None:
         self.finished = True
+        self.status = status
+        self.summary = dict(summary or {})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,18 +97,15 @@ def run_offscreen(
     are released before returning. Raises SceneSkip when the scene cannot run
     here, SceneError when it fails.
     """
-    from harness.engine.core import Engine
-    from scenes.api import SceneSkip
-    from scenes.registry import resolve_params
-
     label = str(getattr(scene_cls, "name", "") or scene_cls.__name__)
     resolved = resolve_params(scene_cls, params or {})
     fbo = ctx.simple_framebuffer(tuple(size), components=4, samples=samples)
     try:
-        engine = Engine(ctx, None, host={}, options={}, workload=label, timing="sync", writer=MemorySink())
+        engine = Engine(ctx, CaptureSpec(None, label, timing="sync"), writer=MemorySink())
         with engine:
-            result = engine.run_scene(scene_cls, label, resolved, size=(int(size[0]), int(size[1])),
-                                      frames=frames, warmup=warmup, seed=seed, bind=fbo.use)
+            scene = SceneSpec(scene_cls, label, resolved, size=(int(size[0]), int(size[1])), frames=frames,
+                              warmup=warmup, seed=seed)
+            result = engine.run_scene(scene, bind=fbo.use)
             engine.finish()
     finally:
         fbo.release()

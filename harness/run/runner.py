@@ -32,6 +32,7 @@ from harness.run.config import (
 )
 from harness.engine.core import Engine
 from harness.engine.results import NoProgress, Progress, RunResult, SceneResult
+from harness.engine.spec import CaptureSpec, SceneSpec
 from harness.engine.stopping import StopFlag, stop_on_signals
 from harness.run.progress import Progress as RunProgress
 from katra_trace.errors import KatraError, OutputBusyError, OutputExistsError
@@ -90,10 +91,11 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
         with stop_on_signals(stop):
             for attempt in range(20):
                 try:
-                    engine = Engine(session.ctx, plan.output, host=host, options=capture_options(plan, session),
-                                    workload=plan.workload, timing=cfg.timing, zones=cfg.zones, notes=cfg.notes,
-                                    stop=stop, measure=child, reference_every=_reference_every(cfg),
-                                    overwrite=cfg.force, max_draw_zones=cfg.max_draw_zones, codec=cfg.codec)
+                    spec = CaptureSpec(plan.output, plan.workload, host=host, options=capture_options(plan, session),
+                                       timing=cfg.timing, zones=cfg.zones, notes=cfg.notes, measure=child,
+                                       reference_every=_reference_every(cfg), overwrite=cfg.force,
+                                       max_draw_zones=cfg.max_draw_zones, codec=cfg.codec)
+                    engine = Engine(session.ctx, spec, stop=stop)
                     break
                 except (OutputBusyError, OutputExistsError):
                     if cfg.output is not None or attempt == 19:
@@ -184,21 +186,14 @@ class _entered:
 def _run_entry(engine: Engine, plan: RunPlan, entry: SceneEntry, session: Any, progress: Progress,
                n: int) -> SceneResult:
     shot = plan.screenshot_dir / f"{_safe(entry.label)}.png" if plan.screenshot_dir is not None else None
-    return engine.run_scene(entry.cls, entry.label, entry.params, size=plan.size, frames=plan.frames,
-                            warmup=plan.warmup, duration_s=plan.duration_s, seed=plan.config.seed, spec=entry.spec,
-                            bind=session.bind, screenshot=shot, progress=progress, index=n,
-                            total=len(plan.entries))
+    scene = SceneSpec(entry.cls, entry.label, entry.params, size=plan.size, frames=plan.frames, warmup=plan.warmup,
+                      duration_s=plan.duration_s, seed=plan.config.seed, spec=entry.spec, screenshot=shot, index=n,
+                      total=len(plan.entries))
+    return engine.run_scene(scene, bind=session.bind, progress=progress)
 
 
 def _safe(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
-
-
-def format_table(result: RunResult) -> str:
-    """The end-of-run table (see :func:`harness.cli.progress.format_table`)."""
-    from harness.cli.progress import format_table as table
-
-    return table(result)
 
 
 __all__ = [
@@ -212,7 +207,6 @@ __all__ = [
     "SceneResult",
     "capture_options",
     "default_output",
-    "format_table",
     "parse_param",
     "parse_size",
     "plan_run",

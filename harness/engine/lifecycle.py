@@ -1,0 +1,247 @@
+"""One scene on the capture engine, start to end: setup, warmup, measured frames, last image, release.
+
+The engine (:mod:`harness.engine.core`) owns the writer, the timer and the frame
+loop; a :class:`SceneLifecycle` drives one scene (:class:`~harness.engine.spec.SceneSpec`)
+through them, a method per phase. The scene's own failures become
+:class:`SceneError` naming the phase ("scene 'x' failed in setup: ...",
+"... while rendering: ...", "... in release: ..."), in one line whatever the
+exception's text; errors katra3d raised itself (a GL error, an I/O failure)
+pass as they are, and so does an interrupt. Whatever happens, the scene is
+released and the harness's framebuffer bound again; the engine then keeps the
+frames measured so far (:meth:`Engine.abort <harness.engine.core.Engine.abort>`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from harness.engine.frame import seed_key
+from harness.engine.results import NoProgress, SceneResult, median_text, scene_stats
+from katra_trace.errors import KatraError, SceneError
+from katra_trace.schema import Flag
+from scenes.api import SceneSkip
+from scenes.image import image_checksum, read_pixels, write_png
+
+if TYPE_CHECKING:
+    from harness.engine.core import Engine
+    from harness.engine.results import Progress
+    from harness.engine.spec import SceneSpec
+
+_pc = time.perf_counter_ns
+
+#: ``measured_driver(one_frame, count)`` renders the measured frames by calling ``one_frame()`` ``count`` times.
+MeasuredDriver = Callable[[Callable[[], None], int], None]
+
+
+class SceneLifecycle:
+    """Runs one scene on ``engine``: :meth:`run` calls the phases in order.
+
+    ``bind`` makes the harness's framebuffer current (before setup, whenever
+    the scene left another one bound, and after release); ``progress``
+    receives the scene's progress; ``measured_driver``, when given, renders
+    the measured frames itself (pytest-benchmark rounds).
+    """
+
+    def __init__(self, engine: Engine, spec: SceneSpec, *, bind: Callable[[], None] | None = None,
+                 progress: Progress | None = None, measured_driver: MeasuredDriver | None = None) -> None:
+        self.engine = engine
+        self.spec = spec
+        self.bind = bind
+        self.progress: Progress = progress or NoProgress()
+        self.measured_driver = measured_driver
+        self.scene: Any = None
+
+    def run(self) -> SceneResult:
+        """Set up, warm up, measure, record and release the scene; its events and annotation go to the trace.
+
+        Returns a ``skipped`` result when setup raises SceneSkip, an
+        ``interrupted`` one when the stop flag ended the frames early.
+        """
+        spec = self.spec
+        self.engine.set_scene(spec.label)
+        self.progress.scene_started(spec.index, spec.label, spec.total_frames)
+        self.scene = spec.scene_cls()
+        result = self.setup()
+        if result.status == "skipped":
+            return result
+        try:
+            self.measure(result)
+            self.record(result)
+        except BaseException:
+            self.clean_up()
+            raise
+        self.release()
+        if not self.progress.tty:
+            self.progress.line(f"[{spec.index}/{spec.total}] {spec.label}: {result.frames} frames"
+                               + median_text(result))
+        return result
+
+    # -- the phases
+
+    def setup(self) -> SceneResult:
+        """Set the scene up (timed: a SETUP marker); a ``skipped`` result if it raises SceneSkip."""
+        engine, spec = self.engine, self.spec
+        if self.bind is not None:
+            self.bind()
+        t0 = _pc()
+        try:
+            with scene_errors(spec.label, "in setup", passes=(KatraError, SceneSkip)):
+                self.scene.setup(engine.ctx, spec.size, dict(spec.params))
+                engine.ctx.finish()
+                if engine.gl_error_check:
+                    engine.check_gl_errors(None, "setup")
+        except SceneSkip as exc:
+            return self.skipped(exc, t0)
+        except (Exception, SystemExit):
+            release_quietly(self.scene)
+            raise
+        t1 = _pc()
+        engine.marker("setup", int(Flag.SETUP), t0, t1)
+        return SceneResult(spec.label, "ok", setup_ms=(t1 - t0) / 1e6, clock=engine.primary_clock,
+                           params=dict(spec.params))
+
+    def skipped(self, exc: SceneSkip, t0_ns: int) -> SceneResult:
+        """Record the skip (a SKIPPED marker from ``t0_ns`` and a ``skipped`` scene annotation), release."""
+        engine, spec = self.engine, self.spec
+        engine.marker("skipped", int(Flag.SKIPPED), t0_ns, _pc())
+        engine.buffer.flush()
+        engine.writer.annotate({"type": "scene", "scene": spec.label, "spec": spec.spec, "status": "skipped",
+                                "reason": str(exc), "params": dict(spec.params)})
+        release_quietly(self.scene)
+        self.progress.line(f"[{spec.index}/{spec.total}] {spec.label}: skipped: {exc}")
+        return SceneResult(spec.label, "skipped", reason=str(exc), params=dict(spec.params))
+
+    def measure(self, result: SceneResult) -> None:
+        """Render the warmup frames (flagged), then the measured ones; counts go to ``result``."""
+        engine, spec = self.engine, self.spec
+        render = self.scene.render
+        key = seed_key(spec.seed, spec.label)
+        rebind = self.rebinder()
+        with scene_errors(spec.label, "while rendering"), engine.quiet_process():
+            warm = engine.loop(render, first=0, count=spec.warmup, deadline_ns=None, flags=int(Flag.WARMUP),
+                               key=key, bind=rebind, progress=self.progress)
+            if self.measured_driver is not None:
+                measured = engine.drive(render, warm, spec.frames or 0, key, rebind, self.measured_driver)
+            else:
+                deadline = _pc() + int(spec.duration_s * 1e9) if spec.duration_s is not None else None
+                measured = engine.loop(render, first=warm, count=spec.frames, deadline_ns=deadline, flags=0,
+                                       key=key, bind=rebind, progress=self.progress)
+        result.warmup = warm
+        result.frames = measured
+        if engine.stop.set:
+            result.status = "interrupted"
+
+    def record(self, result: SceneResult) -> None:
+        """Read back pending measurements, take the stats and last image, write the scene annotation."""
+        engine, spec = self.engine, self.spec
+        engine.timer.settle()  # reads back this scene's pending GPU queries (no-op in sync mode)
+        if engine.timer.frame_ns:
+            result.stats = scene_stats(engine.timer.frame_ns, counts=engine.counting)
+        annotation: dict[str, Any] = {"type": "scene", "scene": spec.label, "spec": spec.spec,
+                                      "status": result.status, "params": dict(spec.params),
+                                      "setup_ms": round(result.setup_ms, 3), "warmup_frames": result.warmup,
+                                      "measured_frames": result.frames}
+        if engine.counting:
+            # host time under valgrind is 20-100x slower than outside: not a setup time anyone can use
+            del annotation["setup_ms"]
+            result.setup_ms = 0.0
+        if spec.read_image and result.warmup + result.frames > 0:
+            annotation.update(self.last_image(result))
+        engine.buffer.flush()
+        engine.writer.annotate(annotation)
+        if engine.counting:
+            # encode and write everything now, between scenes: the writer thread must be idle while
+            # the next scene's frames are counted (taking the GIL back from it costs the main thread)
+            engine.writer.flush()
+
+    def last_image(self, result: SceneResult) -> dict[str, Any]:
+        """Read the last rendered frame into ``result`` (pixels, sha256); save the screenshot if asked.
+
+        Returns the annotation's last-image keys.
+        """
+        spec = self.spec
+        pixels = read_pixels(self.engine.ctx, self.scene)
+        result.pixels = pixels
+        result.checksum = image_checksum(pixels)
+        keys: dict[str, Any] = {"last_frame_index": result.warmup + result.frames - 1,
+                                "last_frame_sha256": result.checksum}
+        if spec.screenshot is not None:
+            write_png(spec.screenshot, pixels)
+            keys["screenshot"] = str(spec.screenshot)
+        return keys
+
+    def release(self) -> None:
+        """Release the scene after a good run and bind the harness's framebuffer again."""
+        label = self.spec.label
+        with scene_errors(label, "in release", passes=()):
+            self.scene.release()
+        if self.bind is not None:
+            try:
+                self.bind()
+            except Exception as exc:
+                raise SceneError(f"scene '{label}' released the harness's framebuffer (self.target belongs to "
+                                 f"the harness unless bind_target created it): {describe(exc)}") from exc
+
+    def clean_up(self) -> None:
+        """After a failure or interrupt in the frames: release the scene and rebind, never raising."""
+        release_quietly(self.scene)
+        if self.bind is not None:
+            with contextlib.suppress(Exception):
+                self.bind()
+
+    def rebinder(self) -> Callable[[], None] | None:
+        """What the frame loop calls before each frame: binds the harness's framebuffer if the scene
+        left another one bound (None without ``bind``)."""
+        bind = self.bind
+        if bind is None:
+            return None
+        ctx = self.engine.ctx
+        harness_fbo = getattr(ctx, "fbo", None)
+
+        def rebind() -> None:
+            if ctx.fbo is not harness_fbo:
+                bind()
+
+        return rebind
+
+
+@contextlib.contextmanager
+def scene_errors(label: str, phase: str,
+                 passes: tuple[type[BaseException], ...] = (KatraError,)) -> Iterator[None]:
+    """Turn an exception raised by scene ``label`` during ``phase`` into SceneError.
+
+    ``phase`` completes the message ("in setup", "while rendering");
+    exceptions of the ``passes`` classes (and interrupts) go through as they are.
+    """
+    try:
+        yield
+    except passes:
+        raise
+    except (Exception, SystemExit) as exc:
+        raise SceneError(f"scene '{label}' failed {phase}: {describe(exc)}") from exc
+
+
+def describe(exc: BaseException | None) -> str:
+    """An exception as one line of at most ~400 characters: ``Type: text`` ("" for None)."""
+    if exc is None:
+        return ""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}): scene code called sys.exit()"
+    # one line, whatever the exception's text (a GLSL compiler log has many)
+    lines = [" ".join(line.split()) for line in str(exc).splitlines()]
+    text = " | ".join(line for line in lines if line and set(line) - set("=-~"))
+    if len(text) > 400:
+        text = text[:397] + "..."
+    return f"{type(exc).__name__}: {text}".rstrip(": ")
+
+
+def release_quietly(scene: Any) -> None:
+    """``scene.release()``, ignoring its failure (the scene already failed, or is being stopped)."""
+    with contextlib.suppress(Exception, SystemExit):
+        scene.release()
+
+
+__all__ = ["MeasuredDriver", "SceneLifecycle", "describe", "release_quietly", "scene_errors"]
