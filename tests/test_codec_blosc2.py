@@ -15,6 +15,7 @@ import pytest
 
 from katra_trace import KatraError, TraceFormatError, TraceRecoveryWarning, TraceTooLargeError, TraceWriter, open_trace
 from katra_trace.io import format as fmt
+from katra_trace.io import blosc2_events as b2ev
 from katra_trace.io.reader import ScanState, iter_blocks
 from katra_trace.schema import EVENT_DTYPE
 from tests.trace_helpers import frame_zone_stream, write_trace
@@ -261,9 +262,9 @@ def test_run_writes_the_codec_it_is_given(katra_cli, tmp_path: Path) -> None:  #
 def test_encoding_leaves_the_callers_events_alone_unless_in_place() -> None:
     events = frame_zone_stream(40)
     before = events.tobytes()
-    a = fmt.encode_events_blosc2(events, blosc2)
+    a = b2ev.encode_events_blosc2(events, blosc2)
     assert events.tobytes() == before
-    b = fmt.encode_events_blosc2(events, blosc2, in_place=True)  # the writer's own batch: start_ns becomes deltas
+    b = b2ev.encode_events_blosc2(events, blosc2, in_place=True)  # the writer's own batch: start_ns becomes deltas
     assert a == b and events.tobytes() != before and events["start_ns"][0] == 0
     raw_len = fmt.EVENTS_HEAD.size + 42 * len(events)
-    assert fmt.decode_events_blosc2(b, raw_len, 0).tobytes() == before
+    assert b2ev.decode_events_blosc2(b, raw_len, 0).tobytes() == before

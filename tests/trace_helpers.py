@@ -53,6 +53,7 @@ def split_blocks(data: bytes) -> list[tuple[int, bytes, int]]:
     """The (type, decoded payload, schema) of every block of an intact trace, by framing alone
     (no content checks, so a test can start from a file the reader would refuse)."""
     from katra_trace.io import format as fmt
+    from katra_trace.io import blosc2_events as b2ev
 
     out = []
     pos = fmt.PREAMBLE_SIZE
@@ -60,7 +61,7 @@ def split_blocks(data: bytes) -> list[tuple[int, bytes, int]]:
         _, btype, codec, schema, _, stored_len, raw_len, _ = fmt.BLOCK_HEADER.unpack_from(data, pos)
         stored = data[pos + fmt.BLOCK_HEADER_SIZE: pos + fmt.BLOCK_HEADER_SIZE + stored_len]
         if codec == fmt.Codec.BLOSC2 and btype == fmt.BlockType.EVENTS:  # as the codec-0/1 columnar payload
-            raw = fmt.encode_events(fmt.decode_events_blosc2(stored, raw_len, pos))
+            raw = fmt.encode_events(b2ev.decode_events_blosc2(stored, raw_len, pos))
         else:
             raw = fmt.decompress(stored, raw_len, codec, pos)
         out.append((btype, raw, schema))
@@ -96,7 +97,7 @@ def seal_blocks(blocks: list[tuple[int, bytes, int]], *, minor: int | None = Non
             if events is not None:
                 import blosc2
 
-                stored = bytearray(fmt.encode_events_blosc2(events, blosc2))
+                stored = bytearray(b2ev.encode_events_blosc2(events, blosc2))
                 if blosc2_edit is not None:
                     blosc2_edit(stored)
                 out += b"".join(fmt.frame_block(btype, bytes(stored), len(raw), seq=seq, codec=fmt.Codec.BLOSC2,

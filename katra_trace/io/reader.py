@@ -26,6 +26,8 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from katra_trace.io import format as fmt
+
+from katra_trace.io import blosc2_events as b2ev
 from katra_trace.errors import ConfigError, TraceFormatError, TraceTooLargeError, TraceVersionError
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION
 
@@ -91,7 +93,7 @@ class EventBatch:
         (CodecUnavailableError, exit 3, when the codec's library is not installed)."""
         if self.codec == fmt.Codec.BLOSC2:
             raw_len = fmt.EVENTS_HEAD.size + self.n * EVENT_DTYPE.itemsize
-            events = fmt.decode_events_blosc2(self.raw, raw_len, self.offset, out)
+            events = b2ev.decode_events_blosc2(self.raw, raw_len, self.offset, out)
         else:
             events = fmt.decode_events(self.raw, self.offset, out)
         problem = fmt.check_events(events, self.minor)
@@ -242,7 +244,7 @@ def _decode(btype: int, codec: int, schema: int, seq: int, stored: bytes, raw_le
     t = fmt.BlockType(btype)
     if t == fmt.BlockType.EVENTS and codec == fmt.Codec.BLOSC2:
         _check_schema(schema, pos)
-        n, _ = fmt.blosc2_events_head(stored, raw_len, pos)  # sizes checked; decoded on demand, in place
+        n, _ = b2ev.blosc2_events_head(stored, raw_len, pos)  # sizes checked; decoded on demand, in place
         return Block(t, pos, seq, EventBatch(n, stored, pos, minor, codec))
     payload = fmt.decompress(stored, raw_len, codec, pos)
     if t in fmt.JSON_BLOCKS:

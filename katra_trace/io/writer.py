@@ -35,6 +35,7 @@ import zstandard
 
 from katra_trace.io import claim as claim_mod
 from katra_trace.io import format as fmt
+from katra_trace.io import blosc2_events as b2ev
 from katra_trace.errors import ConfigError, KatraError, TraceIOError, WriterClosedError
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION, schema_hash
 
@@ -489,7 +490,7 @@ class TraceWriter:
                     if problem is not None:  # once written, no reader would read past it
                         raise ConfigError(f"append: {problem}")
                     n_events = len(events)  # the batch is the writer's own: encoded in place
-                    stored = fmt.encode_events_blosc2(events, self._blosc2, in_place=True)
+                    stored = b2ev.encode_events_blosc2(events, self._blosc2, in_place=True)
                     raw_len = fmt.EVENTS_HEAD.size + n_events * EVENT_DTYPE.itemsize
                     self._write_framed(fmt.frame_block(fmt.BlockType.EVENTS, stored, raw_len, seq=self._seq,
                                                        codec=self._codec, schema=SCHEMA_VERSION))
