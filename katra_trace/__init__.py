@@ -45,7 +45,8 @@ __all__ = [
 ]
 
 from katra_trace.io.format import CodecUnavailableError  # noqa: E402
-from katra_trace.io.reader import Trace, TraceRecoveryWarning, iter_blocks, open_trace  # noqa: E402
+from katra_trace.io.blocks import iter_blocks  # noqa: E402
+from katra_trace.io.reader import Trace, TraceRecoveryWarning, open_trace  # noqa: E402
 from katra_trace.io.writer import TraceWriter  # noqa: E402
 
 __all__ += ["CodecUnavailableError", "Trace", "TraceRecoveryWarning", "TraceWriter", "iter_blocks", "open_trace"]

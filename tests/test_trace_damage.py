@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from katra_trace import KatraError, TraceFormatError, TraceRecoveryWarning, TraceVersionError, open_trace
 from katra_trace.io import format as fmt
-from katra_trace.io.reader import ScanState, iter_blocks
+from katra_trace.io.blocks import ScanState, iter_blocks
 from tests.trace_helpers import frame_zone_stream, seal_blocks, split_blocks, write_trace
 
 STRINGS = ["", "scene", "frame", "pass-a", "pass-b", "pass-c"]

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from katra_trace import EVENT_DTYPE, Clock, ConfigError, Kind, TraceIOError, TraceWriter, open_trace
-from katra_trace.io import reader as reader_mod
+from katra_trace.io import blocks as blocks_mod
 from tests.trace_helpers import frame_zone_stream, write_trace
 
 json_scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=20) | st.floats(
@@ -20,7 +20,7 @@ json_values = st.recursive(json_scalars, lambda kids: st.lists(kids, max_size=4)
     st.text(max_size=10), kids, max_size=4), max_leaves=12)
 #: keys whose JSON type the reader checks in a header (docs/trace-format.md): random values under them
 #: would be refused, by design, so the free-form dicts below use other keys
-_SHAPED_KEYS = frozenset(k for shapes in reader_mod._HEADER_SHAPES.values() for k in shapes)
+_SHAPED_KEYS = frozenset(k for shapes in blocks_mod._HEADER_SHAPES.values() for k in shapes)
 json_dicts = st.dictionaries(st.text(max_size=12).filter(lambda k: k not in _SHAPED_KEYS), json_values, max_size=6)
 
 class PipeSink:

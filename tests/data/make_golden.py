@@ -25,7 +25,7 @@ from typing import Any
 
 from katra_trace import Clock, Flag, Kind, TraceWriter
 from katra_trace.io import format as fmt
-from katra_trace.io.reader import ScanState, iter_blocks
+from katra_trace.io.blocks import ScanState, iter_blocks
 from katra_trace.schema import REFERENCE_NAME
 
 OUT = Path(__file__).with_name("golden-v1.1.katra")

@@ -1,0 +1,334 @@
+"""A trace's blocks, one by one: the decode budget, the block scanner, and the shape checks of each block.
+
+:func:`iter_blocks` walks a file from its preamble, checking every length against the bytes that are left before
+anything is allocated, every CRC, and the documented shape of the HEADER and SUMMARY blocks; what it met is kept in a
+:class:`ScanState` (where it stopped, and why). :mod:`katra_trace.io.reader` builds a :class:`~katra_trace.io.reader.Trace` on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import zlib
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from katra_trace.errors import ConfigError, TraceFormatError, TraceTooLargeError, TraceVersionError
+from katra_trace.io import blosc2_events as b2ev
+from katra_trace.io import format as fmt
+from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION
+
+
+#: Decoded bytes a trace may hold per byte of file, by default (see :func:`decode_budget`).
+DEFAULT_MAX_RATIO = 10.0
+#: Decoded bytes every trace may hold on top of ``max_ratio`` x its size: 64 MiB (1.6 M events).
+BUDGET_ALLOWANCE_BYTES = 64 << 20
+#: Environment variable that overrides the default ratio; ``0`` lifts the limit.
+MAX_RATIO_ENV = "KATRA3D_MAX_RATIO"
+
+
+def resolve_max_ratio(max_ratio: float | None) -> float:
+    """``max_ratio`` if given, else ``$KATRA3D_MAX_RATIO``, else :data:`DEFAULT_MAX_RATIO` (0: no limit)."""
+    if max_ratio is None:
+        text = os.environ.get(MAX_RATIO_ENV, "").strip()
+        if not text:
+            return DEFAULT_MAX_RATIO
+        try:
+            max_ratio = float(text)
+        except ValueError:
+            raise ConfigError(f"{MAX_RATIO_ENV}={text!r} is not a number (0 lifts the limit)") from None
+    if not max_ratio >= 0 or max_ratio == float("inf"):
+        raise ConfigError(f"max_ratio must be a finite number >= 0 (0 lifts the limit), got {max_ratio}")
+    return float(max_ratio)
+
+
+def decode_budget(size: int, max_ratio: float | None = None) -> int | None:
+    """How many decoded bytes a file of ``size`` bytes may hold: ``max_ratio`` x size + 64 MiB, or None
+    (no limit). A decompression bomb cannot make a reader allocate more than this."""
+    ratio = resolve_max_ratio(max_ratio)
+    if ratio == 0:
+        return None
+    return int(ratio * size) + BUDGET_ALLOWANCE_BYTES
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """One decoded block: its type, where it starts, and its decoded content."""
+
+    type: int
+    offset: int
+    seq: int
+    payload: Any  # dict (JSON blocks), (first_id, [str]) (STRINGS), EventBatch (EVENTS)
+
+
+@dataclasses.dataclass(frozen=True)
+class EventBatch:
+    """An EVENTS block's checked payload, decoded on demand (into a caller's array if given)."""
+
+    n: int
+    raw: bytes  #: the decoded payload (codecs 0, 1), or the stored one, still compressed (codec 2)
+    offset: int
+    minor: int = fmt.FORMAT_MINOR  #: the file's format minor: which kinds, clocks and flags are defined
+    codec: int = fmt.Codec.NONE  #: fmt.Codec.BLOSC2: ``raw`` is decompressed by decode(), into ``out``
+
+    def decode(self, out: np.ndarray | None = None) -> np.ndarray:
+        """The events, checked (:func:`katra_trace.io.format.check_events`); raises TraceFormatError
+        (CodecUnavailableError, exit 3, when the codec's library is not installed)."""
+        if self.codec == fmt.Codec.BLOSC2:
+            raw_len = fmt.EVENTS_HEAD.size + self.n * EVENT_DTYPE.itemsize
+            events = b2ev.decode_events_blosc2(self.raw, raw_len, self.offset, out)
+        else:
+            events = fmt.decode_events(self.raw, self.offset, out)
+        problem = fmt.check_events(events, self.minor)
+        if problem is not None:
+            raise TraceFormatError(f"corrupt EVENTS block at offset {self.offset}: {problem}", self.offset)
+        return events
+
+
+@dataclasses.dataclass
+class ScanState:
+    """What a scan learned about the file beyond its blocks."""
+
+    size: int = 0
+    version: tuple[int, int] = (0, 0)
+    truncated: bool = False
+    stopped_at: int | None = None
+    stop_reason: str = ""
+    summary_offset: int | None = None  #: where the footer says the SUMMARY is; None: no footer
+    skipped_blocks: int = 0
+    max_ratio: float | None = None  #: decoding budget (see :func:`decode_budget`); None: the default
+    budget_left: int | None = None  #: decoded bytes still allowed; None: no limit
+    notes: list[str] = dataclasses.field(default_factory=list)  #: content repaired while reading
+
+
+def file_size(f: BinaryIO) -> int:
+    return os.fstat(f.fileno()).st_size
+
+
+
+def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator[Block]:
+    """Yield the blocks of an open trace file in order.
+
+    Stops at the footer, or at the first torn or corrupt block: then it sets
+    ``state.truncated``, ``stopped_at`` and ``stop_reason`` (default) or raises
+    :class:`TraceFormatError` (``strict``). A file that is not a trace, or is
+    cut inside its preamble, always raises.
+    """
+    size = state.size = file_size(f)
+    state.budget_left = decode_budget(size, state.max_ratio)
+    f.seek(0)
+    pre = f.read(fmt.PREAMBLE_SIZE)
+    state.version = _check_preamble(pre, size)
+    minor = state.version[1]
+    pos = fmt.PREAMBLE_SIZE
+    expected_seq = 0
+
+    def stop(reason: str, at: int) -> None:
+        mark_damaged(state, strict, reason, at)
+
+    while True:
+        left = size - pos
+        if left == 0:
+            stop(f"file ends at byte {pos} without a footer (torn write or killed writer)", pos)
+            return
+        if left == fmt.FOOTER_SIZE:
+            summary_offset = fmt.decode_footer(f.read(fmt.FOOTER_SIZE))
+            if summary_offset is not None:
+                state.summary_offset = summary_offset
+                return
+        if left < fmt.BLOCK_HEADER_SIZE:
+            stop(f"torn block header or footer at offset {pos}: {left} bytes left", pos)
+            return
+        head = f.read(fmt.BLOCK_HEADER_SIZE)
+        if len(head) < fmt.BLOCK_HEADER_SIZE:  # the file shrank while we read it
+            stop(f"torn block header at offset {pos}: the file ends early", pos)
+            return
+        sync, btype, codec, schema, seq, stored_len, raw_len, crc = fmt.BLOCK_HEADER.unpack(head)
+        if sync != fmt.SYNC:
+            stop(f"corrupt block at offset {pos}: bad sync word", pos)
+            return
+        if stored_len > left - fmt.BLOCK_HEADER_SIZE:
+            stop(f"torn block at offset {pos}: needs {stored_len} payload bytes, "
+                 f"{left - fmt.BLOCK_HEADER_SIZE} left", pos)
+            return
+        if raw_len > fmt.MAX_BLOCK_BYTES or stored_len > fmt.MAX_BLOCK_BYTES:
+            stop(f"corrupt block at offset {pos}: length {max(raw_len, stored_len)} exceeds the "
+                 f"{fmt.MAX_BLOCK_BYTES}-byte limit", pos)
+            return
+        stored = f.read(stored_len)
+        if len(stored) < stored_len:
+            stop(f"torn block at offset {pos}: the file ends early", pos)
+            return
+        if zlib.crc32(stored, zlib.crc32(head[:20])) != crc:
+            stop(f"corrupt block at offset {pos}: CRC mismatch", pos)
+            return
+        if seq != expected_seq:
+            stop(f"corrupt block at offset {pos}: sequence number {seq}, expected {expected_seq}", pos)
+            return
+        if state.budget_left is not None and btype in _KNOWN_TYPES:
+            if raw_len > state.budget_left:
+                raise _too_large(state, pos, raw_len)
+            state.budget_left -= raw_len
+        try:
+            block = _decode(btype, codec, schema, seq, stored, raw_len, pos, minor, state.notes)
+        except TraceFormatError as err:
+            if strict:
+                raise
+            stop(str(err), pos)
+            return
+        if block is None:
+            state.skipped_blocks += 1
+        else:
+            yield block
+        expected_seq += 1
+        pos += fmt.BLOCK_HEADER_SIZE + stored_len
+
+
+_KNOWN_TYPES = frozenset(int(t) for t in fmt.BlockType)
+
+
+def _too_large(state: ScanState, pos: int, raw_len: int) -> TraceTooLargeError:
+    ratio = resolve_max_ratio(state.max_ratio)
+    return TraceTooLargeError(
+        f"the block at offset {pos} would decode to {raw_len} more bytes, beyond {ratio:g} x the file's "
+        f"{state.size} bytes + {BUDGET_ALLOWANCE_BYTES >> 20} MiB (a decompression bomb?); if this trace is "
+        f"genuine, lift the limit with {MAX_RATIO_ENV}=0 (or a larger ratio)", pos)
+
+
+def _check_preamble(pre: bytes, size: int) -> tuple[int, int]:
+    """The (major, minor) version of a valid preamble; raises otherwise."""
+    if len(pre) < fmt.PREAMBLE_SIZE:
+        if fmt.MAGIC.startswith(pre[:8]) and pre:
+            raise TraceFormatError(f"truncated katra3d trace: only {size} bytes, no complete preamble", 0)
+        raise TraceFormatError(f"not a katra3d trace: {size} bytes, too short for a preamble", 0)
+    magic, major, minor, flags = fmt.PREAMBLE.unpack(pre)
+    if magic != fmt.MAGIC:
+        if magic[:4] == fmt.MAGIC[:4]:
+            raise TraceFormatError("not a readable katra3d trace: its first bytes were altered (line endings "
+                                   "converted by a text-mode copy?); copy the file as binary", 0)
+        raise TraceFormatError("not a katra3d trace: bad magic bytes", 0)
+    if major > fmt.FORMAT_MAJOR:
+        raise TraceVersionError(
+            f"trace format {major}.{minor} is newer than this katra3d build reads "
+            f"({fmt.FORMAT_MAJOR}.x); upgrade katra3d (pip install -U katra3d) to read it", 0)
+    if flags & ~fmt.KNOWN_FLAGS:
+        raise TraceVersionError(
+            f"trace uses feature flags {flags:#x} unknown to this katra3d build (knows {fmt.KNOWN_FLAGS:#x}); "
+            "upgrade katra3d to read it, or the file is damaged", 8)
+    if major < 1:
+        raise TraceFormatError(f"trace format {major}.{minor} is not a released katra3d format", 0)
+    return major, minor
+
+
+def _decode(btype: int, codec: int, schema: int, seq: int, stored: bytes, raw_len: int, pos: int,
+            minor: int = fmt.FORMAT_MINOR, notes: list[str] | None = None) -> Block | None:
+    if btype not in _KNOWN_TYPES:
+        return None  # unknown block types are skipped by length
+    t = fmt.BlockType(btype)
+    if t == fmt.BlockType.EVENTS and codec == fmt.Codec.BLOSC2:
+        _check_schema(schema, pos)
+        n, _ = b2ev.blosc2_events_head(stored, raw_len, pos)  # sizes checked; decoded on demand, in place
+        return Block(t, pos, seq, EventBatch(n, stored, pos, minor, codec))
+    payload = fmt.decompress(stored, raw_len, codec, pos)
+    if t in fmt.JSON_BLOCKS:
+        obj = fmt.decode_json(payload, pos, notes)
+        if t == fmt.BlockType.HEADER:
+            check_header(obj, pos)
+        elif t == fmt.BlockType.SUMMARY:
+            check_summary(obj, pos)
+        return Block(t, pos, seq, obj)
+    if t == fmt.BlockType.STRINGS:
+        return Block(t, pos, seq, fmt.decode_strings(payload, pos, notes))
+    _check_schema(schema, pos)
+    n, _ = fmt.events_head(payload, pos)
+    return Block(t, pos, seq, EventBatch(n, payload, pos, minor))
+
+
+def _check_schema(schema: int, pos: int) -> None:
+    if schema > SCHEMA_VERSION:
+        raise TraceFormatError(
+            f"EVENTS block at offset {pos} uses event schema {schema}, newer than this build's "
+            f"{SCHEMA_VERSION}; upgrade katra3d to read it", pos)
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _shape_error(where: str, pos: int, key: str, what: str) -> TraceFormatError:
+    return TraceFormatError(f"corrupt {where} block at offset {pos}: {key!r} is not {what}", pos)
+
+
+def _check_int(obj: dict[str, Any], key: str, where: str, pos: int, low: int = _INT64[0]) -> None:
+    if key in obj:
+        v = obj[key]
+        if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= _INT64[1]:
+            raise _shape_error(where, pos, key, f"an integer in {low}..2**63-1")
+
+
+def _check_dict(obj: dict[str, Any], key: str, where: str, pos: int) -> None:
+    if key in obj and not isinstance(obj[key], dict):
+        raise _shape_error(where, pos, key, "a JSON object")
+
+
+#: Documented HEADER keys that readers rely on, by where they live: each must have this JSON type
+#: when present (null is allowed: "not known"). docs/trace-format.md lists them.
+_HEADER_SHAPES: dict[tuple[str, ...], dict[str, type]] = {
+    ("capture_options",): {"timing_mode": str, "timing_reason": str, "primary_clock": str, "scene": str,
+                           "measure": dict, "resolved": dict},
+    ("capture_options", "measure"): {"mode": str, "valgrind": str, "command": list, "env": dict,
+                                     "frame_boundary": str, "pinned": dict},
+    ("capture_options", "resolved"): {"scenes": list},
+    ("host_info",): {"gl_renderer": str, "gl_vendor": str, "gl_version": str, "driver_version": str, "gl": dict,
+                     "codegen": dict},
+}
+_TYPE_NAMES: dict[type, str] = {str: "a string", dict: "a JSON object", list: "a JSON array"}
+
+
+def check_header(h: dict[str, Any], pos: int) -> None:
+    """Refuse a HEADER whose documented keys have the wrong shape (docs/trace-format.md)."""
+    if not h:
+        raise TraceFormatError(f"corrupt HEADER block at offset {pos} is empty", pos)
+    for key in ("capture_options", "host_info"):
+        _check_dict(h, key, "HEADER", pos)
+    for section, shapes in _HEADER_SHAPES.items():
+        part: Any = h
+        for key in section:
+            part = part.get(key) if isinstance(part, dict) else None
+        if not isinstance(part, dict):
+            continue
+        for key, typ in shapes.items():
+            if key in part and part[key] is not None and not isinstance(part[key], typ):
+                raise _shape_error("HEADER", pos, ".".join((*section, key)), _TYPE_NAMES[typ])
+    _check_int(h, "start_wall_ns", "HEADER", pos, low=0)
+    _check_int(h, "start_host_ns", "HEADER", pos)
+    _check_int(h, "pid", "HEADER", pos)
+    _check_int(h, "schema_version", "HEADER", pos)
+    for key in ("format_version", "schema_hash", "tool_version", "workload", "notes"):
+        if key in h and not isinstance(h[key], str):
+            raise _shape_error("HEADER", pos, key, "a string")
+
+
+def check_summary(s: dict[str, Any], pos: int) -> None:
+    """Refuse a SUMMARY whose documented keys have the wrong shape."""
+    if "status" in s and not isinstance(s["status"], str):
+        raise _shape_error("SUMMARY", pos, "status", "a string")
+    if "user" in s and not isinstance(s["user"], dict):
+        raise TraceFormatError(f"corrupt SUMMARY block at offset {pos}: summary 'user' is not a JSON object", pos)
+    for key in ("events", "dropped_events", "dropped_batches", "strings", "blocks", "event_blocks"):
+        if key in s:
+            v = s[key]
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= _INT64[1]:
+                raise TraceFormatError(f"corrupt SUMMARY block at offset {pos}: summary {key!r} is not a count",
+                                       pos)
+    _check_int(s, "end_host_ns", "SUMMARY", pos)
+
+
+def mark_damaged(state: ScanState, strict: bool, reason: str, at: int) -> None:
+    """Record where and why reading stopped; in strict mode, raise instead."""
+    state.truncated = True
+    state.stopped_at = at
+    state.stop_reason = reason
+    if strict:
+        raise TraceFormatError(reason, at)
