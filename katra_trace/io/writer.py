@@ -31,11 +31,10 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 import numpy as np
-import zstandard
 
 from katra_trace.io import claim as claim_mod
 from katra_trace.io import format as fmt
-from katra_trace.io import blosc2_events as b2ev
+from katra_trace.io.blockfile import BlockFile
 from katra_trace.errors import ConfigError, KatraError, TraceIOError, WriterClosedError
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION, schema_hash
 
@@ -123,10 +122,7 @@ class TraceWriter:
         self.part_path: Path | None = None if stream is not None else claim_mod.part_path_for(self.path)
         self.start_host_ns = time.perf_counter_ns() if start_host_ns is None else int(start_host_ns)
         self.start_wall_ns = time.time_ns()
-        self._codec = fmt.CODEC_NAMES[codec]
-        #: codec 2 is for EVENTS blocks: the other blocks (header, strings, JSON) are written with zstd
-        self._other_codec = fmt.Codec.ZSTD if self._codec == fmt.Codec.BLOSC2 else self._codec
-        self._blosc2: Any = fmt.load_blosc2("writing a trace with codec 'blosc2'") if codec == "blosc2" else None
+        blosc2: Any = fmt.load_blosc2("writing a trace with codec 'blosc2'") if codec == "blosc2" else None
         self._level = compression_level
         self._batch_events = batch_events
         self._batch_s = batch_ms / 1000.0
@@ -174,19 +170,10 @@ class TraceWriter:
             self._file: BinaryIO = os.fdopen(self._claim.fd, "wb")
         else:
             self._file = stream
-        # Owned by the background thread once started:
-        self._seq = 0
-        self._pos = 0
-        self._blocks = 0
-        self._event_blocks = 0
-        self._written_events = 0
-        self._summary_offset = 0
-        self._compressor = zstandard.ZstdCompressor(level=compression_level)
+        #: the bytes side; owned by the background thread once started
+        self._out = BlockFile(self._file, fmt.CODEC_NAMES[codec], compression_level, blosc2)
         try:
-            self._write_raw(fmt.encode_preamble())
-            self._write_block(fmt.BlockType.HEADER, header_json)
-            self._write_block(fmt.BlockType.STRINGS, fmt.encode_strings(0, [""]))
-            self._file.flush()
+            self._out.start(header_json)
         except OSError as exc:
             self._abandon()
             raise TraceIOError(f"cannot write trace {str(self.path)!r}: {claim_mod.describe(exc)}") from None
@@ -342,7 +329,7 @@ class TraceWriter:
                         self._file.flush()
                     except OSError as exc:
                         failure = exc
-                empty = self._written_events == 0 and (status != "complete" or failure is not None)
+                empty = self._out.written_events == 0 and (status != "complete" or failure is not None)
                 published = claim_mod.publish(self._claim, empty_failure=empty)
         finally:
             try:
@@ -351,7 +338,7 @@ class TraceWriter:
                 failure = failure or exc
         if failure is not None:
             where = self.final_path if published or self._claim is None else self.part_path
-            kept = (f"; the {self._written_events} events written before it are readable in {str(where)!r}"
+            kept = (f"; the {self._out.written_events} events written before it are readable in {str(where)!r}"
                     if published is not False else "; the existing file was kept")
             if isinstance(failure, ConfigError):
                 raise ConfigError(f"writing trace {str(self.path)!r} stopped: {failure}{kept}")
@@ -481,62 +468,16 @@ class TraceWriter:
         what = item[0]
         if what == "events":
             _, first_id, strings, batch = item
-            if strings:
-                self._write_block(fmt.BlockType.STRINGS, fmt.encode_strings(first_id, strings))
-            if batch is not None and len(batch):
-                events = batch
-                if self._codec == fmt.Codec.BLOSC2:
-                    problem = fmt.check_events(events, fmt.FORMAT_MINOR)
-                    if problem is not None:  # once written, no reader would read past it
-                        raise ConfigError(f"append: {problem}")
-                    n_events = len(events)  # the batch is the writer's own: encoded in place
-                    stored = b2ev.encode_events_blosc2(events, self._blosc2, in_place=True)
-                    raw_len = fmt.EVENTS_HEAD.size + n_events * EVENT_DTYPE.itemsize
-                    self._write_framed(fmt.frame_block(fmt.BlockType.EVENTS, stored, raw_len, seq=self._seq,
-                                                       codec=self._codec, schema=SCHEMA_VERSION))
-                else:
-                    payload = fmt.encode_events(events)
-                    problem = fmt.check_payload(payload, events["start_ns"], fmt.FORMAT_MINOR)
-                    if problem is not None:  # once written, no reader would read past it
-                        raise ConfigError(f"append: {problem}")
-                    self._write_block(fmt.BlockType.EVENTS, payload, schema=SCHEMA_VERSION)
-                self._written_events += len(events)
-                self._event_blocks += 1
+            self._out.write_events(first_id, strings, batch)
         elif what == "json":
             _, btype, payload = item
-            self._write_block(btype, payload)
+            self._out.write_block(btype, payload)
         elif what == "summary":
             _, status, user = item
-            self._summary_offset = self._pos
-            summary = {
-                "status": status,
-                "events": self._written_events,
-                "dropped_events": self._dropped_events,
-                "dropped_batches": self._dropped_batches,
-                "strings": self._strings_flushed,
-                "blocks": self._blocks + 1,
-                "event_blocks": self._event_blocks,
-                "end_host_ns": time.perf_counter_ns() - self.start_host_ns,
-                "user": user,
-            }
-            self._write_block(fmt.BlockType.SUMMARY, fmt.encode_json(summary))
-            self._write_raw(fmt.encode_footer(self._summary_offset))
+            self._out.write_summary(status, dropped_events=self._dropped_events,
+                                    dropped_batches=self._dropped_batches, strings=self._strings_flushed,
+                                    end_host_ns=time.perf_counter_ns() - self.start_host_ns, user=user)
         self._file.flush()
-
-    def _write_block(self, btype: int, payload: bytes, schema: int = 0) -> None:
-        self._write_framed(fmt.encode_block(btype, payload, seq=self._seq, codec=self._other_codec, schema=schema,
-                                            compressor=self._compressor))
-
-    def _write_framed(self, framed: tuple[bytes, bytes]) -> None:
-        head, stored = framed
-        self._write_raw(head)
-        self._write_raw(stored)
-        self._seq += 1
-        self._blocks += 1
-
-    def _write_raw(self, data: bytes) -> None:
-        self._file.write(data)
-        self._pos += len(data)
 
 
 _OPEN_WRITERS: weakref.WeakSet[TraceWriter] = weakref.WeakSet()
