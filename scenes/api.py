@@ -216,4 +216,4 @@ class SimpleFrame:
         yield
 
 
-__all__ = ["Frame", "NOMINAL_RATE_HZ", "Param", "Scene", "SceneError", "SceneSkip", "SimpleFrame"]
+__all__ = ["Frame", "NOMINAL_RATE_HZ", "Param", "Scene", "SceneSkip", "SimpleFrame"]

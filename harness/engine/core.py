@@ -40,9 +40,9 @@ from harness.engine.events import EventBuffer
 from harness.engine.frame import HarnessFrame
 from harness.engine.lifecycle import SceneLifecycle, describe
 from harness.engine.reference import ReferenceDraw
-from harness.engine.results import NoProgress, Progress, RunResult, SceneResult
+from harness.engine.results import Progress, SceneResult
 from harness.engine.spec import CaptureSpec, SceneSpec
-from harness.engine.stopping import Keeper, StopFlag, StopSignal, stop_on_signals
+from harness.engine.stopping import Keeper, StopFlag
 from katra_trace.errors import ConfigError, SceneError
 from katra_trace.schema import Clock, Kind
 from katra_trace.io.writer import TraceWriter
@@ -395,17 +395,4 @@ def _open_writer(spec: CaptureSpec, resolved: ResolvedCapture) -> TraceWriter:
                        **resolved.writer_args)
 
 
-__all__ = [
-    "CaptureSpec",
-    "Engine",
-    "NoProgress",
-    "Progress",
-    "ResolvedCapture",
-    "RunResult",
-    "SceneResult",
-    "SceneSpec",
-    "StopFlag",
-    "StopSignal",
-    "resolve_capture",
-    "stop_on_signals",
-]  # results, specs and stopping names are re-exported: the engine's drivers import them from here
+__all__ = ["Engine", "ResolvedCapture", "resolve_capture"]

@@ -463,8 +463,6 @@ def make_timer(mode: str, ctx: Any, writer: Any, buffer: EventBuffer, *, zones: 
 
 
 __all__ = [
-    "EventBuffer",
-    "FRAME_NAME",
     "GpuTimer",
     "INTERVAL_NAME",
     "MODES",
