@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from katra_trace.metrics import is_count
 from katra_trace.report.series import (
     TraceLike,
     frame_series,
@@ -198,7 +199,7 @@ def _comparison_section(comparison: Mapping[str, Any] | None, error: str | None)
         verdict = str(s.get("verdict", ""))
         cls = verdict if verdict in ("regression", "improvement") else ""
         unit = s.get("value_unit") or "ms"
-        level_unit = "ms" if unit == "ms" else ("count" if unit in ("instructions", "cycles") else "ratio")
+        level_unit = "ms" if unit == "ms" else ("count" if is_count(unit) else "ratio")
         ci = (f"[{_num(_pct(s.get('ci_low')), 'pct')}, {_num(_pct(s.get('ci_high')), 'pct')}]"
               if s.get("ci_low") is not None else "-")
         rows.append([
