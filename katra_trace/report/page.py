@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from katra_trace.metrics import is_count
+from katra_trace.optional import require
 from katra_trace.report.series import (
     TraceLike,
     frame_series,
@@ -86,9 +87,7 @@ _LOADER = """
 @functools.lru_cache(maxsize=1)
 def plotly_js_packed() -> str:
     """plotly.min.js from the installed ``plotly`` package, gzip-compressed and base64-encoded."""
-    from katra_trace.export.output import require
-
-    offline = require("plotly.offline", "export", "katra3d report")
+    offline = require("plotly.offline", extra="export", purpose="katra3d report")
     js: str = offline.get_plotlyjs()
     return base64.b64encode(gzip.compress(js.encode("utf-8"), compresslevel=9, mtime=0)).decode("ascii")
 
