@@ -24,7 +24,8 @@ CLOCK_NAMES: dict[int, str] = {int(c): c.name.lower() for c in Clock}
 
 #: Clocks whose values are nanoseconds, the clock the user waits for (``wall``) first, then in clock order.
 TIME_CLOCKS: tuple[str, ...] = tuple(
-    c.name.lower() for c in sorted((c for c in Clock if int(c) not in schema.COUNT_CLOCKS), key=lambda c: c != Clock.WALL))
+    c.name.lower() for c in sorted((c for c in Clock if int(c) not in schema.COUNT_CLOCKS),
+                                   key=lambda c: c != Clock.WALL))
 #: Clocks whose values are counts (instructions, estimated cycles), not times: deterministic metrics.
 COUNT_CLOCKS: tuple[str, ...] = tuple(CLOCK_NAMES[c] for c in sorted(schema.COUNT_CLOCKS))
 #: Clocks whose values are a value per frame, not a span on the host timeline (counts and ``process``).

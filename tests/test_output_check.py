@@ -116,5 +116,17 @@ def test_export_and_report_never_overwrite_their_input(tmp_path: Path, capsys: p
 
 def test_export_reports_a_bad_output_before_reading(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # the trace does not exist: the output's message comes first, as the output is checked first
-    code, err = _main(capsys, "export", str(tmp_path / "none.katra"), "--to", "csv", "-o", str(tmp_path / "no" / "x.csv"))
+    code, err = _main(capsys, "export", str(tmp_path / "none.katra"), "--to", "csv",
+                      "-o", str(tmp_path / "no" / "x.csv"))
     assert code == 2 and "output directory" in err and "does not exist" in err, err
+
+
+def test_history_parquet_output_must_not_be_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("duckdb", reason="pip install 'katra3d[history]'")
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for args in (["history", "add", str(tmp_path), "--label", "v1", "--parquet", str(afile)],
+                 ["history", "export", "--db", str(tmp_path / "h.duckdb"), "--parquet", str(afile)]):
+        code, err = _main(capsys, *args)
+        assert code == 2 and len(err.splitlines()) == 1 and "exists and is not a directory" in err, err
+    assert afile.read_text() == "x"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli._common import emit_table, fmt_value, print_json
+from katra_trace.claim import check_output_dir
 from katra_trace.defaults import (
     DEFAULT_ALPHA,
     DEFAULT_THRESHOLD_COUNT_PCT,
@@ -142,6 +143,8 @@ def run_add(args: argparse.Namespace) -> int:
     from katra_trace.history.store import add_to_parquet, add_to_store, duckdb_module
 
     duckdb_module()  # exit 3 before reading anything when DuckDB is missing
+    if args.parquet is not None:
+        check_output_dir(args.parquet, option="--parquet")  # before any trace is read
     timeout = _lock_timeout(args)
     label_time = parse_time_ns(args.time) if args.time is not None else None
     paths = find_traces(args.traces)
@@ -295,6 +298,7 @@ def run_check(args: argparse.Namespace) -> int:
 def run_export(args: argparse.Namespace) -> int:
     from katra_trace.history.store import export_parquet
 
+    check_output_dir(args.parquet, option="--parquet")
     progress = _Progress()
 
     def step(done: int, total: int) -> None:
