@@ -23,6 +23,14 @@ class ConfigError(KatraError):
     """A command-line option, run configuration or parameter is invalid."""
 
 
+class OptionError(ConfigError, ValueError):
+    """An option's value is outside its range (``--alpha``, ``--threshold``, ``--stat`` ...).
+
+    A ConfigError for the CLI (exit 2, one line) and a ValueError for library callers that pass
+    arguments directly. Raised only by the one check of each option
+    (:mod:`katra_trace.analysis.defaults`, :mod:`katra_trace.metrics`)."""
+
+
 class TraceFormatError(KatraError):
     """A file is not a katra3d trace, or a block in it is torn or corrupt."""
 
@@ -85,6 +93,7 @@ __all__ = [
     "BackendUnavailable",
     "ConfigError",
     "KatraError",
+    "OptionError",
     "OutputBusyError",
     "OutputExistsError",
     "SceneError",

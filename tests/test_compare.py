@@ -19,7 +19,6 @@ from katra_trace.analysis.compare import (
     compare_runs,
     compare_traces,
     holm,
-    min_runs_for_alpha,
     resolve_metric,
 )
 from katra_trace.analysis.decide import paired_t, welch
@@ -44,12 +43,6 @@ def test_holm_matches_hand_computation() -> None:
     assert holm([0.04, 0.01, 0.02]) == pytest.approx([0.04, 0.03, 0.04])
     assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
     assert holm([]) == []
-
-
-def test_min_runs_for_alpha() -> None:
-    assert min_runs_for_alpha(0.01) == 5  # 2/C(10,5) = 0.0079; 2/C(8,4) = 0.029
-    assert min_runs_for_alpha(0.05) == 4
-    assert min_runs_for_alpha(0.01 / 3) == 6
 
 
 def test_welch_and_paired_t_match_scipy() -> None:

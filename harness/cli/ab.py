@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.compare import add_compare_options, check_options, compare_paths
+from katra_trace.io.claim import check_output_dir
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.io.tracesets import AB_MANIFEST, AB_MANIFEST_VERSION, write_ab_manifest
 
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     if args.rounds < 1:
         raise ConfigError(f"--rounds must be >= 1, got {args.rounds}")
     # absolute, so that commands which change directory still write where we look
-    root = Path(args.output or f"katra3d-ab-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    root = check_output_dir(args.output or f"katra3d-ab-{time.strftime('%Y%m%d-%H%M%S')}", option="-o").resolve()
     dirs = {"base": root / "base", "new": root / "new"}
     if (root / AB_MANIFEST).exists():
         raise ConfigError(f"{str(root)!r} already holds an A/B run ({AB_MANIFEST}); choose an empty -o directory")

@@ -17,19 +17,27 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli._common import emit_table, load_traces, print_json
-from katra_trace.analysis.match import METRICS, RUN_STATS
+from katra_trace.analysis.defaults import (
+    DEFAULT_ALPHA,
+    DEFAULT_THRESHOLD_COUNT_PCT,
+    DEFAULT_THRESHOLD_TIME_PCT,
+    check_alpha,
+    check_threshold_pct,
+)
 from katra_trace.errors import ConfigError
 from katra_trace.io.tracesets import AB_MANIFEST, ab_pairs, read_ab_manifest, trace_paths
+from katra_trace.metrics import METRICS, RUN_STATS, check_run_stat, is_count
 
 
 def add_compare_options(p: argparse.ArgumentParser) -> None:
     """The options shared by ``compare`` and ``ab``."""
     p.add_argument("--threshold", type=float, default=None, metavar="PCT",
-                   help="smallest change in percent that counts as a regression (default: 5 for times, "
-                        "0.5 for instructions and cycles)")
-    p.add_argument("--alpha", type=float, default=0.01,
+                   help=f"smallest change in percent that counts as a regression (default: "
+                        f"{DEFAULT_THRESHOLD_TIME_PCT:g} for times, {DEFAULT_THRESHOLD_COUNT_PCT:g} for "
+                        "instructions and cycles)")
+    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
                    help="false-regression rate per scene (one-sided, after Holm correction across scenes; "
-                        "default: 0.01)")
+                        f"default: {DEFAULT_ALPHA:g})")
     p.add_argument("--metric", choices=METRICS, default="auto",
                    help="what is compared: auto = instructions (then cycles) when every trace has them, else "
                         "the clock the capture trusts (wall in sync mode, gpu in gpu mode); process = the "
@@ -116,9 +124,7 @@ def print_comparison(result: Any, fmt: str, base: str, new: str) -> None:
     if fmt == "json":
         print_json(dict(result.as_dict(), base=base, new=new))
         return
-    from katra_trace.analysis.decide import is_count_metric
-
-    count = is_count_metric(result.metric)
+    count = is_count(result.metric)
     rows: list[list[str]] = []
     if count:
         columns = ["scene / zone", "verdict", "change", "band", "noise floor", "runs",
@@ -173,12 +179,10 @@ def print_comparison(result: Any, fmt: str, base: str, new: str) -> None:
 
 
 def check_options(args: argparse.Namespace) -> None:
-    if not 0 < args.alpha < 0.5:
-        raise ConfigError(f"--alpha must be between 0 and 0.5, got {args.alpha:g}")
-    if args.threshold is not None and not 0 <= args.threshold < 1000:
-        raise ConfigError(f"--threshold must be a percentage >= 0, got {args.threshold:g}")
-    if args.stat != "median" and (args.normalize or args.metric in ("instructions", "cycles")):
-        raise ConfigError(f"--stat {args.stat} applies to time metrics without --normalize; drop --stat")
+    """The library's checks of the decision's options, before any trace is read (ConfigError, exit 2)."""
+    check_alpha(args.alpha)
+    check_threshold_pct(args.threshold)
+    check_run_stat(args.stat, count=is_count(args.metric), normalize=args.normalize)
 
 
 def find_pairing(base: str, new: str) -> tuple[Path, list[tuple[Path, Path]]] | None:

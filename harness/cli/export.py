@@ -7,6 +7,7 @@ import sys
 import time
 
 from harness.cli._common import load_traces, print_json
+from katra_trace.io.claim import check_output
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -46,8 +47,11 @@ class _Progress:
 
 
 def run(args: argparse.Namespace) -> int:
-    from katra_trace.export import export_trace
+    from katra_trace.export import default_path, export_trace
 
+    output = args.output if args.output is not None else default_path(args.trace, args.to)
+    check_output(output, force=args.force, inputs=[args.trace], option="-o",  # before the trace is read
+                 example=default_path("out", args.to).name)
     trace = load_traces([args.trace], verb="exporting")[0]
     result = export_trace(trace, args.to, args.output, overwrite=args.force, progress=_Progress(args.quiet))
     for warning in result.warnings:

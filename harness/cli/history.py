@@ -12,6 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli._common import emit_table, fmt_value, print_json
+from katra_trace.io.claim import check_output_dir
+from katra_trace.analysis.defaults import (
+    DEFAULT_ALPHA,
+    DEFAULT_THRESHOLD_COUNT_PCT,
+    DEFAULT_THRESHOLD_TIME_PCT,
+    check_alpha,
+    check_threshold_pct,
+    threshold_for,
+)
+from katra_trace.metrics import ALL, AUTO, COUNT_CLOCKS, TIME_CLOCKS
 
 FORMATS = ("table", "json", "csv", "markdown")
 
@@ -45,8 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     def filters(q: argparse.ArgumentParser) -> None:
         q.add_argument("--scene", metavar="S", help="only this scene")
-        q.add_argument("--metric", metavar="M", default="auto",
-                       help="wall, cpu, gpu, process, instructions, cycles, wall/reference, all, or auto (default: "
+        q.add_argument("--metric", metavar="M", default=AUTO,
+                       help=f"{', '.join((*TIME_CLOCKS, *COUNT_CLOCKS))}, wall/reference, {ALL}, or {AUTO} (default: "
                             "instructions when stored, else cycles, else wall, gpu, process, cpu)")
         q.add_argument("--host", metavar="H", help="only hosts whose id starts with H or whose "
                                                    "'renderer / driver / cpu' contains H")
@@ -84,11 +94,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                         "the runs of a label as replicates. Exit 1 when a regression step starts "
                                         "at the newest label.")
     check.add_argument("--threshold", type=float, metavar="PCT",
-                       help="smallest step that counts as a regression or improvement (default: 5 for times, "
-                            "0.5 for instructions and cycles)")
-    check.add_argument("--alpha", type=float, default=0.01,
+                       help=f"smallest step that counts as a regression or improvement (default: "
+                            f"{DEFAULT_THRESHOLD_TIME_PCT:g} for times, {DEFAULT_THRESHOLD_COUNT_PCT:g} for "
+                            "instructions and cycles)")
+    check.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
                        help="chance that a flat series shows a step; 1 - alpha is the intervals' confidence "
-                            "(default: 0.01)")
+                            f"(default: {DEFAULT_ALPHA:g})")
     filters(check)
     store_options(check, source=True)
     check.set_defaults(func=run_check)
@@ -132,6 +143,8 @@ def run_add(args: argparse.Namespace) -> int:
     from katra_trace.history.store import add_to_parquet, add_to_store, duckdb_module
 
     duckdb_module()  # exit 3 before reading anything when DuckDB is missing
+    if args.parquet is not None:
+        check_output_dir(args.parquet, option="--parquet")  # before any trace is read
     timeout = _lock_timeout(args)
     label_time = parse_time_ns(args.time) if args.time is not None else None
     paths = find_traces(args.traces)
@@ -225,12 +238,10 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from katra_trace.history.trends import check_steps, load_series, threshold_for
+    from katra_trace.history.trends import check_steps, load_series
 
-    if args.threshold is not None and not 0 <= args.threshold < 1000:
-        from katra_trace.errors import ConfigError
-
-        raise ConfigError(f"--threshold must be a percentage >= 0, got {args.threshold:g}")
+    check_alpha(args.alpha)  # before the store is opened: a bad option is reported first
+    check_threshold_pct(args.threshold)
     series = load_series(_source(args), _selection(args), _lock_timeout(args))
     result = check_steps(series, alpha=args.alpha, threshold_pct=args.threshold)
     code = 1 if result.regression_at_newest else 0
@@ -287,6 +298,7 @@ def run_check(args: argparse.Namespace) -> int:
 def run_export(args: argparse.Namespace) -> int:
     from katra_trace.history.store import export_parquet
 
+    check_output_dir(args.parquet, option="--parquet")
     progress = _Progress()
 
     def step(done: int, total: int) -> None:

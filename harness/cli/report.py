@@ -8,6 +8,7 @@ from typing import Any
 
 from harness.cli._common import load_traces, print_json
 from katra_trace.io.tracesets import trace_paths
+from katra_trace.io.claim import check_output
 from katra_trace.errors import ConfigError
 
 
@@ -41,10 +42,8 @@ def run(args: argparse.Namespace) -> int:
     from katra_trace.report.page import plotly_js_packed
 
     plotly_js_packed()  # exit 3 before reading anything when plotly is missing
-    out = Path(args.output)
-    if out.exists() and not args.force:
-        raise ConfigError(f"output {str(out)!r} already exists; choose another path with -o, or pass --force to "
-                          "replace it")
+    inputs = [*args.traces, *args.baseline, *([args.history] if args.history else [])]
+    out = check_output(args.output, force=args.force, inputs=inputs, option="-o", example="report.html")
     if not args.traces and not args.history:
         raise ConfigError("nothing to report: give trace files or directories, or --history DB")
     runs = _load(args.traces)

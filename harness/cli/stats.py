@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from harness.cli._common import emit_table, fmt_value, load_traces, print_json
+from katra_trace.metrics import unit_of
 
 #: Columns of the table/markdown forms (csv carries every stat).
 TABLE_STATS: tuple[str, ...] = (
@@ -17,8 +18,6 @@ TABLE_STATS: tuple[str, ...] = (
 COUNT_TABLE_STATS: tuple[str, ...] = (
     "n", "median_{unit}", "mean_{unit}", "p99_{unit}", "mad_{unit}", "min_{unit}", "max_{unit}", "cv",
 )
-#: Clock names whose values are counts, not times.
-COUNT_CLOCK_NAMES = frozenset({"instructions", "cycles"})
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -74,7 +73,7 @@ def _one(args: argparse.Namespace, run_label: str = "") -> int:
     # one table per unit: frame times in ms, then each count clock (instructions, cycles) in its unit
     groups: dict[str, list[tuple[str, str, str, dict[str, Any]]]] = {}
     for row in rows_src:
-        groups.setdefault(row[2] if row[2] in COUNT_CLOCK_NAMES else "ms", []).append(row)
+        groups.setdefault(unit_of(row[2]), []).append(row)
     for unit, group in groups.items():
         stats = TABLE_STATS if unit == "ms" else tuple(k.format(unit=unit) for k in COUNT_TABLE_STATS)
         columns = ["scene", "zone", "clock", *stats] if args.zones else ["scene", "clock", *stats]

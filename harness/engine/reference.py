@@ -31,13 +31,16 @@ REFERENCE_SIZE = (256, 256)
 #: Iterations of the reference shader's loop (about 0.9 ms a draw on llvmpipe, 2 cores).
 REFERENCE_STEPS = 8
 
-_VERTEX = """
+#: The reference shaders: a full-screen triangle, and a fragment loop of ``u_steps`` iterations.
+#: The one heavy draw of katra3d: the doctor's timer check runs it with more steps
+#: (:mod:`harness.gl.timer_check`). Changing it changes every run's reference times.
+VERTEX_SHADER = """
 #version 330
 in vec2 in_pos;
 void main() { gl_Position = vec4(in_pos, 0.0, 1.0); }
 """
 
-_FRAGMENT = """
+FRAGMENT_SHADER = """
 #version 330
 uniform int u_steps;
 out vec4 f_color;
@@ -52,7 +55,21 @@ void main() {
 }
 """
 
+#: The full-screen triangle's vertices (clip space x, y; float32), the ``in_pos`` of :data:`VERTEX_SHADER`.
+FULL_SCREEN_TRIANGLE: bytes = np.array([-1, -1, 3, -1, -1, 3], dtype="f4").tobytes()
+
 _pc = time.perf_counter_ns
+
+
+def make_program(ctx: Any, steps: int) -> Any:
+    """The reference shader program on ``ctx`` (a moderngl context), its loop set to ``steps`` iterations."""
+    program = ctx.program(vertex_shader=VERTEX_SHADER, fragment_shader=FRAGMENT_SHADER)
+    try:
+        program["u_steps"].value = steps
+    except BaseException:
+        program.release()
+        raise
+    return program
 
 
 class ReferenceDraw:
@@ -65,10 +82,9 @@ class ReferenceDraw:
         self.name_id = timer.name_id(REFERENCE_NAME)
         made: list[Any] = []
         try:
-            self.program = ctx.program(vertex_shader=_VERTEX, fragment_shader=_FRAGMENT)
+            self.program = make_program(ctx, REFERENCE_STEPS)
             made.append(self.program)
-            self.program["u_steps"].value = REFERENCE_STEPS
-            self.vbo = ctx.buffer(np.array([-1, -1, 3, -1, -1, 3], dtype="f4").tobytes())
+            self.vbo = ctx.buffer(FULL_SCREEN_TRIANGLE)
             made.append(self.vbo)
             self.vao = ctx.vertex_array(self.program, [(self.vbo, "2f", "in_pos")])
             made.append(self.vao)
@@ -113,4 +129,5 @@ class ReferenceDraw:
         self._objects = []
 
 
-__all__ = ["REFERENCE_SIZE", "REFERENCE_STEPS", "ReferenceDraw"]
+__all__ = ["FRAGMENT_SHADER", "FULL_SCREEN_TRIANGLE", "REFERENCE_SIZE", "REFERENCE_STEPS", "ReferenceDraw",
+           "VERTEX_SHADER", "make_program"]

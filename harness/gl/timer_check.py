@@ -12,34 +12,15 @@ from typing import Any
 import numpy as np
 
 from harness.gl.shim import GL_TIMESTAMP, RawGL
-
-_HEAVY_VS = """
-#version 330
-in vec2 in_pos;
-void main() { gl_Position = vec4(in_pos, 0.0, 1.0); }
-"""
-
-_HEAVY_FS = """
-#version 330
-uniform int u_iters;
-out vec4 f_color;
-void main() {
-    vec2 p = gl_FragCoord.xy * 0.001;
-    float acc = 0.0;
-    for (int i = 0; i < u_iters; ++i) {
-        p = vec2(sin(p.x * 1.3 + p.y), cos(p.y * 0.7 - p.x)) + 0.01;
-        acc += p.x * p.y;
-    }
-    f_color = vec4(fract(acc), p, 1.0);
-}
-"""
+from harness.engine.reference import FULL_SCREEN_TRIANGLE, make_program
 
 
 def timer_query_reliability(ctx: Any, size: tuple[int, int] = (512, 512), iters: int = 64,
                             repeats: int = 3) -> dict[str, Any]:
     """Do GL_TIMESTAMP queries time the draw? Compare a heavy draw's GPU time with its wall time.
 
-    The draw (a full-screen quad with a long fragment loop) is bracketed by two
+    The draw (the reference workload's full-screen triangle and fragment loop,
+    :mod:`harness.engine.reference`, with ``iters`` steps) is bracketed by two
     timestamp queries and by ``glFinish`` + host clock. On a real GPU the GPU
     time is close to (and at most) the wall time; on llvmpipe, whose queries
     stamp one 64x64 tile, it is a small fraction of it. Returns gpu_ms,
@@ -49,8 +30,8 @@ def timer_query_reliability(ctx: Any, size: tuple[int, int] = (512, 512), iters:
     if ctx.version_code < 330 and "GL_ARB_timer_query" not in ctx.extensions:
         return {"verdict": "unsupported", "reason": "no GL_ARB_timer_query"}
     gl = RawGL()
-    prog = ctx.program(vertex_shader=_HEAVY_VS, fragment_shader=_HEAVY_FS)
-    vbo = ctx.buffer(np.array([-1, -1, 1, -1, -1, 1, 1, 1], dtype="f4").tobytes())
+    prog = make_program(ctx, iters)
+    vbo = ctx.buffer(FULL_SCREEN_TRIANGLE)
     vao = ctx.vertex_array(prog, [(vbo, "2f", "in_pos")])
     color = ctx.renderbuffer(size, 4)
     fbo = ctx.framebuffer(color_attachments=[color])
@@ -60,13 +41,12 @@ def timer_query_reliability(ctx: Any, size: tuple[int, int] = (512, 512), iters:
     previous = ctx.fbo
     try:
         fbo.use()
-        prog["u_iters"].value = iters
-        vao.render(mode=ctx.TRIANGLE_STRIP)  # warm up (shader compile on first draw)
+        vao.render()  # warm up (shader compile on first draw)
         ctx.finish()
         for _ in range(repeats):
             t0 = time.perf_counter_ns()
             gl.query_counter(queries[0], GL_TIMESTAMP)
-            vao.render(mode=ctx.TRIANGLE_STRIP)
+            vao.render()
             gl.query_counter(queries[1], GL_TIMESTAMP)
             ctx.finish()
             t1 = time.perf_counter_ns()
@@ -87,7 +67,7 @@ def timer_query_reliability(ctx: Any, size: tuple[int, int] = (512, 512), iters:
         "gpu_ms": round(gpu_ms, 4),
         "wall_ms": round(wall_ms, 4),
         "ratio": round(ratio, 4),
-        "draw": f"full-screen quad, {size[0]}x{size[1]}, {iters}-step fragment loop",
+        "draw": f"the reference shader: full-screen triangle, {size[0]}x{size[1]}, {iters}-step fragment loop",
     }
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
-import os
 import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from katra_trace.io import claim
 from katra_trace.errors import ConfigError
 
 #: Defaults when neither the command line nor a suite says.
@@ -174,42 +174,10 @@ def _writable_dir(path: Path, what: str) -> None:
 
 
 def check_output(text: str, *, force: bool = False) -> Path:
-    """The ``-o`` path, checked before any GL or disk work: ConfigError for an empty path, a directory,
-    a missing directory, something that is not a regular file (a FIFO, /dev/stdout), or an existing
-    trace without ``force`` (a capture never replaces a file it was not told it may replace)."""
-    import stat
-
-    if not text.strip():
-        raise ConfigError("empty -o/--output path: give a file name, e.g. -o run.katra")
-    output = Path(text)
-    if text.endswith(("/", os.sep)) or output.is_dir():
-        raise ConfigError(f"output '{text}' names a directory; give a file path, e.g. "
-                          f"{Path(text) / 'run.katra'}")
-    if not output.parent.is_dir():
-        raise ConfigError(f"output directory '{output.parent}' does not exist")
-    try:
-        mode = output.stat().st_mode
-    except FileNotFoundError:
-        mode = None
-    except OSError as exc:
-        raise ConfigError(f"output '{output}' cannot be checked: {exc.strerror or exc}") from None
-    if mode is not None:
-        if not stat.S_ISREG(mode):
-            raise ConfigError(f"output '{output}' exists and is not a regular file (a pipe, device or socket); "
-                              "katra3d writes a trace file: give a file path")
-        if not force:
-            raise ConfigError(f"output '{output}' already exists; give --force to replace it (once the new "
-                              "capture has recorded something), or choose another -o")
-    part = output.with_name(output.name + ".part")
-    if part.exists():
-        raise ConfigError(f"'{part}' exists: another katra3d run is writing '{output}', or a run that was "
-                          f"killed left its frames there (check it with 'katra3d validate {part}', then rename "
-                          "or remove it)")
-    try:
-        _writable_dir(output.parent, "output")
-    except ConfigError as exc:
-        raise ConfigError(f"cannot write output '{output}': {str(exc).split(': ', 1)[-1]}") from None
-    return output
+    """The ``-o`` path, checked before any GL or disk work by the library's one output check
+    (:func:`katra_trace.io.claim.check_output`, with the capture's ``<path>.part`` in the way refused
+    too): a capture never replaces a file it was not told it may replace."""
+    return claim.check_output(text, force=force, part=True)
 
 
 def default_output(workload_name: str, now: dt.datetime | None = None) -> Path:

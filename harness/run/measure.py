@@ -29,13 +29,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from katra_trace import metrics
 from katra_trace.errors import ConfigError, KatraError
 
-#: What ``--measure`` accepts.
-MEASURES: tuple[str, ...] = ("time", "instructions", "cycles")
+#: What ``--measure`` accepts (:data:`katra_trace.metrics.MEASURES`).
+MEASURES: tuple[str, ...] = metrics.MEASURES
 
-#: Measures counted under callgrind.
-COUNT_MEASURES: frozenset[str] = frozenset({"instructions", "cycles"})
+#: Measures counted under callgrind: the count clocks.
+COUNT_MEASURES: frozenset[str] = frozenset(metrics.COUNT_CLOCKS)
 
 #: Environment of the counted child: what makes its counts repeatable and comparable.
 PINNED_ENV: dict[str, str] = {

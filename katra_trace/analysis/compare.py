@@ -24,15 +24,12 @@ from katra_trace.analysis.decide import (
     compare_runs,
     decide_counts,
     holm,
-    min_runs_for_alpha,
 )
+from katra_trace.analysis.defaults import DEFAULT_ALPHA
 from katra_trace.errors import ConfigError
 from katra_trace.analysis.match import (
     CAPTURE_KEYS,
-    COUNT_METRIC_NAMES,
     HOST_KEYS,
-    METRICS,
-    RUN_STATS,
     capture_facts,
     codegen_facts,
     host_facts,
@@ -41,6 +38,7 @@ from katra_trace.analysis.match import (
     resolve_metric,
     scene_params,
 )
+from katra_trace.metrics import METRICS, check_run_stat, is_count
 from katra_trace.schema import REFERENCE_NAME, Clock, Kind
 from katra_trace.analysis.stats import reference_durations, scene_durations, scene_labels, zone_frame_totals
 
@@ -53,7 +51,7 @@ def _label(trace: Any, side: str, index: int) -> str:
 def _check_measure_modes(sides: Mapping[str, Sequence[Any]]) -> None:
     """Refuse to mix traces measured in counts (instructions, cycles) with time traces."""
     modes = {side: sorted({measure_mode(t.header) for t in traces}) for side, traces in sides.items()}
-    kinds = {"counts" if m in COUNT_METRIC_NAMES else "time" for ms in modes.values() for m in ms}
+    kinds = {"counts" if is_count(m) else "time" for ms in modes.values() for m in ms}
     if len(kinds) > 1:
         raise ConfigError(
             f"cannot compare counts with times: BASE measured {' / '.join(modes['base'])}, NEW "
@@ -103,7 +101,7 @@ def compare_traces(
     *,
     metric: str = "auto",
     threshold_pct: float | None = None,
-    alpha: float = 0.01,
+    alpha: float = DEFAULT_ALPHA,
     allow_host_mismatch: bool = False,
     allow_param_mismatch: bool = False,
     allow_codegen_mismatch: bool = False,
@@ -144,19 +142,14 @@ def compare_traces(
     clocks = set().union(*per_trace) if per_trace else set()
     common = set.intersection(*per_trace) if per_trace else set()
     chosen = resolve_metric(headers, clocks, metric, common)
-    count = chosen in COUNT_METRIC_NAMES
+    count = is_count(chosen)
     if normalize:
         if count or metric not in ("auto", "wall"):
             raise ConfigError(f"--normalize divides wall time by the reference workload's; it does not apply "
                               f"to --metric {chosen if metric == 'auto' else metric}")
         chosen = "wall"
         _check_reference_workloads(sides)
-    if run_stat not in RUN_STATS:
-        raise ConfigError(f"unknown --stat '{run_stat}'; choose one of: {', '.join(RUN_STATS)}")
-    if run_stat != "median" and (count or normalize):
-        raise ConfigError(f"--stat {run_stat} applies to time metrics without --normalize; "
-                          f"{'counts are deterministic' if count else 'normalized ratios use medians'}: "
-                          f"drop --stat")
+    check_run_stat(run_stat, count=count, normalize=normalize)
     notes: list[str] = []
     incomparable: dict[str, str] = {}
     runs: dict[str, dict[str, list[np.ndarray]]] = {"base": {}, "new": {}}
@@ -311,7 +304,6 @@ __all__ = [
     "compare_traces",
     "holm",
     "host_facts",
-    "min_runs_for_alpha",
     "resolve_metric",
     "scene_params",
 ]

@@ -46,7 +46,8 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from katra_trace.analysis.match import RUN_STATS
+from katra_trace.analysis.defaults import DEFAULT_ALPHA, check_alpha, check_threshold_pct, default_threshold_pct
+from katra_trace.metrics import RUN_STATS, check_run_stat, is_count
 from katra_trace.analysis.stats import frame_stats
 
 #: Fewer measured frames than this on a side: inconclusive (time metrics).
@@ -59,27 +60,10 @@ MIN_RUNS = 3
 MIN_RUNS_FOR_RUN_LEVEL = MIN_RUNS
 #: Power assumed when estimating how many runs would be needed.
 TARGET_POWER = 0.8
-#: Default threshold (percent) of time metrics.
-DEFAULT_THRESHOLD_TIME_PCT = 5.0
-#: Default threshold (percent) of count metrics: a 1 % change of work is flagged, while two
-#: processes measured the same scene within 0.003-0.16 % of each other (docs/stats.md).
-DEFAULT_THRESHOLD_COUNT_PCT = 0.5
 #: Half-width of the count metrics' band, in noise floors.
 NOISE_FLOOR_FACTOR = 3.0
-#: Metrics whose values are counts (deterministic on software renderers), not times.
-COUNT_METRICS = frozenset({"instructions", "cycles"})
 
 VERDICTS = ("regression", "improvement", "unchanged", "inconclusive", "incomparable")
-
-
-def is_count_metric(metric: str) -> bool:
-    """True for instructions and cycles (deterministic counts), False for time metrics."""
-    return metric in COUNT_METRICS
-
-
-def default_threshold_pct(metric: str) -> float:
-    """The default ``--threshold`` of a metric kind (percent)."""
-    return DEFAULT_THRESHOLD_COUNT_PCT if is_count_metric(metric) else DEFAULT_THRESHOLD_TIME_PCT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,18 +199,6 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return [float(v) for v in adjusted]
 
 
-def min_runs_for_alpha(alpha: float) -> int:
-    """Smallest k such that an exact two-sided Mann-Whitney test of k vs k runs can give p < alpha.
-
-    Kept as a reference (docs/stats.md explains why the decision no longer uses
-    a rank test): the smallest attainable p is ``2 / C(2k, k)``.
-    """
-    k = 1
-    while 2.0 / math.comb(2 * k, k) >= alpha:
-        k += 1
-    return k
-
-
 def _mwu_p(x: np.ndarray, y: np.ndarray) -> float:
     """Two-sided Mann-Whitney U p-value: exact for small tie-free samples, else asymptotic."""
     ties = np.unique(np.concatenate([x, y])).size < x.size + y.size
@@ -340,11 +312,9 @@ def _frame_figures(b_all: np.ndarray, n_all: np.ndarray, count: bool) -> dict[st
 
 def run_level(values: np.ndarray, stat: str = "median") -> float:
     """One run's level on a time metric: the median of its frames, or their 10th percentile (``p10``)."""
-    if stat == "median":
-        return float(np.median(values))
-    if stat == "p10":
+    if check_run_stat(stat) == "p10":
         return float(np.percentile(values, 10))
-    raise ValueError(f"unknown run statistic {stat!r}; choose from {', '.join(RUN_STATS)}")
+    return float(np.median(values))
 
 
 def _measure_time(scene: str, b_runs: list[np.ndarray], n_runs: list[np.ndarray], paired: bool,
@@ -535,7 +505,7 @@ def compare_runs(
     new: Mapping[str, Sequence[np.ndarray]],
     *,
     threshold_pct: float | None = None,
-    alpha: float = 0.01,
+    alpha: float = DEFAULT_ALPHA,
     seed: int = 0,
     metric: str = "",
     incomparable: Mapping[str, str] | None = None,
@@ -548,7 +518,7 @@ def compare_runs(
     Args:
         base, new: ``{scene: [values of run 1, run 2, ...]}`` (frame order).
         threshold_pct: minimum effect in percent; default per metric kind
-            (:func:`default_threshold_pct`).
+            (:func:`katra_trace.analysis.defaults.default_threshold_pct`).
         alpha: one-sided false-regression rate per scene, after Holm correction.
         seed: kept for callers; the decision uses no random numbers.
         metric: the metric compared (``instructions``/``cycles`` select the count rule).
@@ -560,15 +530,12 @@ def compare_runs(
             (the 10th percentile of its frames). Counts always use the median.
     """
     del seed
-    if not 0 < alpha < 0.5:
-        raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
-    if run_stat not in RUN_STATS:
-        raise ValueError(f"unknown run statistic {run_stat!r}; choose from {', '.join(RUN_STATS)}")
+    count = is_count(metric)
+    alpha = check_alpha(alpha)
+    check_run_stat(run_stat)
+    threshold_pct = check_threshold_pct(threshold_pct)
     if threshold_pct is None:
         threshold_pct = default_threshold_pct(metric)
-    if not threshold_pct >= 0:
-        raise ValueError(f"threshold must be >= 0 percent, got {threshold_pct}")
-    count = is_count_metric(metric)
     unit = value_unit or (metric if count else "ms")
     incomparable = dict(incomparable or {})
     threshold = threshold_pct / 100.0
@@ -608,10 +575,7 @@ def compare_runs(
 
 
 __all__ = [
-    "COUNT_METRICS",
     "Comparison",
-    "DEFAULT_THRESHOLD_COUNT_PCT",
-    "DEFAULT_THRESHOLD_TIME_PCT",
     "MIN_FRAMES",
     "MIN_RUNS",
     "MIN_RUNS_FOR_RUN_LEVEL",
@@ -622,10 +586,7 @@ __all__ = [
     "VERDICTS",
     "compare_runs",
     "decide_counts",
-    "default_threshold_pct",
     "holm",
-    "is_count_metric",
-    "min_runs_for_alpha",
     "noise_floor",
     "paired_t",
     "run_level",

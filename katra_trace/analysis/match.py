@@ -8,18 +8,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from katra_trace.metrics import METRICS, RUN_STATS
+
 #: capture_options keys that must match for a comparison (scene params are checked per scene).
 CAPTURE_KEYS: tuple[str, ...] = ("size", "samples", "timing_mode")
 #: host facts that must match unless ``allow_host_mismatch``.
 HOST_KEYS: tuple[str, ...] = ("renderer", "driver")
-#: Values of ``--metric``: auto, the time clocks, and the count clocks of ``--measure``.
-METRICS = ("auto", "wall", "cpu", "gpu", "process", "instructions", "cycles")
-#: Per-run statistics of a time metric: ``median`` (default) or ``p10``, the 10th percentile of the
-#: run's frames: the cost of a frame that nothing got in the way of, when interference only adds
-#: (docs/stats.md); blind to a change that slows only some frames.
-RUN_STATS: tuple[str, ...] = ("median", "p10")
-#: Metrics that are counts (deterministic), not times.
-COUNT_METRIC_NAMES: frozenset[str] = frozenset({"instructions", "cycles"})
+#: ``--metric`` choices (:data:`katra_trace.metrics.METRICS`) and per-run statistics
+#: (:data:`katra_trace.metrics.RUN_STATS`) are defined in katra_trace.metrics.
 
 
 def _get(d: Any, *path: str) -> Any:
@@ -178,5 +174,5 @@ def mismatch(facts: Mapping[str, list[dict[str, Any]]], allowed: set[str], notes
     return ""
 
 
-__all__ = ["CAPTURE_KEYS", "COUNT_METRIC_NAMES", "HOST_KEYS", "METRICS", "RUN_STATS", "capture_facts", "codegen_facts",
+__all__ = ["CAPTURE_KEYS", "HOST_KEYS", "METRICS", "RUN_STATS", "capture_facts", "codegen_facts",
            "host_facts", "measure_mode", "mismatch", "resolve_metric", "scene_params"]

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from katra_trace.errors import ConfigError
-from katra_trace.export.output import MissingDependencyError, ProgressFn, open_output
+from katra_trace.export.output import ProgressFn, open_output
+from katra_trace.optional import MissingDependencyError, require
 from katra_trace.export.table import TABLE_COLUMNS, to_arrow, to_pandas
 
 if TYPE_CHECKING:
@@ -63,20 +64,19 @@ def export_trace(trace: Trace, fmt: str, path: str | os.PathLike[str] | None = N
     from katra_trace.export.perfetto import write_perfetto
     from katra_trace.export.table import write_csv, write_parquet
     from katra_trace.export.timeline import build_timeline
-    from katra_trace.export.output import require
 
     out_path = Path(path) if path is not None else default_path(trace.path, fmt)
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "perfetto":
-        require("perfetto.protos.perfetto.trace.perfetto_trace_pb2", "export", "--to perfetto")
+        require("perfetto.protos.perfetto.trace.perfetto_trace_pb2", extra="export", purpose="--to perfetto")
     elif fmt == "parquet":
-        require("pyarrow.parquet", "export", "--to parquet")
+        require("pyarrow.parquet", extra="export", purpose="--to parquet")
     t0 = time.perf_counter()
     warnings: list[str] = []
     counts: dict[str, int] = {}
     strings = list(trace.strings)
-    with open_output(out_path, overwrite=overwrite) as f:
+    with open_output(out_path, overwrite=overwrite, inputs=[trace.path], example=default_path("out", fmt).name) as f:
         if fmt in ("perfetto", "chrome"):
             tl = build_timeline(trace.events, strings, trace.clock_syncs)
             if tl.clamped:

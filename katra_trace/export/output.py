@@ -1,63 +1,56 @@
-"""What every exporter shares: safe output files, optional imports, progress callbacks.
+"""What every exporter shares: safe output files, optional imports (:mod:`katra_trace.optional`),
+progress callbacks.
 
-An export never replaces a file unless asked: it writes ``.<name>.<pid>.tmp`` beside the
-target and moves it into place with a hard link that fails if the target exists
-(``overwrite=False``), or with ``os.replace`` (``overwrite=True``). A failed export leaves no
-partial file behind.
+An export checks its output first (:func:`katra_trace.io.claim.check_output`: never an input,
+never a FIFO or device) and never replaces a file unless asked: it writes ``.<name>.<pid>.tmp``
+beside the target (through a symbolic link: beside the file it points to) and moves it into
+place with a hard link that fails if the target exists (``overwrite=False``), or with
+``os.replace`` (``overwrite=True``), never over something that is not a regular file. A failed
+export leaves no partial file behind.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
-from collections.abc import Callable, Iterator
+import stat
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import BinaryIO
 
-from katra_trace.errors import ConfigError, KatraError, OutputExistsError, TraceIOError
+from katra_trace.io.claim import check_output, missing_directory
+from katra_trace.errors import OutputExistsError, TraceIOError
+from katra_trace.optional import MissingDependencyError, require
 
 #: ``progress(done, total)``: called now and then during a long export (units: events).
 ProgressFn = Callable[[int, int], None]
 
 
-class MissingDependencyError(KatraError):
-    """An optional Python package an export or report needs is not installed (exit code 3)."""
-
-    exit_code = 3
-
-
-def require(module: str, extra: str, why: str) -> ModuleType:
-    """Import ``module`` or raise :class:`MissingDependencyError` naming the pip line that installs it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise MissingDependencyError(
-            f"{why} needs the Python package {module.split('.')[0]!r}, which is not installed; "
-            f"install it with: pip install 'katra3d[{extra}]'") from None
-
-
 @contextlib.contextmanager
-def open_output(path: Path, overwrite: bool = False) -> Iterator[BinaryIO]:
-    """A binary file to write ``path`` through; it appears at ``path`` only if the block succeeds."""
+def open_output(path: Path, overwrite: bool = False, *, inputs: Iterable[str | os.PathLike[str]] = (),
+                example: str = "out") -> Iterator[BinaryIO]:
+    """A binary file to write ``path`` through; it appears at ``path`` only if the block succeeds.
+
+    ``path`` is first checked by :func:`katra_trace.io.claim.check_output` (one set of messages; never
+    one of ``inputs``). A symbolic link at ``path`` is followed: the file is written where it points
+    and the link is kept. The replace never swaps out something that is not a regular file.
+    """
     path = Path(path)
-    if path.is_dir():
-        raise ConfigError(f"output {str(path)!r} is a directory")
-    if path.exists() and not overwrite:
-        raise OutputExistsError(f"output {str(path)!r} already exists; choose another path with -o, or pass --force "
-                                "to replace it")
+    check_output(path, force=overwrite, inputs=inputs, option="-o", example=example)
+    if os.path.islink(path):
+        path = Path(os.path.realpath(path))
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         f = open(tmp, "xb")  # noqa: SIM115 - closed below
     except FileNotFoundError:
-        raise ConfigError(f"cannot write {str(path)!r}: its directory does not exist") from None
+        raise missing_directory(path.parent) from None
     except OSError as exc:
         raise TraceIOError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
     try:
         with f:
             yield f
         if overwrite:
+            _refuse_non_regular(path)
             os.replace(tmp, path)
         else:
             try:
@@ -71,6 +64,17 @@ def open_output(path: Path, overwrite: bool = False) -> Iterator[BinaryIO]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+
+
+def _refuse_non_regular(path: Path) -> None:
+    """TraceIOError when ``path`` is now something a replace must not swap out (a FIFO, a device, a link ...)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise TraceIOError(f"output {str(path)!r} became something that is not a regular file while exporting; "
+                           "nothing was replaced")
 
 
 __all__ = ["MissingDependencyError", "ProgressFn", "open_output", "require"]

@@ -30,7 +30,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from katra_trace.export.output import ProgressFn, require
+from katra_trace.export.output import ProgressFn
+from katra_trace.optional import require
 from katra_trace.export.timeline import Timeline, clock_name, flag_names
 
 #: Packets serialized and written at a time (bounds memory on large traces).
@@ -49,14 +50,14 @@ _ARG_NAMES = {_ARG_FRAME: "frame", _ARG_FLAGS: "flags", _ARG_DUR: "dur_ns", _ARG
 
 
 def _pb() -> Any:
-    require("perfetto", "export", "--to perfetto")
+    require("perfetto", extra="export", purpose="--to perfetto")
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2
 
     return perfetto_trace_pb2
 
 
 def _builder() -> Any:
-    require("perfetto", "export", "--to perfetto")
+    require("perfetto", extra="export", purpose="--to perfetto")
     from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
     return TraceProtoBuilder()

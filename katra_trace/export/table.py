@@ -20,7 +20,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from katra_trace.export.output import ProgressFn, require
+from katra_trace.export.output import ProgressFn
+from katra_trace.optional import require
 from katra_trace.export.timeline import clock_name, flag_names
 from katra_trace.schema import Kind
 from katra_trace.analysis.stats import scene_labels
@@ -95,7 +96,7 @@ def to_arrow(trace: Trace) -> Any:
 def events_to_arrow(events: np.ndarray, strings: list[str], header: Mapping[str, Any] | None = None,
                     summary: Mapping[str, Any] | None = None) -> Any:
     """:func:`to_arrow` for an event array and its string table."""
-    pa = require("pyarrow", "export", "Arrow and Parquet export")
+    pa = require("pyarrow", extra="export", purpose="Arrow and Parquet export")
     ev = np.asarray(events)
     arrays = {}
     for name, (codes, words) in string_columns(ev, strings).items():
@@ -111,15 +112,15 @@ def events_to_arrow(events: np.ndarray, strings: list[str], header: Mapping[str,
 def to_pandas(trace: Trace) -> Any:
     """The trace's events as a ``pandas.DataFrame`` (string columns as categoricals); needs pandas and
     pyarrow."""
-    require("pandas", "export", "to_pandas()")
+    require("pandas", extra="export", purpose="to_pandas()")
     return to_arrow(trace).to_pandas()
 
 
 def write_parquet(events: np.ndarray, strings: list[str], header: Mapping[str, Any], summary: Mapping[str, Any],
                   out: IO[bytes]) -> int:
     """Write the table as Parquet (zstd) to ``out``; returns the rows written."""
-    require("pyarrow", "export", "--to parquet")
-    pq = require("pyarrow.parquet", "export", "--to parquet")
+    require("pyarrow", extra="export", purpose="--to parquet")
+    pq = require("pyarrow.parquet", extra="export", purpose="--to parquet")
     table = events_to_arrow(events, strings, header, summary)
     pq.write_table(table, out, compression="zstd")
     return int(table.num_rows)

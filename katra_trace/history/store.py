@@ -17,7 +17,7 @@
   once, under the label it was first added with.
 
 DuckDB is an optional dependency (``pip install 'katra3d[history]'``);
-without it every function here raises :class:`HistoryUnavailable` (exit 3).
+without it every function here raises :class:`~katra_trace.optional.MissingDependencyError` (exit 3).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from urllib.parse import quote
 
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.history.rows import COLUMN_NAMES, COLUMNS
+from katra_trace.optional import MissingDependencyError, require
 
 #: The store a command uses when given no --db.
 DEFAULT_DB = Path(".katra") / "history.duckdb"
@@ -49,10 +50,8 @@ PARTITION_COLUMNS = ("host_id", "label")
 TABLE = "history"
 
 
-class HistoryUnavailable(KatraError):
-    """DuckDB is not installed (exit 3)."""
-
-    exit_code = 3
+#: DuckDB is not installed (exit 3): the one optional-dependency error, under its earlier name.
+HistoryUnavailable = MissingDependencyError
 
 
 class HistoryLockedError(KatraError):
@@ -60,14 +59,8 @@ class HistoryLockedError(KatraError):
 
 
 def duckdb_module() -> ModuleType:
-    """The ``duckdb`` module, or :class:`HistoryUnavailable` with the install line."""
-    try:
-        import duckdb as module
-    except ImportError:
-        raise HistoryUnavailable("katra3d history needs DuckDB, which is not installed: "
-                                 "pip install 'katra3d[history]' (or pip install duckdb)") from None
-    out: ModuleType = module
-    return out
+    """The ``duckdb`` module, or :class:`~katra_trace.optional.MissingDependencyError` with the install line."""
+    return require("duckdb", extra="history", purpose="katra3d history", what="DuckDB")
 
 
 def _one_line(exc: BaseException) -> str:

@@ -13,20 +13,18 @@ from typing import Any
 
 import numpy as np
 
+from katra_trace.analysis.defaults import DEFAULT_ALPHA, check_alpha, check_threshold_pct, threshold_for
 from katra_trace.errors import ConfigError
 from katra_trace.history.rows import iso_utc
 from katra_trace.history.steps import Fit, detect_steps
 from katra_trace.history.store import DEFAULT_LOCK_TIMEOUT_S, Source, read_rows
+from katra_trace.metrics import ALL, AUTO, COUNT_CLOCKS, is_count
 
 #: Stats a trend can follow; all are "higher is worse" but the frame rate.
 STATS: tuple[str, ...] = ("median", "mean", "p99", "low_1pct_fps")
 HIGHER_IS_BETTER: frozenset[str] = frozenset({"low_1pct_fps"})
 #: ``--metric auto``: the first of these a series' host has (counts are deterministic; then the trusted clock).
-AUTO_ORDER: tuple[str, ...] = ("instructions", "cycles", "wall", "gpu", "process", "cpu")
-COUNT_METRICS: frozenset[str] = frozenset({"instructions", "cycles"})
-#: Default minimum step size (percent), as compare's: times and counts.
-DEFAULT_THRESHOLD_TIME_PCT = 5.0
-DEFAULT_THRESHOLD_COUNT_PCT = 0.5
+AUTO_ORDER: tuple[str, ...] = (*COUNT_CLOCKS, "wall", "gpu", "process", "cpu")
 _SPARK = "▁▂▃▄▅▆▇█"
 
 _READ_COLUMNS = ("label", "label_time_ns", "added_ns", "commit", "host_id", "renderer", "driver", "cpu",
@@ -152,15 +150,15 @@ def build_series(rows: Sequence[Mapping[str, Any]], sel: Selection) -> list[Seri
             raise ConfigError(f"no host matches {sel.host!r}; stored: "
                               + "; ".join(f"{h} ({t})" for h, t in sorted(hosts.items())))
     metrics = {r["metric"] for r in rows}
-    if sel.metric not in ("auto", "all") and sel.metric not in metrics:
+    if sel.metric not in (AUTO, ALL) and sel.metric not in metrics:
         raise ConfigError(f"unknown metric {sel.metric!r} in the history; stored: {_choices(metrics)} "
                           "(or auto, all)")
     groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
     for r in rows:
         host = "*" if sel.allow_host_mismatch else str(r["host_id"])
-        codegen = "" if sel.allow_host_mismatch or r["metric"] not in COUNT_METRICS else str(r["codegen_id"] or "")
+        codegen = "" if sel.allow_host_mismatch or not is_count(r["metric"]) else str(r["codegen_id"] or "")
         groups.setdefault((r["scene"], r["zone"], r["metric"], host, codegen), []).append(r)
-    if sel.metric == "auto":
+    if sel.metric == AUTO:
         # per scene, zone and host: the first metric of AUTO_ORDER it has
         chosen: dict[tuple[str, ...], str] = {}
         for scene, zone, metric, host, _c in groups:
@@ -168,7 +166,7 @@ def build_series(rows: Sequence[Mapping[str, Any]], sel: Selection) -> list[Seri
             if metric in AUTO_ORDER and (k not in chosen or AUTO_ORDER.index(metric) < AUTO_ORDER.index(chosen[k])):
                 chosen[k] = metric
         groups = {g: v for g, v in groups.items() if chosen.get((g[0], g[1], g[3])) == g[2]}
-    elif sel.metric != "all":
+    elif sel.metric != ALL:
         groups = {g: v for g, v in groups.items() if g[2] == sel.metric}
     rank = {lab: i for i, lab in enumerate(order)}
     out = []
@@ -261,21 +259,13 @@ class CheckResult:
         return out
 
 
-def threshold_for(metric: str, threshold_pct: float | None) -> float:
-    if threshold_pct is not None:
-        return threshold_pct
-    return DEFAULT_THRESHOLD_COUNT_PCT if metric in COUNT_METRICS else DEFAULT_THRESHOLD_TIME_PCT
-
-
-def check_steps(series: Sequence[Series], alpha: float = 0.01, threshold_pct: float | None = None,
+def check_steps(series: Sequence[Series], alpha: float = DEFAULT_ALPHA, threshold_pct: float | None = None,
                 newest_label: str | None = None) -> CheckResult:
     """Fit each series and judge its steps: **regression** when the level got worse by at least the
     threshold and the whole interval is on the worse side of 1, **improvement** mirrored, **below
     threshold** when the change is real but smaller, **uncertain** when its interval crosses 1."""
-    if not 0 < alpha < 0.5:
-        raise ConfigError(f"--alpha must be in (0, 0.5), got {alpha:g}")
-    if threshold_pct is not None and not 0 <= threshold_pct < 1000:
-        raise ConfigError(f"--threshold must be a percentage >= 0, got {threshold_pct:g}")
+    alpha = check_alpha(alpha)
+    threshold_pct = check_threshold_pct(threshold_pct)
     newest = newest_label if newest_label is not None else _newest(series)
     fits: list[Fit] = []
     steps: list[StepReport] = []
@@ -318,7 +308,7 @@ def _newest(series: Sequence[Series]) -> str:
     return labels[-1] if labels else ""
 
 
-def trend_data(source: Source, sel: Selection | None = None, alpha: float = 0.01,
+def trend_data(source: Source, sel: Selection | None = None, alpha: float = DEFAULT_ALPHA,
                threshold_pct: float | None = None, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> dict[str, Any]:
     """The trends a report draws, as plain JSON-able data.
 
@@ -341,6 +331,5 @@ def trend_data(source: Source, sel: Selection | None = None, alpha: float = 0.01
             "steps": [st.as_dict() for st in result.steps]}
 
 
-__all__ = ["AUTO_ORDER", "CheckResult", "DEFAULT_THRESHOLD_COUNT_PCT", "DEFAULT_THRESHOLD_TIME_PCT",
-           "HIGHER_IS_BETTER", "Point", "STATS", "Selection", "Series", "StepReport", "build_series",
-           "check_steps", "load_series", "sparkline", "threshold_for", "trend_data"]
+__all__ = ["AUTO_ORDER", "CheckResult", "HIGHER_IS_BETTER", "Point", "STATS", "Selection", "Series", "StepReport", "build_series",
+           "check_steps", "load_series", "sparkline", "trend_data"]

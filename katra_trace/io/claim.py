@@ -25,10 +25,12 @@ import errno
 import fcntl
 import os
 import stat
+import tempfile
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 
-from katra_trace.errors import KatraError, OutputBusyError, OutputExistsError, TraceIOError
+from katra_trace.errors import ConfigError, KatraError, OutputBusyError, OutputExistsError, TraceIOError
 
 PART_SUFFIX = ".part"
 
@@ -70,6 +72,89 @@ class Claim:
 
 def _kind(mode: int) -> str | None:
     return next((what for test, what in _KIND if test(mode)), None)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (following links; paths that do not exist compare resolved)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
+def check_output(text: str | os.PathLike[str], *, force: bool = False, inputs: Iterable[str | os.PathLike[str]] = (),
+                 option: str = "-o/--output", example: str = "run.katra", part: bool = False) -> Path:
+    """The one check of a command's output file, made before any work starts (``run -o``, ``export -o``,
+    ``report -o``): returns the path, or raises with one set of messages.
+
+    ConfigError (exit 2) for an empty path; a path that ends with a slash or is a directory; a
+    missing parent directory; something that is not a regular file (a FIFO, a device such as
+    /dev/stdout, a socket); one of the command's ``inputs`` (never overwritten, even with
+    ``force``); with ``part``, a ``<path>.part`` of a running or crashed capture in the way; and a
+    parent directory this process cannot write. OutputExistsError (exit 2) for an existing file
+    without ``force``. ``option`` names the option in the messages; ``example`` is a file name
+    the directory message suggests. Writing stays with the writer (:func:`claim`) or exporter.
+    """
+    raw = os.fspath(text)
+    if not raw.strip():
+        raise ConfigError(f"empty {option} path: give a file name, e.g. {option.split('/')[0]} {example}")
+    output = Path(raw)
+    if raw.endswith(("/", os.sep)):
+        raise ConfigError(f"output {raw!r} names a directory (it ends with '/'); give a file path, e.g. "
+                          f"{output / example}")
+    if output.is_dir():
+        raise ConfigError(f"output {raw!r} names a directory (it is a directory, not a file); give a file path, "
+                          f"e.g. {output / example}")
+    if not output.parent.is_dir():
+        raise missing_directory(output.parent)
+    try:
+        mode: int | None = output.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise ConfigError(f"output {raw!r} cannot be checked: {describe(exc)}") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        raise ConfigError(f"output {raw!r} exists and is not a regular file (it is {_kind(mode) or 'not a file'}); "
+                          "give a file path")
+    for source in inputs:
+        if _same_file(output, Path(source)):
+            raise ConfigError(f"output {raw!r} is one of this command's inputs ({os.fspath(source)!r}); it is "
+                              f"never overwritten: choose another {option.split('/')[0]}")
+    if mode is not None and not force:
+        raise OutputExistsError(f"output {raw!r} already exists; give --force to replace it, or choose another "
+                                f"{option.split('/')[0]}")
+    if part:
+        part_path = part_path_for(output)
+        if os.path.lexists(part_path):
+            raise ConfigError(f"'{part_path}' exists: another katra3d run is writing '{output}', or a run that was "
+                              f"killed left its frames there (check it with 'katra3d validate {part_path}', then "
+                              "rename or remove it)")
+    try:
+        with tempfile.TemporaryFile(dir=output.parent, prefix=".katra3d-write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"cannot write output {raw!r}: directory '{output.parent}' is not writable "
+                          f"({describe(exc)})") from None
+    return output
+
+
+def missing_directory(parent: Path) -> ConfigError:
+    """The error for an output whose directory does not exist (checked first, or found when writing)."""
+    return ConfigError(f"output directory '{parent}' does not exist; create it first (an output is never written "
+                       "where its directory does not exist)")
+
+
+def check_output_dir(text: str | os.PathLike[str], *, option: str = "-o/--output") -> Path:
+    """The check of a command's output directory (``ab -o DIR``), before any work: ConfigError (exit 2)
+    for an empty path, or a path that exists and is not a directory. A missing directory is made later."""
+    raw = os.fspath(text)
+    if not raw.strip():
+        raise ConfigError(f"empty {option} path: give a directory name")
+    output = Path(raw)
+    if os.path.lexists(output) and not output.is_dir():
+        raise ConfigError(f"output {raw!r} exists and is not a directory; give a directory path with "
+                          f"{option.split('/')[0]}")
+    return output
 
 
 def claim(path: Path, overwrite: bool) -> Claim:

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from katra_trace.errors import KatraError, TraceFormatError
+from katra_trace.errors import TraceFormatError
+from katra_trace.optional import MissingDependencyError, require
 from katra_trace.schema import COLUMNS, EVENT_DTYPE, Clock, Flag, Kind
 
 #: 8 bytes: a non-ASCII byte first, then CR LF and ^Z, so text-mode or 7-bit damage shows.
@@ -89,10 +90,9 @@ class Codec(enum.IntEnum):
 CODEC_NAMES = {"none": Codec.NONE, "zstd": Codec.ZSTD, "blosc2": Codec.BLOSC2}
 
 
-class CodecUnavailableError(KatraError):
-    """A codec's library is not installed here (exit code 3: the environment lacks something)."""
-
-    exit_code = 3
+#: A codec's library is not installed here (exit code 3): the one optional-dependency error,
+#: under the name the reader and writer document.
+CodecUnavailableError = MissingDependencyError
 
 
 #: How katra3d writes a codec-2 chunk: blosc2's LZ4 at level 9, its byte-shuffle filter over the
@@ -104,14 +104,8 @@ BLOSC2_MIN_HEADER = 32
 
 
 def load_blosc2(purpose: str) -> Any:
-    """The ``blosc2`` module, or CodecUnavailableError naming what needed it and how to get it."""
-    try:
-        import blosc2
-    except ImportError:
-        raise CodecUnavailableError(
-            f"{purpose} needs the blosc2 codec, but python-blosc2 is not installed; "
-            "install it with: pip install 'katra3d[blosc2]' (or pip install blosc2)") from None
-    return blosc2
+    """The ``blosc2`` module, or MissingDependencyError naming what needed it and how to get it."""
+    return require("blosc2", extra="blosc2", purpose=purpose, what="the blosc2 codec (python-blosc2)")
 
 #: Block types whose payload is one UTF-8 JSON object.
 JSON_BLOCKS = frozenset({BlockType.HEADER, BlockType.CLOCK_SYNC, BlockType.SUMMARY, BlockType.ANNOTATION})

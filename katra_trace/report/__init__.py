@@ -47,7 +47,7 @@ def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: st
 def write_report(path: str | os.PathLike[str], page: str, *, overwrite: bool = False) -> int:
     """Write ``page`` to ``path`` (refusing to replace a file unless ``overwrite``); returns its size in bytes."""
     data = page.encode("utf-8")
-    with open_output(Path(path), overwrite=overwrite) as f:
+    with open_output(Path(path), overwrite=overwrite, example="report.html") as f:
         f.write(data)
     return len(data)
 

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from katra_trace.metrics import is_count
+from katra_trace.optional import require
 from katra_trace.report.series import (
     TraceLike,
     frame_series,
@@ -85,9 +87,7 @@ _LOADER = """
 @functools.lru_cache(maxsize=1)
 def plotly_js_packed() -> str:
     """plotly.min.js from the installed ``plotly`` package, gzip-compressed and base64-encoded."""
-    from katra_trace.export.output import require
-
-    offline = require("plotly.offline", "export", "katra3d report")
+    offline = require("plotly.offline", extra="export", purpose="katra3d report")
     js: str = offline.get_plotlyjs()
     return base64.b64encode(gzip.compress(js.encode("utf-8"), compresslevel=9, mtime=0)).decode("ascii")
 
@@ -198,7 +198,7 @@ def _comparison_section(comparison: Mapping[str, Any] | None, error: str | None)
         verdict = str(s.get("verdict", ""))
         cls = verdict if verdict in ("regression", "improvement") else ""
         unit = s.get("value_unit") or "ms"
-        level_unit = "ms" if unit == "ms" else ("count" if unit in ("instructions", "cycles") else "ratio")
+        level_unit = "ms" if unit == "ms" else ("count" if is_count(unit) else "ratio")
         ci = (f"[{_num(_pct(s.get('ci_low')), 'pct')}, {_num(_pct(s.get('ci_high')), 'pct')}]"
               if s.get("ci_low") is not None else "-")
         rows.append([

@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from katra_trace.schema import COUNT_CLOCKS, Clock, Flag, Kind
+from katra_trace.metrics import unit_of
+from katra_trace.schema import Clock, Flag, Kind
 from katra_trace.analysis.stats import CLOCK_NAMES, EXCLUDED_FLAGS, scene_labels, zone_frame_totals
 
 #: Most points drawn per frame series (min and max of MAX_POINTS / 2 buckets).
@@ -63,11 +64,6 @@ def primary_clock(trace: TraceLike, available: Sequence[str]) -> str | None:
         if isinstance(name, str) and name in available:
             return name
     return available[0] if available else None
-
-
-def unit_of(clock: str) -> str:
-    """``ms`` for time clocks, the count's unit for the count clocks."""
-    return clock if clock in ("instructions", "cycles") else "ms"
 
 
 def _scale(clock: str) -> float:
@@ -133,10 +129,6 @@ def scenes_of(trace: TraceLike) -> dict[str, tuple[int, list[str]]]:
         if clocks:
             out[label] = (sid, [CLOCK_NAMES.get(c, f"clock{c}") for c in clocks])
     return out
-
-
-def is_count_clock(clock: str) -> bool:
-    return any(CLOCK_NAMES.get(c) == clock for c in COUNT_CLOCKS)
 
 
 __all__ = [

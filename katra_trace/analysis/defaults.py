@@ -1,0 +1,69 @@
+"""The decision's defaults (alpha, thresholds) and the one check of each of its options.
+
+Pure (stdlib): the CLI imports it to build its options' help without importing the statistics.
+compare, ab, ``history check``, the report and the CI scripts' documented defaults all read these
+values; every command and library entry point validates ``alpha`` and ``threshold`` through
+:func:`check_alpha` and :func:`check_threshold_pct`, so a bad value gets one message wherever it
+is given. The rule itself is in :mod:`katra_trace.analysis.decide` and docs/stats.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+from katra_trace.errors import OptionError
+from katra_trace.metrics import is_count
+
+#: One-sided false-regression rate per scene after Holm correction (compare, ab); the chance that a
+#: flat history series shows a step (``history check``).
+DEFAULT_ALPHA = 0.01
+#: Default threshold (percent) of time metrics.
+DEFAULT_THRESHOLD_TIME_PCT = 5.0
+#: Default threshold (percent) of count metrics: a 1 % change of work is flagged, while two
+#: processes measured the same scene within 0.003-0.16 % of each other (docs/stats.md).
+DEFAULT_THRESHOLD_COUNT_PCT = 0.5
+#: Thresholds (percent) at or above this are refused: a 10x change is not a "minimum effect".
+MAX_THRESHOLD_PCT = 1000.0
+
+
+def default_threshold_pct(metric: str) -> float:
+    """The default ``--threshold`` of a metric (percent): counts' for instructions and cycles, else times'."""
+    return DEFAULT_THRESHOLD_COUNT_PCT if is_count(metric) else DEFAULT_THRESHOLD_TIME_PCT
+
+
+def threshold_for(metric: str, threshold_pct: float | None) -> float:
+    """``threshold_pct`` when one was given, else the metric's default (percent)."""
+    return default_threshold_pct(metric) if threshold_pct is None else threshold_pct
+
+
+def check_alpha(alpha: float) -> float:
+    """``alpha`` when it lies in (0, 0.5), else :class:`OptionError` (a ConfigError, exit 2).
+
+    The upper bound is 0.5 because intervals are drawn at confidence ``1 - 2 alpha``."""
+    if not (isinstance(alpha, (int, float)) and 0 < alpha < 0.5):
+        raise OptionError(f"--alpha must be between 0 and 0.5 (exclusive), got {alpha!r}")
+    return float(alpha)
+
+
+def check_threshold_pct(threshold_pct: float | None) -> float | None:
+    """``threshold_pct`` (percent, None = the per-metric default) when it is a finite number in
+    [0, :data:`MAX_THRESHOLD_PCT`), else :class:`OptionError` (a ConfigError, exit 2)."""
+    if threshold_pct is None:
+        return None
+    if not (isinstance(threshold_pct, (int, float)) and math.isfinite(threshold_pct)
+            and 0 <= threshold_pct < MAX_THRESHOLD_PCT):
+        raise OptionError(f"--threshold must be a percentage >= 0 and below {MAX_THRESHOLD_PCT:g}, "
+                          f"got {threshold_pct!r}")
+    return float(threshold_pct)
+
+
+__all__ = [
+    "DEFAULT_ALPHA",
+    "DEFAULT_THRESHOLD_COUNT_PCT",
+    "DEFAULT_THRESHOLD_TIME_PCT",
+    "MAX_THRESHOLD_PCT",
+    "check_alpha",
+    "check_threshold_pct",
+    "default_threshold_pct",
+    "threshold_for",
+]

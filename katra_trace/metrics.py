@@ -1,0 +1,98 @@
+"""The metric names and their kinds: the one place that says which clock is a time and which a count.
+
+Pure (stdlib + :mod:`katra_trace.schema`). Everything is derived from
+:class:`katra_trace.schema.Clock`, so a new clock is classified here once:
+
+* **time clocks** (``wall``, ``cpu``, ``gpu``, ``process``): ``dur_ns`` is nanoseconds;
+* **count clocks** (``instructions``, ``cycles``): ``dur_ns`` is a count, deterministic on a
+  software renderer (``--measure instructions|cycles``);
+* **value clocks** (the counts and ``process``): a value per frame, not a span on the host
+  timeline (process CPU time of parallel threads adds up to more than the wall time they took).
+
+The CLI's ``--metric`` choices (:data:`METRICS`; ``history`` also takes :data:`ALL`) and the
+per-run statistics of a time metric (:data:`RUN_STATS`) live here too.
+"""
+
+from __future__ import annotations
+
+from katra_trace import schema
+from katra_trace.errors import OptionError
+from katra_trace.schema import Clock
+
+#: Name of every clock (``Clock.WALL`` -> ``"wall"``), by clock number.
+CLOCK_NAMES: dict[int, str] = {int(c): c.name.lower() for c in Clock}
+
+#: Clocks whose values are nanoseconds, the clock the user waits for (``wall``) first, then in clock order.
+TIME_CLOCKS: tuple[str, ...] = tuple(
+    c.name.lower() for c in sorted((c for c in Clock if int(c) not in schema.COUNT_CLOCKS),
+                                   key=lambda c: c != Clock.WALL))
+#: Clocks whose values are counts (instructions, estimated cycles), not times: deterministic metrics.
+COUNT_CLOCKS: tuple[str, ...] = tuple(CLOCK_NAMES[c] for c in sorted(schema.COUNT_CLOCKS))
+#: Clocks whose values are a value per frame, not a span on the host timeline (counts and ``process``).
+VALUE_CLOCKS: tuple[str, ...] = tuple(CLOCK_NAMES[c] for c in sorted(schema.VALUE_CLOCKS))
+
+#: ``--metric auto``: the capture's deterministic count when it has one, else the clock it trusts.
+AUTO = "auto"
+#: ``history --metric all``: every metric a series has.
+ALL = "all"
+#: Values of ``--metric`` (compare, ab): auto, the time clocks, then the count clocks.
+METRICS: tuple[str, ...] = (AUTO, *TIME_CLOCKS, *COUNT_CLOCKS)
+
+#: What ``--measure`` accepts: ``time`` (the clocks), or one of the count clocks (counted under callgrind).
+MEASURES: tuple[str, ...] = ("time", *COUNT_CLOCKS)
+
+#: Per-run statistics of a time metric: ``median`` (default) or ``p10``, the 10th percentile of the
+#: run's frames: the cost of a frame that nothing got in the way of, when interference only adds
+#: (docs/stats.md); blind to a change that slows only some frames. Count metrics always use the median.
+RUN_STATS: tuple[str, ...] = ("median", "p10")
+
+
+def is_count(name: str) -> bool:
+    """True for a count metric (``instructions``, ``cycles``), False for a time or anything else."""
+    return name in COUNT_CLOCKS
+
+
+def is_time(name: str) -> bool:
+    """True for a time clock (``wall``, ``cpu``, ``gpu``, ``process``): values in nanoseconds."""
+    return name in TIME_CLOCKS
+
+
+def is_value(name: str) -> bool:
+    """True for a clock whose values are not spans on the host timeline (the counts and ``process``)."""
+    return name in VALUE_CLOCKS
+
+
+def unit_of(name: str) -> str:
+    """The unit a metric's per-frame values are shown in: ``ms`` for times, the count's name for counts."""
+    return name if is_count(name) else "ms"
+
+
+def check_run_stat(stat: str, *, count: bool = False, normalize: bool = False) -> str:
+    """``stat`` when it is one of :data:`RUN_STATS` and applies, else :class:`OptionError` (a ConfigError).
+
+    ``count``: the metric compared is a count (counts are deterministic: always their median);
+    ``normalize``: the runs are wall / reference ratios (always their median)."""
+    if stat not in RUN_STATS:
+        raise OptionError(f"unknown run statistic (--stat) {stat!r}; choose one of: {', '.join(RUN_STATS)}")
+    if stat != RUN_STATS[0] and (count or normalize):
+        why = "counts are deterministic" if count else "normalized ratios use medians"
+        raise OptionError(f"--stat {stat} applies to time metrics without --normalize; {why}: drop --stat")
+    return stat
+
+
+__all__ = [
+    "ALL",
+    "AUTO",
+    "CLOCK_NAMES",
+    "COUNT_CLOCKS",
+    "MEASURES",
+    "METRICS",
+    "RUN_STATS",
+    "TIME_CLOCKS",
+    "VALUE_CLOCKS",
+    "check_run_stat",
+    "is_count",
+    "is_time",
+    "is_value",
+    "unit_of",
+]
