@@ -1,8 +1,9 @@
-"""``python -m harness``: the katra3d command line (and the counted child of ``--measure instructions``)."""
+"""``python -m harness``: the katra3d command line, or, with ``$KATRA3D_MEASURE_CHILD`` set, the counted
+child of ``--measure instructions|cycles`` (it takes no arguments: its plan is in the dump directory)."""
 
 import sys
 
+from harness import measure, runner
 from harness.cli import main
-from harness.measure import child_argv
 
-sys.exit(main(child_argv()))
+sys.exit(runner.run_child() if measure.in_child() else main())
