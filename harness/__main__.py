@@ -1,8 +1,10 @@
-"""``python -m harness``: the katra3d command line (and the counted child of ``--measure instructions``)."""
+"""``python -m harness``: the katra3d command line, or, with ``$KATRA3D_MEASURE_CHILD`` set, the counted
+child of ``--measure instructions|cycles`` (it takes no arguments: its plan is in the dump directory)."""
 
 import sys
 
+from harness.run import measure
+from harness.run import runner
 from harness.cli import main
-from harness.run.measure import child_argv
 
-sys.exit(main(child_argv()))
+sys.exit(runner.run_child() if measure.in_child() else main())

@@ -20,8 +20,7 @@ import numpy as np
 import pytest
 
 from harness.run import measure
-from harness.cli import build_parser
-from harness.run.config import RunConfig, plan_argv, plan_run
+from harness.run.config import RunConfig, plan_run
 from harness.engine.counting import CACHE_EVENTS, estimated_cycles, read_summary
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError
@@ -78,18 +77,6 @@ def test_read_summary_reads_the_header_only(tmp_path: Path) -> None:
     (tmp_path / "bad").write_text("events: Ir\n")
     with pytest.raises(Exception, match="no summary line"):
         read_summary(tmp_path / "bad")
-
-
-def test_plan_argv_reproduces_the_plan(tmp_path: Path) -> None:
-    cfg = RunConfig(scenes=("fillrate",), suite="ci", frames=7, warmup=2, size=(48, 32), zones=True, seed=9,
-                    params=(("fillrate", "layers", "3"),), output=str(tmp_path / "x.katra"), notes="n",
-                    measure="instructions")
-    plan = plan_run(cfg)
-    from harness.cli.run import config_from_args
-
-    again = plan_run(config_from_args(build_parser().parse_args(["run", *plan_argv(plan)])))
-    assert plan_argv(again) == plan_argv(plan)
-    assert again.frames == 7 and again.warmup == 2 and again.size == (48, 32) and again.output == plan.output
 
 
 def test_codegen_facts_parse_renderer_and_versions() -> None:

@@ -4,16 +4,21 @@
 llvmpipe's "GPU" is the CPU, so callgrind can count the work of each frame
 exactly. The run re-executes itself as a child process under
 ``valgrind --tool=callgrind`` with single-threaded llvmpipe, a fixed hash seed
-and a pinned vector width (:func:`child_command`, :data:`PINNED_ENV`); the
-child captures with :class:`harness.engine.counting.CountTimer` and writes the trace
-itself. This parent validates everything first (valgrind present, a software
-renderer, sensible flags), forwards stop signals to the child, and removes the
-dump directory whatever happens. docs/measure.md says what the numbers mean.
+and a pinned vector width (:func:`child_command`, :data:`PINNED_ENV`). The
+checked plan travels as data, not as a command line: the parent writes it into
+the dump directory (``args.json``), the child (``python -m harness``, no
+arguments) runs it through :func:`harness.run.runner.run_child`, captures with
+:class:`harness.engine.counting.CountTimer`, writes the trace itself and hands its
+per-scene results back (``results.json``). This parent validates everything
+first (valgrind present, a software renderer, sensible flags), forwards stop
+signals to the child, and removes the dump directory whatever happens.
+docs/measure.md says what the numbers mean.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -30,7 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from katra_trace import metrics
+from harness.run.config import RunPlan, plan_as_dict, plan_from_dict
+from harness.gl.probe import render_env
+from harness.engine.results import RunResult, SceneResult
+from katra_trace.io import claim as claim_mod
 from katra_trace.errors import ConfigError, KatraError
+from scenes.registry import builtin_scenes, entry_point_scenes, get_scene
 
 #: What ``--measure`` accepts (:data:`katra_trace.metrics.MEASURES`).
 MEASURES: tuple[str, ...] = metrics.MEASURES
@@ -141,35 +151,51 @@ def codegen_facts(gl: Mapping[str, Any], system: Mapping[str, Any], env: Mapping
     }
 
 
-#: File in the dump directory holding the child's arguments and the run's facts.
+#: File in the dump directory holding the child's plan (JSON, :func:`harness.run.config.plan_as_dict`) and the
+#: run's facts.
 ARGS_FILE = "args.json"
+#: File in the dump directory where the child hands back its results (:func:`result_as_dict`) or its error.
+RESULTS_FILE = "results.json"
 #: Where the child writes its trace, inside the dump directory (the parent moves it into place).
 CHILD_TRACE = "trace.katra"
 
 
-def child_info() -> dict[str, Any] | None:
-    """The facts the parent handed to this (counted) child process, or None outside one."""
-    where = os.environ.get(CHILD_ENV)
-    if not where:
-        return None
+def in_child() -> bool:
+    """Whether this process is a counted child (``$KATRA3D_MEASURE_CHILD`` is set)."""
+    return bool(os.environ.get(CHILD_ENV))
+
+
+def child_info() -> dict[str, Any]:
+    """The facts and the plan the parent handed to this (counted) child process, from its args.json."""
+    where = os.environ.get(CHILD_ENV, "")
     try:
         info = json.loads((Path(where) / ARGS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         raise ConfigError(f"${CHILD_ENV} does not name a katra3d dump directory; it is set by katra3d for its "
                           "own child") from None
-    if not isinstance(info, dict) or "dump_dir" not in info or info.get("measure") not in COUNT_MEASURES:
-        raise ConfigError(f"${CHILD_ENV} lacks dump_dir/measure; it is set by katra3d for its own child")
+    if not isinstance(info, dict) or not {"dump_dir", "plan", "imports"} <= info.keys() \
+            or info.get("measure") not in COUNT_MEASURES:
+        raise ConfigError(f"${CHILD_ENV} lacks dump_dir/measure/plan; it is set by katra3d for its own child")
     return info
 
 
-def child_argv() -> list[str] | None:
-    """``katra3d run`` arguments of this counted child (read from the dump directory), or None."""
-    info = child_info()
-    return None if info is None else [str(a) for a in info["argv"]]
+def child_plan(info: Mapping[str, Any]) -> RunPlan:
+    """The checked plan in ``info`` (:func:`child_info`), each scene class found again through the registry.
+
+    A file scene is imported from the absolute path the parent resolved (``info["imports"]``); the
+    plan keeps the spec as the user gave it, so the header records what a time run records.
+    """
+    imports = {str(k): str(v) for k, v in info["imports"].items()}
+    return plan_from_dict(info["plan"], lambda spec: get_scene(imports.get(spec, spec)))
+
+
+def child_trace(info: Mapping[str, Any]) -> Path:
+    """Where the counted child writes its trace (the parent claimed the user's output and moves it there)."""
+    return Path(info["dump_dir"]) / CHILD_TRACE
 
 
 def child_command(valgrind: str, dump_base: Path, measure: str) -> list[str]:
-    """The valgrind command line of the counted child; its arguments are in the dump directory's args.json."""
+    """The valgrind command line of the counted child; its plan is in the dump directory's args.json."""
     cmd = [valgrind, "--tool=callgrind", "-q", "--dump-before=getppid", "--separate-threads=yes",
            "--dump-instr=no", "--dump-line=yes", f"--callgrind-out-file={dump_base}"]
     if measure == "cycles":
@@ -188,11 +214,9 @@ def child_env(dump_dir: Path, extra_pythonpath: str | None = None) -> dict[str, 
     (measured: a longer -o name or --note moved a triangle frame by 0.4-0.6 %). So the
     child gets a fixed PATH and locale, the pinned variables, the rendering variables
     (LIBGL_*, MESA_*, GALLIUM_*, LP_*, EGL_*, __GL*, PYOPENGL_*, KATRA3D_*) and nothing else;
-    it runs in the dump directory, whose name has a fixed length, and reads its arguments
-    from a file there.
+    it runs in the dump directory, whose name has a fixed length, with no arguments, and
+    reads its plan from a file there.
     """
-    from harness.gl.probe import render_env
-
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
     env.update(render_env())
     env.update(PINNED_ENV)
@@ -202,36 +226,64 @@ def child_env(dump_dir: Path, extra_pythonpath: str | None = None) -> dict[str, 
     return env
 
 
-def _absolute_argv(argv: list[str]) -> tuple[list[str], bool]:
-    """``argv`` with file scene specs and --screenshot made absolute (the child runs elsewhere);
-    also whether a ``package.module:Class`` spec needs the current directory on the import path."""
-    from scenes.registry import builtin_scenes
-
-    out: list[str] = []
+def scene_imports(plan: RunPlan) -> tuple[dict[str, str], bool]:
+    """{spec: absolute spec} for the file scenes of ``plan`` (the child runs in another directory), and
+    whether a ``package.module:Class`` spec needs the current directory on the child's import path."""
+    known = set(builtin_scenes()) | set(entry_point_scenes())
+    imports: dict[str, str] = {}
     needs_cwd = False
-    builtins = set(builtin_scenes())
-    value_options = {"--suite", "--frames", "--duration", "--warmup", "--size", "--samples", "--backend", "--device",
-                     "--timing", "--seed", "--measure", "-o", "--output", "--param", "--note", "--screenshot",
-                     "--reference-every", "--zones", "--max-draw-zones"}
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg in value_options and i + 1 < len(argv):
-            value = argv[i + 1]
-            if arg == "--screenshot":
-                value = os.path.abspath(value)
-            out += [arg, value]
-            i += 2
+    for entry in plan.entries:
+        spec = entry.spec.strip()
+        if spec in known or ":" not in spec:
             continue
-        if not arg.startswith("-") and arg not in builtins and ":" in arg:
-            left, _, cls = arg.rpartition(":")
-            if left.endswith(".py") or os.sep in left:
-                arg = f"{os.path.abspath(left)}:{cls}"
-            else:
-                needs_cwd = True
-        out.append(arg)
-        i += 1
-    return out, needs_cwd
+        left, _, cls = spec.rpartition(":")
+        if left.endswith(".py") or "/" in left or os.sep in left:
+            imports[entry.spec] = f"{os.path.abspath(os.path.expanduser(left))}:{cls}"
+        else:
+            needs_cwd = True
+    return imports, needs_cwd
+
+
+def result_as_dict(result: RunResult) -> dict[str, Any]:
+    """What the counted child hands back: every field of its :class:`RunResult` but the path (the parent's
+    output), and every field of each :class:`SceneResult` but ``pixels`` (the last frame's image stays in
+    the child; its checksum travels)."""
+    out: dict[str, Any] = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)
+                           if f.name not in ("path", "scenes")}
+    out["scenes"] = [{f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "pixels"}
+                     for s in result.scenes]
+    return out
+
+
+def result_from_dict(data: Mapping[str, Any], path: Path) -> RunResult:
+    """The :class:`RunResult` that :func:`result_as_dict` wrote, its trace at ``path``."""
+    scenes = [SceneResult(**s) for s in data["scenes"]]
+    fields = {k: v for k, v in data.items() if k != "scenes"}
+    if fields.get("size") is not None:
+        fields["size"] = (int(fields["size"][0]), int(fields["size"][1]))
+    return RunResult(path=path, scenes=scenes, **fields)
+
+
+def hand_back(info: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+    """Write the child's results (or its error) into the dump directory, for the parent."""
+    text = json.dumps(data, default=_plain)
+    (Path(info["dump_dir"]) / RESULTS_FILE).write_text(text, encoding="utf-8")
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar or array as the Python value JSON can hold (json.dumps' ``default``)."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _handed_back(dump_dir: Path) -> dict[str, Any] | None:
+    """What the child handed back (results or an error), or None when it wrote nothing (it was killed)."""
+    try:
+        data = json.loads((dump_dir / RESULTS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 @contextlib.contextmanager
@@ -255,31 +307,35 @@ def _forward_signals(proc: subprocess.Popen[bytes]) -> Iterator[None]:
             signal.signal(stopped, handler if handler is not None else signal.SIG_DFL)
 
 
-def run_counted(argv: list[str], measure: str, output: Path, *, force: bool, quiet: bool) -> int:
-    """Run ``katra3d run ARGV`` counted under callgrind, and move its trace to ``output``.
+def run_counted(plan: RunPlan, *, quiet: bool) -> tuple[int, dict[str, Any] | None]:
+    """Run ``plan`` counted under callgrind, and move its trace to ``plan.output``.
 
-    ``output`` is claimed here first (``<output>.part``, as any capture does), so no
-    other run can take it. The child writes into the dump directory; its trace is moved
-    into place when it ends (complete, aborted or interrupted). If the child was killed,
-    its readable prefix stays as ``<output>.part``. The dump directory is removed
-    whatever happens. Returns the child's exit code.
+    The checked plan travels as data: it is written into the dump directory's args.json
+    (:func:`harness.run.config.plan_as_dict`), where the child reads it. ``plan.output`` is
+    claimed here first (``<output>.part``, as any capture does), so no other run can take
+    it. The child writes into the dump directory; its trace is moved into place when it
+    ends (complete, aborted or interrupted). If the child was killed, its readable prefix
+    stays as ``<output>.part``. The dump directory is removed whatever happens. Returns the
+    child's exit code and what it handed back (:func:`result_as_dict`, or ``{"error",
+    "exit_code"}``; None when it wrote nothing).
     """
-    from katra_trace.io import claim as claim_mod
-
+    measure = plan.config.measure
     valgrind, version = find_valgrind()
-    target = claim_mod.claim(output, force)
+    target = claim_mod.claim(plan.output, plan.config.force)
     published = False
     dump_dir = Path(tempfile.mkdtemp(prefix="katra3d-callgrind-"))
     try:
         dump_base = dump_dir / "cg.out"
-        child_args, needs_cwd = _absolute_argv(argv)
+        imports, needs_cwd = scene_imports(plan)
+        shots = plan.screenshot_dir
+        sent = dataclasses.replace(plan, screenshot_dir=Path(os.path.abspath(shots)) if shots else None)
         trace = dump_dir / CHILD_TRACE
         cmd = child_command(valgrind, dump_base, measure)
         env = child_env(dump_dir, os.getcwd() if needs_cwd else None)
         info = {"measure": measure, "dump_dir": str(dump_dir), "dump_base": str(dump_base), "valgrind": version,
-                "argv": ["run", *child_args, "-o", str(trace)] + (["--quiet"] if quiet else []),
-                "output": str(output), "command": cmd, "env": dict(PINNED_ENV), "frame_boundary": FRAME_BOUNDARY,
-                "pinned": {k: PINNED_ENV[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")}}
+                "output": str(plan.output), "command": cmd, "env": dict(PINNED_ENV), "frame_boundary": FRAME_BOUNDARY,
+                "pinned": {k: PINNED_ENV[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")},
+                "quiet": quiet, "plan": plan_as_dict(sent), "imports": imports}
         (dump_dir / ARGS_FILE).write_text(json.dumps(info), encoding="utf-8")
         try:
             proc = subprocess.Popen(cmd, env=env, cwd=dump_dir, stdout=subprocess.DEVNULL,
@@ -293,6 +349,7 @@ def run_counted(argv: list[str], measure: str, output: Path, *, force: bool, qui
                 if proc.poll() is None:  # this process is being torn down: do not leave the child behind
                     proc.kill()
                     proc.wait()
+        handed = _handed_back(dump_dir)
         finished = trace if trace.is_file() else None
         partial = trace.with_name(trace.name + ".part")
         source = finished or (partial if partial.is_file() else None)
@@ -305,7 +362,7 @@ def run_counted(argv: list[str], measure: str, output: Path, *, force: bool, qui
                 published = True  # the killed child's prefix stays in <output>.part for the user
                 print(f"katra3d: the counted run was killed; the frames it recorded are in '{target.part_path}'",
                       file=sys.stderr)
-        return code
+        return code, handed
     finally:
         shutil.rmtree(dump_dir, ignore_errors=True)
         if not published:
@@ -324,11 +381,17 @@ __all__ = [
     "ToolUnavailable",
     "check_config",
     "check_renderer",
-    "child_argv",
     "child_command",
     "child_env",
     "child_info",
+    "child_plan",
+    "child_trace",
     "codegen_facts",
     "find_valgrind",
+    "hand_back",
+    "in_child",
+    "result_as_dict",
+    "result_from_dict",
     "run_counted",
+    "scene_imports",
 ]

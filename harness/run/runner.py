@@ -16,8 +16,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import signal
+import sys
+import warnings
+from collections.abc import Mapping
 from typing import Any, TextIO
 
+from harness.gl import backends
+from harness.run import measure
+from harness.gl import probe
+from harness.engine import timers
 from harness.run.config import (
     DEFAULT_FRAMES,
     DEFAULT_SIZE,
@@ -60,21 +68,22 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
     progress reports (default: plain lines on ``progress_stream``, or nothing
     when ``quiet``).
     """
-    from harness.gl import backends
-    from harness.run import measure
-    from harness.gl import probe
-    from harness.engine import timers
-
     plan = plan or plan_run(config)
-    cfg = plan.config
-    child = measure.child_info() if cfg.measure in measure.COUNT_MEASURES else None
-    if cfg.measure in measure.COUNT_MEASURES and child is None:
-        return _run_counted(plan, quiet=quiet or isinstance(progress, NoProgress))
+    if plan.config.measure in measure.COUNT_MEASURES:
+        return _run_counted(plan, quiet=quiet or isinstance(progress, NoProgress)
+                            or bool(getattr(progress, "quiet", False)))
     if progress is None:
-        if quiet:
-            progress = NoProgress()
-        else:
-            progress = RunProgress(len(plan.entries), progress_stream)
+        progress = NoProgress() if quiet else RunProgress(len(plan.entries), progress_stream)
+    return _capture(plan, progress)
+
+
+def _capture(plan: RunPlan, progress: Progress, child: Mapping[str, Any] | None = None) -> RunResult:
+    """Open the backend, probe the host and capture every scene of ``plan`` into its trace.
+
+    ``child``: the facts of a counted child (:func:`harness.run.measure.child_info`); the trace then
+    goes into the dump directory (the parent moves it to ``plan.output``, which the header records).
+    """
+    cfg = plan.config
     session = backends.open_session(cfg.backend, device=cfg.device, size=plan.size,
                                     samples=cfg.samples)
     try:
@@ -84,21 +93,22 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
             host["codegen"] = measure.codegen_facts(host["gl"], host["system"], os.environ)
         else:
             timers.choose_mode(cfg.timing, host["gl"])  # refuse an impossible mode before creating anything
-        plan.output.parent.mkdir(parents=True, exist_ok=True)
+            plan.output.parent.mkdir(parents=True, exist_ok=True)
         if plan.screenshot_dir is not None:
             plan.screenshot_dir.mkdir(parents=True, exist_ok=True)
         stop = StopFlag()
         with stop_on_signals(stop):
             for attempt in range(20):
                 try:
-                    spec = CaptureSpec(plan.output, plan.workload, host=host, options=capture_options(plan, session),
+                    target = plan.output if child is None else measure.child_trace(child)
+                    spec = CaptureSpec(target, plan.workload, host=host, options=capture_options(plan, session),
                                        timing=cfg.timing, zones=cfg.zones, notes=cfg.notes, measure=child,
                                        reference_every=_reference_every(cfg), overwrite=cfg.force,
                                        max_draw_zones=cfg.max_draw_zones, codec=cfg.codec)
                     engine = Engine(session.ctx, spec, stop=stop)
                     break
                 except (OutputBusyError, OutputExistsError):
-                    if cfg.output is not None or attempt == 19:
+                    if cfg.output is not None or child is not None or attempt == 19:
                         raise
                     # another run took this default name a moment ago: take the next one
                     plan = dataclasses.replace(plan, output=default_output(plan.output.stem))
@@ -124,41 +134,68 @@ def _reference_every(cfg: RunConfig) -> int:
 
 
 def _run_counted(plan: RunPlan, *, quiet: bool) -> RunResult:
-    """``--measure instructions|cycles``: check here, count in a child under callgrind, read its trace."""
-    from harness.gl import backends
-    from harness.run import measure
-    from harness.gl import probe
-    from harness.run.config import plan_argv
-    from katra_trace.io.reader import open_trace
-
+    """``--measure instructions|cycles``: check here, count in a child under callgrind, take back its results."""
     cfg = plan.config
     measure.find_valgrind()
     with backends.open_session(cfg.backend, device=cfg.device, size=(16, 16)) as session:
         measure.check_renderer(cfg.measure, probe.gl_info(session.ctx))
     plan.output.parent.mkdir(parents=True, exist_ok=True)
-    code = measure.run_counted(plan_argv(plan, with_output=False), cfg.measure, plan.output, force=cfg.force,
-                               quiet=quiet)
-    if code in (2, 3):
-        raise _ChildFailed(code, "the counted run under valgrind failed (its error is above)")
-    if not plan.output.is_file():
-        raise _ChildFailed(2, f"the counted run under valgrind ended with exit code {code} and wrote no trace "
-                              f"at {plan.output}")
-    trace = open_trace(plan.output, events=False)
-    summary = trace.summary or {}
-    status = str(summary.get("status") or ("interrupted" if code else "complete"))
-    results = [SceneResult(str(r.get("scene", "?")), str(r.get("status", "")), frames=int(r.get("frames") or 0),
-                           clock=str(r.get("clock", "")),
-                           stats={k: r[k] for k in ("median", "min", "max", "spread_pct") if k in r} or None)
-               for r in (summary.get("user", {}) or {}).get("scenes", [])]
-    if code != 0 and status == "complete":
+    code, handed = measure.run_counted(plan, quiet=quiet)
+    if handed is not None and "error" in handed:
+        raise _ChildFailed(int(handed.get("exit_code") or 2), f"the counted run under valgrind: {handed['error']}")
+    if handed is None or not plan.output.is_file():
+        how = f"was killed by {signal.Signals(-code).name}" if -code in _SIGNALS else f"ended with exit code {code}"
+        kept = "" if plan.output.is_file() else f" and wrote no trace at {plan.output}"
+        raise _ChildFailed(128 - code if -code in _SIGNALS else 2,
+                           f"the counted run under valgrind {how}{kept}; it handed back no results")
+    result = measure.result_from_dict(handed, plan.output)
+    if code != 0 and result.status == "complete":
         raise _ChildFailed(2, f"the counted run under valgrind ended with exit code {code}")
-    signal_name = "SIGINT" if status == "interrupted" else ""
-    params = {e.label: dict(e.params) for e in plan.entries}
-    for r in results:
-        r.params = params.get(r.label, {})
-    return RunResult(plan.output, status, cfg.measure, str(trace.header.get("capture_options", {})
-                                                           .get("timing_reason", "")), results, signal_name,
-                     size=plan.size)
+    return result
+
+
+def run_child() -> int:
+    """Entry point of the counted child: ``python -m harness`` under valgrind, ``$KATRA3D_MEASURE_CHILD`` set.
+
+    Loads the checked plan the parent wrote into the dump directory (no argparse, no planning
+    again), probes the host (the codegen facts must come from this process's GL), captures,
+    and hands the results back as data (:func:`harness.run.measure.hand_back`); an error travels
+    the same way, for the parent to report. Returns the exit code: 0 complete, 128 + the signal
+    when interrupted, the error's code otherwise.
+    """
+    try:
+        info = measure.child_info()
+    except KatraError as err:
+        print(f"katra3d: error: {err}", file=sys.stderr)
+        return err.exit_code
+    try:
+        plan = measure.child_plan(info)
+        progress = RunProgress(len(plan.entries), quiet=bool(info.get("quiet")))
+        with warnings.catch_warnings():  # as the CLI shows them: one "katra3d: warning:" line each
+            warnings.simplefilter("default")
+            warnings.showwarning = _show_warning
+            result = _capture(plan, progress, child=info)
+    except KatraError as err:
+        measure.hand_back(info, {"error": str(err), "exit_code": err.exit_code})
+        return err.exit_code
+    except KeyboardInterrupt as exc:
+        signum = int(getattr(exc, "signum", signal.SIGINT))
+        measure.hand_back(info, {"error": f"interrupted by {signal.Signals(signum).name}",
+                                 "exit_code": 128 + signum})
+        return 128 + signum
+    measure.hand_back(info, measure.result_as_dict(result))
+    if result.status != "interrupted":
+        return 0
+    return 128 + int(signal.Signals.__members__.get(result.signal_name, signal.SIGINT))
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: object = None, line: str | None = None) -> None:
+    print(f"katra3d: warning: {message}", file=sys.stderr)
+
+
+#: Signals a killed child can have died of (its exit code is minus the signal number).
+_SIGNALS = frozenset(int(s) for s in signal.Signals)
 
 
 class _ChildFailed(KatraError):
@@ -211,4 +248,5 @@ __all__ = [
     "parse_size",
     "plan_run",
     "run",
+    "run_child",
 ]

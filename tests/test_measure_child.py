@@ -1,0 +1,173 @@
+"""The counted child of ``--measure instructions`` receives its plan as data and hands its results back as data.
+
+Pure tests: every field of RunConfig and RunPlan survives the trip through args.json (so a new run
+option reaches the child without harness.run.measure knowing its name), and so does every field of the
+child's results. One real counted run (valgrind, 16x16, 2 frames): its header records the same capture
+options as a time run with the same options, the user's -o among them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.run import measure
+from harness.run.config import RunConfig, RunPlan, SceneEntry, plan_as_dict, plan_from_dict
+from harness.engine.results import RunResult, SceneResult
+from katra_trace import open_trace
+from katra_trace.errors import ConfigError
+from scenes.builtin.clear import ClearScene
+from scenes.builtin.triangle import TriangleScene
+
+HAVE_VALGRIND = shutil.which("valgrind") is not None
+
+#: The capture options a counted run records differently from a time run (on purpose).
+COUNT_ONLY_OPTIONS = {"measure", "timing_mode", "timing_reason", "primary_clock"}
+
+TINY_SCENE = '''
+from scenes.builtin.clear import ClearScene
+
+
+class Tiny(ClearScene):
+    name = "tiny"
+'''
+
+
+def _default(field: dataclasses.Field[Any]) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return dataclasses.MISSING
+
+
+def _full_plan() -> RunPlan:
+    """A plan with every field of RunConfig and RunPlan set to something other than its default."""
+    config = RunConfig(scenes=("clear", "sub/tiny.py:Tiny"), suite="ci", frames=7, duration_s=2.5, warmup=2,
+                       size=(48, 32), samples=4, backend="egl", device=1, timing="sync", zones="draws", seed=9,
+                       params=(("clear", "bands", "3"), ("triangle", "speed", 0.5)), output="out/x.katra",
+                       notes="a note, with ünïcode", screenshot_dir="shots", measure="instructions",
+                       reference_every=3, force=True, max_draw_zones=5, codec="none")
+    entries = (SceneEntry("clear", "clear", ClearScene, {"bands": 3}),
+               SceneEntry("triangle", "triangle", TriangleScene, {"speed": 0.5}),
+               SceneEntry("clear#2", "sub/tiny.py:Tiny", ClearScene, {"bands": 4}))
+    return RunPlan(config, entries, frames=7, duration_s=2.5, warmup=2, size=(48, 32), output=Path("out/x.katra"),
+                   screenshot_dir=Path("/abs/shots"), workload="ci+clear+sub/tiny.py:Tiny")
+
+
+def _classes(spec: str) -> type:
+    return {"clear": ClearScene, "triangle": TriangleScene, "sub/tiny.py:Tiny": ClearScene}[spec]
+
+
+def _through_json(plan: RunPlan) -> RunPlan:
+    return plan_from_dict(json.loads(json.dumps(plan_as_dict(plan))), _classes)
+
+
+def test_every_field_of_the_plan_round_trips_through_json() -> None:
+    plan = _full_plan()
+    for field in dataclasses.fields(RunConfig):  # a new option must be set here, so that this test covers it
+        assert getattr(plan.config, field.name) != _default(field), f"set RunConfig.{field.name} in _full_plan"
+    for field in dataclasses.fields(RunPlan):
+        assert getattr(plan, field.name), f"set RunPlan.{field.name} in _full_plan"
+    data = plan_as_dict(plan)
+    assert set(data) == {f.name for f in dataclasses.fields(RunPlan)}
+    assert set(data["config"]) == {f.name for f in dataclasses.fields(RunConfig)}
+    assert data["entries"][2] == {"label": "clear#2", "spec": "sub/tiny.py:Tiny", "params": {"bands": 4}}
+    again = _through_json(plan)
+    assert again == plan
+    assert isinstance(again.output, Path) and isinstance(again.size, tuple) and isinstance(again.config.size, tuple)
+    assert again.config.params == (("clear", "bands", "3"), ("triangle", "speed", 0.5))
+    assert again.entries[2].cls is ClearScene
+    for zones in (True, False, "passes"):  # zones is bool | str: JSON keeps which
+        plan_zones = dataclasses.replace(plan, config=dataclasses.replace(plan.config, zones=zones))
+        assert _through_json(plan_zones).config.zones == zones
+        assert type(_through_json(plan_zones).config.zones) is type(zones)
+    bare = dataclasses.replace(plan, config=RunConfig(scenes=("clear",)), frames=None, screenshot_dir=None)
+    assert _through_json(bare) == bare
+
+
+def test_a_plan_that_is_not_one_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="not a katra3d run plan"):
+        plan_from_dict({"config": {"scenes": []}}, _classes)
+    data = plan_as_dict(_full_plan())
+    data["size"] = [48, 32, 1]
+    with pytest.raises(ConfigError, match="not a katra3d run plan"):
+        plan_from_dict(data, _classes)
+
+
+def test_file_scenes_are_imported_from_absolute_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    plan = _full_plan()
+    imports, needs_cwd = measure.scene_imports(plan)
+    assert imports == {"sub/tiny.py:Tiny": f"{tmp_path}/sub/tiny.py:Tiny"} and not needs_cwd
+    module_scene = SceneEntry("m", "mypkg.scenes:Mine", ClearScene, {})
+    _, needs_cwd = measure.scene_imports(dataclasses.replace(plan, entries=(*plan.entries, module_scene)))
+    assert needs_cwd  # a package.module:Class spec needs this directory on the child's import path
+
+
+def test_child_results_round_trip_through_json() -> None:
+    scenes = [SceneResult("clear", "ok", frames=2, warmup=1, setup_ms=1.5, clock="instructions",
+                          stats={"n": 2, "median": 123456.0, "min": 123000.0, "max": 124000.0, "spread_pct": 0.8},
+                          checksum="abc", reason="why", pixels=None, params={"bands": 3}),
+              SceneResult("tiny", "skipped", reason="needs GL 4.6")]
+    result = RunResult(Path("x.katra"), "interrupted", "instructions", "counted", scenes, "SIGTERM", size=(16, 16))
+    data = json.loads(json.dumps(measure.result_as_dict(result)))
+    assert "path" not in data and all("pixels" not in s for s in data["scenes"])
+    assert measure.result_from_dict(data, Path("x.katra")) == result
+
+
+def _run(katra_cli: Any, *args: str) -> dict[str, Any]:
+    res = katra_cli("run", *args, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == ""  # --quiet: the counted child is quiet too
+    out: dict[str, Any] = json.loads(res.stdout)
+    return out
+
+
+@pytest.mark.gl
+def test_counted_run_records_the_options_of_a_time_run(katra_cli: Any, tmp_path: Path) -> None:
+    """One counted run and one time run with the same options: the same capture options in the header
+    (but for what counting changes), the user's relative -o, and the child's results handed back."""
+    if not HAVE_VALGRIND:
+        pytest.skip("valgrind is not installed (ci/system-deps.sh test installs it)")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "tiny.py").write_text(TINY_SCENE)
+    (tmp_path / "traces").mkdir()
+    args = ["clear", "sub/tiny.py:Tiny", "--frames", "2", "--warmup", "1", "--size", "16x16", "--samples", "2",
+            "--timing", "sync", "--backend", "egl", "--seed", "7", "--param", "clear.bands=3",
+            "--param", "tiny.bands=2", "--note", "same options", "--zones", "draws", "--max-draw-zones", "8",
+            "--codec", "none", "--reference-every", "2", "--screenshot", "shots", "-o", "traces/run.katra",
+            "--force", "--json", "--quiet"]
+    timed = _run(katra_cli, *args)
+    time_options = open_trace(tmp_path / "traces" / "run.katra").header["capture_options"]
+    shutil.rmtree(tmp_path / "shots")
+    counted = _run(katra_cli, *args, "--measure", "instructions")  # replaces the time run's trace (--force)
+    trace = open_trace(tmp_path / "traces" / "run.katra")
+    options = trace.header["capture_options"]
+
+    assert options["output"] == "traces/run.katra" and options["resolved"]["output"] == "traces/run.katra"
+    assert options["measure"]["mode"] == "instructions" and time_options["measure"] == {"mode": "time"}
+    assert options["resolved"]["scenes"][1]["spec"] == "sub/tiny.py:Tiny"  # as the user gave it
+    assert {k: v for k, v in options.items() if k not in COUNT_ONLY_OPTIONS} == \
+        {k: v for k, v in time_options.items() if k not in COUNT_ONLY_OPTIONS}
+    assert set(options) == set(time_options)
+    assert sorted(p.name for p in (tmp_path / "shots").iterdir()) == ["clear.png", "tiny.png"]
+
+    # the child's per-scene results, handed back as data: what the parent prints
+    assert counted["trace"] == "traces/run.katra" and counted["status"] == "complete"
+    assert counted["timing_mode"] == "instructions" and timed["timing_mode"] == "sync"
+    rows = {row["scene"]: row for row in counted["scenes"]}
+    assert set(rows) == {"clear", "tiny"}
+    for label, bands in (("clear", 3), ("tiny", 2)):
+        assert rows[label]["status"] == "ok" and rows[label]["frames"] == 2
+        assert rows[label]["clock"] == "instructions" and rows[label]["params"] == {"bands": bands}
+        assert rows[label]["median"] > 10_000  # a real frame of work
+    summary = {row["scene"]: row for row in (trace.summary or {})["user"]["scenes"]}
+    assert summary["clear"]["median"] == rows["clear"]["median"]
+    assert not os.environ.get(measure.CHILD_ENV)
