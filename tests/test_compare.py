@@ -15,13 +15,9 @@ import pytest
 
 from scipy import stats as sps
 
-from katra_trace.analysis.compare import (
-    compare_runs,
-    compare_traces,
-    holm,
-    resolve_metric,
-)
-from katra_trace.analysis.decide import paired_t, welch
+from katra_trace.analysis.compare import compare_traces
+from katra_trace.analysis.decide import compare_runs, holm, paired_t, welch
+from katra_trace.analysis.match import resolve_metric
 
 
 def runs(rng: np.random.Generator, k: int, mean_ms: float, run_cv: float = 0.08,
@@ -358,7 +354,7 @@ def test_resolve_metric() -> None:
 
 
 def test_capture_facts_read_what_katra3d_run_records() -> None:
-    from katra_trace.analysis.compare import capture_facts
+    from katra_trace.analysis.match import capture_facts
 
     header = {"capture_options": {
         "size": None, "samples": 0, "timing_mode": "sync", "params": {"fill.layers": 4},

@@ -120,7 +120,7 @@ def _count_row(s: Any) -> list[str]:
 
 
 def print_comparison(result: Any, fmt: str, base: str, new: str) -> None:
-    """Print a :class:`katra_trace.analysis.decide.Comparison` in ``fmt`` (table, markdown, csv or json)."""
+    """Print a :class:`katra_trace.analysis.verdict.Comparison` in ``fmt`` (table, markdown, csv or json)."""
     if fmt == "json":
         print_json(dict(result.as_dict(), base=base, new=new))
         return

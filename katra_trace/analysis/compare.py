@@ -3,7 +3,7 @@
 The entry point for opened traces, :func:`compare_traces`: it asks
 :mod:`katra_trace.analysis.match` which scenes may be compared and on which clock,
 and :mod:`katra_trace.analysis.decide` for the statistics and verdicts (the rule is
-in docs/stats.md). The public names of both modules stay importable from here.
+in docs/stats.md).
 """
 
 from __future__ import annotations
@@ -15,30 +15,19 @@ from typing import Any
 
 import numpy as np
 
-from katra_trace.analysis.decide import (
-    MIN_FRAMES,
-    MIN_RUNS_FOR_RUN_LEVEL,
-    VERDICTS,
-    Comparison,
-    SceneComparison,
-    compare_runs,
-    decide_counts,
-    holm,
-)
+from katra_trace.analysis.decide import compare_runs, decide_counts
+from katra_trace.analysis.verdict import Comparison, SceneComparison
 from katra_trace.analysis.defaults import DEFAULT_ALPHA
 from katra_trace.errors import ConfigError
 from katra_trace.analysis.match import (
-    CAPTURE_KEYS,
-    HOST_KEYS,
     capture_facts,
     codegen_facts,
     host_facts,
     measure_mode,
     mismatch,
     resolve_metric,
-    scene_params,
 )
-from katra_trace.metrics import METRICS, check_run_stat, is_count
+from katra_trace.metrics import check_run_stat, is_count
 from katra_trace.schema import REFERENCE_NAME, Clock, Kind
 from katra_trace.analysis.stats import reference_durations, scene_durations, scene_labels, zone_frame_totals
 
@@ -290,20 +279,4 @@ def _zone_rows(result: Comparison, sides: Mapping[str, Sequence[Any]], metric: s
     return tuple(rows)
 
 
-__all__ = [
-    "CAPTURE_KEYS",
-    "Comparison",
-    "HOST_KEYS",
-    "METRICS",
-    "MIN_FRAMES",
-    "MIN_RUNS_FOR_RUN_LEVEL",
-    "SceneComparison",
-    "VERDICTS",
-    "capture_facts",
-    "compare_runs",
-    "compare_traces",
-    "holm",
-    "host_facts",
-    "resolve_metric",
-    "scene_params",
-]
+__all__ = ["compare_traces"]

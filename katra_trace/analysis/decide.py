@@ -47,8 +47,9 @@ import numpy as np
 from scipy import stats as sps
 
 from katra_trace.analysis.defaults import DEFAULT_ALPHA, check_alpha, check_threshold_pct, default_threshold_pct
-from katra_trace.metrics import RUN_STATS, check_run_stat, is_count
+from katra_trace.metrics import check_run_stat, is_count
 from katra_trace.analysis.stats import frame_stats
+from katra_trace.analysis.verdict import Comparison, SceneComparison
 
 #: Fewer measured frames than this on a side: inconclusive (time metrics).
 MIN_FRAMES = 20
@@ -62,124 +63,6 @@ MIN_RUNS_FOR_RUN_LEVEL = MIN_RUNS
 TARGET_POWER = 0.8
 #: Half-width of the count metrics' band, in noise floors.
 NOISE_FLOOR_FACTOR = 3.0
-
-VERDICTS = ("regression", "improvement", "unchanged", "inconclusive", "incomparable")
-
-
-@dataclasses.dataclass(frozen=True)
-class SceneComparison:
-    """The comparison of one scene (or one zone of a scene). Ratios NEW/BASE (> 1 = slower)."""
-
-    scene: str
-    verdict: str
-    reason: str
-    metric: str = ""
-    zone: str = ""  #: "" for the scene's frames, else the zone this row describes
-    #: what the decision rests on: "runs" (unpaired), "rounds" (paired), "frames" (information
-    #: only: too few runs), "counts" (deterministic metric)
-    unit: str = ""
-    value_unit: str = "ms"  #: unit of median_base / median_new: ms, instructions, cycles, x reference
-    paired: bool = False
-    runs_base: int = 0
-    runs_new: int = 0
-    frames_base: int = 0
-    frames_new: int = 0
-    median_base: float = math.nan  #: BASE level in value_unit (geometric mean of per-run medians, or p10s)
-    median_new: float = math.nan
-    median_base_ms: float = math.nan  #: the same in ms (time metrics only)
-    median_new_ms: float = math.nan
-    ratio: float = math.nan
-    ci_low: float = math.nan
-    ci_high: float = math.nan
-    confidence: float = math.nan
-    p_value: float = math.nan  #: one-sided, in the direction of the change, on runs or rounds
-    p_holm: float = math.nan  #: Holm-adjusted across scenes
-    dof: float = math.nan  #: degrees of freedom of the t interval
-    frame_ratio: float = math.nan  #: pooled-frame median ratio (information)
-    frame_p_value: float = math.nan  #: two-sided Mann-Whitney U on pooled frames (information)
-    run_cv_base: float = math.nan  #: CV of per-run medians, or p10s (needs >= 2 runs)
-    run_cv_new: float = math.nan
-    pair_cv: float = math.nan  #: sd of per-round log ratios (paired)
-    noise_floor_pct: float = math.nan  #: count metrics: the measured noise floor
-    frame_change_pct: float = math.nan  #: zones of count metrics: the zone's change over the frame's count
-    runs_needed: int | None = None  #: runs a side that would settle an inconclusive result
-    frames_needed: int | None = None
-    p99_base_ms: float = math.nan
-    p99_new_ms: float = math.nan
-    fps_low_1pct_base: float = math.nan
-    fps_low_1pct_new: float = math.nan
-    stutter_pct_base: float = math.nan
-    stutter_pct_new: float = math.nan
-    notes: tuple[str, ...] = ()
-
-    @property
-    def change_pct(self) -> float:
-        """(ratio - 1) in percent: + means NEW is slower."""
-        return (self.ratio - 1.0) * 100.0
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready dict; non-finite floats become None."""
-        out: dict[str, Any] = {}
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                value = None
-            elif isinstance(value, tuple):
-                value = list(value)
-            out[field.name] = value
-        change = self.change_pct
-        out["change_pct"] = change if math.isfinite(change) else None
-        return out
-
-
-@dataclasses.dataclass(frozen=True)
-class Comparison:
-    """All scenes of one comparison and the settings used.
-
-    ``zones`` holds per-zone rows (count metrics): information on which pass
-    changed; the exit code rests on the scenes' own rows.
-    """
-
-    scenes: tuple[SceneComparison, ...]
-    threshold_pct: float
-    alpha: float
-    metric: str
-    notes: tuple[str, ...] = ()
-    zones: tuple[SceneComparison, ...] = ()
-    paired: bool = False
-    run_stat: str = "median"  #: the per-run statistic of a time metric (:data:`RUN_STATS`)
-
-    @property
-    def regressions(self) -> tuple[SceneComparison, ...]:
-        return tuple(s for s in self.scenes if s.verdict == "regression")
-
-    @property
-    def exit_code(self) -> int:
-        """1 if any regression, 2 if nothing was comparable, else 0."""
-        if self.regressions:
-            return 1
-        if not any(s.verdict != "incomparable" for s in self.scenes):
-            return 2
-        return 0
-
-    def as_dict(self) -> dict[str, Any]:
-        counts = {v: sum(1 for s in self.scenes if s.verdict == v) for v in VERDICTS}
-        scenes: dict[str, Any] = {s.scene: s.as_dict() for s in self.scenes}
-        for z in self.zones:
-            if z.scene in scenes:
-                scenes[z.scene].setdefault("zones", {})[z.zone] = z.as_dict()
-        return {
-            "threshold_pct": self.threshold_pct,
-            "alpha": self.alpha,
-            "metric": self.metric,
-            "paired": self.paired,
-            "run_stat": self.run_stat,
-            "verdicts": counts,
-            "exit_code": self.exit_code,
-            "notes": list(self.notes),
-            "scenes": scenes,
-        }
-
 
 # --------------------------------------------------------------------------- helpers
 
@@ -575,15 +458,11 @@ def compare_runs(
 
 
 __all__ = [
-    "Comparison",
     "MIN_FRAMES",
     "MIN_RUNS",
     "MIN_RUNS_FOR_RUN_LEVEL",
     "NOISE_FLOOR_FACTOR",
-    "RUN_STATS",
-    "SceneComparison",
     "TInterval",
-    "VERDICTS",
     "compare_runs",
     "decide_counts",
     "holm",
