@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
+from harness.run.progress import show_warning
 from katra_trace.errors import KatraError
 
 #: (subcommand module under harness.cli, in help order)
@@ -82,11 +83,6 @@ def _remember_parsers(parser: argparse.ArgumentParser) -> None:
                 _remember_parsers(child)
 
 
-def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                  file: object = None, line: str | None = None) -> None:
-    print(f"katra3d: warning: {message}", file=sys.stderr)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     try:
@@ -120,7 +116,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
-            warnings.showwarning = _show_warning
+            warnings.showwarning = show_warning
             return int(args.func(args))
     except KatraError as err:
         print(f"katra3d: error: {err}", file=sys.stderr)

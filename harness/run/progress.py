@@ -58,4 +58,10 @@ class Progress:
             self._bar.update(self._task, completed=done)
 
 
-__all__ = ["Progress"]
+def show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: object = None, line: str | None = None) -> None:
+    """A ``warnings.showwarning`` that prints one ``katra3d: warning: ...`` line on stderr (no source line)."""
+    print(f"katra3d: warning: {message}", file=sys.stderr)
+
+
+__all__ = ["Progress", "show_warning"]

@@ -43,6 +43,7 @@ from harness.engine.results import NoProgress, Progress, RunResult, SceneResult
 from harness.engine.spec import CaptureSpec, SceneSpec
 from harness.engine.stopping import StopFlag, stop_on_signals
 from harness.run.progress import Progress as RunProgress
+from harness.run.progress import show_warning
 from katra_trace.errors import KatraError, OutputBusyError, OutputExistsError
 
 
@@ -173,7 +174,7 @@ def run_child() -> int:
         progress = RunProgress(len(plan.entries), quiet=bool(info.get("quiet")))
         with warnings.catch_warnings():  # as the CLI shows them: one "katra3d: warning:" line each
             warnings.simplefilter("default")
-            warnings.showwarning = _show_warning
+            warnings.showwarning = show_warning
             result = _capture(plan, progress, child=info)
     except KatraError as err:
         measure.hand_back(info, {"error": str(err), "exit_code": err.exit_code})
@@ -187,11 +188,6 @@ def run_child() -> int:
     if result.status != "interrupted":
         return 0
     return 128 + int(signal.Signals.__members__.get(result.signal_name, signal.SIGINT))
-
-
-def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                  file: object = None, line: str | None = None) -> None:
-    print(f"katra3d: warning: {message}", file=sys.stderr)
 
 
 #: Signals a killed child can have died of (its exit code is minus the signal number).
