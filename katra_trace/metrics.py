@@ -47,6 +47,11 @@ MEASURES: tuple[str, ...] = ("time", *COUNT_CLOCKS)
 RUN_STATS: tuple[str, ...] = ("median", "p10")
 
 
+def clock_name(clock: int) -> str:
+    """The name of clock number ``clock`` (``1`` -> ``"wall"``); ``clockN`` for a number this build does not know."""
+    return CLOCK_NAMES.get(int(clock), f"clock{int(clock)}")
+
+
 def is_count(name: str) -> bool:
     """True for a count metric (``instructions``, ``cycles``), False for a time or anything else."""
     return name in COUNT_CLOCKS
@@ -91,6 +96,7 @@ __all__ = [
     "TIME_CLOCKS",
     "VALUE_CLOCKS",
     "check_run_stat",
+    "clock_name",
     "is_count",
     "is_time",
     "is_value",

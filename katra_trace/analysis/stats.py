@@ -34,7 +34,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from katra_trace.schema import COUNT_CLOCKS, Clock, Flag, Kind
+from katra_trace.metrics import clock_name
+from katra_trace.schema import COUNT_CLOCKS, Flag, Kind
 
 #: A frame is a stutter when it is longer than this many times the moving median.
 STUTTER_FACTOR = 2.5
@@ -43,7 +44,6 @@ STUTTER_WINDOW_FRAMES = 31
 #: Flags whose events never enter statistics (warmup, setup, skip markers, cut-short spans).
 EXCLUDED_FLAGS = int(Flag.WARMUP | Flag.SETUP | Flag.SKIPPED | Flag.INTERRUPTED | Flag.REFERENCE)
 #: Clock enum -> the lowercase name used in dict keys ("cpu", "wall", "gpu").
-CLOCK_NAMES: dict[int, str] = {int(c): c.name.lower() for c in Clock}
 
 _NS_PER_MS = 1e6
 #: Frames per block of the moving median (bounds its memory at ~window x this x 8 bytes x 3).
@@ -272,7 +272,7 @@ def scene_durations(events: np.ndarray, strings: list[str]) -> dict[str, dict[st
         of_scene = frames[frames["scene"] == sid]
         per_scene = out.setdefault(labels[sid], {})
         for clock in np.unique(of_scene["clock"]):
-            cname = CLOCK_NAMES.get(int(clock), f"clock{int(clock)}")
+            cname = clock_name(clock)
             per_scene[cname] = _ordered(of_scene[of_scene["clock"] == clock])["dur_ns"].astype(np.float64)
     return out
 
@@ -313,7 +313,7 @@ def reference_durations(events: np.ndarray, strings: list[str]) -> dict[str, dic
     for sid in _in_order(sel["scene"], labels):
         of_scene = sel[sel["scene"] == sid]
         for clock in np.unique(of_scene["clock"]):
-            cname = CLOCK_NAMES.get(int(clock), f"clock{int(clock)}")
+            cname = clock_name(clock)
             out.setdefault(labels[sid], {})[cname] = _ordered(of_scene[of_scene["clock"] == clock])[
                 "dur_ns"].astype(np.float64)
     return out
@@ -363,7 +363,7 @@ def count_stats(values: np.ndarray, unit: str) -> dict[str, float | int | None]:
 def _group_stats(ev: np.ndarray) -> dict[str, dict[str, float | int | None]]:
     out: dict[str, dict[str, float | int | None]] = {}
     for clock in np.unique(ev["clock"]):
-        cname = CLOCK_NAMES.get(int(clock), f"clock{int(clock)}")
+        cname = clock_name(clock)
         dur = _ordered(ev[ev["clock"] == clock])["dur_ns"]
         out[cname] = count_stats(dur, cname) if int(clock) in COUNT_CLOCKS else frame_stats(dur).as_dict()
     return out
@@ -413,7 +413,6 @@ def flatten(stats: Mapping[str, Any], zones: bool = True) -> Iterable[tuple[str,
 
 
 __all__ = [
-    "CLOCK_NAMES",
     "EXCLUDED_FLAGS",
     "FrameStats",
     "STUTTER_FACTOR",

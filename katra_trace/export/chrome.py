@@ -21,7 +21,8 @@ from typing import IO, Any
 import numpy as np
 
 from katra_trace.export.output import ProgressFn
-from katra_trace.export.timeline import Timeline, clock_name, flag_names
+from katra_trace.export.timeline import Timeline, flag_names
+from katra_trace.metrics import clock_name
 
 #: Events beyond which chrome://tracing struggles (the export warns and suggests Perfetto).
 CHROME_EVENT_WARN = 1_000_000

@@ -32,7 +32,7 @@ import numpy as np
 
 from katra_trace.export.output import ProgressFn
 from katra_trace.optional import require
-from katra_trace.export.timeline import Timeline, clock_name, flag_names
+from katra_trace.export.timeline import Timeline, flag_names
 
 #: Packets serialized and written at a time (bounds memory on large traces).
 CHUNK_PACKETS = 200_000

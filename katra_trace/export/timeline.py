@@ -31,17 +31,12 @@ from typing import Any
 import numpy as np
 
 from katra_trace.schema import VALUE_CLOCKS, Clock, Flag, Kind
-from katra_trace.analysis.stats import CLOCK_NAMES, scene_labels
+from katra_trace.analysis.stats import scene_labels
+from katra_trace.metrics import clock_name
 
 #: Order of the time clocks' tracks inside a scene.
 CLOCK_ORDER: tuple[int, ...] = (int(Clock.WALL), int(Clock.CPU), int(Clock.GPU), int(Clock.PROCESS),
                                 int(Clock.INSTRUCTIONS), int(Clock.CYCLES))
-
-
-def clock_name(clock: int) -> str:
-    """``wall``, ``cpu``, ``gpu``, ``process``, ``instructions``, ``cycles``, or ``clock<N>`` for one this
-    build lacks."""
-    return CLOCK_NAMES.get(int(clock), f"clock{int(clock)}")
 
 
 def flag_names(flags: int) -> str:
@@ -241,7 +236,6 @@ __all__ = [
     "SliceTrack",
     "Timeline",
     "build_timeline",
-    "clock_name",
     "flag_names",
     "gpu_to_host",
     "nest",

@@ -25,7 +25,8 @@ import numpy as np
 
 from katra_trace.errors import ConfigError
 from katra_trace.analysis.match import codegen_facts, host_facts, measure_mode, scene_params
-from katra_trace.schema import COUNT_CLOCKS, Clock
+from katra_trace.metrics import is_count
+from katra_trace.schema import Clock
 from katra_trace.analysis.stats import reference_durations, scene_durations, zone_frame_totals
 
 #: Columns of a history row, in order, with their DuckDB types.
@@ -64,7 +65,6 @@ COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 
 #: Metric name of the per-run ratio (median frame wall) / (median reference wall), as `compare --normalize`.
 REFERENCE_METRIC = "wall/reference"
-_COUNT_NAMES = {Clock(c).name.lower() for c in COUNT_CLOCKS}
 _NS_PER_MS = 1e6
 
 
@@ -216,7 +216,7 @@ def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[dict[str, Any]]
     def add(scene: str, zone: str, metric: str, values: np.ndarray, unit: str | None = None) -> None:
         if values.size == 0:
             return
-        count = metric in _COUNT_NAMES
+        count = is_count(metric)
         params = scene_params(opts, scene) if isinstance(opts, Mapping) else None
         out.append({**base, "scene": scene, "zone": zone, "metric": metric,
                     "unit": unit or (metric if count else "ms"),

@@ -17,7 +17,8 @@ import numpy as np
 
 from katra_trace.metrics import unit_of
 from katra_trace.schema import Clock, Flag, Kind
-from katra_trace.analysis.stats import CLOCK_NAMES, EXCLUDED_FLAGS, scene_labels, zone_frame_totals
+from katra_trace.analysis.stats import EXCLUDED_FLAGS, scene_labels, zone_frame_totals
+from katra_trace.metrics import CLOCK_NAMES, clock_name
 
 #: Most points drawn per frame series (min and max of MAX_POINTS / 2 buckets).
 MAX_POINTS = 4000
@@ -127,7 +128,7 @@ def scenes_of(trace: TraceLike) -> dict[str, tuple[int, list[str]]]:
         clocks = sorted({int(c) for c in np.unique(frames["clock"][frames["scene"] == sid])},
                         key=lambda c: (order.get(c, 99), c))
         if clocks:
-            out[label] = (sid, [CLOCK_NAMES.get(c, f"clock{c}") for c in clocks])
+            out[label] = (sid, [clock_name(c) for c in clocks])
     return out
 
 
