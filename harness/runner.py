@@ -188,13 +188,6 @@ def _safe(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
 
 
-def format_table(result: RunResult) -> str:
-    """The end-of-run table (see :func:`harness.cli.progress.format_table`)."""
-    from harness.cli.progress import format_table as table
-
-    return table(result)
-
-
 __all__ = [
     "DEFAULT_FRAMES",
     "DEFAULT_SIZE",
@@ -206,7 +199,6 @@ __all__ = [
     "SceneResult",
     "capture_options",
     "default_output",
-    "format_table",
     "parse_param",
     "parse_size",
     "plan_run",
