@@ -1,12 +1,14 @@
 # The two commands that do all the set-up on a fresh machine:
 #   make run    venv + package + Mesa EGL/llvmpipe, then the default scene suite -> a trace
-#   make test   the same set-up (+ Xvfb), then the whole test suite
+#   make test   the same set-up (+ Xvfb), then mypy and the whole test suite
+# and, while working on the code:
+#   make test-quick   the same set-up, then the tests not marked `slow` (under 2 min on 2 cores)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.stamp-installed
 
-.PHONY: run test bench bench-measure bench-noise sysdeps sysdeps-test clean
+.PHONY: run test test-quick bench bench-measure bench-noise sysdeps sysdeps-test clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +28,11 @@ run: sysdeps $(STAMP)
 test: sysdeps-test $(STAMP)
 	$(PY) -m mypy
 	$(PY) -m pytest -p no:cacheprovider tests
+
+# Every test but those marked `slow` (each over ~5 s: valgrind counts, many captures, the browser);
+# `make test` still runs them all.
+test-quick: sysdeps-test $(STAMP)
+	$(PY) -m pytest -p no:cacheprovider -m "not slow" tests
 
 # Ratios against in-run baselines, one table on stdout, bench/results.json (python -m bench --help)
 bench: sysdeps $(STAMP)

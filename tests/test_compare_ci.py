@@ -95,6 +95,7 @@ def _count_trace(path: Path, *, per_frame: int, scene: str = "clear", codegen: d
 
 
 @pytest.mark.gl
+@pytest.mark.slow
 def test_bench_records_then_compares_with_baseline(tmp_path: Path, gl_ctx: object) -> None:
     summary = tmp_path / "step-summary.md"
     env = {"GITHUB_STEP_SUMMARY": str(summary)}
@@ -129,6 +130,7 @@ def test_bench_records_then_compares_with_baseline(tmp_path: Path, gl_ctx: objec
 
 
 @pytest.mark.gl
+@pytest.mark.slow
 def test_bench_gates_on_instructions_unless_the_codegen_differs(tmp_path: Path, gl_ctx: object) -> None:
     """Two counted captures: one against a baseline from another code generator (not used: notice,
     marker, exit 0), then a param step against that capture (regression, exit 1)."""
@@ -182,6 +184,7 @@ def _git(repo: Path, *args: str) -> str:
 
 
 @pytest.mark.gl
+@pytest.mark.slow
 def test_compare_versions_finds_a_slower_revision(tmp_path: Path, gl_ctx: object) -> None:
     repo = tmp_path / "project"
     repo.mkdir()

@@ -115,6 +115,7 @@ def test_compare_directories_regression_exit_1(tmp_path: Path, katra_cli) -> Non
     assert r.returncode == 1 and "| mesh | regression |" in r.stdout
 
 
+@pytest.mark.slow
 def test_compare_incomparable_sizes_exit_2(tmp_path: Path, katra_cli) -> None:
     a = write_run(tmp_path / "a.katra", 10.0, seed=1)
     b = write_run(tmp_path / "b.katra", 10.0, seed=2, size=(128, 128))
@@ -148,6 +149,7 @@ def test_compare_bad_options_exit_2(tmp_path: Path, katra_cli, args: tuple[str, 
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) <= 3
 
 
+@pytest.mark.slow
 def test_compare_stat_p10_reduces_runs_to_their_10th_percentile(tmp_path: Path, katra_cli) -> None:
     base = write_runs(tmp_path / "base", 4, 10.0, seed=10)
     new = write_runs(tmp_path / "new", 4, 10.0, seed=20, slow={"fill": 1.3})
@@ -166,6 +168,7 @@ def test_compare_stat_p10_reduces_runs_to_their_10th_percentile(tmp_path: Path, 
     assert r.returncode == 1 and "p10 of each run" in r.stdout and "p10 ms" in r.stdout
 
 
+@pytest.mark.slow
 def test_compare_bad_inputs_exit_2(tmp_path: Path, katra_cli) -> None:
     a = write_run(tmp_path / "a.katra", 10.0, seed=1)
     empty = tmp_path / "empty"
@@ -198,6 +201,7 @@ def _writer_cmd(tmp_path: Path, slow: float, chatter: int = 0) -> str:
     return f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {{out}} {slow} {chatter}"
 
 
+@pytest.mark.slow
 def test_ab_interleaves_records_pairing_and_compares_paired(tmp_path: Path, katra_cli) -> None:
     out = tmp_path / "ab"
     r = katra_cli("ab", "--base", _writer_cmd(tmp_path, 1.0, chatter=50), "--new", _writer_cmd(tmp_path, 1.3),
@@ -260,6 +264,7 @@ def test_ab_bad_commands(tmp_path: Path, katra_cli) -> None:
     assert r.returncode == 2 and "wrote no trace" in r.stderr
 
 
+@pytest.mark.slow
 def test_noisy_wall_time_points_to_process_cpu_time(tmp_path: Path, katra_cli) -> None:
     """Runs whose wall time varies 20 % from run to run (a busy neighbour) leave compare inconclusive; when
     the traces recorded process CPU time on a software renderer, the output says how to use it."""

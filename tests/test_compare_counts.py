@@ -85,6 +85,7 @@ def _open(*paths: Path) -> list[Any]:
 # --------------------------------------------------------------------------- instructions
 
 
+@pytest.mark.slow
 def test_instructions_one_run_a_side_per_scene_and_per_zone(tmp_path: Path, katra_cli) -> None:
     base = count_trace(tmp_path / "base.katra")
     same = count_trace(tmp_path / "same.katra")
@@ -136,6 +137,7 @@ def test_instructions_noise_floor_from_frames(tmp_path: Path) -> None:
     assert "across matched steady frames" in s.reason and s.noise_floor_pct > 0.3
 
 
+@pytest.mark.slow
 def test_instruction_comparisons_refuse_a_different_code_generator(tmp_path: Path, katra_cli) -> None:
     a = count_trace(tmp_path / "a.katra")
     b = count_trace(tmp_path / "b.katra", codegen=dict(CODEGEN, llvm="16.0.0"))
@@ -150,6 +152,7 @@ def test_instruction_comparisons_refuse_a_different_code_generator(tmp_path: Pat
     assert c.scenes[0].verdict == "incomparable"
 
 
+@pytest.mark.slow
 def test_counts_and_times_do_not_mix(tmp_path: Path, katra_cli) -> None:
     counts = count_trace(tmp_path / "counts.katra")
     times = wall_trace(tmp_path / "times.katra", frame_ms=5.0, ref_ms=1.0)
@@ -180,6 +183,7 @@ def test_stats_shows_counts_in_counts(tmp_path: Path, katra_cli) -> None:
 # --------------------------------------------------------------------------- normalize
 
 
+@pytest.mark.slow
 def test_normalize_divides_by_the_reference_workload(tmp_path: Path, katra_cli) -> None:
     # NEW's machine is 30 % slower across the board (frames and reference alike): raw wall time
     # calls that a regression; normalized, the scene is unchanged

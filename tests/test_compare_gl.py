@@ -20,7 +20,7 @@ import pytest
 from katra_trace.io import format as fmt
 from tests.trace_helpers import seal_blocks, split_blocks
 
-pytestmark = pytest.mark.gl
+pytestmark = [pytest.mark.gl, pytest.mark.slow]
 
 SIZE = "96x96"
 

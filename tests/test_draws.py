@@ -155,6 +155,7 @@ def test_a_scene_failing_mid_frame_leaves_moderngl_unpatched(tmp_path: Path) -> 
     assert open_trace(tmp_path / "b.katra").status == "aborted"
 
 
+@pytest.mark.slow
 def test_compare_says_when_the_draws_differ(tmp_path: Path) -> None:
     for name, count in (("a", 20), ("b", 22)):
         res = subprocess.run([KATRA3D, "run", "drawcalls", "--param", f"drawcalls.count={count}", "--zones", "draws",

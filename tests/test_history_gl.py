@@ -39,6 +39,7 @@ def _check_finds_label_3(tmp: Path, metric: str) -> dict[str, object]:
 
 
 @pytest.mark.gl
+@pytest.mark.slow
 def test_wall_time_history_of_real_captures(tmp_path: Path, gl_ctx: object) -> None:
     """The whole path on real traces: host fingerprint from the real probe, labels in order, the param
     change noted at L3, and check's verdict in its JSON. Whether wall time shows the +25 % of fragment

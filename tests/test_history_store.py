@@ -117,6 +117,7 @@ def test_rows_hold_the_run_stats_zones_and_host(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- add
 
 
+@pytest.mark.slow
 def test_add_stores_each_trace_once_and_reports_the_repeat(tmp_path: Path) -> None:
     a = make_trace(tmp_path / "a.katra", {"fill": 10.0}, seed=1)
     b = make_trace(tmp_path / "sub" / "b.katra", {"fill": 10.0}, seed=2) if (tmp_path / "sub").mkdir() is None else None
@@ -160,6 +161,7 @@ for p in paths:  # one add (one lock) per trace: 20 contended writes per process
 """
 
 
+@pytest.mark.slow
 def test_two_processes_adding_at_once_lose_nothing(tmp_path: Path) -> None:
     traces = {side: [make_trace(tmp_path / f"{side}{i}.katra", {"fill": 10.0}, seed=1000 * (side == "b") + i)
                      for i in range(20)] for side in ("a", "b")}
@@ -176,6 +178,7 @@ def test_two_processes_adding_at_once_lose_nothing(tmp_path: Path) -> None:
     assert rows == [("label-a", 20, 20), ("label-b", 20, 20)]
 
 
+@pytest.mark.slow
 def test_a_lock_held_too_long_is_a_one_line_error_and_nothing_is_lost(tmp_path: Path) -> None:
     trace = make_trace(tmp_path / "a.katra", {"fill": 10.0})
     history_of(tmp_path, [("v1", {"fill": 10.0})], runs=1)
@@ -194,6 +197,7 @@ def test_a_lock_held_too_long_is_a_one_line_error_and_nothing_is_lost(tmp_path: 
 # --------------------------------------------------------------------------- show / check
 
 
+@pytest.mark.slow
 def test_show_orders_labels_by_time_and_draws_a_sparkline(tmp_path: Path) -> None:
     history_of(tmp_path, [("c", {"fill": 10.0}), ("a", {"fill": 10.0}), ("b", {"fill": 20.0})])
     res = cli("show", "--db", "h.duckdb", "--format", "json", cwd=tmp_path)
@@ -211,6 +215,7 @@ def test_show_orders_labels_by_time_and_draws_a_sparkline(tmp_path: Path) -> Non
     assert md.returncode == 0 and "| scene |" in md.stdout
 
 
+@pytest.mark.slow
 def test_check_names_the_first_bad_label_and_exits_1_only_at_the_newest(tmp_path: Path) -> None:
     labels = [(f"v{i}", {"fill": 10.0, "cubes": 5.0}) for i in range(1, 6)]
     labels += [(f"v{i}", {"fill": 12.0, "cubes": 5.0}) for i in range(6, 9)]
@@ -228,6 +233,7 @@ def test_check_names_the_first_bad_label_and_exits_1_only_at_the_newest(tmp_path
     one_line_error(cli("check", "--db", "h.duckdb", "--time", "x", cwd=tmp_path), 2)  # an add option: exit 2
 
 
+@pytest.mark.slow
 def test_check_exit_1_when_the_newest_label_regresses(tmp_path: Path) -> None:
     labels = [(f"v{i}", {"fill": 10.0, "cubes": 5.0}) for i in range(1, 7)] + [("v7", {"fill": 10.0, "cubes": 6.0})]
     history_of(tmp_path, labels)
@@ -243,6 +249,7 @@ def test_check_exit_1_when_the_newest_label_regresses(tmp_path: Path) -> None:
     assert res.returncode == 0 and json.loads(res.stdout)["steps"][0]["verdict"] == "improvement"
 
 
+@pytest.mark.slow
 def test_hosts_are_never_mixed_unless_asked(tmp_path: Path) -> None:
     history_of(tmp_path, [("v1", {"fill": 10.0}), ("v2", {"fill": 10.0})], runs=2)
     history_of(tmp_path, [("v3", {"fill": 30.0}), ("v4", {"fill": 30.0})], runs=2, host=OTHER_HOST, day0=2)
@@ -256,6 +263,7 @@ def test_hosts_are_never_mixed_unless_asked(tmp_path: Path) -> None:
     assert [p["label"] for p in radeon["series"][0]["points"]] == ["v3", "v4"]
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     history_of(tmp_path, [("v1", {"fill": 10.0}), ("v2", {"fill": 10.0})], runs=1)
     msg = one_line_error(cli("show", "--db", "h.duckdb", "--scene", "nope", cwd=tmp_path), 2)
@@ -300,6 +308,7 @@ def test_without_duckdb_history_exits_3(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- Parquet
 
 
+@pytest.mark.slow
 def test_parquet_round_trip_gives_the_same_show_and_check(tmp_path: Path) -> None:
     labels = [(f"v{i}", {"fill": 10.0 if i < 4 else 12.0, "cubes": 5.0}) for i in range(1, 7)]
     history_of(tmp_path, labels, runs=2)
@@ -320,6 +329,7 @@ def test_parquet_round_trip_gives_the_same_show_and_check(tmp_path: Path) -> Non
     assert [(s["scene"], s["label"]) for s in check["steps"]] == [("fill", "v4")]
 
 
+@pytest.mark.slow
 def test_runners_write_their_own_parquet_files(tmp_path: Path) -> None:
     """Two runners add at once into one directory (no database); a repeat is a no-op; the glob reads all."""
     traces = {side: [make_trace(tmp_path / f"{side}{i}.katra", {"fill": 10.0}, seed=50 * (side == "b") + i,

@@ -266,6 +266,11 @@ def test_pytest_plugin_counts_too(tmp_path: Path) -> None:
     from harness.pytest_plugin import run_scene
 
     run = run_scene("clear", tmp_path / "p.katra", frames=2, warmup=1, size=(16, 16), measure="instructions")
+    # run_scene hands back whatever trace the counted child published: one it finished as interrupted
+    # (exit 128+n) or aborted (exit 1) has no measured frames, hence no "instructions" in run.stats. Say
+    # which, with the child's error (its stderr is discarded when quiet), before reading the stats.
+    summary = open_trace(run.trace, events=False).summary or {}
+    assert summary.get("status") == "complete", summary
     assert run.clock == "instructions" and run.stats["instructions"]["n"] == 2
     assert run.info["median"] > 10_000 and run.info["codegen"]["llvm"]
     with pytest.raises(ConfigError, match="drop benchmark="):

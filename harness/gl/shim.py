@@ -24,19 +24,6 @@ GL_MAX_RENDERBUFFER_SIZE = 0x84E8
 GL_CONTEXT_PROFILE_MASK = 0x9126
 GL_SHADING_LANGUAGE_VERSION = 0x8B8C
 
-#: glGetError codes -> names.
-GL_ERROR_NAMES: dict[int, str] = {
-    0x0500: "GL_INVALID_ENUM",
-    0x0501: "GL_INVALID_VALUE",
-    0x0502: "GL_INVALID_OPERATION",
-    0x0503: "GL_STACK_OVERFLOW",
-    0x0504: "GL_STACK_UNDERFLOW",
-    0x0505: "GL_OUT_OF_MEMORY",
-    0x0506: "GL_INVALID_FRAMEBUFFER_OPERATION",
-    0x0507: "GL_CONTEXT_LOST",
-}
-
-
 class RawGL:
     """The raw entry points, resolved once (PyOpenGL, current context)."""
 
@@ -80,33 +67,10 @@ class RawGL:
         return int(out.value)
 
 
-def error_reader() -> Any:
-    """A zero-argument function returning the pending GL error codes (clears them)."""
-    from OpenGL import GL
-
-    get = GL.glGetError
-
-    def pending() -> list[int]:
-        codes: list[int] = []
-        for _ in range(16):  # a lost context can report an error forever
-            code = int(get())
-            if code == GL_NO_ERROR:
-                break
-            codes.append(code)
-        return codes
-
-    return pending
-
-
-def error_name(code: int) -> str:
-    return GL_ERROR_NAMES.get(code, f"GL error 0x{code:04X}")
-
-
 __all__ = [
     "GL_CONTEXT_PROFILE_MASK",
     "GL_SHADING_LANGUAGE_VERSION",
     "GL_DEBUG_SOURCE_APPLICATION",
-    "GL_ERROR_NAMES",
     "GL_MAX_RENDERBUFFER_SIZE",
     "GL_MAX_SAMPLES",
     "GL_NO_ERROR",
@@ -115,6 +79,4 @@ __all__ = [
     "GL_QUERY_RESULT_AVAILABLE",
     "GL_TIMESTAMP",
     "RawGL",
-    "error_name",
-    "error_reader",
 ]

@@ -96,7 +96,6 @@ def compare_traces(
     allow_codegen_mismatch: bool = False,
     normalize: bool = False,
     pairs: Sequence[tuple[int, int]] | None = None,
-    seed: int = 0,
     run_stat: str = "median",
 ) -> Comparison:
     """Compare two sets of opened traces (each one run), scene by scene.
@@ -116,7 +115,6 @@ def compare_traces(
     its level (ConfigError with counts or ``normalize``).
     Traces measured in counts and in time cannot be mixed (ConfigError).
     """
-    del seed
     sides: dict[str, list[Any]] = {"base": list(base), "new": list(new)}
     if pairs is not None:
         for i, j in pairs:

@@ -213,13 +213,6 @@ def _ordered(ev: np.ndarray) -> np.ndarray:
     return ev[order]
 
 
-def frame_durations(events: np.ndarray, scene_id: int, clock: int) -> np.ndarray:
-    """Durations (ns, float64, frame order) of one scene's measured frames on one clock."""
-    ev = measured(events)
-    sel = ev[(ev["kind"] == Kind.FRAME) & (ev["scene"] == scene_id) & (ev["clock"] == clock)]
-    return _ordered(sel)["dur_ns"].astype(np.float64)
-
-
 class TraceLike(Protocol):
     """What :func:`trace_stats` needs from an opened trace."""
 
@@ -420,7 +413,6 @@ __all__ = [
     "count_stats",
     "events_stats",
     "flatten",
-    "frame_durations",
     "frame_stats",
     "low_fps_average",
     "low_fps_integral",

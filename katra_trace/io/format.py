@@ -275,9 +275,6 @@ def decode_strings(payload: bytes, offset: int, notes: list[str] | None = None) 
 
 # -- EVENTS ----------------------------------------------------------------------------------
 
-_SHUFFLED = tuple(name for name, typ, _ in COLUMNS if np.dtype(typ).itemsize > 1)
-
-
 def encode_events(events: np.ndarray) -> bytes:
     """Columnar payload: n, base_ts, then each column; start_ns as deltas.
 
