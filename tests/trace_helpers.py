@@ -81,6 +81,7 @@ def seal_blocks(blocks: list[tuple[int, bytes, int]], *, minor: int | None = Non
     import struct
 
     from katra_trace.io import format as fmt
+    from katra_trace.io import blosc2_events as b2ev
 
     out = bytearray(fmt.encode_preamble())
     if minor is not None:
