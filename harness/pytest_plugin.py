@@ -117,17 +117,17 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
         raise SceneSkip(outcome.reason)
     opened = open_trace(trace)
     result = trace_stats(opened)["scenes"].get(label, {"metrics": {}, "zones": {}})
-    clock = str(opened.header.get("capture_options", {}).get("primary_clock", "wall"))
+    clock = opened.header.capture_options.primary_clock or "wall"
     if clock not in result["metrics"] and result["metrics"]:
         clock = next(iter(result["metrics"]))
-    host = opened.header.get("host_info", {})
-    gl = host.get("gl", {})
+    host = opened.header.host_info
+    gl = host.gl
     primary = result["metrics"].get(clock, {})
     info = {
         "scene": label, "params": resolved, "size": list(size), "frames": frames, "warmup": warmup,
         "timing_mode": engine.mode, "clock": clock,
-        "gl_renderer": gl.get("renderer"), "gl_version": gl.get("version"), "driver": gl.get("driver"),
-        "backend": host.get("backend"), "cpu_model": host.get("system", {}).get("cpu_model"),
+        "gl_renderer": gl.renderer, "gl_version": gl.version, "driver": gl.driver.as_dict() or None,
+        "backend": host.backend, "cpu_model": host.system.cpu_model,
         "trace": str(trace),
         **{k: primary.get(k) for k in ("median_ms", "p99_ms", "fps_avg", "fps_low_1pct",
                                        "fps_low_1pct_integral", "stutter_pct")},
@@ -151,10 +151,10 @@ def _run_counted(name: str, label: str, trace: str | Path, *, frames: int, warmu
     result = runner.run(config, quiet=True)
     opened = open_trace(trace)
     stats = trace_stats(opened)["scenes"].get(label, {"metrics": {}, "zones": {}})
-    host = opened.header.get("host_info", {})
+    host = opened.header.host_info
     info = {"scene": label, "params": dict(params), "size": list(size), "frames": frames, "warmup": warmup,
             "measure": measure, "clock": measure, "trace": str(trace),
-            "gl_renderer": host.get("gl", {}).get("renderer"), "codegen": host.get("codegen", {}),
+            "gl_renderer": host.gl.renderer, "codegen": host.codegen or {},
             "median": stats["metrics"].get(measure, {}).get(f"median_{measure}")}
     return SceneRun(label, stats["metrics"], stats["zones"], measure, result.timing_mode, Path(trace), info)
 

@@ -148,9 +148,8 @@ def _run_counted(plan: RunPlan, *, quiet: bool) -> RunResult:
     params = {e.label: dict(e.params) for e in plan.entries}
     for r in results:
         r.params = params.get(r.label, {})
-    return RunResult(plan.output, status, cfg.measure, str(trace.header.get("capture_options", {})
-                                                           .get("timing_reason", "")), results, signal_name,
-                     size=plan.size)
+    return RunResult(plan.output, status, cfg.measure, trace.header.capture_options.timing_reason or "", results,
+                     signal_name, size=plan.size)
 
 
 class _ChildFailed(KatraError):

@@ -27,6 +27,7 @@ import numpy as np
 
 from katra_trace import format as fmt
 from katra_trace.errors import ConfigError, TraceFormatError, TraceTooLargeError, TraceVersionError
+from katra_trace.header import TraceHeader
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION
 
 
@@ -343,7 +344,8 @@ class Trace:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.header: dict[str, Any] = {}
+        #: the HEADER block, typed (``header.as_dict()``: the JSON object as read)
+        self.header = TraceHeader()
         self.summary: dict[str, Any] = {}
         self.strings: list[str] = []
         self.annotations: list[dict[str, Any]] = []
@@ -500,7 +502,7 @@ def open_trace(path: str | os.PathLike[str], strict: bool = False, events: bool 
                     _damaged(state, strict, f"second HEADER block at offset {block.offset}", block.offset)
                     break
                 header_seen = True
-                trace.header = block.payload
+                trace.header = TraceHeader.from_dict(block.payload)
             elif not header_seen:
                 _damaged(state, strict, f"block at offset {block.offset} comes before the HEADER block", block.offset)
                 break
