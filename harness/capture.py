@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from katra_trace.errors import ConfigError
+from katra_trace.header import build_capture_options
 from katra_trace.schema import Flag
 
 
@@ -75,9 +76,8 @@ class Capture:
 
         session = types.SimpleNamespace(ctx=ctx, backend="external", device=None)
         host = probe.host_info(session)
-        options = dict(capture_options or {})
-        options.setdefault("api", "harness.capture")
-        options.update({"timing": timing, "scene": scene})
+        options = build_capture_options(capture_options, api="harness.capture",
+                                        fixed={"timing": timing, "scene": scene})
         self.path = Path(path)
         self.engine = Engine(ctx, self.path, host=host, options=options, workload=workload or scene,
                              timing=timing, zones=zones, notes=notes, overwrite=overwrite,

@@ -36,6 +36,7 @@ from harness.frame import HarnessFrame, seed_key
 from harness.results import NoProgress, Progress, RunResult, SceneResult, median_text, scene_stats
 from harness.stopping import Keeper, StopFlag, StopSignal, stop_on_signals
 from katra_trace.errors import ConfigError, KatraError, SceneError
+from katra_trace.header import CaptureOptions
 from katra_trace.schema import Clock, Flag, Kind
 
 _pc = time.perf_counter_ns
@@ -56,7 +57,7 @@ class Engine:
     """
 
     def __init__(self, ctx: Any, path: str | Path | None, *, host: Mapping[str, Any],
-                 options: Mapping[str, Any], workload: str, timing: str = "auto", zones: bool | str = False,
+                 options: Mapping[str, Any] | CaptureOptions, workload: str, timing: str = "auto", zones: bool | str = False,
                  notes: str = "", writer: Any = None, stop: StopFlag | None = None,
                  gl_error_check: bool = True, measure: Mapping[str, Any] | None = None,
                  reference_every: int = 0, overwrite: bool = False, max_draw_zones: int | None = None,
@@ -67,7 +68,7 @@ class Engine:
         self.zones = timers.zone_mode(zones)
         timed_zones = self.zones != "off"
         self.counting = measure is not None
-        recorded = dict(options)
+        recorded = options.as_dict() if isinstance(options, CaptureOptions) else dict(options)
         writer_args: dict[str, Any] = {} if codec is None else {"codec": codec}
         if measure is not None:
             self.mode = str(measure["measure"])

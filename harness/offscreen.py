@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from katra_trace.errors import SceneError
+from katra_trace.header import build_capture_options
 
 
 class MemorySink:
@@ -92,7 +93,8 @@ def run_offscreen(
     resolved = resolve_params(scene_cls, params or {})
     fbo = ctx.simple_framebuffer(tuple(size), components=4, samples=samples)
     try:
-        engine = Engine(ctx, None, host={}, options={}, workload=label, timing="sync", writer=MemorySink())
+        engine = Engine(ctx, None, host={}, options=build_capture_options(), workload=label, timing="sync",
+                        writer=MemorySink())
         with engine:
             result = engine.run_scene(scene_cls, label, resolved, size=(int(size[0]), int(size[1])),
                                       frames=frames, warmup=warmup, seed=seed, bind=fbo.use)

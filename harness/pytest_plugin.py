@@ -37,6 +37,8 @@ from typing import Any
 
 import pytest
 
+from katra_trace.header import build_capture_options
+
 GL_MARKER = "gl: renders through a real OpenGL context (Mesa llvmpipe via EGL in CI)"
 
 
@@ -102,9 +104,9 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
                             zones=zones, seed=seed, measure=measure)
     driver = None if benchmark is None else _benchmark_driver(benchmark)
     with backends.open_session(None, size=size) as session:
-        options = {"api": "katra_scene", "size": list(size), "samples": 0, "frames": frames, "warmup": warmup,
-                   "seed": seed, "resolved": {"size": list(size), "samples": 0,
-                                              "scenes": [{"label": label, "spec": name, "params": resolved}]}}
+        options = build_capture_options(
+            {"size": list(size), "samples": 0, "frames": frames, "warmup": warmup, "seed": seed}, api="katra_scene",
+            resolved={"size": list(size), "samples": 0, "scenes": [{"label": label, "spec": name, "params": resolved}]})
         engine = Engine(session.ctx, trace, host=probe.host_info(session), options=options, workload=label,
                         timing=timing, zones=zones)
         with engine:

@@ -32,19 +32,18 @@ from harness.config import (
 )
 from harness.engine import Engine, NoProgress, Progress, RunResult, SceneResult, StopFlag, stop_on_signals
 from katra_trace.errors import KatraError, OutputBusyError, OutputExistsError
+from katra_trace.header import CaptureOptions, build_capture_options
 
 
-def capture_options(plan: RunPlan, session: Any) -> dict[str, Any]:
+def capture_options(plan: RunPlan, session: Any) -> CaptureOptions:
     """The capture options recorded in the trace header: the config as given, and as resolved."""
     cfg = plan.config
-    options = cfg.as_dict()
-    options["resolved"] = {
+    return build_capture_options(cfg.as_dict(), resolved={
         "frames": plan.frames, "duration_s": plan.duration_s, "warmup": plan.warmup,
         "size": list(plan.size), "samples": cfg.samples, "backend": session.backend,
         "output": str(plan.output), "device": session.device,
         "scenes": [{"label": e.label, "spec": e.spec, "params": dict(e.params)} for e in plan.entries],
-    }
-    return options
+    })
 
 
 def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | None = None,
