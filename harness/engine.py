@@ -57,8 +57,8 @@ class Engine:
     """
 
     def __init__(self, ctx: Any, path: str | Path | None, *, host: Mapping[str, Any],
-                 options: Mapping[str, Any] | CaptureOptions, workload: str, timing: str = "auto", zones: bool | str = False,
-                 notes: str = "", writer: Any = None, stop: StopFlag | None = None,
+                 options: Mapping[str, Any] | CaptureOptions, workload: str, timing: str = "auto",
+                 zones: bool | str = False, notes: str = "", writer: Any = None, stop: StopFlag | None = None,
                  gl_error_check: bool = True, measure: Mapping[str, Any] | None = None,
                  reference_every: int = 0, overwrite: bool = False, max_draw_zones: int | None = None,
                  codec: str | None = None) -> None:
