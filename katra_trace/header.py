@@ -46,7 +46,7 @@ def _int(v: Any) -> Any:
 
 
 def _seconds(v: Any) -> Any:
-    ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+    ok = v is None or (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and math.isfinite(v))
     return v if ok else _BAD
 
 
