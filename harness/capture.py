@@ -31,6 +31,7 @@ from harness.gl import probe
 from harness.engine.core import Engine
 from harness.engine.spec import CaptureSpec
 from katra_trace.errors import ConfigError
+from katra_trace.io.header import build_capture_options
 from katra_trace.schema import Flag
 
 
@@ -75,9 +76,8 @@ class Capture:
                  max_draw_zones: int | None = None) -> None:
         session = types.SimpleNamespace(ctx=ctx, backend="external", device=None)
         host = probe.host_info(session)
-        options = dict(capture_options or {})
-        options.setdefault("api", "harness.capture")
-        options.update({"timing": timing, "scene": scene})
+        options = build_capture_options(capture_options, api="harness.capture",
+                                        fixed={"timing": timing, "scene": scene})
         self.path = Path(path)
         spec = CaptureSpec(self.path, workload or scene, host=host, options=options, timing=timing, zones=zones,
                            notes=notes, overwrite=overwrite, max_draw_zones=max_draw_zones)

@@ -87,6 +87,7 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
     from harness.engine.core import Engine
     from harness.engine.spec import CaptureSpec, SceneSpec
     from katra_trace.errors import ConfigError
+    from katra_trace.io.header import build_capture_options
     from katra_trace.io.reader import open_trace
     from katra_trace.analysis.stats import trace_stats
     from scenes.registry import get_scene, resolve_params
@@ -105,9 +106,9 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
                             zones=zones, seed=seed, measure=measure)
     driver = None if benchmark is None else _benchmark_driver(benchmark)
     with backends.open_session(None, size=size) as session:
-        options = {"api": "katra_scene", "size": list(size), "samples": 0, "frames": frames, "warmup": warmup,
-                   "seed": seed, "resolved": {"size": list(size), "samples": 0,
-                                              "scenes": [{"label": label, "spec": name, "params": resolved}]}}
+        options = build_capture_options(
+            {"size": list(size), "samples": 0, "frames": frames, "warmup": warmup, "seed": seed}, api="katra_scene",
+            resolved={"size": list(size), "samples": 0, "scenes": [{"label": label, "spec": name, "params": resolved}]})
         spec = CaptureSpec(Path(trace), label, host=probe.host_info(session), options=options, timing=timing,
                            zones=zones)
         engine = Engine(session.ctx, spec)
@@ -122,17 +123,17 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
         raise SceneSkip(outcome.reason)
     opened = open_trace(trace)
     result = trace_stats(opened)["scenes"].get(label, {"metrics": {}, "zones": {}})
-    clock = str(opened.header.get("capture_options", {}).get("primary_clock", "wall"))
+    clock = opened.header.capture_options.primary_clock or "wall"
     if clock not in result["metrics"] and result["metrics"]:
         clock = next(iter(result["metrics"]))
-    host = opened.header.get("host_info", {})
-    gl = host.get("gl", {})
+    host = opened.header.host_info
+    gl = host.gl
     primary = result["metrics"].get(clock, {})
     info = {
         "scene": label, "params": resolved, "size": list(size), "frames": frames, "warmup": warmup,
         "timing_mode": engine.mode, "clock": clock,
-        "gl_renderer": gl.get("renderer"), "gl_version": gl.get("version"), "driver": gl.get("driver"),
-        "backend": host.get("backend"), "cpu_model": host.get("system", {}).get("cpu_model"),
+        "gl_renderer": gl.renderer, "gl_version": gl.version, "driver": gl.driver.as_dict() or None,
+        "backend": host.backend, "cpu_model": host.system.cpu_model,
         "trace": str(trace),
         **{k: primary.get(k) for k in ("median_ms", "p99_ms", "fps_avg", "fps_low_1pct",
                                        "fps_low_1pct_integral", "stutter_pct")},
@@ -156,10 +157,10 @@ def _run_counted(name: str, label: str, trace: str | Path, *, frames: int, warmu
     result = runner.run(config, quiet=True)
     opened = open_trace(trace)
     stats = trace_stats(opened)["scenes"].get(label, {"metrics": {}, "zones": {}})
-    host = opened.header.get("host_info", {})
+    host = opened.header.host_info
     info = {"scene": label, "params": dict(params), "size": list(size), "frames": frames, "warmup": warmup,
             "measure": measure, "clock": measure, "trace": str(trace),
-            "gl_renderer": host.get("gl", {}).get("renderer"), "codegen": host.get("codegen", {}),
+            "gl_renderer": host.gl.renderer, "codegen": host.codegen or {},
             "median": stats["metrics"].get(measure, {}).get(f"median_{measure}")}
     return SceneRun(label, stats["metrics"], stats["zones"], measure, result.timing_mode, Path(trace), info)
 

@@ -141,8 +141,8 @@ def test_glfw_backend_under_xvfb(xvfb_display: str, katra_cli: Any, tmp_path: Pa
                     "--size", "64x48", "-o", "g.katra", env=env)
     assert res.returncode == 0, res.stderr
     trace = open_trace(tmp_path / "g.katra")
-    assert trace.header["host_info"]["backend"] == "glfw"
-    assert trace.header["capture_options"]["resolved"]["backend"] == "glfw"
+    assert trace.header.host_info.backend == "glfw"
+    assert trace.header.capture_options.resolved.backend == "glfw"
     ev = trace.events
     frames = ev[(ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.WALL) & ((ev["flags"] & Flag.WARMUP) == 0)]
     assert len(frames) == 5

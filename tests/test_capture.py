@@ -73,10 +73,10 @@ def test_capture_frames_and_nested_zones(gl_ctx: Any, program: Any, tmp_path: Pa
 
     trace = open_trace(path)
     assert trace.summary["status"] == "complete"
-    assert trace.header["workload"] == "my-renderer" and trace.header["notes"] == "hello"
-    assert trace.header["capture_options"]["api"] == "harness.capture"
-    assert trace.header["capture_options"]["timing_mode"] == "sync"
-    assert trace.header["host_info"]["gl"]["software_renderer"] is True
+    assert trace.header.workload == "my-renderer" and trace.header.notes == "hello"
+    assert trace.header.capture_options.api == "harness.capture"
+    assert trace.header.capture_options.timing_mode == "sync"
+    assert trace.header.host_info.gl.software_renderer is True
     assert trace.annotations[-1] == {"type": "check", "pixel": [255, 128, 0, 255]}
 
     ev = trace.events

@@ -251,7 +251,7 @@ def test_run_writes_the_codec_it_is_given(katra_cli, tmp_path: Path) -> None:  #
                   "--quiet", "-o", str(out))
     assert r.returncode == 0, r.stderr
     t = open_trace(out, strict=True)
-    assert len(t.events) >= 4 and t.header["capture_options"]["codec"] == "blosc2"
+    assert len(t.events) >= 4 and t.header.capture_options.codec == "blosc2"
     data = out.read_bytes()
     with open(out, "rb") as f:
         codecs = {fmt.BLOCK_HEADER.unpack_from(data, b.offset)[2] for b in iter_blocks(f, ScanState(), strict=True)

@@ -18,6 +18,7 @@ from scipy import stats as sps
 from katra_trace.analysis.compare import compare_traces
 from katra_trace.analysis.decide import compare_runs, holm, paired_t, welch
 from katra_trace.analysis.match import resolve_metric
+from katra_trace.io.header import TraceHeader
 
 
 def runs(rng: np.random.Generator, k: int, mean_ms: float, run_cv: float = 0.08,
@@ -296,7 +297,7 @@ def test_count_noise_floor_from_frames_then_from_runs() -> None:
 class _T:
     """A minimal trace-like object (header, events, strings)."""
 
-    def __init__(self, header: dict, dur_ms: np.ndarray, clock: int = 1, scene: str = "fill") -> None:
+    def __init__(self, header: TraceHeader, dur_ms: np.ndarray, clock: int = 1, scene: str = "fill") -> None:
         from katra_trace.schema import EVENT_DTYPE
 
         self.header = header
@@ -309,12 +310,12 @@ class _T:
 
 
 def _hdr(size: tuple[int, int] = (64, 64), renderer: str = "llvmpipe", mode: str = "sync",
-         layers: int = 1) -> dict:
-    return {
+         layers: int = 1) -> TraceHeader:
+    return TraceHeader.from_dict({
         "capture_options": {"size": list(size), "samples": 0, "timing_mode": mode,
                             "params": {"fill": {"layers": layers}}},
         "host_info": {"gl": {"renderer": renderer, "driver": {"name": "Mesa", "version": "22.3.6"}}},
-    }
+    })
 
 
 def test_compare_traces_checks_comparability() -> None:
@@ -347,20 +348,20 @@ def test_compare_traces_checks_comparability() -> None:
 def test_resolve_metric() -> None:
     assert resolve_metric([_hdr(mode="sync")], {"cpu", "wall"}, "auto") == "wall"
     assert resolve_metric([_hdr(mode="gpu")], {"cpu", "gpu"}, "auto") == "gpu"
-    assert resolve_metric([{}], {"cpu"}, "auto") == "cpu"
-    assert resolve_metric([{}], {"cpu"}, "wall") == "wall"
+    assert resolve_metric([TraceHeader()], {"cpu"}, "auto") == "cpu"
+    assert resolve_metric([TraceHeader()], {"cpu"}, "wall") == "wall"
     with pytest.raises(ValueError):
-        resolve_metric([{}], set(), "fps")
+        resolve_metric([TraceHeader()], set(), "fps")
 
 
 def test_capture_facts_read_what_katra3d_run_records() -> None:
     from katra_trace.analysis.match import capture_facts
 
-    header = {"capture_options": {
+    header = TraceHeader.from_dict({"capture_options": {
         "size": None, "samples": 0, "timing_mode": "sync", "params": {"fill.layers": 4},
         "resolved": {"size": [320, 180], "samples": 0,
                      "scenes": [{"label": "fill", "spec": "fill", "params": {"layers": 4}},
-                                {"label": "fill#2", "spec": "fill", "params": {"layers": 1}}]}}}
+                                {"label": "fill#2", "spec": "fill", "params": {"layers": 1}}]}}})
     assert capture_facts(header, "fill") == {"size": (320, 180), "samples": 0, "timing_mode": "sync",
                                              "params": {"layers": 4}}
     assert capture_facts(header, "fill#2")["params"] == {"layers": 1}

@@ -19,6 +19,7 @@ import pytest
 from katra_trace import Clock, Flag, Kind
 from katra_trace.analysis.compare import compare_traces
 from katra_trace.errors import ConfigError
+from katra_trace.io.header import TraceHeader
 from katra_trace.schema import EVENT_DTYPE, REFERENCE_NAME
 from katra_trace.analysis.stats import events_stats, scene_durations, scene_labels
 from tests.trace_helpers import write_trace
@@ -256,7 +257,7 @@ def test_compare_keeps_same_named_scenes_apart() -> None:
     class _T:
         def __init__(self, events: np.ndarray, strings: list[str]) -> None:
             self.events, self.strings = events, strings
-            self.header = _header("time")
+            self.header = TraceHeader.from_dict(_header("time"))
 
     ev, strings = _dup_events()
     slower = ev.copy()

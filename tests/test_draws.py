@@ -61,7 +61,7 @@ def test_every_draw_is_a_zone_nested_in_its_pass_with_stable_names(tmp_path: Pat
     assert len(names_per_frame) == 4
     assert all(names == names_per_frame[0] for names in names_per_frame)
     assert "draws/draw(in_normal,in_pos)#50" in names_per_frame[0]
-    assert trace.header["capture_options"]["zones"] == "draws"
+    assert trace.header.capture_options.zones == "draws"
     assert moderngl.VertexArray.__dict__["render"] is _originals()[("VertexArray", "render")]
 
 

@@ -474,8 +474,8 @@ def test_engine_on_llvmpipe_writes_frames_and_the_last_image(gl_ctx: Any, gl_fbo
     assert isinstance(result, SceneResult) and (result.warmup, result.frames) == (1, 2)
     assert result.pixels.shape == (8, 16, 4) and int(result.pixels[0, 0, 0]) == round(2 / 8 * 255)
     trace = open_trace(path)
-    assert trace.status == "complete" and trace.header["capture_options"]["timing_mode"] == "sync"
-    assert trace.header["capture_options"]["api"] == "test"
+    assert trace.status == "complete" and trace.header.capture_options.timing_mode == "sync"
+    assert trace.header.capture_options.api == "test"
     note = [a for a in trace.annotations if a.get("type") == "scene"][0]
     assert note["last_frame_index"] == 2 and note["last_frame_sha256"] == result.checksum
     assert note["screenshot"] == str(shot) and shot.read_bytes().startswith(b"\x89PNG")

@@ -57,7 +57,7 @@ def test_perfetto_round_trip(rich: tuple[Path, np.ndarray], tmp_path: Path) -> N
         assert scene_of[by_name[name]["parent"]] == name.split(":")[0]
 
     # every frame and zone on a time clock is one slice, with its name and exact times
-    base = HOST0 * 0 + int(open_trace(path).header["start_host_ns"])
+    base = HOST0 * 0 + int(open_trace(path).header.start_host_ns or 0)
     spans = ev[_spans(ev) & (ev["clock"] != Clock.GPU)]
     got = [s for s in parsed.slices if s.track.startswith("alpha")]
     assert len(got) == len(spans)
@@ -92,7 +92,7 @@ def test_perfetto_gpu_placed_through_clock_syncs(rich: tuple[Path, np.ndarray]) 
     trace = open_trace(path)
     result = export_trace(trace, "perfetto")
     parsed = parse_perfetto(result.path.read_bytes())
-    base = int(trace.header["start_host_ns"])
+    base = int(trace.header.start_host_ns or 0)
     gpu = ev[ev["clock"] == Clock.GPU]
     got = sorted((s.ts - base, s.dur) for s in parsed.slices if s.track == "beta: gpu")
     want = sorted((gpu_expected(int(r["start_ns"])),

@@ -203,12 +203,12 @@ def test_zones_add_up_to_at_most_their_frame(counted_runs: dict[str, Any]) -> No
 @pytest.mark.slow
 def test_trace_says_how_it_was_counted_and_keeps_no_dumps(counted_runs: dict[str, Any]) -> None:
     trace = open_trace(counted_runs["A1"])
-    options = trace.header["capture_options"]
-    m = options["measure"]
-    assert m["mode"] == "instructions" and m["valgrind"] and m["env"]["LP_NUM_THREADS"] == "0"
-    assert m["env"]["PYTHONHASHSEED"] == "0" and "--dump-before=getppid" in m["command"]
-    assert "getppid" in m["frame_boundary"] and m["pinned"]["LP_NATIVE_VECTOR_WIDTH"]
-    codegen = trace.header["host_info"]["codegen"]
+    options = trace.header.capture_options
+    m = options.measure
+    assert m.mode == "instructions" and m.valgrind and m.env["LP_NUM_THREADS"] == "0"
+    assert m.env["PYTHONHASHSEED"] == "0" and "--dump-before=getppid" in m.command
+    assert "getppid" in m.frame_boundary and m.pinned["LP_NATIVE_VECTOR_WIDTH"]
+    codegen = trace.header.host_info.codegen
     assert codegen["llvm"] and codegen["mesa"] and codegen["cpu_flags_sha"]
     ev = trace.events
     assert not np.any(np.isin(ev["clock"], [Clock.WALL, Clock.CPU]) & (ev["kind"] == Kind.FRAME)), \

@@ -145,11 +145,11 @@ def test_counted_run_records_the_options_of_a_time_run(katra_cli: Any, tmp_path:
             "--codec", "none", "--reference-every", "2", "--screenshot", "shots", "-o", "traces/run.katra",
             "--force", "--json", "--quiet"]
     timed = _run(katra_cli, *args)
-    time_options = open_trace(tmp_path / "traces" / "run.katra").header["capture_options"]
+    time_options = open_trace(tmp_path / "traces" / "run.katra").header.as_dict()["capture_options"]
     shutil.rmtree(tmp_path / "shots")
     counted = _run(katra_cli, *args, "--measure", "instructions")  # replaces the time run's trace (--force)
     trace = open_trace(tmp_path / "traces" / "run.katra")
-    options = trace.header["capture_options"]
+    options = trace.header.as_dict()["capture_options"]
 
     assert options["output"] == "traces/run.katra" and options["resolved"]["output"] == "traces/run.katra"
     assert options["measure"]["mode"] == "instructions" and time_options["measure"] == {"mode": "time"}

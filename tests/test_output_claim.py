@@ -147,7 +147,7 @@ def test_a_live_writer_holds_its_path_against_another_process(tmp_path: Path) ->
         holder.stdout.close()
     assert holder.returncode == 0
     t = open_trace(path, strict=True)
-    assert len(t.events) == 250 and t.header["pid"] == holder.pid
+    assert len(t.events) == 250 and t.header.pid == holder.pid
     assert _try(path)[0] == "OutputExistsError"
 
 
@@ -188,7 +188,7 @@ def test_concurrent_writers_of_one_path_one_wins_the_others_refuse(tmp_path: Pat
         assert len(winners) == 1, results
         assert all(r[0] in ("OutputBusyError", "OutputExistsError") and r[1] == 2 for _, r in results if r[0] != "ok")
         t = open_trace(path, strict=True)
-        assert len(t.events) == 300 and t.header["pid"] == winners[0]
+        assert len(t.events) == 300 and t.header.pid == winners[0]
         assert set(t.events["value"].tolist()) == {float(winners[0])}
         assert not path.with_name(path.name + ".part").exists()
 

@@ -177,7 +177,7 @@ def test_lone_surrogates_are_read_as_replacement_characters(tmp_path: Path, base
         edit_json_block(blocks, fmt.BlockType.HEADER, lambda h: {**h, "workload": "w\udc80"})
     path = _craft(tmp_path, base, edit)
     t = open_trace(path, strict=True)
-    assert "sc\ufffdne" in t.strings and t.header["workload"] == "w\ufffd"
+    assert "sc\ufffdne" in t.strings and t.header.workload == "w\ufffd"
     assert any("U+FFFD" in note for note in t.notes)
     for args in (("info", str(path)), ("stats", str(path)), ("compare", str(path), str(path))):
         r = _katra(*args)

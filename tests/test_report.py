@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from katra_trace import Clock, Flag, Kind, open_trace
+from katra_trace.io.header import TraceHeader
 from katra_trace.report import build_report, write_report
 from katra_trace.report.series import MAX_POINTS, cdf_points, frame_series, minmax_downsample, zone_medians
 from katra_trace.schema import EVENT_DTYPE
@@ -119,7 +120,9 @@ def test_comparison_refused_is_shown(tmp_path: Path) -> None:
     long_run(tmp_path / "l.katra", 50, 10)
     # counts (gamma measured in instructions) cannot be compared with times: the page says so
     counts = open_trace(tmp_path / "r.katra")
-    counts.header["capture_options"]["measure"] = {"mode": "instructions"}
+    raw = counts.header.as_dict()
+    raw["capture_options"]["measure"] = {"mode": "instructions"}
+    counts.header = TraceHeader.from_dict(raw)
     page = build_report([open_trace(tmp_path / "l.katra")], [counts])
     assert "No comparison: cannot compare counts with times" in page
 

@@ -49,12 +49,12 @@ def test_run_triangle_30_frames(katra_cli: Any, tmp_path: Path) -> None:
     setup = ev[(ev["kind"] == Kind.MARKER) & ((ev["flags"] & Flag.SETUP) != 0)]
     assert len(setup) == 1 and setup[0]["dur_ns"] > 0 and trace.strings[setup[0]["scene"]] == "triangle"
 
-    host = trace.header["host_info"]
-    assert "llvmpipe" in host["gl"]["renderer"] and host["gl"]["software_renderer"] is True
-    opts = trace.header["capture_options"]
-    assert opts["timing_mode"] == "sync" and "software renderer" in opts["timing_reason"]
-    assert opts["frames"] == 30 and opts["size"] == [64, 48] and opts["seed"] == 7
-    assert trace.header["notes"] == "ci smoke"
+    host = trace.header.host_info
+    assert "llvmpipe" in (host.gl.renderer or "") and host.gl.software_renderer is True
+    opts = trace.header.capture_options
+    assert opts.timing_mode == "sync" and "software renderer" in (opts.timing_reason or "")
+    assert opts.frames == 30 and opts.size == (64, 48) and opts.seed == 7
+    assert trace.header.notes == "ci smoke"
 
     (scene_note,) = [a for a in trace.annotations if a.get("type") == "scene"]
     assert scene_note["scene"] == "triangle" and scene_note["status"] == "ok"
@@ -81,7 +81,7 @@ def test_zones_nest_inside_their_frame(katra_cli: Any, tmp_path: Path) -> None:
             assert z["depth"] >= 1 and z["flags"] == f["flags"]
             assert f["start_ns"] <= z["start_ns"]
             assert z["start_ns"] + z["dur_ns"] <= f["start_ns"] + f["dur_ns"]
-    assert trace.header["capture_options"]["zones"] == "passes"  # `--zones` alone (older traces say true)
+    assert trace.header.capture_options.zones == "passes"  # `--zones` alone (older traces say true)
 
 
 def test_suite_default_output_duration_and_screenshots(katra_cli: Any, tmp_path: Path) -> None:
@@ -100,7 +100,7 @@ def test_suite_default_output_duration_and_screenshots(katra_cli: Any, tmp_path:
         png = tmp_path / "shots" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert note["screenshot"].endswith(f"{name}.png")
-    assert trace.header["capture_options"]["resolved"]["samples"] == 4
+    assert trace.header.capture_options.resolved.samples == 4
     assert not _frames(trace.events, Clock.WALL, warmup=True).size
 
 

@@ -21,11 +21,11 @@ DATA = Path(__file__).parent / "data"
 
 def test_golden_v1_0_trace_still_reads() -> None:
     t = open_trace(DATA / "golden-v1.0.katra", strict=True)
-    assert t.version == (1, 0) and t.header["format_version"] == "1.0"
-    assert t.header["schema_hash"] == schema_hash() == "ea22aa269ca471fe"
-    assert t.header["workload"] == "golden" and t.header["notes"] == "golden v1.0"
-    assert t.header["capture_options"] == {"size": [64, 64], "frames": 10, "timing_mode": "sync"}
-    assert t.header["host_info"]["gl_renderer"] == "golden renderer"
+    assert t.version == (1, 0) and t.header.format_version == "1.0"
+    assert t.header.schema_hash == schema_hash() == "ea22aa269ca471fe"
+    assert t.header.workload == "golden" and t.header.notes == "golden v1.0"
+    assert t.header.capture_options.as_dict() == {"size": [64, 64], "frames": 10, "timing_mode": "sync"}
+    assert t.header.host_info.renderer == "golden renderer"
     assert t.strings == ["", "golden-scene", "frame", "pass", "triangles"]
     ev = t.events
     assert len(ev) == 81
@@ -47,12 +47,12 @@ def test_golden_v1_1_trace_reads() -> None:
     from katra_trace.schema import COUNT_CLOCKS, REFERENCE_NAME
 
     t = open_trace(DATA / "golden-v1.1.katra", strict=True)
-    assert t.version == (1, 1) and t.header["format_version"] == "1.1"
-    assert t.header["schema_hash"] == schema_hash() and t.header["pid"] == 4242
-    measure = t.header["capture_options"]["measure"]
-    assert measure["mode"] == "cycles" and measure["valgrind"] == "3.19.0"
-    assert measure["env"]["LP_NUM_THREADS"] == "0" and measure["pinned"] == {"LP_NATIVE_VECTOR_WIDTH": "128"}
-    assert t.header["host_info"]["codegen"]["llvm"] == "15.0.7"
+    assert t.version == (1, 1) and t.header.format_version == "1.1"
+    assert t.header.schema_hash == schema_hash() and t.header.pid == 4242
+    measure = t.header.capture_options.measure
+    assert measure.mode == "cycles" and measure.valgrind == "3.19.0"
+    assert measure.env["LP_NUM_THREADS"] == "0" and measure.pinned == {"LP_NATIVE_VECTOR_WIDTH": "128"}
+    assert t.header.host_info.codegen["llvm"] == "15.0.7"
     ev = t.events
     assert len(ev) == 78
     instr = ev[(ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.INSTRUCTIONS)]

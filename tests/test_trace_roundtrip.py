@@ -100,9 +100,9 @@ def test_any_events_strings_and_header_round_trip(tmp_path: Path, events: np.nda
     assert t.strings == strings
     assert t.events.dtype == EVENT_DTYPE
     assert t.events.tobytes() == events.tobytes()
-    assert t.header == w.header
-    assert t.header["capture_options"] == capture and t.header["host_info"] == host
-    assert t.header["notes"] == notes and t.header["workload"] == workload
+    assert t.header.as_dict() == w.header
+    assert t.header.capture_options.as_dict() == capture and t.header.host_info.as_dict() == host
+    assert t.header.notes == notes and t.header.workload == workload
     assert t.annotations == [capture]
     assert t.summary["status"] == "complete"
     assert t.summary["events"] == len(events)

@@ -51,7 +51,7 @@ def info_dict(trace: Trace) -> dict[str, Any]:
     return {
         "path": str(trace.path),
         "size_bytes": trace.size,
-        "header": trace.header,
+        "header": trace.header.as_dict(),
         "summary": trace.summary,
         "events": len(trace.events),
         "counts": event_counts(trace),
@@ -104,19 +104,24 @@ def _section(title: str, items: dict[str, Any]) -> list[str]:
     return [f"{title}:"] + (_lines(items, "  ") if items else ["  (none)"])
 
 
+def _known(v: object) -> str:
+    """A header value as text, ``?`` when not recorded."""
+    return "?" if v is None else str(v)
+
+
 def render_text(trace: Trace) -> str:
     h, s = trace.header, trace.summary
-    start = h.get("start_wall_ns")
+    start = h.start_wall_ns
     started = (dt.datetime.fromtimestamp(start / 1e9, dt.timezone.utc).isoformat(timespec="seconds")
-               if isinstance(start, int) else "?")
+               if start is not None else "?")
     n = len(trace.events)
     counts = event_counts(trace)
     lines = [
         f"trace     {trace.path}",
-        f"format    {h.get('format_version', '?')} (schema {h.get('schema_hash', '?')}), "
-        f"written by {h.get('tool_version', '?')}",
-        f"workload  {h.get('workload') or '-'}",
-        f"started   {started}  pid {h.get('pid', '?')}",
+        f"format    {_known(h.format_version)} (schema {_known(h.schema_hash)}), "
+        f"written by {_known(h.tool_version)}",
+        f"workload  {h.workload or '-'}",
+        f"started   {started}  pid {_known(h.pid)}",
         f"status    {s.get('status', '?')}" + ("  (summary rebuilt by scanning)" if trace.summary_rebuilt else ""),
         f"events    {n}  ({_fmt_value(counts['by_kind'])}; clocks: {_fmt_value(counts['by_clock'])}; "
         f"warmup frames {counts['warmup_frames']})",
@@ -126,18 +131,17 @@ def render_text(trace: Trace) -> str:
     if s.get("dropped_events"):
         lines.append(f"dropped   {s['dropped_events']} events in {s.get('dropped_batches', '?')} batches "
                      "(drop policy)")
-    if h.get("notes"):
-        lines.append(f"notes     {h['notes']}")
+    if h.notes:
+        lines.append(f"notes     {h.notes}")
     if trace.truncated:
         lines.append(f"DAMAGED   {trace.stop_reason}; everything before offset {trace.stopped_at} was recovered")
     for note in trace.notes:
         lines.append(f"repaired  {note}")
-    opts = dict(h.get("capture_options") or {})
-    mode = opts.get("timing_mode")
-    if mode:
-        lines.append(f"timing    {mode}" + (f" ({opts['timing_reason']})" if opts.get("timing_reason") else ""))
-    lines += _section("capture options", opts)
-    lines += _section("host", dict(h.get("host_info") or {}))
+    opts = h.capture_options
+    if opts.timing_mode:
+        lines.append(f"timing    {opts.timing_mode}" + (f" ({opts.timing_reason})" if opts.timing_reason else ""))
+    lines += _section("capture options", opts.as_dict())
+    lines += _section("host", h.host_info.as_dict())
     if s.get("user"):
         lines += _section("summary", dict(s["user"]))
     return "\n".join(lines)

@@ -44,6 +44,7 @@ from harness.engine.results import Progress, SceneResult
 from harness.engine.spec import CaptureSpec, SceneSpec
 from harness.engine.stopping import Keeper, StopFlag
 from katra_trace.errors import ConfigError, SceneError
+from katra_trace.io.header import CaptureOptions
 from katra_trace.schema import Clock, Kind
 from katra_trace.io.writer import TraceWriter
 from scenes.api import NOMINAL_RATE_HZ
@@ -80,7 +81,7 @@ class ResolvedCapture:
 def resolve_capture(spec: CaptureSpec) -> ResolvedCapture:
     """The timing mode, zone mode and recorded capture options of ``spec`` (pure; ConfigError if impossible)."""
     zones = timers.zone_mode(spec.zones)
-    recorded = dict(spec.options)
+    recorded = spec.options.as_dict() if isinstance(spec.options, CaptureOptions) else dict(spec.options)
     writer_args: dict[str, Any] = {} if spec.codec is None else {"codec": spec.codec}
     measure = spec.measure
     if measure is not None:

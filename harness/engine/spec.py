@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from katra_trace.io.header import CaptureOptions
+
 
 @dataclasses.dataclass(frozen=True)
 class CaptureSpec:
@@ -40,7 +42,7 @@ class CaptureSpec:
     path: Path | None
     workload: str
     host: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    options: Mapping[str, Any] | CaptureOptions = dataclasses.field(default_factory=dict)
     timing: str = "auto"
     zones: bool | str = False
     max_draw_zones: int | None = None

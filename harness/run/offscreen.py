@@ -19,6 +19,7 @@ import numpy as np
 from harness.engine.core import Engine
 from harness.engine.spec import CaptureSpec, SceneSpec
 from katra_trace.errors import SceneError
+from katra_trace.io.header import build_capture_options
 from scenes.api import SceneSkip
 from scenes.registry import resolve_params
 
@@ -101,7 +102,8 @@ def run_offscreen(
     resolved = resolve_params(scene_cls, params or {})
     fbo = ctx.simple_framebuffer(tuple(size), components=4, samples=samples)
     try:
-        engine = Engine(ctx, CaptureSpec(None, label, timing="sync"), writer=MemorySink())
+        engine = Engine(ctx, CaptureSpec(None, label, timing="sync", options=build_capture_options()),
+                        writer=MemorySink())
         with engine:
             scene = SceneSpec(scene_cls, label, resolved, size=(int(size[0]), int(size[1])), frames=frames,
                               warmup=warmup, seed=seed)

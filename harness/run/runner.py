@@ -45,19 +45,18 @@ from harness.engine.stopping import StopFlag, stop_on_signals
 from harness.run.progress import Progress as RunProgress
 from harness.run.progress import show_warning
 from katra_trace.errors import KatraError, OutputBusyError, OutputExistsError
+from katra_trace.io.header import CaptureOptions, build_capture_options
 
 
-def capture_options(plan: RunPlan, session: Any) -> dict[str, Any]:
+def capture_options(plan: RunPlan, session: Any) -> CaptureOptions:
     """The capture options recorded in the trace header: the config as given, and as resolved."""
     cfg = plan.config
-    options = cfg.as_dict()
-    options["resolved"] = {
+    return build_capture_options(cfg.as_dict(), resolved={
         "frames": plan.frames, "duration_s": plan.duration_s, "warmup": plan.warmup,
         "size": list(plan.size), "samples": cfg.samples, "backend": session.backend,
         "output": str(plan.output), "device": session.device,
         "scenes": [{"label": e.label, "spec": e.spec, "params": dict(e.params)} for e in plan.entries],
-    }
-    return options
+    })
 
 
 def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | None = None,

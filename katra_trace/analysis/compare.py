@@ -202,8 +202,7 @@ def _process_hint(result: Comparison, sides: Mapping[str, Sequence[Any]],
                   durations: Mapping[str, Sequence[Mapping[str, Mapping[str, np.ndarray]]]]) -> list[str]:
     """A note pointing to ``--metric process --stat p10`` when wall time left scenes inconclusive for its
     run-to-run spread, and every trace is a software renderer's that recorded process CPU time."""
-    software = all(bool(((t.header.get("host_info") or {}).get("gl") or {}).get("software_renderer"))
-                   for traces in sides.values() for t in traces)
+    software = all(t.header.host_info.software for traces in sides.values() for t in traces)
     if not software:
         return []
     noisy = []

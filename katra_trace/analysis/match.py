@@ -1,12 +1,15 @@
 """Which traces may be compared: capture settings, host facts and the clock to compare.
 
-Pure: reads trace headers (mappings), no I/O.
+Pure: reads typed trace headers (:mod:`katra_trace.io.header`), no I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from katra_trace.io.header import CaptureOptions, TraceHeader
 
 from katra_trace.metrics import METRICS, RUN_STATS
 
@@ -18,76 +21,39 @@ HOST_KEYS: tuple[str, ...] = ("renderer", "driver")
 #: (:data:`katra_trace.metrics.RUN_STATS`) are defined in katra_trace.metrics.
 
 
-def _get(d: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(d, Mapping) or key not in d:
-            return None
-        d = d[key]
-    return d
+def host_facts(header: TraceHeader) -> dict[str, Any]:
+    """GL renderer and driver (name + version) of a trace header's host (any layout, see katra_trace.io.header)."""
+    return {"renderer": header.host_info.renderer, "driver": header.host_info.driver}
 
 
-def host_facts(header: Mapping[str, Any]) -> dict[str, Any]:
-    """GL renderer and driver (name + version) from a trace header's host_info."""
-    host = header.get("host_info") or {}
-    renderer = _get(host, "gl_renderer") or _get(host, "gl", "renderer")
-    driver = _get(host, "driver_version")
-    if driver is None:
-        drv = _get(host, "gl", "driver")
-        if isinstance(drv, Mapping) and (drv.get("name") or drv.get("version")):
-            driver = f"{drv.get('name', '')} {drv.get('version', '')}".strip()
-        else:
-            driver = _get(host, "gl", "version")
-    return {"renderer": renderer, "driver": driver}
+def scene_params(options: CaptureOptions, scene: str) -> Any:
+    """The params a capture used for ``scene`` (None when not recorded; every layout, see
+    :attr:`katra_trace.io.header.CaptureOptions.scene_params`)."""
+    return options.params_of(scene)
 
 
-def scene_params(options: Mapping[str, Any], scene: str) -> Any:
-    """The params a capture used for ``scene`` (None when not recorded).
-
-    Reads ``resolved.scenes[*]`` (label, params) as written by ``katra3d run``,
-    else a ``params`` mapping keyed by scene, else ``scenes`` entries with a name.
-    """
-    resolved = options.get("resolved")
-    for source in (_get(resolved, "scenes"), options.get("scenes")):
-        if isinstance(source, Sequence) and not isinstance(source, str):
-            for entry in source:
-                if isinstance(entry, Mapping) and scene in (entry.get("label"), entry.get("name")):
-                    return entry.get("params")
-    params = options.get("params")
-    if isinstance(params, Mapping) and isinstance(params.get(scene), Mapping):
-        return params[scene]
-    return None
-
-
-def capture_facts(header: Mapping[str, Any], scene: str) -> dict[str, Any]:
+def capture_facts(header: TraceHeader, scene: str) -> dict[str, Any]:
     """The capture settings of ``scene`` that must match between BASE and NEW.
 
     Prefers the ``resolved`` values ``katra3d run`` records (a suite's size
     when no --size was given) over the requested ones.
     """
-    opts = header.get("capture_options") or {}
-    raw = opts.get("resolved")
-    resolved: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-    facts: dict[str, Any] = {key: resolved.get(key, opts.get(key)) for key in CAPTURE_KEYS}
-    for key in ("size", "samples"):
-        value = facts[key]
-        if isinstance(value, list):
-            facts[key] = tuple(value)
-    facts["params"] = scene_params(opts, scene)
-    return facts
+    opts = header.capture_options
+    return {"size": opts.run_size, "samples": opts.run_samples, "timing_mode": opts.timing_mode,
+            "params": opts.params_of(scene)}
 
 
-def measure_mode(header: Mapping[str, Any]) -> str:
+def measure_mode(header: TraceHeader) -> str:
     """``time``, ``instructions`` or ``cycles``: what the capture measured (traces without it: time)."""
-    mode = _get(header, "capture_options", "measure", "mode")
-    return str(mode) if isinstance(mode, str) and mode else "time"
+    return header.capture_options.measure_mode
 
 
-def codegen_facts(header: Mapping[str, Any]) -> Any:
+def codegen_facts(header: TraceHeader) -> Any:
     """The code-generator facts (CPU model and flags, Mesa, LLVM, vector width) of the host, or None."""
-    return _get(header, "host_info", "codegen")
+    return header.host_info.codegen
 
 
-def resolve_metric(headers: Sequence[Mapping[str, Any]], clocks: set[str], metric: str,
+def resolve_metric(headers: Sequence[TraceHeader], clocks: set[str], metric: str,
                    common: set[str] | None = None) -> str:
     """The clock to compare: ``metric`` itself, or for ``auto`` the one the capture trusts.
 
@@ -104,10 +70,10 @@ def resolve_metric(headers: Sequence[Mapping[str, Any]], clocks: set[str], metri
     for count in ("instructions", "cycles"):
         if count in (clocks if common is None else common):
             return count
-    primary = {_get(h, "capture_options", "primary_clock") for h in headers}
+    primary = {h.capture_options.primary_clock for h in headers}
     if len(primary) == 1 and next(iter(primary)) in ("wall", "cpu", "gpu"):
         return str(next(iter(primary)))
-    modes = {_get(h, "capture_options", "timing_mode") for h in headers}
+    modes = {h.capture_options.timing_mode for h in headers}
     if modes == {"sync"}:
         return "wall"
     if modes == {"gpu"}:

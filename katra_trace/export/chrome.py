@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
 from katra_trace.export.output import ProgressFn
 from katra_trace.export.timeline import Timeline, flag_names
 from katra_trace.metrics import clock_name
+
+if TYPE_CHECKING:
+    from katra_trace.io.header import TraceHeader
 
 #: Events beyond which chrome://tracing struggles (the export warns and suggests Perfetto).
 CHROME_EVENT_WARN = 1_000_000
@@ -34,21 +37,22 @@ def _tid(clock: int) -> int:
     return {1: 1, 0: 2, 2: 3}.get(int(clock), int(clock) + 1)
 
 
-def write_chrome(tl: Timeline, header: Mapping[str, Any], summary: Mapping[str, Any], out: IO[str],
+def write_chrome(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any], out: IO[str],
                  progress: ProgressFn | None = None) -> dict[str, int]:
     """Write ``tl`` as a Trace Event Format JSON object to ``out``; returns event counts."""
     ev = tl.events
     total = len(ev)
     done = 0
     dumps = json.dumps
-    options = header.get("capture_options") or {}
+    options = header.capture_options
     metadata = {
-        "katra3d": {k: header.get(k) for k in ("workload", "tool_version", "format_version", "notes",
-                                               "start_wall_ns", "pid")},
-        "timing_mode": options.get("timing_mode"),
-        "timing_reason": options.get("timing_reason"),
-        "capture_options": options,
-        "host_info": header.get("host_info") or {},
+        "katra3d": {"workload": header.workload, "tool_version": header.tool_version,
+                    "format_version": header.format_version, "notes": header.notes,
+                    "start_wall_ns": header.start_wall_ns, "pid": header.pid},
+        "timing_mode": options.timing_mode,
+        "timing_reason": options.timing_reason,
+        "capture_options": options.as_dict(),
+        "host_info": header.host_info.as_dict(),
         "summary": dict(summary),
     }
     out.write('{"displayTimeUnit":"ms","metadata":')
@@ -69,7 +73,7 @@ def write_chrome(tl: Timeline, header: Mapping[str, Any], summary: Mapping[str, 
     meta = ['{"ph":"M","pid":0,"tid":0,"name":"process_name","args":{"name":"katra3d capture"}}']
     end_us = float(tl.end_ns.max()) / 1e3 if tl.end_ns.size else 0.0
     start_us = min(float(tl.start_ns.min()) / 1e3, 0.0) if tl.start_ns.size else 0.0
-    meta.append(dumps({"ph": "X", "pid": 0, "tid": 0, "name": f"capture: {header.get('workload', '')}",
+    meta.append(dumps({"ph": "X", "pid": 0, "tid": 0, "name": f"capture: {header.workload or ''}",
                        "ts": start_us, "dur": end_us - start_us, "args": metadata}, default=str))
     pid_of: dict[int, int] = {}
     for rank, (sid, label) in enumerate(tl.scenes.items()):

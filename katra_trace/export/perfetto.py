@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
 from katra_trace.export.output import ProgressFn
 from katra_trace.optional import require
 from katra_trace.export.timeline import Timeline, flag_names
+
+if TYPE_CHECKING:
+    from katra_trace.io.header import TraceHeader
 
 #: Packets serialized and written at a time (bounds memory on large traces).
 CHUNK_PACKETS = 200_000
@@ -85,15 +88,6 @@ def _annotation(name: str, value: Any) -> dict[str, Any]:
     return ann
 
 
-def _dig(d: Any, *path: str) -> Any:
-    """``d[path[0]][path[1]]...``, or None where a level is missing or not an object."""
-    for key in path:
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(key)
-    return d
-
-
 class _Writer:
     """Packets into a TraceProtoBuilder, written out every :data:`CHUNK_PACKETS`."""
 
@@ -120,14 +114,13 @@ class _Writer:
             self.builder = _builder()
 
 
-def write_perfetto(tl: Timeline, header: Mapping[str, Any], summary: Mapping[str, Any], out: BinaryIO,
+def write_perfetto(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any], out: BinaryIO,
                    progress: ProgressFn | None = None) -> dict[str, int]:
     """Write ``tl`` as a Perfetto trace to ``out``; returns counts (packets, tracks, slices, ...)."""
     _pb()  # fail early, before writing anything, when the package is missing
     w = _Writer(out)
     ev = tl.events
-    start_host = header.get("start_host_ns")
-    base = int(start_host) if isinstance(start_host, int) else 0
+    base = header.start_host_ns or 0
     lowest = int(tl.start_ns.min()) if tl.start_ns.size else 0
     base = max(base, -lowest, 0)  # protobuf timestamps are unsigned
     total = len(ev)
@@ -139,8 +132,8 @@ def write_perfetto(tl: Timeline, header: Mapping[str, Any], summary: Mapping[str
     meta_seq = next(seq_ids)
     first_ts = base + lowest if tl.start_ns.size else base
     clocks = [{"clock_id": _CLOCK_BOOTTIME, "timestamp": base}]
-    start_wall = header.get("start_wall_ns")
-    if isinstance(start_wall, int) and start_wall >= 0:
+    start_wall = header.start_wall_ns
+    if start_wall is not None and start_wall >= 0:
         clocks.append({"clock_id": _CLOCK_REALTIME, "timestamp": start_wall})
     w.add(timestamp=base, trusted_packet_sequence_id=meta_seq, sequence_flags=_SEQ_CLEARED,
           clock_snapshot={"clocks": clocks, "primary_trace_clock": _CLOCK_BOOTTIME})
@@ -154,23 +147,23 @@ def write_perfetto(tl: Timeline, header: Mapping[str, Any], summary: Mapping[str
               track_descriptor={"uuid": scene_uuid[sid], "name": label, "child_ordering": _CHILD_ORDER_EXPLICIT,
                                 "sibling_order_rank": rank + 1})
     last_ts = base + int(tl.end_ns.max()) if tl.end_ns.size else first_ts
-    options = header.get("capture_options") or {}
+    options = header.capture_options
     args = [
-        _annotation("workload", header.get("workload", "")),
-        _annotation("tool_version", header.get("tool_version", "")),
-        _annotation("format_version", header.get("format_version", "")),
-        _annotation("timing_mode", options.get("timing_mode", "")),
-        _annotation("timing_reason", options.get("timing_reason", "")),
-        _annotation("renderer", _dig(header, "host_info", "gl", "renderer") or ""),
-        _annotation("notes", header.get("notes", "")),
+        _annotation("workload", header.workload or ""),
+        _annotation("tool_version", header.tool_version or ""),
+        _annotation("format_version", header.format_version or ""),
+        _annotation("timing_mode", options.timing_mode or ""),
+        _annotation("timing_reason", options.timing_reason or ""),
+        _annotation("renderer", header.host_info.gl.renderer or ""),
+        _annotation("notes", header.notes or ""),
         _annotation("status", summary.get("status", "incomplete")),
-        _annotation("capture_options", options),
-        _annotation("host_info", header.get("host_info") or {}),
+        _annotation("capture_options", options.as_dict()),
+        _annotation("host_info", header.host_info.as_dict()),
         _annotation("summary", dict(summary)),
     ]
     w.add(timestamp=first_ts, trusted_packet_sequence_id=meta_seq,
           track_event={"type": _SLICE_BEGIN, "track_uuid": capture_uuid,
-                       "name": f"capture: {header.get('workload', '')}", "debug_annotations": args})
+                       "name": f"capture: {header.workload or ''}", "debug_annotations": args})
     w.add(timestamp=max(last_ts, first_ts), trusted_packet_sequence_id=meta_seq,
           track_event={"type": _SLICE_END, "track_uuid": capture_uuid})
 

@@ -28,6 +28,7 @@ from katra_trace.schema import Kind
 from katra_trace.analysis.stats import scene_labels
 
 if TYPE_CHECKING:
+    from katra_trace.io.header import TraceHeader
     from katra_trace.io.reader import Trace
 
 #: (column, meaning) of the table, in order.
@@ -94,7 +95,7 @@ def to_arrow(trace: Trace) -> Any:
     return events_to_arrow(trace.events, list(trace.strings), trace.header, trace.summary)
 
 
-def events_to_arrow(events: np.ndarray, strings: list[str], header: Mapping[str, Any] | None = None,
+def events_to_arrow(events: np.ndarray, strings: list[str], header: TraceHeader | None = None,
                     summary: Mapping[str, Any] | None = None) -> Any:
     """:func:`to_arrow` for an event array and its string table."""
     pa = require("pyarrow", extra="export", purpose="Arrow and Parquet export")
@@ -104,7 +105,7 @@ def events_to_arrow(events: np.ndarray, strings: list[str], header: Mapping[str,
         arrays[name] = pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(words, pa.string()))
     for name in ("depth", "frame", "start_ns", "dur_ns", "value"):
         arrays[name] = pa.array(np.ascontiguousarray(ev[name]))
-    meta = {"katra3d.header": json.dumps(dict(header or {}), default=str),
+    meta = {"katra3d.header": json.dumps(header.as_dict() if header is not None else {}, default=str),
             "katra3d.summary": json.dumps(dict(summary or {}), default=str),
             "katra3d.columns": json.dumps(dict(TABLE_COLUMNS))}
     return pa.table({c: arrays[c] for c, _ in TABLE_COLUMNS}, metadata=meta)
@@ -117,7 +118,7 @@ def to_pandas(trace: Trace) -> Any:
     return to_arrow(trace).to_pandas()
 
 
-def write_parquet(events: np.ndarray, strings: list[str], header: Mapping[str, Any], summary: Mapping[str, Any],
+def write_parquet(events: np.ndarray, strings: list[str], header: TraceHeader, summary: Mapping[str, Any],
                   out: IO[bytes]) -> int:
     """Write the table as Parquet (zstd) to ``out``; returns the rows written."""
     require("pyarrow", extra="export", purpose="--to parquet")

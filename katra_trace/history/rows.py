@@ -16,10 +16,9 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +27,9 @@ from katra_trace.analysis.match import codegen_facts, host_facts, measure_mode, 
 from katra_trace.metrics import is_count
 from katra_trace.schema import Clock
 from katra_trace.analysis.stats import reference_durations, scene_durations, zone_frame_totals
+
+if TYPE_CHECKING:
+    from katra_trace.io.header import TraceHeader
 
 #: Columns of a history row, in order, with their DuckDB types.
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -124,31 +126,28 @@ class HostFingerprint:
         return f"{self.renderer} / {self.driver} / {self.cpu}"
 
 
-def host_fingerprint(header: Mapping[str, Any]) -> HostFingerprint:
+def host_fingerprint(header: TraceHeader) -> HostFingerprint:
     """The GL renderer, driver and CPU model of a trace header, and its code-generator facts."""
     facts = host_facts(header)
-    system = (header.get("host_info") or {}).get("system") or {}
+    system = header.host_info.system
     renderer = str(facts.get("renderer") or "?")
     driver = str(facts.get("driver") or "?")
-    cpu = str(system.get("cpu_model") or "?") if isinstance(system, Mapping) else "?"
+    cpu = system.cpu_model or "?"
     codegen = codegen_facts(header)
     return HostFingerprint(
         host_id=short_id([renderer, driver, cpu]),
         renderer=renderer, driver=driver, cpu=cpu,
         codegen_id=short_id(codegen) if codegen else "",
         codegen=json.dumps(codegen, sort_keys=True, default=str) if codegen else "",
-        machine_name=str(system.get("hostname") or "") if isinstance(system, Mapping) else "",
+        machine_name=system.hostname or "",
     )
 
 
-def _size(header: Mapping[str, Any]) -> str:
-    opts = header.get("capture_options") or {}
-    raw = opts.get("resolved")
-    resolved: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-    size = resolved.get("size", opts.get("size"))
-    if isinstance(size, (list, tuple)) and len(size) == 2:
+def _size(header: TraceHeader) -> str:
+    size = header.capture_options.run_size
+    if size is not None and len(size) == 2:
         return f"{size[0]}x{size[1]}"
-    return "" if size is None else str(size)
+    return "" if size is None else str(list(size))
 
 
 def _finite(x: float) -> float | None:
@@ -191,8 +190,7 @@ def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[dict[str, Any]]
     zone x metric; empty when the trace has no measured frames."""
     header = trace.header
     host = host_fingerprint(header)
-    start_ns = header.get("start_wall_ns")
-    start_ns = int(start_ns) if isinstance(start_ns, int) and not isinstance(start_ns, bool) else None
+    start_ns = header.start_wall_ns
     base: dict[str, Any] = {
         "trace_sha256": sha256,
         "label": facts.label,
@@ -205,9 +203,9 @@ def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[dict[str, Any]]
         "size": _size(header),
         "trace_path": os.path.abspath(str(trace.path)),
         "trace_status": trace.status,
-        "tool_version": str(header.get("tool_version") or ""),
+        "tool_version": header.tool_version or "",
     }
-    opts = header.get("capture_options") or {}
+    opts = header.capture_options
     strings = list(trace.strings)
     frames = scene_durations(trace.events, strings)
     refs = reference_durations(trace.events, strings)
@@ -217,7 +215,7 @@ def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[dict[str, Any]]
         if values.size == 0:
             return
         count = is_count(metric)
-        params = scene_params(opts, scene) if isinstance(opts, Mapping) else None
+        params = scene_params(opts, scene)
         out.append({**base, "scene": scene, "zone": zone, "metric": metric,
                     "unit": unit or (metric if count else "ms"),
                     "params": json.dumps(params, sort_keys=True, default=str) if params is not None else "",

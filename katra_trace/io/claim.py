@@ -247,7 +247,7 @@ def _writer_pid(part: Path) -> int | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            pid = open_trace(part, events=False).header.get("pid")
+            pid = open_trace(part, events=False).header.pid
     except KatraError:
         return None
     return pid if isinstance(pid, int) else None

@@ -28,6 +28,7 @@ from katra_trace.io import format as fmt
 from katra_trace.io.blocks import EventBatch, ScanState, decode_budget, file_size, iter_blocks, mark_damaged
 
 from katra_trace.errors import ConfigError, TraceFormatError
+from katra_trace.io.header import TraceHeader
 from katra_trace.schema import EVENT_DTYPE
 
 
@@ -40,7 +41,8 @@ class Trace:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.header: dict[str, Any] = {}
+        #: the HEADER block, typed (``header.as_dict()``: the JSON object as read)
+        self.header = TraceHeader()
         self.summary: dict[str, Any] = {}
         self.strings: list[str] = []
         self.annotations: list[dict[str, Any]] = []
@@ -197,7 +199,7 @@ def open_trace(path: str | os.PathLike[str], strict: bool = False, events: bool 
                     mark_damaged(state, strict, f"second HEADER block at offset {block.offset}", block.offset)
                     break
                 header_seen = True
-                trace.header = block.payload
+                trace.header = TraceHeader.from_dict(block.payload)
             elif not header_seen:
                 mark_damaged(state, strict, f"block at offset {block.offset} comes before the HEADER block", block.offset)
                 break

@@ -27,7 +27,7 @@ import time
 import weakref
 from pathlib import Path
 from types import TracebackType
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -36,6 +36,7 @@ from katra_trace.io import claim as claim_mod
 from katra_trace.io import format as fmt
 from katra_trace.io.blockfile import BlockFile
 from katra_trace.errors import ConfigError, KatraError, TraceIOError, WriterClosedError
+from katra_trace.io.header import CaptureOptions, HostInfo, header_part
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION, schema_hash
 
 #: struct layout of one packed event (matches EVENT_DTYPE field for field).
@@ -62,8 +63,9 @@ class TraceWriter:
         overwrite: replace ``path`` if it exists (else OutputExistsError). Even then, a capture
             that records no event and does not complete keeps the existing file.
         workload: what was run (suite or scene names).
-        capture_options: how the capture was made (the harness's RunConfig).
-        host_info: what it ran on (the harness's host probe).
+        capture_options: how the capture was made (a dict, or a
+            :class:`~katra_trace.io.header.CaptureOptions`, see ``build_capture_options``).
+        host_info: what it ran on (the harness's host probe; a dict or a ``HostInfo``).
         notes: free-form text.
         codec: ``"zstd"`` (default), ``"blosc2"`` (EVENTS blocks as blosc2 chunks, one encoding
             thread; needs python-blosc2, else CodecUnavailableError, exit code 3) or ``"none"``.
@@ -91,8 +93,8 @@ class TraceWriter:
         path: str | os.PathLike[str],
         *,
         workload: str = "",
-        capture_options: dict[str, Any] | None = None,
-        host_info: dict[str, Any] | None = None,
+        capture_options: Mapping[str, Any] | CaptureOptions | None = None,
+        host_info: Mapping[str, Any] | HostInfo | None = None,
         notes: str = "",
         codec: str = "zstd",
         batch_events: int = 4096,
@@ -154,8 +156,8 @@ class TraceWriter:
             "schema_version": SCHEMA_VERSION,
             "schema_hash": schema_hash(),
             "tool_version": tool_version(),
-            "capture_options": dict(capture_options or {}),
-            "host_info": dict(host_info or {}),
+            "capture_options": header_part(capture_options),
+            "host_info": header_part(host_info),
             "start_wall_ns": self.start_wall_ns,
             "start_host_ns": self.start_host_ns,
             "pid": os.getpid(),

@@ -136,14 +136,6 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _get(d: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(key)
-    return d
-
-
 def _run_label(trace: Any, index: int, role: str) -> str:
     path = getattr(trace, "path", None)
     name = path.name if path is not None else f"{index + 1}"
@@ -156,32 +148,32 @@ def _runs_section(runs: Sequence[TraceLike], baseline: Sequence[TraceLike]) -> s
     for role, traces in (("run", runs), ("baseline", baseline)):
         for i, t in enumerate(traces):
             h = t.header
-            opts = h.get("capture_options") or {}
-            found = opts.get("resolved")
-            resolved: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
-            size = resolved.get("size") or opts.get("size")
-            mode = _get(opts, "measure", "mode")
-            timing = opts.get("timing_mode", "-")
+            opts = h.capture_options
+            size = opts.run_size
+            mode = opts.measure.mode
+            timing = opts.timing_mode or "-"
             label = _run_label(t, i, role)
+            frames = "-" if opts.run_frames is None else opts.run_frames
+            warmup = "-" if opts.run_warmup is None else opts.run_warmup
             rows.append([
-                _e(label), _e(h.get("workload", "")), _e(getattr(t, "status", "")),
+                _e(label), _e(h.workload or ""), _e(getattr(t, "status", "")),
                 _e(f"measure {mode}" if mode and mode != "time" else timing),
-                _e(_get(h, "host_info", "gl", "renderer") or "-"),
-                _e(_get(h, "host_info", "system", "cpu_model") or "-"),
-                _e("x".join(str(v) for v in size) if isinstance(size, (list, tuple)) else (size or "-")),
-                _e(f"{resolved.get('frames', opts.get('frames', '-'))} / {resolved.get('warmup', opts.get('warmup', '-'))}"),
+                _e(h.host_info.gl.renderer or "-"),
+                _e(h.host_info.system.cpu_model or "-"),
+                _e("x".join(str(v) for v in size) if size else "-"),
+                _e(f"{frames} / {warmup}"),
                 _num(len(t.events), "int"),
             ])
-            why = opts.get("timing_reason")
-            start = h.get("start_wall_ns")
+            why = opts.timing_reason
+            start = h.start_wall_ns
             when = (datetime.datetime.fromtimestamp(start / 1e9, tz=datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-                    if isinstance(start, int) else "-")
+                    if start is not None else "-")
             details.append(
-                f"<details><summary>{_e(label)}: {_e(h.get('tool_version', ''))}, captured {_e(when)}"
+                f"<details><summary>{_e(label)}: {_e(h.tool_version or '')}, captured {_e(when)}"
                 + (f"; timing {_e(timing)} because {_e(why)}" if why else "") + "</summary>"
-                f"<h3>capture options</h3><pre>{_e(json.dumps(opts, indent=2, default=str))}</pre>"
-                f"<h3>host</h3><pre>{_e(json.dumps(h.get('host_info') or {}, indent=2, default=str))}</pre>"
-                + (f"<p>notes: {_e(h.get('notes'))}</p>" if h.get("notes") else "") + "</details>")
+                f"<h3>capture options</h3><pre>{_e(json.dumps(opts.as_dict(), indent=2, default=str))}</pre>"
+                f"<h3>host</h3><pre>{_e(json.dumps(h.host_info.as_dict(), indent=2, default=str))}</pre>"
+                + (f"<p>notes: {_e(h.notes)}</p>" if h.notes else "") + "</details>")
     table = _table(["run", "workload", "status", "timing", "renderer", "CPU", "size", "frames / warmup", "events"],
                    rows)
     return f'<section id="runs"><h2>Runs</h2>{table}{"".join(details)}</section>'

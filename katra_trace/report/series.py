@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -19,6 +19,9 @@ from katra_trace.metrics import unit_of
 from katra_trace.schema import Clock, Flag, Kind
 from katra_trace.analysis.stats import EXCLUDED_FLAGS, scene_labels, zone_frame_totals
 from katra_trace.metrics import CLOCK_NAMES, clock_name
+
+if TYPE_CHECKING:
+    from katra_trace.io.header import TraceHeader
 
 #: Most points drawn per frame series (min and max of MAX_POINTS / 2 buckets).
 MAX_POINTS = 4000
@@ -31,7 +34,7 @@ CLOCK_PREFERENCE: tuple[str, ...] = ("wall", "gpu", "instructions", "cycles", "p
 class TraceLike(Protocol):
     events: np.ndarray
     strings: list[str]
-    header: dict[str, Any]
+    header: TraceHeader
 
 
 def minmax_downsample(x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
@@ -58,10 +61,8 @@ def minmax_downsample(x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS
 def primary_clock(trace: TraceLike, available: Sequence[str]) -> str | None:
     """The clock a scene's series is drawn on: the capture's primary clock if the scene has it, else
     the first of :data:`CLOCK_PREFERENCE` it has."""
-    options = trace.header.get("capture_options") or {}
-    primary = options.get("primary_clock")
-    measure = (options.get("measure") or {}).get("mode") if isinstance(options.get("measure"), dict) else None
-    for name in (measure, primary, *CLOCK_PREFERENCE):
+    options = trace.header.capture_options
+    for name in (options.measure.mode, options.primary_clock, *CLOCK_PREFERENCE):
         if isinstance(name, str) and name in available:
             return name
     return available[0] if available else None

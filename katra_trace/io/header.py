@@ -1,0 +1,406 @@
+"""The trace header as typed records: how a capture was made and what it ran on.
+
+Pure: no GL, no I/O. :meth:`TraceHeader.from_dict` is the one place that reads
+a HEADER block's JSON object: it upgrades the older layouts (``host_info.gl_renderer``
+/ ``driver_version`` / ``gl_version`` beside or instead of ``host_info.gl``;
+``capture_options.resolved.*`` beside the requested top-level values; scene params
+as ``resolved.scenes``, ``scenes`` entries or a ``params`` mapping) and tolerates
+missing or odd values: a value of the wrong type (or a NaN) reads as None ("not
+recorded") and is kept, as read, in the record's ``extra`` mapping with every
+key it does not know. :meth:`as_dict` gives back what was read (same keys, same
+values, same order), so a header round-trips; a record built in code writes its
+fields that are not None.
+
+Consumers read attributes (``header.host_info.renderer``,
+``header.capture_options.run_size``); producers build capture options with
+:func:`build_capture_options`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
+
+from katra_trace.errors import TraceFormatError
+
+
+class _Bad:
+    """Marks a value a converter refuses (kept in ``extra``)."""
+
+
+_BAD = _Bad()
+_Convert = Callable[[Any], Any]
+_R = TypeVar("_R", bound="_Record")
+
+
+# Converters of JSON values to typed fields: None (null) stays None; a value of the wrong type is _BAD.
+
+def _str(v: Any) -> Any:
+    return v if v is None or isinstance(v, str) else _BAD
+
+
+def _int(v: Any) -> Any:
+    return v if v is None or (isinstance(v, int) and not isinstance(v, bool)) else _BAD
+
+
+def _seconds(v: Any) -> Any:
+    ok = v is None or (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and math.isfinite(v))
+    return v if ok else _BAD
+
+
+def _bool(v: Any) -> Any:
+    return v if v is None or isinstance(v, bool) else _BAD
+
+
+def _str_or_bool(v: Any) -> Any:
+    return v if v is None or isinstance(v, (str, bool)) else _BAD
+
+
+def _ints(v: Any) -> Any:
+    if v is None:
+        return None
+    if isinstance(v, (list, tuple)) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        return tuple(v)
+    return _BAD
+
+
+def _strs(v: Any) -> Any:
+    if v is None:
+        return None
+    return tuple(v) if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v) else _BAD
+
+
+def _mapping(v: Any) -> Any:
+    if v is None:
+        return None
+    return dict(v) if isinstance(v, Mapping) else _BAD
+
+
+def _scenes(v: Any) -> Any:
+    if v is None:
+        return None
+    if isinstance(v, (list, tuple)) and all(isinstance(e, Mapping) for e in v):
+        return tuple(dict(e) for e in v)
+    return _BAD
+
+
+def _plain(v: Any) -> Any:
+    """A JSON-ready copy: records as dicts, tuples as lists."""
+    if isinstance(v, _Record):
+        return v.as_dict()
+    if isinstance(v, Mapping):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+def _empty(v: Any) -> bool:
+    return v is None or (isinstance(v, _Record) and not v.as_dict())
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Record:
+    """Base of the header records: typed fields, ``extra`` keys kept as read, the key order read."""
+
+    #: keys this record does not type (unknown, older layouts, or a value of the wrong type), as read
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: the keys read, in order (empty for a record built in code): as_dict writes these back
+    layout: tuple[str, ...] = dataclasses.field(default=(), repr=False, compare=False)
+
+    #: field name -> converter of a JSON value (returns _BAD to refuse it)
+    _CONVERT: ClassVar[dict[str, _Convert]] = {}
+
+    @classmethod
+    def from_dict(cls: type[_R], data: Any) -> _R:
+        """The record of a JSON object; a value that is not a JSON object reads as an empty record."""
+        src: Mapping[Any, Any] = data if isinstance(data, Mapping) else {}
+        kwargs: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in src.items():
+            convert = cls._CONVERT.get(key) if isinstance(key, str) else None
+            if convert is None:
+                extra[key] = value
+                continue
+            typed = convert(value)
+            if typed is _BAD:
+                extra[key] = value
+            else:
+                kwargs[key] = typed
+        return cls(**kwargs, extra=extra, layout=tuple(k for k in src if isinstance(k, str)))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as a JSON-ready dict: what was read, or the fields set in code."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if not f.init or f.name in ("extra", "layout") or f.name in self.extra:
+                continue
+            value = getattr(self, f.name)
+            if f.name in self.layout or not _empty(value):
+                out[f.name] = _plain(value)
+        for key, value in self.extra.items():
+            out[key] = _plain(value)
+        if self.layout:
+            order = {k: i for i, k in enumerate(self.layout)}
+            out = dict(sorted(out.items(), key=lambda kv: order.get(kv[0], len(order))))
+        return out
+
+
+def _record(cls: type[_Record]) -> _Convert:
+    def convert(v: Any) -> Any:
+        return cls.from_dict(v) if isinstance(v, Mapping) else _BAD
+
+    return convert
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DriverInfo(_Record):
+    """The GL driver parsed from GL_VERSION (``host_info.gl.driver``): ``Mesa`` ``22.3.6``."""
+
+    name: str | None = None
+    version: str | None = None
+
+    _CONVERT: ClassVar[dict[str, _Convert]] = {"name": _str, "version": _str}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GLInfo(_Record):
+    """The GL context a capture ran on (``host_info.gl``); limits and the rest are in ``extra``."""
+
+    vendor: str | None = None
+    renderer: str | None = None
+    version: str | None = None
+    driver: DriverInfo = dataclasses.field(default_factory=DriverInfo)
+    #: GL_RENDERER names a CPU rasterizer (llvmpipe, swrast, ...)
+    software_renderer: bool | None = None
+
+    _CONVERT: ClassVar[dict[str, _Convert]] = {
+        "vendor": _str, "renderer": _str, "version": _str, "driver": _record(DriverInfo),
+        "software_renderer": _bool,
+    }
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SystemInfo(_Record):
+    """The machine (``host_info.system``): CPU model, host name; cores, RAM, versions are in ``extra``."""
+
+    cpu_model: str | None = None
+    hostname: str | None = None
+
+    _CONVERT: ClassVar[dict[str, _Convert]] = {"cpu_model": _str, "hostname": _str}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HostInfo(_Record):
+    """What a capture ran on (``host_info``, the harness's host probe); ``egl`` and ``env`` are in ``extra``.
+
+    ``renderer``, ``driver`` and ``software`` are the facts comparisons use, upgraded from
+    every layout: the 1.0 layout's ``gl_renderer`` / ``driver_version`` / ``gl_version``
+    keys (kept in ``extra``) win over ``gl.renderer`` and ``gl.driver`` (name + version,
+    else ``gl.version``).
+    """
+
+    backend: str | None = None
+    gl: GLInfo = dataclasses.field(default_factory=GLInfo)
+    system: SystemInfo = dataclasses.field(default_factory=SystemInfo)
+    #: the code generator's facts (CPU model and flags, Mesa, LLVM, vector width) of a counted run
+    codegen: Mapping[str, Any] | None = None
+    #: the GL renderer, from any layout (None: not recorded)
+    renderer: str | None = dataclasses.field(init=False, default=None)
+    #: the driver as one string (``"Mesa 22.3.6"``), from any layout (None: not recorded)
+    driver: str | None = dataclasses.field(init=False, default=None)
+    #: the capture ran on a software rasterizer (``gl.software_renderer``)
+    software: bool = dataclasses.field(init=False, default=False)
+
+    _CONVERT: ClassVar[dict[str, _Convert]] = {
+        "backend": _str, "gl": _record(GLInfo), "system": _record(SystemInfo), "codegen": _mapping,
+    }
+
+    def __post_init__(self) -> None:
+        legacy = self.extra
+        renderer = legacy.get("gl_renderer")
+        renderer = renderer if isinstance(renderer, str) and renderer else self.gl.renderer
+        driver = legacy.get("driver_version")
+        if not isinstance(driver, str):
+            drv = self.gl.driver
+            if drv.name or drv.version:
+                driver = f"{drv.name or ''} {drv.version or ''}".strip()
+            else:
+                driver = self.gl.version
+        object.__setattr__(self, "renderer", renderer)
+        object.__setattr__(self, "driver", driver)
+        object.__setattr__(self, "software", self.gl.software_renderer is True)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MeasureOptions(_Record):
+    """What a capture measured (``capture_options.measure``): ``time``, or counts under callgrind."""
+
+    mode: str | None = None
+    valgrind: str | None = None
+    command: tuple[str, ...] | None = None
+    env: Mapping[str, Any] | None = None
+    frame_boundary: str | None = None
+    pinned: Mapping[str, Any] | None = None
+    output: str | None = None
+
+    _CONVERT: ClassVar[dict[str, _Convert]] = {
+        "mode": _str, "valgrind": _str, "command": _strs, "env": _mapping, "frame_boundary": _str,
+        "pinned": _mapping, "output": _str,
+    }
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ResolvedOptions(_Record):
+    """The run as resolved from the request (``capture_options.resolved``): a suite's size, the scenes."""
+
+    frames: int | None = None
+    duration_s: float | None = None  #: measured seconds per scene (host clock)
+    warmup: int | None = None
+    size: tuple[int, ...] | None = None  #: (width, height) px
+    samples: int | None = None
+    backend: str | None = None
+    output: str | None = None
+    device: int | None = None
+    #: one mapping per scene run: label, spec, params
+    scenes: tuple[Mapping[str, Any], ...] | None = None
+
+    _CONVERT: ClassVar[dict[str, _Convert]] = {
+        "frames": _int, "duration_s": _seconds, "warmup": _int, "size": _ints, "samples": _int,
+        "backend": _str, "output": _str, "device": _int, "scenes": _scenes,
+    }
+
+
+def _scene_params(resolved: ResolvedOptions, extra: Mapping[str, Any]) -> dict[str, Any]:
+    """Scene label -> params from every layout: ``resolved.scenes``, else ``scenes`` entries
+    (by label or name), else a ``params`` mapping keyed by scene."""
+    out: dict[str, Any] = {}
+    for source in (resolved.scenes, resolved.extra.get("scenes"), extra.get("scenes")):
+        if isinstance(source, Sequence) and not isinstance(source, str):
+            for entry in source:
+                if isinstance(entry, Mapping):
+                    for key in (entry.get("label"), entry.get("name")):
+                        if isinstance(key, str):
+                            out.setdefault(key, entry.get("params"))
+    params = extra.get("params")
+    if isinstance(params, Mapping):
+        for key, value in params.items():
+            if isinstance(key, str) and isinstance(value, Mapping):
+                out.setdefault(key, value)
+    return out
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CaptureOptions(_Record):
+    """How a capture was made (``capture_options``): the request, the resolved run, the timing mode.
+
+    ``extra`` holds the rest of the request (a RunConfig's scenes, suite, params, ...).
+    The ``run_*`` fields are the values the capture ran with: the resolved value when
+    recorded, else the requested one; ``measure_mode`` is ``time`` unless counted.
+    """
+
+    api: str | None = None
+    frames: int | None = None
+    warmup: int | None = None
+    size: tuple[int, ...] | None = None  #: requested (width, height) px
+    samples: int | None = None
+    seed: int | None = None
+    timing: str | None = None  #: requested: auto | sync | gpu
+    zones: str | bool | None = None  #: off | passes | draws (older traces: true / false)
+    max_draw_zones: int | None = None
+    codec: str | None = None
+    timing_mode: str | None = None  #: the mode used: sync | gpu | instructions | cycles
+    timing_reason: str | None = None
+    primary_clock: str | None = None
+    scene: str | None = None
+    measure: MeasureOptions = dataclasses.field(default_factory=MeasureOptions)
+    resolved: ResolvedOptions = dataclasses.field(default_factory=ResolvedOptions)
+    run_size: tuple[int, ...] | None = dataclasses.field(init=False, default=None)
+    run_samples: int | None = dataclasses.field(init=False, default=None)
+    run_frames: int | None = dataclasses.field(init=False, default=None)
+    run_warmup: int | None = dataclasses.field(init=False, default=None)
+    measure_mode: str = dataclasses.field(init=False, default="time")
+    #: scene label -> the params the capture used (see :meth:`params_of`)
+    scene_params: Mapping[str, Any] = dataclasses.field(init=False, default_factory=dict)
+
+    _CONVERT: ClassVar[dict[str, _Convert]] = {
+        "api": _str, "frames": _int, "warmup": _int, "size": _ints, "samples": _int, "seed": _int,
+        "timing": _str, "zones": _str_or_bool, "max_draw_zones": _int, "codec": _str, "timing_mode": _str,
+        "timing_reason": _str, "primary_clock": _str, "scene": _str, "measure": _record(MeasureOptions),
+        "resolved": _record(ResolvedOptions),
+    }
+
+    def __post_init__(self) -> None:
+        r = self.resolved
+        for name, value, fallback in (("run_size", r.size, self.size), ("run_samples", r.samples, self.samples),
+                                      ("run_frames", r.frames, self.frames), ("run_warmup", r.warmup, self.warmup)):
+            object.__setattr__(self, name, value if value is not None else fallback)
+        mode = self.measure.mode
+        object.__setattr__(self, "measure_mode", mode if mode else "time")
+        object.__setattr__(self, "scene_params", _scene_params(r, self.extra))
+
+    def params_of(self, scene: str) -> Any:
+        """The params the capture used for ``scene`` (None when not recorded)."""
+        return self.scene_params.get(scene)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TraceHeader(_Record):
+    """A trace's HEADER block: what ran, how, on what, when (docs/trace-format.md)."""
+
+    format_version: str | None = None
+    schema_version: int | None = None
+    schema_hash: str | None = None
+    tool_version: str | None = None
+    capture_options: CaptureOptions = dataclasses.field(default_factory=CaptureOptions)
+    host_info: HostInfo = dataclasses.field(default_factory=HostInfo)
+    start_wall_ns: int | None = None  #: capture start, UTC wall clock, ns since the epoch
+    start_host_ns: int | None = None  #: capture start on the host clock (perf_counter_ns); events are relative
+    pid: int | None = None
+    workload: str | None = None
+    notes: str | None = None
+
+    _CONVERT: ClassVar[dict[str, _Convert]] = {
+        "format_version": _str, "schema_version": _int, "schema_hash": _str, "tool_version": _str,
+        "capture_options": _record(CaptureOptions), "host_info": _record(HostInfo), "start_wall_ns": _int,
+        "start_host_ns": _int, "pid": _int, "workload": _str, "notes": _str,
+    }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> TraceHeader:
+        """The header of a HEADER block's JSON object; TraceFormatError when it is not an object."""
+        if not isinstance(data, Mapping):
+            raise TraceFormatError(f"the trace header is not a JSON object but {type(data).__name__}")
+        return super().from_dict(data)
+
+
+def build_capture_options(requested: Mapping[str, Any] | None = None, *, api: str | None = None,
+                          fixed: Mapping[str, Any] | None = None,
+                          resolved: Mapping[str, Any] | None = None) -> CaptureOptions:
+    """The capture options a producer records (``katra3d run``, the pytest plugin, ``capture()``,
+    the offscreen helper); the engine adds the timing mode, measure and zones.
+
+    ``requested``: the options as asked for (a RunConfig's ``as_dict()``, the plugin's
+    arguments, ``capture()``'s ``capture_options``); ``api``: the entry point (first key),
+    unless ``requested`` names one; ``fixed``: values the producer sets over the request;
+    ``resolved``: what the run resolved to (frames, size, scenes with their params ...).
+    """
+    given = dict(requested or {})
+    out = {"api": api, **given} if api is not None and "api" not in given else given
+    out.update(fixed or {})
+    if resolved is not None:
+        out["resolved"] = dict(resolved)
+    return CaptureOptions.from_dict(out)
+
+
+def header_part(part: Mapping[str, Any] | CaptureOptions | HostInfo | None) -> dict[str, Any]:
+    """A header part as the JSON object written: typed records by ``as_dict()``, mappings copied."""
+    if isinstance(part, (CaptureOptions, HostInfo)):
+        return part.as_dict()
+    return dict(part or {})
+
+
+__all__ = ["CaptureOptions", "DriverInfo", "GLInfo", "HostInfo", "MeasureOptions", "ResolvedOptions", "SystemInfo",
+           "TraceHeader", "build_capture_options", "header_part"]
