@@ -3,8 +3,7 @@ child of ``--measure instructions|cycles`` (it takes no arguments: its plan is i
 
 import sys
 
-from harness.run import measure
-from harness.run import runner
 from harness.cli import main
+from harness.run import measure, runner
 
 sys.exit(runner.run_child() if measure.in_child() else main())

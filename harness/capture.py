@@ -27,9 +27,9 @@ import types
 from pathlib import Path
 from typing import Any
 
-from harness.gl import probe
 from harness.engine.core import Engine
 from harness.engine.spec import CaptureSpec
+from harness.gl import probe
 from katra_trace.errors import ConfigError
 from katra_trace.io.header import build_capture_options
 from katra_trace.schema import Flag

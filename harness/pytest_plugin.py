@@ -82,14 +82,13 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
     as ``katra3d run --measure`` does; ``stats`` then holds counts, not times.
     """
     # deferred: this module is loaded into every pytest run; GL and the engine load when a test runs a scene
-    from harness.gl import backends
-    from harness.gl import probe
     from harness.engine.core import Engine
     from harness.engine.spec import CaptureSpec, SceneSpec
+    from harness.gl import backends, probe
+    from katra_trace.analysis.stats import trace_stats
     from katra_trace.errors import ConfigError
     from katra_trace.io.header import build_capture_options
     from katra_trace.io.reader import open_trace
-    from katra_trace.analysis.stats import trace_stats
     from scenes.registry import get_scene, resolve_params
 
     if frames < 1 or warmup < 0:
@@ -118,6 +117,7 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
             outcome = engine.run_scene(scene, bind=session.bind, measured_driver=driver)
             engine.finish("complete", {"frames": frames, "api": "katra_scene"})
     if outcome.status == "skipped":
+        # deferred: the plugin loads in every pytest session; katra3d's modules load only when a test uses it
         from scenes.api import SceneSkip
 
         raise SceneSkip(outcome.reason)
@@ -146,10 +146,11 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
 def _run_counted(name: str, label: str, trace: str | Path, *, frames: int, warmup: int, size: tuple[int, int],
                  params: Mapping[str, Any], zones: bool | str, seed: int, measure: str) -> SceneRun:
     """``katra_scene(..., measure="instructions")``: the same counted child process as ``katra3d run``."""
+    # deferred: the plugin loads in every pytest session; katra3d's modules load only when a test uses it
     from harness.run import runner
     from harness.run.config import RunConfig
-    from katra_trace.io.reader import open_trace
     from katra_trace.analysis.stats import trace_stats
+    from katra_trace.io.reader import open_trace
 
     config = RunConfig(scenes=(name,), frames=frames, warmup=warmup, size=size, zones=zones, seed=seed,
                        params=tuple((label, k, v) for k, v in params.items()), output=str(trace), measure=measure,
@@ -192,6 +193,7 @@ def katra_scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
     count = [0]
 
     def run(name: str, **kwargs: Any) -> SceneRun:
+        # deferred: the plugin loads in every pytest session; katra3d's modules load only when a test uses it
         from katra_trace.errors import BackendUnavailable
         from scenes.api import SceneSkip
 

@@ -44,8 +44,8 @@ __all__ = [
     "schema_hash",
 ]
 
-from katra_trace.io.format import CodecUnavailableError  # noqa: E402
 from katra_trace.io.blocks import iter_blocks  # noqa: E402
+from katra_trace.io.format import CodecUnavailableError  # noqa: E402
 from katra_trace.io.reader import Trace, TraceRecoveryWarning, open_trace  # noqa: E402
 from katra_trace.io.writer import TraceWriter  # noqa: E402
 

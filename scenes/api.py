@@ -37,8 +37,6 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
-from katra_trace.errors import SceneError
-
 _T = TypeVar("_T")
 
 #: The rate that maps frame indices to scene time: ``time_s = index / NOMINAL_RATE_HZ``.

@@ -64,3 +64,41 @@ def test_no_module_over_500_lines() -> None:
            for package in ("harness", "katra_trace", "scenes") for p in _sources(package)
            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500]
     assert not big, "\n".join(big)
+
+
+def _undeferred_local_imports(path: Path) -> Iterator[str]:
+    """Function-local imports of ``path`` with no comment saying why they are deferred.
+
+    The comment is on the import's line, or on a comment line directly above it (imports and comments
+    in between are allowed, so one comment covers a group)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for line, _, local in _imports(path):
+        if not local:
+            continue
+        i, ok = line - 1, "defer" in lines[line - 1].lower() and "#" in lines[line - 1]
+        j = i - 1
+        while not ok and j >= 0 and lines[j].strip().startswith(("#", "import ", "from ")):
+            ok = lines[j].strip().startswith("#") and "defer" in lines[j].lower()
+            j -= 1
+        if not ok:
+            yield f"{path.relative_to(REPO)}:{line}: {lines[i].strip()}"
+
+
+def test_function_local_imports_say_why_they_are_deferred() -> None:
+    bad = sorted({row for package in ("harness", "katra_trace", "scenes") for p in _sources(package)
+                  for row in _undeferred_local_imports(p)})
+    assert not bad, "a function-local import defers a heavy or optional dependency and says so:\n" + "\n".join(bad)
+
+
+def test_the_command_line_starts_without_heavy_modules() -> None:
+    """Building the parser (every `katra3d` command does) loads no GL, scipy, rich or optional package: start-up
+    stays fast, and a command that needs none of them (``info``, ``validate``) works without them."""
+    import subprocess
+    import sys
+
+    heavy = ("moderngl", "glfw", "glcontext", "OpenGL", "scipy", "rich", "duckdb", "plotly", "perfetto", "pyarrow",
+             "blosc2")
+    code = ("import sys; from harness.cli import build_parser; build_parser(); "
+            f"print(' '.join(m for m in {heavy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == ""

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from bench import BenchContext, Row, at_least, at_most, interleave, median_iqr, pair_ratios
-from bench import _core
+from bench import BenchContext, Row, _core, at_least, at_most, interleave, median_iqr, pair_ratios
 from bench.__main__ import main
 from katra_trace.errors import BackendUnavailable
 
@@ -216,7 +215,9 @@ def test_overhead_benches_run_quick(tmp_path: Path) -> None:
 
 
 def test_noise_table_goes_between_the_markers_only(tmp_path: Path) -> None:
-    from bench.noise import END_MARK, START_MARK, main as noise_main, write_doc
+    from bench.noise import END_MARK, START_MARK
+    from bench.noise import main as noise_main
+    from bench.noise import write_doc
 
     doc = tmp_path / "stats.md"
     doc.write_text(f"# Title\n\nbefore\n{START_MARK}\nold table\n{END_MARK}\nafter\n", encoding="utf-8")

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from katra_trace import KatraError, TraceFormatError, TraceRecoveryWarning, TraceTooLargeError, TraceWriter, open_trace
-from katra_trace.io import format as fmt
 from katra_trace.io import blosc2_events as b2ev
+from katra_trace.io import format as fmt
 from katra_trace.io.blocks import ScanState, iter_blocks
 from katra_trace.schema import EVENT_DTYPE
 from tests.trace_helpers import frame_zone_stream, write_trace

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from scipy import stats as sps
 
 from katra_trace.analysis.compare import compare_traces

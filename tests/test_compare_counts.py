@@ -18,10 +18,10 @@ import pytest
 
 from katra_trace import Clock, Flag, Kind
 from katra_trace.analysis.compare import compare_traces
+from katra_trace.analysis.stats import events_stats, scene_durations, scene_labels
 from katra_trace.errors import ConfigError
 from katra_trace.io.header import TraceHeader
 from katra_trace.schema import EVENT_DTYPE, REFERENCE_NAME
-from katra_trace.analysis.stats import events_stats, scene_durations, scene_labels
 from tests.trace_helpers import write_trace
 
 STRINGS = ["", "shader", "frame", "lighting", "post", REFERENCE_NAME, "fill"]

@@ -14,13 +14,12 @@ import numpy as np
 import pytest
 
 import harness
-from harness.engine import events
-from harness.engine import timers
+from harness.engine import events, timers
 from harness.engine.draws import TARGETS, UNTIMED_NAME, DrawZones
 from harness.engine.frame import HarnessFrame, seed_key
 from katra_trace import open_trace
-from katra_trace.schema import Clock, Kind
 from katra_trace.io.writer import TraceWriter
+from katra_trace.schema import Clock, Kind
 
 KATRA3D = str(Path(sys.executable).with_name("katra3d"))
 pytestmark = pytest.mark.gl

@@ -18,14 +18,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.gl import probe
 from harness.engine import stopping
 from harness.engine.core import Engine, resolve_capture
 from harness.engine.lifecycle import describe, scene_errors
-from harness.run.offscreen import MemorySink
 from harness.engine.results import SceneResult
 from harness.engine.spec import CaptureSpec, SceneSpec
 from harness.engine.stopping import StopFlag, StopSignal
+from harness.gl import probe
+from harness.run.offscreen import MemorySink
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError, SceneError
 from katra_trace.schema import EVENT_DTYPE, Clock, Flag, Kind

@@ -16,8 +16,8 @@ import pytest
 from katra_trace import Clock, Kind, open_trace
 from katra_trace.errors import OutputExistsError
 from katra_trace.export import FORMATS, default_path, export_trace
-from katra_trace.optional import MissingDependencyError
 from katra_trace.export.timeline import build_timeline, gpu_to_host, nest
+from katra_trace.optional import MissingDependencyError
 from tests.export_helpers import HEADER, HOST0, STRINGS, SYNCS, gpu_expected, parse_perfetto, write_rich
 
 pytest.importorskip("perfetto", reason="the 'export' extra (perfetto) is part of the test extra")

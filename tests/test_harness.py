@@ -8,16 +8,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.engine import events
+from harness.engine import events, timers
+from harness.engine.frame import HarnessFrame, seed_key
 from harness.gl import probe
-from harness.engine import timers
 from harness.gl.timer_check import timer_query_reliability
 from harness.run.config import RunConfig, parse_param, parse_size, plan_run
-from harness.engine.frame import HarnessFrame, seed_key
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError, SceneError
-from katra_trace.schema import Clock, Flag, Kind
 from katra_trace.io.writer import TraceWriter
+from katra_trace.schema import Clock, Flag, Kind
 
 # --------------------------------------------------------------------------- probe
 
@@ -305,14 +304,3 @@ def test_config_as_dict_is_json_ready() -> None:
     d = json.loads(json.dumps(cfg.as_dict()))
     assert d["scenes"] == ["triangle"] and d["size"] == [64, 32]
     assert d["params"] == {"triangle.speed": "1"} and d["zones"] is True
-
-
-def test_the_command_line_imports_no_scipy() -> None:
-    """``python -m harness`` is also the counted child of ``--measure``, where every import runs under
-    valgrind: building the parser (all subcommands) must not import scipy (it doubled a counted run)."""
-    import subprocess
-    import sys
-
-    code = ("import sys; from harness.cli import build_parser; build_parser(); "
-            "sys.exit(3 if any(m == 'scipy' or m.startswith('scipy.') for m in sys.modules) else 0)")
-    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from katra_trace import open_trace
+from katra_trace.analysis.match import capture_facts, codegen_facts, host_facts, measure_mode, resolve_metric
 from katra_trace.errors import TraceFormatError
 from katra_trace.io.header import CaptureOptions, HostInfo, TraceHeader, build_capture_options
-from katra_trace.analysis.match import capture_facts, codegen_facts, host_facts, measure_mode, resolve_metric
 from katra_trace.io.writer import TraceWriter
 
 DATA = Path(__file__).parent / "data"

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.run import measure
-from harness.run.config import RunConfig, plan_run
 from harness.engine.counting import CACHE_EVENTS, estimated_cycles, read_summary
+from harness.run import measure
+from harness.run.config import RunConfig, check_measure, plan_run
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError
 from katra_trace.schema import Clock, Kind
@@ -44,8 +44,8 @@ COMMON = ["--zones", "draws", "--frames", "4", "--warmup", "4", "--size", "32x32
 ])
 def test_flag_combinations_that_make_no_sense_are_refused(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        measure.check_config("instructions", **kwargs)
-    measure.check_config("time", **kwargs)  # fine without counting
+        check_measure("instructions", **kwargs)
+    check_measure("time", **kwargs)  # fine without counting
 
 
 def test_unknown_measure_lists_the_choices() -> None:

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from harness.engine.results import RunResult, SceneResult
 from harness.run import measure
 from harness.run.config import RunConfig, RunPlan, SceneEntry, plan_as_dict, plan_from_dict
-from harness.engine.results import RunResult, SceneResult
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError
 from scenes.builtin.clear import ClearScene

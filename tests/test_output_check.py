@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from harness.run.config import check_output as run_check_output
-from katra_trace.io.claim import check_output, check_output_dir
 from katra_trace.errors import ConfigError, OutputExistsError, TraceIOError
 from katra_trace.export.output import _refuse_non_regular, open_output
+from katra_trace.io.claim import check_output, check_output_dir
 from tests.export_helpers import write_rich
 
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from katra_trace import open_trace
-from katra_trace.schema import REFERENCE_NAME, Clock, Flag, Kind
 from katra_trace.analysis.stats import trace_stats
+from katra_trace.schema import REFERENCE_NAME, Clock, Flag, Kind
 
 KATRA3D = str(Path(sys.executable).with_name("katra3d"))
 pytestmark = pytest.mark.gl

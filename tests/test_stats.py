@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from katra_trace import Clock, Flag, Kind
-from katra_trace.schema import EVENT_DTYPE
 from katra_trace.analysis.stats import (
     FrameStats,
     events_stats,
@@ -18,6 +17,7 @@ from katra_trace.analysis.stats import (
     moving_median,
     stutter_pct,
 )
+from katra_trace.schema import EVENT_DTYPE
 
 MS = 1_000_000  # ns per ms
 

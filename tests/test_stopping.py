@@ -16,8 +16,8 @@ import pytest
 
 from harness.engine import stopping
 from harness.engine.events import EventBuffer
-from harness.run.offscreen import MemorySink
 from harness.engine.stopping import STOP_SIGNALS, Keeper, StopFlag, StopSignal, stop_on_signals
+from harness.run.offscreen import MemorySink
 
 
 class Kept:

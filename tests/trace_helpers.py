@@ -52,8 +52,8 @@ def write_trace(path: Path, events: np.ndarray, strings: list[str], *, batch_eve
 def split_blocks(data: bytes) -> list[tuple[int, bytes, int]]:
     """The (type, decoded payload, schema) of every block of an intact trace, by framing alone
     (no content checks, so a test can start from a file the reader would refuse)."""
-    from katra_trace.io import format as fmt
     from katra_trace.io import blosc2_events as b2ev
+    from katra_trace.io import format as fmt
 
     out = []
     pos = fmt.PREAMBLE_SIZE
@@ -80,8 +80,8 @@ def seal_blocks(blocks: list[tuple[int, bytes, int]], *, minor: int | None = Non
     before it is sealed."""
     import struct
 
-    from katra_trace.io import format as fmt
     from katra_trace.io import blosc2_events as b2ev
+    from katra_trace.io import format as fmt
 
     out = bytearray(fmt.encode_preamble())
     if minor is not None:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from harness.run.progress import show_warning
+from katra_trace import __version__
 from katra_trace.errors import KatraError
 
 #: (subcommand module under harness.cli, in help order)
@@ -38,8 +39,6 @@ COMMANDS: tuple[str, ...] = (
 
 
 def _version() -> str:
-    from katra_trace import __version__
-
     return __version__
 
 

@@ -81,6 +81,7 @@ def emit_table(columns: Sequence[str], rows: Sequence[Sequence[str]], fmt: str, 
         out.write("\n")
         return
     if out.isatty():
+        # deferred: rich's console and tables load only when a table goes to a terminal
         from rich.console import Console
         from rich.table import Table
 

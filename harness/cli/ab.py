@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.compare import add_compare_options, check_options, compare_paths
-from katra_trace.io.claim import check_output_dir
 from katra_trace.errors import ConfigError, KatraError
+from katra_trace.io.claim import check_output_dir
 from katra_trace.io.tracesets import AB_MANIFEST, AB_MANIFEST_VERSION, write_ab_manifest
 
 #: Default rounds: 6 paired rounds give the paired t 5 degrees of freedom.

@@ -11,6 +11,7 @@ katra_trace.analysis.decide and docs/stats.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -210,6 +211,7 @@ def resolve_sides(base: str, new: str | None) -> tuple[str, str]:
 
 def compare_paths(base: str, new: str | None, args: argparse.Namespace) -> int:
     """Load both sides, compare, print; returns the exit code."""
+    # deferred: the comparison loads scipy (about a second); building the parser must not
     from katra_trace.analysis.compare import compare_traces
 
     check_options(args)
@@ -237,8 +239,6 @@ def compare_paths(base: str, new: str | None, args: argparse.Namespace) -> int:
                             allow_codegen_mismatch=args.allow_codegen_mismatch,
                             normalize=args.normalize, pairs=pairs, run_stat=args.stat)
     if notes:
-        import dataclasses
-
         result = dataclasses.replace(result, notes=(*notes, *result.notes))
     print_comparison(result, args.format, base, new)
     if result.exit_code == 2:

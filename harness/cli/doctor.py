@@ -10,6 +10,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from harness.cli._common import print_json
+from harness.engine import timers
+from harness.gl import backends, probe
+from harness.gl.timer_check import timer_query_reliability
+from harness.run.config import parse_int
+from katra_trace.errors import BackendUnavailable
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("doctor", help="check the GL backends, timer queries and recommended timing mode",
@@ -24,12 +31,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def diagnose(backend: str | None = None, device: int | None = None) -> dict[str, Any]:
     """Everything doctor reports, as a JSON-ready dict."""
-    from harness.gl import backends
-    from harness.gl import probe
-    from harness.engine import timers
-    from harness.gl.timer_check import timer_query_reliability
-    from katra_trace.errors import BackendUnavailable
-
     report: dict[str, Any] = {
         "backends": [s.as_dict() for s in backends.statuses(probe_contexts=True)],
         # keys EGL cannot fill (no DRM node for Mesa's software device) are left out, not shown empty
@@ -118,12 +119,8 @@ def render_text(report: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.run.config import parse_int
-
     report = diagnose(args.backend, parse_int(args.device, "--device", 0))
     if args.json:
-        from harness.cli._common import print_json
-
         print_json(report)
     else:
         print(render_text(report))

@@ -7,12 +7,11 @@ import sys
 import time
 
 from harness.cli._common import load_traces, print_json
+from katra_trace.export import FORMATS, default_path, export_trace
 from katra_trace.io.claim import check_output
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from katra_trace.export import FORMATS
-
     p = sub.add_parser("export", help="export a trace for Perfetto, chrome://tracing, CSV or Parquet",
                        description="Write a trace in another format: perfetto (a .pftrace for ui.perfetto.dev), "
                                    "chrome (Trace Event Format JSON), csv or parquet (one row per event). "
@@ -47,8 +46,6 @@ class _Progress:
 
 
 def run(args: argparse.Namespace) -> int:
-    from katra_trace.export import default_path, export_trace
-
     output = args.output if args.output is not None else default_path(args.trace, args.to)
     check_output(output, force=args.force, inputs=[args.trace], option="-o",  # before the trace is read
                  example=default_path("out", args.to).name)

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli._common import emit_table, fmt_value, print_json
-from katra_trace.io.claim import check_output_dir
 from katra_trace.analysis.defaults import (
     DEFAULT_ALPHA,
     DEFAULT_THRESHOLD_COUNT_PCT,
@@ -21,15 +20,26 @@ from katra_trace.analysis.defaults import (
     check_threshold_pct,
     threshold_for,
 )
+from katra_trace.errors import ConfigError
+from katra_trace.history.ingest import find_traces, prepare_runs
+from katra_trace.history.rows import iso_utc, parse_time_ns
+from katra_trace.history.store import (
+    DEFAULT_DB,
+    DEFAULT_LOCK_TIMEOUT_S,
+    Source,
+    add_to_parquet,
+    add_to_store,
+    duckdb_module,
+    export_parquet,
+)
+from katra_trace.history.trends import STATS, Selection, check_steps, load_series
+from katra_trace.io.claim import check_output_dir
 from katra_trace.metrics import ALL, AUTO, COUNT_CLOCKS, TIME_CLOCKS
 
 FORMATS = ("table", "json", "csv", "markdown")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from katra_trace.history.store import DEFAULT_DB, DEFAULT_LOCK_TIMEOUT_S
-    from katra_trace.history.trends import STATS
-
     p = sub.add_parser("history", help="keep per-run summaries across versions; trends and step detection",
                        description="Keep per-run summaries of traces under a label (a version), show the trend "
                                    "of each scene over labels in order, and find the label where a step starts. "
@@ -113,8 +123,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _lock_timeout(args: argparse.Namespace) -> float:
-    from katra_trace.errors import ConfigError
-
     if not 0 <= args.lock_timeout <= 86400:
         raise ConfigError(f"--lock-timeout must be between 0 and 86400 seconds, got {args.lock_timeout:g}")
     return float(args.lock_timeout)
@@ -138,10 +146,6 @@ def _warn(message: str) -> None:
 
 
 def run_add(args: argparse.Namespace) -> int:
-    from katra_trace.history.ingest import find_traces, prepare_runs
-    from katra_trace.history.rows import parse_time_ns
-    from katra_trace.history.store import add_to_parquet, add_to_store, duckdb_module
-
     duckdb_module()  # exit 3 before reading anything when DuckDB is missing
     if args.parquet is not None:
         check_output_dir(args.parquet, option="--parquet")  # before any trace is read
@@ -171,16 +175,12 @@ def run_add(args: argparse.Namespace) -> int:
 
 
 def _selection(args: argparse.Namespace) -> Any:
-    from katra_trace.history.trends import Selection
-
     return Selection(scene=args.scene, metric=args.metric, host=args.host,
                      zone=None if args.zone == "*" else args.zone, stat=args.stat, last=args.last,
                      allow_host_mismatch=args.allow_host_mismatch)
 
 
 def _source(args: argparse.Namespace) -> Any:
-    from katra_trace.history.store import Source
-
     if args.source is not None:
         return Source(parquet_glob=args.source)
     return Source(db=Path(args.db))
@@ -197,9 +197,6 @@ def _val(value: float, unit: str) -> str:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from katra_trace.history.rows import iso_utc
-    from katra_trace.history.trends import load_series
-
     series = load_series(_source(args), _selection(args), _lock_timeout(args))
     if args.format == "json":
         print_json({"source": _source(args).name, "series": [s.as_dict() for s in series]})
@@ -238,8 +235,6 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from katra_trace.history.trends import check_steps, load_series
-
     check_alpha(args.alpha)  # before the store is opened: a bad option is reported first
     check_threshold_pct(args.threshold)
     series = load_series(_source(args), _selection(args), _lock_timeout(args))
@@ -296,8 +291,6 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from katra_trace.history.store import export_parquet
-
     check_output_dir(args.parquet, option="--parquet")
     progress = _Progress()
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.cli._common import load_trace_quietly, print_json
+from harness.cli._common import fmt_float, load_trace_quietly, print_json
 from katra_trace import Clock, Flag, Kind, Trace
 
 
@@ -71,8 +71,6 @@ def _fmt_value(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return ", ".join(_fmt_value(x) for x in v) or "-"
     if isinstance(v, float):
-        from harness.cli._common import fmt_float
-
         return fmt_float(v)
     return "-" if v is None or v == "" else str(v)
 

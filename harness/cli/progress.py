@@ -15,6 +15,7 @@ def _printable(text: str) -> str:
 
 def format_table(result: RunResult) -> str:
     """The end-of-run table: per scene frames, median / p99 ms, average and 1%-low FPS, clock."""
+    # deferred: rich's console and tables load only when the end-of-run table is printed
     from rich.console import Console
     from rich.table import Table
 

@@ -7,9 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli._common import load_traces, print_json
-from katra_trace.io.tracesets import trace_paths
-from katra_trace.io.claim import check_output
 from katra_trace.errors import ConfigError
+from katra_trace.history import trend_data
+from katra_trace.history.store import Source
+from katra_trace.io.claim import check_output
+from katra_trace.io.tracesets import trace_paths
+from katra_trace.report import build_report, write_report
+from katra_trace.report.page import plotly_js_packed
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -38,9 +42,6 @@ def _load(args: list[str]) -> list[Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from katra_trace.report import build_report, write_report
-    from katra_trace.report.page import plotly_js_packed
-
     plotly_js_packed()  # exit 3 before reading anything when plotly is missing
     inputs = [*args.traces, *args.baseline, *([args.history] if args.history else [])]
     out = check_output(args.output, force=args.force, inputs=inputs, option="-o", example="report.html")
@@ -50,9 +51,6 @@ def run(args: argparse.Namespace) -> int:
     baseline = _load(args.baseline)
     trends = None
     if args.history:
-        from katra_trace.history import trend_data
-        from katra_trace.history.store import Source
-
         if not Path(args.history).is_file():
             raise ConfigError(f"no history store at {args.history!r} (katra3d history add ... --db PATH makes one)")
         trends = trend_data(Source(db=Path(args.history)))

@@ -10,7 +10,13 @@ import argparse
 import signal
 from typing import Any
 
+from harness.cli._common import print_json
+from harness.cli.progress import format_table
+from harness.run import runner
+from harness.run.config import RunConfig, parse_int, parse_param, parse_seconds, parse_size, plan_run
+from harness.run.progress import Progress
 from katra_trace.errors import ConfigError
+from katra_trace.io import format as fmt
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -64,8 +70,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def config_from_args(args: argparse.Namespace) -> Any:
     """Build a :class:`harness.run.config.RunConfig` from parsed arguments (ConfigError on bad values)."""
-    from harness.run.config import RunConfig, parse_int, parse_param, parse_seconds, parse_size
-
     if args.frames is not None and args.duration is not None:
         raise ConfigError("give --frames or --duration, not both")
     return RunConfig(
@@ -98,8 +102,6 @@ def _codec(text: str | None) -> str | None:
     library is missing exit 3."""
     if text is None:
         return None
-    from katra_trace.io import format as fmt
-
     codec = text.strip().lower()
     if codec not in fmt.CODEC_NAMES:
         raise ConfigError(f"--codec: unknown codec {text!r}; choose one of: {', '.join(fmt.CODEC_NAMES)}")
@@ -109,18 +111,11 @@ def _codec(text: str | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.run import runner
-    from harness.cli.progress import format_table
-    from harness.run.progress import Progress
-    from harness.run.config import plan_run
-
     config = config_from_args(args)
     plan = plan_run(config)
     progress = Progress(len(plan.entries), quiet=args.quiet)
     result = runner.run(config, plan=plan, progress=progress)
     if args.json:
-        from harness.cli._common import print_json
-
         print_json(result.as_dict())
     else:
         print(format_table(result))

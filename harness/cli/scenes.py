@@ -10,6 +10,10 @@ import argparse
 from typing import Any
 
 from harness.cli._common import print_json
+from katra_trace.errors import SceneError
+from scenes.api import Scene
+from scenes.registry import builtin_scenes, describe_range, entry_point_scenes, get_scene
+from scenes.suites import SUITES, suites_containing
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -31,11 +35,6 @@ def _jsonable(value: Any) -> Any:
 
 def catalogue() -> dict[str, Any]:
     """Everything ``katra3d scenes`` shows, as one JSON-ready dict."""
-    from katra_trace.errors import SceneError
-    from scenes.api import Scene
-    from scenes.registry import builtin_scenes, describe_range, entry_point_scenes, get_scene
-    from scenes.suites import SUITES, suites_containing
-
     scenes: list[dict[str, Any]] = []
     builtins = builtin_scenes()
     errors: list[dict[str, str]] = []

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from harness.cli._common import emit_table, fmt_value, load_traces, print_json
+from katra_trace.analysis.stats import flatten, trace_stats
+from katra_trace.io.tracesets import trace_paths
 from katra_trace.metrics import unit_of
 
 #: Columns of the table/markdown forms (csv carries every stat).
@@ -39,11 +42,7 @@ FRAME_ONLY_STATS = frozenset({"fps_avg", "fps_low_1pct", "fps_low_1pct_integral"
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     if Path(args.trace).is_dir():
-        from katra_trace.io.tracesets import trace_paths
-
         paths = trace_paths(args.trace)
         code = 0
         for path in paths:
@@ -53,8 +52,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _one(args: argparse.Namespace, run_label: str = "") -> int:
-    from katra_trace.analysis.stats import flatten, trace_stats
-
     trace = load_traces([args.trace], verb="statistics cover")[0]
     result = trace_stats(trace, zones=args.zones)
     if args.format == "json":

@@ -45,8 +45,8 @@ from harness.engine.spec import CaptureSpec, SceneSpec
 from harness.engine.stopping import Keeper, StopFlag
 from katra_trace.errors import ConfigError, SceneError
 from katra_trace.io.header import CaptureOptions
-from katra_trace.schema import Clock, Kind
 from katra_trace.io.writer import TraceWriter
+from katra_trace.schema import Clock, Kind
 from scenes.api import NOMINAL_RATE_HZ
 
 if TYPE_CHECKING:

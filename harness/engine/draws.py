@@ -49,6 +49,7 @@ class DrawZones:
     """Installs the draw wrappers for one frame at a time, on one context, for one timer."""
 
     def __init__(self, ctx: Any, timer: Any, *, max_draw_zones: int | None = None) -> None:
+        # deferred: moderngl (and the GL library) loads only when draws are instrumented
         import moderngl
 
         self.ctx = ctx
@@ -163,6 +164,7 @@ def _derive_label(obj: Any, kind: str) -> str:
     if program is None:
         return "draw"
     try:
+        # deferred: moderngl loads only when draws are instrumented
         import moderngl
 
         names = sorted(name for name in program if isinstance(program[name], moderngl.Attribute))

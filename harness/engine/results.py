@@ -6,6 +6,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
+
+from katra_trace.analysis.stats import frame_stats
+
 
 @dataclasses.dataclass
 class SceneResult:
@@ -83,12 +87,8 @@ class NoProgress:
 
 def scene_stats(values: list[int], counts: bool) -> dict[str, Any]:
     """Per-scene statistics for the end table: frame-time stats, or count stats for instructions/cycles."""
-    import numpy as np
-
     arr = np.asarray(values, dtype=np.float64)
     if not counts:
-        from katra_trace.analysis.stats import frame_stats
-
         return frame_stats(arr).as_dict()
     median = float(np.median(arr))
     return {"n": int(arr.size), "median": median, "min": float(arr.min()), "max": float(arr.max()),

@@ -30,10 +30,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-
+from harness.engine.events import FRAME_NAME, EventBuffer
 from harness.gl.shim import GL_DEBUG_SOURCE_APPLICATION, GL_QUERY_RESULT, GL_QUERY_RESULT_AVAILABLE, GL_TIMESTAMP, RawGL
 from katra_trace.errors import ConfigError
-from harness.engine.events import FRAME_NAME, EventBuffer
 from katra_trace.schema import Clock, Kind
 
 MODES: tuple[str, ...] = ("auto", "gpu", "sync")

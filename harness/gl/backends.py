@@ -100,6 +100,7 @@ class GLSession:
 
 def _check_egl() -> str:
     try:
+        # deferred: a backend's GL modules load only when it is probed
         import glcontext.egl  # noqa: F401
         import moderngl  # noqa: F401
     except ImportError as exc:
@@ -113,6 +114,7 @@ def _check_glfw() -> str:
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         return "no display: DISPLAY is not set (start Xvfb, or use --backend egl)"
     try:
+        # deferred: a backend's GL modules load only when it is probed
         import glfw  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - the glfw wrapper raises ImportError or others
         return f"cannot import glfw: {exc}"
@@ -204,6 +206,7 @@ def _open_egl(device: int | None, size: tuple[int, int], samples: int) -> GLSess
     if "OpenGL" not in sys.modules and "PYOPENGL_PLATFORM" not in os.environ:
         # Resolve the raw GL calls of the timers through EGL too (no GLX needed on headless hosts).
         os.environ["PYOPENGL_PLATFORM"] = "egl"
+    # deferred: moderngl loads only when a context is opened
     import moderngl
 
     kwargs: dict[str, Any] = {"backend": "egl", "require": REQUIRE_GL}
@@ -227,6 +230,7 @@ def _open_glfw(device: int | None, size: tuple[int, int], samples: int) -> GLSes
         raise BackendUnavailable(f"backend 'glfw' unavailable: {why}")
     if device is not None:
         raise ConfigError("--device selects an EGL device; backend 'glfw' does not take one")
+    # deferred: glfw loads only when its backend is opened
     import glfw
 
     errors: list[str] = []
@@ -253,6 +257,7 @@ def _open_glfw(device: int | None, size: tuple[int, int], samples: int) -> GLSes
         glfw.destroy_window(window)
         glfw.terminate()
 
+    # deferred: moderngl loads only when a context is opened
     import moderngl
 
     try:

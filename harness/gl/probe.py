@@ -16,6 +16,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from harness.gl.backends import current_egl_info, list_egl_devices
 from harness.gl.shim import GL_CONTEXT_PROFILE_MASK, GL_SHADING_LANGUAGE_VERSION, RawGL
 
 #: Substrings (lower case) of GL_RENDERER that mean a CPU rasterizer.
@@ -187,8 +188,6 @@ def host_info(session: Any) -> dict[str, Any]:
     ``session`` is a :class:`harness.gl.backends.GLSession` (or anything with
     ``ctx``, ``backend`` and ``device``).
     """
-    from harness.gl.backends import current_egl_info, list_egl_devices
-
     egl: dict[str, Any] = {}
     if getattr(session, "backend", "") == "egl":
         egl = dict(current_egl_info())

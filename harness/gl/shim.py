@@ -28,6 +28,7 @@ class RawGL:
     """The raw entry points, resolved once (PyOpenGL, current context)."""
 
     def __init__(self) -> None:
+        # deferred: PyOpenGL loads libGL; importing the shim must not
         from OpenGL import GL
 
         self.GL = GL

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.gl.shim import GL_TIMESTAMP, RawGL
 from harness.engine.reference import FULL_SCREEN_TRIANGLE, make_program
+from harness.gl.shim import GL_TIMESTAMP, RawGL
 
 
 def timer_query_reliability(ctx: Any, size: tuple[int, int] = (512, 512), iters: int = 64,

@@ -18,8 +18,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from katra_trace.io import claim
+from harness.engine.timers import MODES, zone_mode
+from harness.gl.backends import CHOICES, resolve_name
+from katra_trace import metrics
 from katra_trace.errors import ConfigError
+from katra_trace.io import claim
+from scenes.registry import get_scene, resolve_params
+from scenes.suites import get_suite
 
 #: Defaults when neither the command line nor a suite says.
 DEFAULT_FRAMES = 100
@@ -182,6 +187,22 @@ def check_output(text: str, *, force: bool = False) -> Path:
     return claim.check_output(text, force=force, part=True)
 
 
+def check_measure(measure: str, *, timing: str, duration_s: float | None, warmup: int | None) -> None:
+    """ConfigError for a measure that is unknown or makes no sense with the other options."""
+    if measure not in metrics.MEASURES:
+        raise ConfigError(f"unknown --measure '{measure}'; choose one of: {', '.join(metrics.MEASURES)}")
+    if not metrics.is_count(measure):
+        return
+    if timing not in ("auto", "sync"):
+        raise ConfigError(f"--measure {measure} counts instructions, it does not time: drop --timing {timing}")
+    if duration_s is not None:
+        raise ConfigError(f"--measure {measure} needs --frames, not --duration (under valgrind a second of "
+                          "wall time is 20-100x less work than outside it)")
+    if warmup is not None and warmup < 1:
+        raise ConfigError(f"--measure {measure} needs --warmup >= 1: the first frame of a scene pays the "
+                          "shader JIT and must not reach the statistics")
+
+
 def default_output(workload_name: str, now: dt.datetime | None = None) -> Path:
     """``traces/<UTC timestamp>-<suite or scene>.katra``; ``-2``, ``-3``… when that name is taken
     (two runs within one second must not write into the same file)."""
@@ -201,14 +222,8 @@ def plan_run(config: RunConfig) -> RunPlan:
 
     Touches no GL and writes nothing.
     """
-    from harness.gl.backends import CHOICES, resolve_name
-    from harness.engine.timers import MODES
-    from scenes.registry import get_scene, resolve_params
-
     suite = None
     if config.suite is not None:
-        from scenes.suites import get_suite
-
         suite = get_suite(config.suite)
     if not config.scenes and suite is None:
         raise ConfigError("nothing to run: name at least one scene, or --suite NAME")
@@ -237,8 +252,6 @@ def plan_run(config: RunConfig) -> RunPlan:
     resolve_name(config.backend)  # validates $KATRA3D_BACKEND too
     if not 0 <= config.seed < 2**63:
         raise ConfigError(f"bad --seed {config.seed}: must be in 0..2**63-1")
-    from harness.engine.timers import zone_mode
-
     zones = zone_mode(config.zones)
     if config.max_draw_zones is not None:
         if zones != "draws":
@@ -247,9 +260,7 @@ def plan_run(config: RunConfig) -> RunPlan:
             raise ConfigError(f"bad --max-draw-zones {config.max_draw_zones}: must be in 1..1000000")
     if config.reference_every is not None and not 0 <= config.reference_every <= MAX_FRAMES:
         raise ConfigError(f"bad --reference-every {config.reference_every}: must be in 0..{MAX_FRAMES} (0 = off)")
-    from harness.run.measure import check_config
-
-    check_config(config.measure, timing=config.timing, duration_s=config.duration_s, warmup=config.warmup)
+    check_measure(config.measure, timing=config.timing, duration_s=config.duration_s, warmup=config.warmup)
 
     raw: list[tuple[str, Mapping[str, Any]]] = list(suite.entries) if suite else []
     raw += [(name, {}) for name in config.scenes]
@@ -379,6 +390,7 @@ __all__ = [
     "RunConfig",
     "RunPlan",
     "SceneEntry",
+    "check_measure",
     "check_output",
     "default_output",
     "parse_int",

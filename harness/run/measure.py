@@ -34,19 +34,13 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from katra_trace import metrics
-from harness.run.config import RunPlan, plan_as_dict, plan_from_dict
-from harness.gl.probe import render_env
 from harness.engine.results import RunResult, SceneResult
-from katra_trace.io import claim as claim_mod
+from harness.gl.probe import render_env
+from harness.run.config import RunPlan, plan_as_dict, plan_from_dict
+from katra_trace import metrics
 from katra_trace.errors import ConfigError, KatraError
+from katra_trace.io import claim as claim_mod
 from scenes.registry import builtin_scenes, entry_point_scenes, get_scene
-
-#: What ``--measure`` accepts (:data:`katra_trace.metrics.MEASURES`).
-MEASURES: tuple[str, ...] = metrics.MEASURES
-
-#: Measures counted under callgrind: the count clocks.
-COUNT_MEASURES: frozenset[str] = frozenset(metrics.COUNT_CLOCKS)
 
 #: Environment of the counted child: what makes its counts repeatable and comparable.
 PINNED_ENV: dict[str, str] = {
@@ -73,25 +67,9 @@ class ToolUnavailable(KatraError):
     exit_code = 3
 
 
-def check_config(measure: str, *, timing: str, duration_s: float | None, warmup: int | None) -> None:
-    """ConfigError for a measure that is unknown or makes no sense with the other options."""
-    if measure not in MEASURES:
-        raise ConfigError(f"unknown --measure '{measure}'; choose one of: {', '.join(MEASURES)}")
-    if measure not in COUNT_MEASURES:
-        return
-    if timing not in ("auto", "sync"):
-        raise ConfigError(f"--measure {measure} counts instructions, it does not time: drop --timing {timing}")
-    if duration_s is not None:
-        raise ConfigError(f"--measure {measure} needs --frames, not --duration (under valgrind a second of "
-                          "wall time is 20-100x less work than outside it)")
-    if warmup is not None and warmup < 1:
-        raise ConfigError(f"--measure {measure} needs --warmup >= 1: the first frame of a scene pays the "
-                          "shader JIT and must not reach the statistics")
-
-
 def check_renderer(measure: str, gl: Mapping[str, Any]) -> None:
     """ConfigError unless the renderer is a software one (its frames are CPU work valgrind can count)."""
-    if measure in COUNT_MEASURES and not gl.get("software_renderer"):
+    if metrics.is_count(measure) and not gl.get("software_renderer"):
         renderer = gl.get("renderer") or "this renderer"
         raise ConfigError(
             f"--measure {measure} needs a software renderer such as llvmpipe; '{renderer}' is a hardware "
@@ -174,7 +152,7 @@ def child_info() -> dict[str, Any]:
         raise ConfigError(f"${CHILD_ENV} does not name a katra3d dump directory; it is set by katra3d for its "
                           "own child") from None
     if not isinstance(info, dict) or not {"dump_dir", "plan", "imports"} <= info.keys() \
-            or info.get("measure") not in COUNT_MEASURES:
+            or not metrics.is_count(str(info.get("measure"))):
         raise ConfigError(f"${CHILD_ENV} lacks dump_dir/measure/plan; it is set by katra3d for its own child")
     return info
 
@@ -374,12 +352,9 @@ def run_counted(plan: RunPlan, *, quiet: bool) -> tuple[int, dict[str, Any] | No
 
 __all__ = [
     "CHILD_ENV",
-    "COUNT_MEASURES",
     "FRAME_BOUNDARY",
-    "MEASURES",
     "PINNED_ENV",
     "ToolUnavailable",
-    "check_config",
     "check_renderer",
     "child_command",
     "child_env",

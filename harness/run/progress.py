@@ -23,9 +23,11 @@ class Progress:
 
     def __enter__(self) -> Progress:
         if self.tty:
+            # deferred: rich's live display loads only on a terminal
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, \
-                TimeElapsedColumn
+            from rich.progress import BarColumn, MofNCompleteColumn
+            from rich.progress import Progress as RichProgress
+            from rich.progress import TextColumn, TimeElapsedColumn
 
             self._bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                      TimeElapsedColumn(), console=Console(file=self.stream), transient=True)

@@ -22,12 +22,16 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from harness.gl import backends
-from harness.run import measure
-from harness.gl import probe
 from harness.engine import timers
+from harness.engine.core import Engine
+from harness.engine.results import NoProgress, Progress, RunResult, SceneResult
+from harness.engine.spec import CaptureSpec, SceneSpec
+from harness.engine.stopping import StopFlag, stop_on_signals
+from harness.gl import backends, probe
+from harness.run import measure
 from harness.run.config import (
     DEFAULT_FRAMES,
+    DEFAULT_REFERENCE_EVERY,
     DEFAULT_SIZE,
     DEFAULT_WARMUP,
     RunConfig,
@@ -38,12 +42,9 @@ from harness.run.config import (
     parse_size,
     plan_run,
 )
-from harness.engine.core import Engine
-from harness.engine.results import NoProgress, Progress, RunResult, SceneResult
-from harness.engine.spec import CaptureSpec, SceneSpec
-from harness.engine.stopping import StopFlag, stop_on_signals
 from harness.run.progress import Progress as RunProgress
 from harness.run.progress import show_warning
+from katra_trace import metrics
 from katra_trace.errors import KatraError, OutputBusyError, OutputExistsError
 from katra_trace.io.header import CaptureOptions, build_capture_options
 
@@ -69,7 +70,7 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
     when ``quiet``).
     """
     plan = plan or plan_run(config)
-    if plan.config.measure in measure.COUNT_MEASURES:
+    if metrics.is_count(plan.config.measure):
         return _run_counted(plan, quiet=quiet or isinstance(progress, NoProgress)
                             or bool(getattr(progress, "quiet", False)))
     if progress is None:
@@ -128,8 +129,6 @@ def _capture(plan: RunPlan, progress: Progress, child: Mapping[str, Any] | None 
 
 
 def _reference_every(cfg: RunConfig) -> int:
-    from harness.run.config import DEFAULT_REFERENCE_EVERY
-
     return DEFAULT_REFERENCE_EVERY if cfg.reference_every is None else cfg.reference_every
 
 

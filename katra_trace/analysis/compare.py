@@ -16,9 +16,7 @@ from typing import Any
 import numpy as np
 
 from katra_trace.analysis.decide import compare_runs, decide_counts
-from katra_trace.analysis.verdict import Comparison, SceneComparison
 from katra_trace.analysis.defaults import DEFAULT_ALPHA
-from katra_trace.errors import ConfigError
 from katra_trace.analysis.match import (
     capture_facts,
     codegen_facts,
@@ -27,9 +25,11 @@ from katra_trace.analysis.match import (
     mismatch,
     resolve_metric,
 )
+from katra_trace.analysis.stats import reference_durations, scene_durations, scene_labels, zone_frame_totals
+from katra_trace.analysis.verdict import Comparison, SceneComparison
+from katra_trace.errors import ConfigError
 from katra_trace.metrics import check_run_stat, is_count
 from katra_trace.schema import REFERENCE_NAME, Clock, Kind
-from katra_trace.analysis.stats import reference_durations, scene_durations, scene_labels, zone_frame_totals
 
 
 def _label(trace: Any, side: str, index: int) -> str:

@@ -47,9 +47,9 @@ import numpy as np
 from scipy import stats as sps
 
 from katra_trace.analysis.defaults import DEFAULT_ALPHA, check_alpha, check_threshold_pct, default_threshold_pct
-from katra_trace.metrics import check_run_stat, is_count
 from katra_trace.analysis.stats import frame_stats
 from katra_trace.analysis.verdict import Comparison, SceneComparison
+from katra_trace.metrics import check_run_stat, is_count
 
 #: Fewer measured frames than this on a side: inconclusive (time metrics).
 MIN_FRAMES = 20

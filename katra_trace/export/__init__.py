@@ -16,9 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from katra_trace.errors import ConfigError
+from katra_trace.export import chrome
 from katra_trace.export.output import ProgressFn, open_output
+from katra_trace.export.perfetto import write_perfetto
+from katra_trace.export.table import TABLE_COLUMNS, to_arrow, to_pandas, write_csv, write_parquet
+from katra_trace.export.timeline import build_timeline
 from katra_trace.optional import MissingDependencyError, require
-from katra_trace.export.table import TABLE_COLUMNS, to_arrow, to_pandas
 
 if TYPE_CHECKING:
     from katra_trace.io.reader import Trace
@@ -60,11 +63,6 @@ def export_trace(trace: Trace, fmt: str, path: str | os.PathLike[str] | None = N
     ``overwrite``. Raises :class:`ConfigError` (bad format or path), ``OutputExistsError``,
     :class:`MissingDependencyError` (exit 3) or ``TraceIOError``.
     """
-    from katra_trace.export.chrome import CHROME_EVENT_WARN, write_chrome
-    from katra_trace.export.perfetto import write_perfetto
-    from katra_trace.export.table import write_csv, write_parquet
-    from katra_trace.export.timeline import build_timeline
-
     out_path = Path(path) if path is not None else default_path(trace.path, fmt)
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
@@ -86,12 +84,12 @@ def export_trace(trace: Trace, fmt: str, path: str | os.PathLike[str] | None = N
                 counts = write_perfetto(tl, trace.header, trace.summary, f, progress)
             else:
                 text = io.TextIOWrapper(f, encoding="utf-8", newline="\n", write_through=False)
-                counts = write_chrome(tl, trace.header, trace.summary, text, progress)
+                counts = chrome.write_chrome(tl, trace.header, trace.summary, text, progress)
                 text.flush()
                 text.detach()
-                if len(trace.events) > CHROME_EVENT_WARN:
+                if len(trace.events) > chrome.CHROME_EVENT_WARN:
                     warnings.append(f"{len(trace.events):,} events: chrome://tracing struggles beyond about "
-                                    f"{CHROME_EVENT_WARN:,}; export with --to perfetto and open it in "
+                                    f"{chrome.CHROME_EVENT_WARN:,}; export with --to perfetto and open it in "
                                     "ui.perfetto.dev instead")
             if tl.gpu_drift_ppm is not None:
                 counts["gpu_drift_ppb"] = int(round(tl.gpu_drift_ppm * 1000))

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from katra_trace.io.claim import check_output, missing_directory
 from katra_trace.errors import OutputExistsError, TraceIOError
+from katra_trace.io.claim import check_output, missing_directory
 from katra_trace.optional import MissingDependencyError, require
 
 #: ``progress(done, total)``: called now and then during a long export (units: events).

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from katra_trace.export.output import ProgressFn
-from katra_trace.optional import require
 from katra_trace.export.timeline import Timeline, flag_names
+from katra_trace.optional import require
 
 if TYPE_CHECKING:
     from katra_trace.io.header import TraceHeader
@@ -54,6 +54,7 @@ _ARG_NAMES = {_ARG_FRAME: "frame", _ARG_FLAGS: "flags", _ARG_DUR: "dur_ns", _ARG
 
 def _pb() -> Any:
     require("perfetto", extra="export", purpose="--to perfetto")
+    # deferred: the optional perfetto package loads only when exporting to it
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2
 
     return perfetto_trace_pb2
@@ -61,6 +62,7 @@ def _pb() -> Any:
 
 def _builder() -> Any:
     require("perfetto", extra="export", purpose="--to perfetto")
+    # deferred: the optional perfetto package loads only when exporting to it
     from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
     return TraceProtoBuilder()

@@ -20,12 +20,12 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
+from katra_trace.analysis.stats import scene_labels
 from katra_trace.export.output import ProgressFn
-from katra_trace.optional import require
 from katra_trace.export.timeline import flag_names
 from katra_trace.metrics import clock_name
+from katra_trace.optional import require
 from katra_trace.schema import Kind
-from katra_trace.analysis.stats import scene_labels
 
 if TYPE_CHECKING:
     from katra_trace.io.header import TraceHeader

@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from katra_trace.schema import VALUE_CLOCKS, Clock, Flag, Kind
 from katra_trace.analysis.stats import scene_labels
 from katra_trace.metrics import clock_name
+from katra_trace.schema import VALUE_CLOCKS, Clock, Flag, Kind
 
 #: Order of the time clocks' tracks inside a scene.
 CLOCK_ORDER: tuple[int, ...] = (int(Clock.WALL), int(Clock.CPU), int(Clock.GPU), int(Clock.PROCESS),

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from katra_trace.errors import ConfigError
 from katra_trace.analysis.match import codegen_facts, host_facts, measure_mode, scene_params
+from katra_trace.analysis.stats import reference_durations, scene_durations, zone_frame_totals
+from katra_trace.errors import ConfigError
 from katra_trace.metrics import is_count
 from katra_trace.schema import Clock
-from katra_trace.analysis.stats import reference_durations, scene_durations, zone_frame_totals
 
 if TYPE_CHECKING:
     from katra_trace.io.header import TraceHeader

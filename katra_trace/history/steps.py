@@ -42,7 +42,6 @@ import dataclasses
 import functools
 import math
 from collections.abc import Sequence
-
 from statistics import NormalDist
 
 import numpy as np
@@ -271,6 +270,7 @@ def detect_steps(groups: Sequence[Sequence[float] | np.ndarray], alpha: float = 
     starts = _optimal_partition(means, 1.0 / var, penalty)
     w = 1.0 / var
     _, levels = _misfit(means, w, starts)
+    # deferred: scipy loads only when a step is tested
     from scipy.special import stdtrit  # (scipy.stats alone takes a second to import)
 
     q_t = float(stdtrit(noise_df, 1 - alpha / 2))

@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.history.rows import COLUMN_NAMES, COLUMNS
@@ -255,8 +255,6 @@ def add_to_parquet(root: Path, runs: Sequence[PreparedRun]) -> AddResult:
 
 def _parquet_labels(root: Path, shas: Sequence[str]) -> dict[str, str]:
     """sha -> label of the runs among ``shas`` already stored under ``root`` (by file name)."""
-    from urllib.parse import unquote
-
     wanted = set(shas)
     out: dict[str, str] = {}
     if not root.is_dir():

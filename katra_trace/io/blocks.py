@@ -20,7 +20,6 @@ from katra_trace.io import blosc2_events as b2ev
 from katra_trace.io import format as fmt
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION
 
-
 #: Decoded bytes a trace may hold per byte of file, by default (see :func:`decode_budget`).
 DEFAULT_MAX_RATIO = 10.0
 #: Decoded bytes every trace may hold on top of ``max_ratio`` x its size: 64 MiB (1.6 M events).

@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from katra_trace.errors import ConfigError, KatraError, OutputBusyError, OutputExistsError, TraceIOError
+from katra_trace.io.reader import open_trace
 
 PART_SUFFIX = ".part"
 
@@ -242,8 +243,6 @@ def _refuse_part(path: Path, part: Path) -> bool:
 
 def _writer_pid(part: Path) -> int | None:
     """The pid in the HEADER of a .part (written and flushed when its writer started), if readable."""
-    from katra_trace.io.reader import open_trace
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

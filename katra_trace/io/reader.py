@@ -24,10 +24,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from katra_trace.errors import ConfigError, TraceFormatError
 from katra_trace.io import format as fmt
 from katra_trace.io.blocks import EventBatch, ScanState, decode_budget, file_size, iter_blocks, mark_damaged
-
-from katra_trace.errors import ConfigError, TraceFormatError
 from katra_trace.io.header import TraceHeader
 from katra_trace.schema import EVENT_DTYPE
 

@@ -14,7 +14,6 @@ from typing import Any
 from katra_trace.errors import ConfigError
 from katra_trace.io.format import MAGIC
 
-
 #: Name of the manifest ``katra3d ab`` writes into its output directory.
 AB_MANIFEST = "ab.json"
 #: Manifest format version.

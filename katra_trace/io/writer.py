@@ -25,17 +25,18 @@ import struct
 import threading
 import time
 import weakref
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
 import numpy as np
 
+from katra_trace import __version__
+from katra_trace.errors import ConfigError, KatraError, TraceIOError, WriterClosedError
 from katra_trace.io import claim as claim_mod
 from katra_trace.io import format as fmt
 from katra_trace.io.blockfile import BlockFile
-from katra_trace.errors import ConfigError, KatraError, TraceIOError, WriterClosedError
 from katra_trace.io.header import CaptureOptions, HostInfo, header_part
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION, schema_hash
 
@@ -48,8 +49,6 @@ DROP_POLICIES = ("block", "drop")
 
 
 def tool_version() -> str:
-    from katra_trace import __version__
-
     return f"katra3d {__version__}"
 
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from katra_trace import __version__
 from katra_trace.errors import KatraError
 from katra_trace.export.output import open_output
 from katra_trace.report.page import plotly_js_packed, render
@@ -28,12 +29,11 @@ def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: st
     ``history`` (:func:`katra_trace.history.trend_data`'s result) adds a section of trend plots.
     Raises MissingDependencyError (exit 3) without plotly.
     """
-    from katra_trace import __version__
-
     plotly_js_packed()  # fail before any work when plotly is missing
     comparison: dict[str, Any] | None = None
     error: str | None = None
     if baseline:
+        # deferred: the comparison loads scipy; only a report with a baseline needs it
         from katra_trace.analysis.compare import compare_traces
 
         try:

@@ -21,18 +21,19 @@ from typing import Any
 
 import numpy as np
 
+from katra_trace.analysis.stats import trace_stats
 from katra_trace.metrics import is_count
 from katra_trace.optional import require
+from katra_trace.report.history import history_section
 from katra_trace.report.series import (
     TraceLike,
-    frame_series,
     cdf_points,
+    frame_series,
     primary_clock,
     scenes_of,
     unit_of,
     zone_medians,
 )
-from katra_trace.analysis.stats import trace_stats
 
 #: Plot colours of the runs (NEW side) and of the baseline runs.
 RUN_COLORS = ("#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#bcbd22", "#e377c2", "#8c564b", "#ff7f0e")
@@ -382,8 +383,6 @@ def render(runs: Sequence[TraceLike], baseline: Sequence[TraceLike] = (), *, com
         figures.extend(figs)
     history_html = ""
     if history is not None:
-        from katra_trace.report.history import history_section
-
         history_html, history_figures = history_section(history, len(figures))
         figures.extend(history_figures)
     toc = " &middot; ".join(f'<a href="#scene-{i}">{_e(s)}</a>' for i, s in enumerate(scenes))

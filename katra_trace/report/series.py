@@ -15,10 +15,9 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from katra_trace.metrics import unit_of
-from katra_trace.schema import Clock, Flag, Kind
 from katra_trace.analysis.stats import EXCLUDED_FLAGS, scene_labels, zone_frame_totals
-from katra_trace.metrics import CLOCK_NAMES, clock_name
+from katra_trace.metrics import CLOCK_NAMES, clock_name, unit_of
+from katra_trace.schema import Clock, Flag, Kind
 
 if TYPE_CHECKING:
     from katra_trace.io.header import TraceHeader
