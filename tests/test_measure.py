@@ -19,10 +19,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from harness.engine import valgrind_request
 from harness.engine.counting import CACHE_EVENTS, estimated_cycles, read_summary
 from harness.run import measure
 from harness.run.config import RunConfig, check_measure, plan_run
 from katra_trace import open_trace
+from katra_trace.analysis.match import mismatch
 from katra_trace.errors import ConfigError
 from katra_trace.schema import Clock, Kind
 
@@ -275,3 +277,60 @@ def test_pytest_plugin_counts_too(tmp_path: Path) -> None:
     assert run.info["median"] > 10_000 and run.info["codegen"]["llvm"]
     with pytest.raises(ConfigError, match="drop benchmark="):
         run_scene("clear", tmp_path / "q.katra", measure="instructions", benchmark=object())
+
+
+# --------------------------------------------------------------------------- instrumentation from the first frame
+
+
+def test_client_requests_are_no_ops_outside_valgrind() -> None:
+    if not valgrind_request.available():
+        pytest.skip("no client-request code for this machine: counted children are instrumented from the start")
+    assert valgrind_request.running_on_valgrind() == 0
+    assert valgrind_request.client_request(valgrind_request.RUNNING_ON_VALGRIND, default=77) == 77
+    assert valgrind_request.start_instrumentation() is False  # outside valgrind: nothing to switch on
+
+
+def test_child_command_defers_instrumentation_only_when_asked() -> None:
+    deferred = measure.child_command("valgrind", Path("/d/cg.out"), "instructions", deferred=True)
+    assert "--instr-atstart=no" in deferred and deferred.index("--instr-atstart=no") < deferred.index("-m")
+    assert "--instr-atstart=no" not in measure.child_command("valgrind", Path("/d/cg.out"), "cycles",
+                                                             deferred=False)
+    assert measure.instrumentation(True) != measure.instrumentation(False)
+
+
+def test_compare_refuses_counts_instrumented_from_different_points() -> None:
+    facts = measure.codegen_facts({"renderer": "llvmpipe (LLVM 15.0.6, 128 bits)"}, {}, {},
+                                  counted_from=measure.instrumentation(True))
+    old = {k: v for k, v in facts.items() if k != "counted_from"}  # a trace counted before the key existed
+    sides = {"base": [{"codegen": old}], "new": [{"codegen": facts}]}
+    assert "counted_from" in mismatch(sides, set(), set())
+    notes: set[str] = set()
+    assert mismatch(sides, {"codegen"}, notes) == "" and "counted_from" in " ".join(notes)
+
+
+def test_instrumentation_switched_on_from_python_starts_the_dumps(tmp_path: Path) -> None:
+    if not HAVE_VALGRIND or not valgrind_request.available():
+        pytest.skip("needs valgrind and client-request code for this machine")
+    script = ("import os, sys\nfrom harness.engine import valgrind_request as v\n"
+              "os.getppid()\n"  # instrumentation off: no dump
+              "print(v.running_on_valgrind(), v.start_instrumentation())\n"
+              "os.getppid(); sum(range(1000)); os.getppid()\n")
+    out = subprocess.run(["valgrind", "--tool=callgrind", "-q", "--instr-atstart=no", "--dump-before=getppid",
+                          "--separate-threads=yes", f"--callgrind-out-file={tmp_path / 'cg.out'}",
+                          sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert out.returncode == 0 and out.stdout.split() == ["1", "True"], out.stdout + out.stderr
+    dumps = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("cg.out."))
+    assert dumps == ["cg.out.1-01", "cg.out.2-01"], dumps  # one dump per getppid after the switch, none before
+    assert read_summary(tmp_path / "cg.out.2-01")["Ir"] > 1000
+
+
+@pytest.mark.gl
+@pytest.mark.slow
+def test_trace_says_from_where_it_was_instrumented(counted_runs: dict[str, Any]) -> None:
+    header = open_trace(counted_runs["A1"], events=False).header
+    m = header.capture_options.measure
+    deferred = valgrind_request.available()
+    assert ("--instr-atstart=no" in (m.command or ())) is deferred
+    assert measure.instrumentation(deferred) in (m.frame_boundary or "")
+    assert (header.host_info.codegen or {})["counted_from"] == measure.instrumentation(deferred)

@@ -16,6 +16,15 @@ frames (the harness's own work, the previous frame's bookkeeping) is deleted
 unread, so nothing is counted between frames but the fixed cost of the
 boundary calls themselves.
 
+Instrumentation: where the machine can make valgrind client requests, the
+child starts with callgrind's instrumentation off (``--instr-atstart=no``:
+start-up runs several times faster and is not counted anyway), and the timer
+switches it on (:func:`harness.engine.valgrind_request.start_instrumentation`)
+at the start of the first frame, a warmup frame: valgrind re-translates all
+code it runs from there, which that frame (with the shader JIT) absorbs. It
+stays on to the end, so every measured frame is fully instrumented. Calls of
+``os.getppid()`` before it make no dumps.
+
 In ``cycles`` mode callgrind simulates the caches too (``--cache-sim=yes``),
 and the frame gets an estimated cycle count (:func:`estimated_cycles`) beside
 its instruction count, with the raw counts as COUNTER events.
@@ -28,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.engine import valgrind_request
 from harness.engine.events import EventBuffer
 from harness.engine.timers import Timer
 from katra_trace.errors import KatraError
@@ -119,7 +129,8 @@ class CountTimer(Timer):
 
     ``dump_base`` is callgrind's ``--callgrind-out-file``; dumps are
     ``<dump_base>.<part>-<thread>``. The first ``os.getppid()`` call of the
-    process must be this timer's (part numbers count every call).
+    process with instrumentation on must be this timer's (part numbers count every
+    such call); the timer switches instrumentation on at its first frame.
     """
 
     def __init__(self, ctx: Any, writer: Any, buffer: EventBuffer, *, zones: bool, dump_base: Path,
@@ -131,6 +142,8 @@ class CountTimer(Timer):
         self.dump_base = Path(dump_base)
         self.mark = os.getppid
         self.part = 0
+        self.instrumenting = False
+        valgrind_request.available()  # the request's code page, made here: outside frames, in every process alike
         self.zones_done: list[tuple[int, int, int, int, int]] = []
         self.counter_ids = {name: writer.intern(name) for name in CACHE_EVENTS} if cycles else {}
         # debug groups would only add instructions here: no GL debugger runs under valgrind
@@ -144,6 +157,9 @@ class CountTimer(Timer):
         self.frame_index = index
         self.flags = flags
         self.zones_done = []
+        if not self.instrumenting:  # first frame: from here on callgrind counts (a no-op when it already does)
+            valgrind_request.start_instrumentation()
+            self.instrumenting = True
         self.part += 1
         self.mark()  # dumps the time since the last boundary: harness work, not this frame
         self.first_part = self.part + 1

@@ -34,6 +34,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.engine import valgrind_request
 from harness.engine.results import RunResult, SceneResult
 from harness.gl.probe import render_env
 from harness.run.config import RunPlan, plan_as_dict, plan_from_dict
@@ -57,6 +58,11 @@ CHILD_ENV = "KATRA3D_MEASURE_CHILD"
 FRAME_BOUNDARY = ("callgrind --dump-before=getppid; os.getppid() at every frame start, zone entry, zone exit "
                   "and frame end; per-frame dumps of the main thread (--separate-threads=yes) are summed and "
                   "deleted; the dumps between frames are discarded")
+
+#: Where callgrind's instrumentation starts (recorded in the header: ``frame_boundary``, and
+#: ``host_info.codegen.counted_from``, so that counts instrumented from different points are not compared).
+INSTRUMENTED_FROM_FIRST_FRAME = "the first warmup frame of the first scene"
+INSTRUMENTED_FROM_START = "the process start"
 
 VALGRIND_INSTALL_LINE = "apt-get install -y valgrind"
 
@@ -105,11 +111,15 @@ def cpu_flags() -> list[str]:
     return []
 
 
-def codegen_facts(gl: Mapping[str, Any], system: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+def codegen_facts(gl: Mapping[str, Any], system: Mapping[str, Any], env: Mapping[str, str],
+                  counted_from: str = "") -> dict[str, Any]:
     """What decides the instructions llvmpipe's JIT emits: instruction counts compare only when these match.
 
     CPU model and feature flags (the JIT targets the host CPU; valgrind hides
-    some extensions), Mesa and LLVM versions, the vector width, the architecture.
+    some extensions), Mesa and LLVM versions, the vector width, the architecture;
+    and ``counted_from``, where callgrind's instrumentation started (:func:`instrumentation`):
+    a process instrumented from its start lays out its memory differently, which moves
+    frame counts a little, so such counts are not compared with the others either.
     """
     renderer = str(gl.get("renderer", ""))
     version = str(gl.get("version", ""))
@@ -126,6 +136,7 @@ def codegen_facts(gl: Mapping[str, Any], system: Mapping[str, Any], env: Mapping
         "llvm": llvm.group(1) if llvm else "",
         "vector_bits": int(width.group(1)) if width else 0,
         "lp_native_vector_width": env.get("LP_NATIVE_VECTOR_WIDTH", ""),
+        "counted_from": counted_from,
     }
 
 
@@ -157,6 +168,16 @@ def child_info() -> dict[str, Any]:
     return info
 
 
+def check_child_instrumentation(info: Mapping[str, Any]) -> str:
+    """Where this counted child's instrumentation starts (:func:`instrumentation`); ToolUnavailable (exit 3)
+    when it was started with instrumentation off but cannot make the client request that switches it on."""
+    counted_from = str(info.get("instrumentation") or INSTRUMENTED_FROM_START)
+    if counted_from == INSTRUMENTED_FROM_FIRST_FRAME and valgrind_request.running_on_valgrind() == 0:
+        raise ToolUnavailable("the counted child cannot make valgrind client requests, so callgrind's "
+                              "instrumentation could not be switched on at the first frame")
+    return counted_from
+
+
 def child_plan(info: Mapping[str, Any]) -> RunPlan:
     """The checked plan in ``info`` (:func:`child_info`), each scene class found again through the registry.
 
@@ -172,10 +193,36 @@ def child_trace(info: Mapping[str, Any]) -> Path:
     return Path(info["dump_dir"]) / CHILD_TRACE
 
 
-def child_command(valgrind: str, dump_base: Path, measure: str) -> list[str]:
-    """The valgrind command line of the counted child; its plan is in the dump directory's args.json."""
+def instrumentation_deferred() -> bool:
+    """Whether counted children start with callgrind's instrumentation off, switched on by the harness at the
+    first warmup frame (:mod:`harness.engine.valgrind_request`: this machine can make client requests)."""
+    return valgrind_request.available()
+
+
+def instrumentation(deferred: bool) -> str:
+    """Where callgrind's instrumentation starts: :data:`INSTRUMENTED_FROM_FIRST_FRAME` or
+    :data:`INSTRUMENTED_FROM_START` (recorded in the header)."""
+    return INSTRUMENTED_FROM_FIRST_FRAME if deferred else INSTRUMENTED_FROM_START
+
+
+def frame_boundary(deferred: bool) -> str:
+    """How frames are delimited and where instrumentation starts (the header's ``measure.frame_boundary``)."""
+    how = (" (--instr-atstart=no, switched on by a CALLGRIND_START_INSTRUMENTATION client request)" if deferred
+           else " (this machine cannot make valgrind client requests)")
+    return f"{FRAME_BOUNDARY}; callgrind instruments from {instrumentation(deferred)}{how}"
+
+
+def child_command(valgrind: str, dump_base: Path, measure: str, *, deferred: bool) -> list[str]:
+    """The valgrind command line of the counted child; its plan is in the dump directory's args.json.
+
+    ``deferred``: start with instrumentation off (``--instr-atstart=no``): Python's start-up, the imports
+    and Mesa's set-up then run several times faster, and the child's :class:`CountTimer` switches it on
+    before its first warmup frame (:func:`instrumentation_deferred`).
+    """
     cmd = [valgrind, "--tool=callgrind", "-q", "--dump-before=getppid", "--separate-threads=yes",
            "--dump-instr=no", "--dump-line=yes", f"--callgrind-out-file={dump_base}"]
+    if deferred:
+        cmd.append("--instr-atstart=no")
     if measure == "cycles":
         cmd.append("--cache-sim=yes")
     # no address-space randomization: where the heap and libraries land changes hashing and alignment paths
@@ -308,10 +355,12 @@ def run_counted(plan: RunPlan, *, quiet: bool) -> tuple[int, dict[str, Any] | No
         shots = plan.screenshot_dir
         sent = dataclasses.replace(plan, screenshot_dir=Path(os.path.abspath(shots)) if shots else None)
         trace = dump_dir / CHILD_TRACE
-        cmd = child_command(valgrind, dump_base, measure)
+        deferred = instrumentation_deferred()
+        cmd = child_command(valgrind, dump_base, measure, deferred=deferred)
         env = child_env(dump_dir, os.getcwd() if needs_cwd else None)
         info = {"measure": measure, "dump_dir": str(dump_dir), "dump_base": str(dump_base), "valgrind": version,
-                "output": str(plan.output), "command": cmd, "env": dict(PINNED_ENV), "frame_boundary": FRAME_BOUNDARY,
+                "output": str(plan.output), "command": cmd, "env": dict(PINNED_ENV), "frame_boundary": frame_boundary(deferred),
+                "instrumentation": instrumentation(deferred),
                 "pinned": {k: PINNED_ENV[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")},
                 "quiet": quiet, "plan": plan_as_dict(sent), "imports": imports}
         (dump_dir / ARGS_FILE).write_text(json.dumps(info), encoding="utf-8")
@@ -354,7 +403,10 @@ __all__ = [
     "CHILD_ENV",
     "FRAME_BOUNDARY",
     "PINNED_ENV",
+    "INSTRUMENTED_FROM_FIRST_FRAME",
+    "INSTRUMENTED_FROM_START",
     "ToolUnavailable",
+    "check_child_instrumentation",
     "check_renderer",
     "child_command",
     "child_env",
@@ -363,8 +415,11 @@ __all__ = [
     "child_trace",
     "codegen_facts",
     "find_valgrind",
+    "frame_boundary",
     "hand_back",
     "in_child",
+    "instrumentation",
+    "instrumentation_deferred",
     "result_as_dict",
     "result_from_dict",
     "run_counted",

@@ -91,7 +91,8 @@ def _capture(plan: RunPlan, progress: Progress, child: Mapping[str, Any] | None 
         host = probe.host_info(session)
         if child is not None:
             measure.check_renderer(cfg.measure, host["gl"])
-            host["codegen"] = measure.codegen_facts(host["gl"], host["system"], os.environ)
+            host["codegen"] = measure.codegen_facts(host["gl"], host["system"], os.environ,
+                                                    measure.check_child_instrumentation(child))
         else:
             timers.choose_mode(cfg.timing, host["gl"])  # refuse an impossible mode before creating anything
             plan.output.parent.mkdir(parents=True, exist_ok=True)
