@@ -34,7 +34,7 @@ from katra_trace.history.store import (
 )
 from katra_trace.history.trends import STATS, Selection, check_steps, load_series
 from katra_trace.io.claim import check_output_dir
-from katra_trace.metrics import ALL, AUTO, COUNT_CLOCKS, TIME_CLOCKS
+from katra_trace.metrics import ALL, AUTO, COUNT_CLOCKS, TIME_CLOCKS, is_count
 
 FORMATS = ("table", "json", "csv", "markdown")
 
@@ -191,7 +191,7 @@ def _name(series: Any) -> str:
 
 
 def _val(value: float, unit: str) -> str:
-    if unit in ("instructions", "cycles") and abs(value) >= 1000:
+    if is_count(unit) and abs(value) >= 1000:
         return f"{value:,.0f}"
     return fmt_value(value) + ("" if unit in ("ms", "x reference") else "")
 

@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from harness.engine.results import RunResult
+from katra_trace.metrics import is_count
 
 
 def _printable(text: str) -> str:
@@ -19,7 +20,7 @@ def format_table(result: RunResult) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    counts = result.timing_mode in ("instructions", "cycles")
+    counts = is_count(result.timing_mode)
     what = f"measure {result.timing_mode}" if counts else f"timing {result.timing_mode}"
     size = f"; {result.size[0]}x{result.size[1]}" if result.size else ""
     table = Table(title=f"katra3d run ({result.status}; {what}{size})", title_justify="left")

@@ -8,7 +8,7 @@ from typing import Any
 
 from harness.cli._common import load_traces, print_json
 from katra_trace.errors import ConfigError
-from katra_trace.history import trend_data
+from katra_trace.history.trends import trend_data
 from katra_trace.history.store import Source
 from katra_trace.io.claim import check_output
 from katra_trace.io.tracesets import trace_paths

@@ -11,14 +11,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from katra_trace.io.header import CaptureOptions, TraceHeader
 
-from katra_trace.metrics import METRICS, RUN_STATS
+from katra_trace.metrics import COUNT_CLOCKS, METRICS
 
 #: capture_options keys that must match for a comparison (scene params are checked per scene).
 CAPTURE_KEYS: tuple[str, ...] = ("size", "samples", "timing_mode")
 #: host facts that must match unless ``allow_host_mismatch``.
 HOST_KEYS: tuple[str, ...] = ("renderer", "driver")
-#: ``--metric`` choices (:data:`katra_trace.metrics.METRICS`) and per-run statistics
-#: (:data:`katra_trace.metrics.RUN_STATS`) are defined in katra_trace.metrics.
 
 
 def host_facts(header: TraceHeader) -> dict[str, Any]:
@@ -67,7 +65,7 @@ def resolve_metric(headers: Sequence[TraceHeader], clocks: set[str], metric: str
         raise ValueError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
     if metric != "auto":
         return metric
-    for count in ("instructions", "cycles"):
+    for count in COUNT_CLOCKS:
         if count in (clocks if common is None else common):
             return count
     primary = {h.capture_options.primary_clock for h in headers}
@@ -140,5 +138,5 @@ def mismatch(facts: Mapping[str, list[dict[str, Any]]], allowed: set[str], notes
     return ""
 
 
-__all__ = ["CAPTURE_KEYS", "HOST_KEYS", "METRICS", "RUN_STATS", "capture_facts", "codegen_facts",
+__all__ = ["CAPTURE_KEYS", "HOST_KEYS", "capture_facts", "codegen_facts",
            "host_facts", "measure_mode", "mismatch", "resolve_metric", "scene_params"]

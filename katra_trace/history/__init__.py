@@ -11,35 +11,3 @@ No GL imports. DuckDB is imported only when a store is opened (optional dependen
   :func:`check_steps` for ``history check``.
 * :mod:`~katra_trace.history.sim`: the seeded simulation behind docs/history.md's figures.
 """
-
-from __future__ import annotations
-
-from katra_trace.history.rows import COLUMNS, REFERENCE_METRIC, RunFacts, trace_rows
-from katra_trace.history.steps import Fit, Step, detect_steps
-from katra_trace.history.store import (
-    DEFAULT_DB,
-    HistoryLockedError,
-    HistoryUnavailable,
-    Source,
-    add_to_parquet,
-    add_to_store,
-    export_parquet,
-    read_rows,
-)
-from katra_trace.history.trends import (
-    CheckResult,
-    Selection,
-    Series,
-    StepReport,
-    build_series,
-    check_steps,
-    load_series,
-    trend_data,
-)
-
-__all__ = [
-    "COLUMNS", "CheckResult", "DEFAULT_DB", "Fit", "HistoryLockedError", "HistoryUnavailable", "REFERENCE_METRIC",
-    "RunFacts", "Selection", "Series", "Source", "Step", "StepReport", "add_to_parquet", "add_to_store",
-    "build_series", "check_steps", "detect_steps", "export_parquet", "load_series", "read_rows", "trace_rows",
-    "trend_data",
-]

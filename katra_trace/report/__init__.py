@@ -17,7 +17,6 @@ from katra_trace import __version__
 from katra_trace.errors import KatraError
 from katra_trace.export.output import open_output
 from katra_trace.report.page import plotly_js_packed, render
-from katra_trace.report.series import MAX_POINTS, minmax_downsample
 
 
 def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: str = "katra3d report",
@@ -26,7 +25,7 @@ def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: st
 
     With a baseline the page holds ``compare_traces(baseline, runs)``'s verdicts; when the
     traces cannot be compared (ConfigError: counts against times, ...) it says why instead.
-    ``history`` (:func:`katra_trace.history.trend_data`'s result) adds a section of trend plots.
+    ``history`` (:func:`katra_trace.history.trends.trend_data`'s result) adds a section of trend plots.
     Raises MissingDependencyError (exit 3) without plotly.
     """
     plotly_js_packed()  # fail before any work when plotly is missing
@@ -52,4 +51,4 @@ def write_report(path: str | os.PathLike[str], page: str, *, overwrite: bool = F
     return len(data)
 
 
-__all__ = ["MAX_POINTS", "build_report", "minmax_downsample", "write_report"]
+__all__ = ["build_report", "write_report"]

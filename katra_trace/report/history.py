@@ -1,6 +1,6 @@
 """The history section of the report: one trend plot per series of a history store.
 
-Built from :func:`katra_trace.history.trend_data` (labels in order, each label's runs
+Built from :func:`katra_trace.history.trends.trend_data` (labels in order, each label's runs
 and level, the fitted levels, the steps found): per series a plot of the level per label
 with the runs' range as error bars, the fitted piecewise-constant levels as a line, and
 each step marked at the label where it starts.
