@@ -27,12 +27,12 @@ run: sysdeps $(STAMP)
 
 test: sysdeps-test $(STAMP)
 	$(PY) -m mypy
-	$(PY) -m pytest -p no:cacheprovider tests
+	$(PY) -m pytest -p no:cacheprovider -n auto --dist loadfile tests
 
 # Every test but those marked `slow` (each over ~5 s: valgrind counts, many captures, the browser);
 # `make test` still runs them all.
 test-quick: sysdeps-test $(STAMP)
-	$(PY) -m pytest -p no:cacheprovider -m "not slow" tests
+	$(PY) -m pytest -p no:cacheprovider -n auto --dist loadfile -m "not slow" tests
 
 # Ratios against in-run baselines, one table on stdout, bench/results.json (python -m bench --help)
 bench: sysdeps $(STAMP)

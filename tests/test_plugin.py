@@ -62,7 +62,8 @@ def test_katra_scene_fixture_runs_a_scene(pytester: pytest.Pytester, gl_ctx: obj
 
 
 @pytest.mark.gl
-def test_frames_land_in_pytest_benchmark_stats(pytester: pytest.Pytester, gl_ctx: object) -> None:
+def test_frames_land_in_pytest_benchmark_stats(pytester: pytest.Pytester, gl_ctx: object,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makepyfile("""
         def test_fill_bench(katra_scene, benchmark):
             run = katra_scene("fillrate", frames=15, warmup=2, size=(64, 64), params={"layers": 2},
@@ -70,6 +71,9 @@ def test_frames_land_in_pytest_benchmark_stats(pytester: pytest.Pytester, gl_ctx
             assert run.primary["n"] == 15
     """)
     out = pytester.path / "bench.json"
+    # The inner pytest is its own session, not an xdist worker: pytest-benchmark reads this variable and would
+    # disable benchmarks when the outer run is distributed (make test runs with -n auto).
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     result = pytester.runpytest_subprocess(*STRICT, f"--benchmark-json={out}", timeout=240)
     result.assert_outcomes(passed=1)
     bench = json.loads(out.read_text())["benchmarks"]
