@@ -109,7 +109,7 @@ def _scenes(ctx: BenchContext) -> tuple[tuple[str, tuple[int, int], int], ...]:
 
 @bench("overhead", about="katra3d run's frame loop vs a plain moderngl loop (zones off / on)", needs_gl=True)
 def overhead_run(ctx: BenchContext) -> list[Row]:
-    from harness.run.runner import RunConfig
+    from harness.run.config import RunConfig
 
     rows: list[Row] = []
     for name, size, frames in _scenes(ctx):
@@ -227,7 +227,7 @@ def overhead_reference(ctx: BenchContext) -> list[Row]:
     """Cost of the drift-normalization reference draw: per-frame wall and frame-loop wall, every 4 vs off."""
     import dataclasses
 
-    from harness.run.runner import RunConfig
+    from harness.run.config import RunConfig
 
     scenes = (("triangle", (160, 90), 40),) if ctx.quick else REFERENCE_SCENES
     rows: list[Row] = []
@@ -277,7 +277,7 @@ def overhead_draws(ctx: BenchContext) -> list[Row]:
     """What timing every draw costs: the drawcalls frame-rate ratio, zones draws (and passes) vs off."""
     import dataclasses
 
-    from harness.run.runner import RunConfig
+    from harness.run.config import RunConfig
 
     gl_renderer = renderer()
     ctx.facts["gl_renderer"] = gl_renderer

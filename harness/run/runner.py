@@ -29,19 +29,7 @@ from harness.engine.spec import CaptureSpec, SceneSpec
 from harness.engine.stopping import StopFlag, stop_on_signals
 from harness.gl import backends, probe
 from harness.run import measure
-from harness.run.config import (
-    DEFAULT_FRAMES,
-    DEFAULT_REFERENCE_EVERY,
-    DEFAULT_SIZE,
-    DEFAULT_WARMUP,
-    RunConfig,
-    RunPlan,
-    SceneEntry,
-    default_output,
-    parse_param,
-    parse_size,
-    plan_run,
-)
+from harness.run.config import DEFAULT_REFERENCE_EVERY, RunConfig, RunPlan, SceneEntry, default_output, plan_run
 from harness.run.progress import Progress as RunProgress
 from harness.run.progress import show_warning
 from katra_trace import metrics
@@ -228,20 +216,4 @@ def _safe(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
 
 
-__all__ = [
-    "DEFAULT_FRAMES",
-    "DEFAULT_SIZE",
-    "DEFAULT_WARMUP",
-    "RunConfig",
-    "RunPlan",
-    "RunResult",
-    "SceneEntry",
-    "SceneResult",
-    "capture_options",
-    "default_output",
-    "parse_param",
-    "parse_size",
-    "plan_run",
-    "run",
-    "run_child",
-]
+__all__ = ["capture_options", "run", "run_child"]
