@@ -33,6 +33,9 @@ COUNT_ONLY_OPTIONS = {"measure", "timing_mode", "timing_reason", "primary_clock"
 TINY_SCENE = '''
 from scenes.builtin.clear import ClearScene
 
+#: Counted runs under valgrind: make test runs them on one worker, after the parallel tests (Makefile).
+pytestmark = pytest.mark.counted
+
 
 class Tiny(ClearScene):
     name = "tiny"
