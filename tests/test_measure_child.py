@@ -25,6 +25,9 @@ from katra_trace.errors import ConfigError
 from scenes.builtin.clear import ClearScene
 from scenes.builtin.triangle import TriangleScene
 
+#: Counted runs under valgrind: make test runs them on one worker, after the parallel tests (Makefile).
+pytestmark = pytest.mark.counted
+
 HAVE_VALGRIND = shutil.which("valgrind") is not None
 
 #: The capture options a counted run records differently from a time run (on purpose).
@@ -32,9 +35,6 @@ COUNT_ONLY_OPTIONS = {"measure", "timing_mode", "timing_reason", "primary_clock"
 
 TINY_SCENE = '''
 from scenes.builtin.clear import ClearScene
-
-#: Counted runs under valgrind: make test runs them on one worker, after the parallel tests (Makefile).
-pytestmark = pytest.mark.counted
 
 
 class Tiny(ClearScene):
