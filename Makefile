@@ -27,8 +27,7 @@ run: sysdeps $(STAMP)
 
 test: sysdeps-test $(STAMP)
 	$(PY) -m mypy
-	$(PY) -m pytest -p no:cacheprovider -n auto --dist loadfile -m "not counted" tests
-	$(PY) -m pytest -p no:cacheprovider -m counted tests
+	$(PY) -m pytest -p no:cacheprovider -n auto --dist loadfile tests
 
 # Every test but those marked `slow` (each over ~5 s: valgrind counts, many captures, the browser);
 # `make test` still runs them all.

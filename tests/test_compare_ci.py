@@ -131,7 +131,6 @@ def test_bench_records_then_compares_with_baseline(tmp_path: Path, gl_ctx: objec
 
 @pytest.mark.gl
 @pytest.mark.slow
-@pytest.mark.counted
 def test_bench_gates_on_instructions_unless_the_codegen_differs(tmp_path: Path, gl_ctx: object) -> None:
     """Two counted captures: one against a baseline from another code generator (not used: notice,
     marker, exit 0), then a param step against that capture (regression, exit 1)."""

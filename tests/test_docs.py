@@ -139,8 +139,7 @@ def _run(command: Command, cwd: Path, env: dict[str, str], program: Block | None
 
 
 @pytest.mark.gl
-@pytest.mark.parametrize("doc", [pytest.param(d, marks=pytest.mark.counted) if d.name == "measure.md" else d
-                                 for d in RUN_FILES], ids=_doc_id)
+@pytest.mark.parametrize("doc", RUN_FILES, ids=_doc_id)
 @pytest.mark.slow
 def test_documented_commands_run(doc: Path, tmp_path: Path, gl_ctx: Any) -> None:
     """Every command of every ``sh`` block (and every ``python run`` program) of ``doc``, in order,

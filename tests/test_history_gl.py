@@ -69,7 +69,6 @@ def test_wall_time_history_of_real_captures(tmp_path: Path, gl_ctx: object) -> N
 
 @pytest.mark.gl
 @pytest.mark.slow
-@pytest.mark.counted
 def test_instruction_count_step_is_found_at_label_3(tmp_path: Path, gl_ctx: object) -> None:
     if shutil.which("valgrind") is None:
         pytest.skip("valgrind is not installed (ci/system-deps.sh test installs it)")

@@ -28,9 +28,6 @@ from katra_trace.analysis.match import mismatch
 from katra_trace.errors import ConfigError
 from katra_trace.schema import Clock, Kind
 
-#: Counted runs under valgrind: make test runs them on one worker, after the parallel tests (Makefile).
-pytestmark = pytest.mark.counted
-
 KATRA3D = str(Path(sys.executable).with_name("katra3d"))
 HAVE_VALGRIND = shutil.which("valgrind") is not None
 SCENES = ("clear", "triangle", "fillrate", "shader")

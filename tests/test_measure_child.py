@@ -25,9 +25,6 @@ from katra_trace.errors import ConfigError
 from scenes.builtin.clear import ClearScene
 from scenes.builtin.triangle import TriangleScene
 
-#: Counted runs under valgrind: make test runs them on one worker, after the parallel tests (Makefile).
-pytestmark = pytest.mark.counted
-
 HAVE_VALGRIND = shutil.which("valgrind") is not None
 
 #: The capture options a counted run records differently from a time run (on purpose).
