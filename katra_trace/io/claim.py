@@ -31,21 +31,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from katra_trace.errors import ConfigError, KatraError, OutputBusyError, OutputExistsError, TraceIOError
-from katra_trace.io.reader import open_trace
+from katra_trace.io.reader import file_kind, open_trace
 
 PART_SUFFIX = ".part"
 
 #: errno values of filesystems without hard links (vfat, some FUSE and network filesystems)
 _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK, errno.EXDEV}
-
-_KIND = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a pipe or FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
 
 def describe(exc: BaseException) -> str:
     """``No space left on device (ENOSPC)``: one line for an OSError (or any exception)."""
@@ -69,10 +60,6 @@ class Claim:
     fd: int
     overwrite: bool
     existed: bool  #: the final path held a file when the claim was made
-
-
-def _kind(mode: int) -> str | None:
-    return next((what for test, what in _KIND if test(mode)), None)
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -115,7 +102,7 @@ def check_output(text: str | os.PathLike[str], *, force: bool = False, inputs: I
     except OSError as exc:
         raise ConfigError(f"output {raw!r} cannot be checked: {describe(exc)}") from None
     if mode is not None and not stat.S_ISREG(mode):
-        raise ConfigError(f"output {raw!r} exists and is not a regular file (it is {_kind(mode) or 'not a file'}); "
+        raise ConfigError(f"output {raw!r} exists and is not a regular file (it is {file_kind(mode) or 'not a file'}); "
                           "give a file path")
     for source in inputs:
         if _same_file(output, Path(source)):
@@ -199,7 +186,7 @@ def _check_final(path: Path, overwrite: bool) -> bool:
         return False
     except OSError as exc:
         raise TraceIOError(f"cannot create trace {shown!r}: {describe(exc)}") from None
-    what = _kind(st.st_mode)
+    what = file_kind(st.st_mode)
     if what is not None:
         raise TraceIOError(f"cannot write a trace to {shown!r}: it is {what}, not a regular file; "
                            "give -o a file name")
@@ -219,7 +206,7 @@ def _refuse_part(path: Path, part: Path) -> bool:
     except OSError as exc:
         raise TraceIOError(f"cannot create trace {str(path)!r}: {shown!r} is in the way: {describe(exc)}") from None
     try:
-        if _kind(os.fstat(fd).st_mode) is not None:
+        if file_kind(os.fstat(fd).st_mode) is not None:
             raise OutputBusyError(f"{shown!r} is in the way and is not a regular file; move it away or choose "
                                   "another -o", shown, stale=True)
         try:

@@ -89,13 +89,19 @@ class Trace:
                 f"truncated={self.truncated})")
 
 
-_NOT_REGULAR = (
+#: What a path that is not a regular file is, by its st_mode test (messages of the reader and the output claim).
+_KINDS = (
     (stat.S_ISDIR, "a directory"),
     (stat.S_ISFIFO, "a pipe or FIFO"),
     (stat.S_ISCHR, "a character device"),
     (stat.S_ISBLK, "a block device"),
     (stat.S_ISSOCK, "a socket"),
 )
+
+
+def file_kind(mode: int) -> str | None:
+    """``"a directory"``, ``"a pipe or FIFO"``, ... for a file that is not regular; None for a regular file."""
+    return next((what for test, what in _KINDS if test(mode)), None)
 
 
 def _open(path: Path) -> BinaryIO:
@@ -114,12 +120,12 @@ def _open(path: Path) -> BinaryIO:
         raise ConfigError(f"cannot read {shown!r}: {exc.strerror or exc}") from None
     try:
         st = os.fstat(fd)
-        for test, what in _NOT_REGULAR:
-            if test(st.st_mode):
-                if what == "a directory":
-                    raise ConfigError(f"{shown!r} is a directory, not a trace file")
-                raise ConfigError(f"{shown!r} is not a regular file ({what}): katra3d reads traces from "
-                                  "regular files only; save it to a file first")
+        what = file_kind(st.st_mode)
+        if what == "a directory":
+            raise ConfigError(f"{shown!r} is a directory, not a trace file")
+        if what is not None:
+            raise ConfigError(f"{shown!r} is not a regular file ({what}): katra3d reads traces from "
+                              "regular files only; save it to a file first")
         if st.st_size == 0 and os.pread(fd, 1, 0):
             raise ConfigError(f"{shown!r} is not a regular file (it reports size 0 but has content, like "
                               "files under /proc): not a katra3d trace")
