@@ -8,7 +8,6 @@ is a terminal, plain aligned text otherwise). Which files a path names, and the
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 import sys
@@ -16,7 +15,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from katra_trace import Trace, TraceRecoveryWarning, open_trace
+from katra_trace import Trace, TraceRecoveryWarning, jsontext, open_trace
 
 
 def load_trace_quietly(path: str, events: bool = True) -> Trace:
@@ -40,7 +39,7 @@ def load_traces(paths: Sequence[str | os.PathLike[str]], verb: str = "using") ->
 
 
 def print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=str)
+    jsontext.dump(obj, sys.stdout, indent=2, sort_keys=False, default=str)
     sys.stdout.write("\n")
 
 

@@ -14,12 +14,12 @@ the exporter says so and points to the Perfetto export.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
+from katra_trace import jsontext
 from katra_trace.export.output import ProgressFn
 from katra_trace.export.timeline import Timeline, flag_names
 from katra_trace.metrics import clock_name
@@ -43,7 +43,7 @@ def write_chrome(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any], 
     ev = tl.events
     total = len(ev)
     done = 0
-    dumps = json.dumps
+    dumps = jsontext.dumps
     options = header.capture_options
     metadata = {
         "katra3d": {"workload": header.workload, "tool_version": header.tool_version,

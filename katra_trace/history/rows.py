@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from katra_trace import jsontext
 from katra_trace.analysis.match import codegen_facts, host_facts, measure_mode, scene_params
 from katra_trace.analysis.stats import reference_durations, scene_durations, zone_frame_totals
 from katra_trace.errors import ConfigError
@@ -138,7 +139,7 @@ def host_fingerprint(header: TraceHeader) -> HostFingerprint:
         host_id=short_id([renderer, driver, cpu]),
         renderer=renderer, driver=driver, cpu=cpu,
         codegen_id=short_id(codegen) if codegen else "",
-        codegen=json.dumps(codegen, sort_keys=True, default=str) if codegen else "",
+        codegen=jsontext.dumps(codegen, sort_keys=True, default=str) if codegen else "",
         machine_name=system.hostname or "",
     )
 
@@ -218,7 +219,7 @@ def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[dict[str, Any]]
         params = scene_params(opts, scene)
         out.append({**base, "scene": scene, "zone": zone, "metric": metric,
                     "unit": unit or (metric if count else "ms"),
-                    "params": json.dumps(params, sort_keys=True, default=str) if params is not None else "",
+                    "params": jsontext.dumps(params, sort_keys=True, default=str) if params is not None else "",
                     **_stats(values, count)})
 
     for scene, per_clock in frames.items():

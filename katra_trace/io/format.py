@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from katra_trace import jsontext
 from katra_trace.errors import TraceFormatError
 from katra_trace.optional import MissingDependencyError, require
 from katra_trace.schema import COLUMNS, EVENT_DTYPE, Clock, Flag, Kind
@@ -162,7 +163,8 @@ def decode_footer(data: bytes) -> int | None:
 
 
 def encode_json(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), default=_json_default).encode("utf-8")
+    """``obj`` as a JSON block payload: valid JSON (non-finite floats as null: :mod:`katra_trace.jsontext`)."""
+    return jsontext.dumps(obj, separators=(",", ":"), default=_json_default).encode("utf-8")
 
 
 def _json_default(obj: Any) -> Any:

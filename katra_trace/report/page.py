@@ -14,13 +14,13 @@ import datetime
 import functools
 import gzip
 import html
-import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from katra_trace import jsontext
 from katra_trace.analysis.stats import trace_stats
 from katra_trace.metrics import is_count
 from katra_trace.optional import require
@@ -99,7 +99,7 @@ def _e(text: Any) -> str:
 
 def _json_for_script(obj: Any) -> str:
     """JSON safe inside a <script> element (no ``</`` and no ``<!--`` can end or confuse it)."""
-    return json.dumps(obj, separators=(",", ":"), allow_nan=False, default=str).replace("<", "\\u003c")
+    return jsontext.dumps(obj, separators=(",", ":"), default=str).replace("<", "\\u003c")
 
 
 def _num(v: Any, unit: str) -> str:
@@ -172,8 +172,8 @@ def _runs_section(runs: Sequence[TraceLike], baseline: Sequence[TraceLike]) -> s
             details.append(
                 f"<details><summary>{_e(label)}: {_e(h.tool_version or '')}, captured {_e(when)}"
                 + (f"; timing {_e(timing)} because {_e(why)}" if why else "") + "</summary>"
-                f"<h3>capture options</h3><pre>{_e(json.dumps(opts.as_dict(), indent=2, default=str))}</pre>"
-                f"<h3>host</h3><pre>{_e(json.dumps(h.host_info.as_dict(), indent=2, default=str))}</pre>"
+                f"<h3>capture options</h3><pre>{_e(jsontext.dumps(opts.as_dict(), indent=2, default=str))}</pre>"
+                f"<h3>host</h3><pre>{_e(jsontext.dumps(h.host_info.as_dict(), indent=2, default=str))}</pre>"
                 + (f"<p>notes: {_e(h.notes)}</p>" if h.notes else "") + "</details>")
     table = _table(["run", "workload", "status", "timing", "renderer", "CPU", "size", "frames / warmup", "events"],
                    rows)

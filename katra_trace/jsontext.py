@@ -1,0 +1,39 @@
+"""Valid JSON text from any value: the one encoder every JSON writer of katra3d calls.
+
+JSON has no NaN or infinity, yet Python's ``json`` writes them as ``NaN`` / ``Infinity``, which
+strict parsers (browsers, ``jq``, most languages) refuse. A header can hold them (a trace written
+by an older build or by hand, ``harness.capture(capture_options=...)``), and so can statistics.
+:func:`dumps` writes every non-finite float as ``null``, and nothing else differently.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import IO, Any
+
+
+def _null(_constant: str) -> None:
+    return None
+
+
+def dumps(obj: Any, **kwargs: Any) -> str:
+    """``json.dumps(obj, **kwargs)`` with every NaN, inf and -inf written as ``null`` (valid JSON).
+
+    The common case (nothing non-finite) costs one ``json.dumps``; otherwise the text is parsed
+    back with the non-finite constants as None and written again.
+    """
+    try:
+        return json.dumps(obj, allow_nan=False, **kwargs)
+    except ValueError:
+        pass
+    plain = {k: v for k, v in kwargs.items() if k in ("default", "cls", "ensure_ascii", "check_circular")}
+    text = json.dumps(obj, allow_nan=True, **plain)
+    return json.dumps(json.loads(text, parse_constant=_null), allow_nan=False, **kwargs)
+
+
+def dump(obj: Any, fp: IO[str], **kwargs: Any) -> None:
+    """:func:`dumps` written to ``fp``."""
+    fp.write(dumps(obj, **kwargs))
+
+
+__all__ = ["dump", "dumps"]
