@@ -82,6 +82,9 @@ def export_trace(trace: Trace, fmt: str, path: str | os.PathLike[str] | None = N
                                 "clamped to nest (their exact values are in the trace and the CSV export)")
             if fmt == "perfetto":
                 counts = write_perfetto(tl, trace.header, trace.summary, f, progress)
+                if counts.get("timestamps_rebased"):
+                    warnings.append("the trace's host start time would put events outside the timestamps "
+                                    "Perfetto holds; times are shifted so that the first event is at 0")
             else:
                 text = io.TextIOWrapper(f, encoding="utf-8", newline="\n", write_through=False)
                 counts = chrome.write_chrome(tl, trace.header, trace.summary, text, progress)

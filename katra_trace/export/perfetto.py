@@ -24,12 +24,13 @@ a clock snapshot that ties them to the wall-clock start of the capture. GPU rows
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
+from katra_trace import jsontext
+from katra_trace.errors import TraceFormatError
 from katra_trace.export.output import ProgressFn
 from katra_trace.export.timeline import Timeline, flag_names
 from katra_trace.optional import require
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 
 #: Packets serialized and written at a time (bounds memory on large traces).
 CHUNK_PACKETS = 200_000
+#: Largest timestamp written (ns): Perfetto's trace processor holds timestamps as int64.
+MAX_TIMESTAMP_NS = 2**63 - 1
 #: Name of the metadata track and of its one slice.
 CAPTURE_TRACK = "katra3d capture"
 
@@ -50,6 +53,27 @@ _CHILD_ORDER_EXPLICIT = 3
 #: interned debug-annotation names
 _ARG_FRAME, _ARG_FLAGS, _ARG_DUR, _ARG_VALUE = 1, 2, 3, 4
 _ARG_NAMES = {_ARG_FRAME: "frame", _ARG_FLAGS: "flags", _ARG_DUR: "dur_ns", _ARG_VALUE: "value"}
+
+
+def timestamp_base(start_host_ns: int | None, lowest: int, highest: int) -> tuple[int, bool]:
+    """The ns added to every event time (ns since the capture start) to give its Perfetto timestamp,
+    and whether it is not the trace's own ``start_host_ns``.
+
+    Timestamps must lie in ``[0, MAX_TIMESTAMP_NS]`` (protobuf's are unsigned; the trace processor
+    holds them as int64). The capture's host start is used when it keeps every event (``lowest`` to
+    ``highest``, the first start and last end) in that range; otherwise (a hand-made or damaged
+    header) the events are shifted so that the first starts at 0: True, and the export warns.
+    Events before a host start near 0 are shifted to start at 0 too, silently.
+    Raises TraceFormatError when the events span more than the range itself.
+    """
+    if highest - lowest > MAX_TIMESTAMP_NS or -lowest > MAX_TIMESTAMP_NS:
+        raise TraceFormatError(f"event times from {lowest} to {highest} ns do not fit a Perfetto timeline (at most "
+                               f"{MAX_TIMESTAMP_NS} ns from the first to the last); --to csv or --to parquet "
+                               "exports them as stored")
+    base = start_host_ns if isinstance(start_host_ns, int) and not isinstance(start_host_ns, bool) else 0
+    if base < 0 or base + highest > MAX_TIMESTAMP_NS:
+        return -lowest, True
+    return max(base, -lowest), False  # events before a host start near 0 (hand-made traces): shifted silently
 
 
 def _pb() -> Any:
@@ -86,7 +110,7 @@ def _annotation(name: str, value: Any) -> dict[str, Any]:
     elif value is None:
         ann["string_value"] = "null"
     else:
-        ann["string_value"] = json.dumps(value, default=str)
+        ann["string_value"] = jsontext.dumps(value, default=str)
     return ann
 
 
@@ -122,9 +146,9 @@ def write_perfetto(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any]
     _pb()  # fail early, before writing anything, when the package is missing
     w = _Writer(out)
     ev = tl.events
-    base = header.start_host_ns or 0
     lowest = int(tl.start_ns.min()) if tl.start_ns.size else 0
-    base = max(base, -lowest, 0)  # protobuf timestamps are unsigned
+    highest = int(tl.end_ns.max()) if tl.end_ns.size else 0
+    base, rebased = timestamp_base(header.start_host_ns, lowest, highest)
     total = len(ev)
     done = 0
     uuid = iter(range(1, 1 << 62))
@@ -133,11 +157,12 @@ def write_perfetto(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any]
     # metadata: clock snapshot, scene groups, the capture track and its slice
     meta_seq = next(seq_ids)
     first_ts = base + lowest if tl.start_ns.size else base
-    clocks = [{"clock_id": _CLOCK_BOOTTIME, "timestamp": base}]
+    snap_ts = base if base >= 0 else first_ts  # the capture start, unless rebasing put it before 0
+    clocks = [{"clock_id": _CLOCK_BOOTTIME, "timestamp": snap_ts}]
     start_wall = header.start_wall_ns
-    if start_wall is not None and start_wall >= 0:
+    if start_wall is not None and 0 <= start_wall <= MAX_TIMESTAMP_NS and snap_ts == base:
         clocks.append({"clock_id": _CLOCK_REALTIME, "timestamp": start_wall})
-    w.add(timestamp=base, trusted_packet_sequence_id=meta_seq, sequence_flags=_SEQ_CLEARED,
+    w.add(timestamp=snap_ts, trusted_packet_sequence_id=meta_seq, sequence_flags=_SEQ_CLEARED,
           clock_snapshot={"clocks": clocks, "primary_trace_clock": _CLOCK_BOOTTIME})
     capture_uuid = next(uuid)
     w.add(timestamp=first_ts, trusted_packet_sequence_id=meta_seq,
@@ -148,7 +173,7 @@ def write_perfetto(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any]
         w.add(timestamp=first_ts, trusted_packet_sequence_id=meta_seq,
               track_descriptor={"uuid": scene_uuid[sid], "name": label, "child_ordering": _CHILD_ORDER_EXPLICIT,
                                 "sibling_order_rank": rank + 1})
-    last_ts = base + int(tl.end_ns.max()) if tl.end_ns.size else first_ts
+    last_ts = base + highest if tl.end_ns.size else first_ts
     options = header.capture_options
     args = [
         _annotation("workload", header.workload or ""),
@@ -283,7 +308,8 @@ def write_perfetto(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any]
     w.flush()
     counts["packets"] = w.packets
     counts["scene_tracks"] = len(scene_uuid)
+    counts["timestamps_rebased"] = int(rebased)
     return counts
 
 
-__all__ = ["CAPTURE_TRACK", "write_perfetto"]
+__all__ = ["CAPTURE_TRACK", "MAX_TIMESTAMP_NS", "timestamp_base", "write_perfetto"]

@@ -14,12 +14,12 @@ Parquet and Arrow need ``pyarrow`` (``pip install 'katra3d[export]'``), pandas n
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Mapping
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
+from katra_trace import jsontext
 from katra_trace.analysis.stats import scene_labels
 from katra_trace.export.output import ProgressFn
 from katra_trace.export.timeline import flag_names
@@ -45,6 +45,14 @@ TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("value", "counter value (0 for spans)"),
 )
 _ROWS_PER_CHUNK = 131_072
+#: First characters that make a spreadsheet read a CSV cell as a formula (OWASP, "CSV Injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_text(text: str) -> str:
+    """A string cell for CSV that no spreadsheet runs as a formula: one starting with a character of
+    :data:`FORMULA_STARTS` gets a leading ``'`` (OWASP's advice; the cell then shows as text)."""
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
 def _lookup(ids: np.ndarray, table: list[str]) -> tuple[np.ndarray, list[str]]:
@@ -57,12 +65,11 @@ def _lookup(ids: np.ndarray, table: list[str]) -> tuple[np.ndarray, list[str]]:
 def string_columns(events: np.ndarray, strings: list[str]) -> dict[str, tuple[np.ndarray, list[str]]]:
     """``{column: (codes, dictionary)}`` for the string columns of :data:`TABLE_COLUMNS`."""
     ev = np.asarray(events)
-    labels = scene_labels(ev, strings)
-    max_scene = int(ev["scene"].max()) + 1 if ev.size else 0
-    scene_table = [labels.get(i, strings[i] if i < len(strings) else f"?{i}") for i in range(max_scene)]
+    labels = scene_labels(ev, strings)  # keyed by the ids the events use: never sized by an id's value
     kind_names = {int(k): k.name.lower() for k in Kind}
+    uniq, codes = np.unique(ev["scene"], return_inverse=True)
     out = {
-        "scene": _lookup(ev["scene"], scene_table),
+        "scene": (codes.astype(np.int32), [labels[int(i)] for i in uniq.tolist()]),
         "name": _lookup(ev["name"], strings),
     }
     for col, namer in (("kind", lambda v: kind_names.get(v, f"kind{v}")), ("clock", clock_name),
@@ -73,12 +80,14 @@ def string_columns(events: np.ndarray, strings: list[str]) -> dict[str, tuple[np
 
 
 def write_csv(events: np.ndarray, strings: list[str], out: IO[str], progress: ProgressFn | None = None) -> int:
-    """Write the table as CSV (header row first) to ``out``; returns the rows written."""
+    """Write the table as CSV (header row first) to ``out``; returns the rows written. String cells go
+    through :func:`csv_text` (no formula injection) and are quoted (a CR or newline in a name stays in its
+    cell); numeric columns are written as plain numbers."""
     ev = np.asarray(events)
-    writer = csv.writer(out, lineterminator="\n")
+    writer = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC)  # strings quoted, numbers not
     writer.writerow([c for c, _ in TABLE_COLUMNS])
     cols = string_columns(ev, strings)
-    words = {k: np.array(d, dtype=object) for k, (_, d) in cols.items()}
+    words = {k: np.array([csv_text(w) for w in d], dtype=object) for k, (_, d) in cols.items()}
     for lo in range(0, len(ev), _ROWS_PER_CHUNK):
         part = slice(lo, lo + _ROWS_PER_CHUNK)
         text = [words[k][cols[k][0][part]].tolist() for k in ("scene", "name", "kind", "clock", "flags")]
@@ -105,9 +114,9 @@ def events_to_arrow(events: np.ndarray, strings: list[str], header: TraceHeader 
         arrays[name] = pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(words, pa.string()))
     for name in ("depth", "frame", "start_ns", "dur_ns", "value"):
         arrays[name] = pa.array(np.ascontiguousarray(ev[name]))
-    meta = {"katra3d.header": json.dumps(header.as_dict() if header is not None else {}, default=str),
-            "katra3d.summary": json.dumps(dict(summary or {}), default=str),
-            "katra3d.columns": json.dumps(dict(TABLE_COLUMNS))}
+    meta = {"katra3d.header": jsontext.dumps(header.as_dict() if header is not None else {}, default=str),
+            "katra3d.summary": jsontext.dumps(dict(summary or {}), default=str),
+            "katra3d.columns": jsontext.dumps(dict(TABLE_COLUMNS))}
     return pa.table({c: arrays[c] for c, _ in TABLE_COLUMNS}, metadata=meta)
 
 
@@ -128,5 +137,5 @@ def write_parquet(events: np.ndarray, strings: list[str], header: TraceHeader, s
     return int(table.num_rows)
 
 
-__all__ = ["TABLE_COLUMNS", "events_to_arrow", "string_columns", "to_arrow", "to_pandas", "write_csv",
+__all__ = ["FORMULA_STARTS", "TABLE_COLUMNS", "csv_text", "events_to_arrow", "string_columns", "to_arrow", "to_pandas", "write_csv",
            "write_parquet"]

@@ -108,6 +108,11 @@ class Timeline:
         return sum(len(t.spans) for t in self.slice_tracks)
 
 
+#: Largest |time| (ns) :func:`gpu_to_host` maps: its int64 differences and float products stay exact
+#: enough and in range (2^61 ns is 73 years; a real capture's times are far below).
+_SYNC_LIMIT_NS = 2**61
+
+
 def _sync_pairs(clock_syncs: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
     """(host_ns, gpu_ns) of every CLOCK_SYNC record holding both as integers, in host order."""
     pairs = []
@@ -129,9 +134,12 @@ def gpu_to_host(start_ns: np.ndarray, clock_syncs: Sequence[dict[str, Any]]) -> 
     """
     pairs = _sync_pairs(clock_syncs)
     t = np.asarray(start_ns, dtype=np.int64)
-    if len(pairs) < 2:
+    if len(pairs) < 2 or not t.size:
         return t.copy(), None
     h0, g0 = pairs[0]
+    if any(abs(v) > _SYNC_LIMIT_NS for p in pairs for v in p) or \
+            max(abs(int(t.min()) - (h0 - g0)), abs(int(t.max()) - (h0 - g0))) > _SYNC_LIMIT_NS:
+        return t.copy(), None  # pairs (from the file) that int64 arithmetic cannot map: keep the capture's mapping
     gpu = t - np.int64(h0 - g0)  # the raw GPU timestamps
     pairs = sorted(set(pairs), key=lambda p: p[1])
     gs = np.array([p[1] for p in pairs], dtype=np.int64)
@@ -140,9 +148,11 @@ def gpu_to_host(start_ns: np.ndarray, clock_syncs: Sequence[dict[str, Any]]) -> 
         return t.copy(), None  # pairs that do not increase together: keep the capture's mapping
     seg = np.clip(np.searchsorted(gs, gpu, side="right") - 1, 0, len(gs) - 2)
     slope = (hs[1:] - hs[:-1]).astype(np.float64) / (gs[1:] - gs[:-1]).astype(np.float64)
-    out = hs[seg] + np.rint((gpu - gs[seg]).astype(np.float64) * slope[seg]).astype(np.int64)
+    delta = np.rint((gpu - gs[seg]).astype(np.float64) * slope[seg])
+    if not (np.all(np.abs(delta) <= _SYNC_LIMIT_NS) and np.all(np.abs(hs[seg] + delta) <= _SYNC_LIMIT_NS)):
+        return t.copy(), None  # a slope that throws times out of range: keep the capture's mapping
     total = (hs[-1] - hs[0]) / (gs[-1] - gs[0])
-    return out, (float(total) - 1.0) * 1e6
+    return hs[seg] + delta.astype(np.int64), (float(total) - 1.0) * 1e6
 
 
 def nest(starts: Sequence[int], ends: Sequence[int], depths: Sequence[int]) -> tuple[list[int], int]:
@@ -220,7 +230,7 @@ def build_timeline(events: np.ndarray, strings: list[str], clock_syncs: Sequence
                 vals = ev[value_idx]
                 # value-clock frames first, then zones, then counters; each by name in first-seen order
                 group_key = np.where(vals["kind"] == Kind.COUNTER, 2, np.where(vals["kind"] == Kind.FRAME, 0, 1))
-                names, first = np.unique(vals["name"] * 4 + group_key, return_index=True)
+                names, first = np.unique(vals["name"].astype(np.int64) * 4 + group_key, return_index=True)
                 for key in names[np.lexsort((first, names % 4))]:
                     name_id, group = int(key) // 4, int(key) % 4
                     rows = value_idx[(vals["name"] == name_id) & (group_key == group)]

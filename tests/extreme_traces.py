@@ -1,0 +1,145 @@
+"""Traces that ``validate`` passes but whose values are extreme (no GL): the corpus the consumer
+fuzzer (tests/test_fuzz_consumers.py) starts from and the memory-bound test runs every consumer on.
+
+Each is a small, well-formed trace (real writer, valid CRCs) with one kind of extreme value: ids at
+the top of their column (scene, name, frame: 2^32-1), start times and durations near the int64
+limits, long or hostile strings (spreadsheet formulas, markup, control characters), non-finite
+counter values and header numbers (NaN, inf), nesting depth and flags at their maximum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from katra_trace import Clock, Flag, Kind
+from katra_trace.io import format as fmt
+from katra_trace.schema import EVENT_DTYPE
+from tests.trace_helpers import edit_json_block, frame_zone_stream, seal_blocks, split_blocks, write_trace
+
+U32_MAX = 2**32 - 1
+I64_MAX = 2**63 - 1
+I64_MIN = -(2**63)
+#: Names a spreadsheet would run as formulas, and markup a viewer might render.
+HOSTILE_NAMES = ["=HYPERLINK(\"https://evil.example\",\"x\")", "@SUM(1)", "+1+1", "-1+1", "\t=1", "\r=1",
+                 "<a href=https://evil.example>CLICK</a>", "a\nb", "\u202egnp.exe"]
+STRINGS = ["", "scene", "frame", "pass-a", "pass-b", "pass-c"]
+
+
+def _base(n_frames: int = 12) -> np.ndarray:
+    return frame_zone_stream(n_frames, zones=2)
+
+
+def _set(col: str, value: int | float, rows: slice | list[int] = slice(None)) -> Callable[[np.ndarray], None]:
+    def edit(ev: np.ndarray) -> None:
+        ev[col][rows] = value
+    return edit
+
+
+def _shift(ev: np.ndarray, by: int) -> None:
+    ev["start_ns"] += by
+
+
+def _counter_rows(value: float) -> Callable[[np.ndarray], np.ndarray]:
+    def add(ev: np.ndarray) -> np.ndarray:
+        extra = np.zeros(4, dtype=EVENT_DTYPE)
+        extra["kind"], extra["clock"], extra["scene"], extra["name"] = Kind.COUNTER, Clock.CPU, 1, 3
+        extra["frame"] = np.arange(4)
+        extra["start_ns"] = ev["start_ns"][:4]
+        extra["value"] = value
+        return np.concatenate([ev, extra])
+    return add
+
+
+#: name -> edit of the base event array (in place, or returning a new array).
+EVENT_EDITS: dict[str, Callable[[np.ndarray], Any]] = {
+    "scene-id-max": _set("scene", U32_MAX),
+    "scene-id-max-some": _set("scene", U32_MAX, [0, 5, 9]),
+    "name-id-max": _set("name", U32_MAX),
+    "frame-max": _set("frame", U32_MAX, [2, 8]),
+    "start-near-int64-max": lambda ev: _shift(ev, I64_MAX - int((ev["start_ns"] + ev["dur_ns"]).max()) - 1),
+    "start-near-int64-min": lambda ev: _shift(ev, I64_MIN - int(ev["start_ns"].min()) + 1),
+    "start-spread-wide": _set("start_ns", I64_MIN + 1, [0]),
+    "dur-huge": lambda ev: ev["dur_ns"].__setitem__([2, 5], I64_MAX - ev["start_ns"][[2, 5]]),
+    "dur-huge-all": lambda ev: ev["dur_ns"].__setitem__(slice(None), I64_MAX - ev["start_ns"]),
+    "depth-max": _set("depth", 65535, [0, 1]),
+    "flags-all": _set("flags", int(sum(Flag)), [3, 4]),
+    "counter-nan": _counter_rows(float("nan")),
+    "counter-inf": _counter_rows(float("inf")),
+    "counter-huge": _counter_rows(1e308),
+}
+
+
+def _write_events(path: Path, edit: Callable[[np.ndarray], Any]) -> None:
+    """The base trace with its events edited: written by the writer, then its one EVENTS block
+    replaced and the file re-sealed (the writer itself refuses some of these values)."""
+    ev = _base()
+    write_trace(path, ev, STRINGS, batch_events=len(ev) + 1)
+    out = edit(ev)
+    if isinstance(out, np.ndarray) and out.dtype == EVENT_DTYPE:
+        ev = out
+    blocks = split_blocks(path.read_bytes())
+    blocks = [(t, fmt.encode_events(ev) if t == fmt.BlockType.EVENTS else raw, schema) for t, raw, schema in blocks]
+    path.write_bytes(seal_blocks(blocks))
+
+
+def _write_hostile_strings(path: Path) -> None:
+    strings = ["", *HOSTILE_NAMES]  # the scene is the first, the frame the second, the zones the rest
+    names = tuple(range(2, len(strings)))
+    ev = frame_zone_stream(12, zones=len(names) - 1, scene=1, names=names)
+    write_trace(path, ev, strings, batch_events=8)
+
+
+def _write_long_strings(path: Path) -> None:
+    long = "x" * 1_000_000
+    strings = ["", "s" * 100_000, long, long + "a", long + "b", long + "c"]
+    write_trace(path, _base(), strings, batch_events=8)
+
+
+def _write_header_edit(path: Path, edit: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    plain = path.with_suffix(".plain")
+    _write_events(plain, lambda ev: None)
+    blocks = split_blocks(plain.read_bytes())
+    plain.unlink()
+    edit_json_block(blocks, fmt.BlockType.HEADER, edit)
+    path.write_bytes(seal_blocks(blocks))
+
+
+def _nonfinite_header(h: dict[str, Any]) -> dict[str, Any]:
+    h.setdefault("capture_options", {})["warmup_s"] = float("nan")
+    h["capture_options"]["extra"] = {"ratio": float("inf"), "low": float("-inf")}
+    h.setdefault("host_info", {})["load"] = float("nan")
+    return h
+
+
+def _host_start_max(h: dict[str, Any]) -> dict[str, Any]:
+    h["start_host_ns"] = I64_MAX
+    h["start_wall_ns"] = I64_MAX
+    return h
+
+
+#: name -> writer of one extreme trace at a path.
+WRITERS: dict[str, Callable[[Path], None]] = {
+    **{name: (lambda path, e=edit: _write_events(path, e)) for name, edit in EVENT_EDITS.items()},
+    "hostile-strings": _write_hostile_strings,
+    "long-strings": _write_long_strings,
+    "header-nonfinite": lambda path: _write_header_edit(path, _nonfinite_header),
+    "header-start-max": lambda path: _write_header_edit(path, _host_start_max),
+}
+
+
+def write_all(directory: Path) -> dict[str, Path]:
+    """Every extreme trace of :data:`WRITERS` in ``directory``; returns name -> path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name, writer in WRITERS.items():
+        path = directory / f"{name}.katra"
+        writer(path)
+        out[name] = path
+    return out
+
+
+__all__ = ["EVENT_EDITS", "HOSTILE_NAMES", "I64_MAX", "I64_MIN", "STRINGS", "U32_MAX", "WRITERS", "write_all"]
