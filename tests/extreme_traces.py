@@ -131,6 +131,11 @@ WRITERS: dict[str, Callable[[Path], None]] = {
 }
 
 
+def write_base(path: Path) -> None:
+    """The small valid trace every extreme one is made from (a consumer's baseline)."""
+    write_trace(path, _base(), STRINGS, batch_events=8)
+
+
 def write_all(directory: Path) -> dict[str, Path]:
     """Every extreme trace of :data:`WRITERS` in ``directory``; returns name -> path."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -142,4 +147,4 @@ def write_all(directory: Path) -> dict[str, Path]:
     return out
 
 
-__all__ = ["EVENT_EDITS", "HOSTILE_NAMES", "I64_MAX", "I64_MIN", "STRINGS", "U32_MAX", "WRITERS", "write_all"]
+__all__ = ["EVENT_EDITS", "HOSTILE_NAMES", "I64_MAX", "I64_MIN", "STRINGS", "U32_MAX", "WRITERS", "write_all", "write_base"]

@@ -14,7 +14,7 @@ the exporter says so and points to the Perfetto export.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 
 #: Events beyond which chrome://tracing struggles (the export warns and suggests Perfetto).
 CHROME_EVENT_WARN = 1_000_000
-#: Events formatted and written at a time.
+#: Events formatted at a time.
 _CHUNK = 65_536
+#: Characters written at a time (at most: a long name, repeated by every event, must not multiply memory).
+_CHUNK_CHARS = 4 << 20
 
 
 def _tid(clock: int) -> int:
@@ -60,14 +62,23 @@ def write_chrome(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any], 
     out.write(',"traceEvents":[\n')
     first = True
 
-    def emit(lines: list[str]) -> None:
+    def emit(lines: Iterable[str]) -> int:
+        """Write ``lines`` (a generator: names can be long, and every event repeats its name) in pieces
+        of at most about :data:`_CHUNK_CHARS` characters; returns how many were written."""
         nonlocal first
-        if not lines:
-            return
-        if not first:
-            out.write(",\n")
-        out.write(",\n".join(lines))
-        first = False
+        n = 0
+        piece: list[str] = []
+        size = 0
+        for line in lines:
+            piece.append(line)
+            size += len(line)
+            if size >= _CHUNK_CHARS:
+                out.write((",\n" if not first else "") + ",\n".join(piece))
+                first, n, piece, size = False, n + len(piece), [], 0
+        if piece:
+            out.write((",\n" if not first else "") + ",\n".join(piece))
+            first, n = False, n + len(piece)
+        return n
 
     counts = {"complete": 0, "instant": 0, "counter": 0, "metadata": 0}
     meta = ['{"ph":"M","pid":0,"tid":0,"name":"process_name","args":{"name":"katra3d capture"}}']
@@ -102,35 +113,30 @@ def write_chrome(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any], 
             ts = (tl.start_ns[part] / 1e3).tolist()
             dur = ((tl.end_ns[part] - tl.start_ns[part]) / 1e3).tolist()
             cat = ['"frame"' if k == 0 else '"zone"' for k in kinds[part].tolist()]
-            lines = [f'{{"ph":"X","pid":{pid},"tid":{tid},"name":{q(n)},"cat":{c},"ts":{t:.3f},"dur":{d:.3f},'
-                     f'"args":{{"frame":{f}{_flags_arg(fl)}}}}}'
-                     for n, c, t, d, f, fl in zip(ev["name"][part].tolist(), cat, ts, dur, ev["frame"][part].tolist(),
-                                                  ev["flags"][part].tolist(), strict=True)]
-            emit(lines)
-            counts["complete"] += len(lines)
-            done += len(lines)
+            written = emit(f'{{"ph":"X","pid":{pid},"tid":{tid},"name":{q(n)},"cat":{c},"ts":{t:.3f},"dur":{d:.3f},'
+                           f'"args":{{"frame":{f}{_flags_arg(fl)}}}}}'
+                           for n, c, t, d, f, fl in zip(ev["name"][part].tolist(), cat, ts, dur,
+                                                        ev["frame"][part].tolist(), ev["flags"][part].tolist(),
+                                                        strict=True))
+            counts["complete"] += written
+            done += written
             if progress is not None:
                 progress(done, total)
-        lines = []
-        for row in track.instants.tolist():
-            lines.append(f'{{"ph":"i","s":"t","pid":{pid},"tid":{tid},"name":{q(int(ev["name"][row]))},'
-                         f'"cat":"marker","ts":{float(tl.start_ns[row]) / 1e3:.3f},'
-                         f'"args":{{"dur_ns":{int(ev["dur_ns"][row])},"frame":{int(ev["frame"][row])}'
-                         f'{_flags_arg(int(ev["flags"][row]))}}}}}')
-        emit(lines)
-        counts["instant"] += len(lines)
-        done += len(lines)
+        written = emit(f'{{"ph":"i","s":"t","pid":{pid},"tid":{tid},"name":{q(int(ev["name"][row]))},'
+                       f'"cat":"marker","ts":{float(tl.start_ns[row]) / 1e3:.3f},'
+                       f'"args":{{"dur_ns":{int(ev["dur_ns"][row])},"frame":{int(ev["frame"][row])}'
+                       f'{_flags_arg(int(ev["flags"][row]))}}}}}' for row in track.instants.tolist())
+        counts["instant"] += written
+        done += written
     for ctrack in tl.counter_tracks:
         pid = pid_of[ctrack.scene_id]
         name = dumps(f"{ctrack.label} ({clock_name(ctrack.clock)})")
         rows = ctrack.rows
         values = (ev["dur_ns"][rows] if ctrack.from_durations else ev["value"][rows]).astype(np.float64)
-        lines = []
-        for t, v in zip((tl.start_ns[rows] / 1e3).tolist(), values.tolist(), strict=True):
-            lines.append(f'{{"ph":"C","pid":{pid},"name":{name},"ts":{t:.3f},"args":{{"value":{_num(v)}}}}}')
-        emit(lines)
-        counts["counter"] += len(lines)
-        done += len(lines)
+        written = emit(f'{{"ph":"C","pid":{pid},"name":{name},"ts":{t:.3f},"args":{{"value":{_num(v)}}}}}'
+                       for t, v in zip((tl.start_ns[rows] / 1e3).tolist(), values.tolist(), strict=True))
+        counts["counter"] += written
+        done += written
         if progress is not None:
             progress(done, total)
     out.write("\n]}\n")

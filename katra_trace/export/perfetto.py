@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 
 #: Packets serialized and written at a time (bounds memory on large traces).
 CHUNK_PACKETS = 200_000
+#: Characters of interned names after which the packets are written (each track interns the names it
+#: uses: long names on many tracks must not pile up in memory).
+CHUNK_CHARS = 4 << 20
 #: Largest timestamp written (ns): Perfetto's trace processor holds timestamps as int64.
 MAX_TIMESTAMP_NS = 2**63 - 1
 #: Name of the metadata track and of its one slice.
@@ -121,6 +124,7 @@ class _Writer:
         self.out = out
         self.builder = _builder()
         self.packets = 0
+        self.pending_chars = 0  #: characters of names interned into the current chunk
 
     def add(self, **fields: Any) -> None:
         self.packet_adder()(**fields)
@@ -128,7 +132,7 @@ class _Writer:
     def packet_adder(self) -> Any:
         """The current chunk's ``packet.add`` (flushing first when the chunk is full): for hot loops, which
         call it again every few thousand packets."""
-        if len(self.builder.trace.packet) >= CHUNK_PACKETS:
+        if len(self.builder.trace.packet) >= CHUNK_PACKETS or self.pending_chars >= CHUNK_CHARS:
             self.flush()
         return self.builder.trace.packet.add
 
@@ -138,6 +142,7 @@ class _Writer:
             self.out.write(self.builder.serialize())  # concatenated Trace messages are one Trace
             self.packets += pending
             self.builder = _builder()
+        self.pending_chars = 0
 
 
 def write_perfetto(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any], out: BinaryIO,
@@ -210,11 +215,13 @@ def write_perfetto(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any]
         if counter_unit is not None:
             descriptor["counter"] = {"unit_name": counter_unit} if counter_unit else {}
         iids = {int(n): i + 1 for i, n in enumerate(np.unique(used))}
-        interned = {"event_names": [{"iid": i, "name": tl.name(n)} for n, i in iids.items()],
+        event_names = [{"iid": i, "name": tl.name(n)} for n, i in iids.items()]
+        interned = {"event_names": event_names,
                     "debug_annotation_names": [{"iid": i, "name": n} for i, n in _ARG_NAMES.items()]}
         w.add(timestamp=first_ts, trusted_packet_sequence_id=seq, sequence_flags=_SEQ_CLEARED,
               track_descriptor=descriptor, interned_data=interned,
               trace_packet_defaults={"track_event_defaults": {"track_uuid": track}})
+        w.pending_chars += len(name) + sum(len(str(e["name"])) for e in event_names)
         return seq, track, iids
 
     for track in tl.slice_tracks:
