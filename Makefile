@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.stamp-installed
 
-.PHONY: run test test-quick bench bench-measure bench-noise sysdeps sysdeps-test clean
+.PHONY: run test test-quick fuzz bench bench-measure bench-noise sysdeps sysdeps-test clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ test: sysdeps-test $(STAMP)
 # `make test` still runs them all.
 test-quick: sysdeps-test $(STAMP)
 	$(PY) -m pytest -p no:cacheprovider -n auto --dist loadfile -m "not slow" tests
+
+# The structure-aware fuzzers (reader, and every consumer on mutated and extreme traces) for longer than
+# `make test` gives them: KATRA3D_FUZZ_SECONDS per fuzzer and consumer (60 here; 2-3 in `make test`).
+fuzz: sysdeps-test $(STAMP)
+	KATRA3D_FUZZ_SECONDS=$${KATRA3D_FUZZ_SECONDS:-60} $(PY) -m pytest -p no:cacheprovider -n auto \
+		tests/test_fuzz_trace.py tests/test_fuzz_consumers.py
 
 # Ratios against in-run baselines, one table on stdout, bench/results.json (python -m bench --help)
 bench: sysdeps $(STAMP)
