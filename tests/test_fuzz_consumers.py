@@ -99,6 +99,34 @@ def bases(tmp: Path) -> tuple[list[bytes], dict[str, Path]]:
     return _base_traces(tmp) + [p.read_bytes() for p in extreme.values()], extreme
 
 
+#: Consumers run under an address-space cap (:func:`_capped`): a regression that sizes an allocation by an
+#: id then fails as a MemoryError instead of taking the machine. Not the ones whose libraries reserve
+#: address space per thread and core (DuckDB, pyarrow): the subprocess memory test covers those.
+CAPPED = ("stats", "stats-json", "compare", "export-csv", "export-perfetto", "export-chrome", "report")
+#: Address space allowed beyond what the process has mapped when the fuzzing starts.
+CAP_HEADROOM = 2 << 30
+
+
+@contextlib.contextmanager
+def _capped(on: bool) -> Iterator[None]:
+    """RLIMIT_AS (soft) at the process's current size + :data:`CAP_HEADROOM` while the block runs; the
+    previous soft limit is restored after (the hard limit is never touched)."""
+    status = Path("/proc/self/status")
+    if not on or not status.exists():
+        yield
+        return
+    vm = next(int(line.split()[1]) * 1024 for line in status.read_text().splitlines() if line.startswith("VmSize:"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = vm + CAP_HEADROOM
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 def _peak() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
@@ -137,8 +165,9 @@ def test_fuzz_every_consumer(consumer: str, tmp_path: Path) -> None:
         iterations += 1
         args = argv(trace, iterations)
         try:
-            rc, err = run(args)
-        except Exception as exc:  # noqa: BLE001 - the finding (Hang included)
+            with _capped(consumer in CAPPED):
+                rc, err = run(args)
+        except Exception as exc:  # noqa: BLE001 - the finding (Hang and MemoryError included)
             failures.append(f"{what}: katra3d {' '.join(args[:3])}: {type(exc).__name__}: {exc}")
             continue
         if rc not in (0, 1, 2) or "Traceback" in err:
