@@ -10,8 +10,9 @@ single slow frame among 100 000 still shows as a spike.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+import weakref
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -113,23 +114,52 @@ def cdf_points(values: np.ndarray, max_points: int = CDF_POINTS) -> tuple[np.nda
 def zone_medians(trace: TraceLike, scene: str, clock: str) -> dict[str, float]:
     """Median per-frame total of each zone of ``scene`` on ``clock`` (ms or counts), measured frames only."""
     cid = next((c for c, n in CLOCK_NAMES.items() if n == clock), -1)
-    totals = zone_frame_totals(trace.events, list(trace.strings), cid).get(scene, {})
+    all_totals = _remembered(trace, ("zone_frame_totals", cid),
+                             lambda: zone_frame_totals(trace.events, list(trace.strings), cid))
+    totals = all_totals.get(scene, {})
     return {zone: float(np.median(v)) * _scale(clock) for zone, v in totals.items() if v.size}
 
 
 def scenes_of(trace: TraceLike) -> dict[str, tuple[int, list[str]]]:
-    """``{label: (scene id, clocks with frames)}`` in capture order (scenes without frames left out)."""
+    """``{label: (scene id, clocks with frames)}`` in capture order (scenes without frames left out).
+
+    One pass over the events, remembered per trace object (the page asks once per scene).
+    """
+    return _remembered(trace, ("scenes_of",), lambda: _scenes_of(trace))
+
+
+def _scenes_of(trace: TraceLike) -> dict[str, tuple[int, list[str]]]:
     ev = trace.events
     frames = ev[ev["kind"] == Kind.FRAME]
+    keys = np.unique(frames["scene"].astype(np.int64) * 256 + frames["clock"])
+    clocks_of: dict[int, set[int]] = {}
+    for key in keys.tolist():
+        clocks_of.setdefault(key // 256, set()).add(key % 256)
     out: dict[str, tuple[int, list[str]]] = {}
     order = {int(c): i for i, c in enumerate((Clock.WALL, Clock.GPU, Clock.INSTRUCTIONS, Clock.CYCLES, Clock.PROCESS,
                                                Clock.CPU))}
     for sid, label in scene_labels(ev, list(trace.strings)).items():
-        clocks = sorted({int(c) for c in np.unique(frames["clock"][frames["scene"] == sid])},
-                        key=lambda c: (order.get(c, 99), c))
+        clocks = sorted(clocks_of.get(sid, ()), key=lambda c: (order.get(c, 99), c))
         if clocks:
             out[label] = (sid, [clock_name(c) for c in clocks])
     return out
+
+
+#: What the page asks of a trace once per scene but is computed for all its scenes at once, per trace
+#: object (weakly: gone with the trace): without it a trace of many scenes made the report quadratic.
+_REMEMBERED: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Any]] = weakref.WeakKeyDictionary()
+_T = TypeVar("_T")
+
+
+def _remembered(trace: TraceLike, key: tuple[Any, ...], compute: Callable[[], _T]) -> _T:
+    """``compute()`` once per trace object and ``key`` (each time for a trace that takes no weak reference)."""
+    try:
+        known = _REMEMBERED.setdefault(trace, {})
+    except TypeError:
+        return compute()
+    if key not in known:
+        known[key] = compute()
+    return cast(_T, known[key])
 
 
 __all__ = [
