@@ -210,13 +210,18 @@ def build_timeline(events: np.ndarray, strings: list[str], clock_syncs: Sequence
     counter_tracks: list[CounterTrack] = []
     clamped = 0
     order_rank = {c: i for i, c in enumerate(CLOCK_ORDER)}
+    # each scene's rows, in file order, from one stable sort (not a scan of every event per scene)
+    by_scene = np.argsort(ev["scene"], kind="stable")
+    scene_ids, firsts = np.unique(ev["scene"][by_scene], return_index=True)
+    rows_of = dict(zip(scene_ids.tolist(), np.split(by_scene, firsts[1:]), strict=True))
     for sid, label in labels.items():
-        of_scene = ev["scene"] == sid
-        clocks = sorted({int(c) for c in np.unique(ev["clock"][of_scene])}, key=lambda c: (order_rank.get(c, 99), c))
+        of_scene = rows_of[sid]
+        clock_of = ev["clock"][of_scene]
+        clocks = sorted({int(c) for c in np.unique(clock_of)}, key=lambda c: (order_rank.get(c, 99), c))
         for clock in clocks:
-            on = of_scene & (ev["clock"] == clock)
-            span_idx = np.flatnonzero(on & is_span)
-            inst_idx = np.flatnonzero(on & is_instant)
+            on = of_scene[clock_of == clock]
+            span_idx = on[is_span[on]]
+            inst_idx = on[is_instant[on]]
             if span_idx.size or inst_idx.size:
                 span_idx = span_idx[np.lexsort((span_idx, ev["depth"][span_idx], start[span_idx]))]
                 inst_idx = inst_idx[np.lexsort((inst_idx, start[inst_idx]))]
@@ -225,7 +230,7 @@ def build_timeline(events: np.ndarray, strings: list[str], clock_syncs: Sequence
                 end[span_idx] = new_ends
                 clamped += changed
                 slice_tracks.append(SliceTrack(sid, label, clock, span_idx, inst_idx))
-            value_idx = np.flatnonzero(on & is_value)
+            value_idx = on[is_value[on]]
             if value_idx.size:
                 vals = ev[value_idx]
                 # value-clock frames first, then zones, then counters; each by name in first-seen order
