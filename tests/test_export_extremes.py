@@ -19,9 +19,10 @@ from katra_trace.errors import TraceFormatError
 from katra_trace.export import export_trace
 from katra_trace.export.perfetto import MAX_TIMESTAMP_NS, timestamp_base
 from katra_trace.export.table import csv_text, string_columns
-from katra_trace.export.timeline import gpu_to_host
+from katra_trace.export.timeline import build_timeline, gpu_to_host
 from katra_trace.io.header import build_capture_options
 from katra_trace.report import build_report, series
+from katra_trace.schema import EVENT_DTYPE
 from tests.export_helpers import parse_perfetto
 from katra_trace.io import format as fmt
 from tests.extreme_traces import HOSTILE_NAMES, I64_MAX, U32_MAX, WRITERS
@@ -193,3 +194,8 @@ def test_report_scans_a_trace_once_for_all_its_scenes(tmp_path: Path, monkeypatc
     page = build_report([trace])
     assert page.startswith("<!doctype html>") and len(series.scenes_of(trace)) == 40
     assert calls["scene_labels"] <= 2 and calls["zone_frame_totals"] <= 6, calls
+
+
+def test_timeline_of_no_events_is_empty() -> None:
+    tl = build_timeline(np.empty(0, dtype=EVENT_DTYPE), [""])
+    assert tl.slice_tracks == [] and tl.counter_tracks == [] and tl.scenes == {}

@@ -213,7 +213,7 @@ def build_timeline(events: np.ndarray, strings: list[str], clock_syncs: Sequence
     # each scene's rows, in file order, from one stable sort (not a scan of every event per scene)
     by_scene = np.argsort(ev["scene"], kind="stable")
     scene_ids, firsts = np.unique(ev["scene"][by_scene], return_index=True)
-    rows_of = dict(zip(scene_ids.tolist(), np.split(by_scene, firsts[1:]), strict=True))
+    rows_of = dict(zip(scene_ids.tolist(), np.split(by_scene, firsts[1:]), strict=True)) if ev.size else {}
     for sid, label in labels.items():
         of_scene = rows_of[sid]
         clock_of = ev["clock"][of_scene]
