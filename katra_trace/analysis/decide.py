@@ -178,6 +178,24 @@ def runs_needed(sd_log: float, threshold: float, alpha: float, m: int, paired: b
     return int(n[np.argmax(ok)]) if ok.any() else None
 
 
+def interval_verdict(estimate: float, low: float, high: float, threshold: float) -> str:
+    """The verdict of an effect known with an interval (all three log ratios NEW / BASE, ``+`` worse)
+    against ``threshold`` (a fraction): the count metrics' rule, also ``history check``'s for a step.
+
+    **regression** when the estimate is at least ``log(1 + threshold)`` and the whole interval is above
+    0; **improvement** mirrored; **unchanged** when the whole interval lies inside the +-threshold
+    band; otherwise **inconclusive**.
+    """
+    up = math.log1p(threshold)
+    if estimate >= up and low > 0:
+        return "regression"
+    if estimate <= -up and high < 0:
+        return "improvement"
+    if -up < low and high < up:
+        return "unchanged"
+    return "inconclusive"
+
+
 # --------------------------------------------------------------------------- time metrics
 
 
@@ -466,6 +484,7 @@ __all__ = [
     "compare_runs",
     "decide_counts",
     "holm",
+    "interval_verdict",
     "noise_floor",
     "paired_t",
     "run_level",
