@@ -6,7 +6,16 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from harness.cli._common import load_traces, print_json
+from harness.cli._common import (
+    ALPHA_COMPARE,
+    ALPHA_STEPS,
+    add_comparability_options,
+    add_decision_options,
+    check_compare_options,
+    compare_kwargs,
+    load_traces,
+    print_json,
+)
 from katra_trace.errors import ConfigError
 from katra_trace.history.trends import trend_data
 from katra_trace.history.store import Source
@@ -32,6 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--history", metavar="DB",
                    help="add the trends of a history store (katra3d history add ...): a plot per scene and metric "
                         "over the labels, with the steps 'history check' finds")
+    add_decision_options(p, alpha_means=f"{ALPHA_COMPARE} with --baseline; with --history, {ALPHA_STEPS}")
+    add_comparability_options(p)
     p.add_argument("--force", action="store_true", help="replace the output file if it exists")
     p.add_argument("--json", action="store_true", help="print what was written as JSON (for scripts)")
     p.set_defaults(func=run)
@@ -43,6 +54,7 @@ def _load(args: list[str]) -> list[Any]:
 
 def run(args: argparse.Namespace) -> int:
     plotly_js_packed()  # exit 3 before reading anything when plotly is missing
+    check_compare_options(args)  # a bad option is reported before any file is read
     inputs = [*args.traces, *args.baseline, *([args.history] if args.history else [])]
     out = check_output(args.output, force=args.force, inputs=inputs, option="-o", example="report.html")
     if not args.traces and not args.history:
@@ -53,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
     if args.history:
         if not Path(args.history).is_file():
             raise ConfigError(f"no history store at {args.history!r} (katra3d history add ... --db PATH makes one)")
-        trends = trend_data(Source(db=Path(args.history)))
-    page = build_report(runs, baseline, title=args.title, history=trends)
+        trends = trend_data(Source(db=Path(args.history)), alpha=args.alpha, threshold_pct=args.threshold)
+    page = build_report(runs, baseline, title=args.title, history=trends, compare_options=compare_kwargs(args))
     size = write_report(out, page, overwrite=args.force)
     if args.json:
         print_json({"path": str(out), "bytes": size, "runs": [str(t.path) for t in runs],
