@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,25 @@ def resolve_sides(base: str, new: str | None) -> tuple[str, str]:
     return str(root / str(manifest.get("base_dir", "base"))), str(root / str(manifest.get("new_dir", "new")))
 
 
+def round_pairs(base: str, new: str, base_paths: Sequence[Path], new_paths: Sequence[Path],
+                unpaired: bool = False) -> tuple[list[tuple[int, int]] | None, list[str]]:
+    """The rounds of ``katra3d ab`` as (BASE index, NEW index) pairs of ``base_paths`` and ``new_paths``
+    when BASE and NEW are one ab output's sides (None: unpaired), and the note that says so: compare
+    and report --baseline pair the same traces the same way."""
+    pairing = None if unpaired else find_pairing(base, new)
+    if pairing is None:
+        return None, []
+    manifest_path, rounds = pairing
+    index_b = {p.resolve(): i for i, p in enumerate(base_paths)}
+    index_n = {p.resolve(): i for i, p in enumerate(new_paths)}
+    pairs = [(index_b[b], index_n[n]) for b, n in rounds if b in index_b and n in index_n]
+    left = len(base_paths) + len(new_paths) - 2 * len(pairs)
+    if not pairs:
+        return None, [f"{manifest_path} pairs none of these traces: compared unpaired"]
+    return pairs, [f"paired: {len(pairs)} round(s) from {manifest_path}"
+                   + (f"; {left} trace(s) outside a complete round left out" if left else "")]
+
+
 def compare_paths(base: str, new: str | None, args: argparse.Namespace) -> int:
     """Load both sides, compare, print; returns the exit code."""
     # deferred: the comparison loads scipy (about a second); building the parser must not
@@ -186,21 +206,7 @@ def compare_paths(base: str, new: str | None, args: argparse.Namespace) -> int:
     check_compare_options(args)
     base, new = resolve_sides(base, new)
     base_paths, new_paths = trace_paths(base), trace_paths(new)
-    pairs: list[tuple[int, int]] | None = None
-    notes: list[str] = []
-    pairing = None if getattr(args, "unpaired", False) else find_pairing(base, new)
-    if pairing is not None:
-        manifest_path, rounds = pairing
-        index_b = {p.resolve(): i for i, p in enumerate(base_paths)}
-        index_n = {p.resolve(): i for i, p in enumerate(new_paths)}
-        pairs = [(index_b[b], index_n[n]) for b, n in rounds if b in index_b and n in index_n]
-        left = len(base_paths) + len(new_paths) - 2 * len(pairs)
-        if pairs:
-            notes.append(f"paired: {len(pairs)} round(s) from {manifest_path}"
-                         + (f"; {left} trace(s) outside a complete round left out" if left else ""))
-        else:
-            pairs = None
-            notes.append(f"{manifest_path} pairs none of these traces: compared unpaired")
+    pairs, notes = round_pairs(base, new, base_paths, new_paths, unpaired=getattr(args, "unpaired", False))
     result = compare_traces(load_traces(base_paths), load_traces(new_paths), pairs=pairs, **compare_kwargs(args))
     if notes:
         result = dataclasses.replace(result, notes=(*notes, *result.notes))
