@@ -348,10 +348,12 @@ class Resolution:
             else:
                 noise = f"label-to-label spread {self.noise_pct:.2g} % (one run a label)"
             if self.labels_needed is None:
-                need = f"{self.labels} labels resolve {step} only by chance"
+                need = f"{self.labels} labels resolve {step} most of the time; none was found here"
             else:
+                more = ("more runs a label do not help" if self.dispersion > 0
+                        else "or several runs a label, whose spread then is the noise")
                 need = f"about {self.labels_needed:,} labels at that scatter would resolve {step} " \
-                       f"({self.labels} now; more runs a label do not help)"
+                       f"({self.labels} now; {more})"
             return f"{noise}: {need}"
         noise = f"run-to-run spread {self.noise_pct:.2g} %"
         if self.runs_needed is None:
