@@ -25,7 +25,7 @@ DEFAULT_THRESHOLD_COUNT_PCT = 0.5
 #: Cross-process jitter of a count metric, per frame (instructions): the band of a count comparison is
 #: never narrower than this over the frame's count. Measured: docs/measure.md ("Cross-process jitter"),
 #: ``python -m bench counts-aa``.
-COUNT_JITTER_PER_FRAME = 600
+COUNT_JITTER_PER_FRAME = 500
 #: Thresholds (percent) at or above this are refused: a 10x change is not a "minimum effect".
 MAX_THRESHOLD_PCT = 1000.0
 
