@@ -104,23 +104,29 @@ def die_with_parent() -> Callable[[], None] | None:
 
 
 @contextlib.contextmanager
-def forward_signals(proc: subprocess.Popen[bytes], ready: Callable[[], bool], received: list[int]) -> Iterator[None]:
+def forward_signals(child: list[subprocess.Popen[bytes]], ready: Callable[[], bool],
+                    received: list[int]) -> Iterator[None]:
     """While the child runs, send it every SIGINT/SIGTERM/SIGHUP this process gets, and note it in ``received``.
 
     Until the child is ``ready`` (its katra3d code runs and has reported), it has counted nothing and has no
     handler that would end it cleanly (a Ctrl-C during its imports would end in a traceback): it is killed
-    instead. Outside the main thread no handler can be set, and nothing is forwarded."""
+    instead. ``child`` holds the child once it is started (empty before): the handlers are set before the
+    dump directory is made, so a signal that comes while the child is being started is noted, not lost in
+    whatever Python code it interrupted (the caller kills a child started after a signal). Outside the main
+    thread no handler can be set, and nothing is forwarded."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def forward(signum: int, _frame: Any) -> None:
         received.append(signum)
+        if not child:
+            return
         with contextlib.suppress(ProcessLookupError):
             if ready():
-                proc.send_signal(signum)
+                child[0].send_signal(signum)
             else:
-                proc.kill()
+                child[0].kill()
 
     old: dict[signal.Signals, Any] = {}
     try:

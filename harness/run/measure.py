@@ -376,65 +376,74 @@ def run_counted(plan: RunPlan, *, progress: Progress, quiet: bool) -> tuple[int,
     target = claim_mod.claim(plan.output, plan.config.force)
     published = False
     lifetime.remove_stale_dump_dirs()
-    dump_dir = lifetime.make_dump_dir()
-    try:
-        dump_base = dump_dir / "cg.out"
-        imports, needs_cwd = scene_imports(plan)
-        compile_sources(imports.values())
-        sent = placeholder_plan(plan)
-        trace = dump_dir / CHILD_TRACE
-        deferred = instrumentation_deferred()
-        cmd = child_command(valgrind, dump_base, measure, deferred=deferred)
-        env = child_env(dump_dir, os.getcwd() if needs_cwd else None)
-        info = {"measure": measure, "dump_dir": str(dump_dir), "dump_base": str(dump_base), "valgrind": version,
-                "output": OUTPUT_PLACEHOLDER, "command": cmd, "env": dict(PINNED_ENV), "frame_boundary": frame_boundary(deferred),
-                "instrumentation": instrumentation(deferred),
-                "pinned": {k: PINNED_ENV[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")},
-                "plan": plan_as_dict(sent), "imports": imports}
-        (dump_dir / ARGS_FILE).write_text(json.dumps(info), encoding="utf-8")
-        # the child's stdin, stdout and stderr are the same kind of file whatever the parent's are (a terminal,
-        # a pipe, /dev/null with --quiet): measured, each kind moved every frame's count (by up to 188 of
-        # 275,000 instructions of a 16x16 clear frame); its stderr is relayed from a file
-        relay = Relay(dump_dir / PROGRESS_FILE, progress, None if quiet else (dump_dir / STDERR_FILE, sys.stderr))
-        progress.phase("starting valgrind, then Python and katra3d in it (not counted)", None)
+    child: list[subprocess.Popen[bytes]] = []
+    received: list[int] = []
+    relays: list[Relay] = []  # the child is ready once it has reported through its relay
+    # the handlers come first: a Ctrl-C while the child is being started is noted, never lost in the code it
+    # interrupted (it was: inside fork's at-fork handlers, as an 'Exception ignored')
+    with lifetime.forward_signals(child, lambda: bool(relays) and relays[0].calls > 0, received):
+        dump_dir = lifetime.make_dump_dir()
         try:
-            with open(dump_dir / STDERR_FILE, "wb") as err:
-                proc = subprocess.Popen(cmd, env=env, cwd=dump_dir, stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
-                                        preexec_fn=lifetime.die_with_parent())
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise ToolUnavailable(f"cannot start valgrind: {exc}") from None
-        received: list[int] = []
-        with lifetime.forward_signals(proc, lambda: relay.calls > 0, received):
+            dump_base = dump_dir / "cg.out"
+            imports, needs_cwd = scene_imports(plan)
+            compile_sources(imports.values())
+            sent = placeholder_plan(plan)
+            trace = dump_dir / CHILD_TRACE
+            deferred = instrumentation_deferred()
+            cmd = child_command(valgrind, dump_base, measure, deferred=deferred)
+            env = child_env(dump_dir, os.getcwd() if needs_cwd else None)
+            info = {"measure": measure, "dump_dir": str(dump_dir), "dump_base": str(dump_base), "valgrind": version,
+                    "output": OUTPUT_PLACEHOLDER, "command": cmd, "env": dict(PINNED_ENV), "frame_boundary": frame_boundary(deferred),
+                    "instrumentation": instrumentation(deferred),
+                    "pinned": {k: PINNED_ENV[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")},
+                    "plan": plan_as_dict(sent), "imports": imports}
+            (dump_dir / ARGS_FILE).write_text(json.dumps(info), encoding="utf-8")
+            # the child's stdin, stdout and stderr are the same kind of file whatever the parent's are (a terminal,
+            # a pipe, /dev/null with --quiet): measured, each kind moved every frame's count (by up to 188 of
+            # 275,000 instructions of a 16x16 clear frame); its stderr is relayed from a file
+            relay = Relay(dump_dir / PROGRESS_FILE, progress, None if quiet else (dump_dir / STDERR_FILE, sys.stderr))
+            relays.append(relay)
+            progress.phase("starting valgrind, then Python and katra3d in it (not counted)", None)
+            try:
+                with open(dump_dir / STDERR_FILE, "wb") as err:
+                    proc = subprocess.Popen(cmd, env=env, cwd=dump_dir, stdin=subprocess.DEVNULL,
+                                            stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+                                            preexec_fn=lifetime.die_with_parent())
+            except (OSError, subprocess.SubprocessError) as exc:
+                raise ToolUnavailable(f"cannot start valgrind: {exc}") from None
+            child.append(proc)
+            if received:  # stopped while the child was being started: it has counted nothing
+                proc.kill()
+
             try:
                 code = lifetime.wait(proc, relay.poll, POLL_S)
             finally:
                 if proc.poll() is None:  # this process is being torn down: do not leave the child behind
                     proc.kill()
                     proc.wait()
-        relay.poll()
-        handed = _handed_back(dump_dir)
-        finished = trace if trace.is_file() else None
-        partial = trace.with_name(trace.name + ".part")
-        source = finished or (partial if partial.is_file() else None)
-        if source is not None:
-            with open(source, "rb") as src, os.fdopen(os.dup(target.fd), "wb") as dst:
-                if not copy_with_header(src, dst, restore_strings(plan)):
-                    shutil.copyfileobj(src, dst)
-            if finished is not None:
-                published = claim_mod.publish(target, empty_failure=False) or True
+            relay.poll()
+            handed = _handed_back(dump_dir)
+            finished = trace if trace.is_file() else None
+            partial = trace.with_name(trace.name + ".part")
+            source = finished or (partial if partial.is_file() else None)
+            if source is not None:
+                with open(source, "rb") as src, os.fdopen(os.dup(target.fd), "wb") as dst:
+                    if not copy_with_header(src, dst, restore_strings(plan)):
+                        shutil.copyfileobj(src, dst)
+                if finished is not None:
+                    published = claim_mod.publish(target, empty_failure=False) or True
+                else:
+                    published = True  # the killed child's prefix stays in <output>.part for the user
+                    print(f"katra3d: the counted run was killed; the frames it recorded are in '{target.part_path}'",
+                          file=sys.stderr)
+            return code, handed, received[0] if received else 0
+        finally:
+            shutil.rmtree(dump_dir, ignore_errors=True)
+            if not published:
+                claim_mod.discard(target)
             else:
-                published = True  # the killed child's prefix stays in <output>.part for the user
-                print(f"katra3d: the counted run was killed; the frames it recorded are in '{target.part_path}'",
-                      file=sys.stderr)
-        return code, handed, received[0] if received else 0
-    finally:
-        shutil.rmtree(dump_dir, ignore_errors=True)
-        if not published:
-            claim_mod.discard(target)
-        else:
-            with contextlib.suppress(OSError):
-                os.close(target.fd)
+                with contextlib.suppress(OSError):
+                    os.close(target.fd)
 
 
 __all__ = [
