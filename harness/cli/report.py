@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"no history store at {args.history!r} (katra3d history add ... --db PATH makes one)")
         trends = trend_data(Source(db=Path(args.history)))
     page = build_report(runs, baseline, title=args.title, history=trends)
-    size = write_report(out, page, overwrite=args.force)
+    size = write_report(out, page, overwrite=args.force, inputs=inputs)
     if args.json:
         print_json({"path": str(out), "bytes": size, "runs": [str(t.path) for t in runs],
                     "baseline": [str(t.path) for t in baseline]})
