@@ -291,6 +291,11 @@ def test_a_newline_in_a_name_keeps_the_error_on_one_line(tmp_path: Path, capsys:
     assert "a\\nb.katra" in _one_line(code, err)
     code, _, err = _cli(capsys, "stats", str(tmp_path / "a\nb.katra"))
     assert "a\\nb.katra" in _one_line(code, err)
+    code, _, err = _cli(capsys, "run", "triangle", "--size", "1\n2", "-o", str(tmp_path / "x.katra"))
+    assert "bad size '1\\n2'" in _one_line(code, err)  # a message that quotes a value without repr
+    with pytest.raises(SystemExit):
+        main(["stats", "--format", "a\nb", str(tmp_path / "x.katra")])
+    assert "a\\nb" in _one_line(2, capsys.readouterr().err)  # argparse's own errors too
 
 
 def test_an_empty_trace_in_a_directory_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -56,7 +56,7 @@ class KatraArgumentParser(argparse.ArgumentParser):
         command = " ".join(words[1:])  # "history add" for a nested command
         where = f"{command}: " if command else ""
         helper = f"katra3d {command} --help" if command else "katra3d --help"
-        print(f"katra3d: error: {where}{message} (see '{helper}')", file=sys.stderr)
+        print(f"katra3d: error: {where}{escape(message)} (see '{helper}')", file=sys.stderr)
         sys.exit(2)
 
 
