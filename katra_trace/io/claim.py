@@ -119,7 +119,7 @@ def check_output(text: str | os.PathLike[str], *, force: bool = False, inputs: I
                           f"{escape(str(output / example))}")
     try:
         mode: int | None = output.stat().st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a parent that is missing or a file: said below
         mode = None
     except OSError as exc:
         raise ConfigError(f"output {shown(raw)} cannot be checked: {describe(exc)}") from None
