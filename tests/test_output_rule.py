@@ -200,6 +200,10 @@ def test_history_db_with_a_trailing_slash_or_a_missing_directory_is_one_line(tmp
     code, _, err = _cli(capsys, "history", "add", str(trace), "--label", "v1", "--db",
                         str(tmp_path / "no" / "h.duckdb"))
     assert "does not exist" in _one_line(code, err)
+    before = trace.read_bytes()
+    code, _, err = _cli(capsys, "history", "add", str(trace), "--label", "v1", "--db", str(trace))
+    assert "is one of this command's inputs" in _one_line(code, err)
+    assert trace.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.katra"]
 
 

@@ -151,7 +151,7 @@ def run_add(args: argparse.Namespace) -> int:
     if args.parquet is not None:
         check_output_dir(args.parquet, option="--parquet")  # before any trace is read
     else:
-        store_path(args.db, read_only=False, create=False)
+        store_path(args.db, read_only=False, create=False, inputs=args.traces)
     timeout = _lock_timeout(args)
     label_time = parse_time_ns(args.time) if args.time is not None else None
     paths = find_traces(args.traces)

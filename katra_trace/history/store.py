@@ -82,12 +82,13 @@ def _is_lock_error(duckdb: ModuleType, exc: BaseException) -> bool:
     return isinstance(exc, duckdb.IOException) and _LOCK_ERROR.match(str(exc)) is not None
 
 
-def store_path(path: str | os.PathLike[str], read_only: bool, create: bool = True) -> Path:
+def store_path(path: str | os.PathLike[str], read_only: bool, create: bool = True,
+               inputs: Sequence[str | os.PathLike[str]] = ()) -> Path:
     """The store file ``path`` names, checked by the one output rule (:func:`check_output`: not a
     directory, FIFO or device, no trailing '/', a directory that exists), links followed. A reader
     needs the file; a writer makes the default store's directory (``.katra``; not before the store is
     opened: ``create`` False), and the file. The CLI calls it with ``--db`` as typed (a trailing '/'
-    is seen only there), before any trace is read."""
+    is seen only there), before any trace is read; ``inputs`` (the traces) are never the store."""
     if read_only:
         try:
             mode = os.stat(path).st_mode
@@ -107,7 +108,7 @@ def store_path(path: str | os.PathLike[str], read_only: bool, create: bool = Tru
                 DEFAULT_DB.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise ConfigError(f"cannot create the directory of {shown(path)}: {describe(exc)}") from None
-        check_output(path, append=True, option="--db", example="history.duckdb")
+        check_output(path, append=True, inputs=inputs, option="--db", example="history.duckdb")
     return Path(os.path.realpath(path))
 
 
