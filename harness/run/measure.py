@@ -42,9 +42,11 @@ from harness.engine import valgrind_request
 from harness.engine.results import RunResult, SceneResult
 from harness.gl.probe import render_env
 from harness.run.config import RunPlan, plan_as_dict, plan_from_dict
+from harness.run.placeholders import OUTPUT_PLACEHOLDER, placeholder_plan, restore_strings
 from katra_trace import metrics
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.io import claim as claim_mod
+from katra_trace.io.blockfile import copy_with_header
 from scenes.registry import builtin_scenes, entry_point_scenes, get_scene
 
 #: Environment of the counted child: what makes its counts repeatable and comparable.
@@ -374,14 +376,13 @@ def run_counted(plan: RunPlan, *, quiet: bool) -> tuple[int, dict[str, Any] | No
         dump_base = dump_dir / "cg.out"
         imports, needs_cwd = scene_imports(plan)
         compile_sources(imports.values())
-        shots = plan.screenshot_dir
-        sent = dataclasses.replace(plan, screenshot_dir=Path(os.path.abspath(shots)) if shots else None)
+        sent = placeholder_plan(plan)
         trace = dump_dir / CHILD_TRACE
         deferred = instrumentation_deferred()
         cmd = child_command(valgrind, dump_base, measure, deferred=deferred)
         env = child_env(dump_dir, os.getcwd() if needs_cwd else None)
         info = {"measure": measure, "dump_dir": str(dump_dir), "dump_base": str(dump_base), "valgrind": version,
-                "output": str(plan.output), "command": cmd, "env": dict(PINNED_ENV), "frame_boundary": frame_boundary(deferred),
+                "output": OUTPUT_PLACEHOLDER, "command": cmd, "env": dict(PINNED_ENV), "frame_boundary": frame_boundary(deferred),
                 "instrumentation": instrumentation(deferred),
                 "pinned": {k: PINNED_ENV[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")},
                 "quiet": quiet, "plan": plan_as_dict(sent), "imports": imports}
@@ -404,7 +405,8 @@ def run_counted(plan: RunPlan, *, quiet: bool) -> tuple[int, dict[str, Any] | No
         source = finished or (partial if partial.is_file() else None)
         if source is not None:
             with open(source, "rb") as src, os.fdopen(os.dup(target.fd), "wb") as dst:
-                shutil.copyfileobj(src, dst)
+                if not copy_with_header(src, dst, restore_strings(plan)):
+                    shutil.copyfileobj(src, dst)
             if finished is not None:
                 published = claim_mod.publish(target, empty_failure=False) or True
             else:
@@ -440,6 +442,7 @@ __all__ = [
     "find_valgrind",
     "frame_boundary",
     "hand_back",
+
     "in_child",
     "instrumentation",
     "instrumentation_deferred",

@@ -33,6 +33,16 @@ docs/stats.md; in short (``thr`` = threshold, ``up = 1 + thr``,
   when the whole band lies inside (down, up); otherwise inconclusive.
   With one run a side and the same frames, the floor is the spread of the
   per-frame ratios (frame i of NEW against frame i of BASE).
+
+  When every run of both sides has the same number of frames, the change is
+  the median of the per-frame log ratios, frame i of NEW against frame i of
+  BASE (each side's frame i is its median over runs): a scene animates, so
+  its frames differ in work by design, and a ratio of two medians can set
+  frame 3 of one side against frame 1 of the other. Beside the statistical
+  floor, the band is never narrower than the measured cross-process jitter
+  :data:`~katra_trace.analysis.defaults.COUNT_JITTER_PER_FRAME` over the
+  frame's count: a few hundred instructions are nothing on a frame of
+  millions and most of a 0.5 % threshold on a 32x32 frame.
 """
 
 from __future__ import annotations
@@ -46,7 +56,13 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from katra_trace.analysis.defaults import DEFAULT_ALPHA, check_alpha, check_threshold_pct, default_threshold_pct
+from katra_trace.analysis.defaults import (
+    COUNT_JITTER_PER_FRAME,
+    DEFAULT_ALPHA,
+    check_alpha,
+    check_threshold_pct,
+    default_threshold_pct,
+)
 from katra_trace.analysis.stats import frame_stats
 from katra_trace.analysis.verdict import Comparison, SceneComparison
 from katra_trace.metrics import check_run_stat, is_count
@@ -178,6 +194,24 @@ def runs_needed(sd_log: float, threshold: float, alpha: float, m: int, paired: b
     return int(n[np.argmax(ok)]) if ok.any() else None
 
 
+def interval_verdict(estimate: float, low: float, high: float, threshold: float) -> str:
+    """The verdict of an effect known with an interval (all three log ratios NEW / BASE, ``+`` worse)
+    against ``threshold`` (a fraction): the count metrics' rule, also ``history check``'s for a step.
+
+    **regression** when the estimate is at least ``log(1 + threshold)`` and the whole interval is above
+    0; **improvement** mirrored; **unchanged** when the whole interval lies inside the +-threshold
+    band; otherwise **inconclusive**.
+    """
+    up = math.log1p(threshold)
+    if estimate >= up and low > 0:
+        return "regression"
+    if estimate <= -up and high < 0:
+        return "improvement"
+    if -up < low and high < up:
+        return "unchanged"
+    return "inconclusive"
+
+
 # --------------------------------------------------------------------------- time metrics
 
 
@@ -299,10 +333,18 @@ def _robust_rel_spread(values: np.ndarray) -> float:
     return 1.4826 * float(np.median(np.abs(logs - np.median(logs))))
 
 
+def _run_offsets(runs: Sequence[np.ndarray]) -> list[float]:
+    """Each run's median log ratio to its side's frame-by-frame profile (runs of equal length)."""
+    profile = np.median(np.stack(runs), axis=0)
+    return [float(np.median(np.log(r / profile))) for r in runs]
+
+
 def noise_floor(b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]) -> tuple[float, str]:
     """The relative noise floor of a count metric (an sd on the log scale) and where it came from.
 
-    * a side has >= 2 runs: the sd of the log per-run medians (the larger side's);
+    * a side has >= 2 runs: the sd of its runs' levels (the larger side's); a run's level is
+      its median frame, or, when all frames match by index, its median log ratio to the
+      side's frame-by-frame profile (so the animation's differences between frames do not count);
     * one run a side with the same frames: the robust spread (1.4826 x MAD) of
       the per-frame log ratios NEW/BASE, frame i against frame i. A scene's
       frames may differ in work (animation), but the same frame of two runs does
@@ -314,12 +356,24 @@ def noise_floor(b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]) -> t
     """
     sides = [r for r in (b_runs, n_runs) if len(r) >= 2]
     if sides:
-        sds = [float(np.log(np.array([np.median(x) for x in runs])).std(ddof=1)) for runs in sides]
+        matched = matched_profiles(b_runs, n_runs) is not None
+        sds = [float(np.array(_run_offsets(runs) if matched else np.log([np.median(x) for x in runs])).std(ddof=1))
+               for runs in sides]
         return max(sds), "across runs"
     if len(b_runs) == len(n_runs) == 1 and b_runs[0].size == n_runs[0].size:
         return _robust_rel_spread(n_runs[0] / b_runs[0]), "across matched steady frames"
     spreads = [_robust_rel_spread(np.concatenate(runs)) for runs in (b_runs, n_runs)]
     return max(spreads), "across steady frames"
+
+
+def matched_profiles(b_runs: Sequence[np.ndarray],
+                     n_runs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each side's frame-by-frame profile (frame i's median over the side's runs) when every run of
+    both sides has the same number of frames, else None (the frames cannot be matched by index)."""
+    sizes = {r.size for r in (*b_runs, *n_runs)}
+    if len(sizes) != 1 or not b_runs or not n_runs:
+        return None
+    return np.median(np.stack(b_runs), axis=0), np.median(np.stack(n_runs), axis=0)
 
 
 def decide_counts(scene: str, base_runs: Sequence[np.ndarray], new_runs: Sequence[np.ndarray], *,
@@ -343,40 +397,47 @@ def decide_counts(scene: str, base_runs: Sequence[np.ndarray], new_runs: Sequenc
         return SceneComparison(**dict(m, verdict="incomparable", reason=f"missing in {side} (no measured frames)"))
     med_b = np.array([np.median(r) for r in b_runs])
     med_n = np.array([np.median(r) for r in n_runs])
-    lb, ln = float(np.log(med_b).mean()), float(np.log(med_n).mean())
     floor, source = noise_floor(b_runs, n_runs)
-    own = ln - lb
+    profiles = matched_profiles(b_runs, n_runs)
+    if profiles is not None:  # frame i against frame i: the median of the per-frame log ratios
+        own = float(np.median(np.log(profiles[1] / profiles[0])))
+    else:
+        own = float(np.log(med_n).mean()) - float(np.log(med_b).mean())
     level_b, level_n = geometric_mean(med_b), geometric_mean(med_n)
     m.update(_frame_figures(b_all, n_all, count=True))
     m.update(median_base=level_b, median_new=level_n, ratio=math.exp(own), noise_floor_pct=floor * 100,
              run_cv_base=_cv(med_b), run_cv_new=_cv(med_n))
     est, scale = own, 1.0
+    frame_level = level_b
     if frame_base is not None and frame_base > 0:  # a zone: judged on its share of the frame
         scale = level_b / frame_base
         est = math.log1p(math.expm1(own) * scale)
         m["frame_change_pct"] = math.expm1(est) * 100
-    spread = NOISE_FLOOR_FACTOR * floor * scale
+        frame_level = frame_base
+    jitter = math.log1p(COUNT_JITTER_PER_FRAME / frame_level) if frame_level > 0 else math.inf
+    m["jitter_floor_pct"] = math.expm1(jitter) * 100
+    spread = max(NOISE_FLOOR_FACTOR * floor * scale, jitter)
     lo, hi = est - spread, est + spread
     m.update(ci_low=math.exp(lo), ci_high=math.exp(hi))
-    up, down = math.log1p(threshold), -math.log1p(threshold)
     thr_pct = threshold * 100
     change = f"{math.expm1(own) * 100:+.2f}% {metric}"
+    if profiles is not None:
+        change += " frame against frame"
     if frame_base is not None:
         change += f" in this zone, {math.expm1(est) * 100:+.2f}% of the frame"
     floor_txt = f"noise floor {floor * 100:.3g}% {source}"
+    if jitter > NOISE_FLOOR_FACTOR * floor * scale:
+        floor_txt += (f"; cross-process jitter {COUNT_JITTER_PER_FRAME:,} {metric} a frame, "
+                      f"{math.expm1(jitter) * 100:.3g}% of this frame")
     band = f"[{math.expm1(lo) * 100:+.2f}%, {math.expm1(hi) * 100:+.2f}%]"
-    if est >= up and lo > 0:
-        return SceneComparison(**dict(m, verdict="regression",
-                                      reason=f"{change} (threshold {thr_pct:g}%, {floor_txt})"))
-    if est <= down and hi < 0:
-        return SceneComparison(**dict(m, verdict="improvement",
-                                      reason=f"{change} (threshold {thr_pct:g}%, {floor_txt})"))
-    if down < lo and hi < up:
-        return SceneComparison(**dict(m, verdict="unchanged",
-                                      reason=f"{change}, within +-{thr_pct:g}% ({floor_txt})"))
+    verdict = interval_verdict(est, lo, hi, threshold)
+    if verdict in ("regression", "improvement"):
+        return SceneComparison(**dict(m, verdict=verdict, reason=f"{change} (threshold {thr_pct:g}%, {floor_txt})"))
+    if verdict == "unchanged":
+        return SceneComparison(**dict(m, verdict=verdict, reason=f"{change}, within +-{thr_pct:g}% ({floor_txt})"))
     why = (f"the {floor_txt} is too large for a {thr_pct:g}% threshold"
            if 2 * spread >= math.log1p(threshold)
-           else f"the band {band} ({NOISE_FLOOR_FACTOR:g}x the {floor_txt}) reaches the +-{thr_pct:g}% threshold")
+           else f"the band {band} ({floor_txt}) reaches the +-{thr_pct:g}% threshold")
     return SceneComparison(**dict(m, verdict="inconclusive", reason=f"{change}: {why}"))
 
 
@@ -466,6 +527,8 @@ __all__ = [
     "compare_runs",
     "decide_counts",
     "holm",
+    "interval_verdict",
+    "matched_profiles",
     "noise_floor",
     "paired_t",
     "run_level",

@@ -20,11 +20,14 @@ from katra_trace.text import check_text
 
 
 def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: str = "katra3d report",
-                 compare_options: dict[str, Any] | None = None, history: dict[str, Any] | None = None) -> str:
+                 compare_options: dict[str, Any] | None = None, history: dict[str, Any] | None = None,
+                 compare_notes: Sequence[str] = ()) -> str:
     """The report page for opened traces ``runs`` (one run each) and, if given, ``baseline``.
 
     With a baseline the page holds ``compare_traces(baseline, runs)``'s verdicts; when the
     traces cannot be compared (ConfigError: counts against times, ...) it says why instead.
+    ``compare_options`` are ``compare_traces``' keyword arguments (the CLI's ``compare_kwargs``, and
+    ``pairs`` for the rounds of ``katra3d ab``); ``compare_notes`` go before the comparison's notes.
     ``history`` (:func:`katra_trace.history.trends.trend_data`'s result) adds a section of trend plots.
     Raises MissingDependencyError (exit 3) without plotly.
     """
@@ -38,6 +41,7 @@ def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: st
 
         try:
             comparison = compare_traces(list(baseline), list(runs), **(compare_options or {})).as_dict()
+            comparison["notes"] = [*compare_notes, *comparison.get("notes", [])]
         except KatraError as exc:
             error = str(exc)
     return render(runs, baseline, comparison=comparison, comparison_error=error, title=title,
