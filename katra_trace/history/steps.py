@@ -321,7 +321,7 @@ class Resolution:
     """Why a fit shows no step, and what would resolve a step of ``step_pct`` in a series like it.
 
     A step of ``step_pct`` between the two halves of the series is found (with chance
-    :data:`katra_trace.analysis.decide.TARGET_POWER`) when its size over its standard error
+    :data:`katra_trace.analysis.intervals.TARGET_POWER`) when its size over its standard error
     reaches the square root of the penalty plus the power's normal quantile.
     """
 
@@ -365,8 +365,8 @@ class Resolution:
 def resolution(fit: Fit, step_pct: float, alpha: float) -> Resolution:
     """What keeps ``fit`` from showing a step of ``step_pct`` (percent), and the labels or runs a label
     that would resolve one (see :class:`Resolution`). ``alpha`` as given to :func:`detect_steps`."""
-    # deferred: decide loads scipy.stats; only an explanation needs the power it is planned at
-    from katra_trace.analysis.decide import TARGET_POWER
+    # deferred: intervals loads scipy.stats; only an explanation needs the power it is planned at
+    from katra_trace.analysis.intervals import TARGET_POWER
 
     labels = len(fit.label_means)
     runs = int(np.median(fit.runs)) if fit.runs else 1

@@ -297,12 +297,12 @@ def _model(s: Series, fit: Fit, threshold_pct: float, alpha: float) -> SeriesMod
 def check_steps(series: Sequence[Series], alpha: float = DEFAULT_ALPHA, threshold_pct: float | None = None,
                 newest_label: str | None = None) -> CheckResult:
     """Fit each series and judge its steps with the decision's interval rule
-    (:func:`katra_trace.analysis.decide.interval_verdict`, the count metrics' rule): **regression**
+    (:func:`katra_trace.analysis.intervals.interval_verdict`, the count metrics' rule): **regression**
     when the level got worse by at least the threshold and the whole interval is on the worse side of
     1, **improvement** mirrored, **unchanged** when the whole interval lies within +-threshold,
     **inconclusive** otherwise."""
-    # deferred: decide loads scipy.stats (about a second); show and check need it, building a parser does not
-    from katra_trace.analysis.decide import interval_verdict
+    # deferred: intervals loads scipy.stats (about a second); show and check need it, building a parser does not
+    from katra_trace.analysis.intervals import interval_verdict
 
     alpha = check_alpha(alpha)
     threshold_pct = check_threshold_pct(threshold_pct)
