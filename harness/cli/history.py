@@ -24,6 +24,7 @@ from katra_trace.history.store import (
     add_to_store,
     duckdb_module,
     export_parquet,
+    store_path,
 )
 from katra_trace.history.trends import STATS, Selection, check_steps, load_series
 from katra_trace.io.claim import check_output_dir
@@ -138,6 +139,8 @@ def run_add(args: argparse.Namespace) -> int:
     duckdb_module()  # exit 3 before reading anything when DuckDB is missing
     if args.parquet is not None:
         check_output_dir(args.parquet, option="--parquet")  # before any trace is read
+    else:
+        store_path(args.db, read_only=False, create=False, inputs=args.traces)
     timeout = _lock_timeout(args)
     label_time = parse_time_ns(args.time) if args.time is not None else None
     paths = find_traces(args.traces)

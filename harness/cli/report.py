@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         trends = trend_data(Source(db=Path(args.history)), alpha=args.alpha, threshold_pct=args.threshold)
     page = build_report(runs, baseline, title=args.title, history=trends,
                         compare_options=dict(compare_kwargs(args), pairs=pairs), compare_notes=notes)
-    size = write_report(out, page, overwrite=args.force)
+    size = write_report(out, page, overwrite=args.force, inputs=inputs)
     if args.json:
         print_json({"path": str(out), "bytes": size, "runs": [str(t.path) for t in runs],
                     "baseline": [str(t.path) for t in baseline]})

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from katra_trace import __version__
 from katra_trace.errors import KatraError
-from katra_trace.export.output import open_output
+from katra_trace.io.claim import open_output
 from katra_trace.report.page import plotly_js_packed, render
+from katra_trace.text import check_text
 
 
 def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: str = "katra3d report",
@@ -32,6 +32,7 @@ def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: st
     Raises MissingDependencyError (exit 3) without plotly.
     """
     plotly_js_packed()  # fail before any work when plotly is missing
+    check_text(title, "--title")
     comparison: dict[str, Any] | None = None
     error: str | None = None
     if baseline:
@@ -47,10 +48,12 @@ def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: st
                   tool_version=f"katra3d {__version__}", history=history)
 
 
-def write_report(path: str | os.PathLike[str], page: str, *, overwrite: bool = False) -> int:
-    """Write ``page`` to ``path`` (refusing to replace a file unless ``overwrite``); returns its size in bytes."""
+def write_report(path: str | os.PathLike[str], page: str, *, overwrite: bool = False,
+                 inputs: Sequence[str | os.PathLike[str]] = ()) -> int:
+    """Write ``page`` to ``path`` (refusing to replace a file unless ``overwrite``, and never one of the
+    ``inputs``: traces, directories of traces, a history store); returns its size in bytes."""
     data = page.encode("utf-8")
-    with open_output(Path(path), overwrite=overwrite, example="report.html") as f:
+    with open_output(path, force=overwrite, inputs=inputs, example="report.html") as f:
         f.write(data)
     return len(data)
 
