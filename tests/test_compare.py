@@ -404,3 +404,37 @@ def test_p10_run_level_sees_through_interference_that_only_adds() -> None:
     # counts are deterministic: always their median, whatever was asked
     assert compare_runs({"s": [counts(20, 1e7)]}, {"s": [counts(20, 1e7)]}, metric="instructions",
                         run_stat="p10").run_stat == "median"
+
+
+def test_count_change_is_taken_frame_against_frame() -> None:
+    # an animated scene's 5 frames; two processes differ by ~1,100 instructions in the first two
+    # frames only, and the median frame is one of them: the ratio of the two medians says -0.84 %,
+    # frame against frame the change is 0 (3 of 5 frames agree exactly)
+    base = np.array([131_169.0, 132_905.0, 140_405.0, 122_903.0, 121_192.0])
+    new = base + np.array([-1_100.0, 1_100.0, 0.0, 0.0, 0.0])
+    assert abs(np.median(new) / np.median(base) - 1) > 0.005  # what the old rule compared
+    s = compare_runs({"s": [base]}, {"s": [new]}, metric="instructions").scenes[0]
+    assert s.verdict not in ("regression", "improvement"), s.reason
+    assert s.ratio == 1.0 and "frame against frame" in s.reason
+    # two runs a side: the same, and the run-to-run floor does not count the animation's spread
+    s = compare_runs({"s": [base, base.copy()]}, {"s": [new, base * 1.0]}, metric="instructions").scenes[0]
+    assert s.verdict not in ("regression", "improvement") and s.noise_floor_pct < 0.5, s.reason
+    # a real change of every frame is still flagged, frame against frame
+    s = compare_runs({"s": [base]}, {"s": [base * 1.05]}, metric="instructions").scenes[0]
+    assert s.verdict == "regression" and s.ratio == pytest.approx(1.05), s.reason
+
+
+def test_count_band_is_never_narrower_than_the_cross_process_jitter() -> None:
+    from katra_trace.analysis.defaults import COUNT_JITTER_PER_FRAME
+
+    # a tiny frame: the same shift on every frame gives a zero statistical floor, but a shift of the
+    # size of the measured jitter is not evidence of a change on a frame this small
+    tiny = np.full(5, 20.0 * COUNT_JITTER_PER_FRAME)
+    shifted = tiny + COUNT_JITTER_PER_FRAME * 0.5
+    s = compare_runs({"s": [tiny]}, {"s": [shifted]}, metric="instructions").scenes[0]
+    assert s.noise_floor_pct == 0 and s.verdict == "inconclusive", s.reason
+    assert "cross-process jitter" in s.reason and s.jitter_floor_pct == pytest.approx(5.0)
+    # on a frame of millions the jitter is nothing: 1 % is flagged, 0.2 % is unchanged
+    big = np.full(5, 2e6)
+    assert compare_runs({"s": [big]}, {"s": [big * 1.01]}, metric="instructions").scenes[0].verdict == "regression"
+    assert compare_runs({"s": [big]}, {"s": [big * 1.002]}, metric="instructions").scenes[0].verdict == "unchanged"

@@ -220,6 +220,9 @@ class Lines:
     def scene_started(self, index: int, label: str, total_frames: int | None) -> None:
         self.seen.append(f"started {index} {label} {total_frames}")
 
+    def phase(self, name: str, frames: int | None) -> None:
+        self.seen.append(f"phase {name} {frames}")
+
     def advance(self, done: int) -> None:
         self.seen.append(f"advance {done}")
 
@@ -232,9 +235,11 @@ def test_progress_hears_of_each_scene_once_it_ends() -> None:
         engine.run_scene(scene_spec(probe_scene([], fail_in="setup", exc=SceneSkip("no")), index=3, total=3),
                          progress=progress)
         engine.finish()
-    assert progress.seen[0] == "started 2 probe 5"
-    assert progress.seen[1].startswith("[2/3] probe: 3 frames, median ") and progress.seen[1].endswith(" ms (wall)")
-    assert progress.seen[2:] == ["started 3 probe 5", "[3/3] probe: skipped: no"]
+    assert progress.seen[:4] == ["started 2 probe 5", "phase [2/3] probe: setting up None",
+                                 "phase [2/3] probe: warm-up 2", "phase [2/3] probe: measuring 3"]
+    assert progress.seen[4].startswith("[2/3] probe: 3 frames, median ") and progress.seen[4].endswith(" ms (wall)")
+    assert progress.seen[5:] == ["started 3 probe 5", "phase [3/3] probe: setting up None",
+                                 "[3/3] probe: skipped: no"]
 
 
 def test_a_measured_driver_renders_the_measured_frames() -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from katra_trace.history.sim import Scenario, oracle_exact_rate, run, simulate
-from katra_trace.history.steps import detect_steps, null_penalty
+from katra_trace.history.steps import detect_steps, null_penalty, resolution
 
 SEEDS = range(20)
 
@@ -130,3 +130,30 @@ def test_a_run_slowed_by_a_busy_neighbour_is_left_out() -> None:
 def test_busy_neighbour_histories_rarely_raise_false_steps() -> None:
     o = run(Scenario(12, 5, 0.04, (), outlier_rate=0.05), SEEDS)
     assert o.any_step <= 2, o
+
+
+def test_no_step_means_one_fitted_level() -> None:
+    """Three labels whose runs agree far better than the labels do (issue 21's store): no step can be
+    told from the labels' scatter, so the fitted line is flat, not the label means (what the report draws
+    is what check found)."""
+    rng = np.random.default_rng(3)
+    groups = [[23.4], 26.0 * np.exp(rng.normal(0, 0.005, 6)), 38.6 * np.exp(rng.normal(0, 0.005, 6))]
+    fit = detect_steps(groups)
+    assert fit.steps == [] and fit.noise_source == "labels" and len(set(fit.levels)) == 1
+    assert fit.change == 1.0 and fit.label_means[2] / fit.label_means[0] > 1.5
+    why = resolution(fit, 5.0, 0.01)
+    assert why.source == "labels" and why.dispersion > 100 and why.labels_needed is not None
+    assert why.labels_needed > 3 and why.text().startswith("label-to-label dispersion")
+
+
+def test_resolution_says_how_many_runs_a_label_resolve_a_step() -> None:
+    rng = np.random.default_rng(5)
+    noisy = [np.exp(rng.normal(0.0, 0.10, 3)) for _ in range(6)]
+    fit = detect_steps(noisy)
+    why = resolution(fit, 5.0, 0.01)
+    assert fit.noise_source == "replicates" and why.runs_needed is not None and why.runs_needed > 3
+    # planned for the step of the threshold's size: that many runs find a 5 % step most of the time
+    found = sum(bool(detect_steps([np.exp(rng.normal(0.05 * (i >= 3), 0.10, why.runs_needed)) for i in range(6)]).steps)
+                for _ in range(40))
+    assert found >= 24
+    assert resolution(detect_steps([[1.0, 1.1]]), 5.0, 0.01).text() == "a single label: a step needs at least 2 labels"

@@ -10,8 +10,7 @@ import pytest
 
 from harness.run.config import check_output as run_check_output
 from katra_trace.errors import ConfigError, OutputExistsError, TraceIOError
-from katra_trace.export.output import _refuse_non_regular, open_output
-from katra_trace.io.claim import check_output, check_output_dir
+from katra_trace.io.claim import check_output, check_output_dir, move_into_place, open_output
 from tests.export_helpers import write_rich
 
 
@@ -41,7 +40,7 @@ def test_special_files_are_refused_whatever_force_says(tmp_path: Path) -> None:
 def test_an_existing_file_needs_force(tmp_path: Path) -> None:
     out = tmp_path / "x.csv"
     out.write_text("keep")
-    with pytest.raises(OutputExistsError, match="already exists; give --force to replace it, or choose another -o"):
+    with pytest.raises(OutputExistsError, match=r"already exists; give --force \(overwrite=True in Python\) to replace it, or choose another -o"):
         check_output(out, option="-o")
     assert check_output(out, force=True) == out
     assert out.read_text() == "keep"
@@ -80,7 +79,7 @@ def test_export_writes_through_a_link_and_keeps_it(tmp_path: Path) -> None:
     target.write_text("old")
     link = tmp_path / "link.csv"
     link.symlink_to(target)
-    with open_output(link, overwrite=True) as f:
+    with open_output(link, force=True) as f:
         f.write(b"new")
     assert link.is_symlink() and target.read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.csv", "real.csv"]
@@ -89,9 +88,11 @@ def test_export_writes_through_a_link_and_keeps_it(tmp_path: Path) -> None:
 def test_the_replace_never_swaps_out_a_special_file(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
+    new = tmp_path / "new"
+    new.write_text("new")
     with pytest.raises(TraceIOError, match="not a regular file"):
-        _refuse_non_regular(fifo)
-    _refuse_non_regular(tmp_path / "absent")  # nothing there: nothing to refuse
+        move_into_place(new, fifo, replace=True)
+    move_into_place(new, tmp_path / "absent", replace=True)  # nothing there: nothing to refuse
 
 
 def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:

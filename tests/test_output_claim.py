@@ -36,7 +36,7 @@ def _existing(path: Path, frames: int = 20) -> bytes:
 def test_an_existing_trace_is_never_replaced_without_overwrite(tmp_path: Path) -> None:
     path = tmp_path / "keep.katra"
     data = _existing(path)
-    with pytest.raises(OutputExistsError, match=r"already exists: pass --force \(overwrite=True in Python\) to replace it, or choose another -o"):
+    with pytest.raises(OutputExistsError, match=r"already exists; give --force \(overwrite=True in Python\) to replace it, or choose another -o"):
         TraceWriter(path)
     assert path.read_bytes() == data and sorted(p.name for p in tmp_path.iterdir()) == ["keep.katra"]
 

@@ -83,6 +83,15 @@ SCENES = textwrap.dedent('''
 
     class Surrogate(_Base):
         name = "odd-\\udcff"
+
+    class LongZones(_Base):
+        name = "long-zones"
+        def render(self, frame):
+            self.target.use()
+            with frame.zone("z" * 5000):  # over KHR_debug's 4,096-byte message limit on Mesa
+                self.target.clear(0.1, 0.2, 0.3, 1.0)
+            with frame.zone("odd-\\udcff"):
+                self.target.clear(0.1, 0.2, 0.3, 1.0)
 ''')
 
 
@@ -282,6 +291,25 @@ def test_scene_name_with_a_lone_surrogate_runs(tmp_path: Path, scenes_file: Path
                "--quiet", "-o", "s.katra", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert _frames(tmp_path / "s.katra") == 3
+
+
+def test_zone_names_past_the_debug_label_limit_run_and_keep_their_whole_name(tmp_path: Path,
+                                                                              scenes_file: Path) -> None:
+    res = _run("run", f"{scenes_file}:LongZones", "--frames", "3", "--warmup", "0", "--size", "16x16", "--zones",
+               "--quiet", "-o", "z.katra", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    trace = open_trace(tmp_path / "z.katra")
+    zones = trace.events[trace.events["kind"] == int(Kind.ZONE)]
+    names = {trace.strings[i] for i in zones["name"]}
+    assert "z" * 5000 in names and len(names) == 2  # the trace stores the undecodable byte as U+FFFD
+
+
+def test_a_file_name_that_is_not_utf8_is_written_and_recorded(tmp_path: Path) -> None:
+    name = os.fsdecode(b"run-\xff.katra")
+    res = _run("run", "triangle", "--frames", "2", "--warmup", "0", "--size", "16x16", "-o", name, cwd=tmp_path)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    assert "trace: run-" in res.stdout
+    assert _frames(tmp_path / name) == 2
 
 
 # --------------------------------------------------------------------------- 10, 11, 14: bad outputs and options

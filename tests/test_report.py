@@ -195,3 +195,33 @@ def test_report_history_draws_the_trends_of_a_store(tmp_path: Path) -> None:
     missing = subprocess.run([katra3d, "report", "--history", str(tmp_path / "nope.db"), "-o", str(tmp_path / "y.html")],
                              capture_output=True, text=True, check=False)
     assert missing.returncode == 2 and "no history store" in missing.stderr
+
+
+def _strings(obj: Any) -> list[str]:
+    if isinstance(obj, str):
+        return [obj]
+    if isinstance(obj, dict):
+        return [s for v in obj.values() for s in _strings(v)]
+    if isinstance(obj, list):
+        return [s for v in obj for s in _strings(v)]
+    return []
+
+
+def test_hostile_names_never_reach_plotly_as_markup(tmp_path: Path) -> None:
+    """Issue 22 defect 10: plotly renders <a href>, <b>, <span style> in titles, axes, legends, ticks and
+    hover text; every scene, zone, label and file name in a figure is escaped (report.plottext)."""
+    pytest.importorskip("duckdb")
+    from katra_trace.history.ingest import prepare_runs
+    from katra_trace.history.store import Source, add_to_store
+    from katra_trace.history.trends import trend_data
+    from tests.test_history_store import make_trace
+
+    evil = {"<a href=https://evil.example>CLICK</a>": 5.0, "<span style=color:red>red</span>": 6.0}
+    paths = [make_trace(tmp_path / f"<b>run{i}<b>.katra", evil, seed=i, zones=True) for i in range(2)]
+    runs, _ = prepare_runs(paths, "<b>v1</b>")
+    add_to_store(tmp_path / "h.duckdb", runs)
+    page = build_report([open_trace(p) for p in paths], history=trend_data(Source(db=tmp_path / "h.duckdb")))
+    texts = _strings(_figures(page))
+    assert any("&lt;a href=https://evil.example&gt;CLICK&lt;/a&gt;" in t for t in texts)
+    assert any("&lt;b&gt;run0&lt;b&gt;" in t for t in texts) and "&lt;b&gt;v1&lt;/b&gt;" in texts
+    assert [t for t in texts if "<" in t or ">" in t] == []

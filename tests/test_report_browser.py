@@ -182,3 +182,67 @@ def test_report_in_chromium(tmp_path: Path, browser: DevTools) -> None:
     r, g, b = pixels[..., 0], pixels[..., 1], pixels[..., 2]
     blue = (b > 150) & (r < 90) & (g > 90) & (g < 160)
     assert int(blue.sum()) > 500
+
+
+def _load(d: DevTools, page: Path) -> None:
+    for domain in ("Runtime", "Log", "Page", "Network"):
+        d.call(f"{domain}.enable")
+    d.call("Network.emulateNetworkConditions", offline=True, latency=0, downloadThroughput=-1, uploadThroughput=-1)
+    d.call("Page.navigate", url=page.as_uri())
+    deadline = time.monotonic() + PAGE_TIMEOUT_S
+    state = None
+    while time.monotonic() < deadline:
+        state = d.evaluate("document.body ? (document.body.dataset.plots || '') : ''")
+        if state in ("ready", "failed"):
+            break
+        time.sleep(0.2)
+    assert state == "ready", f"plots not drawn ({state!r}); {_problems(d.events)}"
+
+
+#: Names plotly would render as live markup if the report did not escape them.
+HOSTILE = ("<a href=https://evil.example>CLICK</a>", "<b>bold</b>", "<span style=color:red>red</span>")
+
+
+def test_history_page_in_chromium(tmp_path: Path, browser: DevTools) -> None:
+    """A history alone: the header counts its runs and names its scenes; a one-label series draws its
+    point on a sane y axis; hostile scene, zone and label names stay text in every plot."""
+    pytest.importorskip("duckdb", reason="pip install 'katra3d[history]'")
+    from katra_trace.history.ingest import prepare_runs
+    from katra_trace.history.store import Source, add_to_store
+    from katra_trace.history.trends import trend_data
+    from tests.test_history_store import make_trace
+
+    levels = {"fillrate": 23.4, HOSTILE[0]: 5.0, HOSTILE[1]: 7.0}
+    runs, _ = prepare_runs([make_trace(tmp_path / f"r{i}.katra", levels, seed=i) for i in range(3)], HOSTILE[2])
+    db = tmp_path / "h.duckdb"
+    add_to_store(db, runs)
+    page = tmp_path / "history.html"
+    write_report(page, build_report([], history=trend_data(Source(db=db))))
+    d = browser
+    _load(d, page)
+    header = d.evaluate("document.querySelector('main > p.muted').textContent")
+    assert header.startswith("history of 3 run(s) over 1 label(s); scenes: ") and "Scenes: history" not in header
+    assert all(name in header for name in (*HOSTILE[:2], "fillrate")), header
+    plots = d.evaluate("""Array.from(document.querySelectorAll('div.plot')).map(function (el) {
+        var ya = el._fullLayout.yaxis;
+        return {id: el.id, points: el.querySelectorAll('.scatterlayer .point').length,
+                range: ya.range, ticks: Array.from(el.querySelectorAll('.ytick text')).map(function (t) {
+                    return parseFloat(t.textContent.replace(/[^0-9.eE+-]/g, '')); }),
+                level: el.data[0].y[0],
+                texts: Array.from(el.querySelectorAll('svg text')).map(function (t) { return t.textContent; })};
+    })""")
+    assert len(plots) == 3
+    for p in plots:
+        assert p["points"] >= 1, p  # the one label's point is drawn
+        assert p["range"][0] == 0 and p["level"] < p["range"][1] < 2 * p["level"], p
+        assert p["ticks"] and all(0 <= t <= p["range"][1] for t in p["ticks"]), p
+        assert any(HOSTILE[2] in t for t in p["texts"]), p["texts"]  # the label, as text
+    titles = [t for p in plots for t in p["texts"]]
+    assert any(HOSTILE[0] in t for t in titles) and any(HOSTILE[1] in t for t in titles), titles
+    live = d.evaluate("""({links: document.querySelectorAll('svg a').length,
+        bold: document.querySelectorAll('svg tspan[style*="bold"]').length,
+        styled: document.querySelectorAll('svg tspan[style*="red"]').length,
+        anchors: Array.from(document.querySelectorAll('a')).map(function (a) { return a.getAttribute('href'); })})""")
+    assert live["links"] == 0 and live["bold"] == 0 and live["styled"] == 0, live
+    assert all(h.startswith("#") for h in live["anchors"]), live["anchors"]
+    assert _problems(d.events) == []

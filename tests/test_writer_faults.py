@@ -27,7 +27,7 @@ from katra_trace import (
     WriterClosedError,
     open_trace,
 )
-from tests.trace_helpers import frame_zone_stream
+from tests.trace_helpers import frame_zone_stream, write_trace
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -326,3 +326,42 @@ def test_append_speed_path_is_unchanged_for_valid_data(tmp_path: Path) -> None:
     w.finish()
     got = open_trace(tmp_path / "ok.katra", strict=True).events
     assert got.tobytes() == np.asarray(ev).tobytes()
+
+
+@pytest.mark.parametrize("codec", ["zstd", "none"])
+def test_copy_with_header_replaces_only_the_header(tmp_path: Path, codec: str) -> None:
+    from katra_trace.io.blockfile import copy_with_header
+
+    events, strings = frame_zone_stream(30), ["", "scene", "frame", "zone a", "zone b", "zone c"]
+    src = tmp_path / "src.katra"
+    write_trace(src, events, strings, codec=codec, batch_events=16,
+                header={"notes": "n", "capture_options": {"output": "x.katra", "nested": ["x.katra", 1]}})
+    longer = {"x.katra": "a/much/longer/output/name.katra"}
+
+    def update(h: dict) -> dict:
+        return {k: longer.get(v, v) if isinstance(v, str) else v for k, v in h.items()} | {
+            "capture_options": {"output": longer["x.katra"], "nested": [longer["x.katra"], 1]}}
+
+    dst = tmp_path / "dst.katra"
+    with open(src, "rb") as s, open(dst, "wb") as d:
+        assert copy_with_header(s, d, update)
+    a, b = open_trace(src, strict=True), open_trace(dst, strict=True)  # footer and every block still valid
+    assert b.header.as_dict()["capture_options"]["output"] == "a/much/longer/output/name.katra"
+    assert b.header.as_dict()["capture_options"]["nested"] == ["a/much/longer/output/name.katra", 1]
+    assert b.summary == a.summary and np.array_equal(a.events, b.events) and list(a.strings) == list(b.strings)
+    # a prefix (a killed run: no summary, no footer) keeps its blocks too
+    data = src.read_bytes()
+    cut = tmp_path / "cut.katra"
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    with open(cut, "rb") as s, open(tmp_path / "cut2.katra", "wb") as d:
+        assert copy_with_header(s, d, update)
+    with pytest.warns(TraceRecoveryWarning):
+        c1 = open_trace(cut)
+    with pytest.warns(TraceRecoveryWarning):
+        c2 = open_trace(tmp_path / "cut2.katra")
+    assert c2.header.as_dict()["capture_options"]["output"].startswith("a/much") and np.array_equal(c1.events, c2.events)
+    # not a trace: nothing copied, the caller copies the bytes as they are
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"not a trace at all, not even close")
+    with open(junk, "rb") as s, open(tmp_path / "j2", "wb") as d:
+        assert not copy_with_header(s, d, update) and s.tell() == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import os
 import signal
 import sys
@@ -21,6 +22,8 @@ from typing import NoReturn
 from harness.run.progress import show_warning
 from katra_trace import __version__
 from katra_trace.errors import KatraError
+from katra_trace.io.claim import describe
+from katra_trace.text import escape, shown
 
 #: (subcommand module under harness.cli, in help order)
 COMMANDS: tuple[str, ...] = (
@@ -53,7 +56,7 @@ class KatraArgumentParser(argparse.ArgumentParser):
         command = " ".join(words[1:])  # "history add" for a nested command
         where = f"{command}: " if command else ""
         helper = f"katra3d {command} --help" if command else "katra3d --help"
-        print(f"katra3d: error: {where}{message} (see '{helper}')", file=sys.stderr)
+        print(f"katra3d: error: {where}{escape(message)} (see '{helper}')", file=sys.stderr)
         sys.exit(2)
 
 
@@ -109,6 +112,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("katra3d: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            # a file name that is not UTF-8 (``$'\xff.katra'``) is printed escaped, never a traceback
+            stream.reconfigure(errors="backslashreplace")
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         getattr(args, "_katra_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -118,7 +125,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             warnings.showwarning = show_warning
             return int(args.func(args))
     except KatraError as err:
-        print(f"katra3d: error: {err}", file=sys.stderr)
+        print(f"katra3d: error: {escape(str(err))}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt as exc:
         print("katra3d: interrupted", file=sys.stderr)
@@ -128,6 +135,11 @@ def _main(argv: Sequence[str] | None = None) -> int:
         # complaining again when it flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:
+        # the last resort for a system refusal no check met first: one line naming the file, exit 2
+        where = f"{shown(exc.filename)}: " if exc.filename is not None else ""
+        print(f"katra3d: error: {where}{describe(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

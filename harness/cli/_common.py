@@ -7,6 +7,7 @@ is a terminal, plain aligned text otherwise). Which files a path names, and the
 
 from __future__ import annotations
 
+import argparse
 import csv
 import math
 import os
@@ -16,6 +17,70 @@ from collections.abc import Sequence
 from typing import Any
 
 from katra_trace import Trace, TraceRecoveryWarning, jsontext, open_trace
+from katra_trace.analysis.defaults import (
+    DEFAULT_ALPHA,
+    DEFAULT_THRESHOLD_COUNT_PCT,
+    DEFAULT_THRESHOLD_TIME_PCT,
+    check_alpha,
+    check_threshold_pct,
+)
+from katra_trace.metrics import METRICS, RUN_STATS, check_run_stat, is_count
+
+#: What ``--alpha`` means to a comparison of two sides (compare, ab, report --baseline).
+ALPHA_COMPARE = "false-regression rate per scene (one-sided, after Holm correction across scenes)"
+#: What ``--alpha`` means to step detection (history show, history check, report --history).
+ALPHA_STEPS = "chance that a flat trend shows a step; 1 - alpha is the intervals' confidence"
+
+
+def add_decision_options(p: argparse.ArgumentParser, alpha_means: str = ALPHA_COMPARE) -> None:
+    """``--threshold`` and ``--alpha``, the decision's two options (defaults from
+    :mod:`katra_trace.analysis.defaults`), for every command that gives a verdict."""
+    p.add_argument("--threshold", type=float, default=None, metavar="PCT",
+                   help=f"smallest change in percent that counts as a regression or improvement (default: "
+                        f"{DEFAULT_THRESHOLD_TIME_PCT:g} for times, {DEFAULT_THRESHOLD_COUNT_PCT:g} for "
+                        "instructions and cycles)")
+    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help=f"{alpha_means} (default: {DEFAULT_ALPHA:g})")
+
+
+def add_comparability_options(p: argparse.ArgumentParser) -> None:
+    """What is compared and what may be compared: the options of compare, ab and report --baseline
+    (:func:`compare_kwargs` turns them into :func:`katra_trace.analysis.compare.compare_traces`' arguments)."""
+    p.add_argument("--metric", choices=METRICS, default="auto",
+                   help="what is compared: auto = instructions (then cycles) when every trace has them, else "
+                        "the clock the capture trusts (wall in sync mode, gpu in gpu mode); process = the "
+                        "process CPU time per frame (sync mode: on a software renderer, the frame's work "
+                        "whatever a busy neighbour does to its wall time)")
+    p.add_argument("--stat", choices=RUN_STATS, default="median",
+                   help="what reduces each run of a time metric to one level: median (default) or p10, the "
+                        "10th percentile of its frames (the frames nothing got in the way of: steadier on a "
+                        "busy machine, blind to a change that slows only some frames)")
+    p.add_argument("--normalize", action="store_true",
+                   help="compare each run's median frame wall divided by the median wall of its reference "
+                        "workload (cancels machine drift; needs traces with reference markers)")
+    p.add_argument("--allow-host-mismatch", action="store_true",
+                   help="compare even when GL renderer or driver differ (noted in the output)")
+    p.add_argument("--allow-param-mismatch", action="store_true",
+                   help="compare even when scene params differ, e.g. to measure what a param change costs")
+    p.add_argument("--allow-codegen-mismatch", action="store_true",
+                   help="compare instruction or cycle counts even when the code generator differs (CPU model "
+                        "or flags, Mesa, LLVM, vector width; noted in the output)")
+    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)  # kept for old scripts: no effect
+
+
+def check_compare_options(args: argparse.Namespace) -> None:
+    """The library's checks of the decision's options, before any trace is read (ConfigError, exit 2)."""
+    check_alpha(args.alpha)
+    check_threshold_pct(args.threshold)
+    check_run_stat(args.stat, count=is_count(args.metric), normalize=args.normalize)
+
+
+def compare_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The options of :func:`add_decision_options` and :func:`add_comparability_options` as
+    :func:`katra_trace.analysis.compare.compare_traces`' keyword arguments: the one place they are mapped."""
+    return {"metric": args.metric, "threshold_pct": args.threshold, "alpha": args.alpha,
+            "allow_host_mismatch": args.allow_host_mismatch, "allow_param_mismatch": args.allow_param_mismatch,
+            "allow_codegen_mismatch": args.allow_codegen_mismatch, "normalize": args.normalize,
+            "run_stat": args.stat}
 
 
 def load_trace_quietly(path: str, events: bool = True) -> Trace:

@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.cli.compare import add_compare_options, check_options, compare_paths
+from harness.cli._common import check_compare_options
+from harness.cli.compare import add_compare_options, compare_paths
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.io.claim import check_output_dir
 from katra_trace.io.tracesets import AB_MANIFEST, AB_MANIFEST_VERSION, write_ab_manifest
@@ -90,7 +91,7 @@ def _show_tail(label: str, cmd: str, output: bytes) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_options(args)
+    check_compare_options(args)
     for name in ("base", "new"):
         if "{out}" not in getattr(args, name):
             raise ConfigError(f"--{name} command must contain {{out}} (where the trace is written); "

@@ -14,51 +14,28 @@ import argparse
 import dataclasses
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.cli._common import emit_table, load_traces, print_json
-from katra_trace.analysis.defaults import (
-    DEFAULT_ALPHA,
-    DEFAULT_THRESHOLD_COUNT_PCT,
-    DEFAULT_THRESHOLD_TIME_PCT,
-    check_alpha,
-    check_threshold_pct,
+from harness.cli._common import (
+    add_comparability_options,
+    add_decision_options,
+    check_compare_options,
+    compare_kwargs,
+    emit_table,
+    load_traces,
+    print_json,
 )
 from katra_trace.errors import ConfigError
 from katra_trace.io.tracesets import AB_MANIFEST, ab_pairs, read_ab_manifest, trace_paths
-from katra_trace.metrics import METRICS, RUN_STATS, check_run_stat, is_count
+from katra_trace.metrics import is_count
 
 
 def add_compare_options(p: argparse.ArgumentParser) -> None:
-    """The options shared by ``compare`` and ``ab``."""
-    p.add_argument("--threshold", type=float, default=None, metavar="PCT",
-                   help=f"smallest change in percent that counts as a regression (default: "
-                        f"{DEFAULT_THRESHOLD_TIME_PCT:g} for times, {DEFAULT_THRESHOLD_COUNT_PCT:g} for "
-                        "instructions and cycles)")
-    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
-                   help="false-regression rate per scene (one-sided, after Holm correction across scenes; "
-                        f"default: {DEFAULT_ALPHA:g})")
-    p.add_argument("--metric", choices=METRICS, default="auto",
-                   help="what is compared: auto = instructions (then cycles) when every trace has them, else "
-                        "the clock the capture trusts (wall in sync mode, gpu in gpu mode); process = the "
-                        "process CPU time per frame (sync mode: on a software renderer, the frame's work "
-                        "whatever a busy neighbour does to its wall time)")
-    p.add_argument("--stat", choices=RUN_STATS, default="median",
-                   help="what reduces each run of a time metric to one level: median (default) or p10, the "
-                        "10th percentile of its frames (the frames nothing got in the way of: steadier on a "
-                        "busy machine, blind to a change that slows only some frames)")
-    p.add_argument("--normalize", action="store_true",
-                   help="compare each run's median frame wall divided by the median wall of its reference "
-                        "workload (cancels machine drift; needs traces with reference markers)")
-    p.add_argument("--allow-host-mismatch", action="store_true",
-                   help="compare even when GL renderer or driver differ (noted in the output)")
-    p.add_argument("--allow-param-mismatch", action="store_true",
-                   help="compare even when scene params differ, e.g. to measure what a param change costs")
-    p.add_argument("--allow-codegen-mismatch", action="store_true",
-                   help="compare instruction or cycle counts even when the code generator differs (CPU model "
-                        "or flags, Mesa, LLVM, vector width; noted in the output)")
-    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)  # kept for old scripts: no effect
+    """The options shared by ``compare`` and ``ab``: the decision's, the comparability ones and ``--format``."""
+    add_decision_options(p)
+    add_comparability_options(p)
     p.add_argument("--format", choices=("table", "markdown", "csv", "json"), default="table",
                    help="output format (default: table)")
 
@@ -179,13 +156,6 @@ def print_comparison(result: Any, fmt: str, base: str, new: str) -> None:
         sys.stdout.write(("- " if fmt == "markdown" else "note: ") + note + "\n")
 
 
-def check_options(args: argparse.Namespace) -> None:
-    """The library's checks of the decision's options, before any trace is read (ConfigError, exit 2)."""
-    check_alpha(args.alpha)
-    check_threshold_pct(args.threshold)
-    check_run_stat(args.stat, count=is_count(args.metric), normalize=args.normalize)
-
-
 def find_pairing(base: str, new: str) -> tuple[Path, list[tuple[Path, Path]]] | None:
     """The ab manifest and its complete rounds when BASE and NEW are one ``katra3d ab`` output's sides."""
     b, n = Path(base).resolve(), Path(new).resolve()
@@ -209,35 +179,35 @@ def resolve_sides(base: str, new: str | None) -> tuple[str, str]:
     return str(root / str(manifest.get("base_dir", "base"))), str(root / str(manifest.get("new_dir", "new")))
 
 
+def round_pairs(base: str, new: str, base_paths: Sequence[Path], new_paths: Sequence[Path],
+                unpaired: bool = False) -> tuple[list[tuple[int, int]] | None, list[str]]:
+    """The rounds of ``katra3d ab`` as (BASE index, NEW index) pairs of ``base_paths`` and ``new_paths``
+    when BASE and NEW are one ab output's sides (None: unpaired), and the note that says so: compare
+    and report --baseline pair the same traces the same way."""
+    pairing = None if unpaired else find_pairing(base, new)
+    if pairing is None:
+        return None, []
+    manifest_path, rounds = pairing
+    index_b = {p.resolve(): i for i, p in enumerate(base_paths)}
+    index_n = {p.resolve(): i for i, p in enumerate(new_paths)}
+    pairs = [(index_b[b], index_n[n]) for b, n in rounds if b in index_b and n in index_n]
+    left = len(base_paths) + len(new_paths) - 2 * len(pairs)
+    if not pairs:
+        return None, [f"{manifest_path} pairs none of these traces: compared unpaired"]
+    return pairs, [f"paired: {len(pairs)} round(s) from {manifest_path}"
+                   + (f"; {left} trace(s) outside a complete round left out" if left else "")]
+
+
 def compare_paths(base: str, new: str | None, args: argparse.Namespace) -> int:
     """Load both sides, compare, print; returns the exit code."""
     # deferred: the comparison loads scipy (about a second); building the parser must not
     from katra_trace.analysis.compare import compare_traces
 
-    check_options(args)
+    check_compare_options(args)
     base, new = resolve_sides(base, new)
     base_paths, new_paths = trace_paths(base), trace_paths(new)
-    pairs: list[tuple[int, int]] | None = None
-    notes: list[str] = []
-    pairing = None if getattr(args, "unpaired", False) else find_pairing(base, new)
-    if pairing is not None:
-        manifest_path, rounds = pairing
-        index_b = {p.resolve(): i for i, p in enumerate(base_paths)}
-        index_n = {p.resolve(): i for i, p in enumerate(new_paths)}
-        pairs = [(index_b[b], index_n[n]) for b, n in rounds if b in index_b and n in index_n]
-        left = len(base_paths) + len(new_paths) - 2 * len(pairs)
-        if pairs:
-            notes.append(f"paired: {len(pairs)} round(s) from {manifest_path}"
-                         + (f"; {left} trace(s) outside a complete round left out" if left else ""))
-        else:
-            pairs = None
-            notes.append(f"{manifest_path} pairs none of these traces: compared unpaired")
-    result = compare_traces(load_traces(base_paths), load_traces(new_paths), metric=args.metric,
-                            threshold_pct=args.threshold, alpha=args.alpha,
-                            allow_host_mismatch=args.allow_host_mismatch,
-                            allow_param_mismatch=args.allow_param_mismatch,
-                            allow_codegen_mismatch=args.allow_codegen_mismatch,
-                            normalize=args.normalize, pairs=pairs, run_stat=args.stat)
+    pairs, notes = round_pairs(base, new, base_paths, new_paths, unpaired=getattr(args, "unpaired", False))
+    result = compare_traces(load_traces(base_paths), load_traces(new_paths), pairs=pairs, **compare_kwargs(args))
     if notes:
         result = dataclasses.replace(result, notes=(*notes, *result.notes))
     print_comparison(result, args.format, base, new)

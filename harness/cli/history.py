@@ -11,15 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli._common import emit_table, fmt_value, print_json
-from katra_trace.analysis.defaults import (
-    DEFAULT_ALPHA,
-    DEFAULT_THRESHOLD_COUNT_PCT,
-    DEFAULT_THRESHOLD_TIME_PCT,
-    check_alpha,
-    check_threshold_pct,
-    threshold_for,
-)
+from harness.cli._common import ALPHA_STEPS, add_decision_options, emit_table, fmt_value, print_json
+from katra_trace.analysis.defaults import check_alpha, check_threshold_pct
 from katra_trace.errors import ConfigError
 from katra_trace.history.ingest import find_traces, prepare_runs
 from katra_trace.history.rows import iso_utc, parse_time_ns
@@ -31,6 +24,7 @@ from katra_trace.history.store import (
     add_to_store,
     duckdb_module,
     export_parquet,
+    store_path,
 )
 from katra_trace.history.trends import STATS, Selection, check_steps, load_series
 from katra_trace.io.claim import check_output_dir
@@ -94,7 +88,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     show = hsub.add_parser("show", help="trend of each scene over labels in order, with a sparkline",
                            description="One trend per scene, metric and host over labels in order (labels are "
-                                       "ordered by their --time, else their earliest capture).")
+                                       "ordered by their --time, else their earliest capture). Its change is "
+                                       "the fitted model's, the one 'history check' judges.")
+    add_decision_options(show, alpha_means=ALPHA_STEPS)
     filters(show)
     store_options(show, source=True)
     show.set_defaults(func=run_show)
@@ -103,13 +99,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                             description="Step detection per scene, metric and host over labels in order, with "
                                         "the runs of a label as replicates. Exit 1 when a regression step starts "
                                         "at the newest label.")
-    check.add_argument("--threshold", type=float, metavar="PCT",
-                       help=f"smallest step that counts as a regression or improvement (default: "
-                            f"{DEFAULT_THRESHOLD_TIME_PCT:g} for times, {DEFAULT_THRESHOLD_COUNT_PCT:g} for "
-                            "instructions and cycles)")
-    check.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
-                       help="chance that a flat series shows a step; 1 - alpha is the intervals' confidence "
-                            f"(default: {DEFAULT_ALPHA:g})")
+    add_decision_options(check, alpha_means=ALPHA_STEPS)
     filters(check)
     store_options(check, source=True)
     check.set_defaults(func=run_check)
@@ -149,6 +139,8 @@ def run_add(args: argparse.Namespace) -> int:
     duckdb_module()  # exit 3 before reading anything when DuckDB is missing
     if args.parquet is not None:
         check_output_dir(args.parquet, option="--parquet")  # before any trace is read
+    else:
+        store_path(args.db, read_only=False, create=False, inputs=args.traces)
     timeout = _lock_timeout(args)
     label_time = parse_time_ns(args.time) if args.time is not None else None
     paths = find_traces(args.traces)
@@ -196,49 +188,72 @@ def _val(value: float, unit: str) -> str:
     return fmt_value(value) + ("" if unit in ("ms", "x reference") else "")
 
 
-def run_show(args: argparse.Namespace) -> int:
+def _checked(args: argparse.Namespace) -> Any:
+    """The series of the selection and their models (:func:`check_steps`): what show and check print."""
+    check_alpha(args.alpha)  # before the store is opened: a bad option is reported first
+    check_threshold_pct(args.threshold)
     series = load_series(_source(args), _selection(args), _lock_timeout(args))
+    return check_steps(series, alpha=args.alpha, threshold_pct=args.threshold)
+
+
+def _no_step_lines(result: Any) -> list[str]:
+    """One line per series whose labels changed by the threshold or more while no step was found."""
+    out = []
+    for m in result.models:
+        if m.no_step_reason:
+            s = m.series
+            out.append(f"{_name(s)} {s.metric}: {m.raw_change_pct:+.1f}% from {s.points[0].label} to "
+                       f"{s.points[-1].label} is no step: {m.no_step_reason}")
+    return out
+
+
+def run_show(args: argparse.Namespace) -> int:
+    result = _checked(args)
+    series = result.series
     if args.format == "json":
-        print_json({"source": _source(args).name, "series": [s.as_dict() for s in series]})
+        print_json({"source": _source(args).name, "alpha": result.alpha,
+                    "series": [dict(s.as_dict(), fit=m.as_dict()) for s, m in zip(series, result.models,
+                                                                                   strict=True)]})
         return 0
     if args.format == "csv":
         columns = ["scene", "zone", "metric", "stat", "unit", "host_id", "label", "time", "commit", "runs", "level",
-                   "min", "max"]
+                   "min", "max", "fitted_level"]
         rows = [[s.scene, s.zone, s.metric, s.stat, s.unit, s.host_id, p.label, iso_utc(p.time_ns), p.commit,
-                 str(len(p.values)), repr(p.level), repr(min(p.values)), repr(max(p.values))]
-                for s in series for p in s.points]
+                 str(len(p.values)), repr(p.level), repr(min(p.values)), repr(max(p.values)), repr(fitted)]
+                for s, m in zip(series, result.models, strict=True)
+                for p, fitted in zip(s.points, m.fit.levels, strict=True)]
         emit_table(columns, rows, "csv")
         return 0
-    columns = ["scene", "metric", "host", "labels", "first", "last", "change", "trend"]
+    columns = ["scene", "metric", "host", "labels", "first", "last", "change", "steps", "labels' change", "trend"]
     rows = []
-    for s in series:
+    for s, m in zip(series, result.models, strict=True):
         first, last = s.points[0], s.points[-1]
-        change = f"{100 * (last.level / first.level - 1):+.1f}%"
         stat = "" if s.stat == "median" else f" {s.stat}"
         rows.append([_name(s), f"{s.metric}{stat} ({s.unit})", s.host_id, str(len(s.points)),
                      f"{first.label}: {_val(first.level, s.unit)}", f"{last.label}: {_val(last.level, s.unit)}",
-                     change, s.sparkline()])
-    emit_table(columns, rows, args.format, title="katra3d history: trend per scene over labels in order "
-                                                 "(geometric mean of each label's runs)")
+                     f"{m.change_pct:+.1f}%", str(len(m.fit.steps)), f"{m.raw_change_pct:+.1f}%", s.sparkline()])
+    emit_table(columns, rows, args.format, title="katra3d history: trend per scene over labels in order; change: "
+                                                 "the fitted levels' (the steps 'history check' finds), labels' "
+                                                 "change: the geometric means of each label's runs")
     hosts = {s.host_id: s.host for s in series}
     if args.format == "table":
         for host_id, text in hosts.items():
             print(f"host {host_id}: {text}")
+        for line in _no_step_lines(result):
+            print(line)
     if len(series) == 1:
-        s = series[0]
+        s, m = series[0], result.models[0]
         detail = [[p.label, iso_utc(p.time_ns), p.commit, str(len(p.values)), _val(p.level, s.unit),
-                   _val(min(p.values), s.unit), _val(max(p.values), s.unit), p.settings]
-                  for p in s.points]
-        emit_table(["label", "time", "commit", "runs", "level", "min", "max", "settings changed"], detail,
+                   _val(min(p.values), s.unit), _val(max(p.values), s.unit), _val(fitted, s.unit), p.settings]
+                  for p, fitted in zip(s.points, m.fit.levels, strict=True)]
+        emit_table(["label", "time", "commit", "runs", "level", "min", "max", "fitted", "settings changed"], detail,
                    args.format, title=f"{_name(s)} {s.metric} {s.stat} ({s.unit}) per label")
     return 0
 
 
 def run_check(args: argparse.Namespace) -> int:
-    check_alpha(args.alpha)  # before the store is opened: a bad option is reported first
-    check_threshold_pct(args.threshold)
-    series = load_series(_source(args), _selection(args), _lock_timeout(args))
-    result = check_steps(series, alpha=args.alpha, threshold_pct=args.threshold)
+    result = _checked(args)
+    series = result.series
     code = 1 if result.regression_at_newest else 0
     if args.format == "json":
         print_json({"source": _source(args).name, "newest_label": result.newest_label, "alpha": result.alpha,
@@ -249,8 +264,10 @@ def run_check(args: argparse.Namespace) -> int:
                                  for lab, steps in result.by_label().items()},
                     "noise": [{"scene": s.scene, "zone": s.zone, "metric": s.metric, "host_id": s.host_id,
                                "run_sd": f.noise_sd, "from": f.noise_source, "labels": len(s.points),
-                               "label_dispersion": f.dispersion, "outlier_runs_left_out": f.dropped_runs} for s, f in zip(series, result.fits,
-                                                                                         strict=True)]})
+                               "label_dispersion": f.dispersion, "outlier_runs_left_out": f.dropped_runs,
+                               "change_pct": m.change_pct, "raw_change_pct": m.raw_change_pct,
+                               "no_step_reason": m.no_step_reason}
+                              for s, m, f in zip(series, result.models, result.fits, strict=True)]})
         return code
     columns = ["starts at", "may start", "scene", "metric", "host", "change", "interval", "verdict", "note"]
     rows = []
@@ -269,7 +286,7 @@ def run_check(args: argparse.Namespace) -> int:
     if args.format == "csv":
         emit_table(columns, rows, "csv")
         return code
-    thresholds = sorted({threshold_for(s.metric, args.threshold) for s in series})
+    thresholds = sorted({m.threshold_pct for m in result.models})
     title = (f"katra3d history check: {len(series)} series, {len(result.steps)} step(s); alpha {args.alpha:g}, "
              f"threshold {'/'.join(f'{t:g}' for t in thresholds)}%, intervals {100 * (1 - args.alpha):g}%")
     if rows:
@@ -279,6 +296,8 @@ def run_check(args: argparse.Namespace) -> int:
     dropped = sum(f.dropped_runs for f in result.fits)
     if dropped:
         print(f"{dropped} run(s) left out as outliers (far slower or faster than the other runs of their label)")
+    for line in _no_step_lines(result):
+        print(line)
     for lab, steps in result.by_label().items():
         parts = [f"{_name(s.series)} {100 * (s.ratio - 1):+.1f}% ({s.verdict})" for s in steps]
         print(f"steps starting at {lab}: " + ", ".join(parts))

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
-from harness.cli._common import load_traces, print_json
+from harness.cli._common import (
+    ALPHA_COMPARE,
+    ALPHA_STEPS,
+    add_comparability_options,
+    add_decision_options,
+    check_compare_options,
+    compare_kwargs,
+    load_traces,
+    print_json,
+)
+from harness.cli.compare import round_pairs
 from katra_trace.errors import ConfigError
 from katra_trace.history.trends import trend_data
 from katra_trace.history.store import Source
@@ -32,34 +41,42 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--history", metavar="DB",
                    help="add the trends of a history store (katra3d history add ...): a plot per scene and metric "
                         "over the labels, with the steps 'history check' finds")
+    add_decision_options(p, alpha_means=f"{ALPHA_COMPARE} with --baseline; with --history, {ALPHA_STEPS}")
+    add_comparability_options(p)
     p.add_argument("--force", action="store_true", help="replace the output file if it exists")
     p.add_argument("--json", action="store_true", help="print what was written as JSON (for scripts)")
     p.set_defaults(func=run)
 
 
-def _load(args: list[str]) -> list[Any]:
-    return load_traces([path for arg in args for path in trace_paths(arg)], verb="reporting")
+def _paths(args: list[str]) -> list[Path]:
+    return [path for arg in args for path in trace_paths(arg)]
 
 
 def run(args: argparse.Namespace) -> int:
     plotly_js_packed()  # exit 3 before reading anything when plotly is missing
+    check_compare_options(args)  # a bad option is reported before any file is read
     inputs = [*args.traces, *args.baseline, *([args.history] if args.history else [])]
     out = check_output(args.output, force=args.force, inputs=inputs, option="-o", example="report.html")
     if not args.traces and not args.history:
         raise ConfigError("nothing to report: give trace files or directories, or --history DB")
-    runs = _load(args.traces)
-    baseline = _load(args.baseline)
+    run_paths, base_paths = _paths(args.traces), _paths(args.baseline)
+    pairs, notes = (round_pairs(args.baseline[0], args.traces[0], base_paths, run_paths)
+                    if len(args.traces) == len(args.baseline) == 1 else (None, []))
+    runs = load_traces(run_paths, verb="reporting")
+    baseline = load_traces(base_paths, verb="reporting")
     trends = None
     if args.history:
         if not Path(args.history).is_file():
             raise ConfigError(f"no history store at {args.history!r} (katra3d history add ... --db PATH makes one)")
-        trends = trend_data(Source(db=Path(args.history)))
-    page = build_report(runs, baseline, title=args.title, history=trends)
-    size = write_report(out, page, overwrite=args.force)
+        trends = trend_data(Source(db=Path(args.history)), alpha=args.alpha, threshold_pct=args.threshold)
+    page = build_report(runs, baseline, title=args.title, history=trends,
+                        compare_options=dict(compare_kwargs(args), pairs=pairs), compare_notes=notes)
+    size = write_report(out, page, overwrite=args.force, inputs=inputs)
     if args.json:
         print_json({"path": str(out), "bytes": size, "runs": [str(t.path) for t in runs],
                     "baseline": [str(t.path) for t in baseline]})
     else:
-        print(f"{out} ({len(runs)} run(s)" + (f" vs {len(baseline)} baseline run(s)" if baseline else "")
-              + f", {size / 1e6:.1f} MB)")
+        what = (f"{len(runs)} run(s)" + (f" vs {len(baseline)} baseline run(s)" if baseline else "")
+                if runs or baseline or trends is None else f"history of {trends['runs']} run(s)")
+        print(f"{out} ({what}, {size / 1e6:.1f} MB)")
     return 0

@@ -17,6 +17,7 @@ from harness.run.config import RunConfig, parse_int, parse_param, parse_seconds,
 from harness.run.progress import Progress
 from katra_trace.errors import ConfigError
 from katra_trace.io import format as fmt
+from katra_trace.metrics import is_count
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -113,7 +114,7 @@ def _codec(text: str | None) -> str | None:
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     plan = plan_run(config)
-    progress = Progress(len(plan.entries), quiet=args.quiet)
+    progress = Progress(len(plan.entries), quiet=args.quiet, phase_lines=is_count(plan.config.measure))
     result = runner.run(config, plan=plan, progress=progress)
     if args.json:
         print_json(result.as_dict())

@@ -238,6 +238,9 @@ class Engine:
         reference = self.reference if not flags and bind is not None else None
         every = self.reference_every
         show = progress is not None and progress.tty
+        # a counted child reports every frame: the same work between frames in every process, not a
+        # clock-driven choice of frames (what runs between frames is not counted, but it shapes the heap)
+        every_frame = self.counting
         next_update_ns = 0
         i = first
         done = 0
@@ -258,7 +261,7 @@ class Engine:
                 reference.run(i - 1)
             if show:
                 now = pc()
-                if now >= next_update_ns:
+                if every_frame or now >= next_update_ns:
                     progress.advance(done)  # type: ignore[union-attr]
                     next_update_ns = now + 100_000_000
         if show:

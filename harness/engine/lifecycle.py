@@ -63,6 +63,7 @@ class SceneLifecycle:
         spec = self.spec
         self.engine.set_scene(spec.label)
         self.progress.scene_started(spec.index, spec.label, spec.total_frames)
+        self.progress.phase(f"{self.where}: setting up", None)
         self.scene = spec.scene_cls()
         result = self.setup()
         if result.status == "skipped":
@@ -74,10 +75,15 @@ class SceneLifecycle:
             self.clean_up()
             raise
         self.release()
-        if not self.progress.tty:
+        if not self.progress.tty or self.engine.counting:  # a counted child's relay shows it on a terminal too
             self.progress.line(f"[{spec.index}/{spec.total}] {spec.label}: {result.frames} frames"
                                + median_text(result))
         return result
+
+    @property
+    def where(self) -> str:
+        """``[index/total] label``: how progress names this scene."""
+        return f"[{self.spec.index}/{self.spec.total}] {self.spec.label}"
 
     # -- the phases
 
@@ -121,8 +127,10 @@ class SceneLifecycle:
         key = seed_key(spec.seed, spec.label)
         rebind = self.rebinder()
         with scene_errors(spec.label, "while rendering"), engine.quiet_process():
+            self.progress.phase(f"{self.where}: warm-up", spec.warmup)
             warm = engine.loop(render, first=0, count=spec.warmup, deadline_ns=None, flags=int(Flag.WARMUP),
                                key=key, bind=rebind, progress=self.progress)
+            self.progress.phase(f"{self.where}: {'counting' if engine.counting else 'measuring'}", spec.frames)
             if self.measured_driver is not None:
                 measured = engine.drive(render, warm, spec.frames or 0, key, rebind, self.measured_driver)
             else:

@@ -59,13 +59,21 @@ class RunResult:
 
 
 class Progress(Protocol):
-    """What the engine reports progress to (the CLI's progress bar, or nothing)."""
+    """What the engine reports progress to (the CLI's progress bar, the counted child's relay, or nothing).
+
+    ``scene_started`` opens a scene; ``phase`` says what the run does now (its ``name`` is shown as given,
+    e.g. ``"[1/2] clear: warm-up"``; ``frames``: how many frames the phase renders, None for a step without
+    frames); ``advance(done)``: frames done in the current phase, from 1 (the engine calls it only when
+    ``tty`` is set); ``line``: a line of its own.
+    """
 
     tty: bool
 
     def line(self, text: str) -> None: ...
 
     def scene_started(self, index: int, label: str, total_frames: int | None) -> None: ...
+
+    def phase(self, name: str, frames: int | None) -> None: ...
 
     def advance(self, done: int) -> None: ...
 
@@ -79,6 +87,9 @@ class NoProgress:
         pass
 
     def scene_started(self, index: int, label: str, total_frames: int | None) -> None:
+        pass
+
+    def phase(self, name: str, frames: int | None) -> None:
         pass
 
     def advance(self, done: int) -> None:

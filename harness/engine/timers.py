@@ -31,7 +31,14 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.engine.events import FRAME_NAME, EventBuffer
-from harness.gl.shim import GL_DEBUG_SOURCE_APPLICATION, GL_QUERY_RESULT, GL_QUERY_RESULT_AVAILABLE, GL_TIMESTAMP, RawGL
+from harness.gl.shim import (
+    GL_DEBUG_SOURCE_APPLICATION,
+    GL_MAX_DEBUG_MESSAGE_LENGTH,
+    GL_QUERY_RESULT,
+    GL_QUERY_RESULT_AVAILABLE,
+    GL_TIMESTAMP,
+    RawGL,
+)
 from katra_trace.errors import ConfigError
 from katra_trace.schema import Clock, Kind
 
@@ -133,6 +140,9 @@ class Timer:
         mglo = ctx.mglo
         self._push = mglo.push_debug_scope if self.debug else None
         self._pop = mglo.pop_debug_scope if self.debug else None
+        #: bytes a debug group's message may hold (KHR_debug: less than GL_MAX_DEBUG_MESSAGE_LENGTH)
+        self._label_bytes = max(0, RawGL().get_integer(GL_MAX_DEBUG_MESSAGE_LENGTH) - 1) if self.debug else 0
+        self._labels: dict[str, str] = {}
         self._names: dict[str, int] = {}
         self.frame_name = writer.intern(FRAME_NAME)
         self.scene_id = 0
@@ -148,6 +158,15 @@ class Timer:
         if sid is None:
             sid = self._names[name] = self.writer.intern(name)
         return sid
+
+    def debug_label(self, name: str) -> str:
+        """The debug group message for zone ``name``: the name, cut to the driver's limit (a longer one
+        would abort the scene with GL_INVALID_VALUE; the trace keeps the whole name) and UTF-8 safe."""
+        label = self._labels.get(name)
+        if label is None:
+            data = name.encode("utf-8", "backslashreplace")[:self._label_bytes]
+            label = self._labels[name] = data.decode("utf-8", "ignore")
+        return label
 
     def set_scene(self, name: str) -> int:
         """Start attributing events to scene ``name``; returns its string id."""
@@ -202,7 +221,7 @@ class _SyncZone:
         t.depth += 1
         self.depth = t.depth
         if t._push is not None:
-            t._push(GL_DEBUG_SOURCE_APPLICATION, 0, self.name)
+            t._push(GL_DEBUG_SOURCE_APPLICATION, 0, t.debug_label(self.name))
         self.t0 = _pc()
 
     def __exit__(self, *exc: object) -> None:
@@ -262,7 +281,7 @@ class _GpuZone:
         t.depth += 1
         self.depth = t.depth
         if t._push is not None:
-            t._push(GL_DEBUG_SOURCE_APPLICATION, 0, self.name)
+            t._push(GL_DEBUG_SOURCE_APPLICATION, 0, t.debug_label(self.name))
         self.q0 = t._stamp()
         self.t0 = _pc()
 

@@ -1,25 +1,51 @@
 """Progress of a run: a rich bar on a terminal, one plain line per step otherwise.
 
-The engine reports to any :class:`harness.engine.results.Progress`; this is the display ``katra3d run`` and
-:func:`harness.run.runner.run` use by default.
+The engine reports to any :class:`harness.engine.results.Progress`; :class:`Progress` here is the display
+``katra3d run`` and :func:`harness.run.runner.run` use by default.
+
+A counted run (``--measure instructions|cycles``) renders its frames in a child process under valgrind.
+That child reports to a :class:`ChildProgress`, which writes each call as one JSON line into a file in the
+dump directory; the parent polls the file (:class:`Relay`) and makes the same calls on its own display.
+A file works under valgrind as it does anywhere, needs no descriptor handed across ``exec``, and costs the
+child one ``write`` between frames.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
-from typing import Any, TextIO
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from harness.engine.results import Progress as ProgressProtocol
 
 
 class Progress:
-    """A rich progress bar on a TTY, plain lines otherwise (both on ``stream``, stderr by default)."""
+    """A rich progress bar on a TTY, plain lines otherwise (both on ``stream``, stderr by default).
 
-    def __init__(self, total_scenes: int, stream: TextIO | None = None, quiet: bool = False) -> None:
+    ``phase_lines``: without a terminal, print one line per phase (:meth:`phase`), with the seconds since
+    the display was made; counted runs turn it on, time runs keep one line per scene. On a terminal each
+    phase renames the scene's bar, whose counter runs over the scene's warm-up and measured frames
+    together, so it never goes back.
+    """
+
+    def __init__(self, total_scenes: int, stream: TextIO | None = None, quiet: bool = False,
+                 phase_lines: bool = False) -> None:
         self.stream = stream or sys.stderr
         self.total = total_scenes
         self.quiet = quiet
+        self.phase_lines = phase_lines
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)()) and not quiet
+        self.started = time.monotonic()
         self._bar: Any = None
         self._task: Any = None
+        self._name = ""
+        self._frames: int | None = None
+        self._base = 0  # frames of the scene's earlier phases (the bar's counter goes on from there)
+        self._done = 0  # the bar's counter
 
     def __enter__(self) -> Progress:
         if self.tty:
@@ -39,6 +65,11 @@ class Progress:
             self._bar.__exit__(None, None, None)
             self._bar = None
 
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds since this display was made."""
+        return time.monotonic() - self.started
+
     def line(self, text: str) -> None:
         if self.quiet:
             return
@@ -48,16 +79,153 @@ class Progress:
             print(f"katra3d: {text}", file=self.stream, flush=True)
 
     def scene_started(self, index: int, label: str, total_frames: int | None) -> None:
+        self._base = self._done = 0
         if self._bar is not None:
             if self._task is not None:
                 self._bar.remove_task(self._task)
-            self._task = self._bar.add_task(f"[{index}/{self.total}] {label}", total=total_frames)
-        else:
+            self._name = f"[{index}/{self.total}] {label}"
+            self._task = self._bar.add_task(self._name, total=total_frames)
+        elif not self.phase_lines:
             self.line(f"[{index}/{self.total}] {label}: running")
 
-    def advance(self, done: int) -> None:
+    def phase(self, name: str, frames: int | None) -> None:
+        if self.quiet:
+            return
+        self._base = self._done
+        self._name, self._frames = name, frames
         if self._bar is not None:
-            self._bar.update(self._task, completed=done)
+            if self._task is None:
+                self._task = self._bar.add_task(name, total=None)
+            self._bar.update(self._task, description=self.description(), completed=self._done)
+        elif self.phase_lines:
+            what = f"{name}, {frames} frame{'s' if frames != 1 else ''}" if frames else name
+            self.line(f"{what} ({self.elapsed_s:.1f} s)")
+
+    def advance(self, done: int) -> None:
+        self._done = max(self._done, self._base + done)  # never back
+        if self._bar is not None:
+            self._bar.update(self._task, description=self.description(done), completed=self._done)
+
+    @property
+    def completed(self) -> int:
+        """The bar's counter: frames the current scene has rendered in all its phases so far."""
+        return self._done
+
+    def description(self, done: int = 0) -> str:
+        """What the bar says after ``done`` frames of the phase: the phase, and in a phase with frames,
+        which frame of how many is being rendered (the last one once all are done)."""
+        if not self._frames:
+            return self._name
+        return f"{self._name} frame {min(done + 1, self._frames)} of {self._frames}"
+
+
+class ChildProgress:
+    """The counted child's :class:`harness.engine.results.Progress`: every call one JSON line in ``path``.
+
+    ``tty`` is True so that the engine reports every frame (a counted run reports each one, see
+    :meth:`harness.engine.core.Engine.loop`); the parent decides what to show. A write that fails (the
+    parent removed the directory) is ignored: progress never stops a run.
+    """
+
+    tty = True
+
+    def __init__(self, path: Path) -> None:
+        self.fd: int | None = None
+        try:
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        except OSError:
+            pass
+
+    def _send(self, *call: Any) -> None:
+        if self.fd is None:
+            return
+        try:
+            os.write(self.fd, (json.dumps(call) + "\n").encode("utf-8", "replace"))
+        except OSError:
+            self.close()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def line(self, text: str) -> None:
+        self._send("line", text)
+
+    def scene_started(self, index: int, label: str, total_frames: int | None) -> None:
+        self._send("scene_started", index, label, total_frames)
+
+    def phase(self, name: str, frames: int | None) -> None:
+        self._send("phase", name, frames)
+
+    def advance(self, done: int) -> None:
+        self._send("advance", done)
+
+
+#: The calls a :class:`Relay` passes on, with the types of their arguments.
+_CALLS: dict[str, tuple[type | tuple[type, ...], ...]] = {
+    "line": (str,), "scene_started": (int, str, (int, type(None))), "phase": (str, (int, type(None))),
+    "advance": (int,)}
+
+
+class _Follow:
+    """The complete lines added to a file since the last :meth:`lines` (a line still being written waits)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self._rest = b""
+
+    def lines(self) -> list[bytes]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return []
+        self.offset += len(data)
+        *lines, self._rest = (self._rest + data).split(b"\n")
+        return lines
+
+
+class Relay:
+    """The parent's side of :class:`ChildProgress`: reads the lines added to ``path`` since the last
+    :meth:`poll` and makes each call on ``progress``. A line that is not a known call is skipped.
+
+    ``stderr``: (the child's stderr file, the stream to copy its new lines to), or None to drop them."""
+
+    def __init__(self, path: Path, progress: ProgressProtocol,
+                 stderr: tuple[Path, TextIO] | None = None) -> None:
+        self.follow = _Follow(path)
+        self.progress = progress
+        self.calls = 0  # calls passed on so far
+        self.stderr = (_Follow(stderr[0]), stderr[1]) if stderr is not None else None
+
+    def poll(self) -> int:
+        """Pass on the complete lines written since the last poll; returns how many calls were made."""
+        if self.stderr is not None:
+            follow, stream = self.stderr
+            for raw in follow.lines():
+                print(raw.decode("utf-8", "replace"), file=stream, flush=True)
+        made = 0
+        for raw in self.follow.lines():
+            try:
+                call = json.loads(raw)
+            except ValueError:
+                continue
+            if not isinstance(call, list) or not call or call[0] not in _CALLS:
+                continue
+            types = _CALLS[call[0]]
+            args = call[1:]
+            if len(args) != len(types) or not all(isinstance(a, t) for a, t in zip(args, types)):
+                continue
+            getattr(self.progress, call[0])(*args)
+            made += 1
+        self.calls += made
+        return made
 
 
 def show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
@@ -66,4 +234,4 @@ def show_warning(message: Warning | str, category: type[Warning], filename: str,
     print(f"katra3d: warning: {message}", file=sys.stderr)
 
 
-__all__ = ["Progress", "show_warning"]
+__all__ = ["ChildProgress", "Progress", "Relay", "show_warning"]

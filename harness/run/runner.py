@@ -58,11 +58,12 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
     when ``quiet``).
     """
     plan = plan or plan_run(config)
-    if metrics.is_count(plan.config.measure):
-        return _run_counted(plan, quiet=quiet or isinstance(progress, NoProgress)
-                            or bool(getattr(progress, "quiet", False)))
+    counted = metrics.is_count(plan.config.measure)
+    quiet = quiet or isinstance(progress, NoProgress) or bool(getattr(progress, "quiet", False))
     if progress is None:
-        progress = NoProgress() if quiet else RunProgress(len(plan.entries), progress_stream)
+        progress = NoProgress() if quiet else RunProgress(len(plan.entries), progress_stream, phase_lines=counted)
+    if counted:
+        return _run_counted(plan, progress, quiet=quiet)
     return _capture(plan, progress)
 
 
@@ -111,6 +112,7 @@ def _capture(plan: RunPlan, progress: Progress, child: Mapping[str, Any] | None 
                 status = "interrupted" if stop.set else "complete"
                 if stop.set:
                     progress.line(f"stopped by {stop.signal_name}: trace finished as interrupted")
+                progress.phase("writing the trace", None)
                 engine.finish(status, {"scenes": [r.row() for r in results]})
         return RunResult(plan.output, status, engine.mode, engine.reason, results, stop.signal_name, size=plan.size)
     finally:
@@ -121,14 +123,21 @@ def _reference_every(cfg: RunConfig) -> int:
     return DEFAULT_REFERENCE_EVERY if cfg.reference_every is None else cfg.reference_every
 
 
-def _run_counted(plan: RunPlan, *, quiet: bool) -> RunResult:
-    """``--measure instructions|cycles``: check here, count in a child under callgrind, take back its results."""
+def _run_counted(plan: RunPlan, progress: Progress, *, quiet: bool) -> RunResult:
+    """``--measure instructions|cycles``: check here, count in a child under callgrind, take back its results.
+
+    A stop signal that ended the child before it handed back results raises
+    :class:`harness.run.measure.Interrupted` (the CLI's exit 128 + the signal); the frames it
+    recorded, if any, are kept as ``<output>.part``."""
     cfg = plan.config
     measure.find_valgrind()
     with backends.open_session(cfg.backend, device=cfg.device, size=(16, 16)) as session:
         measure.check_renderer(cfg.measure, probe.gl_info(session.ctx))
     plan.output.parent.mkdir(parents=True, exist_ok=True)
-    code, handed = measure.run_counted(plan, quiet=quiet)
+    with _entered(progress):
+        code, handed, signum = measure.run_counted(plan, progress=progress, quiet=quiet)
+    if signum and (handed is None or "error" in handed):
+        raise measure.Interrupted(signum)
     if handed is not None and "error" in handed:
         raise _ChildFailed(int(handed.get("exit_code") or 2), f"the counted run under valgrind: {handed['error']}")
     if handed is None or not plan.output.is_file():
@@ -156,9 +165,10 @@ def run_child() -> int:
     except KatraError as err:
         print(f"katra3d: error: {err}", file=sys.stderr)
         return err.exit_code
+    progress = measure.child_progress(info)
+    progress.phase("opening GL (EGL, Mesa, llvmpipe) and probing the host", None)
     try:
         plan = measure.child_plan(info)
-        progress = RunProgress(len(plan.entries), quiet=bool(info.get("quiet")))
         with warnings.catch_warnings():  # as the CLI shows them: one "katra3d: warning:" line each
             warnings.simplefilter("default")
             warnings.showwarning = show_warning
@@ -172,6 +182,7 @@ def run_child() -> int:
                                  "exit_code": 128 + signum})
         return 128 + signum
     measure.hand_back(info, measure.result_as_dict(result))
+    progress.phase("valgrind ending (callgrind's last dump)", None)
     if result.status != "interrupted":
         return 0
     return 128 + int(signal.Signals.__members__.get(result.signal_name, signal.SIGINT))

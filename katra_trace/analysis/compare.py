@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from katra_trace.analysis.decide import compare_runs, decide_counts
+from katra_trace.analysis.counts import decide_counts
+from katra_trace.analysis.decide import compare_runs
 from katra_trace.analysis.defaults import DEFAULT_ALPHA
 from katra_trace.analysis.match import (
     capture_facts,

@@ -33,164 +33,50 @@ docs/stats.md; in short (``thr`` = threshold, ``up = 1 + thr``,
   when the whole band lies inside (down, up); otherwise inconclusive.
   With one run a side and the same frames, the floor is the spread of the
   per-frame ratios (frame i of NEW against frame i of BASE).
+
+  When every run of both sides has the same number of frames, the change is
+  the median of the per-frame log ratios, frame i of NEW against frame i of
+  BASE (each side's frame i is its median over runs): a scene animates, so
+  its frames differ in work by design, and a ratio of two medians can set
+  frame 3 of one side against frame 1 of the other. Beside the statistical
+  floor, the band is never narrower than the measured cross-process jitter
+  :data:`~katra_trace.analysis.defaults.COUNT_JITTER_PER_FRAME` over the
+  frame's count: a few hundred instructions are nothing on a frame of
+  millions and most of a 0.5 % threshold on a 32x32 frame.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
+from katra_trace.analysis.counts import NOISE_FLOOR_FACTOR, decide_counts
 from katra_trace.analysis.defaults import DEFAULT_ALPHA, check_alpha, check_threshold_pct, default_threshold_pct
-from katra_trace.analysis.stats import frame_stats
+from katra_trace.analysis.intervals import (
+    MIN_RUNS,
+    TInterval,
+    clean,
+    clean_runs,
+    cv,
+    frame_figures,
+    geometric_mean,
+    holm,
+    paired_t,
+    runs_needed,
+    welch,
+)
 from katra_trace.analysis.verdict import Comparison, SceneComparison
 from katra_trace.metrics import check_run_stat, is_count
 
 #: Fewer measured frames than this on a side: inconclusive (time metrics).
 MIN_FRAMES = 20
-#: Fewer measured frames than this on a side: inconclusive (count metrics).
-MIN_FRAMES_COUNTS = 1
-#: Runs (or paired rounds) a side below which run-to-run noise is unknown (time metrics).
-MIN_RUNS = 3
 #: Kept for callers of the earlier name.
 MIN_RUNS_FOR_RUN_LEVEL = MIN_RUNS
-#: Power assumed when estimating how many runs would be needed.
-TARGET_POWER = 0.8
-#: Half-width of the count metrics' band, in noise floors.
-NOISE_FLOOR_FACTOR = 3.0
-
-# --------------------------------------------------------------------------- helpers
-
-
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values (step-down), same order as given."""
-    p = np.asarray(p_values, dtype=np.float64)
-    m = p.size
-    if m == 0:
-        return []
-    order = np.argsort(p, kind="stable")
-    adjusted = np.empty(m)
-    running = 0.0
-    for rank, idx in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * float(p[idx])))
-        adjusted[idx] = running
-    return [float(v) for v in adjusted]
-
-
-def _mwu_p(x: np.ndarray, y: np.ndarray) -> float:
-    """Two-sided Mann-Whitney U p-value: exact for small tie-free samples, else asymptotic."""
-    ties = np.unique(np.concatenate([x, y])).size < x.size + y.size
-    method = "exact" if (not ties and x.size <= 50 and y.size <= 50) else "asymptotic"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = sps.mannwhitneyu(y, x, alternative="two-sided", method=method)
-    p = float(res.pvalue)
-    return p if math.isfinite(p) else 1.0
-
-
-def _cv(values: np.ndarray) -> float:
-    if values.size < 2:
-        return math.nan
-    mean = float(values.mean())
-    return float(values.std(ddof=1)) / mean if mean > 0 else math.nan
-
-
-def geometric_mean(values: np.ndarray) -> float:
-    """Geometric mean of positive values, exact when they are all equal (one run's count stays whole)."""
-    first = float(values[0])
-    return first * math.exp(float(np.mean(np.log(values / first))))
-
-
-def _clean(run: np.ndarray) -> np.ndarray:
-    d = np.asarray(run, dtype=np.float64)
-    return d[np.isfinite(d) & (d > 0)]
-
-
-def _clean_runs(runs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    return [d for d in (_clean(r) for r in runs) if d.size]
-
-
-@dataclasses.dataclass(frozen=True)
-class TInterval:
-    """A t-based estimate of a log ratio: estimate, standard error, degrees of freedom."""
-
-    estimate: float
-    se: float
-    dof: float
-
-    def interval(self, confidence: float) -> tuple[float, float]:
-        """Two-sided interval of the log ratio at ``confidence``."""
-        if self.se == 0:
-            return self.estimate, self.estimate
-        q = float(sps.t.ppf(0.5 + confidence / 2.0, self.dof))
-        return self.estimate - q * self.se, self.estimate + q * self.se
-
-    def p_directional(self) -> float:
-        """One-sided p-value in the direction of the estimate (0 when se is 0 and estimate != 0)."""
-        if self.se == 0:
-            return 0.0 if self.estimate != 0 else 1.0
-        return float(sps.t.sf(abs(self.estimate) / self.se, self.dof))
-
-
-def welch(log_base: np.ndarray, log_new: np.ndarray) -> TInterval:
-    """Welch's t for mean(log_new) - mean(log_base) (each side >= 2 values)."""
-    nb, nn = log_base.size, log_new.size
-    vb = float(log_base.var(ddof=1)) / nb
-    vn = float(log_new.var(ddof=1)) / nn
-    est = float(log_new.mean() - log_base.mean())
-    se2 = vb + vn
-    if se2 == 0:
-        return TInterval(est, 0.0, float(nb + nn - 2))
-    denom = (vb * vb / (nb - 1) if vb else 0.0) + (vn * vn / (nn - 1) if vn else 0.0)
-    dof = se2 * se2 / denom
-    return TInterval(est, math.sqrt(se2), dof)
-
-
-def paired_t(log_ratios: np.ndarray) -> TInterval:
-    """Paired t on per-round log ratios (>= 2 rounds)."""
-    k = log_ratios.size
-    return TInterval(float(log_ratios.mean()), float(log_ratios.std(ddof=1)) / math.sqrt(k), float(k - 1))
-
-
-def runs_needed(sd_log: float, threshold: float, alpha: float, m: int, paired: bool) -> int | None:
-    """Runs (rounds) a side for a one-sided t at alpha / m to detect a ``threshold`` change.
-
-    ``sd_log``: the spread of one run's log median (unpaired) or of one
-    round's log ratio (paired); power :data:`TARGET_POWER`.
-    """
-    if not math.isfinite(sd_log) or sd_log <= 0 or threshold <= 0:
-        return None
-    delta = math.log1p(threshold)
-    a = alpha / max(m, 1)
-    z = float(sps.norm.ppf(1 - a)) + float(sps.norm.ppf(TARGET_POWER))
-    n_normal = (z * sd_log / delta) ** 2 * (1 if paired else 2)  # t quantiles only make it larger
-    if n_normal > 100_000:
-        return None
-    n = np.arange(max(MIN_RUNS, math.floor(n_normal)), math.ceil(2 * n_normal) + 12, dtype=np.float64)
-    dof = n - 1 if paired else 2 * n - 2
-    se = sd_log / np.sqrt(n) if paired else sd_log * np.sqrt(2.0 / n)
-    ok = (sps.t.ppf(1 - a, dof) + sps.t.ppf(TARGET_POWER, dof)) * se <= delta
-    return int(n[np.argmax(ok)]) if ok.any() else None
-
 
 # --------------------------------------------------------------------------- time metrics
-
-
-def _frame_figures(b_all: np.ndarray, n_all: np.ndarray, count: bool) -> dict[str, Any]:
-    """Pooled-frame change and p (information); frame-pacing figures unless ``count`` (not times in ns)."""
-    out: dict[str, Any] = {"frame_ratio": float(np.median(n_all) / np.median(b_all)),
-                           "frame_p_value": _mwu_p(b_all, n_all)}
-    if not count:
-        fb, fn = frame_stats(b_all), frame_stats(n_all)
-        out.update(p99_base_ms=fb.p99_ms, p99_new_ms=fn.p99_ms,
-                   fps_low_1pct_base=fb.fps_low_1pct, fps_low_1pct_new=fn.fps_low_1pct,
-                   stutter_pct_base=fb.stutter_pct, stutter_pct_new=fn.stutter_pct)
-    return out
 
 
 def run_level(values: np.ndarray, stat: str = "median") -> float:
@@ -212,12 +98,12 @@ def _measure_time(scene: str, b_runs: list[np.ndarray], n_runs: list[np.ndarray]
         "confidence": 1.0 - 2.0 * alpha,
     }
     # frame pacing (p99, 1 % low, stutter) is in ms: not for values in other units (x reference)
-    out.update(_frame_figures(b_all, n_all, count=value_unit != "ms"))
+    out.update(frame_figures(b_all, n_all, count=value_unit != "ms"))
     med_b = np.array([run_level(r, run_stat) for r in b_runs])
     med_n = np.array([run_level(r, run_stat) for r in n_runs])
     lb, ln = np.log(med_b), np.log(med_n)
     scale = 1e-6 if value_unit == "ms" else 1.0
-    out.update(run_cv_base=_cv(med_b), run_cv_new=_cv(med_n),
+    out.update(run_cv_base=cv(med_b), run_cv_new=cv(med_n),
                median_base=geometric_mean(med_b) * scale, median_new=geometric_mean(med_n) * scale)
     if value_unit == "ms":
         out.update(median_base_ms=out["median_base"], median_new_ms=out["median_new"])
@@ -290,96 +176,6 @@ def _decide_time(m: dict[str, Any], p_holm: float, threshold: float, alpha: floa
                f"{need} to resolve a {thr_pct:g}% change"))
 
 
-# --------------------------------------------------------------------------- count metrics
-
-
-def _robust_rel_spread(values: np.ndarray) -> float:
-    """1.4826 x MAD of log values: a robust relative sd (0 for identical values)."""
-    logs = np.log(values)
-    return 1.4826 * float(np.median(np.abs(logs - np.median(logs))))
-
-
-def noise_floor(b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]) -> tuple[float, str]:
-    """The relative noise floor of a count metric (an sd on the log scale) and where it came from.
-
-    * a side has >= 2 runs: the sd of the log per-run medians (the larger side's);
-    * one run a side with the same frames: the robust spread (1.4826 x MAD) of
-      the per-frame log ratios NEW/BASE, frame i against frame i. A scene's
-      frames may differ in work (animation), but the same frame of two runs does
-      the same work, so what the ratios spread by is noise;
-    * otherwise the robust spread of each side's log frame counts (the larger).
-
-    The median absolute deviation ignores the few frames that carry the
-    harness's periodic work.
-    """
-    sides = [r for r in (b_runs, n_runs) if len(r) >= 2]
-    if sides:
-        sds = [float(np.log(np.array([np.median(x) for x in runs])).std(ddof=1)) for runs in sides]
-        return max(sds), "across runs"
-    if len(b_runs) == len(n_runs) == 1 and b_runs[0].size == n_runs[0].size:
-        return _robust_rel_spread(n_runs[0] / b_runs[0]), "across matched steady frames"
-    spreads = [_robust_rel_spread(np.concatenate(runs)) for runs in (b_runs, n_runs)]
-    return max(spreads), "across steady frames"
-
-
-def decide_counts(scene: str, base_runs: Sequence[np.ndarray], new_runs: Sequence[np.ndarray], *,
-                  threshold: float, metric: str, zone: str = "",
-                  frame_base: float | None = None) -> SceneComparison:
-    """Verdict of a deterministic count metric (instructions, cycles) for one scene or zone.
-
-    ``frame_base``: for a zone, the scene's BASE count per frame. A zone is then
-    judged by what its change does to the frame (its change in counts over the
-    frame's count, ``frame_change_pct``), so that a small zone's jitter does not
-    read as a regression of the frame; ``ratio`` stays the zone's own.
-    """
-    b_runs, n_runs = _clean_runs(base_runs), _clean_runs(new_runs)
-    b_all = np.concatenate(b_runs) if b_runs else np.empty(0)
-    n_all = np.concatenate(n_runs) if n_runs else np.empty(0)
-    m: dict[str, Any] = {"scene": scene, "zone": zone, "metric": metric, "value_unit": metric,
-                         "unit": "counts", "runs_base": len(b_runs), "runs_new": len(n_runs),
-                         "frames_base": int(b_all.size), "frames_new": int(n_all.size)}
-    if min(b_all.size, n_all.size) < MIN_FRAMES_COUNTS:
-        side = "BASE" if b_all.size == 0 else "NEW"
-        return SceneComparison(**dict(m, verdict="incomparable", reason=f"missing in {side} (no measured frames)"))
-    med_b = np.array([np.median(r) for r in b_runs])
-    med_n = np.array([np.median(r) for r in n_runs])
-    lb, ln = float(np.log(med_b).mean()), float(np.log(med_n).mean())
-    floor, source = noise_floor(b_runs, n_runs)
-    own = ln - lb
-    level_b, level_n = geometric_mean(med_b), geometric_mean(med_n)
-    m.update(_frame_figures(b_all, n_all, count=True))
-    m.update(median_base=level_b, median_new=level_n, ratio=math.exp(own), noise_floor_pct=floor * 100,
-             run_cv_base=_cv(med_b), run_cv_new=_cv(med_n))
-    est, scale = own, 1.0
-    if frame_base is not None and frame_base > 0:  # a zone: judged on its share of the frame
-        scale = level_b / frame_base
-        est = math.log1p(math.expm1(own) * scale)
-        m["frame_change_pct"] = math.expm1(est) * 100
-    spread = NOISE_FLOOR_FACTOR * floor * scale
-    lo, hi = est - spread, est + spread
-    m.update(ci_low=math.exp(lo), ci_high=math.exp(hi))
-    up, down = math.log1p(threshold), -math.log1p(threshold)
-    thr_pct = threshold * 100
-    change = f"{math.expm1(own) * 100:+.2f}% {metric}"
-    if frame_base is not None:
-        change += f" in this zone, {math.expm1(est) * 100:+.2f}% of the frame"
-    floor_txt = f"noise floor {floor * 100:.3g}% {source}"
-    band = f"[{math.expm1(lo) * 100:+.2f}%, {math.expm1(hi) * 100:+.2f}%]"
-    if est >= up and lo > 0:
-        return SceneComparison(**dict(m, verdict="regression",
-                                      reason=f"{change} (threshold {thr_pct:g}%, {floor_txt})"))
-    if est <= down and hi < 0:
-        return SceneComparison(**dict(m, verdict="improvement",
-                                      reason=f"{change} (threshold {thr_pct:g}%, {floor_txt})"))
-    if down < lo and hi < up:
-        return SceneComparison(**dict(m, verdict="unchanged",
-                                      reason=f"{change}, within +-{thr_pct:g}% ({floor_txt})"))
-    why = (f"the {floor_txt} is too large for a {thr_pct:g}% threshold"
-           if 2 * spread >= math.log1p(threshold)
-           else f"the band {band} ({NOISE_FLOOR_FACTOR:g}x the {floor_txt}) reaches the +-{thr_pct:g}% threshold")
-    return SceneComparison(**dict(m, verdict="inconclusive", reason=f"{change}: {why}"))
-
-
 # --------------------------------------------------------------------------- entry point
 
 
@@ -433,13 +229,13 @@ def compare_runs(
         b_src, n_src = base.get(scene, ()), new.get(scene, ())
         if paired:
             pairs = [(b, n) for b, n in zip(b_src, n_src, strict=True)
-                     if _clean(b).size and _clean(n).size]
-            b_runs, n_runs = [_clean(b) for b, _ in pairs], [_clean(n) for _, n in pairs]
+                     if clean(b).size and clean(n).size]
+            b_runs, n_runs = [clean(b) for b, _ in pairs], [clean(n) for _, n in pairs]
         else:
-            b_runs, n_runs = _clean_runs(b_src), _clean_runs(n_src)
+            b_runs, n_runs = clean_runs(b_src), clean_runs(n_src)
         if not b_runs or not n_runs:
-            side = "BASE" if not _clean_runs(b_src) else "NEW"
-            if paired and _clean_runs(b_src) and _clean_runs(n_src):
+            side = "BASE" if not clean_runs(b_src) else "NEW"
+            if paired and clean_runs(b_src) and clean_runs(n_src):
                 reason = "no round has measured frames on both sides"
             else:
                 reason = f"missing in {side} (no measured frames)"
@@ -466,7 +262,6 @@ __all__ = [
     "compare_runs",
     "decide_counts",
     "holm",
-    "noise_floor",
     "paired_t",
     "run_level",
     "runs_needed",

@@ -22,6 +22,10 @@ DEFAULT_THRESHOLD_TIME_PCT = 5.0
 #: Default threshold (percent) of count metrics: a 1 % change of work is flagged, while two
 #: processes measured the same scene within 0.003-0.16 % of each other (docs/stats.md).
 DEFAULT_THRESHOLD_COUNT_PCT = 0.5
+#: Cross-process jitter of a count metric, per frame (instructions): the band of a count comparison is
+#: never narrower than this over the frame's count. Measured: docs/measure.md ("Cross-process jitter"),
+#: ``python -m bench counts-aa``.
+COUNT_JITTER_PER_FRAME = 500
 #: Thresholds (percent) at or above this are refused: a 10x change is not a "minimum effect".
 MAX_THRESHOLD_PCT = 1000.0
 
@@ -58,6 +62,7 @@ def check_threshold_pct(threshold_pct: float | None) -> float | None:
 
 
 __all__ = [
+    "COUNT_JITTER_PER_FRAME",
     "DEFAULT_ALPHA",
     "DEFAULT_THRESHOLD_COUNT_PCT",
     "DEFAULT_THRESHOLD_TIME_PCT",

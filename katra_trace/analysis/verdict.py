@@ -48,6 +48,9 @@ class SceneComparison:
     run_cv_new: float = math.nan
     pair_cv: float = math.nan  #: sd of per-round log ratios (paired)
     noise_floor_pct: float = math.nan  #: count metrics: the measured noise floor
+    #: count metrics: the cross-process jitter per frame (defaults.COUNT_JITTER_PER_FRAME) over the frame's
+    #: count, in percent; the band is never narrower than this
+    jitter_floor_pct: float = math.nan
     frame_change_pct: float = math.nan  #: zones of count metrics: the zone's change over the frame's count
     runs_needed: int | None = None  #: runs a side that would settle an inconclusive result
     frames_needed: int | None = None

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 
 from katra_trace.errors import ConfigError
 from katra_trace.export import chrome
-from katra_trace.export.output import ProgressFn, open_output
+from katra_trace.export.output import ProgressFn
 from katra_trace.export.perfetto import write_perfetto
 from katra_trace.export.table import TABLE_COLUMNS, to_arrow, to_pandas, write_csv, write_parquet
 from katra_trace.export.timeline import build_timeline
+from katra_trace.io.claim import open_output
 from katra_trace.optional import MissingDependencyError, require
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def export_trace(trace: Trace, fmt: str, path: str | os.PathLike[str] | None = N
     warnings: list[str] = []
     counts: dict[str, int] = {}
     strings = list(trace.strings)
-    with open_output(out_path, overwrite=overwrite, inputs=[trace.path], example=default_path("out", fmt).name) as f:
+    with open_output(out_path, force=overwrite, inputs=[trace.path], example=default_path("out", fmt).name) as f:
         if fmt in ("perfetto", "chrome"):
             tl = build_timeline(trace.events, strings, trace.clock_syncs)
             if tl.clamped:

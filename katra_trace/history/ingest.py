@@ -5,6 +5,8 @@ Reading happens before the store is opened, so a writer holds DuckDB's lock only
 
 from __future__ import annotations
 
+import os
+import stat
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -13,27 +15,33 @@ from pathlib import Path
 from katra_trace.errors import ConfigError
 from katra_trace.history.rows import RunFacts, file_sha256, host_fingerprint, trace_rows
 from katra_trace.history.store import PreparedRun
+from katra_trace.io.claim import describe
 from katra_trace.io.reader import TraceRecoveryWarning, open_trace
+from katra_trace.text import check_text, shown
 
 #: File name pattern of the traces a directory argument stands for (searched recursively).
 TRACE_GLOB = "*.katra"
+#: The longest --label (and --commit) a store takes, in characters.
+MAX_LABEL_CHARS = 200
 
 
 def find_traces(args: Sequence[str]) -> list[Path]:
     """Each argument: a trace file, or a directory whose ``*.katra`` files (recursively) are taken, in
-    name order. A path named twice counts once. Raises ConfigError for a missing path or an empty directory."""
+    name order. A path named twice counts once. Raises ConfigError (one line naming the path) for a
+    missing path, an empty directory, or one the system refuses (a name too long, no permission)."""
     out: list[Path] = []
     for arg in args:
         p = Path(arg)
-        if p.is_dir():
-            found = sorted(f for f in p.rglob(TRACE_GLOB) if f.is_file())
-            if not found:
-                raise ConfigError(f"no {TRACE_GLOB} traces under {arg!r}")
-            out.extend(found)
-        elif p.exists():
-            out.append(p)
-        else:
-            raise ConfigError(f"no such trace or directory: {arg!r}")
+        try:
+            mode = os.stat(p).st_mode
+            found = sorted(f for f in p.rglob(TRACE_GLOB) if f.is_file()) if stat.S_ISDIR(mode) else [p]
+        except FileNotFoundError:
+            raise ConfigError(f"no such trace or directory: {shown(arg)}") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read {shown(arg)}: {describe(exc)}") from None
+        if not found:
+            raise ConfigError(f"no {TRACE_GLOB} traces under {shown(arg)}")
+        out.extend(found)
     seen: set[Path] = set()
     unique = []
     for p in out:
@@ -55,8 +63,8 @@ def prepare_runs(paths: Sequence[Path], label: str, commit: str = "", label_time
     """
     if not label.strip():
         raise ConfigError("--label must not be empty")
-    if len(label) > 200 or any(ord(c) < 32 for c in label):
-        raise ConfigError(f"--label {label!r} is too long or holds control characters")
+    check_text(label, "--label", max_chars=MAX_LABEL_CHARS)
+    check_text(commit, "--commit", max_chars=MAX_LABEL_CHARS)
     added_ns = time.time_ns()
     runs: list[PreparedRun] = []
     same: list[tuple[Path, Path]] = []
@@ -65,9 +73,9 @@ def prepare_runs(paths: Sequence[Path], label: str, commit: str = "", label_time
         if progress is not None:
             progress(i, len(paths), path)
         try:
-            sha = file_sha256(path)
+            sha = file_sha256(path)  # regular files only, read up to their size: never hangs
         except OSError as exc:
-            raise ConfigError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+            raise ConfigError(f"cannot read {shown(path)}: {describe(exc)}") from None
         if sha in by_sha:
             same.append((path, by_sha[sha]))
             continue
@@ -80,7 +88,7 @@ def prepare_runs(paths: Sequence[Path], label: str, commit: str = "", label_time
                  f"{len(trace.events)} events before offset {trace.stopped_at}")
         rows = trace_rows(trace, sha, RunFacts(label, commit, label_time_ns, added_ns))
         if not rows:
-            raise ConfigError(f"{str(path)!r} has no measured frames: nothing to store")
+            raise ConfigError(f"{shown(path)} has no measured frames: nothing to store")
         runs.append(PreparedRun(path, sha, label, host_fingerprint(trace.header).host_id, rows))
     if progress is not None:
         progress(len(paths), len(paths), paths[-1] if paths else Path())

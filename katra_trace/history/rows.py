@@ -26,6 +26,7 @@ from katra_trace import jsontext
 from katra_trace.analysis.match import codegen_facts, host_facts, measure_mode, scene_params
 from katra_trace.analysis.stats import reference_durations, scene_durations, zone_frame_totals
 from katra_trace.errors import ConfigError
+from katra_trace.io.reader import open_regular
 from katra_trace.metrics import is_count
 from katra_trace.schema import Clock
 
@@ -72,11 +73,21 @@ _NS_PER_MS = 1e6
 
 
 def file_sha256(path: Path) -> str:
-    """SHA-256 (hex) of a file's bytes."""
+    """SHA-256 (hex) of a trace file's bytes.
+
+    The file is opened as the reader opens a trace (:func:`~katra_trace.io.reader.open_regular`:
+    regular files only, so a FIFO, ``/dev/zero`` or a terminal on ``/dev/stdin`` is refused at once
+    with ConfigError instead of hanging), and at most its size when opened is read.
+    """
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
+    with open_regular(path) as f:
+        left = os.fstat(f.fileno()).st_size
+        while left > 0:
+            chunk = f.read(min(1 << 20, left))
+            if not chunk:
+                break
             h.update(chunk)
+            left -= len(chunk)
     return h.hexdigest()
 
 
@@ -86,6 +97,11 @@ def short_id(obj: Any) -> str:
         return ""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+#: The label times a store holds (UTC ns in a signed 64-bit column), whole seconds inside that range.
+_TIME_MIN_NS = -(2**63) // 10**9 * 10**9 + 10**9
+_TIME_MAX_NS = (2**63 - 1) // 10**9 * 10**9
 
 
 def parse_time_ns(text: str) -> int:
@@ -100,7 +116,11 @@ def parse_time_ns(text: str) -> int:
                           "git show -s --format=%cI SHA prints one)") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
-    return int(round(when.timestamp() * 1e9 / 1000)) * 1000
+    ns = int(round(when.timestamp() * 1e9 / 1000)) * 1000
+    if not _TIME_MIN_NS <= ns <= _TIME_MAX_NS:
+        raise ConfigError(f"--time {text!r} is outside the times a history stores ({iso_utc(_TIME_MIN_NS)} to "
+                          f"{iso_utc(_TIME_MAX_NS)}: nanoseconds since 1970 in 64 bits)")
+    return ns
 
 
 def iso_utc(ns: int | None) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from katra_trace.analysis.defaults import DEFAULT_ALPHA
 from katra_trace.history.steps import Fit, detect_steps
 
 
@@ -68,7 +69,7 @@ class Outcome:
     extra_steps: int         #: histories with a reported step more than 1 label from every true step
 
 
-def run(sc: Scenario, seeds: Sequence[int], alpha: float = 0.01) -> Outcome:
+def run(sc: Scenario, seeds: Sequence[int], alpha: float = DEFAULT_ALPHA) -> Outcome:
     """Detect steps in ``len(seeds)`` simulated histories of ``sc``."""
     any_step = exact = within = covers = extra = 0
     truth = [s for s, _ in sc.steps]
@@ -110,7 +111,7 @@ def _pct(k: int, n: int) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=1000, help="histories per row (default 1000)")
-    ap.add_argument("--alpha", type=float, default=0.01)
+    ap.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
     args = ap.parse_args(argv)
     seeds = range(args.seeds)
     t0 = time.perf_counter()

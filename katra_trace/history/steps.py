@@ -46,6 +46,8 @@ from statistics import NormalDist
 
 import numpy as np
 
+from katra_trace.analysis.defaults import DEFAULT_ALPHA
+
 #: Simulated null series per design when calibrating the penalty.
 NULL_SIMULATIONS = 4000
 #: Fewer replicate degrees of freedom than this: estimate the noise from label-to-label differences.
@@ -95,6 +97,14 @@ class Fit:
     penalty: float              #: the chi-square penalty per step (the null quantile)
     confidence: float
     dropped_runs: int = 0       #: runs left out as outliers (see :data:`OUTLIER_SDS`)
+    runs: tuple[int, ...] = ()  #: runs per label that the fit used (outliers left out)
+    run_sd: float = 0.0         #: run-to-run sd within labels (log units), pooled; 0 without replicates
+
+    @property
+    def change(self) -> float:
+        """The fitted level of the newest label over the first's (1.0 when no step was found): the
+        change of the series as the model sees it."""
+        return self.levels[-1] / self.levels[0] if self.levels else 1.0
 
 
 def _drop_outliers(logs: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
@@ -221,7 +231,7 @@ def _misfit(means: np.ndarray, w: np.ndarray, starts: list[int]) -> tuple[float,
     return total, levels
 
 
-def detect_steps(groups: Sequence[Sequence[float] | np.ndarray], alpha: float = 0.01) -> Fit:
+def detect_steps(groups: Sequence[Sequence[float] | np.ndarray], alpha: float = DEFAULT_ALPHA) -> Fit:
     """Fit levels to a series of labels (each a sequence of run values > 0) and find the steps.
 
     ``alpha``: the chance that a flat series shows a step (the penalty's null quantile), and
@@ -242,9 +252,11 @@ def detect_steps(groups: Sequence[Sequence[float] | np.ndarray], alpha: float = 
     level_of = [float(math.exp(m)) for m in means]
     ss = float(sum(float(np.sum((a - a.mean()) ** 2)) for a in logs))
     df_w = int(np.sum(n - 1))
+    runs = tuple(int(x) for x in n)
+    run_sd = math.sqrt(ss / df_w) if df_w else 0.0
     if means.size < 2:
-        sd = math.sqrt(ss / df_w) if df_w else 0.0
-        return Fit([], level_of, level_of, sd, "replicates", df_w, 0.0, math.inf, 1 - alpha, dropped)
+        return Fit([], level_of, level_of, run_sd, "replicates", df_w, 0.0, math.inf, 1 - alpha, dropped, runs,
+                   run_sd)
     s2 = 0.0
     source = "labels"
     dispersion = 0.0
@@ -264,8 +276,12 @@ def detect_steps(groups: Sequence[Sequence[float] | np.ndarray], alpha: float = 
         noise_df = max(means.size - 2, 1)
         noise_sd = math.sqrt(float(np.max(var)))
     if source == "labels" and means.size < MIN_LABELS_FOR_LABEL_NOISE:
-        # 1-2 differences cannot tell noise from a step: no step can be established
-        return Fit([], level_of, level_of, noise_sd, source, noise_df, dispersion, math.inf, 1 - alpha, dropped)
+        # 1-2 differences cannot tell noise from a step: no step can be established, so the model is one
+        # level (what a report draws is what check found)
+        w = 1.0 / var
+        flat = [float(math.exp(float(np.sum(w * means) / np.sum(w))))] * means.size
+        return Fit([], flat, level_of, noise_sd, source, noise_df, dispersion, math.inf, 1 - alpha, dropped, runs,
+                   run_sd)
     penalty = null_penalty(tuple(int(x) for x in n), alpha, source)
     starts = _optimal_partition(means, 1.0 / var, penalty)
     w = 1.0 / var
@@ -291,7 +307,92 @@ def detect_steps(groups: Sequence[Sequence[float] | np.ndarray], alpha: float = 
                         ratio_high=math.exp(delta + q_t * se), z=delta / se,
                         level_before=math.exp(mu_a), level_after=math.exp(mu_b)))
     return Fit(out, [float(math.exp(v)) for v in levels], level_of, noise_sd, source, noise_df,
-               dispersion, penalty, 1 - alpha, dropped)
+               dispersion, penalty, 1 - alpha, dropped, runs, run_sd)
 
 
-__all__ = ["Fit", "MIN_REPLICATE_DF", "NULL_SIMULATIONS", "Step", "detect_steps", "null_penalty"]
+#: Labels at most simulated when estimating the labels a step needs (the penalty grows very slowly beyond).
+_MAX_LABELS_SIMULATED = 400
+#: Simulated null series per design for that estimate (an "about N", not a test).
+_RESOLUTION_SIMULATIONS = 2000
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolution:
+    """Why a fit shows no step, and what would resolve a step of ``step_pct`` in a series like it.
+
+    A step of ``step_pct`` between the two halves of the series is found (with chance
+    :data:`katra_trace.analysis.intervals.TARGET_POWER`) when its size over its standard error
+    reaches the square root of the penalty plus the power's normal quantile.
+    """
+
+    source: str                #: "labels" (label-to-label scatter), "replicates" (run-to-run) or "one label"
+    noise_pct: float           #: sd of a label's level between labels ("labels") or of one run ("replicates"), %
+    run_pct: float             #: sd of a run within its label, % (0 without replicates)
+    dispersion: float          #: label-to-label scatter over what the runs explain (0 without replicates)
+    labels: int
+    runs: int                  #: runs a label (the median)
+    step_pct: float            #: the step size asked about, %
+    labels_needed: int | None  #: labels like these that would resolve it ("labels"; None: already enough)
+    runs_needed: int | None    #: runs a label that would resolve it ("replicates"; None: already enough)
+
+    def text(self) -> str:
+        """One line: the noise source, its size, and how many labels or runs a step of ``step_pct`` needs."""
+        if self.source == "one label":
+            return "a single label: a step needs at least 2 labels"
+        step = f"a {self.step_pct:g} % step"
+        if self.source == "labels":
+            if self.dispersion > 0:
+                times = f"{self.dispersion:,.0f}" if self.dispersion >= 100 else f"{self.dispersion:.3g}"
+                noise = (f"label-to-label dispersion {times}x the run noise (a label's level "
+                         f"scatters {self.noise_pct:.2g} % between labels, its runs {self.run_pct:.2g} %)")
+            else:
+                noise = f"label-to-label spread {self.noise_pct:.2g} % (one run a label)"
+            if self.labels_needed is None:
+                need = f"{self.labels} labels resolve {step} most of the time; none was found here"
+            else:
+                more = ("more runs a label do not help" if self.dispersion > 0
+                        else "or several runs a label, whose spread then is the noise")
+                need = f"about {self.labels_needed:,} labels at that scatter would resolve {step} " \
+                       f"({self.labels} now; {more})"
+            return f"{noise}: {need}"
+        noise = f"run-to-run spread {self.noise_pct:.2g} %"
+        if self.runs_needed is None:
+            return f"{noise}: {self.runs} runs a label resolve {step} most of the time; none was found here"
+        return (f"{noise}: about {self.runs_needed} runs a label would resolve {step} "
+                f"({self.runs} now, {self.labels} labels)")
+
+
+def resolution(fit: Fit, step_pct: float, alpha: float) -> Resolution:
+    """What keeps ``fit`` from showing a step of ``step_pct`` (percent), and the labels or runs a label
+    that would resolve one (see :class:`Resolution`). ``alpha`` as given to :func:`detect_steps`."""
+    # deferred: intervals loads scipy.stats; only an explanation needs the power it is planned at
+    from katra_trace.analysis.intervals import TARGET_POWER
+
+    labels = len(fit.label_means)
+    runs = int(np.median(fit.runs)) if fit.runs else 1
+    run_pct = 100 * fit.run_sd
+    if labels < 2:
+        return Resolution("one label", 100 * fit.noise_sd, run_pct, 0.0, labels, runs, step_pct, 2, None)
+    delta = math.log1p(step_pct / 100)
+    z = _NORMAL.inv_cdf(TARGET_POWER)
+    if fit.noise_source == "labels":
+        sigma = fit.noise_sd  # of a label mean
+        n_labels = max(labels, MIN_LABELS_FOR_LABEL_NOISE)
+        need = n_labels
+        for _ in range(8):
+            c = null_penalty((1,) * min(n_labels, _MAX_LABELS_SIMULATED), alpha, "labels", _RESOLUTION_SIMULATIONS)
+            need = max(MIN_LABELS_FOR_LABEL_NOISE, math.ceil((2 * sigma * (math.sqrt(c) + z) / delta) ** 2))
+            if need == n_labels or need > _MAX_LABELS_SIMULATED:
+                break
+            n_labels = need
+        needed = None if need <= labels else need
+        return Resolution("labels", 100 * sigma, run_pct, fit.dispersion, labels, runs, step_pct, needed, None)
+    # replicates: a label mean's variance is s2 / n; the step's split in the middle has L n / 2 runs a side
+    c = fit.penalty if math.isfinite(fit.penalty) else null_penalty(fit.runs, alpha, "replicates")
+    per_label = math.ceil((2 * fit.noise_sd * (math.sqrt(c) + z) / delta) ** 2 / labels)
+    return Resolution("replicates", 100 * fit.noise_sd, run_pct, fit.dispersion, labels, runs, step_pct, None,
+                      per_label if per_label > runs else None)
+
+
+__all__ = ["Fit", "MIN_REPLICATE_DF", "NULL_SIMULATIONS", "Resolution", "Step", "detect_steps", "null_penalty",
+           "resolution"]

@@ -26,6 +26,7 @@ import dataclasses
 import os
 import random
 import re
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -37,7 +38,10 @@ from urllib.parse import quote, unquote
 
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.history.rows import COLUMN_NAMES, COLUMNS
+from katra_trace.io.claim import check_output, describe
+from katra_trace.io.reader import file_kind
 from katra_trace.optional import MissingDependencyError, require
+from katra_trace.text import shown
 
 #: The store a command uses when given no --db.
 DEFAULT_DB = Path(".katra") / "history.duckdb"
@@ -68,24 +72,56 @@ def _one_line(exc: BaseException) -> str:
     return re.sub(r"\s*See also https?://\S+", "", text)
 
 
+#: How DuckDB starts the message of the one error that means "another process holds the file".
+_LOCK_ERROR = re.compile(r"^IO Error: Could not set lock on file ")
+
+
+def _is_lock_error(duckdb: ModuleType, exc: BaseException) -> bool:
+    """Whether ``exc`` is DuckDB's lock conflict (its IOException with that exact phrase), not any
+    message that happens to contain "lock" (a path such as ``block.duckdb``, a damaged file)."""
+    return isinstance(exc, duckdb.IOException) and _LOCK_ERROR.match(str(exc)) is not None
+
+
+def store_path(path: str | os.PathLike[str], read_only: bool, create: bool = True,
+               inputs: Sequence[str | os.PathLike[str]] = ()) -> Path:
+    """The store file ``path`` names, checked by the one output rule (:func:`check_output`: not a
+    directory, FIFO or device, no trailing '/', a directory that exists), links followed. A reader
+    needs the file; a writer makes the default store's directory (``.katra``; not before the store is
+    opened: ``create`` False), and the file. The CLI calls it with ``--db`` as typed (a trailing '/'
+    is seen only there), before any trace is read; ``inputs`` (the traces) are never the store."""
+    if read_only:
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            raise ConfigError(f"no history store at {shown(path)}; add runs with 'katra3d history add TRACE "
+                              f"--label LABEL' (or point --db at a store)") from None
+        except OSError as exc:
+            raise ConfigError(f"history store {shown(path)} cannot be opened: {describe(exc)}") from None
+        if not stat.S_ISREG(mode):
+            raise ConfigError(f"history store {shown(path)} is not a regular file (it is "
+                              f"{file_kind(mode) or 'not a file'})")
+    else:
+        if Path(path) == DEFAULT_DB and not os.path.isdir(DEFAULT_DB.parent):
+            if not create:
+                return DEFAULT_DB  # its directory is made when the store is opened
+            try:
+                DEFAULT_DB.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(f"cannot create the directory of {shown(path)}: {describe(exc)}") from None
+        check_output(path, append=True, inputs=inputs, option="--db", example="history.duckdb")
+    return Path(os.path.realpath(path))
+
+
 @contextmanager
 def open_store(path: Path, read_only: bool, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[Any]:
     """A DuckDB connection to the store at ``path``, closed on exit.
 
     ``read_only``: the file must exist and hold a katra3d history (ConfigError otherwise). A writer
-    creates the file (and its directory) and the table. Retries the lock for ``lock_timeout_s``.
+    creates the file (and the default store's directory) and the table. Retries DuckDB's lock for
+    ``lock_timeout_s``; any other failure to open (a damaged file) is a ConfigError at once.
     """
     duckdb = duckdb_module()
-    if read_only and not path.exists():
-        raise ConfigError(f"no history store at {str(path)!r}; add runs with 'katra3d history add TRACE "
-                          f"--label LABEL' (or point --db at a store)")
-    if path.exists() and not path.is_file():
-        raise ConfigError(f"history store {str(path)!r} is not a regular file")
-    if not read_only:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot create the directory of {str(path)!r}: {exc.strerror or exc}") from None
+    path = store_path(path, read_only)
     deadline = time.monotonic() + lock_timeout_s
     delay = 0.02
     while True:
@@ -94,13 +130,14 @@ def open_store(path: Path, read_only: bool, lock_timeout_s: float = DEFAULT_LOCK
             break
         except duckdb.Error as exc:
             message = _one_line(exc)
-            if "lock" not in message.lower():
-                raise ConfigError(f"cannot open history store {str(path)!r}: {message}") from None
+            if not _is_lock_error(duckdb, exc):
+                raise ConfigError(f"cannot open history store {shown(path)} (damaged, or not a DuckDB file?): "
+                                  f"{message}") from None
             if time.monotonic() >= deadline:
-                holder = re.search(r"PID (\d+)", message)
+                holder = re.search(r"\(PID (\d+)\)", message)
                 who = f" (process {holder[1]})" if holder else ""
                 raise HistoryLockedError(
-                    f"history store {str(path)!r} is locked by another process{who} and stayed locked for "
+                    f"history store {shown(path)} is locked by another process{who} and stayed locked for "
                     f"{lock_timeout_s:g} s; try again, or raise --lock-timeout") from None
             time.sleep(min(delay * (0.5 + random.random()), max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, 1.0)
@@ -362,4 +399,4 @@ def _select(con: Any, relation: str, names: str) -> list[tuple[Any, ...]]:
 
 __all__ = ["DEFAULT_DB", "DEFAULT_LOCK_TIMEOUT_S", "HistoryLockedError", "HistoryUnavailable", "PARTITION_COLUMNS",
            "AddResult", "PreparedRun", "STORE_VERSION", "Source", "add_to_parquet", "add_to_store", "duckdb_module",
-           "export_parquet", "open_store", "partition_dir", "read_rows", "write_parquet_run"]
+           "export_parquet", "open_store", "partition_dir", "read_rows", "store_path", "write_parquet_run"]

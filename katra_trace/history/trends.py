@@ -16,7 +16,7 @@ import numpy as np
 from katra_trace.analysis.defaults import DEFAULT_ALPHA, check_alpha, check_threshold_pct, threshold_for
 from katra_trace.errors import ConfigError
 from katra_trace.history.rows import iso_utc
-from katra_trace.history.steps import Fit, detect_steps
+from katra_trace.history.steps import Fit, detect_steps, resolution
 from katra_trace.history.store import DEFAULT_LOCK_TIMEOUT_S, Source, read_rows
 from katra_trace.metrics import ALL, AUTO, COUNT_CLOCKS, is_count
 
@@ -75,6 +75,7 @@ class Series:
     host: str
     codegen_id: str
     points: list[Point]
+    traces: frozenset[str] = frozenset()  #: the traces (SHA-256) whose runs the series holds
 
     @property
     def key(self) -> str:
@@ -193,7 +194,8 @@ def build_series(rows: Sequence[Mapping[str, Any]], sel: Selection) -> list[Seri
                                 "" if settings == first_settings else settings, rank[lab]))
         host_texts = sorted({_host_text(r) for r in grows})
         out.append(Series(scene, zone, metric, str(grows[0]["unit"]), sel.stat, host,
-                          " | ".join(host_texts), codegen, points))
+                          " | ".join(host_texts), codegen, points,
+                          frozenset(str(r["trace_sha256"]) for rs in by_label.values() for r in rs)))
     out.sort(key=lambda s: (s.scene, s.zone, AUTO_ORDER.index(s.metric) if s.metric in AUTO_ORDER else 9,
                             s.metric, s.host_id))
     return out
@@ -222,7 +224,7 @@ class StepReport:
     ratio: float          #: new level / old level
     ratio_low: float
     ratio_high: float
-    verdict: str          #: regression | improvement | below threshold | uncertain
+    verdict: str          #: one of :data:`katra_trace.analysis.verdict.VERDICTS` (not "incomparable")
     at_newest: bool       #: starts at the newest label of the selection
     settings_changed: str  #: the capture settings of its first label, when they differ from the series' first
 
@@ -237,15 +239,40 @@ class StepReport:
 
 
 @dataclasses.dataclass(frozen=True)
+class SeriesModel:
+    """One series as every surface shows it (``history show``, ``history check``, ``report --history``):
+    its fit, its change as the fitted model sees it, and, when the labels' raw change reaches the
+    threshold but no step was found, why in one line."""
+
+    series: Series
+    fit: Fit
+    threshold_pct: float   #: the threshold this series is judged against (percent)
+    change_pct: float      #: the fitted level of the newest label over the first's, - 1 (percent)
+    raw_change_pct: float  #: the newest label's level over the first's, - 1 (percent)
+    no_step_reason: str    #: "" unless the raw change reaches the threshold and no step was found
+
+    def as_dict(self) -> dict[str, Any]:
+        f = self.fit
+        return {"levels": f.levels, "change_pct": self.change_pct, "raw_change_pct": self.raw_change_pct,
+                "steps": len(f.steps), "threshold_pct": self.threshold_pct, "noise_sd": f.noise_sd,
+                "noise_source": f.noise_source, "label_dispersion": f.dispersion, "run_sd": f.run_sd,
+                "outlier_runs_left_out": f.dropped_runs, "no_step_reason": self.no_step_reason}
+
+
+@dataclasses.dataclass(frozen=True)
 class CheckResult:
-    """Every series checked, their fits, and the steps found."""
+    """Every series checked, their models, and the steps found."""
 
     series: list[Series]
-    fits: list[Fit]
+    models: list[SeriesModel]
     steps: list[StepReport]
     newest_label: str
     alpha: float
     threshold_pct: float | None  #: None: the per-metric defaults
+
+    @property
+    def fits(self) -> list[Fit]:
+        return [m.fit for m in self.models]
 
     @property
     def regression_at_newest(self) -> bool:
@@ -259,40 +286,44 @@ class CheckResult:
         return out
 
 
+def _model(s: Series, fit: Fit, threshold_pct: float, alpha: float) -> SeriesModel:
+    raw = s.points[-1].level / s.points[0].level
+    reason = ""
+    if not fit.steps and abs(math.log(raw)) >= math.log1p(threshold_pct / 100):
+        reason = resolution(fit, threshold_pct, alpha).text()
+    return SeriesModel(s, fit, threshold_pct, 100 * (fit.change - 1), 100 * (raw - 1), reason)
+
+
 def check_steps(series: Sequence[Series], alpha: float = DEFAULT_ALPHA, threshold_pct: float | None = None,
                 newest_label: str | None = None) -> CheckResult:
-    """Fit each series and judge its steps: **regression** when the level got worse by at least the
-    threshold and the whole interval is on the worse side of 1, **improvement** mirrored, **below
-    threshold** when the change is real but smaller, **uncertain** when its interval crosses 1."""
+    """Fit each series and judge its steps with the decision's interval rule
+    (:func:`katra_trace.analysis.intervals.interval_verdict`, the count metrics' rule): **regression**
+    when the level got worse by at least the threshold and the whole interval is on the worse side of
+    1, **improvement** mirrored, **unchanged** when the whole interval lies within +-threshold,
+    **inconclusive** otherwise."""
+    # deferred: intervals loads scipy.stats (about a second); show and check need it, building a parser does not
+    from katra_trace.analysis.intervals import interval_verdict
+
     alpha = check_alpha(alpha)
     threshold_pct = check_threshold_pct(threshold_pct)
     newest = newest_label if newest_label is not None else _newest(series)
-    fits: list[Fit] = []
+    models: list[SeriesModel] = []
     steps: list[StepReport] = []
     for s in series:
         fit = detect_steps([p.values for p in s.points], alpha=alpha)
-        fits.append(fit)
-        up = 1 + threshold_for(s.metric, threshold_pct) / 100
-        better_high = s.stat in HIGHER_IS_BETTER
+        thr = threshold_for(s.metric, threshold_pct)
+        models.append(_model(s, fit, thr, alpha))
+        sign = -1.0 if s.stat in HIGHER_IS_BETTER else 1.0  # log ratios with + worse
         for st in fit.steps:
-            worse = 1 / st.ratio if better_high else st.ratio
-            worse_low = 1 / st.ratio_high if better_high else st.ratio_low
-            worse_high = 1 / st.ratio_low if better_high else st.ratio_high
-            if worse_low <= 1 <= worse_high:
-                verdict = "uncertain"
-            elif worse >= up:
-                verdict = "regression"
-            elif worse <= 1 / up:
-                verdict = "improvement"
-            else:
-                verdict = "below threshold"
+            ends = sorted((sign * math.log(st.ratio_low), sign * math.log(st.ratio_high)))
+            verdict = interval_verdict(sign * math.log(st.ratio), ends[0], ends[1], thr / 100)
             p = s.points
             steps.append(StepReport(s, p[st.index].label, p[st.start_low].label, p[st.start_high].label, st.ratio,
                                     st.ratio_low, st.ratio_high, verdict,
                                     p[st.index].label == newest and p[-1].label == newest, p[st.index].settings))
     order = {lab: i for i, lab in enumerate(_all_labels(series))}
     steps.sort(key=lambda r: (order[r.label], r.series.scene, r.series.zone, r.series.metric))
-    return CheckResult(list(series), fits, steps, newest, alpha, threshold_pct)
+    return CheckResult(list(series), models, steps, newest, alpha, threshold_pct)
 
 
 def _all_labels(series: Sequence[Series]) -> list[str]:
@@ -310,26 +341,30 @@ def _newest(series: Sequence[Series]) -> str:
 
 def trend_data(source: Source, sel: Selection | None = None, alpha: float = DEFAULT_ALPHA,
                threshold_pct: float | None = None, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> dict[str, Any]:
-    """The trends a report draws, as plain JSON-able data.
+    """The trends a report draws, as plain JSON-able data: :func:`check_steps`' models, so that the
+    line drawn is the steps ``history check`` finds.
 
-    Returns ``{"source": str, "labels": [label, ...] (in order), "series": [SERIES, ...],
-    "steps": [STEP, ...]}`` where SERIES is :meth:`Series.as_dict` (scene, zone, metric, unit, stat,
-    host_id, host, codegen_id, sparkline, and ``points``: per label in order ``label``, ``time``
-    (ISO UTC), ``commit``, ``runs``, ``level`` (geometric mean of the runs' values, in ``unit``),
-    ``min``, ``max``, ``values``, ``settings_changed``) with ``fit``: the fitted ``levels`` per
-    point, and STEP is :meth:`StepReport.as_dict`. Raises ConfigError (exit 2) on a missing, empty or
-    unreadable source and on an unknown scene, metric or host.
+    Returns ``{"source": str, "labels": [label, ...] (in order), "runs": int (traces stored),
+    "scenes": [scene, ...], "alpha": float, "series": [SERIES, ...], "steps": [STEP, ...]}`` where
+    SERIES is :meth:`Series.as_dict` (scene, zone, metric, unit, stat, host_id, host, codegen_id,
+    sparkline, and ``points``: per label in order ``label``, ``time`` (ISO UTC), ``commit``, ``runs``,
+    ``level`` (geometric mean of the runs' values, in ``unit``), ``min``, ``max``, ``values``,
+    ``settings_changed``) with ``fit``: :meth:`SeriesModel.as_dict` (the fitted ``levels`` per point,
+    ``change_pct``, ``raw_change_pct``, ``steps``, ``no_step_reason``, the noise), and STEP is
+    :meth:`StepReport.as_dict`. Raises ConfigError (exit 2) on a missing, empty or unreadable source and
+    on an unknown scene, metric or host.
     """
     series = load_series(source, sel or Selection(), lock_timeout_s)
     result = check_steps(series, alpha=alpha, threshold_pct=threshold_pct)
     out_series = []
-    for s, fit in zip(series, result.fits, strict=True):
+    for s, model in zip(series, result.models, strict=True):
         d = s.as_dict()
-        d["fit"] = {"levels": fit.levels, "noise_sd": fit.noise_sd, "noise_source": fit.noise_source}
+        d["fit"] = model.as_dict()
         out_series.append(d)
-    return {"source": source.name, "labels": _all_labels(series), "series": out_series,
-            "steps": [st.as_dict() for st in result.steps]}
+    return {"source": source.name, "labels": _all_labels(series), "runs": len(frozenset().union(
+                *(s.traces for s in series))), "scenes": sorted({s.scene for s in series}), "alpha": result.alpha,
+            "series": out_series, "steps": [st.as_dict() for st in result.steps]}
 
 
-__all__ = ["AUTO_ORDER", "CheckResult", "HIGHER_IS_BETTER", "Point", "STATS", "Selection", "Series", "StepReport", "build_series",
+__all__ = ["AUTO_ORDER", "CheckResult", "HIGHER_IS_BETTER", "Point", "STATS", "Selection", "Series", "SeriesModel", "StepReport", "build_series",
            "check_steps", "load_series", "sparkline", "trend_data"]

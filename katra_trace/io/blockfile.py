@@ -7,6 +7,7 @@ batch, JSON record and the summary to one :class:`BlockFile`, which encodes (:mo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -105,4 +106,52 @@ class BlockFile:
         self.pos += len(data)
 
 
-__all__ = ["BlockFile"]
+def copy_with_header(src: BinaryIO, dst: BinaryIO, update: Callable[[dict[str, Any]], dict[str, Any]]) -> bool:
+    """Copy the trace ``src`` to ``dst`` with its HEADER block's JSON replaced by ``update(header)``.
+
+    Every other block is copied byte for byte; a footer at the end (a complete trace's) is moved by the
+    header's change in length, so it still points to the SUMMARY block. A prefix of a trace (no footer)
+    is copied the same way. Returns False, having copied nothing, when ``src`` does not start with a
+    readable preamble and HEADER block: the caller copies it as it is. ``src`` is read from its start.
+    """
+    src.seek(0)
+    pre = src.read(fmt.PREAMBLE_SIZE)
+    head = src.read(fmt.BLOCK_HEADER_SIZE)
+    if len(pre) < fmt.PREAMBLE_SIZE or len(head) < fmt.BLOCK_HEADER_SIZE or pre[:8] != fmt.MAGIC:
+        src.seek(0)
+        return False
+    sync, btype, codec, schema, seq, stored_len, raw_len, _crc = fmt.BLOCK_HEADER.unpack(head)
+    stored = src.read(stored_len)
+    if sync != fmt.SYNC or btype != fmt.BlockType.HEADER or len(stored) != stored_len:
+        src.seek(0)
+        return False
+    header = fmt.decode_json(fmt.decompress(stored, raw_len, codec, fmt.PREAMBLE_SIZE), fmt.PREAMBLE_SIZE)
+    new_head, new_stored = fmt.encode_block(fmt.BlockType.HEADER, fmt.encode_json(update(header)), seq=seq,
+                                            codec=fmt.Codec(codec), schema=schema)
+    delta = len(new_stored) - stored_len
+    dst.write(pre)
+    dst.write(new_head)
+    dst.write(new_stored)
+    rest_start = src.tell()
+    end = src.seek(0, 2)
+    footer = b""
+    if end - rest_start >= fmt.FOOTER_SIZE:
+        src.seek(end - fmt.FOOTER_SIZE)
+        tail = src.read(fmt.FOOTER_SIZE)
+        offset = fmt.decode_footer(tail)
+        if offset is not None and offset >= rest_start:
+            footer = fmt.encode_footer(offset + delta)
+            end -= fmt.FOOTER_SIZE
+    src.seek(rest_start)
+    remaining = end - rest_start
+    while remaining > 0:
+        chunk = src.read(min(remaining, 1 << 20))
+        if not chunk:
+            break
+        dst.write(chunk)
+        remaining -= len(chunk)
+    dst.write(footer)
+    return True
+
+
+__all__ = ["BlockFile", "copy_with_header"]

@@ -20,6 +20,7 @@ See docs/reliability.md.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import fcntl
@@ -27,11 +28,13 @@ import os
 import stat
 import tempfile
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from katra_trace.errors import ConfigError, KatraError, OutputBusyError, OutputExistsError, TraceIOError
-from katra_trace.io.reader import file_kind, open_trace
+from katra_trace.io.reader import file_kind, is_trace_file, open_trace
+from katra_trace.text import escape, shown
 
 PART_SUFFIX = ".part"
 
@@ -62,87 +65,194 @@ class Claim:
     existed: bool  #: the final path held a file when the claim was made
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    """Whether two paths name one file (following links; paths that do not exist compare resolved)."""
+def _identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the file ``path`` names (links followed), or None when there is none."""
     try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return a.resolve() == b.resolve()
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _is_input(output: Path, source: str | os.PathLike[str]) -> bool:
+    """Whether ``output`` is the input ``source``: the same file (compared by ``st_dev``/``st_ino``, so links,
+    ``./`` and hard links count), or, when ``source`` is a directory of traces, one of the traces in it."""
+    mine = _identity(output)
+    if mine is None:
+        return False
+    theirs = _identity(source)
+    if theirs == mine:
+        return True
+    if theirs is None or not os.path.isdir(source):
+        return False
+    return _identity(Path(os.path.realpath(output)).parent) == theirs and is_trace_file(output)
+
+
+def exists_error(path: str | os.PathLike[str], option: str) -> OutputExistsError:
+    """The one message for an output that exists and may not be replaced without ``--force``."""
+    return OutputExistsError(f"output {shown(path)} already exists; give --force (overwrite=True in Python) to "
+                             f"replace it, or choose another {option.split('/')[0]}")
 
 
 def check_output(text: str | os.PathLike[str], *, force: bool = False, inputs: Iterable[str | os.PathLike[str]] = (),
-                 option: str = "-o/--output", example: str = "run.katra", part: bool = False) -> Path:
+                 option: str = "-o/--output", example: str = "run.katra", part: bool = False,
+                 append: bool = False) -> Path:
     """The one check of a command's output file, made before any work starts (``run -o``, ``export -o``,
-    ``report -o``): returns the path, or raises with one set of messages.
+    ``report -o``, ``history add --db``): returns the path, or raises with one set of messages.
 
     ConfigError (exit 2) for an empty path; a path that ends with a slash or is a directory; a
     missing parent directory; something that is not a regular file (a FIFO, a device such as
     /dev/stdout, a socket); one of the command's ``inputs`` (never overwritten, even with
-    ``force``); with ``part``, a ``<path>.part`` of a running or crashed capture in the way; and a
-    parent directory this process cannot write. OutputExistsError (exit 2) for an existing file
-    without ``force``. ``option`` names the option in the messages; ``example`` is a file name
-    the directory message suggests. Writing stays with the writer (:func:`claim`) or exporter.
+    ``force``); with ``part``, a ``<path>.part`` of a running or crashed capture in the way; a
+    parent directory this process cannot write; and a path the system refuses to look at (a name
+    too long, a directory it may not search). OutputExistsError (exit 2) for an existing file
+    without ``force``, unless ``append`` (a store that is written into, never replaced).
+    ``option`` names the option in the messages; ``example`` is a file name the directory message
+    suggests. Writing stays with the writer (:func:`claim`) or :func:`open_output`.
     """
     raw = os.fspath(text)
     if not raw.strip():
         raise ConfigError(f"empty {option} path: give a file name, e.g. {option.split('/')[0]} {example}")
     output = Path(raw)
     if raw.endswith(("/", os.sep)):
-        raise ConfigError(f"output {raw!r} names a directory (it ends with '/'); give a file path, e.g. "
-                          f"{output / example}")
-    if output.is_dir():
-        raise ConfigError(f"output {raw!r} names a directory (it is a directory, not a file); give a file path, "
-                          f"e.g. {output / example}")
-    if not output.parent.is_dir():
-        raise missing_directory(output.parent)
+        raise ConfigError(f"output {shown(raw)} names a directory (it ends with '/'); give a file path, e.g. "
+                          f"{escape(str(output / example))}")
     try:
         mode: int | None = output.stat().st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a parent that is missing or a file: said below
         mode = None
     except OSError as exc:
-        raise ConfigError(f"output {raw!r} cannot be checked: {describe(exc)}") from None
+        raise ConfigError(f"output {shown(raw)} cannot be checked: {describe(exc)}") from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise ConfigError(f"output {shown(raw)} names a directory (it is a directory, not a file); give a file "
+                          f"path, e.g. {escape(str(output / example))}")
     if mode is not None and not stat.S_ISREG(mode):
-        raise ConfigError(f"output {raw!r} exists and is not a regular file (it is {file_kind(mode) or 'not a file'}); "
-                          "give a file path")
+        raise ConfigError(f"output {shown(raw)} exists and is not a regular file (it is "
+                          f"{file_kind(mode) or 'not a file'}); give a file path")
+    parent = Path(os.path.realpath(output)).parent if mode is not None else output.parent
+    try:
+        parent_mode: int | None = parent.stat().st_mode
+    except FileNotFoundError:
+        parent_mode = None
+    except OSError as exc:
+        raise ConfigError(f"output {shown(raw)} cannot be checked: {describe(exc)}") from None
+    if parent_mode is None or not stat.S_ISDIR(parent_mode):
+        raise missing_directory(parent)
     for source in inputs:
-        if _same_file(output, Path(source)):
-            raise ConfigError(f"output {raw!r} is one of this command's inputs ({os.fspath(source)!r}); it is "
+        if _is_input(output, source):
+            raise ConfigError(f"output {shown(raw)} is one of this command's inputs ({shown(source)}); it is "
                               f"never overwritten: choose another {option.split('/')[0]}")
-    if mode is not None and not force:
-        raise OutputExistsError(f"output {raw!r} already exists; give --force to replace it, or choose another "
-                                f"{option.split('/')[0]}")
+    if mode is not None and not force and not append:
+        raise exists_error(raw, option)
     if part:
         part_path = part_path_for(output)
         if os.path.lexists(part_path):
-            raise ConfigError(f"'{part_path}' exists: another katra3d run is writing '{output}', or a run that was "
-                              f"killed left its frames there (check it with 'katra3d validate {part_path}', then "
-                              "rename or remove it)")
+            raise ConfigError(f"{shown(part_path)} exists: another katra3d run is writing {shown(output)}, or a run "
+                              f"that was killed left its frames there (check it with 'katra3d validate "
+                              f"{part_path}', then rename or remove it)")
     try:
-        with tempfile.TemporaryFile(dir=output.parent, prefix=".katra3d-write-check-"):
+        with tempfile.TemporaryFile(dir=parent, prefix=".katra3d-write-check-"):
             pass
     except OSError as exc:
-        raise ConfigError(f"cannot write output {raw!r}: directory '{output.parent}' is not writable "
+        raise ConfigError(f"cannot write output {shown(raw)}: directory {shown(parent)} is not writable "
                           f"({describe(exc)})") from None
     return output
 
 
 def missing_directory(parent: Path) -> ConfigError:
     """The error for an output whose directory does not exist (checked first, or found when writing)."""
-    return ConfigError(f"output directory '{parent}' does not exist; create it first (an output is never written "
-                       "where its directory does not exist)")
+    return ConfigError(f"output directory {shown(parent)} does not exist; create it first (an output is never "
+                       "written where its directory does not exist)")
 
 
 def check_output_dir(text: str | os.PathLike[str], *, option: str = "-o/--output") -> Path:
-    """The check of a command's output directory (``ab -o DIR``), before any work: ConfigError (exit 2)
-    for an empty path, or a path that exists and is not a directory. A missing directory is made later."""
+    """The check of a command's output directory (``ab -o DIR``, ``--parquet DIR``), before any work:
+    ConfigError (exit 2) for an empty path, a path that exists and is not a directory, or one the
+    system refuses to look at. A missing directory is made later."""
     raw = os.fspath(text)
     if not raw.strip():
         raise ConfigError(f"empty {option} path: give a directory name")
     output = Path(raw)
-    if os.path.lexists(output) and not output.is_dir():
-        raise ConfigError(f"output {raw!r} exists and is not a directory; give a directory path with "
+    try:
+        mode = os.stat(output).st_mode
+    except FileNotFoundError:
+        return output
+    except OSError as exc:
+        raise ConfigError(f"output {shown(raw)} cannot be checked: {describe(exc)}") from None
+    if not stat.S_ISDIR(mode):
+        raise ConfigError(f"output {shown(raw)} exists and is not a directory; give a directory path with "
                           f"{option.split('/')[0]}")
     return output
+
+
+@contextlib.contextmanager
+def open_output(text: str | os.PathLike[str], *, force: bool = False, inputs: Iterable[str | os.PathLike[str]] = (),
+                option: str = "-o", example: str = "out") -> Iterator[BinaryIO]:
+    """The one way a command writes an output file (export, report, the ab manifest): a binary file
+    whose bytes appear at the path only if the ``with`` block succeeds.
+
+    The path is checked by :func:`check_output` first. A symbolic link is written through: the file
+    goes where the link points and the link is kept. The bytes go to a temporary file beside that
+    target (``O_EXCL``) and are moved into place by :func:`move_into_place`: never over an existing
+    file without ``force``, and then atomically, and never over something that is not a regular file.
+    A failed write leaves no partial file behind. Raises ConfigError, OutputExistsError or TraceIOError.
+    """
+    check_output(text, force=force, inputs=inputs, option=option, example=example)
+    path = Path(os.path.realpath(text)) if os.path.islink(text) else Path(text)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        f = open(tmp, "xb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        raise missing_directory(path.parent) from None
+    except OSError as exc:
+        raise TraceIOError(f"cannot write {shown(path)}: {describe(exc)}") from None
+    try:
+        with f:
+            yield f
+        try:
+            move_into_place(tmp, path, force)
+        except OutputExistsError:
+            raise OutputExistsError(f"output {shown(path)} appeared while it was being written; nothing was "
+                                    "replaced (--force replaces it)") from None
+    except OSError as exc:
+        raise TraceIOError(f"cannot write {shown(path)}: {describe(exc)}") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def move_into_place(source: Path, target: Path, replace: bool) -> None:
+    """Move the finished file ``source`` to ``target`` in its directory (the one move of every output).
+
+    ``replace``: ``os.replace``, atomic (readers see the old file or the new one), after refusing a
+    ``target`` that is not a regular file (a link, FIFO or device put there meanwhile is never swapped
+    out: TraceIOError). Otherwise a no-replace move (``link`` then ``unlink``): a file at ``target``
+    raises OutputExistsError and ``source`` stays. Other failures raise OSError; ``source`` stays.
+    """
+    if replace:
+        try:
+            mode = os.lstat(target).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            raise TraceIOError(f"output {shown(target)} became something that is not a regular file (it is "
+                               f"{file_kind(mode) or 'a symbolic link'}); nothing was replaced")
+        os.replace(source, target)
+        return
+    try:
+        os.link(source, target)
+    except FileExistsError:
+        raise OutputExistsError(f"output {shown(target)} exists; nothing was replaced") from None
+    except OSError as exc:
+        if exc.errno not in _NO_LINKS:
+            raise
+        # No hard links here: a plain rename, after a last look (a file appearing in between
+        # would be replaced: the one race this filesystem leaves open).
+        if os.path.lexists(target):
+            raise OutputExistsError(f"output {shown(target)} exists; nothing was replaced") from None
+        os.rename(source, target)
+        return
+    os.unlink(source)
 
 
 def claim(path: Path, overwrite: bool) -> Claim:
@@ -191,8 +301,7 @@ def _check_final(path: Path, overwrite: bool) -> bool:
         raise TraceIOError(f"cannot write a trace to {shown!r}: it is {what}, not a regular file; "
                            "give -o a file name")
     if not overwrite:
-        raise OutputExistsError(f"{shown!r} already exists: pass --force (overwrite=True in Python) to replace "
-                                "it, or choose another -o")
+        raise exists_error(path, "-o")
     return True
 
 
@@ -269,26 +378,13 @@ def publish(c: Claim, empty_failure: bool) -> bool:
         os.unlink(part)
         return False
     try:
-        if c.overwrite:
-            os.replace(part, final)
-            return True
-        try:
-            os.link(part, final)
-        except FileExistsError:
-            raise OutputExistsError(f"{final!r} appeared while this capture ran and was not replaced; this "
-                                    f"capture is kept in {part!r}", part) from None
-        except OSError as exc:
-            if exc.errno not in _NO_LINKS:
-                raise
-            # No hard links here: a plain rename, after a last look (a file appearing in between
-            # would be replaced: the one race this filesystem leaves open).
-            if os.path.lexists(final):
-                raise OutputExistsError(f"{final!r} appeared while this capture ran and was not replaced; "
-                                        f"this capture is kept in {part!r}", part) from None
-            os.rename(part, final)
-            return True
-        os.unlink(part)
-        return True
+        move_into_place(c.part_path, c.final_path, c.overwrite)
+    except OutputExistsError:
+        raise OutputExistsError(f"{final!r} appeared while this capture ran and was not replaced; this "
+                                f"capture is kept in {part!r}", part) from None
+    except TraceIOError as exc:
+        raise TraceIOError(f"{exc}; this capture is kept in {part!r}") from None
     except OSError as exc:
         raise TraceIOError(f"cannot move the finished capture {part!r} to {final!r}: {describe(exc)}; it is kept "
                            f"in {part!r}") from None
+    return True

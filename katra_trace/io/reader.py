@@ -29,6 +29,7 @@ from katra_trace.io import format as fmt
 from katra_trace.io.blocks import EventBatch, ScanState, decode_budget, file_size, iter_blocks, mark_damaged
 from katra_trace.io.header import TraceHeader
 from katra_trace.schema import EVENT_DTYPE
+from katra_trace.text import shown
 
 
 class TraceRecoveryWarning(UserWarning):
@@ -73,7 +74,7 @@ class Trace:
 
         Stops quietly at the first damaged block (``strict``: raises), like :func:`iter_blocks`."""
         state = ScanState(max_ratio=self.max_ratio)
-        with _open(self.path) as f:
+        with open_regular(self.path) as f:
             for block in iter_blocks(f, state, strict):
                 if block.type == fmt.BlockType.EVENTS:
                     try:
@@ -104,7 +105,21 @@ def file_kind(mode: int) -> str | None:
     return next((what for test, what in _KINDS if test(mode)), None)
 
 
-def _open(path: Path) -> BinaryIO:
+def is_trace_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a regular file that starts with the trace magic (never blocks, never raises)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, len(fmt.MAGIC), 0) == fmt.MAGIC
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     """Open a trace for reading: regular files only.
 
     The file is opened with O_NONBLOCK, so a FIFO with no writer cannot hang the open, and then
@@ -186,7 +201,17 @@ def open_trace(path: str | os.PathLike[str], strict: bool = False, events: bool 
             (:func:`decode_budget`); None: ``$KATRA3D_MAX_RATIO`` or 10; 0: no limit. Beyond it,
             :class:`~katra_trace.errors.TraceTooLargeError` (a decompression bomb, or a genuine
             trace that compresses unusually well).
+
+    A :class:`TraceFormatError` names the file (a trace found in a directory is otherwise anonymous).
     """
+    try:
+        return _read_trace(path, strict, events, max_ratio)
+    except TraceFormatError as exc:
+        raise type(exc)(f"{shown(path)}: {exc}", exc.offset) from None
+
+
+def _read_trace(path: str | os.PathLike[str], strict: bool, events: bool, max_ratio: float | None) -> Trace:
+    """:func:`open_trace`'s work."""
     trace = Trace(Path(path))
     trace.max_ratio = max_ratio
     state = ScanState(max_ratio=max_ratio)
@@ -194,7 +219,7 @@ def open_trace(path: str | os.PathLike[str], strict: bool = False, events: bool 
     n_events = 0
     summary_at: int | None = None
     header_seen = False
-    with _open(trace.path) as f:
+    with open_regular(trace.path) as f:
         expected = _summary_event_count(f, decode_budget(file_size(f), max_ratio)) if events else None
         out = np.empty(expected, dtype=EVENT_DTYPE) if expected is not None else None
         for block in iter_blocks(f, state, strict):

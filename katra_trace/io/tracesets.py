@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from katra_trace.errors import ConfigError
-from katra_trace.io.format import MAGIC
+from katra_trace.io.claim import describe, open_output
+from katra_trace.io.reader import is_trace_file
+from katra_trace.text import shown
 
 #: Name of the manifest ``katra3d ab`` writes into its output directory.
 AB_MANIFEST = "ab.json"
@@ -21,10 +24,9 @@ AB_MANIFEST_VERSION = 1
 
 
 def write_ab_manifest(root: Path, manifest: dict[str, Any]) -> None:
-    """Write ``root/ab.json`` atomically (a crash leaves the previous version)."""
-    tmp = root / f".{AB_MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-    os.replace(tmp, root / AB_MANIFEST)
+    """Write ``root/ab.json`` atomically through the one output rule (a crash leaves the previous version)."""
+    with open_output(root / AB_MANIFEST, force=True, option="-o", example=AB_MANIFEST) as f:
+        f.write((json.dumps(manifest, indent=2) + "\n").encode("utf-8"))
 
 
 def read_ab_manifest(root: Path) -> dict[str, Any] | None:
@@ -59,24 +61,27 @@ def ab_pairs(root: Path, manifest: dict[str, Any]) -> list[tuple[Path, Path]]:
 
 
 def trace_paths(path: str) -> list[Path]:
-    """The trace files ``path`` names: itself, or the katra traces directly inside a directory."""
+    """The trace files ``path`` names: itself, or the katra traces directly inside a directory.
+
+    ConfigError (exit 2, one line naming the path) for a path that does not exist, an empty
+    directory, or one the system refuses to look at (a name too long, no permission)."""
     p = Path(path)
-    if p.is_dir():
-        found = []
-        for child in sorted(p.iterdir()):
-            if child.is_file():
-                try:
-                    with open(child, "rb") as f:
-                        if f.read(len(MAGIC)) == MAGIC:
-                            found.append(child)
-                except OSError:
-                    continue
-        if not found:
-            raise ConfigError(f"no katra3d traces in directory {path!r}")
-        return found
-    if not p.exists():
-        raise ConfigError(f"no such trace file or directory: {path!r}")
-    return [p]
+    try:
+        mode = os.stat(p).st_mode
+    except FileNotFoundError:
+        raise ConfigError(f"no such trace file or directory: {shown(path)}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {shown(path)}: {describe(exc)}") from None
+    if not stat.S_ISDIR(mode):
+        return [p]
+    try:
+        children = sorted(p.iterdir())
+    except OSError as exc:
+        raise ConfigError(f"cannot list directory {shown(path)}: {describe(exc)}") from None
+    found = [child for child in children if is_trace_file(child)]
+    if not found:
+        raise ConfigError(f"no katra3d traces in directory {shown(path)}")
+    return found
 
 
 __all__ = ["AB_MANIFEST", "AB_MANIFEST_VERSION", "ab_pairs", "read_ab_manifest", "trace_paths", "write_ab_manifest"]

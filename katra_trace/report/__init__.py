@@ -10,25 +10,29 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from katra_trace import __version__
 from katra_trace.errors import KatraError
-from katra_trace.export.output import open_output
+from katra_trace.io.claim import open_output
 from katra_trace.report.page import plotly_js_packed, render
+from katra_trace.text import check_text
 
 
 def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: str = "katra3d report",
-                 compare_options: dict[str, Any] | None = None, history: dict[str, Any] | None = None) -> str:
+                 compare_options: dict[str, Any] | None = None, history: dict[str, Any] | None = None,
+                 compare_notes: Sequence[str] = ()) -> str:
     """The report page for opened traces ``runs`` (one run each) and, if given, ``baseline``.
 
     With a baseline the page holds ``compare_traces(baseline, runs)``'s verdicts; when the
     traces cannot be compared (ConfigError: counts against times, ...) it says why instead.
+    ``compare_options`` are ``compare_traces``' keyword arguments (the CLI's ``compare_kwargs``, and
+    ``pairs`` for the rounds of ``katra3d ab``); ``compare_notes`` go before the comparison's notes.
     ``history`` (:func:`katra_trace.history.trends.trend_data`'s result) adds a section of trend plots.
     Raises MissingDependencyError (exit 3) without plotly.
     """
     plotly_js_packed()  # fail before any work when plotly is missing
+    check_text(title, "--title")
     comparison: dict[str, Any] | None = None
     error: str | None = None
     if baseline:
@@ -37,16 +41,19 @@ def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: st
 
         try:
             comparison = compare_traces(list(baseline), list(runs), **(compare_options or {})).as_dict()
+            comparison["notes"] = [*compare_notes, *comparison.get("notes", [])]
         except KatraError as exc:
             error = str(exc)
     return render(runs, baseline, comparison=comparison, comparison_error=error, title=title,
                   tool_version=f"katra3d {__version__}", history=history)
 
 
-def write_report(path: str | os.PathLike[str], page: str, *, overwrite: bool = False) -> int:
-    """Write ``page`` to ``path`` (refusing to replace a file unless ``overwrite``); returns its size in bytes."""
+def write_report(path: str | os.PathLike[str], page: str, *, overwrite: bool = False,
+                 inputs: Sequence[str | os.PathLike[str]] = ()) -> int:
+    """Write ``page`` to ``path`` (refusing to replace a file unless ``overwrite``, and never one of the
+    ``inputs``: traces, directories of traces, a history store); returns its size in bytes."""
     data = page.encode("utf-8")
-    with open_output(Path(path), overwrite=overwrite, example="report.html") as f:
+    with open_output(path, force=overwrite, inputs=inputs, example="report.html") as f:
         f.write(data)
     return len(data)
 

@@ -25,6 +25,7 @@ from katra_trace.analysis.stats import trace_stats
 from katra_trace.metrics import is_count
 from katra_trace.optional import require
 from katra_trace.report.history import history_section
+from katra_trace.report.plottext import plot_text
 from katra_trace.report.series import (
     TraceLike,
     cdf_points,
@@ -274,7 +275,7 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
                 continue
             s = frame_series(t, found[0], clock)
             label = _run_label(t, i, role)
-            series_data.append({"type": "scatter", "mode": "lines", "name": label, "x": s.frame.tolist(),
+            series_data.append({"type": "scatter", "mode": "lines", "name": plot_text(label), "x": s.frame.tolist(),
                                 "y": _compact(s.value), "line": {"width": 1, "color": _color(role, i),
                                                                  "dash": "dot" if role == "baseline" else "solid"}})
             if s.frame.size:
@@ -309,7 +310,7 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
     what = f"frame time, {clock} clock (ms)" if unit == "ms" else f"{unit} per frame"
     base_id = f"katra-plot-{index}"
     figures.append({"id": f"{base_id}-series", "data": series_data,
-                    "layout": _layout(f"{scene}: {what}", "frame", unit,
+                    "layout": _layout(plot_text(f"{scene}: {what}"), "frame", unit,
                                       shapes=shapes, annotations=annotations, yaxis=y_axis)})
     cdf_data = []
     spread = [v for r in ("run", "baseline") for v in pooled[r] if v.size]
@@ -337,7 +338,7 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
             zones = list(per_zone)
             meds = [float(np.median(per_zone[z])) for z in zones]
             zone_data.append({"type": "bar", "orientation": "h", "name": "runs" if role == "run" else "baseline",
-                              "y": zones, "x": meds, "marker": {"color": _color(role, 0)},
+                              "y": [plot_text(z) for z in zones], "x": meds, "marker": {"color": _color(role, 0)},
                               "text": [format(m, ".3f" if unit == "ms" else ",.0f") for m in meds],
                               "textposition": "auto"})
     zone_html = ""
@@ -355,6 +356,16 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
             f'<div class="row"><div class="plot" id="{base_id}-cdf"></div>{zone_html}</div>'
             f"<h3>statistics (warmup excluded)</h3>{_stats_table(stats_rows)}</section>")
     return body, figures
+
+
+def _counts(runs: Sequence[TraceLike], baseline: Sequence[TraceLike], history: Mapping[str, Any] | None) -> str:
+    """The page header's count: the runs (and baseline runs) reported, or, for a history alone, its runs,
+    labels and scenes."""
+    if runs or baseline or history is None:
+        return f"{len(runs)} run(s)" + (f" against {len(baseline)} baseline run(s)" if baseline else "")
+    scenes = ", ".join(str(s) for s in history.get("scenes", [])) or "none"
+    return (f"history of {int(history.get('runs', 0))} run(s) over {len(history.get('labels', []))} label(s); "
+            f"scenes: {_e(scenes)}")
 
 
 #: The table-of-contents link to the history section.
@@ -394,9 +405,9 @@ def render(runs: Sequence[TraceLike], baseline: Sequence[TraceLike] = (), *, com
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{_e(title)}</title>"
         f"<style>{_CSS}</style></head><body><main>"
-        f"<h1>{_e(title)}</h1><p class=\"muted\">{len(runs)} run(s)"
-        + (f" against {len(baseline)} baseline run(s)" if baseline else "")
-        + f"; generated {generated} by {_e(tool_version)}. Scenes: {toc}</p><p id=\"katra-status\"></p>"
+        f"<h1>{_e(title)}</h1><p class=\"muted\">{_counts(runs, baseline, history)}"
+        + f"; generated {generated} by {_e(tool_version)}. {'Scenes' if scenes else 'Sections'}: {toc}</p>"
+        + "<p id=\"katra-status\"></p>"
         + (_runs_section(runs, baseline) if runs or baseline else "") + _comparison_section(comparison, comparison_error) + empty
         + "".join(sections) + history_html
         + f'</main><script type="application/json" id="katra-figures">{_json_for_script(figures)}</script>'

@@ -1,0 +1,151 @@
+"""The counted child's lifetime: it dies with its parent, and no dump directory outlives them.
+
+A counted run's child (valgrind, running ``python -m harness``) is started in a session of its own, so a
+Ctrl-C on the terminal reaches only the parent, which forwards it (:mod:`harness.run.measure`). If the
+parent is killed outright (SIGKILL, the OOM killer) nothing is forwarded; so the child is started with
+Linux's parent-death signal set to SIGKILL (:func:`die_with_parent`, ``prctl(PR_SET_PDEATHSIG)`` between
+fork and exec; it survives the exec of setarch and valgrind). A killed child cannot remove its dump
+directory, and neither can a killed parent, so the directory's name carries its owner's PID
+(:func:`make_dump_dir`) and every counted run first removes the dump directories whose owner is gone
+(:func:`remove_stale_dump_dirs`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+#: ``PR_SET_PDEATHSIG`` of ``<linux/prctl.h>``.
+PR_SET_PDEATHSIG = 1
+
+#: How a dump directory's name starts; the owner's PID follows in a fixed width (the child runs in the
+#: directory, and the length of its path must not vary: it shifts the process's memory, see docs/measure.md).
+DUMP_PREFIX = "katra3d-callgrind-"
+_PID_WIDTH = 10
+_DUMP_NAME = re.compile(re.escape(DUMP_PREFIX) + r"(\d{%d})-[^/]+" % _PID_WIDTH)
+
+
+def make_dump_dir() -> Path:
+    """A new dump directory in the temporary directory, named after this process (its owner)."""
+    return Path(tempfile.mkdtemp(prefix=f"{DUMP_PREFIX}{os.getpid():0{_PID_WIDTH}d}-"))
+
+
+def owner_pid(path: Path) -> int | None:
+    """The PID of the process that made the dump directory ``path``, or None if it is not one."""
+    match = _DUMP_NAME.fullmatch(path.name)
+    return int(match.group(1)) if match else None
+
+
+def alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user's counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_dump_dirs(where: Path | None = None) -> list[Path]:
+    """Remove the dump directories in ``where`` (the temporary directory) whose owner is no longer running.
+
+    Returns the ones removed. A directory of a live process, or of a PID now reused by another process,
+    stays (it is removed after that one ends); one this user may not remove stays too."""
+    base = Path(where or tempfile.gettempdir())
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return removed
+    for entry in entries:
+        pid = owner_pid(Path(entry.name))
+        if pid is None or pid == os.getpid() or alive(pid) or not entry.is_dir(follow_symlinks=False):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        if not os.path.lexists(entry.path):
+            removed.append(Path(entry.path))
+    return removed
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGKILL when this process ends, or None off Linux.
+
+    It also ends the child at once if this process ended before the request was made (the child then has
+    another parent already)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, before fork
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    parent = os.getpid()
+
+    def preexec() -> None:
+        if prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+            os._exit(127)
+        if os.getppid() != parent:
+            os._exit(127)
+
+    return preexec
+
+
+@contextlib.contextmanager
+def forward_signals(child: list[subprocess.Popen[bytes]], ready: Callable[[], bool],
+                    received: list[int]) -> Iterator[None]:
+    """While the child runs, send it every SIGINT/SIGTERM/SIGHUP this process gets, and note it in ``received``.
+
+    Until the child is ``ready`` (its katra3d code runs and has reported), it has counted nothing and has no
+    handler that would end it cleanly (a Ctrl-C during its imports would end in a traceback): it is killed
+    instead. ``child`` holds the child once it is started (empty before): the handlers are set before the
+    dump directory is made, so a signal that comes while the child is being started is noted, not lost in
+    whatever Python code it interrupted (the caller kills a child started after a signal). Outside the main
+    thread no handler can be set, and nothing is forwarded."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def forward(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        if not child:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            if ready():
+                child[0].send_signal(signum)
+            else:
+                child[0].kill()
+
+    old: dict[signal.Signals, Any] = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            old[sig] = signal.signal(sig, forward)
+        yield
+    finally:
+        for stopped, handler in old.items():
+            signal.signal(stopped, handler if handler is not None else signal.SIG_DFL)
+
+
+def wait(proc: subprocess.Popen[bytes], poll: Callable[[], object], every_s: float) -> int:
+    """Wait for ``proc`` to end, calling ``poll()`` every ``every_s`` seconds meanwhile; its exit code."""
+    while True:
+        try:
+            return proc.wait(timeout=every_s)
+        except subprocess.TimeoutExpired:
+            poll()
+
+
+__all__ = ["DUMP_PREFIX", "alive", "die_with_parent", "forward_signals", "make_dump_dir", "owner_pid",
+           "remove_stale_dump_dirs", "wait"]

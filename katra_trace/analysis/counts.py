@@ -1,0 +1,143 @@
+"""The decision of a count metric (instructions, cycles): one run a side is evidence, no p-value.
+
+Pure: numpy only. The rule (docs/stats.md, "Instructions and cycles"; summarised in
+:mod:`katra_trace.analysis.decide`'s doc): the change is the median of the per-frame ratios frame i
+against frame i when the frames match, set against the threshold with a band of
+:data:`NOISE_FLOOR_FACTOR` measured noise floors, never narrower than the cross-process jitter
+(:data:`katra_trace.analysis.defaults.COUNT_JITTER_PER_FRAME`), and decided by
+:func:`katra_trace.analysis.intervals.interval_verdict`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from katra_trace.analysis.defaults import COUNT_JITTER_PER_FRAME
+from katra_trace.analysis.intervals import clean_runs, cv, frame_figures, geometric_mean, interval_verdict
+from katra_trace.analysis.verdict import SceneComparison
+
+#: Fewer measured frames than this on a side: incomparable (count metrics).
+MIN_FRAMES_COUNTS = 1
+#: Half-width of the count metrics' band, in noise floors.
+NOISE_FLOOR_FACTOR = 3.0
+
+
+def _robust_rel_spread(values: np.ndarray) -> float:
+    """1.4826 x MAD of log values: a robust relative sd (0 for identical values)."""
+    logs = np.log(values)
+    return 1.4826 * float(np.median(np.abs(logs - np.median(logs))))
+
+
+def _run_offsets(runs: Sequence[np.ndarray]) -> list[float]:
+    """Each run's median log ratio to its side's frame-by-frame profile (runs of equal length)."""
+    profile = np.median(np.stack(runs), axis=0)
+    return [float(np.median(np.log(r / profile))) for r in runs]
+
+
+def noise_floor(b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]) -> tuple[float, str]:
+    """The relative noise floor of a count metric (an sd on the log scale) and where it came from.
+
+    * a side has >= 2 runs: the sd of its runs' levels (the larger side's); a run's level is
+      its median frame, or, when all frames match by index, its median log ratio to the
+      side's frame-by-frame profile (so the animation's differences between frames do not count);
+    * one run a side with the same frames: the robust spread (1.4826 x MAD) of
+      the per-frame log ratios NEW/BASE, frame i against frame i. A scene's
+      frames may differ in work (animation), but the same frame of two runs does
+      the same work, so what the ratios spread by is noise;
+    * otherwise the robust spread of each side's log frame counts (the larger).
+
+    The median absolute deviation ignores the few frames that carry the
+    harness's periodic work.
+    """
+    sides = [r for r in (b_runs, n_runs) if len(r) >= 2]
+    if sides:
+        matched = matched_profiles(b_runs, n_runs) is not None
+        sds = [float(np.array(_run_offsets(runs) if matched else np.log([np.median(x) for x in runs])).std(ddof=1))
+               for runs in sides]
+        return max(sds), "across runs"
+    if len(b_runs) == len(n_runs) == 1 and b_runs[0].size == n_runs[0].size:
+        return _robust_rel_spread(n_runs[0] / b_runs[0]), "across matched steady frames"
+    spreads = [_robust_rel_spread(np.concatenate(runs)) for runs in (b_runs, n_runs)]
+    return max(spreads), "across steady frames"
+
+
+def matched_profiles(b_runs: Sequence[np.ndarray],
+                     n_runs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each side's frame-by-frame profile (frame i's median over the side's runs) when every run of
+    both sides has the same number of frames, else None (the frames cannot be matched by index)."""
+    sizes = {r.size for r in (*b_runs, *n_runs)}
+    if len(sizes) != 1 or not b_runs or not n_runs:
+        return None
+    return np.median(np.stack(b_runs), axis=0), np.median(np.stack(n_runs), axis=0)
+
+
+def decide_counts(scene: str, base_runs: Sequence[np.ndarray], new_runs: Sequence[np.ndarray], *,
+                  threshold: float, metric: str, zone: str = "",
+                  frame_base: float | None = None) -> SceneComparison:
+    """Verdict of a deterministic count metric (instructions, cycles) for one scene or zone.
+
+    ``frame_base``: for a zone, the scene's BASE count per frame. A zone is then
+    judged by what its change does to the frame (its change in counts over the
+    frame's count, ``frame_change_pct``), so that a small zone's jitter does not
+    read as a regression of the frame; ``ratio`` stays the zone's own.
+    """
+    b_runs, n_runs = clean_runs(base_runs), clean_runs(new_runs)
+    b_all = np.concatenate(b_runs) if b_runs else np.empty(0)
+    n_all = np.concatenate(n_runs) if n_runs else np.empty(0)
+    m: dict[str, Any] = {"scene": scene, "zone": zone, "metric": metric, "value_unit": metric,
+                         "unit": "counts", "runs_base": len(b_runs), "runs_new": len(n_runs),
+                         "frames_base": int(b_all.size), "frames_new": int(n_all.size)}
+    if min(b_all.size, n_all.size) < MIN_FRAMES_COUNTS:
+        side = "BASE" if b_all.size == 0 else "NEW"
+        return SceneComparison(**dict(m, verdict="incomparable", reason=f"missing in {side} (no measured frames)"))
+    med_b = np.array([np.median(r) for r in b_runs])
+    med_n = np.array([np.median(r) for r in n_runs])
+    floor, source = noise_floor(b_runs, n_runs)
+    profiles = matched_profiles(b_runs, n_runs)
+    if profiles is not None:  # frame i against frame i: the median of the per-frame log ratios
+        own = float(np.median(np.log(profiles[1] / profiles[0])))
+    else:
+        own = float(np.log(med_n).mean()) - float(np.log(med_b).mean())
+    level_b, level_n = geometric_mean(med_b), geometric_mean(med_n)
+    m.update(frame_figures(b_all, n_all, count=True))
+    m.update(median_base=level_b, median_new=level_n, ratio=math.exp(own), noise_floor_pct=floor * 100,
+             run_cv_base=cv(med_b), run_cv_new=cv(med_n))
+    est, scale = own, 1.0
+    frame_level = level_b
+    if frame_base is not None and frame_base > 0:  # a zone: judged on its share of the frame
+        scale = level_b / frame_base
+        est = math.log1p(math.expm1(own) * scale)
+        m["frame_change_pct"] = math.expm1(est) * 100
+        frame_level = frame_base
+    jitter = math.log1p(COUNT_JITTER_PER_FRAME / frame_level) if frame_level > 0 else math.inf
+    m["jitter_floor_pct"] = math.expm1(jitter) * 100
+    spread = max(NOISE_FLOOR_FACTOR * floor * scale, jitter)
+    lo, hi = est - spread, est + spread
+    m.update(ci_low=math.exp(lo), ci_high=math.exp(hi))
+    thr_pct = threshold * 100
+    change = f"{math.expm1(own) * 100:+.2f}% {metric}"
+    if profiles is not None:
+        change += " frame against frame"
+    if frame_base is not None:
+        change += f" in this zone, {math.expm1(est) * 100:+.2f}% of the frame"
+    floor_txt = f"noise floor {floor * 100:.3g}% {source}"
+    if jitter > NOISE_FLOOR_FACTOR * floor * scale:
+        floor_txt += (f"; cross-process jitter {COUNT_JITTER_PER_FRAME:,} {metric} a frame, "
+                      f"{math.expm1(jitter) * 100:.3g}% of this frame")
+    band = f"[{math.expm1(lo) * 100:+.2f}%, {math.expm1(hi) * 100:+.2f}%]"
+    verdict = interval_verdict(est, lo, hi, threshold)
+    if verdict in ("regression", "improvement"):
+        return SceneComparison(**dict(m, verdict=verdict, reason=f"{change} (threshold {thr_pct:g}%, {floor_txt})"))
+    if verdict == "unchanged":
+        return SceneComparison(**dict(m, verdict=verdict, reason=f"{change}, within +-{thr_pct:g}% ({floor_txt})"))
+    why = (f"the {floor_txt} is too large for a {thr_pct:g}% threshold"
+           if 2 * spread >= math.log1p(threshold)
+           else f"the band {band} ({floor_txt}) reaches the +-{thr_pct:g}% threshold")
+    return SceneComparison(**dict(m, verdict="inconclusive", reason=f"{change}: {why}"))
+
+
+__all__ = ["MIN_FRAMES_COUNTS", "NOISE_FLOOR_FACTOR", "decide_counts", "matched_profiles", "noise_floor"]

@@ -1,0 +1,183 @@
+"""The statistical pieces every decision uses: Holm's correction, t intervals, runs needed, and the interval rule.
+
+Pure: numpy and scipy.stats only. :mod:`katra_trace.analysis.decide` (time metrics and the entry point),
+:mod:`katra_trace.analysis.counts` (count metrics) and ``history check`` (:mod:`katra_trace.history.trends`)
+decide through these; docs/stats.md states the rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from katra_trace.analysis.stats import frame_stats
+
+#: Power assumed when estimating how many runs would be needed.
+TARGET_POWER = 0.8
+#: Runs (or paired rounds) a side below which run-to-run noise is unknown (time metrics).
+MIN_RUNS = 3
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values (step-down), same order as given."""
+    p = np.asarray(p_values, dtype=np.float64)
+    m = p.size
+    if m == 0:
+        return []
+    order = np.argsort(p, kind="stable")
+    adjusted = np.empty(m)
+    running = 0.0
+    for rank, idx in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * float(p[idx])))
+        adjusted[idx] = running
+    return [float(v) for v in adjusted]
+
+
+def mwu_p(x: np.ndarray, y: np.ndarray) -> float:
+    """Two-sided Mann-Whitney U p-value: exact for small tie-free samples, else asymptotic."""
+    ties = np.unique(np.concatenate([x, y])).size < x.size + y.size
+    method = "exact" if (not ties and x.size <= 50 and y.size <= 50) else "asymptotic"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = sps.mannwhitneyu(y, x, alternative="two-sided", method=method)
+    p = float(res.pvalue)
+    return p if math.isfinite(p) else 1.0
+
+
+def cv(values: np.ndarray) -> float:
+    if values.size < 2:
+        return math.nan
+    mean = float(values.mean())
+    return float(values.std(ddof=1)) / mean if mean > 0 else math.nan
+
+
+def geometric_mean(values: np.ndarray) -> float:
+    """Geometric mean of positive values, exact when they are all equal (one run's count stays whole)."""
+    first = float(values[0])
+    return first * math.exp(float(np.mean(np.log(values / first))))
+
+
+def clean(run: np.ndarray) -> np.ndarray:
+    d = np.asarray(run, dtype=np.float64)
+    return d[np.isfinite(d) & (d > 0)]
+
+
+def clean_runs(runs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    return [d for d in (clean(r) for r in runs) if d.size]
+
+
+@dataclasses.dataclass(frozen=True)
+class TInterval:
+    """A t-based estimate of a log ratio: estimate, standard error, degrees of freedom."""
+
+    estimate: float
+    se: float
+    dof: float
+
+    def interval(self, confidence: float) -> tuple[float, float]:
+        """Two-sided interval of the log ratio at ``confidence``."""
+        if self.se == 0:
+            return self.estimate, self.estimate
+        q = float(sps.t.ppf(0.5 + confidence / 2.0, self.dof))
+        return self.estimate - q * self.se, self.estimate + q * self.se
+
+    def p_directional(self) -> float:
+        """One-sided p-value in the direction of the estimate (0 when se is 0 and estimate != 0)."""
+        if self.se == 0:
+            return 0.0 if self.estimate != 0 else 1.0
+        return float(sps.t.sf(abs(self.estimate) / self.se, self.dof))
+
+
+def welch(log_base: np.ndarray, log_new: np.ndarray) -> TInterval:
+    """Welch's t for mean(log_new) - mean(log_base) (each side >= 2 values)."""
+    nb, nn = log_base.size, log_new.size
+    vb = float(log_base.var(ddof=1)) / nb
+    vn = float(log_new.var(ddof=1)) / nn
+    est = float(log_new.mean() - log_base.mean())
+    se2 = vb + vn
+    if se2 == 0:
+        return TInterval(est, 0.0, float(nb + nn - 2))
+    denom = (vb * vb / (nb - 1) if vb else 0.0) + (vn * vn / (nn - 1) if vn else 0.0)
+    dof = se2 * se2 / denom
+    return TInterval(est, math.sqrt(se2), dof)
+
+
+def paired_t(log_ratios: np.ndarray) -> TInterval:
+    """Paired t on per-round log ratios (>= 2 rounds)."""
+    k = log_ratios.size
+    return TInterval(float(log_ratios.mean()), float(log_ratios.std(ddof=1)) / math.sqrt(k), float(k - 1))
+
+
+def runs_needed(sd_log: float, threshold: float, alpha: float, m: int, paired: bool) -> int | None:
+    """Runs (rounds) a side for a one-sided t at alpha / m to detect a ``threshold`` change.
+
+    ``sd_log``: the spread of one run's log median (unpaired) or of one
+    round's log ratio (paired); power :data:`TARGET_POWER`.
+    """
+    if not math.isfinite(sd_log) or sd_log <= 0 or threshold <= 0:
+        return None
+    delta = math.log1p(threshold)
+    a = alpha / max(m, 1)
+    z = float(sps.norm.ppf(1 - a)) + float(sps.norm.ppf(TARGET_POWER))
+    n_normal = (z * sd_log / delta) ** 2 * (1 if paired else 2)  # t quantiles only make it larger
+    if n_normal > 100_000:
+        return None
+    n = np.arange(max(MIN_RUNS, math.floor(n_normal)), math.ceil(2 * n_normal) + 12, dtype=np.float64)
+    dof = n - 1 if paired else 2 * n - 2
+    se = sd_log / np.sqrt(n) if paired else sd_log * np.sqrt(2.0 / n)
+    ok = (sps.t.ppf(1 - a, dof) + sps.t.ppf(TARGET_POWER, dof)) * se <= delta
+    return int(n[np.argmax(ok)]) if ok.any() else None
+
+
+def interval_verdict(estimate: float, low: float, high: float, threshold: float) -> str:
+    """The verdict of an effect known with an interval (all three log ratios NEW / BASE, ``+`` worse)
+    against ``threshold`` (a fraction): the count metrics' rule, also ``history check``'s for a step.
+
+    **regression** when the estimate is at least ``log(1 + threshold)`` and the whole interval is above
+    0; **improvement** mirrored; **unchanged** when the whole interval lies inside the +-threshold
+    band; otherwise **inconclusive**.
+    """
+    up = math.log1p(threshold)
+    if estimate >= up and low > 0:
+        return "regression"
+    if estimate <= -up and high < 0:
+        return "improvement"
+    if -up < low and high < up:
+        return "unchanged"
+    return "inconclusive"
+
+
+def frame_figures(b_all: np.ndarray, n_all: np.ndarray, count: bool) -> dict[str, Any]:
+    """Pooled-frame change and p (information); frame-pacing figures unless ``count`` (not times in ns)."""
+    out: dict[str, Any] = {"frame_ratio": float(np.median(n_all) / np.median(b_all)),
+                           "frame_p_value": mwu_p(b_all, n_all)}
+    if not count:
+        fb, fn = frame_stats(b_all), frame_stats(n_all)
+        out.update(p99_base_ms=fb.p99_ms, p99_new_ms=fn.p99_ms,
+                   fps_low_1pct_base=fb.fps_low_1pct, fps_low_1pct_new=fn.fps_low_1pct,
+                   stutter_pct_base=fb.stutter_pct, stutter_pct_new=fn.stutter_pct)
+    return out
+
+
+__all__ = [
+    "MIN_RUNS",
+    "TARGET_POWER",
+    "TInterval",
+    "clean",
+    "clean_runs",
+    "cv",
+    "frame_figures",
+    "geometric_mean",
+    "holm",
+    "interval_verdict",
+    "mwu_p",
+    "paired_t",
+    "runs_needed",
+    "welch",
+]
