@@ -111,7 +111,7 @@ def test_a_forced_export_writes_through_a_link_and_keeps_it(tmp_path: Path, caps
     code, _, err = _cli(capsys, "export", str(trace), "--to", "csv", "-o", str(link), "--force", "--quiet")
     assert code == 0, err
     assert link.is_symlink() and os.readlink(link) == "target.csv"
-    assert target.read_text().startswith("scene,name,kind,")
+    assert target.read_text().startswith('"scene","name","kind",')
     assert [dst for _, dst in watched_replace] == [str(target)]  # the replace went onto the link's target
 
 
