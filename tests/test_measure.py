@@ -288,6 +288,7 @@ def test_client_requests_are_no_ops_outside_valgrind() -> None:
     assert valgrind_request.running_on_valgrind() == 0
     assert valgrind_request.client_request(valgrind_request.RUNNING_ON_VALGRIND, default=77) == 77
     assert valgrind_request.start_instrumentation() is False  # outside valgrind: nothing to switch on
+    assert valgrind_request.stop_instrumentation() is False  # ... nor off
 
 
 def test_child_command_defers_instrumentation_only_when_asked() -> None:
@@ -308,20 +309,22 @@ def test_compare_refuses_counts_instrumented_from_different_points() -> None:
     assert mismatch(sides, {"codegen"}, notes) == "" and "counted_from" in " ".join(notes)
 
 
-def test_instrumentation_switched_on_from_python_starts_the_dumps(tmp_path: Path) -> None:
+def test_instrumentation_switched_on_and_off_from_python_starts_and_stops_the_dumps(tmp_path: Path) -> None:
     if not HAVE_VALGRIND or not valgrind_request.available():
         pytest.skip("needs valgrind and client-request code for this machine")
     script = ("import os, sys\nfrom harness.engine import valgrind_request as v\n"
               "os.getppid()\n"  # instrumentation off: no dump
               "print(v.running_on_valgrind(), v.start_instrumentation())\n"
-              "os.getppid(); sum(range(1000)); os.getppid()\n")
+              "os.getppid(); sum(range(1000)); os.getppid()\n"
+              "print(v.stop_instrumentation())\n"
+              "os.getppid(); sum(range(1000)); os.getppid()\n")  # instrumentation off again: no dumps
     out = subprocess.run(["valgrind", "--tool=callgrind", "-q", "--instr-atstart=no", "--dump-before=getppid",
                           "--separate-threads=yes", f"--callgrind-out-file={tmp_path / 'cg.out'}",
                           sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                          check=False)
-    assert out.returncode == 0 and out.stdout.split() == ["1", "True"], out.stdout + out.stderr
+    assert out.returncode == 0 and out.stdout.split() == ["1", "True", "True"], out.stdout + out.stderr
     dumps = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("cg.out."))
-    assert dumps == ["cg.out.1-01", "cg.out.2-01"], dumps  # one dump per getppid after the switch, none before
+    assert dumps == ["cg.out.1-01", "cg.out.2-01"], dumps  # one dump per getppid while it is on, none before or after
     assert read_summary(tmp_path / "cg.out.2-01")["Ir"] > 1000
 
 

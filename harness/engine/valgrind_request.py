@@ -4,7 +4,8 @@ A counted child runs under ``valgrind --tool=callgrind --instr-atstart=no``:
 callgrind does not instrument start-up (Python, imports, Mesa and LLVM set-up),
 which then runs several times faster, and the harness switches instrumentation
 on (:func:`start_instrumentation`) just before the first warmup frame
-(:class:`harness.engine.counting.CountTimer`).
+(:class:`harness.engine.counting.CountTimer`) and off again
+(:func:`stop_instrumentation`) after the last counted frame of the run.
 
 A client request is the code of valgrind.h's ``VALGRIND_DO_CLIENT_REQUEST``: a
 "special instruction preamble" (four rotations of a register that cancel out,
@@ -31,6 +32,9 @@ RUNNING_ON_VALGRIND = 0x1001
 
 #: callgrind.h's ``VG_USERREQ__START_INSTRUMENTATION``: ``VG_USERREQ_TOOL_BASE('C','T') + 4``.
 CALLGRIND_START_INSTRUMENTATION = (ord("C") << 24 | ord("T") << 16) + 4
+
+#: callgrind.h's ``VG_USERREQ__STOP_INSTRUMENTATION``: ``VG_USERREQ_TOOL_BASE('C','T') + 5``.
+CALLGRIND_STOP_INSTRUMENTATION = CALLGRIND_START_INSTRUMENTATION + 1
 
 #: The request as a function ``size_t f(size_t *args /* rdi */, size_t default /* rsi */)``, x86-64 SysV.
 _AMD64_CODE = bytes.fromhex(
@@ -123,5 +127,18 @@ def start_instrumentation() -> bool:
     return True
 
 
-__all__ = ["CALLGRIND_START_INSTRUMENTATION", "RUNNING_ON_VALGRIND", "available", "client_request",
-           "running_on_valgrind", "start_instrumentation"]
+def stop_instrumentation() -> bool:
+    """Switch callgrind's instrumentation off (a no-op when it is off); whether the request reached valgrind.
+
+    For what runs after the last counted frame: writing the trace, Python's and Mesa's tear-down and
+    callgrind's last dump then run uninstrumented (several times faster), and ``os.getppid()`` makes no
+    more dumps. Nothing counted moves: valgrind re-translates the code it runs next without the counters.
+    """
+    if running_on_valgrind() == 0:
+        return False
+    client_request(CALLGRIND_STOP_INSTRUMENTATION)
+    return True
+
+
+__all__ = ["CALLGRIND_START_INSTRUMENTATION", "CALLGRIND_STOP_INSTRUMENTATION", "RUNNING_ON_VALGRIND",
+           "available", "client_request", "running_on_valgrind", "start_instrumentation", "stop_instrumentation"]

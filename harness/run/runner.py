@@ -109,6 +109,8 @@ def _capture(plan: RunPlan, progress: Progress, child: Mapping[str, Any] | None 
                     if stop.set:
                         break
                     results.append(_run_entry(engine, plan, entry, session, progress, n))
+                if child is not None:  # the last counted frame is behind: the rest runs uninstrumented
+                    measure.stop_counting()
                 status = "interrupted" if stop.set else "complete"
                 if stop.set:
                     progress.line(f"stopped by {stop.signal_name}: trace finished as interrupted")
