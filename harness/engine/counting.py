@@ -18,12 +18,15 @@ boundary calls themselves.
 
 Instrumentation: where the machine can make valgrind client requests, the
 child starts with callgrind's instrumentation off (``--instr-atstart=no``:
-start-up runs several times faster and is not counted anyway), and the timer
-switches it on (:func:`harness.engine.valgrind_request.start_instrumentation`)
-at the start of the first frame, a warmup frame: valgrind re-translates all
-code it runs from there, which that frame (with the shader JIT) absorbs. It
-stays on to the end, so every measured frame is fully instrumented. Calls of
-``os.getppid()`` before it make no dumps.
+start-up runs several times faster and is not counted anyway). Each scene's
+warmup frames run uninstrumented too (its shader JIT among them: LLVM's compile
+under instrumentation was most of a short counted run), so they have no counts
+and no events; the timer switches instrumentation on
+(:func:`harness.engine.valgrind_request.start_instrumentation`) at the start of
+the scene's first measured frame (valgrind then re-translates the code it runs,
+host time that is not counted) and off again when the next scene starts
+(:meth:`CountTimer.set_scene`); the runner switches it off after the run's last
+frame. Calls of ``os.getppid()`` while it is off make no dumps.
 
 In ``cycles`` mode callgrind simulates the caches too (``--cache-sim=yes``),
 and the frame gets an estimated cycle count (:func:`estimated_cycles`) beside
@@ -39,9 +42,9 @@ from typing import Any
 
 from harness.engine import valgrind_request
 from harness.engine.events import EventBuffer
-from harness.engine.timers import Timer
+from harness.engine.timers import NULL_ZONE, Timer
 from katra_trace.errors import KatraError
-from katra_trace.schema import Clock, Kind
+from katra_trace.schema import Clock, Flag, Kind
 
 #: callgrind's event names with ``--cache-sim=yes``, in its order.
 CACHE_EVENTS: tuple[str, ...] = ("Ir", "Dr", "Dw", "I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw")
@@ -57,6 +60,7 @@ _ZONE = int(Kind.ZONE)
 _COUNTER = int(Kind.COUNTER)
 _INSTR = int(Clock.INSTRUCTIONS)
 _CYCLES = int(Clock.CYCLES)
+_WARMUP = int(Flag.WARMUP)
 _pc = time.perf_counter_ns
 
 
@@ -130,7 +134,8 @@ class CountTimer(Timer):
     ``dump_base`` is callgrind's ``--callgrind-out-file``; dumps are
     ``<dump_base>.<part>-<thread>``. The first ``os.getppid()`` call of the
     process with instrumentation on must be this timer's (part numbers count every
-    such call); the timer switches instrumentation on at its first frame.
+    such call); the timer switches instrumentation on at each scene's first measured frame
+    and off when the next scene starts (warmup frames are not counted).
     """
 
     def __init__(self, ctx: Any, writer: Any, buffer: EventBuffer, *, zones: bool, dump_base: Path,
@@ -143,6 +148,7 @@ class CountTimer(Timer):
         self.mark = os.getppid
         self.part = 0
         self.instrumenting = False
+        self.counted = False  # whether the current frame is counted (a measured frame) or not (a warmup frame)
         valgrind_request.available()  # the request's code page, made here: outside frames, in every process alike
         self.zones_done: list[tuple[int, int, int, int, int]] = []
         self.counter_ids = {name: writer.intern(name) for name in CACHE_EVENTS} if cycles else {}
@@ -150,16 +156,30 @@ class CountTimer(Timer):
         self._push = None
         self._pop = None
 
-    def _zone(self, name: str) -> _CountZone:
-        return _CountZone(self, name)
+    def _zone(self, name: str) -> Any:
+        return _CountZone(self, name) if self.counted else NULL_ZONE
+
+    def _instrument(self, on: bool) -> None:
+        """Switch callgrind's instrumentation on or off, unless it already is."""
+        if on != self.instrumenting:
+            if on:
+                valgrind_request.start_instrumentation()
+            else:
+                valgrind_request.stop_instrumentation()
+            self.instrumenting = on
+
+    def set_scene(self, name: str) -> int:
+        self._instrument(False)  # the scene's set-up and warmup frames (its shader JIT) run uninstrumented
+        return super().set_scene(name)
 
     def begin_frame(self, index: int, flags: int = 0) -> None:
         self.frame_index = index
         self.flags = flags
         self.zones_done = []
-        if not self.instrumenting:  # first frame: from here on callgrind counts (a no-op when it already does)
-            valgrind_request.start_instrumentation()
-            self.instrumenting = True
+        self.counted = not flags & _WARMUP
+        if not self.counted:  # a warmup frame: not counted, no events (its glFinish still ends it)
+            return
+        self._instrument(True)  # the scene's first measured frame: from here on callgrind counts
         self.part += 1
         self.mark()  # dumps the time since the last boundary: harness work, not this frame
         self.first_part = self.part + 1
@@ -169,6 +189,8 @@ class CountTimer(Timer):
         # llvmpipe defers rasterization (fragment work) to the next flush; without this glFinish it would
         # run at the next framebuffer bind, between frames, where nothing is counted
         self.finish()
+        if not self.counted:
+            return
         self.part += 1
         self.mark()
         # outside the frame from here on: read this frame's dumps, then delete them

@@ -3,9 +3,9 @@
 A counted child runs under ``valgrind --tool=callgrind --instr-atstart=no``:
 callgrind does not instrument start-up (Python, imports, Mesa and LLVM set-up),
 which then runs several times faster, and the harness switches instrumentation
-on (:func:`start_instrumentation`) just before the first warmup frame
+on (:func:`start_instrumentation`) at each scene's first measured frame
 (:class:`harness.engine.counting.CountTimer`) and off again
-(:func:`stop_instrumentation`) after the last counted frame of the run.
+(:func:`stop_instrumentation`) when the next scene starts and after the run's last frame.
 
 A client request is the code of valgrind.h's ``VALGRIND_DO_CLIENT_REQUEST``: a
 "special instruction preamble" (four rotations of a register that cancel out,
@@ -119,7 +119,7 @@ def start_instrumentation() -> bool:
 
     From here on callgrind counts: valgrind throws away its translations and
     re-translates the code it runs next with instrumentation, so the first
-    instrumented work runs slower (the first warmup frame absorbs it).
+    instrumented work runs slower (host time only: the counts do not change).
     """
     if running_on_valgrind() == 0:
         return False

@@ -70,7 +70,7 @@ FRAME_BOUNDARY = ("callgrind --dump-before=getppid; os.getppid() at every frame 
 
 #: Where callgrind's instrumentation starts (recorded in the header: ``frame_boundary``, and
 #: ``host_info.codegen.counted_from``, so that counts instrumented from different points are not compared).
-INSTRUMENTED_FROM_FIRST_FRAME = "the first warmup frame of the first scene"
+INSTRUMENTED_FROM_FIRST_FRAME = "each scene's first measured frame (warmup frames uninstrumented)"
 INSTRUMENTED_FROM_START = "the process start"
 
 VALGRIND_INSTALL_LINE = "apt-get install -y valgrind"
@@ -222,18 +222,15 @@ def child_progress(info: Mapping[str, Any]) -> ChildProgress:
 
 
 def instrumentation_deferred() -> bool:
-    """Whether counted children start with callgrind's instrumentation off, switched on by the harness at the
-    first warmup frame (:mod:`harness.engine.valgrind_request`: this machine can make client requests)."""
+    """Whether counted children start with callgrind's instrumentation off, switched on by the harness at each
+    scene's first measured frame (:mod:`harness.engine.valgrind_request`: this machine can make client requests)."""
     return valgrind_request.available()
 
 
 def stop_counting() -> None:
-    """In the counted child, after the last counted frame of the run's last scene: switch callgrind's
-    instrumentation off, so writing the trace, the tear-down and callgrind's last dump run uninstrumented.
-
-    Nothing counted moves (every frame's dumps are read and deleted at its end); measured at 2026-12-01 it
-    cut the ~6 s "valgrind ending" of a 16x16 ``clear`` run (docs/measure.md, "What start-up costs").
-    A no-op outside valgrind or where this machine cannot make client requests."""
+    """In the counted child, after the run's last frame: switch callgrind's instrumentation off, so writing
+    the trace, the tear-down and callgrind's last dump run uninstrumented (docs/measure.md, "What start-up
+    costs"). Nothing counted moves. A no-op outside valgrind or without client requests."""
     valgrind_request.stop_instrumentation()
 
 
@@ -245,7 +242,7 @@ def instrumentation(deferred: bool) -> str:
 
 def frame_boundary(deferred: bool) -> str:
     """How frames are delimited and where instrumentation starts (the header's ``measure.frame_boundary``)."""
-    how = (" (--instr-atstart=no, switched on by a CALLGRIND_START_INSTRUMENTATION client request)" if deferred
+    how = (" (--instr-atstart=no; CALLGRIND_START_INSTRUMENTATION and STOP_INSTRUMENTATION client requests)" if deferred
            else " (this machine cannot make valgrind client requests)")
     return f"{FRAME_BOUNDARY}; callgrind instruments from {instrumentation(deferred)}{how}"
 
@@ -255,7 +252,7 @@ def child_command(valgrind: str, dump_base: Path, measure: str, *, deferred: boo
 
     ``deferred``: start with instrumentation off (``--instr-atstart=no``): Python's start-up, the imports
     and Mesa's set-up then run several times faster, and the child's :class:`CountTimer` switches it on
-    before its first warmup frame (:func:`instrumentation_deferred`).
+    at each scene's first measured frame (:func:`instrumentation_deferred`).
     """
     cmd = [valgrind, "--tool=callgrind", "-q", "--dump-before=getppid", "--separate-threads=yes",
            "--dump-instr=no", "--dump-line=yes", f"--callgrind-out-file={dump_base}"]
