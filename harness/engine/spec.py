@@ -63,7 +63,7 @@ class SceneSpec:
     parameters. ``size``: framebuffer (width, height) in pixels. ``frames``:
     measured frames, or None to measure for ``duration_s`` seconds (None with
     both: no measured frames). ``warmup``: frames rendered first, recorded
-    and flagged WARMUP. ``seed``: the run seed of the frames' RNG. ``spec``:
+    and flagged WARMUP (a counted run renders them uncounted, with no events). ``seed``: the run seed of the frames' RNG. ``spec``:
     the scene as the user named it (recorded in the scene annotation).
     ``read_image``: read the last frame back and record its checksum;
     ``screenshot``: also save it as this PNG. ``index``/``total``: the scene's
