@@ -45,9 +45,10 @@ bench: sysdeps $(STAMP)
 	$(PY) -m bench
 
 # Not in `make bench` (valgrind, ~30 min on 2 cores): --measure instructions on the ci suite, docs/measure.md's
-# table, and counted A/A on small frames (7 processes a scene and size) with the +1 % step on a ci-size frame
+# table, counted A/A on small frames (7 processes a scene and size) with the +1 % step on a ci-size frame, and
+# a short counted run's cost against the same time run
 bench-measure: sysdeps-test $(STAMP)
-	$(PY) -m bench measure counts-aa --out .benchmarks/results-measure.json
+	$(PY) -m bench measure counts-aa counted-cost --out .benchmarks/results-measure.json
 
 # Not in `make bench` (about 30 min): the noise table, written between docs/stats.md's noise-table markers.
 # Smoke test at tiny sizes (not written to the docs): $(PY) -m bench --quick noise --out /tmp/noise.json
