@@ -22,6 +22,10 @@ share left out per side.
 * ``overhead-capture``: ``harness.capture(ctx, path)`` driving the same scene
   on the same context as the plain loop, frame starts taken in both loops.
 
+* ``overhead-cost``: the harness's own cost in microseconds, no target (docs/timing.md quotes it):
+  a frame of :class:`bench._gl.IdleScene` (draws nothing) in a run minus the same frame in the plain
+  loop, both ending with ``glFinish``; and a zone, as the slope between 16 empty zones a frame and none.
+
 * ``overhead-reference``: the drift-normalization reference draw
   (``--reference-every 4`` vs ``0``): the median frame wall (the draw runs
   outside the frame span: target <= 1.02) and the frame loop's whole wall
