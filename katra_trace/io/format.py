@@ -315,11 +315,9 @@ def events_head(payload: bytes, offset: int) -> tuple[int, int]:
 
 
 def decode_events(payload: bytes, offset: int, out: np.ndarray | None = None, *, zeroed: bool = False) -> np.ndarray:
-    """Decode an EVENTS payload into ``out`` (a contiguous EVENT_DTYPE array of length n) or a new array.
-
-    ``zeroed``: ``out`` holds only zero bytes (``np.zeros``), so the all-zero byte planes (most
-    high bytes, and ``value`` for every span) are not copied. The events are not checked here:
-    :func:`decode_checked_events` checks them too."""
+    """Decode an EVENTS payload into ``out`` (a contiguous EVENT_DTYPE array of length n) or a new array,
+    unchecked. ``zeroed``: ``out`` holds only zero bytes (``np.zeros``), so the all-zero byte planes
+    (most high bytes, and ``value`` for every span) are not copied."""
     return _decode(payload, offset, out, zeroed)[0]
 
 
@@ -350,10 +348,9 @@ def _decode(payload: bytes, offset: int, out: np.ndarray | None, zeroed: bool) -
     rows = out.view(np.uint8).reshape(n, width)
     if n < 256:  # a small batch: one call beats `width` short ones
         rows[...] = planes.T
-        small = out["start_ns"]
-        np.cumsum(small, out=small)
-        small += base
-        return out, maxima, int(small.max())
+        np.cumsum(out["start_ns"], out=out["start_ns"])
+        out["start_ns"] += base
+        return out, maxima, int(out["start_ns"].max())
     first, size = _PLANES["start_ns"]
     start = np.zeros(n, dtype="<i8")  # the deltas, contiguous: a fast cumulative sum
     start_bytes = start.view(np.uint8).reshape(n, size)
@@ -466,8 +463,7 @@ _DECOMPRESSORS = threading.local()
 
 
 def _zstd_decompressor() -> zstandard.ZstdDecompressor:
-    """This thread's zstd decompressor: one context reused for every block (a decompressor may not
-    be used by two threads at once; making one per block costs more than a small block's decoding)."""
+    """This thread's zstd decompressor, reused for every block (one may not serve two threads at once)."""
     d: zstandard.ZstdDecompressor | None = getattr(_DECOMPRESSORS, "zstd", None)
     if d is None:
         d = _DECOMPRESSORS.zstd = zstandard.ZstdDecompressor()
