@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+
+from scenes.api import Frame, Param, Scene
 
 #: Warmup frames before the measured ones (plain loop and the runs built by the overhead bench).
 WARMUP = 5
@@ -94,6 +96,34 @@ def no_zone(name: str) -> _NoZone:
     return _NO_ZONE
 
 
+class IdleScene(Scene):
+    """A frame that draws nothing: ``zones`` empty zones (0: none) and no GL call.
+
+    What is left of such a frame's period is what the frame loop itself costs
+    (its clocks, event, frame object, checks and ``glFinish``): the overhead
+    benches time it against a plain loop rendering the same scene, and the
+    cost per zone as the slope over ``zones``. Spec: :data:`IDLE_SCENE`.
+    """
+
+    name = "bench-idle"
+    description = "draws nothing: the harness's own per-frame and per-zone cost"
+    params: ClassVar[Mapping[str, Param]] = {"zones": Param(0, int, 0, 256, "empty zones per frame")}
+
+    def setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, Any]) -> None:
+        self.bind_target(ctx, size)
+        self.zone_names = tuple(f"z{k}" for k in range(int(params["zones"])))
+
+    def render(self, frame: Frame) -> None:
+        zone = frame.zone
+        for name in self.zone_names:
+            with zone(name):
+                pass
+
+
+#: The scene spec of :class:`IdleScene` (``module:Class``), for RunConfig and :func:`new_scene`.
+IDLE_SCENE = f"{__name__}:IdleScene"
+
+
 def egl_context() -> Any:
     """A plain moderngl standalone EGL context; BackendUnavailable (exit 3) when there is none."""
     # harness.capture's probe resolves raw GL calls through PyOpenGL: EGL, as the harness does headless.
@@ -128,13 +158,15 @@ def new_scene(ctx: Any, name: str, size: tuple[int, int], params: dict[str, Any]
     return scene
 
 
-def plain_frame_period_s(name: str, size: tuple[int, int], frames: int, warmup: int = WARMUP) -> FramePeriod:
-    """:func:`frame_period` of a plain moderngl loop (``render`` + ``glFinish``) on a fresh context."""
+def plain_frame_period_s(name: str, size: tuple[int, int], frames: int, warmup: int = WARMUP,
+                         params: dict[str, Any] | None = None) -> FramePeriod:
+    """:func:`frame_period` of a plain moderngl loop (``render`` + ``glFinish``) on a fresh context
+    (``params``: the scene's, by key; its defaults otherwise)."""
     ctx = egl_context()
     try:
         fbo = ctx.simple_framebuffer(size, components=4)
         fbo.use()
-        scene = new_scene(ctx, name, size)
+        scene = new_scene(ctx, name, size, params)
         try:
             render, finish, frame = scene.render, ctx.finish, PlainFrame(no_zone)
             for i in range(warmup):
@@ -187,5 +219,5 @@ def run_frame_period_s(config: Any) -> FramePeriod:
     return frame_period(sel["start_ns"])
 
 
-__all__ = ["OUTLIER_FACTOR", "WARMUP", "FramePeriod", "PlainFrame", "egl_context", "frame_period", "new_scene",
+__all__ = ["IDLE_SCENE", "OUTLIER_FACTOR", "WARMUP", "FramePeriod", "IdleScene", "PlainFrame", "egl_context", "frame_period", "new_scene",
            "no_zone", "plain_frame_period_s", "renderer", "run_frame_period_s", "run_wall_frames"]

@@ -22,6 +22,10 @@ share left out per side.
 * ``overhead-capture``: ``harness.capture(ctx, path)`` driving the same scene
   on the same context as the plain loop, frame starts taken in both loops.
 
+* ``overhead-cost``: the harness's own cost in microseconds, no target (docs/timing.md quotes it):
+  a frame of :class:`bench._gl.IdleScene` (draws nothing) in a run minus the same frame in the plain
+  loop, both ending with ``glFinish``; and a zone, as the slope between 16 empty zones a frame and none.
+
 * ``overhead-reference``: the drift-normalization reference draw
   (``--reference-every 4`` vs ``0``): the median frame wall (the draw runs
   outside the frame span: target <= 1.02) and the frame loop's whole wall
@@ -42,6 +46,7 @@ from collections.abc import Callable
 
 from bench._core import BenchContext, Row, at_most, bench, interleave, median_iqr, pair_ratios, ratio_row
 from bench._gl import (
+    IDLE_SCENE,
     WARMUP,
     FramePeriod,
     PlainFrame,
@@ -192,6 +197,62 @@ def overhead_capture(ctx: BenchContext) -> list[Row]:
             gl.release()
         rows += _rows(label, samples, collect, "capture")
     return rows
+
+
+# --------------------------------------------------------------------------- the harness's own cost, in us
+
+#: Measured frames per loop of the idle scene (a frame costs ~10-30 us: each loop lasts ~50 ms).
+IDLE_FRAMES = 3000
+#: Empty zones per frame in the zones-on run whose slope is the cost of one zone.
+IDLE_ZONES = 16
+IDLE_SIZE = (64, 64)
+COST_ROUNDS = 21
+
+
+def process_clock_read_us(reads: int = 20_000) -> float:
+    """Mean cost of one ``clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`` in this process, in microseconds
+    (the sync timer reads it twice a frame)."""
+    read, clock, pc = time.clock_gettime_ns, time.CLOCK_PROCESS_CPUTIME_ID, time.perf_counter_ns
+    t0 = pc()
+    for _ in range(reads):
+        read(clock)
+    return (pc() - t0) / reads / 1e3
+
+
+@bench("overhead-cost", about="the frame loop's own cost per frame and per zone (us), a scene that draws nothing",
+       needs_gl=True)
+def overhead_cost(ctx: BenchContext) -> list[Row]:
+    """Harness cost in microseconds: a run of :class:`bench._gl.IdleScene` against the plain loop (per frame),
+    and zones on with ``IDLE_ZONES`` empty zones against none (per zone), round by round."""
+    import dataclasses
+
+    from harness.run.config import RunConfig
+
+    frames = ctx.scale(IDLE_FRAMES, 100)
+    off = RunConfig(scenes=(IDLE_SCENE,), frames=frames, warmup=WARMUP, size=IDLE_SIZE, backend="egl",
+                    timing="sync", reference_every=0, output=str(ctx.tmp / "idle.katra"))
+    none_on = dataclasses.replace(off, zones=True)
+    many_on = dataclasses.replace(none_on, params=((IDLE_SCENE, "zones", IDLE_ZONES),))
+    ctx.log(f"idle scene {IDLE_SIZE[0]}x{IDLE_SIZE[1]}, {frames} frames")
+    collect = _Collect()
+    samples = interleave({
+        "plain": collect("plain", lambda: plain_frame_period_s(IDLE_SCENE, IDLE_SIZE, frames)),
+        "off": collect("off", lambda: run_frame_period_s(off)),
+        "on0": collect("on0", lambda: run_frame_period_s(none_on)),
+        "onN": collect("onN", lambda: run_frame_period_s(many_on)),
+    }, rounds=ctx.scale(COST_ROUNDS, 3))
+    per_frame = [1e6 * (a - b) for a, b in zip(samples["off"], samples["plain"], strict=True)]
+    per_zone = [1e6 * (a - b) / IDLE_ZONES for a, b in zip(samples["onN"], samples["on0"], strict=True)]
+    plain_us = 1e6 * median_iqr(samples["plain"])[0]
+    reads = [process_clock_read_us() for _ in range(5)]
+    return [
+        ratio_row("harness per frame", "us a frame: run - plain loop, a frame that draws nothing", per_frame,
+                  unit="us", notes=f"plain loop (render + glFinish) ~{plain_us:.1f} us a frame; two process-clock "
+                  f"reads of ~{median_iqr(reads)[0]:.2f} us each included; left out as preempted: plain "
+                  f"{collect.note('plain')}, run {collect.note('off')}"),
+        ratio_row("harness per zone", f"us a zone: ({IDLE_ZONES} empty zones - none) / {IDLE_ZONES}, zones on",
+                  per_zone, unit="us", notes=ZONES_NOTE),
+    ]
 
 
 

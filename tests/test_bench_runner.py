@@ -6,6 +6,7 @@ Benches run at --quick sizes; nothing here asserts on a time or a ratio's value.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -190,7 +191,13 @@ def test_overhead_benches_run_quick(tmp_path: Path) -> None:
     by_bench: dict[str, list[dict[str, Any]]] = {}
     for r in record["rows"]:
         by_bench.setdefault(r["bench"], []).append(r)
-    assert list(by_bench) == ["overhead", "overhead-capture", "overhead-reference", "overhead-draws"]
+    assert list(by_bench) == ["overhead", "overhead-capture", "overhead-cost", "overhead-reference", "overhead-draws"]
+    # the harness's own cost in microseconds, a frame and a zone: reported, no target
+    cost = by_bench["overhead-cost"]
+    assert [r["name"] for r in cost] == ["harness per frame", "harness per zone"]
+    for row in cost:
+        assert row["unit"] == "us" and row["target"] is None and row["spread"]["n"] == 3
+        assert math.isfinite(row["value"])
     rows = by_bench["overhead"] + by_bench["overhead-capture"]
     names = [r["name"] for r in rows]
     assert names == [f"{who} triangle 160x90 zones {z}" for who in ("run", "capture") for z in ("off", "on", "cost")]

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from katra_trace import EVENT_DTYPE, Clock, ConfigError, Kind, TraceIOError, TraceWriter, open_trace
 from katra_trace.io import blocks as blocks_mod
+from katra_trace.io import format as fmt
 from tests.trace_helpers import frame_zone_stream, write_trace
 
 json_scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=20) | st.floats(
@@ -80,6 +81,47 @@ _VALID = {"kind": st.integers(0, 3), "clock": st.integers(0, 4), "flags": st.int
 event_rows = st.tuples(*(_VALID[name] if name in _VALID else _field(EVENT_DTYPE[name].str)
                          for name in EVENT_DTYPE.names))
 events_arrays = st.lists(event_rows, max_size=300).map(lambda rows: np.array(rows, dtype=EVENT_DTYPE))
+
+
+#: any row at all, valid or not, with zeros common (all-zero byte planes are decoded apart)
+any_rows = st.tuples(*(st.just(0) | _field(EVENT_DTYPE[name].str) for name in EVENT_DTYPE.names))
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(event_rows | any_rows, min_size=1, max_size=30), n=st.integers(256, 700),
+       minor=st.sampled_from([0, 1, 2]))
+def test_large_batches_decode_exactly_and_get_the_column_checks_verdict(rows: list[tuple[float, ...]], n: int,
+                                                                        minor: int) -> None:
+    """Batches of 256 events or more are decoded plane by plane, skipping all-zero planes when the
+    output is zeroed, and checked by their planes' maxima first: the events and the verdict (the
+    message too) must be exactly those of the records and of check_events, on both sides."""
+    events = np.resize(np.array(rows, dtype=EVENT_DTYPE), n)
+    payload = fmt.encode_events(events)
+    expected = fmt.check_events(events, minor)
+    garbage = np.frombuffer(b"\xa5" * (n * EVENT_DTYPE.itemsize), dtype=EVENT_DTYPE).copy()
+    for out, zeroed in ((None, False), (np.zeros(n, dtype=EVENT_DTYPE), True), (garbage, False)):
+        got, problem = fmt.decode_checked_events(payload, 0, minor, out, zeroed=zeroed)
+        assert got.tobytes() == events.tobytes()
+        assert problem == expected
+    assert fmt.check_payload(payload, events["start_ns"], minor) == expected
+
+
+@pytest.mark.parametrize("column,value", [("kind", 4), ("clock", 6), ("flags", 64), ("flags", 1 << 9),
+                                          ("dur_ns", -1), ("dur_ns", 2**62 + 1), ("start_ns", 2**63 - 2),
+                                          ("value", -1.0)])
+def test_large_batch_verdict_is_the_column_checks_verdict(column: str, value: float) -> None:
+    """The edge of each rule, in a batch decoded plane by plane: the planes' maxima must not clear it."""
+    events = frame_zone_stream(100)  # 400 events
+    for row in (0, 201, len(events) - 1):
+        bad = events.copy()
+        bad[column][row] = value
+        if column == "dur_ns" and value == 2**62 + 1:
+            bad["start_ns"][row] = 2**62  # the largest start the planes clear, and a span past int64
+        got, problem = fmt.decode_checked_events(fmt.encode_events(bad), 0, fmt.FORMAT_MINOR,
+                                                 np.zeros(len(bad), dtype=EVENT_DTYPE), zeroed=True)
+        assert got.tobytes() == bad.tobytes()
+        assert problem == fmt.check_events(bad, fmt.FORMAT_MINOR)
+        assert (problem is None) == (column == "value"), problem
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -53,6 +53,8 @@ if TYPE_CHECKING:
     from harness.engine.lifecycle import MeasuredDriver
 
 _pc = time.perf_counter_ns
+#: What ``ctx.error`` (glGetError) says when GL recorded no error.
+_NO_ERROR = "GL_NO_ERROR"
 
 #: The child facts of a counted run that the trace header records under ``measure``.
 _MEASURE_FACTS = ("valgrind", "command", "env", "frame_boundary", "pinned", "output")
@@ -191,6 +193,12 @@ class Engine:
         """What ``frame.zone`` is: the timer's zone, or the draw instrument's pass zone in draws mode."""
         return self.draws.pass_zone if self.draws is not None else self.timer.zone
 
+    @property
+    def frame_begin(self) -> Callable[[int, int], None]:
+        """What opens a frame, looked up once by a frame loop: the timer's ``begin_frame``, or in draws
+        mode :meth:`begin_frame` (it installs the draw wrappers too)."""
+        return self.begin_frame if self.draws is not None else self.timer.begin_frame
+
     def begin_frame(self, index: int, flags: int = 0) -> None:
         """Open frame ``index`` (``flags``: e.g. Flag.WARMUP); in draws mode, start instrumenting draws."""
         self.timer.begin_frame(index, flags)
@@ -203,13 +211,18 @@ class Engine:
             self.draws.uninstall()
         self.timer.end_frame()
         if self.gl_error_check:
-            self.check_gl_errors(self.timer.frame_index)
+            error = self.ctx.error
+            if error != _NO_ERROR:
+                self.gl_error(error, self.timer.frame_index)
 
     def check_gl_errors(self, frame: int | None, where: str = "frame") -> None:
         """Raise SceneError (recorded in the trace first) if GL reports an error."""
         error = self.ctx.error
-        if error == "GL_NO_ERROR":
-            return
+        if error != _NO_ERROR:
+            self.gl_error(error, frame, where)
+
+    def gl_error(self, error: object, frame: int | None, where: str = "frame") -> None:
+        """Record ``error`` (what ``ctx.error`` returned, not GL_NO_ERROR) in the trace; raise SceneError."""
         label = self.scene_label
         record = {"type": "gl_error", "scene": label, "frame": frame, "where": where, "error": str(error)}
         self.gl_errors.append(record)
@@ -228,9 +241,13 @@ class Engine:
         """
         timer = self.timer
         # in draws mode the engine's begin/end install and remove the draw wrappers around each frame
-        # (an exception leaves them installed until abort() takes them out)
-        begin = timer.begin_frame if self.draws is None else self.begin_frame
-        end = self.end_frame
+        # (an exception leaves them installed until abort() takes them out); otherwise the timer's own
+        # begin/end are called, and the GL error check is made here: two Python calls less a frame
+        draws = self.draws is not None
+        begin = self.frame_begin
+        end = self.end_frame if draws else timer.end_frame
+        check = self.gl_error_check and not draws
+        ctx = self.ctx
         zone = self.frame_zone
         stop = self.stop
         pc = _pc
@@ -255,6 +272,10 @@ class Engine:
             begin(i, flags)
             render(HarnessFrame(i, i / rate, key, zone))
             end()
+            if check:
+                error = ctx.error
+                if error != _NO_ERROR:
+                    self.gl_error(error, i)
             i += 1
             done += 1
             if reference is not None and done % every == 0:

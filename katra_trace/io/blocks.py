@@ -72,15 +72,16 @@ class EventBatch:
     minor: int = fmt.FORMAT_MINOR  #: the file's format minor: which kinds, clocks and flags are defined
     codec: int = fmt.Codec.NONE  #: fmt.Codec.BLOSC2: ``raw`` is decompressed by decode(), into ``out``
 
-    def decode(self, out: np.ndarray | None = None) -> np.ndarray:
+    def decode(self, out: np.ndarray | None = None, *, zeroed: bool = False) -> np.ndarray:
         """The events, checked (:func:`katra_trace.io.format.check_events`); raises TraceFormatError
-        (CodecUnavailableError, exit 3, when the codec's library is not installed)."""
+        (CodecUnavailableError, exit 3, when the codec's library is not installed). ``zeroed``:
+        ``out`` holds only zero bytes, so all-zero byte planes need not be copied into it."""
         if self.codec == fmt.Codec.BLOSC2:
             raw_len = fmt.EVENTS_HEAD.size + self.n * EVENT_DTYPE.itemsize
             events = b2ev.decode_events_blosc2(self.raw, raw_len, self.offset, out)
+            problem = fmt.check_events(events, self.minor)
         else:
-            events = fmt.decode_events(self.raw, self.offset, out)
-        problem = fmt.check_events(events, self.minor)
+            events, problem = fmt.decode_checked_events(self.raw, self.offset, self.minor, out, zeroed=zeroed)
         if problem is not None:
             raise TraceFormatError(f"corrupt EVENTS block at offset {self.offset}: {problem}", self.offset)
         return events

@@ -13,6 +13,7 @@ import enum
 import json
 import re
 import struct
+import threading
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -313,27 +314,75 @@ def events_head(payload: bytes, offset: int) -> tuple[int, int]:
     return n, base
 
 
-def decode_events(payload: bytes, offset: int, out: np.ndarray | None = None) -> np.ndarray:
-    """Decode an EVENTS payload into ``out`` (a contiguous EVENT_DTYPE array of length n) or a new array."""
+def decode_events(payload: bytes, offset: int, out: np.ndarray | None = None, *, zeroed: bool = False) -> np.ndarray:
+    """Decode an EVENTS payload into ``out`` (a contiguous EVENT_DTYPE array of length n) or a new array,
+    unchecked. ``zeroed``: ``out`` holds only zero bytes (``np.zeros``), so the all-zero byte planes
+    (most high bytes, and ``value`` for every span) are not copied."""
+    return _decode(payload, offset, out, zeroed)[0]
+
+
+def decode_checked_events(payload: bytes, offset: int, minor: int, out: np.ndarray | None = None, *,
+                          zeroed: bool = False) -> tuple[np.ndarray, str | None]:
+    """:func:`decode_events`, then :func:`check_events`' verdict on them (the reader's side).
+
+    The byte planes' maxima, taken while decoding, clear most batches without the per-column
+    passes of :func:`check_events`; only a batch they cannot clear is checked column by column."""
+    events, maxima, start_max = _decode(payload, offset, out, zeroed)
+    if len(events) == 0 or not _may_break_rules(maxima, start_max, minor):
+        return events, None
+    return events, check_events(events, minor)
+
+
+def _decode(payload: bytes, offset: int, out: np.ndarray | None, zeroed: bool) -> tuple[np.ndarray, list[int], int]:
+    """The events, the maximum of each of the payload's byte planes, and the largest ``start_ns``."""
     n, base = events_head(payload, offset)
     width = EVENT_DTYPE.itemsize
     if out is None:
-        out = np.empty(n, dtype=EVENT_DTYPE)
+        out, zeroed = np.zeros(n, dtype=EVENT_DTYPE), True
+    if n == 0:
+        return out, [0] * width, 0
     # Every column is stored byte-planed, in column order, so the payload is exactly the
     # transpose of the packed records: one (width, n) -> (n, width) transpose decodes them all.
     planes = np.frombuffer(payload, dtype=np.uint8, offset=EVENTS_HEAD.size).reshape(width, n)
+    maxima: list[int] = planes.max(axis=1).tolist()
     rows = out.view(np.uint8).reshape(n, width)
-    if n >= 256:
+    if n < 256:  # a small batch: one call beats `width` short ones
+        rows[...] = planes.T
+        np.cumsum(out["start_ns"], out=out["start_ns"])
+        out["start_ns"] += base
+        return out, maxima, int(out["start_ns"].max())
+    first, size = _PLANES["start_ns"]
+    start = np.zeros(n, dtype="<i8")  # the deltas, contiguous: a fast cumulative sum
+    start_bytes = start.view(np.uint8).reshape(n, size)
+    for byte in range(width):
         # One plane at a time: numpy copies a (width, n) -> (n, width) transpose with inner
         # loops of `width` bytes, ~5x slower than `width` long strided copies of n bytes each.
-        for byte in range(width):
+        if first <= byte < first + size:
+            if maxima[byte]:
+                start_bytes[:, byte - first] = planes[byte]
+        elif maxima[byte] or not zeroed:
             rows[:, byte] = planes[byte]
-    else:
-        rows[...] = planes.T
-    start = out["start_ns"]
     np.cumsum(start, out=start)
     start += base
-    return out
+    out["start_ns"] = start
+    return out, maxima, int(start.max())
+
+
+def _may_break_rules(maxima: Sequence[int], start_max: int, minor: int) -> bool:
+    """False when events whose byte planes have these ``maxima`` (and whose largest ``start_ns`` is
+    ``start_max``) surely pass :func:`check_events`; True when they must be checked column by column."""
+    def top(column: str, byte: int) -> int:
+        return maxima[_PLANES[column][0] + byte]
+
+    limits = MINOR_LIMITS.get(minor)
+    if limits is not None:
+        flags_hi = top("flags", 1)
+        flags_bound = (flags_hi << 8) | 0xFF if flags_hi else top("flags", 0)  # no flags value exceeds it
+        if (top("kind", 0) > limits.max_kind or top("clock", 0) > limits.max_clock
+                or flags_bound > limits.event_flags):
+            return True
+    # dur_ns below 2**62 is not negative, and its span cannot overflow from a start up to 2**62
+    return top("dur_ns", 7) >= 0x40 or start_max > 1 << 62
 
 
 _INT64_MAX = np.iinfo(np.int64).max
@@ -378,43 +427,27 @@ def _plane_offsets() -> dict[str, tuple[int, int]]:
 
 
 _PLANES = _plane_offsets()
+#: The byte planes :func:`_may_break_rules` reads: kind, clock, both bytes of flags, the top byte of dur_ns.
+_SCREENED_PLANES = (_PLANES["kind"][0], _PLANES["clock"][0], _PLANES["flags"][0], _PLANES["flags"][0] + 1,
+                    _PLANES["dur_ns"][0] + 7)
 
 
 def check_payload(payload: bytes, start_ns: np.ndarray, minor: int) -> str | None:
-    """:func:`check_events` for an encoded EVENTS payload (the writer's side, before it writes).
+    """:func:`check_events`' verdict on an encoded EVENTS payload (the writer's side, before it writes).
 
-    Reads the byte planes (contiguous, so a few fast passes) instead of the strided records;
+    The maxima of the few byte planes :func:`_may_break_rules` reads (contiguous, so fast passes)
+    clear most batches; one they cannot clear is decoded and checked by :func:`check_events`.
     ``start_ns`` is the batch's start column, for the end-of-span overflow check.
     """
     n = len(start_ns)
     if n == 0:
         return None
-    head = EVENTS_HEAD.size
-
-    def plane(column: str, byte: int) -> np.ndarray:
-        first, _ = _PLANES[column]
-        return np.frombuffer(payload, dtype=np.uint8, count=n, offset=head + (first + byte) * n)
-
-    limits = MINOR_LIMITS.get(minor)
-    if limits is not None:
-        kind_max, clock_max = int(plane("kind", 0).max()), int(plane("clock", 0).max())
-        if kind_max > limits.max_kind:
-            return f"event kind {kind_max} is not defined in format 1.{minor}"
-        if clock_max > limits.max_clock:
-            return f"event clock {clock_max} is not defined in format 1.{minor}"
-        if int(plane("flags", 1).max()) or int(plane("flags", 0).max()) & ~limits.event_flags:
-            flags = plane("flags", 0).astype(np.uint16) | (plane("flags", 1).astype(np.uint16) << 8)
-            return (f"event flag bits {int(np.bitwise_or.reduce(flags)) & ~limits.event_flags:#x} are not defined "
-                    f"in format 1.{minor}")
-    dur_top = int(plane("dur_ns", 7).max())
-    if dur_top >= 0x80:
-        return "negative duration (dur_ns is never negative)"
-    if dur_top >= 0x40 or int(start_ns.max()) > 1 << 62:  # only then can start + dur overflow
-        dur = np.frombuffer(payload, dtype=np.uint8, count=8 * n, offset=head + _PLANES["dur_ns"][0] * n)
-        dur_ns = np.ascontiguousarray(dur.reshape(8, n).T).view("<i8").ravel()
-        if bool((start_ns > _INT64_MAX - dur_ns).any()):
-            return "a span ends beyond the int64 nanosecond range"
-    return None
+    maxima = [0] * EVENT_DTYPE.itemsize
+    for index in _SCREENED_PLANES:
+        maxima[index] = int(np.frombuffer(payload, dtype=np.uint8, count=n, offset=EVENTS_HEAD.size + index * n).max())
+    if not _may_break_rules(maxima, int(start_ns.max()), minor):
+        return None
+    return check_events(decode_events(payload, 0), minor)
 
 
 def copy_events(events: np.ndarray) -> np.ndarray:
@@ -424,6 +457,17 @@ def copy_events(events: np.ndarray) -> np.ndarray:
     out = np.empty(len(src), dtype=EVENT_DTYPE)
     out.view(np.uint8)[...] = src.view(np.uint8)
     return out
+
+
+_DECOMPRESSORS = threading.local()
+
+
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    """This thread's zstd decompressor, reused for every block (one may not serve two threads at once)."""
+    d: zstandard.ZstdDecompressor | None = getattr(_DECOMPRESSORS, "zstd", None)
+    if d is None:
+        d = _DECOMPRESSORS.zstd = zstandard.ZstdDecompressor()
+    return d
 
 
 def decompress(stored: bytes, raw_len: int, codec: int, offset: int) -> bytes:
@@ -442,7 +486,7 @@ def decompress(stored: bytes, raw_len: int, codec: int, offset: int) -> bytes:
             if size not in (-1, raw_len):
                 raise TraceFormatError(
                     f"corrupt block at offset {offset}: zstd frame holds {size} bytes, header says {raw_len}", offset)
-            data: bytes = zstandard.ZstdDecompressor().decompress(stored, max_output_size=raw_len)
+            data: bytes = _zstd_decompressor().decompress(stored, max_output_size=raw_len)
         except zstandard.ZstdError as exc:
             raise TraceFormatError(f"corrupt block at offset {offset}: zstd: {exc}", offset) from None
         if len(data) != raw_len:

@@ -221,7 +221,8 @@ def _read_trace(path: str | os.PathLike[str], strict: bool, events: bool, max_ra
     header_seen = False
     with open_regular(trace.path) as f:
         expected = _summary_event_count(f, decode_budget(file_size(f), max_ratio)) if events else None
-        out = np.empty(expected, dtype=EVENT_DTYPE) if expected is not None else None
+        # zeroed (pages the OS hands over zero-filled): the decoder skips the all-zero byte planes
+        out = np.zeros(expected, dtype=EVENT_DTYPE) if expected is not None else None
         for block in iter_blocks(f, state, strict):
             t = block.type
             if t == fmt.BlockType.HEADER:
@@ -250,7 +251,7 @@ def _read_trace(path: str | os.PathLike[str], strict: bool, events: bool, max_ra
                     if not events:
                         pass
                     elif out is not None and n_events + batch.n <= len(out):
-                        batch.decode(out[n_events:n_events + batch.n])
+                        batch.decode(out[n_events:n_events + batch.n], zeroed=True)
                     else:  # the summary's count was wrong: fall back to collecting batches
                         if out is not None:
                             batches.append(out[:n_events])
