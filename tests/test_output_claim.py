@@ -251,3 +251,44 @@ def test_a_name_that_only_its_part_makes_too_long_says_so(tmp_path: Path) -> Non
 
     with pytest.raises(TraceIOError, match=r"ENAMETOOLONG\) \(it is written as .*\.part' until it is complete"):
         TraceWriter(tmp_path / ("n" * 248 + ".katra"))
+
+
+def test_a_claimed_part_is_locked_from_the_moment_it_has_a_name(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Created by name and then locked, a second run could find the .part in between, unlocked, and call a live
+    capture a dead one's leftover (it happened once to two runs started together). It is born locked."""
+    import errno
+    import fcntl
+    import os
+
+    from katra_trace.io import claim as claim_mod
+
+    real_link = os.link
+    seen: list[bool] = []
+
+    def link_and_look(src: str, dst: str, **kw: object) -> None:
+        real_link(src, dst, **kw)  # type: ignore[arg-type]
+        fd = os.open(dst, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            seen.append(False)
+        except BlockingIOError:
+            seen.append(True)
+        finally:
+            os.close(fd)
+
+    monkeypatch.setattr(os, "link", link_and_look)
+    c = claim_mod.claim(tmp_path / "t.katra", overwrite=False)
+    assert seen == [True] and (tmp_path / "t.katra.part").is_file()
+    with pytest.raises(claim_mod.OutputBusyError, match="another katra3d run"):
+        claim_mod.claim(tmp_path / "t.katra", overwrite=False)
+    claim_mod.discard(c)
+
+    def no_link(src: str, dst: str, **kw: object) -> None:
+        raise OSError(errno.EPERM, "not here")
+
+    monkeypatch.setattr(os, "link", no_link)  # a file system that cannot link an unnamed file: by name
+    c = claim_mod.claim(tmp_path / "u.katra", overwrite=False)
+    with pytest.raises(claim_mod.OutputBusyError, match="another katra3d run"):
+        claim_mod.claim(tmp_path / "u.katra", overwrite=False)
+    claim_mod.discard(c)

@@ -25,6 +25,7 @@ import dataclasses
 import errno
 import fcntl
 import os
+import secrets
 import stat
 import tempfile
 import warnings
@@ -268,7 +269,7 @@ def claim(path: Path, overwrite: bool) -> Claim:
     for _ in range(5):  # a .part that vanishes while we look at it (its run just finished): try again
         existed = _check_final(path, overwrite)
         try:
-            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            fd = _create_locked(part)
         except FileExistsError:
             if _refuse_part(path, part):
                 continue
@@ -277,14 +278,44 @@ def claim(path: Path, overwrite: bool) -> Claim:
             hint = (f" (it is written as {part.name!r} until it is complete: shorten the name)"
                     if exc.errno == errno.ENAMETOOLONG and len(os.fsencode(path.name)) <= 255 else "")
             raise TraceIOError(f"cannot create trace {shown!r}: {describe(exc)}{hint}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            _discard(part, fd)
-            raise TraceIOError(f"cannot lock {str(part)!r}: {describe(exc)}") from None
         return Claim(path, part, fd, overwrite, existed)
     raise OutputBusyError(f"{str(part)!r} keeps appearing and disappearing: several katra3d runs are racing "
                           f"for {shown!r}; give each its own -o", str(part), stale=False)
+
+
+def _create_locked(part: Path) -> int:
+    """Create ``part`` (FileExistsError if it exists) holding an exclusive ``flock``, and return its fd.
+
+    The file is born locked where the file system allows it: a new file under a name of this process's own
+    is locked, then linked in under ``part`` (``link`` fails if the name exists), and its own name removed.
+    Created by ``part``'s name and then locked, a second run could find it in between, unlocked, and call a
+    live capture a dead one's leftover (seen once in two runs started together). Where the file system has
+    no hard links it is created with ``O_EXCL`` and locked at once, as before."""
+    own = part.with_name(f".{part.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    try:
+        fd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:  # the longer name alone is too long: try part's own
+            raise
+    else:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.link(own, part)
+            return fd
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+                raise
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(own)
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        _discard(part, fd)
+        raise TraceIOError(f"cannot lock {str(part)!r}: {describe(exc)}") from None
+    return fd
 
 
 def _check_final(path: Path, overwrite: bool) -> bool:
