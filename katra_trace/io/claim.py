@@ -278,6 +278,11 @@ def claim(path: Path, overwrite: bool) -> Claim:
             hint = (f" (it is written as {part.name!r} until it is complete: shorten the name)"
                     if exc.errno == errno.ENAMETOOLONG and len(os.fsencode(path.name)) <= 255 else "")
             raise TraceIOError(f"cannot create trace {shown!r}: {describe(exc)}{hint}") from None
+        try:  # a run that held the .part may have finished and moved it into place since the first look
+            existed = _check_final(path, overwrite)
+        except BaseException:
+            _discard(part, fd)
+            raise
         return Claim(path, part, fd, overwrite, existed)
     raise OutputBusyError(f"{str(part)!r} keeps appearing and disappearing: several katra3d runs are racing "
                           f"for {shown!r}; give each its own -o", str(part), stale=False)
