@@ -132,20 +132,7 @@ def test_report_in_chromium(tmp_path: Path, browser: DevTools) -> None:
     assert len(expected_plots) >= 8
 
     d = browser
-    for domain in ("Runtime", "Log", "Page", "Network"):
-        d.call(f"{domain}.enable")
-    d.call("Network.emulateNetworkConditions", offline=True, latency=0, downloadThroughput=-1, uploadThroughput=-1)
-    d.call("Page.navigate", url=page.as_uri())
-    deadline = time.monotonic() + PAGE_TIMEOUT_S
-    state = None
-    while time.monotonic() < deadline:
-        state = d.evaluate("document.body ? (document.body.dataset.plots || '') : ''")
-        if state in ("ready", "failed"):
-            break
-        time.sleep(0.2)
-    status = d.evaluate("document.getElementById('katra-status') ? document.getElementById('katra-status')"
-                        ".textContent : 'no page'")
-    assert state == "ready", f"plots not drawn ({state!r}): {status}; {_problems(d.events)}"
+    _load(d, page)
 
     # every plot element is drawn by plotly and holds data
     plots = d.evaluate("""Array.from(document.querySelectorAll('div.plot')).map(function (el) {
@@ -185,6 +172,7 @@ def test_report_in_chromium(tmp_path: Path, browser: DevTools) -> None:
 
 
 def _load(d: DevTools, page: Path) -> None:
+    """Open ``page`` offline in the browser and wait until its plots are drawn."""
     for domain in ("Runtime", "Log", "Page", "Network"):
         d.call(f"{domain}.enable")
     d.call("Network.emulateNetworkConditions", offline=True, latency=0, downloadThroughput=-1, uploadThroughput=-1)
@@ -196,7 +184,9 @@ def _load(d: DevTools, page: Path) -> None:
         if state in ("ready", "failed"):
             break
         time.sleep(0.2)
-    assert state == "ready", f"plots not drawn ({state!r}); {_problems(d.events)}"
+    status = d.evaluate("document.getElementById('katra-status') ? document.getElementById('katra-status')"
+                        ".textContent : 'no page'")
+    assert state == "ready", f"plots not drawn ({state!r}): {status}; {_problems(d.events)}"
 
 
 #: Names plotly would render as live markup if the report did not escape them.
