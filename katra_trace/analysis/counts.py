@@ -38,6 +38,12 @@ def _run_offsets(runs: Sequence[np.ndarray]) -> list[float]:
     return [float(np.median(np.log(r / profile))) for r in runs]
 
 
+def _frames_match(b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]) -> bool:
+    """Whether both sides have runs and every run of both has the same number of frames (frame i of one
+    run can be set against frame i of another)."""
+    return bool(b_runs) and bool(n_runs) and len({r.size for r in (*b_runs, *n_runs)}) == 1
+
+
 def noise_floor(b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]) -> tuple[float, str]:
     """The relative noise floor of a count metric (an sd on the log scale) and where it came from.
 
@@ -55,7 +61,7 @@ def noise_floor(b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]) -> t
     """
     sides = [r for r in (b_runs, n_runs) if len(r) >= 2]
     if sides:
-        matched = matched_profiles(b_runs, n_runs) is not None
+        matched = _frames_match(b_runs, n_runs)
         sds = [float(np.array(_run_offsets(runs) if matched else np.log([np.median(x) for x in runs])).std(ddof=1))
                for runs in sides]
         return max(sds), "across runs"
@@ -69,8 +75,7 @@ def matched_profiles(b_runs: Sequence[np.ndarray],
                      n_runs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
     """Each side's frame-by-frame profile (frame i's median over the side's runs) when every run of
     both sides has the same number of frames, else None (the frames cannot be matched by index)."""
-    sizes = {r.size for r in (*b_runs, *n_runs)}
-    if len(sizes) != 1 or not b_runs or not n_runs:
+    if not _frames_match(b_runs, n_runs):
         return None
     return np.median(np.stack(b_runs), axis=0), np.median(np.stack(n_runs), axis=0)
 
