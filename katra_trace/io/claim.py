@@ -267,7 +267,7 @@ def claim(path: Path, overwrite: bool) -> Claim:
     shown = str(path)
     part = part_path_for(path)
     for _ in range(5):  # a .part that vanishes while we look at it (its run just finished): try again
-        existed = _check_final(path, overwrite)
+        _check_final(path, overwrite)  # refuse before a .part is made; looked at again once it is held
         try:
             fd = _create_locked(part)
         except FileExistsError:
