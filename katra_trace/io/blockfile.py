@@ -90,9 +90,10 @@ class BlockFile:
         self.write_block(fmt.BlockType.SUMMARY, fmt.encode_json(summary))
         self.write_raw(fmt.encode_footer(summary_offset))
 
-    def write_block(self, btype: int, payload: bytes, schema: int = 0) -> None:
-        self.write_framed(fmt.encode_block(btype, payload, seq=self.seq, codec=self.other_codec, schema=schema,
-                                           compressor=self.compressor))
+    def write_block(self, btype: int, payload: bytes, schema: int = 0, codec: fmt.Codec | None = None) -> None:
+        """One block of ``payload``, with ``codec`` (None: the codec of blocks other than EVENTS)."""
+        self.write_framed(fmt.encode_block(btype, payload, seq=self.seq, codec=self.other_codec if codec is None
+                                           else codec, schema=schema, compressor=self.compressor))
 
     def write_framed(self, framed: tuple[bytes, bytes]) -> None:
         head, stored = framed

@@ -18,6 +18,7 @@ import numpy as np
 from katra_trace.errors import ConfigError, TraceFormatError, TraceTooLargeError, TraceVersionError
 from katra_trace.io import blosc2_events as b2ev
 from katra_trace.io import format as fmt
+from katra_trace.io.image_block import decode_image_payload
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION
 
 #: Decoded bytes a trace may hold per byte of file, by default (see :func:`decode_budget`).
@@ -59,7 +60,7 @@ class Block:
     type: int
     offset: int
     seq: int
-    payload: Any  # dict (JSON blocks), (first_id, [str]) (STRINGS), EventBatch (EVENTS)
+    payload: Any  # dict (JSON blocks), (first_id, [str]) (STRINGS), EventBatch (EVENTS), (dict, PNG bytes) (IMAGE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,6 +242,8 @@ def _decode(btype: int, codec: int, schema: int, seq: int, stored: bytes, raw_le
         return Block(t, pos, seq, obj)
     if t == fmt.BlockType.STRINGS:
         return Block(t, pos, seq, fmt.decode_strings(payload, pos, notes))
+    if t == fmt.BlockType.IMAGE:
+        return Block(t, pos, seq, decode_image_payload(payload, pos, notes))
     _check_schema(schema, pos)
     n, _ = fmt.events_head(payload, pos)
     return Block(t, pos, seq, EventBatch(n, payload, pos, minor))

@@ -29,9 +29,9 @@ from katra_trace.schema import COLUMNS, EVENT_DTYPE, Clock, Flag, Kind
 #: 8 bytes: a non-ASCII byte first, then CR LF and ^Z, so text-mode or 7-bit damage shows.
 MAGIC = b"\x89KTR\r\n\x1a\n"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 1
+FORMAT_MINOR = 2
 #: Preamble flag bits this build understands. A set bit marks a must-understand feature,
-#: so a reader refuses a file with a bit it does not know. Versions 1.0 and 1.1 define none.
+#: so a reader refuses a file with a bit it does not know. Versions 1.0 to 1.2 define none.
 KNOWN_FLAGS = 0
 
 
@@ -50,6 +50,7 @@ class MinorLimits:
 MINOR_LIMITS: dict[int, MinorLimits] = {
     0: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.GPU), event_flags=0x1F),
     1: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),
+    2: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),  # adds IMAGE
 }
 assert max(MINOR_LIMITS) == FORMAT_MINOR
 assert MINOR_LIMITS[FORMAT_MINOR].event_flags == sum(int(f) for f in Flag)
@@ -81,6 +82,7 @@ class BlockType(enum.IntEnum):
     CLOCK_SYNC = 4
     SUMMARY = 5
     ANNOTATION = 6
+    IMAGE = 7  #: format 1.2: a kept frame (katra_trace/io/image_block.py)
 
 
 class Codec(enum.IntEnum):

@@ -38,6 +38,7 @@ from katra_trace.io import claim as claim_mod
 from katra_trace.io import format as fmt
 from katra_trace.io.blockfile import BlockFile
 from katra_trace.io.header import CaptureOptions, HostInfo, header_part
+from katra_trace.io.image_block import encode_image_payload
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION, schema_hash
 
 #: struct layout of one packed event (matches EVENT_DTYPE field for field).
@@ -269,11 +270,16 @@ class TraceWriter:
 
     def clock_sync(self, record: dict[str, Any]) -> None:
         """Write a CLOCK_SYNC block (e.g. a GPU/host timestamp calibration pair)."""
-        self._enqueue_json(fmt.BlockType.CLOCK_SYNC, record)
+        self._enqueue_block(fmt.BlockType.CLOCK_SYNC, fmt.encode_json(record))  # fails early, in the caller
 
     def annotate(self, record: dict[str, Any]) -> None:
         """Write an ANNOTATION block (a JSON dict), ordered after the events appended so far."""
-        self._enqueue_json(fmt.BlockType.ANNOTATION, record)
+        self._enqueue_block(fmt.BlockType.ANNOTATION, fmt.encode_json(record))  # fails early, in the caller
+
+    def image(self, meta: dict[str, Any], png: bytes) -> None:
+        """Write an IMAGE block: a kept frame, its facts ``meta`` and its ``png`` (:mod:`katra_trace.io.image_block`),
+        ordered after the events appended so far; codec 0, the PNG being compressed already."""
+        self._enqueue_block(fmt.BlockType.IMAGE, encode_image_payload(meta, png), fmt.Codec.NONE)
 
     def flush(self) -> None:
         """Return once everything appended so far has been written to the file."""
@@ -414,12 +420,11 @@ class TraceWriter:
         if raise_errors:
             self._raise_if_failed()
 
-    def _enqueue_json(self, btype: fmt.BlockType, record: dict[str, Any]) -> None:
-        payload = fmt.encode_json(record)  # fail early, in the caller, on unencodable data
+    def _enqueue_block(self, btype: fmt.BlockType, payload: bytes, codec: fmt.Codec | None = None) -> None:
         with self._cond:
             self._check_open_locked()
             self._hand_over_pending_locked()
-            self._enqueue_locked(("json", btype, payload))
+            self._enqueue_locked(("block", btype, payload, codec))
 
     def _raise_if_failed(self) -> None:
         err = self._error
@@ -470,9 +475,9 @@ class TraceWriter:
         if what == "events":
             _, first_id, strings, batch = item
             self._out.write_events(first_id, strings, batch)
-        elif what == "json":
-            _, btype, payload = item
-            self._out.write_block(btype, payload)
+        elif what == "block":
+            _, btype, payload, codec = item
+            self._out.write_block(btype, payload, codec=codec)
         elif what == "summary":
             _, status, user = item
             self._out.write_summary(status, dropped_events=self._dropped_events,
