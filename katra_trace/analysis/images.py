@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -33,6 +36,8 @@ from katra_trace.analysis.defaults import (
     check_image_max_outlier_pct,
     check_image_outlier_level,
 )
+from katra_trace.io.claim import check_output_dir, missing_directory, open_output
+from katra_trace.io.images import encode_png, read_frame_images
 from katra_trace.optional import MissingDependencyError, require
 
 #: The verdicts of :func:`image_verdict`, from best to worst.
@@ -134,7 +139,8 @@ def _rgb01(pixels: np.ndarray) -> np.ndarray:
     arr = np.asarray(pixels)
     if arr.ndim != 3 or arr.shape[2] not in (3, 4) or arr.dtype != np.uint8:
         raise ValueError(f"expected an (H, W, 3|4) uint8 image, got {arr.dtype} {arr.shape}")
-    return np.ascontiguousarray(arr[:, :, :3], dtype=np.float32) / np.float32(255.0)
+    out: np.ndarray = np.ascontiguousarray(arr[:, :, :3], dtype=np.float32) / np.float32(255.0)
+    return out
 
 
 def flip_errors(base: np.ndarray, new: np.ndarray) -> np.ndarray:
@@ -218,6 +224,77 @@ def image_verdicts(base: Mapping[str, ImageLike], new: Mapping[str, ImageLike],
     return {name: image_verdict(base.get(name), new.get(name), thresholds) for name in names}
 
 
+def trace_images(trace: Any) -> dict[str, ImageLike]:
+    """The last frame of each scene of an opened trace, by scene label: the kept frame (pixels and checksum,
+    :func:`katra_trace.io.images.read_frame_images`) where the trace keeps one, else the checksum its scene
+    annotation recorded (``last_frame_sha256``; no pixels). Scenes with neither are absent."""
+    images: dict[str, ImageLike] = {}
+    for note in getattr(trace, "annotations", ()):
+        if isinstance(note, dict) and note.get("type") == "scene" and isinstance(note.get("last_frame_sha256"), str):
+            images[str(note.get("scene"))] = ImageRef(note["last_frame_sha256"])
+    path = getattr(trace, "path", None)
+    if path is not None:
+        images.update(read_frame_images(Path(path)))
+    return images
+
+
+def side_images(traces: Sequence[Any]) -> dict[str, ImageLike]:
+    """The last frame of each scene of one side of a comparison (its runs): the first run's that has one,
+    preferring a run whose frame kept its pixels. A scene renders the same frame in every run of one build,
+    so any run stands for the side."""
+    side: dict[str, ImageLike] = {}
+    for trace in traces:
+        for scene, image in trace_images(trace).items():
+            if scene not in side or (side[scene].pixels is None and image.pixels is not None):
+                side[scene] = image
+    return side
+
+
+def exit_code_with_images(timing_code: int, verdicts: Mapping[str, ImageVerdict], policy: str) -> int:
+    """The exit code of compare and ab: 1 when the timing found a regression or, under the gate policy, an
+    image changed; else the timing's own code (0, or 2 when nothing was comparable)."""
+    gated = policy == "gate" and any(v.is_regression for v in verdicts.values())
+    return 1 if gated else timing_code
+
+
+def diff_pngs(base: np.ndarray, new: np.ndarray) -> dict[str, bytes]:
+    """The pictures of one scene's difference as PNG bytes: ``base``, ``new`` and, when FLIP is installed and
+    the sizes agree, ``flip`` (:func:`flip_error_map`)."""
+    out = {"base": encode_png(base), "new": encode_png(new)}
+    if base.shape[:2] == new.shape[:2] and flip_missing() is None:
+        out["flip"] = encode_png(flip_error_map(base, new))
+    return out
+
+
+def file_stem(scene: str) -> str:
+    """A scene label as a file name stem: characters other than letters, digits, '.', '-' and '_' become '_'."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", scene).strip(".") or "scene"
+
+
+def write_image_diff(directory: str | os.PathLike[str], verdicts: Mapping[str, ImageVerdict],
+                     base: Mapping[str, ImageLike], new: Mapping[str, ImageLike]) -> list[Path]:
+    """``compare --image-diff DIR``: for every scene whose image is not identical and whose pixels both sides
+    kept, write ``DIR/<scene>.base.png``, ``.new.png`` and ``.flip.png`` (the FLIP error map, when FLIP is
+    installed). DIR is made when missing; an existing file is never replaced (the output claim). Returns the
+    paths written."""
+    root = check_output_dir(directory, option="--image-diff")
+    written: list[Path] = []
+    for scene, verdict in verdicts.items():
+        b, n = base.get(scene), new.get(scene)
+        if verdict.verdict == "identical" or b is None or n is None or b.pixels is None or n.pixels is None:
+            continue
+        try:
+            root.mkdir(exist_ok=True)
+        except FileNotFoundError:
+            raise missing_directory(root.parent) from None
+        for what, data in diff_pngs(b.pixels, n.pixels).items():
+            path = root / f"{file_stem(scene)}.{what}.png"
+            with open_output(path, option="--image-diff", example="DIR") as f:
+                f.write(data)
+            written.append(path)
+    return written
+
+
 __all__ = [
     "FLIP_PURPOSE",
     "IMAGE_VERDICTS",
@@ -229,6 +306,12 @@ __all__ = [
     "flip_errors",
     "flip_missing",
     "flip_module",
+    "diff_pngs",
+    "exit_code_with_images",
+    "file_stem",
+    "write_image_diff",
     "image_verdict",
     "image_verdicts",
+    "side_images",
+    "trace_images",
 ]
