@@ -19,11 +19,17 @@ from typing import Any
 from katra_trace import Trace, TraceRecoveryWarning, jsontext, open_trace
 from katra_trace.analysis.defaults import (
     DEFAULT_ALPHA,
+    DEFAULT_IMAGE_MAX_MEAN,
+    DEFAULT_IMAGE_MAX_OUTLIER_PCT,
+    DEFAULT_IMAGE_OUTLIER_LEVEL,
+    IMAGE_POLICIES,
     DEFAULT_THRESHOLD_COUNT_PCT,
     DEFAULT_THRESHOLD_TIME_PCT,
     check_alpha,
     check_threshold_pct,
+    image_policy,
 )
+from katra_trace.analysis.images import ImageThresholds
 from katra_trace.metrics import METRICS, RUN_STATS, check_run_stat, is_count
 
 #: What ``--alpha`` means to a comparison of two sides (compare, ab, report --baseline).
@@ -65,6 +71,28 @@ def add_comparability_options(p: argparse.ArgumentParser) -> None:
                    help="compare instruction or cycle counts even when the code generator differs (CPU model "
                         "or flags, Mesa, LLVM, vector width; noted in the output)")
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)  # kept for old scripts: no effect
+    add_image_options(p)
+
+
+def add_image_options(p: argparse.ArgumentParser) -> None:
+    """The image verdict's options (compare, ab, report --baseline): the policy and the two thresholds
+    (defaults from :mod:`katra_trace.analysis.defaults`; docs/images.md)."""
+    p.add_argument("--images", choices=IMAGE_POLICIES, default=None,
+                   help="what a changed last frame does: gate = a regression, exit 1 (default); warn = a line "
+                        "only (the default with --allow-param-mismatch); off = no image verdict")
+    p.add_argument("--image-max-mean", type=float, default=DEFAULT_IMAGE_MAX_MEAN, metavar="FLIP",
+                   help="largest FLIP mean error (0-1) of an image within tolerance "
+                        f"(default: {DEFAULT_IMAGE_MAX_MEAN:g})")
+    p.add_argument("--image-max-outliers", type=float, default=DEFAULT_IMAGE_MAX_OUTLIER_PCT, metavar="PCT",
+                   help=f"largest share of pixels, in percent, whose FLIP error is over "
+                        f"{DEFAULT_IMAGE_OUTLIER_LEVEL:g} in an image within tolerance "
+                        f"(default: {DEFAULT_IMAGE_MAX_OUTLIER_PCT:g})")
+
+
+def image_options(args: argparse.Namespace) -> tuple[str, ImageThresholds]:
+    """The ``--images`` policy in force and the thresholds of :func:`add_image_options`, checked (exit 2)."""
+    return (image_policy(args.images, args.allow_param_mismatch),
+            ImageThresholds(max_mean=args.image_max_mean, max_outlier_pct=args.image_max_outliers))
 
 
 def check_compare_options(args: argparse.Namespace) -> None:
@@ -72,6 +100,7 @@ def check_compare_options(args: argparse.Namespace) -> None:
     check_alpha(args.alpha)
     check_threshold_pct(args.threshold)
     check_run_stat(args.stat, count=is_count(args.metric), normalize=args.normalize)
+    image_options(args)
 
 
 def compare_kwargs(args: argparse.Namespace) -> dict[str, Any]:

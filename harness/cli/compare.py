@@ -24,10 +24,20 @@ from harness.cli._common import (
     check_compare_options,
     compare_kwargs,
     emit_table,
+    image_options,
     load_traces,
     print_json,
 )
+from katra_trace.analysis.images import (
+    ImageVerdict,
+    exit_code_with_images,
+    flip_missing,
+    image_verdicts,
+    side_images,
+    write_image_diff,
+)
 from katra_trace.errors import ConfigError
+from katra_trace.io.claim import check_output_dir
 from katra_trace.io.tracesets import AB_MANIFEST, ab_pairs, read_ab_manifest, trace_paths
 from katra_trace.metrics import is_count
 
@@ -54,6 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--unpaired", action="store_true",
                    help="ignore the round pairing recorded by 'katra3d ab' (ab.json)")
     add_compare_options(p)
+    p.add_argument("--image-diff", metavar="DIR",
+                   help="write DIR/<scene>.base.png, .new.png and .flip.png (the FLIP error map) for every scene "
+                        "whose last frame is not identical (docs/images.md)")
     p.set_defaults(func=run)
 
 
@@ -97,10 +110,11 @@ def _count_row(s: Any) -> list[str]:
             f"{_count(s.median_base)} -> {_count(s.median_new)}", s.reason]
 
 
-def print_comparison(result: Any, fmt: str, base: str, new: str) -> None:
-    """Print a :class:`katra_trace.analysis.verdict.Comparison` in ``fmt`` (table, markdown, csv or json)."""
+def print_comparison(result: Any, fmt: str, base: str, new: str, extra: dict[str, Any] | None = None) -> None:
+    """Print a :class:`katra_trace.analysis.verdict.Comparison` in ``fmt`` (table, markdown, csv or json);
+    ``extra`` keys are added to (or replace) the JSON object's."""
     if fmt == "json":
-        print_json(dict(result.as_dict(), base=base, new=new))
+        print_json(dict(result.as_dict(), base=base, new=new, **(extra or {})))
         return
     count = is_count(result.metric)
     rows: list[list[str]] = []
@@ -156,6 +170,28 @@ def print_comparison(result: Any, fmt: str, base: str, new: str) -> None:
         sys.stdout.write(("- " if fmt == "markdown" else "note: ") + note + "\n")
 
 
+def print_images(verdicts: dict[str, ImageVerdict], policy: str, fmt: str) -> None:
+    """The image verdicts' lines (one per scene whose image is not identical, then a summary), and FLIP's
+    install line once when a verdict rested on checksums for want of it. csv: on stderr, as notes."""
+    out = sys.stderr if fmt == "csv" else sys.stdout
+    prefix = "katra3d: note: " if fmt == "csv" else ("- " if fmt == "markdown" else "")
+    if not verdicts:
+        out.write(f"{prefix}images: no last frames kept on either side, no image verdict\n")
+        return
+    width = max(len(s) for s in verdicts)
+    for scene, v in verdicts.items():
+        if v.verdict != "identical":
+            tail = " (--images warn: not a regression)" if v.is_regression and policy == "warn" else ""
+            out.write(f"{prefix}{scene.ljust(width)}  {v.line}{tail}\n")
+    counts = {k: sum(1 for v in verdicts.values() if v.verdict == k) for k in dict.fromkeys(
+        v.verdict for v in verdicts.values())}
+    out.write(f"{prefix}images ({policy}): " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items())
+              + "\n")
+    missing = flip_missing() if any(v.checksum_only for v in verdicts.values()) else None
+    if missing:
+        print(f"katra3d: note: {missing}", file=sys.stderr)
+
+
 def find_pairing(base: str, new: str) -> tuple[Path, list[tuple[Path, Path]]] | None:
     """The ab manifest and its complete rounds when BASE and NEW are one ``katra3d ab`` output's sides."""
     b, n = Path(base).resolve(), Path(new).resolve()
@@ -204,20 +240,38 @@ def compare_paths(base: str, new: str | None, args: argparse.Namespace) -> int:
     from katra_trace.analysis.compare import compare_traces
 
     check_compare_options(args)
+    if getattr(args, "image_diff", None):
+        check_output_dir(args.image_diff, option="--image-diff")
     base, new = resolve_sides(base, new)
     base_paths, new_paths = trace_paths(base), trace_paths(new)
     pairs, notes = round_pairs(base, new, base_paths, new_paths, unpaired=getattr(args, "unpaired", False))
-    result = compare_traces(load_traces(base_paths), load_traces(new_paths), pairs=pairs, **compare_kwargs(args))
+    policy, limits = image_options(args)
+    base_traces, new_traces = load_traces(base_paths), load_traces(new_paths)
+    result = compare_traces(base_traces, new_traces, pairs=pairs, **compare_kwargs(args))
     if notes:
         result = dataclasses.replace(result, notes=(*notes, *result.notes))
-    print_comparison(result, args.format, base, new)
-    if result.exit_code == 2:
+    images: dict[str, ImageVerdict] = {}
+    if policy != "off":
+        base_images, new_images = side_images(base_traces), side_images(new_traces)
+        order = [s.scene for s in result.scenes]
+        images = image_verdicts(base_images, new_images, limits,
+                                scenes=dict.fromkeys([*(s for s in order if s in base_images or s in new_images),
+                                                      *base_images, *new_images]))
+        if getattr(args, "image_diff", None):
+            write_image_diff(args.image_diff, images, base_images, new_images)
+    code = exit_code_with_images(result.exit_code, images, policy)
+    print_comparison(result, args.format, base, new,
+                     extra={"image_policy": policy, "images": {s: v.as_dict() for s, v in images.items()},
+                            "exit_code": code})
+    if args.format != "json" and policy != "off":
+        print_images(images, policy, args.format)
+    if code == 2:
         where = "in the JSON output" if args.format == "json" else "above"
         print(f"katra3d: error: nothing comparable between {base!r} and {new!r} (reasons {where})"
               if result.scenes else
               f"katra3d: error: nothing comparable between {base!r} and {new!r}: no scenes with measured frames",
               file=sys.stderr)
-    return result.exit_code
+    return code
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from harness.cli._common import (
     add_decision_options,
     check_compare_options,
     compare_kwargs,
+    image_options,
     load_traces,
     print_json,
 )
@@ -69,8 +70,10 @@ def run(args: argparse.Namespace) -> int:
         if not Path(args.history).is_file():
             raise ConfigError(f"no history store at {args.history!r} (katra3d history add ... --db PATH makes one)")
         trends = trend_data(Source(db=Path(args.history)), alpha=args.alpha, threshold_pct=args.threshold)
+    policy, limits = image_options(args)
     page = build_report(runs, baseline, title=args.title, history=trends,
-                        compare_options=dict(compare_kwargs(args), pairs=pairs), compare_notes=notes)
+                        compare_options=dict(compare_kwargs(args), pairs=pairs), compare_notes=notes,
+                        image_policy=policy, image_thresholds=limits)
     size = write_report(out, page, overwrite=args.force, inputs=inputs)
     if args.json:
         print_json({"path": str(out), "bytes": size, "runs": [str(t.path) for t in runs],

@@ -29,6 +29,19 @@ COUNT_JITTER_PER_FRAME = 500
 #: Thresholds (percent) at or above this are refused: a 10x change is not a "minimum effect".
 MAX_THRESHOLD_PCT = 1000.0
 
+#: Image verdicts (:mod:`katra_trace.analysis.images`): the FLIP mean error (0-1) at or below which a changed
+#: image is *within tolerance*. Measured (docs/images.md, ``python -m bench image-tolerance``): another
+#: vector width renders identical images; a colour moved by 5 of 255 levels gives 0.046 or more.
+DEFAULT_IMAGE_MAX_MEAN = 0.02
+#: The per-pixel FLIP error (0-1) over which a pixel counts as an outlier.
+DEFAULT_IMAGE_OUTLIER_LEVEL = 0.1
+#: The share of outlier pixels (percent) at or below which a changed image is *within tolerance*. Measured
+#: (docs/images.md): a one-pixel shift of the frame puts 1 % or more of the pixels over 0.1.
+DEFAULT_IMAGE_MAX_OUTLIER_PCT = 0.3
+#: ``--images``: what a changed image does. gate = a regression (exit 1); warn = a line, exit unchanged;
+#: off = no image verdict. The default is gate, warn under ``--allow-param-mismatch``.
+IMAGE_POLICIES = ("gate", "warn", "off")
+
 
 def default_threshold_pct(metric: str) -> float:
     """The default ``--threshold`` of a metric (percent): counts' for instructions and cycles, else times'."""
@@ -61,7 +74,47 @@ def check_threshold_pct(threshold_pct: float | None) -> float | None:
     return float(threshold_pct)
 
 
+def _check_fraction(value: float, option: str, what: str, upper: float) -> float:
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 <= value <= upper):
+        raise OptionError(f"{option} must be {what} between 0 and {upper:g}, got {value!r}")
+    return float(value)
+
+
+def check_image_max_mean(value: float) -> float:
+    """``--image-max-mean``: a FLIP mean error in [0, 1], else :class:`OptionError` (exit 2)."""
+    return _check_fraction(value, "--image-max-mean", "a FLIP mean error", 1.0)
+
+
+def check_image_max_outlier_pct(value: float) -> float:
+    """``--image-max-outliers``: a share of pixels in percent, [0, 100], else :class:`OptionError` (exit 2)."""
+    return _check_fraction(value, "--image-max-outliers", "a percentage of pixels", 100.0)
+
+
+def check_image_outlier_level(value: float) -> float:
+    """The per-pixel outlier level: a FLIP error in [0, 1], else :class:`OptionError` (exit 2)."""
+    return _check_fraction(value, "the outlier level", "a FLIP error", 1.0)
+
+
+def image_policy(policy: str | None, allow_param_mismatch: bool = False) -> str:
+    """The ``--images`` policy in force: the one given (checked), else gate, or warn when the params differ on
+    purpose (``--allow-param-mismatch``)."""
+    if policy is None:
+        return "warn" if allow_param_mismatch else "gate"
+    if policy not in IMAGE_POLICIES:
+        raise OptionError(f"--images must be one of {', '.join(IMAGE_POLICIES)}, got {policy!r}")
+    return policy
+
+
 __all__ = [
+    "DEFAULT_IMAGE_MAX_MEAN",
+    "DEFAULT_IMAGE_MAX_OUTLIER_PCT",
+    "DEFAULT_IMAGE_OUTLIER_LEVEL",
+    "IMAGE_POLICIES",
+    "check_image_max_mean",
+    "check_image_max_outlier_pct",
+    "check_image_outlier_level",
+    "image_policy",
     "COUNT_JITTER_PER_FRAME",
     "DEFAULT_ALPHA",
     "DEFAULT_THRESHOLD_COUNT_PCT",

@@ -14,14 +14,17 @@ from typing import Any
 
 from katra_trace import __version__
 from katra_trace.errors import KatraError
+from katra_trace.analysis.images import ImageThresholds
 from katra_trace.io.claim import open_output
+from katra_trace.report.images import image_comparison, images_section
 from katra_trace.report.page import plotly_js_packed, render
 from katra_trace.text import check_text
 
 
 def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: str = "katra3d report",
                  compare_options: dict[str, Any] | None = None, history: dict[str, Any] | None = None,
-                 compare_notes: Sequence[str] = ()) -> str:
+                 compare_notes: Sequence[str] = (), image_policy: str = "gate",
+                 image_thresholds: ImageThresholds | None = None) -> str:
     """The report page for opened traces ``runs`` (one run each) and, if given, ``baseline``.
 
     With a baseline the page holds ``compare_traces(baseline, runs)``'s verdicts; when the
@@ -29,6 +32,8 @@ def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: st
     ``compare_options`` are ``compare_traces``' keyword arguments (the CLI's ``compare_kwargs``, and
     ``pairs`` for the rounds of ``katra3d ab``); ``compare_notes`` go before the comparison's notes.
     ``history`` (:func:`katra_trace.history.trends.trend_data`'s result) adds a section of trend plots.
+    With a baseline and ``image_policy`` other than off, the page shows each scene's image verdict
+    (``image_thresholds``, default :class:`ImageThresholds`) and the pictures of every difference.
     Raises MissingDependencyError (exit 3) without plotly.
     """
     plotly_js_packed()  # fail before any work when plotly is missing
@@ -44,8 +49,11 @@ def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: st
             comparison["notes"] = [*compare_notes, *comparison.get("notes", [])]
         except KatraError as exc:
             error = str(exc)
+    images_html = ""
+    if baseline and image_policy != "off":
+        images_html = images_section(*image_comparison(baseline, runs, image_thresholds), policy=image_policy)
     return render(runs, baseline, comparison=comparison, comparison_error=error, title=title,
-                  tool_version=f"katra3d {__version__}", history=history)
+                  tool_version=f"katra3d {__version__}", history=history, images_html=images_html)
 
 
 def write_report(path: str | os.PathLike[str], page: str, *, overwrite: bool = False,

@@ -374,8 +374,9 @@ HISTORY_LINK = '<a href="#history">history</a>'
 
 def render(runs: Sequence[TraceLike], baseline: Sequence[TraceLike] = (), *, comparison: Mapping[str, Any] | None = None,
            comparison_error: str | None = None, title: str = "katra3d report", tool_version: str = "",
-           history: Mapping[str, Any] | None = None) -> str:
-    """The whole report page as a string."""
+           history: Mapping[str, Any] | None = None, images_html: str = "") -> str:
+    """The whole report page as a string; ``images_html``: the image section
+    (:func:`katra_trace.report.images.images_section`), placed after the comparison."""
     sides: list[tuple[str, Sequence[TraceLike]]] = [("run", runs)]
     if baseline:
         sides.append(("baseline", baseline))
@@ -408,7 +409,7 @@ def render(runs: Sequence[TraceLike], baseline: Sequence[TraceLike] = (), *, com
         f"<h1>{_e(title)}</h1><p class=\"muted\">{_counts(runs, baseline, history)}"
         + f"; generated {generated} by {_e(tool_version)}. {'Scenes' if scenes else 'Sections'}: {toc}</p>"
         + "<p id=\"katra-status\"></p>"
-        + (_runs_section(runs, baseline) if runs or baseline else "") + _comparison_section(comparison, comparison_error) + empty
+        + (_runs_section(runs, baseline) if runs or baseline else "") + _comparison_section(comparison, comparison_error) + images_html + empty
         + "".join(sections) + history_html
         + f'</main><script type="application/json" id="katra-figures">{_json_for_script(figures)}</script>'
         + f'<script type="application/octet-stream" id="katra-plotly">{plotly_js_packed()}</script>'
