@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from katra_trace.analysis.references import check_references, record_references, reference_paths
 from katra_trace.errors import ConfigError, TraceFormatError
 from katra_trace.io import blocks
 from katra_trace.io import format as fmt
@@ -18,7 +19,6 @@ from katra_trace.io.image_block import decode_image_payload, encode_image_payloa
 from katra_trace.io.images import (FrameImage, decode_png, encode_png, frame_record, image_checksum, image_key,
                                    key_id, load_png, read_frame_images, save_png)
 from katra_trace.io.reader import open_trace
-from katra_trace.io.references import check_references, record_references, reference_paths
 from katra_trace.io.writer import TraceWriter
 
 HOST = {"gl": {"renderer": "llvmpipe (LLVM 15.0.6, 256 bits)", "version": "4.5 (Core Profile) Mesa 22.3.6"}}
@@ -150,14 +150,18 @@ def test_references_record_check_and_skip(tmp_path: Path) -> None:
     assert [c.status for c in recorded] == ["recorded", "recorded"]
     png, facts = reference_paths(refs, "b/x", KEY)
     assert png.parent == refs / "b_x" and png.is_file() and facts.is_file() and png.stem == key_id(KEY)
-    changed = a.copy()
-    changed[2, 3, 0] ^= 1
+    changed = 255 - a  # every pixel inverted
+    rounded = b.copy()
+    rounded[2, 3, 0] ^= 1  # one level of one channel of one pixel: another code generator's rounding
     other_device = {**KEY, "vector_bits": "128"}
     checks = check_references(refs, {"a": _frame("a", changed), "b/x": _frame("b/x", b),
                                      "c": _frame("c", a, key=other_device)}, ["a", "b/x", "c", "d"])
     by = {c.scene: c for c in checks}
-    assert by["a"].status == "changed" and by["a"].regression and by["a"].line.startswith("image changed: a")
+    assert by["a"].status == "changed" and by["a"].regression and by["a"].line.startswith("image changed: a: ")
+    assert by["a"].verdict is not None and by["a"].verdict.is_regression
     assert by["b/x"].status == "identical" and not by["b/x"].regression
+    (near,) = check_references(refs, {"b/x": _frame("b/x", rounded)}, ["b/x"])
+    assert near.status == "within tolerance" and not near.regression and "FLIP mean" in near.line
     assert by["c"].status == "no reference" and "skipped" in by["c"].line and key_id(other_device) in by["c"].line
     assert by["d"].status == "not kept"
     later = check_references(refs, {"a": _frame("a", a, index=9)}, ["a"])

@@ -21,9 +21,9 @@ from typing import Any
 from harness.engine.timers import MODES, zone_mode
 from harness.gl.backends import CHOICES, resolve_name
 from katra_trace import metrics
+from katra_trace.analysis.references import DURATION_NOTICE
 from katra_trace.errors import ConfigError
 from katra_trace.io import claim
-from katra_trace.io.references import DURATION_NOTICE
 from scenes.registry import get_scene, resolve_params
 from scenes.suites import get_suite
 
@@ -108,7 +108,7 @@ class RunConfig:
     codec (zstd, blosc2 or none; None = TraceWriter's default). ``keep_image``: keep each scene's
     last measured frame in the trace (``--frames`` runs; :mod:`katra_trace.io.images`).
     ``expect_images``: check those frames against the references in this folder, or with
-    ``update_images`` record them there (:mod:`katra_trace.io.references`).
+    ``update_images`` record them there (:mod:`katra_trace.analysis.references`).
     """
 
     scenes: tuple[str, ...] = ()

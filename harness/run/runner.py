@@ -32,9 +32,9 @@ from harness.run.config import DEFAULT_REFERENCE_EVERY, RunConfig, RunPlan, Scen
 from harness.run.progress import Progress as RunProgress
 from harness.run.progress import show_warning
 from katra_trace import metrics
+from katra_trace.analysis.references import DURATION_NOTICE, file_stem, images_policy
 from katra_trace.errors import KatraError, OutputBusyError, OutputExistsError
 from katra_trace.io.header import CaptureOptions, build_capture_options
-from katra_trace.io.references import DURATION_NOTICE, file_stem, images_policy
 
 
 def capture_options(plan: RunPlan, session: Any) -> CaptureOptions:

@@ -5,7 +5,8 @@ device and code generator drew it), stored as ``DIR/<scene>/<key id>.png`` with
 ``DIR/<scene>/<key id>.json`` beside it: the key itself, the frame index, animation time, size and
 the SHA-256 of the pixels. A scene may have references for many devices; a run is checked against
 the one for its own key, and a device with none is skipped with a notice (as Mesa's trace CI
-does). The comparison is the image verdict (identical / within tolerance / changed).
+does). The comparison is the image verdict (identical / within tolerance / changed:
+:func:`katra_trace.analysis.images.image_verdict`, FLIP with the thresholds of docs/images.md).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from katra_trace.errors import ConfigError
+from katra_trace.analysis.images import ImageThresholds, ImageVerdict, image_verdict
+from katra_trace.errors import ConfigError, TraceIOError
 from katra_trace.io.images import FrameImage, encode_png, image_checksum, key_id, load_png
 
 #: What a ``--duration`` run says once, and what its header records: no frame is kept or checked.
@@ -47,12 +49,14 @@ def file_stem(label: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class ImageCheck:
     """One scene's image check: ``status`` (one of :data:`CHECK_STATUSES`), ``line`` (what to print,
-    one line), ``reference`` (the reference PNG, when there is one)."""
+    one line), ``reference`` (the reference PNG, when there is one), ``verdict`` (the image verdict,
+    when the frame was compared)."""
 
     scene: str
     status: str
     line: str
     reference: Path | None = None
+    verdict: ImageVerdict | None = None
 
     @property
     def regression(self) -> bool:
@@ -77,11 +81,14 @@ def record_references(directory: Path, images: Mapping[str, FrameImage]) -> list
     checks = []
     for scene, image in images.items():
         png, facts = reference_paths(directory, scene, image.key)
-        png.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(png, encode_png(image.pixels))
         record = {"scene": scene, "frame_index": image.frame_index, "time_s": image.time_s, "width": image.width,
                   "height": image.height, "sha256": image.sha256, "key": dict(image.key)}
-        _write_atomic(facts, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+        try:
+            png.parent.mkdir(parents=True, exist_ok=True)
+            _write_atomic(png, encode_png(image.pixels))
+            _write_atomic(facts, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+        except OSError as exc:
+            raise TraceIOError(f"recording reference image {str(png)!r} failed: {exc.strerror or exc}") from None
         checks.append(ImageCheck(scene, "recorded", f"image reference recorded: {scene}: {png}", png))
     return checks
 
@@ -103,8 +110,10 @@ def load_reference(png: Path, facts: Path) -> FrameImage:
                       {str(k): str(v) for k, v in record["key"].items()}, pixels)
 
 
-def check_references(directory: Path, images: Mapping[str, FrameImage], scenes: Sequence[str]) -> list[ImageCheck]:
-    """Check the kept frame of every scene in ``scenes`` against its reference in ``directory`` for its key."""
+def check_references(directory: Path, images: Mapping[str, FrameImage], scenes: Sequence[str],
+                     thresholds: ImageThresholds | None = None) -> list[ImageCheck]:
+    """Check the kept frame of every scene in ``scenes`` against its reference in ``directory`` for its key,
+    by the image verdict with ``thresholds`` (None: the defaults)."""
     checks = []
     for scene in scenes:
         image = images.get(scene)
@@ -118,20 +127,21 @@ def check_references(directory: Path, images: Mapping[str, FrameImage], scenes: 
             checks.append(ImageCheck(scene, "no reference", f"image check: {scene}: skipped, no reference for this "
                                      f"device (key {key_id(image.key)}: {what}); record one with --update-images"))
             continue
-        checks.append(_check(scene, load_reference(png, facts), image, png))
+        checks.append(_check(scene, load_reference(png, facts), image, png, thresholds))
     return checks
 
 
-def _check(scene: str, ref: FrameImage, new: FrameImage, png: Path) -> ImageCheck:
+def _check(scene: str, ref: FrameImage, new: FrameImage, png: Path, thresholds: ImageThresholds | None) -> ImageCheck:
     if (ref.frame_index, ref.width, ref.height) != (new.frame_index, new.width, new.height):
         return ImageCheck(scene, "other frame", f"image check: {scene}: the reference is frame {ref.frame_index} "
                           f"at {ref.width}x{ref.height}, this run kept frame {new.frame_index} at "
                           f"{new.width}x{new.height}: run with the reference's --warmup, --frames and --size, "
                           "or record it again with --update-images", png)
-    # seam: katra_trace.analysis.images.image_verdict (tolerant, FLIP) replaces this checksum comparison
-    if ref.sha256 == new.sha256:
-        return ImageCheck(scene, "identical", f"image identical: {scene}", png)
-    return ImageCheck(scene, "changed", f"image changed: {scene}: its pixels differ from the reference {png}", png)
+    verdict = image_verdict(ref, new, thresholds)
+    status = verdict.verdict.replace("_", " ")
+    if status not in CHECK_STATUSES:  # incomparable: the sizes were checked above, so this is not expected
+        status = "other frame"
+    return ImageCheck(scene, status, f"image {status}: {scene}: {verdict.reason}", png, verdict)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
