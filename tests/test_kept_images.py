@@ -3,6 +3,7 @@ payloads, and the reference folder of --expect-images / --update-images."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 from pathlib import Path
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from harness.run.config import RunConfig, plan_run
 from katra_trace.analysis.references import check_references, record_references, reference_paths
 from katra_trace.errors import ConfigError, TraceFormatError
 from katra_trace.io import blocks
@@ -178,3 +180,24 @@ def test_a_damaged_reference_is_one_line_error(tmp_path: Path) -> None:
     png.write_bytes(b"nope")
     with pytest.raises(ConfigError, match="not a readable PNG"):
         check_references(refs, {"a": _frame("a", _pixels(10))}, ["a"])
+
+
+def test_image_options_are_checked_before_anything_runs(tmp_path: Path) -> None:
+    base = RunConfig(scenes=("triangle",), output=str(tmp_path / "t.katra"))
+    assert plan_run(base).keep_images and plan_run(base).expect_images is None
+    assert not plan_run(dataclasses.replace(base, keep_image=False)).keep_images
+    assert not plan_run(dataclasses.replace(base, frames=None, duration_s=1.0)).keep_images
+    for change, message in (({"update_images": True}, "--update-images needs --expect-images"),
+                            ({"expect_images": str(tmp_path), "duration_s": 1.0}, "needs --frames"),
+                            ({"expect_images": str(tmp_path), "keep_image": False}, "drop --no-keep-image"),
+                            ({"expect_images": str(tmp_path / "nope")}, "does not exist"),
+                            ({"expect_images": str(tmp_path / "t.katra.x"), "update_images": True}, None)):
+        config = dataclasses.replace(base, **change)  # type: ignore[arg-type]
+        if message is None:
+            assert plan_run(config).expect_images == tmp_path / "t.katra.x"  # made when recording
+            continue
+        with pytest.raises(ConfigError, match=message):
+            plan_run(config)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="is not a directory"):
+        plan_run(dataclasses.replace(base, expect_images=str(tmp_path / "file")))
