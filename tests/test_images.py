@@ -258,3 +258,20 @@ def test_compare_without_flip_says_the_install_line_once(sides: tuple[Path, Path
     assert r.returncode == 1, r.stdout + r.stderr
     assert "mesh" in r.stdout and "image changed: checksums differ (FLIP is not installed" in r.stdout
     assert r.stderr.count("pip install 'katra3d[images]'") == 1
+
+
+def test_report_shows_the_pictures_of_every_image_not_identical(tmp_path: Path) -> None:
+    from katra_trace import open_trace
+    from katra_trace.report import build_report
+
+    frames = {"fill": picture(), "mesh": picture()[::-1].copy()}
+    base = open_trace(write_capture(tmp_path / "b.katra", frames, seed=1))
+    new = open_trace(write_capture(tmp_path / "n.katra", dict(frames, mesh=recoloured(frames["mesh"])), seed=2))
+    page = build_report([new], [base])
+    section = page[page.index('<section id="images">'):]
+    section = section[:section.index("</section>")]
+    assert "policy <b>gate</b>: 1 identical, 1 changed" in section
+    assert section.count("data:image/png;base64,") == 3 and 'alt="mesh: FLIP error map' in section
+    assert "fill: " not in section  # an identical image shows no pictures
+    assert '<section id="images">' not in build_report([new], [base], image_policy="off")
+    assert '<section id="images">' not in build_report([new])  # no baseline, no verdict
