@@ -32,14 +32,13 @@ WIDTHS = (128, 256)
 COLOUR_STEP = 5
 
 
-def _render(ctx: BenchContext, width: int, size: str) -> Path:
-    """Capture the ci suite at ``size`` with ``LP_NATIVE_VECTOR_WIDTH=width``; the screenshot directory."""
-    shots = ctx.tmp / f"vw{width}-{size}"
+def _render(ctx: BenchContext, name: str, size: str, **env: str) -> Path:
+    """Capture the ci suite at ``size`` with the environment variables ``env``; the screenshot directory."""
+    shots = ctx.tmp / f"{name}-{size}"
     shots.mkdir()
-    env = dict(os.environ, LP_NATIVE_VECTOR_WIDTH=str(width))
     cmd = [sys.executable, "-m", "harness", "run", "--suite", "ci", "--frames", "2", "--warmup", "1",
-           "--size", size, "--quiet", "--screenshot", str(shots), "-o", str(ctx.tmp / f"vw{width}-{size}.katra")]
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+           "--size", size, "--quiet", "--screenshot", str(shots), "-o", str(ctx.tmp / f"{name}-{size}.katra")]
+    subprocess.run(cmd, env=dict(os.environ, **env), check=True, stdout=subprocess.DEVNULL)
     return shots
 
 
@@ -63,6 +62,23 @@ def _recoloured(pixels: np.ndarray) -> np.ndarray:
     return np.clip(out, 0, 255).astype(np.uint8)
 
 
+def _softpipe(ctx: BenchContext, llvmpipe: Path) -> list[Row]:
+    """Information: softpipe (another Mesa driver, with its own texture and shadow filtering) against llvmpipe at
+    the first size: how many scenes each verdict gets. Not a target: another driver may well draw differently."""
+    # deferred: FLIP is the optional images extra
+    from katra_trace.analysis.images import image_verdict
+
+    ctx.log(f"rendering the ci suite at {SIZES[0]} on softpipe")
+    soft = _render(ctx, "softpipe", SIZES[0], GALLIUM_DRIVER="softpipe")
+    counts = {"identical": 0, "within_tolerance": 0, "changed": 0}
+    for png in sorted(soft.glob("*.png")):
+        v = image_verdict(_load(llvmpipe / png.name), _load(png))
+        counts[v.verdict] = counts.get(v.verdict, 0) + 1
+        ctx.log(f"softpipe {png.stem}: {v.line}")
+    return [Row(f"softpipe {SIZES[0]}", f"scenes judged {verdict.replace('_', ' ')} against llvmpipe", float(n),
+                unit="scenes") for verdict, n in counts.items()]
+
+
 @bench("image-tolerance", about="FLIP values of another vector width, a 1-px shift and a colour step",
        default=False, needs_gl=True)
 def image_tolerance(ctx: BenchContext) -> list[Row]:
@@ -76,7 +92,7 @@ def image_tolerance(ctx: BenchContext) -> list[Row]:
     wrong = {"vector width": 0, "1-px shift": 0, "colour +0.02": 0}
     for size in sizes:
         ctx.log(f"rendering the ci suite at {size}, vector widths {WIDTHS}")
-        dirs = {w: _render(ctx, w, size) for w in WIDTHS}
+        dirs = {w: _render(ctx, f"vw{w}", size, LP_NATIVE_VECTOR_WIDTH=str(w)) for w in WIDTHS}
         groups: dict[str, list[tuple[float, float]]] = {name: [] for name in wrong}
         for png in sorted(dirs[128].glob("*.png")):
             base = _load(png)
@@ -101,6 +117,8 @@ def image_tolerance(ctx: BenchContext) -> list[Row]:
                             pick(m for m, _ in values), unit="FLIP", n=len(values)))
             rows.append(Row(f"{name} {size}", f"{label} % of pixels over the outlier level",
                             pick(p for _, p in values), unit="%", n=len(values)))
+    if not ctx.quick:
+        rows.extend(_softpipe(ctx, ctx.tmp / f"vw128-{SIZES[0]}"))
     for name, count in wrong.items():
         side = "changed" if name == "vector width" else "not changed"
         rows.append(Row(f"{name} verdicts", f"scenes x sizes judged {side}", float(count), unit="scenes",

@@ -4,14 +4,18 @@ TraceWriter that keep frames (no GL; the metric on real renders is tests/test_im
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from harness.cli import main
 from katra_trace import Clock, Flag, Kind, TraceWriter
 from katra_trace.analysis.defaults import DEFAULT_IMAGE_MAX_MEAN, DEFAULT_IMAGE_MAX_OUTLIER_PCT, image_policy
 from katra_trace.analysis.images import (
@@ -197,59 +201,82 @@ def sides(tmp_path: Path) -> tuple[Path, Path, Path]:
     return base, same, changed
 
 
-def test_compare_identical_images_pass(sides: tuple[Path, Path, Path], katra_cli) -> None:  # type: ignore[no-untyped-def]
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """One in-process ``katra3d`` command: its exit code and what it printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def katra(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
+    """``katra(*args)``: run ``katra3d ARGS`` in this process (harness.cli.main)."""
+
+    def run(*args: str) -> Result:
+        capsys.readouterr()
+        code = main(list(args))
+        out = capsys.readouterr()
+        return Result(code, out.out, out.err)
+
+    return run
+
+
+def test_compare_identical_images_pass(sides: tuple[Path, Path, Path], katra: Callable[..., Result]) -> None:
     base, same, _ = sides
-    r = katra_cli("compare", str(base), str(same))
+    r = katra("compare", str(base), str(same))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "images (gate): 2 identical" in r.stdout and "image changed" not in r.stdout
 
 
-def test_compare_changed_image_is_a_regression(sides: tuple[Path, Path, Path], katra_cli) -> None:  # type: ignore[no-untyped-def]
+def test_compare_changed_image_is_a_regression(sides: tuple[Path, Path, Path], katra: Callable[..., Result]) -> None:
     base, _, changed = sides
-    r = katra_cli("compare", str(base), str(changed))
+    r = katra("compare", str(base), str(changed))
     assert r.returncode == 1, r.stdout + r.stderr
     line = next(ln for ln in r.stdout.splitlines() if "image changed" in ln)
     assert line.split()[0] == "mesh" and "FLIP mean 0." in line and "% of pixels over 0.1" in line
     assert "images (gate): 1 identical, 1 changed" in r.stdout and "Traceback" not in r.stderr
-    r = katra_cli("compare", str(base), str(changed), "--format", "json")
+    r = katra("compare", str(base), str(changed), "--format", "json")
     out = json.loads(r.stdout)
     assert r.returncode == 1 and out["exit_code"] == 1 and out["image_policy"] == "gate"
     assert out["images"]["mesh"]["verdict"] == "changed" and out["images"]["fill"]["verdict"] == "identical"
     assert out["images"]["mesh"]["flip_mean"] > DEFAULT_IMAGE_MAX_MEAN
 
 
-def test_compare_images_warn_and_off(sides: tuple[Path, Path, Path], katra_cli) -> None:  # type: ignore[no-untyped-def]
+def test_compare_images_warn_and_off(sides: tuple[Path, Path, Path], katra: Callable[..., Result]) -> None:
     base, _, changed = sides
-    r = katra_cli("compare", str(base), str(changed), "--images", "warn")
+    r = katra("compare", str(base), str(changed), "--images", "warn")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "image changed" in r.stdout and "(--images warn: not a regression)" in r.stdout
-    r = katra_cli("compare", str(base), str(changed), "--images", "off")
+    r = katra("compare", str(base), str(changed), "--images", "off")
     assert r.returncode == 0 and "image" not in r.stdout
-    r = katra_cli("compare", str(base), str(changed), "--allow-param-mismatch")  # warn is its default
+    r = katra("compare", str(base), str(changed), "--allow-param-mismatch")  # warn is its default
     assert r.returncode == 0 and "images (warn)" in r.stdout
-    r = katra_cli("compare", str(base), str(changed), "--image-max-mean", "0.9", "--image-max-outliers", "100")
+    r = katra("compare", str(base), str(changed), "--image-max-mean", "0.9", "--image-max-outliers", "100")
     assert r.returncode == 0 and "images (gate): 1 identical, 1 within tolerance" in r.stdout
-    r = katra_cli("compare", str(base), str(changed), "--image-max-mean", "2")
+    r = katra("compare", str(base), str(changed), "--image-max-mean", "2")
     assert r.returncode == 2 and r.stderr.strip().endswith("--image-max-mean must be a FLIP mean error between "
                                                            "0 and 1, got 2.0")
 
 
 def test_compare_image_diff_writes_three_pictures(sides: tuple[Path, Path, Path], tmp_path: Path,
-                                                  katra_cli) -> None:  # type: ignore[no-untyped-def]
+                                                  katra: Callable[..., Result]) -> None:
     base, _, changed = sides
     out = tmp_path / "diff"
-    r = katra_cli("compare", str(base), str(changed), "--image-diff", str(out))
+    r = katra("compare", str(base), str(changed), "--image-diff", str(out))
     assert r.returncode == 1, r.stdout + r.stderr
     assert sorted(p.name for p in out.iterdir()) == ["mesh.base.png", "mesh.flip.png", "mesh.new.png"]
     frames = {p.name.split(".")[1]: load_png(p) for p in out.iterdir()}
     assert all(f.shape[:2] == (64, 96) for f in frames.values())
     assert not np.array_equal(frames["base"], frames["new"]) and frames["flip"].shape[2] == 3
-    r = katra_cli("compare", str(base), str(changed), "--image-diff", str(out))  # never replaces a file
+    r = katra("compare", str(base), str(changed), "--image-diff", str(out))  # never replaces a file
     assert r.returncode == 2 and "mesh.base.png" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_compare_without_flip_says_the_install_line_once(sides: tuple[Path, Path, Path], tmp_path: Path,
-                                                         katra_cli) -> None:  # type: ignore[no-untyped-def]
+                                                         katra_cli: Any) -> None:
+    """In a process where flip_evaluator cannot be imported (the way a missing package looks)."""
     blocker = tmp_path / "blocker"
     blocker.mkdir()
     (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['flip_evaluator'] = None  # as if not installed\n")
@@ -258,3 +285,20 @@ def test_compare_without_flip_says_the_install_line_once(sides: tuple[Path, Path
     assert r.returncode == 1, r.stdout + r.stderr
     assert "mesh" in r.stdout and "image changed: checksums differ (FLIP is not installed" in r.stdout
     assert r.stderr.count("pip install 'katra3d[images]'") == 1
+
+
+def test_report_shows_the_pictures_of_every_image_not_identical(tmp_path: Path) -> None:
+    from katra_trace import open_trace
+    from katra_trace.report import build_report
+
+    frames = {"fill": picture(), "mesh": picture()[::-1].copy()}
+    base = open_trace(write_capture(tmp_path / "b.katra", frames, seed=1))
+    new = open_trace(write_capture(tmp_path / "n.katra", dict(frames, mesh=recoloured(frames["mesh"])), seed=2))
+    page = build_report([new], [base])
+    section = page[page.index('<section id="images">'):]
+    section = section[:section.index("</section>")]
+    assert "policy <b>gate</b>: 1 identical, 1 changed" in section
+    assert section.count("data:image/png;base64,") == 3 and 'alt="mesh: FLIP error map' in section
+    assert "fill: " not in section  # an identical image shows no pictures
+    assert '<section id="images">' not in build_report([new], [base], image_policy="off")
+    assert '<section id="images">' not in build_report([new])  # no baseline, no verdict

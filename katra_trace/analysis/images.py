@@ -209,7 +209,7 @@ def image_verdict(base: ImageLike | np.ndarray | None, new: ImageLike | np.ndarr
     mean = float(errors.mean())
     outliers = float((errors > limits.outlier_level).mean() * 100.0)
     changed = mean > limits.max_mean or outliers > limits.max_outlier_pct
-    reason = f"FLIP mean {mean:.3g}, {outliers:.2g} % of pixels over {limits.outlier_level:g}"
+    reason = f"FLIP mean {mean:.3g}, {outliers:.3g} % of pixels over {limits.outlier_level:g}"
     if not changed:
         reason += f" (limits {limits.max_mean:g} and {limits.max_outlier_pct:g} %)"
     return ImageVerdict("changed" if changed else "within_tolerance", reason, flip_mean=mean,
