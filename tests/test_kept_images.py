@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from harness.cli import main as cli_main
 from harness.run.config import RunConfig, plan_run
 from katra_trace.analysis.references import check_references, record_references, reference_paths
 from katra_trace.errors import ConfigError, TraceFormatError
@@ -131,6 +132,19 @@ def test_image_payload_checks() -> None:
         text = fmt.encode_json({**meta, **bad})
         with pytest.raises(TraceFormatError, match=why):
             decode_image_payload(len(text).to_bytes(4, "little") + text + png, 0)
+
+
+def test_validate_checks_the_kept_frames(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good, bad = tmp_path / "good.katra", tmp_path / "bad.katra"
+    _trace_with_images(good, {"a": _pixels(12), "b": _pixels(13)})
+    meta, png = frame_record("s", 1, 0.5, _pixels(14), KEY)
+    with TraceWriter(bad, workload="x") as w:
+        w.image({**meta, "sha256": "0" * 64}, png)
+    assert cli_main(["validate", str(good)]) == 0
+    assert capsys.readouterr().out.rstrip().endswith(", 2 kept frames (pixels checked)")
+    assert cli_main(["validate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "do not match their recorded SHA-256" in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_kept_frame_that_does_not_match_its_record_is_corrupt(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ def test_every_builtin_scene_keeps_the_same_frame_in_two_processes(katra_cli: An
         assert image.key == b[scene].key and image.key["renderer"].startswith("llvmpipe")
     validated = katra_cli("validate", "a.katra")
     assert validated.returncode == 0 and ": ok:" in validated.stdout, validated.stdout + validated.stderr
+    assert f", {len(a)} kept frames (pixels checked)" in validated.stdout
 
 
 def test_keeping_off_and_duration_runs_keep_nothing(katra_cli: Any, tmp_path: Path) -> None:
