@@ -32,7 +32,8 @@ from harness.run.config import DEFAULT_REFERENCE_EVERY, RunConfig, RunPlan, Scen
 from harness.run.progress import Progress as RunProgress
 from harness.run.progress import show_warning
 from katra_trace import metrics
-from katra_trace.analysis.references import DURATION_NOTICE, file_stem, images_policy
+from katra_trace.analysis.images import file_stem
+from katra_trace.analysis.references import DURATION_NOTICE, images_policy
 from katra_trace.errors import KatraError, OutputBusyError, OutputExistsError
 from katra_trace.io.header import CaptureOptions, build_capture_options
 

@@ -15,13 +15,12 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from katra_trace.analysis.images import ImageThresholds, ImageVerdict, image_verdict
+from katra_trace.analysis.images import ImageThresholds, ImageVerdict, file_stem, image_verdict
 from katra_trace.errors import ConfigError, TraceIOError
 from katra_trace.io.images import FrameImage, encode_png, image_checksum, key_id, load_png
 
@@ -39,11 +38,6 @@ def images_policy(keep: bool, duration: bool) -> str:
     if duration:
         return f"not kept: {DURATION_NOTICE}"
     return "kept: each scene's last measured frame" if keep else "off (--no-keep-image)"
-
-
-def file_stem(label: str) -> str:
-    """A scene label as a file or folder name (``--screenshot``, reference folders)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label) or "_"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,5 +151,5 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-__all__ = ["CHECK_STATUSES", "DURATION_NOTICE", "ImageCheck", "check_references", "file_stem", "images_policy",
+__all__ = ["CHECK_STATUSES", "DURATION_NOTICE", "ImageCheck", "check_references", "images_policy",
            "load_reference", "record_references", "reference_paths"]
