@@ -27,11 +27,14 @@ import types
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from harness.engine.core import Engine
 from harness.engine.spec import CaptureSpec
 from harness.gl import probe
 from katra_trace.errors import ConfigError
 from katra_trace.io.header import build_capture_options
+from katra_trace.io.images import check_pixels, decode_png, frame_record
 from katra_trace.schema import Flag
 
 
@@ -115,6 +118,32 @@ class Capture:
         self.engine.timer.settle()
         self.engine.set_scene(name)
         self._next_index = 0
+
+    def keep_image(self, image: np.ndarray | bytes, *, frame: int | None = None, time_s: float = 0.0) -> str:
+        """Keep your frame in the trace, as ``katra3d run`` keeps each scene's last measured frame.
+
+        ``image``: the pixels, an (H, W, 3|4) uint8 array with row 0 at the top (flip what
+        ``fbo.read()`` gives: GL's row 0 is the bottom), or the bytes of a PNG. ``frame``: its index
+        in the current scene (default: the last frame recorded); ``time_s``: the animation time you
+        drew it at, in seconds. Choose the same frame in every run, so that two traces compare.
+        The frame is stored under the current scene's name (a later call for the same scene
+        replaces it for readers) with this context's image key. Returns the pixels' SHA-256 (hex).
+        Call it between frames: inside one, its cost would be timed.
+        """
+        if self._closed:
+            raise ConfigError("capture is finished: no more images can be kept")
+        if self._in_frame:
+            raise ConfigError("capture.keep_image() is called between frames, not inside capture.frame()")
+        index = self._next_index - 1 if frame is None else int(frame)
+        if index < 0:
+            raise ConfigError("capture.keep_image(): no frame recorded yet in this scene (or give frame=N >= 0)")
+        try:
+            pixels = decode_png(image) if isinstance(image, (bytes, bytearray)) else check_pixels(image)
+        except ValueError as exc:
+            raise ConfigError(f"capture.keep_image(): {exc}") from None
+        meta, png = frame_record(self.engine.scene_label, index, float(time_s), pixels, self.engine.image_key)
+        self.writer.image(meta, png)
+        return str(meta["sha256"])
 
     def annotate(self, record: dict[str, Any]) -> None:
         """Write a JSON annotation into the trace (e.g. a checksum of your output)."""

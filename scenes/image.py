@@ -1,17 +1,13 @@
-"""Read a scene's final image back, checksum it, save it as PNG.
+"""Read a scene's final image back from GL.
 
-The checksum is how correctness is checked beside speed: a scene is
-deterministic, so two runs on one driver give the same last-frame pixels and
-the same :func:`image_checksum`. The PNG encoder is our own (zlib + struct),
-so screenshots need no imaging library.
+The pixels are how correctness is checked beside speed: a scene is
+deterministic, so two runs on one driver give the same last-frame pixels. What
+is done with them (checksum, PNG through Pillow, the frame kept in the trace)
+is :mod:`katra_trace.io.images`, which needs no GL.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import struct
-import zlib
 from typing import Any
 
 import numpy as np
@@ -45,45 +41,4 @@ def read_pixels(ctx: Any, scene: Any) -> np.ndarray:
     return np.ascontiguousarray(pixels[::-1])
 
 
-def image_checksum(pixels: np.ndarray) -> str:
-    """SHA-256 (hex) of the pixel bytes, in C order (rows top to bottom, RGBA)."""
-    arr = np.ascontiguousarray(pixels, dtype=np.uint8)
-    digest = hashlib.sha256()
-    digest.update(arr.tobytes())
-    return digest.hexdigest()
-
-
-def _png_chunk(kind: bytes, payload: bytes) -> bytes:
-    crc = zlib.crc32(kind + payload) & 0xFFFFFFFF
-    return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", crc)
-
-
-def encode_png(pixels: np.ndarray) -> bytes:
-    """Encode an (H, W, 4) or (H, W, 3) uint8 array (rows top to bottom) as PNG bytes."""
-    arr = np.ascontiguousarray(pixels, dtype=np.uint8)
-    if arr.ndim != 3 or arr.shape[2] not in (3, 4):
-        raise ValueError(f"expected an (H, W, 3|4) uint8 array, got shape {arr.shape}")
-    height, width, channels = arr.shape
-    colour_type = 6 if channels == 4 else 2
-    # each scanline is prefixed by filter type 0 (None)
-    raw = np.zeros((height, width * channels + 1), dtype=np.uint8)
-    raw[:, 1:] = arr.reshape(height, width * channels)
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, colour_type, 0, 0, 0)
-    return b"".join(
-        (
-            b"\x89PNG\r\n\x1a\n",
-            _png_chunk(b"IHDR", ihdr),
-            _png_chunk(b"IDAT", zlib.compress(raw.tobytes(), 6)),
-            _png_chunk(b"IEND", b""),
-        )
-    )
-
-
-def write_png(path: str | os.PathLike[str], pixels: np.ndarray) -> None:
-    """Write ``pixels`` ((H, W, 4) uint8, rows top to bottom) to ``path`` as a PNG."""
-    data = encode_png(pixels)
-    with open(path, "wb") as fh:
-        fh.write(data)
-
-
-__all__ = ["encode_png", "image_checksum", "read_pixels", "write_png"]
+__all__ = ["read_pixels"]

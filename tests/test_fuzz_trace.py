@@ -170,7 +170,8 @@ def _mutate_structure(rng: random.Random, blocks: Blocks) -> None:
         j = rng.randrange(len(blocks))
         blocks[i], blocks[j] = blocks[j], blocks[i]
     elif r < 0.8:
-        blocks.insert(i, (rng.choice([0, 7, 200, 255]), b"payload of an unknown type", 0))
+        # an unknown type (7 is IMAGE since format 1.2)
+        blocks.insert(i, (rng.choice([0, 8, 200, 255]), b"payload of an unknown type", 0))
     else:
         btype, raw, _ = blocks[i]
         blocks[i] = (btype, raw, rng.choice([0, 1, 2, 65535]))

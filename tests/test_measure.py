@@ -26,6 +26,7 @@ from harness.run.config import RunConfig, check_measure, plan_run
 from katra_trace import open_trace
 from katra_trace.analysis.match import mismatch
 from katra_trace.errors import ConfigError
+from katra_trace.io.images import read_frame_images
 from katra_trace.schema import Clock, Kind
 
 KATRA3D = str(Path(sys.executable).with_name("katra3d"))
@@ -220,6 +221,10 @@ def test_trace_says_how_it_was_counted_and_keeps_no_dumps(counted_runs: dict[str
         "the measured frames are there, the (uninstrumented) warmup frames are not"
     assert list(counted_runs["tmp"].iterdir()) == [], "dump directories must be removed"
     assert "instructions/frame" in counted_runs["A1.stdout"]
+    kept = read_frame_images(counted_runs["A1"])  # read back after instrumentation stopped: counts unmoved
+    assert set(kept) == set(SCENES) and {k.key["vector_bits"] for k in kept.values()} == {"128"}
+    assert {k: v.sha256 for k, v in kept.items()} == \
+        {k: v.sha256 for k, v in read_frame_images(counted_runs["A2"]).items()}
 
 
 @pytest.mark.gl

@@ -53,12 +53,14 @@ def _full_plan() -> RunPlan:
                        size=(48, 32), samples=4, backend="egl", device=1, timing="sync", zones="draws", seed=9,
                        params=(("clear", "bands", "3"), ("triangle", "speed", 0.5)), output="out/x.katra",
                        notes="a note, with ünïcode", screenshot_dir="shots", measure="instructions",
-                       reference_every=3, force=True, max_draw_zones=5, codec="none")
+                       reference_every=3, force=True, max_draw_zones=5, codec="none", keep_image=False,
+                       expect_images="refs", update_images=True)
     entries = (SceneEntry("clear", "clear", ClearScene, {"bands": 3}),
                SceneEntry("triangle", "triangle", TriangleScene, {"speed": 0.5}),
                SceneEntry("clear#2", "sub/tiny.py:Tiny", ClearScene, {"bands": 4}))
     return RunPlan(config, entries, frames=7, duration_s=2.5, warmup=2, size=(48, 32), output=Path("out/x.katra"),
-                   screenshot_dir=Path("/abs/shots"), workload="ci+clear+sub/tiny.py:Tiny")
+                   screenshot_dir=Path("/abs/shots"), workload="ci+clear+sub/tiny.py:Tiny", keep_images=True,
+                   expect_images=Path("refs"))
 
 
 def _classes(spec: str) -> type:

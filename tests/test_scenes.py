@@ -6,16 +6,14 @@ GL rendering of the scenes is tested in test_scenes_gl.py.
 from __future__ import annotations
 
 import json
-import struct
-import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from katra_trace.errors import ConfigError, SceneError
+from katra_trace.io.images import image_checksum
 from scenes.api import Param, Scene
-from scenes.image import encode_png, image_checksum, write_png
 from scenes.registry import builtin_scenes, describe_range, get_scene, resolve_params
 from scenes.suites import SUITES, get_suite
 
@@ -189,42 +187,6 @@ def test_unknown_suite_lists_valid_names() -> None:
 
 
 # -- images ---------------------------------------------------------------------------
-
-
-def _decode_png(data: bytes) -> np.ndarray:
-    """Minimal decoder for what encode_png writes (8-bit RGBA/RGB, filter 0)."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos = 8
-    idat = b""
-    width = height = channels = 0
-    while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind = data[pos + 4:pos + 8]
-        payload = data[pos + 8:pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
-        assert crc == zlib.crc32(kind + payload) & 0xFFFFFFFF
-        if kind == b"IHDR":
-            width, height, depth, colour, _, _, _ = struct.unpack(">IIBBBBB", payload)
-            assert depth == 8
-            channels = {6: 4, 2: 3}[colour]
-        elif kind == b"IDAT":
-            idat += payload
-        pos += 12 + length
-    raw = np.frombuffer(zlib.decompress(idat), dtype=np.uint8).reshape(height, width * channels + 1)
-    assert (raw[:, 0] == 0).all()
-    return raw[:, 1:].reshape(height, width, channels)
-
-
-def test_png_round_trip(tmp_path: Path) -> None:
-    rng = np.random.default_rng(1)
-    pixels = rng.integers(0, 256, size=(7, 13, 4), dtype=np.uint8)
-    path = tmp_path / "x.png"
-    write_png(path, pixels)
-    assert np.array_equal(_decode_png(path.read_bytes()), pixels)
-    rgb = pixels[:, :, :3]
-    assert np.array_equal(_decode_png(encode_png(rgb)), rgb)
-    with pytest.raises(ValueError, match="expected an"):
-        encode_png(np.zeros((4, 4), np.uint8))
 
 
 def test_checksum_is_sha256_of_pixel_bytes() -> None:

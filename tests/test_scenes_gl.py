@@ -13,7 +13,8 @@ import pytest
 from harness.run.offscreen import run_offscreen
 from katra_trace.errors import SceneError
 from scenes.api import SceneSkip, SimpleFrame
-from scenes.image import image_checksum, read_pixels
+from katra_trace.io.images import image_checksum
+from scenes.image import read_pixels
 from scenes.registry import builtin_scenes, get_scene, resolve_params
 from scenes.shaders import ShaderCompileError, compile_compute, compile_program
 from scenes.suites import get_suite

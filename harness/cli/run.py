@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
+from pathlib import Path
 from typing import Any
 
 from harness.cli._common import print_json
@@ -15,8 +17,11 @@ from harness.cli.progress import format_table
 from harness.run import runner
 from harness.run.config import RunConfig, parse_int, parse_param, parse_seconds, parse_size, plan_run
 from harness.run.progress import Progress
+from katra_trace.analysis.images import flip_missing
+from katra_trace.analysis.references import check_references, record_references
 from katra_trace.errors import ConfigError
 from katra_trace.io import format as fmt
+from katra_trace.io.images import read_frame_images
 from katra_trace.metrics import is_count
 
 
@@ -60,6 +65,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--seed", metavar="N", default="0", help="seed of the scenes' random numbers (default 0)")
     p.add_argument("--note", metavar="TEXT", default="", help="free text stored in the trace header")
     p.add_argument("--screenshot", metavar="DIR", help="save each scene's last frame as DIR/<scene>.png")
+    p.add_argument("--no-keep-image", dest="keep_image", action="store_false",
+                   help="do not keep each scene's last measured frame in the trace (kept by default in --frames "
+                        "runs, for image checks: docs/images.md)")
+    p.add_argument("--expect-images", metavar="DIR",
+                   help="check each scene's last frame against DIR's reference for this device (a device "
+                        "without one is skipped with a notice); a changed image exits 1")
+    p.add_argument("--update-images", action="store_true",
+                   help="with --expect-images DIR: record this run's frames as DIR's references for this device")
     p.add_argument("--force", action="store_true",
                    help="replace an existing output file (only once the new capture has recorded something)")
     p.add_argument("--codec", metavar="NAME",
@@ -95,6 +108,9 @@ def config_from_args(args: argparse.Namespace) -> Any:
         reference_every=parse_int(args.reference_every, "--reference-every", 0),
         force=bool(args.force),
         codec=_codec(args.codec),
+        keep_image=bool(args.keep_image),
+        expect_images=args.expect_images,
+        update_images=bool(args.update_images),
     )
 
 
@@ -126,4 +142,22 @@ def run(args: argparse.Namespace) -> int:
         except KeyError:
             signum = signal.SIGINT
         return 128 + int(signum)
+    if plan.expect_images is not None:
+        return _check_images(plan.expect_images, result.path, [r.label for r in result.scenes],
+                             update=bool(args.update_images))
     return 0
+
+
+def _check_images(directory: Path, trace: Path, scenes: list[str], *, update: bool) -> int:
+    """--expect-images / --update-images: one line a scene; 1 when an image changed, 2 when a check could
+    not be made (a reference of another frame)."""
+    images = read_frame_images(trace)
+    checks = record_references(directory, images) if update else check_references(directory, images, scenes)
+    for check in checks:
+        print(check.line)
+    missing = flip_missing()
+    if missing is not None and any(c.verdict is not None and c.verdict.checksum_only for c in checks):
+        print(f"katra3d: notice: image checks by checksum only: {missing}", file=sys.stderr)
+    if any(c.regression for c in checks):
+        return 1
+    return 2 if any(c.error for c in checks) else 0

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from harness.cli._common import load_trace_quietly
+from katra_trace.io.images import read_frame_images
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -27,5 +28,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{trace.path}: damaged: {trace.stop_reason}; recoverable: {n} events, {len(trace.strings)} strings "
               f"in {trace.blocks} intact blocks before offset {trace.stopped_at}", file=sys.stderr)
         return 2
-    print(f"{trace.path}: ok: {n} events in {trace.blocks} blocks, status {trace.status}")
+    kept = len(read_frame_images(trace.path))  # each kept frame's PNG decoded and its SHA-256 checked
+    frames = f", {kept} kept frame{'s' if kept != 1 else ''} (pixels checked)" if kept else ""
+    print(f"{trace.path}: ok: {n} events in {trace.blocks} blocks, status {trace.status}{frames}")
     return 0

@@ -37,7 +37,7 @@ from harness.engine import timers
 from harness.engine.counting import CountTimer
 from harness.engine.draws import DrawZones
 from harness.engine.events import EventBuffer
-from harness.engine.frame import HarnessFrame
+from harness.engine.frame import HarnessFrame, frame_time_s
 from harness.engine.lifecycle import SceneLifecycle, describe
 from harness.engine.reference import ReferenceDraw
 from harness.engine.results import Progress, SceneResult
@@ -45,6 +45,7 @@ from harness.engine.spec import CaptureSpec, SceneSpec
 from harness.engine.stopping import Keeper, StopFlag
 from katra_trace.errors import ConfigError, SceneError
 from katra_trace.io.header import CaptureOptions
+from katra_trace.io.images import image_key
 from katra_trace.io.writer import TraceWriter
 from katra_trace.schema import Clock, Kind
 from scenes.api import NOMINAL_RATE_HZ
@@ -131,6 +132,8 @@ class Engine:
         self.gl_errors: list[dict[str, Any]] = []
         self.gl_error_check = bool(spec.gl_error_check)
         self.scene_label = ""
+        #: which device draws the frames, recorded with every kept frame (katra_trace.io.images.image_key)
+        self.image_key = image_key(spec.host)
         self._start_timer(spec)
         self.primary_clock = self.timer.primary_clock.name.lower()
         self._start_reference(spec.reference_every)
@@ -251,7 +254,7 @@ class Engine:
         zone = self.frame_zone
         stop = self.stop
         pc = _pc
-        rate = NOMINAL_RATE_HZ
+        rate = NOMINAL_RATE_HZ  # frame_time_s(i), inlined: one call less a frame
         reference = self.reference if not flags and bind is not None else None
         every = self.reference_every
         show = progress is not None and progress.tty
@@ -337,7 +340,7 @@ class Engine:
             if bind is not None:
                 bind()
             self.begin_frame(i, 0)
-            render(HarnessFrame(i, i / NOMINAL_RATE_HZ, key, self.frame_zone))
+            render(HarnessFrame(i, frame_time_s(i), key, self.frame_zone))
             self.end_frame()
             state["i"] = i + 1
 

@@ -172,6 +172,12 @@ class CountTimer(Timer):
         self._instrument(False)  # the scene's set-up and warmup frames (its shader JIT) run uninstrumented
         return super().set_scene(name)
 
+    def stop_counting(self) -> None:
+        """Switch instrumentation off after a scene's last measured frame (before its image is read back,
+        so that reading and encoding it cost nothing counted and move nothing); the next scene's first
+        measured frame switches it on again."""
+        self._instrument(False)
+
     def begin_frame(self, index: int, flags: int = 0) -> None:
         self.frame_index = index
         self.flags = flags

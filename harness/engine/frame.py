@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from scenes.api import NOMINAL_RATE_HZ
+
 
 class HarnessFrame:
     """Frame index, deterministic scene time, seeded RNG and ``zone(name)``.
@@ -33,6 +35,15 @@ class HarnessFrame:
         return self._rng
 
 
+def frame_time_s(index: int) -> float:
+    """The animation time (seconds) a scene is given for frame ``index``: ``index / NOMINAL_RATE_HZ``.
+
+    A function of the index alone, never of the clock, so frame N shows the same picture in every run
+    and every version (the kept last frame of a ``--frames`` run is compared across runs).
+    """
+    return index / NOMINAL_RATE_HZ
+
+
 def seed_key(seed: int, scene_name: str) -> tuple[int, int]:
     """(seed, crc32(scene name)): the per-scene part of every frame's RNG seed.
 
@@ -41,4 +52,4 @@ def seed_key(seed: int, scene_name: str) -> tuple[int, int]:
     return (int(seed), zlib.crc32(scene_name.encode("utf-8", "surrogatepass")))
 
 
-__all__ = ["HarnessFrame", "seed_key"]
+__all__ = ["HarnessFrame", "frame_time_s", "seed_key"]

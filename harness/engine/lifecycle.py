@@ -18,12 +18,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from harness.engine.frame import seed_key
+from harness.engine.counting import CountTimer
+from harness.engine.frame import frame_time_s, seed_key
 from harness.engine.results import NoProgress, SceneResult, median_text, scene_stats
 from katra_trace.errors import KatraError, SceneError
 from katra_trace.schema import Flag
 from scenes.api import SceneSkip
-from scenes.image import image_checksum, read_pixels, write_png
+from katra_trace.io.images import frame_record, image_checksum, save_png
+from scenes.image import read_pixels
 
 if TYPE_CHECKING:
     from harness.engine.core import Engine
@@ -166,18 +168,25 @@ class SceneLifecycle:
             engine.writer.flush()
 
     def last_image(self, result: SceneResult) -> dict[str, Any]:
-        """Read the last rendered frame into ``result`` (pixels, sha256); save the screenshot if asked.
+        """Read the last rendered frame into ``result`` (pixels, sha256); keep it in the trace and save
+        the screenshot if asked. In a counted run, instrumentation is off first: counts do not move.
 
         Returns the annotation's last-image keys.
         """
-        spec = self.spec
-        pixels = read_pixels(self.engine.ctx, self.scene)
+        spec, engine = self.spec, self.engine
+        if isinstance(engine.timer, CountTimer):
+            engine.timer.stop_counting()
+        pixels = read_pixels(engine.ctx, self.scene)
         result.pixels = pixels
         result.checksum = image_checksum(pixels)
-        keys: dict[str, Any] = {"last_frame_index": result.warmup + result.frames - 1,
-                                "last_frame_sha256": result.checksum}
+        index = result.warmup + result.frames - 1
+        keys: dict[str, Any] = {"last_frame_index": index, "last_frame_sha256": result.checksum}
+        # the frame is the same one in every run only when the scene rendered all of its frames
+        if spec.keep_image and spec.frames is not None and result.frames == spec.frames and result.status == "ok":
+            engine.writer.image(*frame_record(spec.label, index, frame_time_s(index), pixels, engine.image_key))
+            keys["image_kept"] = True
         if spec.screenshot is not None:
-            write_png(spec.screenshot, pixels)
+            save_png(spec.screenshot, pixels)
             keys["screenshot"] = str(spec.screenshot)
         return keys
 

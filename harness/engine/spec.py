@@ -66,6 +66,8 @@ class SceneSpec:
     and flagged WARMUP (a counted run renders them uncounted, with no events). ``seed``: the run seed of the frames' RNG. ``spec``:
     the scene as the user named it (recorded in the scene annotation).
     ``read_image``: read the last frame back and record its checksum;
+    ``keep_image``: also keep it in the trace (an IMAGE block, :mod:`katra_trace.io.images`) when the
+    scene rendered all of its ``frames`` (never for a ``duration_s`` run, whose last frame depends on speed);
     ``screenshot``: also save it as this PNG. ``index``/``total``: the scene's
     position in the run, for progress lines ("[index/total]").
     """
@@ -80,6 +82,7 @@ class SceneSpec:
     seed: int = 0
     spec: str = ""
     read_image: bool = True
+    keep_image: bool = False
     screenshot: Path | None = None
     index: int = 1
     total: int = 1

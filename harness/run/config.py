@@ -21,6 +21,7 @@ from typing import Any
 from harness.engine.timers import MODES, zone_mode
 from harness.gl.backends import CHOICES, resolve_name
 from katra_trace import metrics
+from katra_trace.analysis.references import DURATION_NOTICE
 from katra_trace.errors import ConfigError
 from katra_trace.io import claim
 from scenes.registry import get_scene, resolve_params
@@ -104,7 +105,10 @@ class RunConfig:
     :mod:`harness.engine.draws`; ``max_draw_zones`` caps the draws timed per frame.
     ``force``: replace an existing output file (only once the new capture has
     recorded something; see :mod:`katra_trace.io.claim`). ``codec``: the trace's
-    codec (zstd, blosc2 or none; None = TraceWriter's default).
+    codec (zstd, blosc2 or none; None = TraceWriter's default). ``keep_image``: keep each scene's
+    last measured frame in the trace (``--frames`` runs; :mod:`katra_trace.io.images`).
+    ``expect_images``: check those frames against the references in this folder, or with
+    ``update_images`` record them there (:mod:`katra_trace.analysis.references`).
     """
 
     scenes: tuple[str, ...] = ()
@@ -128,6 +132,9 @@ class RunConfig:
     force: bool = False
     max_draw_zones: int | None = None
     codec: str | None = None
+    keep_image: bool = True
+    expect_images: str | None = None
+    update_images: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict of every field (params as SCENE.KEY -> value)."""
@@ -161,6 +168,8 @@ class RunPlan:
     output: Path
     screenshot_dir: Path | None
     workload: str
+    keep_images: bool = False  #: each scene's last frame is kept in the trace (a --frames run, not turned off)
+    expect_images: Path | None = None  #: the reference folder of --expect-images
 
 
 def _writable_dir(path: Path, what: str) -> None:
@@ -305,8 +314,30 @@ def plan_run(config: RunConfig) -> RunPlan:
         if shots.exists() and not shots.is_dir():
             raise ConfigError(f"--screenshot '{shots}' is not a directory")
         _writable_dir(shots, "--screenshot directory")
+    expect = _check_images(config)
     return RunPlan(config, tuple(entries), frames, config.duration_s, warmup,
-                   (int(size[0]), int(size[1])), output, shots, workload)
+                   (int(size[0]), int(size[1])), output, shots, workload,
+                   keep_images=config.keep_image and frames is not None, expect_images=expect)
+
+
+def _check_images(config: RunConfig) -> Path | None:
+    """The --expect-images folder, checked against the other options (ConfigError), or None."""
+    if config.expect_images is None:
+        if config.update_images:
+            raise ConfigError("--update-images needs --expect-images DIR: the folder the references go to")
+        return None
+    expect = Path(config.expect_images)
+    if config.duration_s is not None:
+        raise ConfigError(f"--expect-images needs --frames: {DURATION_NOTICE}")
+    if not config.keep_image:
+        raise ConfigError("--expect-images checks the frames a run keeps: drop --no-keep-image")
+    if expect.exists() and not expect.is_dir():
+        raise ConfigError(f"--expect-images '{expect}' is not a directory")
+    if config.update_images:
+        _writable_dir(expect, "--expect-images directory")
+    elif not expect.is_dir():
+        raise ConfigError(f"--expect-images '{expect}' does not exist (record references with --update-images)")
+    return expect
 
 
 def plan_as_dict(plan: RunPlan) -> dict[str, Any]:

@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import platform
-import re
 import shutil
 import signal
 import subprocess
@@ -46,6 +45,7 @@ from harness.run.progress import ChildProgress, Relay
 from katra_trace import metrics
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.io import claim as claim_mod
+from katra_trace.io.images import renderer_facts
 from katra_trace.io.blockfile import copy_with_header
 from scenes.registry import builtin_scenes, entry_point_scenes, get_scene
 
@@ -130,20 +130,16 @@ def codegen_facts(gl: Mapping[str, Any], system: Mapping[str, Any], env: Mapping
     a process instrumented from its start lays out its memory differently, which moves
     frame counts a little, so such counts are not compared with the others either.
     """
-    renderer = str(gl.get("renderer", ""))
-    version = str(gl.get("version", ""))
-    llvm = re.search(r"LLVM\s+([\d.]+)", renderer)
-    width = re.search(r"(\d+)\s*bits", renderer)
-    mesa = re.search(r"Mesa\s+([\w.\-]+)", version)
+    facts = renderer_facts(gl)  # the image key's facts: one parser of the renderer and version strings
     flags = cpu_flags()
     return {
         "cpu_model": str(system.get("cpu_model", "")),
         "machine": str(system.get("machine", "")),
         "cpu_flags_sha": hashlib.sha256(" ".join(flags).encode()).hexdigest()[:16] if flags else "",
-        "renderer": renderer,
-        "mesa": mesa.group(1) if mesa else "",
-        "llvm": llvm.group(1) if llvm else "",
-        "vector_bits": int(width.group(1)) if width else 0,
+        "renderer": facts["renderer"],
+        "mesa": facts["mesa"],
+        "llvm": facts["llvm"],
+        "vector_bits": int(facts["vector_bits"] or 0),
         "lp_native_vector_width": env.get("LP_NATIVE_VECTOR_WIDTH", ""),
         "counted_from": counted_from,
     }

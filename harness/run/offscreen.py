@@ -38,6 +38,7 @@ class MemorySink:
         self._ids: dict[str, int] = {"": 0}
         self.arrays: list[Any] = []
         self.annotations: list[dict[str, Any]] = []
+        self.images: list[tuple[dict[str, Any], bytes]] = []  #: kept frames: (facts, PNG) as TraceWriter.image got them
         self.finished = False
         self.status = ""
         self.summary: dict[str, Any] = {}
@@ -54,6 +55,9 @@ class MemorySink:
 
     def annotate(self, record: dict[str, Any]) -> None:
         self.annotations.append(dict(record))
+
+    def image(self, meta: dict[str, Any], png: bytes) -> None:
+        self.images.append((dict(meta), bytes(png)))
 
     def clock_sync(self, record: dict[str, Any]) -> None:
         self.annotations.append({"type": "clock_sync", **record})

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import signal
 import sys
 import warnings
@@ -33,6 +32,7 @@ from harness.run.config import DEFAULT_REFERENCE_EVERY, RunConfig, RunPlan, Scen
 from harness.run.progress import Progress as RunProgress
 from harness.run.progress import show_warning
 from katra_trace import metrics
+from katra_trace.analysis.references import DURATION_NOTICE, file_stem, images_policy
 from katra_trace.errors import KatraError, OutputBusyError, OutputExistsError
 from katra_trace.io.header import CaptureOptions, build_capture_options
 
@@ -45,6 +45,7 @@ def capture_options(plan: RunPlan, session: Any) -> CaptureOptions:
         "size": list(plan.size), "samples": cfg.samples, "backend": session.backend,
         "output": str(plan.output), "device": session.device,
         "scenes": [{"label": e.label, "spec": e.spec, "params": dict(e.params)} for e in plan.entries],
+        "images": images_policy(plan.keep_images, plan.duration_s is not None),
     })
 
 
@@ -62,6 +63,8 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
     quiet = quiet or isinstance(progress, NoProgress) or bool(getattr(progress, "quiet", False))
     if progress is None:
         progress = NoProgress() if quiet else RunProgress(len(plan.entries), progress_stream, phase_lines=counted)
+    if plan.duration_s is not None and plan.config.keep_image:
+        progress.line(f"notice: {DURATION_NOTICE}")
     if counted:
         return _run_counted(plan, progress, quiet=quiet)
     return _capture(plan, progress)
@@ -218,15 +221,11 @@ class _entered:
 
 def _run_entry(engine: Engine, plan: RunPlan, entry: SceneEntry, session: Any, progress: Progress,
                n: int) -> SceneResult:
-    shot = plan.screenshot_dir / f"{_safe(entry.label)}.png" if plan.screenshot_dir is not None else None
+    shot = plan.screenshot_dir / f"{file_stem(entry.label)}.png" if plan.screenshot_dir is not None else None
     scene = SceneSpec(entry.cls, entry.label, entry.params, size=plan.size, frames=plan.frames, warmup=plan.warmup,
                       duration_s=plan.duration_s, seed=plan.config.seed, spec=entry.spec, screenshot=shot, index=n,
-                      total=len(plan.entries))
+                      total=len(plan.entries), keep_image=plan.keep_images)
     return engine.run_scene(scene, bind=session.bind, progress=progress)
-
-
-def _safe(label: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
 
 
 __all__ = ["capture_options", "run", "run_child"]

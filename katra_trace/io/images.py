@@ -9,7 +9,7 @@ run, ``--no-keep-image``) gives ``{}``.
 The **image key** says which device drew a frame (:func:`image_key`): the GL renderer string,
 the Mesa and LLVM versions and llvmpipe's vector width. Two frames of one scene are expected to
 be identical only under the same key; reference images are kept per key
-(:mod:`katra_trace.io.references`). PNG encoding and decoding go through Pillow.
+(:mod:`katra_trace.analysis.references`). PNG encoding and decoding go through Pillow.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ per codec, with the same content.
 
 Run once per format version; never regenerate an old golden file. golden-v1.0.katra was written
 by katra3d 0.1.0's writer (format 1.0: wall clock frames and zones, a counter, a clock sync and an
-annotation); this build writes format 1.1 and cannot produce it again.
+annotation); this build writes format 1.1 and cannot produce it again. This build's writer writes
+format 1.2 (1.1 + IMAGE blocks, which this file has none of): the preamble and header are pinned to 1.1.
 
 The 1.1 file exercises every 1.1 addition (docs/trace-format.md): frames and zones on the
 INSTRUCTIONS clock, frames on the CYCLES clock with the raw cache counts as COUNTER rows on that
@@ -44,7 +45,10 @@ CODEGEN = {"cpu_model": "golden cpu", "cpu_flags_sha": "0" * 16, "mesa": "23.2.1
 #: callgrind cache counters written per measured frame, with per-frame values
 COUNTERS = {"Ir": 1_000_000, "I1mr": 120, "D1mr": 3400, "D1mw": 560, "ILmr": 30, "DLmr": 700, "DLmw": 90}
 #: fixed facts that make the file byte-for-byte reproducible
-FIXED_HEADER = {"pid": 4242, "start_wall_ns": 1_790_000_000_000_000_000, "tool_version": "katra3d golden"}
+FIXED_HEADER = {"pid": 4242, "start_wall_ns": 1_790_000_000_000_000_000, "tool_version": "katra3d golden",
+                "format_version": "1.1"}
+#: the format this file is the golden file of (the writer may write a newer minor)
+GOLDEN_MINOR = 1
 FIXED_SUMMARY = {"end_host_ns": 200_000_000}
 
 
@@ -94,7 +98,7 @@ def main(out: Path = OUT, codec: str = "zstd") -> None:
         with open(raw, "rb") as f:
             blocks = list(iter_blocks(f, ScanState(), strict=True))
     # Re-seal every block with the fixed facts (pid, times) so the file is reproducible.
-    result = bytearray(fmt.encode_preamble())
+    result = bytearray(fmt.PREAMBLE.pack(fmt.MAGIC, fmt.FORMAT_MAJOR, GOLDEN_MINOR, 0))
     summary_at = 0
     for b in blocks:
         _, btype, codec, schema, seq, stored_len, raw_len, _ = fmt.BLOCK_HEADER.unpack_from(data, b.offset)
