@@ -260,6 +260,19 @@ def test_compare_images_warn_and_off(sides: tuple[Path, Path, Path], katra: Call
                                                            "0 and 1, got 2.0")
 
 
+def test_captures_that_do_not_compare_give_no_image_regression(tmp_path: Path, katra: Callable[..., Result]) -> None:
+    """Other params (or another size, renderer): a different picture is expected, so the image is incomparable
+    for the captures' reason and the exit code stays 2 (nothing comparable), unless the mismatch is allowed."""
+    frames = {"fill": picture(), "mesh": picture()[::-1].copy()}
+    base = write_capture(tmp_path / "base.katra", frames, seed=1)
+    other = write_capture(tmp_path / "other.katra", dict(frames, mesh=recoloured(frames["mesh"])), seed=2, layers=2)
+    r = katra("compare", str(base), str(other))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "mesh  image incomparable: the captures do not compare: " in r.stdout and "image changed" not in r.stdout
+    r = katra("compare", str(base), str(other), "--allow-param-mismatch", "--images", "gate")
+    assert r.returncode == 1 and "image changed: FLIP mean" in r.stdout
+
+
 def test_compare_image_diff_writes_three_pictures(sides: tuple[Path, Path, Path], tmp_path: Path,
                                                   katra: Callable[..., Result]) -> None:
     base, _, changed = sides

@@ -256,7 +256,9 @@ def compare_paths(base: str, new: str | None, args: argparse.Namespace) -> int:
         order = [s.scene for s in result.scenes]
         images = image_verdicts(base_images, new_images, limits,
                                 scenes=dict.fromkeys([*(s for s in order if s in base_images or s in new_images),
-                                                      *base_images, *new_images]))
+                                                      *base_images, *new_images]),
+                                not_comparable={s.scene: s.reason for s in result.scenes
+                                                if s.verdict == "incomparable"})
         if getattr(args, "image_diff", None):
             write_image_diff(args.image_diff, images, base_images, new_images)
     code = exit_code_with_images(result.exit_code, images, policy)

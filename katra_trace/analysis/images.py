@@ -42,6 +42,8 @@ from katra_trace.optional import MissingDependencyError, require
 
 #: The verdicts of :func:`image_verdict`, from best to worst.
 IMAGE_VERDICTS = ("identical", "within_tolerance", "changed", "incomparable")
+#: The format minor version that added kept frames (IMAGE blocks, katra_trace/io/image_block.py).
+KEPT_FRAMES_MINOR = 2
 #: What needs FLIP, as the install line names it.
 FLIP_PURPOSE = "an image tolerance (identical / within tolerance / changed)"
 
@@ -217,11 +219,23 @@ def image_verdict(base: ImageLike | np.ndarray | None, new: ImageLike | np.ndarr
 
 
 def image_verdicts(base: Mapping[str, ImageLike], new: Mapping[str, ImageLike],
-                   thresholds: ImageThresholds | None = None,
-                   scenes: Iterable[str] | None = None) -> dict[str, ImageVerdict]:
-    """:func:`image_verdict` of every scene with an image on either side (or of ``scenes``), in order."""
+                   thresholds: ImageThresholds | None = None, scenes: Iterable[str] | None = None,
+                   not_comparable: Mapping[str, str] | None = None) -> dict[str, ImageVerdict]:
+    """:func:`image_verdict` of every scene with an image on either side (or of ``scenes``), in order.
+
+    ``not_comparable``: scene -> why the captures themselves do not compare (another size, other params,
+    another renderer: the timing comparison's ``incomparable`` reason); such a scene's image is
+    *incomparable* for the same reason, never *changed*, since a different picture is expected."""
     names = list(scenes) if scenes is not None else list(dict.fromkeys([*base, *new]))
-    return {name: image_verdict(base.get(name), new.get(name), thresholds) for name in names}
+    out = {}
+    for name in names:
+        why = (not_comparable or {}).get(name)
+        if why is not None and name in base and name in new:
+            out[name] = ImageVerdict("incomparable", f"the captures do not compare: {why}",
+                                     base_sha256=str(base[name].sha256), new_sha256=str(new[name].sha256))
+        else:
+            out[name] = image_verdict(base.get(name), new.get(name), thresholds)
+    return out
 
 
 def trace_images(trace: Any) -> dict[str, ImageLike]:
@@ -233,7 +247,8 @@ def trace_images(trace: Any) -> dict[str, ImageLike]:
         if isinstance(note, dict) and note.get("type") == "scene" and isinstance(note.get("last_frame_sha256"), str):
             images[str(note.get("scene"))] = ImageRef(note["last_frame_sha256"])
     path = getattr(trace, "path", None)
-    if path is not None:
+    version = getattr(trace, "version", (1, KEPT_FRAMES_MINOR))
+    if path is not None and tuple(version) >= (1, KEPT_FRAMES_MINOR):  # older formats keep no frames: no re-read
         images.update(read_frame_images(Path(path)))
     return images
 
@@ -284,16 +299,21 @@ def write_image_diff(directory: str | os.PathLike[str], verdicts: Mapping[str, I
     paths written."""
     root = check_output_dir(directory, option="--image-diff")
     written: list[Path] = []
+    stems: set[str] = set()
     for scene, verdict in verdicts.items():
         b, n = base.get(scene), new.get(scene)
         if verdict.verdict == "identical" or b is None or n is None or b.pixels is None or n.pixels is None:
             continue
+        stem = file_stem(scene)
+        while stem in stems:  # two labels that read alike as file names
+            stem += "_"
+        stems.add(stem)
         try:
             root.mkdir(exist_ok=True)
         except FileNotFoundError:
             raise missing_directory(root.parent) from None
         for what, data in diff_pngs(b.pixels, n.pixels).items():
-            path = root / f"{file_stem(scene)}.{what}.png"
+            path = root / f"{stem}.{what}.png"
             with open_output(path, option="--image-diff", example="DIR") as f:
                 f.write(data)
             written.append(path)

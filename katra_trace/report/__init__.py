@@ -51,7 +51,8 @@ def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: st
             error = str(exc)
     images_html = ""
     if baseline and image_policy != "off":
-        images_html = images_section(*image_comparison(baseline, runs, image_thresholds), policy=image_policy)
+        images_html = images_section(*image_comparison(baseline, runs, image_thresholds, comparison),
+                                     policy=image_policy)
     return render(runs, baseline, comparison=comparison, comparison_error=error, title=title,
                   tool_version=f"katra3d {__version__}", history=history, images_html=images_html)
 

@@ -39,11 +39,18 @@ def _data_url(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def image_comparison(baseline: Sequence[Any], runs: Sequence[Any], thresholds: ImageThresholds | None = None
+def image_comparison(baseline: Sequence[Any], runs: Sequence[Any], thresholds: ImageThresholds | None = None,
+                     comparison: Mapping[str, Any] | None = None
                      ) -> tuple[dict[str, ImageVerdict], dict[str, ImageLike], dict[str, ImageLike]]:
-    """The image verdict of every scene of ``runs`` (NEW) against ``baseline`` (BASE), and each side's images."""
+    """The image verdict of every scene of ``runs`` (NEW) against ``baseline`` (BASE), and each side's images.
+
+    ``comparison``: the timing comparison's ``as_dict()``; its incomparable scenes are not judged on images
+    (:func:`~katra_trace.analysis.images.image_verdicts`), as in ``katra3d compare``."""
     base, new = side_images(baseline), side_images(runs)
-    return image_verdicts(base, new, thresholds), base, new
+    scenes = (comparison or {}).get("scenes") or {}
+    not_comparable = {name: str(s.get("reason", "")) for name, s in scenes.items()
+                      if isinstance(s, Mapping) and s.get("verdict") == "incomparable"}
+    return image_verdicts(base, new, thresholds, not_comparable=not_comparable), base, new
 
 
 def images_section(verdicts: Mapping[str, ImageVerdict], base: Mapping[str, ImageLike],
