@@ -150,7 +150,7 @@ def test_policy_default_and_exit_code() -> None:
     changed = {"mesh": image_verdict(ref(base), ref(recoloured(base)))}
     assert exit_code_with_images(0, changed, "gate") == 1
     assert exit_code_with_images(0, changed, "warn") == 0
-    assert exit_code_with_images(2, changed, "gate") == 2  # nothing comparable stays an error: never exit 1
+    assert exit_code_with_images(2, changed, "gate") == 1
     assert exit_code_with_images(2, {}, "gate") == 2
 
 

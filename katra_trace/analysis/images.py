@@ -267,12 +267,7 @@ def side_images(traces: Sequence[Any]) -> dict[str, ImageLike]:
 
 def exit_code_with_images(timing_code: int, verdicts: Mapping[str, ImageVerdict], policy: str) -> int:
     """The exit code of compare and ab: 1 when the timing found a regression or, under the gate policy, an
-    image changed; else the timing's own code (0, or 2 when nothing was comparable).
-
-    Nothing comparable (e.g. other params without ``--allow-param-mismatch``) stays 2 whatever the images
-    say: an error never exits 1, and traces of other params are expected to draw other pictures."""
-    if timing_code == 2:
-        return 2
+    image changed; else the timing's own code (0, or 2 when nothing was comparable)."""
     gated = policy == "gate" and any(v.is_regression for v in verdicts.values())
     return 1 if gated else timing_code
 
