@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.engine import timers
+from harness.engine import heap, timers
 from harness.engine.counting import CountTimer
 from harness.engine.draws import DrawZones
 from harness.engine.events import EventBuffer
@@ -124,6 +124,9 @@ class Engine:
         self.spec = spec
         self.mode, self.reason, self.zones = resolved.mode, resolved.reason, resolved.zones
         self.counting = spec.measure is not None
+        if not self.counting:
+            # a frame must not pay page faults for memory the driver freed in the last one (heap.py)
+            heap.keep_freed_memory()
         self.options = dict(resolved.options)
         self.writer = writer if writer is not None else _open_writer(spec, resolved)
         self.path = spec.path
