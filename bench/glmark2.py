@@ -128,6 +128,9 @@ def xvfb_display(xvfb: str, timeout_s: float = 30.0) -> Iterator[str]:
         proc = subprocess.Popen([xvfb, "-displayfd", str(write_fd), "-screen", "0", "1024x768x24", "-nolisten", "tcp"],
                                 pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
+    except BaseException:
+        os.close(read_fd)
+        raise
     finally:
         os.close(write_fd)
     try:
