@@ -34,6 +34,7 @@ COMMANDS: tuple[str, ...] = (
     "stats",
     "compare",
     "ab",
+    "bisect",
     "scenes",
     "export",
     "report",

@@ -1,0 +1,201 @@
+"""Measuring one commit for ``katra3d bisect``: its worktree, its captures, and its change against GOOD.
+
+A commit is checked out as a detached worktree in a temporary directory and captured with the
+bisection's command, the worktree as the current directory and first on ``PYTHONPATH`` (so its
+scenes and code are the ones run, as ``ci/compare-versions.sh`` does). Traces go to
+``DIR/traces/``, each capture's output to ``DIR/logs/SHORT.log``. A trace already in place from an
+interrupted bisection is used again, not captured again.
+
+* **Counts** (instructions, cycles): one capture per commit, compared with GOOD's one capture.
+* **Time**: interleaved rounds against GOOD (GOOD then the commit, the order alternating each round),
+  compared round by round (paired), until the stopping rule decides or ``max_rounds`` is reached.
+
+The comparison is :func:`katra_trace.analysis.compare.compare_traces` with the bisection's options;
+the rows become :class:`~katra_trace.analysis.bisection.Effect` records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from harness.bisect.git import Commit, add_worktree, remove_worktree
+from harness.bisect.state import Setup
+from katra_trace.analysis.bisection import Effect
+from katra_trace.errors import KatraError
+from katra_trace.io.reader import open_trace
+from katra_trace.metrics import is_count
+
+#: Lines of a failed capture's output quoted in its skip reason (the whole output is in its log).
+FAILURE_TAIL_LINES = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Workspace:
+    """Where a bisection works: the repository, the output directory (absolute), the temporary
+    directory of its worktrees, its setup, and where progress lines go."""
+
+    top: Path
+    root: Path
+    trees: Path
+    setup: Setup
+    progress: Callable[[str], None]
+
+    def rel(self, path: Path) -> str:
+        """``path`` relative to the output directory (as bisect.json records it)."""
+        return str(path.relative_to(self.root))
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """What measuring a commit gave: its effects against GOOD (empty for GOOD itself), or why there are
+    none (``failure``); the traces kept; rounds; why the rounds stopped; seconds; its log."""
+
+    effects: tuple[Effect, ...]
+    failure: str
+    traces: tuple[str, ...]
+    rounds: int
+    stopped: str
+    seconds: float
+    log: str
+
+
+def _capture(ws: Workspace, tree: Path, out: Path, log: Path) -> str:
+    """Run the capture command once in ``tree`` writing ``out``; "" when a trace is there, else why not.
+    A trace left at ``out`` by an earlier, interrupted bisection is kept (its capture had finished)."""
+    if out.is_file():
+        return ""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = ws.setup.command.replace("{out}", shlex.quote(str(out)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree), env.get("PYTHONPATH", "")) if p)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a", encoding="utf-8", errors="backslashreplace") as f:
+        f.write(f"$ cd {shlex.quote(str(tree))} && {cmd}\n")
+        f.flush()
+        try:
+            proc = subprocess.run(cmd, shell=True, cwd=tree, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, check=False)
+        except OSError as exc:
+            return f"the capture command does not run: {exc}"
+        f.write(f"[exit {proc.returncode}]\n")
+    if proc.returncode != 0:
+        return f"the capture failed (exit {proc.returncode}){_tail(log)}; its output: {ws.rel(log)}"
+    if not out.is_file():
+        return f"the capture exited 0 but wrote no trace at {ws.rel(out)}; its output: {ws.rel(log)}"
+    return ""
+
+
+def _tail(log: Path) -> str:
+    lines = [ln.strip() for ln in log.read_text(encoding="utf-8", errors="replace").splitlines()
+             if ln.strip() and not ln.startswith(("$ ", "[exit "))]
+    return f": {' | '.join(lines[-FAILURE_TAIL_LINES:])}" if lines else ""
+
+
+def compare_to_good(ws: Workspace, good: Sequence[Path], new: Sequence[Path], paired: bool) -> tuple[Effect, ...] | str:
+    """Each scene's (and zone's) change of ``new`` against ``good`` by the decision model, or why the
+    traces could not be compared (a damaged trace, counts against times ...)."""
+    # deferred: the comparison loads scipy (about a second); building the parser must not
+    from katra_trace.analysis.compare import compare_traces
+
+    try:
+        b = [open_trace(p, strict=True) for p in good]
+        n = [open_trace(p, strict=True) for p in new]
+        pairs = [(i, i) for i in range(len(n))] if paired else None
+        result = compare_traces(b, n, pairs=pairs, **ws.setup.compare)
+    except KatraError as exc:
+        return f"not comparable with GOOD: {exc}"
+    if not result.scenes:
+        return "no scene with measured frames in its traces"
+    return tuple(Effect.from_row(r) for r in (*result.scenes, *result.zones))
+
+
+class Trees:
+    """GOOD's worktree (kept for the whole bisection: time mode captures GOOD beside every commit) and
+    one commit's at a time (removed after its captures)."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self.ws = ws
+        self.good: Path | None = None
+
+    def good_tree(self) -> Path:
+        if self.good is None:
+            self.good = add_worktree(self.ws.top, self.ws.trees / "good", self.ws.setup.good.sha)
+        return self.good
+
+    def close(self) -> None:
+        if self.good is not None:
+            remove_worktree(self.ws.top, self.good)
+            self.good = None
+
+
+def measure(ws: Workspace, trees: Trees, c: Commit, look: Callable[[tuple[Effect, ...], int], str]) -> Measured:
+    """Measure commit ``c`` (GOOD itself: its reference capture). ``look(effects, rounds)`` is asked after
+    each time round whether to stop ("" = go on; else why it stopped); counts need one capture."""
+    t0 = time.monotonic()
+    log = ws.root / "logs" / f"{c.short}.log"
+    is_good = c.sha == ws.setup.good.sha
+    if is_count(ws.setup.measure):
+        good_trace = ws.root / "traces" / f"{ws.setup.good.short}.katra"
+        out = good_trace if is_good else ws.root / "traces" / f"{c.short}.katra"
+        tree = trees.good_tree() if is_good else None
+        try:
+            if tree is None:
+                tree = add_worktree(ws.top, ws.trees / c.short, c.sha)
+            failure = _capture(ws, tree, out, log)
+        finally:
+            if tree is not None and not is_good:
+                remove_worktree(ws.top, tree)
+        kept = (ws.rel(out),) if out.is_file() else ()
+        effects: tuple[Effect, ...] | str = () if is_good or failure else compare_to_good(ws, [good_trace], [out],
+                                                                                           paired=False)
+        if isinstance(effects, str):
+            failure, effects = effects, ()
+        return Measured(effects, failure, kept, 1, "", time.monotonic() - t0, ws.rel(log))
+    return _measure_time(ws, trees, c, look, log, t0)
+
+
+def _measure_time(ws: Workspace, trees: Trees, c: Commit, look: Callable[[tuple[Effect, ...], int], str],
+                  log: Path, t0: float) -> Measured:
+    """Interleaved rounds of GOOD and ``c`` until ``look`` says stop or the cap is reached."""
+    folder = ws.root / "traces" / c.short
+    goods: list[Path] = []
+    news: list[Path] = []
+    effects: tuple[Effect, ...] = ()
+    stopped = ""
+    tree = add_worktree(ws.top, ws.trees / c.short, c.sha)
+    try:
+        for i in range(1, ws.setup.max_rounds + 1):
+            sides = [("good", trees.good_tree(), folder / f"good-{i:03d}.katra"),
+                     ("new", tree, folder / f"run-{i:03d}.katra")]
+            for side, where, out in sides if i % 2 else sides[::-1]:
+                failure = _capture(ws, where, out, log)
+                if failure:
+                    who = "GOOD" if side == "good" else c.short
+                    kept = tuple(ws.rel(p) for p in (*goods, *news))
+                    return Measured((), f"round {i}, {who}: {failure}", kept, i - 1, "", time.monotonic() - t0,
+                                    ws.rel(log))
+            goods.append(folder / f"good-{i:03d}.katra")
+            news.append(folder / f"run-{i:03d}.katra")
+            compared = compare_to_good(ws, goods, news, paired=True)
+            if isinstance(compared, str):
+                kept = tuple(ws.rel(p) for p in (*goods, *news))
+                return Measured((), compared, kept, i, "", time.monotonic() - t0, ws.rel(log))
+            effects = compared
+            stopped = look(effects, i)
+            if stopped:
+                break
+        else:
+            stopped = f"the cap of {ws.setup.max_rounds} rounds"
+    finally:
+        remove_worktree(ws.top, tree)
+    kept = tuple(ws.rel(p) for p in (*goods, *news))
+    return Measured(effects, "", kept, len(news), stopped, time.monotonic() - t0, ws.rel(log))
+
+
+__all__ = ["Measured", "Trees", "Workspace", "compare_to_good", "measure"]
