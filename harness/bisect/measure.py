@@ -8,7 +8,9 @@ interrupted bisection is used again, not captured again.
 
 * **Counts** (instructions, cycles): one capture per commit, compared with GOOD's one capture.
 * **Time**: interleaved rounds against GOOD (GOOD then the commit, the order alternating each round),
-  compared round by round (paired), until the stopping rule decides or ``max_rounds`` is reached.
+  compared round by round (paired) after each round by the stopping rule for repeated looks
+  (:mod:`katra_trace.analysis.sequential`, as ``ab --until-decided``), until it decides every scene
+  bisection looks at, or ``max_rounds`` (the rule's cap) is reached.
 
 The comparison is :func:`katra_trace.analysis.compare.compare_traces` with the bisection's options;
 the rows become :class:`~katra_trace.analysis.bisection.Effect` records.
@@ -21,15 +23,21 @@ import os
 import shlex
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.bisect.git import Commit, add_worktree, remove_worktree
 from harness.bisect.state import Setup
 from katra_trace.analysis.bisection import Effect
+from katra_trace.analysis.defaults import DEFAULT_ALPHA
 from katra_trace.errors import KatraError
 from katra_trace.io.reader import open_trace
 from katra_trace.metrics import is_count
+
+if TYPE_CHECKING:
+    from katra_trace.analysis.sequential import SequentialRule
+    from katra_trace.analysis.verdict import Comparison
 
 #: Lines of a failed capture's output quoted in its skip reason (the whole output is in its log).
 FAILURE_TAIL_LINES = 3
@@ -97,9 +105,11 @@ def _tail(log: Path) -> str:
     return f": {' | '.join(lines[-FAILURE_TAIL_LINES:])}" if lines else ""
 
 
-def compare_to_good(ws: Workspace, good: Sequence[Path], new: Sequence[Path], paired: bool) -> tuple[Effect, ...] | str:
-    """Each scene's (and zone's) change of ``new`` against ``good`` by the decision model, or why the
-    traces could not be compared (a damaged trace, counts against times ...)."""
+def compare_to_good(ws: Workspace, good: Sequence[Path], new: Sequence[Path],
+                    paired: bool) -> tuple[tuple[Effect, ...], Comparison] | str:
+    """Each scene's (and zone's) change of ``new`` against ``good`` by the decision model, and the whole
+    comparison, or why the traces could not be compared (a damaged trace, counts against times ...).
+    ``paired``: round i of ``good`` with round i of ``new``, judged by the sequential rule."""
     # deferred: the comparison loads scipy (about a second); building the parser must not
     from katra_trace.analysis.compare import compare_traces
 
@@ -107,12 +117,22 @@ def compare_to_good(ws: Workspace, good: Sequence[Path], new: Sequence[Path], pa
         b = [open_trace(p, strict=True) for p in good]
         n = [open_trace(p, strict=True) for p in new]
         pairs = [(i, i) for i in range(len(n))] if paired else None
-        result = compare_traces(b, n, pairs=pairs, **ws.setup.compare)
+        result = compare_traces(b, n, pairs=pairs, sequential=sequential_rule(ws.setup) if paired else None,
+                                **ws.setup.compare)
     except KatraError as exc:
         return f"not comparable with GOOD: {exc}"
     if not result.scenes:
         return "no scene with measured frames in its traces"
-    return tuple(Effect.from_row(r) for r in (*result.scenes, *result.zones))
+    return tuple(Effect.from_row(r) for r in (*result.scenes, *result.zones)), result
+
+
+def sequential_rule(setup: Setup) -> SequentialRule:
+    """The stopping rule of the time mode: the bisection's alpha and threshold, its cap on rounds."""
+    # deferred: the rule loads scipy; building the parser must not
+    from katra_trace.analysis.sequential import SequentialRule
+
+    return SequentialRule(alpha=float(setup.compare.get("alpha", DEFAULT_ALPHA)), max_rounds=setup.max_rounds,
+                          threshold_pct=setup.compare.get("threshold_pct"))
 
 
 class Trees:
@@ -134,9 +154,9 @@ class Trees:
             self.good = None
 
 
-def measure(ws: Workspace, trees: Trees, c: Commit, look: Callable[[tuple[Effect, ...], int], str]) -> Measured:
-    """Measure commit ``c`` (GOOD itself: its reference capture). ``look(effects, rounds)`` is asked after
-    each time round whether to stop ("" = go on; else why it stopped); counts need one capture."""
+def measure(ws: Workspace, trees: Trees, c: Commit, targets: Collection[str] = ()) -> Measured:
+    """Measure commit ``c`` (GOOD itself: its reference capture, counts only). Time: rounds go on until the
+    sequential rule decides the ``targets`` scenes (every scene when empty: BAD against GOOD)."""
     t0 = time.monotonic()
     log = ws.root / "logs" / f"{c.short}.log"
     is_good = c.sha == ws.setup.good.sha
@@ -152,17 +172,23 @@ def measure(ws: Workspace, trees: Trees, c: Commit, look: Callable[[tuple[Effect
             if tree is not None and not is_good:
                 remove_worktree(ws.top, tree)
         kept = (ws.rel(out),) if out.is_file() else ()
-        effects: tuple[Effect, ...] | str = () if is_good or failure else compare_to_good(ws, [good_trace], [out],
-                                                                                           paired=False)
-        if isinstance(effects, str):
-            failure, effects = effects, ()
+        effects: tuple[Effect, ...] = ()
+        if not (is_good or failure):
+            compared = compare_to_good(ws, [good_trace], [out], paired=False)
+            if isinstance(compared, str):
+                failure = compared
+            else:
+                effects = compared[0]
         return Measured(effects, failure, kept, 1, "", time.monotonic() - t0, ws.rel(log))
-    return _measure_time(ws, trees, c, look, log, t0)
+    return _measure_time(ws, trees, c, targets, log, t0)
 
 
-def _measure_time(ws: Workspace, trees: Trees, c: Commit, look: Callable[[tuple[Effect, ...], int], str],
-                  log: Path, t0: float) -> Measured:
-    """Interleaved rounds of GOOD and ``c`` until ``look`` says stop or the cap is reached."""
+def _measure_time(ws: Workspace, trees: Trees, c: Commit, targets: Collection[str], log: Path,
+                  t0: float) -> Measured:
+    """Interleaved rounds of GOOD and ``c`` until the sequential rule decides the target scenes, or the cap."""
+    # deferred: the rule loads scipy; building the parser must not
+    from katra_trace.analysis.sequential import settle
+
     folder = ws.root / "traces" / c.short
     goods: list[Path] = []
     news: list[Path] = []
@@ -186,12 +212,13 @@ def _measure_time(ws: Workspace, trees: Trees, c: Commit, look: Callable[[tuple[
             if isinstance(compared, str):
                 kept = tuple(ws.rel(p) for p in (*goods, *news))
                 return Measured((), compared, kept, i, "", time.monotonic() - t0, ws.rel(log))
-            effects = compared
-            stopped = look(effects, i)
-            if stopped:
+            effects, comparison = compared
+            looked = [r for r in comparison.scenes if not targets or r.scene in targets]
+            settled = settle(dataclasses.replace(comparison, scenes=tuple(looked)), i, ws.setup.max_rounds)
+            stopped = settled.reason
+            if settled.decided or i == ws.setup.max_rounds:
                 break
-        else:
-            stopped = f"the cap of {ws.setup.max_rounds} rounds"
+            ws.progress(f"  {c.short}: {settled.reason}")
     finally:
         remove_worktree(ws.top, tree)
     kept = tuple(ws.rel(p) for p in (*goods, *news))

@@ -23,17 +23,14 @@ from harness.bisect.report import REPORT_FILE, report_lines
 from harness.bisect.search import Outcome, run_bisection
 from harness.bisect.state import BISECT_FILE, MEASURES, CommitResult, Setup, read_state
 from harness.run.measure import find_valgrind
-from katra_trace.errors import ConfigError
+from katra_trace.analysis.defaults import DEFAULT_SEQUENTIAL_MIN_ROUNDS, MAX_SEQUENTIAL_ROUNDS, check_sequential_rounds
+from katra_trace.errors import ConfigError, OptionError
 from katra_trace.io.claim import check_output_dir, open_output
 from katra_trace.metrics import is_count
 from katra_trace.text import shown
 
 #: Measured frames of the default counted capture (as ci/compare-versions.sh): counts need few.
 COUNT_FRAMES = 10
-#: Default cap on interleaved rounds against GOOD per commit (time).
-DEFAULT_MAX_ROUNDS = 6
-#: Fewest rounds the cap may be: the paired test needs 3 rounds for a verdict.
-MIN_MAX_ROUNDS = 3
 
 
 def resolve_measure(measure: str) -> str:
@@ -69,9 +66,11 @@ def new_setup(cwd: Path, good: str, bad: str, *, scenes: Sequence[str], command:
             raise ConfigError("give either -c CMD or SCENE ... (with -a ARGS), not both: -c captures by itself")
     elif not scenes:
         raise ConfigError("give the SCENE(s) to capture after GOOD and BAD, or a capture command with -c CMD")
-    if max_rounds < MIN_MAX_ROUNDS:
-        raise ConfigError(f"--max-rounds must be >= {MIN_MAX_ROUNDS} (the paired test needs that many), "
-                          f"got {max_rounds}")
+    try:
+        check_sequential_rounds(DEFAULT_SEQUENTIAL_MIN_ROUNDS, max_rounds)
+    except OptionError:
+        raise ConfigError(f"--max-rounds is the cap on rounds of the sequential rule and must be from "
+                          f"{DEFAULT_SEQUENTIAL_MIN_ROUNDS} to {MAX_SEQUENTIAL_ROUNDS}, got {max_rounds!r}") from None
     compare = dict(compare)
     if is_count(measure) and compare.get("metric", "auto") == "auto":
         compare["metric"] = measure
@@ -122,5 +121,5 @@ def bisect(root: Path, setup: Setup, tested: dict[str, CommitResult],
     return found, lines
 
 
-__all__ = ["COUNT_FRAMES", "DEFAULT_MAX_ROUNDS", "bisect", "check_new_output", "default_command", "new_setup",
+__all__ = ["COUNT_FRAMES", "bisect", "check_new_output", "default_command", "new_setup",
            "resolve_measure", "resume"]

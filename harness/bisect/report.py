@@ -80,11 +80,12 @@ def report_lines(setup: Setup, tested: Mapping[str, CommitResult], found: Outcom
                              f"({_pct(bad[scene].ratio)}, log scale)")
         if found.partial:
             lines.append("it explains only part of BAD's change (less than 2/3 of it in "
-                         f"{', '.join(found.partial)})" + (": bisect the rest with" if found.next_ranges else ""))
+                         f"{', '.join(found.partial)})" + ("; bisect the rest, with this bisection's capture "
+                                                           "options:" if found.next_ranges else ""))
             for rng in found.next_ranges:
                 good, bad_rev = rng.split("..")
-                lines.append(f"  katra3d bisect {good} {bad_rev} {' '.join(shlex.quote(s) for s in setup.scenes)}"
-                             .rstrip())
+                scenes = " ".join(shlex.quote(s) for s in setup.scenes)
+                lines.append(f"  katra3d bisect {good} {bad_rev} {scenes}".rstrip() + f" -m {setup.measure}")
     else:
         lines += ["", found.message]
     lines += ["", "commits measured:", *tested_lines(setup, tested)]

@@ -139,15 +139,6 @@ def outcome(ws: Workspace, tested: Mapping[str, CommitResult]) -> Outcome:
                    explained=explained, partial=partial, next_ranges=tuple(ranges))
 
 
-def _look_time(bad: tuple[Effect, ...] | None) -> Any:
-    """The time mode's stopping rule after each round (seam for the sequential rule): "" goes on.
-
-    Fixed rounds: every commit gets ``max_rounds`` interleaved rounds against GOOD, compared paired."""
-    def look(effects: tuple[Effect, ...], rounds: int) -> str:
-        return ""
-    return look
-
-
 def run_bisection(ws: Workspace, tested: dict[str, CommitResult]) -> Outcome:
     """Measure GOOD, BAD, then the commits bisection picks, recording each in bisect.json; returns the
     outcome (also written there). Raises BisectError when GOOD or BAD cannot be measured, or BAD is not
@@ -166,7 +157,7 @@ def run_bisection(ws: Workspace, tested: dict[str, CommitResult]) -> Outcome:
         if setup.good.sha not in tested:
             if counts:
                 ws.progress(f"GOOD {setup.good.short} {setup.good.subject}: capturing ({setup.measure})")
-                m = measure(ws, trees, setup.good, _look_time(None))
+                m = measure(ws, trees, setup.good)
                 if m.failure:
                     raise BisectError(f"GOOD {setup.good.short} could not be measured: {m.failure}")
                 tested[setup.good.sha] = _record(setup.good, m, "good", "GOOD")
@@ -175,9 +166,9 @@ def run_bisection(ws: Workspace, tested: dict[str, CommitResult]) -> Outcome:
                                                       "GOOD (captured beside each commit, interleaved)")
             save()
         if setup.bad.sha not in tested:
-            rounds = "" if counts else f", up to {setup.max_rounds} rounds interleaved with GOOD"
+            rounds = "" if counts else f", interleaved rounds with GOOD until decided, at most {setup.max_rounds}"
             ws.progress(f"BAD {setup.bad.short} {setup.bad.subject}: capturing ({setup.measure}{rounds})")
-            m = measure(ws, trees, setup.bad, _look_time(None))
+            m = measure(ws, trees, setup.bad)
             if m.failure:
                 raise BisectError(f"BAD {setup.bad.short} could not be measured: {m.failure}")
             targets = target_scenes(m.effects)
@@ -198,7 +189,7 @@ def run_bisection(ws: Workspace, tested: dict[str, CommitResult]) -> Outcome:
             left = sum(1 for x in setup.commits[lo + 1: hi] if x.sha not in tested)
             ws.progress(f"step {steps} ({left} commit(s) left, about {max(1, math.ceil(math.log2(left + 1)))} "
                         f"step(s)): {c.short} {c.subject}")
-            m = measure(ws, trees, c, _look_time(bad.effects))
+            m = measure(ws, trees, c, target_scenes(bad.effects))
             if m.failure:
                 result = _record(c, m, "skip", f"skipped: {m.failure}")
             else:

@@ -13,8 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-from harness.bisect.plan import DEFAULT_MAX_ROUNDS, bisect, check_new_output, new_setup, resume
+from harness.bisect.plan import bisect, check_new_output, new_setup, resume
 from harness.cli._common import add_comparability_options, add_decision_options, check_compare_options, compare_kwargs
+from katra_trace.analysis.defaults import DEFAULT_SEQUENTIAL_MAX_ROUNDS
 from katra_trace.errors import ConfigError
 from katra_trace.text import escape
 
@@ -38,8 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("-m", "--measure", metavar="WHAT", default="auto",
                    help="instructions, cycles, time or auto (default: instructions when valgrind is on PATH, "
                         "else time); counts need one capture per commit")
-    p.add_argument("--max-rounds", type=int, default=DEFAULT_MAX_ROUNDS, metavar="K",
-                   help=f"time: the most interleaved rounds against GOOD per commit (default {DEFAULT_MAX_ROUNDS})")
+    p.add_argument("--max-rounds", type=int, default=DEFAULT_SEQUENTIAL_MAX_ROUNDS, metavar="K",
+                   help="time: the cap on interleaved rounds against GOOD per commit, which the sequential rule "
+                        f"(as ab --until-decided) spends alpha over (default {DEFAULT_SEQUENTIAL_MAX_ROUNDS})")
     p.add_argument("-o", "--output", metavar="DIR", default=None,
                    help="directory for bisect.json, bisect.txt, traces/ and logs/ (default: ./katra3d-bisect-<time>)")
     p.add_argument("--resume", metavar="DIR", default=None,
