@@ -97,10 +97,11 @@ def _count_row(s: Any) -> list[str]:
             f"{_count(s.median_base)} -> {_count(s.median_new)}", s.reason]
 
 
-def print_comparison(result: Any, fmt: str, base: str, new: str) -> None:
-    """Print a :class:`katra_trace.analysis.verdict.Comparison` in ``fmt`` (table, markdown, csv or json)."""
+def print_comparison(result: Any, fmt: str, base: str, new: str, extra: dict[str, Any] | None = None) -> None:
+    """Print a :class:`katra_trace.analysis.verdict.Comparison` in ``fmt`` (table, markdown, csv or json);
+    ``extra``: more top-level keys of the JSON."""
     if fmt == "json":
-        print_json(dict(result.as_dict(), base=base, new=new))
+        print_json(dict(result.as_dict(), base=base, new=new, **(extra or {})))
         return
     count = is_count(result.metric)
     rows: list[list[str]] = []
@@ -200,17 +201,30 @@ def round_pairs(base: str, new: str, base_paths: Sequence[Path], new_paths: Sequ
 
 def compare_paths(base: str, new: str | None, args: argparse.Namespace) -> int:
     """Load both sides, compare, print; returns the exit code."""
-    # deferred: the comparison loads scipy (about a second); building the parser must not
+    # deferred: the comparison and the stopping rule load scipy (about a second); building the parser must not
+    from harness.ab.rounds import recorded_rule
     from katra_trace.analysis.compare import compare_traces
 
     check_compare_options(args)
     base, new = resolve_sides(base, new)
     base_paths, new_paths = trace_paths(base), trace_paths(new)
     pairs, notes = round_pairs(base, new, base_paths, new_paths, unpaired=getattr(args, "unpaired", False))
-    result = compare_traces(load_traces(base_paths), load_traces(new_paths), pairs=pairs, **compare_kwargs(args))
+    # ab --until-decided recorded its stopping rule: the same rule decides here
+    rule, stop = recorded_rule(Path(base).resolve().parent) if pairs is not None else (None, None)
+    extra: dict[str, Any] = {}
+    if rule is not None:
+        extra["sequential"] = {"rule": rule.to_json(), "stop": stop}
+        if stop is not None:
+            notes.append(f"ab --until-decided: {stop.get('reason')}")
+        if args.alpha != rule.alpha or args.threshold not in (None, rule.threshold_pct):
+            thr = "the default" if rule.threshold_pct is None else f"{rule.threshold_pct:g}%"
+            notes.append(f"the stopping rule recorded in {AB_MANIFEST} decides, with its alpha {rule.alpha:g} and "
+                         f"threshold {thr}; --alpha and --threshold given here are not used")
+    result = compare_traces(load_traces(base_paths), load_traces(new_paths), pairs=pairs, sequential=rule,
+                            **compare_kwargs(args))
     if notes:
         result = dataclasses.replace(result, notes=(*notes, *result.notes))
-    print_comparison(result, args.format, base, new)
+    print_comparison(result, args.format, base, new, extra)
     if result.exit_code == 2:
         where = "in the JSON output" if args.format == "json" else "above"
         print(f"katra3d: error: nothing comparable between {base!r} and {new!r} (reasons {where})"
