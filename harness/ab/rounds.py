@@ -150,14 +150,15 @@ def run_rounds(base_cmd: str, new_cmd: str, out_dir: Path, rounds_cap: int, rule
     return RoundsResult(root=out_dir, rounds=len(pairs), pairs=tuple(pairs), settled=settled, comparison=comparison)
 
 
-def recorded_rule(root: Path) -> tuple[SequentialRule | None, dict[str, Any] | None]:
+def recorded_rule(root: Path) -> tuple[SequentialRule | None, Settled | None]:
     """The stopping rule an ``ab --until-decided`` output directory recorded in its ab.json, and why its rounds
-    stopped (None, None for fixed rounds or no manifest). ConfigError when the record is not a rule."""
+    stopped (None, None for fixed rounds or no manifest; no stop yet for an interrupted one). ConfigError
+    when a record is not what :func:`run_rounds` writes."""
     manifest = read_ab_manifest(root)
     if manifest is None or manifest.get("sequential") is None:
         return None, None
     stop = manifest.get("stop")
-    return SequentialRule.from_json(manifest["sequential"]), stop if isinstance(stop, dict) else None
+    return SequentialRule.from_json(manifest["sequential"]), None if stop is None else Settled.from_dict(stop)
 
 
 __all__ = ["FAILURE_TAIL_LINES", "Round", "RoundsResult", "capture", "recorded_rule", "run_rounds"]

@@ -16,7 +16,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cli._common import (
     add_comparability_options,
@@ -30,6 +30,9 @@ from harness.cli._common import (
 from katra_trace.errors import ConfigError
 from katra_trace.io.tracesets import AB_MANIFEST, ab_pairs, read_ab_manifest, trace_paths
 from katra_trace.metrics import is_count
+
+if TYPE_CHECKING:
+    from katra_trace.analysis.sequential import SequentialRule, Settled
 
 
 def add_compare_options(p: argparse.ArgumentParser) -> None:
@@ -199,23 +202,34 @@ def round_pairs(base: str, new: str, base_paths: Sequence[Path], new_paths: Sequ
                    + (f"; {left} trace(s) outside a complete round left out" if left else "")]
 
 
+def recorded_sequential(base: str, pairs: Sequence[tuple[int, int]] | None
+                        ) -> tuple[SequentialRule | None, Settled | None]:
+    """The stopping rule ``ab --until-decided`` recorded for the paired sides whose BASE is ``base`` (None when
+    ``pairs`` is None or the rounds were fixed), and why its rounds stopped: compare DIR and report --baseline
+    judge those rounds by the same rule."""
+    if pairs is None:
+        return None, None
+    # deferred: the stopping rule loads scipy (about a second); building the parser must not
+    from harness.ab.rounds import recorded_rule
+
+    return recorded_rule(Path(base).resolve().parent)
+
+
 def compare_paths(base: str, new: str | None, args: argparse.Namespace) -> int:
     """Load both sides, compare, print; returns the exit code."""
-    # deferred: the comparison and the stopping rule load scipy (about a second); building the parser must not
-    from harness.ab.rounds import recorded_rule
+    # deferred: the comparison loads scipy (about a second); building the parser must not
     from katra_trace.analysis.compare import compare_traces
 
     check_compare_options(args)
     base, new = resolve_sides(base, new)
     base_paths, new_paths = trace_paths(base), trace_paths(new)
     pairs, notes = round_pairs(base, new, base_paths, new_paths, unpaired=getattr(args, "unpaired", False))
-    # ab --until-decided recorded its stopping rule: the same rule decides here
-    rule, stop = recorded_rule(Path(base).resolve().parent) if pairs is not None else (None, None)
+    rule, stop = recorded_sequential(base, pairs)
     extra: dict[str, Any] = {}
     if rule is not None:
-        extra["sequential"] = {"rule": rule.to_json(), "stop": stop}
+        extra["sequential"] = {"rule": rule.to_json(), "stop": None if stop is None else stop.as_dict()}
         if stop is not None:
-            notes.append(f"ab --until-decided: {stop.get('reason')}")
+            notes.append(f"ab --until-decided: {stop.reason}")
         if args.alpha != rule.alpha or args.threshold not in (None, rule.threshold_pct):
             thr = "the default" if rule.threshold_pct is None else f"{rule.threshold_pct:g}%"
             notes.append(f"the stopping rule recorded in {AB_MANIFEST} decides, with its alpha {rule.alpha:g} and "
