@@ -63,6 +63,12 @@ def test_stops_when_decided_records_the_rule_and_compare_agrees(tmp_path: Path, 
     other = json.loads(katra_cli("compare", str(out), "--threshold", "1", "--format", "json").stdout)
     assert {k: v["verdict"] for k, v in other["scenes"].items()} == {"fill": "unchanged", "mesh": "regression"}
     assert any("--alpha and --threshold given here are not used" in n for n in other["notes"])
+    # report --baseline judges the same rounds by the same rule
+    page = tmp_path / "r.html"
+    r = katra_cli("report", str(out / "new"), "--baseline", str(out / "base"), "-o", str(page), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    html = page.read_text(encoding="utf-8")
+    assert result["scenes"]["mesh"]["reason"] in html and result["scenes"]["fill"]["reason"] in html
     # the fixed-sample test on the same rounds is what --unpaired (no pairing, no rule) falls back to
     unpaired = json.loads(katra_cli("compare", str(out), "--unpaired", "--format", "json").stdout)
     assert "sequential" not in unpaired and unpaired["scenes"]["mesh"]["unit"] == "runs"
