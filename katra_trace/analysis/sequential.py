@@ -217,6 +217,22 @@ class Settled:
         """JSON-ready (ab.json's ``stop``)."""
         return dict(dataclasses.asdict(self), undecided=list(self.undecided))
 
+    @classmethod
+    def from_dict(cls, data: object) -> Settled:
+        """What :meth:`as_dict` wrote; ConfigError (exit 2) for anything else."""
+        try:
+            if not isinstance(data, Mapping):
+                raise TypeError("not an object")
+            made = cls(decided=data["decided"], rounds=data["rounds"], max_rounds=data["max_rounds"],
+                       reason=data["reason"], undecided=tuple(data.get("undecided", ())))
+            if not (isinstance(made.decided, bool) and isinstance(made.reason, str)
+                    and all(isinstance(n, int) for n in (made.rounds, made.max_rounds))
+                    and all(isinstance(n, str) for n in made.undecided)):
+                raise TypeError("a field of the wrong type")
+        except (KeyError, TypeError) as exc:
+            raise ConfigError(f"not a record of why ab's rounds stopped ({exc}): {data!r}") from None
+        return made
+
 
 def settle(comparison: Comparison, rounds: int, max_rounds: int) -> Settled:
     """Is every scene of ``comparison`` decided (regression, improvement, unchanged; incomparable ones cannot
