@@ -3,14 +3,14 @@
 A commit is checked out as a detached worktree in a temporary directory and captured with the
 bisection's command, the worktree as the current directory and first on ``PYTHONPATH`` (so its
 scenes and code are the ones run, as ``ci/compare-versions.sh`` does). Traces go to
-``DIR/traces/``, each capture's output to ``DIR/logs/SHORT.log``. A trace already in place from an
-interrupted bisection is used again, not captured again.
+``DIR/traces/``; a counted capture's output to ``DIR/logs/SHORT.log`` (a failed time round's is shown
+on stderr). A counted trace already in place from an interrupted bisection is used again.
 
 * **Counts** (instructions, cycles): one capture per commit, compared with GOOD's one capture.
-* **Time**: interleaved rounds against GOOD (GOOD then the commit, the order alternating each round),
-  compared round by round (paired) after each round by the stopping rule for repeated looks
-  (:mod:`katra_trace.analysis.sequential`, as ``ab --until-decided``), until it decides every scene
-  bisection looks at, or ``max_rounds`` (the rule's cap) is reached.
+* **Time**: ``ab --until-decided``'s rounds loop (:func:`harness.ab.rounds.run_rounds`): interleaved
+  rounds with GOOD as BASE (the order alternating each round), compared paired after each round by the
+  stopping rule for repeated looks (:mod:`katra_trace.analysis.sequential`), until it decides every
+  scene, or ``max_rounds`` (the rule's cap) is reached.
 
 The comparison is :func:`katra_trace.analysis.compare.compare_traces` with the bisection's options;
 the rows become :class:`~katra_trace.analysis.bisection.Effect` records.
@@ -19,11 +19,11 @@ the rows become :class:`~katra_trace.analysis.bisection.Effect` records.
 from __future__ import annotations
 
 import dataclasses
-import os
 import shlex
+import shutil
 import subprocess
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -79,16 +79,14 @@ def _capture(ws: Workspace, tree: Path, out: Path, log: Path) -> str:
     if out.is_file():
         return ""
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = ws.setup.command.replace("{out}", shlex.quote(str(out)))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree), env.get("PYTHONPATH", "")) if p)
+    cmd = _in_tree(tree, ws.setup.command.replace("{out}", shlex.quote(str(out))))
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a", encoding="utf-8", errors="backslashreplace") as f:
-        f.write(f"$ cd {shlex.quote(str(tree))} && {cmd}\n")
+        f.write(f"$ {cmd}\n")
         f.flush()
         try:
-            proc = subprocess.run(cmd, shell=True, cwd=tree, env=env, stdout=f, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, check=False)
+            proc = subprocess.run(cmd, shell=True, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  check=False)
         except OSError as exc:
             return f"the capture command does not run: {exc}"
         f.write(f"[exit {proc.returncode}]\n")
@@ -154,9 +152,8 @@ class Trees:
             self.good = None
 
 
-def measure(ws: Workspace, trees: Trees, c: Commit, targets: Collection[str] = ()) -> Measured:
-    """Measure commit ``c`` (GOOD itself: its reference capture, counts only). Time: rounds go on until the
-    sequential rule decides the ``targets`` scenes (every scene when empty: BAD against GOOD)."""
+def measure(ws: Workspace, trees: Trees, c: Commit) -> Measured:
+    """Measure commit ``c`` against GOOD (GOOD itself: its reference capture, counts only)."""
     t0 = time.monotonic()
     log = ws.root / "logs" / f"{c.short}.log"
     is_good = c.sha == ws.setup.good.sha
@@ -180,49 +177,51 @@ def measure(ws: Workspace, trees: Trees, c: Commit, targets: Collection[str] = (
             else:
                 effects = compared[0]
         return Measured(effects, failure, kept, 1, "", time.monotonic() - t0, ws.rel(log))
-    return _measure_time(ws, trees, c, targets, log, t0)
+    return _measure_time(ws, trees, c, log, t0)
 
 
-def _measure_time(ws: Workspace, trees: Trees, c: Commit, targets: Collection[str], log: Path,
-                  t0: float) -> Measured:
-    """Interleaved rounds of GOOD and ``c`` until the sequential rule decides the target scenes, or the cap."""
-    # deferred: the rule loads scipy; building the parser must not
-    from katra_trace.analysis.sequential import settle
+def _in_tree(tree: Path, command: str) -> str:
+    """The capture command run in ``tree``: that directory current and first on ``PYTHONPATH`` (for every
+    command of it: a build step and the capture)."""
+    q = shlex.quote(str(tree))
+    return f"cd {q} && export PYTHONPATH={q}${{PYTHONPATH:+:$PYTHONPATH}} && (\n{command}\n)"
+
+
+def _measure_time(ws: Workspace, trees: Trees, c: Commit, log: Path, t0: float) -> Measured:
+    """Interleaved rounds of GOOD and ``c`` by ``ab``'s rounds loop into ``DIR/traces/SHORT/`` (an ab
+    directory: ``katra3d compare`` of it gives the same verdict), until the sequential rule decides every
+    scene or the cap is reached. A folder left by an interrupted, unrecorded measurement is measured again."""
+    # deferred: the rounds loop compares with scipy; building the parser must not
+    from harness.ab.rounds import Round, run_rounds
 
     folder = ws.root / "traces" / c.short
-    goods: list[Path] = []
-    news: list[Path] = []
-    effects: tuple[Effect, ...] = ()
-    stopped = ""
+    if folder.exists():
+        shutil.rmtree(folder)
+
+    def kept() -> tuple[str, ...]:
+        return tuple(ws.rel(p) for p in sorted(folder.rglob("*")) if p.is_file() and p.suffix in (".katra", ".json"))
+
+    def said(r: Round) -> None:
+        if r.settled is not None and not r.settled.decided and r.number < ws.setup.max_rounds:
+            ws.progress(f"  {c.short}: {r.settled.reason}")
+
+    rule = sequential_rule(ws.setup)
     tree = add_worktree(ws.top, ws.trees / c.short, c.sha)
     try:
-        for i in range(1, ws.setup.max_rounds + 1):
-            sides = [("good", trees.good_tree(), folder / f"good-{i:03d}.katra"),
-                     ("new", tree, folder / f"run-{i:03d}.katra")]
-            for side, where, out in sides if i % 2 else sides[::-1]:
-                failure = _capture(ws, where, out, log)
-                if failure:
-                    who = "GOOD" if side == "good" else c.short
-                    kept = tuple(ws.rel(p) for p in (*goods, *news))
-                    return Measured((), f"round {i}, {who}: {failure}", kept, i - 1, "", time.monotonic() - t0,
-                                    ws.rel(log))
-            goods.append(folder / f"good-{i:03d}.katra")
-            news.append(folder / f"run-{i:03d}.katra")
-            compared = compare_to_good(ws, goods, news, paired=True)
-            if isinstance(compared, str):
-                kept = tuple(ws.rel(p) for p in (*goods, *news))
-                return Measured((), compared, kept, i, "", time.monotonic() - t0, ws.rel(log))
-            effects, comparison = compared
-            looked = [r for r in comparison.scenes if not targets or r.scene in targets]
-            settled = settle(dataclasses.replace(comparison, scenes=tuple(looked)), i, ws.setup.max_rounds)
-            stopped = settled.reason
-            if settled.decided or i == ws.setup.max_rounds:
-                break
-            ws.progress(f"  {c.short}: {settled.reason}")
+        done = run_rounds(_in_tree(trees.good_tree(), ws.setup.command), _in_tree(tree, ws.setup.command), folder,
+                          rule.max_rounds, rule, on_round=said, compare_options=ws.setup.compare,
+                          who="katra3d bisect")
+    except KatraError as exc:
+        rounds = len(list((folder / "new").glob("*.katra"))) if folder.exists() else 0
+        return Measured((), f"{exc} (BASE is GOOD, NEW this commit)", kept(), rounds, "", time.monotonic() - t0, "")
     finally:
         remove_worktree(ws.top, tree)
-    kept = tuple(ws.rel(p) for p in (*goods, *news))
-    return Measured(effects, "", kept, len(news), stopped, time.monotonic() - t0, ws.rel(log))
+    if done.comparison is None or not done.comparison.scenes:
+        return Measured((), "no scene with measured frames in its traces", kept(), done.rounds, "",
+                        time.monotonic() - t0, "")
+    effects = tuple(Effect.from_row(r) for r in (*done.comparison.scenes, *done.comparison.zones))
+    stopped = done.settled.reason if done.settled is not None else ""
+    return Measured(effects, "", kept(), done.rounds, stopped, time.monotonic() - t0, "")
 
 
 __all__ = ["Measured", "Trees", "Workspace", "compare_to_good", "measure"]

@@ -189,7 +189,7 @@ def run_bisection(ws: Workspace, tested: dict[str, CommitResult]) -> Outcome:
             left = sum(1 for x in setup.commits[lo + 1: hi] if x.sha not in tested)
             ws.progress(f"step {steps} ({left} commit(s) left, about {max(1, math.ceil(math.log2(left + 1)))} "
                         f"step(s)): {c.short} {c.subject}")
-            m = measure(ws, trees, c, target_scenes(bad.effects))
+            m = measure(ws, trees, c)
             if m.failure:
                 result = _record(c, m, "skip", f"skipped: {m.failure}")
             else:
