@@ -42,7 +42,7 @@ def _traces(r: CommitResult) -> str:
     if len(r.traces) == 1:
         return r.traces[0]
     folder = r.traces[0].rsplit("/", 1)[0]
-    return f"{folder}/ ({len(r.traces)} traces)"
+    return f"{folder}/ ({len(r.traces)} files)"
 
 
 def tested_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
