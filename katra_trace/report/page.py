@@ -161,7 +161,7 @@ def _timing_note(reasons: Mapping[tuple[str, str], Mapping[str, list[int]]], tot
     items = []
     for n, ((timing, why), who) in enumerate(reasons.items(), 1):
         count = sum(len(v) for v in who.values())
-        where = ("every run" if count == total else
+        where = ("the run" if total == 1 else "every run" if count == total else
                  "; ".join(f"{'runs' if role == 'run' else 'baseline'} {', '.join(map(str, nums))}"
                            for role, nums in who.items()))
         items.append(f'<span id="timing-why-{n}">timing <b>{_e(timing)}</b> on {_e(where)}, because {_e(why)}</span>')

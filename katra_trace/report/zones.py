@@ -34,6 +34,9 @@ PLOT_PX = 320
 #: The lowest a plot of one pass's draws goes (one or two draws need no more).
 DRAWS_MIN_PX = 180
 
+#: The x axis of a bars plot reaches this many times its longest bar: room for the value written beside it.
+TEXT_ROOM = 1.15
+
 _DRAW_END = re.compile(r"#[0-9]+$")
 
 
@@ -86,12 +89,18 @@ def _bars(role: str, labels: Sequence[str], values: Sequence[float], unit: str) 
             "cliponaxis": False, "textfont": {"size": 11}}
 
 
-def _bars_layout(title: str, unit: str, labels: Sequence[str], sides: int, least: int = PLOT_PX) -> dict[str, Any]:
+def _bars_layout(title: str, unit: str, labels: Sequence[str], data: Sequence[dict[str, Any]],
+                 least: int = PLOT_PX) -> dict[str, Any]:
+    """The layout of a horizontal bars plot: a row per label, every label named, room right of the longest
+    bar for its value."""
     ticks = [plot_text(z) for z in labels]
-    return layout(title, unit, "", barmode="group", height=bars_height(len(labels), sides, least),
+    top = max((float(v) for d in data for v in d["x"]), default=0.0)
+    xaxis: dict[str, Any] = {"title": {"text": unit}, "rangemode": "tozero"}
+    if top > 0:
+        xaxis["range"] = [0, top * TEXT_ROOM]
+    return layout(title, unit, "", barmode="group", height=bars_height(len(labels), len(data), least),
                   yaxis={"automargin": True, "autorange": "reversed", "type": "category",
-                         "tickmode": "array", "tickvals": ticks, "ticktext": ticks},
-                  xaxis={"title": {"text": unit}, "rangemode": "tozero"})
+                         "tickmode": "array", "tickvals": ticks, "ticktext": ticks}, xaxis=xaxis)
 
 
 def _fmt(v: float | None, unit: str) -> str:
@@ -124,8 +133,8 @@ def zone_figures(base_id: str, scene: str, clock: str, sides: Sequence[tuple[str
         data = [_bars(role, [z for z in passes if z in m], [m[z] for z in passes if z in m], unit)
                 for role, m in medians.items()]
         title = f"{'passes' if draws else 'zones'}, median per frame ({clock})"
-        figures.append({"id": f"{base_id}-zones", "data": [d for d in data if d["y"]],
-                        "layout": _bars_layout(title, unit, passes, len(medians))})
+        data = [d for d in data if d["y"]]
+        figures.append({"id": f"{base_id}-zones", "data": data, "layout": _bars_layout(title, unit, passes, data)})
         passes_html = plot_div(figures[-1])
     draws_html = []
     for k, (owner, members) in enumerate(draws.items()):
@@ -148,7 +157,7 @@ def zone_figures(base_id: str, scene: str, clock: str, sides: Sequence[tuple[str
         left_out = f"; the {len(shown)} slowest of {len(members)} shown" if len(shown) < len(members) else ""
         fig = {"id": f"{base_id}-draws-{k}", "data": data,
                "layout": _bars_layout(plot_text(f"draws {where}, median per frame ({clock}){left_out}"), unit, labels,
-                                      len(medians), DRAWS_MIN_PX)}
+                                      data, DRAWS_MIN_PX)}
         figures.append(fig)
         caption = f"{len(members)} draw{'' if len(members) == 1 else 's'} {where}; pass total per frame: {'; '.join(totals)}"
         draws_html.append(f'<p class="muted pass-total">{html.escape(caption)}</p>{plot_div(fig)}')
