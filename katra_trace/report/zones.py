@@ -83,6 +83,7 @@ def bars_height(categories: int, sides: int, least: int = PLOT_PX) -> int:
 
 
 def _bars(role: str, labels: Sequence[str], values: Sequence[float], unit: str) -> dict[str, Any]:
+    """One side's horizontal bars (ms or counts), each value written beside its bar."""
     return {"type": "bar", "orientation": "h", "name": "runs" if role == "run" else "baseline",
             "y": [plot_text(z) for z in labels], "x": list(values), "marker": {"color": color(role, 0)},
             "text": [format(v, ".3f" if unit == "ms" else ",.0f") for v in values], "textposition": "outside",
@@ -104,6 +105,7 @@ def _bars_layout(title: str, unit: str, labels: Sequence[str], data: Sequence[di
 
 
 def _fmt(v: float | None, unit: str) -> str:
+    """A pass total for the caption: ms to 3 decimals, counts whole with their unit."""
     return "-" if v is None else f"{v:,.3f} ms" if unit == "ms" else f"{v:,.0f} {unit}"
 
 
