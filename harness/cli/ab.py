@@ -1,4 +1,5 @@
-"""``katra3d ab --base CMD --new CMD [--rounds K] [--until-decided] [-o DIR]``: interleaved A/B captures, then a paired compare.
+"""``katra3d ab --base CMD --new CMD [--rounds K] [--until-decided] [-o DIR]``: interleaved A/B captures, then
+a paired compare.
 
 Runs the two capture commands in K rounds on the same machine, each round one
 BASE and one NEW capture (the order alternates: A B, B A, A B ...), so slow
