@@ -41,6 +41,16 @@ COMMANDS: tuple[str, ...] = (
 )
 
 
+TRACEBACK_HELP = ("when a scene fails, print its traceback (its own frames, katra3d's left out) before the "
+                  "error line; KATRA3D_DEBUG=1 does the same")
+
+
+def show_traceback(args: argparse.Namespace | None) -> bool:
+    """Whether a scene's traceback is shown: ``--traceback``, or ``$KATRA3D_DEBUG`` set to 1/true/yes/on."""
+    debug = os.environ.get("KATRA3D_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
+    return debug or bool(getattr(args, "traceback", False))
+
+
 def _version() -> str:
     return __version__
 
@@ -66,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run 3D scenes headless, time frames and draws, and inspect the traces.",
     )
     parser.add_argument("--version", action="version", version=f"katra3d {_version()}")
+    parser.add_argument("--traceback", action="store_true", default=False, help=TRACEBACK_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:
@@ -82,6 +93,9 @@ def _remember_parsers(parser: argparse.ArgumentParser) -> None:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for child in action.choices.values():
+                # --traceback after the command too (katra3d run ... --traceback); SUPPRESS keeps the top's value
+                child.add_argument("--traceback", action="store_true", default=argparse.SUPPRESS,
+                                   help=TRACEBACK_HELP)
                 _remember_parsers(child)
 
 
@@ -125,6 +139,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
             warnings.showwarning = show_warning
             return int(args.func(args))
     except KatraError as err:
+        if err.scene_traceback and show_traceback(args):
+            sys.stderr.write(err.scene_traceback)
         print(f"katra3d: error: {escape(str(err))}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt as exc:
