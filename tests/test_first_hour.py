@@ -157,6 +157,39 @@ def test_traceback_shows_the_scenes_own_frames_when_asked(katra_cli: Any, tmp_pa
     assert _error_line(res) == _error_line(plain)  # the error line itself is the same
 
 
+BAD_SHADER = '''from scenes.api import Scene
+from scenes.shaders import compile_program
+
+
+class BadShader(Scene):
+    name = "badshader"
+
+    def setup(self, ctx, size, params):
+        self.prog = compile_program(ctx, self.name, vertex_shader=VS, fragment_shader=FS)
+
+    def render(self, frame):
+        pass
+
+
+VS = "#version 330\\nvoid main() { gl_Position = vec4(undeclared); }"
+FS = "#version 330\\nout vec4 c;\\nvoid main() { c = vec4(1.0); }"
+'''
+
+
+@pytest.mark.gl
+def test_a_shader_error_raised_from_the_scenes_code_names_its_line(katra_cli: Any, tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_text(BAD_SHADER)
+    line = next(n for n, text in enumerate(BAD_SHADER.splitlines(), 1) if "compile_program(ctx" in text)
+    res = katra_cli("run", "bad.py:BadShader", "--frames", "2", "--size", "16x16", "--quiet", "-o", "b.katra")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    error = _error_line(res)
+    assert "vertex shader failed to compile" in error and "undeclared" in error
+    assert error.endswith(f" (in bad.py:{line}); no frame was measured, so no trace was written")
+    res = katra_cli("--traceback", "run", "bad.py:BadShader", "--frames", "2", "--size", "16x16", "--quiet",
+                    "-o", "b.katra")
+    assert re.findall(r'File "[^"]*bad.py", line (\d+)', _traceback_block(res.stderr)) == [str(line)]
+
+
 @pytest.mark.gl
 @pytest.mark.slow
 def test_a_counted_runs_child_relays_the_scenes_traceback(katra_cli: Any, tmp_path: Path) -> None:

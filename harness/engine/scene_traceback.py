@@ -3,9 +3,10 @@
 When a scene raises, the error line names the scene's file and line of the failing frame
 (:func:`location`), and ``katra3d --traceback`` (or ``KATRA3D_DEBUG=1``) prints the traceback
 cut to the scene's frames (:func:`scene_traceback`). katra3d's own frames (``harness``,
-``katra_trace``) are left out; a library's frames (moderngl, numpy) are kept in the traceback,
-since they say what raised, but the location is the deepest frame of scene code: a file outside
-katra3d and outside the Python installation, or a built-in scene under ``scenes/``.
+``katra_trace``, the Scene API's helpers in ``scenes``) are left out; a library's frames (moderngl,
+numpy) are kept in the traceback, since they say what raised, but the location is the deepest frame
+of scene code: a file outside katra3d and outside the Python installation, or a built-in scene
+(``scenes/builtin``).
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from pathlib import Path
 import katra_trace
 import scenes
 
-#: Directories of katra3d's own machinery: their frames are never the scene's.
+#: Directories of katra3d's own code: their frames are never the scene's (the Scene API's helpers included).
 _OWN = (os.path.realpath(Path(str(katra_trace.__file__)).parent) + os.sep,
-        os.path.realpath(Path(__file__).parents[1]) + os.sep)
-#: The scenes package: the Scene API and the built-in scenes count as scene code.
-_SCENES = os.path.realpath(Path(str(scenes.__file__)).parent) + os.sep
+        os.path.realpath(Path(__file__).parents[1]) + os.sep,
+        os.path.realpath(Path(str(scenes.__file__)).parent) + os.sep)
+#: The built-in scenes: scene code, though katra3d's.
+_BUILTIN = os.path.realpath(Path(str(scenes.__file__)).parent / "builtin") + os.sep
 #: The Python installation (standard library, site-packages): library code.
 _LIBRARY = tuple(sorted({os.path.realpath(p) + os.sep for key in ("stdlib", "platstdlib", "purelib", "platlib")
                          if (p := sysconfig.get_paths().get(key))}))
@@ -33,10 +35,10 @@ def _kind(filename: str) -> str:
     if filename.startswith("<"):
         return "library"  # <frozen importlib._bootstrap>, <string>
     path = os.path.realpath(filename)
+    if path.startswith(_BUILTIN):
+        return "scene"
     if path.startswith(_OWN):
         return "own"
-    if path.startswith(_SCENES):
-        return "scene"
     if path.startswith(_LIBRARY):
         return "library"
     return "scene"
