@@ -73,10 +73,12 @@ def test_stats_json_shape_and_formats(tmp_path: Path, katra_cli) -> None:
     assert [(row["scene"], row["clock"]) for row in rows] == [("fill", "cpu"), ("fill", "wall"),
                                                                ("mesh", "cpu"), ("mesh", "wall")]
     assert float(rows[1]["fps_low_1pct_integral"]) > 0
-    r = katra_cli("stats", str(trace), "--format", "markdown")
+    r = katra_cli("stats", str(trace), "--format", "markdown", "--all")
     assert r.returncode == 0 and "| fill | wall |" in r.stdout
-    r = katra_cli("stats", str(trace))
+    r = katra_cli("stats", str(trace), "--all")
     assert r.returncode == 0 and "fps_low_1pct" in r.stdout
+    r = katra_cli("stats", str(trace), "--format", "markdown")  # compact: the primary clock, no clock column
+    assert r.returncode == 0 and "| fill | 60 |" in r.stdout and "wall clock" in r.stdout
 
 
 def test_stats_missing_file_is_one_line_error(tmp_path: Path, katra_cli) -> None:
