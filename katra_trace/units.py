@@ -35,11 +35,21 @@ def significant(value: float, digits: int = DIGITS) -> str:
     return text
 
 
+def _finite(value: object) -> float | None:
+    """``value`` as a finite float, or None (None, NaN, infinity, an int too large for a float, not a number)."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (OverflowError, TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
 def format_duration(ns: float | None, digits: int = DIGITS) -> str:
     """A duration given in **nanoseconds** as text in the unit that suits it: ``850.0 ns``,
     ``150.0 µs``, ``16.67 ms``, ``2.500 s`` (``digits`` significant digits; seconds are the
     largest unit). None or a non-finite value is ``-``; 0 is ``0 s``."""
-    if ns is None or not math.isfinite(ns):
+    ns = _finite(ns)
+    if ns is None:
         return MISSING
     if ns == 0:
         return "0 s"
@@ -55,7 +65,8 @@ def format_duration(ns: float | None, digits: int = DIGITS) -> str:
 
 def format_ms(ms: float | None, digits: int = DIGITS) -> str:
     """:func:`format_duration` of a value given in **milliseconds** (the ``*_ms`` statistics)."""
-    return format_duration(None if ms is None else ms * 1e6, digits)
+    value = _finite(ms)
+    return format_duration(None if value is None else value * 1e6, digits)
 
 
 def format_count(value: float | None) -> str:

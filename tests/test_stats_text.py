@@ -29,6 +29,7 @@ def test_format_duration_scales_its_unit() -> None:
     assert format_duration(None) == format_duration(float("nan")) == format_duration(float("inf")) == "-"
     assert format_ms(0.00015) == "150.0 ns" and format_ms(12.345) == "12.35 ms" and format_ms(None) == "-"
     assert format_duration(123_456, digits=3) == "123 µs"
+    assert format_ms(10**400) == format_duration(10**400) == "-"  # a file's word: too large for a float
 
 
 def test_significant_and_counts() -> None:

@@ -121,9 +121,7 @@ def _known(v: object) -> str:
 def render_text(trace: Trace) -> str:
     """``info --all``: every header field, host fact, capture option and summary value."""
     h, s = trace.header, trace.summary
-    start = h.start_wall_ns
-    started = (dt.datetime.fromtimestamp(start / 1e9, dt.timezone.utc).isoformat(timespec="seconds")
-               if start is not None else "?")
+    started = _started(h.start_wall_ns) or "?"
     n = len(trace.events)
     counts = event_counts(trace)
     lines = [
@@ -163,9 +161,13 @@ def _joined(*parts: object, sep: str = ", ") -> str:
 
 
 def _started(start_wall_ns: int | None) -> str:
+    """The capture's start as UTC ISO 8601 to the second; "" when not recorded or not a date."""
     if start_wall_ns is None:
         return ""
-    return dt.datetime.fromtimestamp(start_wall_ns / 1e9, dt.timezone.utc).isoformat(timespec="seconds")
+    try:
+        return dt.datetime.fromtimestamp(start_wall_ns / 1e9, dt.timezone.utc).isoformat(timespec="seconds")
+    except (OverflowError, ValueError, OSError):
+        return ""
 
 
 def _capture_line(trace: Trace) -> str:
@@ -241,6 +243,7 @@ def render_compact(trace: Trace, width: int = 80) -> str:
         ("timing", _joined(_joined(o.timing_mode, f"{o.primary_clock} clock" if o.primary_clock else ""),
                            o.timing_reason, sep=": ")),
         ("capture", _capture_line(trace)),
+        ("events", f"{_fmt_value(counts['by_kind'])}; clocks {_fmt_value(counts['by_clock'])}" if n else ""),
         ("scenes", _scene_lines(trace, counts)),
         ("host", _host_lines(trace)),
         ("notes", h.notes or ""),
