@@ -57,7 +57,8 @@ REWRITES: tuple[tuple[str, str, str], ...] = (
     (r"--warmup[ =]\d+", "--warmup 1", "1 warmup frame"),
     (r"--size[ =]\d+x\d+", "--size 32x32", "32x32 pixels"),
     (r"--suite[ =](default|stress)\b", "--suite ci", "the small suite"),
-    (r"--rounds[ =]\d+", "--rounds 2", "2 A/B rounds"),
+    (r"--until-decided --rounds[ =]\d+", "--until-decided --rounds 3", "an A/B that stops when decided: a cap of 3"),
+    (r"(?<!--until-decided )--rounds[ =]\d+", "--rounds 2", "2 A/B rounds"),
 )
 
 
