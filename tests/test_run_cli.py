@@ -277,7 +277,7 @@ def test_small_gaps_run_json_stats_dir_compare_csv_info_warmup(katra_cli: Any, t
         assert report["size"] == [16, 16] and report["status"] == "complete"
         assert [s["scene"] for s in report["scenes"]] == ["triangle", "fillrate"]
         assert report["scenes"][1]["params"]["layers"] == 8
-    stats = katra_cli("stats", "runs", "--zones", "--format", "markdown")
+    stats = katra_cli("stats", "runs", "--zones", "--format", "markdown", "--all")
     assert stats.returncode == 0, stats.stderr
     assert "r1.katra" in stats.stdout and "r2.katra" in stats.stdout
     assert "e+" not in stats.stdout  # no exponent notation anywhere
