@@ -24,6 +24,7 @@ were used and why it stopped; ab.json records the rule. The loop itself is
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -33,7 +34,7 @@ from harness.cli.compare import add_compare_options, compare_paths
 from katra_trace.analysis.defaults import DEFAULT_SEQUENTIAL_MAX_ROUNDS
 from katra_trace.errors import ConfigError
 from katra_trace.io.claim import check_output_dir
-from katra_trace.io.tracesets import AB_MANIFEST
+from katra_trace.io.tracesets import AB_MANIFEST, clear_ab_dir
 
 if TYPE_CHECKING:
     from harness.ab.rounds import Round
@@ -66,6 +67,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "default: ./katra3d-ab-<time>")
     p.add_argument("--quiet", action="store_true",
                    help="no line per round (a failing capture's output is still shown)")
+    p.add_argument("--force", action="store_true",
+                   help="DIR holds an earlier A/B run: replace it (only ab's own files: DIR/ab.json and the "
+                        "run-NNN.katra traces under base/ and new/)")
     add_compare_options(p)
     p.set_defaults(func=run)
 
@@ -99,8 +103,14 @@ def run(args: argparse.Namespace) -> int:
     # absolute, so that commands which change directory still write where we look
     root = check_output_dir(args.output or f"katra3d-ab-{time.strftime('%Y%m%d-%H%M%S')}", option="-o").resolve()
     dirs = {side: root / side for side in SIDES}
-    if (root / AB_MANIFEST).exists():
-        raise ConfigError(f"{str(root)!r} already holds an A/B run ({AB_MANIFEST}); choose an empty -o directory")
+    if os.path.lexists(root / AB_MANIFEST):
+        if not args.force:
+            raise ConfigError(f"{str(root)!r} already holds an A/B run ({AB_MANIFEST}); give --force to replace "
+                              "it, or choose another -o directory")
+        removed = clear_ab_dir(root)
+        if not args.quiet:
+            print(f"katra3d ab: --force: removed the earlier A/B run in {str(root)!r} ({removed} traces)",
+                  file=sys.stderr)
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
         stale = [p.name for p in d.iterdir() if p.suffix == ".katra"]

@@ -30,6 +30,7 @@ from harness.cli._common import (
 from katra_trace.errors import ConfigError
 from katra_trace.io.tracesets import AB_MANIFEST, ab_pairs, read_ab_manifest, trace_paths
 from katra_trace.metrics import is_count
+from katra_trace.units import format_ms
 
 if TYPE_CHECKING:
     from katra_trace.analysis.sequential import SequentialRule, Settled
@@ -77,7 +78,7 @@ def _count(x: float | None) -> str:
 
 
 def _time_row(s: Any) -> list[str]:
-    level = (f"{_num(s.median_base_ms)} -> {_num(s.median_new_ms)}" if s.value_unit == "ms"
+    level = (f"{format_ms(s.median_base_ms)} -> {format_ms(s.median_new_ms)}" if s.value_unit == "ms"
              else f"{_num(s.median_base, '.4g')} -> {_num(s.median_new, '.4g')}")
     return [
         s.scene, s.verdict, _pct(s.ratio),
@@ -85,7 +86,7 @@ def _time_row(s: Any) -> list[str]:
         _num(s.p_holm, ".2g"),
         f"{s.runs_base}/{s.runs_new} ({s.unit})",
         level,
-        f"{_num(s.p99_base_ms)} -> {_num(s.p99_new_ms)}",
+        f"{format_ms(s.p99_base_ms)} -> {format_ms(s.p99_new_ms)}",
         f"{_num(s.fps_low_1pct_base, '.4g')} -> {_num(s.fps_low_1pct_new, '.4g')}",
         f"{_pct(s.frame_ratio)}, {_num(s.frame_p_value, '.2g')}",
         s.reason,
@@ -124,8 +125,10 @@ def print_comparison(result: Any, fmt: str, base: str, new: str, extra: dict[str
                 lines.append(row)
     else:
         unit = "ms" if result.scenes and all(s.value_unit == "ms" for s in result.scenes if s.unit) else "x ref"
-        columns = ["scene", "verdict", "change", "interval", "p (Holm)", "runs", f"{result.run_stat} {unit}",
-                   "p99 ms", "1% low fps", "frames: change, p", "why"]
+        # times carry their unit in each cell (µs, ms, s); a ratio to the reference says so in the header
+        columns = ["scene", "verdict", "change", "interval", "p (Holm)", "runs",
+                   result.run_stat if unit == "ms" else f"{result.run_stat} {unit}",
+                   "p99", "1% low fps", "frames: change, p", "why"]
         lines = list(result.scenes)
         for s in result.scenes:
             rows.append([s.scene, s.verdict, *(["-"] * 8), s.reason] if s.verdict == "incomparable"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 import numpy as np
 
 from katra_trace.analysis.stats import EXCLUDED_FLAGS, scene_labels, zone_frame_totals
-from katra_trace.metrics import CLOCK_NAMES, clock_name, unit_of
+from katra_trace.metrics import CLOCK_NAMES, clock_name, primary_clock_of, unit_of
 from katra_trace.schema import Clock, Flag, Kind
 
 if TYPE_CHECKING:
@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 MAX_POINTS = 4000
 #: Most points of a distribution (CDF) curve.
 CDF_POINTS = 1000
-#: Clock preference for the plotted series when the capture names no primary clock.
-CLOCK_PREFERENCE: tuple[str, ...] = ("wall", "gpu", "instructions", "cycles", "process", "cpu")
 
 
 class TraceLike(Protocol):
@@ -59,13 +57,10 @@ def minmax_downsample(x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS
 
 
 def primary_clock(trace: TraceLike, available: Sequence[str]) -> str | None:
-    """The clock a scene's series is drawn on: the capture's primary clock if the scene has it, else
-    the first of :data:`CLOCK_PREFERENCE` it has."""
+    """The clock a scene's series is drawn on: :func:`katra_trace.metrics.primary_clock_of` (the rule
+    ``stats`` and ``info`` show too)."""
     options = trace.header.capture_options
-    for name in (options.measure.mode, options.primary_clock, *CLOCK_PREFERENCE):
-        if isinstance(name, str) and name in available:
-            return name
-    return available[0] if available else None
+    return primary_clock_of(available, options.measure.mode, options.primary_clock)
 
 
 def _scale(clock: str) -> float:
