@@ -238,6 +238,32 @@ def test_scenes_shows_one_scene_by_name_or_file(katra_cli: Any, tmp_path: Path) 
     assert res.returncode == 2 and "did you mean 'fillrate'" in _error_line(res)
 
 
+
+def test_a_scene_whose_params_are_plain_values_is_one_line(katra_cli: Any, tmp_path: Path) -> None:
+    """``params = {"iters": 4}`` (a natural first guess) is named with the fix, not a traceback; a
+    docstring serves as the description."""
+    (tmp_path / "plain.py").write_text(
+        "from scenes import Scene\n\n"
+        "class Plain(Scene):\n"
+        "    \"\"\"Says what it is in its docstring.\"\"\"\n"
+        "    name = 'plain'\n"
+        "    params = {'iters': 4}\n"
+        "    def setup(self, ctx, size, params): pass\n"
+        "    def render(self, frame): pass\n", encoding="utf-8")
+    for args in (("run", "plain.py:Plain", "--frames", "2", "--size", "8x8", "-o", "p.katra"),
+                 ("scenes", "plain.py:Plain")):
+        res = katra_cli(*args)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        assert "param 'iters' must be a scenes.Param, e.g. params = {'iters': Param(4, type=int)}" in _error_line(res)
+    (tmp_path / "plain.py").write_text((tmp_path / "plain.py").read_text(encoding="utf-8").replace(
+        "from scenes import Scene", "from scenes import Param, Scene").replace("{'iters': 4}", "{'iters': Param(4)}"),
+        encoding="utf-8")
+    res = katra_cli("scenes", "plain.py:Plain")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[0] == "plain  -  Says what it is in its docstring."
+    assert "stresses:" not in res.stdout and "suites:" not in res.stdout  # nothing to say: no "-" line
+
+
 # --------------------------------------------------------------------------- 6. ab --force
 
 

@@ -95,7 +95,8 @@ def scene_entry(name: str, cls: type[Scene], origin: str) -> dict[str, Any]:
     }
     return {
         "name": name,
-        "description": cls.description,
+        # a user's scene often says what it is in its docstring only
+        "description": cls.description or (cls.__dict__.get("__doc__") or "").strip().split("\n")[0],
         "stresses": list(cls.stresses),
         "min_gl_version": cls.min_gl_version,
         "required_extensions": list(cls.required_extensions),
@@ -112,10 +113,12 @@ def _gl(code: int) -> str:
 def scene_lines(sc: dict[str, Any], prefix: str | None = None) -> list[str]:
     """One scene of :func:`scene_entry` as text; each param as the ``--param`` that sets it to its default
     (``prefix``: what comes before ``.KEY``, the scene's name unless given)."""
-    lines = [f"{sc['name']}  -  {sc['description']}"]
+    lines = [f"{sc['name']}  -  {sc['description']}" if sc["description"] else sc["name"]]
     extra = f"   (needs GL {_gl(sc['min_gl_version'])})" if sc["min_gl_version"] > 330 else ""
-    lines.append(f"    stresses: {', '.join(sc['stresses']) or '-'}{extra}")
-    lines.append(f"    suites:   {', '.join(sc['suites']) or '-'}")
+    if sc["stresses"] or extra:
+        lines.append(f"    stresses: {', '.join(sc['stresses']) or '-'}{extra}")
+    if sc["suites"]:
+        lines.append(f"    suites:   {', '.join(sc['suites'])}")
     if sc["origin"] != "builtin":
         lines.append(f"    from:     {sc['origin']}")
     for key, p in sc["params"].items():
