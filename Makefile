@@ -10,10 +10,14 @@ STAMP  := $(VENV)/.stamp-installed
 
 .PHONY: run test test-quick fuzz bench bench-measure bench-noise sysdeps sysdeps-test sysdeps-bench clean
 
+# setuptools' editable install says "Editable installation. ... be careful with folders ..." through Python's
+# warnings, which pip shows even with --quiet; QUIET_EDITABLE ignores warnings whose text starts so, nothing else
+QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
+
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(QUIET_EDITABLE) $(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
 sysdeps:

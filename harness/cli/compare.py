@@ -16,7 +16,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cli._common import (
     add_comparability_options,
@@ -30,6 +30,10 @@ from harness.cli._common import (
 from katra_trace.errors import ConfigError
 from katra_trace.io.tracesets import AB_MANIFEST, ab_pairs, read_ab_manifest, trace_paths
 from katra_trace.metrics import is_count
+from katra_trace.units import format_ms
+
+if TYPE_CHECKING:
+    from katra_trace.analysis.sequential import SequentialRule, Settled
 
 
 def add_compare_options(p: argparse.ArgumentParser) -> None:
@@ -74,7 +78,7 @@ def _count(x: float | None) -> str:
 
 
 def _time_row(s: Any) -> list[str]:
-    level = (f"{_num(s.median_base_ms)} -> {_num(s.median_new_ms)}" if s.value_unit == "ms"
+    level = (f"{format_ms(s.median_base_ms)} -> {format_ms(s.median_new_ms)}" if s.value_unit == "ms"
              else f"{_num(s.median_base, '.4g')} -> {_num(s.median_new, '.4g')}")
     return [
         s.scene, s.verdict, _pct(s.ratio),
@@ -82,7 +86,7 @@ def _time_row(s: Any) -> list[str]:
         _num(s.p_holm, ".2g"),
         f"{s.runs_base}/{s.runs_new} ({s.unit})",
         level,
-        f"{_num(s.p99_base_ms)} -> {_num(s.p99_new_ms)}",
+        f"{format_ms(s.p99_base_ms)} -> {format_ms(s.p99_new_ms)}",
         f"{_num(s.fps_low_1pct_base, '.4g')} -> {_num(s.fps_low_1pct_new, '.4g')}",
         f"{_pct(s.frame_ratio)}, {_num(s.frame_p_value, '.2g')}",
         s.reason,
@@ -97,10 +101,11 @@ def _count_row(s: Any) -> list[str]:
             f"{_count(s.median_base)} -> {_count(s.median_new)}", s.reason]
 
 
-def print_comparison(result: Any, fmt: str, base: str, new: str) -> None:
-    """Print a :class:`katra_trace.analysis.verdict.Comparison` in ``fmt`` (table, markdown, csv or json)."""
+def print_comparison(result: Any, fmt: str, base: str, new: str, extra: dict[str, Any] | None = None) -> None:
+    """Print a :class:`katra_trace.analysis.verdict.Comparison` in ``fmt`` (table, markdown, csv or json);
+    ``extra``: more top-level keys of the JSON."""
     if fmt == "json":
-        print_json(dict(result.as_dict(), base=base, new=new))
+        print_json(dict(result.as_dict(), base=base, new=new, **(extra or {})))
         return
     count = is_count(result.metric)
     rows: list[list[str]] = []
@@ -120,8 +125,10 @@ def print_comparison(result: Any, fmt: str, base: str, new: str) -> None:
                 lines.append(row)
     else:
         unit = "ms" if result.scenes and all(s.value_unit == "ms" for s in result.scenes if s.unit) else "x ref"
-        columns = ["scene", "verdict", "change", "interval", "p (Holm)", "runs", f"{result.run_stat} {unit}",
-                   "p99 ms", "1% low fps", "frames: change, p", "why"]
+        # times carry their unit in each cell (µs, ms, s); a ratio to the reference says so in the header
+        columns = ["scene", "verdict", "change", "interval", "p (Holm)", "runs",
+                   result.run_stat if unit == "ms" else f"{result.run_stat} {unit}",
+                   "p99", "1% low fps", "frames: change, p", "why"]
         lines = list(result.scenes)
         for s in result.scenes:
             rows.append([s.scene, s.verdict, *(["-"] * 8), s.reason] if s.verdict == "incomparable"
@@ -198,6 +205,19 @@ def round_pairs(base: str, new: str, base_paths: Sequence[Path], new_paths: Sequ
                    + (f"; {left} trace(s) outside a complete round left out" if left else "")]
 
 
+def recorded_sequential(base: str, pairs: Sequence[tuple[int, int]] | None
+                        ) -> tuple[SequentialRule | None, Settled | None]:
+    """The stopping rule ``ab --until-decided`` recorded for the paired sides whose BASE is ``base`` (None when
+    ``pairs`` is None or the rounds were fixed), and why its rounds stopped: compare DIR and report --baseline
+    judge those rounds by the same rule."""
+    if pairs is None:
+        return None, None
+    # deferred: the stopping rule loads scipy (about a second); building the parser must not
+    from harness.ab.rounds import recorded_rule
+
+    return recorded_rule(Path(base).resolve().parent)
+
+
 def compare_paths(base: str, new: str | None, args: argparse.Namespace) -> int:
     """Load both sides, compare, print; returns the exit code."""
     # deferred: the comparison loads scipy (about a second); building the parser must not
@@ -207,10 +227,21 @@ def compare_paths(base: str, new: str | None, args: argparse.Namespace) -> int:
     base, new = resolve_sides(base, new)
     base_paths, new_paths = trace_paths(base), trace_paths(new)
     pairs, notes = round_pairs(base, new, base_paths, new_paths, unpaired=getattr(args, "unpaired", False))
-    result = compare_traces(load_traces(base_paths), load_traces(new_paths), pairs=pairs, **compare_kwargs(args))
+    rule, stop = recorded_sequential(base, pairs)
+    extra: dict[str, Any] = {}
+    if rule is not None:
+        extra["sequential"] = {"rule": rule.to_json(), "stop": None if stop is None else stop.as_dict()}
+        if stop is not None:
+            notes.append(f"ab --until-decided: {stop.reason}")
+        if args.alpha != rule.alpha or args.threshold not in (None, rule.threshold_pct):
+            thr = "the default" if rule.threshold_pct is None else f"{rule.threshold_pct:g}%"
+            notes.append(f"the stopping rule recorded in {AB_MANIFEST} decides, with its alpha {rule.alpha:g} and "
+                         f"threshold {thr}; --alpha and --threshold given here are not used")
+    result = compare_traces(load_traces(base_paths), load_traces(new_paths), pairs=pairs, sequential=rule,
+                            **compare_kwargs(args))
     if notes:
         result = dataclasses.replace(result, notes=(*notes, *result.notes))
-    print_comparison(result, args.format, base, new)
+    print_comparison(result, args.format, base, new, extra)
     if result.exit_code == 2:
         where = "in the JSON output" if args.format == "json" else "above"
         print(f"katra3d: error: nothing comparable between {base!r} and {new!r} (reasons {where})"

@@ -420,7 +420,7 @@ def _open_writer(spec: CaptureSpec, resolved: ResolvedCapture) -> TraceWriter:
         raise ConfigError("a capture needs an output path")
     return TraceWriter(Path(spec.path), workload=spec.workload, capture_options=dict(resolved.options),
                        host_info=dict(spec.host), notes=spec.notes, overwrite=spec.overwrite,
-                       **resolved.writer_args)
+                       failed_aside=spec.failed_aside, **resolved.writer_args)
 
 
 __all__ = ["Engine", "ResolvedCapture", "resolve_capture"]
