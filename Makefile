@@ -8,12 +8,16 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.stamp-installed
 
-.PHONY: run test test-quick fuzz bench bench-measure bench-noise sysdeps sysdeps-test clean
+.PHONY: run test test-quick fuzz bench bench-measure bench-noise sysdeps sysdeps-test sysdeps-bench clean
+
+# setuptools' editable install says "Editable installation. ... be careful with folders ..." through Python's
+# warnings, which pip shows even with --quiet; QUIET_EDITABLE ignores warnings whose text starts so, nothing else
+QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(QUIET_EDITABLE) $(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
 sysdeps:
@@ -21,6 +25,11 @@ sysdeps:
 
 sysdeps-test:
 	bash ci/system-deps.sh test
+
+# Mesa as for `make run`, plus glmark2-x11, glmark2-data and Xvfb for the glmark2 parity row where they can be
+# installed (root); otherwise the line to run is printed and the row is skipped
+sysdeps-bench:
+	bash ci/system-deps.sh bench
 
 run: sysdeps $(STAMP)
 	$(VENV)/bin/katra3d run --suite default
@@ -40,8 +49,9 @@ fuzz: sysdeps-test $(STAMP)
 	KATRA3D_FUZZ_SECONDS=$${KATRA3D_FUZZ_SECONDS:-60} $(PY) -m pytest -p no:cacheprovider -n auto \
 		tests/test_fuzz_trace.py tests/test_fuzz_consumers.py
 
-# Ratios against in-run baselines, one table on stdout, bench/results.json (python -m bench --help)
-bench: sysdeps $(STAMP)
+# Ratios against in-run baselines, one table on stdout, bench/results.json (python -m bench --help);
+# the glmark2 parity row needs glmark2-x11, glmark2-data and Xvfb (sysdeps-bench installs them where it can)
+bench: sysdeps-bench $(STAMP)
 	$(PY) -m bench
 
 # Not in `make bench` (valgrind, ~30 min on 2 cores): --measure instructions on the ci suite, docs/measure.md's

@@ -24,28 +24,43 @@ from typing import Any, Literal
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """A bound the row's ``value`` must meet: ``value >= bound`` or ``value <= bound``."""
+    """A bound the row's ``value`` must meet: ``value >= bound`` or ``value <= bound``.
+
+    ``floor``: where the run-to-run spread is known to be wider than the
+    distance to the bound, the value that still shows as a pass (``>=``: a
+    floor below the bound; ``<=``: a ceiling above it). None: the bound itself.
+    """
 
     op: Literal[">=", "<="]
     bound: float
+    floor: float | None = None
 
     def met(self, value: float) -> bool:
         if math.isnan(value):
             return False
-        return value >= self.bound if self.op == ">=" else value <= self.bound
+        limit = self.bound if self.floor is None else self.floor
+        return value >= limit if self.op == ">=" else value <= limit
+
+    def as_dict(self) -> dict[str, Any]:
+        """``op`` and ``bound``, and ``pass_from`` (the floor) when there is one."""
+        out: dict[str, Any] = {"op": self.op, "bound": self.bound}
+        if self.floor is not None:
+            out["pass_from"] = self.floor
+        return out
 
     def __str__(self) -> str:
-        return f"{self.op} {self.bound:.3g}"
+        text = f"{self.op} {self.bound:.3g}"
+        return text if self.floor is None else f"{text} (pass {self.op} {self.floor:.3g})"
 
 
-def at_least(bound: float) -> Target:
-    """Target: the value must be >= ``bound``."""
-    return Target(">=", float(bound))
+def at_least(bound: float, *, floor: float | None = None) -> Target:
+    """Target: the value must be >= ``bound`` (shown as a pass from ``floor``, when given)."""
+    return Target(">=", float(bound), None if floor is None else float(floor))
 
 
-def at_most(bound: float) -> Target:
-    """Target: the value must be <= ``bound``."""
-    return Target("<=", float(bound))
+def at_most(bound: float, *, ceiling: float | None = None) -> Target:
+    """Target: the value must be <= ``bound`` (shown as a pass up to ``ceiling``, when given)."""
+    return Target("<=", float(bound), None if ceiling is None else float(ceiling))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +101,7 @@ class Row:
         return {"bench": self.bench, "name": self.name, "what": self.what, "value": _finite(self.value),
                 "unit": self.unit, "spread": {"q1": _finite(self.q1), "q3": _finite(self.q3), "n": self.n},
                 "median_ci95": None if self.ci_low is None else [_finite(self.ci_low), _finite(self.ci_high)],
-                "target": None if self.target is None else {"op": self.target.op, "bound": self.target.bound},
+                "target": None if self.target is None else self.target.as_dict(),
                 "status": self.status, "notes": self.notes}
 
 

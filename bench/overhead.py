@@ -40,9 +40,11 @@ Target (zones off): frame time <= 1.02 x the plain loop (frame rate >= 0.98).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from bench._core import BenchContext, Row, at_most, bench, interleave, median_iqr, pair_ratios, ratio_row
 from bench._gl import (
@@ -219,6 +221,35 @@ def process_clock_read_us(reads: int = 20_000) -> float:
     return (pc() - t0) / reads / 1e3
 
 
+@contextlib.contextmanager
+def _without(process_clock: bool = False, gl_error_check: bool = False) -> Iterator[None]:
+    """A throwaway variant of the frame loop for the cost breakdown: the sync timer's process-clock reads
+    replaced by a constant (``process_clock``), the per-frame GL error check off (``gl_error_check``)."""
+    from harness.engine import core, timers
+
+    read, init = timers._process_ns, core.Engine.__init__
+
+    def no_check(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self.gl_error_check = False
+
+    try:
+        if process_clock:
+            timers._process_ns = lambda clock: 0
+        if gl_error_check:
+            core.Engine.__init__ = no_check  # type: ignore[method-assign]
+        yield
+    finally:
+        timers._process_ns, core.Engine.__init__ = read, init  # type: ignore[method-assign]
+
+
+def _variant(config: object, **without: bool) -> Callable[[], FramePeriod]:
+    def call() -> FramePeriod:
+        with _without(**without):
+            return run_frame_period_s(config)
+    return call
+
+
 @bench("overhead-cost", about="the frame loop's own cost per frame and per zone (us), a scene that draws nothing",
        needs_gl=True)
 def overhead_cost(ctx: BenchContext) -> list[Row]:
@@ -240,8 +271,20 @@ def overhead_cost(ctx: BenchContext) -> list[Row]:
         "off": collect("off", lambda: run_frame_period_s(off)),
         "on0": collect("on0", lambda: run_frame_period_s(none_on)),
         "onN": collect("onN", lambda: run_frame_period_s(many_on)),
+        "noproc": collect("noproc", _variant(off, process_clock=True)),
+        "bare": collect("bare", _variant(off, process_clock=True, gl_error_check=True)),
     }, rounds=ctx.scale(COST_ROUNDS, 3))
-    per_frame = [1e6 * (a - b) for a, b in zip(samples["off"], samples["plain"], strict=True)]
+
+    def us(a: str, b: str) -> list[float]:
+        return [1e6 * (x - y) for x, y in zip(samples[a], samples[b], strict=True)]
+
+    per_frame = us("off", "plain")
+    # the same run with parts of the frame loop taken out, interleaved with the others: what each part costs
+    breakdown = [ratio_row(f"  of which {what}", f"us a frame: run - run without {what}", us(a, b), unit="us")
+                 for what, a, b in (("the two process-clock reads", "off", "noproc"),
+                                    ("the GL error check", "noproc", "bare"))]
+    breakdown.append(ratio_row("  of which the rest", "us a frame: run without both - plain loop (frame object, "
+                               "timer calls, event tuple, loop checks)", us("bare", "plain"), unit="us"))
     per_zone = [1e6 * (a - b) / IDLE_ZONES for a, b in zip(samples["onN"], samples["on0"], strict=True)]
     plain_us = 1e6 * median_iqr(samples["plain"])[0]
     reads = [process_clock_read_us() for _ in range(5)]
@@ -250,6 +293,7 @@ def overhead_cost(ctx: BenchContext) -> list[Row]:
                   unit="us", notes=f"plain loop (render + glFinish) ~{plain_us:.1f} us a frame; two process-clock "
                   f"reads of ~{median_iqr(reads)[0]:.2f} us each included; left out as preempted: plain "
                   f"{collect.note('plain')}, run {collect.note('off')}"),
+        *breakdown,
         ratio_row("harness per zone", f"us a zone: ({IDLE_ZONES} empty zones - none) / {IDLE_ZONES}, zones on",
                   per_zone, unit="us", notes=ZONES_NOTE),
     ]

@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK  (argcomplete: `python -m harness` completes as katra3d does)
 """``python -m harness``: the katra3d command line, or, with ``$KATRA3D_MEASURE_CHILD`` set, the counted
 child of ``--measure instructions|cycles`` (it takes no arguments: its plan is in the dump directory)."""
 

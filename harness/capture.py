@@ -38,6 +38,10 @@ from katra_trace.io.images import check_pixels, decode_png, frame_record
 from katra_trace.schema import Flag
 
 
+#: The scene name of a capture given neither ``scene`` nor ``workload``.
+DEFAULT_SCENE = "capture"
+
+
 class _FrameSpan:
     """The context manager returned by :meth:`Capture.frame` (one per flag value, made once per capture)."""
 
@@ -77,10 +81,12 @@ class Capture:
     ``timing_mode`` / ``timing_reason`` say which clock measured them.
     """
 
-    def __init__(self, ctx: Any, path: str | Path, *, workload: str = "", scene: str = "capture",
+    def __init__(self, ctx: Any, path: str | Path, *, workload: str = "", scene: str = "",
                  zones: bool | str = True, timing: str = "auto", notes: str = "",
                  capture_options: dict[str, Any] | None = None, overwrite: bool = False,
                  max_draw_zones: int | None = None) -> None:
+        # the frames' scene is the workload as the user named it (stats, compare and the report show it)
+        scene = scene or workload or DEFAULT_SCENE
         session = types.SimpleNamespace(ctx=ctx, backend="external", device=None)
         host = probe.host_info(session)
         options = build_capture_options(capture_options, api="harness.capture",
@@ -167,10 +173,14 @@ class Capture:
         self.engine.abort(exc)
 
 
-def capture(ctx: Any, path: str | Path, *, workload: str = "", scene: str = "capture", zones: bool | str = True,
+def capture(ctx: Any, path: str | Path, *, workload: str = "", scene: str = "", zones: bool | str = True,
             timing: str = "auto", notes: str = "", capture_options: dict[str, Any] | None = None,
             overwrite: bool = False, max_draw_zones: int | None = None) -> Capture:
     """Start recording frames of your own moderngl code on ``ctx`` into the trace at ``path``.
+
+    ``workload`` names what is timed (the trace header's workload); the frames belong to scene
+    ``scene``, by default the workload's name (``capture`` when neither is given), and
+    :meth:`Capture.scene` starts another.
 
     ``timing``: auto | sync | gpu (see docs/timing.md). ``zones``: record
     ``zone()`` spans (each also a KHR_debug group): True or ``"passes"``,
@@ -183,4 +193,4 @@ def capture(ctx: Any, path: str | Path, *, workload: str = "", scene: str = "cap
                    capture_options=capture_options, overwrite=overwrite, max_draw_zones=max_draw_zones)
 
 
-__all__ = ["Capture", "capture"]
+__all__ = ["Capture", "DEFAULT_SCENE", "capture"]

@@ -23,6 +23,11 @@
 
 * Registers the ``gl`` marker.
 
+* ``--katra3d-keep DIR`` (or the ini option ``katra3d_keep = DIR``, relative to the ini
+  file): ``katra_scene`` writes its traces into DIR, one file per test and call, named after
+  the test (:func:`kept_trace_name`), instead of pytest's temporary directory; a rerun
+  replaces the traces of the tests it runs. See docs/pytest.md.
+
 Importing this module imports nothing but pytest and the standard library:
 it is loaded into every pytest run of a project that installs katra3d. GL
 modules are imported only when a test calls ``katra_scene``.
@@ -31,6 +36,8 @@ modules are imported only when a test calls ``katra_scene``.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -38,10 +45,61 @@ from typing import Any
 import pytest
 
 GL_MARKER = "gl: renders through a real OpenGL context (Mesa llvmpipe via EGL in CI)"
+#: The command-line option and the ini option that keep katra_scene's traces in a directory.
+KEEP_OPTION = "--katra3d-keep"
+KEEP_INI = "katra3d_keep"
+KEEP_HELP = ("keep katra_scene's traces in DIR (one per test and call, named after the test; a rerun replaces "
+             "them) instead of pytest's temporary directory")
+#: Longest file name (characters) :func:`kept_trace_name` writes; longer test ids are cut and hashed.
+MAX_NAME_CHARS = 120
+#: How many traces this pytest process kept (the terminal summary's line).
+_KEPT = pytest.StashKey[list[Path]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("katra3d").addoption(KEEP_OPTION, metavar="DIR", default=None, dest="katra3d_keep",
+                                         help=KEEP_HELP)
+    parser.addini(KEEP_INI, help=KEEP_HELP + "; relative to the ini file's directory", default="")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", GL_MARKER)
+    config.stash[_KEPT] = []
+    keep = keep_dir(config)
+    if keep is not None and keep.exists() and not keep.is_dir():
+        raise pytest.UsageError(f"{KEEP_OPTION} {str(keep)!r} is not a directory")
+
+
+def keep_dir(config: pytest.Config) -> Path | None:
+    """Where ``katra_scene`` keeps its traces: ``--katra3d-keep`` (relative to where pytest was started),
+    else the ini option ``katra3d_keep`` (relative to the ini file's directory), else None (a temporary
+    directory per test)."""
+    given = config.getoption("katra3d_keep", default=None)
+    if given:
+        return Path(config.invocation_params.dir, str(given))
+    ini = str(config.getini(KEEP_INI) or "")
+    if ini:
+        return (config.inipath.parent if config.inipath else config.rootpath) / ini
+    return None
+
+
+def kept_trace_name(nodeid: str, index: int, scene: str) -> str:
+    """The file name of a kept trace: the test's id (``/`` and ``::`` as ``.``, other characters that
+    do not belong in a file name as ``_``), the call's number in the test and the scene:
+    ``tests.test_fill.py.test_fast[4]-01-fillrate.katra``. Ids over :data:`MAX_NAME_CHARS` are cut
+    and end with a hash of the whole id, so two tests never share a file."""
+    stem = re.sub(r"[^\w.\-\[\]=,+]", "_", nodeid.replace("::", ".").replace("/", "."))
+    tail = "-%02d-%s.katra" % (index, re.sub(r"[^\w.-]", "_", scene))
+    if len(stem) + len(tail) > MAX_NAME_CHARS:
+        digest = hashlib.sha1(nodeid.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+        stem = stem[: max(8, MAX_NAME_CHARS - len(tail) - 11)] + "-" + digest
+    return stem + tail
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    kept = config.stash.get(_KEPT, [])
+    if kept:
+        terminalreporter.write_line(f"katra3d: {len(kept)} trace(s) kept in {keep_dir(config)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,8 +130,9 @@ class SceneRun:
 def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5,
               size: tuple[int, int] = (128, 128), params: Mapping[str, Any] | None = None,
               timing: str = "auto", zones: bool | str = False, seed: int = 0, benchmark: Any = None,
-              measure: str = "time") -> SceneRun:
-    """Run scene ``name`` for ``warmup`` + ``frames`` frames into the trace file ``trace``.
+              measure: str = "time", overwrite: bool = False) -> SceneRun:
+    """Run scene ``name`` for ``warmup`` + ``frames`` frames into the trace file ``trace``
+    (an existing file there is refused, OutputExistsError, unless ``overwrite``).
 
     Raises katra_trace errors (SceneError, ConfigError, BackendUnavailable)
     like ``katra3d run``; ``benchmark`` (pytest-benchmark's fixture) times
@@ -109,7 +168,7 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
             {"size": list(size), "samples": 0, "frames": frames, "warmup": warmup, "seed": seed}, api="katra_scene",
             resolved={"size": list(size), "samples": 0, "scenes": [{"label": label, "spec": name, "params": resolved}]})
         spec = CaptureSpec(Path(trace), label, host=probe.host_info(session), options=options, timing=timing,
-                           zones=zones)
+                           zones=zones, overwrite=overwrite)
         engine = Engine(session.ctx, spec)
         with engine:
             scene = SceneSpec(cls, label, resolved, size=size, frames=frames, warmup=warmup, seed=seed, spec=name,
@@ -182,14 +241,17 @@ def _benchmark_driver(benchmark: Any) -> Callable[[Callable[[], None], int], Non
 
 
 @pytest.fixture
-def katra_scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., SceneRun]]:
+def katra_scene(tmp_path_factory: pytest.TempPathFactory,
+                request: pytest.FixtureRequest) -> Iterator[Callable[..., SceneRun]]:
     """``katra_scene(name, frames=60, warmup=5, size=(128, 128), params=None, timing="auto",
     zones=False, seed=0, benchmark=None) -> SceneRun``: run a scene in-process and get its stats.
 
     Skips the test when no GL context can be opened or the scene says it
-    cannot run here (SceneSkip); traces go to a temporary directory.
+    cannot run here (SceneSkip); traces go to a temporary directory, or with
+    ``--katra3d-keep DIR`` (ini ``katra3d_keep``) into DIR, named by :func:`kept_trace_name`.
     """
-    base = tmp_path_factory.mktemp("katra3d")
+    keep = keep_dir(request.config)
+    base = tmp_path_factory.mktemp("katra3d") if keep is None else keep
     count = [0]
 
     def run(name: str, **kwargs: Any) -> SceneRun:
@@ -198,9 +260,18 @@ def katra_scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
         from scenes.api import SceneSkip
 
         count[0] += 1
-        path = base / f"{count[0]:02d}-{name.replace('/', '_').replace(':', '_')}.katra"
+        if keep is None:
+            path = base / f"{count[0]:02d}-{name.replace('/', '_').replace(':', '_')}.katra"
+        else:
+            keep.mkdir(parents=True, exist_ok=True)
+            path = keep / kept_trace_name(request.node.nodeid, count[0], name)
+            # the user named the directory: a rerun of this test replaces its own trace
+            kwargs.setdefault("overwrite", True)
         try:
-            return run_scene(name, path, **kwargs)
+            result = run_scene(name, path, **kwargs)
+            if keep is not None:
+                request.config.stash[_KEPT].append(path)
+            return result
         except BackendUnavailable as exc:
             pytest.skip(f"no usable OpenGL: {exc}")
         except SceneSkip as exc:
@@ -209,4 +280,5 @@ def katra_scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
     yield run
 
 
-__all__ = ["GL_MARKER", "SceneRun", "katra_scene", "run_scene"]
+__all__ = ["GL_MARKER", "KEEP_INI", "KEEP_OPTION", "SceneRun", "katra_scene", "keep_dir", "kept_trace_name",
+           "run_scene"]

@@ -17,6 +17,8 @@ class KatraError(Exception):
     """Base of every error katra3d reports to a user."""
 
     exit_code: int = 2
+    #: a scene's own traceback (its frames, katra3d's left out), shown by ``katra3d --traceback``; "" if none
+    scene_traceback: str = ""
 
 
 class ConfigError(KatraError):

@@ -15,6 +15,8 @@ per-run statistics of a time metric (:data:`RUN_STATS`) live here too.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from katra_trace import schema
 from katra_trace.errors import OptionError
 from katra_trace.schema import Clock
@@ -46,6 +48,9 @@ MEASURES: tuple[str, ...] = ("time", *COUNT_CLOCKS)
 #: (docs/stats.md); blind to a change that slows only some frames. Count metrics always use the median.
 RUN_STATS: tuple[str, ...] = ("median", "p10")
 
+#: The clock shown when a capture names no primary clock, or a scene lacks it: what the user waits for first.
+CLOCK_PREFERENCE: tuple[str, ...] = ("wall", "gpu", "instructions", "cycles", "process", "cpu")
+
 
 def clock_name(clock: int) -> str:
     """The name of clock number ``clock`` (``1`` -> ``"wall"``); ``clockN`` for a number this build does not know."""
@@ -72,6 +77,17 @@ def unit_of(name: str) -> str:
     return name if is_count(name) else "ms"
 
 
+def primary_clock_of(available: Sequence[str], measure: str | None = None, recorded: str | None = None) -> str | None:
+    """The clock a scene's numbers are shown on (``stats``, ``info``, the report's plots), of the clocks
+    it has (``available``): the counted clock of a ``--measure`` capture (``measure``), else the clock
+    the capture recorded as primary (``recorded``: what ``run`` said, ``wall`` in sync mode, ``gpu`` in
+    gpu mode), else the first of :data:`CLOCK_PREFERENCE` it has; None when it has none."""
+    for name in (measure, recorded, *CLOCK_PREFERENCE):
+        if name is not None and name in available:
+            return name
+    return available[0] if available else None
+
+
 def check_run_stat(stat: str, *, count: bool = False, normalize: bool = False) -> str:
     """``stat`` when it is one of :data:`RUN_STATS` and applies, else :class:`OptionError` (a ConfigError).
 
@@ -90,6 +106,7 @@ __all__ = [
     "AUTO",
     "CLOCK_NAMES",
     "COUNT_CLOCKS",
+    "CLOCK_PREFERENCE",
     "MEASURES",
     "METRICS",
     "RUN_STATS",
@@ -100,5 +117,6 @@ __all__ = [
     "is_count",
     "is_time",
     "is_value",
+    "primary_clock_of",
     "unit_of",
 ]

@@ -79,6 +79,15 @@ def _check_scene_class(obj: Any, where: str) -> type[Scene]:
                          f"found {type(obj).__name__ if not inspect.isclass(obj) else 'class ' + obj.__name__}")
     if not obj.name:
         raise SceneError(f"{where} has no 'name': set the class attribute name = \"...\"")
+    params = getattr(obj, "params", None)
+    if not isinstance(params, Mapping):
+        raise SceneError(f"{where}: 'params' must be a dict of name -> scenes.Param(...), "
+                         f"found {type(params).__name__}")
+    for key, param in params.items():
+        if not isinstance(key, str) or not isinstance(param, Param):
+            raise SceneError(f"{where}: param {key!r} must be a scenes.Param, e.g. "
+                             f"params = {{{str(key)!r}: Param({param!r}, type={type(param).__name__})}}, "
+                             f"found {type(param).__name__}")
     return obj
 
 

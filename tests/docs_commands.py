@@ -8,6 +8,8 @@ Conventions (README.md and every docs/*.md):
   (``python``, ``toml``, plain ```````) are fragments or output and are not run.
 * ``sh no-run: REASON`` marks a block that cannot run inside the test suite
   (e.g. ``make test`` itself); the reason is required. Keep these rare.
+* A ``python file=NAME`` block is a file the reader saves as NAME (a pytest test file, say): the
+  test writes it into the directory the commands run in, before the commands after it.
 * A command ends at the end of a line not ending in ``\\``. A trailing
   comment ``# exit N`` (or ``# exit N or M``) says which exit codes the
   command may end with; without one it must exit 0.
@@ -38,6 +40,7 @@ PYTHON_RUN = ("python", "run")
 
 _FENCE_RE = re.compile(r"^```\s*(?P<lang>[\w+-]*)(?P<rest>.*)$")
 _NO_RUN_RE = re.compile(r"^no-run:\s*(?P<reason>\S.*)$")
+_FILE_RE = re.compile(r"^file=(?P<name>[\w.-]+)$")
 _EXIT_RE = re.compile(r"#\s*exit\s+(?P<codes>\d+(?:\s*(?:,|or|\|)\s*\d+)*)")
 
 #: (pattern, replacement, why). Applied in order to every command of a run block.
@@ -54,7 +57,8 @@ REWRITES: tuple[tuple[str, str, str], ...] = (
     (r"--warmup[ =]\d+", "--warmup 1", "1 warmup frame"),
     (r"--size[ =]\d+x\d+", "--size 32x32", "32x32 pixels"),
     (r"--suite[ =](default|stress)\b", "--suite ci", "the small suite"),
-    (r"--rounds[ =]\d+", "--rounds 2", "2 A/B rounds"),
+    (r"--until-decided --rounds[ =]\d+", "--until-decided --rounds 3", "an A/B that stops when decided: a cap of 3"),
+    (r"(?<!--until-decided )--rounds[ =]\d+", "--rounds 2", "2 A/B rounds"),
 )
 
 
@@ -98,7 +102,13 @@ class Block:
 
     @property
     def runs(self) -> bool:
-        return (self.lang == RUN_LANG and self.no_run_reason is None) or self.is_program
+        return (self.lang == RUN_LANG and self.no_run_reason is None) or self.is_program or bool(self.file_name)
+
+    @property
+    def file_name(self) -> str | None:
+        """A ``python file=NAME`` block: the name it is saved under, else None."""
+        found = _FILE_RE.match(self.marker) if self.lang == "python" else None
+        return found["name"] if found else None
 
     @property
     def is_program(self) -> bool:
@@ -161,6 +171,8 @@ def blocks(path: Path) -> list[Block]:
                 raise ValueError(f"{path}:{start}: unknown marker {rest!r} after ```sh "
                                  "(the only one is 'no-run: REASON')")
             reason = no_run["reason"]
+        if lang == "python" and rest.startswith("file") and _FILE_RE.match(rest) is None:
+            raise ValueError(f"{path}:{start}: ```python {rest}: a file block is 'file=NAME' (letters, digits, . _ -)")
         out.append(Block(path, start, lang, "\n".join(body), reason, rest))
     return out
 

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 import harness
+from harness.capture import DEFAULT_SCENE
 from katra_trace import open_trace
+from katra_trace.analysis.stats import trace_stats
 from katra_trace.errors import ConfigError
 from katra_trace.schema import Clock, Flag, Kind
 
@@ -74,6 +76,9 @@ def test_capture_frames_and_nested_zones(gl_ctx: Any, program: Any, tmp_path: Pa
     trace = open_trace(path)
     assert trace.summary["status"] == "complete"
     assert trace.header.workload == "my-renderer" and trace.header.notes == "hello"
+    # the frames are the workload's, named as the user named it (not "capture"): stats, compare, the report
+    assert trace.header.capture_options.scene == "my-renderer"
+    assert list(trace_stats(trace)["scenes"]) == ["my-renderer"]
     assert trace.header.capture_options.api == "harness.capture"
     assert trace.header.capture_options.timing_mode == "sync"
     assert trace.header.host_info.gl.software_renderer is True
@@ -134,6 +139,7 @@ def test_capture_aborted_by_exception_keeps_a_valid_trace(gl_ctx: Any, program: 
     assert trace.summary["status"] == "aborted"
     assert "boom" in trace.summary["user"]["error"]
     assert len(trace.events[trace.events["kind"] == Kind.FRAME]) == 3  # cpu + wall + process
+    assert {trace.strings[s] for s in trace.events["scene"]} == {DEFAULT_SCENE}  # neither workload nor scene given
 
 
 def test_capture_refuses_gpu_timing_on_software_renderer(gl_ctx: Any, tmp_path: Path) -> None:

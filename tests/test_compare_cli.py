@@ -73,10 +73,12 @@ def test_stats_json_shape_and_formats(tmp_path: Path, katra_cli) -> None:
     assert [(row["scene"], row["clock"]) for row in rows] == [("fill", "cpu"), ("fill", "wall"),
                                                                ("mesh", "cpu"), ("mesh", "wall")]
     assert float(rows[1]["fps_low_1pct_integral"]) > 0
-    r = katra_cli("stats", str(trace), "--format", "markdown")
+    r = katra_cli("stats", str(trace), "--format", "markdown", "--all")
     assert r.returncode == 0 and "| fill | wall |" in r.stdout
-    r = katra_cli("stats", str(trace))
+    r = katra_cli("stats", str(trace), "--all")
     assert r.returncode == 0 and "fps_low_1pct" in r.stdout
+    r = katra_cli("stats", str(trace), "--format", "markdown")  # compact: the primary clock, no clock column
+    assert r.returncode == 0 and "| fill | 60 |" in r.stdout and "wall clock" in r.stdout
 
 
 def test_stats_missing_file_is_one_line_error(tmp_path: Path, katra_cli) -> None:
@@ -165,7 +167,9 @@ def test_compare_stat_p10_reduces_runs_to_their_10th_percentile(tmp_path: Path, 
            for p in sorted(base.iterdir())]
     assert out["scenes"]["fill"]["median_base"] == pytest.approx(float(np.exp(np.mean(np.log(p10)))) * 1e-6)
     r = katra_cli("compare", str(base), str(new), "--stat", "p10")
-    assert r.returncode == 1 and "p10 of each run" in r.stdout and "p10 ms" in r.stdout
+    assert r.returncode == 1 and "p10 of each run" in r.stdout and " p10 " in r.stdout.splitlines()[1]
+    row = next(line for line in r.stdout.splitlines() if line.startswith("fill "))
+    assert " ms -> " in row and "0.0" not in row  # levels in the unit that suits them (these frames: ms)
 
 
 @pytest.mark.slow

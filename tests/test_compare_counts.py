@@ -176,9 +176,12 @@ def test_stats_shows_counts_in_counts(tmp_path: Path, katra_cli) -> None:
     assert inst["median_instructions"] == 1.0e7 + 4.0e6 + 150_000 and inst["n"] == 6
     assert not any(k.endswith("_ms") or k.startswith("fps") for k in inst)
     assert shader["zones"]["lighting"]["instructions"]["median_instructions"] == 1.0e7
-    r = katra_cli("stats", str(t))
+    r = katra_cli("stats", str(t), "--all")
     assert r.returncode == 0 and "median_instructions" in r.stdout and "14,150,000" in r.stdout
     assert "median_ms" not in r.stdout
+    r = katra_cli("stats", str(t))  # compact: the counted clock, in counts
+    assert r.returncode == 0 and "instructions per frame, instructions clock" in r.stdout
+    assert "14,150,000" in r.stdout and " ms" not in r.stdout and "µs" not in r.stdout
 
 
 # --------------------------------------------------------------------------- normalize

@@ -59,6 +59,13 @@ def test_fence_markers(tmp_path: Path) -> None:
         ("sh", 2, True, None), ("sh", 5, False, "needs a real GPU"), ("python", 8, False, None),
         ("", 11, False, None), ("python", 14, True, None)]
     assert [b.is_program for b in found] == [False, False, False, False, True]
+    doc.write_text("```python file=test_mine.py\ndef test_x():\n    pass\n```\n```python\nx = 1\n```\n")
+    saved, fragment = blocks(doc)
+    assert (saved.file_name, saved.runs, saved.is_program) == ("test_mine.py", True, False)
+    assert (fragment.file_name, fragment.runs) == (None, False)
+    doc.write_text("```python file=../x.py\npass\n```\n")
+    with pytest.raises(ValueError, match="file=NAME"):
+        blocks(doc)
     doc.write_text("```sh skip\nkatra3d scenes\n```\n")
     with pytest.raises(ValueError, match="unknown marker 'skip'"):
         blocks(doc)
@@ -113,7 +120,11 @@ def _env() -> dict[str, str]:
 
 
 def _run(command: Command, cwd: Path, env: dict[str, str], program: Block | None = None) -> str | None:
-    """Run one documented command (or a ``python run`` program); what went wrong, or None."""
+    """Run one documented command (or a ``python run`` program, or save a ``python file=NAME`` block);
+    what went wrong, or None."""
+    if program is not None and program.file_name:
+        (cwd / program.file_name).write_text(program.body + "\n", encoding="utf-8")
+        return None
     if program is None:
         shell_text = command.shell_text
         argv = ["bash", "-c", shell_text]
@@ -147,7 +158,7 @@ def test_documented_commands_run(doc: Path, tmp_path: Path, gl_ctx: Any) -> None
     env = _env()
     steps: list[tuple[Command, Block | None]] = []
     for block in blocks(doc):
-        if block.is_program:
+        if block.is_program or block.file_name:
             steps.append((Command(block.path, block.line, f"python block at line {block.line}", (0,)), block))
         elif block.runs:
             steps.extend((c, None) for c in block.commands())

@@ -151,7 +151,7 @@ def test_a_scene_failing_mid_frame_leaves_moderngl_unpatched(tmp_path: Path) -> 
         run(RunConfig(scenes=(f"{scene}:Boom",), frames=3, size=(16, 16), zones="draws",
                       output=str(tmp_path / "b.katra")), quiet=True)
     assert _originals() == before
-    assert open_trace(tmp_path / "b.katra").status == "aborted"
+    assert list(tmp_path.glob("b*.katra*")) == []  # it failed in its first warmup frame: no trace is left
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ trace file and read it back.
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -237,7 +238,8 @@ def test_progress_hears_of_each_scene_once_it_ends() -> None:
         engine.finish()
     assert progress.seen[:4] == ["started 2 probe 5", "phase [2/3] probe: setting up None",
                                  "phase [2/3] probe: warm-up 2", "phase [2/3] probe: measuring 3"]
-    assert progress.seen[4].startswith("[2/3] probe: 3 frames, median ") and progress.seen[4].endswith(" ms (wall)")
+    assert progress.seen[4].startswith("[2/3] probe: 3 frames, median ")
+    assert progress.seen[4].endswith((" µs (wall)", " ms (wall)", " s (wall)"))  # the unit that suits it
     assert progress.seen[5:] == ["started 3 probe 5", "phase [3/3] probe: setting up None",
                                  "[3/3] probe: skipped: no"]
 
@@ -306,8 +308,12 @@ def test_a_failing_scene_gives_scene_error_and_an_aborted_trace_with_its_frames(
     engine, sink, _ = sink_engine()
     with pytest.raises(SceneError) as info, engine:
         engine.run_scene(scene_spec(probe_scene(log, fail_in=fail_in, at=3)))
-    message = f"scene 'probe' failed {phase}: ValueError: boom | second line"
+    raises = [n for n, text in enumerate(Path(__file__).read_text().splitlines(), 1) if text.strip() == "raise error"]
+    line = raises[["setup", "render", "release"].index(fail_in)]  # probe_scene's raise, in this file
+    message = f"scene 'probe' failed {phase} ({os.path.relpath(__file__)}:{line}): ValueError: boom | second line"
     assert str(info.value) == message and isinstance(info.value.__cause__, ValueError)
+    assert info.value.scene_traceback.endswith("    raise error\nValueError: boom\n  ===\n  second line\n")
+    assert "harness" + os.sep not in info.value.scene_traceback  # katra3d's own frames are left out
     assert log.count("release") == 1  # released once, whatever failed
     assert [i for i, _ in wall_frames(sink)] == kept
     assert sink.status == "aborted" and sink.summary["error"] == f"SceneError: {message}"
@@ -315,7 +321,7 @@ def test_a_failing_scene_gives_scene_error_and_an_aborted_trace_with_its_frames(
 
 def test_sys_exit_in_a_scene_is_a_scene_error() -> None:
     engine, sink, _ = sink_engine()
-    with pytest.raises(SceneError, match=r"failed while rendering: SystemExit\(4\): scene code called sys.exit"), \
+    with pytest.raises(SceneError, match=r"failed while rendering \(.*test_engine.py:\d+\): SystemExit\(4\): scene code called sys.exit"), \
             engine:
         engine.run_scene(scene_spec(probe_scene([], fail_in="render", at=0, exc=SystemExit(4))))
     assert sink.status == "aborted"
@@ -492,7 +498,7 @@ def test_engine_on_llvmpipe_writes_frames_and_the_last_image(gl_ctx: Any, gl_fbo
 def test_engine_on_llvmpipe_keeps_the_frames_of_a_failing_scene(gl_ctx: Any, gl_fbo: Any, tmp_path: Path) -> None:
     path = tmp_path / "f.katra"
     engine = Engine(gl_ctx, CaptureSpec(path, "unit", host=SOFTWARE_GL))
-    with pytest.raises(SceneError, match="failed while rendering: RuntimeError: render failed on purpose"), engine:
+    with pytest.raises(SceneError, match=r"failed while rendering \(.*test_engine.py:\d+\): RuntimeError: render failed on purpose"), engine:
         engine.run_scene(SceneSpec(_Fails, "fails", {}, size=(16, 8), frames=5, warmup=0), bind=gl_fbo.use)
     assert gl_ctx.fbo is gl_fbo  # bound again after the failure
     trace = open_trace(path)

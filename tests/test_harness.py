@@ -219,9 +219,25 @@ def test_parse_size_and_param() -> None:
             parse_size(bad)
     assert parse_param("triangle.speed=0.5") == ("triangle", "speed", "0.5")
     assert parse_param("my.pkg:Scene.count=3") == ("my.pkg:Scene", "count", "3")
-    for bad in ("triangle.speed", "speed=1", "triangle.=1", ".speed=1"):
+    assert parse_param("speed=1") == ("", "speed", "1")  # the run's one scene
+    for bad in ("triangle.speed", "triangle.=1", ".speed=1", "=1", "1speed=1"):
         with pytest.raises(ConfigError, match="expected SCENE.KEY=VALUE"):
             parse_param(bad)
+
+
+def test_an_unprefixed_param_applies_to_the_one_scene_and_is_refused_with_several(tmp_path: Path) -> None:
+    out = str(tmp_path / "o.katra")
+    one = plan_run(RunConfig(scenes=("triangle",), params=(parse_param("speed=2"),), output=out))
+    assert one.entries[0].params["speed"] == 2.0
+    assert one.config.as_dict()["params"] == {"speed": "2"}
+    with pytest.raises(ConfigError, match=r"unknown param 'sped'|'sped'"):
+        plan_run(RunConfig(scenes=("triangle",), params=(parse_param("sped=2"),), output=out))
+    with pytest.raises(ConfigError) as info:
+        plan_run(RunConfig(scenes=("triangle", "fillrate"), params=(parse_param("speed=2"),), output=out))
+    assert str(info.value) == ("--param speed=2 names no scene, and this run has 2 scenes (triangle, fillrate); "
+                               "write SCENE.speed=2")
+    with pytest.raises(ConfigError, match="names no scene, and this run has"):
+        plan_run(RunConfig(suite="ci", params=(parse_param("speed=2"),), output=out))
 
 
 def test_plan_resolves_suite_defaults_and_overrides(tmp_path: Path) -> None:

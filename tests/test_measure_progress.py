@@ -175,15 +175,21 @@ def test_a_counted_scene_failure_is_one_error_line(tmp_path: Path) -> None:
     scene = tmp_path / "broken.py"
     scene.write_text("from scenes.builtin.clear import ClearScene\n\n\n"
                      "class Broken(ClearScene):\n    name = 'broken'\n\n"
-                     "    def setup(self, ctx, size, params):\n        raise ValueError('boom in setup')\n")
+                     "    def render(self, frame):\n        super().render(frame)\n"
+                     "        if frame.index == 2:\n            raise ValueError('boom in render')\n")
     out = subprocess.run([KATRA3D, "run", f"{scene}:Broken", "--frames", "2", "--warmup", "1", "--size", "16x16",
                           "--measure", "instructions", "-o", str(tmp_path / "b.katra")],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 2, out.stderr
     errors = [ln for ln in out.stderr.splitlines() if "error" in ln.lower()]
     assert errors == [ln for ln in errors if ln.startswith("katra3d: error: ")] and len(errors) == 1, out.stderr
-    assert "boom in setup" in errors[0] and "Traceback" not in out.stderr
-    summary = open_trace(tmp_path / "b.katra", events=False).summary or {}  # the child's trace, kept
+    assert "boom in render" in errors[0] and "Traceback" not in out.stderr
+    assert f"({scene}:10)" in errors[0]  # the scene's file and line, from the child
+    # a failed run leaves nothing at -o: the child's frames (one measured) are set aside beside it
+    assert errors[0].endswith("; the frames it measured are in " + repr(str(tmp_path / "b.failed.katra"))
+                              + " (the output was not written)")
+    assert not (tmp_path / "b.katra").exists()
+    summary = open_trace(tmp_path / "b.failed.katra", events=False).summary or {}
     assert summary.get("status") == "aborted", summary
 
 

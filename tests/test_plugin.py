@@ -85,3 +85,50 @@ def test_frames_land_in_pytest_benchmark_stats(pytester: pytest.Pytester, gl_ctx
     # with benchmarking disabled the scene still runs all its frames
     result = pytester.runpytest_subprocess(*STRICT, "--benchmark-disable", timeout=240)
     result.assert_outcomes(passed=1)
+
+
+def test_kept_trace_names() -> None:
+    from harness.pytest_plugin import MAX_NAME_CHARS, kept_trace_name
+
+    assert kept_trace_name("tests/test_fill.py::test_fast[4]", 1, "fillrate") == (
+        "tests.test_fill.py.test_fast[4]-01-fillrate.katra")
+    assert kept_trace_name("t.py::TestX::test_y[a b/c]", 12, "my/x.py:Cls") == (
+        "t.py.TestX.test_y[a_b.c]-12-my_x.py_Cls.katra")
+    long_a, long_b = (kept_trace_name(f"t.py::test_{'x' * 200}{end}", 1, "fillrate") for end in "ab")
+    assert len(long_a) == MAX_NAME_CHARS and long_a != long_b and long_a.endswith("-01-fillrate.katra")
+
+
+def test_keep_dir_that_is_a_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    (pytester.path / "taken").write_text("a file")
+    result = pytester.runpytest_subprocess(*STRICT, "--katra3d-keep", "taken")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--katra3d-keep '*taken' is not a directory*"])
+
+
+@pytest.mark.gl
+def test_keep_option_keeps_traces_and_a_rerun_replaces_them(pytester: pytest.Pytester, gl_ctx: object) -> None:
+    pytester.makepyfile(test_kept="""
+        def test_two(katra_scene):
+            first = katra_scene("triangle", frames=4, warmup=1, size=(32, 32))
+            second = katra_scene("triangle", frames=4, warmup=1, size=(32, 32))
+            assert first.trace != second.trace and first.trace.is_file()
+            print("TRACE", first.trace)
+    """)
+    kept = pytester.path / "kept"
+    names = ["test_kept.py.test_two-01-triangle.katra", "test_kept.py.test_two-02-triangle.katra"]
+    result = pytester.runpytest_subprocess(*STRICT, "-s", "--katra3d-keep", "kept", timeout=240)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"*TRACE {kept / names[0]}", f"katra3d: 2 trace(s) kept in {kept}"])
+    assert sorted(p.name for p in kept.iterdir()) == names
+    before = (kept / names[0]).read_bytes()
+    # a rerun replaces the test's own traces (it does not trip on them)
+    pytester.runpytest_subprocess(*STRICT, "--katra3d-keep", "kept", timeout=240).assert_outcomes(passed=1)
+    assert sorted(p.name for p in kept.iterdir()) == names and (kept / names[0]).read_bytes() != before
+    # the ini option, relative to the ini file
+    pytester.makeini("[pytest]\nkatra3d_keep = from-ini\n")
+    pytester.runpytest_subprocess(*STRICT, timeout=240).assert_outcomes(passed=1)
+    assert sorted(p.name for p in (pytester.path / "from-ini").iterdir()) == names
+    from katra_trace import open_trace
+
+    assert open_trace(pytester.path / "from-ini" / names[1]).summary["status"] == "complete"

@@ -260,17 +260,20 @@ def test_gl_errors_fail_the_scene_and_are_recorded(tmp_path: Path, scenes_file: 
                "-o", "oom.katra", cwd=tmp_path)
     line = _one_line_error(res)
     assert "GL_OUT_OF_MEMORY" in line and "frame 10" in line
-    trace = open_trace(tmp_path / "oom.katra")
+    # a failed run never leaves its trace at -o (it would block the rerun): its frames are set aside
+    assert line.endswith("; the frames it measured are in 'oom.failed.katra' (the output was not written)")
+    assert not (tmp_path / "oom.katra").exists()
+    trace = open_trace(tmp_path / "oom.failed.katra")
     assert trace.status == "aborted"
     assert any(a.get("type") == "gl_error" and a.get("error") == "GL_OUT_OF_MEMORY" for a in trace.annotations)
-    assert _frames(tmp_path / "oom.katra") == 11  # the frame with the error is recorded too
+    assert _frames(tmp_path / "oom.failed.katra") == 11  # the frame with the error is recorded too
 
 
 def test_sys_exit_in_a_scene_is_a_scene_error(tmp_path: Path, scenes_file: Path) -> None:
     res = _run("run", f"{scenes_file}:Exits", "--frames", "20", "--warmup", "0", "--size", "16x16",
                "-o", "exit.katra", cwd=tmp_path)
     assert "SystemExit" in _one_line_error(res)
-    assert open_trace(tmp_path / "exit.katra").status == "aborted"
+    assert open_trace(tmp_path / "exit.failed.katra").status == "aborted"
 
 
 def test_scene_releasing_the_harness_framebuffer_gets_its_own_error(tmp_path: Path, scenes_file: Path) -> None:

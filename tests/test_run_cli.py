@@ -254,9 +254,12 @@ def test_scene_failure_aborts_and_keeps_the_partial_trace(katra_cli: Any, tmp_pa
                     "-o", "b.katra")
     assert res.returncode == 2
     assert "Traceback" not in res.stderr
+    line = next(n for n, text in enumerate(_USER_SCENES.splitlines(), 1) if "boom in render" in text)
     assert res.stderr.strip().splitlines()[-1] == (
-        "katra3d: error: scene 'broken' failed while rendering: RuntimeError: boom in render")
-    trace = open_trace(tmp_path / "b.katra")
+        f"katra3d: error: scene 'broken' failed while rendering (mine.py:{line}): RuntimeError: boom in render; "
+        "the frames it measured are in 'b.failed.katra' (the output was not written)")
+    assert not (tmp_path / "b.katra").exists()  # nothing in the way of the rerun
+    trace = open_trace(tmp_path / "b.failed.katra")
     assert trace.summary["status"] == "aborted"
     assert len(_frames(trace.events, Clock.WALL, warmup=False)) == 2
 
@@ -274,7 +277,7 @@ def test_small_gaps_run_json_stats_dir_compare_csv_info_warmup(katra_cli: Any, t
         assert report["size"] == [16, 16] and report["status"] == "complete"
         assert [s["scene"] for s in report["scenes"]] == ["triangle", "fillrate"]
         assert report["scenes"][1]["params"]["layers"] == 8
-    stats = katra_cli("stats", "runs", "--zones", "--format", "markdown")
+    stats = katra_cli("stats", "runs", "--zones", "--format", "markdown", "--all")
     assert stats.returncode == 0, stats.stderr
     assert "r1.katra" in stats.stdout and "r2.katra" in stats.stdout
     assert "e+" not in stats.stdout  # no exponent notation anywhere

@@ -96,7 +96,7 @@ def test_cli_reads_both_golden_versions(katra_cli, name: str) -> None:  # noqa: 
     r = katra_cli("validate", path)
     assert r.returncode == 0 and "ok:" in r.stdout, r.stderr
     r = katra_cli("info", path)
-    assert r.returncode == 0 and f"format    1.{name[-7]}" in r.stdout, r.stderr
+    assert r.returncode == 0 and f"format 1.{name[-7]}" in r.stdout, r.stderr
     r = katra_cli("stats", path)
     assert r.returncode == 0, r.stderr
 
@@ -175,7 +175,9 @@ def test_cli_info_and_validate(tmp_path: Path, katra_cli, codec: str) -> None:  
                         "host_info": {"gl_renderer": "llvmpipe"}})
     r = katra_cli("info", str(path))
     assert r.returncode == 0, r.stderr
-    assert "cli-test" in r.stdout and "timing    sync (r)" in r.stdout and "llvmpipe" in r.stdout
+    assert "cli-test" in r.stdout and "timing    sync: r" in r.stdout and "llvmpipe" in r.stdout
+    r = katra_cli("info", str(path), "--all")
+    assert r.returncode == 0 and "timing    sync (r)" in r.stdout and "capture options:" in r.stdout
     import json
 
     r = katra_cli("info", str(path), "--json")

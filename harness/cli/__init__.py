@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK  (argcomplete's marker: this entry point completes; docs/cli.md, "Shell completion")
 """The ``katra3d`` command line.
 
 One module per subcommand; each defines ``register(subparsers)``, which adds
@@ -24,6 +25,8 @@ from katra_trace import __version__
 from katra_trace.errors import KatraError
 from katra_trace.io.claim import describe
 from katra_trace.text import escape, shown
+from scenes.registry import available_scene_names
+from scenes.suites import SUITES
 
 #: (subcommand module under harness.cli, in help order)
 COMMANDS: tuple[str, ...] = (
@@ -34,11 +37,22 @@ COMMANDS: tuple[str, ...] = (
     "stats",
     "compare",
     "ab",
+    "bisect",
     "scenes",
     "export",
     "report",
     "history",
 )
+
+
+TRACEBACK_HELP = ("when a scene fails, print its traceback (its own frames, katra3d's left out) before the "
+                  "error line; KATRA3D_DEBUG=1 does the same")
+
+
+def show_traceback(args: argparse.Namespace | None) -> bool:
+    """Whether a scene's traceback is shown: ``--traceback``, or ``$KATRA3D_DEBUG`` set to 1/true/yes/on."""
+    debug = os.environ.get("KATRA3D_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
+    return debug or bool(getattr(args, "traceback", False))
 
 
 def _version() -> str:
@@ -66,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run 3D scenes headless, time frames and draws, and inspect the traces.",
     )
     parser.add_argument("--version", action="version", version=f"katra3d {_version()}")
+    parser.add_argument("--traceback", action="store_true", default=False, help=TRACEBACK_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:
@@ -75,6 +90,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def complete(parser: argparse.ArgumentParser) -> None:
+    """Answer the shell's completion request (``$_ARGCOMPLETE`` set): subcommands, options, and scene and
+    suite names for ``run`` and ``scenes``; argcomplete writes them out and ends the process."""
+    # deferred: argcomplete loads only when a shell asks for completions
+    import argcomplete
+
+    def scene_names(prefix: str, **_: object) -> list[str]:
+        return [n for n in available_scene_names() if n.startswith(prefix)]
+
+    def suite_names(prefix: str, **_: object) -> list[str]:
+        return [n for n in SUITES if n.startswith(prefix)]
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                for option in child._actions:
+                    if name in ("run", "scenes") and option.dest in ("scenes", "scene"):
+                        option.completer = scene_names
+                    elif name == "run" and option.dest == "suite":
+                        option.completer = suite_names
+    argcomplete.autocomplete(parser)
+
+
 def _remember_parsers(parser: argparse.ArgumentParser) -> None:
     """Give every (sub)command's parser a default ``_katra_parser`` naming itself, so that an unknown
     option is reported by the command it was given to (and points at that command's help)."""
@@ -82,6 +120,9 @@ def _remember_parsers(parser: argparse.ArgumentParser) -> None:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for child in action.choices.values():
+                # --traceback after the command too (katra3d run ... --traceback); SUPPRESS keeps the top's value
+                child.add_argument("--traceback", action="store_true", default=argparse.SUPPRESS,
+                                   help=argparse.SUPPRESS)
                 _remember_parsers(child)
 
 
@@ -112,6 +153,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("katra3d: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (argcomplete's protocol); exits here
+        complete(parser)
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             # a file name that is not UTF-8 (``$'\xff.katra'``) is printed escaped, never a traceback
@@ -125,6 +168,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
             warnings.showwarning = show_warning
             return int(args.func(args))
     except KatraError as err:
+        if err.scene_traceback and show_traceback(args):
+            sys.stderr.write(err.scene_traceback)
         print(f"katra3d: error: {escape(str(err))}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt as exc:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import os
+import shutil
 import sys
 import warnings
 from collections.abc import Sequence
@@ -137,27 +137,29 @@ def print_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
-def fmt_value(value: Any) -> str:
-    """A stat value for a table cell: ints as is, floats to 4 significant digits (no exponent), None as '-'."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    if isinstance(value, bool) or isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return fmt_float(value)
-    return str(value)
+#: Columns of text output when neither ``COLUMNS`` nor a terminal says (piped output, CI logs).
+DEFAULT_WIDTH = 80
 
 
-def fmt_float(value: float, digits: int = 4) -> str:
-    """``digits`` significant digits in plain notation, never an exponent: 17390, 12.35, 0.008483."""
-    if value == 0 or not math.isfinite(value):
-        return "0" if value == 0 else str(value)
-    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
-    return f"{value:.{decimals}f}"
+def terminal_width() -> int:
+    """Columns the text output may use: ``COLUMNS`` when set (also when stdout is piped), else the
+    terminal's width, else :data:`DEFAULT_WIDTH`."""
+    return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
 
 
-def emit_table(columns: Sequence[str], rows: Sequence[Sequence[str]], fmt: str, title: str = "") -> None:
-    """Print ``rows`` (already formatted cells) as table (rich on a TTY), markdown or csv."""
+def table_width(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
+    """The width in characters of :func:`emit_table`'s ``table`` form of these cells on this stdout
+    (rich's borders on a terminal, two spaces between columns otherwise)."""
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
+    if sys.stdout.isatty():
+        return sum(w + 3 for w in widths) + 1
+    return sum(widths) + 2 * max(0, len(widths) - 1)
+
+
+def emit_table(columns: Sequence[str], rows: Sequence[Sequence[str]], fmt: str, title: str = "",
+               right: Sequence[str] = ()) -> None:
+    """Print ``rows`` (already formatted cells) as table (rich on a TTY), markdown or csv; the
+    columns named in ``right`` (numbers) are right-aligned in the table form."""
     out = sys.stdout
     if fmt == "csv":
         writer = csv.writer(out, lineterminator="\n")
@@ -180,7 +182,7 @@ def emit_table(columns: Sequence[str], rows: Sequence[Sequence[str]], fmt: str, 
 
         table = Table(title=title or None)
         for col in columns:
-            table.add_column(col, no_wrap=True)
+            table.add_column(col, no_wrap=True, justify="right" if col in right else "left")
         for row in rows:
             table.add_row(*row)
         # never squeeze numbers into ellipses: widen past a narrow terminal instead
@@ -192,6 +194,11 @@ def emit_table(columns: Sequence[str], rows: Sequence[Sequence[str]], fmt: str, 
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
     if title:
         out.write(title + "\n")
-    out.write("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip() + "\n")
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if name in right else c.ljust(w)
+                         for c, w, name in zip(cells, widths, columns, strict=True)).rstrip() + "\n"
+
+    out.write(line(columns))
     for row in rows:
-        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
+        out.write(line(row))

@@ -16,7 +16,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cli._common import (
     add_comparability_options,
@@ -40,6 +40,10 @@ from katra_trace.errors import ConfigError
 from katra_trace.io.claim import check_output_dir
 from katra_trace.io.tracesets import AB_MANIFEST, ab_pairs, read_ab_manifest, trace_paths
 from katra_trace.metrics import is_count
+from katra_trace.units import format_ms
+
+if TYPE_CHECKING:
+    from katra_trace.analysis.sequential import SequentialRule, Settled
 
 
 def add_compare_options(p: argparse.ArgumentParser) -> None:
@@ -87,7 +91,7 @@ def _count(x: float | None) -> str:
 
 
 def _time_row(s: Any) -> list[str]:
-    level = (f"{_num(s.median_base_ms)} -> {_num(s.median_new_ms)}" if s.value_unit == "ms"
+    level = (f"{format_ms(s.median_base_ms)} -> {format_ms(s.median_new_ms)}" if s.value_unit == "ms"
              else f"{_num(s.median_base, '.4g')} -> {_num(s.median_new, '.4g')}")
     return [
         s.scene, s.verdict, _pct(s.ratio),
@@ -95,7 +99,7 @@ def _time_row(s: Any) -> list[str]:
         _num(s.p_holm, ".2g"),
         f"{s.runs_base}/{s.runs_new} ({s.unit})",
         level,
-        f"{_num(s.p99_base_ms)} -> {_num(s.p99_new_ms)}",
+        f"{format_ms(s.p99_base_ms)} -> {format_ms(s.p99_new_ms)}",
         f"{_num(s.fps_low_1pct_base, '.4g')} -> {_num(s.fps_low_1pct_new, '.4g')}",
         f"{_pct(s.frame_ratio)}, {_num(s.frame_p_value, '.2g')}",
         s.reason,
@@ -134,8 +138,10 @@ def print_comparison(result: Any, fmt: str, base: str, new: str, extra: dict[str
                 lines.append(row)
     else:
         unit = "ms" if result.scenes and all(s.value_unit == "ms" for s in result.scenes if s.unit) else "x ref"
-        columns = ["scene", "verdict", "change", "interval", "p (Holm)", "runs", f"{result.run_stat} {unit}",
-                   "p99 ms", "1% low fps", "frames: change, p", "why"]
+        # times carry their unit in each cell (µs, ms, s); a ratio to the reference says so in the header
+        columns = ["scene", "verdict", "change", "interval", "p (Holm)", "runs",
+                   result.run_stat if unit == "ms" else f"{result.run_stat} {unit}",
+                   "p99", "1% low fps", "frames: change, p", "why"]
         lines = list(result.scenes)
         for s in result.scenes:
             rows.append([s.scene, s.verdict, *(["-"] * 8), s.reason] if s.verdict == "incomparable"
@@ -234,6 +240,19 @@ def round_pairs(base: str, new: str, base_paths: Sequence[Path], new_paths: Sequ
                    + (f"; {left} trace(s) outside a complete round left out" if left else "")]
 
 
+def recorded_sequential(base: str, pairs: Sequence[tuple[int, int]] | None
+                        ) -> tuple[SequentialRule | None, Settled | None]:
+    """The stopping rule ``ab --until-decided`` recorded for the paired sides whose BASE is ``base`` (None when
+    ``pairs`` is None or the rounds were fixed), and why its rounds stopped: compare DIR and report --baseline
+    judge those rounds by the same rule."""
+    if pairs is None:
+        return None, None
+    # deferred: the stopping rule loads scipy (about a second); building the parser must not
+    from harness.ab.rounds import recorded_rule
+
+    return recorded_rule(Path(base).resolve().parent)
+
+
 def compare_paths(base: str, new: str | None, args: argparse.Namespace) -> int:
     """Load both sides, compare, print; returns the exit code."""
     # deferred: the comparison loads scipy (about a second); building the parser must not
@@ -246,8 +265,18 @@ def compare_paths(base: str, new: str | None, args: argparse.Namespace) -> int:
     base_paths, new_paths = trace_paths(base), trace_paths(new)
     pairs, notes = round_pairs(base, new, base_paths, new_paths, unpaired=getattr(args, "unpaired", False))
     policy, limits = image_options(args)
+    rule, stop = recorded_sequential(base, pairs)
+    extra: dict[str, Any] = {}
+    if rule is not None:
+        extra["sequential"] = {"rule": rule.to_json(), "stop": None if stop is None else stop.as_dict()}
+        if stop is not None:
+            notes.append(f"ab --until-decided: {stop.reason}")
+        if args.alpha != rule.alpha or args.threshold not in (None, rule.threshold_pct):
+            thr = "the default" if rule.threshold_pct is None else f"{rule.threshold_pct:g}%"
+            notes.append(f"the stopping rule recorded in {AB_MANIFEST} decides, with its alpha {rule.alpha:g} and "
+                         f"threshold {thr}; --alpha and --threshold given here are not used")
     base_traces, new_traces = load_traces(base_paths), load_traces(new_paths)
-    result = compare_traces(base_traces, new_traces, pairs=pairs, **compare_kwargs(args))
+    result = compare_traces(base_traces, new_traces, pairs=pairs, sequential=rule, **compare_kwargs(args))
     if notes:
         result = dataclasses.replace(result, notes=(*notes, *result.notes))
     images: dict[str, ImageVerdict] = {}
@@ -262,9 +291,8 @@ def compare_paths(base: str, new: str | None, args: argparse.Namespace) -> int:
         if getattr(args, "image_diff", None):
             write_image_diff(args.image_diff, images, base_images, new_images)
     code = exit_code_with_images(result.exit_code, images, policy)
-    print_comparison(result, args.format, base, new,
-                     extra={"image_policy": policy, "images": {s: v.as_dict() for s, v in images.items()},
-                            "exit_code": code})
+    extra.update({"image_policy": policy, "images": {s: v.as_dict() for s, v in images.items()}, "exit_code": code})
+    print_comparison(result, args.format, base, new, extra=extra)
     if args.format != "json" and policy != "off":
         print_images(images, policy, args.format)
     if code == 2:

@@ -16,6 +16,7 @@ from harness.gl import backends, probe
 from harness.gl.timer_check import timer_query_reliability
 from harness.run.config import parse_int
 from katra_trace.errors import BackendUnavailable
+from katra_trace.units import format_ms
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -105,8 +106,8 @@ def render_text(report: dict[str, Any]) -> str:
     lines.append(f"timer queries: {'supported' if tq['supported'] else 'not supported'}, "
                  f"{tq['counter_bits']} counter bits")
     if "gpu_ms" in check:
-        lines.append(f"  check: {check['draw']}: GPU {check['gpu_ms']:.3f} ms vs wall {check['wall_ms']:.3f} ms "
-                     f"(ratio {check['ratio']:.2f}) -> {check['verdict']}")
+        lines.append(f"  check: {check['draw']}: GPU {format_ms(check['gpu_ms'])} vs wall "
+                     f"{format_ms(check['wall_ms'])} (ratio {check['ratio']:.2f}) -> {check['verdict']}")
     else:
         lines.append(f"  check: {check['verdict']}")
     if check.get("note"):

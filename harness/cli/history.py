@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli._common import ALPHA_STEPS, add_decision_options, emit_table, fmt_value, print_json
+from harness.cli._common import ALPHA_STEPS, add_decision_options, emit_table, print_json
 from katra_trace.analysis.defaults import check_alpha, check_threshold_pct
 from katra_trace.errors import ConfigError
 from katra_trace.history.ingest import find_traces, prepare_runs
@@ -29,6 +29,7 @@ from katra_trace.history.store import (
 from katra_trace.history.trends import STATS, Selection, check_steps, load_series
 from katra_trace.io.claim import check_output_dir
 from katra_trace.metrics import ALL, AUTO, COUNT_CLOCKS, TIME_CLOCKS, is_count
+from katra_trace.units import format_count, format_ms, format_number
 
 FORMATS = ("table", "json", "csv", "markdown")
 
@@ -183,9 +184,10 @@ def _name(series: Any) -> str:
 
 
 def _val(value: float, unit: str) -> str:
-    if is_count(unit) and abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return fmt_value(value) + ("" if unit in ("ms", "x reference") else "")
+    """A level of a series in its unit: times scaled (µs, ms, s), counts whole, ratios to 4 digits."""
+    if unit == "ms":
+        return format_ms(value)
+    return format_count(value) if is_count(unit) else format_number(value)
 
 
 def _checked(args: argparse.Namespace) -> Any:

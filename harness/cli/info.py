@@ -1,22 +1,33 @@
-"""``katra3d info TRACE [--json]``: what a trace holds and how it was captured."""
+"""``katra3d info TRACE [--all] [--json]``: what a trace holds and how it was captured.
+
+The text form is compact by default (what was run, how, on what, and how it ended, with the
+fields that are empty left out, wrapped to the terminal's width); ``--all`` prints every header
+field; ``--json`` the whole trace description, always complete.
+"""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import textwrap
 from typing import Any
 
 import numpy as np
 
-from harness.cli._common import fmt_float, load_trace_quietly, print_json
+from harness.cli._common import load_trace_quietly, print_json, terminal_width
 from katra_trace import Clock, Flag, Kind, Trace
+from katra_trace.text import escape
+from katra_trace.units import format_ms, significant
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("info", help="show a trace's header, host, capture options and counts",
                        description="Show a trace's header, host info, capture options, counts and damage.")
     p.add_argument("trace", metavar="TRACE", help="a .katra trace file")
-    p.add_argument("--json", action="store_true", help="print one JSON object (header, summary, events, truncated)")
+    p.add_argument("--all", action="store_true", help="every header field, host fact and capture option "
+                   "(default: a compact summary without empty fields)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (header, summary, events, truncated); "
+                   "always complete")
     p.set_defaults(func=run)
 
 
@@ -71,7 +82,7 @@ def _fmt_value(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return ", ".join(_fmt_value(x) for x in v) or "-"
     if isinstance(v, float):
-        return fmt_float(v)
+        return significant(v)
     return "-" if v is None or v == "" else str(v)
 
 
@@ -108,10 +119,9 @@ def _known(v: object) -> str:
 
 
 def render_text(trace: Trace) -> str:
+    """``info --all``: every header field, host fact, capture option and summary value."""
     h, s = trace.header, trace.summary
-    start = h.start_wall_ns
-    started = (dt.datetime.fromtimestamp(start / 1e9, dt.timezone.utc).isoformat(timespec="seconds")
-               if start is not None else "?")
+    started = _started(h.start_wall_ns) or "?"
     n = len(trace.events)
     counts = event_counts(trace)
     lines = [
@@ -145,10 +155,125 @@ def render_text(trace: Trace) -> str:
     return "\n".join(lines)
 
 
+def _joined(*parts: object, sep: str = ", ") -> str:
+    """The parts that say something (not None, "", "-", an empty list), joined."""
+    return sep.join(str(p) for p in parts if p not in (None, "", "-") and p != [] and p != ())
+
+
+def _started(start_wall_ns: int | None) -> str:
+    """The capture's start as UTC ISO 8601 to the second; "" when not recorded or not a date."""
+    if start_wall_ns is None:
+        return ""
+    try:
+        return dt.datetime.fromtimestamp(start_wall_ns / 1e9, dt.timezone.utc).isoformat(timespec="seconds")
+    except (OverflowError, ValueError, OSError):
+        return ""
+
+
+def _capture_line(trace: Trace) -> str:
+    """Size, frames, warmup, samples, zones, backend and measure mode, those that were recorded."""
+    o = trace.header.capture_options
+    size = f"{o.run_size[0]}x{o.run_size[1]}" if o.run_size and len(o.run_size) == 2 else ""
+    duration = o.resolved.duration_s
+    frames = (f"{o.run_frames} frames" if o.run_frames else f"{duration:g} s" if duration else "")
+    if frames and o.run_warmup:
+        frames += f" (+{o.run_warmup} warmup)"
+    return _joined(size, frames + (" a scene" if frames and o.resolved.scenes else ""),
+                   f"{o.run_samples}x MSAA" if o.run_samples else "",
+                   f"zones {o.zones}" if o.zones not in (None, False, "off") else "",
+                   f"backend {trace.header.host_info.backend or o.resolved.backend or ''}".strip()
+                   if (trace.header.host_info.backend or o.resolved.backend) else "",
+                   f"measure {o.measure_mode}" if o.measure_mode != "time" else "",
+                   f"via {o.api}" if o.api and o.api != "run" else "")
+
+
+def _scene_lines(trace: Trace, counts: dict[str, Any]) -> list[str]:
+    """One line per scene: status, frames, median on its clock, params (the run's summary when it has
+    one, else the scene names the events carry)."""
+    # the summary is the file's word: anything may be there, so only a list of objects is read
+    user = trace.summary.get("user")
+    listed = user.get("scenes") if isinstance(user, dict) else None
+    recorded = [s for s in listed if isinstance(s, dict)] if isinstance(listed, list) else []
+    params = trace.header.capture_options.scene_params
+    if not recorded:
+        return [_joined(name, _params(params.get(name)), sep="  ") for name in counts["scenes"]]
+    width = max(len(str(s.get("scene", "?"))) for s in recorded)
+    out = []
+    for s in recorded:
+        name = str(s.get("scene", "?"))
+        median = s.get("median_ms")
+        level = (f"median {format_ms(median)} ({s.get('clock', '?')})" if isinstance(median, (int, float))
+                 else f"median {_fmt_value(s.get('median'))} {s.get('clock', '')}".rstrip()
+                 if s.get("median") is not None else "")
+        frames = f"{s['frames']} frames" if s.get("frames") is not None else ""
+        out.append(_joined(name.ljust(width), s.get("status"), frames, level, _params(params.get(name)),
+                           s.get("reason"), sep="  "))
+    return out
+
+
+def _params(params: Any) -> str:
+    """A scene's params as ``name=value`` pairs, values as given (``speed=0.25``)."""
+    return " ".join(f"{k}={v}" for k, v in params.items()) if isinstance(params, dict) else ""
+
+
+def _host_lines(trace: Trace) -> list[str]:
+    h = trace.header.host_info
+    system = h.system.as_dict()
+    cores = system.get("cpu_cores")
+    gl = _joined(h.renderer, f"OpenGL {h.gl.version}" if h.gl.version else "")
+    machine = _joined(system.get("cpu_model"), f"{cores} cores" if cores else "",
+                      _joined(system.get("os"), system.get("kernel"), sep=" "),
+                      f"Python {system['python']}" if system.get("python") else "", system.get("hostname"))
+    return [line for line in (gl, machine) if line]
+
+
+def render_compact(trace: Trace, width: int = 80) -> str:
+    """``info``'s default: one line per fact worth reading, empty fields left out, values wrapped at
+    ``width`` columns under their label; ``--all`` (:func:`render_text`) has every field."""
+    h, s = trace.header, trace.summary
+    counts = event_counts(trace)
+    n = len(trace.events)
+    o = h.capture_options
+    rows: list[tuple[str, str | list[str]]] = [
+        ("trace", f"{trace.path} ({trace.size} bytes, {n} events)"),
+        ("workload", h.workload or ""),
+        ("status", _joined(s.get("status", "?"), "summary rebuilt by scanning" if trace.summary_rebuilt else "")),
+        ("written", _joined(_started(h.start_wall_ns), f"by {h.tool_version}" if h.tool_version else "",
+                            f"format {h.format_version}" if h.format_version else "")),
+        ("timing", _joined(_joined(o.timing_mode, f"{o.primary_clock} clock" if o.primary_clock else ""),
+                           o.timing_reason, sep=": ")),
+        ("capture", _capture_line(trace)),
+        ("events", f"{_fmt_value(counts['by_kind'])}; clocks {_fmt_value(counts['by_clock'])}" if n else ""),
+        ("scenes", _scene_lines(trace, counts)),
+        ("host", _host_lines(trace)),
+        ("notes", h.notes or ""),
+    ]
+    if counts["warmup_frames"]:
+        rows.insert(-2, ("warmup", f"{counts['warmup_frames']} warmup frames recorded, left out of statistics"))
+    if s.get("dropped_events"):
+        rows.append(("dropped", f"{s['dropped_events']} events in {s.get('dropped_batches', '?')} batches "
+                                "(drop policy)"))
+    if trace.truncated:
+        rows.append(("DAMAGED", f"{trace.stop_reason}; everything before offset {trace.stopped_at} was recovered"))
+    rows += [("repaired", note) for note in trace.notes]
+    label_w = max(len(k) for k, _ in rows) + 2
+    out: list[str] = []
+    for label, value in rows:
+        for i, text in enumerate([value] if isinstance(value, str) else value):
+            if not text:
+                continue
+            lead = (label if i == 0 else "").ljust(label_w)
+            out += textwrap.wrap(escape(text), width=max(width, label_w + 20), initial_indent=lead,
+                                 subsequent_indent=" " * label_w, break_on_hyphens=False,
+                                 break_long_words=False) or [lead.rstrip()]
+    out.append("(katra3d info --all: every field; --json for scripts)")
+    return "\n".join(out)
+
+
 def run(args: argparse.Namespace) -> int:
     trace = load_trace_quietly(args.trace)
     if args.json:
         print_json(info_dict(trace))
     else:
-        print(render_text(trace))
+        print(render_text(trace) if args.all else render_compact(trace, terminal_width()))
     return 0

@@ -7,6 +7,7 @@ from typing import Any
 
 from harness.engine.results import RunResult
 from katra_trace.metrics import is_count
+from katra_trace.units import format_ms
 
 
 def _printable(text: str) -> str:
@@ -25,7 +26,7 @@ def format_table(result: RunResult) -> str:
     size = f"; {result.size[0]}x{result.size[1]}" if result.size else ""
     table = Table(title=f"katra3d run ({result.status}; {what}{size})", title_justify="left")
     columns = (("scene", "frames", f"median {result.timing_mode}/frame", "min", "max", "spread %", "clock", "params")
-               if counts else ("scene", "frames", "median ms", "p99 ms", "avg FPS", "1% low FPS", "clock", "params"))
+               if counts else ("scene", "frames", "median", "p99", "avg FPS", "1% low FPS", "clock", "params"))
     for col in columns:
         table.add_column(col, justify="left" if col in ("scene", "clock", "params") else "right")
 
@@ -46,7 +47,7 @@ def format_table(result: RunResult) -> str:
             table.add_row(label, str(r.frames), n(s.get("median")), n(s.get("min")), n(s.get("max")),
                           f(s.get("spread_pct"), 3), r.clock, params)
         else:
-            table.add_row(label, str(r.frames), f(s.get("median_ms"), 3), f(s.get("p99_ms"), 3),
+            table.add_row(label, str(r.frames), format_ms(s.get("median_ms")), format_ms(s.get("p99_ms")),
                           f(s.get("fps_avg"), 1), f(s.get("fps_low_1pct"), 1), r.clock, params)
     console = Console(width=160, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
     console.print(table)

@@ -16,7 +16,7 @@ from harness.cli._common import (
     load_traces,
     print_json,
 )
-from harness.cli.compare import round_pairs
+from harness.cli.compare import recorded_sequential, round_pairs
 from katra_trace.errors import ConfigError
 from katra_trace.history.trends import trend_data
 from katra_trace.history.store import Source
@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     run_paths, base_paths = _paths(args.traces), _paths(args.baseline)
     pairs, notes = (round_pairs(args.baseline[0], args.traces[0], base_paths, run_paths)
                     if len(args.traces) == len(args.baseline) == 1 else (None, []))
+    rule = recorded_sequential(args.baseline[0], pairs)[0] if pairs is not None else None  # ab --until-decided's
     runs = load_traces(run_paths, verb="reporting")
     baseline = load_traces(base_paths, verb="reporting")
     trends = None
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         trends = trend_data(Source(db=Path(args.history)), alpha=args.alpha, threshold_pct=args.threshold)
     policy, limits = image_options(args)
     page = build_report(runs, baseline, title=args.title, history=trends,
-                        compare_options=dict(compare_kwargs(args), pairs=pairs), compare_notes=notes,
+                        compare_options=dict(compare_kwargs(args), pairs=pairs, sequential=rule), compare_notes=notes,
                         image_policy=policy, image_thresholds=limits)
     size = write_report(out, page, overwrite=args.force, inputs=inputs)
     if args.json:

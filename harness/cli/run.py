@@ -60,8 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "clear and blit too, named <pass>/<label>#<k>); zones add KHR_debug groups")
     p.add_argument("--max-draw-zones", metavar="N",
                    help="with --zones draws: time at most N draws a frame (the rest are counted as untimed)")
-    p.add_argument("--param", metavar="SCENE.KEY=VALUE", action="append", default=[],
-                   help="set a scene parameter (repeatable)")
+    p.add_argument("--param", metavar="[SCENE.]KEY=VALUE", action="append", default=[],
+                   help="set a scene parameter (repeatable); KEY=VALUE without SCENE. when one scene runs")
     p.add_argument("--seed", metavar="N", default="0", help="seed of the scenes' random numbers (default 0)")
     p.add_argument("--note", metavar="TEXT", default="", help="free text stored in the trace header")
     p.add_argument("--screenshot", metavar="DIR", help="save each scene's last frame as DIR/<scene>.png")

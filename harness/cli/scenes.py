@@ -1,7 +1,8 @@
-"""``katra3d scenes [--json]``: the scenes katra3d can run, their params and suites.
+"""``katra3d scenes [SCENE] [--json]``: the scenes katra3d can run, their params and suites.
 
 Lists the built-in scenes and those installed through the ``katra3d.scenes``
-entry point group. Imports no GL module: nothing is rendered.
+entry point group; with SCENE (a name, ``path/to/file.py:Class`` or
+``package.module:Class``), that one scene. Imports no GL module: nothing is rendered.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        description="List the built-in and installed scenes with their description, "
                                    "what they stress, their params (default, valid range, meaning) "
                                    "and the suites that run them; also list the suites.")
+    p.add_argument("scene", nargs="?", metavar="SCENE",
+                   help="show only this scene: a name, path/to/file.py:Class or package.module:Class")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -47,28 +50,7 @@ def catalogue() -> dict[str, Any]:
         except SceneError as err:
             errors.append({"name": ep_name, "error": str(err)})
     for name, cls, origin in classes:
-        params = {
-            key: {
-                "default": _jsonable(param.default),
-                "type": param.type.__name__,
-                "min": param.min,
-                "max": param.max,
-                "choices": _jsonable(param.choices) if param.choices is not None else None,
-                "range": describe_range(param),
-                "help": param.help,
-            }
-            for key, param in cls.params.items()
-        }
-        scenes.append({
-            "name": name,
-            "description": cls.description,
-            "stresses": list(cls.stresses),
-            "min_gl_version": cls.min_gl_version,
-            "required_extensions": list(cls.required_extensions),
-            "params": params,
-            "suites": suites_containing(name),
-            "origin": origin,
-        })
+        scenes.append(scene_entry(name, cls, origin))
     suites = {
         s.name: {
             "description": s.description,
@@ -85,27 +67,85 @@ def catalogue() -> dict[str, Any]:
     return out
 
 
+def one_scene(spec: str) -> dict[str, Any]:
+    """What ``katra3d scenes SPEC`` shows: the one scene ``spec`` names (SceneError, exit 2, if none)."""
+    spec = spec.strip()
+    cls = get_scene(spec)
+    entry_points = entry_point_scenes()
+    if builtin_scenes().get(spec) is cls:
+        return scene_entry(spec, cls, "builtin")
+    if spec in entry_points:
+        return scene_entry(spec, cls, f"entry point {entry_points[spec].value}")
+    return scene_entry(str(getattr(cls, "name", "") or spec), cls, spec)
+
+
+def scene_entry(name: str, cls: type[Scene], origin: str) -> dict[str, Any]:
+    """One scene as ``katra3d scenes`` shows it (JSON-ready): description, stresses, params, suites."""
+    params = {
+        key: {
+            "default": _jsonable(param.default),
+            "type": param.type.__name__,
+            "min": param.min,
+            "max": param.max,
+            "choices": _jsonable(param.choices) if param.choices is not None else None,
+            "range": describe_range(param),
+            "help": param.help,
+        }
+        for key, param in cls.params.items()
+    }
+    return {
+        "name": name,
+        # a user's scene often says what it is in its docstring only
+        "description": cls.description or (cls.__dict__.get("__doc__") or "").strip().split("\n")[0],
+        "stresses": list(cls.stresses),
+        "min_gl_version": cls.min_gl_version,
+        "required_extensions": list(cls.required_extensions),
+        "params": params,
+        "suites": suites_containing(name),
+        "origin": origin,
+    }
+
+
 def _gl(code: int) -> str:
     return f"{code // 100}.{(code % 100) // 10}"
 
 
+def scene_lines(sc: dict[str, Any], prefix: str | None = None) -> list[str]:
+    """One scene of :func:`scene_entry` as text; each param as the ``--param`` that sets it to its default
+    (``prefix``: what comes before ``.KEY``, the scene's name unless given)."""
+    lines = [f"{sc['name']}  -  {sc['description']}" if sc["description"] else sc["name"]]
+    extra = f"   (needs GL {_gl(sc['min_gl_version'])})" if sc["min_gl_version"] > 330 else ""
+    if sc["stresses"] or extra:
+        lines.append(f"    stresses: {', '.join(sc['stresses']) or '-'}{extra}")
+    if sc["suites"]:
+        lines.append(f"    suites:   {', '.join(sc['suites'])}")
+    if sc["origin"] != "builtin":
+        lines.append(f"    from:     {sc['origin']}")
+    for key, p in sc["params"].items():
+        default = p["default"]
+        shown = ("true" if default else "false") if isinstance(default, bool) else default
+        lines.append(f"    --param {prefix or sc['name']}.{key}={shown}   [{p['range']}]  {p['help']}")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.scene is not None:
+        sc = one_scene(args.scene)
+        if args.json:
+            print_json(sc)
+        else:
+            lines = scene_lines(sc, prefix=args.scene.strip() if ":" in args.scene else None)
+            if not sc["params"]:
+                lines.append("    (no params)")
+            print("\n".join(lines))
+        return 0
     cat = catalogue()
     if args.json:
         print_json(cat)
         return 0
-    lines: list[str] = []
+    lines = []
     for sc in cat["scenes"]:
-        lines.append(f"{sc['name']}  -  {sc['description']}")
-        extra = f"   (needs GL {_gl(sc['min_gl_version'])})" if sc["min_gl_version"] > 330 else ""
-        lines.append(f"    stresses: {', '.join(sc['stresses']) or '-'}{extra}")
-        lines.append(f"    suites:   {', '.join(sc['suites']) or '-'}")
-        if sc["origin"] != "builtin":
-            lines.append(f"    from:     {sc['origin']}")
-        for key, p in sc["params"].items():
-            default = p["default"]
-            shown = ("true" if default else "false") if isinstance(default, bool) else default
-            lines.append(f"    --param {sc['name']}.{key}={shown}   [{p['range']}]  {p['help']}")
+        lines += scene_lines(sc)
         lines.append("")
     lines.append("suites:")
     for name, s in cat["suites"].items():

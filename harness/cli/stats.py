@@ -1,90 +1,205 @@
-"""``katra3d stats TRACE [--zones] [--format table|json|csv|markdown]``: frame-time statistics."""
+"""``katra3d stats TRACE [--zones] [--all] [--format table|json|csv|markdown]``: frame-time statistics.
+
+The text forms (table, markdown) are compact by default: the run's primary clock only (the
+clock ``run`` named, recorded in the header), a few columns that fit the terminal, times in the
+unit that suits them (µs, ms, s). ``--all`` shows every clock and stat; ``json`` and ``csv``
+always carry everything, in raw numbers, whatever ``--all`` says.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.cli._common import emit_table, fmt_value, load_traces, print_json
+from harness.cli._common import emit_table, load_traces, print_json, table_width, terminal_width
+from katra_trace import Trace
 from katra_trace.analysis.stats import flatten, trace_stats
 from katra_trace.io.tracesets import trace_paths
-from katra_trace.metrics import unit_of
+from katra_trace.metrics import COUNT_CLOCKS, primary_clock_of, unit_of
+from katra_trace.text import escape
+from katra_trace.units import format_count, format_ms, format_number
 
-#: Columns of the table/markdown forms (csv carries every stat).
+#: Columns of ``--all``'s table/markdown forms (csv carries every stat).
 TABLE_STATS: tuple[str, ...] = (
     "n", "median_ms", "mean_ms", "p99_ms", "mad_ms", "cv", "fps_avg",
     "fps_low_1pct", "fps_low_1pct_integral", "fps_low_0_1pct", "stutter_pct",
 )
-#: Columns for the count clocks (``{unit}``: instructions or cycles): counts per frame, no rates.
+#: Columns of ``--all`` for the count clocks (``{unit}``: instructions or cycles): counts per frame, no rates.
 COUNT_TABLE_STATS: tuple[str, ...] = (
     "n", "median_{unit}", "mean_{unit}", "p99_{unit}", "mad_{unit}", "min_{unit}", "max_{unit}", "cv",
 )
-
-
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("stats", help="frame-time statistics of a trace (per scene, clock and zone)",
-                       description="Frame-time statistics per scene and clock (cpu, wall, gpu; instructions and "
-                                   "cycles in counts, not ms), and per zone with --zones. Warmup and setup are "
-                                   "excluded. See docs/stats.md.")
-    p.add_argument("trace", metavar="TRACE", help="a .katra trace file, or a directory of traces (one per run: "
-                   "each run's statistics, with a run column)")
-    p.add_argument("--zones", action="store_true", help="also list per-zone statistics")
-    p.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table",
-                   help="output format (default: table)")
-    p.set_defaults(func=run)
-
-
+#: The compact view of a time clock: (header, stat key), in the order shown.
+COMPACT_TIME: tuple[tuple[str, str], ...] = (
+    ("frames", "n"), ("median", "median_ms"), ("p99", "p99_ms"), ("mad", "mad_ms"), ("avg FPS", "fps_avg"),
+    ("1% low FPS", "fps_low_1pct"), ("stutter %", "stutter_pct"), ("cv", "cv"),
+)
+#: The compact view of a count clock (``{unit}``: instructions or cycles).
+COMPACT_COUNT: tuple[tuple[str, str], ...] = (
+    ("frames", "n"), ("median", "median_{unit}"), ("p99", "p99_{unit}"), ("min", "min_{unit}"),
+    ("max", "max_{unit}"), ("cv", "cv"),
+)
+#: Compact columns in the order they are given up when the table is wider than the terminal
+#: (frames, median and p99 always stay).
+DROP_ORDER: tuple[str, ...] = ("cv", "stutter %", "mad", "min", "max", "1% low FPS", "avg FPS")
 #: Rate columns that mean nothing for a zone (a zone is not a frame: "zone FPS" is not a thing).
 FRAME_ONLY_STATS = frozenset({"fps_avg", "fps_low_1pct", "fps_low_1pct_integral", "fps_low_0_1pct",
                               "fps_low_0_1pct_integral", "stutter_pct"})
 
+#: One row of statistics: (run label, scene, zone or "", clock, {stat: value}).
+Row = tuple[str, str, str, str, dict[str, Any]]
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("stats", help="frame-time statistics of a trace (per scene, clock and zone)",
+                       description="Frame-time statistics per scene: by default on the run's primary clock "
+                                   "(the clock `run` named), in a table that fits the terminal (COLUMNS); "
+                                   "--all for every clock (cpu, wall, gpu, process; instructions and cycles "
+                                   "in counts) and stat. Warmup and setup are excluded. See docs/stats.md.")
+    p.add_argument("trace", metavar="TRACE", help="a .katra trace file, or a directory of traces (one per run: "
+                   "each run's statistics, with a run column)")
+    p.add_argument("--zones", action="store_true", help="also list per-zone statistics")
+    p.add_argument("--all", action="store_true",
+                   help="every clock and every stat (default: the primary clock, the columns that fit)")
+    p.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table",
+                   help="output format (default: table); json and csv always carry every clock and stat")
+    p.set_defaults(func=run)
+
 
 def run(args: argparse.Namespace) -> int:
-    if Path(args.trace).is_dir():
-        paths = trace_paths(args.trace)
-        code = 0
-        for path in paths:
-            code = max(code, _one(argparse.Namespace(**{**vars(args), "trace": str(path)}), run_label=path.name))
-        return code
-    return _one(args)
+    is_dir = Path(args.trace).is_dir()
+    paths = trace_paths(args.trace) if is_dir else [Path(args.trace)]
+    if args.format in ("table", "markdown") and not args.all:
+        return _compact(args, paths, is_dir)
+    for path in paths:
+        _one(args, path, run_label=path.name if is_dir else "")
+    return 0
 
 
-def _one(args: argparse.Namespace, run_label: str = "") -> int:
-    trace = load_traces([args.trace], verb="statistics cover")[0]
+def _one(args: argparse.Namespace, path: Path, run_label: str = "") -> None:
+    """Everything of one trace: json, csv, or ``--all``'s tables (one per unit)."""
+    trace = load_traces([path], verb="statistics cover")[0]
     result = trace_stats(trace, zones=args.zones)
     if args.format == "json":
         print_json(result)
-        return 0
+        return
     rows_src = list(flatten(result, zones=args.zones))
     if not rows_src:
-        print(f"katra3d: warning: {args.trace} has no measured frames", file=sys.stderr)
+        _warn_empty(path)
     if args.format == "csv":
         stat_names = list(dict.fromkeys(k for *_, v in rows_src for k in v)) or list(TABLE_STATS)
         columns = ["scene", "zone", "clock", *stat_names]
         rows = [[scene, zone, clock, *("" if v.get(k) is None else repr(v.get(k)) for k in stat_names)]
                 for scene, zone, clock, v in rows_src]
         emit_table(columns, rows, "csv")
-        return 0
-    # one table per unit: frame times in ms, then each count clock (instructions, cycles) in its unit
+        return
+    # one table per unit: frame times, then each count clock (instructions, cycles) in its unit
     groups: dict[str, list[tuple[str, str, str, dict[str, Any]]]] = {}
     for row in rows_src:
         groups.setdefault(unit_of(row[2]), []).append(row)
     for unit, group in groups.items():
         stats = TABLE_STATS if unit == "ms" else tuple(k.format(unit=unit) for k in COUNT_TABLE_STATS)
-        columns = ["scene", "zone", "clock", *stats] if args.zones else ["scene", "clock", *stats]
+        heads = [_head(k) for k in stats]
+        lead = ["scene", "zone", "clock"] if args.zones else ["scene", "clock"]
         rows = []
         for scene, zone, clock, v in group:
-            lead = [scene, zone or "(frame)", clock] if args.zones else [scene, clock]
-            rows.append([*lead, *("" if zone and k in FRAME_ONLY_STATS else _cell(v.get(k), unit) for k in stats)])
+            first = [scene, zone or "(frame)", clock] if args.zones else [scene, clock]
+            rows.append([*first, *("" if zone and k in FRAME_ONLY_STATS else cell(k, v.get(k)) for k in stats)])
         what = "frame times" if unit == "ms" else f"{unit} per frame"
-        emit_table(columns, rows, args.format, title=f"{run_label or trace.path.name}: {what} (warmup excluded)")
+        emit_table([*lead, *heads], rows, args.format, right=heads,
+                   title=f"{run_label or trace.path.name}: {what} (warmup excluded)")
+
+
+def _head(key: str) -> str:
+    """A stat key as a column header: times lose their ``_ms`` (their cells carry the unit)."""
+    return key[:-3] if key.endswith("_ms") else key
+
+
+def cell(key: str, value: Any) -> str:
+    """One stat as a table cell: a ``*_ms`` time in the unit that suits it (``150.0 µs``), a count
+    (``*_instructions``, ``*_cycles``) whole with thousands separators, anything else to 4 digits."""
+    if key.endswith("_ms"):
+        return format_ms(value)
+    if key.rsplit("_", 1)[-1] in COUNT_CLOCKS:
+        return format_count(value)
+    return format_number(value)
+
+
+def _warn_empty(path: Path) -> None:
+    print(f"katra3d: warning: {path} has no measured frames", file=sys.stderr)
+
+
+def primary_rows(trace: Trace, run_label: str, zones: bool) -> list[Row]:
+    """Each scene's statistics on its primary clock (:func:`katra_trace.metrics.primary_clock_of`),
+    and with ``zones`` its zones' on the same clock."""
+    opts = trace.header.capture_options
+    out: list[Row] = []
+    for scene, entry in trace_stats(trace, zones=zones)["scenes"].items():
+        clock = primary_clock_of(list(entry["metrics"]) or list(_zone_clocks(entry)), opts.measure.mode,
+                                 opts.primary_clock)
+        if clock is None:
+            continue
+        if clock in entry["metrics"]:
+            out.append((run_label, scene, "", clock, entry["metrics"][clock]))
+        for zone, per_clock in entry["zones"].items():
+            if clock in per_clock:
+                out.append((run_label, scene, zone, clock, per_clock[clock]))
+    return out
+
+
+def _zone_clocks(entry: dict[str, Any]) -> list[str]:
+    return list(dict.fromkeys(c for per_clock in entry["zones"].values() for c in per_clock))
+
+
+def _compact(args: argparse.Namespace, paths: Sequence[Path], is_dir: bool) -> int:
+    """The default text view: one table per unit, primary clock only, the columns that fit."""
+    rows: list[Row] = []
+    for path in paths:
+        trace = load_traces([path], verb="statistics cover")[0]
+        found = primary_rows(trace, path.name if is_dir else "", args.zones)
+        if not found:
+            _warn_empty(path)
+        rows += found
+    groups: dict[str, list[Row]] = {}
+    for row in rows:
+        groups.setdefault(unit_of(row[3]), []).append(row)
+    name = Path(args.trace).name
+    for unit, group in groups.items():
+        clocks = list(dict.fromkeys(r[3] for r in group))
+        spec = COMPACT_TIME if unit == "ms" else tuple((h, k.format(unit=unit)) for h, k in COMPACT_COUNT)
+        lead = (["run"] if is_dir else []) + ["scene"] + (["zone"] if args.zones else []) \
+            + (["clock"] if len(clocks) > 1 else [])
+        table = [[*([escape(run)] if is_dir else []), escape(scene),
+                  *([escape(zone or "(frame)")] if args.zones else []),
+                  *([clock] if len(clocks) > 1 else []),
+                  *("" if zone and key in FRAME_ONLY_STATS else cell(key, v.get(key)) for _, key in spec)]
+                 for run, scene, zone, clock, v in group]
+        heads = [h for h, _ in spec]
+        columns, table = fit(lead + heads, table, terminal_width() if args.format == "table" else None)
+        what = "frame times" if unit == "ms" else f"{unit} per frame"
+        on = f"{clocks[0]} clock" if len(clocks) == 1 else "primary clocks"
+        emit_table(columns, table, args.format, right=[h for h in heads if h in columns],
+                   title=f"{name}: {what}, {on}, warmup excluded (--all: every clock)")
     return 0
 
 
-def _cell(value: Any, unit: str) -> str:
-    """A table cell: counts as whole numbers with thousands separators, times as fmt_value does."""
-    if unit != "ms" and isinstance(value, float) and abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return fmt_value(value)
+def fit(columns: Sequence[str], rows: Sequence[Sequence[str]], width: int | None) -> tuple[list[str],
+                                                                                          list[list[str]]]:
+    """``columns`` and ``rows`` without the columns of :data:`DROP_ORDER`, first ones first, until the
+    table is at most ``width`` characters wide (``None``: no limit); the others always stay."""
+    keep = list(columns)
+    body = [list(r) for r in rows]
+    for name in DROP_ORDER:
+        if width is None or table_width(keep, body) <= width:
+            break
+        if name in keep:
+            i = keep.index(name)
+            del keep[i]
+            for r in body:
+                del r[i]
+    return keep, body
+
+
+__all__ = ["COMPACT_COUNT", "COMPACT_TIME", "DROP_ORDER", "cell", "fit", "primary_rows", "register", "run"]

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.engine import timers
+from harness.engine import heap, timers
 from harness.engine.counting import CountTimer
 from harness.engine.draws import DrawZones
 from harness.engine.events import EventBuffer
@@ -125,6 +125,9 @@ class Engine:
         self.spec = spec
         self.mode, self.reason, self.zones = resolved.mode, resolved.reason, resolved.zones
         self.counting = spec.measure is not None
+        if not self.counting:
+            # a frame must not pay page faults for memory the driver freed in the last one (heap.py)
+            heap.keep_freed_memory()
         self.options = dict(resolved.options)
         self.writer = writer if writer is not None else _open_writer(spec, resolved)
         self.path = spec.path
@@ -420,7 +423,7 @@ def _open_writer(spec: CaptureSpec, resolved: ResolvedCapture) -> TraceWriter:
         raise ConfigError("a capture needs an output path")
     return TraceWriter(Path(spec.path), workload=spec.workload, capture_options=dict(resolved.options),
                        host_info=dict(spec.host), notes=spec.notes, overwrite=spec.overwrite,
-                       **resolved.writer_args)
+                       failed_aside=spec.failed_aside, **resolved.writer_args)
 
 
 __all__ = ["Engine", "ResolvedCapture", "resolve_capture"]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from harness.engine.counting import CountTimer
 from harness.engine.frame import frame_time_s, seed_key
 from harness.engine.results import NoProgress, SceneResult, median_text, scene_stats
+from harness.engine.scene_traceback import location, scene_traceback
 from katra_trace.errors import KatraError, SceneError
 from katra_trace.schema import Flag
 from scenes.api import SceneSkip
@@ -230,15 +231,23 @@ def scene_errors(label: str, phase: str,
                  passes: tuple[type[BaseException], ...] = (KatraError,)) -> Iterator[None]:
     """Turn an exception raised by scene ``label`` during ``phase`` into SceneError.
 
-    ``phase`` completes the message ("in setup", "while rendering");
-    exceptions of the ``passes`` classes (and interrupts) go through as they are.
+    ``phase`` completes the message ("in setup", "while rendering"), followed by the scene's file and
+    line (``(spin.py:42)``); the SceneError carries the scene's traceback (``scene_traceback``).
+    Exceptions of the ``passes`` classes (and interrupts) go through as they are.
     """
     try:
         yield
-    except passes:
+    except passes as exc:
+        if isinstance(exc, KatraError) and not exc.scene_traceback and len(exc.args) == 1 and location(exc):
+            # katra3d's own error raised from the scene's code (a shader that does not compile): name its line
+            exc.args = (f"{exc} (in {location(exc)})",)
+            exc.scene_traceback = scene_traceback(exc)
         raise
     except (Exception, SystemExit) as exc:
-        raise SceneError(f"scene '{label}' failed {phase}: {describe(exc)}") from exc
+        at = location(exc)
+        err = SceneError(f"scene '{label}' failed {phase}{f' ({at})' if at else ''}: {describe(exc)}")
+        err.scene_traceback = scene_traceback(exc)
+        raise err from exc
 
 
 def describe(exc: BaseException | None) -> str:

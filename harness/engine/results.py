@@ -9,6 +9,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from katra_trace.analysis.stats import frame_stats
+from katra_trace.units import format_ms
 
 
 @dataclasses.dataclass
@@ -111,7 +112,7 @@ def median_text(result: SceneResult) -> str:
     if not s:
         return ""
     if "median_ms" in s:
-        return f", median {s['median_ms']:.3f} ms ({result.clock})"
+        return f", median {format_ms(s['median_ms'])} ({result.clock})"
     return f", median {s['median']:,.0f} {result.clock} per frame"
 
 

@@ -37,6 +37,8 @@ class CaptureSpec:
     K-th measured frame (sync timing only; 0: off). ``overwrite``: replace an
     existing trace. ``codec``: the writer's event codec (None: its default).
     ``gl_error_check``: check ``glGetError`` after setup and after every frame.
+    ``failed_aside``: an aborted capture never goes to ``path`` (``katra3d run``: it would block the
+    rerun): its measured frames go to ``NAME.failed.katra``, or nothing is kept (TraceWriter's option).
     """
 
     path: Path | None
@@ -52,6 +54,7 @@ class CaptureSpec:
     overwrite: bool = False
     codec: str | None = None
     gl_error_check: bool = True
+    failed_aside: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

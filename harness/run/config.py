@@ -81,11 +81,16 @@ def parse_seconds(value: str | None, option: str) -> float | None:
 
 
 def parse_param(text: str) -> tuple[str, str, str]:
-    """``"SCENE.KEY=VALUE"`` -> (scene, key, value); ConfigError when malformed."""
+    """``"SCENE.KEY=VALUE"`` -> (scene, key, value); ``"KEY=VALUE"`` -> ("", key, value), which
+    :func:`plan_run` applies to the run's one scene. ConfigError when malformed."""
     m = re.fullmatch(r"([^.=\s]+(?:\.[^.=\s]+)*)\.([A-Za-z_][\w-]*)=(.*)", text.strip(), flags=re.S)
-    if not m:
-        raise ConfigError(f"bad --param '{text}': expected SCENE.KEY=VALUE, e.g. triangle.speed=0.5")
-    return m.group(1), m.group(2), m.group(3)
+    if m:
+        return m.group(1), m.group(2), m.group(3)
+    m = re.fullmatch(r"([A-Za-z_][\w-]*)=(.*)", text.strip(), flags=re.S)
+    if m:
+        return "", m.group(1), m.group(2)
+    raise ConfigError(f"bad --param '{text}': expected SCENE.KEY=VALUE, e.g. triangle.speed=0.5 (or KEY=VALUE "
+                      "when one scene runs)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +101,7 @@ class RunConfig:
     ``frames`` (measured, per scene) or ``duration_s`` (measured seconds per
     scene, host clock); ``warmup`` frames per scene; ``size`` (w, h) px;
     ``samples`` MSAA samples (0 = none). None means "the suite's value, else
-    the default". ``params``: (scene, key, value) overrides, values as typed.
+    the default". ``params``: (scene, key, value) overrides, values as typed (scene "": the run's one scene).
     ``measure``: time (clocks), instructions or cycles (counted under
     callgrind, see :mod:`harness.run.measure`). ``reference_every``: time the
     reference draw after every K-th measured frame (sync timing; 0 = never,
@@ -141,7 +146,7 @@ class RunConfig:
         out = dataclasses.asdict(self)
         out["scenes"] = list(self.scenes)
         out["size"] = list(self.size) if self.size else None
-        out["params"] = {f"{s}.{k}": v for s, k, v in self.params}
+        out["params"] = {f"{s}.{k}" if s else k: v for s, k, v in self.params}
         return out
 
 
@@ -275,6 +280,12 @@ def plan_run(config: RunConfig) -> RunPlan:
     raw += [(name, {}) for name in config.scenes]
     overrides: dict[str, dict[str, Any]] = {}
     for scene_name, key, value in config.params:
+        if not scene_name:  # KEY=VALUE: the run's one scene
+            if len(raw) != 1:
+                listed = ", ".join(spec for spec, _ in raw)
+                raise ConfigError(f"--param {key}={value} names no scene, and this run has {len(raw)} scenes "
+                                  f"({listed}); write SCENE.{key}={value}")
+            scene_name = raw[0][0]
         overrides.setdefault(scene_name, {})[key] = value
     entries: list[SceneEntry] = []
     seen: dict[str, int] = {}

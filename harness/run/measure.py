@@ -433,8 +433,12 @@ def run_counted(plan: RunPlan, *, progress: Progress, quiet: bool) -> tuple[int,
                 with open(source, "rb") as src, os.fdopen(os.dup(target.fd), "wb") as dst:
                     if not copy_with_header(src, dst, restore_strings(plan)):
                         shutil.copyfileobj(src, dst)
-                if finished is not None:
-                    published = claim_mod.publish(target, empty_failure=False) or True
+                if finished is not None:  # a failed child's frames are set aside, as a failed run's are
+                    failed = handed is not None and "error" in handed and not received
+                    kept = claim_mod.place(target, empty_failure=False, aside=failed)[1]
+                    published = True
+                    if failed and handed is not None:
+                        handed["kept"] = None if kept is None else str(kept)
                 else:
                     published = True  # the killed child's prefix stays in <output>.part for the user
                     print(f"katra3d: the counted run was killed; the frames it recorded are in '{target.part_path}'",

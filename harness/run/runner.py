@@ -19,6 +19,7 @@ import signal
 import sys
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, TextIO
 
 from harness.engine import timers
@@ -36,6 +37,7 @@ from katra_trace.analysis.images import file_stem
 from katra_trace.analysis.references import DURATION_NOTICE, images_policy
 from katra_trace.errors import KatraError, OutputBusyError, OutputExistsError
 from katra_trace.io.header import CaptureOptions, build_capture_options
+from katra_trace.text import shown
 
 
 def capture_options(plan: RunPlan, session: Any) -> CaptureOptions:
@@ -99,7 +101,8 @@ def _capture(plan: RunPlan, progress: Progress, child: Mapping[str, Any] | None 
                     spec = CaptureSpec(target, plan.workload, host=host, options=capture_options(plan, session),
                                        timing=cfg.timing, zones=cfg.zones, notes=cfg.notes, measure=child,
                                        reference_every=_reference_every(cfg), overwrite=cfg.force,
-                                       max_draw_zones=cfg.max_draw_zones, codec=cfg.codec)
+                                       max_draw_zones=cfg.max_draw_zones, codec=cfg.codec,
+                                       failed_aside=child is None)
                     engine = Engine(session.ctx, spec, stop=stop)
                     break
                 except (OutputBusyError, OutputExistsError):
@@ -107,22 +110,36 @@ def _capture(plan: RunPlan, progress: Progress, child: Mapping[str, Any] | None 
                         raise
                     # another run took this default name a moment ago: take the next one
                     plan = dataclasses.replace(plan, output=default_output(plan.output.stem))
-            with engine, _entered(progress):
-                results: list[SceneResult] = []
-                for n, entry in enumerate(plan.entries, 1):
+            try:
+                with engine, _entered(progress):
+                    results: list[SceneResult] = []
+                    for n, entry in enumerate(plan.entries, 1):
+                        if stop.set:
+                            break
+                        results.append(_run_entry(engine, plan, entry, session, progress, n))
+                    if child is not None:  # the last counted frame is behind: the rest runs uninstrumented
+                        measure.stop_counting()
+                    status = "interrupted" if stop.set else "complete"
                     if stop.set:
-                        break
-                    results.append(_run_entry(engine, plan, entry, session, progress, n))
-                if child is not None:  # the last counted frame is behind: the rest runs uninstrumented
-                    measure.stop_counting()
-                status = "interrupted" if stop.set else "complete"
-                if stop.set:
-                    progress.line(f"stopped by {stop.signal_name}: trace finished as interrupted")
-                progress.phase("writing the trace", None)
-                engine.finish(status, {"scenes": [r.row() for r in results]})
+                        progress.line(f"stopped by {stop.signal_name}: trace finished as interrupted")
+                    progress.phase("writing the trace", None)
+                    engine.finish(status, {"scenes": [r.row() for r in results]})
+            except KatraError as err:
+                writer = engine.writer
+                if writer.failed_aside and writer.finished and not stop.set and len(err.args) == 1:
+                    err.args = (str(err) + failed_note(writer.failed_path),)
+                raise
         return RunResult(plan.output, status, engine.mode, engine.reason, results, stop.signal_name, size=plan.size)
     finally:
         session.close()
+
+
+def failed_note(kept: Path | None) -> str:
+    """What a failed run's error line adds: where its measured frames are, or that nothing was written
+    (a failed run never leaves a trace at ``-o``; :func:`katra_trace.io.claim.set_aside`)."""
+    if kept is None:
+        return "; no frame was measured, so no trace was written"
+    return f"; the frames it measured are in {shown(kept)} (the output was not written)"
 
 
 def _reference_every(cfg: RunConfig) -> int:
@@ -145,7 +162,12 @@ def _run_counted(plan: RunPlan, progress: Progress, *, quiet: bool) -> RunResult
     if signum and (handed is None or "error" in handed):
         raise measure.Interrupted(signum)
     if handed is not None and "error" in handed:
-        raise _ChildFailed(int(handed.get("exit_code") or 2), f"the counted run under valgrind: {handed['error']}")
+        kept = handed.get("kept", "")
+        note = failed_note(None if kept is None else Path(kept)) if kept != "" else ""
+        failed = _ChildFailed(int(handed.get("exit_code") or 2), f"the counted run under valgrind: {handed['error']}"
+                              + note)
+        failed.scene_traceback = str(handed.get("traceback") or "")
+        raise failed
     if handed is None or not plan.output.is_file():
         how = f"was killed by {signal.Signals(-code).name}" if -code in _SIGNALS else f"ended with exit code {code}"
         kept = "" if plan.output.is_file() else f" and wrote no trace at {plan.output}"
@@ -180,7 +202,7 @@ def run_child() -> int:
             warnings.showwarning = show_warning
             result = _capture(plan, progress, child=info)
     except KatraError as err:
-        measure.hand_back(info, {"error": str(err), "exit_code": err.exit_code})
+        measure.hand_back(info, {"error": str(err), "exit_code": err.exit_code, "traceback": err.scene_traceback})
         return err.exit_code
     except KeyboardInterrupt as exc:
         signum = int(getattr(exc, "signum", signal.SIGINT))

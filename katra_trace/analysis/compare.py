@@ -26,6 +26,7 @@ from katra_trace.analysis.match import (
     mismatch,
     resolve_metric,
 )
+from katra_trace.analysis.sequential import SequentialRule
 from katra_trace.analysis.stats import reference_durations, scene_durations, scene_labels, zone_frame_totals
 from katra_trace.analysis.verdict import Comparison, SceneComparison
 from katra_trace.errors import ConfigError
@@ -98,6 +99,7 @@ def compare_traces(
     normalize: bool = False,
     pairs: Sequence[tuple[int, int]] | None = None,
     run_stat: str = "median",
+    sequential: SequentialRule | None = None,
 ) -> Comparison:
     """Compare two sets of opened traces (each one run), scene by scene.
 
@@ -114,6 +116,8 @@ def compare_traces(
     (``katra3d ab``): the paired test is used, on those traces only.
     ``run_stat``: ``median`` or ``p10``, what reduces each run of a time metric to
     its level (ConfigError with counts or ``normalize``).
+    ``sequential``: with ``pairs``, the stopping rule of ``ab --until-decided`` decides the rounds of a time
+    metric (:func:`katra_trace.analysis.decide.compare_runs`); its alpha and threshold are used.
     Traces measured in counts and in time cannot be mixed (ConfigError).
     """
     sides: dict[str, list[Any]] = {"base": list(base), "new": list(new)}
@@ -185,7 +189,9 @@ def compare_traces(
     result = compare_runs(runs["base"], runs["new"], threshold_pct=threshold_pct, alpha=alpha,
                           metric="wall/reference" if normalize else chosen, incomparable=incomparable,
                           paired=pairs is not None, value_unit="x reference" if normalize else None,
-                          run_stat=run_stat)
+                          run_stat=run_stat, sequential=sequential if pairs is not None else None)
+    if sequential is not None and pairs is not None:
+        notes.append(f"sequential: {sequential.describe()} (docs/stats.md)")
     zones: tuple[SceneComparison, ...] = ()
     if count:
         zones = _zone_rows(result, sides, chosen)

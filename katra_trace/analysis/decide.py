@@ -68,6 +68,7 @@ from katra_trace.analysis.intervals import (
     runs_needed,
     welch,
 )
+from katra_trace.analysis.sequential import SequentialRule, look
 from katra_trace.analysis.verdict import Comparison, SceneComparison
 from katra_trace.metrics import check_run_stat, is_count
 
@@ -118,6 +119,7 @@ def _measure_time(scene: str, b_runs: list[np.ndarray], n_runs: list[np.ndarray]
     if paired:
         out["pair_cv"] = float((ln - lb).std(ddof=1))
         out["_sd_log"] = out["pair_cv"]
+        out["_log_ratios"] = ln - lb
     else:
         resid = np.concatenate([lb - lb.mean(), ln - ln.mean()])
         out["_sd_log"] = float(np.sqrt(np.sum(resid**2) / (resid.size - 2)))
@@ -176,6 +178,15 @@ def _decide_time(m: dict[str, Any], p_holm: float, threshold: float, alpha: floa
                f"{need} to resolve a {thr_pct:g}% change"))
 
 
+def _decide_sequential(m: dict[str, Any], rule: SequentialRule, n_tests: int) -> SceneComparison:
+    """The verdict of paired rounds under a stopping rule for repeated looks (``ab --until-decided``): the
+    rule's repeated interval in place of the fixed-sample one (docs/stats.md, "Stopping when decided")."""
+    m.pop("_sd_log", None)
+    seen = look(rule, m.pop("_log_ratios"), tests=n_tests)
+    return SceneComparison(**dict(m, verdict=seen.verdict, reason=f"sequential: {seen.reason}",
+                                  ci_low=seen.ci_low, ci_high=seen.ci_high, confidence=seen.confidence))
+
+
 # --------------------------------------------------------------------------- entry point
 
 
@@ -191,6 +202,7 @@ def compare_runs(
     paired: bool = False,
     value_unit: str | None = None,
     run_stat: str = "median",
+    sequential: SequentialRule | None = None,
 ) -> Comparison:
     """Compare per-run durations (ns) or counts, scene by scene.
 
@@ -207,8 +219,13 @@ def compare_runs(
             metric's name for counts. Anything else (e.g. ``x reference``) is shown as is.
         run_stat: what reduces a run of a time metric to its level: ``median`` or ``p10``
             (the 10th percentile of its frames). Counts always use the median.
+        sequential: paired rounds of a time metric are judged by this stopping rule for repeated looks
+            (:func:`katra_trace.analysis.sequential.look`, alpha split over the scenes); its alpha and
+            threshold replace ``alpha`` and ``threshold_pct`` (counts too). Unpaired runs ignore it.
     """
     del seed
+    if sequential is not None:
+        alpha, threshold_pct = sequential.alpha, sequential.threshold_pct
     count = is_count(metric)
     alpha = check_alpha(alpha)
     check_run_stat(run_stat)
@@ -248,6 +265,10 @@ def compare_runs(
               and min(measured[s]["frames_base"], measured[s]["frames_new"]) >= MIN_FRAMES]
     adjusted = dict(zip(tested, holm([measured[s]["p_value"] for s in tested]), strict=True))
     for scene, m in measured.items():
+        if sequential is not None and paired and scene in adjusted:
+            results[scene] = _decide_sequential(m, sequential, len(tested))
+            continue
+        m.pop("_log_ratios", None)
         results[scene] = _decide_time(m, adjusted.get(scene, math.nan), threshold, alpha, max(len(tested), 1))
     return Comparison(scenes=tuple(results[s] for s in names), threshold_pct=threshold_pct,
                       alpha=alpha, metric=metric, paired=paired, run_stat="median" if count else run_stat)

@@ -28,6 +28,13 @@ DEFAULT_THRESHOLD_COUNT_PCT = 0.5
 COUNT_JITTER_PER_FRAME = 500
 #: Thresholds (percent) at or above this are refused: a 10x change is not a "minimum effect".
 MAX_THRESHOLD_PCT = 1000.0
+#: The cap on rounds of ``ab --until-decided`` (and bisect's time mode) when ``--rounds`` is not given: the
+#: planned maximum over which the sequential rule spends alpha (docs/stats.md, "Stopping when decided").
+DEFAULT_SEQUENTIAL_MAX_ROUNDS = 20
+#: The first look of the sequential rule: before it, run-to-run noise is unknown (``MIN_RUNS``).
+DEFAULT_SEQUENTIAL_MIN_ROUNDS = 3
+#: Caps above this are refused: the rule's boundaries are computed look by look.
+MAX_SEQUENTIAL_ROUNDS = 200
 
 #: Image verdicts (:mod:`katra_trace.analysis.images`): the FLIP mean error (0-1) at or below which a changed
 #: image is *within tolerance*. Measured (docs/images.md, ``python -m bench image-tolerance``): another
@@ -107,6 +114,23 @@ def image_policy(policy: str | None, allow_param_mismatch: bool = False) -> str:
     return policy
 
 
+def check_sequential_rounds(min_rounds: int, max_rounds: int) -> tuple[int, int]:
+    """``(min_rounds, max_rounds)`` of a sequential rule when ``DEFAULT_SEQUENTIAL_MIN_ROUNDS <= min_rounds <=
+    max_rounds <= MAX_SEQUENTIAL_ROUNDS`` (whole numbers), else :class:`OptionError` (exit 2).
+
+    ``max_rounds`` is ``ab --until-decided``'s ``--rounds``: the cap, and the plan the rule spends alpha over."""
+    for value in (min_rounds, max_rounds):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise OptionError(f"rounds must be whole numbers, got {value!r}")
+    if not DEFAULT_SEQUENTIAL_MIN_ROUNDS <= min_rounds <= MAX_SEQUENTIAL_ROUNDS:
+        raise OptionError(f"the sequential rule's first look must be at a round from "
+                          f"{DEFAULT_SEQUENTIAL_MIN_ROUNDS} to {MAX_SEQUENTIAL_ROUNDS}, got {min_rounds}")
+    if not min_rounds <= max_rounds <= MAX_SEQUENTIAL_ROUNDS:
+        raise OptionError(f"--rounds with --until-decided is the cap and must be from {min_rounds} to "
+                          f"{MAX_SEQUENTIAL_ROUNDS}, got {max_rounds}")
+    return min_rounds, max_rounds
+
+
 __all__ = [
     "DEFAULT_IMAGE_MAX_MEAN",
     "DEFAULT_IMAGE_MAX_OUTLIER_PCT",
@@ -118,10 +142,14 @@ __all__ = [
     "image_policy",
     "COUNT_JITTER_PER_FRAME",
     "DEFAULT_ALPHA",
+    "DEFAULT_SEQUENTIAL_MAX_ROUNDS",
+    "DEFAULT_SEQUENTIAL_MIN_ROUNDS",
     "DEFAULT_THRESHOLD_COUNT_PCT",
     "DEFAULT_THRESHOLD_TIME_PCT",
+    "MAX_SEQUENTIAL_ROUNDS",
     "MAX_THRESHOLD_PCT",
     "check_alpha",
+    "check_sequential_rounds",
     "check_threshold_pct",
     "default_threshold_pct",
     "threshold_for",

@@ -35,6 +35,7 @@ from typing import BinaryIO
 
 from katra_trace.errors import ConfigError, KatraError, OutputBusyError, OutputExistsError, TraceIOError
 from katra_trace.io.reader import file_kind, is_trace_file, open_trace
+from katra_trace.schema import Flag, Kind
 from katra_trace.text import escape, shown
 
 PART_SUFFIX = ".part"
@@ -399,6 +400,70 @@ def _discard(part: Path, fd: int) -> None:
 def discard(c: Claim) -> None:
     """Give up a claim whose .part holds nothing worth keeping (the header could not be written)."""
     _discard(c.part_path, c.fd)
+
+
+def failed_path_for(path: Path) -> Path:
+    """Where a failed capture for ``path`` keeps its frames: ``br2.katra`` -> ``br2.failed.katra``."""
+    return path.with_name(f"{path.stem}.failed{path.suffix}" if path.suffix else f"{path.name}.failed")
+
+
+def has_measured_frames(path: Path) -> bool:
+    """Whether the trace at ``path`` holds a measured (not warmup) frame; False if it cannot be read."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            events = open_trace(path).events
+    except KatraError:
+        return False
+    return bool(((events["kind"] == int(Kind.FRAME)) & ((events["flags"] & int(Flag.WARMUP)) == 0)).any())
+
+
+def set_aside(c: Claim, keep: bool) -> Path | None:
+    """A failed capture (status ``aborted``) of a ``katra3d run``: never left at the output path, where it
+    would block the rerun. ``keep`` (it measured a frame): its finished ``.part`` is moved to
+    :func:`failed_path_for` (replacing the frames of an earlier failure kept there, never any other file:
+    then ``NAME.failed-2.katra``, ...) and that path returned; otherwise the ``.part`` is removed and None
+    returned. A file at the output path is never touched. Raises TraceIOError when the move fails (the
+    capture stays in the .part)."""
+    if not keep:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(c.part_path)
+        return None
+    first = failed_path_for(c.final_path)
+    for n in range(1, 100):
+        target = first if n == 1 else first.with_name(f"{first.stem}-{n}{first.suffix}")
+        try:
+            move_into_place(c.part_path, target, replace=_earlier_failure(target))
+            return target
+        except (OutputExistsError, TraceIOError):
+            continue
+        except OSError as exc:
+            raise TraceIOError(f"cannot move the failed capture {str(c.part_path)!r} to {str(target)!r}: "
+                               f"{describe(exc)}; it is kept in {str(c.part_path)!r}") from None
+    raise TraceIOError(f"no free name for the failed capture beside {str(first)!r}; it is kept in "
+                       f"{str(c.part_path)!r}")
+
+
+def place(c: Claim, *, empty_failure: bool, aside: bool) -> tuple[bool, Path | None]:
+    """The end of a capture: :func:`set_aside` when ``aside`` (a failed ``katra3d run``), else :func:`publish`.
+    Returns (whether the capture is kept somewhere, where it was set aside)."""
+    if not aside:
+        return publish(c, empty_failure), None
+    kept = set_aside(c, keep=not empty_failure and has_measured_frames(c.part_path))
+    return kept is not None, kept
+
+
+def _earlier_failure(path: Path) -> bool:
+    """Whether ``path`` is a regular file holding a finished trace with status ``aborted`` (an earlier
+    failure's frames, which the next failure may replace)."""
+    if not os.path.isfile(path) or os.path.islink(path):
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return open_trace(path, events=False).status == "aborted"
+    except KatraError:
+        return False
 
 
 def publish(c: Claim, empty_failure: bool) -> bool:

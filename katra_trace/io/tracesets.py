@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,39 @@ def read_ab_manifest(root: Path) -> dict[str, Any] | None:
     return data
 
 
+#: The files ``katra3d ab`` writes into ``base/`` and ``new/``: a round's trace, or a failed capture's frames.
+_AB_TRACE = re.compile(r"run-\d+(\.failed)?\.katra")
+
+
+def clear_ab_dir(root: Path) -> int:
+    """Remove the A/B run ``katra3d ab`` left in ``root``, for ``ab --force``; returns the traces removed.
+
+    Only what ab wrote goes: ``base/run-NNN.katra`` and ``new/run-NNN.katra`` (and ``run-NNN.failed.katra``),
+    then ``ab.json``, last, so that an interrupted clean-up can be repeated. Nothing is removed (ConfigError)
+    unless ``root/ab.json`` is an ab manifest, nor when ``base/`` or ``new/`` hold anything else (a
+    capture's ``.part``, a file of the user's, a link). Other files in ``root`` and the two directories stay.
+    """
+    if read_ab_manifest(root) is None:
+        raise ConfigError(f"{shown(root)} holds no {AB_MANIFEST}: it is not a katra3d ab output directory, and "
+                          "--force never removes anything from it; choose another -o directory")
+    doomed: list[Path] = []
+    for side in ("base", "new"):
+        folder = root / side
+        if not os.path.lexists(folder):
+            continue
+        if folder.is_symlink() or not folder.is_dir():
+            raise ConfigError(f"{shown(folder)} is not a directory katra3d ab made; nothing was removed")
+        for path in sorted(folder.iterdir()):
+            if not _AB_TRACE.fullmatch(path.name) or path.is_symlink() or not path.is_file():
+                raise ConfigError(f"{shown(folder)} holds {shown(path.name)}, which katra3d ab did not write; "
+                                  "nothing was removed: move it away, or choose another -o directory")
+            doomed.append(path)
+    for path in doomed:
+        path.unlink(missing_ok=True)
+    (root / AB_MANIFEST).unlink(missing_ok=True)
+    return len(doomed)
+
+
 def ab_pairs(root: Path, manifest: dict[str, Any]) -> list[tuple[Path, Path]]:
     """The (BASE trace, NEW trace) of each round of ``manifest`` whose two traces exist, in round order."""
     out = []
@@ -84,4 +118,5 @@ def trace_paths(path: str) -> list[Path]:
     return found
 
 
-__all__ = ["AB_MANIFEST", "AB_MANIFEST_VERSION", "ab_pairs", "read_ab_manifest", "trace_paths", "write_ab_manifest"]
+__all__ = ["AB_MANIFEST", "AB_MANIFEST_VERSION", "ab_pairs", "clear_ab_dir", "read_ab_manifest", "trace_paths",
+           "write_ab_manifest"]

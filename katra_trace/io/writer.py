@@ -82,6 +82,8 @@ class TraceWriter:
         stream: write to this open binary file instead of claiming ``path`` (a pipe, a socket):
             no ``.part``, nothing moved; the writer closes it in :meth:`finish`. ``path`` only
             names it (in messages and the writer thread's name).
+        failed_aside: a capture finished ``aborted`` never goes to ``path`` (``katra3d run``: it would block
+            the rerun); :attr:`failed_path` says where it went (:func:`katra_trace.io.claim.set_aside`).
 
     Raises:
         OutputExistsError, OutputBusyError: the path is taken (see katra_trace/io/claim.py).
@@ -105,6 +107,7 @@ class TraceWriter:
         start_host_ns: int | None = None,
         overwrite: bool = False,
         stream: BinaryIO | None = None,
+        failed_aside: bool = False,
     ) -> None:
         if codec not in fmt.CODEC_NAMES:
             raise ConfigError(f"unknown codec {codec!r}; choose one of: {', '.join(fmt.CODEC_NAMES)}")
@@ -122,6 +125,8 @@ class TraceWriter:
         self.final_path = self.path
         #: where the trace is written until finish() moves it (None when writing to a ``stream``)
         self.part_path: Path | None = None if stream is not None else claim_mod.part_path_for(self.path)
+        self.failed_aside = failed_aside
+        self.failed_path: Path | None = None  #: where an aborted capture set aside went (None: nowhere)
         self.start_host_ns = time.perf_counter_ns() if start_host_ns is None else int(start_host_ns)
         self.start_wall_ns = time.time_ns()
         blosc2: Any = fmt.load_blosc2("writing a trace with codec 'blosc2'") if codec == "blosc2" else None
@@ -337,7 +342,8 @@ class TraceWriter:
                     except OSError as exc:
                         failure = exc
                 empty = self._out.written_events == 0 and (status != "complete" or failure is not None)
-                published = claim_mod.publish(self._claim, empty_failure=empty)
+                aside = self.failed_aside and status == "aborted" and failure is None
+                published, self.failed_path = claim_mod.place(self._claim, empty_failure=empty, aside=aside)
         finally:
             try:
                 self._file.close()  # also releases the .part's lock

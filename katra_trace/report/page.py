@@ -24,21 +24,28 @@ from katra_trace import jsontext
 from katra_trace.analysis.stats import trace_stats
 from katra_trace.metrics import is_count
 from katra_trace.optional import require
+from katra_trace.report.figure import BASELINE_COLOR, LEGEND, fill, plot_div
+from katra_trace.report.figure import color as _color
+from katra_trace.report.figure import compact as _compact
+from katra_trace.report.figure import layout as _layout
 from katra_trace.report.history import history_section
 from katra_trace.report.plottext import plot_text
 from katra_trace.report.series import (
+    BAND_MIN_RUNS,
+    FrameSeries,
     TraceLike,
     cdf_points,
     frame_series,
     primary_clock,
     scenes_of,
+    side_band,
     unit_of,
-    zone_medians,
 )
+from katra_trace.report.zones import PLOT_PX, zone_figures
 
-#: Plot colours of the runs (NEW side) and of the baseline runs.
-RUN_COLORS = ("#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#bcbd22", "#e377c2", "#8c564b", "#ff7f0e")
-BASELINE_COLOR = "#7f7f7f"
+#: Pixels a row of the frame-time plot's legend takes, and the tallest that plot grows to hold its legend.
+LEGEND_ROW_PX = 19
+SERIES_MAX_PX = 640
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#222;background:#fafafa}
@@ -124,13 +131,6 @@ def _num(v: Any, unit: str) -> str:
     return f"{float(v):,.0f}"  # counts
 
 
-def _compact(values: np.ndarray, decimals: int = 6) -> list[float]:
-    """Values for the page's JSON, rounded to ``decimals`` (ms to 1 ns; counts are whole already): the
-    page stays small."""
-    out: list[float] = np.round(np.asarray(values, dtype=np.float64), decimals).tolist()
-    return out
-
-
 def _table(columns: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> str:
     head = "".join(f'<th class="l">{_e(c)}</th>' if i < left else f"<th>{_e(c)}</th>" for i, c in enumerate(columns))
     body = "".join("<tr>" + "".join(f'<td class="l">{c}</td>' if i < left else f"<td>{c}</td>"
@@ -144,9 +144,38 @@ def _run_label(trace: Any, index: int, role: str) -> str:
     return f"{'baseline' if role == 'baseline' else 'run'} {index + 1}: {name}"
 
 
+def _timing_reasons(sides: Sequence[tuple[str, Sequence[TraceLike]]]) -> dict[tuple[str, str], dict[str, list[int]]]:
+    """``{(timing mode, why): {role: run numbers}}``: each distinct reason a capture gave for its timing mode,
+    in first-seen order, and the runs (1-based, per side) that gave it."""
+    out: dict[tuple[str, str], dict[str, list[int]]] = {}
+    for role, traces in sides:
+        for i, t in enumerate(traces):
+            opts = t.header.capture_options
+            if opts.timing_reason:
+                out.setdefault((opts.timing_mode or "-", opts.timing_reason), {}).setdefault(role, []).append(i + 1)
+    return out
+
+
+def _timing_note(reasons: Mapping[tuple[str, str], Mapping[str, list[int]]], total: int) -> str:
+    """The runs' timing reasons, each said once, above the runs table (the folded lines refer to them)."""
+    items = []
+    for n, ((timing, why), who) in enumerate(reasons.items(), 1):
+        count = sum(len(v) for v in who.values())
+        where = ("the run" if total == 1 else "every run" if count == total else
+                 "; ".join(f"{'runs' if role == 'run' else 'baseline'} {', '.join(map(str, nums))}"
+                           for role, nums in who.items()))
+        items.append(f'<span id="timing-why-{n}">timing <b>{_e(timing)}</b> on {_e(where)}, because {_e(why)}</span>')
+    if len(items) == 1:
+        return f'<p class="timing-why">Why: {items[0]}.</p>'
+    return '<p class="timing-why">Why each timing mode:</p><ol class="timing-why">' + "".join(
+        f"<li>{item}</li>" for item in items) + "</ol>"
+
+
 def _runs_section(runs: Sequence[TraceLike], baseline: Sequence[TraceLike]) -> str:
     rows = []
     details = []
+    reasons = _timing_reasons((("run", runs), ("baseline", baseline)))
+    numbers = {key: n for n, key in enumerate(reasons, 1)}
     for role, traces in (("run", runs), ("baseline", baseline)):
         for i, t in enumerate(traces):
             h = t.header
@@ -172,13 +201,15 @@ def _runs_section(runs: Sequence[TraceLike], baseline: Sequence[TraceLike]) -> s
                     if start is not None else "-")
             details.append(
                 f"<details><summary>{_e(label)}: {_e(h.tool_version or '')}, captured {_e(when)}"
-                + (f"; timing {_e(timing)} because {_e(why)}" if why else "") + "</summary>"
+                + (f"; timing {_e(timing)} (why: {'above' if len(numbers) == 1 else f'note {numbers[(timing, why)]} above'})"
+                   if why else "") + "</summary>"
                 f"<h3>capture options</h3><pre>{_e(jsontext.dumps(opts.as_dict(), indent=2, default=str))}</pre>"
                 f"<h3>host</h3><pre>{_e(jsontext.dumps(h.host_info.as_dict(), indent=2, default=str))}</pre>"
                 + (f"<p>notes: {_e(h.notes)}</p>" if h.notes else "") + "</details>")
     table = _table(["run", "workload", "status", "timing", "renderer", "CPU", "size", "frames / warmup", "events"],
                    rows)
-    return f'<section id="runs"><h2>Runs</h2>{table}{"".join(details)}</section>'
+    note = _timing_note(reasons, len(runs) + len(baseline)) if reasons else ""
+    return f'<section id="runs"><h2>Runs</h2>{note}{table}{"".join(details)}</section>'
 
 
 def _comparison_section(comparison: Mapping[str, Any] | None, error: str | None) -> str:
@@ -234,19 +265,29 @@ def _stats_table(entries: Sequence[tuple[str, str, Mapping[str, Any]]]) -> str:
     return "".join(out)
 
 
-def _layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, Any]:
-    layout: dict[str, Any] = {
-        "title": {"text": title, "font": {"size": 14}, "x": 0.01, "xanchor": "left"}, "margin": {"l": 64, "r": 16, "t": 36, "b": 44},
-        "xaxis": {"title": {"text": x_title}}, "yaxis": {"title": {"text": y_title}, "rangemode": "tozero"},
-        "legend": {"orientation": "h", "y": -0.22}, "hovermode": "closest", "paper_bgcolor": "#fff",
-        "plot_bgcolor": "#fff",
-    }
-    layout.update(extra)
-    return layout
-
-
-def _color(role: str, i: int) -> str:
-    return BASELINE_COLOR if role == "baseline" else RUN_COLORS[i % len(RUN_COLORS)]
+def _side_series(role: str, name: str, runs: Sequence[tuple[int, str, FrameSeries]]) -> list[dict[str, Any]]:
+    """The frame-series traces of one side: a line per run or, from :data:`BAND_MIN_RUNS` runs, the runs'
+    median at each frame in a band from the fastest to the slowest run, each run a legend entry drawn
+    on demand (plotly's ``legendonly``)."""
+    dash = "dot" if role == "baseline" else "solid"
+    out: list[dict[str, Any]] = []
+    banded = len(runs) >= BAND_MIN_RUNS
+    if banded:
+        band = side_band([s for _, _, s in runs])
+        tint = _color(role, 0)
+        edge = {"type": "scatter", "mode": "lines", "x": band.band_frame.tolist(), "hoverinfo": "skip",
+                "line": {"width": 0, "color": tint}}
+        out.append({**edge, "name": f"{name}: fastest run", "y": _compact(band.low), "showlegend": False})
+        out.append({**edge, "name": f"{name}: fastest to slowest of {band.runs} runs", "y": _compact(band.high),
+                    "fill": "tonexty", "fillcolor": fill(tint, 0.22)})
+        out.append({"type": "scatter", "mode": "lines", "name": f"{name}: median of {band.runs} runs",
+                    "x": band.frame.tolist(), "y": _compact(band.median),
+                    "line": {"width": 1.5, "color": tint, "dash": dash}})
+    for i, label, s in runs:
+        out.append({"type": "scatter", "mode": "lines", "name": plot_text(label), "x": s.frame.tolist(),
+                    "y": _compact(s.value), "line": {"width": 1, "color": _color(role, i), "dash": dash},
+                    **({"visible": "legendonly"} if banded else {})})
+    return out
 
 
 def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[TraceLike]]],
@@ -267,6 +308,7 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
     shapes: list[dict[str, Any]] = []
     pooled: dict[str, list[np.ndarray]] = {"run": [], "baseline": []}
     stats_rows: list[tuple[str, str, Mapping[str, Any]]] = []
+    per_side: dict[str, list[tuple[int, str, FrameSeries]]] = {}
     x_max = 0
     for role, traces in sides:
         for i, t in enumerate(traces):
@@ -275,9 +317,7 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
                 continue
             s = frame_series(t, found[0], clock)
             label = _run_label(t, i, role)
-            series_data.append({"type": "scatter", "mode": "lines", "name": plot_text(label), "x": s.frame.tolist(),
-                                "y": _compact(s.value), "line": {"width": 1, "color": _color(role, i),
-                                                                 "dash": "dot" if role == "baseline" else "solid"}})
+            per_side.setdefault(role, []).append((i, label, s))
             if s.frame.size:
                 x_max = max(x_max, int(s.frame.max()))
             if s.warmup is not None and not shapes:
@@ -293,25 +333,32 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
         annotations.append({"x": shapes[0]["x0"], "y": 1, "xref": "x", "yref": "paper", "text": "warmup",
                             "showarrow": False, "xanchor": "left", "yanchor": "top", "font": {"size": 11}})
     for role, name in (("run", "runs"), ("baseline", "baseline")):
+        side_traces = _side_series(role, name, per_side.get(role, []))
         values = np.concatenate(pooled[role]) if pooled[role] else np.empty(0)
-        if not values.size:
-            continue
-        med, p99 = (float(v) for v in np.percentile(values, [50.0, 99.0]))
-        fmt = ".3f" if unit == "ms" else ",.0f"
-        for what, v, dash in (("median", med, "dash"), ("p99", p99, "dashdot")):
-            series_data.append({"type": "scatter", "mode": "lines", "x": [0, x_max], "y": [v, v],
-                                "name": f"{name} {what} {format(v, fmt)} {unit}", "hoverinfo": "name",
-                                "line": {"width": 1.5, "dash": dash,
-                                         "color": BASELINE_COLOR if role == "baseline" else "#d62728"}})
+        if values.size:
+            med, p99 = (float(v) for v in np.percentile(values, [50.0, 99.0]))
+            fmt = ".3f" if unit == "ms" else ",.0f"
+            for what, v, dash in (("median", med, "dash"), ("p99", p99, "dashdot")):
+                side_traces.append({"type": "scatter", "mode": "lines", "x": [0, x_max], "y": [v, v],
+                                    "name": f"{name} {what} {format(v, fmt)} {unit}", "hoverinfo": "name",
+                                    "line": {"width": 1.5, "dash": dash,
+                                             "color": BASELINE_COLOR if role == "baseline" else "#d62728"}})
+        for trace in side_traces:
+            trace["legendgroup"] = role
+        series_data.extend(side_traces)
     top = max((float(v.max()) for r in ("run", "baseline") for v in pooled[r] if v.size), default=0.0)
     y_axis: dict[str, Any] = {"title": {"text": unit}, "rangemode": "tozero"}
     if top > 0:
         y_axis["range"] = [0, top * 1.08]  # measured frames set the scale; taller warmup frames are cut
     what = f"frame time, {clock} clock (ms)" if unit == "ms" else f"{unit} per frame"
     base_id = f"katra-plot-{index}"
+    entries = sum(1 for d in series_data if d.get("showlegend", True)) + len(per_side)  # and a gap per group
     figures.append({"id": f"{base_id}-series", "data": series_data,
                     "layout": _layout(plot_text(f"{scene}: {what}"), "frame", unit,
-                                      shapes=shapes, annotations=annotations, yaxis=y_axis)})
+                                      shapes=shapes, annotations=annotations, yaxis=y_axis,
+                                      legend={**LEGEND, "traceorder": "grouped", "groupclick": "toggleitem"},
+                                      height=min(SERIES_MAX_PX, max(PLOT_PX, 70 + LEGEND_ROW_PX * entries)))})
+    series_html = plot_div(figures[-1])
     cdf_data = []
     spread = [v for r in ("run", "baseline") for v in pooled[r] if v.size]
     for role in ("run", "baseline"):
@@ -328,32 +375,19 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
                                       "% of frames", xaxis={"title": {"text": unit + (" (log)" if log_x else "") + ", warmup excluded"},
                                                            "type": "log" if log_x else "linear"},
                                       yaxis={"title": {"text": "% of frames at or below"}, "range": [0, 100.5]})})
-    zone_data = []
-    for role, traces in sides:
-        per_zone: dict[str, list[float]] = {}
-        for t in traces:
-            for zone, med in zone_medians(t, scene, clock).items():
-                per_zone.setdefault(zone, []).append(med)
-        if per_zone:
-            zones = list(per_zone)
-            meds = [float(np.median(per_zone[z])) for z in zones]
-            zone_data.append({"type": "bar", "orientation": "h", "name": "runs" if role == "run" else "baseline",
-                              "y": [plot_text(z) for z in zones], "x": meds, "marker": {"color": _color(role, 0)},
-                              "text": [format(m, ".3f" if unit == "ms" else ",.0f") for m in meds],
-                              "textposition": "auto"})
-    zone_html = ""
-    if zone_data:
-        figures.append({"id": f"{base_id}-zones", "data": zone_data,
-                        "layout": _layout(f"zones, median per frame ({clock})", unit, "", barmode="group",
-                                          yaxis={"automargin": True, "autorange": "reversed"},
-                                          xaxis={"title": {"text": unit}, "rangemode": "tozero"})})
-        zone_html = f'<div class="plot" id="{base_id}-zones"></div>'
-    else:
+    frame_medians = {role: float(np.median(np.concatenate(v))) for role, v in pooled.items() if v}
+    zone_html, draws_html, zone_figs = zone_figures(base_id, scene, clock, sides, frame_medians, unit)
+    figures.extend(zone_figs)
+    if not zone_figs:
         zone_html = '<p class="muted">No zones recorded for this scene (capture with --zones).</p>'
+    banded = [name for role, name in (("run", "runs"), ("baseline", "baseline"))
+              if len(per_side.get(role, ())) >= BAND_MIN_RUNS]
+    band_note = (f"; {' and '.join(banded)}: the median of the runs at each frame, in a band from the fastest to "
+                 "the slowest run (click a run in the legend to draw it)" if banded else "")
     body = (f'<section class="scene" id="scene-{index}"><h2>{_e(scene)}</h2>'
             f'<p class="muted">plotted: {_e(what)}; {"warmup shaded; " if shapes else ""}lines: median and p99 '
-            f'of the measured frames</p><div class="plot" id="{base_id}-series"></div>'
-            f'<div class="row"><div class="plot" id="{base_id}-cdf"></div>{zone_html}</div>'
+            f'of the measured frames{band_note}</p>{series_html}'
+            f'<div class="row"><div class="plot" id="{base_id}-cdf"></div>{zone_html}</div>{draws_html}'
             f"<h3>statistics (warmup excluded)</h3>{_stats_table(stats_rows)}</section>")
     return body, figures
 
@@ -417,4 +451,4 @@ def render(runs: Sequence[TraceLike], baseline: Sequence[TraceLike] = (), *, com
     )
 
 
-__all__ = ["BASELINE_COLOR", "RUN_COLORS", "plotly_js_packed", "render", "scene_section"]
+__all__ = ["plotly_js_packed", "render", "scene_section"]

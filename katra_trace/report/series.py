@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 import numpy as np
 
 from katra_trace.analysis.stats import EXCLUDED_FLAGS, scene_labels, zone_frame_totals
-from katra_trace.metrics import CLOCK_NAMES, clock_name, unit_of
+from katra_trace.metrics import CLOCK_NAMES, clock_name, primary_clock_of, unit_of
 from katra_trace.schema import Clock, Flag, Kind
 
 if TYPE_CHECKING:
@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 MAX_POINTS = 4000
 #: Most points of a distribution (CDF) curve.
 CDF_POINTS = 1000
-#: Clock preference for the plotted series when the capture names no primary clock.
-CLOCK_PREFERENCE: tuple[str, ...] = ("wall", "gpu", "instructions", "cycles", "process", "cpu")
 
 
 class TraceLike(Protocol):
@@ -59,13 +57,10 @@ def minmax_downsample(x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS
 
 
 def primary_clock(trace: TraceLike, available: Sequence[str]) -> str | None:
-    """The clock a scene's series is drawn on: the capture's primary clock if the scene has it, else
-    the first of :data:`CLOCK_PREFERENCE` it has."""
+    """The clock a scene's series is drawn on: :func:`katra_trace.metrics.primary_clock_of` (the rule
+    ``stats`` and ``info`` show too)."""
     options = trace.header.capture_options
-    for name in (options.measure.mode, options.primary_clock, *CLOCK_PREFERENCE):
-        if isinstance(name, str) and name in available:
-            return name
-    return available[0] if available else None
+    return primary_clock_of(available, options.measure.mode, options.primary_clock)
 
 
 def _scale(clock: str) -> float:
@@ -81,6 +76,8 @@ class FrameSeries:
     warmup: tuple[int, int] | None  #: first and last warmup frame index
     measured: np.ndarray  #: every measured (non-warmup) value, in frame order, not downsampled
     total_frames: int  #: frames before downsampling
+    all_frame: np.ndarray  #: every frame index (warmup included), not downsampled
+    all_value: np.ndarray  #: every value (ms or counts) of ``all_frame``, not downsampled
 
 
 def frame_series(trace: TraceLike, scene_id: int, clock: str, max_points: int = MAX_POINTS) -> FrameSeries:
@@ -95,7 +92,67 @@ def frame_series(trace: TraceLike, scene_id: int, clock: str, max_points: int = 
     warm = (sel["flags"] & int(Flag.WARMUP)) != 0
     warmup = (int(frames[warm].min()), int(frames[warm].max())) if warm.any() else None
     x, y = minmax_downsample(frames, values, max_points)
-    return FrameSeries(x, y, warmup, values[~warm], len(values))
+    return FrameSeries(x, y, warmup, values[~warm], len(values), frames, values)
+
+
+#: Fewest runs a side for which the frame-time plot draws that side as a median line with a band
+#: (fewer runs are drawn one line each).
+BAND_MIN_RUNS = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class SideBand:
+    """The runs of one side, frame by frame: their median and their range, for plotting.
+
+    At each frame index, ``median`` is the median of the runs that have that frame and
+    ``low``/``high`` the fastest and the slowest of them (ms or counts). Long series are cut to
+    at most ``max_points`` points: the median line as :func:`minmax_downsample` does, the band as
+    the envelope of each bucket (its fastest and its slowest frame of any run), so no slow frame
+    of any run falls out of the band.
+    """
+
+    frame: np.ndarray  #: frame indices of the median line
+    median: np.ndarray  #: median across runs at each of ``frame``
+    band_frame: np.ndarray  #: frame indices of the band's edges
+    low: np.ndarray  #: fastest run at each of ``band_frame`` (the bucket's minimum when cut)
+    high: np.ndarray  #: slowest run at each of ``band_frame`` (the bucket's maximum when cut)
+    runs: int  #: how many runs the band summarises
+
+
+def side_band(series: Sequence[FrameSeries], max_points: int = MAX_POINTS) -> SideBand:
+    """The :class:`SideBand` of the frame series of one side's runs (warmup frames included)."""
+    frames = [s.all_frame for s in series if s.all_frame.size]
+    if not frames:
+        empty = np.empty(0)
+        return SideBand(empty, empty, empty, empty, empty, len(series))
+    width = int(max(int(f.max()) for f in frames)) + 1
+    grid = np.full((len(series), width), np.nan)
+    for row, s in enumerate(series):
+        grid[row, s.all_frame] = s.all_value
+    present = np.flatnonzero(~np.all(np.isnan(grid), axis=0))
+    grid = grid[:, present]
+    median = np.nanmedian(grid, axis=0)
+    low, high = np.nanmin(grid, axis=0), np.nanmax(grid, axis=0)
+    mx, my = minmax_downsample(present, median, max_points)
+    bx, blo, bhi = _envelope(present, low, high, max_points)
+    return SideBand(mx, my, bx, blo, bhi, len(series))
+
+
+def _envelope(x: np.ndarray, low: np.ndarray, high: np.ndarray,
+              max_points: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """At most ``max_points`` points of a band: each bucket of consecutive points becomes its first and
+    last x, both at the bucket's lowest ``low`` and highest ``high``."""
+    n = x.size
+    if n <= max_points:
+        return x, low, high
+    buckets = max(1, max_points // 2)
+    size = -(-n // buckets)
+    starts = np.arange(0, n, size)
+    ends = np.minimum(starts + size, n) - 1
+    lo = np.minimum.reduceat(low, starts)
+    hi = np.maximum.reduceat(high, starts)
+    bx = np.column_stack([x[starts], x[ends]]).ravel()
+    return bx, np.repeat(lo, 2), np.repeat(hi, 2)
 
 
 def cdf_points(values: np.ndarray, max_points: int = CDF_POINTS) -> tuple[np.ndarray, np.ndarray]:
@@ -163,7 +220,9 @@ def _remembered(trace: TraceLike, key: tuple[Any, ...], compute: Callable[[], _T
 
 
 __all__ = [
+    "BAND_MIN_RUNS",
     "FrameSeries",
+    "SideBand",
     "CDF_POINTS",
     "MAX_POINTS",
     "frame_series",
@@ -171,6 +230,7 @@ __all__ = [
     "minmax_downsample",
     "primary_clock",
     "scenes_of",
+    "side_band",
     "unit_of",
     "zone_medians",
 ]

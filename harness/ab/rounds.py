@@ -1,0 +1,164 @@
+"""The rounds of an interleaved A/B: each round one BASE and one NEW capture, the order alternating, recorded
+in ``ab.json`` after every round; with a stopping rule, a look after every round and a stop once decided.
+
+``katra3d ab`` (harness/cli/ab.py) and bisect's time mode call :func:`run_rounds`. A capture command is a shell
+command line that writes one trace to the path put in place of ``{out}``. The children's output is kept; a
+failing child's last lines are shown on stderr before the error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from katra_trace.analysis.compare import compare_traces
+from katra_trace.analysis.sequential import SequentialRule, Settled, settle
+from katra_trace.analysis.verdict import Comparison
+from katra_trace.errors import ConfigError, KatraError
+from katra_trace.io.reader import Trace, TraceRecoveryWarning, open_trace
+from katra_trace.io.tracesets import AB_MANIFEST_VERSION, read_ab_manifest, write_ab_manifest
+
+#: Lines of a failing child's output shown.
+FAILURE_TAIL_LINES = 40
+#: The sides, in the order of odd rounds.
+SIDES = ("base", "new")
+
+
+@dataclasses.dataclass(frozen=True)
+class Round:
+    """One finished round: its number, the order its captures ran in, their seconds, and (with a rule) the look
+    after it."""
+
+    number: int
+    order: tuple[str, str]
+    seconds: Mapping[str, float]
+    settled: Settled | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundsResult:
+    """What :func:`run_rounds` did: the rounds run, their (BASE, NEW) trace pairs, and the last look."""
+
+    root: Path
+    rounds: int
+    pairs: tuple[tuple[Path, Path], ...]
+    settled: Settled | None = None  #: with a rule: decided or not, and the one line that says why it stopped
+    comparison: Comparison | None = None  #: with a rule: the comparison of the last look
+
+
+def capture(template: str, out: Path, label: str, who: str = "katra3d ab") -> tuple[str, float]:
+    """Run one capture command with ``{out}`` replaced, its output kept; returns (command, seconds).
+
+    Raises KatraError (showing the end of the child's output) if it fails or writes nothing.
+    """
+    cmd = template.replace("{out}", shlex.quote(str(out)))
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, check=False)
+    except OSError as exc:
+        raise ConfigError(f"cannot run {label} command {cmd!r}: {exc}") from None
+    seconds = time.monotonic() - t0
+    if proc.returncode != 0:
+        _show_tail(label, cmd, proc.stdout, who)
+        raise KatraError(f"{label} command failed with exit code {proc.returncode}: {cmd}")
+    if not out.is_file():
+        _show_tail(label, cmd, proc.stdout, who)
+        raise ConfigError(f"{label} command exited 0 but wrote no trace at {str(out)!r}: {cmd}")
+    return cmd, seconds
+
+
+def _show_tail(label: str, cmd: str, output: bytes, who: str) -> None:
+    lines = output.decode(errors="replace").splitlines()
+    shown = lines[-FAILURE_TAIL_LINES:]
+    more = f" (last {len(shown)} of {len(lines)} lines)" if len(lines) > len(shown) else ""
+    print(f"{who}: {label}: {cmd}\n{who}: its output{more}:", file=sys.stderr)
+    for line in shown:
+        print(f"  | {line}", file=sys.stderr)
+
+
+def _open_quietly(path: Path) -> Trace:
+    """A trace a child just wrote; a damaged one is used as far as it reads (compare says so again later)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TraceRecoveryWarning)
+        return open_trace(path)
+
+
+def run_rounds(base_cmd: str, new_cmd: str, out_dir: Path, rounds_cap: int, rule: SequentialRule | None = None, *,
+               on_round: Callable[[Round], None] | None = None,
+               compare_options: Mapping[str, Any] | None = None, who: str = "katra3d ab") -> RoundsResult:
+    """Run up to ``rounds_cap`` rounds into ``out_dir`` (``base/run-NNN.katra``, ``new/...``, ``ab.json``).
+
+    Without ``rule`` every round runs (the fixed-rounds mode). With one (``rounds_cap`` must be its
+    ``max_rounds``), the rounds so far are compared after each round, paired, under the rule
+    (:func:`katra_trace.analysis.compare.compare_traces` with ``compare_options``, e.g. ``metric``), and the
+    rounds stop once every scene is decided (:func:`katra_trace.analysis.sequential.settle`). ab.json records
+    the rule (``sequential``) from the start and why the rounds stopped (``stop``) at the end, so that
+    ``katra3d compare DIR`` gives the same verdict. ``on_round`` is called after each round.
+    """
+    if rule is not None and rule.max_rounds != rounds_cap:
+        raise ValueError(f"rounds_cap {rounds_cap} is not the rule's max_rounds {rule.max_rounds}")
+    dirs = {side: out_dir / side for side in SIDES}
+    for d in dirs.values():
+        d.mkdir(parents=True, exist_ok=True)
+    manifest: dict[str, Any] = {
+        "katra3d_ab": AB_MANIFEST_VERSION,
+        "base_dir": "base", "new_dir": "new",
+        "base_command": base_cmd, "new_command": new_cmd,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "rounds": [],
+    }
+    if rule is not None:
+        manifest["sequential"] = rule.to_json()
+    commands = {"base": base_cmd, "new": new_cmd}
+    opened: dict[str, list[Trace]] = {side: [] for side in SIDES}
+    pairs: list[tuple[Path, Path]] = []
+    settled: Settled | None = None
+    comparison: Comparison | None = None
+    for i in range(1, rounds_cap + 1):
+        order = SIDES if i % 2 else SIDES[::-1]
+        entry: dict[str, Any] = {"round": i, "order": list(order), "commands": {}, "seconds": {}}
+        paths: dict[str, Path] = {}
+        for side in order:
+            paths[side] = dirs[side] / f"run-{i:03d}.katra"
+            cmd, seconds = capture(commands[side], paths[side], f"round {i}/{rounds_cap} {side.upper()}", who)
+            entry[side] = f"{side}/{paths[side].name}"
+            entry["commands"][side] = cmd
+            entry["seconds"][side] = round(seconds, 3)
+        manifest["rounds"].append(entry)
+        pairs.append((paths["base"], paths["new"]))
+        if rule is not None:
+            for side in SIDES:
+                opened[side].append(_open_quietly(paths[side]))
+            comparison = compare_traces(opened["base"], opened["new"], pairs=[(j, j) for j in range(i)],
+                                        sequential=rule, **dict(compare_options or {}))
+            settled = settle(comparison, i, rounds_cap)
+            if settled.decided or i == rounds_cap:
+                manifest["stop"] = settled.as_dict()
+        write_ab_manifest(out_dir, manifest)  # after every round: an interrupted A/B keeps its pairs
+        if on_round is not None:
+            on_round(Round(number=i, order=order, seconds=dict(entry["seconds"]), settled=settled))
+        if settled is not None and settled.decided:
+            break
+    return RoundsResult(root=out_dir, rounds=len(pairs), pairs=tuple(pairs), settled=settled, comparison=comparison)
+
+
+def recorded_rule(root: Path) -> tuple[SequentialRule | None, Settled | None]:
+    """The stopping rule an ``ab --until-decided`` output directory recorded in its ab.json, and why its rounds
+    stopped (None, None for fixed rounds or no manifest; no stop yet for an interrupted one). ConfigError
+    when a record is not what :func:`run_rounds` writes."""
+    manifest = read_ab_manifest(root)
+    if manifest is None or manifest.get("sequential") is None:
+        return None, None
+    stop = manifest.get("stop")
+    return SequentialRule.from_json(manifest["sequential"]), None if stop is None else Settled.from_dict(stop)
+
+
+__all__ = ["FAILURE_TAIL_LINES", "Round", "RoundsResult", "capture", "recorded_rule", "run_rounds"]

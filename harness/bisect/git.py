@@ -1,0 +1,124 @@
+"""The git side of ``katra3d bisect``: the user's repository, its revisions, the range, and worktrees.
+
+Every call runs ``git`` as a child process (never a library). A missing ``git`` is
+:class:`~harness.run.measure.ToolUnavailable` (exit 3); an unknown revision, a directory that is not a
+repository, or GOOD not an ancestor of BAD is :class:`~katra_trace.errors.ConfigError` (exit 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+from pathlib import Path
+
+from harness.run.measure import ToolUnavailable
+from katra_trace.errors import ConfigError
+from katra_trace.text import shown
+
+#: Characters of a commit's sha in file names and tables.
+SHORT = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class Commit:
+    """One commit: its full sha and its subject (the first line of its message)."""
+
+    sha: str
+    subject: str
+
+    @property
+    def short(self) -> str:
+        """The first :data:`SHORT` hex digits of the sha (file names, tables)."""
+        return self.sha[:SHORT]
+
+
+def _git(top: Path | None, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    git = shutil.which("git")
+    if git is None:
+        raise ToolUnavailable("katra3d bisect needs git, which is not on PATH; install it: apt-get install -y git")
+    cmd = [git, *(("-C", str(top)) if top is not None else ()), *args]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
+    except OSError as exc:
+        raise ToolUnavailable(f"git at {git} does not run: {exc}") from None
+    if check and proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise ConfigError(f"git {' '.join(args[:2])} failed in {shown(str(top))}: {last}")
+    return proc
+
+
+def toplevel(cwd: Path) -> Path:
+    """The top of the git work tree that holds ``cwd`` (ConfigError when it is not in one)."""
+    proc = _git(cwd, "rev-parse", "--show-toplevel", check=False)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise ConfigError(f"not inside a git repository ({shown(str(cwd))}): run katra3d bisect in the "
+                          "repository whose history you bisect")
+    return Path(proc.stdout.strip())
+
+
+def resolve(top: Path, rev: str) -> Commit:
+    """The commit ``rev`` names (ConfigError for an unknown revision)."""
+    if not rev or rev.startswith("-"):
+        raise ConfigError(f"unknown git revision {rev!r} in {shown(str(top))}")
+    proc = _git(top, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
+    if proc.returncode != 0:
+        raise ConfigError(f"unknown git revision {rev!r} in {shown(str(top))}")
+    return commit(top, proc.stdout.strip())
+
+
+def commit(top: Path, sha: str) -> Commit:
+    """The :class:`Commit` of a full sha."""
+    subject = _git(top, "log", "-1", "--format=%s", sha).stdout.strip()
+    return Commit(sha, subject)
+
+
+def is_ancestor(top: Path, older: str, newer: str) -> bool:
+    """Whether ``older`` is an ancestor of ``newer`` (or the same commit)."""
+    proc = _git(top, "merge-base", "--is-ancestor", older, newer, check=False)
+    if proc.returncode not in (0, 1):
+        raise ConfigError(f"git merge-base failed in {shown(str(top))}: {proc.stderr.strip()}")
+    return proc.returncode == 0
+
+
+def commit_range(top: Path, good: Commit, bad: Commit) -> list[Commit]:
+    """The commits after GOOD up to BAD (BAD last), oldest first, along BAD's first parents.
+
+    ConfigError when GOOD is BAD, or is not an ancestor of BAD, or the first-parent line from BAD
+    does not pass through GOOD (GOOD sits on a merged side branch)."""
+    if good.sha == bad.sha:
+        raise ConfigError(f"GOOD and BAD are the same commit ({good.short}): nothing to bisect")
+    if not is_ancestor(top, good.sha, bad.sha):
+        raise ConfigError(f"GOOD {good.short} is not an ancestor of BAD {bad.short}: give an older GOOD "
+                          "(git merge-base GOOD BAD names a common one)")
+    shas = _git(top, "rev-list", "--reverse", "--first-parent", "--ancestry-path",
+                f"{good.sha}..{bad.sha}").stdout.split()
+    if not shas or shas[-1] != bad.sha:
+        raise ConfigError(f"no first-parent line runs from GOOD {good.short} to BAD {bad.short} (GOOD is on a "
+                          "merged branch): give a GOOD on BAD's first-parent history")
+    first_parent = _git(top, "rev-parse", f"{shas[0]}^").stdout.strip() if shas else ""
+    if first_parent != good.sha:
+        raise ConfigError(f"no first-parent line runs from GOOD {good.short} to BAD {bad.short} (GOOD is on a "
+                          "merged branch): give a GOOD on BAD's first-parent history")
+    subjects = _git(top, "log", "--no-walk=unsorted", "--format=%H %s", *shas).stdout.splitlines()
+    named = {sha: subject for sha, _, subject in (line.partition(" ") for line in subjects)}
+    return [Commit(sha, named.get(sha, "")) for sha in shas]
+
+
+def add_worktree(top: Path, where: Path, sha: str) -> Path:
+    """Check ``sha`` out, detached, as a new worktree at ``where`` (ConfigError when git refuses)."""
+    where.parent.mkdir(parents=True, exist_ok=True)
+    _git(top, "worktree", "add", "--quiet", "--detach", "--force", str(where), sha)
+    return where
+
+
+def remove_worktree(top: Path, where: Path) -> None:
+    """Remove a worktree made by :func:`add_worktree`, whatever state it was left in (never raises for it)."""
+    _git(top, "worktree", "remove", "--force", "--force", str(where), check=False)
+    if where.exists():
+        shutil.rmtree(where, ignore_errors=True)
+    _git(top, "worktree", "prune", check=False)
+
+
+__all__ = ["SHORT", "Commit", "add_worktree", "commit", "commit_range", "is_ancestor", "remove_worktree",
+           "resolve", "toplevel"]

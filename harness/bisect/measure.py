@@ -1,0 +1,227 @@
+"""Measuring one commit for ``katra3d bisect``: its worktree, its captures, and its change against GOOD.
+
+A commit is checked out as a detached worktree in a temporary directory and captured with the
+bisection's command, the worktree as the current directory and first on ``PYTHONPATH`` (so its
+scenes and code are the ones run, as ``ci/compare-versions.sh`` does). Traces go to
+``DIR/traces/``; a counted capture's output to ``DIR/logs/SHORT.log`` (a failed time round's is shown
+on stderr). A counted trace already in place from an interrupted bisection is used again.
+
+* **Counts** (instructions, cycles): one capture per commit, compared with GOOD's one capture.
+* **Time**: ``ab --until-decided``'s rounds loop (:func:`harness.ab.rounds.run_rounds`): interleaved
+  rounds with GOOD as BASE (the order alternating each round), compared paired after each round by the
+  stopping rule for repeated looks (:mod:`katra_trace.analysis.sequential`), until it decides every
+  scene, or ``max_rounds`` (the rule's cap) is reached.
+
+The comparison is :func:`katra_trace.analysis.compare.compare_traces` with the bisection's options;
+the rows become :class:`~katra_trace.analysis.bisection.Effect` records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from harness.bisect.git import Commit, add_worktree, remove_worktree
+from harness.bisect.state import Setup
+from katra_trace.analysis.bisection import Effect
+from katra_trace.analysis.defaults import DEFAULT_ALPHA
+from katra_trace.errors import KatraError
+from katra_trace.io.reader import open_trace
+from katra_trace.metrics import is_count
+
+if TYPE_CHECKING:
+    from katra_trace.analysis.sequential import SequentialRule
+    from katra_trace.analysis.verdict import Comparison
+
+#: Lines of a failed capture's output quoted in its skip reason (the whole output is in its log).
+FAILURE_TAIL_LINES = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Workspace:
+    """Where a bisection works: the repository, the output directory (absolute), the temporary
+    directory of its worktrees, its setup, and where progress lines go."""
+
+    top: Path
+    root: Path
+    trees: Path
+    setup: Setup
+    progress: Callable[[str], None]
+
+    def rel(self, path: Path) -> str:
+        """``path`` relative to the output directory (as bisect.json records it)."""
+        return str(path.relative_to(self.root))
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """What measuring a commit gave: its effects against GOOD (empty for GOOD itself), or why there are
+    none (``failure``); the traces kept; rounds; why the rounds stopped; seconds; its log."""
+
+    effects: tuple[Effect, ...]
+    failure: str
+    traces: tuple[str, ...]
+    rounds: int
+    stopped: str
+    seconds: float
+    log: str
+
+
+def _capture(ws: Workspace, tree: Path, out: Path, log: Path) -> str:
+    """Run the capture command once in ``tree`` writing ``out``; "" when a trace is there, else why not.
+    A trace left at ``out`` by an earlier, interrupted bisection is kept (its capture had finished)."""
+    if out.is_file():
+        return ""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = _in_tree(tree, ws.setup.command.replace("{out}", shlex.quote(str(out))))
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a", encoding="utf-8", errors="backslashreplace") as f:
+        f.write(f"$ {cmd}\n")
+        f.flush()
+        try:
+            proc = subprocess.run(cmd, shell=True, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  check=False)
+        except OSError as exc:
+            return f"the capture command does not run: {exc}"
+        f.write(f"[exit {proc.returncode}]\n")
+    if proc.returncode != 0:
+        return f"the capture failed (exit {proc.returncode}){_tail(log)}; its output: {ws.rel(log)}"
+    if not out.is_file():
+        return f"the capture exited 0 but wrote no trace at {ws.rel(out)}; its output: {ws.rel(log)}"
+    return ""
+
+
+def _tail(log: Path) -> str:
+    lines = [ln.strip() for ln in log.read_text(encoding="utf-8", errors="replace").splitlines()
+             if ln.strip() and not ln.startswith(("$ ", "[exit "))]
+    return f": {' | '.join(lines[-FAILURE_TAIL_LINES:])}" if lines else ""
+
+
+def compare_to_good(ws: Workspace, good: Sequence[Path], new: Sequence[Path],
+                    paired: bool) -> tuple[tuple[Effect, ...], Comparison] | str:
+    """Each scene's (and zone's) change of ``new`` against ``good`` by the decision model, and the whole
+    comparison, or why the traces could not be compared (a damaged trace, counts against times ...).
+    ``paired``: round i of ``good`` with round i of ``new``, judged by the sequential rule."""
+    # deferred: the comparison loads scipy (about a second); building the parser must not
+    from katra_trace.analysis.compare import compare_traces
+
+    try:
+        b = [open_trace(p, strict=True) for p in good]
+        n = [open_trace(p, strict=True) for p in new]
+        pairs = [(i, i) for i in range(len(n))] if paired else None
+        result = compare_traces(b, n, pairs=pairs, sequential=sequential_rule(ws.setup) if paired else None,
+                                **ws.setup.compare)
+    except KatraError as exc:
+        return f"not comparable with GOOD: {exc}"
+    if not result.scenes:
+        return "no scene with measured frames in its traces"
+    return tuple(Effect.from_row(r) for r in (*result.scenes, *result.zones)), result
+
+
+def sequential_rule(setup: Setup) -> SequentialRule:
+    """The stopping rule of the time mode: the bisection's alpha and threshold, its cap on rounds."""
+    # deferred: the rule loads scipy; building the parser must not
+    from katra_trace.analysis.sequential import SequentialRule
+
+    return SequentialRule(alpha=float(setup.compare.get("alpha", DEFAULT_ALPHA)), max_rounds=setup.max_rounds,
+                          threshold_pct=setup.compare.get("threshold_pct"))
+
+
+class Trees:
+    """GOOD's worktree (kept for the whole bisection: time mode captures GOOD beside every commit) and
+    one commit's at a time (removed after its captures)."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self.ws = ws
+        self.good: Path | None = None
+
+    def good_tree(self) -> Path:
+        if self.good is None:
+            self.good = add_worktree(self.ws.top, self.ws.trees / "good", self.ws.setup.good.sha)
+        return self.good
+
+    def close(self) -> None:
+        if self.good is not None:
+            remove_worktree(self.ws.top, self.good)
+            self.good = None
+
+
+def measure(ws: Workspace, trees: Trees, c: Commit) -> Measured:
+    """Measure commit ``c`` against GOOD (GOOD itself: its reference capture, counts only)."""
+    t0 = time.monotonic()
+    log = ws.root / "logs" / f"{c.short}.log"
+    is_good = c.sha == ws.setup.good.sha
+    if is_count(ws.setup.measure):
+        good_trace = ws.root / "traces" / f"{ws.setup.good.short}.katra"
+        out = good_trace if is_good else ws.root / "traces" / f"{c.short}.katra"
+        tree = trees.good_tree() if is_good else None
+        try:
+            if tree is None:
+                tree = add_worktree(ws.top, ws.trees / c.short, c.sha)
+            failure = _capture(ws, tree, out, log)
+        finally:
+            if tree is not None and not is_good:
+                remove_worktree(ws.top, tree)
+        kept = (ws.rel(out),) if out.is_file() else ()
+        effects: tuple[Effect, ...] = ()
+        if not (is_good or failure):
+            compared = compare_to_good(ws, [good_trace], [out], paired=False)
+            if isinstance(compared, str):
+                failure = compared
+            else:
+                effects = compared[0]
+        return Measured(effects, failure, kept, 1, "", time.monotonic() - t0, ws.rel(log))
+    return _measure_time(ws, trees, c, log, t0)
+
+
+def _in_tree(tree: Path, command: str) -> str:
+    """The capture command run in ``tree``: that directory current and first on ``PYTHONPATH`` (for every
+    command of it: a build step and the capture)."""
+    q = shlex.quote(str(tree))
+    return f"cd {q} && export PYTHONPATH={q}${{PYTHONPATH:+:$PYTHONPATH}} && (\n{command}\n)"
+
+
+def _measure_time(ws: Workspace, trees: Trees, c: Commit, log: Path, t0: float) -> Measured:
+    """Interleaved rounds of GOOD and ``c`` by ``ab``'s rounds loop into ``DIR/traces/SHORT/`` (an ab
+    directory: ``katra3d compare`` of it gives the same verdict), until the sequential rule decides every
+    scene or the cap is reached. A folder left by an interrupted, unrecorded measurement is measured again."""
+    # deferred: the rounds loop compares with scipy; building the parser must not
+    from harness.ab.rounds import Round, run_rounds
+
+    folder = ws.root / "traces" / c.short
+    if folder.exists():
+        shutil.rmtree(folder)
+
+    def kept() -> tuple[str, ...]:
+        return tuple(ws.rel(p) for p in sorted(folder.rglob("*")) if p.is_file() and p.suffix in (".katra", ".json"))
+
+    def said(r: Round) -> None:
+        if r.settled is not None and not r.settled.decided and r.number < ws.setup.max_rounds:
+            ws.progress(f"  {c.short}: {r.settled.reason}")
+
+    rule = sequential_rule(ws.setup)
+    tree = add_worktree(ws.top, ws.trees / c.short, c.sha)
+    try:
+        done = run_rounds(_in_tree(trees.good_tree(), ws.setup.command), _in_tree(tree, ws.setup.command), folder,
+                          rule.max_rounds, rule, on_round=said, compare_options=ws.setup.compare,
+                          who="katra3d bisect")
+    except KatraError as exc:
+        rounds = len(list((folder / "new").glob("*.katra"))) if folder.exists() else 0
+        return Measured((), f"{exc} (BASE is GOOD, NEW this commit)", kept(), rounds, "", time.monotonic() - t0, "")
+    finally:
+        remove_worktree(ws.top, tree)
+    if done.comparison is None or not done.comparison.scenes:
+        return Measured((), "no scene with measured frames in its traces", kept(), done.rounds, "",
+                        time.monotonic() - t0, "")
+    effects = tuple(Effect.from_row(r) for r in (*done.comparison.scenes, *done.comparison.zones))
+    stopped = done.settled.reason if done.settled is not None else ""
+    return Measured(effects, "", kept(), done.rounds, stopped, time.monotonic() - t0, "")
+
+
+__all__ = ["Measured", "Trees", "Workspace", "compare_to_good", "measure"]

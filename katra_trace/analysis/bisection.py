@@ -1,0 +1,171 @@
+"""Bisection's rule: is a commit like GOOD or like BAD, and how much of BAD's change does the culprit explain.
+
+Pure (stdlib only): ``katra3d bisect`` (:mod:`harness.bisect`) measures each commit against GOOD with
+the one decision model (:func:`katra_trace.analysis.compare.compare_traces`, through
+:class:`~katra_trace.analysis.verdict.SceneComparison`) and hands the rows here as :class:`Effect`
+records. The rule (docs/bisect.md, "How a commit is classified"):
+
+* the **target scenes** are those BAD regressed against GOOD (verdict ``regression``); with none,
+  there is nothing to bisect;
+* a commit is **like BAD** when, in some target scene, its change against GOOD is a regression by
+  the decision model *and* nearer BAD's change than no change: ``log(ratio) >= MIDPOINT *
+  log(ratio_BAD)``;
+* it is **like GOOD** when, in every target scene, the upper end of its interval lies below that
+  midpoint (a regression smaller than half of BAD's, on the log scale, is like GOOD: a step of its own,
+  outside this range's main change);
+* otherwise it is **undecided** (an interval that straddles the midpoint, or a scene that could not
+  be compared): bisection skips it, as a commit that failed to capture.
+
+The culprit's own step is its change against GOOD less its first parent's; when that step is less
+than :data:`PARTIAL_SHARE` of BAD's change (log scale) in a target scene, the culprit explains only
+part of it, and :func:`next_ranges` names the ranges that hold the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: Where "like BAD" starts, as a share of BAD's log change against GOOD: nearer BAD than no change.
+MIDPOINT = 0.5
+#: A culprit whose own step is below this share of BAD's log change explains only part of it.
+PARTIAL_SHARE = 2.0 / 3.0
+#: The states a tested commit can have.
+STATES = ("good", "bad", "skip")
+
+
+@dataclasses.dataclass(frozen=True)
+class Effect:
+    """One scene's (or one zone's) change of a commit against GOOD, from the decision model.
+
+    Ratios are commit / GOOD (> 1 slower); ``ci_low``/``ci_high`` the interval (times) or band
+    (counts) of the ratio; ``frame_change_pct`` a zone's change over its frame's count, in percent.
+    """
+
+    scene: str
+    verdict: str
+    ratio: float
+    ci_low: float
+    ci_high: float
+    reason: str
+    metric: str = ""
+    zone: str = ""
+    frame_change_pct: float = math.nan
+
+    @classmethod
+    def from_row(cls, row: Any) -> Effect:
+        """The effect of one :class:`~katra_trace.analysis.verdict.SceneComparison` row."""
+        return cls(scene=row.scene, zone=row.zone, verdict=row.verdict, ratio=row.ratio, ci_low=row.ci_low,
+                   ci_high=row.ci_high, reason=row.reason, metric=row.metric,
+                   frame_change_pct=row.frame_change_pct)
+
+    @property
+    def change_pct(self) -> float:
+        """(ratio - 1) in percent: + means slower than GOOD."""
+        return (self.ratio - 1.0) * 100.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (non-finite floats as None)."""
+        out: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            out[field.name] = None if isinstance(value, float) and not math.isfinite(value) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Effect:
+        """The inverse of :meth:`as_dict` (None back to NaN)."""
+        kwargs: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            value = data.get(field.name)
+            if field.type in ("float",):
+                value = math.nan if value is None else float(value)
+            elif value is None:
+                value = ""
+            kwargs[field.name] = value
+        return cls(**kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Classification:
+    """A commit's state against GOOD and BAD (``good``, ``bad`` or ``skip``) and why, in words."""
+
+    state: str
+    reason: str
+
+
+def _log(x: float) -> float:
+    return math.log(x) if x > 0 and math.isfinite(x) else math.nan
+
+
+def target_scenes(bad: Sequence[Effect]) -> dict[str, Effect]:
+    """BAD's scene rows (not zones) that regressed against GOOD: what bisection looks for, by scene."""
+    return {e.scene: e for e in bad if not e.zone and e.verdict == "regression"}
+
+
+def classify(commit: Sequence[Effect], bad: Sequence[Effect]) -> Classification:
+    """Like GOOD, like BAD or undecided (skip), by the rule in the module doc."""
+    targets = target_scenes(bad)
+    if not targets:
+        raise ValueError("BAD regressed no scene against GOOD: there is nothing to classify against")
+    rows = {e.scene: e for e in commit if not e.zone}
+    undecided: list[str] = []
+    below: list[str] = []
+    for scene, b in targets.items():
+        row = rows.get(scene)
+        if row is None or row.verdict == "incomparable":
+            undecided.append(f"{scene}: " + ("not measured" if row is None else row.reason))
+            continue
+        mid = MIDPOINT * _log(b.ratio)
+        change = f"{scene} {row.change_pct:+.2f}% (BAD {b.change_pct:+.2f}%)"
+        if row.verdict == "regression" and _log(row.ratio) >= mid:
+            return Classification("bad", f"like BAD: {change}, a regression nearer BAD than no change")
+        if _log(row.ci_high) < mid:
+            below.append(change)
+        else:
+            undecided.append(f"{change}: {row.verdict}, its interval reaches past half of BAD's change")
+    if undecided:
+        return Classification("skip", "undecided: " + "; ".join(undecided))
+    return Classification("good", "like GOOD: " + "; ".join(below))
+
+
+def shares(culprit: Sequence[Effect], parent: Sequence[Effect] | None,
+           bad: Sequence[Effect]) -> dict[str, tuple[float, float]]:
+    """Per target scene: (the parent's share, the culprit's share) of BAD's log change against GOOD.
+
+    ``parent`` None means the culprit's parent is GOOD itself (share 0). The culprit's own step is the
+    difference of the two shares; what is left after it is ``1 - culprit's share``.
+    """
+    out: dict[str, tuple[float, float]] = {}
+    c_rows = {e.scene: e for e in culprit if not e.zone}
+    p_rows = {e.scene: e for e in parent or () if not e.zone}
+    for scene, b in target_scenes(bad).items():
+        total = _log(b.ratio)
+        c = c_rows.get(scene)
+        p = p_rows.get(scene)
+        c_share = _log(c.ratio) / total if c is not None else math.nan
+        p_share = 0.0 if parent is None else (_log(p.ratio) / total if p is not None else math.nan)
+        out[scene] = (p_share, c_share)
+    return out
+
+
+def partial_scenes(scene_shares: Mapping[str, tuple[float, float]]) -> dict[str, float]:
+    """The target scenes whose culprit step is below :data:`PARTIAL_SHARE` of BAD's change, with that step."""
+    return {scene: c - p for scene, (p, c) in scene_shares.items()
+            if math.isfinite(c - p) and c - p < PARTIAL_SHARE}
+
+
+def next_ranges(scene_shares: Mapping[str, tuple[float, float]]) -> tuple[bool, bool]:
+    """Where the rest of BAD's change lies when the culprit explains only part of it:
+    (before the culprit: GOOD..parent holds more than 1 - PARTIAL_SHARE of it in some scene,
+    after it: culprit..BAD does)."""
+    rest = 1.0 - PARTIAL_SHARE
+    before = any(math.isfinite(p) and p > rest for p, _ in scene_shares.values())
+    after = any(math.isfinite(c) and 1.0 - c > rest for _, c in scene_shares.values())
+    return before, after
+
+
+__all__ = ["MIDPOINT", "PARTIAL_SHARE", "STATES", "Classification", "Effect", "classify", "next_ranges",
+           "partial_scenes", "shares", "target_scenes"]

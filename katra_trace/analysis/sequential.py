@@ -1,0 +1,305 @@
+"""The stopping rule of ``katra3d ab --until-decided`` and of bisect's time mode: one look after every round,
+with the overall false-alarm rate kept at alpha however many looks are taken.
+
+Pure: numpy and scipy.stats only. The evidence is what the paired t of
+:mod:`katra_trace.analysis.decide` uses: the per-round log ratios ``log(NEW level / BASE level)``. Testing them
+at alpha after every round and stopping at the first success would give alpha a new chance at every look (the
+A/A false-alarm rate of 20 naive looks at alpha 0.01 is several times alpha: docs/stats.md). So the rule is a
+**group-sequential paired t test**:
+
+* ``K`` = the cap on rounds (``--rounds``), the plan over which alpha is spent; the looks are at rounds
+  ``k = min_rounds .. K``, information fraction ``t = k / K``.
+* Lan-DeMets **O'Brien-Fleming-type spending**, one-sided, for each direction:
+  ``alpha(t) = 2 (1 - Phi(z_{1 - alpha/2} / sqrt(t)))``, ``alpha(1) = alpha``: almost nothing at the first
+  looks, most of alpha at the last ones, so a long run pays little for its early looks.
+* Each look's **nominal level** ``a_k`` is the alpha spent at it (the first look takes all spent up to it);
+  the levels add up to alpha, so by the union bound the chance of a false alarm at any look is at most
+  alpha, whatever the dependence between looks, with the spread estimated afresh at each. (An exact
+  boundary for a known spread, the Armitage-McPherson-Rowe recursion, allows more at the late looks, but
+  with the spread estimated from the rounds the t test's overall rate rose to 1.12-1.17 alpha in simulation:
+  docs/stats.md.)
+* At ``k`` rounds the look draws the **repeated confidence interval** of the mean log ratio, the t interval
+  with ``k - 1`` degrees of freedom and ``a_k`` in each tail. These intervals cover the true change at every
+  look at once with probability >= ``1 - 2 alpha``.
+* The verdict is the project's interval rule (:func:`~katra_trace.analysis.intervals.interval_verdict`):
+  **regression** (the estimate at least the threshold, the whole interval above 0), **improvement** mirrored,
+  **unchanged** (the whole interval inside +-threshold: no change of practical size, the futility stop),
+  else undecided. So a false regression at some look has chance <= alpha, and a false "unchanged" when the
+  change is a threshold's or more has chance <= alpha too. Several scenes: alpha / m each (Bonferroni).
+
+:func:`look` is the one decision on one series; :func:`settle` says whether a whole comparison is decided
+(every scene); :func:`simulate` runs the rule on seeded normal series (tests and docs/stats.md's figures).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from katra_trace.analysis.defaults import (
+    DEFAULT_ALPHA,
+    DEFAULT_SEQUENTIAL_MAX_ROUNDS,
+    DEFAULT_SEQUENTIAL_MIN_ROUNDS,
+    check_alpha,
+    check_sequential_rounds,
+    check_threshold_pct,
+    threshold_for,
+)
+from katra_trace.analysis.intervals import interval_verdict
+from katra_trace.analysis.verdict import VERDICTS, Comparison
+from katra_trace.errors import ConfigError, OptionError
+
+#: The rule's name, as ab.json records it.
+RULE_NAME = "group-sequential-t"
+#: The spending function's name, as ab.json records it.
+SPENDING = "lan-demets-obrien-fleming"
+
+
+@dataclasses.dataclass(frozen=True)
+class SequentialRule:
+    """A stopping rule for repeated looks at paired rounds: what ab.json records (``to_json``).
+
+    ``alpha``: the one-sided false-regression rate over all looks (per scene, before the split over scenes);
+    ``max_rounds``: the cap and the plan alpha is spent over; ``min_rounds``: the first look;
+    ``threshold_pct``: the smallest change of practical size in percent (None: the time metrics' default).
+    """
+
+    alpha: float = DEFAULT_ALPHA
+    max_rounds: int = DEFAULT_SEQUENTIAL_MAX_ROUNDS
+    min_rounds: int = DEFAULT_SEQUENTIAL_MIN_ROUNDS
+    threshold_pct: float | None = None
+    name: str = RULE_NAME
+    spending: str = SPENDING
+
+    def __post_init__(self) -> None:
+        if (self.name, self.spending) != (RULE_NAME, SPENDING):
+            raise OptionError(f"unknown sequential rule {self.name!r} with spending {self.spending!r} "
+                              f"(known: {RULE_NAME!r} with {SPENDING!r})")
+        check_alpha(self.alpha)
+        check_threshold_pct(self.threshold_pct)
+        check_sequential_rounds(self.min_rounds, self.max_rounds)
+
+    @property
+    def threshold(self) -> float:
+        """The threshold as a fraction (the time metrics' default when ``threshold_pct`` is None)."""
+        return threshold_for("wall", self.threshold_pct) / 100.0
+
+    def describe(self) -> str:
+        """One line: what the rule is, with its numbers."""
+        return (f"group-sequential paired t, O'Brien-Fleming-type alpha spending over {self.max_rounds} rounds, "
+                f"first look at round {self.min_rounds}, alpha {self.alpha:g}, threshold "
+                f"{self.threshold * 100:g}%")
+
+    def to_json(self) -> dict[str, Any]:
+        """The rule as JSON-ready data (ab.json's ``sequential``)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> SequentialRule:
+        """The rule :meth:`to_json` wrote; ConfigError (exit 2) for anything else."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(data, Mapping) or not set(data) <= fields:
+            raise ConfigError(f"not a sequential rule: {data!r}")
+        try:
+            return cls(**{str(k): v for k, v in data.items()})
+        except (OptionError, TypeError) as exc:
+            raise ConfigError(f"not a usable sequential rule ({exc}): {data!r}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Look:
+    """One look at ``rounds`` paired rounds: decided or not, the verdict, why; ratios NEW / BASE (> 1 slower)."""
+
+    decided: bool
+    verdict: str  #: one of :data:`~katra_trace.analysis.verdict.VERDICTS` ("inconclusive" while undecided)
+    rounds: int
+    reason: str
+    ratio: float = math.nan  #: the geometric mean of the per-round ratios
+    ci_low: float = math.nan  #: the repeated interval, as ratios
+    ci_high: float = math.nan
+    confidence: float = math.nan  #: the repeated interval's nominal two-sided confidence at this look
+    final: bool = False  #: this look is at the cap: no more rounds will be run
+
+
+def spent(alpha: float, t: float) -> float:
+    """Alpha spent by information fraction ``t`` (O'Brien-Fleming-type, Lan-DeMets), one-sided."""
+    if t <= 0:
+        return 0.0
+    return float(2.0 * sps.norm.sf(float(sps.norm.isf(alpha / 2.0)) / math.sqrt(min(t, 1.0))))
+
+
+@functools.lru_cache(maxsize=64)
+def nominal_levels(alpha: float, min_rounds: int, max_rounds: int) -> tuple[float, ...]:
+    """The one-sided nominal level of each look ``k = min_rounds .. max_rounds`` (in that order): the alpha the
+    spending function assigns to it (the first look takes all that was spent up to it). They add up to
+    ``alpha``, so the chance of a false alarm at any look is at most ``alpha`` (the union bound), whatever
+    the dependence between the looks and with the spread estimated at each."""
+    check_alpha(alpha)
+    check_sequential_rounds(min_rounds, max_rounds)
+    cumulative = [spent(alpha, k / max_rounds) for k in range(min_rounds, max_rounds + 1)]
+    return tuple(max(now - before, 0.0) for now, before in zip(cumulative, [0.0, *cumulative[:-1]], strict=True))
+
+
+def critical_t(rule: SequentialRule, rounds: int, tests: int = 1) -> float:
+    """The t quantile of the repeated interval at ``rounds`` rounds (inf before a look can decide anything)."""
+    level = nominal_levels(rule.alpha / max(tests, 1), rule.min_rounds, rule.max_rounds)[rounds - rule.min_rounds]
+    return float(sps.t.isf(level, rounds - 1)) if level > 0 else math.inf
+
+
+def _interval(estimate: float, se: float, q: float) -> tuple[float, float]:
+    if se == 0:
+        return estimate, estimate
+    return estimate - q * se, estimate + q * se
+
+
+def _ratio(log_ratio: float) -> float:
+    """exp, with inf for a bound too far out to be a number (an early look's interval)."""
+    return math.exp(log_ratio) if log_ratio < 700 else math.inf
+
+
+def _pct(log_ratio: float) -> str:
+    return f"{(_ratio(log_ratio) - 1) * 100:+.1f}%"
+
+
+def look(rule: SequentialRule, log_ratios: Sequence[float] | np.ndarray, *, tests: int = 1) -> Look:
+    """The rule's look at the per-round log ratios NEW / BASE so far (``tests``: scenes judged together).
+
+    ConfigError when there are more rounds than the rule's cap (its alpha is spent by then)."""
+    x = np.asarray(log_ratios, dtype=np.float64)
+    k = int(x.size)
+    if k > rule.max_rounds:
+        raise ConfigError(f"{k} rounds is more than the sequential rule's cap of {rule.max_rounds}")
+    thr = rule.threshold
+    where = f"round {k} of at most {rule.max_rounds}"
+    if k < rule.min_rounds:
+        return Look(False, "inconclusive", k, f"{k} round(s): the first look is at round {rule.min_rounds} "
+                                              "(run-to-run noise unknown before)")
+    estimate, se = float(x.mean()), float(x.std(ddof=1)) / math.sqrt(k)
+    q = critical_t(rule, k, tests)
+    low, high = _interval(estimate, se, q)
+    verdict = interval_verdict(estimate, low, high, thr)
+    level = (1 - float(sps.t.cdf(q, k - 1))) if math.isfinite(q) else 0.0
+    interval = f"repeated interval [{_pct(low)}, {_pct(high)}]" if math.isfinite(q) else "no interval yet"
+    thr_pct = f"{thr * 100:g}%"
+    final = k == rule.max_rounds
+    if verdict == "regression":
+        why = f"{_pct(estimate)} slower, {interval} above 0 (threshold {thr_pct}; {where})"
+    elif verdict == "improvement":
+        why = f"{_pct(estimate)}, {interval} below 0 (threshold {thr_pct}; {where})"
+    elif verdict == "unchanged":
+        why = f"{_pct(estimate)}, {interval} within +-{thr_pct}: no change of practical size ({where})"
+    elif final:
+        why = f"{_pct(estimate)}, {interval}: undecided at the cap of {k} rounds (threshold {thr_pct})"
+    else:
+        why = f"{_pct(estimate)}, {interval}: not decided yet ({where}, threshold {thr_pct})"
+    return Look(decided=verdict != "inconclusive", verdict=verdict, rounds=k, reason=why,
+                ratio=_ratio(estimate), ci_low=_ratio(low), ci_high=_ratio(high),
+                confidence=1.0 - 2.0 * level, final=final)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settled:
+    """Whether a comparison after ``rounds`` rounds is decided for every scene, and the one line that says so."""
+
+    decided: bool
+    rounds: int
+    max_rounds: int
+    reason: str
+    undecided: tuple[str, ...] = ()  #: the scenes still inconclusive
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (ab.json's ``stop``)."""
+        return dict(dataclasses.asdict(self), undecided=list(self.undecided))
+
+    @classmethod
+    def from_dict(cls, data: object) -> Settled:
+        """What :meth:`as_dict` wrote; ConfigError (exit 2) for anything else."""
+        try:
+            if not isinstance(data, Mapping):
+                raise TypeError("not an object")
+            made = cls(decided=data["decided"], rounds=data["rounds"], max_rounds=data["max_rounds"],
+                       reason=data["reason"], undecided=tuple(data.get("undecided", ())))
+            if not (isinstance(made.decided, bool) and isinstance(made.reason, str)
+                    and all(isinstance(n, int) for n in (made.rounds, made.max_rounds))
+                    and all(isinstance(n, str) for n in made.undecided)):
+                raise TypeError("a field of the wrong type")
+        except (KeyError, TypeError) as exc:
+            raise ConfigError(f"not a record of why ab's rounds stopped ({exc}): {data!r}") from None
+        return made
+
+
+def settle(comparison: Comparison, rounds: int, max_rounds: int) -> Settled:
+    """Is every scene of ``comparison`` decided (regression, improvement, unchanged; incomparable ones cannot
+    change)? The stop line of ``ab --until-decided``: why it stopped, or why it goes on."""
+    open_ = [s.scene for s in comparison.scenes if s.verdict == "inconclusive"]
+    verdicts = ", ".join(f"{s.scene} {s.verdict}" for s in comparison.scenes) or "no scenes"
+    if not open_:
+        return Settled(True, rounds, max_rounds, f"decided after {rounds} of at most {max_rounds} rounds: {verdicts}")
+    if rounds >= max_rounds:
+        return Settled(False, rounds, max_rounds, f"undecided at the cap of {max_rounds} rounds: {verdicts}",
+                       tuple(open_))
+    return Settled(False, rounds, max_rounds, f"undecided after {rounds} of at most {max_rounds} rounds "
+                                              f"({', '.join(open_)})", tuple(open_))
+
+
+@dataclasses.dataclass(frozen=True)
+class Simulation:
+    """The rule run on ``trials`` seeded normal series: how often each verdict, and the rounds used."""
+
+    effect: float  #: the true change, a fraction (0.1 = +10 %)
+    sd_log: float  #: the sd of one round's log ratio
+    trials: int
+    rates: dict[str, float]  #: fraction of trials ending with each verdict (at the stop, or at the cap)
+    mean_rounds: float
+
+
+def simulate(rule: SequentialRule, effect: float, sd_log: float, trials: int, seed: int,
+             tests: int = 1) -> Simulation:
+    """Run :func:`look`'s rule after every round of ``trials`` series of normal log ratios (mean
+    ``log(1 + effect)``, sd ``sd_log``) up to the cap; each stops at its first decided look."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(math.log1p(effect), sd_log, size=(trials, rule.max_rounds))
+    k = np.arange(1, rule.max_rounds + 1)
+    mean = np.cumsum(x, axis=1) / k
+    sq = np.cumsum(x * x, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        se = np.sqrt(np.maximum(sq - k * mean * mean, 0.0) / (k - 1) / k)
+    verdict_of = np.vectorize(lambda e, lo, hi: interval_verdict(e, lo, hi, rule.threshold), otypes=[object])
+    final = np.full(trials, "inconclusive", dtype=object)
+    used = np.full(trials, rule.max_rounds)
+    open_ = np.ones(trials, dtype=bool)
+    for r in range(rule.min_rounds, rule.max_rounds + 1):
+        q = critical_t(rule, r, tests)
+        if not math.isfinite(q):
+            continue
+        idx = np.flatnonzero(open_)
+        est, s = mean[idx, r - 1], se[idx, r - 1]
+        v = verdict_of(est, est - q * s, est + q * s)
+        done = v != "inconclusive"
+        final[idx[done]] = v[done]
+        used[idx[done]] = r
+        open_[idx[done]] = False
+    rates = {name: float(np.mean(final == name)) for name in VERDICTS if name != "incomparable"}
+    return Simulation(effect=effect, sd_log=sd_log, trials=trials, rates=rates, mean_rounds=float(used.mean()))
+
+
+__all__ = [
+    "RULE_NAME",
+    "SPENDING",
+    "Look",
+    "SequentialRule",
+    "Settled",
+    "Simulation",
+    "critical_t",
+    "look",
+    "nominal_levels",
+    "settle",
+    "simulate",
+    "spent",
+]

@@ -1,0 +1,177 @@
+"""A scene's zones in the report: its passes in one plot and, with ``--zones draws``, each pass's draws in their own.
+
+A capture with ``--zones draws`` times every draw as a zone named ``<pass>/<label>#<k>``, nested in
+its pass (``frame`` when no pass was open; harness/engine/draws.py). Drawn in one plot, a pass's
+total is many times its largest draw and dwarfs them. So the passes plot shows the passes alone,
+and each pass with draws gets a plot of its own with its own scale, titled with the pass's total
+and what its draws add up to. Every bar has its label: a plot is as tall as its bars need
+(:func:`bars_height`) and names every category on its axis.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from katra_trace.report.figure import color, layout, plot_div
+from katra_trace.report.plottext import plot_text
+from katra_trace.report.series import TraceLike, zone_medians
+
+#: The pass of draws made while no pass zone was open (harness/engine/draws.py names them ``frame/...``).
+FRAME_PASS = "frame"
+#: Most draws one pass's plot shows: the slowest, in capture order (the plot says how many it left out).
+MAX_DRAW_BARS = 40
+#: Height of a bars plot: the space around the bars, a category's gap, and each side's bar (pixels).
+BARS_FRAME_PX = 110
+ROW_GAP_PX = 8
+BAR_PX = 9
+#: The default height of a plot (the page's CSS ``.plot``): the passes plot is never lower.
+PLOT_PX = 320
+#: The lowest a plot of one pass's draws goes (one or two draws need no more).
+DRAWS_MIN_PX = 180
+
+#: The x axis of a bars plot reaches this many times its longest bar: room for the value written beside it.
+TEXT_ROOM = 1.15
+
+_DRAW_END = re.compile(r"#[0-9]+$")
+
+
+def draw_pass(name: str, zones: Collection[str]) -> str | None:
+    """The pass that draw zone ``name`` belongs to, or None when ``name`` is not a draw.
+
+    A draw's name is ``<pass>/<label>#<k>``; its pass is the longest prefix of it before a ``/`` that is
+    one of ``zones`` (or :data:`FRAME_PASS`), so pass and label names may contain ``/`` themselves.
+    """
+    if not _DRAW_END.search(name):
+        return None
+    cut = name.rfind("/")
+    while cut > 0:
+        prefix = name[:cut]
+        if prefix in zones or prefix == FRAME_PASS:
+            return prefix
+        cut = name.rfind("/", 0, cut)
+    return None
+
+
+def group_zones(names: Sequence[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """``(passes, {pass: its draws})`` of a scene's zone ``names``, each in first-seen order."""
+    known = set(names)
+    passes: list[str] = []
+    draws: dict[str, list[str]] = {}
+    for name in names:
+        owner = draw_pass(name, known)
+        if owner is None:
+            passes.append(name)
+        else:
+            draws.setdefault(owner, []).append(name)
+    return passes, draws
+
+
+def captured_draws(traces: Sequence[TraceLike]) -> bool:
+    """Whether any of ``traces`` was captured with ``--zones draws``."""
+    return any(t.header.capture_options.zones == "draws" for t in traces)
+
+
+def bars_height(categories: int, sides: int, least: int = PLOT_PX) -> int:
+    """Pixels a horizontal bars plot needs so that each of ``categories`` has room for its label and
+    ``sides`` bars (never less than ``least``)."""
+    return max(least, BARS_FRAME_PX + categories * (ROW_GAP_PX + BAR_PX * max(1, sides)))
+
+
+def _bars(role: str, labels: Sequence[str], values: Sequence[float], unit: str) -> dict[str, Any]:
+    """One side's horizontal bars (ms or counts), each value written beside its bar."""
+    return {"type": "bar", "orientation": "h", "name": "runs" if role == "run" else "baseline",
+            "y": [plot_text(z) for z in labels], "x": list(values), "marker": {"color": color(role, 0)},
+            "text": [format(v, ".3f" if unit == "ms" else ",.0f") for v in values], "textposition": "outside",
+            "cliponaxis": False, "textfont": {"size": 11}}
+
+
+def _bars_layout(title: str, unit: str, labels: Sequence[str], data: Sequence[dict[str, Any]],
+                 least: int = PLOT_PX) -> dict[str, Any]:
+    """The layout of a horizontal bars plot: a row per label, every label named, room right of the longest
+    bar for its value."""
+    ticks = [plot_text(z) for z in labels]
+    top = max((float(v) for d in data for v in d["x"]), default=0.0)
+    xaxis: dict[str, Any] = {"title": {"text": unit}, "rangemode": "tozero"}
+    if top > 0:
+        xaxis["range"] = [0, top * TEXT_ROOM]
+    return layout(title, unit, "", barmode="group", height=bars_height(len(labels), len(data), least),
+                  yaxis={"automargin": True, "autorange": "reversed", "type": "category",
+                         "tickmode": "array", "tickvals": ticks, "ticktext": ticks}, xaxis=xaxis)
+
+
+def _fmt(v: float | None, unit: str) -> str:
+    """A pass total for the caption: ms to 3 decimals, counts whole with their unit."""
+    return "-" if v is None else f"{v:,.3f} ms" if unit == "ms" else f"{v:,.0f} {unit}"
+
+
+def zone_figures(base_id: str, scene: str, clock: str, sides: Sequence[tuple[str, Sequence[TraceLike]]],
+                 frame_medians: Mapping[str, float], unit: str) -> tuple[str, str, list[dict[str, Any]]]:
+    """``(passes element, draws elements, figures)`` of ``scene``'s zones on ``clock``, runs against
+    baseline: each side's bar is the median over its runs of each run's median per-frame time.
+
+    ``frame_medians`` is each side's median frame time, the total of the draws made outside any pass.
+    The passes element is empty when the scene has no pass zone, the draws elements when it was not
+    captured with ``--zones draws``.
+    """
+    medians: dict[str, dict[str, float]] = {}
+    for role, traces in sides:
+        per_zone: dict[str, list[float]] = {}
+        for t in traces:
+            for zone, med in zone_medians(t, scene, clock).items():
+                per_zone.setdefault(zone, []).append(med)
+        if per_zone:
+            medians[role] = {z: float(np.median(v)) for z, v in per_zone.items()}
+    names = list(dict.fromkeys(z for m in medians.values() for z in m))
+    draws_mode = captured_draws([t for _, traces in sides for t in traces])
+    passes, draws = group_zones(names) if draws_mode else (names, {})
+    figures: list[dict[str, Any]] = []
+    passes_html = ""
+    if passes:
+        data = [_bars(role, [z for z in passes if z in m], [m[z] for z in passes if z in m], unit)
+                for role, m in medians.items()]
+        title = f"{'passes' if draws else 'zones'}, median per frame ({clock})"
+        data = [d for d in data if d["y"]]
+        figures.append({"id": f"{base_id}-zones", "data": data, "layout": _bars_layout(title, unit, passes, data)})
+        passes_html = plot_div(figures[-1])
+    draws_html = []
+    for k, (owner, members) in enumerate(draws.items()):
+        shown = members
+        if len(members) > MAX_DRAW_BARS:
+            slowest = set(sorted(members, key=lambda z: -max(m.get(z, 0.0) for m in medians.values()))[:MAX_DRAW_BARS])
+            shown = [z for z in members if z in slowest]
+        labels = [z[len(owner) + 1:] for z in shown]
+        data = []
+        totals = []
+        for role, m in medians.items():
+            have = [(label, m[z]) for label, z in zip(labels, shown, strict=True) if z in m]
+            if have:
+                data.append(_bars(role, [h[0] for h in have], [h[1] for h in have], unit))
+            total = m.get(owner, frame_medians.get(role) if owner == FRAME_PASS else None)
+            summed = sum(m[z] for z in members if z in m)
+            totals.append(f"{'runs' if role == 'run' else 'baseline'} {_fmt(total, unit)} "
+                          f"(its draws add up to {_fmt(summed, unit)})")
+        where = "outside any pass" if owner == FRAME_PASS and owner not in names else f"in pass {owner}"
+        left_out = f"; the {len(shown)} slowest of {len(members)} shown" if len(shown) < len(members) else ""
+        fig = {"id": f"{base_id}-draws-{k}", "data": data,
+               "layout": _bars_layout(plot_text(f"draws {where}, median per frame ({clock}){left_out}"), unit, labels,
+                                      data, DRAWS_MIN_PX)}
+        figures.append(fig)
+        caption = f"{len(members)} draw{'' if len(members) == 1 else 's'} {where}; pass total per frame: {'; '.join(totals)}"
+        draws_html.append(f'<p class="muted pass-total">{html.escape(caption)}</p>{plot_div(fig)}')
+    return passes_html, "".join(draws_html), figures
+
+
+__all__ = [
+    "FRAME_PASS",
+    "MAX_DRAW_BARS",
+    "bars_height",
+    "captured_draws",
+    "draw_pass",
+    "group_zones",
+    "zone_figures",
+]
