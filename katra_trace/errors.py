@@ -91,6 +91,18 @@ class BackendUnavailable(KatraError):
     exit_code = 3
 
 
+def write_failed(path: object, failure: BaseException, described: str, events: int, where: object,
+                 published: bool | None) -> KatraError:
+    """The one error of a trace write that failed: ConfigError when the writer was stopped by a
+    configuration error, else TraceIOError (``described``: the failure in one line), saying where the
+    ``events`` written before it can be read (``where``; ``published`` False: the existing file was kept)."""
+    kept = (f"; the {events} events written before it are readable in {str(where)!r}"
+            if published is not False else "; the existing file was kept")
+    if isinstance(failure, ConfigError):
+        return ConfigError(f"writing trace {str(path)!r} stopped: {failure}{kept}")
+    return TraceIOError(f"writing trace {str(path)!r} failed: {described}{kept}")
+
+
 __all__ = [
     "BackendUnavailable",
     "ConfigError",
@@ -104,4 +116,6 @@ __all__ = [
     "TraceTooLargeError",
     "TraceVersionError",
     "WriterClosedError",
+    "write_failed",
 ]
+

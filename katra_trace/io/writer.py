@@ -33,7 +33,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from katra_trace import __version__
-from katra_trace.errors import ConfigError, KatraError, TraceIOError, WriterClosedError
+from katra_trace.errors import ConfigError, KatraError, TraceIOError, WriterClosedError, write_failed
 from katra_trace.io import claim as claim_mod
 from katra_trace.io import format as fmt
 from katra_trace.io.blockfile import BlockFile
@@ -282,8 +282,7 @@ class TraceWriter:
         self._enqueue_block(fmt.BlockType.ANNOTATION, fmt.encode_json(record))  # fails early, in the caller
 
     def image(self, meta: dict[str, Any], png: bytes) -> None:
-        """Write an IMAGE block: a kept frame, its facts ``meta`` and its ``png`` (:mod:`katra_trace.io.image_block`),
-        ordered after the events appended so far; codec 0, the PNG being compressed already."""
+        """An IMAGE block (:mod:`katra_trace.io.image_block`) after the events so far; codec 0: PNG is compressed."""
         self._enqueue_block(fmt.BlockType.IMAGE, encode_image_payload(meta, png), fmt.Codec.NONE)
 
     def flush(self) -> None:
@@ -351,11 +350,8 @@ class TraceWriter:
                 failure = failure or exc
         if failure is not None:
             where = self.final_path if published or self._claim is None else self.part_path
-            kept = (f"; the {self._out.written_events} events written before it are readable in {str(where)!r}"
-                    if published is not False else "; the existing file was kept")
-            if isinstance(failure, ConfigError):
-                raise ConfigError(f"writing trace {str(self.path)!r} stopped: {failure}{kept}")
-            raise TraceIOError(f"writing trace {str(self.path)!r} failed: {claim_mod.describe(failure)}{kept}")
+            raise write_failed(self.path, failure, claim_mod.describe(failure), self._out.written_events, where,
+                               published)
 
     @property
     def finished(self) -> bool:
@@ -364,9 +360,8 @@ class TraceWriter:
     def __enter__(self) -> TraceWriter:
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if self._finished:
             return
         if exc_type is None:
