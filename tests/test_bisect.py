@@ -292,27 +292,33 @@ _SCENE = '''
 from scenes.builtin.clear import ClearScene
 
 EXTRA = {extra}
+TINT = {tint}
 
 
 class Slow(ClearScene):
-    """The user's scene: from some commit on, its render does more Python work."""
+    """The user's scene: from some commit on, its render does more Python work (and, where TINT, draws a
+    grey square over its bands)."""
 
     name = "slow"
 
     def render(self, frame):
         super().render(frame)
+        if TINT:
+            self.target.clear(0.5, 0.5, 0.5, 1.0, viewport=(0, 0, 4, 4))
         with frame.zone("extra"):
             for _ in range(EXTRA):
                 sum(range(1000))
 '''
 
 
-def _scene_repo(tmp_path: Path, versions: list[int]) -> tuple[Path, list[str]]:
+def _scene_repo(tmp_path: Path, versions: list[int], tinted: int | None = None) -> tuple[Path, list[str]]:
+    """One commit per entry of ``versions`` (the extra work a frame); from commit ``tinted`` on, the picture
+    changes too."""
     repo = tmp_path / "game"
     _git(tmp_path, "init", "-q", str(repo))
     shas = []
     for i, v in enumerate(versions):
-        (repo / "scene.py").write_text(_SCENE.format(extra=v))
+        (repo / "scene.py").write_text(_SCENE.format(extra=v, tint=tinted is not None and i >= tinted))
         (repo / "notes.txt").write_text(f"version {i}\n")
         _git(repo, "add", "-A")
         _git(repo, "commit", "-q", "-m", f"scene v{i}")
@@ -324,8 +330,9 @@ def _scene_repo(tmp_path: Path, versions: list[int]) -> tuple[Path, list[str]]:
 @pytest.mark.slow
 @needs_valgrind
 def test_counted_bisection_of_a_scene(tmp_path: Path, gl_ctx: Any) -> None:
-    """Three commits after GOOD; the first does 20x1000 more loop steps a frame: GOOD, BAD and one step."""
-    repo, shas = _scene_repo(tmp_path, [0, 20, 20, 20])
+    """Three commits after GOOD; the first does 20x1000 more loop steps a frame: GOOD, BAD and one step.
+    The last (BAD) also changes the picture: its image verdict says so, the culprit's says identical."""
+    repo, shas = _scene_repo(tmp_path, [0, 20, 20, 20], tinted=3)
     out = tmp_path / "out"
     r = _bisect(repo, shas[0], shas[3], "scene.py:Slow", "-m", "instructions", "-a",
                 "--frames 2 --warmup 1 --size 16x16 --zones", "-o", str(out))
@@ -336,6 +343,10 @@ def test_counted_bisection_of_a_scene(tmp_path: Path, gl_ctx: Any) -> None:
     assert rows[("slow", "")]["verdict"] == "regression" and rows[("slow", "")]["metric"] == "instructions"
     assert rows[("slow", "extra")]["verdict"] == "regression" and rows[("slow", "")]["ratio"] > 2
     assert "slow / extra" in r.stdout
+    tested = {t["sha"]: t for t in result["tested"]}
+    assert tested[shas[1]]["images"]["slow"].startswith("image identical"), tested[shas[1]]
+    assert tested[shas[3]]["images"]["slow"].startswith("image changed: FLIP mean"), tested[shas[3]]
+    assert "slow: image identical" in r.stdout  # the culprit's own line in the report
 
 
 @pytest.mark.gl

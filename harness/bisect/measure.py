@@ -23,7 +23,7 @@ import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -71,6 +71,8 @@ class Measured:
     stopped: str
     seconds: float
     log: str
+    #: scene -> its image verdict against GOOD as one line (:func:`image_lines`)
+    images: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 def _capture(ws: Workspace, tree: Path, out: Path, log: Path) -> str:
@@ -124,6 +126,24 @@ def compare_to_good(ws: Workspace, good: Sequence[Path], new: Sequence[Path],
     return tuple(Effect.from_row(r) for r in (*result.scenes, *result.zones)), result
 
 
+def image_lines(good: Sequence[Path], new: Sequence[Path], comparison: Comparison) -> dict[str, str]:
+    """Each scene's image verdict against GOOD, as its output line ("image identical: ...", "image changed:
+    FLIP mean 0.031, 2.4 % of pixels over 0.1"), by the one image rule with its default thresholds. It is
+    shown beside the timing and never classifies a commit: a bisection looks for a slowdown. Scenes whose
+    captures do not compare are *incomparable*; {} when no trace can be read."""
+    # deferred: the image rule loads Pillow (and FLIP when an image differs); building the parser must not
+    from katra_trace.analysis.images import image_verdicts, side_images
+
+    try:
+        b = side_images([open_trace(p) for p in good])
+        n = side_images([open_trace(p) for p in new])
+    except KatraError:
+        return {}
+    verdicts = image_verdicts(b, n, not_comparable={s.scene: s.reason for s in comparison.scenes
+                                                   if s.verdict == "incomparable"})
+    return {scene: v.line for scene, v in verdicts.items()}
+
+
 def sequential_rule(setup: Setup) -> SequentialRule:
     """The stopping rule of the time mode: the bisection's alpha and threshold, its cap on rounds."""
     # deferred: the rule loads scipy; building the parser must not
@@ -170,13 +190,15 @@ def measure(ws: Workspace, trees: Trees, c: Commit) -> Measured:
                 remove_worktree(ws.top, tree)
         kept = (ws.rel(out),) if out.is_file() else ()
         effects: tuple[Effect, ...] = ()
+        images: dict[str, str] = {}
         if not (is_good or failure):
             compared = compare_to_good(ws, [good_trace], [out], paired=False)
             if isinstance(compared, str):
                 failure = compared
             else:
                 effects = compared[0]
-        return Measured(effects, failure, kept, 1, "", time.monotonic() - t0, ws.rel(log))
+                images = image_lines([good_trace], [out], compared[1])
+        return Measured(effects, failure, kept, 1, "", time.monotonic() - t0, ws.rel(log), images)
     return _measure_time(ws, trees, c, log, t0)
 
 
@@ -221,7 +243,9 @@ def _measure_time(ws: Workspace, trees: Trees, c: Commit, log: Path, t0: float) 
                         time.monotonic() - t0, "")
     effects = tuple(Effect.from_row(r) for r in (*done.comparison.scenes, *done.comparison.zones))
     stopped = done.settled.reason if done.settled is not None else ""
-    return Measured(effects, "", kept(), done.rounds, stopped, time.monotonic() - t0, "")
+    images = image_lines(sorted((folder / "base").glob("*.katra")), sorted((folder / "new").glob("*.katra")),
+                         done.comparison)
+    return Measured(effects, "", kept(), done.rounds, stopped, time.monotonic() - t0, "", images)
 
 
-__all__ = ["Measured", "Trees", "Workspace", "compare_to_good", "measure"]
+__all__ = ["Measured", "Trees", "Workspace", "compare_to_good", "image_lines", "measure"]

@@ -45,11 +45,21 @@ def _traces(r: CommitResult) -> str:
     return f"{folder}/ ({len(r.traces)} files)"
 
 
+def _image_word(r: CommitResult) -> str:
+    """The images' verdicts in one cell: "identical" when every scene's is, else each other scene's."""
+    words = {scene: line.split(":", 1)[0].removeprefix("image ") for scene, line in r.images.items()}
+    if not words:
+        return "-"
+    if all(w == "identical" for w in words.values()):
+        return "identical"
+    return ", ".join(f"{scene} {w}" for scene, w in words.items() if w != "identical")
+
+
 def tested_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
     """Every commit measured, in history order (GOOD first): state, change per target scene, rounds,
     traces, subject; then why each skipped commit was skipped."""
     targets = target_scenes(tested[setup.bad.sha].effects) if setup.bad.sha in tested else {}
-    rows = [["commit", "state", "change vs GOOD", "rounds", "traces", "subject"]]
+    rows = [["commit", "state", "change vs GOOD", "image vs GOOD", "rounds", "traces", "subject"]]
     skipped = []
     for c in (setup.good, *setup.commits):
         r = tested.get(c.sha)
@@ -58,7 +68,7 @@ def tested_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
         scenes = {e.scene: e for e in r.effects if not e.zone}
         change = ", ".join(f"{s} {_pct(scenes[s].ratio)}" for s in (targets or scenes) if s in scenes) or "-"
         role = " (GOOD)" if c.sha == setup.good.sha else " (BAD)" if c.sha == setup.bad.sha else ""
-        rows.append([c.short, r.state + role, change, str(r.rounds), _traces(r), c.subject])
+        rows.append([c.short, r.state + role, change, _image_word(r), str(r.rounds), _traces(r), c.subject])
         if r.state == "skip":
             skipped.append(f"  {c.short}: {r.reason}")
     return _table(rows) + skipped
@@ -72,6 +82,7 @@ def report_lines(setup: Setup, tested: Mapping[str, CommitResult], found: Outcom
         culprit = tested[found.first_bad.sha]
         lines += ["", f"first bad commit: {found.first_bad.sha} {found.first_bad.subject}",
                   f"its change against GOOD {setup.good.short}:", *effect_lines(culprit.effects)]
+        lines += [f"{scene}: {line}" for scene, line in culprit.images.items()]
         bad = target_scenes(tested[setup.bad.sha].effects)
         for scene, (before, after) in found.explained.items():
             step = after - before

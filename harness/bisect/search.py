@@ -79,7 +79,8 @@ def _pct(share: float) -> float | None:
 
 def _record(c: Commit, m: Measured, state: str, reason: str) -> CommitResult:
     return CommitResult(sha=c.sha, subject=c.subject, state=state, reason=reason, effects=m.effects,
-                        traces=m.traces, rounds=m.rounds, stopped=m.stopped, seconds=m.seconds, log=m.log)
+                        traces=m.traces, rounds=m.rounds, stopped=m.stopped, seconds=m.seconds, log=m.log,
+                        images=dict(m.images))
 
 
 def _effects_text(effects: tuple[Effect, ...]) -> str:

@@ -72,8 +72,8 @@ class CommitResult:
     ``traces``: the traces kept, relative to the output directory. ``rounds``: captures of this commit
     (time: interleaved rounds against GOOD; counts: 1). ``stopped``: time only, why the rounds stopped.
     ``seconds``: wall time of this commit's captures. ``log``: the captures' output, relative path.
-    ``images``: room for a per-scene image verdict (identical, within tolerance, changed) beside the
-    timing one; empty until captures keep images.
+    ``images``: scene -> its image verdict against GOOD as one line ("image changed: FLIP mean ..."),
+    shown beside the timing; it does not classify the commit.
     """
 
     sha: str
