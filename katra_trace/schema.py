@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import re
+from collections.abc import Collection
 
 import numpy as np
 
@@ -92,6 +94,34 @@ VALUE_CLOCKS: frozenset[int] = COUNT_CLOCKS | {int(Clock.PROCESS)}
 #: Name of the reference-workload markers (Flag.REFERENCE).
 REFERENCE_NAME = "reference"
 
+#: The pass of draws made while no pass zone was open (``--zones draws``).
+FRAME_PASS = "frame"
+
+_DRAW_END = re.compile(r"#[0-9]+$")
+
+
+def draw_zone_name(pass_name: str, label: str, k: int) -> str:
+    """The name of the ``k``-th draw (1-based) labelled ``label`` in pass ``pass_name`` (``--zones draws``):
+    ``<pass>/<label>#<k>``."""
+    return f"{pass_name}/{label}#{k}"
+
+
+def draw_pass(name: str, zones: Collection[str]) -> str | None:
+    """The pass that draw zone ``name`` belongs to, or None when ``name`` is not a draw.
+
+    A draw's name is :func:`draw_zone_name`'s; its pass is the longest prefix of it before a ``/`` that is
+    one of ``zones`` (or :data:`FRAME_PASS`), so pass and label names may contain ``/`` themselves.
+    """
+    if not _DRAW_END.search(name):
+        return None
+    cut = name.rfind("/")
+    while cut > 0:
+        prefix = name[:cut]
+        if prefix in zones or prefix == FRAME_PASS:
+            return prefix
+        cut = name.rfind("/", 0, cut)
+    return None
+
 
 __all__ = [
     "COLUMNS",
@@ -99,9 +129,12 @@ __all__ = [
     "COUNT_CLOCKS",
     "VALUE_CLOCKS",
     "EVENT_DTYPE",
+    "FRAME_PASS",
     "Flag",
     "Kind",
     "REFERENCE_NAME",
     "SCHEMA_VERSION",
+    "draw_pass",
+    "draw_zone_name",
     "schema_hash",
 ]

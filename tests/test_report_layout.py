@@ -14,8 +14,8 @@ import pytest
 from katra_trace import Clock, Flag, Kind, open_trace
 from katra_trace.report import build_report
 from katra_trace.report.series import BAND_MIN_RUNS, MAX_POINTS, frame_series, side_band
-from katra_trace.report.zones import MAX_DRAW_BARS, bars_height, draw_pass, group_zones
-from katra_trace.schema import EVENT_DTYPE
+from katra_trace.report.zones import MAX_DRAW_BARS, bars_height, group_zones
+from katra_trace.schema import EVENT_DTYPE, draw_pass
 from tests.test_report import _figures, long_run
 from tests.trace_helpers import write_trace
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from katra_trace.schema import Clock, Kind
+from katra_trace.schema import FRAME_PASS, Clock, Kind, draw_zone_name
 
 #: Name of the per-frame counter of draws that went untimed (over the cap).
 UNTIMED_NAME = "untimed_draws"
@@ -118,11 +118,11 @@ class DrawZones:
 
     def name(self, obj: Any, kind: str) -> str:
         label = self.label_of(obj, kind)
-        where = self._passes[-1] if self._passes else "frame"
+        where = self._passes[-1] if self._passes else FRAME_PASS
         key = (where, label)
         k = self._seen.get(key, 0) + 1
         self._seen[key] = k
-        return f"{where}/{label}#{k}"
+        return draw_zone_name(where, label, k)
 
     # -- the wrappers
 

@@ -31,7 +31,7 @@ from katra_trace.analysis.stats import reference_durations, scene_durations, sce
 from katra_trace.analysis.verdict import Comparison, SceneComparison
 from katra_trace.errors import ConfigError
 from katra_trace.metrics import check_run_stat, is_count
-from katra_trace.schema import REFERENCE_NAME, Clock, Kind
+from katra_trace.schema import REFERENCE_NAME, Clock, Kind, draw_pass
 
 
 def _label(trace: Any, side: str, index: int) -> str:
@@ -231,11 +231,11 @@ def _draw_names(trace: Any) -> dict[str, set[str]]:
     """``{scene: {draw zone name}}`` of a trace captured with ``--zones draws`` (names ``pass/label#k``)."""
     labels = scene_labels(trace.events, list(trace.strings))
     ev = trace.events
-    draws = ev[(ev["kind"] == Kind.ZONE) & (ev["depth"] >= 2) & (ev["flags"] == 0)]
+    zones = ev[(ev["kind"] == Kind.ZONE) & (ev["flags"] == 0)]
     out: dict[str, set[str]] = {}
-    for sid in np.unique(draws["scene"]):
-        names = {trace.name(int(n)) for n in np.unique(draws[draws["scene"] == sid]["name"])}
-        names = {n for n in names if "#" in n and "/" in n}
+    for sid in np.unique(zones["scene"]):
+        known = {trace.name(int(n)) for n in np.unique(zones[zones["scene"] == sid]["name"])}
+        names = {n for n in known if draw_pass(n, known) is not None}
         if names:
             out.setdefault(labels.get(int(sid), trace.name(int(sid))), set()).update(names)
     return out

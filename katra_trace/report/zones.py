@@ -11,8 +11,7 @@ and what its draws add up to. Every bar has its label: a plot is as tall as its 
 from __future__ import annotations
 
 import html
-import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,9 +19,8 @@ import numpy as np
 from katra_trace.report.figure import color, layout, plot_div
 from katra_trace.report.plottext import plot_text
 from katra_trace.report.series import TraceLike, zone_medians
+from katra_trace.schema import FRAME_PASS, draw_pass
 
-#: The pass of draws made while no pass zone was open (harness/engine/draws.py names them ``frame/...``).
-FRAME_PASS = "frame"
 #: Most draws one pass's plot shows: the slowest, in capture order (the plot says how many it left out).
 MAX_DRAW_BARS = 40
 #: Height of a bars plot: the space around the bars, a category's gap, and each side's bar (pixels).
@@ -36,26 +34,6 @@ DRAWS_MIN_PX = 180
 
 #: The x axis of a bars plot reaches this many times its longest bar: room for the value written beside it.
 TEXT_ROOM = 1.15
-
-_DRAW_END = re.compile(r"#[0-9]+$")
-
-
-def draw_pass(name: str, zones: Collection[str]) -> str | None:
-    """The pass that draw zone ``name`` belongs to, or None when ``name`` is not a draw.
-
-    A draw's name is ``<pass>/<label>#<k>``; its pass is the longest prefix of it before a ``/`` that is
-    one of ``zones`` (or :data:`FRAME_PASS`), so pass and label names may contain ``/`` themselves.
-    """
-    if not _DRAW_END.search(name):
-        return None
-    cut = name.rfind("/")
-    while cut > 0:
-        prefix = name[:cut]
-        if prefix in zones or prefix == FRAME_PASS:
-            return prefix
-        cut = name.rfind("/", 0, cut)
-    return None
-
 
 def group_zones(names: Sequence[str]) -> tuple[list[str], dict[str, list[str]]]:
     """``(passes, {pass: its draws})`` of a scene's zone ``names``, each in first-seen order."""
@@ -167,11 +145,9 @@ def zone_figures(base_id: str, scene: str, clock: str, sides: Sequence[tuple[str
 
 
 __all__ = [
-    "FRAME_PASS",
     "MAX_DRAW_BARS",
     "bars_height",
     "captured_draws",
-    "draw_pass",
     "group_zones",
     "zone_figures",
 ]
