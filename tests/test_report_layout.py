@@ -90,7 +90,7 @@ def test_draws_are_plotted_apart_from_their_pass_total_with_every_label(tmp_path
     # the pass total is not a bar among its draws: the tallest draw is a small part of it, said above the plot
     assert max(max(d["x"]) for d in opaque["data"]) < 0.2
     assert opaque["layout"]["xaxis"]["range"][1] > 1.1 * max(max(d["x"]) for d in opaque["data"])  # room for values
-    caption = re.search(r"20 draws in pass main/opaque; pass total per frame: runs ([0-9.]+) ms", page)
+    caption = re.search(r"20 draws in pass main/opaque; pass total per frame: runs ([0-9.]+) ms", page)  # units.format_ms
     assert caption is not None and float(caption.group(1)) > 5.0
     outside = next(f for t, f in by_title.items() if "outside any pass" in t)
     assert outside["data"][0]["y"] == ["blit#1"]

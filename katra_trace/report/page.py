@@ -30,6 +30,7 @@ from katra_trace.report.figure import compact as _compact
 from katra_trace.report.figure import layout as _layout
 from katra_trace.report.history import history_section
 from katra_trace.report.plottext import plot_text
+from katra_trace.units import format_ms
 from katra_trace.report.series import (
     BAND_MIN_RUNS,
     FrameSeries,
@@ -111,15 +112,16 @@ def _json_for_script(obj: Any) -> str:
 
 
 def _num(v: Any, unit: str) -> str:
-    """One number format per unit: ms to 3 decimals, counts whole with separators, rates to 1 decimal."""
+    """One number format per unit: durations given in ms with their own unit (:func:`katra_trace.units.format_ms`),
+    counts whole with separators, rates to 1 decimal."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
     if isinstance(v, bool):
         return str(v)
     if unit == "int":
         return f"{int(v):,}"
-    if unit == "ms":
-        return f"{float(v):,.3f}"
+    if unit == "ms":  # a duration: in the unit that fits it (us, ms, s), as every text surface writes one
+        return format_ms(float(v))
     if unit == "fps":
         return f"{float(v):,.1f}"
     if unit == "ratio":
@@ -229,7 +231,8 @@ def _comparison_section(comparison: Mapping[str, Any] | None, error: str | None)
         rows.append([
             _e(scene), f'<span class="{cls}">{_e(verdict)}</span>', _num(s.get("change_pct"), "pct"), ci,
             _num(s.get("p_holm"), "p"), _e(f"{s.get('runs_base', '-')} / {s.get('runs_new', '-')}"),
-            f"{_num(s.get('median_base'), level_unit)} &rarr; {_num(s.get('median_new'), level_unit)} {_e(unit)}",
+            f"{_num(s.get('median_base'), level_unit)} &rarr; {_num(s.get('median_new'), level_unit)}"
+            + ("" if level_unit == "ms" else f" {_e(unit)}"),
             f'<span class="muted">{_e(s.get("reason", ""))}</span>',
         ])
     table = _table(["scene", "verdict", "change", "interval", "p (Holm)", "runs base / new", "level", "why"], rows)
@@ -261,7 +264,8 @@ def _stats_table(entries: Sequence[tuple[str, str, Mapping[str, Any]]]) -> str:
     for unit, rows in groups.items():
         cols = _TIME_COLUMNS if unit == "ms" else tuple((k.format(u=unit), f) for k, f in _COUNT_COLUMNS)
         body = [[_e(label), _e(clock), *(_num(stats.get(k), f) for k, f in cols)] for label, clock, stats in rows]
-        out.append(_table(["run", "clock", *(k for k, _ in cols)], body, left=2))
+        # durations carry their unit in the cell: "median", not "median_ms"
+        out.append(_table(["run", "clock", *(k.removesuffix("_ms") for k, _ in cols)], body, left=2))
     return "".join(out)
 
 

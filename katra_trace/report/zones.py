@@ -20,6 +20,7 @@ from katra_trace.report.figure import color, layout, plot_div
 from katra_trace.report.plottext import plot_text
 from katra_trace.report.series import TraceLike, zone_medians
 from katra_trace.schema import FRAME_PASS, draw_pass
+from katra_trace.units import format_count, format_ms
 
 #: Most draws one pass's plot shows: the slowest, in capture order (the plot says how many it left out).
 MAX_DRAW_BARS = 40
@@ -83,8 +84,8 @@ def _bars_layout(title: str, unit: str, labels: Sequence[str], data: Sequence[di
 
 
 def _fmt(v: float | None, unit: str) -> str:
-    """A pass total for the caption: ms to 3 decimals, counts whole with their unit."""
-    return "-" if v is None else f"{v:,.3f} ms" if unit == "ms" else f"{v:,.0f} {unit}"
+    """A pass total for the caption: a duration in the unit that fits it, counts whole with their unit."""
+    return "-" if v is None else format_ms(v) if unit == "ms" else f"{format_count(v)} {unit}"
 
 
 def zone_figures(base_id: str, scene: str, clock: str, sides: Sequence[tuple[str, Sequence[TraceLike]]],
