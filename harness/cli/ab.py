@@ -35,6 +35,7 @@ from katra_trace.analysis.defaults import DEFAULT_SEQUENTIAL_MAX_ROUNDS
 from katra_trace.errors import ConfigError
 from katra_trace.io.claim import check_output_dir
 from katra_trace.io.tracesets import AB_MANIFEST, clear_ab_dir
+from katra_trace.units import format_duration
 
 if TYPE_CHECKING:
     from harness.ab.rounds import Round
@@ -75,7 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _round_line(done: Round, cap: int) -> None:
-    took = ", ".join(f"{side.upper()} {done.seconds[side]:.1f} s" for side in done.order)
+    took = ", ".join(f"{side.upper()} {format_duration(done.seconds[side] * 1e9)}" for side in done.order)
     open_ = done.settled.undecided if done.settled is not None and done.number < cap else ()
     look = f"; undecided: {', '.join(open_)}" if open_ else ""
     print(f"katra3d ab: round {done.number}/{cap}: {took}{look}", file=sys.stderr, flush=True)
