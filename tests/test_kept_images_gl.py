@@ -129,3 +129,40 @@ def test_expect_and_update_images(katra_cli: Any, tmp_path: Path) -> None:
     other_frame = katra_cli("run", "triangle", "--size", "48x32", "--warmup", "1", "--frames", "3", "--quiet",
                             "-o", "f.katra", "--expect-images", "refs")
     assert other_frame.returncode == 2 and "this run kept frame 3" in other_frame.stdout
+
+
+_NO_TARGET = '''
+import numpy as np
+from scenes import Scene
+
+
+class Plain(Scene):
+    """Draws into whatever framebuffer is bound (no bind_target of its own)."""
+
+    name = "plain"
+
+    def setup(self, ctx, size, params):
+        self.ctx = ctx
+
+    def render(self, frame):
+        self.ctx.clear(0.25, 0.5, 0.75, 1.0)
+'''
+
+
+def test_a_reference_draw_after_the_last_frame_does_not_replace_the_kept_frame(katra_cli: Any,
+                                                                               tmp_path: Path) -> None:
+    """A scene without a target of its own is read from the bound framebuffer: the reference draw after the last
+    frame (every 4th frame; 4 frames) must leave the harness's framebuffer bound, or the reference's own image
+    (another size) would be kept and gated in place of the scene's."""
+    (tmp_path / "plain.py").write_text(_NO_TARGET, encoding="utf-8")
+    res = katra_cli("run", "plain.py:Plain", "--size", "24x16", "--warmup", "1", "--frames", "4",
+                    "--reference-every", "4", "--quiet", "-o", "p.katra")
+    assert res.returncode == 0, res.stderr
+    kept = read_frame_images(tmp_path / "p.katra")["plain"]
+    assert (kept.width, kept.height) == (24, 16)
+    assert (kept.pixels[..., :3] == np.array([64, 128, 191], dtype=np.uint8)).all(), kept.pixels[0, 0]
+    # info names the kept frame; --json lists it with its key
+    shown = katra_cli("info", "p.katra")
+    assert shown.returncode == 0 and f"plain: frame 4, 24x16, sha256 {kept.sha256[:12]}" in shown.stdout, shown.stdout
+    listed = json.loads(katra_cli("info", "p.katra", "--json").stdout)["images"]
+    assert [(i["scene"], i["width"], i["key"]) for i in listed] == [("plain", 24, kept.key)]

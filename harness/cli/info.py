@@ -10,12 +10,15 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from harness.cli._common import load_trace_quietly, print_json, terminal_width
 from katra_trace import Clock, Flag, Kind, Trace
+from katra_trace.errors import KatraError
+from katra_trace.io.images import FrameImage, read_frame_images
 from katra_trace.text import escape
 from katra_trace.units import format_ms, significant
 
@@ -72,6 +75,8 @@ def info_dict(trace: Trace) -> dict[str, Any]:
         "stopped_at": trace.stopped_at,
         "stop_reason": trace.stop_reason or None,
         "notes": trace.notes,
+        "images": [{"scene": i.scene, "frame_index": i.frame_index, "time_s": i.time_s, "width": i.width,
+                    "height": i.height, "sha256": i.sha256, "key": i.key} for i in _kept_frames(trace)],
     }
 
 
@@ -227,6 +232,15 @@ def _host_lines(trace: Trace) -> list[str]:
     return [line for line in (gl, machine) if line]
 
 
+def _kept_frames(trace: Trace) -> list[FrameImage]:
+    """The frames the trace keeps for the image verdicts (docs/kept-images.md); none from a trace whose
+    kept frames cannot be read (``validate`` says why)."""
+    try:
+        return list(read_frame_images(Path(trace.path)).values())
+    except KatraError:
+        return []
+
+
 def render_compact(trace: Trace, width: int = 80) -> str:
     """``info``'s default: one line per fact worth reading, empty fields left out, values wrapped at
     ``width`` columns under their label; ``--all`` (:func:`render_text`) has every field."""
@@ -245,6 +259,8 @@ def render_compact(trace: Trace, width: int = 80) -> str:
         ("capture", _capture_line(trace)),
         ("events", f"{_fmt_value(counts['by_kind'])}; clocks {_fmt_value(counts['by_clock'])}" if n else ""),
         ("scenes", _scene_lines(trace, counts)),
+        ("images", [f"{i.scene}: frame {i.frame_index}, {i.width}x{i.height}, sha256 {i.sha256[:12]}"
+                    for i in _kept_frames(trace)]),
         ("host", _host_lines(trace)),
         ("notes", h.notes or ""),
     ]

@@ -100,9 +100,12 @@ class ReferenceDraw:
         self.count = 0
 
     def run(self, frame: int) -> None:
-        """Time one reference draw (after frame ``frame``), leaving the reference framebuffer bound."""
+        """Time one reference draw (after frame ``frame``), then bind again the framebuffer that was bound: the
+        frame's image stays the one read back after the last frame (a scene without a target of its own is
+        read from the bound framebuffer)."""
         ctx = self.ctx
         timer = self.timer
+        previous = ctx.fbo
         self.fbo.use()
         ctx.finish()  # the frame's own work is not the reference's
         t0 = _pc()
@@ -110,6 +113,8 @@ class ReferenceDraw:
         t_sub = _pc()
         ctx.finish()
         t1 = _pc()
+        if previous is not None:
+            previous.use()
         start = t0 - timer.origin_ns
         flags = int(Flag.REFERENCE)
         self.add((int(Kind.MARKER), int(Clock.CPU), flags, 0, timer.scene_id, self.name_id, frame, start,
