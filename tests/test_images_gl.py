@@ -70,3 +70,55 @@ def test_a_one_pixel_shift_and_a_colour_step_are_changed(renders: dict[int, Path
             v = image_verdict(frame, new)
             assert v.verdict == "changed", f"{name}, {what}: {v.line}"
             assert v.flip_mean > 0 and not v.checksum_only
+
+
+_MOVABLE = '''
+import numpy as np
+from scenes import Param, Scene
+
+
+class Movable(Scene):
+    """A shaded triangle whose geometry moves by ``dx`` pixels and whose colour constant moves by ``tint``."""
+
+    name = "movable"
+    params = {"dx": Param(0, type=int), "tint": Param(0.0, type=float)}
+
+    def setup(self, ctx, size, params):
+        self.target = self.bind_target(ctx, size)
+        self.prog = ctx.program(
+            vertex_shader="#version 330\\nin vec2 p; out vec2 v; uniform float off;"
+                          "void main(){ v = p; gl_Position = vec4(p.x + off, p.y, 0, 1); }",
+            fragment_shader="#version 330\\nin vec2 v; out vec4 c; uniform float tint;"
+                            "void main(){ c = vec4(vec3(0.55, 0.35, 0.2) + tint + 0.3 * v.xyx, 1); }")
+        self.prog["off"].value = 2.0 * params["dx"] / size[0]
+        self.prog["tint"].value = params["tint"]
+        vbo = ctx.buffer(np.array([-0.7, -0.6, 0.65, -0.5, -0.1, 0.7], dtype="f4"))
+        self.vao = ctx.vertex_array(self.prog, [(vbo, "2f", "p")])
+
+    def render(self, frame):
+        self.target.use()
+        self.target.clear(0.1, 0.1, 0.12, 1.0)
+        self.vao.render()
+'''
+
+
+def test_moved_geometry_and_a_moved_colour_constant_rendered_for_real_are_changed(tmp_path: Path) -> None:
+    """The same checks on real renders: the scene's geometry moved by one pixel, and its colour constant moved
+    by 0.02 (about 5 of 255 levels), each rendered by llvmpipe, are *changed*; the same params render
+    *identical*."""
+    (tmp_path / "movable.py").write_text(_MOVABLE, encoding="utf-8")
+    frames = {}
+    for label, params in (("base", ()), ("again", ()), ("moved", ("--param", "dx=1")),
+                          ("tinted", ("--param", "tint=0.02"))):
+        env = dict(os.environ)
+        env.pop("KATRA3D_BACKEND", None)
+        r = subprocess.run([sys.executable, "-m", "harness", "run", "movable.py:Movable", *params, "--frames", "1",
+                            "--warmup", "1", "--size", "96x64", "--quiet", "--screenshot", label, "-o",
+                            f"{label}.katra"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        frames[label] = load_png(tmp_path / label / "movable.png")
+    assert image_verdict(frames["base"], frames["again"]).verdict == "identical"
+    for what in ("moved", "tinted"):
+        v = image_verdict(frames["base"], frames[what])
+        print(f"{what}: {v.line}")  # shown with -s: docs/images.md quotes these figures
+        assert v.verdict == "changed", f"{what}: {v.line}"
