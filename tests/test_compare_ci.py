@@ -105,7 +105,9 @@ def test_bench_records_then_compares_with_baseline(tmp_path: Path, gl_ctx: objec
             env={**env, "PATH": str(_path_without_valgrind(tmp_path))})
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "base/run-01.katra").is_file()
-    assert "no baseline" in summary.read_text() and "| fillrate | wall |" in summary.read_text()
+    # stats' compact table: the run's primary clock in the heading, a row per scene
+    assert "no baseline" in summary.read_text() and "frame times, wall clock" in summary.read_text()
+    assert "\n| fillrate | " in summary.read_text()
     # a huge threshold: this exercises the comparison path, not the machine's noise
     r = _sh(bench, "-m", "time", "-o", "new", "-b", "base", "-n", "1", "-a", TINY, "--", "--threshold", "500",
             cwd=tmp_path, env=env)
@@ -147,7 +149,7 @@ def test_bench_gates_on_instructions_unless_the_codegen_differs(tmp_path: Path, 
     marker = (tmp_path / "here/codegen-mismatch").read_text()
     assert "cpu_model: baseline 'Other CPU 9000' -> this runner" in marker and "llvm: baseline '99.0.0'" in marker
     text = (tmp_path / "here/summary.md").read_text()
-    assert "codegen-mismatch" in text.splitlines() and "| clear | instructions |" in text
+    assert "codegen-mismatch" in text.splitlines() and "instructions" in text and "\n| clear | 2 | " in text
     assert text in summary.read_text() and not (tmp_path / "here/compare.md").exists()
     assert len(list((tmp_path / "here").glob("*.katra"))) == 1  # counts: one run by default
     # the same runner, one more band cleared per frame: a regression in one run a side

@@ -48,9 +48,10 @@ def add_decision_options(p: argparse.ArgumentParser, alpha_means: str = ALPHA_CO
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help=f"{alpha_means} (default: {DEFAULT_ALPHA:g})")
 
 
-def add_comparability_options(p: argparse.ArgumentParser) -> None:
-    """What is compared and what may be compared: the options of compare, ab and report --baseline
-    (:func:`compare_kwargs` turns them into :func:`katra_trace.analysis.compare.compare_traces`' arguments)."""
+def add_comparability_options(p: argparse.ArgumentParser, images: bool = True) -> None:
+    """What is compared and what may be compared: the options of compare, ab, report --baseline and bisect
+    (:func:`compare_kwargs` turns them into :func:`katra_trace.analysis.compare.compare_traces`' arguments);
+    ``images``: the image verdict's options too (bisect shows image verdicts with the defaults, never gates)."""
     p.add_argument("--metric", choices=METRICS, default="auto",
                    help="what is compared: auto = instructions (then cycles) when every trace has them, else "
                         "the clock the capture trusts (wall in sync mode, gpu in gpu mode); process = the "
@@ -71,7 +72,8 @@ def add_comparability_options(p: argparse.ArgumentParser) -> None:
                    help="compare instruction or cycle counts even when the code generator differs (CPU model "
                         "or flags, Mesa, LLVM, vector width; noted in the output)")
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)  # kept for old scripts: no effect
-    add_image_options(p)
+    if images:
+        add_image_options(p)
 
 
 def add_image_options(p: argparse.ArgumentParser) -> None:
@@ -100,7 +102,8 @@ def check_compare_options(args: argparse.Namespace) -> None:
     check_alpha(args.alpha)
     check_threshold_pct(args.threshold)
     check_run_stat(args.stat, count=is_count(args.metric), normalize=args.normalize)
-    image_options(args)
+    if hasattr(args, "images"):  # commands that take the image options (not bisect)
+        image_options(args)
 
 
 def compare_kwargs(args: argparse.Namespace) -> dict[str, Any]:

@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="continue the bisection in DIR (after Ctrl-C or a failure) without measuring again")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_decision_options(p)
-    add_comparability_options(p)
+    add_comparability_options(p, images=False)  # image verdicts are shown with their defaults
     p.set_defaults(func=run)
 
 
