@@ -3,7 +3,9 @@
 #   ci/system-deps.sh        Mesa's EGL + llvmpipe (needed to render)
 #   ci/system-deps.sh test   the above, plus Xvfb (the GLFW backend tests), valgrind
 #                            (the --measure instructions tests run it for real) and chromium
-#                            (the HTML report is opened in it)
+#                            (the HTML report is opened in it); and, where they can be installed,
+#                            the bench extras below, so the test of the glmark2 row's glmark2 side
+#                            runs glmark2 for real
 #   ci/system-deps.sh bench  the first, plus glmark2-x11, glmark2-data and Xvfb for `make bench`'s
 #                            glmark2 parity row (bench/glmark2.py), where they can be installed
 # Installs them with apt-get when they are missing and we are root;
@@ -75,7 +77,7 @@ if [ "${#missing[@]}" -ne 0 ]; then
         exit 1
     fi
 fi
-if [ "$want_bench" = 1 ]; then
+if [ "$want_bench" = 1 ] || [ "$want_test" = 1 ]; then
     bench_extras
 fi
 exit 0
