@@ -8,7 +8,9 @@ by an older build or by hand, ``harness.capture(capture_options=...)``), and so 
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from typing import IO, Any
 
 
@@ -36,4 +38,18 @@ def dump(obj: Any, fp: IO[str], **kwargs: Any) -> None:
     fp.write(dumps(obj, **kwargs))
 
 
-__all__ = ["dump", "dumps"]
+def record_dict(record: Any) -> dict[str, Any]:
+    """A dataclass record's fields as a JSON-ready dict, field by field: non-finite floats become None and
+    tuples lists (the one rule of every record's ``as_dict``)."""
+    out: dict[str, Any] = {}
+    for field in dataclasses.fields(record):
+        value = getattr(record, field.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[field.name] = value
+    return out
+
+
+__all__ = ["dump", "dumps", "record_dict"]

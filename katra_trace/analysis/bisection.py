@@ -28,6 +28,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from katra_trace.jsontext import record_dict
+
 #: Where "like BAD" starts, as a share of BAD's log change against GOOD: nearer BAD than no change.
 MIDPOINT = 0.5
 #: A culprit whose own step is below this share of BAD's log change explains only part of it.
@@ -68,11 +70,7 @@ class Effect:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (non-finite floats as None)."""
-        out: dict[str, Any] = {}
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            out[field.name] = None if isinstance(value, float) and not math.isfinite(value) else value
-        return out
+        return record_dict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Effect:

@@ -38,6 +38,7 @@ from katra_trace.analysis.defaults import (
 )
 from katra_trace.io.claim import check_output_dir, missing_directory, open_output
 from katra_trace.io.images import encode_png, read_frame_images
+from katra_trace.jsontext import record_dict
 from katra_trace.optional import MissingDependencyError, require
 
 #: The verdicts of :func:`image_verdict`, from best to worst.
@@ -114,10 +115,7 @@ class ImageVerdict:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict; NaN becomes None."""
-        out: dict[str, Any] = {}
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            out[field.name] = None if isinstance(value, float) and not math.isfinite(value) else value
+        out = record_dict(self)
         out["line"] = self.line
         return out
 

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from katra_trace.jsontext import record_dict
 from katra_trace.metrics import clock_name
 from katra_trace.schema import COUNT_CLOCKS, Flag, Kind
 
@@ -76,14 +77,7 @@ class FrameStats:
 
     def as_dict(self) -> dict[str, float | int | None]:
         """Field name -> value; non-finite floats (e.g. fps of a 0 ns span) become None."""
-        out: dict[str, float | int | None] = {}
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                out[field.name] = None
-            else:
-                out[field.name] = value
-        return out
+        return record_dict(self)
 
 
 def _rate_hz(count: float, dur_ns: float) -> float:

@@ -10,6 +10,8 @@ import dataclasses
 import math
 from typing import Any
 
+from katra_trace.jsontext import record_dict
+
 VERDICTS = ("regression", "improvement", "unchanged", "inconclusive", "incomparable")
 
 
@@ -69,14 +71,7 @@ class SceneComparison:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict; non-finite floats become None."""
-        out: dict[str, Any] = {}
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                value = None
-            elif isinstance(value, tuple):
-                value = list(value)
-            out[field.name] = value
+        out = record_dict(self)
         change = self.change_pct
         out["change_pct"] = change if math.isfinite(change) else None
         return out
