@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from katra_trace.analysis.bisection import Effect, classify, next_ranges, partial_scenes, shares
+from tests.env_helpers import path_without
 from tests.test_compare_counts import count_trace, wall_trace
 
 HAVE_VALGRIND = shutil.which("valgrind") is not None
@@ -59,20 +60,6 @@ def _bisect(cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: f
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "harness", "bisect", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env=full)
-
-
-def _path_without(tmp_path: Path, *names: str) -> str:
-    """A PATH of links to every command on PATH except ``names`` (a machine without them)."""
-    bindir = tmp_path / ("bin-without-" + "-".join(names))
-    bindir.mkdir(exist_ok=True)
-    for d in os.environ.get("PATH", "").split(os.pathsep):
-        if not d or not os.path.isdir(d):
-            continue
-        for entry in os.scandir(d):
-            link = bindir / entry.name
-            if entry.name not in names and not link.exists() and os.access(entry.path, os.X_OK):
-                link.symlink_to(entry.path)
-    return str(bindir)
 
 
 # --- the rule -------------------------------------------------------------------------------------
@@ -280,9 +267,9 @@ def test_time_mode_takes_rounds_against_good_until_the_sequential_rule_decides(t
 def test_missing_tools_exit_3(tmp_path: Path) -> None:
     repo, shas = _repo(tmp_path, [1.0e7, 1.2e7])
     r = _bisect(repo, shas[0], shas[1], "-c", CP, "-m", "instructions",
-                env={"PATH": _path_without(tmp_path, "valgrind")})
+                env={"PATH": path_without(tmp_path, "valgrind")})
     assert r.returncode == 3 and "apt-get install -y valgrind" in r.stderr
-    r = _bisect(repo, shas[0], shas[1], "-c", CP, "-m", "time", env={"PATH": _path_without(tmp_path, "git")})
+    r = _bisect(repo, shas[0], shas[1], "-c", CP, "-m", "time", env={"PATH": path_without(tmp_path, "git")})
     assert r.returncode == 3 and "needs git" in r.stderr and "Traceback" not in r.stderr
 
 

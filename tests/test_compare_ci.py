@@ -16,6 +16,7 @@ import pytest
 
 from katra_trace import Clock, Flag, Kind
 from katra_trace.schema import EVENT_DTYPE
+from tests.env_helpers import path_without
 from tests.trace_helpers import write_trace
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,24 +52,9 @@ def test_bench_usage_errors(tmp_path: Path) -> None:
     r = _sh(str(REPO / "ci/bench.sh"), "-m", "time", "-s", "", cwd=tmp_path)
     assert r.returncode == 2 and "needs the scenes in -a" in r.stderr
     r = _sh(str(REPO / "ci/bench.sh"), "-m", "instructions", "-o", "out", cwd=tmp_path,
-            env={"PATH": str(_path_without_valgrind(tmp_path))})
+            env={"PATH": path_without(tmp_path, "valgrind")})
     assert r.returncode == 3 and "apt-get install -y valgrind" in r.stderr
     assert not (tmp_path / "out").exists()
-
-
-def _path_without_valgrind(tmp_path: Path) -> Path:
-    """A directory of links to every command on PATH except valgrind (a runner without it)."""
-    bindir = tmp_path / "bin-no-valgrind"
-    bindir.mkdir(exist_ok=True)
-    for d in os.environ.get("PATH", "").split(os.pathsep):
-        if not d or not os.path.isdir(d):
-            continue
-        for entry in os.scandir(d):
-            link = bindir / entry.name
-            if entry.name != "valgrind" and not link.exists() and os.access(entry.path, os.X_OK):
-                link.symlink_to(entry.path)
-    assert shutil.which("valgrind", path=str(bindir)) is None
-    return bindir
 
 
 CODEGEN = {"cpu_model": "Other CPU 9000", "cpu_flags_sha": "0123456789abcdef", "machine": "x86_64",
@@ -102,7 +88,7 @@ def test_bench_records_then_compares_with_baseline(tmp_path: Path, gl_ctx: objec
     bench = str(REPO / "ci/bench.sh")
     # -m auto on a runner without valgrind measures time
     r = _sh(bench, "-o", "base", "-n", "1", "-a", TINY, cwd=tmp_path,
-            env={**env, "PATH": str(_path_without_valgrind(tmp_path))})
+            env={**env, "PATH": path_without(tmp_path, "valgrind")})
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "base/run-01.katra").is_file()
     # stats' compact table: the run's primary clock in the heading, a row per scene
@@ -238,7 +224,7 @@ def test_compare_versions_counts_need_one_round(tmp_path: Path) -> None:
     assert "1 rounds, instructions" in r.stderr
     # counts are refused without valgrind (exit 3), and an unknown measure is bad input (exit 2)
     r = _sh(script, "-m", "instructions", "-c", "cp counted.katra {out}", "HEAD~1", "HEAD", cwd=repo,
-            env={"PATH": str(_path_without_valgrind(tmp_path))})
+            env={"PATH": path_without(tmp_path, "valgrind")})
     assert r.returncode == 3 and "apt-get install -y valgrind" in r.stderr
     r = _sh(script, "--measure", "frames", "HEAD~1", "HEAD", cwd=repo)
     assert r.returncode == 2 and "-m takes time, instructions, cycles or auto" in r.stderr
