@@ -36,6 +36,7 @@ from katra_trace.io.reader import open_trace
 from katra_trace.metrics import is_count
 
 if TYPE_CHECKING:
+    from katra_trace import Trace
     from katra_trace.analysis.sequential import SequentialRule
     from katra_trace.analysis.verdict import Comparison
 
@@ -105,38 +106,33 @@ def _tail(log: Path) -> str:
     return f": {' | '.join(lines[-FAILURE_TAIL_LINES:])}" if lines else ""
 
 
-def compare_to_good(ws: Workspace, good: Sequence[Path], new: Sequence[Path],
-                    paired: bool) -> tuple[tuple[Effect, ...], Comparison] | str:
-    """Each scene's (and zone's) change of ``new`` against ``good`` by the decision model, and the whole
-    comparison, or why the traces could not be compared (a damaged trace, counts against times ...).
-    ``paired``: round i of ``good`` with round i of ``new``, judged by the sequential rule."""
+def compare_to_good(ws: Workspace, good: Path, new: Path) -> tuple[tuple[Effect, ...], dict[str, str]] | str:
+    """Each scene's (and zone's) change of the counted trace ``new`` against GOOD's ``good`` by the decision
+    model, and each scene's image verdict line (:func:`image_lines`, from the same opened traces), or why
+    the traces could not be compared (a damaged trace, counts against times ...)."""
     # deferred: the comparison loads scipy (about a second); building the parser must not
     from katra_trace.analysis.compare import compare_traces
 
     try:
-        b = [open_trace(p, strict=True) for p in good]
-        n = [open_trace(p, strict=True) for p in new]
-        pairs = [(i, i) for i in range(len(n))] if paired else None
-        result = compare_traces(b, n, pairs=pairs, sequential=sequential_rule(ws.setup) if paired else None,
-                                **ws.setup.compare)
+        b, n = [open_trace(good, strict=True)], [open_trace(new, strict=True)]
+        result = compare_traces(b, n, **ws.setup.compare)
     except KatraError as exc:
         return f"not comparable with GOOD: {exc}"
     if not result.scenes:
         return "no scene with measured frames in its traces"
-    return tuple(Effect.from_row(r) for r in (*result.scenes, *result.zones)), result
+    return tuple(Effect.from_row(r) for r in (*result.scenes, *result.zones)), image_lines(b, n, result)
 
 
-def image_lines(good: Sequence[Path], new: Sequence[Path], comparison: Comparison) -> dict[str, str]:
+def image_lines(good: Sequence[Trace], new: Sequence[Trace], comparison: Comparison) -> dict[str, str]:
     """Each scene's image verdict against GOOD, as its output line ("image identical: ...", "image changed:
-    FLIP mean 0.031, 2.4 % of pixels over 0.1"), by the one image rule with its default thresholds. It is
-    shown beside the timing and never classifies a commit: a bisection looks for a slowdown. Scenes whose
-    captures do not compare are *incomparable*; {} when no trace can be read."""
+    FLIP mean 0.031, 2.4 % of pixels over 0.1"), by the one image rule with its default thresholds, from the
+    sides' opened traces. It is shown beside the timing and never classifies a commit: a bisection looks for
+    a slowdown. Scenes whose captures do not compare are *incomparable*; {} when a kept frame is unreadable."""
     # deferred: the image rule loads Pillow (and FLIP when an image differs); building the parser must not
     from katra_trace.analysis.images import image_verdicts, side_images
 
     try:
-        b = side_images([open_trace(p) for p in good])
-        n = side_images([open_trace(p) for p in new])
+        b, n = side_images(good), side_images(new)
     except KatraError:
         return {}
     verdicts = image_verdicts(b, n, not_comparable={s.scene: s.reason for s in comparison.scenes
@@ -192,12 +188,11 @@ def measure(ws: Workspace, trees: Trees, c: Commit) -> Measured:
         effects: tuple[Effect, ...] = ()
         images: dict[str, str] = {}
         if not (is_good or failure):
-            compared = compare_to_good(ws, [good_trace], [out], paired=False)
+            compared = compare_to_good(ws, good_trace, out)
             if isinstance(compared, str):
                 failure = compared
             else:
-                effects = compared[0]
-                images = image_lines([good_trace], [out], compared[1])
+                effects, images = compared
         return Measured(effects, failure, kept, 1, "", time.monotonic() - t0, ws.rel(log), images)
     return _measure_time(ws, trees, c, log, t0)
 
@@ -243,8 +238,11 @@ def _measure_time(ws: Workspace, trees: Trees, c: Commit, log: Path, t0: float) 
                         time.monotonic() - t0, "")
     effects = tuple(Effect.from_row(r) for r in (*done.comparison.scenes, *done.comparison.zones))
     stopped = done.settled.reason if done.settled is not None else ""
-    images = image_lines(sorted((folder / "base").glob("*.katra")), sorted((folder / "new").glob("*.katra")),
-                         done.comparison)
+    try:
+        base, new = ([open_trace(p) for p in sorted((folder / side).glob("*.katra"))] for side in ("base", "new"))
+        images = image_lines(base, new, done.comparison)
+    except KatraError:
+        images = {}
     return Measured(effects, "", kept(), done.rounds, stopped, time.monotonic() - t0, "", images)
 
 
