@@ -341,15 +341,18 @@ def test_counted_bisection_of_a_scene(tmp_path: Path, gl_ctx: Any) -> None:
 def test_timed_bisection_of_a_scene(tmp_path: Path, gl_ctx: Any) -> None:
     """Time: interleaved rounds against GOOD; BAD's frames do 16x the Python work, compared on the process's
     CPU time per frame (a busy machine stretches wall time: 16x16 frames of GOOD varied 3x round to round,
-    and even CPU time by half; three rounds at alpha 0.01 need a step well beyond that)."""
+    and even CPU time by half; three rounds at alpha 0.01 need a step well beyond that). The commit like GOOD
+    must show its interval below halfway to BAD: with a cap of 3 rounds the last look's t interval (2 degrees
+    of freedom) was wider than that in a full suite run, so the cap is 6 and the rule stops when it knows."""
     repo, shas = _scene_repo(tmp_path, [50, 50, 800])
     out = tmp_path / "out"
-    r = _bisect(repo, shas[0], shas[2], "scene.py:Slow", "-m", "time", "--metric", "process", "--max-rounds", "3",
+    r = _bisect(repo, shas[0], shas[2], "scene.py:Slow", "-m", "time", "--metric", "process", "--max-rounds", "6",
                 "-a", "--frames 20 --warmup 1 --size 16x16", "-o", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.loads((out / "bisect.json").read_text())
     assert result["first_bad"] == shas[2] and result["last_good"] == shas[1]
     tested = {t["sha"]: t for t in result["tested"]}
-    assert tested[shas[1]]["state"] == "good" and tested[shas[1]]["rounds"] == 3
+    rounds = tested[shas[1]]["rounds"]
+    assert tested[shas[1]]["state"] == "good" and 3 <= rounds <= 6  # the rule's first look is at round 3
     assert result["effect"][0]["metric"] == "process" and result["effect"][0]["ratio"] > 2
-    assert len(list((out / "traces" / shas[1][:10] / "base").glob("run-*.katra"))) == 3
+    assert len(list((out / "traces" / shas[1][:10] / "base").glob("run-*.katra"))) == rounds
