@@ -8,6 +8,8 @@ arrays, so the per-frame cost is a few deque appends.
 from __future__ import annotations
 
 import collections
+import struct
+import threading
 import time
 from typing import Any
 
@@ -24,30 +26,39 @@ _WALL = int(Clock.WALL)
 _PROCESS = int(Clock.PROCESS)
 _pc = time.perf_counter_ns
 
+#: One sync-mode frame as the timers hand it over: ``(t0, t_submit, t_end, process CPU ns, frame index,
+#: flags, scene id)``, seven little-endian int64 (times: absolute ``perf_counter_ns`` values).
+FRAME_RECORD = struct.Struct("<7q")
+#: ``FRAME_RECORD.pack``: what a timer calls per frame before :attr:`EventBuffer.add_frame`.
+pack_frame = FRAME_RECORD.pack
+
 
 class EventBuffer:
     """Collects events and hands them to a writer in batches (numpy arrays).
 
     Two inputs: :attr:`add` takes one event tuple in EVENT_DTYPE field order;
-    :attr:`add_frame` takes one sync-mode frame as ``(t0, t_submit, t_end,
-    process CPU ns, frame index, flags, scene id)`` (times: absolute
-    ``perf_counter_ns`` values) and becomes a CPU, a WALL and a PROCESS frame
-    event at flush time, converted column by column (cheaper per frame than
-    building three event tuples).
+    :attr:`add_frame` takes one sync-mode frame packed by :func:`pack_frame`
+    (:data:`FRAME_RECORD`), which becomes a CPU, a WALL and a PROCESS frame
+    event at flush time, converted column by column. A packed record costs the
+    frame loop ~0.1 us more than a tuple, and saves ~0.4 us at the flush:
+    bytes join into one array with no per-item conversion (and, not being
+    containers, never wake the garbage collector).
 
     Flushes when ``max_rows`` entries are pending or ``max_age_ns`` has passed
     since the last flush (checked by :meth:`maybe_flush`, once per frame;
-    ``max_age_ns=None`` flushes by count only). Pending entries sit in deques,
-    so another thread may call :meth:`flush` at any time (the engine's keeper
-    does, when a frame takes long): each entry is handed over exactly once.
+    ``max_age_ns=None`` flushes by count only). Another thread may call
+    :meth:`flush` at any time (the engine's keeper does, when a frame takes
+    long): flushes take a lock, and the frame loop only appends (one atomic
+    list or deque append), so each entry is handed over exactly once.
     """
 
     def __init__(self, writer: Any, max_rows: int = 1024, max_age_ns: int | None = 250_000_000) -> None:
         self.writer = writer
         self.rows: collections.deque[tuple[int | float, ...]] = collections.deque()
         self.add = self.rows.append
-        self.frames: collections.deque[tuple[int, ...]] = collections.deque()
+        self.frames: list[bytes] = []
         self.add_frame = self.frames.append
+        self._flush_lock = threading.Lock()
         self.origin_ns = int(writer.start_host_ns)
         self.frame_name = writer.intern(FRAME_NAME)
         self.max_rows = max_rows
@@ -74,8 +85,8 @@ class EventBuffer:
                 break
         return out
 
-    def _frame_events(self, frames: list[tuple[int, ...]]) -> np.ndarray:
-        a = np.array(frames, dtype=np.int64)
+    def _frame_events(self, frames: list[bytes]) -> np.ndarray:
+        a = np.frombuffer(b"".join(frames), dtype="<i8").reshape(-1, 7)
         out = np.zeros(3 * len(a), dtype=EVENT_DTYPE)
         out["kind"] = _FRAME
         out["clock"][0::3] = _CPU
@@ -93,15 +104,19 @@ class EventBuffer:
 
     def flush(self) -> None:
         """Hand everything pending to the writer."""
-        self.last_flush_ns = _pc()
-        if self.frames:
-            frames = self._take(self.frames)
-            if frames:
+        with self._flush_lock:
+            self.last_flush_ns = _pc()
+            pending = self.frames
+            if pending:
+                # the frame loop may append meanwhile: take the first n, and leave what comes after them
+                n = len(pending)
+                frames = pending[:n]
+                del pending[:n]
                 self.writer.append_array(self._frame_events(frames))
-        if self.rows:
-            rows = self._take(self.rows)
-            if rows:
-                self.writer.append_array(np.array(rows, dtype=EVENT_DTYPE))
+            if self.rows:
+                rows = self._take(self.rows)
+                if rows:
+                    self.writer.append_array(np.array(rows, dtype=EVENT_DTYPE))
 
 
-__all__ = ["FRAME_NAME", "EventBuffer"]
+__all__ = ["FRAME_NAME", "FRAME_RECORD", "EventBuffer", "pack_frame"]

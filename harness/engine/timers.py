@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from harness.engine.events import FRAME_NAME, EventBuffer
+from harness.engine.events import FRAME_NAME, EventBuffer, pack_frame
 from harness.gl.shim import (
     GL_DEBUG_SOURCE_APPLICATION,
     GL_MAX_DEBUG_MESSAGE_LENGTH,
@@ -259,7 +259,7 @@ class SyncTimer(Timer):
         t1 = _pc()
         c1 = _process_ns(_PROCESS_CLOCK)
         flags = self.flags
-        self._add_frame((self.t0, t_sub, t1, c1 - self.c0, self.frame_index, flags, self.scene_id))
+        self._add_frame(pack_frame(self.t0, t_sub, t1, c1 - self.c0, self.frame_index, flags, self.scene_id))
         if not flags:
             self._frame_ns_add(t1 - self.t0)
         self._maybe_flush(t1)
