@@ -158,6 +158,40 @@ def new_scene(ctx: Any, name: str, size: tuple[int, int], params: dict[str, Any]
     return scene
 
 
+def capture_frame_period_s(name: str, size: tuple[int, int], frames: int, path: Path, warmup: int = WARMUP,
+                           params: dict[str, Any] | None = None) -> FramePeriod:
+    """:func:`frame_period` of the plain loop's frames inside ``harness.capture`` frame spans (``sync``
+    timing, zones off) on a fresh context, the trace written to ``path`` (replaced)."""
+    import harness
+
+    ctx = egl_context()
+    try:
+        fbo = ctx.simple_framebuffer(size, components=4)
+        fbo.use()
+        scene = new_scene(ctx, name, size, params)
+        try:
+            with harness.capture(ctx, path, scene=name, zones=False, timing="sync", overwrite=True) as cap:
+                render, frame, span = scene.render, PlainFrame(cap.zone), cap.frame
+                for i in range(warmup):
+                    with span(warmup=True):
+                        frame.index, frame.time_s = i, i / 60.0
+                        render(frame)
+                pc = time.perf_counter_ns
+                starts: list[int] = []
+                mark = starts.append
+                for i in range(warmup, warmup + frames):
+                    mark(pc())
+                    with span():
+                        frame.index, frame.time_s, frame._rng = i, i / 60.0, None
+                        render(frame)
+        finally:
+            scene.release()
+            fbo.release()
+    finally:
+        ctx.release()
+    return frame_period(starts)
+
+
 def plain_frame_period_s(name: str, size: tuple[int, int], frames: int, warmup: int = WARMUP,
                          params: dict[str, Any] | None = None) -> FramePeriod:
     """:func:`frame_period` of a plain moderngl loop (``render`` + ``glFinish``) on a fresh context

@@ -24,7 +24,9 @@ Rows (the targets are issue 8's):
 * **harness floor**: the instructions per frame of an empty scene (its
   ``render`` does nothing) beside the cheapest built-in scene;
 * **proxy**: the slowdown of a counted run against a plain (time) run of the
-  same suite, and the Spearman rank correlation between per-scene
+  same suite (issue 23's row: the counted suite's wall on an idle core, its
+  CPU seconds, over the plain run's wall, the plain run alone; beside it the
+  CPU ratio), and the Spearman rank correlation between per-scene
   instructions and wall-clock medians.
 
 The per-scene table is logged as Markdown (stderr) and kept in results.json
@@ -57,7 +59,8 @@ STEP_FRAMES = 3
 STEP_PROCESSES = (3, 2)
 SPREAD_TARGET_PCT = 0.1
 SUITE_TARGET_S = 600.0
-#: Issue 23: the counted ci suite at most this many times its time run (CPU s, one counted process).
+#: Issue 23: the counted ci suite's wall at most this many times its time run's wall (the counted child is
+#: single-threaded, so its CPU seconds are its wall on an idle core; the time run runs alone, after them).
 SLOWDOWN_TARGET = 40.0
 
 _EMPTY_SCENE = '''
@@ -253,9 +256,12 @@ def measure(ctx: BenchContext) -> list[Row]:
             notes=f"cheapest built-in: {cheapest} {_fmt_count(counts[0][cheapest])}"),
         Row("harness floor / cheapest scene", f"empty-scene instructions / {cheapest}'s", empty_count
             / counts[0][cheapest], notes="per frame, same size"),
-        Row("slowdown vs plain run", "suite CPU s: counted / plain", float(np.median(ci_cpu)) / plain.cpu_s,
-            target=at_most(SLOWDOWN_TARGET), notes=f"per-scene frame periods {min(slow.values()):.0f}x..{max(slow.values()):.0f}x; plain run: "
-                  f"{plain.wall_s:.0f} s wall, {plain.cpu_s:.0f} s CPU"),
+        Row("slowdown vs plain run", "suite: counted wall on an idle core (its CPU s) / plain run's wall, alone",
+            float(np.median(ci_cpu)) / plain.wall_s, target=at_most(SLOWDOWN_TARGET),
+            notes=f"issue 23's definition; plain run: {plain.wall_s:.1f} s wall, load {load_end[0]:.1f} at the end"),
+        Row("slowdown vs plain run, CPU", "suite CPU s: counted / plain", float(np.median(ci_cpu)) / plain.cpu_s,
+            notes=f"per-scene frame periods {min(slow.values()):.0f}x..{max(slow.values()):.0f}x; plain run: "
+                  f"{plain.wall_s:.1f} s wall, {plain.cpu_s:.1f} s CPU (llvmpipe's threads included)"),
         Row("rank correlation", "Spearman: per-scene instructions vs plain wall medians", rho, "rho",
             n=len(scenes), notes=f"{len(scenes)} scenes; plain run of {frames} frames"),
     ]

@@ -50,6 +50,7 @@ from bench._core import BenchContext, Row, at_most, bench, interleave, median_iq
 from bench._gl import (
     IDLE_SCENE,
     WARMUP,
+    capture_frame_period_s,
     FramePeriod,
     PlainFrame,
     egl_context,
@@ -269,6 +270,8 @@ def overhead_cost(ctx: BenchContext) -> list[Row]:
     samples = interleave({
         "plain": collect("plain", lambda: plain_frame_period_s(IDLE_SCENE, IDLE_SIZE, frames)),
         "off": collect("off", lambda: run_frame_period_s(off)),
+        "capture": collect("capture", lambda: capture_frame_period_s(IDLE_SCENE, IDLE_SIZE, frames,
+                                                                     ctx.tmp / "idle-capture.katra")),
         "on0": collect("on0", lambda: run_frame_period_s(none_on)),
         "onN": collect("onN", lambda: run_frame_period_s(many_on)),
         "noproc": collect("noproc", _variant(off, process_clock=True)),
@@ -284,7 +287,7 @@ def overhead_cost(ctx: BenchContext) -> list[Row]:
                  for what, a, b in (("the two process-clock reads", "off", "noproc"),
                                     ("the GL error check", "noproc", "bare"))]
     breakdown.append(ratio_row("  of which the rest", "us a frame: run without both - plain loop (frame object, "
-                               "timer calls, event tuple, loop checks)", us("bare", "plain"), unit="us"))
+                               "timer calls, packed event, loop checks)", us("bare", "plain"), unit="us"))
     per_zone = [1e6 * (a - b) / IDLE_ZONES for a, b in zip(samples["onN"], samples["on0"], strict=True)]
     plain_us = 1e6 * median_iqr(samples["plain"])[0]
     reads = [process_clock_read_us() for _ in range(5)]
@@ -294,6 +297,10 @@ def overhead_cost(ctx: BenchContext) -> list[Row]:
                   f"reads of ~{median_iqr(reads)[0]:.2f} us each included; left out as preempted: plain "
                   f"{collect.note('plain')}, run {collect.note('off')}"),
         *breakdown,
+        ratio_row("harness.capture per frame", "us a frame: capture frame span - plain loop, a frame that draws "
+                  "nothing", us("capture", "plain"), unit="us",
+                  notes=f"the user's loop inside `with cap.frame():`; left out as preempted: capture "
+                        f"{collect.note('capture')}"),
         ratio_row("harness per zone", f"us a zone: ({IDLE_ZONES} empty zones - none) / {IDLE_ZONES}, zones on",
                   per_zone, unit="us", notes=ZONES_NOTE),
     ]
