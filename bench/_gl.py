@@ -43,13 +43,16 @@ OUTLIER_FACTOR = 5.0
 
 
 class FramePeriod(float):
-    """A mean frame period in seconds, with ``excluded``: the share of periods left out as preempted."""
+    """A mean frame period in seconds, with ``excluded``: the share of periods left out as preempted,
+    and ``whole``: the mean of every period, none left out (s)."""
 
     excluded: float
+    whole: float
 
-    def __new__(cls, seconds: float, excluded: float) -> FramePeriod:
+    def __new__(cls, seconds: float, excluded: float, whole: float) -> FramePeriod:
         self = super().__new__(cls, seconds)
         self.excluded = excluded
+        self.whole = whole
         return self
 
 
@@ -59,7 +62,7 @@ def frame_period(starts_ns: Any) -> FramePeriod:
     if len(periods) < 1:
         raise RuntimeError("a frame period needs at least 2 frames")
     kept = periods[periods <= OUTLIER_FACTOR * float(np.median(periods))]
-    return FramePeriod(float(kept.mean()) / 1e9, 1.0 - len(kept) / len(periods))
+    return FramePeriod(float(kept.mean()) / 1e9, 1.0 - len(kept) / len(periods), float(periods.mean()) / 1e9)
 
 
 class PlainFrame:
