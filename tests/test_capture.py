@@ -12,7 +12,7 @@ import harness
 from harness.capture import DEFAULT_SCENE
 from katra_trace import open_trace
 from katra_trace.analysis.stats import trace_stats
-from katra_trace.errors import ConfigError
+from katra_trace.errors import ConfigError, SceneError
 from katra_trace.schema import Clock, Flag, Kind
 
 pytestmark = pytest.mark.gl
@@ -140,6 +140,26 @@ def test_capture_aborted_by_exception_keeps_a_valid_trace(gl_ctx: Any, program: 
     assert "boom" in trace.summary["user"]["error"]
     assert len(trace.events[trace.events["kind"] == Kind.FRAME]) == 3  # cpu + wall + process
     assert {trace.strings[s] for s in trace.events["scene"]} == {DEFAULT_SCENE}  # neither workload nor scene given
+
+
+@pytest.mark.parametrize("zones", ["off", "draws"])
+def test_a_gl_error_in_a_frame_ends_the_capture_naming_the_frame(gl_ctx: Any, program: Any, tmp_path: Path,
+                                                                  zones: str) -> None:
+    fbo, vao = program
+    path = tmp_path / f"glerr-{zones}.katra"
+    with pytest.raises(SceneError, match="OpenGL reported GL_INVALID_ENUM in frame 1"):
+        with harness.capture(gl_ctx, path, scene="mine", zones=zones) as cap:
+            for i in range(3):
+                with cap.frame():
+                    vao.render()
+                    if i == 1:
+                        gl_ctx.enable_direct(0xFFFF)  # glEnable of no capability: GL_INVALID_ENUM
+    assert gl_ctx.error == "GL_NO_ERROR"  # glGetError read it, as the capture did
+    trace = open_trace(path)
+    assert trace.summary["status"] == "aborted"
+    assert trace.summary["user"]["gl_errors"][0]["frame"] == 1
+    wall = trace.events[(trace.events["kind"] == Kind.FRAME) & (trace.events["clock"] == Clock.WALL)]
+    assert wall["frame"].tolist() == [0, 1]  # the frame with the error is kept
 
 
 def test_capture_refuses_gpu_timing_on_software_renderer(gl_ctx: Any, tmp_path: Path) -> None:
