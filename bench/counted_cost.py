@@ -7,8 +7,8 @@ cannot be cut. Every round runs the counted command (``--measure instructions``)
 command as a time run back to back, the order rotating (:func:`bench._core.interleave`), and the
 row is the median over rounds of ``counted wall / (4 x time wall + 10 s)``: one figure from two
 timings taken moments apart, so load drift on a shared machine cancels in each pair. Beside it:
-counted / time wall, and the counted run's CPU seconds (parent and child, what it would take on an
-idle core). docs/measure.md ("What start-up costs") records the measured figures.
+counted / time wall, the target's ratio with the counted run's CPU seconds in place of its wall (what
+it would take on an idle core), and those CPU seconds (parent and child). docs/measure.md ("What start-up costs") records the measured figures.
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ def counted_cost(ctx: BenchContext) -> list[Row]:
     against_target = [c / (TIME_FACTOR * t + FIXED_S) for c, t in zip(counted, plain, strict=True)]
     n_cpu = len(cpu["counted"]) - len(counted)  # the warm-up round's CPU times are not kept either
     counted_cpu = sorted(cpu["counted"][n_cpu:])
+    # the counted child is one thread (valgrind runs a process's threads one at a time): its CPU seconds
+    # are its wall on an idle core, which a loaded machine stretches and the time run's wall hardly
+    idle_core = [c / (TIME_FACTOR * t + FIXED_S) for c, t in zip(cpu["counted"][n_cpu:], plain, strict=True)]
     ctx.facts.update({"valgrind": valgrind, "counted_wall_s": counted, "time_wall_s": plain,
                       "counted_cpu_s": counted_cpu, "time_cpu_s": cpu["time"][n_cpu:],
                       "loadavg_start": list(load), "loadavg_end": list(load_end)})
@@ -60,6 +63,8 @@ def counted_cost(ctx: BenchContext) -> list[Row]:
                   against_target, target=at_most(1.0),
                   notes=f"counted {min(counted):.1f}..{max(counted):.1f} s, time {min(plain):.1f}..{max(plain):.1f} s "
                         f"wall; {where}"),
+        ratio_row("counted run vs target, idle core", f"counted CPU s / ({TIME_FACTOR:g} x time wall + {FIXED_S:g} s)",
+                  idle_core, notes="the counted run's CPU seconds stand for its wall on an idle core"),
         ratio_row("counted / time run", "wall, same command, --measure instructions vs time",
                   pair_ratios(samples, "counted", "time"), notes=where),
         Row("counted run CPU", "user + sys s of the counted command, parent and child",
