@@ -69,7 +69,7 @@ def test_frames_appended_while_another_thread_flushes_are_handed_over_once_in_or
     # the keeper thread flushes whenever it likes while the frame loop appends: nothing lost, nothing twice
     sink = MemorySink()
     buf = EventBuffer(sink, max_rows=1 << 30, max_age_ns=None)
-    frames = 30_000
+    frames = 30_000  # at least; more until the keeper has flushed between appends a few times
     done = threading.Event()
 
     def keeper() -> None:
@@ -82,8 +82,11 @@ def test_frames_appended_while_another_thread_flushes_are_handed_over_once_in_or
     try:
         thread.start()
         origin = buf.origin_ns
-        for i in range(frames):
+        i = 0
+        while i < frames or (len(sink.arrays) < 3 and i < 100 * frames):
             buf.add_frame(pack_frame(origin, origin, origin, 0, i, 0, 1))
+            i += 1
+        frames = i
         done.set()
         thread.join()
     finally:
