@@ -102,3 +102,15 @@ def test_the_command_line_starts_without_heavy_modules() -> None:
             f"print(' '.join(m for m in {heavy!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == ""
+
+
+def test_the_decision_modules_load_no_scipy_stats() -> None:
+    """The t and normal functions come from scipy.special: ``scipy.stats`` takes about a second to import (half
+    the CPU of a ``katra3d history show`` or ``check``), and only the frame figures' Mann-Whitney test needs it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import katra_trace.analysis.decide, katra_trace.analysis.sequential, "
+            "katra_trace.history.trends, katra_trace.history.steps; print('scipy.stats' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "False"

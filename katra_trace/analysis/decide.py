@@ -1,6 +1,6 @@
 """The decision of a comparison: statistics and verdicts on per-run frame durations.
 
-Pure: numpy and scipy.stats only, no GL, no I/O. The rule is documented in
+Pure: numpy and scipy only, no GL, no I/O. The rule is documented in
 docs/stats.md; in short (``thr`` = threshold, ``up = 1 + thr``,
 ``down = 1 / (1 + thr)``, the interval at confidence ``1 - 2 alpha``):
 

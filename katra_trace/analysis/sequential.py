@@ -1,7 +1,7 @@
 """The stopping rule of ``katra3d ab --until-decided`` and of bisect's time mode: one look after every round,
 with the overall false-alarm rate kept at alpha however many looks are taken.
 
-Pure: numpy and scipy.stats only. The evidence is what the paired t of
+Pure: numpy and scipy.special only. The evidence is what the paired t of
 :mod:`katra_trace.analysis.decide` uses: the per-round log ratios ``log(NEW level / BASE level)``. Testing them
 at alpha after every round and stopping at the first success would give alpha a new chance at every look (the
 A/A false-alarm rate of 20 naive looks at alpha 0.01 is several times alpha: docs/stats.md). So the rule is a
@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
+from scipy.special import ndtr, ndtri, stdtr
 
 from katra_trace.analysis.defaults import (
     DEFAULT_ALPHA,
@@ -51,7 +51,7 @@ from katra_trace.analysis.defaults import (
     check_threshold_pct,
     threshold_for,
 )
-from katra_trace.analysis.intervals import interval_verdict
+from katra_trace.analysis.intervals import interval_verdict, t_ppf
 from katra_trace.analysis.verdict import VERDICTS, Comparison
 from katra_trace.errors import ConfigError, OptionError
 
@@ -131,7 +131,8 @@ def spent(alpha: float, t: float) -> float:
     """Alpha spent by information fraction ``t`` (O'Brien-Fleming-type, Lan-DeMets), one-sided."""
     if t <= 0:
         return 0.0
-    return float(2.0 * sps.norm.sf(float(sps.norm.isf(alpha / 2.0)) / math.sqrt(min(t, 1.0))))
+    z = float(-ndtri(alpha / 2.0))  # the normal quantile with alpha / 2 above it
+    return float(2.0 * ndtr(-z / math.sqrt(min(t, 1.0))))  # twice the normal tail above z / sqrt(t)
 
 
 @functools.lru_cache(maxsize=64)
@@ -149,7 +150,7 @@ def nominal_levels(alpha: float, min_rounds: int, max_rounds: int) -> tuple[floa
 def critical_t(rule: SequentialRule, rounds: int, tests: int = 1) -> float:
     """The t quantile of the repeated interval at ``rounds`` rounds (inf before a look can decide anything)."""
     level = nominal_levels(rule.alpha / max(tests, 1), rule.min_rounds, rule.max_rounds)[rounds - rule.min_rounds]
-    return float(sps.t.isf(level, rounds - 1)) if level > 0 else math.inf
+    return float(-t_ppf(level, rounds - 1)) if level > 0 else math.inf
 
 
 def _interval(estimate: float, se: float, q: float) -> tuple[float, float]:
@@ -184,7 +185,7 @@ def look(rule: SequentialRule, log_ratios: Sequence[float] | np.ndarray, *, test
     q = critical_t(rule, k, tests)
     low, high = _interval(estimate, se, q)
     verdict = interval_verdict(estimate, low, high, thr)
-    level = (1 - float(sps.t.cdf(q, k - 1))) if math.isfinite(q) else 0.0
+    level = (1 - float(stdtr(k - 1, q))) if math.isfinite(q) else 0.0  # 1 - the t distribution at q
     interval = f"repeated interval [{_pct(low)}, {_pct(high)}]" if math.isfinite(q) else "no interval yet"
     thr_pct = f"{thr * 100:g}%"
     final = k == rule.max_rounds
