@@ -41,6 +41,7 @@ import importlib
 import os
 import pkgutil
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -103,6 +104,28 @@ def run_one(entry: Bench, *, quick: bool, log: Callable[[str], None]) -> BenchRu
     return BenchRun(entry.name, entry.about, rows, time.perf_counter() - t0, ctx.facts, failure)
 
 
+class _Interrupts:
+    """Ctrl-C during the benches: raises KeyboardInterrupt, and remembers that it came.
+
+    The flag is what decides: a KeyboardInterrupt raised while Python runs a weakref callback or a
+    ``__del__`` (the garbage collector's work) is printed as "Exception ignored" and lost, and the
+    bench would run on to its end as if nothing had happened. A bench during which Ctrl-C came is
+    left out of the table, whether or not it finished.
+    """
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def install(self) -> None:
+        """Handle SIGINT, unless it is ignored (a background job of a non-interactive shell)."""
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, self)
+
+
 def _with_bench(row: Row, name: str) -> Row:
     return dataclasses.replace(row, bench=name)
 
@@ -145,10 +168,14 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     runs: list[BenchRun] = []
     interrupted = False
+    ctrl_c = _Interrupts()
+    ctrl_c.install()
     try:
         for i, entry in enumerate(chosen, 1):
             log(f"[{i}/{len(chosen)}] {entry.name}: {entry.about}")
             run = run_one(entry, quick=args.quick, log=log)
+            if ctrl_c.seen:  # the KeyboardInterrupt was lost in a callback: the bench ran on to its end
+                raise KeyboardInterrupt
             if run.failure is not None:
                 log(f"{entry.name}: {run.failure.kind}: {run.failure.message}")
             runs.append(run)

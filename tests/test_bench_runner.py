@@ -9,6 +9,7 @@ import json
 import math
 import subprocess
 import sys
+import textwrap
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,37 @@ def test_interrupt_prints_what_finished(tmp_path: Path) -> None:
     assert [r["bench"] for r in record["rows"]] == ["trace-size"]
 
 
+_LOST_INTERRUPT = textwrap.dedent("""
+    import os, signal, sys
+    from bench import __main__ as runner
+    from bench._core import Row, bench
+
+    class Lost:
+        def __del__(self):
+            # Ctrl-C while the garbage collector runs a finalizer: its KeyboardInterrupt is raised in here,
+            # printed as "Exception ignored" and lost
+            os.kill(os.getpid(), signal.SIGINT)
+
+    @bench("lost-interrupt", about="Ctrl-C lands in a finalizer")
+    def lost(ctx):
+        Lost()
+        return [Row("after the lost interrupt", "a row the bench would have", 1.0)]
+
+    sys.exit(runner.main(["lost-interrupt", "--out", sys.argv[1]]))
+""")
+
+
+def test_an_interrupt_lost_in_a_finalizer_still_stops_the_benches(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, "-c", _LOST_INTERRUPT, str(out)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert "Exception ignored" in done.stderr  # the interrupt was raised in the finalizer, as on a real Ctrl-C
+    assert done.returncode == 130, done.stderr
+    assert "interrupted" in done.stderr and "after the lost interrupt" not in done.stdout
+    record = json.loads(out.read_text(encoding="utf-8"))
+    assert record["interrupted"] is True and record["rows"] == []
+
+
 @pytest.mark.gl
 def test_overhead_benches_run_quick(tmp_path: Path) -> None:
     """The GL benches drive the public entry points (run, capture); --quick keeps it to seconds."""
@@ -197,7 +229,7 @@ def test_overhead_benches_run_quick(tmp_path: Path) -> None:
     # with the frame's cost broken down by interleaved runs that leave one part out
     assert [r["name"].strip() for r in cost] == [
         "harness per frame", "of which the two process-clock reads", "of which the GL error check",
-        "of which the rest", "harness per zone"]
+        "of which the rest", "harness.capture per frame", "harness per zone"]
     for row in cost:
         assert row["unit"] == "us" and row["target"] is None and row["spread"]["n"] == 3
         assert math.isfinite(row["value"])
