@@ -29,9 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from harness.engine.core import NO_GL_ERROR, Engine
-from harness.engine.spec import CaptureSpec
-from harness.gl import probe
 from katra_trace.errors import ConfigError
 from katra_trace.io.header import build_capture_options
 from katra_trace.io.images import check_pixels, decode_png, frame_record
@@ -44,9 +41,12 @@ DEFAULT_SCENE = "capture"
 class _FrameSpan:
     """The context manager returned by :meth:`Capture.frame` (one per flag value, made once per capture)."""
 
-    __slots__ = ("cap", "flags", "begin", "end", "ctx", "engine", "check")
+    __slots__ = ("cap", "flags", "begin", "end", "ctx", "engine", "check", "no_error")
 
     def __init__(self, cap: Capture, flags: int) -> None:
+        # deferred: the engine (and its GL-side modules) loads when a capture starts, not with `import harness`
+        from harness.engine.core import NO_GL_ERROR
+
         self.cap = cap
         self.flags = flags
         engine = cap.engine
@@ -58,6 +58,7 @@ class _FrameSpan:
         self.engine = engine
         self.ctx = engine.ctx
         self.check = engine.gl_error_check and not draws
+        self.no_error = NO_GL_ERROR
 
     def __enter__(self) -> int:
         cap = self.cap
@@ -78,7 +79,7 @@ class _FrameSpan:
         self.end()
         if self.check:
             error = self.ctx.error
-            if error != NO_GL_ERROR:
+            if error != self.no_error:
                 self.engine.gl_error(error, self.engine.timer.frame_index)
 
 
@@ -93,6 +94,12 @@ class Capture:
                  zones: bool | str = True, timing: str = "auto", notes: str = "",
                  capture_options: dict[str, Any] | None = None, overwrite: bool = False,
                  max_draw_zones: int | None = None) -> None:
+        # deferred: the engine and the host probe load when a capture starts: `import harness` (every
+        # katra3d command) stays light
+        from harness.engine.core import Engine
+        from harness.engine.spec import CaptureSpec
+        from harness.gl import probe
+
         # the frames' scene is the workload as the user named it (stats, compare and the report show it)
         scene = scene or workload or DEFAULT_SCENE
         session = types.SimpleNamespace(ctx=ctx, backend="external", device=None)
