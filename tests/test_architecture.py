@@ -105,12 +105,18 @@ def test_the_command_line_starts_without_heavy_modules() -> None:
 
 
 def test_the_decision_modules_load_no_scipy_stats() -> None:
-    """The t and normal functions come from scipy.special: ``scipy.stats`` takes about a second to import (half
-    the CPU of a ``katra3d history show`` or ``check``), and only the frame figures' Mann-Whitney test needs it."""
+    """The t and normal functions come from scipy.special and the Mann-Whitney test from analysis.ranks:
+    ``scipy.stats`` takes about a second to import (half the CPU of a ``katra3d history show`` or ``check``,
+    most of a ``compare``), and no command needs it."""
     import subprocess
     import sys
 
-    code = ("import sys; import katra_trace.analysis.decide, katra_trace.analysis.sequential, "
-            "katra_trace.history.trends, katra_trace.history.steps; print('scipy.stats' in sys.modules)")
+    code = ("import sys, numpy as np; import katra_trace.analysis.decide, katra_trace.analysis.sequential, "
+            "katra_trace.history.trends, katra_trace.history.steps, katra_trace.report, harness.cli.compare, "
+            "harness.cli.ab, harness.cli.report, harness.cli.bisect, harness.cli.history; "
+            "from katra_trace.analysis.intervals import frame_figures; "
+            "frame_figures(np.arange(1.0, 31.0), np.arange(2.0, 32.0), False); "
+            "frame_figures(np.arange(1.0, 201.0), np.arange(2.0, 202.0), True); "
+            "print('scipy.stats' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "False"

@@ -1,7 +1,7 @@
 """The statistical pieces every decision uses: Holm's correction, t intervals, runs needed, and the interval rule.
 
-Pure: numpy and scipy only (scipy.special's t and normal functions; scipy.stats, a second to import, only for
-the Mann-Whitney p of the frame figures). :mod:`katra_trace.analysis.decide` (time metrics and the entry point),
+Pure: numpy and scipy.special only (its t and normal functions; scipy.stats takes about a second to import,
+so the frame figures' Mann-Whitney p comes from :mod:`katra_trace.analysis.ranks`). :mod:`katra_trace.analysis.decide` (time metrics and the entry point),
 :mod:`katra_trace.analysis.counts` (count metrics) and ``history check`` (:mod:`katra_trace.history.trends`)
 decide through these; docs/stats.md states the rules.
 """
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from scipy.special import ndtri, stdtr, stdtrit
 
+from katra_trace.analysis.ranks import mann_whitney_p
 from katra_trace.analysis.stats import frame_stats
 
 #: Power assumed when estimating how many runs would be needed.
@@ -49,20 +49,6 @@ def t_ppf(p: Any, dof: Any) -> Any:
 def t_sf(x: Any, dof: Any) -> Any:
     """Student's t upper tail ``P(T > x)`` with ``dof`` degrees of freedom (``scipy.stats.t.sf``'s value)."""
     return stdtr(dof, -np.asarray(x, dtype=np.float64))
-
-
-def mwu_p(x: np.ndarray, y: np.ndarray) -> float:
-    """Two-sided Mann-Whitney U p-value: exact for small tie-free samples, else asymptotic."""
-    # deferred: scipy.stats takes about a second to import; only the frame figures need this test
-    from scipy import stats as sps
-
-    ties = np.unique(np.concatenate([x, y])).size < x.size + y.size
-    method = "exact" if (not ties and x.size <= 50 and y.size <= 50) else "asymptotic"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = sps.mannwhitneyu(y, x, alternative="two-sided", method=method)
-    p = float(res.pvalue)
-    return p if math.isfinite(p) else 1.0
 
 
 def cv(values: np.ndarray) -> float:
@@ -171,7 +157,7 @@ def interval_verdict(estimate: float, low: float, high: float, threshold: float)
 def frame_figures(b_all: np.ndarray, n_all: np.ndarray, count: bool) -> dict[str, Any]:
     """Pooled-frame change and p (information); frame-pacing figures unless ``count`` (not times in ns)."""
     out: dict[str, Any] = {"frame_ratio": float(np.median(n_all) / np.median(b_all)),
-                           "frame_p_value": mwu_p(b_all, n_all)}
+                           "frame_p_value": mann_whitney_p(b_all, n_all)}
     if not count:
         fb, fn = frame_stats(b_all), frame_stats(n_all)
         out.update(p99_base_ms=fb.p99_ms, p99_new_ms=fn.p99_ms,
@@ -191,7 +177,6 @@ __all__ = [
     "geometric_mean",
     "holm",
     "interval_verdict",
-    "mwu_p",
     "paired_t",
     "runs_needed",
     "t_ppf",
