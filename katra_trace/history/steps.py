@@ -286,10 +286,10 @@ def detect_steps(groups: Sequence[Sequence[float] | np.ndarray], alpha: float = 
     starts = _optimal_partition(means, 1.0 / var, penalty)
     w = 1.0 / var
     _, levels = _misfit(means, w, starts)
-    # deferred: scipy loads only when a step is tested
-    from scipy.special import stdtrit  # (scipy.stats alone takes a second to import)
+    # deferred: scipy (scipy.special, through the t quantile every decision uses) loads only when a step is tested
+    from katra_trace.analysis.intervals import t_ppf
 
-    q_t = float(stdtrit(noise_df, 1 - alpha / 2))
+    q_t = float(t_ppf(1 - alpha / 2, noise_df))
     q_loc = _NORMAL.inv_cdf(1 - alpha / 2) ** 2  # chi-square(1) quantile 1 - alpha
     bounds = [*starts, means.size]
     out: list[Step] = []
