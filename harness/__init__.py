@@ -4,10 +4,12 @@
 (see :mod:`harness.capture`). Importing :mod:`harness` loads no GL module.
 """
 
-from __future__ import annotations
-
+# The first statements, before any import that takes time: the window in which a Ctrl-C can still print
+# a traceback from katra3d's code is the few lines up to the handler. `_signal` is the built-in module
+# behind `signal` (already loaded by the interpreter), so importing it costs nothing; `signal` itself
+# takes about a millisecond.
+import _signal  # type: ignore[import-not-found]  # typeshed has no stub for the built-in module
 import os as _os
-import signal as _signal
 import sys as _sys
 
 if _os.path.basename(_sys.argv[0] if _sys.argv else "") == "katra3d" and \
