@@ -2,7 +2,7 @@
 
 Timers add events as tuples in EVENT_DTYPE field order (and sync-mode frames
 in a compact form); the buffer hands them to the writer in batches, as numpy
-arrays, so the per-frame cost is a few deque appends.
+arrays, so the per-frame cost is an append or two.
 """
 
 from __future__ import annotations
@@ -39,10 +39,11 @@ class EventBuffer:
     Two inputs: :attr:`add` takes one event tuple in EVENT_DTYPE field order;
     :attr:`add_frame` takes one sync-mode frame packed by :func:`pack_frame`
     (:data:`FRAME_RECORD`), which becomes a CPU, a WALL and a PROCESS frame
-    event at flush time, converted column by column. A packed record costs the
-    frame loop ~0.1 us more than a tuple, and saves ~0.4 us at the flush:
-    bytes join into one array with no per-item conversion (and, not being
-    containers, never wake the garbage collector).
+    event at flush time, converted column by column. Packing costs the frame
+    loop ~0.1-0.2 us more than a tuple did and the flush costs ~0.3-0.4 us a
+    frame less (bytes join into one array with no per-item conversion, and,
+    not being containers, never wake the garbage collector): about 0.1 us a
+    frame in all (docs/timing.md).
 
     Flushes when ``max_rows`` entries are pending or ``max_age_ns`` has passed
     since the last flush (checked by :meth:`maybe_flush`, once per frame;

@@ -1,9 +1,10 @@
 """The statistical pieces every decision uses: Holm's correction, t intervals, runs needed, and the interval rule.
 
 Pure: numpy and scipy.special only (its t and normal functions; scipy.stats takes about a second to import,
-so the frame figures' Mann-Whitney p comes from :mod:`katra_trace.analysis.ranks`). :mod:`katra_trace.analysis.decide` (time metrics and the entry point),
-:mod:`katra_trace.analysis.counts` (count metrics) and ``history check`` (:mod:`katra_trace.history.trends`)
-decide through these; docs/stats.md states the rules.
+so the frame figures' Mann-Whitney p comes from :mod:`katra_trace.analysis.ranks`).
+:mod:`katra_trace.analysis.decide` (time metrics and the entry point), :mod:`katra_trace.analysis.counts`
+(count metrics) and ``history check`` (:mod:`katra_trace.history.trends`) decide through these; docs/stats.md
+states the rules.
 """
 
 from __future__ import annotations
