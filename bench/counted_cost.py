@@ -8,7 +8,8 @@ command as a time run back to back, the order rotating (:func:`bench._core.inter
 row is the median over rounds of ``counted wall / (4 x time wall + 10 s)``: one figure from two
 timings taken moments apart, so load drift on a shared machine cancels in each pair. Beside it:
 counted / time wall, the target's ratio with the counted run's CPU seconds in place of its wall (what
-it would take on an idle core), and those CPU seconds (parent and child). docs/measure.md ("What start-up costs") records the measured figures.
+it would take on an idle core), and those CPU seconds (parent and child). docs/measure.md ("What
+start-up costs") records the measured figures.
 """
 
 from __future__ import annotations
