@@ -26,9 +26,10 @@ option), interleave two :func:`run_frame_period_s` calls::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -161,37 +162,46 @@ def new_scene(ctx: Any, name: str, size: tuple[int, int], params: dict[str, Any]
     return scene
 
 
-def capture_frame_period_s(name: str, size: tuple[int, int], frames: int, path: Path, warmup: int = WARMUP,
-                           params: dict[str, Any] | None = None) -> FramePeriod:
-    """:func:`frame_period` of the plain loop's frames inside ``harness.capture`` frame spans (``sync``
-    timing, zones off) on a fresh context, the trace written to ``path`` (replaced)."""
-    import harness
-
+@contextlib.contextmanager
+def _scene_on_fresh_context(name: str, size: tuple[int, int],
+                            params: dict[str, Any] | None) -> Iterator[tuple[Any, Any]]:
+    """(context, scene): scene ``name`` set up on a fresh EGL context with an RGBA framebuffer of ``size``
+    bound; scene, framebuffer and context are released afterwards."""
     ctx = egl_context()
     try:
         fbo = ctx.simple_framebuffer(size, components=4)
         fbo.use()
         scene = new_scene(ctx, name, size, params)
         try:
-            with harness.capture(ctx, path, scene=name, zones=False, timing="sync", overwrite=True) as cap:
-                render, frame, span = scene.render, PlainFrame(cap.zone), cap.frame
-                for i in range(warmup):
-                    with span(warmup=True):
-                        frame.index, frame.time_s = i, i / 60.0
-                        render(frame)
-                pc = time.perf_counter_ns
-                starts: list[int] = []
-                mark = starts.append
-                for i in range(warmup, warmup + frames):
-                    mark(pc())
-                    with span():
-                        frame.index, frame.time_s, frame._rng = i, i / 60.0, None
-                        render(frame)
+            yield ctx, scene
         finally:
             scene.release()
             fbo.release()
     finally:
         ctx.release()
+
+
+def capture_frame_period_s(name: str, size: tuple[int, int], frames: int, path: Path, warmup: int = WARMUP,
+                           params: dict[str, Any] | None = None) -> FramePeriod:
+    """:func:`frame_period` of the plain loop's frames inside ``harness.capture`` frame spans (``sync``
+    timing, zones off) on a fresh context, the trace written to ``path`` (replaced)."""
+    import harness
+
+    with _scene_on_fresh_context(name, size, params) as (ctx, scene), \
+            harness.capture(ctx, path, scene=name, zones=False, timing="sync", overwrite=True) as cap:
+        render, frame, span = scene.render, PlainFrame(cap.zone), cap.frame
+        for i in range(warmup):
+            with span(warmup=True):
+                frame.index, frame.time_s = i, i / 60.0
+                render(frame)
+        pc = time.perf_counter_ns
+        starts: list[int] = []
+        mark = starts.append
+        for i in range(warmup, warmup + frames):
+            mark(pc())
+            with span():
+                frame.index, frame.time_s, frame._rng = i, i / 60.0, None
+                render(frame)
     return frame_period(starts)
 
 
@@ -199,30 +209,20 @@ def plain_frame_period_s(name: str, size: tuple[int, int], frames: int, warmup: 
                          params: dict[str, Any] | None = None) -> FramePeriod:
     """:func:`frame_period` of a plain moderngl loop (``render`` + ``glFinish``) on a fresh context
     (``params``: the scene's, by key; its defaults otherwise)."""
-    ctx = egl_context()
-    try:
-        fbo = ctx.simple_framebuffer(size, components=4)
-        fbo.use()
-        scene = new_scene(ctx, name, size, params)
-        try:
-            render, finish, frame = scene.render, ctx.finish, PlainFrame(no_zone)
-            for i in range(warmup):
-                frame.index, frame.time_s = i, i / 60.0
-                render(frame)
-                finish()
-            pc = time.perf_counter_ns
-            starts: list[int] = []
-            mark = starts.append
-            for i in range(warmup, warmup + frames):
-                mark(pc())
-                frame.index, frame.time_s, frame._rng = i, i / 60.0, None
-                render(frame)
-                finish()
-        finally:
-            scene.release()
-            fbo.release()
-    finally:
-        ctx.release()
+    with _scene_on_fresh_context(name, size, params) as (ctx, scene):
+        render, finish, frame = scene.render, ctx.finish, PlainFrame(no_zone)
+        for i in range(warmup):
+            frame.index, frame.time_s = i, i / 60.0
+            render(frame)
+            finish()
+        pc = time.perf_counter_ns
+        starts: list[int] = []
+        mark = starts.append
+        for i in range(warmup, warmup + frames):
+            mark(pc())
+            frame.index, frame.time_s, frame._rng = i, i / 60.0, None
+            render(frame)
+            finish()
     return frame_period(starts)
 
 
