@@ -41,24 +41,15 @@ DEFAULT_SCENE = "capture"
 class _FrameSpan:
     """The context manager returned by :meth:`Capture.frame` (one per flag value, made once per capture)."""
 
-    __slots__ = ("cap", "flags", "begin", "end", "ctx", "engine", "check", "no_error")
+    __slots__ = ("cap", "flags", "begin", "end")
 
     def __init__(self, cap: Capture, flags: int) -> None:
-        # deferred: the engine (and its GL-side modules) loads when a capture starts, not with `import harness`
-        from harness.engine.core import NO_GL_ERROR
-
         self.cap = cap
         self.flags = flags
         engine = cap.engine
-        # the engine's own begin/end, looked up once; without draw zones the timer's own end and the GL
-        # error check made here, as the engine's frame loop does: a frame costs three Python calls less
-        draws = engine.draws is not None
+        # the engine's own begin/end (its end checks GL errors), looked up once: two Python calls less a frame
         self.begin = engine.frame_begin
-        self.end = engine.end_frame if draws else engine.timer.end_frame
-        self.engine = engine
-        self.ctx = engine.ctx
-        self.check = engine.gl_error_check and not draws
-        self.no_error = NO_GL_ERROR
+        self.end = engine.end_frame
 
     def __enter__(self) -> int:
         cap = self.cap
@@ -77,10 +68,6 @@ class _FrameSpan:
         cap._next_index += 1
         cap.frames += 1
         self.end()
-        if self.check:
-            error = self.ctx.error
-            if error != self.no_error:
-                self.engine.gl_error(error, self.engine.timer.frame_index)
 
 
 class Capture:

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 _pc = time.perf_counter_ns
 #: What ``ctx.error`` (glGetError) says when GL recorded no error.
-NO_GL_ERROR = "GL_NO_ERROR"
+_NO_ERROR = "GL_NO_ERROR"
 
 #: The child facts of a counted run that the trace header records under ``measure``.
 _MEASURE_FACTS = ("valgrind", "command", "env", "frame_boundary", "pinned", "output")
@@ -218,13 +218,13 @@ class Engine:
         self.timer.end_frame()
         if self.gl_error_check:
             error = self.ctx.error
-            if error != NO_GL_ERROR:
+            if error != _NO_ERROR:
                 self.gl_error(error, self.timer.frame_index)
 
     def check_gl_errors(self, frame: int | None, where: str = "frame") -> None:
         """Raise SceneError (recorded in the trace first) if GL reports an error."""
         error = self.ctx.error
-        if error != NO_GL_ERROR:
+        if error != _NO_ERROR:
             self.gl_error(error, frame, where)
 
     def gl_error(self, error: object, frame: int | None, where: str = "frame") -> None:
@@ -280,7 +280,7 @@ class Engine:
             end()
             if check:
                 error = ctx.error
-                if error != NO_GL_ERROR:
+                if error != _NO_ERROR:
                     self.gl_error(error, i)
             i += 1
             done += 1
