@@ -46,6 +46,7 @@ import numpy as np
 
 from bench._core import BenchContext, Row, at_least, at_most, bench
 from bench._proc import Job, run_jobs
+from katra_trace.analysis.ranks import average_ranks
 
 #: Processes of the counted ci suite (the spread is taken across them).
 CI_PROCESSES = 3
@@ -112,17 +113,7 @@ def frame_periods_s(path: Path) -> dict[str, float]:
 
 def spearman(x: list[float], y: list[float]) -> float:
     """Spearman's rank correlation (average ranks for ties)."""
-    def ranks(v: list[float]) -> np.ndarray:
-        a = np.asarray(v, dtype=float)
-        order = a.argsort(kind="stable")
-        r = np.empty(len(a))
-        r[order] = np.arange(1, len(a) + 1)
-        for value in np.unique(a):
-            tied = a == value
-            r[tied] = r[tied].mean()
-        return r
-
-    rx, ry = ranks(x), ranks(y)
+    rx, ry = average_ranks(np.asarray(x, dtype=float))[0], average_ranks(np.asarray(y, dtype=float))[0]
     return float(np.corrcoef(rx, ry)[0, 1])
 
 

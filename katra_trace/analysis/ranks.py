@@ -31,7 +31,7 @@ EXACT_MAX = 50
 
 def average_ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(ranks 1..N with ties given their average rank, the size of every group of equal values)."""
-    uniq, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
     below = np.cumsum(counts) - counts  # values smaller than each distinct value
     return (below + (counts + 1) / 2.0)[inverse.reshape(-1)], counts
 
@@ -39,7 +39,7 @@ def average_ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 @functools.lru_cache(maxsize=16)
 def u_tail_exact(m: int, n: int) -> np.ndarray:
     """``P(U >= u)`` for u = 0 .. m n, U the Mann-Whitney statistic of samples of m and n tie-free values
-    (kept for the last few shapes: every scene of a comparison usually has the same; do not modify it)."""
+    (kept for the last few shapes, read-only: every scene of a comparison usually has the same)."""
     # rows[j]: the distribution of U for (i, j) values, i the current row; row i = 0: U = 0 for any j
     rows = [np.ones(1) for _ in range(n + 1)]
     for i in range(1, m + 1):
@@ -53,7 +53,9 @@ def u_tail_exact(m: int, n: int) -> np.ndarray:
             new.append(pmf)
         rows = new
     pmf = rows[n]
-    return np.cumsum(pmf[::-1])[::-1]
+    tail = np.cumsum(pmf[::-1])[::-1]
+    tail.flags.writeable = False  # shared by every caller through the cache
+    return tail
 
 
 def mann_whitney_p(x: np.ndarray, y: np.ndarray) -> float:
