@@ -238,9 +238,9 @@ def scene_errors(label: str, phase: str,
     try:
         yield
     except passes as exc:
-        if isinstance(exc, KatraError) and not exc.scene_traceback and len(exc.args) == 1 and location(exc):
+        if isinstance(exc, KatraError) and not exc.scene_traceback and len(exc.args) == 1 and (at := location(exc)):
             # katra3d's own error raised from the scene's code (a shader that does not compile): name its line
-            exc.args = (f"{exc} (in {location(exc)})",)
+            exc.args = (f"{exc} (in {at})",)
             exc.scene_traceback = scene_traceback(exc)
         raise
     except (Exception, SystemExit) as exc:
