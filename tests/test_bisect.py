@@ -152,8 +152,9 @@ def test_ctrl_c_keeps_the_state_and_resume_measures_nothing_twice(tmp_path: Path
     repo, shas = _repo(tmp_path, [1.0e7, 1.0e7, 1.0e7, 1.0e7, 1.3e7, 1.3e7, 1.3e7])
     calls, hold = tmp_path / "calls", tmp_path / "hold"
     hold.touch()
-    # every capture is logged; the third one (the first bisection step) hangs while `hold` exists
-    cmd = (f"echo $(git rev-parse HEAD) >> {calls}; cp counted.katra {{out}}; "
+    # every capture is logged once its trace is written (so the trace is whole when the test sees the line);
+    # the third one (the first bisection step) then hangs while `hold` exists
+    cmd = (f"cp counted.katra {{out}}; echo $(git rev-parse HEAD) >> {calls}; "
            f"if [ $(wc -l < {calls}) -ge 3 ] && [ -e {hold} ]; then sleep 120; fi")
     out = tmp_path / "out"
     env = dict(os.environ)
