@@ -53,9 +53,18 @@ def gl_ctx() -> Iterator[Any]:
         pytest.skip(why)
     with ctx:  # current again, whatever contexts in-process runs opened and closed since
         assert ctx.error == "GL_NO_ERROR", "GL error left by an earlier test"
+        assert not _released(ctx.fbo), "an earlier test left a released framebuffer bound"
         yield ctx
         err = ctx.error
+        left_bound = _released(ctx.fbo)
     assert err == "GL_NO_ERROR", f"test left GL error {err}"
+    # bound but released: moderngl binds it again after creating any framebuffer, and GL reports
+    # GL_INVALID_OPERATION for binding a deleted name, in whatever test comes next
+    assert not left_bound, "test left a released framebuffer bound"
+
+
+def _released(glo_object: Any) -> bool:
+    return glo_object is not None and type(glo_object.mglo).__name__ == "InvalidObject"
 
 
 @pytest.fixture

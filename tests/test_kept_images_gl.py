@@ -81,6 +81,7 @@ def test_capture_hands_over_its_frame(gl_ctx: Any, tmp_path: Path) -> None:
         png = tmp_path / "p.png"
         save_png(png, read_pixels(gl_ctx, None))
         cap.keep_image(png.read_bytes(), frame=0)
+    gl_ctx.detect_framebuffer(0).use()  # never leave a released framebuffer bound (conftest's gl_ctx)
     fbo.release()
     images = read_frame_images(path)
     mine = images["mine"]
