@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.stamp-installed
 
-.PHONY: run test test-quick fuzz bench bench-measure bench-noise sysdeps sysdeps-test sysdeps-bench clean
+.PHONY: run test test-quick fuzz bench bench-measure bench-noise sysdeps sysdeps-test sysdeps-bench bytecode clean
 
 # setuptools' editable install says "Editable installation. ... be careful with folders ..." through Python's
 # warnings, which pip shows even with --quiet; QUIET_EDITABLE ignores warnings whose text starts so, nothing else
@@ -19,6 +19,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(QUIET_EDITABLE) $(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
+
+# The project's own modules compiled once, before the many processes of the tests and benches start. pip compiles
+# what it installs, but not an editable install's sources; where PYTHONDONTWRITEBYTECODE is set (as on some CI
+# machines) every process would otherwise compile them again: 0.2 s of CPU a `katra3d` process, about a fifth of
+# the CPU of the suite's command-line tests. Only stale files are compiled (a second or less).
+bytecode: $(STAMP)
+	$(PY) -m compileall -q -j 0 harness katra_trace scenes bench
 
 sysdeps:
 	bash ci/system-deps.sh
@@ -34,35 +41,35 @@ sysdeps-bench:
 run: sysdeps $(STAMP)
 	$(VENV)/bin/katra3d run --suite default
 
-test: sysdeps-test $(STAMP)
+test: sysdeps-test $(STAMP) bytecode
 	$(PY) -m mypy
 	$(PY) -m pytest -p no:cacheprovider -n auto --dist loadfile tests
 
 # Every test but those marked `slow` (each over ~5 s: valgrind counts, many captures, the browser);
 # `make test` still runs them all.
-test-quick: sysdeps-test $(STAMP)
+test-quick: sysdeps-test $(STAMP) bytecode
 	$(PY) -m pytest -p no:cacheprovider -n auto --dist loadfile -m "not slow" tests
 
 # The structure-aware fuzzers (reader, and every consumer on mutated and extreme traces) for longer than
 # `make test` gives them: KATRA3D_FUZZ_SECONDS per fuzzer and consumer (60 here; 2-3 in `make test`).
-fuzz: sysdeps-test $(STAMP)
+fuzz: sysdeps-test $(STAMP) bytecode
 	KATRA3D_FUZZ_SECONDS=$${KATRA3D_FUZZ_SECONDS:-60} $(PY) -m pytest -p no:cacheprovider -n auto \
 		tests/test_fuzz_trace.py tests/test_fuzz_consumers.py
 
 # Ratios against in-run baselines, one table on stdout, bench/results.json (python -m bench --help);
 # the glmark2 parity row needs glmark2-x11, glmark2-data and Xvfb (sysdeps-bench installs them where it can)
-bench: sysdeps-bench $(STAMP)
+bench: sysdeps-bench $(STAMP) bytecode
 	$(PY) -m bench
 
 # Not in `make bench` (valgrind, ~30 min on 2 cores): --measure instructions on the ci suite, docs/measure.md's
 # table, counted A/A on small frames (7 processes a scene and size) with the +1 % step on a ci-size frame, and
 # a short counted run's cost against the same time run
-bench-measure: sysdeps-test $(STAMP)
+bench-measure: sysdeps-test $(STAMP) bytecode
 	$(PY) -m bench measure counts-aa counted-cost --out .benchmarks/results-measure.json
 
 # Not in `make bench` (about 30 min): the noise table, written between docs/stats.md's noise-table markers.
 # Smoke test at tiny sizes (not written to the docs): $(PY) -m bench --quick noise --out /tmp/noise.json
-bench-noise: sysdeps-test $(STAMP)
+bench-noise: sysdeps-test $(STAMP) bytecode
 	$(PY) -m bench noise --out .benchmarks/results-noise.json
 	$(PY) -m bench.noise --write-doc .benchmarks/results-noise.json docs/stats.md
 
