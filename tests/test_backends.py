@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bench.glmark2 import xvfb_display as bench_xvfb_display
 from harness.gl import backends
 from katra_trace.errors import BackendUnavailable, ConfigError
 
@@ -97,38 +96,19 @@ def test_egl_devices_listed() -> None:
 # --------------------------------------------------------------------------- glfw under Xvfb
 
 
-def _free_display() -> int:
-    for n in range(90, 190):
-        if not Path(f"/tmp/.X{n}-lock").exists() and not Path(f"/tmp/.X11-unix/X{n}").exists():
-            return n
-    raise RuntimeError("no free X display number in :90..:189")
-
-
 @pytest.fixture
 def xvfb_display() -> Iterator[str]:
-    """Start Xvfb on a free display; yields ':N'; stops it afterwards."""
+    """An Xvfb of this test's own; yields ':N'; stops it afterwards.
+
+    Xvfb picks the display number itself (``-displayfd``, bench.glmark2's helper): a number chosen here
+    by looking for a free one could be taken by another Xvfb (another xdist worker, another suite on the
+    machine) before this one locks it, and this test would then draw on, and lose, that server.
+    """
     exe = shutil.which("Xvfb")
     if exe is None:
         pytest.skip("Xvfb is not installed (apt-get install xvfb)")
-    n = _free_display()
-    proc = subprocess.Popen([exe, f":{n}", "-screen", "0", "320x240x24", "-nolisten", "tcp"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 20
-        while not Path(f"/tmp/.X11-unix/X{n}").exists():
-            if proc.poll() is not None:
-                raise RuntimeError(f"Xvfb :{n} exited with {proc.returncode}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"Xvfb :{n} did not start within 20 s")
-            time.sleep(0.05)
-        yield f":{n}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with bench_xvfb_display(exe) as display:
+        yield display
 
 
 @pytest.mark.gl
