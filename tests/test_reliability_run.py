@@ -15,6 +15,7 @@ import pytest
 
 from katra_trace import open_trace
 from katra_trace.schema import Clock, Kind
+from tests.trace_helpers import measured_frames_on_disk
 
 KATRA3D = str(Path(sys.executable).with_name("katra3d"))
 pytestmark = pytest.mark.gl
@@ -228,10 +229,11 @@ def test_sighup_finishes_the_trace_like_sigterm(tmp_path: Path) -> None:
     out = tmp_path / "hup.katra"
     proc = subprocess.Popen([KATRA3D, "run", "triangle", "--frames", "1000000", "--size", "16x16", "-o", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # stopped once measured frames are on disk: the .part appears before the scene's set-up and warm-up
     deadline = time.monotonic() + 60
-    while not out.with_name(out.name + ".part").exists() and time.monotonic() < deadline:
+    while measured_frames_on_disk(out.with_name(out.name + ".part")) == 0:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
-    time.sleep(1.0)
     proc.send_signal(signal.SIGHUP)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + int(signal.SIGHUP), err

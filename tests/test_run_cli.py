@@ -16,6 +16,7 @@ import pytest
 
 from katra_trace import open_trace
 from katra_trace.schema import Clock, Flag, Kind
+from tests.trace_helpers import measured_frames_on_disk
 
 pytestmark = pytest.mark.gl
 
@@ -112,12 +113,11 @@ def test_signal_stops_at_frame_end_and_marks_interrupted(tmp_path: Path, signum:
                              "--size", "32x32", "-o", "i.katra"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert proc.stderr is not None
-        seen = [proc.stderr.readline() for _ in range(1)]
-        while "triangle: running" not in seen[-1] and seen[-1] and len(seen) < 20:
-            seen.append(proc.stderr.readline())
-        assert "triangle: running" in seen[-1], seen
-        time.sleep(1.0)  # well past setup: some frames are measured
+        # stopped once measured frames are on disk ("triangle: running" comes before the set-up and warm-up)
+        deadline = time.monotonic() + 60
+        while measured_frames_on_disk(tmp_path / "i.katra.part") == 0:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=60)
     finally:

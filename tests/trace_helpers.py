@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from katra_trace import Clock, Flag, Kind, TraceWriter
+from katra_trace import Clock, Flag, Kind, TraceRecoveryWarning, TraceWriter, open_trace
+from katra_trace.errors import TraceFormatError
 from katra_trace.schema import EVENT_DTYPE
 
 
@@ -29,6 +31,21 @@ def frame_zone_stream(n_frames: int, zones: int = 3, seed: int = 0, scene: int =
         rows.append((Kind.FRAME, Clock.WALL, flags, 0, scene, names[0], i, t, frame_ns, 0.0))
         t += frame_ns + int(rng.integers(10_000, 50_000))
     return np.array(rows, dtype=EVENT_DTYPE)
+
+
+def measured_frames_on_disk(part: Path) -> int:
+    """Measured (not warm-up) wall-clock frames that a capture still running has put in its ``<path>.part``
+    so far: what a test waits for before it stops a run whose trace must hold measured frames. Its keeper
+    hands buffered events to the writer within about 0.25 s. 0 while the file or its header is not there yet."""
+    if not part.exists():
+        return 0
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TraceRecoveryWarning)  # an unfinished trace: read as far as it goes
+            ev = open_trace(part).events
+    except TraceFormatError:  # the header is still being written
+        return 0
+    return int(((ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.WALL) & ((ev["flags"] & Flag.WARMUP) == 0)).sum())
 
 
 def write_trace(path: Path, events: np.ndarray, strings: list[str], *, batch_events: int = 64,
