@@ -9,13 +9,15 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from katra_trace import open_trace
 from katra_trace.schema import Clock, Kind
-from tests.trace_helpers import measured_frames_on_disk
+from tests.trace_helpers import wait_for_measured_frames
 
 KATRA3D = str(Path(sys.executable).with_name("katra3d"))
 pytestmark = pytest.mark.gl
@@ -123,18 +125,36 @@ def _frames(path: Path) -> int:
     return int(((ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.WALL) & (ev["flags"] == 0)).sum())
 
 
-def _start_stuck(tmp_path: Path, scenes_file: Path, scene: str) -> tuple[subprocess.Popen[str], Path]:
-    marker = tmp_path / "frame10"
-    out = tmp_path / f"{scene}.katra"
-    proc = subprocess.Popen([KATRA3D, "run", f"{scenes_file}:{scene.title()}", "--frames", "100", "--warmup", "0",
-                             "--size", "16x16", "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=tmp_path, env={**os.environ, "KATRA3D_TEST_MARKER": str(marker)})
-    deadline = time.monotonic() + 60
-    while not marker.exists():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
-    time.sleep(0.6)  # now stuck in frame 10
-    return proc, out
+@pytest.fixture
+def start_stuck(tmp_path: Path, scenes_file: Path) -> Iterator[Callable[[str], tuple[subprocess.Popen[str], Path]]]:
+    """``start_stuck(scene)``: a run of that scene of SCENES, started in the background and returned once it
+    is stuck in frame 10 (the scene's marker is written there). A stuck run never ends by itself (``spins``
+    would hold a CPU core for the rest of the suite): one still running when the test ends is killed."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(scene: str) -> tuple[subprocess.Popen[str], Path]:
+        marker = tmp_path / "frame10"
+        out = tmp_path / f"{scene}.katra"
+        proc = subprocess.Popen([KATRA3D, "run", f"{scenes_file}:{scene.title()}", "--frames", "100", "--warmup",
+                                 "0", "--size", "16x16", "-o", str(out)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                                env={**os.environ, "KATRA3D_TEST_MARKER": str(marker)})
+        started.append(proc)
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                output = proc.communicate()
+                pytest.fail(f"the run did not reach frame 10 (exit status {proc.returncode}): {output}")
+            time.sleep(0.05)
+        time.sleep(0.6)  # now stuck in frame 10
+        return proc, out
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
 
 
 # --------------------------------------------------------------------------- 1, 2: output claiming
@@ -188,9 +208,9 @@ def test_a_failed_run_never_replaces_an_existing_trace(tmp_path: Path, scenes_fi
 
 
 @pytest.mark.parametrize(("scene", "sig"), [("sleeps", signal.SIGINT), ("spins", signal.SIGTERM)])
-def test_a_second_signal_ends_a_stuck_frame_with_its_frames_kept(tmp_path: Path, scenes_file: Path, scene: str,
+def test_a_second_signal_ends_a_stuck_frame_with_its_frames_kept(start_stuck: Any, scene: str,
                                                                  sig: signal.Signals) -> None:
-    proc, out = _start_stuck(tmp_path, scenes_file, scene)
+    proc, out = start_stuck(scene)
     proc.send_signal(sig)
     time.sleep(0.3)
     assert proc.poll() is None  # the first signal waits for the frame boundary
@@ -205,8 +225,8 @@ def test_a_second_signal_ends_a_stuck_frame_with_its_frames_kept(tmp_path: Path,
     assert _frames(out) == 10
 
 
-def test_sigkill_in_a_stuck_frame_keeps_the_frames_before_it(tmp_path: Path, scenes_file: Path) -> None:
-    proc, out = _start_stuck(tmp_path, scenes_file, "sleeps")
+def test_sigkill_in_a_stuck_frame_keeps_the_frames_before_it(start_stuck: Any) -> None:
+    proc, out = start_stuck("sleeps")
     part = out.with_name(out.name + ".part")
 
     def frames_on_disk() -> int:
@@ -230,10 +250,7 @@ def test_sighup_finishes_the_trace_like_sigterm(tmp_path: Path) -> None:
     proc = subprocess.Popen([KATRA3D, "run", "triangle", "--frames", "1000000", "--size", "16x16", "-o", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # stopped once measured frames are on disk: the .part appears before the scene's set-up and warm-up
-    deadline = time.monotonic() + 60
-    while measured_frames_on_disk(out.with_name(out.name + ".part")) == 0:
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
+    wait_for_measured_frames(proc, out.with_name(out.name + ".part"))
     proc.send_signal(signal.SIGHUP)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + int(signal.SIGHUP), err

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import pytest
 
 from katra_trace import open_trace
 from katra_trace.schema import Clock, Flag, Kind
-from tests.trace_helpers import measured_frames_on_disk
+from tests.trace_helpers import wait_for_measured_frames
 
 pytestmark = pytest.mark.gl
 
@@ -114,10 +113,7 @@ def test_signal_stops_at_frame_end_and_marks_interrupted(tmp_path: Path, signum:
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # stopped once measured frames are on disk ("triangle: running" comes before the set-up and warm-up)
-        deadline = time.monotonic() + 60
-        while measured_frames_on_disk(tmp_path / "i.katra.part") == 0:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
+        wait_for_measured_frames(proc, tmp_path / "i.katra.part")
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=60)
     finally:

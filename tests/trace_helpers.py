@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from katra_trace import Clock, Flag, Kind, TraceRecoveryWarning, TraceWriter, open_trace
 from katra_trace.errors import TraceFormatError
@@ -46,6 +49,17 @@ def measured_frames_on_disk(part: Path) -> int:
     except TraceFormatError:  # the header is still being written
         return 0
     return int(((ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.WALL) & ((ev["flags"] & Flag.WARMUP) == 0)).sum())
+
+
+def wait_for_measured_frames(proc: subprocess.Popen[str], part: Path, limit_s: float = 60) -> None:
+    """Wait until the capture ``proc`` is running has measured frames in ``part`` (its ``<path>.part``).
+    If the run ends first, or none come within ``limit_s``, the run is killed and the test fails with its output."""
+    deadline = time.monotonic() + limit_s
+    while measured_frames_on_disk(part) == 0:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"no measured frame reached {part.name} (exit status {proc.poll()}): {proc.communicate()}")
+        time.sleep(0.05)
 
 
 def write_trace(path: Path, events: np.ndarray, strings: list[str], *, batch_events: int = 64,
