@@ -1,10 +1,9 @@
 """``katra3d compare`` / ``ab`` on real llvmpipe captures.
 
-Robustness: the same-scene check runs 6 interleaved rounds, so a false
-regression needs a paired t at alpha 0.01 *and* a >= 5 % change; the slowdown
-check uses an ~3x work difference (2 vs 16 blended layers) with 3 runs a side,
-far beyond any run-to-run noise; the pairing check asserts only what ab
-records and compare reads, not a verdict.
+Robustness: the same-scene check runs 6 interleaved rounds at alpha 1e-5 (see
+its docstring); the slowdown check uses an ~3x work difference (2 vs 16 blended
+layers) with 3 runs a side, far beyond any run-to-run noise; the pairing check
+asserts only what ab records and compare reads, not a verdict.
 """
 
 from __future__ import annotations
@@ -31,9 +30,17 @@ def _run_cmd(layers: int, out: str, size: str = SIZE, frames: int = 40) -> list[
 
 
 def test_same_scene_interleaved_is_not_a_regression(tmp_path: Path, katra_cli, gl_ctx) -> None:
+    """The same command on both sides gets no verdict from noise, only from a difference between the sides.
+
+    At the default alpha (0.01, one-sided) an A/A comparison says regression or improvement in up to 2 % of
+    runs by design (docs/stats.md): with the suite loading both cores the round-to-round spread here is
+    8-25 %, far over the 5 % threshold, so that rate is what this test would fail at. At alpha 1e-5 noise
+    alone does so at most once in 50,000 runs, and a difference between the sides that dwarfs the noise (a
+    side measured differently, rounds paired wrongly) still gives a verdict: a 2x one, in 98 % of simulated
+    series at a 10 % round-to-round spread."""
     cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "harness", *_run_cmd(4, "{out}")])
     cmd = cmd.replace(shlex.quote("{out}"), "{out}")
-    r = katra_cli("ab", "--base", cmd, "--new", cmd, "--rounds", "6", "-o", str(tmp_path / "ab"),
+    r = katra_cli("ab", "--base", cmd, "--new", cmd, "--rounds", "6", "--alpha", "1e-5", "-o", str(tmp_path / "ab"),
                   "--format", "json", timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     scene = json.loads(r.stdout)["scenes"]["fillrate"]
