@@ -48,6 +48,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from bench._core import Bench, BenchContext, Row, registered, stderr_log
 from bench._report import BenchRun, Failure, git_facts, machine_facts, print_table, results_record, write_results
@@ -115,6 +116,8 @@ class _Interrupts:
 
     def __init__(self) -> None:
         self.seen = False
+        self._replaced: Any = None
+        self._installed = False
 
     def __call__(self, signum: int, frame: object) -> None:
         self.seen = True
@@ -123,7 +126,15 @@ class _Interrupts:
     def install(self) -> None:
         """Handle SIGINT, unless it is ignored (a background job of a non-interactive shell)."""
         if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-            signal.signal(signal.SIGINT, self)
+            self._replaced = signal.signal(signal.SIGINT, self)
+            self._installed = True
+
+    def restore(self) -> None:
+        """Put back the SIGINT handler :meth:`install` replaced (one installed from C as SIG_DFL), for a
+        process that goes on after :func:`main` (a test calling it)."""
+        if self._installed:
+            signal.signal(signal.SIGINT, self._replaced if self._replaced is not None else signal.SIG_DFL)
+            self._installed = False
 
 
 def _with_bench(row: Row, name: str) -> Row:
@@ -182,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         interrupted = True
         print("python -m bench: interrupted: the table shows the benches that finished", file=sys.stderr)
+    finally:
+        ctrl_c.restore()
     total_s = time.perf_counter() - t0
     print_table(runs, total_s=total_s, quick=args.quick)
     record = results_record(runs, started=started, total_s=total_s, quick=args.quick, strict=args.strict,
