@@ -1,4 +1,4 @@
-"""Small builders of traces for tests (no GL)."""
+"""Small builders of traces for tests (no GL), and a reader of a capture still running."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from katra_trace import Clock, Flag, Kind, TraceRecoveryWarning, TraceWriter, open_trace
-from katra_trace.errors import TraceFormatError
+from katra_trace.errors import ConfigError, TraceFormatError
 from katra_trace.schema import EVENT_DTYPE
 
 
@@ -39,14 +39,12 @@ def frame_zone_stream(n_frames: int, zones: int = 3, seed: int = 0, scene: int =
 def measured_frames_on_disk(part: Path) -> int:
     """Measured (not warm-up) wall-clock frames that a capture still running has put in its ``<path>.part``
     so far: what a test waits for before it stops a run whose trace must hold measured frames. Its keeper
-    hands buffered events to the writer within about 0.25 s. 0 while the file or its header is not there yet."""
-    if not part.exists():
-        return 0
+    hands buffered events to the writer within about 0.25 s. 0 while the file or its header is not there."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TraceRecoveryWarning)  # an unfinished trace: read as far as it goes
             ev = open_trace(part).events
-    except TraceFormatError:  # the header is still being written
+    except (ConfigError, TraceFormatError):  # no such file (yet, or any more), or its header is being written
         return 0
     return int(((ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.WALL) & ((ev["flags"] & Flag.WARMUP) == 0)).sum())
 
@@ -58,7 +56,8 @@ def wait_for_measured_frames(proc: subprocess.Popen[str], part: Path, limit_s: f
     while measured_frames_on_disk(part) == 0:
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            pytest.fail(f"no measured frame reached {part.name} (exit status {proc.poll()}): {proc.communicate()}")
+            output = proc.communicate()
+            pytest.fail(f"no measured frame reached {part.name} (exit status {proc.returncode}): {output}")
         time.sleep(0.05)
 
 
