@@ -17,7 +17,7 @@ import pytest
 
 from katra_trace import open_trace
 from katra_trace.schema import Clock, Kind
-from tests.trace_helpers import wait_for_measured_frames
+from tests.trace_helpers import measured_frames_on_disk, wait_for_measured_frames
 
 KATRA3D = str(Path(sys.executable).with_name("katra3d"))
 pytestmark = pytest.mark.gl
@@ -234,9 +234,8 @@ def test_a_second_signal_ends_a_stuck_frame_with_its_frames_kept(start_stuck: An
         assert time.monotonic() < deadline, f"the run never took the first {sig.name}"
         time.sleep(0.01)
     proc.send_signal(sig)
-    t0 = time.monotonic()
-    _, err = proc.communicate(timeout=30)
-    assert time.monotonic() - t0 < 5.0
+    # the stuck frame never ends by itself (sleeps 1000 s, or spins): the run ending at all is the keeper's work
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + int(sig), err
     assert "Traceback" not in err
     trace = open_trace(out)
@@ -247,21 +246,16 @@ def test_a_second_signal_ends_a_stuck_frame_with_its_frames_kept(start_stuck: An
 def test_sigkill_in_a_stuck_frame_keeps_the_frames_before_it(start_stuck: Any) -> None:
     proc, out = start_stuck("sleeps")
     part = out.with_name(out.name + ".part")
-
-    def frames_on_disk() -> int:
-        with pytest.warns(Warning):  # an unfinished trace
-            ev = open_trace(part).events
-        return int(((ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.WALL)).sum())
-
     # the keeper hands the frames over while the frame is stuck (within ~0.5 s: waited for, not assumed)
     deadline = time.monotonic() + 30
-    while frames_on_disk() < 10:
+    while measured_frames_on_disk(part) < 10:
         assert proc.poll() is None and time.monotonic() < deadline, "the stuck run's frames never reached the disk"
         time.sleep(0.1)
     proc.kill()
     proc.communicate(timeout=30)
     assert part.exists() and not out.exists()
-    assert frames_on_disk() >= 10
+    with pytest.warns(Warning):  # an unfinished trace, read as far as it goes
+        assert _frames(part) == 10
 
 
 def test_sighup_finishes_the_trace_like_sigterm(tmp_path: Path) -> None:

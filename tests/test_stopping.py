@@ -192,10 +192,9 @@ _STUCK = textwrap.dedent('''
 
 
 def test_the_keeper_ends_a_process_stuck_after_a_second_signal() -> None:
-    t0 = time.monotonic()
+    # its frame sleeps 60 s and then prints "not stopped": the output below shows the keeper ended it first
     proc = subprocess.run([sys.executable, "-c", _STUCK], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
     assert proc.stdout == ("interrupted ['error', 'timing_mode'] the frame in progress did not stop after a second "
                            "SIGTERM; trace finished by the keeper\n")
     assert proc.stderr == "katra3d: stopped by a second SIGTERM; trace finished as interrupted\n"
-    assert time.monotonic() - t0 < 50
