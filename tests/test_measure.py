@@ -21,7 +21,7 @@ import pytest
 
 from harness.engine import valgrind_request
 from harness.engine.counting import CACHE_EVENTS, estimated_cycles, read_summary
-from harness.run import measure
+from harness.run import bytecode, measure
 from harness.run.config import RunConfig, check_measure, plan_run
 from katra_trace import open_trace
 from katra_trace.analysis.match import mismatch
@@ -350,12 +350,33 @@ def test_trace_says_from_where_it_was_instrumented(counted_runs: dict[str, Any])
 
 def test_bytecode_is_compiled_before_a_counted_child_starts(tmp_path: Path) -> None:
     """A child that compiles a module from source counts every later frame differently (a stale .pyc moved 32x32
-    triangle frames by ~300 instructions): the parent brings the bytecode up to date first, a scene file's too."""
-    import importlib.util
+    triangle frames by ~300 instructions): the parent brings the bytecode up to date first, a scene file's too.
+    And the bytes must not depend on who wrote them: marshal format 4 (import, py_compile, compileall) marks
+    objects by their reference counts in the writing process, and a 16x16 clear frame counted 494 instructions
+    apart between two writers' bytes of the same sources. The parent writes format 2, whose bytes come from the
+    source alone, and replaces another writer's file."""
+    import py_compile
+    import subprocess
 
     scene = tmp_path / "my_scene.py"
-    scene.write_text("X = 1\n")
-    cached = Path(importlib.util.cache_from_source(str(scene)))
+    scene.write_text("import os\nNAMES = ('alpha', 'beta', 'alpha' + 'beta', os.sep)\nclass Cls:\n    x = NAMES\n")
+    cached = bytecode.pyc_path(scene)
     assert not cached.exists()
     measure.compile_sources([f"{scene}:Cls"])
-    assert cached.is_file()
+    canonical = cached.read_bytes()
+    assert bytecode.is_canonical(scene)
+    # the same bytes from another process, with other modules loaded first
+    code = (f"import json, numpy, harness.engine.core\nfrom pathlib import Path\nfrom harness.run import bytecode\n"
+            f"import sys; sys.stdout.buffer.write(bytecode.canonical_pyc(Path({str(scene)!r})))")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, timeout=120).stdout
+    assert other == canonical
+    # another writer's (format 4) file is seen and replaced
+    py_compile.compile(str(scene), cfile=str(cached), doraise=True)
+    assert cached.read_bytes() != canonical and not bytecode.is_canonical(scene)
+    measure.compile_sources([f"{scene}:Cls"])
+    assert cached.read_bytes() == canonical
+    # Python loads it as it is: valid, not compiled again (the file is unchanged after a fresh import)
+    run = subprocess.run([sys.executable, "-c", "import my_scene; print(my_scene.Cls.x[2])"], cwd=tmp_path,
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+                         capture_output=True, text=True, check=True, timeout=60)
+    assert run.stdout == "alphabeta\n" and cached.read_bytes() == canonical

@@ -17,7 +17,6 @@ docs/measure.md says what the numbers mean.
 
 from __future__ import annotations
 
-import compileall
 import contextlib
 import dataclasses
 import hashlib
@@ -38,7 +37,7 @@ import scenes
 from harness.engine import valgrind_request
 from harness.engine.results import RunResult, SceneResult
 from harness.gl.probe import render_env
-from harness.run import lifetime
+from harness.run import bytecode, lifetime
 from harness.run.config import RunPlan, plan_as_dict, plan_from_dict
 from harness.run.placeholders import OUTPUT_PLACEHOLDER, placeholder_plan, restore_strings
 from harness.run.progress import ChildProgress, Relay
@@ -301,20 +300,12 @@ def scene_imports(plan: RunPlan) -> tuple[dict[str, str], bool]:
 
 
 def compile_sources(file_specs: Iterable[str] = ()) -> None:
-    """Bring the bytecode of katra3d's packages and of the run's scene files up to date before a counted child starts.
-
-    A child that compiles a module from source (its ``__pycache__`` missing or stale) ends start-up in another
-    heap state than one that loads the bytecode, and counted every later frame differently: a stale ``.pyc`` of one
-    module moved each 32x32 triangle frame by ~300 instructions, and in a fresh clone the children started at once
-    raced to compile. Compiled here, every child loads the same bytecode (where a directory is not writable, every
-    child compiles alike). ``file_specs``: ``path.py:Class`` specs, made absolute."""
-    for package in (harness, katra_trace, scenes):
-        for root in package.__path__:
-            compileall.compile_dir(root, quiet=2)
-    for spec in file_specs:
-        path = spec.rpartition(":")[0]
-        if path.endswith(".py") and os.path.isfile(path):
-            compileall.compile_file(path, quiet=2)
+    """Write the bytecode of katra3d's packages and of the run's scene files before a counted child starts, in
+    the canonical form of :mod:`harness.run.bytecode`: every child then loads the same bytes, whoever compiled
+    the sources before (a child that compiled a module itself, or loaded another writer's bytes, counted every
+    later frame differently). ``file_specs``: ``path.py:Class`` specs, made absolute."""
+    roots = [root for package in (harness, katra_trace, scenes) for root in package.__path__]
+    bytecode.write_canonical_tree(roots, (spec.rpartition(":")[0] for spec in file_specs))
 
 
 def result_as_dict(result: RunResult) -> dict[str, Any]:
