@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from scipy.special import ndtr, ndtri, stdtr
+from scipy.special import ndtr, ndtri
 
 from katra_trace.analysis.defaults import (
     DEFAULT_ALPHA,
@@ -51,7 +51,7 @@ from katra_trace.analysis.defaults import (
     check_threshold_pct,
     threshold_for,
 )
-from katra_trace.analysis.intervals import interval_verdict, t_ppf
+from katra_trace.analysis.intervals import interval_verdict, t_ppf, t_sf
 from katra_trace.analysis.verdict import VERDICTS, Comparison
 from katra_trace.errors import ConfigError, OptionError
 
@@ -185,7 +185,7 @@ def look(rule: SequentialRule, log_ratios: Sequence[float] | np.ndarray, *, test
     q = critical_t(rule, k, tests)
     low, high = _interval(estimate, se, q)
     verdict = interval_verdict(estimate, low, high, thr)
-    level = (1 - float(stdtr(k - 1, q))) if math.isfinite(q) else 0.0  # 1 - the t distribution at q
+    level = float(t_sf(q, k - 1)) if math.isfinite(q) else 0.0  # the t tail above q
     interval = f"repeated interval [{_pct(low)}, {_pct(high)}]" if math.isfinite(q) else "no interval yet"
     thr_pct = f"{thr * 100:g}%"
     final = k == rule.max_rounds
