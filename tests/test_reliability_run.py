@@ -17,7 +17,7 @@ import pytest
 
 from katra_trace import open_trace
 from katra_trace.schema import Clock, Kind
-from tests.trace_helpers import measured_frames_on_disk, wait_for_measured_frames
+from tests.trace_helpers import wait_for_measured_frames
 
 KATRA3D = str(Path(sys.executable).with_name("katra3d"))
 pytestmark = pytest.mark.gl
@@ -247,10 +247,7 @@ def test_sigkill_in_a_stuck_frame_keeps_the_frames_before_it(start_stuck: Any) -
     proc, out = start_stuck("sleeps")
     part = out.with_name(out.name + ".part")
     # the keeper hands the frames over while the frame is stuck (within ~0.5 s: waited for, not assumed)
-    deadline = time.monotonic() + 30
-    while measured_frames_on_disk(part) < 10:
-        assert proc.poll() is None and time.monotonic() < deadline, "the stuck run's frames never reached the disk"
-        time.sleep(0.1)
+    wait_for_measured_frames(proc, part, limit_s=30, at_least=10)
     proc.kill()
     proc.communicate(timeout=30)
     assert part.exists() and not out.exists()

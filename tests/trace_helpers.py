@@ -49,15 +49,17 @@ def measured_frames_on_disk(part: Path) -> int:
     return int(((ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.WALL) & ((ev["flags"] & Flag.WARMUP) == 0)).sum())
 
 
-def wait_for_measured_frames(proc: subprocess.Popen[str], part: Path, limit_s: float = 60) -> None:
-    """Wait until the capture ``proc`` is running has measured frames in ``part`` (its ``<path>.part``).
-    If the run ends first, or none come within ``limit_s``, the run is killed and the test fails with its output."""
+def wait_for_measured_frames(proc: subprocess.Popen[str], part: Path, limit_s: float = 60, at_least: int = 1) -> None:
+    """Wait until the capture ``proc`` is running has ``at_least`` measured frames in ``part`` (its
+    ``<path>.part``). If the run ends first, or they do not come within ``limit_s``, the run is killed and the
+    test fails with its output."""
     deadline = time.monotonic() + limit_s
-    while measured_frames_on_disk(part) == 0:
+    while measured_frames_on_disk(part) < at_least:
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             output = proc.communicate()
-            pytest.fail(f"no measured frame reached {part.name} (exit status {proc.returncode}): {output}")
+            pytest.fail(f"fewer than {at_least} measured frames reached {part.name} "
+                        f"(exit status {proc.returncode}): {output}")
         time.sleep(0.05)
 
 
