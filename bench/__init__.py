@@ -24,7 +24,7 @@ Adding a bench: one function in a new or existing bench module::
 
     @bench("zones-fillrate", about="what zones cost on fillrate", needs_gl=True)
     def zones_fillrate(ctx: BenchContext) -> list[Row]:
-        from harness.run.config import RunConfig
+        from katra3d.harness.run.config import RunConfig
 
         off = RunConfig(scenes=("fillrate",), frames=ctx.scale(300, 20), size=(320, 180), backend="egl",
                         timing="sync", output=str(ctx.tmp / "run.katra"))

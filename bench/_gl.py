@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from scenes.api import Frame, Param, Scene
+from katra3d.scenes.api import Frame, Param, Scene
 
 #: Warmup frames before the measured ones (plain loop and the runs built by the overhead bench).
 WARMUP = 5
@@ -67,7 +67,7 @@ def frame_period(starts_ns: Any) -> FramePeriod:
 
 
 class PlainFrame:
-    """The cheapest :class:`scenes.api.Frame` a hand-written loop would pass (rng made on use)."""
+    """The cheapest :class:`katra3d.scenes.api.Frame` a hand-written loop would pass (rng made on use)."""
 
     __slots__ = ("index", "time_s", "zone", "_rng")
 
@@ -130,7 +130,7 @@ IDLE_SCENE = f"{__name__}:IdleScene"
 
 def egl_context() -> Any:
     """A plain moderngl standalone EGL context; BackendUnavailable (exit 3) when there is none."""
-    # harness.capture's probe resolves raw GL calls through PyOpenGL: EGL, as the harness does headless.
+    # katra3d.capture's probe resolves raw GL calls through PyOpenGL: EGL, as the harness does headless.
     os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
     from katra_trace.errors import BackendUnavailable
 
@@ -154,7 +154,7 @@ def renderer() -> str:
 
 def new_scene(ctx: Any, name: str, size: tuple[int, int], params: dict[str, Any] | None = None) -> Any:
     """Built-in or user scene ``name``, set up on ``ctx`` at ``size`` (the framebuffer bound now)."""
-    from scenes.registry import get_scene, resolve_params
+    from katra3d.scenes.registry import get_scene, resolve_params
 
     cls = get_scene(name)
     scene = cls()
@@ -183,12 +183,11 @@ def _scene_on_fresh_context(name: str, size: tuple[int, int],
 
 def capture_frame_period_s(name: str, size: tuple[int, int], frames: int, path: Path, warmup: int = WARMUP,
                            params: dict[str, Any] | None = None) -> FramePeriod:
-    """:func:`frame_period` of the plain loop's frames inside ``harness.capture`` frame spans (``sync``
+    """:func:`frame_period` of the plain loop's frames inside ``katra3d.capture`` frame spans (``sync``
     timing, zones off) on a fresh context, the trace written to ``path`` (replaced)."""
-    import harness
-
+    import katra3d
     with _scene_on_fresh_context(name, size, params) as (ctx, scene), \
-            harness.capture(ctx, path, scene=name, zones=False, timing="sync", overwrite=True) as cap:
+            katra3d.capture(ctx, path, scene=name, zones=False, timing="sync", overwrite=True) as cap:
         render, frame, span = scene.render, PlainFrame(cap.zone), cap.frame
         for i in range(warmup):
             with span(warmup=True):
@@ -227,12 +226,12 @@ def plain_frame_period_s(name: str, size: tuple[int, int], frames: int, warmup: 
 
 
 def run_wall_frames(config: Any) -> np.ndarray:
-    """The measured wall-clock FRAME events of ``harness.run.runner.run(config)`` (one scene), read from
+    """The measured wall-clock FRAME events of ``katra3d.harness.run.runner.run(config)`` (one scene), read from
     the trace it wrote, which is deleted afterwards.
 
     ``config`` is a ``RunConfig`` with ``timing="sync"`` and an ``output`` path.
     """
-    from harness.run.runner import run
+    from katra3d.harness.run.runner import run
     from katra_trace import Clock, Flag, Kind, open_trace
 
     result = run(config, quiet=True)
@@ -246,7 +245,7 @@ def run_wall_frames(config: Any) -> np.ndarray:
 
 
 def run_frame_period_s(config: Any) -> FramePeriod:
-    """:func:`frame_period` of ``harness.run.runner.run(config)``, from the frame starts in the trace
+    """:func:`frame_period` of ``katra3d.harness.run.runner.run(config)``, from the frame starts in the trace
     it wrote (:func:`run_wall_frames`)."""
     sel = run_wall_frames(config)
     if config.frames is not None and len(sel) != config.frames:

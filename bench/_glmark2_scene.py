@@ -35,9 +35,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from katra_trace.errors import SceneError
-from scenes.api import Frame, Param, Scene
-from scenes.builtin._common import mat_bytes, perspective, rotation, translation
-from scenes.shaders import compile_program
+from katra3d import Frame, Param, Scene, compile_program
+from katra3d.scenes.builtin._common import mat_bytes, perspective, rotation, translation
 
 #: Where Debian's and Ubuntu's glmark2-data package installs the bunny model.
 GLMARK2_BUNNY = "/usr/share/glmark2/models/bunny.obj"

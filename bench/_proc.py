@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-#: ``python -m harness run``: the venv's katra3d, whatever PATH says.
-KATRA_RUN: tuple[str, ...] = (sys.executable, "-m", "harness", "run")
+#: ``python -m katra3d run``: the venv's katra3d, whatever PATH says.
+KATRA_RUN: tuple[str, ...] = (sys.executable, "-m", "katra3d", "run")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,7 +23,7 @@ from bench._core import BenchContext, Row, at_most, bench, interleave, pair_rati
 def _run(ctx: BenchContext, name: str, *extra: str) -> float:
     """Wall seconds of one ``katra3d run --suite ci`` (its trace replaced each time)."""
     out = ctx.tmp / f"{name}.katra"
-    cmd = [sys.executable, "-m", "harness", "run", "--suite", "ci", "--quiet", "--force", "-o", str(out), *extra]
+    cmd = [sys.executable, "-m", "katra3d", "run", "--suite", "ci", "--quiet", "--force", "-o", str(out), *extra]
     if ctx.quick:
         cmd += ["--frames", "10"]
     t0 = time.perf_counter()

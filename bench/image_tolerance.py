@@ -36,7 +36,7 @@ def _render(ctx: BenchContext, name: str, size: str, **env: str) -> Path:
     """Capture the ci suite at ``size`` with the environment variables ``env``; the screenshot directory."""
     shots = ctx.tmp / f"{name}-{size}"
     shots.mkdir()
-    cmd = [sys.executable, "-m", "harness", "run", "--suite", "ci", "--frames", "2", "--warmup", "1",
+    cmd = [sys.executable, "-m", "katra3d", "run", "--suite", "ci", "--frames", "2", "--warmup", "1",
            "--size", size, "--quiet", "--screenshot", str(shots), "-o", str(ctx.tmp / f"{name}-{size}.katra")]
     subprocess.run(cmd, env=dict(os.environ, **env), check=True, stdout=subprocess.DEVNULL)
     return shots

@@ -68,7 +68,7 @@ _EMPTY_SCENE = '''
 """A scene that does nothing: what the harness itself counts per frame."""
 from typing import Any
 
-from scenes.api import Scene
+from katra3d.scenes.api import Scene
 
 
 class Empty(Scene):
@@ -133,7 +133,7 @@ def _fmt_count(x: float) -> str:
        default=False, needs_gl=True)
 def measure(ctx: BenchContext) -> list[Row]:
     """--measure instructions on the ci suite: spread, 1 % step, suite time, harness floor, proxy quality."""
-    from harness.run.measure import find_valgrind
+    from katra3d.harness.run.measure import find_valgrind
 
     _, valgrind = find_valgrind()  # exit 3 with the install line when missing
     quick = ctx.quick

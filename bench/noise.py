@@ -117,8 +117,8 @@ def _busy() -> subprocess.Popen[bytes]:
 
 
 def _capture(plan: _Plan, scene: str, key: str, value: int, path: Path) -> Any:
-    from harness.run.config import RunConfig
-    from harness.run.runner import run
+    from katra3d.harness.run.config import RunConfig
+    from katra3d.harness.run.runner import run
     from katra_trace import open_trace
 
     path.unlink(missing_ok=True)

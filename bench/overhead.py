@@ -13,13 +13,13 @@ per-frame work (frame object, timer, event buffer, flushes), with preempted
 frames (> 5x the loop's median) left out on both sides; the notes give the
 share left out per side.
 
-* ``overhead``: the runner, through ``harness.run.runner.run(RunConfig)`` with
+* ``overhead``: the runner, through ``katra3d.harness.run.runner.run(RunConfig)`` with
   ``timing="sync"`` and no reference draw (``reference_every=0``: it runs
   between frames and would count in the frame period; ``overhead-reference``
   measures it), frame starts read from the trace it wrote; the plain loop
   runs on its own fresh context too, after the same warmup. Per-run costs
   (context, probe, setup, checksum) are part of neither.
-* ``overhead-capture``: ``harness.capture(ctx, path)`` driving the same scene
+* ``overhead-capture``: ``katra3d.capture(ctx, path)`` driving the same scene
   on the same context as the plain loop, frame starts taken in both loops.
 
 * ``overhead-cost``: the harness's own cost in microseconds, no target (docs/timing.md quotes it):
@@ -62,7 +62,7 @@ from bench._gl import (
     run_frame_period_s,
     run_wall_frames,
 )
-from harness.engine.reference import REFERENCE_SIZE
+from katra3d.harness.engine.reference import REFERENCE_SIZE
 
 #: (scene, size, measured frames per loop): each loop lasts ~0.1-0.3 s on llvmpipe.
 SCENES: tuple[tuple[str, tuple[int, int], int], ...] = (
@@ -122,7 +122,7 @@ def _scenes(ctx: BenchContext) -> tuple[tuple[str, tuple[int, int], int], ...]:
 
 @bench("overhead", about="katra3d run's frame loop vs a plain moderngl loop (zones off / on)", needs_gl=True)
 def overhead_run(ctx: BenchContext) -> list[Row]:
-    from harness.run.config import RunConfig
+    from katra3d.harness.run.config import RunConfig
 
     rows: list[Row] = []
     for name, size, frames in _scenes(ctx):
@@ -145,11 +145,10 @@ def overhead_run(ctx: BenchContext) -> list[Row]:
     return rows
 
 
-@bench("overhead-capture", about="harness.capture() around a scene vs the plain loop on one context",
+@bench("overhead-capture", about="katra3d.capture() around a scene vs the plain loop on one context",
        needs_gl=True)
 def overhead_capture(ctx: BenchContext) -> list[Row]:
-    import harness
-
+    import katra3d
     rows: list[Row] = []
     for name, size, frames in _scenes(ctx):
         label = f"capture {name} {size[0]}x{size[1]}"
@@ -159,7 +158,7 @@ def overhead_capture(ctx: BenchContext) -> list[Row]:
             fbo = gl.simple_framebuffer(size, components=4)
             fbo.use()
             scene = new_scene(gl, name, size)
-            caps = {z: harness.capture(gl, ctx.tmp / f"capture-{name}-{z}.katra", scene=name, zones=z, timing="sync")
+            caps = {z: katra3d.capture(gl, ctx.tmp / f"capture-{name}-{z}.katra", scene=name, zones=z, timing="sync")
                     for z in (False, True)}
             try:
                 render, finish, pc = scene.render, gl.finish, time.perf_counter_ns
@@ -231,7 +230,7 @@ def process_clock_read_us(reads: int = 20_000) -> float:
 def _without(process_clock: bool = False, gl_error_check: bool = False) -> Iterator[None]:
     """A throwaway variant of the frame loop for the cost breakdown: the sync timer's process-clock reads
     replaced by a constant (``process_clock``), the per-frame GL error check off (``gl_error_check``)."""
-    from harness.engine import core, timers
+    from katra3d.harness.engine import core, timers
 
     read, init = timers._process_ns, core.Engine.__init__
 
@@ -263,7 +262,7 @@ def overhead_cost(ctx: BenchContext) -> list[Row]:
     and zones on with ``IDLE_ZONES`` empty zones against none (per zone), round by round."""
     import dataclasses
 
-    from harness.run.config import RunConfig
+    from katra3d.harness.run.config import RunConfig
 
     frames = ctx.scale(IDLE_FRAMES, 100)
     off = RunConfig(scenes=(IDLE_SCENE,), frames=frames, warmup=WARMUP, size=IDLE_SIZE, backend="egl",
@@ -304,7 +303,7 @@ def overhead_cost(ctx: BenchContext) -> list[Row]:
                   f"reads of ~{median_iqr(reads)[0]:.2f} us each included; every period counted (hand-overs to "
                   f"the writer included; > 5x periods: plain {collect.note('plain')}, run {collect.note('off')})"),
         *breakdown,
-        ratio_row("harness.capture per frame", "us a frame: capture frame span - plain loop, a frame that draws "
+        ratio_row("katra3d.capture per frame", "us a frame: capture frame span - plain loop, a frame that draws "
                   "nothing", us("capture", "plain"), unit="us",
                   notes=f"the user's loop inside `with cap.frame():`; > 5x periods: capture "
                         f"{collect.note('capture')}"),
@@ -325,7 +324,7 @@ REFERENCE_ROUNDS = 15
 
 
 def _loop_figures(config: object) -> tuple[float, float]:
-    """(median measured frame wall, frame-loop wall) in seconds of ``harness.run.runner.run(config)``.
+    """(median measured frame wall, frame-loop wall) in seconds of ``katra3d.harness.run.runner.run(config)``.
 
     The frame loop runs from the first measured frame's start to the last one's
     end: it holds every reference draw (timed after frames, outside their spans),
@@ -346,7 +345,7 @@ def overhead_reference(ctx: BenchContext) -> list[Row]:
     """Cost of the drift-normalization reference draw: per-frame wall and frame-loop wall, every 4 vs off."""
     import dataclasses
 
-    from harness.run.config import RunConfig
+    from katra3d.harness.run.config import RunConfig
 
     scenes = (("triangle", (160, 90), 40),) if ctx.quick else REFERENCE_SCENES
     rows: list[Row] = []
@@ -396,11 +395,11 @@ def overhead_draws(ctx: BenchContext) -> list[Row]:
     """What timing every draw costs: the drawcalls frame-rate ratio, zones draws (and passes) vs off."""
     import dataclasses
 
-    from harness.run.config import RunConfig
+    from katra3d.harness.run.config import RunConfig
 
     gl_renderer = renderer()
     ctx.facts["gl_renderer"] = gl_renderer
-    from harness.gl.probe import is_software_renderer
+    from katra3d.harness.gl.probe import is_software_renderer
 
     software = is_software_renderer(gl_renderer)
     modes = ["sync"] if software else ["sync", "gpu"]

@@ -2,8 +2,8 @@
 
 ::
 
-    import harness
-    with harness.capture(ctx, "my.katra", workload="my-renderer") as cap:
+    import katra3d
+    with katra3d.capture(ctx, "my.katra", workload="my-renderer") as cap:
         for i in range(300):
             with cap.frame():
                 with cap.zone("shadows"):
@@ -12,7 +12,7 @@
                     ...
 
 The trace has the same format, clocks and timing modes as ``katra3d run`` (it
-is written by the same capture engine, :mod:`harness.engine.core`):
+is written by the same capture engine, :mod:`katra3d.harness.engine.core`):
 ``timing="auto"`` picks ``sync`` (glFinish at the end of each frame, host
 clock) on software renderers and ``gpu`` (GL_TIMESTAMP queries) elsewhere.
 The context is not changed, except that frames in ``sync`` mode end with
@@ -81,17 +81,17 @@ class Capture:
                  zones: bool | str = True, timing: str = "auto", notes: str = "",
                  capture_options: dict[str, Any] | None = None, overwrite: bool = False,
                  max_draw_zones: int | None = None) -> None:
-        # deferred: the engine and the host probe load when a capture starts: `import harness` (every
+        # deferred: the engine and the host probe load when a capture starts: `import katra3d` (every
         # katra3d command) stays light
-        from harness.engine.core import Engine
-        from harness.engine.spec import CaptureSpec
-        from harness.gl import probe
+        from katra3d.harness.engine.core import Engine
+        from katra3d.harness.engine.spec import CaptureSpec
+        from katra3d.harness.gl import probe
 
         # the frames' scene is the workload as the user named it (stats, compare and the report show it)
         scene = scene or workload or DEFAULT_SCENE
         session = types.SimpleNamespace(ctx=ctx, backend="external", device=None)
         host = probe.host_info(session)
-        options = build_capture_options(capture_options, api="harness.capture",
+        options = build_capture_options(capture_options, api="katra3d.capture",
                                         fixed={"timing": timing, "scene": scene})
         self.path = Path(path)
         spec = CaptureSpec(self.path, workload or scene, host=host, options=options, timing=timing, zones=zones,
@@ -162,7 +162,7 @@ class Capture:
         if self._closed:
             return
         self._closed = True
-        self.engine.finish(status, {"frames": self.frames, "api": "harness.capture"})
+        self.engine.finish(status, {"frames": self.frames, "api": "katra3d.capture"})
 
     def __enter__(self) -> Capture:
         return self
@@ -187,7 +187,7 @@ def capture(ctx: Any, path: str | Path, *, workload: str = "", scene: str = "", 
     ``timing``: auto | sync | gpu (see docs/timing.md). ``zones``: record
     ``zone()`` spans (each also a KHR_debug group): True or ``"passes"``,
     ``"draws"`` (every moderngl draw on ``ctx`` inside a frame too, see
-    :mod:`harness.engine.draws`), False or ``"off"``. Returns a :class:`Capture`;
+    :mod:`katra3d.harness.engine.draws`), False or ``"off"``. Returns a :class:`Capture`;
     use it as a context manager or call :meth:`Capture.close`. An existing file at
     ``path`` is refused (OutputExistsError) unless ``overwrite`` is true.
     """

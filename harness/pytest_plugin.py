@@ -141,14 +141,14 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
     as ``katra3d run --measure`` does; ``stats`` then holds counts, not times.
     """
     # deferred: this module is loaded into every pytest run; GL and the engine load when a test runs a scene
-    from harness.engine.core import Engine
-    from harness.engine.spec import CaptureSpec, SceneSpec
-    from harness.gl import backends, probe
+    from katra3d.harness.engine.core import Engine
+    from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
+    from katra3d.harness.gl import backends, probe
     from katra_trace.analysis.stats import trace_stats
     from katra_trace.errors import ConfigError
     from katra_trace.io.header import build_capture_options
     from katra_trace.io.reader import open_trace
-    from scenes.registry import get_scene, resolve_params
+    from katra3d.scenes.registry import get_scene, resolve_params
 
     if frames < 1 or warmup < 0:
         raise ConfigError(f"katra_scene needs frames >= 1 and warmup >= 0, got frames={frames} warmup={warmup}")
@@ -177,7 +177,7 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
             engine.finish("complete", {"frames": frames, "api": "katra_scene"})
     if outcome.status == "skipped":
         # deferred: the plugin loads in every pytest session; katra3d's modules load only when a test uses it
-        from scenes.api import SceneSkip
+        from katra3d.scenes.api import SceneSkip
 
         raise SceneSkip(outcome.reason)
     opened = open_trace(trace)
@@ -206,8 +206,8 @@ def _run_counted(name: str, label: str, trace: str | Path, *, frames: int, warmu
                  params: Mapping[str, Any], zones: bool | str, seed: int, measure: str) -> SceneRun:
     """``katra_scene(..., measure="instructions")``: the same counted child process as ``katra3d run``."""
     # deferred: the plugin loads in every pytest session; katra3d's modules load only when a test uses it
-    from harness.run import runner
-    from harness.run.config import RunConfig
+    from katra3d.harness.run import runner
+    from katra3d.harness.run.config import RunConfig
     from katra_trace.analysis.stats import trace_stats
     from katra_trace.io.reader import open_trace
 
@@ -257,7 +257,7 @@ def katra_scene(tmp_path_factory: pytest.TempPathFactory,
     def run(name: str, **kwargs: Any) -> SceneRun:
         # deferred: the plugin loads in every pytest session; katra3d's modules load only when a test uses it
         from katra_trace.errors import BackendUnavailable
-        from scenes.api import SceneSkip
+        from katra3d.scenes.api import SceneSkip
 
         count[0] += 1
         if keep is None:

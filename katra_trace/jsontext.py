@@ -2,7 +2,7 @@
 
 JSON has no NaN or infinity, yet Python's ``json`` writes them as ``NaN`` / ``Infinity``, which
 strict parsers (browsers, ``jq``, most languages) refuse. A header can hold them (a trace written
-by an older build or by hand, ``harness.capture(capture_options=...)``), and so can statistics.
+by an older build or by hand, ``katra3d.capture(capture_options=...)``), and so can statistics.
 :func:`dumps` writes every non-finite float as ``null``, and nothing else differently.
 """
 

@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from katra_trace.errors import ConfigError, SceneError
-from scenes.api import Param, Scene
+from katra3d.scenes.api import Param, Scene
 
 #: the entry-point group installed packages use to offer scenes
 ENTRY_POINT_GROUP = "katra3d.scenes"
 
-#: built-in scenes, in listing order: (module under scenes.builtin, class name)
+#: built-in scenes, in listing order: (module under katra3d.scenes.builtin, class name)
 _BUILTINS: tuple[tuple[str, str], ...] = (
     ("clear", "ClearScene"),
     ("triangle", "TriangleScene"),
@@ -55,7 +55,7 @@ def builtin_scenes() -> dict[str, type[Scene]]:
     """The built-in scenes by name, in listing order."""
     out: dict[str, type[Scene]] = {}
     for module_name, class_name in _BUILTINS:
-        module = importlib.import_module(f"scenes.builtin.{module_name}")
+        module = importlib.import_module(f"katra3d.scenes.builtin.{module_name}")
         cls = getattr(module, class_name)
         out[cls.name] = cls
     return out
@@ -75,17 +75,17 @@ def available_scene_names() -> list[str]:
 
 def _check_scene_class(obj: Any, where: str) -> type[Scene]:
     if not (inspect.isclass(obj) and issubclass(obj, Scene)):
-        raise SceneError(f"{where} is not a katra3d scene: expected a subclass of scenes.Scene, "
+        raise SceneError(f"{where} is not a katra3d scene: expected a subclass of katra3d.Scene, "
                          f"found {type(obj).__name__ if not inspect.isclass(obj) else 'class ' + obj.__name__}")
     if not obj.name:
         raise SceneError(f"{where} has no 'name': set the class attribute name = \"...\"")
     params = getattr(obj, "params", None)
     if not isinstance(params, Mapping):
-        raise SceneError(f"{where}: 'params' must be a dict of name -> scenes.Param(...), "
+        raise SceneError(f"{where}: 'params' must be a dict of name -> katra3d.Param(...), "
                          f"found {type(params).__name__}")
     for key, param in params.items():
         if not isinstance(key, str) or not isinstance(param, Param):
-            raise SceneError(f"{where}: param {key!r} must be a scenes.Param, e.g. "
+            raise SceneError(f"{where}: param {key!r} must be a katra3d.Param, e.g. "
                              f"params = {{{str(key)!r}: Param({param!r}, type={type(param).__name__})}}, "
                              f"found {type(param).__name__}")
     return obj

@@ -34,7 +34,7 @@ def _egl_context() -> tuple[Any, str]:
     import sys
 
     if "OpenGL" not in sys.modules:
-        # as harness.gl.backends does for EGL: PyOpenGL's raw calls (timers, probe) must go through EGL too
+        # as katra3d.harness.gl.backends does for EGL: PyOpenGL's raw calls (timers, probe) must go through EGL too
         os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
     try:
         import moderngl
@@ -82,7 +82,7 @@ def katra_cli(tmp_path: Path) -> Any:
         if env:
             full_env.update(env)
         return subprocess.run(
-            [sys.executable, "-m", "harness", *args],
+            [sys.executable, "-m", "katra3d", *args],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -103,7 +103,7 @@ def harness_session() -> Iterator[Any]:
     Sessions are closed after the test, and the shared ``gl_ctx`` context is made
     current again (opening and closing a context changes the current one).
     """
-    from harness.gl.backends import open_session
+    from katra3d.harness.gl.backends import open_session
 
     opened: list[Any] = []
 

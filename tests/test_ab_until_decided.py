@@ -79,7 +79,7 @@ def test_stops_when_decided_records_the_rule_and_compare_agrees(tmp_path: Path, 
 def test_real_captures_stop_at_the_cap_and_compare_agrees(tmp_path: Path, katra_cli, gl_ctx) -> None:
     """Tiny real captures: 3 frames are too few for a time verdict, so no look decides and ab stops at its
     cap of 3 rounds, saying so; ab.json records rule and stop, and compare DIR repeats ab's comparison."""
-    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "harness", "run", "clear", "--frames", "3",
+    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "katra3d", "run", "clear", "--frames", "3",
                                              "--warmup", "1", "--size", "16x16", "--quiet", "-o", "{out}"])
     cmd = cmd.replace(shlex.quote("{out}"), "{out}")
     out = tmp_path / "ab"

@@ -10,12 +10,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-#: Top-level modules each package must never import (docs/architecture.md, "What each package may import").
+#: Modules (and their submodules) each folder must never import (docs/architecture.md, "What each package may
+#: import"). The folders harness/ and scenes/ are the modules katra3d.harness and katra3d.scenes.
 FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "katra_trace": ("harness", "scenes", "moderngl", "glfw", "glcontext", "OpenGL"),
-    "scenes": ("harness", "katra_trace", "glfw", "glcontext", "OpenGL"),  # katra_trace.errors excepted: the shared errors
+    "katra_trace": ("katra3d", "moderngl", "glfw", "glcontext", "OpenGL"),
+    # katra_trace.errors excepted: the shared errors
+    "scenes": ("katra3d.harness", "katra_trace", "glfw", "glcontext", "OpenGL"),
     "harness": (),
 }
+#: Every folder of Python code in the repository: none of them imports a generic top-level module.
+ALL_CODE = ("katra3d", "harness", "scenes", "katra_trace", "tests", "bench")
 #: What every package may import from another: the one exception hierarchy.
 ALLOWED = ("katra_trace.errors",)
 
@@ -45,7 +49,16 @@ def _sources(package: str) -> list[Path]:
 def test_packages_import_one_way(package: str) -> None:
     bad = [f"{p.relative_to(REPO)}:{line} imports {mod}"
            for p in _sources(package) for line, mod, _ in _imports(p)
-           if mod.split(".")[0] in FORBIDDEN[package] and not mod.startswith(ALLOWED)]
+           if any(mod == f or mod.startswith(f + ".") for f in FORBIDDEN[package]) and not mod.startswith(ALLOWED)]
+    assert not bad, "\n".join(bad)
+
+
+def test_katra3d_code_is_imported_under_its_own_name_only() -> None:
+    """harness/ and scenes/ are katra3d.harness and katra3d.scenes: an import of a top-level ``harness`` or
+    ``scenes`` would load a user's own package of that name (or fail where there is none)."""
+    bad = [f"{p.relative_to(REPO)}:{line} imports {mod}"
+           for package in ALL_CODE for p in _sources(package) for line, mod, _ in _imports(p)
+           if mod.split(".")[0] in ("harness", "scenes")]
     assert not bad, "\n".join(bad)
 
 
@@ -55,7 +68,7 @@ def test_nothing_below_the_cli_imports_it() -> None:
            for p in _sources("harness") + _sources("katra_trace") + _sources("scenes")
            if cli not in p.parents and p.name != "__main__.py"
            for line, mod, _ in _imports(p)
-           if mod == "harness.cli" or mod.startswith("harness.cli.")]
+           if mod == "katra3d.harness.cli" or mod.startswith("katra3d.harness.cli.")]
     assert not bad, "\n".join(bad)
 
 
@@ -98,7 +111,7 @@ def test_the_command_line_starts_without_heavy_modules() -> None:
 
     heavy = ("moderngl", "glfw", "glcontext", "OpenGL", "scipy", "rich", "duckdb", "plotly", "perfetto", "pyarrow",
              "blosc2")
-    code = ("import sys; from harness.cli import build_parser; build_parser(); "
+    code = ("import sys; from katra3d.harness.cli import build_parser; build_parser(); "
             f"print(' '.join(m for m in {heavy!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == ""
@@ -112,8 +125,8 @@ def test_the_decision_modules_load_no_scipy_stats() -> None:
     import sys
 
     code = ("import sys, numpy as np; import katra_trace.analysis.decide, katra_trace.analysis.sequential, "
-            "katra_trace.history.trends, katra_trace.history.steps, katra_trace.report, harness.cli.compare, "
-            "harness.cli.ab, harness.cli.report, harness.cli.bisect, harness.cli.history; "
+            "katra_trace.history.trends, katra_trace.history.steps, katra_trace.report, katra3d.harness.cli.compare, "
+            "katra3d.harness.cli.ab, katra3d.harness.cli.report, katra3d.harness.cli.bisect, katra3d.harness.cli.history; "
             "from katra_trace.analysis.intervals import frame_figures; "
             "frame_figures(np.arange(1.0, 31.0), np.arange(2.0, 32.0), False); "
             "frame_figures(np.arange(1.0, 201.0), np.arange(2.0, 202.0), True); "

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from bench.glmark2 import xvfb_display as bench_xvfb_display
-from harness.gl import backends
+from katra3d.harness.gl import backends
 from katra_trace.errors import BackendUnavailable, ConfigError
 
 
@@ -43,7 +43,7 @@ def test_glfw_without_display_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_egl_session_framebuffer(harness_session: Any) -> None:
     session = harness_session("egl", device=0, size=(48, 32), samples=4)
     assert session.backend == "egl" and session.device == 0
-    from harness.gl.probe import host_info
+    from katra3d.harness.gl.probe import host_info
 
     egl = host_info(session)["egl"]
     assert egl["device_index"] == 0 and egl["vendor"] and egl["version"]
@@ -52,7 +52,7 @@ def test_egl_session_framebuffer(harness_session: Any) -> None:
     assert tuple(session.fbo.size) == (48, 32)
     assert session.fbo.samples == 4
     session.fbo.clear(0.0, 1.0, 0.0, 1.0)
-    from scenes.image import read_pixels
+    from katra3d.scenes.image import read_pixels
 
     pixels = read_pixels(session.ctx, None)
     assert pixels.shape == (32, 48, 4)

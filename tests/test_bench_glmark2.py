@@ -31,7 +31,7 @@ from bench.glmark2 import (
     katra_frames,
     xvfb_display,
 )
-from harness.run.offscreen import run_offscreen
+from katra3d.harness.run.offscreen import run_offscreen
 from katra_trace.errors import SceneError
 
 REPO = Path(__file__).resolve().parent.parent

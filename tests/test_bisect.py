@@ -58,7 +58,7 @@ def _bisect(cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: f
     full = dict(os.environ)
     full.pop("KATRA3D_BACKEND", None)
     full.update(env or {})
-    return subprocess.run([sys.executable, "-m", "harness", "bisect", *args], cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "katra3d", "bisect", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env=full)
 
 
@@ -159,7 +159,7 @@ def test_ctrl_c_keeps_the_state_and_resume_measures_nothing_twice(tmp_path: Path
     out = tmp_path / "out"
     env = dict(os.environ)
     env.pop("KATRA3D_BACKEND", None)
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "bisect", shas[0], shas[-1], "-c", cmd,
+    proc = subprocess.Popen([sys.executable, "-m", "katra3d", "bisect", shas[0], shas[-1], "-c", cmd,
                              "-m", "instructions", "-o", str(out)], cwd=repo, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
@@ -254,7 +254,7 @@ def test_time_mode_takes_rounds_against_good_until_the_sequential_rule_decides(t
         assert tested[sha]["traces"] == [f"traces/{sha[:10]}/ab.json"] + [
             f"traces/{sha[:10]}/{side}/run-{k:03d}.katra" for side in ("base", "new") for k in range(1, n + 1)]
     # each commit's rounds are an ab directory: compare gives the verdict bisect used, by the recorded rule
-    c = subprocess.run([sys.executable, "-m", "harness", "compare", str(out / "traces" / shas[2][:10]), "--format",
+    c = subprocess.run([sys.executable, "-m", "katra3d", "compare", str(out / "traces" / shas[2][:10]), "--format",
                         "json"], capture_output=True, text=True)
     assert c.returncode == 1 and json.loads(c.stdout)["scenes"]["shader"]["reason"].startswith("sequential:")
     assert tested[shas[0]]["traces"] == [] and tested[shas[1]]["state"] == "good"
@@ -277,7 +277,7 @@ def test_missing_tools_exit_3(tmp_path: Path) -> None:
 # --- real captures of a scene that gets slower at a known commit ------------------------------------
 
 _SCENE = '''
-from scenes.builtin.clear import ClearScene
+from katra3d.scenes.builtin.clear import ClearScene
 
 EXTRA = {extra}
 TINT = {tint}

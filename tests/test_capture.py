@@ -1,4 +1,4 @@
-"""``harness.capture`` on a plain moderngl program (no katra3d scene)."""
+"""``katra3d.capture`` on a plain moderngl program (no katra3d scene)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-import harness
-from harness.capture import DEFAULT_SCENE
+import katra3d
+from katra3d.harness.capture import DEFAULT_SCENE
 from katra_trace import open_trace
 from katra_trace.analysis.stats import trace_stats
 from katra_trace.errors import ConfigError, SceneError
@@ -58,7 +58,7 @@ def test_capture_frames_and_nested_zones(gl_ctx: Any, program: Any, tmp_path: Pa
     path = tmp_path / "mine.katra"
     depths: list[int] = []
     base_depth = _debug_group_depth()
-    with harness.capture(gl_ctx, path, workload="my-renderer", notes="hello") as cap:
+    with katra3d.capture(gl_ctx, path, workload="my-renderer", notes="hello") as cap:
         assert cap.timing_mode == "sync"  # llvmpipe
         for i in range(6):
             with cap.frame(warmup=i < 2) as index:
@@ -79,7 +79,7 @@ def test_capture_frames_and_nested_zones(gl_ctx: Any, program: Any, tmp_path: Pa
     # the frames are the workload's, named as the user named it (not "capture"): stats, compare, the report
     assert trace.header.capture_options.scene == "my-renderer"
     assert list(trace_stats(trace)["scenes"]) == ["my-renderer"]
-    assert trace.header.capture_options.api == "harness.capture"
+    assert trace.header.capture_options.api == "katra3d.capture"
     assert trace.header.capture_options.timing_mode == "sync"
     assert trace.header.host_info.gl.software_renderer is True
     assert trace.annotations[-1] == {"type": "check", "pixel": [255, 128, 0, 255]}
@@ -107,7 +107,7 @@ def test_capture_frames_and_nested_zones(gl_ctx: Any, program: Any, tmp_path: Pa
 def test_capture_zones_off_and_misuse(gl_ctx: Any, program: Any, tmp_path: Path) -> None:
     fbo, vao = program
     path = tmp_path / "plain.katra"
-    cap = harness.capture(gl_ctx, path, zones=False, scene="mine")
+    cap = katra3d.capture(gl_ctx, path, zones=False, scene="mine")
     with pytest.raises(ConfigError, match="inside capture.frame"):
         cap.zone("early")
     with cap.frame():
@@ -131,7 +131,7 @@ def test_capture_aborted_by_exception_keeps_a_valid_trace(gl_ctx: Any, program: 
     fbo, vao = program
     path = tmp_path / "boom.katra"
     with pytest.raises(RuntimeError, match="boom"):
-        with harness.capture(gl_ctx, path) as cap:
+        with katra3d.capture(gl_ctx, path) as cap:
             with cap.frame():
                 vao.render()
             raise RuntimeError("boom")
@@ -148,7 +148,7 @@ def test_a_gl_error_in_a_frame_ends_the_capture_naming_the_frame(gl_ctx: Any, pr
     fbo, vao = program
     path = tmp_path / f"glerr-{zones}.katra"
     with pytest.raises(SceneError, match="OpenGL reported GL_INVALID_ENUM in frame 1"):
-        with harness.capture(gl_ctx, path, scene="mine", zones=zones) as cap:
+        with katra3d.capture(gl_ctx, path, scene="mine", zones=zones) as cap:
             for i in range(3):
                 with cap.frame():
                     vao.render()
@@ -164,7 +164,7 @@ def test_a_gl_error_in_a_frame_ends_the_capture_naming_the_frame(gl_ctx: Any, pr
 
 def test_capture_refuses_gpu_timing_on_software_renderer(gl_ctx: Any, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="software renderer"):
-        harness.capture(gl_ctx, tmp_path / "g.katra", timing="gpu")
+        katra3d.capture(gl_ctx, tmp_path / "g.katra", timing="gpu")
     assert not (tmp_path / "g.katra").exists()
 
 
@@ -176,7 +176,7 @@ def test_process_clock_counts_cpu_work_not_waiting(gl_ctx: Any, program: Any, tm
     _, vao = program
     path = tmp_path / "process.katra"
     inner: list[int] = []
-    with harness.capture(gl_ctx, path, scene="mine") as cap:
+    with katra3d.capture(gl_ctx, path, scene="mine") as cap:
         for i in range(4):
             with cap.frame():
                 vao.render()

@@ -204,7 +204,7 @@ def _run_blocked(code: str) -> subprocess.CompletedProcess[str]:
 
 def test_without_blosc2_reading_a_blosc2_trace_fails_cleanly_with_exit_3() -> None:
     r = _run_blocked(f"""
-        from harness.cli import main
+        from katra3d.harness.cli import main
         raise SystemExit(main(["stats", {str(DATA / "golden-v1.1-blosc2.katra")!r}]))
     """)
     assert r.returncode == 3, r.stderr
@@ -237,7 +237,7 @@ def test_run_codec_option_is_checked_before_any_gl_work(katra_cli, tmp_path: Pat
     r = katra_cli("run", "triangle", "--codec", "lz4", "-o", str(tmp_path / "x.katra"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "unknown codec 'lz4'" in r.stderr, r.stderr
     r = _run_blocked(f"""
-        from harness.cli import main
+        from katra3d.harness.cli import main
         raise SystemExit(main(["run", "triangle", "--codec", "blosc2", "-o", {str(tmp_path / "y.katra")!r}]))
     """)
     assert r.returncode == 3 and r.stderr.startswith("katra3d: error: --codec blosc2 needs the blosc2 codec"), r.stderr

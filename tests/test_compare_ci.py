@@ -20,7 +20,7 @@ from tests.env_helpers import path_without
 from tests.trace_helpers import write_trace
 
 REPO = Path(__file__).resolve().parent.parent
-KATRA = f"{shlex.quote(sys.executable)} -m harness"
+KATRA = f"{shlex.quote(sys.executable)} -m katra3d"
 TINY = "--frames 8 --warmup 1 --size 32x32"
 HAVE_VALGRIND = shutil.which("valgrind") is not None
 #: one scene, counted: two frames of `clear` at 16x16 (about a minute under valgrind on 2 busy cores)
@@ -149,7 +149,7 @@ def test_bench_gates_on_instructions_unless_the_codegen_differs(tmp_path: Path, 
 
 
 _SCENE = '''
-from scenes.builtin.fillrate import FillrateScene
+from katra3d.scenes.builtin.fillrate import FillrateScene
 
 REPEAT = {repeat}
 

@@ -38,7 +38,7 @@ def test_same_scene_interleaved_is_not_a_regression(tmp_path: Path, katra_cli, g
     alone does so at most once in 50,000 runs, and a difference between the sides that dwarfs the noise (a
     side measured differently, rounds paired wrongly) still gives a verdict: a 2x one, in 98 % of simulated
     series at a 10 % round-to-round spread."""
-    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "harness", *_run_cmd(4, "{out}")])
+    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "katra3d", *_run_cmd(4, "{out}")])
     cmd = cmd.replace(shlex.quote("{out}"), "{out}")
     r = katra_cli("ab", "--base", cmd, "--new", cmd, "--rounds", "6", "--alpha", "1e-5", "-o", str(tmp_path / "ab"),
                   "--format", "json", timeout=300)
@@ -78,7 +78,7 @@ def test_more_work_is_a_regression(tmp_path: Path, katra_cli, gl_ctx) -> None:
 
 
 def test_ab_records_rounds_and_compare_uses_them(tmp_path: Path, katra_cli, gl_ctx) -> None:
-    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "harness", "run", "triangle", "--frames", "20",
+    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "katra3d", "run", "triangle", "--frames", "20",
                                              "--warmup", "2", "--size", "64x64", "-o", "{out}"])
     cmd = cmd.replace(shlex.quote("{out}"), "{out}")
     out = tmp_path / "ab"

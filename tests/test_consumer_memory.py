@@ -47,7 +47,7 @@ CONSUMERS: dict[str, str] = {
 CHILD = r"""
 import contextlib, io, json, resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
-from harness.cli import main
+from katra3d.harness.cli import main
 template, scratch = sys.argv[2], sys.argv[3]
 for i, trace in enumerate(sys.argv[4:]):
     argv = template.format(t=trace, d=scratch, i=i).split(" ")

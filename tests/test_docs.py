@@ -5,7 +5,7 @@
   ``# exit N``, the rewrite table that shrinks sizes and frame counts) are in
   tests/docs_commands.py.
 * docs/cli.md has a section for every subcommand registered in
-  ``harness.cli.COMMANDS`` and names every option of its parser.
+  ``katra3d.harness.cli.COMMANDS`` and names every option of its parser.
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def test_readme_opens_with_the_two_setup_commands() -> None:
 
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:
-    from harness.cli import COMMANDS, build_parser
+    from katra3d.harness.cli import COMMANDS, build_parser
 
     parser = build_parser()
     (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]

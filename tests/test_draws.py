@@ -13,10 +13,10 @@ import moderngl
 import numpy as np
 import pytest
 
-import harness
-from harness.engine import events, timers
-from harness.engine.draws import TARGETS, UNTIMED_NAME, DrawZones
-from harness.engine.frame import HarnessFrame, seed_key
+import katra3d
+from katra3d.harness.engine import events, timers
+from katra3d.harness.engine.draws import TARGETS, UNTIMED_NAME, DrawZones
+from katra3d.harness.engine.frame import HarnessFrame, seed_key
 from katra_trace import open_trace
 from katra_trace.io.writer import TraceWriter
 from katra_trace.schema import Clock, Kind
@@ -83,7 +83,7 @@ def test_capture_in_draws_mode_leaves_moderngl_unpatched(gl_ctx: Any, tmp_path: 
     vbo = gl_ctx.buffer(np.array([-1, -1, 3, -1, -1, 3], dtype="f4").tobytes())
     vao = gl_ctx.vertex_array(prog, [(vbo, "2f", "in_pos")])
     try:
-        with harness.capture(gl_ctx, tmp_path / "c.katra", zones="draws") as cap:
+        with katra3d.capture(gl_ctx, tmp_path / "c.katra", zones="draws") as cap:
             for _ in range(3):
                 with cap.frame():
                     assert moderngl.VertexArray.__dict__["render"] is not before[("VertexArray", "render")]
@@ -132,12 +132,12 @@ def test_gpu_ring_grows_without_blocking_for_many_draws(gl_ctx: Any, tmp_path: P
 
 
 def test_a_scene_failing_mid_frame_leaves_moderngl_unpatched(tmp_path: Path) -> None:
-    from harness.run.config import RunConfig
-    from harness.run.runner import run
+    from katra3d.harness.run.config import RunConfig
+    from katra3d.harness.run.runner import run
     from katra_trace.errors import SceneError
 
     scene = tmp_path / "boom.py"
-    scene.write_text("from scenes.api import Scene\n"
+    scene.write_text("from katra3d import Scene\n"
                      "class Boom(Scene):\n"
                      "    name = 'boom'\n"
                      "    def setup(self, ctx, size, params):\n"

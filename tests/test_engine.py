@@ -19,18 +19,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.engine import stopping
-from harness.engine.core import Engine, resolve_capture
-from harness.engine.lifecycle import describe, scene_errors
-from harness.engine.results import SceneResult
-from harness.engine.spec import CaptureSpec, SceneSpec
-from harness.engine.stopping import StopFlag, StopSignal
-from harness.gl import probe
-from harness.run.offscreen import MemorySink
+from katra3d.harness.engine import stopping
+from katra3d.harness.engine.core import Engine, resolve_capture
+from katra3d.harness.engine.lifecycle import describe, scene_errors
+from katra3d.harness.engine.results import SceneResult
+from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
+from katra3d.harness.engine.stopping import StopFlag, StopSignal
+from katra3d.harness.gl import probe
+from katra3d.harness.run.offscreen import MemorySink
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError, SceneError
 from katra_trace.schema import EVENT_DTYPE, Clock, Flag, Kind
-from scenes.api import NOMINAL_RATE_HZ, Scene, SceneSkip
+from katra3d.scenes.api import NOMINAL_RATE_HZ, Scene, SceneSkip
 
 SOFTWARE_GL = {"gl": {"renderer": "llvmpipe (LLVM 15.0.6, 256 bits)", "software_renderer": True,
                       "timer_query": {"supported": True, "counter_bits": 64}}}

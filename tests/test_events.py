@@ -1,4 +1,4 @@
-"""The event buffer between the timers and the writer (harness.engine.events). No GL."""
+"""The event buffer between the timers and the writer (katra3d.harness.engine.events). No GL."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.engine.events import FRAME_NAME, EventBuffer, pack_frame
-from harness.run.offscreen import MemorySink
+from katra3d.harness.engine.events import FRAME_NAME, EventBuffer, pack_frame
+from katra3d.harness.run.offscreen import MemorySink
 from katra_trace.schema import Clock, Kind
 
 

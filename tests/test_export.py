@@ -283,7 +283,7 @@ def test_cli_damaged_trace_exports_prefix(rich: tuple[Path, np.ndarray], tmp_pat
 
 def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     """The CLI in this process (its error paths; the subprocess tests cover the console script)."""
-    from harness.cli import main
+    from katra3d.harness.cli import main
 
     try:
         code = main(list(args))
@@ -312,7 +312,7 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 def test_cli_missing_perfetto_exit_3(rich: tuple[Path, np.ndarray]) -> None:
     path, _ = rich
-    code = ("import sys; sys.modules['perfetto'] = None; from harness.cli import main; "
+    code = ("import sys; sys.modules['perfetto'] = None; from katra3d.harness.cli import main; "
             f"sys.exit(main(['export', {str(path)!r}, '--to', 'perfetto']))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        env={**os.environ, "PYTHONWARNINGS": "error"})

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.cli import main as cli_main
+from katra3d.harness.cli import main as cli_main
 from katra_trace import TraceWriter, jsontext, open_trace
 from katra_trace.errors import TraceFormatError
 from katra_trace.export import export_trace
@@ -156,9 +156,9 @@ def test_nonfinite_header_gives_valid_json_from_info_and_chrome(tmp_path: Path,
 
 
 def test_nan_in_capture_options_is_written_as_null(tmp_path: Path) -> None:
-    """The capture side: options built by build_capture_options (harness.capture's path) with NaN and
+    """The capture side: options built by build_capture_options (katra3d.capture's path) with NaN and
     infinity reach the file as null, so every later reader sees valid JSON."""
-    options = build_capture_options({"ratio": float("nan"), "limits": [1.0, float("inf")]}, api="harness.capture")
+    options = build_capture_options({"ratio": float("nan"), "limits": [1.0, float("inf")]}, api="katra3d.capture")
     path = tmp_path / "nan.katra"
     w = TraceWriter(path, workload="t", capture_options=options, host_info={"load": -math.inf}, overwrite=True)
     w.finish({"worst": float("nan")})

@@ -26,7 +26,7 @@ from tests.trace_helpers import frame_zone_stream, write_trace
 STRINGS = ["", "scene", "frame", "a", "b", "c"]
 
 #: A scene that fails at frame ``FAIL_AT`` (warmup frames count) with an AttributeError, two calls deep.
-SPIN = '''from scenes.api import Param, Scene
+SPIN = '''from katra3d import Param, Scene
 
 
 class SpinQuad(Scene):
@@ -125,7 +125,7 @@ def test_a_failed_capture_is_set_aside_and_replaces_only_an_earlier_failure(tmp_
 
 
 def test_without_failed_aside_an_aborted_capture_stays_at_its_path(tmp_path: Path) -> None:
-    """The Python writer and harness.capture keep their rule: an aborted trace with events is at its path."""
+    """The Python writer and katra3d.capture keep their rule: an aborted trace with events is at its path."""
     w = TraceWriter(tmp_path / "t.katra")
     w.append_array(frame_zone_stream(5))
     w.finish({"error": "x"}, status="aborted")
@@ -157,8 +157,7 @@ def test_traceback_shows_the_scenes_own_frames_when_asked(katra_cli: Any, tmp_pa
     assert _error_line(res) == _error_line(plain)  # the error line itself is the same
 
 
-BAD_SHADER = '''from scenes.api import Scene
-from scenes.shaders import compile_program
+BAD_SHADER = '''from katra3d import Scene, compile_program
 
 
 class BadShader(Scene):
@@ -243,7 +242,7 @@ def test_a_scene_whose_params_are_plain_values_is_one_line(katra_cli: Any, tmp_p
     """``params = {"iters": 4}`` (a natural first guess) is named with the fix, not a traceback; a
     docstring serves as the description."""
     (tmp_path / "plain.py").write_text(
-        "from scenes import Scene\n\n"
+        "from katra3d import Scene\n\n"
         "class Plain(Scene):\n"
         "    \"\"\"Says what it is in its docstring.\"\"\"\n"
         "    name = 'plain'\n"
@@ -254,9 +253,9 @@ def test_a_scene_whose_params_are_plain_values_is_one_line(katra_cli: Any, tmp_p
                  ("scenes", "plain.py:Plain")):
         res = katra_cli(*args)
         assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
-        assert "param 'iters' must be a scenes.Param, e.g. params = {'iters': Param(4, type=int)}" in _error_line(res)
+        assert "param 'iters' must be a katra3d.Param, e.g. params = {'iters': Param(4, type=int)}" in _error_line(res)
     (tmp_path / "plain.py").write_text((tmp_path / "plain.py").read_text(encoding="utf-8").replace(
-        "from scenes import Scene", "from scenes import Param, Scene").replace("{'iters': 4}", "{'iters': Param(4)}"),
+        "from katra3d import Scene", "from katra3d import Param, Scene").replace("{'iters': 4}", "{'iters': Param(4)}"),
         encoding="utf-8")
     res = katra_cli("scenes", "plain.py:Plain")
     assert res.returncode == 0, res.stderr
@@ -309,7 +308,7 @@ def _complete(line: str, tmp_path: Path) -> list[str]:
     env = {**os.environ, "_ARGCOMPLETE": "1", "COMP_LINE": line, "COMP_POINT": str(len(line)),
            "_ARGCOMPLETE_STDOUT_FILENAME": str(out)}
     env.pop("KATRA3D_BACKEND", None)
-    res = subprocess.run([sys.executable, "-m", "harness"], env=env, capture_output=True, text=True, timeout=60,
+    res = subprocess.run([sys.executable, "-m", "katra3d"], env=env, capture_output=True, text=True, timeout=60,
                          check=False, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     return [w.strip() for w in out.read_text().split("\v") if w.strip()]

@@ -34,7 +34,7 @@ from types import FrameType
 
 import pytest
 
-from harness.cli import main as cli_main
+from katra3d.harness.cli import main as cli_main
 from tests.extreme_traces import write_all, write_base
 from tests.test_fuzz_trace import _base_traces, build
 

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.cli import main as cli_main
+from katra3d.harness.cli import main as cli_main
 from katra_trace import KatraError, TraceRecoveryWarning, open_trace
 from katra_trace.io import format as fmt
 from katra_trace.schema import EVENT_DTYPE

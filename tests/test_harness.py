@@ -8,11 +8,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.engine import events, timers
-from harness.engine.frame import HarnessFrame, seed_key
-from harness.gl import probe
-from harness.gl.timer_check import timer_query_reliability
-from harness.run.config import RunConfig, parse_param, parse_size, plan_run
+from katra3d.harness.engine import events, timers
+from katra3d.harness.engine.frame import HarnessFrame, seed_key
+from katra3d.harness.gl import probe
+from katra3d.harness.gl.timer_check import timer_query_reliability
+from katra3d.harness.run.config import RunConfig, parse_param, parse_size, plan_run
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError, SceneError
 from katra_trace.io.writer import TraceWriter
@@ -242,7 +242,7 @@ def test_an_unprefixed_param_applies_to_the_one_scene_and_is_refused_with_severa
 
 def test_plan_resolves_suite_defaults_and_overrides(tmp_path: Path) -> None:
     plan = plan_run(RunConfig(suite="ci", params=(("triangle", "speed", "2"),), output=str(tmp_path / "o.katra")))
-    from scenes.suites import get_suite
+    from katra3d.scenes.suites import get_suite
 
     ci = get_suite("ci")
     assert plan.size == ci.size and plan.frames == ci.frames and plan.warmup == ci.warmup
@@ -265,7 +265,7 @@ def test_plan_default_output_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_default_output_names_never_collide(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import datetime as dt
 
-    from harness.run.config import default_output
+    from katra3d.harness.run.config import default_output
 
     monkeypatch.chdir(tmp_path)
     now = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)

@@ -172,11 +172,11 @@ def test_build_capture_options_matches_each_producer() -> None:
     assert list(plugin.as_dict()) == ["api", "size", "samples", "frames", "warmup", "seed", "resolved"]
     assert plugin.api == "katra_scene" and plugin.params_of("t") == {} and plugin.run_size == (8, 8)
     # capture(): the user's options, the api unless they named one, timing and scene set over them
-    mine = build_capture_options({"api": "mine", "timing": "gpu", "k": 1}, api="harness.capture",
+    mine = build_capture_options({"api": "mine", "timing": "gpu", "k": 1}, api="katra3d.capture",
                                  fixed={"timing": "sync", "scene": "s"})
     assert mine.as_dict() == {"api": "mine", "timing": "sync", "k": 1, "scene": "s"}
-    assert build_capture_options(None, api="harness.capture", fixed={"timing": "auto", "scene": "c"}).as_dict() \
-        == {"api": "harness.capture", "timing": "auto", "scene": "c"}
+    assert build_capture_options(None, api="katra3d.capture", fixed={"timing": "auto", "scene": "c"}).as_dict() \
+        == {"api": "katra3d.capture", "timing": "auto", "scene": "c"}
     # the offscreen helper records nothing of its own
     assert build_capture_options().as_dict() == {}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engine import heap
+from katra3d.harness.engine import heap
 
 glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt thresholds are glibc's")
 
@@ -29,7 +29,7 @@ def test_thresholds_are_set_once_per_process() -> None:
 
 def _minor_faults(tmp_path: Path, frames: int) -> int:
     """Minor page faults of one ``katra3d run geometry`` process (32x32, its default 65,536 triangles)."""
-    command = [sys.executable, "-m", "harness", "run", "geometry", "--size", "32x32", "--warmup", "1",
+    command = [sys.executable, "-m", "katra3d", "run", "geometry", "--size", "32x32", "--warmup", "1",
                "--frames", str(frames), "--reference-every", "0", "-o", str(tmp_path / f"g{frames}.katra"), "--quiet"]
     err = tmp_path / f"g{frames}.stderr"
     with open(err, "wb") as fh:

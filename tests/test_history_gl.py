@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("duckdb", reason="pip install 'katra3d[history]'")
 
 LAYERS = (8, 8, 10, 10)
-KATRA3D = [sys.executable, "-m", "harness"]
+KATRA3D = [sys.executable, "-m", "katra3d"]
 
 
 def _run(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:

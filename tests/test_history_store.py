@@ -67,7 +67,7 @@ def make_trace(path: Path, levels_ms: dict[str, float], seed: int = 0, frames: i
 
 def cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     full = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "harness", "history", *args], cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "katra3d", "history", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env=full)
 
 
@@ -152,7 +152,7 @@ def test_add_is_all_or_nothing_on_a_bad_trace(tmp_path: Path) -> None:
 
 ADDER = """
 import sys
-from harness.cli import main
+from katra3d.harness.cli import main
 db, label, *paths = sys.argv[1:]
 for p in paths:  # one add (one lock) per trace: 20 contended writes per process
     code = main(["history", "add", p, "--label", label, "--db", db, "--lock-timeout", "120"])
@@ -335,7 +335,7 @@ def test_runners_write_their_own_parquet_files(tmp_path: Path) -> None:
     traces = {side: [make_trace(tmp_path / f"{side}{i}.katra", {"fill": 10.0}, seed=50 * (side == "b") + i,
                                 host=LLVMPIPE if side == "a" else OTHER_HOST) for i in range(5)]
               for side in ("a", "b")}
-    procs = [subprocess.Popen([sys.executable, "-m", "harness", "history", "add", *map(str, paths), "--label", "v1",
+    procs = [subprocess.Popen([sys.executable, "-m", "katra3d", "history", "add", *map(str, paths), "--label", "v1",
                                "--parquet", "fleet"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for paths in traces.values()]
     for proc in procs:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.cli import main
+from katra3d.harness.cli import main
 from katra_trace import Clock, Flag, Kind, TraceWriter
 from katra_trace.analysis.defaults import DEFAULT_IMAGE_MAX_MEAN, DEFAULT_IMAGE_MAX_OUTLIER_PCT, image_policy
 from katra_trace.analysis.images import (
@@ -212,7 +212,7 @@ class Result:
 
 @pytest.fixture
 def katra(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
-    """``katra(*args)``: run ``katra3d ARGS`` in this process (harness.cli.main)."""
+    """``katra(*args)``: run ``katra3d ARGS`` in this process (katra3d.harness.cli.main)."""
 
     def run(*args: str) -> Result:
         capsys.readouterr()

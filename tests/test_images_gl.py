@@ -15,7 +15,7 @@ import pytest
 
 from katra_trace.analysis.images import image_verdict
 from katra_trace.io.images import load_png
-from scenes.suites import get_suite
+from katra3d.scenes.suites import get_suite
 
 pytestmark = [pytest.mark.gl, pytest.mark.slow]
 
@@ -42,7 +42,7 @@ def renders(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
         shots.mkdir()
         env = dict(os.environ, LP_NATIVE_VECTOR_WIDTH=str(width))
         env.pop("KATRA3D_BACKEND", None)
-        r = subprocess.run([sys.executable, "-m", "harness", "run", "--suite", "ci", "--frames", "1", "--warmup", "1",
+        r = subprocess.run([sys.executable, "-m", "katra3d", "run", "--suite", "ci", "--frames", "1", "--warmup", "1",
                             "--size", "64x64", "--quiet", "--screenshot", str(shots), "-o", str(root / f"{width}.katra")],
                            env=env, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stdout + r.stderr
@@ -74,7 +74,7 @@ def test_a_one_pixel_shift_and_a_colour_step_are_changed(renders: dict[int, Path
 
 _MOVABLE = '''
 import numpy as np
-from scenes import Param, Scene
+from katra3d import Param, Scene
 
 
 class Movable(Scene):
@@ -112,7 +112,7 @@ def test_moved_geometry_and_a_moved_colour_constant_rendered_for_real_are_change
                           ("tinted", ("--param", "tint=0.02"))):
         env = dict(os.environ)
         env.pop("KATRA3D_BACKEND", None)
-        r = subprocess.run([sys.executable, "-m", "harness", "run", "movable.py:Movable", *params, "--frames", "1",
+        r = subprocess.run([sys.executable, "-m", "katra3d", "run", "movable.py:Movable", *params, "--frames", "1",
                             "--warmup", "1", "--size", "96x64", "--quiet", "--screenshot", label, "-o",
                             f"{label}.katra"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from harness.cli import main as cli_main
-from harness.run.config import RunConfig, plan_run
+from katra3d.harness.cli import main as cli_main
+from katra3d.harness.run.config import RunConfig, plan_run
 from katra_trace.analysis.references import check_references, record_references, reference_paths
 from katra_trace.errors import ConfigError, TraceFormatError
 from katra_trace.io import blocks

@@ -1,5 +1,5 @@
 """Kept frames on real llvmpipe renders: every built-in scene's frame is identical across processes;
-keeping on and off; --duration keeps none; harness.capture hands its frame over; --expect-images and
+keeping on and off; --duration keeps none; katra3d.capture hands its frame over; --expect-images and
 --update-images, with a device that has no reference skipped; the traces validate."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-import harness
+import katra3d
 from katra_trace.errors import ConfigError
 from katra_trace.io.images import image_checksum, image_key, key_id, read_frame_images, save_png
 from katra_trace.io.reader import open_trace
-from scenes.image import read_pixels
-from scenes.registry import builtin_scenes
+from katra3d.scenes.image import read_pixels
+from katra3d.scenes.registry import builtin_scenes
 
 pytestmark = pytest.mark.gl
 
@@ -69,7 +69,7 @@ def test_capture_hands_over_its_frame(gl_ctx: Any, tmp_path: Path) -> None:
     fbo = gl_ctx.simple_framebuffer((24, 16))
     fbo.use()
     path = tmp_path / "c.katra"
-    with harness.capture(gl_ctx, path, scene="mine", zones=False) as cap:
+    with katra3d.capture(gl_ctx, path, scene="mine", zones=False) as cap:
         for i in range(3):
             with cap.frame():
                 gl_ctx.clear(0.1 * i, 0.5, 0.25, 1.0)
@@ -92,7 +92,7 @@ def test_capture_hands_over_its_frame(gl_ctx: Any, tmp_path: Path) -> None:
 
 
 def test_capture_keep_image_refuses_misuse(gl_ctx: Any, tmp_path: Path) -> None:
-    with harness.capture(gl_ctx, tmp_path / "c.katra", zones=False) as cap:
+    with katra3d.capture(gl_ctx, tmp_path / "c.katra", zones=False) as cap:
         with pytest.raises(ConfigError, match="no frame recorded yet"):
             cap.keep_image(np.zeros((2, 2, 4), np.uint8))
         with cap.frame():
@@ -134,7 +134,7 @@ def test_expect_and_update_images(katra_cli: Any, tmp_path: Path) -> None:
 
 _NO_TARGET = '''
 import numpy as np
-from scenes import Scene
+from katra3d import Scene
 
 
 class Plain(Scene):

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.engine import valgrind_request
-from harness.engine.counting import CACHE_EVENTS, estimated_cycles, read_summary
-from harness.run import bytecode, measure
-from harness.run.config import RunConfig, check_measure, plan_run
+from katra3d.harness.engine import valgrind_request
+from katra3d.harness.engine.counting import CACHE_EVENTS, estimated_cycles, read_summary
+from katra3d.harness.run import bytecode, measure
+from katra3d.harness.run.config import RunConfig, check_measure, plan_run
 from katra_trace import open_trace
 from katra_trace.analysis.match import mismatch
 from katra_trace.errors import ConfigError
@@ -271,7 +271,7 @@ def test_stopping_the_parent_stops_the_child_and_removes_the_dumps(tmp_path: Pat
 def test_pytest_plugin_counts_too(tmp_path: Path) -> None:
     if not HAVE_VALGRIND:
         pytest.skip("valgrind is not installed")
-    from harness.pytest_plugin import run_scene
+    from katra3d.harness.pytest_plugin import run_scene
 
     run = run_scene("clear", tmp_path / "p.katra", frames=2, warmup=1, size=(16, 16), measure="instructions")
     # run_scene hands back whatever trace the counted child published: one it finished as interrupted
@@ -321,7 +321,7 @@ def test_compare_refuses_counts_instrumented_from_different_points() -> None:
 def test_instrumentation_switched_on_and_off_from_python_starts_and_stops_the_dumps(tmp_path: Path) -> None:
     if not HAVE_VALGRIND or not valgrind_request.available():
         pytest.skip("needs valgrind and client-request code for this machine")
-    script = ("import os, sys\nfrom harness.engine import valgrind_request as v\n"
+    script = ("import os, sys\nfrom katra3d.harness.engine import valgrind_request as v\n"
               "os.getppid()\n"  # instrumentation off: no dump
               "print(v.running_on_valgrind(), v.start_instrumentation())\n"
               "os.getppid(); sum(range(1000)); os.getppid()\n"
@@ -366,7 +366,7 @@ def test_bytecode_is_compiled_before_a_counted_child_starts(tmp_path: Path) -> N
     canonical = cached.read_bytes()
     assert bytecode.is_canonical(scene)
     # the same bytes from another process, with other modules loaded first
-    code = (f"import json, numpy, harness.engine.core\nfrom pathlib import Path\nfrom harness.run import bytecode\n"
+    code = (f"import json, numpy, katra3d.harness.engine.core\nfrom pathlib import Path\nfrom katra3d.harness.run import bytecode\n"
             f"import sys; sys.stdout.buffer.write(bytecode.canonical_pyc(Path({str(scene)!r})))")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, timeout=120).stdout
     assert other == canonical

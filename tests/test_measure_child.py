@@ -1,7 +1,7 @@
 """The counted child of ``--measure instructions`` receives its plan as data and hands its results back as data.
 
 Pure tests: every field of RunConfig and RunPlan survives the trip through args.json (so a new run
-option reaches the child without harness.run.measure knowing its name), and so does every field of the
+option reaches the child without katra3d.harness.run.measure knowing its name), and so does every field of the
 child's results. One real counted run (valgrind, 16x16, 2 frames): its header records the same capture
 options as a time run with the same options, the user's -o among them.
 """
@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from harness.engine.results import RunResult, SceneResult
-from harness.run import measure
-from harness.run.config import RunConfig, RunPlan, SceneEntry, plan_as_dict, plan_from_dict
+from katra3d.harness.engine.results import RunResult, SceneResult
+from katra3d.harness.run import measure
+from katra3d.harness.run.config import RunConfig, RunPlan, SceneEntry, plan_as_dict, plan_from_dict
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError
-from scenes.builtin.clear import ClearScene
-from scenes.builtin.triangle import TriangleScene
+from katra3d.scenes.builtin.clear import ClearScene
+from katra3d.scenes.builtin.triangle import TriangleScene
 
 HAVE_VALGRIND = shutil.which("valgrind") is not None
 
@@ -31,7 +31,7 @@ HAVE_VALGRIND = shutil.which("valgrind") is not None
 COUNT_ONLY_OPTIONS = {"measure", "timing_mode", "timing_reason", "primary_clock"}
 
 TINY_SCENE = '''
-from scenes.builtin.clear import ClearScene
+from katra3d.scenes.builtin.clear import ClearScene
 
 
 class Tiny(ClearScene):

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from harness.run import lifetime, measure
+from katra3d.harness.run import lifetime, measure
 from katra_trace import open_trace
 
 KATRA3D = str(Path(sys.executable).with_name("katra3d"))
@@ -128,7 +128,7 @@ def test_the_child_gets_sigkill_when_its_parent_dies() -> None:
     # a middle process starts a grandchild with the pre-exec function, in a session of its own as the counted
     # child is (without the signal it would run on: some inits end the orphans of a dead process's session),
     # prints its PID and is killed
-    script = ("import subprocess, sys, time\nfrom harness.run import lifetime\n"
+    script = ("import subprocess, sys, time\nfrom katra3d.harness.run import lifetime\n"
               "p = subprocess.Popen(['sleep', '120'], preexec_fn=lifetime.die_with_parent(), "
               "start_new_session=True, stdout=subprocess.DEVNULL)\n"
               "print(p.pid, flush=True)\ntime.sleep(120)\n")

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from harness.run import runner
-from harness.run.config import RunConfig
-from harness.run.progress import ChildProgress, Progress, Relay
+from katra3d.harness.run import runner
+from katra3d.harness.run.config import RunConfig
+from katra3d.harness.run.progress import ChildProgress, Progress, Relay
 from katra_trace import open_trace
 from katra_trace.schema import Kind
 
@@ -173,7 +173,7 @@ def test_a_counted_scene_failure_is_one_error_line(tmp_path: Path) -> None:
     if not HAVE_VALGRIND:
         pytest.skip("valgrind is not installed")
     scene = tmp_path / "broken.py"
-    scene.write_text("from scenes.builtin.clear import ClearScene\n\n\n"
+    scene.write_text("from katra3d.scenes.builtin.clear import ClearScene\n\n\n"
                      "class Broken(ClearScene):\n    name = 'broken'\n\n"
                      "    def render(self, frame):\n        super().render(frame)\n"
                      "        if frame.index == 2:\n            raise ValueError('boom in render')\n")

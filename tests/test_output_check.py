@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.run.config import check_output as run_check_output
+from katra3d.harness.run.config import check_output as run_check_output
 from katra_trace.errors import ConfigError, OutputExistsError, TraceIOError
 from katra_trace.io.claim import check_output, check_output_dir, move_into_place, open_output
 from tests.export_helpers import write_rich
@@ -96,7 +96,7 @@ def test_the_replace_never_swaps_out_a_special_file(tmp_path: Path) -> None:
 
 
 def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    from harness.cli import main
+    from katra3d.harness.cli import main
 
     code = main(list(args))
     return code, capsys.readouterr().err

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
+from katra3d.harness.cli import main
 from katra_trace.errors import ConfigError, OutputExistsError, TraceIOError
 from katra_trace.io import claim
 from katra_trace.io.claim import check_output, move_into_place, open_output
@@ -48,7 +48,7 @@ def _one_line(code: int, err: str, expected: int = 2) -> str:
 
 def _subprocess(*args: str | bytes, cwd: Path) -> subprocess.CompletedProcess[str]:
     # a process of its own, with a guard: a regression that hangs fails the test instead of stalling the suite
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "katra3d", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=120, check=False)
 
 
@@ -234,7 +234,7 @@ def test_a_name_too_long_is_one_line_for_every_command(tmp_path: Path, capsys: p
 
 AS_NOBODY = """
 import os, sys
-from harness.cli import build_parser, main
+from katra3d.harness.cli import build_parser, main
 build_parser()  # every command's module, imported while the interpreter's own files are readable
 import csv, io, katra_trace.export, katra_trace.analysis.compare, katra_trace.history.store
 try:

@@ -14,8 +14,8 @@ STRICT = ("-p", "no:cacheprovider", "--strict-markers", "-W", "error")
 def test_plugin_is_registered_and_imports_no_gl() -> None:
     code = ("import importlib.metadata as m, sys\n"
             "eps = [e.value for e in m.entry_points(group='pytest11') if e.name == 'katra3d']\n"
-            "assert eps == ['harness.pytest_plugin'], eps\n"
-            "import harness.pytest_plugin\n"
+            "assert eps == ['katra3d.harness.pytest_plugin'], eps\n"
+            "import katra3d.harness.pytest_plugin\n"
             "gl = [n for n in ('moderngl', 'glfw', 'OpenGL', 'glcontext') if n in sys.modules]\n"
             "assert not gl, gl\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -88,7 +88,7 @@ def test_frames_land_in_pytest_benchmark_stats(pytester: pytest.Pytester, gl_ctx
 
 
 def test_kept_trace_names() -> None:
-    from harness.pytest_plugin import MAX_NAME_CHARS, kept_trace_name
+    from katra3d.harness.pytest_plugin import MAX_NAME_CHARS, kept_trace_name
 
     assert kept_trace_name("tests/test_fill.py::test_fast[4]", 1, "fillrate") == (
         "tests.test_fill.py.test_fast[4]-01-fillrate.katra")

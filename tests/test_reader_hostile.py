@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import zstandard
 
-from harness.cli import main as cli_main
+from katra3d.harness.cli import main as cli_main
 from katra_trace import Clock, KatraError, TraceFormatError, TraceRecoveryWarning, TraceTooLargeError, open_trace
 from katra_trace.io import format as fmt
 from tests.trace_helpers import edit_json_block, frame_zone_stream, seal_blocks, split_blocks, write_trace
@@ -159,7 +159,7 @@ def test_unknown_clock_of_a_newer_minor_is_named_by_info(tmp_path: Path, base: b
 
 
 def _katra(*args: str, stdin: Any = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "katra3d", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=REPO, stdin=stdin)
 
 
@@ -300,13 +300,13 @@ def test_pipes_and_proc_files_give_one_line(tmp_path: Path, base: bytes) -> None
     path = tmp_path / "t.katra"
     path.write_bytes(base)
     with open(path, "rb") as f:  # /dev/stdin that is a regular file reads like the file
-        r = subprocess.run([sys.executable, "-m", "harness", "validate", "/dev/stdin"], stdin=f,
+        r = subprocess.run([sys.executable, "-m", "katra3d", "validate", "/dev/stdin"], stdin=f,
                            capture_output=True, text=True, timeout=60, cwd=REPO)
     assert r.returncode == 0 and "ok:" in r.stdout, r.stderr
-    r = subprocess.run(["bash", "-c", f'cat "{path}" | "{sys.executable}" -m harness info /dev/stdin'],
+    r = subprocess.run(["bash", "-c", f'cat "{path}" | "{sys.executable}" -m katra3d info /dev/stdin'],
                        capture_output=True, text=True, timeout=60, cwd=REPO)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "pipe" in r.stderr, r.stderr
-    r = subprocess.run(["bash", "-c", f'"{sys.executable}" -m harness stats <(cat "{path}")'],
+    r = subprocess.run(["bash", "-c", f'"{sys.executable}" -m katra3d stats <(cat "{path}")'],
                        capture_output=True, text=True, timeout=60, cwd=REPO)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "pipe" in r.stderr, r.stderr
     for proc in ("/proc/self/status", "/proc/version"):

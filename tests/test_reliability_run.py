@@ -25,7 +25,7 @@ pytestmark = pytest.mark.gl
 SCENES = textwrap.dedent('''
     import os, sys, time
     import numpy as np
-    from scenes.api import Param, Scene
+    from katra3d import Param, Scene
 
     class _Base(Scene):
         stresses = ("test",)
@@ -406,8 +406,8 @@ def test_a_signal_handler_installed_from_c_is_restored_as_default(tmp_path: Path
     program = textwrap.dedent(f'''
         import signal
         assert signal.getsignal(signal.SIGTERM) is None  # a handler Python did not install
-        from harness.run.config import RunConfig
-        from harness.run.runner import run
+        from katra3d.harness.run.config import RunConfig
+        from katra3d.harness.run.runner import run
         result = run(RunConfig(scenes=("triangle",), frames=3, size=(16, 16), output={str(tmp_path / "c.katra")!r}),
                      quiet=True)
         assert result.status == "complete"

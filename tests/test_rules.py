@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.run import measure
+from katra3d.harness.run import measure
 from katra_trace import metrics
 from katra_trace.analysis import defaults
 from katra_trace.analysis.decide import compare_runs
@@ -81,7 +81,7 @@ def test_run_stat_check() -> None:
     (["history", "check", "--db", "none.duckdb", "--alpha", "2"], "--alpha must be between 0 and 0.5 (exclusive)"),
 ])
 def test_the_cli_shows_the_library_message(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from harness.cli import main
+    from katra3d.harness.cli import main
 
     assert main(args) == 2
     err = capsys.readouterr().err
@@ -93,7 +93,7 @@ def test_documented_defaults_are_the_library_defaults(capsys: pytest.CaptureFixt
     versions = (REPO / "ci" / "compare-versions.sh").read_text()
     assert f"{defaults.DEFAULT_THRESHOLD_COUNT_PCT:g} % threshold" in bench
     assert f"alpha {defaults.DEFAULT_ALPHA:g}" in bench and f"alpha {defaults.DEFAULT_ALPHA:g}" in versions
-    from harness.cli import main
+    from katra3d.harness.cli import main
 
     with pytest.raises(SystemExit):
         main(["compare", "--help"])

@@ -92,7 +92,7 @@ def test_suite_default_output_duration_and_screenshots(katra_cli: Any, tmp_path:
     assert path.name.endswith("-ci.katra")
     trace = open_trace(path)
     notes = {a["scene"]: a for a in trace.annotations if a.get("type") == "scene"}
-    from scenes.suites import get_suite
+    from katra3d.scenes.suites import get_suite
 
     assert list(notes) == list(get_suite("ci").scene_names())
     for name, note in notes.items():
@@ -108,7 +108,7 @@ def test_suite_default_output_duration_and_screenshots(katra_cli: Any, tmp_path:
 def test_signal_stops_at_frame_end_and_marks_interrupted(tmp_path: Path, signum: int) -> None:
     env = dict(os.environ)
     env.pop("KATRA3D_BACKEND", None)
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "triangle", "--duration", "60",
+    proc = subprocess.Popen([sys.executable, "-m", "katra3d", "run", "triangle", "--duration", "60",
                              "--size", "32x32", "-o", "i.katra"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -200,7 +200,7 @@ def test_doctor(katra_cli: Any) -> None:
 
 
 _USER_SCENES = '''
-from scenes.api import Scene, SceneSkip
+from katra3d.scenes.api import Scene, SceneSkip
 
 
 class NeedsMore(Scene):

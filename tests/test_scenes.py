@@ -13,9 +13,9 @@ import pytest
 
 from katra_trace.errors import ConfigError, SceneError
 from katra_trace.io.images import image_checksum
-from scenes.api import Param, Scene
-from scenes.registry import builtin_scenes, describe_range, get_scene, resolve_params
-from scenes.suites import SUITES, get_suite
+from katra3d.scenes.api import Param, Scene
+from katra3d.scenes.registry import builtin_scenes, describe_range, get_scene, resolve_params
+from katra3d.scenes.suites import SUITES, get_suite
 
 DATA = Path(__file__).resolve().parent / "data"
 USER_FILE = DATA / "user_scenes" / "my_scene.py"
@@ -72,7 +72,7 @@ def test_scene_from_file_path() -> None:
 
 
 def test_scene_from_module_path() -> None:
-    cls = get_scene("scenes.builtin.fillrate:FillrateScene")
+    cls = get_scene("katra3d.scenes.builtin.fillrate:FillrateScene")
     assert cls is builtin_scenes()["fillrate"]
 
 
@@ -228,7 +228,7 @@ def test_cli_scenes_text_and_entry_point(katra_cli, installed_user_scene_package
 
 def test_own_releases_newest_first_and_keeps_going_after_a_failure() -> None:
     """Scene.own() registers anything with release(); the inherited release() frees it all."""
-    from scenes.api import Scene
+    from katra3d.scenes.api import Scene
 
     released: list[str] = []
 

@@ -10,14 +10,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.run.offscreen import run_offscreen
+from katra3d.harness.run.offscreen import run_offscreen
 from katra_trace.errors import SceneError
-from scenes.api import SceneSkip, SimpleFrame
+from katra3d.scenes.api import SceneSkip, SimpleFrame
 from katra_trace.io.images import image_checksum
-from scenes.image import read_pixels
-from scenes.registry import builtin_scenes, get_scene, resolve_params
-from scenes.shaders import ShaderCompileError, compile_compute, compile_program
-from scenes.suites import get_suite
+from katra3d.scenes.image import read_pixels
+from katra3d.scenes.registry import builtin_scenes, get_scene, resolve_params
+from katra3d.scenes.shaders import ShaderCompileError, compile_compute, compile_program
+from katra3d.scenes.suites import get_suite
 
 pytestmark = pytest.mark.gl
 

@@ -1,4 +1,4 @@
-"""Stopping a run (harness.engine.stopping): the stop flag, signal routing and the keeper thread. No GL."""
+"""Stopping a run (katra3d.harness.engine.stopping): the stop flag, signal routing and the keeper thread. No GL."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from harness.engine import stopping
-from harness.engine.events import EventBuffer
-from harness.engine.stopping import STOP_SIGNALS, Keeper, StopFlag, StopSignal, stop_on_signals
-from harness.run.offscreen import MemorySink
+from katra3d.harness.engine import stopping
+from katra3d.harness.engine.events import EventBuffer
+from katra3d.harness.engine.stopping import STOP_SIGNALS, Keeper, StopFlag, StopSignal, stop_on_signals
+from katra3d.harness.run.offscreen import MemorySink
 
 
 class Kept:
@@ -165,9 +165,9 @@ def test_a_run_that_finishes_after_a_second_signal_is_left_alone(kept: Kept, mon
 
 _STUCK = textwrap.dedent('''
     import signal, time
-    from harness.engine.events import EventBuffer
-    from harness.run.offscreen import MemorySink
-    from harness.engine.stopping import Keeper, StopFlag, StopSignal
+    from katra3d.harness.engine.events import EventBuffer
+    from katra3d.harness.run.offscreen import MemorySink
+    from katra3d.harness.engine.stopping import Keeper, StopFlag, StopSignal
 
     class Kept:
         counting = False

@@ -150,8 +150,8 @@ def test_katra_trace_imports_no_gl_module() -> None:
         import katra_trace
         for info in pkgutil.walk_packages(katra_trace.__path__, "katra_trace."):
             importlib.import_module(info.name)
-        import harness.cli
-        harness.cli.build_parser()
+        import katra3d.harness.cli
+        katra3d.harness.cli.build_parser()
         print("ok", sorted(m for m in sys.modules if m.startswith("katra_trace")))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

@@ -27,7 +27,7 @@ pytest.importorskip("plotly", reason="the 'export' extra (plotly) is part of the
 
 
 def katra(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "katra3d", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=300, check=False)
 
 

@@ -1,11 +1,11 @@
 """``katra3d bisect``: which commit of a git history made a scene slower.
 
-* :mod:`harness.bisect.git`: the repository, revisions, the first-parent range, worktrees;
-* :mod:`harness.bisect.plan`: the checked setup, a new or resumed bisection in its output directory;
-* :mod:`harness.bisect.measure`: one commit's captures in its worktree and its change against GOOD;
-* :mod:`harness.bisect.search`: the bisection loop and its outcome;
-* :mod:`harness.bisect.state`: the records and ``DIR/bisect.json``;
-* :mod:`harness.bisect.report`: the text of the result.
+* :mod:`katra3d.harness.bisect.git`: the repository, revisions, the first-parent range, worktrees;
+* :mod:`katra3d.harness.bisect.plan`: the checked setup, a new or resumed bisection in its output directory;
+* :mod:`katra3d.harness.bisect.measure`: one commit's captures in its worktree and its change against GOOD;
+* :mod:`katra3d.harness.bisect.search`: the bisection loop and its outcome;
+* :mod:`katra3d.harness.bisect.state`: the records and ``DIR/bisect.json``;
+* :mod:`katra3d.harness.bisect.report`: the text of the result.
 
 The rule that classifies a commit is the library's (:mod:`katra_trace.analysis.bisection`), over the
 one decision model's rows.

@@ -7,7 +7,7 @@ scenes and code are the ones run, as ``ci/compare-versions.sh`` does). Traces go
 on stderr). A counted trace already in place from an interrupted bisection is used again.
 
 * **Counts** (instructions, cycles): one capture per commit, compared with GOOD's one capture.
-* **Time**: ``ab --until-decided``'s rounds loop (:func:`harness.ab.rounds.run_rounds`): interleaved
+* **Time**: ``ab --until-decided``'s rounds loop (:func:`katra3d.harness.ab.rounds.run_rounds`): interleaved
   rounds with GOOD as BASE (the order alternating each round), compared paired after each round by the
   stopping rule for repeated looks (:mod:`katra_trace.analysis.sequential`), until it decides every
   scene, or ``max_rounds`` (the rule's cap) is reached.
@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.bisect.git import Commit, add_worktree, remove_worktree
-from harness.bisect.state import Setup
+from katra3d.harness.bisect.git import Commit, add_worktree, remove_worktree
+from katra3d.harness.bisect.state import Setup
 from katra_trace.analysis.bisection import Effect
 from katra_trace.analysis.defaults import DEFAULT_ALPHA
 from katra_trace.errors import KatraError
@@ -209,7 +209,7 @@ def _measure_time(ws: Workspace, trees: Trees, c: Commit, log: Path, t0: float) 
     directory: ``katra3d compare`` of it gives the same verdict), until the sequential rule decides every
     scene or the cap is reached. A folder left by an interrupted, unrecorded measurement is measured again."""
     # deferred: the rounds loop compares with scipy; building the parser must not
-    from harness.ab.rounds import Round, run_rounds
+    from katra3d.harness.ab.rounds import Round, run_rounds
 
     folder = ws.root / "traces" / c.short
     if folder.exists():

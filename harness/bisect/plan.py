@@ -17,12 +17,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.bisect.git import commit_range, resolve, toplevel
-from harness.bisect.measure import Workspace
-from harness.bisect.report import REPORT_FILE, report_lines
-from harness.bisect.search import Outcome, run_bisection
-from harness.bisect.state import BISECT_FILE, MEASURES, CommitResult, Setup, read_state
-from harness.run.measure import find_valgrind
+from katra3d.harness.bisect.git import commit_range, resolve, toplevel
+from katra3d.harness.bisect.measure import Workspace
+from katra3d.harness.bisect.report import REPORT_FILE, report_lines
+from katra3d.harness.bisect.search import Outcome, run_bisection
+from katra3d.harness.bisect.state import BISECT_FILE, MEASURES, CommitResult, Setup, read_state
+from katra3d.harness.run.measure import find_valgrind
 from katra_trace.analysis.defaults import DEFAULT_SEQUENTIAL_MIN_ROUNDS, MAX_SEQUENTIAL_ROUNDS, check_sequential_rounds
 from katra_trace.errors import ConfigError, OptionError
 from katra_trace.io.claim import check_output_dir, open_output
@@ -46,10 +46,10 @@ def resolve_measure(measure: str) -> str:
 
 
 def default_command(scenes: Sequence[str], measure: str, run_args: str) -> str:
-    """``katra3d run SCENES --quiet`` (this katra3d, as ``python -m harness``) with the measure and
+    """``katra3d run SCENES --quiet`` (this katra3d, as ``python -m katra3d``) with the measure and
     ``run_args`` appended, writing ``{out}``; counted runs measure :data:`COUNT_FRAMES` frames unless
     ``run_args`` says otherwise (its options come last and win)."""
-    parts = [shlex.quote(sys.executable), "-m", "harness", "run", *(shlex.quote(s) for s in scenes), "--quiet"]
+    parts = [shlex.quote(sys.executable), "-m", "katra3d", "run", *(shlex.quote(s) for s in scenes), "--quiet"]
     if is_count(measure):
         parts += ["--measure", measure, "--frames", str(COUNT_FRAMES)]
     return " ".join([*parts, run_args.strip(), "-o", "{out}"] if run_args.strip() else [*parts, "-o", "{out}"])

@@ -8,8 +8,8 @@ import math
 import shlex
 from collections.abc import Mapping
 
-from harness.bisect.search import Outcome
-from harness.bisect.state import CommitResult, Setup
+from katra3d.harness.bisect.search import Outcome
+from katra3d.harness.bisect.state import CommitResult, Setup
 from katra_trace.analysis.bisection import Effect, target_scenes
 
 #: The report's file in the output directory.

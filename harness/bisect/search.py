@@ -2,7 +2,7 @@
 first like BAD, until one commit is left; and what it found, as data.
 
 Every commit measured is recorded in ``DIR/bisect.json`` before the next is started
-(:func:`harness.bisect.state.write_state`), so ``--resume`` continues without measuring a commit
+(:func:`katra3d.harness.bisect.state.write_state`), so ``--resume`` continues without measuring a commit
 twice. The classification is :func:`katra_trace.analysis.bisection.classify`'s; skipped commits
 (failed to capture, not comparable, undecided) are stepped around, as ``git bisect skip`` does.
 """
@@ -14,9 +14,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from harness.bisect.git import Commit
-from harness.bisect.measure import Measured, Trees, Workspace, measure
-from harness.bisect.state import BISECT_FILE, CommitResult, write_state
+from katra3d.harness.bisect.git import Commit
+from katra3d.harness.bisect.measure import Measured, Trees, Workspace, measure
+from katra3d.harness.bisect.state import BISECT_FILE, CommitResult, write_state
 from katra_trace.analysis.bisection import (
     Effect,
     classify,

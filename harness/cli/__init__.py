@@ -20,15 +20,15 @@ import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
-from harness.run.progress import show_warning
+from katra3d.harness.run.progress import show_warning
 from katra_trace import __version__
 from katra_trace.errors import KatraError
 from katra_trace.io.claim import describe
 from katra_trace.text import escape, shown
-from scenes.registry import available_scene_names
-from scenes.suites import SUITES
+from katra3d.scenes.registry import available_scene_names
+from katra3d.scenes.suites import SUITES
 
-#: (subcommand module under harness.cli, in help order)
+#: (subcommand module under katra3d.harness.cli, in help order)
 COMMANDS: tuple[str, ...] = (
     "run",
     "doctor",
@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:
-        module = importlib.import_module(f"harness.cli.{name}")
+        module = importlib.import_module(f"katra3d.harness.cli.{name}")
         module.register(sub)
     _remember_parsers(parser)
     return parser
@@ -147,7 +147,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread() and \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler and \
             getattr(signal.getsignal(signal.SIGINT), "__name__", "") == "_quiet_exit":
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # set by harness/__init__ for start-up
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # set by katra3d/__init__ for start-up
     try:
         parser = build_parser()
     except KeyboardInterrupt:

@@ -18,7 +18,7 @@ line per round, and a failing child's output is shown.
 judged by the stopping rule of :mod:`katra_trace.analysis.sequential`, and
 the rounds stop once every scene is decided. One line says how many rounds
 were used and why it stopped; ab.json records the rule. The loop itself is
-:func:`harness.ab.rounds.run_rounds`.
+:func:`katra3d.harness.ab.rounds.run_rounds`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from harness.cli._common import check_compare_options, compare_kwargs
-from harness.cli.compare import add_compare_options, compare_paths
+from katra3d.harness.cli._common import check_compare_options, compare_kwargs
+from katra3d.harness.cli.compare import add_compare_options, compare_paths
 from katra_trace.analysis.defaults import DEFAULT_SEQUENTIAL_MAX_ROUNDS
 from katra_trace.errors import ConfigError
 from katra_trace.io.claim import check_output_dir
@@ -38,7 +38,7 @@ from katra_trace.io.tracesets import AB_MANIFEST, clear_ab_dir
 from katra_trace.units import format_duration
 
 if TYPE_CHECKING:
-    from harness.ab.rounds import Round
+    from katra3d.harness.ab.rounds import Round
 
 #: Default rounds: 6 paired rounds give the paired t 5 degrees of freedom.
 DEFAULT_ROUNDS = 6
@@ -84,7 +84,7 @@ def _round_line(done: Round, cap: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # deferred: the rounds loop and the stopping rule load scipy (about a second); building the parser must not
-    from harness.ab.rounds import SIDES, run_rounds
+    from katra3d.harness.ab.rounds import SIDES, run_rounds
     from katra_trace.analysis.sequential import SequentialRule
 
     check_compare_options(args)

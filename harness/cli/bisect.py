@@ -3,7 +3,7 @@
 Run inside the git repository being bisected. Each commit measured is checked out as a temporary
 worktree and captured (``-c CMD``, or ``katra3d run SCENE ...``), then set against GOOD with the
 decision model of ``compare``: counts one run a commit, time interleaved rounds against GOOD. The
-rule, the output directory and the exit codes: docs/bisect.md; the work: :mod:`harness.bisect`.
+rule, the output directory and the exit codes: docs/bisect.md; the work: :mod:`katra3d.harness.bisect`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness.bisect.plan import bisect, check_new_output, new_setup, resume
-from harness.cli._common import add_comparability_options, add_decision_options, check_compare_options, compare_kwargs
+from katra3d.harness.bisect.plan import bisect, check_new_output, new_setup, resume
+from katra3d.harness.cli._common import add_comparability_options, add_decision_options, check_compare_options, compare_kwargs
 from katra_trace.analysis.defaults import DEFAULT_SEQUENTIAL_MAX_ROUNDS
 from katra_trace.errors import ConfigError
 from katra_trace.text import escape

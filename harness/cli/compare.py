@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.cli._common import (
+from katra3d.harness.cli._common import (
     add_comparability_options,
     add_decision_options,
     check_compare_options,
@@ -248,7 +248,7 @@ def recorded_sequential(base: str, pairs: Sequence[tuple[int, int]] | None
     if pairs is None:
         return None, None
     # deferred: the stopping rule loads scipy (about a second); building the parser must not
-    from harness.ab.rounds import recorded_rule
+    from katra3d.harness.ab.rounds import recorded_rule
 
     return recorded_rule(Path(base).resolve().parent)
 

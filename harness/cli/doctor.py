@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from harness.cli._common import print_json
-from harness.engine import timers
-from harness.gl import backends, probe
-from harness.gl.timer_check import timer_query_reliability
-from harness.run.config import parse_int
+from katra3d.harness.cli._common import print_json
+from katra3d.harness.engine import timers
+from katra3d.harness.gl import backends, probe
+from katra3d.harness.gl.timer_check import timer_query_reliability
+from katra3d.harness.run.config import parse_int
 from katra_trace.errors import BackendUnavailable
 from katra_trace.units import format_ms
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from harness.cli._common import load_traces, print_json
+from katra3d.harness.cli._common import load_traces, print_json
 from katra_trace.export import FORMATS, default_path, export_trace
 from katra_trace.io.claim import check_output
 

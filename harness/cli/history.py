@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli._common import ALPHA_STEPS, add_decision_options, emit_table, print_json
+from katra3d.harness.cli._common import ALPHA_STEPS, add_decision_options, emit_table, print_json
 from katra_trace.analysis.defaults import check_alpha, check_threshold_pct
 from katra_trace.errors import ConfigError
 from katra_trace.history.ingest import find_traces, prepare_runs

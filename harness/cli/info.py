@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.cli._common import load_trace_quietly, print_json, terminal_width
+from katra3d.harness.cli._common import load_trace_quietly, print_json, terminal_width
 from katra_trace import Clock, Flag, Kind, Trace
 from katra_trace.errors import KatraError
 from katra_trace.io.images import FrameImage, read_frame_images

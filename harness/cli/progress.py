@@ -1,11 +1,11 @@
-"""The CLI's end-of-run table (the progress display is the library's, :mod:`harness.run.progress`)."""
+"""The CLI's end-of-run table (the progress display is the library's, :mod:`katra3d.harness.run.progress`)."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from harness.engine.results import RunResult
+from katra3d.harness.engine.results import RunResult
 from katra_trace.metrics import is_count
 from katra_trace.units import format_ms
 

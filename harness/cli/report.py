@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.cli._common import (
+from katra3d.harness.cli._common import (
     ALPHA_COMPARE,
     ALPHA_STEPS,
     add_comparability_options,
@@ -16,7 +16,7 @@ from harness.cli._common import (
     load_traces,
     print_json,
 )
-from harness.cli.compare import recorded_sequential, round_pairs
+from katra3d.harness.cli.compare import recorded_sequential, round_pairs
 from katra_trace.errors import ConfigError
 from katra_trace.history.trends import trend_data
 from katra_trace.history.store import Source

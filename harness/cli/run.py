@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli._common import print_json
-from harness.cli.progress import format_table
-from harness.run import runner
-from harness.run.config import RunConfig, parse_int, parse_param, parse_seconds, parse_size, plan_run
-from harness.run.progress import Progress
+from katra3d.harness.cli._common import print_json
+from katra3d.harness.cli.progress import format_table
+from katra3d.harness.run import runner
+from katra3d.harness.run.config import RunConfig, parse_int, parse_param, parse_seconds, parse_size, plan_run
+from katra3d.harness.run.progress import Progress
 from katra_trace.analysis.images import flip_missing
 from katra_trace.analysis.references import check_references, record_references
 from katra_trace.errors import ConfigError
@@ -83,7 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    """Build a :class:`harness.run.config.RunConfig` from parsed arguments (ConfigError on bad values)."""
+    """Build a :class:`katra3d.harness.run.config.RunConfig` from parsed arguments (ConfigError on bad values)."""
     if args.frames is not None and args.duration is not None:
         raise ConfigError("give --frames or --duration, not both")
     return RunConfig(

@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from harness.cli._common import print_json
+from katra3d.harness.cli._common import print_json
 from katra_trace.errors import SceneError
-from scenes.api import Scene
-from scenes.registry import builtin_scenes, describe_range, entry_point_scenes, get_scene
-from scenes.suites import SUITES, suites_containing
+from katra3d.scenes.api import Scene
+from katra3d.scenes.registry import builtin_scenes, describe_range, entry_point_scenes, get_scene
+from katra3d.scenes.suites import SUITES, suites_containing
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

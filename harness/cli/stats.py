@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.cli._common import emit_table, load_traces, print_json, table_width, terminal_width
+from katra3d.harness.cli._common import emit_table, load_traces, print_json, table_width, terminal_width
 from katra_trace import Trace
 from katra_trace.analysis.stats import flatten, trace_stats
 from katra_trace.io.tracesets import trace_paths

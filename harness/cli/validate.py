@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.cli._common import load_trace_quietly
+from katra3d.harness.cli._common import load_trace_quietly
 from katra_trace.io.images import read_frame_images
 
 

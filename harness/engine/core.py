@@ -1,21 +1,21 @@
 """The capture engine: one frame loop, one place that records options and cleans up failures.
 
-Every way of capturing drives this engine: ``katra3d run`` (:mod:`harness.run.runner`),
-the Python API (:mod:`harness.capture`), the pytest plugin and the offscreen
-helper (:mod:`harness.run.offscreen`), each with a :class:`~harness.engine.spec.CaptureSpec`.
+Every way of capturing drives this engine: ``katra3d run`` (:mod:`katra3d.harness.run.runner`),
+the Python API (:mod:`katra3d.capture`), the pytest plugin and the offscreen
+helper (:mod:`katra3d.harness.run.offscreen`), each with a :class:`~katra3d.harness.engine.spec.CaptureSpec`.
 An :class:`Engine` owns
 
 * the trace writer (header = capture options + host info) and the event buffer;
-* the timer of the resolved timing mode (:mod:`harness.engine.timers`);
+* the timer of the resolved timing mode (:mod:`katra3d.harness.engine.timers`);
 * the frame loop (:meth:`Engine.loop`); a scene's lifecycle around it (setup,
   warmup, measured frames, last image, release, its errors as
-  :class:`SceneError`) is :mod:`harness.engine.lifecycle`, run by :meth:`Engine.run_scene`;
+  :class:`SceneError`) is :mod:`katra3d.harness.engine.lifecycle`, run by :meth:`Engine.run_scene`;
 * the failure path: whatever happens, the frames measured so far are drained
   into the trace and the trace is finished (``aborted`` or ``interrupted``);
 * a keeper thread that hands buffered events to the writer when a frame takes
   long, so a stuck frame never holds back the frames before it.
 
-Stopping (:mod:`harness.engine.stopping`): :class:`StopFlag` is polled at every frame
+Stopping (:mod:`katra3d.harness.engine.stopping`): :class:`StopFlag` is polled at every frame
 boundary; :func:`stop_on_signals` routes SIGINT, SIGTERM and SIGHUP to it. A
 second signal interrupts the frame in progress (``KeyboardInterrupt``), and if
 the process has not finished its trace a second later, the keeper finishes it
@@ -33,25 +33,25 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.engine import heap, timers
-from harness.engine.counting import CountTimer
-from harness.engine.draws import DrawZones
-from harness.engine.events import EventBuffer
-from harness.engine.frame import HarnessFrame, frame_time_s
-from harness.engine.lifecycle import SceneLifecycle, describe
-from harness.engine.reference import ReferenceDraw
-from harness.engine.results import Progress, SceneResult
-from harness.engine.spec import CaptureSpec, SceneSpec
-from harness.engine.stopping import Keeper, StopFlag
+from katra3d.harness.engine import heap, timers
+from katra3d.harness.engine.counting import CountTimer
+from katra3d.harness.engine.draws import DrawZones
+from katra3d.harness.engine.events import EventBuffer
+from katra3d.harness.engine.frame import HarnessFrame, frame_time_s
+from katra3d.harness.engine.lifecycle import SceneLifecycle, describe
+from katra3d.harness.engine.reference import ReferenceDraw
+from katra3d.harness.engine.results import Progress, SceneResult
+from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
+from katra3d.harness.engine.stopping import Keeper, StopFlag
 from katra_trace.errors import ConfigError, SceneError
 from katra_trace.io.header import CaptureOptions
 from katra_trace.io.images import image_key
 from katra_trace.io.writer import TraceWriter
 from katra_trace.schema import Clock, Kind
-from scenes.api import NOMINAL_RATE_HZ
+from katra3d.scenes.api import NOMINAL_RATE_HZ
 
 if TYPE_CHECKING:
-    from harness.engine.lifecycle import MeasuredDriver
+    from katra3d.harness.engine.lifecycle import MeasuredDriver
 
 _pc = time.perf_counter_ns
 #: What ``ctx.error`` (glGetError) says when GL recorded no error.
@@ -113,7 +113,7 @@ class Engine:
 
     ``spec`` says what to capture and how (:class:`CaptureSpec`); ``ctx`` is
     the moderngl context. ``writer`` replaces the trace writer (any object
-    with TraceWriter's methods, e.g. :class:`~harness.run.offscreen.MemorySink`);
+    with TraceWriter's methods, e.g. :class:`~katra3d.harness.run.offscreen.MemorySink`);
     ``stop`` is the flag the frame loop polls (a fresh one if None).
     Use as a context manager: an exception finishes the trace as ``aborted``
     (``interrupted`` for KeyboardInterrupt) with every measured frame kept.
@@ -299,7 +299,7 @@ class Engine:
 
     def run_scene(self, scene: SceneSpec, *, bind: Callable[[], None] | None = None,
                   progress: Progress | None = None, measured_driver: MeasuredDriver | None = None) -> SceneResult:
-        """Set up, warm up, measure and release one scene (:class:`~harness.engine.lifecycle.SceneLifecycle`).
+        """Set up, warm up, measure and release one scene (:class:`~katra3d.harness.engine.lifecycle.SceneLifecycle`).
 
         ``bind`` makes the harness's framebuffer current (before setup and
         whenever the scene left another one bound). ``measured_driver(one_frame,

@@ -1,7 +1,7 @@
 """The instruction-counting timer: per-frame and per-zone callgrind counts, inside valgrind.
 
 ``katra3d run --measure instructions|cycles`` re-runs itself under callgrind
-(:mod:`harness.run.measure`); in that child process the engine uses
+(:mod:`katra3d.harness.run.measure`); in that child process the engine uses
 :class:`CountTimer` instead of a clock.
 
 Frame boundaries: callgrind runs with ``--dump-before=getppid``, so every call
@@ -22,7 +22,7 @@ start-up runs several times faster and is not counted anyway). Each scene's
 warmup frames run uninstrumented too (its shader JIT among them: LLVM's compile
 under instrumentation was most of a short counted run), so they have no counts
 and no events; the timer switches instrumentation on
-(:func:`harness.engine.valgrind_request.start_instrumentation`) at the start of
+(:func:`katra3d.harness.engine.valgrind_request.start_instrumentation`) at the start of
 the scene's first measured frame (valgrind then re-translates the code it runs,
 host time that is not counted) and off again when the next scene starts
 (:meth:`CountTimer.set_scene`); the runner switches it off after the run's last
@@ -40,9 +40,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.engine import valgrind_request
-from harness.engine.events import EventBuffer
-from harness.engine.timers import NULL_ZONE, Timer
+from katra3d.harness.engine import valgrind_request
+from katra3d.harness.engine.events import EventBuffer
+from katra3d.harness.engine.timers import NULL_ZONE, Timer
 from katra_trace.errors import KatraError
 from katra_trace.schema import Clock, Flag, Kind
 

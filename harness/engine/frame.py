@@ -1,4 +1,4 @@
-"""The per-frame object the harness passes to ``Scene.render`` (a :class:`scenes.api.Frame`)."""
+"""The per-frame object the harness passes to ``Scene.render`` (a :class:`katra3d.scenes.api.Frame`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from scenes.api import NOMINAL_RATE_HZ
+from katra3d.scenes.api import NOMINAL_RATE_HZ
 
 
 class HarnessFrame:

@@ -1,14 +1,14 @@
 """One scene on the capture engine, start to end: setup, warmup, measured frames, last image, release.
 
-The engine (:mod:`harness.engine.core`) owns the writer, the timer and the frame
-loop; a :class:`SceneLifecycle` drives one scene (:class:`~harness.engine.spec.SceneSpec`)
+The engine (:mod:`katra3d.harness.engine.core`) owns the writer, the timer and the frame
+loop; a :class:`SceneLifecycle` drives one scene (:class:`~katra3d.harness.engine.spec.SceneSpec`)
 through them, a method per phase. The scene's own failures become
 :class:`SceneError` naming the phase ("scene 'x' failed in setup: ...",
 "... while rendering: ...", "... in release: ..."), in one line whatever the
 exception's text; errors katra3d raised itself (a GL error, an I/O failure)
 pass as they are, and so does an interrupt. Whatever happens, the scene is
 released and the harness's framebuffer bound again; the engine then keeps the
-frames measured so far (:meth:`Engine.abort <harness.engine.core.Engine.abort>`).
+frames measured so far (:meth:`Engine.abort <katra3d.harness.engine.core.Engine.abort>`).
 """
 
 from __future__ import annotations
@@ -18,20 +18,20 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from harness.engine.counting import CountTimer
-from harness.engine.frame import frame_time_s, seed_key
-from harness.engine.results import NoProgress, SceneResult, median_text, scene_stats
-from harness.engine.scene_traceback import location, scene_traceback
+from katra3d.harness.engine.counting import CountTimer
+from katra3d.harness.engine.frame import frame_time_s, seed_key
+from katra3d.harness.engine.results import NoProgress, SceneResult, median_text, scene_stats
+from katra3d.harness.engine.scene_traceback import location, scene_traceback
 from katra_trace.errors import KatraError, SceneError
 from katra_trace.schema import Flag
-from scenes.api import SceneSkip
+from katra3d.scenes.api import SceneSkip
 from katra_trace.io.images import frame_record, image_checksum, save_png
-from scenes.image import read_pixels
+from katra3d.scenes.image import read_pixels
 
 if TYPE_CHECKING:
-    from harness.engine.core import Engine
-    from harness.engine.results import Progress
-    from harness.engine.spec import SceneSpec
+    from katra3d.harness.engine.core import Engine
+    from katra3d.harness.engine.results import Progress
+    from katra3d.harness.engine.spec import SceneSpec
 
 _pc = time.perf_counter_ns
 

@@ -2,7 +2,7 @@
 
 When a scene raises, the error line names the scene's file and line of the failing frame
 (:func:`location`), and ``katra3d --traceback`` (or ``KATRA3D_DEBUG=1``) prints the traceback
-cut to the scene's frames (:func:`scene_traceback`). katra3d's own frames (``harness``,
+cut to the scene's frames (:func:`scene_traceback`). katra3d's own frames (``katra3d``, ``katra3d.harness``,
 ``katra_trace``, the Scene API's helpers in ``scenes``) are left out; a library's frames (moderngl,
 numpy) are kept in the traceback, since they say what raised, but the location is the deepest frame
 of scene code: a file outside katra3d and outside the Python installation, or a built-in scene
@@ -16,11 +16,13 @@ import sysconfig
 import traceback
 from pathlib import Path
 
+import katra3d
 import katra_trace
-import scenes
+from katra3d import scenes
 
 #: Directories of katra3d's own code: their frames are never the scene's (the Scene API's helpers included).
-_OWN = (os.path.realpath(Path(str(katra_trace.__file__)).parent) + os.sep,
+_OWN = (os.path.realpath(Path(str(katra3d.__file__)).parent) + os.sep,
+        os.path.realpath(Path(str(katra_trace.__file__)).parent) + os.sep,
         os.path.realpath(Path(__file__).parents[1]) + os.sep,
         os.path.realpath(Path(str(scenes.__file__)).parent) + os.sep)
 #: The built-in scenes: scene code, though katra3d's.

@@ -1,10 +1,10 @@
 """What the capture engine is asked to do, as data: one capture, and one scene in it.
 
 :class:`CaptureSpec` is everything that shapes a trace (its path, header and
-how its frames are measured); the :class:`~harness.engine.core.Engine` takes one,
-whichever way of capturing built it (``katra3d run``, ``harness.capture``, the
+how its frames are measured); the :class:`~katra3d.harness.engine.core.Engine` takes one,
+whichever way of capturing built it (``katra3d run``, ``katra3d.capture``, the
 pytest plugin, the offscreen helper). :class:`SceneSpec` is one scene to run on
-that engine (:mod:`harness.engine.lifecycle`). Both are plain records: no GL, no I/O.
+that engine (:mod:`katra3d.harness.engine.lifecycle`). Both are plain records: no GL, no I/O.
 Runtime collaborators (the GL context, a writer override, the stop flag, the
 framebuffer binder, the progress display) are not part of a spec: they are
 passed beside it.

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from harness.engine.events import EventBuffer
+    from katra3d.harness.engine.events import EventBuffer
 
 #: Signals that stop a run (the first at the next frame boundary, the second at once).
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

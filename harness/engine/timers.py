@@ -19,7 +19,7 @@ Modes (docs/timing.md says what each number means):
 * ``auto`` — ``sync`` on software renderers (their timer queries do not time
   the draw: llvmpipe stamps one 64x64 tile), ``gpu`` elsewhere.
 
-Events go to the trace writer through :class:`harness.engine.events.EventBuffer`.
+Events go to the trace writer through :class:`katra3d.harness.engine.events.EventBuffer`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from harness.engine.events import FRAME_NAME, EventBuffer, pack_frame
-from harness.gl.shim import (
+from katra3d.harness.engine.events import FRAME_NAME, EventBuffer, pack_frame
+from katra3d.harness.gl.shim import (
     GL_DEBUG_SOURCE_APPLICATION,
     GL_MAX_DEBUG_MESSAGE_LENGTH,
     GL_QUERY_RESULT,
@@ -455,7 +455,7 @@ class GpuTimer(Timer):
         return out
 
 
-#: What ``--zones`` accepts: no zones, the scene's pass zones, or every draw too (see harness.engine.draws).
+#: What ``--zones`` accepts: no zones, the scene's pass zones, or every draw too (see katra3d.harness.engine.draws).
 ZONE_MODES: tuple[str, ...] = ("off", "passes", "draws")
 
 

@@ -4,7 +4,7 @@ A counted child runs under ``valgrind --tool=callgrind --instr-atstart=no``:
 callgrind does not instrument start-up (Python, imports, Mesa and LLVM set-up),
 which then runs several times faster, and the harness switches instrumentation
 on (:func:`start_instrumentation`) at each scene's first measured frame
-(:class:`harness.engine.counting.CountTimer`) and off again
+(:class:`katra3d.harness.engine.counting.CountTimer`) and off again
 (:func:`stop_instrumentation`) when the next scene starts and after the run's last frame.
 
 A client request is the code of valgrind.h's ``VALGRIND_DO_CLIENT_REQUEST``: a

@@ -16,8 +16,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from harness.gl.backends import current_egl_info, list_egl_devices
-from harness.gl.shim import GL_CONTEXT_PROFILE_MASK, GL_SHADING_LANGUAGE_VERSION, RawGL
+from katra3d.harness.gl.backends import current_egl_info, list_egl_devices
+from katra3d.harness.gl.shim import GL_CONTEXT_PROFILE_MASK, GL_SHADING_LANGUAGE_VERSION, RawGL
 
 #: Substrings (lower case) of GL_RENDERER that mean a CPU rasterizer.
 SOFTWARE_RENDERERS: tuple[str, ...] = (
@@ -185,7 +185,7 @@ def render_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 def host_info(session: Any) -> dict[str, Any]:
     """Everything the trace header records about where a capture ran.
 
-    ``session`` is a :class:`harness.gl.backends.GLSession` (or anything with
+    ``session`` is a :class:`katra3d.harness.gl.backends.GLSession` (or anything with
     ``ctx``, ``backend`` and ``device``).
     """
     egl: dict[str, Any] = {}

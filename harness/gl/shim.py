@@ -3,7 +3,7 @@
 moderngl covers drawing; what it lacks (timestamp queries, 64-bit query reads,
 ``glGetError``, a few limits) goes through this one module, so a constant is
 defined once and a call is made one way. PyOpenGL is imported on first use
-(``import harness.gl.shim`` loads no GL library). 64-bit reads use ctypes output
+(``import katra3d.harness.gl.shim`` loads no GL library). 64-bit reads use ctypes output
 buffers: without them ``glGetQueryObjectui64v`` raises and
 ``glGetInteger64v`` returns garbage.
 """

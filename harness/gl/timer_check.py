@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.engine.reference import FULL_SCREEN_TRIANGLE, make_program
-from harness.gl.shim import GL_TIMESTAMP, RawGL
+from katra3d.harness.engine.reference import FULL_SCREEN_TRIANGLE, make_program
+from katra3d.harness.gl.shim import GL_TIMESTAMP, RawGL
 
 
 def timer_query_reliability(ctx: Any, size: tuple[int, int] = (512, 512), iters: int = 64,
@@ -20,7 +20,7 @@ def timer_query_reliability(ctx: Any, size: tuple[int, int] = (512, 512), iters:
     """Do GL_TIMESTAMP queries time the draw? Compare a heavy draw's GPU time with its wall time.
 
     The draw (the reference workload's full-screen triangle and fragment loop,
-    :mod:`harness.engine.reference`, with ``iters`` steps) is bracketed by two
+    :mod:`katra3d.harness.engine.reference`, with ``iters`` steps) is bracketed by two
     timestamp queries and by ``glFinish`` + host clock. On a real GPU the GPU
     time is close to (and at most) the wall time; on llvmpipe, whose queries
     stamp one 64x64 tile, it is a small fraction of it. Returns gpu_ms,

@@ -18,14 +18,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.engine.timers import MODES, zone_mode
-from harness.gl.backends import CHOICES, resolve_name
+from katra3d.harness.engine.timers import MODES, zone_mode
+from katra3d.harness.gl.backends import CHOICES, resolve_name
 from katra_trace import metrics
 from katra_trace.analysis.references import DURATION_NOTICE
 from katra_trace.errors import ConfigError
 from katra_trace.io import claim
-from scenes.registry import get_scene, resolve_params
-from scenes.suites import get_suite
+from katra3d.scenes.registry import get_scene, resolve_params
+from katra3d.scenes.suites import get_suite
 
 #: Defaults when neither the command line nor a suite says.
 DEFAULT_FRAMES = 100
@@ -103,11 +103,11 @@ class RunConfig:
     ``samples`` MSAA samples (0 = none). None means "the suite's value, else
     the default". ``params``: (scene, key, value) overrides, values as typed (scene "": the run's one scene).
     ``measure``: time (clocks), instructions or cycles (counted under
-    callgrind, see :mod:`harness.run.measure`). ``reference_every``: time the
+    callgrind, see :mod:`katra3d.harness.run.measure`). ``reference_every``: time the
     reference draw after every K-th measured frame (sync timing; 0 = never,
-    None = :data:`DEFAULT_REFERENCE_EVERY`), see :mod:`harness.engine.reference`.
+    None = :data:`DEFAULT_REFERENCE_EVERY`), see :mod:`katra3d.harness.engine.reference`.
     ``zones``: off | passes | draws (True/False mean passes/off), see
-    :mod:`harness.engine.draws`; ``max_draw_zones`` caps the draws timed per frame.
+    :mod:`katra3d.harness.engine.draws`; ``max_draw_zones`` caps the draws timed per frame.
     ``force``: replace an existing output file (only once the new capture has
     recorded something; see :mod:`katra_trace.io.claim`). ``codec``: the trace's
     codec (zstd, blosc2 or none; None = TraceWriter's default). ``keep_image``: keep each scene's
@@ -357,7 +357,7 @@ def plan_as_dict(plan: RunPlan) -> dict[str, Any]:
     Generic: it iterates :func:`dataclasses.fields`, so a field added to RunConfig or RunPlan
     travels without this module knowing its name. Tuples become lists, paths strings; a scene
     entry travels without its class (``label``, ``spec``, ``params``): the class is found again by spec.
-    The counted child of ``--measure instructions`` receives its plan this way (:mod:`harness.run.measure`).
+    The counted child of ``--measure instructions`` receives its plan this way (:mod:`katra3d.harness.run.measure`).
     """
     out = _encode(plan)
     assert isinstance(out, dict)
@@ -380,7 +380,7 @@ def _encode(value: Any) -> Any:
 def plan_from_dict(data: Mapping[str, Any], scene_class: Callable[[str], type]) -> RunPlan:
     """The :class:`RunPlan` that :func:`plan_as_dict` wrote, each field rebuilt to its annotated type.
 
-    ``scene_class(spec)`` finds each entry's class (e.g. :func:`scenes.registry.get_scene`). Nothing is
+    ``scene_class(spec)`` finds each entry's class (e.g. :func:`katra3d.scenes.registry.get_scene`). Nothing is
     validated again: the plan was checked by :func:`plan_run` where it was made. ConfigError when
     ``data`` is not such a plan.
     """

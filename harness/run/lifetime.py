@@ -1,7 +1,7 @@
 """The counted child's lifetime: it dies with its parent, and no dump directory outlives them.
 
-A counted run's child (valgrind, running ``python -m harness``) is started in a session of its own, so a
-Ctrl-C on the terminal reaches only the parent, which forwards it (:mod:`harness.run.measure`). If the
+A counted run's child (valgrind, running ``python -m katra3d``) is started in a session of its own, so a
+Ctrl-C on the terminal reaches only the parent, which forwards it (:mod:`katra3d.harness.run.measure`). If the
 parent is killed outright (SIGKILL, the OOM killer) nothing is forwarded; so the child is started with
 Linux's parent-death signal set to SIGKILL (:func:`die_with_parent`, ``prctl(PR_SET_PDEATHSIG)`` between
 fork and exec; it survives the exec of setarch and valgrind). A killed child cannot remove its dump

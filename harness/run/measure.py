@@ -6,9 +6,9 @@ exactly. The run re-executes itself as a child process under
 ``valgrind --tool=callgrind`` with single-threaded llvmpipe, a fixed hash seed
 and a pinned vector width (:func:`child_command`, :data:`PINNED_ENV`). The
 checked plan travels as data, not as a command line: the parent writes it into
-the dump directory (``args.json``), the child (``python -m harness``, no
-arguments) runs it through :func:`harness.run.runner.run_child`, captures with
-:class:`harness.engine.counting.CountTimer`, writes the trace itself and hands its
+the dump directory (``args.json``), the child (``python -m katra3d``, no
+arguments) runs it through :func:`katra3d.harness.run.runner.run_child`, captures with
+:class:`katra3d.harness.engine.counting.CountTimer`, writes the trace itself and hands its
 per-scene results back (``results.json``). This parent validates everything
 first (valgrind present, a software renderer, sensible flags), forwards stop
 signals to the child, and removes the dump directory whatever happens.
@@ -31,25 +31,25 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import harness
+import katra3d
 import katra_trace
-import scenes
-from harness.engine import valgrind_request
-from harness.engine.results import RunResult, SceneResult
-from harness.gl.probe import render_env
-from harness.run import bytecode, lifetime
-from harness.run.config import RunPlan, plan_as_dict, plan_from_dict
-from harness.run.placeholders import OUTPUT_PLACEHOLDER, placeholder_plan, restore_strings
-from harness.run.progress import ChildProgress, Relay
+from katra3d import harness, scenes
+from katra3d.harness.engine import valgrind_request
+from katra3d.harness.engine.results import RunResult, SceneResult
+from katra3d.harness.gl.probe import render_env
+from katra3d.harness.run import bytecode, lifetime
+from katra3d.harness.run.config import RunPlan, plan_as_dict, plan_from_dict
+from katra3d.harness.run.placeholders import OUTPUT_PLACEHOLDER, placeholder_plan, restore_strings
+from katra3d.harness.run.progress import ChildProgress, Relay
 from katra_trace import metrics
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.io import claim as claim_mod
 from katra_trace.io.images import renderer_facts
 from katra_trace.io.blockfile import copy_with_header
-from scenes.registry import builtin_scenes, entry_point_scenes, get_scene
+from katra3d.scenes.registry import builtin_scenes, entry_point_scenes, get_scene
 
 if TYPE_CHECKING:
-    from harness.engine.results import Progress
+    from katra3d.harness.engine.results import Progress
 
 #: Environment of the counted child: what makes its counts repeatable and comparable.
 PINNED_ENV: dict[str, str] = {
@@ -144,14 +144,14 @@ def codegen_facts(gl: Mapping[str, Any], system: Mapping[str, Any], env: Mapping
     }
 
 
-#: File in the dump directory holding the child's plan (JSON, :func:`harness.run.config.plan_as_dict`) and the
+#: File in the dump directory holding the child's plan (JSON, :func:`katra3d.harness.run.config.plan_as_dict`) and the
 #: run's facts.
 ARGS_FILE = "args.json"
 #: File in the dump directory where the child hands back its results (:func:`result_as_dict`) or its error.
 RESULTS_FILE = "results.json"
 #: Where the child writes its trace, inside the dump directory (the parent moves it into place).
 CHILD_TRACE = "trace.katra"
-#: Where the child reports its progress, one JSON line a call (:class:`harness.run.progress.ChildProgress`).
+#: Where the child reports its progress, one JSON line a call (:class:`katra3d.harness.run.progress.ChildProgress`).
 PROGRESS_FILE = "progress.jsonl"
 #: The child's stderr (valgrind's messages, warnings), relayed by the parent unless quiet.
 STDERR_FILE = "stderr.txt"
@@ -218,7 +218,7 @@ def child_progress(info: Mapping[str, Any]) -> ChildProgress:
 
 def instrumentation_deferred() -> bool:
     """Whether counted children start with callgrind's instrumentation off, switched on by the harness at each
-    scene's first measured frame (:mod:`harness.engine.valgrind_request`: this machine can make client requests)."""
+    scene's first measured frame (:mod:`katra3d.harness.engine.valgrind_request`: this machine can make client requests)."""
     return valgrind_request.available()
 
 
@@ -258,7 +258,7 @@ def child_command(valgrind: str, dump_base: Path, measure: str, *, deferred: boo
     # no address-space randomization: where the heap and libraries land changes hashing and alignment paths
     setarch = shutil.which("setarch")
     prefix = [setarch, platform.machine(), "-R"] if setarch else []
-    return [*prefix, *cmd, sys.executable, "-m", "harness"]
+    return [*prefix, *cmd, sys.executable, "-m", "katra3d"]
 
 
 def child_env(dump_dir: Path, extra_pythonpath: str | None = None) -> dict[str, str]:
@@ -301,10 +301,10 @@ def scene_imports(plan: RunPlan) -> tuple[dict[str, str], bool]:
 
 def compile_sources(file_specs: Iterable[str] = ()) -> None:
     """Write the bytecode of katra3d's packages and of the run's scene files before a counted child starts, in
-    the canonical form of :mod:`harness.run.bytecode`: every child then loads the same bytes, whoever compiled
+    the canonical form of :mod:`katra3d.harness.run.bytecode`: every child then loads the same bytes, whoever compiled
     the sources before (a child that compiled a module itself, or loaded another writer's bytes, counted every
     later frame differently). ``file_specs``: ``path.py:Class`` specs, made absolute."""
-    roots = [root for package in (harness, katra_trace, scenes) for root in package.__path__]
+    roots = [root for package in (katra3d, harness, katra_trace, scenes) for root in package.__path__]
     bytecode.write_canonical_tree(roots, (spec.rpartition(":")[0] for spec in file_specs))
 
 
@@ -354,14 +354,14 @@ def run_counted(plan: RunPlan, *, progress: Progress, quiet: bool) -> tuple[int,
     """Run ``plan`` counted under callgrind, and move its trace to ``plan.output``.
 
     The checked plan travels as data: it is written into the dump directory's args.json
-    (:func:`harness.run.config.plan_as_dict`), where the child reads it. ``plan.output`` is
+    (:func:`katra3d.harness.run.config.plan_as_dict`), where the child reads it. ``plan.output`` is
     claimed here first (``<output>.part``, as any capture does), so no other run can take
     it. The child writes into the dump directory; its trace is moved into place when it
     ends (complete, aborted or interrupted). If the child was killed, its readable prefix
     stays as ``<output>.part``. The dump directory is removed whatever happens; the child
-    dies with this process (:mod:`harness.run.lifetime`), and the dump directories of
+    dies with this process (:mod:`katra3d.harness.run.lifetime`), and the dump directories of
     counted runs whose parent was killed are removed first. The child's progress is shown
-    on ``progress`` as it comes (:class:`harness.run.progress.Relay`). Returns the child's
+    on ``progress`` as it comes (:class:`katra3d.harness.run.progress.Relay`). Returns the child's
     exit code, what it handed back (:func:`result_as_dict`, or ``{"error", "exit_code"}``;
     None when it wrote nothing), and the first stop signal this process got (0: none).
     """

@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from harness.engine.core import Engine
-from harness.engine.spec import CaptureSpec, SceneSpec
+from katra3d.harness.engine.core import Engine
+from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
 from katra_trace.errors import SceneError
 from katra_trace.io.header import build_capture_options
-from scenes.api import SceneSkip
-from scenes.registry import resolve_params
+from katra3d.scenes.api import SceneSkip
+from katra3d.scenes.registry import resolve_params
 
 
 class MemorySink:

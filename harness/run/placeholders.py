@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.run.config import RunPlan
+from katra3d.harness.run.config import RunPlan
 
 #: What the counted child is told in place of the user's output path and note: strings of one fixed length, so
 #: that the child's heap, and with it every count, does not depend on how long the user's strings are (a 4-character

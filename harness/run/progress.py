@@ -1,7 +1,7 @@
 """Progress of a run: a rich bar on a terminal, one plain line per step otherwise.
 
-The engine reports to any :class:`harness.engine.results.Progress`; :class:`Progress` here is the display
-``katra3d run`` and :func:`harness.run.runner.run` use by default.
+The engine reports to any :class:`katra3d.harness.engine.results.Progress`; :class:`Progress` here is the display
+``katra3d run`` and :func:`katra3d.harness.run.runner.run` use by default.
 
 A counted run (``--measure instructions|cycles``) renders its frames in a child process under valgrind.
 That child reports to a :class:`ChildProgress`, which writes each call as one JSON line into a file in the
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from harness.engine.results import Progress as ProgressProtocol
+    from katra3d.harness.engine.results import Progress as ProgressProtocol
 
 
 class Progress:
@@ -120,10 +120,10 @@ class Progress:
 
 
 class ChildProgress:
-    """The counted child's :class:`harness.engine.results.Progress`: every call one JSON line in ``path``.
+    """The counted child's :class:`katra3d.harness.engine.results.Progress`: every call one JSON line in ``path``.
 
     ``tty`` is True so that the engine reports every frame (a counted run reports each one, see
-    :meth:`harness.engine.core.Engine.loop`); the parent decides what to show. A write that fails (the
+    :meth:`katra3d.harness.engine.core.Engine.loop`); the parent decides what to show. A write that fails (the
     parent removed the directory) is ignored: progress never stops a run.
     """
 

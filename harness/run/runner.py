@@ -1,14 +1,14 @@
 """The runner: a validated RunConfig in, a trace and per-scene results out.
 
 Order of work: validate the config and resolve every scene and param
-(:func:`harness.run.config.plan_run`: no GL yet, so a bad input costs nothing and
+(:func:`katra3d.harness.run.config.plan_run`: no GL yet, so a bad input costs nothing and
 leaves nothing behind) -> open the backend -> probe the host -> create the capture engine (trace header =
 capture options + host info; the timing mode is chosen there) -> per scene,
-:meth:`harness.engine.core.Engine.run_scene` -> summary.
+:meth:`katra3d.harness.engine.core.Engine.run_scene` -> summary.
 
 SIGINT, SIGTERM and SIGHUP stop the run at the next frame boundary, and the
 trace is finished with status ``interrupted``; a second signal stops the frame
-in progress (see :mod:`harness.engine.core`).
+in progress (see :mod:`katra3d.harness.engine.core`).
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.engine import timers
-from harness.engine.core import Engine
-from harness.engine.results import NoProgress, Progress, RunResult, SceneResult
-from harness.engine.spec import CaptureSpec, SceneSpec
-from harness.engine.stopping import StopFlag, stop_on_signals
-from harness.gl import backends, probe
-from harness.run import measure
-from harness.run.config import DEFAULT_REFERENCE_EVERY, RunConfig, RunPlan, SceneEntry, default_output, plan_run
-from harness.run.progress import Progress as RunProgress
-from harness.run.progress import show_warning
+from katra3d.harness.engine import timers
+from katra3d.harness.engine.core import Engine
+from katra3d.harness.engine.results import NoProgress, Progress, RunResult, SceneResult
+from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
+from katra3d.harness.engine.stopping import StopFlag, stop_on_signals
+from katra3d.harness.gl import backends, probe
+from katra3d.harness.run import measure
+from katra3d.harness.run.config import DEFAULT_REFERENCE_EVERY, RunConfig, RunPlan, SceneEntry, default_output, plan_run
+from katra3d.harness.run.progress import Progress as RunProgress
+from katra3d.harness.run.progress import show_warning
 from katra_trace import metrics
 from katra_trace.analysis.images import file_stem
 from katra_trace.analysis.references import DURATION_NOTICE, images_policy
@@ -76,7 +76,7 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
 def _capture(plan: RunPlan, progress: Progress, child: Mapping[str, Any] | None = None) -> RunResult:
     """Open the backend, probe the host and capture every scene of ``plan`` into its trace.
 
-    ``child``: the facts of a counted child (:func:`harness.run.measure.child_info`); the trace then
+    ``child``: the facts of a counted child (:func:`katra3d.harness.run.measure.child_info`); the trace then
     goes into the dump directory (the parent moves it to ``plan.output``, which the header records).
     """
     cfg = plan.config
@@ -150,7 +150,7 @@ def _run_counted(plan: RunPlan, progress: Progress, *, quiet: bool) -> RunResult
     """``--measure instructions|cycles``: check here, count in a child under callgrind, take back its results.
 
     A stop signal that ended the child before it handed back results raises
-    :class:`harness.run.measure.Interrupted` (the CLI's exit 128 + the signal); the frames it
+    :class:`katra3d.harness.run.measure.Interrupted` (the CLI's exit 128 + the signal); the frames it
     recorded, if any, are kept as ``<output>.part``."""
     cfg = plan.config
     measure.find_valgrind()
@@ -180,11 +180,11 @@ def _run_counted(plan: RunPlan, progress: Progress, *, quiet: bool) -> RunResult
 
 
 def run_child() -> int:
-    """Entry point of the counted child: ``python -m harness`` under valgrind, ``$KATRA3D_MEASURE_CHILD`` set.
+    """Entry point of the counted child: ``python -m katra3d`` under valgrind, ``$KATRA3D_MEASURE_CHILD`` set.
 
     Loads the checked plan the parent wrote into the dump directory (no argparse, no planning
     again), probes the host (the codegen facts must come from this process's GL), captures,
-    and hands the results back as data (:func:`harness.run.measure.hand_back`); an error travels
+    and hands the results back as data (:func:`katra3d.harness.run.measure.hand_back`); an error travels
     the same way, for the parent to report. Returns the exit code: 0 complete, 128 + the signal
     when interrupted, the error's code otherwise.
     """

@@ -1,6 +1,6 @@
 """Bisection's rule: is a commit like GOOD or like BAD, and how much of BAD's change does the culprit explain.
 
-Pure (stdlib only): ``katra3d bisect`` (:mod:`harness.bisect`) measures each commit against GOOD with
+Pure (stdlib only): ``katra3d bisect`` (:mod:`katra3d.harness.bisect`) measures each commit against GOOD with
 the one decision model (:func:`katra_trace.analysis.compare.compare_traces`, through
 :class:`~katra_trace.analysis.verdict.SceneComparison`) and hands the rows here as :class:`Effect`
 records. The rule (docs/bisect.md, "How a commit is classified"):

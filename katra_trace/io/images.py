@@ -1,6 +1,6 @@
 """Kept frames: what a capture keeps of each scene's last measured frame, and how to read it back.
 
-A ``katra3d run --frames N`` capture (and :meth:`harness.capture.Capture.keep_image`) keeps one
+A ``katra3d run --frames N`` capture (and :meth:`katra3d.harness.capture.Capture.keep_image`) keeps one
 frame a scene, losslessly, in the trace itself: an IMAGE block (format 1.2,
 :mod:`katra_trace.io.image_block`) holding the frame's facts and its pixels as a PNG. Read them
 with :func:`read_frame_images`; a trace without IMAGE blocks (an older trace, a ``--duration``

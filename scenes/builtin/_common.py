@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from scenes.api import Scene
+from katra3d.scenes.api import Scene
 
 # -- matrices -----------------------------------------------------------------------
 

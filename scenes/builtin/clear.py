@@ -6,7 +6,7 @@ import colorsys
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from scenes.api import Frame, Param, Scene
+from katra3d.scenes.api import Frame, Param, Scene
 
 
 class ClearScene(Scene):

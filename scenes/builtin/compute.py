@@ -8,9 +8,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from scenes.api import NOMINAL_RATE_HZ, Frame, Param
-from scenes.builtin._common import BuiltinScene
-from scenes.shaders import compile_compute, compile_program
+from katra3d.scenes.api import NOMINAL_RATE_HZ, Frame, Param
+from katra3d.scenes.builtin._common import BuiltinScene
+from katra3d.scenes.shaders import compile_compute, compile_program
 
 _LOCAL_SIZE = 256
 

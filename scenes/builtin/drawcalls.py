@@ -8,10 +8,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from scenes.api import Frame, Param
-from scenes.builtin._common import LIT_FRAGMENT, BuiltinScene, cube, look_at, perspective
-from scenes.builtin.geometry import LIT_VERTEX
-from scenes.shaders import compile_program
+from katra3d.scenes.api import Frame, Param
+from katra3d.scenes.builtin._common import LIT_FRAGMENT, BuiltinScene, cube, look_at, perspective
+from katra3d.scenes.builtin.geometry import LIT_VERTEX
+from katra3d.scenes.shaders import compile_program
 
 
 class DrawCallsScene(BuiltinScene):

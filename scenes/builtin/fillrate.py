@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from scenes.api import Frame, Param
-from scenes.builtin._common import FULLSCREEN_TRIANGLE, FULLSCREEN_VERTEX, BuiltinScene
-from scenes.shaders import compile_program
+from katra3d.scenes.api import Frame, Param
+from katra3d.scenes.builtin._common import FULLSCREEN_TRIANGLE, FULLSCREEN_VERTEX, BuiltinScene
+from katra3d.scenes.shaders import compile_program
 
 _FRAGMENT = """
 #version 330

@@ -6,8 +6,8 @@ import math
 from collections.abc import Mapping
 from typing import ClassVar
 
-from scenes.api import Frame, Param
-from scenes.builtin._common import (
+from katra3d.scenes.api import Frame, Param
+from katra3d.scenes.builtin._common import (
     LIT_FRAGMENT,
     BuiltinScene,
     look_at,
@@ -17,7 +17,7 @@ from scenes.builtin._common import (
     torus_knot,
     unindex,
 )
-from scenes.shaders import compile_program
+from katra3d.scenes.shaders import compile_program
 
 LIT_VERTEX = """
 #version 330

@@ -8,8 +8,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from scenes.api import Frame, Param
-from scenes.builtin._common import (
+from katra3d.scenes.api import Frame, Param
+from katra3d.scenes.builtin._common import (
     FULLSCREEN_TRIANGLE,
     FULLSCREEN_VERTEX,
     BuiltinScene,
@@ -18,7 +18,7 @@ from scenes.builtin._common import (
     mat_bytes,
     perspective,
 )
-from scenes.shaders import compile_program
+from katra3d.scenes.shaders import compile_program
 
 _SCENE_VERTEX = """
 #version 330

@@ -7,9 +7,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from scenes.api import Frame, Param
-from scenes.builtin._common import BuiltinScene, look_at, mat_bytes, orthographic, perspective, uv_sphere
-from scenes.shaders import compile_program
+from katra3d.scenes.api import Frame, Param
+from katra3d.scenes.builtin._common import BuiltinScene, look_at, mat_bytes, orthographic, perspective, uv_sphere
+from katra3d.scenes.shaders import compile_program
 
 _DEPTH_VERTEX = """
 #version 330

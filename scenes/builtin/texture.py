@@ -7,9 +7,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from scenes.api import Frame, Param
-from scenes.builtin._common import BuiltinScene, look_at, mat_bytes, perspective
-from scenes.shaders import compile_program
+from katra3d.scenes.api import Frame, Param
+from katra3d.scenes.builtin._common import BuiltinScene, look_at, mat_bytes, perspective
+from katra3d.scenes.shaders import compile_program
 
 _VERTEX = """
 #version 330

@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from scenes.api import Frame, Param, Scene
-from scenes.shaders import compile_program
+from katra3d.scenes.api import Frame, Param, Scene
+from katra3d.scenes.shaders import compile_program
 
 _VERTEX = """
 #version 330

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scenes import Scene
+from katra3d import Scene
 
 
 class Tiny(Scene):

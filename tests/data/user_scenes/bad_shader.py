@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scenes import Scene
-from scenes.shaders import compile_program
+from katra3d import Scene, compile_program
 
 
 class BrokenShader(Scene):

@@ -7,8 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from scenes import Param, Scene
-from scenes.shaders import compile_program
+from katra3d import Param, Scene, compile_program
 
 VERTEX = """
 #version 330

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scenes import Param, Scene
+from katra3d import Param, Scene
 
 
 class Stripes(Scene):

@@ -1,0 +1,80 @@
+"""katra3d: run 3D scenes headless, time every frame and draw, and compare versions.
+
+The public API for scene authors and for timing your own moderngl code::
+
+    from katra3d import Scene, Param, Frame, SceneSkip, compile_program   # write a scene (docs/scenes.md)
+    from katra3d import capture, Capture                                  # time your own loop (docs/cli.md)
+    from katra3d import get_scene, run_offscreen                          # render a scene without a trace
+
+The folders of the repository map under this name: ``katra3d.harness`` (GL, timing, runner, CLI) and
+``katra3d.scenes`` (the Scene API and the built-in scenes); the trace itself is ``katra_trace``. No generic
+top-level module (``harness``, ``scenes``) is installed, so a repository with its own ``scenes/`` package
+uses katra3d as it is. Importing :mod:`katra3d` loads no GL module and nothing of the above: each public
+name is imported on first use.
+"""
+
+# The first statements, before any import that takes time: the window in which a Ctrl-C can still print
+# a traceback from katra3d's code is the few lines up to the handler. `_signal` is the built-in module
+# behind `signal` (already loaded by the interpreter), so importing it costs nothing; `signal` itself
+# takes about a millisecond.
+import _signal  # type: ignore[import-not-found]  # typeshed has no stub for the built-in module
+import os as _os
+import sys as _sys
+
+if _os.path.basename(_sys.argv[0] if _sys.argv else "") == "katra3d" and \
+        _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+    # The katra3d command: a Ctrl-C while it is still importing ends it quietly (no traceback).
+    # katra3d.harness.cli.main restores Python's handler before doing anything else. Applications that
+    # import katra3d keep their own handlers.
+    def _quiet_exit(signum: int, _frame: object) -> None:
+        _os.write(2, b"katra3d: interrupted\n")
+        _os._exit(128 + signum)
+
+    _signal.signal(_signal.SIGINT, _quiet_exit)
+
+from typing import TYPE_CHECKING, Any  # noqa: E402  (after the Ctrl-C handler, on purpose)
+
+if TYPE_CHECKING:
+    from katra3d.harness.capture import Capture, capture
+    from katra3d.harness.run.offscreen import run_offscreen
+    from katra3d.scenes.api import NOMINAL_RATE_HZ, Frame, Param, Scene, SceneSkip, SimpleFrame
+    from katra3d.scenes.registry import get_scene
+    from katra3d.scenes.shaders import ShaderCompileError, compile_compute, compile_program
+    from katra_trace.errors import SceneError
+
+#: Each public name and the module that defines it (imported on first use of the name).
+_PUBLIC: dict[str, str] = {
+    "Scene": "katra3d.scenes.api",
+    "Param": "katra3d.scenes.api",
+    "Frame": "katra3d.scenes.api",
+    "SimpleFrame": "katra3d.scenes.api",
+    "SceneSkip": "katra3d.scenes.api",
+    "NOMINAL_RATE_HZ": "katra3d.scenes.api",
+    "SceneError": "katra_trace.errors",
+    "compile_program": "katra3d.scenes.shaders",
+    "compile_compute": "katra3d.scenes.shaders",
+    "ShaderCompileError": "katra3d.scenes.shaders",
+    "get_scene": "katra3d.scenes.registry",
+    "capture": "katra3d.harness.capture",
+    "Capture": "katra3d.harness.capture",
+    "run_offscreen": "katra3d.harness.run.offscreen",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    """The public names, imported from their defining module on first use (PEP 562)."""
+    module_name = _PUBLIC.get(name)
+    if module_name is None:
+        # a submodule (``from katra3d import harness``) is then imported by the import system itself
+        raise AttributeError(f"module 'katra3d' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})
