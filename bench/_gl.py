@@ -255,5 +255,6 @@ def run_frame_period_s(config: Any) -> FramePeriod:
     return frame_period(sel["start_ns"])
 
 
-__all__ = ["IDLE_SCENE", "OUTLIER_FACTOR", "WARMUP", "FramePeriod", "IdleScene", "PlainFrame", "egl_context", "frame_period", "new_scene",
-           "no_zone", "plain_frame_period_s", "renderer", "run_frame_period_s", "run_wall_frames"]
+__all__ = ["IDLE_SCENE", "OUTLIER_FACTOR", "WARMUP", "FramePeriod", "IdleScene", "PlainFrame", "egl_context",
+           "frame_period", "new_scene", "no_zone", "plain_frame_period_s", "renderer", "run_frame_period_s",
+           "run_wall_frames"]

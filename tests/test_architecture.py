@@ -126,7 +126,8 @@ def test_the_decision_modules_load_no_scipy_stats() -> None:
 
     code = ("import sys, numpy as np; import katra_trace.analysis.decide, katra_trace.analysis.sequential, "
             "katra_trace.history.trends, katra_trace.history.steps, katra_trace.report, katra3d.harness.cli.compare, "
-            "katra3d.harness.cli.ab, katra3d.harness.cli.report, katra3d.harness.cli.bisect, katra3d.harness.cli.history; "
+            "katra3d.harness.cli.ab, katra3d.harness.cli.report, katra3d.harness.cli.bisect, "
+            "katra3d.harness.cli.history; "
             "from katra_trace.analysis.intervals import frame_figures; "
             "frame_figures(np.arange(1.0, 31.0), np.arange(2.0, 32.0), False); "
             "frame_figures(np.arange(1.0, 201.0), np.arange(2.0, 202.0), True); "

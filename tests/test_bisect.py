@@ -54,7 +54,8 @@ def _repo(tmp_path: Path, lighting: list[float | None], name: str = "project") -
     return repo, shas
 
 
-def _bisect(cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def _bisect(cwd: Path, *args: str, env: dict[str, str] | None = None,
+            timeout: float = 600) -> subprocess.CompletedProcess[str]:
     full = dict(os.environ)
     full.pop("KATRA3D_BACKEND", None)
     full.update(env or {})

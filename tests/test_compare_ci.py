@@ -27,7 +27,8 @@ HAVE_VALGRIND = shutil.which("valgrind") is not None
 COUNTED = "clear --frames 2 --warmup 1 --size 16x16 --param clear.bands={bands}"
 
 
-def _sh(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def _sh(*args: str, cwd: Path, env: dict[str, str] | None = None,
+        timeout: float = 300) -> subprocess.CompletedProcess[str]:
     full = dict(os.environ, KATRA3D=KATRA, PYTHONPATH=str(REPO))
     full.pop("GITHUB_STEP_SUMMARY", None)
     full.update(env or {})
@@ -66,8 +67,8 @@ def _count_trace(path: Path, *, per_frame: int, scene: str = "clear", codegen: d
                  frames: int = 3) -> Path:
     """An instructions-mode trace as the capture writes it: FRAME counts on Clock.INSTRUCTIONS
     (the first frame warmup), the measure mode in capture_options and the codegen facts in host_info."""
-    rows = [(Kind.FRAME, Clock.INSTRUCTIONS, Flag.WARMUP if i == 0 else 0, 0, 1, 2, i, i, per_frame * (2 if i == 0 else 1)
-             + i % 2, 0.0) for i in range(frames)]
+    rows = [(Kind.FRAME, Clock.INSTRUCTIONS, Flag.WARMUP if i == 0 else 0, 0, 1, 2, i, i,
+             per_frame * (2 if i == 0 else 1) + i % 2, 0.0) for i in range(frames)]
     header = {"workload": scene,
               "capture_options": {"size": [16, 16], "samples": 0, "timing_mode": "instructions",
                                   "primary_clock": "instructions", "params": {},
@@ -182,7 +183,8 @@ def test_compare_versions_finds_a_slower_revision(tmp_path: Path, gl_ctx: object
     _git(repo, "commit", "-q", "-m", "v1")
     (repo / "scene.py").write_text(_SCENE.format(repeat=4))
     _git(repo, "commit", "-q", "-am", "v2: 4x the fill work")
-    cmd = f"{KATRA} run scene.py:UserFill --frames 15 --warmup 2 --size 64x64 --param userfill.layers=2 --quiet -o {{out}}"
+    cmd = (f"{KATRA} run scene.py:UserFill --frames 15 --warmup 2 --size 64x64 --param userfill.layers=2 "
+           f"--quiet -o {{out}}")
     script = str(REPO / "ci/compare-versions.sh")
     # process CPU time: a 4x step of the scene's work, judged on what the process used, not on wall time that a
     # busy machine (the rest of the suite on two cores) stretched by 112 % round to round in one failed run

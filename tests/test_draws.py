@@ -78,7 +78,8 @@ def test_the_cap_times_the_first_n_draws_and_counts_the_rest(tmp_path: Path) -> 
 def test_capture_in_draws_mode_leaves_moderngl_unpatched(gl_ctx: Any, tmp_path: Path) -> None:
     before = _originals()
     fbo = gl_ctx.simple_framebuffer((16, 16))
-    prog = gl_ctx.program(vertex_shader="#version 330\nin vec2 in_pos; void main() { gl_Position = vec4(in_pos, 0, 1); }",
+    prog = gl_ctx.program(vertex_shader=("#version 330\nin vec2 in_pos; "
+                                         "void main() { gl_Position = vec4(in_pos, 0, 1); }"),
                           fragment_shader="#version 330\nout vec4 c; void main() { c = vec4(1); }")
     vbo = gl_ctx.buffer(np.array([-1, -1, 3, -1, -1, 3], dtype="f4").tobytes())
     vao = gl_ctx.vertex_array(prog, [(vbo, "2f", "in_pos")])

@@ -321,7 +321,8 @@ def test_a_failing_scene_gives_scene_error_and_an_aborted_trace_with_its_frames(
 
 def test_sys_exit_in_a_scene_is_a_scene_error() -> None:
     engine, sink, _ = sink_engine()
-    with pytest.raises(SceneError, match=r"failed while rendering \(.*test_engine.py:\d+\): SystemExit\(4\): scene code called sys.exit"), \
+    with pytest.raises(SceneError, match=r"failed while rendering \(.*test_engine.py:\d+\): SystemExit\(4\): "
+                                         r"scene code called sys.exit"), \
             engine:
         engine.run_scene(scene_spec(probe_scene([], fail_in="render", at=0, exc=SystemExit(4))))
     assert sink.status == "aborted"
@@ -498,7 +499,8 @@ def test_engine_on_llvmpipe_writes_frames_and_the_last_image(gl_ctx: Any, gl_fbo
 def test_engine_on_llvmpipe_keeps_the_frames_of_a_failing_scene(gl_ctx: Any, gl_fbo: Any, tmp_path: Path) -> None:
     path = tmp_path / "f.katra"
     engine = Engine(gl_ctx, CaptureSpec(path, "unit", host=SOFTWARE_GL))
-    with pytest.raises(SceneError, match=r"failed while rendering \(.*test_engine.py:\d+\): RuntimeError: render failed on purpose"), engine:
+    with pytest.raises(SceneError, match=r"failed while rendering \(.*test_engine.py:\d+\): RuntimeError: "
+                                         r"render failed on purpose"), engine:
         engine.run_scene(SceneSpec(_Fails, "fails", {}, size=(16, 8), frames=5, warmup=0), bind=gl_fbo.use)
     assert gl_ctx.fbo is gl_fbo  # bound again after the failure
     trace = open_trace(path)

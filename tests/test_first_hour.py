@@ -223,7 +223,8 @@ def test_an_unprefixed_param_sets_the_one_scenes_param(katra_cli: Any, tmp_path:
 def test_scenes_shows_one_scene_by_name_or_file(katra_cli: Any, tmp_path: Path) -> None:
     res = katra_cli("scenes", "fillrate")
     assert res.returncode == 0, res.stderr
-    assert res.stdout.startswith("fillrate  -  ") and "suites:" in res.stdout and "--param fillrate.layers=" in res.stdout
+    assert (res.stdout.startswith("fillrate  -  ") and "suites:" in res.stdout
+            and "--param fillrate.layers=" in res.stdout)
     assert "triangle" not in res.stdout
     _spin(tmp_path, fail_at=0)
     res = katra_cli("scenes", "spin.py:SpinQuad")

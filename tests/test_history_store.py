@@ -65,7 +65,8 @@ def make_trace(path: Path, levels_ms: dict[str, float], seed: int = 0, frames: i
     return path
 
 
-def cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
+        timeout: float = 120) -> subprocess.CompletedProcess[str]:
     full = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "katra3d", "history", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env=full)
@@ -173,7 +174,8 @@ def test_two_processes_adding_at_once_lose_nothing(tmp_path: Path) -> None:
         assert proc.returncode == 0, err
         assert out.count("added 1 run(s)") == 20
     con = duckdb.connect(str(tmp_path / "h.duckdb"), read_only=True)
-    rows = con.execute("SELECT label, count(*), count(DISTINCT trace_sha256) FROM history GROUP BY 1 ORDER BY 1").fetchall()
+    rows = con.execute("SELECT label, count(*), count(DISTINCT trace_sha256) FROM history "
+                       "GROUP BY 1 ORDER BY 1").fetchall()
     con.close()
     assert rows == [("label-a", 20, 20), ("label-b", 20, 20)]
 
@@ -360,7 +362,8 @@ def test_trend_data_gives_a_report_the_trends_fits_and_steps(tmp_path: Path) -> 
     assert data["labels"] == [f"v{i}" for i in range(1, 7)]
     fill = next(s for s in data["series"] if s["scene"] == "fill")
     assert len(fill["fit"]["levels"]) == len(fill["points"]) == 6 and fill["fit"]["noise_source"] == "replicates"
-    assert fill["fit"]["levels"][2] == pytest.approx(10.0, rel=0.03) and fill["fit"]["levels"][3] == pytest.approx(13.0, rel=0.03)
+    assert (fill["fit"]["levels"][2] == pytest.approx(10.0, rel=0.03)
+            and fill["fit"]["levels"][3] == pytest.approx(13.0, rel=0.03))
     assert [(s["scene"], s["label"], s["verdict"]) for s in data["steps"]] == [("fill", "v4", "regression")]
     json.dumps(data)  # plain data
     only = trend_data(Source(db=db), Selection(scene="cubes", last=3))

@@ -292,7 +292,8 @@ def test_compare_without_flip_says_the_install_line_once(sides: tuple[Path, Path
     """In a process where flip_evaluator cannot be imported (the way a missing package looks)."""
     blocker = tmp_path / "blocker"
     blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['flip_evaluator'] = None  # as if not installed\n")
+    (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['flip_evaluator'] = None"
+                                              "  # as if not installed\n")
     base, _, changed = sides
     r = katra_cli("compare", str(base), str(changed), env={"PYTHONPATH": str(blocker)})
     assert r.returncode == 1, r.stdout + r.stderr

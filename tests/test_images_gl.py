@@ -43,7 +43,8 @@ def renders(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
         env = dict(os.environ, LP_NATIVE_VECTOR_WIDTH=str(width))
         env.pop("KATRA3D_BACKEND", None)
         r = subprocess.run([sys.executable, "-m", "katra3d", "run", "--suite", "ci", "--frames", "1", "--warmup", "1",
-                            "--size", "64x64", "--quiet", "--screenshot", str(shots), "-o", str(root / f"{width}.katra")],
+                            "--size", "64x64", "--quiet", "--screenshot", str(shots),
+                            "-o", str(root / f"{width}.katra")],
                            env=env, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stdout + r.stderr
         out[width] = shots

@@ -34,7 +34,8 @@ HAVE_VALGRIND = shutil.which("valgrind") is not None
 SCENES = ("clear", "triangle", "fillrate", "shader")
 # 4 warmup frames: the first frames after the shader JIT still settle (a few hundred instructions of a
 # 32x32 frame, seen up to 0.13 % on the first measured frame after 2 warmup frames)
-COMMON = ["--zones", "draws", "--frames", "4", "--warmup", "4", "--size", "32x32", "--measure", "instructions", "--quiet"]
+COMMON = ["--zones", "draws", "--frames", "4", "--warmup", "4", "--size", "32x32", "--measure", "instructions",
+          "--quiet"]
 
 
 # --------------------------------------------------------------------------- pure pieces
@@ -366,7 +367,8 @@ def test_bytecode_is_compiled_before_a_counted_child_starts(tmp_path: Path) -> N
     canonical = cached.read_bytes()
     assert bytecode.is_canonical(scene)
     # the same bytes from another process, with other modules loaded first
-    code = (f"import json, numpy, katra3d.harness.engine.core\nfrom pathlib import Path\nfrom katra3d.harness.run import bytecode\n"
+    code = (f"import json, numpy, katra3d.harness.engine.core\nfrom pathlib import Path\n"
+            f"from katra3d.harness.run import bytecode\n"
             f"import sys; sys.stdout.buffer.write(bytecode.canonical_pyc(Path({str(scene)!r})))")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, timeout=120).stdout
     assert other == canonical

@@ -40,7 +40,8 @@ def test_special_files_are_refused_whatever_force_says(tmp_path: Path) -> None:
 def test_an_existing_file_needs_force(tmp_path: Path) -> None:
     out = tmp_path / "x.csv"
     out.write_text("keep")
-    with pytest.raises(OutputExistsError, match=r"already exists; give --force \(overwrite=True in Python\) to replace it, or choose another -o"):
+    with pytest.raises(OutputExistsError, match=r"already exists; give --force \(overwrite=True in Python\) to "
+                                                r"replace it, or choose another -o"):
         check_output(out, option="-o")
     assert check_output(out, force=True) == out
     assert out.read_text() == "keep"

@@ -216,7 +216,8 @@ def test_cli_scenes_json_lists_every_scene(katra_cli) -> None:  # type: ignore[n
     assert data["suites"]["default"]["size"] == [1280, 720]
 
 
-def test_cli_scenes_text_and_entry_point(katra_cli, installed_user_scene_package: Path) -> None:  # type: ignore[no-untyped-def]
+def test_cli_scenes_text_and_entry_point(  # type: ignore[no-untyped-def]
+        katra_cli, installed_user_scene_package: Path) -> None:
     env = {"PYTHONPATH": f"{installed_user_scene_package}:{DATA / 'user_scene_pkg'}"}
     proc = katra_cli("scenes", env=env)
     assert proc.returncode == 0, proc.stderr

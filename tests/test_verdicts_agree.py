@@ -89,10 +89,12 @@ def test_show_check_and_report_agree_on_the_issue_store(tmp_path: Path) -> None:
     assert levels_of(s["report_line"]) == steps + 1  # the line is the steps check finds
     assert steps == 0 and show["fit"]["change_pct"] == pytest.approx(0.0)
     # the labels' change is big; check and show say why it is no step, in one line each
-    assert show["fit"]["raw_change_pct"] > 50 and noise["raw_change_pct"] == pytest.approx(show["fit"]["raw_change_pct"])
+    assert (show["fit"]["raw_change_pct"] > 50
+            and noise["raw_change_pct"] == pytest.approx(show["fit"]["raw_change_pct"]))
     reason = noise["no_step_reason"]
     assert reason == show["fit"]["no_step_reason"]
-    assert reason.startswith("label-to-label dispersion") and "labels at that scatter would resolve a 5 % step" in reason
+    assert (reason.startswith("label-to-label dispersion")
+            and "labels at that scatter would resolve a 5 % step" in reason)
     why = [ln for ln in s["check_text"].stdout.splitlines() if "is no step" in ln]
     assert why == [f"fillrate wall: {noise['raw_change_pct']:+.1f}% from v1 to v3 is no step: {reason}"]
     assert why[0] in s["show_text"].splitlines()
@@ -116,7 +118,8 @@ def test_show_check_and_report_agree_on_a_real_step(tmp_path: Path) -> None:
     base, new = str(labels["v3"][0].parent), str(labels["v4"][0].parent)
     refused = katra("compare", base, new, "--format", "json", cwd=tmp_path)
     assert refused.returncode == 2 and "--allow-param-mismatch" in refused.stdout + refused.stderr
-    compared = katra("compare", base, new, "--format", "json", "--allow-param-mismatch", "--threshold", "10", cwd=tmp_path)
+    compared = katra("compare", base, new, "--format", "json", "--allow-param-mismatch", "--threshold", "10",
+                     cwd=tmp_path)
     assert compared.returncode == 1, compared.stderr
     verdict = json.loads(compared.stdout)["scenes"]["fillrate"]["verdict"]
     report = katra("report", new, "--baseline", base, "-o", "cmp.html", "--allow-param-mismatch", "--threshold", "10",

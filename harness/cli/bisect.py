@@ -14,7 +14,12 @@ import time
 from pathlib import Path
 
 from katra3d.harness.bisect.plan import bisect, check_new_output, new_setup, resume
-from katra3d.harness.cli._common import add_comparability_options, add_decision_options, check_compare_options, compare_kwargs
+from katra3d.harness.cli._common import (
+    add_comparability_options,
+    add_decision_options,
+    check_compare_options,
+    compare_kwargs,
+)
 from katra_trace.analysis.defaults import DEFAULT_SEQUENTIAL_MAX_ROUNDS
 from katra_trace.errors import ConfigError
 from katra_trace.text import escape

@@ -66,8 +66,9 @@ class SceneSpec:
     parameters. ``size``: framebuffer (width, height) in pixels. ``frames``:
     measured frames, or None to measure for ``duration_s`` seconds (None with
     both: no measured frames). ``warmup``: frames rendered first, recorded
-    and flagged WARMUP (a counted run renders them uncounted, with no events). ``seed``: the run seed of the frames' RNG. ``spec``:
-    the scene as the user named it (recorded in the scene annotation).
+    and flagged WARMUP (a counted run renders them uncounted, with no events).
+    ``seed``: the run seed of the frames' RNG. ``spec``: the scene as the user
+    named it (recorded in the scene annotation).
     ``read_image``: read the last frame back and record its checksum;
     ``keep_image``: also keep it in the trace (an IMAGE block, :mod:`katra_trace.io.images`) when the
     scene rendered all of its ``frames`` (never for a ``duration_s`` run, whose last frame depends on speed);

@@ -91,7 +91,8 @@ def choose_mode(requested: str, gl: dict[str, Any]) -> tuple[str, str]:
                         "so frames end with glFinish and are timed on the host clock")
     if not timer:
         return "sync", f"'{renderer}' has no GL_TIMESTAMP queries"
-    return "gpu", f"hardware renderer '{renderer}' with {gl['timer_query'].get('counter_bits', 0)}-bit timestamp queries"
+    return "gpu", (f"hardware renderer '{renderer}' with {gl['timer_query'].get('counter_bits', 0)}-bit "
+                   "timestamp queries")
 
 
 class _NullZone:

@@ -218,7 +218,8 @@ def child_progress(info: Mapping[str, Any]) -> ChildProgress:
 
 def instrumentation_deferred() -> bool:
     """Whether counted children start with callgrind's instrumentation off, switched on by the harness at each
-    scene's first measured frame (:mod:`katra3d.harness.engine.valgrind_request`: this machine can make client requests)."""
+    scene's first measured frame (:mod:`katra3d.harness.engine.valgrind_request`: this machine can make client
+    requests)."""
     return valgrind_request.available()
 
 
@@ -387,8 +388,8 @@ def run_counted(plan: RunPlan, *, progress: Progress, quiet: bool) -> tuple[int,
             cmd = child_command(valgrind, dump_base, measure, deferred=deferred)
             env = child_env(dump_dir, os.getcwd() if needs_cwd else None)
             info = {"measure": measure, "dump_dir": str(dump_dir), "dump_base": str(dump_base), "valgrind": version,
-                    "output": OUTPUT_PLACEHOLDER, "command": cmd, "env": dict(PINNED_ENV), "frame_boundary": frame_boundary(deferred),
-                    "instrumentation": instrumentation(deferred),
+                    "output": OUTPUT_PLACEHOLDER, "command": cmd, "env": dict(PINNED_ENV),
+                    "frame_boundary": frame_boundary(deferred), "instrumentation": instrumentation(deferred),
                     "pinned": {k: PINNED_ENV[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")},
                     "plan": plan_as_dict(sent), "imports": imports}
             (dump_dir / ARGS_FILE).write_text(json.dumps(info), encoding="utf-8")

@@ -56,4 +56,5 @@ def restore_strings(plan: RunPlan) -> Callable[[dict[str, Any]], dict[str, Any]]
     return restore
 
 
-__all__ = ["NOTES_PLACEHOLDER", "OUTPUT_PLACEHOLDER", "REQUESTED_OUTPUT_PLACEHOLDER", "placeholder_plan", "restore_strings"]
+__all__ = ["NOTES_PLACEHOLDER", "OUTPUT_PLACEHOLDER", "REQUESTED_OUTPUT_PLACEHOLDER", "placeholder_plan",
+           "restore_strings"]
