@@ -246,8 +246,9 @@ def katra_scene(tmp_path_factory: pytest.TempPathFactory,
     """``katra_scene(name, frames=60, warmup=5, size=(128, 128), params=None, timing="auto",
     zones=False, seed=0, benchmark=None) -> SceneRun``: run a scene in-process and get its stats.
 
-    Skips the test when no GL context can be opened or the scene says it
-    cannot run here (SceneSkip); traces go to a temporary directory, or with
+    ``name`` is a scene spec as ``katra3d run`` takes it; a relative ``path/to/file.py[:Class]`` is looked up
+    beside the calling test file, then in the working directory. Skips the test when no GL context can be opened
+    or the scene says it cannot run here (SceneSkip); traces go to a temporary directory, or with
     ``--katra3d-keep DIR`` (ini ``katra3d_keep``) into DIR, named by :func:`kept_trace_name`.
     """
     keep = keep_dir(request.config)
@@ -258,7 +259,10 @@ def katra_scene(tmp_path_factory: pytest.TempPathFactory,
         # deferred: the plugin loads in every pytest session; katra3d's modules load only when a test uses it
         from katra_trace.errors import BackendUnavailable
         from katra3d.scenes.api import SceneSkip
+        from katra3d.scenes.registry import find_file_spec
 
+        # a relative scene file is the calling test file's neighbour first, then the working directory's
+        spec = find_file_spec(name, (request.path.parent, Path.cwd()))
         count[0] += 1
         if keep is None:
             path = base / f"{count[0]:02d}-{name.replace('/', '_').replace(':', '_')}.katra"
@@ -268,7 +272,7 @@ def katra_scene(tmp_path_factory: pytest.TempPathFactory,
             # the user named the directory: a rerun of this test replaces its own trace
             kwargs.setdefault("overwrite", True)
         try:
-            result = run_scene(name, path, **kwargs)
+            result = run_scene(spec, path, **kwargs)
             if keep is not None:
                 request.config.stash[_KEPT].append(path)
             return result

@@ -23,7 +23,7 @@ class MissingDependencyError(KatraError):
 def require(module: str, *, extra: str, purpose: str, what: str | None = None) -> ModuleType:
     """Import ``module`` (dotted name) or raise :class:`MissingDependencyError`.
 
-    ``extra``: the katra3d extra that installs it (``history``, ``export``, ``blosc2``);
+    ``extra``: the katra3d extra that installs it (``history``, ``export``, ``pandas``, ``blosc2``);
     ``purpose``: what needed it, as the user asked for it (``--to parquet``, ``katra3d history``);
     ``what``: how the message names the missing thing (default: the Python package, by its top name).
     """

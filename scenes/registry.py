@@ -5,7 +5,8 @@ A scene spec (what a user types after ``katra3d run``) is one of:
 * a built-in name (``geometry``);
 * the name of an entry point in the group ``katra3d.scenes`` of an installed
   package (``[project.entry-points."katra3d.scenes"] my-scene = "pkg.mod:MyScene"``);
-* ``path/to/file.py:ClassName`` — a class in a Python file;
+* ``path/to/file.py:ClassName`` — a class in a Python file, or ``path/to/file.py`` for the file's one
+  scene class;
 * ``pkg.module:ClassName`` — a class in an importable module.
 
 Unknown names and missing classes raise :class:`~katra_trace.errors.SceneError`
@@ -23,6 +24,7 @@ import importlib.metadata
 import importlib.util
 import inspect
 import math
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -109,6 +111,7 @@ def _class_from_module(module: Any, class_name: str, where: str) -> type[Scene]:
 
 
 def _load_from_file(file_part: str, class_name: str) -> type[Scene]:
+    """The class ``class_name`` of the file ``file_part``; with no class name, the file's one scene class."""
     path = Path(file_part).expanduser()
     where = f"file '{file_part}'"
     if not path.is_file():
@@ -129,6 +132,13 @@ def _load_from_file(file_part: str, class_name: str) -> type[Scene]:
             del sys.modules[module_name]
             raise SceneError(f"error while importing scene file '{file_part}': "
                              f"{type(exc).__name__}: {exc}") from None
+    if not class_name:
+        found = _scene_classes_in(module)
+        if len(found) != 1:
+            listing = (f"{len(found)} scene classes ({', '.join(found)}); name one, e.g. '{file_part}:{found[0]}'"
+                       if found else "no scene class (a subclass of katra3d.Scene)")
+            raise SceneError(f"{where} defines {listing}")
+        class_name = found[0]
     return _class_from_module(module, class_name, where)
 
 
@@ -145,6 +155,60 @@ def _load_from_module(module_part: str, class_name: str) -> type[Scene]:
 
 def _looks_like_file(part: str) -> bool:
     return part.endswith(".py") or "/" in part or "\\" in part
+
+
+def split_file_spec(spec: str) -> tuple[str, str] | None:
+    """``(file, class)`` of a file spec, ``path/to/x.py:Class`` or ``path/to/x.py`` (class ``""``: the file's one
+    scene class); None for a scene name or a ``package.module:Class`` spec."""
+    spec = spec.strip()
+    left, sep, class_name = spec.rpartition(":")
+    if sep and class_name.isidentifier() and _looks_like_file(left):
+        return left, class_name
+    if not sep and _looks_like_file(spec):
+        return spec, ""
+    return None
+
+
+def absolute_spec(spec: str, cls: type[Scene], base: Path | None = None) -> str:
+    """``spec`` of the scene ``cls`` as ``/absolute/x.py:Class`` when it is a file spec (relative paths taken
+    from ``base``, the working directory by default), else ``spec`` unchanged."""
+    parts = split_file_spec(spec)
+    if parts is None:
+        return spec
+    path = Path(parts[0]).expanduser()
+    return f"{os.path.abspath(path if base is None else base / path)}:{parts[1] or cls.__name__}"
+
+
+def with_class(spec: str, cls: type[Scene]) -> str:
+    """``spec`` with its class named: ``x.py`` (the file's one scene class) becomes ``x.py:Class``; any other spec
+    is returned as it is."""
+    parts = split_file_spec(spec)
+    return f"{parts[0]}:{cls.__name__}" if parts is not None and not parts[1] else spec.strip()
+
+
+def names_scene(name: str, spec: str, cls: type[Scene]) -> bool:
+    """Whether ``name`` (the NAME of ``--param NAME.KEY=VALUE``) names the scene given as ``spec`` (class ``cls``):
+    the scene's name, its spec as given, or any spelling of its file (``x.py``, ``./x.py``, ``../d/x.py``,
+    absolute), with its ``:Class`` or, when the file has one scene class, without it."""
+    if name.strip() in (cls.name, spec.strip()):
+        return True
+    mine, theirs = split_file_spec(spec), split_file_spec(name)
+    if mine is None or theirs is None or theirs[1] not in ("", cls.__name__):
+        return False
+    return Path(mine[0]).expanduser().resolve() == Path(theirs[0]).expanduser().resolve()
+
+
+def find_file_spec(spec: str, bases: tuple[Path, ...]) -> str:
+    """A file spec with a relative path found in the first of ``bases`` (folders, in order) that has the file,
+    as an absolute spec; any other spec unchanged. SceneError naming every path tried when none has it."""
+    parts = split_file_spec(spec)
+    if parts is None or Path(parts[0]).expanduser().is_absolute():
+        return spec
+    tried = [base / Path(parts[0]) for base in bases]
+    for path in tried:
+        if path.is_file():
+            return f"{os.path.abspath(path)}:{parts[1]}" if parts[1] else os.path.abspath(path)
+    raise SceneError(f"scene file '{parts[0]}' not found; tried {', '.join(str(p) for p in tried)}")
 
 
 def get_scene(spec: str) -> type[Scene]:
@@ -166,18 +230,19 @@ def get_scene(spec: str) -> type[Scene]:
             raise SceneError(f"cannot load scene '{spec}' from entry point '{ep.value}': "
                              f"{type(exc).__name__}: {exc}") from None
         return _check_scene_class(obj, f"entry point '{spec}' ({ep.value})")
+    file_spec = split_file_spec(spec)
+    if file_spec is not None:
+        return _load_from_file(*file_spec)
     if ":" in spec:
         left, _, class_name = spec.rpartition(":")
         if not class_name.isidentifier():
             raise SceneError(f"bad scene spec '{spec}': after ':' must come a class name")
-        if _looks_like_file(left):
-            return _load_from_file(left, class_name)
         return _load_from_module(left, class_name)
     names = available_scene_names()
     close = difflib.get_close_matches(spec, names, n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     raise SceneError(f"unknown scene '{spec}'{hint}; available: {', '.join(names)} "
-                     f"(or path/to/file.py:Class, package.module:Class)")
+                     f"(or path/to/file.py, path/to/file.py:Class, package.module:Class)")
 
 
 # -- parameters -------------------------------------------------------------------

@@ -105,12 +105,18 @@ def test_a_plan_that_is_not_one_is_a_config_error() -> None:
 
 def test_file_scenes_are_imported_from_absolute_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     plan = _full_plan()
-    imports, needs_cwd = measure.scene_imports(plan)
-    assert imports == {"sub/tiny.py:Tiny": f"{tmp_path}/sub/tiny.py:Tiny"} and not needs_cwd
+    imports, path = measure.scene_imports(plan)
+    assert imports == {"sub/tiny.py:Tiny": f"{tmp_path}/sub/tiny.py:Tiny"} and path == []
     module_scene = SceneEntry("m", "mypkg.scenes:Mine", ClearScene, {})
-    _, needs_cwd = measure.scene_imports(dataclasses.replace(plan, entries=(*plan.entries, module_scene)))
-    assert needs_cwd  # a package.module:Class spec needs this directory on the child's import path
+    _, path = measure.scene_imports(dataclasses.replace(plan, entries=(*plan.entries, module_scene)))
+    assert path == [str(tmp_path)]  # a package.module:Class spec needs this directory on the child's import path
+    # the user's PYTHONPATH reaches the child's import path (made absolute: the child runs elsewhere), not its
+    # environment, whose length moves the counts
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([".", "/opt/lib"]))
+    _, path = measure.scene_imports(plan)
+    assert path == [str(tmp_path), "/opt/lib"] and "PYTHONPATH" not in measure.child_env(tmp_path)
 
 
 def test_child_results_round_trip_through_json() -> None:

@@ -160,6 +160,12 @@ def _main(argv: Sequence[str] | None = None) -> int:
             # a file name that is not UTF-8 (``$'\xff.katra'``) is printed escaped, never a traceback
             stream.reconfigure(errors="backslashreplace")
     args, unknown = parser.parse_known_args(argv)
+    if unknown and isinstance(getattr(args, "scenes", None), list) and \
+            not any(word.startswith("-") for word in unknown):
+        # scene names after options (`run --frames 3 triangle --param fillrate.layers=2 fillrate`): argparse takes
+        # the first group of positionals and leaves the later ones over, in the order given
+        args.scenes += unknown
+        unknown = []
     if unknown:
         getattr(args, "_katra_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:

@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     "every pass or draw) and stream the timings into a .katra trace. "
                     "docs/timing.md says what each number means.")
     p.add_argument("scenes", nargs="*", metavar="SCENE",
-                   help="scene names (see 'katra3d scenes'), path/to/file.py:Class or package.module:Class")
+                   help="scene names (see 'katra3d scenes'), path/to/file.py (its one scene class), "
+                        "path/to/file.py:Class or package.module:Class; before or after the options")
     p.add_argument("--suite", metavar="NAME", help="run a named suite (ci, default, stress); scenes named "
                    "on the command line run after it")
     p.add_argument("-o", "--output", metavar="PATH",

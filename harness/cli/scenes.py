@@ -134,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print_json(sc)
         else:
-            lines = scene_lines(sc, prefix=args.scene.strip() if ":" in args.scene else None)
+            # the spec as given (x.py:Class, ./x.py, a module's): `run` takes that spelling in --param
+            lines = scene_lines(sc, prefix=None if args.scene.strip() == sc["name"] else args.scene.strip())
             if not sc["params"]:
                 lines.append("    (no params)")
             print("\n".join(lines))

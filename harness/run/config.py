@@ -24,7 +24,7 @@ from katra_trace import metrics
 from katra_trace.analysis.references import DURATION_NOTICE
 from katra_trace.errors import ConfigError
 from katra_trace.io import claim
-from katra3d.scenes.registry import get_scene, resolve_params
+from katra3d.scenes.registry import get_scene, names_scene, resolve_params, with_class
 from katra3d.scenes.suites import get_suite
 
 #: Defaults when neither the command line nor a suite says.
@@ -82,13 +82,12 @@ def parse_seconds(value: str | None, option: str) -> float | None:
 
 def parse_param(text: str) -> tuple[str, str, str]:
     """``"SCENE.KEY=VALUE"`` -> (scene, key, value); ``"KEY=VALUE"`` -> ("", key, value), which
-    :func:`plan_run` applies to the run's one scene. ConfigError when malformed."""
-    m = re.fullmatch(r"([^.=\s]+(?:\.[^.=\s]+)*)\.([A-Za-z_][\w-]*)=(.*)", text.strip(), flags=re.S)
-    if m:
-        return m.group(1), m.group(2), m.group(3)
-    m = re.fullmatch(r"([A-Za-z_][\w-]*)=(.*)", text.strip(), flags=re.S)
-    if m:
-        return "", m.group(1), m.group(2)
+    :func:`plan_run` applies to the run's one scene. SCENE is anything up to the last dot before the first ``=``
+    (a scene name, ``x.py:Class``, ``./x.py:Class``, ``../d/x.py``). ConfigError when malformed."""
+    target, sep, value = text.strip().partition("=")
+    scene, dot, key = target.rpartition(".")
+    if sep and re.fullmatch(r"[A-Za-z_][\w-]*", key) and (scene.strip() or not dot):
+        return scene.strip(), key, value
     raise ConfigError(f"bad --param '{text}': expected SCENE.KEY=VALUE, e.g. triangle.speed=0.5 (or KEY=VALUE "
                       "when one scene runs)")
 
@@ -289,17 +288,21 @@ def plan_run(config: RunConfig) -> RunPlan:
         overrides.setdefault(scene_name, {})[key] = value
     entries: list[SceneEntry] = []
     seen: dict[str, int] = {}
+    used: set[str] = set()
     for spec, suite_params in raw:
         cls = get_scene(spec)
         name = str(getattr(cls, "name", "") or spec)
-        merged = {**dict(suite_params), **overrides.get(name, {}), **overrides.get(spec, {})}
+        mine = [n for n in overrides if names_scene(n, spec, cls)]  # overrides by name first, then by spec
+        used.update(mine)
+        merged = dict(suite_params)
+        for n in sorted(mine, key=lambda n: n.strip() != name):
+            merged.update(overrides[n])
         params = resolve_params(cls, merged)
         seen[name] = seen.get(name, 0) + 1
         label = name if seen[name] == 1 else f"{name}#{seen[name]}"
-        entries.append(SceneEntry(label, spec, cls, params))
-    names = {str(getattr(e.cls, "name", "")) for e in entries} | {e.spec for e in entries}
+        entries.append(SceneEntry(label, with_class(spec, cls), cls, params))
     for scene_name in overrides:
-        if scene_name not in names:
+        if scene_name not in used:
             raise ConfigError(f"--param names scene '{scene_name}', which is not in this run; "
                               f"scenes in this run: {', '.join(e.label for e in entries)}")
 

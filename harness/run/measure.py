@@ -46,7 +46,7 @@ from katra_trace.errors import ConfigError, KatraError
 from katra_trace.io import claim as claim_mod
 from katra_trace.io.images import renderer_facts
 from katra_trace.io.blockfile import copy_with_header
-from katra3d.scenes.registry import builtin_scenes, entry_point_scenes, get_scene
+from katra3d.scenes.registry import absolute_spec, builtin_scenes, entry_point_scenes, get_scene, split_file_spec
 
 if TYPE_CHECKING:
     from katra3d.harness.engine.results import Progress
@@ -203,6 +203,7 @@ def child_plan(info: Mapping[str, Any]) -> RunPlan:
     plan keeps the spec as the user gave it, so the header records what a time run records.
     """
     imports = {str(k): str(v) for k, v in info["imports"].items()}
+    sys.path[:0] = [str(p) for p in info.get("sys_path", ())]  # the parent's PYTHONPATH (scene_imports)
     return plan_from_dict(info["plan"], lambda spec: get_scene(imports.get(spec, spec)))
 
 
@@ -262,42 +263,43 @@ def child_command(valgrind: str, dump_base: Path, measure: str, *, deferred: boo
     return [*prefix, *cmd, sys.executable, "-m", "katra3d"]
 
 
-def child_env(dump_dir: Path, extra_pythonpath: str | None = None) -> dict[str, str]:
+def child_env(dump_dir: Path) -> dict[str, str]:
     """The counted child's whole environment: fixed apart from the rendering variables the user set.
 
     The lengths of the environment, the arguments and the working directory shift the
     process's stack and heap, and with them llvmpipe's and Python's instruction counts
     (measured: a longer -o name or --note moved a triangle frame by 0.4-0.6 %). So the
     child gets a fixed PATH and locale, the pinned variables, the rendering variables
-    (LIBGL_*, MESA_*, GALLIUM_*, LP_*, EGL_*, __GL*, PYOPENGL_*, KATRA3D_*) and nothing else;
+    (LIBGL_*, MESA_*, GALLIUM_*, LP_*, EGL_*, __GL*, PYOPENGL_*, KATRA3D_*) and nothing else
+    (no ``PYTHONPATH``: the scenes' import path travels in the plan file, :func:`scene_imports`);
     it runs in the dump directory, whose name has a fixed length, with no arguments, and
     reads its plan from a file there.
     """
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
     env.update(render_env())
     env.update(PINNED_ENV)
-    if extra_pythonpath:
-        env["PYTHONPATH"] = extra_pythonpath
     env[CHILD_ENV] = str(dump_dir)
     return env
 
 
-def scene_imports(plan: RunPlan) -> tuple[dict[str, str], bool]:
-    """{spec: absolute spec} for the file scenes of ``plan`` (the child runs in another directory), and
-    whether a ``package.module:Class`` spec needs the current directory on the child's import path."""
+def scene_imports(plan: RunPlan) -> tuple[dict[str, str], list[str]]:
+    """{spec: absolute spec} for the file scenes of ``plan`` (the child runs in another directory), and the
+    folders the child puts first on its import path once katra3d is loaded, so that the scenes import what
+    they import here: this process's ``$PYTHONPATH`` (absolute), then the working directory when a
+    ``package.module:Class`` spec needs it. katra3d's own code is loaded before them, whatever they hold (a
+    user's repository with its own ``scenes`` or ``harness`` package)."""
     known = set(builtin_scenes()) | set(entry_point_scenes())
     imports: dict[str, str] = {}
-    needs_cwd = False
+    path = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     for entry in plan.entries:
         spec = entry.spec.strip()
         if spec in known or ":" not in spec:
             continue
-        left, _, cls = spec.rpartition(":")
-        if left.endswith(".py") or "/" in left or os.sep in left:
-            imports[entry.spec] = f"{os.path.abspath(os.path.expanduser(left))}:{cls}"
-        else:
-            needs_cwd = True
-    return imports, needs_cwd
+        if split_file_spec(spec) is not None:
+            imports[entry.spec] = absolute_spec(spec, entry.cls)
+        elif os.getcwd() not in path:
+            path.append(os.getcwd())
+    return imports, path
 
 
 def compile_sources(file_specs: Iterable[str] = ()) -> None:
@@ -380,18 +382,18 @@ def run_counted(plan: RunPlan, *, progress: Progress, quiet: bool) -> tuple[int,
         dump_dir = lifetime.make_dump_dir()
         try:
             dump_base = dump_dir / "cg.out"
-            imports, needs_cwd = scene_imports(plan)
+            imports, sys_path = scene_imports(plan)
             compile_sources(imports.values())
             sent = placeholder_plan(plan)
             trace = dump_dir / CHILD_TRACE
             deferred = instrumentation_deferred()
             cmd = child_command(valgrind, dump_base, measure, deferred=deferred)
-            env = child_env(dump_dir, os.getcwd() if needs_cwd else None)
+            env = child_env(dump_dir)
             info = {"measure": measure, "dump_dir": str(dump_dir), "dump_base": str(dump_base), "valgrind": version,
                     "output": OUTPUT_PLACEHOLDER, "command": cmd, "env": dict(PINNED_ENV),
                     "frame_boundary": frame_boundary(deferred), "instrumentation": instrumentation(deferred),
                     "pinned": {k: PINNED_ENV[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")},
-                    "plan": plan_as_dict(sent), "imports": imports}
+                    "plan": plan_as_dict(sent), "imports": imports, "sys_path": sys_path}
             (dump_dir / ARGS_FILE).write_text(json.dumps(info), encoding="utf-8")
             # the child's stdin, stdout and stderr are the same kind of file whatever the parent's are (a terminal,
             # a pipe, /dev/null with --quiet): measured, each kind moved every frame's count (by up to 188 of

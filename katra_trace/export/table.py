@@ -8,7 +8,7 @@ none) as strings; ``depth``, ``frame``; ``start_ns`` and ``dur_ns`` in ns exactl
 clocks) and ``value`` (counters). Rows are in file order.
 
 Parquet and Arrow need ``pyarrow`` (``pip install 'katra3d[export]'``), pandas needs
-``pandas`` too; neither is needed for CSV.
+``pandas`` too (``pip install 'katra3d[pandas]'``); neither is needed for CSV.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def events_to_arrow(events: np.ndarray, strings: list[str], header: TraceHeader 
 def to_pandas(trace: Trace) -> Any:
     """The trace's events as a ``pandas.DataFrame`` (string columns as categoricals); needs pandas and
     pyarrow."""
-    require("pandas", extra="export", purpose="to_pandas()")
+    require("pandas", extra="pandas", purpose="to_pandas()")
     return to_arrow(trace).to_pandas()
 
 
