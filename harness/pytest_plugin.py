@@ -148,6 +148,7 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
     from katra_trace.errors import ConfigError
     from katra_trace.io.header import build_capture_options
     from katra_trace.io.reader import open_trace
+    from katra_trace.metrics import CLOCK_PREFERENCE, primary_clock_of
     from katra3d.scenes.registry import get_scene, resolve_params
 
     if frames < 1 or warmup < 0:
@@ -182,9 +183,10 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
         raise SceneSkip(outcome.reason)
     opened = open_trace(trace)
     result = trace_stats(opened)["scenes"].get(label, {"metrics": {}, "zones": {}})
-    clock = opened.header.capture_options.primary_clock or "wall"
-    if clock not in result["metrics"] and result["metrics"]:
-        clock = next(iter(result["metrics"]))
+    options = opened.header.capture_options
+    # the one rule of which clock a scene's numbers are read on (stats, info and the report use it too)
+    clock = (primary_clock_of(list(result["metrics"]), options.measure_mode, options.primary_clock)
+             or options.primary_clock or CLOCK_PREFERENCE[0])
     host = opened.header.host_info
     gl = host.gl
     primary = result["metrics"].get(clock, {})

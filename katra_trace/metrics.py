@@ -48,8 +48,15 @@ MEASURES: tuple[str, ...] = ("time", *COUNT_CLOCKS)
 #: (docs/stats.md); blind to a change that slows only some frames. Count metrics always use the median.
 RUN_STATS: tuple[str, ...] = ("median", "p10")
 
-#: The clock shown when a capture names no primary clock, or a scene lacks it: what the user waits for first.
+#: The clock preference order, the one definition: which clock is shown or compared when nothing else says.
+#: The clock the user waits for (``wall``) first, then the GPU's own, the counts, and the CPU-side clocks.
 CLOCK_PREFERENCE: tuple[str, ...] = ("wall", "gpu", "instructions", "cycles", "process", "cpu")
+#: ``--metric auto`` (compare, history): a deterministic count first, then :data:`CLOCK_PREFERENCE`.
+AUTO_ORDER: tuple[str, ...] = (*COUNT_CLOCKS, *(c for c in CLOCK_PREFERENCE if c not in COUNT_CLOCKS))
+#: The clock each timing mode trusts (the header's ``primary_clock``): ``sync`` times frames on the host
+#: clock with glFinish (``wall``), ``gpu`` with timestamp queries, a counted mode counts on its own clock.
+MODE_CLOCKS: dict[str, Clock] = {"sync": Clock.WALL, "gpu": Clock.GPU,
+                                 **{CLOCK_NAMES[c]: Clock(c) for c in sorted(schema.COUNT_CLOCKS)}}
 
 
 def clock_name(clock: int) -> str:
@@ -88,6 +95,11 @@ def primary_clock_of(available: Sequence[str], measure: str | None = None, recor
     return available[0] if available else None
 
 
+def mode_clock(mode: str) -> str:
+    """The name of the clock timing mode ``mode`` trusts (:data:`MODE_CLOCKS`): ``sync`` -> ``"wall"``."""
+    return MODE_CLOCKS[mode].name.lower()
+
+
 def check_run_stat(stat: str, *, count: bool = False, normalize: bool = False) -> str:
     """``stat`` when it is one of :data:`RUN_STATS` and applies, else :class:`OptionError` (a ConfigError).
 
@@ -104,11 +116,13 @@ def check_run_stat(stat: str, *, count: bool = False, normalize: bool = False) -
 __all__ = [
     "ALL",
     "AUTO",
+    "AUTO_ORDER",
     "CLOCK_NAMES",
     "COUNT_CLOCKS",
     "CLOCK_PREFERENCE",
     "MEASURES",
     "METRICS",
+    "MODE_CLOCKS",
     "RUN_STATS",
     "TIME_CLOCKS",
     "VALUE_CLOCKS",
@@ -117,6 +131,7 @@ __all__ = [
     "is_count",
     "is_time",
     "is_value",
+    "mode_clock",
     "primary_clock_of",
     "unit_of",
 ]

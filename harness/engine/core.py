@@ -47,6 +47,7 @@ from katra_trace.errors import ConfigError, SceneError
 from katra_trace.io.header import CaptureOptions
 from katra_trace.io.images import image_key
 from katra_trace.io.writer import TraceWriter
+from katra_trace.metrics import mode_clock
 from katra_trace.schema import Clock, Kind
 from katra3d.scenes.api import NOMINAL_RATE_HZ
 
@@ -92,13 +93,13 @@ def resolve_capture(spec: CaptureSpec) -> ResolvedCapture:
         reason = (f"--measure {mode}: counted under callgrind (valgrind {measure.get('valgrind', '?')}), "
                   "main thread only, single-threaded llvmpipe")
         recorded["measure"] = {"mode": mode, **{k: measure[k] for k in _MEASURE_FACTS if k in measure}}
-        recorded.update({"timing_mode": mode, "timing_reason": reason, "primary_clock": mode})
+        recorded.update({"timing_mode": mode, "timing_reason": reason, "primary_clock": mode_clock(mode)})
         # no time-based flushes: periodic work would land in whichever frame it happened in
         writer_args["batch_ms"] = 1e9
     else:
         mode, reason = timers.choose_mode(spec.timing, dict(spec.host.get("gl", {})))
         recorded.update({"timing_mode": mode, "timing_reason": reason,
-                         "primary_clock": "wall" if mode == "sync" else "gpu", "measure": {"mode": "time"}})
+                         "primary_clock": mode_clock(mode), "measure": {"mode": "time"}})
     recorded["zones"] = zones
     if zones == "draws":
         recorded["max_draw_zones"] = spec.max_draw_zones

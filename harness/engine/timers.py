@@ -40,6 +40,7 @@ from katra3d.harness.gl.shim import (
     RawGL,
 )
 from katra_trace.errors import ConfigError
+from katra_trace.metrics import MODE_CLOCKS
 from katra_trace.schema import Clock, Kind
 
 MODES: tuple[str, ...] = ("auto", "gpu", "sync")
@@ -243,7 +244,7 @@ class SyncTimer(Timer):
     """Mode ``sync``: glFinish at the end of each frame (and zone); host clock."""
 
     mode = "sync"
-    primary_clock = Clock.WALL
+    primary_clock = MODE_CLOCKS[mode]
 
     def _zone(self, name: str) -> _SyncZone:
         return _SyncZone(self, name)
@@ -302,7 +303,7 @@ class GpuTimer(Timer):
     """Mode ``gpu``: GL_TIMESTAMP queries from a preallocated ring, read back without blocking."""
 
     mode = "gpu"
-    primary_clock = Clock.GPU
+    primary_clock = MODE_CLOCKS[mode]
 
     def __init__(self, ctx: Any, writer: Any, buffer: EventBuffer, *, zones: bool = False,
                  ring_queries: int = RING_QUERIES) -> None:

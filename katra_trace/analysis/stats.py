@@ -44,7 +44,6 @@ STUTTER_FACTOR = 2.5
 STUTTER_WINDOW_FRAMES = 31
 #: Flags whose events never enter statistics (warmup, setup, skip markers, cut-short spans).
 EXCLUDED_FLAGS = int(Flag.WARMUP | Flag.SETUP | Flag.SKIPPED | Flag.INTERRUPTED | Flag.REFERENCE)
-#: Clock enum -> the lowercase name used in dict keys ("cpu", "wall", "gpu").
 
 _NS_PER_MS = 1e6
 #: Frames per block of the moving median (bounds its memory at ~window x this x 8 bytes x 3).
