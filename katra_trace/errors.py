@@ -103,8 +103,29 @@ def write_failed(path: object, failure: BaseException, described: str, events: i
     return TraceIOError(f"writing trace {str(path)!r} failed: {described}{kept}")
 
 
+def signal_exit_code(signum: int) -> int:
+    """The exit code of a command that a signal stopped: 128 + the signal's number, as a shell reports it."""
+    return 128 + int(signum)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal (``signum``: SIGINT, SIGTERM, SIGHUP) ended the work; the CLI says so in one line and exits
+    :func:`signal_exit_code`. A KeyboardInterrupt, so that code which lets Ctrl-C through lets it through."""
+
+    def __init__(self, signum: int) -> None:
+        import signal  # deferred: this module is pure and loads nothing it does not need
+
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = int(signum)
+
+    @property
+    def exit_code(self) -> int:
+        return signal_exit_code(self.signum)
+
+
 __all__ = [
     "BackendUnavailable",
+    "Interrupted",
     "ConfigError",
     "KatraError",
     "OptionError",
@@ -116,6 +137,7 @@ __all__ = [
     "TraceTooLargeError",
     "TraceVersionError",
     "WriterClosedError",
+    "signal_exit_code",
     "write_failed",
 ]
 

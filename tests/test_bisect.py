@@ -119,7 +119,7 @@ def test_bisect_finds_the_first_bad_commit_and_steps_around_a_broken_one(tmp_pat
     states = {t["sha"]: t["state"] for t in result["tested"]}
     assert states == {shas[0]: "good", shas[7]: "bad", shas[3]: "skip", shas[4]: "good", shas[5]: "bad"}
     skipped = next(t for t in result["tested"] if t["sha"] == shas[3])
-    assert "the capture failed (exit 1)" in skipped["reason"] and "No such file" in skipped["reason"]
+    assert "the capture failed with exit code 1: " in skipped["reason"] and "No such file" in skipped["reason"]
     assert f"first bad commit: {shas[5]} change 5" in r.stdout
     assert f"  {shas[3][:10]}: skipped: the capture failed" in r.stdout
     assert (out / "bisect.txt").read_text() == r.stdout

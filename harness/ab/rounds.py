@@ -1,16 +1,14 @@
 """The rounds of an interleaved A/B: each round one BASE and one NEW capture, the order alternating, recorded
 in ``ab.json`` after every round; with a stopping rule, a look after every round and a stop once decided.
 
-``katra3d ab`` (harness/cli/ab.py) and bisect's time mode call :func:`run_rounds`. A capture command is a shell
-command line that writes one trace to the path put in place of ``{out}``. The children's output is kept; a
-failing child's last lines are shown on stderr before the error.
+``katra3d ab`` (harness/cli/ab.py) and bisect's time mode call :func:`run_rounds`. Each capture is a
+:class:`~katra3d.harness.versions.command.CaptureCommand`, run by the one capture service (its own process
+group, ``{out}``, the failure tail); a failing capture's last lines are shown on stderr before the error.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import shlex
-import subprocess
 import sys
 import time
 import warnings
@@ -18,15 +16,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, run_capture
 from katra_trace.analysis.compare import compare_traces
 from katra_trace.analysis.sequential import SequentialRule, Settled, settle
 from katra_trace.analysis.verdict import Comparison
-from katra_trace.errors import ConfigError, KatraError
 from katra_trace.io.reader import Trace, TraceRecoveryWarning, open_trace
 from katra_trace.io.tracesets import AB_MANIFEST_VERSION, read_ab_manifest, write_ab_manifest
 
-#: Lines of a failing child's output shown.
-FAILURE_TAIL_LINES = 40
 #: The sides, in the order of odd rounds.
 SIDES = ("base", "new")
 
@@ -53,35 +49,17 @@ class RoundsResult:
     comparison: Comparison | None = None  #: with a rule: the comparison of the last look
 
 
-def capture(template: str, out: Path, label: str, who: str = "katra3d ab") -> tuple[str, float]:
-    """Run one capture command with ``{out}`` replaced, its output kept; returns (command, seconds).
-
-    Raises KatraError (showing the end of the child's output) if it fails or writes nothing.
-    """
-    cmd = template.replace("{out}", shlex.quote(str(out)))
-    t0 = time.monotonic()
+def capture(command: CaptureCommand, out: Path, label: str, who: str = "katra3d ab") -> float:
+    """Run one capture command writing ``out`` (:func:`katra3d.harness.versions.command.run_capture`); returns
+    its seconds. A failed capture's last lines are shown on stderr before its CaptureFailed is raised."""
     try:
-        proc = subprocess.run(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL, check=False)
-    except OSError as exc:
-        raise ConfigError(f"cannot run {label} command {cmd!r}: {exc}") from None
-    seconds = time.monotonic() - t0
-    if proc.returncode != 0:
-        _show_tail(label, cmd, proc.stdout, who)
-        raise KatraError(f"{label} command failed with exit code {proc.returncode}: {cmd}")
-    if not out.is_file():
-        _show_tail(label, cmd, proc.stdout, who)
-        raise ConfigError(f"{label} command exited 0 but wrote no trace at {str(out)!r}: {cmd}")
-    return cmd, seconds
-
-
-def _show_tail(label: str, cmd: str, output: bytes, who: str) -> None:
-    lines = output.decode(errors="replace").splitlines()
-    shown = lines[-FAILURE_TAIL_LINES:]
-    more = f" (last {len(shown)} of {len(lines)} lines)" if len(lines) > len(shown) else ""
-    print(f"{who}: {label}: {cmd}\n{who}: its output{more}:", file=sys.stderr)
-    for line in shown:
-        print(f"  | {line}", file=sys.stderr)
+        return run_capture(command, out, what=label)
+    except CaptureFailed as failed:
+        print(f"{who}: {label}: {command.shown(out)}\n{who}: the last {len(failed.tail)} lines of its output:",
+              file=sys.stderr)
+        for line in failed.tail:
+            print(f"  | {line}", file=sys.stderr)
+        raise
 
 
 def _open_quietly(path: Path) -> Trace:
@@ -91,7 +69,8 @@ def _open_quietly(path: Path) -> Trace:
         return open_trace(path)
 
 
-def run_rounds(base_cmd: str, new_cmd: str, out_dir: Path, rounds_cap: int, rule: SequentialRule | None = None, *,
+def run_rounds(base_cmd: CaptureCommand, new_cmd: CaptureCommand, out_dir: Path, rounds_cap: int,
+               rule: SequentialRule | None = None, *,
                on_round: Callable[[Round], None] | None = None,
                compare_options: Mapping[str, Any] | None = None, who: str = "katra3d ab") -> RoundsResult:
     """Run up to ``rounds_cap`` rounds into ``out_dir`` (``base/run-NNN.katra``, ``new/...``, ``ab.json``).
@@ -111,7 +90,7 @@ def run_rounds(base_cmd: str, new_cmd: str, out_dir: Path, rounds_cap: int, rule
     manifest: dict[str, Any] = {
         "katra3d_ab": AB_MANIFEST_VERSION,
         "base_dir": "base", "new_dir": "new",
-        "base_command": base_cmd, "new_command": new_cmd,
+        "base_command": base_cmd.shown(), "new_command": new_cmd.shown(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "rounds": [],
     }
@@ -128,9 +107,9 @@ def run_rounds(base_cmd: str, new_cmd: str, out_dir: Path, rounds_cap: int, rule
         paths: dict[str, Path] = {}
         for side in order:
             paths[side] = dirs[side] / f"run-{i:03d}.katra"
-            cmd, seconds = capture(commands[side], paths[side], f"round {i}/{rounds_cap} {side.upper()}", who)
+            seconds = capture(commands[side], paths[side], f"round {i}/{rounds_cap} {side.upper()}", who)
             entry[side] = f"{side}/{paths[side].name}"
-            entry["commands"][side] = cmd
+            entry["commands"][side] = commands[side].shown(paths[side])
             entry["seconds"][side] = round(seconds, 3)
         manifest["rounds"].append(entry)
         pairs.append((paths["base"], paths["new"]))
@@ -161,4 +140,4 @@ def recorded_rule(root: Path) -> tuple[SequentialRule | None, Settled | None]:
     return SequentialRule.from_json(manifest["sequential"]), None if stop is None else Settled.from_dict(stop)
 
 
-__all__ = ["FAILURE_TAIL_LINES", "Round", "RoundsResult", "capture", "recorded_rule", "run_rounds"]
+__all__ = ["Round", "RoundsResult", "capture", "recorded_rule", "run_rounds"]

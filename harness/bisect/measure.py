@@ -19,16 +19,15 @@ the rows become :class:`~katra_trace.analysis.bisection.Effect` records.
 from __future__ import annotations
 
 import dataclasses
-import shlex
 import shutil
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from katra3d.harness.bisect.git import Commit, add_worktree, remove_worktree
+from katra3d.harness.versions.git import Commit, add_worktree, remove_worktree
 from katra3d.harness.bisect.state import Setup
+from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, run_capture
 from katra_trace.analysis.bisection import Effect
 from katra_trace.analysis.defaults import DEFAULT_ALPHA
 from katra_trace.errors import KatraError
@@ -39,10 +38,6 @@ if TYPE_CHECKING:
     from katra_trace import Trace
     from katra_trace.analysis.sequential import SequentialRule
     from katra_trace.analysis.verdict import Comparison
-
-#: Lines of a failed capture's output quoted in its skip reason (the whole output is in its log).
-FAILURE_TAIL_LINES = 3
-
 
 @dataclasses.dataclass(frozen=True)
 class Workspace:
@@ -77,33 +72,24 @@ class Measured:
 
 
 def _capture(ws: Workspace, tree: Path, out: Path, log: Path) -> str:
-    """Run the capture command once in ``tree`` writing ``out``; "" when a trace is there, else why not.
-    A trace left at ``out`` by an earlier, interrupted bisection is kept (its capture had finished)."""
+    """Run the capture command once in ``tree`` writing ``out``; "" when a trace is there, else why not (with the
+    last line of its output; all of it in ``log``). A trace left at ``out`` by an earlier, interrupted bisection
+    is kept (its capture had finished)."""
     if out.is_file():
         return ""
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = _in_tree(tree, ws.setup.command.replace("{out}", shlex.quote(str(out))))
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "a", encoding="utf-8", errors="backslashreplace") as f:
-        f.write(f"$ {cmd}\n")
-        f.flush()
-        try:
-            proc = subprocess.run(cmd, shell=True, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  check=False)
-        except OSError as exc:
-            return f"the capture command does not run: {exc}"
-        f.write(f"[exit {proc.returncode}]\n")
-    if proc.returncode != 0:
-        return f"the capture failed (exit {proc.returncode}){_tail(log)}; its output: {ws.rel(log)}"
-    if not out.is_file():
-        return f"the capture exited 0 but wrote no trace at {ws.rel(out)}; its output: {ws.rel(log)}"
+    try:
+        run_capture(in_tree(ws.setup.command, tree), out, log=log, what="the capture")
+    except CaptureFailed as failed:
+        last = f": {failed.tail[-1]}" if failed.tail else ""
+        return f"the capture {failed.reason}{last}; its output: {ws.rel(log)}"
     return ""
 
 
-def _tail(log: Path) -> str:
-    lines = [ln.strip() for ln in log.read_text(encoding="utf-8", errors="replace").splitlines()
-             if ln.strip() and not ln.startswith(("$ ", "[exit "))]
-    return f": {' | '.join(lines[-FAILURE_TAIL_LINES:])}" if lines else ""
+def in_tree(command: str, tree: Path) -> CaptureCommand:
+    """The bisection's capture command run in ``tree``: that directory current and first on ``PYTHONPATH`` (for
+    every command of it: a build step and the capture), so that the commit's scenes and code are the ones run."""
+    return CaptureCommand(command, cwd=tree, pythonpath=tree)
 
 
 def compare_to_good(ws: Workspace, good: Path, new: Path) -> tuple[tuple[Effect, ...], dict[str, str]] | str:
@@ -197,13 +183,6 @@ def measure(ws: Workspace, trees: Trees, c: Commit) -> Measured:
     return _measure_time(ws, trees, c, log, t0)
 
 
-def _in_tree(tree: Path, command: str) -> str:
-    """The capture command run in ``tree``: that directory current and first on ``PYTHONPATH`` (for every
-    command of it: a build step and the capture)."""
-    q = shlex.quote(str(tree))
-    return f"cd {q} && export PYTHONPATH={q}${{PYTHONPATH:+:$PYTHONPATH}} && (\n{command}\n)"
-
-
 def _measure_time(ws: Workspace, trees: Trees, c: Commit, log: Path, t0: float) -> Measured:
     """Interleaved rounds of GOOD and ``c`` by ``ab``'s rounds loop into ``DIR/traces/SHORT/`` (an ab
     directory: ``katra3d compare`` of it gives the same verdict), until the sequential rule decides every
@@ -225,7 +204,7 @@ def _measure_time(ws: Workspace, trees: Trees, c: Commit, log: Path, t0: float) 
     rule = sequential_rule(ws.setup)
     tree = add_worktree(ws.top, ws.trees / c.short, c.sha)
     try:
-        done = run_rounds(_in_tree(trees.good_tree(), ws.setup.command), _in_tree(tree, ws.setup.command), folder,
+        done = run_rounds(in_tree(ws.setup.command, trees.good_tree()), in_tree(ws.setup.command, tree), folder,
                           rule.max_rounds, rule, on_round=said, compare_options=ws.setup.compare,
                           who="katra3d bisect")
     except KatraError as exc:

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from katra3d.harness.bisect.git import Commit
+from katra3d.harness.versions.git import Commit
 from katra3d.harness.bisect.measure import Measured, Trees, Workspace, measure
 from katra3d.harness.bisect.state import BISECT_FILE, CommitResult, write_state
 from katra_trace.analysis.bisection import (

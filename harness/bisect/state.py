@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from katra3d.harness.bisect.git import Commit
+from katra3d.harness.versions.git import Commit
 from katra_trace import jsontext
 from katra_trace.analysis.bisection import STATES, Effect
 from katra_trace.errors import ConfigError

@@ -30,6 +30,7 @@ import time
 from typing import TYPE_CHECKING
 
 from katra3d.harness.cli._common import check_compare_options, compare_kwargs
+from katra3d.harness.versions.command import CaptureCommand
 from katra3d.harness.cli.compare import add_compare_options, compare_paths
 from katra_trace.analysis.defaults import DEFAULT_SEQUENTIAL_MAX_ROUNDS
 from katra_trace.errors import ConfigError
@@ -53,9 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "--new 'katra3d run fillrate --param fillrate.layers=9 -o {out}' "
                                    "--allow-param-mismatch")
     p.add_argument("--base", required=True, metavar="CMD",
-                   help="shell command that captures one BASE trace to the path given by {out}")
+                   help="shell command that captures one BASE trace to the path given by {out} (or $KATRA3D_OUT)")
     p.add_argument("--new", required=True, metavar="CMD",
-                   help="shell command that captures one NEW trace to the path given by {out}")
+                   help="shell command that captures one NEW trace to the path given by {out} (or $KATRA3D_OUT)")
     p.add_argument("--rounds", type=int, default=None, metavar="K",
                    help=f"rounds; each runs BASE and NEW once (default: {DEFAULT_ROUNDS}); with --until-decided the "
                         f"cap (default: {DEFAULT_SEQUENTIAL_MAX_ROUNDS})")
@@ -88,10 +89,9 @@ def run(args: argparse.Namespace) -> int:
     from katra_trace.analysis.sequential import SequentialRule
 
     check_compare_options(args)
-    for name in ("base", "new"):
-        if "{out}" not in getattr(args, name):
-            raise ConfigError(f"--{name} command must contain {{out}} (where the trace is written); "
-                              f"got {getattr(args, name)!r}")
+    commands = {name: CaptureCommand(getattr(args, name)) for name in ("base", "new")}
+    for name, command in commands.items():
+        command.check(f"--{name}")
     rule = None
     if args.until_decided:  # the rule checks its cap: one line, exit 2
         rule = SequentialRule(alpha=args.alpha, threshold_pct=args.threshold,
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         if stale:
             raise ConfigError(f"{str(d)!r} already holds traces ({', '.join(stale[:3])}...); "
                               "choose an empty -o directory")
-    result = run_rounds(args.base, args.new, root, cap, rule,
+    result = run_rounds(commands["base"], commands["new"], root, cap, rule,
                         on_round=None if args.quiet else lambda done: _round_line(done, cap),
                         compare_options=compare_kwargs(args))
     if result.settled is not None:  # the one line that says how many rounds were used, and why it stopped

@@ -1,4 +1,4 @@
-"""The git side of ``katra3d bisect``: the user's repository, its revisions, the range, and worktrees.
+"""The git side of capturing versions: the user's repository, its revisions, the first-parent range, worktrees.
 
 Every call runs ``git`` as a child process (never a library). A missing ``git`` is
 :class:`~katra3d.harness.run.measure.ToolUnavailable` (exit 3); an unknown revision, a directory that is not a
@@ -36,7 +36,7 @@ class Commit:
 def _git(top: Path | None, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     git = shutil.which("git")
     if git is None:
-        raise ToolUnavailable("katra3d bisect needs git, which is not on PATH; install it: apt-get install -y git")
+        raise ToolUnavailable("katra3d needs git here, which is not on PATH; install it: apt-get install -y git")
     cmd = [git, *(("-C", str(top)) if top is not None else ()), *args]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)

@@ -1,0 +1,225 @@
+"""One capture command, run the one way: ``ab``'s rounds, bisect's captures and ``ci/compare-versions.sh``.
+
+A capture command is a shell command line that writes one trace. :func:`run_capture` owns everything around
+it, so that no caller does any of it a second way:
+
+* **where it writes**: ``{out}`` in the command, or ``$KATRA3D_OUT`` (:data:`OUT_ENV`), which holds the path.
+  ``{out}`` is replaced by a reference to that variable, quoted for where it stands (:func:`substitute_out`),
+  never by the path's text: a path with a space or a quote cannot split a word or end the user's quotes,
+  whatever quotes ``{out}`` stands in;
+* **where it runs**: a folder (a worktree) as the current directory, and first on ``PYTHONPATH``
+  (:class:`CaptureCommand`);
+* **its processes**: the command starts a session of its own, so it and everything it starts form one process
+  group; that group is stopped whole (SIGTERM, then SIGKILL) on Ctrl-C, SIGTERM or SIGHUP to katra3d, on an
+  error, and when the command ends (a capture's leftover background process goes with it). If katra3d is
+  killed outright, its direct child gets SIGKILL from the kernel (``PR_SET_PDEATHSIG``);
+* **its output**: into a log file (the caller's, or a temporary one), and the last
+  :data:`FAILURE_TAIL_LINES` lines of it in the error when it fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shlex
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from katra3d.harness.run.lifetime import die_with_parent
+from katra_trace.errors import ConfigError, Interrupted, KatraError
+from katra_trace.text import shown
+
+#: The environment variable that holds the path a capture command writes its trace to.
+OUT_ENV = "KATRA3D_OUT"
+#: The placeholder in a capture command for that path.
+OUT_PLACEHOLDER = "{out}"
+#: Lines of a failed capture's output that its error carries (all of it is in its log).
+FAILURE_TAIL_LINES = 20
+#: Seconds a stopped capture's process group has between SIGTERM and SIGKILL.
+STOP_GRACE_S = 2.0
+#: The signals that stop a capture (and katra3d's command that runs it).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class CaptureFailed(KatraError):
+    """A capture command failed (non-zero exit), did not run, or exited 0 without writing its trace.
+
+    ``tail``: the last lines of its output; ``log``: the file with all of it (None when there was none)."""
+
+    def __init__(self, what: str, reason: str, command: str, tail: tuple[str, ...] = (),
+                 log: Path | None = None) -> None:
+        super().__init__(f"{what} command {reason}: {command}")
+        self.reason = reason  #: "failed (exit 2)", "does not run: ...", "exited 0 but wrote no trace at ..."
+        self.tail = tail
+        self.log = log
+
+
+@dataclasses.dataclass(frozen=True)
+class CaptureCommand:
+    """A shell command line that writes one trace to ``{out}`` (or ``$KATRA3D_OUT``), run in ``cwd`` (None: the
+    current directory) with ``pythonpath`` (None: nothing) put first on ``PYTHONPATH``: a worktree's code."""
+
+    template: str
+    cwd: Path | None = None
+    pythonpath: Path | None = None
+
+    def check(self, option: str) -> None:
+        """ConfigError (one line) when the command names no place to write: neither ``{out}`` nor ``$KATRA3D_OUT``."""
+        if not self.template.strip():
+            raise ConfigError(f"{option} command is empty")
+        if OUT_PLACEHOLDER not in self.template and OUT_ENV not in self.template:
+            raise ConfigError(f"{option} command must contain {OUT_PLACEHOLDER} or ${OUT_ENV} (where the trace is "
+                              f"written); got {one_line(self.template)!r}")
+
+    def shown(self, out: Path | None = None) -> str:
+        """The command on one line as a person reads it: ``{out}`` as the path (quoted), in its folder."""
+        text = one_line(self.template)
+        if out is not None:
+            text = text.replace(OUT_PLACEHOLDER, shlex.quote(str(out)))
+        return f"{text}   (in {shown(str(self.cwd))})" if self.cwd is not None else text
+
+
+def one_line(command: str) -> str:
+    """A command of several lines on one line, its lines joined by ``; `` (for messages and records)."""
+    return "; ".join(line.strip() for line in command.splitlines() if line.strip())
+
+
+def substitute_out(template: str) -> str:
+    """``template`` with each ``{out}`` replaced by a reference to ``$KATRA3D_OUT``, quoted for where it stands:
+    ``"$KATRA3D_OUT"`` outside quotes, ``${KATRA3D_OUT}`` inside double quotes, and inside single quotes
+    (text that a shell started by the command reads, as in ``sh -c '... {out}'``) ``"$KATRA3D_OUT"``, which
+    that shell expands, quoted. The path's own text is never put into the command."""
+    out: list[str] = []
+    quote = ""  # "", "'" or '"'
+    i = 0
+    while i < len(template):
+        if template.startswith(OUT_PLACEHOLDER, i):
+            out.append(f"${{{OUT_ENV}}}" if quote == '"' else f'"${OUT_ENV}"')
+            i += len(OUT_PLACEHOLDER)
+            continue
+        c = template[i]
+        if c == "\\" and quote != "'" and i + 1 < len(template):
+            out.append(template[i:i + 2])
+            i += 2
+            continue
+        if c in "'\"" and quote in ("", c):
+            quote = "" if quote == c else c
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _environment(command: CaptureCommand, out: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env[OUT_ENV] = str(out)
+    if command.pythonpath is not None:
+        rest = env.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = str(command.pythonpath) + (os.pathsep + rest if rest else "")
+    return env
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
+    """End the process group that ``proc`` leads: SIGTERM, then SIGKILL to whatever is left after ``grace_s``
+    (or at once once ``proc`` itself has ended: its group's stragglers get no second chance). Never raises."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+
+
+@contextlib.contextmanager
+def _stop_signals(started: list[subprocess.Popen[bytes]], received: list[int]) -> Iterator[None]:
+    """While a capture starts and runs, a stop signal to katra3d (main thread only) is noted in ``received`` and
+    stops the capture's group whole (``started`` holds it once it has started); the caller then raises
+    :class:`Interrupted`. The handlers come before the start: a signal while the command is being started is
+    noted, never lost or left to Python's default (a KeyboardInterrupt between the start and the wait would
+    leave the capture running)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        for proc in started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+
+    old = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def _tail(log: IO[bytes], start: int) -> tuple[str, ...]:
+    """The last non-empty lines the command wrote to ``log`` (from offset ``start``)."""
+    log.flush()
+    end = log.seek(0, os.SEEK_END)
+    log.seek(max(start, end - 64 * 1024))  # the end is enough for the last lines, whatever the output's size
+    text = log.read(end - log.tell()).decode(errors="replace")
+    log.seek(end)
+    return tuple(line.rstrip() for line in text.splitlines() if line.strip())[-FAILURE_TAIL_LINES:]
+
+
+def run_capture(command: CaptureCommand, out: Path, *, log: Path | None = None, what: str = "capture") -> float:
+    """Run ``command`` once so that it writes the trace ``out``; returns its seconds.
+
+    Its output goes to ``log`` (appended, after a ``$ command`` line) or to a temporary file. Raises
+    :class:`CaptureFailed` (with the output's last lines) when it exits non-zero, does not start, or writes no
+    trace; :class:`Interrupted` when a stop signal came (its group stopped first). ``what`` names it in
+    messages ("round 2/6 BASE")."""
+    cmd = substitute_out(command.template)
+    with contextlib.ExitStack() as stack:
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            sink: IO[bytes] = stack.enter_context(open(log, "a+b"))
+            sink.write(f"$ {command.shown(out)}\n".encode(errors="backslashreplace"))
+            sink.flush()
+        else:
+            sink = stack.enter_context(tempfile.TemporaryFile())
+        start = sink.seek(0, os.SEEK_END)
+        received: list[int] = []
+        started: list[subprocess.Popen[bytes]] = []
+        t0 = time.monotonic()
+        with _stop_signals(started, received):
+            try:
+                started.append(subprocess.Popen(
+                    ["/bin/sh", "-c", cmd], cwd=command.cwd, env=_environment(command, out), stdin=subprocess.DEVNULL,
+                    stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent()))
+            except OSError as exc:
+                raise CaptureFailed(what, f"does not run: {exc}", command.shown(out), (), log) from None
+            proc = started[0]
+            try:
+                if received:  # a stop signal came while it was being started
+                    stop_group(proc)
+                code = proc.wait()
+            finally:
+                stop_group(proc, grace_s=STOP_GRACE_S if received else 0.0)
+        seconds = time.monotonic() - t0
+        tail = _tail(sink, start)
+        if log is not None:
+            sink.write(f"[exit {code}]\n".encode())
+        if received:
+            raise Interrupted(received[0])
+        if code != 0:
+            raise CaptureFailed(what, f"failed with exit code {code}", command.shown(out), tail, log)
+        if not out.is_file():
+            raise CaptureFailed(what, f"exited 0 but wrote no trace at {shown(str(out))}", command.shown(out), tail,
+                                log)
+    return seconds
+
+
+__all__ = ["FAILURE_TAIL_LINES", "OUT_ENV", "OUT_PLACEHOLDER", "STOP_GRACE_S", "CaptureCommand",
+           "CaptureFailed", "one_line", "run_capture", "stop_group", "substitute_out"]
