@@ -229,7 +229,7 @@ def test_compare_versions_counts_need_one_round(tmp_path: Path) -> None:
             env={"PATH": path_without(tmp_path, "valgrind")})
     assert r.returncode == 3 and "apt-get install -y valgrind" in r.stderr
     r = _sh(script, "--measure", "frames", "HEAD~1", "HEAD", cwd=repo)
-    assert r.returncode == 2 and "-m takes time, instructions, cycles or auto" in r.stderr
+    assert r.returncode == 2 and "-m takes instructions, cycles, time or auto" in r.stderr
 
 
 def test_example_workflow_uses_what_the_scripts_provide() -> None:

@@ -9,9 +9,7 @@ ancestor of BAD on its first-parent line).
 
 from __future__ import annotations
 
-import shlex
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -21,47 +19,21 @@ from katra3d.harness.versions.git import commit_range, resolve, toplevel
 from katra3d.harness.bisect.measure import Workspace
 from katra3d.harness.bisect.report import REPORT_FILE, report_lines
 from katra3d.harness.bisect.search import Outcome, run_bisection
-from katra3d.harness.bisect.state import BISECT_FILE, MEASURES, CommitResult, Setup, read_state
-from katra3d.harness.run.measure import find_valgrind
+from katra3d.harness.bisect.state import BISECT_FILE, CommitResult, Setup, read_state
+from katra3d.harness.versions.command import CaptureCommand
+from katra3d.harness.versions.setup import default_command, resolve_measure
 from katra_trace.analysis.defaults import DEFAULT_SEQUENTIAL_MIN_ROUNDS, MAX_SEQUENTIAL_ROUNDS, check_sequential_rounds
 from katra_trace.errors import ConfigError, OptionError
 from katra_trace.io.claim import check_output_dir, open_output
 from katra_trace.metrics import is_count
 from katra_trace.text import shown
 
-#: Measured frames of the default counted capture (as ci/compare-versions.sh): counts need few.
-COUNT_FRAMES = 10
-
-
-def resolve_measure(measure: str) -> str:
-    """``-m``: instructions, cycles or time; ``auto`` is instructions when valgrind is on PATH, else time.
-    Instructions or cycles without valgrind: ToolUnavailable (exit 3) with the install line."""
-    if measure == "auto":
-        return "instructions" if shutil.which("valgrind") else "time"
-    if measure not in MEASURES:
-        raise ConfigError(f"-m takes instructions, cycles, time or auto, got {measure!r}")
-    if is_count(measure):
-        find_valgrind()
-    return measure
-
-
-def default_command(scenes: Sequence[str], measure: str, run_args: str) -> str:
-    """``katra3d run SCENES --quiet`` (this katra3d, as ``python -m katra3d``) with the measure and
-    ``run_args`` appended, writing ``{out}``; counted runs measure :data:`COUNT_FRAMES` frames unless
-    ``run_args`` says otherwise (its options come last and win)."""
-    parts = [shlex.quote(sys.executable), "-m", "katra3d", "run", *(shlex.quote(s) for s in scenes), "--quiet"]
-    if is_count(measure):
-        parts += ["--measure", measure, "--frames", str(COUNT_FRAMES)]
-    return " ".join([*parts, run_args.strip(), "-o", "{out}"] if run_args.strip() else [*parts, "-o", "{out}"])
-
-
 def new_setup(cwd: Path, good: str, bad: str, *, scenes: Sequence[str], command: str | None, measure: str,
               run_args: str, compare: Mapping[str, Any], max_rounds: int) -> Setup:
     """The checked setup of a new bisection (ConfigError, exit 2; ToolUnavailable, exit 3)."""
     measure = resolve_measure(measure)
     if command is not None:
-        if "{out}" not in command:
-            raise ConfigError(f"-c command must contain {{out}} (where the trace is written); got {command!r}")
+        CaptureCommand(command).check("-c")
         if scenes or run_args:
             raise ConfigError("give either -c CMD or SCENE ... (with -a ARGS), not both: -c captures by itself")
     elif not scenes:
@@ -121,5 +93,4 @@ def bisect(root: Path, setup: Setup, tested: dict[str, CommitResult],
     return found, lines
 
 
-__all__ = ["COUNT_FRAMES", "bisect", "check_new_output", "default_command", "new_setup",
-           "resolve_measure", "resume"]
+__all__ = ["bisect", "check_new_output", "new_setup", "resume"]

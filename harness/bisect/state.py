@@ -24,9 +24,6 @@ from katra_trace.text import shown
 BISECT_FILE = "bisect.json"
 #: Its format version.
 BISECT_VERSION = 1
-#: Measures bisect takes (``-m``); ``auto`` is resolved before a bisection starts.
-MEASURES = ("instructions", "cycles", "time")
-
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
@@ -142,4 +139,4 @@ def read_state(root: Path) -> tuple[Setup, dict[str, CommitResult]]:
     return setup, {r.sha: r for r in tested}
 
 
-__all__ = ["BISECT_FILE", "BISECT_VERSION", "MEASURES", "CommitResult", "Setup", "read_state", "write_state"]
+__all__ = ["BISECT_FILE", "BISECT_VERSION", "CommitResult", "Setup", "read_state", "write_state"]

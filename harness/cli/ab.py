@@ -24,18 +24,23 @@ were used and why it stopped; ab.json records the rule. The loop itself is
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from katra3d.harness.cli._common import check_compare_options, compare_kwargs
 from katra3d.harness.versions.command import CaptureCommand
+from katra3d.harness.versions.git import resolve, toplevel
+from katra3d.harness.versions.setup import default_command, resolve_measure, worktrees
 from katra3d.harness.cli.compare import add_compare_options, compare_paths
 from katra_trace.analysis.defaults import DEFAULT_SEQUENTIAL_MAX_ROUNDS
 from katra_trace.errors import ConfigError
 from katra_trace.io.claim import check_output_dir
 from katra_trace.io.tracesets import AB_MANIFEST, clear_ab_dir
+from katra_trace.metrics import is_count
 from katra_trace.units import format_duration
 
 if TYPE_CHECKING:
@@ -43,6 +48,9 @@ if TYPE_CHECKING:
 
 #: Default rounds: 6 paired rounds give the paired t 5 degrees of freedom.
 DEFAULT_ROUNDS = 6
+#: Default rounds of ``--refs`` in time: enough for an exact rank test across the 12 scenes of the ``ci`` suite at
+#: alpha 0.01 after Holm (one scene needs 5).
+REFS_ROUNDS = 7
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -53,10 +61,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "Example: katra3d ab --base 'katra3d run fillrate -o {out}' "
                                    "--new 'katra3d run fillrate --param fillrate.layers=9 -o {out}' "
                                    "--allow-param-mismatch")
-    p.add_argument("--base", required=True, metavar="CMD",
+    p.add_argument("--base", metavar="CMD",
                    help="shell command that captures one BASE trace to the path given by {out} (or $KATRA3D_OUT)")
-    p.add_argument("--new", required=True, metavar="CMD",
+    p.add_argument("--new", metavar="CMD",
                    help="shell command that captures one NEW trace to the path given by {out} (or $KATRA3D_OUT)")
+    p.add_argument("--refs", nargs=2, metavar=("BASE_REF", "NEW_REF"),
+                   help="instead of --base and --new: two git revisions of the repository you are in, each checked "
+                        "out as a temporary worktree (its current directory, first on PYTHONPATH) and captured by "
+                        "-c CMD (default: katra3d run --suite ci --quiet -o {out}); ci/compare-versions.sh")
+    p.add_argument("-c", "--command", metavar="CMD",
+                   help="with --refs: the capture command run in each worktree, writing {out}")
+    p.add_argument("-m", "--measure", metavar="WHAT", default=None,
+                   help="with --refs: time (default), instructions, cycles, or auto (instructions when valgrind is "
+                        "on PATH); counts take 1 round and compare on the count (docs/measure.md)")
     p.add_argument("--rounds", type=int, default=None, metavar="K",
                    help=f"rounds; each runs BASE and NEW once (default: {DEFAULT_ROUNDS}); with --until-decided the "
                         f"cap (default: {DEFAULT_SEQUENTIAL_MAX_ROUNDS})")
@@ -84,12 +101,43 @@ def _round_line(done: Round, cap: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_compare_options(args)
+    if args.refs is not None:
+        return _run_refs(args)
+    if args.base is None or args.new is None or args.command is not None or args.measure is not None:
+        raise ConfigError("give --base CMD and --new CMD, or --refs BASE_REF NEW_REF (with -c CMD and -m WHAT)")
+    commands = {name: CaptureCommand(getattr(args, name)) for name in ("base", "new")}
+    return _run(args, commands)
+
+
+def _run_refs(args: argparse.Namespace) -> int:
+    """``ab --refs BASE_REF NEW_REF``: the two revisions as worktrees, each captured by the one command."""
+    if args.base is not None or args.new is not None:
+        raise ConfigError("--refs captures both revisions with one -c CMD: give no --base or --new with it")
+    measure = resolve_measure(args.measure or "time")
+    command = CaptureCommand(args.command or default_command(("--suite", "ci"), measure))
+    command.check("-c")
+    if is_count(measure):
+        args.rounds = 1 if args.rounds is None else args.rounds  # a count is exact: one round is evidence
+        if args.metric == "auto":
+            args.metric = measure
+    elif args.rounds is None and not args.until_decided:
+        args.rounds = REFS_ROUNDS
+    top = toplevel(Path.cwd())
+    base, new = resolve(top, args.refs[0]), resolve(top, args.refs[1])
+    rounds = "until decided" if args.until_decided else f"{args.rounds} rounds"
+    print(f"katra3d ab: BASE {args.refs[0]} ({base.short}) vs NEW {args.refs[1]} ({new.short}), {rounds}, "
+          f"{measure}", file=sys.stderr, flush=True)
+    with worktrees(top, (base, new)) as (base_tree, new_tree):
+        return _run(args, {"base": dataclasses.replace(command, cwd=base_tree, pythonpath=base_tree),
+                           "new": dataclasses.replace(command, cwd=new_tree, pythonpath=new_tree)})
+
+
+def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
     # deferred: the rounds loop and the stopping rule load scipy (about a second); building the parser must not
     from katra3d.harness.ab.rounds import SIDES, run_rounds
     from katra_trace.analysis.sequential import SequentialRule
 
-    check_compare_options(args)
-    commands = {name: CaptureCommand(getattr(args, name)) for name in ("base", "new")}
     for name, command in commands.items():
         command.check(f"--{name}")
     rule = None

@@ -52,8 +52,8 @@ def toplevel(cwd: Path) -> Path:
     """The top of the git work tree that holds ``cwd`` (ConfigError when it is not in one)."""
     proc = _git(cwd, "rev-parse", "--show-toplevel", check=False)
     if proc.returncode != 0 or not proc.stdout.strip():
-        raise ConfigError(f"not inside a git repository ({shown(str(cwd))}): run katra3d bisect in the "
-                          "repository whose history you bisect")
+        raise ConfigError(f"not inside a git repository ({shown(str(cwd))}): run katra3d in the repository "
+                          "whose revisions it captures")
     return Path(proc.stdout.strip())
 
 
