@@ -358,3 +358,89 @@ def test_timed_bisection_of_a_scene(tmp_path: Path, gl_ctx: Any) -> None:
     assert tested[shas[1]]["state"] == "good" and 3 <= rounds <= 6  # the rule's first look is at round 3
     assert result["effect"][0]["metric"] == "process" and result["effect"][0]["ratio"] > 2
     assert len(list((out / "traces" / shas[1][:10] / "base").glob("run-*.katra"))) == rounds
+
+
+# --- what bisect never does: write over the user's files, leave worktrees, .part files or processes -----------
+
+
+def test_bisect_writes_into_a_new_or_empty_directory_only(tmp_path: Path) -> None:
+    """An -o holding the user's bisect.txt and traces/<short>/mine.txt: bisect replaced the first and removed
+    the second (rmtree), exit 0. Now it is refused before anything runs, and `-o .` in a repository too."""
+    repo, shas = _repo(tmp_path, [1.0e7, 1.2e7])
+    out = tmp_path / "mine"
+    (out / "traces" / shas[1][:10]).mkdir(parents=True)
+    (out / "bisect.txt").write_text("my notes\n")
+    (out / "traces" / shas[1][:10] / "mine.txt").write_text("mine\n")
+    r = _bisect(repo, shas[0], shas[1], "-c", CP, "-m", "time", "-o", str(out))
+    assert r.returncode == 2 and "is not empty and holds no bisection (bisect.json)" in r.stderr, r.stderr
+    assert (out / "bisect.txt").read_text() == "my notes\n"
+    assert (out / "traces" / shas[1][:10] / "mine.txt").read_text() == "mine\n"
+    r = _bisect(repo, shas[0], shas[1], "-c", CP, "-m", "time", "-o", ".")
+    assert r.returncode == 2 and "is not empty" in r.stderr and not (repo / "bisect.txt").exists()
+
+
+def test_an_unrecorded_time_measurement_is_cleared_of_bisects_files_only(tmp_path: Path) -> None:
+    from katra3d.harness.bisect.measure import _clear_unrecorded
+    from katra_trace.errors import ConfigError
+
+    folder = tmp_path / "traces" / "abc"
+    for side in ("base", "new"):
+        (folder / side).mkdir(parents=True)
+        (folder / side / "run-001.katra").write_bytes(b"x")
+    _clear_unrecorded(folder)  # killed before ab.json was written: the rounds' traces go
+    assert not list(folder.rglob("*.katra"))
+    (folder / "base" / "run-001.katra").write_bytes(b"x")
+    (folder / "base" / "mine.txt").write_text("mine\n")
+    with pytest.raises(ConfigError, match="mine.txt.* is not bisect's: nothing was removed"):
+        _clear_unrecorded(folder)
+    assert (folder / "base" / "mine.txt").read_text() == "mine\n"
+
+
+@needs_valgrind
+def test_a_sigkilled_bisect_resumes_and_removes_what_it_left(tmp_path: Path) -> None:
+    """SIGKILL of bisect while a capture hangs: its worktrees stayed registered, the capture's child ran on,
+    and --resume then failed on the capture's own .part. Now the direct capture process dies with bisect
+    (PDEATHSIG) and --resume removes the rest: worktrees, .part files, processes still writing into DIR."""
+    repo, shas = _repo(tmp_path, [1.0e7, 1.0e7, 1.0e7, 1.0e7, 1.3e7, 1.3e7, 1.3e7])
+    calls, hold, pid = tmp_path / "calls", tmp_path / "hold", tmp_path / "pid"
+    hold.touch()
+    # the third capture (the first step) leaves a .part and a child that would write on, then hangs
+    cmd = (f"echo x >> {calls}; if [ $(wc -l < {calls}) -ge 3 ] && [ -e {hold} ]; then echo torn > {{out}}.part; "
+           f"sleep 300 & echo $! > {pid}; wait; fi; cp counted.katra {{out}}")
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "KATRA3D_BACKEND"}
+    proc = subprocess.Popen([sys.executable, "-m", "katra3d", "bisect", shas[0], shas[-1], "-c", cmd,
+                             "-m", "instructions", "-o", str(out)], cwd=repo, env=env, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):  # wait (up to a minute) for the hanging capture to start
+            if pid.exists() and pid.read_text().strip():
+                break
+            time.sleep(0.1)
+        proc.kill()
+        proc.wait()
+        left = int(pid.read_text())
+        os.kill(left, 0)  # the capture's child outlived bisect (only the direct child gets PDEATHSIG)
+        assert len(_git(repo, "worktree", "list").splitlines()) > 1 and list(out.glob("traces/*.katra.part"))
+        hold.unlink()
+        r = _bisect(repo, "--resume", str(out))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert r.returncode == 0, r.stdout + r.stderr
+    # GOOD's worktree (kept for the whole bisection) and the step's
+    assert "removed what a killed bisection left: 2 worktree(s), 1 .part file(s), 1 capture process(es)" \
+        in r.stderr, r.stderr
+    assert json.loads((out / "bisect.json").read_text())["first_bad"] == shas[4]
+    assert len(_git(repo, "worktree", "list").splitlines()) == 1 and not list(out.rglob("*.part"))
+    for _ in range(300):  # the leftover is killed: gone once its new parent has reaped it
+        try:
+            os.kill(left, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{left}/stat", encoding="ascii") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the capture's leftover child {left} still runs")

@@ -19,7 +19,7 @@ the rows become :class:`~katra_trace.analysis.bisection.Effect` records.
 from __future__ import annotations
 
 import dataclasses
-import shutil
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -30,7 +30,9 @@ from katra3d.harness.bisect.state import Setup
 from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, run_capture
 from katra_trace.analysis.bisection import Effect
 from katra_trace.analysis.defaults import DEFAULT_ALPHA
-from katra_trace.errors import KatraError
+from katra_trace.errors import ConfigError, KatraError
+from katra_trace.io.tracesets import AB_MANIFEST, AB_TRACE, clear_ab_dir
+from katra_trace.text import shown
 from katra_trace.io.reader import open_trace
 from katra_trace.metrics import is_count
 
@@ -183,6 +185,23 @@ def measure(ws: Workspace, trees: Trees, c: Commit) -> Measured:
     return _measure_time(ws, trees, c, log, t0)
 
 
+def _clear_unrecorded(folder: Path) -> None:
+    """Empty the folder of a measurement that was interrupted before it was recorded, so that it is measured
+    again; only what bisect's rounds wrote goes (:func:`~katra_trace.io.tracesets.clear_ab_dir`: the rounds'
+    traces, then ab.json), and a file of anyone else's stops the bisection (exit 2) with nothing removed."""
+    if not os.path.lexists(folder):
+        return
+    if (folder / AB_MANIFEST).is_file():
+        clear_ab_dir(folder)
+        return
+    for side in ("base", "new"):  # killed before its first round was recorded: no ab.json yet
+        for path in sorted((folder / side).glob("*")) if (folder / side).is_dir() else ():
+            if not AB_TRACE.fullmatch(path.name) or path.is_symlink() or not path.is_file():
+                raise ConfigError(f"{shown(str(path))} is not bisect's: nothing was removed; move it away and "
+                                  "resume")
+            path.unlink()
+
+
 def _measure_time(ws: Workspace, trees: Trees, c: Commit, log: Path, t0: float) -> Measured:
     """Interleaved rounds of GOOD and ``c`` by ``ab``'s rounds loop into ``DIR/traces/SHORT/`` (an ab
     directory: ``katra3d compare`` of it gives the same verdict), until the sequential rule decides every
@@ -191,8 +210,7 @@ def _measure_time(ws: Workspace, trees: Trees, c: Commit, log: Path, t0: float) 
     from katra3d.harness.ab.rounds import Round, run_rounds
 
     folder = ws.root / "traces" / c.short
-    if folder.exists():
-        shutil.rmtree(folder)
+    _clear_unrecorded(folder)
 
     def kept() -> tuple[str, ...]:
         return tuple(ws.rel(p) for p in sorted(folder.rglob("*")) if p.is_file() and p.suffix in (".katra", ".json"))

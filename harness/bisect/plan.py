@@ -9,7 +9,10 @@ ancestor of BAD on its first-parent line).
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -20,7 +23,8 @@ from katra3d.harness.bisect.measure import Workspace
 from katra3d.harness.bisect.report import REPORT_FILE, report_lines
 from katra3d.harness.bisect.search import Outcome, run_bisection
 from katra3d.harness.bisect.state import BISECT_FILE, CommitResult, Setup, read_state
-from katra3d.harness.versions.command import CaptureCommand
+from katra3d.harness.versions.command import CaptureCommand, stop_leftover_captures
+from katra3d.harness.versions.git import remove_worktree
 from katra3d.harness.versions.setup import default_command, resolve_measure
 from katra_trace.analysis.defaults import DEFAULT_SEQUENTIAL_MIN_ROUNDS, MAX_SEQUENTIAL_ROUNDS, check_sequential_rounds
 from katra_trace.errors import ConfigError, OptionError
@@ -60,6 +64,9 @@ def check_new_output(text: str) -> Path:
     if (root / BISECT_FILE).exists():
         raise ConfigError(f"{shown(str(root))} already holds a bisection ({BISECT_FILE}): continue it with "
                           f"--resume {shown(str(root))}, or choose another -o directory")
+    if root.is_dir() and any(root.iterdir()):
+        raise ConfigError(f"{shown(str(root))} is not empty and holds no bisection ({BISECT_FILE}): bisect writes "
+                          "into a new or empty directory only; choose another -o directory")
     return root
 
 
@@ -81,16 +88,58 @@ def bisect(root: Path, setup: Setup, tested: dict[str, CommitResult],
     """Run (or continue) the bisection into ``root``; returns its outcome and the report's lines, also
     written to ``root/bisect.txt``. Worktrees live in a temporary directory, removed whatever happens."""
     root.mkdir(parents=True, exist_ok=True)
-    trees = Path(tempfile.mkdtemp(prefix="katra3d-bisect-"))
+    top = Path(setup.repository)
+    trees = trees_dir(root)
+    left = remove_leftovers(top, root, trees)
+    if any(left):
+        progress(f"removed what a killed bisection left: {left[0]} worktree(s), {left[1]} .part file(s), "
+                 f"{left[2]} capture process(es)")
+    trees.mkdir(mode=0o700)
     try:
-        ws = Workspace(top=Path(setup.repository), root=root, trees=trees, setup=setup, progress=progress)
+        ws = Workspace(top=top, root=root, trees=trees, setup=setup, progress=progress)
         found = run_bisection(ws, tested)
     finally:
-        shutil.rmtree(trees, ignore_errors=True)
+        remove_trees(top, trees)
     lines = report_lines(setup, tested, found)
     with open_output(root / REPORT_FILE, force=True, option="-o", example=REPORT_FILE) as f:
         f.write(("\n".join(lines) + "\n").encode("utf-8"))
     return found, lines
 
 
-__all__ = ["bisect", "check_new_output", "new_setup", "resume"]
+def trees_dir(root: Path) -> Path:
+    """The temporary directory of the worktrees of the bisection in ``root``: named after it, so that the next
+    command in ``root`` finds what a killed one left there."""
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"katra3d-bisect-{os.getuid()}-{digest}"
+
+
+def remove_trees(top: Path, trees: Path) -> int:
+    """Remove every worktree in ``trees`` (registered in ``top`` or not) and the directory; returns how many.
+    Only a directory of this user's, not a link, is touched."""
+    try:
+        info = trees.lstat()
+    except FileNotFoundError:
+        return 0
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise ConfigError(f"{shown(str(trees))} is not a directory of this user's; remove it, then run again")
+    made = [tree for tree in trees.iterdir() if tree.is_dir()]
+    for tree in made:
+        remove_worktree(top, tree)
+    shutil.rmtree(trees, ignore_errors=True)
+    return len(made)
+
+
+def remove_leftovers(top: Path, root: Path, trees: Path) -> tuple[int, int, int]:
+    """What a bisection killed outright (SIGKILL, the OOM killer) left, removed before ``root``'s next one goes
+    on: its worktrees, the ``.part`` files of its captures (theirs by name, in ``root/traces``), and capture
+    processes still writing into ``root``. Returns the counts of each."""
+    processes = stop_leftover_captures(root)
+    worktrees = remove_trees(top, trees)
+    parts = [p for p in (*root.glob("traces/*.katra.part"), *root.glob("traces/*/base/run-*.katra.part"),
+                         *root.glob("traces/*/new/run-*.katra.part")) if p.is_file() and not p.is_symlink()]
+    for part in parts:
+        part.unlink(missing_ok=True)
+    return worktrees, len(parts), processes
+
+
+__all__ = ["bisect", "check_new_output", "new_setup", "remove_leftovers", "resume", "trees_dir"]

@@ -221,5 +221,35 @@ def run_capture(command: CaptureCommand, out: Path, *, log: Path | None = None, 
     return seconds
 
 
+def stop_leftover_captures(root: Path) -> int:
+    """Kill (SIGKILL) what is left of captures that wrote into ``root``: processes whose ``$KATRA3D_OUT`` lies in
+    it. A katra3d killed outright (SIGKILL, the OOM killer) takes only its direct capture process with it; the
+    next command in the same output directory (``bisect --resume``) ends the rest. Processes are found by that
+    variable, never by a recorded PID that may have been reused. Returns how many were killed (Linux; 0
+    elsewhere)."""
+    prefix = str(root.resolve()) + os.sep
+    killed = 0
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return 0
+    for pid in pids:
+        if pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue  # gone, or another user's
+        for entry in env:
+            if entry.startswith(f"{OUT_ENV}=".encode()) and \
+                    os.fsdecode(entry.split(b"=", 1)[1]).startswith(prefix):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
+                break
+    return killed
+
+
 __all__ = ["FAILURE_TAIL_LINES", "OUT_ENV", "OUT_PLACEHOLDER", "STOP_GRACE_S", "CaptureCommand",
-           "CaptureFailed", "one_line", "run_capture", "stop_group", "substitute_out"]
+           "CaptureFailed", "one_line", "run_capture", "stop_group", "stop_leftover_captures", "substitute_out"]

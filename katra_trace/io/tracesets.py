@@ -49,7 +49,7 @@ def read_ab_manifest(root: Path) -> dict[str, Any] | None:
 
 
 #: The files ``katra3d ab`` writes into ``base/`` and ``new/``: a round's trace, or a failed capture's frames.
-_AB_TRACE = re.compile(r"run-\d+(\.failed)?\.katra")
+AB_TRACE = re.compile(r"run-\d+(\.failed)?\.katra")
 
 
 def clear_ab_dir(root: Path) -> int:
@@ -71,7 +71,7 @@ def clear_ab_dir(root: Path) -> int:
         if folder.is_symlink() or not folder.is_dir():
             raise ConfigError(f"{shown(folder)} is not a directory katra3d ab made; nothing was removed")
         for path in sorted(folder.iterdir()):
-            if not _AB_TRACE.fullmatch(path.name) or path.is_symlink() or not path.is_file():
+            if not AB_TRACE.fullmatch(path.name) or path.is_symlink() or not path.is_file():
                 raise ConfigError(f"{shown(folder)} holds {shown(path.name)}, which katra3d ab did not write; "
                                   "nothing was removed: move it away, or choose another -o directory")
             doomed.append(path)
@@ -118,5 +118,5 @@ def trace_paths(path: str) -> list[Path]:
     return found
 
 
-__all__ = ["AB_MANIFEST", "AB_MANIFEST_VERSION", "ab_pairs", "clear_ab_dir", "read_ab_manifest", "trace_paths",
+__all__ = ["AB_MANIFEST", "AB_MANIFEST_VERSION", "AB_TRACE", "ab_pairs", "clear_ab_dir", "read_ab_manifest", "trace_paths",
            "write_ab_manifest"]
