@@ -69,6 +69,27 @@ def format_ms(ms: float | None, digits: int = DIGITS) -> str:
     return format_duration(None if value is None else value * 1e6, digits)
 
 
+def format_change_pct(pct: float | None, decimals: int = 1) -> str:
+    """A signed change given in **percent** as text: ``+5.2%``, ``-3.0%`` (``decimals`` after the point: 1 for
+    times, 2 for counts and bisect's effects). None or NaN is ``-``; infinity is ``+inf%`` (an interval with no
+    upper end yet)."""
+    try:
+        value = float(pct)  # type: ignore[arg-type]
+    except (OverflowError, TypeError, ValueError):
+        return MISSING
+    return MISSING if math.isnan(value) else f"{value:+.{decimals}f}%"  # an unbounded interval's end: +inf%
+
+
+def format_change(ratio: float | None, decimals: int = 1) -> str:
+    """A ratio NEW/BASE as its signed percent change: 1.052 is ``+5.2%``, 0.97 is ``-3.0%``
+    (:func:`format_change_pct`)."""
+    try:
+        value = float(ratio)  # type: ignore[arg-type]
+    except (OverflowError, TypeError, ValueError):
+        return MISSING
+    return format_change_pct((value - 1.0) * 100.0, decimals)
+
+
 def format_count(value: float | None) -> str:
     """A count (instructions, cycles, frames) as a whole number with thousands separators: ``1,234,567``;
     a fractional count below 1000 (a median of two frames) to :data:`DIGITS` significant digits."""
@@ -91,5 +112,5 @@ def format_number(value: object) -> str:
     return str(value)
 
 
-__all__ = ["DIGITS", "DURATION_UNITS", "MISSING", "format_count", "format_duration", "format_ms", "format_number",
-           "significant"]
+__all__ = ["DIGITS", "DURATION_UNITS", "MISSING", "format_change", "format_change_pct", "format_count",
+           "format_duration", "format_ms", "format_number", "significant"]

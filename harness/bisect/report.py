@@ -11,13 +11,14 @@ from collections.abc import Mapping
 from katra3d.harness.bisect.search import Outcome
 from katra3d.harness.bisect.state import CommitResult, Setup
 from katra_trace.analysis.bisection import Effect, target_scenes
+from katra_trace.units import format_change, format_change_pct
 
 #: The report's file in the output directory.
 REPORT_FILE = "bisect.txt"
 
 
 def _pct(x: float) -> str:
-    return "-" if not math.isfinite(x) else f"{(x - 1) * 100:+.2f}%"
+    return format_change(x, 2)
 
 
 def _table(rows: list[list[str]]) -> list[str]:
@@ -30,7 +31,7 @@ def effect_lines(effects: tuple[Effect, ...]) -> list[str]:
     rows = [["scene / zone", "verdict", "change", "interval", "why"]]
     for e in effects:
         name = f"{e.scene} / {e.zone}" if e.zone else e.scene
-        change = _pct(e.ratio) + (f" ({e.frame_change_pct:+.2f}% of frame)" if e.zone and
+        change = _pct(e.ratio) + (f" ({format_change_pct(e.frame_change_pct, 2)} of frame)" if e.zone and
                                    math.isfinite(e.frame_change_pct) else "")
         rows.append([name, e.verdict, change, f"[{_pct(e.ci_low)}, {_pct(e.ci_high)}]", e.reason])
     return _table(rows)

@@ -27,6 +27,7 @@ from katra_trace.analysis.bisection import (
 )
 from katra_trace.errors import ConfigError
 from katra_trace.metrics import is_count
+from katra_trace.units import format_change_pct
 
 #: Statuses of a bisection (``status`` in bisect.json) and the exit code each ends with.
 STATUS_EXIT = {"running": 2, "found": 0, "ambiguous": 2, "all skipped": 2, "nothing to bisect": 2}
@@ -84,7 +85,7 @@ def _record(c: Commit, m: Measured, state: str, reason: str) -> CommitResult:
 
 
 def _effects_text(effects: tuple[Effect, ...]) -> str:
-    return ", ".join(f"{e.scene} {e.change_pct:+.2f}% {e.verdict}" for e in effects if not e.zone)
+    return ", ".join(f"{e.scene} {format_change_pct(e.change_pct, 2)} {e.verdict}" for e in effects if not e.zone)
 
 
 def _bounds(commits: tuple[Commit, ...], tested: Mapping[str, CommitResult]) -> tuple[int, int]:

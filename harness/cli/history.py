@@ -29,7 +29,7 @@ from katra_trace.history.store import (
 from katra_trace.history.trends import STATS, Selection, check_steps, load_series
 from katra_trace.io.claim import check_output_dir
 from katra_trace.metrics import ALL, AUTO, COUNT_CLOCKS, TIME_CLOCKS, is_count
-from katra_trace.units import format_count, format_ms, format_number
+from katra_trace.units import format_change, format_change_pct, format_count, format_ms, format_number
 
 FORMATS = ("table", "json", "csv", "markdown")
 
@@ -204,7 +204,7 @@ def _no_step_lines(result: Any) -> list[str]:
     for m in result.models:
         if m.no_step_reason:
             s = m.series
-            out.append(f"{_name(s)} {s.metric}: {m.raw_change_pct:+.1f}% from {s.points[0].label} to "
+            out.append(f"{_name(s)} {s.metric}: {format_change_pct(m.raw_change_pct)} from {s.points[0].label} to "
                        f"{s.points[-1].label} is no step: {m.no_step_reason}")
     return out
 
@@ -233,7 +233,8 @@ def run_show(args: argparse.Namespace) -> int:
         stat = "" if s.stat == "median" else f" {s.stat}"
         rows.append([_name(s), f"{s.metric}{stat} ({s.unit})", s.host_id, str(len(s.points)),
                      f"{first.label}: {_val(first.level, s.unit)}", f"{last.label}: {_val(last.level, s.unit)}",
-                     f"{m.change_pct:+.1f}%", str(len(m.fit.steps)), f"{m.raw_change_pct:+.1f}%", s.sparkline()])
+                     format_change_pct(m.change_pct), str(len(m.fit.steps)), format_change_pct(m.raw_change_pct),
+                     s.sparkline()])
     emit_table(columns, rows, args.format, title="katra3d history: trend per scene over labels in order; change: "
                                                  "the fitted levels' (the steps 'history check' finds), labels' "
                                                  "change: the geometric means of each label's runs")
@@ -282,8 +283,8 @@ def run_check(args: argparse.Namespace) -> int:
         if st.settings_changed:
             notes.append(f"settings changed: {st.settings_changed}")
         stat = "" if s.stat == "median" else f" {s.stat}"
-        rows.append([st.label, span, _name(s), f"{s.metric}{stat}", s.host_id, f"{100 * (st.ratio - 1):+.1f}%",
-                     f"[{100 * (st.ratio_low - 1):+.1f}%, {100 * (st.ratio_high - 1):+.1f}%]", st.verdict,
+        rows.append([st.label, span, _name(s), f"{s.metric}{stat}", s.host_id, format_change(st.ratio),
+                     f"[{format_change(st.ratio_low)}, {format_change(st.ratio_high)}]", st.verdict,
                      "; ".join(notes)])
     if args.format == "csv":
         emit_table(columns, rows, "csv")
@@ -301,7 +302,7 @@ def run_check(args: argparse.Namespace) -> int:
     for line in _no_step_lines(result):
         print(line)
     for lab, steps in result.by_label().items():
-        parts = [f"{_name(s.series)} {100 * (s.ratio - 1):+.1f}% ({s.verdict})" for s in steps]
+        parts = [f"{_name(s.series)} {format_change(s.ratio)} ({s.verdict})" for s in steps]
         print(f"steps starting at {lab}: " + ", ".join(parts))
     if code:
         scenes = sorted({_name(s.series) for s in result.steps if s.verdict == "regression" and s.at_newest})

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from katra_trace.jsontext import record_dict
+from katra_trace.units import format_change_pct
 
 #: Where "like BAD" starts, as a share of BAD's log change against GOOD: nearer BAD than no change.
 MIDPOINT = 0.5
@@ -117,7 +118,7 @@ def classify(commit: Sequence[Effect], bad: Sequence[Effect]) -> Classification:
             undecided.append(f"{scene}: " + ("not measured" if row is None else row.reason))
             continue
         mid = MIDPOINT * _log(b.ratio)
-        change = f"{scene} {row.change_pct:+.2f}% (BAD {b.change_pct:+.2f}%)"
+        change = f"{scene} {format_change_pct(row.change_pct, 2)} (BAD {format_change_pct(b.change_pct, 2)})"
         if row.verdict == "regression" and _log(row.ratio) >= mid:
             return Classification("bad", f"like BAD: {change}, a regression nearer BAD than no change")
         if _log(row.ci_high) < mid:

@@ -19,6 +19,7 @@ import numpy as np
 from katra_trace.analysis.defaults import COUNT_JITTER_PER_FRAME
 from katra_trace.analysis.intervals import clean_runs, cv, frame_figures, geometric_mean, interval_verdict
 from katra_trace.analysis.verdict import SceneComparison
+from katra_trace.units import format_change_pct
 
 #: Fewer measured frames than this on a side: incomparable (count metrics).
 MIN_FRAMES_COUNTS = 1
@@ -124,16 +125,16 @@ def decide_counts(scene: str, base_runs: Sequence[np.ndarray], new_runs: Sequenc
     lo, hi = est - spread, est + spread
     m.update(ci_low=math.exp(lo), ci_high=math.exp(hi))
     thr_pct = threshold * 100
-    change = f"{math.expm1(own) * 100:+.2f}% {metric}"
+    change = f"{format_change_pct(math.expm1(own) * 100, 2)} {metric}"
     if profiles is not None:
         change += " frame against frame"
     if frame_base is not None:
-        change += f" in this zone, {math.expm1(est) * 100:+.2f}% of the frame"
+        change += f" in this zone, {format_change_pct(math.expm1(est) * 100, 2)} of the frame"
     floor_txt = f"noise floor {floor * 100:.3g}% {source}"
     if jitter > NOISE_FLOOR_FACTOR * floor * scale:
         floor_txt += (f"; cross-process jitter {COUNT_JITTER_PER_FRAME:,} {metric} a frame, "
                       f"{math.expm1(jitter) * 100:.3g}% of this frame")
-    band = f"[{math.expm1(lo) * 100:+.2f}%, {math.expm1(hi) * 100:+.2f}%]"
+    band = f"[{format_change_pct(math.expm1(lo) * 100, 2)}, {format_change_pct(math.expm1(hi) * 100, 2)}]"
     verdict = interval_verdict(est, lo, hi, threshold)
     if verdict in ("regression", "improvement"):
         return SceneComparison(**dict(m, verdict=verdict, reason=f"{change} (threshold {thr_pct:g}%, {floor_txt})"))

@@ -71,6 +71,7 @@ from katra_trace.analysis.intervals import (
 from katra_trace.analysis.sequential import SequentialRule, look
 from katra_trace.analysis.verdict import Comparison, SceneComparison
 from katra_trace.metrics import check_run_stat, is_count
+from katra_trace.units import format_change
 
 #: Fewer measured frames than this on a side: inconclusive (time metrics).
 MIN_FRAMES = 20
@@ -140,7 +141,7 @@ def _decide_time(m: dict[str, Any], p_holm: float, threshold: float, alpha: floa
                                       reason=f"too few frames ({m['frames_base']} base, {m['frames_new']} new; "
                                              f"need >= {MIN_FRAMES} a side)"))
     if unit == "frames":
-        frames = f"{(m['frame_ratio'] - 1) * 100:+.1f}% (p={m['frame_p_value']:.2g})"
+        frames = f"{format_change(m['frame_ratio'])} (p={m['frame_p_value']:.2g})"
         return SceneComparison(**dict(
             base, verdict="inconclusive", runs_needed=MIN_RUNS,
             reason=f"run-to-run noise unknown ({m['runs_base']} vs {m['runs_new']} {word}): need >= {MIN_RUNS} "
@@ -149,9 +150,9 @@ def _decide_time(m: dict[str, Any], p_holm: float, threshold: float, alpha: floa
                    "one run share that run's luck, and 11 of 40 single-run A/A comparisons measured on "
                    "llvmpipe said 'regression' (docs/stats.md)",)))
     ratio = m["ratio"]
-    change = f"{(ratio - 1) * 100:+.1f}%"
+    change = format_change(ratio)
     lo, hi = m["ci_low"], m["ci_high"]
-    interval = f"[{(lo - 1) * 100:+.1f}%, {(hi - 1) * 100:+.1f}%]"
+    interval = f"[{format_change(lo)}, {format_change(hi)}]"
     sig = p_holm < alpha
     if sig and ratio >= up:
         return SceneComparison(**dict(base, verdict="regression",

@@ -54,6 +54,7 @@ from katra_trace.analysis.defaults import (
 from katra_trace.analysis.intervals import interval_verdict, t_ppf, t_sf
 from katra_trace.analysis.verdict import VERDICTS, Comparison
 from katra_trace.errors import ConfigError, OptionError
+from katra_trace.units import format_change
 
 #: The rule's name, as ab.json records it.
 RULE_NAME = "group-sequential-t"
@@ -165,7 +166,7 @@ def _ratio(log_ratio: float) -> float:
 
 
 def _pct(log_ratio: float) -> str:
-    return f"{(_ratio(log_ratio) - 1) * 100:+.1f}%"
+    return format_change(_ratio(log_ratio))
 
 
 def look(rule: SequentialRule, log_ratios: Sequence[float] | np.ndarray, *, tests: int = 1) -> Look:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from katra_trace.report.plottext import plot_text
+from katra_trace.units import format_change_pct
 
 #: Head room above the highest run in a history plot (a fraction of it).
 _Y_HEADROOM = 0.12
@@ -26,8 +27,8 @@ def _series_name(s: Mapping[str, Any]) -> str:
 def _summary(s: Mapping[str, Any], marks: int) -> str:
     """One line under a series' title: the model's change, the labels' change, the steps, and why none."""
     fit = s.get("fit", {})
-    text = (f"change {float(fit.get('change_pct', 0.0)):+.1f}% (fitted levels), {marks} step(s); "
-            f"labels' change {float(fit.get('raw_change_pct', 0.0)):+.1f}%")
+    text = (f"change {format_change_pct(float(fit.get('change_pct', 0.0)))} (fitted levels), {marks} step(s); "
+            f"labels' change {format_change_pct(float(fit.get('raw_change_pct', 0.0)))}")
     if fit.get("no_step_reason"):
         text += f"; no step: {fit['no_step_reason']}"
     return f'<p class="muted">{html.escape(text)}</p>'

@@ -30,7 +30,7 @@ from katra_trace.report.figure import compact as _compact
 from katra_trace.report.figure import layout as _layout
 from katra_trace.report.history import history_section
 from katra_trace.report.plottext import plot_text
-from katra_trace.units import format_ms
+from katra_trace.units import format_change_pct, format_ms
 from katra_trace.report.series import (
     BAND_MIN_RUNS,
     FrameSeries,
@@ -127,7 +127,7 @@ def _num(v: Any, unit: str) -> str:
     if unit == "ratio":
         return f"{float(v):.3f}"
     if unit == "pct":
-        return f"{float(v):+.2f}%"
+        return format_change_pct(float(v), 2)
     if unit == "p":
         return f"{float(v):.2g}"
     return f"{float(v):,.0f}"  # counts
