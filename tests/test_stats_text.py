@@ -3,8 +3,8 @@ times in the unit that suits them; ``--all`` for everything; JSON unchanged (no 
 
 from __future__ import annotations
 
-import math
 import json
+import math
 from pathlib import Path
 from typing import Any
 
