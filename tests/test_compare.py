@@ -438,3 +438,19 @@ def test_count_band_is_never_narrower_than_the_cross_process_jitter() -> None:
     big = np.full(5, 2e6)
     assert compare_runs({"s": [big]}, {"s": [big * 1.01]}, metric="instructions").scenes[0].verdict == "regression"
     assert compare_runs({"s": [big]}, {"s": [big * 1.002]}, metric="instructions").scenes[0].verdict == "unchanged"
+
+
+def test_a_verdict_is_one_enum_that_reads_and_writes_as_its_word() -> None:
+    import json
+
+    from katra_trace.analysis.verdict import VERDICTS, Comparison, SceneComparison, Verdict
+
+    row = SceneComparison(scene="s", verdict="regression", reason="r")  # a recorded string becomes the Verdict
+    assert row.verdict is Verdict.REGRESSION and f"{row.verdict}" == "regression" == str(row.verdict)
+    assert json.loads(json.dumps(row.as_dict()))["verdict"] == "regression"
+    assert VERDICTS == ("regression", "improvement", "unchanged", "inconclusive", "incomparable")
+    with pytest.raises(ValueError):
+        SceneComparison(scene="s", verdict="slower", reason="r")
+    both = Comparison(scenes=(row, SceneComparison(scene="t", verdict=Verdict.INCOMPARABLE, reason="r")),
+                      threshold_pct=5.0, alpha=0.01, metric="wall")
+    assert both.exit_code == 1 and both.as_dict()["verdicts"]["incomparable"] == 1

@@ -30,6 +30,7 @@ from katra3d.harness.bisect.state import Setup
 from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, run_capture
 from katra_trace.analysis.bisection import Effect
 from katra_trace.analysis.defaults import DEFAULT_ALPHA
+from katra_trace.analysis.verdict import Verdict
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.io.tracesets import AB_MANIFEST, AB_TRACE, clear_ab_dir
 from katra_trace.text import shown
@@ -124,7 +125,7 @@ def image_lines(good: Sequence[Trace], new: Sequence[Trace], comparison: Compari
     except KatraError:
         return {}
     verdicts = image_verdicts(b, n, not_comparable={s.scene: s.reason for s in comparison.scenes
-                                                   if s.verdict == "incomparable"})
+                                                   if s.verdict is Verdict.INCOMPARABLE})
     return {scene: v.line for scene, v in verdicts.items()}
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from katra3d.harness.cli._common import ALPHA_STEPS, add_decision_options, emit_table, print_json
 from katra_trace.analysis.defaults import check_alpha, check_threshold_pct
+from katra_trace.analysis.verdict import Verdict
 from katra_trace.errors import ConfigError
 from katra_trace.history.ingest import find_traces, prepare_runs
 from katra_trace.history.rows import iso_utc, parse_time_ns
@@ -305,7 +306,7 @@ def run_check(args: argparse.Namespace) -> int:
         parts = [f"{_name(s.series)} {format_change(s.ratio)} ({s.verdict})" for s in steps]
         print(f"steps starting at {lab}: " + ", ".join(parts))
     if code:
-        scenes = sorted({_name(s.series) for s in result.steps if s.verdict == "regression" and s.at_newest})
+        scenes = sorted({_name(s.series) for s in result.steps if s.verdict == Verdict.REGRESSION and s.at_newest})
         print(f"regression starting at the newest label {result.newest_label!r}: {', '.join(scenes)}")
     else:
         print(f"no regression starts at the newest label {result.newest_label!r}")

@@ -28,6 +28,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from katra_trace.analysis.verdict import Verdict
 from katra_trace.jsontext import record_dict
 from katra_trace.units import format_change_pct
 
@@ -101,7 +102,7 @@ def _log(x: float) -> float:
 
 def target_scenes(bad: Sequence[Effect]) -> dict[str, Effect]:
     """BAD's scene rows (not zones) that regressed against GOOD: what bisection looks for, by scene."""
-    return {e.scene: e for e in bad if not e.zone and e.verdict == "regression"}
+    return {e.scene: e for e in bad if not e.zone and e.verdict == Verdict.REGRESSION}
 
 
 def classify(commit: Sequence[Effect], bad: Sequence[Effect]) -> Classification:
@@ -114,12 +115,12 @@ def classify(commit: Sequence[Effect], bad: Sequence[Effect]) -> Classification:
     below: list[str] = []
     for scene, b in targets.items():
         row = rows.get(scene)
-        if row is None or row.verdict == "incomparable":
+        if row is None or row.verdict == Verdict.INCOMPARABLE:
             undecided.append(f"{scene}: " + ("not measured" if row is None else row.reason))
             continue
         mid = MIDPOINT * _log(b.ratio)
         change = f"{scene} {format_change_pct(row.change_pct, 2)} (BAD {format_change_pct(b.change_pct, 2)})"
-        if row.verdict == "regression" and _log(row.ratio) >= mid:
+        if row.verdict == Verdict.REGRESSION and _log(row.ratio) >= mid:
             return Classification("bad", f"like BAD: {change}, a regression nearer BAD than no change")
         if _log(row.ci_high) < mid:
             below.append(change)

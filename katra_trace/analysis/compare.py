@@ -28,7 +28,7 @@ from katra_trace.analysis.match import (
 )
 from katra_trace.analysis.sequential import SequentialRule
 from katra_trace.analysis.stats import reference_durations, scene_durations, scene_labels, zone_frame_totals
-from katra_trace.analysis.verdict import Comparison, SceneComparison
+from katra_trace.analysis.verdict import Comparison, SceneComparison, Verdict
 from katra_trace.errors import ConfigError
 from katra_trace.metrics import check_run_stat, is_count
 from katra_trace.schema import REFERENCE_NAME, Clock, Kind, draw_pass
@@ -215,7 +215,7 @@ def _process_hint(result: Comparison, sides: Mapping[str, Sequence[Any]],
     noisy = []
     for s in result.scenes:
         cv = max((c for c in (s.run_cv_base, s.run_cv_new) if math.isfinite(c)), default=0.0)
-        if s.verdict != "inconclusive" or s.unit not in ("runs", "rounds") or cv <= NOISY_RUN_CV:
+        if s.verdict is not Verdict.INCONCLUSIVE or s.unit not in ("runs", "rounds") or cv <= NOISY_RUN_CV:
             continue
         if all("process" in run[s.scene] for side in durations.values() for run in side if s.scene in run):
             noisy.append((s.scene, cv))
@@ -272,7 +272,7 @@ def _zone_rows(result: Comparison, sides: Mapping[str, Sequence[Any]], metric: s
     rows: list[SceneComparison] = []
     threshold = result.threshold_pct / 100.0
     for s in result.scenes:
-        if s.verdict == "incomparable":
+        if s.verdict is Verdict.INCOMPARABLE:
             continue
         zone_names = list(dict.fromkeys(z for side in totals.values() for run in side for z in run.get(s.scene, {})))
         for zone in zone_names:

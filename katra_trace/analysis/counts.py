@@ -18,7 +18,7 @@ import numpy as np
 
 from katra_trace.analysis.defaults import COUNT_JITTER_PER_FRAME
 from katra_trace.analysis.intervals import clean_runs, cv, frame_figures, geometric_mean, interval_verdict
-from katra_trace.analysis.verdict import SceneComparison
+from katra_trace.analysis.verdict import SceneComparison, Verdict
 from katra_trace.units import format_change_pct
 
 #: Fewer measured frames than this on a side: incomparable (count metrics).
@@ -99,7 +99,7 @@ def decide_counts(scene: str, base_runs: Sequence[np.ndarray], new_runs: Sequenc
                          "frames_base": int(b_all.size), "frames_new": int(n_all.size)}
     if min(b_all.size, n_all.size) < MIN_FRAMES_COUNTS:
         side = "BASE" if b_all.size == 0 else "NEW"
-        return SceneComparison(**dict(m, verdict="incomparable", reason=f"missing in {side} (no measured frames)"))
+        return SceneComparison(**dict(m, verdict=Verdict.INCOMPARABLE, reason=f"missing in {side} (no measured frames)"))
     med_b = np.array([np.median(r) for r in b_runs])
     med_n = np.array([np.median(r) for r in n_runs])
     floor, source = noise_floor(b_runs, n_runs)
@@ -136,14 +136,14 @@ def decide_counts(scene: str, base_runs: Sequence[np.ndarray], new_runs: Sequenc
                       f"{math.expm1(jitter) * 100:.3g}% of this frame")
     band = f"[{format_change_pct(math.expm1(lo) * 100, 2)}, {format_change_pct(math.expm1(hi) * 100, 2)}]"
     verdict = interval_verdict(est, lo, hi, threshold)
-    if verdict in ("regression", "improvement"):
+    if verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
         return SceneComparison(**dict(m, verdict=verdict, reason=f"{change} (threshold {thr_pct:g}%, {floor_txt})"))
-    if verdict == "unchanged":
+    if verdict is Verdict.UNCHANGED:
         return SceneComparison(**dict(m, verdict=verdict, reason=f"{change}, within +-{thr_pct:g}% ({floor_txt})"))
     why = (f"the {floor_txt} is too large for a {thr_pct:g}% threshold"
            if 2 * spread >= math.log1p(threshold)
            else f"the band {band} ({floor_txt}) reaches the +-{thr_pct:g}% threshold")
-    return SceneComparison(**dict(m, verdict="inconclusive", reason=f"{change}: {why}"))
+    return SceneComparison(**dict(m, verdict=Verdict.INCONCLUSIVE, reason=f"{change}: {why}"))
 
 
 __all__ = ["MIN_FRAMES_COUNTS", "NOISE_FLOOR_FACTOR", "decide_counts", "matched_profiles", "noise_floor"]

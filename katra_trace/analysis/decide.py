@@ -69,7 +69,7 @@ from katra_trace.analysis.intervals import (
     welch,
 )
 from katra_trace.analysis.sequential import SequentialRule, look
-from katra_trace.analysis.verdict import Comparison, SceneComparison
+from katra_trace.analysis.verdict import Comparison, SceneComparison, Verdict
 from katra_trace.metrics import check_run_stat, is_count
 from katra_trace.units import format_change
 
@@ -137,13 +137,13 @@ def _decide_time(m: dict[str, Any], p_holm: float, threshold: float, alpha: floa
     base = dict(m, p_holm=p_holm)
     word = "rounds" if m["paired"] else "runs"
     if min(m["frames_base"], m["frames_new"]) < MIN_FRAMES:
-        return SceneComparison(**dict(base, verdict="inconclusive", frames_needed=MIN_FRAMES,
+        return SceneComparison(**dict(base, verdict=Verdict.INCONCLUSIVE, frames_needed=MIN_FRAMES,
                                       reason=f"too few frames ({m['frames_base']} base, {m['frames_new']} new; "
                                              f"need >= {MIN_FRAMES} a side)"))
     if unit == "frames":
         frames = f"{format_change(m['frame_ratio'])} (p={m['frame_p_value']:.2g})"
         return SceneComparison(**dict(
-            base, verdict="inconclusive", runs_needed=MIN_RUNS,
+            base, verdict=Verdict.INCONCLUSIVE, runs_needed=MIN_RUNS,
             reason=f"run-to-run noise unknown ({m['runs_base']} vs {m['runs_new']} {word}): need >= {MIN_RUNS} "
                    f"{word} a side (katra3d ab); frames, for information only: {frames}",
             notes=(f"with fewer than {MIN_RUNS} runs a side a time metric never gives a verdict: frames of "
@@ -155,15 +155,15 @@ def _decide_time(m: dict[str, Any], p_holm: float, threshold: float, alpha: floa
     interval = f"[{format_change(lo)}, {format_change(hi)}]"
     sig = p_holm < alpha
     if sig and ratio >= up:
-        return SceneComparison(**dict(base, verdict="regression",
+        return SceneComparison(**dict(base, verdict=Verdict.REGRESSION,
                                       reason=f"{change} slower, interval {interval} (p={p_holm:.2g} on {word}, "
                                              f"threshold {thr_pct:g}%)"))
     if sig and ratio <= down:
-        return SceneComparison(**dict(base, verdict="improvement",
+        return SceneComparison(**dict(base, verdict=Verdict.IMPROVEMENT,
                                       reason=f"{change}, interval {interval} (p={p_holm:.2g} on {word}, "
                                              f"threshold {thr_pct:g}%)"))
     if down < lo and hi < up:
-        return SceneComparison(**dict(base, verdict="unchanged",
+        return SceneComparison(**dict(base, verdict=Verdict.UNCHANGED,
                                       reason=f"{change}; interval {interval} within +-{thr_pct:g}%"))
     needed = runs_needed(sd_log, threshold, alpha, n_tests, m["paired"])
     have = min(m["runs_base"], m["runs_new"])
@@ -174,7 +174,7 @@ def _decide_time(m: dict[str, Any], p_holm: float, threshold: float, alpha: floa
     cv = sd_log * 100
     need = f"~{needed} {word} a side needed" if needed else "more runs needed"
     return SceneComparison(**dict(
-        base, verdict="inconclusive", runs_needed=needed,
+        base, verdict=Verdict.INCONCLUSIVE, runs_needed=needed,
         reason=f"{change}: {why}; {'round-to-round' if m['paired'] else 'run-to-run'} spread {cv:.1f}%: "
                f"{need} to resolve a {thr_pct:g}% change"))
 
@@ -241,7 +241,7 @@ def compare_runs(
     measured: dict[str, dict[str, Any]] = {}
     for scene in names:
         if scene in incomparable:
-            results[scene] = SceneComparison(scene=scene, verdict="incomparable",
+            results[scene] = SceneComparison(scene=scene, verdict=Verdict.INCOMPARABLE,
                                              reason=incomparable[scene], metric=metric)
             continue
         b_src, n_src = base.get(scene, ()), new.get(scene, ())
@@ -257,7 +257,7 @@ def compare_runs(
                 reason = "no round has measured frames on both sides"
             else:
                 reason = f"missing in {side} (no measured frames)"
-            results[scene] = SceneComparison(scene=scene, verdict="incomparable", reason=reason, metric=metric)
+            results[scene] = SceneComparison(scene=scene, verdict=Verdict.INCOMPARABLE, reason=reason, metric=metric)
         elif count:
             results[scene] = decide_counts(scene, b_runs, n_runs, threshold=threshold, metric=metric)
         else:

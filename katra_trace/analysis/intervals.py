@@ -19,6 +19,7 @@ from scipy.special import ndtri, stdtr, stdtrit
 
 from katra_trace.analysis.ranks import mann_whitney_p
 from katra_trace.analysis.stats import frame_stats
+from katra_trace.analysis.verdict import Verdict
 
 #: Power assumed when estimating how many runs would be needed.
 TARGET_POWER = 0.8
@@ -137,7 +138,7 @@ def runs_needed(sd_log: float, threshold: float, alpha: float, m: int, paired: b
     return int(n[np.argmax(ok)]) if ok.any() else None
 
 
-def interval_verdict(estimate: float, low: float, high: float, threshold: float) -> str:
+def interval_verdict(estimate: float, low: float, high: float, threshold: float) -> Verdict:
     """The verdict of an effect known with an interval (all three log ratios NEW / BASE, ``+`` worse)
     against ``threshold`` (a fraction): the count metrics' rule, also ``history check``'s for a step.
 
@@ -147,12 +148,12 @@ def interval_verdict(estimate: float, low: float, high: float, threshold: float)
     """
     up = math.log1p(threshold)
     if estimate >= up and low > 0:
-        return "regression"
+        return Verdict.REGRESSION
     if estimate <= -up and high < 0:
-        return "improvement"
+        return Verdict.IMPROVEMENT
     if -up < low and high < up:
-        return "unchanged"
-    return "inconclusive"
+        return Verdict.UNCHANGED
+    return Verdict.INCONCLUSIVE
 
 
 def frame_figures(b_all: np.ndarray, n_all: np.ndarray, count: bool) -> dict[str, Any]:

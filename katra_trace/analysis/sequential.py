@@ -52,7 +52,7 @@ from katra_trace.analysis.defaults import (
     threshold_for,
 )
 from katra_trace.analysis.intervals import interval_verdict, t_ppf, t_sf
-from katra_trace.analysis.verdict import VERDICTS, Comparison
+from katra_trace.analysis.verdict import VERDICTS, Comparison, Verdict
 from katra_trace.errors import ConfigError, OptionError
 from katra_trace.units import format_change
 
@@ -118,7 +118,7 @@ class Look:
     """One look at ``rounds`` paired rounds: decided or not, the verdict, why; ratios NEW / BASE (> 1 slower)."""
 
     decided: bool
-    verdict: str  #: one of :data:`~katra_trace.analysis.verdict.VERDICTS` ("inconclusive" while undecided)
+    verdict: Verdict  #: INCONCLUSIVE while undecided
     rounds: int
     reason: str
     ratio: float = math.nan  #: the geometric mean of the per-round ratios
@@ -180,8 +180,8 @@ def look(rule: SequentialRule, log_ratios: Sequence[float] | np.ndarray, *, test
     thr = rule.threshold
     where = f"round {k} of at most {rule.max_rounds}"
     if k < rule.min_rounds:
-        return Look(False, "inconclusive", k, f"{k} round(s): the first look is at round {rule.min_rounds} "
-                                              "(run-to-run noise unknown before)")
+        return Look(False, Verdict.INCONCLUSIVE, k, f"{k} round(s): the first look is at round "
+                                                    f"{rule.min_rounds} (run-to-run noise unknown before)")
     estimate, se = float(x.mean()), float(x.std(ddof=1)) / math.sqrt(k)
     q = critical_t(rule, k, tests)
     low, high = _interval(estimate, se, q)
@@ -190,17 +190,17 @@ def look(rule: SequentialRule, log_ratios: Sequence[float] | np.ndarray, *, test
     interval = f"repeated interval [{_pct(low)}, {_pct(high)}]" if math.isfinite(q) else "no interval yet"
     thr_pct = f"{thr * 100:g}%"
     final = k == rule.max_rounds
-    if verdict == "regression":
+    if verdict is Verdict.REGRESSION:
         why = f"{_pct(estimate)} slower, {interval} above 0 (threshold {thr_pct}; {where})"
-    elif verdict == "improvement":
+    elif verdict is Verdict.IMPROVEMENT:
         why = f"{_pct(estimate)}, {interval} below 0 (threshold {thr_pct}; {where})"
-    elif verdict == "unchanged":
+    elif verdict is Verdict.UNCHANGED:
         why = f"{_pct(estimate)}, {interval} within +-{thr_pct}: no change of practical size ({where})"
     elif final:
         why = f"{_pct(estimate)}, {interval}: undecided at the cap of {k} rounds (threshold {thr_pct})"
     else:
         why = f"{_pct(estimate)}, {interval}: not decided yet ({where}, threshold {thr_pct})"
-    return Look(decided=verdict != "inconclusive", verdict=verdict, rounds=k, reason=why,
+    return Look(decided=verdict is not Verdict.INCONCLUSIVE, verdict=verdict, rounds=k, reason=why,
                 ratio=_ratio(estimate), ci_low=_ratio(low), ci_high=_ratio(high),
                 confidence=1.0 - 2.0 * level, final=final)
 
@@ -239,7 +239,7 @@ class Settled:
 def settle(comparison: Comparison, rounds: int, max_rounds: int) -> Settled:
     """Is every scene of ``comparison`` decided (regression, improvement, unchanged; incomparable ones cannot
     change)? The stop line of ``ab --until-decided``: why it stopped, or why it goes on."""
-    open_ = [s.scene for s in comparison.scenes if s.verdict == "inconclusive"]
+    open_ = [s.scene for s in comparison.scenes if s.verdict is Verdict.INCONCLUSIVE]
     verdicts = ", ".join(f"{s.scene} {s.verdict}" for s in comparison.scenes) or "no scenes"
     if not open_:
         return Settled(True, rounds, max_rounds, f"decided after {rounds} of at most {max_rounds} rounds: {verdicts}")

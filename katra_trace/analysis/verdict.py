@@ -7,12 +7,33 @@ is the JSON every surface writes).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from typing import Any
 
 from katra_trace.jsontext import record_dict
 
-VERDICTS = ("regression", "improvement", "unchanged", "inconclusive", "incomparable")
+
+
+class Verdict(str, enum.Enum):
+    """What a comparison says about one scene (or zone). A str, so that JSON, tables and the words a user
+    reads are its value (``regression``), and a recorded string compares equal to it."""
+
+    REGRESSION = "regression"  #: NEW is slower by more than the threshold, and the evidence says so
+    IMPROVEMENT = "improvement"  #: NEW is faster by more than the threshold
+    UNCHANGED = "unchanged"  #: the change lies within the threshold
+    INCONCLUSIVE = "inconclusive"  #: too few frames or runs, or too noisy, to say
+    INCOMPARABLE = "incomparable"  #: the sides differ in what was measured (params, renderer, metric ...)
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+#: The verdicts' words, in the order every summary lists them.
+VERDICTS: tuple[str, ...] = tuple(v.value for v in Verdict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,7 +41,7 @@ class SceneComparison:
     """The comparison of one scene (or one zone of a scene). Ratios NEW/BASE (> 1 = slower)."""
 
     scene: str
-    verdict: str
+    verdict: Verdict  #: a recorded string (``"regression"``) is taken as its Verdict
     reason: str
     metric: str = ""
     zone: str = ""  #: "" for the scene's frames, else the zone this row describes
@@ -64,6 +85,9 @@ class SceneComparison:
     stutter_pct_new: float = math.nan
     notes: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "verdict", Verdict(self.verdict))
+
     @property
     def change_pct(self) -> float:
         """(ratio - 1) in percent: + means NEW is slower."""
@@ -96,14 +120,14 @@ class Comparison:
 
     @property
     def regressions(self) -> tuple[SceneComparison, ...]:
-        return tuple(s for s in self.scenes if s.verdict == "regression")
+        return tuple(s for s in self.scenes if s.verdict is Verdict.REGRESSION)
 
     @property
     def exit_code(self) -> int:
         """1 if any regression, 2 if nothing was comparable, else 0."""
         if self.regressions:
             return 1
-        if not any(s.verdict != "incomparable" for s in self.scenes):
+        if not any(s.verdict is not Verdict.INCOMPARABLE for s in self.scenes):
             return 2
         return 0
 
@@ -126,4 +150,4 @@ class Comparison:
         }
 
 
-__all__ = ["Comparison", "SceneComparison", "VERDICTS"]
+__all__ = ["Comparison", "SceneComparison", "VERDICTS", "Verdict"]

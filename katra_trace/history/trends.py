@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from katra_trace.analysis.defaults import DEFAULT_ALPHA, check_alpha, check_threshold_pct, threshold_for
+from katra_trace.analysis.verdict import Verdict
 from katra_trace.errors import ConfigError
 from katra_trace.history.rows import iso_utc
 from katra_trace.history.steps import Fit, detect_steps, resolution
@@ -276,7 +277,7 @@ class CheckResult:
 
     @property
     def regression_at_newest(self) -> bool:
-        return any(s.verdict == "regression" and s.at_newest for s in self.steps)
+        return any(s.verdict == Verdict.REGRESSION and s.at_newest for s in self.steps)
 
     def by_label(self) -> dict[str, list[StepReport]]:
         """The steps grouped by the label where they start, labels in order."""

@@ -22,6 +22,7 @@ import numpy as np
 
 from katra_trace import jsontext
 from katra_trace.analysis.stats import trace_stats
+from katra_trace.analysis.verdict import Verdict
 from katra_trace.metrics import is_count
 from katra_trace.optional import require
 from katra_trace.report.figure import BASELINE_COLOR, LEGEND, fill, plot_div
@@ -223,7 +224,7 @@ def _comparison_section(comparison: Mapping[str, Any] | None, error: str | None)
     rows = []
     for scene, s in (comparison.get("scenes") or {}).items():
         verdict = str(s.get("verdict", ""))
-        cls = verdict if verdict in ("regression", "improvement") else ""
+        cls = str(verdict) if verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT) else ""
         unit = s.get("value_unit") or "ms"
         level_unit = "ms" if unit == "ms" else ("count" if is_count(unit) else "ratio")
         ci = (f"[{_num(_pct(s.get('ci_low')), 'pct')}, {_num(_pct(s.get('ci_high')), 'pct')}]"
