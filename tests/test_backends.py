@@ -45,9 +45,9 @@ def test_egl_session_framebuffer(harness_session: Any) -> None:
     assert session.backend == "egl" and session.device == 0
     from katra3d.harness.gl.probe import host_info
 
-    egl = host_info(session)["egl"]
-    assert egl["device_index"] == 0 and egl["vendor"] and egl["version"]
-    assert egl["device_count"] >= 1 and set(egl["device"]) == {"drm_device", "renderer", "software"}
+    egl = host_info(session).egl
+    assert egl.device_index == 0 and egl.vendor and egl.version
+    assert (egl.device_count or 0) >= 1 and set(egl.device.as_dict()) == {"drm_device", "renderer", "software"}
     assert session.ctx.fbo is session.fbo
     assert tuple(session.fbo.size) == (48, 32)
     assert session.fbo.samples == 4

@@ -11,6 +11,8 @@ from katra3d.harness.engine import timers
 from katra3d.harness.engine.core import resolve_capture
 from katra3d.harness.engine.spec import CaptureSpec
 from katra_trace import metrics
+from katra_trace.history import trends
+from katra_trace.io.header import HostInfo
 from katra_trace.schema import Clock
 
 from tests.test_engine import HARDWARE_GL, SOFTWARE_GL
@@ -19,9 +21,8 @@ from tests.test_engine import HARDWARE_GL, SOFTWARE_GL
 def test_the_preference_order_names_every_clock_once() -> None:
     assert sorted(metrics.CLOCK_PREFERENCE) == sorted(c.name.lower() for c in Clock)
     assert metrics.CLOCK_PREFERENCE[0] == "wall"
-    # --metric auto: the deterministic counts first, then the same order
-    assert metrics.AUTO_ORDER == (*metrics.COUNT_CLOCKS,
-                                  *(c for c in metrics.CLOCK_PREFERENCE if c not in metrics.COUNT_CLOCKS))
+    # --metric auto: the deterministic counts first, then the same order; history's own copy agrees with it
+    assert metrics.AUTO_ORDER == ("instructions", "cycles", "wall", "gpu", "process", "cpu") == trends.AUTO_ORDER
 
 
 def test_every_timing_mode_has_one_clock() -> None:
@@ -33,7 +34,7 @@ def test_every_timing_mode_has_one_clock() -> None:
 
 
 @pytest.mark.parametrize("host, timing", [(SOFTWARE_GL, "auto"), (HARDWARE_GL, "auto"), (HARDWARE_GL, "sync")])
-def test_the_header_records_the_clock_of_the_mode_the_timer_uses(host: object, timing: str) -> None:
-    resolved = resolve_capture(CaptureSpec(Path("t.katra"), "w", host=host, timing=timing))  # type: ignore[arg-type]
+def test_the_header_records_the_clock_of_the_mode_the_timer_uses(host: HostInfo, timing: str) -> None:
+    resolved = resolve_capture(CaptureSpec(Path("t.katra"), "w", host=host, timing=timing))
     timer = timers.SyncTimer if resolved.mode == "sync" else timers.GpuTimer
-    assert resolved.options["primary_clock"] == timer.primary_clock.name.lower() == metrics.mode_clock(resolved.mode)
+    assert resolved.options.primary_clock == timer.primary_clock.name.lower() == metrics.mode_clock(resolved.mode)

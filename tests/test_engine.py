@@ -29,13 +29,14 @@ from katra3d.harness.gl import probe
 from katra3d.harness.run.offscreen import MemorySink
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError, SceneError
+from katra_trace.io.header import GLInfo, HostInfo, MeasureOptions, TimerQueryInfo, build_capture_options
 from katra_trace.schema import EVENT_DTYPE, Clock, Flag, Kind
 from katra3d.scenes.api import NOMINAL_RATE_HZ, Scene, SceneSkip
 
-SOFTWARE_GL = {"gl": {"renderer": "llvmpipe (LLVM 15.0.6, 256 bits)", "software_renderer": True,
-                      "timer_query": {"supported": True, "counter_bits": 64}}}
-HARDWARE_GL = {"gl": {"renderer": "Radeon", "software_renderer": False,
-                      "timer_query": {"supported": True, "counter_bits": 64}}}
+SOFTWARE_GL = HostInfo(gl=GLInfo(renderer="llvmpipe (LLVM 15.0.6, 256 bits)", software_renderer=True,
+                                  timer_query=TimerQueryInfo(supported=True, counter_bits=64)))
+HARDWARE_GL = HostInfo(gl=GLInfo(renderer="Radeon", software_renderer=False,
+                                 timer_query=TimerQueryInfo(supported=True, counter_bits=64)))
 
 
 # --------------------------------------------------------------------------- test doubles
@@ -136,25 +137,46 @@ def scene_annotation(sink: MemorySink) -> dict[str, Any]:
 
 
 def test_resolve_capture_records_the_mode_after_the_callers_options() -> None:
-    spec = CaptureSpec(Path("t.katra"), "w", host=SOFTWARE_GL, options={"api": "x", "measure": "time"})
-    resolved = resolve_capture(spec)
-    assert (resolved.mode, resolved.zones) == ("sync", "off")
+    options = build_capture_options({"api": "x", "measure": "time", "zones": True})
+    resolved = resolve_capture(CaptureSpec(Path("t.katra"), "w", host=SOFTWARE_GL, options=options, zones=True))
+    assert (resolved.mode, resolved.zones) == ("sync", "passes")
     assert "software renderer" in resolved.reason
-    assert list(resolved.options) == ["api", "measure", "timing_mode", "timing_reason", "primary_clock", "zones"]
-    assert resolved.options["primary_clock"] == "wall" and resolved.options["measure"] == {"mode": "time"}
+    recorded = resolved.options.as_dict()
+    # the request's keys keep their places (its measure and zones replaced by what was done), the engine's follow
+    assert list(recorded) == ["api", "measure", "zones", "timing_mode", "timing_reason", "primary_clock"]
+    assert recorded["primary_clock"] == "wall" and recorded["measure"] == {"mode": "time"}
+    assert recorded["zones"] == "passes" and resolved.options.measure_mode == "time"
     assert dict(resolved.writer_args) == {}
+    assert list(resolve_capture(CaptureSpec(None, "w", host=SOFTWARE_GL)).options.as_dict()) == [
+        "timing_mode", "timing_reason", "primary_clock", "measure", "zones"]
 
 
 def test_resolve_capture_gpu_draws_codec_and_counting() -> None:
     gpu = resolve_capture(CaptureSpec(None, "w", host=HARDWARE_GL, zones="draws", max_draw_zones=7, codec="none"))
-    assert (gpu.mode, gpu.options["primary_clock"], gpu.zones) == ("gpu", "gpu", "draws")
-    assert gpu.options["max_draw_zones"] == 7 and dict(gpu.writer_args) == {"codec": "none"}
-    counted = resolve_capture(CaptureSpec(None, "w", zones=True, measure={
-        "measure": "instructions", "valgrind": "3.22", "pinned": True, "dump_base": "/x", "unrecorded": 1}))
+    assert (gpu.mode, gpu.options.primary_clock, gpu.zones) == ("gpu", "gpu", "draws")
+    assert gpu.options.max_draw_zones == 7 and dict(gpu.writer_args) == {"codec": "none"}
+    all_draws = resolve_capture(CaptureSpec(None, "w", host=HARDWARE_GL, zones="draws")).options.as_dict()
+    assert all_draws["max_draw_zones"] is None  # recorded as null: every draw timed
+    measure = MeasureOptions(mode="instructions", valgrind="3.22", pinned={"LP_NUM_THREADS": "0"})
+    counted = resolve_capture(CaptureSpec(None, "w", zones=True, measure=measure, dump_base=Path("/x/cg.out")))
     assert counted.mode == "instructions" and "valgrind 3.22" in counted.reason
-    assert counted.options["measure"] == {"mode": "instructions", "valgrind": "3.22", "pinned": True}
-    assert counted.options["primary_clock"] == "instructions" and counted.options["zones"] == "passes"
+    assert counted.options.as_dict()["measure"] == {"mode": "instructions", "valgrind": "3.22",
+                                                    "pinned": {"LP_NUM_THREADS": "0"}}
+    assert counted.options.primary_clock == "instructions" and counted.options.zones == "passes"
     assert counted.writer_args["batch_ms"] >= 1e6  # no time-based flushes while counting
+
+
+def test_the_writer_is_the_one_place_the_header_becomes_a_dict(tmp_path: Path) -> None:
+    """The engine hands its typed records to the writer, which writes exactly their JSON object."""
+    path = tmp_path / "t.katra"
+    options = build_capture_options({"frames": 3, "zones": "off"}, api="test")
+    engine = Engine(FakeContext(), CaptureSpec(path, "w", host=SOFTWARE_GL, options=options, timing="sync"))
+    assert isinstance(engine.options, type(options)) and isinstance(engine.writer.header["capture_options"], dict)
+    with engine:
+        engine.finish()
+    header = open_trace(path).header
+    assert header.capture_options.as_dict() == engine.options.as_dict() == engine.writer.header["capture_options"]
+    assert header.host_info == SOFTWARE_GL and header.host_info.as_dict() == SOFTWARE_GL.as_dict()
 
 
 @pytest.mark.parametrize(("spec", "match"), [
@@ -477,8 +499,8 @@ def gl_fbo(gl_ctx: Any) -> Iterator[Any]:
 def test_engine_on_llvmpipe_writes_frames_and_the_last_image(gl_ctx: Any, gl_fbo: Any, tmp_path: Path) -> None:
     path = tmp_path / "e.katra"
     shot = tmp_path / "last.png"
-    host = {"gl": probe.gl_info(gl_ctx)}
-    engine = Engine(gl_ctx, CaptureSpec(path, "unit", host=host, options={"api": "test"}))
+    host = HostInfo(gl=probe.gl_info(gl_ctx))
+    engine = Engine(gl_ctx, CaptureSpec(path, "unit", host=host, options=build_capture_options(api="test")))
     with engine:
         result = engine.run_scene(SceneSpec(_Stripes, "stripes", {}, size=(16, 8), frames=2, warmup=1,
                                             screenshot=shot), bind=gl_fbo.use)

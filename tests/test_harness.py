@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ from katra3d.harness.gl.timer_check import timer_query_reliability
 from katra3d.harness.run.config import RunConfig, parse_param, parse_size, plan_run
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError, SceneError
+from katra_trace.io.header import GLInfo, TimerQueryInfo
 from katra_trace.io.writer import TraceWriter
 from katra_trace.schema import Clock, Flag, Kind
 
@@ -30,7 +32,7 @@ from katra_trace.schema import Clock, Flag, Kind
     ("3.3 something else", "Acme", {"name": "Acme", "version": ""}),
 ])
 def test_parse_driver(version: str, vendor: str, expected: dict[str, str]) -> None:
-    assert probe.parse_driver(version, vendor) == expected
+    assert probe.parse_driver(version, vendor).as_dict() == expected
 
 
 @pytest.mark.parametrize(("renderer", "software"), [
@@ -58,28 +60,45 @@ def test_render_env_keeps_only_rendering_variables() -> None:
 @pytest.mark.gl
 def test_gl_info_on_llvmpipe(gl_ctx: Any) -> None:
     gl = probe.gl_info(gl_ctx)
-    assert "llvmpipe" in gl["renderer"]
-    assert gl["software_renderer"] is True
-    assert gl["driver"]["name"] == "Mesa" and gl["driver"]["version"][0].isdigit()
-    assert gl["profile"] == "core"
-    assert gl["glsl_version"].startswith(("3.", "4."))
-    assert gl["timer_query"] == {"supported": True, "counter_bits": 64}
-    assert gl["max_texture_size"] >= 1024 and gl["max_samples"] >= 1
+    assert gl.renderer is not None and "llvmpipe" in gl.renderer
+    assert gl.software_renderer is True
+    assert gl.driver.name == "Mesa" and (gl.driver.version or "x")[0].isdigit()
+    assert gl.profile == "core"
+    assert (gl.glsl_version or "").startswith(("3.", "4."))
+    assert gl.timer_query.as_dict() == {"supported": True, "counter_bits": 64}
+    assert (gl.max_texture_size or 0) >= 1024 and (gl.max_samples or 0) >= 1
+    # the record writes the probe's keys in the probe's order, every one of them set
+    assert list(gl.as_dict()) == ["vendor", "renderer", "version", "version_code", "glsl_version", "profile", "driver",
+                                  "software_renderer", "timer_query", "khr_debug", "max_texture_size", "max_samples",
+                                  "extensions_count"]
+    assert GLInfo.from_dict(gl.as_dict()) == gl and not gl.extra
+
+
+def test_host_info_writes_every_part_even_an_empty_one() -> None:
+    session = SimpleNamespace(ctx=None, backend="external", device=None)
+    gl = GLInfo(vendor="v", renderer="r", software_renderer=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(probe, "gl_info", lambda ctx: gl)
+        host = probe.host_info(session)
+    assert list(host.as_dict()) == ["backend", "gl", "egl", "system", "env"]
+    assert host.as_dict()["egl"] == {} and host.gl is gl and host.software
+    with_codegen = host.replaced(codegen={"llvm": "15"})
+    assert list(with_codegen.as_dict()) == ["backend", "gl", "egl", "system", "env", "codegen"]
 
 
 def test_system_info_fields() -> None:
     info = probe.system_info()
-    assert info["cpu_cores"] >= 1 and info["ram_bytes"] > 0
-    assert info["python"].count(".") == 2
-    assert info["packages"]["numpy"] == np.__version__
-    assert set(info["packages"]) >= {"moderngl", "glcontext", "PyOpenGL", "numpy", "glfw"}
+    assert (info.cpu_cores or 0) >= 1 and (info.ram_bytes or 0) > 0
+    assert (info.python or "").count(".") == 2
+    assert info.packages is not None and info.packages["numpy"] == np.__version__
+    assert set(info.packages) >= {"moderngl", "glcontext", "PyOpenGL", "numpy", "glfw"}
 
 
 # --------------------------------------------------------------------------- timing modes
 
-_SOFT = {"renderer": "llvmpipe", "software_renderer": True, "timer_query": {"supported": True, "counter_bits": 64}}
-_HARD = {"renderer": "RTX", "software_renderer": False, "timer_query": {"supported": True, "counter_bits": 64}}
-_NO_TQ = {"renderer": "old", "software_renderer": False, "timer_query": {"supported": False, "counter_bits": 0}}
+_SOFT = GLInfo(renderer="llvmpipe", software_renderer=True, timer_query=TimerQueryInfo(supported=True, counter_bits=64))
+_HARD = GLInfo(renderer="RTX", software_renderer=False, timer_query=TimerQueryInfo(supported=True, counter_bits=64))
+_NO_TQ = GLInfo(renderer="old", software_renderer=False, timer_query=TimerQueryInfo(supported=False, counter_bits=0))
 
 
 def test_choose_mode() -> None:

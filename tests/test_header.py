@@ -12,8 +12,17 @@ from hypothesis import strategies as st
 
 from katra_trace import open_trace
 from katra_trace.analysis.match import capture_facts, codegen_facts, host_facts, measure_mode, resolve_metric
-from katra_trace.errors import TraceFormatError
-from katra_trace.io.header import CaptureOptions, HostInfo, TraceHeader, build_capture_options
+from katra_trace.errors import ConfigError, TraceFormatError
+from katra_trace.io.header import (
+    CaptureOptions,
+    GLInfo,
+    HostInfo,
+    MeasureOptions,
+    SystemInfo,
+    TimerQueryInfo,
+    TraceHeader,
+    build_capture_options,
+)
 from katra_trace.io.writer import TraceWriter
 
 DATA = Path(__file__).parent / "data"
@@ -30,11 +39,19 @@ def _with(keys: list[str], inner: st.SearchStrategy[Any]) -> st.SearchStrategy[d
 
 #: values under the keys the records type, any JSON value included (wrong types, NaN, null)
 drivers = _with(["name", "version"], json_values)
-gls = _with(["vendor", "renderer", "version", "software_renderer"], json_values) | st.builds(
-    lambda d, drv: {**d, "driver": drv}, _with(["renderer", "version"], json_values), drivers | json_values)
-hosts = st.builds(lambda d, gl, system: {**d, "gl": gl, "system": system},
-                  _with(["backend", "gl_renderer", "driver_version", "gl_version", "codegen"], json_values),
-                  gls | json_values, _with(["cpu_model", "hostname"], json_values) | json_values)
+timer_queries = _with(["supported", "counter_bits", "error"], json_values)
+gls = _with(["vendor", "renderer", "version", "software_renderer", "version_code", "glsl_version", "profile",
+             "khr_debug", "max_texture_size", "max_samples", "extensions_count"], json_values) | st.builds(
+    lambda d, drv, tq: {**d, "driver": drv, "timer_query": tq}, _with(["renderer", "version"], json_values),
+    drivers | json_values, timer_queries | json_values)
+egls = st.builds(lambda d, dev: {**d, "device": dev}, _with(["vendor", "version", "device_index", "device_count"],
+                                                            json_values),
+                 _with(["drm_device", "renderer", "software"], json_values) | json_values)
+hosts = st.builds(lambda d, gl, egl, system: {**d, "gl": gl, "egl": egl, "system": system},
+                  _with(["backend", "gl_renderer", "driver_version", "gl_version", "codegen", "env"], json_values),
+                  gls | json_values, egls | json_values,
+                  _with(["cpu_model", "hostname", "cpu_cores", "ram_bytes", "packages", "machine"], json_values)
+                  | json_values)
 resolveds = _with(["frames", "duration_s", "warmup", "size", "samples", "backend", "device", "scenes"],
                   json_values | st.lists(st.dictionaries(st.sampled_from(["label", "name", "params"]), json_values)))
 measures = _with(["mode", "valgrind", "command", "env", "frame_boundary", "pinned"], json_values)
@@ -190,3 +207,44 @@ def test_writer_takes_typed_parts(tmp_path: Path) -> None:
                                            "resolved": {"size": [4, 4], "duration_s": None}}
     t = open_trace(tmp_path / "a.katra")
     assert t.header.capture_options == opts and t.header.host_info == host and t.header.host_info.software
+
+
+def test_replaced_keeps_the_request_s_order_and_appends_the_rest() -> None:
+    request = build_capture_options({"api": "x", "measure": "time", "zones": True, "k": 1})
+    done = request.replaced(timing_mode="sync", measure=MeasureOptions(mode="time"), zones="passes",
+                            max_draw_zones=None)
+    assert list(done.as_dict()) == ["api", "measure", "zones", "k", "timing_mode", "max_draw_zones"]
+    assert done.as_dict()["measure"] == {"mode": "time"} and done.as_dict()["max_draw_zones"] is None
+    assert "measure" not in done.extra and done.measure_mode == "time" and done.extra == {"k": 1}
+    # a record built in code keeps the fields it writes, in their order, before the ones added
+    built = CaptureOptions(api="y", frames=3).replaced(scene="s", size=(4, 4))
+    assert list(built.as_dict()) == ["api", "frames", "scene", "size"] and built.run_size == (4, 4)
+
+
+def test_the_probe_s_records_type_what_the_header_reads() -> None:
+    raw = {"backend": "egl", "gl": {"renderer": "llvmpipe", "version_code": 450, "timer_query":
+                                    {"supported": True, "counter_bits": 64}, "khr_debug": True},
+           "egl": {"vendor": "Mesa Project", "device_index": 0, "device": {"software": True}},
+           "system": {"cpu_model": "EPYC", "cpu_cores": 2, "packages": {"numpy": "2.4"}}, "env": {"LP_X": "1"}}
+    host = HostInfo.from_dict(raw)
+    assert host.as_dict() == raw and not host.extra and not host.gl.extra and not host.system.extra
+    assert host.gl.timer_query == TimerQueryInfo(supported=True, counter_bits=64) and host.gl.version_code == 450
+    assert host.egl.device.software is True and host.system.packages == {"numpy": "2.4"} and host.env == {"LP_X": "1"}
+    odd = HostInfo.from_dict({"gl": {"timer_query": 7, "max_samples": "4"}, "env": {"A": 1}})
+    assert odd.gl.timer_query.supported is None and odd.gl.max_samples is None and odd.env is None
+    assert odd.as_dict() == {"gl": {"timer_query": 7, "max_samples": "4"}, "env": {"A": 1}}
+
+
+def test_the_writer_refuses_a_header_the_reader_would_refuse(tmp_path: Path) -> None:
+    """One schema for writing and reading: a header whose documented keys have the wrong JSON type is a
+    ConfigError before any file exists, not a trace that no command can open."""
+    for options in ({"resolved": [1]}, {"timing_mode": 3}, {"measure": "instructions"}):
+        with pytest.raises(ConfigError, match="would not read back"):
+            TraceWriter(tmp_path / "bad.katra", capture_options=options)
+    with pytest.raises(ConfigError, match="'host_info.codegen' is not a JSON object"):
+        TraceWriter(tmp_path / "bad.katra", host_info=HostInfo(codegen=["x"]))  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+    host = HostInfo(gl=GLInfo(renderer="llvmpipe", software_renderer=True), system=SystemInfo(cpu_model="EPYC"))
+    with TraceWriter(tmp_path / "ok.katra", host_info=host, capture_options={"measure": {"mode": "time"}}):
+        pass
+    assert open_trace(tmp_path / "ok.katra").header.host_info == host

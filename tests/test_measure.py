@@ -26,6 +26,7 @@ from katra3d.harness.run.config import RunConfig, check_measure, plan_run
 from katra_trace import open_trace
 from katra_trace.analysis.match import mismatch
 from katra_trace.errors import ConfigError
+from katra_trace.io.header import GLInfo, SystemInfo
 from katra_trace.io.images import read_frame_images
 from katra_trace.schema import Clock, Kind
 
@@ -58,11 +59,11 @@ def test_unknown_measure_lists_the_choices() -> None:
 
 
 def test_hardware_renderer_is_refused_software_accepted() -> None:
-    hardware = {"renderer": "NVIDIA H200/PCIe/SSE2", "software_renderer": False}
+    hardware = GLInfo(renderer="NVIDIA H200/PCIe/SSE2", software_renderer=False)
     with pytest.raises(ConfigError, match="hardware renderer.*only the CPU side of a GPU frame"):
         measure.check_renderer("instructions", hardware)
     measure.check_renderer("time", hardware)
-    measure.check_renderer("cycles", {"renderer": "llvmpipe (LLVM 15.0.6, 128 bits)", "software_renderer": True})
+    measure.check_renderer("cycles", GLInfo(renderer="llvmpipe (LLVM 15.0.6, 128 bits)", software_renderer=True))
 
 
 def test_estimated_cycles_weights_hits_and_misses() -> None:
@@ -84,8 +85,8 @@ def test_read_summary_reads_the_header_only(tmp_path: Path) -> None:
 
 
 def test_codegen_facts_parse_renderer_and_versions() -> None:
-    gl = {"renderer": "llvmpipe (LLVM 15.0.6, 128 bits)", "version": "4.5 (Core Profile) Mesa 22.3.6"}
-    facts = measure.codegen_facts(gl, {"cpu_model": "AMD EPYC", "machine": "x86_64"},
+    gl = GLInfo(renderer="llvmpipe (LLVM 15.0.6, 128 bits)", version="4.5 (Core Profile) Mesa 22.3.6")
+    facts = measure.codegen_facts(gl, SystemInfo(cpu_model="AMD EPYC", machine="x86_64"),
                                   {"LP_NATIVE_VECTOR_WIDTH": "128"})
     assert facts["llvm"] == "15.0.6" and facts["mesa"] == "22.3.6" and facts["vector_bits"] == 128
     assert facts["cpu_model"] == "AMD EPYC" and facts["lp_native_vector_width"] == "128"
@@ -307,7 +308,7 @@ def test_child_command_defers_instrumentation_only_when_asked() -> None:
 
 
 def test_compare_refuses_counts_instrumented_from_different_points() -> None:
-    facts = measure.codegen_facts({"renderer": "llvmpipe (LLVM 15.0.6, 128 bits)"}, {}, {},
+    facts = measure.codegen_facts(GLInfo(renderer="llvmpipe (LLVM 15.0.6, 128 bits)"), SystemInfo(), {},
                                   counted_from=measure.instrumentation(True))
     old = {k: v for k, v in facts.items() if k != "counted_from"}  # a trace counted before the key existed
     sides = {"base": [{"codegen": old}], "new": [{"codegen": facts}]}

@@ -139,6 +139,7 @@ def _run(katra_cli: Any, *args: str) -> dict[str, Any]:
 
 
 @pytest.mark.gl
+@pytest.mark.slow
 def test_counted_run_records_the_options_of_a_time_run(katra_cli: Any, tmp_path: Path) -> None:
     """One counted run and one time run with the same options: the same capture options in the header
     (but for what counting changes), the user's relative -o, and the child's results handed back."""

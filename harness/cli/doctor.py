@@ -50,14 +50,14 @@ def diagnose(backend: str | None = None, device: int | None = None) -> dict[str,
     try:
         report["backend_used"] = session.backend
         gl = probe.gl_info(session.ctx)
-        report["gl"] = gl
+        report["gl"] = gl.as_dict()
         used = session.device if session.device is not None else 0
         for dev in report["egl_devices"]:
             if session.backend == "egl" and dev.get("index") == used and not dev.get("renderer"):
-                dev["renderer"] = gl["renderer"]  # EGL gives no renderer string for a device; GL does
+                dev["renderer"] = gl.renderer  # EGL gives no renderer string for a device; GL does
         report["egl"] = backends.current_egl_info() if session.backend == "egl" else {}
         report["timer_query_check"] = timer_query_reliability(session.ctx)
-        software = gl["software_renderer"]
+        software = gl.software_renderer
         verdict = report["timer_query_check"]["verdict"]
         mode, reason = timers.choose_mode("auto", gl)
         if mode == "gpu" and verdict == "unreliable":

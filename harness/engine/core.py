@@ -58,10 +58,6 @@ _pc = time.perf_counter_ns
 #: What ``ctx.error`` (glGetError) says when GL recorded no error.
 _NO_ERROR = "GL_NO_ERROR"
 
-#: The child facts of a counted run that the trace header records under ``measure``.
-_MEASURE_FACTS = ("valgrind", "command", "env", "frame_boundary", "pinned", "output")
-
-
 # --------------------------------------------------------------------------- what a spec resolves to
 
 
@@ -78,32 +74,27 @@ class ResolvedCapture:
     mode: str
     reason: str
     zones: str
-    options: Mapping[str, Any]
+    options: CaptureOptions
     writer_args: Mapping[str, Any]
 
 
 def resolve_capture(spec: CaptureSpec) -> ResolvedCapture:
     """The timing mode, zone mode and recorded capture options of ``spec`` (pure; ConfigError if impossible)."""
     zones = timers.zone_mode(spec.zones)
-    recorded = spec.options.as_dict() if isinstance(spec.options, CaptureOptions) else dict(spec.options)
     writer_args: dict[str, Any] = {} if spec.codec is None else {"codec": spec.codec}
-    measure = spec.measure
-    if measure is not None:
-        mode = str(measure["measure"])
-        reason = (f"--measure {mode}: counted under callgrind (valgrind {measure.get('valgrind', '?')}), "
+    if spec.counting:
+        mode = str(spec.measure.mode)
+        reason = (f"--measure {mode}: counted under callgrind (valgrind {spec.measure.valgrind or '?'}), "
                   "main thread only, single-threaded llvmpipe")
-        recorded["measure"] = {"mode": mode, **{k: measure[k] for k in _MEASURE_FACTS if k in measure}}
-        recorded.update({"timing_mode": mode, "timing_reason": reason, "primary_clock": mode_clock(mode)})
         # no time-based flushes: periodic work would land in whichever frame it happened in
         writer_args["batch_ms"] = 1e9
     else:
-        mode, reason = timers.choose_mode(spec.timing, dict(spec.host.get("gl", {})))
-        recorded.update({"timing_mode": mode, "timing_reason": reason,
-                         "primary_clock": mode_clock(mode), "measure": {"mode": "time"}})
-    recorded["zones"] = zones
+        mode, reason = timers.choose_mode(spec.timing, spec.host.gl)
+    recorded: dict[str, Any] = {"timing_mode": mode, "timing_reason": reason, "primary_clock": mode_clock(mode),
+                                "measure": spec.measure, "zones": zones}
     if zones == "draws":
         recorded["max_draw_zones"] = spec.max_draw_zones
-    return ResolvedCapture(mode, reason, zones, recorded, writer_args)
+    return ResolvedCapture(mode, reason, zones, spec.options.replaced(**recorded), writer_args)
 
 
 # --------------------------------------------------------------------------- the engine
@@ -125,11 +116,11 @@ class Engine:
         self.ctx = ctx
         self.spec = spec
         self.mode, self.reason, self.zones = resolved.mode, resolved.reason, resolved.zones
-        self.counting = spec.measure is not None
+        self.counting = spec.counting
         if not self.counting:
             # a frame must not pay page faults for memory the driver freed in the last one (heap.py)
             heap.keep_freed_memory()
-        self.options = dict(resolved.options)
+        self.options = resolved.options
         self.writer = writer if writer is not None else _open_writer(spec, resolved)
         self.path = spec.path
         self.stop = stop or StopFlag()
@@ -137,7 +128,7 @@ class Engine:
         self.gl_error_check = bool(spec.gl_error_check)
         self.scene_label = ""
         #: which device draws the frames, recorded with every kept frame (katra_trace.io.images.image_key)
-        self.image_key = image_key(spec.host)
+        self.image_key = image_key(spec.host.as_dict())  # katra_trace.io.images reads the header's mapping
         self._start_timer(spec)
         self.primary_clock = self.timer.primary_clock.name.lower()
         self._start_reference(spec.reference_every)
@@ -148,11 +139,12 @@ class Engine:
         """The event buffer, the timer (and the draw instrument); a failure finishes the trace as aborted."""
         ctx, writer, timed_zones = self.ctx, self.writer, self.zones != "off"
         try:
-            if spec.measure is not None:
+            if spec.counting:
+                if spec.dump_base is None:
+                    raise ConfigError("a counted capture needs the dump base of its callgrind dumps")
                 self.buffer = EventBuffer(writer, max_rows=1 << 16, max_age_ns=None)
                 self.timer: timers.Timer = CountTimer(ctx, writer, self.buffer, zones=timed_zones,
-                                                      dump_base=Path(spec.measure["dump_base"]),
-                                                      cycles=self.mode == "cycles")
+                                                      dump_base=spec.dump_base, cycles=self.mode == "cycles")
             else:
                 self.buffer = EventBuffer(writer)
                 self.timer = timers.make_timer(self.mode, ctx, writer, self.buffer, zones=timed_zones)
@@ -422,8 +414,8 @@ def _open_writer(spec: CaptureSpec, resolved: ResolvedCapture) -> TraceWriter:
     """The trace writer of ``spec`` (claims the output path; the header is written here)."""
     if spec.path is None:
         raise ConfigError("a capture needs an output path")
-    return TraceWriter(Path(spec.path), workload=spec.workload, capture_options=dict(resolved.options),
-                       host_info=dict(spec.host), notes=spec.notes, overwrite=spec.overwrite,
+    return TraceWriter(Path(spec.path), workload=spec.workload, capture_options=resolved.options,
+                       host_info=spec.host, notes=spec.notes, overwrite=spec.overwrite,
                        failed_aside=spec.failed_aside, **resolved.writer_args)
 
 

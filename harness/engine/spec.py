@@ -4,7 +4,8 @@
 how its frames are measured); the :class:`~katra3d.harness.engine.core.Engine` takes one,
 whichever way of capturing built it (``katra3d run``, ``katra3d.capture``, the
 pytest plugin, the offscreen helper). :class:`SceneSpec` is one scene to run on
-that engine (:mod:`katra3d.harness.engine.lifecycle`). Both are plain records: no GL, no I/O.
+that engine (:mod:`katra3d.harness.engine.lifecycle`). Both are plain records: no GL, no I/O. What the
+header records is typed (:mod:`katra_trace.io.header`'s records); only a scene's own params are a mapping.
 Runtime collaborators (the GL context, a writer override, the stop flag, the
 framebuffer binder, the progress display) are not part of a spec: they are
 passed beside it.
@@ -17,7 +18,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from katra_trace.io.header import CaptureOptions
+from katra_trace.io.header import CaptureOptions, HostInfo, MeasureOptions
+from katra_trace.metrics import is_count
+
+
+#: What a capture that times its frames records under ``measure`` (a record is frozen: one serves all).
+TIMED = MeasureOptions(mode="time")
+
+
+def _timed() -> MeasureOptions:
+    return TIMED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,13 +37,15 @@ class CaptureSpec:
     ``path``: the trace file (None only when the engine is given a writer, e.g.
     an in-memory sink). ``workload`` and ``notes`` go to the trace header as
     they are. ``host``: the probe's host info (its ``gl`` part picks the
-    timing mode). ``options``: the capture options to record; the engine adds
+    timing mode). ``options``: the capture options to record
+    (:func:`katra_trace.io.header.build_capture_options`); the engine adds
     the timing mode, its reason, the primary clock, ``measure`` and ``zones``.
     ``timing``: auto | sync | gpu. ``zones``: True/"passes", "draws",
     False/"off". ``max_draw_zones``: with draws zones, the most draws timed a
-    frame (None: all). ``measure``: the counted child's facts (``measure``,
-    ``valgrind``, ``dump_base``, ...) when counting instructions or cycles,
-    None when timing. ``reference_every``: time the reference draw after every
+    frame (None: all). ``measure``: what is measured, as the header records it:
+    mode ``time``, or a count mode (``instructions``, ``cycles``) with the counted
+    child's facts (valgrind's version, its command, ...); ``dump_base``: where
+    callgrind writes its dumps when counting. ``reference_every``: time the reference draw after every
     K-th measured frame (sync timing only; 0: off). ``overwrite``: replace an
     existing trace. ``codec``: the writer's event codec (None: its default).
     ``gl_error_check``: check ``glGetError`` after setup and after every frame.
@@ -43,18 +55,24 @@ class CaptureSpec:
 
     path: Path | None
     workload: str
-    host: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    options: Mapping[str, Any] | CaptureOptions = dataclasses.field(default_factory=dict)
+    host: HostInfo = dataclasses.field(default_factory=HostInfo)
+    options: CaptureOptions = dataclasses.field(default_factory=CaptureOptions)
     timing: str = "auto"
     zones: bool | str = False
     max_draw_zones: int | None = None
     notes: str = ""
-    measure: Mapping[str, Any] | None = None
+    measure: MeasureOptions = dataclasses.field(default_factory=_timed)
+    dump_base: Path | None = None
     reference_every: int = 0
     overwrite: bool = False
     codec: str | None = None
     gl_error_check: bool = True
     failed_aside: bool = False
+
+    @property
+    def counting(self) -> bool:
+        """Whether frames are counted under callgrind (``measure.mode`` is instructions or cycles)."""
+        return is_count(self.measure.mode or "time")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,4 +115,4 @@ class SceneSpec:
         return self.frames + self.warmup if self.frames is not None else None
 
 
-__all__ = ["CaptureSpec", "SceneSpec"]
+__all__ = ["TIMED", "CaptureSpec", "SceneSpec"]

@@ -40,6 +40,7 @@ from katra3d.harness.gl.shim import (
     RawGL,
 )
 from katra_trace.errors import ConfigError
+from katra_trace.io.header import GLInfo
 from katra_trace.metrics import MODE_CLOCKS
 from katra_trace.schema import Clock, Kind
 
@@ -66,17 +67,18 @@ _process_ns = time.clock_gettime_ns
 _PROCESS_CLOCK = time.CLOCK_PROCESS_CPUTIME_ID
 
 
-def choose_mode(requested: str, gl: dict[str, Any]) -> tuple[str, str]:
-    """The timing mode to use and why, from ``--timing`` and the probe's ``gl`` dict.
+def choose_mode(requested: str, gl: GLInfo) -> tuple[str, str]:
+    """The timing mode to use and why, from ``--timing`` and the probe's ``gl`` facts: the one rule
+    (``katra3d run``, ``capture()``, the pytest plugin and ``katra3d doctor``'s recommendation).
 
     Raises ConfigError when ``gpu`` is asked for on a software renderer (its
     timer queries do not time the draw) or without timer queries.
     """
     if requested not in MODES:
         raise ConfigError(f"unknown timing mode '{requested}'; choose one of: {', '.join(MODES)}")
-    renderer = gl.get("renderer", "?")
-    software = bool(gl.get("software_renderer"))
-    timer = bool(gl.get("timer_query", {}).get("supported"))
+    renderer = gl.renderer if gl.renderer is not None else "?"
+    software = bool(gl.software_renderer)
+    timer = bool(gl.timer_query.supported)
     if requested == "sync":
         return "sync", "requested with --timing sync"
     if requested == "gpu":
@@ -92,7 +94,7 @@ def choose_mode(requested: str, gl: dict[str, Any]) -> tuple[str, str]:
                         "so frames end with glFinish and are timed on the host clock")
     if not timer:
         return "sync", f"'{renderer}' has no GL_TIMESTAMP queries"
-    return "gpu", (f"hardware renderer '{renderer}' with {gl['timer_query'].get('counter_bits', 0)}-bit "
+    return "gpu", (f"hardware renderer '{renderer}' with {gl.timer_query.counter_bits or 0}-bit "
                    "timestamp queries")
 
 

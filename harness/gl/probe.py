@@ -1,9 +1,10 @@
 """Host probe: what a capture ran on, for the trace header.
 
-:func:`host_info` returns a JSON-ready dict with a ``gl`` part (strings,
-parsed driver version, software-renderer flag, timer-query support, limits),
-an ``egl`` part, a ``system`` part (CPU, cores, RAM, OS, Python, package
-versions) and ``env`` (the environment variables that change rendering).
+:func:`host_info` returns the typed record the header records
+(:class:`katra_trace.io.header.HostInfo`): a ``gl`` part (strings, parsed driver
+version, software-renderer flag, timer-query support, limits), an ``egl`` part,
+a ``system`` part (CPU, cores, RAM, OS, Python, package versions) and ``env``
+(the environment variables that change rendering).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from katra3d.harness.gl.backends import current_egl_info, list_egl_devices
 from katra3d.harness.gl.shim import GL_CONTEXT_PROFILE_MASK, GL_SHADING_LANGUAGE_VERSION, RawGL
+from katra_trace.io.header import DriverInfo, EGLDeviceInfo, EGLInfo, GLInfo, HostInfo, SystemInfo, TimerQueryInfo
 
 #: Substrings (lower case) of GL_RENDERER that mean a CPU rasterizer.
 SOFTWARE_RENDERERS: tuple[str, ...] = (
@@ -40,26 +42,26 @@ def is_software_renderer(renderer: str) -> bool:
     return any(name in low for name in SOFTWARE_RENDERERS)
 
 
-def parse_driver(version: str, vendor: str = "", renderer: str = "") -> dict[str, str]:
+def parse_driver(version: str, vendor: str = "", renderer: str = "") -> DriverInfo:
     """Driver name and version from GL_VERSION (and vendor/renderer).
 
-    ``"4.5 (Core Profile) Mesa 22.3.6"`` -> ``{"name": "Mesa", "version": "22.3.6"}``;
-    ``"4.6.0 NVIDIA 535.104.05"`` -> ``{"name": "NVIDIA", "version": "535.104.05"}``.
-    Unknown formats give ``{"name": vendor, "version": ""}``.
+    ``"4.5 (Core Profile) Mesa 22.3.6"`` -> ``DriverInfo(name="Mesa", version="22.3.6")``;
+    ``"4.6.0 NVIDIA 535.104.05"`` -> ``DriverInfo(name="NVIDIA", version="535.104.05")``.
+    Unknown formats give the vendor as the name and version ``""``.
     """
     m = re.search(r"\bMesa\s+(\d+\.\d+(?:\.\d+)?(?:-\w+)?)", version)
     if m:
-        return {"name": "Mesa", "version": m.group(1)}
+        return DriverInfo(name="Mesa", version=m.group(1))
     m = re.search(r"\bNVIDIA\s+(\d+(?:\.\d+)+)", version)
     if m:
-        return {"name": "NVIDIA", "version": m.group(1)}
+        return DriverInfo(name="NVIDIA", version=m.group(1))
     m = re.search(r"\b(?:Compatibility|Core) Profile Context\s+(\d+(?:\.\d+)+)", version)
     if m and ("ati " in f"{vendor.lower()} " or "amd" in vendor.lower()):
-        return {"name": "AMD", "version": m.group(1)}
+        return DriverInfo(name="AMD", version=m.group(1))
     m = re.search(r"\bBuild\s+(\d+(?:\.\d+)+)", version)
     if m and "intel" in vendor.lower():
-        return {"name": "Intel", "version": m.group(1)}
-    return {"name": vendor, "version": ""}
+        return DriverInfo(name="Intel", version=m.group(1))
+    return DriverInfo(name=vendor, version="")
 
 
 def _profile(ctx: Any, version: str) -> str:
@@ -89,7 +91,7 @@ def _glsl_version(ctx: Any) -> str:
     return raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw or "")
 
 
-def timer_query_info(ctx: Any) -> dict[str, Any]:
+def timer_query_info(ctx: Any) -> TimerQueryInfo:
     """Timer-query support: extension/version and GL_QUERY_COUNTER_BITS for GL_TIMESTAMP."""
     supported = ctx.version_code >= 330 or "GL_ARB_timer_query" in ctx.extensions
     bits = 0
@@ -99,31 +101,30 @@ def timer_query_info(ctx: Any) -> dict[str, Any]:
             bits = RawGL().timestamp_counter_bits()
         except Exception as exc:  # noqa: BLE001
             error = f"{type(exc).__name__}: {exc}"
-    return {"supported": bool(supported and bits > 0), "counter_bits": bits,
-            **({"error": error} if error else {})}
+    return TimerQueryInfo(supported=bool(supported and bits > 0), counter_bits=bits, error=error or None)
 
 
-def gl_info(ctx: Any) -> dict[str, Any]:
+def gl_info(ctx: Any) -> GLInfo:
     """GL strings, driver, software flag, timer queries, limits of the current context."""
     info = ctx.info
     vendor = str(info.get("GL_VENDOR", ""))
     renderer = str(info.get("GL_RENDERER", ""))
     version = str(info.get("GL_VERSION", ""))
-    return {
-        "vendor": vendor,
-        "renderer": renderer,
-        "version": version,
-        "version_code": int(ctx.version_code),
-        "glsl_version": _glsl_version(ctx),
-        "profile": _profile(ctx, version),
-        "driver": parse_driver(version, vendor, renderer),
-        "software_renderer": is_software_renderer(renderer),
-        "timer_query": timer_query_info(ctx),
-        "khr_debug": "GL_KHR_debug" in ctx.extensions or ctx.version_code >= 430,
-        "max_texture_size": int(info.get("GL_MAX_TEXTURE_SIZE", 0) or 0),
-        "max_samples": int(info.get("GL_MAX_SAMPLES", 0) or 0),
-        "extensions_count": len(ctx.extensions),
-    }
+    return GLInfo(
+        vendor=vendor,
+        renderer=renderer,
+        version=version,
+        version_code=int(ctx.version_code),
+        glsl_version=_glsl_version(ctx),
+        profile=_profile(ctx, version),
+        driver=parse_driver(version, vendor, renderer),
+        software_renderer=is_software_renderer(renderer),
+        timer_query=timer_query_info(ctx),
+        khr_debug="GL_KHR_debug" in ctx.extensions or ctx.version_code >= 430,
+        max_texture_size=int(info.get("GL_MAX_TEXTURE_SIZE", 0) or 0),
+        max_samples=int(info.get("GL_MAX_SAMPLES", 0) or 0),
+        extensions_count=len(ctx.extensions),
+    )
 
 
 def _cpu_model() -> str:
@@ -154,26 +155,26 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def system_info() -> dict[str, Any]:
+def system_info() -> SystemInfo:
     """CPU model, core counts, RAM, OS/kernel, Python and package versions (no GL)."""
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
         usable = os.cpu_count() or 0
-    return {
-        "cpu_model": _cpu_model(),
-        "cpu_cores": os.cpu_count() or 0,
-        "cpu_cores_usable": usable,
-        "ram_bytes": _ram_bytes(),
-        "os": platform.system(),
-        "kernel": platform.release(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "hostname": platform.node(),
-        "python": sys.version.split()[0],
-        "python_implementation": platform.python_implementation(),
-        "packages": _versions(),
-    }
+    return SystemInfo(
+        cpu_model=_cpu_model(),
+        cpu_cores=os.cpu_count() or 0,
+        cpu_cores_usable=usable,
+        ram_bytes=_ram_bytes(),
+        os=platform.system(),
+        kernel=platform.release(),
+        platform=platform.platform(),
+        machine=platform.machine(),
+        hostname=platform.node(),
+        python=sys.version.split()[0],
+        python_implementation=platform.python_implementation(),
+        packages=_versions(),
+    )
 
 
 def render_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -182,35 +183,39 @@ def render_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return {k: env[k] for k in sorted(env) if k.startswith(ENV_PREFIXES)}
 
 
-def host_info(session: Any) -> dict[str, Any]:
+def egl_info(session: Any) -> EGLInfo:
+    """The EGL display, and the device ``session`` renders on (an empty record on other backends)."""
+    if getattr(session, "backend", "") != "egl":
+        return EGLInfo()
+    display = current_egl_info()
+    index = session.device if session.device is not None else 0
+    devices = list_egl_devices()
+    device = EGLDeviceInfo()
+    if 0 <= index < len(devices):
+        dev = devices[index]
+        device = EGLDeviceInfo(drm_device=dev["drm_device"], renderer=dev["renderer"], software=dev["software"])
+    return EGLInfo(vendor=display.get("vendor"), version=display.get("version"), device_index=index, device=device,
+                   device_count=len(devices))
+
+
+#: The parts of the host info the probe writes, in this order (an empty ``egl`` part included).
+_HOST_PARTS = ("backend", "gl", "egl", "system", "env")
+
+
+def host_info(session: Any) -> HostInfo:
     """Everything the trace header records about where a capture ran.
 
     ``session`` is a :class:`katra3d.harness.gl.backends.GLSession` (or anything with
     ``ctx``, ``backend`` and ``device``).
     """
-    egl: dict[str, Any] = {}
-    if getattr(session, "backend", "") == "egl":
-        egl = dict(current_egl_info())
-        index = session.device if session.device is not None else 0
-        egl["device_index"] = index
-        devices = list_egl_devices()
-        if 0 <= index < len(devices):
-            dev = devices[index]
-            egl["device"] = {"drm_device": dev["drm_device"], "renderer": dev["renderer"],
-                             "software": dev["software"]}
-        egl["device_count"] = len(devices)
-    return {
-        "backend": getattr(session, "backend", ""),
-        "gl": gl_info(session.ctx),
-        "egl": egl,
-        "system": system_info(),
-        "env": render_env(),
-    }
+    return HostInfo(backend=getattr(session, "backend", ""), gl=gl_info(session.ctx), egl=egl_info(session),
+                    system=system_info(), env=render_env(), layout=_HOST_PARTS)
 
 
 __all__ = [
     "ENV_PREFIXES",
     "SOFTWARE_RENDERERS",
+    "egl_info",
     "gl_info",
     "host_info",
     "is_software_renderer",

@@ -44,6 +44,7 @@ from katra3d.harness.run.progress import ChildProgress, Relay
 from katra_trace import metrics
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.io import claim as claim_mod
+from katra_trace.io.header import GLInfo, MeasureOptions, SystemInfo
 from katra_trace.io.images import renderer_facts
 from katra_trace.io.blockfile import copy_with_header
 from katra3d.scenes.registry import absolute_spec, builtin_scenes, entry_point_scenes, get_scene, split_file_spec
@@ -81,10 +82,10 @@ class ToolUnavailable(KatraError):
     exit_code = 3
 
 
-def check_renderer(measure: str, gl: Mapping[str, Any]) -> None:
+def check_renderer(measure: str, gl: GLInfo) -> None:
     """ConfigError unless the renderer is a software one (its frames are CPU work valgrind can count)."""
-    if metrics.is_count(measure) and not gl.get("software_renderer"):
-        renderer = gl.get("renderer") or "this renderer"
+    if metrics.is_count(measure) and not gl.software_renderer:
+        renderer = gl.renderer or "this renderer"
         raise ConfigError(
             f"--measure {measure} needs a software renderer such as llvmpipe; '{renderer}' is a hardware "
             "renderer: instructions would count only the CPU side of a GPU frame, and GPU drivers do not run "
@@ -119,8 +120,7 @@ def cpu_flags() -> list[str]:
     return []
 
 
-def codegen_facts(gl: Mapping[str, Any], system: Mapping[str, Any], env: Mapping[str, str],
-                  counted_from: str = "") -> dict[str, Any]:
+def codegen_facts(gl: GLInfo, system: SystemInfo, env: Mapping[str, str], counted_from: str = "") -> dict[str, Any]:
     """What decides the instructions llvmpipe's JIT emits: instruction counts compare only when these match.
 
     CPU model and feature flags (the JIT targets the host CPU; valgrind hides
@@ -129,11 +129,11 @@ def codegen_facts(gl: Mapping[str, Any], system: Mapping[str, Any], env: Mapping
     a process instrumented from its start lays out its memory differently, which moves
     frame counts a little, so such counts are not compared with the others either.
     """
-    facts = renderer_facts(gl)  # the image key's facts: one parser of the renderer and version strings
+    facts = renderer_facts(gl.as_dict())  # the image key's facts: one parser of the renderer and version strings
     flags = cpu_flags()
     return {
-        "cpu_model": str(system.get("cpu_model", "")),
-        "machine": str(system.get("machine", "")),
+        "cpu_model": system.cpu_model or "",
+        "machine": system.machine or "",
         "cpu_flags_sha": hashlib.sha256(" ".join(flags).encode()).hexdigest()[:16] if flags else "",
         "renderer": facts["renderer"],
         "mesa": facts["mesa"],
@@ -205,6 +205,14 @@ def child_plan(info: Mapping[str, Any]) -> RunPlan:
     imports = {str(k): str(v) for k, v in info["imports"].items()}
     sys.path[:0] = [str(p) for p in info.get("sys_path", ())]  # the parent's PYTHONPATH (scene_imports)
     return plan_from_dict(info["plan"], lambda spec: get_scene(imports.get(spec, spec)))
+
+
+def child_measure(info: Mapping[str, Any]) -> MeasureOptions:
+    """What the counted child's trace header records under ``capture_options.measure``: the mode and the
+    facts the parent handed over in ``info``."""
+    return MeasureOptions(mode=str(info["measure"]), valgrind=info.get("valgrind"), command=tuple(info["command"]),
+                          env=info.get("env"), frame_boundary=info.get("frame_boundary"), pinned=info.get("pinned"),
+                          output=info.get("output"))
 
 
 def child_trace(info: Mapping[str, Any]) -> Path:
@@ -462,6 +470,7 @@ __all__ = [
     "child_command",
     "child_env",
     "child_info",
+    "child_measure",
     "child_plan",
     "child_progress",
     "child_trace",

@@ -25,7 +25,7 @@ from typing import Any, TextIO
 from katra3d.harness.engine import timers
 from katra3d.harness.engine.core import Engine
 from katra3d.harness.engine.results import NoProgress, Progress, RunResult, SceneResult
-from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
+from katra3d.harness.engine.spec import TIMED, CaptureSpec, SceneSpec
 from katra3d.harness.engine.stopping import StopFlag, stop_on_signals
 from katra3d.harness.gl import backends, probe
 from katra3d.harness.run import measure
@@ -85,11 +85,11 @@ def _capture(plan: RunPlan, progress: Progress, child: Mapping[str, Any] | None 
     try:
         host = probe.host_info(session)
         if child is not None:
-            measure.check_renderer(cfg.measure, host["gl"])
-            host["codegen"] = measure.codegen_facts(host["gl"], host["system"], os.environ,
-                                                    measure.check_child_instrumentation(child))
+            measure.check_renderer(cfg.measure, host.gl)
+            host = host.replaced(codegen=measure.codegen_facts(host.gl, host.system, os.environ,
+                                                               measure.check_child_instrumentation(child)))
         else:
-            timers.choose_mode(cfg.timing, host["gl"])  # refuse an impossible mode before creating anything
+            timers.choose_mode(cfg.timing, host.gl)  # refuse an impossible mode before creating anything
             plan.output.parent.mkdir(parents=True, exist_ok=True)
         if plan.screenshot_dir is not None:
             plan.screenshot_dir.mkdir(parents=True, exist_ok=True)
@@ -99,7 +99,9 @@ def _capture(plan: RunPlan, progress: Progress, child: Mapping[str, Any] | None 
                 try:
                     target = plan.output if child is None else measure.child_trace(child)
                     spec = CaptureSpec(target, plan.workload, host=host, options=capture_options(plan, session),
-                                       timing=cfg.timing, zones=cfg.zones, notes=cfg.notes, measure=child,
+                                       timing=cfg.timing, zones=cfg.zones, notes=cfg.notes,
+                                       measure=TIMED if child is None else measure.child_measure(child),
+                                       dump_base=None if child is None else Path(child["dump_base"]),
                                        reference_every=_reference_every(cfg), overwrite=cfg.force,
                                        max_draw_zones=cfg.max_draw_zones, codec=cfg.codec,
                                        failed_aside=child is None)

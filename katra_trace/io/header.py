@@ -12,8 +12,10 @@ values, same order), so a header round-trips; a record built in code writes its
 fields that are not None.
 
 Consumers read attributes (``header.host_info.renderer``,
-``header.capture_options.run_size``); producers build capture options with
-:func:`build_capture_options`.
+``header.capture_options.run_size``). Producers build records too: the host probe
+a :class:`HostInfo`, every capture :func:`build_capture_options`, to which the engine adds
+its facts (:meth:`_Record.replaced`); the writer turns them into the JSON object
+(:func:`header_part`), and writes only a header the reader reads back (:func:`readable_header`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
-from katra_trace.errors import TraceFormatError
+from katra_trace.errors import ConfigError, TraceFormatError
+from katra_trace.io.blocks import check_header
 
 
 class _Bad:
@@ -37,25 +40,20 @@ _R = TypeVar("_R", bound="_Record")
 
 # Converters of JSON values to typed fields: None (null) stays None; a value of the wrong type is _BAD.
 
-def _str(v: Any) -> Any:
-    return v if v is None or isinstance(v, str) else _BAD
+def _scalar(*types: type) -> _Convert:
+    """The converter of a JSON scalar of one of ``types`` (a bool is an int only where ``bool`` is named)."""
+    def convert(v: Any) -> Any:
+        ok = v is None or (isinstance(v, types) and (bool in types or not isinstance(v, bool)))
+        return v if ok else _BAD
+    return convert
 
 
-def _int(v: Any) -> Any:
-    return v if v is None or (isinstance(v, int) and not isinstance(v, bool)) else _BAD
+_str, _int, _bool, _str_or_bool = _scalar(str), _scalar(int), _scalar(bool), _scalar(str, bool)
 
 
 def _seconds(v: Any) -> Any:
     ok = v is None or (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and math.isfinite(v))
     return v if ok else _BAD
-
-
-def _bool(v: Any) -> Any:
-    return v if v is None or isinstance(v, bool) else _BAD
-
-
-def _str_or_bool(v: Any) -> Any:
-    return v if v is None or isinstance(v, (str, bool)) else _BAD
 
 
 def _ints(v: Any) -> Any:
@@ -76,6 +74,13 @@ def _mapping(v: Any) -> Any:
     if v is None:
         return None
     return dict(v) if isinstance(v, Mapping) else _BAD
+
+
+def _str_map(v: Any) -> Any:
+    if v is None:
+        return None
+    ok = isinstance(v, Mapping) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
+    return dict(v) if ok else _BAD
 
 
 def _scenes(v: Any) -> Any:
@@ -107,7 +112,8 @@ class _Record:
 
     #: keys this record does not type (unknown, older layouts, or a value of the wrong type), as read
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    #: the keys read, in order (empty for a record built in code): as_dict writes these back
+    #: the keys read, or the keys a producer writes, in order (empty: the fields set, in field order):
+    #: as_dict writes these, null or empty ones included
     layout: tuple[str, ...] = dataclasses.field(default=(), repr=False, compare=False)
 
     #: field name -> converter of a JSON value (returns _BAD to refuse it)
@@ -130,6 +136,14 @@ class _Record:
             else:
                 kwargs[key] = typed
         return cls(**kwargs, extra=extra, layout=tuple(k for k in src if isinstance(k, str)))
+
+    def replaced(self: _R, **fields: Any) -> _R:
+        """A copy with ``fields`` set (typed values, None included), each gone from ``extra``. Keys already
+        written keep their place; the others follow, in the order given (a producer adds to a request)."""
+        extra = {k: v for k, v in self.extra.items() if k not in fields}
+        base = self.layout or tuple(self.as_dict())
+        layout = (*base, *(k for k in fields if k not in base))
+        return dataclasses.replace(self, **fields, extra=extra, layout=layout)
 
     def as_dict(self) -> dict[str, Any]:
         """The record as a JSON-ready dict: what was read, or the fields set in code."""
@@ -166,35 +180,96 @@ class DriverInfo(_Record):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class TimerQueryInfo(_Record):
+    """GL_TIMESTAMP query support (``host_info.gl.timer_query``): supported, the counter's bits, a probe error."""
+
+    supported: bool | None = None
+    counter_bits: int | None = None
+    error: str | None = None
+
+    _CONVERT: ClassVar[dict[str, _Convert]] = {"supported": _bool, "counter_bits": _int, "error": _str}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class GLInfo(_Record):
-    """The GL context a capture ran on (``host_info.gl``); limits and the rest are in ``extra``."""
+    """The GL context a capture ran on (``host_info.gl``), as the harness's host probe records it."""
 
     vendor: str | None = None
     renderer: str | None = None
     version: str | None = None
+    version_code: int | None = None  #: GL version as a number (450 for 4.5)
+    glsl_version: str | None = None
+    profile: str | None = None  #: core | compatibility | unknown
     driver: DriverInfo = dataclasses.field(default_factory=DriverInfo)
     #: GL_RENDERER names a CPU rasterizer (llvmpipe, swrast, ...)
     software_renderer: bool | None = None
+    timer_query: TimerQueryInfo = dataclasses.field(default_factory=TimerQueryInfo)
+    khr_debug: bool | None = None
+    max_texture_size: int | None = None  #: px
+    max_samples: int | None = None
+    extensions_count: int | None = None
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {
-        "vendor": _str, "renderer": _str, "version": _str, "driver": _record(DriverInfo),
-        "software_renderer": _bool,
+        "vendor": _str, "renderer": _str, "version": _str, "version_code": _int, "glsl_version": _str,
+        "profile": _str, "driver": _record(DriverInfo), "software_renderer": _bool,
+        "timer_query": _record(TimerQueryInfo), "khr_debug": _bool, "max_texture_size": _int, "max_samples": _int,
+        "extensions_count": _int,
+    }
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EGLDeviceInfo(_Record):
+    """The EGL device a capture ran on (``host_info.egl.device``)."""
+
+    drm_device: str | None = None
+    renderer: str | None = None
+    software: bool | None = None
+
+    _CONVERT: ClassVar[dict[str, _Convert]] = {"drm_device": _str, "renderer": _str, "software": _bool}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EGLInfo(_Record):
+    """The EGL display and device (``host_info.egl``; empty on other backends)."""
+
+    vendor: str | None = None
+    version: str | None = None
+    device_index: int | None = None
+    device: EGLDeviceInfo = dataclasses.field(default_factory=EGLDeviceInfo)
+    device_count: int | None = None
+
+    _CONVERT: ClassVar[dict[str, _Convert]] = {
+        "vendor": _str, "version": _str, "device_index": _int, "device": _record(EGLDeviceInfo), "device_count": _int,
     }
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SystemInfo(_Record):
-    """The machine (``host_info.system``): CPU model, host name; cores, RAM, versions are in ``extra``."""
+    """The machine (``host_info.system``): CPU, cores, RAM, OS, Python and package versions."""
 
     cpu_model: str | None = None
+    cpu_cores: int | None = None
+    cpu_cores_usable: int | None = None  #: cores this process may run on
+    ram_bytes: int | None = None
+    os: str | None = None
+    kernel: str | None = None
+    platform: str | None = None
+    machine: str | None = None
     hostname: str | None = None
+    python: str | None = None
+    python_implementation: str | None = None
+    packages: Mapping[str, str] | None = None  #: package -> version ("" when not installed)
 
-    _CONVERT: ClassVar[dict[str, _Convert]] = {"cpu_model": _str, "hostname": _str}
+    _CONVERT: ClassVar[dict[str, _Convert]] = {
+        "cpu_model": _str, "cpu_cores": _int, "cpu_cores_usable": _int, "ram_bytes": _int, "os": _str, "kernel": _str,
+        "platform": _str, "machine": _str, "hostname": _str, "python": _str, "python_implementation": _str,
+        "packages": _str_map,
+    }
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class HostInfo(_Record):
-    """What a capture ran on (``host_info``, the harness's host probe); ``egl`` and ``env`` are in ``extra``.
+    """What a capture ran on (``host_info``, the harness's host probe).
 
     ``renderer``, ``driver`` and ``software`` are the facts comparisons use, upgraded from
     every layout: the 1.0 layout's ``gl_renderer`` / ``driver_version`` / ``gl_version``
@@ -204,7 +279,10 @@ class HostInfo(_Record):
 
     backend: str | None = None
     gl: GLInfo = dataclasses.field(default_factory=GLInfo)
+    egl: EGLInfo = dataclasses.field(default_factory=EGLInfo)
     system: SystemInfo = dataclasses.field(default_factory=SystemInfo)
+    #: the environment variables that change rendering (LIBGL_*, MESA_*, ...)
+    env: Mapping[str, str] | None = None
     #: the code generator's facts (CPU model and flags, Mesa, LLVM, vector width) of a counted run
     codegen: Mapping[str, Any] | None = None
     #: the GL renderer, from any layout (None: not recorded)
@@ -215,7 +293,8 @@ class HostInfo(_Record):
     software: bool = dataclasses.field(init=False, default=False)
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {
-        "backend": _str, "gl": _record(GLInfo), "system": _record(SystemInfo), "codegen": _mapping,
+        "backend": _str, "gl": _record(GLInfo), "egl": _record(EGLInfo), "system": _record(SystemInfo),
+        "env": _str_map, "codegen": _mapping,
     }
 
     def __post_init__(self) -> None:
@@ -395,12 +474,25 @@ def build_capture_options(requested: Mapping[str, Any] | None = None, *, api: st
     return CaptureOptions.from_dict(out)
 
 
+def readable_header(header: dict[str, Any], path: object) -> dict[str, Any]:
+    """``header`` (a HEADER block's JSON object about to be written to ``path``) when the reader would read it
+    back; ConfigError otherwise. The reader's shape check (:func:`katra_trace.io.blocks.check_header`) is the one
+    schema, for writing as for reading."""
+    try:
+        check_header(header, 0)
+    except TraceFormatError as exc:
+        raise ConfigError(f"cannot write trace {str(path)!r}: its header would not read back: "
+                          f"{str(exc).partition(': ')[2]}") from None
+    return header
+
+
 def header_part(part: Mapping[str, Any] | CaptureOptions | HostInfo | None) -> dict[str, Any]:
-    """A header part as the JSON object written: typed records by ``as_dict()``, mappings copied."""
-    if isinstance(part, (CaptureOptions, HostInfo)):
+    """A header part as the JSON object written: typed records by ``as_dict()`` (the one place a producer's
+    records become a dict), mappings copied."""
+    if isinstance(part, _Record):
         return part.as_dict()
     return dict(part or {})
 
 
-__all__ = ["CaptureOptions", "DriverInfo", "GLInfo", "HostInfo", "MeasureOptions", "ResolvedOptions", "SystemInfo",
-           "TraceHeader", "build_capture_options", "header_part"]
+__all__ = ["CaptureOptions", "DriverInfo", "EGLDeviceInfo", "EGLInfo", "GLInfo", "HostInfo", "MeasureOptions",
+           "ResolvedOptions", "SystemInfo", "TimerQueryInfo", "TraceHeader", "build_capture_options", "header_part", "readable_header"]

@@ -37,7 +37,7 @@ from katra_trace.errors import ConfigError, KatraError, TraceIOError, WriterClos
 from katra_trace.io import claim as claim_mod
 from katra_trace.io import format as fmt
 from katra_trace.io.blockfile import BlockFile
-from katra_trace.io.header import CaptureOptions, HostInfo, header_part
+from katra_trace.io.header import CaptureOptions, HostInfo, header_part, readable_header
 from katra_trace.io.image_block import encode_image_payload
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION, schema_hash
 
@@ -156,7 +156,7 @@ class TraceWriter:
         self._dropped_events = 0
         self._dropped_batches = 0
 
-        self.header: dict[str, Any] = {
+        self.header: dict[str, Any] = readable_header({
             "format_version": f"{fmt.FORMAT_MAJOR}.{fmt.FORMAT_MINOR}",
             "schema_version": SCHEMA_VERSION,
             "schema_hash": schema_hash(),
@@ -168,7 +168,7 @@ class TraceWriter:
             "pid": os.getpid(),
             "workload": workload,
             "notes": notes,
-        }
+        }, self.path)
         header_json = fmt.encode_json(self.header)  # unencodable options fail here, before any file exists
         self._claim: claim_mod.Claim | None = None
         if stream is None:
