@@ -26,12 +26,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from katra3d.harness.cli._common import check_compare_options, compare_kwargs
+from katra3d.harness.run.progress import Tally
 from katra3d.harness.versions.command import CaptureCommand
 from katra3d.harness.versions.git import resolve, toplevel
 from katra3d.harness.versions.setup import default_command, resolve_measure, worktrees
@@ -93,11 +93,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
-def _round_line(done: Round, cap: int) -> None:
+def _round_line(tally: Tally, done: Round, cap: int) -> None:
     took = ", ".join(f"{side.upper()} {format_duration(done.seconds[side] * 1e9)}" for side in done.order)
     open_ = done.settled.undecided if done.settled is not None and done.number < cap else ()
     look = f"; undecided: {', '.join(open_)}" if open_ else ""
-    print(f"katra3d ab: round {done.number}/{cap}: {took}{look}", file=sys.stderr, flush=True)
+    tally.line(f"round {done.number}/{cap}: {took}{look}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -126,8 +126,8 @@ def _run_refs(args: argparse.Namespace) -> int:
     top = toplevel(Path.cwd())
     base, new = resolve(top, args.refs[0]), resolve(top, args.refs[1])
     rounds = "until decided" if args.until_decided else f"{args.rounds} rounds"
-    print(f"katra3d ab: BASE {args.refs[0]} ({base.short}) vs NEW {args.refs[1]} ({new.short}), {rounds}, "
-          f"{measure}", file=sys.stderr, flush=True)
+    Tally("katra3d ab").line(f"BASE {args.refs[0]} ({base.short}) vs NEW {args.refs[1]} ({new.short}), {rounds}, "
+                             f"{measure}")
     with worktrees(top, (base, new)) as (base_tree, new_tree):
         return _run(args, {"base": dataclasses.replace(command, cwd=base_tree, pythonpath=base_tree),
                            "new": dataclasses.replace(command, cwd=new_tree, pythonpath=new_tree)})
@@ -158,17 +158,16 @@ def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
                               "it, or choose another -o directory")
         removed = clear_ab_dir(root)
         if not args.quiet:
-            print(f"katra3d ab: --force: removed the earlier A/B run in {str(root)!r} ({removed} traces)",
-                  file=sys.stderr)
+            Tally("katra3d ab").line(f"--force: removed the earlier A/B run in {str(root)!r} ({removed} traces)")
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
         stale = [p.name for p in d.iterdir() if p.suffix == ".katra"]
         if stale:
             raise ConfigError(f"{str(d)!r} already holds traces ({', '.join(stale[:3])}...); "
                               "choose an empty -o directory")
+    tally = Tally("katra3d ab", quiet=args.quiet)
     result = run_rounds(commands["base"], commands["new"], root, cap, rule,
-                        on_round=None if args.quiet else lambda done: _round_line(done, cap),
-                        compare_options=compare_kwargs(args))
+                        on_round=lambda done: _round_line(tally, done, cap), compare_options=compare_kwargs(args))
     if result.settled is not None:  # the one line that says how many rounds were used, and why it stopped
-        print(f"katra3d ab: stopped: {result.settled.reason}", file=sys.stderr, flush=True)
+        Tally("katra3d ab").line(f"stopped: {result.settled.reason}")
     return compare_paths(str(dirs["base"]), str(dirs["new"]), args)

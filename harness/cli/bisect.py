@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from katra3d.harness.bisect.plan import bisect, check_new_output, new_setup, resume
+from katra3d.harness.run.progress import Tally
 from katra3d.harness.cli._common import (
     add_comparability_options,
     add_decision_options,
@@ -60,9 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     check_compare_options(args)
 
+    tally = Tally("katra3d bisect", quiet=args.quiet)
+
     def progress(line: str) -> None:
-        if not args.quiet:
-            print(f"katra3d bisect: {escape(line)}", file=sys.stderr, flush=True)
+        tally.line(escape(line))
 
     if args.resume is not None:
         if args.output is not None or args.command is not None or args.scenes or args.run_args:

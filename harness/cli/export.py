@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from katra3d.harness.cli._common import load_traces, print_json
+from katra3d.harness.run.progress import Tally
 from katra_trace.export import FORMATS, default_path, export_trace
 from katra_trace.io.claim import check_output
 
@@ -28,29 +28,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
-class _Progress:
-    """A line on stderr at most once a second, for exports that take a while."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-        self.t0 = time.monotonic()
-        self.last = self.t0
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if self.quiet or now - self.last < 1.0 or total <= 0:
-            return
-        self.last = now
-        print(f"katra3d: exporting: {min(done, total):,} of {total:,} events ({100 * min(done, total) // total}%, "
-              f"{now - self.t0:.0f} s)", file=sys.stderr, flush=True)
-
-
 def run(args: argparse.Namespace) -> int:
     output = args.output if args.output is not None else default_path(args.trace, args.to)
     check_output(output, force=args.force, inputs=[args.trace], option="-o",  # before the trace is read
                  example=default_path("out", args.to).name)
     trace = load_traces([args.trace], verb="exporting")[0]
-    result = export_trace(trace, args.to, args.output, overwrite=args.force, progress=_Progress(args.quiet))
+    with Tally(quiet=args.quiet) as tally:
+        result = export_trace(trace, args.to, args.output, overwrite=args.force,
+                              progress=lambda done, total: tally.update("exporting events", done, total))
     for warning in result.warnings:
         print(f"katra3d: warning: {warning}", file=sys.stderr)
     if args.json:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from katra3d.harness.cli._common import ALPHA_STEPS, add_decision_options, emit_table, print_json
+from katra3d.harness.run.progress import Tally
 from katra_trace.analysis.defaults import check_alpha, check_threshold_pct
 from katra_trace.analysis.verdict import Verdict
 from katra_trace.errors import ConfigError
@@ -120,19 +121,6 @@ def _lock_timeout(args: argparse.Namespace) -> float:
     return float(args.lock_timeout)
 
 
-class _Progress:
-    """``reading 12/40 NAME`` on one rewritten stderr line, when stderr is a terminal."""
-
-    def __init__(self) -> None:
-        self.tty = sys.stderr.isatty()
-
-    def __call__(self, done: int, total: int, path: Path) -> None:
-        if self.tty and total > 1:
-            end = "\n" if done == total else ""
-            sys.stderr.write(f"\rhistory: reading {done}/{total} {path.name[:50]:<50}{end}")
-            sys.stderr.flush()
-
-
 def _warn(message: str) -> None:
     print(f"katra3d: warning: {message}", file=sys.stderr)
 
@@ -146,7 +134,10 @@ def run_add(args: argparse.Namespace) -> int:
     timeout = _lock_timeout(args)
     label_time = parse_time_ns(args.time) if args.time is not None else None
     paths = find_traces(args.traces)
-    runs, same = prepare_runs(paths, args.label, args.commit, label_time, progress=_Progress(), warn=_warn)
+    with Tally("history", quiet=args.json) as tally:
+        runs, same = prepare_runs(paths, args.label, args.commit, label_time, warn=_warn,
+                                  progress=lambda done, total, path: tally.update("reading traces", done, total,
+                                                                                  path.name))
     where = args.parquet if args.parquet is not None else args.db
     if args.parquet is not None:
         result = add_to_parquet(Path(args.parquet), runs)
@@ -315,12 +306,9 @@ def run_check(args: argparse.Namespace) -> int:
 
 def run_export(args: argparse.Namespace) -> int:
     check_output_dir(args.parquet, option="--parquet")
-    progress = _Progress()
-
-    def step(done: int, total: int) -> None:
-        progress(done, total, Path(f"run {done}"))
-
-    written, skipped = export_parquet(Path(args.db), Path(args.parquet), _lock_timeout(args), step)
+    with Tally("history") as tally:
+        written, skipped = export_parquet(Path(args.db), Path(args.parquet), _lock_timeout(args),
+                                          lambda done, total: tally.update("exporting runs", done, total))
     print(f"history: exported {written} run(s) from {args.db} to {args.parquet}"
           + (f"; {skipped} already there" if skipped else ""))
     return 0

@@ -1,4 +1,7 @@
-"""Progress of a run: a rich bar on a terminal, one plain line per step otherwise.
+"""Progress, the one mechanism: a rich bar on a terminal, plain lines when piped, nothing with ``--quiet``.
+
+:class:`Progress` shows a run's scenes and frames; :class:`Tally` shows any other command's work (events
+exported, traces read, ab's rounds, bisect's commits) the same way.
 
 The engine reports to any :class:`katra3d.harness.engine.results.Progress`; :class:`Progress` here is the display
 ``katra3d run`` and :func:`katra3d.harness.run.runner.run` use by default.
@@ -13,6 +16,7 @@ child one ``write`` between frames.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -228,10 +232,77 @@ class Relay:
         return made
 
 
+class Tally:
+    """Progress of a command's work that is not a run's frames: events exported, traces read, rounds, commits.
+
+    The one mechanism beside :class:`Progress` (whose terminal bar and plain lines it shares): :meth:`update`
+    drives a rich bar on a terminal and, when stderr is piped, one plain line at most every ``every_s``
+    seconds from ``every_s`` on (and then the last: work done sooner shows nothing); :meth:`line` prints a line of its own (a round's, a commit's) above the bar or as
+    it is; ``quiet`` shows nothing. Lines start with ``who`` (``katra3d``, ``katra3d ab``, ``history``)."""
+
+    def __init__(self, who: str = "katra3d", *, quiet: bool = False, stream: TextIO | None = None,
+                 every_s: float = 1.0) -> None:
+        self.who = who
+        self.quiet = quiet
+        self.stream = stream or sys.stderr
+        self.every_s = every_s
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)()) and not quiet
+        self.started = time.monotonic()
+        self._last = -math.inf
+        self._shown = False
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> Tally:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+            self._bar = self._task = None
+
+    def line(self, text: str) -> None:
+        """One line of its own: ``WHO: text``."""
+        if self.quiet:
+            return
+        if self._bar is not None:
+            self._bar.console.print(f"{self.who}: {text}", markup=False, highlight=False)
+        else:
+            print(f"{self.who}: {text}", file=self.stream, flush=True)
+
+    def update(self, what: str, done: int, total: int | None, detail: str = "") -> None:
+        """``done`` of ``total`` items (None: not known) of ``what`` (``"exporting events"``), with ``detail``
+        (the item now, e.g. a file's name)."""
+        if self.quiet:
+            return
+        if self.tty:
+            if self._bar is None:
+                # deferred: rich's live display loads only on a terminal
+                from rich.console import Console
+                from rich.progress import BarColumn, MofNCompleteColumn
+                from rich.progress import Progress as RichProgress
+                from rich.progress import TextColumn, TimeElapsedColumn
+
+                self._bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                         TimeElapsedColumn(), console=Console(file=self.stream), transient=True)
+                self._bar.__enter__()
+                self._task = self._bar.add_task(what, total=total)
+            self._bar.update(self._task, description=f"{what} {detail}".rstrip(), completed=done, total=total)
+            return
+        now = time.monotonic()
+        last = total is not None and done >= total
+        # piped: nothing for work that ends within every_s, then a line at most every every_s, and the last one
+        if now - self.started < self.every_s or (now - self._last < self.every_s and not (last and self._shown)):
+            return
+        self._last, self._shown = now, True
+        count = f"{min(done, total):,} of {total:,} ({100 * min(done, total) // total}%, " if total else f"{done:,} ("
+        self.line(f"{what}: {count}{now - self.started:.0f} s)" + (f" {detail}" if detail else ""))
+
+
 def show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                  file: object = None, line: str | None = None) -> None:
     """A ``warnings.showwarning`` that prints one ``katra3d: warning: ...`` line on stderr (no source line)."""
     print(f"katra3d: warning: {message}", file=sys.stderr)
 
 
-__all__ = ["ChildProgress", "Progress", "Relay", "show_warning"]
+__all__ = ["ChildProgress", "Progress", "Relay", "Tally", "show_warning"]
