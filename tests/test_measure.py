@@ -23,6 +23,7 @@ from katra3d.harness.engine import valgrind_request
 from katra3d.harness.engine.counting import CACHE_EVENTS, estimated_cycles, read_summary
 from katra3d.harness.run import bytecode, measure
 from katra3d.harness.run.config import RunConfig, check_measure, plan_run
+from katra3d.harness.run.valgrind import check_renderer
 from katra_trace import open_trace
 from katra_trace.analysis.match import mismatch
 from katra_trace.errors import ConfigError
@@ -61,9 +62,9 @@ def test_unknown_measure_lists_the_choices() -> None:
 def test_hardware_renderer_is_refused_software_accepted() -> None:
     hardware = GLInfo(renderer="NVIDIA H200/PCIe/SSE2", software_renderer=False)
     with pytest.raises(ConfigError, match="hardware renderer.*only the CPU side of a GPU frame"):
-        measure.check_renderer("instructions", hardware)
-    measure.check_renderer("time", hardware)
-    measure.check_renderer("cycles", GLInfo(renderer="llvmpipe (LLVM 15.0.6, 128 bits)", software_renderer=True))
+        check_renderer("instructions", hardware)
+    check_renderer("time", hardware)
+    check_renderer("cycles", GLInfo(renderer="llvmpipe (LLVM 15.0.6, 128 bits)", software_renderer=True))
 
 
 def test_estimated_cycles_weights_hits_and_misses() -> None:

@@ -12,14 +12,16 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from katra3d.harness.engine.results import RunResult, SceneResult
-from katra3d.harness.run import measure
-from katra3d.harness.run.config import RunConfig, RunPlan, SceneEntry, plan_as_dict, plan_from_dict
+from katra3d.harness.run import measure, valgrind
+from katra3d.harness.run.config import RunConfig, RunPlan, SceneEntry, plan_as_dict, plan_from_dict, plan_run
+from katra3d.harness.run.valgrind import Counting
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError
 from katra3d.scenes.builtin.clear import ClearScene
@@ -60,7 +62,7 @@ def _full_plan() -> RunPlan:
                SceneEntry("clear#2", "sub/tiny.py:Tiny", ClearScene, {"bands": 4}))
     return RunPlan(config, entries, frames=7, duration_s=2.5, warmup=2, size=(48, 32), output=Path("out/x.katra"),
                    screenshot_dir=Path("/abs/shots"), workload="ci+clear+sub/tiny.py:Tiny", keep_images=True,
-                   expect_images=Path("refs"))
+                   expect_images=Path("refs"), counting=Counting("instructions", "/opt/bin/valgrind", "3.99.0"))
 
 
 def _classes(spec: str) -> type:
@@ -101,6 +103,49 @@ def test_a_plan_that_is_not_one_is_a_config_error() -> None:
     data["size"] = [48, 32, 1]
     with pytest.raises(ConfigError, match="not a katra3d run plan"):
         plan_from_dict(data, _classes)
+
+
+def test_the_plan_decides_counting_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--measure is decided in plan_run: its options checked, valgrind found (once) and carried by the plan;
+    a time run never looks for valgrind."""
+    looked: list[int] = []
+    monkeypatch.setattr(valgrind, "find_valgrind", lambda: looked.append(1) or ("/opt/vg", "9.9.9"))
+    timed = plan_run(RunConfig(scenes=("clear",), output=str(tmp_path / "t.katra")))
+    assert timed.counting is None and looked == []
+    plan = plan_run(RunConfig(scenes=("clear",), measure="cycles", output=str(tmp_path / "c.katra")))
+    assert plan.counting == Counting("cycles", "/opt/vg", "9.9.9") and looked == [1]
+    assert _through_json(plan).counting == plan.counting
+    with pytest.raises(ConfigError, match="--warmup >= 1"):  # the options are checked before valgrind is looked for
+        plan_run(RunConfig(scenes=("clear",), measure="cycles", warmup=0, output=str(tmp_path / "c.katra")))
+    assert looked == [1]
+
+
+def test_the_child_order_round_trips_and_says_what_the_header_records(tmp_path: Path) -> None:
+    plan = dataclasses.replace(_full_plan(), entries=_full_plan().entries[:2])  # built-in scenes, found by name
+    order = measure.ChildOrder(plan, tmp_path, ("valgrind", "--tool=callgrind"), True, {"a.py:A": "/abs/a.py:A"},
+                               ("/opt/lib",))
+    measure.write_order(order)
+    import_path = list(sys.path)
+    try:
+        again = measure.read_order(tmp_path)
+        assert sys.path[0] == "/opt/lib"
+    finally:
+        sys.path[:] = import_path
+    assert again == order
+    facts = again.measure_options().as_dict()
+    assert list(facts) == ["mode", "valgrind", "command", "env", "frame_boundary", "pinned", "output"]
+    assert (facts["mode"], facts["valgrind"], facts["command"]) == ("instructions", "3.99.0",
+                                                                     ["valgrind", "--tool=callgrind"])
+    assert facts["frame_boundary"] == measure.frame_boundary(True) and facts["env"] == measure.PINNED_ENV
+    assert again.dump_base == tmp_path / "cg.out" and again.trace == tmp_path / "trace.katra"
+    (tmp_path / "args.json").write_text(json.dumps({"plan": {}}), encoding="utf-8")
+    with pytest.raises(ConfigError, match="is not a counted child's order"):
+        measure.read_order(tmp_path)
+    untimed = {"plan": plan_as_dict(dataclasses.replace(plan, counting=None)), "command": [], "deferred": False,
+               "imports": {}, "sys_path": []}
+    (tmp_path / "args.json").write_text(json.dumps(untimed), encoding="utf-8")
+    with pytest.raises(ConfigError, match="does not count"):
+        measure.read_order(tmp_path)
 
 
 def test_file_scenes_are_imported_from_absolute_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,7 +22,6 @@ from katra_trace.analysis.references import check_references, record_references
 from katra_trace.errors import ConfigError
 from katra_trace.io import format as fmt
 from katra_trace.io.images import read_frame_images
-from katra_trace.metrics import is_count
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -131,7 +130,7 @@ def _codec(text: str | None) -> str | None:
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     plan = plan_run(config)
-    progress = Progress(len(plan.entries), quiet=args.quiet, phase_lines=is_count(plan.config.measure))
+    progress = Progress(len(plan.entries), quiet=args.quiet, phase_lines=plan.counting is not None)
     result = runner.run(config, plan=plan, progress=progress)
     if args.json:
         print_json(result.as_dict())

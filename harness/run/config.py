@@ -20,6 +20,7 @@ from typing import Any
 
 from katra3d.harness.engine.timers import MODES, zone_mode
 from katra3d.harness.gl.backends import CHOICES, resolve_name
+from katra3d.harness.run.valgrind import Counting, counting
 from katra_trace import metrics
 from katra_trace.analysis.references import DURATION_NOTICE
 from katra_trace.errors import ConfigError
@@ -174,6 +175,8 @@ class RunPlan:
     workload: str
     keep_images: bool = False  #: each scene's last frame is kept in the trace (a --frames run, not turned off)
     expect_images: Path | None = None  #: the reference folder of --expect-images
+    #: --measure instructions|cycles: the mode and the valgrind that counts, found once (None: a time run)
+    counting: Counting | None = None
 
 
 def _writable_dir(path: Path, what: str) -> None:
@@ -233,7 +236,9 @@ def default_output(workload_name: str, now: dt.datetime | None = None) -> Path:
 def plan_run(config: RunConfig) -> RunPlan:
     """Validate ``config`` and resolve scenes, params and paths; raises ConfigError/SceneError.
 
-    Touches no GL and writes nothing.
+    Touches no GL and writes nothing. ``--measure`` is decided here, once: its options are checked
+    (:func:`check_measure`) and, for a count, valgrind is found (ToolUnavailable, exit 3, when it is not
+    installed) and recorded in the plan (:attr:`RunPlan.counting`).
     """
     suite = None
     if config.suite is not None:
@@ -310,7 +315,7 @@ def plan_run(config: RunConfig) -> RunPlan:
     if frames is None and config.duration_s is None:
         frames = suite.frames if suite else DEFAULT_FRAMES
     warmup = config.warmup if config.warmup is not None else (suite.warmup if suite else DEFAULT_WARMUP)
-    if config.measure != "time":
+    if metrics.is_count(config.measure):
         warmup = max(1, warmup)  # the first frame pays the shader JIT
     size = tuple(config.size) if config.size else (tuple(suite.size) if suite else DEFAULT_SIZE)
     workload = suite.name if suite else "+".join(e.label for e in entries)
@@ -331,7 +336,8 @@ def plan_run(config: RunConfig) -> RunPlan:
     expect = _check_images(config)
     return RunPlan(config, tuple(entries), frames, config.duration_s, warmup,
                    (int(size[0]), int(size[1])), output, shots, workload,
-                   keep_images=config.keep_image and frames is not None, expect_images=expect)
+                   keep_images=config.keep_image and frames is not None, expect_images=expect,
+                   counting=counting(config.measure))  # the one look for valgrind, after every check of input
 
 
 def _check_images(config: RunConfig) -> Path | None:

@@ -5,12 +5,11 @@ llvmpipe's "GPU" is the CPU, so callgrind can count the work of each frame
 exactly. The run re-executes itself as a child process under
 ``valgrind --tool=callgrind`` with single-threaded llvmpipe, a fixed hash seed
 and a pinned vector width (:func:`child_command`, :data:`PINNED_ENV`). The
-checked plan travels as data, not as a command line: the parent writes it into
-the dump directory (``args.json``), the child (``python -m katra3d``, no
-arguments) runs it through :func:`katra3d.harness.run.runner.run_child`, captures with
+checked plan (which found valgrind, :mod:`katra3d.harness.run.valgrind`) travels as data, not as a
+command line: the parent writes a :class:`ChildOrder` into the dump directory (``args.json``), the child
+(``python -m katra3d``, no arguments) runs it through :func:`katra3d.harness.run.runner.run_child`, captures with
 :class:`katra3d.harness.engine.counting.CountTimer`, writes the trace itself and hands its
-per-scene results back (``results.json``). This parent validates everything
-first (valgrind present, a software renderer, sensible flags), forwards stop
+per-scene results back (``results.json``). The parent forwards stop
 signals to the child, and removes the dump directory whatever happens.
 docs/measure.md says what the numbers mean.
 """
@@ -41,8 +40,8 @@ from katra3d.harness.run import bytecode, lifetime
 from katra3d.harness.run.config import RunPlan, plan_as_dict, plan_from_dict
 from katra3d.harness.run.placeholders import OUTPUT_PLACEHOLDER, placeholder_plan, restore_strings
 from katra3d.harness.run.progress import ChildProgress, Relay
-from katra_trace import metrics
-from katra_trace.errors import ConfigError, KatraError
+from katra3d.harness.run.valgrind import Counting, ToolUnavailable, find_valgrind
+from katra_trace.errors import ConfigError
 from katra_trace.io import claim as claim_mod
 from katra_trace.io.header import GLInfo, MeasureOptions, SystemInfo
 from katra_trace.io.images import renderer_facts
@@ -72,42 +71,6 @@ FRAME_BOUNDARY = ("callgrind --dump-before=getppid; os.getppid() at every frame 
 #: ``host_info.codegen.counted_from``, so that counts instrumented from different points are not compared).
 INSTRUMENTED_FROM_FIRST_FRAME = "each scene's first measured frame (warmup frames uninstrumented)"
 INSTRUMENTED_FROM_START = "the process start"
-
-VALGRIND_INSTALL_LINE = "apt-get install -y valgrind"
-
-
-class ToolUnavailable(KatraError):
-    """A tool the run needs (valgrind) is not installed."""
-
-    exit_code = 3
-
-
-def check_renderer(measure: str, gl: GLInfo) -> None:
-    """ConfigError unless the renderer is a software one (its frames are CPU work valgrind can count)."""
-    if metrics.is_count(measure) and not gl.software_renderer:
-        renderer = gl.renderer or "this renderer"
-        raise ConfigError(
-            f"--measure {measure} needs a software renderer such as llvmpipe; '{renderer}' is a hardware "
-            "renderer: instructions would count only the CPU side of a GPU frame, and GPU drivers do not run "
-            "under valgrind. Use --measure time")
-
-
-def find_valgrind() -> tuple[str, str]:
-    """(path, version) of valgrind; ToolUnavailable (exit 3) with the install line when it is missing."""
-    path = shutil.which("valgrind")
-    if path is None:
-        how = VALGRIND_INSTALL_LINE if os.geteuid() == 0 else f"sudo {VALGRIND_INSTALL_LINE}"
-        raise ToolUnavailable(f"--measure instructions/cycles needs valgrind, which is not on PATH; "
-                              f"install it: {how}")
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ToolUnavailable(f"valgrind at {path} does not run: {exc}") from None
-    version = out.stdout.strip().removeprefix("valgrind-")
-    if out.returncode != 0 or not version:
-        raise ToolUnavailable(f"valgrind at {path} does not run (exit {out.returncode})")
-    return path, version
-
 
 def cpu_flags() -> list[str]:
     try:
@@ -151,6 +114,8 @@ ARGS_FILE = "args.json"
 RESULTS_FILE = "results.json"
 #: Where the child writes its trace, inside the dump directory (the parent moves it into place).
 CHILD_TRACE = "trace.katra"
+#: callgrind's dump base inside the dump directory (``--callgrind-out-file``).
+DUMP_BASE = "cg.out"
 #: Where the child reports its progress, one JSON line a call (:class:`katra3d.harness.run.progress.ChildProgress`).
 PROGRESS_FILE = "progress.jsonl"
 #: The child's stderr (valgrind's messages, warnings), relayed by the parent unless quiet.
@@ -172,57 +137,99 @@ def in_child() -> bool:
     return bool(os.environ.get(CHILD_ENV))
 
 
-def child_info() -> dict[str, Any]:
-    """The facts and the plan the parent handed to this (counted) child process, from its args.json."""
-    where = os.environ.get(CHILD_ENV, "")
-    try:
-        info = json.loads((Path(where) / ARGS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+@dataclasses.dataclass(frozen=True)
+class ChildOrder:
+    """What the parent hands its counted child, as data (the dump directory's args.json, :func:`write_order`).
+
+    ``plan``: the checked plan (its ``counting``: the mode and the valgrind found when it was planned);
+    ``dump_dir``: the dump directory; ``command``: the valgrind command the child runs under; ``deferred``:
+    callgrind's instrumentation starts at each scene's first measured frame (:func:`instrumentation_deferred`);
+    ``imports``: {spec: absolute spec} of the file scenes, ``sys_path``: the folders put first on the child's
+    import path (:func:`scene_imports`).
+    """
+
+    plan: RunPlan
+    dump_dir: Path
+    command: tuple[str, ...]
+    deferred: bool
+    imports: Mapping[str, str]
+    sys_path: tuple[str, ...]
+
+    @property
+    def counting(self) -> Counting:
+        if self.plan.counting is None:
+            raise ConfigError("a counted child's plan says how it counts; this one does not")
+        return self.plan.counting
+
+    @property
+    def dump_base(self) -> Path:
+        """Where callgrind writes its dumps (``--callgrind-out-file``)."""
+        return self.dump_dir / DUMP_BASE
+
+    @property
+    def trace(self) -> Path:
+        """Where the child writes its trace (the parent claimed the user's output and moves it there)."""
+        return self.dump_dir / CHILD_TRACE
+
+    def measure_options(self) -> MeasureOptions:
+        """What the child's trace header records under ``capture_options.measure``."""
+        counting = self.counting
+        return MeasureOptions(mode=counting.mode, valgrind=counting.version, command=self.command,
+                              env=dict(PINNED_ENV), frame_boundary=frame_boundary(self.deferred),
+                              pinned={k: PINNED_ENV[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")},
+                              output=OUTPUT_PLACEHOLDER)
+
+
+def write_order(order: ChildOrder) -> None:
+    """Write ``order`` into its dump directory, where the child reads it (:func:`read_order`)."""
+    data = {"plan": plan_as_dict(order.plan), "command": list(order.command), "deferred": order.deferred,
+            "imports": dict(order.imports), "sys_path": list(order.sys_path)}
+    (order.dump_dir / ARGS_FILE).write_text(json.dumps(data), encoding="utf-8")
+
+
+def child_dir() -> Path:
+    """The dump directory ``$KATRA3D_MEASURE_CHILD`` names (ConfigError when it holds no order)."""
+    where = Path(os.environ.get(CHILD_ENV, ""))
+    if not (where / ARGS_FILE).is_file():
         raise ConfigError(f"${CHILD_ENV} does not name a katra3d dump directory; it is set by katra3d for its "
-                          "own child") from None
-    if not isinstance(info, dict) or not {"dump_dir", "plan", "imports"} <= info.keys() \
-            or not metrics.is_count(str(info.get("measure"))):
-        raise ConfigError(f"${CHILD_ENV} lacks dump_dir/measure/plan; it is set by katra3d for its own child")
-    return info
+                          "own child")
+    return where
 
 
-def check_child_instrumentation(info: Mapping[str, Any]) -> str:
+def read_order(dump_dir: Path) -> ChildOrder:
+    """The order the parent wrote into ``dump_dir``, each scene class of its plan found again through the registry.
+
+    A file scene is imported from the absolute path the parent resolved (``imports``); the plan keeps the spec
+    as the user gave it, so the header records what a time run records.
+    """
+    try:
+        data = json.loads((dump_dir / ARGS_FILE).read_text(encoding="utf-8"))
+        imports = {str(k): str(v) for k, v in data["imports"].items()}
+        sys_path, command = tuple(str(p) for p in data["sys_path"]), tuple(str(c) for c in data["command"])
+        deferred, plan_data = bool(data["deferred"]), data["plan"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise ConfigError(f"{dump_dir / ARGS_FILE} is not a counted child's order; ${CHILD_ENV} is set by katra3d "
+                          "for its own child") from None
+    sys.path[:0] = sys_path  # the parent's PYTHONPATH (scene_imports)
+    plan = plan_from_dict(plan_data, lambda spec: get_scene(imports.get(spec, spec)))
+    if plan.counting is None:
+        raise ConfigError(f"{dump_dir / ARGS_FILE} holds a plan that does not count")
+    return ChildOrder(plan, dump_dir, command, deferred, imports, sys_path)
+
+
+def check_child_instrumentation(order: ChildOrder) -> str:
     """Where this counted child's instrumentation starts (:func:`instrumentation`); ToolUnavailable (exit 3)
     when it was started with instrumentation off but cannot make the client request that switches it on."""
-    counted_from = str(info.get("instrumentation") or INSTRUMENTED_FROM_START)
-    if counted_from == INSTRUMENTED_FROM_FIRST_FRAME and valgrind_request.running_on_valgrind() == 0:
+    counted_from = instrumentation(order.deferred)
+    if order.deferred and valgrind_request.running_on_valgrind() == 0:
         raise ToolUnavailable("the counted child cannot make valgrind client requests, so callgrind's "
                               "instrumentation could not be switched on at the first frame")
     return counted_from
 
 
-def child_plan(info: Mapping[str, Any]) -> RunPlan:
-    """The checked plan in ``info`` (:func:`child_info`), each scene class found again through the registry.
-
-    A file scene is imported from the absolute path the parent resolved (``info["imports"]``); the
-    plan keeps the spec as the user gave it, so the header records what a time run records.
-    """
-    imports = {str(k): str(v) for k, v in info["imports"].items()}
-    sys.path[:0] = [str(p) for p in info.get("sys_path", ())]  # the parent's PYTHONPATH (scene_imports)
-    return plan_from_dict(info["plan"], lambda spec: get_scene(imports.get(spec, spec)))
-
-
-def child_measure(info: Mapping[str, Any]) -> MeasureOptions:
-    """What the counted child's trace header records under ``capture_options.measure``: the mode and the
-    facts the parent handed over in ``info``."""
-    return MeasureOptions(mode=str(info["measure"]), valgrind=info.get("valgrind"), command=tuple(info["command"]),
-                          env=info.get("env"), frame_boundary=info.get("frame_boundary"), pinned=info.get("pinned"),
-                          output=info.get("output"))
-
-
-def child_trace(info: Mapping[str, Any]) -> Path:
-    """Where the counted child writes its trace (the parent claimed the user's output and moves it there)."""
-    return Path(info["dump_dir"]) / CHILD_TRACE
-
-
-def child_progress(info: Mapping[str, Any]) -> ChildProgress:
+def child_progress(dump_dir: Path) -> ChildProgress:
     """The counted child's progress reporter: its calls go to the parent through the dump directory."""
-    return ChildProgress(Path(info["dump_dir"]) / PROGRESS_FILE)
+    return ChildProgress(dump_dir / PROGRESS_FILE)
 
 
 def instrumentation_deferred() -> bool:
@@ -339,10 +346,10 @@ def result_from_dict(data: Mapping[str, Any], path: Path) -> RunResult:
     return RunResult(path=path, scenes=scenes, **fields)
 
 
-def hand_back(info: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+def hand_back(dump_dir: Path, data: Mapping[str, Any]) -> None:
     """Write the child's results (or its error) into the dump directory, for the parent."""
     text = json.dumps(data, default=_plain)
-    (Path(info["dump_dir"]) / RESULTS_FILE).write_text(text, encoding="utf-8")
+    (dump_dir / RESULTS_FILE).write_text(text, encoding="utf-8")
 
 
 def _plain(value: Any) -> Any:
@@ -376,8 +383,9 @@ def run_counted(plan: RunPlan, *, progress: Progress, quiet: bool) -> tuple[int,
     exit code, what it handed back (:func:`result_as_dict`, or ``{"error", "exit_code"}``;
     None when it wrote nothing), and the first stop signal this process got (0: none).
     """
-    measure = plan.config.measure
-    valgrind, version = find_valgrind()
+    counting = plan.counting
+    if counting is None:
+        raise ConfigError(f"--measure {plan.config.measure} does not count: nothing to run under valgrind")
     target = claim_mod.claim(plan.output, plan.config.force)
     published = False
     lifetime.remove_stale_dump_dirs()
@@ -389,20 +397,14 @@ def run_counted(plan: RunPlan, *, progress: Progress, quiet: bool) -> tuple[int,
     with lifetime.forward_signals(child, lambda: bool(relays) and relays[0].calls > 0, received):
         dump_dir = lifetime.make_dump_dir()
         try:
-            dump_base = dump_dir / "cg.out"
             imports, sys_path = scene_imports(plan)
             compile_sources(imports.values())
-            sent = placeholder_plan(plan)
-            trace = dump_dir / CHILD_TRACE
             deferred = instrumentation_deferred()
-            cmd = child_command(valgrind, dump_base, measure, deferred=deferred)
+            cmd = child_command(counting.valgrind, dump_dir / DUMP_BASE, counting.mode, deferred=deferred)
+            order = ChildOrder(placeholder_plan(plan), dump_dir, tuple(cmd), deferred, imports, tuple(sys_path))
+            trace = order.trace
             env = child_env(dump_dir)
-            info = {"measure": measure, "dump_dir": str(dump_dir), "dump_base": str(dump_base), "valgrind": version,
-                    "output": OUTPUT_PLACEHOLDER, "command": cmd, "env": dict(PINNED_ENV),
-                    "frame_boundary": frame_boundary(deferred), "instrumentation": instrumentation(deferred),
-                    "pinned": {k: PINNED_ENV[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")},
-                    "plan": plan_as_dict(sent), "imports": imports, "sys_path": sys_path}
-            (dump_dir / ARGS_FILE).write_text(json.dumps(info), encoding="utf-8")
+            write_order(order)
             # the child's stdin, stdout and stderr are the same kind of file whatever the parent's are (a terminal,
             # a pipe, /dev/null with --quiet): measured, each kind moved every frame's count (by up to 188 of
             # 275,000 instructions of a 16x16 clear frame); its stderr is relayed from a file
@@ -457,34 +459,34 @@ def run_counted(plan: RunPlan, *, progress: Progress, quiet: bool) -> tuple[int,
 
 __all__ = [
     "CHILD_ENV",
+    "ChildOrder",
     "FRAME_BOUNDARY",
     "PINNED_ENV",
     "INSTRUMENTED_FROM_FIRST_FRAME",
     "INSTRUMENTED_FROM_START",
     "Interrupted",
     "PROGRESS_FILE",
+    # defined in katra3d.harness.run.valgrind (which the plan imports); named here for the callers that import
+    # them from this module (harness/versions, bench/)
     "ToolUnavailable",
-    "check_child_instrumentation",
-    "compile_sources",
-    "check_renderer",
-    "child_command",
-    "child_env",
-    "child_info",
-    "child_measure",
-    "child_plan",
-    "child_progress",
-    "child_trace",
-    "codegen_facts",
     "find_valgrind",
+    "check_child_instrumentation",
+    "child_command",
+    "child_dir",
+    "child_env",
+    "child_progress",
+    "codegen_facts",
+    "compile_sources",
     "frame_boundary",
     "hand_back",
-
     "in_child",
     "instrumentation",
     "instrumentation_deferred",
+    "read_order",
     "result_as_dict",
     "result_from_dict",
     "run_counted",
     "scene_imports",
     "stop_counting",
+    "write_order",
 ]

@@ -18,7 +18,6 @@ import os
 import signal
 import sys
 import warnings
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -32,7 +31,7 @@ from katra3d.harness.run import measure
 from katra3d.harness.run.config import DEFAULT_REFERENCE_EVERY, RunConfig, RunPlan, SceneEntry, default_output, plan_run
 from katra3d.harness.run.progress import Progress as RunProgress
 from katra3d.harness.run.progress import show_warning
-from katra_trace import metrics
+from katra3d.harness.run.valgrind import check_renderer
 from katra_trace.analysis.images import file_stem
 from katra_trace.analysis.references import DURATION_NOTICE, images_policy
 from katra_trace.errors import KatraError, OutputBusyError, OutputExistsError
@@ -62,7 +61,7 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
     when ``quiet``).
     """
     plan = plan or plan_run(config)
-    counted = metrics.is_count(plan.config.measure)
+    counted = plan.counting is not None
     quiet = quiet or isinstance(progress, NoProgress) or bool(getattr(progress, "quiet", False))
     if progress is None:
         progress = NoProgress() if quiet else RunProgress(len(plan.entries), progress_stream, phase_lines=counted)
@@ -73,10 +72,10 @@ def run(config: RunConfig, *, progress: Progress | None = None, plan: RunPlan | 
     return _capture(plan, progress)
 
 
-def _capture(plan: RunPlan, progress: Progress, child: Mapping[str, Any] | None = None) -> RunResult:
+def _capture(plan: RunPlan, progress: Progress, child: measure.ChildOrder | None = None) -> RunResult:
     """Open the backend, probe the host and capture every scene of ``plan`` into its trace.
 
-    ``child``: the facts of a counted child (:func:`katra3d.harness.run.measure.child_info`); the trace then
+    ``child``: the order of a counted child (:func:`katra3d.harness.run.measure.read_order`); the trace then
     goes into the dump directory (the parent moves it to ``plan.output``, which the header records).
     """
     cfg = plan.config
@@ -84,8 +83,7 @@ def _capture(plan: RunPlan, progress: Progress, child: Mapping[str, Any] | None 
                                     samples=cfg.samples)
     try:
         host = probe.host_info(session)
-        if child is not None:
-            measure.check_renderer(cfg.measure, host.gl)
+        if child is not None:  # the renderer was checked by the parent, before valgrind started
             host = host.replaced(codegen=measure.codegen_facts(host.gl, host.system, os.environ,
                                                                measure.check_child_instrumentation(child)))
         else:
@@ -97,11 +95,11 @@ def _capture(plan: RunPlan, progress: Progress, child: Mapping[str, Any] | None 
         with stop_on_signals(stop):
             for attempt in range(20):
                 try:
-                    target = plan.output if child is None else measure.child_trace(child)
+                    target = plan.output if child is None else child.trace
                     spec = CaptureSpec(target, plan.workload, host=host, options=capture_options(plan, session),
                                        timing=cfg.timing, zones=cfg.zones, notes=cfg.notes,
-                                       measure=TIMED if child is None else measure.child_measure(child),
-                                       dump_base=None if child is None else Path(child["dump_base"]),
+                                       measure=TIMED if child is None else child.measure_options(),
+                                       dump_base=None if child is None else child.dump_base,
                                        reference_every=_reference_every(cfg), overwrite=cfg.force,
                                        max_draw_zones=cfg.max_draw_zones, codec=cfg.codec,
                                        failed_aside=child is None)
@@ -155,9 +153,10 @@ def _run_counted(plan: RunPlan, progress: Progress, *, quiet: bool) -> RunResult
     :class:`katra3d.harness.run.measure.Interrupted` (the CLI's exit 128 + the signal); the frames it
     recorded, if any, are kept as ``<output>.part``."""
     cfg = plan.config
-    measure.find_valgrind()
+    # the one renderer check of a counted run, before valgrind starts (GPU drivers do not run under it);
+    # valgrind was found when the run was planned (plan.counting)
     with backends.open_session(cfg.backend, device=cfg.device, size=(16, 16)) as session:
-        measure.check_renderer(cfg.measure, probe.gl_info(session.ctx))
+        check_renderer(cfg.measure, probe.gl_info(session.ctx))
     plan.output.parent.mkdir(parents=True, exist_ok=True)
     with _entered(progress):
         code, handed, signum = measure.run_counted(plan, progress=progress, quiet=quiet)
@@ -191,27 +190,28 @@ def run_child() -> int:
     when interrupted, the error's code otherwise.
     """
     try:
-        info = measure.child_info()
+        dump_dir = measure.child_dir()
     except KatraError as err:
         print(f"katra3d: error: {err}", file=sys.stderr)
         return err.exit_code
-    progress = measure.child_progress(info)
+    progress = measure.child_progress(dump_dir)
     progress.phase("opening GL (EGL, Mesa, llvmpipe) and probing the host", None)
     try:
-        plan = measure.child_plan(info)
+        order = measure.read_order(dump_dir)
         with warnings.catch_warnings():  # as the CLI shows them: one "katra3d: warning:" line each
             warnings.simplefilter("default")
             warnings.showwarning = show_warning
-            result = _capture(plan, progress, child=info)
+            result = _capture(order.plan, progress, child=order)
     except KatraError as err:
-        measure.hand_back(info, {"error": str(err), "exit_code": err.exit_code, "traceback": err.scene_traceback})
+        measure.hand_back(dump_dir, {"error": str(err), "exit_code": err.exit_code,
+                                     "traceback": err.scene_traceback})
         return err.exit_code
     except KeyboardInterrupt as exc:
         signum = int(getattr(exc, "signum", signal.SIGINT))
-        measure.hand_back(info, {"error": f"interrupted by {signal.Signals(signum).name}",
-                                 "exit_code": 128 + signum})
+        measure.hand_back(dump_dir, {"error": f"interrupted by {signal.Signals(signum).name}",
+                                     "exit_code": 128 + signum})
         return 128 + signum
-    measure.hand_back(info, measure.result_as_dict(result))
+    measure.hand_back(dump_dir, measure.result_as_dict(result))
     progress.phase("valgrind ending (callgrind's last dump)", None)
     if result.status != "interrupted":
         return 0
