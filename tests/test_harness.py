@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from katra3d.harness.cli import doctor
 from katra3d.harness.engine import events, timers
 from katra3d.harness.engine.frame import HarnessFrame, seed_key
 from katra3d.harness.gl import probe
@@ -114,6 +115,27 @@ def test_choose_mode() -> None:
         timers.choose_mode("gpu", _NO_TQ)
     with pytest.raises(ConfigError, match="choose one of: auto, gpu, sync"):
         timers.choose_mode("fast", _HARD)
+
+
+@pytest.mark.parametrize(("gl", "verdict"), [(_HARD, "unreliable"), (_HARD, "reliable"), (_SOFT, "unreliable")])
+def test_doctor_recommends_what_run_picks(gl: GLInfo, verdict: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """doctor's recommendation is the engine's rule (choose_mode), not one of its own: on a hardware renderer
+    whose timer queries look unreliable it says what run picks (gpu) and how to pick sync instead."""
+    session = SimpleNamespace(ctx=object(), backend="glfw", device=None, close=lambda: None)
+    monkeypatch.setattr(doctor.backends, "statuses", lambda probe_contexts: [])
+    monkeypatch.setattr(doctor.backends, "list_egl_devices", lambda: [])
+    monkeypatch.setattr(doctor.backends, "open_session", lambda backend, device, size: session)
+    monkeypatch.setattr(doctor.probe, "gl_info", lambda ctx: gl)
+    monkeypatch.setattr(doctor, "timer_query_reliability", lambda ctx: {"verdict": verdict})
+    report = doctor.diagnose("glfw")
+    picked = timers.choose_mode("auto", gl)
+    assert report["recommended_timing"] == {"mode": picked[0], "reason": picked[1], "auto_picks": picked[0]}
+    note = report["timer_query_check"].get("note", "")
+    if verdict == "reliable":
+        assert note == ""
+    else:
+        assert ("--timing sync" in note) == (picked[0] == "gpu") and ("glFinish" in note) == (picked[0] == "sync")
+    assert report["gl"] == gl.as_dict()
 
 
 def test_zones_off_share_one_null_context_manager() -> None:

@@ -57,16 +57,16 @@ def diagnose(backend: str | None = None, device: int | None = None) -> dict[str,
                 dev["renderer"] = gl.renderer  # EGL gives no renderer string for a device; GL does
         report["egl"] = backends.current_egl_info() if session.backend == "egl" else {}
         report["timer_query_check"] = timer_query_reliability(session.ctx)
-        software = gl.software_renderer
         verdict = report["timer_query_check"]["verdict"]
+        # what `katra3d run --timing auto` picks here: the engine's one rule, not a second one of doctor's
         mode, reason = timers.choose_mode("auto", gl)
-        if mode == "gpu" and verdict == "unreliable":
-            mode, reason = "sync", ("timer queries do not time the draw on this driver "
-                                    "(GPU time far below wall time)")
-        report["recommended_timing"] = {"mode": mode, "reason": reason, "auto_picks": timers.choose_mode("auto", gl)[0]}
-        if software and verdict == "unreliable":
-            report["timer_query_check"]["note"] = ("software renderer: its timer queries stamp one 64x64 "
-                                                   "tile, not the draw; katra3d times it with glFinish (sync)")
+        report["recommended_timing"] = {"mode": mode, "reason": reason, "auto_picks": mode}
+        if verdict == "unreliable":
+            report["timer_query_check"]["note"] = (
+                "software renderer: its timer queries stamp one 64x64 tile, not the draw; katra3d times it with "
+                "glFinish (sync)" if mode == "sync" else
+                "timer queries do not time the draw on this driver (GPU time far below wall time), yet auto "
+                "picks gpu: run with --timing sync")
         report["ok"] = True
     finally:
         session.close()
