@@ -24,6 +24,9 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from katra_trace.errors import KatraError
+from katra_trace.io.claim import open_output
+
 #: marshal format without references (format 3 added them): the bytes depend only on the code object
 CANONICAL_FORMAT = 2
 #: the type byte of a code object in that format ('c', no reference flag)
@@ -67,16 +70,12 @@ def write_canonical(source: Path) -> None:
     compile (the child reports that), nothing is written: every child then does the same."""
     if is_canonical(source):
         return
-    with contextlib.suppress(OSError, SyntaxError, ValueError):
+    with contextlib.suppress(OSError, SyntaxError, ValueError, KatraError):
         data = canonical_pyc(source)
         target = pyc_path(source)
         target.parent.mkdir(exist_ok=True)
-        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-        try:
-            tmp.write_bytes(data)
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with open_output(target, force=True, option="the bytecode of", example=target.name) as f:
+            f.write(data)
 
 
 def write_canonical_tree(roots: Iterable[str], files: Iterable[str] = ()) -> None:

@@ -36,9 +36,9 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import quote, unquote
 
-from katra_trace.errors import ConfigError, KatraError
+from katra_trace.errors import ConfigError, KatraError, OutputExistsError
 from katra_trace.history.rows import COLUMN_NAMES, COLUMNS
-from katra_trace.io.claim import check_output, describe
+from katra_trace.io.claim import check_output, describe, move_into_place
 from katra_trace.io.reader import file_kind
 from katra_trace.optional import MissingDependencyError, require
 from katra_trace.text import shown
@@ -253,8 +253,8 @@ def write_parquet_run(root: Path, run: PreparedRun, con: Any) -> bool:
         cols = ", ".join(f'"{c}"' for c in kept)
         con.execute(f"COPY (SELECT {cols} FROM one) TO '{_sql_str(str(tmp))}' (FORMAT PARQUET)")
         try:
-            os.link(tmp, target)  # no-replace: a runner that got there first wins, nothing is overwritten
-        except FileExistsError:
+            move_into_place(tmp, target, replace=False)  # a runner that got there first wins, nothing is replaced
+        except OutputExistsError:
             return False
         return True
     finally:
