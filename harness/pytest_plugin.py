@@ -162,7 +162,7 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
             raise ConfigError("katra_scene(measure=...) counts instructions: pytest-benchmark would time the "
                               "valgrind child; drop benchmark=")
         return _run_counted(name, label, trace, frames=frames, warmup=warmup, size=size, params=resolved,
-                            zones=zones, seed=seed, measure=measure)
+                            zones=zones, seed=seed, measure=measure, overwrite=overwrite)
     driver = None if benchmark is None else _benchmark_driver(benchmark)
     with backends.open_session(None, size=size) as session:
         options = build_capture_options(
@@ -205,8 +205,9 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
 
 
 def _run_counted(name: str, label: str, trace: str | Path, *, frames: int, warmup: int, size: tuple[int, int],
-                 params: Mapping[str, Any], zones: bool | str, seed: int, measure: str) -> SceneRun:
-    """``katra_scene(..., measure="instructions")``: the same counted child process as ``katra3d run``."""
+                 params: Mapping[str, Any], zones: bool | str, seed: int, measure: str, overwrite: bool) -> SceneRun:
+    """``katra_scene(..., measure="instructions")``: the same counted child process as ``katra3d run``; an
+    existing trace is replaced only with ``overwrite``, as on the time path."""
     # deferred: the plugin loads in every pytest session; katra3d's modules load only when a test uses it
     from katra3d.harness.run import runner
     from katra3d.harness.run.config import RunConfig
@@ -215,7 +216,7 @@ def _run_counted(name: str, label: str, trace: str | Path, *, frames: int, warmu
 
     config = RunConfig(scenes=(name,), frames=frames, warmup=warmup, size=size, zones=zones, seed=seed,
                        params=tuple((label, k, v) for k, v in params.items()), output=str(trace), measure=measure,
-                       force=True)
+                       force=overwrite)
     result = runner.run(config, quiet=True)
     opened = open_trace(trace)
     stats = trace_stats(opened)["scenes"].get(label, {"metrics": {}, "zones": {}})

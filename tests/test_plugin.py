@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from katra3d.harness.pytest_plugin import run_scene
+from katra_trace.errors import OutputExistsError
 
 STRICT = ("-p", "no:cacheprovider", "--strict-markers", "-W", "error")
 
@@ -132,3 +136,15 @@ def test_keep_option_keeps_traces_and_a_rerun_replaces_them(pytester: pytest.Pyt
     from katra_trace import open_trace
 
     assert open_trace(pytester.path / "from-ini" / names[1]).summary["status"] == "complete"
+
+
+@pytest.mark.gl
+@pytest.mark.parametrize("measure", ["time", "instructions"])
+def test_both_paths_refuse_to_replace_a_trace_unless_told(measure: str, tmp_path: Path, gl_ctx: object) -> None:
+    """run_scene's time and counted paths follow one rule: an existing file at ``trace`` is refused
+    (OutputExistsError, the file untouched) unless ``overwrite`` (the counted path used to replace it always)."""
+    trace = tmp_path / "t.katra"
+    trace.write_bytes(b"someone else's file")
+    with pytest.raises(OutputExistsError):
+        run_scene("clear", trace, frames=2, warmup=1, size=(8, 8), measure=measure)
+    assert trace.read_bytes() == b"someone else's file"
