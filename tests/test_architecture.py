@@ -62,6 +62,40 @@ def test_katra3d_code_is_imported_under_its_own_name_only() -> None:
     assert not bad, "\n".join(bad)
 
 
+#: The layers inside katra3d.harness: each subpackage (or top-level module) and the others it may import, the
+#: command line on top and GL at the bottom (docs/architecture.md, "What each package may import").
+HARNESS_LAYERS: dict[str, frozenset[str]] = {
+    "gl": frozenset(),
+    "engine": frozenset({"gl"}),
+    "run": frozenset({"engine", "gl"}),
+    "capture": frozenset({"engine", "gl"}),
+    "pytest_plugin": frozenset({"run", "engine", "gl"}),
+    "versions": frozenset({"run"}),
+    "ab": frozenset({"versions"}),
+    "bisect": frozenset({"ab", "versions", "run"}),
+    "cli": frozenset({"bisect", "ab", "versions", "run", "engine", "gl"}),
+}
+
+
+def test_harness_layers_import_downwards_only() -> None:
+    harness = REPO / "harness"
+    assert {p.name for p in harness.iterdir() if p.is_dir() and (p / "__init__.py").exists()} | \
+        {p.stem for p in harness.glob("*.py") if p.stem != "__init__"} == set(HARNESS_LAYERS)
+    bad = []
+    for p in _sources("harness"):
+        parts = p.relative_to(harness).parts
+        layer = parts[0] if len(parts) > 1 else p.stem
+        if layer == "__init__":
+            continue
+        for line, mod, _ in _imports(p):
+            if mod.startswith("katra3d.harness."):
+                other = mod.split(".")[2]
+                if other != layer and other not in HARNESS_LAYERS[layer]:
+                    bad.append(f"{p.relative_to(REPO)}:{line} imports {mod} ({layer} may import "
+                               f"{', '.join(sorted(HARNESS_LAYERS[layer])) or 'nothing of harness'})")
+    assert not bad, "\n".join(sorted(set(bad)))
+
+
 def test_nothing_below_the_cli_imports_it() -> None:
     cli = REPO / "harness" / "cli"
     bad = [f"{p.relative_to(REPO)}:{line} imports {mod}"

@@ -13,7 +13,7 @@ from katra3d.harness.cli import doctor
 from katra3d.harness.engine import events, timers
 from katra3d.harness.engine.frame import HarnessFrame, seed_key
 from katra3d.harness.gl import probe
-from katra3d.harness.gl.timer_check import timer_query_reliability
+from katra3d.harness.engine.timer_check import timer_query_reliability
 from katra3d.harness.run.config import RunConfig, parse_param, parse_size, plan_run
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError, SceneError

@@ -13,7 +13,7 @@ from typing import Any
 from katra3d.harness.cli._common import print_json
 from katra3d.harness.engine import timers
 from katra3d.harness.gl import backends, probe
-from katra3d.harness.gl.timer_check import timer_query_reliability
+from katra3d.harness.engine.timer_check import timer_query_reliability
 from katra3d.harness.run.config import parse_int
 from katra_trace.errors import BackendUnavailable
 from katra_trace.units import format_ms

@@ -33,7 +33,7 @@ REFERENCE_STEPS = 8
 
 #: The reference shaders: a full-screen triangle, and a fragment loop of ``u_steps`` iterations.
 #: The one heavy draw of katra3d: the doctor's timer check runs it with more steps
-#: (:mod:`katra3d.harness.gl.timer_check`). Changing it changes every run's reference times.
+#: (:mod:`katra3d.harness.engine.timer_check`). Changing it changes every run's reference times.
 VERTEX_SHADER = """
 #version 330
 in vec2 in_pos;
