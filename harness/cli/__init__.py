@@ -22,7 +22,7 @@ from typing import NoReturn
 
 from katra3d.harness.run.progress import show_warning
 from katra_trace import __version__
-from katra_trace.errors import KatraError
+from katra_trace.errors import KatraError, signal_exit_code
 from katra_trace.io.claim import describe
 from katra_trace.text import escape, shown
 from katra3d.scenes.registry import available_scene_names
@@ -152,7 +152,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         parser = build_parser()
     except KeyboardInterrupt:
         print("katra3d: interrupted", file=sys.stderr)
-        return 128 + signal.SIGINT
+        return signal_exit_code(signal.SIGINT)
     if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (argcomplete's protocol); exits here
         complete(parser)
     for stream in (sys.stdout, sys.stderr):
@@ -180,7 +180,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         return err.exit_code
     except KeyboardInterrupt as exc:
         print("katra3d: interrupted", file=sys.stderr)
-        return 128 + int(getattr(exc, "signum", signal.SIGINT))
+        return signal_exit_code(getattr(exc, "signum", signal.SIGINT))
     except BrokenPipeError:
         # The reader went away (``katra3d info T | head``): stop quietly, and keep Python from
         # complaining again when it flushes stdout at exit.

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+from katra_trace.errors import signal_exit_code
+
 if TYPE_CHECKING:
     from katra3d.harness.engine.events import EventBuffer
 
@@ -137,7 +139,7 @@ class Keeper(threading.Thread):
         with contextlib.suppress(Exception):
             print(f"katra3d: stopped by a second {engine.stop.signal_name}; trace finished as interrupted",
                   file=sys.stderr, flush=True)
-        os._exit(128 + int(engine.stop.signum or signal.SIGINT))
+        os._exit(signal_exit_code(engine.stop.signum or signal.SIGINT))
 
     def stop(self) -> None:
         """End the keeper (the run is over) and wait up to 2 s for it."""
