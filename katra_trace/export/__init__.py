@@ -13,23 +13,20 @@ import io
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, BinaryIO
 
 from katra_trace.errors import ConfigError
 from katra_trace.export import chrome
 from katra_trace.export.output import ProgressFn
 from katra_trace.export.perfetto import write_perfetto
 from katra_trace.export.table import TABLE_COLUMNS, to_arrow, to_pandas, write_csv, write_parquet
-from katra_trace.export.timeline import build_timeline
+from katra_trace.export.timeline import Timeline, build_timeline
 from katra_trace.io.claim import open_output
 from katra_trace.optional import MissingDependencyError, require
 
 if TYPE_CHECKING:
     from katra_trace.io.reader import Trace
-
-#: format -> file suffix of its default output path.
-FORMATS: dict[str, str] = {"perfetto": ".pftrace", "chrome": ".json", "csv": ".csv", "parquet": ".parquet"}
-
 
 @dataclasses.dataclass(frozen=True)
 class ExportResult:
@@ -48,12 +45,93 @@ class ExportResult:
                 "seconds": round(self.seconds, 3), "counts": self.counts, "warnings": list(self.warnings)}
 
 
+#: What an exporter's writer gets: the trace, the open output, the progress callback, and a list to add warnings
+#: to; it returns its per-format counts (rows, packets, tracks, ...).
+Writer = Callable[["Trace", BinaryIO, "ProgressFn | None", list[str]], dict[str, int]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Exporter:
+    """One export format: its name (``--to``), the suffix of its default output, its writer, and the optional
+    modules it needs (``(module, extra)``: a missing one is MissingDependencyError, exit 3, before any file is
+    made)."""
+
+    name: str
+    suffix: str
+    write: Writer
+    needs: tuple[tuple[str, str], ...] = ()
+
+
+def _timeline(trace: Trace, warnings: list[str]) -> Timeline:
+    tl = build_timeline(trace.events, list(trace.strings), trace.clock_syncs)
+    if tl.clamped:
+        warnings.append(f"{tl.clamped} spans overhung their parent frame or the next span and were "
+                        "clamped to nest (their exact values are in the trace and the CSV export)")
+    return tl
+
+
+def _drift(tl: Timeline, counts: dict[str, int]) -> dict[str, int]:
+    if tl.gpu_drift_ppm is not None:
+        counts["gpu_drift_ppb"] = int(round(tl.gpu_drift_ppm * 1000))
+    return counts
+
+
+def _perfetto(trace: Trace, f: BinaryIO, progress: ProgressFn | None, warnings: list[str]) -> dict[str, int]:
+    tl = _timeline(trace, warnings)
+    counts = write_perfetto(tl, trace.header, trace.summary, f, progress)
+    if counts.get("timestamps_rebased"):
+        warnings.append("the trace's host start time would put events outside the timestamps "
+                        "Perfetto holds; times are shifted so that the first event is at 0")
+    return _drift(tl, counts)
+
+
+def _chrome(trace: Trace, f: BinaryIO, progress: ProgressFn | None, warnings: list[str]) -> dict[str, int]:
+    tl = _timeline(trace, warnings)
+    text = io.TextIOWrapper(f, encoding="utf-8", newline="\n", write_through=False)
+    counts = chrome.write_chrome(tl, trace.header, trace.summary, text, progress)
+    text.flush()
+    text.detach()
+    if len(trace.events) > chrome.CHROME_EVENT_WARN:
+        warnings.append(f"{len(trace.events):,} events: chrome://tracing struggles beyond about "
+                        f"{chrome.CHROME_EVENT_WARN:,}; export with --to perfetto and open it in "
+                        "ui.perfetto.dev instead")
+    return _drift(tl, counts)
+
+
+def _csv(trace: Trace, f: BinaryIO, progress: ProgressFn | None, warnings: list[str]) -> dict[str, int]:
+    text = io.TextIOWrapper(f, encoding="utf-8", newline="")
+    rows = write_csv(trace.events, list(trace.strings), text, progress)
+    text.flush()
+    text.detach()
+    return {"rows": rows}
+
+
+def _parquet(trace: Trace, f: BinaryIO, progress: ProgressFn | None, warnings: list[str]) -> dict[str, int]:
+    return {"rows": write_parquet(trace.events, list(trace.strings), trace.header, trace.summary, f)}
+
+
+#: The registry of exporters, in the order ``katra3d export --to`` lists them; a new format is one entry here.
+EXPORTERS: dict[str, Exporter] = {e.name: e for e in (
+    Exporter("perfetto", ".pftrace", _perfetto, (("perfetto.protos.perfetto.trace.perfetto_trace_pb2", "export"),)),
+    Exporter("chrome", ".json", _chrome),
+    Exporter("csv", ".csv", _csv),
+    Exporter("parquet", ".parquet", _parquet, (("pyarrow.parquet", "export"),)),
+)}
+#: format -> file suffix of its default output path.
+FORMATS: dict[str, str] = {name: e.suffix for name, e in EXPORTERS.items()}
+
+
+def _exporter(fmt: str) -> Exporter:
+    if fmt not in EXPORTERS:
+        raise ConfigError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORTERS)}")
+    return EXPORTERS[fmt]
+
+
 def default_path(trace_path: str | os.PathLike[str], fmt: str) -> Path:
     """The output beside the trace: ``run.katra`` -> ``run.pftrace`` / ``run.json`` / ``run.csv`` / ..."""
-    if fmt not in FORMATS:
-        raise ConfigError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    exporter = _exporter(fmt)
     p = Path(trace_path)
-    return p.with_suffix(FORMATS[fmt]) if p.suffix == ".katra" else p.with_name(p.name + FORMATS[fmt])
+    return p.with_suffix(exporter.suffix) if p.suffix == ".katra" else p.with_name(p.name + exporter.suffix)
 
 
 def export_trace(trace: Trace, fmt: str, path: str | os.PathLike[str] | None = None, *, overwrite: bool = False,
@@ -64,52 +142,22 @@ def export_trace(trace: Trace, fmt: str, path: str | os.PathLike[str] | None = N
     ``overwrite``. Raises :class:`ConfigError` (bad format or path), ``OutputExistsError``,
     :class:`MissingDependencyError` (exit 3) or ``TraceIOError``.
     """
+    exporter = _exporter(fmt)
     out_path = Path(path) if path is not None else default_path(trace.path, fmt)
-    if fmt not in FORMATS:
-        raise ConfigError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    if fmt == "perfetto":
-        require("perfetto.protos.perfetto.trace.perfetto_trace_pb2", extra="export", purpose="--to perfetto")
-    elif fmt == "parquet":
-        require("pyarrow.parquet", extra="export", purpose="--to parquet")
+    for module, extra in exporter.needs:
+        require(module, extra=extra, purpose=f"--to {fmt}")
     t0 = time.perf_counter()
     warnings: list[str] = []
-    counts: dict[str, int] = {}
-    strings = list(trace.strings)
     with open_output(out_path, force=overwrite, inputs=[trace.path], example=default_path("out", fmt).name) as f:
-        if fmt in ("perfetto", "chrome"):
-            tl = build_timeline(trace.events, strings, trace.clock_syncs)
-            if tl.clamped:
-                warnings.append(f"{tl.clamped} spans overhung their parent frame or the next span and were "
-                                "clamped to nest (their exact values are in the trace and the CSV export)")
-            if fmt == "perfetto":
-                counts = write_perfetto(tl, trace.header, trace.summary, f, progress)
-                if counts.get("timestamps_rebased"):
-                    warnings.append("the trace's host start time would put events outside the timestamps "
-                                    "Perfetto holds; times are shifted so that the first event is at 0")
-            else:
-                text = io.TextIOWrapper(f, encoding="utf-8", newline="\n", write_through=False)
-                counts = chrome.write_chrome(tl, trace.header, trace.summary, text, progress)
-                text.flush()
-                text.detach()
-                if len(trace.events) > chrome.CHROME_EVENT_WARN:
-                    warnings.append(f"{len(trace.events):,} events: chrome://tracing struggles beyond about "
-                                    f"{chrome.CHROME_EVENT_WARN:,}; export with --to perfetto and open it in "
-                                    "ui.perfetto.dev instead")
-            if tl.gpu_drift_ppm is not None:
-                counts["gpu_drift_ppb"] = int(round(tl.gpu_drift_ppm * 1000))
-        elif fmt == "csv":
-            text = io.TextIOWrapper(f, encoding="utf-8", newline="")
-            counts = {"rows": write_csv(trace.events, strings, text, progress)}
-            text.flush()
-            text.detach()
-        else:
-            counts = {"rows": write_parquet(trace.events, strings, trace.header, trace.summary, f)}
+        counts = exporter.write(trace, f, progress, warnings)
         size = f.tell()
     return ExportResult(out_path, fmt, len(trace.events), size, time.perf_counter() - t0, counts, tuple(warnings))
 
 
 __all__ = [
+    "EXPORTERS",
     "ExportResult",
+    "Exporter",
     "FORMATS",
     "MissingDependencyError",
     "TABLE_COLUMNS",
