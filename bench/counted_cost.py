@@ -31,7 +31,7 @@ ROUNDS = 3
        default=False, needs_gl=True)
 def counted_cost(ctx: BenchContext) -> list[Row]:
     """A counted run of ``clear`` (2 frames, 16x16) against the same time run, interleaved."""
-    from katra3d.harness.run.measure import find_valgrind  # deferred: the harness loads only when the bench runs
+    from katra3d.harness.run.valgrind import find_valgrind  # deferred: the harness loads only when the bench runs
 
     _, valgrind = find_valgrind()  # exit 3 with the install line when missing
     cpu: dict[str, list[float]] = {"counted": [], "time": []}

@@ -66,7 +66,7 @@ def _compare(base: Path, new: Path) -> tuple[str, float]:
        default=False, needs_gl=True)
 def counts_aa(ctx: BenchContext) -> list[Row]:
     """Counted A/A verdicts on small frames, their jitter, and the +1 % step on a ci-size frame."""
-    from katra3d.harness.run.measure import find_valgrind
+    from katra3d.harness.run.valgrind import find_valgrind
     from katra_trace.analysis.defaults import COUNT_JITTER_PER_FRAME, DEFAULT_THRESHOLD_COUNT_PCT
 
     _, valgrind = find_valgrind()  # exit 3 with the install line when missing

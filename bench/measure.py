@@ -133,7 +133,7 @@ def _fmt_count(x: float) -> str:
        default=False, needs_gl=True)
 def measure(ctx: BenchContext) -> list[Row]:
     """--measure instructions on the ci suite: spread, 1 % step, suite time, harness floor, proxy quality."""
-    from katra3d.harness.run.measure import find_valgrind
+    from katra3d.harness.run.valgrind import find_valgrind
 
     _, valgrind = find_valgrind()  # exit 3 with the install line when missing
     quick = ctx.quick

@@ -103,6 +103,13 @@ def write_failed(path: object, failure: BaseException, described: str, events: i
     return TraceIOError(f"writing trace {str(path)!r} failed: {described}{kept}")
 
 
+class ToolUnavailable(KatraError):
+    """A program katra3d runs is not installed or does not run (valgrind, git, glretrace); exit 3, with the line
+    that installs it."""
+
+    exit_code = 3
+
+
 def signal_exit_code(signum: int) -> int:
     """The exit code of a command that a signal stopped: 128 + the signal's number, as a shell reports it."""
     return 128 + int(signum)
@@ -135,6 +142,7 @@ __all__ = [
     "TraceFormatError",
     "TraceIOError",
     "TraceTooLargeError",
+    "ToolUnavailable",
     "TraceVersionError",
     "WriterClosedError",
     "signal_exit_code",

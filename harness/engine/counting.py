@@ -44,6 +44,7 @@ from katra3d.harness.engine import valgrind_request
 from katra3d.harness.engine.events import EventBuffer
 from katra3d.harness.engine.timers import NULL_ZONE, Timer
 from katra_trace.errors import KatraError
+from katra_trace.metrics import MODE_CLOCKS
 from katra_trace.schema import Clock, Flag, Kind
 
 #: callgrind's event names with ``--cache-sim=yes``, in its order.
@@ -142,7 +143,7 @@ class CountTimer(Timer):
                  cycles: bool = False) -> None:
         super().__init__(ctx, writer, buffer, zones=zones)
         self.mode = "cycles" if cycles else "instructions"
-        self.primary_clock = Clock.CYCLES if cycles else Clock.INSTRUCTIONS
+        self.primary_clock = MODE_CLOCKS[self.mode]
         self.cycles = cycles
         self.dump_base = Path(dump_base)
         self.mark = os.getppid

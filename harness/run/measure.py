@@ -40,8 +40,8 @@ from katra3d.harness.run import bytecode, lifetime
 from katra3d.harness.run.config import RunPlan, plan_as_dict, plan_from_dict
 from katra3d.harness.run.placeholders import OUTPUT_PLACEHOLDER, placeholder_plan, restore_strings
 from katra3d.harness.run.progress import ChildProgress, Relay
-from katra3d.harness.run.valgrind import Counting, ToolUnavailable, find_valgrind
-from katra_trace.errors import ConfigError
+from katra3d.harness.run.valgrind import Counting, find_valgrind
+from katra_trace.errors import ConfigError, ToolUnavailable
 from katra_trace.io import claim as claim_mod
 from katra_trace.io.header import GLInfo, MeasureOptions, SystemInfo
 from katra_trace.io.images import renderer_facts
@@ -122,14 +122,6 @@ PROGRESS_FILE = "progress.jsonl"
 STDERR_FILE = "stderr.txt"
 #: How often the parent reads the child's progress while it waits, in seconds.
 POLL_S = 0.2
-
-
-class Interrupted(KeyboardInterrupt):
-    """The counted run was stopped by a signal (``signum``) before the child handed back any results."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
-        self.signum = signum
 
 
 def in_child() -> bool:
@@ -464,12 +456,7 @@ __all__ = [
     "PINNED_ENV",
     "INSTRUMENTED_FROM_FIRST_FRAME",
     "INSTRUMENTED_FROM_START",
-    "Interrupted",
     "PROGRESS_FILE",
-    # defined in katra3d.harness.run.valgrind (which the plan imports); named here for the callers that import
-    # them from this module (harness/versions, bench/)
-    "ToolUnavailable",
-    "find_valgrind",
     "check_child_instrumentation",
     "child_command",
     "child_dir",

@@ -34,7 +34,7 @@ from katra3d.harness.run.progress import show_warning
 from katra3d.harness.run.valgrind import check_renderer
 from katra_trace.analysis.images import file_stem
 from katra_trace.analysis.references import DURATION_NOTICE, images_policy
-from katra_trace.errors import KatraError, OutputBusyError, OutputExistsError
+from katra_trace.errors import Interrupted, KatraError, OutputBusyError, OutputExistsError, signal_exit_code
 from katra_trace.io.header import CaptureOptions, build_capture_options
 from katra_trace.text import shown
 
@@ -150,7 +150,7 @@ def _run_counted(plan: RunPlan, progress: Progress, *, quiet: bool) -> RunResult
     """``--measure instructions|cycles``: check here, count in a child under callgrind, take back its results.
 
     A stop signal that ended the child before it handed back results raises
-    :class:`katra3d.harness.run.measure.Interrupted` (the CLI's exit 128 + the signal); the frames it
+    :class:`katra_trace.errors.Interrupted` (the CLI's exit 128 + the signal); the frames it
     recorded, if any, are kept as ``<output>.part``."""
     cfg = plan.config
     # the one renderer check of a counted run, before valgrind starts (GPU drivers do not run under it);
@@ -161,7 +161,7 @@ def _run_counted(plan: RunPlan, progress: Progress, *, quiet: bool) -> RunResult
     with _entered(progress):
         code, handed, signum = measure.run_counted(plan, progress=progress, quiet=quiet)
     if signum and (handed is None or "error" in handed):
-        raise measure.Interrupted(signum)
+        raise Interrupted(signum)
     if handed is not None and "error" in handed:
         kept = handed.get("kept", "")
         note = failed_note(None if kept is None else Path(kept)) if kept != "" else ""
@@ -209,13 +209,13 @@ def run_child() -> int:
     except KeyboardInterrupt as exc:
         signum = int(getattr(exc, "signum", signal.SIGINT))
         measure.hand_back(dump_dir, {"error": f"interrupted by {signal.Signals(signum).name}",
-                                     "exit_code": 128 + signum})
-        return 128 + signum
+                                     "exit_code": signal_exit_code(signum)})
+        return signal_exit_code(signum)
     measure.hand_back(dump_dir, measure.result_as_dict(result))
     progress.phase("valgrind ending (callgrind's last dump)", None)
     if result.status != "interrupted":
         return 0
-    return 128 + int(signal.Signals.__members__.get(result.signal_name, signal.SIGINT))
+    return signal_exit_code(signal.Signals.__members__.get(result.signal_name, signal.SIGINT))
 
 
 #: Signals a killed child can have died of (its exit code is minus the signal number).

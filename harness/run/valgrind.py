@@ -12,17 +12,11 @@ import os
 import shutil
 import subprocess
 
-from katra_trace.errors import ConfigError, KatraError
+from katra_trace.errors import ConfigError, ToolUnavailable
 from katra_trace.io.header import GLInfo
 from katra_trace.metrics import is_count
 
 VALGRIND_INSTALL_LINE = "apt-get install -y valgrind"
-
-
-class ToolUnavailable(KatraError):
-    """A tool the run needs (valgrind) is not installed."""
-
-    exit_code = 3
 
 
 @dataclasses.dataclass(frozen=True)

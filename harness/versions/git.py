@@ -1,7 +1,7 @@
 """The git side of capturing versions: the user's repository, its revisions, the first-parent range, worktrees.
 
 Every call runs ``git`` as a child process (never a library). A missing ``git`` is
-:class:`~katra3d.harness.run.measure.ToolUnavailable` (exit 3); an unknown revision, a directory that is not a
+:class:`~katra_trace.errors.ToolUnavailable` (exit 3); an unknown revision, a directory that is not a
 repository, or GOOD not an ancestor of BAD is :class:`~katra_trace.errors.ConfigError` (exit 2).
 """
 
@@ -12,8 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from katra3d.harness.run.measure import ToolUnavailable
-from katra_trace.errors import ConfigError
+from katra_trace.errors import ConfigError, ToolUnavailable
 from katra_trace.text import shown
 
 #: Characters of a commit's sha in file names and tables.

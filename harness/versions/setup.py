@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from katra3d.harness.run.measure import find_valgrind
+from katra3d.harness.run.valgrind import find_valgrind
 from katra3d.harness.versions.command import OUT_PLACEHOLDER
 from katra3d.harness.versions.git import Commit, add_worktree, remove_worktree
 from katra_trace.errors import ConfigError

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from katra_trace.io.header import CaptureOptions, TraceHeader
 
-from katra_trace.metrics import COUNT_CLOCKS, METRICS
+from katra_trace.metrics import AUTO_ORDER, COUNT_CLOCKS, METRICS, MODE_CLOCKS, clock_name, is_count
 
 #: capture_options keys that must match for a comparison (scene params are checked per scene).
 CAPTURE_KEYS: tuple[str, ...] = ("size", "samples", "timing_mode")
@@ -57,9 +57,9 @@ def resolve_metric(headers: Sequence[TraceHeader], clocks: set[str], metric: str
 
     ``auto``: ``instructions`` (then ``cycles``) when every trace has it
     (``common``: the clocks all traces share; default ``clocks``); else the
-    ``primary_clock`` the captures record, else ``wall`` in sync timing mode
-    and ``gpu`` in gpu mode; when neither is recorded, the first of wall, gpu,
-    cpu the traces contain.
+    ``primary_clock`` the captures record, else the clock of their timing mode
+    (``metrics.MODE_CLOCKS``: ``wall`` in sync, ``gpu`` in gpu); when neither is
+    recorded, the first time clock of ``metrics.AUTO_ORDER`` the traces contain.
     """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
@@ -72,12 +72,10 @@ def resolve_metric(headers: Sequence[TraceHeader], clocks: set[str], metric: str
     if len(primary) == 1 and next(iter(primary)) in ("wall", "cpu", "gpu"):
         return str(next(iter(primary)))
     modes = {h.capture_options.timing_mode for h in headers}
-    if modes == {"sync"}:
-        return "wall"
-    if modes == {"gpu"}:
-        return "gpu"
-    for clock in ("wall", "gpu", "cpu"):
-        if clock in clocks:
+    if len(modes) == 1 and (mode := next(iter(modes))) in MODE_CLOCKS:
+        return clock_name(MODE_CLOCKS[str(mode)])
+    for clock in AUTO_ORDER:
+        if clock in clocks and not is_count(clock):
             return clock
     return "wall"
 

@@ -19,13 +19,11 @@ from katra_trace.errors import ConfigError
 from katra_trace.history.rows import iso_utc
 from katra_trace.history.steps import Fit, detect_steps, resolution
 from katra_trace.history.store import DEFAULT_LOCK_TIMEOUT_S, Source, read_rows
-from katra_trace.metrics import ALL, AUTO, COUNT_CLOCKS, is_count
+from katra_trace.metrics import ALL, AUTO, AUTO_ORDER, COUNT_CLOCKS, is_count
 
 #: Stats a trend can follow; all are "higher is worse" but the frame rate.
 STATS: tuple[str, ...] = ("median", "mean", "p99", "low_1pct_fps")
 HIGHER_IS_BETTER: frozenset[str] = frozenset({"low_1pct_fps"})
-#: ``--metric auto``: the first of these a series' host has (counts are deterministic; then the trusted clock).
-AUTO_ORDER: tuple[str, ...] = (*COUNT_CLOCKS, "wall", "gpu", "process", "cpu")
 _SPARK = "▁▂▃▄▅▆▇█"
 
 _READ_COLUMNS = ("label", "label_time_ns", "added_ns", "commit", "host_id", "renderer", "driver", "cpu",
@@ -367,5 +365,5 @@ def trend_data(source: Source, sel: Selection | None = None, alpha: float = DEFA
             "series": out_series, "steps": [st.as_dict() for st in result.steps]}
 
 
-__all__ = ["AUTO_ORDER", "CheckResult", "HIGHER_IS_BETTER", "Point", "STATS", "Selection", "Series", "SeriesModel", "StepReport", "build_series",
+__all__ = ["CheckResult", "HIGHER_IS_BETTER", "Point", "STATS", "Selection", "Series", "SeriesModel", "StepReport", "build_series",
            "check_steps", "load_series", "sparkline", "trend_data"]
