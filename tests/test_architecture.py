@@ -96,6 +96,18 @@ def test_harness_layers_import_downwards_only() -> None:
     assert not bad, "\n".join(sorted(set(bad)))
 
 
+def test_no_command_imports_another_command() -> None:
+    """Commands render a library service's result; what two commands share lives in an ``_``-prefixed module
+    of the CLI (or in the library), never in another command's module."""
+    from katra3d.harness.cli import COMMANDS
+
+    bad = [f"{p.relative_to(REPO)}:{line} imports {mod}"
+           for p in sorted((REPO / "harness" / "cli").glob("*.py")) if p.stem in COMMANDS
+           for line, mod, _ in _imports(p)
+           if mod.startswith("katra3d.harness.cli.") and mod.split(".")[3] in COMMANDS]
+    assert not bad, "\n".join(bad)
+
+
 def test_nothing_below_the_cli_imports_it() -> None:
     cli = REPO / "harness" / "cli"
     bad = [f"{p.relative_to(REPO)}:{line} imports {mod}"

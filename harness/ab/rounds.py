@@ -11,17 +11,16 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, run_capture
-from katra_trace.analysis.compare import compare_traces
+from katra_trace.analysis.comparison import Sides, compare_sides, open_quietly
 from katra_trace.analysis.sequential import SequentialRule, Settled, settle
 from katra_trace.analysis.verdict import Comparison
-from katra_trace.io.reader import Trace, TraceRecoveryWarning, open_trace
-from katra_trace.io.tracesets import AB_MANIFEST_VERSION, read_ab_manifest, write_ab_manifest
+from katra_trace.io.reader import Trace
+from katra_trace.io.tracesets import AB_MANIFEST_VERSION, write_ab_manifest
 
 #: The sides, in the order of odd rounds.
 SIDES = ("base", "new")
@@ -47,6 +46,7 @@ class RoundsResult:
     pairs: tuple[tuple[Path, Path], ...]
     settled: Settled | None = None  #: with a rule: decided or not, and the one line that says why it stopped
     comparison: Comparison | None = None  #: with a rule: the comparison of the last look
+    sides: Sides | None = None  #: with a rule: the traces of that look, opened (bisect's image verdicts use them)
 
 
 def capture(command: CaptureCommand, out: Path, label: str, who: str = "katra3d ab") -> float:
@@ -60,13 +60,6 @@ def capture(command: CaptureCommand, out: Path, label: str, who: str = "katra3d 
         for line in failed.tail:
             print(f"  | {line}", file=sys.stderr)
         raise
-
-
-def _open_quietly(path: Path) -> Trace:
-    """A trace a child just wrote; a damaged one is used as far as it reads (compare says so again later)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TraceRecoveryWarning)
-        return open_trace(path)
 
 
 def run_rounds(base_cmd: CaptureCommand, new_cmd: CaptureCommand, out_dir: Path, rounds_cap: int,
@@ -101,6 +94,7 @@ def run_rounds(base_cmd: CaptureCommand, new_cmd: CaptureCommand, out_dir: Path,
     pairs: list[tuple[Path, Path]] = []
     settled: Settled | None = None
     comparison: Comparison | None = None
+    sides: Sides | None = None
     for i in range(1, rounds_cap + 1):
         order = SIDES if i % 2 else SIDES[::-1]
         entry: dict[str, Any] = {"round": i, "order": list(order), "commands": {}, "seconds": {}}
@@ -115,9 +109,10 @@ def run_rounds(base_cmd: CaptureCommand, new_cmd: CaptureCommand, out_dir: Path,
         pairs.append((paths["base"], paths["new"]))
         if rule is not None:
             for side in SIDES:
-                opened[side].append(_open_quietly(paths[side]))
-            comparison = compare_traces(opened["base"], opened["new"], pairs=[(j, j) for j in range(i)],
-                                        sequential=rule, **dict(compare_options or {}))
+                opened[side].append(open_quietly(paths[side]))
+            sides = Sides(str(dirs["base"]), str(dirs["new"]), tuple(opened["base"]), tuple(opened["new"]),
+                          pairs=tuple((j, j) for j in range(i)), rule=rule)
+            comparison = compare_sides(sides, image_policy="off", **dict(compare_options or {})).timing
             settled = settle(comparison, i, rounds_cap)
             if settled.decided or i == rounds_cap:
                 manifest["stop"] = settled.as_dict()
@@ -126,18 +121,8 @@ def run_rounds(base_cmd: CaptureCommand, new_cmd: CaptureCommand, out_dir: Path,
             on_round(Round(number=i, order=order, seconds=dict(entry["seconds"]), settled=settled))
         if settled is not None and settled.decided:
             break
-    return RoundsResult(root=out_dir, rounds=len(pairs), pairs=tuple(pairs), settled=settled, comparison=comparison)
+    return RoundsResult(root=out_dir, rounds=len(pairs), pairs=tuple(pairs), settled=settled, comparison=comparison,
+                        sides=sides)
 
 
-def recorded_rule(root: Path) -> tuple[SequentialRule | None, Settled | None]:
-    """The stopping rule an ``ab --until-decided`` output directory recorded in its ab.json, and why its rounds
-    stopped (None, None for fixed rounds or no manifest; no stop yet for an interrupted one). ConfigError
-    when a record is not what :func:`run_rounds` writes."""
-    manifest = read_ab_manifest(root)
-    if manifest is None or manifest.get("sequential") is None:
-        return None, None
-    stop = manifest.get("stop")
-    return SequentialRule.from_json(manifest["sequential"]), None if stop is None else Settled.from_dict(stop)
-
-
-__all__ = ["Round", "RoundsResult", "capture", "recorded_rule", "run_rounds"]
+__all__ = ["Round", "RoundsResult", "capture", "run_rounds"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,13 +34,12 @@ from katra_trace.analysis.verdict import Verdict
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.io.tracesets import AB_MANIFEST, AB_TRACE, clear_ab_dir
 from katra_trace.text import shown
-from katra_trace.io.reader import open_trace
 from katra_trace.metrics import is_count
 
 if TYPE_CHECKING:
-    from katra_trace import Trace
+    from katra_trace.analysis.comparison import ComparisonResult
     from katra_trace.analysis.sequential import SequentialRule
-    from katra_trace.analysis.verdict import Comparison
+
 
 @dataclasses.dataclass(frozen=True)
 class Workspace:
@@ -96,37 +95,27 @@ def in_tree(command: str, tree: Path) -> CaptureCommand:
 
 
 def compare_to_good(ws: Workspace, good: Path, new: Path) -> tuple[tuple[Effect, ...], dict[str, str]] | str:
-    """Each scene's (and zone's) change of the counted trace ``new`` against GOOD's ``good`` by the decision
-    model, and each scene's image verdict line (:func:`image_lines`, from the same opened traces), or why
-    the traces could not be compared (a damaged trace, counts against times ...)."""
+    """Each scene's (and zone's) change of the counted trace ``new`` against GOOD's ``good`` by the one
+    comparison, and each scene's image verdict line (:func:`image_lines`), or why the traces could not be
+    compared (counts against times ...)."""
     # deferred: the comparison loads scipy (about a second); building the parser must not
-    from katra_trace.analysis.compare import compare_traces
+    from katra_trace.analysis.comparison import compare_sides, open_sides
 
     try:
-        b, n = [open_trace(good, strict=True)], [open_trace(new, strict=True)]
-        result = compare_traces(b, n, **ws.setup.compare)
+        result = compare_sides(open_sides(str(good), str(new)), image_policy="warn", **ws.setup.compare)
     except KatraError as exc:
         return f"not comparable with GOOD: {exc}"
-    if not result.scenes:
+    if not result.timing.scenes:
         return "no scene with measured frames in its traces"
-    return tuple(Effect.from_row(r) for r in (*result.scenes, *result.zones)), image_lines(b, n, result)
+    return tuple(Effect.from_row(r) for r in (*result.timing.scenes, *result.timing.zones)), image_lines(result)
 
 
-def image_lines(good: Sequence[Trace], new: Sequence[Trace], comparison: Comparison) -> dict[str, str]:
+def image_lines(result: ComparisonResult) -> dict[str, str]:
     """Each scene's image verdict against GOOD, as its output line ("image identical: ...", "image changed:
-    FLIP mean 0.031, 2.4 % of pixels over 0.1"), by the one image rule with its default thresholds, from the
-    sides' opened traces. It is shown beside the timing and never classifies a commit: a bisection looks for
-    a slowdown. Scenes whose captures do not compare are *incomparable*; {} when a kept frame is unreadable."""
-    # deferred: the image rule loads Pillow (and FLIP when an image differs); building the parser must not
-    from katra_trace.analysis.images import image_verdicts, side_images
-
-    try:
-        b, n = side_images(good), side_images(new)
-    except KatraError:
-        return {}
-    verdicts = image_verdicts(b, n, not_comparable={s.scene: s.reason for s in comparison.scenes
-                                                   if s.verdict is Verdict.INCOMPARABLE})
-    return {scene: v.line for scene, v in verdicts.items()}
+    FLIP mean 0.031, 2.4 % of pixels over 0.1"), by the one image rule with its default thresholds. It is shown
+    beside the timing and never classifies a commit: a bisection looks for a slowdown. Scenes whose captures
+    do not compare are *incomparable*."""
+    return {scene: v.line for scene, v in result.images.items()}
 
 
 def sequential_rule(setup: Setup) -> SequentialRule:
@@ -236,11 +225,12 @@ def _measure_time(ws: Workspace, trees: Trees, c: Commit, log: Path, t0: float) 
                         time.monotonic() - t0, "")
     effects = tuple(Effect.from_row(r) for r in (*done.comparison.scenes, *done.comparison.zones))
     stopped = done.settled.reason if done.settled is not None else ""
-    try:
-        base, new = ([open_trace(p) for p in sorted((folder / side).glob("*.katra"))] for side in ("base", "new"))
-        images = image_lines(base, new, done.comparison)
-    except KatraError:
-        images = {}
+    images: dict[str, str] = {}
+    if done.sides is not None:  # the traces of the last look, opened once by the rounds loop
+        # deferred: the comparison loads scipy (about a second); building the parser must not
+        from katra_trace.analysis.comparison import compare_sides
+
+        images = image_lines(compare_sides(done.sides, image_policy="warn", **ws.setup.compare))
     return Measured(effects, "", kept(), done.rounds, stopped, time.monotonic() - t0, "", images)
 
 

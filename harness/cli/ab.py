@@ -35,7 +35,7 @@ from katra3d.harness.run.progress import Tally
 from katra3d.harness.versions.command import CaptureCommand
 from katra3d.harness.versions.git import resolve, toplevel
 from katra3d.harness.versions.setup import default_command, resolve_measure, worktrees
-from katra3d.harness.cli.compare import add_compare_options, compare_paths
+from katra3d.harness.cli._compare import add_compare_options, compare_and_print
 from katra_trace.analysis.defaults import DEFAULT_SEQUENTIAL_MAX_ROUNDS
 from katra_trace.errors import ConfigError
 from katra_trace.io.claim import check_output_dir
@@ -170,4 +170,4 @@ def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
                         on_round=lambda done: _round_line(tally, done, cap), compare_options=compare_kwargs(args))
     if result.settled is not None:  # the one line that says how many rounds were used, and why it stopped
         Tally("katra3d ab").line(f"stopped: {result.settled.reason}")
-    return compare_paths(str(dirs["base"]), str(dirs["new"]), args)
+    return compare_and_print(str(dirs["base"]), str(dirs["new"]), args)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from katra3d.harness.cli._common import (
     ALPHA_COMPARE,
@@ -16,14 +18,16 @@ from katra3d.harness.cli._common import (
     load_traces,
     print_json,
 )
-from katra3d.harness.cli.compare import recorded_sequential, round_pairs
-from katra_trace.errors import ConfigError
+from katra_trace.errors import ConfigError, KatraError
 from katra_trace.history.trends import trend_data
 from katra_trace.history.store import Source
 from katra_trace.io.claim import check_output
 from katra_trace.io.tracesets import trace_paths
 from katra_trace.report import build_report, write_report
 from katra_trace.report.page import plotly_js_packed
+
+if TYPE_CHECKING:
+    from katra_trace.analysis.comparison import ComparisonResult
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -60,21 +64,32 @@ def run(args: argparse.Namespace) -> int:
     out = check_output(args.output, force=args.force, inputs=inputs, option="-o", example="report.html")
     if not args.traces and not args.history:
         raise ConfigError("nothing to report: give trace files or directories, or --history DB")
-    run_paths, base_paths = _paths(args.traces), _paths(args.baseline)
-    pairs, notes = (round_pairs(args.baseline[0], args.traces[0], base_paths, run_paths)
-                    if len(args.traces) == len(args.baseline) == 1 else (None, []))
-    rule = recorded_sequential(args.baseline[0], pairs)[0] if pairs is not None else None  # ab --until-decided's
-    runs = load_traces(run_paths, verb="reporting")
-    baseline = load_traces(base_paths, verb="reporting")
+    policy, limits = image_options(args)
+    comparison: ComparisonResult | None = None
+    error: str | None = None
+    if args.baseline:
+        # deferred: the comparison loads scipy; only a report with a baseline needs it
+        from katra_trace.analysis.comparison import compare_sides, open_sides
+
+        sides = open_sides(args.baseline, args.traces, verb="reporting")
+        for line in sides.damaged:
+            print(f"katra3d: warning: {line}", file=sys.stderr)
+        runs, baseline = list(sides.new_traces), list(sides.base_traces)
+        options = compare_kwargs(args)
+        try:  # traces that cannot be compared (counts against times ...): the page says why instead
+            comparison = compare_sides(sides, image_policy=policy, image_limits=limits, alpha=options.pop("alpha"),
+                                       threshold_pct=options.pop("threshold_pct"), **options)
+        except KatraError as exc:
+            error = str(exc)
+    else:
+        runs, baseline = load_traces(_paths(args.traces), verb="reporting"), []
     trends = None
     if args.history:
         if not Path(args.history).is_file():
             raise ConfigError(f"no history store at {args.history!r} (katra3d history add ... --db PATH makes one)")
         trends = trend_data(Source(db=Path(args.history)), alpha=args.alpha, threshold_pct=args.threshold)
-    policy, limits = image_options(args)
-    page = build_report(runs, baseline, title=args.title, history=trends,
-                        compare_options=dict(compare_kwargs(args), pairs=pairs, sequential=rule), compare_notes=notes,
-                        image_policy=policy, image_thresholds=limits)
+    page = build_report(runs, baseline, title=args.title, history=trends, comparison=comparison,
+                        comparison_error=error)
     size = write_report(out, page, overwrite=args.force, inputs=inputs)
     if args.json:
         print_json({"path": str(out), "bytes": size, "runs": [str(t.path) for t in runs],

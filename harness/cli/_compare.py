@@ -1,0 +1,195 @@
+"""What the commands that compare share: their options, and how a comparison is printed and its exit code
+found (compare, ab). The comparison itself is the library's (:mod:`katra_trace.analysis.comparison`)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import TYPE_CHECKING, Any
+
+from katra3d.harness.cli._common import (
+    add_comparability_options,
+    add_decision_options,
+    check_compare_options,
+    compare_kwargs,
+    emit_table,
+    image_options,
+    print_json,
+)
+from katra_trace.analysis.images import ImageVerdict, flip_missing, write_image_diff
+from katra_trace.analysis.verdict import Comparison, Verdict
+from katra_trace.io.claim import check_output_dir
+from katra_trace.metrics import is_count
+from katra_trace.units import format_change, format_ms
+
+if TYPE_CHECKING:
+    from katra_trace.analysis.comparison import ComparisonResult
+
+
+def add_compare_options(p: argparse.ArgumentParser) -> None:
+    """The options shared by ``compare`` and ``ab``: the decision's, the comparability ones and ``--format``."""
+    add_decision_options(p)
+    add_comparability_options(p)
+    p.add_argument("--format", choices=("table", "markdown", "csv", "json"), default="table",
+                   help="output format (default: table)")
+
+
+def _pct(x: float) -> str:
+    return format_change(x)
+
+
+def _pct_fine(x: float) -> str:
+    return format_change(x, 2)
+
+
+def _num(x: float | None, fmt: str = ".3g") -> str:
+    return "-" if x is None or not math.isfinite(x) else format(x, fmt)
+
+
+def _count(x: float | None) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:,.0f}"
+
+
+def _time_row(s: Any) -> list[str]:
+    level = (f"{format_ms(s.median_base_ms)} -> {format_ms(s.median_new_ms)}" if s.value_unit == "ms"
+             else f"{_num(s.median_base, '.4g')} -> {_num(s.median_new, '.4g')}")
+    return [
+        s.scene, s.verdict, _pct(s.ratio),
+        "-" if s.unit == "frames" else f"[{_pct(s.ci_low)}, {_pct(s.ci_high)}]",
+        _num(s.p_holm, ".2g"),
+        f"{s.runs_base}/{s.runs_new} ({s.unit})",
+        level,
+        f"{format_ms(s.p99_base_ms)} -> {format_ms(s.p99_new_ms)}",
+        f"{_num(s.fps_low_1pct_base, '.4g')} -> {_num(s.fps_low_1pct_new, '.4g')}",
+        f"{_pct(s.frame_ratio)}, {_num(s.frame_p_value, '.2g')}",
+        s.reason,
+    ]
+
+
+def _count_row(s: Any) -> list[str]:
+    name = f"{s.scene} / {s.zone}" if s.zone else s.scene
+    frame = "" if not s.zone else f" ({_pct_fine(1 + s.frame_change_pct / 100)} of frame)"
+    return [name, s.verdict, _pct_fine(s.ratio) + frame, f"[{_pct_fine(s.ci_low)}, {_pct_fine(s.ci_high)}]",
+            _num(s.noise_floor_pct, ".2g") + "%", f"{s.runs_base}/{s.runs_new}",
+            f"{_count(s.median_base)} -> {_count(s.median_new)}", s.reason]
+
+
+def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
+    """Print the timing decision in ``fmt`` (table, markdown or csv; the JSON is the whole result's)."""
+    count = is_count(result.metric)
+    rows: list[list[str]] = []
+    if count:
+        columns = ["scene / zone", "verdict", "change", "band", "noise floor", "runs",
+                   f"median {result.metric}/frame", "why"]
+        zones_of: dict[str, list[Any]] = {}
+        for z in result.zones:
+            zones_of.setdefault(z.scene, []).append(z)
+        lines = []
+        for s in result.scenes:
+            for row in [s, *zones_of.get(s.scene, [])]:
+                if row.verdict is Verdict.INCOMPARABLE:
+                    rows.append([row.scene, row.verdict, *(["-"] * 5), row.reason])
+                else:
+                    rows.append(_count_row(row))
+                lines.append(row)
+    else:
+        unit = "ms" if result.scenes and all(s.value_unit == "ms" for s in result.scenes if s.unit) else "x ref"
+        # times carry their unit in each cell (µs, ms, s); a ratio to the reference says so in the header
+        columns = ["scene", "verdict", "change", "interval", "p (Holm)", "runs",
+                   result.run_stat if unit == "ms" else f"{result.run_stat} {unit}",
+                   "p99", "1% low fps", "frames: change, p", "why"]
+        lines = list(result.scenes)
+        for s in result.scenes:
+            rows.append([s.scene, s.verdict, *(["-"] * 8), s.reason] if s.verdict is Verdict.INCOMPARABLE
+                        else _time_row(s))
+    counts = result.as_dict()["verdicts"]
+    summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+    how = ("paired rounds, " if result.paired else "") + ("p10 of each run, " if result.run_stat == "p10" else "")
+    title = (f"katra3d compare ({result.metric or 'no'} {'count' if count else 'clock'}, {how}threshold "
+             f"{result.threshold_pct:g}%, alpha {result.alpha:g}): {summary}")
+    if fmt == "csv":  # one row per scene (and zone), the reason as a column; notes go to stderr
+        emit_table(columns, rows, fmt)
+        for note in result.notes:
+            print(f"katra3d: note: {note}", file=sys.stderr)
+        return
+    if fmt == "markdown":
+        sys.stdout.write(f"**BASE** `{base}` vs **NEW** `{new}`\n\n")
+        emit_table(columns, rows, fmt, title=title)
+    else:  # terminal: the reasons go below the table, one line per row
+        emit_table(columns[:-1], [r[:-1] for r in rows], fmt, title=title)
+        width = max(len(r[0]) for r in rows) if rows else 0
+        for r, s in zip(rows, lines, strict=True):
+            sys.stdout.write(f"{r[0].ljust(width)}  {s.verdict}: {s.reason}\n")
+    by_note: dict[str, list[str]] = {}
+    for s in result.scenes:
+        for n in s.notes:
+            by_note.setdefault(n, []).append(s.scene)
+    notes = list(result.notes)
+    for note, scenes in by_note.items():
+        every = len(scenes) == len(result.scenes)
+        notes.append(note if every else f"{', '.join(scenes)}: {note}")
+    for note in notes:
+        sys.stdout.write(("- " if fmt == "markdown" else "note: ") + note + "\n")
+
+
+def print_images(verdicts: dict[str, ImageVerdict], policy: str, fmt: str) -> None:
+    """The image verdicts' lines (one per scene whose image is not identical, then a summary), and FLIP's
+    install line once when a verdict rested on checksums for want of it. csv: on stderr, as notes."""
+    out = sys.stderr if fmt == "csv" else sys.stdout
+    prefix = "katra3d: note: " if fmt == "csv" else ("- " if fmt == "markdown" else "")
+    if not verdicts:
+        out.write(f"{prefix}images: no last frames kept on either side, no image verdict\n")
+        return
+    width = max(len(s) for s in verdicts)
+    for scene, v in verdicts.items():
+        if v.verdict != "identical":
+            tail = " (--images warn: not a regression)" if v.is_regression and policy == "warn" else ""
+            out.write(f"{prefix}{scene.ljust(width)}  {v.line}{tail}\n")
+    counts = {k: sum(1 for v in verdicts.values() if v.verdict == k) for k in dict.fromkeys(
+        v.verdict for v in verdicts.values())}
+    out.write(f"{prefix}images ({policy}): " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items())
+              + "\n")
+    missing = flip_missing() if any(v.checksum_only for v in verdicts.values()) else None
+    if missing:
+        print(f"katra3d: note: {missing}", file=sys.stderr)
+
+
+def print_result(result: ComparisonResult, fmt: str) -> None:
+    """A comparison as compare and ab print it: the JSON object, or the timing table and the image lines."""
+    if fmt == "json":
+        print_json(result.as_dict())
+        return
+    print_comparison(result.timing, fmt, result.base, result.new)
+    if result.image_policy != "off":
+        print_images(dict(result.images), result.image_policy, fmt)
+
+
+def compare_and_print(base: str, new: str | None, args: argparse.Namespace) -> int:
+    """Open both sides, compare them (the library's one comparison), print; returns the exit code."""
+    # deferred: the comparison loads scipy (about a second); building the parser must not
+    from katra_trace.analysis.comparison import compare_sides, open_sides
+
+    check_compare_options(args)
+    if getattr(args, "image_diff", None):
+        check_output_dir(args.image_diff, option="--image-diff")
+    sides = open_sides(base, new, unpaired=getattr(args, "unpaired", False))
+    for line in sides.damaged:
+        print(f"katra3d: warning: {line}", file=sys.stderr)
+    policy, limits = image_options(args)
+    options = compare_kwargs(args)
+    result = compare_sides(sides, image_policy=policy, image_limits=limits, alpha=options.pop("alpha"),
+                           threshold_pct=options.pop("threshold_pct"), **options)
+    if getattr(args, "image_diff", None) and policy != "off":
+        write_image_diff(args.image_diff, result.images, result.base_images, result.new_images)
+    print_result(result, args.format)
+    if result.exit_code == 2:
+        where = "in the JSON output" if args.format == "json" else "above"
+        print(f"katra3d: error: nothing comparable between {sides.base!r} and {sides.new!r} (reasons {where})"
+              if result.timing.scenes else
+              f"katra3d: error: nothing comparable between {sides.base!r} and {sides.new!r}: no scenes with "
+              "measured frames", file=sys.stderr)
+    return result.exit_code
+
+
+__all__ = ["add_compare_options", "compare_and_print", "print_comparison", "print_images", "print_result"]

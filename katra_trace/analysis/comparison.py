@@ -1,0 +1,223 @@
+"""The one comparison of two sides: what compare, ab, report, bisect, the pytest plugin and CI render.
+
+A side is a trace file, a directory of traces (one per run), or one side of a ``katra3d ab`` output directory.
+:func:`open_sides` resolves the two sides (``compare DIR`` of an ab directory names both), opens every trace
+once, pairs the runs round by round when both sides are one ab output's (its ``ab.json``), and reads the
+stopping rule ``ab --until-decided`` recorded there. :func:`compare_sides` then decides timing (the decision
+model of :func:`~katra_trace.analysis.compare.compare_traces`) and images (the image rule of
+:mod:`katra_trace.analysis.images`) and returns one typed :class:`ComparisonResult`: the metric, the per-run
+statistic, each scene's levels, interval, verdict (:class:`~katra_trace.analysis.verdict.Verdict`), reason and
+what would settle it, the image verdicts, and the exit code. Commands print it; none decides anything itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from katra_trace.analysis.compare import compare_traces
+from katra_trace.analysis.defaults import DEFAULT_ALPHA
+from katra_trace.analysis.images import (
+    ImageThresholds,
+    ImageVerdict,
+    exit_code_with_images,
+    image_verdicts,
+    side_images,
+)
+from katra_trace.analysis.sequential import SequentialRule, Settled
+from katra_trace.analysis.verdict import Comparison, Verdict
+from katra_trace.errors import ConfigError
+from katra_trace.io.reader import Trace, TraceRecoveryWarning, open_trace
+from katra_trace.io.tracesets import AB_MANIFEST, ab_pairs, read_ab_manifest, trace_paths
+from katra_trace.text import shown
+
+
+def open_quietly(path: str | os.PathLike[str], events: bool = True) -> Trace:
+    """:func:`~katra_trace.io.reader.open_trace`, with the recovery warning left to the caller (it reads
+    ``trace.truncated``, and :func:`damaged_note` says it)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TraceRecoveryWarning)
+        return open_trace(path, events=events)
+
+
+def damaged_note(trace: Trace, verb: str = "using") -> str | None:
+    """The one line that says a trace is damaged and what of it is used, naming the file; None when whole."""
+    if not trace.truncated:
+        return None
+    return (f"{shown(str(trace.path))} is damaged ({trace.stop_reason}); {verb} the {len(trace.events)} events "
+            f"before offset {trace.stopped_at}")
+
+
+def open_traces(paths: Sequence[str | os.PathLike[str]], verb: str = "using") -> tuple[list[Trace], list[str]]:
+    """Each trace opened once; a damaged one is used up to where it stops. Returns the traces and one
+    :func:`damaged_note` per damaged trace (the one damaged-trace policy of every command)."""
+    traces = [open_quietly(p) for p in paths]
+    return traces, [note for t in traces if (note := damaged_note(t, verb)) is not None]
+
+
+def resolve_sides(base: str, new: str | None) -> tuple[str, str]:
+    """BASE and NEW paths; ``compare DIR`` of an ab output directory names its two sides."""
+    if new is not None:
+        return base, new
+    root = Path(base)
+    manifest = read_ab_manifest(root) if root.is_dir() else None
+    if manifest is None:
+        raise ConfigError(f"compare needs BASE and NEW, or the output directory of 'katra3d ab' "
+                          f"(with {AB_MANIFEST}); {base!r} is neither")
+    return str(root / str(manifest.get("base_dir", "base"))), str(root / str(manifest.get("new_dir", "new")))
+
+
+def find_pairing(base: str, new: str) -> tuple[Path, list[tuple[Path, Path]]] | None:
+    """The ab manifest and its complete rounds when BASE and NEW are one ``katra3d ab`` output's sides."""
+    b, n = Path(base).resolve(), Path(new).resolve()
+    if not (b.is_dir() and n.is_dir()) or b.parent != n.parent:
+        return None
+    manifest = read_ab_manifest(b.parent)
+    if manifest is None or (manifest.get("base_dir"), manifest.get("new_dir")) != (b.name, n.name):
+        return None
+    return b.parent / AB_MANIFEST, ab_pairs(b.parent, manifest)
+
+
+def round_pairs(base: str, new: str, base_paths: Sequence[Path], new_paths: Sequence[Path],
+                unpaired: bool = False) -> tuple[list[tuple[int, int]] | None, list[str]]:
+    """The rounds of ``katra3d ab`` as (BASE index, NEW index) pairs of ``base_paths`` and ``new_paths``
+    when BASE and NEW are one ab output's sides (None: unpaired), and the note that says so."""
+    pairing = None if unpaired else find_pairing(base, new)
+    if pairing is None:
+        return None, []
+    manifest_path, rounds = pairing
+    index_b = {p.resolve(): i for i, p in enumerate(base_paths)}
+    index_n = {p.resolve(): i for i, p in enumerate(new_paths)}
+    pairs = [(index_b[b], index_n[n]) for b, n in rounds if b in index_b and n in index_n]
+    left = len(base_paths) + len(new_paths) - 2 * len(pairs)
+    if not pairs:
+        return None, [f"{manifest_path} pairs none of these traces: compared unpaired"]
+    return pairs, [f"paired: {len(pairs)} round(s) from {manifest_path}"
+                   + (f"; {left} trace(s) outside a complete round left out" if left else "")]
+
+
+def recorded_rule(root: Path) -> tuple[SequentialRule | None, Settled | None]:
+    """The stopping rule an ``ab --until-decided`` output directory recorded in its ab.json, and why its rounds
+    stopped (None, None for fixed rounds or no manifest; no stop yet for an interrupted one). ConfigError
+    when a record is not what the rounds loop writes."""
+    manifest = read_ab_manifest(root)
+    if manifest is None or manifest.get("sequential") is None:
+        return None, None
+    stop = manifest.get("stop")
+    return SequentialRule.from_json(manifest["sequential"]), None if stop is None else Settled.from_dict(stop)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sides:
+    """Two sides, resolved and opened: their paths, traces, round pairing (None: unpaired), the stopping rule
+    ab recorded (None: fixed rounds), and notes (pairing) and damaged-trace lines for the output."""
+
+    base: str
+    new: str
+    base_traces: tuple[Trace, ...]
+    new_traces: tuple[Trace, ...]
+    pairs: tuple[tuple[int, int], ...] | None = None
+    rule: SequentialRule | None = None
+    stop: Settled | None = None
+    notes: tuple[str, ...] = ()
+    damaged: tuple[str, ...] = ()
+
+
+def open_sides(base: str | Sequence[str], new: str | Sequence[str] | None = None, *, unpaired: bool = False,
+               verb: str = "comparing") -> Sides:
+    """Resolve and open both sides (see the module docstring); ConfigError for a side that is no trace. A side
+    given as several paths (``report --baseline A --baseline B``) is all their traces, never paired."""
+    if not isinstance(base, str) or (new is not None and not isinstance(new, str)):
+        base_args, new_args = [base] if isinstance(base, str) else list(base), \
+            [new] if isinstance(new, str) else list(new or ())
+        if len(base_args) == len(new_args) == 1:
+            return open_sides(base_args[0], new_args[0], unpaired=unpaired, verb=verb)
+        base_paths = [p for arg in base_args for p in trace_paths(arg)]
+        new_paths = [p for arg in new_args for p in trace_paths(arg)]
+        base_traces, damaged_b = open_traces(base_paths, verb)
+        new_traces, damaged_n = open_traces(new_paths, verb)
+        return Sides(", ".join(base_args), ", ".join(new_args), tuple(base_traces), tuple(new_traces),
+                     damaged=(*damaged_b, *damaged_n))
+    base, new = resolve_sides(base, new)
+    base_paths, new_paths = trace_paths(base), trace_paths(new)
+    pairs, notes = round_pairs(base, new, base_paths, new_paths, unpaired=unpaired)
+    rule, stop = recorded_rule(Path(base).resolve().parent) if pairs is not None else (None, None)
+    base_traces, damaged_b = open_traces(base_paths, verb)
+    new_traces, damaged_n = open_traces(new_paths, verb)
+    return Sides(base, new, tuple(base_traces), tuple(new_traces), None if pairs is None else tuple(pairs), rule,
+                 stop, tuple(notes), (*damaged_b, *damaged_n))
+
+
+@dataclasses.dataclass(frozen=True)
+class ComparisonResult:
+    """One comparison, as every surface renders it: the timing decision (:class:`Comparison`: metric, per-run
+    statistic, and per scene its levels, interval, verdict, reason and ``runs_needed``), the image verdicts under
+    ``image_policy``, the stopping rule ab recorded (``sequential``), and the exit code of both."""
+
+    base: str
+    new: str
+    timing: Comparison
+    images: Mapping[str, ImageVerdict]
+    image_policy: str
+    sequential: Mapping[str, Any] | None = None
+    #: each side's kept frames by scene (what ``--image-diff`` draws); not part of the JSON
+    base_images: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    new_images: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def exit_code(self) -> int:
+        """1 a regression (timing, or an image under the gate policy), 2 nothing comparable, else 0."""
+        return exit_code_with_images(self.timing.exit_code, self.images, self.image_policy)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON of compare and ab (``--format json``)."""
+        out = dict(self.timing.as_dict(), base=self.base, new=self.new)
+        if self.sequential is not None:
+            out["sequential"] = dict(self.sequential)
+        out.update({"image_policy": self.image_policy, "images": {s: v.as_dict() for s, v in self.images.items()},
+                    "exit_code": self.exit_code})
+        return out
+
+
+def compare_sides(sides: Sides, *, image_policy: str = "gate", image_limits: ImageThresholds | None = None,
+                  alpha: float = DEFAULT_ALPHA, threshold_pct: float | None = None,
+                  **options: Any) -> ComparisonResult:
+    """Decide timing and images of two opened sides. ``options`` are :func:`compare_traces`' other keyword
+    arguments (metric, run_stat, normalize, allow_*). A recorded stopping rule decides with its own alpha and
+    threshold (a note says when the ones given differ), as it did when ab stopped its rounds."""
+    notes = list(sides.notes)
+    sequential: dict[str, Any] | None = None
+    if sides.rule is not None:
+        rule = sides.rule
+        sequential = {"rule": rule.to_json(), "stop": None if sides.stop is None else sides.stop.as_dict()}
+        if sides.stop is not None:
+            notes.append(f"ab --until-decided: {sides.stop.reason}")
+        if alpha != rule.alpha or threshold_pct not in (None, rule.threshold_pct):
+            thr = "the default" if rule.threshold_pct is None else f"{rule.threshold_pct:g}%"
+            notes.append(f"the stopping rule recorded in {AB_MANIFEST} decides, with its alpha {rule.alpha:g} and "
+                         f"threshold {thr}; --alpha and --threshold given here are not used")
+    timing = compare_traces(list(sides.base_traces), list(sides.new_traces),
+                            pairs=None if sides.pairs is None else list(sides.pairs), sequential=sides.rule,
+                            alpha=alpha, threshold_pct=threshold_pct, **options)
+    if notes:
+        timing = dataclasses.replace(timing, notes=(*notes, *timing.notes))
+    images: dict[str, ImageVerdict] = {}
+    base_images: dict[str, Any] = {}
+    new_images: dict[str, Any] = {}
+    if image_policy != "off":
+        base_images, new_images = dict(side_images(sides.base_traces)), dict(side_images(sides.new_traces))
+        order = [s.scene for s in timing.scenes]
+        images = image_verdicts(base_images, new_images, image_limits or ImageThresholds(),
+                                scenes=dict.fromkeys([*(s for s in order if s in base_images or s in new_images),
+                                                      *base_images, *new_images]),
+                                not_comparable={s.scene: s.reason for s in timing.scenes
+                                                if s.verdict is Verdict.INCOMPARABLE})
+    return ComparisonResult(sides.base, sides.new, timing, images, image_policy, sequential, base_images, new_images)
+
+
+__all__ = ["ComparisonResult", "Sides", "compare_sides", "damaged_note", "find_pairing", "open_quietly",
+           "open_sides", "open_traces", "recorded_rule", "resolve_sides", "round_pairs"]
