@@ -145,3 +145,17 @@ def test_a_stop_signal_in_the_library_raises_interrupted_after_the_group_is_gone
         signal.signal(signal.SIGTERM, old)
     assert stopped.value.signum == signal.SIGTERM and stopped.value.exit_code == 128 + signal.SIGTERM
     assert _gone(int(pid.read_text())) and signal.getsignal(signal.SIGTERM) is old
+
+
+def test_a_failure_quotes_what_the_command_said_never_the_command(tmp_path: Path) -> None:
+    """bisect's reason for a failed capture quoted its own command: its log starts with a `$ command` line of
+    several lines, and only the first was skipped. The tail is the command's own output only."""
+    log = tmp_path / "logs" / "x.log"
+    with pytest.raises(CaptureFailed) as failed:
+        run_capture(CaptureCommand("echo it broke\nexit 2 # {out}", cwd=tmp_path, pythonpath=tmp_path),
+                    tmp_path / "o.katra", log=log)
+    assert failed.value.tail == ("it broke",)
+    run_capture(CaptureCommand("echo fine > {out}"), tmp_path / "p.katra", log=log)  # appended to the same log
+    with pytest.raises(CaptureFailed) as again:
+        run_capture(CaptureCommand("exit 1 # {out}"), tmp_path / "q.katra", log=log)
+    assert again.value.tail == ()  # nothing of the earlier captures' lines in that log
