@@ -398,7 +398,7 @@ def test_p10_run_level_sees_through_interference_that_only_adds() -> None:
     r = compare_runs({"s": base}, {"s": slower}, run_stat="p10")
     assert r.run_stat == "p10" and r.as_dict()["run_stat"] == "p10"
     s = r.scenes[0]
-    assert s.median_base == pytest.approx(np.exp(np.mean([np.log(np.percentile(x, 10)) for x in base])) * 1e-6)
+    assert s.level_base == pytest.approx(np.exp(np.mean([np.log(np.percentile(x, 10)) for x in base])) * 1e-6)
     with pytest.raises(ValueError, match="unknown run statistic"):
         compare_runs({"s": base}, {"s": slower}, run_stat="p5")
     # counts are deterministic: always their median, whatever was asked

@@ -97,7 +97,7 @@ def test_instructions_one_run_a_side_per_scene_and_per_zone(tmp_path: Path, katr
     assert out["metric"] == "instructions" and out["threshold_pct"] == 0.5
     scene = out["scenes"]["shader"]
     assert scene["verdict"] == "unchanged" and scene["unit"] == "counts" and scene["runs_base"] == 1
-    assert scene["median_base"] == 1.0e7 + 4.0e6 + 150_000  # the warmup (JIT) frame is excluded
+    assert scene["level_base"] == 1.0e7 + 4.0e6 + 150_000  # the warmup (JIT) frame is excluded
     r = katra_cli("compare", str(base), str(more), "--format", "json")
     assert r.returncode == 1, r.stdout + r.stderr
     scene = json.loads(r.stdout)["scenes"]["shader"]
@@ -205,8 +205,8 @@ def test_normalize_divides_by_the_reference_workload(tmp_path: Path, katra_cli) 
     out = json.loads(r.stdout)
     s = out["scenes"]["shader"]
     assert out["metric"] == "wall/reference" and s["value_unit"] == "x reference"
-    assert s["verdict"] == "unchanged" and s["median_base"] == pytest.approx(5.0, rel=0.03)
-    assert s["p99_base_ms"] is None and s["median_base_ms"] is None  # no ms figures for a ratio
+    assert s["verdict"] == "unchanged" and s["level_base"] == pytest.approx(5.0, rel=0.03)
+    assert s["p99_base_ms"] is None and s["level_base_ms"] is None  # no ms figures for a ratio
     # the normalized level is computed from the trace's reference rows
     from katra_trace import open_trace
     from katra_trace.analysis.stats import reference_durations
@@ -216,7 +216,7 @@ def test_normalize_divides_by_the_reference_workload(tmp_path: Path, katra_cli) 
     assert ref.size == 10
     frames = scene_durations(t.events, list(t.strings))["shader"]["wall"]
     one = compare_traces([t] * 3, [t] * 3, normalize=True).scenes[0]
-    assert one.median_base == pytest.approx(np.median(frames) / np.median(ref))
+    assert one.level_base == pytest.approx(np.median(frames) / np.median(ref))
 
 
 def test_normalize_without_reference_markers_is_bad_input(tmp_path: Path, katra_cli) -> None:

@@ -131,7 +131,7 @@ def test_normalize_uses_the_reference_rows_of_real_captures(tmp_path: Path, katr
         assert ref.size == 6  # one reference draw after every 4th of 24 measured frames
         frames = scene_durations(t.events, list(t.strings))["triangle"]["wall"]
         levels.append(float(np.median(frames) / np.median(ref)))
-    assert scene["median_base"] == pytest.approx(float(np.exp(np.mean(np.log(levels)))), rel=1e-9)
+    assert scene["level_base"] == pytest.approx(float(np.exp(np.mean(np.log(levels)))), rel=1e-9)
     assert compare_traces(traces, traces, normalize=True).scenes[0].ratio == pytest.approx(1.0)
     # a capture without the reference workload cannot be normalized: bad input
     r = katra_cli("run", "triangle", "--frames", "24", "--warmup", "2", "--size", "64x64", "--reference-every", "0",

@@ -52,8 +52,8 @@ def _count(x: float | None) -> str:
 
 
 def _time_row(s: Any) -> list[str]:
-    level = (f"{format_ms(s.median_base_ms)} -> {format_ms(s.median_new_ms)}" if s.value_unit == "ms"
-             else f"{_num(s.median_base, '.4g')} -> {_num(s.median_new, '.4g')}")
+    level = (f"{format_ms(s.level_base_ms)} -> {format_ms(s.level_new_ms)}" if s.value_unit == "ms"
+             else f"{_num(s.level_base, '.4g')} -> {_num(s.level_new, '.4g')}")
     return [
         s.scene, s.verdict, _pct(s.ratio),
         "-" if s.unit == "frames" else f"[{_pct(s.ci_low)}, {_pct(s.ci_high)}]",
@@ -72,7 +72,7 @@ def _count_row(s: Any) -> list[str]:
     frame = "" if not s.zone else f" ({_pct_fine(1 + s.frame_change_pct / 100)} of frame)"
     return [name, s.verdict, _pct_fine(s.ratio) + frame, f"[{_pct_fine(s.ci_low)}, {_pct_fine(s.ci_high)}]",
             _num(s.noise_floor_pct, ".2g") + "%", f"{s.runs_base}/{s.runs_new}",
-            f"{_count(s.median_base)} -> {_count(s.median_new)}", s.reason]
+            f"{_count(s.level_base)} -> {_count(s.level_new)}", s.reason]
 
 
 def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:

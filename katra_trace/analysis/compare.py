@@ -279,7 +279,7 @@ def _zone_rows(result: Comparison, sides: Mapping[str, Sequence[Any]], metric: s
             per = {side: [run[s.scene][zone] for run in totals[side] if zone in run.get(s.scene, {})]
                    for side in totals}
             rows.append(decide_counts(s.scene, per["base"], per["new"], threshold=threshold, metric=metric,
-                                      zone=zone, frame_base=s.median_base))
+                                      zone=zone, frame_base=s.level_base))
     return tuple(rows)
 
 

@@ -110,7 +110,7 @@ def decide_counts(scene: str, base_runs: Sequence[np.ndarray], new_runs: Sequenc
         own = float(np.log(med_n).mean()) - float(np.log(med_b).mean())
     level_b, level_n = geometric_mean(med_b), geometric_mean(med_n)
     m.update(frame_figures(b_all, n_all, count=True))
-    m.update(median_base=level_b, median_new=level_n, ratio=math.exp(own), noise_floor_pct=floor * 100,
+    m.update(level_base=level_b, level_new=level_n, ratio=math.exp(own), noise_floor_pct=floor * 100,
              run_cv_base=cv(med_b), run_cv_new=cv(med_n))
     est, scale = own, 1.0
     frame_level = level_b

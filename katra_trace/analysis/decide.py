@@ -105,10 +105,10 @@ def _measure_time(scene: str, b_runs: list[np.ndarray], n_runs: list[np.ndarray]
     med_n = np.array([run_level(r, run_stat) for r in n_runs])
     lb, ln = np.log(med_b), np.log(med_n)
     scale = 1e-6 if value_unit == "ms" else 1.0
-    out.update(run_cv_base=cv(med_b), run_cv_new=cv(med_n),
-               median_base=geometric_mean(med_b) * scale, median_new=geometric_mean(med_n) * scale)
+    out.update(run_cv_base=cv(med_b), run_cv_new=cv(med_n), stat=run_stat,
+               level_base=geometric_mean(med_b) * scale, level_new=geometric_mean(med_n) * scale)
     if value_unit == "ms":
-        out.update(median_base_ms=out["median_base"], median_new_ms=out["median_new"])
+        out.update(level_base_ms=out["level_base"], level_new_ms=out["level_new"])
     if min(len(b_runs), len(n_runs)) < MIN_RUNS:
         out["unit"] = "frames"
         out["ratio"] = out["frame_ratio"]

@@ -48,16 +48,19 @@ class SceneComparison:
     #: what the decision rests on: "runs" (unpaired), "rounds" (paired), "frames" (information
     #: only: too few runs), "counts" (deterministic metric)
     unit: str = ""
-    value_unit: str = "ms"  #: unit of median_base / median_new: ms, instructions, cycles, x reference
+    value_unit: str = "ms"  #: unit of level_base / level_new: ms, instructions, cycles, x reference
     paired: bool = False
     runs_base: int = 0
     runs_new: int = 0
     frames_base: int = 0
     frames_new: int = 0
-    median_base: float = math.nan  #: BASE level in value_unit (geometric mean of per-run medians, or p10s)
-    median_new: float = math.nan
-    median_base_ms: float = math.nan  #: the same in ms (time metrics only)
-    median_new_ms: float = math.nan
+    #: what reduces each run to its level: ``median`` (counts always) or ``p10`` (``--stat``); the levels, the
+    #: interval and the verdict are all on it, and every name says which
+    stat: str = "median"
+    level_base: float = math.nan  #: BASE level in value_unit: geometric mean of the runs' ``stat``
+    level_new: float = math.nan
+    level_base_ms: float = math.nan  #: the same in ms (time metrics only)
+    level_new_ms: float = math.nan
     ratio: float = math.nan
     ci_low: float = math.nan
     ci_high: float = math.nan

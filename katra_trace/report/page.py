@@ -232,7 +232,7 @@ def _comparison_section(comparison: Mapping[str, Any] | None, error: str | None)
         rows.append([
             _e(scene), f'<span class="{cls}">{_e(verdict)}</span>', _num(s.get("change_pct"), "pct"), ci,
             _num(s.get("p_holm"), "p"), _e(f"{s.get('runs_base', '-')} / {s.get('runs_new', '-')}"),
-            f"{_num(s.get('median_base'), level_unit)} &rarr; {_num(s.get('median_new'), level_unit)}"
+            f"{_num(s.get('level_base'), level_unit)} &rarr; {_num(s.get('level_new'), level_unit)}"
             + ("" if level_unit == "ms" else f" {_e(unit)}"),
             f'<span class="muted">{_e(s.get("reason", ""))}</span>',
         ])
