@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -180,3 +181,66 @@ def test_the_decision_modules_load_no_scipy_stats() -> None:
             "print('scipy.stats' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "False"
+
+
+#: The folders of code docs/architecture.md's tree names module by module ("The packages").
+DOCUMENTED_CODE = ("katra3d", "harness", "scenes", "katra_trace")
+#: A tree entry's name: a module (``name.py``) or a folder (``name/``).
+_TREE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.py|/)")
+
+
+def _tree_block(text: str) -> list[str]:
+    """The lines of the first fenced block under ``## The packages``."""
+    section = text.split("\n## The packages\n", 1)[1]
+    lines = section.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("```"))
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("```"))
+    return lines[start + 1:end]
+
+
+def _tree_paths(lines: list[str]) -> tuple[list[str], list[str]]:
+    """(module paths, folder paths) the tree lists, relative to the repository, in order.
+
+    An entry is ``name.py`` or ``name/`` at column 2 x depth, at most one level below the folder above it; any
+    other line starts with spaces and continues the description of the entry before it."""
+    modules: list[str] = []
+    folders: list[str] = []
+    stack: list[str] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        name = line.split()[0]
+        if indent % 2 == 0 and indent // 2 <= len(stack) and _TREE_NAME.fullmatch(name):
+            del stack[indent // 2:]
+            if name.endswith("/"):
+                stack.append(name[:-1])
+                folders.append("/".join(stack))
+            else:
+                modules.append("/".join([*stack, name]))
+        else:
+            assert indent > 0 and stack, f"tree line {number} is neither an entry nor a continuation: {line!r}"
+    return modules, folders
+
+
+def test_tree_parser() -> None:
+    lines = ["a/      the a package", "        continued, naming b/ and x.py", "  x.py  a module",
+             "  b/    a folder", "    y.py", "  z.py  back up", "c/", "  d/", "    e.py  deep", "                w.py"]
+    assert _tree_paths(lines) == (["a/x.py", "a/b/y.py", "a/z.py", "c/d/e.py"], ["a", "a/b", "c", "c/d"])
+    with pytest.raises(AssertionError, match="neither an entry"):
+        _tree_paths(["not an entry"])
+
+
+def test_architecture_md_names_every_module() -> None:
+    """docs/architecture.md's tree lists every module of the code (``__init__.py`` aside) and nothing else."""
+    modules, folders = _tree_paths(_tree_block((REPO / "docs" / "architecture.md").read_text(encoding="utf-8")))
+    actual = {p.relative_to(REPO).as_posix() for package in DOCUMENTED_CODE for p in _sources(package)
+              if p.name != "__init__.py"}
+    twice = sorted({m for m in modules if modules.count(m) > 1})
+    missing = sorted(actual - set(modules))
+    gone = sorted(set(modules) - actual) + [f + "/" for f in folders if not (REPO / f).is_dir()]
+    assert not (missing or gone or twice), (
+        "docs/architecture.md, 'The packages', does not match the code:\n"
+        + "".join(f"  not in the doc: {m}\n" for m in missing)
+        + "".join(f"  in the doc, not in the code: {m}\n" for m in gone)
+        + "".join(f"  in the doc twice: {m}\n" for m in twice))
