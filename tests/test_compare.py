@@ -74,6 +74,24 @@ def test_identical_distribution_high_noise_is_inconclusive_and_says_runs_needed(
     assert f"~{s.runs_needed} runs a side" in s.reason
 
 
+def test_what_would_settle_it_answers_for_the_change_seen() -> None:
+    """A +40 % change on a very noisy machine: the runs needed are those that would decide about +40 %, not
+    those that would resolve a 5 % step (the issue's ab said ~913 rounds for a change of about 30 %)."""
+    from katra_trace.analysis.intervals import runs_needed, settling_margin
+
+    rng = np.random.default_rng(7)
+    s = compare_runs({"s": runs(rng, 4, 10.0, run_cv=0.6)}, {"s": runs(rng, 4, 14.0, run_cv=0.6)}).scenes[0]
+    assert s.verdict == "inconclusive" and s.runs_needed is not None, s.reason
+    five = runs_needed(0.6, math.log1p(0.05), 0.01, 1, False)  # what the message used to answer
+    assert five is None or s.runs_needed * 10 < five
+    assert f"~{s.runs_needed} runs a side would decide about the {(s.ratio - 1) * 100:+.1f}% seen" in s.reason
+    # inside the band, what settles it is the distance to the band's edge (just inside the edge nothing does);
+    # beyond it, the distance from no change
+    assert settling_margin(math.log(1.01), 0.05) == pytest.approx(math.log(1.05) - math.log(1.01))
+    assert settling_margin(math.log(1.4), 0.05) == pytest.approx(math.log(1.4))
+    assert runs_needed(0.1, settling_margin(math.log1p(0.05) * 0.99999, 0.05), 0.01, 1, False) is None
+
+
 def test_ten_pct_slower_with_enough_runs_is_regression() -> None:
     rng = np.random.default_rng(3)
     c = compare_runs({"s": runs(rng, 20, 10.0)}, {"s": runs(rng, 20, 11.0)})

@@ -157,3 +157,16 @@ def test_resolution_says_how_many_runs_a_label_resolve_a_step() -> None:
                 for _ in range(40))
     assert found >= 24
     assert resolution(detect_steps([[1.0, 1.1]]), 5.0, 0.01).text() == "a single label: a step needs at least 2 labels"
+
+
+def test_too_few_labels_say_so_and_the_change_seen_is_what_would_be_settled() -> None:
+    """Three counted labels, one run each, +20 % at the newest: the real reason there is no step is the
+    four-label minimum (it said "about 154,468 labels ... would resolve a 0.5 % step")."""
+    from katra_trace.history.steps import MIN_LABELS_FOR_LABEL_NOISE
+
+    fit = detect_steps([np.array([35.99e6]), np.array([35.99e6]), np.array([43.34e6])])
+    why = resolution(fit, 20.4, 0.01).text()
+    assert not fit.steps and f"needs at least {MIN_LABELS_FOR_LABEL_NOISE} labels" in why, why
+    rng = np.random.default_rng(5)
+    noisy = detect_steps([np.exp(rng.normal(0.4 * (i >= 1), 0.3, 2)) for i in range(3)])
+    assert "the 49.2 % change seen" in resolution(noisy, 49.2, 0.01).text()

@@ -66,6 +66,7 @@ from katra_trace.analysis.intervals import (
     holm,
     paired_t,
     runs_needed,
+    settling_margin,
     welch,
 )
 from katra_trace.analysis.sequential import SequentialRule, look
@@ -165,18 +166,19 @@ def _decide_time(m: dict[str, Any], p_holm: float, threshold: float, alpha: floa
     if down < lo and hi < up:
         return SceneComparison(**dict(base, verdict=Verdict.UNCHANGED,
                                       reason=f"{change}; interval {interval} within +-{thr_pct:g}%"))
-    needed = runs_needed(sd_log, threshold, alpha, n_tests, m["paired"])
+    needed = runs_needed(sd_log, settling_margin(math.log(ratio), threshold), alpha, n_tests, m["paired"])
     have = min(m["runs_base"], m["runs_new"])
     if needed is not None:
         needed = max(needed, have + 1)
     why = (f"significant but below the {thr_pct:g}% threshold, and the interval {interval} does not rule "
            f"out {thr_pct:g}%" if sig else f"interval {interval}, p={p_holm:.2g}")
     cv = sd_log * 100
-    need = f"~{needed} {word} a side needed" if needed else "more runs needed"
+    need = (f"~{needed} {word} a side would decide about the {change} seen" if needed else
+            f"no number of {word} decides a change this close to the {thr_pct:g}% threshold")
     return SceneComparison(**dict(
         base, verdict=Verdict.INCONCLUSIVE, runs_needed=needed,
         reason=f"{change}: {why}; {'round-to-round' if m['paired'] else 'run-to-run'} spread {cv:.1f}%: "
-               f"{need} to resolve a {thr_pct:g}% change"))
+               f"{need}"))
 
 
 def _decide_sequential(m: dict[str, Any], rule: SequentialRule, n_tests: int) -> SceneComparison:

@@ -117,15 +117,27 @@ def paired_t(log_ratios: np.ndarray) -> TInterval:
     return TInterval(float(log_ratios.mean()), float(log_ratios.std(ddof=1)) / math.sqrt(k), float(k - 1))
 
 
-def runs_needed(sd_log: float, threshold: float, alpha: float, m: int, paired: bool) -> int | None:
-    """Runs (rounds) a side for a one-sided t at alpha / m to detect a ``threshold`` change.
+def settling_margin(estimate: float, threshold: float) -> float:
+    """How far the interval of a change seen (``estimate``, a log ratio) may reach and still decide about it:
+    beyond the threshold band (``threshold``, a fraction) its distance from no change (a regression or an
+    improvement needs the interval clear of 0), inside the band its distance to the band's edge (unchanged
+    needs the interval inside the band). 0 when the change sits on the band's edge: nothing settles it."""
+    edge = math.log1p(threshold)
+    size = abs(estimate)
+    return size if size >= edge else edge - size
+
+
+def runs_needed(sd_log: float, margin: float, alpha: float, m: int, paired: bool) -> int | None:
+    """Runs (rounds) a side for a one-sided t at alpha / m whose interval settles a change ``margin`` (a log
+    ratio, :func:`settling_margin` of the change seen) away from what it must clear.
 
     ``sd_log``: the spread of one run's log median (unpaired) or of one
-    round's log ratio (paired); power :data:`TARGET_POWER`.
+    round's log ratio (paired); power :data:`TARGET_POWER`. None when no number of runs would (a margin of 0,
+    or over 100,000 runs).
     """
-    if not math.isfinite(sd_log) or sd_log <= 0 or threshold <= 0:
+    if not math.isfinite(sd_log) or sd_log <= 0 or not math.isfinite(margin) or margin <= 0:
         return None
-    delta = math.log1p(threshold)
+    delta = margin
     a = alpha / max(m, 1)
     z = float(ndtri(1 - a)) + float(ndtri(TARGET_POWER))
     n_normal = (z * sd_log / delta) ** 2 * (1 if paired else 2)  # t quantiles only make it larger
@@ -181,6 +193,7 @@ __all__ = [
     "interval_verdict",
     "paired_t",
     "runs_needed",
+    "settling_margin",
     "t_ppf",
     "t_sf",
     "welch",

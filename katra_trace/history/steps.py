@@ -339,7 +339,11 @@ class Resolution:
         """One line: the noise source, its size, and how many labels or runs a step of ``step_pct`` needs."""
         if self.source == "one label":
             return "a single label: a step needs at least 2 labels"
-        step = f"a {self.step_pct:g} % step"
+        if self.source == "labels" and self.labels < MIN_LABELS_FOR_LABEL_NOISE and self.dispersion == 0:
+            return (f"{self.labels} labels of one run each: label-to-label noise needs at least "
+                    f"{MIN_LABELS_FOR_LABEL_NOISE} labels, so no step can be established yet (give each label "
+                    "several runs, or compare the two labels' traces with katra3d compare)")
+        step = f"the {self.step_pct:.3g} % change seen"
         if self.source == "labels":
             if self.dispersion > 0:
                 times = f"{self.dispersion:,.0f}" if self.dispersion >= 100 else f"{self.dispersion:.3g}"

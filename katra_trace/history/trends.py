@@ -289,7 +289,8 @@ def _model(s: Series, fit: Fit, threshold_pct: float, alpha: float) -> SeriesMod
     raw = s.points[-1].level / s.points[0].level
     reason = ""
     if not fit.steps and abs(math.log(raw)) >= math.log1p(threshold_pct / 100):
-        reason = resolution(fit, threshold_pct, alpha).text()
+        # what would settle it: labels or runs that would resolve the change seen, not a threshold-sized step
+        reason = resolution(fit, 100 * abs(raw - 1), alpha).text()
     return SeriesModel(s, fit, threshold_pct, 100 * (fit.change - 1), 100 * (raw - 1), reason)
 
 
