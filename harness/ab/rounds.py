@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, run_capture
-from katra_trace.analysis.comparison import Sides, compare_sides, open_quietly
+from katra_trace.analysis.comparison import Sides, compare_sides
 from katra_trace.analysis.sequential import SequentialRule, Settled, settle
 from katra_trace.analysis.verdict import Comparison
 from katra_trace.io.reader import Trace
-from katra_trace.io.tracesets import AB_MANIFEST_VERSION, write_ab_manifest
+from katra_trace.io.tracesets import AB_MANIFEST_VERSION, open_quietly, write_ab_manifest
 
 #: The sides, in the order of odd rounds.
 SIDES = ("base", "new")

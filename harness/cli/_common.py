@@ -12,11 +12,10 @@ import csv
 import os
 import shutil
 import sys
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from katra_trace import Trace, TraceRecoveryWarning, jsontext, open_trace
+from katra_trace import Trace, jsontext
 from katra_trace.analysis.defaults import (
     DEFAULT_ALPHA,
     DEFAULT_IMAGE_MAX_MEAN,
@@ -30,6 +29,7 @@ from katra_trace.analysis.defaults import (
     image_policy,
 )
 from katra_trace.analysis.images import ImageThresholds
+from katra_trace.io.tracesets import open_quietly, open_traces
 from katra_trace.metrics import METRICS, RUN_STATS, check_run_stat, is_count
 
 #: What ``--alpha`` means to a comparison of two sides (compare, ab, report --baseline).
@@ -115,23 +115,17 @@ def compare_kwargs(args: argparse.Namespace) -> dict[str, Any]:
             "run_stat": args.stat}
 
 
-def load_trace_quietly(path: str, events: bool = True) -> Trace:
-    """open_trace, with the recovery warning left to the caller (it reads ``trace.truncated``)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TraceRecoveryWarning)
-        return open_trace(path, events=events)
+#: a trace opened under the one damaged-trace policy, its recovery warning left to the caller
+load_trace_quietly = open_quietly
 
 
 def load_traces(paths: Sequence[str | os.PathLike[str]], verb: str = "using") -> list[Trace]:
-    """Open each trace (:func:`load_trace_quietly`); a damaged one is used up to where it stops, with a
+    """Open each trace once (the library's one damaged-trace policy,
+    :func:`katra_trace.io.tracesets.open_traces`): a damaged one is used up to where it stops, with its
     one-line warning on stderr ("<path> is damaged (why); <verb> the N events before offset O")."""
-    traces = []
-    for p in paths:
-        t = load_trace_quietly(os.fspath(p))
-        if t.truncated:
-            print(f"katra3d: warning: {p} is damaged ({t.stop_reason}); {verb} the "
-                  f"{len(t.events)} events before offset {t.stopped_at}", file=sys.stderr)
-        traces.append(t)
+    traces, damaged = open_traces(paths, verb)
+    for line in damaged:
+        print(f"katra3d: warning: {line}", file=sys.stderr)
     return traces
 
 

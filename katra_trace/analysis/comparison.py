@@ -13,8 +13,6 @@ what would settle it, the image verdicts, and the exit code. Commands print it; 
 from __future__ import annotations
 
 import dataclasses
-import os
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,32 +29,8 @@ from katra_trace.analysis.images import (
 from katra_trace.analysis.sequential import SequentialRule, Settled
 from katra_trace.analysis.verdict import Comparison, Verdict
 from katra_trace.errors import ConfigError
-from katra_trace.io.reader import Trace, TraceRecoveryWarning, open_trace
-from katra_trace.io.tracesets import AB_MANIFEST, ab_pairs, read_ab_manifest, trace_paths
-from katra_trace.text import shown
-
-
-def open_quietly(path: str | os.PathLike[str], events: bool = True) -> Trace:
-    """:func:`~katra_trace.io.reader.open_trace`, with the recovery warning left to the caller (it reads
-    ``trace.truncated``, and :func:`damaged_note` says it)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TraceRecoveryWarning)
-        return open_trace(path, events=events)
-
-
-def damaged_note(trace: Trace, verb: str = "using") -> str | None:
-    """The one line that says a trace is damaged and what of it is used, naming the file; None when whole."""
-    if not trace.truncated:
-        return None
-    return (f"{shown(str(trace.path))} is damaged ({trace.stop_reason}); {verb} the {len(trace.events)} events "
-            f"before offset {trace.stopped_at}")
-
-
-def open_traces(paths: Sequence[str | os.PathLike[str]], verb: str = "using") -> tuple[list[Trace], list[str]]:
-    """Each trace opened once; a damaged one is used up to where it stops. Returns the traces and one
-    :func:`damaged_note` per damaged trace (the one damaged-trace policy of every command)."""
-    traces = [open_quietly(p) for p in paths]
-    return traces, [note for t in traces if (note := damaged_note(t, verb)) is not None]
+from katra_trace.io.reader import Trace
+from katra_trace.io.tracesets import AB_MANIFEST, ab_pairs, open_traces, read_ab_manifest, trace_paths
 
 
 def resolve_sides(base: str, new: str | None) -> tuple[str, str]:
@@ -219,5 +193,5 @@ def compare_sides(sides: Sides, *, image_policy: str = "gate", image_limits: Ima
     return ComparisonResult(sides.base, sides.new, timing, images, image_policy, sequential, base_images, new_images)
 
 
-__all__ = ["ComparisonResult", "Sides", "compare_sides", "damaged_note", "find_pairing", "open_quietly",
-           "open_sides", "open_traces", "recorded_rule", "resolve_sides", "round_pairs"]
+__all__ = ["ComparisonResult", "Sides", "compare_sides", "find_pairing", "open_sides", "recorded_rule",
+           "resolve_sides", "round_pairs"]

@@ -1,4 +1,5 @@
-"""Sets of traces on disk: a trace or a directory of traces, and the ``ab.json`` manifest of an A/B directory.
+"""Sets of traces on disk: a trace or a directory of traces, opened under the one damaged-trace policy, and the
+``ab.json`` manifest of an A/B directory.
 
 ``katra3d ab`` records its rounds in ``ab.json`` (which BASE and NEW traces were taken together) so that
 ``katra3d compare DIR`` pairs them; every command that takes "a trace or a directory" lists its files here.
@@ -10,12 +11,14 @@ import json
 import os
 import re
 import stat
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from katra_trace.errors import ConfigError
 from katra_trace.io.claim import describe, open_output
-from katra_trace.io.reader import is_trace_file
+from katra_trace.io.reader import Trace, TraceRecoveryWarning, is_trace_file, open_trace
 from katra_trace.text import shown
 
 #: Name of the manifest ``katra3d ab`` writes into its output directory.
@@ -118,5 +121,29 @@ def trace_paths(path: str) -> list[Path]:
     return found
 
 
-__all__ = ["AB_MANIFEST", "AB_MANIFEST_VERSION", "AB_TRACE", "ab_pairs", "clear_ab_dir", "read_ab_manifest", "trace_paths",
-           "write_ab_manifest"]
+def open_quietly(path: str | os.PathLike[str], events: bool = True) -> Trace:
+    """:func:`~katra_trace.io.reader.open_trace`, with the recovery warning left to the caller (it reads
+    ``trace.truncated``, and :func:`damaged_note` says it)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TraceRecoveryWarning)
+        return open_trace(path, events=events)
+
+
+def damaged_note(trace: Trace, verb: str = "using") -> str | None:
+    """The one line that says a trace is damaged and what of it is used, naming the file; None when whole."""
+    if not trace.truncated:
+        return None
+    return (f"{shown(str(trace.path))} is damaged ({trace.stop_reason}); {verb} the {len(trace.events)} events "
+            f"before offset {trace.stopped_at}")
+
+
+def open_traces(paths: Sequence[str | os.PathLike[str]], verb: str = "using") -> tuple[list[Trace], list[str]]:
+    """Each trace opened once; a damaged one is used up to where it stops. Returns the traces and one
+    :func:`damaged_note` per damaged trace (the one damaged-trace policy of every command)."""
+    traces = [open_quietly(p) for p in paths]
+    return traces, [note for t in traces if (note := damaged_note(t, verb)) is not None]
+
+
+
+__all__ = ["AB_MANIFEST", "AB_MANIFEST_VERSION", "AB_TRACE", "ab_pairs", "clear_ab_dir", "damaged_note",
+           "open_quietly", "open_traces", "read_ab_manifest", "trace_paths", "write_ab_manifest"]
