@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import stat
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from katra_trace.errors import ConfigError
 from katra_trace.history.rows import RunFacts, file_sha256, host_fingerprint, trace_rows
 from katra_trace.history.store import PreparedRun
 from katra_trace.io.claim import describe
-from katra_trace.io.reader import TraceRecoveryWarning, open_trace
+from katra_trace.io.tracesets import damaged_note, open_quietly
 from katra_trace.text import check_text, shown
 
 #: File name pattern of the traces a directory argument stands for (searched recursively).
@@ -80,12 +79,10 @@ def prepare_runs(paths: Sequence[Path], label: str, commit: str = "", label_time
             same.append((path, by_sha[sha]))
             continue
         by_sha[sha] = path
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", TraceRecoveryWarning)
-            trace = open_trace(path)
-        if trace.truncated and warn is not None:
-            warn(f"{path} is damaged ({trace.stop_reason}); its runs are stored from the "
-                 f"{len(trace.events)} events before offset {trace.stopped_at}")
+        trace = open_quietly(path)
+        note = damaged_note(trace, "storing the runs of")
+        if note is not None and warn is not None:
+            warn(note)
         rows = trace_rows(trace, sha, RunFacts(label, commit, label_time_ns, added_ns))
         if not rows:
             raise ConfigError(f"{shown(path)} has no measured frames: nothing to store")
