@@ -10,15 +10,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import textwrap
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from katra3d.harness.cli._common import load_trace_quietly, print_json, terminal_width
 from katra_trace import Clock, Flag, Kind, Trace
-from katra_trace.errors import KatraError
-from katra_trace.io.images import FrameImage, read_frame_images
+from katra_trace.io.image_block import KeptFrame
 from katra_trace.text import escape
 from katra_trace.units import format_ms, significant
 
@@ -76,7 +74,8 @@ def info_dict(trace: Trace) -> dict[str, Any]:
         "stop_reason": trace.stop_reason or None,
         "notes": trace.notes,
         "images": [{"scene": i.scene, "frame_index": i.frame_index, "time_s": i.time_s, "width": i.width,
-                    "height": i.height, "sha256": i.sha256, "key": i.key} for i in _kept_frames(trace)],
+                    "height": i.height, "channels": i.channels, "sha256": i.sha256, "key": i.key, "offset": i.offset,
+                    "damage": i.damage or None} for i in _kept_frames(trace)],
     }
 
 
@@ -150,6 +149,7 @@ def render_text(trace: Trace) -> str:
         lines.append(f"DAMAGED   {trace.stop_reason}; everything before offset {trace.stopped_at} was recovered")
     for note in trace.notes:
         lines.append(f"repaired  {note}")
+    lines += [f"image     {_image_line(frame)}" for frame in _kept_frames(trace)]
     opts = h.capture_options
     if opts.timing_mode:
         lines.append(f"timing    {opts.timing_mode}" + (f" ({opts.timing_reason})" if opts.timing_reason else ""))
@@ -232,13 +232,15 @@ def _host_lines(trace: Trace) -> list[str]:
     return [line for line in (gl, machine) if line]
 
 
-def _kept_frames(trace: Trace) -> list[FrameImage]:
-    """The frames the trace keeps for the image verdicts (docs/kept-images.md); none from a trace whose
-    kept frames cannot be read (``validate`` says why)."""
-    try:
-        return list(read_frame_images(Path(trace.path)).values())
-    except KatraError:
-        return []
+def _kept_frames(trace: Trace) -> list[KeptFrame]:
+    """The frames the trace keeps for the image verdicts (docs/kept-images.md), as the reader found them: their
+    facts, and what is wrong with a damaged one's PNG. No pixel is decoded (``validate`` checks them)."""
+    return list(trace.kept_frames.values())
+
+
+def _image_line(frame: KeptFrame) -> str:
+    line = f"{frame.scene}: frame {frame.frame_index}, {frame.width}x{frame.height}, sha256 {frame.sha256[:12]}"
+    return f"{line}; DAMAGED: {frame.damage}" if frame.damage else line
 
 
 def render_compact(trace: Trace, width: int = 80) -> str:
@@ -259,8 +261,7 @@ def render_compact(trace: Trace, width: int = 80) -> str:
         ("capture", _capture_line(trace)),
         ("events", f"{_fmt_value(counts['by_kind'])}; clocks {_fmt_value(counts['by_clock'])}" if n else ""),
         ("scenes", _scene_lines(trace, counts)),
-        ("images", [f"{i.scene}: frame {i.frame_index}, {i.width}x{i.height}, sha256 {i.sha256[:12]}"
-                    for i in _kept_frames(trace)]),
+        ("images", [_image_line(i) for i in _kept_frames(trace)]),
         ("host", _host_lines(trace)),
         ("notes", h.notes or ""),
     ]

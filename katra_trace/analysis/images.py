@@ -7,8 +7,14 @@ One definition, which compare, ab, the report and bisect call: :func:`image_verd
   finds a mean error at or below :attr:`ImageThresholds.max_mean` and a share of pixels whose error is over
   :attr:`ImageThresholds.outlier_level` at or below :attr:`ImageThresholds.max_outlier_pct`: another code
   generator rounded differently;
-* *changed*: either is over its threshold, or (without FLIP, or without pixels) the checksums differ;
-* *incomparable*: an image is missing on one side, or the sizes differ.
+* *changed*: either is over its threshold, or (without FLIP, without pixels, or over FLIP's pixel cap
+  :data:`FLIP_MAX_PIXELS`) the checksums differ;
+* *incomparable*: an image is missing on one side, the sizes differ, or a kept frame cannot be read: damaged
+  (its PNG does not hold what its record says) or too large for its trace's reading budget; the reason names
+  the trace file.
+
+A trace's kept frames come from the reader's one scan (``trace.kept_frames``); their pixels are decoded here,
+one frame a side at a time, only when the verdict needs them (:func:`katra_trace.io.images.frame_pixels`).
 
 The defaults live in :mod:`katra_trace.analysis.defaults` and were measured on llvmpipe renders of every
 built-in scene (docs/images.md). FLIP and Pillow are the optional extra ``katra3d[images]``; without FLIP the
@@ -36,23 +42,30 @@ from katra_trace.analysis.defaults import (
     check_image_max_outlier_pct,
     check_image_outlier_level,
 )
+from katra_trace.errors import KatraError, TraceTooLargeError
 from katra_trace.io.claim import check_output_dir, missing_directory, open_output
-from katra_trace.io.images import encode_png, read_frame_images
+from katra_trace.io.image_block import KeptFrame
+from katra_trace.io.images import KeptFrameError, encode_png, frame_pixels
 from katra_trace.jsontext import record_dict
 from katra_trace.optional import MissingDependencyError, require
 
 #: The verdicts of :func:`image_verdict`, from best to worst.
 IMAGE_VERDICTS = ("identical", "within_tolerance", "changed", "incomparable")
-#: The format minor version that added kept frames (IMAGE blocks, katra_trace/io/image_block.py).
-KEPT_FRAMES_MINOR = 2
 #: What needs FLIP, as the install line names it.
 FLIP_PURPOSE = "an image tolerance (identical / within tolerance / changed)"
+#: The largest frame FLIP measures, in pixels (2048 x 2048): FLIP takes about 4 us a pixel on one core, so
+#: this bounds its time (about 10-20 s on the loaded 2-core machine this was measured on; an 8192x8192 frame
+#: took 291 s). Its memory is bounded by the tiles (:data:`FLIP_TILE`). Over the cap the verdict rests on
+#: the checksums, and says so.
+FLIP_MAX_PIXELS = 1 << 22
 
 
 class ImageLike(Protocol):
     """A scene's last frame as a comparison needs it: its checksum and, when kept, its pixels.
 
-    ``katra_trace.io.images.FrameImage`` (a trace's kept frame) and :class:`ImageRef` both are one."""
+    ``katra_trace.io.images.FrameImage`` (a kept frame with its pixels) and :class:`ImageRef` both are one;
+    a trace's :class:`~katra_trace.io.image_block.KeptFrame` (pixels decoded on demand) stands beside them
+    (:data:`Image`)."""
 
     @property
     def sha256(self) -> str: ...
@@ -68,6 +81,10 @@ class ImageRef:
 
     sha256: str
     pixels: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
+
+
+#: A side's last frame: a kept frame as the reader keeps it (pixels decoded when needed) or an :class:`ImageLike`.
+Image = KeptFrame | ImageLike
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +119,8 @@ class ImageVerdict:
     checksum_only: bool = False
     base_sha256: str = ""
     new_sha256: str = ""
+    #: False when a side's kept frame could not be read (damaged, or over its trace's budget): no pictures
+    readable: bool = dataclasses.field(default=True, repr=False)
 
     @property
     def line(self) -> str:
@@ -116,6 +135,7 @@ class ImageVerdict:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict; NaN becomes None."""
         out = record_dict(self)
+        del out["readable"]
         out["line"] = self.line
         return out
 
@@ -143,43 +163,99 @@ def _rgb01(pixels: np.ndarray) -> np.ndarray:
     return out
 
 
+#: FLIP runs on tiles of this many pixels a side, each read with :data:`FLIP_MARGIN` pixels of its neighbours
+#: around it, so that what it holds (about 150 bytes a pixel) stays near 50 MB whatever the frame's size.
+FLIP_TILE = 512
+#: FLIP's filters reach about 10 pixels at its default 67 pixels a degree (3 sigma of its widest Gaussian);
+#: with 16 pixels or more of context the tiled error map equals the whole frame's bit for bit (8 did not).
+FLIP_MARGIN = 32
+
+
+def _flip_tiles(base: np.ndarray, new: np.ndarray, magma: bool) -> np.ndarray:
+    """FLIP over ``base`` and ``new`` tile by tile: (H, W) float32 errors, or with ``magma`` (H, W, 3) float32
+    colours; each tile's pixels are those of a FLIP over the whole frame."""
+    flip = flip_module()
+    height, width = base.shape[:2]
+    out = np.empty((height, width, 3) if magma else (height, width), dtype=np.float32)
+    for top in range(0, height, FLIP_TILE):
+        for left in range(0, width, FLIP_TILE):
+            y0, x0 = max(0, top - FLIP_MARGIN), max(0, left - FLIP_MARGIN)
+            y1, x1 = min(height, top + FLIP_TILE + FLIP_MARGIN), min(width, left + FLIP_TILE + FLIP_MARGIN)
+            result, _mean, _params = flip.evaluate(_rgb01(base[y0:y1, x0:x1]), _rgb01(new[y0:y1, x0:x1]), "LDR",
+                                                   applyMagma=magma)
+            tile = np.asarray(result, dtype=np.float32).reshape((y1 - y0, x1 - x0, 3) if magma else (y1 - y0, x1 - x0))
+            bottom, right = min(height, top + FLIP_TILE), min(width, left + FLIP_TILE)
+            out[top:bottom, left:right] = tile[top - y0:bottom - y0, left - x0:right - x0]
+    return out
+
+
 def flip_errors(base: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """FLIP's per-pixel error (H, W) float32 in [0, 1] of NEW against BASE (uint8 images of one size).
+    """FLIP's per-pixel error (H, W) float32 in [0, 1] of NEW against BASE (uint8 images of one size), computed
+    in tiles (:data:`FLIP_TILE`): within a fixed memory, and equal to FLIP over the whole frame.
 
     Raises :class:`MissingDependencyError` without ``flip-evaluator``."""
-    flip = flip_module()
-    errors, _mean, _params = flip.evaluate(_rgb01(base), _rgb01(new), "LDR", applyMagma=False)
-    out: np.ndarray = np.asarray(errors, dtype=np.float32).reshape(base.shape[0], base.shape[1])
-    return out
+    return _flip_tiles(base, new, magma=False)
 
 
 def flip_error_map(base: np.ndarray, new: np.ndarray) -> np.ndarray:
     """FLIP's error map of NEW against BASE as an (H, W, 3) uint8 image in the magma colour map (black: no
     visible difference, yellow: the largest): the picture ``compare --image-diff`` and the report show."""
-    flip = flip_module()
-    coloured, _mean, _params = flip.evaluate(_rgb01(base), _rgb01(new), "LDR", applyMagma=True)
-    rgb = np.clip(np.asarray(coloured, dtype=np.float32), 0.0, 1.0)
+    rgb = np.clip(_flip_tiles(base, new, magma=True), 0.0, 1.0)
     return np.ascontiguousarray(np.rint(rgb * 255.0).astype(np.uint8))
 
 
-def _size(pixels: np.ndarray) -> str:
-    return f"{pixels.shape[1]}x{pixels.shape[0]}"
-
-
-def _sha(image: ImageLike | np.ndarray) -> str:
+def _sha(image: Image | np.ndarray) -> str:
     return "" if isinstance(image, np.ndarray) else str(image.sha256)
 
 
-def _pixels(image: ImageLike | np.ndarray) -> np.ndarray | None:
-    return image if isinstance(image, np.ndarray) else image.pixels
+def _has_pixels(image: Image | np.ndarray) -> bool:
+    """Whether the side has pixels to measure by (a kept frame does, decoded when needed)."""
+    return isinstance(image, (np.ndarray, KeptFrame)) or image.pixels is not None
 
 
-def image_verdict(base: ImageLike | np.ndarray | None, new: ImageLike | np.ndarray | None,
+def _dims(image: Image | np.ndarray) -> tuple[int, int]:
+    """(width, height) of a side with pixels, from a kept frame's record without decoding it."""
+    if isinstance(image, KeptFrame):
+        return image.width, image.height
+    pixels = image if isinstance(image, np.ndarray) else image.pixels
+    assert pixels is not None
+    return int(pixels.shape[1]), int(pixels.shape[0])
+
+
+def _load(image: Image | np.ndarray) -> np.ndarray:
+    """The pixels of a side with pixels (a kept frame decoded now: KatraError when it cannot be read)."""
+    if isinstance(image, KeptFrame):
+        return frame_pixels(image)
+    pixels = image if isinstance(image, np.ndarray) else image.pixels
+    assert pixels is not None
+    return pixels
+
+
+def unreadable(image: Image | np.ndarray | None) -> str | None:
+    """Why a side's kept frame cannot be judged, naming its trace file ("damaged: FILE: kept frame of scene 's'
+    at offset N: ..." or "too large: FILE: ..."); None when it can (or is not a kept frame). The frame is
+    decoded and checked against its record, then dropped: one frame at a time."""
+    if not isinstance(image, KeptFrame):
+        return None
+    try:
+        frame_pixels(image)
+    except KeptFrameError as exc:
+        return f"damaged: {exc}"
+    except TraceTooLargeError as exc:
+        return f"too large: {exc}"
+    except KatraError as exc:
+        return f"unreadable: {exc}"
+    return None
+
+
+def image_verdict(base: Image | np.ndarray | None, new: Image | np.ndarray | None,
                   thresholds: ImageThresholds | None = None) -> ImageVerdict:
     """The image verdict of NEW's last frame against BASE's (the rule is in this module's docstring).
 
-    Each side is an :class:`ImageLike` (checksum, pixels when kept), a bare (H, W, 3|4) uint8 array, or None
-    (no image). Without ``flip-evaluator`` different images are *changed* on their checksums alone."""
+    Each side is a trace's :class:`~katra_trace.io.image_block.KeptFrame`, an :class:`ImageLike` (checksum,
+    pixels when kept), a bare (H, W, 3|4) uint8 array, or None (no image). A kept frame is decoded (inside its
+    trace's budget) and checked against its record before anything is said of it. Without ``flip-evaluator``,
+    or over :data:`FLIP_MAX_PIXELS`, different images are *changed* on their checksums alone."""
     limits = thresholds or ImageThresholds()
     if base is None or new is None:
         missing = " and ".join(side for side, image in (("BASE", base), ("NEW", new)) if image is None)
@@ -188,24 +264,35 @@ def image_verdict(base: ImageLike | np.ndarray | None, new: ImageLike | np.ndarr
                             new_sha256=_sha(new) if new is not None else "")
     shas: dict[str, Any] = {"base_sha256": _sha(base), "new_sha256": _sha(new),
                             "outlier_level": limits.outlier_level}
-    pb, pn = _pixels(base), _pixels(new)
+    problems = [p for p in (unreadable(base), unreadable(new)) if p is not None]
+    if problems:
+        return ImageVerdict("incomparable", "; ".join(problems), readable=False, **shas)
     if shas["base_sha256"] and shas["new_sha256"]:
         same = shas["base_sha256"] == shas["new_sha256"]
+    elif _has_pixels(base) and _has_pixels(new):  # a bare array: its bytes
+        pb, pn = _load(base), _load(new)
+        same = pb.shape == pn.shape and np.array_equal(pb, pn)
     else:
-        same = pb is not None and pn is not None and pb.shape == pn.shape and np.array_equal(pb, pn)
+        same = False
     if same:
         return ImageVerdict("identical", "same checksum", **shas)
-    if pb is None or pn is None:
-        where = " and ".join(side for side, p in (("BASE", pb), ("NEW", pn)) if p is None)
+    if not _has_pixels(base) or not _has_pixels(new):
+        where = " and ".join(side for side, image in (("BASE", base), ("NEW", new)) if not _has_pixels(image))
         return ImageVerdict("changed", f"checksums differ ({where} kept no pixels to measure by how much)",
                             checksum_only=True, **shas)
-    if pb.shape[:2] != pn.shape[:2]:
-        return ImageVerdict("incomparable", f"image sizes differ: {_size(pb)} vs {_size(pn)}",
-                            **shas)
+    (wb, hb), (wn, hn) = _dims(base), _dims(new)
+    if (wb, hb) != (wn, hn):
+        return ImageVerdict("incomparable", f"image sizes differ: {wb}x{hb} vs {wn}x{hn}", **shas)
     if flip_missing() is not None:
         return ImageVerdict("changed", "checksums differ (FLIP is not installed: no tolerance)",
                             checksum_only=True, **shas)
-    errors = flip_errors(pb, pn)
+    if wb * hb > FLIP_MAX_PIXELS:
+        return ImageVerdict("changed", f"checksums differ ({wb}x{hb} is over FLIP's cap of {FLIP_MAX_PIXELS} "
+                            "pixels: no tolerance measured)", checksum_only=True, **shas)
+    try:
+        errors = flip_errors(_load(base), _load(new))
+    except KatraError as exc:  # the two frames together did not fit where each alone did
+        return ImageVerdict("incomparable", f"too large: {exc}", readable=False, **shas)
     mean = float(errors.mean())
     outliers = float((errors > limits.outlier_level).mean() * 100.0)
     changed = mean > limits.max_mean or outliers > limits.max_outlier_pct
@@ -216,7 +303,7 @@ def image_verdict(base: ImageLike | np.ndarray | None, new: ImageLike | np.ndarr
                         outlier_pct=outliers, **shas)
 
 
-def image_verdicts(base: Mapping[str, ImageLike], new: Mapping[str, ImageLike],
+def image_verdicts(base: Mapping[str, Image], new: Mapping[str, Image],
                    thresholds: ImageThresholds | None = None, scenes: Iterable[str] | None = None,
                    not_comparable: Mapping[str, str] | None = None) -> dict[str, ImageVerdict]:
     """:func:`image_verdict` of every scene with an image on either side (or of ``scenes``), in order.
@@ -236,29 +323,29 @@ def image_verdicts(base: Mapping[str, ImageLike], new: Mapping[str, ImageLike],
     return out
 
 
-def trace_images(trace: Any) -> dict[str, ImageLike]:
-    """The last frame of each scene of an opened trace, by scene label: the kept frame (pixels and checksum,
-    :func:`katra_trace.io.images.read_frame_images`) where the trace keeps one, else the checksum its scene
-    annotation recorded (``last_frame_sha256``; no pixels). Scenes with neither are absent."""
-    images: dict[str, ImageLike] = {}
+def trace_images(trace: Any) -> dict[str, Image]:
+    """The last frame of each scene of an opened trace, by scene label: the kept frame the reader kept
+    (``trace.kept_frames``: facts and PNG, pixels decoded only when a verdict needs them; the file is not read
+    again) where the trace keeps one, else the checksum its scene annotation recorded (``last_frame_sha256``;
+    no pixels). Scenes with neither are absent."""
+    images: dict[str, Image] = {}
     for note in getattr(trace, "annotations", ()):
         if isinstance(note, dict) and note.get("type") == "scene" and isinstance(note.get("last_frame_sha256"), str):
             images[str(note.get("scene"))] = ImageRef(note["last_frame_sha256"])
-    path = getattr(trace, "path", None)
-    version = getattr(trace, "version", (1, KEPT_FRAMES_MINOR))
-    if path is not None and tuple(version) >= (1, KEPT_FRAMES_MINOR):  # older formats keep no frames: no re-read
-        images.update(read_frame_images(Path(path)))
+    images.update(getattr(trace, "kept_frames", {}))
     return images
 
 
-def side_images(traces: Sequence[Any]) -> dict[str, ImageLike]:
+def side_images(traces: Sequence[Any]) -> dict[str, Image]:
     """The last frame of each scene of one side of a comparison (its runs): the first run's that has one,
-    preferring a run whose frame kept its pixels. A scene renders the same frame in every run of one build,
-    so any run stands for the side."""
-    side: dict[str, ImageLike] = {}
+    preferring a run whose frame kept its pixels, and an undamaged kept frame to a damaged one. A scene renders
+    the same frame in every run of one build, so any run stands for the side."""
+    side: dict[str, Image] = {}
     for trace in traces:
         for scene, image in trace_images(trace).items():
-            if scene not in side or (side[scene].pixels is None and image.pixels is not None):
+            held = side.get(scene)
+            if held is None or (not _has_pixels(held) and _has_pixels(image)) or (
+                    isinstance(held, KeptFrame) and held.damage and isinstance(image, KeptFrame) and not image.damage):
                 side[scene] = image
     return side
 
@@ -270,13 +357,29 @@ def exit_code_with_images(timing_code: int, verdicts: Mapping[str, ImageVerdict]
     return 1 if gated else timing_code
 
 
-def diff_pngs(base: np.ndarray, new: np.ndarray) -> dict[str, bytes]:
-    """The pictures of one scene's difference as PNG bytes: ``base``, ``new`` and, when FLIP is installed and
-    the sizes agree, ``flip`` (:func:`flip_error_map`)."""
-    out = {"base": encode_png(base), "new": encode_png(new)}
-    if base.shape[:2] == new.shape[:2] and flip_missing() is None:
-        out["flip"] = encode_png(flip_error_map(base, new))
+def _png(image: Image | np.ndarray) -> bytes:
+    """A side's picture as PNG bytes: a kept frame's own PNG (checked by its verdict, not decoded again)."""
+    return image.png if isinstance(image, KeptFrame) else encode_png(_load(image))
+
+
+def diff_pngs(base: Image | np.ndarray, new: Image | np.ndarray) -> dict[str, bytes]:
+    """The pictures of one scene's difference as PNG bytes: ``base``, ``new`` and, when FLIP is installed, the
+    sizes agree and they are within :data:`FLIP_MAX_PIXELS`, ``flip`` (:func:`flip_error_map`). Kept frames
+    give their own PNGs and are decoded only for the FLIP map (left out when one cannot be read)."""
+    out = {"base": _png(base), "new": _png(new)}
+    (wb, hb), (wn, hn) = _dims(base), _dims(new)
+    if (wb, hb) == (wn, hn) and wb * hb <= FLIP_MAX_PIXELS and flip_missing() is None:
+        try:
+            out["flip"] = encode_png(flip_error_map(_load(base), _load(new)))
+        except KatraError:  # a damaged or too large frame: its verdict says so
+            pass
     return out
+
+
+def has_pictures(verdict: ImageVerdict, base: Image | None, new: Image | None) -> bool:
+    """Whether a scene's difference can be shown: not identical, pixels on both sides, both readable."""
+    return (verdict.verdict != "identical" and verdict.readable and base is not None and new is not None
+            and _has_pixels(base) and _has_pixels(new))
 
 
 def file_stem(scene: str) -> str:
@@ -285,7 +388,7 @@ def file_stem(scene: str) -> str:
 
 
 def write_image_diff(directory: str | os.PathLike[str], verdicts: Mapping[str, ImageVerdict],
-                     base: Mapping[str, ImageLike], new: Mapping[str, ImageLike]) -> list[Path]:
+                     base: Mapping[str, Image], new: Mapping[str, Image]) -> list[Path]:
     """``compare --image-diff DIR``: for every scene whose image is not identical and whose pixels both sides
     kept, write ``DIR/<scene>.base.png``, ``.new.png`` and ``.flip.png`` (the FLIP error map, when FLIP is
     installed). DIR is made when missing; an existing file is never replaced (the output claim). Returns the
@@ -295,7 +398,7 @@ def write_image_diff(directory: str | os.PathLike[str], verdicts: Mapping[str, I
     stems: set[str] = set()
     for scene, verdict in verdicts.items():
         b, n = base.get(scene), new.get(scene)
-        if verdict.verdict == "identical" or b is None or n is None or b.pixels is None or n.pixels is None:
+        if b is None or n is None or not has_pictures(verdict, b, n):
             continue
         stem = file_stem(scene)
         while stem in stems:  # two labels that read alike as file names
@@ -305,7 +408,7 @@ def write_image_diff(directory: str | os.PathLike[str], verdicts: Mapping[str, I
             root.mkdir(exist_ok=True)
         except FileNotFoundError:
             raise missing_directory(root.parent) from None
-        for what, data in diff_pngs(b.pixels, n.pixels).items():
+        for what, data in diff_pngs(b, n).items():
             path = root / f"{stem}.{what}.png"
             with open_output(path, option="--image-diff", example="DIR") as f:
                 f.write(data)
@@ -314,8 +417,10 @@ def write_image_diff(directory: str | os.PathLike[str], verdicts: Mapping[str, I
 
 
 __all__ = [
+    "FLIP_MAX_PIXELS",
     "FLIP_PURPOSE",
     "IMAGE_VERDICTS",
+    "Image",
     "ImageLike",
     "ImageRef",
     "ImageThresholds",
@@ -327,6 +432,8 @@ __all__ = [
     "diff_pngs",
     "exit_code_with_images",
     "file_stem",
+    "has_pictures",
+    "unreadable",
     "write_image_diff",
     "image_verdict",
     "image_verdicts",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import zlib
 from collections.abc import Iterator
 from typing import Any, BinaryIO
@@ -51,6 +52,39 @@ def decode_budget(size: int, max_ratio: float | None = None) -> int | None:
     if ratio == 0:
         return None
     return int(ratio * size) + BUDGET_ALLOWANCE_BYTES
+
+
+class DecodeBudget:
+    """The decoded bytes one file may still make a reader hold (:func:`decode_budget`), shared by everything
+    decoded from it: its blocks while it is scanned, then its kept frames' pixels while they are held.
+
+    :meth:`take` before allocating (TraceTooLargeError when it does not fit), :meth:`give` back what was
+    freed. ``left`` None: no limit (``max_ratio`` 0)."""
+
+    def __init__(self, size: int, max_ratio: float | None = None) -> None:
+        self.size = size
+        self.ratio = resolve_max_ratio(max_ratio)
+        self.left = decode_budget(size, self.ratio)
+        self._lock = threading.Lock()
+
+    def take(self, n: int, what: str, offset: int | None = None) -> None:
+        """Count ``n`` more decoded bytes against the budget; ``what`` ("the block at offset 96 would decode
+        to", ending where the byte count goes) starts the message when they do not fit."""
+        with self._lock:
+            if self.left is None:
+                return
+            if n > self.left:
+                raise TraceTooLargeError(
+                    f"{what} {n} more bytes, beyond {self.ratio:g} x the file's {self.size} bytes + "
+                    f"{BUDGET_ALLOWANCE_BYTES >> 20} MiB ({self.left} bytes left; a decompression bomb?); if this "
+                    f"trace is genuine, lift the limit with {MAX_RATIO_ENV}=0 (or a larger ratio)", offset)
+            self.left -= n
+
+    def give(self, n: int) -> None:
+        """``n`` decoded bytes taken before are free again."""
+        with self._lock:
+            if self.left is not None:
+                self.left += n
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +134,7 @@ class ScanState:
     summary_offset: int | None = None  #: where the footer says the SUMMARY is; None: no footer
     skipped_blocks: int = 0
     max_ratio: float | None = None  #: decoding budget (see :func:`decode_budget`); None: the default
-    budget_left: int | None = None  #: decoded bytes still allowed; None: no limit
+    budget: DecodeBudget | None = None  #: what the file may still decode (set by :func:`iter_blocks`)
     notes: list[str] = dataclasses.field(default_factory=list)  #: content repaired while reading
 
 
@@ -118,7 +152,7 @@ def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator
     cut inside its preamble, always raises.
     """
     size = state.size = file_size(f)
-    state.budget_left = decode_budget(size, state.max_ratio)
+    budget = state.budget = DecodeBudget(size, state.max_ratio)
     f.seek(0)
     pre = f.read(fmt.PREAMBLE_SIZE)
     state.version = _check_preamble(pre, size)
@@ -168,10 +202,12 @@ def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator
         if seq != expected_seq:
             stop(f"corrupt block at offset {pos}: sequence number {seq}, expected {expected_seq}", pos)
             return
-        if state.budget_left is not None and btype in _KNOWN_TYPES:
-            if raw_len > state.budget_left:
-                raise _too_large(state, pos, raw_len)
-            state.budget_left -= raw_len
+        if btype == fmt.BlockType.IMAGE and codec != fmt.Codec.NONE:  # checked before anything is decoded
+            stop(f"corrupt IMAGE block at offset {pos}: codec {codec}; kept frames are stored with codec 0 "
+                 "(their PNG is compressed already)", pos)
+            return
+        if btype in _KNOWN_TYPES:
+            budget.take(raw_len, f"the block at offset {pos} would decode to", pos)
         try:
             block = _decode(btype, codec, schema, seq, stored, raw_len, pos, minor, state.notes)
         except TraceFormatError as err:
@@ -188,14 +224,6 @@ def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator
 
 
 _KNOWN_TYPES = frozenset(int(t) for t in fmt.BlockType)
-
-
-def _too_large(state: ScanState, pos: int, raw_len: int) -> TraceTooLargeError:
-    ratio = resolve_max_ratio(state.max_ratio)
-    return TraceTooLargeError(
-        f"the block at offset {pos} would decode to {raw_len} more bytes, beyond {ratio:g} x the file's "
-        f"{state.size} bytes + {BUDGET_ALLOWANCE_BYTES >> 20} MiB (a decompression bomb?); if this trace is "
-        f"genuine, lift the limit with {MAX_RATIO_ENV}=0 (or a larger ratio)", pos)
 
 
 def _check_preamble(pre: bytes, size: int) -> tuple[int, int]:

@@ -2,9 +2,11 @@
 
 A ``katra3d run --frames N`` capture (and :meth:`katra3d.harness.capture.Capture.keep_image`) keeps one
 frame a scene, losslessly, in the trace itself: an IMAGE block (format 1.2,
-:mod:`katra_trace.io.image_block`) holding the frame's facts and its pixels as a PNG. Read them
-with :func:`read_frame_images`; a trace without IMAGE blocks (an older trace, a ``--duration``
-run, ``--no-keep-image``) gives ``{}``.
+:mod:`katra_trace.io.image_block`) holding the frame's facts and its pixels as a PNG. The reader keeps
+each one's facts and PNG bytes (``open_trace(path).kept_frames``); :func:`frame_pixels` decodes one, checked
+against its record, inside the trace's reading budget, and :func:`read_frame_images` gives them all with
+their pixels; a trace without IMAGE blocks (an older trace, a ``--duration`` run, ``--no-keep-image``)
+gives ``{}``.
 
 The **image key** says which device drew a frame (:func:`image_key`): the GL renderer string,
 the Mesa and LLVM versions and llvmpipe's vector width. Two frames of one scene are expected to
@@ -20,6 +22,10 @@ import io
 import json
 import os
 import re
+import struct
+import warnings
+import weakref
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,10 +34,9 @@ import numpy as np
 from PIL import Image
 
 from katra_trace.errors import TraceFormatError
-from katra_trace.io import format as fmt
-from katra_trace.io.blocks import ScanState, iter_blocks
-from katra_trace.io.image_block import IMAGE_ENCODING, MAX_IMAGE_BYTES
-from katra_trace.io.reader import open_regular
+from katra_trace.io.blocks import DecodeBudget
+from katra_trace.io.image_block import IMAGE_ENCODING, MAX_IMAGE_BYTES, KeptFrame
+from katra_trace.io.reader import TraceRecoveryWarning, open_trace
 
 #: The image key's fields, in order: which device and code generator drew a frame.
 KEY_FIELDS: tuple[str, ...] = ("renderer", "mesa", "llvm", "vector_bits")
@@ -65,7 +70,7 @@ class FrameImage:
 
 def image_checksum(pixels: np.ndarray) -> str:
     """SHA-256 (hex) of the pixel bytes, in C order (rows top to bottom, then RGBA or RGB)."""
-    return hashlib.sha256(np.ascontiguousarray(pixels, dtype=np.uint8).tobytes()).hexdigest()
+    return hashlib.sha256(np.ascontiguousarray(pixels, dtype=np.uint8).data).hexdigest()  # no copy of the bytes
 
 
 def check_pixels(pixels: Any) -> np.ndarray:
@@ -90,16 +95,105 @@ def decode_png(data: bytes, what: str = "PNG") -> np.ndarray:
     Grey, palette and 16-bit PNGs are converted to 8-bit RGB or RGBA; nothing larger than
     :data:`~katra_trace.io.image_block.MAX_IMAGE_BYTES` of pixels is decoded."""
     try:
-        with Image.open(io.BytesIO(data), formats=["PNG"]) as img:
+        with warnings.catch_warnings():  # the size is checked below, against katra3d's own limit
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img_file = Image.open(io.BytesIO(data), formats=["PNG"])
+        with img_file as img:
             width, height = img.size
             if width * height * 4 > MAX_IMAGE_BYTES:
                 raise ValueError(f"{what}: {width}x{height} pixels exceed the {MAX_IMAGE_BYTES >> 20} MiB limit")
             if img.mode not in ("RGB", "RGBA"):
                 img = img.convert("RGBA" if "A" in img.getbands() or "transparency" in img.info else "RGB")
             arr = np.asarray(img, dtype=np.uint8)
-    except (OSError, SyntaxError, Image.DecompressionBombError) as exc:
+    except _PNG_ERRORS as exc:
         raise ValueError(f"{what} is not a readable PNG ({type(exc).__name__}: {exc})") from None
     return check_pixels(arr)
+
+
+#: What Pillow raises on bytes that are not a readable PNG (a truncated deflate stream, a bad chunk, ...).
+_PNG_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, struct.error, zlib.error,
+               Image.DecompressionBombError)
+#: Decoded rows are copied out of Pillow in strips of about this many bytes (a strip is the only copy made
+#: beside Pillow's own buffer and the result).
+STRIP_BYTES = 4 << 20
+
+
+class KeptFrameError(TraceFormatError):
+    """A kept frame's PNG does not hold the pixels its record describes (truncated, another size, another
+    SHA-256, not a PNG); the message names the trace file, the scene and the block's offset."""
+
+
+def decode_cost(width: int, height: int, channels: int) -> tuple[int, int]:
+    """The bytes :func:`png_pixels` holds while it decodes (Pillow's own 4-byte pixels, the result and one
+    strip) and the bytes of its result, which stay held until the caller drops it."""
+    held = width * height * channels
+    return width * height * 4 + held + min(STRIP_BYTES, width * height * 4), held
+
+
+def png_pixels(png: bytes, width: int, height: int, channels: int, where: str,
+               budget: DecodeBudget | None = None, offset: int | None = None) -> np.ndarray:
+    """The pixels of a PNG that must hold ``width`` x ``height`` x ``channels`` (8-bit RGBA or RGB), decoded
+    only once its size is known and :func:`decode_cost` fits in ``budget`` (TraceTooLargeError otherwise).
+    While the result is alive, its bytes stay counted against ``budget``. ValueError, starting with
+    ``where``, for bytes that are not such a PNG."""
+    working, held = decode_cost(width, height, channels)
+    if budget is not None:
+        budget.take(working, f"{where}: its {width}x{height} pixels would decode to", offset)
+    try:
+        pixels = _decode_strips(png, width, height, channels, where)
+    except BaseException:
+        if budget is not None:
+            budget.give(working)
+        raise
+    if budget is not None:
+        budget.give(working - held)
+        weakref.finalize(pixels, budget.give, held)
+    return pixels
+
+
+def _decode_strips(png: bytes, width: int, height: int, channels: int, where: str) -> np.ndarray:
+    mode = "RGBA" if channels == 4 else "RGB"
+    try:
+        with warnings.catch_warnings():  # the size was checked by the caller, against its own budget
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img_file = Image.open(io.BytesIO(png), formats=["PNG"])
+        with img_file as img:
+            found = f"{img.size[0]}x{img.size[1]} {img.mode}"
+            if img.size != (width, height) or img.mode not in ("RGB", "RGBA"):
+                out = None
+            else:
+                img.load()
+                out = np.empty((height, width, channels), dtype=np.uint8)
+                rows = max(1, STRIP_BYTES // (width * 4))
+                for top in range(0, height, rows):
+                    strip = img.crop((0, top, width, min(height, top + rows)))
+                    if strip.mode != mode:
+                        strip = strip.convert(mode)
+                    out[top:top + rows] = np.frombuffer(strip.tobytes(), np.uint8).reshape(-1, width, channels)
+    except _PNG_ERRORS as exc:
+        raise ValueError(f"{where}: its PNG is not readable ({type(exc).__name__}: {exc})") from None
+    if out is None:
+        raise ValueError(f"{where}: its PNG holds {found} pixels, its record says {width}x{height} {mode}")
+    return out
+
+
+def frame_pixels(frame: KeptFrame) -> np.ndarray:
+    """The pixels of a trace's kept frame ((H, W, C) uint8, row 0 = top), decoded from the PNG bytes the reader
+    kept (the file is not read again) and checked against the frame's record (size, SHA-256).
+
+    While the array is alive its bytes count against the trace's reading budget, so a command decodes one
+    frame at a time; raises TraceTooLargeError when a frame does not fit in what is left of it, and
+    :class:`KeptFrameError` (naming the file) for a damaged frame."""
+    if frame.damage:
+        raise KeptFrameError(frame.damage_line, frame.offset)
+    try:
+        pixels = png_pixels(frame.png, frame.width, frame.height, frame.channels, frame.where, frame.budget,
+                            frame.offset)
+    except ValueError as exc:
+        raise KeptFrameError(str(exc), frame.offset) from None
+    if image_checksum(pixels) != frame.sha256:
+        raise KeptFrameError(f"{frame.where}: its pixels do not match their recorded SHA-256", frame.offset)
+    return pixels
 
 
 def save_png(path: str | os.PathLike[str], image: FrameImage | np.ndarray) -> None:
@@ -147,38 +241,26 @@ def frame_record(scene: str, frame_index: int, time_s: float, pixels: np.ndarray
     return meta, encode_png(arr)
 
 
-def read_frame_images(path: Path) -> dict[str, FrameImage]:
-    """The kept frames of the trace at ``path``, by scene label ({} when it keeps none).
+def read_frame_images(path: str | os.PathLike[str]) -> dict[str, FrameImage]:
+    """The kept frames of the trace at ``path``, by scene label, with their pixels ({} when it keeps none).
 
-    Reads the intact prefix of a damaged trace, like :func:`~katra_trace.io.reader.open_trace`.
-    Raises TraceFormatError for a kept frame whose PNG is unreadable or whose pixels do not match
-    their recorded size or checksum; a scene kept twice gives its last frame.
-    """
-    images: dict[str, FrameImage] = {}
-    state = ScanState()
-    with open_regular(path) as f:
-        for block in iter_blocks(f, state):
-            if block.type != fmt.BlockType.IMAGE:
-                continue
-            meta, png = block.payload
-            images[meta["scene"]] = _frame_image(meta, png, block.offset)
-    return images
+    Reads the intact prefix of a damaged trace, like :func:`~katra_trace.io.reader.open_trace` (which it
+    calls: the file is read once). Raises :class:`KeptFrameError` for a kept frame whose PNG is unreadable or
+    whose pixels do not match their recorded size or checksum, and TraceTooLargeError when the frames held
+    together do not fit in the trace's reading budget; a scene kept twice gives its last frame. A command
+    that needs one frame at a time reads ``open_trace(path).kept_frames`` and :func:`frame_pixels` instead."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TraceRecoveryWarning)  # read as far as it is intact, as documented
+        trace = open_trace(path)
+    return {scene: frame_image(frame) for scene, frame in trace.kept_frames.items()}
 
 
-def _frame_image(meta: dict[str, Any], png: bytes, offset: int) -> FrameImage:
-    where = f"kept frame of scene {meta['scene']!r} at offset {offset}"
-    try:
-        pixels = decode_png(png, where)
-    except ValueError as exc:
-        raise TraceFormatError(str(exc), offset) from None
-    if pixels.shape != (meta["height"], meta["width"], meta["channels"]):
-        raise TraceFormatError(f"{where}: its PNG holds {pixels.shape[1]}x{pixels.shape[0]}x{pixels.shape[2]}, "
-                               f"its record says {meta['width']}x{meta['height']}x{meta['channels']}", offset)
-    if image_checksum(pixels) != meta["sha256"]:
-        raise TraceFormatError(f"{where}: its pixels do not match their recorded SHA-256", offset)
-    return FrameImage(meta["scene"], meta["frame_index"], float(meta["time_s"]), meta["width"], meta["height"],
-                      meta["sha256"], dict(meta["key"]), pixels)
+def frame_image(frame: KeptFrame) -> FrameImage:
+    """A kept frame with its pixels (:func:`frame_pixels`)."""
+    return FrameImage(frame.scene, frame.frame_index, frame.time_s, frame.width, frame.height, frame.sha256,
+                      dict(frame.key), frame_pixels(frame))
 
 
-__all__ = ["KEY_FIELDS", "PNG_LEVEL", "FrameImage", "check_pixels", "decode_png", "encode_png", "frame_record",
-           "image_checksum", "image_key", "key_id", "load_png", "read_frame_images", "renderer_facts", "save_png"]
+__all__ = ["KEY_FIELDS", "PNG_LEVEL", "STRIP_BYTES", "FrameImage", "KeptFrameError", "check_pixels", "decode_cost",
+           "decode_png", "encode_png", "frame_image", "frame_pixels", "frame_record", "image_checksum", "image_key",
+           "key_id", "load_png", "png_pixels", "read_frame_images", "renderer_facts", "save_png"]

@@ -7,6 +7,11 @@ by scanning when the file has none, and warns with
 :class:`~katra_trace.errors.TraceFormatError` instead. :func:`iter_blocks`
 and :meth:`Trace.iter_batches` stream a file larger than memory.
 
+The one scan keeps everything a command reads, kept frames included: each IMAGE block's facts, offset and
+PNG bytes (:attr:`Trace.kept_frames`), whose pixels are decoded only when asked for
+(:func:`katra_trace.io.images.frame_pixels`), inside what is left of the file's reading budget
+(:attr:`Trace.budget`). No consumer opens the file a second time.
+
 Every length read from the file is checked against the bytes that are left
 before anything is allocated, so any byte string either parses or raises a
 :class:`~katra_trace.errors.KatraError`.
@@ -26,8 +31,17 @@ import numpy as np
 
 from katra_trace.errors import ConfigError, TraceFormatError
 from katra_trace.io import format as fmt
-from katra_trace.io.blocks import EventBatch, ScanState, decode_budget, file_size, iter_blocks, mark_damaged
+from katra_trace.io.blocks import (
+    DecodeBudget,
+    EventBatch,
+    ScanState,
+    decode_budget,
+    file_size,
+    iter_blocks,
+    mark_damaged,
+)
 from katra_trace.io.header import TraceHeader
+from katra_trace.io.image_block import KeptFrame
 from katra_trace.schema import EVENT_DTYPE
 from katra_trace.text import shown
 
@@ -59,6 +73,10 @@ class Trace:
         #: content the reader repaired (e.g. lone surrogates read as U+FFFD); the trace is usable
         self.notes: list[str] = []
         self.max_ratio: float | None = None
+        #: each scene's kept frame (its last IMAGE block), facts and PNG bytes; pixels decoded on demand
+        self.kept_frames: dict[str, KeptFrame] = {}
+        #: what the file may still decode once scanned: kept frames' pixels are counted against it while held
+        self.budget: DecodeBudget | None = None
 
     @property
     def status(self) -> str:
@@ -119,31 +137,36 @@ def is_trace_file(path: str | os.PathLike[str]) -> bool:
         os.close(fd)
 
 
-def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
-    """Open a trace for reading: regular files only.
+def open_regular(path: str | os.PathLike[str], *, what: str = "trace file", max_bytes: int | None = None) -> BinaryIO:
+    """Open a file katra3d reads (a trace, or a reference image's PNG or facts: ``what``): regular files only.
 
     The file is opened with O_NONBLOCK, so a FIFO with no writer cannot hang the open, and then
     refused unless it is a regular file: a trace is read with seeks and by its size, which pipes,
     devices and sockets do not have. (``/dev/stdin`` redirected from a file is that file, and reads.)
+    A symbolic link is followed, and what it points to must be a regular file (a link to ``/dev/zero``
+    is refused like ``/dev/zero``). ``max_bytes``: a larger file is refused (ConfigError) before it is read.
     """
     shown = str(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise ConfigError(f"no such trace file: {shown!r}") from None
+        raise ConfigError(f"no such {what}: {shown!r}") from None
     except OSError as exc:
         raise ConfigError(f"cannot read {shown!r}: {exc.strerror or exc}") from None
     try:
         st = os.fstat(fd)
-        what = file_kind(st.st_mode)
-        if what == "a directory":
-            raise ConfigError(f"{shown!r} is a directory, not a trace file")
-        if what is not None:
-            raise ConfigError(f"{shown!r} is not a regular file ({what}): katra3d reads traces from "
-                              "regular files only; save it to a file first")
+        kind = file_kind(st.st_mode)
+        if kind == "a directory":
+            raise ConfigError(f"{shown!r} is a directory, not a {what}")
+        if kind is not None:
+            reads = "traces from regular files" if what == "trace file" else f"a {what} from a regular file"
+            raise ConfigError(f"{shown!r} is not a regular file ({kind}): katra3d reads {reads} only; save it to "
+                              "a file first")
         if st.st_size == 0 and os.pread(fd, 1, 0):
             raise ConfigError(f"{shown!r} is not a regular file (it reports size 0 but has content, like "
-                              "files under /proc): not a katra3d trace")
+                              f"files under /proc): not a katra3d {what}")
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise ConfigError(f"{shown!r} is {st.st_size} bytes, more than a {what} may be ({max_bytes} bytes)")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except OSError as exc:
@@ -152,6 +175,19 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
+
+
+def read_regular(path: str | os.PathLike[str], *, what: str, max_bytes: int) -> bytes:
+    """The bytes of a small file through :func:`open_regular`'s rule, at most ``max_bytes`` of them (a file
+    that grows past them while it is read is refused too): ConfigError, exit 2, never a hang."""
+    with open_regular(path, what=what, max_bytes=max_bytes) as f:
+        try:
+            data = f.read(max_bytes + 1)
+        except OSError as exc:
+            raise ConfigError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise ConfigError(f"{str(path)!r} is more than a {what} may be ({max_bytes} bytes)")
+    return data
 
 
 def _summary_event_count(f: BinaryIO, budget: int | None) -> int | None:
@@ -265,6 +301,10 @@ def _read_trace(path: str | os.PathLike[str], strict: bool, events: bool, max_ra
                 trace.annotations.append(block.payload)
             elif t == fmt.BlockType.CLOCK_SYNC:
                 trace.clock_syncs.append(block.payload)
+            elif t == fmt.BlockType.IMAGE:
+                meta, png = block.payload
+                trace.kept_frames[meta["scene"]] = KeptFrame.from_block(meta, png, block.offset, trace.path,
+                                                                        state.budget)
             elif t == fmt.BlockType.SUMMARY:
                 trace.summary = block.payload
                 summary_at = block.offset
@@ -283,6 +323,7 @@ def _read_trace(path: str | os.PathLike[str], strict: bool, events: bool, max_ra
     trace.size = state.size
     trace.version = state.version
     trace.notes = list(state.notes)
+    trace.budget = state.budget
     if out is not None:
         trace.events = out if n_events == len(out) else out[:n_events]
     elif batches:

@@ -10,18 +10,10 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from katra_trace.analysis.images import (
-    ImageLike,
-    ImageThresholds,
-    ImageVerdict,
-    diff_pngs,
-    flip_missing,
-    image_verdicts,
-    side_images,
-)
+from katra_trace.analysis.images import Image, ImageVerdict, diff_pngs, flip_missing, has_pictures
 
 #: The section's CSS (scoped to #images), added to the page's own.
 IMAGES_CSS = ("#images .trio{display:flex;flex-wrap:wrap;gap:12px;margin:8px 0 20px}"
@@ -39,22 +31,8 @@ def _data_url(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def image_comparison(baseline: Sequence[Any], runs: Sequence[Any], thresholds: ImageThresholds | None = None,
-                     comparison: Mapping[str, Any] | None = None
-                     ) -> tuple[dict[str, ImageVerdict], dict[str, ImageLike], dict[str, ImageLike]]:
-    """The image verdict of every scene of ``runs`` (NEW) against ``baseline`` (BASE), and each side's images.
-
-    ``comparison``: the timing comparison's ``as_dict()``; its incomparable scenes are not judged on images
-    (:func:`~katra_trace.analysis.images.image_verdicts`), as in ``katra3d compare``."""
-    base, new = side_images(baseline), side_images(runs)
-    scenes = (comparison or {}).get("scenes") or {}
-    not_comparable = {name: str(s.get("reason", "")) for name, s in scenes.items()
-                      if isinstance(s, Mapping) and s.get("verdict") == "incomparable"}
-    return image_verdicts(base, new, thresholds, not_comparable=not_comparable), base, new
-
-
-def images_section(verdicts: Mapping[str, ImageVerdict], base: Mapping[str, ImageLike],
-                   new: Mapping[str, ImageLike], policy: str = "gate") -> str:
+def images_section(verdicts: Mapping[str, ImageVerdict], base: Mapping[str, Image],
+                   new: Mapping[str, Image], policy: str = "gate") -> str:
     """The ``<section id="images">`` of the report ("" when neither side kept a last frame)."""
     if not verdicts:
         return ""
@@ -65,11 +43,11 @@ def images_section(verdicts: Mapping[str, ImageVerdict], base: Mapping[str, Imag
         rows.append(f'<tr><td class="l">{_e(scene)}</td><td class="l"><span class="{cls}">{_e(v.verdict.replace("_", " "))}</span>'
                     f'</td><td class="l muted">{_e(v.reason)}</td></tr>')
         b, n = base.get(scene), new.get(scene)
-        if v.verdict == "identical" or b is None or n is None or b.pixels is None or n.pixels is None:
+        if b is None or n is None or not has_pictures(v, b, n):
             continue
         figures = "".join(f'<figure><img alt="{_e(scene)}: {_e(_CAPTIONS[what])}" data-kind="{what}" '
                           f'src="{_data_url(png)}"><figcaption>{_e(_CAPTIONS[what])}</figcaption></figure>'
-                          for what, png in diff_pngs(b.pixels, n.pixels).items())
+                          for what, png in diff_pngs(b, n).items())
         pictures.append(f'<h3 id="image-{i}">{_e(scene)}: {_e(v.line)}</h3><div class="trio">{figures}</div>')
     missing = flip_missing() if any(v.checksum_only for v in verdicts.values()) else None
     counts: dict[str, int] = {}
@@ -85,4 +63,4 @@ def images_section(verdicts: Mapping[str, ImageVerdict], base: Mapping[str, Imag
             + "".join(rows) + "</tbody></table>" + "".join(pictures) + "</section>")
 
 
-__all__ = ["IMAGES_CSS", "image_comparison", "images_section"]
+__all__ = ["IMAGES_CSS", "images_section"]
