@@ -111,7 +111,15 @@ def test_baseline_comparison_and_overlay(tmp_path: Path) -> None:
     names = [d["name"] for d in series["data"]]
     assert sum(bool(re.match(r"run \d: new-", n)) for n in names) == 3
     assert sum(bool(re.match(r"baseline \d: base-", n)) for n in names) == 3
-    assert any(n.startswith("runs median") for n in names) and any(n.startswith("baseline p99") for n in names)
+    assert any(n.startswith("baseline p99") for n in names)
+    # one level a side on the page: the line is the comparison table's level (median of the runs), not a second
+    # median of the pooled frames
+    level = next(d for d in series["data"] if d["name"].startswith("runs level (median of the runs)"))
+    table_level = re.search(r"runs level \(median of the runs\) ([0-9.]+) ms", level["name"])
+    assert table_level is not None and level["y"][0] == pytest.approx(float(table_level.group(1)), abs=1e-3)
+    assert not any(n.startswith("runs median") for n in names)
+    # the verdicts come before the runs table
+    assert page.index('id="comparison"') < page.index('id="runs"')
     assert series["layout"]["shapes"][0]["x1"] == 4.5  # warmup frames 0-4 shaded
 
 
@@ -225,3 +233,29 @@ def test_hostile_names_never_reach_plotly_as_markup(tmp_path: Path) -> None:
     assert any("&lt;a href=https://evil.example&gt;CLICK&lt;/a&gt;" in t for t in texts)
     assert any("&lt;b&gt;run0&lt;b&gt;" in t for t in texts) and "&lt;b&gt;v1&lt;/b&gt;" in texts
     assert [t for t in texts if "<" in t or ">" in t] == []
+
+
+def test_the_plots_draw_the_metric_and_stat_the_verdict_judged(tmp_path: Path) -> None:
+    """`--metric process --stat p10`: the table judged process p10 (14.2 -> 17.7 ms) while every plot showed the
+    wall clock (23.5 -> 31.9 ms), and a legend gave a second median for one side."""
+    for i in range(3):
+        for side, scale, seed in (("base", 1.0, i), ("new", 1.3, 10 + i)):
+            long_run(tmp_path / f"{side}-{i}.wall", 120, 60, scale=scale, seed=seed)
+            t = open_trace(tmp_path / f"{side}-{i}.wall")
+            ev = t.events.copy()
+            process = ev.copy()
+            process["clock"], process["dur_ns"] = Clock.PROCESS, ev["dur_ns"] * 0.6
+            write_trace(tmp_path / f"{side}-{i}.katra", np.concatenate([ev, process]), list(t.strings),
+                        batch_events=8192, header={"workload": "long", "capture_options": {
+                            "timing_mode": "sync", "primary_clock": "wall", "timing_reason": "software renderer"}})
+    base = [open_trace(tmp_path / f"base-{i}.katra") for i in range(3)]
+    new = [open_trace(tmp_path / f"new-{i}.katra") for i in range(3)]
+    page = build_report(new, base, compare_options={"metric": "process", "run_stat": "p10"})
+    series = next(f for f in _figures(page) if f["id"] == "katra-plot-0-series")
+    assert "frame time, process clock (ms)" in json.dumps(series["layout"]["title"])
+    level = next(d for d in series["data"] if d["name"].startswith("runs level (p10 of the runs)"))
+    judged = re.search(r"runs level \(p10 of the runs\) ([0-9.]+) ms", level["name"])
+    assert judged is not None and level["y"][0] == pytest.approx(float(judged.group(1)), abs=1e-3)
+    wall_median = float(np.median(new[0].events["dur_ns"][new[0].events["clock"] == Clock.WALL])) / 1e6
+    assert level["y"][0] < 0.7 * wall_median  # the process clock's level, not the wall clock's
+    assert "lines: level (p10 of the runs) and p99" in page

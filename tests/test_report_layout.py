@@ -153,7 +153,7 @@ def test_many_runs_are_a_median_line_in_a_band_each_run_on_demand(tmp_path: Path
         drawn = [d for d in side if d.get("visible", True) is True]
         assert [d["name"] for d in drawn[:3]] == [f"{name}: fastest run", f"{name}: fastest to slowest of {runs} runs",
                                                   f"{name}: median of {runs} runs"]
-        assert [d["name"].split()[:2] for d in drawn[3:]] == [[name, "median"], [name, "p99"]]
+        assert [d["name"].split()[:2] for d in drawn[3:]] == [[name, "level"], [name, "p99"]]  # the table's level
         assert drawn[1]["fill"] == "tonexty" and drawn[0]["showlegend"] is False
     legend = series["layout"]["legend"]
     # the legend stands right of the plot area, clear of the x axis title below it
@@ -189,9 +189,11 @@ def test_a_shared_timing_reason_is_said_once(tmp_path: Path) -> None:
     visible = _outside_pre(page)
     assert visible.count(REASON.replace("'", "&#x27;")) == 1
     assert "timing <b>sync</b> on every run, because " in visible
-    summaries = re.findall(r"<summary>(.*?)</summary>", page)
+    fold, *summaries = re.findall(r"<summary>(.*?)</summary>", page)
+    assert fold == "12 runs: the table of their captures"  # more than 4 runs fold under one line
     assert len(summaries) == 12 and all(s.endswith("timing sync (why: above)") for s in summaries)
-    assert visible.index('class="timing-why"') < visible.index("<table>")  # above the runs table
+    runs_section = visible.index('id="runs"')
+    assert runs_section < visible.index('class="timing-why"') < visible.index("<table>", runs_section)  # above it
 
 
 def test_different_timing_reasons_are_numbered_and_referred_to(tmp_path: Path) -> None:

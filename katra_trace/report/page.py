@@ -174,6 +174,10 @@ def _timing_note(reasons: Mapping[tuple[str, str], Mapping[str, list[int]]], tot
         f"<li>{item}</li>" for item in items) + "</ol>"
 
 
+#: Runs shown open in the runs table; more fold under one line.
+RUNS_SHOWN = 4
+
+
 def _runs_section(runs: Sequence[TraceLike], baseline: Sequence[TraceLike]) -> str:
     rows = []
     details = []
@@ -212,7 +216,11 @@ def _runs_section(runs: Sequence[TraceLike], baseline: Sequence[TraceLike]) -> s
     table = _table(["run", "workload", "status", "timing", "renderer", "CPU", "size", "frames / warmup", "events"],
                    rows)
     note = _timing_note(reasons, len(runs) + len(baseline)) if reasons else ""
-    return f'<section id="runs"><h2>Runs</h2>{note}{table}{"".join(details)}</section>'
+    body = f"{table}{''.join(details)}"
+    count = len(runs) + len(baseline)
+    if count > RUNS_SHOWN:  # many runs fold, so that the verdicts and plots are not pushed down the page
+        body = f"<details><summary>{count} runs: the table of their captures</summary>{body}</details>"
+    return f'<section id="runs"><h2>Runs</h2>{note}{body}</section>'
 
 
 def _comparison_section(comparison: Mapping[str, Any] | None, error: str | None) -> str:
@@ -296,14 +304,19 @@ def _side_series(role: str, name: str, runs: Sequence[tuple[int, str, FrameSerie
 
 
 def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[TraceLike]]],
-                  stats_of: Mapping[int, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    """One scene's HTML and its figures (series, histogram, zones)."""
+                  stats_of: Mapping[int, Mapping[str, Any]], judged: Mapping[str, Any] | None = None,
+                  metric: str | None = None) -> tuple[str, list[dict[str, Any]]]:
+    """One scene's HTML and its figures (series, histogram, zones). With a comparison, ``metric`` is the clock
+    it judged and ``judged`` its row of this scene: the plots draw that clock, and each side's level line is
+    the table's level (its ``stat`` of the runs), so the page shows one level a side."""
     figures: list[dict[str, Any]] = []
-    # the clock: the first run's choice, else any side's
+    # the clock: the one the comparison judged, else the first run's choice, else any side's
     clock: str | None = None
     for _role, traces in sides:
         for t in traces:
             found = scenes_of(t).get(scene)
+            if found and metric is not None and metric in found[1]:
+                clock = metric
             if found and clock is None:
                 clock = primary_clock(t, found[1])
     if clock is None:
@@ -337,13 +350,15 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
     if shapes:
         annotations.append({"x": shapes[0]["x0"], "y": 1, "xref": "x", "yref": "paper", "text": "warmup",
                             "showarrow": False, "xanchor": "left", "yanchor": "top", "font": {"size": 11}})
+    levels = _judged_levels(judged, unit)
     for role, name in (("run", "runs"), ("baseline", "baseline")):
         side_traces = _side_series(role, name, per_side.get(role, []))
         values = np.concatenate(pooled[role]) if pooled[role] else np.empty(0)
         if values.size:
             med, p99 = (float(v) for v in np.percentile(values, [50.0, 99.0]))
+            level, level_name = levels.get(role, (med, "median"))
             fmt = ".3f" if unit == "ms" else ",.0f"
-            for what, v, dash in (("median", med, "dash"), ("p99", p99, "dashdot")):
+            for what, v, dash in ((level_name, level, "dash"), ("p99", p99, "dashdot")):
                 side_traces.append({"type": "scatter", "mode": "lines", "x": [0, x_max], "y": [v, v],
                                     "name": f"{name} {what} {format(v, fmt)} {unit}", "hoverinfo": "name",
                                     "line": {"width": 1.5, "dash": dash,
@@ -356,6 +371,7 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
     if top > 0:
         y_axis["range"] = [0, top * 1.08]  # measured frames set the scale; taller warmup frames are cut
     what = f"frame time, {clock} clock (ms)" if unit == "ms" else f"{unit} per frame"
+    lines = next(iter(levels.values()))[1] if levels else "median"
     base_id = f"katra-plot-{index}"
     entries = sum(1 for d in series_data if d.get("showlegend", True)) + len(per_side)  # and a gap per group
     figures.append({"id": f"{base_id}-series", "data": series_data,
@@ -390,11 +406,28 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
     band_note = (f"; {' and '.join(banded)}: the median of the runs at each frame, in a band from the fastest to "
                  "the slowest run (click a run in the legend to draw it)" if banded else "")
     body = (f'<section class="scene" id="scene-{index}"><h2>{_e(scene)}</h2>'
-            f'<p class="muted">plotted: {_e(what)}; {"warmup shaded; " if shapes else ""}lines: median and p99 '
-            f'of the measured frames{band_note}</p>{series_html}'
+            f'<p class="muted">plotted: {_e(what)}; {"warmup shaded; " if shapes else ""}lines: {_e(lines)} '
+            f'and p99 of the measured frames{band_note}</p>{series_html}'
             f'<div class="row"><div class="plot" id="{base_id}-cdf"></div>{zone_html}</div>{draws_html}'
             f"<h3>statistics (warmup excluded)</h3>{_stats_table(stats_rows)}</section>")
     return body, figures
+
+
+def _judged_levels(judged: Mapping[str, Any] | None, unit: str) -> dict[str, tuple[float, str]]:
+    """Each side's level as the comparison's table gives it ({"run": (level, name), "baseline": ...}), in the
+    plot's unit; {} without a comparison of this scene on this unit (the pooled median is drawn then)."""
+    if not judged:
+        return {}
+    stat = str(judged.get("stat") or "median")
+    keys = ("level_new_ms", "level_base_ms") if unit == "ms" else ("level_new", "level_base")
+    if unit != "ms" and judged.get("value_unit") != unit:
+        return {}
+    out = {}
+    for role, key in zip(("run", "baseline"), keys):
+        value = judged.get(key)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            out[role] = (float(value), f"level ({stat} of the runs)")
+    return out
 
 
 def _counts(runs: Sequence[TraceLike], baseline: Sequence[TraceLike], history: Mapping[str, Any] | None) -> str:
@@ -428,8 +461,10 @@ def render(runs: Sequence[TraceLike], baseline: Sequence[TraceLike] = (), *, com
                     scenes.append(label)
     sections = []
     figures: list[dict[str, Any]] = []
+    judged = (comparison or {}).get("scenes") or {}
+    metric = (comparison or {}).get("metric") or None
     for i, scene in enumerate(scenes):
-        body, figs = scene_section(i, scene, sides, stats_of)
+        body, figs = scene_section(i, scene, sides, stats_of, judged.get(scene), metric)
         sections.append(body)
         figures.extend(figs)
     history_html = ""
@@ -448,7 +483,8 @@ def render(runs: Sequence[TraceLike], baseline: Sequence[TraceLike] = (), *, com
         f"<h1>{_e(title)}</h1><p class=\"muted\">{_counts(runs, baseline, history)}"
         + f"; generated {generated} by {_e(tool_version)}. {'Scenes' if scenes else 'Sections'}: {toc}</p>"
         + "<p id=\"katra-status\"></p>"
-        + (_runs_section(runs, baseline) if runs or baseline else "") + _comparison_section(comparison, comparison_error) + images_html + empty
+        + _comparison_section(comparison, comparison_error) + images_html
+        + (_runs_section(runs, baseline) if runs or baseline else "") + empty
         + "".join(sections) + history_html
         + f'</main><script type="application/json" id="katra-figures">{_json_for_script(figures)}</script>'
         + f'<script type="application/octet-stream" id="katra-plotly">{plotly_js_packed()}</script>'
