@@ -166,7 +166,8 @@ def test_references_record_check_and_skip(tmp_path: Path) -> None:
     recorded = record_references(refs, {"a": _frame("a", a), "b/x": _frame("b/x", b)})
     assert [c.status for c in recorded] == ["recorded", "recorded"]
     png, facts = reference_paths(refs, "b/x", KEY)
-    assert png.parent == refs / "b_x" and png.is_file() and facts.is_file() and png.stem == key_id(KEY)
+    assert png.parent.name.startswith("b_x~") and png.parent.parent == refs  # 'b/x' is not a file name
+    assert png.is_file() and facts.is_file() and png.stem == key_id(KEY)
     changed = 255 - a  # every pixel inverted
     rounded = b.copy()
     rounded[2, 3, 0] ^= 1  # one level of one channel of one pixel: another code generator's rounding

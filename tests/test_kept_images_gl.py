@@ -5,6 +5,7 @@ keeping on and off; --duration keeps none; katra3d.capture hands its frame over;
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +168,30 @@ def test_a_reference_draw_after_the_last_frame_does_not_replace_the_kept_frame(k
     assert shown.returncode == 0 and f"plain: frame 4, 24x16, sha256 {kept.sha256[:12]}" in shown.stdout, shown.stdout
     listed = json.loads(katra_cli("info", "p.katra", "--json").stdout)["images"]
     assert [(i["scene"], i["width"], i["key"]) for i in listed] == [("plain", 24, kept.key)]
+
+
+@pytest.mark.slow
+def test_expect_images_with_hostile_reference_files_is_one_line_exit_2(katra_cli: Any, tmp_path: Path) -> None:
+    """Issue 34, items 3 and 4, through the command itself: reference facts that are a link to /dev/zero, a FIFO
+    or malformed JSON are one line and exit 2 (before: a MemoryError or a ValueError/OverflowError/TypeError
+    traceback, exit 1, or a hang)."""
+    rec = katra_cli("run", "clear", *SMALL, "-o", "r.katra", "--expect-images", "refs", "--update-images")
+    assert rec.returncode == 0, rec.stderr
+    (facts,) = (tmp_path / "refs" / "clear").glob("*.json")
+    good = facts.read_text()
+    cases = {"dev-zero": None, "fifo": None, "frame_index abc": {"frame_index": "abc"},
+             "frame_index Infinity": {"frame_index": float("inf")}, "frame_index [1]": {"frame_index": [1]},
+             "time_s x": {"time_s": "x"}, "time_s {}": {"time_s": {}}}
+    for i, (case, change) in enumerate(cases.items()):
+        facts.unlink()
+        if case == "dev-zero":
+            facts.symlink_to("/dev/zero")
+        elif case == "fifo":
+            os.mkfifo(facts)
+        else:
+            facts.write_text(json.dumps({**json.loads(good), **change}))  # Infinity: json writes it as is
+        res = katra_cli("run", "clear", *SMALL, "-o", f"t{i}.katra", "--expect-images", "refs", timeout=120)
+        assert res.returncode == 2, (case, res.stdout, res.stderr)
+        last = res.stderr.strip().splitlines()[-1]
+        assert last.startswith("katra3d: error: ") and f"refs/clear/{facts.name}" in last, (case, res.stderr)
+        assert "Traceback" not in res.stderr, case

@@ -24,6 +24,7 @@ verdict rests on checksums alone and :func:`flip_missing` gives the install line
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import os
 import re
@@ -382,8 +383,25 @@ def has_pictures(verdict: ImageVerdict, base: Image | None, new: Image | None) -
             and _has_pixels(base) and _has_pixels(new))
 
 
+#: A scene label that is its own file name stem: letters, digits, '.', '-' and '_', not starting with '.'.
+_PLAIN_STEM = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
+
+
 def file_stem(scene: str) -> str:
-    """A scene label as a file name stem: characters other than letters, digits, '.', '-' and '_' become '_'."""
+    """A scene label as a file name stem (reference folders, screenshots, ``--image-diff`` pictures), one stem
+    per label: a plain label (:data:`_PLAIN_STEM`: letters, digits, '.', '-', '_', at most 100) is its own
+    stem; any other label has the characters outside that set replaced by '_' and ``~`` and 12 hex digits of
+    its SHA-256 added, so ``clear#2`` (``clear_2~...``) never shares a file with ``clear_2``."""
+    if _PLAIN_STEM.fullmatch(scene):
+        return scene
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", scene).strip(".")[:80] or "scene"
+    digest = hashlib.sha256(scene.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{readable}~{digest}"
+
+
+def legacy_file_stem(scene: str) -> str:
+    """The stem katra3d before 0.2 gave a label (other characters replaced by '_'; ``clear#2`` and ``clear_2``
+    shared one): reference folders recorded then are still found for the label their facts name."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", scene).strip(".") or "scene"
 
 
@@ -395,15 +413,11 @@ def write_image_diff(directory: str | os.PathLike[str], verdicts: Mapping[str, I
     paths written."""
     root = check_output_dir(directory, option="--image-diff")
     written: list[Path] = []
-    stems: set[str] = set()
     for scene, verdict in verdicts.items():
         b, n = base.get(scene), new.get(scene)
         if b is None or n is None or not has_pictures(verdict, b, n):
             continue
         stem = file_stem(scene)
-        while stem in stems:  # two labels that read alike as file names
-            stem += "_"
-        stems.add(stem)
         try:
             root.mkdir(exist_ok=True)
         except FileNotFoundError:
@@ -433,6 +447,7 @@ __all__ = [
     "exit_code_with_images",
     "file_stem",
     "has_pictures",
+    "legacy_file_stem",
     "unreadable",
     "write_image_diff",
     "image_verdict",
