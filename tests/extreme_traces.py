@@ -1,10 +1,13 @@
-"""Traces that ``validate`` passes but whose values are extreme (no GL): the corpus the consumer
-fuzzer (tests/test_fuzz_consumers.py) starts from and the memory-bound test runs every consumer on.
+"""Traces whose values are extreme (no GL): the corpus the consumer fuzzer (tests/test_fuzz_consumers.py)
+starts from and the memory-bound test runs every consumer on.
 
 Each is a small, well-formed trace (real writer, valid CRCs) with one kind of extreme value: ids at
 the top of their column (scene, name, frame: 2^32-1), start times and durations near the int64
 limits, long or hostile strings (spreadsheet formulas, markup, control characters), non-finite
-counter values and header numbers (NaN, inf), nesting depth and flags at their maximum.
+counter values and header numbers (NaN, inf), nesting depth and flags at their maximum; ``validate``
+passes those. And kept frames (:data:`IMAGE_WRITERS`, tests/hostile_images.py): frames whose pixels
+are far beyond the file's reading budget (one 8192x8192, 24 at 4096x4096), IMAGE blocks packed with
+zstd (refused), 300 of them, and the four damaged frames of issue 34; ``validate`` refuses those.
 """
 
 from __future__ import annotations
@@ -18,6 +21,14 @@ import numpy as np
 from katra_trace import Clock, Flag, Kind
 from katra_trace.io import format as fmt
 from katra_trace.schema import EVENT_DTYPE
+from tests.hostile_images import (
+    DAMAGES,
+    frames_24x4096_trace,
+    one_8192_trace,
+    picture_frame,
+    write_frames_trace,
+    zstd_packed_trace,
+)
 from tests.trace_helpers import edit_json_block, frame_zone_stream, seal_blocks, split_blocks, write_trace
 
 U32_MAX = 2**32 - 1
@@ -131,20 +142,33 @@ WRITERS: dict[str, Callable[[Path], None]] = {
 }
 
 
+#: name -> writer of one trace whose kept frames are hostile or damaged.
+IMAGE_WRITERS: dict[str, Callable[[Path], None]] = {
+    "kept-frame-8192": one_8192_trace,
+    "kept-frames-24x4096": frames_24x4096_trace,
+    "kept-frames-zstd": zstd_packed_trace,
+    "kept-frames-300": lambda path: write_frames_trace(path, {f"s{i}": picture_frame(f"s{i}", i, 4, 3)
+                                                             for i in range(300)}),
+    **{f"kept-frame-{name}": (lambda path, d=damage: write_frames_trace(path, {"s": d(picture_frame("s"))}))
+       for name, damage in DAMAGES.items()},
+}
+
+
 def write_base(path: Path) -> None:
     """The small valid trace every extreme one is made from (a consumer's baseline)."""
     write_trace(path, _base(), STRINGS, batch_events=8)
 
 
 def write_all(directory: Path) -> dict[str, Path]:
-    """Every extreme trace of :data:`WRITERS` in ``directory``; returns name -> path."""
+    """Every extreme trace of :data:`WRITERS` and :data:`IMAGE_WRITERS` in ``directory``; returns name -> path."""
     directory.mkdir(parents=True, exist_ok=True)
     out = {}
-    for name, writer in WRITERS.items():
+    for name, writer in {**WRITERS, **IMAGE_WRITERS}.items():
         path = directory / f"{name}.katra"
         writer(path)
         out[name] = path
     return out
 
 
-__all__ = ["EVENT_EDITS", "HOSTILE_NAMES", "I64_MAX", "I64_MIN", "STRINGS", "U32_MAX", "WRITERS", "write_all", "write_base"]
+__all__ = ["EVENT_EDITS", "HOSTILE_NAMES", "I64_MAX", "I64_MIN", "IMAGE_WRITERS", "STRINGS", "U32_MAX", "WRITERS",
+           "write_all", "write_base"]

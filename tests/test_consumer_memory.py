@@ -3,9 +3,11 @@
 Beyond the command's own baseline on a small valid trace, a command may use at most
 10x the file size + 64 MiB, whatever ids, counts, times or strings the file holds.
 
-Each consumer (stats, compare, export in all four formats, report, history add) runs in its own
-subprocess: first on the small valid trace (twice: lazy imports and caches belong to the baseline),
-then on every trace of tests/extreme_traces.py, calling the command line's ``main(argv)``. The
+Each consumer (validate, info, stats, compare with ``--image-diff``, export in all four formats, report with
+a baseline, history add) runs in its own subprocess: first on the small valid trace (twice: lazy imports and
+caches belong to the baseline), then on every trace of tests/extreme_traces.py (kept frames far beyond the
+reading budget, IMAGE blocks packed with zstd, 300 of them, damaged ones included), calling the command
+line's ``main(argv)``. The
 process's peak RSS (``ru_maxrss``, a high-water mark) is read after each run, so the growth over
 the baseline bounds what any one of those runs took. An RLIMIT_AS cap keeps a regression from
 taking the machine down with it (it then fails as a MemoryError instead).
@@ -33,8 +35,13 @@ AS_CAP = 3 << 30
 
 #: consumer -> argv for (trace, scratch directory, run index); the output paths differ per run.
 CONSUMERS: dict[str, str] = {
+    "validate": "validate {t}",
+    "info": "info {t}",
+    "info-json": "info --json {t}",
     "stats": "stats {t}",
     "compare": "compare {t} {t}",
+    "compare-images": "compare {t} {t} --image-diff {d}/diff{i}",
+    "report-images": "report {t} --baseline {t} -o {d}/b{i}.html",
     "export-csv": "export {t} --to csv -o {d}/o{i}.csv --quiet",
     "export-parquet": "export {t} --to parquet -o {d}/o{i}.parquet --quiet",
     "export-perfetto": "export {t} --to perfetto -o {d}/o{i}.pftrace --quiet",

@@ -1,10 +1,14 @@
 """The structure-aware fuzzer drives every consumer (issue 22, deliverable 4).
 
-tests/test_fuzz_trace.py mutates the decoded content of valid traces and re-seals them; here the
-same mutations, started from its bases *and* from the extreme traces of tests/extreme_traces.py
-(which ``validate`` passes: ids at 2^32-1, times at the int64 limits, long and hostile strings,
-NaN in the header), feed every consumer: stats, compare, export in all four formats, report and
-history add. Each extreme trace runs once unmutated first.
+tests/test_fuzz_trace.py mutates the decoded content of valid traces and re-seals them (kept frames
+included: hostile PNGs and records, large all-zero frames, many IMAGE blocks, IMAGE blocks packed with
+zstd); here the same mutations, started from its bases *and* from the extreme traces of
+tests/extreme_traces.py (ids at 2^32-1, times at the int64 limits, long and hostile strings, NaN in the
+header, kept frames too large for the reading budget or damaged), feed every consumer: validate, info,
+stats, compare (with ``--image-diff``), export in all four formats, report (with a baseline: the image
+section) and history add. Each extreme trace runs once unmutated first. Reference image folders, the input
+of ``run --expect-images``, are fuzzed through that command's check the same way
+(:func:`test_fuzz_reference_files`).
 
 The outcome rule, for every run: the command's ``main(argv)`` (in this process, for speed)
 returns 0, 1 or 2, raises nothing, prints no traceback, ends within :data:`RUN_TIMEOUT_S`, and
@@ -25,7 +29,9 @@ import contextlib
 import io
 import json
 import os
+import random
 import resource
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -36,15 +42,23 @@ import pytest
 
 from katra3d.harness.cli import main as cli_main
 from tests.extreme_traces import write_all, write_base
-from tests.test_fuzz_trace import _base_traces, build
+from katra_trace.io.images import key_id
+from tests.hostile_images import KEY, join_image, mutate_image, picture_frame, split_image, write_frames_trace
+from tests.test_fuzz_trace import _base_traces, _mutate_json, build
 
 FUZZ_SECONDS = float(os.environ.get("KATRA3D_FUZZ_SECONDS", "2"))
 #: A run that takes longer has hung (a fuzzed trace is a few KB; every consumer needs well under 1 s).
 RUN_TIMEOUT_S = 30
 MIB = 1 << 20
 
-#: consumer -> argv template ({t}: the fuzzed trace, {b}: the small valid trace, {d}: scratch, {i}: run).
+#: consumer -> argv template ({t}: the fuzzed trace, {b}: the small valid trace, {k}: a small valid trace that
+#: keeps frames, {d}: scratch, {i}: run).
 CONSUMERS: dict[str, str] = {
+    "validate": "validate {t}",
+    "info": "info {t}",
+    "info-json": "info --json {t}",
+    "compare-images": "compare {k} {t} --image-diff {d}/diff{i}",
+    "report-images": "report {t} --baseline {k} -o {d}/r.html --force",
     "stats": "stats {t}",
     "stats-json": "stats --format json --zones {t}",
     "compare": "compare {b} {t}",
@@ -102,7 +116,8 @@ def bases(tmp: Path) -> tuple[list[bytes], dict[str, Path]]:
 #: Consumers run under an address-space cap (:func:`_capped`): a regression that sizes an allocation by an
 #: id then fails as a MemoryError instead of taking the machine. Not the ones whose libraries reserve
 #: address space per thread and core (DuckDB, pyarrow): the subprocess memory test covers those.
-CAPPED = ("stats", "stats-json", "compare", "export-csv", "export-perfetto", "export-chrome", "report")
+CAPPED = ("validate", "info", "info-json", "compare-images", "report-images", "stats", "stats-json", "compare",
+          "export-csv", "export-perfetto", "export-chrome", "report")
 #: Address space allowed beyond what the process has mapped when the fuzzing starts.
 CAP_HEADROOM = 2 << 30
 
@@ -135,15 +150,17 @@ def _peak() -> int:
 def test_fuzz_every_consumer(consumer: str, tmp_path: Path) -> None:
     base = tmp_path / "small.katra"
     write_base(base)
+    kept = write_frames_trace(tmp_path / "kept-base.katra", {"s": picture_frame("s", 1), "t": picture_frame("t", 2)})
     mutated_bases, extreme = bases(tmp_path)
     template = CONSUMERS[consumer]
     scratch = tmp_path / "out"
     scratch.mkdir()
 
     def argv(trace: Path, i: int) -> list[str]:
-        return template.format(t=trace, b=base, d=scratch, i=i).split(" ")
+        return template.format(t=trace, b=base, k=kept, d=scratch, i=i).split(" ")
 
-    rc, err = run(argv(base, 0))  # the baseline: lazy imports and caches are not the fuzzed runs' memory
+    # the baseline: lazy imports and caches are not the fuzzed runs' memory
+    rc, err = run(argv(kept if "{k}" in template else base, 0))
     assert rc == 0, err
     baseline = _peak()
     failures: list[str] = []
@@ -184,4 +201,104 @@ def test_fuzz_every_consumer(consumer: str, tmp_path: Path) -> None:
           f"peak RSS +{growth / MIB:.1f} MiB")
     if growth > allowed:
         failures.append(f"peak RSS grew {growth / MIB:.1f} MiB over the baseline run, allowed {allowed / MIB:.1f} MiB")
+    assert not failures, "\n".join(failures[:20])
+
+
+def _poison(rng: random.Random, path: Path) -> str:
+    """Replace a reference file the way a cloned repository can: a link to a device, a FIFO, a folder, nothing,
+    too many bytes; returns what was done."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    path.unlink(missing_ok=True)
+    what = rng.choice(["dev-zero", "dev-null", "fifo", "folder", "dangling", "missing", "huge"])
+    if what == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif what == "dev-null":
+        path.symlink_to("/dev/null")
+    elif what == "fifo":
+        os.mkfifo(path)
+    elif what == "folder":
+        path.mkdir()
+    elif what == "dangling":
+        path.symlink_to(path.with_name("nowhere"))
+    elif what == "huge":
+        with path.open("wb") as f:
+            f.truncate(rng.choice([70 << 10, 300 << 20]))  # sparse: bytes that are never written
+    return what
+
+
+def _mutate_reference(rng: random.Random, folder: Path) -> str:
+    """One change to a recorded reference folder: its facts' JSON, its PNG, or either file replaced."""
+    png = folder / f"{key_id(KEY)}.png"
+    facts = png.with_suffix(".json")
+    r = rng.random()
+    if not all(p.is_file() and not p.is_symlink() and p.stat().st_size < MIB for p in (png, facts)):
+        r = 1.0  # poisoned already (reading it here would be this test's memory): poison again
+    if r < 0.35:
+        try:
+            facts.write_bytes(_mutate_json(rng, facts.read_bytes()))
+        except RecursionError:  # nested too deep by an earlier change: leave it so
+            pass
+        return f"facts {facts.read_bytes()[:80]!r}"
+    if r < 0.45:
+        facts.write_text(rng.choice(['{"frame_index": Infinity}', "[" * 50_000, "", "\ud800".encode(
+            "utf-8", "surrogatepass").decode("latin-1"), '{"a": NaN}']), encoding="latin-1")
+        return "facts text"
+    if r < 0.7:
+        try:
+            record = json.loads(facts.read_text(encoding="latin-1"))
+        except (ValueError, RecursionError):  # mutated already
+            record = {}
+        record = record if isinstance(record, dict) else {}
+        mutated = split_image(mutate_image(rng, join_image({**record, "channels": 4, "encoding": "png"},
+                                                           png.read_bytes())))
+        if mutated is not None:
+            record, data = mutated
+            png.write_bytes(data)
+            if rng.random() < 0.5:  # the facts follow the PNG's claim (a large frame true to its record)
+                facts.write_text(json.dumps(record))
+        return "png"
+    return f"{rng.choice(['facts', 'png'])} {_poison(rng, rng.choice([facts, png]))}"
+
+
+def test_fuzz_reference_files(tmp_path: Path) -> None:
+    """``run --expect-images DIR`` (its check, katra3d.harness.cli.run._check_images, without GL) on reference
+    folders mutated like traces are: every check ends with an exit code or a KatraError (exit 2), never another
+    exception, never a hang, and within the reading budget of the largest reference file."""
+    from katra3d.harness.cli.run import _check_images
+    from katra_trace.errors import KatraError
+
+    trace = write_frames_trace(tmp_path / "kept.katra", {"s": picture_frame("s", 1), "t": picture_frame("t", 2)})
+    pristine = tmp_path / "pristine"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert _check_images(pristine, trace, ["s", "t"], update=True) == 0
+        assert _check_images(pristine, trace, ["s", "t"], update=False) == 0  # the baseline
+    baseline = _peak()
+    rng = random.Random(int(os.environ.get("KATRA3D_FUZZ_SEED", "0")))
+    refs = tmp_path / "refs"
+    failures: list[str] = []
+    deadline = time.monotonic() + FUZZ_SECONDS
+    iterations = 0
+    while time.monotonic() < deadline or iterations < 30:
+        shutil.rmtree(refs, ignore_errors=True)
+        shutil.copytree(pristine, refs, symlinks=True)
+        done = [_mutate_reference(rng, refs / rng.choice(["s", "t"])) for _ in range(rng.randint(1, 2))]
+        update = rng.random() < 0.15
+        iterations += 1
+        try:
+            with _deadline(), _capped(True), contextlib.redirect_stdout(io.StringIO()):
+                rc = _check_images(refs, trace, ["s", "t"], update=update)
+            if rc not in (0, 1, 2):
+                failures.append(f"{done}: exit {rc}")
+        except KatraError as exc:
+            if exc.exit_code != 2 or "\n" in str(exc):
+                failures.append(f"{done}: {type(exc).__name__} exit {exc.exit_code}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - the finding (Hang and MemoryError included)
+            failures.append(f"{done}: {type(exc).__name__}: {exc}")
+    growth = _peak() - baseline
+    allowed = 10 * MIB + 64 * MIB  # 10 x the largest file a check reads (under 1 MiB; larger ones are refused)
+    print(f"fuzz reference files: {iterations} checks in {FUZZ_SECONDS:g} s, {len(failures)} failures, "
+          f"peak RSS +{growth / MIB:.1f} MiB")
+    if growth > allowed:
+        failures.append(f"peak RSS grew {growth / MIB:.1f} MiB over the baseline check, allowed {allowed / MIB:.1f}")
     assert not failures, "\n".join(failures[:20])

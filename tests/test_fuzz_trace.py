@@ -2,9 +2,10 @@
 
 Unlike byte flips (which the CRCs catch), these mutations decode a valid trace, change the
 *decoded* content of its blocks (event columns, JSON values, string tables, block order, the
-format minor) and re-seal the CRCs, sequence numbers and footer. Every result must either read
-or fail with a KatraError, and every reading command (validate, info, stats, compare) must
-end with an exit code, never a traceback.
+format minor, kept frames: their records and PNGs, large all-zero frames, many IMAGE blocks, IMAGE
+blocks packed with zstd) and re-seal the CRCs, sequence numbers and footer. Every result must either
+read or fail with a KatraError, and every reading command (validate, info, stats, compare with
+``--image-diff``) must end with an exit code, never a traceback.
 
 Bounded: about KATRA3D_FUZZ_SECONDS seconds (default 3) in the normal test run; ``make bench``
 can run it longer, e.g. ``KATRA3D_FUZZ_SECONDS=300 pytest tests/test_fuzz_trace.py``. A failure
@@ -19,6 +20,7 @@ import io
 import json
 import os
 import random
+import shutil
 import struct
 import time
 import warnings
@@ -32,7 +34,9 @@ import pytest
 from katra3d.harness.cli import main as cli_main
 from katra_trace import KatraError, TraceRecoveryWarning, open_trace
 from katra_trace.io import format as fmt
+from katra_trace.io.images import frame_record
 from katra_trace.schema import EVENT_DTYPE
+from tests.hostile_images import KEY, mutate_image, picture_frame, seal_with_images, write_frames_trace
 from tests.trace_helpers import frame_zone_stream, seal_blocks, split_blocks, write_trace
 
 DATA = Path(__file__).parent / "data"
@@ -53,7 +57,11 @@ def _base_traces(tmp: Path) -> list[bytes]:
                 batch_events=8, annotations=[{"scene": "scene", "last_frame_sha256": "0" * 64}],
                 header={"capture_options": {"timing_mode": "sync", "resolved": {"frames": 12}},
                         "host_info": {"gl": {"renderer": "llvmpipe"}, "software_renderer": True}})
-    bases = [small.read_bytes(), (DATA / "golden-v1.1.katra").read_bytes(), (DATA / "golden-v1.0.katra").read_bytes()]
+    kept = write_frames_trace(tmp / "kept.katra", {"s": picture_frame("s", 1), "t": picture_frame("t", 2, 5, 3)})
+    rgb = frame_record("u", 4, 4 / 60, np.random.default_rng(3).integers(0, 256, (7, 9, 3), dtype=np.uint8), KEY)
+    kept_rgb = write_frames_trace(tmp / "kept-rgb.katra", {"u": rgb, "v": picture_frame("v", 4, 1, 1)}, codec=0)
+    bases = [small.read_bytes(), (DATA / "golden-v1.1.katra").read_bytes(), (DATA / "golden-v1.0.katra").read_bytes(),
+             kept.read_bytes(), kept_rgb.read_bytes()]
     if HAVE_BLOSC2:
         bases.append((DATA / "golden-v1.1-blosc2.katra").read_bytes())
     return bases
@@ -169,9 +177,14 @@ def _mutate_structure(rng: random.Random, blocks: Blocks) -> None:
     elif r < 0.65:
         j = rng.randrange(len(blocks))
         blocks[i], blocks[j] = blocks[j], blocks[i]
-    elif r < 0.8:
+    elif r < 0.7:
         # an unknown type (7 is IMAGE since format 1.2)
         blocks.insert(i, (rng.choice([0, 8, 200, 255]), b"payload of an unknown type", 0))
+    elif r < 0.8:
+        images = [b for b in blocks if b[0] == fmt.BlockType.IMAGE]
+        if images:  # many kept frames: one IMAGE block repeated (a scene kept again reads as its last)
+            for _ in range(rng.choice([2, 10, 60])):
+                blocks.insert(rng.randrange(1, len(blocks) + 1), rng.choice(images))
     else:
         btype, raw, _ = blocks[i]
         blocks[i] = (btype, raw, rng.choice([0, 1, 2, 65535]))
@@ -184,6 +197,9 @@ def build(seed: int, bases: list[bytes]) -> tuple[bytes, str]:
     done = []
     for _ in range(rng.randint(1, 3)):
         i = rng.randrange(len(blocks))
+        images = [k for k, b in enumerate(blocks) if b[0] == fmt.BlockType.IMAGE]
+        if images and rng.random() < 0.5:  # a trace that keeps frames: its IMAGE blocks half of the time
+            i = rng.choice(images)
         btype, raw, schema = blocks[i]
         what = rng.random()
         if what < 0.15:
@@ -192,6 +208,8 @@ def build(seed: int, bases: list[bytes]) -> tuple[bytes, str]:
             continue
         if btype == fmt.BlockType.EVENTS:
             raw = _mutate_events(rng, raw)
+        elif btype == fmt.BlockType.IMAGE:
+            raw = mutate_image(rng, raw)
         elif btype in fmt.JSON_BLOCKS:
             raw = _mutate_json(rng, raw)
         elif btype == fmt.BlockType.STRINGS:
@@ -199,9 +217,15 @@ def build(seed: int, bases: list[bytes]) -> tuple[bytes, str]:
         blocks[i] = (btype, raw, schema)
         done.append(f"block {i} type {btype}")
     minor = rng.choice([None, None, None, 0, 1, 2, 9])
-    codec = rng.choice([0, 1, 2] if HAVE_BLOSC2 else [0, 1])
-    data = seal_blocks(blocks, minor=minor, codec=codec, footer=rng.random() < 0.9,
-                       blosc2_edit=_blosc2_edit(rng) if codec == 2 else None)
+    if any(b[0] == fmt.BlockType.IMAGE for b in blocks):  # kept frames: codec 0 as written, or packed with zstd
+        image_codec = 0 if rng.random() < 0.85 else 1
+        data = seal_with_images(blocks, minor=minor, codec=rng.choice([0, 1]), image_codec=image_codec,
+                                footer=rng.random() < 0.9)
+        done.append(f"IMAGE codec {image_codec}")
+    else:
+        codec = rng.choice([0, 1, 2] if HAVE_BLOSC2 else [0, 1])
+        data = seal_blocks(blocks, minor=minor, codec=codec, footer=rng.random() < 0.9,
+                           blosc2_edit=_blosc2_edit(rng) if codec == 2 else None)
     return data, f"seed {seed}: {', '.join(done)}, minor {minor}"
 
 
@@ -228,6 +252,7 @@ def _run_cli(*args: str) -> int:
 COMMANDS: list[Callable[[str], tuple[str, ...]]] = [
     lambda p: ("validate", p), lambda p: ("info", p), lambda p: ("info", "--json", p), lambda p: ("stats", p),
     lambda p: ("stats", "--format", "json", p), lambda p: ("compare", p, p),
+    lambda p: ("compare", p, p, "--image-diff", p + ".diff"),
 ]
 
 
@@ -253,6 +278,7 @@ def test_structure_aware_fuzz_parses_or_raises_katra_error(tmp_path: Path) -> No
             except Exception as exc:  # noqa: BLE001 - the finding
                 failures.append(f"{what}: open_trace(strict={strict}): {type(exc).__name__}: {exc}")
         if readable:
+            shutil.rmtree(f"{path}.diff", ignore_errors=True)
             for command in COMMANDS:
                 args = command(str(path))
                 try:
