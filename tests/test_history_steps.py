@@ -9,6 +9,7 @@ CV is beyond any detector (the oracle figures) and lists the full grid from
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -170,3 +171,47 @@ def test_too_few_labels_say_so_and_the_change_seen_is_what_would_be_settled() ->
     rng = np.random.default_rng(5)
     noisy = detect_steps([np.exp(rng.normal(0.4 * (i >= 1), 0.3, 2)) for i in range(3)])
     assert "the 49.2 % change seen" in resolution(noisy, 49.2, 0.01).text()
+
+
+def _row(label: str, added: int, start: int, label_time: int | None = None, commit: str = "") -> dict[str, object]:
+    return {"label": label, "added_ns": added, "run_start_ns": start,
+            "label_time_ns": start if label_time is None else label_time, "commit": commit}
+
+
+def test_labels_follow_the_user_not_the_capture_time(tmp_path: Path) -> None:
+    """A re-capture of an old commit became the "newest label" (labels were ordered by capture time)."""
+    import subprocess
+
+    from katra3d.harness.versions.git import FirstParentOrder
+    from katra_trace.history.trends import label_order
+
+    # added v1, v2, v3 (captured in the opposite order), then v1 captured again: first-added order, v1 stays
+    rows = [_row("v1", 10, 300), _row("v2", 20, 200), _row("v3", 30, 100), _row("v1", 40, 400)]
+    assert label_order(rows) == ["v1", "v2", "v3"]
+    # every label given --time: that order wins
+    timed = [_row("v1", 10, 300, 3), _row("v2", 20, 200, 1), _row("v3", 30, 100, 2)]
+    assert label_order(timed) == ["v2", "v3", "v1"]
+    # every label with a commit on the first-parent line: its order
+    repo = tmp_path / "repo"
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid",
+                               "-c", "commit.gpgsign=false", *args], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    repo.mkdir()
+    git("init", "-q")
+    shas = []
+    for i in range(3):
+        (repo / "f").write_text(str(i))
+        git("add", "f")
+        git("commit", "-q", "-m", f"c{i}")
+        shas.append(git("rev-parse", "HEAD"))
+    order = FirstParentOrder(repo)
+    committed = [_row("late", 10, 1, commit=shas[2][:8]), _row("early", 20, 2, commit=shas[0]),
+                 _row("mid", 30, 3, commit="HEAD~1")]
+    assert label_order(committed, order) == ["early", "mid", "late"]
+    assert "no-such-ref" not in order and len(order) == 3
+    # one label without a place on that line: first-added order
+    assert label_order([*committed, _row("other", 5, 9, commit="no-such-ref")], order) == \
+        ["other", "late", "early", "mid"]

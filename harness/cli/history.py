@@ -13,6 +13,7 @@ from typing import Any
 
 from katra3d.harness.cli._common import ALPHA_STEPS, add_decision_options, emit_table, print_json
 from katra3d.harness.run.progress import Tally
+from katra3d.harness.versions.git import first_parent_order
 from katra_trace.analysis.defaults import check_alpha, check_threshold_pct
 from katra_trace.analysis.verdict import Verdict
 from katra_trace.errors import ConfigError
@@ -83,15 +84,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add.add_argument("traces", nargs="+", metavar="TRACE|DIR", help="trace files, or directories of *.katra files")
     add.add_argument("--label", required=True, help="the version these runs measured (e.g. a tag or short SHA)")
     add.add_argument("--commit", default="", metavar="SHA", help="the commit, kept with the runs")
-    add.add_argument("--time", metavar="ISO", help="the label's time, which orders labels (e.g. the commit "
-                                                   "date: git show -s --format=%%cI); default: the capture's start")
+    add.add_argument("--time", metavar="ISO", help="the label's time: when every label has one, it orders them "
+                                                   "(e.g. the commit date: git show -s --format=%%cI)")
     add.add_argument("--json", action="store_true", help="print what was stored as JSON")
     store_options(add, source=False, parquet=True)
     add.set_defaults(func=run_add)
 
     show = hsub.add_parser("show", help="trend of each scene over labels in order, with a sparkline",
-                           description="One trend per scene, metric and host over labels in order (labels are "
-                                       "ordered by their --time, else their earliest capture). Its change is "
+                           description="One trend per scene, metric and host over labels in order (by their "
+                                       "--time, else their --commit's first-parent order, else as first added; "
+                                       "docs/history.md). Its change is "
                                        "the fitted model's, the one 'history check' judges.")
     add_decision_options(show, alpha_means=ALPHA_STEPS)
     filters(show)
@@ -162,7 +164,7 @@ def run_add(args: argparse.Namespace) -> int:
 def _selection(args: argparse.Namespace) -> Any:
     return Selection(scene=args.scene, metric=args.metric, host=args.host,
                      zone=None if args.zone == "*" else args.zone, stat=args.stat, last=args.last,
-                     allow_host_mismatch=args.allow_host_mismatch)
+                     allow_host_mismatch=args.allow_host_mismatch, commit_order=first_parent_order(Path.cwd()))
 
 
 def _source(args: argparse.Namespace) -> Any:

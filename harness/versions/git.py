@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import subprocess
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from katra_trace.errors import ConfigError, ToolUnavailable
@@ -104,6 +105,54 @@ def commit_range(top: Path, good: Commit, bad: Commit) -> list[Commit]:
     return [Commit(sha, named.get(sha, "")) for sha in shas]
 
 
+class FirstParentOrder(Mapping[str, int]):
+    """Commit (as a user gave it: a sha, a short sha or a ref) -> its place on the first-parent line of HEAD in the
+    repository at ``top``, oldest first (``history``'s label order). A commit off that line, or unknown, is not
+    in it. git runs once for the line, and once per commit asked for."""
+
+    def __init__(self, top: Path) -> None:
+        self.top = top
+        self._line: dict[str, int] | None = None
+        self._asked: dict[str, int | None] = {}
+
+    def _positions(self) -> dict[str, int]:
+        if self._line is None:
+            shas = _git(self.top, "rev-list", "--first-parent", "--reverse", "HEAD", check=False).stdout.split()
+            self._line = {sha: i for i, sha in enumerate(shas)}
+        return self._line
+
+    def _place(self, commit: str) -> int | None:
+        if commit not in self._asked:
+            proc = _git(self.top, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}", check=False) \
+                if commit and not commit.startswith("-") else None
+            sha = proc.stdout.strip() if proc is not None and proc.returncode == 0 else ""
+            self._asked[commit] = self._positions().get(sha)
+        return self._asked[commit]
+
+    def __getitem__(self, commit: str) -> int:
+        place = self._place(commit)
+        if place is None:
+            raise KeyError(commit)
+        return place
+
+    def __contains__(self, commit: object) -> bool:
+        return isinstance(commit, str) and self._place(commit) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._positions())
+
+    def __len__(self) -> int:
+        return len(self._positions())
+
+
+def first_parent_order(cwd: Path) -> FirstParentOrder | None:
+    """The :class:`FirstParentOrder` of the repository holding ``cwd``; None outside one, or without git."""
+    try:
+        return FirstParentOrder(toplevel(cwd))
+    except (ConfigError, ToolUnavailable):
+        return None
+
+
 def add_worktree(top: Path, where: Path, sha: str) -> Path:
     """Check ``sha`` out, detached, as a new worktree at ``where`` (ConfigError when git refuses)."""
     where.parent.mkdir(parents=True, exist_ok=True)
@@ -119,5 +168,5 @@ def remove_worktree(top: Path, where: Path) -> None:
     _git(top, "worktree", "prune", check=False)
 
 
-__all__ = ["SHORT", "Commit", "add_worktree", "commit", "commit_range", "is_ancestor", "remove_worktree",
-           "resolve", "toplevel"]
+__all__ = ["SHORT", "Commit", "FirstParentOrder", "add_worktree", "commit", "commit_range", "first_parent_order",
+           "is_ancestor", "remove_worktree", "resolve", "toplevel"]

@@ -26,8 +26,8 @@ STATS: tuple[str, ...] = ("median", "mean", "p99", "low_1pct_fps")
 HIGHER_IS_BETTER: frozenset[str] = frozenset({"low_1pct_fps"})
 _SPARK = "▁▂▃▄▅▆▇█"
 
-_READ_COLUMNS = ("label", "label_time_ns", "added_ns", "commit", "host_id", "renderer", "driver", "cpu",
-                 "codegen_id", "scene", "zone", "metric", "unit", "size", "params", "trace_sha256", *STATS)
+_READ_COLUMNS = ("label", "label_time_ns", "run_start_ns", "added_ns", "commit", "host_id", "renderer", "driver",
+                 "cpu", "codegen_id", "scene", "zone", "metric", "unit", "size", "params", "trace_sha256", *STATS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +41,9 @@ class Selection:
     stat: str = "median"
     last: int | None = None      #: only the newest N labels
     allow_host_mismatch: bool = False  #: one series across hosts (and code generators) per scene
+    #: commit -> its place on the first-parent line of the repository the user works in (the CLI asks git);
+    #: labels all added with such a commit are ordered by it (:func:`label_order`)
+    commit_order: Mapping[str, int] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,14 +103,30 @@ def sparkline(values: Sequence[float]) -> str:
     return "".join(_SPARK[min(len(_SPARK) - 1, int((v - lo) / (hi - lo) * len(_SPARK)))] for v in values)
 
 
-def _label_order(rows: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Labels ordered by their time (earliest ``label_time_ns`` of their runs), then first add, then name."""
-    first: dict[str, tuple[int, int]] = {}
+def label_order(rows: Iterable[Mapping[str, Any]], commit_order: Mapping[str, int] | None = None) -> list[str]:
+    """Labels in the user's order: by their ``--time`` when every label was given one; else along the
+    first-parent line when every label was added with a ``--commit`` that ``commit_order`` places; else in
+    the order they were first added. A re-capture added later to an old label joins it and never moves it
+    (the label keeps its first add, its time and its commit). Ties by name."""
+    added: dict[str, int] = {}
+    timed: dict[str, int] = {}
+    commits: dict[str, set[str]] = {}
     for r in rows:
-        key = (int(r["label_time_ns"] or 0), int(r["added_ns"] or 0))
-        old = first.get(r["label"])
-        first[r["label"]] = key if old is None else min(old, key)
-    return sorted(first, key=lambda lab: (*first[lab], lab))
+        lab = str(r["label"])
+        when = int(r["added_ns"] or 0)
+        added[lab] = min(added.get(lab, when), when)
+        label_time, start = r["label_time_ns"], r.get("run_start_ns")
+        if label_time is not None and label_time not in (start, r["added_ns"]):  # given with --time
+            timed[lab] = min(timed.get(lab, int(label_time)), int(label_time))
+        if r["commit"]:
+            commits.setdefault(lab, set()).add(str(r["commit"]))
+    if added and timed.keys() == added.keys():
+        return sorted(added, key=lambda lab: (timed[lab], added[lab], lab))
+    if commit_order and commits.keys() == added.keys():
+        placed = {lab: [commit_order[c] for c in cs if c in commit_order] for lab, cs in commits.items()}
+        if all(placed.values()):
+            return sorted(added, key=lambda lab: (min(placed[lab]), added[lab], lab))
+    return sorted(added, key=lambda lab: (added[lab], lab))
 
 
 def _host_text(r: Mapping[str, Any]) -> str:
@@ -129,7 +148,7 @@ def build_series(rows: Sequence[Mapping[str, Any]], sel: Selection) -> list[Seri
         raise ConfigError(f"unknown stat {sel.stat!r}; choose from {', '.join(STATS)}")
     if sel.last is not None and sel.last < 1:
         raise ConfigError(f"--last must be at least 1, got {sel.last}")
-    order = _label_order(rows)
+    order = label_order(rows, sel.commit_order)
     if sel.last is not None:
         keep = set(order[-sel.last:])
         rows = [r for r in rows if r["label"] in keep]
