@@ -215,3 +215,22 @@ def test_labels_follow_the_user_not_the_capture_time(tmp_path: Path) -> None:
     # one label without a place on that line: first-added order
     assert label_order([*committed, _row("other", 5, 9, commit="no-such-ref")], order) == \
         ["other", "late", "early", "mid"]
+
+
+def test_three_counted_labels_step_as_compare_says() -> None:
+    """Three counted labels, 35.99 M, 35.99 M and 43.34 M instructions a frame: compare of the last two says
+    regression (exit 1), and history check said "no step" (the four-label minimum). Counts have a known noise:
+    with too few labels, each label is judged against the one before by compare's count rule."""
+    from katra_trace.history.trends import Point, Series, check_steps
+
+    def series(levels: list[float], metric: str = "instructions") -> Series:
+        points = [Point(f"v{i}", i, "", [v], v, "", i) for i, v in enumerate(levels)]
+        return Series("cubes", "", metric, metric, "median", "h", "host", "", points)
+
+    result = check_steps([series([35.99e6, 35.99e6, 43.34e6])])
+    assert result.regression_at_newest and [(s.label, s.verdict) for s in result.steps] == [("v2", "regression")]
+    assert result.steps[0].ratio == pytest.approx(43.34 / 35.99)
+    same = check_steps([series([35.99e6, 35.99e6 + 300, 35.99e6 - 200])])  # identical code: jitter only
+    assert not same.steps and not same.regression_at_newest
+    timed = check_steps([series([10.0, 10.0, 12.0], metric="wall")])  # times keep the fit's four-label rule
+    assert not timed.steps

@@ -13,11 +13,17 @@ from typing import Any
 
 import numpy as np
 
-from katra_trace.analysis.defaults import DEFAULT_ALPHA, check_alpha, check_threshold_pct, threshold_for
+from katra_trace.analysis.defaults import (
+    COUNT_JITTER_PER_FRAME,
+    DEFAULT_ALPHA,
+    check_alpha,
+    check_threshold_pct,
+    threshold_for,
+)
 from katra_trace.analysis.verdict import Verdict
 from katra_trace.errors import ConfigError
 from katra_trace.history.rows import iso_utc
-from katra_trace.history.steps import Fit, detect_steps, resolution
+from katra_trace.history.steps import MIN_LABELS_FOR_LABEL_NOISE, Fit, detect_steps, resolution
 from katra_trace.history.store import DEFAULT_LOCK_TIMEOUT_S, Source, read_rows
 from katra_trace.metrics import ALL, AUTO, AUTO_ORDER, COUNT_CLOCKS, is_count
 
@@ -331,8 +337,15 @@ def check_steps(series: Sequence[Series], alpha: float = DEFAULT_ALPHA, threshol
     for s in series:
         fit = detect_steps([p.values for p in s.points], alpha=alpha)
         thr = threshold_for(s.metric, threshold_pct)
-        models.append(_model(s, fit, thr, alpha))
         sign = -1.0 if s.stat in HIGHER_IS_BETTER else 1.0  # log ratios with + worse
+        if is_count(s.metric) and not fit.steps and len(s.points) < MIN_LABELS_FOR_LABEL_NOISE:
+            counted = _count_steps(s, thr, newest, sign)
+            if counted:  # too few labels to learn their noise, but counts have a known one: compare's rule
+                models.append(SeriesModel(s, fit, thr, 100 * (fit.change - 1),
+                                          100 * (s.points[-1].level / s.points[0].level - 1), ""))
+                steps.extend(counted)
+                continue
+        models.append(_model(s, fit, thr, alpha))
         for st in fit.steps:
             ends = sorted((sign * math.log(st.ratio_low), sign * math.log(st.ratio_high)))
             verdict = interval_verdict(sign * math.log(st.ratio), ends[0], ends[1], thr / 100)
@@ -343,6 +356,29 @@ def check_steps(series: Sequence[Series], alpha: float = DEFAULT_ALPHA, threshol
     order = {lab: i for i, lab in enumerate(_all_labels(series))}
     steps.sort(key=lambda r: (order[r.label], r.series.scene, r.series.zone, r.series.metric))
     return CheckResult(list(series), models, steps, newest, alpha, threshold_pct)
+
+
+def _count_steps(s: Series, threshold_pct: float, newest: str, sign: float) -> list[StepReport]:
+    """The steps of a count series with too few labels for the step fit (fewer than
+    :data:`~katra_trace.history.steps.MIN_LABELS_FOR_LABEL_NOISE`): each label against the one before by the
+    count metrics' rule of ``compare`` (:func:`~katra_trace.analysis.intervals.interval_verdict`), the band the
+    cross-process jitter of a count (:data:`~katra_trace.analysis.defaults.COUNT_JITTER_PER_FRAME` over the
+    level, three times over, as compare's noise floor). Only changes (regression, improvement) are steps."""
+    # deferred: intervals loads scipy.special; only a check needs it
+    from katra_trace.analysis.counts import NOISE_FLOOR_FACTOR
+    from katra_trace.analysis.intervals import interval_verdict
+
+    out = []
+    for before, after in zip(s.points, s.points[1:]):
+        ratio = after.level / before.level
+        band = NOISE_FLOOR_FACTOR * math.log1p(COUNT_JITTER_PER_FRAME / min(before.level, after.level))
+        estimate = sign * math.log(ratio)
+        verdict = interval_verdict(estimate, estimate - band, estimate + band, threshold_pct / 100)
+        if verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
+            at_newest = after.label == newest and s.points[-1].label == newest
+            out.append(StepReport(s, after.label, after.label, after.label, ratio, ratio * math.exp(-band),
+                                  ratio * math.exp(band), verdict, at_newest, after.settings))
+    return out
 
 
 def _all_labels(series: Sequence[Series]) -> list[str]:
