@@ -104,6 +104,26 @@ def test_suite_default_output_duration_and_screenshots(katra_cli: Any, tmp_path:
     assert not _frames(trace.events, Clock.WALL, warmup=True).size
 
 
+@pytest.mark.gl
+def test_screenshots_follow_the_output_rule(katra_cli: Any, tmp_path: Path) -> None:
+    """--screenshot replaced existing files and wrote through symbolic links (issue 34 item 11). Now an existing
+    screenshot needs --force, a link is refused, and both are said before any frame is rendered."""
+    small = ("--frames", "2", "--warmup", "0", "--size", "16x16", "--quiet", "--screenshot", "shots")
+    assert katra_cli("run", "clear", *small, "-o", "a.katra").returncode == 0
+    first = (tmp_path / "shots" / "clear.png").read_bytes()
+    again = katra_cli("run", "clear", *small, "-o", "b.katra")
+    assert again.returncode == 2 and "shots/clear.png' already exists; give --force" in again.stderr
+    assert not (tmp_path / "b.katra").exists()  # refused before the run
+    mine = tmp_path / "mine.txt"
+    mine.write_text("the user's file\n")
+    (tmp_path / "shots" / "triangle.png").symlink_to(mine)
+    linked = katra_cli("run", "triangle", *small, "-o", "c.katra")
+    assert linked.returncode == 2 and "is a symbolic link; katra3d never writes through one" in linked.stderr
+    assert mine.read_text() == "the user's file\n"
+    assert katra_cli("run", "clear", *small, "-o", "d.katra", "--force").returncode == 0
+    assert (tmp_path / "shots" / "clear.png").read_bytes() == first  # the same frame, written again
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_signal_stops_at_frame_end_and_marks_interrupted(tmp_path: Path, signum: int) -> None:
     env = dict(os.environ)

@@ -25,7 +25,8 @@ from katra3d.harness.engine.scene_traceback import location, scene_traceback
 from katra_trace.errors import KatraError, SceneError
 from katra_trace.schema import Flag
 from katra3d.scenes.api import SceneSkip
-from katra_trace.io.images import frame_record, image_checksum, save_png
+from katra_trace.io.claim import open_output
+from katra_trace.io.images import encode_png, frame_record, image_checksum
 from katra3d.scenes.image import read_pixels
 
 if TYPE_CHECKING:
@@ -186,8 +187,9 @@ class SceneLifecycle:
         if spec.keep_image and spec.frames is not None and result.frames == spec.frames and result.status == "ok":
             engine.writer.image(*frame_record(spec.label, index, frame_time_s(index), pixels, engine.image_key))
             keys["image_kept"] = True
-        if spec.screenshot is not None:
-            save_png(spec.screenshot, pixels)
+        if spec.screenshot is not None:  # through the output rule: never over a file without --force
+            with open_output(spec.screenshot, force=spec.overwrite, option="--screenshot", example="scene.png") as f:
+                f.write(encode_png(pixels))
             keys["screenshot"] = str(spec.screenshot)
         return keys
 

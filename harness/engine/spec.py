@@ -106,6 +106,7 @@ class SceneSpec:
     read_image: bool = True
     keep_image: bool = False
     screenshot: Path | None = None
+    overwrite: bool = False  #: the screenshot may replace an existing file (``run --force``)
     index: int = 1
     total: int = 1
 

@@ -22,6 +22,7 @@ from katra3d.harness.engine.timers import MODES, zone_mode
 from katra3d.harness.gl.backends import CHOICES, resolve_name
 from katra3d.harness.run.valgrind import Counting, counting
 from katra_trace import metrics
+from katra_trace.analysis.images import file_stem
 from katra_trace.analysis.references import DURATION_NOTICE
 from katra_trace.errors import ConfigError
 from katra_trace.io import claim
@@ -233,6 +234,11 @@ def default_output(workload_name: str, now: dt.datetime | None = None) -> Path:
     return path
 
 
+def screenshot_path(directory: Path, label: str) -> Path:
+    """Where ``--screenshot DIR`` saves the last frame of the scene ``label``: a name no other label shares."""
+    return directory / f"{file_stem(label)}.png"
+
+
 def plan_run(config: RunConfig) -> RunPlan:
     """Validate ``config`` and resolve scenes, params and paths; raises ConfigError/SceneError.
 
@@ -333,6 +339,13 @@ def plan_run(config: RunConfig) -> RunPlan:
         if shots.exists() and not shots.is_dir():
             raise ConfigError(f"--screenshot '{shots}' is not a directory")
         _writable_dir(shots, "--screenshot directory")
+        # the output rule, before any GL work: never over a file without --force, never through a link (a new
+        # directory holds neither; the run makes it)
+        for entry in entries if shots.is_dir() else ():
+            shot = screenshot_path(shots, entry.label)
+            if shot.is_symlink():
+                raise ConfigError(f"--screenshot: {shot} is a symbolic link; katra3d never writes through one")
+            claim.check_output(shot, force=config.force, option="--screenshot", example="scene.png")
     expect = _check_images(config)
     return RunPlan(config, tuple(entries), frames, config.duration_s, warmup,
                    (int(size[0]), int(size[1])), output, shots, workload,

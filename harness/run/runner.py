@@ -28,11 +28,18 @@ from katra3d.harness.engine.spec import TIMED, CaptureSpec, SceneSpec
 from katra3d.harness.engine.stopping import StopFlag, stop_on_signals
 from katra3d.harness.gl import backends, probe
 from katra3d.harness.run import measure
-from katra3d.harness.run.config import DEFAULT_REFERENCE_EVERY, RunConfig, RunPlan, SceneEntry, default_output, plan_run
+from katra3d.harness.run.config import (
+    DEFAULT_REFERENCE_EVERY,
+    RunConfig,
+    RunPlan,
+    SceneEntry,
+    default_output,
+    plan_run,
+    screenshot_path,
+)
 from katra3d.harness.run.progress import Progress as RunProgress
 from katra3d.harness.run.progress import show_warning
 from katra3d.harness.run.valgrind import check_renderer
-from katra_trace.analysis.images import file_stem
 from katra_trace.analysis.references import DURATION_NOTICE, images_policy
 from katra_trace.errors import Interrupted, KatraError, OutputBusyError, OutputExistsError, signal_exit_code
 from katra_trace.io.header import CaptureOptions, build_capture_options
@@ -246,10 +253,10 @@ class _entered:
 
 def _run_entry(engine: Engine, plan: RunPlan, entry: SceneEntry, session: Any, progress: Progress,
                n: int) -> SceneResult:
-    shot = plan.screenshot_dir / f"{file_stem(entry.label)}.png" if plan.screenshot_dir is not None else None
+    shot = screenshot_path(plan.screenshot_dir, entry.label) if plan.screenshot_dir is not None else None
     scene = SceneSpec(entry.cls, entry.label, entry.params, size=plan.size, frames=plan.frames, warmup=plan.warmup,
                       duration_s=plan.duration_s, seed=plan.config.seed, spec=entry.spec, screenshot=shot, index=n,
-                      total=len(plan.entries), keep_image=plan.keep_images)
+                      total=len(plan.entries), keep_image=plan.keep_images, overwrite=plan.config.force)
     return engine.run_scene(scene, bind=session.bind, progress=progress)
 
 
