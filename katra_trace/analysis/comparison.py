@@ -126,6 +126,25 @@ def open_sides(base: str | Sequence[str], new: str | Sequence[str] | None = None
                  stop, tuple(notes), (*damaged_b, *damaged_n))
 
 
+def separate_batches(sides: Sides) -> str | None:
+    """The note that says the two sides were captured in separate batches (every run of one side before every
+    run of the other, by their capture start times, and not paired as ab's rounds): a drift of the machine
+    between the batches (another load, a warmer CPU) then shows as a change. None when the runs interleave,
+    are paired, or do not all record a start time."""
+    if sides.pairs is not None:
+        return None
+    starts = [[t.header.start_wall_ns for t in traces] for traces in (sides.base_traces, sides.new_traces)]
+    if not all(starts) or any(v is None for side in starts for v in side):
+        return None
+    base, new = ([int(v) for v in side if v is not None] for side in starts)
+    if max(base) < min(new) or max(new) < min(base):
+        first = "BASE" if max(base) < min(new) else "NEW"
+        return (f"the sides were captured in separate batches ({first}'s {len(base if first == 'BASE' else new)} "
+                f"run(s) all before the other's): drift of the machine between batches is not cancelled; "
+                f"katra3d ab interleaves the runs")
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class ComparisonResult:
     """One comparison, as every surface renders it: the timing decision (:class:`Comparison`: metric, per-run
@@ -174,6 +193,9 @@ def compare_sides(sides: Sides, *, image_policy: str = "gate", image_limits: Ima
             thr = "the default" if rule.threshold_pct is None else f"{rule.threshold_pct:g}%"
             notes.append(f"the stopping rule recorded in {AB_MANIFEST} decides, with its alpha {rule.alpha:g} and "
                          f"threshold {thr}; --alpha and --threshold given here are not used")
+    batches = separate_batches(sides)
+    if batches:
+        notes.append(batches)
     timing = compare_traces(list(sides.base_traces), list(sides.new_traces),
                             pairs=None if sides.pairs is None else list(sides.pairs), sequential=sides.rule,
                             alpha=alpha, threshold_pct=threshold_pct, **options)
@@ -194,4 +216,4 @@ def compare_sides(sides: Sides, *, image_policy: str = "gate", image_limits: Ima
 
 
 __all__ = ["ComparisonResult", "Sides", "compare_sides", "find_pairing", "open_sides", "recorded_rule",
-           "resolve_sides", "round_pairs"]
+           "resolve_sides", "round_pairs", "separate_batches"]
