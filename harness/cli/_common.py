@@ -29,7 +29,7 @@ from katra_trace.analysis.defaults import (
     image_policy,
 )
 from katra_trace.analysis.images import ImageThresholds
-from katra_trace.io.tracesets import open_quietly, open_traces
+from katra_trace.io.tracesets import open_traces
 from katra_trace.metrics import METRICS, RUN_STATS, check_run_stat, is_count
 
 #: What ``--alpha`` means to a comparison of two sides (compare, ab, report --baseline).
@@ -113,10 +113,6 @@ def compare_kwargs(args: argparse.Namespace) -> dict[str, Any]:
             "allow_host_mismatch": args.allow_host_mismatch, "allow_param_mismatch": args.allow_param_mismatch,
             "allow_codegen_mismatch": args.allow_codegen_mismatch, "normalize": args.normalize,
             "run_stat": args.stat}
-
-
-#: a trace opened under the one damaged-trace policy, its recovery warning left to the caller
-load_trace_quietly = open_quietly
 
 
 def load_traces(paths: Sequence[str | os.PathLike[str]], verb: str = "using") -> list[Trace]:

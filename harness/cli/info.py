@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from katra3d.harness.cli._common import load_trace_quietly, print_json, terminal_width
+from katra3d.harness.cli._common import print_json, terminal_width
 from katra_trace import Clock, Flag, Kind, Trace
 from katra_trace.io.image_block import KeptFrame
+from katra_trace.io.tracesets import open_quietly
 from katra_trace.text import escape
 from katra_trace.units import format_ms, significant
 
@@ -288,7 +289,7 @@ def render_compact(trace: Trace, width: int = 80) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    trace = load_trace_quietly(args.trace)
+    trace = open_quietly(args.trace)
     if args.json:
         print_json(info_dict(trace))
     else:

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from katra3d.harness.cli._common import load_trace_quietly, print_json
-from katra3d.harness.cli.progress import format_table
+from katra3d.harness.cli._common import print_json
+from katra3d.harness.cli._table import format_table
 from katra3d.harness.run import runner
 from katra3d.harness.run.config import RunConfig, parse_int, parse_param, parse_seconds, parse_size, plan_run
 from katra3d.harness.run.progress import Progress
@@ -21,6 +21,7 @@ from katra_trace.analysis.images import flip_missing
 from katra_trace.analysis.references import check_references, record_references
 from katra_trace.errors import ConfigError
 from katra_trace.io import format as fmt
+from katra_trace.io.tracesets import open_quietly
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -151,7 +152,7 @@ def _check_images(directory: Path, trace: Path, scenes: list[str], *, update: bo
     """--expect-images / --update-images: one line a scene; 1 when an image changed, 2 when a check could
     not be made (a reference of another frame, a kept frame that cannot be read). The run's trace is read
     once; each kept frame is decoded when its check comes, one at a time."""
-    images = load_trace_quietly(str(trace)).kept_frames
+    images = open_quietly(str(trace)).kept_frames
     checks = record_references(directory, images) if update else check_references(directory, images, scenes)
     for check in checks:
         print(check.line)

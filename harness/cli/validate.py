@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from katra3d.harness.cli._common import load_trace_quietly
 from katra_trace import Trace
 from katra_trace.errors import KatraError
 from katra_trace.io.images import frame_pixels
+from katra_trace.io.tracesets import open_quietly
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -34,7 +34,7 @@ def _frame_problems(trace: Trace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    trace = load_trace_quietly(args.trace)
+    trace = open_quietly(args.trace)
     n = len(trace.events)
     for note in trace.notes:
         print(f"{trace.path}: warning: {note}", file=sys.stderr)
