@@ -8,14 +8,16 @@ reason computed once here; CI installs Mesa, so there they always run.
 from __future__ import annotations
 
 import functools
-import os
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.cli_helpers import katra
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -69,26 +71,14 @@ def _released(glo_object: Any) -> bool:
 
 @pytest.fixture
 def katra_cli(tmp_path: Path) -> Any:
-    """Run the ``katra3d`` console script in a subprocess: ``katra_cli(*args)``.
+    """Run the ``katra3d`` command in a subprocess: ``katra_cli(*args)``, in tmp_path unless ``cwd`` says.
 
-    Returns the CompletedProcess (text mode, stdout/stderr captured).
+    Returns the CompletedProcess (text mode, stdout/stderr captured): tests.cli_helpers.katra.
     """
-    import subprocess
 
     def run(*args: str, timeout: float = 300, env: dict[str, str] | None = None,
             cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-        full_env = dict(os.environ)
-        full_env.pop("KATRA3D_BACKEND", None)
-        if env:
-            full_env.update(env)
-        return subprocess.run(
-            [sys.executable, "-m", "katra3d", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=full_env,
-            cwd=cwd or tmp_path,
-        )
+        return katra(*args, cwd=cwd or tmp_path, env=env, timeout=timeout)
 
     return run
 

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from katra_trace.analysis.bisection import Effect, classify, next_ranges, partial_scenes, shares
+from tests.cli_helpers import katra
 from tests.env_helpers import path_without
 from tests.test_compare_counts import count_trace, wall_trace
 
@@ -52,15 +53,6 @@ def _repo(tmp_path: Path, lighting: list[float | None], name: str = "project") -
         _git(repo, "commit", "-q", "-m", f"change {i}")
         shas.append(_git(repo, "rev-parse", "HEAD"))
     return repo, shas
-
-
-def _bisect(cwd: Path, *args: str, env: dict[str, str] | None = None,
-            timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    full = dict(os.environ)
-    full.pop("KATRA3D_BACKEND", None)
-    full.update(env or {})
-    return subprocess.run([sys.executable, "-m", "katra3d", "bisect", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env=full)
 
 
 # --- the rule -------------------------------------------------------------------------------------
@@ -108,7 +100,7 @@ def test_bisect_finds_the_first_bad_commit_and_steps_around_a_broken_one(tmp_pat
     # c0 GOOD .. c7 BAD; c3 has no trace (its capture fails), +20 % lighting work from c5
     repo, shas = _repo(tmp_path, [1.0e7, 1.0e7, 1.0e7, None, 1.0e7, 1.2e7, 1.2e7, 1.2e7])
     out = tmp_path / "out"
-    r = _bisect(repo, shas[0][:8], "HEAD", "-c", CP, "-m", "instructions", "-o", str(out))
+    r = katra("bisect", shas[0][:8], "HEAD", "-c", CP, "-m", "instructions", "-o", str(out), cwd=repo)
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.loads((out / "bisect.json").read_text())
     assert result["status"] == "found" and result["first_bad"] == shas[5] and result["last_good"] == shas[4]
@@ -128,7 +120,7 @@ def test_bisect_finds_the_first_bad_commit_and_steps_around_a_broken_one(tmp_pat
     assert "step 1 (6 commit(s) left" in r.stderr and f"{shas[3][:10]}: skipped" in r.stderr
     assert len(_git(repo, "worktree", "list").splitlines()) == 1  # the worktrees are gone
     # the same output directory again is refused: it holds a bisection (continue it with --resume)
-    r = _bisect(repo, shas[0], "HEAD", "-c", CP, "-m", "instructions", "-o", str(out))
+    r = katra("bisect", shas[0], "HEAD", "-c", CP, "-m", "instructions", "-o", str(out), cwd=repo)
     assert r.returncode == 2 and "--resume" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -137,7 +129,7 @@ def test_a_culprit_explaining_part_of_the_change_names_the_next_range(tmp_path: 
     # two steps: +12 % at c2 (59 % of the log change), +8 % more at c4
     repo, shas = _repo(tmp_path, [1.0e7, 1.0e7, 1.12e7, 1.12e7, 1.21e7])
     out = tmp_path / "out"
-    r = _bisect(repo, shas[0], shas[4], "-c", CP, "-m", "instructions", "-o", str(out), "--quiet")
+    r = katra("bisect", shas[0], shas[4], "-c", CP, "-m", "instructions", "-o", str(out), "--quiet", cwd=repo)
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.loads((out / "bisect.json").read_text())
     assert result["first_bad"] == shas[2] and result["partial"]
@@ -180,7 +172,7 @@ def test_ctrl_c_keeps_the_state_and_resume_measures_nothing_twice(tmp_path: Path
     assert kept["status"] == "running" and {t["sha"] for t in kept["tested"]} == {shas[0], shas[-1]}
     assert len(_git(repo, "worktree", "list").splitlines()) == 1
     hold.unlink()
-    r = _bisect(repo, "--resume", str(out))
+    r = katra("bisect", "--resume", str(out), cwd=repo)
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.loads((out / "bisect.json").read_text())
     assert result["first_bad"] == shas[4] and "resuming" in r.stderr
@@ -188,7 +180,7 @@ def test_ctrl_c_keeps_the_state_and_resume_measures_nothing_twice(tmp_path: Path
     # the step interrupted had written its trace: used again, so no commit was captured twice
     assert len(captured) == len(set(captured)) == len(result["tested"])
     # GOOD and BAD given again must be the recorded ones
-    r = _bisect(repo, shas[1], shas[-1], "--resume", str(out))
+    r = katra("bisect", shas[1], shas[-1], "--resume", str(out), cwd=repo)
     assert r.returncode == 2 and "is not the GOOD of the bisection" in r.stderr
 
 
@@ -203,28 +195,28 @@ def test_bad_input_and_nothing_to_bisect_exit_2(tmp_path: Path) -> None:
         ((shas[0], shas[2]), f"nothing to bisect: BAD {shas[2][:10]} is not slower than GOOD"),
     ]
     for i, (revs, message) in enumerate(cases):
-        r = _bisect(repo, *revs, *args, "-o", str(tmp_path / f"out{i}"))
+        r = katra("bisect", *revs, *args, "-o", str(tmp_path / f"out{i}"), cwd=repo)
         assert r.returncode == 2 and message in r.stderr, (revs, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert json.loads((tmp_path / "out3/bisect.json").read_text())["status"] == "nothing to bisect"
-    r = _bisect(tmp_path, "HEAD~1", "HEAD", *args)
+    r = katra("bisect", "HEAD~1", "HEAD", *args, cwd=tmp_path)
     assert r.returncode == 2 and "not inside a git repository" in r.stderr
-    r = _bisect(repo, shas[0], "HEAD", "-c", "cp counted.katra out.katra", "-m", "instructions")
+    r = katra("bisect", shas[0], "HEAD", "-c", "cp counted.katra out.katra", "-m", "instructions", cwd=repo)
     assert r.returncode == 2 and "must contain {out}" in r.stderr
-    r = _bisect(repo, shas[0], "HEAD", "-m", "instructions")
+    r = katra("bisect", shas[0], "HEAD", "-m", "instructions", cwd=repo)
     assert r.returncode == 2 and "give the SCENE(s)" in r.stderr
-    r = _bisect(repo, "--resume", str(tmp_path))
+    r = katra("bisect", "--resume", str(tmp_path), cwd=repo)
     assert r.returncode == 2 and "holds no bisect.json" in r.stderr
     # every commit between GOOD and BAD fails to capture
     broken = f"case $(git rev-parse HEAD) in {shas[0]}|{shas[3]}) {CP};; *) exit 1;; esac"
-    r = _bisect(repo, shas[0], shas[3], "-c", broken, "-m", "instructions", "-o", str(tmp_path / "all"))
+    r = katra("bisect", shas[0], shas[3], "-c", broken, "-m", "instructions", "-o", str(tmp_path / "all"), cwd=repo)
     assert r.returncode == 2 and "every commit between GOOD" in r.stderr and "was skipped (2)" in r.stderr
     result = json.loads((tmp_path / "all/bisect.json").read_text())
     assert result["status"] == "all skipped" and result["first_bad"] is None
     assert result["candidates"] == shas[1:]
     # a skipped commit just before the first bad one: no single first bad commit, the two candidates named
     gap, g = _repo(tmp_path, [1.0e7, 1.0e7, None, 1.2e7, 1.2e7], name="gap")
-    r = _bisect(gap, g[0], g[4], *args, "-o", str(tmp_path / "gap-out"))
+    r = katra("bisect", g[0], g[4], *args, "-o", str(tmp_path / "gap-out"), cwd=gap)
     assert r.returncode == 2 and f"the first bad commit is one of 2: {g[2][:10]}, {g[3][:10]}" in r.stderr
     result = json.loads((tmp_path / "gap-out/bisect.json").read_text())
     assert result["status"] == "ambiguous" and result["candidates"] == g[2:4] and result["last_good"] == g[1]
@@ -244,7 +236,7 @@ def test_time_mode_takes_rounds_against_good_until_the_sequential_rule_decides(t
         shas.append(_git(repo, "rev-parse", "HEAD"))
     cmd = "r=$(basename {out} .katra); cp timed-${r#*-}.katra {out}"
     out = tmp_path / "out"
-    r = _bisect(repo, shas[0], shas[3], "-c", cmd, "-m", "time", "--max-rounds", "6", "-o", str(out))
+    r = katra("bisect", shas[0], shas[3], "-c", cmd, "-m", "time", "--max-rounds", "6", "-o", str(out), cwd=repo)
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.loads((out / "bisect.json").read_text())
     assert result["first_bad"] == shas[2] and result["last_good"] == shas[1]
@@ -255,23 +247,23 @@ def test_time_mode_takes_rounds_against_good_until_the_sequential_rule_decides(t
         assert tested[sha]["traces"] == [f"traces/{sha[:10]}/ab.json"] + [
             f"traces/{sha[:10]}/{side}/run-{k:03d}.katra" for side in ("base", "new") for k in range(1, n + 1)]
     # each commit's rounds are an ab directory: compare gives the verdict bisect used, by the recorded rule
-    c = subprocess.run([sys.executable, "-m", "katra3d", "compare", str(out / "traces" / shas[2][:10]), "--format",
-                        "json"], capture_output=True, text=True)
+    c = katra("compare", str(out / "traces" / shas[2][:10]), "--format", "json")
     assert c.returncode == 1 and json.loads(c.stdout)["scenes"]["shader"]["reason"].startswith("sequential:")
     assert tested[shas[0]]["traces"] == [] and tested[shas[1]]["state"] == "good"
     culprit = {e["scene"]: e for e in result["effect"]}["shader"]
     assert culprit["verdict"] == "regression" and culprit["reason"].startswith("sequential:")
     assert 1.18 < culprit["ratio"] < 1.22 and culprit["metric"] == "wall"
-    r = _bisect(repo, shas[0], shas[3], "-c", cmd, "-m", "time", "--max-rounds", "2", "-o", str(tmp_path / "o2"))
+    r = katra("bisect", shas[0], shas[3], "-c", cmd, "-m", "time", "--max-rounds", "2", "-o", str(tmp_path / "o2"),
+              cwd=repo)
     assert r.returncode == 2 and "--max-rounds is the cap" in r.stderr
 
 
 def test_missing_tools_exit_3(tmp_path: Path) -> None:
     repo, shas = _repo(tmp_path, [1.0e7, 1.2e7])
-    r = _bisect(repo, shas[0], shas[1], "-c", CP, "-m", "instructions",
-                env={"PATH": path_without(tmp_path, "valgrind")})
+    r = katra("bisect", shas[0], shas[1], "-c", CP, "-m", "instructions",
+              env={"PATH": path_without(tmp_path, "valgrind")}, cwd=repo)
     assert r.returncode == 3 and "apt-get install -y valgrind" in r.stderr
-    r = _bisect(repo, shas[0], shas[1], "-c", CP, "-m", "time", env={"PATH": path_without(tmp_path, "git")})
+    r = katra("bisect", shas[0], shas[1], "-c", CP, "-m", "time", env={"PATH": path_without(tmp_path, "git")}, cwd=repo)
     assert r.returncode == 3 and "needs git" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -323,8 +315,8 @@ def test_counted_bisection_of_a_scene(tmp_path: Path, gl_ctx: Any) -> None:
     The last (BAD) also changes the picture: its image verdict says so, the culprit's says identical."""
     repo, shas = _scene_repo(tmp_path, [0, 20, 20, 20], tinted=3)
     out = tmp_path / "out"
-    r = _bisect(repo, shas[0], shas[3], "scene.py:Slow", "-m", "instructions", "-a",
-                "--frames 2 --warmup 1 --size 16x16 --zones", "-o", str(out))
+    r = katra("bisect", shas[0], shas[3], "scene.py:Slow", "-m", "instructions", "-a",
+              "--frames 2 --warmup 1 --size 16x16 --zones", "-o", str(out), cwd=repo)
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.loads((out / "bisect.json").read_text())
     assert result["first_bad"] == shas[1] and len(result["tested"]) == 3
@@ -348,8 +340,8 @@ def test_timed_bisection_of_a_scene(tmp_path: Path, gl_ctx: Any) -> None:
     of freedom) was wider than that in a full suite run, so the cap is 6 and the rule stops when it knows."""
     repo, shas = _scene_repo(tmp_path, [50, 50, 800])
     out = tmp_path / "out"
-    r = _bisect(repo, shas[0], shas[2], "scene.py:Slow", "-m", "time", "--metric", "process", "--max-rounds", "6",
-                "-a", "--frames 20 --warmup 1 --size 16x16", "-o", str(out))
+    r = katra("bisect", shas[0], shas[2], "scene.py:Slow", "-m", "time", "--metric", "process", "--max-rounds", "6",
+              "-a", "--frames 20 --warmup 1 --size 16x16", "-o", str(out), cwd=repo)
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.loads((out / "bisect.json").read_text())
     assert result["first_bad"] == shas[2] and result["last_good"] == shas[1]
@@ -371,11 +363,11 @@ def test_bisect_writes_into_a_new_or_empty_directory_only(tmp_path: Path) -> Non
     (out / "traces" / shas[1][:10]).mkdir(parents=True)
     (out / "bisect.txt").write_text("my notes\n")
     (out / "traces" / shas[1][:10] / "mine.txt").write_text("mine\n")
-    r = _bisect(repo, shas[0], shas[1], "-c", CP, "-m", "time", "-o", str(out))
+    r = katra("bisect", shas[0], shas[1], "-c", CP, "-m", "time", "-o", str(out), cwd=repo)
     assert r.returncode == 2 and "is not empty and holds no bisection (bisect.json)" in r.stderr, r.stderr
     assert (out / "bisect.txt").read_text() == "my notes\n"
     assert (out / "traces" / shas[1][:10] / "mine.txt").read_text() == "mine\n"
-    r = _bisect(repo, shas[0], shas[1], "-c", CP, "-m", "time", "-o", ".")
+    r = katra("bisect", shas[0], shas[1], "-c", CP, "-m", "time", "-o", ".", cwd=repo)
     assert r.returncode == 2 and "is not empty" in r.stderr and not (repo / "bisect.txt").exists()
 
 
@@ -423,7 +415,7 @@ def test_a_sigkilled_bisect_resumes_and_removes_what_it_left(tmp_path: Path) -> 
         os.kill(left, 0)  # the capture's child outlived bisect (only the direct child gets PDEATHSIG)
         assert len(_git(repo, "worktree", "list").splitlines()) > 1 and list(out.glob("traces/*.katra.part"))
         hold.unlink()
-        r = _bisect(repo, "--resume", str(out))
+        r = katra("bisect", "--resume", str(out), cwd=repo)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -1,4 +1,4 @@
-"""``katra3d stats``, ``compare`` and ``ab`` on synthetic traces written with TraceWriter (no GL)."""
+"""``katra3d stats``, ``compare`` and ``ab`` on synthetic traces (tests.trace_helpers.write_trace; no GL)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from katra_trace import Clock, Flag, Kind, TraceWriter
+from katra_trace import Clock, Flag, Kind
 from katra_trace.schema import EVENT_DTYPE
+from tests.trace_helpers import write_trace
 
 SCENES = ("fill", "mesh")
 
@@ -30,24 +31,24 @@ def write_run(path: Path, mean_ms: float, *, seed: int, frames: int = 60, size: 
             "params": {s: {"layers": 1} for s in SCENES}}
     host = {"gl": {"renderer": renderer, "driver": {"name": "Mesa", "version": "22.3.6"},
                    "software_renderer": renderer.startswith("llvmpipe")}}
-    with TraceWriter(path, workload="test", capture_options=opts, host_info=host) as w:
-        frame_id, zone_id = w.intern("frame"), w.intern("draw")
-        t = 0
-        rows = []
-        for scene in SCENES:
-            sid = w.intern(scene)
-            factor = (slow or {}).get(scene, 1.0)
-            for i in range(warmup + frames):
-                dur = int(mean_ms * factor * run_factor * 1e6 * math.exp(rng.normal(0, 0.05)))
-                flags = int(Flag.WARMUP) if i < warmup else 0
-                rows.append((Kind.ZONE, Clock.WALL, flags, 1, sid, zone_id, i, t, dur // 2, 0.0))
-                rows.append((Kind.FRAME, Clock.WALL, flags, 0, sid, frame_id, i, t, dur, 0.0))
-                rows.append((Kind.FRAME, Clock.CPU, flags, 0, sid, frame_id, i, t, dur // 10, 0.0))
-                if process:
-                    cpu = int(mean_ms * factor * 1.9e6 * math.exp(rng.normal(0, 0.02)))
-                    rows.append((Kind.FRAME, Clock.PROCESS, flags, 0, sid, frame_id, i, t, cpu, 0.0))
-                t += dur
-        w.append_array(np.array(rows, dtype=EVENT_DTYPE))
+    strings = ["", "frame", "draw", *SCENES]
+    frame_id, zone_id = 1, 2
+    t = 0
+    rows = []
+    for sid, scene in enumerate(SCENES, start=3):
+        factor = (slow or {}).get(scene, 1.0)
+        for i in range(warmup + frames):
+            dur = int(mean_ms * factor * run_factor * 1e6 * math.exp(rng.normal(0, 0.05)))
+            flags = int(Flag.WARMUP) if i < warmup else 0
+            rows.append((Kind.ZONE, Clock.WALL, flags, 1, sid, zone_id, i, t, dur // 2, 0.0))
+            rows.append((Kind.FRAME, Clock.WALL, flags, 0, sid, frame_id, i, t, dur, 0.0))
+            rows.append((Kind.FRAME, Clock.CPU, flags, 0, sid, frame_id, i, t, dur // 10, 0.0))
+            if process:
+                cpu = int(mean_ms * factor * 1.9e6 * math.exp(rng.normal(0, 0.02)))
+                rows.append((Kind.FRAME, Clock.PROCESS, flags, 0, sid, frame_id, i, t, cpu, 0.0))
+            t += dur
+    write_trace(path, np.array(rows, dtype=EVENT_DTYPE), strings, summary={},
+                header={"workload": "test", "capture_options": opts, "host_info": host})
     return path
 
 
@@ -204,9 +205,9 @@ def _writer_cmd(tmp_path: Path, slow: float, chatter: int = 0) -> str:
     script = tmp_path / "fake_capture.py"
     script.write_text(
         "import sys, random\n"
-        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent.parent)!r})\n"
         "from pathlib import Path\n"
-        "from test_compare_cli import write_run\n"
+        "from tests.test_compare_cli import write_run\n"
         "for i in range(int(sys.argv[3])):\n"
         "    print(f'child progress line {i}')\n"
         "write_run(Path(sys.argv[1]), 10.0, seed=random.randrange(10**6), slow={'mesh': float(sys.argv[2])})\n"

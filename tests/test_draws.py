@@ -3,8 +3,6 @@ left untouched outside frames."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,8 +18,8 @@ from katra3d.harness.engine.frame import HarnessFrame, seed_key
 from katra_trace import open_trace
 from katra_trace.io.writer import TraceWriter
 from katra_trace.schema import Clock, Kind
+from tests.cli_helpers import katra
 
-KATRA3D = str(Path(sys.executable).with_name("katra3d"))
 pytestmark = pytest.mark.gl
 
 
@@ -31,9 +29,8 @@ def _originals() -> dict[tuple[str, str], Any]:
 
 def _run(tmp_path: Path, *extra: str) -> Any:
     out = tmp_path / "d.katra"
-    res = subprocess.run([KATRA3D, "run", "drawcalls", "--param", "drawcalls.count=50", "--zones", "draws",
-                          "--frames", "4", "--warmup", "1", "--size", "32x32", "--quiet", "-o", str(out), *extra],
-                         capture_output=True, text=True, check=False)
+    res = katra("run", "drawcalls", "--param", "drawcalls.count=50", "--zones", "draws", "--frames", "4", "--warmup",
+                "1", "--size", "32x32", "--quiet", "-o", str(out), *extra)
     assert res.returncode == 0, res.stderr
     return open_trace(out)
 
@@ -158,12 +155,10 @@ def test_a_scene_failing_mid_frame_leaves_moderngl_unpatched(tmp_path: Path) -> 
 @pytest.mark.slow
 def test_compare_says_when_the_draws_differ(tmp_path: Path) -> None:
     for name, count in (("a", 20), ("b", 22)):
-        res = subprocess.run([KATRA3D, "run", "drawcalls", "--param", f"drawcalls.count={count}", "--zones", "draws",
-                              "--frames", "5", "--size", "16x16", "--quiet", "-o", str(tmp_path / f"{name}.katra")],
-                             capture_output=True, text=True, check=False)
+        res = katra("run", "drawcalls", "--param", f"drawcalls.count={count}", "--zones", "draws", "--frames", "5",
+                    "--size", "16x16", "--quiet", "-o", str(tmp_path / f"{name}.katra"))
         assert res.returncode == 0, res.stderr
-    res = subprocess.run([KATRA3D, "compare", str(tmp_path / "a.katra"), str(tmp_path / "b.katra"),
-                          "--allow-param-mismatch"], capture_output=True, text=True, check=False)
+    res = katra("compare", str(tmp_path / "a.katra"), str(tmp_path / "b.katra"), "--allow-param-mismatch")
     assert res.returncode in (0, 1), res.stderr
     assert "the draw calls differ (21 draws in BASE, 23 in NEW; only in NEW: draws/draw(in_normal,in_pos)#21" \
         in res.stdout

@@ -18,6 +18,7 @@ from katra_trace.errors import OutputExistsError
 from katra_trace.export import FORMATS, default_path, export_trace
 from katra_trace.export.timeline import build_timeline, gpu_to_host, nest
 from katra_trace.optional import MissingDependencyError
+from tests.cli_helpers import katra_main
 from tests.export_helpers import HEADER, HOST0, STRINGS, SYNCS, gpu_expected, parse_perfetto, write_rich
 
 pytest.importorskip("perfetto", reason="the 'export' extra (perfetto) is part of the test extra")
@@ -259,12 +260,13 @@ def test_cli_default_path_refuses_to_replace(rich: tuple[Path, np.ndarray], katr
     out = json.loads(r.stdout)
     assert out["path"] == str(path.with_suffix(".csv")) and out["events"] > 0 and out["format"] == "csv"
     before = path.with_suffix(".csv").read_bytes()
-    code, _, err = _main(capsys, "export", str(path), "--to", "csv")
+    code, _, err = katra_main(capsys, "export", str(path), "--to", "csv")
     assert code == 2 and "already exists" in err and len(err.strip().splitlines()) == 1
     assert path.with_suffix(".csv").read_bytes() == before
     with pytest.raises(OutputExistsError):
         export_trace(open_trace(path), "csv")
-    code, _, err = _main(capsys, "export", str(path), "--to", "csv", "--force", "-o", str(path.with_suffix(".csv")))
+    code, _, err = katra_main(capsys, "export", str(path), "--to", "csv", "--force", "-o",
+                              str(path.with_suffix(".csv")))
     assert code == 0, err
     assert [p.name for p in path.parent.iterdir() if p.name.startswith(".")] == []  # no temporary left
 
@@ -281,32 +283,20 @@ def test_cli_damaged_trace_exports_prefix(rich: tuple[Path, np.ndarray], tmp_pat
     assert 0 < sum(e["ph"] == "X" for e in doc["traceEvents"]) < len(ev)
 
 
-def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """The CLI in this process (its error paths; the subprocess tests cover the console script)."""
-    from katra3d.harness.cli import main
-
-    try:
-        code = main(list(args))
-    except SystemExit as exc:  # argparse usage errors
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = _main(capsys, "export", str(tmp_path / "none.katra"), "--to", "perfetto")
+    code, _, err = katra_main(capsys, "export", str(tmp_path / "none.katra"), "--to", "perfetto")
     assert code == 2 and err.startswith("katra3d: error:") and len(err.splitlines()) == 1
     bad = tmp_path / "bad.katra"
     bad.write_bytes(b"not a trace at all")
-    code, _, err = _main(capsys, "export", str(bad), "--to", "csv")
+    code, _, err = katra_main(capsys, "export", str(bad), "--to", "csv")
     assert code == 2 and "not a katra3d trace" in err and len(err.splitlines()) == 1
-    code, _, err = _main(capsys, "export", str(bad), "--to", "svg")
+    code, _, err = katra_main(capsys, "export", str(bad), "--to", "svg")
     assert code == 2 and len(err.splitlines()) == 1 and "invalid choice" in err
     write_rich(tmp_path / "ok.katra")
-    code, _, err = _main(capsys, "export", str(tmp_path / "ok.katra"), "--to", "csv", "-o",
-                         str(tmp_path / "no" / "dir.csv"))
+    code, _, err = katra_main(capsys, "export", str(tmp_path / "ok.katra"), "--to", "csv", "-o",
+                              str(tmp_path / "no" / "dir.csv"))
     assert code == 2 and "directory does not exist" in err and len(err.splitlines()) == 1
-    code, _, err = _main(capsys, "export", str(tmp_path / "ok.katra"), "--to", "csv", "-o", str(tmp_path))
+    code, _, err = katra_main(capsys, "export", str(tmp_path / "ok.katra"), "--to", "csv", "-o", str(tmp_path))
     assert code == 2 and "is a directory" in err
 
 

@@ -13,18 +13,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from katra3d.harness.cli import main as cli_main
 from katra_trace import TraceWriter, jsontext, open_trace
 from katra_trace.errors import TraceFormatError
 from katra_trace.export import export_trace
 from katra_trace.export.perfetto import MAX_TIMESTAMP_NS, timestamp_base
 from katra_trace.export.table import csv_text, string_columns
 from katra_trace.export.timeline import build_timeline, gpu_to_host
+from katra_trace.io import format as fmt
 from katra_trace.io.header import build_capture_options
 from katra_trace.report import build_report, series
 from katra_trace.schema import EVENT_DTYPE
+from tests.cli_helpers import katra_main
 from tests.export_helpers import parse_perfetto
-from katra_trace.io import format as fmt
 from tests.extreme_traces import HOSTILE_NAMES, I64_MAX, U32_MAX, WRITERS
 from tests.trace_helpers import frame_zone_stream, split_blocks, write_trace
 
@@ -90,12 +90,12 @@ def test_timestamp_base_rules() -> None:
 def test_times_span_too_wide_for_perfetto_is_one_line_exit_2(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     path = _write(tmp_path, "start-spread-wide")
-    assert cli_main(["validate", str(path)]) == 0
-    code = cli_main(["export", str(path), "--to", "perfetto", "-o", str(tmp_path / "o.pftrace"), "--quiet"])
-    err = capsys.readouterr().err
+    assert katra_main(capsys, "validate", str(path))[0] == 0
+    code, _, err = katra_main(capsys, "export", str(path), "--to", "perfetto", "-o", str(tmp_path / "o.pftrace"),
+                              "--quiet")
     assert code == 2 and err.startswith("katra3d: error:") and len(err.splitlines()) == 1
     assert "do not fit a Perfetto timeline" in err and not (tmp_path / "o.pftrace").exists()
-    assert cli_main(["export", str(path), "--to", "chrome", "-o", str(tmp_path / "o.json"), "--quiet"]) == 0
+    assert katra_main(capsys, "export", str(path), "--to", "chrome", "-o", str(tmp_path / "o.json"), "--quiet")[0] == 0
 
 
 def test_gpu_mapping_ignores_sync_pairs_beyond_int64_arithmetic() -> None:
@@ -143,16 +143,18 @@ def test_nonfinite_header_gives_valid_json_from_info_and_chrome(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """Defect 12: info --json and export --to chrome write null for NaN and infinity."""
     path = _write(tmp_path, "header-nonfinite")
-    assert cli_main(["info", "--json", str(path)]) == 0
-    info = _strict_json(capsys.readouterr().out)
+    code, stdout, _ = katra_main(capsys, "info", "--json", str(path))
+    assert code == 0
+    info = _strict_json(stdout)
     options = info["header"]["capture_options"] if "header" in info else info["capture_options"]
     assert options["warmup_s"] is None and options["extra"] == {"ratio": None, "low": None}
     out = tmp_path / "c.json"
-    assert cli_main(["export", str(path), "--to", "chrome", "-o", str(out), "--quiet"]) == 0
+    assert katra_main(capsys, "export", str(path), "--to", "chrome", "-o", str(out), "--quiet")[0] == 0
     chrome = _strict_json(out.read_text(encoding="utf-8"))
     assert chrome["metadata"]["capture_options"]["extra"] == {"ratio": None, "low": None}
-    assert cli_main(["stats", "--format", "json", str(path)]) == 0
-    _strict_json(capsys.readouterr().out)
+    code, stdout, _ = katra_main(capsys, "stats", "--format", "json", str(path))
+    assert code == 0
+    _strict_json(stdout)
 
 
 def test_nan_in_capture_options_is_written_as_null(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from katra_trace.errors import ConfigError
 from katra_trace.export import default_path
 from katra_trace.io.tracesets import AB_MANIFEST, clear_ab_dir
 from katra_trace.schema import Flag
+from tests.cli_helpers import katra
 from tests.docs_commands import REPO, blocks
 from tests.trace_helpers import frame_zone_stream, write_trace
 
@@ -306,11 +307,9 @@ def test_clear_ab_dir_removes_nothing_from_a_directory_without_a_manifest(tmp_pa
 def _complete(line: str, tmp_path: Path) -> list[str]:
     """What the shell gets for ``line`` through argcomplete's protocol (the cursor at its end)."""
     out = tmp_path / "completions.txt"
-    env = {**os.environ, "_ARGCOMPLETE": "1", "COMP_LINE": line, "COMP_POINT": str(len(line)),
+    env = {"_ARGCOMPLETE": "1", "COMP_LINE": line, "COMP_POINT": str(len(line)),
            "_ARGCOMPLETE_STDOUT_FILENAME": str(out)}
-    env.pop("KATRA3D_BACKEND", None)
-    res = subprocess.run([sys.executable, "-m", "katra3d"], env=env, capture_output=True, text=True, timeout=60,
-                         check=False, cwd=tmp_path)
+    res = katra(env=env, timeout=60, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     return [w.strip() for w in out.read_text().split("\v") if w.strip()]
 

@@ -16,12 +16,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from katra_trace import Clock, Kind, TraceWriter
+from katra_trace import Clock, Kind
 from katra_trace.history.ingest import prepare_runs
 from katra_trace.history.rows import RunFacts, parse_time_ns, trace_rows
 from katra_trace.history.store import add_to_store
 from katra_trace.io.reader import open_trace
 from katra_trace.schema import EVENT_DTYPE
+from tests.cli_helpers import katra
+from tests.trace_helpers import write_trace
 
 duckdb = pytest.importorskip("duckdb", reason="pip install 'katra3d[history]'")
 
@@ -58,18 +60,9 @@ def make_trace(path: Path, levels_ms: dict[str, float], seed: int = 0, frames: i
     host_info = dict(host or LLVMPIPE)
     if clock == Clock.INSTRUCTIONS:
         host_info["codegen"] = {"cpu_model": "AMD EPYC", "llvm": "15.0.6"}
-    with TraceWriter(path, workload="test", capture_options=opts, host_info=host_info) as w:
-        for s in strings[1:]:
-            w.intern(s)
-        w.append_array(np.array(rows, dtype=EVENT_DTYPE))
+    write_trace(path, np.array(rows, dtype=EVENT_DTYPE), strings, summary={},
+                header={"workload": "test", "capture_options": opts, "host_info": host_info})
     return path
-
-
-def cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
-        timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "katra3d", "history", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env=full)
 
 
 def one_line_error(res: subprocess.CompletedProcess[str], code: int) -> str:
@@ -123,10 +116,11 @@ def test_add_stores_each_trace_once_and_reports_the_repeat(tmp_path: Path) -> No
     a = make_trace(tmp_path / "a.katra", {"fill": 10.0}, seed=1)
     b = make_trace(tmp_path / "sub" / "b.katra", {"fill": 10.0}, seed=2) if (tmp_path / "sub").mkdir() is None else None
     assert b is not None
-    first = cli("add", str(a), "--label", "v1", cwd=tmp_path)
+    first = katra("history", "add", str(a), "--label", "v1", cwd=tmp_path)
     assert first.returncode == 0 and "added 1 run(s) (1 rows) under label 'v1'" in first.stdout, first.stderr
     assert (tmp_path / ".katra" / "history.duckdb").is_file()  # the default store
-    again = cli("add", str(tmp_path), "--label", "v2", "--json", cwd=tmp_path)  # a directory: a.katra and sub/b.katra
+    # a directory: a.katra and sub/b.katra
+    again = katra("history", "add", str(tmp_path), "--label", "v2", "--json", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     out = json.loads(again.stdout)
     assert [Path(r["trace"]).name for r in out["added"]] == ["b.katra"]
@@ -134,7 +128,7 @@ def test_add_stores_each_trace_once_and_reports_the_repeat(tmp_path: Path) -> No
     con = duckdb.connect(str(tmp_path / ".katra" / "history.duckdb"), read_only=True)
     assert con.execute("SELECT label, count(*) FROM history GROUP BY 1 ORDER BY 1").fetchall() == [("v1", 1), ("v2", 1)]
     con.close()
-    same = cli("add", str(a), "--label", "v3", cwd=tmp_path)
+    same = katra("history", "add", str(a), "--label", "v3", cwd=tmp_path)
     assert same.returncode == 0 and "added 0 run(s)" in same.stdout and "already stored" in same.stdout
 
 
@@ -142,13 +136,14 @@ def test_add_is_all_or_nothing_on_a_bad_trace(tmp_path: Path) -> None:
     good = make_trace(tmp_path / "good.katra", {"fill": 10.0})
     bad = tmp_path / "bad.katra"
     bad.write_bytes(b"not a trace at all" * 10)
-    msg = one_line_error(cli("add", str(good), str(bad), "--label", "v1", "--db", "h.duckdb", cwd=tmp_path), 2)
+    msg = one_line_error(katra("history", "add", str(good), str(bad), "--label", "v1", "--db", "h.duckdb",
+                               cwd=tmp_path), 2)
     assert "not a katra3d trace" in msg
     assert not (tmp_path / "h.duckdb").exists()
-    one_line_error(cli("add", str(tmp_path / "missing.katra"), "--label", "v1", cwd=tmp_path), 2)
-    msg = one_line_error(cli("add", str(good), "--label", "v1", "--time", "yesterday", cwd=tmp_path), 2)
+    one_line_error(katra("history", "add", str(tmp_path / "missing.katra"), "--label", "v1", cwd=tmp_path), 2)
+    msg = one_line_error(katra("history", "add", str(good), "--label", "v1", "--time", "yesterday", cwd=tmp_path), 2)
     assert "ISO 8601" in msg
-    one_line_error(cli("add", str(good), "--label", " ", cwd=tmp_path), 2)
+    one_line_error(katra("history", "add", str(good), "--label", " ", cwd=tmp_path), 2)
 
 
 ADDER = """
@@ -186,13 +181,13 @@ def test_a_lock_held_too_long_is_a_one_line_error_and_nothing_is_lost(tmp_path: 
     history_of(tmp_path, [("v1", {"fill": 10.0})], runs=1)
     holder = duckdb.connect(str(tmp_path / "h.duckdb"))  # this process holds the write lock
     try:
-        msg = one_line_error(cli("add", str(trace), "--label", "v2", "--db", "h.duckdb", "--lock-timeout", "0.5",
-                                 cwd=tmp_path), 2)
+        msg = one_line_error(katra("history", "add", str(trace), "--label", "v2", "--db", "h.duckdb",
+                                   "--lock-timeout", "0.5", cwd=tmp_path), 2)
         assert "locked by another process" in msg and "--lock-timeout" in msg
-        one_line_error(cli("show", "--db", "h.duckdb", "--lock-timeout", "0.2", cwd=tmp_path), 2)
+        one_line_error(katra("history", "show", "--db", "h.duckdb", "--lock-timeout", "0.2", cwd=tmp_path), 2)
     finally:
         holder.close()
-    res = cli("add", str(trace), "--label", "v2", "--db", "h.duckdb", cwd=tmp_path)
+    res = katra("history", "add", str(trace), "--label", "v2", "--db", "h.duckdb", cwd=tmp_path)
     assert res.returncode == 0 and "added 1 run(s)" in res.stdout
 
 
@@ -202,18 +197,18 @@ def test_a_lock_held_too_long_is_a_one_line_error_and_nothing_is_lost(tmp_path: 
 @pytest.mark.slow
 def test_show_orders_labels_by_time_and_draws_a_sparkline(tmp_path: Path) -> None:
     history_of(tmp_path, [("c", {"fill": 10.0}), ("a", {"fill": 10.0}), ("b", {"fill": 20.0})])
-    res = cli("show", "--db", "h.duckdb", "--format", "json", cwd=tmp_path)
+    res = katra("history", "show", "--db", "h.duckdb", "--format", "json", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     (series,) = json.loads(res.stdout)["series"]
     assert [p["label"] for p in series["points"]] == ["c", "a", "b"]  # by --time, not by name
     assert [p["runs"] for p in series["points"]] == [3, 3, 3]
     assert series["points"][2]["level"] == pytest.approx(20.0, rel=0.05) and series["metric"] == "wall"
     assert series["sparkline"] == "▁▁█"
-    table = cli("show", "--db", "h.duckdb", cwd=tmp_path)
+    table = katra("history", "show", "--db", "h.duckdb", cwd=tmp_path)
     assert table.returncode == 0 and "▁▁█" in table.stdout and "fill" in table.stdout
-    csv = cli("show", "--db", "h.duckdb", "--format", "csv", cwd=tmp_path).stdout.splitlines()
+    csv = katra("history", "show", "--db", "h.duckdb", "--format", "csv", cwd=tmp_path).stdout.splitlines()
     assert csv[0].startswith("scene,zone,metric,stat,unit,host_id,label") and len(csv) == 4
-    md = cli("show", "--db", "h.duckdb", "--format", "markdown", cwd=tmp_path)
+    md = katra("history", "show", "--db", "h.duckdb", "--format", "markdown", cwd=tmp_path)
     assert md.returncode == 0 and "| scene |" in md.stdout
 
 
@@ -222,32 +217,33 @@ def test_check_names_the_first_bad_label_and_exits_1_only_at_the_newest(tmp_path
     labels = [(f"v{i}", {"fill": 10.0, "cubes": 5.0}) for i in range(1, 6)]
     labels += [(f"v{i}", {"fill": 12.0, "cubes": 5.0}) for i in range(6, 9)]
     history_of(tmp_path, labels)
-    res = cli("check", "--db", "h.duckdb", "--json", cwd=tmp_path)
+    res = katra("history", "check", "--db", "h.duckdb", "--json", cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr  # the step starts at v6, not at the newest label
     out = json.loads(res.stdout)
     (step,) = out["steps"]
     assert step["scene"] == "fill" and step["label"] == "v6" and step["verdict"] == "regression"
     assert 15 < step["change_pct"] < 25 and step["change_pct_interval"][0] > 5
     assert out["by_label"] == {"v6": ["fill"]} and out["newest_label"] == "v8"
-    text = cli("check", "--db", "h.duckdb", cwd=tmp_path)
+    text = katra("history", "check", "--db", "h.duckdb", cwd=tmp_path)
     assert text.returncode == 0 and "steps starting at v6: fill +" in text.stdout
     # a new label that is slower again: a regression at the newest label, exit 1
-    one_line_error(cli("check", "--db", "h.duckdb", "--time", "x", cwd=tmp_path), 2)  # an add option: exit 2
+    # an add option: exit 2
+    one_line_error(katra("history", "check", "--db", "h.duckdb", "--time", "x", cwd=tmp_path), 2)
 
 
 @pytest.mark.slow
 def test_check_exit_1_when_the_newest_label_regresses(tmp_path: Path) -> None:
     labels = [(f"v{i}", {"fill": 10.0, "cubes": 5.0}) for i in range(1, 7)] + [("v7", {"fill": 10.0, "cubes": 6.0})]
     history_of(tmp_path, labels)
-    res = cli("check", "--db", "h.duckdb", cwd=tmp_path)
+    res = katra("history", "check", "--db", "h.duckdb", cwd=tmp_path)
     assert res.returncode == 1, res.stdout + res.stderr
     assert "regression starting at the newest label 'v7': cubes" in res.stdout
     # a threshold above the step: still a step, but within the threshold: compare's word for it
-    res = cli("check", "--db", "h.duckdb", "--threshold", "30", "--json", cwd=tmp_path)
+    res = katra("history", "check", "--db", "h.duckdb", "--threshold", "30", "--json", cwd=tmp_path)
     assert res.returncode == 0 and json.loads(res.stdout)["steps"][0]["verdict"] == "unchanged"
     # an improvement at the newest label is no failure
     history_of(tmp_path, labels[:6] + [("v7", {"fill": 10.0, "cubes": 4.0})], db="g.duckdb")
-    res = cli("check", "--db", "g.duckdb", "--json", cwd=tmp_path)
+    res = katra("history", "check", "--db", "g.duckdb", "--json", cwd=tmp_path)
     assert res.returncode == 0 and json.loads(res.stdout)["steps"][0]["verdict"] == "improvement"
 
 
@@ -255,44 +251,47 @@ def test_check_exit_1_when_the_newest_label_regresses(tmp_path: Path) -> None:
 def test_hosts_are_never_mixed_unless_asked(tmp_path: Path) -> None:
     history_of(tmp_path, [("v1", {"fill": 10.0}), ("v2", {"fill": 10.0})], runs=2)
     history_of(tmp_path, [("v3", {"fill": 30.0}), ("v4", {"fill": 30.0})], runs=2, host=OTHER_HOST, day0=2)
-    out = json.loads(cli("show", "--db", "h.duckdb", "--json", cwd=tmp_path).stdout)
+    out = json.loads(katra("history", "show", "--db", "h.duckdb", "--json", cwd=tmp_path).stdout)
     assert sorted(len(s["points"]) for s in out["series"]) == [2, 2]  # one trend per host
-    check = json.loads(cli("check", "--db", "h.duckdb", "--json", cwd=tmp_path).stdout)
+    check = json.loads(katra("history", "check", "--db", "h.duckdb", "--json", cwd=tmp_path).stdout)
     assert check["steps"] == []  # the 3x "step" is a different GPU, not a regression
-    mixed = json.loads(cli("check", "--db", "h.duckdb", "--json", "--allow-host-mismatch", cwd=tmp_path).stdout)
+    mixed = json.loads(katra("history", "check", "--db", "h.duckdb", "--json", "--allow-host-mismatch",
+                             cwd=tmp_path).stdout)
     assert [s["label"] for s in mixed["steps"]] == ["v3"]
-    radeon = json.loads(cli("show", "--db", "h.duckdb", "--json", "--host", "radeon", cwd=tmp_path).stdout)
+    radeon = json.loads(katra("history", "show", "--db", "h.duckdb", "--json", "--host", "radeon", cwd=tmp_path).stdout)
     assert [p["label"] for p in radeon["series"][0]["points"]] == ["v3", "v4"]
 
 
 @pytest.mark.slow
 def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     history_of(tmp_path, [("v1", {"fill": 10.0}), ("v2", {"fill": 10.0})], runs=1)
-    msg = one_line_error(cli("show", "--db", "h.duckdb", "--scene", "nope", cwd=tmp_path), 2)
+    msg = one_line_error(katra("history", "show", "--db", "h.duckdb", "--scene", "nope", cwd=tmp_path), 2)
     assert "unknown scene 'nope'" in msg and "fill" in msg
-    msg = one_line_error(cli("check", "--db", "h.duckdb", "--metric", "gpu", cwd=tmp_path), 2)
+    msg = one_line_error(katra("history", "check", "--db", "h.duckdb", "--metric", "gpu", cwd=tmp_path), 2)
     assert "unknown metric 'gpu'" in msg and "wall" in msg
-    assert "no host matches" in one_line_error(cli("show", "--db", "h.duckdb", "--host", "zzz", cwd=tmp_path), 2)
-    assert "no history store" in one_line_error(cli("show", "--db", "none.duckdb", cwd=tmp_path), 2)
+    assert "no host matches" in one_line_error(katra("history", "show", "--db", "h.duckdb", "--host", "zzz",
+                                                     cwd=tmp_path), 2)
+    assert "no history store" in one_line_error(katra("history", "show", "--db", "none.duckdb", cwd=tmp_path), 2)
     assert not (tmp_path / "none.duckdb").exists()
     (tmp_path / "corrupt.duckdb").write_bytes(b"\x00garbage" * 1000)
-    assert "corrupt.duckdb" in one_line_error(cli("check", "--db", "corrupt.duckdb", cwd=tmp_path), 2)
+    assert "corrupt.duckdb" in one_line_error(katra("history", "check", "--db", "corrupt.duckdb", cwd=tmp_path), 2)
     assert (tmp_path / "corrupt.duckdb").read_bytes() == b"\x00garbage" * 1000  # never touched
-    one_line_error(cli("add", str(tmp_path / "v1-0-h.duckdb.katra"), "--label", "x", "--db", "corrupt.duckdb",
-                       cwd=tmp_path), 2)
+    one_line_error(katra("history", "add", str(tmp_path / "v1-0-h.duckdb.katra"), "--label", "x", "--db",
+                         "corrupt.duckdb", cwd=tmp_path), 2)
     con = duckdb.connect(str(tmp_path / "other.duckdb"))
     con.execute("CREATE TABLE t (x INTEGER)")
     con.close()
-    assert "not a katra3d history" in one_line_error(cli("show", "--db", "other.duckdb", cwd=tmp_path), 2)
+    assert "not a katra3d history" in one_line_error(katra("history", "show", "--db", "other.duckdb", cwd=tmp_path), 2)
     from katra_trace.history.store import open_store
 
     with open_store(tmp_path / "empty.duckdb", read_only=False):
         pass
-    assert "is empty" in one_line_error(cli("check", "--db", "empty.duckdb", cwd=tmp_path), 2)
-    assert "nothing" in one_line_error(cli("show", "--source", str(tmp_path / "nothing/**/*.parquet"), cwd=tmp_path), 2)
-    one_line_error(cli("check", "--db", "h.duckdb", "--alpha", "2", cwd=tmp_path), 2)
-    one_line_error(cli("check", "--db", "h.duckdb", "--threshold", "-1", cwd=tmp_path), 2)
-    one_line_error(cli("show", "--db", "h.duckdb", "--last", "0", cwd=tmp_path), 2)
+    assert "is empty" in one_line_error(katra("history", "check", "--db", "empty.duckdb", cwd=tmp_path), 2)
+    assert "nothing" in one_line_error(katra("history", "show", "--source", str(tmp_path / "nothing/**/*.parquet"),
+                                             cwd=tmp_path), 2)
+    one_line_error(katra("history", "check", "--db", "h.duckdb", "--alpha", "2", cwd=tmp_path), 2)
+    one_line_error(katra("history", "check", "--db", "h.duckdb", "--threshold", "-1", cwd=tmp_path), 2)
+    one_line_error(katra("history", "show", "--db", "h.duckdb", "--last", "0", cwd=tmp_path), 2)
 
 
 def test_without_duckdb_history_exits_3(tmp_path: Path) -> None:
@@ -302,7 +301,7 @@ def test_without_duckdb_history_exits_3(tmp_path: Path) -> None:
     (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['duckdb'] = None  # as if not installed\n")
     env = {"PYTHONPATH": str(blocker) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     for args in (["add", str(trace), "--label", "v1"], ["show"], ["check"]):
-        msg = one_line_error(cli(*args, cwd=tmp_path, env=env), 3)
+        msg = one_line_error(katra("history", *args, cwd=tmp_path, env=env), 3)
         assert "pip install 'katra3d[history]'" in msg
     assert not (tmp_path / ".katra").exists()
 
@@ -315,19 +314,19 @@ def test_parquet_round_trip_gives_the_same_show_and_check(tmp_path: Path) -> Non
     labels = [(f"v{i}", {"fill": 10.0 if i < 4 else 12.0, "cubes": 5.0}) for i in range(1, 7)]
     history_of(tmp_path, labels, runs=2)
     history_of(tmp_path, [("v1", {"fill": 20.0}), ("v2", {"fill": 20.0})], runs=2, host=OTHER_HOST, day0=10)
-    res = cli("export", "--parquet", "pq", "--db", "h.duckdb", cwd=tmp_path)
+    res = katra("history", "export", "--parquet", "pq", "--db", "h.duckdb", cwd=tmp_path)
     assert res.returncode == 0 and "exported 16 run(s)" in res.stdout, res.stderr
     files = sorted((tmp_path / "pq").glob("host_id=*/label=*/*.parquet"))
     assert len(files) == 16 and {f.parent.name for f in files} == {f"label=v{i}" for i in range(1, 7)}
-    again = cli("export", "--parquet", "pq", "--db", "h.duckdb", cwd=tmp_path)
+    again = katra("history", "export", "--parquet", "pq", "--db", "h.duckdb", cwd=tmp_path)
     assert "exported 0 run(s)" in again.stdout and "16 already there" in again.stdout
     glob = str(tmp_path / "pq" / "**" / "*.parquet")
     for args in (["show", "--format", "csv"], ["show"], ["check", "--format", "csv"], ["show", "--metric", "all"],
                  ["show", "--host", "radeon", "--format", "csv"]):
-        db = cli(*args, "--db", "h.duckdb", cwd=tmp_path)
-        pq = cli(*args, "--source", glob, cwd=tmp_path)
+        db = katra("history", *args, "--db", "h.duckdb", cwd=tmp_path)
+        pq = katra("history", *args, "--source", glob, cwd=tmp_path)
         assert db.returncode == pq.returncode and db.stdout == pq.stdout, (args, db.stdout, pq.stdout, pq.stderr)
-    check = json.loads(cli("check", "--source", glob, "--json", cwd=tmp_path).stdout)
+    check = json.loads(katra("history", "check", "--source", glob, "--json", cwd=tmp_path).stdout)
     assert [(s["scene"], s["label"]) for s in check["steps"]] == [("fill", "v4")]
 
 
@@ -343,12 +342,12 @@ def test_runners_write_their_own_parquet_files(tmp_path: Path) -> None:
     for proc in procs:
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0 and "added 5 run(s)" in out, err
-    repeat = cli("add", str(traces["a"][0]), "--label", "v2", "--parquet", "fleet", cwd=tmp_path)
+    repeat = katra("history", "add", str(traces["a"][0]), "--label", "v2", "--parquet", "fleet", cwd=tmp_path)
     assert "added 0 run(s)" in repeat.stdout and "already stored" in repeat.stdout
     hosts = {p.parent.parent.name for p in (tmp_path / "fleet").glob("*/*/*.parquet")}
     assert len(hosts) == 2
     assert not list((tmp_path / "fleet").rglob("*.tmp"))
-    out = json.loads(cli("show", "--source", "fleet/**/*.parquet", "--json", cwd=tmp_path).stdout)
+    out = json.loads(katra("history", "show", "--source", "fleet/**/*.parquet", "--json", cwd=tmp_path).stdout)
     assert sorted(s["points"][0]["runs"] for s in out["series"]) == [5, 5]
 
 
@@ -379,8 +378,8 @@ def test_add_refuses_a_fifo_or_a_device_at_once_instead_of_hashing_it_forever(tm
     good = make_trace(tmp_path / "good.katra", {"fill": 10.0})
     for bad in (str(fifo), "/dev/zero", "/dev/urandom"):
         # the subprocess timeout only guards the suite: a regression hangs here instead of answering
-        msg = one_line_error(cli("add", str(good), bad, "--label", "v1", "--db", "h.duckdb", cwd=tmp_path,
-                                 timeout=60), 2)
+        msg = one_line_error(katra("history", "add", str(good), bad, "--label", "v1", "--db", "h.duckdb",
+                                   cwd=tmp_path, timeout=60), 2)
         assert "not a regular file" in msg and bad in msg, msg
     assert not (tmp_path / "h.duckdb").exists()
 
@@ -391,10 +390,10 @@ def test_a_damaged_store_named_like_a_lock_is_one_line_at_once(tmp_path: Path) -
     history_of(tmp_path, [("v1", {"fill": 10.0})], runs=1)
     (tmp_path / "block.duckdb").write_bytes(b"\x00garbage" * 1000)
     # with the default 60 s lock timeout: a damaged file is no lock, so the answer comes at once
-    msg = one_line_error(cli("add", str(tmp_path / "v1-0-h.duckdb-0.katra"), "--label", "x", "--db",
-                             "block.duckdb", cwd=tmp_path), 2)
+    msg = one_line_error(katra("history", "add", str(tmp_path / "v1-0-h.duckdb-0.katra"), "--label", "x", "--db",
+                               "block.duckdb", cwd=tmp_path), 2)
     assert "block.duckdb" in msg and "locked" not in msg and "damaged" in msg, msg
-    msg = one_line_error(cli("show", "--db", "block.duckdb", cwd=tmp_path), 2)
+    msg = one_line_error(katra("history", "show", "--db", "block.duckdb", cwd=tmp_path), 2)
     assert "locked" not in msg and "damaged" in msg, msg
     assert not _is_lock_error(duckdb, duckdb.IOException('IO Error: The file "/x/block.duckdb" is damaged'))
     assert _is_lock_error(duckdb, duckdb.IOException(
@@ -404,8 +403,8 @@ def test_a_damaged_store_named_like_a_lock_is_one_line_at_once(tmp_path: Path) -
 def test_a_label_time_a_store_cannot_hold_is_one_line(tmp_path: Path) -> None:
     trace = make_trace(tmp_path / "a.katra", {"fill": 10.0})
     for when in ("1000-01-01", "9999-12-31T00:00:00Z"):
-        msg = one_line_error(cli("add", str(trace), "--label", "v1", "--time", when, "--db", "h.duckdb",
-                                 cwd=tmp_path), 2)
+        msg = one_line_error(katra("history", "add", str(trace), "--label", "v1", "--time", when, "--db",
+                                   "h.duckdb", cwd=tmp_path), 2)
         assert f"--time '{when}' is outside the times a history stores" in msg, msg
     assert parse_time_ns("1700-01-01") < 0 < parse_time_ns("2200-01-01")
     assert not (tmp_path / "h.duckdb").exists()

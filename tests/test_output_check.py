@@ -11,6 +11,7 @@ import pytest
 from katra3d.harness.run.config import check_output as run_check_output
 from katra_trace.errors import ConfigError, OutputExistsError, TraceIOError
 from katra_trace.io.claim import check_output, check_output_dir, move_into_place, open_output
+from tests.cli_helpers import katra_main
 from tests.export_helpers import write_rich
 
 
@@ -96,21 +97,14 @@ def test_the_replace_never_swaps_out_a_special_file(tmp_path: Path) -> None:
     move_into_place(new, tmp_path / "absent", replace=True)  # nothing there: nothing to refuse
 
 
-def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    from katra3d.harness.cli import main
-
-    code = main(list(args))
-    return code, capsys.readouterr().err
-
-
 def test_export_and_report_never_overwrite_their_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = tmp_path / "run.katra"
     write_rich(trace)
     before = trace.read_bytes()
-    code, err = _main(capsys, "export", str(trace), "--to", "csv", "-o", str(trace), "--force")
+    code, _, err = katra_main(capsys, "export", str(trace), "--to", "csv", "-o", str(trace), "--force")
     assert code == 2 and len(err.splitlines()) == 1 and "is one of this command's inputs" in err, err
     pytest.importorskip("plotly", reason="pip install 'katra3d[export]'")
-    code, err = _main(capsys, "report", str(trace), "-o", str(trace), "--force")
+    code, _, err = katra_main(capsys, "report", str(trace), "-o", str(trace), "--force")
     assert code == 2 and len(err.splitlines()) == 1 and "is one of this command's inputs" in err, err
     assert trace.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.katra"]
@@ -118,8 +112,8 @@ def test_export_and_report_never_overwrite_their_input(tmp_path: Path, capsys: p
 
 def test_export_reports_a_bad_output_before_reading(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # the trace does not exist: the output's message comes first, as the output is checked first
-    code, err = _main(capsys, "export", str(tmp_path / "none.katra"), "--to", "csv",
-                      "-o", str(tmp_path / "no" / "x.csv"))
+    code, _, err = katra_main(capsys, "export", str(tmp_path / "none.katra"), "--to", "csv",
+                              "-o", str(tmp_path / "no" / "x.csv"))
     assert code == 2 and "output directory" in err and "does not exist" in err, err
 
 
@@ -129,6 +123,6 @@ def test_history_parquet_output_must_not_be_a_file(tmp_path: Path, capsys: pytes
     afile.write_text("x")
     for args in (["history", "add", str(tmp_path), "--label", "v1", "--parquet", str(afile)],
                  ["history", "export", "--db", str(tmp_path / "h.duckdb"), "--parquet", str(afile)]):
-        code, err = _main(capsys, *args)
+        code, _, err = katra_main(capsys, *args)
         assert code == 2 and len(err.splitlines()) == 1 and "exists and is not a directory" in err, err
     assert afile.read_text() == "x"

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from katra3d.harness.cli import main
 from katra_trace.errors import ConfigError, OutputExistsError, TraceIOError
 from katra_trace.io import claim
 from katra_trace.io.claim import check_output, move_into_place, open_output
 from katra_trace.text import check_text, escape, shown
+from tests.cli_helpers import katra, katra_main
 from tests.export_helpers import write_rich
 
 LONG = "x" * 300  # one path component longer than NAME_MAX (255): ENAMETOOLONG
@@ -32,24 +32,12 @@ def _trace(path: Path) -> Path:
     return path
 
 
-def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def _one_line(code: int, err: str, expected: int = 2) -> str:
     assert code == expected, err
     assert "Traceback" not in err, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("katra3d: error: "), err
     return lines[0]
-
-
-def _subprocess(*args: str | bytes, cwd: Path) -> subprocess.CompletedProcess[str]:
-    # a process of its own, with a guard: a regression that hangs fails the test instead of stalling the suite
-    return subprocess.run([sys.executable, "-m", "katra3d", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, check=False)
 
 
 @pytest.fixture
@@ -94,7 +82,7 @@ def test_export_force_onto_a_fifo_or_a_device_link_is_one_line_and_touches_nothi
     dev = tmp_path / "full.csv"
     dev.symlink_to("/dev/full")
     for target in (fifo, dev):
-        code, _, err = _cli(capsys, "export", str(trace), "--to", "csv", "-o", str(target), "--force")
+        code, _, err = katra_main(capsys, "export", str(trace), "--to", "csv", "-o", str(target), "--force")
         assert "not a regular file" in _one_line(code, err)
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and dev.is_symlink()
     assert stat.S_ISCHR(os.stat(dev).st_mode) and watched_replace == []
@@ -108,7 +96,7 @@ def test_a_forced_export_writes_through_a_link_and_keeps_it(tmp_path: Path, caps
     target.write_text("old")
     link = tmp_path / "latest.csv"
     link.symlink_to(target.name)
-    code, _, err = _cli(capsys, "export", str(trace), "--to", "csv", "-o", str(link), "--force", "--quiet")
+    code, _, err = katra_main(capsys, "export", str(trace), "--to", "csv", "-o", str(link), "--force", "--quiet")
     assert code == 0, err
     assert link.is_symlink() and os.readlink(link) == "target.csv"
     assert target.read_text().startswith('"scene","name","kind",')
@@ -165,10 +153,10 @@ def test_report_and_parquet_export_never_overwrite_their_input(tmp_path: Path,
     trace = _trace(runs / "t.katra")
     before = trace.read_bytes()
     pytest.importorskip("plotly", reason="pip install 'katra3d[export]'")
-    code, _, err = _cli(capsys, "report", str(runs), "-o", str(trace), "--force")
+    code, _, err = katra_main(capsys, "report", str(runs), "-o", str(trace), "--force")
     assert "is one of this command's inputs" in _one_line(code, err)
     pytest.importorskip("pyarrow", reason="pip install 'katra3d[export]'")
-    code, _, err = _cli(capsys, "export", str(trace), "--to", "parquet", "-o", str(trace), "--force")
+    code, _, err = katra_main(capsys, "export", str(trace), "--to", "parquet", "-o", str(trace), "--force")
     assert "is one of this command's inputs" in _one_line(code, err)
     assert trace.read_bytes() == before
 
@@ -180,12 +168,12 @@ def test_a_trailing_slash_or_an_empty_output_is_one_line_and_writes_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     trace = _trace(tmp_path / "run.katra")
     monkeypatch.chdir(tmp_path)
-    code, _, err = _cli(capsys, "export", str(trace), "--to", "csv", "-o", "newdir/")
+    code, _, err = katra_main(capsys, "export", str(trace), "--to", "csv", "-o", "newdir/")
     assert "names a directory (it ends with '/')" in _one_line(code, err)
-    code, _, err = _cli(capsys, "export", str(trace), "--to", "csv", "-o", "")
+    code, _, err = katra_main(capsys, "export", str(trace), "--to", "csv", "-o", "")
     assert "empty -o path" in _one_line(code, err)
     pytest.importorskip("plotly", reason="pip install 'katra3d[export]'")
-    code, _, err = _cli(capsys, "report", str(trace), "-o", "")
+    code, _, err = katra_main(capsys, "report", str(trace), "-o", "")
     line = _one_line(code, err)
     assert "empty -o path" in line and "already exists" not in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.katra"]
@@ -195,13 +183,13 @@ def test_history_db_with_a_trailing_slash_or_a_missing_directory_is_one_line(tmp
                                                                             capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("duckdb", reason="pip install 'katra3d[history]'")
     trace = _trace(tmp_path / "run.katra")
-    code, _, err = _cli(capsys, "history", "add", str(trace), "--label", "v1", "--db", f"{tmp_path}/newdb/")
+    code, _, err = katra_main(capsys, "history", "add", str(trace), "--label", "v1", "--db", f"{tmp_path}/newdb/")
     assert "names a directory (it ends with '/')" in _one_line(code, err)
-    code, _, err = _cli(capsys, "history", "add", str(trace), "--label", "v1", "--db",
-                        str(tmp_path / "no" / "h.duckdb"))
+    code, _, err = katra_main(capsys, "history", "add", str(trace), "--label", "v1", "--db",
+                              str(tmp_path / "no" / "h.duckdb"))
     assert "does not exist" in _one_line(code, err)
     before = trace.read_bytes()
-    code, _, err = _cli(capsys, "history", "add", str(trace), "--label", "v1", "--db", str(trace))
+    code, _, err = katra_main(capsys, "history", "add", str(trace), "--label", "v1", "--db", str(trace))
     assert "is one of this command's inputs" in _one_line(code, err)
     assert trace.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.katra"]
@@ -227,7 +215,7 @@ def test_a_name_too_long_is_one_line_for_every_command(tmp_path: Path, capsys: p
                      ["history", "add", str(trace), "--label", "v1", "--db", long],
                      ["history", "show", "--db", long]]
     for args in commands:
-        code, _, err = _cli(capsys, *args)
+        code, _, err = katra_main(capsys, *args)
         assert "File name too long" in _one_line(code, err), args
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.katra"]
 
@@ -292,11 +280,11 @@ def test_the_text_helpers() -> None:
 def test_text_fields_that_are_not_utf8_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = _trace(tmp_path / "run.katra")
     if _have("plotly"):
-        code, _, err = _cli(capsys, "report", str(trace), "--title", "\udcff", "-o", str(tmp_path / "r.html"))
+        code, _, err = katra_main(capsys, "report", str(trace), "--title", "\udcff", "-o", str(tmp_path / "r.html"))
         assert "--title" in _one_line(code, err) and "not UTF-8" in err
     if _have("duckdb"):
-        code, _, err = _cli(capsys, "history", "add", str(trace), "--label", "\udcff", "--db",
-                            str(tmp_path / "h.duckdb"))
+        code, _, err = katra_main(capsys, "history", "add", str(trace), "--label", "\udcff", "--db",
+                                  str(tmp_path / "h.duckdb"))
         assert "--label" in _one_line(code, err) and "not UTF-8" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.katra"]
 
@@ -304,23 +292,23 @@ def test_text_fields_that_are_not_utf8_are_one_line(tmp_path: Path, capsys: pyte
 def test_a_file_name_that_is_not_utf8_works(tmp_path: Path) -> None:
     name = os.fsdecode(b"\xff.katra")
     write_rich(tmp_path / name)
-    res = _subprocess(b"stats", name.encode("utf-8", "surrogateescape"), cwd=tmp_path)
+    res = katra(b"stats", name.encode("utf-8", "surrogateescape"), cwd=tmp_path)
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
-    res = _subprocess("export", name, "--to", "csv", cwd=tmp_path)
+    res = katra("export", name, "--to", "csv", cwd=tmp_path)
     assert res.returncode == 0 and "\\udcff.csv" in res.stdout, res.stderr
     assert (tmp_path / os.fsdecode(b"\xff.csv")).is_file()
 
 
 def test_a_newline_in_a_name_keeps_the_error_on_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = _cli(capsys, "export", str(tmp_path / "a\nb.katra"), "--to", "csv", "-o", str(tmp_path / "x.csv"))
+    code, _, err = katra_main(capsys, "export", str(tmp_path / "a\nb.katra"), "--to", "csv", "-o",
+                              str(tmp_path / "x.csv"))
     assert "a\\nb.katra" in _one_line(code, err)
-    code, _, err = _cli(capsys, "stats", str(tmp_path / "a\nb.katra"))
+    code, _, err = katra_main(capsys, "stats", str(tmp_path / "a\nb.katra"))
     assert "a\\nb.katra" in _one_line(code, err)
-    code, _, err = _cli(capsys, "run", "triangle", "--size", "1\n2", "-o", str(tmp_path / "x.katra"))
+    code, _, err = katra_main(capsys, "run", "triangle", "--size", "1\n2", "-o", str(tmp_path / "x.katra"))
     assert "bad size '1\\n2'" in _one_line(code, err)  # a message that quotes a value without repr
-    with pytest.raises(SystemExit):
-        main(["stats", "--format", "a\nb", str(tmp_path / "x.katra")])
-    assert "a\\nb" in _one_line(2, capsys.readouterr().err)  # argparse's own errors too
+    code, _, err = katra_main(capsys, "stats", "--format", "a\nb", str(tmp_path / "x.katra"))
+    assert "a\\nb" in _one_line(code, err)  # argparse's own errors too (its exit 2)
 
 
 def test_an_empty_trace_in_a_directory_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -329,6 +317,6 @@ def test_an_empty_trace_in_a_directory_is_named(tmp_path: Path, capsys: pytest.C
     runs.mkdir()
     write_rich(runs / "a.katra")
     (runs / "b.katra").write_bytes(b"")
-    code, _, err = _cli(capsys, "history", "add", str(runs), "--label", "v1", "--db", str(tmp_path / "h.duckdb"))
+    code, _, err = katra_main(capsys, "history", "add", str(runs), "--label", "v1", "--db", str(tmp_path / "h.duckdb"))
     line = _one_line(code, err)
     assert "b.katra" in line and "not a katra3d trace: 0 bytes" in line

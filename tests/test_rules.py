@@ -21,6 +21,7 @@ from katra_trace.history.trends import check_steps
 from katra_trace.io.format import CodecUnavailableError, load_blosc2
 from katra_trace.optional import MissingDependencyError, require
 from katra_trace.schema import Clock
+from tests.cli_helpers import katra_main
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -81,10 +82,8 @@ def test_run_stat_check() -> None:
     (["history", "check", "--db", "none.duckdb", "--alpha", "2"], "--alpha must be between 0 and 0.5 (exclusive)"),
 ])
 def test_the_cli_shows_the_library_message(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from katra3d.harness.cli import main
-
-    assert main(args) == 2
-    err = capsys.readouterr().err
+    code, _, err = katra_main(capsys, *args)
+    assert code == 2
     assert err.startswith("katra3d: error: ") and len(err.splitlines()) == 1 and message in err, err
 
 
@@ -93,11 +92,9 @@ def test_documented_defaults_are_the_library_defaults(capsys: pytest.CaptureFixt
     versions = (REPO / "ci" / "compare-versions.sh").read_text()
     assert f"{defaults.DEFAULT_THRESHOLD_COUNT_PCT:g} % threshold" in bench
     assert f"alpha {defaults.DEFAULT_ALPHA:g}" in bench and f"alpha {defaults.DEFAULT_ALPHA:g}" in versions
-    from katra3d.harness.cli import main
-
-    with pytest.raises(SystemExit):
-        main(["compare", "--help"])
-    text = " ".join(capsys.readouterr().out.split())
+    code, out, _ = katra_main(capsys, "compare", "--help")
+    assert code == 0  # argparse's exit after the help
+    text = " ".join(out.split())
     assert (f"default: {defaults.DEFAULT_THRESHOLD_TIME_PCT:g} for times, "
             f"{defaults.DEFAULT_THRESHOLD_COUNT_PCT:g} for instructions and cycles") in text
     assert f"default: {defaults.DEFAULT_ALPHA:g})" in text

@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from katra_trace import Clock, Flag, Kind, TraceWriter
+from katra_trace import Clock, Flag, Kind
 from katra_trace.metrics import CLOCK_PREFERENCE, primary_clock_of
 from katra_trace.schema import EVENT_DTYPE
 from katra_trace.units import format_count, format_duration, format_ms, format_number, significant
+from tests.trace_helpers import write_trace
 
 
 def test_format_duration_scales_its_unit() -> None:
@@ -59,31 +60,26 @@ def _trace(path: Path, *, primary: str | None = "wall", frame_ns: int = 150_000,
     if primary:
         opts["primary_clock"] = primary
     rng = np.random.default_rng(1)
-    with TraceWriter(path, workload=workload, capture_options=opts,
-                     host_info={"gl": {"renderer": "llvmpipe (test)"}}) as w:
-        frame_id, zone_id = w.intern("frame"), w.intern("draw")
-        rows, t = [], 0
-        for scene in scenes:
-            sid = w.intern(scene)
-            for i in range(42):
-                d = int(frame_ns * (1 + 0.05 * rng.standard_normal()))
-                flags = int(Flag.WARMUP) if i < 2 else 0
-                for clock, f in ((Clock.CPU, 0.1), (Clock.WALL, 1.0), (Clock.PROCESS, 1.9)):
-                    rows.append((Kind.FRAME, clock, flags, 0, sid, frame_id, i, t, int(d * f), 0.0))
-                rows.append((Kind.ZONE, Clock.WALL, flags, 1, sid, zone_id, i, t, d // 2, 0.0))
-                t += d
-        w.append_array(np.array(rows, dtype=EVENT_DTYPE))
+    strings = ["", "frame", "draw", *scenes]
+    frame_id, zone_id = 1, 2
+    rows, t = [], 0
+    for sid, _ in enumerate(scenes, start=3):
+        for i in range(42):
+            d = int(frame_ns * (1 + 0.05 * rng.standard_normal()))
+            flags = int(Flag.WARMUP) if i < 2 else 0
+            for clock, f in ((Clock.CPU, 0.1), (Clock.WALL, 1.0), (Clock.PROCESS, 1.9)):
+                rows.append((Kind.FRAME, clock, flags, 0, sid, frame_id, i, t, int(d * f), 0.0))
+            rows.append((Kind.ZONE, Clock.WALL, flags, 1, sid, zone_id, i, t, d // 2, 0.0))
+            t += d
+    write_trace(path, np.array(rows, dtype=EVENT_DTYPE), strings, summary={},
+                header={"workload": workload, "capture_options": opts,
+                        "host_info": {"gl": {"renderer": "llvmpipe (test)"}}})
     return path
-
-
-def _cli(katra_cli: Any, *args: str, columns: int | None = None) -> Any:
-    env = {"COLUMNS": str(columns)} if columns else {}
-    return katra_cli(*args, env=env) if env else katra_cli(*args)
 
 
 def test_stats_compact_fits_columns_and_shows_the_primary_clock(tmp_path: Path, katra_cli: Any) -> None:
     trace = str(_trace(tmp_path / "t.katra", scenes=("fill", "a-scene-with-a-long-name")))
-    r = _cli(katra_cli, "stats", trace, columns=80)  # piped: COLUMNS still counts
+    r = katra_cli("stats", trace, env={"COLUMNS": "80"})  # piped: COLUMNS still counts
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert all(len(line) <= 80 for line in lines), lines
@@ -93,29 +89,29 @@ def test_stats_compact_fits_columns_and_shows_the_primary_clock(tmp_path: Path, 
     assert len(lines) == 4  # title, header, one row a scene: the primary clock only (no cpu, process rows)
     assert "150.0 µs" in r.stdout or "µs" in lines[2]  # 150 µs frames in µs, never 0.000150 ms
     assert " ms" not in r.stdout and "0.000" not in r.stdout
-    narrow = _cli(katra_cli, "stats", trace, columns=50).stdout.splitlines()
+    narrow = katra_cli("stats", trace, env={"COLUMNS": "50"}).stdout.splitlines()
     assert narrow[1].split()[:4] == header[:4] and len(narrow[1]) < len(lines[1])  # columns given up
-    wide = _cli(katra_cli, "stats", trace, columns=200).stdout.splitlines()
+    wide = katra_cli("stats", trace, env={"COLUMNS": "200"}).stdout.splitlines()
     assert len(wide[1]) > len(lines[1]) and "cv" in wide[1].split()
     # --all: every clock and stat, as before
-    every = _cli(katra_cli, "stats", trace, "--all", columns=80).stdout
+    every = katra_cli("stats", trace, "--all", env={"COLUMNS": "80"}).stdout
     assert {"cpu", "wall", "process"} <= set(every.split()) and "fps_low_1pct_integral" in every
 
 
 def test_stats_compact_follows_the_recorded_clock(tmp_path: Path, katra_cli: Any) -> None:
     trace = str(_trace(tmp_path / "t.katra", primary="process"))
-    out = _cli(katra_cli, "stats", trace, "--zones").stdout
+    out = katra_cli("stats", trace, "--zones").stdout
     assert "process clock" in out and "(frame)" in out
     assert "draw" not in out  # the zone is timed on wall only: not on the primary clock
 
 
 def test_stats_json_and_csv_stay_complete(tmp_path: Path, katra_cli: Any) -> None:
     trace = str(_trace(tmp_path / "t.katra"))
-    plain = json.loads(_cli(katra_cli, "stats", trace, "--format", "json").stdout)
-    every = json.loads(_cli(katra_cli, "stats", trace, "--format", "json", "--all").stdout)
+    plain = json.loads(katra_cli("stats", trace, "--format", "json").stdout)
+    every = json.loads(katra_cli("stats", trace, "--format", "json", "--all").stdout)
     assert plain == every and set(plain["scenes"]["fill"]["metrics"]) == {"cpu", "wall", "process"}
     assert plain["scenes"]["fill"]["metrics"]["wall"]["median_ms"] == pytest.approx(0.15, rel=0.1)
-    csv_rows = _cli(katra_cli, "stats", trace, "--format", "csv", columns=40).stdout.splitlines()
+    csv_rows = katra_cli("stats", trace, "--format", "csv", env={"COLUMNS": "40"}).stdout.splitlines()
     assert len(csv_rows) == 4 and "fps_low_0_1pct_integral" in csv_rows[0]
 
 
@@ -124,7 +120,7 @@ def test_stats_directory_is_one_table_with_a_run_column(tmp_path: Path, katra_cl
     runs.mkdir()
     for i in (1, 2):
         _trace(runs / f"run-{i}.katra")
-    r = _cli(katra_cli, "stats", str(runs), columns=100)
+    r = katra_cli("stats", str(runs), env={"COLUMNS": "100"})
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[1].split()[:2] == ["run", "scene"]
@@ -133,25 +129,24 @@ def test_stats_directory_is_one_table_with_a_run_column(tmp_path: Path, katra_cl
 
 def test_info_compact_drops_empty_fields(tmp_path: Path, katra_cli: Any) -> None:
     trace = str(_trace(tmp_path / "t.katra", workload="my-renderer"))
-    r = _cli(katra_cli, "info", trace, columns=80)
+    r = katra_cli("info", trace, env={"COLUMNS": "80"})
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    full = _cli(katra_cli, "info", trace, "--all", columns=80).stdout.splitlines()
+    full = katra_cli("info", trace, "--all", env={"COLUMNS": "80"}).stdout.splitlines()
     assert len(lines) <= 15 < len(full)
     assert not any(line.rstrip().endswith((" -", ":")) for line in lines), lines  # no empty field shown
     assert "\nworkload  my-renderer\n" in r.stdout
     assert "llvmpipe (test)" in r.stdout and "64x64, 40 frames (+2 warmup)" in r.stdout
     # a line may run over only where one word (the trace's path) is longer than the room left for it
     assert all(len(line) <= 80 or len(line.split()[-1]) > 80 - 10 for line in lines if " " in line.strip()), lines
-    info = json.loads(_cli(katra_cli, "info", trace, "--json").stdout)  # scripts: unchanged, complete
+    info = json.loads(katra_cli("info", trace, "--json").stdout)  # scripts: unchanged, complete
     assert info["header"]["workload"] == "my-renderer" and info["events"] == 42 * 4
 
 
 def test_info_survives_a_summary_of_the_wrong_shape(tmp_path: Path, katra_cli: Any) -> None:
     path = tmp_path / "odd.katra"
-    w = TraceWriter(path, workload="odd\x1bname")
-    w.finish({"scenes": 3})
-    r = _cli(katra_cli, "info", str(path))
+    write_trace(path, np.zeros(0, dtype=EVENT_DTYPE), [""], header={"workload": "odd\x1bname"}, summary={"scenes": 3})
+    r = katra_cli("info", str(path))
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert "\x1b" not in r.stdout and "odd\\x1bname" in r.stdout
 

@@ -20,8 +20,11 @@ from katra3d.scenes.builtin.clear import ClearScene
 from katra3d.scenes.registry import find_file_spec, names_scene, split_file_spec, with_class
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError, SceneError
+from tests.cli_helpers import katra
 
 HAVE_VALGRIND = shutil.which("valgrind") is not None
+#: the katra3d command in the app's repository: the repository first on PYTHONPATH (as its own code needs)
+APP_ENV = {"PYTHONPATH": "."}
 
 #: The app's own packages: names that have nothing to do with katra3d's (a `Param` that is not katra3d's).
 APP_SCENES = '''"""The app's levels."""
@@ -68,14 +71,6 @@ def _app(root: Path, work: int = 1) -> Path:
     (root / "harness" / "__init__.py").write_text(APP_HARNESS)
     (root / "my_scene.py").write_text(SCENE.replace("WORK", str(work)))
     return root
-
-
-def _katra(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """The katra3d command in the app's repository, the repository first on PYTHONPATH (as its own code needs)."""
-    env = {k: v for k, v in os.environ.items() if k != "KATRA3D_BACKEND"}
-    env["PYTHONPATH"] = "."
-    return subprocess.run([sys.executable, "-m", "katra3d", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
 
 
 def _scenes(path: Path) -> list[dict[str, object]]:
@@ -153,35 +148,38 @@ def test_a_file_with_one_scene_class_runs_by_its_name_alone(tmp_path: Path, monk
 @pytest.mark.gl
 def test_run_scenes_and_the_printed_param_work_in_a_repository_with_its_own_scenes_package(tmp_path: Path) -> None:
     app = _app(tmp_path / "app")
-    r = _katra(app, "run", "my_scene.py:Cubes", *SMALL, "-o", "a.katra")
+    r = katra("run", "my_scene.py:Cubes", *SMALL, "-o", "a.katra", cwd=app, env=APP_ENV)
     assert r.returncode == 0, r.stderr
-    r = _katra(app, "run", "my_scene.py", *SMALL, "-o", "b.katra")  # the file's one scene class
+    r = katra("run", "my_scene.py", *SMALL, "-o", "b.katra", cwd=app, env=APP_ENV)  # the file's one scene class
     assert r.returncode == 0, r.stderr
     assert _scene_params(app / "b.katra") == {"cubes": {"count": 4}}
     assert _scenes(app / "b.katra")[0]["spec"] == "my_scene.py:Cubes"
 
-    listed = _katra(app, "scenes", "./my_scene.py:Cubes")
+    listed = katra("scenes", "./my_scene.py:Cubes", cwd=app, env=APP_ENV)
     assert listed.returncode == 0, listed.stderr
     printed = re.search(r"--param (\S+)=4\b", listed.stdout)
     assert printed is not None and printed.group(1) == "./my_scene.py:Cubes.count", listed.stdout
-    r = _katra(app, "run", "./my_scene.py:Cubes", "--param", f"{printed.group(1)}=400", *SMALL, "-o", "c.katra")
+    r = katra("run", "./my_scene.py:Cubes", "--param", f"{printed.group(1)}=400", *SMALL, "-o", "c.katra", cwd=app,
+              env=APP_ENV)
     assert r.returncode == 0, r.stderr
     assert _scene_params(app / "c.katra") == {"cubes": {"count": 400}}
     # another spelling of the same file, as the issue's user wrote it
-    r = _katra(app, "run", "./my_scene.py:Cubes", "--param", "my_scene.py:Cubes.count=401", *SMALL, "-o", "d.katra")
+    r = katra("run", "./my_scene.py:Cubes", "--param", "my_scene.py:Cubes.count=401", *SMALL, "-o", "d.katra",
+              cwd=app, env=APP_ENV)
     assert r.returncode == 0, r.stderr
     assert _scene_params(app / "d.katra") == {"cubes": {"count": 401}}
-    r = _katra(app, "run", "./my_scene.py:Cubes", "--param", "other.py:Cubes.count=4", *SMALL, "-o", "e.katra")
+    r = katra("run", "./my_scene.py:Cubes", "--param", "other.py:Cubes.count=4", *SMALL, "-o", "e.katra", cwd=app,
+              env=APP_ENV)
     assert r.returncode == 2 and r.stderr.strip() == ("katra3d: error: --param names scene 'other.py:Cubes', which "
                                                       "is not in this run; scenes in this run: cubes")
 
     # scene names before, between and after the options, in the order given
-    r = _katra(app, "run", "--frames", "2", "triangle", "--param", "fillrate.layers=2", "fillrate", "--size",
-               "16x16", "my_scene.py", "--warmup", "1", "--quiet", "-o", "f.katra")
+    r = katra("run", "--frames", "2", "triangle", "--param", "fillrate.layers=2", "fillrate", "--size",
+              "16x16", "my_scene.py", "--warmup", "1", "--quiet", "-o", "f.katra", cwd=app, env=APP_ENV)
     assert r.returncode == 0, r.stderr
     assert [(s["label"], s["params"]) for s in _scenes(app / "f.katra")] == [
         ("triangle", {"speed": 0.25}), ("fillrate", {"layers": 2}), ("cubes", {"count": 4})]
-    r = _katra(app, "run", "triangle", "--frames", "2", "--bogus", "clear")
+    r = katra("run", "triangle", "--frames", "2", "--bogus", "clear", cwd=app, env=APP_ENV)
     assert r.returncode == 2 and "unrecognized arguments: --bogus clear" in r.stderr
 
 
@@ -225,8 +223,8 @@ def test_a_counted_bisect_names_the_right_commit_in_such_a_repository(tmp_path: 
         git("add", "-A")
         git("commit", "-q", "-m", f"c{i}")
         shas.append(git("rev-parse", "HEAD"))
-    r = _katra(app, "bisect", shas[0], "HEAD", "my_scene.py:Cubes", "-m", "instructions", "-a", "--size 16x16",
-               "-o", str(tmp_path / "out"))
+    r = katra("bisect", shas[0], "HEAD", "my_scene.py:Cubes", "-m", "instructions", "-a", "--size 16x16",
+              "-o", str(tmp_path / "out"), cwd=app, env=APP_ENV)
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.loads((tmp_path / "out" / "bisect.json").read_text())
     assert result["status"] == "found" and result["first_bad"] == shas[5], result

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +18,11 @@ import pytest
 from katra_trace.history.ingest import prepare_runs
 from katra_trace.history.rows import parse_time_ns
 from katra_trace.history.store import add_to_store
+from tests.cli_helpers import katra
 from tests.test_history_store import make_trace
 
 pytest.importorskip("duckdb", reason="pip install 'katra3d[history]'")
 pytest.importorskip("plotly", reason="the 'export' extra (plotly) is part of the test extra")
-
-
-def katra(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "katra3d", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, check=False)
 
 
 def store(tmp: Path, design: list[tuple[str, int, float, int]], db: str) -> dict[str, list[Path]]:

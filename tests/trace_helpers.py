@@ -65,8 +65,12 @@ def wait_for_measured_frames(proc: subprocess.Popen[str], part: Path, limit_s: f
 
 def write_trace(path: Path, events: np.ndarray, strings: list[str], *, batch_events: int = 64,
                 codec: str = "zstd", annotations: list[dict[str, Any]] | None = None,
-                header: dict[str, Any] | None = None, finish: bool = True) -> TraceWriter:
-    """Write ``events`` (string ids index ``strings``; strings[0] must be "")."""
+                header: dict[str, Any] | None = None, finish: bool = True,
+                summary: dict[str, Any] | None = None) -> TraceWriter:
+    """Write ``events`` (string ids index ``strings``; strings[0] must be "").
+
+    ``header``: its ``workload``, ``capture_options``, ``host_info`` and ``notes``; ``summary``: what
+    finish() records as the user's part of the SUMMARY block (``{"note": "test"}`` unless given)."""
     h = header or {}
     w = TraceWriter(path, workload=h.get("workload", "test"), capture_options=h.get("capture_options", {}),
                     host_info=h.get("host_info", {}), notes=h.get("notes", ""), codec=codec,
@@ -77,7 +81,7 @@ def write_trace(path: Path, events: np.ndarray, strings: list[str], *, batch_eve
     for a in annotations or []:
         w.annotate(a)
     if finish:
-        w.finish({"note": "test"})
+        w.finish({"note": "test"} if summary is None else summary)
     return w
 
 
