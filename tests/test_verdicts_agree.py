@@ -91,8 +91,8 @@ def test_show_check_and_report_agree_on_the_issue_store(tmp_path: Path) -> None:
     # 5 % step" of this store; now a number of labels that can be gathered
     assert (reason.startswith("label-to-label dispersion")
             and f"labels at that scatter would resolve the {noise['raw_change_pct']:.3g} % change seen" in reason)
-    labels_needed = int(re.search(r"about ([0-9,]+) labels", reason).group(1).replace(",", ""))  # type: ignore[union-attr]
-    assert labels_needed <= 50
+    needed = re.search(r"about ([0-9,]+) labels", reason)
+    assert needed is not None and int(needed.group(1).replace(",", "")) <= 50
     why = [ln for ln in s["check_text"].stdout.splitlines() if "is no step" in ln]
     assert why == [f"fillrate wall: {noise['raw_change_pct']:+.1f}% from v1 to v3 is no step: {reason}"]
     assert why[0] in s["show_text"].splitlines()
