@@ -34,6 +34,7 @@ import numpy as np
 from PIL import Image
 
 from katra_trace.errors import TraceFormatError
+from katra_trace.io.claim import open_output
 from katra_trace.io.blocks import DecodeBudget
 from katra_trace.io.image_block import IMAGE_ENCODING, MAX_IMAGE_BYTES, KeptFrame
 from katra_trace.io.reader import TraceRecoveryWarning, open_trace
@@ -196,10 +197,13 @@ def frame_pixels(frame: KeptFrame) -> np.ndarray:
     return pixels
 
 
-def save_png(path: str | os.PathLike[str], image: FrameImage | np.ndarray) -> None:
-    """Write ``image`` (a :class:`FrameImage` or its pixels) to ``path`` as a PNG (replacing a file there)."""
+def save_png(path: str | os.PathLike[str], image: FrameImage | np.ndarray, *, overwrite: bool = True) -> None:
+    """Write ``image`` (a :class:`FrameImage` or its pixels) to ``path`` as a PNG, through the output rule
+    (:func:`katra_trace.io.claim.open_output`: atomically, never over a FIFO or device; over an existing file only
+    with ``overwrite``, the default of this helper for scripts)."""
     pixels = image.pixels if isinstance(image, FrameImage) else image
-    Path(path).write_bytes(encode_png(pixels))
+    with open_output(path, force=overwrite, option="save_png", example="frame.png") as f:
+        f.write(encode_png(pixels))
 
 
 def load_png(path: str | os.PathLike[str]) -> np.ndarray:
