@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from katra_trace import Clock, Flag, Kind, TraceWriter
+from katra_trace import Clock, Flag, Kind
 from katra_trace.io import format as fmt
 from katra_trace.io.image_block import IMAGE_HEAD
 from katra_trace.io.images import frame_record
 from katra_trace.schema import EVENT_DTYPE
-from tests.trace_helpers import seal_blocks, split_blocks
+from tests.trace_helpers import seal_blocks, split_blocks, write_trace
 
 RENDERER = "llvmpipe (LLVM 15.0.6, 256 bits)"
 KEY = {"renderer": RENDERER, "mesa": "22.3.6", "llvm": "15.0.6", "vector_bits": "256"}
@@ -114,20 +114,21 @@ def write_frames_trace(path: Path, frames: Mapping[str, Frame], *, seed: int = 1
     names = scenes if scenes is not None else tuple(frames)
     host = {"gl": {"renderer": RENDERER, "version": "4.5 (Core Profile) Mesa 22.3.6"}, "software_renderer": True}
     opts = {"size": [24, 16], "samples": 0, "timing_mode": "sync"}
-    with TraceWriter(path, workload="hostile images", capture_options=opts, host_info=host) as w:
-        fid = w.intern("frame")
-        rows = []
-        t = 0
-        for scene in names:
-            sid = w.intern(scene)
-            for i in range(n + 2):
-                dur = int(5e6 * math.exp(rng.normal(0, 0.05)))
-                rows.append((Kind.FRAME, Clock.WALL, int(Flag.WARMUP) if i < 2 else 0, 0, sid, fid, i, t, dur, 0.0))
-                t += dur
-        w.append_array(np.array(rows, dtype=EVENT_DTYPE))
-        for scene, (record, png) in frames.items():
-            w.image(record, png)
-            w.annotate({"type": "scene", "scene": scene, "last_frame_sha256": record["sha256"]})
+    strings = list(dict.fromkeys(["", "frame", *names]))
+    fid = strings.index("frame")
+    rows = []
+    t = 0
+    for scene in names:
+        sid = strings.index(scene)
+        for i in range(n + 2):
+            dur = int(5e6 * math.exp(rng.normal(0, 0.05)))
+            rows.append((Kind.FRAME, Clock.WALL, int(Flag.WARMUP) if i < 2 else 0, 0, sid, fid, i, t, dur, 0.0))
+            t += dur
+    write_trace(path, np.array(rows, dtype=EVENT_DTYPE), strings, batch_events=4096, summary={},
+                header={"workload": "hostile images", "capture_options": opts, "host_info": host},
+                images=list(frames.values()),
+                annotations=[{"type": "scene", "scene": scene, "last_frame_sha256": record["sha256"]}
+                             for scene, (record, _) in frames.items()])
     if codec:
         path.write_bytes(seal_blocks(split_blocks(path.read_bytes()), codec=codec))
     return path

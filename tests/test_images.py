@@ -1,22 +1,19 @@
 """The image verdict (katra_trace/analysis/images.py) on synthetic frames, and its wiring into
-``katra3d compare`` (lines, --json, exit codes, --images, --image-diff) on traces written with
-TraceWriter that keep frames (no GL; the metric on real renders is tests/test_images_gl.py)."""
+``katra3d compare`` (lines, --json, exit codes, --images, --image-diff) on traces that keep frames, written
+with tests.trace_helpers.write_trace (no GL; the metric on real renders is tests/test_images_gl.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from katra3d.harness.cli import main
-from katra_trace import Clock, Flag, Kind, TraceWriter
+from katra_trace import Clock, Flag, Kind
 from katra_trace.analysis.defaults import DEFAULT_IMAGE_MAX_MEAN, DEFAULT_IMAGE_MAX_OUTLIER_PCT, image_policy
 from katra_trace.analysis.images import (
     ImageRef,
@@ -29,6 +26,8 @@ from katra_trace.analysis.images import (
 from katra_trace.errors import OptionError
 from katra_trace.io.images import frame_record, image_checksum, load_png
 from katra_trace.schema import EVENT_DTYPE
+from tests.cli_helpers import katra_main
+from tests.trace_helpers import write_trace
 
 SCENES = ("fill", "mesh")
 RENDERER = "llvmpipe (LLVM 15.0.6, 256 bits)"
@@ -174,20 +173,22 @@ def write_capture(path: Path, frames: dict[str, np.ndarray], *, seed: int, rende
                    "driver": {"name": "Mesa", "version": "22.3.6"}, "software_renderer": True}}
     opts = {"size": [96, 64], "samples": 0, "timing_mode": "sync",
             "params": {s: {"layers": layers} for s in SCENES}}
-    with TraceWriter(path, workload="test", capture_options=opts, host_info=host) as w:
-        fid = w.intern("frame")
-        rows = []
-        t = 0
-        for scene in SCENES:
-            sid = w.intern(scene)
-            for i in range(n + 2):
-                dur = int(5e6 * math.exp(rng.normal(0, 0.05)))
-                rows.append((Kind.FRAME, Clock.WALL, int(Flag.WARMUP) if i < 2 else 0, 0, sid, fid, i, t, dur, 0.0))
-                t += dur
-        w.append_array(np.array(rows, dtype=EVENT_DTYPE))
-        for scene, pixels in frames.items():
-            w.image(*frame_record(scene, n + 1, (n + 1) / 60, pixels, {"renderer": renderer}))
-            w.annotate({"type": "scene", "scene": scene, "last_frame_sha256": image_checksum(pixels)})
+    strings = list(dict.fromkeys(["", "frame", *SCENES]))
+    fid = strings.index("frame")
+    rows = []
+    t = 0
+    for scene in SCENES:
+        sid = strings.index(scene)
+        for i in range(n + 2):
+            dur = int(5e6 * math.exp(rng.normal(0, 0.05)))
+            rows.append((Kind.FRAME, Clock.WALL, int(Flag.WARMUP) if i < 2 else 0, 0, sid, fid, i, t, dur, 0.0))
+            t += dur
+    write_trace(path, np.array(rows, dtype=EVENT_DTYPE), strings, batch_events=4096, summary={},
+                header={"workload": "test", "capture_options": opts, "host_info": host},
+                images=[frame_record(scene, n + 1, (n + 1) / 60, pixels, {"renderer": renderer})
+                        for scene, pixels in frames.items()],
+                annotations=[{"type": "scene", "scene": scene, "last_frame_sha256": image_checksum(pixels)}
+                             for scene, pixels in frames.items()])
     return path
 
 
@@ -201,90 +202,74 @@ def sides(tmp_path: Path) -> tuple[Path, Path, Path]:
     return base, same, changed
 
 
-@dataclasses.dataclass(frozen=True)
-class Result:
-    """One in-process ``katra3d`` command: its exit code and what it printed."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def katra(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
-    """``katra(*args)``: run ``katra3d ARGS`` in this process (katra3d.harness.cli.main)."""
-
-    def run(*args: str) -> Result:
-        capsys.readouterr()
-        code = main(list(args))
-        out = capsys.readouterr()
-        return Result(code, out.out, out.err)
-
-    return run
-
-
-def test_compare_identical_images_pass(sides: tuple[Path, Path, Path], katra: Callable[..., Result]) -> None:
+def test_compare_identical_images_pass(sides: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     base, same, _ = sides
-    r = katra("compare", str(base), str(same))
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "images (gate): 2 identical" in r.stdout and "image changed" not in r.stdout
+    code, stdout, stderr = katra_main(capsys, "compare", str(base), str(same))
+    assert code == 0, stdout + stderr
+    assert "images (gate): 2 identical" in stdout and "image changed" not in stdout
 
 
-def test_compare_changed_image_is_a_regression(sides: tuple[Path, Path, Path], katra: Callable[..., Result]) -> None:
+def test_compare_changed_image_is_a_regression(sides: tuple[Path, Path, Path],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
     base, _, changed = sides
-    r = katra("compare", str(base), str(changed))
-    assert r.returncode == 1, r.stdout + r.stderr
-    line = next(ln for ln in r.stdout.splitlines() if "image changed" in ln)
+    code, stdout, stderr = katra_main(capsys, "compare", str(base), str(changed))
+    assert code == 1, stdout + stderr
+    line = next(ln for ln in stdout.splitlines() if "image changed" in ln)
     assert line.split()[0] == "mesh" and "FLIP mean 0." in line and "% of pixels over 0.1" in line
-    assert "images (gate): 1 identical, 1 changed" in r.stdout and "Traceback" not in r.stderr
-    r = katra("compare", str(base), str(changed), "--format", "json")
-    out = json.loads(r.stdout)
-    assert r.returncode == 1 and out["exit_code"] == 1 and out["image_policy"] == "gate"
+    assert "images (gate): 1 identical, 1 changed" in stdout and "Traceback" not in stderr
+    code, stdout, stderr = katra_main(capsys, "compare", str(base), str(changed), "--format", "json")
+    out = json.loads(stdout)
+    assert code == 1 and out["exit_code"] == 1 and out["image_policy"] == "gate"
     assert out["images"]["mesh"]["verdict"] == "changed" and out["images"]["fill"]["verdict"] == "identical"
     assert out["images"]["mesh"]["flip_mean"] > DEFAULT_IMAGE_MAX_MEAN
 
 
-def test_compare_images_warn_and_off(sides: tuple[Path, Path, Path], katra: Callable[..., Result]) -> None:
+def test_compare_images_warn_and_off(sides: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     base, _, changed = sides
-    r = katra("compare", str(base), str(changed), "--images", "warn")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "image changed" in r.stdout and "(--images warn: not a regression)" in r.stdout
-    r = katra("compare", str(base), str(changed), "--images", "off")
-    assert r.returncode == 0 and "image" not in r.stdout
-    r = katra("compare", str(base), str(changed), "--allow-param-mismatch")  # warn is its default
-    assert r.returncode == 0 and "images (warn)" in r.stdout
-    r = katra("compare", str(base), str(changed), "--image-max-mean", "0.9", "--image-max-outliers", "100")
-    assert r.returncode == 0 and "images (gate): 1 identical, 1 within tolerance" in r.stdout
-    r = katra("compare", str(base), str(changed), "--image-max-mean", "2")
-    assert r.returncode == 2 and r.stderr.strip().endswith("--image-max-mean must be a FLIP mean error between "
+    code, stdout, stderr = katra_main(capsys, "compare", str(base), str(changed), "--images", "warn")
+    assert code == 0, stdout + stderr
+    assert "image changed" in stdout and "(--images warn: not a regression)" in stdout
+    code, stdout, stderr = katra_main(capsys, "compare", str(base), str(changed), "--images", "off")
+    assert code == 0 and "image" not in stdout
+    # warn is its default
+    code, stdout, stderr = katra_main(capsys, "compare", str(base), str(changed), "--allow-param-mismatch")
+    assert code == 0 and "images (warn)" in stdout
+    code, stdout, stderr = katra_main(capsys, "compare", str(base), str(changed), "--image-max-mean", "0.9",
+                                      "--image-max-outliers", "100")
+    assert code == 0 and "images (gate): 1 identical, 1 within tolerance" in stdout
+    code, stdout, stderr = katra_main(capsys, "compare", str(base), str(changed), "--image-max-mean", "2")
+    assert code == 2 and stderr.strip().endswith("--image-max-mean must be a FLIP mean error between "
                                                            "0 and 1, got 2.0")
 
 
-def test_captures_that_do_not_compare_give_no_image_regression(tmp_path: Path, katra: Callable[..., Result]) -> None:
+def test_captures_that_do_not_compare_give_no_image_regression(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """Other params (or another size, renderer): a different picture is expected, so the image is incomparable
     for the captures' reason and the exit code stays 2 (nothing comparable), unless the mismatch is allowed."""
     frames = {"fill": picture(), "mesh": picture()[::-1].copy()}
     base = write_capture(tmp_path / "base.katra", frames, seed=1)
     other = write_capture(tmp_path / "other.katra", dict(frames, mesh=recoloured(frames["mesh"])), seed=2, layers=2)
-    r = katra("compare", str(base), str(other))
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert "mesh  image incomparable: the captures do not compare: " in r.stdout and "image changed" not in r.stdout
-    r = katra("compare", str(base), str(other), "--allow-param-mismatch", "--images", "gate")
-    assert r.returncode == 1 and "image changed: FLIP mean" in r.stdout
+    code, stdout, stderr = katra_main(capsys, "compare", str(base), str(other))
+    assert code == 2, stdout + stderr
+    assert "mesh  image incomparable: the captures do not compare: " in stdout and "image changed" not in stdout
+    code, stdout, stderr = katra_main(capsys, "compare", str(base), str(other), "--allow-param-mismatch",
+                                      "--images", "gate")
+    assert code == 1 and "image changed: FLIP mean" in stdout
 
 
 def test_compare_image_diff_writes_three_pictures(sides: tuple[Path, Path, Path], tmp_path: Path,
-                                                  katra: Callable[..., Result]) -> None:
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
     base, _, changed = sides
     out = tmp_path / "diff"
-    r = katra("compare", str(base), str(changed), "--image-diff", str(out))
-    assert r.returncode == 1, r.stdout + r.stderr
+    code, stdout, stderr = katra_main(capsys, "compare", str(base), str(changed), "--image-diff", str(out))
+    assert code == 1, stdout + stderr
     assert sorted(p.name for p in out.iterdir()) == ["mesh.base.png", "mesh.flip.png", "mesh.new.png"]
     frames = {p.name.split(".")[1]: load_png(p) for p in out.iterdir()}
     assert all(f.shape[:2] == (64, 96) for f in frames.values())
     assert not np.array_equal(frames["base"], frames["new"]) and frames["flip"].shape[2] == 3
-    r = katra("compare", str(base), str(changed), "--image-diff", str(out))  # never replaces a file
-    assert r.returncode == 2 and "mesh.base.png" in r.stderr and "Traceback" not in r.stderr
+    # never replaces a file
+    code, stdout, stderr = katra_main(capsys, "compare", str(base), str(changed), "--image-diff", str(out))
+    assert code == 2 and "mesh.base.png" in stderr and "Traceback" not in stderr
 
 
 def test_compare_without_flip_says_the_install_line_once(sides: tuple[Path, Path, Path], tmp_path: Path,

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from katra3d.harness.cli import main as cli_main
 from katra3d.harness.run.config import RunConfig, plan_run
 from katra_trace.analysis.references import check_references, record_references, reference_paths
 from katra_trace.errors import ConfigError, TraceFormatError
@@ -22,7 +21,9 @@ from katra_trace.io.image_block import decode_image_payload, encode_image_payloa
 from katra_trace.io.images import (FrameImage, decode_png, encode_png, frame_record, image_checksum, image_key,
                                    key_id, load_png, read_frame_images, save_png)
 from katra_trace.io.reader import open_trace
-from katra_trace.io.writer import TraceWriter
+from katra_trace.schema import EVENT_DTYPE
+from tests.cli_helpers import katra_main
+from tests.trace_helpers import write_trace
 
 HOST = {"gl": {"renderer": "llvmpipe (LLVM 15.0.6, 256 bits)", "version": "4.5 (Core Profile) Mesa 22.3.6"}}
 KEY = image_key(HOST)
@@ -38,12 +39,11 @@ def _frame(scene: str, pixels: np.ndarray, index: int = 5, key: dict[str, str] |
 
 
 def _trace_with_images(path: Path, images: dict[str, np.ndarray]) -> None:
-    with TraceWriter(path, workload="images") as w:
-        sid = w.intern("a")
-        for i, (scene, pixels) in enumerate(images.items()):
-            w.append(1, 0, sid, sid, i, 0, 10 * i, 5)
-            w.annotate({"type": "scene", "scene": scene})
-            w.image(*frame_record(scene, 3 + i, (3 + i) / 60, pixels, KEY))
+    events = np.array([(1, 0, 0, 0, 1, 1, i, 10 * i, 5, 0.0) for i in range(len(images))], dtype=EVENT_DTYPE)
+    write_trace(path, events, ["", "a"], batch_events=4096, header={"workload": "images"}, summary={},
+                annotations=[{"type": "scene", "scene": scene} for scene in images],
+                images=[frame_record(scene, 3 + i, (3 + i) / 60, pixels, KEY)
+                        for i, (scene, pixels) in enumerate(images.items())])
 
 
 def test_image_key_from_host_info() -> None:
@@ -138,12 +138,13 @@ def test_validate_checks_the_kept_frames(tmp_path: Path, capsys: pytest.CaptureF
     good, bad = tmp_path / "good.katra", tmp_path / "bad.katra"
     _trace_with_images(good, {"a": _pixels(12), "b": _pixels(13)})
     meta, png = frame_record("s", 1, 0.5, _pixels(14), KEY)
-    with TraceWriter(bad, workload="x") as w:
-        w.image({**meta, "sha256": "0" * 64}, png)
-    assert cli_main(["validate", str(good)]) == 0
-    assert capsys.readouterr().out.rstrip().endswith(", 2 kept frames (pixels checked)")
-    assert cli_main(["validate", str(bad)]) == 2
-    err = capsys.readouterr().err
+    write_trace(bad, np.array([], dtype=EVENT_DTYPE), [""], header={"workload": "x"}, summary={},
+                images=[({**meta, "sha256": "0" * 64}, png)])
+    code, out, _ = katra_main(capsys, "validate", str(good))
+    assert code == 0
+    assert out.rstrip().endswith(", 2 kept frames (pixels checked)")
+    code, _, err = katra_main(capsys, "validate", str(bad))
+    assert code == 2
     assert "do not match their recorded SHA-256" in err and len(err.strip().splitlines()) == 1
 
 
@@ -153,8 +154,8 @@ def test_a_kept_frame_that_does_not_match_its_record_is_corrupt(tmp_path: Path) 
     for bad, why in (({"sha256": "0" * 64}, "SHA-256"), ({"width": 3}, "its record says"),
                      ({}, "its PNG is truncated")):
         path = tmp_path / f"t{len(why)}.katra"
-        with TraceWriter(path, workload="x") as w:
-            w.image({**meta, **bad}, png if bad else png[:-30])
+        write_trace(path, np.array([], dtype=EVENT_DTYPE), [""], header={"workload": "x"}, summary={},
+                    images=[({**meta, **bad}, png if bad else png[:-30])])
         with pytest.raises(TraceFormatError, match=why) as caught:
             read_frame_images(path)
         assert str(caught.value).startswith(f"'{path}': kept frame of scene 's' at offset ")

@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from katra3d.harness.cli import main as cli_main
 from katra_trace import TraceFormatError, TraceRecoveryWarning, TraceTooLargeError, open_trace
 from katra_trace.analysis import images as image_rule
 from katra_trace.analysis.images import ImageRef, image_verdict, side_images
 from katra_trace.io import images as kept
 from katra_trace.io.images import image_checksum
+from tests.cli_helpers import katra_main
 from tests.hostile_images import (
     DAMAGES,
     big_frame_traces,
@@ -171,11 +171,13 @@ def test_compare_and_report_open_each_trace_once(tmp_path: Path, opens: list[str
     b = write_frames_trace(tmp_path / "b.katra", {"fill": picture_frame("fill", 1), "mesh": picture_frame("mesh", 3)},
                            seed=2)
     opens.clear()
-    assert cli_main(["compare", str(a), str(b), "--image-diff", str(tmp_path / "diff")]) in (0, 1)
-    assert "mesh  image changed" in capsys.readouterr().out
+    code, out, _ = katra_main(capsys, "compare", str(a), str(b), "--image-diff", str(tmp_path / "diff"))
+    assert code in (0, 1)
+    assert "mesh  image changed" in out
     assert sorted(opens) == sorted([str(a), str(b)])
     opens.clear()
-    assert cli_main(["report", str(b), "--baseline", str(a), "-o", str(tmp_path / "r.html")]) == 0
+    code, _, _ = katra_main(capsys, "report", str(b), "--baseline", str(a), "-o", str(tmp_path / "r.html"))
+    assert code == 0
     assert sorted(opens) == sorted([str(a), str(b)])
 
 
@@ -209,42 +211,35 @@ def test_a_side_with_an_undamaged_frame_is_preferred(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the commands
 
 
-def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    rc = cli_main(list(args))
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
 @pytest.mark.parametrize("damage", list(DAMAGES))
 def test_a_damaged_kept_frame_leaves_the_timing_verdict_standing(tmp_path: Path, damage: str,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     good = write_frames_trace(tmp_path / "good.katra", {"s": picture_frame("s"), "t": picture_frame("t", 5)})
     bad = write_frames_trace(tmp_path / "bad.katra", {"s": DAMAGES[damage](picture_frame("s")),
                                                        "t": picture_frame("t", 5)}, seed=2)
-    rc, out, err = _cli(capsys, "compare", str(good), str(bad))
+    rc, out, err = katra_main(capsys, "compare", str(good), str(bad))
     assert rc == 0, out + err
     line = next(ln for ln in out.splitlines() if ln.startswith("s ") and "image" in ln)
     assert f"image incomparable: damaged: '{bad}': kept frame of scene 's' at offset " in line
     assert "images (gate): 1 incomparable, 1 identical" in out  # the other scene is judged
     assert "BytesIO" not in out + err and "Traceback" not in err
-    rc, out, err = _cli(capsys, "compare", str(good), str(bad), "--format", "json")
+    rc, out, err = katra_main(capsys, "compare", str(good), str(bad), "--format", "json")
     result = json.loads(out)
     assert rc == 0 and result["exit_code"] == 0 and result["images"]["s"]["verdict"] == "incomparable"
     timing = {name: s["verdict"] for name, s in result["scenes"].items()}  # every scene's timing verdict stands
     assert sorted(timing) == ["s", "t"] and "incomparable" not in timing.values()
-    rc, out, err = _cli(capsys, "report", str(bad), "--baseline", str(good), "-o", str(tmp_path / "r.html"))
+    rc, out, err = katra_main(capsys, "report", str(bad), "--baseline", str(good), "-o", str(tmp_path / "r.html"))
     assert rc == 0, err
     page = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert "damaged: &#x27;" in page and "BytesIO" not in page
-    rc, out, err = _cli(capsys, "validate", str(bad))
+    rc, out, err = katra_main(capsys, "validate", str(bad))
     assert rc == 2 and err.count("\n") == 1 and f"'{bad}': kept frame of scene 's'" in err
-    rc, out, _ = _cli(capsys, "info", "--json", str(bad))
+    rc, out, _ = katra_main(capsys, "info", "--json", str(bad))
     images = {i["scene"]: i for i in json.loads(out)["images"]}
     assert rc == 0 and sorted(images) == ["s", "t"] and images["t"]["damage"] is None
     if damage != "wrong-sha256":  # what only decoding finds is validate's to say; info decodes nothing
         assert images["s"]["damage"]
-        rc, out, _ = _cli(capsys, "info", str(bad))
+        rc, out, _ = katra_main(capsys, "info", str(bad))
         assert "DAMAGED:" in out
 
 

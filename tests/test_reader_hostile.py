@@ -9,7 +9,6 @@ import struct
 import subprocess
 import sys
 import textwrap
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,9 @@ import numpy as np
 import pytest
 import zstandard
 
-from katra3d.harness.cli import main as cli_main
 from katra_trace import Clock, KatraError, TraceFormatError, TraceRecoveryWarning, TraceTooLargeError, open_trace
 from katra_trace.io import format as fmt
+from tests.cli_helpers import katra, katra_main
 from tests.trace_helpers import edit_json_block, frame_zone_stream, seal_blocks, split_blocks, write_trace
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,14 +95,6 @@ def _craft(tmp_path: Path, base: bytes, edit: Callable[[Blocks], None], name: st
     return path
 
 
-def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TraceRecoveryWarning)
-        rc = cli_main(list(args))
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
 @pytest.mark.parametrize("case", DAMAGE, ids=[c[0] for c in DAMAGE])
 def test_crafted_content_is_damage_not_a_traceback(tmp_path: Path, base: bytes, capsys: pytest.CaptureFixture[str],
                                                     case: tuple[str, Callable[[Blocks], None], str]) -> None:
@@ -114,11 +105,11 @@ def test_crafted_content_is_damage_not_a_traceback(tmp_path: Path, base: bytes, 
     with pytest.warns(TraceRecoveryWarning, match=reason):
         t = open_trace(path)
     assert t.truncated and reason in t.stop_reason
-    rc, _, err = _cli(capsys, "validate", str(path))
+    rc, _, err = katra_main(capsys, "validate", str(path))
     assert rc == 2 and reason in err
     for args in (("info", str(path)), ("info", "--json", str(path)), ("stats", str(path)),
                  ("compare", str(path), str(path))):
-        rc, out, err = _cli(capsys, *args)
+        rc, out, err = katra_main(capsys, *args)
         assert rc in (0, 2), (args, rc, err)
 
 
@@ -131,7 +122,7 @@ def test_crafted_header_fails_with_one_line(tmp_path: Path, base: bytes, capsys:
         open_trace(path)
     for args in (("validate", str(path)), ("info", str(path)), ("stats", str(path)),
                  ("compare", str(path), str(path))):
-        rc, out, err = _cli(capsys, *args)
+        rc, out, err = katra_main(capsys, *args)
         assert rc == 2 and err.startswith("katra3d: error: ") and err.count("\n") == 1, (args, err)
         assert reason in err and "comes before the HEADER" not in err
 
@@ -154,13 +145,8 @@ def test_count_clocks_are_corrupt_in_a_1_0_file_and_unknown_clocks_read_in_a_new
 def test_unknown_clock_of_a_newer_minor_is_named_by_info(tmp_path: Path, base: bytes,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     future = _craft(tmp_path, base, _edit_events("clock", 9), "v19.katra", minor=9)
-    rc, out, err = _cli(capsys, "info", str(future))
+    rc, out, err = katra_main(capsys, "info", str(future))
     assert rc == 0 and "clock9=1" in out, err
-
-
-def _katra(*args: str, stdin: Any = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "katra3d", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO, stdin=stdin)
 
 
 def test_lone_surrogates_are_read_as_replacement_characters(tmp_path: Path, base: bytes) -> None:
@@ -180,9 +166,9 @@ def test_lone_surrogates_are_read_as_replacement_characters(tmp_path: Path, base
     assert "sc\ufffdne" in t.strings and t.header.workload == "w\ufffd"
     assert any("U+FFFD" in note for note in t.notes)
     for args in (("info", str(path)), ("stats", str(path)), ("compare", str(path), str(path))):
-        r = _katra(*args)
+        r = katra(*args, cwd=REPO, timeout=60)
         assert r.returncode in (0, 2) and "Traceback" not in r.stderr, (args, r.stderr)
-    r = _katra("validate", str(path))
+    r = katra("validate", str(path), cwd=REPO, timeout=60)
     assert r.returncode == 0 and "U+FFFD" in r.stderr, r.stderr
 
 
@@ -249,7 +235,7 @@ def test_bomb_cli_is_one_line_and_opt_out_reads_it(tmp_path: Path, capsys: pytes
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     path = _bomb(tmp_path / "bomb.katra", blocks=1)
     for cmd in ("validate", "info", "stats"):
-        rc, _, err = _cli(capsys, cmd, str(path))
+        rc, _, err = katra_main(capsys, cmd, str(path))
         assert rc == 2 and err.count("\n") == 1 and "decompression bomb" in err, (cmd, err)
     with pytest.raises(TraceTooLargeError):
         open_trace(path, max_ratio=10)
@@ -290,9 +276,9 @@ def test_fifo_without_a_writer_does_not_hang(tmp_path: Path) -> None:
     fifo = tmp_path / "t.katra"
     os.mkfifo(fifo)
     for args in READERS:
-        r = _katra(*args, str(fifo), timeout=60)
+        r = katra(*args, str(fifo), cwd=REPO, timeout=60)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not a regular file" in r.stderr, (args, r.stderr)
-    r = _katra("compare", str(fifo), str(fifo), timeout=60)
+    r = katra("compare", str(fifo), str(fifo), cwd=REPO, timeout=60)
     assert r.returncode == 2 and "not a regular file" in r.stderr, r.stderr
 
 
@@ -310,9 +296,9 @@ def test_pipes_and_proc_files_give_one_line(tmp_path: Path, base: bytes) -> None
                        capture_output=True, text=True, timeout=60, cwd=REPO)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "pipe" in r.stderr, r.stderr
     for proc in ("/proc/self/status", "/proc/version"):
-        r = _katra("info", proc)
+        r = katra("info", proc, cwd=REPO, timeout=60)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
-    r = _katra("info", "/dev/null")
+    r = katra("info", "/dev/null", cwd=REPO, timeout=60)
     assert r.returncode == 2 and "character device" in r.stderr, r.stderr
 
 

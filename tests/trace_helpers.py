@@ -66,11 +66,14 @@ def wait_for_measured_frames(proc: subprocess.Popen[str], part: Path, limit_s: f
 def write_trace(path: Path, events: np.ndarray, strings: list[str], *, batch_events: int = 64,
                 codec: str = "zstd", annotations: list[dict[str, Any]] | None = None,
                 header: dict[str, Any] | None = None, finish: bool = True,
-                summary: dict[str, Any] | None = None) -> TraceWriter:
+                summary: dict[str, Any] | None = None,
+                images: list[tuple[dict[str, Any], bytes]] | None = None) -> TraceWriter:
     """Write ``events`` (string ids index ``strings``; strings[0] must be "").
 
     ``header``: its ``workload``, ``capture_options``, ``host_info`` and ``notes``; ``summary``: what
-    finish() records as the user's part of the SUMMARY block (``{"note": "test"}`` unless given)."""
+    finish() records as the user's part of the SUMMARY block (``{"note": "test"}`` unless given);
+    ``images``: kept frames, (record, PNG) pairs written as IMAGE blocks after the events and before the
+    annotations (the writer checks the record, not the PNG)."""
     h = header or {}
     w = TraceWriter(path, workload=h.get("workload", "test"), capture_options=h.get("capture_options", {}),
                     host_info=h.get("host_info", {}), notes=h.get("notes", ""), codec=codec,
@@ -78,6 +81,8 @@ def write_trace(path: Path, events: np.ndarray, strings: list[str], *, batch_eve
     for s in strings[1:]:
         w.intern(s)
     w.append_array(events)
+    for record, png in images or []:
+        w.image(record, png)
     for a in annotations or []:
         w.annotate(a)
     if finish:
