@@ -16,20 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_helpers import katra
+
 pytest.importorskip("duckdb", reason="pip install 'katra3d[history]'")
 
 LAYERS = (8, 8, 10, 10)
 KATRA3D = [sys.executable, "-m", "katra3d"]
 
 
-def _run(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.pop("KATRA3D_BACKEND", None)
-    return subprocess.run([*KATRA3D, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
-
-
 def _check_finds_label_3(tmp: Path, metric: str) -> dict[str, object]:
-    res = _run("history", "check", "--db", "h.duckdb", "--metric", metric, "--json", cwd=tmp)
+    res = katra("history", "check", "--db", "h.duckdb", "--metric", metric, "--json", cwd=tmp)
     assert res.returncode == 0, res.stdout + res.stderr  # the step is at L3, not at the newest label
     out = json.loads(res.stdout)
     (step,) = [s for s in out["steps"] if s["scene"] == "fillrate"]
@@ -49,18 +45,18 @@ def test_wall_time_history_of_real_captures(tmp_path: Path, gl_ctx: object) -> N
         paths = []
         for r in range(3):
             out = tmp_path / f"L{i}-{r}.katra"
-            res = _run("run", "fillrate", "--frames", "20", "--warmup", "3", "--size", "128x128", "--param",
-                       f"fillrate.layers={layers}", "--quiet", "-o", str(out), cwd=tmp_path)
+            res = katra("run", "fillrate", "--frames", "20", "--warmup", "3", "--size", "128x128", "--param",
+                        f"fillrate.layers={layers}", "--quiet", "-o", str(out), cwd=tmp_path)
             assert res.returncode == 0, res.stderr
             paths.append(str(out))
-        add = _run("history", "add", *paths, "--label", f"L{i}", "--db", "h.duckdb", cwd=tmp_path)
+        add = katra("history", "add", *paths, "--label", f"L{i}", "--db", "h.duckdb", cwd=tmp_path)
         assert add.returncode == 0 and "added 3 run(s)" in add.stdout, add.stderr
-    show = _run("history", "show", "--db", "h.duckdb", "--scene", "fillrate", "--format", "json", cwd=tmp_path)
+    show = katra("history", "show", "--db", "h.duckdb", "--scene", "fillrate", "--format", "json", cwd=tmp_path)
     (series,) = json.loads(show.stdout)["series"]
     assert [p["label"] for p in series["points"]] == ["L1", "L2", "L3", "L4"] and series["metric"] == "wall"
     assert [p["runs"] for p in series["points"]] == [3, 3, 3, 3] and "llvmpipe" in series["host"]
     assert [bool(p["settings_changed"]) for p in series["points"]] == [False, False, True, True]
-    check = _run("history", "check", "--db", "h.duckdb", "--json", cwd=tmp_path)
+    check = katra("history", "check", "--db", "h.duckdb", "--json", cwd=tmp_path)
     assert check.returncode in (0, 1), check.stderr
     out = json.loads(check.stdout)
     assert out["newest_label"] == "L4" and out["series_checked"] >= 1
@@ -85,8 +81,8 @@ def test_instruction_count_step_is_found_at_label_3(tmp_path: Path, gl_ctx: obje
         assert proc.returncode == 0, err
     for i in range(1, 5):
         # the captures ran at once: the labels' order comes from --time (in CI: the commit dates)
-        add = _run("history", "add", str(tmp_path / f"L{i}.katra"), "--label", f"L{i}", "--db", "h.duckdb",
-                   "--time", f"2026-11-0{i}", cwd=tmp_path)
+        add = katra("history", "add", str(tmp_path / f"L{i}.katra"), "--label", f"L{i}", "--db", "h.duckdb",
+                    "--time", f"2026-11-0{i}", cwd=tmp_path)
         assert add.returncode == 0, add.stderr
     out = _check_finds_label_3(tmp_path, "auto")
     assert out["steps"][0]["metric"] == "instructions"  # type: ignore[index]

@@ -4,9 +4,6 @@ another vector width (LP_NATIVE_VECTOR_WIDTH 128 vs 256, a stand-in for another 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +13,7 @@ import pytest
 from katra_trace.analysis.images import image_verdict
 from katra_trace.io.images import load_png
 from katra3d.scenes.suites import get_suite
+from tests.cli_helpers import katra
 
 pytestmark = [pytest.mark.gl, pytest.mark.slow]
 
@@ -40,12 +38,9 @@ def renders(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
     for width in (128, 256):
         shots = root / f"vw{width}"
         shots.mkdir()
-        env = dict(os.environ, LP_NATIVE_VECTOR_WIDTH=str(width))
-        env.pop("KATRA3D_BACKEND", None)
-        r = subprocess.run([sys.executable, "-m", "katra3d", "run", "--suite", "ci", "--frames", "1", "--warmup", "1",
-                            "--size", "64x64", "--quiet", "--screenshot", str(shots),
-                            "-o", str(root / f"{width}.katra")],
-                           env=env, capture_output=True, text=True, timeout=600)
+        r = katra("run", "--suite", "ci", "--frames", "1", "--warmup", "1", "--size", "64x64", "--quiet",
+                  "--screenshot", str(shots), "-o", str(root / f"{width}.katra"),
+                  env={"LP_NATIVE_VECTOR_WIDTH": str(width)}, timeout=600)
         assert r.returncode == 0, r.stdout + r.stderr
         out[width] = shots
     return out
@@ -111,11 +106,8 @@ def test_moved_geometry_and_a_moved_colour_constant_rendered_for_real_are_change
     frames = {}
     for label, params in (("base", ()), ("again", ()), ("moved", ("--param", "dx=1")),
                           ("tinted", ("--param", "tint=0.02"))):
-        env = dict(os.environ)
-        env.pop("KATRA3D_BACKEND", None)
-        r = subprocess.run([sys.executable, "-m", "katra3d", "run", "movable.py:Movable", *params, "--frames", "1",
-                            "--warmup", "1", "--size", "96x64", "--quiet", "--screenshot", label, "-o",
-                            f"{label}.katra"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        r = katra("run", "movable.py:Movable", *params, "--frames", "1", "--warmup", "1", "--size", "96x64",
+                  "--quiet", "--screenshot", label, "-o", f"{label}.katra", cwd=tmp_path, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
         frames[label] = load_png(tmp_path / label / "movable.png")
     assert image_verdict(frames["base"], frames["again"]).verdict == "identical"

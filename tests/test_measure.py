@@ -30,6 +30,7 @@ from katra_trace.errors import ConfigError
 from katra_trace.io.header import GLInfo, SystemInfo
 from katra_trace.io.images import read_frame_images
 from katra_trace.schema import Clock, Kind
+from tests.cli_helpers import katra
 
 KATRA3D = str(Path(sys.executable).with_name("katra3d"))
 HAVE_VALGRIND = shutil.which("valgrind") is not None
@@ -96,18 +97,12 @@ def test_codegen_facts_parse_renderer_and_versions() -> None:
 # --------------------------------------------------------------------------- refusals through the CLI
 
 
-def _cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
-         timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([KATRA3D, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout,
-                          check=False)
-
-
 def test_missing_valgrind_is_exit_3_with_the_install_line(tmp_path: Path) -> None:
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    env = {**os.environ, "PATH": f"{bindir}:{Path(sys.executable).parent}"}  # no /usr/bin: no valgrind
-    res = _cli("run", "triangle", "--measure", "instructions", "--frames", "2", "-o", str(tmp_path / "t.katra"),
-               env=env)
+    env = {"PATH": f"{bindir}:{Path(sys.executable).parent}"}  # no /usr/bin: no valgrind
+    res = katra("run", "triangle", "--measure", "instructions", "--frames", "2", "-o", str(tmp_path / "t.katra"),
+                env=env)
     assert res.returncode == 3, res.stderr
     assert "Traceback" not in res.stderr
     assert "needs valgrind" in res.stderr and "apt-get install -y valgrind" in res.stderr
@@ -115,7 +110,7 @@ def test_missing_valgrind_is_exit_3_with_the_install_line(tmp_path: Path) -> Non
 
 
 def test_bad_flag_combination_is_one_line_exit_2(tmp_path: Path) -> None:
-    res = _cli("run", "triangle", "--measure", "instructions", "--duration", "1", "-o", str(tmp_path / "t.katra"))
+    res = katra("run", "triangle", "--measure", "instructions", "--duration", "1", "-o", str(tmp_path / "t.katra"))
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "needs --frames, not --duration" in lines[0]
@@ -233,10 +228,10 @@ def test_trace_says_how_it_was_counted_and_keeps_no_dumps(counted_runs: dict[str
 @pytest.mark.gl
 @pytest.mark.slow
 def test_compare_flags_more_work_and_passes_identical_runs(counted_runs: dict[str, Any]) -> None:
-    same = _cli("compare", str(counted_runs["A1"]), str(counted_runs["A2"]), "--metric", "instructions")
+    same = katra("compare", str(counted_runs["A1"]), str(counted_runs["A2"]), "--metric", "instructions")
     assert same.returncode == 0, same.stdout + same.stderr
-    more = _cli("compare", str(counted_runs["A1"]), str(counted_runs["B1"]), "--metric", "instructions",
-                "--allow-param-mismatch")
+    more = katra("compare", str(counted_runs["A1"]), str(counted_runs["B1"]), "--metric", "instructions",
+                 "--allow-param-mismatch")
     assert more.returncode == 1, more.stdout + more.stderr
     assert "fillrate" in more.stdout and "regression" in more.stdout
     heavier = [line for line in more.stdout.splitlines() if "shader /" in line and "#1" in line]

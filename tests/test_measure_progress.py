@@ -22,6 +22,7 @@ from katra3d.harness.run.config import RunConfig
 from katra3d.harness.run.progress import ChildProgress, Progress, Relay
 from katra_trace import open_trace
 from katra_trace.schema import Kind
+from tests.cli_helpers import katra
 
 KATRA3D = str(Path(sys.executable).with_name("katra3d"))
 HAVE_VALGRIND = shutil.which("valgrind") is not None
@@ -177,9 +178,8 @@ def test_a_counted_scene_failure_is_one_error_line(tmp_path: Path) -> None:
                      "class Broken(ClearScene):\n    name = 'broken'\n\n"
                      "    def render(self, frame):\n        super().render(frame)\n"
                      "        if frame.index == 2:\n            raise ValueError('boom in render')\n")
-    out = subprocess.run([KATRA3D, "run", f"{scene}:Broken", "--frames", "2", "--warmup", "1", "--size", "16x16",
-                          "--measure", "instructions", "-o", str(tmp_path / "b.katra")],
-                         capture_output=True, text=True, timeout=600)
+    out = katra("run", f"{scene}:Broken", "--frames", "2", "--warmup", "1", "--size", "16x16",
+                "--measure", "instructions", "-o", str(tmp_path / "b.katra"), timeout=600)
     assert out.returncode == 2, out.stderr
     errors = [ln for ln in out.stderr.splitlines() if "error" in ln.lower()]
     assert errors == [ln for ln in errors if ln.startswith("katra3d: error: ")] and len(errors) == 1, out.stderr

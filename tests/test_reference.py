@@ -4,8 +4,6 @@ and what ``compare --normalize`` divides by."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,20 +12,21 @@ import pytest
 from katra_trace import open_trace
 from katra_trace.analysis.stats import trace_stats
 from katra_trace.schema import REFERENCE_NAME, Clock, Flag, Kind
+from tests.cli_helpers import katra
 
-KATRA3D = str(Path(sys.executable).with_name("katra3d"))
 pytestmark = pytest.mark.gl
 
 
-def _run(out: Path, *extra: str) -> None:
-    res = subprocess.run([KATRA3D, "run", "fillrate", "--frames", "12", "--warmup", "2", "--size", "32x32",
-                          "--quiet", "-o", str(out), *extra], capture_output=True, text=True, check=False)
+def _capture(out: Path, *extra: str) -> None:
+    """A short fillrate capture to ``out`` with ``extra`` options."""
+    res = katra("run", "fillrate", "--frames", "12", "--warmup", "2", "--size", "32x32", "--quiet", "-o", str(out),
+                *extra)
     assert res.returncode == 0, res.stderr
 
 
 def test_reference_draws_are_recorded_after_every_kth_measured_frame(tmp_path: Path) -> None:
     out = tmp_path / "r.katra"
-    _run(out, "--reference-every", "3")
+    _capture(out, "--reference-every", "3")
     trace = open_trace(out)
     ev = trace.events
     ref = ev[(ev["flags"] & int(Flag.REFERENCE)) != 0]
@@ -43,17 +42,15 @@ def test_reference_draws_are_recorded_after_every_kth_measured_frame(tmp_path: P
 
 def test_reference_off_and_compare_normalize_uses_it(tmp_path: Path) -> None:
     off = tmp_path / "off.katra"
-    _run(off, "--reference-every", "0")
+    _capture(off, "--reference-every", "0")
     ev = open_trace(off).events
     assert not np.any((ev["flags"] & int(Flag.REFERENCE)) != 0)
     a, b = tmp_path / "a.katra", tmp_path / "b.katra"
-    _run(a, "--reference-every", "2")
-    _run(b, "--reference-every", "2")
-    res = subprocess.run([KATRA3D, "compare", str(a), str(b), "--normalize", "--format", "json"],
-                         capture_output=True, text=True, check=False)
+    _capture(a, "--reference-every", "2")
+    _capture(b, "--reference-every", "2")
+    res = katra("compare", str(a), str(b), "--normalize", "--format", "json")
     assert res.returncode in (0, 1), res.stderr
     report = json.loads(res.stdout)
     assert "normalize" in json.dumps(report).lower()
-    refused = subprocess.run([KATRA3D, "compare", str(a), str(off), "--normalize"], capture_output=True, text=True,
-                             check=False)
+    refused = katra("compare", str(a), str(off), "--normalize")
     assert refused.returncode == 2 and "reference" in refused.stderr

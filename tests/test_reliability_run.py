@@ -17,6 +17,7 @@ import pytest
 
 from katra_trace import open_trace
 from katra_trace.schema import Clock, Kind
+from tests.cli_helpers import katra
 from tests.trace_helpers import wait_for_measured_frames
 
 KATRA3D = str(Path(sys.executable).with_name("katra3d"))
@@ -105,12 +106,6 @@ def scenes_file(tmp_path: Path) -> Path:
     return path
 
 
-def _run(*args: str, cwd: Path, timeout: float = 120, env: dict[str, str] | None = None,
-         ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([KATRA3D, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout,
-                          env=env, check=False)
-
-
 def _one_line_error(res: subprocess.CompletedProcess[str], code: int = 2) -> str:
     assert res.returncode == code, (res.returncode, res.stderr)
     assert "Traceback" not in res.stderr, res.stderr
@@ -191,16 +186,16 @@ def test_two_runs_with_default_names_get_two_traces(tmp_path: Path) -> None:
 
 
 def test_a_failed_run_never_replaces_an_existing_trace(tmp_path: Path, scenes_file: Path) -> None:
-    assert _run("run", "triangle", "--frames", "30", "--size", "16x16", "--quiet", "-o", "keep.katra",
-                cwd=tmp_path).returncode == 0
+    assert katra("run", "triangle", "--frames", "30", "--size", "16x16", "--quiet", "-o", "keep.katra",
+                 cwd=tmp_path).returncode == 0
     before = (tmp_path / "keep.katra").read_bytes()
-    refused = _run("run", f"{scenes_file}:SetupRaises", "-o", "keep.katra", cwd=tmp_path)
+    refused = katra("run", f"{scenes_file}:SetupRaises", "-o", "keep.katra", cwd=tmp_path)
     assert "already exists" in _one_line_error(refused) and "--force" in refused.stderr
-    forced = _run("run", f"{scenes_file}:SetupRaises", "-o", "keep.katra", "--force", cwd=tmp_path)
+    forced = katra("run", f"{scenes_file}:SetupRaises", "-o", "keep.katra", "--force", cwd=tmp_path)
     assert "failed in setup" in _one_line_error(forced)
     assert (tmp_path / "keep.katra").read_bytes() == before, "a run that recorded nothing replaced the trace"
-    replaced = _run("run", "triangle", "--frames", "5", "--size", "16x16", "--quiet", "-o", "keep.katra",
-                    "--force", cwd=tmp_path)
+    replaced = katra("run", "triangle", "--frames", "5", "--size", "16x16", "--quiet", "-o", "keep.katra",
+                     "--force", cwd=tmp_path)
     assert replaced.returncode == 0 and _frames(tmp_path / "keep.katra") == 5
 
 
@@ -292,8 +287,8 @@ def test_sigint_during_start_up_is_quiet(tmp_path: Path) -> None:
 
 
 def test_gl_errors_fail_the_scene_and_are_recorded(tmp_path: Path, scenes_file: Path) -> None:
-    res = _run("run", f"{scenes_file}:OutOfMemory", "--frames", "20", "--warmup", "0", "--size", "16x16",
-               "-o", "oom.katra", cwd=tmp_path)
+    res = katra("run", f"{scenes_file}:OutOfMemory", "--frames", "20", "--warmup", "0", "--size", "16x16",
+                "-o", "oom.katra", cwd=tmp_path)
     line = _one_line_error(res)
     assert "GL_OUT_OF_MEMORY" in line and "frame 10" in line
     # a failed run never leaves its trace at -o (it would block the rerun): its frames are set aside
@@ -306,36 +301,36 @@ def test_gl_errors_fail_the_scene_and_are_recorded(tmp_path: Path, scenes_file: 
 
 
 def test_sys_exit_in_a_scene_is_a_scene_error(tmp_path: Path, scenes_file: Path) -> None:
-    res = _run("run", f"{scenes_file}:Exits", "--frames", "20", "--warmup", "0", "--size", "16x16",
-               "-o", "exit.katra", cwd=tmp_path)
+    res = katra("run", f"{scenes_file}:Exits", "--frames", "20", "--warmup", "0", "--size", "16x16",
+                "-o", "exit.katra", cwd=tmp_path)
     assert "SystemExit" in _one_line_error(res)
     assert open_trace(tmp_path / "exit.failed.katra").status == "aborted"
 
 
 def test_scene_releasing_the_harness_framebuffer_gets_its_own_error(tmp_path: Path, scenes_file: Path) -> None:
-    res = _run("run", f"{scenes_file}:ReleasesTarget", "--frames", "3", "--size", "16x16", "-o", "r.katra",
-               cwd=tmp_path)
+    res = katra("run", f"{scenes_file}:ReleasesTarget", "--frames", "3", "--size", "16x16", "-o", "r.katra",
+                cwd=tmp_path)
     assert "scene release failed on purpose" in _one_line_error(res)
 
 
 def test_glsl_error_from_a_raw_program_call_is_one_line(tmp_path: Path, scenes_file: Path) -> None:
-    res = _run("run", f"{scenes_file}:BadShader", "--frames", "3", "--size", "16x16", "-o", "b.katra",
-               cwd=tmp_path)
+    res = katra("run", f"{scenes_file}:BadShader", "--frames", "3", "--size", "16x16", "-o", "b.katra",
+                cwd=tmp_path)
     line = _one_line_error(res)
     assert "bad-shader" in line and "oops" in line
 
 
 def test_scene_name_with_a_lone_surrogate_runs(tmp_path: Path, scenes_file: Path) -> None:
-    res = _run("run", f"{scenes_file}:Surrogate", "--frames", "3", "--warmup", "0", "--size", "16x16",
-               "--quiet", "-o", "s.katra", cwd=tmp_path)
+    res = katra("run", f"{scenes_file}:Surrogate", "--frames", "3", "--warmup", "0", "--size", "16x16",
+                "--quiet", "-o", "s.katra", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert _frames(tmp_path / "s.katra") == 3
 
 
 def test_zone_names_past_the_debug_label_limit_run_and_keep_their_whole_name(tmp_path: Path,
                                                                               scenes_file: Path) -> None:
-    res = _run("run", f"{scenes_file}:LongZones", "--frames", "3", "--warmup", "0", "--size", "16x16", "--zones",
-               "--quiet", "-o", "z.katra", cwd=tmp_path)
+    res = katra("run", f"{scenes_file}:LongZones", "--frames", "3", "--warmup", "0", "--size", "16x16", "--zones",
+                "--quiet", "-o", "z.katra", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     trace = open_trace(tmp_path / "z.katra")
     zones = trace.events[trace.events["kind"] == int(Kind.ZONE)]
@@ -345,7 +340,7 @@ def test_zone_names_past_the_debug_label_limit_run_and_keep_their_whole_name(tmp
 
 def test_a_file_name_that_is_not_utf8_is_written_and_recorded(tmp_path: Path) -> None:
     name = os.fsdecode(b"run-\xff.katra")
-    res = _run("run", "triangle", "--frames", "2", "--warmup", "0", "--size", "16x16", "-o", name, cwd=tmp_path)
+    res = katra("run", "triangle", "--frames", "2", "--warmup", "0", "--size", "16x16", "-o", name, cwd=tmp_path)
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
     assert "trace: run-" in res.stdout
     assert _frames(tmp_path / name) == 2
@@ -358,7 +353,7 @@ def test_fifo_and_devices_are_refused_as_output_without_hanging(tmp_path: Path) 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     for target in (str(fifo), "/dev/stdout", "/dev/null"):
-        res = _run("run", "triangle", "--frames", "2", "--size", "16x16", "-o", target, cwd=tmp_path, timeout=30)
+        res = katra("run", "triangle", "--frames", "2", "--size", "16x16", "-o", target, cwd=tmp_path, timeout=30)
         assert "not a regular file" in _one_line_error(res), target
 
 
@@ -368,21 +363,21 @@ def test_fifo_and_devices_are_refused_as_output_without_hanging(tmp_path: Path) 
     ("/proc/version", "already exists"),
 ])
 def test_unclear_outputs_get_clear_messages(tmp_path: Path, output: str, message: str) -> None:
-    res = _run("run", "triangle", "--frames", "2", "--size", "16x16", "-o", output, cwd=tmp_path)
+    res = katra("run", "triangle", "--frames", "2", "--size", "16x16", "-o", output, cwd=tmp_path)
     assert message in _one_line_error(res)
     assert not (tmp_path / "newdir").exists()
 
 
 def test_forced_write_to_an_unwritable_place_is_one_line(tmp_path: Path) -> None:
-    res = _run("run", "triangle", "--frames", "2", "--size", "16x16", "-o", "/proc/version", "--force",
-               cwd=tmp_path)
+    res = katra("run", "triangle", "--frames", "2", "--size", "16x16", "-o", "/proc/version", "--force",
+                cwd=tmp_path)
     line = _one_line_error(res)
     assert "/proc/version" in line
 
 
 def test_samples_must_be_a_power_of_two(tmp_path: Path) -> None:
-    res = _run("run", "triangle", "--frames", "2", "--size", "16x16", "--samples", "3", "-o", "x.katra",
-               cwd=tmp_path)
+    res = katra("run", "triangle", "--frames", "2", "--size", "16x16", "--samples", "3", "-o", "x.katra",
+                cwd=tmp_path)
     assert "power of two" in _one_line_error(res)
     assert list(tmp_path.iterdir()) == []
 
