@@ -55,10 +55,11 @@ run: sysdeps $(STAMP)
 test: sysdeps-test $(STAMP) bytecode typecheck
 	$(PY) -m pytest -p no:cacheprovider -n auto --dist loadfile tests
 
-# Every test but those marked `slow` (each over ~5 s: valgrind counts, many captures, the browser);
-# `make test` still runs them all.
+# Every test but those marked `slow` (each over ~5 s: valgrind counts, many captures, the browser), and the
+# structure-aware fuzzers for 1 s per consumer (2 in `make test`); `make test` still runs them all.
 test-quick: sysdeps-test $(STAMP) bytecode
-	$(PY) -m pytest -p no:cacheprovider -n auto --dist loadfile -m "not slow" tests
+	KATRA3D_FUZZ_SECONDS=$${KATRA3D_FUZZ_SECONDS:-1} $(PY) -m pytest -p no:cacheprovider -n auto --dist loadfile \
+		-m "not slow" tests
 
 # The structure-aware fuzzers (reader, and every consumer on mutated and extreme traces) for longer than
 # `make test` gives them: KATRA3D_FUZZ_SECONDS per fuzzer and consumer (60 here; 2-3 in `make test`).

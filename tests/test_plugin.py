@@ -110,6 +110,7 @@ def test_keep_dir_that_is_a_file_is_a_usage_error(pytester: pytest.Pytester) -> 
     result.stderr.fnmatch_lines(["*--katra3d-keep '*taken' is not a directory*"])
 
 
+@pytest.mark.slow
 @pytest.mark.gl
 def test_keep_option_keeps_traces_and_a_rerun_replaces_them(pytester: pytest.Pytester, gl_ctx: object) -> None:
     pytester.makepyfile(test_kept="""

@@ -68,6 +68,7 @@ def levels_of(line: list[float]) -> int:
     return len({round(v, 9) for v in line})
 
 
+@pytest.mark.slow
 def test_show_check_and_report_agree_on_the_issue_store(tmp_path: Path) -> None:
     """v1 (1 run), v2 (6 runs, layers=8), v3 (6 runs, layers=12): the labels' change is large, the
     label-to-label scatter larger than the runs explain, and three labels cannot resolve a step."""
@@ -99,6 +100,7 @@ def test_show_check_and_report_agree_on_the_issue_store(tmp_path: Path) -> None:
     assert f"no step: {reason}".replace("'", "&#x27;") in s["page"]
 
 
+@pytest.mark.slow
 def test_show_check_and_report_agree_on_a_real_step(tmp_path: Path) -> None:
     """Six labels of three runs, +20 % from v4 on (the param changed there): one step, everywhere."""
     labels = store(tmp_path, [(f"v{i}", 3, 10.0 if i < 4 else 12.0, 8 if i < 4 else 12) for i in range(1, 7)], "step")
