@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
 import random
 import struct
 import zlib
@@ -25,12 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from katra_trace import Clock, Flag, Kind
 from katra_trace.io import format as fmt
 from katra_trace.io.image_block import IMAGE_HEAD
 from katra_trace.io.images import frame_record
-from katra_trace.schema import EVENT_DTYPE
-from tests.trace_helpers import seal_blocks, split_blocks, write_trace
+from tests.trace_helpers import seal_blocks, split_blocks, wall_frames, write_trace
 
 RENDERER = "llvmpipe (LLVM 15.0.6, 256 bits)"
 KEY = {"renderer": RENDERER, "mesa": "22.3.6", "llvm": "15.0.6", "vector_bits": "256"}
@@ -110,21 +107,11 @@ def write_frames_trace(path: Path, frames: Mapping[str, Frame], *, seed: int = 1
     """A synthetic sync-mode capture of ``scenes`` (default: the frames' scenes), ``n`` measured frames each
     (wall clock, a little noise), keeping ``frames[scene]`` as an IMAGE block written as given (the writer
     checks the record, not the PNG). ``codec`` 1: every block re-sealed with zstd, IMAGE blocks included."""
-    rng = np.random.default_rng(seed)
     names = scenes if scenes is not None else tuple(frames)
     host = {"gl": {"renderer": RENDERER, "version": "4.5 (Core Profile) Mesa 22.3.6"}, "software_renderer": True}
     opts = {"size": [24, 16], "samples": 0, "timing_mode": "sync"}
-    strings = list(dict.fromkeys(["", "frame", *names]))
-    fid = strings.index("frame")
-    rows = []
-    t = 0
-    for scene in names:
-        sid = strings.index(scene)
-        for i in range(n + 2):
-            dur = int(5e6 * math.exp(rng.normal(0, 0.05)))
-            rows.append((Kind.FRAME, Clock.WALL, int(Flag.WARMUP) if i < 2 else 0, 0, sid, fid, i, t, dur, 0.0))
-            t += dur
-    write_trace(path, np.array(rows, dtype=EVENT_DTYPE), strings, batch_events=4096, summary={},
+    events, strings = wall_frames(names, n, seed=seed)
+    write_trace(path, events, strings, batch_events=4096, summary={},
                 header={"workload": "hostile images", "capture_options": opts, "host_info": host},
                 images=list(frames.values()),
                 annotations=[{"type": "scene", "scene": scene, "last_frame_sha256": record["sha256"]}
@@ -167,20 +154,9 @@ Blocks = list[tuple[int, bytes, int]]
 
 def seal_with_images(blocks: Blocks, *, minor: int | None = None, codec: int = 1, image_codec: int = 0,
                      footer: bool = True) -> bytes:
-    """Like tests.trace_helpers.seal_blocks (codecs 0 and 1), with IMAGE blocks sealed with ``image_codec``: a
+    """:func:`tests.trace_helpers.seal_blocks` (codecs 0 and 1), with IMAGE blocks sealed with ``image_codec``: a
     valid file keeps them in codec 0, a hostile one packs them with zstd (1)."""
-    out = bytearray(fmt.encode_preamble())
-    if minor is not None:
-        struct.pack_into("<H", out, 10, minor)
-    summary_at = 0
-    for seq, (btype, raw, schema) in enumerate(blocks):
-        if btype == fmt.BlockType.SUMMARY:
-            summary_at = len(out)
-        block_codec = image_codec if btype == fmt.BlockType.IMAGE else codec
-        out += b"".join(fmt.encode_block(btype, raw, seq=seq, codec=fmt.Codec(block_codec), schema=schema))
-    if footer:
-        out += fmt.encode_footer(summary_at)
-    return bytes(out)
+    return seal_blocks(blocks, minor=minor, codec=codec, footer=footer, image_codec=image_codec)
 
 
 def split_image(raw: bytes) -> tuple[dict[str, Any], bytes] | None:

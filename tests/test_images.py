@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from katra_trace import Clock, Flag, Kind
 from katra_trace.analysis.defaults import DEFAULT_IMAGE_MAX_MEAN, DEFAULT_IMAGE_MAX_OUTLIER_PCT, image_policy
 from katra_trace.analysis.images import (
     ImageRef,
@@ -25,9 +24,8 @@ from katra_trace.analysis.images import (
 )
 from katra_trace.errors import OptionError
 from katra_trace.io.images import frame_record, image_checksum, load_png
-from katra_trace.schema import EVENT_DTYPE
 from tests.cli_helpers import katra_main
-from tests.trace_helpers import write_trace
+from tests.trace_helpers import wall_frames, write_trace
 
 SCENES = ("fill", "mesh")
 RENDERER = "llvmpipe (LLVM 15.0.6, 256 bits)"
@@ -168,22 +166,12 @@ def test_error_map_is_black_where_nothing_differs() -> None:
 def write_capture(path: Path, frames: dict[str, np.ndarray], *, seed: int, renderer: str = RENDERER,
                   layers: int = 1, n: int = 12) -> Path:
     """A synthetic capture of :data:`SCENES` (``n`` measured frames each) keeping ``frames[scene]``."""
-    rng = np.random.default_rng(seed)
     host = {"gl": {"renderer": renderer, "version": "4.5 (Core Profile) Mesa 22.3.6",
                    "driver": {"name": "Mesa", "version": "22.3.6"}, "software_renderer": True}}
     opts = {"size": [96, 64], "samples": 0, "timing_mode": "sync",
             "params": {s: {"layers": layers} for s in SCENES}}
-    strings = list(dict.fromkeys(["", "frame", *SCENES]))
-    fid = strings.index("frame")
-    rows = []
-    t = 0
-    for scene in SCENES:
-        sid = strings.index(scene)
-        for i in range(n + 2):
-            dur = int(5e6 * math.exp(rng.normal(0, 0.05)))
-            rows.append((Kind.FRAME, Clock.WALL, int(Flag.WARMUP) if i < 2 else 0, 0, sid, fid, i, t, dur, 0.0))
-            t += dur
-    write_trace(path, np.array(rows, dtype=EVENT_DTYPE), strings, batch_events=4096, summary={},
+    events, strings = wall_frames(SCENES, n, seed=seed)
+    write_trace(path, events, strings, batch_events=4096, summary={},
                 header={"workload": "test", "capture_options": opts, "host_info": host},
                 images=[frame_record(scene, n + 1, (n + 1) / 60, pixels, {"renderer": renderer})
                         for scene, pixels in frames.items()],

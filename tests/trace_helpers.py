@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,24 @@ def wait_for_measured_frames(proc: subprocess.Popen[str], part: Path, limit_s: f
         time.sleep(0.05)
 
 
+def wall_frames(scenes: Sequence[str], n: int, *, warmup: int = 2, seed: int = 0,
+                mean_ns: float = 5e6) -> tuple[np.ndarray, list[str]]:
+    """FRAME events on the wall clock for each of ``scenes``: ``warmup`` flagged frames, then ``n`` measured ones of
+    about ``mean_ns`` (5 % noise), back to back; and the strings they use (``""``, ``frame``, the scenes)."""
+    rng = np.random.default_rng(seed)
+    strings = list(dict.fromkeys(["", "frame", *scenes]))
+    fid = strings.index("frame")
+    rows = []
+    t = 0
+    for scene in scenes:
+        sid = strings.index(scene)
+        for i in range(n + warmup):
+            dur = int(mean_ns * math.exp(rng.normal(0, 0.05)))
+            rows.append((Kind.FRAME, Clock.WALL, int(Flag.WARMUP) if i < warmup else 0, 0, sid, fid, i, t, dur, 0.0))
+            t += dur
+    return np.array(rows, dtype=EVENT_DTYPE), strings
+
+
 def write_trace(path: Path, events: np.ndarray, strings: list[str], *, batch_events: int = 64,
                 codec: str = "zstd", annotations: list[dict[str, Any]] | None = None,
                 header: dict[str, Any] | None = None, finish: bool = True,
@@ -111,14 +130,16 @@ def split_blocks(data: bytes) -> list[tuple[int, bytes, int]]:
 
 
 def seal_blocks(blocks: list[tuple[int, bytes, int]], *, minor: int | None = None, codec: int = 1,
-                footer: bool = True, blosc2_edit: Callable[[bytearray], None] | None = None) -> bytes:
+                footer: bool = True, blosc2_edit: Callable[[bytearray], None] | None = None,
+                image_codec: int | None = None) -> bytes:
     """Encode blocks (as :func:`split_blocks` gives them) into a trace with valid CRCs, sequence
     numbers and footer: the way to craft a file whose framing is intact and whose content is not.
 
     ``codec=2`` writes EVENTS blocks as blosc2 chunks (what the writer does; other blocks zstd),
     except a payload whose event count does not match its size, which stays codec 1; then
     ``blosc2_edit`` may change each codec-2 stored payload (``u32 n, i64 base`` + chunk) in place
-    before it is sealed."""
+    before it is sealed. ``image_codec``: the codec of IMAGE blocks (None: ``codec``'s, as other blocks;
+    the format says 0, and a hostile file packs them with zstd)."""
     import struct
 
     from katra_trace.io import blosc2_events as b2ev
@@ -146,6 +167,8 @@ def seal_blocks(blocks: list[tuple[int, bytes, int]], *, minor: int | None = Non
                                                 schema=schema))
                 continue
         block_codec = fmt.Codec.ZSTD if codec == fmt.Codec.BLOSC2 else fmt.Codec(codec)
+        if image_codec is not None and btype == fmt.BlockType.IMAGE:
+            block_codec = fmt.Codec(image_codec)
         out += b"".join(fmt.encode_block(btype, raw, seq=seq, codec=block_codec, schema=schema))
     if footer:
         out += fmt.encode_footer(summary_at)
