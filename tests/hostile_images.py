@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from katra_trace.io import format as fmt
 from katra_trace.io.image_block import IMAGE_HEAD
 from katra_trace.io.images import frame_record
 from tests.trace_helpers import seal_blocks, split_blocks, wall_frames, write_trace

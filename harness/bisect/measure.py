@@ -30,7 +30,6 @@ from katra3d.harness.bisect.state import Setup
 from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, run_capture
 from katra_trace.analysis.bisection import Effect
 from katra_trace.analysis.defaults import DEFAULT_ALPHA
-from katra_trace.analysis.verdict import Verdict
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.io.tracesets import AB_MANIFEST, AB_TRACE, clear_ab_dir
 from katra_trace.text import shown

@@ -23,7 +23,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
@@ -40,7 +39,7 @@ from katra3d.harness.run import bytecode, lifetime
 from katra3d.harness.run.config import RunPlan, plan_as_dict, plan_from_dict
 from katra3d.harness.run.placeholders import OUTPUT_PLACEHOLDER, placeholder_plan, restore_strings
 from katra3d.harness.run.progress import ChildProgress, Relay
-from katra3d.harness.run.valgrind import Counting, find_valgrind
+from katra3d.harness.run.valgrind import Counting
 from katra_trace.errors import ConfigError, ToolUnavailable
 from katra_trace.io import claim as claim_mod
 from katra_trace.io.header import GLInfo, MeasureOptions, SystemInfo

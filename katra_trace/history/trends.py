@@ -25,7 +25,7 @@ from katra_trace.errors import ConfigError
 from katra_trace.history.rows import iso_utc
 from katra_trace.history.steps import MIN_LABELS_FOR_LABEL_NOISE, Fit, detect_steps, resolution
 from katra_trace.history.store import DEFAULT_LOCK_TIMEOUT_S, Source, read_rows
-from katra_trace.metrics import ALL, AUTO, AUTO_ORDER, COUNT_CLOCKS, is_count
+from katra_trace.metrics import ALL, AUTO, AUTO_ORDER, is_count
 
 #: Stats a trend can follow; all are "higher is worse" but the frame rate.
 STATS: tuple[str, ...] = ("median", "mean", "p99", "low_1pct_fps")
