@@ -177,9 +177,7 @@ def compare_and_print(base: str, new: str | None, args: argparse.Namespace) -> i
     for line in sides.damaged:
         print(f"katra3d: warning: {line}", file=sys.stderr)
     policy, limits = image_options(args)
-    options = compare_kwargs(args)
-    result = compare_sides(sides, image_policy=policy, image_limits=limits, alpha=options.pop("alpha"),
-                           threshold_pct=options.pop("threshold_pct"), **options)
+    result = compare_sides(sides, image_policy=policy, image_limits=limits, **compare_kwargs(args))
     if getattr(args, "image_diff", None) and policy != "off":
         write_image_diff(args.image_diff, result.images, result.base_images, result.new_images)
     print_result(result, args.format)

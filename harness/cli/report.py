@@ -75,10 +75,8 @@ def run(args: argparse.Namespace) -> int:
         for line in sides.damaged:
             print(f"katra3d: warning: {line}", file=sys.stderr)
         runs, baseline = list(sides.new_traces), list(sides.base_traces)
-        options = compare_kwargs(args)
         try:  # traces that cannot be compared (counts against times ...): the page says why instead
-            comparison = compare_sides(sides, image_policy=policy, image_limits=limits, alpha=options.pop("alpha"),
-                                       threshold_pct=options.pop("threshold_pct"), **options)
+            comparison = compare_sides(sides, image_policy=policy, image_limits=limits, **compare_kwargs(args))
         except KatraError as exc:
             error = str(exc)
     else:
