@@ -200,17 +200,22 @@ def test_compare_bad_inputs_exit_2(tmp_path: Path, katra_cli) -> None:
 def _writer_cmd(tmp_path: Path, slow: float, chatter: int = 0) -> str:
     """A capture command that writes one synthetic trace to {out} (stands in for `katra3d run`).
 
+    Its luck is seeded by the output's folder and name (``base/run-003.katra``), so a test's verdicts and
+    stopping round are the same every time it runs.
+
     ``chatter``: lines it prints first, as a capture's progress output would.
     """
     script = tmp_path / "fake_capture.py"
     script.write_text(
-        "import sys, random\n"
+        "import sys, zlib\n"
         f"sys.path.insert(0, {str(Path(__file__).parent.parent)!r})\n"
         "from pathlib import Path\n"
         "from tests.test_compare_cli import write_run\n"
         "for i in range(int(sys.argv[3])):\n"
         "    print(f'child progress line {i}')\n"
-        "write_run(Path(sys.argv[1]), 10.0, seed=random.randrange(10**6), slow={'mesh': float(sys.argv[2])})\n"
+        "out = Path(sys.argv[1])\n"
+        "seed = zlib.crc32(f'{out.parent.name}/{out.name}'.encode())\n"
+        "write_run(out, 10.0, seed=seed, slow={'mesh': float(sys.argv[2])})\n"
     )
     return f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {{out}} {slow} {chatter}"
 
