@@ -408,3 +408,19 @@ def test_a_label_time_a_store_cannot_hold_is_one_line(tmp_path: Path) -> None:
         assert f"--time '{when}' is outside the times a history stores" in msg, msg
     assert parse_time_ns("1700-01-01") < 0 < parse_time_ns("2200-01-01")
     assert not (tmp_path / "h.duckdb").exists()
+
+
+def test_show_levels_lie_within_their_runs_with_one_run_labels(tmp_path: Path) -> None:
+    """A one-run label's level is its run's value (it read 43,344,167 against a min and max of 43,344,168, the
+    geometric mean's exp(log(x)) rounding down); with several runs it stays within their min and max."""
+    for i, (label, level) in enumerate((("a", 35_990_417.0), ("b", 35_990_533.0), ("c", 43_344_168.0))):
+        path = make_trace(tmp_path / f"{label}.katra", {"fill": level}, seed=i, clock=Clock.INSTRUCTIONS)
+        prepared, _ = prepare_runs([path], label, "", parse_time_ns(f"2026-11-{i + 1:02d}T12:00:00Z"))
+        add_to_store(tmp_path / "h.duckdb", prepared)
+    history_of(tmp_path, [("w1", {"fill": 10.0}), ("w2", {"fill": 12.3})], runs=2, db="w.duckdb")
+    for db in ("h.duckdb", "w.duckdb"):
+        res = katra("history", "show", "--db", db, "--format", "json", cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        points = [p for s in json.loads(res.stdout)["series"] for p in s["points"]]
+        assert len(points) >= 2 and all(p["min"] <= p["level"] <= p["max"] for p in points), points
+        assert all(p["level"] == p["values"][0] for p in points if p["runs"] == 1)

@@ -61,9 +61,12 @@ def cv(values: np.ndarray) -> float:
 
 
 def geometric_mean(values: np.ndarray) -> float:
-    """Geometric mean of positive values, exact when they are all equal (one run's count stays whole)."""
+    """Geometric mean of positive values, exact when they are all equal (one run's count stays whole), and never
+    outside their min and max (rounding cannot put a level beside its own runs)."""
+    values = np.asarray(values, dtype=np.float64)
     first = float(values[0])
-    return first * math.exp(float(np.mean(np.log(values / first))))
+    mean = first * math.exp(float(np.mean(np.log(values / first))))
+    return min(max(mean, float(values.min())), float(values.max()))
 
 
 def clean(run: np.ndarray) -> np.ndarray:

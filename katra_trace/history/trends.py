@@ -20,6 +20,7 @@ from katra_trace.analysis.defaults import (
     check_threshold_pct,
     threshold_for,
 )
+from katra_trace.analysis.intervals import geometric_mean
 from katra_trace.analysis.verdict import Verdict
 from katra_trace.errors import ConfigError
 from katra_trace.history.rows import iso_utc
@@ -214,7 +215,7 @@ def build_series(rows: Sequence[Mapping[str, Any]], sel: Selection) -> list[Seri
                 first_settings = settings
             points.append(Point(lab, min(int(r["label_time_ns"] or 0) for r in lrows),
                                 ", ".join(sorted({str(r["commit"]) for r in lrows if r["commit"]})), values,
-                                float(np.exp(np.mean(np.log(values)))),
+                                geometric_mean(np.array(values)),
                                 "" if settings == first_settings else settings, rank[lab]))
         host_texts = sorted({_host_text(r) for r in grows})
         out.append(Series(scene, zone, metric, str(grows[0]["unit"]), sel.stat, host,
