@@ -8,11 +8,16 @@
 
 Frame counts are per scene: ``warmup`` frames (recorded, flagged) then
 ``frames`` measured frames, the same for every entry of a suite.
+
+Shards (``katra3d run --shard I/N``): :func:`shard_indices` splits a run's scenes into N shares of about
+equal estimated cost (:func:`scene_cost`: a formula of the scene's params and the frame size, never a
+timing), the same on every machine, so that the N jobs of a CI matrix run every scene once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,4 +122,82 @@ def suites_containing(scene_name: str) -> list[str]:
     return [s.name for s in SUITES.values() if scene_name in s.scene_names()]
 
 
-__all__ = ["SUITES", "Suite", "get_suite", "suites_containing"]
+#: Estimated cost of a scene's start (shader compiles, uploads, its first frames), in the units of
+#: :data:`_FRAME_COST`; for a counted run it also stands for the scene's own valgrind child.
+SCENE_START_COST = 100_000.0
+#: Per-frame cost of an unknown scene (a user's FILE.py:Class): 1 ms.
+UNKNOWN_FRAME_COST = 1_000.0
+
+_Cost = Callable[[Mapping[str, Any], int], float]
+
+
+def _num(params: Mapping[str, Any], key: str, default: float) -> float:
+    value = params.get(key, default)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+#: Each built-in scene's estimated frame cost from its params and the frame's pixels ``px``, in
+#: microseconds of llvmpipe frame time on 2 cores: the work term that grows with each param, with
+#: its factor fitted once to the ``ci`` suite's medians at 320x180 (clear 158 us, triangle 63 us,
+#: ..., instancing 20.5 ms). An estimate for ordering work, not a measurement.
+_FRAME_COST: dict[str, _Cost] = {
+    "clear": lambda p, px: 40 + 0.0005 * px * _num(p, "bands", 4),
+    "triangle": lambda p, px: 40 + 0.0004 * px,
+    "geometry": lambda p, px: 0.14 * 16 * _num(p, "detail", 64) ** 2 + 0.001 * px,
+    "drawcalls": lambda p, px: 9.0 * _num(p, "count", 1000),
+    "instancing": lambda p, px: 2.0 * _num(p, "count", 20000),
+    "fillrate": lambda p, px: 0.0062 * px * _num(p, "layers", 8),
+    "shader": lambda p, px: 0.00185 * px * _num(p, "iterations", 48),
+    "texture": lambda p, px: 0.0129 * px * _num(p, "samplers", 4),
+    "buffer": lambda p, px: 0.46 * _num(p, "grid", 256) ** 2 * max(_num(p, "update_fraction", 0.5), 0.05),
+    "shadow": lambda p, px: (0.004 * (px * (2 * _num(p, "pcf", 1) + 1) ** 2 + _num(p, "shadow_size", 2048) ** 2)
+                             + 20 * _num(p, "objects", 24)),
+    "postfx": lambda p, px: (0.005 * (2 * (2 * _num(p, "radius", 8) + 1) * px / _num(p, "downsample", 2) ** 2
+                                      + 2 * px) + 20 * _num(p, "objects", 64)),
+    "compute": lambda p, px: 0.15 * _num(p, "count", 65536),
+}
+
+
+def scene_cost(name: str, params: Mapping[str, Any], size: tuple[int, int], frames: int) -> float:
+    """The estimated cost of running scene ``name`` with ``params`` at ``size`` for ``frames`` frames (warmup
+    included): :data:`SCENE_START_COST` plus ``frames`` times its frame cost (:data:`_FRAME_COST`; an
+    unknown scene :data:`UNKNOWN_FRAME_COST`). Deterministic: the same on every machine."""
+    frame = _FRAME_COST.get(name)
+    px = max(1, size[0]) * max(1, size[1])
+    per_frame = UNKNOWN_FRAME_COST if frame is None else max(1.0, float(frame(params, px)))
+    return SCENE_START_COST + max(1, frames) * per_frame
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"2/4"`` -> (2, 4): shard I of N, 1 <= I <= N; ConfigError (the one message) otherwise."""
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not m:
+        raise ConfigError(f"bad --shard '{text}': expected I/N, e.g. 1/2 (shard I of N)")
+    index, count = int(m.group(1)), int(m.group(2))
+    if not 1 <= count <= 1000:
+        raise ConfigError(f"bad --shard {text.strip()}: N must be in 1..1000")
+    if not 1 <= index <= count:
+        raise ConfigError(f"bad --shard {text.strip()}: I must be in 1..{count}")
+    return index, count
+
+
+def shard_indices(costs: Sequence[float], index: int, count: int) -> tuple[int, ...]:
+    """The positions (in run order) of the scenes shard ``index`` of ``count`` runs, given each scene's cost.
+
+    Longest first: the scenes in order of falling cost (ties in run order) each go to the shard with the
+    least cost so far (ties: the lowest shard). Every scene lands in exactly one shard, whatever machine
+    computes it. ConfigError when the shard would have no scene (more shards than scenes)."""
+    if count > len(costs):
+        raise ConfigError(f"bad --shard {index}/{count}: this run has {len(costs)} scene(s), so at most "
+                          f"{len(costs)} shard(s)")
+    loads = [0.0] * count
+    owner = [0] * len(costs)
+    for pos in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+        k = min(range(count), key=lambda j: (loads[j], j))
+        loads[k] += costs[pos]
+        owner[pos] = k + 1
+    return tuple(pos for pos in range(len(costs)) if owner[pos] == index)
+
+
+__all__ = ["SCENE_START_COST", "SUITES", "UNKNOWN_FRAME_COST", "Suite", "get_suite", "parse_shard", "scene_cost",
+           "shard_indices", "suites_containing"]

@@ -35,6 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "path/to/file.py:Class or package.module:Class; before or after the options")
     p.add_argument("--suite", metavar="NAME", help="run a named suite (ci, default, stress); scenes named "
                    "on the command line run after it")
+    p.add_argument("--shard", metavar="I/N", help="run shard I of N: a share of the scenes of about equal "
+                   "estimated cost, the same on every machine (join the shards with 'katra3d merge'; docs/ci.md)")
     p.add_argument("-o", "--output", metavar="PATH",
                    help="trace file to write (default: traces/<UTC timestamp>-<suite or scene>.katra)")
     p.add_argument("--frames", metavar="N", help="measured frames per scene (default: the suite's, else 100)")
@@ -111,6 +113,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         keep_image=bool(args.keep_image),
         expect_images=args.expect_images,
         update_images=bool(args.update_images),
+        shard=args.shard,
     )
 
 

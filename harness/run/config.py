@@ -27,7 +27,7 @@ from katra_trace.analysis.references import DURATION_NOTICE
 from katra_trace.errors import ConfigError
 from katra_trace.io import claim
 from katra3d.scenes.registry import get_scene, names_scene, resolve_params, with_class
-from katra3d.scenes.suites import get_suite
+from katra3d.scenes.suites import get_suite, parse_shard, scene_cost, shard_indices
 
 #: Defaults when neither the command line nor a suite says.
 DEFAULT_FRAMES = 100
@@ -114,7 +114,8 @@ class RunConfig:
     codec (zstd, blosc2 or none; None = TraceWriter's default). ``keep_image``: keep each scene's
     last measured frame in the trace (``--frames`` runs; :mod:`katra_trace.io.images`).
     ``expect_images``: check those frames against the references in this folder, or with
-    ``update_images`` record them there (:mod:`katra_trace.analysis.references`).
+    ``update_images`` record them there (:mod:`katra_trace.analysis.references`). ``shard``: ``"I/N"``, run
+    only shard I of N of the scenes (:func:`katra3d.scenes.suites.shard_indices`; ``katra3d merge`` joins them).
     """
 
     scenes: tuple[str, ...] = ()
@@ -141,6 +142,7 @@ class RunConfig:
     keep_image: bool = True
     expect_images: str | None = None
     update_images: bool = False
+    shard: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict of every field (params as SCENE.KEY -> value)."""
@@ -324,6 +326,8 @@ def plan_run(config: RunConfig) -> RunPlan:
     if metrics.is_count(config.measure):
         warmup = max(1, warmup)  # the first frame pays the shader JIT
     size = tuple(config.size) if config.size else (tuple(suite.size) if suite else DEFAULT_SIZE)
+    if config.shard is not None:
+        entries = _shard(entries, config.shard, (int(size[0]), int(size[1])), frames, warmup)
     workload = suite.name if suite else "+".join(e.label for e in entries)
     if suite and config.scenes:
         workload = f"{suite.name}+{'+'.join(config.scenes)}"
@@ -351,6 +355,16 @@ def plan_run(config: RunConfig) -> RunPlan:
                    (int(size[0]), int(size[1])), output, shots, workload,
                    keep_images=config.keep_image and frames is not None, expect_images=expect,
                    counting=counting(config.measure))  # the one look for valgrind, after every check of input
+
+
+def _shard(entries: list[SceneEntry], shard: str, size: tuple[int, int], frames: int | None,
+           warmup: int) -> list[SceneEntry]:
+    """The entries of shard ``"I/N"`` (labels as in the whole run), by each scene's estimated cost
+    (:func:`katra3d.scenes.suites.scene_cost`; a --duration run's scenes all cost the same)."""
+    index, count = parse_shard(shard)
+    costs = [scene_cost(str(getattr(e.cls, "name", "") or e.spec), e.params, size, frames + warmup)
+             if frames is not None else 1.0 for e in entries]
+    return [entries[i] for i in shard_indices(costs, index, count)]
 
 
 def _check_images(config: RunConfig) -> Path | None:
