@@ -35,7 +35,9 @@ share left out per side.
   timing mode (``gpu`` needs a hardware renderer: a skip row otherwise);
   docs/timing.md quotes it.
 
-Target (zones off): frame time <= 1.02 x the plain loop (frame rate >= 0.98).
+Targets (zones off): frame time <= 1.03 x the plain loop on ``triangle`` (issue 36), <= 1.02 on ``clear``;
+the harness's own cost (``overhead-cost``) <= 3.0 us a frame. Every row is the median of the rounds, shown
+with its 95 % interval.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from bench._core import BenchContext, Row, at_most, bench, interleave, median_iqr, pair_ratios, ratio_row
+from bench._core import BenchContext, Row, Target, at_most, bench, interleave, median_iqr, pair_ratios, ratio_row
 from bench._gl import (
     IDLE_SCENE,
     WARMUP,
@@ -72,6 +74,10 @@ SCENES: tuple[tuple[str, tuple[int, int], int], ...] = (
 #: interleaved rounds (plain, zones off, zones on) per scene
 ROUNDS = 31
 ZONES_OFF_TARGET = at_most(1.02)
+#: zones off on ``triangle`` (an 80-160 us frame, where the loop's few us show most): issue 36's target
+ZONES_OFF_TARGETS = {"triangle": at_most(1.03)}
+#: the harness's own cost of a frame that draws nothing (issue 36: one process-clock read per frame boundary)
+PER_FRAME_TARGET = at_most(3.0)
 ZONES_NOTE = "each zone: 2 glFinish + a KHR_debug group"
 
 
@@ -100,12 +106,13 @@ class _Collect:
         return f"{100 * median_iqr(self.excluded[key])[0]:.1f}%"
 
 
-def _rows(label: str, samples: dict[str, list[float]], collect: _Collect, who: str) -> list[Row]:
+def _rows(label: str, samples: dict[str, list[float]], collect: _Collect, who: str,
+          target: Target = ZONES_OFF_TARGET) -> list[Row]:
     plain_fps = 1.0 / median_iqr(samples["plain"])[0]
     left_out = "left out as preempted: plain {}, {} {}"
     return [
         ratio_row(f"{label} zones off", f"frame time: {who} / plain", pair_ratios(samples, "off", "plain"),
-                  target=ZONES_OFF_TARGET, notes=f"plain ~{plain_fps:.0f} fps; "
+                  target=target, notes=f"plain ~{plain_fps:.0f} fps; "
                   + left_out.format(collect.note("plain"), who, collect.note("off"))),
         ratio_row(f"{label} zones on", f"frame time: {who} zones on / plain", pair_ratios(samples, "on", "plain"),
                   notes=left_out.format(collect.note("plain"), who, collect.note("on"))),
@@ -140,7 +147,7 @@ def overhead_run(ctx: BenchContext) -> list[Row]:
             "off": collect("off", lambda: run_frame_period_s(configs[False])),
             "on": collect("on", lambda: run_frame_period_s(configs[True])),
         }, rounds=ctx.scale(ROUNDS, 3))
-        rows += _rows(label, samples, collect, "run")
+        rows += _rows(label, samples, collect, "run", ZONES_OFF_TARGETS.get(name, ZONES_OFF_TARGET))
     ctx.facts["gl_renderer"] = renderer()
     return rows
 
@@ -218,7 +225,7 @@ COST_ROUNDS = 21
 
 def process_clock_read_us(reads: int = 20_000) -> float:
     """Mean cost of one ``clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`` in this process, in microseconds
-    (the sync timer reads it twice a frame)."""
+    (the sync timer reads it once a frame in run's loop, twice under ``katra3d.capture``)."""
     read, clock, pc = time.clock_gettime_ns, time.CLOCK_PROCESS_CPUTIME_ID, time.perf_counter_ns
     t0 = pc()
     for _ in range(reads):
@@ -228,7 +235,7 @@ def process_clock_read_us(reads: int = 20_000) -> float:
 
 @contextlib.contextmanager
 def _without(process_clock: bool = False, gl_error_check: bool = False) -> Iterator[None]:
-    """A throwaway variant of the frame loop for the cost breakdown: the sync timer's process-clock reads
+    """A throwaway variant of the frame loop for the cost breakdown: the sync timer's process-clock read
     replaced by a constant (``process_clock``), the per-frame GL error check off (``gl_error_check``)."""
     from katra3d.harness.engine import core, timers
 
@@ -290,7 +297,7 @@ def overhead_cost(ctx: BenchContext) -> list[Row]:
     per_frame = us("off", "plain")
     # the same run with parts of the frame loop taken out, interleaved with the others: what each part costs
     breakdown = [ratio_row(f"  of which {what}", f"us a frame: run - run without {what}", us(a, b), unit="us")
-                 for what, a, b in (("the two process-clock reads", "off", "noproc"),
+                 for what, a, b in (("the process-clock read", "off", "noproc"),
                                     ("the GL error check", "noproc", "bare"))]
     breakdown.append(ratio_row("  of which the rest", "us a frame: run without both - plain loop (frame object, "
                                "timer calls, packed event, loop checks)", us("bare", "plain"), unit="us"))
@@ -299,13 +306,15 @@ def overhead_cost(ctx: BenchContext) -> list[Row]:
     reads = [process_clock_read_us() for _ in range(5)]
     return [
         ratio_row("harness per frame", "us a frame: run - plain loop, a frame that draws nothing", per_frame,
-                  unit="us", notes=f"plain loop (render + glFinish) ~{plain_us:.1f} us a frame; two process-clock "
-                  f"reads of ~{median_iqr(reads)[0]:.2f} us each included; every period counted (hand-overs to "
+                  unit="us", target=PER_FRAME_TARGET,
+                  notes=f"plain loop (render + glFinish) ~{plain_us:.1f} us a frame; one process-clock read "
+                  f"(a frame boundary) of ~{median_iqr(reads)[0]:.2f} us included; every period counted (hand-overs to "
                   f"the writer included; > 5x periods: plain {collect.note('plain')}, run {collect.note('off')})"),
         *breakdown,
         ratio_row("katra3d.capture per frame", "us a frame: capture frame span - plain loop, a frame that draws "
                   "nothing", us("capture", "plain"), unit="us",
-                  notes=f"the user's loop inside `with cap.frame():`; > 5x periods: capture "
+                  notes=f"the user's loop inside `with cap.frame():`, two process-clock reads (the user's code "
+                        f"runs between frames); > 5x periods: capture "
                         f"{collect.note('capture')}"),
         ratio_row("harness per zone", f"us a zone: ({IDLE_ZONES} empty zones - none) / {IDLE_ZONES}, zones on",
                   per_zone, unit="us", notes=ZONES_NOTE),

@@ -216,6 +216,57 @@ def test_frames_are_counted_and_warmup_is_flagged() -> None:
     assert sink.status == "complete" and sink.summary["timing_mode"] == "sync" and sink.summary["frames"] == 3
 
 
+def _counted_process_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make the sync timer's process clock a counter that goes up by 1,000 ns a read; returns the values read."""
+    from katra3d.harness.engine import timers
+
+    reads: list[int] = []
+
+    def read(clock: int) -> int:
+        reads.append(1_000 * (len(reads) + 1))
+        return reads[-1]
+
+    monkeypatch.setattr(timers, "_process_ns", read)
+    return reads
+
+
+def process_frames(sink: MemorySink) -> list[int]:
+    """dur_ns of the PROCESS frame events handed to the sink, in order."""
+    ev = events(sink)
+    return [int(e["dur_ns"]) for e in ev[(ev["kind"] == int(Kind.FRAME)) & (ev["clock"] == int(Clock.PROCESS))]]
+
+
+def test_the_frame_loop_reads_the_process_clock_once_per_frame_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In run's loop the end of one frame is the start of the next (issue 36 item 4): 2 warm-up and 3 measured
+    frames (two loops) read the process clock 2 + 1 and 3 + 1 times, and every frame after a loop's first
+    spans one read interval (1,000 ns here), where two reads a frame would have made every frame 1,000 ns
+    and 10 reads."""
+    reads = _counted_process_reads(monkeypatch)
+    engine, sink, ctx = sink_engine()
+    with engine:
+        engine.run_scene(scene_spec(probe_scene([])), bind=ctx.bind)
+        engine.finish("complete")
+    assert len(reads) == (2 + 1) + (3 + 1)
+    assert process_frames(sink) == [1_000] * 5
+    # the values chain: the frames' process spans tile the reads without a gap
+    assert sum(process_frames(sink)) == (reads[2] - reads[0]) + (reads[6] - reads[3])
+
+
+def test_a_capture_reads_the_process_clock_at_both_ends_of_a_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+    """harness.capture runs the user's code between frames (its frame span begins with the engine's
+    ``frame_begin``): that code must not be billed to the next frame, so each frame reads twice."""
+    reads = _counted_process_reads(monkeypatch)
+    engine, sink, _ = sink_engine()
+    with engine:
+        engine.set_scene("user")
+        begin, end = engine.frame_begin, engine.end_frame
+        for i in range(3):
+            begin(i, 0)
+            end()
+        engine.finish("complete")
+    assert len(reads) == 6 and process_frames(sink) == [1_000] * 3
+
+
 def test_a_scene_measured_for_a_duration_renders_until_the_deadline() -> None:
     log: list[str] = []
     engine, sink, _ = sink_engine()

@@ -38,6 +38,7 @@ from katra3d.harness.engine.counting import CountTimer
 from katra3d.harness.engine.draws import DrawZones
 from katra3d.harness.engine.events import EventBuffer
 from katra3d.harness.engine.frame import HarnessFrame, frame_time_s
+from katra3d.harness.engine.gcmarks import GcMarks
 from katra3d.harness.engine.lifecycle import SceneLifecycle, describe
 from katra3d.harness.engine.reference import ReferenceDraw
 from katra3d.harness.engine.results import Progress, SceneResult
@@ -130,6 +131,10 @@ class Engine:
         #: which device draws the frames, recorded with every kept frame (katra_trace.io.images.image_key)
         self.image_key = image_key(spec.host.as_dict())  # katra_trace.io.images reads the header's mapping
         self._start_timer(spec)
+        # each garbage collection becomes a marker (gcmarks.py): nothing runs per frame; not while counting
+        self.gc_marks = GcMarks(self.timer, self.buffer.add)
+        if not self.counting:
+            self.gc_marks.install()
         self.primary_clock = self.timer.primary_clock.name.lower()
         self._start_reference(spec.reference_every)
         self._keeper = Keeper(self)
@@ -198,9 +203,26 @@ class Engine:
         mode :meth:`begin_frame` (it installs the draw wrappers too)."""
         return self.begin_frame if self.draws is not None else self.timer.begin_frame
 
+    @property
+    def frame_continue(self) -> Callable[[int, int], None]:
+        """What opens a frame that follows the last one with nothing but the harness between them (the frame
+        loop's frames after its first): the timer's ``continue_frame`` where it has one (the sync timer starts
+        the frame's process time where the last frame's ended: one clock read per frame boundary), else
+        :attr:`frame_begin`."""
+        go_on = getattr(self.timer, "continue_frame", None)
+        if go_on is None:
+            return self.frame_begin
+        return self._continue_frame if self.draws is not None else go_on  # type: ignore[no-any-return]
+
     def begin_frame(self, index: int, flags: int = 0) -> None:
         """Open frame ``index`` (``flags``: e.g. Flag.WARMUP); in draws mode, start instrumenting draws."""
         self.timer.begin_frame(index, flags)
+        if self.draws is not None:
+            self.draws.install()
+
+    def _continue_frame(self, index: int, flags: int = 0) -> None:
+        """:meth:`begin_frame` for the frame loop's later frames in draws mode (:attr:`frame_continue`)."""
+        self.timer.continue_frame(index, flags)  # type: ignore[attr-defined]
         if self.draws is not None:
             self.draws.install()
 
@@ -243,7 +265,10 @@ class Engine:
         # (an exception leaves them installed until abort() takes them out); otherwise the timer's own
         # begin/end are called, and the GL error check is made here: two Python calls less a frame
         draws = self.draws is not None
-        begin = self.frame_begin
+        # the first frame (and one after a reference draw) reads the clocks at its start; every other frame
+        # starts where the last one ended (SyncTimer.continue_frame: one process-clock read per boundary)
+        start = begin = self.frame_begin
+        go_on = self.frame_continue
         end = self.end_frame if draws else timer.end_frame
         check = self.gl_error_check and not draws
         ctx = self.ctx
@@ -277,8 +302,10 @@ class Engine:
                     self.gl_error(error, i)
             i += 1
             done += 1
+            begin = go_on
             if reference is not None and done % every == 0:
                 reference.run(i - 1)
+                begin = start  # the reference draw is not the next frame's work
             if show:
                 now = pc()
                 if every_frame or now >= next_update_ns:
@@ -366,6 +393,7 @@ class Engine:
 
     def finish(self, status: str = "complete", summary: Mapping[str, Any] | None = None) -> None:
         """Drain pending measurements, write the summary and close the trace."""
+        self.gc_marks.uninstall()
         self._keeper.stop()
         self._release_reference()
         try:
@@ -381,6 +409,7 @@ class Engine:
         draws = getattr(self, "draws", None)
         if draws is not None:
             draws.uninstall()
+        self.gc_marks.uninstall()
         self._keeper.stop()
         self._release_reference()
         with contextlib.suppress(Exception):
@@ -407,6 +436,7 @@ class Engine:
         if exc_type is not None:
             self.abort(exc)
         else:
+            self.gc_marks.uninstall()
             self._keeper.stop()
 
 

@@ -6,7 +6,9 @@ Modes (docs/timing.md says what each number means):
   (``time.perf_counter_ns``) around render + finish gives the ``wall`` time,
   render alone the ``cpu`` submit time, and the process CPU time across the
   same span (every thread, a software rasterizer's included) the ``process``
-  time. With zones on, each zone starts and
+  time; in ``katra3d run``'s loop a frame's process time starts where the last
+  frame's ended (one clock read per frame boundary, :meth:`SyncTimer.continue_frame`),
+  so it holds the harness's work between frames too. With zones on, each zone starts and
   ends with ``glFinish`` too, so a zone's wall time holds its own GPU work only.
 * ``gpu`` — ``GL_TIMESTAMP`` queries (``glQueryCounter``) from a preallocated
   ring bracket every frame and zone; results are read back without blocking
@@ -251,17 +253,31 @@ class SyncTimer(Timer):
     def _zone(self, name: str) -> _SyncZone:
         return _SyncZone(self, name)
 
+    #: the process clock at the last frame's end (:meth:`continue_frame` starts the next frame from it)
+    c1 = 0
+
     def begin_frame(self, index: int, flags: int = 0) -> None:
         self.frame_index = index
         self.flags = flags
         self.c0 = _process_ns(_PROCESS_CLOCK)
         self.t0 = _pc()
 
+    def continue_frame(self, index: int, flags: int = 0) -> None:
+        """:meth:`begin_frame` for a frame that follows the last one with nothing but the harness between
+        them (``katra3d run``'s loop): the end of one frame is the start of the next on the process clock,
+        so its one read at the boundary serves both, and the harness's work between frames is billed to
+        the next frame's process time. ``katra3d.capture`` runs the user's code between frames: it begins
+        every frame with :meth:`begin_frame`."""
+        self.frame_index = index
+        self.flags = flags
+        self.c0 = self.c1
+        self.t0 = _pc()
+
     def end_frame(self) -> None:
         t_sub = _pc()
         self.finish()
         t1 = _pc()
-        c1 = _process_ns(_PROCESS_CLOCK)
+        self.c1 = c1 = _process_ns(_PROCESS_CLOCK)
         flags = self.flags
         self._add_frame(pack_frame(self.t0, t_sub, t1, c1 - self.c0, self.frame_index, flags, self.scene_id))
         if not flags:
