@@ -3,7 +3,8 @@
 Every text surface that prints a time (``stats``, ``info``, ``compare``, the end-of-run
 table, ``history``, ``doctor``) calls :func:`format_duration`, so that 150 µs reads as
 ``150.0 µs`` everywhere and never as ``0.0001500 ms``. JSON and CSV keep their raw numbers
-(``*_ms`` keys, in milliseconds): scripts read those. Pure (stdlib only).
+(``*_ms`` keys, in milliseconds): scripts read those. What a statistic is called in a table
+header is here too (:func:`stat_label`), for the same surfaces. Pure (stdlib only).
 """
 
 from __future__ import annotations
@@ -100,6 +101,45 @@ def format_count(value: float | None) -> str:
     return significant(float(value))
 
 
+#: What each statistic is called where a person reads it (a table header): the one map, used by ``stats``'
+#: text tables and the report. Keyed by the statistic's name without its unit suffix (``median_ms`` and
+#: ``median_instructions`` are ``median``; katra_trace.analysis.stats defines each). A rate or a share names its
+#: unit (fps, % of time); a duration's cells carry their own (``150.0 µs``) and a count's table says its unit
+#: in its title, so those labels name none. JSON and CSV keep the raw keys: scripts read those.
+STAT_LABELS: dict[str, str] = {
+    "n": "frames",
+    "total": "total",
+    "mean": "mean",
+    "median": "median",
+    "min": "min",
+    "max": "max",
+    "stdev": "std dev",
+    "mad": "MAD",
+    "p90": "p90",
+    "p95": "p95",
+    "p99": "p99",
+    "cv": "CV",
+    "fps_avg": "avg (fps)",
+    "fps_low_1pct": "1 % low (fps)",
+    "fps_low_0_1pct": "0.1 % low (fps)",
+    "fps_low_1pct_integral": "1 % low, integral (fps)",
+    "fps_low_0_1pct_integral": "0.1 % low, integral (fps)",
+    "stutter_pct": "stutter (% of time)",
+}
+#: The label of ``n`` in a table of zones: a zone's statistics count its spans, not frames.
+ZONE_COUNT_LABEL = "spans"
+
+
+def stat_label(key: str, *, zone: bool = False) -> str:
+    """The header of statistic ``key`` (:data:`STAT_LABELS`): ``fps_low_1pct`` is ``1 % low (fps)``, ``p99_ms``
+    and ``p99_instructions`` are ``p99``; ``n`` of a ``zone`` is ``spans``. A key the map lacks is shown as it is."""
+    if zone and key == "n":
+        return ZONE_COUNT_LABEL
+    if key in STAT_LABELS:
+        return STAT_LABELS[key]
+    return STAT_LABELS.get(key.rsplit("_", 1)[0], key)
+
+
 def format_number(value: object) -> str:
     """A table cell for a plain number: ints as they are, floats to :data:`DIGITS` significant digits,
     None and non-finite floats as ``-``, anything else as ``str``."""
@@ -112,5 +152,6 @@ def format_number(value: object) -> str:
     return str(value)
 
 
-__all__ = ["DIGITS", "DURATION_UNITS", "MISSING", "format_change", "format_change_pct", "format_count",
-           "format_duration", "format_ms", "format_number", "significant"]
+__all__ = ["DIGITS", "DURATION_UNITS", "MISSING", "STAT_LABELS", "ZONE_COUNT_LABEL", "format_change",
+           "format_change_pct", "format_count", "format_duration", "format_ms", "format_number", "significant",
+           "stat_label"]

@@ -92,7 +92,7 @@ def test_stats_compact_fits_columns_and_shows_the_primary_clock(tmp_path: Path, 
     narrow = katra_cli("stats", trace, env={"COLUMNS": "50"}).stdout.splitlines()
     assert narrow[1].split()[:4] == header[:4] and len(narrow[1]) < len(lines[1])  # columns given up
     wide = katra_cli("stats", trace, env={"COLUMNS": "200"}).stdout.splitlines()
-    assert len(wide[1]) > len(lines[1]) and "cv" in wide[1].split()
+    assert len(wide[1]) > len(lines[1]) and "CV" in wide[1].split()  # units.stat_label
     # --all: every clock and stat, as before
     every = katra_cli("stats", trace, "--all", env={"COLUMNS": "80"}).stdout
     assert {"cpu", "wall", "process"} <= set(every.split()) and "fps_low_1pct_integral" in every

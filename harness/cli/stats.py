@@ -20,7 +20,7 @@ from katra_trace.analysis.stats import flatten, trace_stats
 from katra_trace.io.tracesets import trace_paths
 from katra_trace.metrics import COUNT_CLOCKS, primary_clock_of, unit_of
 from katra_trace.text import escape
-from katra_trace.units import format_count, format_ms, format_number
+from katra_trace.units import format_count, format_ms, format_number, stat_label
 
 #: Columns of ``--all``'s table/markdown forms (csv carries every stat).
 TABLE_STATS: tuple[str, ...] = (
@@ -31,19 +31,17 @@ TABLE_STATS: tuple[str, ...] = (
 COUNT_TABLE_STATS: tuple[str, ...] = (
     "n", "median_{unit}", "mean_{unit}", "p99_{unit}", "mad_{unit}", "min_{unit}", "max_{unit}", "cv",
 )
-#: The compact view of a time clock: (header, stat key), in the order shown.
-COMPACT_TIME: tuple[tuple[str, str], ...] = (
-    ("frames", "n"), ("median", "median_ms"), ("p99", "p99_ms"), ("mad", "mad_ms"), ("avg FPS", "fps_avg"),
-    ("1% low FPS", "fps_low_1pct"), ("stutter %", "stutter_pct"), ("cv", "cv"),
-)
+#: The compact view of a time clock: (header, stat key), in the order shown; headers are the one map's
+#: (:func:`katra_trace.units.stat_label`), which the report uses too.
+COMPACT_TIME: tuple[tuple[str, str], ...] = tuple((stat_label(k), k) for k in (
+    "n", "median_ms", "p99_ms", "mad_ms", "fps_avg", "fps_low_1pct", "stutter_pct", "cv"))
 #: The compact view of a count clock (``{unit}``: instructions or cycles).
-COMPACT_COUNT: tuple[tuple[str, str], ...] = (
-    ("frames", "n"), ("median", "median_{unit}"), ("p99", "p99_{unit}"), ("min", "min_{unit}"),
-    ("max", "max_{unit}"), ("cv", "cv"),
-)
+COMPACT_COUNT: tuple[tuple[str, str], ...] = tuple((stat_label(k), k) for k in (
+    "n", "median_{unit}", "p99_{unit}", "min_{unit}", "max_{unit}", "cv"))
 #: Compact columns in the order they are given up when the table is wider than the terminal
 #: (frames, median and p99 always stay).
-DROP_ORDER: tuple[str, ...] = ("cv", "stutter %", "mad", "min", "max", "1% low FPS", "avg FPS")
+DROP_ORDER: tuple[str, ...] = tuple(stat_label(k) for k in (
+    "cv", "stutter_pct", "mad_ms", "min_ms", "max_ms", "fps_low_1pct", "fps_avg"))
 #: Rate columns that mean nothing for a zone (a zone is not a frame: "zone FPS" is not a thing).
 FRAME_ONLY_STATS = frozenset({"fps_avg", "fps_low_1pct", "fps_low_1pct_integral", "fps_low_0_1pct",
                               "fps_low_0_1pct_integral", "stutter_pct"})
