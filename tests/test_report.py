@@ -3,8 +3,10 @@ tests/test_report_browser.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+from html import unescape
 from pathlib import Path
 from typing import Any
 
@@ -12,18 +14,22 @@ import numpy as np
 import pytest
 
 from katra_trace import Clock, Flag, Kind, open_trace
+from katra_trace.analysis.stats import FrameStats, count_stats, trace_stats
 from katra_trace.io.header import TraceHeader
 from katra_trace.report import build_report, write_report
 from katra_trace.report.series import MAX_POINTS, cdf_points, frame_series, minmax_downsample, zone_medians
 from katra_trace.schema import EVENT_DTYPE
-from tests.export_helpers import STRINGS, write_rich
+from katra_trace.units import format_ms, stat_label
+from tests.export_helpers import HEADER, STRINGS, rich_events, write_rich
 from tests.trace_helpers import write_trace
 
 pytest.importorskip("plotly", reason="the 'export' extra (plotly) is part of the test extra")
 
 
-def long_run(path: Path, n_frames: int, spike_at: int, scale: float = 1.0, seed: int = 0) -> None:
-    """A run of ``n_frames`` wall frames (5 warmup) of ~2 ms with one 40 ms spike, and a zone per frame."""
+def long_run(path: Path, n_frames: int, spike_at: int, scale: float = 1.0, seed: int = 0,
+             params: dict[str, Any] | None = None) -> None:
+    """A run of ``n_frames`` wall frames (5 warmup) of ~2 ms with one 40 ms spike, and a zone per frame;
+    ``params``: the params its header records for its scene "long" (as ``run`` resolves them)."""
     rng = np.random.default_rng(seed)
     dur = (rng.normal(2_000_000, 50_000, n_frames) * scale).astype(np.int64)
     dur[spike_at] = 40_000_000
@@ -34,9 +40,11 @@ def long_run(path: Path, n_frames: int, spike_at: int, scale: float = 1.0, seed:
         rows["kind"], rows["clock"], rows["depth"], rows["scene"], rows["name"] = kind, Clock.WALL, depth, 3, name
         rows["frame"], rows["start_ns"], rows["dur_ns"] = np.arange(n_frames), start, d
         rows["flags"][:5] = Flag.WARMUP
+    options: dict[str, Any] = {"timing_mode": "sync", "primary_clock": "wall", "timing_reason": "software renderer"}
+    if params is not None:
+        options["resolved"] = {"scenes": [{"label": "long", "spec": "long", "params": params}]}
     write_trace(path, ev, ["", "frame", "draw", "long"], batch_events=8192,
-                header={"workload": "long", "capture_options": {"timing_mode": "sync", "primary_clock": "wall",
-                                                                "timing_reason": "software renderer"}})
+                header={"workload": "long", "capture_options": options})
 
 
 def test_minmax_downsample_keeps_spikes() -> None:
@@ -94,7 +102,7 @@ def test_page_is_self_contained(tmp_path: Path) -> None:
     gamma = next(f for f in figures if f["id"] == "katra-plot-2-series")
     assert "instructions" in gamma["layout"]["title"]["text"]
     assert "test renderer" in page and "a test says so" in page and "<th>median</th>" in page
-    assert "median_instructions" in page
+    assert "<caption>instructions per frame, warmup excluded</caption>" in page  # a count table names its unit
     assert len(page) < 3_000_000
 
 
@@ -259,3 +267,93 @@ def test_the_plots_draw_the_metric_and_stat_the_verdict_judged(tmp_path: Path) -
     wall_median = float(np.median(new[0].events["dur_ns"][new[0].events["clock"] == Clock.WALL])) / 1e6
     assert level["y"][0] < 0.7 * wall_median  # the process clock's level, not the wall clock's
     assert "lines: level (p10 of the runs) and p99" in page
+
+
+# -- the single-run page: params, zone statistics, readable headers (issue 35 item 3)
+
+#: Every statistic key trace_stats gives (times, and counts in instructions): none may head a column.
+RAW_KEYS = {*(f.name for f in dataclasses.fields(FrameStats)),
+            *count_stats(np.array([1.0]), "instructions"), *count_stats(np.array([1.0]), "cycles")}
+
+
+def _headers(html_text: str) -> list[str]:
+    return [unescape(h) for h in re.findall(r"<th(?:\s[^>]*)?>(.*?)</th>", html_text, re.S)]
+
+
+def _section(page: str, index: int) -> str:
+    found = re.search(rf'<section class="scene" id="scene-{index}">.*?</section>', page, re.S)
+    assert found is not None
+    return found.group(0)
+
+
+def _rows(table_html: str) -> list[list[str]]:
+    body = table_html.split("<tbody>", 1)[1]
+    return [[unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+            for row in re.findall(r"<tr>(.*?)</tr>", body, re.S)]
+
+
+def test_the_labels_of_statistics_are_one_map() -> None:
+    """`stats`' text tables and the report take their headers from katra_trace.units.stat_label."""
+    from katra3d.harness.cli.stats import COMPACT_COUNT, COMPACT_TIME
+
+    assert stat_label("fps_low_1pct") == "1 % low (fps)" and stat_label("stutter_pct") == "stutter (% of time)"
+    assert stat_label("p99_ms") == stat_label("p99_instructions") == stat_label("p99_{unit}") == "p99"
+    assert stat_label("n") == "frames" and stat_label("n", zone=True) == "spans"
+    assert not RAW_KEYS & {stat_label(k) for k in RAW_KEYS}  # every key has a label
+    assert all(head == stat_label(key) for head, key in (*COMPACT_TIME, *COMPACT_COUNT))
+
+
+def test_single_run_page_shows_params_zone_statistics_and_readable_headers(tmp_path: Path) -> None:
+    params = {"alpha": {"objects": 8, "<b>bold</b>": "<i>x</i>", "cull": True}, "gamma": {}}
+    header = {**HEADER, "capture_options": {**HEADER["capture_options"], "resolved": {"scenes": [
+        {"label": scene, "spec": scene, "params": p} for scene, p in params.items()]}}}
+    write_trace(tmp_path / "r.katra", rich_events(), STRINGS, header=header)
+    trace = open_trace(tmp_path / "r.katra")
+    page = build_report([trace])
+    stats = trace_stats(trace)["scenes"]
+    alpha, beta, gamma = (_section(page, i) for i in range(3))
+
+    # params: each scene's, from the header's capture options, escaped; a scene that takes none says so
+    params_table = re.search(r'<table class="params">.*?</table>', alpha, re.S)
+    assert params_table is not None
+    assert _headers(params_table.group(0)) == ["objects", "<b>bold</b>", "cull"]
+    assert _rows(params_table.group(0)) == [["8", "<i>x</i>", "True"]]
+    assert "<b>bold</b>" not in page and "&lt;i&gt;x&lt;/i&gt;" in alpha
+    assert "params: none (this scene takes none)" in gamma
+    assert 'class="params"' not in beta  # not recorded: nothing shown
+
+    # zone statistics: stats --zones's numbers, a row per zone, on the plotted clock
+    zone_table = re.search(r'<table class="zone-stats">.*?</table>', alpha, re.S)
+    assert zone_table is not None and "<caption>wall clock, warmup excluded</caption>" in zone_table.group(0)
+    heads = _headers(zone_table.group(0))
+    assert heads[:3] == ["zone", "spans", "median"] and "p95" in heads
+    rows = {r[0]: r for r in _rows(zone_table.group(0))}
+    assert set(rows) == set(stats["alpha"]["zones"]) == {"lit", "draw", "shadow"}
+    for zone, row in rows.items():
+        wall = stats["alpha"]["zones"][zone]["wall"]
+        assert row[1] == str(wall["n"]) and row[2] == format_ms(wall["median_ms"])
+        assert row[heads.index("p95")] == format_ms(wall["p95_ms"])
+    assert "gpu clock, warmup excluded" in beta  # beta's zones are timed on the GPU
+    counted = re.search(r'<table class="zone-stats">.*?</table>', gamma, re.S)
+    assert counted is not None and "instructions per span" in counted.group(0)
+    assert _rows(counted.group(0))[0][:3] == ["draw", "5", f"{stats['gamma']['zones']['draw']['instructions']['median_instructions']:,.0f}"]
+
+    # every header readable, with its unit where the cells do not carry one; no raw key heads a column
+    headers = set(_headers(page))
+    assert {"1 % low (fps)", "stutter (% of time)", "avg (fps)", "frames", "median", "MAD", "CV"} <= headers
+    assert not headers & RAW_KEYS, headers & RAW_KEYS
+
+
+def test_params_that_differ_between_runs_get_a_row_each(tmp_path: Path) -> None:
+    long_run(tmp_path / "a.katra", 30, 10, params={"layers": 4})
+    long_run(tmp_path / "b.katra", 30, 10, params={"layers": 12})
+    long_run(tmp_path / "c.katra", 30, 10, params={"layers": 4})
+    same = build_report([open_trace(tmp_path / p) for p in ("a.katra", "c.katra")])
+    assert "<caption>params (the same in every run)</caption>" in same
+    assert re.search(r'<table class="params">.*?<tbody><tr><td>4</td></tr></tbody>', same, re.S)
+    differ = build_report([open_trace(tmp_path / "a.katra")], [open_trace(tmp_path / "b.katra")])
+    table = re.search(r'<table class="params">.*?</table>', differ, re.S)
+    assert table is not None and "params (they differ between runs)" in table.group(0)
+    assert _rows(table.group(0)) == [["run 1: a.katra", "4"], ["baseline 1: b.katra", "12"]]
+    zones = re.search(r'<table class="zone-stats">.*?</table>', differ, re.S)
+    assert zones is not None and _headers(zones.group(0))[:3] == ["run", "zone", "spans"]  # a row per run

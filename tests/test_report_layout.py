@@ -14,6 +14,7 @@ import pytest
 from katra_trace import Clock, Flag, Kind, open_trace
 from katra_trace.report import build_report
 from katra_trace.report.series import BAND_MIN_RUNS, MAX_POINTS, frame_series, side_band
+from katra_trace.report.tables import ZONE_ROWS_SHOWN
 from katra_trace.report.zones import MAX_DRAW_BARS, bars_height, group_zones
 from katra_trace.schema import EVENT_DTYPE, draw_pass
 from tests.test_report import _figures, long_run
@@ -104,6 +105,19 @@ def test_without_draw_capture_zones_stay_one_plot(tmp_path: Path) -> None:
     assert len(_figure(page, "-zones")["data"][0]["y"]) == 24  # the zones' names as they are
 
 
+def test_zone_statistics_of_many_draws_fold_under_one_line(tmp_path: Path) -> None:
+    """`stats --zones`'s rows of every pass and draw: open for a few zones, folded for a --zones draws capture."""
+    draws_run(tmp_path / "d.katra", n_frames=8)
+    draws_run(tmp_path / "few.katra", n_frames=8, draws=2)
+    page = build_report([open_trace(tmp_path / "d.katra")])
+    folded = re.search(r'<details><summary>([^<]*)</summary><table class="zone-stats">(.*?)</table>', page, re.S)
+    assert folded is not None and folded.group(1) == "24 zones, 24 rows: their statistics"
+    zones = re.findall(r'<tr><td class="l">([^<]*)</td>', folded.group(2))
+    assert zones[:4] == ["clear", "clear/clear#1", "main/opaque", "frame/blit#1"] and len(zones) == 24
+    few = build_report([open_trace(tmp_path / "few.katra")])
+    assert ZONE_ROWS_SHOWN >= 6 and '<h3>zone statistics (each span as it occurred)</h3><table class="zone-stats">' in few
+
+
 def test_a_pass_with_more_draws_than_fit_shows_its_slowest(tmp_path: Path) -> None:
     draws_run(tmp_path / "many.katra", draws=MAX_DRAW_BARS + 10, n_frames=8)
     page = build_report([open_trace(tmp_path / "many.katra")])
@@ -176,6 +190,12 @@ def test_few_runs_are_drawn_one_line_each(tmp_path: Path) -> None:
 # -- the timing reason, once
 
 
+def _runs_section(page: str) -> str:
+    found = re.search(r'<section id="runs">.*?</section>', page, re.S)
+    assert found is not None
+    return found.group(0)
+
+
 def _outside_pre(page: str) -> str:
     return re.sub(r"<pre>.*?</pre>", "", page, flags=re.S)
 
@@ -189,7 +209,7 @@ def test_a_shared_timing_reason_is_said_once(tmp_path: Path) -> None:
     visible = _outside_pre(page)
     assert visible.count(REASON.replace("'", "&#x27;")) == 1
     assert "timing <b>sync</b> on every run, because " in visible
-    fold, *summaries = re.findall(r"<summary>(.*?)</summary>", page)
+    fold, *summaries = re.findall(r"<summary>(.*?)</summary>", _runs_section(page))
     assert fold == "12 runs: the table of their captures"  # more than 4 runs fold under one line
     assert len(summaries) == 12 and all(s.endswith("timing sync (why: above)") for s in summaries)
     runs_section = visible.index('id="runs"')
@@ -205,6 +225,6 @@ def test_different_timing_reasons_are_numbered_and_referred_to(tmp_path: Path) -
     items = re.findall(r"<li><span id=\"timing-why-(\d)\">(.*?)</span></li>", visible)
     assert [n for n, _ in items] == ["1", "2"]
     assert "on runs 1, 2, because" in items[0][1] and "on runs 3, because asked for with --timing sync" in items[1][1]
-    summaries = re.findall(r"<summary>(.*?)</summary>", page)
+    summaries = re.findall(r"<summary>(.*?)</summary>", _runs_section(page))
     assert [s.rsplit("(", 1)[1] for s in summaries] == ["why: note 1 above)", "why: note 1 above)",
                                                          "why: note 2 above)"]

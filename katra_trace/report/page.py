@@ -13,7 +13,6 @@ import base64
 import datetime
 import functools
 import gzip
-import html
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -31,7 +30,6 @@ from katra_trace.report.figure import compact as _compact
 from katra_trace.report.figure import layout as _layout
 from katra_trace.report.history import history_section
 from katra_trace.report.plottext import plot_text
-from katra_trace.units import format_change_pct, format_ms
 from katra_trace.report.series import (
     BAND_MIN_RUNS,
     FrameSeries,
@@ -43,6 +41,10 @@ from katra_trace.report.series import (
     side_band,
     unit_of,
 )
+from katra_trace.report.tables import e as _e
+from katra_trace.report.tables import num as _num
+from katra_trace.report.tables import params_table, stats_table, zone_stats_table
+from katra_trace.report.tables import table as _table
 from katra_trace.report.zones import PLOT_PX, zone_figures
 
 #: Pixels a row of the frame-time plot's legend takes, and the tallest that plot grows to hold its legend.
@@ -57,6 +59,7 @@ h3{font-size:15px;margin:16px 0 6px}
 table{border-collapse:collapse;margin:6px 0 12px;background:#fff;font-variant-numeric:tabular-nums}
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:right;vertical-align:top}
 th{background:#f0f0f0}td.l,th.l{text-align:left}
+caption{text-align:left;color:#666;padding:2px 0;caption-side:top}
 .plot{height:320px;background:#fff;border:1px solid #e5e5e5;margin:6px 0}
 .row{display:flex;gap:12px}.row>.plot{flex:1 1 0;min-width:0}
 .regression{color:#b00020;font-weight:600}.improvement{color:#1b7f2a;font-weight:600}
@@ -103,42 +106,9 @@ def plotly_js_packed() -> str:
     return base64.b64encode(gzip.compress(js.encode("utf-8"), compresslevel=9, mtime=0)).decode("ascii")
 
 
-def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
-
-
 def _json_for_script(obj: Any) -> str:
     """JSON safe inside a <script> element (no ``</`` and no ``<!--`` can end or confuse it)."""
     return jsontext.dumps(obj, separators=(",", ":"), default=str).replace("<", "\\u003c")
-
-
-def _num(v: Any, unit: str) -> str:
-    """One number format per unit: durations given in ms with their own unit (:func:`katra_trace.units.format_ms`),
-    counts whole with separators, rates to 1 decimal."""
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "-"
-    if isinstance(v, bool):
-        return str(v)
-    if unit == "int":
-        return f"{int(v):,}"
-    if unit == "ms":  # a duration: in the unit that fits it (us, ms, s), as every text surface writes one
-        return format_ms(float(v))
-    if unit == "fps":
-        return f"{float(v):,.1f}"
-    if unit == "ratio":
-        return f"{float(v):.3f}"
-    if unit == "pct":
-        return format_change_pct(float(v), 2)
-    if unit == "p":
-        return f"{float(v):.2g}"
-    return f"{float(v):,.0f}"  # counts
-
-
-def _table(columns: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> str:
-    head = "".join(f'<th class="l">{_e(c)}</th>' if i < left else f"<th>{_e(c)}</th>" for i, c in enumerate(columns))
-    body = "".join("<tr>" + "".join(f'<td class="l">{c}</td>' if i < left else f"<td>{c}</td>"
-                                    for i, c in enumerate(row)) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _run_label(trace: Any, index: int, role: str) -> str:
@@ -258,26 +228,6 @@ def _pct(ratio: Any) -> float | None:
     return None if ratio is None else (float(ratio) - 1.0) * 100.0
 
 
-_TIME_COLUMNS = (("n", "int"), ("median_ms", "ms"), ("mean_ms", "ms"), ("p99_ms", "ms"), ("mad_ms", "ms"),
-                 ("cv", "ratio"), ("fps_avg", "fps"), ("fps_low_1pct", "fps"), ("stutter_pct", "fps"))
-_COUNT_COLUMNS = (("n", "int"), ("median_{u}", "count"), ("mean_{u}", "count"), ("p99_{u}", "count"),
-                  ("min_{u}", "count"), ("max_{u}", "count"), ("cv", "ratio"))
-
-
-def _stats_table(entries: Sequence[tuple[str, str, Mapping[str, Any]]]) -> str:
-    """Rows (run label, clock, stat dict) as one table per unit."""
-    groups: dict[str, list[tuple[str, str, Mapping[str, Any]]]] = {}
-    for entry in entries:
-        groups.setdefault(unit_of(entry[1]), []).append(entry)
-    out = []
-    for unit, rows in groups.items():
-        cols = _TIME_COLUMNS if unit == "ms" else tuple((k.format(u=unit), f) for k, f in _COUNT_COLUMNS)
-        body = [[_e(label), _e(clock), *(_num(stats.get(k), f) for k, f in cols)] for label, clock, stats in rows]
-        # durations carry their unit in the cell: "median", not "median_ms"
-        out.append(_table(["run", "clock", *(k.removesuffix("_ms") for k, _ in cols)], body, left=2))
-    return "".join(out)
-
-
 def _side_series(role: str, name: str, runs: Sequence[tuple[int, str, FrameSeries]]) -> list[dict[str, Any]]:
     """The frame-series traces of one side: a line per run or, from :data:`BAND_MIN_RUNS` runs, the runs'
     median at each frame in a band from the fastest to the slowest run, each run a legend entry drawn
@@ -327,14 +277,17 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
     pooled: dict[str, list[np.ndarray]] = {"run": [], "baseline": []}
     stats_rows: list[tuple[str, str, Mapping[str, Any]]] = []
     per_side: dict[str, list[tuple[int, str, FrameSeries]]] = {}
+    labelled: list[tuple[str, TraceLike]] = []  # every run of the scene: its params and zone statistics
     x_max = 0
     for role, traces in sides:
         for i, t in enumerate(traces):
             found = scenes_of(t).get(scene)
+            label = _run_label(t, i, role)
+            if found:
+                labelled.append((label, t))
             if not found or clock not in found[1]:
                 continue
             s = frame_series(t, found[0], clock)
-            label = _run_label(t, i, role)
             per_side.setdefault(role, []).append((i, label, s))
             if s.frame.size:
                 x_max = max(x_max, int(s.frame.max()))
@@ -405,11 +358,14 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
               if len(per_side.get(role, ())) >= BAND_MIN_RUNS]
     band_note = (f"; {' and '.join(banded)}: the median of the runs at each frame, in a band from the fastest to "
                  "the slowest run (click a run in the legend to draw it)" if banded else "")
-    body = (f'<section class="scene" id="scene-{index}"><h2>{_e(scene)}</h2>'
+    zone_table = zone_stats_table(scene, clock, labelled, stats_of)
+    body = (f'<section class="scene" id="scene-{index}"><h2>{_e(scene)}</h2>{params_table(scene, labelled)}'
             f'<p class="muted">plotted: {_e(what)}; {"warmup shaded; " if shapes else ""}lines: {_e(lines)} '
             f'and p99 of the measured frames{band_note}</p>{series_html}'
             f'<div class="row"><div class="plot" id="{base_id}-cdf"></div>{zone_html}</div>{draws_html}'
-            f"<h3>statistics (warmup excluded)</h3>{_stats_table(stats_rows)}</section>")
+            f"<h3>statistics</h3>{stats_table(stats_rows)}"
+            + (f"<h3>zone statistics (each span as it occurred)</h3>{zone_table}" if zone_table else "")
+            + "</section>")
     return body, figures
 
 
@@ -452,7 +408,7 @@ def render(runs: Sequence[TraceLike], baseline: Sequence[TraceLike] = (), *, com
     sides: list[tuple[str, Sequence[TraceLike]]] = [("run", runs)]
     if baseline:
         sides.append(("baseline", baseline))
-    stats_of = {id(t): trace_stats(t, zones=False) for _, traces in sides for t in traces}
+    stats_of = {id(t): trace_stats(t, zones=True) for _, traces in sides for t in traces}
     scenes: list[str] = []
     for _, traces in sides:
         for t in traces:
