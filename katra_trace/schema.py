@@ -94,6 +94,11 @@ VALUE_CLOCKS: frozenset[int] = COUNT_CLOCKS | {int(Clock.PROCESS)}
 #: Name of the reference-workload markers (Flag.REFERENCE).
 REFERENCE_NAME = "reference"
 
+#: Name of the garbage-collection markers: one MARKER row per collection of Python's cyclic collector, on the
+#: wall clock, from its start to its end; ``value`` holds the generation collected (2: a full collection).
+#: MARKER rows never enter frame statistics, so this needs no new format version (docs/trace-format.md).
+GC_NAME = "gc"
+
 #: The pass of draws made while no pass zone was open (``--zones draws``).
 FRAME_PASS = "frame"
 
@@ -131,6 +136,7 @@ __all__ = [
     "EVENT_DTYPE",
     "FRAME_PASS",
     "Flag",
+    "GC_NAME",
     "Kind",
     "REFERENCE_NAME",
     "SCHEMA_VERSION",

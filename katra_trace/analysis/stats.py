@@ -140,6 +140,19 @@ def moving_median(dur_ns: np.ndarray, window: int = STUTTER_WINDOW_FRAMES) -> np
     return out
 
 
+def stutter_frames(dur_ns: np.ndarray, factor: float = STUTTER_FACTOR,
+                   window: int = STUTTER_WINDOW_FRAMES) -> tuple[np.ndarray, np.ndarray]:
+    """The stutter rule, the one definition: ``(slow, median)``, where ``slow[i]`` says frame ``i`` is longer
+    than ``factor`` x ``median[i]``, the centred moving median of ``window`` frames (:func:`moving_median`).
+
+    ``stutter_pct`` and the slow frames of :mod:`katra_trace.analysis.slow` both use it.
+    """
+    d = np.asarray(dur_ns, dtype=np.float64)
+    median = moving_median(d, window)
+    slow: np.ndarray = d > factor * median
+    return slow, median
+
+
 def stutter_pct(dur_ns: np.ndarray, factor: float = STUTTER_FACTOR,
                 window: int = STUTTER_WINDOW_FRAMES) -> float:
     """Percent of total time spent in frames longer than ``factor`` x the moving median."""
@@ -147,7 +160,7 @@ def stutter_pct(dur_ns: np.ndarray, factor: float = STUTTER_FACTOR,
     total = float(d.sum())
     if d.size == 0 or total <= 0:
         return 0.0
-    slow = d > factor * moving_median(d, window)
+    slow, _ = stutter_frames(d, factor, window)
     return 100.0 * float(d[slow].sum()) / total
 
 
@@ -414,6 +427,7 @@ __all__ = [
     "moving_median",
     "scene_durations",
     "scene_labels",
+    "stutter_frames",
     "stutter_pct",
     "trace_stats",
     "zone_frame_totals",
