@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from katra3d.harness.cli._common import emit_table, load_traces, print_json, table_width, terminal_width
+from katra3d.harness.cli._slow import run_slow
 from katra_trace import Trace
 from katra_trace.analysis.stats import flatten, trace_stats
 from katra_trace.io.tracesets import trace_paths
@@ -61,6 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--zones", action="store_true", help="also list per-zone statistics")
     p.add_argument("--all", action="store_true",
                    help="every clock and every stat (default: the primary clock, the columns that fit)")
+    p.add_argument("--slow", action="store_true",
+                   help="the slow frames (stutters) and their causes: zone or draw, between zones, gc, machine, "
+                        "unknown; per scene a table of causes (--all: every slow frame); json adds slow_frames")
     p.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table",
                    help="output format (default: table); json and csv always carry every clock and stat")
     p.set_defaults(func=run)
@@ -69,6 +73,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     is_dir = Path(args.trace).is_dir()
     paths = trace_paths(args.trace) if is_dir else [Path(args.trace)]
+    if args.slow:
+        return run_slow(args, paths, is_dir)
     if args.format in ("table", "markdown") and not args.all:
         return _compact(args, paths, is_dir)
     for path in paths:

@@ -163,12 +163,17 @@ class TraceLike(Protocol):
 def trace_slow_frames(trace: TraceLike) -> dict[str, SceneSlow]:
     """The slow frames of every scene of an opened trace, on its primary time clock (the clock
     :func:`katra_trace.metrics.primary_clock_of` picks among ``wall``, ``gpu`` and ``cpu``)."""
-    opts = trace.header.capture_options
+    return header_slow_frames(trace.events, list(trace.strings), trace.header)
+
+
+def header_slow_frames(events: np.ndarray, strings: list[str], header: Any) -> dict[str, SceneSlow]:
+    """:func:`trace_slow_frames` of events and strings, the clock chosen by ``header``'s capture options."""
+    opts = header.capture_options
 
     def pick(available: Sequence[str]) -> str | None:
         return primary_clock_of(list(available), opts.measure.mode, opts.primary_clock)
 
-    return slow_frames(trace.events, list(trace.strings), pick)
+    return slow_frames(events, strings, pick)
 
 
 def slow_frames(events: np.ndarray, strings: list[str],
@@ -373,6 +378,7 @@ __all__ = [
     "UNKNOWN",
     "ZONE",
     "group_causes",
+    "header_slow_frames",
     "ordinal",
     "period_of",
     "slow_frames",

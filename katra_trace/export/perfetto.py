@@ -12,6 +12,9 @@ Layout (docs/export.md):
 * counter tracks inside the scene for COUNTER rows and for the value clocks
   (``instructions``, ``cycles``, ``process`` CPU ns: one value per frame or zone, at its
   host time);
+* each slow frame (:mod:`katra_trace.analysis.slow`) carries its cause as arguments on its frame slices:
+  ``slow_cause`` (zone, draw, between zones, gc, machine, unknown), ``slow_cause_name`` (the zone's or
+  draw's, or the collection's generation), ``slow_excess_ms`` and ``slow_ratio`` (to the moving median);
 * a ``katra3d capture`` track with one slice spanning the capture whose arguments hold the
   header (capture options, host, timing mode and why) and the summary: click it in the UI;
 * each track is its own packet sequence with interned names and the track as the sequence's
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from katra_trace import jsontext
+from katra_trace.analysis.slow import SlowFrame, header_slow_frames
 from katra_trace.errors import TraceFormatError
 from katra_trace.export.output import ProgressFn
 from katra_trace.export.timeline import Timeline, flag_names
@@ -55,7 +59,20 @@ _CLOCK_REALTIME, _CLOCK_BOOTTIME = 1, 6
 _CHILD_ORDER_EXPLICIT = 3
 #: interned debug-annotation names
 _ARG_FRAME, _ARG_FLAGS, _ARG_DUR, _ARG_VALUE = 1, 2, 3, 4
-_ARG_NAMES = {_ARG_FRAME: "frame", _ARG_FLAGS: "flags", _ARG_DUR: "dur_ns", _ARG_VALUE: "value"}
+_ARG_CAUSE, _ARG_CAUSE_NAME, _ARG_EXCESS, _ARG_RATIO = 5, 6, 7, 8
+_ARG_NAMES = {_ARG_FRAME: "frame", _ARG_FLAGS: "flags", _ARG_DUR: "dur_ns", _ARG_VALUE: "value",
+              _ARG_CAUSE: "slow_cause", _ARG_CAUSE_NAME: "slow_cause_name", _ARG_EXCESS: "slow_excess_ms",
+              _ARG_RATIO: "slow_ratio"}
+
+
+def _slow_args(slow: SlowFrame) -> list[dict[str, Any]]:
+    """A slow frame's cause as the arguments of its frame slices."""
+    out: list[dict[str, Any]] = [{"name_iid": _ARG_CAUSE, "string_value": slow.cause.kind}]
+    if slow.cause.name is not None:
+        out.append({"name_iid": _ARG_CAUSE_NAME, "string_value": slow.cause.name})
+    out.append({"name_iid": _ARG_EXCESS, "double_value": slow.cause.excess_ms})
+    out.append({"name_iid": _ARG_RATIO, "double_value": slow.ratio})
+    return out
 
 
 def timestamp_base(start_host_ns: int | None, lowest: int, highest: int) -> tuple[int, bool]:
@@ -205,6 +222,9 @@ def write_perfetto(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any]
     depth = ev["depth"]
     counts = {"slices": 0, "instants": 0, "counter_values": 0, "slice_tracks": 0, "counter_tracks": 0}
     rank_in_scene: dict[int, int] = {}
+    scene_ids = {label: sid for sid, label in tl.scenes.items()}
+    slow_at = {(scene_ids[label], s.frame): s for label, found in header_slow_frames(ev, tl.strings, header).items()
+               if label in scene_ids for s in found.slow}
 
     def open_sequence(sid: int, name: str, used: np.ndarray, counter_unit: str | None) -> tuple[int, int, dict[int, int]]:
         seq = next(seq_ids)
@@ -273,6 +293,8 @@ def write_perfetto(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any]
                 ann: list[dict[str, Any]] = [{"name_iid": _ARG_FRAME, "uint_value": f_list[i]}]
                 if fl:
                     ann.append({"name_iid": _ARG_FLAGS, "string_value": flag_names(fl)})
+                elif d == 0 and (slow := slow_at.get((track.scene_id, f_list[i]))) is not None:
+                    ann += _slow_args(slow)
                 add(timestamp=s, trusted_packet_sequence_id=seq, sequence_flags=_SEQ_NEEDS_STATE,
                     track_event={"type": _SLICE_BEGIN, "name_iid": n_list[i], "debug_annotations": ann})
             else:

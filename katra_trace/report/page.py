@@ -30,6 +30,7 @@ from katra_trace.report.figure import compact as _compact
 from katra_trace.report.figure import layout as _layout
 from katra_trace.report.history import history_section
 from katra_trace.report.plottext import plot_text
+from katra_trace.report.slow import slow_part
 from katra_trace.report.series import (
     BAND_MIN_RUNS,
     FrameSeries,
@@ -319,6 +320,8 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
         for trace in side_traces:
             trace["legendgroup"] = role
         series_data.extend(side_traces)
+    slow_marks, slow_html = slow_part(scene, sides, clock, _run_label)  # report/slow.py: marks coloured by cause
+    series_data.extend(slow_marks)
     top = max((float(v.max()) for r in ("run", "baseline") for v in pooled[r] if v.size), default=0.0)
     y_axis: dict[str, Any] = {"title": {"text": unit}, "rangemode": "tozero"}
     if top > 0:
@@ -362,7 +365,7 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
     body = (f'<section class="scene" id="scene-{index}"><h2>{_e(scene)}</h2>{params_table(scene, labelled)}'
             f'<p class="muted">plotted: {_e(what)}; {"warmup shaded; " if shapes else ""}lines: {_e(lines)} '
             f'and p99 of the measured frames{band_note}</p>{series_html}'
-            f'<div class="row"><div class="plot" id="{base_id}-cdf"></div>{zone_html}</div>{draws_html}'
+            f'<div class="row"><div class="plot" id="{base_id}-cdf"></div>{zone_html}</div>{draws_html}{slow_html}'
             f"<h3>statistics</h3>{stats_table(stats_rows)}"
             + (f"<h3>zone statistics (each span as it occurred)</h3>{zone_table}" if zone_table else "")
             + "</section>")
