@@ -100,7 +100,7 @@ def test_bisect_finds_the_first_bad_commit_and_steps_around_a_broken_one(tmp_pat
     # c0 GOOD .. c7 BAD; c3 has no trace (its capture fails), +20 % lighting work from c5
     repo, shas = _repo(tmp_path, [1.0e7, 1.0e7, 1.0e7, None, 1.0e7, 1.2e7, 1.2e7, 1.2e7])
     out = tmp_path / "out"
-    r = katra("bisect", shas[0][:8], "HEAD", "-c", CP, "-m", "instructions", "-o", str(out), cwd=repo)
+    r = katra("bisect", shas[0][:8], "HEAD", "-c", CP, "-m", "instructions", "--jobs", "1", "-o", str(out), cwd=repo)
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.loads((out / "bisect.json").read_text())
     assert result["status"] == "found" and result["first_bad"] == shas[5] and result["last_good"] == shas[4]
@@ -117,7 +117,7 @@ def test_bisect_finds_the_first_bad_commit_and_steps_around_a_broken_one(tmp_pat
     assert (out / "bisect.txt").read_text() == r.stdout
     kept = sorted(p.name for p in (out / "traces").iterdir())
     assert kept == sorted(f"{shas[i][:10]}.katra" for i in (0, 4, 5, 7))
-    assert "step 1 (6 commit(s) left" in r.stderr and f"{shas[3][:10]}: skipped" in r.stderr
+    assert "round 2 (6 commit(s) left" in r.stderr and f"{shas[3][:10]}: skipped" in r.stderr
     assert len(_git(repo, "worktree", "list").splitlines()) == 1  # the worktrees are gone
     # the same output directory again is refused: it holds a bisection (continue it with --resume)
     r = katra("bisect", shas[0], "HEAD", "-c", CP, "-m", "instructions", "-o", str(out), cwd=repo)
@@ -153,7 +153,7 @@ def test_ctrl_c_keeps_the_state_and_resume_measures_nothing_twice(tmp_path: Path
     env = dict(os.environ)
     env.pop("KATRA3D_BACKEND", None)
     proc = subprocess.Popen([sys.executable, "-m", "katra3d", "bisect", shas[0], shas[-1], "-c", cmd,
-                             "-m", "instructions", "-o", str(out)], cwd=repo, env=env, text=True,
+                             "-m", "instructions", "--jobs", "1", "-o", str(out)], cwd=repo, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         for _ in range(600):  # wait (up to a minute) for the hanging capture to start
@@ -402,7 +402,7 @@ def test_a_sigkilled_bisect_resumes_and_removes_what_it_left(tmp_path: Path) -> 
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k != "KATRA3D_BACKEND"}
     proc = subprocess.Popen([sys.executable, "-m", "katra3d", "bisect", shas[0], shas[-1], "-c", cmd,
-                             "-m", "instructions", "-o", str(out)], cwd=repo, env=env, text=True,
+                             "-m", "instructions", "--jobs", "1", "-o", str(out)], cwd=repo, env=env, text=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(600):  # wait (up to a minute) for the hanging capture to start

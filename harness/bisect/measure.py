@@ -6,8 +6,11 @@ scenes and code are the ones run, as ``ci/compare-versions.sh`` does). Traces go
 ``DIR/traces/``; a counted capture's output to ``DIR/logs/SHORT.log`` (a failed time round's is shown
 on stderr). A counted trace already in place from an interrupted bisection is used again.
 
-* **Counts** (instructions, cycles): one capture per commit, compared with GOOD's one capture.
-* **Time**: ``ab --until-decided``'s rounds loop (:func:`katra3d.harness.ab.rounds.run_rounds`): interleaved
+* **Counts** (instructions, cycles): one capture per commit, compared with GOOD's one capture; up to
+  ``--jobs`` commits are captured at once (:func:`capture_counted`), each in its own worktree and process
+  group, since counts do not depend on what runs beside them.
+* **Time** (one commit at a time: timed captures side by side disturb each other):
+  ``ab --until-decided``'s rounds loop (:func:`katra3d.harness.ab.rounds.run_rounds`): interleaved
   rounds with GOOD as BASE (the order alternating each round), compared paired after each round by the
   stopping rule for repeated looks (:mod:`katra_trace.analysis.sequential`), until it decides every
   scene, or ``max_rounds`` (the rule's cap) is reached.
@@ -21,19 +24,19 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from katra3d.harness.versions.git import Commit, add_worktree, remove_worktree
 from katra3d.harness.bisect.state import Setup
-from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, run_capture
+from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, SideBySide, run_capture
 from katra_trace.analysis.bisection import Effect
 from katra_trace.analysis.defaults import DEFAULT_ALPHA
-from katra_trace.errors import ConfigError, KatraError
+from katra_trace.errors import ConfigError, Interrupted, KatraError
 from katra_trace.io.tracesets import AB_MANIFEST, AB_TRACE, clear_ab_dir
 from katra_trace.text import shown
-from katra_trace.metrics import is_count
 
 if TYPE_CHECKING:
     from katra_trace.analysis.comparison import ComparisonResult
@@ -127,8 +130,8 @@ def sequential_rule(setup: Setup) -> SequentialRule:
 
 
 class Trees:
-    """GOOD's worktree (kept for the whole bisection: time mode captures GOOD beside every commit) and
-    one commit's at a time (removed after its captures)."""
+    """GOOD's worktree, kept for the whole bisection (time mode captures GOOD beside every commit); every other
+    commit's lives as long as its captures."""
 
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
@@ -145,33 +148,76 @@ class Trees:
             self.good = None
 
 
-def measure(ws: Workspace, trees: Trees, c: Commit) -> Measured:
-    """Measure commit ``c`` against GOOD (GOOD itself: its reference capture, counts only)."""
-    t0 = time.monotonic()
-    log = ws.root / "logs" / f"{c.short}.log"
-    is_good = c.sha == ws.setup.good.sha
-    if is_count(ws.setup.measure):
-        good_trace = ws.root / "traces" / f"{ws.setup.good.short}.katra"
-        out = good_trace if is_good else ws.root / "traces" / f"{c.short}.katra"
-        tree = trees.good_tree() if is_good else None
+def counted_trace(ws: Workspace, c: Commit) -> Path:
+    """Where commit ``c``'s counted capture goes: ``DIR/traces/SHORT.katra``."""
+    return ws.root / "traces" / f"{c.short}.katra"
+
+
+def _log(ws: Workspace, c: Commit) -> Path:
+    return ws.root / "logs" / f"{c.short}.log"
+
+
+def capture_counted(ws: Workspace, trees: Trees, commits: Sequence[Commit], jobs: int
+                    ) -> Generator[tuple[Commit, str, float], None, None]:
+    """Capture each commit's counted trace (:func:`counted_trace`), up to ``jobs`` at a time, each in a worktree of
+    its own (GOOD's is kept) and a process group of its own (:func:`run_capture` in a thread of a pool, the
+    worktrees made and removed here, in the main thread). Yields (commit, why its capture failed or "", its
+    seconds) as each ends, in the main thread. A stop signal (Ctrl-C) or an error stops every capture at once
+    (:class:`SideBySide`) and removes their worktrees; after a signal, the captures that had ended are yielded,
+    then :class:`Interrupted` raised. Close the generator when leaving it early (``contextlib.closing``)."""
+    queue = list(commits)
+    running: dict[Future[str], tuple[Commit, Path, float]] = {}
+
+    def release(c: Commit, tree: Path) -> None:
+        if c.sha != ws.setup.good.sha:
+            remove_worktree(ws.top, tree)
+
+    with SideBySide() as side, ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="katra3d-bisect") as pool:
         try:
-            if tree is None:
-                tree = add_worktree(ws.top, ws.trees / c.short, c.sha)
-            failure = _capture(ws, tree, out, log)
+            while queue or running:
+                while queue and len(running) < jobs and not side.received:
+                    c = queue.pop(0)
+                    tree = trees.good_tree() if c.sha == ws.setup.good.sha else \
+                        add_worktree(ws.top, ws.trees / c.short, c.sha)
+                    ws.progress(f"  {c.short} {c.subject}: capturing ({ws.setup.measure})")
+                    future = pool.submit(_capture, ws, tree, counted_trace(ws, c), _log(ws, c))
+                    running[future] = (c, tree, time.monotonic())
+                if not running:
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in sorted(done, key=lambda f: running[f][2]):
+                    c, tree, t0 = running.pop(future)
+                    release(c, tree)
+                    error = future.exception()
+                    if isinstance(error, Interrupted):
+                        continue  # stopped by the signal noted in side.received
+                    if error is not None:
+                        raise error
+                    yield c, future.result(), time.monotonic() - t0
         finally:
-            if tree is not None and not is_good:
-                remove_worktree(ws.top, tree)
-        kept = (ws.rel(out),) if out.is_file() else ()
-        effects: tuple[Effect, ...] = ()
-        images: dict[str, str] = {}
-        if not (is_good or failure):
-            compared = compare_to_good(ws, good_trace, out)
-            if isinstance(compared, str):
-                failure = compared
-            else:
-                effects, images = compared
-        return Measured(effects, failure, kept, 1, "", time.monotonic() - t0, ws.rel(log), images)
-    return _measure_time(ws, trees, c, log, t0)
+            if running:  # an error here or in the caller, or the caller left early: stop the rest, then clean up
+                side.stop()
+                wait(running)
+                for c, tree, _ in running.values():
+                    release(c, tree)
+    if side.received:
+        raise Interrupted(side.received[0])
+
+
+def counted_result(ws: Workspace, c: Commit, failure: str, seconds: float) -> Measured:
+    """Commit ``c``'s measurement from its counted capture (:func:`capture_counted`): its change against GOOD's
+    (none for GOOD itself), or why there is none."""
+    out = counted_trace(ws, c)
+    kept = (ws.rel(out),) if out.is_file() else ()
+    effects: tuple[Effect, ...] = ()
+    images: dict[str, str] = {}
+    if not (c.sha == ws.setup.good.sha or failure):
+        compared = compare_to_good(ws, counted_trace(ws, ws.setup.good), out)
+        if isinstance(compared, str):
+            failure = compared
+        else:
+            effects, images = compared
+    return Measured(effects, failure, kept, 1, "", seconds, ws.rel(_log(ws, c)), images)
 
 
 def _clear_unrecorded(folder: Path) -> None:
@@ -191,12 +237,14 @@ def _clear_unrecorded(folder: Path) -> None:
             path.unlink()
 
 
-def _measure_time(ws: Workspace, trees: Trees, c: Commit, log: Path, t0: float) -> Measured:
+def measure_timed(ws: Workspace, trees: Trees, c: Commit) -> Measured:
     """Interleaved rounds of GOOD and ``c`` by ``ab``'s rounds loop into ``DIR/traces/SHORT/`` (an ab
     directory: ``katra3d compare`` of it gives the same verdict), until the sequential rule decides every
     scene or the cap is reached. A folder left by an interrupted, unrecorded measurement is measured again."""
     # deferred: the rounds loop compares with scipy; building the parser must not
     from katra3d.harness.ab.rounds import Round, run_rounds
+
+    t0 = time.monotonic()
 
     folder = ws.root / "traces" / c.short
     _clear_unrecorded(folder)
@@ -233,4 +281,5 @@ def _measure_time(ws: Workspace, trees: Trees, c: Commit, log: Path, t0: float) 
     return Measured(effects, "", kept(), done.rounds, stopped, time.monotonic() - t0, "", images)
 
 
-__all__ = ["Measured", "Trees", "Workspace", "compare_to_good", "image_lines", "measure"]
+__all__ = ["Measured", "Trees", "Workspace", "capture_counted", "compare_to_good", "counted_result", "counted_trace",
+           "image_lines", "measure_timed"]

@@ -83,10 +83,34 @@ def resume(text: str, good: str | None, bad: str | None) -> tuple[Path, Setup, d
     return root, setup, tested
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which a container or ``taskset`` narrows)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
+def check_jobs(jobs: int | None, measure: str) -> int:
+    """How many commits a round measures at once (``--jobs``): counts, up to ``jobs`` (default: the usable
+    cores), since a count does not depend on what runs beside it; time, one, and an explicit ``--jobs`` over 1 is
+    refused (ConfigError, exit 2), since timed captures side by side disturb each other's times."""
+    if jobs is not None and jobs < 1:
+        raise ConfigError(f"--jobs is how many commits are measured at once and must be at least 1, got {jobs}")
+    if not is_count(measure):
+        if jobs is not None and jobs > 1:
+            raise ConfigError(f"--jobs {jobs}: a time bisection measures one commit at a time (timed captures side "
+                              "by side disturb each other's times); give -m instructions or cycles to measure "
+                              "commits at once, or no --jobs")
+        return 1
+    return usable_cores() if jobs is None else jobs
+
+
 def bisect(root: Path, setup: Setup, tested: dict[str, CommitResult],
-           progress: Callable[[str], None]) -> tuple[Outcome, list[str]]:
-    """Run (or continue) the bisection into ``root``; returns its outcome and the report's lines, also
-    written to ``root/bisect.txt``. Worktrees live in a temporary directory, removed whatever happens."""
+           progress: Callable[[str], None], jobs: int = 1) -> tuple[Outcome, list[str]]:
+    """Run (or continue) the bisection into ``root``, measuring up to ``jobs`` commits at once (counts only:
+    :func:`check_jobs`); returns its outcome and the report's lines, also written to ``root/bisect.txt``.
+    Worktrees live in a temporary directory, removed whatever happens."""
     root.mkdir(parents=True, exist_ok=True)
     top = Path(setup.repository)
     trees = trees_dir(root)
@@ -97,7 +121,7 @@ def bisect(root: Path, setup: Setup, tested: dict[str, CommitResult],
     trees.mkdir(mode=0o700)
     try:
         ws = Workspace(top=top, root=root, trees=trees, setup=setup, progress=progress)
-        found = run_bisection(ws, tested)
+        found = run_bisection(ws, tested, jobs)
     finally:
         remove_trees(top, trees)
     lines = report_lines(setup, tested, found)
@@ -142,4 +166,5 @@ def remove_leftovers(top: Path, root: Path, trees: Path) -> tuple[int, int, int]
     return worktrees, len(parts), processes
 
 
-__all__ = ["bisect", "check_new_output", "new_setup", "remove_leftovers", "resume", "trees_dir"]
+__all__ = ["bisect", "check_jobs", "check_new_output", "new_setup", "remove_leftovers", "resume", "trees_dir",
+           "usable_cores"]

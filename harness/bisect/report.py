@@ -57,10 +57,11 @@ def _image_word(r: CommitResult) -> str:
 
 
 def tested_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
-    """Every commit measured, in history order (GOOD first): state, change per target scene, rounds,
-    traces, subject; then why each skipped commit was skipped."""
+    """Every commit measured, in history order (GOOD first): state, change per target scene, image verdict, the
+    bisection's round that measured it, its rounds against GOOD (time; counts: 1 capture), traces, subject; then
+    why each skipped commit was skipped."""
     targets = target_scenes(tested[setup.bad.sha].effects) if setup.bad.sha in tested else {}
-    rows = [["commit", "state", "change vs GOOD", "image vs GOOD", "rounds", "traces", "subject"]]
+    rows = [["commit", "state", "change vs GOOD", "image vs GOOD", "round", "captures", "traces", "subject"]]
     skipped = []
     for c in (setup.good, *setup.commits):
         r = tested.get(c.sha)
@@ -69,7 +70,8 @@ def tested_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
         scenes = {e.scene: e for e in r.effects if not e.zone}
         change = ", ".join(f"{s} {_pct(scenes[s].ratio)}" for s in (targets or scenes) if s in scenes) or "-"
         role = " (GOOD)" if c.sha == setup.good.sha else " (BAD)" if c.sha == setup.bad.sha else ""
-        rows.append([c.short, r.state + role, change, _image_word(r), str(r.rounds), _traces(r), c.subject])
+        rows.append([c.short, r.state + role, change, _image_word(r), str(r.round or "-"), str(r.rounds),
+                     _traces(r), c.subject])
         if r.state == "skip":
             skipped.append(f"  {c.short}: {r.reason}")
     return _table(rows) + skipped

@@ -1,7 +1,12 @@
-"""The bisection itself: GOOD, then BAD, then the commit halfway between the last like GOOD and the
-first like BAD, until one commit is left; and what it found, as data.
+"""The bisection itself, in rounds: GOOD and BAD first (round 1), then the commits that split the open range
+(after the last like GOOD, up to the first like BAD), until one commit is left; and what it found, as data.
 
-Every commit measured is recorded in ``DIR/bisect.json`` before the next is started
+Counts measure up to ``jobs`` commits a round at once (:func:`katra3d.harness.bisect.measure.capture_counted`):
+the ``jobs`` commits that split the range into ``jobs + 1`` parts (:func:`katra_trace.analysis.bisection.probes`;
+one is halving), and in round 1, beside GOOD and BAD, ``jobs - 2`` commits of the range ahead of BAD's verdict.
+Time measures one commit at a time (timed captures side by side disturb each other).
+
+Every commit measured is recorded in ``DIR/bisect.json`` as soon as it is classified
 (:func:`katra3d.harness.bisect.state.write_state`), so ``--resume`` continues without measuring a commit
 twice. The classification is :func:`katra_trace.analysis.bisection.classify`'s; skipped commits
 (failed to capture, not comparable, undecided) are stepped around, as ``git bisect skip`` does.
@@ -9,19 +14,30 @@ twice. The classification is :func:`katra_trace.analysis.bisection.classify`'s; 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from katra3d.harness.versions.git import Commit
-from katra3d.harness.bisect.measure import Measured, Trees, Workspace, measure
+from katra3d.harness.bisect.measure import (
+    Measured,
+    Trees,
+    Workspace,
+    capture_counted,
+    counted_result,
+    measure_timed,
+)
 from katra3d.harness.bisect.state import BISECT_FILE, CommitResult, write_state
 from katra_trace.analysis.bisection import (
     Effect,
     classify,
     next_ranges,
+    open_range,
     partial_scenes,
+    probes,
+    rounds_left,
     shares,
     target_scenes,
 )
@@ -78,41 +94,42 @@ def _pct(share: float) -> float | None:
     return round(share * 100, 1) if math.isfinite(share) else None
 
 
-def _record(c: Commit, m: Measured, state: str, reason: str) -> CommitResult:
+def _record(c: Commit, m: Measured, state: str, reason: str, round_no: int) -> CommitResult:
     return CommitResult(sha=c.sha, subject=c.subject, state=state, reason=reason, effects=m.effects,
                         traces=m.traces, rounds=m.rounds, stopped=m.stopped, seconds=m.seconds, log=m.log,
-                        images=dict(m.images))
+                        images=dict(m.images), round=round_no)
+
+
+def _classified(c: Commit, m: Measured, bad: CommitResult, round_no: int) -> CommitResult:
+    """A commit of the range, measured: like GOOD, like BAD, or skipped (its capture failed, or undecided)."""
+    if m.failure:
+        return _record(c, m, "skip", f"skipped: {m.failure}", round_no)
+    verdict = classify(m.effects, bad.effects)
+    return _record(c, m, verdict.state, verdict.reason if verdict.state != "skip" else f"skipped: {verdict.reason}",
+                   round_no)
 
 
 def _effects_text(effects: tuple[Effect, ...]) -> str:
     return ", ".join(f"{e.scene} {format_change_pct(e.change_pct, 2)} {e.verdict}" for e in effects if not e.zone)
 
 
-def _bounds(commits: tuple[Commit, ...], tested: Mapping[str, CommitResult]) -> tuple[int, int]:
-    """(index of the last commit like GOOD before the first like BAD (-1: GOOD), index of that first)."""
-    states = [tested[c.sha].state if c.sha in tested else "" for c in commits]
-    hi = states.index("bad") if "bad" in states else len(commits) - 1
-    lo = max((i for i in range(hi) if states[i] == "good"), default=-1)
-    return lo, hi
+def _states(commits: tuple[Commit, ...], tested: Mapping[str, CommitResult]) -> list[str]:
+    return [tested[c.sha].state if c.sha in tested else "" for c in commits]
 
 
-def next_commit(commits: tuple[Commit, ...], tested: Mapping[str, CommitResult]) -> Commit | None:
-    """The untested commit nearest the middle of the open range, or None when none is left to test."""
-    lo, hi = _bounds(commits, tested)
-    left = [i for i in range(lo + 1, hi) if commits[i].sha not in tested]
-    if not left:
-        return None
-    middle = (lo + hi) / 2
-    return commits[min(left, key=lambda i: (abs(i - middle), i))]
+def next_commits(commits: tuple[Commit, ...], tested: Mapping[str, CommitResult], n: int) -> list[Commit]:
+    """The (at most ``n``) untested commits to measure next, splitting the open range into ``n + 1`` parts
+    (:func:`~katra_trace.analysis.bisection.probes`); none when no commit is left to test."""
+    return [commits[i] for i in probes(_states(commits, tested), n)]
 
 
 def outcome(ws: Workspace, tested: Mapping[str, CommitResult]) -> Outcome:
     """What the commits measured so far say (``running`` while commits are left to test)."""
     setup = ws.setup
     commits = setup.commits
-    if next_commit(commits, tested) is not None:
+    if next_commits(commits, tested, 1):
         return Outcome("running", f"bisecting: {len(tested)} commit(s) measured")
-    lo, hi = _bounds(commits, tested)
+    lo, hi = open_range(_states(commits, tested))
     last_good = setup.good if lo < 0 else commits[lo]
     between = commits[lo + 1: hi + 1]
     if len(between) > 1:
@@ -141,69 +158,124 @@ def outcome(ws: Workspace, tested: Mapping[str, CommitResult]) -> Outcome:
                    explained=explained, partial=partial, next_ranges=tuple(ranges))
 
 
-def run_bisection(ws: Workspace, tested: dict[str, CommitResult]) -> Outcome:
-    """Measure GOOD, BAD, then the commits bisection picks, recording each in bisect.json; returns the
-    outcome (also written there). Raises BisectError when GOOD or BAD cannot be measured, or BAD is not
-    slower than GOOD (nothing to bisect)."""
-    setup = ws.setup
-    trees = Trees(ws)
-    counts = is_count(setup.measure)
+class _Search:
+    """One bisection's loop: its workspace, worktrees, the commits measured, and how it records them."""
 
-    def save() -> Outcome:
-        found = outcome(ws, tested) if setup.bad.sha in tested and tested[setup.bad.sha].state == "bad" \
+    def __init__(self, ws: Workspace, tested: dict[str, CommitResult], jobs: int) -> None:
+        self.ws, self.setup, self.tested, self.jobs = ws, ws.setup, tested, jobs
+        self.trees = Trees(ws)
+        self.progress: Callable[[str], None] = ws.progress
+
+    def save(self) -> Outcome:
+        setup, tested = self.setup, self.tested
+        found = outcome(self.ws, tested) if setup.bad.sha in tested and tested[setup.bad.sha].state == "bad" \
             else Outcome("running", "measuring GOOD and BAD")
-        write_state(ws.root, setup, tested, found.as_dict(tested))
+        write_state(self.ws.root, setup, tested, found.as_dict(tested))
         return found
 
-    try:
-        if setup.good.sha not in tested:
-            if counts:
-                ws.progress(f"GOOD {setup.good.short} {setup.good.subject}: capturing ({setup.measure})")
-                m = measure(ws, trees, setup.good)
-                if m.failure:
-                    raise BisectError(f"GOOD {setup.good.short} could not be measured: {m.failure}")
-                tested[setup.good.sha] = _record(setup.good, m, "good", "GOOD")
-            else:
-                tested[setup.good.sha] = CommitResult(setup.good.sha, setup.good.subject, "good",
-                                                      "GOOD (captured beside each commit, interleaved)")
-            save()
-        if setup.bad.sha not in tested:
-            rounds = "" if counts else f", interleaved rounds with GOOD until decided, at most {setup.max_rounds}"
-            ws.progress(f"BAD {setup.bad.short} {setup.bad.subject}: capturing ({setup.measure}{rounds})")
-            m = measure(ws, trees, setup.bad)
-            if m.failure:
-                raise BisectError(f"BAD {setup.bad.short} could not be measured: {m.failure}")
-            targets = target_scenes(m.effects)
-            state = "bad" if targets else "good"
-            tested[setup.bad.sha] = _record(setup.bad, m, state, f"BAD: {_effects_text(m.effects)}")
-            save()
-            ws.progress(f"BAD against GOOD: {_effects_text(m.effects)}")
-        bad = tested[setup.bad.sha]
-        if bad.state != "bad":
-            message = (f"nothing to bisect: BAD {setup.bad.short} is not slower than GOOD {setup.good.short} "
-                       f"by the decision model ({_effects_text(bad.effects)})")
-            write_state(ws.root, setup, tested, dict(Outcome("nothing to bisect", message).as_dict(tested)))
+    def keep(self, result: CommitResult) -> None:
+        self.tested[result.sha] = result
+        self.save()
+
+    def bad_measured(self, m: Measured) -> None:
+        """BAD against GOOD (round 1): the target scenes, or nothing to bisect."""
+        bad = self.setup.bad
+        if m.failure:
+            raise BisectError(f"BAD {bad.short} could not be measured: {m.failure}")
+        state = "bad" if target_scenes(m.effects) else "good"
+        self.keep(_record(bad, m, state, f"BAD: {_effects_text(m.effects)}", 1))
+        self.progress(f"BAD against GOOD: {_effects_text(m.effects)}")
+        if state != "bad":
+            message = (f"nothing to bisect: BAD {bad.short} is not slower than GOOD {self.setup.good.short} "
+                       f"by the decision model ({_effects_text(m.effects)})")
+            write_state(self.ws.root, self.setup, self.tested,
+                        dict(Outcome("nothing to bisect", message).as_dict(self.tested)))
             raise BisectError(message)
-        steps = 0
-        while (c := next_commit(setup.commits, tested)) is not None:
-            steps += 1
-            lo, hi = _bounds(setup.commits, tested)
-            left = sum(1 for x in setup.commits[lo + 1: hi] if x.sha not in tested)
-            ws.progress(f"step {steps} ({left} commit(s) left, about {max(1, math.ceil(math.log2(left + 1)))} "
-                        f"step(s)): {c.short} {c.subject}")
-            m = measure(ws, trees, c)
-            if m.failure:
-                result = _record(c, m, "skip", f"skipped: {m.failure}")
-            else:
-                verdict = classify(m.effects, bad.effects)
-                result = _record(c, m, verdict.state, verdict.reason if verdict.state != "skip"
-                                 else f"skipped: {verdict.reason}")
-            tested[c.sha] = result
-            save()
-            ws.progress(f"  {c.short}: {result.reason}")
-        return save()
+
+    def announce(self, round_no: int, batch: list[Commit]) -> None:
+        lo, hi = open_range(_states(self.setup.commits, self.tested))
+        left = sum(1 for x in self.setup.commits[lo + 1: hi] if x.sha not in self.tested)
+        what = f"{batch[0].short} {batch[0].subject}" if len(batch) == 1 else \
+            f"{len(batch)} commits at once: {', '.join(c.short for c in batch)}"
+        self.progress(f"round {round_no} ({left} commit(s) left, about {rounds_left(left, len(batch))} "
+                      f"round(s)): {what}")
+
+    def counted(self) -> None:
+        """Counts: up to ``jobs`` commits a round, captured at once."""
+        setup, tested, jobs = self.setup, self.tested, self.jobs
+        if setup.bad.sha not in tested:
+            first = [c for c in (setup.good, setup.bad) if c.sha not in tested]
+            room = jobs - len(first)
+            ahead = next_commits(setup.commits, tested, room) if room > 0 else []
+            self.progress(f"round 1: GOOD {setup.good.short} and BAD {setup.bad.short}"
+                          + (f", and {len(ahead)} commit(s) of the range ahead of BAD's verdict" if ahead else "")
+                          + f" ({setup.measure}, up to {jobs} at once)")
+            ended: dict[str, tuple[Commit, str, float]] = {}
+            with contextlib.closing(capture_counted(self.ws, self.trees, [*first, *ahead], jobs)) as captures:
+                for c, failure, seconds in captures:
+                    if c.sha == setup.good.sha:
+                        if failure:
+                            raise BisectError(f"GOOD {c.short} could not be measured: {failure}")
+                        self.keep(_record(c, counted_result(self.ws, c, "", seconds), "good", "GOOD", 1))
+                    elif c.sha == setup.bad.sha and failure:
+                        raise BisectError(f"BAD {c.short} could not be measured: {failure}")
+                    else:
+                        ended[c.sha] = (c, failure, seconds)
+            self.bad_measured(counted_result(self.ws, *ended.pop(setup.bad.sha)))
+            for c, failure, seconds in ended.values():
+                self.keep(_classified(c, counted_result(self.ws, c, failure, seconds), tested[setup.bad.sha], 1))
+                self.progress(f"  {c.short}: {tested[c.sha].reason}")
+        self.bad_is_bad()
+        round_no = max([r.round for r in tested.values()] + [1])
+        while batch := next_commits(setup.commits, tested, jobs):
+            round_no += 1
+            self.announce(round_no, batch)
+            with contextlib.closing(capture_counted(self.ws, self.trees, batch, jobs)) as captures:
+                for c, failure, seconds in captures:
+                    self.keep(_classified(c, counted_result(self.ws, c, failure, seconds), tested[setup.bad.sha],
+                                          round_no))
+                    self.progress(f"  {c.short}: {tested[c.sha].reason}")
+
+    def timed(self) -> None:
+        """Time: one commit at a time, in interleaved rounds against GOOD."""
+        setup, tested = self.setup, self.tested
+        if setup.good.sha not in tested:
+            self.keep(CommitResult(setup.good.sha, setup.good.subject, "good",
+                                   "GOOD (captured beside each commit, interleaved)", round=1))
+        if setup.bad.sha not in tested:
+            self.progress(f"round 1: BAD {setup.bad.short} {setup.bad.subject}: capturing ({setup.measure}, "
+                          f"interleaved rounds with GOOD until decided, at most {setup.max_rounds})")
+            self.bad_measured(measure_timed(self.ws, self.trees, setup.bad))
+        self.bad_is_bad()
+        round_no = max([r.round for r in tested.values()] + [1])
+        while batch := next_commits(setup.commits, tested, 1):
+            round_no += 1
+            self.announce(round_no, batch)
+            c = batch[0]
+            self.keep(_classified(c, measure_timed(self.ws, self.trees, c), tested[setup.bad.sha], round_no))
+            self.progress(f"  {c.short}: {tested[c.sha].reason}")
+
+    def bad_is_bad(self) -> None:
+        """A resumed bisection whose BAD was not slower stops as it did (nothing to bisect)."""
+        bad = self.tested[self.setup.bad.sha]
+        if bad.state != "bad":
+            raise BisectError(f"nothing to bisect: BAD {self.setup.bad.short} is not slower than GOOD "
+                              f"{self.setup.good.short} by the decision model ({_effects_text(bad.effects)})")
+
+
+def run_bisection(ws: Workspace, tested: dict[str, CommitResult], jobs: int = 1) -> Outcome:
+    """Measure GOOD and BAD, then the commits the search picks, round by round (counts: up to ``jobs`` at once;
+    time: one at a time), recording each in bisect.json; returns the outcome (also written there). Raises
+    BisectError when GOOD or BAD cannot be measured, or BAD is not slower than GOOD (nothing to bisect)."""
+    search = _Search(ws, tested, jobs if is_count(ws.setup.measure) else 1)
+    try:
+        if is_count(ws.setup.measure):
+            search.counted()
+        else:
+            search.timed()
+        return search.save()
     finally:
-        trees.close()
+        search.trees.close()
 
 
-__all__ = ["STATUS_EXIT", "BisectError", "Outcome", "next_commit", "outcome", "run_bisection"]
+__all__ = ["STATUS_EXIT", "BisectError", "Outcome", "next_commits", "outcome", "run_bisection"]

@@ -2,7 +2,7 @@
 
 The file is both the state a ``--resume`` continues from and the result scripts read: it is
 rewritten atomically (through the one output rule, :func:`katra_trace.io.claim.open_output`) after
-every commit measured, so Ctrl-C or a crash loses at most the commit being measured.
+every commit measured, so Ctrl-C or a crash loses at most the commits being measured.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ class CommitResult:
     (time: interleaved rounds against GOOD; counts: 1). ``stopped``: time only, why the rounds stopped.
     ``seconds``: wall time of this commit's captures. ``log``: the captures' output, relative path.
     ``images``: scene -> its image verdict against GOOD as one line ("image changed: FLIP mean ..."),
-    shown beside the timing; it does not classify the commit.
+    shown beside the timing; it does not classify the commit. ``round``: the bisection's round that measured
+    it (1: GOOD and BAD; counts with ``--jobs N`` measure up to N commits a round; 0: a file from before rounds).
     """
 
     sha: str
@@ -84,6 +85,7 @@ class CommitResult:
     seconds: float = 0.0
     log: str = ""
     images: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    round: int = 0
 
     def __post_init__(self) -> None:
         if self.state not in STATES:
@@ -105,7 +107,8 @@ class CommitResult:
                    reason=str(data["reason"]), effects=tuple(Effect.from_dict(e) for e in data.get("effects", ())),
                    traces=tuple(str(t) for t in data.get("traces", ())), rounds=int(data.get("rounds", 0)),
                    stopped=str(data.get("stopped", "")), seconds=float(data.get("seconds", 0.0)),
-                   log=str(data.get("log", "")), images=dict(data.get("images", {})))
+                   log=str(data.get("log", "")), images=dict(data.get("images", {})),
+                   round=int(data.get("round", 0)))
 
 
 def write_state(root: Path, setup: Setup, tested: Mapping[str, CommitResult], outcome: Mapping[str, Any]) -> None:

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from katra3d.harness.bisect.plan import bisect, check_new_output, new_setup, resume
+from katra3d.harness.bisect.plan import bisect, check_jobs, check_new_output, new_setup, resume
 from katra3d.harness.run.progress import Tally
 from katra3d.harness.cli._common import (
     add_comparability_options,
@@ -23,6 +23,7 @@ from katra3d.harness.cli._common import (
 )
 from katra_trace.analysis.defaults import DEFAULT_SEQUENTIAL_MAX_ROUNDS
 from katra_trace.errors import ConfigError
+from katra_trace.metrics import is_count
 from katra_trace.text import escape
 
 
@@ -48,6 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--max-rounds", type=int, default=DEFAULT_SEQUENTIAL_MAX_ROUNDS, metavar="K",
                    help="time: the cap on interleaved rounds against GOOD per commit, which the sequential rule "
                         f"(as ab --until-decided) spends alpha over (default {DEFAULT_SEQUENTIAL_MAX_ROUNDS})")
+    p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                   help="counts: measure up to N commits of the range at once, a round at a time (default: the "
+                        "usable cores); time measures one commit at a time (timed captures side by side disturb "
+                        "each other), so --jobs over 1 with time is refused")
     p.add_argument("-o", "--output", metavar="DIR", default=None,
                    help="directory for bisect.json, bisect.txt, traces/ and logs/ (default: ./katra3d-bisect-<time>)")
     p.add_argument("--resume", metavar="DIR", default=None,
@@ -71,19 +76,21 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--resume DIR continues the recorded bisection as it was set up: give no -o, -c, "
                               "-a or SCENE with it")
         root, setup, tested = resume(args.resume, args.good, args.bad)
-        progress(f"resuming {root}: {len(tested)} commit(s) measured already")
+        jobs = check_jobs(args.jobs, setup.measure)
+        progress(f"resuming {root}: {len(tested)} commit(s) measured already; {_at_once(setup.measure, jobs)}")
     else:
         if args.good is None or args.bad is None:
             raise ConfigError("give GOOD and BAD (commits, oldest first), or --resume DIR")
         setup = new_setup(Path.cwd(), args.good, args.bad, scenes=args.scenes, command=args.command,
                           measure=args.measure, run_args=args.run_args, compare=compare_kwargs(args),
                           max_rounds=args.max_rounds)
+        jobs = check_jobs(args.jobs, setup.measure)
         root = check_new_output(args.output or f"katra3d-bisect-{time.strftime('%Y%m%d-%H%M%S')}")
         tested = {}
         progress(f"{len(setup.commits)} commit(s) after GOOD {setup.good.short} up to BAD {setup.bad.short}, "
-                 f"{setup.measure}; output in {root}")
+                 f"{setup.measure}, {_at_once(setup.measure, jobs)}; output in {root}")
     try:
-        found, lines = bisect(root, setup, tested, progress)
+        found, lines = bisect(root, setup, tested, progress, jobs)
     except KeyboardInterrupt:
         print(f"katra3d bisect: stopped; {len(tested)} commit(s) kept in {root}; continue with "
               f"'katra3d bisect --resume {root}'", file=sys.stderr)
@@ -92,3 +99,10 @@ def run(args: argparse.Namespace) -> int:
     if found.exit_code:
         print(f"katra3d: error: {escape(found.message)}", file=sys.stderr)
     return found.exit_code
+
+
+def _at_once(measure: str, jobs: int) -> str:
+    """The progress note on how many commits are measured at once."""
+    if is_count(measure):
+        return f"up to {jobs} commit(s) measured at once (--jobs)"
+    return "one commit at a time (timed captures side by side disturb each other's times)"

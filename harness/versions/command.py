@@ -14,7 +14,9 @@ it, so that no caller does any of it a second way:
   error, and when the command ends (a capture's leftover background process goes with it). If katra3d is
   killed outright, its direct child gets SIGKILL from the kernel (``PR_SET_PDEATHSIG``);
 * **its output**: into a log file (the caller's, or a temporary one), and the last
-  :data:`FAILURE_TAIL_LINES` lines of it in the error when it fails.
+  :data:`FAILURE_TAIL_LINES` lines of it in the error when it fails;
+* **side by side**: captures that threads run at once (bisect's counted rounds) are stopped together by one stop
+  signal to katra3d, or on an error, through :class:`SideBySide`, which the main thread opens around them.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 from katra3d.harness.run.lifetime import die_with_parent
 from katra_trace.errors import ConfigError, Interrupted, KatraError
@@ -146,7 +148,18 @@ def _stop_signals(started: list[subprocess.Popen[bytes]], received: list[int]) -
     noted, never lost or left to Python's default (a KeyboardInterrupt between the start and the wait would
     leave the capture running)."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        side = SideBySide.active
+        if side is None:
+            yield
+            return
+        with side.lock:  # joins the captures the main thread stops together; one stopped already stops at once
+            side.members.append((started, received))
+            received.extend(side.received[:1])
+        try:
+            yield
+        finally:
+            with side.lock:
+                side.members.remove((started, received))
         return
 
     def stop(signum: int, _frame: Any) -> None:
@@ -160,6 +173,47 @@ def _stop_signals(started: list[subprocess.Popen[bytes]], received: list[int]) -
         yield
     finally:
         for sig, handler in old.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+class SideBySide:
+    """Captures that other threads run at the same time (:func:`run_capture` in a thread pool), stopped together:
+    open it in the main thread around those threads' work. While it is open, a stop signal to katra3d (Ctrl-C,
+    SIGTERM, SIGHUP) is noted in :attr:`received` instead of raising, and stops the group of every capture of those
+    threads whole, as :meth:`stop` does (on an error); each then raises :class:`Interrupted` in its thread, as does
+    one started after. The caller waits for its threads, then raises Interrupted itself when :attr:`received`
+    says so. Captures the main thread runs itself are not members: they handle signals as ever."""
+
+    active: ClassVar[SideBySide | None] = None  #: the one open now
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()  # re-entrant: the signal handler runs in the main thread, which may hold it
+        self.members: list[tuple[list[subprocess.Popen[bytes]], list[int]]] = []
+        self.received: list[int] = []
+        self._old: dict[int, Any] = {}
+
+    def stop(self, signum: int = signal.SIGTERM) -> None:
+        """Stop every member's group (SIGTERM now, SIGKILL from its thread after the grace) and those started
+        later; ``signum`` is what their Interrupted says."""
+        with self.lock:
+            if not self.received:
+                self.received.append(signum)
+            for started, received in self.members:
+                received.append(signum)
+                for proc in started:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(proc.pid, signal.SIGTERM)
+
+    def __enter__(self) -> SideBySide:
+        if threading.current_thread() is not threading.main_thread() or SideBySide.active is not None:
+            raise RuntimeError("SideBySide is opened once, in the main thread")
+        self._old = {sig: signal.signal(sig, lambda signum, _frame: self.stop(signum)) for sig in STOP_SIGNALS}
+        SideBySide.active = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        SideBySide.active = None
+        for sig, handler in self._old.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
@@ -252,4 +306,5 @@ def stop_leftover_captures(root: Path) -> int:
 
 
 __all__ = ["FAILURE_TAIL_LINES", "OUT_ENV", "OUT_PLACEHOLDER", "STOP_GRACE_S", "CaptureCommand",
-           "CaptureFailed", "one_line", "run_capture", "stop_group", "stop_leftover_captures", "substitute_out"]
+           "CaptureFailed", "SideBySide", "one_line", "run_capture", "stop_group", "stop_leftover_captures",
+           "substitute_out"]

@@ -19,6 +19,10 @@ records. The rule (docs/bisect.md, "How a commit is classified"):
 The culprit's own step is its change against GOOD less its first parent's; when that step is less
 than :data:`PARTIAL_SHARE` of BAD's change (log scale) in a target scene, the culprit explains only
 part of it, and :func:`next_ranges` names the ranges that hold the rest.
+
+Which commits are measured next (:func:`probes`): with ``n`` measured at once a round (``--jobs``), the
+``n`` untested commits that split the open range (after the last commit like GOOD, up to the first like
+BAD) into ``n + 1`` parts as evenly as they can: halving for one, a k-ary search for more.
 """
 
 from __future__ import annotations
@@ -167,5 +171,38 @@ def next_ranges(scene_shares: Mapping[str, tuple[float, float]]) -> tuple[bool, 
     return before, after
 
 
+def open_range(states: Sequence[str]) -> tuple[int, int]:
+    """The open range of a bisection, from each commit's state after GOOD (BAD last; ``""``: not measured yet):
+    (the index of the last commit like GOOD before the first like BAD, -1 for GOOD itself; the index of that
+    first, or of BAD while none is known)."""
+    hi = states.index("bad") if "bad" in states else len(states) - 1
+    lo = max((i for i in range(hi) if states[i] == "good"), default=-1)
+    return lo, hi
+
+
+def probes(states: Sequence[str], n: int) -> list[int]:
+    """The indexes of the (at most ``n``) commits to measure next, in history order: for ``j`` = 1..n, the
+    untested commit of the open range nearest ``lo + j * (hi - lo) / (n + 1)`` (the earlier one on a tie), each
+    once; every untested one when no more than ``n`` are left. ``n`` = 1 is halving."""
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    lo, hi = open_range(states)
+    left = [i for i in range(lo + 1, hi) if not states[i]]
+    if len(left) <= n:
+        return left
+    picked: list[int] = []
+    for j in range(1, n + 1):
+        target = lo + j * (hi - lo) / (n + 1)
+        picked.append(min((i for i in left if i not in picked), key=lambda i: (abs(i - target), i)))
+    return sorted(picked)
+
+
+def rounds_left(untested: int, n: int) -> int:
+    """About how many rounds of ``n`` probes settle an open range with ``untested`` commits in it (0: none)."""
+    if untested <= 0:
+        return 0
+    return max(1, math.ceil(math.log(untested + 1) / math.log(n + 1) - 1e-9))
+
+
 __all__ = ["MIDPOINT", "PARTIAL_SHARE", "STATES", "Classification", "Effect", "classify", "next_ranges",
-           "partial_scenes", "shares", "target_scenes"]
+           "open_range", "partial_scenes", "probes", "rounds_left", "shares", "target_scenes"]
