@@ -1,0 +1,279 @@
+"""A run of trace scenes: each apitrace trace replayed by glretrace, its frames written as a katra3d trace.
+
+The trace's frames come from the replayer, not from katra3d's frame loop: one katra3d frame per SwapBuffers,
+``--warmup W --frames N`` from the trace's start (a shorter trace is replayed again from its start, and the
+scene's ``replay`` annotation lists where). Timed: each frame ends when the replayer's ``glFinish`` after its
+SwapBuffers returned (``--pframe-times``), on the host clock (WALL), from the end of the frame before (the
+first frame of a replay from the start of its process: loading the trace, making the context, compiling).
+``--zones draws``: each draw call a zone named ``glDrawArrays@2496`` on the CPU clock: the replayer's time in
+the call (``--pcpu``); a software rasterizer's fragment work runs at the frame's end, not in the call.
+Counted: the replayer under callgrind, a frame the counts between two SwapBuffers. The last measured frame is
+kept (an IMAGE block) from an untimed snapshot replay. docs/replay.md says more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+from katra3d.harness.engine.events import FRAME_NAME
+from katra3d.harness.engine.counting import estimated_cycles
+from katra3d.harness.engine.frame import frame_time_s
+from katra3d.harness.engine.results import Progress, RunResult, SceneResult, median_text, scene_stats
+from katra3d.harness.engine.stopping import StopFlag, stop_on_signals
+from katra3d.harness.gl import backends, probe
+from katra3d.harness.replay import replayer as rp
+from katra3d.harness.replay.display import x_display
+from katra3d.harness.replay.output import draw_zone, replayer_base_ns
+from katra3d.harness.replay.tool import Replayer, TraceFacts, find_replayer, trace_facts
+from katra3d.harness.run import measure
+from katra3d.harness.run.config import RunPlan, SceneEntry
+from katra3d.harness.run.runner import capture_options, failed_note
+from katra3d.harness.run.valgrind import check_renderer
+from katra_trace.errors import ConfigError, KatraError
+from katra_trace.io.header import CaptureOptions, HostInfo, MeasureOptions
+from katra_trace.io.images import decode_png, frame_record, image_checksum, image_key
+from katra_trace.io.writer import TraceWriter
+from katra_trace.metrics import mode_clock
+from katra_trace.schema import Clock, Flag, Kind
+
+TIMED_REASON = ("replayed by glretrace --pframe-times: a glFinish ends each frame, timed on the host clock "
+                "(the replayer's frames, not katra3d's loop)")
+FRAME_BOUNDARY = ("callgrind --dump-after={swap} in the replayer; the dumps of one SwapBuffers (GLX's dispatch and "
+                  "Mesa's) are summed; main thread (--separate-threads=yes); the replayer instrumented from its start")
+
+
+def is_trace_entry(entry: SceneEntry) -> bool:
+    """Whether the scene is an apitrace trace (:func:`katra3d.scenes.registry.get_scene` of ``x.trace``)."""
+    return bool(getattr(entry.cls, "trace_path", ""))
+
+
+def has_traces(plan: RunPlan) -> bool:
+    """Whether ``plan`` replays traces (then :func:`run` captures it, not the scene runner)."""
+    return any(is_trace_entry(e) for e in plan.entries)
+
+
+def check_plan(plan: RunPlan) -> None:
+    """ConfigError for what a replay cannot do (before anything starts)."""
+    cfg = plan.config
+    if not all(is_trace_entry(e) for e in plan.entries):
+        raise ConfigError("a run replays traces or renders scenes, not both: run the .trace files and the scenes "
+                          "separately")
+    if plan.frames is None:
+        raise ConfigError("a trace replays --frames N from its start, not --duration")
+    zones = str(cfg.zones) if cfg.zones not in (True, False) else ("passes" if cfg.zones else "off")
+    if zones not in ("off", "draws"):
+        raise ConfigError("a trace has no passes: use --zones draws (each draw call a zone) or no --zones")
+    if zones == "draws" and plan.counting is not None:
+        raise ConfigError("--zones draws times the replayer's calls; a counted replay counts whole frames: "
+                          "drop --zones")
+    if cfg.samples or cfg.screenshot_dir:
+        raise ConfigError("a trace replays as it was recorded: --samples and --screenshot do not apply")
+
+
+def run(plan: RunPlan, progress: Progress) -> RunResult:
+    """Replay every trace of ``plan`` into one katra3d trace (the plan's output)."""
+    check_plan(plan)
+    cfg = plan.config
+    counted = plan.counting is not None
+    with backends.open_session(cfg.backend, device=cfg.device, size=(16, 16)) as session:
+        host = probe.host_info(session)
+        options = capture_options(plan, session)
+    if counted:
+        check_renderer(cfg.measure, host.gl)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+               **probe.render_env(), **measure.pinned_env()}
+        host = host.replaced(codegen=measure.codegen_facts(host.gl, host.system, env, "the replayer's start"))
+    else:
+        env = dict(os.environ)
+    traces = [(e, trace_facts_of(e)) for e in plan.entries]
+    replayers = {facts.api: find_replayer(facts.api) for _, facts in traces}
+    mode = cfg.measure if counted else "sync"
+    options = _options(options, plan, traces, replayers, mode, env if counted else None)
+    plan.output.parent.mkdir(parents=True, exist_ok=True)
+    writer = TraceWriter(plan.output, workload=plan.workload, capture_options=options, host_info=host,
+                         notes=cfg.notes, overwrite=cfg.force, failed_aside=True)
+    stop = StopFlag()
+    results: list[SceneResult] = []
+    try:
+        with stop_on_signals(stop), _entered(progress):
+            for n, (entry, facts) in enumerate(traces, 1):
+                if stop.set:
+                    break
+                one = _Replay(writer, plan, entry, facts, replayers[facts.api], env, stop, progress, n, host)
+                results.append(one.run(counted))
+            status = "interrupted" if stop.set else "complete"
+            writer.finish(summary={"timing_mode": mode, "timing_reason": options.timing_reason,
+                                   "primary_clock": mode_clock(mode), "scenes": [r.row() for r in results]},
+                          status=status)
+    except BaseException as exc:
+        interrupted = isinstance(exc, KeyboardInterrupt) or stop.set
+        if not writer.finished:
+            with contextlib.suppress(Exception):
+                writer.finish({"error": str(exc)[:400]}, status="interrupted" if interrupted else "aborted")
+        if isinstance(exc, KatraError) and len(exc.args) == 1 and not interrupted:
+            exc.args = (str(exc) + failed_note(writer.failed_path),)
+        raise
+    return RunResult(plan.output, status, mode, str(options.timing_reason or ""), results, stop.signal_name,
+                     size=plan.size)
+
+
+def trace_facts_of(entry: SceneEntry) -> TraceFacts:
+    return trace_facts(_path(entry))
+
+
+def _path(entry: SceneEntry) -> Path:
+    return Path(str(entry.cls.trace_path))
+
+
+def _options(options: CaptureOptions, plan: RunPlan, traces: list[tuple[SceneEntry, TraceFacts]],
+             replayers: dict[str, Replayer], mode: str, counted_env: dict[str, str] | None) -> CaptureOptions:
+    """The capture options with the replay's facts: each trace's file, the replayer, its options."""
+    zones = "draws" if str(plan.config.zones) == "draws" else "off"
+    replay = {"traces": {e.label: f.as_dict() for e, f in traces},
+              "replayers": {api: r.as_dict() for api, r in replayers.items()},
+              "options": {api: rp.replay_args(r, timed=counted_env is None, zones=zones == "draws")
+                          for api, r in replayers.items()}}
+    data = {**options.as_dict(), "replay": replay, "timing_mode": mode, "primary_clock": mode_clock(mode),
+            "zones": zones,
+            "timing_reason": TIMED_REASON if counted_env is None else
+            f"--measure {mode}: the replayer counted under callgrind, single-threaded llvmpipe",
+            "measure": MeasureOptions(mode="time").as_dict()}
+    if counted_env is not None and plan.counting is not None:
+        pins = measure.pinned_env()
+        data["measure"] = MeasureOptions(
+            mode=mode, valgrind=plan.counting.version, env=pins,
+            frame_boundary=FRAME_BOUNDARY.format(swap="/".join(sorted(rp.SWAP_FUNCTION[a] for a in replayers))),
+            pinned={k: pins[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")}).as_dict()
+    return CaptureOptions.from_dict(data)
+
+
+class _Replay:
+    """One trace scene: its replays, its events, its kept frame and its annotation."""
+
+    def __init__(self, writer: TraceWriter, plan: RunPlan, entry: SceneEntry, facts: TraceFacts, replayer: Replayer,
+                 env: dict[str, str], stop: StopFlag, progress: Progress, n: int, host: HostInfo) -> None:
+        self.writer, self.plan, self.entry, self.facts, self.replayer = writer, plan, entry, facts, replayer
+        self.env, self.stop, self.progress, self.n, self.host = env, stop, progress, n, host
+        self.scene_id = writer.intern(entry.label)
+        self.frame_name = writer.intern(FRAME_NAME)
+        self.origin = writer.start_host_ns
+        self.where = f"[{n}/{len(plan.entries)}] {entry.label}"
+
+    def run(self, counted: bool) -> SceneResult:
+        plan, label = self.plan, self.entry.label
+        total = plan.warmup + (plan.frames or 0)
+        self.progress.scene_started(self.n, label, total)
+        self.progress.phase(f"{self.where}: {'counting' if counted else 'replaying'} (glretrace)", total)
+        env_cm = x_display(self.env) if not self.replayer.headless else contextlib.nullcontext(self.env)
+        with env_cm as env:
+            if counted:
+                values, last_calls, restarts = self._counted(env, total)
+            else:
+                values, last_calls, restarts = self._timed(env, total)
+            done = len(values)
+            result = SceneResult(label, "ok", frames=max(0, done - plan.warmup), warmup=min(done, plan.warmup),
+                                 clock=mode_clock(plan.config.measure if counted else "sync"),
+                                 params=dict(self.entry.params))
+            if self.stop.set or done < total:
+                result.status = "interrupted"
+            measured = values[plan.warmup:]
+            if measured:
+                result.stats = scene_stats(measured, counts=counted)
+            annotation: dict[str, Any] = {
+                "type": "scene", "scene": label, "spec": self.entry.spec, "status": result.status,
+                "params": dict(self.entry.params), "warmup_frames": result.warmup, "measured_frames": result.frames,
+                "replay": {"trace": self.facts.as_dict(), "restarts": restarts,
+                           "note": "a replay of the trace from its start begins at each frame in 'restarts'"}}
+            if done and last_calls:
+                annotation.update(self._last_image(result, env, last_calls[done - 1], done - 1))
+        self.writer.annotate(annotation)
+        self.progress.line(f"{self.where}: {result.frames} frames" + median_text(result))
+        return result
+
+    def _timed(self, env: dict[str, str], total: int) -> tuple[list[int], list[int], list[int]]:
+        zones = str(self.plan.config.zones) == "draws"
+        show = self.progress.advance if self.progress.tty else None
+        got = rp.timed_frames(self.replayer, self.facts.path, total, env, zones=zones,
+                              stopped=lambda: self.stop.set, on_frame=show)
+        bases = {p: replayer_base_ns([f for f, q in zip(got.frames, got.process_of) if q == p])
+                 for p in set(got.process_of)} if zones else {}
+        durations: list[int] = []
+        add, wall, cpu = self.writer.append, int(Clock.WALL), int(Clock.CPU)
+        for k, frame in enumerate(got.frames):
+            proc = got.process_of[k]
+            start = got.starts_ns[proc] if k == 0 or got.process_of[k - 1] != proc else got.frames[k - 1].end_ns
+            flags = int(Flag.WARMUP) if k < self.plan.warmup else 0
+            dur = max(0, frame.end_ns - start)
+            add(int(Kind.FRAME), wall, self.scene_id, self.frame_name, k, 0, start - self.origin, dur, 0.0, flags)
+            durations.append(dur)
+            base = bases.get(proc)
+            for draw in frame.draws if base is not None else ():
+                name = self.writer.intern(draw_zone(draw.function, draw.call_no))
+                add(int(Kind.ZONE), cpu, self.scene_id, name, k, 1, base + draw.start_ns - self.origin,
+                    draw.dur_ns, 0.0, flags)
+        return durations, [f.last_call for f in got.frames], got.restarts
+
+    def _counted(self, env: dict[str, str], total: int) -> tuple[list[int], list[int], list[int]]:
+        assert self.plan.counting is not None
+        cycles = self.plan.config.measure == "cycles"
+        command = rp.counted_command(self.plan.counting.valgrind, self.replayer, self.facts.path,
+                                     self.plan.output.with_name("cg.out"), cycles=cycles)
+        frames, last_calls, restarts = rp.counted_frames(command, env, total, stopped=lambda: self.stop.set)
+        values: list[int] = []
+        add = self.writer.append
+        clock = int(Clock.CYCLES if cycles else Clock.INSTRUCTIONS)
+        at = 0
+        for k, counts in enumerate(frames):
+            value = estimated_cycles(counts) if cycles else int(counts.get("Ir", 0))
+            flags = int(Flag.WARMUP) if k < self.plan.warmup else 0
+            add(int(Kind.FRAME), clock, self.scene_id, self.frame_name, k, 0, at, value, 0.0, flags)
+            if cycles:
+                add(int(Kind.FRAME), int(Clock.INSTRUCTIONS), self.scene_id, self.frame_name, k, 0, at,
+                    int(counts.get("Ir", 0)), 0.0, flags)
+            at += 1
+            values.append(value)
+        return values, last_calls, restarts
+
+    def _last_image(self, result: SceneResult, env: dict[str, str], call_no: int, index: int) -> dict[str, Any]:
+        """The last frame's image, from a snapshot replay after its last call: kept in the trace when asked."""
+        self.progress.phase(f"{self.where}: the last frame's image (an untimed replay)", None)
+        png = rp.snapshot(self.replayer, self.facts.path, call_no, env)
+        try:
+            pixels = decode_png(png, f"glretrace's snapshot of call {call_no}")
+        except ValueError as exc:
+            raise rp.ReplayFailed(str(exc)) from None
+        if pixels.shape[2] == 3:
+            import numpy as np  # deferred: only a kept frame needs it
+
+            pixels = np.concatenate([pixels, np.full(pixels.shape[:2] + (1,), 255, np.uint8)], axis=2)
+        result.pixels = pixels
+        result.checksum = image_checksum(pixels)
+        keys: dict[str, Any] = {"last_frame_index": index, "last_frame_sha256": result.checksum,
+                                "last_frame_call": call_no}
+        if self.plan.keep_images and result.frames == self.plan.frames and result.status == "ok":
+            self.writer.image(*frame_record(self.entry.label, index, frame_time_s(index), pixels,
+                                            image_key(self.host.as_dict())))
+            keys["image_kept"] = True
+        return keys
+
+
+class _entered:
+    """Enter/exit a progress display if it is a context manager."""
+
+    def __init__(self, progress: Any) -> None:
+        self.progress = progress
+
+    def __enter__(self) -> Any:
+        enter = getattr(self.progress, "__enter__", None)
+        return enter() if enter is not None else self.progress
+
+    def __exit__(self, *exc: object) -> None:
+        leave = getattr(self.progress, "__exit__", None)
+        if leave is not None:
+            leave(*exc)
+
+
+__all__ = ["check_plan", "has_traces", "is_trace_entry", "run"]

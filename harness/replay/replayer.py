@@ -1,0 +1,225 @@
+"""glretrace as katra3d drives it: timed replays, counted replays under callgrind, and the last frame's snapshot.
+
+Every replayer process runs in its own process group, dies with katra3d (PR_SET_PDEATHSIG) and is stopped
+(SIGTERM, then SIGKILL) when its part is done, on an error and on a stop signal: none is left behind.
+
+* :func:`timed_frames`: ``glretrace --pframe-times`` (with ``--pcpu --min-cpu-time=0`` for draw zones), read
+  line by line until enough frames ended; a trace shorter than the frames asked for is replayed again from its
+  start by a new process (glretrace cannot replay a trace twice in one process), and the frame where each
+  replay starts is noted.
+* :func:`counted_frames`: the replayer under ``valgrind --tool=callgrind`` with a dump after every
+  SwapBuffers, single-threaded llvmpipe and the counted run's pinned environment.
+* :func:`snapshot`: one more replay, untimed, that writes the image after one call (``-s DIR/ -S CALL``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+from katra3d.harness.engine.counting import read_summary
+from katra3d.harness.replay.display import stop_group
+from katra3d.harness.replay.output import Frame, FrameReader
+from katra3d.harness.replay.tool import Replayer
+from katra3d.harness.run.lifetime import die_with_parent
+from katra_trace.errors import KatraError, SceneError
+
+#: The swap functions a counted replay dumps after, by the trace's window system.
+SWAP_FUNCTION = {"glx": "glXSwapBuffers", "egl": "eglSwapBuffers"}
+
+
+class ReplayFailed(SceneError):
+    """The replayer could not replay the trace (a missing extension, an unreadable call, a crash)."""
+
+
+@dataclasses.dataclass
+class TimedReplay:
+    """What timed replays gave: ``frames`` in order, ``starts_ns`` (host clock) of the processes and ``restarts``
+    (the 0-based index of each frame that began a new replay of the trace after the first)."""
+
+    frames: list[Frame] = dataclasses.field(default_factory=list)
+    starts_ns: list[int] = dataclasses.field(default_factory=list)
+    restarts: list[int] = dataclasses.field(default_factory=list)
+    process_of: list[int] = dataclasses.field(default_factory=list)  #: which process replayed each frame
+    trace_frames: int | None = None  #: frames in one replay of the trace, once a replay ran to its end
+
+
+def replay_args(replayer: Replayer, *, timed: bool, zones: bool) -> list[str]:
+    """The replayer's options for one kind of replay (recorded in the header as they are)."""
+    args = ["--headless"] if replayer.headless else []
+    args.append("--pframe-times")  # a glFinish ends each frame; its end and last call are printed
+    if zones:
+        args += ["--pcpu", "--min-cpu-time=0"]
+    if not timed:
+        args.append("--singlethread")  # counted: the trace's calls on one thread, the one callgrind counts
+    return args
+
+
+@contextlib.contextmanager
+def _started(command: list[str], env: Mapping[str, str], stderr: Path) -> Iterator[subprocess.Popen[str]]:
+    with open(stderr, "wb") as err:
+        try:
+            proc = subprocess.Popen(command, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=err, text=True, errors="replace", bufsize=1,
+                                    start_new_session=True, preexec_fn=die_with_parent())
+        except OSError as exc:
+            raise ReplayFailed(f"cannot start {command[0]}: {exc}") from None
+    try:
+        yield proc
+    finally:
+        stop_group(proc)  # type: ignore[arg-type]
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _failure(what: str, code: int | None, stderr: Path) -> ReplayFailed:
+    try:
+        lines = [ln.strip() for ln in stderr.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        lines = []
+    # glretrace prints the traced program's name first; the error is the last line that says something
+    said = [ln for ln in lines if "error" in ln.lower() or "warning" in ln.lower()] or lines
+    tail = said[-1][:300] if said else "no message"
+    how = f"exit status {code}" if code is None or code >= 0 else f"signal {-code}"
+    return ReplayFailed(f"{what} failed ({how}): {tail}")
+
+
+def timed_frames(replayer: Replayer, trace: str, count: int, env: Mapping[str, str], *, zones: bool,
+                 stopped: Callable[[], bool], on_frame: Callable[[int], None] | None = None) -> TimedReplay:
+    """Replay ``trace`` until ``count`` frames ended (or ``stopped()``); each frame's end on the host clock."""
+    out = TimedReplay()
+    command = [replayer.path, *replay_args(replayer, timed=True, zones=zones), trace]
+    with tempfile.TemporaryDirectory(prefix="katra3d-replay-") as tmp:
+        stderr = Path(tmp) / "stderr.txt"
+        while len(out.frames) < count and not stopped():
+            before = len(out.frames)
+            if before:
+                out.restarts.append(before)
+            out.starts_ns.append(time.perf_counter_ns())
+            reader = FrameReader()
+            with _started(command, env, stderr) as proc:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    frame = reader.feed(line)
+                    if frame is None:
+                        continue
+                    out.frames.append(frame)
+                    out.process_of.append(len(out.starts_ns) - 1)
+                    if on_frame is not None:
+                        on_frame(len(out.frames))
+                    if len(out.frames) >= count or stopped():
+                        break
+                else:
+                    code = proc.wait()
+                    made = len(out.frames) - before
+                    if code != 0:
+                        raise _failure(f"replaying {trace} with {Path(replayer.path).name}", code, stderr)
+                    if made == 0:
+                        raise ReplayFailed(f"trace {trace} has no frames: {Path(replayer.path).name} replayed it "
+                                           "without a SwapBuffers (a program that never swaps, e.g. glmark2 "
+                                           "--off-screen, records none)")
+                    out.trace_frames = made
+    return out
+
+
+def snapshot(replayer: Replayer, trace: str, call_no: int, env: Mapping[str, str]) -> bytes:
+    """The PNG glretrace writes of the draw buffer after call ``call_no`` (a replay that is not timed)."""
+    with tempfile.TemporaryDirectory(prefix="katra3d-snapshot-") as tmp:
+        prefix = os.path.join(tmp, "s")
+        png = Path(f"{prefix}{call_no:010d}.png")
+        command = [replayer.path, *(["--headless"] if replayer.headless else []), "-s", prefix, "-S", str(call_no),
+                   trace]
+        with _started(command, env, Path(tmp) / "stderr.txt") as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.startswith("Wrote ") and png.is_file():
+                    break
+            else:
+                code = proc.wait()
+                if not png.is_file():
+                    raise _failure(f"the snapshot of call {call_no} of {trace}", code, Path(tmp) / "stderr.txt")
+        try:
+            return png.read_bytes()
+        except OSError as exc:
+            raise ReplayFailed(f"cannot read the snapshot of call {call_no}: {exc}") from None
+
+
+# --------------------------------------------------------------------------- counted
+
+
+def counted_command(valgrind: str, replayer: Replayer, trace: str, dump_base: Path, *, cycles: bool) -> list[str]:
+    """valgrind's command line for one counted replay (address-space randomization off, as the counted run)."""
+    cmd = [valgrind, "--tool=callgrind", "-q", f"--dump-after={SWAP_FUNCTION[replayer.api]}",
+           "--separate-threads=yes", "--dump-instr=no", f"--callgrind-out-file={dump_base}"]
+    if cycles:
+        cmd.append("--cache-sim=yes")
+    setarch = shutil.which("setarch")
+    prefix = [setarch, platform.machine(), "-R"] if setarch else []
+    return [*prefix, *cmd, replayer.path, *replay_args(replayer, timed=False, zones=False), trace]
+
+
+def counted_frames(command: list[str], env: Mapping[str, str], count: int, *,
+                   stopped: Callable[[], bool]) -> tuple[list[dict[str, int]], list[int], list[int]]:
+    """Per-frame callgrind counts (event -> count, main thread) of ``count`` frames, each frame's last call
+    before its SwapBuffers, and the restarts.
+
+    Each replay runs to its end under callgrind (its dumps are read afterwards); a nested SwapBuffers (GLX's
+    dispatch, then Mesa's) dumps more than once a frame: a frame is the sum of its swap's dumps.
+    """
+    frames: list[dict[str, int]] = []
+    last_calls: list[int] = []
+    restarts: list[int] = []
+    base_index = command.index(next(c for c in command if c.startswith("--callgrind-out-file=")))
+    while len(frames) < count and not stopped():
+        if frames:
+            restarts.append(len(frames))
+        with tempfile.TemporaryDirectory(prefix="katra3d-counted-replay-") as tmp:
+            dump_base = Path(tmp) / "cg.out"
+            cmd = list(command)
+            cmd[base_index] = f"--callgrind-out-file={dump_base}"
+            reader = FrameReader()
+            with _started(cmd, env, Path(tmp) / "stderr.txt") as proc:
+                assert proc.stdout is not None
+                ended = [f for f in map(reader.feed, proc.stdout) if f is not None]
+                code = proc.wait()
+            if stopped():
+                break
+            if code != 0:
+                raise _failure(f"the counted replay of {cmd[-1]}", code, Path(tmp) / "stderr.txt")
+            got = _frames_of(dump_base, reader.rendered or len(ended), count - len(frames))
+            frames += got
+            last_calls += [f.last_call for f in ended[:len(got)]]
+    return frames, last_calls, restarts
+
+
+def _frames_of(dump_base: Path, rendered: int | None, wanted: int) -> list[dict[str, int]]:
+    parts = sorted(int(p.name[len(dump_base.name) + 1:].split("-")[0]) for p in dump_base.parent.iterdir()
+                   if p.name.startswith(dump_base.name + ".") and p.name.endswith("-01"))
+    if not rendered or not parts or len(parts) % rendered:
+        raise ReplayFailed(f"the counted replay rendered {rendered or 0} frames but callgrind dumped {len(parts)} "
+                           "times at SwapBuffers: cannot tell the frames apart")
+    per = len(parts) // rendered
+    out: list[dict[str, int]] = []
+    for k in range(min(rendered, wanted)):
+        total: dict[str, int] = {}
+        for part in parts[k * per:(k + 1) * per]:
+            try:
+                counts = read_summary(dump_base.with_name(f"{dump_base.name}.{part}-01"))
+            except KatraError as exc:
+                raise ReplayFailed(str(exc)) from None
+            for event, value in counts.items():
+                total[event] = total.get(event, 0) + value
+        out.append(total)
+    return out
+
+
+__all__ = ["ReplayFailed", "SWAP_FUNCTION", "TimedReplay", "counted_command", "counted_frames", "replay_args",
+           "snapshot", "timed_frames"]

@@ -1,0 +1,137 @@
+"""The replayer and the trace file: which glretrace replays a trace, its version, and the trace's facts.
+
+An apitrace trace names its window system in its calls: ``glX*`` calls (GLX, replayed by ``glretrace`` on an
+X server) or ``egl*`` calls (EGL, replayed by ``eglretrace --headless``). :func:`trace_facts` reads that from
+the first calls (``apitrace dump``), and the file's SHA-256 and size, which the trace header records and
+which make two replays of different traces incomparable (the scene's params, :mod:`katra3d.scenes.registry`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from katra_trace.errors import ConfigError, SceneError, ToolUnavailable
+
+#: The Debian/Ubuntu package that holds apitrace, glretrace and eglretrace.
+APT_PACKAGE = "apitrace"
+#: Calls read to tell a GLX trace from an EGL one.
+SNIFF_CALLS = 2000
+_CALL = re.compile(r"^\d+ (glX|egl|wgl|CGL)[A-Za-z]*\(", re.MULTILINE)
+
+
+def install_line() -> str:
+    """The command that installs apitrace here (with sudo unless root)."""
+    line = f"apt-get install -y {APT_PACKAGE}"
+    return line if os.geteuid() == 0 else f"sudo {line}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Replayer:
+    """The program that replays a trace: ``path`` (glretrace or eglretrace), ``version`` (the apitrace
+    package's, e.g. ``11.1+repack-1.1+b2``; "" when no package manager says) and ``api`` (glx | egl)."""
+
+    path: str
+    version: str
+    api: str
+
+    @property
+    def headless(self) -> bool:
+        """EGL traces replay without a window (``--headless``); GLX ones need an X server."""
+        return self.api == "egl"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"path": self.path, "version": self.version, "api": self.api}
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceFacts:
+    """An apitrace file as the header records it: absolute ``path``, ``sha256``, ``size_bytes``, ``api``."""
+
+    path: str
+    sha256: str
+    size_bytes: int
+    api: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {"path": self.path, "sha256": self.sha256, "size_bytes": self.size_bytes, "api": self.api}
+
+
+def _which(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise ToolUnavailable(f"replaying an apitrace trace needs {name}, which is not on PATH; "
+                              f"install it: {install_line()}")
+    return path
+
+
+def package_version() -> str:
+    """The installed apitrace package's version ("" when dpkg-query is missing or does not know it)."""
+    dpkg = shutil.which("dpkg-query")
+    if dpkg is None:
+        return ""
+    try:
+        out = subprocess.run([dpkg, "-W", "-f=${Version}", APT_PACKAGE], capture_output=True, text=True,
+                             timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def file_digest(path: Path) -> tuple[str, int]:
+    """(SHA-256 hex, size in bytes) of ``path``; SceneError when it cannot be read."""
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+    except OSError as exc:
+        raise SceneError(f"cannot read trace '{path}': {exc.strerror or exc}") from None
+    return digest.hexdigest(), size
+
+
+def sniff_api(path: Path) -> str:
+    """glx or egl: the window system of the trace's first calls. ToolUnavailable without apitrace; SceneError
+    when apitrace cannot read the file or it holds no GLX or EGL call (a WGL or CGL trace, or not a trace)."""
+    apitrace = _which("apitrace")
+    try:
+        out = subprocess.run([apitrace, "dump", f"--calls=0-{SNIFF_CALLS}", "--color=never", str(path)],
+                             capture_output=True, text=True, errors="replace", timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SceneError(f"apitrace cannot read trace '{path}': {exc}") from None
+    found = {m.group(1) for m in _CALL.finditer(out.stdout)}
+    if "glX" in found:
+        return "glx"
+    if "egl" in found:
+        return "egl"
+    if found:
+        raise SceneError(f"trace '{path}' is a {'/'.join(sorted(found))} trace; katra3d replays GLX and EGL "
+                         "traces (Linux)")
+    why = (out.stderr.strip().splitlines() or ["no GLX or EGL call in its first calls"])[-1]
+    raise SceneError(f"trace '{path}' cannot be replayed: {why[:200]}")
+
+
+def trace_facts(path: Path) -> TraceFacts:
+    """The facts of the trace file at ``path`` (SceneError when it is missing or not a GLX/EGL trace)."""
+    if not path.is_file():
+        raise SceneError(f"trace file '{path}' not found")
+    sha, size = file_digest(path)
+    return TraceFacts(os.path.abspath(path), sha, size, sniff_api(path))
+
+
+def find_replayer(api: str) -> Replayer:
+    """The replayer of a trace of ``api`` (ToolUnavailable, exit 3, with the install line when missing)."""
+    if api not in ("glx", "egl"):
+        raise ConfigError(f"no replayer for a {api} trace")
+    return Replayer(_which("glretrace" if api == "glx" else "eglretrace"), package_version(), api)
+
+
+__all__ = ["APT_PACKAGE", "Replayer", "TraceFacts", "file_digest", "find_replayer", "install_line",
+           "package_version", "sniff_api", "trace_facts"]
