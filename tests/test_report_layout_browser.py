@@ -12,7 +12,7 @@ import pytest
 
 from katra_trace import open_trace
 from katra_trace.report import build_report, write_report
-from tests.test_report import long_run
+from tests.test_report import RAW_KEYS, long_run
 from tests.test_report_browser import CHROMIUM, DevTools, _load, _problems, browser  # noqa: F401 (the fixture)
 from tests.test_report_layout import draws_run
 
@@ -44,7 +44,7 @@ def test_many_runs_and_draws_in_chromium(tmp_path: Path, browser: DevTools) -> N
     for i in range(6):
         draws_run(tmp_path / f"new-{i}.katra", seed=i, scale=1.1)
         draws_run(tmp_path / f"base-{i}.katra", seed=10 + i)
-    long_run(tmp_path / "spiky.katra", 60, 30)  # a second scene, one run: plain lines
+    long_run(tmp_path / "spiky.katra", 60, 30, params={"layers": 12})  # a second scene, one run: plain lines
     page = tmp_path / "report.html"
     write_report(page, build_report([*(open_trace(tmp_path / f"new-{i}.katra") for i in range(6)),
                                      open_trace(tmp_path / "spiky.katra")],
@@ -93,4 +93,21 @@ def test_many_runs_and_draws_in_chromium(tmp_path: Path, browser: DevTools) -> N
     ticks = sorted(plot["yticks"], key=lambda t: t["top"])
     assert all(a["bottom"] <= b["top"] for a, b in zip(ticks, ticks[1:], strict=False)), ticks
     assert all(t["left"] >= plot["div"]["left"] and t["bottom"] <= plot["div"]["bottom"] for t in ticks)
+
+    # the tables as drawn: readable headers (no raw key), the params shown, none wider than the page
+    tables: Any = d.evaluate("""(function () {
+        var main = document.querySelector('main').getBoundingClientRect(), shown = function (el) {
+            var r = el.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+        var all = Array.from(document.querySelectorAll('main table')).filter(shown);
+        return {heads: Array.from(document.querySelectorAll('th')).filter(shown).map(function (t) {
+                    return t.textContent; }),
+                params: Array.from(document.querySelectorAll('table.params')).filter(shown).map(function (t) {
+                    return t.innerText; }),
+                zones: document.querySelectorAll('table.zone-stats').length,
+                wider: all.filter(function (t) { return t.getBoundingClientRect().right > main.right + 1; }).length};
+    })()""")
+    assert {"1 % low (fps)", "stutter (% of time)", "spans"} <= set(tables["heads"])
+    assert not set(tables["heads"]) & RAW_KEYS, set(tables["heads"]) & RAW_KEYS
+    assert [p.split() for p in tables["params"]] == [["params", "layers", "12"]]
+    assert tables["zones"] == 2 and tables["wider"] == 0
     assert _problems(d.events) == []
