@@ -16,9 +16,14 @@ frame's excess, in this order:
    llvmpipe: a pass that grew with no CPU to show for it waited for the machine);
 3. with zones, ``between zones``: the scene's own code between its zones (Python work, a blocking
    call: a sleep there is the scene's, so idle time between zones is charged to it);
-4. ``machine``: wall time exceeded the frame's process CPU time by more than the frame's typical
-   time (its moving median), and that gap explains the excess (sync-mode captures record the
-   process clock; gpu-mode ones cannot say ``machine``);
+4. ``machine``: wall time exceeded what the frame's process CPU time accounts for by more than the
+   frame's typical time (its moving median), and that gap explains the excess. CPU time accounts
+   for wall time at the scene's usual pace (moving median of wall over moving median of process
+   CPU time: 1 for one busy thread on an idle machine, less with rasterizer threads in parallel,
+   more on a loaded machine); and the frame's extra work alone (its excess less that gap) would not
+   have made it slow. So a frame that did much more work, and was preempted for it on a busy machine,
+   is put on its work; one that lost its time while not running, on the machine. Sync-mode captures
+   record the process clock; gpu-mode ones cannot say ``machine``;
 5. without zones, ``between zones`` for the whole frame; with zones, ``unknown``.
 
 Without zones a blocking call in the scene's code and a stopped process look alike (both are
@@ -35,7 +40,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from katra_trace.analysis.stats import measured, moving_median, scene_labels, stutter_frames
+from katra_trace.analysis.stats import STUTTER_FACTOR, measured, moving_median, scene_labels, stutter_frames
 from katra_trace.jsontext import record_dict
 from katra_trace.metrics import CLOCK_NAMES, VALUE_CLOCKS, is_time, primary_clock_of
 from katra_trace.schema import GC_NAME, Clock, Kind, draw_pass
@@ -261,9 +266,15 @@ def _scene(label: str, ev: np.ndarray, clock: str, marks: np.ndarray, strings: S
     machine = np.full(d.size, False)
     gap_excess = np.zeros(d.size)
     if process.size:
-        gap = d - _aligned(idx, process["frame"].astype(np.int64), process["dur_ns"].astype(np.float64))
-        gap_excess = _excess(gap)
-        machine = (gap > med) & (gap_excess >= EXPLAINS * excess)
+        cpu = _aligned(idx, process["frame"].astype(np.int64), process["dur_ns"].astype(np.float64))
+        typical_cpu = moving_median(cpu)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pace = np.where(typical_cpu > 0, med / typical_cpu, np.nan)
+        # the wall time its CPU time does not account for, at the scene's usual pace of wall per CPU ns
+        gap_excess = d - cpu * pace
+        # ... and the frame's extra work alone (its excess less that gap) would not have made it slow
+        machine = ((gap_excess > med) & (gap_excess >= EXPLAINS * excess)
+                   & (excess - gap_excess <= (STUTTER_FACTOR - 1.0) * med))
     zone_parts = _zone_parts(zones, idx[where], strings) if has_zones else []
     between = d.copy()
     if has_zones:
