@@ -3,7 +3,8 @@
 #   ci/system-deps.sh        Mesa's EGL + llvmpipe (needed to render)
 #   ci/system-deps.sh test   the above, plus Xvfb (the GLFW backend tests), valgrind
 #                            (the --measure instructions tests run it for real) and chromium
-#                            (the HTML report is opened in it); and, where they can be installed,
+#                            (the HTML report is opened in it), apitrace (trace replays: docs/replay.md);
+#                            and, where they can be installed,
 #                            the bench extras below, so the test of the glmark2 row's glmark2 side
 #                            runs glmark2 for real
 #   ci/system-deps.sh bench  the first, plus glmark2-x11, glmark2-data and Xvfb for `make bench`'s
@@ -39,6 +40,10 @@ if [ "$want_test" = 1 ] && ! command -v valgrind >/dev/null 2>&1; then
 fi
 if [ "$want_test" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
     missing+=(chromium)
+fi
+# apitrace: the trace replay tests (tests/test_replay.py, docs/replay.md) record and replay glmark2 traces
+if [ "$want_test" = 1 ] && ! command -v glretrace >/dev/null 2>&1; then
+    missing+=(apitrace)
 fi
 
 bench_extras() {
