@@ -15,6 +15,7 @@ start-up costs") records the measured figures.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from bench._core import BenchContext, Row, at_most, bench, interleave, pair_ratios, ratio_row
 from bench._proc import Job, run_jobs
@@ -71,4 +72,58 @@ def counted_cost(ctx: BenchContext) -> list[Row]:
         Row("counted run CPU", "user + sys s of the counted command, parent and child",
             counted_cpu[len(counted_cpu) // 2], "s", n=len(counted_cpu),
             notes=f"{counted_cpu[0]:.1f}..{counted_cpu[-1]:.1f} s"),
+    ]
+
+
+# --------------------------------------------------------------------------- --jobs: a counted suite on every core
+
+#: The counted suite of issue 36's rows: the ``ci`` suite, 20 measured frames a scene (its own 5 warm-up frames).
+SUITE_ARGS: tuple[str, ...] = ("--suite", "ci", "--frames", "20")
+#: Targets (issue 36): the counted suite with ``--jobs 2`` on 2 cores at most 40x the time run's wall (61-66x
+#: serially), and at most 0.6 of the same counted run with ``--jobs 1``.
+JOBS_TIME_TARGET = 40.0
+JOBS_SERIAL_TARGET = 0.6
+JOBS_ROUNDS = 2
+
+
+@bench("counted-jobs", about="the counted ci suite (--frames 20) with --jobs 2 vs the time run and vs --jobs 1",
+       default=False, needs_gl=True)
+def counted_jobs(ctx: BenchContext) -> list[Row]:
+    """Wall time of the counted ``ci`` suite with ``--jobs 2`` against its time run and against ``--jobs 1``,
+    the three commands interleaved round by round (:func:`bench._core.interleave`), each alone on the machine.
+    ``--quick``: three scenes of the suite, 2 frames."""
+    from katra3d.harness.run.jobs import usable_cores
+    from katra3d.harness.run.valgrind import find_valgrind  # deferred: the harness loads only when the bench runs
+
+    _, valgrind = find_valgrind()
+    args = ("clear", "triangle", "shader", "--size", "64x64", "--frames", "2") if ctx.quick else SUITE_ARGS
+    cpu: dict[str, list[float]] = {}
+
+    def variant(key: str, extra: tuple[str, ...]) -> Callable[[], float]:
+        def call() -> float:
+            done = run_jobs([Job(key, (*args, *extra), ctx.tmp / f"{key}.katra")], parallel=1, log=ctx.log)[key]
+            cpu.setdefault(key, []).append(done.cpu_s)
+            return done.wall_s
+        return call
+
+    load = os.getloadavg()
+    rounds = ctx.scale(JOBS_ROUNDS, 1)
+    samples = interleave({"jobs2": variant("jobs2", ("--measure", "instructions", "--jobs", "2")),
+                          "jobs1": variant("jobs1", ("--measure", "instructions", "--jobs", "1")),
+                          "time": variant("time", ())}, rounds, warmup=0, progress=ctx.log)
+    load_end = os.getloadavg()
+    ctx.facts.update({"valgrind": valgrind, "wall_s": samples, "cpu_s": cpu, "loadavg_start": list(load),
+                      "loadavg_end": list(load_end), "usable_cores": usable_cores()})
+    where = (f"katra3d run {' '.join(args)}; {rounds} interleaved round(s), load {load[0]:.1f}->{load_end[0]:.1f} "
+             f"on {usable_cores()} usable cores")
+    walls = {k: f"{min(v):.0f}..{max(v):.0f} s" for k, v in samples.items()}
+    return [
+        ratio_row("counted suite --jobs 2 / time run", "wall: --measure instructions --jobs 2 / --measure time",
+                  pair_ratios(samples, "jobs2", "time"), target=at_most(JOBS_TIME_TARGET),
+                  notes=f"--jobs 2 {walls['jobs2']}, time {walls['time']}; {where}"),
+        ratio_row("counted suite --jobs 2 / --jobs 1", "wall: --measure instructions --jobs 2 / --jobs 1",
+                  pair_ratios(samples, "jobs2", "jobs1"), target=at_most(JOBS_SERIAL_TARGET),
+                  notes=f"--jobs 1 {walls['jobs1']}; every scene in its own child either way"),
+        ratio_row("counted suite --jobs 1 / time run", "wall: --measure instructions --jobs 1 / --measure time",
+                  pair_ratios(samples, "jobs1", "time"), notes="one child at a time (issue 36: 61-66x before)"),
     ]

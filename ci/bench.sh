@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the katra3d `ci` suite on llvmpipe, keep the traces, compare against a baseline.
 #
-#   ci/bench.sh [-o TRACE_DIR] [-b BASELINE_DIR] [-m MEASURE] [-n RUNS] [-s SUITE] [-a RUN_ARGS]
+#   ci/bench.sh [-o TRACE_DIR] [-b BASELINE_DIR] [-m MEASURE] [-n RUNS] [-j JOBS] [-s SUITE] [-a RUN_ARGS]
 #               [-- COMPARE_OPTIONS...]
 #
 #   -o DIR   where this run's traces go (default: bench-traces); must not already hold traces
@@ -14,6 +14,9 @@
 #            unit of evidence: >= 3 runs a side give a verdict (Welch's t on the runs' levels),
 #            and with 12 scenes Holm-corrected at alpha 0.01 more runs resolve smaller changes
 #            (docs/stats.md). On a shared runner, pass `-- --metric process --stat p10`.
+#   -j JOBS  counts: scenes counted at once, each in its own valgrind child (`katra3d run --jobs`;
+#            default: the runner's usable cores, fewer when memory is short). Time runs measure one
+#            scene at a time (katra3d refuses -j above 1 for time: parallel timings disturb each other)
 #   -s NAME  suite (default: ci); -s '' runs only the scenes named in -a
 #   -a ARGS  extra `katra3d run` options, one string (e.g. "--frames 120"); keep them the same
 #            as the baseline's, or scenes become incomparable. Counts default to --frames 10
@@ -39,6 +42,7 @@ out="bench-traces"
 baseline=""
 measure="auto"
 runs=""
+jobs=""
 suite="ci"
 run_args=()
 while [ $# -gt 0 ]; do
@@ -47,9 +51,10 @@ while [ $# -gt 0 ]; do
         -b) baseline="$2"; shift 2 ;;
         -m) measure="$2"; shift 2 ;;
         -n) runs="$2"; shift 2 ;;
+        -j) jobs="$2"; shift 2 ;;
         -s) suite="$2"; shift 2 ;;
         -a) read -r -a run_args <<< "$2"; shift 2 ;;
-        -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
         --) shift; break ;;
         *) echo "ci/bench.sh: unknown option '$1' (see ci/bench.sh --help)" >&2; exit 2 ;;
     esac
@@ -71,6 +76,7 @@ if [ -z "$suite" ] && [ "${#run_args[@]}" -eq 0 ]; then
     echo "ci/bench.sh: -s '' needs the scenes in -a (e.g. -a \"triangle --frames 20\")" >&2; exit 2
 fi
 capture=(--quiet)
+[ -n "$jobs" ] && capture+=(--jobs "$jobs")
 [ -n "$suite" ] && capture+=(--suite "$suite")
 if $counts; then
     # counts are deterministic: a few frames a scene are enough (the run's -a may override)

@@ -56,13 +56,13 @@ def _full_plan() -> RunPlan:
                        params=(("clear", "bands", "3"), ("triangle", "speed", 0.5)), output="out/x.katra",
                        notes="a note, with ünïcode", screenshot_dir="shots", measure="instructions",
                        reference_every=3, force=True, max_draw_zones=5, codec="none", keep_image=False,
-                       expect_images="refs", update_images=True)
+                       expect_images="refs", update_images=True, shard="1/2", jobs=2)
     entries = (SceneEntry("clear", "clear", ClearScene, {"bands": 3}),
                SceneEntry("triangle", "triangle", TriangleScene, {"speed": 0.5}),
                SceneEntry("clear#2", "sub/tiny.py:Tiny", ClearScene, {"bands": 4}))
     return RunPlan(config, entries, frames=7, duration_s=2.5, warmup=2, size=(48, 32), output=Path("out/x.katra"),
                    screenshot_dir=Path("/abs/shots"), workload="ci+clear+sub/tiny.py:Tiny", keep_images=True,
-                   expect_images=Path("refs"), counting=Counting("instructions", "/opt/bin/valgrind", "3.99.0"))
+                   expect_images=Path("refs"), counting=Counting("instructions", "/opt/bin/valgrind", "3.99.0"), jobs=2)
 
 
 def _classes(spec: str) -> type:

@@ -54,6 +54,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="time (default: the clocks of --timing), instructions or cycles: count each frame's "
                         "work under callgrind on a software renderer, deterministic to the instruction "
                         "(docs/measure.md)")
+    p.add_argument("--jobs", metavar="N",
+                   help="with --measure instructions|cycles: count up to N scenes at once, each in its own valgrind "
+                        "child (default: the usable cores, fewer when memory is short); a time run measures one "
+                        "scene at a time (docs/measure.md)")
     p.add_argument("--reference-every", metavar="K",
                    help="time a small fixed reference draw after every K-th measured frame, for "
                         "'compare --normalize' (sync timing; default 4, 0 = off)")
@@ -114,6 +118,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         expect_images=args.expect_images,
         update_images=bool(args.update_images),
         shard=args.shard,
+        jobs=parse_int(args.jobs, "--jobs", 1),
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from katra3d.harness.engine.timers import MODES, zone_mode
 from katra3d.harness.gl.backends import CHOICES, resolve_name
+from katra3d.harness.run.jobs import resolve_jobs
 from katra3d.harness.run.valgrind import Counting, counting
 from katra_trace import metrics
 from katra_trace.analysis.images import file_stem
@@ -116,6 +117,9 @@ class RunConfig:
     ``expect_images``: check those frames against the references in this folder, or with
     ``update_images`` record them there (:mod:`katra_trace.analysis.references`). ``shard``: ``"I/N"``, run
     only shard I of N of the scenes (:func:`katra3d.scenes.suites.shard_indices`; ``katra3d merge`` joins them).
+    ``jobs``: counted scenes counted at once, each in its own valgrind child (None: the usable cores for a
+    count, 1 for a time run; :mod:`katra3d.harness.run.jobs`). It decides how the run is made, not what it
+    records: the trace is the same whatever it is, and it is left out of :meth:`as_dict`.
     """
 
     scenes: tuple[str, ...] = ()
@@ -143,10 +147,13 @@ class RunConfig:
     expect_images: str | None = None
     update_images: bool = False
     shard: str | None = None
+    jobs: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready dict of every field (params as SCENE.KEY -> value)."""
+        """JSON-ready dict of every field but ``jobs`` (params as SCENE.KEY -> value): what the trace's header
+        records as the run's request."""
         out = dataclasses.asdict(self)
+        del out["jobs"]
         out["scenes"] = list(self.scenes)
         out["size"] = list(self.size) if self.size else None
         out["params"] = {f"{s}.{k}" if s else k: v for s, k, v in self.params}
@@ -180,6 +187,8 @@ class RunPlan:
     expect_images: Path | None = None  #: the reference folder of --expect-images
     #: --measure instructions|cycles: the mode and the valgrind that counts, found once (None: a time run)
     counting: Counting | None = None
+    #: counted children at once (--jobs, resolved; 1 for a time run)
+    jobs: int = 1
 
 
 def _writable_dir(path: Path, what: str) -> None:
@@ -287,6 +296,7 @@ def plan_run(config: RunConfig) -> RunPlan:
     if config.reference_every is not None and not 0 <= config.reference_every <= MAX_FRAMES:
         raise ConfigError(f"bad --reference-every {config.reference_every}: must be in 0..{MAX_FRAMES} (0 = off)")
     check_measure(config.measure, timing=config.timing, duration_s=config.duration_s, warmup=config.warmup)
+    jobs = resolve_jobs(config.jobs, config.measure)
 
     raw: list[tuple[str, Mapping[str, Any]]] = list(suite.entries) if suite else []
     raw += [(name, {}) for name in config.scenes]
@@ -354,7 +364,8 @@ def plan_run(config: RunConfig) -> RunPlan:
     return RunPlan(config, tuple(entries), frames, config.duration_s, warmup,
                    (int(size[0]), int(size[1])), output, shots, workload,
                    keep_images=config.keep_image and frames is not None, expect_images=expect,
-                   counting=counting(config.measure))  # the one look for valgrind, after every check of input
+                   # the one look for valgrind, after every check of input
+                   counting=counting(config.measure), jobs=jobs)
 
 
 def _shard(entries: list[SceneEntry], shard: str, size: tuple[int, int], frames: int | None,

@@ -103,15 +103,25 @@ def die_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
-@contextlib.contextmanager
-def forward_signals(child: list[subprocess.Popen[bytes]], ready: Callable[[], bool],
-                    received: list[int]) -> Iterator[None]:
-    """While the child runs, send it every SIGINT/SIGTERM/SIGHUP this process gets, and note it in ``received``.
+def signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
+    """Send ``signum`` to the process group of ``proc`` (a child started in a session of its own: valgrind and
+    whatever it started), unless it has been waited for already."""
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signum)
 
-    Until the child is ``ready`` (its katra3d code runs and has reported), it has counted nothing and has no
-    handler that would end it cleanly (a Ctrl-C during its imports would end in a traceback): it is killed
-    instead. ``child`` holds the child once it is started (empty before): the handlers are set before the
-    dump directory is made, so a signal that comes while the child is being started is noted, not lost in
+
+@contextlib.contextmanager
+def forward_signals(children: list[subprocess.Popen[bytes]], ready: Callable[[subprocess.Popen[bytes]], bool],
+                    received: list[int]) -> Iterator[None]:
+    """While the children run, send each one's process group every SIGINT/SIGTERM/SIGHUP this process gets,
+    and note it in ``received``.
+
+    Until a child is ``ready(child)`` (its katra3d code runs and has reported), it has counted nothing and has
+    no handler that would end it cleanly (a Ctrl-C during its imports would end in a traceback): it is killed
+    instead. ``children`` holds the children started so far (empty before): the handlers are set before any
+    dump directory is made, so a signal that comes while a child is being started is noted, not lost in
     whatever Python code it interrupted (the caller kills a child started after a signal). Outside the main
     thread no handler can be set, and nothing is forwarded."""
     if threading.current_thread() is not threading.main_thread():
@@ -120,13 +130,8 @@ def forward_signals(child: list[subprocess.Popen[bytes]], ready: Callable[[], bo
 
     def forward(signum: int, _frame: Any) -> None:
         received.append(signum)
-        if not child:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            if ready():
-                child[0].send_signal(signum)
-            else:
-                child[0].kill()
+        for proc in list(children):
+            signal_group(proc, signum if ready(proc) else signal.SIGKILL)
 
     old: dict[signal.Signals, Any] = {}
     try:
@@ -148,4 +153,4 @@ def wait(proc: subprocess.Popen[bytes], poll: Callable[[], object], every_s: flo
 
 
 __all__ = ["DUMP_PREFIX", "alive", "die_with_parent", "forward_signals", "make_dump_dir", "owner_pid",
-           "remove_stale_dump_dirs", "wait"]
+           "remove_stale_dump_dirs", "signal_group", "wait"]

@@ -9,25 +9,23 @@ checked plan (which found valgrind, :mod:`katra3d.harness.run.valgrind`) travels
 command line: the parent writes a :class:`ChildOrder` into the dump directory (``args.json``), the child
 (``python -m katra3d``, no arguments) runs it through :func:`katra3d.harness.run.runner.run_child`, captures with
 :class:`katra3d.harness.engine.counting.CountTimer`, writes the trace itself and hands its
-per-scene results back (``results.json``). The parent forwards stop
-signals to the child, and removes the dump directory whatever happens.
-docs/measure.md says what the numbers mean.
+per-scene results back (``results.json``). Every scene has a child of its own, with a one-scene plan, up to
+``--jobs`` at once (:mod:`katra3d.harness.run.children` starts them, forwards stop signals to them, joins their
+traces and removes their dump directories whatever happens). docs/measure.md says what the numbers mean.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import katra3d
 import katra_trace
@@ -35,20 +33,15 @@ from katra3d import harness, scenes
 from katra3d.harness.engine import valgrind_request
 from katra3d.harness.engine.results import RunResult, SceneResult
 from katra3d.harness.gl.probe import render_env
-from katra3d.harness.run import bytecode, lifetime
+from katra3d.harness.run import bytecode
 from katra3d.harness.run.config import RunPlan, plan_as_dict, plan_from_dict
-from katra3d.harness.run.placeholders import OUTPUT_PLACEHOLDER, placeholder_plan, restore_strings
-from katra3d.harness.run.progress import ChildProgress, Relay
+from katra3d.harness.run.placeholders import OUTPUT_PLACEHOLDER
+from katra3d.harness.run.progress import ChildProgress
 from katra3d.harness.run.valgrind import Counting
 from katra_trace.errors import ConfigError, ToolUnavailable
-from katra_trace.io import claim as claim_mod
 from katra_trace.io.header import GLInfo, MeasureOptions, SystemInfo
 from katra_trace.io.images import renderer_facts
-from katra_trace.io.blockfile import copy_with_header
 from katra3d.scenes.registry import absolute_spec, builtin_scenes, entry_point_scenes, get_scene, split_file_spec
-
-if TYPE_CHECKING:
-    from katra3d.harness.engine.results import Progress
 
 #: Environment of the counted child: what makes its counts repeatable and comparable.
 PINNED_ENV: dict[str, str] = {
@@ -350,102 +343,13 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def _handed_back(dump_dir: Path) -> dict[str, Any] | None:
+def handed_back(dump_dir: Path) -> dict[str, Any] | None:
     """What the child handed back (results or an error), or None when it wrote nothing (it was killed)."""
     try:
         data = json.loads((dump_dir / RESULTS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def run_counted(plan: RunPlan, *, progress: Progress, quiet: bool) -> tuple[int, dict[str, Any] | None, int]:
-    """Run ``plan`` counted under callgrind, and move its trace to ``plan.output``.
-
-    The checked plan travels as data: it is written into the dump directory's args.json
-    (:func:`katra3d.harness.run.config.plan_as_dict`), where the child reads it. ``plan.output`` is
-    claimed here first (``<output>.part``, as any capture does), so no other run can take
-    it. The child writes into the dump directory; its trace is moved into place when it
-    ends (complete, aborted or interrupted). If the child was killed, its readable prefix
-    stays as ``<output>.part``. The dump directory is removed whatever happens; the child
-    dies with this process (:mod:`katra3d.harness.run.lifetime`), and the dump directories of
-    counted runs whose parent was killed are removed first. The child's progress is shown
-    on ``progress`` as it comes (:class:`katra3d.harness.run.progress.Relay`). Returns the child's
-    exit code, what it handed back (:func:`result_as_dict`, or ``{"error", "exit_code"}``;
-    None when it wrote nothing), and the first stop signal this process got (0: none).
-    """
-    counting = plan.counting
-    if counting is None:
-        raise ConfigError(f"--measure {plan.config.measure} does not count: nothing to run under valgrind")
-    target = claim_mod.claim(plan.output, plan.config.force)
-    published = False
-    lifetime.remove_stale_dump_dirs()
-    child: list[subprocess.Popen[bytes]] = []
-    received: list[int] = []
-    relays: list[Relay] = []  # the child is ready once it has reported through its relay
-    # the handlers come first: a Ctrl-C while the child is being started is noted, never lost in the code it
-    # interrupted (it was: inside fork's at-fork handlers, as an 'Exception ignored')
-    with lifetime.forward_signals(child, lambda: bool(relays) and relays[0].calls > 0, received):
-        dump_dir = lifetime.make_dump_dir()
-        try:
-            imports, sys_path = scene_imports(plan)
-            compile_sources(imports.values())
-            deferred = instrumentation_deferred()
-            cmd = child_command(counting.valgrind, dump_dir / DUMP_BASE, counting.mode, deferred=deferred)
-            order = ChildOrder(placeholder_plan(plan), dump_dir, tuple(cmd), deferred, imports, tuple(sys_path))
-            trace = order.trace
-            env = child_env(dump_dir)
-            write_order(order)
-            # the child's stdin, stdout and stderr are the same kind of file whatever the parent's are (a terminal,
-            # a pipe, /dev/null with --quiet): measured, each kind moved every frame's count (by up to 188 of
-            # 275,000 instructions of a 16x16 clear frame); its stderr is relayed from a file
-            relay = Relay(dump_dir / PROGRESS_FILE, progress, None if quiet else (dump_dir / STDERR_FILE, sys.stderr))
-            relays.append(relay)
-            progress.phase("starting valgrind, then Python and katra3d in it (not counted)", None)
-            try:
-                with open(dump_dir / STDERR_FILE, "wb") as err:
-                    proc = subprocess.Popen(cmd, env=env, cwd=dump_dir, stdin=subprocess.DEVNULL,
-                                            stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
-                                            preexec_fn=lifetime.die_with_parent())
-            except (OSError, subprocess.SubprocessError) as exc:
-                raise ToolUnavailable(f"cannot start valgrind: {exc}") from None
-            child.append(proc)
-            if received:  # stopped while the child was being started: it has counted nothing
-                proc.kill()
-
-            try:
-                code = lifetime.wait(proc, relay.poll, POLL_S)
-            finally:
-                if proc.poll() is None:  # this process is being torn down: do not leave the child behind
-                    proc.kill()
-                    proc.wait()
-            relay.poll()
-            handed = _handed_back(dump_dir)
-            finished = trace if trace.is_file() else None
-            partial = trace.with_name(trace.name + ".part")
-            source = finished or (partial if partial.is_file() else None)
-            if source is not None:
-                with open(source, "rb") as src, os.fdopen(os.dup(target.fd), "wb") as dst:
-                    if not copy_with_header(src, dst, restore_strings(plan)):
-                        shutil.copyfileobj(src, dst)
-                if finished is not None:  # a failed child's frames are set aside, as a failed run's are
-                    failed = handed is not None and "error" in handed and not received
-                    kept = claim_mod.place(target, empty_failure=False, aside=failed)[1]
-                    published = True
-                    if failed and handed is not None:
-                        handed["kept"] = None if kept is None else str(kept)
-                else:
-                    published = True  # the killed child's prefix stays in <output>.part for the user
-                    print(f"katra3d: the counted run was killed; the frames it recorded are in '{target.part_path}'",
-                          file=sys.stderr)
-            return code, handed, received[0] if received else 0
-        finally:
-            shutil.rmtree(dump_dir, ignore_errors=True)
-            if not published:
-                claim_mod.discard(target)
-            else:
-                with contextlib.suppress(OSError):
-                    os.close(target.fd)
 
 
 __all__ = [
@@ -470,8 +374,8 @@ __all__ = [
     "instrumentation_deferred",
     "read_order",
     "result_as_dict",
+    "handed_back",
     "result_from_dict",
-    "run_counted",
     "scene_imports",
     "stop_counting",
     "write_order",

@@ -123,6 +123,92 @@ class Progress:
         return f"{self._name} frame {min(done + 1, self._frames)} of {self._frames}"
 
 
+class Lane(Progress):
+    """One counted child's share of a :class:`Progress` display (:func:`lane`): its own bar on a terminal
+    (under the others' bars), its lines and phases named after its scene in plain output.
+
+    The child runs a one-scene plan, so it says ``[1/1] LABEL``: the lane puts the scene's place in the run
+    in (``[3/9] LABEL``), and, when the run has more than one scene, names the scene in the phases the child
+    reports without it (opening GL, writing the trace, valgrind ending)."""
+
+    def __init__(self, parent: Progress, index: int, label: str) -> None:
+        super().__init__(parent.total, parent.stream, parent.quiet, parent.phase_lines)
+        self.tty = parent.tty
+        self.started = parent.started
+        self._bar = parent._bar  # the parent's live display, entered by the parent (None off a terminal)
+        self.renumber = _Renumber(index, parent.total, label)
+
+    def __enter__(self) -> Lane:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Take this lane's bar off the display (the child ended)."""
+        if self._bar is not None and self._task is not None:
+            self._bar.remove_task(self._task)
+        self._task = None
+        self._bar = None
+
+    def line(self, text: str) -> None:
+        super().line(self.renumber.text(text, phase=False))
+
+    def scene_started(self, index: int, label: str, total_frames: int | None) -> None:
+        super().scene_started(self.renumber.index, label, total_frames)
+
+    def phase(self, name: str, frames: int | None) -> None:
+        super().phase(self.renumber.text(name, phase=True), frames)
+
+
+class _Renumber:
+    """A one-scene child's ``[1/1] `` as the scene's place in the run (``[index/total] ``), and its phases
+    without a scene named after it when the run has more than one."""
+
+    def __init__(self, index: int, total: int, label: str) -> None:
+        self.index, self.total = index, total
+        self.prefix = f"[{index}/{total}] "
+        self.named = f"{self.prefix}{label}: " if total > 1 else ""
+
+    def text(self, text: str, *, phase: bool) -> str:
+        if text.startswith("[1/1] "):
+            return self.prefix + text.removeprefix("[1/1] ")
+        return self.named + text if phase else text
+
+
+class _RenumberedProgress:
+    """:class:`Lane` for a progress that is not a :class:`Progress` (a caller's own): the calls go on to it,
+    the scene's place in the run put in."""
+
+    def __init__(self, progress: ProgressProtocol, index: int, total: int, label: str) -> None:
+        self.progress = progress
+        self.tty = bool(getattr(progress, "tty", False))
+        self.renumber = _Renumber(index, total, label)
+
+    def close(self) -> None:
+        """Nothing to take off."""
+
+    def line(self, text: str) -> None:
+        self.progress.line(self.renumber.text(text, phase=False))
+
+    def scene_started(self, index: int, label: str, total_frames: int | None) -> None:
+        self.progress.scene_started(self.renumber.index, label, total_frames)
+
+    def phase(self, name: str, frames: int | None) -> None:
+        self.progress.phase(self.renumber.text(name, phase=True), frames)
+
+    def advance(self, done: int) -> None:
+        self.progress.advance(done)
+
+
+def lane(progress: ProgressProtocol, index: int, total: int, label: str) -> Lane | _RenumberedProgress:
+    """Where the counted child of the run's ``index``-th scene (of ``total``) reports: a :class:`Lane` of a
+    :class:`Progress` display, else the calls passed on to ``progress`` with the scene's place put in."""
+    if isinstance(progress, Progress) and not isinstance(progress, Lane) and progress.total == total:
+        return Lane(progress, index, label)
+    return _RenumberedProgress(progress, index, total, label)
+
+
 class ChildProgress:
     """The counted child's :class:`katra3d.harness.engine.results.Progress`: every call one JSON line in ``path``.
 
@@ -305,4 +391,4 @@ def show_warning(message: Warning | str, category: type[Warning], filename: str,
     print(f"katra3d: warning: {message}", file=sys.stderr)
 
 
-__all__ = ["ChildProgress", "Progress", "Relay", "Tally", "show_warning"]
+__all__ = ["ChildProgress", "Lane", "Progress", "Relay", "Tally", "lane", "show_warning"]

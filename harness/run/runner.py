@@ -27,7 +27,7 @@ from katra3d.harness.engine.results import NoProgress, Progress, RunResult, Scen
 from katra3d.harness.engine.spec import TIMED, CaptureSpec, SceneSpec
 from katra3d.harness.engine.stopping import StopFlag, stop_on_signals
 from katra3d.harness.gl import backends, probe
-from katra3d.harness.run import measure
+from katra3d.harness.run import children, measure
 from katra3d.harness.run.config import (
     DEFAULT_REFERENCE_EVERY,
     RunConfig,
@@ -166,7 +166,7 @@ def _run_counted(plan: RunPlan, progress: Progress, *, quiet: bool) -> RunResult
         check_renderer(cfg.measure, probe.gl_info(session.ctx))
     plan.output.parent.mkdir(parents=True, exist_ok=True)
     with _entered(progress):
-        code, handed, signum = measure.run_counted(plan, progress=progress, quiet=quiet)
+        code, handed, signum = children.run_counted(plan, progress=progress, quiet=quiet)
     if signum and (handed is None or "error" in handed):
         raise Interrupted(signum)
     if handed is not None and "error" in handed:

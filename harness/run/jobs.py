@@ -1,0 +1,73 @@
+"""``--jobs``: how many valgrind children count at once, decided once (:func:`resolve_jobs`, called by the plan).
+
+Counts do not depend on what runs beside them, so a counted run may count several scenes at once, each in
+its own child (:mod:`katra3d.harness.run.children`). Time measurements running at once disturb each other
+(they share the cores, the caches and the memory bandwidth), so a time run runs one scene at a time. The
+default for a counted run is :func:`default_counted_jobs`: the cores this process may use, fewer when the
+memory available would not hold that many children.
+
+No GL and no katra3d module below the run layer: the plan imports this module, and so may ``bisect``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from katra_trace.errors import ConfigError
+from katra_trace.metrics import is_count
+
+#: Memory one counted child may take (valgrind's callgrind with Python, Mesa and llvmpipe in it, a 320x180 scene
+#: with its dumps; docs/measure.md): the default number of jobs leaves this much per child.
+CHILD_MEMORY_BYTES = 1 << 30
+
+#: The refusal of ``--jobs N > 1`` on a time run: one line that says why.
+TIME_JOBS_REFUSAL = ("--jobs {jobs}: time measurements running in parallel disturb each other (they share the cores, "
+                     "caches and memory bandwidth), so a time run measures one scene at a time; --jobs is for "
+                     "--measure instructions|cycles")
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` where there is none)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def available_memory_bytes() -> int | None:
+    """The memory available for new processes (``MemAvailable`` of /proc/meminfo), or None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def default_counted_jobs() -> int:
+    """Counted children to run at once by default: the usable cores, at most one per
+    :data:`CHILD_MEMORY_BYTES` of available memory, at least one."""
+    jobs = usable_cores()
+    memory = available_memory_bytes()
+    if memory is not None:
+        jobs = min(jobs, memory // CHILD_MEMORY_BYTES)
+    return max(1, jobs)
+
+
+def resolve_jobs(jobs: int | None, measure: str) -> int:
+    """The ``--jobs`` a run uses: ``jobs`` as given (ConfigError below 1, or above 1 on a time run), else
+    :func:`default_counted_jobs` for a counted run and 1 for a time run."""
+    counted = is_count(measure)
+    if jobs is None:
+        return default_counted_jobs() if counted else 1
+    if jobs < 1:
+        raise ConfigError(f"bad --jobs {jobs}: must be >= 1")
+    if jobs > 1 and not counted:
+        raise ConfigError(TIME_JOBS_REFUSAL.format(jobs=jobs))
+    return jobs
+
+
+__all__ = ["CHILD_MEMORY_BYTES", "TIME_JOBS_REFUSAL", "available_memory_bytes", "default_counted_jobs",
+           "resolve_jobs", "usable_cores"]
