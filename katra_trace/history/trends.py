@@ -20,7 +20,6 @@ from katra_trace.analysis.defaults import (
     check_threshold_pct,
     threshold_for,
 )
-from katra_trace.analysis.intervals import geometric_mean
 from katra_trace.analysis.verdict import Verdict
 from katra_trace.errors import ConfigError
 from katra_trace.history.rows import iso_utc
@@ -179,6 +178,8 @@ def build_series(rows: Sequence[Mapping[str, Any]], sel: Selection) -> list[Seri
     if sel.metric not in (AUTO, ALL) and sel.metric not in metrics:
         raise ConfigError(f"unknown metric {sel.metric!r} in the history; stored: {_choices(metrics)} "
                           "(or auto, all)")
+    from katra_trace.analysis.intervals import geometric_mean  # loads scipy: not while the parser is built
+
     groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
     for r in rows:
         host = "*" if sel.allow_host_mismatch else str(r["host_id"])
