@@ -125,7 +125,7 @@ def trace_facts_of(entry: SceneEntry) -> TraceFacts:
 
 
 def _path(entry: SceneEntry) -> Path:
-    return Path(str(entry.cls.trace_path))
+    return Path(str(getattr(entry.cls, "trace_path", "")))
 
 
 def _options(options: CaptureOptions, plan: RunPlan, traces: list[tuple[SceneEntry, TraceFacts]],
@@ -210,7 +210,9 @@ class _Replay:
             add(int(Kind.FRAME), wall, self.scene_id, self.frame_name, k, 0, start - self.origin, dur, 0.0, flags)
             durations.append(dur)
             base = bases.get(proc)
-            for draw in frame.draws if base is not None else ():
+            if base is None:
+                continue
+            for draw in frame.draws:
                 name = self.writer.intern(draw_zone(draw.function, draw.call_no))
                 add(int(Kind.ZONE), cpu, self.scene_id, name, k, 1, base + draw.start_ns - self.origin,
                     draw.dur_ns, 0.0, flags)
