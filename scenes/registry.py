@@ -7,7 +7,8 @@ A scene spec (what a user types after ``katra3d run``) is one of:
   package (``[project.entry-points."katra3d.scenes"] my-scene = "pkg.mod:MyScene"``);
 * ``path/to/file.py:ClassName`` — a class in a Python file, or ``path/to/file.py`` for the file's one
   scene class;
-* ``pkg.module:ClassName`` — a class in an importable module.
+* ``pkg.module:ClassName`` — a class in an importable module;
+* ``path/to/app.trace`` — an apitrace trace, replayed by glretrace (:class:`TraceScene`, docs/replay.md).
 
 Unknown names and missing classes raise :class:`~katra_trace.errors.SceneError`
 with the closest names and the list of what exists; bad parameters raise
@@ -28,7 +29,7 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from katra_trace.errors import ConfigError, SceneError
 from katra3d.scenes.api import Param, Scene
@@ -211,6 +212,48 @@ def find_file_spec(spec: str, bases: tuple[Path, ...]) -> str:
     raise SceneError(f"scene file '{parts[0]}' not found; tried {', '.join(str(p) for p in tried)}")
 
 
+#: What ends the name of an apitrace trace file (``katra3d run app.trace`` replays it: docs/replay.md).
+TRACE_SUFFIX = ".trace"
+
+
+class TraceScene(Scene):
+    """An apitrace trace as a scene: katra3d.harness.replay replays it with glretrace, frame per SwapBuffers.
+
+    ``trace_path``: the absolute path of the trace. Its params are the file's SHA-256 and size, so that two
+    replays of different traces (of one name) are not compared unless allowed (``--allow-param-mismatch``).
+    Its frames are not rendered by ``render``: a trace scene runs only where traces are replayed.
+    """
+
+    trace_path: ClassVar[str] = ""
+
+    def setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, Any]) -> None:
+        raise SceneError(f"'{self.trace_path}' is an apitrace trace: replay it with katra3d run (docs/replay.md)")
+
+    def render(self, frame: Any) -> None:
+        raise SceneError("an apitrace trace is replayed by glretrace, not rendered by a scene")
+
+
+def _load_trace(spec: str) -> type[Scene]:
+    """The scene of the apitrace file ``spec`` (``path/to/app.trace``): named by the file's stem."""
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise SceneError(f"trace file '{spec}' not found")
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+    except OSError as exc:
+        raise SceneError(f"cannot read trace file '{spec}': {exc.strerror or exc}") from None
+    size = path.stat().st_size
+    params = {"trace_sha256": Param(digest.hexdigest(), str, help="the trace file's SHA-256 (not to be set)",
+                                    choices=(digest.hexdigest(),)),
+              "trace_bytes": Param(size, int, size, size, help="the trace file's size in bytes (not to be set)")}
+    return type(f"Trace_{path.stem}", (TraceScene,), {
+        "name": path.stem, "trace_path": os.path.abspath(path), "params": params, "__module__": __name__,
+        "description": f"apitrace trace {path.name}, replayed by glretrace"})
+
+
 def get_scene(spec: str) -> type[Scene]:
     """Resolve a scene spec (see the module docstring) to its class.
 
@@ -218,6 +261,8 @@ def get_scene(spec: str) -> type[Scene]:
     of available scenes), missing files/modules and missing classes.
     """
     spec = spec.strip()
+    if spec.endswith(TRACE_SUFFIX):
+        return _load_trace(spec)
     builtins = builtin_scenes()
     if spec in builtins:
         return builtins[spec]
@@ -353,6 +398,8 @@ def resolve_params(scene: type[Scene], overrides: Mapping[str, Any]) -> dict[str
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "TRACE_SUFFIX",
+    "TraceScene",
     "available_scene_names",
     "builtin_scenes",
     "convert_param",

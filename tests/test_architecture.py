@@ -69,12 +69,13 @@ HARNESS_LAYERS: dict[str, frozenset[str]] = {
     "gl": frozenset(),
     "engine": frozenset({"gl"}),
     "run": frozenset({"engine", "gl"}),
+    "replay": frozenset({"run", "engine", "gl"}),
     "capture": frozenset({"engine", "gl"}),
     "pytest_plugin": frozenset({"run", "engine", "gl"}),
     "versions": frozenset({"run"}),
     "ab": frozenset({"versions"}),
     "bisect": frozenset({"ab", "versions", "run"}),
-    "cli": frozenset({"bisect", "ab", "versions", "run", "engine", "gl"}),
+    "cli": frozenset({"bisect", "ab", "versions", "replay", "run", "engine", "gl"}),
 }
 
 
