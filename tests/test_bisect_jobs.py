@@ -154,3 +154,34 @@ def test_time_stays_one_commit_at_a_time(tmp_path: Path) -> None:
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "t").exists()
     r = katra("bisect", shas[0], shas[1], "-c", CP, "-m", "instructions", "--jobs", "0", cwd=repo)
     assert r.returncode == 2 and "--jobs is how many commits are measured at once" in r.stderr
+
+
+def test_captures_side_by_side_are_stopped_together_and_a_later_one_at_once(tmp_path: Path) -> None:
+    """The capture service under bisect's rounds: two captures run by threads inside SideBySide, stopped (as on
+    an error) while both hang: each raises Interrupted once its whole group is gone; one started after the stop
+    raises Interrupted too, and SideBySide leaves the signal handlers as it found them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from katra3d.harness.versions.command import CaptureCommand, SideBySide, run_capture
+    from katra_trace.errors import Interrupted
+
+    def capture(i: int) -> float:
+        command = CaptureCommand(f"sleep 60 & echo $! > {tmp_path}/sleep-{i}; wait; touch {{out}}")
+        return run_capture(command, tmp_path / f"out-{i}.katra")
+
+    before = signal.getsignal(signal.SIGINT)
+    with SideBySide() as side, ThreadPoolExecutor(max_workers=2) as pool:
+        running = [pool.submit(capture, i) for i in range(2)]
+        for _ in range(600):  # wait (up to a minute) for both to hang
+            if all((tmp_path / f"sleep-{i}").is_file() and (tmp_path / f"sleep-{i}").read_text().strip()
+                   for i in range(2)):
+                break
+            time.sleep(0.1)
+        sleeps = [int((tmp_path / f"sleep-{i}").read_text()) for i in range(2)]
+        side.stop()
+        for future in running:
+            assert isinstance(future.exception(timeout=60), Interrupted)
+        assert all(_gone(pid) for pid in sleeps)
+        later = pool.submit(capture, 2)
+        assert isinstance(later.exception(timeout=60), Interrupted) and not (tmp_path / "out-2.katra").exists()
+    assert signal.getsignal(signal.SIGINT) is before and SideBySide.active is None

@@ -23,6 +23,7 @@ from katra3d.harness.bisect.measure import Workspace
 from katra3d.harness.bisect.report import REPORT_FILE, report_lines
 from katra3d.harness.bisect.search import Outcome, run_bisection
 from katra3d.harness.bisect.state import BISECT_FILE, CommitResult, Setup, read_state
+from katra3d.harness.run.jobs import default_counted_jobs
 from katra3d.harness.versions.command import CaptureCommand, stop_leftover_captures
 from katra3d.harness.versions.git import remove_worktree
 from katra3d.harness.versions.setup import default_command, resolve_measure
@@ -83,18 +84,12 @@ def resume(text: str, good: str | None, bad: str | None) -> tuple[Path, Setup, d
     return root, setup, tested
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity, which a container or ``taskset`` narrows)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not on Linux
-        return os.cpu_count() or 1
-
-
 def check_jobs(jobs: int | None, measure: str) -> int:
-    """How many commits a round measures at once (``--jobs``): counts, up to ``jobs`` (default: the usable
-    cores), since a count does not depend on what runs beside it; time, one, and an explicit ``--jobs`` over 1 is
-    refused (ConfigError, exit 2), since timed captures side by side disturb each other's times."""
+    """How many commits a round measures at once (``--jobs``): counts, up to ``jobs`` (default: ``run``'s for
+    counted children, :func:`~katra3d.harness.run.jobs.default_counted_jobs`: the usable cores, fewer when memory
+    would not hold as many valgrind children), since a count does not depend on what runs beside it; time, one, and
+    an explicit ``--jobs`` over 1 is refused (ConfigError, exit 2), since timed captures side by side disturb each
+    other's times."""
     if jobs is not None and jobs < 1:
         raise ConfigError(f"--jobs is how many commits are measured at once and must be at least 1, got {jobs}")
     if not is_count(measure):
@@ -103,7 +98,7 @@ def check_jobs(jobs: int | None, measure: str) -> int:
                               "by side disturb each other's times); give -m instructions or cycles to measure "
                               "commits at once, or no --jobs")
         return 1
-    return usable_cores() if jobs is None else jobs
+    return default_counted_jobs() if jobs is None else jobs
 
 
 def bisect(root: Path, setup: Setup, tested: dict[str, CommitResult],
@@ -166,5 +161,4 @@ def remove_leftovers(top: Path, root: Path, trees: Path) -> tuple[int, int, int]
     return worktrees, len(parts), processes
 
 
-__all__ = ["bisect", "check_jobs", "check_new_output", "new_setup", "remove_leftovers", "resume", "trees_dir",
-           "usable_cores"]
+__all__ = ["bisect", "check_jobs", "check_new_output", "new_setup", "remove_leftovers", "resume", "trees_dir"]
