@@ -83,7 +83,7 @@ def test_trace_keeps_frames_and_reads_them_back(tmp_path: Path) -> None:
     shots = {"a": _pixels(2), "b": _pixels(3, (4, 6, 3))}
     _trace_with_images(path, shots)
     trace = open_trace(path)
-    assert trace.version == (1, 2) and trace.header.format_version == "1.2"
+    assert trace.version == (1, fmt.FORMAT_MINOR) and trace.header.format_version == f"1.{fmt.FORMAT_MINOR}"
     assert trace.status == "complete" and len(trace.events) == 2 and trace.skipped_blocks == 0
     images = read_frame_images(path)
     assert sorted(images) == ["a", "b"]

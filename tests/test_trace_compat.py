@@ -200,3 +200,34 @@ def test_cli_bad_files(tmp_path: Path, katra_cli) -> None:  # noqa: ANN001
         r = katra_cli(*args)
         assert r.returncode == 2, args
         assert r.stderr.startswith("katra3d: error: ") and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_v1_3_adds_only_the_shards_of_merged_traces(tmp_path: Path) -> None:
+    """1.3 adds the header's ``shards`` (katra3d merge) and nothing else: a 1.2 file reads as before (every scene
+    on ``host_info``), a 1.3 header's shards are typed, and a ``shards`` of another shape reads as not recorded."""
+    from katra_trace.io import format as fmt
+    from katra_trace.io.header import TraceHeader
+    from tests.trace_helpers import wall_frames, write_trace
+
+    assert (fmt.FORMAT_MINOR, fmt.MINOR_LIMITS[3]) == (3, fmt.MINOR_LIMITS[2])  # no kind, clock or flag added
+    events, strings = wall_frames(["a"], 5)
+    path = tmp_path / "t.katra"
+    write_trace(path, events, strings, header={"host_info": {"gl": {"renderer": "R"}}})
+    data = bytearray(path.read_bytes())
+    assert fmt.PREAMBLE.unpack_from(data)[2] == 3
+    data[10:12] = (2).to_bytes(2, "little")  # as a 1.2 writer wrote it (the preamble has no checksum)
+    path.write_bytes(bytes(data))
+    old = open_trace(path, strict=True)
+    assert old.version == (1, 2) and old.header.shards is None and old.header.host_of("a").renderer == "R"
+    shards = [{"shard": "1/2", "file": "s1.katra", "scenes": ["a"], "tool_version": "katra3d 0.1.0",
+               "start_wall_ns": 5, "offset_ns": 0, "pid": 7, "host_info": {"gl": {"renderer": "R1"}}},
+              {"shard": "2/2", "file": "s2.katra", "scenes": ["b"], "offset_ns": 3,
+               "host_info": {"gl": {"renderer": "R2"}}}]
+    raw = {"format_version": "1.3", "host_info": {"gl": {"renderer": "R1"}}, "shards": shards}
+    header = TraceHeader.from_dict(raw)
+    assert header.as_dict() == raw and header.shards is not None
+    assert [s.shard for s in header.shards] == ["1/2", "2/2"] and header.shards[1].offset_ns == 3
+    assert (header.host_of("a").renderer, header.host_of("b").renderer, header.host_of("c").renderer) == (
+        "R1", "R2", "R1")
+    odd = TraceHeader.from_dict({"shards": {"1/2": "x"}, "host_info": {"gl": {"renderer": "R"}}})
+    assert odd.shards is None and odd.extra == {"shards": {"1/2": "x"}} and odd.host_of("a").renderer == "R"

@@ -29,9 +29,9 @@ from katra_trace.schema import COLUMNS, EVENT_DTYPE, Clock, Flag, Kind
 #: 8 bytes: a non-ASCII byte first, then CR LF and ^Z, so text-mode or 7-bit damage shows.
 MAGIC = b"\x89KTR\r\n\x1a\n"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 2
+FORMAT_MINOR = 3
 #: Preamble flag bits this build understands. A set bit marks a must-understand feature,
-#: so a reader refuses a file with a bit it does not know. Versions 1.0 to 1.2 define none.
+#: so a reader refuses a file with a bit it does not know. Versions 1.0 to 1.3 define none.
 KNOWN_FLAGS = 0
 
 
@@ -44,13 +44,13 @@ class MinorLimits:
     event_flags: int  #: every defined bit of the ``flags`` column
 
 
-#: Event column limits per format minor. A file of a newer minor than this build knows may use
-#: kinds, clocks and flag bits added after it: those rows are read and left for the consumers
-#: (which select the clocks and kinds they understand).
+#: Event column limits per format minor. A file of a newer minor than this build may use kinds, clocks and flag
+#: bits added after it: those rows are read and left for the consumers (which select what they understand).
 MINOR_LIMITS: dict[int, MinorLimits] = {
     0: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.GPU), event_flags=0x1F),
     1: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),
     2: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),  # adds IMAGE
+    3: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),  # header shards
 }
 assert max(MINOR_LIMITS) == FORMAT_MINOR
 assert MINOR_LIMITS[FORMAT_MINOR].event_flags == sum(int(f) for f in Flag)

@@ -11,8 +11,8 @@ key it does not know. :meth:`as_dict` gives back what was read (same keys, same
 values, same order), so a header round-trips; a record built in code writes its
 fields that are not None.
 
-Consumers read attributes (``header.host_info.renderer``,
-``header.capture_options.run_size``). Producers build records too: the host probe
+The record base and its converters are :mod:`katra_trace.io.records`'s. Consumers read attributes
+(``header.host_info.renderer``, ``header.capture_options.run_size``). Producers build records too: the host probe
 a :class:`HostInfo`, every capture :func:`build_capture_options`, to which the engine adds
 its facts (:meth:`_Record.replaced`); the writer turns them into the JSON object
 (:func:`header_part`), and writes only a header the reader reads back (:func:`readable_header`).
@@ -21,152 +21,27 @@ its facts (:meth:`_Record.replaced`); the writer turns them into the JSON object
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 from katra_trace.errors import ConfigError, TraceFormatError
 from katra_trace.io.blocks import check_header
-
-
-class _Bad:
-    """Marks a value a converter refuses (kept in ``extra``)."""
-
-
-_BAD = _Bad()
-_Convert = Callable[[Any], Any]
-_R = TypeVar("_R", bound="_Record")
-
-
-# Converters of JSON values to typed fields: None (null) stays None; a value of the wrong type is _BAD.
-
-def _scalar(*types: type) -> _Convert:
-    """The converter of a JSON scalar of one of ``types`` (a bool is an int only where ``bool`` is named)."""
-    def convert(v: Any) -> Any:
-        ok = v is None or (isinstance(v, types) and (bool in types or not isinstance(v, bool)))
-        return v if ok else _BAD
-    return convert
-
-
-_str, _int, _bool, _str_or_bool = _scalar(str), _scalar(int), _scalar(bool), _scalar(str, bool)
-
-
-def _seconds(v: Any) -> Any:
-    ok = v is None or (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and math.isfinite(v))
-    return v if ok else _BAD
-
-
-def _ints(v: Any) -> Any:
-    if v is None:
-        return None
-    if isinstance(v, (list, tuple)) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
-        return tuple(v)
-    return _BAD
-
-
-def _strs(v: Any) -> Any:
-    if v is None:
-        return None
-    return tuple(v) if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v) else _BAD
-
-
-def _mapping(v: Any) -> Any:
-    if v is None:
-        return None
-    return dict(v) if isinstance(v, Mapping) else _BAD
-
-
-def _str_map(v: Any) -> Any:
-    if v is None:
-        return None
-    ok = isinstance(v, Mapping) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
-    return dict(v) if ok else _BAD
-
-
-def _scenes(v: Any) -> Any:
-    if v is None:
-        return None
-    if isinstance(v, (list, tuple)) and all(isinstance(e, Mapping) for e in v):
-        return tuple(dict(e) for e in v)
-    return _BAD
-
-
-def _plain(v: Any) -> Any:
-    """A JSON-ready copy: records as dicts, tuples as lists."""
-    if isinstance(v, _Record):
-        return v.as_dict()
-    if isinstance(v, Mapping):
-        return {k: _plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    return v
-
-
-def _empty(v: Any) -> bool:
-    return v is None or (isinstance(v, _Record) and not v.as_dict())
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _Record:
-    """Base of the header records: typed fields, ``extra`` keys kept as read, the key order read."""
-
-    #: keys this record does not type (unknown, older layouts, or a value of the wrong type), as read
-    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    #: the keys read, or the keys a producer writes, in order (empty: the fields set, in field order):
-    #: as_dict writes these, null or empty ones included
-    layout: tuple[str, ...] = dataclasses.field(default=(), repr=False, compare=False)
-
-    #: field name -> converter of a JSON value (returns _BAD to refuse it)
-    _CONVERT: ClassVar[dict[str, _Convert]] = {}
-
-    @classmethod
-    def from_dict(cls: type[_R], data: Any) -> _R:
-        """The record of a JSON object; a value that is not a JSON object reads as an empty record."""
-        src: Mapping[Any, Any] = data if isinstance(data, Mapping) else {}
-        kwargs: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
-        for key, value in src.items():
-            convert = cls._CONVERT.get(key) if isinstance(key, str) else None
-            if convert is None:
-                extra[key] = value
-                continue
-            typed = convert(value)
-            if typed is _BAD:
-                extra[key] = value
-            else:
-                kwargs[key] = typed
-        return cls(**kwargs, extra=extra, layout=tuple(k for k in src if isinstance(k, str)))
-
-    def replaced(self: _R, **fields: Any) -> _R:
-        """A copy with ``fields`` set (typed values, None included), each gone from ``extra``. Keys already
-        written keep their place; the others follow, in the order given (a producer adds to a request)."""
-        extra = {k: v for k, v in self.extra.items() if k not in fields}
-        base = self.layout or tuple(self.as_dict())
-        layout = (*base, *(k for k in fields if k not in base))
-        return dataclasses.replace(self, **fields, extra=extra, layout=layout)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The record as a JSON-ready dict: what was read, or the fields set in code."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            if not f.init or f.name in ("extra", "layout") or f.name in self.extra:
-                continue
-            value = getattr(self, f.name)
-            if f.name in self.layout or not _empty(value):
-                out[f.name] = _plain(value)
-        for key, value in self.extra.items():
-            out[key] = _plain(value)
-        if self.layout:
-            order = {k: i for i, k in enumerate(self.layout)}
-            out = dict(sorted(out.items(), key=lambda kv: order.get(kv[0], len(order))))
-        return out
-
-
-def _record(cls: type[_Record]) -> _Convert:
-    def convert(v: Any) -> Any:
-        return cls.from_dict(v) if isinstance(v, Mapping) else _BAD
-
-    return convert
+from katra_trace.io.records import (
+    _bool,
+    _Convert,
+    _int,
+    _ints,
+    _mapping,
+    _Record,
+    _record,
+    _records,
+    _scenes,
+    _seconds,
+    _str,
+    _str_map,
+    _str_or_bool,
+    _strs,
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -394,6 +269,7 @@ class CaptureOptions(_Record):
     timing_reason: str | None = None
     primary_clock: str | None = None
     scene: str | None = None
+    shard: str | None = None  #: ``"I/N"``: the capture ran shard I of N of its scenes (``run --shard``)
     measure: MeasureOptions = dataclasses.field(default_factory=MeasureOptions)
     resolved: ResolvedOptions = dataclasses.field(default_factory=ResolvedOptions)
     run_size: tuple[int, ...] | None = dataclasses.field(init=False, default=None)
@@ -407,7 +283,7 @@ class CaptureOptions(_Record):
     _CONVERT: ClassVar[dict[str, _Convert]] = {
         "api": _str, "frames": _int, "warmup": _int, "size": _ints, "samples": _int, "seed": _int,
         "timing": _str, "zones": _str_or_bool, "max_draw_zones": _int, "codec": _str, "timing_mode": _str,
-        "timing_reason": _str, "primary_clock": _str, "scene": _str, "measure": _record(MeasureOptions),
+        "timing_reason": _str, "primary_clock": _str, "scene": _str, "shard": _str, "measure": _record(MeasureOptions),
         "resolved": _record(ResolvedOptions),
     }
 
@@ -426,6 +302,27 @@ class CaptureOptions(_Record):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ShardInfo(_Record):
+    """One shard of a merged trace (``shards[k]``, format 1.3; ``katra3d merge``): which shard it was, its
+    scenes, and how, when and on what it ran."""
+
+    shard: str | None = None  #: ``"I/N"``
+    file: str | None = None  #: the shard's trace file as merge was given it
+    scenes: tuple[str, ...] | None = None  #: the labels of its scenes
+    tool_version: str | None = None
+    start_wall_ns: int | None = None  #: its capture start, UTC ns since the epoch
+    #: added to its event times in the merged trace: its start after the merged trace's start (wall clock), ns
+    offset_ns: int | None = None
+    pid: int | None = None
+    host_info: HostInfo = dataclasses.field(default_factory=HostInfo)
+
+    _CONVERT: ClassVar[dict[str, _Convert]] = {
+        "shard": _str, "file": _str, "scenes": _strs, "tool_version": _str, "start_wall_ns": _int,
+        "offset_ns": _int, "pid": _int, "host_info": _record(HostInfo),
+    }
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class TraceHeader(_Record):
     """A trace's HEADER block: what ran, how, on what, when (docs/trace-format.md)."""
 
@@ -440,12 +337,22 @@ class TraceHeader(_Record):
     pid: int | None = None
     workload: str | None = None
     notes: str | None = None
+    #: (format 1.3) a merged trace's shards, in order; None: the trace is one capture
+    shards: tuple[ShardInfo, ...] | None = None
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {
         "format_version": _str, "schema_version": _int, "schema_hash": _str, "tool_version": _str,
         "capture_options": _record(CaptureOptions), "host_info": _record(HostInfo), "start_wall_ns": _int,
-        "start_host_ns": _int, "pid": _int, "workload": _str, "notes": _str,
+        "start_host_ns": _int, "pid": _int, "workload": _str, "notes": _str, "shards": _records(ShardInfo),
     }
+
+    def host_of(self, scene: str) -> HostInfo:
+        """The host ``scene`` ran on: in a merged trace its shard's, else (and for a scene no shard names)
+        ``host_info``."""
+        for shard in self.shards or ():
+            if shard.scenes is not None and scene in shard.scenes:
+                return shard.host_info
+        return self.host_info
 
     @classmethod
     def from_dict(cls, data: Any) -> TraceHeader:
@@ -495,4 +402,4 @@ def header_part(part: Mapping[str, Any] | CaptureOptions | HostInfo | None) -> d
 
 
 __all__ = ["CaptureOptions", "DriverInfo", "EGLDeviceInfo", "EGLInfo", "GLInfo", "HostInfo", "MeasureOptions",
-           "ResolvedOptions", "SystemInfo", "TimerQueryInfo", "TraceHeader", "build_capture_options", "header_part", "readable_header"]
+           "ResolvedOptions", "ShardInfo", "SystemInfo", "TimerQueryInfo", "TraceHeader", "build_capture_options", "header_part", "readable_header"]
