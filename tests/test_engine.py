@@ -30,7 +30,7 @@ from katra3d.harness.run.offscreen import MemorySink
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError, SceneError
 from katra_trace.io.header import GLInfo, HostInfo, MeasureOptions, TimerQueryInfo, build_capture_options
-from katra_trace.schema import EVENT_DTYPE, Clock, Flag, Kind
+from katra_trace.schema import EVENT_DTYPE, GC_NAME, Clock, Flag, Kind
 from katra3d.scenes.api import NOMINAL_RATE_HZ, Scene, SceneSkip
 
 SOFTWARE_GL = HostInfo(gl=GLInfo(renderer="llvmpipe (LLVM 15.0.6, 256 bits)", software_renderer=True,
@@ -124,8 +124,10 @@ def wall_frames(sink: MemorySink) -> list[tuple[int, int]]:
 
 
 def markers(sink: MemorySink) -> list[tuple[str, int]]:
+    """(name, flags) of the MARKER events but the garbage collections' (whenever Python collects: gcmarks.py)."""
     ev = events(sink)
-    return [(sink.strings[int(e["name"])], int(e["flags"])) for e in ev[ev["kind"] == int(Kind.MARKER)]]
+    return [(sink.strings[int(e["name"])], int(e["flags"])) for e in ev[ev["kind"] == int(Kind.MARKER)]
+            if sink.strings[int(e["name"])] != GC_NAME]
 
 
 def scene_annotation(sink: MemorySink) -> dict[str, Any]:

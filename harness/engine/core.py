@@ -212,7 +212,7 @@ class Engine:
         go_on = getattr(self.timer, "continue_frame", None)
         if go_on is None:
             return self.frame_begin
-        return self._continue_frame if self.draws is not None else go_on  # type: ignore[no-any-return]
+        return self._continue_frame if self.draws is not None else go_on
 
     def begin_frame(self, index: int, flags: int = 0) -> None:
         """Open frame ``index`` (``flags``: e.g. Flag.WARMUP); in draws mode, start instrumenting draws."""
