@@ -31,6 +31,7 @@ from katra3d.scenes.suites import SUITES
 #: (subcommand module under katra3d.harness.cli, in help order)
 COMMANDS: tuple[str, ...] = (
     "run",
+    "merge",
     "doctor",
     "info",
     "validate",

@@ -155,9 +155,9 @@ def compare_traces(
         for side, traces in sides.items():
             for t, run in zip(traces, durations[side], strict=True):
                 if scene in run:
-                    fact = {**capture_facts(t.header, scene), **host_facts(t.header)}
+                    fact = {**capture_facts(t.header, scene), **host_facts(t.header, scene)}
                     if count:
-                        fact["codegen"] = codegen_facts(t.header)
+                        fact["codegen"] = codegen_facts(t.header, scene)
                     facts[side].append(fact)
         reason = mismatch(facts, allowed, host_notes)
         if reason:

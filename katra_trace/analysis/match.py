@@ -1,6 +1,9 @@
 """Which traces may be compared: capture settings, host facts and the clock to compare.
 
-Pure: reads typed trace headers (:mod:`katra_trace.io.header`), no I/O.
+Host facts are a scene's: in a merged trace (``katra3d merge``, its header's ``shards``) each scene ran on
+its own shard's host, so a scene is compared only against scenes from a host comparable to that one
+(:meth:`katra_trace.io.header.TraceHeader.host_of`). Pure: reads typed trace headers
+(:mod:`katra_trace.io.header`), no I/O.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ CAPTURE_KEYS: tuple[str, ...] = ("size", "samples", "timing_mode")
 HOST_KEYS: tuple[str, ...] = ("renderer", "driver")
 
 
-def host_facts(header: TraceHeader) -> dict[str, Any]:
-    """GL renderer and driver (name + version) of a trace header's host (any layout, see katra_trace.io.header)."""
-    return {"renderer": header.host_info.renderer, "driver": header.host_info.driver}
+def host_facts(header: TraceHeader, scene: str | None = None) -> dict[str, Any]:
+    """GL renderer and driver (name + version) of the host ``scene`` ran on (None: the trace's host; any
+    layout, see katra_trace.io.header)."""
+    host = header.host_info if scene is None else header.host_of(scene)
+    return {"renderer": host.renderer, "driver": host.driver}
 
 
 def scene_params(options: CaptureOptions, scene: str) -> Any:
@@ -46,9 +51,10 @@ def measure_mode(header: TraceHeader) -> str:
     return header.capture_options.measure_mode
 
 
-def codegen_facts(header: TraceHeader) -> Any:
-    """The code-generator facts (CPU model and flags, Mesa, LLVM, vector width) of the host, or None."""
-    return header.host_info.codegen
+def codegen_facts(header: TraceHeader, scene: str | None = None) -> Any:
+    """The code-generator facts (CPU model and flags, Mesa, LLVM, vector width) of the host ``scene`` ran on
+    (None: the trace's host), or None."""
+    return (header.host_info if scene is None else header.host_of(scene)).codegen
 
 
 def resolve_metric(headers: Sequence[TraceHeader], clocks: set[str], metric: str,

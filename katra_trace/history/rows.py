@@ -147,14 +147,15 @@ class HostFingerprint:
         return f"{self.renderer} / {self.driver} / {self.cpu}"
 
 
-def host_fingerprint(header: TraceHeader) -> HostFingerprint:
-    """The GL renderer, driver and CPU model of a trace header, and its code-generator facts."""
-    facts = host_facts(header)
-    system = header.host_info.system
+def host_fingerprint(header: TraceHeader, scene: str | None = None) -> HostFingerprint:
+    """The GL renderer, driver and CPU model of a trace header's host (``scene``'s in a merged trace), and its
+    code-generator facts."""
+    facts = host_facts(header, scene)
+    system = (header.host_info if scene is None else header.host_of(scene)).system
     renderer = str(facts.get("renderer") or "?")
     driver = str(facts.get("driver") or "?")
     cpu = system.cpu_model or "?"
-    codegen = codegen_facts(header)
+    codegen = codegen_facts(header, scene)
     return HostFingerprint(
         host_id=short_id([renderer, driver, cpu]),
         renderer=renderer, driver=driver, cpu=cpu,
@@ -237,6 +238,8 @@ def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[dict[str, Any]]
             return
         count = is_count(metric)
         params = scene_params(opts, scene)
+        if header.shards:  # a merged trace: each scene's own host (katra3d merge)
+            base.update(dataclasses.asdict(host_fingerprint(header, scene)))
         out.append({**base, "scene": scene, "zone": zone, "metric": metric,
                     "unit": unit or (metric if count else "ms"),
                     "params": jsontext.dumps(params, sort_keys=True, default=str) if params is not None else "",

@@ -1,0 +1,341 @@
+"""One trace from the shards of a run: what ``katra3d merge`` does (``katra3d run --shard I/N``, docs/ci.md).
+
+:func:`check_shards` decides whether files are the shards of one run: each a whole, complete capture of a
+``--shard I/N`` run, all of one suite (and scenes), capture options and katra3d version, every shard 1..N
+given once and no scene in two of them. Else ConfigError, one line naming the files (exit 2).
+
+:func:`merge_shards` then writes them as one trace through the output rule (:func:`~katra_trace.io.claim
+.open_output`: never over a file without ``force``, then atomically; never over one of its inputs). The
+shards are read through the reading service one at a time (:func:`~katra_trace.io.tracesets.open_quietly`,
+each within its file's budget): their events with the string ids of the merged table and their times moved by
+the shard's start after the earliest one (wall clock), their annotations and their kept frames (IMAGE blocks,
+byte for byte). The header records every shard (``shards``, format 1.3: which shard, its file, its scenes,
+its start and its host), so that each scene is compared against scenes of a comparable host
+(:meth:`~katra_trace.io.header.TraceHeader.host_of`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from katra_trace.errors import ConfigError
+from katra_trace.io import format as fmt
+from katra_trace.io.blockfile import BlockFile
+from katra_trace.io.claim import check_output, open_output
+from katra_trace.io.header import ShardInfo, TraceHeader, readable_header
+from katra_trace.io.image_block import IMAGE_ENCODING, encode_image_payload
+from katra_trace.io.reader import Trace
+from katra_trace.io.tracesets import damaged_note, open_quietly
+from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION, schema_hash
+from katra_trace.text import shown
+
+#: Capture options that may differ between the shards of one run: which shard, where its outputs went,
+#: bookkeeping (its note, --force, --jobs, the codec), and facts of the machine it ran on.
+SHARD_OWN_OPTIONS = frozenset({"shard", "output", "force", "notes", "screenshot_dir", "expect_images",
+                               "update_images", "jobs", "codec", "timing_reason"})
+#: The same for ``capture_options.resolved`` and ``capture_options.measure``.
+SHARD_OWN_RESOLVED = frozenset({"scenes", "output", "backend", "device"})
+SHARD_OWN_MEASURE = frozenset({"command", "output", "valgrind"})
+#: Events in each EVENTS block the merge writes (the writer's default batch).
+BLOCK_EVENTS = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """One input, checked: its file, its shard ``index`` of ``count``, its header and its scene labels."""
+
+    path: Path
+    index: int
+    count: int
+    header: TraceHeader
+    scenes: tuple[str, ...]
+    clock_syncs: bool = False  #: it recorded GPU clock pairs (CLOCK_SYNC blocks)
+
+
+@dataclasses.dataclass(frozen=True)
+class MergeResult:
+    """What :func:`merge_shards` wrote: the trace, its scenes in order, the shards, its events and kept frames."""
+
+    path: Path
+    scenes: tuple[str, ...]
+    shards: tuple[ShardInfo, ...]
+    events: int
+    images: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path), "scenes": list(self.scenes), "events": self.events, "images": self.images,
+                "shards": [s.as_dict() for s in self.shards]}
+
+
+def _shard_of(trace: Trace) -> tuple[int, int]:
+    """(I, N) of a shard's ``capture_options.shard``; ConfigError for a trace that is not a shard."""
+    text = trace.header.capture_options.shard
+    parts = text.split("/") if isinstance(text, str) else []
+    if len(parts) == 2 and all(p.strip().isdigit() for p in parts):
+        index, count = int(parts[0]), int(parts[1])
+        if 1 <= index <= count:
+            return index, count
+    why = "a merged trace" if trace.header.shards else "not a shard (run it with --shard I/N)"
+    raise ConfigError(f"{shown(trace.path)} is {why}: merge takes the shards of one 'katra3d run --shard I/N'")
+
+
+def _scene_labels(trace: Trace) -> tuple[str, ...]:
+    """The labels of the scenes a shard planned (``resolved.scenes``), else those its events name."""
+    planned = trace.header.capture_options.resolved.scenes or ()
+    labels = [e.get("label") for e in planned]
+    if labels and all(isinstance(x, str) for x in labels):
+        return tuple(str(x) for x in labels)
+    ids = np.unique(trace.events["scene"]) if len(trace.events) else ()
+    return tuple(trace.name(int(i)) for i in ids if int(i) != 0)
+
+
+def comparable_options(header: TraceHeader) -> dict[str, Any]:
+    """The capture options that must be equal in every shard of one run (all but :data:`SHARD_OWN_OPTIONS`)."""
+    options = header.capture_options.as_dict()
+    out = {k: v for k, v in options.items() if k not in SHARD_OWN_OPTIONS and k not in ("resolved", "measure")}
+    for part, own in (("resolved", SHARD_OWN_RESOLVED), ("measure", SHARD_OWN_MEASURE)):
+        value = options.get(part)
+        if isinstance(value, Mapping):
+            out[part] = {k: v for k, v in value.items() if k not in own}
+    return out
+
+
+def _differences(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The option names (dotted) whose values differ between ``a`` and ``b``."""
+    out = []
+    for key in dict.fromkeys([*a, *b]):
+        x, y = a.get(key), b.get(key)
+        if isinstance(x, Mapping) and isinstance(y, Mapping):
+            out += _differences(x, y, f"{prefix}{key}.")
+        elif x != y:
+            out.append(f"{prefix}{key}")
+    return out
+
+
+def check_shards(paths: Sequence[str | os.PathLike[str]]) -> list[Shard]:
+    """The shards ``paths`` name, in shard order, checked to be the whole of one run (module docstring).
+
+    Reads headers, strings and kept frames' facts only (no events). ConfigError, one line, otherwise."""
+    if not paths:
+        raise ConfigError("merge needs the shard traces of one run: katra3d merge SHARD... -o RUN.katra")
+    shards: list[Shard] = []
+    seen_files: dict[tuple[int, int], str] = {}
+    for raw in paths:
+        trace = open_quietly(raw, events=False)
+        note = damaged_note(trace, "its")
+        if note is not None:
+            raise ConfigError(f"{note}: a damaged shard is not merged; run that shard again")
+        if trace.status != "complete":
+            raise ConfigError(f"{shown(raw)} ended {trace.status}, not complete: a shard is merged only whole; run "
+                              "that shard again")
+        st = os.stat(raw)
+        if (st.st_dev, st.st_ino) in seen_files:
+            raise ConfigError(f"{shown(raw)} is given twice (also as {shown(seen_files[st.st_dev, st.st_ino])})")
+        seen_files[st.st_dev, st.st_ino] = str(raw)
+        index, count = _shard_of(trace)
+        shards.append(Shard(Path(raw), index, count, trace.header, _scene_labels(trace), bool(trace.clock_syncs)))
+    first = shards[0]
+    suite_of = {s.path: (s.header.capture_options.extra.get("suite"), s.header.capture_options.extra.get("scenes"))
+                for s in shards}
+    for s in shards[1:]:
+        if s.header.tool_version != first.header.tool_version:
+            raise ConfigError(f"shards of different katra3d versions: {shown(first.path)} was captured by "
+                              f"{first.header.tool_version}, {shown(s.path)} by {s.header.tool_version}")
+        if suite_of[s.path] != suite_of[first.path]:
+            raise ConfigError(f"shards of different runs: {shown(first.path)} ran {_what(suite_of[first.path])}, "
+                              f"{shown(s.path)} {_what(suite_of[s.path])}")
+        if s.count != first.count:
+            raise ConfigError(f"shards of different splits: {shown(first.path)} is shard {first.index}/{first.count}, "
+                              f"{shown(s.path)} {s.index}/{s.count}")
+        differ = _differences(comparable_options(first.header), comparable_options(s.header))
+        if differ:
+            raise ConfigError(f"shards with different capture options: {shown(first.path)} and {shown(s.path)} "
+                              f"differ in {', '.join(differ[:6])}{' ...' if len(differ) > 6 else ''}")
+    by_index: dict[int, Shard] = {}
+    owner: dict[str, Shard] = {}
+    for s in shards:
+        if s.index in by_index:
+            raise ConfigError(f"overlapping shards: {shown(by_index[s.index].path)} and {shown(s.path)} are both "
+                              f"shard {s.index}/{s.count}")
+        by_index[s.index] = s
+        for scene in s.scenes:
+            if scene in owner:
+                raise ConfigError(f"overlapping shards: scene {shown(scene)} is in {shown(owner[scene].path)} and "
+                                  f"in {shown(s.path)}")
+            owner[scene] = s
+    missing = [f"{i}/{first.count}" for i in range(1, first.count + 1) if i not in by_index]
+    if missing:
+        raise ConfigError(f"shard{'s' if len(missing) > 1 else ''} {', '.join(missing)} of this run "
+                          f"{'are' if len(missing) > 1 else 'is'} missing: merge needs all {first.count}")
+    return [by_index[i] for i in sorted(by_index)]
+
+
+def _what(suite_and_scenes: tuple[Any, Any]) -> str:
+    suite, scenes = suite_and_scenes
+    named = f"scenes {', '.join(map(str, scenes))}" if scenes else ""
+    return " + ".join(p for p in (f"suite {suite}" if suite else "", named) if p) or "no suite"
+
+
+def _shard_infos(shards: Sequence[Shard]) -> tuple[list[ShardInfo], int]:
+    """Each shard's record for the merged header, and the earliest start (wall ns) their offsets count from."""
+    starts = [s.header.start_wall_ns for s in shards]
+    origin = min((t for t in starts if t is not None), default=0)
+    infos = [ShardInfo(shard=f"{s.index}/{s.count}", file=str(s.path), scenes=s.scenes,
+                       tool_version=s.header.tool_version, start_wall_ns=s.header.start_wall_ns,
+                       offset_ns=(s.header.start_wall_ns or origin) - origin, pid=s.header.pid,
+                       host_info=s.header.host_info) for s in shards]
+    return infos, origin
+
+
+def merged_header(shards: Sequence[Shard], infos: Sequence[ShardInfo], origin: int, output: Path) -> dict[str, Any]:
+    """The merged trace's HEADER: the first shard's capture options (no ``shard``; every shard's scenes in
+    ``resolved.scenes``; the output), its host (each scene's own is its shard's, in ``shards``), the earliest
+    start, and ``shards``."""
+    first = shards[0].header
+    options = first.capture_options.as_dict()
+    options.pop("shard", None)
+    options["output"] = str(output)
+    resolved = dict(options.get("resolved") or {})
+    resolved["output"] = str(output)
+    resolved["scenes"] = [e for s in shards for e in (s.header.capture_options.resolved.scenes or ())]
+    options["resolved"] = resolved
+    if isinstance(options.get("measure"), Mapping) and "output" in options["measure"]:
+        options["measure"] = {**options["measure"], "output": str(output)}
+    earliest = next(s.header for s, i in zip(shards, infos, strict=True) if i.offset_ns == 0)
+    notes = list(dict.fromkeys(s.header.notes for s in shards if s.header.notes))
+    return readable_header({
+        "format_version": f"{fmt.FORMAT_MAJOR}.{fmt.FORMAT_MINOR}",
+        "schema_version": SCHEMA_VERSION,
+        "schema_hash": schema_hash(),
+        "tool_version": first.tool_version,
+        "capture_options": options,
+        "host_info": first.host_info.as_dict(),
+        "start_wall_ns": origin,
+        "start_host_ns": earliest.start_host_ns if earliest.start_host_ns is not None else 0,
+        "pid": os.getpid(),
+        "workload": first.workload or "",
+        "notes": "; ".join(n for n in notes if n),
+        "shards": [i.as_dict() for i in infos],
+    }, output)
+
+
+class _Strings:
+    """The merged string table: each shard's ids mapped onto it, new names written before their first use."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {"": 0}
+        self.new: list[str] = []
+        self.flushed = 1
+
+    def lookup(self, strings: Sequence[str], used_max: int) -> np.ndarray:
+        """merged id of each shard id 0..max(len(strings), used_max + 1) - 1 (an id its table lacks: ``?<id>``)."""
+        size = max(len(strings), used_max + 1)
+        out = np.empty(size, dtype=np.uint32)
+        for sid in range(size):
+            name = strings[sid] if sid < len(strings) else f"?{sid}"
+            if name not in self.ids:
+                self.ids[name] = len(self.ids)
+                self.new.append(name)
+            out[sid] = self.ids[name]
+        return out
+
+    def take(self) -> tuple[int, list[str]]:
+        first, names = self.flushed, self.new
+        self.new, self.flushed = [], self.flushed + len(names)
+        return first, names
+
+
+def _moved_events(trace: Trace, strings: _Strings, offset_ns: int) -> np.ndarray:
+    """The shard's events with the merged string ids and times moved by ``offset_ns``."""
+    ev = trace.events
+    if not len(ev):
+        return np.empty(0, dtype=EVENT_DTYPE)
+    lookup = strings.lookup(trace.strings, int(max(ev["scene"].max(), ev["name"].max())))
+    out = np.array(ev, dtype=EVENT_DTYPE, copy=True)
+    out["scene"] = lookup[ev["scene"]]
+    out["name"] = lookup[ev["name"]]
+    out["start_ns"] = ev["start_ns"] + np.int64(offset_ns)
+    return out
+
+
+def merge_shards(paths: Sequence[str | os.PathLike[str]], output: str | os.PathLike[str], *, force: bool = False,
+                 progress: Callable[[str], None] | None = None) -> MergeResult:
+    """Merge the shards ``paths`` of one run into the trace ``output`` (the module docstring says how).
+
+    ConfigError (exit 2) for inputs that are not the shards of one run, or an output the rule refuses
+    (OutputExistsError without ``force``); TraceIOError when writing fails (nothing is left at ``output``)."""
+    out_path = check_output(output, force=force, inputs=paths, option="-o", example="run.katra")
+    shards = check_shards(paths)
+    infos, origin = _shard_infos(shards)
+    header = merged_header(shards, infos, origin, out_path)
+    strings = _Strings()
+    rows: list[Any] = []
+    totals = {"events": 0, "images": 0, "dropped_events": 0, "dropped_batches": 0, "end": 0}
+    seen_notes: set[bytes] = set()
+    with open_output(output, force=force, inputs=paths, option="-o", example="run.katra") as f:
+        blocks = BlockFile(f, fmt.Codec.ZSTD, 2)
+        blocks.start(fmt.encode_json(header))
+        for shard, info in zip(shards, infos, strict=True):
+            if progress is not None:
+                progress(f"shard {info.shard}: {shown(shard.path)} ({len(shard.scenes)} scenes)")
+            trace = open_quietly(shard.path)
+            offset = int(info.offset_ns or 0)
+            events = _moved_events(trace, strings, offset)
+            first_id, names = strings.take()
+            blocks.write_events(first_id, names, None)
+            for at in range(0, len(events), BLOCK_EVENTS):
+                blocks.write_events(0, [], events[at:at + BLOCK_EVENTS])
+            _copy_records(blocks, trace, info, offset, seen_notes, syncs=sum(s.clock_syncs for s in shards) == 1)
+            for kept in trace.kept_frames.values():
+                meta = {"scene": kept.scene, "frame_index": kept.frame_index, "time_s": kept.time_s,
+                        "width": kept.width, "height": kept.height, "channels": kept.channels,
+                        "sha256": kept.sha256, "key": dict(kept.key), "encoding": IMAGE_ENCODING}
+                blocks.write_block(fmt.BlockType.IMAGE, encode_image_payload(meta, kept.png), codec=fmt.Codec.NONE)
+                totals["images"] += 1
+            user = trace.summary.get("user")
+            scenes = user.get("scenes") if isinstance(user, Mapping) else None
+            rows += list(scenes) if isinstance(scenes, list) else []
+            for key in ("dropped_events", "dropped_batches"):
+                value = trace.summary.get(key)
+                totals[key] += value if isinstance(value, int) else 0
+            end = trace.summary.get("end_host_ns")
+            totals["end"] = max(totals["end"], (end if isinstance(end, int) else 0) + offset)
+            totals["events"] += len(events)
+            del trace, events  # one shard in memory at a time
+        blocks.write_summary("complete", dropped_events=totals["dropped_events"],
+                             dropped_batches=totals["dropped_batches"], strings=strings.flushed,
+                             end_host_ns=totals["end"], user={"scenes": rows})
+    return MergeResult(out_path, tuple(sc for s in shards for sc in s.scenes), tuple(infos), totals["events"],
+                       totals["images"])
+
+
+def _copy_records(blocks: BlockFile, trace: Trace, info: ShardInfo, offset: int, seen: set[bytes], *,
+                  syncs: bool) -> None:
+    """The shard's annotations (one copy of those that name no scene and are alike in every shard) and its
+    clock pairs: CLOCK_SYNC blocks moved with its events when it is the only shard with any (``syncs``), else
+    ANNOTATIONs naming their shard, so that no timeline maps one GPU's times through another's pairs."""
+    for note in trace.annotations:
+        text = fmt.encode_json(note)
+        if isinstance(note, Mapping) and "scene" not in note:
+            if text in seen:
+                continue
+            seen.add(text)
+        blocks.write_block(fmt.BlockType.ANNOTATION, text)
+    for pair in trace.clock_syncs:
+        host = pair.get("host_ns")
+        moved = {**pair, "host_ns": host + offset} if isinstance(host, int) and not isinstance(host, bool) else pair
+        if syncs:
+            blocks.write_block(fmt.BlockType.CLOCK_SYNC, fmt.encode_json(moved))
+        else:
+            blocks.write_block(fmt.BlockType.ANNOTATION, fmt.encode_json({"type": "clock_sync", "shard": info.shard,
+                                                                          **moved}))
+
+
+__all__ = ["BLOCK_EVENTS", "SHARD_OWN_MEASURE", "SHARD_OWN_OPTIONS", "SHARD_OWN_RESOLVED", "MergeResult", "Shard",
+           "check_shards", "comparable_options", "merge_shards", "merged_header"]
