@@ -198,16 +198,17 @@ def slow_frames(events: np.ndarray, strings: list[str],
         clocks = [CLOCK_NAMES.get(int(c), "") for c in np.unique(frames["clock"])]
         spans = [c for c in clocks if is_time(c) and c not in VALUE_CLOCKS]
         clock = (pick or (lambda a: primary_clock_of(a)))(spans) if spans else None
-        if clock not in spans:
+        if clock is None or clock not in spans:
             continue
-        out[label] = _scene(label, of_scene, clock, marks, strings)  # type: ignore[arg-type]
+        out[label] = _scene(label, of_scene, clock, marks, strings)
     return out
 
 
 def _on(ev: np.ndarray, kind: Kind, clock: str) -> np.ndarray:
     cid = next(c for c, n in CLOCK_NAMES.items() if n == clock)
     sel = ev[(ev["kind"] == kind) & (ev["clock"] == cid)]
-    return sel[np.lexsort((sel["start_ns"], sel["frame"]))]
+    ordered: np.ndarray = sel[np.lexsort((sel["start_ns"], sel["frame"]))]
+    return ordered
 
 
 def _aligned(idx: np.ndarray, at: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -222,7 +223,8 @@ def _aligned(idx: np.ndarray, at: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 def _excess(values: np.ndarray) -> np.ndarray:
     """Each value over the moving median of its series (the stutter window)."""
-    return values - moving_median(values)
+    over: np.ndarray = values - moving_median(values)
+    return over
 
 
 def _gc_time(start: np.ndarray, end: np.ndarray, marks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
