@@ -51,6 +51,9 @@ def test_stops_when_decided_records_the_rule_and_compare_agrees(tmp_path: Path, 
         "alpha": 0.01, "max_rounds": 6, "min_rounds": 3, "threshold_pct": 20.0,
         "name": "group-sequential-t", "spending": "lan-demets-obrien-fleming"}
     assert manifest["stop"] == stop and len(manifest["rounds"]) == stop["rounds"]
+    # these synthetic captures record no process CPU time: wall time, the clock they trust, and ab.json says so
+    assert manifest["decision"] == {"metric": "wall", "run_stat": "median", "metric_choice": "capture",
+                                    "paired": True, "alpha": 0.01, "threshold_pct": 20.0}
     # compare DIR judges the same rounds by the recorded rule: the same verdicts, intervals and stop
     again = katra_cli("compare", str(out), "--format", "json")
     assert again.returncode == 1, again.stdout + again.stderr
@@ -94,6 +97,11 @@ def test_real_captures_stop_at_the_cap_and_compare_agrees(tmp_path: Path, katra_
     assert "too few frames" in result["scenes"]["clear"]["reason"]
     manifest = json.loads((out / "ab.json").read_text())
     assert manifest["stop"] == stop and manifest["sequential"]["max_rounds"] == 3 and len(manifest["rounds"]) == 3
+    # real llvmpipe captures record process CPU time: by default the rounds are judged on process p10, and
+    # ab.json and the JSON say so
+    assert manifest["decision"] == {"metric": "process", "run_stat": "p10", "metric_choice": "software default",
+                                    "paired": True, "alpha": 0.01, "threshold_pct": 5.0}
+    assert (result["metric"], result["run_stat"], result["metric_choice"]) == ("process", "p10", "software default")
     again = json.loads(katra_cli("compare", str(out), "--format", "json").stdout)
     assert again["sequential"] == result["sequential"]
     assert again["scenes"]["clear"]["verdict"] == "inconclusive"

@@ -9,6 +9,7 @@ import math
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -53,10 +54,23 @@ def write_run(path: Path, mean_ms: float, *, seed: int, frames: int = 60, size: 
 
 
 def write_runs(d: Path, k: int, mean_ms: float, seed: int, **kw: object) -> Path:
+    """``k`` runs in ``d``, one after the other: a batch (compare allows for drift between two such batches)."""
     d.mkdir(parents=True, exist_ok=True)
     for i in range(k):
         write_run(d / f"run-{i:02d}.katra", mean_ms, seed=seed + i, **kw)  # type: ignore[arg-type]
     return d
+
+
+def write_rounds(base: Path, new: Path, k: int, mean_ms: float, seeds: tuple[int, int], *,
+                 new_kw: dict[str, Any] | None = None, **kw: Any) -> tuple[Path, Path]:
+    """``k`` runs a side written in turns, BASE then NEW (their capture start times interleave, as two sides
+    captured together do); ``new_kw`` adds to ``kw`` for NEW's runs."""
+    for d in (base, new):
+        d.mkdir(parents=True, exist_ok=True)
+    for i in range(k):
+        write_run(base / f"run-{i:02d}.katra", mean_ms, seed=seeds[0] + i, **kw)
+        write_run(new / f"run-{i:02d}.katra", mean_ms, seed=seeds[1] + i, **{**kw, **(new_kw or {})})
+    return base, new
 
 
 def test_stats_json_shape_and_formats(tmp_path: Path, katra_cli) -> None:
@@ -106,8 +120,7 @@ def test_compare_same_runs_exit_0_and_json_shape(tmp_path: Path, katra_cli) -> N
 
 
 def test_compare_directories_regression_exit_1(tmp_path: Path, katra_cli) -> None:
-    base = write_runs(tmp_path / "base", 6, 10.0, seed=10)
-    new = write_runs(tmp_path / "new", 6, 10.0, seed=20, slow={"mesh": 1.2})
+    base, new = write_rounds(tmp_path / "base", tmp_path / "new", 6, 10.0, (10, 20), new_kw={"slow": {"mesh": 1.2}})
     r = katra_cli("compare", str(base), str(new), "--format", "json")
     assert r.returncode == 1, r.stdout + r.stderr
     scenes = json.loads(r.stdout)["scenes"]
@@ -154,8 +167,7 @@ def test_compare_bad_options_exit_2(tmp_path: Path, katra_cli, args: tuple[str, 
 
 @pytest.mark.slow
 def test_compare_stat_p10_reduces_runs_to_their_10th_percentile(tmp_path: Path, katra_cli) -> None:
-    base = write_runs(tmp_path / "base", 4, 10.0, seed=10)
-    new = write_runs(tmp_path / "new", 4, 10.0, seed=20, slow={"fill": 1.3})
+    base, new = write_rounds(tmp_path / "base", tmp_path / "new", 4, 10.0, (10, 20), new_kw={"slow": {"fill": 1.3}})
     r = katra_cli("compare", str(base), str(new), "--stat", "p10", "--format", "json")
     assert r.returncode == 1, r.stdout + r.stderr
     out = json.loads(r.stdout)
@@ -284,21 +296,29 @@ def test_ab_bad_commands(tmp_path: Path, katra_cli) -> None:
 
 
 @pytest.mark.slow
-def test_noisy_wall_time_points_to_process_cpu_time(tmp_path: Path, katra_cli) -> None:
-    """Runs whose wall time varies 20 % from run to run (a busy neighbour) leave compare inconclusive; when
-    the traces recorded process CPU time on a software renderer, the output says how to use it."""
-    base = write_runs(tmp_path / "base", 4, 10.0, seed=30, run_sd=0.2, process=True)
-    new = write_runs(tmp_path / "new", 4, 10.0, seed=40, run_sd=0.2, process=True)
+def test_software_default_is_process_p10_and_noisy_wall_time_points_to_it(tmp_path: Path, katra_cli) -> None:
+    """Runs whose wall time varies 20 % from run to run (a busy neighbour): by default compare judges a software
+    renderer's traces that recorded process CPU time on process p10 (unchanged), and says so; --metric wall is
+    inconclusive and says how to use process time; traces without process rows are judged on wall time."""
+    base, new = write_rounds(tmp_path / "base", tmp_path / "new", 4, 10.0, (30, 40), run_sd=0.2, process=True)
     r = katra_cli("compare", str(base), str(new), "--format", "json")
     out = json.loads(r.stdout)
-    assert r.returncode == 0 and "inconclusive" in {s["verdict"] for s in out["scenes"].values()}, r.stdout
-    assert any("--metric process --stat p10" in n for n in out["notes"])
-    r = katra_cli("compare", str(base), str(new), "--metric", "process", "--format", "json")
+    assert r.returncode == 0 and {s["verdict"] for s in out["scenes"].values()} == {"unchanged"}, r.stdout
+    assert (out["metric"], out["run_stat"], out["metric_choice"]) == ("process", "p10", "software default")
+    assert all(s["stat"] == "p10" for s in out["scenes"].values())
+    assert any("the default on a software renderer" in n for n in out["notes"])
+    text = katra_cli("compare", str(base), str(new)).stdout
+    assert "process clock, paired" not in text and "p10 of each run" in text and "process" in text
+    r = katra_cli("compare", str(base), str(new), "--metric", "wall", "--format", "json")
     out = json.loads(r.stdout)
-    assert r.returncode == 0 and {s["verdict"] for s in out["scenes"].values()} == {"unchanged"}
+    assert r.returncode == 0 and "inconclusive" in {s["verdict"] for s in out["scenes"].values()}, r.stdout
+    assert out["metric_choice"] == "option" and out["run_stat"] == "median"
+    assert any("--metric process --stat p10" in n for n in out["notes"])
+    # --stat given with auto: the software default's metric with the statistic asked for
+    out = json.loads(katra_cli("compare", str(base), str(new), "--stat", "median", "--format", "json").stdout)
+    assert (out["metric"], out["run_stat"]) == ("process", "median")
+    # without process rows: wall time, the capture's clock, and nothing to point to
+    plain_b, plain_n = write_rounds(tmp_path / "plain_b", tmp_path / "plain_n", 4, 10.0, (30, 40), run_sd=0.2)
+    out = json.loads(katra_cli("compare", str(plain_b), str(plain_n), "--format", "json").stdout)
+    assert (out["metric"], out["metric_choice"]) == ("wall", "capture")
     assert not any("--metric process" in n for n in out["notes"])
-    # without process rows there is nothing to point to
-    plain_b = write_runs(tmp_path / "plain_b", 4, 10.0, seed=30, run_sd=0.2)
-    plain_n = write_runs(tmp_path / "plain_n", 4, 10.0, seed=40, run_sd=0.2)
-    r = katra_cli("compare", str(plain_b), str(plain_n), "--format", "json")
-    assert not any("--metric process" in n for n in json.loads(r.stdout)["notes"])

@@ -102,8 +102,10 @@ def test_show_check_and_report_agree_on_the_issue_store(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_show_check_and_report_agree_on_a_real_step(tmp_path: Path) -> None:
-    """Six labels of three runs, +20 % from v4 on (the param changed there): one step, everywhere."""
-    labels = store(tmp_path, [(f"v{i}", 3, 10.0 if i < 4 else 12.0, 8 if i < 4 else 12) for i in range(1, 7)], "step")
+    """Six labels of three runs, +80 % from v4 on (the param changed there): one step, everywhere. The labels'
+    runs were captured label by label, so compare allows for wall time's drift between separate batches (about
+    +-23 %, docs/stats.md); +80 % is decided all the same."""
+    labels = store(tmp_path, [(f"v{i}", 3, 10.0 if i < 4 else 18.0, 8 if i < 4 else 12) for i in range(1, 7)], "step")
     s = surfaces(tmp_path, "step")
     (show,), check = s["show"], s["check"]
     (step,) = check["steps"]

@@ -24,6 +24,7 @@ from katra_trace.analysis.defaults import (
     IMAGE_POLICIES,
     DEFAULT_THRESHOLD_COUNT_PCT,
     DEFAULT_THRESHOLD_TIME_PCT,
+    SOFTWARE_TIME_DEFAULT,
     check_alpha,
     check_threshold_pct,
     image_policy,
@@ -53,14 +54,17 @@ def add_comparability_options(p: argparse.ArgumentParser, images: bool = True) -
     (:func:`compare_kwargs` turns them into :func:`katra_trace.analysis.compare.compare_traces`' arguments);
     ``images``: the image verdict's options too (bisect shows image verdicts with the defaults, never gates)."""
     p.add_argument("--metric", choices=METRICS, default="auto",
-                   help="what is compared: auto = instructions (then cycles) when every trace has them, else "
+                   help="what is compared: auto = instructions (then cycles) when every trace has them; on a "
+                        f"software renderer whose traces record process CPU time, {' '.join(SOFTWARE_TIME_DEFAULT)} "
+                        "(the frame's work, whatever a busy neighbour does to its wall time; docs/stats.md); else "
                         "the clock the capture trusts (wall in sync mode, gpu in gpu mode); process = the "
-                        "process CPU time per frame (sync mode: on a software renderer, the frame's work "
-                        "whatever a busy neighbour does to its wall time)")
-    p.add_argument("--stat", choices=RUN_STATS, default="median",
-                   help="what reduces each run of a time metric to one level: median (default) or p10, the "
-                        "10th percentile of its frames (the frames nothing got in the way of: steadier on a "
-                        "busy machine, blind to a change that slows only some frames)")
+                        "process CPU time per frame")
+    p.add_argument("--stat", choices=RUN_STATS, default=None,
+                   help="what reduces each run of a time metric to one level: median or p10, the 10th "
+                        "percentile of its frames (the frames nothing got in the way of: steadier on a busy "
+                        f"machine, blind to a change that slows only some frames); default: "
+                        f"{SOFTWARE_TIME_DEFAULT[1]} where --metric auto chose {SOFTWARE_TIME_DEFAULT[0]}, else "
+                        "median")
     p.add_argument("--normalize", action="store_true",
                    help="compare each run's median frame wall divided by the median wall of its reference "
                         "workload (cancels machine drift; needs traces with reference markers)")
@@ -101,7 +105,8 @@ def check_compare_options(args: argparse.Namespace) -> None:
     """The library's checks of the decision's options, before any trace is read (ConfigError, exit 2)."""
     check_alpha(args.alpha)
     check_threshold_pct(args.threshold)
-    check_run_stat(args.stat, count=is_count(args.metric), normalize=args.normalize)
+    if args.stat is not None:
+        check_run_stat(args.stat, count=is_count(args.metric), normalize=args.normalize)
     if hasattr(args, "images"):  # commands that take the image options (not bisect)
         image_options(args)
 

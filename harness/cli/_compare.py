@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from katra3d.harness.cli._common import (
@@ -165,10 +166,12 @@ def print_result(result: ComparisonResult, fmt: str) -> None:
         print_images(dict(result.images), result.image_policy, fmt)
 
 
-def compare_and_print(base: str, new: str | None, args: argparse.Namespace) -> int:
-    """Open both sides, compare them (the library's one comparison), print; returns the exit code."""
+def compare_and_print(base: str, new: str | None, args: argparse.Namespace, record: Path | None = None) -> int:
+    """Open both sides, compare them (the library's one comparison), print; returns the exit code. ``record``:
+    an ab directory whose ab.json gets what the rounds were judged on (``decision``)."""
     # deferred: the comparison loads scipy (about a second); building the parser must not
     from katra_trace.analysis.comparison import compare_sides, open_sides
+    from katra_trace.io.tracesets import record_ab_decision
 
     check_compare_options(args)
     if getattr(args, "image_diff", None):
@@ -180,6 +183,8 @@ def compare_and_print(base: str, new: str | None, args: argparse.Namespace) -> i
     result = compare_sides(sides, image_policy=policy, image_limits=limits, **compare_kwargs(args))
     if getattr(args, "image_diff", None) and policy != "off":
         write_image_diff(args.image_diff, result.images, result.base_images, result.new_images)
+    if record is not None:
+        record_ab_decision(record, result.timing)
     print_result(result, args.format)
     if result.exit_code == 2:
         where = "in the JSON output" if args.format == "json" else "above"

@@ -170,4 +170,4 @@ def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
                         on_round=lambda done: _round_line(tally, done, cap), compare_options=compare_kwargs(args))
     if result.settled is not None:  # the one line that says how many rounds were used, and why it stopped
         Tally("katra3d ab").line(f"stopped: {result.settled.reason}")
-    return compare_and_print(str(dirs["base"]), str(dirs["new"]), args)
+    return compare_and_print(str(dirs["base"]), str(dirs["new"]), args, record=root)

@@ -17,7 +17,7 @@ import numpy as np
 
 from katra_trace.analysis.counts import decide_counts
 from katra_trace.analysis.decide import compare_runs
-from katra_trace.analysis.defaults import DEFAULT_ALPHA
+from katra_trace.analysis.defaults import DEFAULT_ALPHA, SOFTWARE_TIME_DEFAULT, batch_drift_sd
 from katra_trace.analysis.match import (
     capture_facts,
     codegen_facts,
@@ -98,8 +98,9 @@ def compare_traces(
     allow_codegen_mismatch: bool = False,
     normalize: bool = False,
     pairs: Sequence[tuple[int, int]] | None = None,
-    run_stat: str = "median",
+    run_stat: str | None = None,
     sequential: SequentialRule | None = None,
+    separate_batches: bool = False,
 ) -> Comparison:
     """Compare two sets of opened traces (each one run), scene by scene.
 
@@ -115,9 +116,14 @@ def compare_traces(
     markers). ``pairs``: ``(base index, new index)`` of each paired round
     (``katra3d ab``): the paired test is used, on those traces only.
     ``run_stat``: ``median`` or ``p10``, what reduces each run of a time metric to
-    its level (ConfigError with counts or ``normalize``).
+    its level (ConfigError with counts or ``normalize``); None: the default, ``median``, or the statistic of
+    :data:`~katra_trace.analysis.defaults.SOFTWARE_TIME_DEFAULT` when ``metric`` ``auto`` chose it: on a software
+    renderer whose traces all record process CPU time, ``auto`` compares that metric instead of wall time
+    (``metric_choice`` says which way the metric was chosen).
     ``sequential``: with ``pairs``, the stopping rule of ``ab --until-decided`` decides the rounds of a time
     metric (:func:`katra_trace.analysis.decide.compare_runs`); its alpha and threshold are used.
+    ``separate_batches``: the sides were captured apart (not interleaved, not paired): the interval of a time
+    metric allows for the drift between batches (:func:`~katra_trace.analysis.defaults.batch_drift_sd`).
     Traces measured in counts and in time cannot be mixed (ConfigError).
     """
     sides: dict[str, list[Any]] = {"base": list(base), "new": list(new)}
@@ -135,13 +141,19 @@ def compare_traces(
     common = set.intersection(*per_trace) if per_trace else set()
     chosen = resolve_metric(headers, clocks, metric, common)
     count = is_count(chosen)
+    choice = "option" if metric != "auto" else "counts" if count else "capture"
+    default_stat = "median"
     if normalize:
         if count or metric not in ("auto", "wall"):
             raise ConfigError(f"--normalize divides wall time by the reference workload's; it does not apply "
                               f"to --metric {chosen if metric == 'auto' else metric}")
         chosen = "wall"
         _check_reference_workloads(sides)
-    check_run_stat(run_stat, count=count, normalize=normalize)
+    elif choice == "capture" and chosen == "wall" and SOFTWARE_TIME_DEFAULT[0] in common \
+            and all(h.host_info.software for h in headers):
+        chosen, default_stat = SOFTWARE_TIME_DEFAULT
+        choice = "software default"
+    run_stat = check_run_stat(default_stat if run_stat is None else run_stat, count=count, normalize=normalize)
     notes: list[str] = []
     incomparable: dict[str, str] = {}
     runs: dict[str, dict[str, list[np.ndarray]]] = {"base": {}, "new": {}}
@@ -183,13 +195,19 @@ def compare_traces(
     if normalize:
         notes.append("normalized: each run's median frame wall divided by the median wall of its reference "
                      "workload (values in x reference)")
+    if choice == "software default":
+        notes.append(f"{chosen} {run_stat}: the default on a software renderer (the frames' CPU work, which a busy "
+                     f"neighbour does not stretch; chosen by python -m bench defaults, docs/stats.md); "
+                     f"--metric wall compares wall time")
     if run_stat == "p10":
         notes.append("p10: each run is reduced to the 10th percentile of its frames (the frames that nothing "
                      "got in the way of), not the median; a change that slows only some frames does not show")
     result = compare_runs(runs["base"], runs["new"], threshold_pct=threshold_pct, alpha=alpha,
                           metric="wall/reference" if normalize else chosen, incomparable=incomparable,
                           paired=pairs is not None, value_unit="x reference" if normalize else None,
-                          run_stat=run_stat, sequential=sequential if pairs is not None else None)
+                          run_stat=run_stat, sequential=sequential if pairs is not None else None,
+                          drift_sd=batch_drift_sd("wall/reference" if normalize else chosen, run_stat)
+                          if separate_batches and pairs is None else 0.0)
     if sequential is not None and pairs is not None:
         notes.append(f"sequential: {sequential.describe()} (docs/stats.md)")
     zones: tuple[SceneComparison, ...] = ()
@@ -198,7 +216,7 @@ def compare_traces(
     notes.extend(_draw_set_notes(sides))
     if chosen == "wall" and not normalize:
         notes.extend(_process_hint(result, sides, durations))
-    return dataclasses.replace(result, notes=tuple(notes), zones=zones)
+    return dataclasses.replace(result, notes=tuple(notes), zones=zones, metric_choice=choice)
 
 
 #: Run-to-run CV of wall time above which an inconclusive scene gets the hint of :func:`_process_hint`.

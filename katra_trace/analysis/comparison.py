@@ -140,8 +140,8 @@ def separate_batches(sides: Sides) -> str | None:
     if max(base) < min(new) or max(new) < min(base):
         first = "BASE" if max(base) < min(new) else "NEW"
         return (f"the sides were captured in separate batches ({first}'s {len(base if first == 'BASE' else new)} "
-                f"run(s) all before the other's): drift of the machine between batches is not cancelled; "
-                f"katra3d ab interleaves the runs")
+                f"run(s) all before the other's): time intervals allow for the machine's drift between "
+                f"batches (docs/stats.md); katra3d ab interleaves the runs")
     return None
 
 
@@ -198,7 +198,7 @@ def compare_sides(sides: Sides, *, image_policy: str = "gate", image_limits: Ima
         notes.append(batches)
     timing = compare_traces(list(sides.base_traces), list(sides.new_traces),
                             pairs=None if sides.pairs is None else list(sides.pairs), sequential=sides.rule,
-                            alpha=alpha, threshold_pct=threshold_pct, **options)
+                            alpha=alpha, threshold_pct=threshold_pct, separate_batches=bool(batches), **options)
     if notes:
         timing = dataclasses.replace(timing, notes=(*notes, *timing.notes))
     images: dict[str, ImageVerdict] = {}

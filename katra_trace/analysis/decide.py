@@ -90,7 +90,8 @@ def run_level(values: np.ndarray, stat: str = "median") -> float:
 
 
 def _measure_time(scene: str, b_runs: list[np.ndarray], n_runs: list[np.ndarray], paired: bool,
-                  alpha: float, metric: str, value_unit: str, run_stat: str = "median") -> dict[str, Any]:
+                  alpha: float, metric: str, value_unit: str, run_stat: str = "median",
+                  drift_sd: float = 0.0) -> dict[str, Any]:
     """Effect, one-sided p, interval and side figures of one scene (no verdict yet)."""
     b_all, n_all = np.concatenate(b_runs), np.concatenate(n_runs)
     out: dict[str, Any] = {
@@ -114,7 +115,11 @@ def _measure_time(scene: str, b_runs: list[np.ndarray], n_runs: list[np.ndarray]
         out["unit"] = "frames"
         out["ratio"] = out["frame_ratio"]
         return out
-    t = paired_t(ln - lb) if paired else welch(lb, ln)
+    drift_sd = 0.0 if paired else drift_sd
+    t = paired_t(ln - lb) if paired else welch(lb, ln, drift_sd)
+    if drift_sd:
+        out["drift_allowance_pct"] = 100.0 * math.expm1(drift_sd)
+        out["_drift_sd"] = drift_sd
     lo, hi = t.interval(out["confidence"])
     out.update(ratio=math.exp(t.estimate), ci_low=math.exp(lo), ci_high=math.exp(hi),
                p_value=t.p_directional(), dof=t.dof)
@@ -132,6 +137,7 @@ def _decide_time(m: dict[str, Any], p_holm: float, threshold: float, alpha: floa
                  n_tests: int) -> SceneComparison:
     """Turn measured figures and the Holm-adjusted p into a verdict (rule in the module doc)."""
     sd_log = m.pop("_sd_log", math.nan)
+    drift_sd = m.pop("_drift_sd", 0.0)
     up, down = 1.0 + threshold, 1.0 / (1.0 + threshold)
     thr_pct = threshold * 100.0
     unit = m["unit"]
@@ -154,6 +160,8 @@ def _decide_time(m: dict[str, Any], p_holm: float, threshold: float, alpha: floa
     change = format_change(ratio)
     lo, hi = m["ci_low"], m["ci_high"]
     interval = f"[{format_change(lo)}, {format_change(hi)}]"
+    if drift_sd:
+        interval += f" (allowing +-{m['drift_allowance_pct']:.1f}% drift between separate batches)"
     sig = p_holm < alpha
     if sig and ratio >= up:
         return SceneComparison(**dict(base, verdict=Verdict.REGRESSION,
@@ -166,15 +174,21 @@ def _decide_time(m: dict[str, Any], p_holm: float, threshold: float, alpha: floa
     if down < lo and hi < up:
         return SceneComparison(**dict(base, verdict=Verdict.UNCHANGED,
                                       reason=f"{change}; interval {interval} within +-{thr_pct:g}%"))
-    needed = runs_needed(sd_log, settling_margin(math.log(ratio), threshold), alpha, n_tests, m["paired"])
+    margin = settling_margin(math.log(ratio), threshold)
+    needed = runs_needed(sd_log, margin, alpha, n_tests, m["paired"], drift_sd)
     have = min(m["runs_base"], m["runs_new"])
     if needed is not None:
         needed = max(needed, have + 1)
     why = (f"significant but below the {thr_pct:g}% threshold, and the interval {interval} does not rule "
            f"out {thr_pct:g}%" if sig else f"interval {interval}, p={p_holm:.2g}")
     cv = sd_log * 100
-    need = (f"~{needed} {word} a side would decide about the {change} seen" if needed else
-            f"no number of {word} decides a change this close to the {thr_pct:g}% threshold")
+    if needed:
+        need = f"~{needed} {word} a side would decide about the {change} seen"
+    elif drift_sd and runs_needed(sd_log, margin, alpha, n_tests, m["paired"]) is not None:
+        need = (f"no number of runs outweighs the +-{m['drift_allowance_pct']:.1f}% drift allowed between sides "
+                f"captured in separate batches: katra3d ab interleaves the runs")
+    else:
+        need = f"no number of {word} decides a change this close to the {thr_pct:g}% threshold"
     return SceneComparison(**dict(
         base, verdict=Verdict.INCONCLUSIVE, runs_needed=needed,
         reason=f"{change}: {why}; {'round-to-round' if m['paired'] else 'run-to-run'} spread {cv:.1f}%: "
@@ -206,6 +220,7 @@ def compare_runs(
     value_unit: str | None = None,
     run_stat: str = "median",
     sequential: SequentialRule | None = None,
+    drift_sd: float = 0.0,
 ) -> Comparison:
     """Compare per-run durations (ns) or counts, scene by scene.
 
@@ -225,6 +240,8 @@ def compare_runs(
         sequential: paired rounds of a time metric are judged by this stopping rule for repeated looks
             (:func:`katra_trace.analysis.sequential.look`, alpha split over the scenes); its alpha and
             threshold replace ``alpha`` and ``threshold_pct`` (counts too). Unpaired runs ignore it.
+        drift_sd: unpaired runs of a time metric whose sides were captured in separate batches: the drift
+            between batches to allow for (sd of a log ratio; :func:`katra_trace.analysis.intervals.welch`).
     """
     del seed
     if sequential is not None:
@@ -263,7 +280,8 @@ def compare_runs(
         elif count:
             results[scene] = decide_counts(scene, b_runs, n_runs, threshold=threshold, metric=metric)
         else:
-            measured[scene] = _measure_time(scene, b_runs, n_runs, paired, alpha, metric, unit, run_stat)
+            measured[scene] = _measure_time(scene, b_runs, n_runs, paired, alpha, metric, unit, run_stat,
+                                            drift_sd)
     tested = [s for s in measured if measured[s]["unit"] != "frames"
               and min(measured[s]["frames_base"], measured[s]["frames_new"]) >= MIN_FRAMES]
     adjusted = dict(zip(tested, holm([measured[s]["p_value"] for s in tested]), strict=True))

@@ -36,6 +36,36 @@ DEFAULT_SEQUENTIAL_MIN_ROUNDS = 3
 #: Caps above this are refused: the rule's boundaries are computed look by look.
 MAX_SEQUENTIAL_ROUNDS = 200
 
+#: The time metric and per-run statistic that compare, ab and bisect's time mode use by default (``--metric auto``)
+#: when every trace is a software renderer's (llvmpipe) and records process CPU time: each run's 10th-percentile
+#: frame of process CPU time, the frame's own work, which a CPU hog beside the runs does not stretch. Chosen by
+#: evidence: ``python -m bench defaults`` (docs/stats.md, "Default metric"), A/A false verdicts and power of
+#: wall median, process median, process p10 and normalized time, on a quiet machine and beside a CPU hog.
+SOFTWARE_TIME_DEFAULT: tuple[str, str] = ("process", "p10")
+#: Sides captured in separate batches (every run of one side before every run of the other, not interleaved):
+#: the drift of the machine between batches allowed for in the interval, by metric and per-run statistic, as the
+#: sd of a log ratio (``welch``'s ``drift_sd``). Runs of one batch share the machine's state, so their spread does
+#: not show it. Measured by ``python -m bench defaults`` (docs/stats.md, "Sides captured in separate batches"):
+#: the root mean square of the log ratio of 42 separate-batch A/A pairs (3 scenes, quiet and beside a CPU hog)
+#: on a 2-core machine shared with other jobs, which also holds the runs' own spread (so it errs wide).
+BATCH_DRIFT_SD: dict[tuple[str, str], float] = {
+    ("process", "p10"): 0.050,
+    ("process", "median"): 0.083,
+    ("wall", "median"): 0.209,
+    ("wall/reference", "median"): 0.224,
+}
+
+
+def batch_drift_sd(metric: str, run_stat: str) -> float:
+    """The drift allowed between separately captured sides (:data:`BATCH_DRIFT_SD`); a metric the bench did not
+    measure (cpu, gpu, wall/reference) gets the largest measured."""
+    return BATCH_DRIFT_SD.get((metric, run_stat), max(BATCH_DRIFT_SD.values()))
+
+
+#: How a comparison's metric was chosen (``metric_choice`` in compare's JSON and ab.json): given by ``--metric``,
+#: auto as the captures' counts, auto as the clock the captures trust, or :data:`SOFTWARE_TIME_DEFAULT`.
+METRIC_CHOICES = ("option", "counts", "capture", "software default")
+
 #: Image verdicts (:mod:`katra_trace.analysis.images`): the FLIP mean error (0-1) at or below which a changed
 #: image is *within tolerance*. Measured (docs/images.md, ``python -m bench image-tolerance``): another
 #: vector width renders identical images, softpipe's blend rounding (2 levels) gives 0.020; a colour moved
@@ -148,6 +178,10 @@ __all__ = [
     "DEFAULT_THRESHOLD_TIME_PCT",
     "MAX_SEQUENTIAL_ROUNDS",
     "MAX_THRESHOLD_PCT",
+    "BATCH_DRIFT_SD",
+    "METRIC_CHOICES",
+    "SOFTWARE_TIME_DEFAULT",
+    "batch_drift_sd",
     "check_alpha",
     "check_sequential_rounds",
     "check_threshold_pct",

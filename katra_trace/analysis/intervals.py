@@ -100,18 +100,23 @@ class TInterval:
         return float(t_sf(abs(self.estimate) / self.se, self.dof))
 
 
-def welch(log_base: np.ndarray, log_new: np.ndarray) -> TInterval:
-    """Welch's t for mean(log_new) - mean(log_base) (each side >= 2 values)."""
+def welch(log_base: np.ndarray, log_new: np.ndarray, drift_sd: float = 0.0) -> TInterval:
+    """Welch's t for mean(log_new) - mean(log_base) (each side >= 2 values).
+
+    ``drift_sd``: the spread (sd of a log ratio) of the machine's drift between two batches of runs captured
+    apart, added to the standard error: runs of one batch share its machine state, so their own spread does
+    not show it. It is a given variance, not estimated from these runs, so it adds nothing to the
+    Welch-Satterthwaite denominator (its degrees of freedom are infinite)."""
     nb, nn = log_base.size, log_new.size
     vb = float(log_base.var(ddof=1)) / nb
     vn = float(log_new.var(ddof=1)) / nn
     est = float(log_new.mean() - log_base.mean())
     se2 = vb + vn
     if se2 == 0:
-        return TInterval(est, 0.0, float(nb + nn - 2))
+        return TInterval(est, drift_sd, float(nb + nn - 2))
     denom = (vb * vb / (nb - 1) if vb else 0.0) + (vn * vn / (nn - 1) if vn else 0.0)
-    dof = se2 * se2 / denom
-    return TInterval(est, math.sqrt(se2), dof)
+    total = se2 + drift_sd * drift_sd
+    return TInterval(est, math.sqrt(total), total * total / denom)
 
 
 def paired_t(log_ratios: np.ndarray) -> TInterval:
@@ -130,25 +135,30 @@ def settling_margin(estimate: float, threshold: float) -> float:
     return size if size >= edge else edge - size
 
 
-def runs_needed(sd_log: float, margin: float, alpha: float, m: int, paired: bool) -> int | None:
+def runs_needed(sd_log: float, margin: float, alpha: float, m: int, paired: bool, drift_sd: float = 0.0) -> int | None:
     """Runs (rounds) a side for a one-sided t at alpha / m whose interval settles a change ``margin`` (a log
     ratio, :func:`settling_margin` of the change seen) away from what it must clear.
 
     ``sd_log``: the spread of one run's log median (unpaired) or of one
-    round's log ratio (paired); power :data:`TARGET_POWER`. None when no number of runs would (a margin of 0,
-    or over 100,000 runs).
+    round's log ratio (paired); power :data:`TARGET_POWER`. ``drift_sd``: the drift allowed between batches
+    captured apart (:func:`welch`), which more runs do not shrink. None when no number of runs would (a margin
+    of 0, a drift allowance as wide as the margin, or over 100,000 runs).
     """
     if not math.isfinite(sd_log) or sd_log <= 0 or not math.isfinite(margin) or margin <= 0:
         return None
     delta = margin
     a = alpha / max(m, 1)
     z = float(ndtri(1 - a)) + float(ndtri(TARGET_POWER))
-    n_normal = (z * sd_log / delta) ** 2 * (1 if paired else 2)  # t quantiles only make it larger
+    room = (delta / z) ** 2 - drift_sd * drift_sd  # the variance the runs may leave
+    if room <= 0:
+        return None
+    n_normal = sd_log * sd_log / room * (1 if paired else 2)  # t quantiles only make it larger
     if n_normal > 100_000:
         return None
     n = np.arange(max(MIN_RUNS, math.floor(n_normal)), math.ceil(2 * n_normal) + 12, dtype=np.float64)
     dof = n - 1 if paired else 2 * n - 2
     se = sd_log / np.sqrt(n) if paired else sd_log * np.sqrt(2.0 / n)
+    se = np.sqrt(se * se + drift_sd * drift_sd)
     ok = (t_ppf(1 - a, dof) + t_ppf(TARGET_POWER, dof)) * se <= delta
     return int(n[np.argmax(ok)]) if ok.any() else None
 

@@ -73,6 +73,8 @@ class SceneComparison:
     run_cv_base: float = math.nan  #: CV of per-run medians, or p10s (needs >= 2 runs)
     run_cv_new: float = math.nan
     pair_cv: float = math.nan  #: sd of per-round log ratios (paired)
+    #: sides captured in separate batches: the drift between batches allowed for in the interval (percent)
+    drift_allowance_pct: float = math.nan
     noise_floor_pct: float = math.nan  #: count metrics: the measured noise floor
     #: count metrics: the cross-process jitter per frame (defaults.COUNT_JITTER_PER_FRAME) over the frame's
     #: count, in percent; the band is never narrower than this
@@ -120,6 +122,8 @@ class Comparison:
     zones: tuple[SceneComparison, ...] = ()
     paired: bool = False
     run_stat: str = "median"  #: the per-run statistic of a time metric (:data:`RUN_STATS`)
+    #: how the metric was chosen (:data:`katra_trace.analysis.defaults.METRIC_CHOICES`)
+    metric_choice: str = "option"
 
     @property
     def regressions(self) -> tuple[SceneComparison, ...]:
@@ -146,6 +150,7 @@ class Comparison:
             "metric": self.metric,
             "paired": self.paired,
             "run_stat": self.run_stat,
+            "metric_choice": self.metric_choice,
             "verdicts": counts,
             "exit_code": self.exit_code,
             "notes": list(self.notes),

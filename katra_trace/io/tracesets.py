@@ -51,6 +51,18 @@ def read_ab_manifest(root: Path) -> dict[str, Any] | None:
     return data
 
 
+def record_ab_decision(root: Path, comparison: Any) -> None:
+    """Add what ``katra3d ab`` judged its rounds on to ``root/ab.json`` (``decision``: metric, per-run statistic,
+    how the metric was chosen, alpha and threshold of ``comparison``, a :class:`Comparison`), atomically."""
+    manifest = read_ab_manifest(root)
+    if manifest is None:
+        return
+    manifest["decision"] = {"metric": comparison.metric, "run_stat": comparison.run_stat,
+                            "metric_choice": comparison.metric_choice, "paired": comparison.paired,
+                            "alpha": comparison.alpha, "threshold_pct": comparison.threshold_pct}
+    write_ab_manifest(root, manifest)
+
+
 #: The files ``katra3d ab`` writes into ``base/`` and ``new/``: a round's trace, or a failed capture's frames.
 AB_TRACE = re.compile(r"run-\d+(\.failed)?\.katra")
 
@@ -146,4 +158,4 @@ def open_traces(paths: Sequence[str | os.PathLike[str]], verb: str = "using") ->
 
 
 __all__ = ["AB_MANIFEST", "AB_MANIFEST_VERSION", "AB_TRACE", "ab_pairs", "clear_ab_dir", "damaged_note",
-           "open_quietly", "open_traces", "read_ab_manifest", "trace_paths", "write_ab_manifest"]
+           "open_quietly", "open_traces", "read_ab_manifest", "record_ab_decision", "trace_paths", "write_ab_manifest"]
