@@ -6,10 +6,9 @@ Modes (docs/timing.md says what each number means):
   (``time.perf_counter_ns``) around render + finish gives the ``wall`` time,
   render alone the ``cpu`` submit time, and the process CPU time across the
   same span (every thread, a software rasterizer's included) the ``process``
-  time; in ``katra3d run``'s loop a frame's process time starts where the last
-  frame's ended (one clock read per frame boundary, :meth:`SyncTimer.continue_frame`),
-  so it holds the harness's work between frames too. With zones on, each zone starts and
-  ends with ``glFinish`` too, so a zone's wall time holds its own GPU work only.
+  time (in run's loop from the last frame's end: :meth:`SyncTimer.continue_frame`).
+  With zones on, each zone starts and ends with ``glFinish`` too, so a zone's
+  wall time holds its own GPU work only.
 * ``gpu`` — ``GL_TIMESTAMP`` queries (``glQueryCounter``) from a preallocated
   ring bracket every frame and zone; results are read back without blocking
   (``GL_QUERY_RESULT_AVAILABLE``) when they are ready, a few frames later,
@@ -253,8 +252,7 @@ class SyncTimer(Timer):
     def _zone(self, name: str) -> _SyncZone:
         return _SyncZone(self, name)
 
-    #: the process clock at the last frame's end (:meth:`continue_frame` starts the next frame from it)
-    c1 = 0
+    c1 = 0  #: the process clock at the last frame's end (:meth:`continue_frame` starts the next frame from it)
 
     def begin_frame(self, index: int, flags: int = 0) -> None:
         self.frame_index = index
@@ -263,11 +261,9 @@ class SyncTimer(Timer):
         self.t0 = _pc()
 
     def continue_frame(self, index: int, flags: int = 0) -> None:
-        """:meth:`begin_frame` for a frame that follows the last one with nothing but the harness between
-        them (``katra3d run``'s loop): the end of one frame is the start of the next on the process clock,
-        so its one read at the boundary serves both, and the harness's work between frames is billed to
-        the next frame's process time. ``katra3d.capture`` runs the user's code between frames: it begins
-        every frame with :meth:`begin_frame`."""
+        """:meth:`begin_frame` for a frame that follows the last one with only the harness between them (run's
+        loop): the last frame's end is this one's start on the process clock, one read per boundary.
+        ``katra3d.capture`` runs the user's code between frames: it uses :meth:`begin_frame`."""
         self.frame_index = index
         self.flags = flags
         self.c0 = self.c1
@@ -500,16 +496,5 @@ def make_timer(mode: str, ctx: Any, writer: Any, buffer: EventBuffer, *, zones: 
     raise ConfigError(f"timing mode must be resolved to 'sync' or 'gpu', got '{mode}'")
 
 
-__all__ = [
-    "GpuTimer",
-    "INTERVAL_NAME",
-    "MODES",
-    "NULL_ZONE",
-    "SyncTimer",
-    "ZONE_MODES",
-    "Timer",
-    "choose_mode",
-    "make_timer",
-    "no_zone",
-    "zone_mode",
-]
+__all__ = ["GpuTimer", "INTERVAL_NAME", "MODES", "NULL_ZONE", "SyncTimer", "ZONE_MODES", "Timer", "choose_mode",
+           "make_timer", "no_zone", "zone_mode"]
