@@ -13,7 +13,9 @@
 #   -n RUNS  captures of the suite (default: 1 for counts, 7 for time). For time, the run is the
 #            unit of evidence: >= 3 runs a side give a verdict (Welch's t on the runs' levels),
 #            and with 12 scenes Holm-corrected at alpha 0.01 more runs resolve smaller changes
-#            (docs/stats.md). On a shared runner, pass `-- --metric process --stat p10`.
+#            (docs/stats.md). On llvmpipe, time is compared on process CPU time at p10 by default
+#            (the frames' work, whatever a busy neighbour does); a baseline captured apart gets the
+#            measured drift allowance between batches (docs/stats.md).
 #   -j JOBS  counts: scenes counted at once, each in its own valgrind child (`katra3d run --jobs`;
 #            default: the runner's usable cores, fewer when memory is short). Time runs measure one
 #            scene at a time (katra3d refuses -j above 1 for time: parallel timings disturb each other)
@@ -54,7 +56,7 @@ while [ $# -gt 0 ]; do
         -j) jobs="$2"; shift 2 ;;
         -s) suite="$2"; shift 2 ;;
         -a) read -r -a run_args <<< "$2"; shift 2 ;;
-        -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
         --) shift; break ;;
         *) echo "ci/bench.sh: unknown option '$1' (see ci/bench.sh --help)" >&2; exit 2 ;;
     esac
