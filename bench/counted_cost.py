@@ -10,6 +10,11 @@ timings taken moments apart, so load drift on a shared machine cancels in each p
 counted / time wall, the target's ratio with the counted run's CPU seconds in place of its wall (what
 it would take on an idle core), and those CPU seconds (parent and child). docs/measure.md ("What
 start-up costs") records the measured figures.
+
+``python -m bench counted-jobs`` (issue 36): the counted ``ci`` suite (``--frames 20``) with ``--jobs 2``,
+the same with ``--jobs 1`` and the same time run, interleaved round by round: ``--jobs 2`` / time run
+(target <= 40x) and ``--jobs 2`` / ``--jobs 1`` (target <= 0.6), medians of the rounds with their intervals.
+docs/measure.md ("Several scenes at once") records the figures.
 """
 
 from __future__ import annotations

@@ -154,12 +154,13 @@ def measure(ctx: BenchContext) -> list[Row]:
         return (STEP_SCENE, "--param", f"{STEP_SCENE}.{STEP_PARAM}={value}", "--size", step_size,
                 "--frames", str(step_frames), "--warmup", "1")
 
-    jobs: list[Job] = [Job(f"ci{i}", (*ci_args, "--measure", "instructions"), ctx.tmp / f"ci{i}.katra")
-                       for i in range(n_ci)]
-    jobs.append(Job("empty", (*empty_args, "--measure", "instructions"), ctx.tmp / "empty.katra"))
-    jobs += [Job(f"base{i}", (*step_args(STEP_VALUES[0]), "--measure", "instructions"), ctx.tmp / f"base{i}.katra")
+    # the bench runs several counted processes at once itself: each counts one scene at a time (--jobs 1)
+    counted = ("--measure", "instructions", "--jobs", "1")
+    jobs: list[Job] = [Job(f"ci{i}", (*ci_args, *counted), ctx.tmp / f"ci{i}.katra") for i in range(n_ci)]
+    jobs.append(Job("empty", (*empty_args, *counted), ctx.tmp / "empty.katra"))
+    jobs += [Job(f"base{i}", (*step_args(STEP_VALUES[0]), *counted), ctx.tmp / f"base{i}.katra")
              for i in range(n_base)]
-    jobs += [Job(f"new{i}", (*step_args(STEP_VALUES[1]), "--measure", "instructions"), ctx.tmp / f"new{i}.katra")
+    jobs += [Job(f"new{i}", (*step_args(STEP_VALUES[1]), *counted), ctx.tmp / f"new{i}.katra")
              for i in range(n_new)]
     parallel = 2 if quick else 4  # counts do not depend on load; more at once gets more of a busy machine
     load = os.getloadavg()
