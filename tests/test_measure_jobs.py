@@ -83,6 +83,13 @@ def test_a_childs_plan_is_the_same_whatever_jobs_is(tmp_path: Path, monkeypatch:
     assert "jobs" not in base.as_dict()  # the header records what was captured, not how many children counted it
 
 
+def test_children_start_costliest_first_with_several_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(valgrind, "find_valgrind", lambda: ("/opt/vg", "9.9.9"))
+    config = RunConfig(scenes=("triangle", "instancing", "clear"), measure="instructions", output=str(tmp_path / "c"))
+    assert children.start_order(plan_run(dataclasses.replace(config, jobs=1))) == [0, 1, 2]  # the run's order
+    assert children.start_order(plan_run(dataclasses.replace(config, jobs=2)))[0] == 1  # instancing, the costliest
+
+
 def _part(path: Path, scene: str, frames: int, *, extra: str) -> None:
     """A one-scene trace like a counted child's: ``frames`` frames of ``scene``, each with a zone named ``extra``;
     its start is the writer's (now)."""

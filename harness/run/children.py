@@ -35,6 +35,7 @@ from katra3d.harness.run.config import RunPlan
 from katra3d.harness.run.parts import join
 from katra3d.harness.run.placeholders import placeholder_plan, restore_strings
 from katra3d.harness.run.progress import Relay, lane
+from katra3d.scenes.suites import scene_cost
 from katra_trace.errors import ConfigError, ToolUnavailable
 from katra_trace.io import claim as claim_mod
 
@@ -49,6 +50,17 @@ def scene_plan(plan: RunPlan, index: int) -> RunPlan:
     one = placeholder_plan(plan)
     return dataclasses.replace(one, entries=(plan.entries[index],), jobs=1,
                                config=dataclasses.replace(one.config, jobs=None))
+
+
+def start_order(plan: RunPlan) -> list[int]:
+    """The order the children of ``plan``'s scenes (indices from 0) start in: the run's order with one job;
+    with more, the costliest first (:func:`katra3d.scenes.suites.scene_cost`'s estimate, ties in the run's
+    order), so that no long scene starts last and runs alone at the end. The trace keeps the run's order."""
+    if plan.jobs <= 1:
+        return list(range(len(plan.entries)))
+    frames = (plan.frames or 1) + plan.warmup
+    cost = [scene_cost(str(getattr(e.cls, "name", "") or e.spec), e.params, plan.size, frames) for e in plan.entries]
+    return sorted(range(len(plan.entries)), key=lambda i: -cost[i])
 
 
 @dataclasses.dataclass
@@ -131,7 +143,7 @@ def run_counted(plan: RunPlan, *, progress: Progress, quiet: bool) -> tuple[int,
             deferred = measure.instrumentation_deferred()
             failed_at = len(plan.entries)
             running: list[_Child] = []
-            upcoming = iter(range(len(plan.entries)))
+            upcoming = iter(start_order(plan))
             while True:
                 while len(running) < max(1, plan.jobs) and not received and failed_at == len(plan.entries):
                     index = next(upcoming, None)
@@ -237,4 +249,4 @@ def _update(plan: RunPlan) -> Any:
     return restore_strings(plan)
 
 
-__all__ = ["run_counted", "scene_plan", "start_child"]
+__all__ = ["run_counted", "scene_plan", "start_child", "start_order"]
