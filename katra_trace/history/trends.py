@@ -178,7 +178,7 @@ def build_series(rows: Sequence[Mapping[str, Any]], sel: Selection) -> list[Seri
     if sel.metric not in (AUTO, ALL) and sel.metric not in metrics:
         raise ConfigError(f"unknown metric {sel.metric!r} in the history; stored: {_choices(metrics)} "
                           "(or auto, all)")
-    from katra_trace.analysis.intervals import geometric_mean  # loads scipy: not while the parser is built
+    from katra_trace.analysis.intervals import geometric_mean  # deferred: loads scipy, not while the parser is built
 
     groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
     for r in rows:
