@@ -10,9 +10,9 @@ order of scenes (:func:`katra3d.harness.run.parts.join`) and the results into on
 
 Progress shows every child (:func:`katra3d.harness.run.progress.lane`). A stop signal (Ctrl-C) reaches every
 child's process group: each finishes its trace as interrupted, no new child starts, and the run's trace keeps
-every scene counted so far. A scene that fails ends the run as it would serially: the children of later
-scenes are killed, those of earlier scenes finish, and the trace (set aside, as a failed run's) holds the
-scenes up to the failed one. The dump directories are removed whatever happens; no child outlives the run
+every scene counted so far. A scene that fails ends the run as it would serially: no new child starts, the
+running children of later scenes are killed, those of earlier scenes finish, and the trace (set aside, as a
+failed run's) holds the scenes counted up to the failed one. The dump directories are removed whatever happens; no child outlives the run
 (:mod:`katra3d.harness.run.lifetime`).
 """
 
