@@ -51,6 +51,17 @@ PINNED_ENV: dict[str, str] = {
     "MESA_SHADER_CACHE_DISABLE": "true",  # every process compiles its shaders: no cache hit in one, miss in another
 }
 
+#: Pins a user may set explicitly to compare driver settings (``LP_NATIVE_VECTOR_WIDTH=256 katra3d run ...``): the
+#: user's value wins, and the codegen facts record it, so compare refuses to mix the two settings.
+USER_SETTABLE_PINS = ("LP_NATIVE_VECTOR_WIDTH",)
+
+
+def pinned_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """:data:`PINNED_ENV` with the user's explicit value of each :data:`USER_SETTABLE_PINS` variable (scenes and
+    trace replays alike)."""
+    env = os.environ if environ is None else environ
+    return {**PINNED_ENV, **{k: env[k] for k in USER_SETTABLE_PINS if env.get(k)}}
+
 #: Environment variable naming the child's dump directory (its arguments and the run's facts are in it).
 CHILD_ENV = "KATRA3D_MEASURE_CHILD"
 
@@ -159,8 +170,8 @@ class ChildOrder:
         """What the child's trace header records under ``capture_options.measure``."""
         counting = self.counting
         return MeasureOptions(mode=counting.mode, valgrind=counting.version, command=self.command,
-                              env=dict(PINNED_ENV), frame_boundary=frame_boundary(self.deferred),
-                              pinned={k: PINNED_ENV[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")},
+                              env=pinned_env(), frame_boundary=frame_boundary(self.deferred),
+                              pinned={k: pinned_env()[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")},
                               output=OUTPUT_PLACEHOLDER)
 
 
@@ -276,7 +287,7 @@ def child_env(dump_dir: Path) -> dict[str, str]:
     """
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
     env.update(render_env())
-    env.update(PINNED_ENV)
+    env.update(pinned_env())
     env[CHILD_ENV] = str(dump_dir)
     return env
 
@@ -357,6 +368,8 @@ __all__ = [
     "ChildOrder",
     "FRAME_BOUNDARY",
     "PINNED_ENV",
+    "USER_SETTABLE_PINS",
+    "pinned_env",
     "INSTRUMENTED_FROM_FIRST_FRAME",
     "INSTRUMENTED_FROM_START",
     "PROGRESS_FILE",
