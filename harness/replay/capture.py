@@ -4,10 +4,13 @@ The trace's frames come from the replayer, not from katra3d's frame loop: one ka
 ``--warmup W --frames N`` from the trace's start (a shorter trace is replayed again from its start, and the
 scene's ``replay`` annotation lists where). Timed: each frame ends when the replayer's ``glFinish`` after its
 SwapBuffers returned (``--pframe-times``), on the host clock (WALL), from the end of the frame before (the
-first frame of a replay from the start of its process: loading the trace, making the context, compiling).
+first frame of a replay from the replayer's first call, as ``glretrace -b`` times it: making the context and
+compiling are in it, loading the replayer's libraries is not; the scene's ``replay`` annotation says how long
+that start-up took).
 ``--zones draws``: each draw call a zone named ``glDrawArrays@2496`` on the CPU clock: the replayer's time in
 the call (``--pcpu``); a software rasterizer's fragment work runs at the frame's end, not in the call.
-Counted: the replayer under callgrind, a frame the counts between two SwapBuffers. The last measured frame is
+Counted: the replayer under callgrind on the trace's first W + N frames (a trimmed copy), a frame the counts
+between two SwapBuffers. The last measured frame is
 kept (an IMAGE block) from an untimed snapshot replay. docs/replay.md says more.
 """
 
@@ -21,15 +24,15 @@ from typing import Any
 from katra3d.harness.engine.events import FRAME_NAME
 from katra3d.harness.engine.counting import estimated_cycles
 from katra3d.harness.engine.frame import frame_time_s
-from katra3d.harness.engine.results import Progress, RunResult, SceneResult, median_text, scene_stats
+from katra3d.harness.engine.results import NoProgress, Progress, RunResult, SceneResult, median_text, scene_stats
 from katra3d.harness.engine.stopping import StopFlag, stop_on_signals
 from katra3d.harness.gl import backends, probe
 from katra3d.harness.replay import replayer as rp
 from katra3d.harness.replay.display import x_display
 from katra3d.harness.replay.output import draw_zone, replayer_base_ns
 from katra3d.harness.replay.tool import Replayer, TraceFacts, find_replayer, trace_facts
-from katra3d.harness.run import measure
-from katra3d.harness.run.config import RunPlan, SceneEntry
+from katra3d.harness.run import measure, runner
+from katra3d.harness.run.config import RunConfig, RunPlan, SceneEntry, plan_run
 from katra3d.harness.run.runner import capture_options, failed_note
 from katra3d.harness.run.valgrind import check_renderer
 from katra_trace.errors import ConfigError, KatraError
@@ -42,7 +45,8 @@ from katra_trace.schema import Clock, Flag, Kind
 TIMED_REASON = ("replayed by glretrace --pframe-times: a glFinish ends each frame, timed on the host clock "
                 "(the replayer's frames, not katra3d's loop)")
 FRAME_BOUNDARY = ("callgrind --dump-after={swap} in the replayer; the dumps of one SwapBuffers (GLX's dispatch and "
-                  "Mesa's) are summed; main thread (--separate-threads=yes); the replayer instrumented from its start")
+                  "Mesa's) are summed; main thread (--separate-threads=yes); the replayer instrumented from its start; "
+                  "the trace's first W + N frames (apitrace trim --frames=0-K)")
 
 
 def is_trace_entry(entry: SceneEntry) -> bool:
@@ -71,6 +75,17 @@ def check_plan(plan: RunPlan) -> None:
                           "drop --zones")
     if cfg.samples or cfg.screenshot_dir:
         raise ConfigError("a trace replays as it was recorded: --samples and --screenshot do not apply")
+
+
+def run_any(config: RunConfig, *, plan: RunPlan | None = None, progress: Progress | None = None,
+            quiet: bool = False) -> RunResult:
+    """Run ``config`` whatever it names: apitrace traces are replayed here (:func:`run`), scenes go to the scene
+    runner (:func:`katra3d.harness.run.runner.run`, whose arguments these are). The one place that tells the two
+    apart: ``katra3d run`` and the pytest fixture both come through it."""
+    plan = plan or plan_run(config)
+    if has_traces(plan):
+        return run(plan, progress if progress is not None and not quiet else NoProgress())
+    return runner.run(config, plan=plan, progress=progress, quiet=quiet)
 
 
 def run(plan: RunPlan, progress: Progress) -> RunResult:
@@ -161,6 +176,7 @@ class _Replay:
         self.frame_name = writer.intern(FRAME_NAME)
         self.origin = writer.start_host_ns
         self.where = f"[{n}/{len(plan.entries)}] {entry.label}"
+        self.startup_ns: list[int] = []  #: timed: each replayer's start to its first call
 
     def run(self, counted: bool) -> SceneResult:
         plan, label = self.plan, self.entry.label
@@ -187,6 +203,8 @@ class _Replay:
                 "params": dict(self.entry.params), "warmup_frames": result.warmup, "measured_frames": result.frames,
                 "replay": {"trace": self.facts.as_dict(), "restarts": restarts,
                            "note": "a replay of the trace from its start begins at each frame in 'restarts'"}}
+            if self.startup_ns:
+                annotation["replay"]["startup_ms"] = [round(ns / 1e6, 3) for ns in self.startup_ns]
             if done and last_calls:
                 annotation.update(self._last_image(result, env, last_calls[done - 1], done - 1))
         self.writer.annotate(annotation)
@@ -198,6 +216,7 @@ class _Replay:
         show = self.progress.advance if self.progress.tty else None
         got = rp.timed_frames(self.replayer, self.facts.path, total, env, zones=zones,
                               stopped=lambda: self.stop.set, on_frame=show)
+        self.startup_ns = got.startup_ns
         bases = {p: replayer_base_ns([f for f, q in zip(got.frames, got.process_of) if q == p])
                  for p in set(got.process_of)} if zones else {}
         durations: list[int] = []
@@ -278,4 +297,4 @@ class _entered:
             leave(*exc)
 
 
-__all__ = ["check_plan", "has_traces", "is_trace_entry", "run"]
+__all__ = ["check_plan", "has_traces", "is_trace_entry", "run", "run_any"]

@@ -6,9 +6,13 @@ Every replayer process runs in its own process group, dies with katra3d (PR_SET_
 * :func:`timed_frames`: ``glretrace --pframe-times`` (with ``--pcpu --min-cpu-time=0`` for draw zones), read
   line by line until enough frames ended; a trace shorter than the frames asked for is replayed again from its
   start by a new process (glretrace cannot replay a trace twice in one process), and the frame where each
-  replay starts is noted.
+  replay starts is noted. A replay's first frame starts at the replayer's first call: glretrace prints its
+  profile's column line (``# call no ...``, flushed) just before it reads the trace's first call, where its own
+  ``-b`` clock starts too; the process's start-up before it (loading its libraries) is no frame's.
 * :func:`counted_frames`: the replayer under ``valgrind --tool=callgrind`` with a dump after every
-  SwapBuffers, single-threaded llvmpipe and the counted run's pinned environment.
+  SwapBuffers, single-threaded llvmpipe and the counted run's pinned environment, on the trace's first frames
+  only (:func:`trimmed`: ``apitrace trim --frames=0-N``, which keeps the calls and their numbers), so that a
+  long trace is not replayed to its end under callgrind for a few frames.
 * :func:`snapshot`: one more replay, untimed, that writes the image after one call (``-s DIR/ -S CALL``).
 """
 
@@ -26,14 +30,20 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from katra3d.harness.engine.counting import read_summary
-from katra3d.harness.replay.display import stop_group
+from katra3d.harness.replay.display import own_group, stop_group
 from katra3d.harness.replay.output import Frame, FrameReader
-from katra3d.harness.replay.tool import Replayer
-from katra3d.harness.run.lifetime import die_with_parent
+from katra3d.harness.replay.tool import Replayer, trim
 from katra_trace.errors import KatraError, SceneError
 
 #: The swap functions a counted replay dumps after, by the trace's window system.
 SWAP_FUNCTION = {"glx": "glXSwapBuffers", "egl": "eglSwapBuffers"}
+
+
+#: The start of the column line glretrace's profiler prints before the trace's first call.
+HEADER_LINE = "# call no "
+#: Seconds between two reads of a timed replayer's output, and until its first call (its frames' start).
+POLL_S = 0.02
+FAST_POLL_S = 0.0005
 
 
 class ReplayFailed(SceneError):
@@ -46,7 +56,9 @@ class TimedReplay:
     (the 0-based index of each frame that began a new replay of the trace after the first)."""
 
     frames: list[Frame] = dataclasses.field(default_factory=list)
+    #: per process: its first call's start (its profile's column line arrived), else its start
     starts_ns: list[int] = dataclasses.field(default_factory=list)
+    startup_ns: list[int] = dataclasses.field(default_factory=list)  #: per process: its start to its first call
     restarts: list[int] = dataclasses.field(default_factory=list)
     process_of: list[int] = dataclasses.field(default_factory=list)  #: which process replayed each frame
     trace_frames: int | None = None  #: frames in one replay of the trace, once a replay ran to its end
@@ -64,12 +76,16 @@ def replay_args(replayer: Replayer, *, timed: bool, zones: bool) -> list[str]:
 
 
 @contextlib.contextmanager
-def _started(command: list[str], env: Mapping[str, str], stderr: Path) -> Iterator[subprocess.Popen[str]]:
-    with open(stderr, "wb") as err:
+def _started(command: list[str], env: Mapping[str, str], stderr: Path,
+             stdout: Path | None = None) -> Iterator[subprocess.Popen[str]]:
+    """The replayer started in its own process group, its stdout a pipe (or the file ``stdout``); stopped
+    (its whole group) when the block ends."""
+    with open(stderr, "wb") as err, (open(stdout, "wb") if stdout is not None else contextlib.nullcontext()) as out:
         try:
-            proc = subprocess.Popen(command, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            proc = subprocess.Popen(command, env=dict(env), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE if out is None else out,
                                     stderr=err, text=True, errors="replace", bufsize=1,
-                                    start_new_session=True, preexec_fn=die_with_parent())
+                                    preexec_fn=own_group())
         except OSError as exc:
             raise ReplayFailed(f"cannot start {command[0]}: {exc}") from None
     try:
@@ -78,6 +94,32 @@ def _started(command: list[str], env: Mapping[str, str], stderr: Path) -> Iterat
         stop_group(proc)  # type: ignore[arg-type]
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def _lines(proc: subprocess.Popen[str], path: Path, *, fast: Callable[[], bool],
+           stopped: Callable[[], bool]) -> Iterator[str]:
+    """The complete lines the replayer writes to the file ``path`` (its stdout), as they come, until it exits or
+    ``stopped()``. A file, not a pipe: the replayer never waits on katra3d nor wakes it at each of its lines (one
+    a call); the file is read every :data:`POLL_S`, every :data:`FAST_POLL_S` while ``fast()``."""
+    pending = b""
+    with open(path, "rb") as fh:
+        while not stopped():
+            chunk = fh.read()
+            if chunk:
+                pending += chunk
+                *done, pending = pending.split(b"\n")
+                for line in done:
+                    yield line.decode("utf-8", "replace") + "\n"
+                continue
+            if proc.poll() is not None:
+                rest = fh.read()
+                if rest:
+                    pending += rest
+                    continue
+                if pending:
+                    yield pending.decode("utf-8", "replace")
+                return
+            time.sleep(FAST_POLL_S if fast() else POLL_S)
 
 
 def _failure(what: str, code: int | None, stderr: Path) -> ReplayFailed:
@@ -98,16 +140,23 @@ def timed_frames(replayer: Replayer, trace: str, count: int, env: Mapping[str, s
     out = TimedReplay()
     command = [replayer.path, *replay_args(replayer, timed=True, zones=zones), trace]
     with tempfile.TemporaryDirectory(prefix="katra3d-replay-") as tmp:
-        stderr = Path(tmp) / "stderr.txt"
+        stderr, stdout = Path(tmp) / "stderr.txt", Path(tmp) / "stdout.txt"
         while len(out.frames) < count and not stopped():
             before = len(out.frames)
             if before:
                 out.restarts.append(before)
-            out.starts_ns.append(time.perf_counter_ns())
+            spawned = time.perf_counter_ns()
+            out.starts_ns.append(spawned)
+            out.startup_ns.append(0)
             reader = FrameReader()
-            with _started(command, env, stderr) as proc:
-                assert proc.stdout is not None
-                for line in proc.stdout:
+            with _started(command, env, stderr, stdout) as proc:
+                for line in _lines(proc, stdout, fast=lambda: not out.startup_ns[-1] and len(out.frames) == before,
+                                   stopped=stopped):
+                    if line.startswith(HEADER_LINE) and len(out.frames) == before:
+                        # the replayer is about to read its first call: its frames start here
+                        out.starts_ns[-1] = time.perf_counter_ns()
+                        out.startup_ns[-1] = out.starts_ns[-1] - spawned
+                        continue
                     frame = reader.feed(line)
                     if frame is None:
                         continue
@@ -118,6 +167,8 @@ def timed_frames(replayer: Replayer, trace: str, count: int, env: Mapping[str, s
                     if len(out.frames) >= count or stopped():
                         break
                 else:
+                    if stopped():
+                        break
                     code = proc.wait()
                     made = len(out.frames) - before
                     if code != 0:
@@ -171,33 +222,46 @@ def counted_frames(command: list[str], env: Mapping[str, str], count: int, *,
     """Per-frame callgrind counts (event -> count, main thread) of ``count`` frames, each frame's last call
     before its SwapBuffers, and the restarts.
 
-    Each replay runs to its end under callgrind (its dumps are read afterwards); a nested SwapBuffers (GLX's
-    dispatch, then Mesa's) dumps more than once a frame: a frame is the sum of its swap's dumps.
+    Each replay runs the trace's first ``count`` frames (a trimmed copy, :func:`trim`) to their end under
+    callgrind (its dumps are read afterwards); a nested SwapBuffers (GLX's dispatch, then Mesa's) dumps more than
+    once a frame: a frame is the sum of its swap's dumps.
     """
     frames: list[dict[str, int]] = []
     last_calls: list[int] = []
     restarts: list[int] = []
     base_index = command.index(next(c for c in command if c.startswith("--callgrind-out-file=")))
-    while len(frames) < count and not stopped():
-        if frames:
-            restarts.append(len(frames))
-        with tempfile.TemporaryDirectory(prefix="katra3d-counted-replay-") as tmp:
-            dump_base = Path(tmp) / "cg.out"
-            cmd = list(command)
-            cmd[base_index] = f"--callgrind-out-file={dump_base}"
-            reader = FrameReader()
-            with _started(cmd, env, Path(tmp) / "stderr.txt") as proc:
-                assert proc.stdout is not None
-                ended = [f for f in map(reader.feed, proc.stdout) if f is not None]
-                code = proc.wait()
-            if stopped():
+    with tempfile.TemporaryDirectory(prefix="katra3d-trimmed-") as keep:
+        first = trim(command[-1], count, Path(keep) / "first-frames.trace")
+        while len(frames) < count and not stopped():
+            if frames:
+                restarts.append(len(frames))
+            frames_of = _counted_replay(command, base_index, first, env, count - len(frames), stopped)
+            if frames_of is None:
                 break
-            if code != 0:
-                raise _failure(f"the counted replay of {cmd[-1]}", code, Path(tmp) / "stderr.txt")
-            got = _frames_of(dump_base, reader.rendered or len(ended), count - len(frames))
-            frames += got
-            last_calls += [f.last_call for f in ended[:len(got)]]
+            frames += frames_of[0]
+            last_calls += frames_of[1]
     return frames, last_calls, restarts
+
+
+def _counted_replay(command: list[str], base_index: int, trace: Path, env: Mapping[str, str], wanted: int,
+                    stopped: Callable[[], bool]) -> tuple[list[dict[str, int]], list[int]] | None:
+    """One counted replay of ``trace`` (the trimmed copy): its first ``wanted`` frames' counts and last calls
+    (None when stopped)."""
+    with tempfile.TemporaryDirectory(prefix="katra3d-counted-replay-") as tmp:
+        dump_base = Path(tmp) / "cg.out"
+        cmd = [*command[:-1], str(trace)]
+        cmd[base_index] = f"--callgrind-out-file={dump_base}"
+        reader = FrameReader()
+        with _started(cmd, env, Path(tmp) / "stderr.txt") as proc:
+            assert proc.stdout is not None
+            ended = [f for f in map(reader.feed, proc.stdout) if f is not None]
+            code = proc.wait()
+        if stopped():
+            return None
+        if code != 0:
+            raise _failure(f"the counted replay of {command[-1]}", code, Path(tmp) / "stderr.txt")
+        got = _frames_of(dump_base, reader.rendered or len(ended), wanted)
+        return got, [f.last_call for f in ended[:len(got)]]
 
 
 def _frames_of(dump_base: Path, rendered: int | None, wanted: int) -> list[dict[str, int]]:

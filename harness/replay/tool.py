@@ -126,6 +126,20 @@ def trace_facts(path: Path) -> TraceFacts:
     return TraceFacts(os.path.abspath(path), sha, size, sniff_api(path))
 
 
+def trim(path: str, frames: int, out: Path) -> Path:
+    """``out``: the first ``frames`` frames of the trace at ``path`` (``apitrace trim --frames=0-N``: the same calls
+    with the same numbers, up to the last one's SwapBuffers; all of a shorter trace). SceneError when it fails."""
+    command = [_which("apitrace"), "trim", f"--frames=0-{max(0, frames - 1)}", "-o", str(out), path]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=600, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SceneError(f"apitrace trim of '{path}' failed: {exc}") from None
+    if done.returncode != 0 or not out.is_file():
+        why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise SceneError(f"apitrace trim of '{path}' failed: {why[:200]}")
+    return out
+
+
 def find_replayer(api: str) -> Replayer:
     """The replayer of a trace of ``api`` (ToolUnavailable, exit 3, with the install line when missing)."""
     if api not in ("glx", "egl"):
@@ -134,4 +148,4 @@ def find_replayer(api: str) -> Replayer:
 
 
 __all__ = ["APT_PACKAGE", "Replayer", "TraceFacts", "file_digest", "find_replayer", "install_line",
-           "package_version", "sniff_api", "trace_facts"]
+           "package_version", "sniff_api", "trace_facts", "trim"]
