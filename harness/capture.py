@@ -86,7 +86,13 @@ class Capture:
         from katra3d.harness.engine.core import Engine
         from katra3d.harness.engine.spec import CaptureSpec
         from katra3d.harness.gl import probe
+        from katra3d.scenes.registry import TRACE_SUFFIX
 
+        traced = next((str(x) for x in (path, scene, workload) if str(x).endswith(TRACE_SUFFIX)), None)
+        if traced is not None:  # docs/replay.md says why a trace does not replay here
+            raise ConfigError(f"katra3d.capture times frames this process draws on ctx into a .katra file; "
+                              f"'{traced}' is an apitrace trace: replay it with `katra3d run {traced}` or the "
+                              f"pytest fixture katra_scene('{traced}') (docs/replay.md)")
         # the frames' scene is the workload as the user named it (stats, compare and the report show it)
         scene = scene or workload or DEFAULT_SCENE
         session = types.SimpleNamespace(ctx=ctx, backend="external", device=None)

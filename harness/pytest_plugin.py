@@ -139,6 +139,8 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
     each measured frame as one pedantic round. ``measure="instructions"`` (or
     ``"cycles"``) counts each frame's work under callgrind in a child process,
     as ``katra3d run --measure`` does; ``stats`` then holds counts, not times.
+    An apitrace trace (``name`` ending in ``.trace``) is replayed by glretrace as ``katra3d run app.trace``
+    replays it (docs/replay.md): its frames are the trace's, ``size`` and ``timing`` do not apply.
     """
     # deferred: this module is loaded into every pytest run; GL and the engine load when a test runs a scene
     from katra3d.harness.engine.core import Engine
@@ -157,12 +159,14 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
     label = getattr(cls, "name", "") or name
     resolved = dict(resolve_params(cls, dict(params or {})))
     size = (int(size[0]), int(size[1]))
-    if measure != "time":
+    replayed = bool(getattr(cls, "trace_path", ""))  # an apitrace trace: replayed by glretrace (docs/replay.md)
+    if measure != "time" or replayed:
         if benchmark is not None:
-            raise ConfigError("katra_scene(measure=...) counts instructions: pytest-benchmark would time the "
-                              "valgrind child; drop benchmark=")
-        return _run_counted(name, label, trace, frames=frames, warmup=warmup, size=size, params=resolved,
-                            zones=zones, seed=seed, measure=measure, overwrite=overwrite)
+            raise ConfigError("katra_scene(benchmark=...) times frames rendered in this process: "
+                              + ("an apitrace trace is replayed by glretrace in its own; drop benchmark="
+                                 if replayed else "a counted run's frames are in a valgrind child; drop benchmark="))
+        return _run_apart(name, label, trace, frames=frames, warmup=warmup, size=size, params=resolved,
+                          zones=zones, seed=seed, measure=measure, overwrite=overwrite)
     driver = None if benchmark is None else _benchmark_driver(benchmark)
     with backends.open_session(None, size=size) as session:
         options = build_capture_options(
@@ -204,12 +208,13 @@ def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5
     return SceneRun(label, result["metrics"], result["zones"], clock, engine.mode, Path(trace), info)
 
 
-def _run_counted(name: str, label: str, trace: str | Path, *, frames: int, warmup: int, size: tuple[int, int],
-                 params: Mapping[str, Any], zones: bool | str, seed: int, measure: str, overwrite: bool) -> SceneRun:
-    """``katra_scene(..., measure="instructions")``: the same counted child process as ``katra3d run``; an
-    existing trace is replaced only with ``overwrite``, as on the time path."""
+def _run_apart(name: str, label: str, trace: str | Path, *, frames: int, warmup: int, size: tuple[int, int],
+               params: Mapping[str, Any], zones: bool | str, seed: int, measure: str, overwrite: bool) -> SceneRun:
+    """``katra_scene(..., measure="instructions")`` and ``katra_scene("app.trace")``: what ``katra3d run`` does
+    (a counted child process; a trace replayed by glretrace); an existing trace is replaced only with
+    ``overwrite``, as on the time path."""
     # deferred: the plugin loads in every pytest session; katra3d's modules load only when a test uses it
-    from katra3d.harness.run import runner
+    from katra3d.harness.replay.capture import run_any
     from katra3d.harness.run.config import RunConfig
     from katra_trace.analysis.stats import trace_stats
     from katra_trace.io.reader import open_trace
@@ -217,15 +222,16 @@ def _run_counted(name: str, label: str, trace: str | Path, *, frames: int, warmu
     config = RunConfig(scenes=(name,), frames=frames, warmup=warmup, size=size, zones=zones, seed=seed,
                        params=tuple((label, k, v) for k, v in params.items()), output=str(trace), measure=measure,
                        force=overwrite)
-    result = runner.run(config, quiet=True)
+    result = run_any(config, quiet=True)
     opened = open_trace(trace)
     stats = trace_stats(opened)["scenes"].get(label, {"metrics": {}, "zones": {}})
     host = opened.header.host_info
+    clock = measure if measure != "time" else (opened.header.capture_options.primary_clock or "wall")
     info = {"scene": label, "params": dict(params), "size": list(size), "frames": frames, "warmup": warmup,
-            "measure": measure, "clock": measure, "trace": str(trace),
+            "measure": measure, "clock": clock, "trace": str(trace),
             "gl_renderer": host.gl.renderer, "codegen": host.codegen or {},
-            "median": stats["metrics"].get(measure, {}).get(f"median_{measure}")}
-    return SceneRun(label, stats["metrics"], stats["zones"], measure, result.timing_mode, Path(trace), info)
+            "median": stats["metrics"].get(clock, {}).get("median_ms" if measure == "time" else f"median_{measure}")}
+    return SceneRun(label, stats["metrics"], stats["zones"], clock, result.timing_mode, Path(trace), info)
 
 
 def _benchmark_driver(benchmark: Any) -> Callable[[Callable[[], None], int], None]:
@@ -249,8 +255,9 @@ def katra_scene(tmp_path_factory: pytest.TempPathFactory,
     """``katra_scene(name, frames=60, warmup=5, size=(128, 128), params=None, timing="auto",
     zones=False, seed=0, benchmark=None) -> SceneRun``: run a scene in-process and get its stats.
 
-    ``name`` is a scene spec as ``katra3d run`` takes it; a relative ``path/to/file.py[:Class]`` is looked up
-    beside the calling test file, then in the working directory. Skips the test when no GL context can be opened
+    ``name`` is a scene spec as ``katra3d run`` takes it; a relative ``path/to/file.py[:Class]`` (or
+    ``path/to/app.trace``, an apitrace trace replayed by glretrace) is looked up beside the calling test file,
+    then in the working directory. Skips the test when no GL context can be opened
     or the scene says it cannot run here (SceneSkip); traces go to a temporary directory, or with
     ``--katra3d-keep DIR`` (ini ``katra3d_keep``) into DIR, named by :func:`kept_trace_name`.
     """
@@ -262,10 +269,14 @@ def katra_scene(tmp_path_factory: pytest.TempPathFactory,
         # deferred: the plugin loads in every pytest session; katra3d's modules load only when a test uses it
         from katra_trace.errors import BackendUnavailable
         from katra3d.scenes.api import SceneSkip
-        from katra3d.scenes.registry import find_file_spec
+        from katra3d.scenes.registry import TRACE_SUFFIX, find_file_spec
 
-        # a relative scene file is the calling test file's neighbour first, then the working directory's
-        spec = find_file_spec(name, (request.path.parent, Path.cwd()))
+        # a relative scene file (or apitrace trace) is the calling test file's neighbour first, then the
+        # working directory's
+        bases = (request.path.parent, Path.cwd())
+        spec = find_file_spec(name, bases)
+        if spec.endswith(TRACE_SUFFIX) and not Path(spec).expanduser().is_absolute():
+            spec = next((str((b / spec).resolve()) for b in bases if (b / spec).is_file()), spec)
         count[0] += 1
         if keep is None:
             path = base / f"{count[0]:02d}-{name.replace('/', '_').replace(':', '_')}.katra"

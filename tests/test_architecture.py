@@ -71,7 +71,7 @@ HARNESS_LAYERS: dict[str, frozenset[str]] = {
     "run": frozenset({"engine", "gl"}),
     "replay": frozenset({"run", "engine", "gl"}),
     "capture": frozenset({"engine", "gl"}),
-    "pytest_plugin": frozenset({"run", "engine", "gl"}),
+    "pytest_plugin": frozenset({"replay", "run", "engine", "gl"}),
     "versions": frozenset({"run"}),
     "ab": frozenset({"versions"}),
     "bisect": frozenset({"ab", "versions", "run"}),
