@@ -1,13 +1,18 @@
-"""apitrace traces as scenes (harness/replay, docs/replay.md): a tiny glmark2 trace recorded once per session
-under an Xvfb of the test's own, replayed by katra3d with no DISPLAY given."""
+"""apitrace traces as scenes (harness/replay, docs/replay.md): two tiny glmark2 traces recorded once a module
+under an Xvfb of the test's own (``build``, 4 frames that draw, for timed replays; ``clear``, 4 frames without a
+shader to compile, for the counted ones, whose cost under callgrind is the replayer's start and its compiles),
+replayed by katra3d with no DISPLAY given."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import dataclasses
 import hashlib
 import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,32 +22,47 @@ import pytest
 
 from bench.glmark2 import xvfb_display
 from katra3d.harness.replay.output import FrameReader, draw_zone, replayer_base_ns
+from katra3d.harness.replay.tool import trim
 from tests.cli_helpers import katra
 
 NEEDED = ("apitrace", "glretrace", "glmark2", "Xvfb")
 
 
+@dataclasses.dataclass(frozen=True)
+class Traces:
+    app: Path  #: glmark2 build, 16x16: draws
+    frames: int  #: frames in one replay of ``app``
+    clear: Path  #: glmark2 clear, 16x16: no shader
+    display: str  #: the fixture's Xvfb (for glretrace run directly)
+
+
+def _frames(trace: Path, display: str) -> list[int]:
+    """The last call of each frame of ``trace`` (glretrace --pframe-times)."""
+    out = subprocess.run(["glretrace", "--pframe-times", str(trace)], env={**os.environ, "DISPLAY": display},
+                         capture_output=True, text=True, check=True, timeout=120)
+    reader = FrameReader()
+    return [f.last_call for f in map(reader.feed, out.stdout.splitlines()) if f is not None]
+
+
 @pytest.fixture(scope="module")
-def app_trace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, int]]:
-    """(a glmark2 trace, its frame count): glmark2's build scene at 32x32 for 0.05 s, recorded on screen."""
+def traces(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traces]:
     missing = [tool for tool in NEEDED if shutil.which(tool) is None]
     if missing:
         pytest.skip(f"no {', '.join(missing)}: ci/system-deps.sh test installs them")
     where = tmp_path_factory.mktemp("replay")
-    trace = where / "app.trace"
     with xvfb_display(str(shutil.which("Xvfb"))) as display:
         env = {**os.environ, "DISPLAY": display}
-        subprocess.run(["apitrace", "trace", "-o", str(trace), "glmark2", "-s", "32x32", "-b", "build:duration=0.05"],
-                       env=env, capture_output=True, check=True, timeout=120)
-        out = subprocess.run(["glretrace", "--pframe-times", str(trace)], env=env, capture_output=True, text=True,
-                             check=True, timeout=120)
-    frames = out.stdout.count("rendering_finished ")
-    assert frames >= 3, out.stdout[-500:]
-    yield trace, frames
+        for name, bench in (("app", "build:nframes=4"), ("clear", "clear:nframes=4")):
+            subprocess.run(["apitrace", "trace", "-o", str(where / f"{name}.trace"), "glmark2", "-s", "16x16",
+                            "-b", bench], env=env, capture_output=True, check=True, timeout=120)
+        frames = len(_frames(where / "app.trace", display))
+        assert frames >= 3
+        yield Traces(where / "app.trace", frames, where / "clear.trace", display)
 
 
 def _env() -> dict[str, str]:
-    return {"DISPLAY": ""}  # katra3d starts its own Xvfb
+    # katra3d starts its own Xvfb; `katra3d` on PATH for ab's capture commands
+    return {"DISPLAY": "", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 def _trace(path: Path) -> Any:
@@ -69,10 +89,9 @@ def test_frame_reader_parses_glretrace_lines() -> None:
 
 
 @pytest.mark.gl
-def test_replay_frames_zones_header_and_image(app_trace: tuple[Path, int], tmp_path: Path) -> None:
-    trace, count = app_trace
-    warmup, frames = 1, min(4, count - 1)
-    res = katra("run", str(trace), "--frames", str(frames), "--warmup", str(warmup), "--zones", "draws",
+def test_replay_frames_zones_header_and_image(traces: Traces, tmp_path: Path) -> None:
+    warmup, frames = 1, traces.frames - 1
+    res = katra("run", str(traces.app), "--frames", str(frames), "--warmup", str(warmup), "--zones", "draws",
                 "-o", "a.katra", cwd=tmp_path, env=_env())
     assert res.returncode == 0, res.stderr
     t = _trace(tmp_path / "a.katra")
@@ -85,30 +104,64 @@ def test_replay_frames_zones_header_and_image(app_trace: tuple[Path, int], tmp_p
     assert any(re.fullmatch(r"glDrawArrays@\d+", n) for n in names), names
     assert (ev["dur_ns"][ev["kind"] == Kind.FRAME] > 0).all()
     facts = t.header.capture_options.extra["replay"]["traces"]["app"]
-    assert facts["sha256"] == hashlib.sha256(trace.read_bytes()).hexdigest()
-    assert facts["size_bytes"] == trace.stat().st_size and facts["api"] == "glx"
+    assert facts["sha256"] == hashlib.sha256(traces.app.read_bytes()).hexdigest()
+    assert facts["size_bytes"] == traces.app.stat().st_size and facts["api"] == "glx"
     assert t.header.capture_options.extra["replay"]["replayers"]["glx"]["path"].endswith("glretrace")
-    kept = t.kept_frames
-    assert len(kept) == 1
-    assert not subprocess.run(["pgrep", "-f", f"glretrace.*{trace}"], capture_output=True).stdout
+    scene = next(a for a in t.annotations if a.get("type") == "scene")
+    # the first frame starts at the replayer's first call: its start-up (loading its libraries) is apart
+    assert len(scene["replay"]["startup_ms"]) == 1 and scene["replay"]["startup_ms"][0] > 0
+    assert len(t.kept_frames) == 1
+    assert not subprocess.run(["pgrep", "-f", f"glretrace.*{traces.app}"], capture_output=True).stdout
 
 
 @pytest.mark.gl
-def test_a_short_trace_restarts_and_two_replays_have_one_image(app_trace: tuple[Path, int], tmp_path: Path) -> None:
-    trace, count = app_trace
-    for name in ("b.katra", "c.katra"):
-        res = katra("run", str(trace), "--frames", str(count + 1), "--warmup", "1", "-o", name, cwd=tmp_path,
-                    env=_env())
-        assert res.returncode == 0, res.stderr
-    t = _trace(tmp_path / "b.katra")
+def test_trim_keeps_the_first_frames_and_their_call_numbers(traces: Traces, tmp_path: Path) -> None:
+    whole = _frames(traces.app, traces.display)
+    first = trim(str(traces.app), 2, tmp_path / "first.trace")
+    assert _frames(first, traces.display) == whole[:2]
+
+
+@pytest.mark.gl
+@pytest.mark.slow
+def test_ab_of_two_replays_restarts_and_has_identical_images(traces: Traces, tmp_path: Path) -> None:
+    """ab with two replays of one trace, one frame more than the trace has (a restart in every run): no
+    regression (the sides are the same), the kept images identical."""
+    capture = f"katra3d run {traces.app} --frames {traces.frames} --warmup 1 -o {{out}}"
+    res = katra("ab", "--base", capture, "--new", capture, "--rounds", "3", "--quiet", "-o", "ab", cwd=tmp_path,
+                env=_env())
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "images (gate): 1 identical" in res.stdout, res.stdout
+    runs = sorted((tmp_path / "ab").glob("*/run-*.katra"))
+    assert len(runs) == 6
+    t = _trace(runs[0])
     from katra_trace.schema import Kind
 
-    assert int((t.events["kind"] == Kind.FRAME).sum()) == count + 2
+    assert int((t.events["kind"] == Kind.FRAME).sum()) == traces.frames + 1
     scene = next(a for a in t.annotations if a.get("type") == "scene")
-    assert scene["replay"]["restarts"] == [count]
-    cmp = katra("compare", "b.katra", "c.katra", cwd=tmp_path)
-    assert cmp.returncode in (0, 1), cmp.stderr
-    assert "images (gate): 1 identical" in cmp.stdout, cmp.stdout
+    assert scene["replay"]["restarts"] == [traces.frames]
+    assert len(scene["replay"]["startup_ms"]) == 2
+
+
+@pytest.mark.gl
+def test_katra_scene_fixture_replays_a_trace(traces: Traces, katra_scene: Any,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISPLAY", "")
+    run = katra_scene(str(traces.app), frames=2, warmup=1)
+    assert run.scene == "app" and run.clock == "wall" and run.timing_mode == "sync"
+    assert run.stats["wall"]["n"] == 2
+    from katra_trace.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="glretrace"):
+        katra_scene(str(traces.app), frames=2, benchmark=object())
+
+
+def test_capture_api_names_the_replay_instead(tmp_path: Path) -> None:
+    import katra3d
+    from katra_trace.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"katra3d run .*app\.trace.*katra_scene"):
+        katra3d.capture(None, tmp_path / "app.trace")
+    assert not (tmp_path / "app.trace").exists()
 
 
 def test_not_a_trace_is_one_line(tmp_path: Path) -> None:
@@ -121,15 +174,12 @@ def test_not_a_trace_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "j.katra").exists()
 
 
-def test_missing_glretrace_is_exit_3_with_the_install_line(app_trace: tuple[Path, int], tmp_path: Path) -> None:
-    trace, _ = app_trace
+def test_missing_glretrace_is_exit_3_with_the_install_line(traces: Traces, tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "apitrace").symlink_to(shutil.which("apitrace") or "apitrace")
-    import sys
-
     (bin_dir / "python").symlink_to(sys.executable)
-    res = katra("run", str(trace), "--frames", "2", "-o", "m.katra", cwd=tmp_path,
+    res = katra("run", str(traces.app), "--frames", "2", "-o", "m.katra", cwd=tmp_path,
                 env={**_env(), "PATH": f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}"})
     assert res.returncode == 3, res.stderr
     assert "apt-get install -y apitrace" in res.stderr and "glretrace" in res.stderr
@@ -138,13 +188,20 @@ def test_missing_glretrace_is_exit_3_with_the_install_line(app_trace: tuple[Path
 
 @pytest.mark.gl
 @pytest.mark.slow
-def test_counted_replays_agree_and_a_vector_width_is_refused(app_trace: tuple[Path, int], tmp_path: Path) -> None:
+def test_counted_replays_agree_and_a_vector_width_is_refused(traces: Traces, tmp_path: Path) -> None:
+    """Three counted replays at once (counts do not depend on the load) of the clear trace's first 3 frames of
+    4 (a trimmed copy): two agree frame for frame, a vector width set by the user is incomparable."""
     if shutil.which("valgrind") is None:
         pytest.skip("no valgrind")
-    trace, _ = app_trace
-    for name, extra in (("n1.katra", {}), ("n2.katra", {}), ("w.katra", {"LP_NATIVE_VECTOR_WIDTH": "256"})):
-        res = katra("run", str(trace), "--frames", "2", "--warmup", "1", "--measure", "instructions", "-o", name,
-                    cwd=tmp_path, env={**_env(), **extra}, timeout=900)
+
+    def counted(name: str, extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return katra("run", str(traces.clear), "--frames", "2", "--warmup", "1", "--measure", "instructions",
+                     "-o", name, cwd=tmp_path, env={**_env(), **extra}, timeout=900)
+
+    runs = {"n1.katra": {}, "n2.katra": {}, "w.katra": {"LP_NATIVE_VECTOR_WIDTH": "256"}}
+    with concurrent.futures.ThreadPoolExecutor(len(runs)) as pool:
+        done = dict(zip(runs, pool.map(counted, runs, runs.values())))
+    for res in done.values():
         assert res.returncode == 0, res.stderr
     from katra_trace.schema import Clock, Flag, Kind
 
