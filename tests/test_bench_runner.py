@@ -228,7 +228,7 @@ def test_overhead_benches_run_quick(tmp_path: Path) -> None:
     cost = by_bench["overhead-cost"]
     # with the frame's cost broken down by interleaved runs that leave one part out
     assert [r["name"].strip() for r in cost] == [
-        "harness per frame", "of which the two process-clock reads", "of which the GL error check",
+        "harness per frame", "of which the process-clock read", "of which the GL error check",
         "of which the rest", "katra3d.capture per frame", "harness per zone"]
     for row in cost:
         assert row["unit"] == "us" and row["target"] is None and row["spread"]["n"] == 3
