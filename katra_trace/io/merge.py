@@ -7,11 +7,12 @@ given once and no scene in two of them. Else ConfigError, one line naming the fi
 :func:`merge_shards` then writes them as one trace through the output rule (:func:`~katra_trace.io.claim
 .open_output`: never over a file without ``force``, then atomically; never over one of its inputs). The
 shards are read through the reading service one at a time (:func:`~katra_trace.io.tracesets.open_quietly`,
-each within its file's budget): their events with the string ids of the merged table and their times moved by
-the shard's start after the earliest one (wall clock), their annotations and their kept frames (IMAGE blocks,
-byte for byte). The header records every shard (``shards``, format 1.3: which shard, its file, its scenes,
-its start and its host), so that each scene is compared against scenes of a comparable host
-(:meth:`~katra_trace.io.header.TraceHeader.host_of`).
+each within its file's budget) and written by :class:`~katra_trace.io.concat.Concatenation` (as a counted
+run's parts are): their events with the string ids of the merged table and their times moved by the shard's
+start after the earliest one (wall clock), their annotations, their clock pairs (as CLOCK_SYNC blocks only when
+one shard alone has any: shards ran on GPUs of their own), their kept frames (byte for byte). The header records
+every shard (``shards``, format 1.3: which shard, its file, its scenes, its start and its host), so that each
+scene is compared against scenes of a comparable host (:meth:`~katra_trace.io.header.TraceHeader.host_of`).
 """
 
 from __future__ import annotations
@@ -26,13 +27,12 @@ import numpy as np
 
 from katra_trace.errors import ConfigError
 from katra_trace.io import format as fmt
-from katra_trace.io.blockfile import BlockFile
 from katra_trace.io.claim import check_output, open_output
+from katra_trace.io.concat import Concatenation
 from katra_trace.io.header import ShardInfo, TraceHeader, readable_header
-from katra_trace.io.image_block import IMAGE_ENCODING, encode_image_payload
 from katra_trace.io.reader import Trace
 from katra_trace.io.tracesets import damaged_note, open_quietly
-from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION, schema_hash
+from katra_trace.schema import SCHEMA_VERSION, schema_hash
 from katra_trace.text import shown
 
 #: Capture options that may differ between the shards of one run: which shard, where its outputs went,
@@ -42,8 +42,6 @@ SHARD_OWN_OPTIONS = frozenset({"shard", "output", "force", "notes", "screenshot_
 #: The same for ``capture_options.resolved`` and ``capture_options.measure``.
 SHARD_OWN_RESOLVED = frozenset({"scenes", "output", "backend", "device"})
 SHARD_OWN_MEASURE = frozenset({"command", "output", "valgrind"})
-#: Events in each EVENTS block the merge writes (the writer's default batch).
-BLOCK_EVENTS = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,45 +223,6 @@ def merged_header(shards: Sequence[Shard], infos: Sequence[ShardInfo], origin: i
     }, output)
 
 
-class _Strings:
-    """The merged string table: each shard's ids mapped onto it, new names written before their first use."""
-
-    def __init__(self) -> None:
-        self.ids: dict[str, int] = {"": 0}
-        self.new: list[str] = []
-        self.flushed = 1
-
-    def lookup(self, strings: Sequence[str], used_max: int) -> np.ndarray:
-        """merged id of each shard id 0..max(len(strings), used_max + 1) - 1 (an id its table lacks: ``?<id>``)."""
-        size = max(len(strings), used_max + 1)
-        out = np.empty(size, dtype=np.uint32)
-        for sid in range(size):
-            name = strings[sid] if sid < len(strings) else f"?{sid}"
-            if name not in self.ids:
-                self.ids[name] = len(self.ids)
-                self.new.append(name)
-            out[sid] = self.ids[name]
-        return out
-
-    def take(self) -> tuple[int, list[str]]:
-        first, names = self.flushed, self.new
-        self.new, self.flushed = [], self.flushed + len(names)
-        return first, names
-
-
-def _moved_events(trace: Trace, strings: _Strings, offset_ns: int) -> np.ndarray:
-    """The shard's events with the merged string ids and times moved by ``offset_ns``."""
-    ev = trace.events
-    if not len(ev):
-        return np.empty(0, dtype=EVENT_DTYPE)
-    lookup = strings.lookup(trace.strings, int(max(ev["scene"].max(), ev["name"].max())))
-    out = np.array(ev, dtype=EVENT_DTYPE, copy=True)
-    out["scene"] = lookup[ev["scene"]]
-    out["name"] = lookup[ev["name"]]
-    out["start_ns"] = ev["start_ns"] + np.int64(offset_ns)
-    return out
-
-
 def merge_shards(paths: Sequence[str | os.PathLike[str]], output: str | os.PathLike[str], *, force: bool = False,
                  progress: Callable[[str], None] | None = None) -> MergeResult:
     """Merge the shards ``paths`` of one run into the trace ``output`` (the module docstring says how).
@@ -274,68 +233,22 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]], output: str | os.PathL
     shards = check_shards(paths)
     infos, origin = _shard_infos(shards)
     header = merged_header(shards, infos, origin, out_path)
-    strings = _Strings()
+    one_gpu_clock = sum(s.clock_syncs for s in shards) == 1  # else each shard's pairs name their shard
     rows: list[Any] = []
-    totals = {"events": 0, "images": 0, "dropped_events": 0, "dropped_batches": 0, "end": 0}
-    seen_notes: set[bytes] = set()
     with open_output(output, force=force, inputs=paths, option="-o", example="run.katra") as f:
-        blocks = BlockFile(f, fmt.Codec.ZSTD, 2)
-        blocks.start(fmt.encode_json(header))
+        out = Concatenation(f, header)
         for shard, info in zip(shards, infos, strict=True):
             if progress is not None:
                 progress(f"shard {info.shard}: {shown(shard.path)} ({len(shard.scenes)} scenes)")
             trace = open_quietly(shard.path)
-            offset = int(info.offset_ns or 0)
-            events = _moved_events(trace, strings, offset)
-            first_id, names = strings.take()
-            blocks.write_events(first_id, names, None)
-            for at in range(0, len(events), BLOCK_EVENTS):
-                blocks.write_events(0, [], events[at:at + BLOCK_EVENTS])
-            _copy_records(blocks, trace, info, offset, seen_notes, syncs=sum(s.clock_syncs for s in shards) == 1)
-            for kept in trace.kept_frames.values():
-                meta = {"scene": kept.scene, "frame_index": kept.frame_index, "time_s": kept.time_s,
-                        "width": kept.width, "height": kept.height, "channels": kept.channels,
-                        "sha256": kept.sha256, "key": dict(kept.key), "encoding": IMAGE_ENCODING}
-                blocks.write_block(fmt.BlockType.IMAGE, encode_image_payload(meta, kept.png), codec=fmt.Codec.NONE)
-                totals["images"] += 1
+            out.add(trace, int(info.offset_ns or 0), clock_note=None if one_gpu_clock else {"shard": info.shard})
             user = trace.summary.get("user")
             scenes = user.get("scenes") if isinstance(user, Mapping) else None
             rows += list(scenes) if isinstance(scenes, list) else []
-            for key in ("dropped_events", "dropped_batches"):
-                value = trace.summary.get(key)
-                totals[key] += value if isinstance(value, int) else 0
-            end = trace.summary.get("end_host_ns")
-            totals["end"] = max(totals["end"], (end if isinstance(end, int) else 0) + offset)
-            totals["events"] += len(events)
-            del trace, events  # one shard in memory at a time
-        blocks.write_summary("complete", dropped_events=totals["dropped_events"],
-                             dropped_batches=totals["dropped_batches"], strings=strings.flushed,
-                             end_host_ns=totals["end"], user={"scenes": rows})
-    return MergeResult(out_path, tuple(sc for s in shards for sc in s.scenes), tuple(infos), totals["events"],
-                       totals["images"])
+            del trace  # one shard in memory at a time
+        out.finish("complete", {"scenes": rows})
+    return MergeResult(out_path, tuple(sc for s in shards for sc in s.scenes), tuple(infos), out.events, out.images)
 
 
-def _copy_records(blocks: BlockFile, trace: Trace, info: ShardInfo, offset: int, seen: set[bytes], *,
-                  syncs: bool) -> None:
-    """The shard's annotations (one copy of those that name no scene and are alike in every shard) and its
-    clock pairs: CLOCK_SYNC blocks moved with its events when it is the only shard with any (``syncs``), else
-    ANNOTATIONs naming their shard, so that no timeline maps one GPU's times through another's pairs."""
-    for note in trace.annotations:
-        text = fmt.encode_json(note)
-        if isinstance(note, Mapping) and "scene" not in note:
-            if text in seen:
-                continue
-            seen.add(text)
-        blocks.write_block(fmt.BlockType.ANNOTATION, text)
-    for pair in trace.clock_syncs:
-        host = pair.get("host_ns")
-        moved = {**pair, "host_ns": host + offset} if isinstance(host, int) and not isinstance(host, bool) else pair
-        if syncs:
-            blocks.write_block(fmt.BlockType.CLOCK_SYNC, fmt.encode_json(moved))
-        else:
-            blocks.write_block(fmt.BlockType.ANNOTATION, fmt.encode_json({"type": "clock_sync", "shard": info.shard,
-                                                                          **moved}))
-
-
-__all__ = ["BLOCK_EVENTS", "SHARD_OWN_MEASURE", "SHARD_OWN_OPTIONS", "SHARD_OWN_RESOLVED", "MergeResult", "Shard",
+__all__ = ["SHARD_OWN_MEASURE", "SHARD_OWN_OPTIONS", "SHARD_OWN_RESOLVED", "MergeResult", "Shard",
            "check_shards", "comparable_options", "merge_shards", "merged_header"]
