@@ -15,7 +15,6 @@ from typing import Any
 from katra3d.harness.cli._common import print_json
 from katra3d.harness.cli._table import format_table
 from katra3d.harness.replay import capture as replay_capture
-from katra3d.harness.run import runner
 from katra3d.harness.run.config import RunConfig, parse_int, parse_param, parse_seconds, parse_size, plan_run
 from katra3d.harness.run.progress import Progress
 from katra_trace.analysis.images import flip_missing
@@ -140,10 +139,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     plan = plan_run(config)
     progress = Progress(len(plan.entries), quiet=args.quiet, phase_lines=plan.counting is not None)
-    if replay_capture.has_traces(plan):  # apitrace traces: replayed by glretrace (docs/replay.md)
-        result = replay_capture.run(plan, progress)
-    else:
-        result = runner.run(config, plan=plan, progress=progress)
+    result = replay_capture.run_any(config, plan=plan, progress=progress)  # apitrace traces replayed (docs/replay.md)
     if args.json:
         print_json(result.as_dict())
     else:
