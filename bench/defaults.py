@@ -23,8 +23,9 @@ then a batch ``S2`` of BASE runs. Three kinds of comparison, every one on identi
 
 The choice: of the methods whose false verdicts (A/A, both kinds, both conditions) are consistent with alpha
 (a one-sided binomial test at 5 %), the one that caught the most slowdowns beside the hog, then on the quiet
-machine. A row checks that the
-library's default (:data:`katra_trace.analysis.defaults.SOFTWARE_TIME_DEFAULT`) is that method.
+machine. A row checks that the library's default (:data:`katra_trace.analysis.defaults.SOFTWARE_TIME_DEFAULT`)
+caught at least 90 % of what that method caught beside the hog (one run cannot tell methods within its noise
+apart); ``python -m bench.defaults --write-doc RESULTS... DOC`` renders several runs and their joint choice.
 
 Comparisons share rounds (subsets overlap), so a share is an estimate from ``rounds`` rounds, not from
 independent trials; the table says how many comparisons each share is of.
@@ -204,6 +205,23 @@ def eligible(false: int, n: int, alpha: float = 0.01) -> bool:
     return n == 0 or float(binom.sf(false - 1, n, alpha)) >= 0.05
 
 
+def _hog_caught(table: list[dict[str, Any]], method: str) -> float:
+    return float(sum(sum(e["caught"].values()) for e in table if e["method"] == method and e["condition"] == "CPU hog"))
+
+
+def consistent(table: list[dict[str, Any]], method: str) -> bool:
+    """Whether ``method``'s false verdicts (both kinds, both conditions) are consistent with alpha."""
+    rows = [e for e in table if e["method"] == method]
+    return eligible(sum(e["aa_false"] + e["sep_false"] for e in rows), sum(e["aa_n"] + e["sep_n"] for e in rows))
+
+
+def caught_share(table: list[dict[str, Any]], method: str, best: str) -> float:
+    """What ``method`` caught beside the hog over what the best caught: one run of the bench cannot tell two
+    methods within its noise apart, so the default is held to 0.9 of the best, not to being the best."""
+    top = _hog_caught(table, best)
+    return _hog_caught(table, method) / top if top else math.nan
+
+
 def choose(table: list[dict[str, Any]]) -> str:
     """Of the methods whose A/A false verdicts (both kinds, both conditions) are consistent with alpha, the one
     that caught the most slowdowns beside the hog, then on the quiet machine; then the fewest false verdicts."""
@@ -254,8 +272,10 @@ def defaults(ctx: BenchContext) -> list[Row]:
         rows.append(Row(f"{method}: drift between batches", "rms log ratio of separate-batch A/A sides",
                         math.sqrt(sum(x * x for x in logs) / len(logs)) if logs else math.nan, "log ratio",
                         n=len(logs), notes=f"largest {max((abs(x) for x in logs), default=math.nan):.3f}"))
-    rows.append(Row("default time metric on software renderers", "1 when the library's default is the best",
-                    float(default == best), "share", target=at_least(1.0), notes=f"default {default}, best {best}"))
+    share = caught_share(table, default, best)
+    rows.append(Row("default time metric on software renderers", "slowdowns it caught beside the hog / the best's",
+                    share, "ratio", target=at_least(0.9), notes=f"default {default}, best {best}; the default's "
+                    f"false verdicts {'are' if consistent(table, default) else 'are NOT'} consistent with alpha"))
     markdown = render(table, plan, started, load0, best)
     ctx.facts.update({"markdown": markdown, "table": table, "plan": dataclasses.asdict(plan), "best": best,
                       "date": started.isoformat(timespec="seconds"), "quick": ctx.quick, "load0": load0})
@@ -351,18 +371,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m bench.defaults",
                                      description="write the defaults table of a results.json into docs/stats.md")
-    parser.add_argument("--write-doc", nargs=2, metavar=("RESULTS", "DOC"), required=True)
+    parser.add_argument("--write-doc", nargs="+", metavar="RESULTS... DOC", required=True,
+                        help="one or more results.json of `python -m bench defaults`, then the Markdown file")
     args = parser.parse_args(argv)
-    results, doc = (Path(p) for p in args.write_doc)
     try:
-        record = json.loads(results.read_text(encoding="utf-8"))
-        if record.get("quick"):
-            raise ValueError("a --quick run's table is a smoke test; run the full bench")
-        facts = next(b["facts"] for b in record["benches"] if b["name"] == "defaults")
-        table = facts["table"]  # re-rendered: today's layout and choice rule, the same numbers
-        markdown = render(table, Plan(**{k: tuple(v) if k == "size" else v for k, v in facts["plan"].items()}),
-                          dt.datetime.fromisoformat(facts["date"]), float(facts["load0"]), choose(table))
-        write_doc(markdown, doc)
+        if len(args.write_doc) < 2:
+            raise ValueError("--write-doc needs RESULTS... DOC")
+        *results, doc = (Path(p) for p in args.write_doc)
+        parts, every = [], []
+        for i, path in enumerate(results, start=1):
+            record = json.loads(path.read_text(encoding="utf-8"))
+            if record.get("quick"):
+                raise ValueError(f"{path}: a --quick run's table is a smoke test; run the full bench")
+            facts = next(b["facts"] for b in record["benches"] if b["name"] == "defaults")
+            table = facts["table"]  # re-rendered: today's layout and choice rule, the same numbers
+            every += table
+            plan = Plan(**{k: tuple(v) if k == "size" else v for k, v in facts["plan"].items()})
+            parts.append(f"**Run {i}.** " + render(table, plan, dt.datetime.fromisoformat(facts["date"]),
+                                                    float(facts["load0"]), choose(table)))
+        if len(results) > 1:
+            drift = {m: rms_pct([x for e in every if e["method"] == m for x in e["sep_log_ratios"]]) for m in METHODS}
+            parts.append(f"**Over the {len(results)} runs** the choice is **{choose(every)}**; drift between "
+                         "batches (rms): " + ", ".join(f"{m} {v:.1f} %" for m, v in drift.items()) + ".")
+        write_doc("\n\n".join(parts), doc)
     except (OSError, ValueError, KeyError, TypeError, StopIteration) as exc:
         print(f"python -m bench.defaults: error: {exc or type(exc).__name__}", file=sys.stderr)
         return 2

@@ -46,13 +46,14 @@ SOFTWARE_TIME_DEFAULT: tuple[str, str] = ("process", "p10")
 #: the drift of the machine between batches allowed for in the interval, by metric and per-run statistic, as the
 #: sd of a log ratio (``welch``'s ``drift_sd``). Runs of one batch share the machine's state, so their spread does
 #: not show it. Measured by ``python -m bench defaults`` (docs/stats.md, "Sides captured in separate batches"):
-#: the root mean square of the log ratio of 42 separate-batch A/A pairs (3 scenes, quiet and beside a CPU hog)
-#: on a 2-core machine shared with other jobs, which also holds the runs' own spread (so it errs wide).
+#: the root mean square of the log ratio of 84 separate-batch A/A pairs (two runs of the bench: 3 scenes, quiet
+#: and beside a CPU hog, on a 2-core machine, once shared with other jobs), which also holds the runs' own spread
+#: (so it errs wide).
 BATCH_DRIFT_SD: dict[tuple[str, str], float] = {
-    ("process", "p10"): 0.050,
-    ("process", "median"): 0.083,
-    ("wall", "median"): 0.209,
-    ("wall/reference", "median"): 0.224,
+    ("process", "p10"): 0.075,
+    ("process", "median"): 0.092,
+    ("wall", "median"): 0.188,
+    ("wall/reference", "median"): 0.187,
 }
 
 
