@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.stamp-installed
 
-.PHONY: run test test-quick typecheck fuzz bench bench-measure bench-noise sysdeps sysdeps-test sysdeps-bench bytecode clean
+.PHONY: run test test-quick typecheck fuzz bench bench-measure bench-noise bench-defaults sysdeps sysdeps-test sysdeps-bench bytecode clean
 
 # setuptools' editable install says "Editable installation. ... be careful with folders ..." through Python's
 # warnings, which pip shows even with --quiet; QUIET_EDITABLE ignores warnings whose text starts so, nothing else
@@ -83,6 +83,12 @@ bench-measure: sysdeps-test $(STAMP) bytecode
 bench-noise: sysdeps-test $(STAMP) bytecode
 	$(PY) -m bench noise --out .benchmarks/results-noise.json
 	$(PY) -m bench.noise --write-doc .benchmarks/results-noise.json docs/stats.md
+
+# Not in `make bench` (about 10 min on 2 cores): the default time metric on software renderers, chosen by evidence
+# (docs/stats.md's defaults table), and katra3d ab with its defaults beside a CPU hog
+bench-defaults: sysdeps-test $(STAMP) bytecode
+	$(PY) -m bench defaults defaults-ab --out .benchmarks/results-defaults.json
+	$(PY) -m bench.defaults --write-doc .benchmarks/results-defaults.json docs/stats.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .benchmarks
