@@ -69,3 +69,17 @@ def test_a_drift_between_batches_is_no_verdict_unless_the_runs_interleave(tmp_pa
         for scene in out["scenes"].values():
             assert scene["drift_allowance_pct"] == pytest.approx(allowance)
             assert f"allowing +-{allowance:.1f}% drift between separate batches" in scene["reason"]
+
+
+def test_counts_captured_apart_get_no_drift_note(tmp_path: Path, katra_cli) -> None:
+    """Counts do not drift with the machine: two counted batches get neither the note nor an allowance."""
+    from katra_trace import Clock
+    from tests.test_history_store import make_trace
+
+    for side, seed in (("base", 1), ("new", 2)):
+        (tmp_path / side).mkdir()
+        make_trace(tmp_path / side / "run.katra", {"fill": 2e6}, seed=seed, clock=Clock.INSTRUCTIONS)
+    out = json.loads(katra_cli("compare", str(tmp_path / "base"), str(tmp_path / "new"), "--format", "json").stdout)
+    assert out["metric"] == "instructions" and out["metric_choice"] == "counts"
+    assert not any("separate batches" in n for n in out["notes"])
+    assert all(s["drift_allowance_pct"] is None for s in out["scenes"].values())

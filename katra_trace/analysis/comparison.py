@@ -29,6 +29,7 @@ from katra_trace.analysis.images import (
 from katra_trace.analysis.sequential import SequentialRule, Settled
 from katra_trace.analysis.verdict import Comparison, Verdict
 from katra_trace.errors import ConfigError
+from katra_trace.metrics import is_count
 from katra_trace.io.reader import Trace
 from katra_trace.io.tracesets import AB_MANIFEST, ab_pairs, open_traces, read_ab_manifest, trace_paths
 
@@ -194,11 +195,11 @@ def compare_sides(sides: Sides, *, image_policy: str = "gate", image_limits: Ima
             notes.append(f"the stopping rule recorded in {AB_MANIFEST} decides, with its alpha {rule.alpha:g} and "
                          f"threshold {thr}; --alpha and --threshold given here are not used")
     batches = separate_batches(sides)
-    if batches:
-        notes.append(batches)
     timing = compare_traces(list(sides.base_traces), list(sides.new_traces),
                             pairs=None if sides.pairs is None else list(sides.pairs), sequential=sides.rule,
                             alpha=alpha, threshold_pct=threshold_pct, separate_batches=bool(batches), **options)
+    if batches and not is_count(timing.metric):  # counts do not drift with the machine
+        notes.append(batches)
     if notes:
         timing = dataclasses.replace(timing, notes=(*notes, *timing.notes))
     images: dict[str, ImageVerdict] = {}
