@@ -215,3 +215,47 @@ def test_counted_replays_record_the_vector_width_and_refuse_the_mix(traces: Trac
         assert len(t.kept_frames) == 1
     mixed = katra("compare", "n.katra", "w.katra", cwd=tmp_path)
     assert mixed.returncode == 2 and "incomparable" in mixed.stdout.splitlines()[0], mixed.stdout
+
+
+@pytest.mark.gl
+@pytest.mark.slow
+def test_ctrl_c_stops_a_counted_replay_and_keeps_its_frames(traces: Traces, tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the foreground group, which the replayer's own group is not in) while a replay runs
+    under callgrind: it stops, the frames that replay had counted are kept (beyond the last restart), exit
+    130, and no process or temporary directory is left."""
+    if shutil.which("valgrind") is None:
+        pytest.skip("no valgrind")
+    import signal
+    import time
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "KATRA3D_BACKEND"}
+    proc = subprocess.Popen([sys.executable, "-m", "katra3d", "run", str(traces.clear), "--frames", "40",
+                             "--warmup", "1", "--measure", "instructions", "-o", "c.katra", "--quiet"],
+                            cwd=tmp_path, env={**env, **_env(), "TMPDIR": str(tmp)}, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # a background job's children start with SIGINT ignored: the user's Ctrl-C is not
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        # the replay in progress has dumped at a SwapBuffers after its first frame's (which has ended)
+        deadline = time.monotonic() + 600  # a guard, not a measurement
+        while not list(tmp.glob("katra3d-counted-replay-*/cg.out.3-01")) and proc.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    t = _trace(tmp_path / "c.katra")
+    from katra_trace.schema import Clock, Kind
+
+    assert t.status == "interrupted"
+    kept = int(((t.events["kind"] == Kind.FRAME) & (t.events["clock"] == Clock.INSTRUCTIONS)).sum())
+    restarts = next(a for a in t.annotations if a.get("type") == "scene")["replay"]["restarts"]
+    assert kept > (restarts[-1] if restarts else 0), (kept, restarts)
+    assert not subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).stdout
+    assert not list(tmp.iterdir())

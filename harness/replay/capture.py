@@ -205,7 +205,7 @@ class _Replay:
                            "note": "a replay of the trace from its start begins at each frame in 'restarts'"}}
             if self.startup_ns:
                 annotation["replay"]["startup_ms"] = [round(ns / 1e6, 3) for ns in self.startup_ns]
-            if done and last_calls:
+            if done and last_calls and not self.stop.set:  # stopped: no more replays
                 annotation.update(self._last_image(result, env, last_calls[done - 1], done - 1))
         self.writer.annotate(annotation)
         self.progress.line(f"{self.where}: {result.frames} frames" + median_text(result))

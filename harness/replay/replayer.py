@@ -44,6 +44,8 @@ HEADER_LINE = "# call no "
 #: Seconds between two reads of a timed replayer's output, and until its first call (its frames' start).
 POLL_S = 0.02
 FAST_POLL_S = 0.0005
+#: The most basic blocks between two dumps of one SwapBuffers (a nested swap's return; one in Mesa 22.3 GLX).
+SAME_SWAP_BLOCKS = 64
 
 
 class ReplayFailed(SceneError):
@@ -76,10 +78,10 @@ def replay_args(replayer: Replayer, *, timed: bool, zones: bool) -> list[str]:
 
 
 @contextlib.contextmanager
-def _started(command: list[str], env: Mapping[str, str], stderr: Path,
-             stdout: Path | None = None) -> Iterator[subprocess.Popen[str]]:
+def _started(command: list[str], env: Mapping[str, str], stderr: Path, stdout: Path | None = None, *,
+             grace_s: float = 5.0) -> Iterator[subprocess.Popen[str]]:
     """The replayer started in its own process group, its stdout a pipe (or the file ``stdout``); stopped
-    (its whole group) when the block ends."""
+    (its whole group: SIGTERM, SIGKILL after ``grace_s``) when the block ends."""
     with open(stderr, "wb") as err, (open(stdout, "wb") if stdout is not None else contextlib.nullcontext()) as out:
         try:
             proc = subprocess.Popen(command, env=dict(env), stdin=subprocess.DEVNULL,
@@ -91,7 +93,7 @@ def _started(command: list[str], env: Mapping[str, str], stderr: Path,
     try:
         yield proc
     finally:
-        stop_group(proc)  # type: ignore[arg-type]
+        stop_group(proc, grace_s)  # type: ignore[arg-type]
         if proc.stdout is not None:
             proc.stdout.close()
 
@@ -224,53 +226,111 @@ def counted_frames(command: list[str], env: Mapping[str, str], count: int, *,
 
     Each replay runs the trace's first ``count`` frames (a trimmed copy, :func:`trim`) to their end under
     callgrind (its dumps are read afterwards); a nested SwapBuffers (GLX's dispatch, then Mesa's) dumps more than
-    once a frame: a frame is the sum of its swap's dumps.
+    once a frame: a frame is the sum of its swap's dumps. When ``stopped()``, the replay in progress is stopped
+    and the frames it had ended are kept (:func:`_counted_replay`).
     """
     frames: list[dict[str, int]] = []
     last_calls: list[int] = []
     restarts: list[int] = []
     base_index = command.index(next(c for c in command if c.startswith("--callgrind-out-file=")))
+    per: list[int] = []  #: dumps a SwapBuffers, once a replay ran to its end
     with tempfile.TemporaryDirectory(prefix="katra3d-trimmed-") as keep:
-        first = trim(command[-1], count, Path(keep) / "first-frames.trace")
+        try:
+            first = trim(command[-1], count, Path(keep) / "first-frames.trace")
+        except SceneError:
+            if stopped():  # Ctrl-C reached apitrace trim too
+                return frames, last_calls, restarts
+            raise
         while len(frames) < count and not stopped():
             if frames:
                 restarts.append(len(frames))
-            frames_of = _counted_replay(command, base_index, first, env, count - len(frames), stopped)
-            if frames_of is None:
+            got, calls = _counted_replay(command, base_index, first, env, count - len(frames), stopped, per)
+            frames += got
+            last_calls += calls
+            if not got:
                 break
-            frames += frames_of[0]
-            last_calls += frames_of[1]
     return frames, last_calls, restarts
 
 
 def _counted_replay(command: list[str], base_index: int, trace: Path, env: Mapping[str, str], wanted: int,
-                    stopped: Callable[[], bool]) -> tuple[list[dict[str, int]], list[int]] | None:
-    """One counted replay of ``trace`` (the trimmed copy): its first ``wanted`` frames' counts and last calls
-    (None when stopped)."""
+                    stopped: Callable[[], bool], per: list[int]) -> tuple[list[dict[str, int]], list[int]]:
+    """One counted replay of ``trace`` (the trimmed copy): its first ``wanted`` frames' counts and last calls.
+
+    A stop is seen within :data:`POLL_S`: the replayer's group is stopped then, and the frames it had ended
+    (their lines in its output, a file read once it is stopped) are kept: their dumps were written at their
+    SwapBuffers, before their lines. ``per`` holds the dumps a SwapBuffers makes, learnt
+    from the first replay that ran to its end."""
     with tempfile.TemporaryDirectory(prefix="katra3d-counted-replay-") as tmp:
         dump_base = Path(tmp) / "cg.out"
         cmd = [*command[:-1], str(trace)]
         cmd[base_index] = f"--callgrind-out-file={dump_base}"
+        stderr, stdout = Path(tmp) / "stderr.txt", Path(tmp) / "stdout.txt"
+        # no grace: valgrind's end on SIGTERM writes its last dump (seconds), which no frame needs
+        with _started(cmd, env, stderr, stdout, grace_s=0.0) as proc:
+            while proc.poll() is None and not stopped():
+                time.sleep(POLL_S)
+            code = proc.poll()
+        # the replayer's group is stopped (the block's end): its output is whole
         reader = FrameReader()
-        with _started(cmd, env, Path(tmp) / "stderr.txt") as proc:
-            assert proc.stdout is not None
-            ended = [f for f in map(reader.feed, proc.stdout) if f is not None]
-            code = proc.wait()
-        if stopped():
-            return None
-        if code != 0:
-            raise _failure(f"the counted replay of {command[-1]}", code, Path(tmp) / "stderr.txt")
-        got = _frames_of(dump_base, reader.rendered or len(ended), wanted)
-        return got, [f.last_call for f in ended[:len(got)]]
+        with open(stdout, encoding="utf-8", errors="replace") as fh:
+            ended = [f for f in map(reader.feed, fh) if f is not None]
+        if code is None or (code != 0 and stopped()):  # its group was stopped (the block's end): keep its frames
+            got = _frames_of(dump_base, None, len(ended), per[0] if per else None)
+        else:
+            if code != 0:
+                raise _failure(f"the counted replay of {command[-1]}", code, stderr)
+            rendered = reader.rendered or len(ended)
+            got = _frames_of(dump_base, rendered, wanted)
+            if not per:
+                per.append(len(_parts(dump_base)) // rendered)
+        return got[:wanted], [f.last_call for f in ended[:min(len(got), wanted)]]
 
 
-def _frames_of(dump_base: Path, rendered: int | None, wanted: int) -> list[dict[str, int]]:
-    parts = sorted(int(p.name[len(dump_base.name) + 1:].split("-")[0]) for p in dump_base.parent.iterdir()
-                   if p.name.startswith(dump_base.name + ".") and p.name.endswith("-01"))
-    if not rendered or not parts or len(parts) % rendered:
+def _parts(dump_base: Path) -> list[int]:
+    """The numbers of callgrind's dumps at SwapBuffers (``cg.out.N-01``, main thread), in order."""
+    return sorted(int(p.name[len(dump_base.name) + 1:].split("-")[0]) for p in dump_base.parent.iterdir()
+                  if p.name.startswith(dump_base.name + ".") and p.name.endswith("-01"))
+
+
+def _blocks(dump: Path) -> int | None:
+    """The basic blocks a callgrind dump spans (its ``desc: Timerange: Basic block A - B``), None if unsaid."""
+    try:
+        with open(dump, encoding="utf-8", errors="replace") as fh:
+            for _, line in zip(range(40), fh):
+                if line.startswith("desc: Timerange: Basic block "):
+                    first, _, last = line.split("block ", 1)[1].partition(" - ")
+                    return int(last) - int(first)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _dumps_a_swap(dump_base: Path, parts: list[int]) -> int:
+    """The dumps one SwapBuffers makes, read from the dumps themselves (a stopped replay has no frame count to
+    divide them by): the first frame's first dump, then those right after it, each within the return of a
+    nested SwapBuffers (a few basic blocks: the next frame's first dump spans its calls)."""
+    per = 1
+    for part in parts[1:]:
+        blocks = _blocks(dump_base.with_name(f"{dump_base.name}.{part}-01"))
+        if blocks is None or blocks > SAME_SWAP_BLOCKS:
+            break
+        per += 1
+    return per
+
+
+def _frames_of(dump_base: Path, rendered: int | None, wanted: int, per: int | None = None) -> list[dict[str, int]]:
+    """The counts of the first ``wanted`` frames: ``rendered`` frames ran to the replay's end (its dumps divide
+    among them), else (``rendered`` None, a stopped replay) the ``wanted`` frames that ended, ``per`` dumps
+    each when known (else :func:`_dumps_a_swap`)."""
+    parts = _parts(dump_base)
+    if rendered is None:
+        per = per or _dumps_a_swap(dump_base, parts)
+        rendered = min(wanted, len(parts) // per)
+    elif not rendered or not parts or len(parts) % rendered:
         raise ReplayFailed(f"the counted replay rendered {rendered or 0} frames but callgrind dumped {len(parts)} "
                            "times at SwapBuffers: cannot tell the frames apart")
-    per = len(parts) // rendered
+    else:
+        per = len(parts) // rendered
     out: list[dict[str, int]] = []
     for k in range(min(rendered, wanted)):
         total: dict[str, int] = {}
