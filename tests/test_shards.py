@@ -82,6 +82,22 @@ def _shard(path: Path, shard: str, scenes: list[str], *, suite: str = "ci", seed
     return path
 
 
+def _trace_shard(path: Path, shard: str, scenes: list[str], api: str = "glx") -> Path:
+    """A shard of ``katra3d run app.trace other.trace --shard I/N``: its traces in ``replay``, its workload its
+    scenes' (plan_run names a scene run by the shard's scenes)."""
+    def edit(header: dict[str, Any]) -> None:
+        options = header["capture_options"]
+        options.update(suite=None, scenes=["app.trace", "other.trace"])
+        for entry in options["resolved"]["scenes"]:
+            entry["spec"] = f"{entry['label']}.trace"
+        options["replay"] = {"traces": {s: {"path": f"/t/{s}.trace", "api": api} for s in scenes},
+                             "replayers": {api: {"path": "/usr/bin/glretrace", "version": "11", "api": api}},
+                             "options": {api: ["--pframe-times"]}}
+        header["workload"] = "+".join(scenes)
+
+    return _edited(_shard(path.with_suffix(".tmp"), shard, scenes), path, edit)
+
+
 def _edited(src: Path, dst: Path, edit: Any) -> Path:
     def update(header: dict[str, Any]) -> dict[str, Any]:
         edit(header)
@@ -178,7 +194,39 @@ def test_merge_refuses_what_is_not_one_run(tmp_path: Path, shards: tuple[Path, P
     torn = tmp_path / "torn.katra"
     torn.write_bytes(s2.read_bytes()[:-40])
     code, _, err = katra_main(capsys, "merge", str(s1), str(torn), "-o", str(tmp_path / "z.katra"))
-    assert code == 2 and "a damaged shard is not merged" in err and not (tmp_path / "z.katra").exists()
+    assert re.fullmatch(r"katra3d: error: '[^']*torn\.katra' is damaged \([^)]*\): a damaged shard is not merged; "
+                        r"run that shard again\n", err), err
+    assert code == 2 and not (tmp_path / "z.katra").exists()
+
+
+def test_shards_of_a_run_of_traces_merge_with_every_trace_and_the_runs_workload(tmp_path: Path) -> None:
+    """Each shard of a run of several .trace files lists only its own traces: merged, the header lists them
+    all, and the workload is the run's (its scenes in the run's order, as an unsharded run names it)."""
+    s1, s2 = _trace_shard(tmp_path / "t1.katra", "1/2", ["other"]), _trace_shard(tmp_path / "t2.katra", "2/2", ["app"])
+    merge_shards([s1, s2], tmp_path / "m.katra")
+    merged = open_trace(tmp_path / "m.katra", strict=True)
+    assert sorted(merged.header.capture_options.extra["replay"]["traces"]) == ["app", "other"]
+    assert merged.header.workload == "app+other"
+    egl = _edited(s2, tmp_path / "e.katra", lambda h: h["capture_options"]["replay"].update(
+        replayers={"egl": {"path": "/usr/bin/eglretrace", "version": "11", "api": "egl"}},
+        options={"egl": ["--headless", "--pframe-times"]}))
+    merge_shards([s1, egl], tmp_path / "me.katra")  # an EGL trace's shard: replayers of both kinds
+    assert sorted(open_trace(tmp_path / "me.katra").header.capture_options.extra["replay"]["replayers"]) == [
+        "egl", "glx"]
+    older = _edited(s2, tmp_path / "o.katra", lambda h: h["capture_options"]["replay"]["replayers"]["glx"].update(
+        version="10"))
+    with pytest.raises(ConfigError, match=r"differ in replay\.replayers\.glx$"):
+        merge_shards([s1, older], tmp_path / "mo.katra")
+
+
+def test_a_mix_of_traces_and_scenes_is_refused_before_the_shard_split(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "app.trace").write_bytes(b"not replayed: refused first")
+    for shard in ("1/2", "2/2"):
+        code, _, err = katra_main(capsys, "run", str(tmp_path / "app.trace"), "triangle", "--shard", shard,
+                                  "--frames", "1", "--size", "16x16", "-o", str(tmp_path / "s.katra"))
+        assert code == 2 and "a run replays traces or renders scenes, not both" in err and err.count("\n") == 1
+        assert not (tmp_path / "s.katra").exists()
 
 
 # --- the whole path, on llvmpipe ---------------------------------------------------------------------------

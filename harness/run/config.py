@@ -27,7 +27,7 @@ from katra_trace.analysis.images import file_stem
 from katra_trace.analysis.references import DURATION_NOTICE
 from katra_trace.errors import ConfigError
 from katra_trace.io import claim
-from katra3d.scenes.registry import get_scene, names_scene, resolve_params, with_class
+from katra3d.scenes.registry import TraceScene, get_scene, names_scene, resolve_params, with_class
 from katra3d.scenes.suites import get_suite, parse_shard, scene_cost, shard_indices
 
 #: Defaults when neither the command line nor a suite says.
@@ -336,6 +336,10 @@ def plan_run(config: RunConfig) -> RunPlan:
     if metrics.is_count(config.measure):
         warmup = max(1, warmup)  # the first frame pays the shader JIT
     size = tuple(config.size) if config.size else (tuple(suite.size) if suite else DEFAULT_SIZE)
+    if any(issubclass(e.cls, TraceScene) for e in entries) and not all(issubclass(e.cls, TraceScene)
+                                                                       for e in entries):
+        raise ConfigError("a run replays traces or renders scenes, not both: run the .trace files and the scenes "
+                          "separately")
     if config.shard is not None:
         entries = _shard(entries, config.shard, (int(size[0]), int(size[1])), frames, warmup)
     workload = suite.name if suite else "+".join(e.label for e in entries)

@@ -31,7 +31,7 @@ from katra_trace.io.claim import check_output, open_output
 from katra_trace.io.concat import Concatenation
 from katra_trace.io.header import ShardInfo, TraceHeader, readable_header
 from katra_trace.io.reader import Trace
-from katra_trace.io.tracesets import damaged_note, open_quietly
+from katra_trace.io.tracesets import open_quietly
 from katra_trace.schema import SCHEMA_VERSION, schema_hash
 from katra_trace.text import shown
 
@@ -42,6 +42,9 @@ SHARD_OWN_OPTIONS = frozenset({"shard", "output", "force", "notes", "screenshot_
 #: The same for ``capture_options.resolved`` and ``capture_options.measure``.
 SHARD_OWN_RESOLVED = frozenset({"scenes", "output", "backend", "device"})
 SHARD_OWN_MEASURE = frozenset({"command", "output", "valgrind"})
+#: The same for ``capture_options.replay`` (a run of apitrace traces): each shard's traces are its own, and
+#: its replayers and their options are those of its traces' window systems (equal where two shards share one).
+SHARD_OWN_REPLAY = frozenset({"traces", "replayers", "options"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,8 +99,9 @@ def _scene_labels(trace: Trace) -> tuple[str, ...]:
 def comparable_options(header: TraceHeader) -> dict[str, Any]:
     """The capture options that must be equal in every shard of one run (all but :data:`SHARD_OWN_OPTIONS`)."""
     options = header.capture_options.as_dict()
-    out = {k: v for k, v in options.items() if k not in SHARD_OWN_OPTIONS and k not in ("resolved", "measure")}
-    for part, own in (("resolved", SHARD_OWN_RESOLVED), ("measure", SHARD_OWN_MEASURE)):
+    out = {k: v for k, v in options.items()
+           if k not in SHARD_OWN_OPTIONS and k not in ("resolved", "measure", "replay")}
+    for part, own in (("resolved", SHARD_OWN_RESOLVED), ("measure", SHARD_OWN_MEASURE), ("replay", SHARD_OWN_REPLAY)):
         value = options.get(part)
         if isinstance(value, Mapping):
             out[part] = {k: v for k, v in value.items() if k not in own}
@@ -126,9 +130,9 @@ def check_shards(paths: Sequence[str | os.PathLike[str]]) -> list[Shard]:
     seen_files: dict[tuple[int, int], str] = {}
     for raw in paths:
         trace = open_quietly(raw, events=False)
-        note = damaged_note(trace, "its")
-        if note is not None:
-            raise ConfigError(f"{note}: a damaged shard is not merged; run that shard again")
+        if trace.truncated:
+            raise ConfigError(f"{shown(raw)} is damaged ({trace.stop_reason}): a damaged shard is not merged; run "
+                              "that shard again")
         if trace.status != "complete":
             raise ConfigError(f"{shown(raw)} ended {trace.status}, not complete: a shard is merged only whole; run "
                               "that shard again")
@@ -152,6 +156,7 @@ def check_shards(paths: Sequence[str | os.PathLike[str]]) -> list[Shard]:
             raise ConfigError(f"shards of different splits: {shown(first.path)} is shard {first.index}/{first.count}, "
                               f"{shown(s.path)} {s.index}/{s.count}")
         differ = _differences(comparable_options(first.header), comparable_options(s.header))
+        differ += [f"replay.{part}.{api}" for part, api in _replay_differences(first.header, s.header)]
         if differ:
             raise ConfigError(f"shards with different capture options: {shown(first.path)} and {shown(s.path)} "
                               f"differ in {', '.join(differ[:6])}{' ...' if len(differ) > 6 else ''}")
@@ -174,6 +179,54 @@ def check_shards(paths: Sequence[str | os.PathLike[str]]) -> list[Shard]:
     return [by_index[i] for i in sorted(by_index)]
 
 
+def _replay(header: TraceHeader) -> Mapping[str, Any]:
+    replay = header.capture_options.extra.get("replay")
+    return replay if isinstance(replay, Mapping) else {}
+
+
+def _replay_differences(a: TraceHeader, b: TraceHeader) -> list[tuple[str, str]]:
+    """(part, window system) of the replayers and replay options two shards have both but not alike."""
+    ra, rb = _replay(a), _replay(b)
+    out = []
+    for part in ("replayers", "options"):
+        x, y = ra.get(part) or {}, rb.get(part) or {}
+        out += [(part, api) for api in x if api in y and x[api] != y[api]]
+    return out
+
+
+def _merged_replay(shards: Sequence[Shard]) -> dict[str, Any]:
+    """The merged ``capture_options.replay``: every shard's traces, replayers and options, in shard order."""
+    merged: dict[str, Any] = {}
+    for s in shards:
+        for part, value in _replay(s.header).items():
+            if isinstance(value, Mapping):
+                merged.setdefault(part, {}).update(value)
+            else:
+                merged.setdefault(part, value)
+    return merged
+
+
+def _workload(shards: Sequence[Shard]) -> str:
+    """The run's workload: the shards' when they agree (a suite's name), else their scenes' labels joined in
+    the run's order (each spec's place in ``capture_options.scenes``), as an unsharded run records it."""
+    names = list(dict.fromkeys(s.header.workload or "" for s in shards))
+    if len(names) == 1:
+        return names[0]
+    specs = [str(x) for x in shards[0].header.capture_options.extra.get("scenes") or ()]
+    entries = [e for s in shards for e in (s.header.capture_options.resolved.scenes or ())]
+    labels = [str(e.get("label")) for e in entries if isinstance(e.get("label"), str)]
+    if len(labels) != len(entries) or not labels:
+        return "+".join(n for n in names if n)
+
+    def place(k: int) -> tuple[int, int, str]:
+        spec, label = str(entries[k].get("spec")), labels[k]
+        at = specs.index(spec) if spec in specs else len(specs)
+        number = label.rpartition("#")[2]
+        return at, int(number) if "#" in label and number.isdigit() else 1, label
+
+    return "+".join(labels[k] for k in sorted(range(len(labels)), key=place))
+
+
 def _what(suite_and_scenes: tuple[Any, Any]) -> str:
     suite, scenes = suite_and_scenes
     named = f"scenes {', '.join(map(str, scenes))}" if scenes else ""
@@ -193,8 +246,8 @@ def _shard_infos(shards: Sequence[Shard]) -> tuple[list[ShardInfo], int]:
 
 def merged_header(shards: Sequence[Shard], infos: Sequence[ShardInfo], origin: int, output: Path) -> dict[str, Any]:
     """The merged trace's HEADER: the first shard's capture options (no ``shard``; every shard's scenes in
-    ``resolved.scenes``; the output), its host (each scene's own is its shard's, in ``shards``), the earliest
-    start, and ``shards``."""
+    ``resolved.scenes`` and traces in ``replay``; the output), its host (each scene's own is its shard's, in
+    ``shards``), the earliest start, the run's workload and ``shards``."""
     first = shards[0].header
     options = first.capture_options.as_dict()
     options.pop("shard", None)
@@ -203,6 +256,8 @@ def merged_header(shards: Sequence[Shard], infos: Sequence[ShardInfo], origin: i
     resolved["output"] = str(output)
     resolved["scenes"] = [e for s in shards for e in (s.header.capture_options.resolved.scenes or ())]
     options["resolved"] = resolved
+    if any(_replay(s.header) for s in shards):
+        options["replay"] = _merged_replay(shards)
     if isinstance(options.get("measure"), Mapping) and "output" in options["measure"]:
         options["measure"] = {**options["measure"], "output": str(output)}
     earliest = next(s.header for s, i in zip(shards, infos, strict=True) if i.offset_ns == 0)
@@ -217,7 +272,7 @@ def merged_header(shards: Sequence[Shard], infos: Sequence[ShardInfo], origin: i
         "start_wall_ns": origin,
         "start_host_ns": earliest.start_host_ns if earliest.start_host_ns is not None else 0,
         "pid": os.getpid(),
-        "workload": first.workload or "",
+        "workload": _workload(shards),
         "notes": "; ".join(n for n in notes if n),
         "shards": [i.as_dict() for i in infos],
     }, output)
@@ -239,7 +294,7 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]], output: str | os.PathL
         out = Concatenation(f, header)
         for shard, info in zip(shards, infos, strict=True):
             if progress is not None:
-                progress(f"shard {info.shard}: {shown(shard.path)} ({len(shard.scenes)} scenes)")
+                progress(f"shard {info.shard}: {shown(shard.path)} ({len(shard.scenes)} scene{'s' if len(shard.scenes) != 1 else ''})")
             trace = open_quietly(shard.path)
             out.add(trace, int(info.offset_ns or 0), clock_note=None if one_gpu_clock else {"shard": info.shard})
             user = trace.summary.get("user")
@@ -250,5 +305,5 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]], output: str | os.PathL
     return MergeResult(out_path, tuple(sc for s in shards for sc in s.scenes), tuple(infos), out.events, out.images)
 
 
-__all__ = ["SHARD_OWN_MEASURE", "SHARD_OWN_OPTIONS", "SHARD_OWN_RESOLVED", "MergeResult", "Shard",
+__all__ = ["SHARD_OWN_MEASURE", "SHARD_OWN_OPTIONS", "SHARD_OWN_REPLAY", "SHARD_OWN_RESOLVED", "MergeResult", "Shard",
            "check_shards", "comparable_options", "merge_shards", "merged_header"]
