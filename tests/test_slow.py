@@ -34,8 +34,12 @@ class Frames:
     """Frames of 1 ms (wall), with zones ``a`` (0.3 ms) and ``b`` (0.4 ms) and 0.3 ms between them, and their
     process CPU time (0.9 ms); :meth:`add` makes one frame slower in one part."""
 
-    def __init__(self, n: int = 80, zones: bool = True, draws: bool = False, warmup: int = 3) -> None:
+    def __init__(self, n: int = 80, zones: bool = True, draws: bool = False, warmup: int = 3,
+                 zone_clock: Clock = Clock.WALL,
+                 frame_clocks: tuple[Clock, ...] = (Clock.WALL, Clock.CPU, Clock.PROCESS)) -> None:
         self.n, self.zones, self.draws, self.warmup = n, zones, draws, warmup
+        self.frame_clocks = frame_clocks  # the wall time on WALL, GPU and the count clocks
+        self.zone_clock = zone_clock  # a replay's draw zones are on the cpu clock (the replayer's time in each call)
         self.extra: dict[tuple[int, str], float] = {}  # (frame, part) -> ms added
         self.cpu: dict[int, float] = {}  # frame -> process ms added
         self.gc: dict[int, float] = {}  # frame -> ms of a collection between the zones
@@ -49,7 +53,7 @@ class Frames:
     def events(self) -> tuple[np.ndarray, list[str]]:
         strings = ["", "frame", "scene", "a", "b", GC_NAME, "b/tri#1", "b/tri#2"]
         rows: list[tuple[Any, ...]] = []
-        t = 0
+        t, zc = 0, self.zone_clock
         for i in range(self.n + self.warmup):
             flags = int(Flag.WARMUP) if i < self.warmup else 0
             x = {part: int(self.extra.get((i, part), 0.0) * MS) for part in ("a", "b", "gap", "tri#2")}
@@ -57,18 +61,18 @@ class Frames:
             gap = int(0.3 * MS) + x["gap"] + int(self.gc.get(i, 0.0) * MS)
             wall = a + b + gap
             if self.zones:
-                rows.append((Kind.ZONE, Clock.WALL, flags, 1, 2, 3, i, t, a, 0.0))
-                rows.append((Kind.ZONE, Clock.WALL, flags, 1, 2, 4, i, t + a + gap, b, 0.0))
+                rows.append((Kind.ZONE, zc, flags, 1, 2, 3, i, t, a, 0.0))
+                rows.append((Kind.ZONE, zc, flags, 1, 2, 4, i, t + a + gap, b, 0.0))
                 if self.draws:
-                    rows.append((Kind.ZONE, Clock.WALL, flags, 2, 2, 6, i, t + a + gap, int(0.1 * MS), 0.0))
-                    rows.append((Kind.ZONE, Clock.WALL, flags, 2, 2, 7, i, t + a + gap + int(0.1 * MS),
+                    rows.append((Kind.ZONE, zc, flags, 2, 2, 6, i, t + a + gap, int(0.1 * MS), 0.0))
+                    rows.append((Kind.ZONE, zc, flags, 2, 2, 7, i, t + a + gap + int(0.1 * MS),
                                  int(0.1 * MS) + x["tri#2"], 0.0))
             if i in self.gc:
                 rows.append((Kind.MARKER, Clock.WALL, flags, 0, 2, 5, i, t + a + int(0.1 * MS), int(self.gc[i] * MS), 2.0))
-            rows.append((Kind.FRAME, Clock.WALL, flags, 0, 2, 1, i, t, wall, 0.0))
-            rows.append((Kind.FRAME, Clock.CPU, flags, 0, 2, 1, i, t, wall - int(0.05 * MS), 0.0))
             cpu = int((0.9 + self.cpu.get(i, 0.0) + self.gc.get(i, 0.0)) * MS)
-            rows.append((Kind.FRAME, Clock.PROCESS, flags, 0, 2, 1, i, t, cpu, 0.0))
+            of_clock = {Clock.CPU: wall - int(0.05 * MS), Clock.PROCESS: cpu}
+            for clock in self.frame_clocks:
+                rows.append((Kind.FRAME, clock, flags, 0, 2, 1, i, t, of_clock.get(clock, wall), 0.0))
             t += wall + int(0.01 * MS)
         return np.array(rows, dtype=EVENT_DTYPE), strings
 
@@ -215,3 +219,72 @@ def test_report_and_perfetto(tmp_path: Path) -> None:
             causes[args["frame"].uint_value] = (args["slow_cause"].string_value,
                                                 args["slow_cause_name"].string_value)
     assert causes == {20: ("zone", "b"), 40: ("gc", "generation 2")}
+
+
+def test_replay_draw_zones_on_the_cpu_clock_name_the_cause(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A replay's frames are on wall only, its draw zones on cpu (the replayer's host time in each call): the
+    zones are seen and name the cause, and no "no zones recorded" note is given."""
+    f = Frames(frame_clocks=(Clock.WALL,), zone_clock=Clock.CPU).add(10, "b", 5.0).add(20, "gap", 5.0)
+    ev, strings = f.events()
+    found = slow_frames(ev, strings)["scene"]
+    assert f.causes() == {10: (ZONE, "b", 5.0), 20: (BETWEEN, None, 5.0)}
+    assert found.zones and found.zone_clock == "cpu" and found.clock == "wall"
+    assert found.note is not None and "cpu clock" in found.note and found.note != NO_ZONES_NOTE
+    code, out, _ = katra_main(capsys, "stats", str(_trace(tmp_path, f)), "--slow", "--format", "json")
+    scene = json.loads(out)["scenes"]["scene"]
+    assert code == 0 and scene["slow_zone_clock"] == "cpu" and scene["slow_note"] == found.note
+
+
+def test_zones_only_on_another_clock_are_said_so(tmp_path: Path) -> None:
+    """gpu frames with zones on the cpu clock alone: host time does not split GPU time, and the note says where the
+    zones are rather than that there are none."""
+    f = Frames(frame_clocks=(Clock.GPU, Clock.CPU), zone_clock=Clock.CPU).add(10, "b", 5.0)
+    ev, strings = f.events()
+    found = slow_frames(ev, strings)["scene"]
+    assert found.clock == "gpu" and not found.zones and found.zone_clock is None
+    assert found.note is not None and found.note != NO_ZONES_NOTE
+    assert "cpu clock" in found.note and "gpu clock" in found.note
+    assert f.causes() == {10: (BETWEEN, None, 5.0)}
+    assert slow_frames(*Frames(frame_clocks=(Clock.GPU, Clock.CPU), zones=False).events())["scene"].note \
+        == NO_ZONES_NOTE
+
+
+def test_counted_trace_says_slow_frames_are_a_time_notion(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    ev, strings = Frames(zones=False, frame_clocks=(Clock.INSTRUCTIONS,)).events()
+    path = tmp_path / "counted.katra"
+    write_trace(path, ev, strings, header={"capture_options": {"measure": {"mode": "instructions"}}})
+    code, out, err = katra_main(capsys, "stats", str(path), "--slow")
+    assert code == 0 and len(out.splitlines()) == 1 and "scene" in out and "instructions" in out and "time" in out
+    code, out, err = katra_main(capsys, "stats", str(path), "--slow", "--format", "json")
+    scene = json.loads(out)["scenes"]["scene"]
+    assert code == 0 and scene["metrics"]["instructions"]["n"] == 80
+    assert scene["slow_frames"] == [] and scene["slow_causes"] == [] and scene["slow_clock"] is None
+    assert "instructions" in scene["slow_note"]
+    code, out, err = katra_main(capsys, "stats", str(path), "--slow", "--format", "csv")
+    assert code == 0 and out.splitlines() == ["scene,frame,ms,ratio,kind,name,excess_ms"]
+    assert scene["slow_note"] in err  # csv holds slow frames only: the why goes to stderr
+
+
+def test_a_trace_without_frames_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "empty.katra"
+    write_trace(path, np.zeros(0, dtype=EVENT_DTYPE), [""])
+    for fmt in ("table", "json", "csv"):
+        code, out, err = katra_main(capsys, "stats", str(path), "--slow", "--format", fmt)
+        assert code == 0 and "has no measured frames" in err, (fmt, err)
+        if fmt == "json":
+            assert json.loads(out) == {"scenes": {}}
+
+
+def test_a_draw_seen_once_has_no_typical_time() -> None:
+    """A replay names its draws by call number: a call seen in one frame only (one pass of the trace) has no
+    moving median of its own to exceed, so a frame slow in it is unknown (docs/stats.md)."""
+    f = Frames(frame_clocks=(Clock.WALL,), zone_clock=Clock.CPU).add(10, "b", 5.0)
+    ev, strings = f.events()
+    once = ev.copy()
+    b = (once["kind"] == Kind.ZONE) & (once["name"] == strings.index("b"))
+    once["name"][b] = len(strings) + np.arange(int(b.sum()))  # b@1, b@2, ...: one name a frame
+    names = strings + [f"b@{k}" for k in range(int(b.sum()))]
+    found = slow_frames(once, names)["scene"]
+    assert [(s.frame, s.cause.kind) for s in found.slow] == [(10, UNKNOWN)] and found.zone_clock == "cpu"

@@ -127,6 +127,27 @@ def test_stats_directory_is_one_table_with_a_run_column(tmp_path: Path, katra_cl
     assert [line.split()[0] for line in lines[2:]] == ["run-1.katra", "run-2.katra"]
 
 
+
+@pytest.mark.parametrize("slow", [False, True])
+def test_stats_directory_json_is_one_document_and_csv_one_table(tmp_path: Path, katra_cli: Any, slow: bool) -> None:
+    """A directory: JSON is one document naming each run, CSV one header with a run column (as the tables)."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for i in (1, 2):
+        _trace(runs / f"run-{i}.katra")
+    extra = ("--slow",) if slow else ()
+    r = katra_cli("stats", str(runs), *extra, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [run["run"] for run in doc["runs"]] == ["run-1.katra", "run-2.katra"]
+    one = json.loads(katra_cli("stats", str(runs / "run-1.katra"), *extra, "--format", "json").stdout)
+    assert doc["runs"][0] == {"run": "run-1.katra", **one}
+    assert ("slow_frames" in doc["runs"][1]["scenes"]["fill"]) == slow
+    lines = katra_cli("stats", str(runs), *extra, "--format", "csv").stdout.splitlines()
+    assert lines[0].startswith("run,scene,") and sum(line.startswith("run,") for line in lines) == 1
+    if not slow:
+        assert [line.split(",")[0] for line in lines[1:]] == ["run-1.katra"] * 3 + ["run-2.katra"] * 3
+
 def test_info_compact_drops_empty_fields(tmp_path: Path, katra_cli: Any) -> None:
     trace = str(_trace(tmp_path / "t.katra", workload="my-renderer"))
     r = katra_cli("info", trace, env={"COLUMNS": "80"})

@@ -1,19 +1,22 @@
 """``katra3d stats TRACE --slow``: each scene's slow frames and their causes (the printing; the rule is
-:mod:`katra_trace.analysis.slow`'s).
+:mod:`katra_trace.analysis.slow`'s). ``stats`` loops over the traces and assembles json and csv.
 
 As text: per scene a short table of causes (count, period, typical excess) and, with ``--all``, every
-slow frame. ``--format json`` is the statistics of ``stats --format json`` with, per scene,
-``slow_clock``, ``slow_frames``, ``slow_causes`` and ``slow_note``; ``csv`` one row per slow frame.
+slow frame; a scene without frame times (a counted capture) gets one line that says why it has none.
+``--format json`` is the statistics of ``stats --format json`` with, per scene, ``slow_clock``,
+``slow_zone_clock``, ``slow_frames``, ``slow_causes`` and ``slow_note``; ``csv`` one row per slow frame
+(a scene without frame times gets its note on stderr).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
-from pathlib import Path
+import sys
+from typing import Any
 
-from katra3d.harness.cli._common import emit_table, load_traces, print_json
-from katra_trace.analysis.slow import SceneSlow, trace_slow_frames
+from katra3d.harness.cli._common import emit_table
+from katra_trace import Trace
+from katra_trace.analysis.slow import SceneSlow
 from katra_trace.analysis.stats import STUTTER_FACTOR, STUTTER_WINDOW_FRAMES, trace_stats
 from katra_trace.text import escape
 from katra_trace.units import format_ms, format_number
@@ -21,29 +24,36 @@ from katra_trace.units import format_ms, format_number
 #: Columns of the causes table and of ``--all``'s table of every slow frame.
 CAUSE_COLUMNS = ("cause", "frames", "period", "typical excess")
 FRAME_COLUMNS = ("frame", "time", "x median", "cause", "excess")
+#: Columns of ``--format csv`` (after ``run`` for a directory): one row per slow frame.
+CSV_COLUMNS = ("scene", "frame", "ms", "ratio", "kind", "name", "excess_ms")
 
 
-def run_slow(args: argparse.Namespace, paths: Sequence[Path], is_dir: bool) -> int:
-    """Print the slow frames of every trace of ``paths`` in ``args.format``; returns the exit code (0)."""
-    for path in paths:
-        trace = load_traces([path], verb="slow frames cover")[0]
-        found = trace_slow_frames(trace)
-        run = path.name if is_dir else ""
-        if args.format == "json":
-            result = trace_stats(trace, zones=args.zones)
-            for scene, slow in found.items():
-                result["scenes"].setdefault(scene, {"metrics": {}, "zones": {}}).update(slow.as_dict())
-            print_json(result)
-        elif args.format == "csv":
-            rows = [[*([run] if is_dir else []), scene, str(s.frame), repr(s.ms), repr(s.ratio), s.cause.kind,
-                     s.cause.name or "", repr(s.cause.excess_ms)]
-                    for scene, slow in found.items() for s in slow.slow]
-            emit_table([*(["run"] if is_dir else []), "scene", "frame", "ms", "ratio", "kind", "name", "excess_ms"],
-                       rows, "csv")
+def slow_json(trace: Trace, found: dict[str, SceneSlow], zones: bool) -> dict[str, Any]:
+    """``stats --format json`` of ``trace`` with each scene's slow frames (:meth:`SceneSlow.as_dict`) added."""
+    result = trace_stats(trace, zones=zones)
+    for scene, slow in found.items():
+        result["scenes"].setdefault(scene, {"metrics": {}, "zones": {}}).update(slow.as_dict())
+    return result
+
+
+def slow_csv_rows(found: dict[str, SceneSlow], where: str, lead: list[str]) -> list[list[str]]:
+    """The :data:`CSV_COLUMNS` rows of the slow frames, each after ``lead`` (a directory's run); the note of a
+    scene without frame times goes to stderr, naming ``where`` (the trace)."""
+    for scene, slow in found.items():
+        if slow.clock is None:
+            print(f"katra3d: warning: {escape(where)}: {escape(scene)}: {slow.note}", file=sys.stderr)
+    return [[*lead, scene, str(s.frame), repr(s.ms), repr(s.ratio), s.cause.kind,
+             s.cause.name or "", repr(s.cause.excess_ms)]
+            for scene, slow in found.items() for s in slow.slow]
+
+
+def print_slow(args: argparse.Namespace, run: str, found: dict[str, SceneSlow]) -> None:
+    """The text forms (table, markdown) of one trace's slow frames, each scene under ``run: scene:``."""
+    for scene, slow in found.items():
+        if slow.clock is None:
+            print(f"{run}: {escape(scene)}: {slow.note}")
         else:
-            for scene, slow in found.items():
-                _scene_tables(args, run or trace.path.name, scene, slow)
-    return 0
+            _scene_tables(args, run, scene, slow)
 
 
 def summary_line(slow: SceneSlow) -> str:
@@ -69,4 +79,5 @@ def _scene_tables(args: argparse.Namespace, run: str, scene: str, slow: SceneSlo
         print(f"note: {slow.note}")
 
 
-__all__ = ["CAUSE_COLUMNS", "FRAME_COLUMNS", "run_slow", "summary_line"]
+__all__ = ["CAUSE_COLUMNS", "CSV_COLUMNS", "FRAME_COLUMNS", "print_slow", "slow_csv_rows", "slow_json",
+           "summary_line"]

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from katra3d.harness.cli._common import emit_table, load_traces, print_json, table_width, terminal_width
-from katra3d.harness.cli._slow import run_slow
+from katra3d.harness.cli._slow import CSV_COLUMNS, print_slow, slow_csv_rows, slow_json
 from katra_trace import Trace
+from katra_trace.analysis.slow import trace_slow_frames
 from katra_trace.analysis.stats import flatten, trace_stats
 from katra_trace.io.tracesets import trace_paths
 from katra_trace.metrics import COUNT_CLOCKS, primary_clock_of, unit_of
@@ -73,35 +74,47 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     is_dir = Path(args.trace).is_dir()
     paths = trace_paths(args.trace) if is_dir else [Path(args.trace)]
-    if args.slow:
-        return run_slow(args, paths, is_dir)
-    if args.format in ("table", "markdown") and not args.all:
+    if args.format in ("table", "markdown") and not args.all and not args.slow:
         return _compact(args, paths, is_dir)
+    verb = "slow frames cover" if args.slow else "statistics cover"
+    runs: list[dict[str, Any]] = []
+    rows: list[list[str]] = []  # --slow's csv rows
+    stat_rows: list[tuple[list[str], dict[str, Any]]] = []  # csv: (run, scene, zone, clock), stats
     for path in paths:
-        _one(args, path, run_label=path.name if is_dir else "")
+        trace = load_traces([path], verb=verb)[0]
+        label = path.name if is_dir else ""
+        lead = [label] if is_dir else []
+        found = trace_slow_frames(trace) if args.slow else {}
+        result = slow_json(trace, found, args.zones) if args.slow else trace_stats(trace, zones=args.zones)
+        if not result["scenes"]:
+            _warn_empty(path)
+        if args.format == "json":
+            runs.append({"run": label, **result} if is_dir else result)
+        elif args.format == "csv" and args.slow:
+            rows += slow_csv_rows(found, str(path), lead)
+        elif args.format == "csv":
+            stat_rows += [([*lead, scene, zone, clock], v) for scene, zone, clock, v in flatten(result, args.zones)]
+        elif args.slow:
+            print_slow(args, label or trace.path.name, found)
+        else:
+            _tables(args, result, label or trace.path.name)
+    head = ["run"] if is_dir else []
+    if args.format == "json":
+        print_json({"runs": runs} if is_dir else runs[0])
+    elif args.format == "csv" and args.slow:
+        emit_table([*head, *CSV_COLUMNS], rows, "csv")
+    elif args.format == "csv":
+        stat_names = list(dict.fromkeys(k for _, v in stat_rows for k in v)) or list(TABLE_STATS)
+        emit_table([*head, "scene", "zone", "clock", *stat_names],
+                   [[*cells, *("" if v.get(k) is None else repr(v.get(k)) for k in stat_names)]
+                    for cells, v in stat_rows], "csv")
     return 0
 
 
-def _one(args: argparse.Namespace, path: Path, run_label: str = "") -> None:
-    """Everything of one trace: json, csv, or ``--all``'s tables (one per unit)."""
-    trace = load_traces([path], verb="statistics cover")[0]
-    result = trace_stats(trace, zones=args.zones)
-    if args.format == "json":
-        print_json(result)
-        return
-    rows_src = list(flatten(result, zones=args.zones))
-    if not rows_src:
-        _warn_empty(path)
-    if args.format == "csv":
-        stat_names = list(dict.fromkeys(k for *_, v in rows_src for k in v)) or list(TABLE_STATS)
-        columns = ["scene", "zone", "clock", *stat_names]
-        rows = [[scene, zone, clock, *("" if v.get(k) is None else repr(v.get(k)) for k in stat_names)]
-                for scene, zone, clock, v in rows_src]
-        emit_table(columns, rows, "csv")
-        return
-    # one table per unit: frame times, then each count clock (instructions, cycles) in its unit
+def _tables(args: argparse.Namespace, result: dict[str, Any], name: str) -> None:
+    """``--all``'s tables of one trace (one per unit: frame times, then each count clock in its unit)."""
     groups: dict[str, list[tuple[str, str, str, dict[str, Any]]]] = {}
-    for row in rows_src:
+    for row in flatten(result, zones=args.zones):
         groups.setdefault(unit_of(row[2]), []).append(row)
     for unit, group in groups.items():
         stats = TABLE_STATS if unit == "ms" else tuple(k.format(unit=unit) for k in COUNT_TABLE_STATS)
@@ -112,8 +125,7 @@ def _one(args: argparse.Namespace, path: Path, run_label: str = "") -> None:
             first = [scene, zone or "(frame)", clock] if args.zones else [scene, clock]
             rows.append([*first, *("" if zone and k in FRAME_ONLY_STATS else cell(k, v.get(k)) for k in stats)])
         what = "frame times" if unit == "ms" else f"{unit} per frame"
-        emit_table([*lead, *heads], rows, args.format, right=heads,
-                   title=f"{run_label or trace.path.name}: {what} (warmup excluded)")
+        emit_table([*lead, *heads], rows, args.format, right=heads, title=f"{name}: {what} (warmup excluded)")
 
 
 def _head(key: str) -> str:

@@ -26,8 +26,11 @@ frame's excess, in this order:
    record the process clock; gpu-mode ones cannot say ``machine``;
 5. without zones, ``between zones`` for the whole frame; with zones, ``unknown``.
 
-Without zones a blocking call in the scene's code and a stopped process look alike (both are
-``machine``); :attr:`SceneSlow.note` says that ``--zones`` would tell more. Causes that recur are
+The zones that split a frame are those on its clock, or for a wall frame those on the cpu clock when it
+has none on wall (:data:`ZONE_CLOCKS`: a replay's draw zones). Without zones a blocking call in the
+scene's code and a stopped process look alike (both are ``machine``); :attr:`SceneSlow.note` says that
+``--zones`` would tell more, or on which clock the zones are. A scene whose frames are counts (no time
+clock) has no slow frames, and its note says so. Causes that recur are
 grouped (:class:`CauseGroup`), with a period when they come regularly ("every 9th frame").
 Pure numpy, no GL, no I/O: ``stats --slow``, the report and the Perfetto export call it.
 """
@@ -58,6 +61,34 @@ PERIOD_SHARE = 0.5
 #: What a scene without zones is told.
 NO_ZONES_NOTE = ("no zones recorded: a slow frame is put on the whole frame (between zones), a collection "
                  "or the machine; capture with --zones to name the pass or draw")
+#: The clocks whose zones split a frame of each time clock, first choice first: the frame's own; for a wall
+#: frame also the cpu clock's (host-clock spans inside the frame: a replay records its draw zones there alone,
+#: the replayer's time inside each call). GPU time is not split by host time, nor host time by GPU time.
+ZONE_CLOCKS: dict[str, tuple[str, ...]] = {"wall": ("wall", "cpu"), "cpu": ("cpu",), "gpu": ("gpu",)}
+
+
+def untimed_note(clocks: Sequence[str]) -> str:
+    """What a scene with no frame on a time clock is told: its frames are counts (a ``--measure`` capture), or
+    it has no measured frames at all."""
+    if not clocks:
+        return "no measured frames: no slow frames to find"
+    return (f"no frame times (frames on the {', '.join(clocks)} clock, a count): slow frames are a time notion "
+            f"(over {STUTTER_FACTOR:g}x the moving median of frame time); capture without --measure to find them")
+
+
+def zone_note(clock: str, zone_clock: str | None, other: Sequence[str]) -> str | None:
+    """What a scene on frame clock ``clock`` is told about its zones: none when they are on that clock; which clock
+    they are on when another (``zone_clock``, used; ``other``, zones not used); else :data:`NO_ZONES_NOTE`."""
+    if zone_clock == clock:
+        return None
+    if zone_clock is not None:
+        return (f"the zones are on the {zone_clock} clock (host time inside the frame; none on the {clock} clock): "
+                f"between zones is the {clock} time outside them")
+    if other:
+        return (f"zones recorded on the {', '.join(other)} clock only, not on the {clock} clock of the slow "
+                f"frames, which they do not split: a slow frame is put on the whole frame (between zones), a "
+                "collection or the machine")
+    return NO_ZONES_NOTE
 
 _NS_PER_MS = 1e6
 
@@ -131,25 +162,35 @@ class CauseGroup:
 @dataclasses.dataclass(frozen=True)
 class SceneSlow:
     """A scene's slow frames on ``clock`` of its ``frames`` measured ones, their causes grouped;
-    ``zones``: whether it recorded zones on that clock; ``machine_known``: whether it recorded process
-    CPU time (so that ``machine`` could be said)."""
+    ``zones``: whether zones split its frames, those of ``zone_clock`` (:data:`ZONE_CLOCKS`);
+    ``other_zone_clocks``: clocks with zones that do not split them; ``machine_known``: whether it recorded
+    process CPU time (so that ``machine`` could be said). ``clock`` is None for a scene with no frame on a time
+    clock (its frames are on ``frame_clocks``, counts): it has no slow frames, and :attr:`note` says why."""
 
     scene: str
-    clock: str
+    clock: str | None
     frames: int
     zones: bool
     machine_known: bool
     slow: tuple[SlowFrame, ...]
     groups: tuple[CauseGroup, ...]
+    zone_clock: str | None = None
+    other_zone_clocks: tuple[str, ...] = ()
+    frame_clocks: tuple[str, ...] = ()
 
     @property
     def note(self) -> str | None:
-        """What the output says beside the causes: that ``--zones`` would tell more, when there are none."""
-        return None if self.zones else NO_ZONES_NOTE
+        """What the output says beside the causes: why there are none (no frame times), or where the zones were
+        (none: ``--zones`` would tell more; on another clock)."""
+        if self.clock is None:
+            return untimed_note(self.frame_clocks)
+        return zone_note(self.clock, self.zone_clock, self.other_zone_clocks)
 
     def as_dict(self) -> dict[str, Any]:
-        """``slow_frames`` (every slow frame), ``slow_causes`` (the groups), ``slow_clock`` and ``slow_note``."""
-        return {"slow_clock": self.clock, "slow_frames": [s.as_dict() for s in self.slow],
+        """``slow_frames`` (every slow frame), ``slow_causes`` (the groups), ``slow_clock``, ``slow_zone_clock``
+        and ``slow_note``."""
+        return {"slow_clock": self.clock, "slow_zone_clock": self.zone_clock,
+                "slow_frames": [s.as_dict() for s in self.slow],
                 "slow_causes": [g.as_dict() for g in self.groups], "slow_note": self.note}
 
 
@@ -184,7 +225,8 @@ def header_slow_frames(events: np.ndarray, strings: list[str], header: Any) -> d
 def slow_frames(events: np.ndarray, strings: list[str],
                 pick: Callable[[Sequence[str]], str | None] | None = None) -> dict[str, SceneSlow]:
     """``{scene label: SceneSlow}`` of an event array; ``pick`` chooses the clock among the time clocks a
-    scene has (default: the first of wall, gpu, cpu). Scenes with no frames on a time clock are absent."""
+    scene has (default: the first of wall, gpu, cpu). A scene with measured frames or zones but no frame on a
+    time clock has ``clock`` None and no slow frames; scenes with neither are absent."""
     ev = np.asarray(events)
     labels = scene_labels(ev, strings)
     kept = measured(ev)
@@ -199,6 +241,9 @@ def slow_frames(events: np.ndarray, strings: list[str],
         spans = [c for c in clocks if is_time(c) and c not in VALUE_CLOCKS]
         clock = (pick or (lambda a: primary_clock_of(a)))(spans) if spans else None
         if clock is None or clock not in spans:
+            if of_scene.size and ((of_scene["kind"] == Kind.FRAME) | (of_scene["kind"] == Kind.ZONE)).any():
+                out[label] = SceneSlow(label, None, int(frames.size), False, False, (), (),
+                                       frame_clocks=tuple(c for c in clocks if c))
             continue
         out[label] = _scene(label, of_scene, clock, marks, strings)
     return out
@@ -249,12 +294,15 @@ def _scene(label: str, ev: np.ndarray, clock: str, marks: np.ndarray, strings: S
     frames = _on(ev, Kind.FRAME, clock)
     idx = frames["frame"].astype(np.int64)
     d = frames["dur_ns"].astype(np.float64)
-    zones = _on(ev, Kind.ZONE, clock)
+    zone_clocks = [CLOCK_NAMES.get(int(c), "") for c in np.unique(ev["clock"][ev["kind"] == Kind.ZONE])]
+    zone_clock = next((c for c in ZONE_CLOCKS.get(clock, (clock,)) if c in zone_clocks), None)
+    other = tuple(c for c in zone_clocks if c != zone_clock)
+    zones = _on(ev, Kind.ZONE, zone_clock) if zone_clock is not None else ev[:0]
     process = _on(ev, Kind.FRAME, "process") if clock == "wall" else ev[:0]
     slow, med = stutter_frames(d)
     has_zones = bool(zones.size)
     if not slow.any():
-        return SceneSlow(label, clock, int(d.size), has_zones, bool(process.size), (), ())
+        return SceneSlow(label, clock, int(d.size), has_zones, bool(process.size), (), (), zone_clock, other)
     excess = d - med
     where = np.flatnonzero(slow)
     # the frame's host span (gpu frames: their cpu span, where the collections ran)
@@ -301,7 +349,8 @@ def _scene(label: str, ev: np.ndarray, clock: str, marks: np.ndarray, strings: S
             cause = Cause(BETWEEN, None, float(excess[k]) / _NS_PER_MS)
         found.append(SlowFrame(int(idx[k]), float(d[k]) / _NS_PER_MS, float(d[k] / med[k]) if med[k] > 0 else
                                float("inf"), cause, int(frames["start_ns"][k])))
-    return SceneSlow(label, clock, int(d.size), has_zones, bool(process.size), tuple(found), group_causes(found))
+    return SceneSlow(label, clock, int(d.size), has_zones, bool(process.size), tuple(found), group_causes(found),
+                     zone_clock, other)
 
 
 #: One zone's part in the slow frames: (depth, kind, name, excess ns at each slow frame, NaN where absent).
@@ -390,10 +439,13 @@ __all__ = [
     "SlowFrame",
     "UNKNOWN",
     "ZONE",
+    "ZONE_CLOCKS",
     "group_causes",
     "header_slow_frames",
     "ordinal",
     "period_of",
     "slow_frames",
     "trace_slow_frames",
+    "untimed_note",
+    "zone_note",
 ]
