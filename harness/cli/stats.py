@@ -3,7 +3,9 @@
 The text forms (table, markdown) are compact by default: the run's primary clock only (the
 clock ``run`` named, recorded in the header), a few columns that fit the terminal, times in the
 unit that suits them (µs, ms, s). ``--all`` shows every clock and stat; ``json`` and ``csv``
-always carry everything, in raw numbers, whatever ``--all`` says.
+always carry everything, in raw numbers, whatever ``--all`` says. A directory of traces is one
+output: one table with a ``run`` column (``--all``: one table per run), one csv table with ``run``
+first, one JSON document ``{"runs": [{"run": FILE NAME, ...the trace's object...}]}``.
 """
 
 from __future__ import annotations
