@@ -92,9 +92,13 @@ def test_frame_reader_parses_glretrace_lines() -> None:
 def test_replay_frames_zones_header_and_image(traces: Traces, tmp_path: Path) -> None:
     warmup, frames = 1, traces.frames - 1
     res = katra("run", str(traces.app), "--frames", str(frames), "--warmup", str(warmup), "--zones", "draws",
-                "-o", "a.katra", cwd=tmp_path, env=_env())
+                "--size", "48x40", "-o", "a.katra", cwd=tmp_path, env=_env())
     assert res.returncode == 0, res.stderr
     t = _trace(tmp_path / "a.katra")
+    # --size does not apply (the notice says so): the header records no size, and the window system replayed on
+    assert "notice: --size does not apply to a trace" in res.stderr and "; 48x40)" not in res.stdout
+    assert t.header.capture_options.run_size is None
+    assert t.header.capture_options.resolved.backend == "glx" == t.header.host_info.backend
     from katra_trace.schema import Clock, Kind
 
     ev = t.events
@@ -111,6 +115,10 @@ def test_replay_frames_zones_header_and_image(traces: Traces, tmp_path: Path) ->
     # the first frame starts at the replayer's first call: its start-up (loading its libraries) is apart
     assert len(scene["replay"]["startup_ms"]) == 1 and scene["replay"]["startup_ms"][0] > 0
     assert len(t.kept_frames) == 1
+    image = t.kept_frames["app"]
+    assert scene["size"] == [image.width, image.height]  # the trace's own
+    assert f"; {image.width}x{image.height})" in res.stdout  # the title's too
+    assert scene["replay"]["display"].startswith(":")  # katra3d's own Xvfb
     assert not subprocess.run(["pgrep", "-f", f"glretrace.*{traces.app}"], capture_output=True).stdout
 
 

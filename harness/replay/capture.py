@@ -44,6 +44,9 @@ from katra_trace.schema import Clock, Flag, Kind
 
 TIMED_REASON = ("replayed by glretrace --pframe-times: a glFinish ends each frame, timed on the host clock "
                 "(the replayer's frames, not katra3d's loop)")
+#: What ``--size`` does to a replay: nothing (glretrace makes the trace's own windows); the notice says so.
+SIZE_NOTICE = ("notice: --size does not apply to a trace: it replays at the size it was recorded at (each scene's "
+               "annotation records it)")
 FRAME_BOUNDARY = ("callgrind --dump-after={swap} in the replayer; the dumps of one SwapBuffers (GLX's dispatch and "
                   "Mesa's) are summed; main thread (--separate-threads=yes); the replayer instrumented from its start; "
                   "the trace's first W + N frames (apitrace trim --frames=0-K)")
@@ -104,6 +107,9 @@ def run(plan: RunPlan, progress: Progress) -> RunResult:
     replayers = {facts.api: find_replayer(facts.api) for _, facts in traces}
     mode = cfg.measure if counted else "sync"
     options = _options(options, plan, traces, replayers, mode, env if counted else None)
+    host = host.replaced(backend=options.resolved.backend)  # the GL facts are the probe's (EGL), the same Mesa
+    if cfg.size is not None:
+        progress.line(SIZE_NOTICE)
     plan.output.parent.mkdir(parents=True, exist_ok=True)
     writer = TraceWriter(plan.output, workload=plan.workload, capture_options=options, host_info=host,
                          notes=cfg.notes, overwrite=cfg.force, failed_aside=True)
@@ -128,8 +134,9 @@ def run(plan: RunPlan, progress: Progress) -> RunResult:
         if isinstance(exc, KatraError) and len(exc.args) == 1 and not interrupted:
             exc.args = (str(exc) + failed_note(writer.failed_path),)
         raise
+    sizes = {(int(r.pixels.shape[1]), int(r.pixels.shape[0])) for r in results if r.pixels is not None}
     return RunResult(plan.output, status, mode, str(options.timing_reason or ""), results, stop.signal_name,
-                     size=plan.size)
+                     size=next(iter(sizes)) if len(sizes) == 1 else None)  # the traces' own, when one
 
 
 def trace_facts_of(entry: SceneEntry) -> TraceFacts:
@@ -142,13 +149,19 @@ def _path(entry: SceneEntry) -> Path:
 
 def _options(options: CaptureOptions, plan: RunPlan, traces: list[tuple[SceneEntry, TraceFacts]],
              replayers: dict[str, Replayer], mode: str, counted_env: dict[str, str] | None) -> CaptureOptions:
-    """The capture options with the replay's facts: each trace's file, the replayer, its options."""
+    """The capture options with the replay's facts: each trace's file, the replayer, its options; the backend
+    is the traces' window systems (glx, egl), and no size (``--size`` does not apply: :data:`SIZE_NOTICE`)."""
     zones = "draws" if str(plan.config.zones) == "draws" else "off"
-    replay = {"traces": {e.label: f.as_dict() for e, f in traces},
-              "replayers": {api: r.as_dict() for api, r in replayers.items()},
-              "options": {api: rp.replay_args(r, timed=counted_env is None, zones=zones == "draws")
-                          for api, r in replayers.items()}}
-    data = {**options.as_dict(), "replay": replay, "timing_mode": mode, "primary_clock": mode_clock(mode),
+    replay: dict[str, Any] = {"traces": {e.label: f.as_dict() for e, f in traces},
+                              "replayers": {api: r.as_dict() for api, r in replayers.items()},
+                              "options": {api: rp.replay_args(r, timed=counted_env is None, zones=zones == "draws")
+                                          for api, r in replayers.items()}}
+    if "glx" in replayers:
+        given = (counted_env if counted_env is not None else os.environ).get("DISPLAY")
+        replay["display"] = f"$DISPLAY {given}" if given else "an Xvfb of katra3d's own"
+    resolved = {**options.resolved.as_dict(), "size": None, "backend": "+".join(sorted(replayers))}
+    data = {**options.as_dict(), "size": None, "resolved": resolved, "replay": replay, "timing_mode": mode,
+            "primary_clock": mode_clock(mode),
             "zones": zones,
             "timing_reason": TIMED_REASON if counted_env is None else
             f"--measure {mode}: the replayer counted under callgrind, single-threaded llvmpipe",
@@ -200,12 +213,15 @@ class _Replay:
                 "params": dict(self.entry.params), "warmup_frames": result.warmup, "measured_frames": result.frames,
                 "replay": {"trace": self.facts.as_dict(), "restarts": restarts,
                            "note": "a replay of the trace from its start begins at each frame in 'restarts'"}}
+            if not self.replayer.headless:
+                annotation["replay"]["display"] = env.get("DISPLAY", "")
             if self.startup_ns:
                 annotation["replay"]["startup_ms"] = [round(ns / 1e6, 3) for ns in self.startup_ns]
             if done and last_calls and not self.stop.set:  # stopped: no more replays
                 annotation.update(self._last_image(result, env, last_calls[done - 1], done - 1))
         self.writer.annotate(annotation)
-        self.progress.line(f"{self.where}: {result.frames} frames" + median_text(result))
+        self.progress.line(f"{self.where}: {result.frames} frame{'s' if result.frames != 1 else ''}"
+                           + median_text(result))
         return result
 
     def _timed(self, env: dict[str, str], total: int) -> tuple[list[int], list[int], list[int]]:
@@ -270,7 +286,7 @@ class _Replay:
         result.pixels = pixels
         result.checksum = image_checksum(pixels)
         keys: dict[str, Any] = {"last_frame_index": index, "last_frame_sha256": result.checksum,
-                                "last_frame_call": call_no}
+                                "last_frame_call": call_no, "size": [int(pixels.shape[1]), int(pixels.shape[0])]}
         if self.plan.keep_images and result.frames == self.plan.frames and result.status == "ok":
             self.writer.image(*frame_record(self.entry.label, index, frame_time_s(index), pixels,
                                             image_key(self.host.as_dict())))

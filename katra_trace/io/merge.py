@@ -219,8 +219,9 @@ def _workload(shards: Sequence[Shard]) -> str:
         return "+".join(n for n in names if n)
 
     def place(k: int) -> tuple[int, int, str]:
-        spec, label = str(entries[k].get("spec")), labels[k]
-        at = specs.index(spec) if spec in specs else len(specs)
+        spec, label = str(entries[k].get("spec")), labels[k]  # the spec as given, or with its class (x.py:Class)
+        at = next((i for i, given in enumerate(specs) if spec in (given, given.strip()) or
+                   spec.startswith(given.strip() + ":")), len(specs))
         number = label.rpartition("#")[2]
         return at, int(number) if "#" in label and number.isdigit() else 1, label
 
