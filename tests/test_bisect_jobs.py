@@ -185,3 +185,29 @@ def test_captures_side_by_side_are_stopped_together_and_a_later_one_at_once(tmp_
         later = pool.submit(capture, 2)
         assert isinstance(later.exception(timeout=60), Interrupted) and not (tmp_path / "out-2.katra").exists()
     assert signal.getsignal(signal.SIGINT) is before and SideBySide.active is None
+
+
+def test_a_trace_a_ctrl_c_finished_as_interrupted_is_captured_again_a_complete_one_is_not(tmp_path: Path) -> None:
+    """A Ctrl-C lets a counted capture finish its trace as interrupted (the capture service's grace); --resume
+    must not take those frames for the commit's measurement, as it takes a complete trace of a capture that
+    had ended before the stop."""
+    from types import SimpleNamespace
+
+    from katra3d.harness.bisect.measure import Workspace, _capture
+    from katra_trace.io.reader import open_trace
+    from katra_trace.io.writer import TraceWriter
+    from tests.test_compare_counts import count_trace
+
+    src, calls = count_trace(tmp_path / "src.katra"), tmp_path / "calls"
+    ws = Workspace(top=tmp_path, root=tmp_path, trees=tmp_path, progress=print,
+                   setup=SimpleNamespace(command=f"echo run >> {calls}; cp {src} {{out}}"))  # type: ignore[arg-type]
+    out, log = tmp_path / "traces" / "abc.katra", tmp_path / "logs" / "abc.log"
+    out.parent.mkdir()
+    assert open_trace(count_trace(out, frames=2)).status == "complete"
+    assert _capture(ws, tmp_path, out, log) == "" and not calls.exists()  # complete: used again
+    out.unlink()
+    w = TraceWriter(out, workload="w", capture_options={}, host_info={}, notes="")
+    w.finish({"note": "test"}, status="interrupted")
+    assert open_trace(out).status == "interrupted"
+    assert _capture(ws, tmp_path, out, log) == "" and calls.read_text() == "run\n"  # interrupted: captured again
+    assert out.read_bytes() == src.read_bytes()

@@ -4,7 +4,9 @@ failure tail."""
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -159,3 +161,112 @@ def test_a_failure_quotes_what_the_command_said_never_the_command(tmp_path: Path
     with pytest.raises(CaptureFailed) as again:
         run_capture(CaptureCommand("exit 1 # {out}"), tmp_path / "q.katra", log=log)
     assert again.value.tail == ()  # nothing of the earlier captures' lines in that log
+
+
+def _captures_writing_into(root: Path) -> list[int]:
+    """The processes whose ``$KATRA3D_OUT`` lies in ``root``: what is left of a capture that wrote there."""
+    prefix = f"KATRA3D_OUT={root.resolve()}{os.sep}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if any(entry.startswith(prefix) for entry in env) and not _gone(int(name), within_s=0.1):
+            found.append(int(name))
+    return found
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.is_file() else []
+
+
+def test_a_stopped_capture_is_waited_for_whole_then_asked_to_stop_now_then_killed(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch
+                                                                                  ) -> None:
+    """Ctrl-C ended the capture's shell at once, and its group was SIGKILLed as soon as the shell had ended: a
+    `katra3d run` under that shell never finished its trace. Now the whole group gets the grace (a process that
+    notes each SIGTERM and goes on is asked twice: the first stop, then a run's stop-now), then SIGKILL."""
+    from katra3d.harness.versions import command as service
+
+    monkeypatch.setattr(service, "STOP_GRACE_S", 0.5)  # shortened only: the order of the steps is what is checked
+    monkeypatch.setattr(service, "HARD_STOP_WAIT_S", 0.5)
+    got, inner = tmp_path / "got", tmp_path / "inner"
+    cmd = CaptureCommand(f"sh -c 'trap \"echo term >> {got}\" TERM; echo $$ > {inner}; "
+                         f"while :; do sleep 0.1; done' & while [ ! -s {inner} ]; do sleep 0.05; done; "
+                         "kill -TERM $PPID; wait # {out}")  # $PPID: this test; the shell itself ends on the TERM
+    old = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(Interrupted) as stopped:
+            run_capture(cmd, tmp_path / "o.katra")
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert stopped.value.signum == signal.SIGTERM and signal.getsignal(signal.SIGTERM) is old
+    assert _lines(got) == ["term", "term"] and _gone(int(inner.read_text()))
+
+
+def test_a_second_stop_signal_kills_the_capture_at_once(tmp_path: Path) -> None:
+    """The grace is for a run finishing its trace; a second Ctrl-C does not wait for it (the default grace is
+    long: without the second signal this capture would be asked again, not killed)."""
+    got, inner = tmp_path / "got", tmp_path / "inner"
+    # the process that outlives its shell answers the first stop with a second signal to this test
+    cmd = CaptureCommand(f"sh -c 'trap \"echo term >> {got}; kill -INT {os.getpid()}\" TERM; echo $$ > {inner}; "
+                         f"while :; do sleep 0.1; done' & while [ ! -s {inner} ]; do sleep 0.05; done; "
+                         "kill -TERM $PPID; wait # {out}")
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with pytest.raises(Interrupted) as stopped:
+            run_capture(cmd, tmp_path / "o.katra")
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    assert stopped.value.signum == signal.SIGTERM  # the first signal says what stopped it
+    assert _lines(got) == ["term"] and _gone(int(inner.read_text()))
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_ab_lets_the_run_finish_its_trace_as_interrupted_and_force_replaces_it(tmp_path: Path) -> None:
+    """The reviewer's case: Ctrl-C of `ab` whose capture is a shell running `katra3d run`. The run finishes its
+    trace as interrupted (it was SIGKILLed with its `.part` left, and no ab.json, so `ab --force` refused), ab
+    records the round, no process is left, and `ab --force` replaces the directory."""
+    root = tmp_path / "ab"
+    run = f"{shlex.quote(sys.executable)} -m katra3d run triangle --size 16x16 --frames 1000000 --quiet -o {{out}}"
+    cmd = f"sh -c '{run}'"
+    env = {k: v for k, v in os.environ.items() if k != "KATRA3D_BACKEND"}
+    proc = subprocess.Popen([sys.executable, "-m", "katra3d", "ab", "--base", cmd, "--new", cmd, "-o", str(root),
+                             "--quiet"], cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    part = root / "base" / "run-001.katra.part"
+    deadline = time.monotonic() + 120
+    while not (part.is_file() and part.stat().st_size > 8192):  # the run is recording frames
+        if proc.poll() is not None or time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError(f"the round never started: {proc.communicate()}")
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: ab's group (its captures are in sessions of their own)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and err.strip().endswith("katra3d: interrupted"), err
+    assert "Traceback" not in err
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)  # nothing left in ab's group
+    assert _captures_writing_into(root) == []  # nor of its capture's
+    trace = root / "base" / "run-001.katra"
+    assert sorted(p.name for p in root.rglob("*") if p.is_file()) == ["ab.json", "run-001.katra"]
+    checked = subprocess.run([sys.executable, "-m", "katra3d", "validate", str(trace)], env=env, text=True,
+                             capture_output=True)
+    assert checked.returncode == 0 and "status interrupted" in checked.stdout, checked
+    manifest = json.loads((root / "ab.json").read_text())
+    assert manifest["rounds"] == [] and manifest["interrupted"] == {
+        "round": 1, "signal": "SIGINT", "traces": {"base": "base/run-001.katra"}}
+    g = write_run(tmp_path / "g.katra", 10.0, seed=1)
+    again = subprocess.run([sys.executable, "-m", "katra3d", "ab", "--base", f"cp {g} {{out}}", "--new",
+                            f"cp {g} {{out}}", "--rounds", "2", "-o", str(root), "--force", "--quiet"], env=env,
+                           text=True, capture_output=True, cwd=tmp_path)
+    assert again.returncode in (0, 2) and "Traceback" not in again.stderr, again.stderr  # identical sides
+    assert "removed the earlier A/B run" not in again.stderr  # --quiet
+    assert (root / "base" / "run-001.katra").read_bytes() == g.read_bytes()
+    assert len(json.loads((root / "ab.json").read_text())["rounds"]) == 2

@@ -1,5 +1,7 @@
 """The rounds of an interleaved A/B: each round one BASE and one NEW capture, the order alternating, recorded
-in ``ab.json`` after every round; with a stopping rule, a look after every round and a stop once decided.
+in ``ab.json`` (written before the first capture, then after every round); with a stopping rule, a look after
+every round and a stop once decided. A stop signal (Ctrl-C) lets the capture in progress finish its trace as
+interrupted (the capture service's grace) and notes that round in ``ab.json`` as ``interrupted``.
 
 ``katra3d ab`` (harness/cli/ab.py) and bisect's time mode call :func:`run_rounds`. Each capture is a
 :class:`~katra3d.harness.versions.command.CaptureCommand`, run by the one capture service (its own process
@@ -9,6 +11,7 @@ group, ``{out}``, the failure tail); a failing capture's last lines are shown on
 from __future__ import annotations
 
 import dataclasses
+import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -19,6 +22,7 @@ from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, run_
 from katra_trace.analysis.comparison import Sides, compare_sides
 from katra_trace.analysis.sequential import SequentialRule, Settled, settle
 from katra_trace.analysis.verdict import Comparison
+from katra_trace.errors import Interrupted
 from katra_trace.io.reader import Trace
 from katra_trace.io.tracesets import AB_MANIFEST_VERSION, open_quietly, write_ab_manifest
 
@@ -95,13 +99,18 @@ def run_rounds(base_cmd: CaptureCommand, new_cmd: CaptureCommand, out_dir: Path,
     settled: Settled | None = None
     comparison: Comparison | None = None
     sides: Sides | None = None
+    write_ab_manifest(out_dir, manifest)  # before the first capture: the directory is ab's whatever happens next
     for i in range(1, rounds_cap + 1):
         order = SIDES if i % 2 else SIDES[::-1]
         entry: dict[str, Any] = {"round": i, "order": list(order), "commands": {}, "seconds": {}}
         paths: dict[str, Path] = {}
         for side in order:
             paths[side] = dirs[side] / f"run-{i:03d}.katra"
-            seconds = capture(commands[side], paths[side], f"round {i}/{rounds_cap} {side.upper()}", who)
+            try:
+                seconds = capture(commands[side], paths[side], f"round {i}/{rounds_cap} {side.upper()}", who)
+            except Interrupted as stopped:
+                _record_interrupted(out_dir, manifest, i, paths, stopped)
+                raise
             entry[side] = f"{side}/{paths[side].name}"
             entry["commands"][side] = commands[side].shown(paths[side])
             entry["seconds"][side] = round(seconds, 3)
@@ -123,6 +132,16 @@ def run_rounds(base_cmd: CaptureCommand, new_cmd: CaptureCommand, out_dir: Path,
             break
     return RoundsResult(root=out_dir, rounds=len(pairs), pairs=tuple(pairs), settled=settled, comparison=comparison,
                         sides=sides)
+
+
+def _record_interrupted(out_dir: Path, manifest: dict[str, Any], number: int, paths: Mapping[str, Path],
+                        stopped: Interrupted) -> None:
+    """Note in ``ab.json`` the round a stop signal ended (``interrupted``: its number, the signal, and the traces
+    of it that exist: a capture it stopped finished its trace as interrupted). The round is not one of the
+    ``rounds``, so ``katra3d compare DIR`` pairs the complete rounds only; ``ab --force`` removes it all."""
+    traces = {side: f"{side}/{path.name}" for side, path in paths.items() if path.is_file()}
+    manifest["interrupted"] = {"round": number, "signal": signal.Signals(stopped.signum).name, "traces": traces}
+    write_ab_manifest(out_dir, manifest)
 
 
 __all__ = ["Round", "RoundsResult", "capture", "run_rounds"]

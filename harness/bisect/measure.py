@@ -4,7 +4,7 @@ A commit is checked out as a detached worktree in a temporary directory and capt
 bisection's command, the worktree as the current directory and first on ``PYTHONPATH`` (so its
 scenes and code are the ones run, as ``ci/compare-versions.sh`` does). Traces go to
 ``DIR/traces/``; a counted capture's output to ``DIR/logs/SHORT.log`` (a failed time round's is shown
-on stderr). A counted trace already in place from an interrupted bisection is used again.
+on stderr). A complete counted trace already in place from an interrupted bisection is used again.
 
 * **Counts** (instructions, cycles): one capture per commit, compared with GOOD's one capture; up to
   ``--jobs`` commits are captured at once (:func:`capture_counted`), each in its own worktree and process
@@ -35,7 +35,7 @@ from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, Side
 from katra_trace.analysis.bisection import Effect
 from katra_trace.analysis.defaults import DEFAULT_ALPHA
 from katra_trace.errors import ConfigError, Interrupted, KatraError
-from katra_trace.io.tracesets import AB_MANIFEST, AB_TRACE, clear_ab_dir
+from katra_trace.io.tracesets import AB_MANIFEST, AB_TRACE, clear_ab_dir, open_quietly
 from katra_trace.text import shown
 
 if TYPE_CHECKING:
@@ -77,10 +77,13 @@ class Measured:
 
 def _capture(ws: Workspace, tree: Path, out: Path, log: Path) -> str:
     """Run the capture command once in ``tree`` writing ``out``; "" when a trace is there, else why not (with the
-    last line of its output; all of it in ``log``). A trace left at ``out`` by an earlier, interrupted bisection
-    is kept (its capture had finished)."""
+    last line of its output; all of it in ``log``). A complete trace left at ``out`` by an earlier, interrupted
+    bisection is kept (its capture had finished); one that a Ctrl-C finished as interrupted is removed, and the
+    commit captured again."""
     if out.is_file():
-        return ""
+        if _complete(out):
+            return ""
+        out.unlink()
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         run_capture(in_tree(ws.setup.command, tree), out, log=log, what="the capture")
@@ -88,6 +91,16 @@ def _capture(ws: Workspace, tree: Path, out: Path, log: Path) -> str:
         last = f": {failed.tail[-1]}" if failed.tail else ""
         return f"the capture {failed.reason}{last}; its output: {ws.rel(log)}"
     return ""
+
+
+def _complete(trace: Path) -> bool:
+    """Whether ``trace`` is a whole trace of a capture that ran to its end (not one finished as interrupted, nor
+    a damaged one)."""
+    try:
+        opened = open_quietly(trace, events=False)
+    except KatraError:
+        return False
+    return opened.status == "complete" and not opened.truncated
 
 
 def in_tree(command: str, tree: Path) -> CaptureCommand:

@@ -19,6 +19,11 @@ judged by the stopping rule of :mod:`katra_trace.analysis.sequential`, and
 the rounds stop once every scene is decided. One line says how many rounds
 were used and why it stopped; ab.json records the rule. The loop itself is
 :func:`katra3d.harness.ab.rounds.run_rounds`.
+
+Ctrl-C (SIGTERM, SIGHUP) lets the capture in progress finish its trace as
+interrupted (the capture service's grace), notes that round in ab.json as
+``interrupted`` and exits 130 (143, 129); a second Ctrl-C stops it at once.
+``--force`` then replaces the directory.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shlex
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,10 +43,11 @@ from katra3d.harness.versions.git import resolve, toplevel
 from katra3d.harness.versions.setup import default_command, resolve_measure, worktrees
 from katra3d.harness.cli._compare import add_compare_options, compare_and_print
 from katra_trace.analysis.defaults import DEFAULT_SEQUENTIAL_MAX_ROUNDS
-from katra_trace.errors import ConfigError
+from katra_trace.errors import ConfigError, Interrupted
 from katra_trace.io.claim import check_output_dir
 from katra_trace.io.tracesets import AB_MANIFEST, clear_ab_dir
 from katra_trace.metrics import is_count
+from katra_trace.text import shown
 from katra_trace.units import format_duration
 
 if TYPE_CHECKING:
@@ -166,8 +173,14 @@ def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
             raise ConfigError(f"{str(d)!r} already holds traces ({', '.join(stale[:3])}...); "
                               "choose an empty -o directory")
     tally = Tally("katra3d ab", quiet=args.quiet)
-    result = run_rounds(commands["base"], commands["new"], root, cap, rule,
-                        on_round=lambda done: _round_line(tally, done, cap), compare_options=compare_kwargs(args))
+    try:
+        result = run_rounds(commands["base"], commands["new"], root, cap, rule,
+                            on_round=lambda done: _round_line(tally, done, cap), compare_options=compare_kwargs(args))
+    except Interrupted:
+        Tally("katra3d ab").line(f"stopped: the complete rounds are recorded in {shown(str(root / AB_MANIFEST))} "
+                                 f"(katra3d compare {shlex.quote(str(root))}), the round in progress as interrupted "
+                                 "(its capture finished its trace as interrupted); ab --force replaces them all")
+        raise
     if result.settled is not None:  # the one line that says how many rounds were used, and why it stopped
         Tally("katra3d ab").line(f"stopped: {result.settled.reason}")
     return compare_and_print(str(dirs["base"]), str(dirs["new"]), args, record=root)

@@ -10,9 +10,12 @@ it, so that no caller does any of it a second way:
 * **where it runs**: a folder (a worktree) as the current directory, and first on ``PYTHONPATH``
   (:class:`CaptureCommand`);
 * **its processes**: the command starts a session of its own, so it and everything it starts form one process
-  group; that group is stopped whole (SIGTERM, then SIGKILL) on Ctrl-C, SIGTERM or SIGHUP to katra3d, on an
-  error, and when the command ends (a capture's leftover background process goes with it). If katra3d is
-  killed outright, its direct child gets SIGKILL from the kernel (``PR_SET_PDEATHSIG``);
+  group; that group is stopped whole on Ctrl-C, SIGTERM or SIGHUP to katra3d and on an error, the way a
+  ``katra3d run`` in it keeps its frames (:func:`stop_group`: SIGTERM, the whole group given
+  :data:`STOP_GRACE_S` to end, not just the shell that leads it; then the run's stop-now, a second SIGTERM;
+  then SIGKILL), and at once (SIGKILL) by a second stop signal to katra3d or when the command ends (a capture's
+  leftover background process goes with it). If katra3d is killed outright, its direct child gets SIGKILL from
+  the kernel (``PR_SET_PDEATHSIG``);
 * **its output**: into a log file (the caller's, or a temporary one), and the last
   :data:`FAILURE_TAIL_LINES` lines of it in the error when it fails;
 * **side by side**: captures that threads run at once (bisect's counted rounds) are stopped together by one stop
@@ -30,7 +33,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
@@ -44,8 +47,20 @@ OUT_ENV = "KATRA3D_OUT"
 OUT_PLACEHOLDER = "{out}"
 #: Lines of a failed capture's output that its error carries (all of it is in its log).
 FAILURE_TAIL_LINES = 20
-#: Seconds a stopped capture's process group has between SIGTERM and SIGKILL.
-STOP_GRACE_S = 2.0
+#: Seconds a stopped capture's whole process group has, after its SIGTERM, to end on its own: a ``katra3d run``
+#: in it stops at its next frame boundary and finishes its trace as interrupted. A counted run (16x16, under
+#: callgrind) took 3.5 s from the signal to its exit on a busy 2-core machine (its frame under callgrind, its
+#: trace written, callgrind's last dump); a time run 0.2 s. 10 s leaves room for a bigger frame and for
+#: captures that finish side by side (bisect's counted rounds).
+STOP_GRACE_S = 10.0
+#: Seconds the group then has after a second SIGTERM, a run's stop-now (the frame in progress ends and the run's
+#: keeper finishes the trace within ``harness.engine.stopping.HARD_STOP_GRACE_S``, 1 s; a counted run's child
+#: then has callgrind's last dump to write), before whatever is left gets SIGKILL.
+HARD_STOP_WAIT_S = 5.0
+#: Seconds to wait for a SIGKILLed group to be gone (the kernel ends it; its members' parents reap them).
+KILL_WAIT_S = 5.0
+#: Seconds between two looks at whether a stopped group is gone.
+POLL_S = 0.02
 #: The signals that stop a capture (and katra3d's command that runs it).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -127,50 +142,122 @@ def _environment(command: CaptureCommand, out: Path) -> dict[str, str]:
     return env
 
 
+#: How far a capture's group has been stopped: asked to stop at its next frame boundary (SIGTERM), to stop now
+#: (a second SIGTERM), killed (SIGKILL).
+_FIRST, _NOW, _KILL = 1, 2, 3
+
+
+class _Group:
+    """The process group a capture command leads (``proc``: its shell), and how far it has been stopped."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.sent = 0
+
+    def send(self, level: int) -> None:
+        """Stop the group to ``level`` unless it has been stopped as far already: SIGTERM for :data:`_FIRST` and
+        :data:`_NOW` (a run's first and second stop signal), SIGKILL for :data:`_KILL`. Never raises."""
+        if self.sent >= level:
+            return
+        self.sent = level  # first: a signal handler that runs meanwhile sees it, and sends nothing twice
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL if level >= _KILL else signal.SIGTERM)
+
+    def gone(self) -> bool:
+        """Whether the whole group has ended: its shell reaped and no process left in it (the group's ID stays
+        taken while it has a member, so no other process can have it)."""
+        if self.proc.poll() is None:
+            return False
+        try:
+            os.killpg(self.proc.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    def wait_gone(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for :meth:`gone`; whether it is."""
+        deadline = time.monotonic() + timeout_s
+        while not self.gone():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL_S)
+        return True
+
+    def end(self, grace_s: float) -> None:
+        """End the group: with ``grace_s``, SIGTERM (unless sent already), up to ``grace_s`` for the whole group
+        to end, a second SIGTERM and :data:`HARD_STOP_WAIT_S` more, then SIGKILL; without, SIGKILL at once.
+        Returns once the group is gone (or :data:`KILL_WAIT_S` after its SIGKILL); never raises."""
+        if grace_s > 0:
+            self.send(_FIRST)
+            if self.wait_gone(grace_s):
+                return
+            self.send(_NOW)
+            if self.wait_gone(HARD_STOP_WAIT_S):
+                return
+        self.send(_KILL)
+        self.wait_gone(KILL_WAIT_S)
+
+
+def _level(signals: int) -> int:
+    """How far a capture is stopped after ``signals`` stop signals to katra3d: the first asks it to stop (it
+    finishes its trace as interrupted), a second stops everything at once."""
+    return _FIRST if signals <= 1 else _KILL
+
+
 def stop_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
-    """End the process group that ``proc`` leads: SIGTERM, then SIGKILL to whatever is left after ``grace_s``
-    (or at once once ``proc`` itself has ended: its group's stragglers get no second chance). Never raises."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=grace_s)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=grace_s)
+    """End the process group that ``proc`` leads so that a ``katra3d run`` in it finishes its trace: SIGTERM; up
+    to ``grace_s`` for the whole group (not just ``proc``) to end; a second SIGTERM (a run's stop-now) and
+    :data:`HARD_STOP_WAIT_S` more; then SIGKILL to whatever is left. ``grace_s`` 0: SIGKILL at once. Never
+    raises."""
+    _Group(proc).end(grace_s)
 
 
 @contextlib.contextmanager
-def _stop_signals(started: list[subprocess.Popen[bytes]], received: list[int]) -> Iterator[None]:
+def _stop_signals(received: list[int]) -> Iterator[Callable[[_Group], None]]:
     """While a capture starts and runs, a stop signal to katra3d (main thread only) is noted in ``received`` and
-    stops the capture's group whole (``started`` holds it once it has started); the caller then raises
-    :class:`Interrupted`. The handlers come before the start: a signal while the command is being started is
-    noted, never lost or left to Python's default (a KeyboardInterrupt between the start and the wait would
-    leave the capture running)."""
+    stops the capture's group (the first asks it to stop, a second kills it: :func:`_level`); the caller then
+    raises :class:`Interrupted`. Yields the function that registers the group once it has started, and stops
+    it as far as the signals so far ask. The handlers come before the start: a signal while the command is
+    being started is noted, never lost or left to Python's default (a KeyboardInterrupt between the start and
+    the wait would leave the capture running)."""
+    groups: list[_Group] = []
     if threading.current_thread() is not threading.main_thread():
         side = SideBySide.active
         if side is None:
-            yield
+            yield groups.append
             return
+
+        def join(group: _Group) -> None:
+            with side.lock:  # the main thread's stop sees the group, or the group sees the stop: never neither
+                groups.append(group)
+                if received:
+                    group.send(_level(len(side.received)))
+
         with side.lock:  # joins the captures the main thread stops together; one stopped already stops at once
-            side.members.append((started, received))
+            side.members.append((groups, received))
             received.extend(side.received[:1])
         try:
-            yield
+            yield join
         finally:
             with side.lock:
-                side.members.remove((started, received))
+                side.members.remove((groups, received))
         return
 
     def stop(signum: int, _frame: Any) -> None:
         received.append(signum)
-        for proc in started:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGTERM)
+        for group in groups:
+            group.send(_level(len(received)))
+
+    def register(group: _Group) -> None:
+        groups.append(group)
+        if received:  # a stop signal came while it was being started
+            group.send(_level(len(received)))
 
     old = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
     try:
-        yield
+        yield register
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
@@ -180,29 +267,28 @@ class SideBySide:
     """Captures that other threads run at the same time (:func:`run_capture` in a thread pool), stopped together:
     open it in the main thread around those threads' work. While it is open, a stop signal to katra3d (Ctrl-C,
     SIGTERM, SIGHUP) is noted in :attr:`received` instead of raising, and stops the group of every capture of those
-    threads whole, as :meth:`stop` does (on an error); each then raises :class:`Interrupted` in its thread, as does
-    one started after. The caller waits for its threads, then raises Interrupted itself when :attr:`received`
-    says so. Captures the main thread runs itself are not members: they handle signals as ever."""
+    threads, as :meth:`stop` does (on an error): the first asks each to stop (each thread then gives its group the
+    grace of :func:`stop_group`), a second kills them all at once. Each then raises :class:`Interrupted` in its
+    thread, as does one started after. The caller waits for its threads, then raises Interrupted itself when
+    :attr:`received` says so. Captures the main thread runs itself are not members: they handle signals as ever."""
 
     active: ClassVar[SideBySide | None] = None  #: the one open now
 
     def __init__(self) -> None:
         self.lock = threading.RLock()  # re-entrant: the signal handler runs in the main thread, which may hold it
-        self.members: list[tuple[list[subprocess.Popen[bytes]], list[int]]] = []
+        self.members: list[tuple[list[_Group], list[int]]] = []
         self.received: list[int] = []
         self._old: dict[int, Any] = {}
 
     def stop(self, signum: int = signal.SIGTERM) -> None:
-        """Stop every member's group (SIGTERM now, SIGKILL from its thread after the grace) and those started
-        later; ``signum`` is what their Interrupted says."""
+        """Stop every member's group (SIGTERM now, then its thread's grace; SIGKILL at once from the second stop
+        on) and those started later; ``signum`` is what their Interrupted says."""
         with self.lock:
-            if not self.received:
-                self.received.append(signum)
-            for started, received in self.members:
+            self.received.append(signum)
+            for groups, received in self.members:
                 received.append(signum)
-                for proc in started:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(proc.pid, signal.SIGTERM)
+                for group in groups:
+                    group.send(_level(len(self.received)))
 
     def __enter__(self) -> SideBySide:
         if threading.current_thread() is not threading.main_thread() or SideBySide.active is not None:
@@ -245,22 +331,22 @@ def run_capture(command: CaptureCommand, out: Path, *, log: Path | None = None, 
             sink = stack.enter_context(tempfile.TemporaryFile())
         start = sink.seek(0, os.SEEK_END)
         received: list[int] = []
-        started: list[subprocess.Popen[bytes]] = []
         t0 = time.monotonic()
-        with _stop_signals(started, received):
+        with _stop_signals(received) as register:
+            if received:  # a side-by-side capture whose round was stopped before it started: it does not start
+                raise Interrupted(received[0])
             try:
-                started.append(subprocess.Popen(
+                proc = subprocess.Popen(
                     ["/bin/sh", "-c", cmd], cwd=command.cwd, env=_environment(command, out), stdin=subprocess.DEVNULL,
-                    stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent()))
+                    stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent())
             except OSError as exc:
                 raise CaptureFailed(what, f"does not run: {exc}", command.shown(out), (), log) from None
-            proc = started[0]
+            group = _Group(proc)
             try:
-                if received:  # a stop signal came while it was being started
-                    stop_group(proc)
+                register(group)
                 code = proc.wait()
-            finally:
-                stop_group(proc, grace_s=STOP_GRACE_S if received else 0.0)
+            finally:  # stopped: the run in it gets the time to finish its trace; ended: its leftovers go at once
+                group.end(STOP_GRACE_S if received else 0.0)
         seconds = time.monotonic() - t0
         tail = _tail(sink, start)
         if log is not None:
@@ -305,6 +391,6 @@ def stop_leftover_captures(root: Path) -> int:
     return killed
 
 
-__all__ = ["FAILURE_TAIL_LINES", "OUT_ENV", "OUT_PLACEHOLDER", "STOP_GRACE_S", "CaptureCommand",
+__all__ = ["FAILURE_TAIL_LINES", "HARD_STOP_WAIT_S", "OUT_ENV", "OUT_PLACEHOLDER", "STOP_GRACE_S", "CaptureCommand",
            "CaptureFailed", "SideBySide", "one_line", "run_capture", "stop_group", "stop_leftover_captures",
            "substitute_out"]

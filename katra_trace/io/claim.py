@@ -355,11 +355,7 @@ def _refuse_part(path: Path, part: Path) -> bool:
         if file_kind(os.fstat(fd).st_mode) is not None:
             raise OutputBusyError(f"{shown!r} is in the way and is not a regular file; move it away or choose "
                                   "another -o", shown, stale=True)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            held = False
-        except BlockingIOError:
-            held = True
+        held = _held(fd)
     finally:
         os.close(fd)
     pid = _writer_pid(part)
@@ -372,6 +368,28 @@ def _refuse_part(path: Path, part: Path) -> bool:
         f"capture's readable prefix and is never deleted automatically: keep it with `mv {shown} "
         f"{path.stem}-recovered{path.suffix or '.katra'}` (check it with `katra3d validate`), or delete it, "
         "then run again", shown, stale=True, pid=pid)
+
+
+def _held(fd: int) -> bool:
+    """Whether a live writer holds the ``.part`` open as ``fd`` (its exclusive ``flock``)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    return False
+
+
+def part_in_use(part: Path) -> bool:
+    """Whether a live capture is writing ``part`` (a ``<path>.part``); False for a killed capture's remnant or
+    a file that is gone."""
+    try:
+        fd = os.open(part, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        return _held(fd)
+    finally:
+        os.close(fd)
 
 
 def _writer_pid(part: Path) -> int | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from katra_trace.errors import ConfigError
-from katra_trace.io.claim import describe, open_output
+from katra_trace.io.claim import PART_SUFFIX, describe, open_output, part_in_use
 from katra_trace.io.reader import Trace, TraceRecoveryWarning, is_trace_file, open_trace
 from katra_trace.text import shown
 
@@ -63,17 +63,19 @@ def record_ab_decision(root: Path, comparison: Any) -> None:
     write_ab_manifest(root, manifest)
 
 
-#: The files ``katra3d ab`` writes into ``base/`` and ``new/``: a round's trace, or a failed capture's frames.
-AB_TRACE = re.compile(r"run-\d+(\.failed)?\.katra")
+#: The files ``katra3d ab`` writes into ``base/`` and ``new/``: a round's trace (complete, or finished as
+#: interrupted by a Ctrl-C), a failed capture's frames, or the ``.part`` a killed capture left.
+AB_TRACE = re.compile(r"run-\d+(\.failed)?\.katra(\.part)?")
 
 
 def clear_ab_dir(root: Path) -> int:
     """Remove the A/B run ``katra3d ab`` left in ``root``, for ``ab --force``; returns the traces removed.
 
-    Only what ab wrote goes: ``base/run-NNN.katra`` and ``new/run-NNN.katra`` (and ``run-NNN.failed.katra``),
-    then ``ab.json``, last, so that an interrupted clean-up can be repeated. Nothing is removed (ConfigError)
-    unless ``root/ab.json`` is an ab manifest, nor when ``base/`` or ``new/`` hold anything else (a
-    capture's ``.part``, a file of the user's, a link). Other files in ``root`` and the two directories stay.
+    Only what ab wrote goes: ``base/run-NNN.katra`` and ``new/run-NNN.katra`` (and ``run-NNN.failed.katra``,
+    and the ``run-NNN.katra.part`` of a killed capture), then ``ab.json``, last, so that an interrupted clean-up
+    can be repeated. Nothing is removed (ConfigError) unless ``root/ab.json`` is an ab manifest, nor when
+    ``base/`` or ``new/`` hold anything else (a file of the user's, a link) or a ``.part`` a live capture is
+    writing. Other files in ``root`` and the two directories stay.
     """
     if read_ab_manifest(root) is None:
         raise ConfigError(f"{shown(root)} holds no {AB_MANIFEST}: it is not a katra3d ab output directory, and "
@@ -89,6 +91,9 @@ def clear_ab_dir(root: Path) -> int:
             if not AB_TRACE.fullmatch(path.name) or path.is_symlink() or not path.is_file():
                 raise ConfigError(f"{shown(folder)} holds {shown(path.name)}, which katra3d ab did not write; "
                                   "nothing was removed: move it away, or choose another -o directory")
+            if path.name.endswith(PART_SUFFIX) and part_in_use(path):
+                raise ConfigError(f"a capture is still writing {shown(path)}; nothing was removed: wait for it (or "
+                                  "stop it), or choose another -o directory")
             doomed.append(path)
     for path in doomed:
         path.unlink(missing_ok=True)
