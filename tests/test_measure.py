@@ -140,7 +140,10 @@ def counted_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
     env = {**os.environ, "TMPDIR": str(tmp)}
     # the names have one length: the child's process image then differs in no length at all (a longer
     # path or note moves counts by up to ~0.1 %, see docs/measure.md)
-    runs = {"A1": [], "A2": [], "B1": ["--param", "fillrate.layers=5", "--param", "shader.iterations=52"]}
+    # A1 counts two scenes at once (--jobs 2), A2 one at a time: every scene has its own child either way, so
+    # their counts agree on every frame (issue 36)
+    runs = {"A1": ["--jobs", "2"], "A2": ["--jobs", "1"],
+            "B1": ["--param", "fillrate.layers=5", "--param", "shader.iterations=52"]}
     procs = {}
     for name, extra in runs.items():
         cmd = [KATRA3D, "run", *SCENES, *COMMON, "--param", "fillrate.layers=4", *extra, "-o",
@@ -153,6 +156,23 @@ def counted_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
         out[name] = base / f"{name}.katra"
         out[f"{name}.stdout"] = stdout
     yield out
+
+
+@pytest.mark.gl
+@pytest.mark.slow
+def test_two_jobs_count_every_frame_as_one_job(counted_runs: dict[str, Any]) -> None:
+    """``--jobs 2`` (A1) against ``--jobs 1`` (A2): the same count on every frame and zone of four scenes, and the
+    same trace: scenes in the requested order, the user's output recorded."""
+    a, a2 = _scene_frames(counted_runs["A1"]), _scene_frames(counted_runs["A2"])
+    assert {k[0] for k in a if k[2] == Kind.FRAME} == set(SCENES) and a == a2
+    for name in ("A1", "A2"):
+        header = open_trace(counted_runs[name], events=False).header.as_dict()
+        assert [s["label"] for s in header["capture_options"]["resolved"]["scenes"]] == list(SCENES)
+        assert header["capture_options"]["resolved"]["output"] == str(counted_runs[name])
+    rows = [[cells[:3] for cells in ([c.strip() for c in line.split("│")[1:-1]]
+                                     for line in counted_runs[f"{name}.stdout"].splitlines()) if cells[:1] in
+             ([s] for s in SCENES)] for name in ("A1", "A2")]
+    assert rows[0] == rows[1] and [r[0] for r in rows[0]] == list(SCENES)  # the table: scene, frames, median
 
 
 @pytest.mark.gl

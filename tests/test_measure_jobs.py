@@ -2,16 +2,15 @@
 
 Pure tests: the default and the refusal on a time run; a child's plan is the same whatever ``--jobs`` is;
 the joined trace renumbers strings, moves times and keeps the parts' order; a child's progress lane names
-its scene. Real counted runs (valgrind, 16x16, 1 warm-up and 2 counted frames): four scenes with ``--jobs 2``
-count every frame exactly as with ``--jobs 1``, with the same trace and table; Ctrl-C stops every child and
-keeps the scenes counted so far.
+its scene. A real counted run (valgrind, 16x16): Ctrl-C stops every child and keeps the scenes counted so far.
+That four scenes count every frame with ``--jobs 2`` exactly as with ``--jobs 1`` is tests/test_measure.py's
+``test_two_jobs_count_every_frame_as_one_job`` (on its shared counted runs).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import io
-import json
 import os
 import shutil
 import signal
@@ -19,7 +18,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -154,42 +152,6 @@ def test_each_child_reports_on_a_lane_named_after_its_scene() -> None:
 
 
 # --------------------------------------------------------------------------- real counted runs
-
-
-def _counts(path: Path) -> dict[tuple[str, str, int, int], int]:
-    """{(scene, name, kind, frame): count} of every counted frame and zone."""
-    trace = open_trace(path)
-    ev = trace.events
-    sel = ev[ev["clock"] == int(Clock.INSTRUCTIONS)]
-    return {(trace.name(int(e["scene"])), trace.name(int(e["name"])), int(e["kind"]), int(e["frame"])):
-            int(e["dur_ns"]) for e in sel}
-
-
-@pytest.mark.gl
-@pytest.mark.slow
-def test_two_jobs_count_every_frame_as_one_job(tmp_path: Path) -> None:
-    if not HAVE_VALGRIND:
-        pytest.skip("valgrind is not installed (ci/system-deps.sh test installs it)")
-    runs = {}
-    for n in (2, 1):
-        res = katra("run", *SCENES, *TINY, "--jobs", str(n), "--json", "--quiet", "-o", str(tmp_path / f"j{n}.katra"))
-        assert res.returncode == 0, res.stderr
-        runs[n] = json.loads(res.stdout)
-    one, two = _counts(tmp_path / "j1.katra"), _counts(tmp_path / "j2.katra")
-    assert {k[0] for k in one if k[2] == Kind.FRAME} == set(SCENES)
-    assert len([k for k in one if k[2] == Kind.FRAME]) == 2 * len(SCENES)
-    assert two == one  # every frame and zone of every scene, to the instruction
-    # the same table, scenes in the requested order
-    assert [r["scene"] for r in runs[2]["scenes"]] == list(SCENES)
-    assert [{k: v for k, v in r.items() if k != "setup_ms"} for r in runs[2]["scenes"]] == \
-        [{k: v for k, v in r.items() if k != "setup_ms"} for r in runs[1]["scenes"]]
-    headers = [open_trace(tmp_path / f"j{n}.katra", events=False).header.as_dict() for n in (1, 2)]
-    for h in headers:
-        assert [s["label"] for s in h["capture_options"]["resolved"]["scenes"]] == list(SCENES)
-        assert h["capture_options"]["output"] == h["capture_options"]["resolved"]["output"]
-    assert headers[0]["capture_options"]["resolved"]["output"] == str(tmp_path / "j1.katra")
-    same = katra("compare", str(tmp_path / "j1.katra"), str(tmp_path / "j2.katra"), "--metric", "instructions")
-    assert same.returncode == 0, same.stdout + same.stderr
 
 
 SLOW_SCENE = """
