@@ -26,6 +26,7 @@ import importlib.util
 import inspect
 import math
 import os
+import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -233,11 +234,27 @@ class TraceScene(Scene):
         raise SceneError("an apitrace trace is replayed by glretrace, not rendered by a scene")
 
 
+def check_trace_file(path: Path, spec: str | None = None) -> None:
+    """SceneError unless ``path`` is a regular file (``spec``: the name as given, in the message): a missing
+    one, a directory, a FIFO or a device each said as what it is (none is read)."""
+    name = spec if spec is not None else str(path)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise SceneError(f"trace file '{name}' not found") from None
+    except OSError as exc:
+        raise SceneError(f"cannot read trace file '{name}': {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        what = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "something other than a file")
+        raise SceneError(f"trace '{name}' is {what}, not an apitrace trace file")
+
+
 def _load_trace(spec: str) -> type[Scene]:
     """The scene of the apitrace file ``spec`` (``path/to/app.trace``): named by the file's stem."""
     path = Path(spec).expanduser()
-    if not path.is_file():
-        raise SceneError(f"trace file '{spec}' not found")
+    check_trace_file(path, spec)
     digest = hashlib.sha256()
     try:
         with open(path, "rb") as fh:

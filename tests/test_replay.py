@@ -23,7 +23,7 @@ import pytest
 from bench.glmark2 import xvfb_display
 from katra3d.harness.replay.output import FrameReader, draw_zone, replayer_base_ns
 from katra3d.harness.replay.tool import trim
-from tests.cli_helpers import katra
+from tests.cli_helpers import katra, katra_main
 
 NEEDED = ("apitrace", "glretrace", "glmark2", "Xvfb")
 
@@ -91,9 +91,14 @@ def test_frame_reader_parses_glretrace_lines() -> None:
 @pytest.mark.gl
 def test_replay_frames_zones_header_and_image(traces: Traces, tmp_path: Path) -> None:
     warmup, frames = 1, traces.frames - 1
+    tmp = tmp_path / "tmp"  # what a SIGKILLed replay left: its directory, named after it (a process now gone)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (tmp / f"katra3d-callgrind-{gone.pid:010d}-x" / "katra3d-replay-y").mkdir(parents=True)
     res = katra("run", str(traces.app), "--frames", str(frames), "--warmup", str(warmup), "--zones", "draws",
-                "--size", "48x40", "-o", "a.katra", cwd=tmp_path, env=_env())
+                "--size", "48x40", "-o", "a.katra", cwd=tmp_path, env={**_env(), "TMPDIR": str(tmp)})
     assert res.returncode == 0, res.stderr
+    assert not list(tmp.iterdir())  # removed, and nothing of this run's left
     t = _trace(tmp_path / "a.katra")
     # --size does not apply (the notice says so): the header records no size, and the window system replayed on
     assert "notice: --size does not apply to a trace" in res.stderr and "; 48x40)" not in res.stdout
@@ -182,6 +187,16 @@ def test_not_a_trace_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "j.katra").exists()
 
 
+def test_a_trace_that_is_not_a_file_says_what_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "dir.trace").mkdir()
+    os.mkfifo(tmp_path / "fifo.trace")  # never opened: reading it would wait for a writer
+    for name, what in (("dir.trace", "a directory"), ("fifo.trace", "a FIFO"), ("none.trace", "")):
+        code, _, err = katra_main(capsys, "run", str(tmp_path / name), "--frames", "1", "-o", str(tmp_path / "x.katra"))
+        said = f"is {what}, not an apitrace trace file" if what else "not found"
+        assert code == 2 and said in err and err.count("\n") == 1, err
+    assert not (tmp_path / "x.katra").exists()
+
+
 def test_missing_glretrace_is_exit_3_with_the_install_line(traces: Traces, tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -248,7 +263,7 @@ def test_ctrl_c_stops_a_counted_replay_and_keeps_its_frames(traces: Traces, tmp_
     try:
         # the replay in progress has dumped at a SwapBuffers after its first frame's (which has ended)
         deadline = time.monotonic() + 600  # a guard, not a measurement
-        while not list(tmp.glob("katra3d-counted-replay-*/cg.out.3-01")) and proc.poll() is None:
+        while not list(tmp.glob("*/katra3d-counted-replay-*/cg.out.3-01")) and proc.poll() is None:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGINT)

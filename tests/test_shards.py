@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +192,8 @@ def test_merge_refuses_what_is_not_one_run(tmp_path: Path, shards: tuple[Path, P
     code, out, _ = katra_main(capsys, "merge", str(s1), str(s2), "-o", str(tmp_path / "m.katra"), "--force",
                               "--json", "--quiet")
     assert code == 0 and json.loads(out)["scenes"] == ["a", "c", "b"]
+    code, out, err = katra_main(capsys, "merge", str(s1), str(s2), "-o", str(tmp_path / "m.katra"), "--force")
+    assert code == 0 and "s2.katra' (1 scene)\n" in err and ": 2 shards, 3 scenes, " in out and "1 host\n" in out
     torn = tmp_path / "torn.katra"
     torn.write_bytes(s2.read_bytes()[:-40])
     code, _, err = katra_main(capsys, "merge", str(s1), str(torn), "-o", str(tmp_path / "z.katra"))
@@ -270,6 +273,20 @@ def test_sharded_run_merges_into_what_an_unsharded_run_compares_with(tmp_path: P
 def _doc_commands() -> set[str]:
     return {re.sub(r"\s+#.*$", "", c.text).strip() for b in blocks(REPO / "docs" / "ci.md") if b.runs
             for c in b.commands()}
+
+
+def test_the_errors_docs_ci_shows_are_the_ones_given(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run docs/ci.md shows refused (``# exit 2: MESSAGE``) says that message (it is refused before any work;
+    test_docs runs every command but checks only its exit code)."""
+    monkeypatch.chdir(tmp_path)
+    shown = [(c.text, m.group(1).strip()) for b in blocks(REPO / "docs" / "ci.md") if b.runs for c in b.commands()
+             if c.text.startswith("katra3d run ") and (m := re.search(r"#\s*exit 2:\s*(.+)$", c.text))]
+    assert shown
+    for text, message in shown:
+        args = shlex.split(text.split("#")[0])[1:]
+        code, _, err = katra_main(capsys, *args)
+        assert code == 2 and message in err, (text, err)
 
 
 def _katra_lines(script: Any) -> list[str]:

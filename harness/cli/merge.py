@@ -40,6 +40,9 @@ def run(args: argparse.Namespace) -> int:
         print_json(result.as_dict())
         return 0
     hosts = len({(s.host_info.renderer, s.host_info.driver, s.host_info.system.cpu_model) for s in result.shards})
-    print(f"{result.path}: {len(result.shards)} shards, {len(result.scenes)} scenes, {result.events} events, "
-          f"{result.images} kept frames, {hosts} host{'s' if hosts != 1 else ''}")
+    def n(count: int, noun: str) -> str:
+        return f"{count} {noun}{'s' if count != 1 else ''}"
+
+    print(f"{result.path}: {n(len(result.shards), 'shard')}, {n(len(result.scenes), 'scene')}, "
+          f"{n(result.events, 'event')}, {n(result.images, 'kept frame')}, {n(hosts, 'host')}")
     return 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from katra3d.harness.replay import replayer as rp
 from katra3d.harness.replay.display import x_display
 from katra3d.harness.replay.output import draw_zone, replayer_base_ns
 from katra3d.harness.replay.tool import Replayer, TraceFacts, find_replayer, trace_facts
-from katra3d.harness.run import measure, runner
+from katra3d.harness.run import lifetime, measure, runner
 from katra3d.harness.run.config import RunConfig, RunPlan, SceneEntry, plan_run
 from katra3d.harness.run.runner import capture_options, failed_note
 from katra3d.harness.run.valgrind import check_renderer
@@ -115,12 +116,16 @@ def run(plan: RunPlan, progress: Progress) -> RunResult:
                          notes=cfg.notes, overwrite=cfg.force, failed_aside=True)
     stop = StopFlag()
     results: list[SceneResult] = []
+    # the replayers' files go in a directory named after this process, which the next replay or counted run
+    # removes if this one is killed before it can (harness/run/lifetime.py)
+    lifetime.remove_stale_dump_dirs()
+    work = lifetime.make_dump_dir()
     try:
         with stop_on_signals(stop), _entered(progress):
             for n, (entry, facts) in enumerate(traces, 1):
                 if stop.set:
                     break
-                one = _Replay(writer, plan, entry, facts, replayers[facts.api], env, stop, progress, n, host)
+                one = _Replay(writer, plan, entry, facts, replayers[facts.api], env, stop, progress, n, host, work)
                 results.append(one.run(counted))
             status = "interrupted" if stop.set else "complete"
             writer.finish(summary={"timing_mode": mode, "timing_reason": options.timing_reason,
@@ -134,6 +139,8 @@ def run(plan: RunPlan, progress: Progress) -> RunResult:
         if isinstance(exc, KatraError) and len(exc.args) == 1 and not interrupted:
             exc.args = (str(exc) + failed_note(writer.failed_path),)
         raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     sizes = {(int(r.pixels.shape[1]), int(r.pixels.shape[0])) for r in results if r.pixels is not None}
     return RunResult(plan.output, status, mode, str(options.timing_reason or ""), results, stop.signal_name,
                      size=next(iter(sizes)) if len(sizes) == 1 else None)  # the traces' own, when one
@@ -179,9 +186,10 @@ class _Replay:
     """One trace scene: its replays, its events, its kept frame and its annotation."""
 
     def __init__(self, writer: TraceWriter, plan: RunPlan, entry: SceneEntry, facts: TraceFacts, replayer: Replayer,
-                 env: dict[str, str], stop: StopFlag, progress: Progress, n: int, host: HostInfo) -> None:
+                 env: dict[str, str], stop: StopFlag, progress: Progress, n: int, host: HostInfo, work: Path) -> None:
         self.writer, self.plan, self.entry, self.facts, self.replayer = writer, plan, entry, facts, replayer
         self.env, self.stop, self.progress, self.n, self.host = env, stop, progress, n, host
+        self.work = work  #: the run's directory for the replayers' files
         self.scene_id = writer.intern(entry.label)
         self.frame_name = writer.intern(FRAME_NAME)
         self.origin = writer.start_host_ns
@@ -228,7 +236,7 @@ class _Replay:
         zones = str(self.plan.config.zones) == "draws"
         show = self.progress.advance if self.progress.tty else None
         got = rp.timed_frames(self.replayer, self.facts.path, total, env, zones=zones,
-                              stopped=lambda: self.stop.set, on_frame=show)
+                              stopped=lambda: self.stop.set, on_frame=show, where=self.work)
         self.startup_ns = got.startup_ns
         bases = {p: replayer_base_ns([f for f, q in zip(got.frames, got.process_of) if q == p])
                  for p in set(got.process_of)} if zones else {}
@@ -255,7 +263,8 @@ class _Replay:
         cycles = self.plan.config.measure == "cycles"
         command = rp.counted_command(self.plan.counting.valgrind, self.replayer, self.facts.path,
                                      self.plan.output.with_name("cg.out"), cycles=cycles)
-        frames, last_calls, restarts = rp.counted_frames(command, env, total, stopped=lambda: self.stop.set)
+        frames, last_calls, restarts = rp.counted_frames(command, env, total, stopped=lambda: self.stop.set,
+                                                         where=self.work)
         values: list[int] = []
         add = self.writer.append
         clock = int(Clock.CYCLES if cycles else Clock.INSTRUCTIONS)
@@ -274,7 +283,7 @@ class _Replay:
     def _last_image(self, result: SceneResult, env: dict[str, str], call_no: int, index: int) -> dict[str, Any]:
         """The last frame's image, from a snapshot replay after its last call: kept in the trace when asked."""
         self.progress.phase(f"{self.where}: the last frame's image (an untimed replay)", None)
-        png = rp.snapshot(self.replayer, self.facts.path, call_no, env)
+        png = rp.snapshot(self.replayer, self.facts.path, call_no, env, where=self.work)
         try:
             pixels = decode_png(png, f"glretrace's snapshot of call {call_no}")
         except ValueError as exc:

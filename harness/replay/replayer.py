@@ -137,11 +137,13 @@ def _failure(what: str, code: int | None, stderr: Path) -> ReplayFailed:
 
 
 def timed_frames(replayer: Replayer, trace: str, count: int, env: Mapping[str, str], *, zones: bool,
-                 stopped: Callable[[], bool], on_frame: Callable[[int], None] | None = None) -> TimedReplay:
-    """Replay ``trace`` until ``count`` frames ended (or ``stopped()``); each frame's end on the host clock."""
+                 stopped: Callable[[], bool], on_frame: Callable[[int], None] | None = None,
+                 where: Path | None = None) -> TimedReplay:
+    """Replay ``trace`` until ``count`` frames ended (or ``stopped()``); each frame's end on the host clock.
+    ``where``: the directory its files go in (a run's own, :func:`katra3d.harness.replay.capture.run`)."""
     out = TimedReplay()
     command = [replayer.path, *replay_args(replayer, timed=True, zones=zones), trace]
-    with tempfile.TemporaryDirectory(prefix="katra3d-replay-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="katra3d-replay-", dir=where) as tmp:
         stderr, stdout = Path(tmp) / "stderr.txt", Path(tmp) / "stdout.txt"
         while len(out.frames) < count and not stopped():
             before = len(out.frames)
@@ -183,9 +185,10 @@ def timed_frames(replayer: Replayer, trace: str, count: int, env: Mapping[str, s
     return out
 
 
-def snapshot(replayer: Replayer, trace: str, call_no: int, env: Mapping[str, str]) -> bytes:
+def snapshot(replayer: Replayer, trace: str, call_no: int, env: Mapping[str, str], *,
+             where: Path | None = None) -> bytes:
     """The PNG glretrace writes of the draw buffer after call ``call_no`` (a replay that is not timed)."""
-    with tempfile.TemporaryDirectory(prefix="katra3d-snapshot-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="katra3d-snapshot-", dir=where) as tmp:
         prefix = os.path.join(tmp, "s")
         png = Path(f"{prefix}{call_no:010d}.png")
         command = [replayer.path, *(["--headless"] if replayer.headless else []), "-s", prefix, "-S", str(call_no),
@@ -219,8 +222,8 @@ def counted_command(valgrind: str, replayer: Replayer, trace: str, dump_base: Pa
     return [*prefix, *cmd, replayer.path, *replay_args(replayer, timed=False, zones=False), trace]
 
 
-def counted_frames(command: list[str], env: Mapping[str, str], count: int, *,
-                   stopped: Callable[[], bool]) -> tuple[list[dict[str, int]], list[int], list[int]]:
+def counted_frames(command: list[str], env: Mapping[str, str], count: int, *, stopped: Callable[[], bool],
+                   where: Path | None = None) -> tuple[list[dict[str, int]], list[int], list[int]]:
     """Per-frame callgrind counts (event -> count, main thread) of ``count`` frames, each frame's last call
     before its SwapBuffers, and the restarts.
 
@@ -234,7 +237,7 @@ def counted_frames(command: list[str], env: Mapping[str, str], count: int, *,
     restarts: list[int] = []
     base_index = command.index(next(c for c in command if c.startswith("--callgrind-out-file=")))
     per: list[int] = []  #: dumps a SwapBuffers, once a replay ran to its end
-    with tempfile.TemporaryDirectory(prefix="katra3d-trimmed-") as keep:
+    with tempfile.TemporaryDirectory(prefix="katra3d-trimmed-", dir=where) as keep:
         try:
             first = trim(command[-1], count, Path(keep) / "first-frames.trace")
         except SceneError:
@@ -244,7 +247,7 @@ def counted_frames(command: list[str], env: Mapping[str, str], count: int, *,
         while len(frames) < count and not stopped():
             if frames:
                 restarts.append(len(frames))
-            got, calls = _counted_replay(command, base_index, first, env, count - len(frames), stopped, per)
+            got, calls = _counted_replay(command, base_index, first, env, count - len(frames), stopped, per, where)
             frames += got
             last_calls += calls
             if not got:
@@ -253,14 +256,15 @@ def counted_frames(command: list[str], env: Mapping[str, str], count: int, *,
 
 
 def _counted_replay(command: list[str], base_index: int, trace: Path, env: Mapping[str, str], wanted: int,
-                    stopped: Callable[[], bool], per: list[int]) -> tuple[list[dict[str, int]], list[int]]:
+                    stopped: Callable[[], bool], per: list[int],
+                    where: Path | None) -> tuple[list[dict[str, int]], list[int]]:
     """One counted replay of ``trace`` (the trimmed copy): its first ``wanted`` frames' counts and last calls.
 
     A stop is seen within :data:`POLL_S`: the replayer's group is stopped then, and the frames it had ended
     (their lines in its output, a file read once it is stopped) are kept: their dumps were written at their
     SwapBuffers, before their lines. ``per`` holds the dumps a SwapBuffers makes, learnt
     from the first replay that ran to its end."""
-    with tempfile.TemporaryDirectory(prefix="katra3d-counted-replay-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="katra3d-counted-replay-", dir=where) as tmp:
         dump_base = Path(tmp) / "cg.out"
         cmd = [*command[:-1], str(trace)]
         cmd[base_index] = f"--callgrind-out-file={dump_base}"

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from katra3d.scenes.registry import check_trace_file
 from katra_trace.errors import ConfigError, SceneError, ToolUnavailable
 
 #: The Debian/Ubuntu package that holds apitrace, glretrace and eglretrace.
@@ -120,8 +121,7 @@ def sniff_api(path: Path) -> str:
 
 def trace_facts(path: Path) -> TraceFacts:
     """The facts of the trace file at ``path`` (SceneError when it is missing or not a GLX/EGL trace)."""
-    if not path.is_file():
-        raise SceneError(f"trace file '{path}' not found")
+    check_trace_file(path)
     sha, size = file_digest(path)
     return TraceFacts(os.path.abspath(path), sha, size, sniff_api(path))
 
