@@ -355,7 +355,7 @@ def _refuse_part(path: Path, part: Path) -> bool:
         if file_kind(os.fstat(fd).st_mode) is not None:
             raise OutputBusyError(f"{shown!r} is in the way and is not a regular file; move it away or choose "
                                   "another -o", shown, stale=True)
-        held = _held(fd)
+        held = held_by_writer(fd)
     finally:
         os.close(fd)
     pid = _writer_pid(part)
@@ -370,26 +370,13 @@ def _refuse_part(path: Path, part: Path) -> bool:
         "then run again", shown, stale=True, pid=pid)
 
 
-def _held(fd: int) -> bool:
-    """Whether a live writer holds the ``.part`` open as ``fd`` (its exclusive ``flock``)."""
+def held_by_writer(fd: int) -> bool:
+    """Whether a live writer holds the ``.part`` open as ``fd`` (its exclusive ``flock``; a killed one's is free)."""
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
     return False
-
-
-def part_in_use(part: Path) -> bool:
-    """Whether a live capture is writing ``part`` (a ``<path>.part``); False for a killed capture's remnant or
-    a file that is gone."""
-    try:
-        fd = os.open(part, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
-        return False
-    try:
-        return _held(fd)
-    finally:
-        os.close(fd)
 
 
 def _writer_pid(part: Path) -> int | None:

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from katra_trace.errors import ConfigError
-from katra_trace.io.claim import PART_SUFFIX, describe, open_output, part_in_use
+from katra_trace.io.claim import PART_SUFFIX, describe, held_by_writer, open_output
 from katra_trace.io.reader import Trace, TraceRecoveryWarning, is_trace_file, open_trace
 from katra_trace.text import shown
 
@@ -91,7 +92,7 @@ def clear_ab_dir(root: Path) -> int:
             if not AB_TRACE.fullmatch(path.name) or path.is_symlink() or not path.is_file():
                 raise ConfigError(f"{shown(folder)} holds {shown(path.name)}, which katra3d ab did not write; "
                                   "nothing was removed: move it away, or choose another -o directory")
-            if path.name.endswith(PART_SUFFIX) and part_in_use(path):
+            if path.name.endswith(PART_SUFFIX) and _in_use(path):
                 raise ConfigError(f"a capture is still writing {shown(path)}; nothing was removed: wait for it (or "
                                   "stop it), or choose another -o directory")
             doomed.append(path)
@@ -99,6 +100,13 @@ def clear_ab_dir(root: Path) -> int:
         path.unlink(missing_ok=True)
     (root / AB_MANIFEST).unlink(missing_ok=True)
     return len(doomed)
+
+
+def _in_use(part: Path) -> bool:
+    """Whether a live capture is writing the regular file ``part`` (a ``<path>.part``)."""
+    with contextlib.suppress(OSError), open(part, "rb") as f:
+        return held_by_writer(f.fileno())
+    return False
 
 
 def ab_pairs(root: Path, manifest: dict[str, Any]) -> list[tuple[Path, Path]]:
