@@ -152,8 +152,11 @@ def test_time_stays_one_commit_at_a_time(tmp_path: Path) -> None:
     r = katra("bisect", shas[0], shas[1], "-c", CP, "-m", "time", "--jobs", "2", "-o", str(tmp_path / "t"), cwd=repo)
     assert r.returncode == 2 and "a time bisection measures one commit at a time" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "t").exists()
-    r = katra("bisect", shas[0], shas[1], "-c", CP, "-m", "instructions", "--jobs", "0", cwd=repo)
-    assert r.returncode == 2 and "--jobs is how many commits are measured at once" in r.stderr
+    # the one check of --jobs (harness/run/jobs.py), worded for commits: run's says scenes
+    for given, said in (("0", "bad --jobs 0: must be >= 1 (how many commits are measured at once)"),
+                        ("x", "bad --jobs 'x': expected a whole number, how many commits are measured at once")):
+        r = katra("bisect", shas[0], shas[1], "-c", CP, "-m", "instructions", "--jobs", given, cwd=repo)
+        assert r.returncode == 2 and r.stderr.strip() == f"katra3d: error: {said}", r.stderr
 
 
 def test_captures_side_by_side_are_stopped_together_and_a_later_one_at_once(tmp_path: Path) -> None:

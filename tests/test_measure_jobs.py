@@ -55,8 +55,13 @@ def test_jobs_default_to_the_usable_cores_for_counts_and_one_for_time(monkeypatc
     assert jobs.resolve_jobs(3, "cycles") == 3 and jobs.resolve_jobs(1, "time") == 1
     with pytest.raises(ConfigError, match="time measurements running in parallel disturb each other"):
         jobs.resolve_jobs(2, "time")
-    with pytest.raises(ConfigError, match="must be >= 1"):
+    with pytest.raises(ConfigError, match=r"must be >= 1 \(how many scenes are measured at once\)"):
         jobs.resolve_jobs(0, "instructions")
+    with pytest.raises(ConfigError, match="so a time bisection measures one commit at a time"):
+        jobs.resolve_jobs(2, "time", unit="commit", work="bisection")
+    with pytest.raises(ConfigError, match="bad --jobs 'x': expected a whole number, how many scenes"):
+        jobs.parse_jobs("x")
+    assert jobs.parse_jobs(" 3 ") == 3 and jobs.parse_jobs(None) is None
 
 
 def test_jobs_on_a_time_run_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -64,6 +69,7 @@ def test_jobs_on_a_time_run_is_refused_in_one_line(tmp_path: Path) -> None:
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("katra3d: error: --jobs 2: time measurements running in parallel")
+    assert "so a time run measures one scene at a time" in lines[0]
     assert not (tmp_path / "t.katra").exists()
 
 

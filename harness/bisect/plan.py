@@ -23,7 +23,7 @@ from katra3d.harness.bisect.measure import Workspace
 from katra3d.harness.bisect.report import REPORT_FILE, report_lines
 from katra3d.harness.bisect.search import Outcome, run_bisection
 from katra3d.harness.bisect.state import BISECT_FILE, CommitResult, Setup, read_state
-from katra3d.harness.run.jobs import default_counted_jobs
+from katra3d.harness.run.jobs import parse_jobs, resolve_jobs
 from katra3d.harness.versions.command import CaptureCommand, stop_leftover_captures
 from katra3d.harness.versions.git import remove_worktree
 from katra3d.harness.versions.setup import default_command, resolve_measure
@@ -84,21 +84,13 @@ def resume(text: str, good: str | None, bad: str | None) -> tuple[Path, Setup, d
     return root, setup, tested
 
 
-def check_jobs(jobs: int | None, measure: str) -> int:
-    """How many commits a round measures at once (``--jobs``): counts, up to ``jobs`` (default: ``run``'s for
-    counted children, :func:`~katra3d.harness.run.jobs.default_counted_jobs`: the usable cores, fewer when memory
-    would not hold as many valgrind children), since a count does not depend on what runs beside it; time, one, and
-    an explicit ``--jobs`` over 1 is refused (ConfigError, exit 2), since timed captures side by side disturb each
-    other's times."""
-    if jobs is not None and jobs < 1:
-        raise ConfigError(f"--jobs is how many commits are measured at once and must be at least 1, got {jobs}")
-    if not is_count(measure):
-        if jobs is not None and jobs > 1:
-            raise ConfigError(f"--jobs {jobs}: a time bisection measures one commit at a time (timed captures side "
-                              "by side disturb each other's times); give -m instructions or cycles to measure "
-                              "commits at once, or no --jobs")
-        return 1
-    return default_counted_jobs() if jobs is None else jobs
+def check_jobs(text: str | None, measure: str) -> int:
+    """How many commits a round measures at once (``--jobs`` as typed), by ``run``'s one rule
+    (:func:`~katra3d.harness.run.jobs.resolve_jobs`, worded for commits): counts, up to that many (default: the
+    usable cores, fewer when memory would not hold as many valgrind children), since a count does not depend on
+    what runs beside it; time, one, and an explicit ``--jobs`` over 1 is refused (ConfigError, exit 2), since
+    timed captures side by side disturb each other's times."""
+    return resolve_jobs(parse_jobs(text, unit="commit"), measure, unit="commit", work="bisection")
 
 
 def bisect(root: Path, setup: Setup, tested: dict[str, CommitResult],

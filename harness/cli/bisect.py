@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--max-rounds", type=int, default=DEFAULT_SEQUENTIAL_MAX_ROUNDS, metavar="K",
                    help="time: the cap on interleaved rounds against GOOD per commit, which the sequential rule "
                         f"(as ab --until-decided) spends alpha over (default {DEFAULT_SEQUENTIAL_MAX_ROUNDS})")
-    p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+    p.add_argument("-j", "--jobs", default=None, metavar="N",
                    help="counts: measure up to N commits of the range at once, a round at a time (default: the "
                         "usable cores); time measures one commit at a time (timed captures side by side disturb "
                         "each other), so --jobs over 1 with time is refused")

@@ -16,6 +16,7 @@ from katra3d.harness.cli._common import print_json
 from katra3d.harness.cli._table import format_table
 from katra3d.harness.replay import capture as replay_capture
 from katra3d.harness.run.config import RunConfig, parse_int, parse_param, parse_seconds, parse_size, plan_run
+from katra3d.harness.run.jobs import parse_jobs
 from katra3d.harness.run.progress import Progress
 from katra_trace.analysis.images import flip_missing
 from katra_trace.analysis.references import check_references, record_references
@@ -118,7 +119,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         expect_images=args.expect_images,
         update_images=bool(args.update_images),
         shard=args.shard,
-        jobs=parse_int(args.jobs, "--jobs", 1),
+        jobs=parse_jobs(args.jobs),
     )
 
 

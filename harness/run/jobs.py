@@ -1,4 +1,6 @@
-"""``--jobs``: how many valgrind children count at once, decided once (:func:`resolve_jobs`, called by the plan).
+"""``--jobs``: how many valgrind children count at once, decided once (:func:`resolve_jobs`, called by the plan),
+and the one check of the option, with its messages, for ``run`` and ``bisect`` (:func:`parse_jobs`,
+:func:`resolve_jobs`; ``bisect`` counts commits at once where ``run`` counts scenes, and says so).
 
 Counts do not depend on what runs beside them, so a counted run may count several scenes at once, each in
 its own child (:mod:`katra3d.harness.run.children`). Time measurements running at once disturb each other
@@ -20,9 +22,10 @@ from katra_trace.metrics import is_count
 #: with its dumps; docs/measure.md): the default number of jobs leaves this much per child.
 CHILD_MEMORY_BYTES = 1 << 30
 
-#: The refusal of ``--jobs N > 1`` on a time run: one line that says why.
+#: The refusal of ``--jobs N > 1`` on a time run (or bisection): one line that says why. ``unit``: what is
+#: measured at once (``scene``, ``commit``); ``work``: the command's work (``run``, ``bisection``).
 TIME_JOBS_REFUSAL = ("--jobs {jobs}: time measurements running in parallel disturb each other (they share the cores, "
-                     "caches and memory bandwidth), so a time run measures one scene at a time; --jobs is for "
+                     "caches and memory bandwidth), so a time {work} measures one {unit} at a time; --jobs is for "
                      "--measure instructions|cycles")
 
 
@@ -56,18 +59,37 @@ def default_counted_jobs() -> int:
     return max(1, jobs)
 
 
-def resolve_jobs(jobs: int | None, measure: str) -> int:
-    """The ``--jobs`` a run uses: ``jobs`` as given (ConfigError below 1, or above 1 on a time run), else
-    :func:`default_counted_jobs` for a counted run and 1 for a time run."""
+def parse_jobs(text: str | None, *, unit: str = "scene") -> int | None:
+    """``--jobs`` as typed (None stays None): a whole number, at least 1; ConfigError (one line that says what
+    it counts, ``unit``: ``scene`` or ``commit``) otherwise."""
+    if text is None:
+        return None
+    try:
+        jobs = int(text.strip())
+    except ValueError:
+        raise ConfigError(f"bad --jobs {text!r}: expected a whole number, how many {unit}s are measured at "
+                          "once") from None
+    return _at_least_one(jobs, unit)
+
+
+def _at_least_one(jobs: int, unit: str) -> int:
+    if jobs < 1:
+        raise ConfigError(f"bad --jobs {jobs}: must be >= 1 (how many {unit}s are measured at once)")
+    return jobs
+
+
+def resolve_jobs(jobs: int | None, measure: str, *, unit: str = "scene", work: str = "run") -> int:
+    """The ``--jobs`` a run (or a bisection: ``unit`` ``commit``, ``work`` ``bisection``) uses: ``jobs`` as
+    given (ConfigError below 1, or above 1 for time: :data:`TIME_JOBS_REFUSAL`), else
+    :func:`default_counted_jobs` for counts and 1 for time."""
     counted = is_count(measure)
     if jobs is None:
         return default_counted_jobs() if counted else 1
-    if jobs < 1:
-        raise ConfigError(f"bad --jobs {jobs}: must be >= 1")
+    _at_least_one(jobs, unit)
     if jobs > 1 and not counted:
-        raise ConfigError(TIME_JOBS_REFUSAL.format(jobs=jobs))
+        raise ConfigError(TIME_JOBS_REFUSAL.format(jobs=jobs, unit=unit, work=work))
     return jobs
 
 
 __all__ = ["CHILD_MEMORY_BYTES", "TIME_JOBS_REFUSAL", "available_memory_bytes", "default_counted_jobs",
-           "resolve_jobs", "usable_cores"]
+           "parse_jobs", "resolve_jobs", "usable_cores"]
