@@ -2,7 +2,7 @@
 
 :func:`check_shards` decides whether files are the shards of one run: each a whole, complete capture of a
 ``--shard I/N`` run, all of one suite (and scenes), capture options and katra3d version, every shard 1..N
-given once and no scene in two of them. Else ConfigError, one line naming the files (exit 2).
+given once and no scene in two of them (a run of apitrace traces: each shard's traces are its own). Else ConfigError, one line naming the files (exit 2).
 
 :func:`merge_shards` then writes them as one trace through the output rule (:func:`~katra_trace.io.claim
 .open_output`: never over a file without ``force``, then atomically; never over one of its inputs). The
