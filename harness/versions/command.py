@@ -60,7 +60,7 @@ HARD_STOP_WAIT_S = 5.0
 #: Seconds to wait for a SIGKILLed group to be gone (the kernel ends it; its members' parents reap them).
 KILL_WAIT_S = 5.0
 #: Seconds between two looks at whether a stopped group is gone.
-POLL_S = 0.02
+POLL_S = 0.05
 #: The signals that stop a capture (and katra3d's command that runs it).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -164,8 +164,9 @@ class _Group:
             os.killpg(self.proc.pid, signal.SIGKILL if level >= _KILL else signal.SIGTERM)
 
     def gone(self) -> bool:
-        """Whether the whole group has ended: its shell reaped and no process left in it (the group's ID stays
-        taken while it has a member, so no other process can have it)."""
+        """Whether the whole group has ended: its shell reaped and no process left in it that still runs (the
+        group's ID stays taken while it has a member, so no other process can have it; a member that has ended
+        but waits for its new parent, often init, to reap it is gone: :func:`_runs_in_group`)."""
         if self.proc.poll() is None:
             return False
         try:
@@ -174,7 +175,7 @@ class _Group:
             return True
         except PermissionError:
             return False
-        return False
+        return not _runs_in_group(self.proc.pid)
 
     def wait_gone(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for :meth:`gone`; whether it is."""
@@ -198,6 +199,24 @@ class _Group:
                 return
         self.send(_KILL)
         self.wait_gone(KILL_WAIT_S)
+
+
+def _runs_in_group(pgid: int) -> bool:
+    """Whether a process of the group ``pgid`` still runs (is not a zombie), by ``/proc``; True where it cannot
+    be told."""
+    try:
+        names = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return True
+    for name in names:
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                state, _ppid, pgrp = f.read().rsplit(b")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+        if int(pgrp) == pgid and state != b"Z":
+            return True
+    return False
 
 
 def _level(signals: int) -> int:
