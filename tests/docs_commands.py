@@ -57,6 +57,8 @@ REWRITES: tuple[tuple[str, str, str], ...] = (
     (r"--warmup[ =]\d+", "--warmup 1", "1 warmup frame"),
     (r"--size[ =]\d+x\d+", "--size 32x32", "32x32 pixels"),
     (r"--suite[ =](default|stress)\b", "--suite ci", "the small suite"),
+    (r"(\bkatra3d bisect\b.*-a \")(?![^\"]*--frames)", r"\1--frames 20 --warmup 1 ",
+     "a time bisection's captures: 20 measured frames (the fewest a time verdict takes), 1 warmup"),
     (r"--until-decided --rounds[ =]\d+", "--until-decided --rounds 3", "an A/B that stops when decided: a cap of 3"),
     (r"(?<!--until-decided )--rounds[ =]\d+", "--rounds 2", "2 A/B rounds"),
 )
