@@ -35,6 +35,7 @@ from katra3d.harness.replay.tool import Replayer, TraceFacts, find_replayer, tra
 from katra3d.harness.run import lifetime, measure, runner
 from katra3d.harness.run.config import RunConfig, RunPlan, SceneEntry, plan_run
 from katra3d.harness.run.runner import capture_options, failed_note
+from katra3d.harness.run.progress import entered
 from katra3d.harness.run.valgrind import check_renderer
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.io.header import CaptureOptions, HostInfo, MeasureOptions
@@ -121,7 +122,7 @@ def run(plan: RunPlan, progress: Progress) -> RunResult:
     lifetime.remove_stale_dump_dirs()
     work = lifetime.make_dump_dir()
     try:
-        with stop_on_signals(stop), _entered(progress):
+        with stop_on_signals(stop), entered(progress):
             for n, (entry, facts) in enumerate(traces, 1):
                 if stop.set:
                     break
@@ -301,22 +302,6 @@ class _Replay:
                                             image_key(self.host.as_dict())))
             keys["image_kept"] = True
         return keys
-
-
-class _entered:
-    """Enter/exit a progress display if it is a context manager."""
-
-    def __init__(self, progress: Any) -> None:
-        self.progress = progress
-
-    def __enter__(self) -> Any:
-        enter = getattr(self.progress, "__enter__", None)
-        return enter() if enter is not None else self.progress
-
-    def __exit__(self, *exc: object) -> None:
-        leave = getattr(self.progress, "__exit__", None)
-        if leave is not None:
-            leave(*exc)
 
 
 __all__ = ["check_plan", "has_traces", "is_trace_entry", "run", "run_any"]

@@ -391,4 +391,20 @@ def show_warning(message: Warning | str, category: type[Warning], filename: str,
     print(f"katra3d: warning: {message}", file=sys.stderr)
 
 
-__all__ = ["ChildProgress", "Lane", "Progress", "Relay", "Tally", "lane", "show_warning"]
+class entered:
+    """Enter/exit a progress display if it is a context manager (a live display is; a plain one is not)."""
+
+    def __init__(self, progress: Any) -> None:
+        self.progress = progress
+
+    def __enter__(self) -> Any:
+        enter = getattr(self.progress, "__enter__", None)
+        return enter() if enter is not None else self.progress
+
+    def __exit__(self, *exc: object) -> None:
+        leave = getattr(self.progress, "__exit__", None)
+        if leave is not None:
+            leave(*exc)
+
+
+__all__ = ["ChildProgress", "Lane", "Progress", "Relay", "Tally", "entered", "lane", "show_warning"]

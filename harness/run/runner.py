@@ -38,7 +38,7 @@ from katra3d.harness.run.config import (
     screenshot_path,
 )
 from katra3d.harness.run.progress import Progress as RunProgress
-from katra3d.harness.run.progress import show_warning
+from katra3d.harness.run.progress import entered, show_warning
 from katra3d.harness.run.valgrind import check_renderer
 from katra_trace.analysis.references import DURATION_NOTICE, images_policy
 from katra_trace.errors import Interrupted, KatraError, OutputBusyError, OutputExistsError, signal_exit_code
@@ -118,7 +118,7 @@ def _capture(plan: RunPlan, progress: Progress, child: measure.ChildOrder | None
                     # another run took this default name a moment ago: take the next one
                     plan = dataclasses.replace(plan, output=default_output(plan.output.stem))
             try:
-                with engine, _entered(progress):
+                with engine, entered(progress):
                     results: list[SceneResult] = []
                     for n, entry in enumerate(plan.entries, 1):
                         if stop.set:
@@ -165,7 +165,7 @@ def _run_counted(plan: RunPlan, progress: Progress, *, quiet: bool) -> RunResult
     with backends.open_session(cfg.backend, device=cfg.device, size=(16, 16)) as session:
         check_renderer(cfg.measure, probe.gl_info(session.ctx))
     plan.output.parent.mkdir(parents=True, exist_ok=True)
-    with _entered(progress):
+    with entered(progress):
         code, handed, signum = children.run_counted(plan, progress=progress, quiet=quiet)
     if signum and (handed is None or "error" in handed):
         raise Interrupted(signum)
@@ -233,22 +233,6 @@ class _ChildFailed(KatraError):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.exit_code = code
-
-
-class _entered:
-    """Enter/exit a progress display if it is a context manager."""
-
-    def __init__(self, progress: Any) -> None:
-        self.progress = progress
-
-    def __enter__(self) -> Any:
-        enter = getattr(self.progress, "__enter__", None)
-        return enter() if enter is not None else self.progress
-
-    def __exit__(self, *exc: object) -> None:
-        leave = getattr(self.progress, "__exit__", None)
-        if leave is not None:
-            leave(*exc)
 
 
 def _run_entry(engine: Engine, plan: RunPlan, entry: SceneEntry, session: Any, progress: Progress,
