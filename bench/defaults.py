@@ -46,6 +46,7 @@ from typing import Any
 
 from bench._core import BenchContext, Row, at_least, at_most, bench
 from bench._proc import stop
+from bench.noise import write_doc
 
 #: scene -> (param, BASE value, (about +25 %, about +50 % of the work))
 SCENES: dict[str, tuple[str, int, tuple[int, int]]] = {
@@ -356,15 +357,6 @@ def rms_pct(logs: Sequence[float]) -> float:
     return 100.0 * math.expm1(math.sqrt(sum(x * x for x in logs) / len(logs))) if logs else math.nan
 
 
-def write_doc(markdown: str, doc: Path) -> None:
-    """Replace what lies between the defaults-table markers of ``doc`` (ValueError when they are missing)."""
-    text = doc.read_text(encoding="utf-8")
-    start, end = text.find(START_MARK), text.find(END_MARK)
-    if start < 0 or end < start:
-        raise ValueError(f"{doc} lacks the markers {START_MARK} ... {END_MARK}")
-    doc.write_text(f"{text[:start + len(START_MARK)]}\n{markdown}\n{text[end:]}", encoding="utf-8")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     import json
@@ -393,7 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             drift = {m: rms_pct([x for e in every if e["method"] == m for x in e["sep_log_ratios"]]) for m in METHODS}
             parts.append(f"**Over the {len(results)} runs** the choice is **{choose(every)}**; drift between "
                          "batches (rms): " + ", ".join(f"{m} {v:.1f} %" for m, v in drift.items()) + ".")
-        write_doc("\n\n".join(parts), doc)
+        write_doc("\n\n".join(parts), doc, (START_MARK, END_MARK))
     except (OSError, ValueError, KeyError, TypeError, StopIteration) as exc:
         print(f"python -m bench.defaults: error: {exc or type(exc).__name__}", file=sys.stderr)
         return 2

@@ -353,14 +353,16 @@ DEFINITIONS = (
     "used, not the time it waited for a core.")
 
 
-def write_doc(markdown: str, doc: Path) -> None:
-    """Replace what lies between the noise-table markers of ``doc`` (ValueError when they are missing)."""
+def write_doc(markdown: str, doc: Path, marks: tuple[str, str] = (START_MARK, END_MARK)) -> None:
+    """Replace what lies between the ``marks`` of ``doc`` (default: the noise table's; ValueError when they are
+    missing). Every bench whose table lives in a doc writes it through this."""
+    start_mark, end_mark = marks
     text = doc.read_text(encoding="utf-8")
-    start = text.find(START_MARK)
-    end = text.find(END_MARK)
+    start = text.find(start_mark)
+    end = text.find(end_mark)
     if start < 0 or end < start:
-        raise ValueError(f"{doc} lacks the markers {START_MARK} ... {END_MARK}")
-    head = text[:start + len(START_MARK)]
+        raise ValueError(f"{doc} lacks the markers {start_mark} ... {end_mark}")
+    head = text[:start + len(start_mark)]
     doc.write_text(f"{head}\n{markdown}\n{text[end:]}", encoding="utf-8")
 
 
