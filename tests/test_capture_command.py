@@ -136,17 +136,24 @@ def test_a_stop_signal_stops_the_whole_group_of_an_ab_capture(tmp_path: Path, si
     assert "Traceback" not in err and _gone(int(pid.read_text()))
 
 
-def test_a_stop_signal_in_the_library_raises_interrupted_after_the_group_is_gone(tmp_path: Path) -> None:
-    pid = tmp_path / "pid"
-    cmd = CaptureCommand(f"sleep 300 & echo $! > {pid}; kill -TERM $PPID; wait # {{out}}")  # $PPID: this test
+def _stopped_by_sigterm(cmd: CaptureCommand, out: Path) -> Interrupted:
+    """Run ``cmd``, which sends this test process SIGTERM: run_capture raises Interrupted for it, and puts back the
+    SIGTERM handler it replaced (put back here too, whatever happens)."""
     old = signal.getsignal(signal.SIGTERM)
     try:
         with pytest.raises(Interrupted) as stopped:
-            run_capture(cmd, tmp_path / "o.katra")
+            run_capture(cmd, out)
     finally:
         signal.signal(signal.SIGTERM, old)
-    assert stopped.value.signum == signal.SIGTERM and stopped.value.exit_code == 128 + signal.SIGTERM
-    assert _gone(int(pid.read_text())) and signal.getsignal(signal.SIGTERM) is old
+    assert stopped.value.signum == signal.SIGTERM and signal.getsignal(signal.SIGTERM) is old
+    return stopped.value
+
+
+def test_a_stop_signal_in_the_library_raises_interrupted_after_the_group_is_gone(tmp_path: Path) -> None:
+    pid = tmp_path / "pid"
+    cmd = CaptureCommand(f"sleep 300 & echo $! > {pid}; kill -TERM $PPID; wait # {{out}}")  # $PPID: this test
+    stopped = _stopped_by_sigterm(cmd, tmp_path / "o.katra")
+    assert stopped.exit_code == 128 + signal.SIGTERM and _gone(int(pid.read_text()))
 
 
 def test_a_failure_quotes_what_the_command_said_never_the_command(tmp_path: Path) -> None:
@@ -198,13 +205,7 @@ def test_a_stopped_capture_is_waited_for_whole_then_asked_to_stop_now_then_kille
     cmd = CaptureCommand(f"sh -c 'trap \"echo term >> {got}\" TERM; echo $$ > {inner}; "
                          f"while :; do sleep 0.1; done' & while [ ! -s {inner} ]; do sleep 0.05; done; "
                          "kill -TERM $PPID; wait # {out}")  # $PPID: this test; the shell itself ends on the TERM
-    old = signal.getsignal(signal.SIGTERM)
-    try:
-        with pytest.raises(Interrupted) as stopped:
-            run_capture(cmd, tmp_path / "o.katra")
-    finally:
-        signal.signal(signal.SIGTERM, old)
-    assert stopped.value.signum == signal.SIGTERM and signal.getsignal(signal.SIGTERM) is old
+    _stopped_by_sigterm(cmd, tmp_path / "o.katra")
     assert _lines(got) == ["term", "term"] and _gone(int(inner.read_text()))
 
 
