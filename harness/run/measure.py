@@ -51,6 +51,13 @@ PINNED_ENV: dict[str, str] = {
     "MESA_SHADER_CACHE_DISABLE": "true",  # every process compiles its shaders: no cache hit in one, miss in another
 }
 
+#: The counted child's GIL switch interval (``sys.setswitchinterval``; Python's default is 5 ms). A thread that
+#: waits longer than this for the GIL makes the main thread hand it over at its next bytecode, a point that
+#: depends on time, and the hand-over's instructions land in whatever frame or zone it falls in. Nothing
+#: waits for it during a counted frame (the writer's thread finishes before each one); the longer interval
+#: keeps the few bytecodes the writer runs after its last notify from being interrupted in between.
+COUNTED_SWITCH_INTERVAL_S = 1.0
+
 #: Pins a user may set explicitly to compare driver settings (``LP_NATIVE_VECTOR_WIDTH=256 katra3d run ...``): the
 #: user's value wins, and the codegen facts record it, so compare refuses to mix the two settings.
 USER_SETTABLE_PINS = ("LP_NATIVE_VECTOR_WIDTH",)
@@ -365,6 +372,7 @@ def handed_back(dump_dir: Path) -> dict[str, Any] | None:
 
 __all__ = [
     "CHILD_ENV",
+    "COUNTED_SWITCH_INTERVAL_S",
     "ChildOrder",
     "FRAME_BOUNDARY",
     "PINNED_ENV",

@@ -196,6 +196,7 @@ def run_child() -> int:
     the same way, for the parent to report. Returns the exit code: 0 complete, 128 + the signal
     when interrupted, the error's code otherwise.
     """
+    sys.setswitchinterval(measure.COUNTED_SWITCH_INTERVAL_S)
     try:
         dump_dir = measure.child_dir()
     except KatraError as err:

@@ -49,10 +49,6 @@ STATUSES = ("complete", "aborted", "interrupted")
 DROP_POLICIES = ("block", "drop")
 
 
-def tool_version() -> str:
-    return f"katra3d {__version__}"
-
-
 class TraceWriter:
     """Write a katra3d trace. Use as a context manager, or call :meth:`finish`.
 
@@ -74,14 +70,12 @@ class TraceWriter:
         drop_policy: ``"block"`` (default, lossless: producers wait when
             ``queue_batches`` batches are pending) or ``"drop"`` (the batch is
             dropped and counted in the summary).
-        compression_level: the zstd level of codec-1 blocks. The default, 2, stored a frame +
-            3 zones stream in 5.93 bytes an event against 6.05 at level 1, for about 8 % more
-            compression time (level 3: 5.71 bytes, 28 % more).
+        compression_level: the zstd level of codec-1 blocks. The default, 2, stored a frame + 3 zones stream in
+            5.93 bytes an event against 6.05 at level 1, for ~8 % more compression time (level 3: 5.71, 28 %).
         start_host_ns: host-clock (``perf_counter_ns``) capture start; event
             times are relative to it. Defaults to now.
-        stream: write to this open binary file instead of claiming ``path`` (a pipe, a socket):
-            no ``.part``, nothing moved; the writer closes it in :meth:`finish`. ``path`` only
-            names it (in messages and the writer thread's name).
+        stream: write to this open binary file instead of claiming ``path`` (a pipe, a socket): no ``.part``,
+            nothing moved; the writer closes it in :meth:`finish`. ``path`` only names it (messages, thread name).
         failed_aside: a capture finished ``aborted`` never goes to ``path`` (``katra3d run``: it would block
             the rerun); :attr:`failed_path` says where it went (:func:`katra_trace.io.claim.set_aside`).
 
@@ -160,7 +154,7 @@ class TraceWriter:
             "format_version": f"{fmt.FORMAT_MAJOR}.{fmt.FORMAT_MINOR}",
             "schema_version": SCHEMA_VERSION,
             "schema_hash": schema_hash(),
-            "tool_version": tool_version(),
+            "tool_version": f"katra3d {__version__}",
             "capture_options": header_part(capture_options),
             "host_info": header_part(host_info),
             "start_wall_ns": self.start_wall_ns,
@@ -290,6 +284,12 @@ class TraceWriter:
         with self._cond:
             self._check_open_locked()
             self._hand_over_pending_locked()
+        self.wait_written()
+
+    def wait_written(self) -> None:
+        """Return once the thread has written what it was handed (the batch being filled stays): it then waits and
+        wants nothing of the caller. A counted frame starts so: the thread never takes the GIL inside it."""
+        with self._cond:
             target = self._enqueued
             while self._done < target and self._error is None and self._thread.is_alive():
                 self._cond.wait(0.5)
