@@ -197,10 +197,11 @@ def test_a_stopped_capture_is_waited_for_whole_then_asked_to_stop_now_then_kille
     """Ctrl-C ended the capture's shell at once, and its group was SIGKILLed as soon as the shell had ended: a
     `katra3d run` under that shell never finished its trace. Now the whole group gets the grace (a process that
     notes each SIGTERM and goes on is asked twice: the first stop, then a run's stop-now), then SIGKILL."""
+    from katra3d.harness.run import groups
     from katra3d.harness.versions import command as service
 
     monkeypatch.setattr(service, "STOP_GRACE_S", 0.5)  # shortened only: the order of the steps is what is checked
-    monkeypatch.setattr(service, "HARD_STOP_WAIT_S", 0.5)
+    monkeypatch.setattr(groups, "HARD_STOP_WAIT_S", 0.5)
     got, inner = tmp_path / "got", tmp_path / "inner"
     cmd = CaptureCommand(f"sh -c 'trap \"echo term >> {got}\" TERM; echo $$ > {inner}; "
                          f"while :; do sleep 0.1; done' & while [ ! -s {inner} ]; do sleep 0.05; done; "

@@ -11,15 +11,16 @@ import contextlib
 import os
 import select
 import shutil
-import signal
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
-from katra3d.harness.run.lifetime import die_with_parent
+from katra3d.harness.run.groups import own_group, stop_group
 from katra_trace.errors import ToolUnavailable
 
 #: Seconds Xvfb has to come up.
 START_TIMEOUT_S = 30.0
+#: Seconds Xvfb has to end after its SIGTERM (it ends at once), before it is killed.
+XVFB_STOP_GRACE_S = 5.0
 #: The screen of katra3d's own Xvfb (a trace's windows are made at the size the trace asks for, up to this).
 SCREEN = "4096x4096x24"
 
@@ -58,34 +59,7 @@ def x_display(environ: dict[str, str]) -> Iterator[dict[str, str]]:
             raise ToolUnavailable(f"Xvfb did not start within {START_TIMEOUT_S:.0f} s (exit status {proc.poll()})")
         yield {**environ, "DISPLAY": f":{number.decode()}"}
     finally:
-        stop_group(proc)
+        stop_group(proc, XVFB_STOP_GRACE_S)
 
 
-def own_group() -> Callable[[], None]:
-    """A ``preexec_fn``: the child leads a process group of its own (stopped as one with :func:`stop_group`) in
-    katra3d's session, and dies with katra3d. Not a session of its own: under Linux's autogroup scheduling a
-    session is a scheduling group, which a loaded machine shares out apart from the session that started it
-    (measured: a replayer in a new session ran at 0.75 of the frame rate of one in katra3d's, bench/replay.py)."""
-    die = die_with_parent()
-
-    def preexec() -> None:
-        os.setpgid(0, 0)
-        if die is not None:
-            die()
-
-    return preexec
-
-
-def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
-    """Stop ``proc``'s process group (SIGTERM, then SIGKILL after ``grace_s``) and reap it."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 30.0)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-__all__ = ["SCREEN", "own_group", "stop_group", "x_display", "xvfb_install_line"]
+__all__ = ["SCREEN", "x_display", "xvfb_install_line"]

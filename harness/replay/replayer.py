@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from katra3d.harness.engine.counting import read_summary
-from katra3d.harness.replay.display import own_group, stop_group
+from katra3d.harness.run.groups import own_group, stop_group
 from katra3d.harness.replay.output import Frame, FrameReader
 from katra3d.harness.replay.tool import Replayer, trim
 from katra_trace.errors import KatraError, SceneError
@@ -93,7 +93,7 @@ def _started(command: list[str], env: Mapping[str, str], stderr: Path, stdout: P
     try:
         yield proc
     finally:
-        stop_group(proc, grace_s)  # type: ignore[arg-type]
+        stop_group(proc, grace_s)
         if proc.stdout is not None:
             proc.stdout.close()
 

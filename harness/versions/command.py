@@ -11,7 +11,7 @@ it, so that no caller does any of it a second way:
   (:class:`CaptureCommand`);
 * **its processes**: the command starts a session of its own, so it and everything it starts form one process
   group; that group is stopped whole on Ctrl-C, SIGTERM or SIGHUP to katra3d and on an error, the way a
-  ``katra3d run`` in it keeps its frames (:func:`stop_group`: SIGTERM, the whole group given
+  ``katra3d run`` in it keeps its frames (:func:`katra3d.harness.run.groups.stop_group`: SIGTERM, the whole group given
   :data:`STOP_GRACE_S` to end, not just the shell that leads it; then the run's stop-now, a second SIGTERM;
   then SIGKILL), and at once (SIGKILL) by a second stop signal to katra3d or when the command ends (a capture's
   leftover background process goes with it). If katra3d is killed outright, its direct child gets SIGKILL from
@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
+from katra3d.harness.run.groups import STOP_FIRST, STOP_KILL, ProcessGroup
 from katra3d.harness.run.lifetime import die_with_parent
 from katra_trace.errors import ConfigError, Interrupted, KatraError
 from katra_trace.text import shown
@@ -53,14 +54,6 @@ FAILURE_TAIL_LINES = 20
 #: trace written, callgrind's last dump); a time run 0.2 s. 10 s leaves room for a bigger frame and for
 #: captures that finish side by side (bisect's counted rounds).
 STOP_GRACE_S = 10.0
-#: Seconds the group then has after a second SIGTERM, a run's stop-now (the frame in progress ends and the run's
-#: keeper finishes the trace within ``harness.engine.stopping.HARD_STOP_GRACE_S``, 1 s; a counted run's child
-#: then has callgrind's last dump to write), before whatever is left gets SIGKILL.
-HARD_STOP_WAIT_S = 5.0
-#: Seconds to wait for a SIGKILLed group to be gone (the kernel ends it; its members' parents reap them).
-KILL_WAIT_S = 5.0
-#: Seconds between two looks at whether a stopped group is gone.
-POLL_S = 0.05
 #: The signals that stop a capture (and katra3d's command that runs it).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -142,113 +135,28 @@ def _environment(command: CaptureCommand, out: Path) -> dict[str, str]:
     return env
 
 
-#: How far a capture's group has been stopped: asked to stop at its next frame boundary (SIGTERM), to stop now
-#: (a second SIGTERM), killed (SIGKILL).
-_FIRST, _NOW, _KILL = 1, 2, 3
-
-
-class _Group:
-    """The process group a capture command leads (``proc``: its shell), and how far it has been stopped."""
-
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        self.proc = proc
-        self.sent = 0
-
-    def send(self, level: int) -> None:
-        """Stop the group to ``level`` unless it has been stopped as far already: SIGTERM for :data:`_FIRST` and
-        :data:`_NOW` (a run's first and second stop signal), SIGKILL for :data:`_KILL`. Never raises."""
-        if self.sent >= level:
-            return
-        self.sent = level  # first: a signal handler that runs meanwhile sees it, and sends nothing twice
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL if level >= _KILL else signal.SIGTERM)
-
-    def gone(self) -> bool:
-        """Whether the whole group has ended: its shell reaped and no process left in it that still runs (the
-        group's ID stays taken while it has a member, so no other process can have it; a member that has ended
-        but waits for its new parent, often init, to reap it is gone: :func:`_runs_in_group`)."""
-        if self.proc.poll() is None:
-            return False
-        try:
-            os.killpg(self.proc.pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return not _runs_in_group(self.proc.pid)
-
-    def wait_gone(self, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` for :meth:`gone`; whether it is."""
-        deadline = time.monotonic() + timeout_s
-        while not self.gone():
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(POLL_S)
-        return True
-
-    def end(self, grace_s: float) -> None:
-        """End the group: with ``grace_s``, SIGTERM (unless sent already), up to ``grace_s`` for the whole group
-        to end, a second SIGTERM and :data:`HARD_STOP_WAIT_S` more, then SIGKILL; without, SIGKILL at once.
-        Returns once the group is gone (or :data:`KILL_WAIT_S` after its SIGKILL); never raises."""
-        if grace_s > 0:
-            self.send(_FIRST)
-            if self.wait_gone(grace_s):
-                return
-            self.send(_NOW)
-            if self.wait_gone(HARD_STOP_WAIT_S):
-                return
-        self.send(_KILL)
-        self.wait_gone(KILL_WAIT_S)
-
-
-def _runs_in_group(pgid: int) -> bool:
-    """Whether a process of the group ``pgid`` still runs (is not a zombie), by ``/proc``; True where it cannot
-    be told."""
-    try:
-        names = [name for name in os.listdir("/proc") if name.isdigit()]
-    except OSError:
-        return True
-    for name in names:
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                state, _ppid, pgrp = f.read().rsplit(b")", 1)[1].split()[:3]
-        except (OSError, ValueError):
-            continue  # gone meanwhile
-        if int(pgrp) == pgid and state != b"Z":
-            return True
-    return False
-
-
 def _level(signals: int) -> int:
     """How far a capture is stopped after ``signals`` stop signals to katra3d: the first asks it to stop (it
     finishes its trace as interrupted), a second stops everything at once."""
-    return _FIRST if signals <= 1 else _KILL
-
-
-def stop_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
-    """End the process group that ``proc`` leads so that a ``katra3d run`` in it finishes its trace: SIGTERM; up
-    to ``grace_s`` for the whole group (not just ``proc``) to end; a second SIGTERM (a run's stop-now) and
-    :data:`HARD_STOP_WAIT_S` more; then SIGKILL to whatever is left. ``grace_s`` 0: SIGKILL at once. Never
-    raises."""
-    _Group(proc).end(grace_s)
+    return STOP_FIRST if signals <= 1 else STOP_KILL
 
 
 @contextlib.contextmanager
-def _stop_signals(received: list[int]) -> Iterator[Callable[[_Group], None]]:
+def _stop_signals(received: list[int]) -> Iterator[Callable[[ProcessGroup], None]]:
     """While a capture starts and runs, a stop signal to katra3d (main thread only) is noted in ``received`` and
     stops the capture's group (the first asks it to stop, a second kills it: :func:`_level`); the caller then
     raises :class:`Interrupted`. Yields the function that registers the group once it has started, and stops
     it as far as the signals so far ask. The handlers come before the start: a signal while the command is
     being started is noted, never lost or left to Python's default (a KeyboardInterrupt between the start and
     the wait would leave the capture running)."""
-    groups: list[_Group] = []
+    groups: list[ProcessGroup] = []
     if threading.current_thread() is not threading.main_thread():
         side = SideBySide.active
         if side is None:
             yield groups.append
             return
 
-        def join(group: _Group) -> None:
+        def join(group: ProcessGroup) -> None:
             with side.lock:  # the main thread's stop sees the group, or the group sees the stop: never neither
                 groups.append(group)
                 if received:
@@ -269,7 +177,7 @@ def _stop_signals(received: list[int]) -> Iterator[Callable[[_Group], None]]:
         for group in groups:
             group.send(_level(len(received)))
 
-    def register(group: _Group) -> None:
+    def register(group: ProcessGroup) -> None:
         groups.append(group)
         if received:  # a stop signal came while it was being started
             group.send(_level(len(received)))
@@ -287,7 +195,7 @@ class SideBySide:
     open it in the main thread around those threads' work. While it is open, a stop signal to katra3d (Ctrl-C,
     SIGTERM, SIGHUP) is noted in :attr:`received` instead of raising, and stops the group of every capture of those
     threads, as :meth:`stop` does (on an error): the first asks each to stop (each thread then gives its group the
-    grace of :func:`stop_group`), a second kills them all at once. Each then raises :class:`Interrupted` in its
+    grace of :func:`~katra3d.harness.run.groups.stop_group`), a second kills them all at once. Each then raises :class:`Interrupted` in its
     thread, as does one started after. The caller waits for its threads, then raises Interrupted itself when
     :attr:`received` says so. Captures the main thread runs itself are not members: they handle signals as ever."""
 
@@ -295,7 +203,7 @@ class SideBySide:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()  # re-entrant: the signal handler runs in the main thread, which may hold it
-        self.members: list[tuple[list[_Group], list[int]]] = []
+        self.members: list[tuple[list[ProcessGroup], list[int]]] = []
         self.received: list[int] = []
         self._old: dict[int, Any] = {}
 
@@ -360,7 +268,7 @@ def run_capture(command: CaptureCommand, out: Path, *, log: Path | None = None, 
                     stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent())
             except OSError as exc:
                 raise CaptureFailed(what, f"does not run: {exc}", command.shown(out), (), log) from None
-            group = _Group(proc)
+            group = ProcessGroup(proc)
             try:
                 register(group)
                 code = proc.wait()
@@ -410,6 +318,6 @@ def stop_leftover_captures(root: Path) -> int:
     return killed
 
 
-__all__ = ["FAILURE_TAIL_LINES", "HARD_STOP_WAIT_S", "OUT_ENV", "OUT_PLACEHOLDER", "STOP_GRACE_S", "CaptureCommand",
-           "CaptureFailed", "SideBySide", "one_line", "run_capture", "stop_group", "stop_leftover_captures",
+__all__ = ["FAILURE_TAIL_LINES", "OUT_ENV", "OUT_PLACEHOLDER", "STOP_GRACE_S", "CaptureCommand",
+           "CaptureFailed", "SideBySide", "one_line", "run_capture", "stop_leftover_captures",
            "substitute_out"]
