@@ -17,8 +17,10 @@ import pytest
 
 from katra3d.harness.versions.command import (
     FAILURE_TAIL_LINES,
+    PLAIN_PATH,
     CaptureCommand,
     CaptureFailed,
+    plain_out,
     run_capture,
     substitute_out,
 )
@@ -50,29 +52,47 @@ def _wait_for(path: Path, proc: subprocess.Popen[str], within_s: float = 60.0) -
         time.sleep(0.05)
 
 
-def test_out_is_an_environment_reference_quoted_for_where_it_stands() -> None:
-    assert substitute_out("cp a {out}") == 'cp a "$KATRA3D_OUT"'
-    assert substitute_out('cp a "{out}"') == 'cp a "${KATRA3D_OUT}"'
-    assert substitute_out("sh -c 'cp a {out}'") == "sh -c 'cp a \"$KATRA3D_OUT\"'"
-    assert substitute_out("""echo "it's" {out} 'say "{out}"'""") == \
-        """echo "it's" "$KATRA3D_OUT" 'say ""$KATRA3D_OUT""'"""
-    assert substitute_out(r"echo \' {out}") == r'echo \' "$KATRA3D_OUT"'
+def test_out_is_a_plain_path_that_needs_no_quotes(tmp_path: Path) -> None:
+    plain = tmp_path / "runs" / "run-001.katra"
+    with plain_out(plain) as told:
+        assert told == plain and substitute_out("sh -c 'cp a {out}'", told) == f"sh -c 'cp a {plain}'"
+    (tmp_path / "it's a $b").mkdir()
+    odd = tmp_path / "it's a $b" / "run 1.katra"
+    with plain_out(odd) as told:
+        assert PLAIN_PATH.fullmatch(str(told)) and told.parent.resolve() == odd.parent.resolve()
+        holder = told.parent.parent
+        told.write_bytes(b"trace")  # written under a plain stand-in name, moved to the real one at the end
+    assert odd.read_bytes() == b"trace" and not holder.exists()
+    assert sorted(p.name for p in odd.parent.iterdir()) == ["run 1.katra"]
+    with pytest.raises(ConfigError, match="not a plain path"):
+        substitute_out("cp a {out}", odd)
     with pytest.raises(ConfigError, match=r"must contain \{out\} or \$KATRA3D_OUT"):
         CaptureCommand("true").check("--base")
     CaptureCommand('cp a "$KATRA3D_OUT"').check("--base")
 
 
-@pytest.mark.parametrize("template", ["cp {src} {out}", "cp {src} \"{out}\"", "sh -c 'cp {src} {out}'",
-                                      "cp {src} \"$KATRA3D_OUT\"", "sh -c 'cp {src} \"$KATRA3D_OUT\"'"])
+#: ``{out}`` bare, in the user's quotes of each kind, in a shell the command starts (in its single and double
+#: quotes, and in quotes inside those), and ``$KATRA3D_OUT``: the audit's three forms that went wrong are the
+#: nested double quotes (wrote outside DIR), ``'{out}'`` (a file named "$KATRA3D_OUT") and ``sh -c 'cp G "{out}"'``
+#: (split at the space).
+OUT_FORMS = ["cp {src} {out}", "cp {src} \"{out}\"", "cp {src} '{out}'", "sh -c 'cp {src} {out}'",
+             "sh -c \"cp {src} {out}\"", "sh -c 'cp {src} \"{out}\"'", "sh -c \"sh -c 'cp {src} {out}'\"",
+             "cp {src} \"$KATRA3D_OUT\"", "sh -c 'cp {src} \"$KATRA3D_OUT\"'"]
+
+
+@pytest.mark.parametrize("template", OUT_FORMS)
 def test_a_path_with_a_space_or_a_quote_is_written_whatever_the_quotes(tmp_path: Path, template: str) -> None:
     src = tmp_path / "g.katra"
     src.write_bytes(b"trace")
-    runs = tmp_path / "it's a b"
+    (tmp_path / "it's a").write_text("the user's file\n")  # what a split at the space would hit
+    runs = tmp_path / "it's a b $HOME"
     runs.mkdir()
     out = runs / "run 1.katra"
-    run_capture(CaptureCommand(template.replace("{src}", str(src))), out)
+    run_capture(CaptureCommand(template.replace("{src}", str(src)), cwd=tmp_path), out)
     assert out.read_bytes() == b"trace"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.katra", "it's a b"]  # nothing written beside it
+    assert sorted(p.name for p in runs.iterdir()) == ["run 1.katra"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.katra", "it's a", "it's a b $HOME"]  # nothing beside
+    assert (tmp_path / "it's a").read_text() == "the user's file\n"
 
 
 def test_ab_writes_into_a_directory_with_a_space_with_out_in_the_users_quotes(tmp_path: Path, katra_cli) -> None:

@@ -33,17 +33,18 @@ PR_SET_PDEATHSIG = 1
 #: directory, and the length of its path must not vary: it shifts the process's memory, see docs/measure.md).
 DUMP_PREFIX = "katra3d-callgrind-"
 _PID_WIDTH = 10
-_DUMP_NAME = re.compile(re.escape(DUMP_PREFIX) + r"(\d{%d})-[^/]+" % _PID_WIDTH)
 
 
-def make_dump_dir() -> Path:
-    """A new dump directory in the temporary directory, named after this process (its owner)."""
-    return Path(tempfile.mkdtemp(prefix=f"{DUMP_PREFIX}{os.getpid():0{_PID_WIDTH}d}-"))
+def make_dump_dir(prefix: str = DUMP_PREFIX, where: str | None = None) -> Path:
+    """A new directory in ``where`` (the temporary directory), named ``prefix`` + this process's PID (its owner)
+    + a unique part: a counted child's dump directory, or another that :func:`remove_stale_dump_dirs` removes
+    once its owner has ended."""
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid():0{_PID_WIDTH}d}-", dir=where))
 
 
-def owner_pid(path: Path) -> int | None:
-    """The PID of the process that made the dump directory ``path``, or None if it is not one."""
-    match = _DUMP_NAME.fullmatch(path.name)
+def owner_pid(path: Path, prefix: str = DUMP_PREFIX) -> int | None:
+    """The PID of the process that made the directory ``path`` (:func:`make_dump_dir`), or None if it is not one."""
+    match = re.fullmatch(re.escape(prefix) + r"(\d{%d})-[^/]+" % _PID_WIDTH, path.name)
     return int(match.group(1)) if match else None
 
 
@@ -58,8 +59,8 @@ def alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_dump_dirs(where: Path | None = None) -> list[Path]:
-    """Remove the dump directories in ``where`` (the temporary directory) whose owner is no longer running.
+def remove_stale_dump_dirs(where: Path | None = None, prefix: str = DUMP_PREFIX) -> list[Path]:
+    """Remove the directories ``prefix``... in ``where`` (the temporary directory) whose owner is no longer running.
 
     Returns the ones removed. A directory of a live process, or of a PID now reused by another process,
     stays (it is removed after that one ends); one this user may not remove stays too."""
@@ -70,7 +71,7 @@ def remove_stale_dump_dirs(where: Path | None = None) -> list[Path]:
     except OSError:
         return removed
     for entry in entries:
-        pid = owner_pid(Path(entry.name))
+        pid = owner_pid(Path(entry.name), prefix)
         if pid is None or pid == os.getpid() or alive(pid) or not entry.is_dir(follow_symlinks=False):
             continue
         shutil.rmtree(entry.path, ignore_errors=True)

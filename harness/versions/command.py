@@ -3,10 +3,11 @@
 A capture command is a shell command line that writes one trace. :func:`run_capture` owns everything around
 it, so that no caller does any of it a second way:
 
-* **where it writes**: ``{out}`` in the command, or ``$KATRA3D_OUT`` (:data:`OUT_ENV`), which holds the path.
-  ``{out}`` is replaced by a reference to that variable, quoted for where it stands (:func:`substitute_out`),
-  never by the path's text: a path with a space or a quote cannot split a word or end the user's quotes,
-  whatever quotes ``{out}`` stands in;
+* **where it writes**: ``{out}`` in the command, or ``$KATRA3D_OUT`` (:data:`OUT_ENV`), which holds the same
+  path. That path is made of plain characters only (:func:`plain_out`): the trace's own path when it is plain,
+  else a path through a symbolic link, in a plain temporary directory, to the trace's folder. So ``{out}`` is
+  one word with the same text bare, in the user's quotes of any kind, or in a shell that the command starts,
+  however deep: a ``-o`` with a space, a quote or a ``$`` can neither split a word nor end a quote;
 * **where it runs**: a folder (a worktree) as the current directory, and first on ``PYTHONPATH``
   (:class:`CaptureCommand`);
 * **its processes**: the command starts a session of its own, so it and everything it starts form one process
@@ -27,7 +28,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import shlex
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -38,12 +41,21 @@ from pathlib import Path
 from typing import IO, Any, ClassVar
 
 from katra3d.harness.run.groups import STOP_FIRST, STOP_KILL, ProcessGroup
-from katra3d.harness.run.lifetime import die_with_parent
+from katra3d.harness.run.lifetime import die_with_parent, make_dump_dir, remove_stale_dump_dirs
 from katra_trace.errors import ConfigError, Interrupted, KatraError
+from katra_trace.io.claim import move_into_place
 from katra_trace.text import shown
 
 #: The environment variable that holds the path a capture command writes its trace to.
 OUT_ENV = "KATRA3D_OUT"
+#: The environment variable that holds where the trace ends up (``$KATRA3D_OUT`` may lead there through a
+#: link): :func:`stop_leftover_captures` finds a killed katra3d's captures by it.
+INTO_ENV = "KATRA3D_CAPTURE_INTO"
+#: What a path told to a capture command is made of: as one shell word it reads the same quoted or not.
+PLAIN_PATH = re.compile(r"[A-Za-z0-9_./+:-]+")
+#: How the name of the temporary directory that holds the link to a trace's folder starts (the owner's PID
+#: follows): one that a killed katra3d left is removed by the next capture.
+LINK_DIR_PREFIX = "katra3d-out-"
 #: The placeholder in a capture command for that path.
 OUT_PLACEHOLDER = "{out}"
 #: Lines of a failed capture's output that its error carries (all of it is in its log).
@@ -101,34 +113,48 @@ def one_line(command: str) -> str:
     return "; ".join(line.strip() for line in command.splitlines() if line.strip())
 
 
-def substitute_out(template: str) -> str:
-    """``template`` with each ``{out}`` replaced by a reference to ``$KATRA3D_OUT``, quoted for where it stands:
-    ``"$KATRA3D_OUT"`` outside quotes, ``${KATRA3D_OUT}`` inside double quotes, and inside single quotes
-    (text that a shell started by the command reads, as in ``sh -c '... {out}'``) ``"$KATRA3D_OUT"``, which
-    that shell expands, quoted. The path's own text is never put into the command."""
-    out: list[str] = []
-    quote = ""  # "", "'" or '"'
-    i = 0
-    while i < len(template):
-        if template.startswith(OUT_PLACEHOLDER, i):
-            out.append(f"${{{OUT_ENV}}}" if quote == '"' else f'"${OUT_ENV}"')
-            i += len(OUT_PLACEHOLDER)
-            continue
-        c = template[i]
-        if c == "\\" and quote != "'" and i + 1 < len(template):
-            out.append(template[i:i + 2])
-            i += 2
-            continue
-        if c in "'\"" and quote in ("", c):
-            quote = "" if quote == c else c
-        out.append(c)
-        i += 1
-    return "".join(out)
+def substitute_out(template: str, path: Path) -> str:
+    """``template`` with each ``{out}`` replaced by ``path``, a plain path (:func:`plain_out`), which needs no
+    quotes wherever it stands."""
+    if not PLAIN_PATH.fullmatch(str(path)):
+        raise ConfigError(f"{shown(str(path))} is not a plain path for a capture command (plain_out makes one)")
+    return template.replace(OUT_PLACEHOLDER, str(path))
 
 
-def _environment(command: CaptureCommand, out: Path) -> dict[str, str]:
+@contextlib.contextmanager
+def plain_out(out: Path) -> Iterator[Path]:
+    """The path a capture command is told for ``out``: made of :data:`PLAIN_PATH` characters only. ``out`` itself
+    when it is plain; else ``out``'s folder through a symbolic link in a new plain temporary directory, and
+    ``out``'s name when it is plain, or a plain stand-in for it whose file is moved to ``out`` when the block ends
+    (never over a file). The temporary directory goes when the block ends; what a killed katra3d left goes with
+    the next capture's."""
+    if PLAIN_PATH.fullmatch(str(out)):
+        yield out
+        return
+    base = next((d for d in (tempfile.gettempdir(), "/tmp") if PLAIN_PATH.fullmatch(d) and os.path.isdir(d)), None)
+    if base is None:
+        raise ConfigError(f"a capture writing {shown(str(out))} needs a temporary directory with a plain path "
+                          "(letters, digits and ._/+:-) for a link to its folder; set TMPDIR to one")
+    remove_stale_dump_dirs(Path(base), LINK_DIR_PREFIX)
+    holder = make_dump_dir(LINK_DIR_PREFIX, base)
+    name = out.name if PLAIN_PATH.fullmatch(out.name) else f"katra3d-capture-{holder.name[-8:]}{out.suffix}"
+    if not PLAIN_PATH.fullmatch(name):
+        name = f"katra3d-capture-{holder.name[-8:]}"
+    try:
+        (holder / "d").symlink_to(out.parent.resolve(), target_is_directory=True)
+        yield holder / "d" / name
+    finally:
+        staged = out.parent / name
+        if staged != out and os.path.lexists(staged):
+            with contextlib.suppress(OSError, KatraError):  # not moved: the capture then wrote no trace at out
+                move_into_place(staged, out, replace=False)
+        shutil.rmtree(holder, ignore_errors=True)
+
+
+def _environment(command: CaptureCommand, told: Path, out: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env[OUT_ENV] = str(out)
+    env[OUT_ENV] = str(told)
+    env[INTO_ENV] = str(out.resolve())
     if command.pythonpath is not None:
         rest = env.get("PYTHONPATH", "")
         env["PYTHONPATH"] = str(command.pythonpath) + (os.pathsep + rest if rest else "")
@@ -247,8 +273,9 @@ def run_capture(command: CaptureCommand, out: Path, *, log: Path | None = None, 
     :class:`CaptureFailed` (with the output's last lines) when it exits non-zero, does not start, or writes no
     trace; :class:`Interrupted` when a stop signal came (its group stopped first). ``what`` names it in
     messages ("round 2/6 BASE")."""
-    cmd = substitute_out(command.template)
     with contextlib.ExitStack() as stack:
+        told = stack.enter_context(plain_out(out))  # first in, last out: a stand-in's trace is moved at the end
+        cmd = substitute_out(command.template, told)
         if log is not None:
             log.parent.mkdir(parents=True, exist_ok=True)
             sink: IO[bytes] = stack.enter_context(open(log, "a+b"))
@@ -264,7 +291,8 @@ def run_capture(command: CaptureCommand, out: Path, *, log: Path | None = None, 
                 raise Interrupted(received[0])
             try:
                 proc = subprocess.Popen(
-                    ["/bin/sh", "-c", cmd], cwd=command.cwd, env=_environment(command, out), stdin=subprocess.DEVNULL,
+                    ["/bin/sh", "-c", cmd], cwd=command.cwd, env=_environment(command, told, out),
+                    stdin=subprocess.DEVNULL,
                     stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent())
             except OSError as exc:
                 raise CaptureFailed(what, f"does not run: {exc}", command.shown(out), (), log) from None
@@ -282,15 +310,14 @@ def run_capture(command: CaptureCommand, out: Path, *, log: Path | None = None, 
             raise Interrupted(received[0])
         if code != 0:
             raise CaptureFailed(what, f"failed with exit code {code}", command.shown(out), tail, log)
-        if not out.is_file():
-            raise CaptureFailed(what, f"exited 0 but wrote no trace at {shown(str(out))}", command.shown(out), tail,
-                                log)
+    if not out.is_file():
+        raise CaptureFailed(what, f"exited 0 but wrote no trace at {shown(str(out))}", command.shown(out), tail, log)
     return seconds
 
 
 def stop_leftover_captures(root: Path) -> int:
-    """Kill (SIGKILL) what is left of captures that wrote into ``root``: processes whose ``$KATRA3D_OUT`` lies in
-    it. A katra3d killed outright (SIGKILL, the OOM killer) takes only its direct capture process with it; the
+    """Kill (SIGKILL) what is left of captures that wrote into ``root``: processes whose trace was to end up in it
+    (:data:`INTO_ENV`). A katra3d killed outright (SIGKILL, the OOM killer) takes only its direct capture process with it; the
     next command in the same output directory (``bisect --resume``) ends the rest. Processes are found by that
     variable, never by a recorded PID that may have been reused. Returns how many were killed (Linux; 0
     elsewhere)."""
@@ -309,7 +336,7 @@ def stop_leftover_captures(root: Path) -> int:
         except OSError:
             continue  # gone, or another user's
         for entry in env:
-            if entry.startswith(f"{OUT_ENV}=".encode()) and \
+            if entry.startswith(f"{INTO_ENV}=".encode()) and \
                     os.fsdecode(entry.split(b"=", 1)[1]).startswith(prefix):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
@@ -318,6 +345,6 @@ def stop_leftover_captures(root: Path) -> int:
     return killed
 
 
-__all__ = ["FAILURE_TAIL_LINES", "OUT_ENV", "OUT_PLACEHOLDER", "STOP_GRACE_S", "CaptureCommand",
-           "CaptureFailed", "SideBySide", "one_line", "run_capture", "stop_leftover_captures",
+__all__ = ["FAILURE_TAIL_LINES", "INTO_ENV", "LINK_DIR_PREFIX", "OUT_ENV", "OUT_PLACEHOLDER", "PLAIN_PATH", "STOP_GRACE_S", "CaptureCommand",
+           "CaptureFailed", "SideBySide", "one_line", "plain_out", "run_capture", "stop_leftover_captures",
            "substitute_out"]
