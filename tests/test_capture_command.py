@@ -272,7 +272,7 @@ def test_ctrl_c_of_ab_lets_the_run_finish_its_trace_as_interrupted_and_force_rep
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: ab's group (its captures are in sessions of their own)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and err.strip().endswith("katra3d: interrupted"), err
-    assert "Traceback" not in err
+    assert "Traceback" not in err and "(kept as interrupted: base/run-001.katra)" in err
     with pytest.raises(ProcessLookupError):
         os.killpg(proc.pid, 0)  # nothing left in ab's group
     assert _captures_writing_into(root) == []  # nor of its capture's
@@ -292,3 +292,23 @@ def test_ctrl_c_of_ab_lets_the_run_finish_its_trace_as_interrupted_and_force_rep
     assert "removed the earlier A/B run" not in again.stderr  # --quiet
     assert (root / "base" / "run-001.katra").read_bytes() == g.read_bytes()
     assert len(json.loads((root / "ab.json").read_text())["rounds"]) == 2
+
+
+def test_ctrl_c_of_ab_before_its_capture_wrote_a_trace_says_so(tmp_path: Path) -> None:
+    """It said "its capture finished its trace as interrupted" whether a trace was written or not."""
+    started = tmp_path / "started"
+    cmd = f"touch {started}; sleep 60 # {{out}}"
+    proc = subprocess.Popen([sys.executable, "-m", "katra3d", "ab", "--base", cmd, "--new", cmd, "-o",
+                             str(tmp_path / "ab"), "--quiet"], cwd=tmp_path, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 60
+    while not started.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError(f"the capture never started: {proc.communicate()}")
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "(it wrote no trace); ab --force replaces them all" in err, err
+    assert json.loads((tmp_path / "ab" / "ab.json").read_text())["interrupted"]["traces"] == {}

@@ -45,7 +45,7 @@ from katra3d.harness.cli._compare import add_compare_options, compare_and_print
 from katra_trace.analysis.defaults import DEFAULT_SEQUENTIAL_MAX_ROUNDS
 from katra_trace.errors import ConfigError, Interrupted
 from katra_trace.io.claim import check_output_dir
-from katra_trace.io.tracesets import AB_MANIFEST, clear_ab_dir
+from katra_trace.io.tracesets import AB_MANIFEST, clear_ab_dir, read_ab_manifest
 from katra_trace.metrics import is_count
 from katra_trace.text import shown
 from katra_trace.units import format_duration
@@ -177,9 +177,11 @@ def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
         result = run_rounds(commands["base"], commands["new"], root, cap, rule,
                             on_round=lambda done: _round_line(tally, done, cap), compare_options=compare_kwargs(args))
     except Interrupted:
+        kept = sorted(((read_ab_manifest(root) or {}).get("interrupted") or {}).get("traces", {}).values())
+        what = f"kept as interrupted: {', '.join(kept)}" if kept else "it wrote no trace"
         Tally("katra3d ab").line(f"stopped: the complete rounds are recorded in {shown(str(root / AB_MANIFEST))} "
                                  f"(katra3d compare {shlex.quote(str(root))}), the round in progress as interrupted "
-                                 "(its capture finished its trace as interrupted); ab --force replaces them all")
+                                 f"({what}); ab --force replaces them all")
         raise
     if result.settled is not None:  # the one line that says how many rounds were used, and why it stopped
         Tally("katra3d ab").line(f"stopped: {result.settled.reason}")
