@@ -157,6 +157,23 @@ def test_each_scene_is_judged_by_its_own_shards_host(tmp_path: Path, shards: tup
                                                          "b": "another renderer"}
 
 
+def test_info_lists_a_merged_traces_shards_and_a_shards_share(tmp_path: Path, shards: tuple[Path, Path],
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    s1, s2 = shards
+    other = _edited(s2, tmp_path / "s2-other.katra",
+                    lambda h: h["host_info"]["gl"].update(renderer="another renderer"))
+    merge_shards([s1, other], tmp_path / "m.katra")
+    code, out, _ = katra_main(capsys, "info", "--all", str(tmp_path / "m.katra"))
+    lines = [line for line in out.splitlines() if line.startswith("shard ")]
+    assert code == 0 and len(lines) == 2, out
+    assert lines[0].startswith(f"shard     1/2 {s1}; a, c; ") and lines[0].endswith("; the host above")
+    assert lines[1].startswith(f"shard     2/2 {other}; b; ") and "another renderer" in lines[1]
+    code, out, _ = katra_main(capsys, "info", str(tmp_path / "m.katra"))
+    assert code == 0 and "\nshards " in out and "the host above" in out
+    code, out, _ = katra_main(capsys, "info", str(s2))
+    assert code == 0 and "\nshard     2/2 of the run's scenes (katra3d merge joins the shards)\n" in out
+
+
 def test_merge_refuses_what_is_not_one_run(tmp_path: Path, shards: tuple[Path, Path],
                                            capsys: pytest.CaptureFixture[str]) -> None:
     s1, s2 = shards

@@ -16,6 +16,7 @@ import numpy as np
 
 from katra3d.harness.cli._common import print_json, terminal_width
 from katra_trace import Clock, Flag, Kind, Trace
+from katra_trace.io.header import HostInfo
 from katra_trace.io.image_block import KeptFrame
 from katra_trace.io.tracesets import open_quietly
 from katra_trace.text import escape
@@ -151,6 +152,7 @@ def render_text(trace: Trace) -> str:
     for note in trace.notes:
         lines.append(f"repaired  {note}")
     lines += [f"image     {_image_line(frame)}" for frame in _kept_frames(trace)]
+    lines += [f"shard     {line}" for line in _shard_lines(trace)]
     opts = h.capture_options
     if opts.timing_mode:
         lines.append(f"timing    {opts.timing_mode}" + (f" ({opts.timing_reason})" if opts.timing_reason else ""))
@@ -223,7 +225,11 @@ def _params(params: Any) -> str:
 
 
 def _host_lines(trace: Trace) -> list[str]:
-    h = trace.header.host_info
+    return _host_text(trace.header.host_info)
+
+
+def _host_text(h: HostInfo) -> list[str]:
+    """A host as up to two lines: its renderer and GL, then its machine."""
     system = h.system.as_dict()
     cores = system.get("cpu_cores")
     gl = _joined(h.renderer, f"OpenGL {h.gl.version}" if h.gl.version else "")
@@ -231,6 +237,18 @@ def _host_lines(trace: Trace) -> list[str]:
                       _joined(system.get("os"), system.get("kernel"), sep=" "),
                       f"Python {system['python']}" if system.get("python") else "", system.get("hostname"))
     return [line for line in (gl, machine) if line]
+
+
+def _shard_lines(trace: Trace) -> list[str]:
+    """A merged trace's shards (``katra3d merge``), a line each: I/N, the file, its scenes, its start and its
+    host; or, for one shard of a run, which share it is."""
+    shard = trace.header.capture_options.shard
+    if not trace.header.shards:
+        return [f"{shard} of the run's scenes (katra3d merge joins the shards)"] if shard else []
+    host = trace.header.host_info.as_dict()
+    return [_joined(_joined(s.shard, s.file, sep=" "), ", ".join(s.scenes or ()) or "", _started(s.start_wall_ns),
+                    "the host above" if s.host_info.as_dict() == host else "; ".join(_host_text(s.host_info)),
+                    sep="; ") for s in trace.header.shards]
 
 
 def _kept_frames(trace: Trace) -> list[KeptFrame]:
@@ -264,10 +282,11 @@ def render_compact(trace: Trace, width: int = 80) -> str:
         ("scenes", _scene_lines(trace, counts)),
         ("images", [_image_line(i) for i in _kept_frames(trace)]),
         ("host", _host_lines(trace)),
+        ("shards" if trace.header.shards else "shard", _shard_lines(trace)),
         ("notes", h.notes or ""),
     ]
     if counts["warmup_frames"]:
-        rows.insert(-2, ("warmup", f"{counts['warmup_frames']} warmup frames recorded, left out of statistics"))
+        rows.insert(-3, ("warmup", f"{counts['warmup_frames']} warmup frames recorded, left out of statistics"))
     if s.get("dropped_events"):
         rows.append(("dropped", f"{s['dropped_events']} events in {s.get('dropped_batches', '?')} batches "
                                 "(drop policy)"))
