@@ -12,7 +12,7 @@ import csv
 import os
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from katra_trace import Trace, jsontext
@@ -30,7 +30,7 @@ from katra_trace.analysis.defaults import (
     image_policy,
 )
 from katra_trace.analysis.images import ImageThresholds
-from katra_trace.io.tracesets import open_traces
+from katra_trace.io.tracesets import iter_traces, open_traces
 from katra_trace.metrics import METRICS, RUN_STATS, check_run_stat, is_count
 
 #: What ``--alpha`` means to a comparison of two sides (compare, ab, report --baseline).
@@ -126,8 +126,23 @@ def load_traces(paths: Sequence[str | os.PathLike[str]], verb: str = "using") ->
     one-line warning on stderr ("<path> is damaged (why); <verb> the N events before offset O")."""
     traces, damaged = open_traces(paths, verb)
     for line in damaged:
-        print(f"katra3d: warning: {line}", file=sys.stderr)
+        warn_damaged(line)
     return traces
+
+
+def iter_runs(paths: Sequence[str], verb: str = "using") -> Iterator[Trace]:
+    """The traces that TRACE|DIR arguments name (a directory: the traces in it), each opened once as it is
+    reached (:func:`katra_trace.io.tracesets.iter_traces`), with :func:`load_traces`' warning for a damaged one."""
+    for path in paths:
+        for trace, note in iter_traces(path, verb):
+            if note is not None:
+                warn_damaged(note)
+            yield trace
+
+
+def warn_damaged(line: str) -> None:
+    """A damaged trace's one line (:func:`katra_trace.io.tracesets.damaged_note`) as a warning on stderr."""
+    print(f"katra3d: warning: {line}", file=sys.stderr)
 
 
 def print_json(obj: Any) -> None:

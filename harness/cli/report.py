@@ -15,14 +15,13 @@ from katra3d.harness.cli._common import (
     check_compare_options,
     compare_kwargs,
     image_options,
-    load_traces,
+    iter_runs,
     print_json,
 )
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.history.trends import trend_data
 from katra_trace.history.store import Source
 from katra_trace.io.claim import check_output
-from katra_trace.io.tracesets import trace_paths
 from katra_trace.report import build_report, write_report
 from katra_trace.report.page import plotly_js_packed
 
@@ -53,10 +52,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
-def _paths(args: list[str]) -> list[Path]:
-    return [path for arg in args for path in trace_paths(arg)]
-
-
 def run(args: argparse.Namespace) -> int:
     plotly_js_packed()  # exit 3 before reading anything when plotly is missing
     check_compare_options(args)  # a bad option is reported before any file is read
@@ -80,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         except KatraError as exc:
             error = str(exc)
     else:
-        runs, baseline = load_traces(_paths(args.traces), verb="reporting"), []
+        runs, baseline = list(iter_runs(args.traces, verb="reporting")), []
     trends = None
     if args.history:
         if not Path(args.history).is_file():

@@ -16,12 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from katra3d.harness.cli._common import emit_table, load_traces, print_json, table_width, terminal_width
+from katra3d.harness.cli._common import emit_table, iter_runs, print_json, table_width, terminal_width
 from katra3d.harness.cli._slow import CSV_COLUMNS, print_slow, slow_csv_rows, slow_json
 from katra_trace import Trace
 from katra_trace.analysis.slow import trace_slow_frames
 from katra_trace.analysis.stats import flatten, trace_stats
-from katra_trace.io.tracesets import trace_paths
 from katra_trace.metrics import COUNT_CLOCKS, primary_clock_of, unit_of
 from katra_trace.text import escape
 from katra_trace.units import format_count, format_ms, format_number, stat_label
@@ -75,15 +74,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     is_dir = Path(args.trace).is_dir()
-    paths = trace_paths(args.trace) if is_dir else [Path(args.trace)]
     if args.format in ("table", "markdown") and not args.all and not args.slow:
-        return _compact(args, paths, is_dir)
+        return _compact(args, is_dir)
     verb = "slow frames cover" if args.slow else "statistics cover"
     runs: list[dict[str, Any]] = []
     rows: list[list[str]] = []  # --slow's csv rows
     stat_rows: list[tuple[list[str], dict[str, Any]]] = []  # csv: (run, scene, zone, clock), stats
-    for path in paths:
-        trace = load_traces([path], verb=verb)[0]
+    for trace in iter_runs([args.trace], verb=verb):  # one at a time: a directory's traces are never all held
+        path = trace.path
         label = path.name if is_dir else ""
         lead = [label] if is_dir else []
         found = trace_slow_frames(trace) if args.slow else {}
@@ -171,14 +169,13 @@ def _zone_clocks(entry: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(c for per_clock in entry["zones"].values() for c in per_clock))
 
 
-def _compact(args: argparse.Namespace, paths: Sequence[Path], is_dir: bool) -> int:
+def _compact(args: argparse.Namespace, is_dir: bool) -> int:
     """The default text view: one table per unit, primary clock only, the columns that fit."""
     rows: list[Row] = []
-    for path in paths:
-        trace = load_traces([path], verb="statistics cover")[0]
-        found = primary_rows(trace, path.name if is_dir else "", args.zones)
+    for trace in iter_runs([args.trace], verb="statistics cover"):
+        found = primary_rows(trace, trace.path.name if is_dir else "", args.zones)
         if not found:
-            _warn_empty(path)
+            _warn_empty(trace.path)
         rows += found
     groups: dict[str, list[Row]] = {}
     for row in rows:

@@ -31,40 +31,53 @@ from katra_trace.analysis.verdict import Comparison, Verdict
 from katra_trace.errors import ConfigError
 from katra_trace.metrics import is_count
 from katra_trace.io.reader import Trace
-from katra_trace.io.tracesets import AB_MANIFEST, ab_pairs, open_traces, read_ab_manifest, trace_paths
+from katra_trace.io.tracesets import AB_MANIFEST, ab_pairs, open_trace_sets, read_ab_manifest
 
 
-def resolve_sides(base: str, new: str | None) -> tuple[str, str]:
-    """BASE and NEW paths; ``compare DIR`` of an ab output directory names its two sides."""
-    if new is not None:
-        return base, new
-    root = Path(base)
-    manifest = read_ab_manifest(root) if root.is_dir() else None
-    if manifest is None:
-        raise ConfigError(f"compare needs BASE and NEW, or the output directory of 'katra3d ab' "
-                          f"(with {AB_MANIFEST}); {base!r} is neither")
-    return str(root / str(manifest.get("base_dir", "base"))), str(root / str(manifest.get("new_dir", "new")))
+#: An ab output directory (resolved) and its manifest, read once: what pairs the rounds and holds the rule.
+AbRecord = tuple[Path, dict[str, Any]]
 
 
-def find_pairing(base: str, new: str) -> tuple[Path, list[tuple[Path, Path]]] | None:
-    """The ab manifest and its complete rounds when BASE and NEW are one ``katra3d ab`` output's sides."""
+def resolve_sides(base: str, new: str | None) -> tuple[str, str, AbRecord | None]:
+    """BASE and NEW paths (``compare DIR`` of an ab output directory names its two sides), and the ab output
+    directory and its manifest when BASE and NEW are its two sides (its ``ab.json`` read once)."""
+    known: AbRecord | None = None
+    if new is None:
+        root = Path(base)
+        manifest = read_ab_manifest(root) if root.is_dir() else None
+        if manifest is None:
+            raise ConfigError(f"compare needs BASE and NEW, or the output directory of 'katra3d ab' "
+                              f"(with {AB_MANIFEST}); {base!r} is neither")
+        base = str(root / str(manifest.get("base_dir", "base")))
+        new = str(root / str(manifest.get("new_dir", "new")))
+        known = (root.resolve(), manifest)
+    parent = _common_parent(base, new)
+    if parent is None:
+        return base, new, None
+    found = known[1] if known is not None and known[0] == parent else read_ab_manifest(parent)
+    return base, new, None if found is None else _own_sides(base, new, parent, found)
+
+
+def _common_parent(base: str, new: str) -> Path | None:
+    """The directory that holds both BASE and NEW when both are directories, resolved; else None."""
     b, n = Path(base).resolve(), Path(new).resolve()
-    if not (b.is_dir() and n.is_dir()) or b.parent != n.parent:
-        return None
-    manifest = read_ab_manifest(b.parent)
-    if manifest is None or (manifest.get("base_dir"), manifest.get("new_dir")) != (b.name, n.name):
-        return None
-    return b.parent / AB_MANIFEST, ab_pairs(b.parent, manifest)
+    return b.parent if b.is_dir() and n.is_dir() and b.parent == n.parent else None
 
 
-def round_pairs(base: str, new: str, base_paths: Sequence[Path], new_paths: Sequence[Path],
-                unpaired: bool = False) -> tuple[list[tuple[int, int]] | None, list[str]]:
+def _own_sides(base: str, new: str, root: Path, manifest: dict[str, Any]) -> AbRecord | None:
+    """``(root, manifest)`` when the manifest names BASE and NEW as its sides."""
+    names = (Path(base).resolve().name, Path(new).resolve().name)
+    return (root, manifest) if (manifest.get("base_dir"), manifest.get("new_dir")) == names else None
+
+
+def round_pairs(ab: AbRecord | None, base_paths: Sequence[Path], new_paths: Sequence[Path]
+                ) -> tuple[list[tuple[int, int]] | None, list[str]]:
     """The rounds of ``katra3d ab`` as (BASE index, NEW index) pairs of ``base_paths`` and ``new_paths``
-    when BASE and NEW are one ab output's sides (None: unpaired), and the note that says so."""
-    pairing = None if unpaired else find_pairing(base, new)
-    if pairing is None:
+    when BASE and NEW are one ab output's sides (``ab``; None: unpaired), and the note that says so."""
+    if ab is None:
         return None, []
-    manifest_path, rounds = pairing
+    root, manifest = ab
+    manifest_path, rounds = root / AB_MANIFEST, ab_pairs(root, manifest)
     index_b = {p.resolve(): i for i, p in enumerate(base_paths)}
     index_n = {p.resolve(): i for i, p in enumerate(new_paths)}
     pairs = [(index_b[b], index_n[n]) for b, n in rounds if b in index_b and n in index_n]
@@ -75,12 +88,11 @@ def round_pairs(base: str, new: str, base_paths: Sequence[Path], new_paths: Sequ
                    + (f"; {left} trace(s) outside a complete round left out" if left else "")]
 
 
-def recorded_rule(root: Path) -> tuple[SequentialRule | None, Settled | None]:
-    """The stopping rule an ``ab --until-decided`` output directory recorded in its ab.json, and why its rounds
-    stopped (None, None for fixed rounds or no manifest; no stop yet for an interrupted one). ConfigError
+def recorded_rule(manifest: dict[str, Any]) -> tuple[SequentialRule | None, Settled | None]:
+    """The stopping rule an ``ab --until-decided`` output directory recorded in its ab.json (``manifest``), and
+    why its rounds stopped (None, None for fixed rounds; no stop yet for an interrupted one). ConfigError
     when a record is not what the rounds loop writes."""
-    manifest = read_ab_manifest(root)
-    if manifest is None or manifest.get("sequential") is None:
+    if manifest.get("sequential") is None:
         return None, None
     stop = manifest.get("stop")
     return SequentialRule.from_json(manifest["sequential"]), None if stop is None else Settled.from_dict(stop)
@@ -111,18 +123,16 @@ def open_sides(base: str | Sequence[str], new: str | Sequence[str] | None = None
             [new] if isinstance(new, str) else list(new or ())
         if len(base_args) == len(new_args) == 1:
             return open_sides(base_args[0], new_args[0], unpaired=unpaired, verb=verb)
-        base_paths = [p for arg in base_args for p in trace_paths(arg)]
-        new_paths = [p for arg in new_args for p in trace_paths(arg)]
-        base_traces, damaged_b = open_traces(base_paths, verb)
-        new_traces, damaged_n = open_traces(new_paths, verb)
+        base_traces, damaged_b = open_trace_sets(base_args, verb)
+        new_traces, damaged_n = open_trace_sets(new_args, verb)
         return Sides(", ".join(base_args), ", ".join(new_args), tuple(base_traces), tuple(new_traces),
                      damaged=(*damaged_b, *damaged_n))
-    base, new = resolve_sides(base, new)
-    base_paths, new_paths = trace_paths(base), trace_paths(new)
-    pairs, notes = round_pairs(base, new, base_paths, new_paths, unpaired=unpaired)
-    rule, stop = recorded_rule(Path(base).resolve().parent) if pairs is not None else (None, None)
-    base_traces, damaged_b = open_traces(base_paths, verb)
-    new_traces, damaged_n = open_traces(new_paths, verb)
+    base, new, ab = resolve_sides(base, new)
+    base_traces, damaged_b = open_trace_sets([base], verb)
+    new_traces, damaged_n = open_trace_sets([new], verb)
+    pairs, notes = round_pairs(None if unpaired else ab, [t.path for t in base_traces],
+                               [t.path for t in new_traces])
+    rule, stop = recorded_rule(ab[1]) if pairs is not None and ab is not None else (None, None)
     return Sides(base, new, tuple(base_traces), tuple(new_traces), None if pairs is None else tuple(pairs), rule,
                  stop, tuple(notes), (*damaged_b, *damaged_n))
 
@@ -216,5 +226,5 @@ def compare_sides(sides: Sides, *, image_policy: str = "gate", image_limits: Ima
     return ComparisonResult(sides.base, sides.new, timing, images, image_policy, sequential, base_images, new_images)
 
 
-__all__ = ["ComparisonResult", "Sides", "compare_sides", "find_pairing", "open_sides", "recorded_rule",
+__all__ = ["AbRecord", "ComparisonResult", "Sides", "compare_sides", "open_sides", "recorded_rule",
            "resolve_sides", "round_pairs", "separate_batches"]

@@ -123,18 +123,29 @@ def file_kind(mode: int) -> str | None:
     return next((what for test, what in _KINDS if test(mode)), None)
 
 
-def is_trace_file(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a regular file that starts with the trace magic (never blocks, never raises)."""
+def _trace_fd(path: str | os.PathLike[str]) -> int | None:
+    """A blocking read descriptor of ``path`` when it is a regular file that starts with the trace magic, else
+    None (never blocks: the open is O_NONBLOCK, so a FIFO with no writer cannot hang it; never raises)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except (OSError, ValueError):
-        return False
+        return None
     try:
-        return stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, len(fmt.MAGIC), 0) == fmt.MAGIC
+        if stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, len(fmt.MAGIC), 0) == fmt.MAGIC:
+            os.set_blocking(fd, True)
+            return fd
     except OSError:
-        return False
-    finally:
+        pass
+    os.close(fd)
+    return None
+
+
+def is_trace_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a regular file that starts with the trace magic (never blocks, never raises)."""
+    fd = _trace_fd(path)
+    if fd is not None:
         os.close(fd)
+    return fd is not None
 
 
 def open_regular(path: str | os.PathLike[str], *, what: str = "trace file", max_bytes: int | None = None) -> BinaryIO:
@@ -240,14 +251,33 @@ def open_trace(path: str | os.PathLike[str], strict: bool = False, events: bool 
 
     A :class:`TraceFormatError` names the file (a trace found in a directory is otherwise anonymous).
     """
+    with open_regular(path) as f:
+        return _read_named(path, f, strict, events, max_ratio)
+
+
+def open_if_trace(path: str | os.PathLike[str], events: bool = True, max_ratio: float | None = None) -> Trace | None:
+    """:func:`open_trace` of a file that is a trace, or None for one that is not (not a regular file, not
+    readable, or not starting with the trace magic: :func:`is_trace_file`'s test), decided inside the one
+    open that reads it (a directory's traces are picked out and read with one open each)."""
+    fd = _trace_fd(path)
+    if fd is None:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return _read_named(path, f, False, events, max_ratio)
+
+
+def _read_named(path: str | os.PathLike[str], f: BinaryIO, strict: bool, events: bool,
+                max_ratio: float | None) -> Trace:
+    """:func:`_read_trace`, with the file's name in a TraceFormatError's message."""
     try:
-        return _read_trace(path, strict, events, max_ratio)
+        return _read_trace(path, f, strict, events, max_ratio)
     except TraceFormatError as exc:
         raise type(exc)(f"{shown(path)}: {exc}", exc.offset) from None
 
 
-def _read_trace(path: str | os.PathLike[str], strict: bool, events: bool, max_ratio: float | None) -> Trace:
-    """:func:`open_trace`'s work."""
+def _read_trace(path: str | os.PathLike[str], f: BinaryIO, strict: bool, events: bool,
+                max_ratio: float | None) -> Trace:
+    """:func:`open_trace`'s work, on ``f``: ``path`` opened for reading."""
     trace = Trace(Path(path))
     trace.max_ratio = max_ratio
     state = ScanState(max_ratio=max_ratio)
@@ -255,60 +285,59 @@ def _read_trace(path: str | os.PathLike[str], strict: bool, events: bool, max_ra
     n_events = 0
     summary_at: int | None = None
     header_seen = False
-    with open_regular(trace.path) as f:
-        expected = _summary_event_count(f, decode_budget(file_size(f), max_ratio)) if events else None
-        # zeroed (pages the OS hands over zero-filled): the decoder skips the all-zero byte planes
-        out = np.zeros(expected, dtype=EVENT_DTYPE) if expected is not None else None
-        for block in iter_blocks(f, state, strict):
-            t = block.type
-            if t == fmt.BlockType.HEADER:
-                if header_seen:
-                    mark_damaged(state, strict, f"second HEADER block at offset {block.offset}", block.offset)
-                    break
-                header_seen = True
-                trace.header = TraceHeader.from_dict(block.payload)
-            elif not header_seen:
-                mark_damaged(state, strict, f"block at offset {block.offset} comes before the HEADER block", block.offset)
+    expected = _summary_event_count(f, decode_budget(file_size(f), max_ratio)) if events else None
+    # zeroed (pages the OS hands over zero-filled): the decoder skips the all-zero byte planes
+    out = np.zeros(expected, dtype=EVENT_DTYPE) if expected is not None else None
+    for block in iter_blocks(f, state, strict):
+        t = block.type
+        if t == fmt.BlockType.HEADER:
+            if header_seen:
+                mark_damaged(state, strict, f"second HEADER block at offset {block.offset}", block.offset)
                 break
-            elif summary_at is not None:
-                what = "second SUMMARY block" if t == fmt.BlockType.SUMMARY else "block after the SUMMARY block"
-                mark_damaged(state, strict, f"{what} at offset {block.offset}", block.offset)
+            header_seen = True
+            trace.header = TraceHeader.from_dict(block.payload)
+        elif not header_seen:
+            mark_damaged(state, strict, f"block at offset {block.offset} comes before the HEADER block", block.offset)
+            break
+        elif summary_at is not None:
+            what = "second SUMMARY block" if t == fmt.BlockType.SUMMARY else "block after the SUMMARY block"
+            mark_damaged(state, strict, f"{what} at offset {block.offset}", block.offset)
+            break
+        elif t == fmt.BlockType.STRINGS:
+            first_id, names = block.payload
+            if first_id != len(trace.strings):
+                mark_damaged(state, strict, f"STRINGS block at offset {block.offset} starts at id {first_id}, "
+                         f"expected {len(trace.strings)}", block.offset)
                 break
-            elif t == fmt.BlockType.STRINGS:
-                first_id, names = block.payload
-                if first_id != len(trace.strings):
-                    mark_damaged(state, strict, f"STRINGS block at offset {block.offset} starts at id {first_id}, "
-                             f"expected {len(trace.strings)}", block.offset)
-                    break
-                trace.strings.extend(names)
-            elif t == fmt.BlockType.EVENTS:
-                batch: EventBatch = block.payload
-                try:
-                    if not events:
-                        pass
-                    elif out is not None and n_events + batch.n <= len(out):
-                        batch.decode(out[n_events:n_events + batch.n], zeroed=True)
-                    else:  # the summary's count was wrong: fall back to collecting batches
-                        if out is not None:
-                            batches.append(out[:n_events])
-                            out = None
-                        batches.append(batch.decode())
-                except TraceFormatError as err:
-                    mark_damaged(state, strict, str(err), block.offset)
-                    break
-                n_events += batch.n
-            elif t == fmt.BlockType.ANNOTATION:
-                trace.annotations.append(block.payload)
-            elif t == fmt.BlockType.CLOCK_SYNC:
-                trace.clock_syncs.append(block.payload)
-            elif t == fmt.BlockType.IMAGE:
-                meta, png = block.payload
-                trace.kept_frames[meta["scene"]] = KeptFrame.from_block(meta, png, block.offset, trace.path,
-                                                                        state.budget)
-            elif t == fmt.BlockType.SUMMARY:
-                trace.summary = block.payload
-                summary_at = block.offset
-            trace.blocks += 1
+            trace.strings.extend(names)
+        elif t == fmt.BlockType.EVENTS:
+            batch: EventBatch = block.payload
+            try:
+                if not events:
+                    pass
+                elif out is not None and n_events + batch.n <= len(out):
+                    batch.decode(out[n_events:n_events + batch.n], zeroed=True)
+                else:  # the summary's count was wrong: fall back to collecting batches
+                    if out is not None:
+                        batches.append(out[:n_events])
+                        out = None
+                    batches.append(batch.decode())
+            except TraceFormatError as err:
+                mark_damaged(state, strict, str(err), block.offset)
+                break
+            n_events += batch.n
+        elif t == fmt.BlockType.ANNOTATION:
+            trace.annotations.append(block.payload)
+        elif t == fmt.BlockType.CLOCK_SYNC:
+            trace.clock_syncs.append(block.payload)
+        elif t == fmt.BlockType.IMAGE:
+            meta, png = block.payload
+            trace.kept_frames[meta["scene"]] = KeptFrame.from_block(meta, png, block.offset, trace.path,
+                                                                    state.budget)
+        elif t == fmt.BlockType.SUMMARY:
+            trace.summary = block.payload
+            summary_at = block.offset
+        trace.blocks += 1
     if state.summary_offset is not None and state.summary_offset != summary_at and not state.truncated:
         mark_damaged(state, strict, f"footer points to offset {state.summary_offset}, but the SUMMARY block is at "
                  f"{summary_at}", state.size - fmt.FOOTER_SIZE)

@@ -2,7 +2,8 @@
 ``ab.json`` manifest of an A/B directory.
 
 ``katra3d ab`` records its rounds in ``ab.json`` (which BASE and NEW traces were taken together) so that
-``katra3d compare DIR`` pairs them; every command that takes "a trace or a directory" lists its files here.
+``katra3d compare DIR`` pairs them; every command that takes "a trace or a directory" opens its traces here,
+each with one open (a directory's files are told from its traces inside that open).
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import os
 import re
 import stat
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from katra_trace.errors import ConfigError
 from katra_trace.io.claim import PART_SUFFIX, describe, held_by_writer, open_output
-from katra_trace.io.reader import Trace, TraceRecoveryWarning, is_trace_file, open_trace
+from katra_trace.io.reader import Trace, TraceRecoveryWarning, open_if_trace, open_trace
 from katra_trace.text import shown
 
 #: Name of the manifest ``katra3d ab`` writes into its output directory.
@@ -122,11 +123,13 @@ def ab_pairs(root: Path, manifest: dict[str, Any]) -> list[tuple[Path, Path]]:
     return out
 
 
-def trace_paths(path: str) -> list[Path]:
-    """The trace files ``path`` names: itself, or the katra traces directly inside a directory.
+def iter_traces(path: str | os.PathLike[str], verb: str = "using") -> Iterator[tuple[Trace, str | None]]:
+    """The traces ``path`` names, each opened once, as it is reached, with its :func:`damaged_note`: the file
+    itself (:func:`open_quietly`'s rules), or the katra traces directly inside a directory, in name order (a
+    file there that is no trace is passed over, which the one open that reads a trace decides).
 
-    ConfigError (exit 2, one line naming the path) for a path that does not exist, an empty
-    directory, or one the system refuses to look at (a name too long, no permission)."""
+    ConfigError (exit 2, one line naming the path) for a path that does not exist, a directory with no trace,
+    or one the system refuses to look at (a name too long, no permission)."""
     p = Path(path)
     try:
         mode = os.stat(p).st_mode
@@ -135,23 +138,44 @@ def trace_paths(path: str) -> list[Path]:
     except OSError as exc:
         raise ConfigError(f"cannot read {shown(path)}: {describe(exc)}") from None
     if not stat.S_ISDIR(mode):
-        return [p]
+        whole = open_quietly(p)
+        yield whole, damaged_note(whole, verb)
+        return
     try:
         children = sorted(p.iterdir())
     except OSError as exc:
         raise ConfigError(f"cannot list directory {shown(path)}: {describe(exc)}") from None
-    found = [child for child in children if is_trace_file(child)]
+    found = False
+    for child in children:
+        with _no_recovery_warning():
+            trace = open_if_trace(child)
+        if trace is not None:
+            found = True
+            yield trace, damaged_note(trace, verb)
     if not found:
         raise ConfigError(f"no katra3d traces in directory {shown(path)}")
-    return found
+
+
+def open_trace_sets(paths: Sequence[str | os.PathLike[str]], verb: str = "using") -> tuple[list[Trace], list[str]]:
+    """Every trace that ``paths`` (trace files and directories of traces) name, each opened once
+    (:func:`iter_traces`), and the :func:`damaged_note` of each damaged one."""
+    opened = [pair for path in paths for pair in iter_traces(path, verb)]
+    return [t for t, _ in opened], [note for _, note in opened if note is not None]
 
 
 def open_quietly(path: str | os.PathLike[str], events: bool = True) -> Trace:
     """:func:`~katra_trace.io.reader.open_trace`, with the recovery warning left to the caller (it reads
     ``trace.truncated``, and :func:`damaged_note` says it)."""
+    with _no_recovery_warning():
+        return open_trace(path, events=events)
+
+
+@contextlib.contextmanager
+def _no_recovery_warning() -> Iterator[None]:
+    """The reader's recovery warning held back: a damaged trace is said by :func:`damaged_note` instead."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TraceRecoveryWarning)
-        return open_trace(path, events=events)
+        yield
 
 
 def damaged_note(trace: Trace, verb: str = "using") -> str | None:
@@ -169,6 +193,6 @@ def open_traces(paths: Sequence[str | os.PathLike[str]], verb: str = "using") ->
     return traces, [note for t in traces if (note := damaged_note(t, verb)) is not None]
 
 
-
 __all__ = ["AB_MANIFEST", "AB_MANIFEST_VERSION", "AB_TRACE", "ab_pairs", "clear_ab_dir", "damaged_note",
-           "open_quietly", "open_traces", "read_ab_manifest", "record_ab_decision", "trace_paths", "write_ab_manifest"]
+           "iter_traces", "open_quietly", "open_trace_sets", "open_traces", "read_ab_manifest", "record_ab_decision",
+           "write_ab_manifest"]
