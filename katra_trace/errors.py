@@ -115,6 +115,24 @@ def signal_exit_code(signum: int) -> int:
     return 128 + int(signum)
 
 
+def stopped_exit_code(signal_name: str | None) -> int:
+    """The exit code of a run that recorded the stop signal ``signal_name`` (``"SIGTERM"``; none or an unknown
+    name counts as Ctrl-C's SIGINT): :func:`signal_exit_code` of it."""
+    import signal  # deferred: this module is pure and loads nothing it does not need
+
+    return signal_exit_code(signal.Signals.__members__.get(signal_name or "", signal.SIGINT))
+
+
+def child_ended(returncode: int) -> tuple[str, int]:
+    """How a child process that handed back nothing ended (``"was killed by SIGKILL"``, ``"ended with exit code
+    5"``) and the exit code that reports it: :func:`signal_exit_code` of the signal that killed it, else 2."""
+    import signal  # deferred: this module is pure and loads nothing it does not need
+
+    if -returncode in {int(s) for s in signal.Signals}:
+        return f"was killed by {signal.Signals(-returncode).name}", signal_exit_code(-returncode)
+    return f"ended with exit code {returncode}", 2
+
+
 class Interrupted(KeyboardInterrupt):
     """A stop signal (``signum``: SIGINT, SIGTERM, SIGHUP) ended the work; the CLI says so in one line and exits
     :func:`signal_exit_code`. A KeyboardInterrupt, so that code which lets Ctrl-C through lets it through."""
@@ -145,7 +163,9 @@ __all__ = [
     "ToolUnavailable",
     "TraceVersionError",
     "WriterClosedError",
+    "child_ended",
     "signal_exit_code",
+    "stopped_exit_code",
     "write_failed",
 ]
 

@@ -7,7 +7,6 @@ value is reported as one ``katra3d: error: ...`` line with exit code 2.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from katra3d.harness.run.jobs import parse_jobs
 from katra3d.harness.run.progress import Progress
 from katra_trace.analysis.images import flip_missing
 from katra_trace.analysis.references import check_references, record_references
-from katra_trace.errors import ConfigError
+from katra_trace.errors import ConfigError, stopped_exit_code
 from katra_trace.io import format as fmt
 from katra_trace.io.tracesets import open_quietly
 
@@ -146,11 +145,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(result))
     if result.status == "interrupted":
-        try:
-            signum = signal.Signals[result.signal_name]
-        except KeyError:
-            signum = signal.SIGINT
-        return 128 + int(signum)
+        return stopped_exit_code(result.signal_name)
     if plan.expect_images is not None:
         return _check_images(plan.expect_images, result.path, [r.label for r in result.scenes],
                              update=bool(args.update_images))

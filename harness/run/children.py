@@ -36,11 +36,8 @@ from katra3d.harness.run.parts import join
 from katra3d.harness.run.placeholders import placeholder_plan, restore_strings
 from katra3d.harness.run.progress import Relay, lane
 from katra3d.scenes.suites import scene_cost
-from katra_trace.errors import ConfigError, ToolUnavailable
+from katra_trace.errors import ConfigError, ToolUnavailable, child_ended
 from katra_trace.io import claim as claim_mod
-
-#: Signals a killed child can have died of (its exit code is minus the signal number).
-_SIGNALS = frozenset(int(s) for s in signal.Signals)
 
 
 def scene_plan(plan: RunPlan, index: int) -> RunPlan:
@@ -222,9 +219,9 @@ def _ended(child: _Child) -> None:
     child.handed = measure.handed_back(child.dump_dir)
     if child.handed is None:  # killed, or crashed before handing anything back
         code = child.code
-        how = f"was killed by {signal.Signals(-code).name}" if -code in _SIGNALS else f"ended with exit code {code}"
+        how, exit_code = child_ended(code)
         child.handed = {"error": f"scene '{child.label}': its child {how}; it handed back no results",
-                        "exit_code": 128 - code if -code in _SIGNALS else 2, "no_results": True}
+                        "exit_code": exit_code, "no_results": True}
 
 
 def _handed(kept: list[_Child], failed: bool, received: list[int]) -> dict[str, Any] | None:

@@ -41,7 +41,15 @@ from katra3d.harness.run.progress import Progress as RunProgress
 from katra3d.harness.run.progress import entered, show_warning
 from katra3d.harness.run.valgrind import check_renderer
 from katra_trace.analysis.references import DURATION_NOTICE, images_policy
-from katra_trace.errors import Interrupted, KatraError, OutputBusyError, OutputExistsError, signal_exit_code
+from katra_trace.errors import (
+    Interrupted,
+    KatraError,
+    OutputBusyError,
+    OutputExistsError,
+    child_ended,
+    signal_exit_code,
+    stopped_exit_code,
+)
 from katra_trace.io.header import CaptureOptions, build_capture_options
 from katra_trace.text import shown
 
@@ -177,10 +185,9 @@ def _run_counted(plan: RunPlan, progress: Progress, *, quiet: bool) -> RunResult
         failed.scene_traceback = str(handed.get("traceback") or "")
         raise failed
     if handed is None or not plan.output.is_file():
-        how = f"was killed by {signal.Signals(-code).name}" if -code in _SIGNALS else f"ended with exit code {code}"
+        how, exit_code = child_ended(code)
         kept = "" if plan.output.is_file() else f" and wrote no trace at {plan.output}"
-        raise _ChildFailed(128 - code if -code in _SIGNALS else 2,
-                           f"the counted run under valgrind {how}{kept}; it handed back no results")
+        raise _ChildFailed(exit_code, f"the counted run under valgrind {how}{kept}; it handed back no results")
     result = measure.result_from_dict(handed, plan.output)
     if code != 0 and result.status == "complete":
         raise _ChildFailed(2, f"the counted run under valgrind ended with exit code {code}")
@@ -223,11 +230,7 @@ def run_child() -> int:
     progress.phase("valgrind ending (callgrind's last dump)", None)
     if result.status != "interrupted":
         return 0
-    return signal_exit_code(signal.Signals.__members__.get(result.signal_name, signal.SIGINT))
-
-
-#: Signals a killed child can have died of (its exit code is minus the signal number).
-_SIGNALS = frozenset(int(s) for s in signal.Signals)
+    return stopped_exit_code(result.signal_name)
 
 
 class _ChildFailed(KatraError):
