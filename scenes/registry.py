@@ -119,6 +119,7 @@ def _load_from_file(file_part: str, class_name: str) -> type[Scene]:
     if not path.is_file():
         raise SceneError(f"scene file '{file_part}' not found")
     resolved = path.resolve()
+    _on_import_path(resolved.parent)
     digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:10]
     module_name = f"katra3d_user_scene_{resolved.stem}_{digest}"
     module = sys.modules.get(module_name)
@@ -142,6 +143,14 @@ def _load_from_file(file_part: str, class_name: str) -> type[Scene]:
             raise SceneError(f"{where} defines {listing}")
         class_name = found[0]
     return _class_from_module(module, class_name, where)
+
+
+def _on_import_path(folder: Path) -> None:
+    """Put a scene file's folder on the import path, as Python does for a script, so that the file imports the
+    packages beside it (a repository's own ``scenes/``) from the console script, ``python -m katra3d`` and a
+    counted child alike. Last, not first: a file beside the scene never hides an installed package."""
+    if str(folder) not in sys.path:
+        sys.path.append(str(folder))
 
 
 def _load_from_module(module_part: str, class_name: str) -> type[Scene]:

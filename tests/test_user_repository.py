@@ -17,7 +17,7 @@ import pytest
 
 from katra3d.harness.run.config import RunConfig, parse_param, plan_run
 from katra3d.scenes.builtin.clear import ClearScene
-from katra3d.scenes.registry import find_file_spec, names_scene, split_file_spec, with_class
+from katra3d.scenes.registry import find_file_spec, get_scene, names_scene, split_file_spec, with_class
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError, SceneError
 from tests.cli_helpers import katra
@@ -181,6 +181,23 @@ def test_run_scenes_and_the_printed_param_work_in_a_repository_with_its_own_scen
         ("triangle", {"speed": 0.25}), ("fillrate", {"layers": 2}), ("cubes", {"count": 4})]
     r = katra("run", "triangle", "--frames", "2", "--bogus", "clear", cwd=app, env=APP_ENV)
     assert r.returncode == 2 and "unrecognized arguments: --bogus clear" in r.stderr
+
+    # no PYTHONPATH, another working directory: the scene file's folder is on the import path, as a script's is
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = katra("run", str(app / "my_scene.py"), *SMALL, "-o", str(app / "g.katra"), cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_scene_files_folder_goes_last_on_the_import_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Last, so that a file beside the scene never hides an installed package: a ``numpy.py`` there is not numpy."""
+    app = _app(tmp_path / "app")
+    (app / "numpy.py").write_text("raise ImportError('the folder hid an installed package')\n")
+    repo = Path(__file__).resolve().parent.parent  # katra3d's own tree, whose scenes/ is not a top-level package
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if Path(p or ".").resolve() != repo])
+    for name in ("scenes", "harness"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert get_scene(f"{app / 'my_scene.py'}:Cubes").name == "cubes"
+    assert sys.path[-1] == str(app) and sys.modules["scenes"].__file__ == str(app / "scenes" / "__init__.py")
 
 
 @pytest.mark.gl
