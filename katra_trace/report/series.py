@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 import numpy as np
 
 from katra_trace.analysis.stats import EXCLUDED_FLAGS, scene_labels, zone_frame_totals
-from katra_trace.metrics import CLOCK_NAMES, clock_name, primary_clock_of, unit_of
-from katra_trace.schema import Clock, Flag, Kind
+from katra_trace.metrics import CLOCK_NAMES, CLOCK_PREFERENCE, clock_name, primary_clock_of, unit_of
+from katra_trace.schema import Flag, Kind
 
 if TYPE_CHECKING:
     from katra_trace.io.header import TraceHeader
@@ -193,10 +193,9 @@ def _scenes_of(trace: TraceLike) -> dict[str, tuple[int, list[str]]]:
     for key in keys.tolist():
         clocks_of.setdefault(key // 256, set()).add(key % 256)
     out: dict[str, tuple[int, list[str]]] = {}
-    order = {int(c): i for i, c in enumerate((Clock.WALL, Clock.GPU, Clock.INSTRUCTIONS, Clock.CYCLES, Clock.PROCESS,
-                                               Clock.CPU))}
+    order = {name: i for i, name in enumerate(CLOCK_PREFERENCE)}
     for sid, label in scene_labels(ev, list(trace.strings)).items():
-        clocks = sorted(clocks_of.get(sid, ()), key=lambda c: (order.get(c, 99), c))
+        clocks = sorted(clocks_of.get(sid, ()), key=lambda c: (order.get(CLOCK_NAMES.get(c, ""), 99), c))
         if clocks:
             out[label] = (sid, [clock_name(c) for c in clocks])
     return out
