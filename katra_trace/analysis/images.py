@@ -19,6 +19,10 @@ one frame a side at a time, only when the verdict needs them (:func:`katra_trace
 The defaults live in :mod:`katra_trace.analysis.defaults` and were measured on llvmpipe renders of every
 built-in scene (docs/images.md). FLIP and Pillow are the optional extra ``katra3d[images]``; without FLIP the
 verdict rests on checksums alone and :func:`flip_missing` gives the install line to say once.
+
+FLIP runs once a pair (:mod:`katra_trace.analysis.flip`): a verdict that measured its pair keeps the errors
+as its colour map's levels (``ImageVerdict.error_levels``), and the error map that ``compare --image-diff``
+and the report show (:func:`diff_pngs`) is drawn from them.
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Protocol
 
 import numpy as np
@@ -48,16 +51,23 @@ from katra_trace.io.claim import check_output_dir, missing_directory, open_outpu
 from katra_trace.io.image_block import KeptFrame
 from katra_trace.io.images import KeptFrameError, encode_png, frame_pixels
 from katra_trace.jsontext import record_dict
-from katra_trace.optional import MissingDependencyError, require
+from katra_trace.analysis.flip import (
+    FLIP_PURPOSE,
+    flip_error_map,
+    flip_errors,
+    flip_levels,
+    flip_missing,
+    flip_module,
+    levels_picture,
+    magma_colours,
+)
 
 #: The verdicts of :func:`image_verdict`, from best to worst.
 IMAGE_VERDICTS = ("identical", "within_tolerance", "changed", "incomparable")
-#: What needs FLIP, as the install line names it.
-FLIP_PURPOSE = "an image tolerance (identical / within tolerance / changed)"
 #: The largest frame FLIP measures, in pixels (2048 x 2048): FLIP takes about 4 us a pixel on one core, so
 #: this bounds its time (about 10-20 s on the loaded 2-core machine this was measured on; an 8192x8192 frame
-#: took 291 s). Its memory is bounded by the tiles (:data:`FLIP_TILE`). Over the cap the verdict rests on
-#: the checksums, and says so.
+#: took 291 s). Its memory is bounded by the tiles (:data:`katra_trace.analysis.flip.FLIP_TILE`). Over the cap
+#: the verdict rests on the checksums, and says so.
 FLIP_MAX_PIXELS = 1 << 22
 
 
@@ -122,6 +132,10 @@ class ImageVerdict:
     new_sha256: str = ""
     #: False when a side's kept frame could not be read (damaged, or over its trace's budget): no pictures
     readable: bool = dataclasses.field(default=True, repr=False)
+    #: FLIP's errors as its colour map's levels ((H, W) uint8, :func:`~katra_trace.analysis.flip.flip_levels`)
+    #: when FLIP measured the pair and its colours are known: the error map is drawn from them
+    #: (:func:`diff_pngs`) without a second FLIP pass. One byte a pixel, at most :data:`FLIP_MAX_PIXELS`.
+    error_levels: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def line(self) -> str:
@@ -136,73 +150,9 @@ class ImageVerdict:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict; NaN becomes None."""
         out = record_dict(self)
-        del out["readable"]
+        del out["readable"], out["error_levels"]
         out["line"] = self.line
         return out
-
-
-def flip_module() -> ModuleType:
-    """``flip_evaluator``, or :class:`MissingDependencyError` with the install line of ``katra3d[images]``."""
-    return require("flip_evaluator", extra="images", purpose=FLIP_PURPOSE, what="FLIP (flip-evaluator)")
-
-
-def flip_missing() -> str | None:
-    """The one-line install message when FLIP is not installed (say it once per command), else None."""
-    try:
-        flip_module()
-    except MissingDependencyError as exc:
-        return str(exc)
-    return None
-
-
-def _rgb01(pixels: np.ndarray) -> np.ndarray:
-    """(H, W, 3) float32 in [0, 1] of an (H, W, 3|4) uint8 image: what FLIP's LDR mode reads (alpha dropped)."""
-    arr = np.asarray(pixels)
-    if arr.ndim != 3 or arr.shape[2] not in (3, 4) or arr.dtype != np.uint8:
-        raise ValueError(f"expected an (H, W, 3|4) uint8 image, got {arr.dtype} {arr.shape}")
-    out: np.ndarray = np.ascontiguousarray(arr[:, :, :3], dtype=np.float32) / np.float32(255.0)
-    return out
-
-
-#: FLIP runs on tiles of this many pixels a side, each read with :data:`FLIP_MARGIN` pixels of its neighbours
-#: around it, so that what it holds (about 150 bytes a pixel) stays near 50 MB whatever the frame's size.
-FLIP_TILE = 512
-#: FLIP's filters reach about 10 pixels at its default 67 pixels a degree (3 sigma of its widest Gaussian);
-#: with 16 pixels or more of context the tiled error map equals the whole frame's bit for bit (8 did not).
-FLIP_MARGIN = 32
-
-
-def _flip_tiles(base: np.ndarray, new: np.ndarray, magma: bool) -> np.ndarray:
-    """FLIP over ``base`` and ``new`` tile by tile: (H, W) float32 errors, or with ``magma`` (H, W, 3) float32
-    colours; each tile's pixels are those of a FLIP over the whole frame."""
-    flip = flip_module()
-    height, width = base.shape[:2]
-    out = np.empty((height, width, 3) if magma else (height, width), dtype=np.float32)
-    for top in range(0, height, FLIP_TILE):
-        for left in range(0, width, FLIP_TILE):
-            y0, x0 = max(0, top - FLIP_MARGIN), max(0, left - FLIP_MARGIN)
-            y1, x1 = min(height, top + FLIP_TILE + FLIP_MARGIN), min(width, left + FLIP_TILE + FLIP_MARGIN)
-            result, _mean, _params = flip.evaluate(_rgb01(base[y0:y1, x0:x1]), _rgb01(new[y0:y1, x0:x1]), "LDR",
-                                                   applyMagma=magma)
-            tile = np.asarray(result, dtype=np.float32).reshape((y1 - y0, x1 - x0, 3) if magma else (y1 - y0, x1 - x0))
-            bottom, right = min(height, top + FLIP_TILE), min(width, left + FLIP_TILE)
-            out[top:bottom, left:right] = tile[top - y0:bottom - y0, left - x0:right - x0]
-    return out
-
-
-def flip_errors(base: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """FLIP's per-pixel error (H, W) float32 in [0, 1] of NEW against BASE (uint8 images of one size), computed
-    in tiles (:data:`FLIP_TILE`): within a fixed memory, and equal to FLIP over the whole frame.
-
-    Raises :class:`MissingDependencyError` without ``flip-evaluator``."""
-    return _flip_tiles(base, new, magma=False)
-
-
-def flip_error_map(base: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """FLIP's error map of NEW against BASE as an (H, W, 3) uint8 image in the magma colour map (black: no
-    visible difference, yellow: the largest): the picture ``compare --image-diff`` and the report show."""
-    rgb = np.clip(_flip_tiles(base, new, magma=True), 0.0, 1.0)
-    return np.ascontiguousarray(np.rint(rgb * 255.0).astype(np.uint8))
 
 
 def _sha(image: Image | np.ndarray) -> str:
@@ -300,8 +250,9 @@ def image_verdict(base: Image | np.ndarray | None, new: Image | np.ndarray | Non
     reason = f"FLIP mean {mean:.3g}, {outliers:.3g} % of pixels over {limits.outlier_level:g}"
     if not changed:
         reason += f" (limits {limits.max_mean:g} and {limits.max_outlier_pct:g} %)"
+    levels = flip_levels(errors) if magma_colours() is not None else None
     return ImageVerdict("changed" if changed else "within_tolerance", reason, flip_mean=mean,
-                        outlier_pct=outliers, **shas)
+                        outlier_pct=outliers, error_levels=levels, **shas)
 
 
 def image_verdicts(base: Mapping[str, Image], new: Mapping[str, Image],
@@ -363,13 +314,21 @@ def _png(image: Image | np.ndarray) -> bytes:
     return image.png if isinstance(image, KeptFrame) else encode_png(_load(image))
 
 
-def diff_pngs(base: Image | np.ndarray, new: Image | np.ndarray) -> dict[str, bytes]:
+def diff_pngs(base: Image | np.ndarray, new: Image | np.ndarray,
+              verdict: ImageVerdict | None = None) -> dict[str, bytes]:
     """The pictures of one scene's difference as PNG bytes: ``base``, ``new`` and, when FLIP is installed, the
     sizes agree and they are within :data:`FLIP_MAX_PIXELS`, ``flip`` (:func:`flip_error_map`). Kept frames
-    give their own PNGs and are decoded only for the FLIP map (left out when one cannot be read)."""
+    give their own PNGs and are decoded only for the FLIP map (left out when one cannot be read).
+
+    ``verdict``: this pair's :func:`image_verdict`; when FLIP measured it, the map is drawn from the levels it
+    kept (``ImageVerdict.error_levels``): FLIP runs once a pair, for the verdict, and no frame is decoded here."""
     out = {"base": _png(base), "new": _png(new)}
     (wb, hb), (wn, hn) = _dims(base), _dims(new)
-    if (wb, hb) == (wn, hn) and wb * hb <= FLIP_MAX_PIXELS and flip_missing() is None:
+    levels = verdict.error_levels if verdict is not None else None
+    kept = levels_picture(levels) if levels is not None and levels.shape == (hb, wb) == (hn, wn) else None
+    if kept is not None:
+        out["flip"] = encode_png(kept)
+    elif (wb, hb) == (wn, hn) and wb * hb <= FLIP_MAX_PIXELS and flip_missing() is None:
         try:
             out["flip"] = encode_png(flip_error_map(_load(base), _load(new)))
         except KatraError:  # a damaged or too large frame: its verdict says so
@@ -422,7 +381,7 @@ def write_image_diff(directory: str | os.PathLike[str], verdicts: Mapping[str, I
             root.mkdir(exist_ok=True)
         except FileNotFoundError:
             raise missing_directory(root.parent) from None
-        for what, data in diff_pngs(b, n).items():
+        for what, data in diff_pngs(b, n, verdict).items():
             path = root / f"{stem}.{what}.png"
             with open_output(path, option="--image-diff", example="DIR") as f:
                 f.write(data)

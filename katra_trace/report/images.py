@@ -2,7 +2,8 @@
 identical, BASE, NEW and the FLIP error map side by side (PNG images embedded as ``data:`` URLs, so the page
 stays one self-contained file).
 
-The verdicts are :func:`katra_trace.analysis.images.image_verdict`'s (the same as ``katra3d compare``'s);
+The verdicts are :func:`katra_trace.analysis.images.image_verdict`'s (the same as ``katra3d compare``'s), and
+each error map is drawn from the FLIP levels its verdict kept (no second FLIP pass);
 this module only lays them out.
 """
 
@@ -47,7 +48,7 @@ def images_section(verdicts: Mapping[str, ImageVerdict], base: Mapping[str, Imag
             continue
         figures = "".join(f'<figure><img alt="{_e(scene)}: {_e(_CAPTIONS[what])}" data-kind="{what}" '
                           f'src="{_data_url(png)}"><figcaption>{_e(_CAPTIONS[what])}</figcaption></figure>'
-                          for what, png in diff_pngs(b, n).items())
+                          for what, png in diff_pngs(b, n, v).items())
         pictures.append(f'<h3 id="image-{i}">{_e(scene)}: {_e(v.line)}</h3><div class="trio">{figures}</div>')
     missing = flip_missing() if any(v.checksum_only for v in verdicts.values()) else None
     counts: dict[str, int] = {}
