@@ -23,11 +23,9 @@ from tests.test_compare_cli import write_rounds
 ROUNDS = 3
 
 
-@pytest.fixture(scope="module")
-def ab_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An ab output directory: 3 rounds of synthetic traces in base/ and new/, ab.json pairing them, and a file
-    in base/ that is no trace (passed over)."""
-    root = tmp_path_factory.mktemp("ab")
+def write_ab_dir(root: Path) -> Path:
+    """An ab output directory in ``root``: 3 rounds of synthetic traces in base/ and new/, ab.json pairing them,
+    and a file in base/ that is no trace (passed over)."""
     write_rounds(root / "base", root / "new", ROUNDS, 10.0, (1, 100), frames=20)
     (root / "base" / "notes.txt").write_text("not a trace\n")
     names = [f"run-{i:02d}.katra" for i in range(ROUNDS)]
@@ -35,6 +33,11 @@ def ab_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
                              "rounds": [{"round": i + 1, "base": f"base/{n}", "new": f"new/{n}"}
                                         for i, n in enumerate(names)]})
     return root
+
+
+@pytest.fixture(scope="module")
+def ab_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_ab_dir(tmp_path_factory.mktemp("ab"))
 
 
 @pytest.fixture
@@ -79,10 +82,12 @@ def test_compare_opens_each_trace_once(ab_dir: Path, opens: collections.Counter[
 def test_report_and_stats_open_each_trace_once(ab_dir: Path, opens: collections.Counter[str], tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("plotly", reason="the 'export' extra (plotly) is part of the test extra")
-    code, _, err = katra_main(capsys, "report", "--baseline", str(ab_dir / "base"), str(ab_dir / "new"),
-                              "-o", str(tmp_path / "r.html"))
-    assert code == 0, err
-    assert set(_traces(opens).values()) == {1} and set(_traces(opens)) == _all_traces(ab_dir)
+    for i, args in enumerate((["--baseline", str(ab_dir / "base"), str(ab_dir / "new")], [str(ab_dir)])):
+        opens.clear()
+        code, _, err = katra_main(capsys, "report", *args, "-o", str(tmp_path / f"r{i}.html"))
+        assert code == 0, err
+        assert set(_traces(opens).values()) == {1} and set(_traces(opens)) == _all_traces(ab_dir), args
+        assert opens[os.path.realpath(ab_dir / AB_MANIFEST)] == 1
     opens.clear()
     code, _, err = katra_main(capsys, "stats", str(ab_dir / "new"))
     assert code == 0, err

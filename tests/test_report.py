@@ -20,7 +20,9 @@ from katra_trace.report import build_report, write_report
 from katra_trace.report.series import MAX_POINTS, cdf_points, frame_series, minmax_downsample, zone_medians
 from katra_trace.schema import EVENT_DTYPE
 from katra_trace.units import format_ms, stat_label
+from tests.cli_helpers import katra_main
 from tests.export_helpers import HEADER, STRINGS, rich_events, write_rich
+from tests.test_opens_once import write_ab_dir
 from tests.trace_helpers import write_trace
 
 pytest.importorskip("plotly", reason="the 'export' extra (plotly) is part of the test extra")
@@ -357,3 +359,21 @@ def test_params_that_differ_between_runs_get_a_row_each(tmp_path: Path) -> None:
     assert _rows(table.group(0)) == [["run 1: a.katra", "4"], ["baseline 1: b.katra", "12"]]
     zones = re.search(r'<table class="zone-stats">.*?</table>', differ, re.S)
     assert zones is not None and _headers(zones.group(0))[:3] == ["run", "zone", "spans"]  # a row per run
+
+
+def test_report_of_an_ab_directory_is_the_comparison_of_its_two_sides(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """``report DIR`` of a ``katra3d ab`` output resolves its sides as ``compare DIR`` does (paired from ab.json):
+    the page ``report --baseline DIR/base DIR/new`` writes, byte for byte."""
+    root = write_ab_dir(tmp_path / "ab")
+    code, out, err = katra_main(capsys, "report", str(root), "-o", str(tmp_path / "dir.html"), "--json")
+    assert code == 0, err
+    written = json.loads(out)
+    assert [Path(p).parent.name for p in written["runs"]] == ["new"] * 3
+    assert [Path(p).parent.name for p in written["baseline"]] == ["base"] * 3
+    code, _, err = katra_main(capsys, "report", "--baseline", str(root / "base"), str(root / "new"),
+                              "-o", str(tmp_path / "sides.html"))
+    assert code == 0, err
+    page = (tmp_path / "dir.html").read_text()
+    assert page == (tmp_path / "sides.html").read_text()
+    assert f"paired: 3 round(s) from {root / 'ab.json'}" in page

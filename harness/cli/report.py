@@ -1,9 +1,9 @@
-"""``katra3d report TRACE|DIR... [--baseline TRACE|DIR] -o report.html``: one self-contained HTML page."""
+"""``katra3d report TRACE|DIR... [--baseline TRACE|DIR] -o report.html`` (or ``report AB_DIR``, both sides of an
+``katra3d ab`` output): one self-contained HTML page."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,11 +17,13 @@ from katra3d.harness.cli._common import (
     image_options,
     iter_runs,
     print_json,
+    warn_damaged,
 )
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.history.trends import trend_data
 from katra_trace.history.store import Source
 from katra_trace.io.claim import check_output
+from katra_trace.io.tracesets import is_ab_dir
 from katra_trace.report import build_report, write_report
 from katra_trace.report.page import plotly_js_packed
 
@@ -36,7 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "median and p99 lines), the distribution, the zones and the statistics; with "
                                    "--baseline both sides overlaid and the 'compare' verdicts. See docs/report.md.")
     p.add_argument("traces", metavar="TRACE|DIR", nargs="*",
-                   help="trace files, or directories whose traces are the runs (optional with --history)")
+                   help="trace files, or directories whose traces are the runs (optional with --history); or one "
+                        "output directory of 'katra3d ab', whose two sides are compared as by --baseline DIR/base "
+                        "DIR/new")
     p.add_argument("--baseline", metavar="TRACE|DIR", action="append", default=[],
                    help="baseline trace(s) or directory to compare against (repeatable)")
     p.add_argument("-o", "--output", metavar="PATH", default="report.html",
@@ -62,13 +66,16 @@ def run(args: argparse.Namespace) -> int:
     policy, limits = image_options(args)
     comparison: ComparisonResult | None = None
     error: str | None = None
-    if args.baseline:
+    ab_dir = not args.baseline and len(args.traces) == 1 and is_ab_dir(args.traces[0])
+    if args.baseline or ab_dir:
         # deferred: the comparison loads scipy; only a report with a baseline needs it
         from katra_trace.analysis.comparison import compare_sides, open_sides
 
-        sides = open_sides(args.baseline, args.traces, verb="reporting")
+        # an ab output directory is both sides, resolved (and paired) as `compare DIR` resolves it
+        sides = open_sides(args.traces[0], verb="reporting") if ab_dir else \
+            open_sides(args.baseline, args.traces, verb="reporting")
         for line in sides.damaged:
-            print(f"katra3d: warning: {line}", file=sys.stderr)
+            warn_damaged(line)
         runs, baseline = list(sides.new_traces), list(sides.base_traces)
         try:  # traces that cannot be compared (counts against times ...): the page says why instead
             comparison = compare_sides(sides, image_policy=policy, image_limits=limits, **compare_kwargs(args))

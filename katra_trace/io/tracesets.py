@@ -35,13 +35,19 @@ def write_ab_manifest(root: Path, manifest: dict[str, Any]) -> None:
         f.write((json.dumps(manifest, indent=2) + "\n").encode("utf-8"))
 
 
+def is_ab_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is the output directory of ``katra3d ab``: a directory holding its ``ab.json``
+    (whose content :func:`read_ab_manifest` checks)."""
+    return (Path(path) / AB_MANIFEST).is_file()
+
+
 def read_ab_manifest(root: Path) -> dict[str, Any] | None:
     """``root/ab.json`` as written by ``katra3d ab``, or None when there is none.
 
     Raises ConfigError when the file exists but is not a readable manifest.
     """
     path = root / AB_MANIFEST
-    if not path.is_file():
+    if not is_ab_dir(root):
         return None
     try:
         data = json.loads(path.read_text())
@@ -194,5 +200,5 @@ def open_traces(paths: Sequence[str | os.PathLike[str]], verb: str = "using") ->
 
 
 __all__ = ["AB_MANIFEST", "AB_MANIFEST_VERSION", "AB_TRACE", "ab_pairs", "clear_ab_dir", "damaged_note",
-           "iter_traces", "open_quietly", "open_trace_sets", "open_traces", "read_ab_manifest", "record_ab_decision",
+           "is_ab_dir", "iter_traces", "open_quietly", "open_trace_sets", "open_traces", "read_ab_manifest", "record_ab_decision",
            "write_ab_manifest"]
