@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from katra3d.harness.run.progress import warn
 from katra_trace import Trace, jsontext
 from katra_trace.analysis.defaults import (
     DEFAULT_ALPHA,
@@ -142,7 +143,7 @@ def iter_runs(paths: Sequence[str], verb: str = "using") -> Iterator[Trace]:
 
 def warn_damaged(line: str) -> None:
     """A damaged trace's one line (:func:`katra_trace.io.tracesets.damaged_note`) as a warning on stderr."""
-    print(f"katra3d: warning: {line}", file=sys.stderr)
+    warn(line)
 
 
 def print_json(obj: Any) -> None:

@@ -17,6 +17,7 @@ from katra3d.harness.cli._common import (
     emit_table,
     image_options,
     print_json,
+    warn_damaged,
 )
 from katra_trace.analysis.images import ImageVerdict, flip_missing, write_image_diff
 from katra_trace.analysis.verdict import Comparison, Verdict
@@ -178,7 +179,7 @@ def compare_and_print(base: str, new: str | None, args: argparse.Namespace, reco
         check_output_dir(args.image_diff, option="--image-diff")
     sides = open_sides(base, new, unpaired=getattr(args, "unpaired", False))
     for line in sides.damaged:
-        print(f"katra3d: warning: {line}", file=sys.stderr)
+        warn_damaged(line)
     policy, limits = image_options(args)
     result = compare_sides(sides, image_policy=policy, image_limits=limits, **compare_kwargs(args))
     if getattr(args, "image_diff", None) and policy != "off":

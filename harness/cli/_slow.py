@@ -11,10 +11,10 @@ slow frame; a scene without frame times (a counted capture) gets one line that s
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from katra3d.harness.cli._common import emit_table
+from katra3d.harness.run.progress import warn
 from katra_trace import Trace
 from katra_trace.analysis.slow import SceneSlow
 from katra_trace.analysis.stats import STUTTER_FACTOR, STUTTER_WINDOW_FRAMES, trace_stats
@@ -41,7 +41,7 @@ def slow_csv_rows(found: dict[str, SceneSlow], where: str, lead: list[str]) -> l
     scene without frame times goes to stderr, naming ``where`` (the trace)."""
     for scene, slow in found.items():
         if slow.clock is None:
-            print(f"katra3d: warning: {escape(where)}: {escape(scene)}: {slow.note}", file=sys.stderr)
+            warn(f"{escape(where)}: {escape(scene)}: {slow.note}")
     return [[*lead, scene, str(s.frame), repr(s.ms), repr(s.ratio), s.cause.kind,
              s.cause.name or "", repr(s.cause.excess_ms)]
             for scene, slow in found.items() for s in slow.slow]

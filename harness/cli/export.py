@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from katra3d.harness.cli._common import load_traces, print_json
-from katra3d.harness.run.progress import Tally
+from katra3d.harness.run.progress import Tally, warn
 from katra_trace.export import FORMATS, default_path, export_trace
 from katra_trace.io.claim import check_output
 
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         result = export_trace(trace, args.to, args.output, overwrite=args.force,
                               progress=lambda done, total: tally.update("exporting events", done, total))
     for warning in result.warnings:
-        print(f"katra3d: warning: {warning}", file=sys.stderr)
+        warn(warning)
     if args.json:
         print_json(result.as_dict())
     elif not args.quiet:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from katra3d.harness.cli._common import ALPHA_STEPS, add_decision_options, emit_table, print_json
-from katra3d.harness.run.progress import Tally
+from katra3d.harness.run.progress import Tally, warn
 from katra3d.harness.versions.git import first_parent_order
 from katra_trace.analysis.defaults import check_alpha, check_threshold_pct
 from katra_trace.analysis.verdict import Verdict
@@ -123,10 +123,6 @@ def _lock_timeout(args: argparse.Namespace) -> float:
     return float(args.lock_timeout)
 
 
-def _warn(message: str) -> None:
-    print(f"katra3d: warning: {message}", file=sys.stderr)
-
-
 def run_add(args: argparse.Namespace) -> int:
     duckdb_module()  # exit 3 before reading anything when DuckDB is missing
     if args.parquet is not None:
@@ -137,7 +133,7 @@ def run_add(args: argparse.Namespace) -> int:
     label_time = parse_time_ns(args.time) if args.time is not None else None
     paths = find_traces(args.traces)
     with Tally("history", quiet=args.json) as tally:
-        runs, same = prepare_runs(paths, args.label, args.commit, label_time, warn=_warn,
+        runs, same = prepare_runs(paths, args.label, args.commit, label_time, warn=warn,
                                   progress=lambda done, total, path: tally.update("reading traces", done, total,
                                                                                   path.name))
     where = args.parquet if args.parquet is not None else args.db

@@ -11,13 +11,13 @@ first, one JSON document ``{"runs": [{"run": FILE NAME, ...the trace's object...
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from katra3d.harness.cli._common import emit_table, iter_runs, print_json, table_width, terminal_width
 from katra3d.harness.cli._slow import CSV_COLUMNS, print_slow, slow_csv_rows, slow_json
+from katra3d.harness.run.progress import warn
 from katra_trace import Trace
 from katra_trace.analysis.slow import trace_slow_frames
 from katra_trace.analysis.stats import flatten, trace_stats
@@ -144,7 +144,7 @@ def cell(key: str, value: Any) -> str:
 
 
 def _warn_empty(path: Path) -> None:
-    print(f"katra3d: warning: {path} has no measured frames", file=sys.stderr)
+    warn(f"{path} has no measured frames")
 
 
 def primary_rows(trace: Trace, run_label: str, zones: bool) -> list[Row]:

@@ -385,10 +385,15 @@ class Tally:
         self.line(f"{what}: {count}{now - self.started:.0f} s)" + (f" {detail}" if detail else ""))
 
 
+def warn(message: object) -> None:
+    """One ``katra3d: warning: ...`` line on stderr: every warning katra3d prints."""
+    print(f"katra3d: warning: {message}", file=sys.stderr)
+
+
 def show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                  file: object = None, line: str | None = None) -> None:
     """A ``warnings.showwarning`` that prints one ``katra3d: warning: ...`` line on stderr (no source line)."""
-    print(f"katra3d: warning: {message}", file=sys.stderr)
+    warn(message)
 
 
 class entered:
@@ -407,4 +412,5 @@ class entered:
             leave(*exc)
 
 
-__all__ = ["ChildProgress", "Lane", "Progress", "Relay", "Tally", "entered", "lane", "show_warning"]
+__all__ = [
+    "ChildProgress", "Lane", "Progress", "Relay", "Tally", "entered", "lane", "show_warning", "warn"]
