@@ -166,6 +166,7 @@ def test_resolve_capture_gpu_draws_codec_and_counting() -> None:
                                                     "pinned": {"LP_NUM_THREADS": "0"}}
     assert counted.options.primary_clock == "instructions" and counted.options.zones == "passes"
     assert counted.writer_args["batch_ms"] >= 1e6  # no time-based flushes while counting
+    assert counted.writer_args["sync"] is True  # and the writer's thread never runs beside the frames
 
 
 def test_the_writer_is_the_one_place_the_header_becomes_a_dict(tmp_path: Path) -> None:

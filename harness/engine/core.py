@@ -87,8 +87,9 @@ def resolve_capture(spec: CaptureSpec) -> ResolvedCapture:
         mode = str(spec.measure.mode)
         reason = (f"--measure {mode}: counted under callgrind (valgrind {spec.measure.valgrind or '?'}), "
                   "main thread only, single-threaded llvmpipe")
-        # no time-based flushes: periodic work would land in whichever frame it happened in
-        writer_args["batch_ms"] = 1e9
+        # no time-based flushes: periodic work would land in whichever frame it happened in; and the writer's
+        # thread works only while this one waits for it, so the two never interleave (docs/measure.md)
+        writer_args.update(batch_ms=1e9, sync=True)
     else:
         mode, reason = timers.choose_mode(spec.timing, spec.host.gl)
     recorded: dict[str, Any] = {"timing_mode": mode, "timing_reason": reason, "primary_clock": mode_clock(mode),

@@ -153,9 +153,6 @@ class CountTimer(Timer):
         valgrind_request.available()  # the request's code page, made here: outside frames, in every process alike
         self.zones_done: list[tuple[int, int, int, int, int]] = []
         self.counter_ids = {name: writer.intern(name) for name in CACHE_EVENTS} if cycles else {}
-        # the trace writer's thread finishes what it was handed before each counted frame (a sink without a
-        # thread has nothing to wait for)
-        self._written = getattr(writer, "wait_written", None) or (lambda: None)
         # debug groups would only add instructions here: no GL debugger runs under valgrind
         self._push = None
         self._pop = None
@@ -189,10 +186,6 @@ class CountTimer(Timer):
         self.counted = not flags & _WARMUP
         if not self.counted:  # a warmup frame: not counted, no events (its glFinish still ends it)
             return
-        # No other thread may run Python inside the frame: one that waits for the GIL makes this thread hand
-        # it over wherever it is, which costs instructions at a point that depends on time (a scene's
-        # annotation, written while its first counted frames ran on a loaded machine, added 28 to a zone).
-        self._written()
         self._instrument(True)  # the scene's first measured frame: from here on callgrind counts
         self.part += 1
         self.mark()  # dumps the time since the last boundary: harness work, not this frame

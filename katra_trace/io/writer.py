@@ -78,6 +78,8 @@ class TraceWriter:
             nothing moved; the writer closes it in :meth:`finish`. ``path`` only names it (messages, thread name).
         failed_aside: a capture finished ``aborted`` never goes to ``path`` (``katra3d run``: it would block
             the rerun); :attr:`failed_path` says where it went (:func:`katra_trace.io.claim.set_aside`).
+        sync: every item handed to the thread is written before the call that handed it returns, so the thread
+            never runs beside the caller (a counted capture: its work would interleave with the frames').
 
     Raises:
         OutputExistsError, OutputBusyError: the path is taken (see katra_trace/io/claim.py).
@@ -102,6 +104,7 @@ class TraceWriter:
         overwrite: bool = False,
         stream: BinaryIO | None = None,
         failed_aside: bool = False,
+        sync: bool = False,
     ) -> None:
         if codec not in fmt.CODEC_NAMES:
             raise ConfigError(f"unknown codec {codec!r}; choose one of: {', '.join(fmt.CODEC_NAMES)}")
@@ -127,6 +130,7 @@ class TraceWriter:
         self._level = compression_level
         self._batch_events = batch_events
         self._batch_s = batch_ms / 1000.0
+        self._sync = sync
         self._drop = drop_policy == "drop"
         self._max_pending = queue_batches
 
@@ -284,12 +288,6 @@ class TraceWriter:
         with self._cond:
             self._check_open_locked()
             self._hand_over_pending_locked()
-        self.wait_written()
-
-    def wait_written(self) -> None:
-        """Return once the thread has written what it was handed (the batch being filled stays): it then waits and
-        wants nothing of the caller. A counted frame starts so: the thread never takes the GIL inside it."""
-        with self._cond:
             target = self._enqueued
             while self._done < target and self._error is None and self._thread.is_alive():
                 self._cond.wait(0.5)
@@ -392,6 +390,8 @@ class TraceWriter:
         self._pending.append(item)
         self._enqueued += 1
         self._cond.notify_all()
+        while self._sync and self._done < self._enqueued and self._error is None and self._thread.is_alive():
+            self._cond.wait(0.5)
 
     def _hand_over_locked(self, batch: np.ndarray | None = None, force: bool = False,
                           raise_errors: bool = True) -> None:
