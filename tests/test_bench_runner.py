@@ -211,6 +211,7 @@ def test_an_interrupt_lost_in_a_finalizer_still_stops_the_benches(tmp_path: Path
     assert record["interrupted"] is True and record["rows"] == []
 
 
+@pytest.mark.slow
 @pytest.mark.gl
 def test_overhead_benches_run_quick(tmp_path: Path) -> None:
     """The GL benches drive the public entry points (run, capture); --quick keeps it to seconds."""

@@ -184,6 +184,7 @@ def test_ctrl_c_keeps_the_state_and_resume_measures_nothing_twice(tmp_path: Path
     assert r.returncode == 2 and "is not the GOOD of the bisection" in r.stderr
 
 
+@pytest.mark.slow
 @needs_valgrind
 def test_bad_input_and_nothing_to_bisect_exit_2(tmp_path: Path) -> None:
     repo, shas = _repo(tmp_path, [1.0e7, 1.0e7, 1.0e7, 1.2e7])

@@ -60,6 +60,7 @@ def _bisect(repo: Path, shas: list[str], out: Path, *jobs: str) -> tuple[dict[st
     return json.loads((out / "bisect.json").read_text()), r.stderr
 
 
+@pytest.mark.slow
 @needs_valgrind
 def test_two_commits_a_round_find_the_same_commit_in_at_most_4_rounds(tmp_path: Path) -> None:
     """16 commits after GOOD, +20 % lighting work from c6 (a culprit the 2-at-a-time search needs all 4 rounds

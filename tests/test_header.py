@@ -63,6 +63,7 @@ headers = st.builds(lambda d, c, h: {**d, "capture_options": c, "host_info": h},
                           json_values), options | json_values, hosts | json_values)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(raw=headers)
 def test_any_header_round_trips_and_consumers_never_raise(raw: dict[str, Any]) -> None:

@@ -65,6 +65,7 @@ def test_katra_scene_fixture_runs_a_scene(pytester: pytest.Pytester, gl_ctx: obj
     result.assert_outcomes(passed=2)
 
 
+@pytest.mark.slow
 @pytest.mark.gl
 def test_frames_land_in_pytest_benchmark_stats(pytester: pytest.Pytester, gl_ctx: object,
                                                monkeypatch: pytest.MonkeyPatch) -> None:

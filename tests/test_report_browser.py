@@ -31,7 +31,9 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 #: Seconds the page may take to draw its plots.
 PAGE_TIMEOUT_S = 40
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium (ci/system-deps.sh test installs it)")
+# every test here starts real headless Chromium: seconds each, so make test runs them, not make test-quick
+pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="no chromium (ci/system-deps.sh test installs it)"),
+              pytest.mark.slow]
 
 
 class DevTools:

@@ -16,7 +16,9 @@ from tests.test_report import RAW_KEYS, long_run
 from tests.test_report_browser import CHROMIUM, DevTools, _load, _problems, browser  # noqa: F401 (the fixture)
 from tests.test_report_layout import draws_run
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium (ci/system-deps.sh test installs it)")
+# every test here starts real headless Chromium: seconds each, so make test runs them, not make test-quick
+pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="no chromium (ci/system-deps.sh test installs it)"),
+              pytest.mark.slow]
 
 #: The legend name of one run of a side.
 EACH_RUN = re.compile(r"(run|baseline) [0-9]+: ")

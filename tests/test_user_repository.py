@@ -145,6 +145,7 @@ def test_a_file_with_one_scene_class_runs_by_its_name_alone(tmp_path: Path, monk
 # --- the commands, in the user's repository ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.gl
 def test_run_scenes_and_the_printed_param_work_in_a_repository_with_its_own_scenes_package(tmp_path: Path) -> None:
     app = _app(tmp_path / "app")
