@@ -224,10 +224,6 @@ def _params(params: Any) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items()) if isinstance(params, dict) else ""
 
 
-def _host_lines(trace: Trace) -> list[str]:
-    return _host_text(trace.header.host_info)
-
-
 def _host_text(h: HostInfo) -> list[str]:
     """A host as up to two lines: its renderer and GL, then its machine."""
     system = h.system.as_dict()
@@ -281,7 +277,7 @@ def render_compact(trace: Trace, width: int = 80) -> str:
         ("events", f"{_fmt_value(counts['by_kind'])}; clocks {_fmt_value(counts['by_clock'])}" if n else ""),
         ("scenes", _scene_lines(trace, counts)),
         ("images", [_image_line(i) for i in _kept_frames(trace)]),
-        ("host", _host_lines(trace)),
+        ("host", _host_text(trace.header.host_info)),
         ("shards" if trace.header.shards else "shard", _shard_lines(trace)),
         ("notes", h.notes or ""),
     ]

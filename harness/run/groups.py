@@ -107,7 +107,6 @@ def runs_in_group(pgid: int) -> bool:
     return False
 
 
-
 def stop_group(proc: subprocess.Popen[Any], grace_s: float) -> None:
     """End the process group that ``proc`` leads so that a ``katra3d run`` in it finishes its trace: SIGTERM; up
     to ``grace_s`` for the whole group (not just ``proc``) to end; a second SIGTERM (a run's stop-now) and

@@ -54,8 +54,9 @@ PINNED_ENV: dict[str, str] = {
 #: The counted child's GIL switch interval (``sys.setswitchinterval``; Python's default is 5 ms). A thread that
 #: waits longer than this for the GIL makes the main thread hand it over at its next bytecode, a point that
 #: depends on time, and the hand-over's instructions land in whatever frame or zone it falls in. Nothing
-#: waits for it during a counted frame (the writer's thread finishes before each one); the longer interval
-#: keeps the few bytecodes the writer runs after its last notify from being interrupted in between.
+#: waits for it during a counted frame (the counted capture's writer is sync: its thread runs only while this
+#: one waits for it); the longer interval lets a thread that starts, or that has written its item, run on until
+#: it waits, instead of being interrupted at a point that depends on time.
 COUNTED_SWITCH_INTERVAL_S = 1.0
 
 #: Pins a user may set explicitly to compare driver settings (``LP_NATIVE_VECTOR_WIDTH=256 katra3d run ...``): the

@@ -323,8 +323,8 @@ class Tally:
 
     The one mechanism beside :class:`Progress` (whose terminal bar and plain lines it shares): :meth:`update`
     drives a rich bar on a terminal and, when stderr is piped, one plain line at most every ``every_s``
-    seconds from ``every_s`` on (and then the last: work done sooner shows nothing); :meth:`line` prints a line of its own (a round's, a commit's) above the bar or as
-    it is; ``quiet`` shows nothing. Lines start with ``who`` (``katra3d``, ``katra3d ab``, ``history``)."""
+    seconds from ``every_s`` on (and then the last: work done sooner shows nothing); :meth:`line` prints a line
+    of its own (a round's, a commit's) above the bar or as it is; ``quiet`` shows nothing. Lines start with ``who`` (``katra3d``, ``katra3d ab``, ``history``)."""
 
     def __init__(self, who: str = "katra3d", *, quiet: bool = False, stream: TextIO | None = None,
                  every_s: float = 1.0) -> None:

@@ -137,9 +137,8 @@ def plain_out(out: Path) -> Iterator[Path]:
                           "(letters, digits and ._/+:-) for a link to its folder; set TMPDIR to one")
     remove_stale_dump_dirs(Path(base), LINK_DIR_PREFIX)
     holder = make_dump_dir(LINK_DIR_PREFIX, base)
-    name = out.name if PLAIN_PATH.fullmatch(out.name) else f"katra3d-capture-{holder.name[-8:]}{out.suffix}"
-    if not PLAIN_PATH.fullmatch(name):
-        name = f"katra3d-capture-{holder.name[-8:]}"
+    stand_in = f"katra3d-capture-{holder.name[-8:]}"
+    name = next(n for n in (out.name, stand_in + out.suffix, stand_in) if PLAIN_PATH.fullmatch(n))
     try:
         (holder / "d").symlink_to(out.parent.resolve(), target_is_directory=True)
         yield holder / "d" / name
@@ -221,8 +220,8 @@ class SideBySide:
     open it in the main thread around those threads' work. While it is open, a stop signal to katra3d (Ctrl-C,
     SIGTERM, SIGHUP) is noted in :attr:`received` instead of raising, and stops the group of every capture of those
     threads, as :meth:`stop` does (on an error): the first asks each to stop (each thread then gives its group the
-    grace of :func:`~katra3d.harness.run.groups.stop_group`), a second kills them all at once. Each then raises :class:`Interrupted` in its
-    thread, as does one started after. The caller waits for its threads, then raises Interrupted itself when
+    grace of :func:`~katra3d.harness.run.groups.stop_group`), a second kills them all at once. Each then raises
+    :class:`Interrupted` in its thread, as does one started after. The caller waits for its threads, then raises Interrupted itself when
     :attr:`received` says so. Captures the main thread runs itself are not members: they handle signals as ever."""
 
     active: ClassVar[SideBySide | None] = None  #: the one open now
@@ -317,8 +316,8 @@ def run_capture(command: CaptureCommand, out: Path, *, log: Path | None = None, 
 
 def stop_leftover_captures(root: Path) -> int:
     """Kill (SIGKILL) what is left of captures that wrote into ``root``: processes whose trace was to end up in it
-    (:data:`INTO_ENV`). A katra3d killed outright (SIGKILL, the OOM killer) takes only its direct capture process with it; the
-    next command in the same output directory (``bisect --resume``) ends the rest. Processes are found by that
+    (:data:`INTO_ENV`). A katra3d killed outright (SIGKILL, the OOM killer) takes only its direct capture process
+    with it; the next command in the same output directory (``bisect --resume``) ends the rest. Processes are found by that
     variable, never by a recorded PID that may have been reused. Returns how many were killed (Linux; 0
     elsewhere)."""
     prefix = str(root.resolve()) + os.sep
@@ -345,6 +344,6 @@ def stop_leftover_captures(root: Path) -> int:
     return killed
 
 
-__all__ = ["FAILURE_TAIL_LINES", "INTO_ENV", "LINK_DIR_PREFIX", "OUT_ENV", "OUT_PLACEHOLDER", "PLAIN_PATH", "STOP_GRACE_S", "CaptureCommand",
-           "CaptureFailed", "SideBySide", "one_line", "plain_out", "run_capture", "stop_leftover_captures",
+__all__ = ["FAILURE_TAIL_LINES", "INTO_ENV", "LINK_DIR_PREFIX", "OUT_ENV", "OUT_PLACEHOLDER", "PLAIN_PATH",
+           "STOP_GRACE_S", "CaptureCommand", "CaptureFailed", "SideBySide", "one_line", "plain_out", "run_capture", "stop_leftover_captures",
            "substitute_out"]

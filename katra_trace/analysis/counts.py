@@ -99,7 +99,8 @@ def decide_counts(scene: str, base_runs: Sequence[np.ndarray], new_runs: Sequenc
                          "frames_base": int(b_all.size), "frames_new": int(n_all.size)}
     if min(b_all.size, n_all.size) < MIN_FRAMES_COUNTS:
         side = "BASE" if b_all.size == 0 else "NEW"
-        return SceneComparison(**dict(m, verdict=Verdict.INCOMPARABLE, reason=f"missing in {side} (no measured frames)"))
+        return SceneComparison(**dict(m, verdict=Verdict.INCOMPARABLE,
+                                      reason=f"missing in {side} (no measured frames)"))
     med_b = np.array([np.median(r) for r in b_runs])
     med_n = np.array([np.median(r) for r in n_runs])
     floor, source = noise_floor(b_runs, n_runs)

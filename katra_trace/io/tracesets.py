@@ -200,5 +200,5 @@ def open_traces(paths: Sequence[str | os.PathLike[str]], verb: str = "using") ->
 
 
 __all__ = ["AB_MANIFEST", "AB_MANIFEST_VERSION", "AB_TRACE", "ab_pairs", "clear_ab_dir", "damaged_note",
-           "is_ab_dir", "iter_traces", "open_quietly", "open_trace_sets", "open_traces", "read_ab_manifest", "record_ab_decision",
-           "write_ab_manifest"]
+           "is_ab_dir", "iter_traces", "open_quietly", "open_trace_sets", "open_traces", "read_ab_manifest",
+           "record_ab_decision", "write_ab_manifest"]
