@@ -1,6 +1,6 @@
 # The two commands that do all the set-up on a fresh machine:
 #   make run    venv + package + Mesa EGL/llvmpipe, then the default scene suite -> a trace
-#   make test   the same set-up (+ Xvfb), then mypy and the whole test suite
+#   make test   the same set-up (+ Xvfb), then ruff, mypy and the whole test suite
 # and, while working on the code:
 #   make test-quick   the same set-up, then the tests not marked `slow` (under 2 min on 2 cores)
 PYTHON ?= python3
@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.stamp-installed
 
-.PHONY: run test test-quick typecheck fuzz bench bench-measure bench-noise bench-defaults sysdeps sysdeps-test sysdeps-bench bytecode clean
+.PHONY: run test test-quick lint typecheck fuzz bench bench-measure bench-noise bench-defaults sysdeps sysdeps-test sysdeps-bench bytecode clean
 
 # setuptools' editable install says "Editable installation. ... be careful with folders ..." through Python's
 # warnings, which pip shows even with --quiet; QUIET_EDITABLE ignores warnings whose text starts so, nothing else
@@ -27,6 +27,12 @@ $(STAMP): pyproject.toml
 # bytecode.py), so counted runs find them current; only stale files are written (a quarter second at most).
 bytecode: $(STAMP)
 	$(PY) -c 'from katra3d.harness.run.bytecode import write_canonical_tree; write_canonical_tree(["katra3d", "harness", "katra_trace", "scenes", "bench"])'
+
+# ruff: the linter (pycodestyle, pyflakes, isort, bugbear, pyupgrade) and the formatter, as configured
+# in pyproject.toml; `$(VENV)/bin/ruff format .` rewrites what the check finds
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 # mypy strict over the installed layout (katra3d, katra3d.harness, katra3d.scenes, katra_trace). setuptools maps
 # harness/ and scenes/ under katra3d through an import hook, which mypy does not run: build/typecheck holds the
@@ -52,7 +58,7 @@ sysdeps-bench:
 run: sysdeps $(STAMP)
 	$(VENV)/bin/katra3d run --suite default
 
-test: sysdeps-test $(STAMP) bytecode typecheck
+test: sysdeps-test $(STAMP) bytecode lint typecheck
 	$(PY) -m pytest -p no:cacheprovider -n auto --dist loadfile tests
 
 # Every test but those marked `slow` (each over ~5 s: valgrind counts, many captures, the browser), and the

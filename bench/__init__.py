@@ -26,13 +26,19 @@ Adding a bench: one function in a new or existing bench module::
     def zones_fillrate(ctx: BenchContext) -> list[Row]:
         from katra3d.harness.run.config import RunConfig
 
-        off = RunConfig(scenes=("fillrate",), frames=ctx.scale(300, 20), size=(320, 180), backend="egl",
-                        timing="sync", output=str(ctx.tmp / "run.katra"))
+        off = RunConfig(
+            scenes=("fillrate",), frames=ctx.scale(300, 20), size=(320, 180), backend="egl",
+            timing="sync", output=str(ctx.tmp / "run.katra"),
+        )
         on = dataclasses.replace(off, zones=True)
-        samples = interleave({"off": lambda: run_frame_period_s(off), "on": lambda: run_frame_period_s(on)},
-                             rounds=ctx.scale(21, 3))
-        return [ratio_row("fillrate zones", "frame time: zones on / off", pair_ratios(samples, "on", "off"),
-                          target=at_most(1.05))]
+        samples = interleave(
+            {"off": lambda: run_frame_period_s(off), "on": lambda: run_frame_period_s(on)},
+            rounds=ctx.scale(21, 3),
+        )
+        return [
+            ratio_row("fillrate zones", "frame time: zones on / off",
+                      pair_ratios(samples, "on", "off"), target=at_most(1.05))
+        ]
 
 ``interleave`` runs the variants in rotating order, round after round; a
 variant returns its own measurement (a float) or None to be timed whole.

@@ -51,7 +51,15 @@ from pathlib import Path
 from typing import Any
 
 from bench._core import Bench, BenchContext, Row, registered, stderr_log
-from bench._report import BenchRun, Failure, git_facts, machine_facts, print_table, results_record, write_results
+from bench._report import (
+    BenchRun,
+    Failure,
+    git_facts,
+    machine_facts,
+    print_table,
+    results_record,
+    write_results,
+)
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 DEFAULT_RESULTS = PACKAGE_DIR / "results.json"
@@ -72,8 +80,9 @@ def select(benches: dict[str, Bench], patterns: list[str]) -> list[Bench]:
         return [b for b in benches.values() if b.default]
     unknown = [p for p in patterns if not fnmatch.filter(benches, p)]
     if unknown:
-        raise ValueError(f"unknown bench {', '.join(repr(p) for p in unknown)}; "
-                         f"registered: {', '.join(benches)}")
+        raise ValueError(
+            f"unknown bench {', '.join(repr(p) for p in unknown)}; registered: {', '.join(benches)}"
+        )
     chosen: dict[str, Bench] = {}
     for pattern in patterns:
         for name, b in benches.items():
@@ -95,7 +104,9 @@ def run_one(entry: Bench, *, quick: bool, log: Callable[[str], None]) -> BenchRu
         rows = [r if r.bench else _with_bench(r, entry.name) for r in entry.fn(ctx)]
     except KatraError as exc:
         kind = "unavailable" if exc.exit_code == 3 else "error"
-        failure = Failure(entry.name, kind, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        failure = Failure(
+            entry.name, kind, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        )
     except Exception as exc:  # noqa: BLE001 - one broken bench must not hide the others' rows
         tb = traceback.extract_tb(exc.__traceback__)
         where = f" ({Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
@@ -130,10 +141,12 @@ class _Interrupts:
             self._installed = True
 
     def restore(self) -> None:
-        """Put back the SIGINT handler :meth:`install` replaced (one installed from C as SIG_DFL), for a
-        process that goes on after :func:`main` (a test calling it)."""
+        """Put back the SIGINT handler :meth:`install` replaced (one installed from C as SIG_DFL),
+        for a process that goes on after :func:`main` (a test calling it)."""
         if self._installed:
-            signal.signal(signal.SIGINT, self._replaced if self._replaced is not None else signal.SIG_DFL)
+            signal.signal(
+                signal.SIGINT, self._replaced if self._replaced is not None else signal.SIG_DFL
+            )
             self._installed = False
 
 
@@ -141,20 +154,35 @@ def _with_bench(row: Row, name: str) -> Row:
     return dataclasses.replace(row, bench=name)
 
 
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m bench", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Run katra3d's benches (ratios against in-run baselines), print one table, write results.json.",
-        epilog="exit codes: 0 ran (missed targets show as MISS), 1 --strict and a target missed, 2 bad arguments "
-               "or a bench failed,\n3 a bench lacked something in the environment (no OpenGL), 130 interrupted.\n"
-               "Adding a bench: see bench/__init__.py.")
-    parser.add_argument("names", nargs="*", metavar="BENCH",
-                        help="benches to run: names or shell-style patterns (default: every default bench)")
-    parser.add_argument("--quick", action="store_true", help="smoke-test sizes: seconds, not measurements")
+        prog="python -m bench",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run katra3d's benches (ratios against in-run baselines), print one table, "
+        "write results.json.",
+        epilog="exit codes: 0 ran (missed targets show as MISS), 1 --strict and a target missed, 2 "
+        "bad arguments "
+        "or a bench failed,\n3 a bench lacked something in the environment (no OpenGL), 130 "
+        "interrupted.\n"
+        "Adding a bench: see bench/__init__.py.",
+    )
+    parser.add_argument(
+        "names",
+        nargs="*",
+        metavar="BENCH",
+        help="benches to run: names or shell-style patterns (default: every default bench)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke-test sizes: seconds, not measurements"
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a row misses its target")
-    parser.add_argument("--out", type=Path, default=DEFAULT_RESULTS, metavar="PATH",
-                        help="where to write the results (default: bench/results.json)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_RESULTS,
+        metavar="PATH",
+        help="where to write the results (default: bench/results.json)",
+    )
     parser.add_argument("--list", action="store_true", help="list the registered benches and exit")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     return parser.parse_args(argv)
@@ -165,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     benches = load_benches()
     if args.list:
         for b in benches.values():
-            flags = ("" if b.default else " [not default: name it]") + (" [GL]" if b.needs_gl else "")
+            flags = ("" if b.default else " [not default: name it]") + (
+                " [GL]" if b.needs_gl else ""
+            )
             print(f"{b.name:<20} {b.about}{flags}")
         return 0
     try:
@@ -185,26 +215,40 @@ def main(argv: list[str] | None = None) -> int:
         for i, entry in enumerate(chosen, 1):
             log(f"[{i}/{len(chosen)}] {entry.name}: {entry.about}")
             run = run_one(entry, quick=args.quick, log=log)
-            if ctrl_c.seen:  # the KeyboardInterrupt was lost in a callback: the bench ran on to its end
+            # the KeyboardInterrupt was lost in a callback: the bench ran on to its end
+            if ctrl_c.seen:
                 raise KeyboardInterrupt
             if run.failure is not None:
                 log(f"{entry.name}: {run.failure.kind}: {run.failure.message}")
             runs.append(run)
     except KeyboardInterrupt:
         interrupted = True
-        print("python -m bench: interrupted: the table shows the benches that finished", file=sys.stderr)
+        print(
+            "python -m bench: interrupted: the table shows the benches that finished",
+            file=sys.stderr,
+        )
     finally:
         ctrl_c.restore()
     total_s = time.perf_counter() - t0
     print_table(runs, total_s=total_s, quick=args.quick)
-    record = results_record(runs, started=started, total_s=total_s, quick=args.quick, strict=args.strict,
-                            argv=list(sys.argv[1:] if argv is None else argv), machine=machine,
-                            git=git_facts(PACKAGE_DIR.parent))
+    record = results_record(
+        runs,
+        started=started,
+        total_s=total_s,
+        quick=args.quick,
+        strict=args.strict,
+        argv=list(sys.argv[1:] if argv is None else argv),
+        machine=machine,
+        git=git_facts(PACKAGE_DIR.parent),
+    )
     record["interrupted"] = interrupted
     try:
         write_results(args.out, record)
     except OSError as exc:
-        print(f"python -m bench: error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        print(
+            f"python -m bench: error: cannot write {args.out}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
         return 2
     print(f"results: {args.out}")
     if interrupted:

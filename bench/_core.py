@@ -98,11 +98,20 @@ class Row:
         return "pass" if self.target.met(self.value) else "miss"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"bench": self.bench, "name": self.name, "what": self.what, "value": _finite(self.value),
-                "unit": self.unit, "spread": {"q1": _finite(self.q1), "q3": _finite(self.q3), "n": self.n},
-                "median_ci95": None if self.ci_low is None else [_finite(self.ci_low), _finite(self.ci_high)],
-                "target": None if self.target is None else self.target.as_dict(),
-                "status": self.status, "notes": self.notes}
+        return {
+            "bench": self.bench,
+            "name": self.name,
+            "what": self.what,
+            "value": _finite(self.value),
+            "unit": self.unit,
+            "spread": {"q1": _finite(self.q1), "q3": _finite(self.q3), "n": self.n},
+            "median_ci95": None
+            if self.ci_low is None
+            else [_finite(self.ci_low), _finite(self.ci_high)],
+            "target": None if self.target is None else self.target.as_dict(),
+            "status": self.status,
+            "notes": self.notes,
+        }
 
 
 def _finite(x: float | None) -> float | None:
@@ -156,16 +165,19 @@ class Bench:
 _REGISTRY: dict[str, Bench] = {}
 
 
-def bench(name: str, *, about: str = "", default: bool = True, needs_gl: bool = False
-          ) -> Callable[[BenchFn], BenchFn]:
+def bench(
+    name: str, *, about: str = "", default: bool = True, needs_gl: bool = False
+) -> Callable[[BenchFn], BenchFn]:
     """Register ``fn`` as bench ``name`` (unique). ``default=False``: only runs when named
     (for benches that take minutes). ``about``: one line for ``--list``; defaults to the
     first line of the function's docstring."""
 
     def register(fn: BenchFn) -> BenchFn:
         if name in _REGISTRY:
-            raise ValueError(f"bench '{name}' is registered twice ({_REGISTRY[name].fn.__module__} "
-                             f"and {fn.__module__})")
+            raise ValueError(
+                f"bench '{name}' is registered twice ({_REGISTRY[name].fn.__module__} "
+                f"and {fn.__module__})"
+            )
         text = about or (fn.__doc__ or "").strip().split("\n", 1)[0]
         _REGISTRY[name] = Bench(name, fn, text, default, needs_gl)
         return fn
@@ -181,8 +193,13 @@ def registered() -> dict[str, Bench]:
 # --------------------------------------------------------------------------- the ratio method
 
 
-def interleave(variants: Mapping[str, Callable[[], float | None]], rounds: int, *, warmup: int = 1,
-               progress: Callable[[str], None] | None = None) -> dict[str, list[float]]:
+def interleave(
+    variants: Mapping[str, Callable[[], float | None]],
+    rounds: int,
+    *,
+    warmup: int = 1,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, list[float]]:
     """Run every variant once per round, the order rotating each round; returns each one's samples.
 
     A variant's sample is what it returns when that is a number (it measured
@@ -206,7 +223,12 @@ def interleave(variants: Mapping[str, Callable[[], float | None]], rounds: int, 
             elapsed = time.perf_counter() - t0
             if r >= 0:
                 out[name].append(float(got) if isinstance(got, (int, float)) else elapsed)
-        if progress is not None and r >= 0 and (r + 1) % max(1, rounds // 4) == 0 and r + 1 < rounds:
+        if (
+            progress is not None
+            and r >= 0
+            and (r + 1) % max(1, rounds // 4) == 0
+            and r + 1 < rounds
+        ):
             progress(f"round {r + 1}/{rounds}")
     return out
 
@@ -216,18 +238,39 @@ def pair_ratios(samples: Mapping[str, Sequence[float]], num: str, den: str) -> l
     return [a / b for a, b in zip(samples[num], samples[den], strict=True)]
 
 
-def ratio_row(name: str, what: str, ratios: Sequence[float], *, target: Target | None = None,
-              notes: str = "", unit: str = "ratio") -> Row:
-    """A row with the median of ``ratios``, their interquartile range and the median's 95 % interval."""
+def ratio_row(
+    name: str,
+    what: str,
+    ratios: Sequence[float],
+    *,
+    target: Target | None = None,
+    notes: str = "",
+    unit: str = "ratio",
+) -> Row:
+    """A row with the median of ``ratios``, their interquartile range and the median's 95 %
+    interval.
+    """
     value, q1, q3 = median_iqr(ratios)
     ci = median_ci(ratios)
-    return Row(name, what, value, unit, q1, q3, len(ratios), target, notes,
-               ci_low=None if ci is None else ci[0], ci_high=None if ci is None else ci[1])
+    return Row(
+        name,
+        what,
+        value,
+        unit,
+        q1,
+        q3,
+        len(ratios),
+        target,
+        notes,
+        ci_low=None if ci is None else ci[0],
+        ci_high=None if ci is None else ci[1],
+    )
 
 
 def median_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
-    """Distribution-free interval for the median: order statistics ``k`` and ``n + 1 - k`` (1-based),
-    ``k`` the largest with P(Binomial(n, 1/2) < k) <= (1 - level) / 2. None when ``n`` is too small."""
+    """Distribution-free interval for the median: order statistics ``k`` and ``n + 1 - k``
+    (1-based), ``k`` the largest with P(Binomial(n, 1/2) < k) <= (1 - level) / 2. None when ``n`` is
+    too small."""
     n = len(values)
     tail = (1.0 - level) / 2.0
     k, below = 0, 0.0

@@ -18,10 +18,13 @@ long frames would show as a larger share on its side.
 For a bench that varies a katra3d run (reference draws on/off, a new
 option), interleave two :func:`run_frame_period_s` calls::
 
-    base = RunConfig(scenes=("fillrate",), frames=300, size=(320, 180), backend="egl", timing="sync",
-                     output=str(ctx.tmp / "a.katra"))
-    samples = interleave({"base": lambda: run_frame_period_s(base),
-                          "new": lambda: run_frame_period_s(dataclasses.replace(base, zones=True))}, rounds=21)
+    base = RunConfig(scenes=("fillrate",), frames=300, size=(320, 180), backend="egl",
+                     timing="sync", output=str(ctx.tmp / "a.katra"))
+    samples = interleave(
+        {"base": lambda: run_frame_period_s(base),
+         "new": lambda: run_frame_period_s(dataclasses.replace(base, zones=True))},
+        rounds=21,
+    )
 """
 
 from __future__ import annotations
@@ -44,8 +47,8 @@ OUTLIER_FACTOR = 5.0
 
 
 class FramePeriod(float):
-    """A mean frame period in seconds, with ``excluded``: the share of periods left out as preempted,
-    and ``whole``: the mean of every period, none left out (s)."""
+    """A mean frame period in seconds, with ``excluded``: the share of periods left out as
+    preempted, and ``whole``: the mean of every period, none left out (s)."""
 
     excluded: float
     whole: float
@@ -63,11 +66,15 @@ def frame_period(starts_ns: Any) -> FramePeriod:
     if len(periods) < 1:
         raise RuntimeError("a frame period needs at least 2 frames")
     kept = periods[periods <= OUTLIER_FACTOR * float(np.median(periods))]
-    return FramePeriod(float(kept.mean()) / 1e9, 1.0 - len(kept) / len(periods), float(periods.mean()) / 1e9)
+    return FramePeriod(
+        float(kept.mean()) / 1e9, 1.0 - len(kept) / len(periods), float(periods.mean()) / 1e9
+    )
 
 
 class PlainFrame:
-    """The cheapest :class:`katra3d.scenes.api.Frame` a hand-written loop would pass (rng made on use)."""
+    """The cheapest :class:`katra3d.scenes.api.Frame` a hand-written loop would pass (rng made on
+    use).
+    """
 
     __slots__ = ("index", "time_s", "zone", "_rng")
 
@@ -111,7 +118,9 @@ class IdleScene(Scene):
 
     name = "bench-idle"
     description = "draws nothing: the harness's own per-frame and per-zone cost"
-    params: ClassVar[Mapping[str, Param]] = {"zones": Param(0, int, 0, 256, "empty zones per frame")}
+    params: ClassVar[Mapping[str, Param]] = {
+        "zones": Param(0, int, 0, 256, "empty zones per frame")
+    }
 
     def setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, Any]) -> None:
         self.bind_target(ctx, size)
@@ -130,7 +139,8 @@ IDLE_SCENE = f"{__name__}:IdleScene"
 
 def egl_context() -> Any:
     """A plain moderngl standalone EGL context; BackendUnavailable (exit 3) when there is none."""
-    # katra3d.capture's probe resolves raw GL calls through PyOpenGL: EGL, as the harness does headless.
+    # katra3d.capture's probe resolves raw GL calls through PyOpenGL: EGL, as the harness does
+    # headless.
     os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
     from katra_trace.errors import BackendUnavailable
 
@@ -152,8 +162,11 @@ def renderer() -> str:
         gl.release()
 
 
-def new_scene(ctx: Any, name: str, size: tuple[int, int], params: dict[str, Any] | None = None) -> Any:
-    """Built-in or user scene ``name``, set up on ``ctx`` at ``size`` (the framebuffer bound now)."""
+def new_scene(
+    ctx: Any, name: str, size: tuple[int, int], params: dict[str, Any] | None = None
+) -> Any:
+    """Built-in or user scene ``name``, set up on ``ctx`` at ``size`` (the
+    framebuffer bound now)."""
     from katra3d.scenes.registry import get_scene, resolve_params
 
     cls = get_scene(name)
@@ -163,10 +176,11 @@ def new_scene(ctx: Any, name: str, size: tuple[int, int], params: dict[str, Any]
 
 
 @contextlib.contextmanager
-def _scene_on_fresh_context(name: str, size: tuple[int, int],
-                            params: dict[str, Any] | None) -> Iterator[tuple[Any, Any]]:
-    """(context, scene): scene ``name`` set up on a fresh EGL context with an RGBA framebuffer of ``size``
-    bound; scene, framebuffer and context are released afterwards."""
+def _scene_on_fresh_context(
+    name: str, size: tuple[int, int], params: dict[str, Any] | None
+) -> Iterator[tuple[Any, Any]]:
+    """(context, scene): scene ``name`` set up on a fresh EGL context with an RGBA framebuffer of
+    ``size`` bound; scene, framebuffer and context are released afterwards."""
     ctx = egl_context()
     try:
         fbo = ctx.simple_framebuffer(size, components=4)
@@ -181,13 +195,22 @@ def _scene_on_fresh_context(name: str, size: tuple[int, int],
         ctx.release()
 
 
-def capture_frame_period_s(name: str, size: tuple[int, int], frames: int, path: Path, warmup: int = WARMUP,
-                           params: dict[str, Any] | None = None) -> FramePeriod:
-    """:func:`frame_period` of the plain loop's frames inside ``katra3d.capture`` frame spans (``sync``
-    timing, zones off) on a fresh context, the trace written to ``path`` (replaced)."""
+def capture_frame_period_s(
+    name: str,
+    size: tuple[int, int],
+    frames: int,
+    path: Path,
+    warmup: int = WARMUP,
+    params: dict[str, Any] | None = None,
+) -> FramePeriod:
+    """:func:`frame_period` of the plain loop's frames inside ``katra3d.capture`` frame spans
+    (``sync`` timing, zones off) on a fresh context, the trace written to ``path`` (replaced)."""
     import katra3d
-    with _scene_on_fresh_context(name, size, params) as (ctx, scene), \
-            katra3d.capture(ctx, path, scene=name, zones=False, timing="sync", overwrite=True) as cap:
+
+    with (
+        _scene_on_fresh_context(name, size, params) as (ctx, scene),
+        katra3d.capture(ctx, path, scene=name, zones=False, timing="sync", overwrite=True) as cap,
+    ):
         render, frame, span = scene.render, PlainFrame(cap.zone), cap.frame
         for i in range(warmup):
             with span(warmup=True):
@@ -204,8 +227,13 @@ def capture_frame_period_s(name: str, size: tuple[int, int], frames: int, path: 
     return frame_period(starts)
 
 
-def plain_frame_period_s(name: str, size: tuple[int, int], frames: int, warmup: int = WARMUP,
-                         params: dict[str, Any] | None = None) -> FramePeriod:
+def plain_frame_period_s(
+    name: str,
+    size: tuple[int, int],
+    frames: int,
+    warmup: int = WARMUP,
+    params: dict[str, Any] | None = None,
+) -> FramePeriod:
     """:func:`frame_period` of a plain moderngl loop (``render`` + ``glFinish``) on a fresh context
     (``params``: the scene's, by key; its defaults otherwise)."""
     with _scene_on_fresh_context(name, size, params) as (ctx, scene):
@@ -226,8 +254,8 @@ def plain_frame_period_s(name: str, size: tuple[int, int], frames: int, warmup: 
 
 
 def run_wall_frames(config: Any) -> np.ndarray:
-    """The measured wall-clock FRAME events of ``katra3d.harness.run.runner.run(config)`` (one scene), read from
-    the trace it wrote, which is deleted afterwards.
+    """The measured wall-clock FRAME events of ``katra3d.harness.run.runner.run(config)`` (one
+    scene), read from the trace it wrote, which is deleted afterwards.
 
     ``config`` is a ``RunConfig`` with ``timing="sync"`` and an ``output`` path.
     """
@@ -239,22 +267,40 @@ def run_wall_frames(config: Any) -> np.ndarray:
         ev = open_trace(result.path).events
     finally:
         Path(result.path).unlink(missing_ok=True)
-    sel: np.ndarray = ev[(ev["kind"] == int(Kind.FRAME)) & (ev["clock"] == int(Clock.WALL))
-                         & ((ev["flags"] & int(Flag.WARMUP)) == 0)]
+    sel: np.ndarray = ev[
+        (ev["kind"] == int(Kind.FRAME))
+        & (ev["clock"] == int(Clock.WALL))
+        & ((ev["flags"] & int(Flag.WARMUP)) == 0)
+    ]
     return sel
 
 
 def run_frame_period_s(config: Any) -> FramePeriod:
-    """:func:`frame_period` of ``katra3d.harness.run.runner.run(config)``, from the frame starts in the trace
-    it wrote (:func:`run_wall_frames`)."""
+    """:func:`frame_period` of ``katra3d.harness.run.runner.run(config)``, from the frame starts in
+    the trace it wrote (:func:`run_wall_frames`)."""
     sel = run_wall_frames(config)
     if config.frames is not None and len(sel) != config.frames:
-        raise RuntimeError(f"the run wrote {len(sel)} measured wall-clock frames, not {config.frames}")
+        raise RuntimeError(
+            f"the run wrote {len(sel)} measured wall-clock frames, not {config.frames}"
+        )
     if len(sel) < 2:
         raise RuntimeError("the run wrote fewer than 2 measured wall-clock frames")
     return frame_period(sel["start_ns"])
 
 
-__all__ = ["IDLE_SCENE", "OUTLIER_FACTOR", "WARMUP", "FramePeriod", "IdleScene", "PlainFrame", "egl_context",
-           "frame_period", "new_scene", "no_zone", "plain_frame_period_s", "renderer", "run_frame_period_s",
-           "run_wall_frames"]
+__all__ = [
+    "IDLE_SCENE",
+    "OUTLIER_FACTOR",
+    "WARMUP",
+    "FramePeriod",
+    "IdleScene",
+    "PlainFrame",
+    "egl_context",
+    "frame_period",
+    "new_scene",
+    "no_zone",
+    "plain_frame_period_s",
+    "renderer",
+    "run_frame_period_s",
+    "run_wall_frames",
+]

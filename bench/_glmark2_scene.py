@@ -1,4 +1,5 @@
-"""A user scene for the glmark2 parity bench (bench/glmark2.py): glmark2's ``build`` workload, redone.
+"""A user scene for the glmark2 parity bench (bench/glmark2.py): glmark2's ``build`` workload,
+redone.
 
 What glmark2's ``build`` scene draws (from its documentation and public
 source; none of its text, code, shaders or models is in this repository):
@@ -34,9 +35,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from katra_trace.errors import SceneError
 from katra3d import Frame, Param, Scene, compile_program
 from katra3d.scenes.builtin._common import mat_bytes, perspective, rotation, translation
+from katra_trace.errors import SceneError
 
 #: Where Debian's and Ubuntu's glmark2-data package installs the bunny model.
 GLMARK2_BUNNY = "/usr/share/glmark2/models/bunny.obj"
@@ -98,9 +99,13 @@ def read_obj(path: Path) -> tuple[np.ndarray, np.ndarray]:
                 corners = [_obj_index(field, len(positions)) for field in fields[1:]]
                 if len(corners) < 3:
                     raise ValueError("a face needs three corners")
-                triangles += [(corners[0], corners[k], corners[k + 1]) for k in range(1, len(corners) - 1)]
+                triangles += [
+                    (corners[0], corners[k], corners[k + 1]) for k in range(1, len(corners) - 1)
+                ]
         except (ValueError, IndexError) as exc:
-            raise SceneError(f"{path}:{number}: not an OBJ vertex or face: {line.strip()[:60]!r} ({exc})") from None
+            raise SceneError(
+                f"{path}:{number}: not an OBJ vertex or face: {line.strip()[:60]!r} ({exc})"
+            ) from None
     if not triangles:
         raise SceneError(f"{path}: no faces: not an OBJ model")
     tris = np.asarray(triangles, dtype=np.int64)
@@ -110,7 +115,9 @@ def read_obj(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _obj_index(field: str, count: int) -> int:
-    """The 0-based vertex index of one face corner (``v``, ``v/t``, ``v//n``, ``v/t/n``; 1-based or negative)."""
+    """The 0-based vertex index of one face corner (``v``, ``v/t``, ``v//n``, ``v/t/n``; 1-based or
+    negative).
+    """
     value = int(field.split("/", 1)[0])
     if value == 0:
         raise ValueError("vertex index 0")
@@ -155,19 +162,30 @@ class Glmark2Build(Scene):
         normals = vertex_normals(positions, triangles)
         flat = triangles.reshape(-1)
         self.vertices = len(flat)
-        self.program = self.own(compile_program(ctx, self.name, vertex_shader=VERTEX_SHADER,
-                                                fragment_shader=FRAGMENT_SHADER))
+        self.program = self.own(
+            compile_program(
+                ctx, self.name, vertex_shader=VERTEX_SHADER, fragment_shader=FRAGMENT_SHADER
+            )
+        )
         pos_buffer = self.own(ctx.buffer(np.ascontiguousarray(positions[flat]).tobytes()))
         normal_buffer = self.own(ctx.buffer(np.ascontiguousarray(normals[flat]).tobytes()))
-        self.vao = self.own(ctx.vertex_array(self.program, [(pos_buffer, "3f", "position"),
-                                                            (normal_buffer, "3f", "normal")]))
-        low, high = positions.min(axis=0).astype(np.float64), positions.max(axis=0).astype(np.float64)
+        self.vao = self.own(
+            ctx.vertex_array(
+                self.program, [(pos_buffer, "3f", "position"), (normal_buffer, "3f", "normal")]
+            )
+        )
+        low, high = (
+            positions.min(axis=0).astype(np.float64),
+            positions.max(axis=0).astype(np.float64),
+        )
         centre = (low + high) / 2.0
         diameter = float(np.linalg.norm(high - low))
         radius = diameter / 2.0
         fovy_deg = math.degrees(2.0 * math.atan(radius / (2.0 + radius)))
         self.projection = perspective(fovy_deg, size[0] / size[1], 2.0, 2.0 + diameter)
-        self.placement = translation(-float(centre[0]), -float(centre[1]), -(float(centre[2]) + 2.0 + radius))
+        self.placement = translation(
+            -float(centre[0]), -float(centre[1]), -(float(centre[2]) + 2.0 + radius)
+        )
         self.mvp = self.program["mvp"]
         self.normal_matrix = self.program["normal_matrix"]
 
@@ -180,7 +198,9 @@ class Glmark2Build(Scene):
             ctx.depth_func = "<="
             ctx.front_face = "ccw"
             ctx.cull_face = "back"
-            model_view = self.placement @ rotation((0.0, 1.0, 0.0), math.radians(ROTATION_DEG_PER_S * frame.time_s))
+            model_view = self.placement @ rotation(
+                (0.0, 1.0, 0.0), math.radians(ROTATION_DEG_PER_S * frame.time_s)
+            )
             self.mvp.write(mat_bytes(self.projection @ model_view))
             self.normal_matrix.write(mat_bytes(np.linalg.inv(model_view).T))
             self.vao.render()

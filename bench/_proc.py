@@ -32,16 +32,24 @@ class Job:
 
 @dataclasses.dataclass(frozen=True)
 class Done:
-    """A finished job: its trace, wall seconds and CPU seconds (user + sys, its children included)."""
+    """A finished job: its trace, wall seconds and CPU seconds (user + sys,
+    its children included)."""
 
     job: Job
     wall_s: float
     cpu_s: float
 
 
-def run_jobs(jobs: Sequence[Job], *, parallel: int, log: Callable[[str], None] | None = None,
-             timeout_s: float = 3600.0) -> dict[str, Done]:
-    """Run ``jobs``, at most ``parallel`` at a time; RuntimeError (with the job's stderr tail) when one fails."""
+def run_jobs(
+    jobs: Sequence[Job],
+    *,
+    parallel: int,
+    log: Callable[[str], None] | None = None,
+    timeout_s: float = 3600.0,
+) -> dict[str, Done]:
+    """Run ``jobs``, at most ``parallel`` at a time; RuntimeError (with the job's stderr tail) when
+    one fails.
+    """
     pending = list(jobs)
     running: dict[int, tuple[Job, subprocess.Popen[bytes], float, Path]] = {}
     done: dict[str, Done] = {}
@@ -53,8 +61,11 @@ def run_jobs(jobs: Sequence[Job], *, parallel: int, log: Callable[[str], None] |
                 job.output.unlink(missing_ok=True)
                 err = job.output.with_suffix(".stderr")
                 with open(err, "wb") as fh:
-                    proc = subprocess.Popen([*KATRA_RUN, *job.args, "-o", str(job.output), "--quiet"],
-                                            stdout=subprocess.DEVNULL, stderr=fh)
+                    proc = subprocess.Popen(
+                        [*KATRA_RUN, *job.args, "-o", str(job.output), "--quiet"],
+                        stdout=subprocess.DEVNULL,
+                        stderr=fh,
+                    )
                 running[proc.pid] = (job, proc, time.perf_counter(), err)
             if time.monotonic() > deadline:
                 raise RuntimeError(f"bench jobs still running after {timeout_s:.0f} s")
@@ -70,8 +81,10 @@ def run_jobs(jobs: Sequence[Job], *, parallel: int, log: Callable[[str], None] |
             err.unlink(missing_ok=True)
             done[job.key] = Done(job, wall_s, usage.ru_utime + usage.ru_stime)
             if log is not None:
-                log(f"{job.key}: {wall_s:.0f} s wall, {usage.ru_utime + usage.ru_stime:.0f} s CPU "
-                    f"({len(done)}/{len(jobs)})")
+                log(
+                    f"{job.key}: {wall_s:.0f} s wall, {usage.ru_utime + usage.ru_stime:.0f} s CPU "
+                    f"({len(done)}/{len(jobs)})"
+                )
     finally:
         for _, proc, _, _ in running.values():
             if proc.poll() is None:

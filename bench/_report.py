@@ -53,8 +53,13 @@ def _fmt(x: float | None, unit: str) -> str:
     return f"{x:.4g}"
 
 
-def print_table(runs: list[BenchRun], stream: TextIO | None = None, *, total_s: float | None = None,
-                quick: bool = False) -> None:
+def print_table(
+    runs: list[BenchRun],
+    stream: TextIO | None = None,
+    *,
+    total_s: float | None = None,
+    quick: bool = False,
+) -> None:
     """Print every row (and every failure) as one table on ``stream`` (stdout by default)."""
     from rich.console import Console
     from rich.table import Table
@@ -67,34 +72,77 @@ def print_table(runs: list[BenchRun], stream: TextIO | None = None, *, total_s: 
         title += f", {total_s:.0f} s"
     table = Table(title=title, title_justify="left")
     right = {"value", "95% CI", "IQR", "n", "target"}
-    for col in ("bench", "row", "value", "95% CI", "IQR", "n", "target", "status", "measures", "notes"):
-        table.add_column(col, justify="right" if col in right else "left", no_wrap=col != "notes", overflow="fold")
+    for col in (
+        "bench",
+        "row",
+        "value",
+        "95% CI",
+        "IQR",
+        "n",
+        "target",
+        "status",
+        "measures",
+        "notes",
+    ):
+        table.add_column(
+            col,
+            justify="right" if col in right else "left",
+            no_wrap=col != "notes",
+            overflow="fold",
+        )
     for i, run in enumerate(runs):
         if i:
             table.add_section()
         if run.failure is not None:
-            table.add_row(run.name, "-", "-", "-", "-", "-", "-", run.failure.kind.upper(), "", run.failure.message)
+            table.add_row(
+                run.name,
+                "-",
+                "-",
+                "-",
+                "-",
+                "-",
+                "-",
+                run.failure.kind.upper(),
+                "",
+                run.failure.message,
+            )
             continue
         for j, row in enumerate(run.rows):
             unit = "" if row.unit == "ratio" else f" {row.unit}"
             iqr = "-" if row.n < 2 else f"{_fmt(row.q1, row.unit)}..{_fmt(row.q3, row.unit)}"
-            ci = "-" if row.ci_low is None else f"{_fmt(row.ci_low, row.unit)}..{_fmt(row.ci_high, row.unit)}"
+            ci = (
+                "-"
+                if row.ci_low is None
+                else f"{_fmt(row.ci_low, row.unit)}..{_fmt(row.ci_high, row.unit)}"
+            )
             target = "-" if row.target is None else f"{row.target}{unit}"
             status = {"pass": "pass", "miss": "MISS", "info": "info"}[row.status]
-            table.add_row(run.name if j == 0 else "", row.name, _fmt(row.value, row.unit) + unit, ci, iqr,
-                          str(row.n), target, status, row.what, row.notes)
+            table.add_row(
+                run.name if j == 0 else "",
+                row.name,
+                _fmt(row.value, row.unit) + unit,
+                ci,
+                iqr,
+                str(row.n),
+                target,
+                status,
+                row.what,
+                row.notes,
+            )
     console = Console(file=out, width=width, highlight=False, color_system="auto" if tty else None)
     console.print(table)
     out.flush()
 
 
 def git_facts(root: Path) -> dict[str, Any]:
-    """The commit benchmarked and whether tracked files differed from it (None when git is absent)."""
+    """The commit benchmarked and whether tracked files differed from it (None
+    when git is absent)."""
 
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=20,
-                                  check=False)
+            done = subprocess.run(
+                ["git", *args], cwd=root, capture_output=True, text=True, timeout=20, check=False
+            )
         except (OSError, subprocess.SubprocessError):
             return None
         return done.stdout.strip() if done.returncode == 0 else None
@@ -116,14 +164,29 @@ def _cpu_model() -> str | None:
 
 
 def machine_facts() -> dict[str, Any]:
-    """What the numbers were measured on (ratios travel between machines better than times; still)."""
+    """What the numbers were measured on (ratios travel between machines
+    better than times; still)."""
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    return {"platform": platform.platform(), "python": platform.python_version(), "cpu_model": _cpu_model(),
-            "cpu_count": os.cpu_count(), "loadavg_at_start": list(load) if load else None}
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "loadavg_at_start": list(load) if load else None,
+    }
 
 
-def results_record(runs: list[BenchRun], *, started: dt.datetime, total_s: float, quick: bool, strict: bool,
-                   argv: list[str], machine: dict[str, Any], git: dict[str, Any]) -> dict[str, Any]:
+def results_record(
+    runs: list[BenchRun],
+    *,
+    started: dt.datetime,
+    total_s: float,
+    quick: bool,
+    strict: bool,
+    argv: list[str],
+    machine: dict[str, Any],
+    git: dict[str, Any],
+) -> dict[str, Any]:
     """The JSON document written to results.json."""
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {
@@ -135,8 +198,16 @@ def results_record(runs: list[BenchRun], *, started: dt.datetime, total_s: float
         "strict": strict,
         "git": git,
         "machine": {**machine, "loadavg_at_end": list(load) if load else None},
-        "benches": [{"name": r.name, "about": r.about, "duration_s": round(r.duration_s, 2), "facts": r.facts,
-                     "failure": None if r.failure is None else dataclasses.asdict(r.failure)} for r in runs],
+        "benches": [
+            {
+                "name": r.name,
+                "about": r.about,
+                "duration_s": round(r.duration_s, 2),
+                "facts": r.facts,
+                "failure": None if r.failure is None else dataclasses.asdict(r.failure),
+            }
+            for r in runs
+        ],
         "rows": [row.as_dict() for r in runs for row in r.rows],
     }
 
@@ -152,5 +223,12 @@ def write_results(path: Path, record: dict[str, Any]) -> None:
         tmp.unlink(missing_ok=True)
 
 
-__all__ = ["BenchRun", "Failure", "git_facts", "machine_facts", "print_table", "results_record",
-           "write_results"]
+__all__ = [
+    "BenchRun",
+    "Failure",
+    "git_facts",
+    "machine_facts",
+    "print_table",
+    "results_record",
+    "write_results",
+]

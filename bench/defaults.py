@@ -1,34 +1,42 @@
-"""``python -m bench defaults``: which time metric ``ab``, ``compare`` and bisect's time mode use by default on a
-software renderer, chosen by evidence (``make bench-defaults``; the table goes into docs/stats.md).
+"""``python -m bench defaults``: which time metric ``ab``, ``compare`` and bisect's time mode use by
+default on a software renderer, chosen by evidence (``make bench-defaults``; the table goes into
+docs/stats.md).
 
-Three scenes (``fillrate``: fill and blending bandwidth; ``shader``: per-pixel ALU work; ``drawcalls``: per-draw
-CPU work in Python and the driver) at 160x120, each captured on a quiet machine and with a **CPU hog beside the
-runs** (one CPU-busy process pinned to the last core for the whole condition), and compared four ways, each with
-``katra_trace.analysis.compare.compare_traces`` (the code of ``compare`` and ``ab``), alpha 0.01, threshold 5 %:
+Three scenes (``fillrate``: fill and blending bandwidth; ``shader``: per-pixel ALU work;
+``drawcalls``: per-draw CPU work in Python and the driver) at 160x120, each captured on a quiet
+machine and with a **CPU hog beside the runs** (one CPU-busy process pinned to the last core for the
+whole condition), and compared four ways, each with ``katra_trace.analysis.compare.compare_traces``
+(the code of ``compare`` and ``ab``), alpha 0.01, threshold 5 %:
 
 * **wall median**: each run's median frame wall time;
-* **process median**: each run's median frame process CPU time (every thread of the process counted);
+* **process median**: each run's median frame process CPU time (every thread of the process
+  counted);
 * **process p10**: each run's 10th-percentile frame process CPU time;
-* **normalized**: each run's median frame wall time over the median wall time of its reference workload.
+* **normalized**: each run's median frame wall time over the median wall time of its reference
+  workload.
 
-Captures of one scene and condition: a batch ``S1`` of BASE runs, then ``rounds`` rounds in rotating order of
-BASE (``A``), a second BASE (``A2``) and two slowdowns (about +25 % and +50 % of the scene's work: a param step),
-then a batch ``S2`` of BASE runs. Three kinds of comparison, every one on identical code except power:
+Captures of one scene and condition: a batch ``S1`` of BASE runs, then ``rounds`` rounds in rotating
+order of BASE (``A``), a second BASE (``A2``) and two slowdowns (about +25 % and +50 % of the
+scene's work: a param step), then a batch ``S2`` of BASE runs. Three kinds of comparison, every one
+on identical code except power:
 
-* **interleaved A/A** (ab's case): ``A`` against ``A2`` paired round by round, on random subsets of the rounds;
-* **separate batches A/A** (a CI baseline captured earlier, ``ci/bench.sh``): unpaired, every run of one side
-  before every run of the other (``S1`` against ``S2``, against the rounds' last runs, the rounds' first runs
-  against ``S2``, ...): drift of the machine between the batches is what they see;
+* **interleaved A/A** (ab's case): ``A`` against ``A2`` paired round by round, on random subsets of
+  the rounds;
+* **separate batches A/A** (a CI baseline captured earlier, ``ci/bench.sh``): unpaired, every run of
+  one side before every run of the other (``S1`` against ``S2``, against the rounds' last runs, the
+  rounds' first runs against ``S2``, ...): drift of the machine between the batches is what they
+  see;
 * **power**: ``A`` against each slowdown, paired (ab).
 
-The choice: of the methods whose false verdicts (A/A, both kinds, both conditions) are consistent with alpha
-(a one-sided binomial test at 5 %), the one that caught the most slowdowns beside the hog, then on the quiet
-machine. A row checks that the library's default (:data:`katra_trace.analysis.defaults.SOFTWARE_TIME_DEFAULT`)
-caught at least 90 % of what that method caught beside the hog (one run cannot tell methods within its noise
-apart); ``python -m bench.defaults --write-doc RESULTS... DOC`` renders several runs and their joint choice.
+The choice: of the methods whose false verdicts (A/A, both kinds, both conditions) are consistent
+with alpha (a one-sided binomial test at 5 %), the one that caught the most slowdowns beside the
+hog, then on the quiet machine. A row checks that the library's default
+(:data:`katra_trace.analysis.defaults.SOFTWARE_TIME_DEFAULT`) caught at least 90 % of what that
+method caught beside the hog (one run cannot tell methods within its noise apart); ``python -m
+bench.defaults --write-doc RESULTS... DOC`` renders several runs and their joint choice.
 
-Comparisons share rounds (subsets overlap), so a share is an estimate from ``rounds`` rounds, not from
-independent trials; the table says how many comparisons each share is of.
+Comparisons share rounds (subsets overlap), so a share is an estimate from ``rounds`` rounds, not
+from independent trials; the table says how many comparisons each share is of.
 """
 
 from __future__ import annotations
@@ -71,7 +79,9 @@ METHODS: dict[str, dict[str, Any]] = {
 CONDITIONS = ("quiet", "CPU hog")
 #: The hog's hard CPU limit (s): it ends by itself even if the bench dies.
 HOG_CPU_LIMIT_S = 900
-HOG_LOOP = "import time\nend = time.monotonic() + {s}\nx = 0\nwhile time.monotonic() < end:\n    x += 1\n"
+HOG_LOOP = (
+    "import time\nend = time.monotonic() + {s}\nx = 0\nwhile time.monotonic() < end:\n    x += 1\n"
+)
 START_MARK = "<!-- defaults-table:start -->"
 END_MARK = "<!-- defaults-table:end -->"
 
@@ -88,7 +98,9 @@ class Plan:
 
 
 def hog() -> subprocess.Popen[bytes]:
-    """A CPU-busy process on the last core (when there are two or more), bounded by its clock and RLIMIT_CPU."""
+    """A CPU-busy process on the last core (when there are two or more), bounded by its clock and
+    RLIMIT_CPU.
+    """
     import resource
 
     cores = sorted(os.sched_getaffinity(0))
@@ -98,8 +110,12 @@ def hog() -> subprocess.Popen[bytes]:
         if len(cores) > 1:
             os.sched_setaffinity(0, {cores[-1]})
 
-    return subprocess.Popen([sys.executable, "-c", HOG_LOOP.format(s=HOG_CPU_LIMIT_S)], preexec_fn=limit,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-c", HOG_LOOP.format(s=HOG_CPU_LIMIT_S)],
+        preexec_fn=limit,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _capture(plan: Plan, scene: str, value: int, path: Path) -> Any:
@@ -109,13 +125,23 @@ def _capture(plan: Plan, scene: str, value: int, path: Path) -> Any:
 
     key = SCENES[scene][0]
     path.unlink(missing_ok=True)
-    config = RunConfig(scenes=(scene,), frames=plan.frames, warmup=plan.warmup, size=plan.size, backend="egl",
-                       timing="sync", params=((scene, key, value),), output=str(path))
+    config = RunConfig(
+        scenes=(scene,),
+        frames=plan.frames,
+        warmup=plan.warmup,
+        size=plan.size,
+        backend="egl",
+        timing="sync",
+        params=((scene, key, value),),
+        output=str(path),
+    )
     return open_trace(run(config, quiet=True).path)
 
 
 def captures(ctx: BenchContext, plan: Plan, scene: str, condition: str) -> dict[str, list[Any]]:
-    """Traces of one scene and condition: ``S1``, ``S2`` (batches) and ``A``, ``A2``, ``L1``, ``L2`` (rounds)."""
+    """Traces of one scene and condition: ``S1``, ``S2`` (batches) and ``A``, ``A2``, ``L1``, ``L2``
+    (rounds).
+    """
     _, base, (l1, l2) = SCENES[scene]
     tag = condition.replace(" ", "")
     out: dict[str, list[Any]] = {"S1": [], "S2": [], "A": [], "A2": [], "L1": [], "L2": []}
@@ -126,9 +152,13 @@ def captures(ctx: BenchContext, plan: Plan, scene: str, condition: str) -> dict[
         for i in range(plan.batch):
             out["S1"].append(_capture(plan, scene, base, ctx.tmp / f"{scene}-{tag}-S1-{i}.katra"))
         for r in range(plan.rounds):
-            order = names[r % len(names):] + names[:r % len(names)]
+            order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
-                out[name].append(_capture(plan, scene, variants[name], ctx.tmp / f"{scene}-{tag}-{name}-{r}.katra"))
+                out[name].append(
+                    _capture(
+                        plan, scene, variants[name], ctx.tmp / f"{scene}-{tag}-{name}-{r}.katra"
+                    )
+                )
             ctx.log(f"{scene} {condition}: round {r + 1}/{plan.rounds}")
         for i in range(plan.batch):
             out["S2"].append(_capture(plan, scene, base, ctx.tmp / f"{scene}-{tag}-S2-{i}.katra"))
@@ -139,21 +169,41 @@ def captures(ctx: BenchContext, plan: Plan, scene: str, condition: str) -> dict[
 
 
 def separate_pairs(t: dict[str, list[Any]], batch: int) -> list[tuple[list[Any], list[Any]]]:
-    """A/A pairs of sides captured apart: every run of the first side before every run of the second."""
+    """A/A pairs of sides captured apart: every run of the first side before every run of the
+    second.
+    """
     first, last = (lambda name: t[name][:batch]), (lambda name: t[name][-batch:])
-    return [(t["S1"], t["S2"]), (t["S1"], last("A")), (t["S1"], last("A2")), (first("A"), t["S2"]),
-            (first("A2"), t["S2"]), (first("A"), last("A2")), (first("A2"), last("A"))]
+    return [
+        (t["S1"], t["S2"]),
+        (t["S1"], last("A")),
+        (t["S1"], last("A2")),
+        (first("A"), t["S2"]),
+        (first("A2"), t["S2"]),
+        (first("A"), last("A2")),
+        (first("A2"), last("A")),
+    ]
 
 
-def _verdicts(compare: Callable[..., Any], pairs: Sequence[tuple[list[Any], list[Any]]], paired: bool,
-              ratios: dict[str, list[float]] | None = None) -> dict[str, list[str]]:
-    """Each method's verdict words over ``pairs`` of sides; unpaired sides are judged as compare judges sides
-    captured in separate batches (with its drift allowance), and each change seen goes into ``ratios``."""
+def _verdicts(
+    compare: Callable[..., Any],
+    pairs: Sequence[tuple[list[Any], list[Any]]],
+    paired: bool,
+    ratios: dict[str, list[float]] | None = None,
+) -> dict[str, list[str]]:
+    """Each method's verdict words over ``pairs`` of sides; unpaired sides are judged as compare
+    judges sides captured in separate batches (with its drift allowance), and each change seen goes
+    into ``ratios``."""
     out: dict[str, list[str]] = {m: [] for m in METHODS}
     for b, n in pairs:
         for method, options in METHODS.items():
-            result = compare(b, n, allow_param_mismatch=True, separate_batches=not paired,
-                             pairs=[(i, i) for i in range(len(b))] if paired else None, **options)
+            result = compare(
+                b,
+                n,
+                allow_param_mismatch=True,
+                separate_batches=not paired,
+                pairs=[(i, i) for i in range(len(b))] if paired else None,
+                **options,
+            )
             out[method].append(str(result.scenes[0].verdict))
             if ratios is not None:
                 ratios.setdefault(method, []).append(float(result.scenes[0].ratio))
@@ -174,58 +224,83 @@ def cell(plan: Plan, t: dict[str, list[Any]], rng: random.Random) -> dict[str, d
     aa = _verdicts(compare_traces, [(side("A2", s), side("A", s)) for s in subsets], paired=True)
     drift: dict[str, list[float]] = {}
     sep = _verdicts(compare_traces, separate_pairs(t, plan.batch), paired=False, ratios=drift)
-    power = {lv: _verdicts(compare_traces, [(side("A", s), side(lv, s)) for s in subsets], paired=True)
-             for lv in ("L1", "L2")}
+    power = {
+        lv: _verdicts(compare_traces, [(side("A", s), side(lv, s)) for s in subsets], paired=True)
+        for lv in ("L1", "L2")
+    }
     out: dict[str, dict[str, Any]] = {}
     for method in METHODS:
         out[method] = {
-            "aa_false": sum(v != "unchanged" and v != "inconclusive" for v in aa[method]), "aa_n": len(aa[method]),
+            "aa_false": sum(v != "unchanged" and v != "inconclusive" for v in aa[method]),
+            "aa_n": len(aa[method]),
             "sep_false": sum(v != "unchanged" and v != "inconclusive" for v in sep[method]),
             "sep_n": len(sep[method]),
             "sep_log_ratios": [math.log(r) for r in drift[method]],
-            "caught": {lv: sum(v == "regression" for v in power[lv][method]) / len(power[lv][method])
-                       for lv in power},
+            "caught": {
+                lv: sum(v == "regression" for v in power[lv][method]) / len(power[lv][method])
+                for lv in power
+            },
         }
     return out
 
 
 def change_of(t: dict[str, list[Any]], level: str) -> float:
-    """The measured change of a slowdown (%): the ratio of process p10 levels, interleaved rounds."""
+    """The measured change of a slowdown (%): the ratio of process p10
+    levels, interleaved rounds."""
     from katra_trace.analysis.compare import compare_traces
 
-    result = compare_traces(t["A"], t[level], metric="process", run_stat="p10", allow_param_mismatch=True,
-                            pairs=[(i, i) for i in range(len(t["A"]))])
+    result = compare_traces(
+        t["A"],
+        t[level],
+        metric="process",
+        run_stat="p10",
+        allow_param_mismatch=True,
+        pairs=[(i, i) for i in range(len(t["A"]))],
+    )
     return 100.0 * (result.scenes[0].ratio - 1.0)
 
 
 def eligible(false: int, n: int, alpha: float = 0.01) -> bool:
-    """True when ``false`` false verdicts in ``n`` A/A comparisons are no evidence of a rate above ``alpha``
-    (one-sided binomial test at 5 %): a method with fewer false verdicts is not better for it, only luckier."""
+    """True when ``false`` false verdicts in ``n`` A/A comparisons are no evidence of a rate above
+    ``alpha`` (one-sided binomial test at 5 %): a method with fewer false verdicts is not better for
+    it, only luckier."""
     from scipy.stats import binom
 
     return n == 0 or float(binom.sf(false - 1, n, alpha)) >= 0.05
 
 
 def _hog_caught(table: list[dict[str, Any]], method: str) -> float:
-    return float(sum(sum(e["caught"].values()) for e in table if e["method"] == method and e["condition"] == "CPU hog"))
+    return float(
+        sum(
+            sum(e["caught"].values())
+            for e in table
+            if e["method"] == method and e["condition"] == "CPU hog"
+        )
+    )
 
 
 def consistent(table: list[dict[str, Any]], method: str) -> bool:
-    """Whether ``method``'s false verdicts (both kinds, both conditions) are consistent with alpha."""
+    """Whether ``method``'s false verdicts (both kinds, both conditions) are
+    consistent with alpha."""
     rows = [e for e in table if e["method"] == method]
-    return eligible(sum(e["aa_false"] + e["sep_false"] for e in rows), sum(e["aa_n"] + e["sep_n"] for e in rows))
+    return eligible(
+        sum(e["aa_false"] + e["sep_false"] for e in rows), sum(e["aa_n"] + e["sep_n"] for e in rows)
+    )
 
 
 def caught_share(table: list[dict[str, Any]], method: str, best: str) -> float:
-    """What ``method`` caught beside the hog over what the best caught: one run of the bench cannot tell two
-    methods within its noise apart, so the default is held to 0.9 of the best, not to being the best."""
+    """What ``method`` caught beside the hog over what the best caught: one run of the bench cannot
+    tell two methods within its noise apart, so the default is held to 0.9 of the best, not to being
+    the best."""
     top = _hog_caught(table, best)
     return _hog_caught(table, method) / top if top else math.nan
 
 
 def choose(table: list[dict[str, Any]]) -> str:
-    """Of the methods whose A/A false verdicts (both kinds, both conditions) are consistent with alpha, the one
-    that caught the most slowdowns beside the hog, then on the quiet machine; then the fewest false verdicts."""
+    """Of the methods whose A/A false verdicts (both kinds, both conditions) are consistent with
+    alpha, the one that caught the most slowdowns beside the hog, then on the quiet machine; then
+    the fewest false verdicts."""
+
     def score(method: str) -> tuple[bool, float, float, float]:
         rows = [e for e in table if e["method"] == method]
         false = sum(e["aa_false"] + e["sep_false"] for e in rows)
@@ -237,15 +312,28 @@ def choose(table: list[dict[str, Any]]) -> str:
     return min(METHODS, key=score)
 
 
-@bench("defaults", about="the default time metric on software renderers: A/A false alarms (interleaved, separate "
-       "batches) and power of four metrics, quiet and beside a CPU hog", default=False, needs_gl=True)
+@bench(
+    "defaults",
+    about="the default time metric on software renderers: A/A false alarms (interleaved, separate "
+    "batches) and power of four metrics, quiet and beside a CPU hog",
+    default=False,
+    needs_gl=True,
+)
 def defaults(ctx: BenchContext) -> list[Row]:
-    """The defaults table of docs/stats.md and the check that the library's default is the bench's best."""
+    """The defaults table of docs/stats.md and the check that the library's default is the bench's
+    best.
+    """
     from katra_trace.analysis.defaults import SOFTWARE_TIME_DEFAULT
 
-    plan = Plan(frames=ctx.scale(FRAMES, 20), warmup=ctx.scale(WARMUP, 2), size=SIZE if not ctx.quick else (64, 48),
-                rounds=ctx.scale(ROUNDS, 3), batch=ctx.scale(BATCH, 3), runs=ctx.scale(RUNS, 3),
-                comparisons=ctx.scale(COMPARISONS, 3))
+    plan = Plan(
+        frames=ctx.scale(FRAMES, 20),
+        warmup=ctx.scale(WARMUP, 2),
+        size=SIZE if not ctx.quick else (64, 48),
+        rounds=ctx.scale(ROUNDS, 3),
+        batch=ctx.scale(BATCH, 3),
+        runs=ctx.scale(RUNS, 3),
+        comparisons=ctx.scale(COMPARISONS, 3),
+    )
     started = dt.datetime.now(dt.timezone.utc)
     load0 = os.getloadavg()[0]
     rng = random.Random(20261203)
@@ -255,58 +343,129 @@ def defaults(ctx: BenchContext) -> list[Row]:
             t = captures(ctx, plan, scene, condition)
             changes = {lv: change_of(t, lv) for lv in ("L1", "L2")}
             for method, figures in cell(plan, t, rng).items():
-                table.append({"scene": scene, "condition": condition, "method": method, **figures,
-                              "changes": changes})
+                table.append(
+                    {
+                        "scene": scene,
+                        "condition": condition,
+                        "method": method,
+                        **figures,
+                        "changes": changes,
+                    }
+                )
     best = choose(table)
-    default = " ".join(SOFTWARE_TIME_DEFAULT) if SOFTWARE_TIME_DEFAULT[1] == "p10" else \
-        f"{SOFTWARE_TIME_DEFAULT[0]} median"
+    default = (
+        " ".join(SOFTWARE_TIME_DEFAULT)
+        if SOFTWARE_TIME_DEFAULT[1] == "p10"
+        else f"{SOFTWARE_TIME_DEFAULT[0]} median"
+    )
     rows = []
     for method in METHODS:
         mine = [e for e in table if e["method"] == method]
         false = sum(e["aa_false"] + e["sep_false"] for e in mine)
         n = sum(e["aa_n"] + e["sep_n"] for e in mine)
         caught = [r for e in mine if e["condition"] == "CPU hog" for r in e["caught"].values()]
-        rows.append(Row(f"{method}: A/A false verdicts", "share of A/A comparisons", false / n if n else math.nan,
-                        "share", n=n, target=at_most(0.01), notes=f"slowdowns caught beside the hog: "
-                        f"{100 * sum(caught) / max(1, len(caught)):.0f} %"))
+        rows.append(
+            Row(
+                f"{method}: A/A false verdicts",
+                "share of A/A comparisons",
+                false / n if n else math.nan,
+                "share",
+                n=n,
+                target=at_most(0.01),
+                notes=f"slowdowns caught beside the hog: "
+                f"{100 * sum(caught) / max(1, len(caught)):.0f} %",
+            )
+        )
         logs = [x for e in mine for x in e["sep_log_ratios"]]
-        rows.append(Row(f"{method}: drift between batches", "rms log ratio of separate-batch A/A sides",
-                        math.sqrt(sum(x * x for x in logs) / len(logs)) if logs else math.nan, "log ratio",
-                        n=len(logs), notes=f"largest {max((abs(x) for x in logs), default=math.nan):.3f}"))
+        rows.append(
+            Row(
+                f"{method}: drift between batches",
+                "rms log ratio of separate-batch A/A sides",
+                math.sqrt(sum(x * x for x in logs) / len(logs)) if logs else math.nan,
+                "log ratio",
+                n=len(logs),
+                notes=f"largest {max((abs(x) for x in logs), default=math.nan):.3f}",
+            )
+        )
     share = caught_share(table, default, best)
-    rows.append(Row("default time metric on software renderers", "slowdowns it caught beside the hog / the best's",
-                    share, "ratio", target=at_least(0.9), notes=f"default {default}, best {best}; the default's "
-                    f"false verdicts {'are' if consistent(table, default) else 'are NOT'} consistent with alpha"))
+    rows.append(
+        Row(
+            "default time metric on software renderers",
+            "slowdowns it caught beside the hog / the best's",
+            share,
+            "ratio",
+            target=at_least(0.9),
+            notes=f"default {default}, best {best}; the default's "
+            f"false verdicts {'are' if consistent(table, default) else 'are NOT'} consistent with "
+            "alpha",
+        )
+    )
     markdown = render(table, plan, started, load0, best)
-    ctx.facts.update({"markdown": markdown, "table": table, "plan": dataclasses.asdict(plan), "best": best,
-                      "date": started.isoformat(timespec="seconds"), "quick": ctx.quick, "load0": load0})
+    ctx.facts.update(
+        {
+            "markdown": markdown,
+            "table": table,
+            "plan": dataclasses.asdict(plan),
+            "best": best,
+            "date": started.isoformat(timespec="seconds"),
+            "quick": ctx.quick,
+            "load0": load0,
+        }
+    )
     for line in markdown.splitlines():
         ctx.log(line)
     return rows
 
 
-#: ``ab`` beside the hog: fillrate at 160x120, BASE 8 layers, NEW 12 (+50 % fill), as the issue's store.
-AB_CAPTURE = "{py} -m katra3d run fillrate --param fillrate.layers={layers} --size 160x120 --frames 60 --quiet -o {{out}}"
+#: ``ab`` beside the hog: fillrate at 160x120, BASE 8 layers, NEW 12 (+50 % fill), as the issue's
+#: store.
+AB_CAPTURE = (
+    "{py} -m katra3d run fillrate --param fillrate.layers={layers} --size 160x120 --frames 60 "
+    "--quiet -o {{out}}"
+)
 
 
 def ab_run(ctx: BenchContext, name: str, layers: int, *extra: str) -> tuple[int, dict[str, Any]]:
-    """``katra3d ab`` with its defaults, BASE fillrate at 8 layers and NEW at ``layers``: exit code and ab.json."""
+    """``katra3d ab`` with its defaults, BASE fillrate at 8 layers and NEW at ``layers``: exit code
+    and ab.json.
+    """
     import json
     import shlex
 
     out = ctx.tmp / name
     py = shlex.quote(sys.executable)
-    cmd = [sys.executable, "-m", "katra3d", "ab", "--base", AB_CAPTURE.format(py=py, layers=8),
-           "--new", AB_CAPTURE.format(py=py, layers=layers), "--allow-param-mismatch", "--images", "off",
-           "-o", str(out), "--quiet", "--format", "json", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "katra3d",
+        "ab",
+        "--base",
+        AB_CAPTURE.format(py=py, layers=8),
+        "--new",
+        AB_CAPTURE.format(py=py, layers=layers),
+        "--allow-param-mismatch",
+        "--images",
+        "off",
+        "-o",
+        str(out),
+        "--quiet",
+        "--format",
+        "json",
+        *extra,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"ab {name} exited {proc.returncode}: {proc.stderr.strip()[-400:]}")
     return proc.returncode, json.loads((out / "ab.json").read_text(encoding="utf-8"))
 
 
-@bench("defaults-ab", about="katra3d ab with its defaults beside a CPU hog on one core: A/A exits 0, +50 % fill "
-       "exits 1 within --until-decided --rounds 12", default=False, needs_gl=True)
+@bench(
+    "defaults-ab",
+    about="katra3d ab with its defaults beside a CPU hog on one core: A/A exits 0, +50 % fill "
+    "exits 1 within --until-decided --rounds 12",
+    default=False,
+    needs_gl=True,
+)
 def defaults_ab(ctx: BenchContext) -> list[Row]:
     """The issue's check of the defaults on a busy machine, as rows: exit codes and rounds used."""
     busy = hog()
@@ -314,41 +473,86 @@ def defaults_ab(ctx: BenchContext) -> list[Row]:
         aa_code, aa = ab_run(ctx, "aa", 8)
         ctx.log(f"A/A: exit {aa_code}, {len(aa['rounds'])} rounds, {aa.get('decision')}")
         slow_code, slow = ab_run(ctx, "fill50", 12, "--until-decided", "--rounds", "12")
-        ctx.log(f"+50 % fill: exit {slow_code}, {len(slow['rounds'])} rounds, {slow.get('stop', {}).get('reason')}")
+        ctx.log(
+            f"+50 % fill: exit {slow_code}, {len(slow['rounds'])} rounds, "
+            f"{slow.get('stop', {}).get('reason')}"
+        )
     finally:
         stop(busy, timeout_s=10)
-    ctx.facts.update({"aa": {"exit": aa_code, "rounds": len(aa["rounds"]), "decision": aa.get("decision")},
-                      "fill50": {"exit": slow_code, "rounds": len(slow["rounds"]), "stop": slow.get("stop"),
-                                 "decision": slow.get("decision")}})
+    ctx.facts.update(
+        {
+            "aa": {"exit": aa_code, "rounds": len(aa["rounds"]), "decision": aa.get("decision")},
+            "fill50": {
+                "exit": slow_code,
+                "rounds": len(slow["rounds"]),
+                "stop": slow.get("stop"),
+                "decision": slow.get("decision"),
+            },
+        }
+    )
     choice = aa.get("decision") or {}
-    return [Row("A/A ab beside a CPU hog: exit code", "katra3d ab, defaults, identical commands", float(aa_code),
-                "exit code", target=at_most(0), notes=f"{len(aa['rounds'])} rounds on {choice.get('metric')} "
-                f"{choice.get('run_stat')} ({choice.get('metric_choice')})"),
-            Row("+50 % fill ab beside a CPU hog: exit code", "--until-decided --rounds 12", float(slow_code),
-                "exit code", target=at_least(1), notes=f"decided after {len(slow['rounds'])} rounds"),
-            Row("+50 % fill ab beside a CPU hog: rounds", "rounds until decided", float(len(slow["rounds"])),
-                "rounds", target=at_most(12))]
+    return [
+        Row(
+            "A/A ab beside a CPU hog: exit code",
+            "katra3d ab, defaults, identical commands",
+            float(aa_code),
+            "exit code",
+            target=at_most(0),
+            notes=f"{len(aa['rounds'])} rounds on {choice.get('metric')} "
+            f"{choice.get('run_stat')} ({choice.get('metric_choice')})",
+        ),
+        Row(
+            "+50 % fill ab beside a CPU hog: exit code",
+            "--until-decided --rounds 12",
+            float(slow_code),
+            "exit code",
+            target=at_least(1),
+            notes=f"decided after {len(slow['rounds'])} rounds",
+        ),
+        Row(
+            "+50 % fill ab beside a CPU hog: rounds",
+            "rounds until decided",
+            float(len(slow["rounds"])),
+            "rounds",
+            target=at_most(12),
+        ),
+    ]
 
 
-def render(table: list[dict[str, Any]], plan: Plan, started: dt.datetime, load0: float, best: str) -> str:
+def render(
+    table: list[dict[str, Any]], plan: Plan, started: dt.datetime, load0: float, best: str
+) -> str:
     """The Markdown table of docs/stats.md's defaults section."""
-    head = (f"Measured {started:%Y-%m-%d} with `python -m bench defaults`: {plan.size[0]}x{plan.size[1]}, "
-            f"{plan.frames} measured frames (+{plan.warmup} warmup) a run; per scene and condition a batch of "
-            f"{plan.batch} BASE runs, {plan.rounds} rounds (BASE, BASE again, +25 % and +50 % work) and a second "
-            f"batch of {plan.batch}. Interleaved A/A and power: {plan.comparisons} paired comparisons of "
-            f"{plan.runs} rounds drawn from the {plan.rounds} (overlapping). Separate batches: unpaired, every run "
-            f"of one side before the other's. Load average at the start {load0:.1f} on {os.cpu_count()} cores; "
-            f"*CPU hog*: one CPU-busy process on the last core for the whole condition. Best: **{best}**.")
-    lines = [head, "", "| scene | condition | method | A/A false (interleaved) | A/A false (separate batches) | "
-             "drift between batches (rms) | caught: +25 % work | caught: +50 % work |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]
+    head = (
+        f"Measured {started:%Y-%m-%d} with `python -m bench defaults`: "
+        f"{plan.size[0]}x{plan.size[1]}, {plan.frames} measured frames (+{plan.warmup} warmup) a "
+        f"run; per scene and condition a batch of {plan.batch} BASE runs, {plan.rounds} rounds "
+        f"(BASE, BASE again, +25 % and +50 % work) and a second batch of {plan.batch}. Interleaved "
+        f"A/A and power: {plan.comparisons} paired comparisons of {plan.runs} rounds drawn from "
+        f"the {plan.rounds} (overlapping). Separate batches: unpaired, every run of one side "
+        f"before the other's. Load average at the start {load0:.1f} on {os.cpu_count()} cores; "
+        "*CPU hog*: one CPU-busy process on the last core for the whole condition. Best: "
+        f"**{best}**."
+    )
+    lines = [
+        head,
+        "",
+        "| scene | condition | method | A/A false (interleaved) | A/A false (separate batches) | "
+        "drift between batches (rms) | caught: +25 % work | caught: +50 % work |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
     for e in table:
         l1, l2 = e["changes"]["L1"], e["changes"]["L2"]
-        lines.append(f"| {e['scene']} | {e['condition']} | {e['method']} | {e['aa_false']} of {e['aa_n']} | "
-                     f"{e['sep_false']} of {e['sep_n']} | {rms_pct(e['sep_log_ratios']):.1f} % | "
-                     f"{100 * e['caught']['L1']:.0f} % ({l1:+.0f} %) | "
-                     f"{100 * e['caught']['L2']:.0f} % ({l2:+.0f} %) |")
-    lines += ["", "The change in brackets is the slowdown measured (process p10, all rounds paired)."]
+        lines.append(
+            f"| {e['scene']} | {e['condition']} | {e['method']} | {e['aa_false']} of {e['aa_n']} | "
+            f"{e['sep_false']} of {e['sep_n']} | {rms_pct(e['sep_log_ratios']):.1f} % | "
+            f"{100 * e['caught']['L1']:.0f} % ({l1:+.0f} %) | "
+            f"{100 * e['caught']['L2']:.0f} % ({l2:+.0f} %) |"
+        )
+    lines += [
+        "",
+        "The change in brackets is the slowdown measured (process p10, all rounds paired).",
+    ]
     return "\n".join(lines)
 
 
@@ -361,10 +565,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     import json
 
-    parser = argparse.ArgumentParser(prog="python -m bench.defaults",
-                                     description="write the defaults table of a results.json into docs/stats.md")
-    parser.add_argument("--write-doc", nargs="+", metavar="RESULTS... DOC", required=True,
-                        help="one or more results.json of `python -m bench defaults`, then the Markdown file")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.defaults",
+        description="write the defaults table of a results.json into docs/stats.md",
+    )
+    parser.add_argument(
+        "--write-doc",
+        nargs="+",
+        metavar="RESULTS... DOC",
+        required=True,
+        help="one or more results.json of `python -m bench defaults`, then the Markdown file",
+    )
     args = parser.parse_args(argv)
     try:
         if len(args.write_doc) < 2:
@@ -374,17 +585,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         for i, path in enumerate(results, start=1):
             record = json.loads(path.read_text(encoding="utf-8"))
             if record.get("quick"):
-                raise ValueError(f"{path}: a --quick run's table is a smoke test; run the full bench")
+                raise ValueError(
+                    f"{path}: a --quick run's table is a smoke test; run the full bench"
+                )
             facts = next(b["facts"] for b in record["benches"] if b["name"] == "defaults")
             table = facts["table"]  # re-rendered: today's layout and choice rule, the same numbers
             every += table
             plan = Plan(**{k: tuple(v) if k == "size" else v for k, v in facts["plan"].items()})
-            parts.append(f"**Run {i}.** " + render(table, plan, dt.datetime.fromisoformat(facts["date"]),
-                                                    float(facts["load0"]), choose(table)))
+            parts.append(
+                f"**Run {i}.** "
+                + render(
+                    table,
+                    plan,
+                    dt.datetime.fromisoformat(facts["date"]),
+                    float(facts["load0"]),
+                    choose(table),
+                )
+            )
         if len(results) > 1:
-            drift = {m: rms_pct([x for e in every if e["method"] == m for x in e["sep_log_ratios"]]) for m in METHODS}
-            parts.append(f"**Over the {len(results)} runs** the choice is **{choose(every)}**; drift between "
-                         "batches (rms): " + ", ".join(f"{m} {v:.1f} %" for m, v in drift.items()) + ".")
+            drift = {
+                m: rms_pct([x for e in every if e["method"] == m for x in e["sep_log_ratios"]])
+                for m in METHODS
+            }
+            parts.append(
+                f"**Over the {len(results)} runs** the choice is **{choose(every)}**; drift "
+                "between batches (rms): "
+                + ", ".join(f"{m} {v:.1f} %" for m, v in drift.items())
+                + "."
+            )
         write_doc("\n\n".join(parts), doc, (START_MARK, END_MARK))
     except (OSError, ValueError, KeyError, TypeError, StopIteration) as exc:
         print(f"python -m bench.defaults: error: {exc or type(exc).__name__}", file=sys.stderr)

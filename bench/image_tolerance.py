@@ -1,16 +1,18 @@
-"""``python -m bench image-tolerance``: the FLIP values behind the image verdict's defaults (docs/images.md).
+"""``python -m bench image-tolerance``: the FLIP values behind the image verdict's defaults
+(docs/images.md).
 
-Not a default bench (a few minutes: six captures of the ``ci`` suite). Every built-in scene is rendered on
-llvmpipe at each of :data:`SIZES`, once with ``LP_NATIVE_VECTOR_WIDTH=128`` and once with ``256`` (a stand-in
-for another device: another code generator), and the last frames are compared by
-:func:`katra_trace.analysis.images.image_verdict` with the default thresholds in three groups:
+Not a default bench (a few minutes: six captures of the ``ci`` suite). Every built-in scene is
+rendered on llvmpipe at each of :data:`SIZES`, once with ``LP_NATIVE_VECTOR_WIDTH=128`` and once
+with ``256`` (a stand-in for another device: another code generator), and the last frames are
+compared by :func:`katra_trace.analysis.images.image_verdict` with the default thresholds in three
+groups:
 
-* **vector width**: the 256 frame against the 128 frame; must be identical or within tolerance. The rows give
-  the largest FLIP mean and outlier share;
-* **1-px shift**: the 128 frame against itself moved one pixel to the right; must be changed. The rows give
-  the smallest values;
-* **colour +0.02**: the 128 frame against itself with every colour channel raised by 5 of 255 levels (0.02,
-  clipped at white); must be changed. The smallest values.
+* **vector width**: the 256 frame against the 128 frame; must be identical or within tolerance. The
+  rows give the largest FLIP mean and outlier share;
+* **1-px shift**: the 128 frame against itself moved one pixel to the right; must be changed. The
+  rows give the smallest values;
+* **colour +0.02**: the 128 frame against itself with every colour channel raised by 5 of 255 levels
+  (0.02, clipped at white); must be changed. The smallest values.
 
 The ``verdicts`` rows count the scenes of each group whose verdict is on the wrong side (target 0).
 """
@@ -33,11 +35,30 @@ COLOUR_STEP = 5
 
 
 def _render(ctx: BenchContext, name: str, size: str, **env: str) -> Path:
-    """Capture the ci suite at ``size`` with the environment variables ``env``; the screenshot directory."""
+    """Capture the ci suite at ``size`` with the environment variables ``env``; the screenshot
+    directory.
+    """
     shots = ctx.tmp / f"{name}-{size}"
     shots.mkdir()
-    cmd = [sys.executable, "-m", "katra3d", "run", "--suite", "ci", "--frames", "2", "--warmup", "1",
-           "--size", size, "--quiet", "--screenshot", str(shots), "-o", str(ctx.tmp / f"{name}-{size}.katra")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "katra3d",
+        "run",
+        "--suite",
+        "ci",
+        "--frames",
+        "2",
+        "--warmup",
+        "1",
+        "--size",
+        size,
+        "--quiet",
+        "--screenshot",
+        str(shots),
+        "-o",
+        str(ctx.tmp / f"{name}-{size}.katra"),
+    ]
     subprocess.run(cmd, env=dict(os.environ, **env), check=True, stdout=subprocess.DEVNULL)
     return shots
 
@@ -63,8 +84,9 @@ def _recoloured(pixels: np.ndarray) -> np.ndarray:
 
 
 def _softpipe(ctx: BenchContext, llvmpipe: Path) -> list[Row]:
-    """Information: softpipe (another Mesa driver, with its own texture and shadow filtering) against llvmpipe at
-    the first size: how many scenes each verdict gets. Not a target: another driver may well draw differently."""
+    """Information: softpipe (another Mesa driver, with its own texture and shadow filtering)
+    against llvmpipe at the first size: how many scenes each verdict gets. Not a target: another
+    driver may well draw differently."""
     # deferred: FLIP is the optional images extra
     from katra_trace.analysis.images import image_verdict
 
@@ -75,12 +97,23 @@ def _softpipe(ctx: BenchContext, llvmpipe: Path) -> list[Row]:
         v = image_verdict(_load(llvmpipe / png.name), _load(png))
         counts[v.verdict] = counts.get(v.verdict, 0) + 1
         ctx.log(f"softpipe {png.stem}: {v.line}")
-    return [Row(f"softpipe {SIZES[0]}", f"scenes judged {verdict.replace('_', ' ')} against llvmpipe", float(n),
-                unit="scenes") for verdict, n in counts.items()]
+    return [
+        Row(
+            f"softpipe {SIZES[0]}",
+            f"scenes judged {verdict.replace('_', ' ')} against llvmpipe",
+            float(n),
+            unit="scenes",
+        )
+        for verdict, n in counts.items()
+    ]
 
 
-@bench("image-tolerance", about="FLIP values of another vector width, a 1-px shift and a colour step",
-       default=False, needs_gl=True)
+@bench(
+    "image-tolerance",
+    about="FLIP values of another vector width, a 1-px shift and a colour step",
+    default=False,
+    needs_gl=True,
+)
 def image_tolerance(ctx: BenchContext) -> list[Row]:
     """FLIP values of another vector width, a 1-px shift and a colour step (docs/images.md)."""
     # deferred: FLIP is the optional images extra
@@ -97,8 +130,11 @@ def image_tolerance(ctx: BenchContext) -> list[Row]:
         for png in sorted(dirs[128].glob("*.png")):
             base = _load(png)
             other = dirs[256] / png.name
-            cases = {"vector width": _load(other) if other.exists() else None,
-                     "1-px shift": _shifted(base), "colour +0.02": _recoloured(base)}
+            cases = {
+                "vector width": _load(other) if other.exists() else None,
+                "1-px shift": _shifted(base),
+                "colour +0.02": _recoloured(base),
+            }
             for name, new in cases.items():
                 v = image_verdict(base, new)
                 bad = v.verdict == "changed" if name == "vector width" else v.verdict != "changed"
@@ -106,22 +142,51 @@ def image_tolerance(ctx: BenchContext) -> list[Row]:
                 mean = 0.0 if v.verdict == "identical" else v.flip_mean
                 pct = 0.0 if v.verdict == "identical" else v.outlier_pct
                 groups[name].append((mean, pct))
-                table.append({"size": size, "scene": png.stem, "case": name, "verdict": v.verdict,
-                              "flip_mean": mean, "outlier_pct": pct})
+                table.append(
+                    {
+                        "size": size,
+                        "scene": png.stem,
+                        "case": name,
+                        "verdict": v.verdict,
+                        "flip_mean": mean,
+                        "outlier_pct": pct,
+                    }
+                )
         for name, values in groups.items():
             if not values:
                 continue
             pick = max if name == "vector width" else min
             label = "largest" if name == "vector width" else "smallest"
-            rows.append(Row(f"{name} {size}", f"{label} FLIP mean of {len(values)} scenes",
-                            pick(m for m, _ in values), unit="FLIP", n=len(values)))
-            rows.append(Row(f"{name} {size}", f"{label} % of pixels over the outlier level",
-                            pick(p for _, p in values), unit="%", n=len(values)))
+            rows.append(
+                Row(
+                    f"{name} {size}",
+                    f"{label} FLIP mean of {len(values)} scenes",
+                    pick(m for m, _ in values),
+                    unit="FLIP",
+                    n=len(values),
+                )
+            )
+            rows.append(
+                Row(
+                    f"{name} {size}",
+                    f"{label} % of pixels over the outlier level",
+                    pick(p for _, p in values),
+                    unit="%",
+                    n=len(values),
+                )
+            )
     if not ctx.quick:
         rows.extend(_softpipe(ctx, ctx.tmp / f"vw128-{SIZES[0]}"))
     for name, count in wrong.items():
         side = "changed" if name == "vector width" else "not changed"
-        rows.append(Row(f"{name} verdicts", f"scenes x sizes judged {side}", float(count), unit="scenes",
-                        target=at_most(0)))
+        rows.append(
+            Row(
+                f"{name} verdicts",
+                f"scenes x sizes judged {side}",
+                float(count),
+                unit="scenes",
+                target=at_most(0),
+            )
+        )
     ctx.facts["images"] = table
     return rows

@@ -22,9 +22,10 @@ share left out per side.
 * ``overhead-capture``: ``katra3d.capture(ctx, path)`` driving the same scene
   on the same context as the plain loop, frame starts taken in both loops.
 
-* ``overhead-cost``: the harness's own cost in microseconds, no target (docs/timing.md quotes it):
-  a frame of :class:`bench._gl.IdleScene` (draws nothing) in a run minus the same frame in the plain
-  loop, both ending with ``glFinish``; and a zone, as the slope between 16 empty zones a frame and none.
+* ``overhead-cost``: the harness's own cost in microseconds, no target (docs/timing.md quotes it): a
+  frame of :class:`bench._gl.IdleScene` (draws nothing) in a run minus the same frame in the plain
+  loop, both ending with ``glFinish``; and a zone, as the slope between 16 empty zones a frame and
+  none.
 
 * ``overhead-reference``: the drift-normalization reference draw
   (``--reference-every 4`` vs ``0``): the median frame wall (the draw runs
@@ -35,9 +36,9 @@ share left out per side.
   timing mode (``gpu`` needs a hardware renderer: a skip row otherwise);
   docs/timing.md quotes it.
 
-Targets (zones off): frame time <= 1.03 x the plain loop on ``triangle`` (issue 36), <= 1.02 on ``clear``;
-the harness's own cost (``overhead-cost``) <= 3.0 us a frame. Every row is the median of the rounds, shown
-with its 95 % interval.
+Targets (zones off): frame time <= 1.03 x the plain loop on ``triangle`` (issue 36), <= 1.02 on
+``clear``; the harness's own cost (``overhead-cost``) <= 3.0 us a frame. Every row is the median of
+the rounds, shown with its 95 % interval.
 """
 
 from __future__ import annotations
@@ -48,13 +49,23 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from bench._core import BenchContext, Row, Target, at_most, bench, interleave, median_iqr, pair_ratios, ratio_row
+from bench._core import (
+    BenchContext,
+    Row,
+    Target,
+    at_most,
+    bench,
+    interleave,
+    median_iqr,
+    pair_ratios,
+    ratio_row,
+)
 from bench._gl import (
     IDLE_SCENE,
     WARMUP,
-    capture_frame_period_s,
     FramePeriod,
     PlainFrame,
+    capture_frame_period_s,
     egl_context,
     frame_period,
     new_scene,
@@ -74,9 +85,11 @@ SCENES: tuple[tuple[str, tuple[int, int], int], ...] = (
 #: interleaved rounds (plain, zones off, zones on) per scene
 ROUNDS = 31
 ZONES_OFF_TARGET = at_most(1.02)
-#: zones off on ``triangle`` (an 80-160 us frame, where the loop's few us show most): issue 36's target
+#: zones off on ``triangle`` (an 80-160 us frame, where the loop's few us show most): issue 36's
+#: target
 ZONES_OFF_TARGETS = {"triangle": at_most(1.03)}
-#: the harness's own cost of a frame that draws nothing (issue 36: one process-clock read per frame boundary)
+#: the harness's own cost of a frame that draws nothing (issue 36: one process-clock read per frame
+#: boundary)
 PER_FRAME_TARGET = at_most(3.0)
 ZONES_NOTE = "each zone: 2 glFinish + a KHR_debug group"
 
@@ -84,8 +97,8 @@ ZONES_NOTE = "each zone: 2 glFinish + a KHR_debug group"
 class _Collect:
     """Wraps frame-period variants for :func:`interleave` and keeps each one's excluded shares.
 
-    ``whole``: the variants give the mean of every period (:attr:`FramePeriod.whole`), none left out as
-    preempted; otherwise the mean of the kept ones.
+    ``whole``: the variants give the mean of every period (:attr:`FramePeriod.whole`), none left out
+    as preempted; otherwise the mean of the kept ones.
     """
 
     def __init__(self, whole: bool = False) -> None:
@@ -106,18 +119,36 @@ class _Collect:
         return f"{100 * median_iqr(self.excluded[key])[0]:.1f}%"
 
 
-def _rows(label: str, samples: dict[str, list[float]], collect: _Collect, who: str,
-          target: Target = ZONES_OFF_TARGET) -> list[Row]:
+def _rows(
+    label: str,
+    samples: dict[str, list[float]],
+    collect: _Collect,
+    who: str,
+    target: Target = ZONES_OFF_TARGET,
+) -> list[Row]:
     plain_fps = 1.0 / median_iqr(samples["plain"])[0]
     left_out = "left out as preempted: plain {}, {} {}"
     return [
-        ratio_row(f"{label} zones off", f"frame time: {who} / plain", pair_ratios(samples, "off", "plain"),
-                  target=target, notes=f"plain ~{plain_fps:.0f} fps; "
-                  + left_out.format(collect.note("plain"), who, collect.note("off"))),
-        ratio_row(f"{label} zones on", f"frame time: {who} zones on / plain", pair_ratios(samples, "on", "plain"),
-                  notes=left_out.format(collect.note("plain"), who, collect.note("on"))),
-        ratio_row(f"{label} zones cost", f"frame time: {who} zones on / off", pair_ratios(samples, "on", "off"),
-                  notes=ZONES_NOTE),
+        ratio_row(
+            f"{label} zones off",
+            f"frame time: {who} / plain",
+            pair_ratios(samples, "off", "plain"),
+            target=target,
+            notes=f"plain ~{plain_fps:.0f} fps; "
+            + left_out.format(collect.note("plain"), who, collect.note("off")),
+        ),
+        ratio_row(
+            f"{label} zones on",
+            f"frame time: {who} zones on / plain",
+            pair_ratios(samples, "on", "plain"),
+            notes=left_out.format(collect.note("plain"), who, collect.note("on")),
+        ),
+        ratio_row(
+            f"{label} zones cost",
+            f"frame time: {who} zones on / off",
+            pair_ratios(samples, "on", "off"),
+            notes=ZONES_NOTE,
+        ),
     ]
 
 
@@ -127,7 +158,11 @@ def _scenes(ctx: BenchContext) -> tuple[tuple[str, tuple[int, int], int], ...]:
     return SCENES
 
 
-@bench("overhead", about="katra3d run's frame loop vs a plain moderngl loop (zones off / on)", needs_gl=True)
+@bench(
+    "overhead",
+    about="katra3d run's frame loop vs a plain moderngl loop (zones off / on)",
+    needs_gl=True,
+)
 def overhead_run(ctx: BenchContext) -> list[Row]:
     from katra3d.harness.run.config import RunConfig
 
@@ -135,27 +170,90 @@ def overhead_run(ctx: BenchContext) -> list[Row]:
     for name, size, frames in _scenes(ctx):
         label = f"run {name} {size[0]}x{size[1]}"
         ctx.log(label)
-        # reference_every=0: the reference draw (default every 4th frame, outside the frame span) would land in
-        # the frame period; its cost has its own bench, overhead-reference
-        configs = {zones: RunConfig(scenes=(name,), frames=frames, warmup=WARMUP, size=size, zones=zones,
-                                    backend="egl", timing="sync", reference_every=0,
-                                    output=str(ctx.tmp / f"run-{zones}.katra"))
-                   for zones in (False, True)}
+        # reference_every=0: the reference draw (default every 4th frame, outside the frame span)
+        # would land in the frame period; its cost has its own bench, overhead-reference
+        configs = {
+            zones: RunConfig(
+                scenes=(name,),
+                frames=frames,
+                warmup=WARMUP,
+                size=size,
+                zones=zones,
+                backend="egl",
+                timing="sync",
+                reference_every=0,
+                output=str(ctx.tmp / f"run-{zones}.katra"),
+            )
+            for zones in (False, True)
+        }
         collect = _Collect()
-        samples = interleave({
-            "plain": collect("plain", lambda: plain_frame_period_s(name, size, frames)),
-            "off": collect("off", lambda: run_frame_period_s(configs[False])),
-            "on": collect("on", lambda: run_frame_period_s(configs[True])),
-        }, rounds=ctx.scale(ROUNDS, 3))
+        samples = interleave(
+            {
+                "plain": collect(
+                    "plain", functools.partial(plain_frame_period_s, name, size, frames)
+                ),
+                "off": collect("off", functools.partial(run_frame_period_s, configs[False])),
+                "on": collect("on", functools.partial(run_frame_period_s, configs[True])),
+            },
+            rounds=ctx.scale(ROUNDS, 3),
+        )
         rows += _rows(label, samples, collect, "run", ZONES_OFF_TARGETS.get(name, ZONES_OFF_TARGET))
     ctx.facts["gl_renderer"] = renderer()
     return rows
 
 
-@bench("overhead-capture", about="katra3d.capture() around a scene vs the plain loop on one context",
-       needs_gl=True)
+def _capture_loops(
+    frames: int,
+    caps: dict[bool, Any],
+    render: Callable[[Any], None],
+    finish: Callable[[], None],
+    pc: Callable[[], int],
+) -> tuple[Callable[[], FramePeriod], Callable[[bool], Callable[[], FramePeriod]]]:
+    """The plain loop and the captured loops (zones off / on) of one scene (``overhead-capture``).
+
+    Built outside the scene loop so that each closure holds this scene's objects (the loops are
+    the same code as when they were defined in the loop body).
+    """
+
+    def plain() -> FramePeriod:
+        frame = PlainFrame(no_zone)
+        starts: list[int] = []
+        mark = starts.append
+        for i in range(frames):
+            mark(pc())
+            frame.index, frame.time_s = i, i / 60.0
+            render(frame)
+            finish()
+        return frame_period(starts)
+
+    def captured(zones: bool) -> Callable[[], FramePeriod]:
+        cap = caps[zones]
+        span = cap.frame
+        frame = PlainFrame(cap.zone)
+
+        def loop() -> FramePeriod:
+            starts: list[int] = []
+            mark = starts.append
+            for i in range(frames):
+                mark(pc())
+                with span():
+                    frame.index, frame.time_s = i, i / 60.0
+                    render(frame)
+            return frame_period(starts)
+
+        return loop
+
+    return plain, captured
+
+
+@bench(
+    "overhead-capture",
+    about="katra3d.capture() around a scene vs the plain loop on one context",
+    needs_gl=True,
+)
 def overhead_capture(ctx: BenchContext) -> list[Row]:
     import katra3d
+
     rows: list[Row] = []
     for name, size, frames in _scenes(ctx):
         label = f"capture {name} {size[0]}x{size[1]}"
@@ -165,42 +263,25 @@ def overhead_capture(ctx: BenchContext) -> list[Row]:
             fbo = gl.simple_framebuffer(size, components=4)
             fbo.use()
             scene = new_scene(gl, name, size)
-            caps = {z: katra3d.capture(gl, ctx.tmp / f"capture-{name}-{z}.katra", scene=name, zones=z, timing="sync")
-                    for z in (False, True)}
+            caps = {
+                z: katra3d.capture(
+                    gl, ctx.tmp / f"capture-{name}-{z}.katra", scene=name, zones=z, timing="sync"
+                )
+                for z in (False, True)
+            }
             try:
-                render, finish, pc = scene.render, gl.finish, time.perf_counter_ns
-
-                def plain() -> FramePeriod:
-                    frame = PlainFrame(no_zone)
-                    starts: list[int] = []
-                    mark = starts.append
-                    for i in range(frames):
-                        mark(pc())
-                        frame.index, frame.time_s = i, i / 60.0
-                        render(frame)
-                        finish()
-                    return frame_period(starts)
-
-                def captured(zones: bool) -> Callable[[], FramePeriod]:
-                    cap = caps[zones]
-                    span = cap.frame
-                    frame = PlainFrame(cap.zone)
-
-                    def loop() -> FramePeriod:
-                        starts: list[int] = []
-                        mark = starts.append
-                        for i in range(frames):
-                            mark(pc())
-                            with span():
-                                frame.index, frame.time_s = i, i / 60.0
-                                render(frame)
-                        return frame_period(starts)
-
-                    return loop
-
+                plain, captured = _capture_loops(
+                    frames, caps, scene.render, gl.finish, time.perf_counter_ns
+                )
                 collect = _Collect()
-                samples = interleave({"plain": collect("plain", plain), "off": collect("off", captured(False)),
-                                      "on": collect("on", captured(True))}, rounds=ctx.scale(ROUNDS, 3))
+                samples = interleave(
+                    {
+                        "plain": collect("plain", plain),
+                        "off": collect("off", captured(False)),
+                        "on": collect("on", captured(True)),
+                    },
+                    rounds=ctx.scale(ROUNDS, 3),
+                )
             finally:
                 for cap in caps.values():
                     cap.close()
@@ -213,7 +294,8 @@ def overhead_capture(ctx: BenchContext) -> list[Row]:
     return rows
 
 
-# --------------------------------------------------------------------------- the harness's own cost, in us
+# --------------------------------------------------------------------------- the harness's own
+# cost, in us
 
 #: Measured frames per loop of the idle scene (a frame costs ~10-30 us: each loop lasts ~50 ms).
 IDLE_FRAMES = 3000
@@ -235,8 +317,9 @@ def process_clock_read_us(reads: int = 20_000) -> float:
 
 @contextlib.contextmanager
 def _without(process_clock: bool = False, gl_error_check: bool = False) -> Iterator[None]:
-    """A throwaway variant of the frame loop for the cost breakdown: the sync timer's process-clock read
-    replaced by a constant (``process_clock``), the per-frame GL error check off (``gl_error_check``)."""
+    """A throwaway variant of the frame loop for the cost breakdown: the sync timer's process-clock
+    read replaced by a constant (``process_clock``), the per-frame GL error check off
+    (``gl_error_check``)."""
     from katra3d.harness.engine import core, timers
 
     read, init = timers._process_ns, core.Engine.__init__
@@ -259,70 +342,125 @@ def _variant(config: object, **without: bool) -> Callable[[], FramePeriod]:
     def call() -> FramePeriod:
         with _without(**without):
             return run_frame_period_s(config)
+
     return call
 
 
-@bench("overhead-cost", about="the frame loop's own cost per frame and per zone (us), a scene that draws nothing",
-       needs_gl=True)
+@bench(
+    "overhead-cost",
+    about="the frame loop's own cost per frame and per zone (us), a scene that draws nothing",
+    needs_gl=True,
+)
 def overhead_cost(ctx: BenchContext) -> list[Row]:
-    """Harness cost in microseconds: a run of :class:`bench._gl.IdleScene` against the plain loop (per frame),
-    and zones on with ``IDLE_ZONES`` empty zones against none (per zone), round by round."""
+    """Harness cost in microseconds: a run of :class:`bench._gl.IdleScene` against the plain loop
+    (per frame), and zones on with ``IDLE_ZONES`` empty zones against none (per zone), round by
+    round."""
     import dataclasses
 
     from katra3d.harness.run.config import RunConfig
 
     frames = ctx.scale(IDLE_FRAMES, 100)
-    off = RunConfig(scenes=(IDLE_SCENE,), frames=frames, warmup=WARMUP, size=IDLE_SIZE, backend="egl",
-                    timing="sync", reference_every=0, output=str(ctx.tmp / "idle.katra"))
+    off = RunConfig(
+        scenes=(IDLE_SCENE,),
+        frames=frames,
+        warmup=WARMUP,
+        size=IDLE_SIZE,
+        backend="egl",
+        timing="sync",
+        reference_every=0,
+        output=str(ctx.tmp / "idle.katra"),
+    )
     none_on = dataclasses.replace(off, zones=True)
     many_on = dataclasses.replace(none_on, params=((IDLE_SCENE, "zones", IDLE_ZONES),))
     ctx.log(f"idle scene {IDLE_SIZE[0]}x{IDLE_SIZE[1]}, {frames} frames")
-    # every period counts: the idle frame is so short that the buffer's hand-over to the writer (every 1,024
-    # frames) is a > 5x period, which the preemption rule would leave out, and it is the harness's own cost
+    # every period counts: the idle frame is so short that the buffer's hand-over to the writer
+    # (every 1,024 frames) is a > 5x period, which the preemption rule would leave out, and it is
+    # the harness's own cost
     collect = _Collect(whole=True)
-    samples = interleave({
-        "plain": collect("plain", lambda: plain_frame_period_s(IDLE_SCENE, IDLE_SIZE, frames)),
-        "off": collect("off", lambda: run_frame_period_s(off)),
-        "capture": collect("capture", lambda: capture_frame_period_s(IDLE_SCENE, IDLE_SIZE, frames,
-                                                                     ctx.tmp / "idle-capture.katra")),
-        "on0": collect("on0", lambda: run_frame_period_s(none_on)),
-        "onN": collect("onN", lambda: run_frame_period_s(many_on)),
-        "noproc": collect("noproc", _variant(off, process_clock=True)),
-        "bare": collect("bare", _variant(off, process_clock=True, gl_error_check=True)),
-    }, rounds=ctx.scale(COST_ROUNDS, 3))
+    samples = interleave(
+        {
+            "plain": collect("plain", lambda: plain_frame_period_s(IDLE_SCENE, IDLE_SIZE, frames)),
+            "off": collect("off", lambda: run_frame_period_s(off)),
+            "capture": collect(
+                "capture",
+                lambda: capture_frame_period_s(
+                    IDLE_SCENE, IDLE_SIZE, frames, ctx.tmp / "idle-capture.katra"
+                ),
+            ),
+            "on0": collect("on0", lambda: run_frame_period_s(none_on)),
+            "onN": collect("onN", lambda: run_frame_period_s(many_on)),
+            "noproc": collect("noproc", _variant(off, process_clock=True)),
+            "bare": collect("bare", _variant(off, process_clock=True, gl_error_check=True)),
+        },
+        rounds=ctx.scale(COST_ROUNDS, 3),
+    )
 
     def us(a: str, b: str) -> list[float]:
         return [1e6 * (x - y) for x, y in zip(samples[a], samples[b], strict=True)]
 
     per_frame = us("off", "plain")
-    # the same run with parts of the frame loop taken out, interleaved with the others: what each part costs
-    breakdown = [ratio_row(f"  of which {what}", f"us a frame: run - run without {what}", us(a, b), unit="us")
-                 for what, a, b in (("the process-clock read", "off", "noproc"),
-                                    ("the GL error check", "noproc", "bare"))]
-    breakdown.append(ratio_row("  of which the rest", "us a frame: run without both - plain loop (frame object, "
-                               "timer calls, packed event, loop checks)", us("bare", "plain"), unit="us"))
-    per_zone = [1e6 * (a - b) / IDLE_ZONES for a, b in zip(samples["onN"], samples["on0"], strict=True)]
+    # the same run with parts of the frame loop taken out, interleaved with the others: what each
+    # part costs
+    breakdown = [
+        ratio_row(
+            f"  of which {what}", f"us a frame: run - run without {what}", us(a, b), unit="us"
+        )
+        for what, a, b in (
+            ("the process-clock read", "off", "noproc"),
+            ("the GL error check", "noproc", "bare"),
+        )
+    ]
+    breakdown.append(
+        ratio_row(
+            "  of which the rest",
+            "us a frame: run without both - plain loop (frame object, "
+            "timer calls, packed event, loop checks)",
+            us("bare", "plain"),
+            unit="us",
+        )
+    )
+    per_zone = [
+        1e6 * (a - b) / IDLE_ZONES for a, b in zip(samples["onN"], samples["on0"], strict=True)
+    ]
     plain_us = 1e6 * median_iqr(samples["plain"])[0]
     reads = [process_clock_read_us() for _ in range(5)]
     return [
-        ratio_row("harness per frame", "us a frame: run - plain loop, a frame that draws nothing", per_frame,
-                  unit="us", target=PER_FRAME_TARGET,
-                  notes=f"plain loop (render + glFinish) ~{plain_us:.1f} us a frame; one process-clock read "
-                  f"(a frame boundary) of ~{median_iqr(reads)[0]:.2f} us included; every period counted (hand-overs to "
-                  f"the writer included; > 5x periods: plain {collect.note('plain')}, run {collect.note('off')})"),
+        ratio_row(
+            "harness per frame",
+            "us a frame: run - plain loop, a frame that draws nothing",
+            per_frame,
+            unit="us",
+            target=PER_FRAME_TARGET,
+            notes=f"plain loop (render + glFinish) ~{plain_us:.1f} us a frame; one process-clock "
+            "read "
+            f"(a frame boundary) of ~{median_iqr(reads)[0]:.2f} us included; every period counted "
+            "(hand-overs to "
+            f"the writer included; > 5x periods: plain {collect.note('plain')}, run "
+            f"{collect.note('off')})",
+        ),
         *breakdown,
-        ratio_row("katra3d.capture per frame", "us a frame: capture frame span - plain loop, a frame that draws "
-                  "nothing", us("capture", "plain"), unit="us",
-                  notes=f"the user's loop inside `with cap.frame():`, two process-clock reads (the user's code "
-                        f"runs between frames); > 5x periods: capture "
-                        f"{collect.note('capture')}"),
-        ratio_row("harness per zone", f"us a zone: ({IDLE_ZONES} empty zones - none) / {IDLE_ZONES}, zones on",
-                  per_zone, unit="us", notes=ZONES_NOTE),
+        ratio_row(
+            "katra3d.capture per frame",
+            "us a frame: capture frame span - plain loop, a frame that draws nothing",
+            us("capture", "plain"),
+            unit="us",
+            notes="the user's loop inside `with cap.frame():`, two process-clock reads (the user's "
+            "code "
+            f"runs between frames); > 5x periods: capture "
+            f"{collect.note('capture')}",
+        ),
+        ratio_row(
+            "harness per zone",
+            f"us a zone: ({IDLE_ZONES} empty zones - none) / {IDLE_ZONES}, zones on",
+            per_zone,
+            unit="us",
+            notes=ZONES_NOTE,
+        ),
     ]
 
 
-
-# --------------------------------------------------------------------------- the reference draw's cost
+# --------------------------------------------------------------------------- the reference draw's
+# cost
 
 #: (scene, size, measured frames) for the reference-draw rows: a cheap frame and a fill-bound one.
 REFERENCE_SCENES: tuple[tuple[str, tuple[int, int], int], ...] = (
@@ -333,7 +471,8 @@ REFERENCE_ROUNDS = 15
 
 
 def _loop_figures(config: object) -> tuple[float, float]:
-    """(median measured frame wall, frame-loop wall) in seconds of ``katra3d.harness.run.runner.run(config)``.
+    """(median measured frame wall, frame-loop wall) in seconds of
+    ``katra3d.harness.run.runner.run(config)``.
 
     The frame loop runs from the first measured frame's start to the last one's
     end: it holds every reference draw (timed after frames, outside their spans),
@@ -348,10 +487,15 @@ def _loop_figures(config: object) -> tuple[float, float]:
     return float(np.median(sel["dur_ns"])) / 1e9, float(ends.max() - sel["start_ns"].min()) / 1e9
 
 
-@bench("overhead-reference", about="the reference draw (--reference-every 4 vs 0): frame time and run time",
-       needs_gl=True)
+@bench(
+    "overhead-reference",
+    about="the reference draw (--reference-every 4 vs 0): frame time and run time",
+    needs_gl=True,
+)
 def overhead_reference(ctx: BenchContext) -> list[Row]:
-    """Cost of the drift-normalization reference draw: per-frame wall and frame-loop wall, every 4 vs off."""
+    """Cost of the drift-normalization reference draw: per-frame wall and frame-loop wall, every 4
+    vs off.
+    """
     import dataclasses
 
     from katra3d.harness.run.config import RunConfig
@@ -361,31 +505,51 @@ def overhead_reference(ctx: BenchContext) -> list[Row]:
     for name, size, frames in scenes:
         label = f"reference {name} {size[0]}x{size[1]}"
         ctx.log(label)
-        off = RunConfig(scenes=(name,), frames=frames, warmup=WARMUP, size=size, backend="egl", timing="sync",
-                        reference_every=0, output=str(ctx.tmp / "ref-off.katra"))
+        off = RunConfig(
+            scenes=(name,),
+            frames=frames,
+            warmup=WARMUP,
+            size=size,
+            backend="egl",
+            timing="sync",
+            reference_every=0,
+            output=str(ctx.tmp / "ref-off.katra"),
+        )
         on = dataclasses.replace(off, reference_every=4, output=str(ctx.tmp / "ref-on.katra"))
         frame_s: dict[str, list[float]] = {"on": [], "off": []}
 
-        def variant(key: str, config: RunConfig) -> Callable[[], float]:
+        def variant(medians: list[float], config: RunConfig) -> Callable[[], float]:
             def call() -> float:
                 median_s, loop_s = _loop_figures(config)
-                frame_s[key].append(median_s)
+                medians.append(median_s)
                 return loop_s
 
             return call
 
-        loops = interleave({"off": variant("off", off), "on": variant("on", on)},
-                           rounds=ctx.scale(REFERENCE_ROUNDS, 3))
-        # interleave's warmup round also called the variants: keep the kept rounds' frame medians only
-        frames_kept = {k: v[-len(loops[k]):] for k, v in frame_s.items()}
+        loops = interleave(
+            {"off": variant(frame_s["off"], off), "on": variant(frame_s["on"], on)},
+            rounds=ctx.scale(REFERENCE_ROUNDS, 3),
+        )
+        # interleave's warmup round also called the variants: keep the kept rounds' frame medians
+        # only
+        frames_kept = {k: v[-len(loops[k]) :] for k, v in frame_s.items()}
         frame_ms = 1e3 * median_iqr(frames_kept["off"])[0]
         rows += [
-            ratio_row(f"{label} frame", "median frame wall: reference every 4 / off",
-                      pair_ratios(frames_kept, "on", "off"), target=at_most(1.02),
-                      notes=f"frame ~{frame_ms:.2f} ms; the draw runs outside the frame span"),
-            ratio_row(f"{label} run", "frame-loop wall: reference every 4 / off", pair_ratios(loops, "on", "off"),
-                      notes=f"one {REFERENCE_SIZE[0]}x{REFERENCE_SIZE[1]} reference draw + 2 glFinish after every "
-                            "4th frame"),
+            ratio_row(
+                f"{label} frame",
+                "median frame wall: reference every 4 / off",
+                pair_ratios(frames_kept, "on", "off"),
+                target=at_most(1.02),
+                notes=f"frame ~{frame_ms:.2f} ms; the draw runs outside the frame span",
+            ),
+            ratio_row(
+                f"{label} run",
+                "frame-loop wall: reference every 4 / off",
+                pair_ratios(loops, "on", "off"),
+                notes=f"one {REFERENCE_SIZE[0]}x{REFERENCE_SIZE[1]} reference draw + 2 glFinish "
+                "after every "
+                "4th frame",
+            ),
         ]
     return rows
 
@@ -398,10 +562,15 @@ DRAWS_ROUNDS = 9
 DRAWS_SIZE = (320, 180)
 
 
-@bench("overhead-draws", about="drawcalls frame rate with --zones draws / passes vs off, per timing mode",
-       needs_gl=True)
+@bench(
+    "overhead-draws",
+    about="drawcalls frame rate with --zones draws / passes vs off, per timing mode",
+    needs_gl=True,
+)
 def overhead_draws(ctx: BenchContext) -> list[Row]:
-    """What timing every draw costs: the drawcalls frame-rate ratio, zones draws (and passes) vs off."""
+    """What timing every draw costs: the drawcalls frame-rate ratio, zones draws (and passes) vs
+    off.
+    """
     import dataclasses
 
     from katra3d.harness.run.config import RunConfig
@@ -418,26 +587,56 @@ def overhead_draws(ctx: BenchContext) -> list[Row]:
         for count, frames in counts:
             label = f"drawcalls count={count} {timing}"
             ctx.log(label)
-            off = RunConfig(scenes=("drawcalls",), frames=frames, warmup=WARMUP, size=DRAWS_SIZE, backend="egl",
-                            timing=timing, reference_every=0, params=(("drawcalls", "count", count),),
-                            output=str(ctx.tmp / "draws.katra"))
+            off = RunConfig(
+                scenes=("drawcalls",),
+                frames=frames,
+                warmup=WARMUP,
+                size=DRAWS_SIZE,
+                backend="egl",
+                timing=timing,
+                reference_every=0,
+                params=(("drawcalls", "count", count),),
+                output=str(ctx.tmp / "draws.katra"),
+            )
             configs = {z: dataclasses.replace(off, zones=z) for z in ("off", "passes", "draws")}
             collect = _Collect()
-            samples = interleave({z: collect(z, functools.partial(run_frame_period_s, c)) for z, c in configs.items()},
-                                 rounds=ctx.scale(DRAWS_ROUNDS, 3))
+            samples = interleave(
+                {
+                    z: collect(z, functools.partial(run_frame_period_s, c))
+                    for z, c in configs.items()
+                },
+                rounds=ctx.scale(DRAWS_ROUNDS, 3),
+            )
             fps = 1.0 / median_iqr(samples["off"])[0]
-            per_draw_us = 1e6 * (median_iqr(samples["draws"])[0] - median_iqr(samples["off"])[0]) / count
+            per_draw_us = (
+                1e6 * (median_iqr(samples["draws"])[0] - median_iqr(samples["off"])[0]) / count
+            )
             for z in ("draws", "passes"):
                 # frame-rate ratio = inverse frame-period ratio, round by round
                 rates = pair_ratios(samples, "off", z)
-                note = (f"off ~{fps:.0f} fps; ~{per_draw_us:.1f} us more per draw" if z == "draws"
-                        else "drawcalls has one pass zone")
+                note = (
+                    f"off ~{fps:.0f} fps; ~{per_draw_us:.1f} us more per draw"
+                    if z == "draws"
+                    else "drawcalls has one pass zone"
+                )
                 if timing == "sync" and z == "draws":
                     note += "; sync: 2 glFinish per draw"
-                rows.append(ratio_row(f"{label} zones {z}", f"frame rate: zones {z} / off", rates,
-                                      notes=f"{note}; left out as preempted: off {collect.note('off')}, "
-                                            f"{z} {collect.note(z)}"))
+                rows.append(
+                    ratio_row(
+                        f"{label} zones {z}",
+                        f"frame rate: zones {z} / off",
+                        rates,
+                        notes=f"{note}; left out as preempted: off {collect.note('off')}, "
+                        f"{z} {collect.note(z)}",
+                    )
+                )
     if software:
-        rows.append(Row(f"drawcalls {DRAWS_SIZE[0]}x{DRAWS_SIZE[1]} gpu", "frame rate: zones draws / off",
-                        float("nan"), notes=f"skipped: gpu timing needs a hardware renderer ({gl_renderer})"))
+        rows.append(
+            Row(
+                f"drawcalls {DRAWS_SIZE[0]}x{DRAWS_SIZE[1]} gpu",
+                "frame rate: zones draws / off",
+                float("nan"),
+                notes=f"skipped: gpu timing needs a hardware renderer ({gl_renderer})",
+            )
+        )
     return rows

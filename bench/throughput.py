@@ -19,7 +19,16 @@ from pathlib import Path
 
 import numpy as np
 
-from bench._core import BenchContext, Row, at_least, at_most, bench, interleave, pair_ratios, ratio_row
+from bench._core import (
+    BenchContext,
+    Row,
+    at_least,
+    at_most,
+    bench,
+    interleave,
+    pair_ratios,
+    ratio_row,
+)
 from katra_trace import EVENT_DTYPE, Clock, Flag, Kind, TraceWriter, open_trace
 
 ZONES_PER_FRAME = 3
@@ -37,14 +46,25 @@ def frame_zone_stream(n_frames: int, zones: int = ZONES_PER_FRAME, seed: int = 0
     idx = np.arange(n_frames)
     zone_ns = (frame_ns // per)[:, None] + rng.integers(-20_000, 20_000, (n_frames, zones))
     zone_start = frame_start[:, None] + np.concatenate(
-        (np.zeros((n_frames, 1), np.int64), np.cumsum(zone_ns, axis=1)[:, :-1]), axis=1)
+        (np.zeros((n_frames, 1), np.int64), np.cumsum(zone_ns, axis=1)[:, :-1]), axis=1
+    )
     for z in range(zones):
         rows = out[z::per]
-        rows["kind"], rows["clock"], rows["depth"], rows["scene"] = int(Kind.ZONE), int(Clock.WALL), 1, 1
+        rows["kind"], rows["clock"], rows["depth"], rows["scene"] = (
+            int(Kind.ZONE),
+            int(Clock.WALL),
+            1,
+            1,
+        )
         rows["name"], rows["frame"] = 3 + z, idx
         rows["start_ns"], rows["dur_ns"] = zone_start[:, z], zone_ns[:, z]
     frames = out[zones::per]
-    frames["kind"], frames["clock"], frames["scene"], frames["name"] = int(Kind.FRAME), int(Clock.WALL), 1, 2
+    frames["kind"], frames["clock"], frames["scene"], frames["name"] = (
+        int(Kind.FRAME),
+        int(Clock.WALL),
+        1,
+        2,
+    )
     frames["frame"], frames["start_ns"], frames["dur_ns"] = idx, frame_start, frame_ns
     frames["flags"][:3] = int(Flag.WARMUP)
     return out
@@ -69,11 +89,19 @@ def trace_append(ctx: BenchContext) -> list[Row]:
             add(frame, wall, 1, 2, i, 0, i * 1000, 900, 0.0, 0)
         w.finish()  # until every event is on disk
 
-    samples = interleave({"list": baseline, "katra": katra}, rounds=ctx.scale(9, 3), progress=ctx.log)
+    samples = interleave(
+        {"list": baseline, "katra": katra}, rounds=ctx.scale(9, 3), progress=ctx.log
+    )
     rate = n / float(np.median(samples["katra"]))
-    return [ratio_row("append per event", "events/s: TraceWriter.append / list.append",
-                      pair_ratios(samples, "list", "katra"), target=at_least(1 / 3),
-                      notes=f"{n} events, until on disk; ~{rate / 1e6:.2f} M/s here")]
+    return [
+        ratio_row(
+            "append per event",
+            "events/s: TraceWriter.append / list.append",
+            pair_ratios(samples, "list", "katra"),
+            target=at_least(1 / 3),
+            notes=f"{n} events, until on disk; ~{rate / 1e6:.2f} M/s here",
+        )
+    ]
 
 
 def _bulk_stream(ctx: BenchContext) -> np.ndarray:
@@ -102,8 +130,11 @@ def _write(path: object, stream: np.ndarray, codec: str) -> None:
     w.finish()
 
 
-@bench("trace-write", about="TraceWriter.append_array per codec vs ndarray.tofile; writer-thread CPU and "
-                            "bytes per event per codec")
+@bench(
+    "trace-write",
+    about="TraceWriter.append_array per codec vs ndarray.tofile; writer-thread CPU and "
+    "bytes per event per codec",
+)
 def trace_write(ctx: BenchContext) -> list[Row]:
     stream = _bulk_stream(ctx)
     raw = ctx.tmp / "raw.bin"
@@ -133,26 +164,51 @@ def trace_write(ctx: BenchContext) -> list[Row]:
     samples = interleave(variants, rounds=rounds, progress=ctx.log)
     rows: list[Row] = []
     for codec in codecs:
-        rows.append(ratio_row(f"bulk write ({codec})", "events/s: append_array / ndarray.tofile",
-                              pair_ratios(samples, "tofile", codec),
-                              notes=f"{len(stream)} events (tiled: sizes here flatter zstd; see the bytes-per-event rows); "
-                                    f"{sizes[codec] / len(stream):.2f} bytes/event"))
+        rows.append(
+            ratio_row(
+                f"bulk write ({codec})",
+                "events/s: append_array / ndarray.tofile",
+                pair_ratios(samples, "tofile", codec),
+                notes=f"{len(stream)} events (tiled: sizes here flatter zstd; see the "
+                "bytes-per-event rows); "
+                f"{sizes[codec] / len(stream):.2f} bytes/event",
+            )
+        )
     for codec in codecs:
         cpu = writer_cpu_s[codec][-rounds:]  # the warmup round is not kept by interleave either
         per_m_ms = [1e3 * c * 1e6 / len(stream) for c in cpu]
-        rows.append(ratio_row(f"writer CPU ({codec})", "writer-thread CPU ms per 1 M events", per_m_ms,
-                              unit="ms/M events", notes="process CPU minus the appending thread's"))
+        rows.append(
+            ratio_row(
+                f"writer CPU ({codec})",
+                "writer-thread CPU ms per 1 M events",
+                per_m_ms,
+                unit="ms/M events",
+                notes="process CPU minus the appending thread's",
+            )
+        )
     realistic = frame_zone_stream(ctx.scale(20_000, 2_000))
     for codec in codecs:
         if codec != "none":
-            rows.append(Row(f"bytes per event ({codec})", "file size / events (frame + 3 zones, default batches)",
-                            _size_per_event(ctx.tmp / f"size-{codec}.katra", realistic, codec), unit="bytes/event",
-                            target=at_most(6), notes=f"{len(realistic)} events, read back exactly"))
+            rows.append(
+                Row(
+                    f"bytes per event ({codec})",
+                    "file size / events (frame + 3 zones, default batches)",
+                    _size_per_event(ctx.tmp / f"size-{codec}.katra", realistic, codec),
+                    unit="bytes/event",
+                    target=at_most(6),
+                    notes=f"{len(realistic)} events, read back exactly",
+                )
+            )
     if "blosc2" in codecs:
         zstd_cpu = writer_cpu_s["zstd"][-rounds:]
-        rows.append(ratio_row("writer CPU blosc2 / zstd", "writer-thread CPU: blosc2 / zstd, per round",
-                              [b / z for b, z in zip(writer_cpu_s["blosc2"][-rounds:], zstd_cpu, strict=True)],
-                              target=at_most(1 / 3)))
+        rows.append(
+            ratio_row(
+                "writer CPU blosc2 / zstd",
+                "writer-thread CPU: blosc2 / zstd, per round",
+                [b / z for b, z in zip(writer_cpu_s["blosc2"][-rounds:], zstd_cpu, strict=True)],
+                target=at_most(1 / 3),
+            )
+        )
     return rows
 
 
@@ -180,9 +236,16 @@ def trace_read(ctx: BenchContext) -> list[Row]:
     variants: dict[str, Callable[[], None]] = {"fromfile": baseline}
     variants.update({c: variant(c) for c in codecs})
     samples = interleave(variants, rounds=ctx.scale(9, 3), progress=ctx.log)
-    return [ratio_row(f"read ({codec})", "events/s: open_trace / np.fromfile",
-                      pair_ratios(samples, "fromfile", codec), target=at_least(0.5 if codec == "blosc2" else 0.25),
-                      notes=f"{len(stream)} events") for codec in codecs]
+    return [
+        ratio_row(
+            f"read ({codec})",
+            "events/s: open_trace / np.fromfile",
+            pair_ratios(samples, "fromfile", codec),
+            target=at_least(0.5 if codec == "blosc2" else 0.25),
+            notes=f"{len(stream)} events",
+        )
+        for codec in codecs
+    ]
 
 
 @bench("trace-size", about="bytes per event of a frame + 3 zones capture with zstd")
@@ -190,12 +253,22 @@ def trace_size(ctx: BenchContext) -> list[Row]:
     events = frame_zone_stream(ctx.scale(20_000, 2_000))
     path = ctx.tmp / "size.katra"
     per_event = _size_per_event(path, events, "zstd")
-    return [Row("bytes per event (zstd)", "file size / events (frame + 3 zones)", per_event,
-                unit="bytes/event", target=at_most(16), notes=f"{len(events)} events, read back exactly")]
+    return [
+        Row(
+            "bytes per event (zstd)",
+            "file size / events (frame + 3 zones)",
+            per_event,
+            unit="bytes/event",
+            target=at_most(16),
+            notes=f"{len(events)} events, read back exactly",
+        )
+    ]
 
 
 def _size_per_event(path: Path, events: np.ndarray, codec: str) -> float:
-    """Write ``events`` with ``codec`` and the default batches, check they read back; bytes per event."""
+    """Write ``events`` with ``codec`` and the default batches, check they read back; bytes per
+    event.
+    """
     w = TraceWriter(path, codec=codec, overwrite=True)
     w.append_array(events)
     w.finish()

@@ -39,7 +39,9 @@ DEFAULT_SCENE = "capture"
 
 
 class _FrameSpan:
-    """The context manager returned by :meth:`Capture.frame` (one per flag value, made once per capture)."""
+    """The context manager returned by :meth:`Capture.frame` (one per flag value, made once per
+    capture).
+    """
 
     __slots__ = ("cap", "flags", "begin", "end")
 
@@ -47,7 +49,8 @@ class _FrameSpan:
         self.cap = cap
         self.flags = flags
         engine = cap.engine
-        # the engine's own begin/end (its end checks GL errors), looked up once: two Python calls less a frame
+        # the engine's own begin/end (its end checks GL errors), looked up once: two Python calls
+        # less a frame
         self.begin = engine.frame_begin
         self.end = engine.end_frame
 
@@ -77,31 +80,56 @@ class Capture:
     ``timing_mode`` / ``timing_reason`` say which clock measured them.
     """
 
-    def __init__(self, ctx: Any, path: str | Path, *, workload: str = "", scene: str = "",
-                 zones: bool | str = True, timing: str = "auto", notes: str = "",
-                 capture_options: dict[str, Any] | None = None, overwrite: bool = False,
-                 max_draw_zones: int | None = None) -> None:
-        # deferred: the engine and the host probe load when a capture starts: `import katra3d` (every
-        # katra3d command) stays light
+    def __init__(
+        self,
+        ctx: Any,
+        path: str | Path,
+        *,
+        workload: str = "",
+        scene: str = "",
+        zones: bool | str = True,
+        timing: str = "auto",
+        notes: str = "",
+        capture_options: dict[str, Any] | None = None,
+        overwrite: bool = False,
+        max_draw_zones: int | None = None,
+    ) -> None:
+        # deferred: the engine and the host probe load when a capture starts: `import katra3d`
+        # (every katra3d command) stays light
         from katra3d.harness.engine.core import Engine
         from katra3d.harness.engine.spec import CaptureSpec
         from katra3d.harness.gl import probe
         from katra3d.scenes.registry import TRACE_SUFFIX
 
-        traced = next((str(x) for x in (path, scene, workload) if str(x).endswith(TRACE_SUFFIX)), None)
+        traced = next(
+            (str(x) for x in (path, scene, workload) if str(x).endswith(TRACE_SUFFIX)), None
+        )
         if traced is not None:  # docs/replay.md says why a trace does not replay here
-            raise ConfigError(f"katra3d.capture times frames this process draws on ctx into a .katra file; "
-                              f"'{traced}' is an apitrace trace: replay it with `katra3d run {traced}` or the "
-                              f"pytest fixture katra_scene('{traced}') (docs/replay.md)")
-        # the frames' scene is the workload as the user named it (stats, compare and the report show it)
+            raise ConfigError(
+                f"katra3d.capture times frames this process draws on ctx into a .katra file; "
+                f"'{traced}' is an apitrace trace: replay it with `katra3d run {traced}` or the "
+                f"pytest fixture katra_scene('{traced}') (docs/replay.md)"
+            )
+        # the frames' scene is the workload as the user named it (stats, compare and the report show
+        # it)
         scene = scene or workload or DEFAULT_SCENE
         session = types.SimpleNamespace(ctx=ctx, backend="external", device=None)
         host = probe.host_info(session)
-        options = build_capture_options(capture_options, api="katra3d.capture",
-                                        fixed={"timing": timing, "scene": scene})
+        options = build_capture_options(
+            capture_options, api="katra3d.capture", fixed={"timing": timing, "scene": scene}
+        )
         self.path = Path(path)
-        spec = CaptureSpec(self.path, workload or scene, host=host, options=options, timing=timing, zones=zones,
-                           notes=notes, overwrite=overwrite, max_draw_zones=max_draw_zones)
+        spec = CaptureSpec(
+            self.path,
+            workload or scene,
+            host=host,
+            options=options,
+            timing=timing,
+            zones=zones,
+            notes=notes,
+            overwrite=overwrite,
+            max_draw_zones=max_draw_zones,
+        )
         self.engine = Engine(ctx, spec)
         self.timing_mode = self.engine.mode
         self.timing_reason = self.engine.reason
@@ -133,7 +161,9 @@ class Capture:
         self.engine.set_scene(name)
         self._next_index = 0
 
-    def keep_image(self, image: np.ndarray | bytes, *, frame: int | None = None, time_s: float = 0.0) -> str:
+    def keep_image(
+        self, image: np.ndarray | bytes, *, frame: int | None = None, time_s: float = 0.0
+    ) -> str:
         """Keep your frame in the trace, as ``katra3d run`` keeps each scene's last measured frame.
 
         ``image``: the pixels, an (H, W, 3|4) uint8 array with row 0 at the top (flip what
@@ -147,15 +177,23 @@ class Capture:
         if self._closed:
             raise ConfigError("capture is finished: no more images can be kept")
         if self._in_frame:
-            raise ConfigError("capture.keep_image() is called between frames, not inside capture.frame()")
+            raise ConfigError(
+                "capture.keep_image() is called between frames, not inside capture.frame()"
+            )
         index = self._next_index - 1 if frame is None else int(frame)
         if index < 0:
-            raise ConfigError("capture.keep_image(): no frame recorded yet in this scene (or give frame=N >= 0)")
+            raise ConfigError(
+                "capture.keep_image(): no frame recorded yet in this scene (or give frame=N >= 0)"
+            )
         try:
-            pixels = decode_png(image) if isinstance(image, (bytes, bytearray)) else check_pixels(image)
+            pixels = (
+                decode_png(image) if isinstance(image, (bytes, bytearray)) else check_pixels(image)
+            )
         except ValueError as exc:
             raise ConfigError(f"capture.keep_image(): {exc}") from None
-        meta, png = frame_record(self.engine.scene_label, index, float(time_s), pixels, self.engine.image_key)
+        meta, png = frame_record(
+            self.engine.scene_label, index, float(time_s), pixels, self.engine.image_key
+        )
         self.writer.image(meta, png)
         return str(meta["sha256"])
 
@@ -173,7 +211,9 @@ class Capture:
     def __enter__(self) -> Capture:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
         if exc_type is None:
             self.close()
             return
@@ -181,9 +221,19 @@ class Capture:
         self.engine.abort(exc)
 
 
-def capture(ctx: Any, path: str | Path, *, workload: str = "", scene: str = "", zones: bool | str = True,
-            timing: str = "auto", notes: str = "", capture_options: dict[str, Any] | None = None,
-            overwrite: bool = False, max_draw_zones: int | None = None) -> Capture:
+def capture(
+    ctx: Any,
+    path: str | Path,
+    *,
+    workload: str = "",
+    scene: str = "",
+    zones: bool | str = True,
+    timing: str = "auto",
+    notes: str = "",
+    capture_options: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    max_draw_zones: int | None = None,
+) -> Capture:
     """Start recording frames of your own moderngl code on ``ctx`` into the trace at ``path``.
 
     ``workload`` names what is timed (the trace header's workload); the frames belong to scene
@@ -197,8 +247,18 @@ def capture(ctx: Any, path: str | Path, *, workload: str = "", scene: str = "", 
     use it as a context manager or call :meth:`Capture.close`. An existing file at
     ``path`` is refused (OutputExistsError) unless ``overwrite`` is true.
     """
-    return Capture(ctx, path, workload=workload, scene=scene, zones=zones, timing=timing, notes=notes,
-                   capture_options=capture_options, overwrite=overwrite, max_draw_zones=max_draw_zones)
+    return Capture(
+        ctx,
+        path,
+        workload=workload,
+        scene=scene,
+        zones=zones,
+        timing=timing,
+        notes=notes,
+        capture_options=capture_options,
+        overwrite=overwrite,
+        max_draw_zones=max_draw_zones,
+    )
 
 
 __all__ = ["Capture", "DEFAULT_SCENE", "capture"]

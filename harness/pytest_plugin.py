@@ -48,17 +48,22 @@ GL_MARKER = "gl: renders through a real OpenGL context (Mesa llvmpipe via EGL in
 #: The command-line option and the ini option that keep katra_scene's traces in a directory.
 KEEP_OPTION = "--katra3d-keep"
 KEEP_INI = "katra3d_keep"
-KEEP_HELP = ("keep katra_scene's traces in DIR (one per test and call, named after the test; a rerun replaces "
-             "them) instead of pytest's temporary directory")
-#: Longest file name (characters) :func:`kept_trace_name` writes; longer test ids are cut and hashed.
+KEEP_HELP = (
+    "keep katra_scene's traces in DIR (one per test and call, named after the test; a rerun "
+    "replaces "
+    "them) instead of pytest's temporary directory"
+)
+#: Longest file name (characters) :func:`kept_trace_name` writes; longer test ids are cut and
+#: hashed.
 MAX_NAME_CHARS = 120
 #: How many traces this pytest process kept (the terminal summary's line).
 _KEPT = pytest.StashKey[list[Path]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.getgroup("katra3d").addoption(KEEP_OPTION, metavar="DIR", default=None, dest="katra3d_keep",
-                                         help=KEEP_HELP)
+    parser.getgroup("katra3d").addoption(
+        KEEP_OPTION, metavar="DIR", default=None, dest="katra3d_keep", help=KEEP_HELP
+    )
     parser.addini(KEEP_INI, help=KEEP_HELP + "; relative to the ini file's directory", default="")
 
 
@@ -71,9 +76,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def keep_dir(config: pytest.Config) -> Path | None:
-    """Where ``katra_scene`` keeps its traces: ``--katra3d-keep`` (relative to where pytest was started),
-    else the ini option ``katra3d_keep`` (relative to the ini file's directory), else None (a temporary
-    directory per test)."""
+    """Where ``katra_scene`` keeps its traces: ``--katra3d-keep`` (relative to where pytest was
+    started), else the ini option ``katra3d_keep`` (relative to the ini file's directory), else None
+    (a temporary directory per test)."""
     given = config.getoption("katra3d_keep", default=None)
     if given:
         return Path(config.invocation_params.dir, str(given))
@@ -84,12 +89,13 @@ def keep_dir(config: pytest.Config) -> Path | None:
 
 
 def kept_trace_name(nodeid: str, index: int, scene: str) -> str:
-    """The file name of a kept trace: the test's id (``/`` and ``::`` as ``.``, other characters that
-    do not belong in a file name as ``_``), the call's number in the test and the scene:
+    """The file name of a kept trace: the test's id (``/`` and ``::`` as ``.``, other characters
+    that do not belong in a file name as ``_``), the call's number in the test and the scene:
     ``tests.test_fill.py.test_fast[4]-01-fillrate.katra``. Ids over :data:`MAX_NAME_CHARS` are cut
     and end with a hash of the whole id, so two tests never share a file."""
     stem = re.sub(r"[^\w.\-\[\]=,+]", "_", nodeid.replace("::", ".").replace("/", "."))
-    tail = "-%02d-%s.katra" % (index, re.sub(r"[^\w.-]", "_", scene))
+    scene_part = re.sub(r"[^\w.-]", "_", scene)
+    tail = f"-{index:02d}-{scene_part}.katra"
     if len(stem) + len(tail) > MAX_NAME_CHARS:
         digest = hashlib.sha1(nodeid.encode("utf-8", "surrogatepass")).hexdigest()[:10]
         stem = stem[: max(8, MAX_NAME_CHARS - len(tail) - 11)] + "-" + digest
@@ -127,111 +133,224 @@ class SceneRun:
         return self.stats[self.clock]
 
 
-def run_scene(name: str, trace: str | Path, *, frames: int = 60, warmup: int = 5,
-              size: tuple[int, int] = (128, 128), params: Mapping[str, Any] | None = None,
-              timing: str = "auto", zones: bool | str = False, seed: int = 0, benchmark: Any = None,
-              measure: str = "time", overwrite: bool = False) -> SceneRun:
+def run_scene(
+    name: str,
+    trace: str | Path,
+    *,
+    frames: int = 60,
+    warmup: int = 5,
+    size: tuple[int, int] = (128, 128),
+    params: Mapping[str, Any] | None = None,
+    timing: str = "auto",
+    zones: bool | str = False,
+    seed: int = 0,
+    benchmark: Any = None,
+    measure: str = "time",
+    overwrite: bool = False,
+) -> SceneRun:
     """Run scene ``name`` for ``warmup`` + ``frames`` frames into the trace file ``trace``
     (an existing file there is refused, OutputExistsError, unless ``overwrite``).
 
-    Raises katra_trace errors (SceneError, ConfigError, BackendUnavailable)
-    like ``katra3d run``; ``benchmark`` (pytest-benchmark's fixture) times
-    each measured frame as one pedantic round. ``measure="instructions"`` (or
-    ``"cycles"``) counts each frame's work under callgrind in a child process,
-    as ``katra3d run --measure`` does; ``stats`` then holds counts, not times.
-    An apitrace trace (``name`` ending in ``.trace``) is replayed by glretrace as ``katra3d run app.trace``
+    Raises katra_trace errors (SceneError, ConfigError, BackendUnavailable) like ``katra3d run``;
+    ``benchmark`` (pytest-benchmark's fixture) times each measured frame as one pedantic round.
+    ``measure="instructions"`` (or ``"cycles"``) counts each frame's work under callgrind in a child
+    process, as ``katra3d run --measure`` does; ``stats`` then holds counts, not times. An apitrace
+    trace (``name`` ending in ``.trace``) is replayed by glretrace as ``katra3d run app.trace``
     replays it (docs/replay.md): its frames are the trace's, ``size`` and ``timing`` do not apply.
     """
-    # deferred: this module is loaded into every pytest run; GL and the engine load when a test runs a scene
+    # deferred: this module is loaded into every pytest run; GL and the engine load when a test runs
+    # a scene
     from katra3d.harness.engine.core import Engine
     from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
     from katra3d.harness.gl import backends, probe
+    from katra3d.scenes.registry import get_scene, resolve_params
     from katra_trace.analysis.stats import trace_stats
     from katra_trace.errors import ConfigError
     from katra_trace.io.header import build_capture_options
     from katra_trace.io.reader import open_trace
     from katra_trace.metrics import CLOCK_PREFERENCE, primary_clock_of
-    from katra3d.scenes.registry import get_scene, resolve_params
 
     if frames < 1 or warmup < 0:
-        raise ConfigError(f"katra_scene needs frames >= 1 and warmup >= 0, got frames={frames} warmup={warmup}")
+        raise ConfigError(
+            f"katra_scene needs frames >= 1 and warmup >= 0, got frames={frames} warmup={warmup}"
+        )
     cls = get_scene(name)
     label = getattr(cls, "name", "") or name
     resolved = dict(resolve_params(cls, dict(params or {})))
     size = (int(size[0]), int(size[1]))
-    replayed = bool(getattr(cls, "trace_path", ""))  # an apitrace trace: replayed by glretrace (docs/replay.md)
+    # an apitrace trace: replayed by glretrace (docs/replay.md)
+    replayed = bool(getattr(cls, "trace_path", ""))
     if measure != "time" or replayed:
         if benchmark is not None:
-            raise ConfigError("katra_scene(benchmark=...) times frames rendered in this process: "
-                              + ("an apitrace trace is replayed by glretrace in its own; drop benchmark="
-                                 if replayed else "a counted run's frames are in a valgrind child; drop benchmark="))
-        return _run_apart(name, label, trace, frames=frames, warmup=warmup, size=size, params=resolved,
-                          zones=zones, seed=seed, measure=measure, overwrite=overwrite)
+            raise ConfigError(
+                "katra_scene(benchmark=...) times frames rendered in this process: "
+                + (
+                    "an apitrace trace is replayed by glretrace in its own; drop benchmark="
+                    if replayed
+                    else "a counted run's frames are in a valgrind child; drop benchmark="
+                )
+            )
+        return _run_apart(
+            name,
+            label,
+            trace,
+            frames=frames,
+            warmup=warmup,
+            size=size,
+            params=resolved,
+            zones=zones,
+            seed=seed,
+            measure=measure,
+            overwrite=overwrite,
+        )
     driver = None if benchmark is None else _benchmark_driver(benchmark)
     with backends.open_session(None, size=size) as session:
         options = build_capture_options(
-            {"size": list(size), "samples": 0, "frames": frames, "warmup": warmup, "seed": seed}, api="katra_scene",
-            resolved={"size": list(size), "samples": 0, "scenes": [{"label": label, "spec": name, "params": resolved}]})
-        spec = CaptureSpec(Path(trace), label, host=probe.host_info(session), options=options, timing=timing,
-                           zones=zones, overwrite=overwrite)
+            {"size": list(size), "samples": 0, "frames": frames, "warmup": warmup, "seed": seed},
+            api="katra_scene",
+            resolved={
+                "size": list(size),
+                "samples": 0,
+                "scenes": [{"label": label, "spec": name, "params": resolved}],
+            },
+        )
+        spec = CaptureSpec(
+            Path(trace),
+            label,
+            host=probe.host_info(session),
+            options=options,
+            timing=timing,
+            zones=zones,
+            overwrite=overwrite,
+        )
         engine = Engine(session.ctx, spec)
         with engine:
-            scene = SceneSpec(cls, label, resolved, size=size, frames=frames, warmup=warmup, seed=seed, spec=name,
-                              read_image=False)
+            scene = SceneSpec(
+                cls,
+                label,
+                resolved,
+                size=size,
+                frames=frames,
+                warmup=warmup,
+                seed=seed,
+                spec=name,
+                read_image=False,
+            )
             outcome = engine.run_scene(scene, bind=session.bind, measured_driver=driver)
             engine.finish("complete", {"frames": frames, "api": "katra_scene"})
     if outcome.status == "skipped":
-        # deferred: the plugin loads in every pytest session; katra3d's modules load only when a test uses it
+        # deferred: the plugin loads in every pytest session; katra3d's modules load only when a
+        # test uses it
         from katra3d.scenes.api import SceneSkip
 
         raise SceneSkip(outcome.reason)
     opened = open_trace(trace)
     result = trace_stats(opened)["scenes"].get(label, {"metrics": {}, "zones": {}})
     options = opened.header.capture_options
-    # the one rule of which clock a scene's numbers are read on (stats, info and the report use it too)
-    clock = (primary_clock_of(list(result["metrics"]), options.measure_mode, options.primary_clock)
-             or options.primary_clock or CLOCK_PREFERENCE[0])
+    # the one rule of which clock a scene's numbers are read on (stats, info and the report use it
+    # too)
+    clock = (
+        primary_clock_of(list(result["metrics"]), options.measure_mode, options.primary_clock)
+        or options.primary_clock
+        or CLOCK_PREFERENCE[0]
+    )
     host = opened.header.host_info
     gl = host.gl
     primary = result["metrics"].get(clock, {})
     info = {
-        "scene": label, "params": resolved, "size": list(size), "frames": frames, "warmup": warmup,
-        "timing_mode": engine.mode, "clock": clock,
-        "gl_renderer": gl.renderer, "gl_version": gl.version, "driver": gl.driver.as_dict() or None,
-        "backend": host.backend, "cpu_model": host.system.cpu_model,
+        "scene": label,
+        "params": resolved,
+        "size": list(size),
+        "frames": frames,
+        "warmup": warmup,
+        "timing_mode": engine.mode,
+        "clock": clock,
+        "gl_renderer": gl.renderer,
+        "gl_version": gl.version,
+        "driver": gl.driver.as_dict() or None,
+        "backend": host.backend,
+        "cpu_model": host.system.cpu_model,
         "trace": str(trace),
-        **{k: primary.get(k) for k in ("median_ms", "p99_ms", "fps_avg", "fps_low_1pct",
-                                       "fps_low_1pct_integral", "stutter_pct")},
+        **{
+            k: primary.get(k)
+            for k in (
+                "median_ms",
+                "p99_ms",
+                "fps_avg",
+                "fps_low_1pct",
+                "fps_low_1pct_integral",
+                "stutter_pct",
+            )
+        },
     }
     if benchmark is not None:
         benchmark.extra_info["katra3d"] = info
-    return SceneRun(label, result["metrics"], result["zones"], clock, engine.mode, Path(trace), info)
+    return SceneRun(
+        label, result["metrics"], result["zones"], clock, engine.mode, Path(trace), info
+    )
 
 
-def _run_apart(name: str, label: str, trace: str | Path, *, frames: int, warmup: int, size: tuple[int, int],
-               params: Mapping[str, Any], zones: bool | str, seed: int, measure: str, overwrite: bool) -> SceneRun:
-    """``katra_scene(..., measure="instructions")`` and ``katra_scene("app.trace")``: what ``katra3d run`` does
-    (a counted child process; a trace replayed by glretrace); an existing trace is replaced only with
-    ``overwrite``, as on the time path."""
-    # deferred: the plugin loads in every pytest session; katra3d's modules load only when a test uses it
+def _run_apart(
+    name: str,
+    label: str,
+    trace: str | Path,
+    *,
+    frames: int,
+    warmup: int,
+    size: tuple[int, int],
+    params: Mapping[str, Any],
+    zones: bool | str,
+    seed: int,
+    measure: str,
+    overwrite: bool,
+) -> SceneRun:
+    """``katra_scene(..., measure="instructions")`` and ``katra_scene("app.trace")``: what ``katra3d
+    run`` does (a counted child process; a trace replayed by glretrace); an existing trace is
+    replaced only with ``overwrite``, as on the time path."""
+    # deferred: the plugin loads in every pytest session; katra3d's modules load only when a test
+    # uses it
     from katra3d.harness.replay.capture import run_any
     from katra3d.harness.run.config import RunConfig
     from katra_trace.analysis.stats import trace_stats
     from katra_trace.io.reader import open_trace
 
-    config = RunConfig(scenes=(name,), frames=frames, warmup=warmup, size=size, zones=zones, seed=seed,
-                       params=tuple((label, k, v) for k, v in params.items()), output=str(trace), measure=measure,
-                       force=overwrite)
+    config = RunConfig(
+        scenes=(name,),
+        frames=frames,
+        warmup=warmup,
+        size=size,
+        zones=zones,
+        seed=seed,
+        params=tuple((label, k, v) for k, v in params.items()),
+        output=str(trace),
+        measure=measure,
+        force=overwrite,
+    )
     result = run_any(config, quiet=True)
     opened = open_trace(trace)
     stats = trace_stats(opened)["scenes"].get(label, {"metrics": {}, "zones": {}})
     host = opened.header.host_info
-    clock = measure if measure != "time" else (opened.header.capture_options.primary_clock or "wall")
-    info = {"scene": label, "params": dict(params), "size": list(size), "frames": frames, "warmup": warmup,
-            "measure": measure, "clock": clock, "trace": str(trace),
-            "gl_renderer": host.gl.renderer, "codegen": host.codegen or {},
-            "median": stats["metrics"].get(clock, {}).get("median_ms" if measure == "time" else f"median_{measure}")}
-    return SceneRun(label, stats["metrics"], stats["zones"], clock, result.timing_mode, Path(trace), info)
+    clock = (
+        measure if measure != "time" else (opened.header.capture_options.primary_clock or "wall")
+    )
+    info = {
+        "scene": label,
+        "params": dict(params),
+        "size": list(size),
+        "frames": frames,
+        "warmup": warmup,
+        "measure": measure,
+        "clock": clock,
+        "trace": str(trace),
+        "gl_renderer": host.gl.renderer,
+        "codegen": host.codegen or {},
+        "median": stats["metrics"]
+        .get(clock, {})
+        .get("median_ms" if measure == "time" else f"median_{measure}"),
+    }
+    return SceneRun(
+        label, stats["metrics"], stats["zones"], clock, result.timing_mode, Path(trace), info
+    )
 
 
 def _benchmark_driver(benchmark: Any) -> Callable[[Callable[[], None], int], None]:
@@ -250,15 +369,16 @@ def _benchmark_driver(benchmark: Any) -> Callable[[Callable[[], None], int], Non
 
 
 @pytest.fixture
-def katra_scene(tmp_path_factory: pytest.TempPathFactory,
-                request: pytest.FixtureRequest) -> Iterator[Callable[..., SceneRun]]:
+def katra_scene(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., SceneRun]]:
     """``katra_scene(name, frames=60, warmup=5, size=(128, 128), params=None, timing="auto",
     zones=False, seed=0, benchmark=None) -> SceneRun``: run a scene in-process and get its stats.
 
     ``name`` is a scene spec as ``katra3d run`` takes it; a relative ``path/to/file.py[:Class]`` (or
-    ``path/to/app.trace``, an apitrace trace replayed by glretrace) is looked up beside the calling test file,
-    then in the working directory. Skips the test when no GL context can be opened
-    or the scene says it cannot run here (SceneSkip); traces go to a temporary directory, or with
+    ``path/to/app.trace``, an apitrace trace replayed by glretrace) is looked up beside the calling
+    test file, then in the working directory. Skips the test when no GL context can be opened or the
+    scene says it cannot run here (SceneSkip); traces go to a temporary directory, or with
     ``--katra3d-keep DIR`` (ini ``katra3d_keep``) into DIR, named by :func:`kept_trace_name`.
     """
     keep = keep_dir(request.config)
@@ -266,13 +386,14 @@ def katra_scene(tmp_path_factory: pytest.TempPathFactory,
     count = [0]
 
     def run(name: str, **kwargs: Any) -> SceneRun:
-        # deferred: the plugin loads in every pytest session; katra3d's modules load only when a test uses it
-        from katra_trace.errors import BackendUnavailable
+        # deferred: the plugin loads in every pytest session; katra3d's modules load only when a
+        # test uses it
         from katra3d.scenes.api import SceneSkip
         from katra3d.scenes.registry import TRACE_SUFFIX, find_file_spec
+        from katra_trace.errors import BackendUnavailable
 
-        # a relative scene file (or apitrace trace) is the calling test file's neighbour first, then the
-        # working directory's
+        # a relative scene file (or apitrace trace) is the calling test file's neighbour first, then
+        # the working directory's
         bases = (request.path.parent, Path.cwd())
         spec = find_file_spec(name, bases)
         if spec.endswith(TRACE_SUFFIX) and not Path(spec).expanduser().is_absolute():
@@ -298,5 +419,13 @@ def katra_scene(tmp_path_factory: pytest.TempPathFactory,
     yield run
 
 
-__all__ = ["GL_MARKER", "KEEP_INI", "KEEP_OPTION", "SceneRun", "katra_scene", "keep_dir", "kept_trace_name",
-           "run_scene"]
+__all__ = [
+    "GL_MARKER",
+    "KEEP_INI",
+    "KEEP_OPTION",
+    "SceneRun",
+    "katra_scene",
+    "keep_dir",
+    "kept_trace_name",
+    "run_scene",
+]

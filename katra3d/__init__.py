@@ -2,30 +2,35 @@
 
 The public API for scene authors and for timing your own moderngl code::
 
-    from katra3d import Scene, Param, Frame, SceneSkip, compile_program   # write a scene (docs/scenes.md)
-    from katra3d import capture, Capture                                  # time your own loop (docs/cli.md)
-    from katra3d import get_scene, run_offscreen                          # render a scene without a trace
+    # write a scene (docs/scenes.md)
+    from katra3d import Scene, Param, Frame, SceneSkip, compile_program
+    # time your own loop (docs/cli.md)
+    from katra3d import capture, Capture
+    # render a scene without a trace
+    from katra3d import get_scene, run_offscreen
 
 The folders of the repository map under this name: ``katra3d.harness`` (GL, timing, runner, CLI) and
-``katra3d.scenes`` (the Scene API and the built-in scenes); the trace itself is ``katra_trace``. No generic
-top-level module (``harness``, ``scenes``) is installed, so a repository with its own ``scenes/`` package
-uses katra3d as it is. Importing :mod:`katra3d` loads no GL module and nothing of the above: each public
-name is imported on first use.
+``katra3d.scenes`` (the Scene API and the built-in scenes); the trace itself is ``katra_trace``. No
+generic top-level module (``harness``, ``scenes``) is installed, so a repository with its own
+``scenes/`` package uses katra3d as it is. Importing :mod:`katra3d` loads no GL module and nothing
+of the above: each public name is imported on first use.
 """
 
-# The first statements, before any import that takes time: the window in which a Ctrl-C can still print
-# a traceback from katra3d's code is the few lines up to the handler. `_signal` is the built-in module
-# behind `signal` (already loaded by the interpreter), so importing it costs nothing; `signal` itself
-# takes about a millisecond.
+# The first statements, before any import that takes time: the window in which a Ctrl-C can still
+# print a traceback from katra3d's code is the few lines up to the handler. `_signal` is the
+# built-in module behind `signal` (already loaded by the interpreter), so importing it costs
+# nothing; `signal` itself takes about a millisecond.
 import _signal  # type: ignore[import-not-found]  # typeshed has no stub for the built-in module
 import os as _os
 import sys as _sys
 
-if _os.path.basename(_sys.argv[0] if _sys.argv else "") == "katra3d" and \
-        _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+if (
+    _os.path.basename(_sys.argv[0] if _sys.argv else "") == "katra3d"
+    and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler
+):
     # The katra3d command: a Ctrl-C while it is still importing ends it quietly (no traceback).
-    # katra3d.harness.cli.main restores Python's handler before doing anything else. Applications that
-    # import katra3d keep their own handlers.
+    # katra3d.harness.cli.main restores Python's handler before doing anything else. Applications
+    # that import katra3d keep their own handlers.
     def _quiet_exit(signum: int, _frame: object) -> None:
         _os.write(2, b"katra3d: interrupted\n")
         _os._exit(128 + signum)
@@ -60,7 +65,24 @@ _PUBLIC: dict[str, str] = {
     "run_offscreen": "katra3d.harness.run.offscreen",
 }
 
-__all__ = sorted(_PUBLIC)
+#: The names of :data:`_PUBLIC`, sorted: a literal list, so that linters and type checkers see
+#: the re-exports.
+__all__ = [
+    "Capture",
+    "Frame",
+    "NOMINAL_RATE_HZ",
+    "Param",
+    "Scene",
+    "SceneError",
+    "SceneSkip",
+    "ShaderCompileError",
+    "SimpleFrame",
+    "capture",
+    "compile_compute",
+    "compile_program",
+    "get_scene",
+    "run_offscreen",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,7 +1,7 @@
 """katra_trace: the katra3d trace format — writer, reader, stats and comparison.
 
-Pure Python + numpy + zstandard (python-blosc2 for trace codec 2, optional); imports no GL module, so traces can be read
-and compared on any machine.
+Pure Python + numpy + zstandard (python-blosc2 for trace codec 2, optional); imports no GL module,
+so traces can be read and compared on any machine.
 """
 
 from __future__ import annotations
@@ -49,4 +49,11 @@ from katra_trace.io.format import CodecUnavailableError  # noqa: E402
 from katra_trace.io.reader import Trace, TraceRecoveryWarning, open_trace  # noqa: E402
 from katra_trace.io.writer import TraceWriter  # noqa: E402
 
-__all__ += ["CodecUnavailableError", "Trace", "TraceRecoveryWarning", "TraceWriter", "iter_blocks", "open_trace"]
+__all__ += [
+    "CodecUnavailableError",
+    "Trace",
+    "TraceRecoveryWarning",
+    "TraceWriter",
+    "iter_blocks",
+    "open_trace",
+]

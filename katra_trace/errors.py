@@ -17,7 +17,8 @@ class KatraError(Exception):
     """Base of every error katra3d reports to a user."""
 
     exit_code: int = 2
-    #: a scene's own traceback (its frames, katra3d's left out), shown by ``katra3d --traceback``; "" if none
+    #: a scene's own traceback (its frames, katra3d's left out), shown by ``katra3d --traceback``;
+    #: "" if none
     scene_traceback: str = ""
 
 
@@ -91,41 +92,54 @@ class BackendUnavailable(KatraError):
     exit_code = 3
 
 
-def write_failed(path: object, failure: BaseException, described: str, events: int, where: object,
-                 published: bool | None) -> KatraError:
+def write_failed(
+    path: object,
+    failure: BaseException,
+    described: str,
+    events: int,
+    where: object,
+    published: bool | None,
+) -> KatraError:
     """The one error of a trace write that failed: ConfigError when the writer was stopped by a
-    configuration error, else TraceIOError (``described``: the failure in one line), saying where the
-    ``events`` written before it can be read (``where``; ``published`` False: the existing file was kept)."""
-    kept = (f"; the {events} events written before it are readable in {str(where)!r}"
-            if published is not False else "; the existing file was kept")
+    configuration error, else TraceIOError (``described``: the failure in one line), saying where
+    the ``events`` written before it can be read (``where``; ``published`` False: the existing file
+    was kept)."""
+    kept = (
+        f"; the {events} events written before it are readable in {str(where)!r}"
+        if published is not False
+        else "; the existing file was kept"
+    )
     if isinstance(failure, ConfigError):
         return ConfigError(f"writing trace {str(path)!r} stopped: {failure}{kept}")
     return TraceIOError(f"writing trace {str(path)!r} failed: {described}{kept}")
 
 
 class ToolUnavailable(KatraError):
-    """A program katra3d runs is not installed or does not run (valgrind, git, glretrace); exit 3, with the line
-    that installs it."""
+    """A program katra3d runs is not installed or does not run (valgrind, git, glretrace); exit 3,
+    with the line that installs it."""
 
     exit_code = 3
 
 
 def signal_exit_code(signum: int) -> int:
-    """The exit code of a command that a signal stopped: 128 + the signal's number, as a shell reports it."""
+    """The exit code of a command that a signal stopped: 128 + the signal's number, as a shell
+    reports it.
+    """
     return 128 + int(signum)
 
 
 def stopped_exit_code(signal_name: str | None) -> int:
-    """The exit code of a run that recorded the stop signal ``signal_name`` (``"SIGTERM"``; none or an unknown
-    name counts as Ctrl-C's SIGINT): :func:`signal_exit_code` of it."""
+    """The exit code of a run that recorded the stop signal ``signal_name`` (``"SIGTERM"``; none or
+    an unknown name counts as Ctrl-C's SIGINT): :func:`signal_exit_code` of it."""
     import signal  # deferred: this module is pure and loads nothing it does not need
 
     return signal_exit_code(signal.Signals.__members__.get(signal_name or "", signal.SIGINT))
 
 
 def child_ended(returncode: int) -> tuple[str, int]:
-    """How a child process that handed back nothing ended (``"was killed by SIGKILL"``, ``"ended with exit code
-    5"``) and the exit code that reports it: :func:`signal_exit_code` of the signal that killed it, else 2."""
+    """How a child process that handed back nothing ended (``"was killed by SIGKILL"``, ``"ended
+    with exit code 5"``) and the exit code that reports it: :func:`signal_exit_code` of the signal
+    that killed it, else 2."""
     import signal  # deferred: this module is pure and loads nothing it does not need
 
     if -returncode in {int(s) for s in signal.Signals}:
@@ -134,8 +148,9 @@ def child_ended(returncode: int) -> tuple[str, int]:
 
 
 class Interrupted(KeyboardInterrupt):
-    """A stop signal (``signum``: SIGINT, SIGTERM, SIGHUP) ended the work; the CLI says so in one line and exits
-    :func:`signal_exit_code`. A KeyboardInterrupt, so that code which lets Ctrl-C through lets it through."""
+    """A stop signal (``signum``: SIGINT, SIGTERM, SIGHUP) ended the work; the CLI says so in one
+    line and exits :func:`signal_exit_code`. A KeyboardInterrupt, so that code which lets Ctrl-C
+    through lets it through."""
 
     def __init__(self, signum: int) -> None:
         import signal  # deferred: this module is pure and loads nothing it does not need
@@ -168,4 +183,3 @@ __all__ = [
     "stopped_exit_code",
     "write_failed",
 ]
-

@@ -28,7 +28,9 @@ def dumps(obj: Any, **kwargs: Any) -> str:
         return json.dumps(obj, allow_nan=False, **kwargs)
     except ValueError:
         pass
-    plain = {k: v for k, v in kwargs.items() if k in ("default", "cls", "ensure_ascii", "check_circular")}
+    plain = {
+        k: v for k, v in kwargs.items() if k in ("default", "cls", "ensure_ascii", "check_circular")
+    }
     text = json.dumps(obj, allow_nan=True, **plain)
     return json.dumps(json.loads(text, parse_constant=_null), allow_nan=False, **kwargs)
 
@@ -39,8 +41,8 @@ def dump(obj: Any, fp: IO[str], **kwargs: Any) -> None:
 
 
 def record_dict(record: Any) -> dict[str, Any]:
-    """A dataclass record's fields as a JSON-ready dict, field by field: non-finite floats become None and
-    tuples lists (the one rule of every record's ``as_dict``)."""
+    """A dataclass record's fields as a JSON-ready dict, field by field: non-finite floats become
+    None and tuples lists (the one rule of every record's ``as_dict``)."""
     out: dict[str, Any] = {}
     for field in dataclasses.fields(record):
         value = getattr(record, field.name)

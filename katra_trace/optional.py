@@ -25,7 +25,8 @@ def require(module: str, *, extra: str, purpose: str, what: str | None = None) -
 
     ``extra``: the katra3d extra that installs it (``history``, ``export``, ``pandas``, ``blosc2``);
     ``purpose``: what needed it, as the user asked for it (``--to parquet``, ``katra3d history``);
-    ``what``: how the message names the missing thing (default: the Python package, by its top name).
+    ``what``: how the message names the missing thing (default: the Python package, by its top
+    name).
     """
     try:
         return importlib.import_module(module)
@@ -33,7 +34,8 @@ def require(module: str, *, extra: str, purpose: str, what: str | None = None) -
         thing = what or f"the Python package {module.split('.')[0]!r}"
         raise MissingDependencyError(
             f"{purpose} needs {thing}, which is not installed; "
-            f"install it with: pip install 'katra3d[{extra}]'") from None
+            f"install it with: pip install 'katra3d[{extra}]'"
+        ) from None
 
 
 __all__ = ["MissingDependencyError", "require"]

@@ -84,6 +84,7 @@ def schema_hash() -> str:
     text = ";".join(f"{name}:{np.dtype(typ).str}" for name, typ, _ in COLUMNS)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
+
 #: Clocks whose ``dur_ns`` is a count (instructions, cycles), not a time: deterministic metrics.
 COUNT_CLOCKS: frozenset[int] = frozenset({int(Clock.INSTRUCTIONS), int(Clock.CYCLES)})
 
@@ -94,9 +95,10 @@ VALUE_CLOCKS: frozenset[int] = COUNT_CLOCKS | {int(Clock.PROCESS)}
 #: Name of the reference-workload markers (Flag.REFERENCE).
 REFERENCE_NAME = "reference"
 
-#: Name of the garbage-collection markers: one MARKER row per collection of Python's cyclic collector, on the
-#: wall clock, from its start to its end; ``value`` holds the generation collected (2: a full collection).
-#: MARKER rows never enter frame statistics, so this needs no new format version (docs/trace-format.md).
+#: Name of the garbage-collection markers: one MARKER row per collection of Python's cyclic
+#: collector, on the wall clock, from its start to its end; ``value`` holds the generation collected
+#: (2: a full collection). MARKER rows never enter frame statistics, so this needs no new format
+#: version (docs/trace-format.md).
 GC_NAME = "gc"
 
 #: The pass of draws made while no pass zone was open (``--zones draws``).
@@ -106,16 +108,17 @@ _DRAW_END = re.compile(r"#[0-9]+$")
 
 
 def draw_zone_name(pass_name: str, label: str, k: int) -> str:
-    """The name of the ``k``-th draw (1-based) labelled ``label`` in pass ``pass_name`` (``--zones draws``):
-    ``<pass>/<label>#<k>``."""
+    """The name of the ``k``-th draw (1-based) labelled ``label`` in pass ``pass_name`` (``--zones
+    draws``): ``<pass>/<label>#<k>``."""
     return f"{pass_name}/{label}#{k}"
 
 
 def draw_pass(name: str, zones: Collection[str]) -> str | None:
     """The pass that draw zone ``name`` belongs to, or None when ``name`` is not a draw.
 
-    A draw's name is :func:`draw_zone_name`'s; its pass is the longest prefix of it before a ``/`` that is
-    one of ``zones`` (or :data:`FRAME_PASS`), so pass and label names may contain ``/`` themselves.
+    A draw's name is :func:`draw_zone_name`'s; its pass is the longest prefix of it before a ``/``
+    that is one of ``zones`` (or :data:`FRAME_PASS`), so pass and label names may contain ``/``
+    themselves.
     """
     if not _DRAW_END.search(name):
         return None

@@ -1,4 +1,5 @@
-"""Numbers as a reader sees them: the one way a duration, a count or a plain float is written as text.
+"""Numbers as a reader sees them: the one way a duration, a count or a plain float is written as
+text.
 
 Every text surface that prints a time (``stats``, ``info``, ``compare``, the end-of-run
 table, ``history``, ``doctor``) calls :func:`format_duration`, so that 150 µs reads as
@@ -21,9 +22,11 @@ MISSING = "-"
 
 
 def significant(value: float, digits: int = DIGITS) -> str:
-    """``value`` to ``digits`` significant digits in plain notation, never an exponent: 17390, 12.35, 0.008483.
+    """``value`` to ``digits`` significant digits in plain notation, never an exponent: 17390,
+    12.35, 0.008483.
 
-    A value that already has more integer digits than ``digits`` keeps them all (no rounding to 17400)."""
+    A value that already has more integer digits than ``digits`` keeps them all (no rounding to
+    17400)."""
     if value == 0:
         return "0"
     if not math.isfinite(value):
@@ -37,7 +40,9 @@ def significant(value: float, digits: int = DIGITS) -> str:
 
 
 def _finite(value: object) -> float | None:
-    """``value`` as a finite float, or None (None, NaN, infinity, an int too large for a float, not a number)."""
+    """``value`` as a finite float, or None (None, NaN, infinity, an int too large for a float, not
+    a number).
+    """
     try:
         number = float(value)  # type: ignore[arg-type]
     except (OverflowError, TypeError, ValueError):
@@ -55,7 +60,10 @@ def format_duration(ns: float | None, digits: int = DIGITS) -> str:
     if ns == 0:
         return "0 s"
     # the largest unit the duration reaches (ns below 1 ns too)
-    i = next((i for i, (_, scale) in enumerate(DURATION_UNITS) if abs(ns) >= scale), len(DURATION_UNITS) - 1)
+    i = next(
+        (i for i, (_, scale) in enumerate(DURATION_UNITS) if abs(ns) >= scale),
+        len(DURATION_UNITS) - 1,
+    )
     text = significant(ns / DURATION_UNITS[i][1], digits)
     if i > 0 and abs(float(text)) >= 1000:
         # 999.96 µs rounds to "1000": write it in the next unit up (1.000 ms)
@@ -71,14 +79,15 @@ def format_ms(ms: float | None, digits: int = DIGITS) -> str:
 
 
 def format_change_pct(pct: float | None, decimals: int = 1) -> str:
-    """A signed change given in **percent** as text: ``+5.2%``, ``-3.0%`` (``decimals`` after the point: 1 for
-    times, 2 for counts and bisect's effects). None or NaN is ``-``; infinity is ``+inf%`` (an interval with no
-    upper end yet)."""
+    """A signed change given in **percent** as text: ``+5.2%``, ``-3.0%`` (``decimals`` after the
+    point: 1 for times, 2 for counts and bisect's effects). None or NaN is ``-``; infinity is
+    ``+inf%`` (an interval with no upper end yet)."""
     try:
         value = float(pct)  # type: ignore[arg-type]
     except (OverflowError, TypeError, ValueError):
         return MISSING
-    return MISSING if math.isnan(value) else f"{value:+.{decimals}f}%"  # an unbounded interval's end: +inf%
+    # an unbounded interval's end: +inf%
+    return MISSING if math.isnan(value) else f"{value:+.{decimals}f}%"
 
 
 def format_change(ratio: float | None, decimals: int = 1) -> str:
@@ -92,8 +101,9 @@ def format_change(ratio: float | None, decimals: int = 1) -> str:
 
 
 def format_count(value: float | None) -> str:
-    """A count (instructions, cycles, frames) as a whole number with thousands separators: ``1,234,567``;
-    a fractional count below 1000 (a median of two frames) to :data:`DIGITS` significant digits."""
+    """A count (instructions, cycles, frames) as a whole number with thousands separators:
+    ``1,234,567``; a fractional count below 1000 (a median of two frames) to :data:`DIGITS`
+    significant digits."""
     if value is None or not math.isfinite(value):
         return MISSING
     if isinstance(value, int) or abs(value) >= 1000 or float(value).is_integer():
@@ -101,11 +111,12 @@ def format_count(value: float | None) -> str:
     return significant(float(value))
 
 
-#: What each statistic is called where a person reads it (a table header): the one map, used by ``stats``'
-#: text tables and the report. Keyed by the statistic's name without its unit suffix (``median_ms`` and
-#: ``median_instructions`` are ``median``; katra_trace.analysis.stats defines each). A rate or a share names its
-#: unit (fps, % of time); a duration's cells carry their own (``150.0 µs``) and a count's table says its unit
-#: in its title, so those labels name none. JSON and CSV keep the raw keys: scripts read those.
+#: What each statistic is called where a person reads it (a table header): the one map, used by
+#: ``stats``' text tables and the report. Keyed by the statistic's name without its unit suffix
+#: (``median_ms`` and ``median_instructions`` are ``median``; katra_trace.analysis.stats defines
+#: each). A rate or a share names its unit (fps, % of time); a duration's cells carry their own
+#: (``150.0 µs``) and a count's table says its unit in its title, so those labels name none. JSON
+#: and CSV keep the raw keys: scripts read those.
 STAT_LABELS: dict[str, str] = {
     "n": "frames",
     "total": "total",
@@ -131,8 +142,9 @@ ZONE_COUNT_LABEL = "spans"
 
 
 def stat_label(key: str, *, zone: bool = False) -> str:
-    """The header of statistic ``key`` (:data:`STAT_LABELS`): ``fps_low_1pct`` is ``1 % low (fps)``, ``p99_ms``
-    and ``p99_instructions`` are ``p99``; ``n`` of a ``zone`` is ``spans``. A key the map lacks is shown as it is."""
+    """The header of statistic ``key`` (:data:`STAT_LABELS`): ``fps_low_1pct`` is ``1 % low (fps)``,
+    ``p99_ms`` and ``p99_instructions`` are ``p99``; ``n`` of a ``zone`` is ``spans``. A key the map
+    lacks is shown as it is."""
     if zone and key == "n":
         return ZONE_COUNT_LABEL
     if key in STAT_LABELS:
@@ -141,8 +153,8 @@ def stat_label(key: str, *, zone: bool = False) -> str:
 
 
 def format_number(value: object) -> str:
-    """A table cell for a plain number: ints as they are, floats to :data:`DIGITS` significant digits,
-    None and non-finite floats as ``-``, anything else as ``str``."""
+    """A table cell for a plain number: ints as they are, floats to :data:`DIGITS` significant
+    digits, None and non-finite floats as ``-``, anything else as ``str``."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return MISSING
     if isinstance(value, bool) or isinstance(value, int):
@@ -152,6 +164,18 @@ def format_number(value: object) -> str:
     return str(value)
 
 
-__all__ = ["DIGITS", "DURATION_UNITS", "MISSING", "STAT_LABELS", "ZONE_COUNT_LABEL", "format_change",
-           "format_change_pct", "format_count", "format_duration", "format_ms", "format_number", "significant",
-           "stat_label"]
+__all__ = [
+    "DIGITS",
+    "DURATION_UNITS",
+    "MISSING",
+    "STAT_LABELS",
+    "ZONE_COUNT_LABEL",
+    "format_change",
+    "format_change_pct",
+    "format_count",
+    "format_duration",
+    "format_ms",
+    "format_number",
+    "significant",
+    "stat_label",
+]

@@ -127,8 +127,9 @@ class Scene:
             raise first_error
 
     def own(self, obj: _T) -> _T:
-        """Register ``obj`` (anything with ``release()``: a buffer, program, texture, framebuffer, VAO)
-        to be freed by :meth:`release`; returns it, so ``self.vbo = self.own(ctx.buffer(...))``."""
+        """Register ``obj`` (anything with ``release()``: a buffer, program, texture, framebuffer,
+        VAO) to be freed by :meth:`release`; returns it, so ``self.vbo =
+        self.own(ctx.buffer(...))``."""
         owned: list[Any] = self.__dict__.setdefault("_owned", [])
         owned.append(obj)
         return obj

@@ -5,10 +5,11 @@ A scene spec (what a user types after ``katra3d run``) is one of:
 * a built-in name (``geometry``);
 * the name of an entry point in the group ``katra3d.scenes`` of an installed
   package (``[project.entry-points."katra3d.scenes"] my-scene = "pkg.mod:MyScene"``);
-* ``path/to/file.py:ClassName`` — a class in a Python file, or ``path/to/file.py`` for the file's one
-  scene class;
+* ``path/to/file.py:ClassName`` — a class in a Python file, or ``path/to/file.py`` for the file's
+  one scene class;
 * ``pkg.module:ClassName`` — a class in an importable module;
-* ``path/to/app.trace`` — an apitrace trace, replayed by glretrace (:class:`TraceScene`, docs/replay.md).
+* ``path/to/app.trace`` — an apitrace trace, replayed by glretrace (:class:`TraceScene`,
+  docs/replay.md).
 
 Unknown names and missing classes raise :class:`~katra_trace.errors.SceneError`
 with the closest names and the list of what exists; bad parameters raise
@@ -32,8 +33,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from katra_trace.errors import ConfigError, SceneError
 from katra3d.scenes.api import Param, Scene
+from katra_trace.errors import ConfigError, SceneError
 
 #: the entry-point group installed packages use to offer scenes
 ENTRY_POINT_GROUP = "katra3d.scenes"
@@ -79,19 +80,25 @@ def available_scene_names() -> list[str]:
 
 def _check_scene_class(obj: Any, where: str) -> type[Scene]:
     if not (inspect.isclass(obj) and issubclass(obj, Scene)):
-        raise SceneError(f"{where} is not a katra3d scene: expected a subclass of katra3d.Scene, "
-                         f"found {type(obj).__name__ if not inspect.isclass(obj) else 'class ' + obj.__name__}")
+        raise SceneError(
+            f"{where} is not a katra3d scene: expected a subclass of katra3d.Scene, "
+            f"found {type(obj).__name__ if not inspect.isclass(obj) else 'class ' + obj.__name__}"
+        )
     if not obj.name:
         raise SceneError(f"{where} has no 'name': set the class attribute name = \"...\"")
     params = getattr(obj, "params", None)
     if not isinstance(params, Mapping):
-        raise SceneError(f"{where}: 'params' must be a dict of name -> katra3d.Param(...), "
-                         f"found {type(params).__name__}")
+        raise SceneError(
+            f"{where}: 'params' must be a dict of name -> katra3d.Param(...), "
+            f"found {type(params).__name__}"
+        )
     for key, param in params.items():
         if not isinstance(key, str) or not isinstance(param, Param):
-            raise SceneError(f"{where}: param {key!r} must be a katra3d.Param, e.g. "
-                             f"params = {{{str(key)!r}: Param({param!r}, type={type(param).__name__})}}, "
-                             f"found {type(param).__name__}")
+            raise SceneError(
+                f"{where}: param {key!r} must be a katra3d.Param, e.g. "
+                f"params = {{{str(key)!r}: Param({param!r}, type={type(param).__name__})}}, "
+                f"found {type(param).__name__}"
+            )
     return obj
 
 
@@ -99,7 +106,9 @@ def _scene_classes_in(module: Any) -> list[str]:
     return sorted(
         name
         for name, obj in vars(module).items()
-        if inspect.isclass(obj) and issubclass(obj, Scene) and obj is not Scene
+        if inspect.isclass(obj)
+        and issubclass(obj, Scene)
+        and obj is not Scene
         and getattr(obj, "__module__", None) == module.__name__
     )
 
@@ -113,7 +122,9 @@ def _class_from_module(module: Any, class_name: str, where: str) -> type[Scene]:
 
 
 def _load_from_file(file_part: str, class_name: str) -> type[Scene]:
-    """The class ``class_name`` of the file ``file_part``; with no class name, the file's one scene class."""
+    """The class ``class_name`` of the file ``file_part``; with no class name, the file's one scene
+    class.
+    """
     path = Path(file_part).expanduser()
     where = f"file '{file_part}'"
     if not path.is_file():
@@ -133,22 +144,28 @@ def _load_from_file(file_part: str, class_name: str) -> type[Scene]:
             spec.loader.exec_module(module)
         except Exception as exc:  # noqa: BLE001 - a user file may raise anything
             del sys.modules[module_name]
-            raise SceneError(f"error while importing scene file '{file_part}': "
-                             f"{type(exc).__name__}: {exc}") from None
+            raise SceneError(
+                f"error while importing scene file '{file_part}': {type(exc).__name__}: {exc}"
+            ) from None
     if not class_name:
         found = _scene_classes_in(module)
         if len(found) != 1:
-            listing = (f"{len(found)} scene classes ({', '.join(found)}); name one, e.g. '{file_part}:{found[0]}'"
-                       if found else "no scene class (a subclass of katra3d.Scene)")
+            listing = (
+                f"{len(found)} scene classes ({', '.join(found)}); name one, e.g. "
+                f"'{file_part}:{found[0]}'"
+                if found
+                else "no scene class (a subclass of katra3d.Scene)"
+            )
             raise SceneError(f"{where} defines {listing}")
         class_name = found[0]
     return _class_from_module(module, class_name, where)
 
 
 def _on_import_path(folder: Path) -> None:
-    """Put a scene file's folder on the import path, as Python does for a script, so that the file imports the
-    packages beside it (a repository's own ``scenes/``) from the console script, ``python -m katra3d`` and a
-    counted child alike. Last, not first: a file beside the scene never hides an installed package."""
+    """Put a scene file's folder on the import path, as Python does for a script, so that the file
+    imports the packages beside it (a repository's own ``scenes/``) from the console script,
+    ``python -m katra3d`` and a counted child alike. Last, not first: a file beside the scene never
+    hides an installed package."""
     if str(folder) not in sys.path:
         sys.path.append(str(folder))
 
@@ -159,8 +176,9 @@ def _load_from_module(module_part: str, class_name: str) -> type[Scene]:
     except ModuleNotFoundError as exc:
         raise SceneError(f"cannot import scene module '{module_part}': {exc}") from None
     except Exception as exc:  # noqa: BLE001 - a user module may raise anything
-        raise SceneError(f"error while importing scene module '{module_part}': "
-                         f"{type(exc).__name__}: {exc}") from None
+        raise SceneError(
+            f"error while importing scene module '{module_part}': {type(exc).__name__}: {exc}"
+        ) from None
     return _class_from_module(module, class_name, f"module '{module_part}'")
 
 
@@ -169,8 +187,8 @@ def _looks_like_file(part: str) -> bool:
 
 
 def split_file_spec(spec: str) -> tuple[str, str] | None:
-    """``(file, class)`` of a file spec, ``path/to/x.py:Class`` or ``path/to/x.py`` (class ``""``: the file's one
-    scene class); None for a scene name or a ``package.module:Class`` spec."""
+    """``(file, class)`` of a file spec, ``path/to/x.py:Class`` or ``path/to/x.py`` (class ``""``:
+    the file's one scene class); None for a scene name or a ``package.module:Class`` spec."""
     spec = spec.strip()
     left, sep, class_name = spec.rpartition(":")
     if sep and class_name.isidentifier() and _looks_like_file(left):
@@ -181,8 +199,8 @@ def split_file_spec(spec: str) -> tuple[str, str] | None:
 
 
 def absolute_spec(spec: str, cls: type[Scene], base: Path | None = None) -> str:
-    """``spec`` of the scene ``cls`` as ``/absolute/x.py:Class`` when it is a file spec (relative paths taken
-    from ``base``, the working directory by default), else ``spec`` unchanged."""
+    """``spec`` of the scene ``cls`` as ``/absolute/x.py:Class`` when it is a file spec (relative
+    paths taken from ``base``, the working directory by default), else ``spec`` unchanged."""
     parts = split_file_spec(spec)
     if parts is None:
         return spec
@@ -191,16 +209,17 @@ def absolute_spec(spec: str, cls: type[Scene], base: Path | None = None) -> str:
 
 
 def with_class(spec: str, cls: type[Scene]) -> str:
-    """``spec`` with its class named: ``x.py`` (the file's one scene class) becomes ``x.py:Class``; any other spec
-    is returned as it is."""
+    """``spec`` with its class named: ``x.py`` (the file's one scene class) becomes ``x.py:Class``;
+    any other spec is returned as it is."""
     parts = split_file_spec(spec)
     return f"{parts[0]}:{cls.__name__}" if parts is not None and not parts[1] else spec.strip()
 
 
 def names_scene(name: str, spec: str, cls: type[Scene]) -> bool:
-    """Whether ``name`` (the NAME of ``--param NAME.KEY=VALUE``) names the scene given as ``spec`` (class ``cls``):
-    the scene's name, its spec as given, or any spelling of its file (``x.py``, ``./x.py``, ``../d/x.py``,
-    absolute), with its ``:Class`` or, when the file has one scene class, without it."""
+    """Whether ``name`` (the NAME of ``--param NAME.KEY=VALUE``) names the scene given as ``spec``
+    (class ``cls``): the scene's name, its spec as given, or any spelling of its file (``x.py``,
+    ``./x.py``, ``../d/x.py``, absolute), with its ``:Class`` or, when the file has one scene class,
+    without it."""
     if name.strip() in (cls.name, spec.strip()):
         return True
     mine, theirs = split_file_spec(spec), split_file_spec(name)
@@ -210,8 +229,9 @@ def names_scene(name: str, spec: str, cls: type[Scene]) -> bool:
 
 
 def find_file_spec(spec: str, bases: tuple[Path, ...]) -> str:
-    """A file spec with a relative path found in the first of ``bases`` (folders, in order) that has the file,
-    as an absolute spec; any other spec unchanged. SceneError naming every path tried when none has it."""
+    """A file spec with a relative path found in the first of ``bases`` (folders, in order) that has
+    the file, as an absolute spec; any other spec unchanged. SceneError naming every path tried when
+    none has it."""
     parts = split_file_spec(spec)
     if parts is None or Path(parts[0]).expanduser().is_absolute():
         return spec
@@ -222,30 +242,35 @@ def find_file_spec(spec: str, bases: tuple[Path, ...]) -> str:
     raise SceneError(f"scene file '{parts[0]}' not found; tried {', '.join(str(p) for p in tried)}")
 
 
-#: What ends the name of an apitrace trace file (``katra3d run app.trace`` replays it: docs/replay.md).
+#: What ends the name of an apitrace trace file (``katra3d run app.trace`` replays it:
+#: docs/replay.md).
 TRACE_SUFFIX = ".trace"
 
 
 class TraceScene(Scene):
-    """An apitrace trace as a scene: katra3d.harness.replay replays it with glretrace, frame per SwapBuffers.
+    """An apitrace trace as a scene: katra3d.harness.replay replays it with glretrace, frame per
+    SwapBuffers.
 
-    ``trace_path``: the absolute path of the trace. Its params are the file's SHA-256 and size, so that two
-    replays of different traces (of one name) are not compared unless allowed (``--allow-param-mismatch``).
-    Its frames are not rendered by ``render``: a trace scene runs only where traces are replayed.
+    ``trace_path``: the absolute path of the trace. Its params are the file's SHA-256 and size, so
+    that two replays of different traces (of one name) are not compared unless allowed
+    (``--allow-param-mismatch``). Its frames are not rendered by ``render``: a trace scene runs only
+    where traces are replayed.
     """
 
     trace_path: ClassVar[str] = ""
 
     def setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, Any]) -> None:
-        raise SceneError(f"'{self.trace_path}' is an apitrace trace: replay it with katra3d run (docs/replay.md)")
+        raise SceneError(
+            f"'{self.trace_path}' is an apitrace trace: replay it with katra3d run (docs/replay.md)"
+        )
 
     def render(self, frame: Any) -> None:
         raise SceneError("an apitrace trace is replayed by glretrace, not rendered by a scene")
 
 
 def check_trace_file(path: Path, spec: str | None = None) -> None:
-    """SceneError unless ``path`` is a regular file (``spec``: the name as given, in the message): a missing
-    one, a directory, a FIFO or a device each said as what it is (none is read)."""
+    """SceneError unless ``path`` is a regular file (``spec``: the name as given, in the message): a
+    missing one, a directory, a FIFO or a device each said as what it is (none is read)."""
     name = spec if spec is not None else str(path)
     try:
         mode = path.stat().st_mode
@@ -254,9 +279,17 @@ def check_trace_file(path: Path, spec: str | None = None) -> None:
     except OSError as exc:
         raise SceneError(f"cannot read trace file '{name}': {exc.strerror or exc}") from None
     if not stat.S_ISREG(mode):
-        what = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
-                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
-                else "something other than a file")
+        what = (
+            "a directory"
+            if stat.S_ISDIR(mode)
+            else "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "something other than a file"
+        )
         raise SceneError(f"trace '{name}' is {what}, not an apitrace trace file")
 
 
@@ -272,12 +305,28 @@ def _load_trace(spec: str) -> type[Scene]:
     except OSError as exc:
         raise SceneError(f"cannot read trace file '{spec}': {exc.strerror or exc}") from None
     size = path.stat().st_size
-    params = {"trace_sha256": Param(digest.hexdigest(), str, help="the trace file's SHA-256 (not to be set)",
-                                    choices=(digest.hexdigest(),)),
-              "trace_bytes": Param(size, int, size, size, help="the trace file's size in bytes (not to be set)")}
-    return type(f"Trace_{path.stem}", (TraceScene,), {
-        "name": path.stem, "trace_path": os.path.abspath(path), "params": params, "__module__": __name__,
-        "description": f"apitrace trace {path.name}, replayed by glretrace"})
+    params = {
+        "trace_sha256": Param(
+            digest.hexdigest(),
+            str,
+            help="the trace file's SHA-256 (not to be set)",
+            choices=(digest.hexdigest(),),
+        ),
+        "trace_bytes": Param(
+            size, int, size, size, help="the trace file's size in bytes (not to be set)"
+        ),
+    }
+    return type(
+        f"Trace_{path.stem}",
+        (TraceScene,),
+        {
+            "name": path.stem,
+            "trace_path": os.path.abspath(path),
+            "params": params,
+            "__module__": __name__,
+            "description": f"apitrace trace {path.name}, replayed by glretrace",
+        },
+    )
 
 
 def get_scene(spec: str) -> type[Scene]:
@@ -298,8 +347,10 @@ def get_scene(spec: str) -> type[Scene]:
         try:
             obj = ep.load()
         except Exception as exc:  # noqa: BLE001 - a third-party package may raise anything
-            raise SceneError(f"cannot load scene '{spec}' from entry point '{ep.value}': "
-                             f"{type(exc).__name__}: {exc}") from None
+            raise SceneError(
+                f"cannot load scene '{spec}' from entry point '{ep.value}': "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
         return _check_scene_class(obj, f"entry point '{spec}' ({ep.value})")
     file_spec = split_file_spec(spec)
     if file_spec is not None:
@@ -312,8 +363,10 @@ def get_scene(spec: str) -> type[Scene]:
     names = available_scene_names()
     close = difflib.get_close_matches(spec, names, n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    raise SceneError(f"unknown scene '{spec}'{hint}; available: {', '.join(names)} "
-                     f"(or path/to/file.py, path/to/file.py:Class, package.module:Class)")
+    raise SceneError(
+        f"unknown scene '{spec}'{hint}; available: {', '.join(names)} "
+        f"(or path/to/file.py, path/to/file.py:Class, package.module:Class)"
+    )
 
 
 # -- parameters -------------------------------------------------------------------
@@ -349,7 +402,9 @@ def convert_param(scene_name: str, key: str, param: Param, value: Any) -> Any:
     """Convert one value (a Python value or a CLI string) to ``param.type`` and check its range."""
 
     def bad(why: str) -> ConfigError:
-        return ConfigError(f"scene '{scene_name}': param '{key}' {why}; valid: {describe_range(param)}")
+        return ConfigError(
+            f"scene '{scene_name}': param '{key}' {why}; valid: {describe_range(param)}"
+        )
 
     kind = param.type
     if isinstance(value, str):
@@ -396,7 +451,9 @@ def convert_param(scene_name: str, key: str, param: Param, value: Any) -> Any:
     if param.choices is not None and out not in param.choices:
         raise bad(f"got {_fmt(out)!r}")
     if kind in (int, float):
-        if (param.min is not None and out < param.min) or (param.max is not None and out > param.max):
+        if (param.min is not None and out < param.min) or (
+            param.max is not None and out > param.max
+        ):
             raise bad(f"is out of range: {_fmt(out)}")
     return out
 

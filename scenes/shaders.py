@@ -46,10 +46,10 @@ class ShaderCompileError(SceneError):
 def _parse_moderngl_error(text: str, default_stage: str) -> tuple[str, str]:
     """Split moderngl's "GLSL Compiler failed\\n\\n<stage>\\n====\\n<log>" into (stage, log)."""
     if text.startswith("GLSL Linker failed"):
-        return "link", text[len("GLSL Linker failed"):]
+        return "link", text[len("GLSL Linker failed") :]
     match = re.search(r"^(\w+_shader)\n=+\n", text, flags=re.MULTILINE)
     if match:
-        return _STAGES.get(match.group(1), match.group(1)), text[match.end():]
+        return _STAGES.get(match.group(1), match.group(1)), text[match.end() :]
     return default_stage, text
 
 

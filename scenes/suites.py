@@ -9,9 +9,9 @@
 Frame counts are per scene: ``warmup`` frames (recorded, flagged) then
 ``frames`` measured frames, the same for every entry of a suite.
 
-Shards (``katra3d run --shard I/N``): :func:`shard_indices` splits a run's scenes into N shares of about
-equal estimated cost (:func:`scene_cost`: a formula of the scene's params and the frame size, never a
-timing), the same on every machine, so that the N jobs of a CI matrix run every scene once.
+Shards (``katra3d run --shard I/N``): :func:`shard_indices` splits a run's scenes into N shares of
+about equal estimated cost (:func:`scene_cost`: a formula of the scene's params and the frame size,
+never a timing), the same on every machine, so that the N jobs of a CI matrix run every scene once.
 """
 
 from __future__ import annotations
@@ -61,7 +61,9 @@ _CI_ENTRIES: tuple[tuple[str, Mapping[str, Any]], ...] = (
 )
 
 #: every built-in scene with its default params
-_DEFAULT_ENTRIES: tuple[tuple[str, Mapping[str, Any]], ...] = tuple((name, {}) for name, _ in _CI_ENTRIES)
+_DEFAULT_ENTRIES: tuple[tuple[str, Mapping[str, Any]], ...] = tuple(
+    (name, {}) for name, _ in _CI_ENTRIES
+)
 
 #: heavier params, sized for real GPUs (far too slow for llvmpipe)
 _STRESS_ENTRIES: tuple[tuple[str, Mapping[str, Any]], ...] = (
@@ -133,7 +135,9 @@ _Cost = Callable[[Mapping[str, Any], int], float]
 
 def _num(params: Mapping[str, Any], key: str, default: float) -> float:
     value = params.get(key, default)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+    return (
+        float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+    )
 
 
 #: Each built-in scene's estimated frame cost from its params and the frame's pixels ``px``, in
@@ -149,19 +153,26 @@ _FRAME_COST: dict[str, _Cost] = {
     "fillrate": lambda p, px: 0.0062 * px * _num(p, "layers", 8),
     "shader": lambda p, px: 0.00185 * px * _num(p, "iterations", 48),
     "texture": lambda p, px: 0.0129 * px * _num(p, "samplers", 4),
-    "buffer": lambda p, px: 0.46 * _num(p, "grid", 256) ** 2 * max(_num(p, "update_fraction", 0.5), 0.05),
-    "shadow": lambda p, px: (0.004 * (px * (2 * _num(p, "pcf", 1) + 1) ** 2 + _num(p, "shadow_size", 2048) ** 2)
-                             + 20 * _num(p, "objects", 24)),
-    "postfx": lambda p, px: (0.005 * (2 * (2 * _num(p, "radius", 8) + 1) * px / _num(p, "downsample", 2) ** 2
-                                      + 2 * px) + 20 * _num(p, "objects", 64)),
+    "buffer": lambda p, px: (
+        0.46 * _num(p, "grid", 256) ** 2 * max(_num(p, "update_fraction", 0.5), 0.05)
+    ),
+    "shadow": lambda p, px: (
+        0.004 * (px * (2 * _num(p, "pcf", 1) + 1) ** 2 + _num(p, "shadow_size", 2048) ** 2)
+        + 20 * _num(p, "objects", 24)
+    ),
+    "postfx": lambda p, px: (
+        0.005 * (2 * (2 * _num(p, "radius", 8) + 1) * px / _num(p, "downsample", 2) ** 2 + 2 * px)
+        + 20 * _num(p, "objects", 64)
+    ),
     "compute": lambda p, px: 0.15 * _num(p, "count", 65536),
 }
 
 
 def scene_cost(name: str, params: Mapping[str, Any], size: tuple[int, int], frames: int) -> float:
-    """The estimated cost of running scene ``name`` with ``params`` at ``size`` for ``frames`` frames (warmup
-    included): :data:`SCENE_START_COST` plus ``frames`` times its frame cost (:data:`_FRAME_COST`; an
-    unknown scene :data:`UNKNOWN_FRAME_COST`). Deterministic: the same on every machine."""
+    """The estimated cost of running scene ``name`` with ``params`` at ``size`` for ``frames``
+    frames (warmup included): :data:`SCENE_START_COST` plus ``frames`` times its frame cost
+    (:data:`_FRAME_COST`; an unknown scene :data:`UNKNOWN_FRAME_COST`). Deterministic: the same on
+    every machine."""
     frame = _FRAME_COST.get(name)
     px = max(1, size[0]) * max(1, size[1])
     per_frame = UNKNOWN_FRAME_COST if frame is None else max(1.0, float(frame(params, px)))
@@ -182,14 +193,18 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def shard_indices(costs: Sequence[float], index: int, count: int) -> tuple[int, ...]:
-    """The positions (in run order) of the scenes shard ``index`` of ``count`` runs, given each scene's cost.
+    """The positions (in run order) of the scenes shard ``index`` of ``count`` runs, given each
+    scene's cost.
 
-    Longest first: the scenes in order of falling cost (ties in run order) each go to the shard with the
-    least cost so far (ties: the lowest shard). Every scene lands in exactly one shard, whatever machine
-    computes it. ConfigError when the shard would have no scene (more shards than scenes)."""
+    Longest first: the scenes in order of falling cost (ties in run order) each go to the shard with
+    the least cost so far (ties: the lowest shard). Every scene lands in exactly one shard, whatever
+    machine computes it. ConfigError when the shard would have no scene (more shards than scenes).
+    """
     if count > len(costs):
-        raise ConfigError(f"bad --shard {index}/{count}: this run has {len(costs)} scene(s), so at most "
-                          f"{len(costs)} shard(s)")
+        raise ConfigError(
+            f"bad --shard {index}/{count}: this run has {len(costs)} scene(s), so at most "
+            f"{len(costs)} shard(s)"
+        )
     loads = [0.0] * count
     owner = [0] * len(costs)
     for pos in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
@@ -199,5 +214,14 @@ def shard_indices(costs: Sequence[float], index: int, count: int) -> tuple[int, 
     return tuple(pos for pos in range(len(costs)) if owner[pos] == index)
 
 
-__all__ = ["SCENE_START_COST", "SUITES", "UNKNOWN_FRAME_COST", "Suite", "get_suite", "parse_shard", "scene_cost",
-           "shard_indices", "suites_containing"]
+__all__ = [
+    "SCENE_START_COST",
+    "SUITES",
+    "UNKNOWN_FRAME_COST",
+    "Suite",
+    "get_suite",
+    "parse_shard",
+    "scene_cost",
+    "shard_indices",
+    "suites_containing",
+]

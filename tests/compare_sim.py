@@ -1,4 +1,5 @@
-"""Seeded simulations of katra_trace.analysis.decide: interval coverage, false alarms, power, memory.
+"""Seeded simulations of katra_trace.analysis.decide: interval coverage, false alarms, power,
+memory.
 
 Used by tests/test_compare_sim.py at small sizes, and run as a script for the
 figures in docs/stats.md::
@@ -29,8 +30,14 @@ from katra_trace.analysis.decide import compare_runs, paired_t, welch  # noqa: E
 FRAME_CV = 0.10
 
 
-def simulate_side(rng: np.random.Generator, k: int, mean_ms: float, run_cv: float, frames: int,
-                  drift: np.ndarray | None = None) -> list[np.ndarray]:
+def simulate_side(
+    rng: np.random.Generator,
+    k: int,
+    mean_ms: float,
+    run_cv: float,
+    frames: int,
+    drift: np.ndarray | None = None,
+) -> list[np.ndarray]:
     """``k`` runs of frame durations (ns)."""
     levels = mean_ms * 1e6 * np.exp(rng.normal(0.0, run_cv, k))
     if drift is not None:
@@ -38,9 +45,20 @@ def simulate_side(rng: np.random.Generator, k: int, mean_ms: float, run_cv: floa
     return [lv * np.exp(rng.normal(0.0, FRAME_CV, frames)) for lv in levels]
 
 
-def coverage(k: int, reps: int, seed: int, *, paired: bool = False, confidence: float = 0.98,
-             run_cv: float = 0.08, sd_ratio: float = 1.0, frames: int = 50, effect: float = 1.1) -> float:
-    """Share of intervals (from the per-run medians, as compare computes them) covering the true ratio.
+def coverage(
+    k: int,
+    reps: int,
+    seed: int,
+    *,
+    paired: bool = False,
+    confidence: float = 0.98,
+    run_cv: float = 0.08,
+    sd_ratio: float = 1.0,
+    frames: int = 50,
+    effect: float = 1.1,
+) -> float:
+    """Share of intervals (from the per-run medians, as compare computes them) covering the true
+    ratio.
 
     The true ratio of geometric-mean run levels is ``effect``; the per-run
     median of ``frames`` log-normal frames adds its own small error.
@@ -60,8 +78,18 @@ def coverage(k: int, reps: int, seed: int, *, paired: bool = False, confidence: 
     return hit / reps
 
 
-def verdict_rate(k: int, effect: float, reps: int, seed: int, *, run_cv: float = 0.08, frames: int = 30,
-                 paired: bool = False, drift_cv: float = 0.0, verdict: str = "regression") -> float:
+def verdict_rate(
+    k: int,
+    effect: float,
+    reps: int,
+    seed: int,
+    *,
+    run_cv: float = 0.08,
+    frames: int = 30,
+    paired: bool = False,
+    drift_cv: float = 0.0,
+    verdict: str = "regression",
+) -> float:
     """Share of single-scene comparisons (compare_runs defaults) whose verdict is ``verdict``."""
     rng = np.random.default_rng(seed)
     hits = 0
@@ -69,12 +97,24 @@ def verdict_rate(k: int, effect: float, reps: int, seed: int, *, run_cv: float =
         drift = np.exp(rng.normal(0.0, drift_cv, k)) if drift_cv else None
         base = simulate_side(rng, k, 10.0, run_cv, frames, drift)
         new = simulate_side(rng, k, 10.0 * effect, run_cv, frames, drift)
-        hits += compare_runs({"s": base}, {"s": new}, paired=paired, metric="wall").scenes[0].verdict == verdict
+        hits += (
+            compare_runs({"s": base}, {"s": new}, paired=paired, metric="wall").scenes[0].verdict
+            == verdict
+        )
     return hits / reps
 
 
-def student_power(k: int, effect: float, reps: int, seed: int, *, run_cv: float = 0.08,
-                  alpha: float = 0.01, threshold: float = 0.05, frames: int = 30) -> float:
+def student_power(
+    k: int,
+    effect: float,
+    reps: int,
+    seed: int,
+    *,
+    run_cv: float = 0.08,
+    alpha: float = 0.01,
+    threshold: float = 0.05,
+    frames: int = 30,
+) -> float:
     """For reference: how often a one-sided pooled-variance (Student) t on log run medians, exact
     under equal spreads, would call ``effect`` a regression (alpha, threshold as compare's)."""
     rng = np.random.default_rng(seed)
@@ -106,27 +146,39 @@ def memory_and_time_50k(frames: int = 50_000, runs: int = 1) -> tuple[float, flo
 def main() -> None:
     print("interval coverage (nominal 98 %), 4000 comparisons each")
     for k in (3, 5, 8):
-        print(f"  {k} runs a side: unpaired {coverage(k, 4000, 1) * 100:.1f} %, "
-              f"unpaired sd ratio 3 {coverage(k, 4000, 2, sd_ratio=3.0) * 100:.1f} %, "
-              f"paired {coverage(k, 4000, 3, paired=True) * 100:.1f} %")
+        print(
+            f"  {k} runs a side: unpaired {coverage(k, 4000, 1) * 100:.1f} %, "
+            f"unpaired sd ratio 3 {coverage(k, 4000, 2, sd_ratio=3.0) * 100:.1f} %, "
+            f"paired {coverage(k, 4000, 3, paired=True) * 100:.1f} %"
+        )
     print("verdicts, 8 % run CV, 1000 comparisons each (alpha 0.01, threshold 5 %)")
     for k in (3, 5, 8):
         aa = verdict_rate(k, 1.0, 1000, 10 + k)
         caught = {e: verdict_rate(k, e, 1000, 20 + k) for e in (1.1, 1.2, 1.3, 1.5)}
-        print(f"  {k} runs a side: A/A regressions {aa * 100:.1f} %; caught "
-              + ", ".join(f"+{(e - 1) * 100:.0f} % {r * 100:.0f} %" for e, r in caught.items()))
+        print(
+            f"  {k} runs a side: A/A regressions {aa * 100:.1f} %; caught "
+            + ", ".join(f"+{(e - 1) * 100:.0f} % {r * 100:.0f} %" for e, r in caught.items())
+        )
     for cv in (0.01, 0.03, 0.05):
-        print(f"  3 runs a side at {cv * 100:.0f} % run CV: +30 % caught "
-              f"{verdict_rate(3, 1.3, 1000, 41, run_cv=cv) * 100:.0f} %")
-    print(f"  for reference, a pooled-variance t at 3 runs a side, 8 % run CV: +30 % caught "
-          f"{student_power(3, 1.3, 1000, 42) * 100:.0f} %, A/A {student_power(3, 1.0, 1000, 43) * 100:.1f} %")
+        print(
+            f"  3 runs a side at {cv * 100:.0f} % run CV: +30 % caught "
+            f"{verdict_rate(3, 1.3, 1000, 41, run_cv=cv) * 100:.0f} %"
+        )
+    print(
+        f"  for reference, a pooled-variance t at 3 runs a side, 8 % run CV: +30 % caught "
+        f"{student_power(3, 1.3, 1000, 42) * 100:.0f} %, A/A "
+        f"{student_power(3, 1.0, 1000, 43) * 100:.1f} %"
+    )
     print("paired rounds, round drift 10 % shared by both captures, run noise 2 %, 1000 each")
     for k in (3, 5, 8):
         aa = verdict_rate(k, 1.0, 1000, 50 + k, run_cv=0.02, paired=True, drift_cv=0.10)
         p10 = verdict_rate(k, 1.1, 1000, 60 + k, run_cv=0.02, paired=True, drift_cv=0.10)
         u10 = verdict_rate(k, 1.1, 1000, 60 + k, run_cv=0.02, paired=False, drift_cv=0.10)
-        print(f"  {k} rounds: A/A regressions {aa * 100:.1f} %; +10 % caught paired {p10 * 100:.0f} %, "
-              f"unpaired {u10 * 100:.0f} %")
+        print(
+            f"  {k} rounds: A/A regressions {aa * 100:.1f} %; +10 % caught paired {p10 * 100:.0f} "
+            "%, "
+            f"unpaired {u10 * 100:.0f} %"
+        )
     mib, sec = memory_and_time_50k()
     print(f"50k frames a side, 1 run: peak {mib:.0f} MiB, {sec:.2f} s")
     mib, sec = memory_and_time_50k(frames=50_000, runs=3)

@@ -36,7 +36,8 @@ def _egl_context() -> tuple[Any, str]:
     import sys
 
     if "OpenGL" not in sys.modules:
-        # as katra3d.harness.gl.backends does for EGL: PyOpenGL's raw calls (timers, probe) must go through EGL too
+        # as katra3d.harness.gl.backends does for EGL: PyOpenGL's raw calls (timers, probe) must go
+        # through EGL too
         os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
     try:
         import moderngl
@@ -71,13 +72,15 @@ def _released(glo_object: Any) -> bool:
 
 @pytest.fixture
 def katra_cli(tmp_path: Path) -> Any:
-    """Run the ``katra3d`` command in a subprocess: ``katra_cli(*args)``, in tmp_path unless ``cwd`` says.
+    """Run the ``katra3d`` command in a subprocess: ``katra_cli(*args)``, in tmp_path unless ``cwd``
+    says.
 
     Returns the CompletedProcess (text mode, stdout/stderr captured): tests.cli_helpers.katra.
     """
 
-    def run(*args: str, timeout: float = 300, env: dict[str, str] | None = None,
-            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        *args: str, timeout: float = 300, env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return katra(*args, cwd=cwd or tmp_path, env=env, timeout=timeout)
 
     return run

@@ -48,18 +48,32 @@ _EXIT_RE = re.compile(r"#\s*exit\s+(?P<codes>\d+(?:\s*(?:,|or|\|)\s*\d+)*)")
 #: warmup or suite the command names itself is then shrunk too (argparse keeps the
 #: last value of an option, so both are needed).
 REWRITES: tuple[tuple[str, str, str], ...] = (
-    (r"\bkatra3d run\b(?![^\"']*--duration)", "katra3d run --size 32x32 --warmup 1 --frames 5",
-     "every run: 32x32 pixels, 1 warmup + 5 measured frames per scene"),
-    (r"\bkatra3d run\b(?=[^\"']*--duration)", "katra3d run --size 32x32 --warmup 1",
-     "a run by duration: 32x32 pixels, 1 warmup frame"),
+    (
+        r"\bkatra3d run\b(?![^\"']*--duration)",
+        "katra3d run --size 32x32 --warmup 1 --frames 5",
+        "every run: 32x32 pixels, 1 warmup + 5 measured frames per scene",
+    ),
+    (
+        r"\bkatra3d run\b(?=[^\"']*--duration)",
+        "katra3d run --size 32x32 --warmup 1",
+        "a run by duration: 32x32 pixels, 1 warmup frame",
+    ),
     (r"--frames[ =]\d+", "--frames 5", "5 measured frames"),
     (r"--duration[ =][\d.]+s?", "--duration 0.2", "0.2 s per scene"),
     (r"--warmup[ =]\d+", "--warmup 1", "1 warmup frame"),
     (r"--size[ =]\d+x\d+", "--size 32x32", "32x32 pixels"),
     (r"--suite[ =](default|stress)\b", "--suite ci", "the small suite"),
-    (r"(\bkatra3d bisect\b.*-a \")(?![^\"]*--frames)", r"\1--frames 20 --warmup 1 ",
-     "a time bisection's captures: 20 measured frames (the fewest a time verdict takes), 1 warmup"),
-    (r"--until-decided --rounds[ =]\d+", "--until-decided --rounds 3", "an A/B that stops when decided: a cap of 3"),
+    (
+        r"(\bkatra3d bisect\b.*-a \")(?![^\"]*--frames)",
+        r"\1--frames 20 --warmup 1 ",
+        "a time bisection's captures: 20 measured frames (the fewest a time verdict takes), 1 "
+        "warmup",
+    ),
+    (
+        r"--until-decided --rounds[ =]\d+",
+        "--until-decided --rounds 3",
+        "an A/B that stops when decided: a cap of 3",
+    ),
     (r"(?<!--until-decided )--rounds[ =]\d+", "--rounds 2", "2 A/B rounds"),
 )
 
@@ -104,7 +118,11 @@ class Block:
 
     @property
     def runs(self) -> bool:
-        return (self.lang == RUN_LANG and self.no_run_reason is None) or self.is_program or bool(self.file_name)
+        return (
+            (self.lang == RUN_LANG and self.no_run_reason is None)
+            or self.is_program
+            or bool(self.file_name)
+        )
 
     @property
     def file_name(self) -> str | None:
@@ -122,7 +140,9 @@ class Block:
 
 
 def split_commands(body: str, path: Path, first_line: int) -> list[Command]:
-    """The commands in a block body: one per line, ``\\`` continues a line; blank and comment lines skipped."""
+    """The commands in a block body: one per line, ``\\`` continues a line; blank and comment lines
+    skipped.
+    """
     out: list[Command] = []
     pending: list[str] = []
     start = first_line
@@ -170,11 +190,16 @@ def blocks(path: Path) -> list[Block]:
         if lang == RUN_LANG and rest:
             no_run = _NO_RUN_RE.match(rest)
             if no_run is None:
-                raise ValueError(f"{path}:{start}: unknown marker {rest!r} after ```sh "
-                                 "(the only one is 'no-run: REASON')")
+                raise ValueError(
+                    f"{path}:{start}: unknown marker {rest!r} after ```sh "
+                    "(the only one is 'no-run: REASON')"
+                )
             reason = no_run["reason"]
         if lang == "python" and rest.startswith("file") and _FILE_RE.match(rest) is None:
-            raise ValueError(f"{path}:{start}: ```python {rest}: a file block is 'file=NAME' (letters, digits, . _ -)")
+            raise ValueError(
+                f"{path}:{start}: ```python {rest}: a file block is 'file=NAME' (letters, digits, "
+                ". _ -)"
+            )
         out.append(Block(path, start, lang, "\n".join(body), reason, rest))
     return out
 

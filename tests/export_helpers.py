@@ -1,4 +1,6 @@
-"""A small trace with every kind of row the exporters handle, and a reader of Perfetto output (no GL)."""
+"""A small trace with every kind of row the exporters handle, and a reader of Perfetto output (no
+GL).
+"""
 
 from __future__ import annotations
 
@@ -13,19 +15,34 @@ from katra_trace import Clock, Flag, Kind
 from katra_trace.schema import EVENT_DTYPE
 from tests.trace_helpers import write_trace
 
-STRINGS = ["", "frame", "lit", "draw", "shadow", "setup", "reference", "frame_interval_ns", "Ir", "D1mr",
-           "alpha", "beta", "gamma"]
+STRINGS = [
+    "",
+    "frame",
+    "lit",
+    "draw",
+    "shadow",
+    "setup",
+    "reference",
+    "frame_interval_ns",
+    "Ir",
+    "D1mr",
+    "alpha",
+    "beta",
+    "gamma",
+]
 S = {s: i for i, s in enumerate(STRINGS)}
 HOST0, GPU0 = 1_000_000, 5_000_000_000
 HOST1, GPU1 = 901_000_000, 5_899_910_000  # the GPU clock runs 100 ppm slow
 
 
 def rich_events() -> np.ndarray:
-    """Scene alpha: wall+cpu frames with nested zones, warmup, setup and reference markers, a counter.
-    Scene beta: gpu frames and zones (times as the capture stores them: mapped with the first sync pair).
-    Scene gamma: instructions and cycles frames and zones, and cache counters."""
+    """Scene alpha: wall+cpu frames with nested zones, warmup, setup and reference markers, a
+    counter. Scene beta: gpu frames and zones (times as the capture stores them: mapped with the
+    first sync pair). Scene gamma: instructions and cycles frames and zones, and cache counters."""
     rows: list[tuple[Any, ...]] = []
-    rows.append((Kind.MARKER, Clock.WALL, Flag.SETUP, 0, S["alpha"], S["setup"], 0, 0, 500_000, 0.0))
+    rows.append(
+        (Kind.MARKER, Clock.WALL, Flag.SETUP, 0, S["alpha"], S["setup"], 0, 0, 500_000, 0.0)
+    )
     t = 1_000_000
     for i in range(8):
         flags = Flag.WARMUP if i < 2 else 0
@@ -33,32 +50,111 @@ def rich_events() -> np.ndarray:
             dur = 4_000_000 if clock == Clock.WALL else 1_000_000
             rows.append((Kind.FRAME, clock, flags, 0, S["alpha"], S["frame"], i, t, dur, 0.0))
             rows.append((Kind.ZONE, clock, flags, 1, S["alpha"], S["lit"], i, t, dur // 2, 0.0))
-            rows.append((Kind.ZONE, clock, flags, 2, S["alpha"], S["draw"], i, t + 10, dur // 4, 0.0))
-            rows.append((Kind.ZONE, clock, flags, 1, S["alpha"], S["shadow"], i, t + dur // 2, dur // 2, 0.0))
-        rows.append((Kind.COUNTER, Clock.CPU, 0, 0, S["alpha"], S["frame_interval_ns"], i, t, 0, 4_100_000.0 + i))
+            rows.append(
+                (Kind.ZONE, clock, flags, 2, S["alpha"], S["draw"], i, t + 10, dur // 4, 0.0)
+            )
+            rows.append(
+                (
+                    Kind.ZONE,
+                    clock,
+                    flags,
+                    1,
+                    S["alpha"],
+                    S["shadow"],
+                    i,
+                    t + dur // 2,
+                    dur // 2,
+                    0.0,
+                )
+            )
+        rows.append(
+            (
+                Kind.COUNTER,
+                Clock.CPU,
+                0,
+                0,
+                S["alpha"],
+                S["frame_interval_ns"],
+                i,
+                t,
+                0,
+                4_100_000.0 + i,
+            )
+        )
         if i % 4 == 3:
-            rows.append((Kind.MARKER, Clock.WALL, Flag.REFERENCE, 0, S["alpha"], S["reference"], i, t + 4_050_000,
-                         30_000, 0.0))
+            rows.append(
+                (
+                    Kind.MARKER,
+                    Clock.WALL,
+                    Flag.REFERENCE,
+                    0,
+                    S["alpha"],
+                    S["reference"],
+                    i,
+                    t + 4_050_000,
+                    30_000,
+                    0.0,
+                )
+            )
         t += 4_100_000
     off = HOST0 - GPU0
     for i in range(6):
         g = GPU0 + 50_000_000 + i * 150_000_000
-        rows.append((Kind.FRAME, Clock.GPU, 0, 0, S["beta"], S["frame"], i, g + off, 2_000_000, 0.0))
-        rows.append((Kind.ZONE, Clock.GPU, 0, 1, S["beta"], S["draw"], i, g + 100 + off, 1_000_000, 0.0))
+        rows.append(
+            (Kind.FRAME, Clock.GPU, 0, 0, S["beta"], S["frame"], i, g + off, 2_000_000, 0.0)
+        )
+        rows.append(
+            (Kind.ZONE, Clock.GPU, 0, 1, S["beta"], S["draw"], i, g + 100 + off, 1_000_000, 0.0)
+        )
     for i in range(5):
         tt = 950_000_000 + i * 1_000_000
-        rows.append((Kind.FRAME, Clock.INSTRUCTIONS, 0, 0, S["gamma"], S["frame"], i, tt, 1_000_000 + i, 0.0))
-        rows.append((Kind.ZONE, Clock.INSTRUCTIONS, 0, 1, S["gamma"], S["draw"], i, tt, 600_000 + i, 0.0))
-        rows.append((Kind.FRAME, Clock.CYCLES, Flag.ESTIMATED, 0, S["gamma"], S["frame"], i, tt, 2_000_000 + i, 0.0))
-        rows.append((Kind.COUNTER, Clock.CYCLES, 0, 0, S["gamma"], S["Ir"], i, tt, 0, 1_000_000.0 + i))
+        rows.append(
+            (
+                Kind.FRAME,
+                Clock.INSTRUCTIONS,
+                0,
+                0,
+                S["gamma"],
+                S["frame"],
+                i,
+                tt,
+                1_000_000 + i,
+                0.0,
+            )
+        )
+        rows.append(
+            (Kind.ZONE, Clock.INSTRUCTIONS, 0, 1, S["gamma"], S["draw"], i, tt, 600_000 + i, 0.0)
+        )
+        rows.append(
+            (
+                Kind.FRAME,
+                Clock.CYCLES,
+                Flag.ESTIMATED,
+                0,
+                S["gamma"],
+                S["frame"],
+                i,
+                tt,
+                2_000_000 + i,
+                0.0,
+            )
+        )
+        rows.append(
+            (Kind.COUNTER, Clock.CYCLES, 0, 0, S["gamma"], S["Ir"], i, tt, 0, 1_000_000.0 + i)
+        )
         rows.append((Kind.COUNTER, Clock.CYCLES, 0, 0, S["gamma"], S["D1mr"], i, tt, 0, 100.0 + i))
     return np.array(rows, dtype=EVENT_DTYPE)
 
 
-HEADER = {"workload": "export-test",
-          "capture_options": {"timing_mode": "sync", "timing_reason": "a test says so", "size": [64, 64]},
-          "host_info": {"gl": {"renderer": "test renderer"}, "system": {"cpu_model": "test cpu"}}}
-SYNCS = [{"label": "start", "host_ns": HOST0, "gpu_ns": GPU0}, {"label": "end", "host_ns": HOST1, "gpu_ns": GPU1}]
+HEADER = {
+    "workload": "export-test",
+    "capture_options": {"timing_mode": "sync", "timing_reason": "a test says so", "size": [64, 64]},
+    "host_info": {"gl": {"renderer": "test renderer"}, "system": {"cpu_model": "test cpu"}},
+}
+SYNCS = [
+    {"label": "start", "host_ns": HOST0, "gpu_ns": GPU0},
+    {"label": "end", "host_ns": HOST1, "gpu_ns": GPU1},
+]
 
 
 def write_rich(path: Path) -> np.ndarray:
@@ -72,7 +168,9 @@ def write_rich(path: Path) -> np.ndarray:
 
 
 def gpu_expected(stored_ns: int) -> int:
-    """Where a GPU row's stored time belongs on the host clock, given both pairs (independent formula)."""
+    """Where a GPU row's stored time belongs on the host clock, given both pairs (independent
+    formula).
+    """
     g = stored_ns - (HOST0 - GPU0)
     return HOST0 + round((g - GPU0) * (HOST1 - HOST0) / (GPU1 - GPU0))
 
@@ -109,7 +207,9 @@ def _args(te: Any, names: dict[int, str]) -> dict[str, Any]:
 
 
 def parse_perfetto(data: bytes) -> ParsedPerfetto:
-    """Parse with the package's protos and replay B/E per track; interning and defaults per sequence."""
+    """Parse with the package's protos and replay B/E per track; interning and defaults per
+    sequence.
+    """
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
     trace = pb.Trace()
@@ -137,7 +237,11 @@ def parse_perfetto(data: bytes) -> ParsedPerfetto:
             seq_track[seq] = p.trace_packet_defaults.track_event_defaults.track_uuid
         if p.HasField("track_descriptor"):
             d = p.track_descriptor
-            tracks[d.uuid] = {"name": d.name, "parent": d.parent_uuid, "counter": d.HasField("counter")}
+            tracks[d.uuid] = {
+                "name": d.name,
+                "parent": d.parent_uuid,
+                "counter": d.HasField("counter"),
+            }
         if not p.HasField("track_event"):
             continue
         te = p.track_event
@@ -163,7 +267,9 @@ def parse_perfetto(data: bytes) -> ParsedPerfetto:
             s = stacks[uuid].pop()
             s.dur = p.timestamp - s.ts
         elif te.type == te.TYPE_INSTANT:
-            instants.append(Slice(tname, name, p.timestamp, 0, len(stacks[uuid]), _args(te, seq_args[seq])))
+            instants.append(
+                Slice(tname, name, p.timestamp, 0, len(stacks[uuid]), _args(te, seq_args[seq]))
+            )
         elif te.type == te.TYPE_COUNTER:
             if not tracks[uuid]["counter"]:
                 problems.append(f"counter value on slice track {tname}")

@@ -1,5 +1,5 @@
-"""Traces whose values are extreme (no GL): the corpus the consumer fuzzer (tests/test_fuzz_consumers.py)
-starts from and the memory-bound test runs every consumer on.
+"""Traces whose values are extreme (no GL): the corpus the consumer fuzzer
+(tests/test_fuzz_consumers.py) starts from and the memory-bound test runs every consumer on.
 
 Each is a small, well-formed trace (real writer, valid CRCs) with one kind of extreme value: ids at
 the top of their column (scene, name, frame: 2^32-1), start times and durations near the int64
@@ -29,14 +29,29 @@ from tests.hostile_images import (
     write_frames_trace,
     zstd_packed_trace,
 )
-from tests.trace_helpers import edit_json_block, frame_zone_stream, seal_blocks, split_blocks, write_trace
+from tests.trace_helpers import (
+    edit_json_block,
+    frame_zone_stream,
+    seal_blocks,
+    split_blocks,
+    write_trace,
+)
 
 U32_MAX = 2**32 - 1
 I64_MAX = 2**63 - 1
 I64_MIN = -(2**63)
 #: Names a spreadsheet would run as formulas, and markup a viewer might render.
-HOSTILE_NAMES = ["=HYPERLINK(\"https://evil.example\",\"x\")", "@SUM(1)", "+1+1", "-1+1", "\t=1", "\r=1",
-                 "<a href=https://evil.example>CLICK</a>", "a\nb", "\u202egnp.exe"]
+HOSTILE_NAMES = [
+    '=HYPERLINK("https://evil.example","x")',
+    "@SUM(1)",
+    "+1+1",
+    "-1+1",
+    "\t=1",
+    "\r=1",
+    "<a href=https://evil.example>CLICK</a>",
+    "a\nb",
+    "\u202egnp.exe",
+]
 STRINGS = ["", "scene", "frame", "pass-a", "pass-b", "pass-c"]
 
 
@@ -44,9 +59,12 @@ def _base(n_frames: int = 12) -> np.ndarray:
     return frame_zone_stream(n_frames, zones=2)
 
 
-def _set(col: str, value: int | float, rows: slice | list[int] = slice(None)) -> Callable[[np.ndarray], None]:
+def _set(
+    col: str, value: int | float, rows: slice | list[int] = slice(None)
+) -> Callable[[np.ndarray], None]:
     def edit(ev: np.ndarray) -> None:
         ev[col][rows] = value
+
     return edit
 
 
@@ -62,6 +80,7 @@ def _counter_rows(value: float) -> Callable[[np.ndarray], np.ndarray]:
         extra["start_ns"] = ev["start_ns"][:4]
         extra["value"] = value
         return np.concatenate([ev, extra])
+
     return add
 
 
@@ -71,7 +90,9 @@ EVENT_EDITS: dict[str, Callable[[np.ndarray], Any]] = {
     "scene-id-max-some": _set("scene", U32_MAX, [0, 5, 9]),
     "name-id-max": _set("name", U32_MAX),
     "frame-max": _set("frame", U32_MAX, [2, 8]),
-    "start-near-int64-max": lambda ev: _shift(ev, I64_MAX - int((ev["start_ns"] + ev["dur_ns"]).max()) - 1),
+    "start-near-int64-max": lambda ev: _shift(
+        ev, I64_MAX - int((ev["start_ns"] + ev["dur_ns"]).max()) - 1
+    ),
     "start-near-int64-min": lambda ev: _shift(ev, I64_MIN - int(ev["start_ns"].min()) + 1),
     "start-spread-wide": _set("start_ns", I64_MIN + 1, [0]),
     "dur-huge": lambda ev: ev["dur_ns"].__setitem__([2, 5], I64_MAX - ev["start_ns"][[2, 5]]),
@@ -93,12 +114,16 @@ def _write_events(path: Path, edit: Callable[[np.ndarray], Any]) -> None:
     if isinstance(out, np.ndarray) and out.dtype == EVENT_DTYPE:
         ev = out
     blocks = split_blocks(path.read_bytes())
-    blocks = [(t, fmt.encode_events(ev) if t == fmt.BlockType.EVENTS else raw, schema) for t, raw, schema in blocks]
+    blocks = [
+        (t, fmt.encode_events(ev) if t == fmt.BlockType.EVENTS else raw, schema)
+        for t, raw, schema in blocks
+    ]
     path.write_bytes(seal_blocks(blocks))
 
 
 def _write_hostile_strings(path: Path) -> None:
-    strings = ["", *HOSTILE_NAMES]  # the scene is the first, the frame the second, the zones the rest
+    # the scene is the first, the frame the second, the zones the rest
+    strings = ["", *HOSTILE_NAMES]
     names = tuple(range(2, len(strings)))
     ev = frame_zone_stream(12, zones=len(names) - 1, scene=1, names=names)
     write_trace(path, ev, strings, batch_events=8)
@@ -147,10 +172,15 @@ IMAGE_WRITERS: dict[str, Callable[[Path], None]] = {
     "kept-frame-8192": one_8192_trace,
     "kept-frames-24x4096": frames_24x4096_trace,
     "kept-frames-zstd": zstd_packed_trace,
-    "kept-frames-300": lambda path: write_frames_trace(path, {f"s{i}": picture_frame(f"s{i}", i, 4, 3)
-                                                             for i in range(300)}),
-    **{f"kept-frame-{name}": (lambda path, d=damage: write_frames_trace(path, {"s": d(picture_frame("s"))}))
-       for name, damage in DAMAGES.items()},
+    "kept-frames-300": lambda path: write_frames_trace(
+        path, {f"s{i}": picture_frame(f"s{i}", i, 4, 3) for i in range(300)}
+    ),
+    **{
+        f"kept-frame-{name}": (
+            lambda path, d=damage: write_frames_trace(path, {"s": d(picture_frame("s"))})
+        )
+        for name, damage in DAMAGES.items()
+    },
 }
 
 
@@ -160,7 +190,9 @@ def write_base(path: Path) -> None:
 
 
 def write_all(directory: Path) -> dict[str, Path]:
-    """Every extreme trace of :data:`WRITERS` and :data:`IMAGE_WRITERS` in ``directory``; returns name -> path."""
+    """Every extreme trace of :data:`WRITERS` and :data:`IMAGE_WRITERS` in ``directory``; returns
+    name -> path.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     out = {}
     for name, writer in {**WRITERS, **IMAGE_WRITERS}.items():
@@ -170,5 +202,15 @@ def write_all(directory: Path) -> dict[str, Path]:
     return out
 
 
-__all__ = ["EVENT_EDITS", "HOSTILE_NAMES", "I64_MAX", "I64_MIN", "IMAGE_WRITERS", "STRINGS", "U32_MAX", "WRITERS",
-           "write_all", "write_base"]
+__all__ = [
+    "EVENT_EDITS",
+    "HOSTILE_NAMES",
+    "I64_MAX",
+    "I64_MIN",
+    "IMAGE_WRITERS",
+    "STRINGS",
+    "U32_MAX",
+    "WRITERS",
+    "write_all",
+    "write_base",
+]

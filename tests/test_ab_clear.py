@@ -1,5 +1,6 @@
-"""``ab --force`` (:func:`katra_trace.io.tracesets.clear_ab_dir`) after a Ctrl-C: it removes what ab's captures
-left, a killed capture's ``.part`` too, but never the ``.part`` a live capture is still writing."""
+"""``ab --force`` (:func:`katra_trace.io.tracesets.clear_ab_dir`) after a Ctrl-C: it removes what
+ab's captures left, a killed capture's ``.part`` too, but never the ``.part`` a live capture is
+still writing."""
 
 from __future__ import annotations
 
@@ -35,12 +36,17 @@ def test_force_leaves_everything_while_a_capture_still_writes_its_part(tmp_path:
     part = root / "new" / "run-001.katra.part"
     fd = os.open(part, os.O_RDWR)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a live writer holds it (katra_trace/io/claim.py)
+        # as a live writer holds it (katra_trace/io/claim.py)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         with pytest.raises(ConfigError, match="a capture is still writing"):
             clear_ab_dir(root)
     finally:
         os.close(fd)
-    assert part.is_file() and (root / "base" / "run-001.katra").is_file() and (root / AB_MANIFEST).is_file()
+    assert (
+        part.is_file()
+        and (root / "base" / "run-001.katra").is_file()
+        and (root / AB_MANIFEST).is_file()
+    )
     assert clear_ab_dir(root) == 2  # once its writer is gone
 
 

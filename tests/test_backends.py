@@ -24,7 +24,9 @@ def test_resolve_name_default_env_and_explicit(monkeypatch: pytest.MonkeyPatch) 
     assert backends.resolve_name(None) == "auto"
     assert backends.resolve_name("glfw") == "glfw"  # the command line beats the env var
     monkeypatch.setenv(backends.BACKEND_ENV, "vulkan")
-    with pytest.raises(ConfigError, match=r"unknown backend 'vulkan' \(from KATRA3D_BACKEND\).*egl, glfw, auto"):
+    with pytest.raises(
+        ConfigError, match=r"unknown backend 'vulkan' \(from KATRA3D_BACKEND\).*egl, glfw, auto"
+    ):
         backends.resolve_name(None)
 
 
@@ -47,7 +49,11 @@ def test_egl_session_framebuffer(harness_session: Any) -> None:
 
     egl = host_info(session).egl
     assert egl.device_index == 0 and egl.vendor and egl.version
-    assert (egl.device_count or 0) >= 1 and set(egl.device.as_dict()) == {"drm_device", "renderer", "software"}
+    assert (egl.device_count or 0) >= 1 and set(egl.device.as_dict()) == {
+        "drm_device",
+        "renderer",
+        "software",
+    }
     assert session.ctx.fbo is session.fbo
     assert tuple(session.fbo.size) == (48, 32)
     assert session.fbo.samples == 4
@@ -61,7 +67,9 @@ def test_egl_session_framebuffer(harness_session: Any) -> None:
 
 
 @pytest.mark.gl
-def test_auto_falls_back_and_lists_every_reason(harness_session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_falls_back_and_lists_every_reason(
+    harness_session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("DISPLAY", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
     assert harness_session("auto", size=(8, 8)).backend == "egl"
@@ -90,7 +98,9 @@ def test_egl_devices_listed() -> None:
     devices = backends.list_egl_devices()
     assert devices, "the EGL context the tests use comes from one of these devices"
     assert [d["index"] for d in devices] == list(range(len(devices)))
-    assert all(isinstance(d["software"], bool) and isinstance(d["extensions"], list) for d in devices)
+    assert all(
+        isinstance(d["software"], bool) and isinstance(d["extensions"], list) for d in devices
+    )
 
 
 # --------------------------------------------------------------------------- glfw under Xvfb
@@ -100,9 +110,10 @@ def test_egl_devices_listed() -> None:
 def xvfb_display() -> Iterator[str]:
     """An Xvfb of this test's own; yields ':N'; stops it afterwards.
 
-    Xvfb picks the display number itself (``-displayfd``, bench.glmark2's helper): a number chosen here
-    by looking for a free one could be taken by another Xvfb (another xdist worker, another suite on the
-    machine) before this one locks it, and this test would then draw on, and lose, that server.
+    Xvfb picks the display number itself (``-displayfd``, bench.glmark2's helper): a number chosen
+    here by looking for a free one could be taken by another Xvfb (another xdist worker, another
+    suite on the machine) before this one locks it, and this test would then draw on, and lose, that
+    server.
     """
     exe = shutil.which("Xvfb")
     if exe is None:
@@ -117,14 +128,31 @@ def test_glfw_backend_under_xvfb(xvfb_display: str, katra_cli: Any, tmp_path: Pa
     from katra_trace.schema import Clock, Flag, Kind
 
     env = {"DISPLAY": xvfb_display}
-    res = katra_cli("run", "triangle", "--backend", "glfw", "--frames", "5", "--warmup", "1",
-                    "--size", "64x48", "-o", "g.katra", env=env)
+    res = katra_cli(
+        "run",
+        "triangle",
+        "--backend",
+        "glfw",
+        "--frames",
+        "5",
+        "--warmup",
+        "1",
+        "--size",
+        "64x48",
+        "-o",
+        "g.katra",
+        env=env,
+    )
     assert res.returncode == 0, res.stderr
     trace = open_trace(tmp_path / "g.katra")
     assert trace.header.host_info.backend == "glfw"
     assert trace.header.capture_options.resolved.backend == "glfw"
     ev = trace.events
-    frames = ev[(ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.WALL) & ((ev["flags"] & Flag.WARMUP) == 0)]
+    frames = ev[
+        (ev["kind"] == Kind.FRAME)
+        & (ev["clock"] == Clock.WALL)
+        & ((ev["flags"] & Flag.WARMUP) == 0)
+    ]
     assert len(frames) == 5
 
     doctor = katra_cli("doctor", "--json", env=env)
@@ -135,8 +163,15 @@ def test_glfw_backend_under_xvfb(xvfb_display: str, katra_cli: Any, tmp_path: Pa
 
 def test_env_var_selects_backend(katra_cli: Any, tmp_path: Path) -> None:
     """KATRA3D_BACKEND=glfw with no display: the env choice is honoured and fails with exit 3."""
-    res = katra_cli("run", "triangle", "--frames", "2", "-o", "x.katra",
-                    env={"KATRA3D_BACKEND": "glfw", "DISPLAY": "", "WAYLAND_DISPLAY": ""})
+    res = katra_cli(
+        "run",
+        "triangle",
+        "--frames",
+        "2",
+        "-o",
+        "x.katra",
+        env={"KATRA3D_BACKEND": "glfw", "DISPLAY": "", "WAYLAND_DISPLAY": ""},
+    )
     assert res.returncode == 3, res.stderr
     assert res.stderr.startswith("katra3d: error: backend 'glfw' unavailable: no display")
     assert "Traceback" not in res.stderr

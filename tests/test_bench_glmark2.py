@@ -38,7 +38,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def octahedron_obj() -> str:
-    """A closed octahedron (6 vertices, 8 faces wound counter-clockwise seen from outside) as OBJ text."""
+    """A closed octahedron (6 vertices, 8 faces wound counter-clockwise seen from outside) as OBJ
+    text.
+    """
     lines = ["# a test model", "v 1 0 0", "v -1 0 0", "v 0 1 0", "v 0 -1 0", "v 0 0 1", "v 0 0 -1"]
     for sx in (1, -1):
         for sy in (1, -1):
@@ -61,20 +63,26 @@ def model(tmp_path: Path) -> Path:
 
 def test_read_obj_reads_every_index_form_and_fans_polygons(tmp_path: Path) -> None:
     path = tmp_path / "m.obj"
-    path.write_text("o thing\nv 0 0 0\nv 1 0 0\nv 1 1 0\nv 0 1 0\nvn 0 0 1\nvt 0 0\n"
-                    "f 1/1/1 2//1 3/1\nf -4 -2 -1\nf 1 2 3 4\n", encoding="utf-8")
+    path.write_text(
+        "o thing\nv 0 0 0\nv 1 0 0\nv 1 1 0\nv 0 1 0\nvn 0 0 1\nvt 0 0\n"
+        "f 1/1/1 2//1 3/1\nf -4 -2 -1\nf 1 2 3 4\n",
+        encoding="utf-8",
+    )
     positions, triangles = read_obj(path)
     assert positions.shape == (4, 3) and positions.dtype == np.float32
     # the quad becomes a fan: (1 2 3) and (1 3 4), 0-based
     assert triangles.tolist() == [[0, 1, 2], [0, 2, 3], [0, 1, 2], [0, 2, 3]]
 
 
-@pytest.mark.parametrize("text, says", [
-    ("v 0 0 0\nv 1 0 0\nf 1 2\n", "three corners"),
-    ("v 0 0 0\nv 1 0 0\nv 1 1 0\nf 1 2 9\n", "does not define"),
-    ("v 0 0 zero\n", ":1:"),
-    ("v 0 0 0\n", "no faces"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("v 0 0 0\nv 1 0 0\nf 1 2\n", "three corners"),
+        ("v 0 0 0\nv 1 0 0\nv 1 1 0\nf 1 2 9\n", "does not define"),
+        ("v 0 0 zero\n", ":1:"),
+        ("v 0 0 0\n", "no faces"),
+    ],
+)
 def test_read_obj_refuses_what_is_not_a_model(tmp_path: Path, text: str, says: str) -> None:
     path = tmp_path / "bad.obj"
     path.write_text(text, encoding="utf-8")
@@ -92,7 +100,8 @@ def test_vertex_normals_are_the_normalized_sum_of_the_face_normals(model: Path) 
     normals = vertex_normals(positions, triangles)
     # every corner of the octahedron is surrounded symmetrically: its normal points straight out
     np.testing.assert_allclose(normals, positions, atol=1e-6)
-    # faces are wound counter-clockwise seen from outside: each face's normal points away from the centre
+    # faces are wound counter-clockwise seen from outside: each face's normal points away from the
+    # centre
     a, b, c = (positions[triangles[:, k]] for k in range(3))
     assert (np.einsum("ij,ij->i", np.cross(b - a, c - a), a + b + c) > 0).all()
 
@@ -117,12 +126,14 @@ def test_scene_draws_the_model_flat_and_lit_from_the_upper_right(gl_ctx: Any, mo
     again = run_offscreen(gl_ctx, Glmark2Build, size, {"model": str(model)}, frames=1)
     assert first.checksum == again.checksum
     px = first.pixels.astype(np.int64)
-    assert (px[..., 0] == px[..., 1]).all() and (px[..., 1] == px[..., 2]).all()  # white material: grey
-    assert px[0, 0, :3].tolist() == [0, 0, 0] and px[-1, -1, :3].tolist() == [0, 0, 0]  # cleared to black
+    # white material: grey
+    assert (px[..., 0] == px[..., 1]).all() and (px[..., 1] == px[..., 2]).all()
+    # cleared to black
+    assert px[0, 0, :3].tolist() == [0, 0, 0] and px[-1, -1, :3].tolist() == [0, 0, 0]
     assert px[24, 32, 0] > 0  # the model covers the centre
     h, w = size[1], size[0]
-    upper_right = px[: h // 2, w // 2:, 0].mean()
-    lower_left = px[h // 2:, : w // 2, 0].mean()
+    upper_right = px[: h // 2, w // 2 :, 0].mean()
+    lower_left = px[h // 2 :, : w // 2, 0].mean()
     assert upper_right > lower_left  # the light comes from (20, 20, 10): up, right, towards the eye
     # turning: 36 degrees a second of scene time, so a later frame shows another image
     later = run_offscreen(gl_ctx, Glmark2Build, size, {"model": str(model)}, frames=1, warmup=30)
@@ -141,11 +152,13 @@ def test_katra_side_runs_the_user_scene_through_katra3d_run(tmp_path: Path, mode
     assert got.submit_s < 3 * got.frame_s  # a part of one frame, not of the run
 
 
-# --------------------------------------------------------------------------- skipped without glmark2
+# --------------------------------------------------------------------------- skipped without
+# glmark2
 
 
-def test_without_glmark2_on_path_the_row_is_skipped_with_the_apt_line(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_glmark2_on_path_the_row_is_skipped_with_the_apt_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     reason = find_tools()
     assert isinstance(reason, str)
@@ -158,9 +171,15 @@ def test_without_glmark2_on_path_the_row_is_skipped_with_the_apt_line(tmp_path: 
 
 
 def test_bench_runner_prints_the_skip_notice(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "bench", "--quick", "glmark2", "--out", str(tmp_path / "r.json")],
-                          cwd=REPO, env={"PATH": str(tmp_path)}, capture_output=True, text=True, timeout=300,
-                          check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "glmark2", "--out", str(tmp_path / "r.json")],
+        cwd=REPO,
+        env={"PATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     notice = [line for line in done.stderr.splitlines() if "skipped" in line]
@@ -180,7 +199,8 @@ def test_system_deps_bench_part_installs_the_same_packages() -> None:
     assert re.search(r"^bench: sysdeps-bench ", makefile, flags=re.MULTILINE)
 
 
-# --------------------------------------------------------------------------- glmark2 itself, where installed
+# --------------------------------------------------------------------------- glmark2 itself, where
+# installed
 
 
 @pytest.mark.gl
@@ -194,12 +214,15 @@ def test_glmark2_side_reads_glmark2s_own_frame_time() -> None:
     assert got.frame_s > 0 and got.cpu_s > 0
 
 
-# --------------------------------------------------------------------------- the target's pass floor
+# --------------------------------------------------------------------------- the target's pass
+# floor
 
 
 def test_target_with_a_pass_floor() -> None:
     target = at_least(1.0, floor=0.98)
-    assert target.met(1.0) and target.met(0.98) and not target.met(0.979) and not target.met(math.nan)
+    assert (
+        target.met(1.0) and target.met(0.98) and not target.met(0.979) and not target.met(math.nan)
+    )
     assert str(target) == ">= 1 (pass >= 0.98)"
     assert target.as_dict() == {"op": ">=", "bound": 1.0, "pass_from": 0.98}
     ceiling = at_most(1.0, ceiling=1.02)

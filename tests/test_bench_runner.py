@@ -24,8 +24,14 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_quick_run_prints_table_and_writes_results(tmp_path: Path) -> None:
@@ -43,8 +49,10 @@ def test_quick_run_prints_table_and_writes_results(tmp_path: Path) -> None:
     assert record["machine"]["cpu_count"] >= 1
     assert [b["name"] for b in record["benches"]] == ["trace-append", "trace-size"]
     rows = record["rows"]
-    assert [(r["bench"], r["name"]) for r in rows] == [("trace-append", "append per event"),
-                                                       ("trace-size", "bytes per event (zstd)")]
+    assert [(r["bench"], r["name"]) for r in rows] == [
+        ("trace-append", "append per event"),
+        ("trace-size", "bytes per event (zstd)"),
+    ]
     append, size = rows
     assert append["unit"] == "ratio" and append["value"] > 0 and append["spread"]["n"] == 3
     assert append["spread"]["q1"] <= append["value"] <= append["spread"]["q3"]
@@ -66,7 +74,14 @@ def test_list_names_every_bench() -> None:
     done = _bench("--list")
     assert done.returncode == 0
     names = {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
-    assert {"overhead", "overhead-capture", "trace-append", "trace-write", "trace-read", "trace-size"} <= names
+    assert {
+        "overhead",
+        "overhead-capture",
+        "trace-append",
+        "trace-write",
+        "trace-read",
+        "trace-size",
+    } <= names
 
 
 @pytest.fixture
@@ -88,8 +103,9 @@ def _register(names: list[str], name: str, rows: Iterable[Row] | Exception) -> N
     names.append(name)
 
 
-def test_exit_codes_strict_failures(tmp_path: Path, temp_benches: list[str],
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_exit_codes_strict_failures(
+    tmp_path: Path, temp_benches: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "r.json"
     _register(temp_benches, "t-miss", [Row("slow thing", "a / b", 2.0, target=at_most(1.5))])
     _register(temp_benches, "t-pass", [Row("fast thing", "a / b", 1.0, target=at_least(0.5))])
@@ -104,8 +120,10 @@ def test_exit_codes_strict_failures(tmp_path: Path, temp_benches: list[str],
     record = json.loads(out.read_text(encoding="utf-8"))
     assert [r["name"] for r in record["rows"]] == ["fast thing"]  # the other bench still ran
     failures = {b["name"]: b["failure"] for b in record["benches"]}
-    assert failures == {"t-pass": None, "t-nogl": {"bench": "t-nogl", "kind": "unavailable",
-                                                   "message": "no EGL here"}}
+    assert failures == {
+        "t-pass": None,
+        "t-nogl": {"bench": "t-nogl", "kind": "unavailable", "message": "no EGL here"},
+    }
 
     _register(temp_benches, "t-bug", ZeroDivisionError("division by zero"))
     assert main(["-q", "t-bug", "t-nogl", "--out", str(out)]) == 2
@@ -137,11 +155,20 @@ def test_interleave_rotates_order_and_pairs_rounds() -> None:
 
         return fn
 
-    samples = interleave({"a": variant("a"), "b": variant("b"), "c": variant("c")}, rounds=6, warmup=1)
-    rounds = [tuple(calls[i:i + 3]) for i in range(0, len(calls), 3)]
+    samples = interleave(
+        {"a": variant("a"), "b": variant("b"), "c": variant("c")}, rounds=6, warmup=1
+    )
+    rounds = [tuple(calls[i : i + 3]) for i in range(0, len(calls), 3)]
     assert len(rounds) == 7
-    assert set(rounds[1:]) == {("a", "b", "c"), ("a", "c", "b"), ("b", "a", "c"), ("b", "c", "a"),
-                               ("c", "a", "b"), ("c", "b", "a")}  # every order once: no position bias
+    assert set(rounds[1:]) == {
+        ("a", "b", "c"),
+        ("a", "c", "b"),
+        ("b", "a", "c"),
+        ("b", "c", "a"),
+        # every order once: no position bias
+        ("c", "a", "b"),
+        ("c", "b", "a"),
+    }
     # Sample i of each variant comes from round i (the warmup round is dropped).
     for i in range(6):
         values = sorted(samples[n][i] for n in "abc")
@@ -161,11 +188,17 @@ def test_interrupt_prints_what_finished(tmp_path: Path) -> None:
     import signal
 
     out = tmp_path / "r.json"
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "trace-size", "trace-append", "--out", str(out)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", "trace-size", "trace-append", "--out", str(out)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stderr is not None
     seen = []
-    for line in proc.stderr:  # trace-append (full size) runs for seconds: interrupt it once it started
+    # trace-append (full size) runs for seconds: interrupt it once it started
+    for line in proc.stderr:
         seen.append(line)
         if "[2/2] trace-append" in line:
             proc.send_signal(signal.SIGINT)
@@ -187,8 +220,8 @@ _LOST_INTERRUPT = textwrap.dedent("""
 
     class Lost:
         def __del__(self):
-            # Ctrl-C while the garbage collector runs a finalizer: its KeyboardInterrupt is raised in here,
-            # printed as "Exception ignored" and lost
+            # Ctrl-C while the garbage collector runs a finalizer: its KeyboardInterrupt is raised
+            # in here, printed as "Exception ignored" and lost
             os.kill(os.getpid(), signal.SIGINT)
 
     @bench("lost-interrupt", about="Ctrl-C lands in a finalizer")
@@ -202,9 +235,15 @@ _LOST_INTERRUPT = textwrap.dedent("""
 
 def test_an_interrupt_lost_in_a_finalizer_still_stops_the_benches(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    done = subprocess.run([sys.executable, "-c", _LOST_INTERRUPT, str(out)], cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
-    assert "Exception ignored" in done.stderr  # the interrupt was raised in the finalizer, as on a real Ctrl-C
+    done = subprocess.run(
+        [sys.executable, "-c", _LOST_INTERRUPT, str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    # the interrupt was raised in the finalizer, as on a real Ctrl-C
+    assert "Exception ignored" in done.stderr
     assert done.returncode == 130, done.stderr
     assert "interrupted" in done.stderr and "after the lost interrupt" not in done.stdout
     record = json.loads(out.read_text(encoding="utf-8"))
@@ -224,51 +263,82 @@ def test_overhead_benches_run_quick(tmp_path: Path) -> None:
     by_bench: dict[str, list[dict[str, Any]]] = {}
     for r in record["rows"]:
         by_bench.setdefault(r["bench"], []).append(r)
-    assert list(by_bench) == ["overhead", "overhead-capture", "overhead-cost", "overhead-reference", "overhead-draws"]
-    # the harness's own cost in microseconds, a frame and a zone: the frame's against its target (issue 36), the
-    # rest reported
+    assert list(by_bench) == [
+        "overhead",
+        "overhead-capture",
+        "overhead-cost",
+        "overhead-reference",
+        "overhead-draws",
+    ]
+    # the harness's own cost in microseconds, a frame and a zone: the frame's against its target
+    # (issue 36), the rest reported
     cost = by_bench["overhead-cost"]
     # with the frame's cost broken down by interleaved runs that leave one part out
     assert [r["name"].strip() for r in cost] == [
-        "harness per frame", "of which the process-clock read", "of which the GL error check",
-        "of which the rest", "katra3d.capture per frame", "harness per zone"]
+        "harness per frame",
+        "of which the process-clock read",
+        "of which the GL error check",
+        "of which the rest",
+        "katra3d.capture per frame",
+        "harness per zone",
+    ]
     for row in cost:
         assert row["unit"] == "us" and row["spread"]["n"] == 3 and math.isfinite(row["value"])
-        assert row["target"] == ({"op": "<=", "bound": 3.0} if row["name"] == "harness per frame" else None)
+        assert row["target"] == (
+            {"op": "<=", "bound": 3.0} if row["name"] == "harness per frame" else None
+        )
     rows = by_bench["overhead"] + by_bench["overhead-capture"]
     names = [r["name"] for r in rows]
-    assert names == [f"{who} triangle 160x90 zones {z}" for who in ("run", "capture") for z in ("off", "on", "cost")]
+    assert names == [
+        f"{who} triangle 160x90 zones {z}"
+        for who in ("run", "capture")
+        for z in ("off", "on", "cost")
+    ]
     for row in rows:
         assert row["unit"] == "ratio" and row["value"] > 0
         assert (row["target"] is not None) == row["name"].endswith("zones off")
     # the reference draw: frame wall (target) and frame-loop wall, both ratios every 4 / off
-    assert [r["name"] for r in by_bench["overhead-reference"]] == ["reference triangle 160x90 frame",
-                                                                   "reference triangle 160x90 run"]
+    assert [r["name"] for r in by_bench["overhead-reference"]] == [
+        "reference triangle 160x90 frame",
+        "reference triangle 160x90 run",
+    ]
     assert [r["target"] is not None for r in by_bench["overhead-reference"]] == [True, False]
-    # --zones draws / passes vs off per timing mode; gpu rows only on a hardware renderer, else one skip row
+    # --zones draws / passes vs off per timing mode; gpu rows only on a hardware renderer, else one
+    # skip row
     draws = {r["name"]: r for r in by_bench["overhead-draws"]}
-    renderer = next(b["facts"]["gl_renderer"] for b in record["benches"] if b["name"] == "overhead-draws")
-    assert {"drawcalls count=100 sync zones draws", "drawcalls count=100 sync zones passes"} <= set(draws)
+    renderer = next(
+        b["facts"]["gl_renderer"] for b in record["benches"] if b["name"] == "overhead-draws"
+    )
+    assert {"drawcalls count=100 sync zones draws", "drawcalls count=100 sync zones passes"} <= set(
+        draws
+    )
     for name in ("drawcalls count=100 sync zones draws", "drawcalls count=100 sync zones passes"):
         assert draws[name]["unit"] == "ratio" and draws[name]["value"] > 0
     skipped = [r for r in draws.values() if "skipped" in r["notes"]]
     if "llvmpipe" in renderer:
-        assert len(skipped) == 1 and skipped[0]["value"] is None  # NaN: no gpu timing on a software renderer
+        # NaN: no gpu timing on a software renderer
+        assert len(skipped) == 1 and skipped[0]["value"] is None
     else:
         assert "drawcalls count=100 gpu zones draws" in draws and not skipped
 
 
 def test_noise_table_goes_between_the_markers_only(tmp_path: Path) -> None:
-    from bench.noise import END_MARK, START_MARK
+    from bench.noise import END_MARK, START_MARK, write_doc
     from bench.noise import main as noise_main
-    from bench.noise import write_doc
 
     doc = tmp_path / "stats.md"
-    doc.write_text(f"# Title\n\nbefore\n{START_MARK}\nold table\n{END_MARK}\nafter\n", encoding="utf-8")
+    doc.write_text(
+        f"# Title\n\nbefore\n{START_MARK}\nold table\n{END_MARK}\nafter\n", encoding="utf-8"
+    )
     write_doc("| new | table |", doc)
-    assert doc.read_text(encoding="utf-8") == f"# Title\n\nbefore\n{START_MARK}\n| new | table |\n{END_MARK}\nafter\n"
+    assert (
+        doc.read_text(encoding="utf-8")
+        == f"# Title\n\nbefore\n{START_MARK}\n| new | table |\n{END_MARK}\nafter\n"
+    )
     write_doc("| newer |", doc)  # regenerating replaces, never appends
-    assert "| new | table |" not in doc.read_text(encoding="utf-8") and "| newer |" in doc.read_text(encoding="utf-8")
+    assert "| new | table |" not in doc.read_text(
+        encoding="utf-8"
+    ) and "| newer |" in doc.read_text(encoding="utf-8")
 
     bare = tmp_path / "bare.md"
     bare.write_text("no markers here\n", encoding="utf-8")
@@ -279,7 +349,8 @@ def test_noise_table_goes_between_the_markers_only(tmp_path: Path) -> None:
     results = tmp_path / "r.json"
     record = {"quick": True, "benches": [{"name": "noise", "facts": {"markdown": "| quick |"}}]}
     results.write_text(json.dumps(record), encoding="utf-8")
-    assert noise_main(["--write-doc", str(results), str(doc)]) == 2  # a --quick table is never published
+    # a --quick table is never published
+    assert noise_main(["--write-doc", str(results), str(doc)]) == 2
     assert "| quick |" not in doc.read_text(encoding="utf-8")
     record["quick"] = False
     results.write_text(json.dumps(record), encoding="utf-8")
@@ -294,7 +365,8 @@ def test_measure_bench_helpers() -> None:
 
     assert spearman([1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 30.0, 40.0]) == pytest.approx(1.0)
     assert spearman([1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0]) == pytest.approx(-1.0)
-    assert spearman([1.0, 2.0, 3.0], [1.0, 1.0, 2.0]) == pytest.approx(0.8660254)  # ties share their rank
+    # ties share their rank
+    assert spearman([1.0, 2.0, 3.0], [1.0, 1.0, 2.0]) == pytest.approx(0.8660254)
     # the smallest level caught in >= 90 % with every larger level caught too
     assert _smallest([(5.0, 0.2), (10.0, 0.95), (20.0, 1.0)]) == "+10.0 %"
     assert _smallest([(5.0, 0.95), (10.0, 0.5), (20.0, 1.0)]) == "+20.0 %"

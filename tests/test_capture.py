@@ -76,7 +76,8 @@ def test_capture_frames_and_nested_zones(gl_ctx: Any, program: Any, tmp_path: Pa
     trace = open_trace(path)
     assert trace.summary["status"] == "complete"
     assert trace.header.workload == "my-renderer" and trace.header.notes == "hello"
-    # the frames are the workload's, named as the user named it (not "capture"): stats, compare, the report
+    # the frames are the workload's, named as the user named it (not "capture"): stats, compare, the
+    # report
     assert trace.header.capture_options.scene == "my-renderer"
     assert list(trace_stats(trace)["scenes"]) == ["my-renderer"]
     assert trace.header.capture_options.api == "katra3d.capture"
@@ -87,16 +88,26 @@ def test_capture_frames_and_nested_zones(gl_ctx: Any, program: Any, tmp_path: Pa
     ev = trace.events
     frames = ev[(ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.WALL)]
     assert frames["frame"].tolist() == list(range(6))
-    assert [bool(f & Flag.WARMUP) for f in frames["flags"]] == [True, True, False, False, False, False]
+    assert [bool(f & Flag.WARMUP) for f in frames["flags"]] == [
+        True,
+        True,
+        False,
+        False,
+        False,
+        False,
+    ]
     zones = ev[(ev["kind"] == Kind.ZONE) & (ev["clock"] == Clock.WALL)]
     names = [trace.strings[n] for n in zones["name"]]
     assert names.count("clear") == names.count("geometry") == names.count("triangle") == 6
-    depth = {trace.strings[n]: int(d) for n, d in zip(zones["name"], zones["depth"])}
+    depth = {trace.strings[n]: int(d) for n, d in zip(zones["name"], zones["depth"], strict=True)}
     assert depth == {"clear": 1, "geometry": 1, "triangle": 2}
     by_frame = {int(f["frame"]): f for f in frames}
     for z in zones:
         f = by_frame[int(z["frame"])]
-        assert f["start_ns"] <= z["start_ns"] and z["start_ns"] + z["dur_ns"] <= f["start_ns"] + f["dur_ns"]
+        assert (
+            f["start_ns"] <= z["start_ns"]
+            and z["start_ns"] + z["dur_ns"] <= f["start_ns"] + f["dur_ns"]
+        )
     geo = zones[[n == "geometry" for n in names]]
     tri = zones[[n == "triangle" for n in names]]
     assert np.all(tri["start_ns"] >= geo["start_ns"])
@@ -127,7 +138,9 @@ def test_capture_zones_off_and_misuse(gl_ctx: Any, program: Any, tmp_path: Path)
     assert {trace.strings[s] for s in ev["scene"]} == {"mine"}
 
 
-def test_capture_aborted_by_exception_keeps_a_valid_trace(gl_ctx: Any, program: Any, tmp_path: Path) -> None:
+def test_capture_aborted_by_exception_keeps_a_valid_trace(
+    gl_ctx: Any, program: Any, tmp_path: Path
+) -> None:
     fbo, vao = program
     path = tmp_path / "boom.katra"
     with pytest.raises(RuntimeError, match="boom"):
@@ -139,12 +152,14 @@ def test_capture_aborted_by_exception_keeps_a_valid_trace(gl_ctx: Any, program: 
     assert trace.summary["status"] == "aborted"
     assert "boom" in trace.summary["user"]["error"]
     assert len(trace.events[trace.events["kind"] == Kind.FRAME]) == 3  # cpu + wall + process
-    assert {trace.strings[s] for s in trace.events["scene"]} == {DEFAULT_SCENE}  # neither workload nor scene given
+    # neither workload nor scene given
+    assert {trace.strings[s] for s in trace.events["scene"]} == {DEFAULT_SCENE}
 
 
 @pytest.mark.parametrize("zones", ["off", "draws"])
-def test_a_gl_error_in_a_frame_ends_the_capture_naming_the_frame(gl_ctx: Any, program: Any, tmp_path: Path,
-                                                                  zones: str) -> None:
+def test_a_gl_error_in_a_frame_ends_the_capture_naming_the_frame(
+    gl_ctx: Any, program: Any, tmp_path: Path, zones: str
+) -> None:
     fbo, vao = program
     path = tmp_path / f"glerr-{zones}.katra"
     with pytest.raises(SceneError, match="OpenGL reported GL_INVALID_ENUM in frame 1"):
@@ -158,7 +173,9 @@ def test_a_gl_error_in_a_frame_ends_the_capture_naming_the_frame(gl_ctx: Any, pr
     trace = open_trace(path)
     assert trace.summary["status"] == "aborted"
     assert trace.summary["user"]["gl_errors"][0]["frame"] == 1
-    wall = trace.events[(trace.events["kind"] == Kind.FRAME) & (trace.events["clock"] == Clock.WALL)]
+    wall = trace.events[
+        (trace.events["kind"] == Kind.FRAME) & (trace.events["clock"] == Clock.WALL)
+    ]
     assert wall["frame"].tolist() == [0, 1]  # the frame with the error is kept
 
 
@@ -168,7 +185,9 @@ def test_capture_refuses_gpu_timing_on_software_renderer(gl_ctx: Any, tmp_path: 
     assert not (tmp_path / "g.katra").exists()
 
 
-def test_process_clock_counts_cpu_work_not_waiting(gl_ctx: Any, program: Any, tmp_path: Path) -> None:
+def test_process_clock_counts_cpu_work_not_waiting(
+    gl_ctx: Any, program: Any, tmp_path: Path
+) -> None:
     """The PROCESS frame row is the process's CPU time across the frame: it holds the CPU work done
     inside the frame (read here around that work) and leaves out time spent asleep."""
     import time

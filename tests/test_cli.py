@@ -5,15 +5,18 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.mark.parametrize("args", [
-    ("bogus",),
-    (),
-    ("run", "--bogus"),
-    ("info",),
-    ("validate", "a", "b"),
-    ("stats",),
-    ("compare", "onlyone"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("bogus",),
+        (),
+        ("run", "--bogus"),
+        ("info",),
+        ("validate", "a", "b"),
+        ("stats",),
+        ("compare", "onlyone"),
+    ],
+)
 def test_usage_errors_are_one_line(katra_cli, args: tuple[str, ...]) -> None:  # noqa: ANN001
     r = katra_cli(*args)
     assert r.returncode == 2
@@ -34,9 +37,13 @@ def test_unknown_option_points_at_the_subcommands_help() -> None:
     from pathlib import Path
 
     katra3d = str(Path(sys.executable).with_name("katra3d"))
-    for args, helper in ((["run", "--bogus"], "katra3d run --help"),
-                         (["history", "show", "--bogus"], "katra3d history show --help")):
+    for args, helper in (
+        (["run", "--bogus"], "katra3d run --help"),
+        (["history", "show", "--bogus"], "katra3d history show --help"),
+    ):
         res = subprocess.run([katra3d, *args], capture_output=True, text=True, check=False)
         assert res.returncode == 2
         assert res.stderr.strip().splitlines() == [
-            f"katra3d: error: {' '.join(args[:-1])}: unrecognized arguments: --bogus (see '{helper}')"]
+            f"katra3d: error: {' '.join(args[:-1])}: unrecognized arguments: --bogus (see "
+            f"'{helper}')"
+        ]

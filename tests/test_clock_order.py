@@ -1,5 +1,5 @@
-"""The clock preference order and each timing mode's clock: one definition (katra_trace.metrics), which the
-engine's timers and the header it records follow (pure: no GL)."""
+"""The clock preference order and each timing mode's clock: one definition (katra_trace.metrics),
+which the engine's timers and the header it records follow (pure: no GL)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from katra_trace.io.header import HostInfo
 from katra_trace.io.reader import open_trace
 from katra_trace.report import series
 from katra_trace.schema import EVENT_DTYPE, Clock, Kind
-
 from tests.test_engine import HARDWARE_GL, SOFTWARE_GL
 from tests.trace_helpers import write_trace
 
@@ -26,36 +25,55 @@ from tests.trace_helpers import write_trace
 def test_the_preference_order_names_every_clock_once() -> None:
     assert sorted(metrics.CLOCK_PREFERENCE) == sorted(c.name.lower() for c in Clock)
     assert metrics.CLOCK_PREFERENCE[0] == "wall"
-    # --metric auto: the deterministic counts first, then the same order; history uses this one, not a copy
+    # --metric auto: the deterministic counts first, then the same order; history uses this one, not
+    # a copy
     assert metrics.AUTO_ORDER == ("instructions", "cycles", "wall", "gpu", "process", "cpu")
     assert trends.AUTO_ORDER is metrics.AUTO_ORDER
 
 
 def test_every_timing_mode_has_one_clock() -> None:
-    assert set(metrics.MODE_CLOCKS) == {m for m in timers.MODES if m != "auto"} | set(metrics.COUNT_CLOCKS)
+    assert set(metrics.MODE_CLOCKS) == {m for m in timers.MODES if m != "auto"} | set(
+        metrics.COUNT_CLOCKS
+    )
     assert [metrics.mode_clock(m) for m in ("sync", "gpu", "instructions", "cycles")] == [
-        "wall", "gpu", "instructions", "cycles"]
+        "wall",
+        "gpu",
+        "instructions",
+        "cycles",
+    ]
     assert timers.SyncTimer.primary_clock == metrics.MODE_CLOCKS["sync"]
     assert timers.GpuTimer.primary_clock == metrics.MODE_CLOCKS["gpu"]
 
 
-@pytest.mark.parametrize("host, timing", [(SOFTWARE_GL, "auto"), (HARDWARE_GL, "auto"), (HARDWARE_GL, "sync")])
-def test_the_header_records_the_clock_of_the_mode_the_timer_uses(host: HostInfo, timing: str) -> None:
+@pytest.mark.parametrize(
+    "host, timing", [(SOFTWARE_GL, "auto"), (HARDWARE_GL, "auto"), (HARDWARE_GL, "sync")]
+)
+def test_the_header_records_the_clock_of_the_mode_the_timer_uses(
+    host: HostInfo, timing: str
+) -> None:
     resolved = resolve_capture(CaptureSpec(Path("t.katra"), "w", host=host, timing=timing))
     timer = timers.SyncTimer if resolved.mode == "sync" else timers.GpuTimer
-    assert resolved.options.primary_clock == timer.primary_clock.name.lower() == metrics.mode_clock(resolved.mode)
+    assert (
+        resolved.options.primary_clock
+        == timer.primary_clock.name.lower()
+        == metrics.mode_clock(resolved.mode)
+    )
 
 
 def _spells_every_clock(node: ast.AST, names: frozenset[str]) -> bool:
-    """Whether ``node`` is a tuple or list literal of clock names (``"wall"``) or members (``Clock.WALL``) naming
-    every clock: an order of the clocks written out."""
+    """Whether ``node`` is a tuple or list literal of clock names (``"wall"``) or members
+    (``Clock.WALL``) naming every clock: an order of the clocks written out."""
     if not isinstance(node, (ast.Tuple, ast.List)):
         return False
     spelled = set()
     for item in node.elts:
         if isinstance(item, ast.Constant) and isinstance(item.value, str):
             spelled.add(item.value)
-        elif isinstance(item, ast.Attribute) and isinstance(item.value, ast.Name) and item.value.id == "Clock":
+        elif (
+            isinstance(item, ast.Attribute)
+            and isinstance(item.value, ast.Name)
+            and item.value.id == "Clock"
+        ):
             spelled.add(item.attr.lower())
         else:
             return False
@@ -63,7 +81,9 @@ def _spells_every_clock(node: ast.AST, names: frozenset[str]) -> bool:
 
 
 def test_no_module_writes_out_its_own_clock_order() -> None:
-    """Who shows, picks or sorts clocks uses metrics.CLOCK_PREFERENCE (or AUTO_ORDER), never a copy of it."""
+    """Who shows, picks or sorts clocks uses metrics.CLOCK_PREFERENCE (or AUTO_ORDER), never a copy
+    of it.
+    """
     root = Path(__file__).resolve().parent.parent
     names = frozenset(metrics.CLOCK_PREFERENCE)
     found = []
@@ -72,9 +92,14 @@ def test_no_module_writes_out_its_own_clock_order() -> None:
             name = path.relative_to(root).as_posix()
             if name == "katra_trace/metrics.py":  # the one definition
                 continue
-            found += [f"{name}:{node.lineno}" for node in ast.walk(ast.parse(path.read_text(), name))
-                      if _spells_every_clock(node, names)]
-    assert not found, f"a copy of the clock order (use katra_trace.metrics.CLOCK_PREFERENCE): {found}"
+            found += [
+                f"{name}:{node.lineno}"
+                for node in ast.walk(ast.parse(path.read_text(), name))
+                if _spells_every_clock(node, names)
+            ]
+    assert not found, (
+        f"a copy of the clock order (use katra_trace.metrics.CLOCK_PREFERENCE): {found}"
+    )
 
 
 def test_the_report_lists_a_scene_s_clocks_in_the_preference_order(tmp_path: Path) -> None:

@@ -1,4 +1,6 @@
-"""Codec 2 (blosc2): golden files, round trips, the decompression bound, hostile chunks and a missing library."""
+"""Codec 2 (blosc2): golden files, round trips, the decompression bound, hostile chunks and a
+missing library.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from katra_trace import KatraError, TraceFormatError, TraceRecoveryWarning, TraceTooLargeError, TraceWriter, open_trace
+from katra_trace import (
+    KatraError,
+    TraceFormatError,
+    TraceRecoveryWarning,
+    TraceTooLargeError,
+    TraceWriter,
+    open_trace,
+)
 from katra_trace.io import blosc2_events as b2ev
 from katra_trace.io import format as fmt
 from katra_trace.io.blocks import ScanState, iter_blocks
@@ -39,7 +48,9 @@ def test_each_codec_golden_file_holds_the_v1_1_golden_content(name: str) -> None
     data = (DATA / name).read_bytes()
     with open(DATA / name, "rb") as f:
         for b in iter_blocks(f, ScanState(), strict=True):
-            codecs.setdefault(fmt.BlockType(b.type).name, set()).add(fmt.BLOCK_HEADER.unpack_from(data, b.offset)[2])
+            codecs.setdefault(fmt.BlockType(b.type).name, set()).add(
+                fmt.BLOCK_HEADER.unpack_from(data, b.offset)[2]
+            )
     if "blosc2" in name:  # codec 2 for EVENTS, zstd for everything else
         assert codecs.pop("EVENTS") == {fmt.Codec.BLOSC2}
         assert set().union(*codecs.values()) == {fmt.Codec.ZSTD}
@@ -54,7 +65,10 @@ def test_make_golden_rewrites_the_committed_codec_golden_file(tmp_path: Path, co
     make_golden.main(tmp_path / "a.katra", codec)
     make_golden.main(tmp_path / "b.katra", codec)
     assert (tmp_path / "a.katra").read_bytes() == (tmp_path / "b.katra").read_bytes()
-    new, old = open_trace(tmp_path / "a.katra", strict=True), open_trace(make_golden.GOLDEN[codec], strict=True)
+    new, old = (
+        open_trace(tmp_path / "a.katra", strict=True),
+        open_trace(make_golden.GOLDEN[codec], strict=True),
+    )
     assert new.header == old.header and new.events.tobytes() == old.events.tobytes()
 
 
@@ -73,7 +87,9 @@ def test_blosc2_decodes_into_the_callers_array(tmp_path: Path) -> None:
     path = tmp_path / "b.katra"
     write_trace(path, events, STRINGS, batch_events=1000, codec="blosc2")
     with open(path, "rb") as f:
-        batch = next(b for b in iter_blocks(f, ScanState(), strict=True) if b.type == fmt.BlockType.EVENTS).payload
+        batch = next(
+            b for b in iter_blocks(f, ScanState(), strict=True) if b.type == fmt.BlockType.EVENTS
+        ).payload
     out = np.zeros(len(events) + 2, dtype=EVENT_DTYPE)
     got = batch.decode(out[1:-1])
     assert np.shares_memory(got, out) and out[1:-1].tobytes() == events.tobytes()
@@ -96,17 +112,39 @@ def _events_block(data: bytes) -> int:
         warnings.simplefilter("ignore", TraceRecoveryWarning)
         p = DATA / "golden-v1.1-blosc2.katra"
         with open(p, "rb") as f:
-            return next(b.offset for b in iter_blocks(f, ScanState()) if b.type == fmt.BlockType.EVENTS)
+            return next(
+                b.offset for b in iter_blocks(f, ScanState()) if b.type == fmt.BlockType.EVENTS
+            )
 
 
-def _reseal(data: bytes, off: int, stored: bytes, raw_len: int | None = None, codec: int | None = None,
-            btype: int | None = None) -> bytes:
+def _reseal(
+    data: bytes,
+    off: int,
+    stored: bytes,
+    raw_len: int | None = None,
+    codec: int | None = None,
+    btype: int | None = None,
+) -> bytes:
     """``data`` with the block at ``off`` replaced by one holding ``stored`` (valid CRC)."""
     _, t, c, schema, seq, stored_len, old_raw, _ = fmt.BLOCK_HEADER.unpack_from(data, off)
-    head = fmt.BLOCK_HEADER.pack(fmt.SYNC, t if btype is None else btype, c if codec is None else codec, schema,
-                                 seq, len(stored), old_raw if raw_len is None else raw_len, 0)
+    head = fmt.BLOCK_HEADER.pack(
+        fmt.SYNC,
+        t if btype is None else btype,
+        c if codec is None else codec,
+        schema,
+        seq,
+        len(stored),
+        old_raw if raw_len is None else raw_len,
+        0,
+    )
     crc = zlib.crc32(stored, zlib.crc32(head[:20]))
-    return data[:off] + head[:20] + struct.pack("<I", crc) + stored + data[off + fmt.BLOCK_HEADER_SIZE + stored_len:]
+    return (
+        data[:off]
+        + head[:20]
+        + struct.pack("<I", crc)
+        + stored
+        + data[off + fmt.BLOCK_HEADER_SIZE + stored_len :]
+    )
 
 
 def _read(tmp_path: Path, data: bytes, **kw: object):  # noqa: ANN202
@@ -121,9 +159,10 @@ def test_chunk_sizes_must_agree_with_the_block_before_decoding(tmp_path: Path) -
     data = (DATA / "golden-v1.1-blosc2.katra").read_bytes()
     off = _events_block(data)
     _, _, _, _, _, stored_len, raw_len, _ = fmt.BLOCK_HEADER.unpack_from(data, off)
-    stored = bytearray(data[off + fmt.BLOCK_HEADER_SIZE: off + fmt.BLOCK_HEADER_SIZE + stored_len])
+    stored = bytearray(data[off + fmt.BLOCK_HEADER_SIZE : off + fmt.BLOCK_HEADER_SIZE + stored_len])
     cases = {}
-    big = bytearray(stored)  # the chunk declares more bytes than its events: a bomb, or a crash in blosc2
+    # the chunk declares more bytes than its events: a bomb, or a crash in blosc2
+    big = bytearray(stored)
     struct.pack_into("<i", big, 12 + 4, 1 << 27)
     cases["declares 134217728 bytes"] = (bytes(big), None)
     cut = bytes(stored[:-5])  # a chunk shorter than it says
@@ -135,7 +174,10 @@ def test_chunk_sizes_must_agree_with_the_block_before_decoding(tmp_path: Path) -
     cases["events do not match"] = (bytes(stored), raw_len + 42)
     for reason, (payload, raw) in cases.items():
         t = _read(tmp_path, _reseal(data, off, payload, raw))
-        assert t.truncated and t.stopped_at == off and reason in t.stop_reason, (reason, t.stop_reason)
+        assert t.truncated and t.stopped_at == off and reason in t.stop_reason, (
+            reason,
+            t.stop_reason,
+        )
         with pytest.raises(TraceFormatError, match=f"offset {off}"):
             _read(tmp_path, _reseal(data, off, payload, raw), strict=True)
 
@@ -149,7 +191,7 @@ def test_decompression_budget_holds_for_blosc2(tmp_path: Path) -> None:
     data = path.read_bytes()
     off = _events_block_of(path)
     _, _, _, _, _, stored_len, _, _ = fmt.BLOCK_HEADER.unpack_from(data, off)
-    stored = bytearray(data[off + fmt.BLOCK_HEADER_SIZE: off + fmt.BLOCK_HEADER_SIZE + stored_len])
+    stored = bytearray(data[off + fmt.BLOCK_HEADER_SIZE : off + fmt.BLOCK_HEADER_SIZE + stored_len])
     n_claimed = (fmt.MAX_BLOCK_BYTES - 12) // 42  # 256 MiB of events from a tiny chunk
     struct.pack_into("<I", stored, 0, n_claimed)
     forged = _reseal(data, off, bytes(stored), 12 + 42 * n_claimed)
@@ -167,22 +209,26 @@ def _events_block_of(path: Path) -> int:
 def test_codec_2_is_for_events_blocks_only(tmp_path: Path) -> None:
     data = (DATA / "golden-v1.1-none.katra").read_bytes()
     with open(DATA / "golden-v1.1-none.katra", "rb") as f:
-        strings = [b for b in iter_blocks(f, ScanState(), strict=True) if b.type == fmt.BlockType.STRINGS][1]
+        strings = [
+            b for b in iter_blocks(f, ScanState(), strict=True) if b.type == fmt.BlockType.STRINGS
+        ][1]
     _, _, _, _, _, stored_len, _, _ = fmt.BLOCK_HEADER.unpack_from(data, strings.offset)
-    stored = data[strings.offset + 24: strings.offset + 24 + stored_len]
+    stored = data[strings.offset + 24 : strings.offset + 24 + stored_len]
     t = _read(tmp_path, _reseal(data, strings.offset, stored, codec=fmt.Codec.BLOSC2))
     assert t.truncated and "EVENTS blocks only" in t.stop_reason
 
 
 def test_garbage_in_a_sized_chunk_reads_or_raises_katra_error(tmp_path: Path) -> None:
-    """CRC-valid damage inside the chunk (a forged file): blosc2 must report it, never crash the reader."""
+    """CRC-valid damage inside the chunk (a forged file): blosc2 must report it, never crash the
+    reader.
+    """
     events = frame_zone_stream(200)
     p = tmp_path / "g.katra"
     write_trace(p, events, STRINGS, batch_events=800, codec="blosc2")
     data = p.read_bytes()
     off = _events_block_of(p)
     _, _, _, _, _, stored_len, raw_len, _ = fmt.BLOCK_HEADER.unpack_from(data, off)
-    stored = data[off + 24: off + 24 + stored_len]
+    stored = data[off + 24 : off + 24 + stored_len]
     rng = np.random.default_rng(7)
     for _ in range(150):
         damaged = bytearray(stored)
@@ -198,8 +244,13 @@ BLOCKED = "import sys; sys.modules['blosc2'] = None\n"
 
 
 def _run_blocked(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", BLOCKED + textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", BLOCKED + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
 
 
 def test_without_blosc2_reading_a_blosc2_trace_fails_cleanly_with_exit_3() -> None:
@@ -213,7 +264,8 @@ def test_without_blosc2_reading_a_blosc2_trace_fails_cleanly_with_exit_3() -> No
     r = _run_blocked(f"""
         from katra_trace import open_trace
         t = open_trace({str(DATA / "golden-v1.1.katra")!r}, strict=True)  # zstd traces still read
-        h = open_trace({str(DATA / "golden-v1.1-blosc2.katra")!r}, events=False)  # so do headers and counts
+        # so do headers and counts
+        h = open_trace({str(DATA / "golden-v1.1-blosc2.katra")!r}, events=False)
         print(len(t.events), h.summary["events"])
     """)
     assert r.returncode == 0 and r.stdout.split() == ["78", "78"], r.stderr
@@ -228,34 +280,57 @@ def test_without_blosc2_writing_with_it_fails_cleanly_before_any_file(tmp_path: 
         except KatraError as err:
             print(err.exit_code, err)
     """)
-    assert r.returncode == 0 and r.stdout.startswith("3 writing a trace with codec 'blosc2' needs"), r.stderr
+    assert r.returncode == 0 and r.stdout.startswith(
+        "3 writing a trace with codec 'blosc2' needs"
+    ), r.stderr
     assert "pip install" in r.stdout and r.stderr == ""
     assert list(tmp_path.iterdir()) == []
 
 
 def test_run_codec_option_is_checked_before_any_gl_work(katra_cli, tmp_path: Path) -> None:  # noqa: ANN001
     r = katra_cli("run", "triangle", "--codec", "lz4", "-o", str(tmp_path / "x.katra"))
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "unknown codec 'lz4'" in r.stderr, r.stderr
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "unknown codec 'lz4'" in r.stderr, (
+        r.stderr
+    )
     r = _run_blocked(f"""
         from katra3d.harness.cli import main
-        raise SystemExit(main(["run", "triangle", "--codec", "blosc2", "-o", {str(tmp_path / "y.katra")!r}]))
+        out = {str(tmp_path / "y.katra")!r}
+        raise SystemExit(main(["run", "triangle", "--codec", "blosc2", "-o", out]))
     """)
-    assert r.returncode == 3 and r.stderr.startswith("katra3d: error: --codec blosc2 needs the blosc2 codec"), r.stderr
+    assert r.returncode == 3 and r.stderr.startswith(
+        "katra3d: error: --codec blosc2 needs the blosc2 codec"
+    ), r.stderr
     assert r.stderr.count("\n") == 1 and list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.gl
 def test_run_writes_the_codec_it_is_given(katra_cli, tmp_path: Path) -> None:  # noqa: ANN001
     out = tmp_path / "b.katra"
-    r = katra_cli("run", "triangle", "--frames", "3", "--warmup", "1", "--size", "32x32", "--codec", "blosc2",
-                  "--quiet", "-o", str(out))
+    r = katra_cli(
+        "run",
+        "triangle",
+        "--frames",
+        "3",
+        "--warmup",
+        "1",
+        "--size",
+        "32x32",
+        "--codec",
+        "blosc2",
+        "--quiet",
+        "-o",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr
     t = open_trace(out, strict=True)
     assert len(t.events) >= 4 and t.header.capture_options.codec == "blosc2"
     data = out.read_bytes()
     with open(out, "rb") as f:
-        codecs = {fmt.BLOCK_HEADER.unpack_from(data, b.offset)[2] for b in iter_blocks(f, ScanState(), strict=True)
-                  if b.type == fmt.BlockType.EVENTS}
+        codecs = {
+            fmt.BLOCK_HEADER.unpack_from(data, b.offset)[2]
+            for b in iter_blocks(f, ScanState(), strict=True)
+            if b.type == fmt.BlockType.EVENTS
+        }
     assert codecs == {fmt.Codec.BLOSC2}
 
 
@@ -264,7 +339,8 @@ def test_encoding_leaves_the_callers_events_alone_unless_in_place() -> None:
     before = events.tobytes()
     a = b2ev.encode_events_blosc2(events, blosc2)
     assert events.tobytes() == before
-    b = b2ev.encode_events_blosc2(events, blosc2, in_place=True)  # the writer's own batch: start_ns becomes deltas
+    # the writer's own batch: start_ns becomes deltas
+    b = b2ev.encode_events_blosc2(events, blosc2, in_place=True)
     assert a == b and events.tobytes() != before and events["start_ns"][0] == 0
     raw_len = fmt.EVENTS_HEAD.size + 42 * len(events)
     assert b2ev.decode_events_blosc2(b, raw_len, 0).tobytes() == before

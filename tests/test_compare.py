@@ -20,8 +20,14 @@ from katra_trace.analysis.match import resolve_metric
 from katra_trace.io.header import TraceHeader
 
 
-def runs(rng: np.random.Generator, k: int, mean_ms: float, run_cv: float = 0.08,
-         frames: int = 100, frame_cv: float = 0.1) -> list[np.ndarray]:
+def runs(
+    rng: np.random.Generator,
+    k: int,
+    mean_ms: float,
+    run_cv: float = 0.08,
+    frames: int = 100,
+    frame_cv: float = 0.1,
+) -> list[np.ndarray]:
     """``k`` runs of ``frames`` frame durations (ns)."""
     out = []
     for _ in range(k):
@@ -52,13 +58,17 @@ def test_welch_and_paired_t_match_scipy() -> None:
     assert (lo, hi) == pytest.approx((ci.low, ci.high), rel=1e-9)
     d = rng.normal(-0.02, 0.03, 5)
     pt = paired_t(d)
-    assert pt.p_directional() == pytest.approx(sps.ttest_1samp(d, 0.0, alternative="less").pvalue, rel=1e-9)
+    assert pt.p_directional() == pytest.approx(
+        sps.ttest_1samp(d, 0.0, alternative="less").pvalue, rel=1e-9
+    )
     assert pt.dof == 4
 
 
 def test_identical_distribution_low_noise_is_unchanged() -> None:
     rng = np.random.default_rng(1)
-    c = compare_runs({"s": runs(rng, 12, 10.0, run_cv=0.02)}, {"s": runs(rng, 12, 10.0, run_cv=0.02)})
+    c = compare_runs(
+        {"s": runs(rng, 12, 10.0, run_cv=0.02)}, {"s": runs(rng, 12, 10.0, run_cv=0.02)}
+    )
     s = c.scenes[0]
     assert s.verdict == "unchanged", s.reason
     assert s.unit == "runs" and s.ci_low < 1.0 < s.ci_high
@@ -75,21 +85,29 @@ def test_identical_distribution_high_noise_is_inconclusive_and_says_runs_needed(
 
 
 def test_what_would_settle_it_answers_for_the_change_seen() -> None:
-    """A +40 % change on a very noisy machine: the runs needed are those that would decide about +40 %, not
-    those that would resolve a 5 % step (the issue's ab said ~913 rounds for a change of about 30 %)."""
+    """A +40 % change on a very noisy machine: the runs needed are those that would decide about +40
+    %, not those that would resolve a 5 % step (the issue's ab said ~913 rounds for a change of
+    about 30 %)."""
     from katra_trace.analysis.intervals import runs_needed, settling_margin
 
     rng = np.random.default_rng(7)
-    s = compare_runs({"s": runs(rng, 4, 10.0, run_cv=0.6)}, {"s": runs(rng, 4, 14.0, run_cv=0.6)}).scenes[0]
+    s = compare_runs(
+        {"s": runs(rng, 4, 10.0, run_cv=0.6)}, {"s": runs(rng, 4, 14.0, run_cv=0.6)}
+    ).scenes[0]
     assert s.verdict == "inconclusive" and s.runs_needed is not None, s.reason
     five = runs_needed(0.6, math.log1p(0.05), 0.01, 1, False)  # what the message used to answer
     assert five is None or s.runs_needed * 10 < five
-    assert f"~{s.runs_needed} runs a side would decide about the {(s.ratio - 1) * 100:+.1f}% seen" in s.reason
-    # inside the band, what settles it is the distance to the band's edge (just inside the edge nothing does);
-    # beyond it, the distance from no change
+    assert (
+        f"~{s.runs_needed} runs a side would decide about the {(s.ratio - 1) * 100:+.1f}% seen"
+        in s.reason
+    )
+    # inside the band, what settles it is the distance to the band's edge (just inside the edge
+    # nothing does); beyond it, the distance from no change
     assert settling_margin(math.log(1.01), 0.05) == pytest.approx(math.log(1.05) - math.log(1.01))
     assert settling_margin(math.log(1.4), 0.05) == pytest.approx(math.log(1.4))
-    assert runs_needed(0.1, settling_margin(math.log1p(0.05) * 0.99999, 0.05), 0.01, 1, False) is None
+    assert (
+        runs_needed(0.1, settling_margin(math.log1p(0.05) * 0.99999, 0.05), 0.01, 1, False) is None
+    )
 
 
 def test_ten_pct_slower_with_enough_runs_is_regression() -> None:
@@ -122,7 +140,8 @@ def test_unchanged_only_when_the_whole_interval_is_inside_the_threshold() -> Non
 
 
 def test_unequal_run_counts_use_both_real_counts() -> None:
-    # issue: 4 BASE vs 12 NEW, the effect well inside +-5 %: the smaller side no longer blocks a verdict
+    # issue: 4 BASE vs 12 NEW, the effect well inside +-5 %: the smaller side no longer blocks a
+    # verdict
     rng = np.random.default_rng(12)
     base = runs(rng, 4, 10.0, run_cv=0.005, frame_cv=0.02)
     new = runs(rng, 12, 10.3, run_cv=0.005, frame_cv=0.02)
@@ -136,10 +155,14 @@ def test_large_effect_is_caught_from_three_runs_a_side() -> None:
     # issue: fillrate 8 vs 16 layers, +95 % with ~1 % run CV, 3 runs a side: the rank test's floor
     # (p >= 0.1 at 3 vs 3) made this inconclusive; Welch's t on log run medians flags it
     rng = np.random.default_rng(4)
-    few_frames = compare_runs({"s": runs(rng, 1, 10.0, frames=8)}, {"s": runs(rng, 1, 20.0, frames=8)}).scenes[0]
+    few_frames = compare_runs(
+        {"s": runs(rng, 1, 10.0, frames=8)}, {"s": runs(rng, 1, 20.0, frames=8)}
+    ).scenes[0]
     assert few_frames.verdict == "inconclusive" and "too few frames" in few_frames.reason
     for _ in range(10):
-        three = compare_runs({"s": runs(rng, 3, 10.0, run_cv=0.01)}, {"s": runs(rng, 3, 19.5, run_cv=0.01)})
+        three = compare_runs(
+            {"s": runs(rng, 3, 10.0, run_cv=0.01)}, {"s": runs(rng, 3, 19.5, run_cv=0.01)}
+        )
         s = three.scenes[0]
         assert s.verdict == "regression", s.reason
         assert three.exit_code == 1 and 1.6 < s.ci_low and s.ci_high < 2.4
@@ -148,7 +171,9 @@ def test_large_effect_is_caught_from_three_runs_a_side() -> None:
 def test_fewer_than_three_runs_never_gives_a_time_verdict() -> None:
     rng = np.random.default_rng(5)
     for k_base, k_new in ((1, 1), (2, 2), (1, 6), (2, 12)):
-        c = compare_runs({"s": runs(rng, k_base, 10.0, frames=300)}, {"s": runs(rng, k_new, 14.0, frames=300)})
+        c = compare_runs(
+            {"s": runs(rng, k_base, 10.0, frames=300)}, {"s": runs(rng, k_new, 14.0, frames=300)}
+        )
         s = c.scenes[0]
         assert s.verdict == "inconclusive" and c.exit_code == 0, s.reason
         assert s.unit == "frames" and s.runs_needed == 3
@@ -210,7 +235,9 @@ def test_paired_needs_equal_rounds_and_reports_rounds() -> None:
     rng = np.random.default_rng(13)
     base, new = runs(rng, 4, 10.0, run_cv=0.01), runs(rng, 4, 13.0, run_cv=0.01)
     s = compare_runs({"s": base}, {"s": new}, paired=True).scenes[0]
-    assert s.paired and s.unit == "rounds" and s.verdict == "regression" and math.isfinite(s.pair_cv)
+    assert (
+        s.paired and s.unit == "rounds" and s.verdict == "regression" and math.isfinite(s.pair_cv)
+    )
     with pytest.raises(ValueError):
         compare_runs({"s": base}, {"s": new[:3]}, paired=True)
     two = compare_runs({"s": base[:2]}, {"s": new[:2]}, paired=True).scenes[0]
@@ -240,7 +267,10 @@ def test_holm_applies_across_scenes() -> None:
 def test_missing_scene_is_incomparable_and_nothing_comparable_exits_2() -> None:
     rng = np.random.default_rng(8)
     c = compare_runs({"a": runs(rng, 1, 10.0)}, {"b": runs(rng, 1, 10.0)})
-    assert [(s.scene, s.verdict) for s in c.scenes] == [("a", "incomparable"), ("b", "incomparable")]
+    assert [(s.scene, s.verdict) for s in c.scenes] == [
+        ("a", "incomparable"),
+        ("b", "incomparable"),
+    ]
     assert "missing in NEW" in c.scenes[0].reason and "missing in BASE" in c.scenes[1].reason
     assert c.exit_code == 2
 
@@ -252,8 +282,21 @@ def test_results_are_reproducible_and_json_ready() -> None:
     b = compare_runs({"s": base}, {"s": new}).as_dict()
     assert a == b
     scene = a["scenes"]["s"]
-    assert {"verdict", "ratio", "ci_low", "ci_high", "p_value", "p_holm", "p99_base_ms",
-            "fps_low_1pct_new", "change_pct", "notes", "dof", "paired", "value_unit"} <= set(scene)
+    assert {
+        "verdict",
+        "ratio",
+        "ci_low",
+        "ci_high",
+        "p_value",
+        "p_holm",
+        "p99_base_ms",
+        "fps_low_1pct_new",
+        "change_pct",
+        "notes",
+        "dof",
+        "paired",
+        "value_unit",
+    } <= set(scene)
     assert a["verdicts"][scene["verdict"]] == 1
 
 
@@ -266,16 +309,26 @@ def counts(n: int, level: float, jitter: float = 0.0, seed: int = 0) -> np.ndarr
 
 
 def test_count_metric_one_run_a_side_is_evidence() -> None:
-    same = compare_runs({"s": [counts(20, 1.4e7)]}, {"s": [counts(20, 1.4e7)]}, metric="instructions")
+    same = compare_runs(
+        {"s": [counts(20, 1.4e7)]}, {"s": [counts(20, 1.4e7)]}, metric="instructions"
+    )
     s = same.scenes[0]
     assert same.threshold_pct == 0.5 and s.unit == "counts" and s.value_unit == "instructions"
     assert s.verdict == "unchanged" and s.noise_floor_pct == 0 and same.exit_code == 0, s.reason
-    one_pct = compare_runs({"s": [counts(20, 1.4e7)]}, {"s": [counts(20, 1.4e7 * 1.01)]}, metric="instructions")
-    assert one_pct.scenes[0].verdict == "regression" and one_pct.exit_code == 1, one_pct.scenes[0].reason
+    one_pct = compare_runs(
+        {"s": [counts(20, 1.4e7)]}, {"s": [counts(20, 1.4e7 * 1.01)]}, metric="instructions"
+    )
+    assert one_pct.scenes[0].verdict == "regression" and one_pct.exit_code == 1, one_pct.scenes[
+        0
+    ].reason
     assert "+1.00% instructions" in one_pct.scenes[0].reason
-    small = compare_runs({"s": [counts(20, 1.4e7)]}, {"s": [counts(20, 1.4e7 * 1.002)]}, metric="cycles")
+    small = compare_runs(
+        {"s": [counts(20, 1.4e7)]}, {"s": [counts(20, 1.4e7 * 1.002)]}, metric="cycles"
+    )
     assert small.scenes[0].verdict == "unchanged"
-    better = compare_runs({"s": [counts(20, 1.4e7)]}, {"s": [counts(20, 1.4e7 * 0.97)]}, metric="instructions")
+    better = compare_runs(
+        {"s": [counts(20, 1.4e7)]}, {"s": [counts(20, 1.4e7 * 0.97)]}, metric="instructions"
+    )
     assert better.scenes[0].verdict == "improvement" and better.exit_code == 0
     # one run is enough even with few frames; no frame-level p-value decides
     few = compare_runs({"s": [counts(3, 1e6)]}, {"s": [counts(3, 1.05e6)]}, metric="instructions")
@@ -314,7 +367,9 @@ def test_count_noise_floor_from_frames_then_from_runs() -> None:
 class _T:
     """A minimal trace-like object (header, events, strings)."""
 
-    def __init__(self, header: TraceHeader, dur_ms: np.ndarray, clock: int = 1, scene: str = "fill") -> None:
+    def __init__(
+        self, header: TraceHeader, dur_ms: np.ndarray, clock: int = 1, scene: str = "fill"
+    ) -> None:
         from katra_trace.schema import EVENT_DTYPE
 
         self.header = header
@@ -326,13 +381,25 @@ class _T:
         self.events = ev
 
 
-def _hdr(size: tuple[int, int] = (64, 64), renderer: str = "llvmpipe", mode: str = "sync",
-         layers: int = 1) -> TraceHeader:
-    return TraceHeader.from_dict({
-        "capture_options": {"size": list(size), "samples": 0, "timing_mode": mode,
-                            "params": {"fill": {"layers": layers}}},
-        "host_info": {"gl": {"renderer": renderer, "driver": {"name": "Mesa", "version": "22.3.6"}}},
-    })
+def _hdr(
+    size: tuple[int, int] = (64, 64),
+    renderer: str = "llvmpipe",
+    mode: str = "sync",
+    layers: int = 1,
+) -> TraceHeader:
+    return TraceHeader.from_dict(
+        {
+            "capture_options": {
+                "size": list(size),
+                "samples": 0,
+                "timing_mode": mode,
+                "params": {"fill": {"layers": layers}},
+            },
+            "host_info": {
+                "gl": {"renderer": renderer, "driver": {"name": "Mesa", "version": "22.3.6"}}
+            },
+        }
+    )
 
 
 def test_compare_traces_checks_comparability() -> None:
@@ -341,25 +408,40 @@ def test_compare_traces_checks_comparability() -> None:
     # one run a side: no verdict on a time metric (run-to-run noise unknown), but comparable
     ok = compare_traces([_T(_hdr(), d)], [_T(_hdr(), d * 1.01)])
     assert ok.scenes[0].verdict == "inconclusive" and ok.metric == "wall" and ok.exit_code == 0
-    three = compare_traces([_T(_hdr(), d * f) for f in (1.0, 1.001, 0.999)],
-                           [_T(_hdr(), d * f * 1.01) for f in (1.0, 1.001, 0.999)])
+    three = compare_traces(
+        [_T(_hdr(), d * f) for f in (1.0, 1.001, 0.999)],
+        [_T(_hdr(), d * f * 1.01) for f in (1.0, 1.001, 0.999)],
+    )
     assert three.scenes[0].verdict == "unchanged", three.scenes[0].reason
     size = compare_traces([_T(_hdr(), d)], [_T(_hdr(size=(128, 64)), d)])
     assert size.scenes[0].verdict == "incomparable" and "64x64" in size.scenes[0].reason
     assert size.exit_code == 2
     params = compare_traces([_T(_hdr(), d)], [_T(_hdr(layers=4), d)])
-    assert "params" in params.scenes[0].reason and "--allow-param-mismatch" in params.scenes[0].reason
-    slower = compare_traces([_T(_hdr(), d * f) for f in (1.0, 1.001, 0.999)],
-                            [_T(_hdr(layers=4), d * f * 1.5) for f in (1.0, 1.001, 0.999)], allow_param_mismatch=True)
+    assert (
+        "params" in params.scenes[0].reason and "--allow-param-mismatch" in params.scenes[0].reason
+    )
+    slower = compare_traces(
+        [_T(_hdr(), d * f) for f in (1.0, 1.001, 0.999)],
+        [_T(_hdr(layers=4), d * f * 1.5) for f in (1.0, 1.001, 0.999)],
+        allow_param_mismatch=True,
+    )
     assert slower.scenes[0].verdict == "regression" and "layers" in slower.notes[0]
     host = compare_traces([_T(_hdr(), d)], [_T(_hdr(renderer="softpipe"), d)])
-    assert host.scenes[0].verdict == "incomparable" and "--allow-host-mismatch" in host.scenes[0].reason
-    allowed = compare_traces([_T(_hdr(), d)], [_T(_hdr(renderer="softpipe"), d)], allow_host_mismatch=True)
+    assert (
+        host.scenes[0].verdict == "incomparable"
+        and "--allow-host-mismatch" in host.scenes[0].reason
+    )
+    allowed = compare_traces(
+        [_T(_hdr(), d)], [_T(_hdr(renderer="softpipe"), d)], allow_host_mismatch=True
+    )
     assert allowed.scenes[0].verdict == "inconclusive" and allowed.notes and allowed.exit_code == 0
     mixed = compare_traces([_T(_hdr(), d), _T(_hdr(size=(32, 32)), d)], [_T(_hdr(), d)])
     assert "BASE runs differ in size" in mixed.scenes[0].reason
     no_gpu = compare_traces([_T(_hdr(), d)], [_T(_hdr(), d)], metric="gpu")
-    assert no_gpu.scenes[0].verdict == "incomparable" and "no gpu frame times" in no_gpu.scenes[0].reason
+    assert (
+        no_gpu.scenes[0].verdict == "incomparable"
+        and "no gpu frame times" in no_gpu.scenes[0].reason
+    )
 
 
 def test_resolve_metric() -> None:
@@ -374,22 +456,44 @@ def test_resolve_metric() -> None:
 def test_capture_facts_read_what_katra3d_run_records() -> None:
     from katra_trace.analysis.match import capture_facts
 
-    header = TraceHeader.from_dict({"capture_options": {
-        "size": None, "samples": 0, "timing_mode": "sync", "params": {"fill.layers": 4},
-        "resolved": {"size": [320, 180], "samples": 0,
-                     "scenes": [{"label": "fill", "spec": "fill", "params": {"layers": 4}},
-                                {"label": "fill#2", "spec": "fill", "params": {"layers": 1}}]}}})
-    assert capture_facts(header, "fill") == {"size": (320, 180), "samples": 0, "timing_mode": "sync",
-                                             "params": {"layers": 4}}
+    header = TraceHeader.from_dict(
+        {
+            "capture_options": {
+                "size": None,
+                "samples": 0,
+                "timing_mode": "sync",
+                "params": {"fill.layers": 4},
+                "resolved": {
+                    "size": [320, 180],
+                    "samples": 0,
+                    "scenes": [
+                        {"label": "fill", "spec": "fill", "params": {"layers": 4}},
+                        {"label": "fill#2", "spec": "fill", "params": {"layers": 1}},
+                    ],
+                },
+            }
+        }
+    )
+    assert capture_facts(header, "fill") == {
+        "size": (320, 180),
+        "samples": 0,
+        "timing_mode": "sync",
+        "params": {"layers": 4},
+    }
     assert capture_facts(header, "fill#2")["params"] == {"layers": 1}
 
 
-def _interfered(rng: np.random.Generator, k: int, mean_ms: float, busy: list[bool]) -> list[np.ndarray]:
-    """``k`` runs whose frames cost ``mean_ms`` (2 % frame noise, 0.5 % run noise), where a busy run has
-    60 % of its frames stretched by 20-80 %: interference only adds (a neighbour, cache refills)."""
+def _interfered(
+    rng: np.random.Generator, k: int, mean_ms: float, busy: list[bool]
+) -> list[np.ndarray]:
+    """``k`` runs whose frames cost ``mean_ms`` (2 % frame noise, 0.5 % run noise), where a busy run
+    has 60 % of its frames stretched by 20-80 %: interference only adds (a neighbour, cache
+    refills)."""
     out = []
     for i in range(k):
-        frames = mean_ms * 1e6 * math.exp(rng.normal(0.0, 0.005)) * np.exp(rng.normal(0.0, 0.02, 300))
+        frames = (
+            mean_ms * 1e6 * math.exp(rng.normal(0.0, 0.005)) * np.exp(rng.normal(0.0, 0.02, 300))
+        )
         if busy[i]:
             hit = rng.random(300) < 0.6
             frames[hit] *= rng.uniform(1.2, 1.8, int(hit.sum()))
@@ -398,8 +502,9 @@ def _interfered(rng: np.random.Generator, k: int, mean_ms: float, busy: list[boo
 
 
 def test_p10_run_level_sees_through_interference_that_only_adds() -> None:
-    """BASE interfered in 3 of 5 runs: the medians call an identical NEW faster or can't tell, and miss
-    a +10 % NEW; each run's 10th-percentile frame shows neither the interference nor misses the change."""
+    """BASE interfered in 3 of 5 runs: the medians call an identical NEW faster or can't tell, and
+    miss a +10 % NEW; each run's 10th-percentile frame shows neither the interference nor misses the
+    change."""
     rng = np.random.default_rng(11)
     busy = [True, False, True, False, True]
     hits = {"median": 0, "p10": 0}
@@ -416,12 +521,21 @@ def test_p10_run_level_sees_through_interference_that_only_adds() -> None:
     r = compare_runs({"s": base}, {"s": slower}, run_stat="p10")
     assert r.run_stat == "p10" and r.as_dict()["run_stat"] == "p10"
     s = r.scenes[0]
-    assert s.level_base == pytest.approx(np.exp(np.mean([np.log(np.percentile(x, 10)) for x in base])) * 1e-6)
+    assert s.level_base == pytest.approx(
+        np.exp(np.mean([np.log(np.percentile(x, 10)) for x in base])) * 1e-6
+    )
     with pytest.raises(ValueError, match="unknown run statistic"):
         compare_runs({"s": base}, {"s": slower}, run_stat="p5")
     # counts are deterministic: always their median, whatever was asked
-    assert compare_runs({"s": [counts(20, 1e7)]}, {"s": [counts(20, 1e7)]}, metric="instructions",
-                        run_stat="p10").run_stat == "median"
+    assert (
+        compare_runs(
+            {"s": [counts(20, 1e7)]},
+            {"s": [counts(20, 1e7)]},
+            metric="instructions",
+            run_stat="p10",
+        ).run_stat
+        == "median"
+    )
 
 
 def test_count_change_is_taken_frame_against_frame() -> None:
@@ -435,7 +549,9 @@ def test_count_change_is_taken_frame_against_frame() -> None:
     assert s.verdict not in ("regression", "improvement"), s.reason
     assert s.ratio == 1.0 and "frame against frame" in s.reason
     # two runs a side: the same, and the run-to-run floor does not count the animation's spread
-    s = compare_runs({"s": [base, base.copy()]}, {"s": [new, base * 1.0]}, metric="instructions").scenes[0]
+    s = compare_runs(
+        {"s": [base, base.copy()]}, {"s": [new, base * 1.0]}, metric="instructions"
+    ).scenes[0]
     assert s.verdict not in ("regression", "improvement") and s.noise_floor_pct < 0.5, s.reason
     # a real change of every frame is still flagged, frame against frame
     s = compare_runs({"s": [base]}, {"s": [base * 1.05]}, metric="instructions").scenes[0]
@@ -454,8 +570,14 @@ def test_count_band_is_never_narrower_than_the_cross_process_jitter() -> None:
     assert "cross-process jitter" in s.reason and s.jitter_floor_pct == pytest.approx(5.0)
     # on a frame of millions the jitter is nothing: 1 % is flagged, 0.2 % is unchanged
     big = np.full(5, 2e6)
-    assert compare_runs({"s": [big]}, {"s": [big * 1.01]}, metric="instructions").scenes[0].verdict == "regression"
-    assert compare_runs({"s": [big]}, {"s": [big * 1.002]}, metric="instructions").scenes[0].verdict == "unchanged"
+    assert (
+        compare_runs({"s": [big]}, {"s": [big * 1.01]}, metric="instructions").scenes[0].verdict
+        == "regression"
+    )
+    assert (
+        compare_runs({"s": [big]}, {"s": [big * 1.002]}, metric="instructions").scenes[0].verdict
+        == "unchanged"
+    )
 
 
 def test_a_verdict_is_one_enum_that_reads_and_writes_as_its_word() -> None:
@@ -463,12 +585,19 @@ def test_a_verdict_is_one_enum_that_reads_and_writes_as_its_word() -> None:
 
     from katra_trace.analysis.verdict import VERDICTS, Comparison, SceneComparison, Verdict
 
-    row = SceneComparison(scene="s", verdict="regression", reason="r")  # a recorded string becomes the Verdict
-    assert row.verdict is Verdict.REGRESSION and f"{row.verdict}" == "regression" == str(row.verdict)
+    # a recorded string becomes the Verdict
+    row = SceneComparison(scene="s", verdict="regression", reason="r")
+    assert row.verdict is Verdict.REGRESSION and f"{row.verdict}" == "regression" == str(
+        row.verdict
+    )
     assert json.loads(json.dumps(row.as_dict()))["verdict"] == "regression"
     assert VERDICTS == ("regression", "improvement", "unchanged", "inconclusive", "incomparable")
     with pytest.raises(ValueError):
         SceneComparison(scene="s", verdict="slower", reason="r")
-    both = Comparison(scenes=(row, SceneComparison(scene="t", verdict=Verdict.INCOMPARABLE, reason="r")),
-                      threshold_pct=5.0, alpha=0.01, metric="wall")
+    both = Comparison(
+        scenes=(row, SceneComparison(scene="t", verdict=Verdict.INCOMPARABLE, reason="r")),
+        threshold_pct=5.0,
+        alpha=0.01,
+        metric="wall",
+    )
     assert both.exit_code == 1 and both.as_dict()["verdicts"]["incomparable"] == 1

@@ -1,4 +1,5 @@
-"""compare/stats on synthetic format-1.1 traces: instruction counts, reference markers, duplicate names.
+"""compare/stats on synthetic format-1.1 traces: instruction counts, reference markers, duplicate
+names.
 
 The traces are written with katra_trace.io.writer.TraceWriter (tests/trace_helpers.py),
 as the capture engine writes them: instruction counts on Clock.INSTRUCTIONS in
@@ -25,23 +26,59 @@ from katra_trace.schema import EVENT_DTYPE, REFERENCE_NAME
 from tests.trace_helpers import write_trace
 
 STRINGS = ["", "shader", "frame", "lighting", "post", REFERENCE_NAME, "fill"]
-CODEGEN = {"cpu_model": "Test CPU", "cpu_flags_sha": "abc123", "mesa": "22.3.6", "llvm": "15.0.6",
-           "lp_native_vector_width": 256}
+CODEGEN = {
+    "cpu_model": "Test CPU",
+    "cpu_flags_sha": "abc123",
+    "mesa": "22.3.6",
+    "llvm": "15.0.6",
+    "lp_native_vector_width": 256,
+}
 
 
-def _header(mode: str = "instructions", codegen: dict[str, Any] | None = None, **opts: Any) -> dict[str, Any]:
-    measure = {} if mode == "time" else {"measure": {"mode": mode, "valgrind": "3.19.0",
-                                                      "env": {"LP_NUM_THREADS": "0", "PYTHONHASHSEED": "0"}}}
-    return {"capture_options": {"size": [64, 64], "samples": 0, "timing_mode": "sync",
-                                "params": {"shader": {"iterations": 48}}, **measure, **opts},
-            "host_info": {"gl": {"renderer": "llvmpipe (LLVM 15.0.6, 256 bits)",
-                                 "driver": {"name": "Mesa", "version": "22.3.6"}},
-                          "codegen": dict(CODEGEN if codegen is None else codegen)}}
+def _header(
+    mode: str = "instructions", codegen: dict[str, Any] | None = None, **opts: Any
+) -> dict[str, Any]:
+    measure = (
+        {}
+        if mode == "time"
+        else {
+            "measure": {
+                "mode": mode,
+                "valgrind": "3.19.0",
+                "env": {"LP_NUM_THREADS": "0", "PYTHONHASHSEED": "0"},
+            }
+        }
+    )
+    return {
+        "capture_options": {
+            "size": [64, 64],
+            "samples": 0,
+            "timing_mode": "sync",
+            "params": {"shader": {"iterations": 48}},
+            **measure,
+            **opts,
+        },
+        "host_info": {
+            "gl": {
+                "renderer": "llvmpipe (LLVM 15.0.6, 256 bits)",
+                "driver": {"name": "Mesa", "version": "22.3.6"},
+            },
+            "codegen": dict(CODEGEN if codegen is None else codegen),
+        },
+    }
 
 
-def count_trace(path: Path, *, lighting: float = 1.0e7, post: float = 4.0e6, frames: int = 6,
-                clock: int = Clock.INSTRUCTIONS, jitter: float = 0.0, seed: int = 0,
-                **header: Any) -> Path:
+def count_trace(
+    path: Path,
+    *,
+    lighting: float = 1.0e7,
+    post: float = 4.0e6,
+    frames: int = 6,
+    clock: int = Clock.INSTRUCTIONS,
+    jitter: float = 0.0,
+    seed: int = 0,
+    **header: Any,
+) -> Path:
     """One instructions-mode run of scene ``shader``: a JIT-heavy warmup frame, then steady frames
     of two zones (lighting, post) plus a fixed per-frame harness cost."""
     rng = np.random.default_rng(seed)
@@ -58,8 +95,15 @@ def count_trace(path: Path, *, lighting: float = 1.0e7, post: float = 4.0e6, fra
     return path
 
 
-def wall_trace(path: Path, *, frame_ms: float, ref_ms: float | None, frames: int = 40, seed: int = 0,
-               scene_name_ids: tuple[int, ...] = (1,)) -> Path:
+def wall_trace(
+    path: Path,
+    *,
+    frame_ms: float,
+    ref_ms: float | None,
+    frames: int = 40,
+    seed: int = 0,
+    scene_name_ids: tuple[int, ...] = (1,),
+) -> Path:
     """A time-mode run: wall frames of each scene id, a reference draw after every 4th frame."""
     rng = np.random.default_rng(seed)
     rows = []
@@ -90,7 +134,8 @@ def _open(*paths: Path) -> list[Any]:
 def test_instructions_one_run_a_side_per_scene_and_per_zone(tmp_path: Path, katra_cli) -> None:
     base = count_trace(tmp_path / "base.katra")
     same = count_trace(tmp_path / "same.katra")
-    more = count_trace(tmp_path / "more.katra", lighting=1.015e7)  # +1.5 % in one pass, ~+1.07 % a frame
+    # +1.5 % in one pass, ~+1.07 % a frame
+    more = count_trace(tmp_path / "more.katra", lighting=1.015e7)
     r = katra_cli("compare", str(base), str(same), "--format", "json")
     assert r.returncode == 0, r.stdout + r.stderr
     out = json.loads(r.stdout)
@@ -103,13 +148,17 @@ def test_instructions_one_run_a_side_per_scene_and_per_zone(tmp_path: Path, katr
     scene = json.loads(r.stdout)["scenes"]["shader"]
     assert scene["verdict"] == "regression" and 1.0 < scene["change_pct"] < 1.2
     zones = scene["zones"]
-    assert zones["lighting"]["verdict"] == "regression" and zones["lighting"]["change_pct"] == pytest.approx(1.5)
+    assert zones["lighting"]["verdict"] == "regression" and zones["lighting"][
+        "change_pct"
+    ] == pytest.approx(1.5)
     # a zone is judged by what it does to the frame: +1.5 % of 10M in a 14.15M frame
     assert zones["lighting"]["frame_change_pct"] == pytest.approx(1.5e5 / 14.15e6 * 100)
     assert zones["post"]["verdict"] == "unchanged" and zones["post"]["change_pct"] == 0
     r = katra_cli("compare", str(base), str(more))
     assert r.returncode == 1
-    assert "shader / lighting" in r.stdout and "shader / post" in r.stdout and "14,150,000" in r.stdout
+    assert (
+        "shader / lighting" in r.stdout and "shader / post" in r.stdout and "14,150,000" in r.stdout
+    )
     assert "+1.50% (+1.06% of frame)" in r.stdout
     # cycles are compared the same way
     cb = count_trace(tmp_path / "cb.katra", clock=Clock.CYCLES, mode="cycles")
@@ -139,7 +188,9 @@ def test_instructions_noise_floor_from_frames(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_instruction_comparisons_refuse_a_different_code_generator(tmp_path: Path, katra_cli) -> None:
+def test_instruction_comparisons_refuse_a_different_code_generator(
+    tmp_path: Path, katra_cli
+) -> None:
     a = count_trace(tmp_path / "a.katra")
     b = count_trace(tmp_path / "b.katra", codegen=dict(CODEGEN, llvm="16.0.0"))
     r = katra_cli("compare", str(a), str(b))
@@ -250,10 +301,16 @@ def test_scene_ids_sharing_a_name_are_kept_apart_by_one_rule() -> None:
     assert scene_labels(ev, strings) == {3: "fill", 1: "fill#3", 4: "fill#2"}
     stats = events_stats(ev, strings)["scenes"]
     assert {k: v["metrics"]["wall"]["median_ms"] for k, v in stats.items()} == {
-        "fill": 10.0, "fill#3": 20.0, "fill#2": 30.0}
+        "fill": 10.0,
+        "fill#3": 20.0,
+        "fill#2": 30.0,
+    }
     durations = scene_durations(ev, strings)
-    assert {k: float(v["wall"][0]) / 1e6 for k, v in durations.items()} == {"fill": 10.0, "fill#3": 20.0,
-                                                                           "fill#2": 30.0}
+    assert {k: float(v["wall"][0]) / 1e6 for k, v in durations.items()} == {
+        "fill": 10.0,
+        "fill#3": 20.0,
+        "fill#2": 30.0,
+    }
 
 
 def test_compare_keeps_same_named_scenes_apart() -> None:
@@ -273,9 +330,9 @@ def test_compare_keeps_same_named_scenes_apart() -> None:
 
 
 def test_identical_code_counted_in_two_processes_is_not_a_change(katra_cli: Any) -> None:
-    """Two real counted captures of the same command (tests/data/counted_aa/README.md: one child compiled
-    katra3d's modules from source, so every frame counts ~0.25 % fewer). The rule before issue 21 called
-    them a regression at --threshold 0.2: exit 1 on identical code."""
+    """Two real counted captures of the same command (tests/data/counted_aa/README.md: one child
+    compiled katra3d's modules from source, so every frame counts ~0.25 % fewer). The rule before
+    issue 21 called them a regression at --threshold 0.2: exit 1 on identical code."""
     data = Path(__file__).parent / "data" / "counted_aa"
     base, new = data / "base.katra", data / "new.katra"
     b = scene_durations(*_events_strings(base))["tiny"]["instructions"]

@@ -1,5 +1,5 @@
-"""The one comparison (katra_trace.analysis.comparison): two sides opened once, paired from ab.json, damaged
-traces noted with their file's name, and sides captured in separate batches said so."""
+"""The one comparison (katra_trace.analysis.comparison): two sides opened once, paired from ab.json,
+damaged traces noted with their file's name, and sides captured in separate batches said so."""
 
 from __future__ import annotations
 
@@ -11,14 +11,18 @@ from tests.test_compare_cli import write_run
 
 
 def test_sides_captured_in_separate_batches_are_said_so(tmp_path: Path) -> None:
-    """compare tells from the capture times when the sides were not interleaved (a restored baseline)."""
+    """compare tells from the capture times when the sides were not interleaved (a restored
+    baseline).
+    """
     for side, seed in (("base", 0), ("new", 10)):  # every BASE run, then every NEW run
         (tmp_path / side).mkdir()
         for i in range(3):
             write_run(tmp_path / side / f"run-{i}.katra", 10.0, seed=seed + i)
     sides = open_sides(str(tmp_path / "base"), str(tmp_path / "new"))
     note = separate_batches(sides)
-    assert note is not None and note.startswith("the sides were captured in separate batches (BASE's 3 run(s)")
+    assert note is not None and note.startswith(
+        "the sides were captured in separate batches (BASE's 3 run(s)"
+    )
     result = compare_sides(sides, image_policy="off")
     assert note in result.timing.notes and result.exit_code in (0, 2)
     # interleaved runs (as ab takes them): no such note

@@ -20,7 +20,16 @@ from typing import Any
 
 import pytest
 
-from tests.docs_commands import REPO, REWRITES, Block, Command, blocks, doc_files, small, split_commands
+from tests.docs_commands import (
+    REPO,
+    REWRITES,
+    Block,
+    Command,
+    blocks,
+    doc_files,
+    small,
+    split_commands,
+)
 
 #: Seconds one documented command may take at the small size before the test gives up on it.
 COMMAND_TIMEOUT_S = 180
@@ -52,14 +61,22 @@ def test_every_doc_parses() -> None:
 
 def test_fence_markers(tmp_path: Path) -> None:
     doc = tmp_path / "d.md"
-    doc.write_text("text\n```sh\nkatra3d scenes\n```\n```sh no-run: needs a real GPU\nkatra3d run x\n```\n"
-                   "```python\nprint(1)\n```\n```\nplain\n```\n```python run\nprint(2)\n```\n")
+    doc.write_text(
+        "text\n```sh\nkatra3d scenes\n```\n```sh no-run: needs a real GPU\nkatra3d run x\n```\n"
+        "```python\nprint(1)\n```\n```\nplain\n```\n```python run\nprint(2)\n```\n"
+    )
     found = blocks(doc)
     assert [(b.lang, b.line, b.runs, b.no_run_reason) for b in found] == [
-        ("sh", 2, True, None), ("sh", 5, False, "needs a real GPU"), ("python", 8, False, None),
-        ("", 11, False, None), ("python", 14, True, None)]
+        ("sh", 2, True, None),
+        ("sh", 5, False, "needs a real GPU"),
+        ("python", 8, False, None),
+        ("", 11, False, None),
+        ("python", 14, True, None),
+    ]
     assert [b.is_program for b in found] == [False, False, False, False, True]
-    doc.write_text("```python file=test_mine.py\ndef test_x():\n    pass\n```\n```python\nx = 1\n```\n")
+    doc.write_text(
+        "```python file=test_mine.py\ndef test_x():\n    pass\n```\n```python\nx = 1\n```\n"
+    )
     saved, fragment = blocks(doc)
     assert (saved.file_name, saved.runs, saved.is_program) == ("test_mine.py", True, False)
     assert (fragment.file_name, fragment.runs) == (None, False)
@@ -78,9 +95,11 @@ def test_fence_markers(tmp_path: Path) -> None:
 
 
 def test_split_commands() -> None:
-    body = ("# a comment line\n\nkatra3d doctor   # --json for scripts\n"
-            "katra3d ab --base \"a {out}\" \\\n   --new \"b {out}\"   # exit 0 or 1\n"
-            "katra3d validate bad.katra  # exit 2\n")
+    body = (
+        "# a comment line\n\nkatra3d doctor   # --json for scripts\n"
+        'katra3d ab --base "a {out}" \\\n   --new "b {out}"   # exit 0 or 1\n'
+        "katra3d validate bad.katra  # exit 2\n"
+    )
     cmds = split_commands(body, REPO / "x.md", 10)
     assert [(c.line, c.exit_codes) for c in cmds] == [(12, (0,)), (13, (0, 1)), (15, (2,))]
     assert cmds[1].text == 'katra3d ab --base "a {out}" --new "b {out}"   # exit 0 or 1'
@@ -90,21 +109,34 @@ def test_split_commands() -> None:
 
 def test_small_rewrites() -> None:
     assert small("katra3d run geometry --frames 200 --zones --size 1280x720 -o t.katra") == (
-        "katra3d run --size 32x32 --warmup 1 --frames 5 geometry --frames 5 --zones --size 32x32 -o t.katra")
-    assert small("katra3d run --suite default") == "katra3d run --size 32x32 --warmup 1 --frames 5 --suite ci"
+        "katra3d run --size 32x32 --warmup 1 --frames 5 geometry --frames 5 --zones --size 32x32 "
+        "-o t.katra"
+    )
+    assert (
+        small("katra3d run --suite default")
+        == "katra3d run --size 32x32 --warmup 1 --frames 5 --suite ci"
+    )
     assert small("katra3d run triangle --duration 10") == (
-        "katra3d run --size 32x32 --warmup 1 triangle --duration 0.2")
-    ab = small('katra3d ab --base "katra3d run a --frames 300 -o {out}" --new "katra3d run a --duration 3 '
-               '-o {out}" --rounds 6')
-    assert ab == ('katra3d ab --base "katra3d run --size 32x32 --warmup 1 --frames 5 a --frames 5 -o {out}" '
-                  '--new "katra3d run --size 32x32 --warmup 1 a --duration 0.2 -o {out}" --rounds 2')
+        "katra3d run --size 32x32 --warmup 1 triangle --duration 0.2"
+    )
+    ab = small(
+        'katra3d ab --base "katra3d run a --frames 300 -o {out}" --new "katra3d run a --duration 3 '
+        '-o {out}" --rounds 6'
+    )
+    assert ab == (
+        'katra3d ab --base "katra3d run --size 32x32 --warmup 1 --frames 5 a --frames 5 -o {out}" '
+        '--new "katra3d run --size 32x32 --warmup 1 a --duration 0.2 -o {out}" --rounds 2'
+    )
     assert small("katra3d stats t.katra --zones") == "katra3d stats t.katra --zones"
     assert all(why for _p, _r, why in REWRITES)
 
 
 def test_failing_commands_run_as_written() -> None:
-    bad, good = split_commands("katra3d run geometry --size 0x5  # exit 2\nkatra3d run geometry --size 640x360\n",
-                               REPO / "x.md", 1)
+    bad, good = split_commands(
+        "katra3d run geometry --size 0x5  # exit 2\nkatra3d run geometry --size 640x360\n",
+        REPO / "x.md",
+        1,
+    )
     assert bad.shell_text == bad.text
     assert good.shell_text == "katra3d run --size 32x32 --warmup 1 --frames 5 geometry --size 32x32"
 
@@ -119,9 +151,11 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(command: Command, cwd: Path, env: dict[str, str], program: Block | None = None) -> str | None:
-    """Run one documented command (or a ``python run`` program, or save a ``python file=NAME`` block);
-    what went wrong, or None."""
+def _run(
+    command: Command, cwd: Path, env: dict[str, str], program: Block | None = None
+) -> str | None:
+    """Run one documented command (or a ``python run`` program, or save a ``python file=NAME``
+    block); what went wrong, or None."""
     if program is not None and program.file_name:
         (cwd / program.file_name).write_text(program.body + "\n", encoding="utf-8")
         return None
@@ -134,19 +168,33 @@ def _run(command: Command, cwd: Path, env: dict[str, str], program: Block | None
         shell_text = f"python {script.name}"
         argv = [sys.executable, script.name]
     try:
-        proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=COMMAND_TIMEOUT_S, check=False)
+        proc = subprocess.run(
+            argv,
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return f"{command.where}: `{shell_text}` did not finish in {COMMAND_TIMEOUT_S} s"
     problems = []
     if proc.returncode not in command.exit_codes:
-        problems.append(f"exit code {proc.returncode}, the doc allows {' or '.join(map(str, command.exit_codes))}")
+        problems.append(
+            f"exit code {proc.returncode}, the doc allows "
+            f"{' or '.join(map(str, command.exit_codes))}"
+        )
     if "Traceback (most recent call last)" in proc.stderr + proc.stdout:
         problems.append("printed a traceback")
     if not problems:
         return None
-    return (f"{command.where}: `{command.text}`\n  ran as: {shell_text}\n  " + "; ".join(problems)
-            + f"\n  stderr (last 1500 chars): {proc.stderr[-1500:]}\n  stdout (last 800 chars): {proc.stdout[-800:]}")
+    return (
+        f"{command.where}: `{command.text}`\n  ran as: {shell_text}\n  "
+        + "; ".join(problems)
+        + f"\n  stderr (last 1500 chars): {proc.stderr[-1500:]}\n  stdout (last 800 chars): "
+        f"{proc.stdout[-800:]}"
+    )
 
 
 @pytest.mark.gl
@@ -159,7 +207,9 @@ def test_documented_commands_run(doc: Path, tmp_path: Path, gl_ctx: Any) -> None
     steps: list[tuple[Command, Block | None]] = []
     for block in blocks(doc):
         if block.is_program or block.file_name:
-            steps.append((Command(block.path, block.line, f"python block at line {block.line}", (0,)), block))
+            steps.append(
+                (Command(block.path, block.line, f"python block at line {block.line}", (0,)), block)
+            )
         elif block.runs:
             steps.extend((c, None) for c in block.commands())
     assert steps, f"{_doc_id(doc)}: runnable blocks without commands"
@@ -196,9 +246,9 @@ def _cli_sections() -> dict[str, str]:
     text = CLI_MD.read_text(encoding="utf-8")
     heads = list(re.finditer(r"^## `katra3d (\w[\w-]*)`\s*$", text, re.M))
     out: dict[str, str] = {}
-    for i, head in enumerate(heads):
+    for head in heads:
         nxt = re.compile(r"^## ", re.M).search(text, head.end())
-        out[head[1]] = text[head.end(): nxt.start() if nxt else len(text)]
+        out[head[1]] = text[head.end() : nxt.start() if nxt else len(text)]
     return out
 
 
@@ -211,7 +261,9 @@ def test_cli_md_has_a_section_per_command() -> None:
 
 
 def test_cli_md_names_every_option() -> None:
-    """Each option (its long form, or its metavar for a positional) appears in its command's section."""
+    """Each option (its long form, or its metavar for a positional) appears in its command's
+    section.
+    """
     sections = _cli_sections()
     missing: list[str] = []
     for name, sub in _subparsers().items():
@@ -220,7 +272,9 @@ def test_cli_md_names_every_option() -> None:
             if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
                 continue  # hidden options (kept for old scripts) need no documentation
             if action.option_strings:
-                long = [o for o in action.option_strings if o.startswith("--")] or action.option_strings
+                long = [
+                    o for o in action.option_strings if o.startswith("--")
+                ] or action.option_strings
                 found = any(re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", text) for o in long)
                 label = "/".join(action.option_strings)
             else:

@@ -29,8 +29,24 @@ def _originals() -> dict[tuple[str, str], Any]:
 
 def _run(tmp_path: Path, *extra: str) -> Any:
     out = tmp_path / "d.katra"
-    res = katra("run", "drawcalls", "--param", "drawcalls.count=50", "--zones", "draws", "--frames", "4", "--warmup",
-                "1", "--size", "32x32", "--quiet", "-o", str(out), *extra)
+    res = katra(
+        "run",
+        "drawcalls",
+        "--param",
+        "drawcalls.count=50",
+        "--zones",
+        "draws",
+        "--frames",
+        "4",
+        "--warmup",
+        "1",
+        "--size",
+        "32x32",
+        "--quiet",
+        "-o",
+        str(out),
+        *extra,
+    )
     assert res.returncode == 0, res.stderr
     return open_trace(out)
 
@@ -51,8 +67,10 @@ def test_every_draw_is_a_zone_nested_in_its_pass_with_stable_names(tmp_path: Pat
         # sync timing: a draw's wall time lies inside its pass, the pass inside its frame
         assert draws["dur_ns"].sum() <= passes["dur_ns"].sum() <= frame["dur_ns"]
         for d in draws:
-            parent = passes[(passes["start_ns"] <= d["start_ns"])
-                            & (passes["start_ns"] + passes["dur_ns"] >= d["start_ns"] + d["dur_ns"])]
+            parent = passes[
+                (passes["start_ns"] <= d["start_ns"])
+                & (passes["start_ns"] + passes["dur_ns"] >= d["start_ns"] + d["dur_ns"])
+            ]
             assert len(parent) == 1, trace.name(int(d["name"]))
     assert len(names_per_frame) == 4
     assert all(names == names_per_frame[0] for names in names_per_frame)
@@ -65,26 +83,37 @@ def test_the_cap_times_the_first_n_draws_and_counts_the_rest(tmp_path: Path) -> 
     trace = _run(tmp_path, "--max-draw-zones", "10")
     ev = trace.events
     measured = ev[ev["flags"] == 0]
-    draws = measured[(measured["kind"] == Kind.ZONE) & (measured["depth"] == 2) & (measured["clock"] == Clock.WALL)]
+    draws = measured[
+        (measured["kind"] == Kind.ZONE)
+        & (measured["depth"] == 2)
+        & (measured["clock"] == Clock.WALL)
+    ]
     assert len(draws) == 4 * 10
-    untimed = measured[(measured["kind"] == Kind.COUNTER)
-                       & (measured["name"] == trace.strings.index(UNTIMED_NAME))]
+    untimed = measured[
+        (measured["kind"] == Kind.COUNTER) & (measured["name"] == trace.strings.index(UNTIMED_NAME))
+    ]
     assert len(untimed) == 4 and set(untimed["value"]) == {41.0}  # 50 draws + 1 clear, 10 timed
 
 
 def test_capture_in_draws_mode_leaves_moderngl_unpatched(gl_ctx: Any, tmp_path: Path) -> None:
     before = _originals()
     fbo = gl_ctx.simple_framebuffer((16, 16))
-    prog = gl_ctx.program(vertex_shader=("#version 330\nin vec2 in_pos; "
-                                         "void main() { gl_Position = vec4(in_pos, 0, 1); }"),
-                          fragment_shader="#version 330\nout vec4 c; void main() { c = vec4(1); }")
+    prog = gl_ctx.program(
+        vertex_shader=(
+            "#version 330\nin vec2 in_pos; void main() { gl_Position = vec4(in_pos, 0, 1); }"
+        ),
+        fragment_shader="#version 330\nout vec4 c; void main() { c = vec4(1); }",
+    )
     vbo = gl_ctx.buffer(np.array([-1, -1, 3, -1, -1, 3], dtype="f4").tobytes())
     vao = gl_ctx.vertex_array(prog, [(vbo, "2f", "in_pos")])
     try:
         with katra3d.capture(gl_ctx, tmp_path / "c.katra", zones="draws") as cap:
             for _ in range(3):
                 with cap.frame():
-                    assert moderngl.VertexArray.__dict__["render"] is not before[("VertexArray", "render")]
+                    assert (
+                        moderngl.VertexArray.__dict__["render"]
+                        is not before[("VertexArray", "render")]
+                    )
                     fbo.use()
                     with cap.zone("main"):
                         fbo.clear()
@@ -135,30 +164,58 @@ def test_a_scene_failing_mid_frame_leaves_moderngl_unpatched(tmp_path: Path) -> 
     from katra_trace.errors import SceneError
 
     scene = tmp_path / "boom.py"
-    scene.write_text("from katra3d import Scene\n"
-                     "class Boom(Scene):\n"
-                     "    name = 'boom'\n"
-                     "    def setup(self, ctx, size, params):\n"
-                     "        self.bind_target(ctx, size)\n"
-                     "    def render(self, frame):\n"
-                     "        with frame.zone('p'):\n"
-                     "            self.target.clear()\n"
-                     "            raise RuntimeError('boom')\n")
+    scene.write_text(
+        "from katra3d import Scene\n"
+        "class Boom(Scene):\n"
+        "    name = 'boom'\n"
+        "    def setup(self, ctx, size, params):\n"
+        "        self.bind_target(ctx, size)\n"
+        "    def render(self, frame):\n"
+        "        with frame.zone('p'):\n"
+        "            self.target.clear()\n"
+        "            raise RuntimeError('boom')\n"
+    )
     before = _originals()
     with pytest.raises(SceneError, match="boom"):
-        run(RunConfig(scenes=(f"{scene}:Boom",), frames=3, size=(16, 16), zones="draws",
-                      output=str(tmp_path / "b.katra")), quiet=True)
+        run(
+            RunConfig(
+                scenes=(f"{scene}:Boom",),
+                frames=3,
+                size=(16, 16),
+                zones="draws",
+                output=str(tmp_path / "b.katra"),
+            ),
+            quiet=True,
+        )
     assert _originals() == before
-    assert list(tmp_path.glob("b*.katra*")) == []  # it failed in its first warmup frame: no trace is left
+    # it failed in its first warmup frame: no trace is left
+    assert list(tmp_path.glob("b*.katra*")) == []
 
 
 @pytest.mark.slow
 def test_compare_says_when_the_draws_differ(tmp_path: Path) -> None:
     for name, count in (("a", 20), ("b", 22)):
-        res = katra("run", "drawcalls", "--param", f"drawcalls.count={count}", "--zones", "draws", "--frames", "5",
-                    "--size", "16x16", "--quiet", "-o", str(tmp_path / f"{name}.katra"))
+        res = katra(
+            "run",
+            "drawcalls",
+            "--param",
+            f"drawcalls.count={count}",
+            "--zones",
+            "draws",
+            "--frames",
+            "5",
+            "--size",
+            "16x16",
+            "--quiet",
+            "-o",
+            str(tmp_path / f"{name}.katra"),
+        )
         assert res.returncode == 0, res.stderr
-    res = katra("compare", str(tmp_path / "a.katra"), str(tmp_path / "b.katra"), "--allow-param-mismatch")
+    res = katra(
+        "compare", str(tmp_path / "a.katra"), str(tmp_path / "b.katra"), "--allow-param-mismatch"
+    )
     assert res.returncode in (0, 1), res.stderr
-    assert "the draw calls differ (21 draws in BASE, 23 in NEW; only in NEW: draws/draw(in_normal,in_pos)#21" \
-        in res.stdout
+    assert (
+        "the draw calls differ (21 draws in BASE, 23 in NEW; only in NEW: "
+        "draws/draw(in_normal,in_pos)#21" in res.stdout
+    )

@@ -27,16 +27,32 @@ from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
 from katra3d.harness.engine.stopping import StopFlag, StopSignal
 from katra3d.harness.gl import probe
 from katra3d.harness.run.offscreen import MemorySink
+from katra3d.scenes.api import NOMINAL_RATE_HZ, Scene, SceneSkip
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError, SceneError
-from katra_trace.io.header import GLInfo, HostInfo, MeasureOptions, TimerQueryInfo, build_capture_options
+from katra_trace.io.header import (
+    GLInfo,
+    HostInfo,
+    MeasureOptions,
+    TimerQueryInfo,
+    build_capture_options,
+)
 from katra_trace.schema import EVENT_DTYPE, GC_NAME, Clock, Flag, Kind
-from katra3d.scenes.api import NOMINAL_RATE_HZ, Scene, SceneSkip
 
-SOFTWARE_GL = HostInfo(gl=GLInfo(renderer="llvmpipe (LLVM 15.0.6, 256 bits)", software_renderer=True,
-                                  timer_query=TimerQueryInfo(supported=True, counter_bits=64)))
-HARDWARE_GL = HostInfo(gl=GLInfo(renderer="Radeon", software_renderer=False,
-                                 timer_query=TimerQueryInfo(supported=True, counter_bits=64)))
+SOFTWARE_GL = HostInfo(
+    gl=GLInfo(
+        renderer="llvmpipe (LLVM 15.0.6, 256 bits)",
+        software_renderer=True,
+        timer_query=TimerQueryInfo(supported=True, counter_bits=64),
+    )
+)
+HARDWARE_GL = HostInfo(
+    gl=GLInfo(
+        renderer="Radeon",
+        software_renderer=False,
+        timer_query=TimerQueryInfo(supported=True, counter_bits=64),
+    )
+)
 
 
 # --------------------------------------------------------------------------- test doubles
@@ -65,10 +81,17 @@ class FakeContext:
         self.fbo = self.harness_fbo
 
 
-def probe_scene(log: list[str], *, fail_in: str = "", at: int = 0, exc: BaseException | None = None,
-                on_render: Callable[[Any, int], None] | None = None) -> type:
+def probe_scene(
+    log: list[str],
+    *,
+    fail_in: str = "",
+    at: int = 0,
+    exc: BaseException | None = None,
+    on_render: Callable[[Any, int], None] | None = None,
+) -> type:
     """A scene class without GL that logs its calls into ``log`` and raises ``exc`` in ``fail_in``
-    ("setup", "render" at frame ``at``, "release"); ``on_render(frame_obj, index)`` runs every frame."""
+    ("setup", "render" at frame ``at``, "release"); ``on_render(frame_obj, index)`` runs every
+    frame."""
     error = exc if exc is not None else ValueError("boom\n  ===\n  second line")
 
     class Probe:
@@ -104,12 +127,16 @@ def sink_engine(*, stop: StopFlag | None = None, ctx: FakeContext | None = None)
     """An engine in sync mode on a stand-in context, writing into a MemorySink."""
     ctx = ctx or FakeContext()
     sink = MemorySink()
-    engine = Engine(ctx, CaptureSpec(None, "unit", host=SOFTWARE_GL, timing="sync"), writer=sink, stop=stop)
+    engine = Engine(
+        ctx, CaptureSpec(None, "unit", host=SOFTWARE_GL, timing="sync"), writer=sink, stop=stop
+    )
     return engine, sink, ctx
 
 
 def scene_spec(cls: type, *, frames: int | None = 3, warmup: int = 2, **kw: Any) -> SceneSpec:
-    return SceneSpec(cls, "probe", {"k": 1}, size=(8, 4), frames=frames, warmup=warmup, read_image=False, **kw)
+    return SceneSpec(
+        cls, "probe", {"k": 1}, size=(8, 4), frames=frames, warmup=warmup, read_image=False, **kw
+    )
 
 
 def events(sink: MemorySink) -> np.ndarray:
@@ -124,10 +151,15 @@ def wall_frames(sink: MemorySink) -> list[tuple[int, int]]:
 
 
 def markers(sink: MemorySink) -> list[tuple[str, int]]:
-    """(name, flags) of the MARKER events but the garbage collections' (whenever Python collects: gcmarks.py)."""
+    """(name, flags) of the MARKER events but the garbage collections' (whenever Python collects:
+    gcmarks.py).
+    """
     ev = events(sink)
-    return [(sink.strings[int(e["name"])], int(e["flags"])) for e in ev[ev["kind"] == int(Kind.MARKER)]
-            if sink.strings[int(e["name"])] != GC_NAME]
+    return [
+        (sink.strings[int(e["name"])], int(e["flags"]))
+        for e in ev[ev["kind"] == int(Kind.MARKER)]
+        if sink.strings[int(e["name"])] != GC_NAME
+    ]
 
 
 def scene_annotation(sink: MemorySink) -> dict[str, Any]:
@@ -135,58 +167,95 @@ def scene_annotation(sink: MemorySink) -> dict[str, Any]:
     return record
 
 
-# --------------------------------------------------------------------------- the spec, resolved (pure)
+# --------------------------------------------------------------------------- the spec, resolved
+# (pure)
 
 
 def test_resolve_capture_records_the_mode_after_the_callers_options() -> None:
     options = build_capture_options({"api": "x", "measure": "time", "zones": True})
-    resolved = resolve_capture(CaptureSpec(Path("t.katra"), "w", host=SOFTWARE_GL, options=options, zones=True))
+    resolved = resolve_capture(
+        CaptureSpec(Path("t.katra"), "w", host=SOFTWARE_GL, options=options, zones=True)
+    )
     assert (resolved.mode, resolved.zones) == ("sync", "passes")
     assert "software renderer" in resolved.reason
     recorded = resolved.options.as_dict()
-    # the request's keys keep their places (its measure and zones replaced by what was done), the engine's follow
-    assert list(recorded) == ["api", "measure", "zones", "timing_mode", "timing_reason", "primary_clock"]
+    # the request's keys keep their places (its measure and zones replaced by what was done), the
+    # engine's follow
+    assert list(recorded) == [
+        "api",
+        "measure",
+        "zones",
+        "timing_mode",
+        "timing_reason",
+        "primary_clock",
+    ]
     assert recorded["primary_clock"] == "wall" and recorded["measure"] == {"mode": "time"}
     assert recorded["zones"] == "passes" and resolved.options.measure_mode == "time"
     assert dict(resolved.writer_args) == {}
     assert list(resolve_capture(CaptureSpec(None, "w", host=SOFTWARE_GL)).options.as_dict()) == [
-        "timing_mode", "timing_reason", "primary_clock", "measure", "zones"]
+        "timing_mode",
+        "timing_reason",
+        "primary_clock",
+        "measure",
+        "zones",
+    ]
 
 
 def test_resolve_capture_gpu_draws_codec_and_counting() -> None:
-    gpu = resolve_capture(CaptureSpec(None, "w", host=HARDWARE_GL, zones="draws", max_draw_zones=7, codec="none"))
+    gpu = resolve_capture(
+        CaptureSpec(None, "w", host=HARDWARE_GL, zones="draws", max_draw_zones=7, codec="none")
+    )
     assert (gpu.mode, gpu.options.primary_clock, gpu.zones) == ("gpu", "gpu", "draws")
     assert gpu.options.max_draw_zones == 7 and dict(gpu.writer_args) == {"codec": "none"}
-    all_draws = resolve_capture(CaptureSpec(None, "w", host=HARDWARE_GL, zones="draws")).options.as_dict()
+    all_draws = resolve_capture(
+        CaptureSpec(None, "w", host=HARDWARE_GL, zones="draws")
+    ).options.as_dict()
     assert all_draws["max_draw_zones"] is None  # recorded as null: every draw timed
     measure = MeasureOptions(mode="instructions", valgrind="3.22", pinned={"LP_NUM_THREADS": "0"})
-    counted = resolve_capture(CaptureSpec(None, "w", zones=True, measure=measure, dump_base=Path("/x/cg.out")))
+    counted = resolve_capture(
+        CaptureSpec(None, "w", zones=True, measure=measure, dump_base=Path("/x/cg.out"))
+    )
     assert counted.mode == "instructions" and "valgrind 3.22" in counted.reason
-    assert counted.options.as_dict()["measure"] == {"mode": "instructions", "valgrind": "3.22",
-                                                    "pinned": {"LP_NUM_THREADS": "0"}}
+    assert counted.options.as_dict()["measure"] == {
+        "mode": "instructions",
+        "valgrind": "3.22",
+        "pinned": {"LP_NUM_THREADS": "0"},
+    }
     assert counted.options.primary_clock == "instructions" and counted.options.zones == "passes"
     assert counted.writer_args["batch_ms"] >= 1e6  # no time-based flushes while counting
-    assert counted.writer_args["sync"] is True  # and the writer's thread never runs beside the frames
+    # and the writer's thread never runs beside the frames
+    assert counted.writer_args["sync"] is True
 
 
 def test_the_writer_is_the_one_place_the_header_becomes_a_dict(tmp_path: Path) -> None:
     """The engine hands its typed records to the writer, which writes exactly their JSON object."""
     path = tmp_path / "t.katra"
     options = build_capture_options({"frames": 3, "zones": "off"}, api="test")
-    engine = Engine(FakeContext(), CaptureSpec(path, "w", host=SOFTWARE_GL, options=options, timing="sync"))
-    assert isinstance(engine.options, type(options)) and isinstance(engine.writer.header["capture_options"], dict)
+    engine = Engine(
+        FakeContext(), CaptureSpec(path, "w", host=SOFTWARE_GL, options=options, timing="sync")
+    )
+    assert isinstance(engine.options, type(options)) and isinstance(
+        engine.writer.header["capture_options"], dict
+    )
     with engine:
         engine.finish()
     header = open_trace(path).header
-    assert header.capture_options.as_dict() == engine.options.as_dict() == engine.writer.header["capture_options"]
+    assert (
+        header.capture_options.as_dict()
+        == engine.options.as_dict()
+        == engine.writer.header["capture_options"]
+    )
     assert header.host_info == SOFTWARE_GL and header.host_info.as_dict() == SOFTWARE_GL.as_dict()
 
 
-@pytest.mark.parametrize(("spec", "match"), [
-    (CaptureSpec(None, "w", host=SOFTWARE_GL, timing="gpu"), "software renderer"),
-    (CaptureSpec(None, "w", timing="fast"), "unknown timing mode 'fast'"),
-    (CaptureSpec(None, "w", zones="everything"), "unknown --zones 'everything'"),
-])
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        (CaptureSpec(None, "w", host=SOFTWARE_GL, timing="gpu"), "software renderer"),
+        (CaptureSpec(None, "w", timing="fast"), "unknown timing mode 'fast'"),
+        (CaptureSpec(None, "w", zones="everything"), "unknown --zones 'everything'"),
+    ],
+)
 def test_resolve_capture_refuses_impossible_specs(spec: CaptureSpec, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         resolve_capture(spec)
@@ -208,19 +277,34 @@ def test_frames_are_counted_and_warmup_is_flagged() -> None:
         engine.finish("complete", {"frames": 3})
     assert (result.status, result.warmup, result.frames, result.clock) == ("ok", 2, 3, "wall")
     assert result.stats is not None and result.stats["n"] == 3  # warmup excluded from the stats
-    assert log == ["setup 8x4 [('k', 1)]"] + [f"render {i} {i / NOMINAL_RATE_HZ:.4f}" for i in range(5)] + ["release"]
+    assert log == ["setup 8x4 [('k', 1)]"] + [
+        f"render {i} {i / NOMINAL_RATE_HZ:.4f}" for i in range(5)
+    ] + ["release"]
     w = int(Flag.WARMUP)
     assert wall_frames(sink) == [(0, w), (1, w), (2, 0), (3, 0), (4, 0)]
     assert markers(sink) == [("setup", int(Flag.SETUP))]
     note = scene_annotation(sink)
-    assert {k: note[k] for k in ("scene", "status", "params", "warmup_frames", "measured_frames")} == {
-        "scene": "probe", "status": "ok", "params": {"k": 1}, "warmup_frames": 2, "measured_frames": 3}
+    assert {
+        k: note[k] for k in ("scene", "status", "params", "warmup_frames", "measured_frames")
+    } == {
+        "scene": "probe",
+        "status": "ok",
+        "params": {"k": 1},
+        "warmup_frames": 2,
+        "measured_frames": 3,
+    }
     assert "last_frame_sha256" not in note  # read_image=False
-    assert sink.status == "complete" and sink.summary["timing_mode"] == "sync" and sink.summary["frames"] == 3
+    assert (
+        sink.status == "complete"
+        and sink.summary["timing_mode"] == "sync"
+        and sink.summary["frames"] == 3
+    )
 
 
 def _counted_process_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Make the sync timer's process clock a counter that goes up by 1,000 ns a read; returns the values read."""
+    """Make the sync timer's process clock a counter that goes up by 1,000 ns a read; returns the
+    values read.
+    """
     from katra3d.harness.engine import timers
 
     reads: list[int] = []
@@ -236,14 +320,19 @@ def _counted_process_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def process_frames(sink: MemorySink) -> list[int]:
     """dur_ns of the PROCESS frame events handed to the sink, in order."""
     ev = events(sink)
-    return [int(e["dur_ns"]) for e in ev[(ev["kind"] == int(Kind.FRAME)) & (ev["clock"] == int(Clock.PROCESS))]]
+    return [
+        int(e["dur_ns"])
+        for e in ev[(ev["kind"] == int(Kind.FRAME)) & (ev["clock"] == int(Clock.PROCESS))]
+    ]
 
 
-def test_the_frame_loop_reads_the_process_clock_once_per_frame_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
-    """In run's loop the end of one frame is the start of the next (issue 36 item 4): 2 warm-up and 3 measured
-    frames (two loops) read the process clock 2 + 1 and 3 + 1 times, and every frame after a loop's first
-    spans one read interval (1,000 ns here), where two reads a frame would have made every frame 1,000 ns
-    and 10 reads."""
+def test_the_frame_loop_reads_the_process_clock_once_per_frame_boundary(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In run's loop the end of one frame is the start of the next (issue 36 item 4): 2 warm-up and
+    3 measured frames (two loops) read the process clock 2 + 1 and 3 + 1 times, and every frame
+    after a loop's first spans one read interval (1,000 ns here), where two reads a frame would have
+    made every frame 1,000 ns and 10 reads."""
     reads = _counted_process_reads(monkeypatch)
     engine, sink, ctx = sink_engine()
     with engine:
@@ -255,7 +344,9 @@ def test_the_frame_loop_reads_the_process_clock_once_per_frame_boundary(monkeypa
     assert sum(process_frames(sink)) == (reads[2] - reads[0]) + (reads[6] - reads[3])
 
 
-def test_a_capture_reads_the_process_clock_at_both_ends_of_a_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_capture_reads_the_process_clock_at_both_ends_of_a_frame(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """harness.capture runs the user's code between frames (its frame span begins with the engine's
     ``frame_begin``): that code must not be billed to the next frame, so each frame reads twice."""
     reads = _counted_process_reads(monkeypatch)
@@ -280,7 +371,9 @@ def test_a_scene_measured_for_a_duration_renders_until_the_deadline() -> None:
         result = engine.run_scene(spec)
         engine.finish()
     assert time.perf_counter() - t0 >= 0.2 and result.frames >= 1 and result.warmup == 1
-    assert wall_frames(sink) == [(0, int(Flag.WARMUP))] + [(i, 0) for i in range(1, result.frames + 1)]
+    assert wall_frames(sink) == [(0, int(Flag.WARMUP))] + [
+        (i, 0) for i in range(1, result.frames + 1)
+    ]
 
 
 class Lines:
@@ -309,15 +402,25 @@ def test_progress_hears_of_each_scene_once_it_ends() -> None:
     engine, _, _ = sink_engine()
     with engine:
         engine.run_scene(scene_spec(probe_scene([]), index=2, total=3), progress=progress)
-        engine.run_scene(scene_spec(probe_scene([], fail_in="setup", exc=SceneSkip("no")), index=3, total=3),
-                         progress=progress)
+        engine.run_scene(
+            scene_spec(probe_scene([], fail_in="setup", exc=SceneSkip("no")), index=3, total=3),
+            progress=progress,
+        )
         engine.finish()
-    assert progress.seen[:4] == ["started 2 probe 5", "phase [2/3] probe: setting up None",
-                                 "phase [2/3] probe: warm-up 2", "phase [2/3] probe: measuring 3"]
+    assert progress.seen[:4] == [
+        "started 2 probe 5",
+        "phase [2/3] probe: setting up None",
+        "phase [2/3] probe: warm-up 2",
+        "phase [2/3] probe: measuring 3",
+    ]
     assert progress.seen[4].startswith("[2/3] probe: 3 frames, median ")
-    assert progress.seen[4].endswith((" µs (wall)", " ms (wall)", " s (wall)"))  # the unit that suits it
-    assert progress.seen[5:] == ["started 3 probe 5", "phase [3/3] probe: setting up None",
-                                 "[3/3] probe: skipped: no"]
+    # the unit that suits it
+    assert progress.seen[4].endswith((" µs (wall)", " ms (wall)", " s (wall)"))
+    assert progress.seen[5:] == [
+        "started 3 probe 5",
+        "phase [3/3] probe: setting up None",
+        "[3/3] probe: skipped: no",
+    ]
 
 
 def test_a_measured_driver_renders_the_measured_frames() -> None:
@@ -327,11 +430,14 @@ def test_a_measured_driver_renders_the_measured_frames() -> None:
 
     def driver(one_frame: Callable[[], None], count: int) -> None:
         calls.append(count)
-        for _ in range(count - 1):  # a driver may render fewer than asked: the engine counts what it did
+        # a driver may render fewer than asked: the engine counts what it did
+        for _ in range(count - 1):
             one_frame()
 
     with engine:
-        result = engine.run_scene(scene_spec(probe_scene(log), frames=4, warmup=1), measured_driver=driver)
+        result = engine.run_scene(
+            scene_spec(probe_scene(log), frames=4, warmup=1), measured_driver=driver
+        )
         engine.finish()
     assert calls == [4] and (result.warmup, result.frames) == (1, 3)
     assert wall_frames(sink) == [(0, int(Flag.WARMUP)), (1, 0), (2, 0), (3, 0)]
@@ -352,7 +458,9 @@ def test_a_scene_that_binds_its_own_framebuffer_gets_the_harness_one_back() -> N
     log: list[str] = []
     engine, _, _ = sink_engine(ctx=ctx)
     with engine:
-        engine.run_scene(scene_spec(probe_scene(log, on_render=leave_bound), frames=2, warmup=1), bind=bind)
+        engine.run_scene(
+            scene_spec(probe_scene(log, on_render=leave_bound), frames=2, warmup=1), bind=bind
+        )
         engine.finish()
     # before setup, before frame 2 (frame 1 left another framebuffer bound), after release
     assert binds == [0, 3, 5] and log[3].startswith("render 2")
@@ -362,7 +470,9 @@ def test_a_skipped_scene_is_recorded_and_released() -> None:
     log: list[str] = []
     engine, sink, _ = sink_engine()
     with engine:
-        result = engine.run_scene(scene_spec(probe_scene(log, fail_in="setup", exc=SceneSkip("needs GL 4.6"))))
+        result = engine.run_scene(
+            scene_spec(probe_scene(log, fail_in="setup", exc=SceneSkip("needs GL 4.6")))
+        )
         engine.finish()
     assert (result.status, result.reason, result.frames) == ("skipped", "needs GL 4.6", 0)
     assert log[-1] == "release" and not any(line.startswith("render") for line in log)
@@ -373,22 +483,36 @@ def test_a_skipped_scene_is_recorded_and_released() -> None:
 # --------------------------------------------------------------------------- failures (pure)
 
 
-@pytest.mark.parametrize(("fail_in", "phase", "kept"), [
-    ("setup", "in setup", []),
-    ("render", "while rendering", [0, 1, 2]),
-    ("release", "in release", [0, 1, 2, 3, 4]),
-])
+@pytest.mark.parametrize(
+    ("fail_in", "phase", "kept"),
+    [
+        ("setup", "in setup", []),
+        ("render", "while rendering", [0, 1, 2]),
+        ("release", "in release", [0, 1, 2, 3, 4]),
+    ],
+)
 def test_a_failing_scene_gives_scene_error_and_an_aborted_trace_with_its_frames(
-        fail_in: str, phase: str, kept: list[int]) -> None:
+    fail_in: str, phase: str, kept: list[int]
+) -> None:
     log: list[str] = []
     engine, sink, _ = sink_engine()
     with pytest.raises(SceneError) as info, engine:
         engine.run_scene(scene_spec(probe_scene(log, fail_in=fail_in, at=3)))
-    raises = [n for n, text in enumerate(Path(__file__).read_text().splitlines(), 1) if text.strip() == "raise error"]
-    line = raises[["setup", "render", "release"].index(fail_in)]  # probe_scene's raise, in this file
-    message = f"scene 'probe' failed {phase} ({os.path.relpath(__file__)}:{line}): ValueError: boom | second line"
+    raises = [
+        n
+        for n, text in enumerate(Path(__file__).read_text().splitlines(), 1)
+        if text.strip() == "raise error"
+    ]
+    # probe_scene's raise, in this file
+    line = raises[["setup", "render", "release"].index(fail_in)]
+    message = (
+        f"scene 'probe' failed {phase} ({os.path.relpath(__file__)}:{line}): ValueError: boom | "
+        "second line"
+    )
     assert str(info.value) == message and isinstance(info.value.__cause__, ValueError)
-    assert info.value.scene_traceback.endswith("    raise error\nValueError: boom\n  ===\n  second line\n")
+    assert info.value.scene_traceback.endswith(
+        "    raise error\nValueError: boom\n  ===\n  second line\n"
+    )
     assert "harness" + os.sep not in info.value.scene_traceback  # katra3d's own frames are left out
     assert log.count("release") == 1  # released once, whatever failed
     assert [i for i, _ in wall_frames(sink)] == kept
@@ -397,9 +521,14 @@ def test_a_failing_scene_gives_scene_error_and_an_aborted_trace_with_its_frames(
 
 def test_sys_exit_in_a_scene_is_a_scene_error() -> None:
     engine, sink, _ = sink_engine()
-    with pytest.raises(SceneError, match=r"failed while rendering \(.*test_engine.py:\d+\): SystemExit\(4\): "
-                                         r"scene code called sys.exit"), \
-            engine:
+    with (
+        pytest.raises(
+            SceneError,
+            match=r"failed while rendering \(.*test_engine.py:\d+\): SystemExit\(4\): "
+            r"scene code called sys.exit",
+        ),
+        engine,
+    ):
         engine.run_scene(scene_spec(probe_scene([], fail_in="render", at=0, exc=SystemExit(4))))
     assert sink.status == "aborted"
 
@@ -422,7 +551,13 @@ def test_a_gl_error_in_a_frame_is_recorded_and_fails_the_scene() -> None:
     engine, sink, _ = sink_engine(ctx=ctx)
     with pytest.raises(SceneError, match="OpenGL reported GL_INVALID_OPERATION in frame 2"), engine:
         engine.run_scene(scene_spec(probe_scene([], on_render=break_gl)))
-    record = {"type": "gl_error", "scene": "probe", "frame": 2, "where": "frame", "error": "GL_INVALID_OPERATION"}
+    record = {
+        "type": "gl_error",
+        "scene": "probe",
+        "frame": 2,
+        "where": "frame",
+        "error": "GL_INVALID_OPERATION",
+    }
     assert record in sink.annotations and sink.summary["gl_errors"] == [record]
     assert [i for i, _ in wall_frames(sink)] == [0, 1, 2]  # the frame with the error is kept
 
@@ -437,21 +572,30 @@ def test_release_after_a_good_run_that_unbinds_the_harness_framebuffer_is_its_ow
 
     log: list[str] = []
     engine, sink, _ = sink_engine()
-    with pytest.raises(SceneError, match="released the harness's framebuffer .*RuntimeError: framebuffer deleted"), \
-            engine:
+    with (
+        pytest.raises(
+            SceneError,
+            match="released the harness's framebuffer .*RuntimeError: framebuffer deleted",
+        ),
+        engine,
+    ):
         engine.run_scene(scene_spec(probe_scene(log), frames=1, warmup=0), bind=bind)
     assert log[-1] == "release" and calls == ["bind", "bind"]
     assert sink.status == "aborted" and [i for i, _ in wall_frames(sink)] == [0]
 
 
-@pytest.mark.parametrize(("passes", "raised", "expected"), [
-    ((ConfigError,), ConfigError("x"), ConfigError),
-    ((), ConfigError("x"), SceneError),
-    ((ConfigError,), KeyError("k"), SceneError),
-    ((), KeyboardInterrupt(), KeyboardInterrupt),
-])
-def test_scene_errors_translates_all_but_what_passes(passes: tuple[type[BaseException], ...],
-                                                     raised: BaseException, expected: type[BaseException]) -> None:
+@pytest.mark.parametrize(
+    ("passes", "raised", "expected"),
+    [
+        ((ConfigError,), ConfigError("x"), ConfigError),
+        ((), ConfigError("x"), SceneError),
+        ((ConfigError,), KeyError("k"), SceneError),
+        ((), KeyboardInterrupt(), KeyboardInterrupt),
+    ],
+)
+def test_scene_errors_translates_all_but_what_passes(
+    passes: tuple[type[BaseException], ...], raised: BaseException, expected: type[BaseException]
+) -> None:
     with pytest.raises(expected), scene_errors("s", "in setup", passes=passes):
         raise raised
 
@@ -459,7 +603,9 @@ def test_scene_errors_translates_all_but_what_passes(passes: tuple[type[BaseExce
 def test_describe_makes_one_short_line() -> None:
     assert describe(None) == ""
     assert describe(RuntimeError("")) == "RuntimeError"
-    assert describe(ValueError("0:1 error\n-----\n0:2 error")) == "ValueError: 0:1 error | 0:2 error"
+    assert (
+        describe(ValueError("0:1 error\n-----\n0:2 error")) == "ValueError: 0:1 error | 0:2 error"
+    )
     long = describe(ValueError("x" * 1000))
     assert len(long) == len("ValueError: ") + 400 and long.endswith("...")
 
@@ -467,9 +613,12 @@ def test_describe_makes_one_short_line() -> None:
 # --------------------------------------------------------------------------- stopping (pure)
 
 
-@pytest.mark.parametrize(("warmup", "at", "frames", "measured"), [(0, 2, [0, 1, 2], 3), (3, 1, [0, 1], 0)])
-def test_a_stop_flag_set_mid_run_stops_at_the_frame_boundary(warmup: int, at: int, frames: list[int],
-                                                            measured: int) -> None:
+@pytest.mark.parametrize(
+    ("warmup", "at", "frames", "measured"), [(0, 2, [0, 1, 2], 3), (3, 1, [0, 1], 0)]
+)
+def test_a_stop_flag_set_mid_run_stops_at_the_frame_boundary(
+    warmup: int, at: int, frames: list[int], measured: int
+) -> None:
     stop = StopFlag()
 
     def first_signal(frame: Any, index: int) -> None:
@@ -479,17 +628,24 @@ def test_a_stop_flag_set_mid_run_stops_at_the_frame_boundary(warmup: int, at: in
     log: list[str] = []
     engine, sink, _ = sink_engine(stop=stop)
     with engine:
-        result = engine.run_scene(scene_spec(probe_scene(log, on_render=first_signal), frames=10, warmup=warmup))
+        result = engine.run_scene(
+            scene_spec(probe_scene(log, on_render=first_signal), frames=10, warmup=warmup)
+        )
         engine.finish("interrupted")
-    assert result.status == "interrupted" and result.frames == measured and result.warmup == len(frames) - measured
-    assert [i for i, _ in wall_frames(sink)] == frames  # the frame in progress finished and was kept
+    assert (
+        result.status == "interrupted"
+        and result.frames == measured
+        and result.warmup == len(frames) - measured
+    )
+    # the frame in progress finished and was kept
+    assert [i for i, _ in wall_frames(sink)] == frames
     assert log[-1] == "release" and scene_annotation(sink)["status"] == "interrupted"
     assert stop.signal_name == "SIGTERM" and not stop.hard_stop.is_set()
 
 
 def test_a_second_signal_interrupts_the_frame_in_progress(monkeypatch: pytest.MonkeyPatch) -> None:
-    # the keeper ends a process that has not finished its trace HARD_STOP_GRACE_S after a second signal:
-    # give this one, on a busy test machine, all the time it needs
+    # the keeper ends a process that has not finished its trace HARD_STOP_GRACE_S after a second
+    # signal: give this one, on a busy test machine, all the time it needs
     monkeypatch.setattr(stopping, "HARD_STOP_GRACE_S", 60.0)
     stop = StopFlag()
 
@@ -550,14 +706,20 @@ def gl_fbo(gl_ctx: Any) -> Iterator[Any]:
 
 
 @pytest.mark.gl
-def test_engine_on_llvmpipe_writes_frames_and_the_last_image(gl_ctx: Any, gl_fbo: Any, tmp_path: Path) -> None:
+def test_engine_on_llvmpipe_writes_frames_and_the_last_image(
+    gl_ctx: Any, gl_fbo: Any, tmp_path: Path
+) -> None:
     path = tmp_path / "e.katra"
     shot = tmp_path / "last.png"
     host = HostInfo(gl=probe.gl_info(gl_ctx))
-    engine = Engine(gl_ctx, CaptureSpec(path, "unit", host=host, options=build_capture_options(api="test")))
+    engine = Engine(
+        gl_ctx, CaptureSpec(path, "unit", host=host, options=build_capture_options(api="test"))
+    )
     with engine:
-        result = engine.run_scene(SceneSpec(_Stripes, "stripes", {}, size=(16, 8), frames=2, warmup=1,
-                                            screenshot=shot), bind=gl_fbo.use)
+        result = engine.run_scene(
+            SceneSpec(_Stripes, "stripes", {}, size=(16, 8), frames=2, warmup=1, screenshot=shot),
+            bind=gl_fbo.use,
+        )
         engine.finish("complete", {"scenes": [result.row()]})
     assert isinstance(result, SceneResult) and (result.warmup, result.frames) == (1, 2)
     assert result.pixels.shape == (8, 16, 4) and int(result.pixels[0, 0, 0]) == round(2 / 8 * 255)
@@ -567,20 +729,39 @@ def test_engine_on_llvmpipe_writes_frames_and_the_last_image(gl_ctx: Any, gl_fbo
     note = [a for a in trace.annotations if a.get("type") == "scene"][0]
     assert note["last_frame_index"] == 2 and note["last_frame_sha256"] == result.checksum
     assert note["screenshot"] == str(shot) and shot.read_bytes().startswith(b"\x89PNG")
-    wall = trace.events[(trace.events["kind"] == int(Kind.FRAME)) & (trace.events["clock"] == int(Clock.WALL))]
-    assert wall["frame"].tolist() == [0, 1, 2] and wall["flags"].tolist() == [int(Flag.WARMUP), 0, 0]
+    wall = trace.events[
+        (trace.events["kind"] == int(Kind.FRAME)) & (trace.events["clock"] == int(Clock.WALL))
+    ]
+    assert wall["frame"].tolist() == [0, 1, 2] and wall["flags"].tolist() == [
+        int(Flag.WARMUP),
+        0,
+        0,
+    ]
 
 
 @pytest.mark.gl
-def test_engine_on_llvmpipe_keeps_the_frames_of_a_failing_scene(gl_ctx: Any, gl_fbo: Any, tmp_path: Path) -> None:
+def test_engine_on_llvmpipe_keeps_the_frames_of_a_failing_scene(
+    gl_ctx: Any, gl_fbo: Any, tmp_path: Path
+) -> None:
     path = tmp_path / "f.katra"
     engine = Engine(gl_ctx, CaptureSpec(path, "unit", host=SOFTWARE_GL))
-    with pytest.raises(SceneError, match=r"failed while rendering \(.*test_engine.py:\d+\): RuntimeError: "
-                                         r"render failed on purpose"), engine:
-        engine.run_scene(SceneSpec(_Fails, "fails", {}, size=(16, 8), frames=5, warmup=0), bind=gl_fbo.use)
+    with (
+        pytest.raises(
+            SceneError,
+            match=r"failed while rendering \(.*test_engine.py:\d+\): RuntimeError: "
+            r"render failed on purpose",
+        ),
+        engine,
+    ):
+        engine.run_scene(
+            SceneSpec(_Fails, "fails", {}, size=(16, 8), frames=5, warmup=0), bind=gl_fbo.use
+        )
     assert gl_ctx.fbo is gl_fbo  # bound again after the failure
     trace = open_trace(path)
-    assert trace.status == "aborted" and "render failed on purpose" in trace.summary["user"]["error"]
-    wall = trace.events[(trace.events["kind"] == int(Kind.FRAME)) & (trace.events["clock"] == int(Clock.WALL))]
+    assert (
+        trace.status == "aborted" and "render failed on purpose" in trace.summary["user"]["error"]
+    )
+    wall = trace.events[
+        (trace.events["kind"] == int(Kind.FRAME)) & (trace.events["clock"] == int(Clock.WALL))
+    ]
     assert wall["frame"].tolist() == [0, 1]
-

@@ -25,16 +25,23 @@ def test_a_packed_frame_becomes_its_cpu_wall_and_process_events() -> None:
     buf.flush()
     ev = _events(sink)
     assert [(int(e["kind"]), int(e["clock"])) for e in ev] == [
-        (int(Kind.FRAME), int(Clock.CPU)), (int(Kind.FRAME), int(Clock.WALL)), (int(Kind.FRAME), int(Clock.PROCESS))]
+        (int(Kind.FRAME), int(Clock.CPU)),
+        (int(Kind.FRAME), int(Clock.WALL)),
+        (int(Kind.FRAME), int(Clock.PROCESS)),
+    ]
     assert ev["dur_ns"].tolist() == [400, 1_500, 3_300]
     assert set(ev["start_ns"].tolist()) == {1_000}
-    assert set(ev["frame"].tolist()) == {7} and set(ev["flags"].tolist()) == {1} and set(ev["scene"].tolist()) == {5}
+    assert (
+        set(ev["frame"].tolist()) == {7}
+        and set(ev["flags"].tolist()) == {1}
+        and set(ev["scene"].tolist()) == {5}
+    )
     assert set(ev["name"].tolist()) == {sink.intern(FRAME_NAME)}
 
 
 class _AppendedDuringTake(list[bytes]):
-    """Pending frames whose first slice lets "the frame loop" append one more frame, as another thread
-    may between the flush's taking of the pending frames and its removing them."""
+    """Pending frames whose first slice lets "the frame loop" append one more frame, as another
+    thread may between the flush's taking of the pending frames and its removing them."""
 
     def __init__(self, late: bytes) -> None:
         super().__init__()
@@ -66,7 +73,8 @@ def test_a_frame_appended_while_a_flush_takes_the_pending_ones_is_handed_over_ne
 
 
 def test_frames_appended_while_another_thread_flushes_are_handed_over_once_in_order() -> None:
-    # the keeper thread flushes whenever it likes while the frame loop appends: nothing lost, nothing twice
+    # the keeper thread flushes whenever it likes while the frame loop appends: nothing lost,
+    # nothing twice
     sink = MemorySink()
     buf = EventBuffer(sink, max_rows=1 << 30, max_age_ns=None)
     frames = 30_000  # at least; more until the keeper has flushed between appends a few times
@@ -92,7 +100,9 @@ def test_frames_appended_while_another_thread_flushes_are_handed_over_once_in_or
     finally:
         sys.setswitchinterval(interval)
     buf.flush()
-    assert len(sink.arrays) > 2, "the keeper never flushed between appends: the test did not test anything"
+    assert len(sink.arrays) > 2, (
+        "the keeper never flushed between appends: the test did not test anything"
+    )
     wall = _events(sink)
     wall = wall[wall["clock"] == int(Clock.WALL)]
     assert wall["frame"].tolist() == list(range(frames))

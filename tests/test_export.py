@@ -1,4 +1,6 @@
-"""katra3d export: Perfetto protobuf, Chrome JSON, CSV and Parquet, checked by parsing the output back."""
+"""katra3d export: Perfetto protobuf, Chrome JSON, CSV and Parquet, checked by parsing the output
+back.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +21,15 @@ from katra_trace.export import FORMATS, default_path, export_trace
 from katra_trace.export.timeline import build_timeline, gpu_to_host, nest
 from katra_trace.optional import MissingDependencyError
 from tests.cli_helpers import katra_main
-from tests.export_helpers import HEADER, HOST0, STRINGS, SYNCS, gpu_expected, parse_perfetto, write_rich
+from tests.export_helpers import (
+    HEADER,
+    HOST0,
+    STRINGS,
+    SYNCS,
+    gpu_expected,
+    parse_perfetto,
+    write_rich,
+)
 
 pytest.importorskip("perfetto", reason="the 'export' extra (perfetto) is part of the test extra")
 
@@ -31,7 +41,9 @@ def rich(tmp_path: Path) -> tuple[Path, np.ndarray]:
 
 
 def _spans(ev: np.ndarray) -> np.ndarray:
-    mask: np.ndarray = ((ev["kind"] == Kind.FRAME) | (ev["kind"] == Kind.ZONE)) & (ev["clock"] <= Clock.GPU)
+    mask: np.ndarray = ((ev["kind"] == Kind.FRAME) | (ev["kind"] == Kind.ZONE)) & (
+        ev["clock"] <= Clock.GPU
+    )
     return mask
 
 
@@ -51,8 +63,14 @@ def test_perfetto_round_trip(rich: tuple[Path, np.ndarray], tmp_path: Path) -> N
     slice_tracks = sorted(n for n, t in by_name.items() if t["parent"] and not t["counter"])
     assert slice_tracks == ["alpha: cpu", "alpha: wall", "beta: gpu"]
     counter_tracks = sorted(n for n, t in by_name.items() if t["counter"])
-    assert counter_tracks == ["alpha: frame_interval_ns (cpu)", "gamma: D1mr (cycles)", "gamma: Ir (cycles)",
-                              "gamma: draw (instructions)", "gamma: frame (cycles)", "gamma: frame (instructions)"]
+    assert counter_tracks == [
+        "alpha: frame_interval_ns (cpu)",
+        "gamma: D1mr (cycles)",
+        "gamma: Ir (cycles)",
+        "gamma: draw (instructions)",
+        "gamma: frame (cycles)",
+        "gamma: frame (instructions)",
+    ]
     scene_of = {uuid: t["name"] for uuid, t in parsed.tracks.items() if not t["parent"]}
     for name in slice_tracks + counter_tracks:
         assert scene_of[by_name[name]["parent"]] == name.split(":")[0]
@@ -62,28 +80,50 @@ def test_perfetto_round_trip(rich: tuple[Path, np.ndarray], tmp_path: Path) -> N
     spans = ev[_spans(ev) & (ev["clock"] != Clock.GPU)]
     got = [s for s in parsed.slices if s.track.startswith("alpha")]
     assert len(got) == len(spans)
-    want = sorted((f"alpha: {'wall' if r['clock'] == Clock.WALL else 'cpu'}", STRINGS[r["name"]],
-                   int(r["start_ns"]) + base, int(r["dur_ns"]), int(r["depth"])) for r in spans)
+    want = sorted(
+        (
+            f"alpha: {'wall' if r['clock'] == Clock.WALL else 'cpu'}",
+            STRINGS[r["name"]],
+            int(r["start_ns"]) + base,
+            int(r["dur_ns"]),
+            int(r["depth"]),
+        )
+        for r in spans
+    )
     assert sorted((s.track, s.name, s.ts, s.dur, s.depth) for s in got) == want
     # zones nest inside the frame slice of the same frame index
     frames = [s for s in got if s.depth == 0]
     assert all(s.name == "frame" and "frame" in s.args for s in frames)
     for z in (s for s in got if s.depth > 0):
-        parent = [f for f in frames if f.track == z.track and f.ts <= z.ts and z.ts + z.dur <= f.ts + f.dur]
+        parent = [
+            f
+            for f in frames
+            if f.track == z.track and f.ts <= z.ts and z.ts + z.dur <= f.ts + f.dur
+        ]
         assert len(parent) == 1, z
     assert {s.args.get("flags") for s in frames} == {"warmup", None}
 
     # markers: instants, reference ones included
-    inst = sorted((s.name, s.ts - base, s.args.get("flags"), s.args.get("dur_ns")) for s in parsed.instants)
-    assert inst == [("reference", 1_000_000 + 3 * 4_100_000 + 4_050_000, "reference", 30_000),
-                    ("reference", 1_000_000 + 7 * 4_100_000 + 4_050_000, "reference", 30_000),
-                    ("setup", 0, "setup", 500_000)]
+    inst = sorted(
+        (s.name, s.ts - base, s.args.get("flags"), s.args.get("dur_ns")) for s in parsed.instants
+    )
+    assert inst == [
+        ("reference", 1_000_000 + 3 * 4_100_000 + 4_050_000, "reference", 30_000),
+        ("reference", 1_000_000 + 7 * 4_100_000 + 4_050_000, "reference", 30_000),
+        ("setup", 0, "setup", 500_000),
+    ]
 
     # counters and count clocks: one value each, at the row's host time
-    assert [v for _, v in parsed.counters["alpha: frame_interval_ns (cpu)"]] == [4_100_000.0 + i for i in range(8)]
-    assert [v for _, v in parsed.counters["gamma: frame (instructions)"]] == [1_000_000.0 + i for i in range(5)]
+    assert [v for _, v in parsed.counters["alpha: frame_interval_ns (cpu)"]] == [
+        4_100_000.0 + i for i in range(8)
+    ]
+    assert [v for _, v in parsed.counters["gamma: frame (instructions)"]] == [
+        1_000_000.0 + i for i in range(5)
+    ]
     assert [v for _, v in parsed.counters["gamma: D1mr (cycles)"]] == [100.0 + i for i in range(5)]
-    total = len(parsed.slices) + len(parsed.instants) + sum(len(v) for v in parsed.counters.values())
+    total = (
+        len(parsed.slices) + len(parsed.instants) + sum(len(v) for v in parsed.counters.values())
+    )
     assert total == len(ev) + 1  # every event once, plus the capture slice
     assert result.counts["slices"] == len(parsed.slices) - 1
 
@@ -96,13 +136,21 @@ def test_perfetto_gpu_placed_through_clock_syncs(rich: tuple[Path, np.ndarray]) 
     base = int(trace.header.start_host_ns or 0)
     gpu = ev[ev["clock"] == Clock.GPU]
     got = sorted((s.ts - base, s.dur) for s in parsed.slices if s.track == "beta: gpu")
-    want = sorted((gpu_expected(int(r["start_ns"])),
-                   gpu_expected(int(r["start_ns"]) + int(r["dur_ns"])) - gpu_expected(int(r["start_ns"])))
-                  for r in gpu)
+    want = sorted(
+        (
+            gpu_expected(int(r["start_ns"])),
+            gpu_expected(int(r["start_ns"]) + int(r["dur_ns"])) - gpu_expected(int(r["start_ns"])),
+        )
+        for r in gpu
+    )
     assert got == want
     # the drift is real: late frames moved by tens of microseconds from the stored times
-    assert max(abs(g[0] - int(r)) for g, r in zip(got, sorted(gpu["start_ns"]), strict=True)) > 50_000
-    assert result.counts["gpu_drift_ppb"] == round(((HOST0 * 0 + 900_000_000) / 899_910_000 - 1) * 1e9)
+    assert (
+        max(abs(g[0] - int(r)) for g, r in zip(got, sorted(gpu["start_ns"]), strict=True)) > 50_000
+    )
+    assert result.counts["gpu_drift_ppb"] == round(
+        ((HOST0 * 0 + 900_000_000) / 899_910_000 - 1) * 1e9
+    )
 
 
 def test_gpu_mapping_one_pair_keeps_stored_times() -> None:
@@ -141,8 +189,11 @@ def test_nest_clamps_overhanging_spans() -> None:
 def test_perfetto_exports_clamped_spans_nested(tmp_path: Path) -> None:
     from tests.trace_helpers import write_trace
 
-    rows = [(Kind.FRAME, Clock.WALL, 0, 0, 1, 2, 0, 0, 100, 0.0), (Kind.ZONE, Clock.WALL, 0, 1, 1, 3, 0, 50, 70, 0.0),
-            (Kind.FRAME, Clock.WALL, 0, 0, 1, 2, 1, 100, 100, 0.0)]
+    rows = [
+        (Kind.FRAME, Clock.WALL, 0, 0, 1, 2, 0, 0, 100, 0.0),
+        (Kind.ZONE, Clock.WALL, 0, 1, 1, 3, 0, 50, 70, 0.0),
+        (Kind.FRAME, Clock.WALL, 0, 0, 1, 2, 1, 100, 100, 0.0),
+    ]
     from katra_trace.schema import EVENT_DTYPE
 
     write_trace(tmp_path / "o.katra", np.array(rows, dtype=EVENT_DTYPE), ["", "s", "frame", "z"])
@@ -150,8 +201,11 @@ def test_perfetto_exports_clamped_spans_nested(tmp_path: Path) -> None:
     assert any("1 spans overhung" in w for w in result.warnings)
     parsed = parse_perfetto(result.path.read_bytes())
     assert parsed.problems == []
-    assert sorted((s.name, s.ts - parsed.slices[1].ts * 0, s.dur, s.depth) for s in parsed.slices
-                  if s.track != "katra3d capture")[-1][2:] == (50, 1)
+    assert sorted(
+        (s.name, s.ts - parsed.slices[1].ts * 0, s.dur, s.depth)
+        for s in parsed.slices
+        if s.track != "katra3d capture"
+    )[-1][2:] == (50, 1)
 
 
 # --------------------------------------------------------------------------- chrome
@@ -165,32 +219,58 @@ def test_chrome_json(rich: tuple[Path, np.ndarray]) -> None:
     events = doc["traceEvents"]
     assert doc["metadata"]["timing_mode"] == "sync"
     assert doc["metadata"]["host_info"] == HEADER["host_info"]
-    procs = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    procs = {
+        e["pid"]: e["args"]["name"]
+        for e in events
+        if e["ph"] == "M" and e["name"] == "process_name"
+    }
     assert set(procs.values()) == {"katra3d capture", "alpha", "beta", "gamma"}
-    threads = {(procs[e["pid"]], e["args"]["name"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    threads = {
+        (procs[e["pid"]], e["args"]["name"])
+        for e in events
+        if e["ph"] == "M" and e["name"] == "thread_name"
+    }
     assert threads == {("alpha", "wall"), ("alpha", "cpu"), ("beta", "gpu")}
     xs = [e for e in events if e["ph"] == "X" and e["pid"] != 0]
     assert len(xs) == int(_spans(ev).sum())
     # times in µs, exact to the ns
-    alpha_wall = sorted((round(e["ts"] * 1000), round(e["dur"] * 1000)) for e in xs
-                        if procs[e["pid"]] == "alpha" and e["tid"] == 1)
+    alpha_wall = sorted(
+        (round(e["ts"] * 1000), round(e["dur"] * 1000))
+        for e in xs
+        if procs[e["pid"]] == "alpha" and e["tid"] == 1
+    )
     rows = ev[_spans(ev) & (ev["clock"] == Clock.WALL)]
     assert alpha_wall == sorted((int(r["start_ns"]), int(r["dur_ns"])) for r in rows)
     # zones nest in their frame (same pid/tid, same frame index)
     for z in (e for e in xs if e["cat"] == "zone"):
-        frame = [f for f in xs if f["cat"] == "frame" and (f["pid"], f["tid"]) == (z["pid"], z["tid"])
-                 and f["args"]["frame"] == z["args"]["frame"]]
+        frame = [
+            f
+            for f in xs
+            if f["cat"] == "frame"
+            and (f["pid"], f["tid"]) == (z["pid"], z["tid"])
+            and f["args"]["frame"] == z["args"]["frame"]
+        ]
         assert len(frame) == 1
-        assert frame[0]["ts"] <= z["ts"] and z["ts"] + z["dur"] <= frame[0]["ts"] + frame[0]["dur"] + 1e-9
+        assert (
+            frame[0]["ts"] <= z["ts"]
+            and z["ts"] + z["dur"] <= frame[0]["ts"] + frame[0]["dur"] + 1e-9
+        )
     assert sum(e["ph"] == "i" for e in events) == int((ev["kind"] == Kind.MARKER).sum())
     counters = [e for e in events if e["ph"] == "C"]
-    value_rows = (ev["kind"] == Kind.COUNTER) | (((ev["kind"] == Kind.FRAME) | (ev["kind"] == Kind.ZONE))
-                                                  & (ev["clock"] > Clock.GPU))
+    value_rows = (ev["kind"] == Kind.COUNTER) | (
+        ((ev["kind"] == Kind.FRAME) | (ev["kind"] == Kind.ZONE)) & (ev["clock"] > Clock.GPU)
+    )
     assert len(counters) == int(value_rows.sum())
-    assert {c["name"] for c in counters} >= {"Ir (cycles)", "frame (instructions)", "frame_interval_ns (cpu)"}
+    assert {c["name"] for c in counters} >= {
+        "Ir (cycles)",
+        "frame (instructions)",
+        "frame_interval_ns (cpu)",
+    }
 
 
-def test_chrome_warns_when_huge(rich: tuple[Path, np.ndarray], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_chrome_warns_when_huge(
+    rich: tuple[Path, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import katra_trace.export.chrome as chrome
 
     path, ev = rich
@@ -208,10 +288,30 @@ def test_csv_one_row_per_event(rich: tuple[Path, np.ndarray]) -> None:
     with open(result.path, newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == len(ev)
-    assert list(rows[0]) == ["scene", "name", "kind", "clock", "flags", "depth", "frame", "start_ns", "dur_ns",
-                             "value"]
-    assert rows[0] == {"scene": "alpha", "name": "setup", "kind": "marker", "clock": "wall", "flags": "setup",
-                       "depth": "0", "frame": "0", "start_ns": "0", "dur_ns": "500000", "value": "0.0"}
+    assert list(rows[0]) == [
+        "scene",
+        "name",
+        "kind",
+        "clock",
+        "flags",
+        "depth",
+        "frame",
+        "start_ns",
+        "dur_ns",
+        "value",
+    ]
+    assert rows[0] == {
+        "scene": "alpha",
+        "name": "setup",
+        "kind": "marker",
+        "clock": "wall",
+        "flags": "setup",
+        "depth": "0",
+        "frame": "0",
+        "start_ns": "0",
+        "dur_ns": "500000",
+        "value": "0.0",
+    }
     for row, e in zip(rows, ev, strict=True):
         assert row["name"] == STRINGS[e["name"]] and row["scene"] == STRINGS[e["scene"]]
         assert int(row["start_ns"]) == e["start_ns"] and int(row["dur_ns"]) == e["dur_ns"]
@@ -238,7 +338,9 @@ def test_parquet_and_arrow(rich: tuple[Path, np.ndarray]) -> None:
     assert to_arrow(trace).equals(table.cast(to_arrow(trace).schema))
 
 
-def test_missing_pyarrow_is_exit_3(rich: tuple[Path, np.ndarray], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_pyarrow_is_exit_3(
+    rich: tuple[Path, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
     path, _ = rich
     for name in [m for m in sys.modules if m == "pyarrow" or m.startswith("pyarrow.")]:
         monkeypatch.delitem(sys.modules, name)
@@ -252,26 +354,35 @@ def test_missing_pyarrow_is_exit_3(rich: tuple[Path, np.ndarray], monkeypatch: p
 # --------------------------------------------------------------------------- CLI
 
 
-def test_cli_default_path_refuses_to_replace(rich: tuple[Path, np.ndarray], katra_cli: Any,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_default_path_refuses_to_replace(
+    rich: tuple[Path, np.ndarray], katra_cli: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     path, _ = rich
     r = katra_cli("export", str(path), "--to", "csv", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["path"] == str(path.with_suffix(".csv")) and out["events"] > 0 and out["format"] == "csv"
+    assert (
+        out["path"] == str(path.with_suffix(".csv"))
+        and out["events"] > 0
+        and out["format"] == "csv"
+    )
     before = path.with_suffix(".csv").read_bytes()
     code, _, err = katra_main(capsys, "export", str(path), "--to", "csv")
     assert code == 2 and "already exists" in err and len(err.strip().splitlines()) == 1
     assert path.with_suffix(".csv").read_bytes() == before
     with pytest.raises(OutputExistsError):
         export_trace(open_trace(path), "csv")
-    code, _, err = katra_main(capsys, "export", str(path), "--to", "csv", "--force", "-o",
-                              str(path.with_suffix(".csv")))
+    code, _, err = katra_main(
+        capsys, "export", str(path), "--to", "csv", "--force", "-o", str(path.with_suffix(".csv"))
+    )
     assert code == 0, err
-    assert [p.name for p in path.parent.iterdir() if p.name.startswith(".")] == []  # no temporary left
+    # no temporary left
+    assert [p.name for p in path.parent.iterdir() if p.name.startswith(".")] == []
 
 
-def test_cli_damaged_trace_exports_prefix(rich: tuple[Path, np.ndarray], tmp_path: Path, katra_cli: Any) -> None:
+def test_cli_damaged_trace_exports_prefix(
+    rich: tuple[Path, np.ndarray], tmp_path: Path, katra_cli: Any
+) -> None:
     path, ev = rich
     data = path.read_bytes()
     cut = tmp_path / "cut.katra"
@@ -293,19 +404,35 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     code, _, err = katra_main(capsys, "export", str(bad), "--to", "svg")
     assert code == 2 and len(err.splitlines()) == 1 and "invalid choice" in err
     write_rich(tmp_path / "ok.katra")
-    code, _, err = katra_main(capsys, "export", str(tmp_path / "ok.katra"), "--to", "csv", "-o",
-                              str(tmp_path / "no" / "dir.csv"))
+    code, _, err = katra_main(
+        capsys,
+        "export",
+        str(tmp_path / "ok.katra"),
+        "--to",
+        "csv",
+        "-o",
+        str(tmp_path / "no" / "dir.csv"),
+    )
     assert code == 2 and "directory does not exist" in err and len(err.splitlines()) == 1
-    code, _, err = katra_main(capsys, "export", str(tmp_path / "ok.katra"), "--to", "csv", "-o", str(tmp_path))
+    code, _, err = katra_main(
+        capsys, "export", str(tmp_path / "ok.katra"), "--to", "csv", "-o", str(tmp_path)
+    )
     assert code == 2 and "is a directory" in err
 
 
 def test_cli_missing_perfetto_exit_3(rich: tuple[Path, np.ndarray]) -> None:
     path, _ = rich
-    code = ("import sys; sys.modules['perfetto'] = None; from katra3d.harness.cli import main; "
-            f"sys.exit(main(['export', {str(path)!r}, '--to', 'perfetto']))")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONWARNINGS": "error"})
+    code = (
+        "import sys; sys.modules['perfetto'] = None; from katra3d.harness.cli import main; "
+        f"sys.exit(main(['export', {str(path)!r}, '--to', 'perfetto']))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONWARNINGS": "error"},
+    )
     assert r.returncode == 3, r.stderr
     assert r.stderr.count("\n") == 1 and "katra3d[export]" in r.stderr
     assert not path.with_suffix(".pftrace").exists()
@@ -326,7 +453,9 @@ def test_timeline_counts(rich: tuple[Path, np.ndarray]) -> None:
     assert tl.clamped == 0
 
 
-def test_to_pandas_or_a_clear_error(rich: tuple[Path, np.ndarray], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_to_pandas_or_a_clear_error(
+    rich: tuple[Path, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from katra_trace.export import to_pandas
 
     path, ev = rich
@@ -342,8 +471,21 @@ def test_to_pandas_or_a_clear_error(rich: tuple[Path, np.ndarray], monkeypatch: 
 def test_real_capture_exports_nested(tmp_path: Path, katra_cli: Any, gl_ctx: Any) -> None:
     """A capture made by katra3d itself: every frame and zone a slice, nested, nothing clamped."""
     trace_path = tmp_path / "real.katra"
-    r = katra_cli("run", "triangle", "postfx", "--frames", "12", "--warmup", "2", "--zones", "--size", "48x48",
-                  "--quiet", "-o", str(trace_path))
+    r = katra_cli(
+        "run",
+        "triangle",
+        "postfx",
+        "--frames",
+        "12",
+        "--warmup",
+        "2",
+        "--zones",
+        "--size",
+        "48x48",
+        "--quiet",
+        "-o",
+        str(trace_path),
+    )
     assert r.returncode == 0, r.stderr
     trace = open_trace(trace_path)
     result = export_trace(trace, "perfetto")
@@ -358,9 +500,13 @@ def test_real_capture_exports_nested(tmp_path: Path, katra_cli: Any, gl_ctx: Any
     # process CPU time is a value per frame (threads add up past the wall span): a counter track
     for scene in ("triangle", "postfx"):
         sid = trace.strings.index(scene)
-        rows = ev[(ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.PROCESS) & (ev["scene"] == sid)]
+        rows = ev[
+            (ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.PROCESS) & (ev["scene"] == sid)
+        ]
         assert len(rows) == 14
-        assert [v for _, v in parsed.counters[f"{scene}: frame (process)"]] == rows["dur_ns"].astype(float).tolist()
+        assert [v for _, v in parsed.counters[f"{scene}: frame (process)"]] == rows[
+            "dur_ns"
+        ].astype(float).tolist()
 
 
 def test_odd_header_values_export_and_report(tmp_path: Path) -> None:
@@ -369,10 +515,18 @@ def test_odd_header_values_export_and_report(tmp_path: Path) -> None:
     from tests.export_helpers import rich_events
     from tests.trace_helpers import write_trace
 
-    header = {"workload": "odd", "capture_options": {"timing_mode": None, "primary_clock": None,
-                                                     "measure": {"mode": None}, "resolved": None, "size": 5,
-                                                     "frames": {"n": 2}},
-              "host_info": {"gl": {"renderer": 5}, "system": [1, 2]}}
+    header = {
+        "workload": "odd",
+        "capture_options": {
+            "timing_mode": None,
+            "primary_clock": None,
+            "measure": {"mode": None},
+            "resolved": None,
+            "size": 5,
+            "frames": {"n": 2},
+        },
+        "host_info": {"gl": {"renderer": 5}, "system": [1, 2]},
+    }
     write_trace(tmp_path / "odd.katra", rich_events(), STRINGS, header=header)
     trace = open_trace(tmp_path / "odd.katra")
     for fmt in FORMATS:

@@ -31,8 +31,10 @@ from tests.trace_helpers import frame_zone_stream, split_blocks, write_trace
 
 def _strict_json(text: str) -> Any:
     """Parse as a strict parser (a browser, jq) would: NaN and Infinity are errors."""
+
     def refuse(constant: str) -> None:
         raise ValueError(f"not JSON: {constant}")
+
     return json.loads(text, parse_constant=refuse)
 
 
@@ -47,8 +49,9 @@ def test_scene_id_at_the_top_is_keyed_not_allocated(tmp_path: Path) -> None:
     trace = open_trace(_write(tmp_path, "scene-id-max-some"))
     codes, words = string_columns(trace.events, list(trace.strings))["scene"]
     assert words == ["scene", f"?{U32_MAX}"]
-    assert [words[c] for c in codes.tolist()] == \
-        ["scene" if s == 1 else f"?{U32_MAX}" for s in trace.events["scene"].tolist()]
+    assert [words[c] for c in codes.tolist()] == [
+        "scene" if s == 1 else f"?{U32_MAX}" for s in trace.events["scene"].tolist()
+    ]
     result = export_trace(trace, "csv", tmp_path / "out.csv")
     with open(result.path, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
@@ -56,8 +59,8 @@ def test_scene_id_at_the_top_is_keyed_not_allocated(tmp_path: Path) -> None:
 
 
 def test_perfetto_rebases_times_past_int64_and_keeps_their_order(tmp_path: Path) -> None:
-    """Defect 7: events near the int64 limit (a host start that would push them past it) export, shifted
-    so that the first is at 0, with a warning; spacing between events is kept to the ns."""
+    """Defect 7: events near the int64 limit (a host start that would push them past it) export,
+    shifted so that the first is at 0, with a warning; spacing between events is kept to the ns."""
     trace = open_trace(_write(tmp_path, "start-near-int64-max"))
     result = export_trace(trace, "perfetto", tmp_path / "out.pftrace")
     assert any("shifted so that the first event is at 0" in w for w in result.warnings)
@@ -70,14 +73,17 @@ def test_perfetto_rebases_times_past_int64_and_keeps_their_order(tmp_path: Path)
 
 
 def test_perfetto_header_start_past_int64_is_rebased(tmp_path: Path) -> None:
-    result = export_trace(open_trace(_write(tmp_path, "header-start-max")), "perfetto", tmp_path / "o.pftrace")
+    result = export_trace(
+        open_trace(_write(tmp_path, "header-start-max")), "perfetto", tmp_path / "o.pftrace"
+    )
     assert result.counts["timestamps_rebased"] == 1
     assert parse_perfetto(result.path.read_bytes()).problems == []
 
 
 def test_timestamp_base_rules() -> None:
     assert timestamp_base(1_000, 5, 10) == (1_000, False)  # the capture's own start
-    assert timestamp_base(0, -5, 10) == (5, False)  # setup before a host start at 0: shifted, as always
+    # setup before a host start at 0: shifted, as always
+    assert timestamp_base(0, -5, 10) == (5, False)
     assert timestamp_base(None, 0, 10) == (0, False)
     assert timestamp_base(I64_MAX, 0, 10) == (0, True)
     assert timestamp_base(-1, 3, 10) == (-3, True)
@@ -87,22 +93,38 @@ def test_timestamp_base_rules() -> None:
         timestamp_base(0, -(2**63), -1)
 
 
-def test_times_span_too_wide_for_perfetto_is_one_line_exit_2(tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_times_span_too_wide_for_perfetto_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _write(tmp_path, "start-spread-wide")
     assert katra_main(capsys, "validate", str(path))[0] == 0
-    code, _, err = katra_main(capsys, "export", str(path), "--to", "perfetto", "-o", str(tmp_path / "o.pftrace"),
-                              "--quiet")
+    code, _, err = katra_main(
+        capsys,
+        "export",
+        str(path),
+        "--to",
+        "perfetto",
+        "-o",
+        str(tmp_path / "o.pftrace"),
+        "--quiet",
+    )
     assert code == 2 and err.startswith("katra3d: error:") and len(err.splitlines()) == 1
     assert "do not fit a Perfetto timeline" in err and not (tmp_path / "o.pftrace").exists()
-    assert katra_main(capsys, "export", str(path), "--to", "chrome", "-o", str(tmp_path / "o.json"), "--quiet")[0] == 0
+    assert (
+        katra_main(
+            capsys, "export", str(path), "--to", "chrome", "-o", str(tmp_path / "o.json"), "--quiet"
+        )[0]
+        == 0
+    )
 
 
 def test_gpu_mapping_ignores_sync_pairs_beyond_int64_arithmetic() -> None:
     t = np.array([10, 20, 30], dtype=np.int64)
-    for pairs in ([{"host_ns": 2**70, "gpu_ns": 0}, {"host_ns": 2**71, "gpu_ns": 5}],
-                  [{"host_ns": 0, "gpu_ns": -(2**62)}, {"host_ns": 2**62, "gpu_ns": 2**62}],
-                  [{"host_ns": 0, "gpu_ns": 0}, {"host_ns": 2**61, "gpu_ns": 1}]):
+    for pairs in (
+        [{"host_ns": 2**70, "gpu_ns": 0}, {"host_ns": 2**71, "gpu_ns": 5}],
+        [{"host_ns": 0, "gpu_ns": -(2**62)}, {"host_ns": 2**62, "gpu_ns": 2**62}],
+        [{"host_ns": 0, "gpu_ns": 0}, {"host_ns": 2**61, "gpu_ns": 1}],
+    ):
         out, drift = gpu_to_host(t, pairs)
         assert out.tolist() == [10, 20, 30] and drift is None
 
@@ -117,30 +139,39 @@ def test_csv_text_neutralises_formulas(text: str) -> None:
 
 
 def test_csv_export_of_formula_names_is_text_and_numbers_stay_numbers(tmp_path: Path) -> None:
-    """Defect 11: a name a spreadsheet would run gets a leading quote; numeric columns are unchanged."""
+    """Defect 11: a name a spreadsheet would run gets a leading quote; numeric columns are
+    unchanged.
+    """
     trace = open_trace(_write(tmp_path, "hostile-strings"))
     out = export_trace(trace, "csv", tmp_path / "h.csv").path
     with open(out, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     cells = {r["scene"] for r in rows} | {r["name"] for r in rows}
-    assert "'=HYPERLINK(\"https://evil.example\",\"x\")" in cells and "'@SUM(1)" in cells
+    assert '\'=HYPERLINK("https://evil.example","x")' in cells and "'@SUM(1)" in cells
     assert "'+1+1" in cells and "'-1+1" in cells and "'\t=1" in cells and "'\r=1" in cells
     assert not [c for c in cells if c[:1] in ("=", "+", "-", "@", "\t", "\r")]
     assert [int(r["start_ns"]) for r in rows] == trace.events["start_ns"].tolist()
     assert [int(r["dur_ns"]) for r in rows] == trace.events["dur_ns"].tolist()
     negative = out.read_text(encoding="utf-8")
-    assert ",-" not in negative.replace(",'-", "")  # no cell starts with '-' unquoted (all times are >= 0 here)
+    # no cell starts with '-' unquoted (all times are >= 0 here)
+    assert ",-" not in negative.replace(",'-", "")
 
 
 def test_jsontext_writes_non_finite_as_null() -> None:
-    obj = {"a": float("nan"), "b": [float("inf"), -float("inf"), 1.5], "c": np.float64("nan"), "d": "NaN"}
+    obj = {
+        "a": float("nan"),
+        "b": [float("inf"), -float("inf"), 1.5],
+        "c": np.float64("nan"),
+        "d": "NaN",
+    }
     text = jsontext.dumps(obj, indent=1, default=str)
     assert _strict_json(text) == {"a": None, "b": [None, None, 1.5], "c": None, "d": "NaN"}
     assert jsontext.dumps({"x": 1}, separators=(",", ":")) == '{"x":1}'
 
 
-def test_nonfinite_header_gives_valid_json_from_info_and_chrome(tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_nonfinite_header_gives_valid_json_from_info_and_chrome(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Defect 12: info --json and export --to chrome write null for NaN and infinity."""
     path = _write(tmp_path, "header-nonfinite")
     code, stdout, _ = katra_main(capsys, "info", "--json", str(path))
@@ -149,7 +180,9 @@ def test_nonfinite_header_gives_valid_json_from_info_and_chrome(tmp_path: Path,
     options = info["header"]["capture_options"] if "header" in info else info["capture_options"]
     assert options["warmup_s"] is None and options["extra"] == {"ratio": None, "low": None}
     out = tmp_path / "c.json"
-    assert katra_main(capsys, "export", str(path), "--to", "chrome", "-o", str(out), "--quiet")[0] == 0
+    assert (
+        katra_main(capsys, "export", str(path), "--to", "chrome", "-o", str(out), "--quiet")[0] == 0
+    )
     chrome = _strict_json(out.read_text(encoding="utf-8"))
     assert chrome["metadata"]["capture_options"]["extra"] == {"ratio": None, "low": None}
     code, stdout, _ = katra_main(capsys, "stats", "--format", "json", str(path))
@@ -158,13 +191,19 @@ def test_nonfinite_header_gives_valid_json_from_info_and_chrome(tmp_path: Path,
 
 
 def test_nan_in_capture_options_is_written_as_null(tmp_path: Path) -> None:
-    """The capture side: options built by build_capture_options (katra3d.capture's path) with NaN and
-    infinity reach the file as null, so every later reader sees valid JSON."""
-    options = build_capture_options({"ratio": float("nan"), "limits": [1.0, float("inf")]}, api="katra3d.capture")
+    """The capture side: options built by build_capture_options (katra3d.capture's path) with NaN
+    and infinity reach the file as null, so every later reader sees valid JSON."""
+    options = build_capture_options(
+        {"ratio": float("nan"), "limits": [1.0, float("inf")]}, api="katra3d.capture"
+    )
     path = tmp_path / "nan.katra"
-    w = TraceWriter(path, workload="t", capture_options=options, host_info={"load": -math.inf}, overwrite=True)
+    w = TraceWriter(
+        path, workload="t", capture_options=options, host_info={"load": -math.inf}, overwrite=True
+    )
     w.finish({"worst": float("nan")})
-    payloads = [raw for btype, raw, _ in split_blocks(path.read_bytes()) if btype in fmt.JSON_BLOCKS]
+    payloads = [
+        raw for btype, raw, _ in split_blocks(path.read_bytes()) if btype in fmt.JSON_BLOCKS
+    ]
     assert len(payloads) >= 2
     for raw in payloads:
         _strict_json(raw.decode("utf-8"))
@@ -174,9 +213,11 @@ def test_nan_in_capture_options_is_written_as_null(tmp_path: Path) -> None:
     assert trace.summary["user"] == {"worst": None}
 
 
-def test_report_scans_a_trace_once_for_all_its_scenes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A trace of many scenes: the page asks per scene, and each ask scanned every event (a 7 KB trace of
-    1,000 scenes took 68 s); now the per-trace answers are computed once per trace."""
+def test_report_scans_a_trace_once_for_all_its_scenes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trace of many scenes: the page asks per scene, and each ask scanned every event (a 7 KB
+    trace of 1,000 scenes took 68 s); now the per-trace answers are computed once per trace."""
     ev = frame_zone_stream(40, zones=1)
     ev["scene"] = np.arange(len(ev)) // 2 + 1  # 40 scenes: a frame and its zone each
     ev["flags"] = 0
@@ -188,6 +229,7 @@ def test_report_scans_a_trace_once_for_all_its_scenes(tmp_path: Path, monkeypatc
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             calls[name] += 1
             return real(*args, **kwargs)
+
         return wrapper
 
     for name in calls:

@@ -1,13 +1,13 @@
 """The structure-aware fuzzer drives every consumer (issue 22, deliverable 4).
 
 tests/test_fuzz_trace.py mutates the decoded content of valid traces and re-seals them (kept frames
-included: hostile PNGs and records, large all-zero frames, many IMAGE blocks, IMAGE blocks packed with
-zstd); here the same mutations, started from its bases *and* from the extreme traces of
-tests/extreme_traces.py (ids at 2^32-1, times at the int64 limits, long and hostile strings, NaN in the
-header, kept frames too large for the reading budget or damaged), feed every consumer: validate, info,
-stats, compare (with ``--image-diff``), export in all four formats, report (with a baseline: the image
-section) and history add. Each extreme trace runs once unmutated first. Reference image folders, the input
-of ``run --expect-images``, are fuzzed through that command's check the same way
+included: hostile PNGs and records, large all-zero frames, many IMAGE blocks, IMAGE blocks packed
+with zstd); here the same mutations, started from its bases *and* from the extreme traces of
+tests/extreme_traces.py (ids at 2^32-1, times at the int64 limits, long and hostile strings, NaN in
+the header, kept frames too large for the reading budget or damaged), feed every consumer: validate,
+info, stats, compare (with ``--image-diff``), export in all four formats, report (with a baseline:
+the image section) and history add. Each extreme trace runs once unmutated first. Reference image
+folders, the input of ``run --expect-images``, are fuzzed through that command's check the same way
 (:func:`test_fuzz_reference_files`).
 
 The outcome rule, for every run: the command's ``main(argv)`` (in this process, for speed)
@@ -41,18 +41,26 @@ from types import FrameType
 import pytest
 
 from katra3d.harness.cli import main as cli_main
-from tests.extreme_traces import write_all, write_base
 from katra_trace.io.images import key_id
-from tests.hostile_images import KEY, join_image, mutate_image, picture_frame, split_image, write_frames_trace
+from tests.extreme_traces import write_all, write_base
+from tests.hostile_images import (
+    KEY,
+    join_image,
+    mutate_image,
+    picture_frame,
+    split_image,
+    write_frames_trace,
+)
 from tests.test_fuzz_trace import _base_traces, _mutate_json, build
 
 FUZZ_SECONDS = float(os.environ.get("KATRA3D_FUZZ_SECONDS", "2"))
-#: A run that takes longer has hung (a fuzzed trace is a few KB; every consumer needs well under 1 s).
+#: A run that takes longer has hung (a fuzzed trace is a few KB; every consumer needs well under 1
+#: s).
 RUN_TIMEOUT_S = 30
 MIB = 1 << 20
 
-#: consumer -> argv template ({t}: the fuzzed trace, {b}: the small valid trace, {k}: a small valid trace that
-#: keeps frames, {d}: scratch, {i}: run).
+#: consumer -> argv template ({t}: the fuzzed trace, {b}: the small valid trace, {k}: a small valid
+#: trace that keeps frames, {d}: scratch, {i}: run).
 CONSUMERS: dict[str, str] = {
     "validate": "validate {t}",
     "info": "info {t}",
@@ -91,8 +99,8 @@ def _deadline() -> Iterator[None]:
 
 
 def run(argv: list[str]) -> tuple[int, str]:
-    """``katra3d argv`` in this process with a deadline; stdout/stderr refuse unencodable text like a
-    terminal. Returns the exit code and stderr."""
+    """``katra3d argv`` in this process with a deadline; stdout/stderr refuse unencodable text like
+    a terminal. Returns the exit code and stderr."""
     out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict")
     err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict")
     with _deadline(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -107,30 +115,47 @@ def run(argv: list[str]) -> tuple[int, str]:
 
 
 def bases(tmp: Path) -> tuple[list[bytes], dict[str, Path]]:
-    """What the mutations start from: the reader fuzzer's bases and the extreme traces; and the extreme
-    traces' paths."""
+    """What the mutations start from: the reader fuzzer's bases and the extreme traces; and the
+    extreme traces' paths."""
     extreme = write_all(tmp / "extreme")
     return _base_traces(tmp) + [p.read_bytes() for p in extreme.values()], extreme
 
 
-#: Consumers run under an address-space cap (:func:`_capped`): a regression that sizes an allocation by an
-#: id then fails as a MemoryError instead of taking the machine. Not the ones whose libraries reserve
-#: address space per thread and core (DuckDB, pyarrow): the subprocess memory test covers those.
-CAPPED = ("validate", "info", "info-json", "compare-images", "report-images", "stats", "stats-json", "compare",
-          "export-csv", "export-perfetto", "export-chrome", "report")
+#: Consumers run under an address-space cap (:func:`_capped`): a regression that sizes an allocation
+#: by an id then fails as a MemoryError instead of taking the machine. Not the ones whose libraries
+#: reserve address space per thread and core (DuckDB, pyarrow): the subprocess memory test covers
+#: those.
+CAPPED = (
+    "validate",
+    "info",
+    "info-json",
+    "compare-images",
+    "report-images",
+    "stats",
+    "stats-json",
+    "compare",
+    "export-csv",
+    "export-perfetto",
+    "export-chrome",
+    "report",
+)
 #: Address space allowed beyond what the process has mapped when the fuzzing starts.
 CAP_HEADROOM = 2 << 30
 
 
 @contextlib.contextmanager
 def _capped(on: bool) -> Iterator[None]:
-    """RLIMIT_AS (soft) at the process's current size + :data:`CAP_HEADROOM` while the block runs; the
-    previous soft limit is restored after (the hard limit is never touched)."""
+    """RLIMIT_AS (soft) at the process's current size + :data:`CAP_HEADROOM` while the block runs;
+    the previous soft limit is restored after (the hard limit is never touched)."""
     status = Path("/proc/self/status")
     if not on or not status.exists():
         yield
         return
-    vm = next(int(line.split()[1]) * 1024 for line in status.read_text().splitlines() if line.startswith("VmSize:"))
+    vm = next(
+        int(line.split()[1]) * 1024
+        for line in status.read_text().splitlines()
+        if line.startswith("VmSize:")
+    )
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     cap = vm + CAP_HEADROOM
     if hard != resource.RLIM_INFINITY:
@@ -150,7 +175,9 @@ def _peak() -> int:
 def test_fuzz_every_consumer(consumer: str, tmp_path: Path) -> None:
     base = tmp_path / "small.katra"
     write_base(base)
-    kept = write_frames_trace(tmp_path / "kept-base.katra", {"s": picture_frame("s", 1), "t": picture_frame("t", 2)})
+    kept = write_frames_trace(
+        tmp_path / "kept-base.katra", {"s": picture_frame("s", 1), "t": picture_frame("t", 2)}
+    )
     mutated_bases, extreme = bases(tmp_path)
     template = CONSUMERS[consumer]
     scratch = tmp_path / "out"
@@ -188,25 +215,38 @@ def test_fuzz_every_consumer(consumer: str, tmp_path: Path) -> None:
             failures.append(f"{what}: katra3d {' '.join(args[:3])}: {type(exc).__name__}: {exc}")
             continue
         if rc not in (0, 1, 2) or "Traceback" in err:
-            failures.append(f"{what}: katra3d {' '.join(args[:3])}: exit {rc}: {err.strip()[-300:]}")
-        elif consumer == "export-chrome" and rc == 0 and (scratch / "o.json").stat().st_size < 4 * MIB:
+            failures.append(
+                f"{what}: katra3d {' '.join(args[:3])}: exit {rc}: {err.strip()[-300:]}"
+            )
+        elif (
+            consumer == "export-chrome"
+            and rc == 0
+            and (scratch / "o.json").stat().st_size < 4 * MIB
+        ):
             try:
-                json.loads((scratch / "o.json").read_text(encoding="utf-8"),
-                           parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+                json.loads(
+                    (scratch / "o.json").read_text(encoding="utf-8"),
+                    parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)),
+                )
             except ValueError as exc:
                 failures.append(f"{what}: chrome export is not valid JSON: {exc}")
     growth = _peak() - baseline
     allowed = 10 * largest + 64 * MIB
-    print(f"fuzz {consumer}: {iterations} runs in {FUZZ_SECONDS:g} s, {len(failures)} failures, "
-          f"peak RSS +{growth / MIB:.1f} MiB")
+    print(
+        f"fuzz {consumer}: {iterations} runs in {FUZZ_SECONDS:g} s, {len(failures)} failures, "
+        f"peak RSS +{growth / MIB:.1f} MiB"
+    )
     if growth > allowed:
-        failures.append(f"peak RSS grew {growth / MIB:.1f} MiB over the baseline run, allowed {allowed / MIB:.1f} MiB")
+        failures.append(
+            f"peak RSS grew {growth / MIB:.1f} MiB over the baseline run, allowed "
+            f"{allowed / MIB:.1f} MiB"
+        )
     assert not failures, "\n".join(failures[:20])
 
 
 def _poison(rng: random.Random, path: Path) -> str:
-    """Replace a reference file the way a cloned repository can: a link to a device, a FIFO, a folder, nothing,
-    too many bytes; returns what was done."""
+    """Replace a reference file the way a cloned repository can: a link to a device, a FIFO, a
+    folder, nothing, too many bytes; returns what was done."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     path.unlink(missing_ok=True)
@@ -228,7 +268,8 @@ def _poison(rng: random.Random, path: Path) -> str:
 
 
 def _mutate_reference(rng: random.Random, folder: Path) -> str:
-    """One change to a recorded reference folder: its facts' JSON, its PNG, or either file replaced."""
+    """One change to a recorded reference folder: its facts' JSON, its PNG, or
+    either file replaced."""
     png = folder / f"{key_id(KEY)}.png"
     facts = png.with_suffix(".json")
     r = rng.random()
@@ -241,8 +282,18 @@ def _mutate_reference(rng: random.Random, folder: Path) -> str:
             pass
         return f"facts {facts.read_bytes()[:80]!r}"
     if r < 0.45:
-        facts.write_text(rng.choice(['{"frame_index": Infinity}', "[" * 50_000, "", "\ud800".encode(
-            "utf-8", "surrogatepass").decode("latin-1"), '{"a": NaN}']), encoding="latin-1")
+        facts.write_text(
+            rng.choice(
+                [
+                    '{"frame_index": Infinity}',
+                    "[" * 50_000,
+                    "",
+                    "\ud800".encode("utf-8", "surrogatepass").decode("latin-1"),
+                    '{"a": NaN}',
+                ]
+            ),
+            encoding="latin-1",
+        )
         return "facts text"
     if r < 0.7:
         try:
@@ -250,25 +301,32 @@ def _mutate_reference(rng: random.Random, folder: Path) -> str:
         except (ValueError, RecursionError):  # mutated already
             record = {}
         record = record if isinstance(record, dict) else {}
-        mutated = split_image(mutate_image(rng, join_image({**record, "channels": 4, "encoding": "png"},
-                                                           png.read_bytes())))
+        mutated = split_image(
+            mutate_image(
+                rng, join_image({**record, "channels": 4, "encoding": "png"}, png.read_bytes())
+            )
+        )
         if mutated is not None:
             record, data = mutated
             png.write_bytes(data)
-            if rng.random() < 0.5:  # the facts follow the PNG's claim (a large frame true to its record)
+            # the facts follow the PNG's claim (a large frame true to its record)
+            if rng.random() < 0.5:
                 facts.write_text(json.dumps(record))
         return "png"
     return f"{rng.choice(['facts', 'png'])} {_poison(rng, rng.choice([facts, png]))}"
 
 
 def test_fuzz_reference_files(tmp_path: Path) -> None:
-    """``run --expect-images DIR`` (its check, katra3d.harness.cli.run._check_images, without GL) on reference
-    folders mutated like traces are: every check ends with an exit code or a KatraError (exit 2), never another
-    exception, never a hang, and within the reading budget of the largest reference file."""
+    """``run --expect-images DIR`` (its check, katra3d.harness.cli.run._check_images, without GL) on
+    reference folders mutated like traces are: every check ends with an exit code or a KatraError
+    (exit 2), never another exception, never a hang, and within the reading budget of the largest
+    reference file."""
     from katra3d.harness.cli.run import _check_images
     from katra_trace.errors import KatraError
 
-    trace = write_frames_trace(tmp_path / "kept.katra", {"s": picture_frame("s", 1), "t": picture_frame("t", 2)})
+    trace = write_frames_trace(
+        tmp_path / "kept.katra", {"s": picture_frame("s", 1), "t": picture_frame("t", 2)}
+    )
     pristine = tmp_path / "pristine"
     with contextlib.redirect_stdout(io.StringIO()):
         assert _check_images(pristine, trace, ["s", "t"], update=True) == 0
@@ -282,7 +340,9 @@ def test_fuzz_reference_files(tmp_path: Path) -> None:
     while time.monotonic() < deadline or iterations < 30:
         shutil.rmtree(refs, ignore_errors=True)
         shutil.copytree(pristine, refs, symlinks=True)
-        done = [_mutate_reference(rng, refs / rng.choice(["s", "t"])) for _ in range(rng.randint(1, 2))]
+        done = [
+            _mutate_reference(rng, refs / rng.choice(["s", "t"])) for _ in range(rng.randint(1, 2))
+        ]
         update = rng.random() < 0.15
         iterations += 1
         try:
@@ -296,9 +356,16 @@ def test_fuzz_reference_files(tmp_path: Path) -> None:
         except Exception as exc:  # noqa: BLE001 - the finding (Hang and MemoryError included)
             failures.append(f"{done}: {type(exc).__name__}: {exc}")
     growth = _peak() - baseline
-    allowed = 10 * MIB + 64 * MIB  # 10 x the largest file a check reads (under 1 MiB; larger ones are refused)
-    print(f"fuzz reference files: {iterations} checks in {FUZZ_SECONDS:g} s, {len(failures)} failures, "
-          f"peak RSS +{growth / MIB:.1f} MiB")
+    # 10 x the largest file a check reads (under 1 MiB; larger ones are refused)
+    allowed = 10 * MIB + 64 * MIB
+    print(
+        f"fuzz reference files: {iterations} checks in {FUZZ_SECONDS:g} s, {len(failures)} "
+        "failures, "
+        f"peak RSS +{growth / MIB:.1f} MiB"
+    )
     if growth > allowed:
-        failures.append(f"peak RSS grew {growth / MIB:.1f} MiB over the baseline check, allowed {allowed / MIB:.1f}")
+        failures.append(
+            f"peak RSS grew {growth / MIB:.1f} MiB over the baseline check, allowed "
+            f"{allowed / MIB:.1f}"
+        )
     assert not failures, "\n".join(failures[:20])

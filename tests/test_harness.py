@@ -12,8 +12,8 @@ import pytest
 from katra3d.harness.cli import doctor
 from katra3d.harness.engine import events, timers
 from katra3d.harness.engine.frame import HarnessFrame, seed_key
-from katra3d.harness.gl import probe
 from katra3d.harness.engine.timer_check import timer_query_reliability
+from katra3d.harness.gl import probe
 from katra3d.harness.run.config import RunConfig, parse_param, parse_size, plan_run
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError, SceneError
@@ -24,38 +24,69 @@ from katra_trace.schema import Clock, Flag, Kind
 # --------------------------------------------------------------------------- probe
 
 
-@pytest.mark.parametrize(("version", "vendor", "expected"), [
-    ("4.5 (Core Profile) Mesa 22.3.6", "Mesa/X.org", {"name": "Mesa", "version": "22.3.6"}),
-    ("4.6 (Compatibility Profile) Mesa 24.0.0-devel", "Intel", {"name": "Mesa", "version": "24.0.0-devel"}),
-    ("4.6.0 NVIDIA 535.104.05", "NVIDIA Corporation", {"name": "NVIDIA", "version": "535.104.05"}),
-    ("4.6.14761 Core Profile Context 23.10.1", "ATI Technologies Inc.", {"name": "AMD", "version": "23.10.1"}),
-    ("4.6.0 - Build 31.0.101.4502", "Intel", {"name": "Intel", "version": "31.0.101.4502"}),
-    ("3.3 something else", "Acme", {"name": "Acme", "version": ""}),
-])
+@pytest.mark.parametrize(
+    ("version", "vendor", "expected"),
+    [
+        ("4.5 (Core Profile) Mesa 22.3.6", "Mesa/X.org", {"name": "Mesa", "version": "22.3.6"}),
+        (
+            "4.6 (Compatibility Profile) Mesa 24.0.0-devel",
+            "Intel",
+            {"name": "Mesa", "version": "24.0.0-devel"},
+        ),
+        (
+            "4.6.0 NVIDIA 535.104.05",
+            "NVIDIA Corporation",
+            {"name": "NVIDIA", "version": "535.104.05"},
+        ),
+        (
+            "4.6.14761 Core Profile Context 23.10.1",
+            "ATI Technologies Inc.",
+            {"name": "AMD", "version": "23.10.1"},
+        ),
+        ("4.6.0 - Build 31.0.101.4502", "Intel", {"name": "Intel", "version": "31.0.101.4502"}),
+        ("3.3 something else", "Acme", {"name": "Acme", "version": ""}),
+    ],
+)
 def test_parse_driver(version: str, vendor: str, expected: dict[str, str]) -> None:
     assert probe.parse_driver(version, vendor).as_dict() == expected
 
 
-@pytest.mark.parametrize(("renderer", "software"), [
-    ("llvmpipe (LLVM 15.0.6, 256 bits)", True),
-    ("softpipe", True),
-    ("Mesa X11 swrast", True),
-    ("Google SwiftShader", True),
-    ("lavapipe", True),
-    ("NVIDIA GeForce RTX 4090/PCIe/SSE2", False),
-    ("AMD Radeon RX 7900 XTX (radeonsi, navi31, LLVM 16.0.6)", False),
-])
+@pytest.mark.parametrize(
+    ("renderer", "software"),
+    [
+        ("llvmpipe (LLVM 15.0.6, 256 bits)", True),
+        ("softpipe", True),
+        ("Mesa X11 swrast", True),
+        ("Google SwiftShader", True),
+        ("lavapipe", True),
+        ("NVIDIA GeForce RTX 4090/PCIe/SSE2", False),
+        ("AMD Radeon RX 7900 XTX (radeonsi, navi31, LLVM 16.0.6)", False),
+    ],
+)
 def test_software_renderer_names(renderer: str, software: bool) -> None:
     assert probe.is_software_renderer(renderer) is software
 
 
 def test_render_env_keeps_only_rendering_variables() -> None:
-    env = {"LIBGL_ALWAYS_SOFTWARE": "1", "MESA_GL_VERSION_OVERRIDE": "4.5", "GALLIUM_DRIVER": "llvmpipe",
-           "LP_NUM_THREADS": "2", "EGL_PLATFORM": "surfaceless", "__GL_SYNC_TO_VBLANK": "0",
-           "HOME": "/root", "PATH": "/bin", "MESAX": "no"}
+    env = {
+        "LIBGL_ALWAYS_SOFTWARE": "1",
+        "MESA_GL_VERSION_OVERRIDE": "4.5",
+        "GALLIUM_DRIVER": "llvmpipe",
+        "LP_NUM_THREADS": "2",
+        "EGL_PLATFORM": "surfaceless",
+        "__GL_SYNC_TO_VBLANK": "0",
+        "HOME": "/root",
+        "PATH": "/bin",
+        "MESAX": "no",
+    }
     assert probe.render_env(env) == {
-        "EGL_PLATFORM": "surfaceless", "GALLIUM_DRIVER": "llvmpipe", "LIBGL_ALWAYS_SOFTWARE": "1",
-        "LP_NUM_THREADS": "2", "MESA_GL_VERSION_OVERRIDE": "4.5", "__GL_SYNC_TO_VBLANK": "0"}
+        "EGL_PLATFORM": "surfaceless",
+        "GALLIUM_DRIVER": "llvmpipe",
+        "LIBGL_ALWAYS_SOFTWARE": "1",
+        "LP_NUM_THREADS": "2",
+        "MESA_GL_VERSION_OVERRIDE": "4.5",
+        "__GL_SYNC_TO_VBLANK": "0",
+    }
 
 
 @pytest.mark.gl
@@ -69,9 +100,21 @@ def test_gl_info_on_llvmpipe(gl_ctx: Any) -> None:
     assert gl.timer_query.as_dict() == {"supported": True, "counter_bits": 64}
     assert (gl.max_texture_size or 0) >= 1024 and (gl.max_samples or 0) >= 1
     # the record writes the probe's keys in the probe's order, every one of them set
-    assert list(gl.as_dict()) == ["vendor", "renderer", "version", "version_code", "glsl_version", "profile", "driver",
-                                  "software_renderer", "timer_query", "khr_debug", "max_texture_size", "max_samples",
-                                  "extensions_count"]
+    assert list(gl.as_dict()) == [
+        "vendor",
+        "renderer",
+        "version",
+        "version_code",
+        "glsl_version",
+        "profile",
+        "driver",
+        "software_renderer",
+        "timer_query",
+        "khr_debug",
+        "max_texture_size",
+        "max_samples",
+        "extensions_count",
+    ]
     assert GLInfo.from_dict(gl.as_dict()) == gl and not gl.extra
 
 
@@ -97,9 +140,21 @@ def test_system_info_fields() -> None:
 
 # --------------------------------------------------------------------------- timing modes
 
-_SOFT = GLInfo(renderer="llvmpipe", software_renderer=True, timer_query=TimerQueryInfo(supported=True, counter_bits=64))
-_HARD = GLInfo(renderer="RTX", software_renderer=False, timer_query=TimerQueryInfo(supported=True, counter_bits=64))
-_NO_TQ = GLInfo(renderer="old", software_renderer=False, timer_query=TimerQueryInfo(supported=False, counter_bits=0))
+_SOFT = GLInfo(
+    renderer="llvmpipe",
+    software_renderer=True,
+    timer_query=TimerQueryInfo(supported=True, counter_bits=64),
+)
+_HARD = GLInfo(
+    renderer="RTX",
+    software_renderer=False,
+    timer_query=TimerQueryInfo(supported=True, counter_bits=64),
+)
+_NO_TQ = GLInfo(
+    renderer="old",
+    software_renderer=False,
+    timer_query=TimerQueryInfo(supported=False, counter_bits=0),
+)
 
 
 def test_choose_mode() -> None:
@@ -109,7 +164,9 @@ def test_choose_mode() -> None:
     assert timers.choose_mode("auto", _NO_TQ)[0] == "sync"
     assert timers.choose_mode("sync", _HARD) == ("sync", "requested with --timing sync")
     assert timers.choose_mode("gpu", _HARD)[0] == "gpu"
-    with pytest.raises(ConfigError, match="software renderer whose timer queries do not time the draw"):
+    with pytest.raises(
+        ConfigError, match="software renderer whose timer queries do not time the draw"
+    ):
         timers.choose_mode("gpu", _SOFT)
     with pytest.raises(ConfigError, match="no GL_TIMESTAMP"):
         timers.choose_mode("gpu", _NO_TQ)
@@ -117,10 +174,15 @@ def test_choose_mode() -> None:
         timers.choose_mode("fast", _HARD)
 
 
-@pytest.mark.parametrize(("gl", "verdict"), [(_HARD, "unreliable"), (_HARD, "reliable"), (_SOFT, "unreliable")])
-def test_doctor_recommends_what_run_picks(gl: GLInfo, verdict: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """doctor's recommendation is the engine's rule (choose_mode), not one of its own: on a hardware renderer
-    whose timer queries look unreliable it says what run picks (gpu) and how to pick sync instead."""
+@pytest.mark.parametrize(
+    ("gl", "verdict"), [(_HARD, "unreliable"), (_HARD, "reliable"), (_SOFT, "unreliable")]
+)
+def test_doctor_recommends_what_run_picks(
+    gl: GLInfo, verdict: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """doctor's recommendation is the engine's rule (choose_mode), not one of its own: on a hardware
+    renderer whose timer queries look unreliable it says what run picks (gpu) and how to pick sync
+    instead."""
     session = SimpleNamespace(ctx=object(), backend="glfw", device=None, close=lambda: None)
     monkeypatch.setattr(doctor.backends, "statuses", lambda probe_contexts: [])
     monkeypatch.setattr(doctor.backends, "list_egl_devices", lambda: [])
@@ -129,12 +191,18 @@ def test_doctor_recommends_what_run_picks(gl: GLInfo, verdict: str, monkeypatch:
     monkeypatch.setattr(doctor, "timer_query_reliability", lambda ctx: {"verdict": verdict})
     report = doctor.diagnose("glfw")
     picked = timers.choose_mode("auto", gl)
-    assert report["recommended_timing"] == {"mode": picked[0], "reason": picked[1], "auto_picks": picked[0]}
+    assert report["recommended_timing"] == {
+        "mode": picked[0],
+        "reason": picked[1],
+        "auto_picks": picked[0],
+    }
     note = report["timer_query_check"].get("note", "")
     if verdict == "reliable":
         assert note == ""
     else:
-        assert ("--timing sync" in note) == (picked[0] == "gpu") and ("glFinish" in note) == (picked[0] == "sync")
+        assert ("--timing sync" in note) == (picked[0] == "gpu") and ("glFinish" in note) == (
+            picked[0] == "sync"
+        )
     assert report["gl"] == gl.as_dict()
 
 
@@ -160,8 +228,11 @@ def _run_timer(ctx: Any, path: Path, mode: str, frames: int, zones: bool, **kw: 
     fbo.use()
     with TraceWriter(path, workload="t") as writer:
         buf = events.EventBuffer(writer, max_rows=7)
-        timer = (timers.GpuTimer(ctx, writer, buf, zones=zones, **kw) if mode == "gpu"
-                 else timers.SyncTimer(ctx, writer, buf, zones=zones))
+        timer = (
+            timers.GpuTimer(ctx, writer, buf, zones=zones, **kw)
+            if mode == "gpu"
+            else timers.SyncTimer(ctx, writer, buf, zones=zones)
+        )
         timer.set_scene("s")
         for i in range(frames):
             timer.begin_frame(i, int(Flag.WARMUP) if i == 0 else 0)
@@ -215,7 +286,9 @@ def test_gpu_timer_ring_readback_and_calibration(gl_ctx: Any, tmp_path: Path) ->
     On llvmpipe the timestamps are real but do not time the draw, so only
     structure is checked here, never durations against the wall clock.
     """
-    trace, measured = _run_timer(gl_ctx, tmp_path / "g.katra", "gpu", 12, zones=True, ring_queries=4)
+    trace, measured = _run_timer(
+        gl_ctx, tmp_path / "g.katra", "gpu", 12, zones=True, ring_queries=4
+    )
     ev = trace.events
     gpu_frames = ev[(ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.GPU)]
     assert sorted(gpu_frames["frame"].tolist()) == list(range(12))
@@ -238,9 +311,10 @@ def test_timer_query_reliability_flags_llvmpipe(gl_ctx: Any) -> None:
     mine = gl_ctx.simple_framebuffer((8, 8))
     mine.use()
     # llvmpipe's timestamp is the latest stamp of any rasterizer thread, so when one thread is
-    # descheduled inside a tile, "GPU time" spans the stall. A draw of a few ms on 16 tiles, measured
-    # once, read >= 0.5 in 6 of 30 tries on a loaded 2-core machine; a draw of 256 tiles that lasts
-    # longer than a scheduler stall (~0.2 s), reduced by the median of 5, read <= 0.07 in 30 of 30.
+    # descheduled inside a tile, "GPU time" spans the stall. A draw of a few ms on 16 tiles,
+    # measured once, read >= 0.5 in 6 of 30 tries on a loaded 2-core machine; a draw of 256 tiles
+    # that lasts longer than a scheduler stall (~0.2 s), reduced by the median of 5, read <= 0.07 in
+    # 30 of 30.
     check = timer_query_reliability(gl_ctx, size=(1024, 1024), iters=16, repeats=5)
     assert gl_ctx.fbo is mine  # the caller's framebuffer is bound again
     mine.release()
@@ -266,7 +340,9 @@ def test_parse_size_and_param() -> None:
             parse_param(bad)
 
 
-def test_an_unprefixed_param_applies_to_the_one_scene_and_is_refused_with_several(tmp_path: Path) -> None:
+def test_an_unprefixed_param_applies_to_the_one_scene_and_is_refused_with_several(
+    tmp_path: Path,
+) -> None:
     out = str(tmp_path / "o.katra")
     one = plan_run(RunConfig(scenes=("triangle",), params=(parse_param("speed=2"),), output=out))
     assert one.entries[0].params["speed"] == 2.0
@@ -274,15 +350,23 @@ def test_an_unprefixed_param_applies_to_the_one_scene_and_is_refused_with_severa
     with pytest.raises(ConfigError, match=r"unknown param 'sped'|'sped'"):
         plan_run(RunConfig(scenes=("triangle",), params=(parse_param("sped=2"),), output=out))
     with pytest.raises(ConfigError) as info:
-        plan_run(RunConfig(scenes=("triangle", "fillrate"), params=(parse_param("speed=2"),), output=out))
-    assert str(info.value) == ("--param speed=2 names no scene, and this run has 2 scenes (triangle, fillrate); "
-                               "write SCENE.speed=2")
+        plan_run(
+            RunConfig(scenes=("triangle", "fillrate"), params=(parse_param("speed=2"),), output=out)
+        )
+    assert str(info.value) == (
+        "--param speed=2 names no scene, and this run has 2 scenes (triangle, fillrate); "
+        "write SCENE.speed=2"
+    )
     with pytest.raises(ConfigError, match="names no scene, and this run has"):
         plan_run(RunConfig(suite="ci", params=(parse_param("speed=2"),), output=out))
 
 
 def test_plan_resolves_suite_defaults_and_overrides(tmp_path: Path) -> None:
-    plan = plan_run(RunConfig(suite="ci", params=(("triangle", "speed", "2"),), output=str(tmp_path / "o.katra")))
+    plan = plan_run(
+        RunConfig(
+            suite="ci", params=(("triangle", "speed", "2"),), output=str(tmp_path / "o.katra")
+        )
+    )
     from katra3d.scenes.suites import get_suite
 
     ci = get_suite("ci")
@@ -303,7 +387,9 @@ def test_plan_default_output_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert not (tmp_path / "traces").exists()  # planning writes nothing
 
 
-def test_default_output_names_never_collide(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_output_names_never_collide(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import datetime as dt
 
     from katra3d.harness.run.config import default_output
@@ -316,25 +402,50 @@ def test_default_output_names_never_collide(tmp_path: Path, monkeypatch: pytest.
         path = default_output("ci", now)
         path.write_bytes(b"")  # a run in the same second took this name
         names.append(path.name)
-    assert names == ["20260102T030405Z-ci.katra", "20260102T030405Z-ci-2.katra", "20260102T030405Z-ci-3.katra"]
+    assert names == [
+        "20260102T030405Z-ci.katra",
+        "20260102T030405Z-ci-2.katra",
+        "20260102T030405Z-ci-3.katra",
+    ]
 
 
-@pytest.mark.parametrize(("config", "error", "match"), [
-    (RunConfig(), ConfigError, "nothing to run"),
-    (RunConfig(scenes=("cubez",)), SceneError, "unknown scene 'cubez'"),
-    (RunConfig(scenes=("triangle",), frames=0), ConfigError, "bad --frames 0"),
-    (RunConfig(scenes=("triangle",), frames=5, duration_s=1.0), ConfigError, "not both"),
-    (RunConfig(scenes=("triangle",), duration_s=-1.0), ConfigError, "bad --duration"),
-    (RunConfig(scenes=("triangle",), warmup=-1), ConfigError, "bad --warmup"),
-    (RunConfig(scenes=("triangle",), size=(0, 5)), ConfigError, "bad size 0x5"),
-    (RunConfig(scenes=("triangle",), timing="fast"), ConfigError, "unknown --timing 'fast'"),
-    (RunConfig(scenes=("triangle",), backend="vulkan"), ConfigError, "unknown --backend 'vulkan'"),
-    (RunConfig(scenes=("triangle",), params=(("clear", "bands", "3"),)), ConfigError, "not in this run"),
-    (RunConfig(scenes=("triangle",), params=(("triangle", "sped", "3"),)), ConfigError, "no param 'sped'"),
-    (RunConfig(scenes=("triangle",), params=(("triangle", "speed", "fast"),)), ConfigError, "speed"),
-    (RunConfig(suite="nosuch"), ConfigError, "unknown suite 'nosuch'"),
-])
-def test_plan_rejects(config: RunConfig, error: type[Exception], match: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("config", "error", "match"),
+    [
+        (RunConfig(), ConfigError, "nothing to run"),
+        (RunConfig(scenes=("cubez",)), SceneError, "unknown scene 'cubez'"),
+        (RunConfig(scenes=("triangle",), frames=0), ConfigError, "bad --frames 0"),
+        (RunConfig(scenes=("triangle",), frames=5, duration_s=1.0), ConfigError, "not both"),
+        (RunConfig(scenes=("triangle",), duration_s=-1.0), ConfigError, "bad --duration"),
+        (RunConfig(scenes=("triangle",), warmup=-1), ConfigError, "bad --warmup"),
+        (RunConfig(scenes=("triangle",), size=(0, 5)), ConfigError, "bad size 0x5"),
+        (RunConfig(scenes=("triangle",), timing="fast"), ConfigError, "unknown --timing 'fast'"),
+        (
+            RunConfig(scenes=("triangle",), backend="vulkan"),
+            ConfigError,
+            "unknown --backend 'vulkan'",
+        ),
+        (
+            RunConfig(scenes=("triangle",), params=(("clear", "bands", "3"),)),
+            ConfigError,
+            "not in this run",
+        ),
+        (
+            RunConfig(scenes=("triangle",), params=(("triangle", "sped", "3"),)),
+            ConfigError,
+            "no param 'sped'",
+        ),
+        (
+            RunConfig(scenes=("triangle",), params=(("triangle", "speed", "fast"),)),
+            ConfigError,
+            "speed",
+        ),
+        (RunConfig(suite="nosuch"), ConfigError, "unknown suite 'nosuch'"),
+    ],
+)
+def test_plan_rejects(
+    config: RunConfig, error: type[Exception], match: str, tmp_path: Path
+) -> None:
     config = RunConfig(**{**config.__dict__, "output": str(tmp_path / "x.katra")})
     with pytest.raises(error, match=match):
         plan_run(config)
@@ -344,20 +455,28 @@ def test_plan_rejects(config: RunConfig, error: type[Exception], match: str, tmp
 def test_plan_rejects_unwritable_outputs(tmp_path: Path) -> None:
     afile = tmp_path / "afile"
     afile.write_text("x")
-    for out, match in ((tmp_path / "missing" / "x.katra", "does not exist"),
-                       (afile / "x.katra", "does not exist"),
-                       (tmp_path, "names a directory")):
+    for out, match in (
+        (tmp_path / "missing" / "x.katra", "does not exist"),
+        (afile / "x.katra", "does not exist"),
+        (tmp_path, "names a directory"),
+    ):
         with pytest.raises(ConfigError, match=match):
             plan_run(RunConfig(scenes=("triangle",), output=str(out)))
     with pytest.raises(ConfigError, match="not a directory"):
-        plan_run(RunConfig(scenes=("triangle",), output=str(tmp_path / "o.katra"), screenshot_dir=str(afile)))
+        plan_run(
+            RunConfig(
+                scenes=("triangle",), output=str(tmp_path / "o.katra"), screenshot_dir=str(afile)
+            )
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
 def test_config_as_dict_is_json_ready() -> None:
     import json
 
-    cfg = RunConfig(scenes=("triangle",), size=(64, 32), params=(("triangle", "speed", "1"),), zones=True)
+    cfg = RunConfig(
+        scenes=("triangle",), size=(64, 32), params=(("triangle", "speed", "1"),), zones=True
+    )
     d = json.loads(json.dumps(cfg.as_dict()))
     assert d["scenes"] == ["triangle"] and d["size"] == [64, 32]
     assert d["params"] == {"triangle.speed": "1"} and d["zones"] is True

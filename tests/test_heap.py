@@ -1,4 +1,5 @@
-"""The engine keeps freed C heap memory (harness/engine/heap.py): frames do not fault the last one's memory in.
+"""The engine keeps freed C heap memory (harness/engine/heap.py): frames do not fault the last one's
+memory in.
 
 Without it, ``katra3d run geometry`` (65,536 triangles a frame) faulted about
 1,480 pages in every frame, some 6 MB of llvmpipe's per-frame working memory
@@ -17,24 +18,48 @@ import pytest
 
 from katra3d.harness.engine import heap
 
-glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt thresholds are glibc's")
+glibc_only = pytest.mark.skipif(
+    platform.libc_ver()[0] != "glibc", reason="mallopt thresholds are glibc's"
+)
 
 
 @glibc_only
 def test_thresholds_are_set_once_per_process() -> None:
     assert heap.keep_freed_memory() is True
     assert heap.keep_freed_memory() is True  # cached: set once
-    assert heap.MMAP_THRESHOLD_BYTES == 32 << 20 and heap.TRIM_THRESHOLD_BYTES == 2 * heap.MMAP_THRESHOLD_BYTES
+    assert (
+        heap.MMAP_THRESHOLD_BYTES == 32 << 20
+        and heap.TRIM_THRESHOLD_BYTES == 2 * heap.MMAP_THRESHOLD_BYTES
+    )
 
 
 def _minor_faults(tmp_path: Path, frames: int) -> int:
-    """Minor page faults of one ``katra3d run geometry`` process (32x32, its default 65,536 triangles)."""
-    command = [sys.executable, "-m", "katra3d", "run", "geometry", "--size", "32x32", "--warmup", "1",
-               "--frames", str(frames), "--reference-every", "0", "-o", str(tmp_path / f"g{frames}.katra"), "--quiet"]
+    """Minor page faults of one ``katra3d run geometry`` process (32x32, its default 65,536
+    triangles).
+    """
+    command = [
+        sys.executable,
+        "-m",
+        "katra3d",
+        "run",
+        "geometry",
+        "--size",
+        "32x32",
+        "--warmup",
+        "1",
+        "--frames",
+        str(frames),
+        "--reference-every",
+        "0",
+        "-o",
+        str(tmp_path / f"g{frames}.katra"),
+        "--quiet",
+    ]
     err = tmp_path / f"g{frames}.stderr"
     with open(err, "wb") as fh:
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=fh)
-        _, status, usage = os.wait4(proc.pid, 0)  # the child's own resource usage, page faults included
+        # the child's own resource usage, page faults included
+        _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     assert proc.returncode == 0, err.read_text(encoding="utf-8", errors="replace")
     return int(usage.ru_minflt)

@@ -40,8 +40,9 @@ def test_plus_8pct_step_at_label_7_is_found_at_label_7(frames: int) -> None:
 
 
 def test_at_8pct_run_cv_the_detector_is_close_to_the_oracle() -> None:
-    """+8 % at 8 % run CV with 5 runs: even knowing the size and noise, label 7 is the most likely start
-    in only ~70 % of histories; the detector places it within one label of the truth nearly as often."""
+    """+8 % at 8 % run CV with 5 runs: even knowing the size and noise, label 7 is the most likely
+    start in only ~70 % of histories; the detector places it within one label of the truth nearly as
+    often."""
     sc = Scenario(12, 5, 0.08, ((7, 0.08),))
     seeds = range(200)
     oracle = oracle_exact_rate(sc, seeds)
@@ -61,7 +62,8 @@ def test_step_size_interval_covers_the_truth() -> None:
     hits = 0
     for seed in range(40):
         fit = detect_steps(simulate(Scenario(12, 5, 0.04, ((7, 0.10),)), seed))
-        step = min(fit.steps, key=lambda st: abs(st.index - 6))  # (a rare false extra step elsewhere)
+        # (a rare false extra step elsewhere)
+        step = min(fit.steps, key=lambda st: abs(st.index - 6))
         hits += step.ratio_low <= 1.10 <= step.ratio_high
         assert step.ratio_low < step.ratio < step.ratio_high
     assert hits >= 38  # nominal 99 %
@@ -72,7 +74,9 @@ def test_noise_comes_from_the_replicates_not_from_the_step() -> None:
     assert fit.noise_source == "replicates" and fit.noise_df == 48
     assert 0.035 < fit.noise_sd < 0.07
     assert [s.index for s in fit.steps] == [3]
-    assert fit.levels[0] == pytest.approx(1.0, rel=0.05) and fit.levels[-1] == pytest.approx(1.5, rel=0.05)
+    assert fit.levels[0] == pytest.approx(1.0, rel=0.05) and fit.levels[-1] == pytest.approx(
+        1.5, rel=0.05
+    )
 
 
 def test_one_run_a_label_uses_label_differences() -> None:
@@ -101,9 +105,15 @@ def test_label_to_label_noise_beyond_the_replicates_is_not_a_step() -> None:
 
 
 def test_penalty_is_seeded_and_grows_with_the_history() -> None:
-    assert null_penalty((5,) * 12, 0.01, "replicates") == null_penalty((5,) * 12, 0.01, "replicates")
-    assert null_penalty((5,) * 100, 0.01, "replicates") > null_penalty((5,) * 12, 0.01, "replicates")
-    assert null_penalty((5,) * 12, 0.001, "replicates") > null_penalty((5,) * 12, 0.01, "replicates")
+    assert null_penalty((5,) * 12, 0.01, "replicates") == null_penalty(
+        (5,) * 12, 0.01, "replicates"
+    )
+    assert null_penalty((5,) * 100, 0.01, "replicates") > null_penalty(
+        (5,) * 12, 0.01, "replicates"
+    )
+    assert null_penalty((5,) * 12, 0.001, "replicates") > null_penalty(
+        (5,) * 12, 0.01, "replicates"
+    )
 
 
 def test_bad_input_is_refused() -> None:
@@ -134,11 +144,15 @@ def test_busy_neighbour_histories_rarely_raise_false_steps() -> None:
 
 
 def test_no_step_means_one_fitted_level() -> None:
-    """Three labels whose runs agree far better than the labels do (issue 21's store): no step can be
-    told from the labels' scatter, so the fitted line is flat, not the label means (what the report draws
-    is what check found)."""
+    """Three labels whose runs agree far better than the labels do (issue 21's store): no step can
+    be told from the labels' scatter, so the fitted line is flat, not the label means (what the
+    report draws is what check found)."""
     rng = np.random.default_rng(3)
-    groups = [[23.4], 26.0 * np.exp(rng.normal(0, 0.005, 6)), 38.6 * np.exp(rng.normal(0, 0.005, 6))]
+    groups = [
+        [23.4],
+        26.0 * np.exp(rng.normal(0, 0.005, 6)),
+        38.6 * np.exp(rng.normal(0, 0.005, 6)),
+    ]
     fit = detect_steps(groups)
     assert fit.steps == [] and fit.noise_source == "labels" and len(set(fit.levels)) == 1
     assert fit.change == 1.0 and fit.label_means[2] / fit.label_means[0] > 1.5
@@ -154,15 +168,24 @@ def test_resolution_says_how_many_runs_a_label_resolve_a_step() -> None:
     why = resolution(fit, 5.0, 0.01)
     assert fit.noise_source == "replicates" and why.runs_needed is not None and why.runs_needed > 3
     # planned for the step of the threshold's size: that many runs find a 5 % step most of the time
-    found = sum(bool(detect_steps([np.exp(rng.normal(0.05 * (i >= 3), 0.10, why.runs_needed)) for i in range(6)]).steps)
-                for _ in range(40))
+    found = sum(
+        bool(
+            detect_steps(
+                [np.exp(rng.normal(0.05 * (i >= 3), 0.10, why.runs_needed)) for i in range(6)]
+            ).steps
+        )
+        for _ in range(40)
+    )
     assert found >= 24
-    assert resolution(detect_steps([[1.0, 1.1]]), 5.0, 0.01).text() == "a single label: a step needs at least 2 labels"
+    assert (
+        resolution(detect_steps([[1.0, 1.1]]), 5.0, 0.01).text()
+        == "a single label: a step needs at least 2 labels"
+    )
 
 
 def test_too_few_labels_say_so_and_the_change_seen_is_what_would_be_settled() -> None:
-    """Three counted labels, one run each, +20 % at the newest: the real reason there is no step is the
-    four-label minimum (it said "about 154,468 labels ... would resolve a 0.5 % step")."""
+    """Three counted labels, one run each, +20 % at the newest: the real reason there is no step is
+    the four-label minimum (it said "about 154,468 labels ... would resolve a 0.5 % step")."""
     from katra_trace.history.steps import MIN_LABELS_FOR_LABEL_NOISE
 
     fit = detect_steps([np.array([35.99e6]), np.array([35.99e6]), np.array([43.34e6])])
@@ -173,19 +196,29 @@ def test_too_few_labels_say_so_and_the_change_seen_is_what_would_be_settled() ->
     assert "the 49.2 % change seen" in resolution(noisy, 49.2, 0.01).text()
 
 
-def _row(label: str, added: int, start: int, label_time: int | None = None, commit: str = "") -> dict[str, object]:
-    return {"label": label, "added_ns": added, "run_start_ns": start,
-            "label_time_ns": start if label_time is None else label_time, "commit": commit}
+def _row(
+    label: str, added: int, start: int, label_time: int | None = None, commit: str = ""
+) -> dict[str, object]:
+    return {
+        "label": label,
+        "added_ns": added,
+        "run_start_ns": start,
+        "label_time_ns": start if label_time is None else label_time,
+        "commit": commit,
+    }
 
 
 def test_labels_follow_the_user_not_the_capture_time(tmp_path: Path) -> None:
-    """A re-capture of an old commit became the "newest label" (labels were ordered by capture time)."""
+    """A re-capture of an old commit became the "newest label" (labels were ordered by capture
+    time).
+    """
     import subprocess
 
     from katra3d.harness.versions.git import FirstParentOrder
     from katra_trace.history.trends import label_order
 
-    # added v1, v2, v3 (captured in the opposite order), then v1 captured again: first-added order, v1 stays
+    # added v1, v2, v3 (captured in the opposite order), then v1 captured again: first-added order,
+    # v1 stays
     rows = [_row("v1", 10, 300), _row("v2", 20, 200), _row("v3", 30, 100), _row("v1", 40, 400)]
     assert label_order(rows) == ["v1", "v2", "v3"]
     # every label given --time: that order wins
@@ -195,9 +228,23 @@ def test_labels_follow_the_user_not_the_capture_time(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid",
-                               "-c", "commit.gpgsign=false", *args], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            [
+                "git",
+                "-C",
+                str(repo),
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@example.invalid",
+                "-c",
+                "commit.gpgsign=false",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
 
     repo.mkdir()
     git("init", "-q")
@@ -208,19 +255,27 @@ def test_labels_follow_the_user_not_the_capture_time(tmp_path: Path) -> None:
         git("commit", "-q", "-m", f"c{i}")
         shas.append(git("rev-parse", "HEAD"))
     order = FirstParentOrder(repo)
-    committed = [_row("late", 10, 1, commit=shas[2][:8]), _row("early", 20, 2, commit=shas[0]),
-                 _row("mid", 30, 3, commit="HEAD~1")]
+    committed = [
+        _row("late", 10, 1, commit=shas[2][:8]),
+        _row("early", 20, 2, commit=shas[0]),
+        _row("mid", 30, 3, commit="HEAD~1"),
+    ]
     assert label_order(committed, order) == ["early", "mid", "late"]
     assert "no-such-ref" not in order and len(order) == 3
     # one label without a place on that line: first-added order
-    assert label_order([*committed, _row("other", 5, 9, commit="no-such-ref")], order) == \
-        ["other", "late", "early", "mid"]
+    assert label_order([*committed, _row("other", 5, 9, commit="no-such-ref")], order) == [
+        "other",
+        "late",
+        "early",
+        "mid",
+    ]
 
 
 def test_three_counted_labels_step_as_compare_says() -> None:
-    """Three counted labels, 35.99 M, 35.99 M and 43.34 M instructions a frame: compare of the last two says
-    regression (exit 1), and history check said "no step" (the four-label minimum). Counts have a known noise:
-    with too few labels, each label is judged against the one before by compare's count rule."""
+    """Three counted labels, 35.99 M, 35.99 M and 43.34 M instructions a frame: compare of the last
+    two says regression (exit 1), and history check said "no step" (the four-label minimum). Counts
+    have a known noise: with too few labels, each label is judged against the one before by
+    compare's count rule."""
     from katra_trace.history.trends import Point, Series, check_steps
 
     def series(levels: list[float], metric: str = "instructions") -> Series:
@@ -228,9 +283,13 @@ def test_three_counted_labels_step_as_compare_says() -> None:
         return Series("cubes", "", metric, metric, "median", "h", "host", "", points)
 
     result = check_steps([series([35.99e6, 35.99e6, 43.34e6])])
-    assert result.regression_at_newest and [(s.label, s.verdict) for s in result.steps] == [("v2", "regression")]
+    assert result.regression_at_newest and [(s.label, s.verdict) for s in result.steps] == [
+        ("v2", "regression")
+    ]
     assert result.steps[0].ratio == pytest.approx(43.34 / 35.99)
-    same = check_steps([series([35.99e6, 35.99e6 + 300, 35.99e6 - 200])])  # identical code: jitter only
+    # identical code: jitter only
+    same = check_steps([series([35.99e6, 35.99e6 + 300, 35.99e6 - 200])])
     assert not same.steps and not same.regression_at_newest
-    timed = check_steps([series([10.0, 10.0, 12.0], metric="wall")])  # times keep the fit's four-label rule
+    # times keep the fit's four-label rule
+    timed = check_steps([series([10.0, 10.0, 12.0], metric="wall")])
     assert not timed.steps

@@ -1,6 +1,7 @@
-"""The image verdict on real llvmpipe renders of every built-in scene (the ci suite's scenes, at 64x64):
-another vector width (LP_NATIVE_VECTOR_WIDTH 128 vs 256, a stand-in for another device) is never
-*changed*; the frame moved by one pixel, or its colours moved by 0.02 (5 of 255 levels), always is."""
+"""The image verdict on real llvmpipe renders of every built-in scene (the ci suite's scenes, at
+64x64): another vector width (LP_NATIVE_VECTOR_WIDTH 128 vs 256, a stand-in for another device) is
+never *changed*; the frame moved by one pixel, or its colours moved by 0.02 (5 of 255 levels),
+always is."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from katra3d.scenes.suites import get_suite
 from katra_trace.analysis.images import image_verdict
 from katra_trace.io.images import load_png
-from katra3d.scenes.suites import get_suite
 from tests.cli_helpers import katra
 
 pytestmark = [pytest.mark.gl, pytest.mark.slow]
@@ -32,15 +33,32 @@ def recoloured(pixels: np.ndarray) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def renders(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
-    """The ci suite's last frames at 64x64, rendered with each vector width: {width: screenshot dir}."""
+    """The ci suite's last frames at 64x64, rendered with each vector width: {width: screenshot
+    dir}.
+    """
     root = tmp_path_factory.mktemp("renders")
     out = {}
     for width in (128, 256):
         shots = root / f"vw{width}"
         shots.mkdir()
-        r = katra("run", "--suite", "ci", "--frames", "1", "--warmup", "1", "--size", "64x64", "--quiet",
-                  "--screenshot", str(shots), "-o", str(root / f"{width}.katra"),
-                  env={"LP_NATIVE_VECTOR_WIDTH": str(width)}, timeout=600)
+        r = katra(
+            "run",
+            "--suite",
+            "ci",
+            "--frames",
+            "1",
+            "--warmup",
+            "1",
+            "--size",
+            "64x64",
+            "--quiet",
+            "--screenshot",
+            str(shots),
+            "-o",
+            str(root / f"{width}.katra"),
+            env={"LP_NATIVE_VECTOR_WIDTH": str(width)},
+            timeout=600,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         out[width] = shots
     return out
@@ -48,16 +66,21 @@ def renders(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
 
 def _frames(renders: dict[int, Path]) -> list[tuple[str, np.ndarray, np.ndarray]]:
     names = get_suite("ci").scene_names()
-    frames = [(name, load_png(renders[128] / f"{name}.png"), load_png(renders[256] / f"{name}.png"))
-              for name in names if (renders[128] / f"{name}.png").exists()]
-    assert len(frames) >= len(names) - 1, sorted(p.name for p in renders[128].iterdir())  # compute may skip
+    frames = [
+        (name, load_png(renders[128] / f"{name}.png"), load_png(renders[256] / f"{name}.png"))
+        for name in names
+        if (renders[128] / f"{name}.png").exists()
+    ]
+    # compute may skip
+    assert len(frames) >= len(names) - 1, sorted(p.name for p in renders[128].iterdir())
     return frames
 
 
 def test_another_vector_width_is_never_changed(renders: dict[int, Path]) -> None:
     verdicts: dict[str, Any] = {name: image_verdict(a, b) for name, a, b in _frames(renders)}
-    assert all(v.verdict in ("identical", "within_tolerance") for v in verdicts.values()), \
-        {k: v.line for k, v in verdicts.items()}
+    assert all(v.verdict in ("identical", "within_tolerance") for v in verdicts.values()), {
+        k: v.line for k, v in verdicts.items()
+    }
 
 
 def test_a_one_pixel_shift_and_a_colour_step_are_changed(renders: dict[int, Path]) -> None:
@@ -74,7 +97,7 @@ from katra3d import Param, Scene
 
 
 class Movable(Scene):
-    """A shaded triangle whose geometry moves by ``dx`` pixels and whose colour constant moves by ``tint``."""
+    """A shaded triangle whose geometry moves by ``dx`` pixels, its colour constant by ``tint``."""
 
     name = "movable"
     params = {"dx": Param(0, type=int), "tint": Param(0.0, type=float)}
@@ -83,9 +106,10 @@ class Movable(Scene):
         self.target = self.bind_target(ctx, size)
         self.prog = ctx.program(
             vertex_shader="#version 330\\nin vec2 p; out vec2 v; uniform float off;"
-                          "void main(){ v = p; gl_Position = vec4(p.x + off, p.y, 0, 1); }",
+            "void main(){ v = p; gl_Position = vec4(p.x + off, p.y, 0, 1); }",
             fragment_shader="#version 330\\nin vec2 v; out vec4 c; uniform float tint;"
-                            "void main(){ c = vec4(vec3(0.55, 0.35, 0.2) + tint + 0.3 * v.xyx, 1); }")
+            "void main(){ c = vec4(vec3(0.55, 0.35, 0.2) + tint + 0.3 * v.xyx, 1); }",
+        )
         self.prog["off"].value = 2.0 * params["dx"] / size[0]
         self.prog["tint"].value = params["tint"]
         vbo = ctx.buffer(np.array([-0.7, -0.6, 0.65, -0.5, -0.1, 0.7], dtype="f4"))
@@ -98,16 +122,38 @@ class Movable(Scene):
 '''
 
 
-def test_moved_geometry_and_a_moved_colour_constant_rendered_for_real_are_changed(tmp_path: Path) -> None:
-    """The same checks on real renders: the scene's geometry moved by one pixel, and its colour constant moved
-    by 0.02 (about 5 of 255 levels), each rendered by llvmpipe, are *changed*; the same params render
-    *identical*."""
+def test_moved_geometry_and_a_moved_colour_constant_rendered_for_real_are_changed(
+    tmp_path: Path,
+) -> None:
+    """The same checks on real renders: the scene's geometry moved by one pixel, and its colour
+    constant moved by 0.02 (about 5 of 255 levels), each rendered by llvmpipe, are *changed*; the
+    same params render *identical*."""
     (tmp_path / "movable.py").write_text(_MOVABLE, encoding="utf-8")
     frames = {}
-    for label, params in (("base", ()), ("again", ()), ("moved", ("--param", "dx=1")),
-                          ("tinted", ("--param", "tint=0.02"))):
-        r = katra("run", "movable.py:Movable", *params, "--frames", "1", "--warmup", "1", "--size", "96x64",
-                  "--quiet", "--screenshot", label, "-o", f"{label}.katra", cwd=tmp_path, timeout=300)
+    for label, params in (
+        ("base", ()),
+        ("again", ()),
+        ("moved", ("--param", "dx=1")),
+        ("tinted", ("--param", "tint=0.02")),
+    ):
+        r = katra(
+            "run",
+            "movable.py:Movable",
+            *params,
+            "--frames",
+            "1",
+            "--warmup",
+            "1",
+            "--size",
+            "96x64",
+            "--quiet",
+            "--screenshot",
+            label,
+            "-o",
+            f"{label}.katra",
+            cwd=tmp_path,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         frames[label] = load_png(tmp_path / label / "movable.png")
     assert image_verdict(frames["base"], frames["again"]).verdict == "identical"

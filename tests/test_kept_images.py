@@ -18,14 +18,29 @@ from katra_trace.errors import ConfigError, TraceFormatError
 from katra_trace.io import blocks
 from katra_trace.io import format as fmt
 from katra_trace.io.image_block import decode_image_payload, encode_image_payload
-from katra_trace.io.images import (FrameImage, decode_png, encode_png, frame_record, image_checksum, image_key,
-                                   key_id, load_png, read_frame_images, save_png)
+from katra_trace.io.images import (
+    FrameImage,
+    decode_png,
+    encode_png,
+    frame_record,
+    image_checksum,
+    image_key,
+    key_id,
+    load_png,
+    read_frame_images,
+    save_png,
+)
 from katra_trace.io.reader import open_trace
 from katra_trace.schema import EVENT_DTYPE
 from tests.cli_helpers import katra_main
 from tests.trace_helpers import write_trace
 
-HOST = {"gl": {"renderer": "llvmpipe (LLVM 15.0.6, 256 bits)", "version": "4.5 (Core Profile) Mesa 22.3.6"}}
+HOST = {
+    "gl": {
+        "renderer": "llvmpipe (LLVM 15.0.6, 256 bits)",
+        "version": "4.5 (Core Profile) Mesa 22.3.6",
+    }
+}
 KEY = image_key(HOST)
 
 
@@ -33,22 +48,48 @@ def _pixels(seed: int, shape: tuple[int, int, int] = (9, 13, 4)) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, size=shape, dtype=np.uint8)
 
 
-def _frame(scene: str, pixels: np.ndarray, index: int = 5, key: dict[str, str] | None = None) -> FrameImage:
+def _frame(
+    scene: str, pixels: np.ndarray, index: int = 5, key: dict[str, str] | None = None
+) -> FrameImage:
     key = dict(KEY if key is None else key)
-    return FrameImage(scene, index, index / 60, pixels.shape[1], pixels.shape[0], image_checksum(pixels), key, pixels)
+    return FrameImage(
+        scene,
+        index,
+        index / 60,
+        pixels.shape[1],
+        pixels.shape[0],
+        image_checksum(pixels),
+        key,
+        pixels,
+    )
 
 
 def _trace_with_images(path: Path, images: dict[str, np.ndarray]) -> None:
-    events = np.array([(1, 0, 0, 0, 1, 1, i, 10 * i, 5, 0.0) for i in range(len(images))], dtype=EVENT_DTYPE)
-    write_trace(path, events, ["", "a"], batch_events=4096, header={"workload": "images"}, summary={},
-                annotations=[{"type": "scene", "scene": scene} for scene in images],
-                images=[frame_record(scene, 3 + i, (3 + i) / 60, pixels, KEY)
-                        for i, (scene, pixels) in enumerate(images.items())])
+    events = np.array(
+        [(1, 0, 0, 0, 1, 1, i, 10 * i, 5, 0.0) for i in range(len(images))], dtype=EVENT_DTYPE
+    )
+    write_trace(
+        path,
+        events,
+        ["", "a"],
+        batch_events=4096,
+        header={"workload": "images"},
+        summary={},
+        annotations=[{"type": "scene", "scene": scene} for scene in images],
+        images=[
+            frame_record(scene, 3 + i, (3 + i) / 60, pixels, KEY)
+            for i, (scene, pixels) in enumerate(images.items())
+        ],
+    )
 
 
 def test_image_key_from_host_info() -> None:
-    assert KEY == {"renderer": "llvmpipe (LLVM 15.0.6, 256 bits)", "mesa": "22.3.6", "llvm": "15.0.6",
-                   "vector_bits": "256"}
+    assert KEY == {
+        "renderer": "llvmpipe (LLVM 15.0.6, 256 bits)",
+        "mesa": "22.3.6",
+        "llvm": "15.0.6",
+        "vector_bits": "256",
+    }
     assert image_key({}) == {"renderer": "", "mesa": "", "llvm": "", "vector_bits": ""}
     other = image_key({"gl": {**HOST["gl"], "renderer": "llvmpipe (LLVM 15.0.6, 128 bits)"}})
     assert other["vector_bits"] == "128" and key_id(other) != key_id(KEY) and len(key_id(KEY)) == 12
@@ -59,7 +100,9 @@ def test_png_round_trip_rgba_and_rgb(tmp_path: Path) -> None:
     save_png(tmp_path / "a.png", rgba)
     assert np.array_equal(load_png(tmp_path / "a.png"), rgba)
     with Image.open(tmp_path / "a.png") as img:  # a real PNG, row 0 at the top
-        assert img.format == "PNG" and img.mode == "RGBA" and img.getpixel((0, 0)) == tuple(rgba[0, 0])
+        assert (
+            img.format == "PNG" and img.mode == "RGBA" and img.getpixel((0, 0)) == tuple(rgba[0, 0])
+        )
     rgb = rgba[:, :, :3]
     assert np.array_equal(decode_png(encode_png(rgb)), rgb)
     save_png(tmp_path / "f.png", _frame("s", rgba))
@@ -83,15 +126,22 @@ def test_trace_keeps_frames_and_reads_them_back(tmp_path: Path) -> None:
     shots = {"a": _pixels(2), "b": _pixels(3, (4, 6, 3))}
     _trace_with_images(path, shots)
     trace = open_trace(path)
-    assert trace.version == (1, fmt.FORMAT_MINOR) and trace.header.format_version == f"1.{fmt.FORMAT_MINOR}"
+    assert (
+        trace.version == (1, fmt.FORMAT_MINOR)
+        and trace.header.format_version == f"1.{fmt.FORMAT_MINOR}"
+    )
     assert trace.status == "complete" and len(trace.events) == 2 and trace.skipped_blocks == 0
     images = read_frame_images(path)
     assert sorted(images) == ["a", "b"]
     for i, (scene, pixels) in enumerate(shots.items()):
         got = images[scene]
         assert np.array_equal(got.pixels, pixels) and got.pixels.dtype == np.uint8
-        assert (got.frame_index, got.time_s, got.width, got.height) == (3 + i, (3 + i) / 60, pixels.shape[1],
-                                                                        pixels.shape[0])
+        assert (got.frame_index, got.time_s, got.width, got.height) == (
+            3 + i,
+            (3 + i) / 60,
+            pixels.shape[1],
+            pixels.shape[0],
+        )
         assert got.sha256 == hashlib.sha256(pixels.tobytes()).hexdigest() and got.key == KEY
 
 
@@ -103,12 +153,16 @@ def test_trace_without_images_reads_empty(tmp_path: Path) -> None:
     assert read_frame_images(golden) == {}
 
 
-def test_an_older_reader_skips_the_image_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_older_reader_skips_the_image_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A 1.1 reader does not know block type 7: it skips it by length and reads everything else."""
     path = tmp_path / "t.katra"
     _trace_with_images(path, {"a": _pixels(4), "b": _pixels(5)})
     now = open_trace(path)
-    monkeypatch.setattr(blocks, "_KNOWN_TYPES", frozenset(blocks._KNOWN_TYPES - {int(fmt.BlockType.IMAGE)}))
+    monkeypatch.setattr(
+        blocks, "_KNOWN_TYPES", frozenset(blocks._KNOWN_TYPES - {int(fmt.BlockType.IMAGE)})
+    )
     old = open_trace(path, strict=True)
     assert old.skipped_blocks == 2 and now.skipped_blocks == 0
     assert old.status == "complete" and not old.truncated
@@ -124,9 +178,15 @@ def test_image_payload_checks() -> None:
         decode_image_payload(b"\1", 9)
     with pytest.raises(TraceFormatError, match="claims"):
         decode_image_payload(b"\xff\xff\0\0{}", 9)
-    for bad, why in (({"width": 0}, "'width'"), ({"sha256": "x"}, "'sha256'"), ({"channels": 2}, "'channels'"),
-                     ({"key": {"a": 1}}, "'key'"), ({"encoding": "jpeg"}, "unknown encoding"),
-                     ({"width": 1 << 20, "height": 1 << 20}, "exceed"), ({"frame_index": True}, "'frame_index'")):
+    for bad, why in (
+        ({"width": 0}, "'width'"),
+        ({"sha256": "x"}, "'sha256'"),
+        ({"channels": 2}, "'channels'"),
+        ({"key": {"a": 1}}, "'key'"),
+        ({"encoding": "jpeg"}, "unknown encoding"),
+        ({"width": 1 << 20, "height": 1 << 20}, "exceed"),
+        ({"frame_index": True}, "'frame_index'"),
+    ):
         with pytest.raises(ValueError, match=why):
             encode_image_payload({**meta, **bad}, png)
         text = fmt.encode_json({**meta, **bad})
@@ -134,12 +194,20 @@ def test_image_payload_checks() -> None:
             decode_image_payload(len(text).to_bytes(4, "little") + text + png, 0)
 
 
-def test_validate_checks_the_kept_frames(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_checks_the_kept_frames(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     good, bad = tmp_path / "good.katra", tmp_path / "bad.katra"
     _trace_with_images(good, {"a": _pixels(12), "b": _pixels(13)})
     meta, png = frame_record("s", 1, 0.5, _pixels(14), KEY)
-    write_trace(bad, np.array([], dtype=EVENT_DTYPE), [""], header={"workload": "x"}, summary={},
-                images=[({**meta, "sha256": "0" * 64}, png)])
+    write_trace(
+        bad,
+        np.array([], dtype=EVENT_DTYPE),
+        [""],
+        header={"workload": "x"},
+        summary={},
+        images=[({**meta, "sha256": "0" * 64}, png)],
+    )
     code, out, _ = katra_main(capsys, "validate", str(good))
     assert code == 0
     assert out.rstrip().endswith(", 2 kept frames (pixels checked)")
@@ -151,11 +219,20 @@ def test_validate_checks_the_kept_frames(tmp_path: Path, capsys: pytest.CaptureF
 def test_a_kept_frame_that_does_not_match_its_record_is_corrupt(tmp_path: Path) -> None:
     pixels = _pixels(7)
     meta, png = frame_record("s", 1, 0.5, pixels, KEY)
-    for bad, why in (({"sha256": "0" * 64}, "SHA-256"), ({"width": 3}, "its record says"),
-                     ({}, "its PNG is truncated")):
+    for bad, why in (
+        ({"sha256": "0" * 64}, "SHA-256"),
+        ({"width": 3}, "its record says"),
+        ({}, "its PNG is truncated"),
+    ):
         path = tmp_path / f"t{len(why)}.katra"
-        write_trace(path, np.array([], dtype=EVENT_DTYPE), [""], header={"workload": "x"}, summary={},
-                    images=[({**meta, **bad}, png if bad else png[:-30])])
+        write_trace(
+            path,
+            np.array([], dtype=EVENT_DTYPE),
+            [""],
+            header={"workload": "x"},
+            summary={},
+            images=[({**meta, **bad}, png if bad else png[:-30])],
+        )
         with pytest.raises(TraceFormatError, match=why) as caught:
             read_frame_images(path)
         assert str(caught.value).startswith(f"'{path}': kept frame of scene 's' at offset ")
@@ -167,21 +244,34 @@ def test_references_record_check_and_skip(tmp_path: Path) -> None:
     recorded = record_references(refs, {"a": _frame("a", a), "b/x": _frame("b/x", b)})
     assert [c.status for c in recorded] == ["recorded", "recorded"]
     png, facts = reference_paths(refs, "b/x", KEY)
-    assert png.parent.name.startswith("b_x~") and png.parent.parent == refs  # 'b/x' is not a file name
+    # 'b/x' is not a file name
+    assert png.parent.name.startswith("b_x~") and png.parent.parent == refs
     assert png.is_file() and facts.is_file() and png.stem == key_id(KEY)
     changed = 255 - a  # every pixel inverted
     rounded = b.copy()
-    rounded[2, 3, 0] ^= 1  # one level of one channel of one pixel: another code generator's rounding
+    # one level of one channel of one pixel: another code generator's rounding
+    rounded[2, 3, 0] ^= 1
     other_device = {**KEY, "vector_bits": "128"}
-    checks = check_references(refs, {"a": _frame("a", changed), "b/x": _frame("b/x", b),
-                                     "c": _frame("c", a, key=other_device)}, ["a", "b/x", "c", "d"])
+    checks = check_references(
+        refs,
+        {"a": _frame("a", changed), "b/x": _frame("b/x", b), "c": _frame("c", a, key=other_device)},
+        ["a", "b/x", "c", "d"],
+    )
     by = {c.scene: c for c in checks}
-    assert by["a"].status == "changed" and by["a"].regression and by["a"].line.startswith("image changed: a: ")
+    assert (
+        by["a"].status == "changed"
+        and by["a"].regression
+        and by["a"].line.startswith("image changed: a: ")
+    )
     assert by["a"].verdict is not None and by["a"].verdict.is_regression
     assert by["b/x"].status == "identical" and not by["b/x"].regression
     (near,) = check_references(refs, {"b/x": _frame("b/x", rounded)}, ["b/x"])
     assert near.status == "within tolerance" and not near.regression and "FLIP mean" in near.line
-    assert by["c"].status == "no reference" and "skipped" in by["c"].line and key_id(other_device) in by["c"].line
+    assert (
+        by["c"].status == "no reference"
+        and "skipped" in by["c"].line
+        and key_id(other_device) in by["c"].line
+    )
     assert by["d"].status == "not kept"
     later = check_references(refs, {"a": _frame("a", a, index=9)}, ["a"])
     assert later[0].status == "other frame" and later[0].error and "frame 5" in later[0].line
@@ -204,11 +294,13 @@ def test_image_options_are_checked_before_anything_runs(tmp_path: Path) -> None:
     assert plan_run(base).keep_images and plan_run(base).expect_images is None
     assert not plan_run(dataclasses.replace(base, keep_image=False)).keep_images
     assert not plan_run(dataclasses.replace(base, frames=None, duration_s=1.0)).keep_images
-    for change, message in (({"update_images": True}, "--update-images needs --expect-images"),
-                            ({"expect_images": str(tmp_path), "duration_s": 1.0}, "needs --frames"),
-                            ({"expect_images": str(tmp_path), "keep_image": False}, "drop --no-keep-image"),
-                            ({"expect_images": str(tmp_path / "nope")}, "does not exist"),
-                            ({"expect_images": str(tmp_path / "t.katra.x"), "update_images": True}, None)):
+    for change, message in (
+        ({"update_images": True}, "--update-images needs --expect-images"),
+        ({"expect_images": str(tmp_path), "duration_s": 1.0}, "needs --frames"),
+        ({"expect_images": str(tmp_path), "keep_image": False}, "drop --no-keep-image"),
+        ({"expect_images": str(tmp_path / "nope")}, "does not exist"),
+        ({"expect_images": str(tmp_path / "t.katra.x"), "update_images": True}, None),
+    ):
         config = dataclasses.replace(base, **change)  # type: ignore[arg-type]
         if message is None:
             assert plan_run(config).expect_images == tmp_path / "t.katra.x"  # made when recording

@@ -1,9 +1,10 @@
-"""A counted child's lifetime: it dies with its parent, no dump directory outlives them, and a Ctrl-C at
-any point of a counted run exits 130, keeping the frames already counted.
+"""A counted child's lifetime: it dies with its parent, no dump directory outlives them, and a
+Ctrl-C at any point of a counted run exits 130, keeping the frames already counted.
 
-The real runs start ``katra3d run --measure instructions`` with TMPDIR pointing at a directory of the
-test's own, and follow the child through its progress file there. SIGINT is set back to its default in
-each started command: a shell's background job starts with SIGINT ignored, and ignored it would stay.
+The real runs start ``katra3d run --measure instructions`` with TMPDIR pointing at a directory of
+the test's own, and follow the child through its progress file there. SIGINT is set back to its
+default in each started command: a shell's background job starts with SIGINT ignored, and ignored it
+would stay.
 """
 
 from __future__ import annotations
@@ -35,9 +36,14 @@ def _default_sigint() -> None:
 def _start(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], Path]:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    proc = subprocess.Popen([KATRA3D, "run", *args, *COUNTED, "-o", str(tmp_path / "t.katra")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "TMPDIR": str(tmp)}, preexec_fn=_default_sigint)
+    proc = subprocess.Popen(
+        [KATRA3D, "run", *args, *COUNTED, "-o", str(tmp_path / "t.katra")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp)},
+        preexec_fn=_default_sigint,
+    )
     return proc, tmp
 
 
@@ -66,8 +72,10 @@ def _calls(tmp: Path) -> list[list[Any]]:
 def _counting(tmp: Path, frames: int) -> bool:
     """Whether the child has counted ``frames`` measured frames."""
     calls = _calls(tmp)
-    starts = [i for i, c in enumerate(calls) if c[0] == "phase" and str(c[1]).endswith(": counting")]
-    return bool(starts) and any(c[0] == "advance" and c[1] >= frames for c in calls[starts[-1]:])
+    starts = [
+        i for i, c in enumerate(calls) if c[0] == "phase" and str(c[1]).endswith(": counting")
+    ]
+    return bool(starts) and any(c[0] == "advance" and c[1] >= frames for c in calls[starts[-1] :])
 
 
 def _children(parent: int) -> list[int]:
@@ -114,7 +122,9 @@ def test_stale_dump_directories_of_dead_owners_are_removed(tmp_path: Path) -> No
         live.wait()
 
 
-def test_dump_directory_names_have_one_length_and_name_their_owner(tmp_path: Path, monkeypatch: Any) -> None:
+def test_dump_directory_names_have_one_length_and_name_their_owner(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr("tempfile.tempdir", None)
     a, b = lifetime.make_dump_dir(), lifetime.make_dump_dir()
@@ -125,13 +135,15 @@ def test_dump_directory_names_have_one_length_and_name_their_owner(tmp_path: Pat
 def test_the_child_gets_sigkill_when_its_parent_dies() -> None:
     preexec = lifetime.die_with_parent()
     assert preexec is not None  # Linux
-    # a middle process starts a grandchild with the pre-exec function, in a session of its own as the counted
-    # child is (without the signal it would run on: some inits end the orphans of a dead process's session),
-    # prints its PID and is killed
-    script = ("import subprocess, sys, time\nfrom katra3d.harness.run import lifetime\n"
-              "p = subprocess.Popen(['sleep', '120'], preexec_fn=lifetime.die_with_parent(), "
-              "start_new_session=True, stdout=subprocess.DEVNULL)\n"
-              "print(p.pid, flush=True)\ntime.sleep(120)\n")
+    # a middle process starts a grandchild with the pre-exec function, in a session of its own as
+    # the counted child is (without the signal it would run on: some inits end the orphans of a dead
+    # process's session), prints its PID and is killed
+    script = (
+        "import subprocess, sys, time\nfrom katra3d.harness.run import lifetime\n"
+        "p = subprocess.Popen(['sleep', '120'], preexec_fn=lifetime.die_with_parent(), "
+        "start_new_session=True, stdout=subprocess.DEVNULL)\n"
+        "print(p.pid, flush=True)\ntime.sleep(120)\n"
+    )
     middle = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     assert middle.stdout is not None
     grandchild = int(middle.stdout.readline())
@@ -152,7 +164,9 @@ def test_the_child_gets_sigkill_when_its_parent_dies() -> None:
 
 @pytest.mark.gl
 @pytest.mark.slow
-def test_sigkill_of_the_parent_ends_the_child_and_the_next_run_removes_its_dumps(tmp_path: Path) -> None:
+def test_sigkill_of_the_parent_ends_the_child_and_the_next_run_removes_its_dumps(
+    tmp_path: Path,
+) -> None:
     if not HAVE_VALGRIND:
         pytest.skip("valgrind is not installed")
     proc, tmp = _start(tmp_path, "triangle", "--frames", "2000")

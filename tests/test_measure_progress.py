@@ -1,5 +1,6 @@
-"""A counted run's progress: the child's phases reach the parent's display as they happen, in order, and
-the bar never goes back; without a terminal one line per phase; a counted scene failure is one error line.
+"""A counted run's progress: the child's phases reach the parent's display as they happen, in order,
+and the bar never goes back; without a terminal one line per phase; a counted scene failure is one
+error line.
 
 The pure tests drive the relay and the renderer with calls written by hand; one real counted run
 (valgrind, 16x16, 1 warm-up and 3 counted frames) drives both renderings at once: a bar on a fake
@@ -36,14 +37,16 @@ class FakeTTY(io.StringIO):
 
 
 class Tee:
-    """A progress that hands every call to two displays and records, after each, what the bar shows."""
+    """A progress that hands every call to two displays and records, after
+    each, what the bar shows."""
 
     tty = True  # as a terminal display: the engine reports every frame
 
     def __init__(self, bar: Progress, plain: Progress) -> None:
         self.bar = bar
         self.plain = plain
-        self.seen: list[tuple[str, str, int]] = []  # (call, the bar's description, the bar's counter)
+        # (call, the bar's description, the bar's counter)
+        self.seen: list[tuple[str, str, int]] = []
 
     def __enter__(self) -> Tee:
         self.bar.__enter__()
@@ -98,7 +101,10 @@ def test_the_relay_passes_on_complete_known_calls_in_order(tmp_path: Path) -> No
     child.advance(2)  # after close: ignored, not an error
     lines = plain.getvalue().splitlines()
     assert [ln.split(" (")[0] for ln in lines] == [
-        "katra3d: opening GL", "katra3d: [1/1] clear: warm-up, 1 frame", "katra3d: [1/1] clear: 1 frames"]
+        "katra3d: opening GL",
+        "katra3d: [1/1] clear: warm-up, 1 frame",
+        "katra3d: [1/1] clear: 1 frames",
+    ]
 
 
 def test_the_bar_counts_on_across_phases_and_never_goes_back() -> None:
@@ -140,14 +146,27 @@ def test_a_counted_run_shows_its_phases_in_order_on_both_displays(tmp_path: Path
         pytest.skip("valgrind is not installed")
     terminal, plain = FakeTTY(), io.StringIO()
     tee = Tee(Progress(1, stream=terminal), Progress(1, stream=plain, phase_lines=True))
-    config = RunConfig(scenes=("clear",), frames=3, warmup=1, size=(16, 16), measure="instructions",
-                       output=str(tmp_path / "c.katra"))
+    config = RunConfig(
+        scenes=("clear",),
+        frames=3,
+        warmup=1,
+        size=(16, 16),
+        measure="instructions",
+        output=str(tmp_path / "c.katra"),
+    )
     result = runner.run(config, progress=tee)
     assert result.status == "complete" and result.scenes[0].frames == 3
 
     phases = [desc for call, desc, _ in tee.seen if call == "phase"]
-    expected = ["starting valgrind", "opening GL", "[1/1] clear: setting up", "[1/1] clear: warm-up",
-                "[1/1] clear: counting", "writing the trace", "valgrind ending"]
+    expected = [
+        "starting valgrind",
+        "opening GL",
+        "[1/1] clear: setting up",
+        "[1/1] clear: warm-up",
+        "[1/1] clear: counting",
+        "writing the trace",
+        "valgrind ending",
+    ]
     assert [next((e for e in expected if p.startswith(e)), p) for p in phases] == expected, phases
     counters = [done for _, _, done in tee.seen]
     assert counters == sorted(counters), "the bar's counter went back"
@@ -156,12 +175,16 @@ def test_a_counted_run_shows_its_phases_in_order_on_both_displays(tmp_path: Path
     assert described[-1] == "[1/1] clear: counting frame 3 of 3"
     assert any(d == "[1/1] clear: counting frame 2 of 3" for d in described)
     assert "counting frame 3 of 3" in terminal.getvalue()  # what the fake terminal received
-    assert "instructions per frame" in terminal.getvalue()  # the child's scene line, printed above the bar
+    # the child's scene line, printed above the bar
+    assert "instructions per frame" in terminal.getvalue()
 
     lines = plain.getvalue().splitlines()
     phase_lines = [ln for ln in lines if ln.endswith(" s)")]
     assert len(phase_lines) == len(expected)  # one line a phase, none a frame
-    assert [next(e for e in expected if ln.removeprefix("katra3d: ").startswith(e)) for ln in phase_lines] == expected
+    assert [
+        next(e for e in expected if ln.removeprefix("katra3d: ").startswith(e))
+        for ln in phase_lines
+    ] == expected
     seconds = [float(ln.rsplit("(", 1)[1].removesuffix(" s)")) for ln in phase_lines]
     assert seconds == sorted(seconds)
     assert "katra3d: [1/1] clear: counting, 3 frames (" in plain.getvalue()
@@ -174,20 +197,40 @@ def test_a_counted_scene_failure_is_one_error_line(tmp_path: Path) -> None:
     if not HAVE_VALGRIND:
         pytest.skip("valgrind is not installed")
     scene = tmp_path / "broken.py"
-    scene.write_text("from katra3d.scenes.builtin.clear import ClearScene\n\n\n"
-                     "class Broken(ClearScene):\n    name = 'broken'\n\n"
-                     "    def render(self, frame):\n        super().render(frame)\n"
-                     "        if frame.index == 2:\n            raise ValueError('boom in render')\n")
-    out = katra("run", f"{scene}:Broken", "--frames", "2", "--warmup", "1", "--size", "16x16",
-                "--measure", "instructions", "-o", str(tmp_path / "b.katra"), timeout=600)
+    scene.write_text(
+        "from katra3d.scenes.builtin.clear import ClearScene\n\n\n"
+        "class Broken(ClearScene):\n    name = 'broken'\n\n"
+        "    def render(self, frame):\n        super().render(frame)\n"
+        "        if frame.index == 2:\n            raise ValueError('boom in render')\n"
+    )
+    out = katra(
+        "run",
+        f"{scene}:Broken",
+        "--frames",
+        "2",
+        "--warmup",
+        "1",
+        "--size",
+        "16x16",
+        "--measure",
+        "instructions",
+        "-o",
+        str(tmp_path / "b.katra"),
+        timeout=600,
+    )
     assert out.returncode == 2, out.stderr
     errors = [ln for ln in out.stderr.splitlines() if "error" in ln.lower()]
-    assert errors == [ln for ln in errors if ln.startswith("katra3d: error: ")] and len(errors) == 1, out.stderr
+    assert (
+        errors == [ln for ln in errors if ln.startswith("katra3d: error: ")] and len(errors) == 1
+    ), out.stderr
     assert "boom in render" in errors[0] and "Traceback" not in out.stderr
     assert f"({scene}:10)" in errors[0]  # the scene's file and line, from the child
     # a failed run leaves nothing at -o: the child's frames (one measured) are set aside beside it
-    assert errors[0].endswith("; the frames it measured are in " + repr(str(tmp_path / "b.failed.katra"))
-                              + " (the output was not written)")
+    assert errors[0].endswith(
+        "; the frames it measured are in "
+        + repr(str(tmp_path / "b.failed.katra"))
+        + " (the output was not written)"
+    )
     assert not (tmp_path / "b.katra").exists()
     summary = open_trace(tmp_path / "b.failed.katra", events=False).summary or {}
     assert summary.get("status") == "aborted", summary
@@ -196,16 +239,37 @@ def test_a_counted_scene_failure_is_one_error_line(tmp_path: Path) -> None:
 @pytest.mark.gl
 @pytest.mark.slow
 def test_quiet_and_piped_runs_count_the_same(tmp_path: Path) -> None:
-    """The child's stdin, stdout and stderr are the same kind of file whatever the parent's are: before, a
-    16x16 clear frame counted 275,716 instructions with --quiet, 275,904 piped and 275,898 on a terminal
-    (`script`); now all three count 275,947. A terminal is left out here: a pipe and /dev/null differ too."""
+    """The child's stdin, stdout and stderr are the same kind of file whatever the parent's are:
+    before, a 16x16 clear frame counted 275,716 instructions with --quiet, 275,904 piped and 275,898
+    on a terminal (`script`); now all three count 275,947. A terminal is left out here: a pipe and
+    /dev/null differ too."""
     if not HAVE_VALGRIND:
         pytest.skip("valgrind is not installed")
-    common = ["run", "clear", "--frames", "2", "--warmup", "1", "--size", "16x16", "--measure", "instructions"]
-    quiet = subprocess.Popen([KATRA3D, *common, "--quiet", "-o", str(tmp_path / "q.katra")],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    piped = subprocess.Popen([KATRA3D, *common, "-o", str(tmp_path / "p.katra")], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    common = [
+        "run",
+        "clear",
+        "--frames",
+        "2",
+        "--warmup",
+        "1",
+        "--size",
+        "16x16",
+        "--measure",
+        "instructions",
+    ]
+    quiet = subprocess.Popen(
+        [KATRA3D, *common, "--quiet", "-o", str(tmp_path / "q.katra")],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    piped = subprocess.Popen(
+        [KATRA3D, *common, "-o", str(tmp_path / "p.katra")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _, stderr = piped.communicate(timeout=600)
     assert quiet.wait(timeout=600) == 0 and piped.returncode == 0, stderr
 

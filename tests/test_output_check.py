@@ -15,13 +15,22 @@ from tests.cli_helpers import katra_main
 from tests.export_helpers import write_rich
 
 
-@pytest.mark.parametrize(("name", "message"), [
-    ("", r"empty -o/--output path: give a file name, e\.g\. -o run\.katra"),
-    ("newdir/", r"names a directory \(it ends with '/'\)"),
-    (".", r"names a directory \(it is a directory, not a file\); give a file path, e\.g\. run\.katra"),
-    ("missing/x.katra", r"output directory 'missing' does not exist"),
-])
-def test_bad_paths_get_one_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("", r"empty -o/--output path: give a file name, e\.g\. -o run\.katra"),
+        ("newdir/", r"names a directory \(it ends with '/'\)"),
+        (
+            ".",
+            r"names a directory \(it is a directory, not a file\); give a file path, e\.g\. "
+            r"run\.katra",
+        ),
+        ("missing/x.katra", r"output directory 'missing' does not exist"),
+    ],
+)
+def test_bad_paths_get_one_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, message: str
+) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match=message):
         check_output(name)
@@ -32,7 +41,9 @@ def test_special_files_are_refused_whatever_force_says(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     for force in (False, True):
-        with pytest.raises(ConfigError, match=r"exists and is not a regular file \(it is a pipe or FIFO\)"):
+        with pytest.raises(
+            ConfigError, match=r"exists and is not a regular file \(it is a pipe or FIFO\)"
+        ):
             check_output(fifo, force=force)
         with pytest.raises(ConfigError, match=r"not a regular file \(it is a character device\)"):
             check_output("/dev/null", force=force)
@@ -41,8 +52,11 @@ def test_special_files_are_refused_whatever_force_says(tmp_path: Path) -> None:
 def test_an_existing_file_needs_force(tmp_path: Path) -> None:
     out = tmp_path / "x.csv"
     out.write_text("keep")
-    with pytest.raises(OutputExistsError, match=r"already exists; give --force \(overwrite=True in Python\) to "
-                                                r"replace it, or choose another -o"):
+    with pytest.raises(
+        OutputExistsError,
+        match=r"already exists; give --force \(overwrite=True in Python\) to "
+        r"replace it, or choose another -o",
+    ):
         check_output(out, option="-o")
     assert check_output(out, force=True) == out
     assert out.read_text() == "keep"
@@ -56,14 +70,20 @@ def test_an_input_is_never_the_output_even_with_force(tmp_path: Path) -> None:
     for out in (trace, link, tmp_path / "." / "run.katra"):
         with pytest.raises(ConfigError, match="is one of this command's inputs"):
             check_output(out, force=True, inputs=[trace])
-    assert check_output(tmp_path / "other.katra", force=True, inputs=[trace]) == tmp_path / "other.katra"
+    assert (
+        check_output(tmp_path / "other.katra", force=True, inputs=[trace])
+        == tmp_path / "other.katra"
+    )
 
 
 def test_run_refuses_a_part_file_in_the_way(tmp_path: Path) -> None:
     (tmp_path / "x.katra.part").write_text("a killed run's prefix")
-    with pytest.raises(ConfigError, match=r"x\.katra\.part' exists: another katra3d run is writing"):
+    with pytest.raises(
+        ConfigError, match=r"x\.katra\.part' exists: another katra3d run is writing"
+    ):
         run_check_output(str(tmp_path / "x.katra"))
-    assert check_output(tmp_path / "x.katra") == tmp_path / "x.katra"  # only the capture cares about .part
+    # only the capture cares about .part
+    assert check_output(tmp_path / "x.katra") == tmp_path / "x.katra"
 
 
 def test_ab_output_dir_must_not_be_a_file(tmp_path: Path) -> None:
@@ -97,32 +117,55 @@ def test_the_replace_never_swaps_out_a_special_file(tmp_path: Path) -> None:
     move_into_place(new, tmp_path / "absent", replace=True)  # nothing there: nothing to refuse
 
 
-def test_export_and_report_never_overwrite_their_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_export_and_report_never_overwrite_their_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     trace = tmp_path / "run.katra"
     write_rich(trace)
     before = trace.read_bytes()
-    code, _, err = katra_main(capsys, "export", str(trace), "--to", "csv", "-o", str(trace), "--force")
-    assert code == 2 and len(err.splitlines()) == 1 and "is one of this command's inputs" in err, err
+    code, _, err = katra_main(
+        capsys, "export", str(trace), "--to", "csv", "-o", str(trace), "--force"
+    )
+    assert code == 2 and len(err.splitlines()) == 1 and "is one of this command's inputs" in err, (
+        err
+    )
     pytest.importorskip("plotly", reason="pip install 'katra3d[export]'")
     code, _, err = katra_main(capsys, "report", str(trace), "-o", str(trace), "--force")
-    assert code == 2 and len(err.splitlines()) == 1 and "is one of this command's inputs" in err, err
+    assert code == 2 and len(err.splitlines()) == 1 and "is one of this command's inputs" in err, (
+        err
+    )
     assert trace.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.katra"]
 
 
-def test_export_reports_a_bad_output_before_reading(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_export_reports_a_bad_output_before_reading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # the trace does not exist: the output's message comes first, as the output is checked first
-    code, _, err = katra_main(capsys, "export", str(tmp_path / "none.katra"), "--to", "csv",
-                              "-o", str(tmp_path / "no" / "x.csv"))
+    code, _, err = katra_main(
+        capsys,
+        "export",
+        str(tmp_path / "none.katra"),
+        "--to",
+        "csv",
+        "-o",
+        str(tmp_path / "no" / "x.csv"),
+    )
     assert code == 2 and "output directory" in err and "does not exist" in err, err
 
 
-def test_history_parquet_output_must_not_be_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_history_parquet_output_must_not_be_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytest.importorskip("duckdb", reason="pip install 'katra3d[history]'")
     afile = tmp_path / "afile"
     afile.write_text("x")
-    for args in (["history", "add", str(tmp_path), "--label", "v1", "--parquet", str(afile)],
-                 ["history", "export", "--db", str(tmp_path / "h.duckdb"), "--parquet", str(afile)]):
+    for args in (
+        ["history", "add", str(tmp_path), "--label", "v1", "--parquet", str(afile)],
+        ["history", "export", "--db", str(tmp_path / "h.duckdb"), "--parquet", str(afile)],
+    ):
         code, _, err = katra_main(capsys, *args)
-        assert code == 2 and len(err.splitlines()) == 1 and "exists and is not a directory" in err, err
+        assert (
+            code == 2 and len(err.splitlines()) == 1 and "exists and is not a directory" in err
+        ), err
     assert afile.read_text() == "x"

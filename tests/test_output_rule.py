@@ -1,10 +1,11 @@
 """The one output rule (katra_trace.io.claim.open_output / check_output / move_into_place) and the
-faults of issue 22 around it: special files and links as outputs, inputs as outputs, paths the system
-refuses, bytes that are not UTF-8, a ``history add`` that must never hang on a FIFO or a device, a
-damaged history store, and names that would break a one-line error.
+faults of issue 22 around it: special files and links as outputs, inputs as outputs, paths the
+system refuses, bytes that are not UTF-8, a ``history add`` that must never hang on a FIFO or a
+device, a damaged history store, and names that would break a one-line error.
 
-Nothing here can damage the machine when a fix regresses: device nodes are only ever reached through a
-link inside tmp_path, ``os.replace`` is watched, and every test asserts the device is still a device.
+Nothing here can damage the machine when a fix regresses: device nodes are only ever reached through
+a link inside tmp_path, ``os.replace`` is watched, and every test asserts the device is still a
+device.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ def _one_line(code: int, err: str, expected: int = 2) -> str:
 
 @pytest.fixture
 def watched_replace(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
-    """Every os.replace made by the claim, recorded; one onto anything but a regular file fails the test
-    before it happens (so no regression can swap out a device)."""
+    """Every os.replace made by the claim, recorded; one onto anything but a regular file fails the
+    test before it happens (so no regression can swap out a device)."""
     calls: list[tuple[str, str]] = []
     real = os.replace
 
@@ -58,11 +59,13 @@ def watched_replace(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     return calls
 
 
-# --------------------------------------------------------------------------- defect 3: special files and links
+# --------------------------------------------------------------------------- defect 3: special
+# files and links
 
 
-def test_forced_output_through_a_link_to_a_device_is_refused(tmp_path: Path,
-                                                             watched_replace: list[tuple[str, str]]) -> None:
+def test_forced_output_through_a_link_to_a_device_is_refused(
+    tmp_path: Path, watched_replace: list[tuple[str, str]]
+) -> None:
     link = tmp_path / "latest.csv"
     link.symlink_to("/dev/null")
     with pytest.raises(ConfigError, match=r"not a regular file \(it is a character device\)"):
@@ -74,7 +77,8 @@ def test_forced_output_through_a_link_to_a_device_is_refused(tmp_path: Path,
 
 
 def test_export_force_onto_a_fifo_or_a_device_link_is_one_line_and_touches_nothing(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], watched_replace: list[tuple[str, str]]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], watched_replace: list[tuple[str, str]]
+) -> None:
     trace = _trace(tmp_path / "run.katra")
     watched_replace.clear()
     fifo = tmp_path / "fifo.csv"
@@ -82,25 +86,31 @@ def test_export_force_onto_a_fifo_or_a_device_link_is_one_line_and_touches_nothi
     dev = tmp_path / "full.csv"
     dev.symlink_to("/dev/full")
     for target in (fifo, dev):
-        code, _, err = katra_main(capsys, "export", str(trace), "--to", "csv", "-o", str(target), "--force")
+        code, _, err = katra_main(
+            capsys, "export", str(trace), "--to", "csv", "-o", str(target), "--force"
+        )
         assert "not a regular file" in _one_line(code, err)
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and dev.is_symlink()
     assert stat.S_ISCHR(os.stat(dev).st_mode) and watched_replace == []
 
 
-def test_a_forced_export_writes_through_a_link_and_keeps_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                            watched_replace: list[tuple[str, str]]) -> None:
+def test_a_forced_export_writes_through_a_link_and_keeps_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], watched_replace: list[tuple[str, str]]
+) -> None:
     trace = _trace(tmp_path / "run.katra")
     watched_replace.clear()
     target = tmp_path / "target.csv"
     target.write_text("old")
     link = tmp_path / "latest.csv"
     link.symlink_to(target.name)
-    code, _, err = katra_main(capsys, "export", str(trace), "--to", "csv", "-o", str(link), "--force", "--quiet")
+    code, _, err = katra_main(
+        capsys, "export", str(trace), "--to", "csv", "-o", str(link), "--force", "--quiet"
+    )
     assert code == 0, err
     assert link.is_symlink() and os.readlink(link) == "target.csv"
     assert target.read_text().startswith('"scene","name","kind",')
-    assert [dst for _, dst in watched_replace] == [str(target)]  # the replace went onto the link's target
+    # the replace went onto the link's target
+    assert [dst for _, dst in watched_replace] == [str(target)]
 
 
 def test_the_move_refuses_what_is_not_a_regular_file_at_the_last_moment(tmp_path: Path) -> None:
@@ -132,7 +142,8 @@ def test_one_exists_message_for_every_writer(tmp_path: Path) -> None:
     assert "already exists; give --force" in str(claimed.value) and out.read_text() == "keep"
 
 
-# --------------------------------------------------------------------------- defect 4: the input is never the output
+# --------------------------------------------------------------------------- defect 4: the input is
+# never the output
 
 
 def test_a_trace_inside_an_input_directory_is_never_the_report(tmp_path: Path) -> None:
@@ -143,11 +154,13 @@ def test_a_trace_inside_an_input_directory_is_never_the_report(tmp_path: Path) -
         check_output(trace, force=True, inputs=[runs])
     other = runs / "notes.txt"
     other.write_text("not a trace")
-    assert check_output(other, force=True, inputs=[runs]) == other  # a file that is no trace may be replaced
+    # a file that is no trace may be replaced
+    assert check_output(other, force=True, inputs=[runs]) == other
 
 
-def test_report_and_parquet_export_never_overwrite_their_input(tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_and_parquet_export_never_overwrite_their_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     runs = tmp_path / "runs"
     runs.mkdir()
     trace = _trace(runs / "t.katra")
@@ -156,16 +169,20 @@ def test_report_and_parquet_export_never_overwrite_their_input(tmp_path: Path,
     code, _, err = katra_main(capsys, "report", str(runs), "-o", str(trace), "--force")
     assert "is one of this command's inputs" in _one_line(code, err)
     pytest.importorskip("pyarrow", reason="pip install 'katra3d[export]'")
-    code, _, err = katra_main(capsys, "export", str(trace), "--to", "parquet", "-o", str(trace), "--force")
+    code, _, err = katra_main(
+        capsys, "export", str(trace), "--to", "parquet", "-o", str(trace), "--force"
+    )
     assert "is one of this command's inputs" in _one_line(code, err)
     assert trace.read_bytes() == before
 
 
-# --------------------------------------------------------------------------- defect 13: directories and empty paths
+# --------------------------------------------------------------------------- defect 13: directories
+# and empty paths
 
 
 def test_a_trailing_slash_or_an_empty_output_is_one_line_and_writes_nothing(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     trace = _trace(tmp_path / "run.katra")
     monkeypatch.chdir(tmp_path)
     code, _, err = katra_main(capsys, "export", str(trace), "--to", "csv", "-o", "newdir/")
@@ -179,26 +196,42 @@ def test_a_trailing_slash_or_an_empty_output_is_one_line_and_writes_nothing(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.katra"]
 
 
-def test_history_db_with_a_trailing_slash_or_a_missing_directory_is_one_line(tmp_path: Path,
-                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_history_db_with_a_trailing_slash_or_a_missing_directory_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytest.importorskip("duckdb", reason="pip install 'katra3d[history]'")
     trace = _trace(tmp_path / "run.katra")
-    code, _, err = katra_main(capsys, "history", "add", str(trace), "--label", "v1", "--db", f"{tmp_path}/newdb/")
+    code, _, err = katra_main(
+        capsys, "history", "add", str(trace), "--label", "v1", "--db", f"{tmp_path}/newdb/"
+    )
     assert "names a directory (it ends with '/')" in _one_line(code, err)
-    code, _, err = katra_main(capsys, "history", "add", str(trace), "--label", "v1", "--db",
-                              str(tmp_path / "no" / "h.duckdb"))
+    code, _, err = katra_main(
+        capsys,
+        "history",
+        "add",
+        str(trace),
+        "--label",
+        "v1",
+        "--db",
+        str(tmp_path / "no" / "h.duckdb"),
+    )
     assert "does not exist" in _one_line(code, err)
     before = trace.read_bytes()
-    code, _, err = katra_main(capsys, "history", "add", str(trace), "--label", "v1", "--db", str(trace))
+    code, _, err = katra_main(
+        capsys, "history", "add", str(trace), "--label", "v1", "--db", str(trace)
+    )
     assert "is one of this command's inputs" in _one_line(code, err)
     assert trace.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.katra"]
 
 
-# --------------------------------------------------------------------------- defect 6: paths the system refuses
+# --------------------------------------------------------------------------- defect 6: paths the
+# system refuses
 
 
-def test_a_name_too_long_is_one_line_for_every_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_name_too_long_is_one_line_for_every_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     trace = _trace(tmp_path / "run.katra")
     long = str(tmp_path / LONG)
     commands = [
@@ -211,9 +244,11 @@ def test_a_name_too_long_is_one_line_for_every_command(tmp_path: Path, capsys: p
     if _have("plotly"):
         commands.append(["report", long, "-o", str(tmp_path / "r.html")])
     if _have("duckdb"):
-        commands += [["history", "add", long, "--label", "v1", "--db", str(tmp_path / "h.duckdb")],
-                     ["history", "add", str(trace), "--label", "v1", "--db", long],
-                     ["history", "show", "--db", long]]
+        commands += [
+            ["history", "add", long, "--label", "v1", "--db", str(tmp_path / "h.duckdb")],
+            ["history", "add", str(trace), "--label", "v1", "--db", long],
+            ["history", "show", "--db", long],
+        ]
     for args in commands:
         code, _, err = katra_main(capsys, *args)
         assert "File name too long" in _one_line(code, err), args
@@ -242,13 +277,24 @@ def test_an_unreadable_directory_is_one_line(tmp_path: Path) -> None:
     trace = _trace(closed / "run.katra")
     closed.chmod(0)
     tmp_path.chmod(0o755)
-    commands = [["stats", str(closed)], ["export", str(trace), "--to", "csv", "-o", str(closed / "x.csv")]]
+    commands = [
+        ["stats", str(closed)],
+        ["export", str(trace), "--to", "csv", "-o", str(closed / "x.csv")],
+    ]
     if _have("duckdb"):
-        commands += [["history", "add", str(closed), "--label", "v1", "--db", str(tmp_path / "h.duckdb")]]
+        commands += [
+            ["history", "add", str(closed), "--label", "v1", "--db", str(tmp_path / "h.duckdb")]
+        ]
     try:
         for args in commands:
-            res = subprocess.run([sys.executable, "-c", AS_NOBODY, *args], capture_output=True, text=True,
-                                 timeout=120, check=False, cwd="/")
+            res = subprocess.run(
+                [sys.executable, "-c", AS_NOBODY, *args],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+                cwd="/",
+            )
             assert res.returncode == 2 and "Traceback" not in res.stderr, (args, res.stderr)
             lines = res.stderr.strip().splitlines()
             assert len(lines) == 1 and "Permission denied" in lines[0], (args, res.stderr)
@@ -264,7 +310,8 @@ def _have(module: str) -> bool:
     return True
 
 
-# --------------------------------------------------------------------------- defect 8 and 14: names in text
+# --------------------------------------------------------------------------- defect 8 and 14: names
+# in text
 
 
 def test_the_text_helpers() -> None:
@@ -277,14 +324,26 @@ def test_the_text_helpers() -> None:
         check_text("a\nb", "--label")
 
 
-def test_text_fields_that_are_not_utf8_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_text_fields_that_are_not_utf8_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     trace = _trace(tmp_path / "run.katra")
     if _have("plotly"):
-        code, _, err = katra_main(capsys, "report", str(trace), "--title", "\udcff", "-o", str(tmp_path / "r.html"))
+        code, _, err = katra_main(
+            capsys, "report", str(trace), "--title", "\udcff", "-o", str(tmp_path / "r.html")
+        )
         assert "--title" in _one_line(code, err) and "not UTF-8" in err
     if _have("duckdb"):
-        code, _, err = katra_main(capsys, "history", "add", str(trace), "--label", "\udcff", "--db",
-                                  str(tmp_path / "h.duckdb"))
+        code, _, err = katra_main(
+            capsys,
+            "history",
+            "add",
+            str(trace),
+            "--label",
+            "\udcff",
+            "--db",
+            str(tmp_path / "h.duckdb"),
+        )
         assert "--label" in _one_line(code, err) and "not UTF-8" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.katra"]
 
@@ -299,24 +358,33 @@ def test_a_file_name_that_is_not_utf8_works(tmp_path: Path) -> None:
     assert (tmp_path / os.fsdecode(b"\xff.csv")).is_file()
 
 
-def test_a_newline_in_a_name_keeps_the_error_on_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = katra_main(capsys, "export", str(tmp_path / "a\nb.katra"), "--to", "csv", "-o",
-                              str(tmp_path / "x.csv"))
+def test_a_newline_in_a_name_keeps_the_error_on_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = katra_main(
+        capsys, "export", str(tmp_path / "a\nb.katra"), "--to", "csv", "-o", str(tmp_path / "x.csv")
+    )
     assert "a\\nb.katra" in _one_line(code, err)
     code, _, err = katra_main(capsys, "stats", str(tmp_path / "a\nb.katra"))
     assert "a\\nb.katra" in _one_line(code, err)
-    code, _, err = katra_main(capsys, "run", "triangle", "--size", "1\n2", "-o", str(tmp_path / "x.katra"))
+    code, _, err = katra_main(
+        capsys, "run", "triangle", "--size", "1\n2", "-o", str(tmp_path / "x.katra")
+    )
     assert "bad size '1\\n2'" in _one_line(code, err)  # a message that quotes a value without repr
     code, _, err = katra_main(capsys, "stats", "--format", "a\nb", str(tmp_path / "x.katra"))
     assert "a\\nb" in _one_line(code, err)  # argparse's own errors too (its exit 2)
 
 
-def test_an_empty_trace_in_a_directory_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_empty_trace_in_a_directory_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytest.importorskip("duckdb", reason="pip install 'katra3d[history]'")
     runs = tmp_path / "runs"
     runs.mkdir()
     write_rich(runs / "a.katra")
     (runs / "b.katra").write_bytes(b"")
-    code, _, err = katra_main(capsys, "history", "add", str(runs), "--label", "v1", "--db", str(tmp_path / "h.duckdb"))
+    code, _, err = katra_main(
+        capsys, "history", "add", str(runs), "--label", "v1", "--db", str(tmp_path / "h.duckdb")
+    )
     line = _one_line(code, err)
     assert "b.katra" in line and "not a katra3d trace: 0 bytes" in line

@@ -16,12 +16,14 @@ STRICT = ("-p", "no:cacheprovider", "--strict-markers", "-W", "error")
 
 
 def test_plugin_is_registered_and_imports_no_gl() -> None:
-    code = ("import importlib.metadata as m, sys\n"
-            "eps = [e.value for e in m.entry_points(group='pytest11') if e.name == 'katra3d']\n"
-            "assert eps == ['katra3d.harness.pytest_plugin'], eps\n"
-            "import katra3d.harness.pytest_plugin\n"
-            "gl = [n for n in ('moderngl', 'glfw', 'OpenGL', 'glcontext') if n in sys.modules]\n"
-            "assert not gl, gl\n")
+    code = (
+        "import importlib.metadata as m, sys\n"
+        "eps = [e.value for e in m.entry_points(group='pytest11') if e.name == 'katra3d']\n"
+        "assert eps == ['katra3d.harness.pytest_plugin'], eps\n"
+        "import katra3d.harness.pytest_plugin\n"
+        "gl = [n for n in ('moderngl', 'glfw', 'OpenGL', 'glcontext') if n in sys.modules]\n"
+        "assert not gl, gl\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
 
@@ -35,7 +37,8 @@ def test_gl_marker_is_registered_by_the_plugin(pytester: pytest.Pytester) -> Non
             pass
     """)
     pytester.runpytest_subprocess(*STRICT).assert_outcomes(passed=1)
-    # without the plugin, --strict-markers rejects the unknown marker: the plugin is what registers it
+    # without the plugin, --strict-markers rejects the unknown marker: the plugin is what registers
+    # it
     result = pytester.runpytest_subprocess(*STRICT, "-p", "no:katra3d")
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*'gl' not found in `markers` configuration option*"])
@@ -48,7 +51,9 @@ def test_katra_scene_fixture_runs_a_scene(pytester: pytest.Pytester, gl_ctx: obj
 
         @pytest.mark.gl
         def test_fill(katra_scene):
-            run = katra_scene("fillrate", frames=12, warmup=2, size=(64, 64), params={"layers": 2}, zones=True)
+            run = katra_scene(
+                "fillrate", frames=12, warmup=2, size=(64, 64), params={"layers": 2}, zones=True
+            )
             assert run.scene == "fillrate" and run.clock in run.stats
             assert run.primary["n"] == 12
             assert run.primary["median_ms"] > 0
@@ -67,8 +72,9 @@ def test_katra_scene_fixture_runs_a_scene(pytester: pytest.Pytester, gl_ctx: obj
 
 @pytest.mark.slow
 @pytest.mark.gl
-def test_frames_land_in_pytest_benchmark_stats(pytester: pytest.Pytester, gl_ctx: object,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_frames_land_in_pytest_benchmark_stats(
+    pytester: pytest.Pytester, gl_ctx: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytester.makepyfile("""
         def test_fill_bench(katra_scene, benchmark):
             run = katra_scene("fillrate", frames=15, warmup=2, size=(64, 64), params={"layers": 2},
@@ -76,8 +82,8 @@ def test_frames_land_in_pytest_benchmark_stats(pytester: pytest.Pytester, gl_ctx
             assert run.primary["n"] == 15
     """)
     out = pytester.path / "bench.json"
-    # The inner pytest is its own session, not an xdist worker: pytest-benchmark reads this variable and would
-    # disable benchmarks when the outer run is distributed (make test runs with -n auto).
+    # The inner pytest is its own session, not an xdist worker: pytest-benchmark reads this variable
+    # and would disable benchmarks when the outer run is distributed (make test runs with -n auto).
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     result = pytester.runpytest_subprocess(*STRICT, f"--benchmark-json={out}", timeout=240)
     result.assert_outcomes(passed=1)
@@ -85,7 +91,11 @@ def test_frames_land_in_pytest_benchmark_stats(pytester: pytest.Pytester, gl_ctx
     assert len(bench) == 1
     stats, extra = bench[0]["stats"], bench[0]["extra_info"]["katra3d"]
     assert stats["rounds"] == 15 and stats["iterations"] == 1  # one round per measured frame
-    assert extra["scene"] == "fillrate" and extra["gl_renderer"] and extra["timing_mode"] in ("sync", "gpu")
+    assert (
+        extra["scene"] == "fillrate"
+        and extra["gl_renderer"]
+        and extra["timing_mode"] in ("sync", "gpu")
+    )
     assert extra["median_ms"] > 0 and extra["size"] == [64, 64]
     # with benchmarking disabled the scene still runs all its frames
     result = pytester.runpytest_subprocess(*STRICT, "--benchmark-disable", timeout=240)
@@ -96,11 +106,17 @@ def test_kept_trace_names() -> None:
     from katra3d.harness.pytest_plugin import MAX_NAME_CHARS, kept_trace_name
 
     assert kept_trace_name("tests/test_fill.py::test_fast[4]", 1, "fillrate") == (
-        "tests.test_fill.py.test_fast[4]-01-fillrate.katra")
+        "tests.test_fill.py.test_fast[4]-01-fillrate.katra"
+    )
     assert kept_trace_name("t.py::TestX::test_y[a b/c]", 12, "my/x.py:Cls") == (
-        "t.py.TestX.test_y[a_b.c]-12-my_x.py_Cls.katra")
-    long_a, long_b = (kept_trace_name(f"t.py::test_{'x' * 200}{end}", 1, "fillrate") for end in "ab")
-    assert len(long_a) == MAX_NAME_CHARS and long_a != long_b and long_a.endswith("-01-fillrate.katra")
+        "t.py.TestX.test_y[a_b.c]-12-my_x.py_Cls.katra"
+    )
+    long_a, long_b = (
+        kept_trace_name(f"t.py::test_{'x' * 200}{end}", 1, "fillrate") for end in "ab"
+    )
+    assert (
+        len(long_a) == MAX_NAME_CHARS and long_a != long_b and long_a.endswith("-01-fillrate.katra")
+    )
 
 
 def test_keep_dir_that_is_a_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
@@ -113,24 +129,34 @@ def test_keep_dir_that_is_a_file_is_a_usage_error(pytester: pytest.Pytester) -> 
 
 @pytest.mark.slow
 @pytest.mark.gl
-def test_keep_option_keeps_traces_and_a_rerun_replaces_them(pytester: pytest.Pytester, gl_ctx: object) -> None:
-    pytester.makepyfile(test_kept="""
+def test_keep_option_keeps_traces_and_a_rerun_replaces_them(
+    pytester: pytest.Pytester, gl_ctx: object
+) -> None:
+    pytester.makepyfile(
+        test_kept="""
         def test_two(katra_scene):
             first = katra_scene("triangle", frames=4, warmup=1, size=(32, 32))
             second = katra_scene("triangle", frames=4, warmup=1, size=(32, 32))
             assert first.trace != second.trace and first.trace.is_file()
             print("TRACE", first.trace)
-    """)
+    """
+    )
     kept = pytester.path / "kept"
     names = ["test_kept.py.test_two-01-triangle.katra", "test_kept.py.test_two-02-triangle.katra"]
     result = pytester.runpytest_subprocess(*STRICT, "-s", "--katra3d-keep", "kept", timeout=240)
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([f"*TRACE {kept / names[0]}", f"katra3d: 2 trace(s) kept in {kept}"])
+    result.stdout.fnmatch_lines(
+        [f"*TRACE {kept / names[0]}", f"katra3d: 2 trace(s) kept in {kept}"]
+    )
     assert sorted(p.name for p in kept.iterdir()) == names
     before = (kept / names[0]).read_bytes()
     # a rerun replaces the test's own traces (it does not trip on them)
-    pytester.runpytest_subprocess(*STRICT, "--katra3d-keep", "kept", timeout=240).assert_outcomes(passed=1)
-    assert sorted(p.name for p in kept.iterdir()) == names and (kept / names[0]).read_bytes() != before
+    pytester.runpytest_subprocess(*STRICT, "--katra3d-keep", "kept", timeout=240).assert_outcomes(
+        passed=1
+    )
+    assert (
+        sorted(p.name for p in kept.iterdir()) == names and (kept / names[0]).read_bytes() != before
+    )
     # the ini option, relative to the ini file
     pytester.makeini("[pytest]\nkatra3d_keep = from-ini\n")
     pytester.runpytest_subprocess(*STRICT, timeout=240).assert_outcomes(passed=1)
@@ -142,9 +168,12 @@ def test_keep_option_keeps_traces_and_a_rerun_replaces_them(pytester: pytest.Pyt
 
 @pytest.mark.gl
 @pytest.mark.parametrize("measure", ["time", "instructions"])
-def test_both_paths_refuse_to_replace_a_trace_unless_told(measure: str, tmp_path: Path, gl_ctx: object) -> None:
+def test_both_paths_refuse_to_replace_a_trace_unless_told(
+    measure: str, tmp_path: Path, gl_ctx: object
+) -> None:
     """run_scene's time and counted paths follow one rule: an existing file at ``trace`` is refused
-    (OutputExistsError, the file untouched) unless ``overwrite`` (the counted path used to replace it always)."""
+    (OutputExistsError, the file untouched) unless ``overwrite`` (the counted path used to replace
+    it always)."""
     trace = tmp_path / "t.katra"
     trace.write_bytes(b"someone else's file")
     with pytest.raises(OutputExistsError):

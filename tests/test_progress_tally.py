@@ -1,5 +1,5 @@
-"""The one progress mechanism for work other than a run's frames (export, history, ab, bisect): plain lines
-when piped, never for work that ends within a second, nothing with --quiet."""
+"""The one progress mechanism for work other than a run's frames (export, history, ab, bisect):
+plain lines when piped, never for work that ends within a second, nothing with --quiet."""
 
 from __future__ import annotations
 
@@ -20,9 +20,15 @@ def test_piped_work_shows_lines_only_once_it_takes_a_while() -> None:
     slow.update("exporting runs", 3, None, "run 3")
     slow.line("a line of its own")
     lines = out.getvalue().splitlines()
-    assert [line.split(" (")[0] for line in lines[:2]] == ["katra3d: exporting events: 5 of 10",
-                                                           "katra3d: exporting events: 10 of 10"]
-    assert "(50%, " in lines[0] and lines[2].startswith("katra3d: exporting runs: 3 (") and lines[2].endswith("run 3")
+    assert [line.split(" (")[0] for line in lines[:2]] == [
+        "katra3d: exporting events: 5 of 10",
+        "katra3d: exporting events: 10 of 10",
+    ]
+    assert (
+        "(50%, " in lines[0]
+        and lines[2].startswith("katra3d: exporting runs: 3 (")
+        and lines[2].endswith("run 3")
+    )
     assert lines[3] == "katra3d: a line of its own"
 
 

@@ -1,4 +1,5 @@
-"""The Mann-Whitney U test of katra_trace.analysis.ranks against scipy.stats' on the same samples."""
+"""The Mann-Whitney U test of katra_trace.analysis.ranks against scipy.stats'
+on the same samples."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ def _scipy_p(x: np.ndarray, y: np.ndarray) -> float:
         return float(sps.mannwhitneyu(x, y, alternative="two-sided", method=method).pvalue)
 
 
-@pytest.mark.parametrize("kind", ["shifted normal", "few distinct values", "exponential", "same distribution",
-                                  "large samples"])
+@pytest.mark.parametrize(
+    "kind",
+    ["shifted normal", "few distinct values", "exponential", "same distribution", "large samples"],
+)
 def test_p_values_agree_with_scipy(kind: str) -> None:
     rng = np.random.default_rng(zlib.crc32(kind.encode()))
     for _ in range(60):
@@ -30,7 +33,10 @@ def test_p_values_agree_with_scipy(kind: str) -> None:
         if kind == "shifted normal":
             x, y = rng.normal(size=m), rng.normal(0.7, size=n)
         elif kind == "few distinct values":  # ties: the tie-corrected normal approximation
-            x, y = rng.integers(0, 4, size=m).astype(float), rng.integers(0, 5, size=n).astype(float)
+            x, y = (
+                rng.integers(0, 4, size=m).astype(float),
+                rng.integers(0, 5, size=n).astype(float),
+            )
         elif kind == "exponential":
             x, y = rng.exponential(size=m), rng.exponential(1.5, size=n)
         elif kind == "same distribution":
@@ -46,7 +52,9 @@ def test_the_exact_tail_keeps_its_precision_far_out() -> None:
     assert mann_whitney_p(x, y) == pytest.approx(2.0 / math.comb(100, 50), rel=1e-9)
     assert mann_whitney_p(x, y) == pytest.approx(_scipy_p(x, y), rel=1e-9)
     tail = u_tail_exact(3, 4)  # small enough to count by hand: 35 orderings, U = 0..12
-    assert tail[0] == 1.0 and tail[12] == pytest.approx(1 / 35) and tail[11] == pytest.approx(2 / 35)
+    assert (
+        tail[0] == 1.0 and tail[12] == pytest.approx(1 / 35) and tail[11] == pytest.approx(2 / 35)
+    )
 
 
 def test_average_ranks_and_undefined_cases() -> None:

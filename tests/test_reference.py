@@ -19,8 +19,20 @@ pytestmark = pytest.mark.gl
 
 def _capture(out: Path, *extra: str) -> None:
     """A short fillrate capture to ``out`` with ``extra`` options."""
-    res = katra("run", "fillrate", "--frames", "12", "--warmup", "2", "--size", "32x32", "--quiet", "-o", str(out),
-                *extra)
+    res = katra(
+        "run",
+        "fillrate",
+        "--frames",
+        "12",
+        "--warmup",
+        "2",
+        "--size",
+        "32x32",
+        "--quiet",
+        "-o",
+        str(out),
+        *extra,
+    )
     assert res.returncode == 0, res.stderr
 
 
@@ -33,7 +45,8 @@ def test_reference_draws_are_recorded_after_every_kth_measured_frame(tmp_path: P
     assert set(ref["kind"]) == {int(Kind.MARKER)}
     assert {trace.name(int(n)) for n in ref["name"]} == {REFERENCE_NAME}
     wall = ref[ref["clock"] == int(Clock.WALL)]
-    assert list(wall["frame"]) == [4, 7, 10, 13]  # after measured frames 3, 6, 9, 12 (indices after 2 warmup)
+    # after measured frames 3, 6, 9, 12 (indices after 2 warmup)
+    assert list(wall["frame"]) == [4, 7, 10, 13]
     assert np.all(wall["dur_ns"] > 0)
     assert trace.summary["user"]["reference_draws"] == 4
     stats = trace_stats(trace)["scenes"]["fillrate"]["metrics"]["wall"]

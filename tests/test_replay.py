@@ -1,7 +1,7 @@
-"""apitrace traces as scenes (harness/replay, docs/replay.md): two tiny glmark2 traces recorded once a module
-under an Xvfb of the test's own (``build``, 4 frames that draw, for timed replays; ``clear``, 4 frames without a
-shader to compile, for the counted ones, whose cost under callgrind is the replayer's start and its compiles),
-replayed by katra3d with no DISPLAY given."""
+"""apitrace traces as scenes (harness/replay, docs/replay.md): two tiny glmark2 traces recorded once
+a module under an Xvfb of the test's own (``build``, 4 frames that draw, for timed replays;
+``clear``, 4 frames without a shader to compile, for the counted ones, whose cost under callgrind is
+the replayer's start and its compiles), replayed by katra3d with no DISPLAY given."""
 
 from __future__ import annotations
 
@@ -38,8 +38,14 @@ class Traces:
 
 def _frames(trace: Path, display: str) -> list[int]:
     """The last call of each frame of ``trace`` (glretrace --pframe-times)."""
-    out = subprocess.run(["glretrace", "--pframe-times", str(trace)], env={**os.environ, "DISPLAY": display},
-                         capture_output=True, text=True, check=True, timeout=120)
+    out = subprocess.run(
+        ["glretrace", "--pframe-times", str(trace)],
+        env={**os.environ, "DISPLAY": display},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     reader = FrameReader()
     return [f.last_call for f in map(reader.feed, out.stdout.splitlines()) if f is not None]
 
@@ -53,8 +59,23 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traces]:
     with xvfb_display(str(shutil.which("Xvfb"))) as display:
         env = {**os.environ, "DISPLAY": display}
         for name, bench in (("app", "build:nframes=4"), ("clear", "clear:nframes=4")):
-            subprocess.run(["apitrace", "trace", "-o", str(where / f"{name}.trace"), "glmark2", "-s", "16x16",
-                            "-b", bench], env=env, capture_output=True, check=True, timeout=120)
+            subprocess.run(
+                [
+                    "apitrace",
+                    "trace",
+                    "-o",
+                    str(where / f"{name}.trace"),
+                    "glmark2",
+                    "-s",
+                    "16x16",
+                    "-b",
+                    bench,
+                ],
+                env=env,
+                capture_output=True,
+                check=True,
+                timeout=120,
+            )
         frames = len(_frames(where / "app.trace", display))
         assert frames >= 3
         yield Traces(where / "app.trace", frames, where / "clear.trace", display)
@@ -62,7 +83,10 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traces]:
 
 def _env() -> dict[str, str]:
     # katra3d starts its own Xvfb; `katra3d` on PATH for ab's capture commands
-    return {"DISPLAY": "", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return {
+        "DISPLAY": "",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
 
 
 def _trace(path: Path) -> Any:
@@ -73,15 +97,26 @@ def _trace(path: Path) -> Any:
 
 def test_frame_reader_parses_glretrace_lines() -> None:
     reader = FrameReader()
-    lines = ["# call no gpu_start gpu_dura cpu_start cpu_dura vsize_start vsize_dura rss_start rss_dura pixels "
-             "program name", "call 10 0 0 5000 700 0 0 0 0 0 1 glClear",
-             "call 11 0 0 6000 900 0 0 0 0 0 1 glDrawArrays", "call 12 0 0 7000 10 0 0 0 0 0 1 glDisable",
-             "frame_end", "rendering_finished 1000000", "call 14 0 0 1500000 5 0 0 0 0 0 1 glClearColor",
-             "frame_end", "rendering_finished 2000000", "Rendered 2 frames in 0.1 secs, average of 20 fps"]
+    lines = [
+        "# call no gpu_start gpu_dura cpu_start cpu_dura vsize_start vsize_dura rss_start rss_dura "
+        "pixels "
+        "program name",
+        "call 10 0 0 5000 700 0 0 0 0 0 1 glClear",
+        "call 11 0 0 6000 900 0 0 0 0 0 1 glDrawArrays",
+        "call 12 0 0 7000 10 0 0 0 0 0 1 glDisable",
+        "frame_end",
+        "rendering_finished 1000000",
+        "call 14 0 0 1500000 5 0 0 0 0 0 1 glClearColor",
+        "frame_end",
+        "rendering_finished 2000000",
+        "Rendered 2 frames in 0.1 secs, average of 20 fps",
+    ]
     frames = [f for f in map(reader.feed, lines) if f is not None]
     assert [(f.end_ns, f.last_call) for f in frames] == [(1000000, 12), (2000000, 14)]
-    assert [(d.function, d.call_no, d.dur_ns) for d in frames[0].draws] == [("glClear", 10, 700),
-                                                                            ("glDrawArrays", 11, 900)]
+    assert [(d.function, d.call_no, d.dur_ns) for d in frames[0].draws] == [
+        ("glClear", 10, 700),
+        ("glDrawArrays", 11, 900),
+    ]
     assert frames[1].draws == ()
     assert reader.rendered == 2
     assert replayer_base_ns(frames) == 1000000 - 1500000
@@ -91,16 +126,32 @@ def test_frame_reader_parses_glretrace_lines() -> None:
 @pytest.mark.gl
 def test_replay_frames_zones_header_and_image(traces: Traces, tmp_path: Path) -> None:
     warmup, frames = 1, traces.frames - 1
-    tmp = tmp_path / "tmp"  # what a SIGKILLed replay left: its directory, named after it (a process now gone)
+    # what a SIGKILLed replay left: its directory, named after it (a process now gone)
+    tmp = tmp_path / "tmp"
     gone = subprocess.Popen(["true"])
     gone.wait()
     (tmp / f"katra3d-callgrind-{gone.pid:010d}-x" / "katra3d-replay-y").mkdir(parents=True)
-    res = katra("run", str(traces.app), "--frames", str(frames), "--warmup", str(warmup), "--zones", "draws",
-                "--size", "48x40", "-o", "a.katra", cwd=tmp_path, env={**_env(), "TMPDIR": str(tmp)})
+    res = katra(
+        "run",
+        str(traces.app),
+        "--frames",
+        str(frames),
+        "--warmup",
+        str(warmup),
+        "--zones",
+        "draws",
+        "--size",
+        "48x40",
+        "-o",
+        "a.katra",
+        cwd=tmp_path,
+        env={**_env(), "TMPDIR": str(tmp)},
+    )
     assert res.returncode == 0, res.stderr
     assert not list(tmp.iterdir())  # removed, and nothing of this run's left
     t = _trace(tmp_path / "a.katra")
-    # --size does not apply (the notice says so): the header records no size, and the window system replayed on
+    # --size does not apply (the notice says so): the header records no size, and the window system
+    # replayed on
     assert "notice: --size does not apply to a trace" in res.stderr and "; 48x40)" not in res.stdout
     assert t.header.capture_options.run_size is None
     assert t.header.capture_options.resolved.backend == "glx" == t.header.host_info.backend
@@ -115,16 +166,21 @@ def test_replay_frames_zones_header_and_image(traces: Traces, tmp_path: Path) ->
     facts = t.header.capture_options.extra["replay"]["traces"]["app"]
     assert facts["sha256"] == hashlib.sha256(traces.app.read_bytes()).hexdigest()
     assert facts["size_bytes"] == traces.app.stat().st_size and facts["api"] == "glx"
-    assert t.header.capture_options.extra["replay"]["replayers"]["glx"]["path"].endswith("glretrace")
+    assert t.header.capture_options.extra["replay"]["replayers"]["glx"]["path"].endswith(
+        "glretrace"
+    )
     scene = next(a for a in t.annotations if a.get("type") == "scene")
-    # the first frame starts at the replayer's first call: its start-up (loading its libraries) is apart
+    # the first frame starts at the replayer's first call: its start-up (loading its libraries) is
+    # apart
     assert len(scene["replay"]["startup_ms"]) == 1 and scene["replay"]["startup_ms"][0] > 0
     assert len(t.kept_frames) == 1
     image = t.kept_frames["app"]
     assert scene["size"] == [image.width, image.height]  # the trace's own
     assert f"; {image.width}x{image.height})" in res.stdout  # the title's too
     assert scene["replay"]["display"].startswith(":")  # katra3d's own Xvfb
-    assert not subprocess.run(["pgrep", "-f", f"glretrace.*{traces.app}"], capture_output=True).stdout
+    assert not subprocess.run(
+        ["pgrep", "-f", f"glretrace.*{traces.app}"], capture_output=True
+    ).stdout
 
 
 @pytest.mark.gl
@@ -136,12 +192,26 @@ def test_trim_keeps_the_first_frames_and_their_call_numbers(traces: Traces, tmp_
 
 @pytest.mark.gl
 @pytest.mark.slow
-def test_ab_of_two_replays_restarts_and_has_identical_images(traces: Traces, tmp_path: Path) -> None:
-    """ab with two replays of one trace, one frame more than the trace has (a restart in every run): no
-    regression (the sides are the same), the kept images identical."""
+def test_ab_of_two_replays_restarts_and_has_identical_images(
+    traces: Traces, tmp_path: Path
+) -> None:
+    """ab with two replays of one trace, one frame more than the trace has (a restart in every run):
+    no regression (the sides are the same), the kept images identical."""
     capture = f"katra3d run {traces.app} --frames {traces.frames} --warmup 1 -o {{out}}"
-    res = katra("ab", "--base", capture, "--new", capture, "--rounds", "3", "--quiet", "-o", "ab", cwd=tmp_path,
-                env=_env())
+    res = katra(
+        "ab",
+        "--base",
+        capture,
+        "--new",
+        capture,
+        "--rounds",
+        "3",
+        "--quiet",
+        "-o",
+        "ab",
+        cwd=tmp_path,
+        env=_env(),
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "images (gate): 1 identical" in res.stdout, res.stdout
     runs = sorted((tmp_path / "ab").glob("*/run-*.katra"))
@@ -156,8 +226,9 @@ def test_ab_of_two_replays_restarts_and_has_identical_images(traces: Traces, tmp
 
 
 @pytest.mark.gl
-def test_katra_scene_fixture_replays_a_trace(traces: Traces, katra_scene: Any,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_katra_scene_fixture_replays_a_trace(
+    traces: Traces, katra_scene: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("DISPLAY", "")
     run = katra_scene(str(traces.app), frames=2, warmup=1)
     assert run.scene == "app" and run.clock == "wall" and run.timing_mode == "sync"
@@ -187,11 +258,15 @@ def test_not_a_trace_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "j.katra").exists()
 
 
-def test_a_trace_that_is_not_a_file_says_what_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_trace_that_is_not_a_file_says_what_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "dir.trace").mkdir()
     os.mkfifo(tmp_path / "fifo.trace")  # never opened: reading it would wait for a writer
     for name, what in (("dir.trace", "a directory"), ("fifo.trace", "a FIFO"), ("none.trace", "")):
-        code, _, err = katra_main(capsys, "run", str(tmp_path / name), "--frames", "1", "-o", str(tmp_path / "x.katra"))
+        code, _, err = katra_main(
+            capsys, "run", str(tmp_path / name), "--frames", "1", "-o", str(tmp_path / "x.katra")
+        )
         said = f"is {what}, not an apitrace trace file" if what else "not found"
         assert code == 2 and said in err and err.count("\n") == 1, err
     assert not (tmp_path / "x.katra").exists()
@@ -202,8 +277,16 @@ def test_missing_glretrace_is_exit_3_with_the_install_line(traces: Traces, tmp_p
     bin_dir.mkdir()
     (bin_dir / "apitrace").symlink_to(shutil.which("apitrace") or "apitrace")
     (bin_dir / "python").symlink_to(sys.executable)
-    res = katra("run", str(traces.app), "--frames", "2", "-o", "m.katra", cwd=tmp_path,
-                env={**_env(), "PATH": f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}"})
+    res = katra(
+        "run",
+        str(traces.app),
+        "--frames",
+        "2",
+        "-o",
+        "m.katra",
+        cwd=tmp_path,
+        env={**_env(), "PATH": f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}"},
+    )
     assert res.returncode == 3, res.stderr
     assert "apt-get install -y apitrace" in res.stderr and "glretrace" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
@@ -211,20 +294,36 @@ def test_missing_glretrace_is_exit_3_with_the_install_line(traces: Traces, tmp_p
 
 @pytest.mark.gl
 @pytest.mark.slow
-def test_counted_replays_record_the_vector_width_and_refuse_the_mix(traces: Traces, tmp_path: Path) -> None:
-    """Two counted replays at once (counts do not depend on the load) of the clear trace's first 3 frames of 4
-    (a trimmed copy), one with a vector width set by the user: recorded, and compare refuses the mix. That two
-    counted replays of one trace are unchanged is docs/replay.md's, whose commands run in test_docs."""
+def test_counted_replays_record_the_vector_width_and_refuse_the_mix(
+    traces: Traces, tmp_path: Path
+) -> None:
+    """Two counted replays at once (counts do not depend on the load) of the clear trace's first 3
+    frames of 4 (a trimmed copy), one with a vector width set by the user: recorded, and compare
+    refuses the mix. That two counted replays of one trace are unchanged is docs/replay.md's, whose
+    commands run in test_docs."""
     if shutil.which("valgrind") is None:
         pytest.skip("no valgrind")
 
     def counted(name: str, extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        return katra("run", str(traces.clear), "--frames", "2", "--warmup", "1", "--measure", "instructions",
-                     "-o", name, cwd=tmp_path, env={**_env(), **extra}, timeout=900)
+        return katra(
+            "run",
+            str(traces.clear),
+            "--frames",
+            "2",
+            "--warmup",
+            "1",
+            "--measure",
+            "instructions",
+            "-o",
+            name,
+            cwd=tmp_path,
+            env={**_env(), **extra},
+            timeout=900,
+        )
 
     runs = {"n.katra": {}, "w.katra": {"LP_NATIVE_VECTOR_WIDTH": "256"}}
     with concurrent.futures.ThreadPoolExecutor(len(runs)) as pool:
-        done = dict(zip(runs, pool.map(counted, runs, runs.values())))
+        done = dict(zip(runs, pool.map(counted, runs, runs.values()), strict=True))
     for res in done.values():
         assert res.returncode == 0, res.stderr
     from katra_trace.schema import Clock, Flag, Kind
@@ -234,7 +333,9 @@ def test_counted_replays_record_the_vector_width_and_refuse_the_mix(traces: Trac
         assert t.header.host_info.codegen["lp_native_vector_width"] == width
         ev = t.events
         frames = (ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.INSTRUCTIONS)
-        assert ((ev["flags"][frames] & Flag.WARMUP) == 0).sum() == 2 and (ev["dur_ns"][frames] > 0).all()
+        assert ((ev["flags"][frames] & Flag.WARMUP) == 0).sum() == 2 and (
+            ev["dur_ns"][frames] > 0
+        ).all()
         assert len(t.kept_frames) == 1
     mixed = katra("compare", "n.katra", "w.katra", cwd=tmp_path)
     assert mixed.returncode == 2 and "incomparable" in mixed.stdout.splitlines()[0], mixed.stdout
@@ -243,9 +344,9 @@ def test_counted_replays_record_the_vector_width_and_refuse_the_mix(traces: Trac
 @pytest.mark.gl
 @pytest.mark.slow
 def test_ctrl_c_stops_a_counted_replay_and_keeps_its_frames(traces: Traces, tmp_path: Path) -> None:
-    """Ctrl-C (SIGINT to the foreground group, which the replayer's own group is not in) while a replay runs
-    under callgrind: it stops, the frames that replay had counted are kept (beyond the last restart), exit
-    130, and no process or temporary directory is left."""
+    """Ctrl-C (SIGINT to the foreground group, which the replayer's own group is not in) while a
+    replay runs under callgrind: it stops, the frames that replay had counted are kept (beyond the
+    last restart), exit 130, and no process or temporary directory is left."""
     if shutil.which("valgrind") is None:
         pytest.skip("no valgrind")
     import signal
@@ -254,14 +355,35 @@ def test_ctrl_c_stops_a_counted_replay_and_keeps_its_frames(traces: Traces, tmp_
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "KATRA3D_BACKEND"}
-    proc = subprocess.Popen([sys.executable, "-m", "katra3d", "run", str(traces.clear), "--frames", "40",
-                             "--warmup", "1", "--measure", "instructions", "-o", "c.katra", "--quiet"],
-                            cwd=tmp_path, env={**env, **_env(), "TMPDIR": str(tmp)}, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            # a background job's children start with SIGINT ignored: the user's Ctrl-C is not
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "katra3d",
+            "run",
+            str(traces.clear),
+            "--frames",
+            "40",
+            "--warmup",
+            "1",
+            "--measure",
+            "instructions",
+            "-o",
+            "c.katra",
+            "--quiet",
+        ],
+        cwd=tmp_path,
+        env={**env, **_env(), "TMPDIR": str(tmp)},
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # a background job's children start with SIGINT ignored: the user's Ctrl-C is not
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
-        # the replay in progress has dumped at a SwapBuffers after its first frame's (which has ended)
+        # the replay in progress has dumped at a SwapBuffers after its first frame's (which has
+        # ended)
         deadline = time.monotonic() + 600  # a guard, not a measurement
         while not list(tmp.glob("*/katra3d-counted-replay-*/cg.out.3-01")) and proc.poll() is None:
             assert time.monotonic() < deadline

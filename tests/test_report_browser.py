@@ -31,9 +31,12 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 #: Seconds the page may take to draw its plots.
 PAGE_TIMEOUT_S = 40
 
-# every test here starts real headless Chromium: seconds each, so make test runs them, not make test-quick
-pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="no chromium (ci/system-deps.sh test installs it)"),
-              pytest.mark.slow]
+# every test here starts real headless Chromium: seconds each, so make test runs them, not make
+# test-quick
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="no chromium (ci/system-deps.sh test installs it)"),
+    pytest.mark.slow,
+]
 
 
 class DevTools:
@@ -59,7 +62,9 @@ class DevTools:
             self.events.append(msg)
 
     def evaluate(self, expression: str) -> Any:
-        out = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        out = self.call(
+            "Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True
+        )
         if "exceptionDetails" in out:
             raise RuntimeError(f"page script failed: {out['exceptionDetails']}")
         return out["result"].get("value")
@@ -73,10 +78,24 @@ def browser(tmp_path: Path) -> Iterator[DevTools]:
     assert CHROMIUM is not None
     profile = tmp_path / "profile"
     proc = subprocess.Popen(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-         "--disable-extensions", "--disable-background-networking", "--remote-debugging-port=0",
-         "--remote-allow-origins=*", f"--user-data-dir={profile}", "--window-size=1280,900", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--disable-extensions",
+            "--disable-background-networking",
+            "--remote-debugging-port=0",
+            "--remote-allow-origins=*",
+            f"--user-data-dir={profile}",
+            "--window-size=1280,900",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         port = None
         deadline = time.monotonic() + PAGE_TIMEOUT_S
@@ -113,7 +132,10 @@ def _problems(events: list[dict[str, Any]]) -> list[str]:
     for e in events:
         method, params = e.get("method"), e.get("params", {})
         if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-            out.append("console.error: " + " ".join(str(a.get("value", a.get("description"))) for a in params["args"]))
+            out.append(
+                "console.error: "
+                + " ".join(str(a.get("value", a.get("description"))) for a in params["args"])
+            )
         elif method == "Runtime.exceptionThrown":
             out.append("exception: " + json.dumps(params.get("exceptionDetails", {}))[:500])
         elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
@@ -147,10 +169,20 @@ def test_report_in_chromium(tmp_path: Path, browser: DevTools) -> None:
     })""")
     assert [p["id"] for p in plots] == expected_plots
     for p in plots:
-        assert p["traces"] > 0 and p["points"] > 0 and p["svg"] > 0 and p["marks"] > 0 and p["height"] > 100, p
+        assert (
+            p["traces"] > 0
+            and p["points"] > 0
+            and p["svg"] > 0
+            and p["marks"] > 0
+            and p["height"] > 100
+        ), p
 
     # nothing but the file itself was requested
-    urls = [e["params"]["request"]["url"] for e in d.events if e.get("method") == "Network.requestWillBeSent"]
+    urls = [
+        e["params"]["request"]["url"]
+        for e in d.events
+        if e.get("method") == "Network.requestWillBeSent"
+    ]
     assert urls and all(u.startswith(("file:", "data:", "blob:")) for u in urls), urls
     assert _problems(d.events) == []
 
@@ -159,8 +191,12 @@ def test_report_in_chromium(tmp_path: Path, browser: DevTools) -> None:
     size = metrics.get("cssContentSize") or metrics["contentSize"]
     width, height = int(size["width"]), int(min(size["height"], 12_000))
     assert height > 2000  # several scenes' plots and tables
-    shot = d.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
-                  clip={"x": 0, "y": 0, "width": width, "height": height, "scale": 1})
+    shot = d.call(
+        "Page.captureScreenshot",
+        format="png",
+        captureBeyondViewport=True,
+        clip={"x": 0, "y": 0, "width": width, "height": height, "scale": 1},
+    )
     image = Image.open(io.BytesIO(base64.b64decode(shot["data"]))).convert("RGB")
     pixels = np.asarray(image, dtype=np.float64)
     assert pixels.shape[0] >= height - 1 and pixels.shape[1] >= width - 1
@@ -177,7 +213,13 @@ def _load(d: DevTools, page: Path) -> None:
     """Open ``page`` offline in the browser and wait until its plots are drawn."""
     for domain in ("Runtime", "Log", "Page", "Network"):
         d.call(f"{domain}.enable")
-    d.call("Network.emulateNetworkConditions", offline=True, latency=0, downloadThroughput=-1, uploadThroughput=-1)
+    d.call(
+        "Network.emulateNetworkConditions",
+        offline=True,
+        latency=0,
+        downloadThroughput=-1,
+        uploadThroughput=-1,
+    )
     d.call("Page.navigate", url=page.as_uri())
     deadline = time.monotonic() + PAGE_TIMEOUT_S
     state = None
@@ -186,18 +228,24 @@ def _load(d: DevTools, page: Path) -> None:
         if state in ("ready", "failed"):
             break
         time.sleep(0.2)
-    status = d.evaluate("document.getElementById('katra-status') ? document.getElementById('katra-status')"
-                        ".textContent : 'no page'")
+    status = d.evaluate(
+        "document.getElementById('katra-status') ? document.getElementById('katra-status')"
+        ".textContent : 'no page'"
+    )
     assert state == "ready", f"plots not drawn ({state!r}): {status}; {_problems(d.events)}"
 
 
 #: Names plotly would render as live markup if the report did not escape them.
-HOSTILE = ("<a href=https://evil.example>CLICK</a>", "<b>bold</b>", "<span style=color:red>red</span>")
+HOSTILE = (
+    "<a href=https://evil.example>CLICK</a>",
+    "<b>bold</b>",
+    "<span style=color:red>red</span>",
+)
 
 
 def test_history_page_in_chromium(tmp_path: Path, browser: DevTools) -> None:
-    """A history alone: the header counts its runs and names its scenes; a one-label series draws its
-    point on a sane y axis; hostile scene, zone and label names stay text in every plot."""
+    """A history alone: the header counts its runs and names its scenes; a one-label series draws
+    its point on a sane y axis; hostile scene, zone and label names stay text in every plot."""
     pytest.importorskip("duckdb", reason="pip install 'katra3d[history]'")
     from katra_trace.history.ingest import prepare_runs
     from katra_trace.history.store import Source, add_to_store
@@ -205,7 +253,9 @@ def test_history_page_in_chromium(tmp_path: Path, browser: DevTools) -> None:
     from tests.test_history_store import make_trace
 
     levels = {"fillrate": 23.4, HOSTILE[0]: 5.0, HOSTILE[1]: 7.0}
-    runs, _ = prepare_runs([make_trace(tmp_path / f"r{i}.katra", levels, seed=i) for i in range(3)], HOSTILE[2])
+    runs, _ = prepare_runs(
+        [make_trace(tmp_path / f"r{i}.katra", levels, seed=i) for i in range(3)], HOSTILE[2]
+    )
     db = tmp_path / "h.duckdb"
     add_to_store(db, runs)
     page = tmp_path / "history.html"
@@ -213,15 +263,20 @@ def test_history_page_in_chromium(tmp_path: Path, browser: DevTools) -> None:
     d = browser
     _load(d, page)
     header = d.evaluate("document.querySelector('main > p.muted').textContent")
-    assert header.startswith("history of 3 run(s) over 1 label(s); scenes: ") and "Scenes: history" not in header
+    assert (
+        header.startswith("history of 3 run(s) over 1 label(s); scenes: ")
+        and "Scenes: history" not in header
+    )
     assert all(name in header for name in (*HOSTILE[:2], "fillrate")), header
     plots = d.evaluate("""Array.from(document.querySelectorAll('div.plot')).map(function (el) {
         var ya = el._fullLayout.yaxis;
         return {id: el.id, points: el.querySelectorAll('.scatterlayer .point').length,
-                range: ya.range, ticks: Array.from(el.querySelectorAll('.ytick text')).map(function (t) {
+                range: ya.range,
+                ticks: Array.from(el.querySelectorAll('.ytick text')).map(function (t) {
                     return parseFloat(t.textContent.replace(/[^0-9.eE+-]/g, '')); }),
                 level: el.data[0].y[0],
-                texts: Array.from(el.querySelectorAll('svg text')).map(function (t) { return t.textContent; })};
+                texts: Array.from(el.querySelectorAll('svg text')).map(function (t) {
+                    return t.textContent; })};
     })""")
     assert len(plots) == 3
     for p in plots:
@@ -234,7 +289,8 @@ def test_history_page_in_chromium(tmp_path: Path, browser: DevTools) -> None:
     live = d.evaluate("""({links: document.querySelectorAll('svg a').length,
         bold: document.querySelectorAll('svg tspan[style*="bold"]').length,
         styled: document.querySelectorAll('svg tspan[style*="red"]').length,
-        anchors: Array.from(document.querySelectorAll('a')).map(function (a) { return a.getAttribute('href'); })})""")
+        anchors: Array.from(document.querySelectorAll('a')).map(function (a) {
+            return a.getAttribute('href'); })})""")
     assert live["links"] == 0 and live["bold"] == 0 and live["styled"] == 0, live
     assert all(h.startswith("#") for h in live["anchors"]), live["anchors"]
     assert _problems(d.events) == []

@@ -27,8 +27,22 @@ def _frames(ev: np.ndarray, clock: int, warmup: bool) -> np.ndarray:
 
 
 def test_run_triangle_30_frames(katra_cli: Any, tmp_path: Path) -> None:
-    res = katra_cli("run", "triangle", "--frames", "30", "--warmup", "3", "--size", "64x48",
-                    "-o", "t.katra", "--note", "ci smoke", "--seed", "7")
+    res = katra_cli(
+        "run",
+        "triangle",
+        "--frames",
+        "30",
+        "--warmup",
+        "3",
+        "--size",
+        "64x48",
+        "-o",
+        "t.katra",
+        "--note",
+        "ci smoke",
+        "--seed",
+        "7",
+    )
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr
     trace = open_trace(tmp_path / "t.katra")
@@ -47,7 +61,11 @@ def test_run_triangle_30_frames(katra_cli: Any, tmp_path: Path) -> None:
     assert not (ev["clock"] == Clock.GPU).any(), "llvmpipe GPU times must never be presented"
 
     setup = ev[(ev["kind"] == Kind.MARKER) & ((ev["flags"] & Flag.SETUP) != 0)]
-    assert len(setup) == 1 and setup[0]["dur_ns"] > 0 and trace.strings[setup[0]["scene"]] == "triangle"
+    assert (
+        len(setup) == 1
+        and setup[0]["dur_ns"] > 0
+        and trace.strings[setup[0]["scene"]] == "triangle"
+    )
 
     host = trace.header.host_info
     assert "llvmpipe" in (host.gl.renderer or "") and host.gl.software_renderer is True
@@ -66,13 +84,26 @@ def test_run_triangle_30_frames(katra_cli: Any, tmp_path: Path) -> None:
 
 
 def test_zones_nest_inside_their_frame(katra_cli: Any, tmp_path: Path) -> None:
-    res = katra_cli("run", "triangle", "--frames", "8", "--warmup", "1", "--size", "64x64", "--zones",
-                    "-o", "z.katra")
+    res = katra_cli(
+        "run",
+        "triangle",
+        "--frames",
+        "8",
+        "--warmup",
+        "1",
+        "--size",
+        "64x64",
+        "--zones",
+        "-o",
+        "z.katra",
+    )
     assert res.returncode == 0, res.stderr
     trace = open_trace(tmp_path / "z.katra")
     ev = trace.events
     for clock in (Clock.WALL, Clock.CPU):
-        frames = {int(f["frame"]): f for f in ev[(ev["kind"] == Kind.FRAME) & (ev["clock"] == clock)]}
+        frames = {
+            int(f["frame"]): f for f in ev[(ev["kind"] == Kind.FRAME) & (ev["clock"] == clock)]
+        }
         zones = ev[(ev["kind"] == Kind.ZONE) & (ev["clock"] == clock)]
         assert len(zones) == 9  # one "draw" zone per frame, warmup included
         assert {trace.strings[n] for n in zones["name"]} == {"draw"}
@@ -85,8 +116,21 @@ def test_zones_nest_inside_their_frame(katra_cli: Any, tmp_path: Path) -> None:
 
 
 def test_suite_default_output_duration_and_screenshots(katra_cli: Any, tmp_path: Path) -> None:
-    res = katra_cli("run", "--suite", "ci", "--duration", "0.1", "--warmup", "0", "--size", "32x32",
-                    "--screenshot", "shots", "--samples", "4")
+    res = katra_cli(
+        "run",
+        "--suite",
+        "ci",
+        "--duration",
+        "0.1",
+        "--warmup",
+        "0",
+        "--size",
+        "32x32",
+        "--screenshot",
+        "shots",
+        "--samples",
+        "4",
+    )
     assert res.returncode == 0, res.stderr
     (path,) = (tmp_path / "traces").iterdir()
     assert path.name.endswith("-ci.katra")
@@ -106,9 +150,20 @@ def test_suite_default_output_duration_and_screenshots(katra_cli: Any, tmp_path:
 
 @pytest.mark.gl
 def test_screenshots_follow_the_output_rule(katra_cli: Any, tmp_path: Path) -> None:
-    """--screenshot replaced existing files and wrote through symbolic links (issue 34 item 11). Now an existing
-    screenshot needs --force, a link is refused, and both are said before any frame is rendered."""
-    small = ("--frames", "2", "--warmup", "0", "--size", "16x16", "--quiet", "--screenshot", "shots")
+    """--screenshot replaced existing files and wrote through symbolic links (issue 34 item 11). Now
+    an existing screenshot needs --force, a link is refused, and both are said before any frame is
+    rendered."""
+    small = (
+        "--frames",
+        "2",
+        "--warmup",
+        "0",
+        "--size",
+        "16x16",
+        "--quiet",
+        "--screenshot",
+        "shots",
+    )
     assert katra_cli("run", "clear", *small, "-o", "a.katra").returncode == 0
     first = (tmp_path / "shots" / "clear.png").read_bytes()
     again = katra_cli("run", "clear", *small, "-o", "b.katra")
@@ -118,7 +173,10 @@ def test_screenshots_follow_the_output_rule(katra_cli: Any, tmp_path: Path) -> N
     mine.write_text("the user's file\n")
     (tmp_path / "shots" / "triangle.png").symlink_to(mine)
     linked = katra_cli("run", "triangle", *small, "-o", "c.katra")
-    assert linked.returncode == 2 and "is a symbolic link; katra3d never writes through one" in linked.stderr
+    assert (
+        linked.returncode == 2
+        and "is a symbolic link; katra3d never writes through one" in linked.stderr
+    )
     assert mine.read_text() == "the user's file\n"
     assert katra_cli("run", "clear", *small, "-o", "d.katra", "--force").returncode == 0
     assert (tmp_path / "shots" / "clear.png").read_bytes() == first  # the same frame, written again
@@ -128,11 +186,29 @@ def test_screenshots_follow_the_output_rule(katra_cli: Any, tmp_path: Path) -> N
 def test_signal_stops_at_frame_end_and_marks_interrupted(tmp_path: Path, signum: int) -> None:
     env = dict(os.environ)
     env.pop("KATRA3D_BACKEND", None)
-    proc = subprocess.Popen([sys.executable, "-m", "katra3d", "run", "triangle", "--duration", "60",
-                             "--size", "32x32", "-o", "i.katra"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "katra3d",
+            "run",
+            "triangle",
+            "--duration",
+            "60",
+            "--size",
+            "32x32",
+            "-o",
+            "i.katra",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        # stopped once measured frames are on disk ("triangle: running" comes before the set-up and warm-up)
+        # stopped once measured frames are on disk ("triangle: running" comes before the set-up and
+        # warm-up)
         wait_for_measured_frames(proc, tmp_path / "i.katra.part")
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=60)
@@ -153,23 +229,30 @@ def test_signal_stops_at_frame_end_and_marks_interrupted(tmp_path: Path, signum:
     assert "(interrupted)" in out
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["cubez"], "unknown scene 'cubez'"),
-    (["triangle", "--size", "0x5"], "bad size 0x5"),
-    (["triangle", "--frames", "-3"], "bad --frames -3"),
-    (["triangle", "--frames", "many"], "bad --frames 'many'"),
-    (["triangle", "--frames", "5", "--duration", "1"], "--frames or --duration, not both"),
-    (["triangle", "--param", "triangle.speed"], "bad --param 'triangle.speed'"),
-    (["triangle", "--param", "triangle.speed=fast"], "speed"),
-    (["triangle", "--param", "cube.n=3"], "not in this run"),
-    (["triangle", "-o", "missing/dir/x.katra"], "output directory 'missing/dir' does not exist"),
-    (["triangle", "--timing", "fast"], "unknown --timing 'fast'"),
-    (["triangle", "--timing", "gpu"], "software renderer"),
-    (["triangle", "--samples", "16"], "GL_MAX_SAMPLES"),
-    ([], "nothing to run"),
-])
-def test_bad_input_is_one_line_exit_2_and_leaves_nothing(katra_cli: Any, tmp_path: Path, args: list[str],
-                                                        message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["cubez"], "unknown scene 'cubez'"),
+        (["triangle", "--size", "0x5"], "bad size 0x5"),
+        (["triangle", "--frames", "-3"], "bad --frames -3"),
+        (["triangle", "--frames", "many"], "bad --frames 'many'"),
+        (["triangle", "--frames", "5", "--duration", "1"], "--frames or --duration, not both"),
+        (["triangle", "--param", "triangle.speed"], "bad --param 'triangle.speed'"),
+        (["triangle", "--param", "triangle.speed=fast"], "speed"),
+        (["triangle", "--param", "cube.n=3"], "not in this run"),
+        (
+            ["triangle", "-o", "missing/dir/x.katra"],
+            "output directory 'missing/dir' does not exist",
+        ),
+        (["triangle", "--timing", "fast"], "unknown --timing 'fast'"),
+        (["triangle", "--timing", "gpu"], "software renderer"),
+        (["triangle", "--samples", "16"], "GL_MAX_SAMPLES"),
+        ([], "nothing to run"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_leaves_nothing(
+    katra_cli: Any, tmp_path: Path, args: list[str], message: str
+) -> None:
     extra = ["--screenshot", "shots"] + ([] if "--size" in args else ["--size", "8x8"])
     res = katra_cli("run", *args, *extra)
     assert res.returncode == 2, (res.stdout, res.stderr)
@@ -189,8 +272,17 @@ def test_unwritable_output_dir(katra_cli: Any, tmp_path: Path) -> None:
 
 
 def test_no_usable_gl_exits_3_with_install_line(katra_cli: Any, tmp_path: Path) -> None:
-    res = katra_cli("run", "triangle", "--backend", "auto", "--device", "99", "--frames", "2",
-                    env={"DISPLAY": "", "WAYLAND_DISPLAY": ""})
+    res = katra_cli(
+        "run",
+        "triangle",
+        "--backend",
+        "auto",
+        "--device",
+        "99",
+        "--frames",
+        "2",
+        env={"DISPLAY": "", "WAYLAND_DISPLAY": ""},
+    )
     assert res.returncode == 3
     assert "Traceback" not in res.stderr
     assert "no usable OpenGL backend" in res.stderr
@@ -219,7 +311,7 @@ def test_doctor(katra_cli: Any) -> None:
     assert "glfw  unavailable: no display" in text.stdout
 
 
-_USER_SCENES = '''
+_USER_SCENES = """
 from katra3d.scenes.api import Scene, SceneSkip
 
 
@@ -243,13 +335,24 @@ class Broken(Scene):
         self.n += 1
         if self.n == 3:
             raise RuntimeError("boom in render")
-'''
+"""
 
 
 def test_skipped_scene_is_recorded_and_the_run_goes_on(katra_cli: Any, tmp_path: Path) -> None:
     (tmp_path / "mine.py").write_text(_USER_SCENES)
-    res = katra_cli("run", "mine.py:NeedsMore", "triangle", "--frames", "3", "--warmup", "0",
-                    "--size", "16x16", "-o", "s.katra")
+    res = katra_cli(
+        "run",
+        "mine.py:NeedsMore",
+        "triangle",
+        "--frames",
+        "3",
+        "--warmup",
+        "0",
+        "--size",
+        "16x16",
+        "-o",
+        "s.katra",
+    )
     assert res.returncode == 0, res.stderr
     assert "needs_more: skipped: needs GL_NV_imaginary" in res.stderr
     trace = open_trace(tmp_path / "s.katra")
@@ -266,28 +369,58 @@ def test_skipped_scene_is_recorded_and_the_run_goes_on(katra_cli: Any, tmp_path:
 
 def test_scene_failure_aborts_and_keeps_the_partial_trace(katra_cli: Any, tmp_path: Path) -> None:
     (tmp_path / "mine.py").write_text(_USER_SCENES)
-    res = katra_cli("run", "mine.py:Broken", "--frames", "5", "--warmup", "0", "--size", "16x16",
-                    "-o", "b.katra")
+    res = katra_cli(
+        "run",
+        "mine.py:Broken",
+        "--frames",
+        "5",
+        "--warmup",
+        "0",
+        "--size",
+        "16x16",
+        "-o",
+        "b.katra",
+    )
     assert res.returncode == 2
     assert "Traceback" not in res.stderr
-    line = next(n for n, text in enumerate(_USER_SCENES.splitlines(), 1) if "boom in render" in text)
+    line = next(
+        n for n, text in enumerate(_USER_SCENES.splitlines(), 1) if "boom in render" in text
+    )
     assert res.stderr.strip().splitlines()[-1] == (
-        f"katra3d: error: scene 'broken' failed while rendering (mine.py:{line}): RuntimeError: boom in render; "
-        "the frames it measured are in 'b.failed.katra' (the output was not written)")
+        f"katra3d: error: scene 'broken' failed while rendering (mine.py:{line}): RuntimeError: "
+        "boom in render; "
+        "the frames it measured are in 'b.failed.katra' (the output was not written)"
+    )
     assert not (tmp_path / "b.katra").exists()  # nothing in the way of the rerun
     trace = open_trace(tmp_path / "b.failed.katra")
     assert trace.summary["status"] == "aborted"
     assert len(_frames(trace.events, Clock.WALL, warmup=False)) == 2
 
 
-def test_small_gaps_run_json_stats_dir_compare_csv_info_warmup(katra_cli: Any, tmp_path: Path) -> None:
+def test_small_gaps_run_json_stats_dir_compare_csv_info_warmup(
+    katra_cli: Any, tmp_path: Path
+) -> None:
     """Issue 10 item 3: run --json, stats over a directory, compare --format csv, one number format,
     no FPS for zones, info counts warmup frames."""
     runs = tmp_path / "runs"
     runs.mkdir()
     for i in (1, 2):
-        res = katra_cli("run", "triangle", "fillrate", "--frames", "6", "--warmup", "2", "--size", "16x16",
-                        "--zones", "--quiet", "--json", "-o", f"runs/r{i}.katra")
+        res = katra_cli(
+            "run",
+            "triangle",
+            "fillrate",
+            "--frames",
+            "6",
+            "--warmup",
+            "2",
+            "--size",
+            "16x16",
+            "--zones",
+            "--quiet",
+            "--json",
+            "-o",
+            f"runs/r{i}.katra",
+        )
         assert res.returncode == 0, res.stderr
         report = json.loads(res.stdout)
         assert report["size"] == [16, 16] and report["status"] == "complete"
@@ -300,7 +433,8 @@ def test_small_gaps_run_json_stats_dir_compare_csv_info_warmup(katra_cli: Any, t
     for line in stats.stdout.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
         if len(cells) > 3 and cells[1] not in ("(frame)", "zone", "---"):
-            assert cells[-1] == "" and cells[-4] == "", line  # stutter and FPS columns empty for zones
+            # stutter and FPS columns empty for zones
+            assert cells[-1] == "" and cells[-4] == "", line
     csv_out = katra_cli("compare", "runs/r1.katra", "runs/r2.katra", "--format", "csv")
     assert csv_out.returncode == 0, csv_out.stderr
     header = csv_out.stdout.splitlines()[0].split(",")

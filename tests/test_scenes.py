@@ -11,17 +11,29 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from katra_trace.errors import ConfigError, SceneError
-from katra_trace.io.images import image_checksum
 from katra3d.scenes.api import Param, Scene
 from katra3d.scenes.registry import builtin_scenes, describe_range, get_scene, resolve_params
 from katra3d.scenes.suites import SUITES, get_suite
+from katra_trace.errors import ConfigError, SceneError
+from katra_trace.io.images import image_checksum
 
 DATA = Path(__file__).resolve().parent / "data"
 USER_FILE = DATA / "user_scenes" / "my_scene.py"
 
-EXPECTED_BUILTINS = ("clear", "triangle", "geometry", "drawcalls", "instancing", "fillrate", "shader",
-                     "texture", "buffer", "shadow", "postfx", "compute")
+EXPECTED_BUILTINS = (
+    "clear",
+    "triangle",
+    "geometry",
+    "drawcalls",
+    "instancing",
+    "fillrate",
+    "shader",
+    "texture",
+    "buffer",
+    "shadow",
+    "postfx",
+    "compute",
+)
 
 
 # -- registry -------------------------------------------------------------------------
@@ -99,7 +111,9 @@ def test_missing_file_and_module() -> None:
 def test_file_that_raises_on_import(tmp_path: Path) -> None:
     bad = tmp_path / "boom.py"
     bad.write_text("raise RuntimeError('kaboom')\n")
-    with pytest.raises(SceneError, match=r"error while importing scene file .*RuntimeError: kaboom"):
+    with pytest.raises(
+        SceneError, match=r"error while importing scene file .*RuntimeError: kaboom"
+    ):
         get_scene(f"{bad}:X")
 
 
@@ -124,7 +138,10 @@ def test_entry_point_that_cannot_load(installed_user_scene_package: Path) -> Non
 def test_resolve_params_converts_cli_strings() -> None:
     geo = get_scene("geometry")
     assert resolve_params(geo, {"detail": "08", "indexed": "false", "cull": "yes"}) == {
-        "detail": 8, "indexed": False, "cull": True}
+        "detail": 8,
+        "indexed": False,
+        "cull": True,
+    }
     tex = get_scene("texture")
     assert resolve_params(tex, {"filter": "linear"})["filter"] == "linear"
     buf = get_scene("buffer")
@@ -144,15 +161,40 @@ def test_unknown_param_names_scene_param_and_valid_ones() -> None:
 @pytest.mark.parametrize(
     ("scene", "key", "value", "expected"),
     [
-        ("fillrate", "layers", "0", r"scene 'fillrate': param 'layers' is out of range: 0; valid: 1\.\.256"),
+        (
+            "fillrate",
+            "layers",
+            "0",
+            r"scene 'fillrate': param 'layers' is out of range: 0; valid: 1\.\.256",
+        ),
         ("fillrate", "layers", 1000, r"param 'layers' is out of range: 1000; valid: 1\.\.256"),
-        ("fillrate", "layers", "many", r"param 'layers' expects an integer, got 'many'; valid: 1\.\.256"),
+        (
+            "fillrate",
+            "layers",
+            "many",
+            r"param 'layers' expects an integer, got 'many'; valid: 1\.\.256",
+        ),
         ("fillrate", "layers", 2.5, r"param 'layers' expects int, got float 2\.5"),
         ("fillrate", "layers", True, r"param 'layers' expects an integer, got True"),
-        ("geometry", "indexed", "maybe", r"param 'indexed' expects true/false, got 'maybe'; valid: true/false"),
-        ("texture", "filter", "cubic", r"param 'filter' got 'cubic'; valid: choices: nearest, linear, "
-                                       r"trilinear, anisotropic"),
-        ("buffer", "update_fraction", "1.5", r"param 'update_fraction' is out of range: 1\.5; valid: 0\.\.1"),
+        (
+            "geometry",
+            "indexed",
+            "maybe",
+            r"param 'indexed' expects true/false, got 'maybe'; valid: true/false",
+        ),
+        (
+            "texture",
+            "filter",
+            "cubic",
+            r"param 'filter' got 'cubic'; valid: choices: nearest, linear, "
+            r"trilinear, anisotropic",
+        ),
+        (
+            "buffer",
+            "update_fraction",
+            "1.5",
+            r"param 'update_fraction' is out of range: 1\.5; valid: 0\.\.1",
+        ),
         ("buffer", "update_fraction", "nan", r"param 'update_fraction' must be finite"),
     ],
 )
@@ -182,7 +224,9 @@ def test_suites_cover_every_builtin_with_valid_params() -> None:
 
 
 def test_unknown_suite_lists_valid_names() -> None:
-    with pytest.raises(ConfigError, match=r"unknown suite 'nightly'; available: ci, default, stress"):
+    with pytest.raises(
+        ConfigError, match=r"unknown suite 'nightly'; available: ci, default, stress"
+    ):
         get_suite("nightly")
 
 
@@ -217,7 +261,8 @@ def test_cli_scenes_json_lists_every_scene(katra_cli) -> None:  # type: ignore[n
 
 
 def test_cli_scenes_text_and_entry_point(  # type: ignore[no-untyped-def]
-        katra_cli, installed_user_scene_package: Path) -> None:
+    katra_cli, installed_user_scene_package: Path
+) -> None:
     env = {"PYTHONPATH": f"{installed_user_scene_package}:{DATA / 'user_scene_pkg'}"}
     proc = katra_cli("scenes", env=env)
     assert proc.returncode == 0, proc.stderr

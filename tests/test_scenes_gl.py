@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from katra3d.harness.run.offscreen import run_offscreen
-from katra_trace.errors import SceneError
 from katra3d.scenes.api import SceneSkip, SimpleFrame
-from katra_trace.io.images import image_checksum
 from katra3d.scenes.image import read_pixels
 from katra3d.scenes.registry import builtin_scenes, get_scene, resolve_params
 from katra3d.scenes.shaders import ShaderCompileError, compile_compute, compile_program
 from katra3d.scenes.suites import get_suite
+from katra_trace.errors import SceneError
+from katra_trace.io.images import image_checksum
 
 pytestmark = pytest.mark.gl
 
@@ -93,7 +93,7 @@ def test_more_fillrate_layers_take_longer(gl_ctx: Any) -> None:
     scenes = [cls(), cls()]
     times_ms: list[list[float]] = [[], []]
     try:
-        for fbo, scene, layers in zip(fbos, scenes, (4, 8)):
+        for fbo, scene, layers in zip(fbos, scenes, (4, 8), strict=True):
             fbo.use()
             scene.setup(gl_ctx, size, resolve_params(cls, {"layers": layers}))
         for index in range(17):
@@ -124,7 +124,9 @@ def test_user_scene_from_file_renders(gl_ctx: Any) -> None:
     assert len(changes) >= 3
 
 
-def test_user_scene_from_entry_point_renders(gl_ctx: Any, installed_user_scene_package: Path) -> None:
+def test_user_scene_from_entry_point_renders(
+    gl_ctx: Any, installed_user_scene_package: Path
+) -> None:
     cls = get_scene("user-stripes")
     res = run_offscreen(gl_ctx, cls, SIZE, {"stripes": 6}, frames=2)
     colours, std = _image_stats(res.pixels)
@@ -147,18 +149,28 @@ def test_user_shader_that_does_not_compile(gl_ctx: Any) -> None:
 def test_vertex_link_and_compute_errors_name_their_stage(gl_ctx: Any) -> None:
     frag = "#version 330\nout vec4 c;\nvoid main() { c = vec4(1.0); }\n"
     with pytest.raises(ShaderCompileError) as info:
-        compile_program(gl_ctx, "s1", vertex_shader="#version 330\nvoid main() { gl_Position = 1; }\n",
-                        fragment_shader=frag)
+        compile_program(
+            gl_ctx,
+            "s1",
+            vertex_shader="#version 330\nvoid main() { gl_Position = 1; }\n",
+            fragment_shader=frag,
+        )
     assert info.value.stage == "vertex"
     with pytest.raises(ShaderCompileError) as info:
         # compiles, but calls a function declared and never defined: a link error
-        compile_program(gl_ctx, "s2", vertex_shader="#version 330\nvoid main() { gl_Position = vec4(0.0); }\n",
-                        fragment_shader="#version 330\nvec3 tint();\nout vec4 c;\n"
-                                        "void main() { c = vec4(tint(), 1.0); }\n")
+        compile_program(
+            gl_ctx,
+            "s2",
+            vertex_shader="#version 330\nvoid main() { gl_Position = vec4(0.0); }\n",
+            fragment_shader="#version 330\nvec3 tint();\nout vec4 c;\n"
+            "void main() { c = vec4(tint(), 1.0); }\n",
+        )
     assert info.value.stage == "link"
     assert "failed to link" in str(info.value)
     with pytest.raises(ShaderCompileError) as info:
-        compile_compute(gl_ctx, "s3", "#version 430\nlayout(local_size_x = 1) in;\nvoid main() { x = 1; }\n")
+        compile_compute(
+            gl_ctx, "s3", "#version 430\nlayout(local_size_x = 1) in;\nvoid main() { x = 1; }\n"
+        )
     assert info.value.stage == "compute"
     assert "scene 's3'" in str(info.value)
 
@@ -169,7 +181,9 @@ def test_compute_is_skipped_when_gl_version_is_too_low(gl_ctx: Any) -> None:
     class FutureCompute(base):  # type: ignore[misc, valid-type]
         min_gl_version = 990
 
-    with pytest.raises(SceneSkip, match=r"scene 'compute' needs OpenGL 9\.9, the context has 4\.\d"):
+    with pytest.raises(
+        SceneSkip, match=r"scene 'compute' needs OpenGL 9\.9, the context has 4\.\d"
+    ):
         run_offscreen(gl_ctx, FutureCompute, SIZE, {"count": 256})
 
     class NeedsExtension(base):  # type: ignore[misc, valid-type]
@@ -182,7 +196,9 @@ def test_compute_is_skipped_when_gl_version_is_too_low(gl_ctx: Any) -> None:
 def test_cli_run_bad_inputs_exit_2_without_traceback(katra_cli: Any) -> None:
     proc = katra_cli("run", "geometri", "--frames", "1")
     assert proc.returncode == 2
-    assert proc.stderr.startswith("katra3d: error: unknown scene 'geometri'; did you mean 'geometry'?")
+    assert proc.stderr.startswith(
+        "katra3d: error: unknown scene 'geometri'; did you mean 'geometry'?"
+    )
     assert "Traceback" not in proc.stderr
     bad = DATA / "user_scenes" / "bad_shader.py"
     proc = katra_cli("run", f"{bad}:BrokenShader", "--frames", "1", "--size", "32x32")

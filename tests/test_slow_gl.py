@@ -1,6 +1,7 @@
-"""Slow frames attributed on real llvmpipe captures of a scene of this test's own: a zone whose CPU work grows
-12x every 9th frame, a 15 ms sleep between the zones every 13th, a full ``gc.collect()`` every 17th; and,
-without zones, the process stopped from outside (SIGSTOP, 50 ms, SIGCONT) during one frame."""
+"""Slow frames attributed on real llvmpipe captures of a scene of this test's own: a zone whose CPU
+work grows 12x every 9th frame, a 15 ms sleep between the zones every 13th, a full ``gc.collect()``
+every 17th; and, without zones, the process stopped from outside (SIGSTOP, 50 ms, SIGCONT) during
+one frame."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def cpu_ms(ms):
 
 
 def wait_for_stop(ready):
-    """Say where we are, then wait (sleeping) until a gap of 30 ms shows that the test stopped us."""
+    """Say where we are, then wait (sleeping) until a gap of 30 ms shows that
+    the test stopped us."""
     with open(ready + ".part", "w") as f:
         f.write(str(os.getpid()))
     os.rename(ready + ".part", ready)
@@ -93,24 +95,60 @@ def _slow(tmp: Path, trace: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def captures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The zoned capture and the stopped one, and what ``stats --slow --format json`` says of each."""
+    """The zoned capture and the stopped one, and what ``stats --slow --format
+    json`` says of each."""
     tmp = tmp_path_factory.mktemp("slow")
     (tmp / "spiky.py").write_text(SCENE)
-    r = katra("run", "spiky.py:Spiky", *RUN, "--zones", "--param", "spiky.spike=9", "--param", "spiky.stall=13",
-              "--param", "spiky.collect=17", "-o", "zoned.katra", cwd=tmp)
+    r = katra(
+        "run",
+        "spiky.py:Spiky",
+        *RUN,
+        "--zones",
+        "--param",
+        "spiky.spike=9",
+        "--param",
+        "spiky.stall=13",
+        "--param",
+        "spiky.collect=17",
+        "-o",
+        "zoned.katra",
+        cwd=tmp,
+    )
     assert r.returncode == 0, r.stderr
     ready = tmp / "ready"
     env = {k: v for k, v in os.environ.items() if k != "KATRA3D_BACKEND"}
     env["SLOW_TEST_READY"] = str(ready)
-    proc = subprocess.Popen([sys.executable, "-m", "katra3d", "run", "spiky.py:Spiky", *RUN, "--param",
-                             "spiky.spike=9", "--param", "spiky.collect=17", "--param", f"spiky.stop_at={STOP_AT}",
-                             "--param", "spiky.work=1.5",
-                             "-o", "stopped.katra"], cwd=tmp, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "katra3d",
+            "run",
+            "spiky.py:Spiky",
+            *RUN,
+            "--param",
+            "spiky.spike=9",
+            "--param",
+            "spiky.collect=17",
+            "--param",
+            f"spiky.stop_at={STOP_AT}",
+            "--param",
+            "spiky.work=1.5",
+            "-o",
+            "stopped.katra",
+        ],
+        cwd=tmp,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         give_up = time.monotonic() + 120
         while not ready.exists():
-            assert proc.poll() is None and time.monotonic() < give_up, "the scene never reached its frame"
+            assert proc.poll() is None and time.monotonic() < give_up, (
+                "the scene never reached its frame"
+            )
             time.sleep(0.002)
         pid = int(ready.read_text())
         os.kill(pid, signal.SIGSTOP)
@@ -122,7 +160,11 @@ def captures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    return {"tmp": tmp, "zoned": _slow(tmp, tmp / "zoned.katra"), "stopped": _slow(tmp, tmp / "stopped.katra")}
+    return {
+        "tmp": tmp,
+        "zoned": _slow(tmp, tmp / "zoned.katra"),
+        "stopped": _slow(tmp, tmp / "stopped.katra"),
+    }
 
 
 def _causes(scene: dict[str, Any]) -> dict[int, tuple[str, str | None]]:
@@ -137,8 +179,8 @@ def test_each_planted_cause_is_found(captures: dict[str, Any]) -> None:
     assert scene["slow_clock"] == "wall" and scene["slow_note"] is None
     assert all(causes.get(i) == ("between zones", None) for i in STALLS), causes
     assert all(causes.get(i) == ("gc", "generation 2") for i in COLLECTS), causes
-    # the spike is 4.4 ms of CPU work in zone shade: the frame is slow for it even when the process is also
-    # preempted for a while (a busy machine), so the zone is its cause
+    # the spike is 4.4 ms of CPU work in zone shade: the frame is slow for it even when the process
+    # is also preempted for a while (a busy machine), so the zone is its cause
     assert all(causes.get(i) == ("zone", "shade") for i in SPIKES), causes
     groups = {(g["kind"], g["name"]): g for g in scene["slow_causes"]}
     assert groups[("between zones", None)]["period_text"] == "every 13th frame"
@@ -154,7 +196,8 @@ def test_collections_are_recorded_as_markers(captures: dict[str, Any]) -> None:
     ev = trace.events
     marks = ev[(ev["kind"] == Kind.MARKER) & (ev["name"] == gc_id)]
     full = marks[marks["value"] == 2]
-    # the scene's own collections: one in each planted frame (and warmup frame 0), each with its duration
+    # the scene's own collections: one in each planted frame (and warmup frame 0), each with its
+    # duration
     assert sorted(set(full["frame"].tolist())) == [0, *COLLECTS] and (full["dur_ns"] > 0).all()
 
 

@@ -100,13 +100,31 @@ def test_as_dict_unit_keys_and_non_finite() -> None:
     d = frame_stats(np.array([0, 0, 0])).as_dict()
     assert d["fps_avg"] is None  # zero-length spans have no finite rate
     keys = set(frame_stats(np.array([MS, 2 * MS])).as_dict())
-    assert {"n", "median_ms", "p99_ms", "fps_avg", "fps_low_1pct", "fps_low_1pct_integral",
-            "fps_low_0_1pct", "stutter_pct", "cv", "mad_ms"} <= keys
+    assert {
+        "n",
+        "median_ms",
+        "p99_ms",
+        "fps_avg",
+        "fps_low_1pct",
+        "fps_low_1pct_integral",
+        "fps_low_0_1pct",
+        "stutter_pct",
+        "cv",
+        "mad_ms",
+    } <= keys
     assert keys == {f.name for f in FrameStats.__dataclass_fields__.values()}
 
 
-def _ev(kind: int, clock: int, scene: int, name: int, frame: int, dur_ms: float, flags: int = 0,
-        depth: int = 0) -> tuple:
+def _ev(
+    kind: int,
+    clock: int,
+    scene: int,
+    name: int,
+    frame: int,
+    dur_ms: float,
+    flags: int = 0,
+    depth: int = 0,
+) -> tuple:
     return (kind, clock, flags, depth, scene, name, frame, frame * 100 * MS, int(dur_ms * MS), 0.0)
 
 

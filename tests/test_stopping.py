@@ -1,4 +1,6 @@
-"""Stopping a run (katra3d.harness.engine.stopping): the stop flag, signal routing and the keeper thread. No GL."""
+"""Stopping a run (katra3d.harness.engine.stopping): the stop flag, signal routing and the keeper
+thread. No GL.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +18,13 @@ import pytest
 
 from katra3d.harness.engine import stopping
 from katra3d.harness.engine.events import EventBuffer
-from katra3d.harness.engine.stopping import STOP_SIGNALS, Keeper, StopFlag, StopSignal, stop_on_signals
+from katra3d.harness.engine.stopping import (
+    STOP_SIGNALS,
+    Keeper,
+    StopFlag,
+    StopSignal,
+    stop_on_signals,
+)
 from katra3d.harness.run.offscreen import MemorySink
 
 
@@ -50,7 +58,12 @@ def test_the_first_trip_asks_for_a_stop_the_second_stops_now() -> None:
     called: list[str] = []
     flag.on_hard_stop.append(lambda: called.append("hard"))
     flag.trip(signal.SIGTERM)
-    assert (flag.set, flag.count, flag.signal_name, flag.signum) == (True, 1, "SIGTERM", signal.SIGTERM)
+    assert (flag.set, flag.count, flag.signal_name, flag.signum) == (
+        True,
+        1,
+        "SIGTERM",
+        signal.SIGTERM,
+    )
     assert not flag.hard_stop.is_set() and called == []
     with pytest.raises(StopSignal) as info:
         flag.trip(signal.SIGHUP)
@@ -101,7 +114,8 @@ def test_real_signals_set_the_flag_then_interrupt(own_handlers: dict[signal.Sign
         with pytest.raises(StopSignal, match="second SIGINT"):
             os.kill(os.getpid(), signal.SIGINT)
             _wait_for(lambda: False, timeout_s=5.0)  # the handler raises here, in the main thread
-    assert all(signal.getsignal(sig) is _noted for sig in STOP_SIGNALS)  # the previous handlers are back
+    # the previous handlers are back
+    assert all(signal.getsignal(sig) is _noted for sig in STOP_SIGNALS)
 
 
 def test_handlers_are_restored_when_the_run_fails(own_handlers: dict[signal.Signals, Any]) -> None:
@@ -110,7 +124,9 @@ def test_handlers_are_restored_when_the_run_fails(own_handlers: dict[signal.Sign
     assert all(signal.getsignal(sig) is _noted for sig in STOP_SIGNALS)
 
 
-def test_outside_the_main_thread_no_handler_is_installed(own_handlers: dict[signal.Signals, Any]) -> None:
+def test_outside_the_main_thread_no_handler_is_installed(
+    own_handlers: dict[signal.Signals, Any],
+) -> None:
     seen: list[Any] = []
     flag = StopFlag()
 
@@ -131,7 +147,8 @@ def test_outside_the_main_thread_no_handler_is_installed(own_handlers: dict[sign
 def test_the_keeper_hands_old_buffered_events_to_the_writer(kept: Kept) -> None:
     keeper = Keeper(kept)
     assert keeper.period_s == pytest.approx(0.02)
-    kept.buffer.add((0, 0, 0, 0, 0, 0, 0, 0, 1, 0.0))  # one pending event; the frame loop is "stuck"
+    # one pending event; the frame loop is "stuck"
+    kept.buffer.add((0, 0, 0, 0, 0, 0, 0, 0, 1, 0.0))
     keeper.start()
     try:
         assert _wait_for(lambda: kept.sink.arrays != [])
@@ -152,7 +169,9 @@ def test_the_keeper_never_wakes_on_a_timer_while_counting() -> None:
     assert not keeper.is_alive() and counted.buffer.pending == 1 and counted.sink.arrays == []
 
 
-def test_a_run_that_finishes_after_a_second_signal_is_left_alone(kept: Kept, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_that_finishes_after_a_second_signal_is_left_alone(
+    kept: Kept, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(stopping, "HARD_STOP_GRACE_S", 60.0)
     keeper = Keeper(kept)
     keeper.start()
@@ -163,7 +182,7 @@ def test_a_run_that_finishes_after_a_second_signal_is_left_alone(kept: Kept, mon
     assert not keeper.is_alive() and kept.finished == []
 
 
-_STUCK = textwrap.dedent('''
+_STUCK = textwrap.dedent("""
     import signal, time
     from katra3d.harness.engine.events import EventBuffer
     from katra3d.harness.run.offscreen import MemorySink
@@ -186,15 +205,21 @@ _STUCK = textwrap.dedent('''
         kept.stop.trip(signal.SIGTERM)
     except StopSignal:
         pass
-    time.sleep(60)  # a frame that does not react: the keeper must finish the trace and end the process
+    # a frame that does not react: the keeper must finish the trace and end the process
+    time.sleep(60)
     print("not stopped", flush=True)
-''')
+""")
 
 
 def test_the_keeper_ends_a_process_stuck_after_a_second_signal() -> None:
-    # its frame sleeps 60 s and then prints "not stopped": the output below shows the keeper ended it first
-    proc = subprocess.run([sys.executable, "-c", _STUCK], capture_output=True, text=True, timeout=120)
+    # its frame sleeps 60 s and then prints "not stopped": the output below shows the keeper ended
+    # it first
+    proc = subprocess.run(
+        [sys.executable, "-c", _STUCK], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
-    assert proc.stdout == ("interrupted ['error', 'timing_mode'] the frame in progress did not stop after a second "
-                           "SIGTERM; trace finished by the keeper\n")
+    assert proc.stdout == (
+        "interrupted ['error', 'timing_mode'] the frame in progress did not stop after a second "
+        "SIGTERM; trace finished by the keeper\n"
+    )
     assert proc.stderr == "katra3d: stopped by a second SIGTERM; trace finished as interrupted\n"

@@ -24,7 +24,11 @@ def test_golden_v1_0_trace_still_reads() -> None:
     assert t.version == (1, 0) and t.header.format_version == "1.0"
     assert t.header.schema_hash == schema_hash() == "ea22aa269ca471fe"
     assert t.header.workload == "golden" and t.header.notes == "golden v1.0"
-    assert t.header.capture_options.as_dict() == {"size": [64, 64], "frames": 10, "timing_mode": "sync"}
+    assert t.header.capture_options.as_dict() == {
+        "size": [64, 64],
+        "frames": 10,
+        "timing_mode": "sync",
+    }
     assert t.header.host_info.renderer == "golden renderer"
     assert t.strings == ["", "golden-scene", "frame", "pass", "triangles"]
     ev = t.events
@@ -51,7 +55,9 @@ def test_golden_v1_1_trace_reads() -> None:
     assert t.header.schema_hash == schema_hash() and t.header.pid == 4242
     measure = t.header.capture_options.measure
     assert measure.mode == "cycles" and measure.valgrind == "3.19.0"
-    assert measure.env["LP_NUM_THREADS"] == "0" and measure.pinned == {"LP_NATIVE_VECTOR_WIDTH": "128"}
+    assert measure.env["LP_NUM_THREADS"] == "0" and measure.pinned == {
+        "LP_NATIVE_VECTOR_WIDTH": "128"
+    }
     assert t.header.host_info.codegen["llvm"] == "15.0.7"
     ev = t.events
     assert len(ev) == 78
@@ -66,8 +72,15 @@ def test_golden_v1_1_trace_reads() -> None:
     counters = ev[ev["kind"] == Kind.COUNTER]
     assert (counters["clock"] == Clock.CYCLES).all() and len(counters) == 6 * 7
     by_name = {t.name(int(r["name"])): r["value"] for r in counters[counters["frame"] == 5]}
-    assert by_name == {"Ir": 1_000_005.0, "I1mr": 125.0, "D1mr": 3405.0, "D1mw": 565.0, "ILmr": 35.0,
-                       "DLmr": 705.0, "DLmw": 95.0}
+    assert by_name == {
+        "Ir": 1_000_005.0,
+        "I1mr": 125.0,
+        "D1mr": 3405.0,
+        "D1mw": 565.0,
+        "ILmr": 35.0,
+        "DLmr": 705.0,
+        "DLmw": 95.0,
+    }
     refs = ev[(ev["flags"] & Flag.REFERENCE) != 0]
     assert len(refs) == 6 and (refs["kind"] == Kind.MARKER).all()
     assert sorted(set(refs["clock"].tolist())) == [Clock.CPU, Clock.WALL]
@@ -79,13 +92,18 @@ def test_golden_v1_1_trace_reads() -> None:
 
 
 def test_golden_v1_1_is_what_make_golden_writes(tmp_path: Path) -> None:
-    """The generator is deterministic and still agrees with the committed file (content, not zstd bytes)."""
+    """The generator is deterministic and still agrees with the committed file (content, not zstd
+    bytes).
+    """
     from tests.data import make_golden
 
     make_golden.main(tmp_path / "a.katra")
     make_golden.main(tmp_path / "b.katra")
     assert (tmp_path / "a.katra").read_bytes() == (tmp_path / "b.katra").read_bytes()
-    new, old = open_trace(tmp_path / "a.katra", strict=True), open_trace(DATA / "golden-v1.1.katra", strict=True)
+    new, old = (
+        open_trace(tmp_path / "a.katra", strict=True),
+        open_trace(DATA / "golden-v1.1.katra", strict=True),
+    )
     assert new.header == old.header and new.summary == old.summary and new.strings == old.strings
     assert new.events.tobytes() == old.events.tobytes() and new.annotations == old.annotations
 
@@ -121,8 +139,12 @@ KILL_SCRIPT = textwrap.dedent("""
 
 def test_sigkilled_writer_keeps_every_flushed_batch(tmp_path: Path) -> None:
     path = tmp_path / "killed.katra"
-    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(path)], stdout=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).parent.parent)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILL_SCRIPT, str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+    )
     assert proc.stdout is not None
     flushed = 0
     for line in proc.stdout:
@@ -154,8 +176,13 @@ def test_katra_trace_imports_no_gl_module() -> None:
         katra3d.harness.cli.build_parser()
         print("ok", sorted(m for m in sys.modules if m.startswith("katra_trace")))
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         cwd=Path(__file__).parent.parent)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parent.parent,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("ok") and "katra_trace.io.reader" in out.stdout
 
@@ -170,9 +197,17 @@ def test_cli_info_and_validate(tmp_path: Path, katra_cli, codec: str) -> None:  
     from tests.trace_helpers import frame_zone_stream, write_trace
 
     path = tmp_path / "t.katra"
-    write_trace(path, frame_zone_stream(30), ["", "scene", "frame", "a", "b", "c"], codec=codec,
-                header={"workload": "cli-test", "capture_options": {"timing_mode": "sync", "timing_reason": "r"},
-                        "host_info": {"gl_renderer": "llvmpipe"}})
+    write_trace(
+        path,
+        frame_zone_stream(30),
+        ["", "scene", "frame", "a", "b", "c"],
+        codec=codec,
+        header={
+            "workload": "cli-test",
+            "capture_options": {"timing_mode": "sync", "timing_reason": "r"},
+            "host_info": {"gl_renderer": "llvmpipe"},
+        },
+    )
     r = katra_cli("info", str(path))
     assert r.returncode == 0, r.stderr
     assert "cli-test" in r.stdout and "timing    sync: r" in r.stdout and "llvmpipe" in r.stdout
@@ -203,31 +238,60 @@ def test_cli_bad_files(tmp_path: Path, katra_cli) -> None:  # noqa: ANN001
 
 
 def test_v1_3_adds_only_the_shards_of_merged_traces(tmp_path: Path) -> None:
-    """1.3 adds the header's ``shards`` (katra3d merge) and nothing else: a 1.2 file reads as before (every scene
-    on ``host_info``), a 1.3 header's shards are typed, and a ``shards`` of another shape reads as not recorded."""
+    """1.3 adds the header's ``shards`` (katra3d merge) and nothing else: a 1.2 file reads as before
+    (every scene on ``host_info``), a 1.3 header's shards are typed, and a ``shards`` of another
+    shape reads as not recorded."""
     from katra_trace.io import format as fmt
     from katra_trace.io.header import TraceHeader
     from tests.trace_helpers import wall_frames, write_trace
 
-    assert (fmt.FORMAT_MINOR, fmt.MINOR_LIMITS[3]) == (3, fmt.MINOR_LIMITS[2])  # no kind, clock or flag added
+    # no kind, clock or flag added
+    assert (fmt.FORMAT_MINOR, fmt.MINOR_LIMITS[3]) == (3, fmt.MINOR_LIMITS[2])
     events, strings = wall_frames(["a"], 5)
     path = tmp_path / "t.katra"
     write_trace(path, events, strings, header={"host_info": {"gl": {"renderer": "R"}}})
     data = bytearray(path.read_bytes())
     assert fmt.PREAMBLE.unpack_from(data)[2] == 3
-    data[10:12] = (2).to_bytes(2, "little")  # as a 1.2 writer wrote it (the preamble has no checksum)
+    # as a 1.2 writer wrote it (the preamble has no checksum)
+    data[10:12] = (2).to_bytes(2, "little")
     path.write_bytes(bytes(data))
     old = open_trace(path, strict=True)
-    assert old.version == (1, 2) and old.header.shards is None and old.header.host_of("a").renderer == "R"
-    shards = [{"shard": "1/2", "file": "s1.katra", "scenes": ["a"], "tool_version": "katra3d 0.1.0",
-               "start_wall_ns": 5, "offset_ns": 0, "pid": 7, "host_info": {"gl": {"renderer": "R1"}}},
-              {"shard": "2/2", "file": "s2.katra", "scenes": ["b"], "offset_ns": 3,
-               "host_info": {"gl": {"renderer": "R2"}}}]
+    assert (
+        old.version == (1, 2)
+        and old.header.shards is None
+        and old.header.host_of("a").renderer == "R"
+    )
+    shards = [
+        {
+            "shard": "1/2",
+            "file": "s1.katra",
+            "scenes": ["a"],
+            "tool_version": "katra3d 0.1.0",
+            "start_wall_ns": 5,
+            "offset_ns": 0,
+            "pid": 7,
+            "host_info": {"gl": {"renderer": "R1"}},
+        },
+        {
+            "shard": "2/2",
+            "file": "s2.katra",
+            "scenes": ["b"],
+            "offset_ns": 3,
+            "host_info": {"gl": {"renderer": "R2"}},
+        },
+    ]
     raw = {"format_version": "1.3", "host_info": {"gl": {"renderer": "R1"}}, "shards": shards}
     header = TraceHeader.from_dict(raw)
     assert header.as_dict() == raw and header.shards is not None
     assert [s.shard for s in header.shards] == ["1/2", "2/2"] and header.shards[1].offset_ns == 3
-    assert (header.host_of("a").renderer, header.host_of("b").renderer, header.host_of("c").renderer) == (
-        "R1", "R2", "R1")
+    assert (
+        header.host_of("a").renderer,
+        header.host_of("b").renderer,
+        header.host_of("c").renderer,
+    ) == ("R1", "R2", "R1")
     odd = TraceHeader.from_dict({"shards": {"1/2": "x"}, "host_info": {"gl": {"renderer": "R"}}})
-    assert odd.shards is None and odd.extra == {"shards": {"1/2": "x"}} and odd.host_of("a").renderer == "R"
+    assert (
+        odd.shards is None
+        and odd.extra == {"shards": {"1/2": "x"}}
+        and odd.host_of("a").renderer == "R"
+    )

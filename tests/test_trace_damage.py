@@ -1,4 +1,5 @@
-"""Damaged, truncated, foreign and future files: recover what is intact, or fail with a KatraError."""
+"""Damaged, truncated, foreign and future files: recover what is intact, or
+fail with a KatraError."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from katra_trace import KatraError, TraceFormatError, TraceRecoveryWarning, TraceVersionError, open_trace
+from katra_trace import (
+    KatraError,
+    TraceFormatError,
+    TraceRecoveryWarning,
+    TraceVersionError,
+    open_trace,
+)
 from katra_trace.io import format as fmt
 from katra_trace.io.blocks import ScanState, iter_blocks
 from tests.trace_helpers import frame_zone_stream, seal_blocks, split_blocks, write_trace
@@ -29,12 +36,20 @@ def _codecs() -> list[str]:
 
 
 @pytest.fixture(scope="module", params=_codecs())
-def small_trace(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> tuple[bytes, list]:
+def small_trace(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> tuple[bytes, list]:
     """A trace of ~10 blocks (header, strings, events x N, annotation, summary) and its block list,
     with each codec (blosc2 codes the EVENTS blocks; the other blocks are zstd)."""
     path = tmp_path_factory.mktemp("dmg") / "small.katra"
-    write_trace(path, frame_zone_stream(12, zones=2), STRINGS, batch_events=8, annotations=[{"k": "v"}],
-                codec=request.param)
+    write_trace(
+        path,
+        frame_zone_stream(12, zones=2),
+        STRINGS,
+        batch_events=8,
+        annotations=[{"k": "v"}],
+        codec=request.param,
+    )
     data = path.read_bytes()
     with open(path, "rb") as f:
         blocks = list(iter_blocks(f, ScanState(), strict=True))
@@ -66,7 +81,7 @@ def test_every_truncation_recovers_exactly_the_complete_blocks(tmp_path: Path, s
                 _read_prefix(tmp_path, prefix)
             continue
         t = _read_prefix(tmp_path, prefix)
-        complete = [b for b, end in zip(blocks, ends) if end <= cut]
+        complete = [b for b, end in zip(blocks, ends, strict=True) if end <= cut]
         assert t.truncated, cut
         assert t.blocks == len(complete), cut
         expect_events = [b.payload.decode() for b in complete if b.type == fmt.BlockType.EVENTS]
@@ -130,7 +145,8 @@ def test_newer_major_is_refused_with_advice(tmp_path: Path, small_trace) -> None
     data, _ = small_trace
     p = tmp_path / "v2.katra"
     p.write_bytes(data[:8] + struct.pack("<H", 2) + data[10:])
-    newer = rf"format 2\.{fmt.FORMAT_MINOR} is newer .* reads \(1\.x\); upgrade katra3d"  # the writer's minor, kept
+    # the writer's minor, kept
+    newer = rf"format 2\.{fmt.FORMAT_MINOR} is newer .* reads \(1\.x\); upgrade katra3d"
     with pytest.raises(TraceVersionError, match=newer):
         open_trace(p)
 
@@ -154,14 +170,18 @@ def _rebuild(data: bytes, edit) -> bytes:  # noqa: ANN001
 def test_unknown_block_types_are_skipped_by_length(tmp_path: Path, small_trace) -> None:
     data, _ = small_trace
     p = tmp_path / "future.katra"
-    p.write_bytes(_rebuild(data, lambda ps: ps.insert(1, (200, b"a future block type's payload", 0))))
+    p.write_bytes(
+        _rebuild(data, lambda ps: ps.insert(1, (200, b"a future block type's payload", 0)))
+    )
     t = open_trace(p, strict=True)
     assert t.skipped_blocks == 1
     assert len(t.events) == 36 and t.strings == STRINGS
 
 
 @pytest.mark.parametrize("claimed", [0, 5, 35, 37, 10**9])
-def test_a_wrong_event_count_in_the_summary_does_not_matter(tmp_path: Path, small_trace, claimed: int) -> None:
+def test_a_wrong_event_count_in_the_summary_does_not_matter(
+    tmp_path: Path, small_trace, claimed: int
+) -> None:
     """open_trace sizes its array from the summary; a lying summary must not change what is read."""
     import json
 
@@ -186,18 +206,21 @@ def _write(path: Path, data: bytes) -> Path:
 def test_huge_length_fields_are_rejected_before_allocating(tmp_path: Path, small_trace) -> None:
     data, blocks = small_trace
     off = blocks[2].offset
-    head = bytearray(data[off:off + 24])
+    head = bytearray(data[off : off + 24])
     struct.pack_into("<II", head, 12, 0xFFFFFFF0, 0xFFFFFFF0)
     p = tmp_path / "huge.katra"
-    p.write_bytes(data[:off] + bytes(head) + data[off + 24:])
+    p.write_bytes(data[:off] + bytes(head) + data[off + 24 :])
     with pytest.raises(TraceFormatError, match=f"torn block at offset {off}"):
         open_trace(p, strict=True)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(tail=st.binary(max_size=400), keep=st.integers(0, 2000), noise=st.binary(max_size=64))
-def test_any_bytes_parse_or_raise_katra_error(tmp_path: Path, small_trace, tail: bytes, keep: int,
-                                             noise: bytes) -> None:
+def test_any_bytes_parse_or_raise_katra_error(
+    tmp_path: Path, small_trace, tail: bytes, keep: int, noise: bytes
+) -> None:
     data, _ = small_trace
     for content in (tail, data[:keep] + noise + tail, fmt.encode_preamble() + tail):
         p = tmp_path / "fuzz.katra"

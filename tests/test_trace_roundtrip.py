@@ -15,14 +15,27 @@ from katra_trace.io import blocks as blocks_mod
 from katra_trace.io import format as fmt
 from tests.trace_helpers import frame_zone_stream, write_trace
 
-json_scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=20) | st.floats(
-    allow_nan=False, allow_infinity=False)
-json_values = st.recursive(json_scalars, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(
-    st.text(max_size=10), kids, max_size=4), max_leaves=12)
-#: keys whose JSON type the reader checks in a header (docs/trace-format.md): random values under them
-#: would be refused, by design, so the free-form dicts below use other keys
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.text(max_size=20)
+    | st.floats(allow_nan=False, allow_infinity=False)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda kids: (
+        st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=10), kids, max_size=4)
+    ),
+    max_leaves=12,
+)
+#: keys whose JSON type the reader checks in a header (docs/trace-format.md): random values under
+#: them would be refused, by design, so the free-form dicts below use other keys
 _SHAPED_KEYS = frozenset(k for shapes in blocks_mod._HEADER_SHAPES.values() for k in shapes)
-json_dicts = st.dictionaries(st.text(max_size=12).filter(lambda k: k not in _SHAPED_KEYS), json_values, max_size=6)
+json_dicts = st.dictionaries(
+    st.text(max_size=12).filter(lambda k: k not in _SHAPED_KEYS), json_values, max_size=6
+)
+
 
 class PipeSink:
     """A FIFO to write a trace into, drained by a thread only when asked, and then (optionally)
@@ -41,7 +54,8 @@ class PipeSink:
         self.slow = threading.Event()
 
     def start_draining(self, chunk: int = 1 << 16, pause_s: float = 0.0) -> None:
-        """Start reading; call it after the writer opened the FIFO (with no writer it reads as EOF)."""
+        """Start reading; call it after the writer opened the FIFO (with no
+        writer it reads as EOF)."""
         import os
         import time
 
@@ -76,11 +90,22 @@ def _field(typ: str) -> st.SearchStrategy:
 
 #: any row a format 1.1 file may hold (docs/trace-format.md): defined kinds, clocks and flag bits,
 #: non-negative durations, and spans that end within int64
-_VALID = {"kind": st.integers(0, 3), "clock": st.integers(0, 4), "flags": st.integers(0, 63),
-          "start_ns": st.integers(-(2**63), 2**62), "dur_ns": st.integers(0, 2**62)}
-event_rows = st.tuples(*(_VALID[name] if name in _VALID else _field(EVENT_DTYPE[name].str)
-                         for name in EVENT_DTYPE.names))
-events_arrays = st.lists(event_rows, max_size=300).map(lambda rows: np.array(rows, dtype=EVENT_DTYPE))
+_VALID = {
+    "kind": st.integers(0, 3),
+    "clock": st.integers(0, 4),
+    "flags": st.integers(0, 63),
+    "start_ns": st.integers(-(2**63), 2**62),
+    "dur_ns": st.integers(0, 2**62),
+}
+event_rows = st.tuples(
+    *(
+        _VALID[name] if name in _VALID else _field(EVENT_DTYPE[name].str)
+        for name in EVENT_DTYPE.names
+    )
+)
+events_arrays = st.lists(event_rows, max_size=300).map(
+    lambda rows: np.array(rows, dtype=EVENT_DTYPE)
+)
 
 
 #: any row at all, valid or not, with zeros common (all-zero byte planes are decoded apart)
@@ -88,10 +113,14 @@ any_rows = st.tuples(*(st.just(0) | _field(EVENT_DTYPE[name].str) for name in EV
 
 
 @settings(max_examples=60, deadline=None)
-@given(rows=st.lists(event_rows | any_rows, min_size=1, max_size=30), n=st.integers(256, 700),
-       minor=st.sampled_from([0, 1, 2]))
-def test_large_batches_decode_exactly_and_get_the_column_checks_verdict(rows: list[tuple[float, ...]], n: int,
-                                                                        minor: int) -> None:
+@given(
+    rows=st.lists(event_rows | any_rows, min_size=1, max_size=30),
+    n=st.integers(256, 700),
+    minor=st.sampled_from([0, 1, 2]),
+)
+def test_large_batches_decode_exactly_and_get_the_column_checks_verdict(
+    rows: list[tuple[float, ...]], n: int, minor: int
+) -> None:
     """Batches of 256 events or more are decoded plane by plane, skipping all-zero planes when the
     output is zeroed, and checked by their planes' maxima first: the events and the verdict (the
     message too) must be exactly those of the records and of check_events, on both sides."""
@@ -106,37 +135,72 @@ def test_large_batches_decode_exactly_and_get_the_column_checks_verdict(rows: li
     assert fmt.check_payload(payload, events["start_ns"], minor) == expected
 
 
-@pytest.mark.parametrize("column,value", [("kind", 4), ("clock", 6), ("flags", 64), ("flags", 1 << 9),
-                                          ("dur_ns", -1), ("dur_ns", 2**62 + 1), ("start_ns", 2**63 - 2),
-                                          ("value", -1.0)])
+@pytest.mark.parametrize(
+    "column,value",
+    [
+        ("kind", 4),
+        ("clock", 6),
+        ("flags", 64),
+        ("flags", 1 << 9),
+        ("dur_ns", -1),
+        ("dur_ns", 2**62 + 1),
+        ("start_ns", 2**63 - 2),
+        ("value", -1.0),
+    ],
+)
 def test_large_batch_verdict_is_the_column_checks_verdict(column: str, value: float) -> None:
-    """The edge of each rule, in a batch decoded plane by plane: the planes' maxima must not clear it."""
+    """The edge of each rule, in a batch decoded plane by plane: the planes' maxima must not clear
+    it.
+    """
     events = frame_zone_stream(100)  # 400 events
     for row in (0, 201, len(events) - 1):
         bad = events.copy()
         bad[column][row] = value
         if column == "dur_ns" and value == 2**62 + 1:
-            bad["start_ns"][row] = 2**62  # the largest start the planes clear, and a span past int64
-        got, problem = fmt.decode_checked_events(fmt.encode_events(bad), 0, fmt.FORMAT_MINOR,
-                                                 np.zeros(len(bad), dtype=EVENT_DTYPE), zeroed=True)
+            # the largest start the planes clear, and a span past int64
+            bad["start_ns"][row] = 2**62
+        got, problem = fmt.decode_checked_events(
+            fmt.encode_events(bad),
+            0,
+            fmt.FORMAT_MINOR,
+            np.zeros(len(bad), dtype=EVENT_DTYPE),
+            zeroed=True,
+        )
         assert got.tobytes() == bad.tobytes()
         assert problem == fmt.check_events(bad, fmt.FORMAT_MINOR)
         assert (problem is None) == (column == "value"), problem
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(events=events_arrays,
-       strings=st.lists(st.text(max_size=30), max_size=20, unique=True),
-       capture=json_dicts, host=json_dicts, notes=st.text(max_size=50), workload=st.text(max_size=20),
-       codec=st.sampled_from(["zstd", "none", "blosc2"]), batch=st.integers(1, 200))
-def test_any_events_strings_and_header_round_trip(tmp_path: Path, events: np.ndarray, strings: list[str],
-                                                   capture: dict, host: dict, notes: str, workload: str,
-                                                   codec: str, batch: int) -> None:
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    events=events_arrays,
+    strings=st.lists(st.text(max_size=30), max_size=20, unique=True),
+    capture=json_dicts,
+    host=json_dicts,
+    notes=st.text(max_size=50),
+    workload=st.text(max_size=20),
+    codec=st.sampled_from(["zstd", "none", "blosc2"]),
+    batch=st.integers(1, 200),
+)
+def test_any_events_strings_and_header_round_trip(
+    tmp_path: Path,
+    events: np.ndarray,
+    strings: list[str],
+    capture: dict,
+    host: dict,
+    notes: str,
+    workload: str,
+    codec: str,
+    batch: int,
+) -> None:
     path = tmp_path / "rt.katra"
     strings = [""] + [s for s in strings if s]
     header = {"capture_options": capture, "host_info": host, "notes": notes, "workload": workload}
-    w = write_trace(path, events, strings, batch_events=batch, codec=codec, header=header,
-                    annotations=[capture])
+    w = write_trace(
+        path, events, strings, batch_events=batch, codec=codec, header=header, annotations=[capture]
+    )
     t = open_trace(path, strict=True)
     assert not t.truncated
     assert t.strings == strings
@@ -157,7 +221,18 @@ def test_per_event_append_and_intern(tmp_path: Path) -> None:
         ids = [w.intern(n) for n in ("frame", "zone-a", "frame")]
         assert ids[0] == ids[2] != ids[1] and w.intern("") == 0
         for i in range(50):
-            w.append(Kind.FRAME, Clock.WALL, 0, ids[0], i, 0, 1000 * i, 500 + i, value=0.5 * i, flags=i % 2)
+            w.append(
+                Kind.FRAME,
+                Clock.WALL,
+                0,
+                ids[0],
+                i,
+                0,
+                1000 * i,
+                500 + i,
+                value=0.5 * i,
+                flags=i % 2,
+            )
     t = open_trace(path, strict=True)
     assert len(t.events) == 50
     assert t.events["dur_ns"].tolist() == [500 + i for i in range(50)]
@@ -171,10 +246,12 @@ def test_appends_from_many_threads_are_serialized(tmp_path: Path) -> None:
     path = tmp_path / "mt.katra"
     n_threads, per_thread = 4, 5000
     with TraceWriter(path, batch_events=333, queue_batches=2) as w:
+
         def produce(k: int) -> None:
             name = w.intern(f"thread-{k}")
             for i in range(per_thread):
                 w.append(Kind.COUNTER, Clock.CPU, 0, name, i, 0, i, 0, value=float(k))
+
         threads = [threading.Thread(target=produce, args=(k,)) for k in range(n_threads)]
         for th in threads:
             th.start()
@@ -210,10 +287,19 @@ def test_keyboard_interrupt_marks_summary_interrupted(tmp_path: Path) -> None:
 
 
 def test_drop_policy_counts_what_it_dropped(tmp_path: Path) -> None:
-    """The trace goes into a pipe nobody reads yet: the writer thread blocks, batches must be dropped."""
+    """The trace goes into a pipe nobody reads yet: the writer thread blocks, batches must be
+    dropped.
+    """
     sink = PipeSink(tmp_path / "pipe.katra")
-    w = TraceWriter(sink.path, codec="none", batch_events=100, queue_batches=1, drop_policy="drop",
-                    batch_ms=60_000, stream=sink.stream)
+    w = TraceWriter(
+        sink.path,
+        codec="none",
+        batch_events=100,
+        queue_batches=1,
+        drop_policy="drop",
+        batch_ms=60_000,
+        stream=sink.stream,
+    )
     name = w.intern("x")
     total = 20_000  # 840 kB raw: far more than a pipe buffer holds
     for i in range(total):
@@ -243,7 +329,8 @@ def test_time_based_batches_reach_the_file_without_flush(tmp_path: Path) -> None
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            seen = len(open_trace(w.part_path).events)  # the capture lives in <path>.part until finish()
+            # the capture lives in <path>.part until finish()
+            seen = len(open_trace(w.part_path).events)
     w.finish()
     assert seen == 1
 
@@ -266,7 +353,9 @@ def test_bad_writer_options_are_config_errors(tmp_path: Path) -> None:
         TraceWriter(tmp_path / "x.katra", codec="lz4")
     with pytest.raises(ConfigError, match="drop policy"):
         TraceWriter(tmp_path / "x.katra", drop_policy="sometimes")
-    with pytest.raises(TraceIOError, match="cannot create trace .*No such file or directory \\(ENOENT\\)"):
+    with pytest.raises(
+        TraceIOError, match="cannot create trace .*No such file or directory \\(ENOENT\\)"
+    ):
         TraceWriter(tmp_path / "no" / "such" / "dir" / "x.katra")
     assert list(tmp_path.iterdir()) == []  # no .part left by any of them
 
@@ -307,7 +396,9 @@ def test_mixed_appends_flushes_and_annotations_from_many_threads(tmp_path: Path)
 
     stream = frame_zone_stream(100)
     sink = PipeSink(tmp_path / "slow.katra")
-    w = TraceWriter(sink.path, codec="none", batch_events=7, batch_ms=1, queue_batches=1, stream=sink.stream)
+    w = TraceWriter(
+        sink.path, codec="none", batch_events=7, batch_ms=1, queue_batches=1, stream=sink.stream
+    )
     sink.slow.set()
     sink.start_draining(chunk=2048, pause_s=0.0005)
     sent = [0] * 4
@@ -317,7 +408,17 @@ def test_mixed_appends_flushes_and_annotations_from_many_threads(tmp_path: Path)
         for i in range(400):
             c = r.random()
             if c < 0.6:
-                w.append(Kind.FRAME, Clock.WALL, 0, w.intern(f"n{r.randrange(50)}"), i, 0, i, 5, value=float(k))
+                w.append(
+                    Kind.FRAME,
+                    Clock.WALL,
+                    0,
+                    w.intern(f"n{r.randrange(50)}"),
+                    i,
+                    0,
+                    i,
+                    5,
+                    value=float(k),
+                )
                 sent[k] += 1
             elif c < 0.85:
                 n = r.randrange(1, 30)

@@ -43,11 +43,18 @@ def test_every_call_after_finish_raises_at_once(tmp_path: Path) -> None:
     w.append(Kind.FRAME, Clock.WALL, 0, name, 0, 0, 0, 5)
     w.finish()
     data = path.read_bytes()
-    for _ in range(200):  # far more than the queue holds: must not block, must not be dropped silently
+    # far more than the queue holds: must not block, must not be dropped silently
+    for _ in range(200):
         with pytest.raises(WriterClosedError, match="already finished"):
             w.append(Kind.FRAME, Clock.WALL, 0, name, 1, 0, 1, 5)
-    calls = [lambda: w.append_array(frame_zone_stream(30)), w.flush, lambda: w.annotate({"a": 1}),
-             lambda: w.clock_sync({"host_ns": 1}), lambda: w.intern("new name"), lambda: w.intern("frame")]
+    calls = [
+        lambda: w.append_array(frame_zone_stream(30)),
+        w.flush,
+        lambda: w.annotate({"a": 1}),
+        lambda: w.clock_sync({"host_ns": 1}),
+        lambda: w.intern("new name"),
+        lambda: w.intern("frame"),
+    ]
     for call in calls:
         with pytest.raises(WriterClosedError):
             call()
@@ -55,7 +62,9 @@ def test_every_call_after_finish_raises_at_once(tmp_path: Path) -> None:
     assert path.read_bytes() == data and len(open_trace(path, strict=True).events) == 1
 
 
-def test_finish_while_threads_append_never_deadlocks_and_keeps_every_returned_append(tmp_path: Path) -> None:
+def test_finish_while_threads_append_never_deadlocks_and_keeps_every_returned_append(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "race.katra"
     w = TraceWriter(path, batch_events=7, queue_batches=1, batch_ms=1)
     ok = [0] * 4
@@ -92,12 +101,14 @@ def test_finish_while_threads_append_never_deadlocks_and_keeps_every_returned_ap
     assert not any(th.is_alive() for th in threads), "an appender is stuck after finish()"
     assert not errors, errors
     t = open_trace(path, strict=True)
-    assert len(t.events) == sum(ok) == t.summary["events"]  # every append that returned is in the file
+    # every append that returned is in the file
+    assert len(t.events) == sum(ok) == t.summary["events"]
     assert not _writer_threads()
 
 
 def test_invalid_rows_are_refused_not_written(tmp_path: Path) -> None:
-    """The writer thread checks each batch before writing it (no reader would read past a bad row)."""
+    """The writer thread checks each batch before writing it (no reader would
+    read past a bad row)."""
     w = TraceWriter(tmp_path / "bad.katra", batch_events=4, batch_ms=60_000)
     w.append_array(frame_zone_stream(2))
     w.flush()
@@ -121,9 +132,21 @@ def test_invalid_rows_are_refused_not_written(tmp_path: Path) -> None:
         w.finish()
 
 
-@pytest.mark.parametrize("column,value", [("kind", 4), ("clock", 6), ("flags", 64), ("flags", 1 << 9),
-                                          ("dur_ns", -1), ("dur_ns", -(2**63)), ("start_ns", 2**63 - 2),
-                                          ("dur_ns", 2**62 + 1), ("frame", 2**32 - 1), ("value", -1.0)])
+@pytest.mark.parametrize(
+    "column,value",
+    [
+        ("kind", 4),
+        ("clock", 6),
+        ("flags", 64),
+        ("flags", 1 << 9),
+        ("dur_ns", -1),
+        ("dur_ns", -(2**63)),
+        ("start_ns", 2**63 - 2),
+        ("dur_ns", 2**62 + 1),
+        ("frame", 2**32 - 1),
+        ("value", -1.0),
+    ],
+)
 def test_writer_and_reader_checks_agree(column: str, value: int) -> None:
     from katra_trace.io import format as fmt
 
@@ -171,8 +194,14 @@ def test_a_directory_or_a_fifo_as_the_output_is_refused(tmp_path: Path) -> None:
 
 
 def _child(script: str, *args: str, preexec: object = None) -> dict:  # type: ignore[type-arg]
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(script), *args], capture_output=True, text=True,
-                       timeout=300, cwd=REPO, preexec_fn=preexec)  # type: ignore[arg-type]
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        preexec_fn=preexec,
+    )  # type: ignore[arg-type]
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -198,7 +227,9 @@ FILL_SCRIPT = """
             w.finish()
         except KatraError as err:
             out[attempt] = [type(err).__name__, err.exit_code, str(err)]
-    out["threads"] = [t.name for t in threading.enumerate() if t.name.startswith("katra-trace-writer")]
+    out["threads"] = [
+        t.name for t in threading.enumerate() if t.name.startswith("katra-trace-writer")
+    ]
     out["fds_leaked"] = len(os.listdir("/proc/self/fd")) - fds_before
     print(json.dumps(out))
 """
@@ -206,7 +237,12 @@ FILL_SCRIPT = """
 
 def _check_failed_run(out: dict, errno_name: str, path: Path) -> None:  # type: ignore[type-arg]
     kind, code, message = out["append_error"]
-    assert kind == "TraceIOError" and code == 2 and f"({errno_name})" in message and "\n" not in message
+    assert (
+        kind == "TraceIOError"
+        and code == 2
+        and f"({errno_name})" in message
+        and "\n" not in message
+    )
     kind, code, message = out["finish"]
     assert kind == "TraceIOError" and code == 2 and "readable in" in message and "\n" not in message
     assert out["finish_again"] == out["finish"]
@@ -240,10 +276,18 @@ def test_full_tmpfs_mid_capture(tmp_path: Path) -> None:
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     keep = tmp_path / "copy.katra"
-    shell = (f'mount -t tmpfs -o size=256k tmpfs "{mnt}" && "{sys.executable}" -c "$0" "{mnt}/t.katra" 0 && '
-             f'cp "{mnt}/t.katra" "{keep}"')
-    r = subprocess.run([*cmd, "sh", "-c", shell, textwrap.dedent(FILL_SCRIPT)], capture_output=True, text=True,
-                       timeout=300, cwd=REPO)
+    shell = (
+        f'mount -t tmpfs -o size=256k tmpfs "{mnt}" && "{sys.executable}" -c "$0" "{mnt}/t.katra" '
+        "0 && "
+        f'cp "{mnt}/t.katra" "{keep}"'
+    )
+    r = subprocess.run(
+        [*cmd, "sh", "-c", shell, textwrap.dedent(FILL_SCRIPT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     if r.returncode != 0 and "mount" in r.stderr:
         pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
     assert r.returncode == 0, r.stderr
@@ -334,21 +378,33 @@ def test_copy_with_header_replaces_only_the_header(tmp_path: Path, codec: str) -
 
     events, strings = frame_zone_stream(30), ["", "scene", "frame", "zone a", "zone b", "zone c"]
     src = tmp_path / "src.katra"
-    write_trace(src, events, strings, codec=codec, batch_events=16,
-                header={"notes": "n", "capture_options": {"output": "x.katra", "nested": ["x.katra", 1]}})
+    write_trace(
+        src,
+        events,
+        strings,
+        codec=codec,
+        batch_events=16,
+        header={"notes": "n", "capture_options": {"output": "x.katra", "nested": ["x.katra", 1]}},
+    )
     longer = {"x.katra": "a/much/longer/output/name.katra"}
 
     def update(h: dict) -> dict:
         return {k: longer.get(v, v) if isinstance(v, str) else v for k, v in h.items()} | {
-            "capture_options": {"output": longer["x.katra"], "nested": [longer["x.katra"], 1]}}
+            "capture_options": {"output": longer["x.katra"], "nested": [longer["x.katra"], 1]}
+        }
 
     dst = tmp_path / "dst.katra"
     with open(src, "rb") as s, open(dst, "wb") as d:
         assert copy_with_header(s, d, update)
-    a, b = open_trace(src, strict=True), open_trace(dst, strict=True)  # footer and every block still valid
+    # footer and every block still valid
+    a, b = open_trace(src, strict=True), open_trace(dst, strict=True)
     assert b.header.as_dict()["capture_options"]["output"] == "a/much/longer/output/name.katra"
     assert b.header.as_dict()["capture_options"]["nested"] == ["a/much/longer/output/name.katra", 1]
-    assert b.summary == a.summary and np.array_equal(a.events, b.events) and list(a.strings) == list(b.strings)
+    assert (
+        b.summary == a.summary
+        and np.array_equal(a.events, b.events)
+        and list(a.strings) == list(b.strings)
+    )
     # a prefix (a killed run: no summary, no footer) keeps its blocks too
     data = src.read_bytes()
     cut = tmp_path / "cut.katra"
@@ -359,7 +415,9 @@ def test_copy_with_header_replaces_only_the_header(tmp_path: Path, codec: str) -
         c1 = open_trace(cut)
     with pytest.warns(TraceRecoveryWarning):
         c2 = open_trace(tmp_path / "cut2.katra")
-    assert c2.header.as_dict()["capture_options"]["output"].startswith("a/much") and np.array_equal(c1.events, c2.events)
+    assert c2.header.as_dict()["capture_options"]["output"].startswith("a/much") and np.array_equal(
+        c1.events, c2.events
+    )
     # not a trace: nothing copied, the caller copies the bytes as they are
     junk = tmp_path / "junk"
     junk.write_bytes(b"not a trace at all, not even close")

@@ -18,9 +18,16 @@ from katra_trace.errors import ConfigError, TraceFormatError
 from katra_trace.schema import EVENT_DTYPE
 
 
-def frame_zone_stream(n_frames: int, zones: int = 3, seed: int = 0, scene: int = 1,
-                      names: tuple[int, ...] = (2, 3, 4, 5)) -> np.ndarray:
-    """A realistic stream: each frame's zones, then the frame, on the wall clock, jittered durations."""
+def frame_zone_stream(
+    n_frames: int,
+    zones: int = 3,
+    seed: int = 0,
+    scene: int = 1,
+    names: tuple[int, ...] = (2, 3, 4, 5),
+) -> np.ndarray:
+    """A realistic stream: each frame's zones, then the frame, on the wall clock, jittered
+    durations.
+    """
     rng = np.random.default_rng(seed)
     rows = []
     t = 0
@@ -29,7 +36,20 @@ def frame_zone_stream(n_frames: int, zones: int = 3, seed: int = 0, scene: int =
         zt = t
         for z in range(zones):
             zd = frame_ns // (zones + 1) + int(rng.integers(-20_000, 20_000))
-            rows.append((Kind.ZONE, Clock.WALL, 0, 1, scene, names[1 + z % (len(names) - 1)], i, zt, zd, 0.0))
+            rows.append(
+                (
+                    Kind.ZONE,
+                    Clock.WALL,
+                    0,
+                    1,
+                    scene,
+                    names[1 + z % (len(names) - 1)],
+                    i,
+                    zt,
+                    zd,
+                    0.0,
+                )
+            )
             zt += zd
         flags = Flag.WARMUP if i < 3 else 0
         rows.append((Kind.FRAME, Clock.WALL, flags, 0, scene, names[0], i, t, frame_ns, 0.0))
@@ -38,36 +58,51 @@ def frame_zone_stream(n_frames: int, zones: int = 3, seed: int = 0, scene: int =
 
 
 def measured_frames_on_disk(part: Path) -> int:
-    """Measured (not warm-up) wall-clock frames that a capture still running has put in its ``<path>.part``
-    so far: what a test waits for before it stops a run whose trace must hold measured frames. Its keeper
-    hands buffered events to the writer within about 0.25 s. 0 while the file or its header is not there."""
+    """Measured (not warm-up) wall-clock frames that a capture still running has put in its
+    ``<path>.part`` so far: what a test waits for before it stops a run whose trace must hold
+    measured frames. Its keeper hands buffered events to the writer within about 0.25 s. 0 while the
+    file or its header is not there."""
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", TraceRecoveryWarning)  # an unfinished trace: read as far as it goes
+            # an unfinished trace: read as far as it goes
+            warnings.simplefilter("ignore", TraceRecoveryWarning)
             ev = open_trace(part).events
-    except (ConfigError, TraceFormatError):  # no such file (yet, or any more), or its header is being written
+    # no such file (yet, or any more), or its header is being written
+    except (ConfigError, TraceFormatError):
         return 0
-    return int(((ev["kind"] == Kind.FRAME) & (ev["clock"] == Clock.WALL) & ((ev["flags"] & Flag.WARMUP) == 0)).sum())
+    return int(
+        (
+            (ev["kind"] == Kind.FRAME)
+            & (ev["clock"] == Clock.WALL)
+            & ((ev["flags"] & Flag.WARMUP) == 0)
+        ).sum()
+    )
 
 
-def wait_for_measured_frames(proc: subprocess.Popen[str], part: Path, limit_s: float = 60, at_least: int = 1) -> None:
+def wait_for_measured_frames(
+    proc: subprocess.Popen[str], part: Path, limit_s: float = 60, at_least: int = 1
+) -> None:
     """Wait until the capture ``proc`` is running has ``at_least`` measured frames in ``part`` (its
-    ``<path>.part``). If the run ends first, or they do not come within ``limit_s``, the run is killed and the
-    test fails with its output."""
+    ``<path>.part``). If the run ends first, or they do not come within ``limit_s``, the run is
+    killed and the test fails with its output."""
     deadline = time.monotonic() + limit_s
     while measured_frames_on_disk(part) < at_least:
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             output = proc.communicate()
-            pytest.fail(f"fewer than {at_least} measured frames reached {part.name} "
-                        f"(exit status {proc.returncode}): {output}")
+            pytest.fail(
+                f"fewer than {at_least} measured frames reached {part.name} "
+                f"(exit status {proc.returncode}): {output}"
+            )
         time.sleep(0.05)
 
 
-def wall_frames(scenes: Sequence[str], n: int, *, warmup: int = 2, seed: int = 0,
-                mean_ns: float = 5e6) -> tuple[np.ndarray, list[str]]:
-    """FRAME events on the wall clock for each of ``scenes``: ``warmup`` flagged frames, then ``n`` measured ones of
-    about ``mean_ns`` (5 % noise), back to back; and the strings they use (``""``, ``frame``, the scenes)."""
+def wall_frames(
+    scenes: Sequence[str], n: int, *, warmup: int = 2, seed: int = 0, mean_ns: float = 5e6
+) -> tuple[np.ndarray, list[str]]:
+    """FRAME events on the wall clock for each of ``scenes``: ``warmup`` flagged frames, then ``n``
+    measured ones of about ``mean_ns`` (5 % noise), back to back; and the strings they use (``""``,
+    ``frame``, the scenes)."""
     rng = np.random.default_rng(seed)
     strings = list(dict.fromkeys(["", "frame", *scenes]))
     fid = strings.index("frame")
@@ -77,26 +112,55 @@ def wall_frames(scenes: Sequence[str], n: int, *, warmup: int = 2, seed: int = 0
         sid = strings.index(scene)
         for i in range(n + warmup):
             dur = int(mean_ns * math.exp(rng.normal(0, 0.05)))
-            rows.append((Kind.FRAME, Clock.WALL, int(Flag.WARMUP) if i < warmup else 0, 0, sid, fid, i, t, dur, 0.0))
+            rows.append(
+                (
+                    Kind.FRAME,
+                    Clock.WALL,
+                    int(Flag.WARMUP) if i < warmup else 0,
+                    0,
+                    sid,
+                    fid,
+                    i,
+                    t,
+                    dur,
+                    0.0,
+                )
+            )
             t += dur
     return np.array(rows, dtype=EVENT_DTYPE), strings
 
 
-def write_trace(path: Path, events: np.ndarray, strings: list[str], *, batch_events: int = 64,
-                codec: str = "zstd", annotations: list[dict[str, Any]] | None = None,
-                header: dict[str, Any] | None = None, finish: bool = True,
-                summary: dict[str, Any] | None = None,
-                images: list[tuple[dict[str, Any], bytes]] | None = None) -> TraceWriter:
+def write_trace(
+    path: Path,
+    events: np.ndarray,
+    strings: list[str],
+    *,
+    batch_events: int = 64,
+    codec: str = "zstd",
+    annotations: list[dict[str, Any]] | None = None,
+    header: dict[str, Any] | None = None,
+    finish: bool = True,
+    summary: dict[str, Any] | None = None,
+    images: list[tuple[dict[str, Any], bytes]] | None = None,
+) -> TraceWriter:
     """Write ``events`` (string ids index ``strings``; strings[0] must be "").
 
-    ``header``: its ``workload``, ``capture_options``, ``host_info`` and ``notes``; ``summary``: what
-    finish() records as the user's part of the SUMMARY block (``{"note": "test"}`` unless given);
-    ``images``: kept frames, (record, PNG) pairs written as IMAGE blocks after the events and before the
-    annotations (the writer checks the record, not the PNG)."""
+    ``header``: its ``workload``, ``capture_options``, ``host_info`` and ``notes``; ``summary``:
+    what finish() records as the user's part of the SUMMARY block (``{"note": "test"}`` unless
+    given); ``images``: kept frames, (record, PNG) pairs written as IMAGE blocks after the events
+    and before the annotations (the writer checks the record, not the PNG)."""
     h = header or {}
-    w = TraceWriter(path, workload=h.get("workload", "test"), capture_options=h.get("capture_options", {}),
-                    host_info=h.get("host_info", {}), notes=h.get("notes", ""), codec=codec,
-                    batch_events=batch_events, batch_ms=60_000, overwrite=True)
+    w = TraceWriter(
+        path,
+        workload=h.get("workload", "test"),
+        capture_options=h.get("capture_options", {}),
+        host_info=h.get("host_info", {}),
+        notes=h.get("notes", ""),
+        codec=codec,
+        batch_events=batch_events,
+        batch_ms=60_000,
+        overwrite=True,
+    )
     for s in strings[1:]:
         w.intern(s)
     w.append_array(events)
@@ -119,8 +183,9 @@ def split_blocks(data: bytes) -> list[tuple[int, bytes, int]]:
     pos = fmt.PREAMBLE_SIZE
     while len(data) - pos > fmt.FOOTER_SIZE:
         _, btype, codec, schema, _, stored_len, raw_len, _ = fmt.BLOCK_HEADER.unpack_from(data, pos)
-        stored = data[pos + fmt.BLOCK_HEADER_SIZE: pos + fmt.BLOCK_HEADER_SIZE + stored_len]
-        if codec == fmt.Codec.BLOSC2 and btype == fmt.BlockType.EVENTS:  # as the codec-0/1 columnar payload
+        stored = data[pos + fmt.BLOCK_HEADER_SIZE : pos + fmt.BLOCK_HEADER_SIZE + stored_len]
+        # as the codec-0/1 columnar payload
+        if codec == fmt.Codec.BLOSC2 and btype == fmt.BlockType.EVENTS:
             raw = fmt.encode_events(b2ev.decode_events_blosc2(stored, raw_len, pos))
         else:
             raw = fmt.decompress(stored, raw_len, codec, pos)
@@ -129,17 +194,23 @@ def split_blocks(data: bytes) -> list[tuple[int, bytes, int]]:
     return out
 
 
-def seal_blocks(blocks: list[tuple[int, bytes, int]], *, minor: int | None = None, codec: int = 1,
-                footer: bool = True, blosc2_edit: Callable[[bytearray], None] | None = None,
-                image_codec: int | None = None) -> bytes:
+def seal_blocks(
+    blocks: list[tuple[int, bytes, int]],
+    *,
+    minor: int | None = None,
+    codec: int = 1,
+    footer: bool = True,
+    blosc2_edit: Callable[[bytearray], None] | None = None,
+    image_codec: int | None = None,
+) -> bytes:
     """Encode blocks (as :func:`split_blocks` gives them) into a trace with valid CRCs, sequence
     numbers and footer: the way to craft a file whose framing is intact and whose content is not.
 
     ``codec=2`` writes EVENTS blocks as blosc2 chunks (what the writer does; other blocks zstd),
     except a payload whose event count does not match its size, which stays codec 1; then
     ``blosc2_edit`` may change each codec-2 stored payload (``u32 n, i64 base`` + chunk) in place
-    before it is sealed. ``image_codec``: the codec of IMAGE blocks (None: ``codec``'s, as other blocks;
-    the format says 0, and a hostile file packs them with zstd)."""
+    before it is sealed. ``image_codec``: the codec of IMAGE blocks (None: ``codec``'s, as other
+    blocks; the format says 0, and a hostile file packs them with zstd)."""
     import struct
 
     from katra_trace.io import blosc2_events as b2ev
@@ -163,8 +234,16 @@ def seal_blocks(blocks: list[tuple[int, bytes, int]], *, minor: int | None = Non
                 stored = bytearray(b2ev.encode_events_blosc2(events, blosc2))
                 if blosc2_edit is not None:
                     blosc2_edit(stored)
-                out += b"".join(fmt.frame_block(btype, bytes(stored), len(raw), seq=seq, codec=fmt.Codec.BLOSC2,
-                                                schema=schema))
+                out += b"".join(
+                    fmt.frame_block(
+                        btype,
+                        bytes(stored),
+                        len(raw),
+                        seq=seq,
+                        codec=fmt.Codec.BLOSC2,
+                        schema=schema,
+                    )
+                )
                 continue
         block_codec = fmt.Codec.ZSTD if codec == fmt.Codec.BLOSC2 else fmt.Codec(codec)
         if image_codec is not None and btype == fmt.BlockType.IMAGE:
@@ -175,7 +254,9 @@ def seal_blocks(blocks: list[tuple[int, bytes, int]], *, minor: int | None = Non
     return bytes(out)
 
 
-def edit_json_block(blocks: list[tuple[int, bytes, int]], btype: int, edit: Any, which: int = 0) -> None:
+def edit_json_block(
+    blocks: list[tuple[int, bytes, int]], btype: int, edit: Any, which: int = 0
+) -> None:
     """Apply ``edit(dict) -> dict`` to the ``which``-th JSON block of type ``btype``, in place."""
     import json
 

@@ -1,11 +1,13 @@
-"""The rounds of an interleaved A/B: each round one BASE and one NEW capture, the order alternating, recorded
-in ``ab.json`` (written before the first capture, then after every round); with a stopping rule, a look after
-every round and a stop once decided. A stop signal (Ctrl-C) lets the capture in progress finish its trace as
-interrupted (the capture service's grace) and notes that round in ``ab.json`` as ``interrupted``.
+"""The rounds of an interleaved A/B: each round one BASE and one NEW capture, the order alternating,
+recorded in ``ab.json`` (written before the first capture, then after every round); with a stopping
+rule, a look after every round and a stop once decided. A stop signal (Ctrl-C) lets the capture in
+progress finish its trace as interrupted (the capture service's grace) and notes that round in
+``ab.json`` as ``interrupted``.
 
 ``katra3d ab`` (harness/cli/ab.py) and bisect's time mode call :func:`run_rounds`. Each capture is a
-:class:`~katra3d.harness.versions.command.CaptureCommand`, run by the one capture service (its own process
-group, ``{out}``, the failure tail); a failing capture's last lines are shown on stderr before the error.
+:class:`~katra3d.harness.versions.command.CaptureCommand`, run by the one capture service (its own
+process group, ``{out}``, the failure tail); a failing capture's last lines are shown on stderr
+before the error.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ SIDES = ("base", "new")
 
 @dataclasses.dataclass(frozen=True)
 class Round:
-    """One finished round: its number, the order its captures ran in, their seconds, and (with a rule) the look
-    after it."""
+    """One finished round: its number, the order its captures ran in, their seconds, and (with a
+    rule) the look after it."""
 
     number: int
     order: tuple[str, str]
@@ -43,41 +45,58 @@ class Round:
 
 @dataclasses.dataclass(frozen=True)
 class RoundsResult:
-    """What :func:`run_rounds` did: the rounds run, their (BASE, NEW) trace pairs, and the last look."""
+    """What :func:`run_rounds` did: the rounds run, their (BASE, NEW) trace pairs, and the last
+    look.
+    """
 
     root: Path
     rounds: int
     pairs: tuple[tuple[Path, Path], ...]
-    settled: Settled | None = None  #: with a rule: decided or not, and the one line that says why it stopped
+    #: with a rule: decided or not, and the one line that says why it stopped
+    settled: Settled | None = None
     comparison: Comparison | None = None  #: with a rule: the comparison of the last look
-    sides: Sides | None = None  #: with a rule: the traces of that look, opened (bisect's image verdicts use them)
+    #: with a rule: the traces of that look, opened (bisect's image verdicts use them)
+    sides: Sides | None = None
 
 
 def capture(command: CaptureCommand, out: Path, label: str, who: str = "katra3d ab") -> float:
-    """Run one capture command writing ``out`` (:func:`katra3d.harness.versions.command.run_capture`); returns
-    its seconds. A failed capture's last lines are shown on stderr before its CaptureFailed is raised."""
+    """Run one capture command writing ``out``
+    (:func:`katra3d.harness.versions.command.run_capture`); returns its seconds. A failed capture's
+    last lines are shown on stderr before its CaptureFailed is raised."""
     try:
         return run_capture(command, out, what=label)
     except CaptureFailed as failed:
-        print(f"{who}: {label}: {command.shown(out)}\n{who}: the last {len(failed.tail)} lines of its output:",
-              file=sys.stderr)
+        print(
+            f"{who}: {label}: {command.shown(out)}\n{who}: the last {len(failed.tail)} lines of "
+            "its output:",
+            file=sys.stderr,
+        )
         for line in failed.tail:
             print(f"  | {line}", file=sys.stderr)
         raise
 
 
-def run_rounds(base_cmd: CaptureCommand, new_cmd: CaptureCommand, out_dir: Path, rounds_cap: int,
-               rule: SequentialRule | None = None, *,
-               on_round: Callable[[Round], None] | None = None,
-               compare_options: Mapping[str, Any] | None = None, who: str = "katra3d ab") -> RoundsResult:
-    """Run up to ``rounds_cap`` rounds into ``out_dir`` (``base/run-NNN.katra``, ``new/...``, ``ab.json``).
+def run_rounds(
+    base_cmd: CaptureCommand,
+    new_cmd: CaptureCommand,
+    out_dir: Path,
+    rounds_cap: int,
+    rule: SequentialRule | None = None,
+    *,
+    on_round: Callable[[Round], None] | None = None,
+    compare_options: Mapping[str, Any] | None = None,
+    who: str = "katra3d ab",
+) -> RoundsResult:
+    """Run up to ``rounds_cap`` rounds into ``out_dir`` (``base/run-NNN.katra``, ``new/...``,
+    ``ab.json``).
 
     Without ``rule`` every round runs (the fixed-rounds mode). With one (``rounds_cap`` must be its
     ``max_rounds``), the rounds so far are compared after each round, paired, under the rule
-    (:func:`katra_trace.analysis.compare.compare_traces` with ``compare_options``, e.g. ``metric``), and the
-    rounds stop once every scene is decided (:func:`katra_trace.analysis.sequential.settle`). ab.json records
-    the rule (``sequential``) from the start and why the rounds stopped (``stop``) at the end, so that
-    ``katra3d compare DIR`` gives the same verdict. ``on_round`` is called after each round.
+    (:func:`katra_trace.analysis.compare.compare_traces` with ``compare_options``, e.g. ``metric``),
+    and the rounds stop once every scene is decided
+    (:func:`katra_trace.analysis.sequential.settle`). ab.json records the rule (``sequential``) from
+    the start and why the rounds stopped (``stop``) at the end, so that ``katra3d compare DIR``
+    gives the same verdict. ``on_round`` is called after each round.
     """
     if rule is not None and rule.max_rounds != rounds_cap:
         raise ValueError(f"rounds_cap {rounds_cap} is not the rule's max_rounds {rule.max_rounds}")
@@ -86,8 +105,10 @@ def run_rounds(base_cmd: CaptureCommand, new_cmd: CaptureCommand, out_dir: Path,
         d.mkdir(parents=True, exist_ok=True)
     manifest: dict[str, Any] = {
         "katra3d_ab": AB_MANIFEST_VERSION,
-        "base_dir": "base", "new_dir": "new",
-        "base_command": base_cmd.shown(), "new_command": new_cmd.shown(),
+        "base_dir": "base",
+        "new_dir": "new",
+        "base_command": base_cmd.shown(),
+        "new_command": new_cmd.shown(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "rounds": [],
     }
@@ -99,7 +120,8 @@ def run_rounds(base_cmd: CaptureCommand, new_cmd: CaptureCommand, out_dir: Path,
     settled: Settled | None = None
     comparison: Comparison | None = None
     sides: Sides | None = None
-    write_ab_manifest(out_dir, manifest)  # before the first capture: the directory is ab's whatever happens next
+    # before the first capture: the directory is ab's whatever happens next
+    write_ab_manifest(out_dir, manifest)
     for i in range(1, rounds_cap + 1):
         order = SIDES if i % 2 else SIDES[::-1]
         entry: dict[str, Any] = {"round": i, "order": list(order), "commands": {}, "seconds": {}}
@@ -107,7 +129,9 @@ def run_rounds(base_cmd: CaptureCommand, new_cmd: CaptureCommand, out_dir: Path,
         for side in order:
             paths[side] = dirs[side] / f"run-{i:03d}.katra"
             try:
-                seconds = capture(commands[side], paths[side], f"round {i}/{rounds_cap} {side.upper()}", who)
+                seconds = capture(
+                    commands[side], paths[side], f"round {i}/{rounds_cap} {side.upper()}", who
+                )
             except Interrupted as stopped:
                 _record_interrupted(out_dir, manifest, i, paths, stopped)
                 raise
@@ -119,28 +143,53 @@ def run_rounds(base_cmd: CaptureCommand, new_cmd: CaptureCommand, out_dir: Path,
         if rule is not None:
             for side in SIDES:
                 opened[side].append(open_quietly(paths[side]))
-            sides = Sides(str(dirs["base"]), str(dirs["new"]), tuple(opened["base"]), tuple(opened["new"]),
-                          pairs=tuple((j, j) for j in range(i)), rule=rule)
-            comparison = compare_sides(sides, image_policy="off", **dict(compare_options or {})).timing
+            sides = Sides(
+                str(dirs["base"]),
+                str(dirs["new"]),
+                tuple(opened["base"]),
+                tuple(opened["new"]),
+                pairs=tuple((j, j) for j in range(i)),
+                rule=rule,
+            )
+            comparison = compare_sides(
+                sides, image_policy="off", **dict(compare_options or {})
+            ).timing
             settled = settle(comparison, i, rounds_cap)
             if settled.decided or i == rounds_cap:
                 manifest["stop"] = settled.as_dict()
-        write_ab_manifest(out_dir, manifest)  # after every round: an interrupted A/B keeps its pairs
+        # after every round: an interrupted A/B keeps its pairs
+        write_ab_manifest(out_dir, manifest)
         if on_round is not None:
             on_round(Round(number=i, order=order, seconds=dict(entry["seconds"]), settled=settled))
         if settled is not None and settled.decided:
             break
-    return RoundsResult(root=out_dir, rounds=len(pairs), pairs=tuple(pairs), settled=settled, comparison=comparison,
-                        sides=sides)
+    return RoundsResult(
+        root=out_dir,
+        rounds=len(pairs),
+        pairs=tuple(pairs),
+        settled=settled,
+        comparison=comparison,
+        sides=sides,
+    )
 
 
-def _record_interrupted(out_dir: Path, manifest: dict[str, Any], number: int, paths: Mapping[str, Path],
-                        stopped: Interrupted) -> None:
-    """Note in ``ab.json`` the round a stop signal ended (``interrupted``: its number, the signal, and the traces
-    of it that exist: a capture it stopped finished its trace as interrupted). The round is not one of the
-    ``rounds``, so ``katra3d compare DIR`` pairs the complete rounds only; ``ab --force`` removes it all."""
+def _record_interrupted(
+    out_dir: Path,
+    manifest: dict[str, Any],
+    number: int,
+    paths: Mapping[str, Path],
+    stopped: Interrupted,
+) -> None:
+    """Note in ``ab.json`` the round a stop signal ended (``interrupted``: its number, the signal,
+    and the traces of it that exist: a capture it stopped finished its trace as interrupted). The
+    round is not one of the ``rounds``, so ``katra3d compare DIR`` pairs the complete rounds only;
+    ``ab --force`` removes it all."""
     traces = {side: f"{side}/{path.name}" for side, path in paths.items() if path.is_file()}
-    manifest["interrupted"] = {"round": number, "signal": signal.Signals(stopped.signum).name, "traces": traces}
+    manifest["interrupted"] = {
+        "round": number,
+        "signal": signal.Signals(stopped.signum).name,
+        "traces": traces,
+    }
     write_ab_manifest(out_dir, manifest)
 
 

@@ -1,17 +1,18 @@
-"""Measuring one commit for ``katra3d bisect``: its worktree, its captures, and its change against GOOD.
+"""Measuring one commit for ``katra3d bisect``: its worktree, its captures, and its change against
+GOOD.
 
 A commit is checked out as a detached worktree in a temporary directory and captured with the
 bisection's command, the worktree as the current directory and first on ``PYTHONPATH`` (so its
-scenes and code are the ones run, as ``ci/compare-versions.sh`` does). Traces go to
-``DIR/traces/``; a counted capture's output to ``DIR/logs/SHORT.log`` (a failed time round's is shown
-on stderr). A complete counted trace already in place from an interrupted bisection is used again.
+scenes and code are the ones run, as ``ci/compare-versions.sh`` does). Traces go to ``DIR/traces/``;
+a counted capture's output to ``DIR/logs/SHORT.log`` (a failed time round's is shown on stderr). A
+complete counted trace already in place from an interrupted bisection is used again.
 
 * **Counts** (instructions, cycles): one capture per commit, compared with GOOD's one capture; up to
-  ``--jobs`` commits are captured at once (:func:`capture_counted`), each in its own worktree and process
-  group, since counts do not depend on what runs beside them.
-* **Time** (one commit at a time: timed captures side by side disturb each other):
-  ``ab --until-decided``'s rounds loop (:func:`katra3d.harness.ab.rounds.run_rounds`): interleaved
-  rounds with GOOD as BASE (the order alternating each round), compared paired after each round by the
+  ``--jobs`` commits are captured at once (:func:`capture_counted`), each in its own worktree and
+  process group, since counts do not depend on what runs beside them.
+* **Time** (one commit at a time: timed captures side by side disturb each other): ``ab
+  --until-decided``'s rounds loop (:func:`katra3d.harness.ab.rounds.run_rounds`): interleaved rounds
+  with GOOD as BASE (the order alternating each round), compared paired after each round by the
   stopping rule for repeated looks (:mod:`katra_trace.analysis.sequential`), until it decides every
   scene, or ``max_rounds`` (the rule's cap) is reached.
 
@@ -29,9 +30,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from katra3d.harness.versions.git import Commit, add_worktree, remove_worktree
 from katra3d.harness.bisect.state import Setup
 from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, SideBySide, run_capture
+from katra3d.harness.versions.git import Commit, add_worktree, remove_worktree
 from katra_trace.analysis.bisection import Effect
 from katra_trace.analysis.defaults import DEFAULT_ALPHA
 from katra_trace.errors import ConfigError, Interrupted, KatraError
@@ -61,8 +62,8 @@ class Workspace:
 
 @dataclasses.dataclass(frozen=True)
 class Measured:
-    """What measuring a commit gave: its effects against GOOD (empty for GOOD itself), or why there are
-    none (``failure``); the traces kept; rounds; why the rounds stopped; seconds; its log."""
+    """What measuring a commit gave: its effects against GOOD (empty for GOOD itself), or why there
+    are none (``failure``); the traces kept; rounds; why the rounds stopped; seconds; its log."""
 
     effects: tuple[Effect, ...]
     failure: str
@@ -76,10 +77,10 @@ class Measured:
 
 
 def _capture(ws: Workspace, tree: Path, out: Path, log: Path) -> str:
-    """Run the capture command once in ``tree`` writing ``out``; "" when a trace is there, else why not (with the
-    last line of its output; all of it in ``log``). A complete trace left at ``out`` by an earlier, interrupted
-    bisection is kept (its capture had finished); one that a Ctrl-C finished as interrupted is removed, and the
-    commit captured again."""
+    """Run the capture command once in ``tree`` writing ``out``; "" when a trace is there, else why
+    not (with the last line of its output; all of it in ``log``). A complete trace left at ``out``
+    by an earlier, interrupted bisection is kept (its capture had finished); one that a Ctrl-C
+    finished as interrupted is removed, and the commit captured again."""
     if out.is_file():
         if _complete(out):
             return ""
@@ -94,8 +95,8 @@ def _capture(ws: Workspace, tree: Path, out: Path, log: Path) -> str:
 
 
 def _complete(trace: Path) -> bool:
-    """Whether ``trace`` is a whole trace of a capture that ran to its end (not one finished as interrupted, nor
-    a damaged one)."""
+    """Whether ``trace`` is a whole trace of a capture that ran to its end (not one finished as
+    interrupted, nor a damaged one)."""
     try:
         opened = open_quietly(trace, events=False)
     except KatraError:
@@ -104,47 +105,58 @@ def _complete(trace: Path) -> bool:
 
 
 def in_tree(command: str, tree: Path) -> CaptureCommand:
-    """The bisection's capture command run in ``tree``: that directory current and first on ``PYTHONPATH`` (for
-    every command of it: a build step and the capture), so that the commit's scenes and code are the ones run."""
+    """The bisection's capture command run in ``tree``: that directory current and first on
+    ``PYTHONPATH`` (for every command of it: a build step and the capture), so that the commit's
+    scenes and code are the ones run."""
     return CaptureCommand(command, cwd=tree, pythonpath=tree)
 
 
-def compare_to_good(ws: Workspace, good: Path, new: Path) -> tuple[tuple[Effect, ...], dict[str, str]] | str:
-    """Each scene's (and zone's) change of the counted trace ``new`` against GOOD's ``good`` by the one
-    comparison, and each scene's image verdict line (:func:`image_lines`), or why the traces could not be
-    compared (counts against times ...)."""
+def compare_to_good(
+    ws: Workspace, good: Path, new: Path
+) -> tuple[tuple[Effect, ...], dict[str, str]] | str:
+    """Each scene's (and zone's) change of the counted trace ``new`` against GOOD's ``good`` by the
+    one comparison, and each scene's image verdict line (:func:`image_lines`), or why the traces
+    could not be compared (counts against times ...)."""
     # deferred: the comparison loads scipy (about a second); building the parser must not
     from katra_trace.analysis.comparison import compare_sides, open_sides
 
     try:
-        result = compare_sides(open_sides(str(good), str(new)), image_policy="warn", **ws.setup.compare)
+        result = compare_sides(
+            open_sides(str(good), str(new)), image_policy="warn", **ws.setup.compare
+        )
     except KatraError as exc:
         return f"not comparable with GOOD: {exc}"
     if not result.timing.scenes:
         return "no scene with measured frames in its traces"
-    return tuple(Effect.from_row(r) for r in (*result.timing.scenes, *result.timing.zones)), image_lines(result)
+    return tuple(
+        Effect.from_row(r) for r in (*result.timing.scenes, *result.timing.zones)
+    ), image_lines(result)
 
 
 def image_lines(result: ComparisonResult) -> dict[str, str]:
-    """Each scene's image verdict against GOOD, as its output line ("image identical: ...", "image changed:
-    FLIP mean 0.031, 2.4 % of pixels over 0.1"), by the one image rule with its default thresholds. It is shown
-    beside the timing and never classifies a commit: a bisection looks for a slowdown. Scenes whose captures
-    do not compare are *incomparable*."""
+    """Each scene's image verdict against GOOD, as its output line ("image identical: ...", "image
+    changed: FLIP mean 0.031, 2.4 % of pixels over 0.1"), by the one image rule with its default
+    thresholds. It is shown beside the timing and never classifies a commit: a bisection looks for a
+    slowdown. Scenes whose captures do not compare are *incomparable*."""
     return {scene: v.line for scene, v in result.images.items()}
 
 
 def sequential_rule(setup: Setup) -> SequentialRule:
-    """The stopping rule of the time mode: the bisection's alpha and threshold, its cap on rounds."""
+    """The stopping rule of the time mode: the bisection's alpha and
+    threshold, its cap on rounds."""
     # deferred: the rule loads scipy; building the parser must not
     from katra_trace.analysis.sequential import SequentialRule
 
-    return SequentialRule(alpha=float(setup.compare.get("alpha", DEFAULT_ALPHA)), max_rounds=setup.max_rounds,
-                          threshold_pct=setup.compare.get("threshold_pct"))
+    return SequentialRule(
+        alpha=float(setup.compare.get("alpha", DEFAULT_ALPHA)),
+        max_rounds=setup.max_rounds,
+        threshold_pct=setup.compare.get("threshold_pct"),
+    )
 
 
 class Trees:
-    """GOOD's worktree, kept for the whole bisection (time mode captures GOOD beside every commit); every other
-    commit's lives as long as its captures."""
+    """GOOD's worktree, kept for the whole bisection (time mode captures GOOD beside every commit);
+    every other commit's lives as long as its captures."""
 
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
@@ -170,14 +182,16 @@ def _log(ws: Workspace, c: Commit) -> Path:
     return ws.root / "logs" / f"{c.short}.log"
 
 
-def capture_counted(ws: Workspace, trees: Trees, commits: Sequence[Commit], jobs: int
-                    ) -> Generator[tuple[Commit, str, float], None, None]:
-    """Capture each commit's counted trace (:func:`counted_trace`), up to ``jobs`` at a time, each in a worktree of
-    its own (GOOD's is kept) and a process group of its own (:func:`run_capture` in a thread of a pool, the
-    worktrees made and removed here, in the main thread). Yields (commit, why its capture failed or "", its
-    seconds) as each ends, in the main thread. A stop signal (Ctrl-C) or an error stops every capture at once
-    (:class:`SideBySide`) and removes their worktrees; after a signal, the captures that had ended are yielded,
-    then :class:`Interrupted` raised. Close the generator when leaving it early (``contextlib.closing``)."""
+def capture_counted(
+    ws: Workspace, trees: Trees, commits: Sequence[Commit], jobs: int
+) -> Generator[tuple[Commit, str, float], None, None]:
+    """Capture each commit's counted trace (:func:`counted_trace`), up to ``jobs`` at a time, each
+    in a worktree of its own (GOOD's is kept) and a process group of its own (:func:`run_capture` in
+    a thread of a pool, the worktrees made and removed here, in the main thread). Yields (commit,
+    why its capture failed or "", its seconds) as each ends, in the main thread. A stop signal
+    (Ctrl-C) or an error stops every capture at once (:class:`SideBySide`) and removes their
+    worktrees; after a signal, the captures that had ended are yielded, then :class:`Interrupted`
+    raised. Close the generator when leaving it early (``contextlib.closing``)."""
     queue = list(commits)
     running: dict[Future[str], tuple[Commit, Path, float]] = {}
 
@@ -185,13 +199,19 @@ def capture_counted(ws: Workspace, trees: Trees, commits: Sequence[Commit], jobs
         if c.sha != ws.setup.good.sha:
             remove_worktree(ws.top, tree)
 
-    with SideBySide() as side, ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="katra3d-bisect") as pool:
+    with (
+        SideBySide() as side,
+        ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="katra3d-bisect") as pool,
+    ):
         try:
             while queue or running:
                 while queue and len(running) < jobs and not side.received:
                     c = queue.pop(0)
-                    tree = trees.good_tree() if c.sha == ws.setup.good.sha else \
-                        add_worktree(ws.top, ws.trees / c.short, c.sha)
+                    tree = (
+                        trees.good_tree()
+                        if c.sha == ws.setup.good.sha
+                        else add_worktree(ws.top, ws.trees / c.short, c.sha)
+                    )
                     ws.progress(f"  {c.short} {c.subject}: capturing ({ws.setup.measure})")
                     future = pool.submit(_capture, ws, tree, counted_trace(ws, c), _log(ws, c))
                     running[future] = (c, tree, time.monotonic())
@@ -208,7 +228,8 @@ def capture_counted(ws: Workspace, trees: Trees, commits: Sequence[Commit], jobs
                         raise error
                     yield c, future.result(), time.monotonic() - t0
         finally:
-            if running:  # an error here or in the caller, or the caller left early: stop the rest, then clean up
+            # an error here or in the caller, or the caller left early: stop the rest, then clean up
+            if running:
                 side.stop()
                 wait(running)
                 for c, tree, _ in running.values():
@@ -218,8 +239,8 @@ def capture_counted(ws: Workspace, trees: Trees, commits: Sequence[Commit], jobs
 
 
 def counted_result(ws: Workspace, c: Commit, failure: str, seconds: float) -> Measured:
-    """Commit ``c``'s measurement from its counted capture (:func:`capture_counted`): its change against GOOD's
-    (none for GOOD itself), or why there is none."""
+    """Commit ``c``'s measurement from its counted capture (:func:`capture_counted`): its change
+    against GOOD's (none for GOOD itself), or why there is none."""
     out = counted_trace(ws, c)
     kept = (ws.rel(out),) if out.is_file() else ()
     effects: tuple[Effect, ...] = ()
@@ -234,9 +255,10 @@ def counted_result(ws: Workspace, c: Commit, failure: str, seconds: float) -> Me
 
 
 def _clear_unrecorded(folder: Path) -> None:
-    """Empty the folder of a measurement that was interrupted before it was recorded, so that it is measured
-    again; only what bisect's rounds wrote goes (:func:`~katra_trace.io.tracesets.clear_ab_dir`: the rounds'
-    traces, then ab.json), and a file of anyone else's stops the bisection (exit 2) with nothing removed."""
+    """Empty the folder of a measurement that was interrupted before it was recorded, so that it is
+    measured again; only what bisect's rounds wrote goes
+    (:func:`~katra_trace.io.tracesets.clear_ab_dir`: the rounds' traces, then ab.json), and a file
+    of anyone else's stops the bisection (exit 2) with nothing removed."""
     if not os.path.lexists(folder):
         return
     if (folder / AB_MANIFEST).is_file():
@@ -245,15 +267,18 @@ def _clear_unrecorded(folder: Path) -> None:
     for side in ("base", "new"):  # killed before its first round was recorded: no ab.json yet
         for path in sorted((folder / side).glob("*")) if (folder / side).is_dir() else ():
             if not AB_TRACE.fullmatch(path.name) or path.is_symlink() or not path.is_file():
-                raise ConfigError(f"{shown(str(path))} is not bisect's: nothing was removed; move it away and "
-                                  "resume")
+                raise ConfigError(
+                    f"{shown(str(path))} is not bisect's: nothing was removed; move it away and "
+                    "resume"
+                )
             path.unlink()
 
 
 def measure_timed(ws: Workspace, trees: Trees, c: Commit) -> Measured:
-    """Interleaved rounds of GOOD and ``c`` by ``ab``'s rounds loop into ``DIR/traces/SHORT/`` (an ab
-    directory: ``katra3d compare`` of it gives the same verdict), until the sequential rule decides every
-    scene or the cap is reached. A folder left by an interrupted, unrecorded measurement is measured again."""
+    """Interleaved rounds of GOOD and ``c`` by ``ab``'s rounds loop into ``DIR/traces/SHORT/`` (an
+    ab directory: ``katra3d compare`` of it gives the same verdict), until the sequential rule
+    decides every scene or the cap is reached. A folder left by an interrupted, unrecorded
+    measurement is measured again."""
     # deferred: the rounds loop compares with scipy; building the parser must not
     from katra3d.harness.ab.rounds import Round, run_rounds
 
@@ -263,7 +288,11 @@ def measure_timed(ws: Workspace, trees: Trees, c: Commit) -> Measured:
     _clear_unrecorded(folder)
 
     def kept() -> tuple[str, ...]:
-        return tuple(ws.rel(p) for p in sorted(folder.rglob("*")) if p.is_file() and p.suffix in (".katra", ".json"))
+        return tuple(
+            ws.rel(p)
+            for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.suffix in (".katra", ".json")
+        )
 
     def said(r: Round) -> None:
         if r.settled is not None and not r.settled.decided and r.number < ws.setup.max_rounds:
@@ -272,17 +301,39 @@ def measure_timed(ws: Workspace, trees: Trees, c: Commit) -> Measured:
     rule = sequential_rule(ws.setup)
     tree = add_worktree(ws.top, ws.trees / c.short, c.sha)
     try:
-        done = run_rounds(in_tree(ws.setup.command, trees.good_tree()), in_tree(ws.setup.command, tree), folder,
-                          rule.max_rounds, rule, on_round=said, compare_options=ws.setup.compare,
-                          who="katra3d bisect")
+        done = run_rounds(
+            in_tree(ws.setup.command, trees.good_tree()),
+            in_tree(ws.setup.command, tree),
+            folder,
+            rule.max_rounds,
+            rule,
+            on_round=said,
+            compare_options=ws.setup.compare,
+            who="katra3d bisect",
+        )
     except KatraError as exc:
         rounds = len(list((folder / "new").glob("*.katra"))) if folder.exists() else 0
-        return Measured((), f"{exc} (BASE is GOOD, NEW this commit)", kept(), rounds, "", time.monotonic() - t0, "")
+        return Measured(
+            (),
+            f"{exc} (BASE is GOOD, NEW this commit)",
+            kept(),
+            rounds,
+            "",
+            time.monotonic() - t0,
+            "",
+        )
     finally:
         remove_worktree(ws.top, tree)
     if done.comparison is None or not done.comparison.scenes:
-        return Measured((), "no scene with measured frames in its traces", kept(), done.rounds, "",
-                        time.monotonic() - t0, "")
+        return Measured(
+            (),
+            "no scene with measured frames in its traces",
+            kept(),
+            done.rounds,
+            "",
+            time.monotonic() - t0,
+            "",
+        )
     effects = tuple(Effect.from_row(r) for r in (*done.comparison.scenes, *done.comparison.zones))
     stopped = done.settled.reason if done.settled is not None else ""
     images: dict[str, str] = {}
@@ -294,5 +345,14 @@ def measure_timed(ws: Workspace, trees: Trees, c: Commit) -> Measured:
     return Measured(effects, "", kept(), done.rounds, stopped, time.monotonic() - t0, "", images)
 
 
-__all__ = ["Measured", "Trees", "Workspace", "capture_counted", "compare_to_good", "counted_result", "counted_trace",
-           "image_lines", "measure_timed"]
+__all__ = [
+    "Measured",
+    "Trees",
+    "Workspace",
+    "capture_counted",
+    "compare_to_good",
+    "counted_result",
+    "counted_trace",
+    "image_lines",
+    "measure_timed",
+]

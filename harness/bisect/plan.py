@@ -1,9 +1,9 @@
-"""A bisection's setup from what the user gave (checked before any capture), and its run in an output
-directory: a new one, or ``--resume`` of an earlier one.
+"""A bisection's setup from what the user gave (checked before any capture), and its run in an
+output directory: a new one, or ``--resume`` of an earlier one.
 
 The checks, in order: ``-m`` (``auto`` becomes instructions when valgrind is on PATH, else time;
-instructions or cycles without valgrind: exit 3), the capture command (``{out}`` in it, or scenes for
-the default one), the output directory, then git (a repository, GOOD and BAD known, GOOD an
+instructions or cycles without valgrind: exit 3), the capture command (``{out}`` in it, or scenes
+for the default one), the output directory, then git (a repository, GOOD and BAD known, GOOD an
 ancestor of BAD on its first-parent line).
 """
 
@@ -18,60 +18,94 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from katra3d.harness.versions.git import commit_range, resolve, toplevel
 from katra3d.harness.bisect.measure import Workspace
 from katra3d.harness.bisect.report import REPORT_FILE, report_lines
 from katra3d.harness.bisect.search import Outcome, run_bisection
 from katra3d.harness.bisect.state import BISECT_FILE, CommitResult, Setup, read_state
 from katra3d.harness.run.jobs import parse_jobs, resolve_jobs
 from katra3d.harness.versions.command import CaptureCommand, stop_leftover_captures
-from katra3d.harness.versions.git import remove_worktree
+from katra3d.harness.versions.git import commit_range, remove_worktree, resolve, toplevel
 from katra3d.harness.versions.setup import default_command, resolve_measure
-from katra_trace.analysis.defaults import DEFAULT_SEQUENTIAL_MIN_ROUNDS, MAX_SEQUENTIAL_ROUNDS, check_sequential_rounds
+from katra_trace.analysis.defaults import (
+    DEFAULT_SEQUENTIAL_MIN_ROUNDS,
+    MAX_SEQUENTIAL_ROUNDS,
+    check_sequential_rounds,
+)
 from katra_trace.errors import ConfigError, OptionError
 from katra_trace.io.claim import check_output_dir, open_output
 from katra_trace.metrics import is_count
 from katra_trace.text import shown
 
-def new_setup(cwd: Path, good: str, bad: str, *, scenes: Sequence[str], command: str | None, measure: str,
-              run_args: str, compare: Mapping[str, Any], max_rounds: int) -> Setup:
+
+def new_setup(
+    cwd: Path,
+    good: str,
+    bad: str,
+    *,
+    scenes: Sequence[str],
+    command: str | None,
+    measure: str,
+    run_args: str,
+    compare: Mapping[str, Any],
+    max_rounds: int,
+) -> Setup:
     """The checked setup of a new bisection (ConfigError, exit 2; ToolUnavailable, exit 3)."""
     measure = resolve_measure(measure)
     if command is not None:
         CaptureCommand(command).check("-c")
         if scenes or run_args:
-            raise ConfigError("give either -c CMD or SCENE ... (with -a ARGS), not both: -c captures by itself")
+            raise ConfigError(
+                "give either -c CMD or SCENE ... (with -a ARGS), not both: -c captures by itself"
+            )
     elif not scenes:
-        raise ConfigError("give the SCENE(s) to capture after GOOD and BAD, or a capture command with -c CMD")
+        raise ConfigError(
+            "give the SCENE(s) to capture after GOOD and BAD, or a capture command with -c CMD"
+        )
     try:
         check_sequential_rounds(DEFAULT_SEQUENTIAL_MIN_ROUNDS, max_rounds)
     except OptionError:
-        raise ConfigError(f"--max-rounds is the cap on rounds of the sequential rule and must be from "
-                          f"{DEFAULT_SEQUENTIAL_MIN_ROUNDS} to {MAX_SEQUENTIAL_ROUNDS}, got {max_rounds!r}") from None
+        raise ConfigError(
+            f"--max-rounds is the cap on rounds of the sequential rule and must be from "
+            f"{DEFAULT_SEQUENTIAL_MIN_ROUNDS} to {MAX_SEQUENTIAL_ROUNDS}, got {max_rounds!r}"
+        ) from None
     compare = dict(compare)
     if is_count(measure) and compare.get("metric", "auto") == "auto":
         compare["metric"] = measure
     top = toplevel(cwd)
     g, b = resolve(top, good), resolve(top, bad)
     commits = commit_range(top, g, b)
-    return Setup(repository=str(top), good=g, bad=b, measure=measure,
-                 command=command if command is not None else default_command(scenes, measure, run_args),
-                 scenes=tuple(scenes), compare=compare, max_rounds=max_rounds, commits=tuple(commits))
+    return Setup(
+        repository=str(top),
+        good=g,
+        bad=b,
+        measure=measure,
+        command=command if command is not None else default_command(scenes, measure, run_args),
+        scenes=tuple(scenes),
+        compare=compare,
+        max_rounds=max_rounds,
+        commits=tuple(commits),
+    )
 
 
 def check_new_output(text: str) -> Path:
     """The output directory of a new bisection, absolute: refused when it holds one already."""
     root = check_output_dir(text, option="-o").resolve()
     if (root / BISECT_FILE).exists():
-        raise ConfigError(f"{shown(str(root))} already holds a bisection ({BISECT_FILE}): continue it with "
-                          f"--resume {shown(str(root))}, or choose another -o directory")
+        raise ConfigError(
+            f"{shown(str(root))} already holds a bisection ({BISECT_FILE}): continue it with "
+            f"--resume {shown(str(root))}, or choose another -o directory"
+        )
     if root.is_dir() and any(root.iterdir()):
-        raise ConfigError(f"{shown(str(root))} is not empty and holds no bisection ({BISECT_FILE}): bisect writes "
-                          "into a new or empty directory only; choose another -o directory")
+        raise ConfigError(
+            f"{shown(str(root))} is not empty and holds no bisection ({BISECT_FILE}): bisect "
+            "writes into a new or empty directory only; choose another -o directory"
+        )
     return root
 
 
-def resume(text: str, good: str | None, bad: str | None) -> tuple[Path, Setup, dict[str, CommitResult]]:
+def resume(
+    text: str, good: str | None, bad: str | None
+) -> tuple[Path, Setup, dict[str, CommitResult]]:
     """The output directory, setup and measured commits of an earlier bisection (``--resume DIR``);
     GOOD and BAD, when given again, must name the same commits."""
     root = check_output_dir(text, option="--resume").resolve()
@@ -79,32 +113,41 @@ def resume(text: str, good: str | None, bad: str | None) -> tuple[Path, Setup, d
     top = toplevel(Path(setup.repository))
     for given, recorded, name in ((good, setup.good, "GOOD"), (bad, setup.bad, "BAD")):
         if given is not None and resolve(top, given).sha != recorded.sha:
-            raise ConfigError(f"--resume: {name} {given!r} is not the {name} of the bisection in "
-                              f"{shown(str(root))} ({recorded.short}); give no GOOD and BAD to continue it")
+            raise ConfigError(
+                f"--resume: {name} {given!r} is not the {name} of the bisection in "
+                f"{shown(str(root))} ({recorded.short}); give no GOOD and BAD to continue it"
+            )
     return root, setup, tested
 
 
 def check_jobs(text: str | None, measure: str) -> int:
     """How many commits a round measures at once (``--jobs`` as typed), by ``run``'s one rule
-    (:func:`~katra3d.harness.run.jobs.resolve_jobs`, worded for commits): counts, up to that many (default: the
-    usable cores, fewer when memory would not hold as many valgrind children), since a count does not depend on
-    what runs beside it; time, one, and an explicit ``--jobs`` over 1 is refused (ConfigError, exit 2), since
-    timed captures side by side disturb each other's times."""
+    (:func:`~katra3d.harness.run.jobs.resolve_jobs`, worded for commits): counts, up to that many
+    (default: the usable cores, fewer when memory would not hold as many valgrind children), since a
+    count does not depend on what runs beside it; time, one, and an explicit ``--jobs`` over 1 is
+    refused (ConfigError, exit 2), since timed captures side by side disturb each other's times."""
     return resolve_jobs(parse_jobs(text, unit="commit"), measure, unit="commit", work="bisection")
 
 
-def bisect(root: Path, setup: Setup, tested: dict[str, CommitResult],
-           progress: Callable[[str], None], jobs: int = 1) -> tuple[Outcome, list[str]]:
-    """Run (or continue) the bisection into ``root``, measuring up to ``jobs`` commits at once (counts only:
-    :func:`check_jobs`); returns its outcome and the report's lines, also written to ``root/bisect.txt``.
-    Worktrees live in a temporary directory, removed whatever happens."""
+def bisect(
+    root: Path,
+    setup: Setup,
+    tested: dict[str, CommitResult],
+    progress: Callable[[str], None],
+    jobs: int = 1,
+) -> tuple[Outcome, list[str]]:
+    """Run (or continue) the bisection into ``root``, measuring up to ``jobs`` commits at once
+    (counts only: :func:`check_jobs`); returns its outcome and the report's lines, also written to
+    ``root/bisect.txt``. Worktrees live in a temporary directory, removed whatever happens."""
     root.mkdir(parents=True, exist_ok=True)
     top = Path(setup.repository)
     trees = trees_dir(root)
     left = remove_leftovers(top, root, trees)
     if any(left):
-        progress(f"removed what a killed bisection left: {left[0]} worktree(s), {left[1]} .part file(s), "
-                 f"{left[2]} capture process(es)")
+        progress(
+            f"removed what a killed bisection left: {left[0]} worktree(s), {left[1]} .part "
+            f"file(s), {left[2]} capture process(es)"
+        )
     trees.mkdir(mode=0o700)
     try:
         ws = Workspace(top=top, root=root, trees=trees, setup=setup, progress=progress)
@@ -118,21 +161,23 @@ def bisect(root: Path, setup: Setup, tested: dict[str, CommitResult],
 
 
 def trees_dir(root: Path) -> Path:
-    """The temporary directory of the worktrees of the bisection in ``root``: named after it, so that the next
-    command in ``root`` finds what a killed one left there."""
+    """The temporary directory of the worktrees of the bisection in ``root``: named after it, so
+    that the next command in ``root`` finds what a killed one left there."""
     digest = hashlib.sha256(str(root).encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"katra3d-bisect-{os.getuid()}-{digest}"
 
 
 def remove_trees(top: Path, trees: Path) -> int:
-    """Remove every worktree in ``trees`` (registered in ``top`` or not) and the directory; returns how many.
-    Only a directory of this user's, not a link, is touched."""
+    """Remove every worktree in ``trees`` (registered in ``top`` or not) and the directory; returns
+    how many. Only a directory of this user's, not a link, is touched."""
     try:
         info = trees.lstat()
     except FileNotFoundError:
         return 0
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise ConfigError(f"{shown(str(trees))} is not a directory of this user's; remove it, then run again")
+        raise ConfigError(
+            f"{shown(str(trees))} is not a directory of this user's; remove it, then run again"
+        )
     made = [tree for tree in trees.iterdir() if tree.is_dir()]
     for tree in made:
         remove_worktree(top, tree)
@@ -141,16 +186,32 @@ def remove_trees(top: Path, trees: Path) -> int:
 
 
 def remove_leftovers(top: Path, root: Path, trees: Path) -> tuple[int, int, int]:
-    """What a bisection killed outright (SIGKILL, the OOM killer) left, removed before ``root``'s next one goes
-    on: its worktrees, the ``.part`` files of its captures (theirs by name, in ``root/traces``), and capture
-    processes still writing into ``root``. Returns the counts of each."""
+    """What a bisection killed outright (SIGKILL, the OOM killer) left, removed before ``root``'s
+    next one goes on: its worktrees, the ``.part`` files of its captures (theirs by name, in
+    ``root/traces``), and capture processes still writing into ``root``. Returns the counts of each.
+    """
     processes = stop_leftover_captures(root)
     worktrees = remove_trees(top, trees)
-    parts = [p for p in (*root.glob("traces/*.katra.part"), *root.glob("traces/*/base/run-*.katra.part"),
-                         *root.glob("traces/*/new/run-*.katra.part")) if p.is_file() and not p.is_symlink()]
+    parts = [
+        p
+        for p in (
+            *root.glob("traces/*.katra.part"),
+            *root.glob("traces/*/base/run-*.katra.part"),
+            *root.glob("traces/*/new/run-*.katra.part"),
+        )
+        if p.is_file() and not p.is_symlink()
+    ]
     for part in parts:
         part.unlink(missing_ok=True)
     return worktrees, len(parts), processes
 
 
-__all__ = ["bisect", "check_jobs", "check_new_output", "new_setup", "remove_leftovers", "resume", "trees_dir"]
+__all__ = [
+    "bisect",
+    "check_jobs",
+    "check_new_output",
+    "new_setup",
+    "remove_leftovers",
+    "resume",
+    "trees_dir",
+]

@@ -1,6 +1,6 @@
-"""The text of a bisection's result: the first bad commit and its effect against GOOD per scene and zone,
-what share of BAD's change it explains and where the rest lies, and every commit measured with its
-traces. Printed by ``katra3d bisect`` and kept as ``DIR/bisect.txt``."""
+"""The text of a bisection's result: the first bad commit and its effect against GOOD per scene and
+zone, what share of BAD's change it explains and where the rest lies, and every commit measured with
+its traces. Printed by ``katra3d bisect`` and kept as ``DIR/bisect.txt``."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ def _pct(x: float) -> str:
 
 def _table(rows: list[list[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return [
+        "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
 
 
 def effect_lines(effects: tuple[Effect, ...]) -> list[str]:
@@ -31,8 +33,11 @@ def effect_lines(effects: tuple[Effect, ...]) -> list[str]:
     rows = [["scene / zone", "verdict", "change", "interval", "why"]]
     for e in effects:
         name = f"{e.scene} / {e.zone}" if e.zone else e.scene
-        change = _pct(e.ratio) + (f" ({format_change_pct(e.frame_change_pct, 2)} of frame)" if e.zone and
-                                   math.isfinite(e.frame_change_pct) else "")
+        change = _pct(e.ratio) + (
+            f" ({format_change_pct(e.frame_change_pct, 2)} of frame)"
+            if e.zone and math.isfinite(e.frame_change_pct)
+            else ""
+        )
         rows.append([name, e.verdict, change, f"[{_pct(e.ci_low)}, {_pct(e.ci_high)}]", e.reason])
     return _table(rows)
 
@@ -47,8 +52,11 @@ def _traces(r: CommitResult) -> str:
 
 
 def _image_word(r: CommitResult) -> str:
-    """The images' verdicts in one cell: "identical" when every scene's is, else each other scene's."""
-    words = {scene: line.split(":", 1)[0].removeprefix("image ") for scene, line in r.images.items()}
+    """The images' verdicts in one cell: "identical" when every scene's is, else each other
+    scene's."""
+    words = {
+        scene: line.split(":", 1)[0].removeprefix("image ") for scene, line in r.images.items()
+    }
     if not words:
         return "-"
     if all(w == "identical" for w in words.values()):
@@ -57,21 +65,45 @@ def _image_word(r: CommitResult) -> str:
 
 
 def tested_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
-    """Every commit measured, in history order (GOOD first): state, change per target scene, image verdict, the
-    bisection's round that measured it, its rounds against GOOD (time; counts: 1 capture), traces, subject; then
-    why each skipped commit was skipped."""
+    """Every commit measured, in history order (GOOD first): state, change per target scene, image
+    verdict, the bisection's round that measured it, its rounds against GOOD (time; counts: 1
+    capture), traces, subject; then why each skipped commit was skipped."""
     targets = target_scenes(tested[setup.bad.sha].effects) if setup.bad.sha in tested else {}
-    rows = [["commit", "state", "change vs GOOD", "image vs GOOD", "round", "captures", "traces", "subject"]]
+    rows = [
+        [
+            "commit",
+            "state",
+            "change vs GOOD",
+            "image vs GOOD",
+            "round",
+            "captures",
+            "traces",
+            "subject",
+        ]
+    ]
     skipped = []
     for c in (setup.good, *setup.commits):
         r = tested.get(c.sha)
         if r is None:
             continue
         scenes = {e.scene: e for e in r.effects if not e.zone}
-        change = ", ".join(f"{s} {_pct(scenes[s].ratio)}" for s in (targets or scenes) if s in scenes) or "-"
+        change = (
+            ", ".join(f"{s} {_pct(scenes[s].ratio)}" for s in (targets or scenes) if s in scenes)
+            or "-"
+        )
         role = " (GOOD)" if c.sha == setup.good.sha else " (BAD)" if c.sha == setup.bad.sha else ""
-        rows.append([c.short, r.state + role, change, _image_word(r), str(r.round or "-"), str(r.rounds),
-                     _traces(r), c.subject])
+        rows.append(
+            [
+                c.short,
+                r.state + role,
+                change,
+                _image_word(r),
+                str(r.round or "-"),
+                str(r.rounds),
+                _traces(r),
+                c.subject,
+            ]
+        )
         if r.state == "skip":
             skipped.append(f"  {c.short}: {r.reason}")
     return _table(rows) + skipped
@@ -79,27 +111,43 @@ def tested_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
 
 def report_lines(setup: Setup, tested: Mapping[str, CommitResult], found: Outcome) -> list[str]:
     """The whole report."""
-    lines = [f"katra3d bisect: GOOD {setup.good.short} ({setup.good.subject}) .. BAD {setup.bad.short} "
-             f"({setup.bad.subject}): {len(setup.commits)} commit(s), {setup.measure}"]
+    lines = [
+        f"katra3d bisect: GOOD {setup.good.short} ({setup.good.subject}) .. BAD {setup.bad.short} "
+        f"({setup.bad.subject}): {len(setup.commits)} commit(s), {setup.measure}"
+    ]
     if found.first_bad is not None:
         culprit = tested[found.first_bad.sha]
-        lines += ["", f"first bad commit: {found.first_bad.sha} {found.first_bad.subject}",
-                  f"its change against GOOD {setup.good.short}:", *effect_lines(culprit.effects)]
+        lines += [
+            "",
+            f"first bad commit: {found.first_bad.sha} {found.first_bad.subject}",
+            f"its change against GOOD {setup.good.short}:",
+            *effect_lines(culprit.effects),
+        ]
         lines += [f"{scene}: {line}" for scene, line in culprit.images.items()]
         bad = target_scenes(tested[setup.bad.sha].effects)
         for scene, (before, after) in found.explained.items():
             step = after - before
             if math.isfinite(step):
-                lines.append(f"{scene}: this commit's own step is {step * 100:.0f}% of BAD's change "
-                             f"({_pct(bad[scene].ratio)}, log scale)")
+                lines.append(
+                    f"{scene}: this commit's own step is {step * 100:.0f}% of BAD's change "
+                    f"({_pct(bad[scene].ratio)}, log scale)"
+                )
         if found.partial:
-            lines.append("it explains only part of BAD's change (less than 2/3 of it in "
-                         f"{', '.join(found.partial)})" + ("; bisect the rest, with this bisection's capture "
-                                                           "options:" if found.next_ranges else ""))
+            lines.append(
+                "it explains only part of BAD's change (less than 2/3 of it in "
+                f"{', '.join(found.partial)})"
+                + (
+                    "; bisect the rest, with this bisection's capture options:"
+                    if found.next_ranges
+                    else ""
+                )
+            )
             for rng in found.next_ranges:
                 good, bad_rev = rng.split("..")
                 scenes = " ".join(shlex.quote(s) for s in setup.scenes)
-                lines.append(f"  katra3d bisect {good} {bad_rev} {scenes}".rstrip() + f" -m {setup.measure}")
+                lines.append(
+                    f"  katra3d bisect {good} {bad_rev} {scenes}".rstrip() + f" -m {setup.measure}"
+                )
     else:
         lines += ["", found.message]
     lines += ["", "commits measured:", *tested_lines(setup, tested)]

@@ -25,6 +25,7 @@ BISECT_FILE = "bisect.json"
 #: Its format version.
 BISECT_VERSION = 1
 
+
 @dataclasses.dataclass(frozen=True)
 class Setup:
     """What is bisected and how: fixed when a bisection starts, taken as is by ``--resume``.
@@ -47,17 +48,31 @@ class Setup:
     commits: tuple[Commit, ...]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"repository": self.repository, "good": dataclasses.asdict(self.good),
-                "bad": dataclasses.asdict(self.bad), "measure": self.measure, "command": self.command,
-                "scenes": list(self.scenes), "compare": dict(self.compare), "max_rounds": self.max_rounds,
-                "commits": [dataclasses.asdict(c) for c in self.commits]}
+        return {
+            "repository": self.repository,
+            "good": dataclasses.asdict(self.good),
+            "bad": dataclasses.asdict(self.bad),
+            "measure": self.measure,
+            "command": self.command,
+            "scenes": list(self.scenes),
+            "compare": dict(self.compare),
+            "max_rounds": self.max_rounds,
+            "commits": [dataclasses.asdict(c) for c in self.commits],
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Setup:
-        return cls(repository=str(data["repository"]), good=Commit(**data["good"]), bad=Commit(**data["bad"]),
-                   measure=str(data["measure"]), command=str(data["command"]),
-                   scenes=tuple(str(s) for s in data["scenes"]), compare=dict(data["compare"]),
-                   max_rounds=int(data["max_rounds"]), commits=tuple(Commit(**c) for c in data["commits"]))
+        return cls(
+            repository=str(data["repository"]),
+            good=Commit(**data["good"]),
+            bad=Commit(**data["bad"]),
+            measure=str(data["measure"]),
+            command=str(data["command"]),
+            scenes=tuple(str(s) for s in data["scenes"]),
+            compare=dict(data["compare"]),
+            max_rounds=int(data["max_rounds"]),
+            commits=tuple(Commit(**c) for c in data["commits"]),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,12 +81,13 @@ class CommitResult:
 
     ``state``: ``good``, ``bad`` or ``skip`` (:data:`~katra_trace.analysis.bisection.STATES`).
     ``effects``: per scene (and per zone, counts) its change against GOOD (GOOD's own row is empty).
-    ``traces``: the traces kept, relative to the output directory. ``rounds``: captures of this commit
-    (time: interleaved rounds against GOOD; counts: 1). ``stopped``: time only, why the rounds stopped.
-    ``seconds``: wall time of this commit's captures. ``log``: the captures' output, relative path.
-    ``images``: scene -> its image verdict against GOOD as one line ("image changed: FLIP mean ..."),
-    shown beside the timing; it does not classify the commit. ``round``: the bisection's round that measured
-    it (1: GOOD and BAD; counts with ``--jobs N`` measure up to N commits a round; 0: a file from before rounds).
+    ``traces``: the traces kept, relative to the output directory. ``rounds``: captures of this
+    commit (time: interleaved rounds against GOOD; counts: 1). ``stopped``: time only, why the
+    rounds stopped. ``seconds``: wall time of this commit's captures. ``log``: the captures' output,
+    relative path. ``images``: scene -> its image verdict against GOOD as one line ("image changed:
+    FLIP mean ..."), shown beside the timing; it does not classify the commit. ``round``: the
+    bisection's round that measured it (1: GOOD and BAD; counts with ``--jobs N`` measure up to N
+    commits a round; 0: a file from before rounds).
     """
 
     sha: str
@@ -97,48 +113,72 @@ class CommitResult:
 
     def as_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out.update(effects=[e.as_dict() for e in self.effects], traces=list(self.traces),
-                   images=dict(self.images), seconds=round(self.seconds, 3))
+        out.update(
+            effects=[e.as_dict() for e in self.effects],
+            traces=list(self.traces),
+            images=dict(self.images),
+            seconds=round(self.seconds, 3),
+        )
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CommitResult:
-        return cls(sha=str(data["sha"]), subject=str(data["subject"]), state=str(data["state"]),
-                   reason=str(data["reason"]), effects=tuple(Effect.from_dict(e) for e in data.get("effects", ())),
-                   traces=tuple(str(t) for t in data.get("traces", ())), rounds=int(data.get("rounds", 0)),
-                   stopped=str(data.get("stopped", "")), seconds=float(data.get("seconds", 0.0)),
-                   log=str(data.get("log", "")), images=dict(data.get("images", {})),
-                   round=int(data.get("round", 0)))
+        return cls(
+            sha=str(data["sha"]),
+            subject=str(data["subject"]),
+            state=str(data["state"]),
+            reason=str(data["reason"]),
+            effects=tuple(Effect.from_dict(e) for e in data.get("effects", ())),
+            traces=tuple(str(t) for t in data.get("traces", ())),
+            rounds=int(data.get("rounds", 0)),
+            stopped=str(data.get("stopped", "")),
+            seconds=float(data.get("seconds", 0.0)),
+            log=str(data.get("log", "")),
+            images=dict(data.get("images", {})),
+            round=int(data.get("round", 0)),
+        )
 
 
-def write_state(root: Path, setup: Setup, tested: Mapping[str, CommitResult], outcome: Mapping[str, Any]) -> None:
-    """Write ``root/bisect.json`` atomically: the setup, every commit measured (in the order measured,
-    GOOD and BAD first) and the outcome so far (``status``, ``first_bad`` ...)."""
-    doc = {"katra3d_bisect": BISECT_VERSION, **outcome, "setup": setup.as_dict(),
-           "tested": [r.as_dict() for r in tested.values()]}
+def write_state(
+    root: Path, setup: Setup, tested: Mapping[str, CommitResult], outcome: Mapping[str, Any]
+) -> None:
+    """Write ``root/bisect.json`` atomically: the setup, every commit measured (in the order
+    measured, GOOD and BAD first) and the outcome so far (``status``, ``first_bad`` ...)."""
+    doc = {
+        "katra3d_bisect": BISECT_VERSION,
+        **outcome,
+        "setup": setup.as_dict(),
+        "tested": [r.as_dict() for r in tested.values()],
+    }
     text = jsontext.dumps(doc, indent=2) + "\n"
     with open_output(root / BISECT_FILE, force=True, option="-o", example=BISECT_FILE) as f:
         f.write(text.encode("utf-8"))
 
 
 def read_state(root: Path) -> tuple[Setup, dict[str, CommitResult]]:
-    """The setup and the measured commits of ``root/bisect.json`` (ConfigError when there is none or it
-    is not a bisection's file)."""
+    """The setup and the measured commits of ``root/bisect.json`` (ConfigError when there is none or
+    it is not a bisection's file)."""
     path = root / BISECT_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"--resume: {shown(str(root))} holds no {BISECT_FILE}; give the -o directory of an "
-                          "earlier 'katra3d bisect'") from None
+        raise ConfigError(
+            f"--resume: {shown(str(root))} holds no {BISECT_FILE}; give the -o directory of an "
+            "earlier 'katra3d bisect'"
+        ) from None
     except (OSError, ValueError) as exc:
         raise ConfigError(f"--resume: cannot read {shown(str(path))}: {exc}") from None
     if not isinstance(data, dict) or data.get("katra3d_bisect") != BISECT_VERSION:
-        raise ConfigError(f"--resume: {shown(str(path))} is not a katra3d bisect file (version {BISECT_VERSION})")
+        raise ConfigError(
+            f"--resume: {shown(str(path))} is not a katra3d bisect file (version {BISECT_VERSION})"
+        )
     try:
         setup = Setup.from_dict(data["setup"])
         tested = [CommitResult.from_dict(r) for r in data["tested"]]
     except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"--resume: {shown(str(path))} is damaged ({type(exc).__name__}: {exc})") from None
+        raise ConfigError(
+            f"--resume: {shown(str(path))} is damaged ({type(exc).__name__}: {exc})"
+        ) from None
     return setup, {r.sha: r for r in tested}
 
 

@@ -1,4 +1,5 @@
-# PYTHON_ARGCOMPLETE_OK  (argcomplete's marker: this entry point completes; docs/cli.md, "Shell completion")
+# PYTHON_ARGCOMPLETE_OK  (argcomplete's marker: this entry point completes; docs/cli.md, "Shell
+# completion")
 """The ``katra3d`` command line.
 
 One module per subcommand; each defines ``register(subparsers)``, which adds
@@ -21,12 +22,12 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from katra3d.harness.run.progress import show_warning
+from katra3d.scenes.registry import available_scene_names
+from katra3d.scenes.suites import SUITES
 from katra_trace import __version__
 from katra_trace.errors import KatraError, signal_exit_code
 from katra_trace.io.claim import describe
 from katra_trace.text import escape, shown
-from katra3d.scenes.registry import available_scene_names
-from katra3d.scenes.suites import SUITES
 
 #: (subcommand module under katra3d.harness.cli, in help order)
 COMMANDS: tuple[str, ...] = (
@@ -46,12 +47,16 @@ COMMANDS: tuple[str, ...] = (
 )
 
 
-TRACEBACK_HELP = ("when a scene fails, print its traceback (its own frames, katra3d's left out) before the "
-                  "error line; KATRA3D_DEBUG=1 does the same")
+TRACEBACK_HELP = (
+    "when a scene fails, print its traceback (its own frames, katra3d's left out) before the "
+    "error line; KATRA3D_DEBUG=1 does the same"
+)
 
 
 def show_traceback(args: argparse.Namespace | None) -> bool:
-    """Whether a scene's traceback is shown: ``--traceback``, or ``$KATRA3D_DEBUG`` set to 1/true/yes/on."""
+    """Whether a scene's traceback is shown: ``--traceback``, or ``$KATRA3D_DEBUG`` set to
+    1/true/yes/on.
+    """
     debug = os.environ.get("KATRA3D_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
     return debug or bool(getattr(args, "traceback", False))
 
@@ -92,8 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def complete(parser: argparse.ArgumentParser) -> None:
-    """Answer the shell's completion request (``$_ARGCOMPLETE`` set): subcommands, options, and scene and
-    suite names for ``run`` and ``scenes``; argcomplete writes them out and ends the process."""
+    """Answer the shell's completion request (``$_ARGCOMPLETE`` set): subcommands, options, and
+    scene and suite names for ``run`` and ``scenes``; argcomplete writes them out and ends the
+    process."""
     # deferred: argcomplete loads only when a shell asks for completions
     import argcomplete
 
@@ -115,15 +121,21 @@ def complete(parser: argparse.ArgumentParser) -> None:
 
 
 def _remember_parsers(parser: argparse.ArgumentParser) -> None:
-    """Give every (sub)command's parser a default ``_katra_parser`` naming itself, so that an unknown
-    option is reported by the command it was given to (and points at that command's help)."""
+    """Give every (sub)command's parser a default ``_katra_parser`` naming itself, so that an
+    unknown option is reported by the command it was given to (and points at that command's help).
+    """
     parser.set_defaults(_katra_parser=parser)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for child in action.choices.values():
-                # --traceback after the command too (katra3d run ... --traceback); SUPPRESS keeps the top's value
-                child.add_argument("--traceback", action="store_true", default=argparse.SUPPRESS,
-                                   help=argparse.SUPPRESS)
+                # --traceback after the command too (katra3d run ... --traceback); SUPPRESS keeps
+                # the top's value
+                child.add_argument(
+                    "--traceback",
+                    action="store_true",
+                    default=argparse.SUPPRESS,
+                    help=argparse.SUPPRESS,
+                )
                 _remember_parsers(child)
 
 
@@ -132,10 +144,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
     finally:
-        if os.path.basename(sys.argv[0] if sys.argv else "") == "katra3d" and \
-                threading.current_thread() is threading.main_thread():
+        if (
+            os.path.basename(sys.argv[0] if sys.argv else "") == "katra3d"
+            and threading.current_thread() is threading.main_thread()
+        ):
             # The work is done and the process is about to exit: a late Ctrl-C must not raise
-            # KeyboardInterrupt inside a destructor during shutdown ("Exception ignored ... Traceback").
+            # KeyboardInterrupt inside a destructor during shutdown ("Exception ignored ...
+            # Traceback").
             for stream in (sys.stdout, sys.stderr):
                 try:
                     stream.flush()
@@ -145,26 +160,35 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    if threading.current_thread() is threading.main_thread() and \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler and \
-            getattr(signal.getsignal(signal.SIGINT), "__name__", "") == "_quiet_exit":
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # set by katra3d/__init__ for start-up
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        and getattr(signal.getsignal(signal.SIGINT), "__name__", "") == "_quiet_exit"
+    ):
+        # set by katra3d/__init__ for start-up
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         parser = build_parser()
     except KeyboardInterrupt:
         print("katra3d: interrupted", file=sys.stderr)
         return signal_exit_code(signal.SIGINT)
-    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (argcomplete's protocol); exits here
+    # the shell asks for completions (argcomplete's protocol); exits here
+    if "_ARGCOMPLETE" in os.environ:
         complete(parser)
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
-            # a file name that is not UTF-8 (``$'\xff.katra'``) is printed escaped, never a traceback
+            # a file name that is not UTF-8 (``$'\xff.katra'``) is printed escaped, never a
+            # traceback
             stream.reconfigure(errors="backslashreplace")
     args, unknown = parser.parse_known_args(argv)
-    if unknown and isinstance(getattr(args, "scenes", None), list) and \
-            not any(word.startswith("-") for word in unknown):
-        # scene names after options (`run --frames 3 triangle --param fillrate.layers=2 fillrate`): argparse takes
-        # the first group of positionals and leaves the later ones over, in the order given
+    if (
+        unknown
+        and isinstance(getattr(args, "scenes", None), list)
+        and not any(word.startswith("-") for word in unknown)
+    ):
+        # scene names after options (`run --frames 3 triangle --param fillrate.layers=2 fillrate`):
+        # argparse takes the first group of positionals and leaves the later ones over, in the order
+        # given
         args.scenes += unknown
         unknown = []
     if unknown:

@@ -22,9 +22,9 @@ from katra_trace.analysis.defaults import (
     DEFAULT_IMAGE_MAX_MEAN,
     DEFAULT_IMAGE_MAX_OUTLIER_PCT,
     DEFAULT_IMAGE_OUTLIER_LEVEL,
-    IMAGE_POLICIES,
     DEFAULT_THRESHOLD_COUNT_PCT,
     DEFAULT_THRESHOLD_TIME_PCT,
+    IMAGE_POLICIES,
     SOFTWARE_TIME_DEFAULT,
     check_alpha,
     check_threshold_pct,
@@ -43,67 +43,119 @@ ALPHA_STEPS = "chance that a flat trend shows a step; 1 - alpha is the intervals
 def add_decision_options(p: argparse.ArgumentParser, alpha_means: str = ALPHA_COMPARE) -> None:
     """``--threshold`` and ``--alpha``, the decision's two options (defaults from
     :mod:`katra_trace.analysis.defaults`), for every command that gives a verdict."""
-    p.add_argument("--threshold", type=float, default=None, metavar="PCT",
-                   help=f"smallest change in percent that counts as a regression or improvement (default: "
-                        f"{DEFAULT_THRESHOLD_TIME_PCT:g} for times, {DEFAULT_THRESHOLD_COUNT_PCT:g} for "
-                        "instructions and cycles)")
-    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help=f"{alpha_means} (default: {DEFAULT_ALPHA:g})")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        metavar="PCT",
+        help=f"smallest change in percent that counts as a regression or improvement (default: "
+        f"{DEFAULT_THRESHOLD_TIME_PCT:g} for times, {DEFAULT_THRESHOLD_COUNT_PCT:g} for "
+        "instructions and cycles)",
+    )
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=DEFAULT_ALPHA,
+        help=f"{alpha_means} (default: {DEFAULT_ALPHA:g})",
+    )
 
 
 def add_comparability_options(p: argparse.ArgumentParser, images: bool = True) -> None:
-    """What is compared and what may be compared: the options of compare, ab, report --baseline and bisect
-    (:func:`compare_kwargs` turns them into :func:`katra_trace.analysis.compare.compare_traces`' arguments);
-    ``images``: the image verdict's options too (bisect shows image verdicts with the defaults, never gates)."""
-    p.add_argument("--metric", choices=METRICS, default="auto",
-                   help="what is compared: auto = instructions (then cycles) when every trace has them; on a "
-                        f"software renderer whose traces record process CPU time, {' '.join(SOFTWARE_TIME_DEFAULT)} "
-                        "(the frame's work, whatever a busy neighbour does to its wall time; docs/stats.md); else "
-                        "the clock the capture trusts (wall in sync mode, gpu in gpu mode); process = the "
-                        "process CPU time per frame")
-    p.add_argument("--stat", choices=RUN_STATS, default=None,
-                   help="what reduces each run of a time metric to one level: median or p10, the 10th "
-                        "percentile of its frames (the frames nothing got in the way of: steadier on a busy "
-                        f"machine, blind to a change that slows only some frames); default: "
-                        f"{SOFTWARE_TIME_DEFAULT[1]} where --metric auto chose {SOFTWARE_TIME_DEFAULT[0]}, else "
-                        "median")
-    p.add_argument("--normalize", action="store_true",
-                   help="compare each run's median frame wall divided by the median wall of its reference "
-                        "workload (cancels machine drift; needs traces with reference markers)")
-    p.add_argument("--allow-host-mismatch", action="store_true",
-                   help="compare even when GL renderer or driver differ (noted in the output)")
-    p.add_argument("--allow-param-mismatch", action="store_true",
-                   help="compare even when scene params differ, e.g. to measure what a param change costs")
-    p.add_argument("--allow-codegen-mismatch", action="store_true",
-                   help="compare instruction or cycle counts even when the code generator differs (CPU model "
-                        "or flags, Mesa, LLVM, vector width; noted in the output)")
-    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)  # kept for old scripts: no effect
+    """What is compared and what may be compared: the options of compare, ab, report --baseline and
+    bisect (:func:`compare_kwargs` turns them into
+    :func:`katra_trace.analysis.compare.compare_traces`' arguments); ``images``: the image verdict's
+    options too (bisect shows image verdicts with the defaults, never gates)."""
+    p.add_argument(
+        "--metric",
+        choices=METRICS,
+        default="auto",
+        help="what is compared: auto = instructions (then cycles) when every trace has them; on a "
+        "software renderer whose traces record process CPU time, "
+        f"{' '.join(SOFTWARE_TIME_DEFAULT)} (the frame's work, whatever a busy neighbour does to "
+        "its wall time; docs/stats.md); else the clock the capture trusts (wall in sync mode, gpu "
+        "in gpu mode); process = the process CPU time per frame",
+    )
+    p.add_argument(
+        "--stat",
+        choices=RUN_STATS,
+        default=None,
+        help="what reduces each run of a time metric to one level: median or p10, the 10th "
+        "percentile of its frames (the frames nothing got in the way of: steadier on a busy "
+        f"machine, blind to a change that slows only some frames); default: "
+        f"{SOFTWARE_TIME_DEFAULT[1]} where --metric auto chose {SOFTWARE_TIME_DEFAULT[0]}, else "
+        "median",
+    )
+    p.add_argument(
+        "--normalize",
+        action="store_true",
+        help="compare each run's median frame wall divided by the median wall of its reference "
+        "workload (cancels machine drift; needs traces with reference markers)",
+    )
+    p.add_argument(
+        "--allow-host-mismatch",
+        action="store_true",
+        help="compare even when GL renderer or driver differ (noted in the output)",
+    )
+    p.add_argument(
+        "--allow-param-mismatch",
+        action="store_true",
+        help="compare even when scene params differ, e.g. to measure what a param change costs",
+    )
+    p.add_argument(
+        "--allow-codegen-mismatch",
+        action="store_true",
+        help="compare instruction or cycle counts even when the code generator differs (CPU model "
+        "or flags, Mesa, LLVM, vector width; noted in the output)",
+    )
+    # kept for old scripts: no effect
+    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     if images:
         add_image_options(p)
 
 
 def add_image_options(p: argparse.ArgumentParser) -> None:
-    """The image verdict's options (compare, ab, report --baseline): the policy and the two thresholds
-    (defaults from :mod:`katra_trace.analysis.defaults`; docs/images.md)."""
-    p.add_argument("--images", choices=IMAGE_POLICIES, default=None,
-                   help="what a changed last frame does: gate = a regression, exit 1 (default); warn = a line "
-                        "only (the default with --allow-param-mismatch); off = no image verdict")
-    p.add_argument("--image-max-mean", type=float, default=DEFAULT_IMAGE_MAX_MEAN, metavar="FLIP",
-                   help="largest FLIP mean error (0-1) of an image within tolerance "
-                        f"(default: {DEFAULT_IMAGE_MAX_MEAN:g})")
-    p.add_argument("--image-max-outliers", type=float, default=DEFAULT_IMAGE_MAX_OUTLIER_PCT, metavar="PCT",
-                   help=f"largest share of pixels, in percent, whose FLIP error is over "
-                        f"{DEFAULT_IMAGE_OUTLIER_LEVEL:g} in an image within tolerance "
-                        f"(default: {DEFAULT_IMAGE_MAX_OUTLIER_PCT:g})")
+    """The image verdict's options (compare, ab, report --baseline): the policy and the two
+    thresholds (defaults from :mod:`katra_trace.analysis.defaults`; docs/images.md)."""
+    p.add_argument(
+        "--images",
+        choices=IMAGE_POLICIES,
+        default=None,
+        help="what a changed last frame does: gate = a regression, exit 1 (default); warn = a line "
+        "only (the default with --allow-param-mismatch); off = no image verdict",
+    )
+    p.add_argument(
+        "--image-max-mean",
+        type=float,
+        default=DEFAULT_IMAGE_MAX_MEAN,
+        metavar="FLIP",
+        help="largest FLIP mean error (0-1) of an image within tolerance "
+        f"(default: {DEFAULT_IMAGE_MAX_MEAN:g})",
+    )
+    p.add_argument(
+        "--image-max-outliers",
+        type=float,
+        default=DEFAULT_IMAGE_MAX_OUTLIER_PCT,
+        metavar="PCT",
+        help=f"largest share of pixels, in percent, whose FLIP error is over "
+        f"{DEFAULT_IMAGE_OUTLIER_LEVEL:g} in an image within tolerance "
+        f"(default: {DEFAULT_IMAGE_MAX_OUTLIER_PCT:g})",
+    )
 
 
 def image_options(args: argparse.Namespace) -> tuple[str, ImageThresholds]:
-    """The ``--images`` policy in force and the thresholds of :func:`add_image_options`, checked (exit 2)."""
-    return (image_policy(args.images, args.allow_param_mismatch),
-            ImageThresholds(max_mean=args.image_max_mean, max_outlier_pct=args.image_max_outliers))
+    """The ``--images`` policy in force and the thresholds of :func:`add_image_options`, checked
+    (exit 2).
+    """
+    return (
+        image_policy(args.images, args.allow_param_mismatch),
+        ImageThresholds(max_mean=args.image_max_mean, max_outlier_pct=args.image_max_outliers),
+    )
 
 
 def check_compare_options(args: argparse.Namespace) -> None:
-    """The library's checks of the decision's options, before any trace is read (ConfigError, exit 2)."""
+    """The library's checks of the decision's options, before any trace is read (ConfigError, exit
+    2).
+    """
     check_alpha(args.alpha)
     check_threshold_pct(args.threshold)
     if args.stat is not None:
@@ -114,17 +166,25 @@ def check_compare_options(args: argparse.Namespace) -> None:
 
 def compare_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The options of :func:`add_decision_options` and :func:`add_comparability_options` as
-    :func:`katra_trace.analysis.compare.compare_traces`' keyword arguments: the one place they are mapped."""
-    return {"metric": args.metric, "threshold_pct": args.threshold, "alpha": args.alpha,
-            "allow_host_mismatch": args.allow_host_mismatch, "allow_param_mismatch": args.allow_param_mismatch,
-            "allow_codegen_mismatch": args.allow_codegen_mismatch, "normalize": args.normalize,
-            "run_stat": args.stat}
+    :func:`katra_trace.analysis.compare.compare_traces`' keyword arguments: the one place they are
+    mapped."""
+    return {
+        "metric": args.metric,
+        "threshold_pct": args.threshold,
+        "alpha": args.alpha,
+        "allow_host_mismatch": args.allow_host_mismatch,
+        "allow_param_mismatch": args.allow_param_mismatch,
+        "allow_codegen_mismatch": args.allow_codegen_mismatch,
+        "normalize": args.normalize,
+        "run_stat": args.stat,
+    }
 
 
 def load_traces(paths: Sequence[str | os.PathLike[str]], verb: str = "using") -> list[Trace]:
     """Open each trace once (the library's one damaged-trace policy,
-    :func:`katra_trace.io.tracesets.open_traces`): a damaged one is used up to where it stops, with its
-    one-line warning on stderr ("<path> is damaged (why); <verb> the N events before offset O")."""
+    :func:`katra_trace.io.tracesets.open_traces`): a damaged one is used up to where it stops, with
+    its one-line warning on stderr ("<path> is damaged (why); <verb> the N events before offset O").
+    """
     traces, damaged = open_traces(paths, verb)
     for line in damaged:
         warn_damaged(line)
@@ -132,8 +192,9 @@ def load_traces(paths: Sequence[str | os.PathLike[str]], verb: str = "using") ->
 
 
 def iter_runs(paths: Sequence[str], verb: str = "using") -> Iterator[Trace]:
-    """The traces that TRACE|DIR arguments name (a directory: the traces in it), each opened once as it is
-    reached (:func:`katra_trace.io.tracesets.iter_traces`), with :func:`load_traces`' warning for a damaged one."""
+    """The traces that TRACE|DIR arguments name (a directory: the traces in it), each opened once as
+    it is reached (:func:`katra_trace.io.tracesets.iter_traces`), with :func:`load_traces`' warning
+    for a damaged one."""
     for path in paths:
         for trace, note in iter_traces(path, verb):
             if note is not None:
@@ -142,7 +203,9 @@ def iter_runs(paths: Sequence[str], verb: str = "using") -> Iterator[Trace]:
 
 
 def warn_damaged(line: str) -> None:
-    """A damaged trace's one line (:func:`katra_trace.io.tracesets.damaged_note`) as a warning on stderr."""
+    """A damaged trace's one line (:func:`katra_trace.io.tracesets.damaged_note`) as a warning on
+    stderr.
+    """
     warn(line)
 
 
@@ -170,8 +233,13 @@ def table_width(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
     return sum(widths) + 2 * max(0, len(widths) - 1)
 
 
-def emit_table(columns: Sequence[str], rows: Sequence[Sequence[str]], fmt: str, title: str = "",
-               right: Sequence[str] = ()) -> None:
+def emit_table(
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    fmt: str,
+    title: str = "",
+    right: Sequence[str] = (),
+) -> None:
     """Print ``rows`` (already formatted cells) as table (rich on a TTY), markdown or csv; the
     columns named in ``right`` (numbers) are right-aligned in the table form."""
     out = sys.stdout
@@ -200,7 +268,9 @@ def emit_table(columns: Sequence[str], rows: Sequence[Sequence[str]], fmt: str, 
         for row in rows:
             table.add_row(*row)
         # never squeeze numbers into ellipses: widen past a narrow terminal instead
-        needed = sum(max([len(c)] + [len(r[i]) for r in rows]) + 3 for i, c in enumerate(columns)) + 1
+        needed = (
+            sum(max([len(c)] + [len(r[i]) for r in rows]) + 3 for i, c in enumerate(columns)) + 1
+        )
         console = Console()
         console.width = max(console.width, needed)
         console.print(table)
@@ -210,8 +280,13 @@ def emit_table(columns: Sequence[str], rows: Sequence[Sequence[str]], fmt: str, 
         out.write(title + "\n")
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if name in right else c.ljust(w)
-                         for c, w, name in zip(cells, widths, columns, strict=True)).rstrip() + "\n"
+        return (
+            "  ".join(
+                c.rjust(w) if name in right else c.ljust(w)
+                for c, w, name in zip(cells, widths, columns, strict=True)
+            ).rstrip()
+            + "\n"
+        )
 
     out.write(line(columns))
     for row in rows:

@@ -1,5 +1,6 @@
-"""What the commands that compare share: their options, and how a comparison is printed and its exit code
-found (compare, ab). The comparison itself is the library's (:mod:`katra_trace.analysis.comparison`)."""
+"""What the commands that compare share: their options, and how a comparison is printed and its exit
+code found (compare, ab). The comparison itself is the library's
+(:mod:`katra_trace.analysis.comparison`)."""
 
 from __future__ import annotations
 
@@ -30,11 +31,17 @@ if TYPE_CHECKING:
 
 
 def add_compare_options(p: argparse.ArgumentParser) -> None:
-    """The options shared by ``compare`` and ``ab``: the decision's, the comparability ones and ``--format``."""
+    """The options shared by ``compare`` and ``ab``: the decision's, the comparability ones and
+    ``--format``.
+    """
     add_decision_options(p)
     add_comparability_options(p)
-    p.add_argument("--format", choices=("table", "markdown", "csv", "json"), default="table",
-                   help="output format (default: table)")
+    p.add_argument(
+        "--format",
+        choices=("table", "markdown", "csv", "json"),
+        default="table",
+        help="output format (default: table)",
+    )
 
 
 def _pct(x: float) -> str:
@@ -54,10 +61,15 @@ def _count(x: float | None) -> str:
 
 
 def _time_row(s: Any) -> list[str]:
-    level = (f"{format_ms(s.level_base_ms)} -> {format_ms(s.level_new_ms)}" if s.value_unit == "ms"
-             else f"{_num(s.level_base, '.4g')} -> {_num(s.level_new, '.4g')}")
+    level = (
+        f"{format_ms(s.level_base_ms)} -> {format_ms(s.level_new_ms)}"
+        if s.value_unit == "ms"
+        else f"{_num(s.level_base, '.4g')} -> {_num(s.level_new, '.4g')}"
+    )
     return [
-        s.scene, s.verdict, _pct(s.ratio),
+        s.scene,
+        s.verdict,
+        _pct(s.ratio),
         "-" if s.unit == "frames" else f"[{_pct(s.ci_low)}, {_pct(s.ci_high)}]",
         _num(s.p_holm, ".2g"),
         f"{s.runs_base}/{s.runs_new} ({s.unit})",
@@ -72,18 +84,35 @@ def _time_row(s: Any) -> list[str]:
 def _count_row(s: Any) -> list[str]:
     name = f"{s.scene} / {s.zone}" if s.zone else s.scene
     frame = "" if not s.zone else f" ({_pct_fine(1 + s.frame_change_pct / 100)} of frame)"
-    return [name, s.verdict, _pct_fine(s.ratio) + frame, f"[{_pct_fine(s.ci_low)}, {_pct_fine(s.ci_high)}]",
-            _num(s.noise_floor_pct, ".2g") + "%", f"{s.runs_base}/{s.runs_new}",
-            f"{_count(s.level_base)} -> {_count(s.level_new)}", s.reason]
+    return [
+        name,
+        s.verdict,
+        _pct_fine(s.ratio) + frame,
+        f"[{_pct_fine(s.ci_low)}, {_pct_fine(s.ci_high)}]",
+        _num(s.noise_floor_pct, ".2g") + "%",
+        f"{s.runs_base}/{s.runs_new}",
+        f"{_count(s.level_base)} -> {_count(s.level_new)}",
+        s.reason,
+    ]
 
 
 def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
-    """Print the timing decision in ``fmt`` (table, markdown or csv; the JSON is the whole result's)."""
+    """Print the timing decision in ``fmt`` (table, markdown or csv; the JSON is the whole
+    result's).
+    """
     count = is_count(result.metric)
     rows: list[list[str]] = []
     if count:
-        columns = ["scene / zone", "verdict", "change", "band", "noise floor", "runs",
-                   f"median {result.metric}/frame", "why"]
+        columns = [
+            "scene / zone",
+            "verdict",
+            "change",
+            "band",
+            "noise floor",
+            "runs",
+            f"median {result.metric}/frame",
+            "why",
+        ]
         zones_of: dict[str, list[Any]] = {}
         for z in result.zones:
             zones_of.setdefault(z.scene, []).append(z)
@@ -96,20 +125,42 @@ def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
                     rows.append(_count_row(row))
                 lines.append(row)
     else:
-        unit = "ms" if result.scenes and all(s.value_unit == "ms" for s in result.scenes if s.unit) else "x ref"
-        # times carry their unit in each cell (µs, ms, s); a ratio to the reference says so in the header
-        columns = ["scene", "verdict", "change", "interval", "p (Holm)", "runs",
-                   result.run_stat if unit == "ms" else f"{result.run_stat} {unit}",
-                   "p99", "1% low fps", "frames: change, p", "why"]
+        unit = (
+            "ms"
+            if result.scenes and all(s.value_unit == "ms" for s in result.scenes if s.unit)
+            else "x ref"
+        )
+        # times carry their unit in each cell (µs, ms, s); a ratio to the reference says so in the
+        # header
+        columns = [
+            "scene",
+            "verdict",
+            "change",
+            "interval",
+            "p (Holm)",
+            "runs",
+            result.run_stat if unit == "ms" else f"{result.run_stat} {unit}",
+            "p99",
+            "1% low fps",
+            "frames: change, p",
+            "why",
+        ]
         lines = list(result.scenes)
         for s in result.scenes:
-            rows.append([s.scene, s.verdict, *(["-"] * 8), s.reason] if s.verdict is Verdict.INCOMPARABLE
-                        else _time_row(s))
+            rows.append(
+                [s.scene, s.verdict, *(["-"] * 8), s.reason]
+                if s.verdict is Verdict.INCOMPARABLE
+                else _time_row(s)
+            )
     counts = result.as_dict()["verdicts"]
     summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-    how = ("paired rounds, " if result.paired else "") + ("p10 of each run, " if result.run_stat == "p10" else "")
-    title = (f"katra3d compare ({result.metric or 'no'} {'count' if count else 'clock'}, {how}threshold "
-             f"{result.threshold_pct:g}%, alpha {result.alpha:g}): {summary}")
+    how = ("paired rounds, " if result.paired else "") + (
+        "p10 of each run, " if result.run_stat == "p10" else ""
+    )
+    title = (
+        f"katra3d compare ({result.metric or 'no'} {'count' if count else 'clock'}, {how}threshold "
+        f"{result.threshold_pct:g}%, alpha {result.alpha:g}): {summary}"
+    )
     if fmt == "csv":  # one row per scene (and zone), the reason as a column; notes go to stderr
         emit_table(columns, rows, fmt)
         for note in result.notes:
@@ -136,8 +187,9 @@ def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
 
 
 def print_images(verdicts: dict[str, ImageVerdict], policy: str, fmt: str) -> None:
-    """The image verdicts' lines (one per scene whose image is not identical, then a summary), and FLIP's
-    install line once when a verdict rested on checksums for want of it. csv: on stderr, as notes."""
+    """The image verdicts' lines (one per scene whose image is not identical, then a summary), and
+    FLIP's install line once when a verdict rested on checksums for want of it. csv: on stderr, as
+    notes."""
     out = sys.stderr if fmt == "csv" else sys.stdout
     prefix = "katra3d: note: " if fmt == "csv" else ("- " if fmt == "markdown" else "")
     if not verdicts:
@@ -146,19 +198,28 @@ def print_images(verdicts: dict[str, ImageVerdict], policy: str, fmt: str) -> No
     width = max(len(s) for s in verdicts)
     for scene, v in verdicts.items():
         if v.verdict != "identical":
-            tail = " (--images warn: not a regression)" if v.is_regression and policy == "warn" else ""
+            tail = (
+                " (--images warn: not a regression)" if v.is_regression and policy == "warn" else ""
+            )
             out.write(f"{prefix}{scene.ljust(width)}  {v.line}{tail}\n")
-    counts = {k: sum(1 for v in verdicts.values() if v.verdict == k) for k in dict.fromkeys(
-        v.verdict for v in verdicts.values())}
-    out.write(f"{prefix}images ({policy}): " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items())
-              + "\n")
+    counts = {
+        k: sum(1 for v in verdicts.values() if v.verdict == k)
+        for k in dict.fromkeys(v.verdict for v in verdicts.values())
+    }
+    out.write(
+        f"{prefix}images ({policy}): "
+        + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items())
+        + "\n"
+    )
     missing = flip_missing() if any(v.checksum_only for v in verdicts.values()) else None
     if missing:
         print(f"katra3d: note: {missing}", file=sys.stderr)
 
 
 def print_result(result: ComparisonResult, fmt: str) -> None:
-    """A comparison as compare and ab print it: the JSON object, or the timing table and the image lines."""
+    """A comparison as compare and ab print it: the JSON object, or the timing table and the image
+    lines.
+    """
     if fmt == "json":
         print_json(result.as_dict())
         return
@@ -167,9 +228,11 @@ def print_result(result: ComparisonResult, fmt: str) -> None:
         print_images(dict(result.images), result.image_policy, fmt)
 
 
-def compare_and_print(base: str, new: str | None, args: argparse.Namespace, record: Path | None = None) -> int:
-    """Open both sides, compare them (the library's one comparison), print; returns the exit code. ``record``:
-    an ab directory whose ab.json gets what the rounds were judged on (``decision``)."""
+def compare_and_print(
+    base: str, new: str | None, args: argparse.Namespace, record: Path | None = None
+) -> int:
+    """Open both sides, compare them (the library's one comparison), print; returns the exit code.
+    ``record``: an ab directory whose ab.json gets what the rounds were judged on (``decision``)."""
     # deferred: the comparison loads scipy (about a second); building the parser must not
     from katra_trace.analysis.comparison import compare_sides, open_sides
     from katra_trace.io.tracesets import record_ab_decision
@@ -189,11 +252,22 @@ def compare_and_print(base: str, new: str | None, args: argparse.Namespace, reco
     print_result(result, args.format)
     if result.exit_code == 2:
         where = "in the JSON output" if args.format == "json" else "above"
-        print(f"katra3d: error: nothing comparable between {sides.base!r} and {sides.new!r} (reasons {where})"
-              if result.timing.scenes else
-              f"katra3d: error: nothing comparable between {sides.base!r} and {sides.new!r}: no scenes with "
-              "measured frames", file=sys.stderr)
+        print(
+            f"katra3d: error: nothing comparable between {sides.base!r} and {sides.new!r} (reasons "
+            f"{where})"
+            if result.timing.scenes
+            else f"katra3d: error: nothing comparable between {sides.base!r} and {sides.new!r}: no "
+            "scenes with "
+            "measured frames",
+            file=sys.stderr,
+        )
     return result.exit_code
 
 
-__all__ = ["add_compare_options", "compare_and_print", "print_comparison", "print_images", "print_result"]
+__all__ = [
+    "add_compare_options",
+    "compare_and_print",
+    "print_comparison",
+    "print_images",
+    "print_result",
+]

@@ -1,11 +1,11 @@
-"""``katra3d stats TRACE --slow``: each scene's slow frames and their causes (the printing; the rule is
-:mod:`katra_trace.analysis.slow`'s). ``stats`` loops over the traces and assembles json and csv.
+"""``katra3d stats TRACE --slow``: each scene's slow frames and their causes (the printing; the rule
+is :mod:`katra_trace.analysis.slow`'s). ``stats`` loops over the traces and assembles json and csv.
 
-As text: per scene a short table of causes (count, period, typical excess) and, with ``--all``, every
-slow frame; a scene without frame times (a counted capture) gets one line that says why it has none.
-``--format json`` is the statistics of ``stats --format json`` with, per scene, ``slow_clock``,
-``slow_zone_clock``, ``slow_frames``, ``slow_causes`` and ``slow_note``; ``csv`` one row per slow frame
-(a scene without frame times gets its note on stderr).
+As text: per scene a short table of causes (count, period, typical excess) and, with ``--all``,
+every slow frame; a scene without frame times (a counted capture) gets one line that says why it has
+none. ``--format json`` is the statistics of ``stats --format json`` with, per scene,
+``slow_clock``, ``slow_zone_clock``, ``slow_frames``, ``slow_causes`` and ``slow_note``; ``csv`` one
+row per slow frame (a scene without frame times gets its note on stderr).
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ CSV_COLUMNS = ("scene", "frame", "ms", "ratio", "kind", "name", "excess_ms")
 
 
 def slow_json(trace: Trace, found: dict[str, SceneSlow], zones: bool) -> dict[str, Any]:
-    """``stats --format json`` of ``trace`` with each scene's slow frames (:meth:`SceneSlow.as_dict`) added."""
+    """``stats --format json`` of ``trace`` with each scene's slow frames
+    (:meth:`SceneSlow.as_dict`) added.
+    """
     result = trace_stats(trace, zones=zones)
     for scene, slow in found.items():
         result["scenes"].setdefault(scene, {"metrics": {}, "zones": {}}).update(slow.as_dict())
@@ -37,18 +39,31 @@ def slow_json(trace: Trace, found: dict[str, SceneSlow], zones: bool) -> dict[st
 
 
 def slow_csv_rows(found: dict[str, SceneSlow], where: str, lead: list[str]) -> list[list[str]]:
-    """The :data:`CSV_COLUMNS` rows of the slow frames, each after ``lead`` (a directory's run); the note of a
-    scene without frame times goes to stderr, naming ``where`` (the trace)."""
+    """The :data:`CSV_COLUMNS` rows of the slow frames, each after ``lead`` (a directory's run); the
+    note of a scene without frame times goes to stderr, naming ``where`` (the trace)."""
     for scene, slow in found.items():
         if slow.clock is None:
             warn(f"{escape(where)}: {escape(scene)}: {slow.note}")
-    return [[*lead, scene, str(s.frame), repr(s.ms), repr(s.ratio), s.cause.kind,
-             s.cause.name or "", repr(s.cause.excess_ms)]
-            for scene, slow in found.items() for s in slow.slow]
+    return [
+        [
+            *lead,
+            scene,
+            str(s.frame),
+            repr(s.ms),
+            repr(s.ratio),
+            s.cause.kind,
+            s.cause.name or "",
+            repr(s.cause.excess_ms),
+        ]
+        for scene, slow in found.items()
+        for s in slow.slow
+    ]
 
 
 def print_slow(args: argparse.Namespace, run: str, found: dict[str, SceneSlow]) -> None:
-    """The text forms (table, markdown) of one trace's slow frames, each scene under ``run: scene:``."""
+    """The text forms (table, markdown) of one trace's slow frames, each scene under ``run:
+    scene:``.
+    """
     for scene, slow in found.items():
         if slow.clock is None:
             print(f"{run}: {escape(scene)}: {slow.note}")
@@ -58,8 +73,10 @@ def print_slow(args: argparse.Namespace, run: str, found: dict[str, SceneSlow]) 
 
 def summary_line(slow: SceneSlow) -> str:
     """``4 of 60 frames slow (over 2.5x the moving median of 31 frames), wall clock``."""
-    return (f"{len(slow.slow)} of {slow.frames} frames slow (over {STUTTER_FACTOR:g}x the moving median of "
-            f"{STUTTER_WINDOW_FRAMES} frames), {slow.clock} clock")
+    return (
+        f"{len(slow.slow)} of {slow.frames} frames slow (over {STUTTER_FACTOR:g}x the moving "
+        f"median of {STUTTER_WINDOW_FRAMES} frames), {slow.clock} clock"
+    )
 
 
 def _scene_tables(args: argparse.Namespace, run: str, scene: str, slow: SceneSlow) -> None:
@@ -67,17 +84,41 @@ def _scene_tables(args: argparse.Namespace, run: str, scene: str, slow: SceneSlo
     if not slow.slow:
         print(title)
     else:
-        rows = [[escape(g.label), str(g.count), g.period_text or "-", format_ms(g.typical_excess_ms)]
-                for g in slow.groups]
-        emit_table(list(CAUSE_COLUMNS), rows, args.format, title=title, right=["frames", "typical excess"])
+        rows = [
+            [escape(g.label), str(g.count), g.period_text or "-", format_ms(g.typical_excess_ms)]
+            for g in slow.groups
+        ]
+        emit_table(
+            list(CAUSE_COLUMNS), rows, args.format, title=title, right=["frames", "typical excess"]
+        )
         if args.all:
-            frames = [[str(s.frame), format_ms(s.ms), format_number(s.ratio), escape(s.cause.label),
-                       format_ms(s.cause.excess_ms)] for s in slow.slow]
-            emit_table(list(FRAME_COLUMNS), frames, args.format, title=f"{run}: {escape(scene)}: every slow frame",
-                       right=["frame", "time", "x median", "excess"])
+            frames = [
+                [
+                    str(s.frame),
+                    format_ms(s.ms),
+                    format_number(s.ratio),
+                    escape(s.cause.label),
+                    format_ms(s.cause.excess_ms),
+                ]
+                for s in slow.slow
+            ]
+            emit_table(
+                list(FRAME_COLUMNS),
+                frames,
+                args.format,
+                title=f"{run}: {escape(scene)}: every slow frame",
+                right=["frame", "time", "x median", "excess"],
+            )
     if slow.note:
         print(f"note: {slow.note}")
 
 
-__all__ = ["CAUSE_COLUMNS", "CSV_COLUMNS", "FRAME_COLUMNS", "print_slow", "slow_csv_rows", "slow_json",
-           "summary_line"]
+__all__ = [
+    "CAUSE_COLUMNS",
+    "CSV_COLUMNS",
+    "FRAME_COLUMNS",
+    "print_slow",
+    "slow_csv_rows",
+    "slow_json",
+    "summary_line",
+]

@@ -1,4 +1,6 @@
-"""The CLI's end-of-run table (the progress display is the library's, :mod:`katra3d.harness.run.progress`)."""
+"""The CLI's end-of-run table (the progress display is the library's,
+:mod:`katra3d.harness.run.progress`).
+"""
 
 from __future__ import annotations
 
@@ -25,8 +27,20 @@ def format_table(result: RunResult) -> str:
     what = f"measure {result.timing_mode}" if counts else f"timing {result.timing_mode}"
     size = f"; {result.size[0]}x{result.size[1]}" if result.size else ""
     table = Table(title=f"katra3d run ({result.status}; {what}{size})", title_justify="left")
-    columns = (("scene", "frames", f"median {result.timing_mode}/frame", "min", "max", "spread %", "clock", "params")
-               if counts else ("scene", "frames", "median", "p99", "avg FPS", "1% low FPS", "clock", "params"))
+    columns = (
+        (
+            "scene",
+            "frames",
+            f"median {result.timing_mode}/frame",
+            "min",
+            "max",
+            "spread %",
+            "clock",
+            "params",
+        )
+        if counts
+        else ("scene", "frames", "median", "p99", "avg FPS", "1% low FPS", "clock", "params")
+    )
     for col in columns:
         table.add_column(col, justify="left" if col in ("scene", "clock", "params") else "right")
 
@@ -39,16 +53,34 @@ def format_table(result: RunResult) -> str:
     for r in result.scenes:
         s = r.stats or {}
         if r.status == "skipped":
-            table.add_row(_printable(r.label), "skipped", "-", "-", "-", "-", "", _printable(r.reason[:60]))
+            table.add_row(
+                _printable(r.label), "skipped", "-", "-", "-", "-", "", _printable(r.reason[:60])
+            )
             continue
         label = _printable(r.label) + (" (interrupted)" if r.status == "interrupted" else "")
         params = _printable(" ".join(f"{k}={v}" for k, v in r.params.items()))
         if counts:
-            table.add_row(label, str(r.frames), n(s.get("median")), n(s.get("min")), n(s.get("max")),
-                          f(s.get("spread_pct"), 3), r.clock, params)
+            table.add_row(
+                label,
+                str(r.frames),
+                n(s.get("median")),
+                n(s.get("min")),
+                n(s.get("max")),
+                f(s.get("spread_pct"), 3),
+                r.clock,
+                params,
+            )
         else:
-            table.add_row(label, str(r.frames), format_ms(s.get("median_ms")), format_ms(s.get("p99_ms")),
-                          f(s.get("fps_avg"), 1), f(s.get("fps_low_1pct"), 1), r.clock, params)
+            table.add_row(
+                label,
+                str(r.frames),
+                format_ms(s.get("median_ms")),
+                format_ms(s.get("p99_ms")),
+                f(s.get("fps_avg"), 1),
+                f(s.get("fps_low_1pct"), 1),
+                r.clock,
+                params,
+            )
     console = Console(width=160, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
     console.print(table)
     text: str = console.export_text()

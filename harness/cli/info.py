@@ -24,18 +24,29 @@ from katra_trace.units import format_ms, significant
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("info", help="show a trace's header, host, capture options and counts",
-                       description="Show a trace's header, host info, capture options, counts and damage.")
+    p = sub.add_parser(
+        "info",
+        help="show a trace's header, host, capture options and counts",
+        description="Show a trace's header, host info, capture options, counts and damage.",
+    )
     p.add_argument("trace", metavar="TRACE", help="a .katra trace file")
-    p.add_argument("--all", action="store_true", help="every header field, host fact and capture option "
-                   "(default: a compact summary without empty fields)")
-    p.add_argument("--json", action="store_true", help="print one JSON object (header, summary, events, truncated); "
-                   "always complete")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="every header field, host fact and capture option "
+        "(default: a compact summary without empty fields)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (header, summary, events, truncated); always complete",
+    )
     p.set_defaults(func=run)
 
 
 def _enum_name(enum: type[Kind] | type[Clock], value: int, prefix: str) -> str:
-    """``frame`` / ``wall``; a value this build does not know (a newer format minor) as ``clock9``."""
+    """``frame`` / ``wall``; a value this build does not know (a newer format
+    minor) as ``clock9``."""
     try:
         return enum(value).name.lower()
     except ValueError:
@@ -47,16 +58,24 @@ def event_counts(trace: Trace) -> dict[str, Any]:
     ev = trace.events
     kinds, kind_n = np.unique(ev["kind"], return_counts=True)
     clocks, clock_n = np.unique(ev["clock"], return_counts=True)
-    by_kind = {_enum_name(Kind, int(k), "kind"): int(n) for k, n in zip(kinds, kind_n)}
-    by_clock = {_enum_name(Clock, int(c), "clock"): int(n) for c, n in zip(clocks, clock_n)}
+    by_kind = {_enum_name(Kind, int(k), "kind"): int(n) for k, n in zip(kinds, kind_n, strict=True)}
+    by_clock = {
+        _enum_name(Clock, int(c), "clock"): int(n) for c, n in zip(clocks, clock_n, strict=True)
+    }
     scenes = sorted({trace.name(s) for s in set(ev["scene"].tolist()) if s})
     return {
         "by_kind": by_kind,
         "by_clock": by_clock,
         "warmup_events": int(((ev["flags"] & Flag.WARMUP) != 0).sum()),
         # frames, not events: one warmup frame is an event per clock (and zone)
-        "warmup_frames": int(len({(int(e["scene"]), int(e["frame"])) for e in
-                                  ev[(ev["kind"] == Kind.FRAME) & ((ev["flags"] & Flag.WARMUP) != 0)]})),
+        "warmup_frames": int(
+            len(
+                {
+                    (int(e["scene"]), int(e["frame"]))
+                    for e in ev[(ev["kind"] == Kind.FRAME) & ((ev["flags"] & Flag.WARMUP) != 0)]
+                }
+            )
+        ),
         "scenes": scenes,
     }
 
@@ -75,9 +94,21 @@ def info_dict(trace: Trace) -> dict[str, Any]:
         "stopped_at": trace.stopped_at,
         "stop_reason": trace.stop_reason or None,
         "notes": trace.notes,
-        "images": [{"scene": i.scene, "frame_index": i.frame_index, "time_s": i.time_s, "width": i.width,
-                    "height": i.height, "channels": i.channels, "sha256": i.sha256, "key": i.key, "offset": i.offset,
-                    "damage": i.damage or None} for i in _kept_frames(trace)],
+        "images": [
+            {
+                "scene": i.scene,
+                "frame_index": i.frame_index,
+                "time_s": i.time_s,
+                "width": i.width,
+                "height": i.height,
+                "channels": i.channels,
+                "sha256": i.sha256,
+                "key": i.key,
+                "offset": i.offset,
+                "damage": i.damage or None,
+            }
+            for i in _kept_frames(trace)
+        ],
     }
 
 
@@ -99,7 +130,8 @@ def _is_nested(v: Any) -> bool:
 
 
 def _lines(items: dict[str, Any], indent: str) -> list[str]:
-    """Aligned ``key  value`` lines; nested dicts and lists of dicts get their own indented lines."""
+    """Aligned ``key  value`` lines; nested dicts and lists of dicts get
+    their own indented lines."""
     out: list[str] = []
     width = max((len(str(k)) for k in items), default=0)
     for k, v in items.items():
@@ -136,26 +168,36 @@ def render_text(trace: Trace) -> str:
         f"written by {_known(h.tool_version)}",
         f"workload  {h.workload or '-'}",
         f"started   {started}  pid {_known(h.pid)}",
-        f"status    {s.get('status', '?')}" + ("  (summary rebuilt by scanning)" if trace.summary_rebuilt else ""),
-        f"events    {n}  ({_fmt_value(counts['by_kind'])}; clocks: {_fmt_value(counts['by_clock'])}; "
+        f"status    {s.get('status', '?')}"
+        + ("  (summary rebuilt by scanning)" if trace.summary_rebuilt else ""),
+        f"events    {n}  ({_fmt_value(counts['by_kind'])}; clocks: "
+        f"{_fmt_value(counts['by_clock'])}; "
         f"warmup frames {counts['warmup_frames']})",
         f"scenes    {', '.join(counts['scenes']) or '-'}",
         f"size      {trace.size} bytes" + (f", {trace.size / n:.1f} bytes/event" if n else ""),
     ]
     if s.get("dropped_events"):
-        lines.append(f"dropped   {s['dropped_events']} events in {s.get('dropped_batches', '?')} batches "
-                     "(drop policy)")
+        lines.append(
+            f"dropped   {s['dropped_events']} events in {s.get('dropped_batches', '?')} batches "
+            "(drop policy)"
+        )
     if h.notes:
         lines.append(f"notes     {h.notes}")
     if trace.truncated:
-        lines.append(f"DAMAGED   {trace.stop_reason}; everything before offset {trace.stopped_at} was recovered")
+        lines.append(
+            f"DAMAGED   {trace.stop_reason}; everything before offset {trace.stopped_at} was "
+            "recovered"
+        )
     for note in trace.notes:
         lines.append(f"repaired  {note}")
     lines += [f"image     {_image_line(frame)}" for frame in _kept_frames(trace)]
     lines += [f"shard     {line}" for line in _shard_lines(trace)]
     opts = h.capture_options
     if opts.timing_mode:
-        lines.append(f"timing    {opts.timing_mode}" + (f" ({opts.timing_reason})" if opts.timing_reason else ""))
+        lines.append(
+            f"timing    {opts.timing_mode}"
+            + (f" ({opts.timing_reason})" if opts.timing_reason else "")
+        )
     lines += _section("capture options", opts.as_dict())
     lines += _section("host", h.host_info.as_dict())
     if s.get("user"):
@@ -173,7 +215,9 @@ def _started(start_wall_ns: int | None) -> str:
     if start_wall_ns is None:
         return ""
     try:
-        return dt.datetime.fromtimestamp(start_wall_ns / 1e9, dt.timezone.utc).isoformat(timespec="seconds")
+        return dt.datetime.fromtimestamp(start_wall_ns / 1e9, dt.timezone.utc).isoformat(
+            timespec="seconds"
+        )
     except (OverflowError, ValueError, OSError):
         return ""
 
@@ -183,21 +227,25 @@ def _capture_line(trace: Trace) -> str:
     o = trace.header.capture_options
     size = f"{o.run_size[0]}x{o.run_size[1]}" if o.run_size and len(o.run_size) == 2 else ""
     duration = o.resolved.duration_s
-    frames = (f"{o.run_frames} frames" if o.run_frames else f"{duration:g} s" if duration else "")
+    frames = f"{o.run_frames} frames" if o.run_frames else f"{duration:g} s" if duration else ""
     if frames and o.run_warmup:
         frames += f" (+{o.run_warmup} warmup)"
-    return _joined(size, frames + (" a scene" if frames and o.resolved.scenes else ""),
-                   f"{o.run_samples}x MSAA" if o.run_samples else "",
-                   f"zones {o.zones}" if o.zones not in (None, False, "off") else "",
-                   f"backend {trace.header.host_info.backend or o.resolved.backend or ''}".strip()
-                   if (trace.header.host_info.backend or o.resolved.backend) else "",
-                   f"measure {o.measure_mode}" if o.measure_mode != "time" else "",
-                   f"via {o.api}" if o.api and o.api != "run" else "")
+    return _joined(
+        size,
+        frames + (" a scene" if frames and o.resolved.scenes else ""),
+        f"{o.run_samples}x MSAA" if o.run_samples else "",
+        f"zones {o.zones}" if o.zones not in (None, False, "off") else "",
+        f"backend {trace.header.host_info.backend or o.resolved.backend or ''}".strip()
+        if (trace.header.host_info.backend or o.resolved.backend)
+        else "",
+        f"measure {o.measure_mode}" if o.measure_mode != "time" else "",
+        f"via {o.api}" if o.api and o.api != "run" else "",
+    )
 
 
 def _scene_lines(trace: Trace, counts: dict[str, Any]) -> list[str]:
-    """One line per scene: status, frames, median on its clock, params (the run's summary when it has
-    one, else the scene names the events carry)."""
+    """One line per scene: status, frames, median on its clock, params (the run's summary when it
+    has one, else the scene names the events carry)."""
     # the summary is the file's word: anything may be there, so only a list of objects is read
     user = trace.summary.get("user")
     listed = user.get("scenes") if isinstance(user, dict) else None
@@ -210,12 +258,25 @@ def _scene_lines(trace: Trace, counts: dict[str, Any]) -> list[str]:
     for s in recorded:
         name = str(s.get("scene", "?"))
         median = s.get("median_ms")
-        level = (f"median {format_ms(median)} ({s.get('clock', '?')})" if isinstance(median, (int, float))
-                 else f"median {_fmt_value(s.get('median'))} {s.get('clock', '')}".rstrip()
-                 if s.get("median") is not None else "")
+        level = (
+            f"median {format_ms(median)} ({s.get('clock', '?')})"
+            if isinstance(median, (int, float))
+            else f"median {_fmt_value(s.get('median'))} {s.get('clock', '')}".rstrip()
+            if s.get("median") is not None
+            else ""
+        )
         frames = f"{s['frames']} frames" if s.get("frames") is not None else ""
-        out.append(_joined(name.ljust(width), s.get("status"), frames, level, _params(params.get(name)),
-                           s.get("reason"), sep="  "))
+        out.append(
+            _joined(
+                name.ljust(width),
+                s.get("status"),
+                frames,
+                level,
+                _params(params.get(name)),
+                s.get("reason"),
+                sep="  ",
+            )
+        )
     return out
 
 
@@ -229,32 +290,49 @@ def _host_text(h: HostInfo) -> list[str]:
     system = h.system.as_dict()
     cores = system.get("cpu_cores")
     gl = _joined(h.renderer, f"OpenGL {h.gl.version}" if h.gl.version else "")
-    machine = _joined(system.get("cpu_model"), f"{cores} cores" if cores else "",
-                      _joined(system.get("os"), system.get("kernel"), sep=" "),
-                      f"Python {system['python']}" if system.get("python") else "", system.get("hostname"))
+    machine = _joined(
+        system.get("cpu_model"),
+        f"{cores} cores" if cores else "",
+        _joined(system.get("os"), system.get("kernel"), sep=" "),
+        f"Python {system['python']}" if system.get("python") else "",
+        system.get("hostname"),
+    )
     return [line for line in (gl, machine) if line]
 
 
 def _shard_lines(trace: Trace) -> list[str]:
-    """A merged trace's shards (``katra3d merge``), a line each: I/N, the file, its scenes, its start and its
-    host; or, for one shard of a run, which share it is."""
+    """A merged trace's shards (``katra3d merge``), a line each: I/N, the file, its scenes, its
+    start and its host; or, for one shard of a run, which share it is."""
     shard = trace.header.capture_options.shard
     if not trace.header.shards:
         return [f"{shard} of the run's scenes (katra3d merge joins the shards)"] if shard else []
     host = trace.header.host_info.as_dict()
-    return [_joined(_joined(s.shard, s.file, sep=" "), ", ".join(s.scenes or ()) or "", _started(s.start_wall_ns),
-                    "the host above" if s.host_info.as_dict() == host else "; ".join(_host_text(s.host_info)),
-                    sep="; ") for s in trace.header.shards]
+    return [
+        _joined(
+            _joined(s.shard, s.file, sep=" "),
+            ", ".join(s.scenes or ()) or "",
+            _started(s.start_wall_ns),
+            "the host above"
+            if s.host_info.as_dict() == host
+            else "; ".join(_host_text(s.host_info)),
+            sep="; ",
+        )
+        for s in trace.header.shards
+    ]
 
 
 def _kept_frames(trace: Trace) -> list[KeptFrame]:
-    """The frames the trace keeps for the image verdicts (docs/kept-images.md), as the reader found them: their
-    facts, and what is wrong with a damaged one's PNG. No pixel is decoded (``validate`` checks them)."""
+    """The frames the trace keeps for the image verdicts (docs/kept-images.md), as the reader found
+    them: their facts, and what is wrong with a damaged one's PNG. No pixel is decoded (``validate``
+    checks them)."""
     return list(trace.kept_frames.values())
 
 
 def _image_line(frame: KeptFrame) -> str:
-    line = f"{frame.scene}: frame {frame.frame_index}, {frame.width}x{frame.height}, sha256 {frame.sha256[:12]}"
+    line = (
+        f"{frame.scene}: frame {frame.frame_index}, {frame.width}x{frame.height}, sha256 "
+        f"{frame.sha256[:12]}"
+    )
     return f"{line}; DAMAGED: {frame.damage}" if frame.damage else line
 
 
@@ -268,13 +346,35 @@ def render_compact(trace: Trace, width: int = 80) -> str:
     rows: list[tuple[str, str | list[str]]] = [
         ("trace", f"{trace.path} ({trace.size} bytes, {n} events)"),
         ("workload", h.workload or ""),
-        ("status", _joined(s.get("status", "?"), "summary rebuilt by scanning" if trace.summary_rebuilt else "")),
-        ("written", _joined(_started(h.start_wall_ns), f"by {h.tool_version}" if h.tool_version else "",
-                            f"format {h.format_version}" if h.format_version else "")),
-        ("timing", _joined(_joined(o.timing_mode, f"{o.primary_clock} clock" if o.primary_clock else ""),
-                           o.timing_reason, sep=": ")),
+        (
+            "status",
+            _joined(
+                s.get("status", "?"), "summary rebuilt by scanning" if trace.summary_rebuilt else ""
+            ),
+        ),
+        (
+            "written",
+            _joined(
+                _started(h.start_wall_ns),
+                f"by {h.tool_version}" if h.tool_version else "",
+                f"format {h.format_version}" if h.format_version else "",
+            ),
+        ),
+        (
+            "timing",
+            _joined(
+                _joined(o.timing_mode, f"{o.primary_clock} clock" if o.primary_clock else ""),
+                o.timing_reason,
+                sep=": ",
+            ),
+        ),
         ("capture", _capture_line(trace)),
-        ("events", f"{_fmt_value(counts['by_kind'])}; clocks {_fmt_value(counts['by_clock'])}" if n else ""),
+        (
+            "events",
+            f"{_fmt_value(counts['by_kind'])}; clocks {_fmt_value(counts['by_clock'])}"
+            if n
+            else "",
+        ),
         ("scenes", _scene_lines(trace, counts)),
         ("images", [_image_line(i) for i in _kept_frames(trace)]),
         ("host", _host_text(trace.header.host_info)),
@@ -282,12 +382,25 @@ def render_compact(trace: Trace, width: int = 80) -> str:
         ("notes", h.notes or ""),
     ]
     if counts["warmup_frames"]:
-        rows.insert(-3, ("warmup", f"{counts['warmup_frames']} warmup frames recorded, left out of statistics"))
+        rows.insert(
+            -3,
+            ("warmup", f"{counts['warmup_frames']} warmup frames recorded, left out of statistics"),
+        )
     if s.get("dropped_events"):
-        rows.append(("dropped", f"{s['dropped_events']} events in {s.get('dropped_batches', '?')} batches "
-                                "(drop policy)"))
+        rows.append(
+            (
+                "dropped",
+                f"{s['dropped_events']} events in {s.get('dropped_batches', '?')} batches "
+                "(drop policy)",
+            )
+        )
     if trace.truncated:
-        rows.append(("DAMAGED", f"{trace.stop_reason}; everything before offset {trace.stopped_at} was recovered"))
+        rows.append(
+            (
+                "DAMAGED",
+                f"{trace.stop_reason}; everything before offset {trace.stopped_at} was recovered",
+            )
+        )
     rows += [("repaired", note) for note in trace.notes]
     label_w = max(len(k) for k, _ in rows) + 2
     out: list[str] = []
@@ -296,9 +409,14 @@ def render_compact(trace: Trace, width: int = 80) -> str:
             if not text:
                 continue
             lead = (label if i == 0 else "").ljust(label_w)
-            out += textwrap.wrap(escape(text), width=max(width, label_w + 20), initial_indent=lead,
-                                 subsequent_indent=" " * label_w, break_on_hyphens=False,
-                                 break_long_words=False) or [lead.rstrip()]
+            out += textwrap.wrap(
+                escape(text),
+                width=max(width, label_w + 20),
+                initial_indent=lead,
+                subsequent_indent=" " * label_w,
+                break_on_hyphens=False,
+                break_long_words=False,
+            ) or [lead.rstrip()]
     out.append("(katra3d info --all: every field; --json for scripts)")
     return "\n".join(out)
 

@@ -14,7 +14,14 @@ from typing import Any
 from katra3d.harness.cli._common import print_json
 from katra3d.harness.cli._table import format_table
 from katra3d.harness.replay import capture as replay_capture
-from katra3d.harness.run.config import RunConfig, parse_int, parse_param, parse_seconds, parse_size, plan_run
+from katra3d.harness.run.config import (
+    RunConfig,
+    parse_int,
+    parse_param,
+    parse_seconds,
+    parse_size,
+    plan_run,
+)
 from katra3d.harness.run.jobs import parse_jobs
 from katra3d.harness.run.progress import Progress
 from katra_trace.analysis.images import flip_missing
@@ -26,70 +33,162 @@ from katra_trace.io.tracesets import open_quietly
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
-        "run", help="run scenes (or a suite) headless and write a trace",
+        "run",
+        help="run scenes (or a suite) headless and write a trace",
         description="Render scenes in a headless GL context, time every frame (and, with --zones, "
-                    "every pass or draw) and stream the timings into a .katra trace. "
-                    "docs/timing.md says what each number means.")
-    p.add_argument("scenes", nargs="*", metavar="SCENE",
-                   help="scene names (see 'katra3d scenes'), path/to/file.py (its one scene class), "
-                        "path/to/file.py:Class or package.module:Class; before or after the options")
-    p.add_argument("--suite", metavar="NAME", help="run a named suite (ci, default, stress); scenes named "
-                   "on the command line run after it")
-    p.add_argument("--shard", metavar="I/N", help="run shard I of N: a share of the scenes of about equal "
-                   "estimated cost, the same on every machine (join the shards with 'katra3d merge'; docs/ci.md)")
-    p.add_argument("-o", "--output", metavar="PATH",
-                   help="trace file to write (default: traces/<UTC timestamp>-<suite or scene>.katra)")
-    p.add_argument("--frames", metavar="N", help="measured frames per scene (default: the suite's, else 100)")
-    p.add_argument("--duration", metavar="S", help="measure each scene for S seconds instead of N frames")
-    p.add_argument("--warmup", metavar="N", help="warmup frames per scene, recorded and flagged "
-                   "(default: the suite's, else 5)")
-    p.add_argument("--size", metavar="WxH", help="framebuffer size in pixels (default: the suite's, else 640x360)")
+        "every pass or draw) and stream the timings into a .katra trace. "
+        "docs/timing.md says what each number means.",
+    )
+    p.add_argument(
+        "scenes",
+        nargs="*",
+        metavar="SCENE",
+        help="scene names (see 'katra3d scenes'), path/to/file.py (its one scene class), "
+        "path/to/file.py:Class or package.module:Class; before or after the options",
+    )
+    p.add_argument(
+        "--suite",
+        metavar="NAME",
+        help="run a named suite (ci, default, stress); scenes named "
+        "on the command line run after it",
+    )
+    p.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run shard I of N: a share of the scenes of about equal "
+        "estimated cost, the same on every machine (join the shards with 'katra3d merge'; "
+        "docs/ci.md)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="PATH",
+        help="trace file to write (default: traces/<UTC timestamp>-<suite or scene>.katra)",
+    )
+    p.add_argument(
+        "--frames", metavar="N", help="measured frames per scene (default: the suite's, else 100)"
+    )
+    p.add_argument(
+        "--duration", metavar="S", help="measure each scene for S seconds instead of N frames"
+    )
+    p.add_argument(
+        "--warmup",
+        metavar="N",
+        help="warmup frames per scene, recorded and flagged (default: the suite's, else 5)",
+    )
+    p.add_argument(
+        "--size",
+        metavar="WxH",
+        help="framebuffer size in pixels (default: the suite's, else 640x360)",
+    )
     p.add_argument("--samples", metavar="N", default="0", help="MSAA samples (default 0: none)")
-    p.add_argument("--backend", metavar="NAME", help="egl (default), glfw or auto; $KATRA3D_BACKEND sets "
-                   "the default")
+    p.add_argument(
+        "--backend",
+        metavar="NAME",
+        help="egl (default), glfw or auto; $KATRA3D_BACKEND sets the default",
+    )
     p.add_argument("--device", metavar="N", help="EGL device index (see 'katra3d doctor')")
-    p.add_argument("--timing", metavar="MODE", default="auto",
-                   help="auto (default: sync on software renderers, gpu elsewhere), gpu or sync")
-    p.add_argument("--measure", metavar="WHAT", default="time",
-                   help="time (default: the clocks of --timing), instructions or cycles: count each frame's "
-                        "work under callgrind on a software renderer, deterministic to the instruction "
-                        "(docs/measure.md)")
-    p.add_argument("--jobs", metavar="N",
-                   help="with --measure instructions|cycles: count up to N scenes at once, each in its own valgrind "
-                        "child (default: the usable cores, fewer when memory is short); a time run measures one "
-                        "scene at a time (docs/measure.md)")
-    p.add_argument("--reference-every", metavar="K",
-                   help="time a small fixed reference draw after every K-th measured frame, for "
-                        "'compare --normalize' (sync timing; default 4, 0 = off)")
-    p.add_argument("--zones", nargs="?", const="passes", default="off", metavar="MODE",
-                   help="off (default), passes (the scene's zones; --zones alone) or draws (every draw, dispatch, "
-                        "clear and blit too, named <pass>/<label>#<k>); zones add KHR_debug groups")
-    p.add_argument("--max-draw-zones", metavar="N",
-                   help="with --zones draws: time at most N draws a frame (the rest are counted as untimed)")
-    p.add_argument("--param", metavar="[SCENE.]KEY=VALUE", action="append", default=[],
-                   help="set a scene parameter (repeatable); KEY=VALUE without SCENE. when one scene runs")
-    p.add_argument("--seed", metavar="N", default="0", help="seed of the scenes' random numbers (default 0)")
-    p.add_argument("--note", metavar="TEXT", default="", help="free text stored in the trace header")
-    p.add_argument("--screenshot", metavar="DIR", help="save each scene's last frame as DIR/<scene>.png")
-    p.add_argument("--no-keep-image", dest="keep_image", action="store_false",
-                   help="do not keep each scene's last measured frame in the trace (kept by default in --frames "
-                        "runs, for image checks: docs/images.md)")
-    p.add_argument("--expect-images", metavar="DIR",
-                   help="check each scene's last frame against DIR's reference for this device (a device "
-                        "without one is skipped with a notice); a changed image exits 1")
-    p.add_argument("--update-images", action="store_true",
-                   help="with --expect-images DIR: record this run's frames as DIR's references for this device")
-    p.add_argument("--force", action="store_true",
-                   help="replace an existing output file (only once the new capture has recorded something)")
-    p.add_argument("--codec", metavar="NAME",
-                   help="how the trace's events are compressed: zstd (default), blosc2 (needs python-blosc2) or none")
+    p.add_argument(
+        "--timing",
+        metavar="MODE",
+        default="auto",
+        help="auto (default: sync on software renderers, gpu elsewhere), gpu or sync",
+    )
+    p.add_argument(
+        "--measure",
+        metavar="WHAT",
+        default="time",
+        help="time (default: the clocks of --timing), instructions or cycles: count each frame's "
+        "work under callgrind on a software renderer, deterministic to the instruction "
+        "(docs/measure.md)",
+    )
+    p.add_argument(
+        "--jobs",
+        metavar="N",
+        help="with --measure instructions|cycles: count up to N scenes at once, each in its own "
+        "valgrind "
+        "child (default: the usable cores, fewer when memory is short); a time run measures one "
+        "scene at a time (docs/measure.md)",
+    )
+    p.add_argument(
+        "--reference-every",
+        metavar="K",
+        help="time a small fixed reference draw after every K-th measured frame, for "
+        "'compare --normalize' (sync timing; default 4, 0 = off)",
+    )
+    p.add_argument(
+        "--zones",
+        nargs="?",
+        const="passes",
+        default="off",
+        metavar="MODE",
+        help="off (default), passes (the scene's zones; --zones alone) or draws (every draw, "
+        "dispatch, "
+        "clear and blit too, named <pass>/<label>#<k>); zones add KHR_debug groups",
+    )
+    p.add_argument(
+        "--max-draw-zones",
+        metavar="N",
+        help="with --zones draws: time at most N draws a frame (the rest are counted as untimed)",
+    )
+    p.add_argument(
+        "--param",
+        metavar="[SCENE.]KEY=VALUE",
+        action="append",
+        default=[],
+        help="set a scene parameter (repeatable); KEY=VALUE without SCENE. when one scene runs",
+    )
+    p.add_argument(
+        "--seed", metavar="N", default="0", help="seed of the scenes' random numbers (default 0)"
+    )
+    p.add_argument(
+        "--note", metavar="TEXT", default="", help="free text stored in the trace header"
+    )
+    p.add_argument(
+        "--screenshot", metavar="DIR", help="save each scene's last frame as DIR/<scene>.png"
+    )
+    p.add_argument(
+        "--no-keep-image",
+        dest="keep_image",
+        action="store_false",
+        help="do not keep each scene's last measured frame in the trace (kept by default in "
+        "--frames "
+        "runs, for image checks: docs/images.md)",
+    )
+    p.add_argument(
+        "--expect-images",
+        metavar="DIR",
+        help="check each scene's last frame against DIR's reference for this device (a device "
+        "without one is skipped with a notice); a changed image exits 1",
+    )
+    p.add_argument(
+        "--update-images",
+        action="store_true",
+        help="with --expect-images DIR: record this run's frames as DIR's references for this "
+        "device",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing output file (only once the new capture has recorded something)",
+    )
+    p.add_argument(
+        "--codec",
+        metavar="NAME",
+        help="how the trace's events are compressed: zstd (default), blosc2 (needs python-blosc2) "
+        "or none",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress output")
-    p.add_argument("--json", action="store_true", help="print the end table as one JSON object instead")
+    p.add_argument(
+        "--json", action="store_true", help="print the end table as one JSON object instead"
+    )
     p.set_defaults(func=run)
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    """Build a :class:`katra3d.harness.run.config.RunConfig` from parsed arguments (ConfigError on bad values)."""
+    """Build a :class:`katra3d.harness.run.config.RunConfig` from parsed arguments (ConfigError on
+    bad values).
+    """
     if args.frames is not None and args.duration is not None:
         raise ConfigError("give --frames or --duration, not both")
     return RunConfig(
@@ -129,7 +228,9 @@ def _codec(text: str | None) -> str | None:
         return None
     codec = text.strip().lower()
     if codec not in fmt.CODEC_NAMES:
-        raise ConfigError(f"--codec: unknown codec {text!r}; choose one of: {', '.join(fmt.CODEC_NAMES)}")
+        raise ConfigError(
+            f"--codec: unknown codec {text!r}; choose one of: {', '.join(fmt.CODEC_NAMES)}"
+        )
     if codec == "blosc2":
         fmt.load_blosc2("--codec blosc2")
     return codec
@@ -139,7 +240,8 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     plan = plan_run(config)
     progress = Progress(len(plan.entries), quiet=args.quiet, phase_lines=plan.counting is not None)
-    result = replay_capture.run_any(config, plan=plan, progress=progress)  # apitrace traces replayed (docs/replay.md)
+    # apitrace traces replayed (docs/replay.md)
+    result = replay_capture.run_any(config, plan=plan, progress=progress)
     if args.json:
         print_json(result.as_dict())
     else:
@@ -147,21 +249,31 @@ def run(args: argparse.Namespace) -> int:
     if result.status == "interrupted":
         return stopped_exit_code(result.signal_name)
     if plan.expect_images is not None:
-        return _check_images(plan.expect_images, result.path, [r.label for r in result.scenes],
-                             update=bool(args.update_images))
+        return _check_images(
+            plan.expect_images,
+            result.path,
+            [r.label for r in result.scenes],
+            update=bool(args.update_images),
+        )
     return 0
 
 
 def _check_images(directory: Path, trace: Path, scenes: list[str], *, update: bool) -> int:
-    """--expect-images / --update-images: one line a scene; 1 when an image changed, 2 when a check could
-    not be made (a reference of another frame, a kept frame that cannot be read). The run's trace is read
-    once; each kept frame is decoded when its check comes, one at a time."""
+    """--expect-images / --update-images: one line a scene; 1 when an image changed, 2 when a check
+    could not be made (a reference of another frame, a kept frame that cannot be read). The run's
+    trace is read once; each kept frame is decoded when its check comes, one at a time."""
     images = open_quietly(str(trace)).kept_frames
-    checks = record_references(directory, images) if update else check_references(directory, images, scenes)
+    checks = (
+        record_references(directory, images)
+        if update
+        else check_references(directory, images, scenes)
+    )
     for check in checks:
         print(check.line)
     missing = flip_missing()
-    if missing is not None and any(c.verdict is not None and c.verdict.checksum_only for c in checks):
+    if missing is not None and any(
+        c.verdict is not None and c.verdict.checksum_only for c in checks
+    ):
         print(f"katra3d: notice: image checks by checksum only: {missing}", file=sys.stderr)
     if any(c.regression for c in checks):
         return 1

@@ -11,19 +11,26 @@ import argparse
 from typing import Any
 
 from katra3d.harness.cli._common import print_json
-from katra_trace.errors import SceneError
 from katra3d.scenes.api import Scene
 from katra3d.scenes.registry import builtin_scenes, describe_range, entry_point_scenes, get_scene
 from katra3d.scenes.suites import SUITES, suites_containing
+from katra_trace.errors import SceneError
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("scenes", help="list scenes: description, what they stress, params, suites",
-                       description="List the built-in and installed scenes with their description, "
-                                   "what they stress, their params (default, valid range, meaning) "
-                                   "and the suites that run them; also list the suites.")
-    p.add_argument("scene", nargs="?", metavar="SCENE",
-                   help="show only this scene: a name, path/to/file.py:Class or package.module:Class")
+    p = sub.add_parser(
+        "scenes",
+        help="list scenes: description, what they stress, params, suites",
+        description="List the built-in and installed scenes with their description, "
+        "what they stress, their params (default, valid range, meaning) "
+        "and the suites that run them; also list the suites.",
+    )
+    p.add_argument(
+        "scene",
+        nargs="?",
+        metavar="SCENE",
+        help="show only this scene: a name, path/to/file.py:Class or package.module:Class",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -57,7 +64,10 @@ def catalogue() -> dict[str, Any]:
             "size": list(s.size),
             "frames": s.frames,
             "warmup": s.warmup,
-            "entries": [{"scene": n, "params": {k: _jsonable(v) for k, v in p.items()}} for n, p in s.entries],
+            "entries": [
+                {"scene": n, "params": {k: _jsonable(v) for k, v in p.items()}}
+                for n, p in s.entries
+            ],
         }
         for s in SUITES.values()
     }
@@ -68,7 +78,9 @@ def catalogue() -> dict[str, Any]:
 
 
 def one_scene(spec: str) -> dict[str, Any]:
-    """What ``katra3d scenes SPEC`` shows: the one scene ``spec`` names (SceneError, exit 2, if none)."""
+    """What ``katra3d scenes SPEC`` shows: the one scene ``spec`` names (SceneError, exit 2, if
+    none).
+    """
     spec = spec.strip()
     cls = get_scene(spec)
     entry_points = entry_point_scenes()
@@ -80,7 +92,8 @@ def one_scene(spec: str) -> dict[str, Any]:
 
 
 def scene_entry(name: str, cls: type[Scene], origin: str) -> dict[str, Any]:
-    """One scene as ``katra3d scenes`` shows it (JSON-ready): description, stresses, params, suites."""
+    """One scene as ``katra3d scenes`` shows it (JSON-ready): description,
+    stresses, params, suites."""
     params = {
         key: {
             "default": _jsonable(param.default),
@@ -96,7 +109,8 @@ def scene_entry(name: str, cls: type[Scene], origin: str) -> dict[str, Any]:
     return {
         "name": name,
         # a user's scene often says what it is in its docstring only
-        "description": cls.description or (cls.__dict__.get("__doc__") or "").strip().split("\n")[0],
+        "description": cls.description
+        or (cls.__dict__.get("__doc__") or "").strip().split("\n")[0],
         "stresses": list(cls.stresses),
         "min_gl_version": cls.min_gl_version,
         "required_extensions": list(cls.required_extensions),
@@ -111,8 +125,8 @@ def _gl(code: int) -> str:
 
 
 def scene_lines(sc: dict[str, Any], prefix: str | None = None) -> list[str]:
-    """One scene of :func:`scene_entry` as text; each param as the ``--param`` that sets it to its default
-    (``prefix``: what comes before ``.KEY``, the scene's name unless given)."""
+    """One scene of :func:`scene_entry` as text; each param as the ``--param`` that sets it to its
+    default (``prefix``: what comes before ``.KEY``, the scene's name unless given)."""
     lines = [f"{sc['name']}  -  {sc['description']}" if sc["description"] else sc["name"]]
     extra = f"   (needs GL {_gl(sc['min_gl_version'])})" if sc["min_gl_version"] > 330 else ""
     if sc["stresses"] or extra:
@@ -124,7 +138,9 @@ def scene_lines(sc: dict[str, Any], prefix: str | None = None) -> list[str]:
     for key, p in sc["params"].items():
         default = p["default"]
         shown = ("true" if default else "false") if isinstance(default, bool) else default
-        lines.append(f"    --param {prefix or sc['name']}.{key}={shown}   [{p['range']}]  {p['help']}")
+        lines.append(
+            f"    --param {prefix or sc['name']}.{key}={shown}   [{p['range']}]  {p['help']}"
+        )
     return lines
 
 
@@ -134,8 +150,11 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print_json(sc)
         else:
-            # the spec as given (x.py:Class, ./x.py, a module's): `run` takes that spelling in --param
-            lines = scene_lines(sc, prefix=None if args.scene.strip() == sc["name"] else args.scene.strip())
+            # the spec as given (x.py:Class, ./x.py, a module's): `run` takes that spelling in
+            # --param
+            lines = scene_lines(
+                sc, prefix=None if args.scene.strip() == sc["name"] else args.scene.strip()
+            )
             if not sc["params"]:
                 lines.append("    (no params)")
             print("\n".join(lines))
@@ -151,8 +170,10 @@ def run(args: argparse.Namespace) -> int:
     lines.append("suites:")
     for name, s in cat["suites"].items():
         w, h = s["size"]
-        lines.append(f"  {name:8} {w}x{h}, {s['frames']} frames + {s['warmup']} warmup per scene, "
-                     f"{len(s['entries'])} scenes: {s['description']}")
+        lines.append(
+            f"  {name:8} {w}x{h}, {s['frames']} frames + {s['warmup']} warmup per scene, "
+            f"{len(s['entries'])} scenes: {s['description']}"
+        )
     for err in cat.get("errors", []):
         lines.append(f"warning: installed scene '{err['name']}' cannot be loaded: {err['error']}")
     print("\n".join(lines))

@@ -1,4 +1,5 @@
-"""``katra3d stats TRACE [--zones] [--all] [--format table|json|csv|markdown]``: frame-time statistics.
+"""``katra3d stats TRACE [--zones] [--all] [--format table|json|csv|markdown]``: frame-time
+statistics.
 
 The text forms (table, markdown) are compact by default: the run's primary clock only (the
 clock ``run`` named, recorded in the header), a few columns that fit the terminal, times in the
@@ -15,7 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from katra3d.harness.cli._common import emit_table, iter_runs, print_json, table_width, terminal_width
+from katra3d.harness.cli._common import (
+    emit_table,
+    iter_runs,
+    print_json,
+    table_width,
+    terminal_width,
+)
 from katra3d.harness.cli._slow import CSV_COLUMNS, print_slow, slow_csv_rows, slow_json
 from katra3d.harness.run.progress import warn
 from katra_trace import Trace
@@ -27,48 +34,97 @@ from katra_trace.units import format_count, format_ms, format_number, stat_label
 
 #: Columns of ``--all``'s table/markdown forms (csv carries every stat).
 TABLE_STATS: tuple[str, ...] = (
-    "n", "median_ms", "mean_ms", "p99_ms", "mad_ms", "cv", "fps_avg",
-    "fps_low_1pct", "fps_low_1pct_integral", "fps_low_0_1pct", "stutter_pct",
+    "n",
+    "median_ms",
+    "mean_ms",
+    "p99_ms",
+    "mad_ms",
+    "cv",
+    "fps_avg",
+    "fps_low_1pct",
+    "fps_low_1pct_integral",
+    "fps_low_0_1pct",
+    "stutter_pct",
 )
-#: Columns of ``--all`` for the count clocks (``{unit}``: instructions or cycles): counts per frame, no rates.
+#: Columns of ``--all`` for the count clocks (``{unit}``: instructions or cycles): counts per frame,
+#: no rates.
 COUNT_TABLE_STATS: tuple[str, ...] = (
-    "n", "median_{unit}", "mean_{unit}", "p99_{unit}", "mad_{unit}", "min_{unit}", "max_{unit}", "cv",
+    "n",
+    "median_{unit}",
+    "mean_{unit}",
+    "p99_{unit}",
+    "mad_{unit}",
+    "min_{unit}",
+    "max_{unit}",
+    "cv",
 )
-#: The compact view of a time clock: (header, stat key), in the order shown; headers are the one map's
-#: (:func:`katra_trace.units.stat_label`), which the report uses too.
-COMPACT_TIME: tuple[tuple[str, str], ...] = tuple((stat_label(k), k) for k in (
-    "n", "median_ms", "p99_ms", "mad_ms", "fps_avg", "fps_low_1pct", "stutter_pct", "cv"))
+#: The compact view of a time clock: (header, stat key), in the order shown; headers are the one
+#: map's (:func:`katra_trace.units.stat_label`), which the report uses too.
+COMPACT_TIME: tuple[tuple[str, str], ...] = tuple(
+    (stat_label(k), k)
+    for k in ("n", "median_ms", "p99_ms", "mad_ms", "fps_avg", "fps_low_1pct", "stutter_pct", "cv")
+)
 #: The compact view of a count clock (``{unit}``: instructions or cycles).
-COMPACT_COUNT: tuple[tuple[str, str], ...] = tuple((stat_label(k), k) for k in (
-    "n", "median_{unit}", "p99_{unit}", "min_{unit}", "max_{unit}", "cv"))
+COMPACT_COUNT: tuple[tuple[str, str], ...] = tuple(
+    (stat_label(k), k)
+    for k in ("n", "median_{unit}", "p99_{unit}", "min_{unit}", "max_{unit}", "cv")
+)
 #: Compact columns in the order they are given up when the table is wider than the terminal
 #: (frames, median and p99 always stay).
-DROP_ORDER: tuple[str, ...] = tuple(stat_label(k) for k in (
-    "cv", "stutter_pct", "mad_ms", "min_ms", "max_ms", "fps_low_1pct", "fps_avg"))
+DROP_ORDER: tuple[str, ...] = tuple(
+    stat_label(k)
+    for k in ("cv", "stutter_pct", "mad_ms", "min_ms", "max_ms", "fps_low_1pct", "fps_avg")
+)
 #: Rate columns that mean nothing for a zone (a zone is not a frame: "zone FPS" is not a thing).
-FRAME_ONLY_STATS = frozenset({"fps_avg", "fps_low_1pct", "fps_low_1pct_integral", "fps_low_0_1pct",
-                              "fps_low_0_1pct_integral", "stutter_pct"})
+FRAME_ONLY_STATS = frozenset(
+    {
+        "fps_avg",
+        "fps_low_1pct",
+        "fps_low_1pct_integral",
+        "fps_low_0_1pct",
+        "fps_low_0_1pct_integral",
+        "stutter_pct",
+    }
+)
 
 #: One row of statistics: (run label, scene, zone or "", clock, {stat: value}).
 Row = tuple[str, str, str, str, dict[str, Any]]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("stats", help="frame-time statistics of a trace (per scene, clock and zone)",
-                       description="Frame-time statistics per scene: by default on the run's primary clock "
-                                   "(the clock `run` named), in a table that fits the terminal (COLUMNS); "
-                                   "--all for every clock (cpu, wall, gpu, process; instructions and cycles "
-                                   "in counts) and stat. Warmup and setup are excluded. See docs/stats.md.")
-    p.add_argument("trace", metavar="TRACE", help="a .katra trace file, or a directory of traces (one per run: "
-                   "each run's statistics, with a run column)")
+    p = sub.add_parser(
+        "stats",
+        help="frame-time statistics of a trace (per scene, clock and zone)",
+        description="Frame-time statistics per scene: by default on the run's primary clock "
+        "(the clock `run` named), in a table that fits the terminal (COLUMNS); "
+        "--all for every clock (cpu, wall, gpu, process; instructions and cycles "
+        "in counts) and stat. Warmup and setup are excluded. See docs/stats.md.",
+    )
+    p.add_argument(
+        "trace",
+        metavar="TRACE",
+        help="a .katra trace file, or a directory of traces (one per run: "
+        "each run's statistics, with a run column)",
+    )
     p.add_argument("--zones", action="store_true", help="also list per-zone statistics")
-    p.add_argument("--all", action="store_true",
-                   help="every clock and every stat (default: the primary clock, the columns that fit)")
-    p.add_argument("--slow", action="store_true",
-                   help="the slow frames (stutters) and their causes: zone or draw, between zones, gc, machine, "
-                        "unknown; per scene a table of causes (--all: every slow frame); json adds slow_frames")
-    p.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table",
-                   help="output format (default: table); json and csv always carry every clock and stat")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="every clock and every stat (default: the primary clock, the columns that fit)",
+    )
+    p.add_argument(
+        "--slow",
+        action="store_true",
+        help="the slow frames (stutters) and their causes: zone or draw, between zones, gc, "
+        "machine, "
+        "unknown; per scene a table of causes (--all: every slow frame); json adds slow_frames",
+    )
+    p.add_argument(
+        "--format",
+        choices=("table", "json", "csv", "markdown"),
+        default="table",
+        help="output format (default: table); json and csv always carry every clock and stat",
+    )
     p.set_defaults(func=run)
 
 
@@ -80,12 +136,17 @@ def run(args: argparse.Namespace) -> int:
     runs: list[dict[str, Any]] = []
     rows: list[list[str]] = []  # --slow's csv rows
     stat_rows: list[tuple[list[str], dict[str, Any]]] = []  # csv: (run, scene, zone, clock), stats
-    for trace in iter_runs([args.trace], verb=verb):  # one at a time: a directory's traces are never all held
+    # one at a time: a directory's traces are never all held
+    for trace in iter_runs([args.trace], verb=verb):
         path = trace.path
         label = path.name if is_dir else ""
         lead = [label] if is_dir else []
         found = trace_slow_frames(trace) if args.slow else {}
-        result = slow_json(trace, found, args.zones) if args.slow else trace_stats(trace, zones=args.zones)
+        result = (
+            slow_json(trace, found, args.zones)
+            if args.slow
+            else trace_stats(trace, zones=args.zones)
+        )
         if not result["scenes"]:
             _warn_empty(path)
         if args.format == "json":
@@ -93,7 +154,10 @@ def run(args: argparse.Namespace) -> int:
         elif args.format == "csv" and args.slow:
             rows += slow_csv_rows(found, str(path), lead)
         elif args.format == "csv":
-            stat_rows += [([*lead, scene, zone, clock], v) for scene, zone, clock, v in flatten(result, args.zones)]
+            stat_rows += [
+                ([*lead, scene, zone, clock], v)
+                for scene, zone, clock, v in flatten(result, args.zones)
+            ]
         elif args.slow:
             print_slow(args, label or trace.path.name, found)
         else:
@@ -105,27 +169,47 @@ def run(args: argparse.Namespace) -> int:
         emit_table([*head, *CSV_COLUMNS], rows, "csv")
     elif args.format == "csv":
         stat_names = list(dict.fromkeys(k for _, v in stat_rows for k in v)) or list(TABLE_STATS)
-        emit_table([*head, "scene", "zone", "clock", *stat_names],
-                   [[*cells, *("" if v.get(k) is None else repr(v.get(k)) for k in stat_names)]
-                    for cells, v in stat_rows], "csv")
+        emit_table(
+            [*head, "scene", "zone", "clock", *stat_names],
+            [
+                [*cells, *("" if v.get(k) is None else repr(v.get(k)) for k in stat_names)]
+                for cells, v in stat_rows
+            ],
+            "csv",
+        )
     return 0
 
 
 def _tables(args: argparse.Namespace, result: dict[str, Any], name: str) -> None:
-    """``--all``'s tables of one trace (one per unit: frame times, then each count clock in its unit)."""
+    """``--all``'s tables of one trace (one per unit: frame times, then each count clock in its
+    unit).
+    """
     groups: dict[str, list[tuple[str, str, str, dict[str, Any]]]] = {}
     for row in flatten(result, zones=args.zones):
         groups.setdefault(unit_of(row[2]), []).append(row)
     for unit, group in groups.items():
-        stats = TABLE_STATS if unit == "ms" else tuple(k.format(unit=unit) for k in COUNT_TABLE_STATS)
+        stats = (
+            TABLE_STATS if unit == "ms" else tuple(k.format(unit=unit) for k in COUNT_TABLE_STATS)
+        )
         heads = [_head(k) for k in stats]
         lead = ["scene", "zone", "clock"] if args.zones else ["scene", "clock"]
         rows = []
         for scene, zone, clock, v in group:
             first = [scene, zone or "(frame)", clock] if args.zones else [scene, clock]
-            rows.append([*first, *("" if zone and k in FRAME_ONLY_STATS else cell(k, v.get(k)) for k in stats)])
+            rows.append(
+                [
+                    *first,
+                    *("" if zone and k in FRAME_ONLY_STATS else cell(k, v.get(k)) for k in stats),
+                ]
+            )
         what = "frame times" if unit == "ms" else f"{unit} per frame"
-        emit_table([*lead, *heads], rows, args.format, right=heads, title=f"{name}: {what} (warmup excluded)")
+        emit_table(
+            [*lead, *heads],
+            rows,
+            args.format,
+            right=heads,
+            title=f"{name}: {what} (warmup excluded)",
+        )
 
 
 def _head(key: str) -> str:
@@ -135,7 +219,8 @@ def _head(key: str) -> str:
 
 def cell(key: str, value: Any) -> str:
     """One stat as a table cell: a ``*_ms`` time in the unit that suits it (``150.0 µs``), a count
-    (``*_instructions``, ``*_cycles``) whole with thousands separators, anything else to 4 digits."""
+    (``*_instructions``, ``*_cycles``) whole with thousands separators, anything else to 4 digits.
+    """
     if key.endswith("_ms"):
         return format_ms(value)
     if key.rsplit("_", 1)[-1] in COUNT_CLOCKS:
@@ -153,8 +238,11 @@ def primary_rows(trace: Trace, run_label: str, zones: bool) -> list[Row]:
     opts = trace.header.capture_options
     out: list[Row] = []
     for scene, entry in trace_stats(trace, zones=zones)["scenes"].items():
-        clock = primary_clock_of(list(entry["metrics"]) or list(_zone_clocks(entry)), opts.measure.mode,
-                                 opts.primary_clock)
+        clock = primary_clock_of(
+            list(entry["metrics"]) or list(_zone_clocks(entry)),
+            opts.measure.mode,
+            opts.primary_clock,
+        )
         if clock is None:
             continue
         if clock in entry["metrics"]:
@@ -183,27 +271,51 @@ def _compact(args: argparse.Namespace, is_dir: bool) -> int:
     name = Path(args.trace).name
     for unit, group in groups.items():
         clocks = list(dict.fromkeys(r[3] for r in group))
-        spec = COMPACT_TIME if unit == "ms" else tuple((h, k.format(unit=unit)) for h, k in COMPACT_COUNT)
-        lead = (["run"] if is_dir else []) + ["scene"] + (["zone"] if args.zones else []) \
+        spec = (
+            COMPACT_TIME
+            if unit == "ms"
+            else tuple((h, k.format(unit=unit)) for h, k in COMPACT_COUNT)
+        )
+        lead = (
+            (["run"] if is_dir else [])
+            + ["scene"]
+            + (["zone"] if args.zones else [])
             + (["clock"] if len(clocks) > 1 else [])
-        table = [[*([escape(run)] if is_dir else []), escape(scene),
-                  *([escape(zone or "(frame)")] if args.zones else []),
-                  *([clock] if len(clocks) > 1 else []),
-                  *("" if zone and key in FRAME_ONLY_STATS else cell(key, v.get(key)) for _, key in spec)]
-                 for run, scene, zone, clock, v in group]
+        )
+        table = [
+            [
+                *([escape(run)] if is_dir else []),
+                escape(scene),
+                *([escape(zone or "(frame)")] if args.zones else []),
+                *([clock] if len(clocks) > 1 else []),
+                *(
+                    "" if zone and key in FRAME_ONLY_STATS else cell(key, v.get(key))
+                    for _, key in spec
+                ),
+            ]
+            for run, scene, zone, clock, v in group
+        ]
         heads = [h for h, _ in spec]
-        columns, table = fit(lead + heads, table, terminal_width() if args.format == "table" else None)
+        columns, table = fit(
+            lead + heads, table, terminal_width() if args.format == "table" else None
+        )
         what = "frame times" if unit == "ms" else f"{unit} per frame"
         on = f"{clocks[0]} clock" if len(clocks) == 1 else "primary clocks"
-        emit_table(columns, table, args.format, right=[h for h in heads if h in columns],
-                   title=f"{name}: {what}, {on}, warmup excluded (--all: every clock)")
+        emit_table(
+            columns,
+            table,
+            args.format,
+            right=[h for h in heads if h in columns],
+            title=f"{name}: {what}, {on}, warmup excluded (--all: every clock)",
+        )
     return 0
 
 
-def fit(columns: Sequence[str], rows: Sequence[Sequence[str]], width: int | None) -> tuple[list[str],
-                                                                                          list[list[str]]]:
-    """``columns`` and ``rows`` without the columns of :data:`DROP_ORDER`, first ones first, until the
-    table is at most ``width`` characters wide (``None``: no limit); the others always stay."""
+def fit(
+    columns: Sequence[str], rows: Sequence[Sequence[str]], width: int | None
+) -> tuple[list[str], list[list[str]]]:
+    """``columns`` and ``rows`` without the columns of :data:`DROP_ORDER`, first ones first, until
+    the table is at most ``width`` characters wide (``None``: no limit); the others always stay."""
     keep = list(columns)
     body = [list(r) for r in rows]
     for name in DROP_ORDER:
@@ -217,4 +329,13 @@ def fit(columns: Sequence[str], rows: Sequence[Sequence[str]], width: int | None
     return keep, body
 
 
-__all__ = ["COMPACT_COUNT", "COMPACT_TIME", "DROP_ORDER", "cell", "fit", "primary_rows", "register", "run"]
+__all__ = [
+    "COMPACT_COUNT",
+    "COMPACT_TIME",
+    "DROP_ORDER",
+    "cell",
+    "fit",
+    "primary_rows",
+    "register",
+    "run",
+]

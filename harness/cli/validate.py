@@ -12,18 +12,22 @@ from katra_trace.io.tracesets import open_quietly
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("validate", help="check a trace's framing, checksums and content",
-                       description="Check every block's framing and CRC, and the decoded content (event kinds, "
-                                   "clocks, flags and durations, JSON shapes, string encodings, each kept frame's "
-                                   "pixels against its record). Exit 0 if intact (content the reader had to repair "
-                                   "is reported on stderr), 2 if damaged (with what could be recovered).")
+    p = sub.add_parser(
+        "validate",
+        help="check a trace's framing, checksums and content",
+        description="Check every block's framing and CRC, and the decoded content (event kinds, "
+        "clocks, flags and durations, JSON shapes, string encodings, each kept frame's "
+        "pixels against its record). Exit 0 if intact (content the reader had to repair "
+        "is reported on stderr), 2 if damaged (with what could be recovered).",
+    )
     p.add_argument("trace", metavar="TRACE", help="a .katra trace file")
     p.set_defaults(func=run)
 
 
 def _frame_problems(trace: Trace) -> list[str]:
-    """What is wrong with each kept frame, one line each naming the file: each frame's PNG decoded (inside the
-    trace's reading budget) and its size and SHA-256 checked against its record, one frame at a time."""
+    """What is wrong with each kept frame, one line each naming the file: each frame's PNG decoded
+    (inside the trace's reading budget) and its size and SHA-256 checked against its record, one
+    frame at a time."""
     problems = []
     for frame in trace.kept_frames.values():
         try:
@@ -40,8 +44,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"{trace.path}: warning: {note}", file=sys.stderr)
     problems = _frame_problems(trace)
     if trace.truncated:
-        print(f"{trace.path}: damaged: {trace.stop_reason}; recoverable: {n} events, {len(trace.strings)} strings "
-              f"in {trace.blocks} intact blocks before offset {trace.stopped_at}", file=sys.stderr)
+        print(
+            f"{trace.path}: damaged: {trace.stop_reason}; recoverable: {n} events, "
+            f"{len(trace.strings)} strings "
+            f"in {trace.blocks} intact blocks before offset {trace.stopped_at}",
+            file=sys.stderr,
+        )
     for problem in problems:
         print(f"katra3d: error: {problem}", file=sys.stderr)
     if trace.truncated or problems:

@@ -1,9 +1,9 @@
 """The capture engine: one frame loop, one place that records options and cleans up failures.
 
-Every way of capturing drives this engine: ``katra3d run`` (:mod:`katra3d.harness.run.runner`),
-the Python API (:mod:`katra3d.capture`), the pytest plugin and the offscreen
-helper (:mod:`katra3d.harness.run.offscreen`), each with a :class:`~katra3d.harness.engine.spec.CaptureSpec`.
-An :class:`Engine` owns
+Every way of capturing drives this engine: ``katra3d run`` (:mod:`katra3d.harness.run.runner`), the
+Python API (:mod:`katra3d.capture`), the pytest plugin and the offscreen helper
+(:mod:`katra3d.harness.run.offscreen`), each with a
+:class:`~katra3d.harness.engine.spec.CaptureSpec`. An :class:`Engine` owns
 
 * the trace writer (header = capture options + host info) and the event buffer;
 * the timer of the resolved timing mode (:mod:`katra3d.harness.engine.timers`);
@@ -44,13 +44,13 @@ from katra3d.harness.engine.reference import ReferenceDraw
 from katra3d.harness.engine.results import Progress, SceneResult
 from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
 from katra3d.harness.engine.stopping import Keeper, StopFlag
+from katra3d.scenes.api import NOMINAL_RATE_HZ
 from katra_trace.errors import ConfigError, SceneError
 from katra_trace.io.header import CaptureOptions
 from katra_trace.io.images import image_key
 from katra_trace.io.writer import TraceWriter
 from katra_trace.metrics import mode_clock
 from katra_trace.schema import Clock, Kind
-from katra3d.scenes.api import NOMINAL_RATE_HZ
 
 if TYPE_CHECKING:
     from katra3d.harness.engine.lifecycle import MeasuredDriver
@@ -59,7 +59,8 @@ _pc = time.perf_counter_ns
 #: What ``ctx.error`` (glGetError) says when GL recorded no error.
 _NO_ERROR = "GL_NO_ERROR"
 
-# --------------------------------------------------------------------------- what a spec resolves to
+# --------------------------------------------------------------------------- what a spec resolves
+# to
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,20 +81,30 @@ class ResolvedCapture:
 
 
 def resolve_capture(spec: CaptureSpec) -> ResolvedCapture:
-    """The timing mode, zone mode and recorded capture options of ``spec`` (pure; ConfigError if impossible)."""
+    """The timing mode, zone mode and recorded capture options of ``spec`` (pure; ConfigError if
+    impossible).
+    """
     zones = timers.zone_mode(spec.zones)
     writer_args: dict[str, Any] = {} if spec.codec is None else {"codec": spec.codec}
     if spec.counting:
         mode = str(spec.measure.mode)
-        reason = (f"--measure {mode}: counted under callgrind (valgrind {spec.measure.valgrind or '?'}), "
-                  "main thread only, single-threaded llvmpipe")
-        # no time-based flushes: periodic work would land in whichever frame it happened in; and the writer's
-        # thread works only while this one waits for it, so the two never interleave (docs/measure.md)
+        reason = (
+            f"--measure {mode}: counted under callgrind (valgrind {spec.measure.valgrind or '?'}), "
+            "main thread only, single-threaded llvmpipe"
+        )
+        # no time-based flushes: periodic work would land in whichever frame it happened in; and the
+        # writer's thread works only while this one waits for it, so the two never interleave
+        # (docs/measure.md)
         writer_args.update(batch_ms=1e9, sync=True)
     else:
         mode, reason = timers.choose_mode(spec.timing, spec.host.gl)
-    recorded: dict[str, Any] = {"timing_mode": mode, "timing_reason": reason, "primary_clock": mode_clock(mode),
-                                "measure": spec.measure, "zones": zones}
+    recorded: dict[str, Any] = {
+        "timing_mode": mode,
+        "timing_reason": reason,
+        "primary_clock": mode_clock(mode),
+        "measure": spec.measure,
+        "zones": zones,
+    }
     if zones == "draws":
         recorded["max_draw_zones"] = spec.max_draw_zones
     return ResolvedCapture(mode, reason, zones, spec.options.replaced(**recorded), writer_args)
@@ -113,7 +124,9 @@ class Engine:
     (``interrupted`` for KeyboardInterrupt) with every measured frame kept.
     """
 
-    def __init__(self, ctx: Any, spec: CaptureSpec, *, writer: Any = None, stop: StopFlag | None = None) -> None:
+    def __init__(
+        self, ctx: Any, spec: CaptureSpec, *, writer: Any = None, stop: StopFlag | None = None
+    ) -> None:
         resolved = resolve_capture(spec)
         self.ctx = ctx
         self.spec = spec
@@ -129,10 +142,13 @@ class Engine:
         self.gl_errors: list[dict[str, Any]] = []
         self.gl_error_check = bool(spec.gl_error_check)
         self.scene_label = ""
-        #: which device draws the frames, recorded with every kept frame (katra_trace.io.images.image_key)
-        self.image_key = image_key(spec.host.as_dict())  # katra_trace.io.images reads the header's mapping
+        #: which device draws the frames, recorded with every kept frame
+        #: (katra_trace.io.images.image_key)
+        # katra_trace.io.images reads the header's mapping
+        self.image_key = image_key(spec.host.as_dict())
         self._start_timer(spec)
-        # each garbage collection becomes a marker (gcmarks.py): nothing runs per frame; not while counting
+        # each garbage collection becomes a marker (gcmarks.py): nothing runs per frame; not while
+        # counting
         self.gc_marks = GcMarks(self.timer, self.buffer.add)
         if not self.counting:
             self.gc_marks.install()
@@ -142,27 +158,42 @@ class Engine:
         self._keeper.start()
 
     def _start_timer(self, spec: CaptureSpec) -> None:
-        """The event buffer, the timer (and the draw instrument); a failure finishes the trace as aborted."""
+        """The event buffer, the timer (and the draw instrument); a failure finishes the trace as
+        aborted.
+        """
         ctx, writer, timed_zones = self.ctx, self.writer, self.zones != "off"
         try:
             if spec.counting:
                 if spec.dump_base is None:
-                    raise ConfigError("a counted capture needs the dump base of its callgrind dumps")
+                    raise ConfigError(
+                        "a counted capture needs the dump base of its callgrind dumps"
+                    )
                 self.buffer = EventBuffer(writer, max_rows=1 << 16, max_age_ns=None)
-                self.timer: timers.Timer = CountTimer(ctx, writer, self.buffer, zones=timed_zones,
-                                                      dump_base=spec.dump_base, cycles=self.mode == "cycles")
+                self.timer: timers.Timer = CountTimer(
+                    ctx,
+                    writer,
+                    self.buffer,
+                    zones=timed_zones,
+                    dump_base=spec.dump_base,
+                    cycles=self.mode == "cycles",
+                )
             else:
                 self.buffer = EventBuffer(writer)
-                self.timer = timers.make_timer(self.mode, ctx, writer, self.buffer, zones=timed_zones)
+                self.timer = timers.make_timer(
+                    self.mode, ctx, writer, self.buffer, zones=timed_zones
+                )
             self.draws: DrawZones | None = None
             if self.zones == "draws":
                 self.draws = DrawZones(ctx, self.timer, max_draw_zones=spec.max_draw_zones)
         except BaseException as exc:
-            self.finish_quietly({"error": f"timer setup failed: {type(exc).__name__}: {exc}"}, "aborted")
+            self.finish_quietly(
+                {"error": f"timer setup failed: {type(exc).__name__}: {exc}"}, "aborted"
+            )
             raise
 
     def _start_reference(self, every: int) -> None:
-        """The reference draw after every ``every``-th measured frame (sync timing only; 0: none)."""
+        """The reference draw after every ``every``-th measured frame (sync
+        timing only; 0: none)."""
         self.reference: ReferenceDraw | None = None
         self.reference_every = 0
         self.reference_draws = 0
@@ -171,7 +202,9 @@ class Engine:
         try:
             self.reference = ReferenceDraw(self.ctx, self.timer)
         except BaseException as exc:
-            self.finish_quietly({"error": f"reference draw setup failed: {describe(exc)}"}, "aborted")
+            self.finish_quietly(
+                {"error": f"reference draw setup failed: {describe(exc)}"}, "aborted"
+            )
             raise
         self.reference_every = int(every)
         self.writer.annotate({"type": "reference", **self.reference.options(self.reference_every)})
@@ -188,47 +221,66 @@ class Engine:
     def marker(self, name: str, flags: int, t0_ns: int, t1_ns: int) -> None:
         """A MARKER span (host clock, absolute perf_counter_ns) in the current scene."""
         t = self.timer
-        self.buffer.add((int(Kind.MARKER), int(Clock.WALL), int(flags), 0, t.scene_id, t.name_id(name), 0,
-                         t0_ns - t.origin_ns, t1_ns - t0_ns, 0.0))
+        self.buffer.add(
+            (
+                int(Kind.MARKER),
+                int(Clock.WALL),
+                int(flags),
+                0,
+                t.scene_id,
+                t.name_id(name),
+                0,
+                t0_ns - t.origin_ns,
+                t1_ns - t0_ns,
+                0.0,
+            )
+        )
 
     # -- frames
 
     @property
     def frame_zone(self) -> Callable[[str], Any]:
-        """What ``frame.zone`` is: the timer's zone, or the draw instrument's pass zone in draws mode."""
+        """What ``frame.zone`` is: the timer's zone, or the draw instrument's pass zone in draws
+        mode.
+        """
         return self.draws.pass_zone if self.draws is not None else self.timer.zone
 
     @property
     def frame_begin(self) -> Callable[[int, int], None]:
-        """What opens a frame, looked up once by a frame loop: the timer's ``begin_frame``, or in draws
-        mode :meth:`begin_frame` (it installs the draw wrappers too)."""
+        """What opens a frame, looked up once by a frame loop: the timer's ``begin_frame``, or in
+        draws mode :meth:`begin_frame` (it installs the draw wrappers too)."""
         return self.begin_frame if self.draws is not None else self.timer.begin_frame
 
     @property
     def frame_continue(self) -> Callable[[int, int], None]:
-        """What opens a frame that follows the last one with nothing but the harness between them (the frame
-        loop's frames after its first): the timer's ``continue_frame`` where it has one (the sync timer starts
-        the frame's process time where the last frame's ended: one clock read per frame boundary), else
-        :attr:`frame_begin`."""
+        """What opens a frame that follows the last one with nothing but the harness between them
+        (the frame loop's frames after its first): the timer's ``continue_frame`` where it has one
+        (the sync timer starts the frame's process time where the last frame's ended: one clock read
+        per frame boundary), else :attr:`frame_begin`."""
         go_on = getattr(self.timer, "continue_frame", None)
         if go_on is None:
             return self.frame_begin
         return self._continue_frame if self.draws is not None else go_on
 
     def begin_frame(self, index: int, flags: int = 0) -> None:
-        """Open frame ``index`` (``flags``: e.g. Flag.WARMUP); in draws mode, start instrumenting draws."""
+        """Open frame ``index`` (``flags``: e.g. Flag.WARMUP); in draws mode, start instrumenting
+        draws.
+        """
         self.timer.begin_frame(index, flags)
         if self.draws is not None:
             self.draws.install()
 
     def _continue_frame(self, index: int, flags: int = 0) -> None:
-        """:meth:`begin_frame` for the frame loop's later frames in draws mode (:attr:`frame_continue`)."""
+        """:meth:`begin_frame` for the frame loop's later frames in draws mode
+        (:attr:`frame_continue`).
+        """
         self.timer.continue_frame(index, flags)  # type: ignore[attr-defined]
         if self.draws is not None:
             self.draws.install()
 
     def end_frame(self) -> None:
-        """Close the frame (its events go to the buffer); SceneError if GL reported an error in it."""
+        """Close the frame (its events go to the buffer); SceneError if GL
+        reported an error in it."""
         if self.draws is not None:
             self.draws.uninstall()
         self.timer.end_frame()
@@ -244,30 +296,49 @@ class Engine:
             self.gl_error(error, frame, where)
 
     def gl_error(self, error: object, frame: int | None, where: str = "frame") -> None:
-        """Record ``error`` (what ``ctx.error`` returned, not GL_NO_ERROR) in the trace; raise SceneError."""
+        """Record ``error`` (what ``ctx.error`` returned, not GL_NO_ERROR) in the trace; raise
+        SceneError.
+        """
         label = self.scene_label
-        record = {"type": "gl_error", "scene": label, "frame": frame, "where": where, "error": str(error)}
+        record = {
+            "type": "gl_error",
+            "scene": label,
+            "frame": frame,
+            "where": where,
+            "error": str(error),
+        }
         self.gl_errors.append(record)
         with contextlib.suppress(Exception):
             self.writer.annotate(record)
         at = f"frame {frame}" if frame is not None else where
         raise SceneError(f"scene '{label}': OpenGL reported {error} in {at}; the trace records it")
 
-    def loop(self, render: Callable[[Any], None], *, first: int, count: int | None, deadline_ns: int | None,
-             flags: int, key: tuple[int, int], bind: Callable[[], None] | None = None,
-             progress: Progress | None = None) -> int:
+    def loop(
+        self,
+        render: Callable[[Any], None],
+        *,
+        first: int,
+        count: int | None,
+        deadline_ns: int | None,
+        flags: int,
+        key: tuple[int, int],
+        bind: Callable[[], None] | None = None,
+        progress: Progress | None = None,
+    ) -> int:
         """Render frames ``first``, ``first+1``, … (``count`` of them, or until ``deadline_ns``).
 
         The one frame loop of katra3d: stops early at a frame boundary when the
         stop flag is set. Returns the number of frames rendered.
         """
         timer = self.timer
-        # in draws mode the engine's begin/end install and remove the draw wrappers around each frame
-        # (an exception leaves them installed until abort() takes them out); otherwise the timer's own
-        # begin/end are called, and the GL error check is made here: two Python calls less a frame
+        # in draws mode the engine's begin/end install and remove the draw wrappers around each
+        # frame (an exception leaves them installed until abort() takes them out); otherwise the
+        # timer's own begin/end are called, and the GL error check is made here: two Python calls
+        # less a frame
         draws = self.draws is not None
-        # the first frame (and one after a reference draw) reads the clocks at its start; every other frame
-        # starts where the last one ended (SyncTimer.continue_frame: one process-clock read per boundary)
+        # the first frame (and one after a reference draw) reads the clocks at its start; every
+        # other frame starts where the last one ended (SyncTimer.continue_frame: one process-clock
+        # read per boundary)
         start = begin = self.frame_begin
         go_on = self.frame_continue
         end = self.end_frame if draws else timer.end_frame
@@ -281,7 +352,8 @@ class Engine:
         every = self.reference_every
         show = progress is not None and progress.tty
         # a counted child reports every frame: the same work between frames in every process, not a
-        # clock-driven choice of frames (what runs between frames is not counted, but it shapes the heap)
+        # clock-driven choice of frames (what runs between frames is not counted, but it shapes the
+        # heap)
         every_frame = self.counting
         next_update_ns = 0
         i = first
@@ -318,9 +390,16 @@ class Engine:
 
     # -- one scene, start to end
 
-    def run_scene(self, scene: SceneSpec, *, bind: Callable[[], None] | None = None,
-                  progress: Progress | None = None, measured_driver: MeasuredDriver | None = None) -> SceneResult:
-        """Set up, warm up, measure and release one scene (:class:`~katra3d.harness.engine.lifecycle.SceneLifecycle`).
+    def run_scene(
+        self,
+        scene: SceneSpec,
+        *,
+        bind: Callable[[], None] | None = None,
+        progress: Progress | None = None,
+        measured_driver: MeasuredDriver | None = None,
+    ) -> SceneResult:
+        """Set up, warm up, measure and release one scene
+        (:class:`~katra3d.harness.engine.lifecycle.SceneLifecycle`).
 
         ``bind`` makes the harness's framebuffer current (before setup and
         whenever the scene left another one bound). ``measured_driver(one_frame,
@@ -329,7 +408,9 @@ class Engine:
         Raises SceneError for a scene's own failure; returns a ``skipped``
         result when the scene raises SceneSkip.
         """
-        return SceneLifecycle(self, scene, bind=bind, progress=progress, measured_driver=measured_driver).run()
+        return SceneLifecycle(
+            self, scene, bind=bind, progress=progress, measured_driver=measured_driver
+        ).run()
 
     @contextlib.contextmanager
     def quiet_process(self) -> Iterator[None]:
@@ -354,9 +435,18 @@ class Engine:
             if was_enabled:
                 gc.enable()
 
-    def drive(self, render: Callable[[Any], None], first: int, count: int, key: tuple[int, int],
-              bind: Callable[[], None] | None, driver: MeasuredDriver) -> int:
-        """Let ``driver`` render ``count`` measured frames from index ``first``; returns how many it rendered."""
+    def drive(
+        self,
+        render: Callable[[Any], None],
+        first: int,
+        count: int,
+        key: tuple[int, int],
+        bind: Callable[[], None] | None,
+        driver: MeasuredDriver,
+    ) -> int:
+        """Let ``driver`` render ``count`` measured frames from index ``first``; returns how many it
+        rendered.
+        """
         state = {"i": first}
 
         def one_frame() -> None:
@@ -374,15 +464,22 @@ class Engine:
     # -- the end
 
     def summary(self) -> dict[str, Any]:
-        """The engine's part of the trace summary: timing mode and clock, GPU lag, GL errors, reference draws."""
-        out: dict[str, Any] = {"timing_mode": self.mode, "timing_reason": self.reason,
-                               "primary_clock": self.primary_clock}
+        """The engine's part of the trace summary: timing mode and clock, GPU lag, GL errors,
+        reference draws.
+        """
+        out: dict[str, Any] = {
+            "timing_mode": self.mode,
+            "timing_reason": self.reason,
+            "primary_clock": self.primary_clock,
+        }
         if isinstance(self.timer, timers.GpuTimer):
             out["gpu_max_lag_frames"] = self.timer.max_lag_frames
         if self.gl_errors:
             out["gl_errors"] = self.gl_errors[:100]
         if self.reference_every:
-            out["reference_draws"] = self.reference.count if self.reference is not None else self.reference_draws
+            out["reference_draws"] = (
+                self.reference.count if self.reference is not None else self.reference_draws
+            )
         return out
 
     def _release_reference(self) -> None:
@@ -406,7 +503,9 @@ class Engine:
         self.writer.finish(summary={**self.summary(), **dict(summary or {})}, status=status)
 
     def abort(self, exc: BaseException | None) -> None:
-        """Keep every frame measured so far and finish the trace as aborted/interrupted (never raises)."""
+        """Keep every frame measured so far and finish the trace as aborted/interrupted (never
+        raises).
+        """
         draws = getattr(self, "draws", None)
         if draws is not None:
             draws.uninstall()
@@ -424,7 +523,9 @@ class Engine:
         self.finish_quietly({**self.summary(), **error}, status)
 
     def finish_quietly(self, summary: dict[str, Any], status: str) -> None:
-        """Finish the trace with ``summary`` and ``status`` unless it is finished already (never raises)."""
+        """Finish the trace with ``summary`` and ``status`` unless it is finished already (never
+        raises).
+        """
         writer = self.writer
         if not getattr(writer, "finished", False):
             with contextlib.suppress(Exception):
@@ -433,7 +534,9 @@ class Engine:
     def __enter__(self) -> Engine:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
         if exc_type is not None:
             self.abort(exc)
         else:
@@ -445,9 +548,16 @@ def _open_writer(spec: CaptureSpec, resolved: ResolvedCapture) -> TraceWriter:
     """The trace writer of ``spec`` (claims the output path; the header is written here)."""
     if spec.path is None:
         raise ConfigError("a capture needs an output path")
-    return TraceWriter(Path(spec.path), workload=spec.workload, capture_options=resolved.options,
-                       host_info=spec.host, notes=spec.notes, overwrite=spec.overwrite,
-                       failed_aside=spec.failed_aside, **resolved.writer_args)
+    return TraceWriter(
+        Path(spec.path),
+        workload=spec.workload,
+        capture_options=resolved.options,
+        host_info=spec.host,
+        notes=spec.notes,
+        overwrite=spec.overwrite,
+        failed_aside=spec.failed_aside,
+        **resolved.writer_args,
+    )
 
 
 __all__ = ["Engine", "ResolvedCapture", "resolve_capture"]

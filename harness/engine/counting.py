@@ -91,13 +91,13 @@ def read_summary(path: Path) -> dict[str, int]:
     events: list[str] = []
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
-            for _, line in zip(range(_HEADER_LINES), fh):
+            for _, line in zip(range(_HEADER_LINES), fh, strict=False):
                 if line.startswith("events:"):
                     events = line.split(":", 1)[1].split()
                 elif line.startswith("summary:"):
                     values = [int(v) for v in line.split(":", 1)[1].split()]
                     values += [0] * (len(events) - len(values))
-                    return dict(zip(events, values))
+                    return dict(zip(events, values, strict=False))
     except (OSError, ValueError) as exc:
         raise CountError(f"cannot read callgrind dump {path}: {exc}") from None
     raise CountError(f"callgrind dump {path} has no summary line")
@@ -130,7 +130,8 @@ class _CountZone:
 
 
 class CountTimer(Timer):
-    """Modes ``instructions`` and ``cycles``: callgrind counts of the main thread per frame and zone.
+    """Modes ``instructions`` and ``cycles``: callgrind counts of the main thread per frame and
+    zone.
 
     ``dump_base`` is callgrind's ``--callgrind-out-file``; dumps are
     ``<dump_base>.<part>-<thread>``. The first ``os.getppid()`` call of the
@@ -139,8 +140,16 @@ class CountTimer(Timer):
     and off when the next scene starts (warmup frames are not counted).
     """
 
-    def __init__(self, ctx: Any, writer: Any, buffer: EventBuffer, *, zones: bool, dump_base: Path,
-                 cycles: bool = False) -> None:
+    def __init__(
+        self,
+        ctx: Any,
+        writer: Any,
+        buffer: EventBuffer,
+        *,
+        zones: bool,
+        dump_base: Path,
+        cycles: bool = False,
+    ) -> None:
         super().__init__(ctx, writer, buffer, zones=zones)
         self.mode = "cycles" if cycles else "instructions"
         self.primary_clock = MODE_CLOCKS[self.mode]
@@ -149,8 +158,10 @@ class CountTimer(Timer):
         self.mark = os.getppid
         self.part = 0
         self.instrumenting = False
-        self.counted = False  # whether the current frame is counted (a measured frame) or not (a warmup frame)
-        valgrind_request.available()  # the request's code page, made here: outside frames, in every process alike
+        # whether the current frame is counted (a measured frame) or not (a warmup frame)
+        self.counted = False
+        # the request's code page, made here: outside frames, in every process alike
+        valgrind_request.available()
         self.zones_done: list[tuple[int, int, int, int, int]] = []
         self.counter_ids = {name: writer.intern(name) for name in CACHE_EVENTS} if cycles else {}
         # debug groups would only add instructions here: no GL debugger runs under valgrind
@@ -170,13 +181,14 @@ class CountTimer(Timer):
             self.instrumenting = on
 
     def set_scene(self, name: str) -> int:
-        self._instrument(False)  # the scene's set-up and warmup frames (its shader JIT) run uninstrumented
+        # the scene's set-up and warmup frames (its shader JIT) run uninstrumented
+        self._instrument(False)
         return super().set_scene(name)
 
     def stop_counting(self) -> None:
-        """Switch instrumentation off after a scene's last measured frame (before its image is read back,
-        so that reading and encoding it cost nothing counted and move nothing); the next scene's first
-        measured frame switches it on again."""
+        """Switch instrumentation off after a scene's last measured frame (before its image is read
+        back, so that reading and encoding it cost nothing counted and move nothing); the next
+        scene's first measured frame switches it on again."""
         self._instrument(False)
 
     def begin_frame(self, index: int, flags: int = 0) -> None:
@@ -193,8 +205,8 @@ class CountTimer(Timer):
         self.t0 = _pc()
 
     def end_frame(self) -> None:
-        # llvmpipe defers rasterization (fragment work) to the next flush; without this glFinish it would
-        # run at the next framebuffer bind, between frames, where nothing is counted
+        # llvmpipe defers rasterization (fragment work) to the next flush; without this glFinish it
+        # would run at the next framebuffer bind, between frames, where nothing is counted
         self.finish()
         if not self.counted:
             return
@@ -213,17 +225,47 @@ class CountTimer(Timer):
         total = _sum(segments, first, last)
         primary = self._emit(_FRAME, 0, self.frame_name, start, total, flags, scene, frame)
         for depth, name_id, enter, leave, t0 in self.zones_done:
-            self._emit(_ZONE, depth, name_id, t0 - self.origin_ns, _sum(segments, enter + 1, leave), flags, scene,
-                       frame)
+            self._emit(
+                _ZONE,
+                depth,
+                name_id,
+                t0 - self.origin_ns,
+                _sum(segments, enter + 1, leave),
+                flags,
+                scene,
+                frame,
+            )
         if self.cycles:
             for event, sid in self.counter_ids.items():
-                add((_COUNTER, _CYCLES, flags, 0, scene, sid, frame, start, 0, float(total.get(event, 0))))
+                add(
+                    (
+                        _COUNTER,
+                        _CYCLES,
+                        flags,
+                        0,
+                        scene,
+                        sid,
+                        frame,
+                        start,
+                        0,
+                        float(total.get(event, 0)),
+                    )
+                )
         if not flags:
             self._frame_ns_add(primary)
         self._maybe_flush(_pc())
 
-    def _emit(self, kind: int, depth: int, name_id: int, start: int, counts: dict[str, int], flags: int,
-              scene: int, frame: int) -> int:
+    def _emit(
+        self,
+        kind: int,
+        depth: int,
+        name_id: int,
+        start: int,
+        counts: dict[str, int],
+        flags: int,
+        scene: int,
+        frame: int,
+    ) -> int:
         instructions = int(counts.get("Ir", 0))
         self.add((kind, _INSTR, flags, depth, scene, name_id, frame, start, instructions, 0.0))
         if not self.cycles:
@@ -265,4 +307,11 @@ def _sum(segments: dict[int, dict[str, int]], first: int, last: int) -> dict[str
     return total
 
 
-__all__ = ["CACHE_EVENTS", "CYCLE_WEIGHTS", "CountError", "CountTimer", "estimated_cycles", "read_summary"]
+__all__ = [
+    "CACHE_EVENTS",
+    "CYCLE_WEIGHTS",
+    "CountError",
+    "CountTimer",
+    "estimated_cycles",
+    "read_summary",
+]

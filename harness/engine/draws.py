@@ -1,4 +1,5 @@
-"""``--zones draws``: every draw, dispatch, clear and blit of a frame becomes a zone, with no annotation.
+"""``--zones draws``: every draw, dispatch, clear and blit of a frame becomes a zone, with no
+annotation.
 
 While a frame runs (and only then), :class:`DrawZones` replaces these moderngl
 methods with wrappers that open a zone around the call:
@@ -58,7 +59,8 @@ class DrawZones:
         self.max_draw_zones = max_draw_zones
         self._classes = {name: getattr(moderngl, name) for name in {t[0] for t in TARGETS}}
         self._originals: dict[tuple[str, str], Any] = {
-            (cls, meth): self._classes[cls].__dict__[meth] for cls, meth, _ in TARGETS}
+            (cls, meth): self._classes[cls].__dict__[meth] for cls, meth, _ in TARGETS
+        }
         self._wrappers = {(cls, meth): self._wrap(cls, meth, kind) for cls, meth, kind in TARGETS}
         self._labels: dict[int, str] = {}
         self._passes: list[str] = []
@@ -89,15 +91,29 @@ class DrawZones:
         self.installed = False
         if self.untimed:
             t = self.timer
-            t.add((int(Kind.COUNTER), int(Clock.CPU), t.flags, 0, t.scene_id, self.untimed_name, t.frame_index,
-                   t.now_ns(), 0, float(self.untimed)))
+            t.add(
+                (
+                    int(Kind.COUNTER),
+                    int(Clock.CPU),
+                    t.flags,
+                    0,
+                    t.scene_id,
+                    self.untimed_name,
+                    t.frame_index,
+                    t.now_ns(),
+                    0,
+                    float(self.untimed),
+                )
+            )
 
     def new_scene(self) -> None:
         self._labels = {}
 
     @contextmanager
     def pass_zone(self, name: str) -> Iterator[None]:
-        """The ``frame.zone(name)`` scenes call in draws mode: the timer's zone, remembered as the pass."""
+        """The ``frame.zone(name)`` scenes call in draws mode: the timer's zone, remembered as the
+        pass.
+        """
         self._passes.append(name)
         try:
             with self.zone(name):

@@ -26,8 +26,9 @@ _WALL = int(Clock.WALL)
 _PROCESS = int(Clock.PROCESS)
 _pc = time.perf_counter_ns
 
-#: One sync-mode frame as the timers hand it over: ``(t0, t_submit, t_end, process CPU ns, frame index,
-#: flags, scene id)``, seven little-endian int64 (times: absolute ``perf_counter_ns`` values).
+#: One sync-mode frame as the timers hand it over: ``(t0, t_submit, t_end, process CPU ns, frame
+#: index, flags, scene id)``, seven little-endian int64 (times: absolute ``perf_counter_ns``
+#: values).
 FRAME_RECORD = struct.Struct("<7q")
 #: ``FRAME_RECORD.pack``: what a timer calls per frame before :attr:`EventBuffer.add_frame`.
 pack_frame = FRAME_RECORD.pack
@@ -53,7 +54,9 @@ class EventBuffer:
     list or deque append), so each entry is handed over exactly once.
     """
 
-    def __init__(self, writer: Any, max_rows: int = 1024, max_age_ns: int | None = 250_000_000) -> None:
+    def __init__(
+        self, writer: Any, max_rows: int = 1024, max_age_ns: int | None = 250_000_000
+    ) -> None:
         self.writer = writer
         self.rows: collections.deque[tuple[int | float, ...]] = collections.deque()
         self.add = self.rows.append
@@ -71,8 +74,10 @@ class EventBuffer:
         return len(self.frames) + len(self.rows)
 
     def maybe_flush(self, now_ns: int) -> None:
-        if (len(self.frames) + len(self.rows) >= self.max_rows
-                or now_ns - self.last_flush_ns >= self.max_age_ns):
+        if (
+            len(self.frames) + len(self.rows) >= self.max_rows
+            or now_ns - self.last_flush_ns >= self.max_age_ns
+        ):
             self.flush()
 
     @staticmethod
@@ -109,7 +114,8 @@ class EventBuffer:
             self.last_flush_ns = _pc()
             pending = self.frames
             if pending:
-                # the frame loop may append meanwhile: take the first n, and leave what comes after them
+                # the frame loop may append meanwhile: take the first n, and leave what comes after
+                # them
                 n = len(pending)
                 frames = pending[:n]
                 del pending[:n]

@@ -1,4 +1,6 @@
-"""The per-frame object the harness passes to ``Scene.render`` (a :class:`katra3d.scenes.api.Frame`)."""
+"""The per-frame object the harness passes to ``Scene.render`` (a
+:class:`katra3d.scenes.api.Frame`).
+"""
 
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ class HarnessFrame:
 
     __slots__ = ("index", "time_s", "zone", "_seed_key", "_rng")
 
-    def __init__(self, index: int, time_s: float, seed_key: tuple[int, int],
-                 zone: Callable[[str], Any]) -> None:
+    def __init__(
+        self, index: int, time_s: float, seed_key: tuple[int, int], zone: Callable[[str], Any]
+    ) -> None:
         self.index = index
         self.time_s = time_s
         self.zone = zone
@@ -36,10 +39,11 @@ class HarnessFrame:
 
 
 def frame_time_s(index: int) -> float:
-    """The animation time (seconds) a scene is given for frame ``index``: ``index / NOMINAL_RATE_HZ``.
+    """The animation time (seconds) a scene is given for frame ``index``: ``index /
+    NOMINAL_RATE_HZ``.
 
-    A function of the index alone, never of the clock, so frame N shows the same picture in every run
-    and every version (the kept last frame of a ``--frames`` run is compared across runs).
+    A function of the index alone, never of the clock, so frame N shows the same picture in every
+    run and every version (the kept last frame of a ``--frames`` run is compared across runs).
     """
     return index / NOMINAL_RATE_HZ
 

@@ -50,9 +50,22 @@ class GcMarks:
         t1 = _pc()
         try:
             t = self.timer
-            self.add((_MARKER, _WALL, t.flags & _WARMUP, 0, t.scene_id, self.name_id, t.frame_index,
-                      self.t0 - t.origin_ns, t1 - self.t0, float(info.get("generation", -1))))
-        except Exception:  # a collection must never raise (it would surface in whatever code allocated)
+            self.add(
+                (
+                    _MARKER,
+                    _WALL,
+                    t.flags & _WARMUP,
+                    0,
+                    t.scene_id,
+                    self.name_id,
+                    t.frame_index,
+                    self.t0 - t.origin_ns,
+                    t1 - self.t0,
+                    float(info.get("generation", -1)),
+                )
+            )
+        # a collection must never raise (it would surface in whatever code allocated)
+        except Exception:
             pass
 
     def install(self) -> None:

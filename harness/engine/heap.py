@@ -1,4 +1,5 @@
-"""Keep freed C heap memory in the process, so that a frame does not pay page faults for the last one's.
+"""Keep freed C heap memory in the process, so that a frame does not pay page faults for the last
+one's.
 
 A software renderer allocates its per-frame working memory (llvmpipe: the
 transformed vertices and the binned triangles of a draw, several MB for a
@@ -30,10 +31,11 @@ import sys
 #: glibc's ``mallopt`` parameter numbers (malloc.h).
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
-#: Blocks smaller than this come from the heap, not from mmap (glibc's largest dynamic threshold, 64-bit).
+#: Blocks smaller than this come from the heap, not from mmap (glibc's largest dynamic threshold,
+#: 64-bit).
 MMAP_THRESHOLD_BYTES = 32 << 20
-#: Free memory at the top of the heap is handed back to the kernel only above this (2x the above, as glibc's
-#: dynamic rule sets it).
+#: Free memory at the top of the heap is handed back to the kernel only above this (2x the above, as
+#: glibc's dynamic rule sets it).
 TRIM_THRESHOLD_BYTES = 64 << 20
 
 
@@ -54,8 +56,9 @@ def keep_freed_memory() -> bool:
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
     # mmap first: setting either one turns glibc's dynamic thresholds off
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD,
-                                                                                  TRIM_THRESHOLD_BYTES))
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
+        mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
+    )
 
 
 __all__ = ["MMAP_THRESHOLD_BYTES", "TRIM_THRESHOLD_BYTES", "keep_freed_memory"]

@@ -1,4 +1,5 @@
-"""One scene on the capture engine, start to end: setup, warmup, measured frames, last image, release.
+"""One scene on the capture engine, start to end: setup, warmup, measured frames, last image,
+release.
 
 The engine (:mod:`katra3d.harness.engine.core`) owns the writer, the timer and the frame
 loop; a :class:`SceneLifecycle` drives one scene (:class:`~katra3d.harness.engine.spec.SceneSpec`)
@@ -22,12 +23,12 @@ from katra3d.harness.engine.counting import CountTimer
 from katra3d.harness.engine.frame import frame_time_s, seed_key
 from katra3d.harness.engine.results import NoProgress, SceneResult, median_text, scene_stats
 from katra3d.harness.engine.scene_traceback import location, scene_traceback
-from katra_trace.errors import KatraError, SceneError
-from katra_trace.schema import Flag
 from katra3d.scenes.api import SceneSkip
+from katra3d.scenes.image import read_pixels
+from katra_trace.errors import KatraError, SceneError
 from katra_trace.io.claim import open_output
 from katra_trace.io.images import encode_png, frame_record, image_checksum
-from katra3d.scenes.image import read_pixels
+from katra_trace.schema import Flag
 
 if TYPE_CHECKING:
     from katra3d.harness.engine.core import Engine
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
 
 _pc = time.perf_counter_ns
 
-#: ``measured_driver(one_frame, count)`` renders the measured frames by calling ``one_frame()`` ``count`` times.
+#: ``measured_driver(one_frame, count)`` renders the measured frames by calling ``one_frame()``
+#: ``count`` times.
 MeasuredDriver = Callable[[Callable[[], None], int], None]
 
 
@@ -49,8 +51,15 @@ class SceneLifecycle:
     the measured frames itself (pytest-benchmark rounds).
     """
 
-    def __init__(self, engine: Engine, spec: SceneSpec, *, bind: Callable[[], None] | None = None,
-                 progress: Progress | None = None, measured_driver: MeasuredDriver | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        spec: SceneSpec,
+        *,
+        bind: Callable[[], None] | None = None,
+        progress: Progress | None = None,
+        measured_driver: MeasuredDriver | None = None,
+    ) -> None:
         self.engine = engine
         self.spec = spec
         self.bind = bind
@@ -59,7 +68,8 @@ class SceneLifecycle:
         self.scene: Any = None
 
     def run(self) -> SceneResult:
-        """Set up, warm up, measure, record and release the scene; its events and annotation go to the trace.
+        """Set up, warm up, measure, record and release the scene; its events and annotation go to
+        the trace.
 
         Returns a ``skipped`` result when setup raises SceneSkip, an
         ``interrupted`` one when the stop flag ended the frames early.
@@ -79,9 +89,12 @@ class SceneLifecycle:
             self.clean_up()
             raise
         self.release()
-        if not self.progress.tty or self.engine.counting:  # a counted child's relay shows it on a terminal too
-            self.progress.line(f"[{spec.index}/{spec.total}] {spec.label}: {result.frames} frames"
-                               + median_text(result))
+        # a counted child's relay shows it on a terminal too
+        if not self.progress.tty or self.engine.counting:
+            self.progress.line(
+                f"[{spec.index}/{spec.total}] {spec.label}: {result.frames} frames"
+                + median_text(result)
+            )
         return result
 
     @property
@@ -110,16 +123,31 @@ class SceneLifecycle:
             raise
         t1 = _pc()
         engine.marker("setup", int(Flag.SETUP), t0, t1)
-        return SceneResult(spec.label, "ok", setup_ms=(t1 - t0) / 1e6, clock=engine.primary_clock,
-                           params=dict(spec.params))
+        return SceneResult(
+            spec.label,
+            "ok",
+            setup_ms=(t1 - t0) / 1e6,
+            clock=engine.primary_clock,
+            params=dict(spec.params),
+        )
 
     def skipped(self, exc: SceneSkip, t0_ns: int) -> SceneResult:
-        """Record the skip (a SKIPPED marker from ``t0_ns`` and a ``skipped`` scene annotation), release."""
+        """Record the skip (a SKIPPED marker from ``t0_ns`` and a ``skipped`` scene annotation),
+        release.
+        """
         engine, spec = self.engine, self.spec
         engine.marker("skipped", int(Flag.SKIPPED), t0_ns, _pc())
         engine.buffer.flush()
-        engine.writer.annotate({"type": "scene", "scene": spec.label, "spec": spec.spec, "status": "skipped",
-                                "reason": str(exc), "params": dict(spec.params)})
+        engine.writer.annotate(
+            {
+                "type": "scene",
+                "scene": spec.label,
+                "spec": spec.spec,
+                "status": "skipped",
+                "reason": str(exc),
+                "params": dict(spec.params),
+            }
+        )
         release_quietly(self.scene)
         self.progress.line(f"[{spec.index}/{spec.total}] {spec.label}: skipped: {exc}")
         return SceneResult(spec.label, "skipped", reason=str(exc), params=dict(spec.params))
@@ -132,32 +160,63 @@ class SceneLifecycle:
         rebind = self.rebinder()
         with scene_errors(spec.label, "while rendering"), engine.quiet_process():
             self.progress.phase(f"{self.where}: warm-up", spec.warmup)
-            warm = engine.loop(render, first=0, count=spec.warmup, deadline_ns=None, flags=int(Flag.WARMUP),
-                               key=key, bind=rebind, progress=self.progress)
-            self.progress.phase(f"{self.where}: {'counting' if engine.counting else 'measuring'}", spec.frames)
+            warm = engine.loop(
+                render,
+                first=0,
+                count=spec.warmup,
+                deadline_ns=None,
+                flags=int(Flag.WARMUP),
+                key=key,
+                bind=rebind,
+                progress=self.progress,
+            )
+            self.progress.phase(
+                f"{self.where}: {'counting' if engine.counting else 'measuring'}", spec.frames
+            )
             if self.measured_driver is not None:
-                measured = engine.drive(render, warm, spec.frames or 0, key, rebind, self.measured_driver)
+                measured = engine.drive(
+                    render, warm, spec.frames or 0, key, rebind, self.measured_driver
+                )
             else:
-                deadline = _pc() + int(spec.duration_s * 1e9) if spec.duration_s is not None else None
-                measured = engine.loop(render, first=warm, count=spec.frames, deadline_ns=deadline, flags=0,
-                                       key=key, bind=rebind, progress=self.progress)
+                deadline = (
+                    _pc() + int(spec.duration_s * 1e9) if spec.duration_s is not None else None
+                )
+                measured = engine.loop(
+                    render,
+                    first=warm,
+                    count=spec.frames,
+                    deadline_ns=deadline,
+                    flags=0,
+                    key=key,
+                    bind=rebind,
+                    progress=self.progress,
+                )
         result.warmup = warm
         result.frames = measured
         if engine.stop.set:
             result.status = "interrupted"
 
     def record(self, result: SceneResult) -> None:
-        """Read back pending measurements, take the stats and last image, write the scene annotation."""
+        """Read back pending measurements, take the stats and last image, write the scene
+        annotation.
+        """
         engine, spec = self.engine, self.spec
         engine.timer.settle()  # reads back this scene's pending GPU queries (no-op in sync mode)
         if engine.timer.frame_ns:
             result.stats = scene_stats(engine.timer.frame_ns, counts=engine.counting)
-        annotation: dict[str, Any] = {"type": "scene", "scene": spec.label, "spec": spec.spec,
-                                      "status": result.status, "params": dict(spec.params),
-                                      "setup_ms": round(result.setup_ms, 3), "warmup_frames": result.warmup,
-                                      "measured_frames": result.frames}
+        annotation: dict[str, Any] = {
+            "type": "scene",
+            "scene": spec.label,
+            "spec": spec.spec,
+            "status": result.status,
+            "params": dict(spec.params),
+            "setup_ms": round(result.setup_ms, 3),
+            "warmup_frames": result.warmup,
+            "measured_frames": result.frames,
+        }
         if engine.counting:
-            # host time under valgrind is 20-100x slower than outside: not a setup time anyone can use
+            # host time under valgrind is 20-100x slower than outside: not a setup time anyone can
+            # use
             del annotation["setup_ms"]
             result.setup_ms = 0.0
         if spec.read_image and result.warmup + result.frames > 0:
@@ -166,12 +225,14 @@ class SceneLifecycle:
         engine.writer.annotate(annotation)
         if engine.counting:
             # encode and write everything now, between scenes: the writer thread must be idle while
-            # the next scene's frames are counted (taking the GIL back from it costs the main thread)
+            # the next scene's frames are counted (taking the GIL back from it costs the main
+            # thread)
             engine.writer.flush()
 
     def last_image(self, result: SceneResult) -> dict[str, Any]:
-        """Read the last rendered frame into ``result`` (pixels, sha256); keep it in the trace and save
-        the screenshot if asked. In a counted run, instrumentation is off first: counts do not move.
+        """Read the last rendered frame into ``result`` (pixels, sha256); keep it in the trace and
+        save the screenshot if asked. In a counted run, instrumentation is off first: counts do not
+        move.
 
         Returns the annotation's last-image keys.
         """
@@ -184,11 +245,21 @@ class SceneLifecycle:
         index = result.warmup + result.frames - 1
         keys: dict[str, Any] = {"last_frame_index": index, "last_frame_sha256": result.checksum}
         # the frame is the same one in every run only when the scene rendered all of its frames
-        if spec.keep_image and spec.frames is not None and result.frames == spec.frames and result.status == "ok":
-            engine.writer.image(*frame_record(spec.label, index, frame_time_s(index), pixels, engine.image_key))
+        if (
+            spec.keep_image
+            and spec.frames is not None
+            and result.frames == spec.frames
+            and result.status == "ok"
+        ):
+            engine.writer.image(
+                *frame_record(spec.label, index, frame_time_s(index), pixels, engine.image_key)
+            )
             keys["image_kept"] = True
-        if spec.screenshot is not None:  # through the output rule: never over a file without --force
-            with open_output(spec.screenshot, force=spec.overwrite, option="--screenshot", example="scene.png") as f:
+        # through the output rule: never over a file without --force
+        if spec.screenshot is not None:
+            with open_output(
+                spec.screenshot, force=spec.overwrite, option="--screenshot", example="scene.png"
+            ) as f:
                 f.write(encode_png(pixels))
             keys["screenshot"] = str(spec.screenshot)
         return keys
@@ -202,11 +273,14 @@ class SceneLifecycle:
             try:
                 self.bind()
             except Exception as exc:
-                raise SceneError(f"scene '{label}' released the harness's framebuffer (self.target belongs to "
-                                 f"the harness unless bind_target created it): {describe(exc)}") from exc
+                raise SceneError(
+                    f"scene '{label}' released the harness's framebuffer (self.target belongs to "
+                    f"the harness unless bind_target created it): {describe(exc)}"
+                ) from exc
 
     def clean_up(self) -> None:
-        """After a failure or interrupt in the frames: release the scene and rebind, never raising."""
+        """After a failure or interrupt in the frames: release the scene and
+        rebind, never raising."""
         release_quietly(self.scene)
         if self.bind is not None:
             with contextlib.suppress(Exception):
@@ -229,25 +303,34 @@ class SceneLifecycle:
 
 
 @contextlib.contextmanager
-def scene_errors(label: str, phase: str,
-                 passes: tuple[type[BaseException], ...] = (KatraError,)) -> Iterator[None]:
+def scene_errors(
+    label: str, phase: str, passes: tuple[type[BaseException], ...] = (KatraError,)
+) -> Iterator[None]:
     """Turn an exception raised by scene ``label`` during ``phase`` into SceneError.
 
-    ``phase`` completes the message ("in setup", "while rendering"), followed by the scene's file and
-    line (``(spin.py:42)``); the SceneError carries the scene's traceback (``scene_traceback``).
+    ``phase`` completes the message ("in setup", "while rendering"), followed by the scene's file
+    and line (``(spin.py:42)``); the SceneError carries the scene's traceback (``scene_traceback``).
     Exceptions of the ``passes`` classes (and interrupts) go through as they are.
     """
     try:
         yield
     except passes as exc:
-        if isinstance(exc, KatraError) and not exc.scene_traceback and len(exc.args) == 1 and (at := location(exc)):
-            # katra3d's own error raised from the scene's code (a shader that does not compile): name its line
+        if (
+            isinstance(exc, KatraError)
+            and not exc.scene_traceback
+            and len(exc.args) == 1
+            and (at := location(exc))
+        ):
+            # katra3d's own error raised from the scene's code (a shader that does not compile):
+            # name its line
             exc.args = (f"{exc} (in {at})",)
             exc.scene_traceback = scene_traceback(exc)
         raise
     except (Exception, SystemExit) as exc:
         at = location(exc)
-        err = SceneError(f"scene '{label}' failed {phase}{f' ({at})' if at else ''}: {describe(exc)}")
+        err = SceneError(
+            f"scene '{label}' failed {phase}{f' ({at})' if at else ''}: {describe(exc)}"
+        )
         err.scene_traceback = scene_traceback(exc)
         raise err from exc
 

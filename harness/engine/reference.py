@@ -5,16 +5,14 @@ reference draw that never changes, timed between the scene's frames, is slowed
 the same way, so the ratio (median frame time) / (median reference time) of a
 run cancels most of that drift (``katra3d compare --normalize``).
 
-The draw: a full-screen triangle into the reference's own 256x256 RGBA8
-framebuffer, with a fragment shader that runs a fixed 8-step loop, bracketed
-by ``glFinish`` and timed on the host clock. 256x256 is 16 of llvmpipe's
-64x64 tiles, so its rasterizer threads share the draw the way they share a
-scene's frames: a CPU-busy neighbour that takes one of two cores slowed
-``fillrate`` frames 1.84x and this draw 1.79x, while a one-tile (64x64)
-draw, run by one thread, did not slow at all (0.95x) and cancelled nothing. It runs after every K-th frame
-(``--reference-every K``), outside the frame span, and becomes a MARKER event
-named ``reference`` with flag REFERENCE on the WALL clock (its ``frame`` is the
-frame it followed). Statistics never include it; the trace keeps it.
+The draw: a full-screen triangle into the reference's own 256x256 RGBA8 framebuffer, with a fragment
+shader that runs a fixed 8-step loop, bracketed by ``glFinish`` and timed on the host clock. 256x256
+is 16 of llvmpipe's 64x64 tiles, so its rasterizer threads share the draw the way they share a
+scene's frames: a CPU-busy neighbour that takes one of two cores slowed ``fillrate`` frames 1.84x
+and this draw 1.79x, while a one-tile (64x64) draw, run by one thread, did not slow at all (0.95x)
+and cancelled nothing. It runs after every K-th frame (``--reference-every K``), outside the frame
+span, and becomes a MARKER event named ``reference`` with flag REFERENCE on the WALL clock (its
+``frame`` is the frame it followed). Statistics never include it; the trace keeps it.
 """
 
 from __future__ import annotations
@@ -55,14 +53,17 @@ void main() {
 }
 """
 
-#: The full-screen triangle's vertices (clip space x, y; float32), the ``in_pos`` of :data:`VERTEX_SHADER`.
+#: The full-screen triangle's vertices (clip space x, y; float32), the ``in_pos`` of
+#: :data:`VERTEX_SHADER`.
 FULL_SCREEN_TRIANGLE: bytes = np.array([-1, -1, 3, -1, -1, 3], dtype="f4").tobytes()
 
 _pc = time.perf_counter_ns
 
 
 def make_program(ctx: Any, steps: int) -> Any:
-    """The reference shader program on ``ctx`` (a moderngl context), its loop set to ``steps`` iterations."""
+    """The reference shader program on ``ctx`` (a moderngl context), its loop set to ``steps``
+    iterations.
+    """
     program = ctx.program(vertex_shader=VERTEX_SHADER, fragment_shader=FRAGMENT_SHADER)
     try:
         program["u_steps"].value = steps
@@ -100,9 +101,9 @@ class ReferenceDraw:
         self.count = 0
 
     def run(self, frame: int) -> None:
-        """Time one reference draw (after frame ``frame``), then bind again the framebuffer that was bound: the
-        frame's image stays the one read back after the last frame (a scene without a target of its own is
-        read from the bound framebuffer)."""
+        """Time one reference draw (after frame ``frame``), then bind again the framebuffer that was
+        bound: the frame's image stays the one read back after the last frame (a scene without a
+        target of its own is read from the bound framebuffer)."""
         ctx = self.ctx
         timer = self.timer
         previous = ctx.fbo
@@ -117,16 +118,45 @@ class ReferenceDraw:
             previous.use()
         start = t0 - timer.origin_ns
         flags = int(Flag.REFERENCE)
-        self.add((int(Kind.MARKER), int(Clock.CPU), flags, 0, timer.scene_id, self.name_id, frame, start,
-                  t_sub - t0, 0.0))
-        self.add((int(Kind.MARKER), int(Clock.WALL), flags, 0, timer.scene_id, self.name_id, frame, start,
-                  t1 - t0, 0.0))
+        self.add(
+            (
+                int(Kind.MARKER),
+                int(Clock.CPU),
+                flags,
+                0,
+                timer.scene_id,
+                self.name_id,
+                frame,
+                start,
+                t_sub - t0,
+                0.0,
+            )
+        )
+        self.add(
+            (
+                int(Kind.MARKER),
+                int(Clock.WALL),
+                flags,
+                0,
+                timer.scene_id,
+                self.name_id,
+                frame,
+                start,
+                t1 - t0,
+                0.0,
+            )
+        )
         self.count += 1
 
     def options(self, every: int) -> dict[str, Any]:
-        return {"every_frames": every, "size": list(REFERENCE_SIZE), "steps": REFERENCE_STEPS,
-                "draw": "full-screen triangle, fixed fragment loop, glFinish before and after, host clock",
-                "event": f"MARKER '{REFERENCE_NAME}', flag REFERENCE, clocks cpu and wall"}
+        return {
+            "every_frames": every,
+            "size": list(REFERENCE_SIZE),
+            "steps": REFERENCE_STEPS,
+            "draw": "full-screen triangle, fixed fragment loop, glFinish before and after, host "
+            "clock",
+            "event": f"MARKER '{REFERENCE_NAME}', flag REFERENCE, clocks cpu and wall",
+        }
 
     def release(self) -> None:
         for obj in reversed(self._objects):
@@ -134,5 +164,12 @@ class ReferenceDraw:
         self._objects = []
 
 
-__all__ = ["FRAGMENT_SHADER", "FULL_SCREEN_TRIANGLE", "REFERENCE_SIZE", "REFERENCE_STEPS", "ReferenceDraw",
-           "VERTEX_SHADER", "make_program"]
+__all__ = [
+    "FRAGMENT_SHADER",
+    "FULL_SCREEN_TRIANGLE",
+    "REFERENCE_SIZE",
+    "REFERENCE_STEPS",
+    "ReferenceDraw",
+    "VERTEX_SHADER",
+    "make_program",
+]

@@ -1,4 +1,6 @@
-"""What a run produced: per-scene and per-run results, the progress protocol, the per-scene summary stats."""
+"""What a run produced: per-scene and per-run results, the progress protocol, the per-scene summary
+stats.
+"""
 
 from __future__ import annotations
 
@@ -30,12 +32,26 @@ class SceneResult:
 
     def row(self) -> dict[str, Any]:
         s = self.stats or {}
-        row = {"scene": self.label, "status": self.status, "frames": self.frames,
-               "median_ms": s.get("median_ms"), "p99_ms": s.get("p99_ms"),
-               "fps_avg": s.get("fps_avg"), "fps_low_1pct": s.get("fps_low_1pct"),
-               "clock": self.clock, "setup_ms": round(self.setup_ms, 3)}
+        row = {
+            "scene": self.label,
+            "status": self.status,
+            "frames": self.frames,
+            "median_ms": s.get("median_ms"),
+            "p99_ms": s.get("p99_ms"),
+            "fps_avg": s.get("fps_avg"),
+            "fps_low_1pct": s.get("fps_low_1pct"),
+            "clock": self.clock,
+            "setup_ms": round(self.setup_ms, 3),
+        }
         if "median" in s:  # a count (instructions, cycles), not a time
-            row.update({"median": s["median"], "min": s["min"], "max": s["max"], "spread_pct": s["spread_pct"]})
+            row.update(
+                {
+                    "median": s["median"],
+                    "min": s["min"],
+                    "max": s["max"],
+                    "spread_pct": s["spread_pct"],
+                }
+            )
         return row
 
 
@@ -52,20 +68,31 @@ class RunResult:
     size: tuple[int, int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """What ``katra3d run --json`` prints: the trace, the run's status and mode, a row per scene."""
-        return {"trace": str(self.path), "status": self.status, "timing_mode": self.timing_mode,
-                "timing_reason": self.timing_reason, "size": list(self.size) if self.size else None,
-                "signal": self.signal_name or None,
-                "scenes": [{**r.row(), "params": dict(r.params), "reason": r.reason or None} for r in self.scenes]}
+        """What ``katra3d run --json`` prints: the trace, the run's status and mode, a row per
+        scene.
+        """
+        return {
+            "trace": str(self.path),
+            "status": self.status,
+            "timing_mode": self.timing_mode,
+            "timing_reason": self.timing_reason,
+            "size": list(self.size) if self.size else None,
+            "signal": self.signal_name or None,
+            "scenes": [
+                {**r.row(), "params": dict(r.params), "reason": r.reason or None}
+                for r in self.scenes
+            ],
+        }
 
 
 class Progress(Protocol):
-    """What the engine reports progress to (the CLI's progress bar, the counted child's relay, or nothing).
+    """What the engine reports progress to (the CLI's progress bar, the counted child's relay, or
+    nothing).
 
-    ``scene_started`` opens a scene; ``phase`` says what the run does now (its ``name`` is shown as given,
-    e.g. ``"[1/2] clear: warm-up"``; ``frames``: how many frames the phase renders, None for a step without
-    frames); ``advance(done)``: frames done in the current phase, from 1 (the engine calls it only when
-    ``tty`` is set); ``line``: a line of its own.
+    ``scene_started`` opens a scene; ``phase`` says what the run does now (its ``name`` is shown as
+    given, e.g. ``"[1/2] clear: warm-up"``; ``frames``: how many frames the phase renders, None for
+    a step without frames); ``advance(done)``: frames done in the current phase, from 1 (the engine
+    calls it only when ``tty`` is set); ``line``: a line of its own.
     """
 
     tty: bool
@@ -98,13 +125,20 @@ class NoProgress:
 
 
 def scene_stats(values: list[int], counts: bool) -> dict[str, Any]:
-    """Per-scene statistics for the end table: frame-time stats, or count stats for instructions/cycles."""
+    """Per-scene statistics for the end table: frame-time stats, or count stats for
+    instructions/cycles.
+    """
     arr = np.asarray(values, dtype=np.float64)
     if not counts:
         return frame_stats(arr).as_dict()
     median = float(np.median(arr))
-    return {"n": int(arr.size), "median": median, "min": float(arr.min()), "max": float(arr.max()),
-            "spread_pct": float((arr.max() - arr.min()) / median * 100.0) if median else 0.0}
+    return {
+        "n": int(arr.size),
+        "median": median,
+        "min": float(arr.min()),
+        "max": float(arr.max()),
+        "spread_pct": float((arr.max() - arr.min()) / median * 100.0) if median else 0.0,
+    }
 
 
 def median_text(result: SceneResult) -> str:

@@ -1,12 +1,12 @@
 """A scene's own traceback: the frames of its exception that are the scene's code, not katra3d's.
 
 When a scene raises, the error line names the scene's file and line of the failing frame
-(:func:`location`), and ``katra3d --traceback`` (or ``KATRA3D_DEBUG=1``) prints the traceback
-cut to the scene's frames (:func:`scene_traceback`). katra3d's own frames (``katra3d``, ``katra3d.harness``,
-``katra_trace``, the Scene API's helpers in ``scenes``) are left out; a library's frames (moderngl,
-numpy) are kept in the traceback, since they say what raised, but the location is the deepest frame
-of scene code: a file outside katra3d and outside the Python installation, or a built-in scene
-(``scenes/builtin``).
+(:func:`location`), and ``katra3d --traceback`` (or ``KATRA3D_DEBUG=1``) prints the traceback cut to
+the scene's frames (:func:`scene_traceback`). katra3d's own frames (``katra3d``,
+``katra3d.harness``, ``katra_trace``, the Scene API's helpers in ``scenes``) are left out; a
+library's frames (moderngl, numpy) are kept in the traceback, since they say what raised, but the
+location is the deepest frame of scene code: a file outside katra3d and outside the Python
+installation, or a built-in scene (``scenes/builtin``).
 """
 
 from __future__ import annotations
@@ -20,20 +20,32 @@ import katra3d
 import katra_trace
 from katra3d import scenes
 
-#: Directories of katra3d's own code: their frames are never the scene's (the Scene API's helpers included).
-_OWN = (os.path.realpath(Path(str(katra3d.__file__)).parent) + os.sep,
-        os.path.realpath(Path(str(katra_trace.__file__)).parent) + os.sep,
-        os.path.realpath(Path(__file__).parents[1]) + os.sep,
-        os.path.realpath(Path(str(scenes.__file__)).parent) + os.sep)
+#: Directories of katra3d's own code: their frames are never the scene's (the Scene API's helpers
+#: included).
+_OWN = (
+    os.path.realpath(Path(str(katra3d.__file__)).parent) + os.sep,
+    os.path.realpath(Path(str(katra_trace.__file__)).parent) + os.sep,
+    os.path.realpath(Path(__file__).parents[1]) + os.sep,
+    os.path.realpath(Path(str(scenes.__file__)).parent) + os.sep,
+)
 #: The built-in scenes: scene code, though katra3d's.
 _BUILTIN = os.path.realpath(Path(str(scenes.__file__)).parent / "builtin") + os.sep
 #: The Python installation (standard library, site-packages): library code.
-_LIBRARY = tuple(sorted({os.path.realpath(p) + os.sep for key in ("stdlib", "platstdlib", "purelib", "platlib")
-                         if (p := sysconfig.get_paths().get(key))}))
+_LIBRARY = tuple(
+    sorted(
+        {
+            os.path.realpath(p) + os.sep
+            for key in ("stdlib", "platstdlib", "purelib", "platlib")
+            if (p := sysconfig.get_paths().get(key))
+        }
+    )
+)
 
 
 def _kind(filename: str) -> str:
-    """``own`` (katra3d's machinery), ``scene`` (scene code) or ``library`` (Python's, site-packages)."""
+    """``own`` (katra3d's machinery), ``scene`` (scene code) or ``library`` (Python's,
+    site-packages).
+    """
     if filename.startswith("<"):
         return "library"  # <frozen importlib._bootstrap>, <string>
     path = os.path.realpath(filename)
@@ -61,7 +73,8 @@ def _shown_path(filename: str) -> str:
 
 
 def location(exc: BaseException) -> str:
-    """``spin.py:42``: the scene's file and line of the deepest frame of scene code ("" when none)."""
+    """``spin.py:42``: the scene's file and line of the deepest frame of scene code ("" when
+    none)."""
     frames = [f for f in scene_frames(exc) if _kind(f.filename) == "scene"]
     if not frames:
         return ""
@@ -69,7 +82,9 @@ def location(exc: BaseException) -> str:
 
 
 def scene_traceback(exc: BaseException) -> str:
-    """The traceback of ``exc`` cut to the scene's frames, as Python prints one ("" when it has none)."""
+    """The traceback of ``exc`` cut to the scene's frames, as Python prints one ("" when it has
+    none).
+    """
     frames = scene_frames(exc)
     if not frames:
         return ""

@@ -1,14 +1,13 @@
 """What the capture engine is asked to do, as data: one capture, and one scene in it.
 
-:class:`CaptureSpec` is everything that shapes a trace (its path, header and
-how its frames are measured); the :class:`~katra3d.harness.engine.core.Engine` takes one,
-whichever way of capturing built it (``katra3d run``, ``katra3d.capture``, the
-pytest plugin, the offscreen helper). :class:`SceneSpec` is one scene to run on
-that engine (:mod:`katra3d.harness.engine.lifecycle`). Both are plain records: no GL, no I/O. What the
-header records is typed (:mod:`katra_trace.io.header`'s records); only a scene's own params are a mapping.
-Runtime collaborators (the GL context, a writer override, the stop flag, the
-framebuffer binder, the progress display) are not part of a spec: they are
-passed beside it.
+:class:`CaptureSpec` is everything that shapes a trace (its path, header and how its frames are
+measured); the :class:`~katra3d.harness.engine.core.Engine` takes one, whichever way of capturing
+built it (``katra3d run``, ``katra3d.capture``, the pytest plugin, the offscreen helper).
+:class:`SceneSpec` is one scene to run on that engine (:mod:`katra3d.harness.engine.lifecycle`).
+Both are plain records: no GL, no I/O. What the header records is typed
+(:mod:`katra_trace.io.header`'s records); only a scene's own params are a mapping. Runtime
+collaborators (the GL context, a writer override, the stop flag, the framebuffer binder, the
+progress display) are not part of a spec: they are passed beside it.
 """
 
 from __future__ import annotations
@@ -21,8 +20,8 @@ from typing import Any
 from katra_trace.io.header import CaptureOptions, HostInfo, MeasureOptions
 from katra_trace.metrics import is_count
 
-
-#: What a capture that times its frames records under ``measure`` (a record is frozen: one serves all).
+#: What a capture that times its frames records under ``measure`` (a record is frozen: one serves
+#: all).
 TIMED = MeasureOptions(mode="time")
 
 
@@ -41,16 +40,15 @@ class CaptureSpec:
     (:func:`katra_trace.io.header.build_capture_options`); the engine adds
     the timing mode, its reason, the primary clock, ``measure`` and ``zones``.
     ``timing``: auto | sync | gpu. ``zones``: True/"passes", "draws",
-    False/"off". ``max_draw_zones``: with draws zones, the most draws timed a
-    frame (None: all). ``measure``: what is measured, as the header records it:
-    mode ``time``, or a count mode (``instructions``, ``cycles``) with the counted
-    child's facts (valgrind's version, its command, ...); ``dump_base``: where
-    callgrind writes its dumps when counting. ``reference_every``: time the reference draw after every
-    K-th measured frame (sync timing only; 0: off). ``overwrite``: replace an
-    existing trace. ``codec``: the writer's event codec (None: its default).
-    ``gl_error_check``: check ``glGetError`` after setup and after every frame.
-    ``failed_aside``: an aborted capture never goes to ``path`` (``katra3d run``: it would block the
-    rerun): its measured frames go to ``NAME.failed.katra``, or nothing is kept (TraceWriter's option).
+    False/"off". ``max_draw_zones``: with draws zones, the most draws timed a frame (None: all).
+    ``measure``: what is measured, as the header records it: mode ``time``, or a count mode
+    (``instructions``, ``cycles``) with the counted child's facts (valgrind's version, its command,
+    ...); ``dump_base``: where callgrind writes its dumps when counting. ``reference_every``: time
+    the reference draw after every K-th measured frame (sync timing only; 0: off). ``overwrite``:
+    replace an existing trace. ``codec``: the writer's event codec (None: its default).
+    ``gl_error_check``: check ``glGetError`` after setup and after every frame. ``failed_aside``: an
+    aborted capture never goes to ``path`` (``katra3d run``: it would block the rerun): its measured
+    frames go to ``NAME.failed.katra``, or nothing is kept (TraceWriter's option).
     """
 
     path: Path | None
@@ -71,7 +69,8 @@ class CaptureSpec:
 
     @property
     def counting(self) -> bool:
-        """Whether frames are counted under callgrind (``measure.mode`` is instructions or cycles)."""
+        """Whether frames are counted under callgrind (``measure.mode`` is
+        instructions or cycles)."""
         return is_count(self.measure.mode or "time")
 
 
@@ -79,19 +78,17 @@ class CaptureSpec:
 class SceneSpec:
     """One scene to run on an engine: which, with what, for how long, and what to keep.
 
-    ``scene_cls``: the Scene class (instantiated once, by the lifecycle).
-    ``label``: the scene's name in the trace. ``params``: its resolved
-    parameters. ``size``: framebuffer (width, height) in pixels. ``frames``:
-    measured frames, or None to measure for ``duration_s`` seconds (None with
-    both: no measured frames). ``warmup``: frames rendered first, recorded
-    and flagged WARMUP (a counted run renders them uncounted, with no events).
-    ``seed``: the run seed of the frames' RNG. ``spec``: the scene as the user
-    named it (recorded in the scene annotation).
-    ``read_image``: read the last frame back and record its checksum;
-    ``keep_image``: also keep it in the trace (an IMAGE block, :mod:`katra_trace.io.images`) when the
-    scene rendered all of its ``frames`` (never for a ``duration_s`` run, whose last frame depends on speed);
-    ``screenshot``: also save it as this PNG. ``index``/``total``: the scene's
-    position in the run, for progress lines ("[index/total]").
+    ``scene_cls``: the Scene class (instantiated once, by the lifecycle). ``label``: the scene's
+    name in the trace. ``params``: its resolved parameters. ``size``: framebuffer (width, height) in
+    pixels. ``frames``: measured frames, or None to measure for ``duration_s`` seconds (None with
+    both: no measured frames). ``warmup``: frames rendered first, recorded and flagged WARMUP (a
+    counted run renders them uncounted, with no events). ``seed``: the run seed of the frames' RNG.
+    ``spec``: the scene as the user named it (recorded in the scene annotation). ``read_image``:
+    read the last frame back and record its checksum; ``keep_image``: also keep it in the trace (an
+    IMAGE block, :mod:`katra_trace.io.images`) when the scene rendered all of its ``frames`` (never
+    for a ``duration_s`` run, whose last frame depends on speed); ``screenshot``: also save it as
+    this PNG. ``index``/``total``: the scene's position in the run, for progress lines
+    ("[index/total]").
     """
 
     scene_cls: type

@@ -54,7 +54,9 @@ class StopFlag:
         self.on_hard_stop: list[Callable[[], None]] = []
 
     def trip(self, signum: int, _frame: Any = None) -> None:
-        """Signal handler: the first signal asks for a stop at the next frame boundary, the second stops now."""
+        """Signal handler: the first signal asks for a stop at the next frame boundary, the second
+        stops now.
+        """
         self.count += 1
         self.set = True
         self.signum = signum
@@ -112,7 +114,9 @@ class Keeper(threading.Thread):
         self.engine = engine
         self._wake = threading.Event()
         self._finished = threading.Event()
-        self.period_s: float | None = None if engine.counting else min(0.25, engine.buffer.max_age_ns / 1e9)
+        self.period_s: float | None = (
+            None if engine.counting else min(0.25, engine.buffer.max_age_ns / 1e9)
+        )
         engine.stop.on_hard_stop.append(self._wake.set)
 
     def run(self) -> None:
@@ -134,11 +138,21 @@ class Keeper(threading.Thread):
         engine = self.engine
         with contextlib.suppress(Exception):
             engine.buffer.flush()
-        engine.finish_quietly({**engine.summary(), "error": "the frame in progress did not stop after a second "
-                                f"{engine.stop.signal_name}; trace finished by the keeper"}, "interrupted")
+        engine.finish_quietly(
+            {
+                **engine.summary(),
+                "error": "the frame in progress did not stop after a second "
+                f"{engine.stop.signal_name}; trace finished by the keeper",
+            },
+            "interrupted",
+        )
         with contextlib.suppress(Exception):
-            print(f"katra3d: stopped by a second {engine.stop.signal_name}; trace finished as interrupted",
-                  file=sys.stderr, flush=True)
+            print(
+                f"katra3d: stopped by a second {engine.stop.signal_name}; trace finished as "
+                "interrupted",
+                file=sys.stderr,
+                flush=True,
+            )
         os._exit(signal_exit_code(engine.stop.signum or signal.SIGINT))
 
     def stop(self) -> None:
@@ -149,4 +163,12 @@ class Keeper(threading.Thread):
             self.join(timeout=2.0)
 
 
-__all__ = ["HARD_STOP_GRACE_S", "STOP_SIGNALS", "Keeper", "Kept", "StopFlag", "StopSignal", "stop_on_signals"]
+__all__ = [
+    "HARD_STOP_GRACE_S",
+    "STOP_SIGNALS",
+    "Keeper",
+    "Kept",
+    "StopFlag",
+    "StopSignal",
+    "stop_on_signals",
+]

@@ -15,8 +15,9 @@ from katra3d.harness.engine.reference import FULL_SCREEN_TRIANGLE, make_program
 from katra3d.harness.gl.shim import GL_TIMESTAMP, RawGL
 
 
-def timer_query_reliability(ctx: Any, size: tuple[int, int] = (512, 512), iters: int = 64,
-                            repeats: int = 3) -> dict[str, Any]:
+def timer_query_reliability(
+    ctx: Any, size: tuple[int, int] = (512, 512), iters: int = 64, repeats: int = 3
+) -> dict[str, Any]:
     """Do GL_TIMESTAMP queries time the draw? Compare a heavy draw's GPU time with its wall time.
 
     The draw (the reference workload's full-screen triangle and fragment loop,
@@ -67,7 +68,8 @@ def timer_query_reliability(ctx: Any, size: tuple[int, int] = (512, 512), iters:
         "gpu_ms": round(gpu_ms, 4),
         "wall_ms": round(wall_ms, 4),
         "ratio": round(ratio, 4),
-        "draw": f"the reference shader: full-screen triangle, {size[0]}x{size[1]}, {iters}-step fragment loop",
+        "draw": f"the reference shader: full-screen triangle, {size[0]}x{size[1]}, {iters}-step "
+        "fragment loop",
     }
 
 

@@ -86,17 +86,24 @@ def choose_mode(requested: str, gl: GLInfo) -> tuple[str, str]:
         if software:
             raise ConfigError(
                 f"--timing gpu: '{renderer}' is a software renderer whose timer queries do not "
-                "time the draw (llvmpipe stamps one 64x64 tile); use --timing sync or auto")
+                "time the draw (llvmpipe stamps one 64x64 tile); use --timing sync or auto"
+            )
         if not timer:
-            raise ConfigError(f"--timing gpu: '{renderer}' has no GL_TIMESTAMP queries; use --timing sync")
+            raise ConfigError(
+                f"--timing gpu: '{renderer}' has no GL_TIMESTAMP queries; use --timing sync"
+            )
         return "gpu", "requested with --timing gpu"
     if software:
-        return "sync", (f"software renderer '{renderer}': its timer queries do not time the draw, "
-                        "so frames end with glFinish and are timed on the host clock")
+        return "sync", (
+            f"software renderer '{renderer}': its timer queries do not time the draw, "
+            "so frames end with glFinish and are timed on the host clock"
+        )
     if not timer:
         return "sync", f"'{renderer}' has no GL_TIMESTAMP queries"
-    return "gpu", (f"hardware renderer '{renderer}' with {gl.timer_query.counter_bits or 0}-bit "
-                   "timestamp queries")
+    return "gpu", (
+        f"hardware renderer '{renderer}' with {gl.timer_query.counter_bits or 0}-bit "
+        "timestamp queries"
+    )
 
 
 class _NullZone:
@@ -146,7 +153,9 @@ class Timer:
         self._push = mglo.push_debug_scope if self.debug else None
         self._pop = mglo.pop_debug_scope if self.debug else None
         #: bytes a debug group's message may hold (KHR_debug: less than GL_MAX_DEBUG_MESSAGE_LENGTH)
-        self._label_bytes = max(0, RawGL().get_integer(GL_MAX_DEBUG_MESSAGE_LENGTH) - 1) if self.debug else 0
+        self._label_bytes = (
+            max(0, RawGL().get_integer(GL_MAX_DEBUG_MESSAGE_LENGTH) - 1) if self.debug else 0
+        )
         self._labels: dict[str, str] = {}
         self._names: dict[str, int] = {}
         self.frame_name = writer.intern(FRAME_NAME)
@@ -165,11 +174,12 @@ class Timer:
         return sid
 
     def debug_label(self, name: str) -> str:
-        """The debug group message for zone ``name``: the name, cut to the driver's limit (a longer one
-        would abort the scene with GL_INVALID_VALUE; the trace keeps the whole name) and UTF-8 safe."""
+        """The debug group message for zone ``name``: the name, cut to the driver's limit (a longer
+        one would abort the scene with GL_INVALID_VALUE; the trace keeps the whole name) and UTF-8
+        safe."""
         label = self._labels.get(name)
         if label is None:
-            data = name.encode("utf-8", "backslashreplace")[:self._label_bytes]
+            data = name.encode("utf-8", "backslashreplace")[: self._label_bytes]
             label = self._labels[name] = data.decode("utf-8", "ignore")
         return label
 
@@ -206,7 +216,11 @@ class Timer:
 
     def options(self) -> dict[str, Any]:
         """What goes into the capture options' ``timing`` entry."""
-        return {"mode": self.mode, "primary_clock": self.primary_clock.name.lower(), "zones": self.zones}
+        return {
+            "mode": self.mode,
+            "primary_clock": self.primary_clock.name.lower(),
+            "zones": self.zones,
+        }
 
 
 # --------------------------------------------------------------------------- sync
@@ -239,8 +253,34 @@ class _SyncZone:
         t.depth -= 1
         start = self.t0 - t.origin_ns
         add = t.add
-        add((_ZONE, _CPU, t.flags, self.depth, t.scene_id, self.name_id, t.frame_index, start, t_sub - self.t0, 0.0))
-        add((_ZONE, _WALL, t.flags, self.depth, t.scene_id, self.name_id, t.frame_index, start, t1 - self.t0, 0.0))
+        add(
+            (
+                _ZONE,
+                _CPU,
+                t.flags,
+                self.depth,
+                t.scene_id,
+                self.name_id,
+                t.frame_index,
+                start,
+                t_sub - self.t0,
+                0.0,
+            )
+        )
+        add(
+            (
+                _ZONE,
+                _WALL,
+                t.flags,
+                self.depth,
+                t.scene_id,
+                self.name_id,
+                t.frame_index,
+                start,
+                t1 - self.t0,
+                0.0,
+            )
+        )
 
 
 class SyncTimer(Timer):
@@ -252,7 +292,9 @@ class SyncTimer(Timer):
     def _zone(self, name: str) -> _SyncZone:
         return _SyncZone(self, name)
 
-    c1 = 0  #: the process clock at the last frame's end (:meth:`continue_frame` starts the next frame from it)
+    #: the process clock at the last frame's end (:meth:`continue_frame` starts the next frame from
+    #: it)
+    c1 = 0
 
     def begin_frame(self, index: int, flags: int = 0) -> None:
         self.frame_index = index
@@ -261,9 +303,10 @@ class SyncTimer(Timer):
         self.t0 = _pc()
 
     def continue_frame(self, index: int, flags: int = 0) -> None:
-        """:meth:`begin_frame` for a frame that follows the last one with only the harness between them (run's
-        loop): the last frame's end is this one's start on the process clock, one read per boundary.
-        ``katra3d.capture`` runs the user's code between frames: it uses :meth:`begin_frame`."""
+        """:meth:`begin_frame` for a frame that follows the last one with only the harness between
+        them (run's loop): the last frame's end is this one's start on the process clock, one read
+        per boundary. ``katra3d.capture`` runs the user's code between frames: it uses
+        :meth:`begin_frame`."""
         self.frame_index = index
         self.flags = flags
         self.c0 = self.c1
@@ -275,7 +318,9 @@ class SyncTimer(Timer):
         t1 = _pc()
         self.c1 = c1 = _process_ns(_PROCESS_CLOCK)
         flags = self.flags
-        self._add_frame(pack_frame(self.t0, t_sub, t1, c1 - self.c0, self.frame_index, flags, self.scene_id))
+        self._add_frame(
+            pack_frame(self.t0, t_sub, t1, c1 - self.c0, self.frame_index, flags, self.scene_id)
+        )
         if not flags:
             self._frame_ns_add(t1 - self.t0)
         self._maybe_flush(t1)
@@ -308,9 +353,23 @@ class _GpuZone:
         if t._pop is not None:
             t._pop()
         t.depth -= 1
-        t._spans.append((_ZONE, t.flags, self.depth, t.scene_id, self.name_id, t.frame_index, self.q0, q1))
-        t.add((_ZONE, _CPU, t.flags, self.depth, t.scene_id, self.name_id, t.frame_index,
-               self.t0 - t.origin_ns, t_sub - self.t0, 0.0))
+        t._spans.append(
+            (_ZONE, t.flags, self.depth, t.scene_id, self.name_id, t.frame_index, self.q0, q1)
+        )
+        t.add(
+            (
+                _ZONE,
+                _CPU,
+                t.flags,
+                self.depth,
+                t.scene_id,
+                self.name_id,
+                t.frame_index,
+                self.t0 - t.origin_ns,
+                t_sub - self.t0,
+                0.0,
+            )
+        )
 
 
 class GpuTimer(Timer):
@@ -319,8 +378,15 @@ class GpuTimer(Timer):
     mode = "gpu"
     primary_clock = MODE_CLOCKS[mode]
 
-    def __init__(self, ctx: Any, writer: Any, buffer: EventBuffer, *, zones: bool = False,
-                 ring_queries: int = RING_QUERIES) -> None:
+    def __init__(
+        self,
+        ctx: Any,
+        writer: Any,
+        buffer: EventBuffer,
+        *,
+        zones: bool = False,
+        ring_queries: int = RING_QUERIES,
+    ) -> None:
         super().__init__(ctx, writer, buffer, zones=zones)
         self.gl = RawGL()
         self._all_queries = self.gl.gen_queries(ring_queries)
@@ -375,7 +441,9 @@ class GpuTimer(Timer):
         return q
 
     def _refill(self) -> None:
-        """Ring exhausted: read back what has finished (without waiting); grow when that frees nothing."""
+        """Ring exhausted: read back what has finished (without waiting); grow when that frees
+        nothing.
+        """
         self._poll(block=False)
         if not self._free:
             more = self.gl.gen_queries(max(256, len(self._all_queries) // 2))
@@ -438,13 +506,40 @@ class GpuTimer(Timer):
         t0 = self.t0
         start = t0 - self.origin_ns
         add = self.add
-        add((_FRAME, _CPU, self.flags, 0, self.scene_id, self.frame_name, self.frame_index, start, t_sub - t0, 0.0))
+        add(
+            (
+                _FRAME,
+                _CPU,
+                self.flags,
+                0,
+                self.scene_id,
+                self.frame_name,
+                self.frame_index,
+                start,
+                t_sub - t0,
+                0.0,
+            )
+        )
         if self._prev_t0 is not None:
-            add((_COUNTER, _CPU, self.flags, 0, self.scene_id, self.interval_name, self.frame_index, start, 0,
-                 float(t0 - self._prev_t0)))
+            add(
+                (
+                    _COUNTER,
+                    _CPU,
+                    self.flags,
+                    0,
+                    self.scene_id,
+                    self.interval_name,
+                    self.frame_index,
+                    start,
+                    0,
+                    float(t0 - self._prev_t0),
+                )
+            )
         self._prev_t0 = t0
         spans = self._spans
-        spans.append((_FRAME, self.flags, 0, self.scene_id, self.frame_name, self.frame_index, self._q0, q1))
+        spans.append(
+            (_FRAME, self.flags, 0, self.scene_id, self.frame_name, self.frame_index, self._q0, q1)
+        )
         self._pending.append((q1, spans))
         self._poll()
         self.buffer.maybe_flush(t_sub)
@@ -471,7 +566,8 @@ class GpuTimer(Timer):
         return out
 
 
-#: What ``--zones`` accepts: no zones, the scene's pass zones, or every draw too (see katra3d.harness.engine.draws).
+#: What ``--zones`` accepts: no zones, the scene's pass zones, or every draw too (see
+#: katra3d.harness.engine.draws).
 ZONE_MODES: tuple[str, ...] = ("off", "passes", "draws")
 
 
@@ -487,7 +583,9 @@ def zone_mode(value: bool | str | None) -> str:
     return mode
 
 
-def make_timer(mode: str, ctx: Any, writer: Any, buffer: EventBuffer, *, zones: bool = False) -> Timer:
+def make_timer(
+    mode: str, ctx: Any, writer: Any, buffer: EventBuffer, *, zones: bool = False
+) -> Timer:
     """A :class:`SyncTimer` or :class:`GpuTimer` for a resolved mode (``sync`` or ``gpu``)."""
     if mode == "sync":
         return SyncTimer(ctx, writer, buffer, zones=zones)
@@ -496,5 +594,16 @@ def make_timer(mode: str, ctx: Any, writer: Any, buffer: EventBuffer, *, zones: 
     raise ConfigError(f"timing mode must be resolved to 'sync' or 'gpu', got '{mode}'")
 
 
-__all__ = ["GpuTimer", "INTERVAL_NAME", "MODES", "NULL_ZONE", "SyncTimer", "ZONE_MODES", "Timer", "choose_mode",
-           "make_timer", "no_zone", "zone_mode"]
+__all__ = [
+    "GpuTimer",
+    "INTERVAL_NAME",
+    "MODES",
+    "NULL_ZONE",
+    "SyncTimer",
+    "ZONE_MODES",
+    "Timer",
+    "choose_mode",
+    "make_timer",
+    "no_zone",
+    "zone_mode",
+]

@@ -27,7 +27,8 @@ import mmap
 import platform
 from typing import Any
 
-#: valgrind.h's ``VG_USERREQ__RUNNING_ON_VALGRIND``: how many valgrinds the process runs under (0 outside).
+#: valgrind.h's ``VG_USERREQ__RUNNING_ON_VALGRIND``: how many valgrinds the process runs under (0
+#: outside).
 RUNNING_ON_VALGRIND = 0x1001
 
 #: callgrind.h's ``VG_USERREQ__START_INSTRUMENTATION``: ``VG_USERREQ_TOOL_BASE('C','T') + 4``.
@@ -36,11 +37,13 @@ CALLGRIND_START_INSTRUMENTATION = (ord("C") << 24 | ord("T") << 16) + 4
 #: callgrind.h's ``VG_USERREQ__STOP_INSTRUMENTATION``: ``VG_USERREQ_TOOL_BASE('C','T') + 5``.
 CALLGRIND_STOP_INSTRUMENTATION = CALLGRIND_START_INSTRUMENTATION + 1
 
-#: The request as a function ``size_t f(size_t *args /* rdi */, size_t default /* rsi */)``, x86-64 SysV.
+#: The request as a function ``size_t f(size_t *args /* rdi */, size_t default /* rsi */)``, x86-64
+#: SysV.
 _AMD64_CODE = bytes.fromhex(
     "4889f8"  # mov rax, rdi        ; rax: the address of the six request words
     "4889f2"  # mov rdx, rsi        ; rdx: the default, the result outside valgrind
-    "48c1c703"  # rol rdi, 3        ; valgrind.h's special instruction preamble (rotations by 128 bits in all:
+    # rol rdi, 3        ; valgrind.h's special instruction preamble (rotations by 128 bits in all:
+    "48c1c703"
     "48c1c70d"  # rol rdi, 13       ; rdi is unchanged) ...
     "48c1c73d"  # rol rdi, 61
     "48c1c733"  # rol rdi, 51
@@ -68,7 +71,9 @@ class _Requester:
         libc.mprotect.restype = ctypes.c_int
         if libc.mprotect(address, mmap.PAGESIZE, _PROT_RX) != 0:
             raise OSError(ctypes.get_errno(), "mprotect(PROT_READ|PROT_EXEC) refused")
-        prototype = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t)
+        prototype = ctypes.CFUNCTYPE(
+            ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t
+        )
         self.call: Any = prototype(address)
         self.args = (ctypes.c_size_t * 6)()
 
@@ -98,24 +103,28 @@ def _get() -> _Requester | None:
 
 
 def available() -> bool:
-    """Whether this process can make client requests (x86-64, and an executable page could be made)."""
+    """Whether this process can make client requests (x86-64, and an executable
+    page could be made)."""
     return _get() is not None
 
 
 def client_request(code: int, *args: int, default: int = 0) -> int:
-    """Valgrind's answer to request ``code`` with up to five word arguments; ``default`` outside valgrind or
-    where :func:`available` is False."""
+    """Valgrind's answer to request ``code`` with up to five word arguments; ``default`` outside
+    valgrind or where :func:`available` is False."""
     requester = _get()
     return default if requester is None else requester.request(code, default, *args)
 
 
 def running_on_valgrind() -> int:
-    """How many valgrinds this process runs under: 0 outside valgrind (or where requests are unavailable)."""
+    """How many valgrinds this process runs under: 0 outside valgrind (or where requests are
+    unavailable).
+    """
     return client_request(RUNNING_ON_VALGRIND)
 
 
 def start_instrumentation() -> bool:
-    """Switch callgrind's instrumentation on (a no-op when it is on); whether the request reached valgrind.
+    """Switch callgrind's instrumentation on (a no-op when it is on); whether the request reached
+    valgrind.
 
     From here on callgrind counts: valgrind throws away its translations and
     re-translates the code it runs next with instrumentation, so the first
@@ -128,11 +137,13 @@ def start_instrumentation() -> bool:
 
 
 def stop_instrumentation() -> bool:
-    """Switch callgrind's instrumentation off (a no-op when it is off); whether the request reached valgrind.
+    """Switch callgrind's instrumentation off (a no-op when it is off); whether the request reached
+    valgrind.
 
     For what runs after the last counted frame: writing the trace, Python's and Mesa's tear-down and
-    callgrind's last dump then run uninstrumented (several times faster), and ``os.getppid()`` makes no
-    more dumps. Nothing counted moves: valgrind re-translates the code it runs next without the counters.
+    callgrind's last dump then run uninstrumented (several times faster), and ``os.getppid()`` makes
+    no more dumps. Nothing counted moves: valgrind re-translates the code it runs next without the
+    counters.
     """
     if running_on_valgrind() == 0:
         return False
@@ -140,5 +151,13 @@ def stop_instrumentation() -> bool:
     return True
 
 
-__all__ = ["CALLGRIND_START_INSTRUMENTATION", "CALLGRIND_STOP_INSTRUMENTATION", "RUNNING_ON_VALGRIND",
-           "available", "client_request", "running_on_valgrind", "start_instrumentation", "stop_instrumentation"]
+__all__ = [
+    "CALLGRIND_START_INSTRUMENTATION",
+    "CALLGRIND_STOP_INSTRUMENTATION",
+    "RUNNING_ON_VALGRIND",
+    "available",
+    "client_request",
+    "running_on_valgrind",
+    "start_instrumentation",
+    "stop_instrumentation",
+]

@@ -162,12 +162,15 @@ def _offscreen(ctx: Any, size: tuple[int, int], samples: int) -> tuple[Any, tupl
     max_samples = int(ctx.info.get("GL_MAX_SAMPLES", 0) or 0)
     if samples > max_samples:
         raise ConfigError(
-            f"--samples {samples} is more than this context supports (GL_MAX_SAMPLES = {max_samples})"
+            f"--samples {samples} is more than this context supports (GL_MAX_SAMPLES = "
+            f"{max_samples})"
         )
     max_size = int(ctx.info.get("GL_MAX_RENDERBUFFER_SIZE", 0) or 0)
     if max_size and max(size) > max_size:
-        raise ConfigError(f"--size {size[0]}x{size[1]} is more than this context supports "
-                          f"(GL_MAX_RENDERBUFFER_SIZE = {max_size})")
+        raise ConfigError(
+            f"--size {size[0]}x{size[1]} is more than this context supports "
+            f"(GL_MAX_RENDERBUFFER_SIZE = {max_size})"
+        )
     made: list[Any] = []
     try:
         made.append(ctx.renderbuffer(size, 4, samples=samples))
@@ -178,14 +181,22 @@ def _offscreen(ctx: Any, size: tuple[int, int], samples: int) -> tuple[Any, tupl
             with contextlib.suppress(Exception):
                 obj.release()
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"cannot create a {size[0]}x{size[1]} framebuffer"
-                          + (f" with {samples} samples" if samples else "")
-                          + f" on this context ({detail}); try a smaller --size") from None
+        raise ConfigError(
+            f"cannot create a {size[0]}x{size[1]} framebuffer"
+            + (f" with {samples} samples" if samples else "")
+            + f" on this context ({detail}); try a smaller --size"
+        ) from None
     return fbo, (made[0], made[1])
 
 
-def _finish_session(name: str, device: int | None, ctx: Any, size: tuple[int, int], samples: int,
-                    close: Callable[[], None] | None) -> GLSession:
+def _finish_session(
+    name: str,
+    device: int | None,
+    ctx: Any,
+    size: tuple[int, int],
+    samples: int,
+    close: Callable[[], None] | None,
+) -> GLSession:
     try:
         fbo, attachments = _offscreen(ctx, size, samples)
     except BaseException:
@@ -217,9 +228,12 @@ def _open_egl(device: int | None, size: tuple[int, int], samples: int) -> GLSess
     except Exception as exc:  # noqa: BLE001 - glcontext raises plain Exception
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if device is not None and "device" in detail.lower():
-            raise BackendUnavailable(f"backend 'egl' cannot use EGL device {device}: {detail}") from None
+            raise BackendUnavailable(
+                f"backend 'egl' cannot use EGL device {device}: {detail}"
+            ) from None
         raise BackendUnavailable(
-            f"backend 'egl' could not create a context: {detail} (install Mesa's EGL: {MESA_INSTALL_LINE})"
+            f"backend 'egl' could not create a context: {detail} (install Mesa's EGL: "
+            f"{MESA_INSTALL_LINE})"
         ) from None
     return _finish_session("egl", device, ctx, size, samples, None)
 
@@ -234,11 +248,15 @@ def _open_glfw(device: int | None, size: tuple[int, int], samples: int) -> GLSes
     import glfw
 
     errors: list[str] = []
-    glfw.set_error_callback(lambda code, desc: errors.append(
-        desc.decode(errors="replace") if isinstance(desc, bytes) else str(desc)))
+    glfw.set_error_callback(
+        lambda code, desc: errors.append(
+            desc.decode(errors="replace") if isinstance(desc, bytes) else str(desc)
+        )
+    )
     if not glfw.init():
         raise BackendUnavailable(
-            f"backend 'glfw' could not initialise: {'; '.join(errors) or 'glfw.init() failed'}")
+            f"backend 'glfw' could not initialise: {'; '.join(errors) or 'glfw.init() failed'}"
+        )
     glfw.default_window_hints()
     glfw.window_hint(glfw.VISIBLE, glfw.FALSE)
     glfw.window_hint(glfw.CONTEXT_VERSION_MAJOR, 3)
@@ -249,7 +267,9 @@ def _open_glfw(device: int | None, size: tuple[int, int], samples: int) -> GLSes
     if not window:
         glfw.terminate()
         raise BackendUnavailable(
-            f"backend 'glfw' could not create a GL 3.3 core window: {'; '.join(errors) or 'unknown reason'}")
+            "backend 'glfw' could not create a GL 3.3 core window: "
+            f"{'; '.join(errors) or 'unknown reason'}"
+        )
     glfw.make_context_current(window)
     glfw.swap_interval(0)
 
@@ -264,7 +284,9 @@ def _open_glfw(device: int | None, size: tuple[int, int], samples: int) -> GLSes
         ctx = moderngl.create_context(require=REQUIRE_GL, standalone=False)
     except Exception as exc:  # noqa: BLE001
         close()
-        raise BackendUnavailable(f"backend 'glfw' could not wrap the window's context: {exc}") from None
+        raise BackendUnavailable(
+            f"backend 'glfw' could not wrap the window's context: {exc}"
+        ) from None
     return _finish_session("glfw", None, ctx, size, samples, close)
 
 
@@ -274,8 +296,13 @@ _OPENERS: dict[str, Callable[[int | None, tuple[int, int], int], GLSession]] = {
 }
 
 
-def open_session(backend: str | None = None, *, device: int | None = None,
-                 size: tuple[int, int] = (256, 256), samples: int = 0) -> GLSession:
+def open_session(
+    backend: str | None = None,
+    *,
+    device: int | None = None,
+    size: tuple[int, int] = (256, 256),
+    samples: int = 0,
+) -> GLSession:
     """Open a GL context on ``backend`` (None: ``$KATRA3D_BACKEND`` or ``egl``).
 
     ``auto`` tries :data:`ORDER` in turn. Raises BackendUnavailable (exit code 3)
@@ -294,7 +321,8 @@ def open_session(backend: str | None = None, *, device: int | None = None,
         except BackendUnavailable as exc:
             reasons.append(str(exc))
     raise BackendUnavailable(
-        f"no usable OpenGL backend ({'; '.join(reasons)}); install Mesa's EGL/llvmpipe: {MESA_INSTALL_LINE}"
+        f"no usable OpenGL backend ({'; '.join(reasons)}); install Mesa's EGL/llvmpipe: "
+        f"{MESA_INSTALL_LINE}"
     )
 
 
@@ -333,8 +361,9 @@ def list_egl_devices() -> list[dict[str, Any]]:
     string_ptr = egl.eglGetProcAddress(b"eglQueryDeviceStringEXT")
     if not query_ptr or not string_ptr:
         return []
-    query_devices = ctypes.CFUNCTYPE(ctypes.c_uint, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
-                                     ctypes.POINTER(ctypes.c_int))(query_ptr)
+    query_devices = ctypes.CFUNCTYPE(
+        ctypes.c_uint, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int)
+    )(query_ptr)
     query_string = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int)(string_ptr)
     count = ctypes.c_int(0)
     if not query_devices(0, None, ctypes.byref(count)) or count.value <= 0:
@@ -351,13 +380,15 @@ def list_egl_devices() -> list[dict[str, Any]]:
         renderer = b""
         if "EGL_EXT_device_query_name" in exts:
             renderer = query_string(devices[index], EGL_RENDERER_EXT) or b""
-        out.append({
-            "index": index,
-            "drm_device": drm.decode(errors="replace"),
-            "renderer": renderer.decode(errors="replace"),
-            "software": "EGL_MESA_device_software" in exts,
-            "extensions": exts.split(),
-        })
+        out.append(
+            {
+                "index": index,
+                "drm_device": drm.decode(errors="replace"),
+                "renderer": renderer.decode(errors="replace"),
+                "software": "EGL_MESA_device_software" in exts,
+                "extensions": exts.split(),
+            }
+        )
     return out
 
 
@@ -387,7 +418,12 @@ def release_current_egl() -> None:
     egl.eglGetCurrentDisplay.restype = ctypes.c_void_p
     egl.eglGetCurrentDisplay.argtypes = []
     egl.eglMakeCurrent.restype = ctypes.c_uint
-    egl.eglMakeCurrent.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    egl.eglMakeCurrent.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+    ]
     display = egl.eglGetCurrentDisplay()
     if display:
         egl.eglMakeCurrent(display, None, None, None)

@@ -19,21 +19,51 @@ from typing import Any
 
 from katra3d.harness.gl.backends import current_egl_info, list_egl_devices
 from katra3d.harness.gl.shim import GL_CONTEXT_PROFILE_MASK, GL_SHADING_LANGUAGE_VERSION, RawGL
-from katra_trace.io.header import DriverInfo, EGLDeviceInfo, EGLInfo, GLInfo, HostInfo, SystemInfo, TimerQueryInfo
+from katra_trace.io.header import (
+    DriverInfo,
+    EGLDeviceInfo,
+    EGLInfo,
+    GLInfo,
+    HostInfo,
+    SystemInfo,
+    TimerQueryInfo,
+)
 
 #: Substrings (lower case) of GL_RENDERER that mean a CPU rasterizer.
 SOFTWARE_RENDERERS: tuple[str, ...] = (
-    "llvmpipe", "softpipe", "swrast", "lavapipe", "swiftshader", "software rasterizer",
-    "microsoft basic render", "gdi generic",
+    "llvmpipe",
+    "softpipe",
+    "swrast",
+    "lavapipe",
+    "swiftshader",
+    "software rasterizer",
+    "microsoft basic render",
+    "gdi generic",
 )
 
 #: Prefixes of environment variables that change how GL renders.
-ENV_PREFIXES: tuple[str, ...] = ("LIBGL_", "MESA_", "GALLIUM_", "LP_", "EGL_", "__GL", "GLCONTEXT_",
-                                 "PYOPENGL_", "KATRA3D_")
+ENV_PREFIXES: tuple[str, ...] = (
+    "LIBGL_",
+    "MESA_",
+    "GALLIUM_",
+    "LP_",
+    "EGL_",
+    "__GL",
+    "GLCONTEXT_",
+    "PYOPENGL_",
+    "KATRA3D_",
+)
 
 #: Packages whose versions are recorded.
-PACKAGES: tuple[str, ...] = ("moderngl", "glcontext", "PyOpenGL", "numpy", "glfw", "zstandard", "katra3d")
-
+PACKAGES: tuple[str, ...] = (
+    "moderngl",
+    "glcontext",
+    "PyOpenGL",
+    "numpy",
+    "glfw",
+    "zstandard",
+    "katra3d",
+)
 
 
 def is_software_renderer(renderer: str) -> bool:
@@ -101,7 +131,9 @@ def timer_query_info(ctx: Any) -> TimerQueryInfo:
             bits = RawGL().timestamp_counter_bits()
         except Exception as exc:  # noqa: BLE001
             error = f"{type(exc).__name__}: {exc}"
-    return TimerQueryInfo(supported=bool(supported and bits > 0), counter_bits=bits, error=error or None)
+    return TimerQueryInfo(
+        supported=bool(supported and bits > 0), counter_bits=bits, error=error or None
+    )
 
 
 def gl_info(ctx: Any) -> GLInfo:
@@ -178,13 +210,16 @@ def system_info() -> SystemInfo:
 
 
 def render_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment variables that change rendering (LIBGL_*, MESA_*, GALLIUM_*, LP_*, EGL_*, __GL*)."""
+    """The environment variables that change rendering (LIBGL_*, MESA_*, GALLIUM_*, LP_*, EGL_*,
+    __GL*).
+    """
     env = os.environ if environ is None else environ
     return {k: env[k] for k in sorted(env) if k.startswith(ENV_PREFIXES)}
 
 
 def egl_info(session: Any) -> EGLInfo:
-    """The EGL display, and the device ``session`` renders on (an empty record on other backends)."""
+    """The EGL display, and the device ``session`` renders on (an empty
+    record on other backends)."""
     if getattr(session, "backend", "") != "egl":
         return EGLInfo()
     display = current_egl_info()
@@ -193,9 +228,16 @@ def egl_info(session: Any) -> EGLInfo:
     device = EGLDeviceInfo()
     if 0 <= index < len(devices):
         dev = devices[index]
-        device = EGLDeviceInfo(drm_device=dev["drm_device"], renderer=dev["renderer"], software=dev["software"])
-    return EGLInfo(vendor=display.get("vendor"), version=display.get("version"), device_index=index, device=device,
-                   device_count=len(devices))
+        device = EGLDeviceInfo(
+            drm_device=dev["drm_device"], renderer=dev["renderer"], software=dev["software"]
+        )
+    return EGLInfo(
+        vendor=display.get("vendor"),
+        version=display.get("version"),
+        device_index=index,
+        device=device,
+        device_count=len(devices),
+    )
 
 
 #: The parts of the host info the probe writes, in this order (an empty ``egl`` part included).
@@ -208,8 +250,14 @@ def host_info(session: Any) -> HostInfo:
     ``session`` is a :class:`katra3d.harness.gl.backends.GLSession` (or anything with
     ``ctx``, ``backend`` and ``device``).
     """
-    return HostInfo(backend=getattr(session, "backend", ""), gl=gl_info(session.ctx), egl=egl_info(session),
-                    system=system_info(), env=render_env(), layout=_HOST_PARTS)
+    return HostInfo(
+        backend=getattr(session, "backend", ""),
+        gl=gl_info(session.ctx),
+        egl=egl_info(session),
+        system=system_info(),
+        env=render_env(),
+        layout=_HOST_PARTS,
+    )
 
 
 __all__ = [

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import types
-from typing import Any
 
 GL_NO_ERROR = 0
 GL_TIMESTAMP = 0x8E28
@@ -26,13 +25,14 @@ GL_MAX_RENDERBUFFER_SIZE = 0x84E8
 GL_CONTEXT_PROFILE_MASK = 0x9126
 GL_SHADING_LANGUAGE_VERSION = 0x8B8C
 
+
 class RawGL:
     """The raw entry points, resolved once (PyOpenGL, current context).
 
     Only PyOpenGL's raw modules of the four GL versions that hold these entry points are imported
     (``OpenGL.raw.GL.VERSION``): 0.05 s, where ``from OpenGL import GL`` takes 0.17 s in every
-    ``katra3d run`` (the host probe reads three values through here) and several seconds under valgrind.
-    Raw functions take ctypes output buffers, as every call here passes.
+    ``katra3d run`` (the host probe reads three values through here) and several seconds under
+    valgrind. Raw functions take ctypes output buffers, as every call here passes.
     """
 
     def __init__(self) -> None:
@@ -40,8 +40,12 @@ class RawGL:
         from OpenGL.raw.GL.VERSION import GL_1_0, GL_1_5, GL_3_2, GL_3_3
 
         self.GL = types.SimpleNamespace(
-            glGetString=GL_1_0.glGetString, glGetIntegerv=GL_1_0.glGetIntegerv, glGenQueries=GL_1_5.glGenQueries,
-            glDeleteQueries=GL_1_5.glDeleteQueries, glGetQueryiv=GL_1_5.glGetQueryiv)
+            glGetString=GL_1_0.glGetString,
+            glGetIntegerv=GL_1_0.glGetIntegerv,
+            glGenQueries=GL_1_5.glGenQueries,
+            glDeleteQueries=GL_1_5.glDeleteQueries,
+            glGetQueryiv=GL_1_5.glGetQueryiv,
+        )
         self.query_counter = GL_3_3.glQueryCounter
         self.get_query_iv = GL_1_5.glGetQueryObjectiv
         self.get_query_ui64v = GL_3_3.glGetQueryObjectui64v

@@ -1,17 +1,18 @@
-"""A run of trace scenes: each apitrace trace replayed by glretrace, its frames written as a katra3d trace.
+"""A run of trace scenes: each apitrace trace replayed by glretrace, its frames written as a katra3d
+trace.
 
-The trace's frames come from the replayer, not from katra3d's frame loop: one katra3d frame per SwapBuffers,
-``--warmup W --frames N`` from the trace's start (a shorter trace is replayed again from its start, and the
-scene's ``replay`` annotation lists where). Timed: each frame ends when the replayer's ``glFinish`` after its
-SwapBuffers returned (``--pframe-times``), on the host clock (WALL), from the end of the frame before (the
-first frame of a replay from the replayer's first call, as ``glretrace -b`` times it: making the context and
-compiling are in it, loading the replayer's libraries is not; the scene's ``replay`` annotation says how long
-that start-up took).
-``--zones draws``: each draw call a zone named ``glDrawArrays@2496`` on the CPU clock: the replayer's time in
-the call (``--pcpu``); a software rasterizer's fragment work runs at the frame's end, not in the call.
-Counted: the replayer under callgrind on the trace's first W + N frames (a trimmed copy), a frame the counts
-between two SwapBuffers. The last measured frame is
-kept (an IMAGE block) from an untimed snapshot replay. docs/replay.md says more.
+The trace's frames come from the replayer, not from katra3d's frame loop: one katra3d frame per
+SwapBuffers, ``--warmup W --frames N`` from the trace's start (a shorter trace is replayed again
+from its start, and the scene's ``replay`` annotation lists where). Timed: each frame ends when the
+replayer's ``glFinish`` after its SwapBuffers returned (``--pframe-times``), on the host clock
+(WALL), from the end of the frame before (the first frame of a replay from the replayer's first
+call, as ``glretrace -b`` times it: making the context and compiling are in it, loading the
+replayer's libraries is not; the scene's ``replay`` annotation says how long that start-up took).
+``--zones draws``: each draw call a zone named ``glDrawArrays@2496`` on the CPU clock: the
+replayer's time in the call (``--pcpu``); a software rasterizer's fragment work runs at the frame's
+end, not in the call. Counted: the replayer under callgrind on the trace's first W + N frames (a
+trimmed copy), a frame the counts between two SwapBuffers. The last measured frame is kept (an IMAGE
+block) from an untimed snapshot replay. docs/replay.md says more.
 """
 
 from __future__ import annotations
@@ -22,10 +23,17 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from katra3d.harness.engine.events import FRAME_NAME
 from katra3d.harness.engine.counting import estimated_cycles
+from katra3d.harness.engine.events import FRAME_NAME
 from katra3d.harness.engine.frame import frame_time_s
-from katra3d.harness.engine.results import NoProgress, Progress, RunResult, SceneResult, median_text, scene_stats
+from katra3d.harness.engine.results import (
+    NoProgress,
+    Progress,
+    RunResult,
+    SceneResult,
+    median_text,
+    scene_stats,
+)
 from katra3d.harness.engine.stopping import StopFlag, stop_on_signals
 from katra3d.harness.gl import backends, probe
 from katra3d.harness.replay import replayer as rp
@@ -34,8 +42,8 @@ from katra3d.harness.replay.output import draw_zone, replayer_base_ns
 from katra3d.harness.replay.tool import Replayer, TraceFacts, find_replayer, trace_facts
 from katra3d.harness.run import lifetime, measure, runner
 from katra3d.harness.run.config import RunConfig, RunPlan, SceneEntry, plan_run
-from katra3d.harness.run.runner import capture_options, failed_note
 from katra3d.harness.run.progress import entered
+from katra3d.harness.run.runner import capture_options, failed_note
 from katra3d.harness.run.valgrind import check_renderer
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.io.header import CaptureOptions, HostInfo, MeasureOptions
@@ -44,18 +52,30 @@ from katra_trace.io.writer import TraceWriter
 from katra_trace.metrics import mode_clock
 from katra_trace.schema import Clock, Flag, Kind
 
-TIMED_REASON = ("replayed by glretrace --pframe-times: a glFinish ends each frame, timed on the host clock "
-                "(the replayer's frames, not katra3d's loop)")
-#: What ``--size`` does to a replay: nothing (glretrace makes the trace's own windows); the notice says so.
-SIZE_NOTICE = ("notice: --size does not apply to a trace: it replays at the size it was recorded at (each scene's "
-               "annotation records it)")
-FRAME_BOUNDARY = ("callgrind --dump-after={swap} in the replayer; the dumps of one SwapBuffers (GLX's dispatch and "
-                  "Mesa's) are summed; main thread (--separate-threads=yes); the replayer instrumented from its start; "
-                  "the trace's first W + N frames (apitrace trim --frames=0-K)")
+TIMED_REASON = (
+    "replayed by glretrace --pframe-times: a glFinish ends each frame, timed on the host clock "
+    "(the replayer's frames, not katra3d's loop)"
+)
+#: What ``--size`` does to a replay: nothing (glretrace makes the trace's own windows); the notice
+#: says so.
+SIZE_NOTICE = (
+    "notice: --size does not apply to a trace: it replays at the size it was recorded at (each "
+    "scene's "
+    "annotation records it)"
+)
+FRAME_BOUNDARY = (
+    "callgrind --dump-after={swap} in the replayer; the dumps of one SwapBuffers (GLX's dispatch "
+    "and "
+    "Mesa's) are summed; main thread (--separate-threads=yes); the replayer instrumented from its "
+    "start; "
+    "the trace's first W + N frames (apitrace trim --frames=0-K)"
+)
 
 
 def is_trace_entry(entry: SceneEntry) -> bool:
-    """Whether the scene is an apitrace trace (:func:`katra3d.scenes.registry.get_scene` of ``x.trace``)."""
+    """Whether the scene is an apitrace trace (:func:`katra3d.scenes.registry.get_scene` of
+    ``x.trace``).
+    """
     return bool(getattr(entry.cls, "trace_path", ""))
 
 
@@ -71,19 +91,30 @@ def check_plan(plan: RunPlan) -> None:
         raise ConfigError("a trace replays --frames N from its start, not --duration")
     zones = str(cfg.zones) if cfg.zones not in (True, False) else ("passes" if cfg.zones else "off")
     if zones not in ("off", "draws"):
-        raise ConfigError("a trace has no passes: use --zones draws (each draw call a zone) or no --zones")
+        raise ConfigError(
+            "a trace has no passes: use --zones draws (each draw call a zone) or no --zones"
+        )
     if zones == "draws" and plan.counting is not None:
-        raise ConfigError("--zones draws times the replayer's calls; a counted replay counts whole frames: "
-                          "drop --zones")
+        raise ConfigError(
+            "--zones draws times the replayer's calls; a counted replay counts whole frames: "
+            "drop --zones"
+        )
     if cfg.samples or cfg.screenshot_dir:
-        raise ConfigError("a trace replays as it was recorded: --samples and --screenshot do not apply")
+        raise ConfigError(
+            "a trace replays as it was recorded: --samples and --screenshot do not apply"
+        )
 
 
-def run_any(config: RunConfig, *, plan: RunPlan | None = None, progress: Progress | None = None,
-            quiet: bool = False) -> RunResult:
-    """Run ``config`` whatever it names: apitrace traces are replayed here (:func:`run`), scenes go to the scene
-    runner (:func:`katra3d.harness.run.runner.run`, whose arguments these are). The one place that tells the two
-    apart: ``katra3d run`` and the pytest fixture both come through it."""
+def run_any(
+    config: RunConfig,
+    *,
+    plan: RunPlan | None = None,
+    progress: Progress | None = None,
+    quiet: bool = False,
+) -> RunResult:
+    """Run ``config`` whatever it names: apitrace traces are replayed here (:func:`run`), scenes go
+    to the scene runner (:func:`katra3d.harness.run.runner.run`, whose arguments these are). The one
+    place that tells the two apart: ``katra3d run`` and the pytest fixture both come through it."""
     plan = plan or plan_run(config)
     if has_traces(plan):
         return run(plan, progress if progress is not None and not quiet else NoProgress())
@@ -100,25 +131,40 @@ def run(plan: RunPlan, progress: Progress) -> RunResult:
         options = capture_options(plan, session)
     if counted:
         check_renderer(cfg.measure, host.gl)
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-               **probe.render_env(), **measure.pinned_env()}
-        host = host.replaced(codegen=measure.codegen_facts(host.gl, host.system, env, "the replayer's start"))
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            **probe.render_env(),
+            **measure.pinned_env(),
+        }
+        host = host.replaced(
+            codegen=measure.codegen_facts(host.gl, host.system, env, "the replayer's start")
+        )
     else:
         env = dict(os.environ)
     traces = [(e, trace_facts_of(e)) for e in plan.entries]
     replayers = {facts.api: find_replayer(facts.api) for _, facts in traces}
     mode = cfg.measure if counted else "sync"
     options = _options(options, plan, traces, replayers, mode, env if counted else None)
-    host = host.replaced(backend=options.resolved.backend)  # the GL facts are the probe's (EGL), the same Mesa
+    # the GL facts are the probe's (EGL), the same Mesa
+    host = host.replaced(backend=options.resolved.backend)
     if cfg.size is not None:
         progress.line(SIZE_NOTICE)
     plan.output.parent.mkdir(parents=True, exist_ok=True)
-    writer = TraceWriter(plan.output, workload=plan.workload, capture_options=options, host_info=host,
-                         notes=cfg.notes, overwrite=cfg.force, failed_aside=True)
+    writer = TraceWriter(
+        plan.output,
+        workload=plan.workload,
+        capture_options=options,
+        host_info=host,
+        notes=cfg.notes,
+        overwrite=cfg.force,
+        failed_aside=True,
+    )
     stop = StopFlag()
     results: list[SceneResult] = []
-    # the replayers' files go in a directory named after this process, which the next replay or counted run
-    # removes if this one is killed before it can (harness/run/lifetime.py)
+    # the replayers' files go in a directory named after this process, which the next replay or
+    # counted run removes if this one is killed before it can (harness/run/lifetime.py)
     lifetime.remove_stale_dump_dirs()
     work = lifetime.make_dump_dir()
     try:
@@ -126,25 +172,55 @@ def run(plan: RunPlan, progress: Progress) -> RunResult:
             for n, (entry, facts) in enumerate(traces, 1):
                 if stop.set:
                     break
-                one = _Replay(writer, plan, entry, facts, replayers[facts.api], env, stop, progress, n, host, work)
+                one = _Replay(
+                    writer,
+                    plan,
+                    entry,
+                    facts,
+                    replayers[facts.api],
+                    env,
+                    stop,
+                    progress,
+                    n,
+                    host,
+                    work,
+                )
                 results.append(one.run(counted))
             status = "interrupted" if stop.set else "complete"
-            writer.finish(summary={"timing_mode": mode, "timing_reason": options.timing_reason,
-                                   "primary_clock": mode_clock(mode), "scenes": [r.row() for r in results]},
-                          status=status)
+            writer.finish(
+                summary={
+                    "timing_mode": mode,
+                    "timing_reason": options.timing_reason,
+                    "primary_clock": mode_clock(mode),
+                    "scenes": [r.row() for r in results],
+                },
+                status=status,
+            )
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt) or stop.set
         if not writer.finished:
             with contextlib.suppress(Exception):
-                writer.finish({"error": str(exc)[:400]}, status="interrupted" if interrupted else "aborted")
+                writer.finish(
+                    {"error": str(exc)[:400]}, status="interrupted" if interrupted else "aborted"
+                )
         if isinstance(exc, KatraError) and len(exc.args) == 1 and not interrupted:
             exc.args = (str(exc) + failed_note(writer.failed_path),)
         raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    sizes = {(int(r.pixels.shape[1]), int(r.pixels.shape[0])) for r in results if r.pixels is not None}
-    return RunResult(plan.output, status, mode, str(options.timing_reason or ""), results, stop.signal_name,
-                     size=next(iter(sizes)) if len(sizes) == 1 else None)  # the traces' own, when one
+    sizes = {
+        (int(r.pixels.shape[1]), int(r.pixels.shape[0])) for r in results if r.pixels is not None
+    }
+    return RunResult(
+        plan.output,
+        status,
+        mode,
+        str(options.timing_reason or ""),
+        results,
+        stop.signal_name,
+        # the traces' own, when one
+        size=next(iter(sizes)) if len(sizes) == 1 else None,
+    )
 
 
 def trace_facts_of(entry: SceneEntry) -> TraceFacts:
@@ -155,40 +231,81 @@ def _path(entry: SceneEntry) -> Path:
     return Path(str(getattr(entry.cls, "trace_path", "")))
 
 
-def _options(options: CaptureOptions, plan: RunPlan, traces: list[tuple[SceneEntry, TraceFacts]],
-             replayers: dict[str, Replayer], mode: str, counted_env: dict[str, str] | None) -> CaptureOptions:
-    """The capture options with the replay's facts: each trace's file, the replayer, its options; the backend
-    is the traces' window systems (glx, egl), and no size (``--size`` does not apply: :data:`SIZE_NOTICE`)."""
+def _options(
+    options: CaptureOptions,
+    plan: RunPlan,
+    traces: list[tuple[SceneEntry, TraceFacts]],
+    replayers: dict[str, Replayer],
+    mode: str,
+    counted_env: dict[str, str] | None,
+) -> CaptureOptions:
+    """The capture options with the replay's facts: each trace's file, the replayer, its options;
+    the backend is the traces' window systems (glx, egl), and no size (``--size`` does not apply:
+    :data:`SIZE_NOTICE`)."""
     zones = "draws" if str(plan.config.zones) == "draws" else "off"
-    replay: dict[str, Any] = {"traces": {e.label: f.as_dict() for e, f in traces},
-                              "replayers": {api: r.as_dict() for api, r in replayers.items()},
-                              "options": {api: rp.replay_args(r, timed=counted_env is None, zones=zones == "draws")
-                                          for api, r in replayers.items()}}
+    replay: dict[str, Any] = {
+        "traces": {e.label: f.as_dict() for e, f in traces},
+        "replayers": {api: r.as_dict() for api, r in replayers.items()},
+        "options": {
+            api: rp.replay_args(r, timed=counted_env is None, zones=zones == "draws")
+            for api, r in replayers.items()
+        },
+    }
     if "glx" in replayers:
         given = (counted_env if counted_env is not None else os.environ).get("DISPLAY")
         replay["display"] = f"$DISPLAY {given}" if given else "an Xvfb of katra3d's own"
     resolved = {**options.resolved.as_dict(), "size": None, "backend": "+".join(sorted(replayers))}
-    data = {**options.as_dict(), "size": None, "resolved": resolved, "replay": replay, "timing_mode": mode,
-            "primary_clock": mode_clock(mode),
-            "zones": zones,
-            "timing_reason": TIMED_REASON if counted_env is None else
-            f"--measure {mode}: the replayer counted under callgrind, single-threaded llvmpipe",
-            "measure": MeasureOptions(mode="time").as_dict()}
+    data = {
+        **options.as_dict(),
+        "size": None,
+        "resolved": resolved,
+        "replay": replay,
+        "timing_mode": mode,
+        "primary_clock": mode_clock(mode),
+        "zones": zones,
+        "timing_reason": TIMED_REASON
+        if counted_env is None
+        else f"--measure {mode}: the replayer counted under callgrind, single-threaded llvmpipe",
+        "measure": MeasureOptions(mode="time").as_dict(),
+    }
     if counted_env is not None and plan.counting is not None:
         pins = measure.pinned_env()
         data["measure"] = MeasureOptions(
-            mode=mode, valgrind=plan.counting.version, env=pins,
-            frame_boundary=FRAME_BOUNDARY.format(swap="/".join(sorted(rp.SWAP_FUNCTION[a] for a in replayers))),
-            pinned={k: pins[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")}).as_dict()
+            mode=mode,
+            valgrind=plan.counting.version,
+            env=pins,
+            frame_boundary=FRAME_BOUNDARY.format(
+                swap="/".join(sorted(rp.SWAP_FUNCTION[a] for a in replayers))
+            ),
+            pinned={k: pins[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")},
+        ).as_dict()
     return CaptureOptions.from_dict(data)
 
 
 class _Replay:
     """One trace scene: its replays, its events, its kept frame and its annotation."""
 
-    def __init__(self, writer: TraceWriter, plan: RunPlan, entry: SceneEntry, facts: TraceFacts, replayer: Replayer,
-                 env: dict[str, str], stop: StopFlag, progress: Progress, n: int, host: HostInfo, work: Path) -> None:
-        self.writer, self.plan, self.entry, self.facts, self.replayer = writer, plan, entry, facts, replayer
+    def __init__(
+        self,
+        writer: TraceWriter,
+        plan: RunPlan,
+        entry: SceneEntry,
+        facts: TraceFacts,
+        replayer: Replayer,
+        env: dict[str, str],
+        stop: StopFlag,
+        progress: Progress,
+        n: int,
+        host: HostInfo,
+        work: Path,
+    ) -> None:
+        self.writer, self.plan, self.entry, self.facts, self.replayer = (
+            writer,
+            plan,
+            entry,
+            facts,
+            replayer,
+        )
         self.env, self.stop, self.progress, self.n, self.host = env, stop, progress, n, host
         self.work = work  #: the run's directory for the replayers' files
         self.scene_id = writer.intern(entry.label)
@@ -201,27 +318,46 @@ class _Replay:
         plan, label = self.plan, self.entry.label
         total = plan.warmup + (plan.frames or 0)
         self.progress.scene_started(self.n, label, total)
-        self.progress.phase(f"{self.where}: {'counting' if counted else 'replaying'} (glretrace)", total)
-        env_cm = x_display(self.env) if not self.replayer.headless else contextlib.nullcontext(self.env)
+        self.progress.phase(
+            f"{self.where}: {'counting' if counted else 'replaying'} (glretrace)", total
+        )
+        env_cm = (
+            x_display(self.env) if not self.replayer.headless else contextlib.nullcontext(self.env)
+        )
         with env_cm as env:
             if counted:
                 values, last_calls, restarts = self._counted(env, total)
             else:
                 values, last_calls, restarts = self._timed(env, total)
             done = len(values)
-            result = SceneResult(label, "ok", frames=max(0, done - plan.warmup), warmup=min(done, plan.warmup),
-                                 clock=mode_clock(plan.config.measure if counted else "sync"),
-                                 params=dict(self.entry.params))
+            result = SceneResult(
+                label,
+                "ok",
+                frames=max(0, done - plan.warmup),
+                warmup=min(done, plan.warmup),
+                clock=mode_clock(plan.config.measure if counted else "sync"),
+                params=dict(self.entry.params),
+            )
             if self.stop.set or done < total:
                 result.status = "interrupted"
-            measured = values[plan.warmup:]
+            measured = values[plan.warmup :]
             if measured:
                 result.stats = scene_stats(measured, counts=counted)
             annotation: dict[str, Any] = {
-                "type": "scene", "scene": label, "spec": self.entry.spec, "status": result.status,
-                "params": dict(self.entry.params), "warmup_frames": result.warmup, "measured_frames": result.frames,
-                "replay": {"trace": self.facts.as_dict(), "restarts": restarts,
-                           "note": "a replay of the trace from its start begins at each frame in 'restarts'"}}
+                "type": "scene",
+                "scene": label,
+                "spec": self.entry.spec,
+                "status": result.status,
+                "params": dict(self.entry.params),
+                "warmup_frames": result.warmup,
+                "measured_frames": result.frames,
+                "replay": {
+                    "trace": self.facts.as_dict(),
+                    "restarts": restarts,
+                    "note": "a replay of the trace from its start begins at each frame in "
+                    "'restarts'",
+                },
+            }
             if not self.replayer.headless:
                 annotation["replay"]["display"] = env.get("DISPLAY", "")
             if self.startup_ns:
@@ -229,43 +365,92 @@ class _Replay:
             if done and last_calls and not self.stop.set:  # stopped: no more replays
                 annotation.update(self._last_image(result, env, last_calls[done - 1], done - 1))
         self.writer.annotate(annotation)
-        self.progress.line(f"{self.where}: {result.frames} frame{'s' if result.frames != 1 else ''}"
-                           + median_text(result))
+        self.progress.line(
+            f"{self.where}: {result.frames} frame{'s' if result.frames != 1 else ''}"
+            + median_text(result)
+        )
         return result
 
     def _timed(self, env: dict[str, str], total: int) -> tuple[list[int], list[int], list[int]]:
         zones = str(self.plan.config.zones) == "draws"
         show = self.progress.advance if self.progress.tty else None
-        got = rp.timed_frames(self.replayer, self.facts.path, total, env, zones=zones,
-                              stopped=lambda: self.stop.set, on_frame=show, where=self.work)
+        got = rp.timed_frames(
+            self.replayer,
+            self.facts.path,
+            total,
+            env,
+            zones=zones,
+            stopped=lambda: self.stop.set,
+            on_frame=show,
+            where=self.work,
+        )
         self.startup_ns = got.startup_ns
-        bases = {p: replayer_base_ns([f for f, q in zip(got.frames, got.process_of) if q == p])
-                 for p in set(got.process_of)} if zones else {}
+        bases = (
+            {
+                p: replayer_base_ns(
+                    [f for f, q in zip(got.frames, got.process_of, strict=True) if q == p]
+                )
+                for p in set(got.process_of)
+            }
+            if zones
+            else {}
+        )
         durations: list[int] = []
         add, wall, cpu = self.writer.append, int(Clock.WALL), int(Clock.CPU)
         for k, frame in enumerate(got.frames):
             proc = got.process_of[k]
-            start = got.starts_ns[proc] if k == 0 or got.process_of[k - 1] != proc else got.frames[k - 1].end_ns
+            start = (
+                got.starts_ns[proc]
+                if k == 0 or got.process_of[k - 1] != proc
+                else got.frames[k - 1].end_ns
+            )
             flags = int(Flag.WARMUP) if k < self.plan.warmup else 0
             dur = max(0, frame.end_ns - start)
-            add(int(Kind.FRAME), wall, self.scene_id, self.frame_name, k, 0, start - self.origin, dur, 0.0, flags)
+            add(
+                int(Kind.FRAME),
+                wall,
+                self.scene_id,
+                self.frame_name,
+                k,
+                0,
+                start - self.origin,
+                dur,
+                0.0,
+                flags,
+            )
             durations.append(dur)
             base = bases.get(proc)
             if base is None:
                 continue
             for draw in frame.draws:
                 name = self.writer.intern(draw_zone(draw.function, draw.call_no))
-                add(int(Kind.ZONE), cpu, self.scene_id, name, k, 1, base + draw.start_ns - self.origin,
-                    draw.dur_ns, 0.0, flags)
+                add(
+                    int(Kind.ZONE),
+                    cpu,
+                    self.scene_id,
+                    name,
+                    k,
+                    1,
+                    base + draw.start_ns - self.origin,
+                    draw.dur_ns,
+                    0.0,
+                    flags,
+                )
         return durations, [f.last_call for f in got.frames], got.restarts
 
     def _counted(self, env: dict[str, str], total: int) -> tuple[list[int], list[int], list[int]]:
         assert self.plan.counting is not None
         cycles = self.plan.config.measure == "cycles"
-        command = rp.counted_command(self.plan.counting.valgrind, self.replayer, self.facts.path,
-                                     self.plan.output.with_name("cg.out"), cycles=cycles)
-        frames, last_calls, restarts = rp.counted_frames(command, env, total, stopped=lambda: self.stop.set,
-                                                         where=self.work)
+        command = rp.counted_command(
+            self.plan.counting.valgrind,
+            self.replayer,
+            self.facts.path,
+            self.plan.output.with_name("cg.out"),
+            cycles=cycles,
+        )
+        frames, last_calls, restarts = rp.counted_frames(
+            command, env, total, stopped=lambda: self.stop.set, where=self.work
+        )
         values: list[int] = []
         add = self.writer.append
         clock = int(Clock.CYCLES if cycles else Clock.INSTRUCTIONS)
@@ -275,14 +460,28 @@ class _Replay:
             flags = int(Flag.WARMUP) if k < self.plan.warmup else 0
             add(int(Kind.FRAME), clock, self.scene_id, self.frame_name, k, 0, at, value, 0.0, flags)
             if cycles:
-                add(int(Kind.FRAME), int(Clock.INSTRUCTIONS), self.scene_id, self.frame_name, k, 0, at,
-                    int(counts.get("Ir", 0)), 0.0, flags)
+                add(
+                    int(Kind.FRAME),
+                    int(Clock.INSTRUCTIONS),
+                    self.scene_id,
+                    self.frame_name,
+                    k,
+                    0,
+                    at,
+                    int(counts.get("Ir", 0)),
+                    0.0,
+                    flags,
+                )
             at += 1
             values.append(value)
         return values, last_calls, restarts
 
-    def _last_image(self, result: SceneResult, env: dict[str, str], call_no: int, index: int) -> dict[str, Any]:
-        """The last frame's image, from a snapshot replay after its last call: kept in the trace when asked."""
+    def _last_image(
+        self, result: SceneResult, env: dict[str, str], call_no: int, index: int
+    ) -> dict[str, Any]:
+        """The last frame's image, from a snapshot replay after its last call: kept in the trace
+        when asked.
+        """
         self.progress.phase(f"{self.where}: the last frame's image (an untimed replay)", None)
         png = rp.snapshot(self.replayer, self.facts.path, call_no, env, where=self.work)
         try:
@@ -292,14 +491,27 @@ class _Replay:
         if pixels.shape[2] == 3:
             import numpy as np  # deferred: only a kept frame needs it
 
-            pixels = np.concatenate([pixels, np.full(pixels.shape[:2] + (1,), 255, np.uint8)], axis=2)
+            pixels = np.concatenate(
+                [pixels, np.full(pixels.shape[:2] + (1,), 255, np.uint8)], axis=2
+            )
         result.pixels = pixels
         result.checksum = image_checksum(pixels)
-        keys: dict[str, Any] = {"last_frame_index": index, "last_frame_sha256": result.checksum,
-                                "last_frame_call": call_no, "size": [int(pixels.shape[1]), int(pixels.shape[0])]}
+        keys: dict[str, Any] = {
+            "last_frame_index": index,
+            "last_frame_sha256": result.checksum,
+            "last_frame_call": call_no,
+            "size": [int(pixels.shape[1]), int(pixels.shape[0])],
+        }
         if self.plan.keep_images and result.frames == self.plan.frames and result.status == "ok":
-            self.writer.image(*frame_record(self.entry.label, index, frame_time_s(index), pixels,
-                                            image_key(self.host.as_dict())))
+            self.writer.image(
+                *frame_record(
+                    self.entry.label,
+                    index,
+                    frame_time_s(index),
+                    pixels,
+                    image_key(self.host.as_dict()),
+                )
+            )
             keys["image_kept"] = True
         return keys
 

@@ -1,8 +1,9 @@
-"""An X server for a GLX trace: ``$DISPLAY`` when set, else an Xvfb that katra3d starts and stops itself.
+"""An X server for a GLX trace: ``$DISPLAY`` when set, else an Xvfb that katra3d starts and stops
+itself.
 
-Xvfb picks its own display number (``-displayfd``): a number chosen here by looking for a free one could be
-taken by another server before this one locks it. The server runs in its own process group, dies with
-katra3d (PR_SET_PDEATHSIG) and is stopped when the replay ends, whatever happens.
+Xvfb picks its own display number (``-displayfd``): a number chosen here by looking for a free one
+could be taken by another server before this one locks it. The server runs in its own process group,
+dies with katra3d (PR_SET_PDEATHSIG) and is stopped when the replay ends, whatever happens.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from katra_trace.errors import ToolUnavailable
 START_TIMEOUT_S = 30.0
 #: Seconds Xvfb has to end after its SIGTERM (it ends at once), before it is killed.
 XVFB_STOP_GRACE_S = 5.0
-#: The screen of katra3d's own Xvfb (a trace's windows are made at the size the trace asks for, up to this).
+#: The screen of katra3d's own Xvfb (a trace's windows are made at the size the trace asks for, up
+#: to this).
 SCREEN = "4096x4096x24"
 
 
@@ -32,20 +34,28 @@ def xvfb_install_line() -> str:
 
 @contextlib.contextmanager
 def x_display(environ: dict[str, str]) -> Iterator[dict[str, str]]:
-    """``environ`` with a ``DISPLAY``: its own when set, else one of an Xvfb started for the replay and stopped
-    when the block ends. ToolUnavailable (exit 3) when no display is set and Xvfb is missing or does not start."""
+    """``environ`` with a ``DISPLAY``: its own when set, else one of an Xvfb started for the replay
+    and stopped when the block ends. ToolUnavailable (exit 3) when no display is set and Xvfb is
+    missing or does not start."""
     if environ.get("DISPLAY"):
         yield environ
         return
     xvfb = shutil.which("Xvfb")
     if xvfb is None:
-        raise ToolUnavailable(f"a GLX trace replays on an X server: set DISPLAY, or install Xvfb for katra3d to "
-                              f"start one: {xvfb_install_line()}")
+        raise ToolUnavailable(
+            f"a GLX trace replays on an X server: set DISPLAY, or install Xvfb for katra3d to "
+            f"start one: {xvfb_install_line()}"
+        )
     read_fd, write_fd = os.pipe()
     try:
-        proc = subprocess.Popen([xvfb, "-displayfd", str(write_fd), "-screen", "0", SCREEN, "-nolisten", "tcp"],
-                                pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, preexec_fn=own_group())
+        proc = subprocess.Popen(
+            [xvfb, "-displayfd", str(write_fd), "-screen", "0", SCREEN, "-nolisten", "tcp"],
+            pass_fds=(write_fd,),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=own_group(),
+        )
     except OSError as exc:
         os.close(read_fd)
         raise ToolUnavailable(f"Xvfb at {xvfb} does not start: {exc}") from None
@@ -56,7 +66,9 @@ def x_display(environ: dict[str, str]) -> Iterator[dict[str, str]]:
             ready, _, _ = select.select([pipe], [], [], START_TIMEOUT_S)
             number = pipe.readline().strip() if ready else b""
         if not number.isdigit():
-            raise ToolUnavailable(f"Xvfb did not start within {START_TIMEOUT_S:.0f} s (exit status {proc.poll()})")
+            raise ToolUnavailable(
+                f"Xvfb did not start within {START_TIMEOUT_S:.0f} s (exit status {proc.poll()})"
+            )
         yield {**environ, "DISPLAY": f":{number.decode()}"}
     finally:
         stop_group(proc, XVFB_STOP_GRACE_S)

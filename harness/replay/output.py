@@ -1,11 +1,11 @@
 """What glretrace prints, parsed (pure: no process, no GL).
 
 ``--pframe-times`` makes glretrace end every frame with ``glFinish`` and print, per SwapBuffers, a
-``frame_end`` line and then ``rendering_finished NS`` (CLOCK_MONOTONIC nanoseconds, the clock of Python's
-``time.perf_counter_ns`` on Linux); it lists each call as ``call NO GPU_START GPU_DUR CPU_START CPU_DUR ...
-NAME``. With ``--pcpu`` the CPU columns hold the call's start (ns since the replayer's first context was
-made current) and its duration. :class:`FrameReader` turns the lines into frames: when each ended, the last
-call before its SwapBuffers, and its draws.
+``frame_end`` line and then ``rendering_finished NS`` (CLOCK_MONOTONIC nanoseconds, the clock of
+Python's ``time.perf_counter_ns`` on Linux); it lists each call as ``call NO GPU_START GPU_DUR
+CPU_START CPU_DUR ... NAME``. With ``--pcpu`` the CPU columns hold the call's start (ns since the
+replayer's first context was made current) and its duration. :class:`FrameReader` turns the lines
+into frames: when each ended, the last call before its SwapBuffers, and its draws.
 """
 
 from __future__ import annotations
@@ -13,9 +13,12 @@ from __future__ import annotations
 import dataclasses
 import re
 
-#: Calls that are draws (``--zones draws``): draws, dispatches, clears and blits, as katra3d's own draw zones.
-DRAW_CALL = re.compile(r"^gl(Multi)?Draw[A-Za-z0-9]*$|^glDispatchCompute[A-Za-z]*$|^glClear$|^glBlitFramebuffer[A-Z]*$"
-                       r"|^glBegin$")
+#: Calls that are draws (``--zones draws``): draws, dispatches, clears and blits, as katra3d's own
+#: draw zones.
+DRAW_CALL = re.compile(
+    r"^gl(Multi)?Draw[A-Za-z0-9]*$|^glDispatchCompute[A-Za-z]*$|^glClear$|^glBlitFramebuffer[A-Z]*$"
+    r"|^glBegin$"
+)
 
 
 def draw_zone(function: str, call_no: int) -> str:
@@ -25,7 +28,9 @@ def draw_zone(function: str, call_no: int) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Draw:
-    """One draw call: ``call_no``, ``function``, start (ns on the replayer's own base) and CPU duration (ns)."""
+    """One draw call: ``call_no``, ``function``, start (ns on the replayer's own base) and CPU
+    duration (ns).
+    """
 
     call_no: int
     function: str
@@ -35,13 +40,14 @@ class Draw:
 
 @dataclasses.dataclass(frozen=True)
 class Frame:
-    """One replayed frame: ``end_ns`` (host clock, after its glFinish), ``last_call`` (the last call made
-    before its SwapBuffers: its snapshot is the frame's image) and its ``draws``."""
+    """One replayed frame: ``end_ns`` (host clock, after its glFinish), ``last_call`` (the last call
+    made before its SwapBuffers: its snapshot is the frame's image) and its ``draws``."""
 
     end_ns: int
     last_call: int
     draws: tuple[Draw, ...] = ()
-    first_start_ns: int | None = None  #: the start of its first timed call (replayer base), with --pcpu
+    #: the start of its first timed call (replayer base), with --pcpu
+    first_start_ns: int | None = None
 
 
 class FrameReader:
@@ -52,7 +58,8 @@ class FrameReader:
         self._last_call = 0
         self._first: int | None = None
         self._ended = False
-        self.rendered: int | None = None  #: "Rendered N frames" at the end, when the replayer printed it
+        #: "Rendered N frames" at the end, when the replayer printed it
+        self.rendered: int | None = None
 
     def feed(self, line: str) -> Frame | None:
         """The frame that ``line`` completes, or None."""
@@ -90,11 +97,15 @@ def _int(text: str) -> int:
 
 
 def replayer_base_ns(frames: list[Frame]) -> int | None:
-    """Where the replayer's ``--pcpu`` times start on the host clock, from one process's frames: each frame's
-    first call starts after the frame before ended (its ``rendering_finished`` was taken first), so the base
-    is at least ``end[k] - first_start[k+1]``; the largest such bound is within microseconds of it.
-    None with fewer than two frames or no call times."""
-    bounds = [a.end_ns - b.first_start_ns for a, b in zip(frames, frames[1:]) if b.first_start_ns is not None]
+    """Where the replayer's ``--pcpu`` times start on the host clock, from one process's frames:
+    each frame's first call starts after the frame before ended (its ``rendering_finished`` was
+    taken first), so the base is at least ``end[k] - first_start[k+1]``; the largest such bound is
+    within microseconds of it. None with fewer than two frames or no call times."""
+    bounds = [
+        a.end_ns - b.first_start_ns
+        for a, b in zip(frames, frames[1:], strict=False)
+        if b.first_start_ns is not None
+    ]
     return max(bounds) if bounds else None
 
 

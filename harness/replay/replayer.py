@@ -1,19 +1,23 @@
-"""glretrace as katra3d drives it: timed replays, counted replays under callgrind, and the last frame's snapshot.
+"""glretrace as katra3d drives it: timed replays, counted replays under callgrind, and the last
+frame's snapshot.
 
-Every replayer process runs in its own process group, dies with katra3d (PR_SET_PDEATHSIG) and is stopped
-(SIGTERM, then SIGKILL) when its part is done, on an error and on a stop signal: none is left behind.
+Every replayer process runs in its own process group, dies with katra3d (PR_SET_PDEATHSIG) and is
+stopped (SIGTERM, then SIGKILL) when its part is done, on an error and on a stop signal: none is
+left behind.
 
-* :func:`timed_frames`: ``glretrace --pframe-times`` (with ``--pcpu --min-cpu-time=0`` for draw zones), read
-  line by line until enough frames ended; a trace shorter than the frames asked for is replayed again from its
-  start by a new process (glretrace cannot replay a trace twice in one process), and the frame where each
-  replay starts is noted. A replay's first frame starts at the replayer's first call: glretrace prints its
-  profile's column line (``# call no ...``, flushed) just before it reads the trace's first call, where its own
-  ``-b`` clock starts too; the process's start-up before it (loading its libraries) is no frame's.
+* :func:`timed_frames`: ``glretrace --pframe-times`` (with ``--pcpu --min-cpu-time=0`` for draw
+  zones), read line by line until enough frames ended; a trace shorter than the frames asked for is
+  replayed again from its start by a new process (glretrace cannot replay a trace twice in one
+  process), and the frame where each replay starts is noted. A replay's first frame starts at the
+  replayer's first call: glretrace prints its profile's column line (``# call no ...``, flushed)
+  just before it reads the trace's first call, where its own ``-b`` clock starts too; the process's
+  start-up before it (loading its libraries) is no frame's.
 * :func:`counted_frames`: the replayer under ``valgrind --tool=callgrind`` with a dump after every
-  SwapBuffers, single-threaded llvmpipe and the counted run's pinned environment, on the trace's first frames
-  only (:func:`trimmed`: ``apitrace trim --frames=0-N``, which keeps the calls and their numbers), so that a
-  long trace is not replayed to its end under callgrind for a few frames.
-* :func:`snapshot`: one more replay, untimed, that writes the image after one call (``-s DIR/ -S CALL``).
+  SwapBuffers, single-threaded llvmpipe and the counted run's pinned environment, on the trace's
+  first frames only (:func:`trimmed`: ``apitrace trim --frames=0-N``, which keeps the calls and
+  their numbers), so that a long trace is not replayed to its end under callgrind for a few frames.
+* :func:`snapshot`: one more replay, untimed, that writes the image after one call (``-s DIR/ -S
+  CALL``).
 """
 
 from __future__ import annotations
@@ -30,9 +34,9 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from katra3d.harness.engine.counting import read_summary
-from katra3d.harness.run.groups import own_group, stop_group
 from katra3d.harness.replay.output import Frame, FrameReader
 from katra3d.harness.replay.tool import Replayer, trim
+from katra3d.harness.run.groups import own_group, stop_group
 from katra_trace.errors import KatraError, SceneError
 
 #: The swap functions a counted replay dumps after, by the trace's window system.
@@ -41,29 +45,36 @@ SWAP_FUNCTION = {"glx": "glXSwapBuffers", "egl": "eglSwapBuffers"}
 
 #: The start of the column line glretrace's profiler prints before the trace's first call.
 HEADER_LINE = "# call no "
-#: Seconds between two reads of a timed replayer's output, and until its first call (its frames' start).
+#: Seconds between two reads of a timed replayer's output, and until its first call (its frames'
+#: start).
 POLL_S = 0.02
 FAST_POLL_S = 0.0005
-#: The most basic blocks between two dumps of one SwapBuffers (a nested swap's return; one in Mesa 22.3 GLX).
+#: The most basic blocks between two dumps of one SwapBuffers (a nested swap's return; one in Mesa
+#: 22.3 GLX).
 SAME_SWAP_BLOCKS = 64
 
 
 class ReplayFailed(SceneError):
-    """The replayer could not replay the trace (a missing extension, an unreadable call, a crash)."""
+    """The replayer could not replay the trace (a missing extension, an
+    unreadable call, a crash)."""
 
 
 @dataclasses.dataclass
 class TimedReplay:
-    """What timed replays gave: ``frames`` in order, ``starts_ns`` (host clock) of the processes and ``restarts``
-    (the 0-based index of each frame that began a new replay of the trace after the first)."""
+    """What timed replays gave: ``frames`` in order, ``starts_ns`` (host clock) of the processes and
+    ``restarts`` (the 0-based index of each frame that began a new replay of the trace after the
+    first)."""
 
     frames: list[Frame] = dataclasses.field(default_factory=list)
     #: per process: its first call's start (its profile's column line arrived), else its start
     starts_ns: list[int] = dataclasses.field(default_factory=list)
-    startup_ns: list[int] = dataclasses.field(default_factory=list)  #: per process: its start to its first call
+    #: per process: its start to its first call
+    startup_ns: list[int] = dataclasses.field(default_factory=list)
     restarts: list[int] = dataclasses.field(default_factory=list)
-    process_of: list[int] = dataclasses.field(default_factory=list)  #: which process replayed each frame
-    trace_frames: int | None = None  #: frames in one replay of the trace, once a replay ran to its end
+    #: which process replayed each frame
+    process_of: list[int] = dataclasses.field(default_factory=list)
+    #: frames in one replay of the trace, once a replay ran to its end
+    trace_frames: int | None = None
 
 
 def replay_args(replayer: Replayer, *, timed: bool, zones: bool) -> list[str]:
@@ -73,21 +84,38 @@ def replay_args(replayer: Replayer, *, timed: bool, zones: bool) -> list[str]:
     if zones:
         args += ["--pcpu", "--min-cpu-time=0"]
     if not timed:
-        args.append("--singlethread")  # counted: the trace's calls on one thread, the one callgrind counts
+        # counted: the trace's calls on one thread, the one callgrind counts
+        args.append("--singlethread")
     return args
 
 
 @contextlib.contextmanager
-def _started(command: list[str], env: Mapping[str, str], stderr: Path, stdout: Path | None = None, *,
-             grace_s: float = 5.0) -> Iterator[subprocess.Popen[str]]:
-    """The replayer started in its own process group, its stdout a pipe (or the file ``stdout``); stopped
-    (its whole group: SIGTERM, SIGKILL after ``grace_s``) when the block ends."""
-    with open(stderr, "wb") as err, (open(stdout, "wb") if stdout is not None else contextlib.nullcontext()) as out:
+def _started(
+    command: list[str],
+    env: Mapping[str, str],
+    stderr: Path,
+    stdout: Path | None = None,
+    *,
+    grace_s: float = 5.0,
+) -> Iterator[subprocess.Popen[str]]:
+    """The replayer started in its own process group, its stdout a pipe (or the file ``stdout``);
+    stopped (its whole group: SIGTERM, SIGKILL after ``grace_s``) when the block ends."""
+    with (
+        open(stderr, "wb") as err,
+        open(stdout, "wb") if stdout is not None else contextlib.nullcontext() as out,
+    ):
         try:
-            proc = subprocess.Popen(command, env=dict(env), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE if out is None else out,
-                                    stderr=err, text=True, errors="replace", bufsize=1,
-                                    preexec_fn=own_group())
+            proc = subprocess.Popen(
+                command,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE if out is None else out,
+                stderr=err,
+                text=True,
+                errors="replace",
+                bufsize=1,
+                preexec_fn=own_group(),
+            )
         except OSError as exc:
             raise ReplayFailed(f"cannot start {command[0]}: {exc}") from None
     try:
@@ -98,11 +126,17 @@ def _started(command: list[str], env: Mapping[str, str], stderr: Path, stdout: P
             proc.stdout.close()
 
 
-def _lines(proc: subprocess.Popen[str], path: Path, *, fast: Callable[[], bool],
-           stopped: Callable[[], bool]) -> Iterator[str]:
-    """The complete lines the replayer writes to the file ``path`` (its stdout), as they come, until it exits or
-    ``stopped()``. A file, not a pipe: the replayer never waits on katra3d nor wakes it at each of its lines (one
-    a call); the file is read every :data:`POLL_S`, every :data:`FAST_POLL_S` while ``fast()``."""
+def _lines(
+    proc: subprocess.Popen[str],
+    path: Path,
+    *,
+    fast: Callable[[], bool],
+    stopped: Callable[[], bool],
+) -> Iterator[str]:
+    """The complete lines the replayer writes to the file ``path`` (its stdout), as they come, until
+    it exits or ``stopped()``. A file, not a pipe: the replayer never waits on katra3d nor wakes it
+    at each of its lines (one a call); the file is read every :data:`POLL_S`, every
+    :data:`FAST_POLL_S` while ``fast()``."""
     pending = b""
     with open(path, "rb") as fh:
         while not stopped():
@@ -129,18 +163,28 @@ def _failure(what: str, code: int | None, stderr: Path) -> ReplayFailed:
         lines = [ln.strip() for ln in stderr.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         lines = []
-    # glretrace prints the traced program's name first; the error is the last line that says something
+    # glretrace prints the traced program's name first; the error is the last line that says
+    # something
     said = [ln for ln in lines if "error" in ln.lower() or "warning" in ln.lower()] or lines
     tail = said[-1][:300] if said else "no message"
     how = f"exit status {code}" if code is None or code >= 0 else f"signal {-code}"
     return ReplayFailed(f"{what} failed ({how}): {tail}")
 
 
-def timed_frames(replayer: Replayer, trace: str, count: int, env: Mapping[str, str], *, zones: bool,
-                 stopped: Callable[[], bool], on_frame: Callable[[int], None] | None = None,
-                 where: Path | None = None) -> TimedReplay:
-    """Replay ``trace`` until ``count`` frames ended (or ``stopped()``); each frame's end on the host clock.
-    ``where``: the directory its files go in (a run's own, :func:`katra3d.harness.replay.capture.run`)."""
+def timed_frames(
+    replayer: Replayer,
+    trace: str,
+    count: int,
+    env: Mapping[str, str],
+    *,
+    zones: bool,
+    stopped: Callable[[], bool],
+    on_frame: Callable[[int], None] | None = None,
+    where: Path | None = None,
+) -> TimedReplay:
+    """Replay ``trace`` until ``count`` frames ended (or ``stopped()``); each frame's end on the
+    host clock. ``where``: the directory its files go in (a run's own,
+    :func:`katra3d.harness.replay.capture.run`)."""
     out = TimedReplay()
     command = [replayer.path, *replay_args(replayer, timed=True, zones=zones), trace]
     with tempfile.TemporaryDirectory(prefix="katra3d-replay-", dir=where) as tmp:
@@ -154,8 +198,12 @@ def timed_frames(replayer: Replayer, trace: str, count: int, env: Mapping[str, s
             out.startup_ns.append(0)
             reader = FrameReader()
             with _started(command, env, stderr, stdout) as proc:
-                for line in _lines(proc, stdout, fast=lambda: not out.startup_ns[-1] and len(out.frames) == before,
-                                   stopped=stopped):
+                for line in _lines(
+                    proc,
+                    stdout,
+                    fast=lambda before=before: not out.startup_ns[-1] and len(out.frames) == before,
+                    stopped=stopped,
+                ):
                     if line.startswith(HEADER_LINE) and len(out.frames) == before:
                         # the replayer is about to read its first call: its frames start here
                         out.starts_ns[-1] = time.perf_counter_ns()
@@ -176,23 +224,42 @@ def timed_frames(replayer: Replayer, trace: str, count: int, env: Mapping[str, s
                     code = proc.wait()
                     made = len(out.frames) - before
                     if code != 0:
-                        raise _failure(f"replaying {trace} with {Path(replayer.path).name}", code, stderr)
+                        raise _failure(
+                            f"replaying {trace} with {Path(replayer.path).name}", code, stderr
+                        )
                     if made == 0:
-                        raise ReplayFailed(f"trace {trace} has no frames: {Path(replayer.path).name} replayed it "
-                                           "without a SwapBuffers (a program that never swaps, e.g. glmark2 "
-                                           "--off-screen, records none)")
+                        raise ReplayFailed(
+                            f"trace {trace} has no frames: {Path(replayer.path).name} replayed it "
+                            "without a SwapBuffers (a program that never swaps, e.g. glmark2 "
+                            "--off-screen, records none)"
+                        )
                     out.trace_frames = made
     return out
 
 
-def snapshot(replayer: Replayer, trace: str, call_no: int, env: Mapping[str, str], *,
-             where: Path | None = None) -> bytes:
-    """The PNG glretrace writes of the draw buffer after call ``call_no`` (a replay that is not timed)."""
+def snapshot(
+    replayer: Replayer,
+    trace: str,
+    call_no: int,
+    env: Mapping[str, str],
+    *,
+    where: Path | None = None,
+) -> bytes:
+    """The PNG glretrace writes of the draw buffer after call ``call_no`` (a replay that is not
+    timed).
+    """
     with tempfile.TemporaryDirectory(prefix="katra3d-snapshot-", dir=where) as tmp:
         prefix = os.path.join(tmp, "s")
         png = Path(f"{prefix}{call_no:010d}.png")
-        command = [replayer.path, *(["--headless"] if replayer.headless else []), "-s", prefix, "-S", str(call_no),
-                   trace]
+        command = [
+            replayer.path,
+            *(["--headless"] if replayer.headless else []),
+            "-s",
+            prefix,
+            "-S",
+            str(call_no),
+            trace,
+        ]
         with _started(command, env, Path(tmp) / "stderr.txt") as proc:
             assert proc.stdout is not None
             for line in proc.stdout:
@@ -201,7 +268,9 @@ def snapshot(replayer: Replayer, trace: str, call_no: int, env: Mapping[str, str
             else:
                 code = proc.wait()
                 if not png.is_file():
-                    raise _failure(f"the snapshot of call {call_no} of {trace}", code, Path(tmp) / "stderr.txt")
+                    raise _failure(
+                        f"the snapshot of call {call_no} of {trace}", code, Path(tmp) / "stderr.txt"
+                    )
         try:
             return png.read_bytes()
         except OSError as exc:
@@ -211,10 +280,21 @@ def snapshot(replayer: Replayer, trace: str, call_no: int, env: Mapping[str, str
 # --------------------------------------------------------------------------- counted
 
 
-def counted_command(valgrind: str, replayer: Replayer, trace: str, dump_base: Path, *, cycles: bool) -> list[str]:
-    """valgrind's command line for one counted replay (address-space randomization off, as the counted run)."""
-    cmd = [valgrind, "--tool=callgrind", "-q", f"--dump-after={SWAP_FUNCTION[replayer.api]}",
-           "--separate-threads=yes", "--dump-instr=no", f"--callgrind-out-file={dump_base}"]
+def counted_command(
+    valgrind: str, replayer: Replayer, trace: str, dump_base: Path, *, cycles: bool
+) -> list[str]:
+    """valgrind's command line for one counted replay (address-space randomization off, as the
+    counted run).
+    """
+    cmd = [
+        valgrind,
+        "--tool=callgrind",
+        "-q",
+        f"--dump-after={SWAP_FUNCTION[replayer.api]}",
+        "--separate-threads=yes",
+        "--dump-instr=no",
+        f"--callgrind-out-file={dump_base}",
+    ]
     if cycles:
         cmd.append("--cache-sim=yes")
     setarch = shutil.which("setarch")
@@ -222,15 +302,22 @@ def counted_command(valgrind: str, replayer: Replayer, trace: str, dump_base: Pa
     return [*prefix, *cmd, replayer.path, *replay_args(replayer, timed=False, zones=False), trace]
 
 
-def counted_frames(command: list[str], env: Mapping[str, str], count: int, *, stopped: Callable[[], bool],
-                   where: Path | None = None) -> tuple[list[dict[str, int]], list[int], list[int]]:
-    """Per-frame callgrind counts (event -> count, main thread) of ``count`` frames, each frame's last call
-    before its SwapBuffers, and the restarts.
+def counted_frames(
+    command: list[str],
+    env: Mapping[str, str],
+    count: int,
+    *,
+    stopped: Callable[[], bool],
+    where: Path | None = None,
+) -> tuple[list[dict[str, int]], list[int], list[int]]:
+    """Per-frame callgrind counts (event -> count, main thread) of ``count`` frames, each frame's
+    last call before its SwapBuffers, and the restarts.
 
-    Each replay runs the trace's first ``count`` frames (a trimmed copy, :func:`trim`) to their end under
-    callgrind (its dumps are read afterwards); a nested SwapBuffers (GLX's dispatch, then Mesa's) dumps more than
-    once a frame: a frame is the sum of its swap's dumps. When ``stopped()``, the replay in progress is stopped
-    and the frames it had ended are kept (:func:`_counted_replay`).
+    Each replay runs the trace's first ``count`` frames (a trimmed copy, :func:`trim`) to their end
+    under callgrind (its dumps are read afterwards); a nested SwapBuffers (GLX's dispatch, then
+    Mesa's) dumps more than once a frame: a frame is the sum of its swap's dumps. When
+    ``stopped()``, the replay in progress is stopped and the frames it had ended are kept
+    (:func:`_counted_replay`).
     """
     frames: list[dict[str, int]] = []
     last_calls: list[int] = []
@@ -247,7 +334,9 @@ def counted_frames(command: list[str], env: Mapping[str, str], count: int, *, st
         while len(frames) < count and not stopped():
             if frames:
                 restarts.append(len(frames))
-            got, calls = _counted_replay(command, base_index, first, env, count - len(frames), stopped, per, where)
+            got, calls = _counted_replay(
+                command, base_index, first, env, count - len(frames), stopped, per, where
+            )
             frames += got
             last_calls += calls
             if not got:
@@ -255,15 +344,23 @@ def counted_frames(command: list[str], env: Mapping[str, str], count: int, *, st
     return frames, last_calls, restarts
 
 
-def _counted_replay(command: list[str], base_index: int, trace: Path, env: Mapping[str, str], wanted: int,
-                    stopped: Callable[[], bool], per: list[int],
-                    where: Path | None) -> tuple[list[dict[str, int]], list[int]]:
-    """One counted replay of ``trace`` (the trimmed copy): its first ``wanted`` frames' counts and last calls.
+def _counted_replay(
+    command: list[str],
+    base_index: int,
+    trace: Path,
+    env: Mapping[str, str],
+    wanted: int,
+    stopped: Callable[[], bool],
+    per: list[int],
+    where: Path | None,
+) -> tuple[list[dict[str, int]], list[int]]:
+    """One counted replay of ``trace`` (the trimmed copy): its first ``wanted`` frames' counts and
+    last calls.
 
-    A stop is seen within :data:`POLL_S`: the replayer's group is stopped then, and the frames it had ended
-    (their lines in its output, a file read once it is stopped) are kept: their dumps were written at their
-    SwapBuffers, before their lines. ``per`` holds the dumps a SwapBuffers makes, learnt
-    from the first replay that ran to its end."""
+    A stop is seen within :data:`POLL_S`: the replayer's group is stopped then, and the frames it
+    had ended (their lines in its output, a file read once it is stopped) are kept: their dumps were
+    written at their SwapBuffers, before their lines. ``per`` holds the dumps a SwapBuffers makes,
+    learnt from the first replay that ran to its end."""
     with tempfile.TemporaryDirectory(prefix="katra3d-counted-replay-", dir=where) as tmp:
         dump_base = Path(tmp) / "cg.out"
         cmd = [*command[:-1], str(trace)]
@@ -278,7 +375,8 @@ def _counted_replay(command: list[str], base_index: int, trace: Path, env: Mappi
         reader = FrameReader()
         with open(stdout, encoding="utf-8", errors="replace") as fh:
             ended = [f for f in map(reader.feed, fh) if f is not None]
-        if code is None or (code != 0 and stopped()):  # its group was stopped (the block's end): keep its frames
+        # its group was stopped (the block's end): keep its frames
+        if code is None or (code != 0 and stopped()):
             got = _frames_of(dump_base, None, len(ended), per[0] if per else None)
         else:
             if code != 0:
@@ -287,20 +385,25 @@ def _counted_replay(command: list[str], base_index: int, trace: Path, env: Mappi
             got = _frames_of(dump_base, rendered, wanted)
             if not per:
                 per.append(len(_parts(dump_base)) // rendered)
-        return got[:wanted], [f.last_call for f in ended[:min(len(got), wanted)]]
+        return got[:wanted], [f.last_call for f in ended[: min(len(got), wanted)]]
 
 
 def _parts(dump_base: Path) -> list[int]:
     """The numbers of callgrind's dumps at SwapBuffers (``cg.out.N-01``, main thread), in order."""
-    return sorted(int(p.name[len(dump_base.name) + 1:].split("-")[0]) for p in dump_base.parent.iterdir()
-                  if p.name.startswith(dump_base.name + ".") and p.name.endswith("-01"))
+    return sorted(
+        int(p.name[len(dump_base.name) + 1 :].split("-")[0])
+        for p in dump_base.parent.iterdir()
+        if p.name.startswith(dump_base.name + ".") and p.name.endswith("-01")
+    )
 
 
 def _blocks(dump: Path) -> int | None:
-    """The basic blocks a callgrind dump spans (its ``desc: Timerange: Basic block A - B``), None if unsaid."""
+    """The basic blocks a callgrind dump spans (its ``desc: Timerange: Basic block A - B``), None if
+    unsaid.
+    """
     try:
         with open(dump, encoding="utf-8", errors="replace") as fh:
-            for _, line in zip(range(40), fh):
+            for _, line in zip(range(40), fh, strict=False):
                 if line.startswith("desc: Timerange: Basic block "):
                     first, _, last = line.split("block ", 1)[1].partition(" - ")
                     return int(last) - int(first)
@@ -310,9 +413,10 @@ def _blocks(dump: Path) -> int | None:
 
 
 def _dumps_a_swap(dump_base: Path, parts: list[int]) -> int:
-    """The dumps one SwapBuffers makes, read from the dumps themselves (a stopped replay has no frame count to
-    divide them by): the first frame's first dump, then those right after it, each within the return of a
-    nested SwapBuffers (a few basic blocks: the next frame's first dump spans its calls)."""
+    """The dumps one SwapBuffers makes, read from the dumps themselves (a stopped replay has no
+    frame count to divide them by): the first frame's first dump, then those right after it, each
+    within the return of a nested SwapBuffers (a few basic blocks: the next frame's first dump spans
+    its calls)."""
     per = 1
     for part in parts[1:]:
         blocks = _blocks(dump_base.with_name(f"{dump_base.name}.{part}-01"))
@@ -322,23 +426,27 @@ def _dumps_a_swap(dump_base: Path, parts: list[int]) -> int:
     return per
 
 
-def _frames_of(dump_base: Path, rendered: int | None, wanted: int, per: int | None = None) -> list[dict[str, int]]:
-    """The counts of the first ``wanted`` frames: ``rendered`` frames ran to the replay's end (its dumps divide
-    among them), else (``rendered`` None, a stopped replay) the ``wanted`` frames that ended, ``per`` dumps
-    each when known (else :func:`_dumps_a_swap`)."""
+def _frames_of(
+    dump_base: Path, rendered: int | None, wanted: int, per: int | None = None
+) -> list[dict[str, int]]:
+    """The counts of the first ``wanted`` frames: ``rendered`` frames ran to the replay's end (its
+    dumps divide among them), else (``rendered`` None, a stopped replay) the ``wanted`` frames that
+    ended, ``per`` dumps each when known (else :func:`_dumps_a_swap`)."""
     parts = _parts(dump_base)
     if rendered is None:
         per = per or _dumps_a_swap(dump_base, parts)
         rendered = min(wanted, len(parts) // per)
     elif not rendered or not parts or len(parts) % rendered:
-        raise ReplayFailed(f"the counted replay rendered {rendered or 0} frames but callgrind dumped {len(parts)} "
-                           "times at SwapBuffers: cannot tell the frames apart")
+        raise ReplayFailed(
+            f"the counted replay rendered {rendered or 0} frames but callgrind dumped {len(parts)} "
+            "times at SwapBuffers: cannot tell the frames apart"
+        )
     else:
         per = len(parts) // rendered
     out: list[dict[str, int]] = []
     for k in range(min(rendered, wanted)):
         total: dict[str, int] = {}
-        for part in parts[k * per:(k + 1) * per]:
+        for part in parts[k * per : (k + 1) * per]:
             try:
                 counts = read_summary(dump_base.with_name(f"{dump_base.name}.{part}-01"))
             except KatraError as exc:
@@ -349,5 +457,13 @@ def _frames_of(dump_base: Path, rendered: int | None, wanted: int, per: int | No
     return out
 
 
-__all__ = ["ReplayFailed", "SWAP_FUNCTION", "TimedReplay", "counted_command", "counted_frames", "replay_args",
-           "snapshot", "timed_frames"]
+__all__ = [
+    "ReplayFailed",
+    "SWAP_FUNCTION",
+    "TimedReplay",
+    "counted_command",
+    "counted_frames",
+    "replay_args",
+    "snapshot",
+    "timed_frames",
+]

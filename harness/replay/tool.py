@@ -1,9 +1,11 @@
-"""The replayer and the trace file: which glretrace replays a trace, its version, and the trace's facts.
+"""The replayer and the trace file: which glretrace replays a trace, its version, and the trace's
+facts.
 
-An apitrace trace names its window system in its calls: ``glX*`` calls (GLX, replayed by ``glretrace`` on an
-X server) or ``egl*`` calls (EGL, replayed by ``eglretrace --headless``). :func:`trace_facts` reads that from
-the first calls (``apitrace dump``), and the file's SHA-256 and size, which the trace header records and
-which make two replays of different traces incomparable (the scene's params, :mod:`katra3d.scenes.registry`).
+An apitrace trace names its window system in its calls: ``glX*`` calls (GLX, replayed by
+``glretrace`` on an X server) or ``egl*`` calls (EGL, replayed by ``eglretrace --headless``).
+:func:`trace_facts` reads that from the first calls (``apitrace dump``), and the file's SHA-256 and
+size, which the trace header records and which make two replays of different traces incomparable
+(the scene's params, :mod:`katra3d.scenes.registry`).
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ def install_line() -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Replayer:
-    """The program that replays a trace: ``path`` (glretrace or eglretrace), ``version`` (the apitrace
-    package's, e.g. ``11.1+repack-1.1+b2``; "" when no package manager says) and ``api`` (glx | egl)."""
+    """The program that replays a trace: ``path`` (glretrace or eglretrace), ``version`` (the
+    apitrace package's, e.g. ``11.1+repack-1.1+b2``; "" when no package manager says) and ``api``
+    (glx | egl)."""
 
     path: str
     version: str
@@ -52,7 +55,9 @@ class Replayer:
 
 @dataclasses.dataclass(frozen=True)
 class TraceFacts:
-    """An apitrace file as the header records it: absolute ``path``, ``sha256``, ``size_bytes``, ``api``."""
+    """An apitrace file as the header records it: absolute ``path``, ``sha256``, ``size_bytes``,
+    ``api``.
+    """
 
     path: str
     sha256: str
@@ -60,25 +65,38 @@ class TraceFacts:
     api: str
 
     def as_dict(self) -> dict[str, object]:
-        return {"path": self.path, "sha256": self.sha256, "size_bytes": self.size_bytes, "api": self.api}
+        return {
+            "path": self.path,
+            "sha256": self.sha256,
+            "size_bytes": self.size_bytes,
+            "api": self.api,
+        }
 
 
 def _which(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        raise ToolUnavailable(f"replaying an apitrace trace needs {name}, which is not on PATH; "
-                              f"install it: {install_line()}")
+        raise ToolUnavailable(
+            f"replaying an apitrace trace needs {name}, which is not on PATH; "
+            f"install it: {install_line()}"
+        )
     return path
 
 
 def package_version() -> str:
-    """The installed apitrace package's version ("" when dpkg-query is missing or does not know it)."""
+    """The installed apitrace package's version ("" when dpkg-query is missing or does not know
+    it)."""
     dpkg = shutil.which("dpkg-query")
     if dpkg is None:
         return ""
     try:
-        out = subprocess.run([dpkg, "-W", "-f=${Version}", APT_PACKAGE], capture_output=True, text=True,
-                             timeout=30, check=False)
+        out = subprocess.run(
+            [dpkg, "-W", "-f=${Version}", APT_PACKAGE],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return out.stdout.strip() if out.returncode == 0 else ""
@@ -99,12 +117,19 @@ def file_digest(path: Path) -> tuple[str, int]:
 
 
 def sniff_api(path: Path) -> str:
-    """glx or egl: the window system of the trace's first calls. ToolUnavailable without apitrace; SceneError
-    when apitrace cannot read the file or it holds no GLX or EGL call (a WGL or CGL trace, or not a trace)."""
+    """glx or egl: the window system of the trace's first calls. ToolUnavailable without apitrace;
+    SceneError when apitrace cannot read the file or it holds no GLX or EGL call (a WGL or CGL
+    trace, or not a trace)."""
     apitrace = _which("apitrace")
     try:
-        out = subprocess.run([apitrace, "dump", f"--calls=0-{SNIFF_CALLS}", "--color=never", str(path)],
-                             capture_output=True, text=True, errors="replace", timeout=120, check=False)
+        out = subprocess.run(
+            [apitrace, "dump", f"--calls=0-{SNIFF_CALLS}", "--color=never", str(path)],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=120,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SceneError(f"apitrace cannot read trace '{path}': {exc}") from None
     found = {m.group(1) for m in _CALL.finditer(out.stdout)}
@@ -113,25 +138,32 @@ def sniff_api(path: Path) -> str:
     if "egl" in found:
         return "egl"
     if found:
-        raise SceneError(f"trace '{path}' is a {'/'.join(sorted(found))} trace; katra3d replays GLX and EGL "
-                         "traces (Linux)")
+        raise SceneError(
+            f"trace '{path}' is a {'/'.join(sorted(found))} trace; katra3d replays GLX and EGL "
+            "traces (Linux)"
+        )
     why = (out.stderr.strip().splitlines() or ["no GLX or EGL call in its first calls"])[-1]
     raise SceneError(f"trace '{path}' cannot be replayed: {why[:200]}")
 
 
 def trace_facts(path: Path) -> TraceFacts:
-    """The facts of the trace file at ``path`` (SceneError when it is missing or not a GLX/EGL trace)."""
+    """The facts of the trace file at ``path`` (SceneError when it is missing or not a GLX/EGL
+    trace).
+    """
     check_trace_file(path)
     sha, size = file_digest(path)
     return TraceFacts(os.path.abspath(path), sha, size, sniff_api(path))
 
 
 def trim(path: str, frames: int, out: Path) -> Path:
-    """``out``: the first ``frames`` frames of the trace at ``path`` (``apitrace trim --frames=0-N``: the same calls
-    with the same numbers, up to the last one's SwapBuffers; all of a shorter trace). SceneError when it fails."""
+    """``out``: the first ``frames`` frames of the trace at ``path`` (``apitrace trim
+    --frames=0-N``: the same calls with the same numbers, up to the last one's SwapBuffers; all of a
+    shorter trace). SceneError when it fails."""
     command = [_which("apitrace"), "trim", f"--frames=0-{max(0, frames - 1)}", "-o", str(out), path]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=600, check=False)
+        done = subprocess.run(
+            command, capture_output=True, text=True, errors="replace", timeout=600, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SceneError(f"apitrace trim of '{path}' failed: {exc}") from None
     if done.returncode != 0 or not out.is_file():
@@ -141,11 +173,23 @@ def trim(path: str, frames: int, out: Path) -> Path:
 
 
 def find_replayer(api: str) -> Replayer:
-    """The replayer of a trace of ``api`` (ToolUnavailable, exit 3, with the install line when missing)."""
+    """The replayer of a trace of ``api`` (ToolUnavailable, exit 3, with the install line when
+    missing).
+    """
     if api not in ("glx", "egl"):
         raise ConfigError(f"no replayer for a {api} trace")
     return Replayer(_which("glretrace" if api == "glx" else "eglretrace"), package_version(), api)
 
 
-__all__ = ["APT_PACKAGE", "Replayer", "TraceFacts", "file_digest", "find_replayer", "install_line",
-           "package_version", "sniff_api", "trace_facts", "trim"]
+__all__ = [
+    "APT_PACKAGE",
+    "Replayer",
+    "TraceFacts",
+    "file_digest",
+    "find_replayer",
+    "install_line",
+    "package_version",
+    "sniff_api",
+    "trace_facts",
+    "trim",
+]

@@ -1,18 +1,21 @@
-"""A counted run's children: every scene counted in its own valgrind child, up to ``--jobs`` at once.
+"""A counted run's children: every scene counted in its own valgrind child, up to ``--jobs`` at
+once.
 
-What a process ran before moves its counts (``clear`` counted 491,121 instructions a frame as the second
-scene of a child and 504,586 alone), so every scene is counted in a child of its own, with a one-scene plan
-(:func:`scene_plan`), whatever ``--jobs`` is: its counts are then the same with ``--jobs 1`` as with any
-other. Counts do not depend on what runs beside them, so up to ``plan.jobs`` children run at once
-(:mod:`katra3d.harness.run.jobs` decides how many). Each child writes the trace of its scene (a part, in its
-dump directory) and hands back its results; the parent joins the parts into the run's one trace in the run's
-order of scenes (:func:`katra3d.harness.run.parts.join`) and the results into one.
+What a process ran before moves its counts (``clear`` counted 491,121 instructions a frame as the
+second scene of a child and 504,586 alone), so every scene is counted in a child of its own, with a
+one-scene plan (:func:`scene_plan`), whatever ``--jobs`` is: its counts are then the same with
+``--jobs 1`` as with any other. Counts do not depend on what runs beside them, so up to
+``plan.jobs`` children run at once (:mod:`katra3d.harness.run.jobs` decides how many). Each child
+writes the trace of its scene (a part, in its dump directory) and hands back its results; the parent
+joins the parts into the run's one trace in the run's order of scenes
+(:func:`katra3d.harness.run.parts.join`) and the results into one.
 
-Progress shows every child (:func:`katra3d.harness.run.progress.lane`). A stop signal (Ctrl-C) reaches every
-child's process group: each finishes its trace as interrupted, no new child starts, and the run's trace keeps
-every scene counted so far. A scene that fails ends the run as it would serially: no new child starts, the
-running children of later scenes are killed, those of earlier scenes finish, and the trace (set aside, as a
-failed run's) holds the scenes counted up to the failed one. The dump directories are removed whatever happens; no child outlives the run
+Progress shows every child (:func:`katra3d.harness.run.progress.lane`). A stop signal (Ctrl-C)
+reaches every child's process group: each finishes its trace as interrupted, no new child starts,
+and the run's trace keeps every scene counted so far. A scene that fails ends the run as it would
+serially: no new child starts, the running children of later scenes are killed, those of earlier
+scenes finish, and the trace (set aside, as a failed run's) holds the scenes counted up to the
+failed one. The dump directories are removed whatever happens; no child outlives the run
 (:mod:`katra3d.harness.run.lifetime`).
 """
 
@@ -41,28 +44,39 @@ from katra_trace.io import claim as claim_mod
 
 
 def scene_plan(plan: RunPlan, index: int) -> RunPlan:
-    """The plan the counted child of ``plan``'s ``index``-th scene (from 0) runs: that scene alone, the user's
-    strings replaced by placeholders (:func:`katra3d.harness.run.placeholders.placeholder_plan`) and ``--jobs``
-    left out, so the child's plan, and with it its counts, is the same whatever ``--jobs`` is."""
+    """The plan the counted child of ``plan``'s ``index``-th scene (from 0) runs: that scene alone,
+    the user's strings replaced by placeholders
+    (:func:`katra3d.harness.run.placeholders.placeholder_plan`) and ``--jobs`` left out, so the
+    child's plan, and with it its counts, is the same whatever ``--jobs`` is."""
     one = placeholder_plan(plan)
-    return dataclasses.replace(one, entries=(plan.entries[index],), jobs=1,
-                               config=dataclasses.replace(one.config, jobs=None))
+    return dataclasses.replace(
+        one,
+        entries=(plan.entries[index],),
+        jobs=1,
+        config=dataclasses.replace(one.config, jobs=None),
+    )
 
 
 def start_order(plan: RunPlan) -> list[int]:
-    """The order the children of ``plan``'s scenes (indices from 0) start in: the run's order with one job;
-    with more, the costliest first (:func:`katra3d.scenes.suites.scene_cost`'s estimate, ties in the run's
-    order), so that no long scene starts last and runs alone at the end. The trace keeps the run's order."""
+    """The order the children of ``plan``'s scenes (indices from 0) start in: the run's order with
+    one job; with more, the costliest first (:func:`katra3d.scenes.suites.scene_cost`'s estimate,
+    ties in the run's order), so that no long scene starts last and runs alone at the end. The trace
+    keeps the run's order."""
     if plan.jobs <= 1:
         return list(range(len(plan.entries)))
     frames = (plan.frames or 1) + plan.warmup
-    cost = [scene_cost(str(getattr(e.cls, "name", "") or e.spec), e.params, plan.size, frames) for e in plan.entries]
+    cost = [
+        scene_cost(str(getattr(e.cls, "name", "") or e.spec), e.params, plan.size, frames)
+        for e in plan.entries
+    ]
     return sorted(range(len(plan.entries)), key=lambda i: -cost[i])
 
 
 @dataclasses.dataclass
 class _Child:
-    """One scene's counted child: ``index`` (from 0) in the run, its dump directory, process and relay."""
+    """One scene's counted child: ``index`` (from 0) in the run, its dump directory, process and
+    relay.
+    """
 
     index: int
     label: str
@@ -86,54 +100,86 @@ class _Child:
         return self.handed is None or "error" in self.handed
 
 
-def start_child(plan: RunPlan, index: int, *, progress: Progress, quiet: bool, imports: dict[str, str],
-                sys_path: list[str], deferred: bool) -> _Child:
-    """Start the counted child of ``plan``'s ``index``-th scene (from 0) in a new dump directory; its progress
-    goes to ``progress`` (a lane of the run's display). ToolUnavailable when valgrind cannot be started."""
+def start_child(
+    plan: RunPlan,
+    index: int,
+    *,
+    progress: Progress,
+    quiet: bool,
+    imports: dict[str, str],
+    sys_path: list[str],
+    deferred: bool,
+) -> _Child:
+    """Start the counted child of ``plan``'s ``index``-th scene (from 0) in a new dump directory;
+    its progress goes to ``progress`` (a lane of the run's display). ToolUnavailable when valgrind
+    cannot be started."""
     counting = plan.counting
     if counting is None:
-        raise ConfigError(f"--measure {plan.config.measure} does not count: nothing to run under valgrind")
+        raise ConfigError(
+            f"--measure {plan.config.measure} does not count: nothing to run under valgrind"
+        )
     dump_dir = lifetime.make_dump_dir()
-    cmd = measure.child_command(counting.valgrind, dump_dir / measure.DUMP_BASE, counting.mode, deferred=deferred)
-    measure.write_order(measure.ChildOrder(scene_plan(plan, index), dump_dir, tuple(cmd), deferred, imports,
-                                           tuple(sys_path)))
-    relay = Relay(dump_dir / measure.PROGRESS_FILE, progress,
-                  None if quiet else (dump_dir / measure.STDERR_FILE, sys.stderr))
+    cmd = measure.child_command(
+        counting.valgrind, dump_dir / measure.DUMP_BASE, counting.mode, deferred=deferred
+    )
+    measure.write_order(
+        measure.ChildOrder(
+            scene_plan(plan, index), dump_dir, tuple(cmd), deferred, imports, tuple(sys_path)
+        )
+    )
+    relay = Relay(
+        dump_dir / measure.PROGRESS_FILE,
+        progress,
+        None if quiet else (dump_dir / measure.STDERR_FILE, sys.stderr),
+    )
     child = _Child(index, plan.entries[index].label, dump_dir, relay, progress)
     progress.phase("starting valgrind, then Python and katra3d in it (not counted)", None)
-    # the child's stdin, stdout and stderr are the same kind of file whatever the parent's are (a terminal, a
-    # pipe, /dev/null with --quiet): measured, each kind moved every frame's count (by up to 188 of 275,000
-    # instructions of a 16x16 clear frame); its stderr is relayed from a file
+    # the child's stdin, stdout and stderr are the same kind of file whatever the parent's are (a
+    # terminal, a pipe, /dev/null with --quiet): measured, each kind moved every frame's count (by
+    # up to 188 of 275,000 instructions of a 16x16 clear frame); its stderr is relayed from a file
     try:
         with open(dump_dir / measure.STDERR_FILE, "wb") as err:
-            child.proc = subprocess.Popen(cmd, env=measure.child_env(dump_dir), cwd=dump_dir,
-                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                          start_new_session=True, preexec_fn=lifetime.die_with_parent())
+            child.proc = subprocess.Popen(
+                cmd,
+                env=measure.child_env(dump_dir),
+                cwd=dump_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+                preexec_fn=lifetime.die_with_parent(),
+            )
     except (OSError, subprocess.SubprocessError) as exc:
         shutil.rmtree(dump_dir, ignore_errors=True)
         raise ToolUnavailable(f"cannot start valgrind: {exc}") from None
     return child
 
 
-def run_counted(plan: RunPlan, *, progress: Progress, quiet: bool) -> tuple[int, dict[str, Any] | None, int]:
-    """Count every scene of ``plan`` in its own child, up to ``plan.jobs`` at once, and write the run's trace
-    at ``plan.output`` (claimed first, as any capture does; a failed run's is set aside).
+def run_counted(
+    plan: RunPlan, *, progress: Progress, quiet: bool
+) -> tuple[int, dict[str, Any] | None, int]:
+    """Count every scene of ``plan`` in its own child, up to ``plan.jobs`` at once, and write the
+    run's trace at ``plan.output`` (claimed first, as any capture does; a failed run's is set
+    aside).
 
-    Returns the children's exit code (0, or the first other in the run's order), what they handed back
-    joined (:func:`katra3d.harness.run.measure.result_as_dict`'s fields, or ``{"error", "exit_code", ...}``
-    of the first failed scene; None when no child handed anything back), and the first stop signal this
-    process got (0: none).
+    Returns the children's exit code (0, or the first other in the run's order), what they handed
+    back joined (:func:`katra3d.harness.run.measure.result_as_dict`'s fields, or ``{"error",
+    "exit_code", ...}`` of the first failed scene; None when no child handed anything back), and the
+    first stop signal this process got (0: none).
     """
     target = claim_mod.claim(plan.output, plan.config.force)
     lifetime.remove_stale_dump_dirs()
     procs: list[subprocess.Popen[bytes]] = []
-    ready: dict[int, Relay] = {}  # pid -> the child's relay: it is ready once it has reported through it
+    # pid -> the child's relay: it is ready once it has reported through it
+    ready: dict[int, Relay] = {}
     received: list[int] = []
     children: list[_Child] = []
     published = False
-    # the handlers come first: a Ctrl-C while a child is being started is noted, never lost in the code it
-    # interrupted (it was: inside fork's at-fork handlers, as an 'Exception ignored')
-    with lifetime.forward_signals(procs, lambda p: p.pid in ready and ready[p.pid].calls > 0, received):
+    # the handlers come first: a Ctrl-C while a child is being started is noted, never lost in the
+    # code it interrupted (it was: inside fork's at-fork handlers, as an 'Exception ignored')
+    with lifetime.forward_signals(
+        procs, lambda p: p.pid in ready and ready[p.pid].calls > 0, received
+    ):
         try:
             imports, sys_path = measure.scene_imports(plan)
             measure.compile_sources(imports.values())
@@ -142,19 +188,31 @@ def run_counted(plan: RunPlan, *, progress: Progress, quiet: bool) -> tuple[int,
             running: list[_Child] = []
             upcoming = iter(start_order(plan))
             while True:
-                while len(running) < max(1, plan.jobs) and not received and failed_at == len(plan.entries):
+                while (
+                    len(running) < max(1, plan.jobs)
+                    and not received
+                    and failed_at == len(plan.entries)
+                ):
                     index = next(upcoming, None)
                     if index is None:
                         break
                     shown = lane(progress, index + 1, len(plan.entries), plan.entries[index].label)
-                    child = start_child(plan, index, progress=shown, quiet=quiet, imports=imports,
-                                        sys_path=sys_path, deferred=deferred)
+                    child = start_child(
+                        plan,
+                        index,
+                        progress=shown,
+                        quiet=quiet,
+                        imports=imports,
+                        sys_path=sys_path,
+                        deferred=deferred,
+                    )
                     assert child.proc is not None
                     children.append(child)
                     running.append(child)
                     ready[child.proc.pid] = child.relay
                     procs.append(child.proc)
-                    if received:  # stopped while the child was being started: it has counted nothing
+                    # stopped while the child was being started: it has counted nothing
+                    if received:
                         lifetime.signal_group(child.proc, signal.SIGKILL)
                 if not running:
                     break
@@ -175,10 +233,18 @@ def run_counted(plan: RunPlan, *, progress: Progress, quiet: bool) -> tuple[int,
             failed = failed_at < len(plan.entries) and not received
             handed = _handed(kept, failed, received)
             parts = [c.part for c in kept if c.part is not None]
-            status = "aborted" if failed else "interrupted" if received or len(kept) < len(plan.entries) else "complete"
+            status = (
+                "aborted"
+                if failed
+                else "interrupted"
+                if received or len(kept) < len(plan.entries)
+                else "complete"
+            )
             if parts:
                 with os.fdopen(os.dup(target.fd), "wb") as dst:
-                    joined = join(parts, dst, status=status, codec=plan.config.codec, update=_update(plan))
+                    joined = join(
+                        parts, dst, status=status, codec=plan.config.codec, update=_update(plan)
+                    )
                 if joined.parts:
                     at = claim_mod.place(target, empty_failure=False, aside=failed)[1]
                     published = True
@@ -188,7 +254,8 @@ def run_counted(plan: RunPlan, *, progress: Progress, quiet: bool) -> tuple[int,
             return code, handed, received[0] if received else 0
         finally:
             for child in children:
-                if child.proc is not None and child.proc.poll() is None:  # torn down: leave no child behind
+                # torn down: leave no child behind
+                if child.proc is not None and child.proc.poll() is None:
                     lifetime.signal_group(child.proc, signal.SIGKILL)
                     child.proc.wait()
                 with contextlib.suppress(AttributeError):
@@ -202,7 +269,9 @@ def run_counted(plan: RunPlan, *, progress: Progress, quiet: bool) -> tuple[int,
 
 
 def _wait_a_while(running: list[_Child]) -> None:
-    """Wait until the first running child ends, or :data:`katra3d.harness.run.measure.POLL_S` seconds."""
+    """Wait until the first running child ends, or :data:`katra3d.harness.run.measure.POLL_S`
+    seconds.
+    """
     proc = running[0].proc
     if proc is None:
         time.sleep(measure.POLL_S)
@@ -220,12 +289,17 @@ def _ended(child: _Child) -> None:
     if child.handed is None:  # killed, or crashed before handing anything back
         code = child.code
         how, exit_code = child_ended(code)
-        child.handed = {"error": f"scene '{child.label}': its child {how}; it handed back no results",
-                        "exit_code": exit_code, "no_results": True}
+        child.handed = {
+            "error": f"scene '{child.label}': its child {how}; it handed back no results",
+            "exit_code": exit_code,
+            "no_results": True,
+        }
 
 
 def _handed(kept: list[_Child], failed: bool, received: list[int]) -> dict[str, Any] | None:
-    """The results of the ``kept`` children joined in the run's order, or the first failed one's error."""
+    """The results of the ``kept`` children joined in the run's order, or the first failed one's
+    error.
+    """
     if failed:
         first = next(c for c in kept if c.failed)
         return dict(first.handed or {})
@@ -237,12 +311,16 @@ def _handed(kept: list[_Child], failed: bool, received: list[int]) -> dict[str, 
     stopped = next((r for r in results if r.get("status") == "interrupted"), None)
     if stopped is not None or received:
         joined["status"] = "interrupted"
-        joined["signal_name"] = (stopped or {}).get("signal_name") or signal.Signals(received[0]).name
+        joined["signal_name"] = (stopped or {}).get("signal_name") or signal.Signals(
+            received[0]
+        ).name
     return joined
 
 
 def _update(plan: RunPlan) -> Any:
-    """The joined header's update: the user's strings put back where the children wrote placeholders."""
+    """The joined header's update: the user's strings put back where the children wrote
+    placeholders.
+    """
     return restore_strings(plan)
 
 

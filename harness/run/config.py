@@ -22,13 +22,13 @@ from katra3d.harness.engine.timers import MODES, zone_mode
 from katra3d.harness.gl.backends import CHOICES, resolve_name
 from katra3d.harness.run.jobs import resolve_jobs
 from katra3d.harness.run.valgrind import Counting, counting
+from katra3d.scenes.registry import TraceScene, get_scene, names_scene, resolve_params, with_class
+from katra3d.scenes.suites import get_suite, parse_shard, scene_cost, shard_indices
 from katra_trace import metrics
 from katra_trace.analysis.images import file_stem
 from katra_trace.analysis.references import DURATION_NOTICE
 from katra_trace.errors import ConfigError
 from katra_trace.io import claim
-from katra3d.scenes.registry import TraceScene, get_scene, names_scene, resolve_params, with_class
-from katra3d.scenes.suites import get_suite, parse_shard, scene_cost, shard_indices
 
 #: Defaults when neither the command line nor a suite says.
 DEFAULT_FRAMES = 100
@@ -85,41 +85,43 @@ def parse_seconds(value: str | None, option: str) -> float | None:
 
 def parse_param(text: str) -> tuple[str, str, str]:
     """``"SCENE.KEY=VALUE"`` -> (scene, key, value); ``"KEY=VALUE"`` -> ("", key, value), which
-    :func:`plan_run` applies to the run's one scene. SCENE is anything up to the last dot before the first ``=``
-    (a scene name, ``x.py:Class``, ``./x.py:Class``, ``../d/x.py``). ConfigError when malformed."""
+    :func:`plan_run` applies to the run's one scene. SCENE is anything up to the last dot before the
+    first ``=`` (a scene name, ``x.py:Class``, ``./x.py:Class``, ``../d/x.py``). ConfigError when
+    malformed."""
     target, sep, value = text.strip().partition("=")
     scene, dot, key = target.rpartition(".")
     if sep and re.fullmatch(r"[A-Za-z_][\w-]*", key) and (scene.strip() or not dot):
         return scene.strip(), key, value
-    raise ConfigError(f"bad --param '{text}': expected SCENE.KEY=VALUE, e.g. triangle.speed=0.5 (or KEY=VALUE "
-                      "when one scene runs)")
+    raise ConfigError(
+        f"bad --param '{text}': expected SCENE.KEY=VALUE, e.g. triangle.speed=0.5 (or KEY=VALUE "
+        "when one scene runs)"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     """Everything that defines a run; stored whole in the trace's capture options.
 
-    ``scenes`` and/or ``suite`` say what runs (the suite's entries first).
-    ``frames`` (measured, per scene) or ``duration_s`` (measured seconds per
-    scene, host clock); ``warmup`` frames per scene; ``size`` (w, h) px;
-    ``samples`` MSAA samples (0 = none). None means "the suite's value, else
-    the default". ``params``: (scene, key, value) overrides, values as typed (scene "": the run's one scene).
-    ``measure``: time (clocks), instructions or cycles (counted under
-    callgrind, see :mod:`katra3d.harness.run.measure`). ``reference_every``: time the
-    reference draw after every K-th measured frame (sync timing; 0 = never,
-    None = :data:`DEFAULT_REFERENCE_EVERY`), see :mod:`katra3d.harness.engine.reference`.
+    ``scenes`` and/or ``suite`` say what runs (the suite's entries first). ``frames`` (measured, per
+    scene) or ``duration_s`` (measured seconds per scene, host clock); ``warmup`` frames per scene;
+    ``size`` (w, h) px; ``samples`` MSAA samples (0 = none). None means "the suite's value, else the
+    default". ``params``: (scene, key, value) overrides, values as typed (scene "": the run's one
+    scene). ``measure``: time (clocks), instructions or cycles (counted under callgrind, see
+    :mod:`katra3d.harness.run.measure`). ``reference_every``: time the reference draw after every
+    K-th measured frame (sync timing; 0 = never, None = :data:`DEFAULT_REFERENCE_EVERY`), see
+    :mod:`katra3d.harness.engine.reference`.
     ``zones``: off | passes | draws (True/False mean passes/off), see
     :mod:`katra3d.harness.engine.draws`; ``max_draw_zones`` caps the draws timed per frame.
-    ``force``: replace an existing output file (only once the new capture has
-    recorded something; see :mod:`katra_trace.io.claim`). ``codec``: the trace's
-    codec (zstd, blosc2 or none; None = TraceWriter's default). ``keep_image``: keep each scene's
-    last measured frame in the trace (``--frames`` runs; :mod:`katra_trace.io.images`).
-    ``expect_images``: check those frames against the references in this folder, or with
-    ``update_images`` record them there (:mod:`katra_trace.analysis.references`). ``shard``: ``"I/N"``, run
-    only shard I of N of the scenes (:func:`katra3d.scenes.suites.shard_indices`; ``katra3d merge`` joins them).
-    ``jobs``: counted scenes counted at once, each in its own valgrind child (None: the usable cores for a
-    count, 1 for a time run; :mod:`katra3d.harness.run.jobs`). It decides how the run is made, not what it
-    records: the trace is the same whatever it is, and it is left out of :meth:`as_dict`.
+    ``force``: replace an existing output file (only once the new capture has recorded something;
+    see :mod:`katra_trace.io.claim`). ``codec``: the trace's codec (zstd, blosc2 or none; None =
+    TraceWriter's default). ``keep_image``: keep each scene's last measured frame in the trace
+    (``--frames`` runs; :mod:`katra_trace.io.images`). ``expect_images``: check those frames against
+    the references in this folder, or with ``update_images`` record them there
+    (:mod:`katra_trace.analysis.references`). ``shard``: ``"I/N"``, run only shard I of N of the
+    scenes (:func:`katra3d.scenes.suites.shard_indices`; ``katra3d merge`` joins them). ``jobs``:
+    counted scenes counted at once, each in its own valgrind child (None: the usable cores for a
+    count, 1 for a time run; :mod:`katra3d.harness.run.jobs`). It decides how the run is made, not
+    what it records: the trace is the same whatever it is, and it is left out of :meth:`as_dict`.
     """
 
     scenes: tuple[str, ...] = ()
@@ -150,8 +152,8 @@ class RunConfig:
     jobs: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready dict of every field but ``jobs`` (params as SCENE.KEY -> value): what the trace's header
-        records as the run's request."""
+        """JSON-ready dict of every field but ``jobs`` (params as SCENE.KEY -> value): what the
+        trace's header records as the run's request."""
         out = dataclasses.asdict(self)
         del out["jobs"]
         out["scenes"] = list(self.scenes)
@@ -183,9 +185,11 @@ class RunPlan:
     output: Path
     screenshot_dir: Path | None
     workload: str
-    keep_images: bool = False  #: each scene's last frame is kept in the trace (a --frames run, not turned off)
+    #: each scene's last frame is kept in the trace (a --frames run, not turned off)
+    keep_images: bool = False
     expect_images: Path | None = None  #: the reference folder of --expect-images
-    #: --measure instructions|cycles: the mode and the valgrind that counts, found once (None: a time run)
+    #: --measure instructions|cycles: the mode and the valgrind that counts, found once (None: a
+    #: time run)
     counting: Counting | None = None
     #: counted children at once (--jobs, resolved; 1 for a time run)
     jobs: int = 1
@@ -204,31 +208,42 @@ def _writable_dir(path: Path, what: str) -> None:
         with tempfile.TemporaryFile(dir=probe, prefix=".katra3d-write-check-"):
             pass
     except OSError as exc:
-        raise ConfigError(f"{what} '{path}': directory '{probe}' is not writable "
-                          f"({exc.strerror or exc})") from None
+        raise ConfigError(
+            f"{what} '{path}': directory '{probe}' is not writable ({exc.strerror or exc})"
+        ) from None
 
 
 def check_output(text: str, *, force: bool = False) -> Path:
     """The ``-o`` path, checked before any GL or disk work by the library's one output check
-    (:func:`katra_trace.io.claim.check_output`, with the capture's ``<path>.part`` in the way refused
-    too): a capture never replaces a file it was not told it may replace."""
+    (:func:`katra_trace.io.claim.check_output`, with the capture's ``<path>.part`` in the way
+    refused too): a capture never replaces a file it was not told it may replace."""
     return claim.check_output(text, force=force, part=True)
 
 
-def check_measure(measure: str, *, timing: str, duration_s: float | None, warmup: int | None) -> None:
+def check_measure(
+    measure: str, *, timing: str, duration_s: float | None, warmup: int | None
+) -> None:
     """ConfigError for a measure that is unknown or makes no sense with the other options."""
     if measure not in metrics.MEASURES:
-        raise ConfigError(f"unknown --measure '{measure}'; choose one of: {', '.join(metrics.MEASURES)}")
+        raise ConfigError(
+            f"unknown --measure '{measure}'; choose one of: {', '.join(metrics.MEASURES)}"
+        )
     if not metrics.is_count(measure):
         return
     if timing not in ("auto", "sync"):
-        raise ConfigError(f"--measure {measure} counts instructions, it does not time: drop --timing {timing}")
+        raise ConfigError(
+            f"--measure {measure} counts instructions, it does not time: drop --timing {timing}"
+        )
     if duration_s is not None:
-        raise ConfigError(f"--measure {measure} needs --frames, not --duration (under valgrind a second of "
-                          "wall time is 20-100x less work than outside it)")
+        raise ConfigError(
+            f"--measure {measure} needs --frames, not --duration (under valgrind a second of "
+            "wall time is 20-100x less work than outside it)"
+        )
     if warmup is not None and warmup < 1:
-        raise ConfigError(f"--measure {measure} needs --warmup >= 1: the first frame of a scene pays the "
-                          "shader JIT and must not reach the statistics")
+        raise ConfigError(
+            f"--measure {measure} needs --warmup >= 1: the first frame of a scene pays the "
+            "shader JIT and must not reach the statistics"
+        )
 
 
 def default_output(workload_name: str, now: dt.datetime | None = None) -> Path:
@@ -246,7 +261,9 @@ def default_output(workload_name: str, now: dt.datetime | None = None) -> Path:
 
 
 def screenshot_path(directory: Path, label: str) -> Path:
-    """Where ``--screenshot DIR`` saves the last frame of the scene ``label``: a name no other label shares."""
+    """Where ``--screenshot DIR`` saves the last frame of the scene ``label``: a name no other label
+    shares.
+    """
     return directory / f"{file_stem(label)}.png"
 
 
@@ -254,8 +271,8 @@ def plan_run(config: RunConfig) -> RunPlan:
     """Validate ``config`` and resolve scenes, params and paths; raises ConfigError/SceneError.
 
     Touches no GL and writes nothing. ``--measure`` is decided here, once: its options are checked
-    (:func:`check_measure`) and, for a count, valgrind is found (ToolUnavailable, exit 3, when it is not
-    installed) and recorded in the plan (:attr:`RunPlan.counting`).
+    (:func:`check_measure`) and, for a count, valgrind is found (ToolUnavailable, exit 3, when it is
+    not installed) and recorded in the plan (:attr:`RunPlan.counting`).
     """
     suite = None
     if config.suite is not None:
@@ -266,9 +283,12 @@ def plan_run(config: RunConfig) -> RunPlan:
         raise ConfigError("give --frames or --duration, not both")
     if config.frames is not None and not 1 <= config.frames <= MAX_FRAMES:
         raise ConfigError(f"bad --frames {config.frames}: must be in 1..{MAX_FRAMES}")
-    if config.duration_s is not None and not (0 < config.duration_s <= MAX_DURATION_S
-                                              and math.isfinite(config.duration_s)):
-        raise ConfigError(f"bad --duration {config.duration_s}: must be > 0 seconds (at most one week)")
+    if config.duration_s is not None and not (
+        0 < config.duration_s <= MAX_DURATION_S and math.isfinite(config.duration_s)
+    ):
+        raise ConfigError(
+            f"bad --duration {config.duration_s}: must be > 0 seconds (at most one week)"
+        )
     if config.warmup is not None and not 0 <= config.warmup <= MAX_FRAMES:
         raise ConfigError(f"bad --warmup {config.warmup}: must be in 0..{MAX_FRAMES}")
     if config.size is not None:
@@ -276,14 +296,18 @@ def plan_run(config: RunConfig) -> RunPlan:
     if not 0 <= config.samples <= 64:
         raise ConfigError(f"bad --samples {config.samples}: must be in 0..64")
     if config.samples & (config.samples - 1):
-        raise ConfigError(f"bad --samples {config.samples}: MSAA sample counts are 0 or a power of two "
-                          "(2, 4, 8, ...)")
+        raise ConfigError(
+            f"bad --samples {config.samples}: MSAA sample counts are 0 or a power of two "
+            "(2, 4, 8, ...)"
+        )
     if config.device is not None and config.device < 0:
         raise ConfigError(f"bad --device {config.device}: must be >= 0")
     if config.timing not in MODES:
         raise ConfigError(f"unknown --timing '{config.timing}'; choose one of: {', '.join(MODES)}")
     if config.backend is not None and config.backend not in CHOICES:
-        raise ConfigError(f"unknown --backend '{config.backend}'; choose one of: {', '.join(CHOICES)}")
+        raise ConfigError(
+            f"unknown --backend '{config.backend}'; choose one of: {', '.join(CHOICES)}"
+        )
     resolve_name(config.backend)  # validates $KATRA3D_BACKEND too
     if not 0 <= config.seed < 2**63:
         raise ConfigError(f"bad --seed {config.seed}: must be in 0..2**63-1")
@@ -292,10 +316,16 @@ def plan_run(config: RunConfig) -> RunPlan:
         if zones != "draws":
             raise ConfigError("--max-draw-zones applies to --zones draws")
         if not 1 <= config.max_draw_zones <= 1_000_000:
-            raise ConfigError(f"bad --max-draw-zones {config.max_draw_zones}: must be in 1..1000000")
+            raise ConfigError(
+                f"bad --max-draw-zones {config.max_draw_zones}: must be in 1..1000000"
+            )
     if config.reference_every is not None and not 0 <= config.reference_every <= MAX_FRAMES:
-        raise ConfigError(f"bad --reference-every {config.reference_every}: must be in 0..{MAX_FRAMES} (0 = off)")
-    check_measure(config.measure, timing=config.timing, duration_s=config.duration_s, warmup=config.warmup)
+        raise ConfigError(
+            f"bad --reference-every {config.reference_every}: must be in 0..{MAX_FRAMES} (0 = off)"
+        )
+    check_measure(
+        config.measure, timing=config.timing, duration_s=config.duration_s, warmup=config.warmup
+    )
     jobs = resolve_jobs(config.jobs, config.measure)
 
     raw: list[tuple[str, Mapping[str, Any]]] = list(suite.entries) if suite else []
@@ -305,8 +335,10 @@ def plan_run(config: RunConfig) -> RunPlan:
         if not scene_name:  # KEY=VALUE: the run's one scene
             if len(raw) != 1:
                 listed = ", ".join(spec for spec, _ in raw)
-                raise ConfigError(f"--param {key}={value} names no scene, and this run has {len(raw)} scenes "
-                                  f"({listed}); write SCENE.{key}={value}")
+                raise ConfigError(
+                    f"--param {key}={value} names no scene, and this run has {len(raw)} scenes "
+                    f"({listed}); write SCENE.{key}={value}"
+                )
             scene_name = raw[0][0]
         overrides.setdefault(scene_name, {})[key] = value
     entries: list[SceneEntry] = []
@@ -315,7 +347,8 @@ def plan_run(config: RunConfig) -> RunPlan:
     for spec, suite_params in raw:
         cls = get_scene(spec)
         name = str(getattr(cls, "name", "") or spec)
-        mine = [n for n in overrides if names_scene(n, spec, cls)]  # overrides by name first, then by spec
+        # overrides by name first, then by spec
+        mine = [n for n in overrides if names_scene(n, spec, cls)]
         used.update(mine)
         merged = dict(suite_params)
         for n in sorted(mine, key=lambda n: n.strip() != name):
@@ -326,20 +359,27 @@ def plan_run(config: RunConfig) -> RunPlan:
         entries.append(SceneEntry(label, with_class(spec, cls), cls, params))
     for scene_name in overrides:
         if scene_name not in used:
-            raise ConfigError(f"--param names scene '{scene_name}', which is not in this run; "
-                              f"scenes in this run: {', '.join(e.label for e in entries)}")
+            raise ConfigError(
+                f"--param names scene '{scene_name}', which is not in this run; "
+                f"scenes in this run: {', '.join(e.label for e in entries)}"
+            )
 
     frames = config.frames
     if frames is None and config.duration_s is None:
         frames = suite.frames if suite else DEFAULT_FRAMES
-    warmup = config.warmup if config.warmup is not None else (suite.warmup if suite else DEFAULT_WARMUP)
+    warmup = (
+        config.warmup if config.warmup is not None else (suite.warmup if suite else DEFAULT_WARMUP)
+    )
     if metrics.is_count(config.measure):
         warmup = max(1, warmup)  # the first frame pays the shader JIT
     size = tuple(config.size) if config.size else (tuple(suite.size) if suite else DEFAULT_SIZE)
-    if any(issubclass(e.cls, TraceScene) for e in entries) and not all(issubclass(e.cls, TraceScene)
-                                                                       for e in entries):
-        raise ConfigError("a run replays traces or renders scenes, not both: run the .trace files and the scenes "
-                          "separately")
+    if any(issubclass(e.cls, TraceScene) for e in entries) and not all(
+        issubclass(e.cls, TraceScene) for e in entries
+    ):
+        raise ConfigError(
+            "a run replays traces or renders scenes, not both: run the .trace files and the scenes "
+            "separately"
+        )
     if config.shard is not None:
         entries = _shard(entries, config.shard, (int(size[0]), int(size[1])), frames, warmup)
     workload = suite.name if suite else "+".join(e.label for e in entries)
@@ -349,36 +389,55 @@ def plan_run(config: RunConfig) -> RunPlan:
     if config.output is not None:
         output = check_output(config.output, force=config.force)
     else:
-        output = default_output(suite.name if suite else entries[0].label if len(entries) == 1
-                                else workload)
+        output = default_output(
+            suite.name if suite else entries[0].label if len(entries) == 1 else workload
+        )
         _writable_dir(output.parent, "output directory")
     shots = Path(config.screenshot_dir) if config.screenshot_dir else None
     if shots is not None:
         if shots.exists() and not shots.is_dir():
             raise ConfigError(f"--screenshot '{shots}' is not a directory")
         _writable_dir(shots, "--screenshot directory")
-        # the output rule, before any GL work: never over a file without --force, never through a link (a new
-        # directory holds neither; the run makes it)
+        # the output rule, before any GL work: never over a file without --force, never through a
+        # link (a new directory holds neither; the run makes it)
         for entry in entries if shots.is_dir() else ():
             shot = screenshot_path(shots, entry.label)
             if shot.is_symlink():
-                raise ConfigError(f"--screenshot: {shot} is a symbolic link; katra3d never writes through one")
+                raise ConfigError(
+                    f"--screenshot: {shot} is a symbolic link; katra3d never writes through one"
+                )
             claim.check_output(shot, force=config.force, option="--screenshot", example="scene.png")
     expect = _check_images(config)
-    return RunPlan(config, tuple(entries), frames, config.duration_s, warmup,
-                   (int(size[0]), int(size[1])), output, shots, workload,
-                   keep_images=config.keep_image and frames is not None, expect_images=expect,
-                   # the one look for valgrind, after every check of input
-                   counting=counting(config.measure), jobs=jobs)
+    return RunPlan(
+        config,
+        tuple(entries),
+        frames,
+        config.duration_s,
+        warmup,
+        (int(size[0]), int(size[1])),
+        output,
+        shots,
+        workload,
+        keep_images=config.keep_image and frames is not None,
+        expect_images=expect,
+        # the one look for valgrind, after every check of input
+        counting=counting(config.measure),
+        jobs=jobs,
+    )
 
 
-def _shard(entries: list[SceneEntry], shard: str, size: tuple[int, int], frames: int | None,
-           warmup: int) -> list[SceneEntry]:
+def _shard(
+    entries: list[SceneEntry], shard: str, size: tuple[int, int], frames: int | None, warmup: int
+) -> list[SceneEntry]:
     """The entries of shard ``"I/N"`` (labels as in the whole run), by each scene's estimated cost
     (:func:`katra3d.scenes.suites.scene_cost`; a --duration run's scenes all cost the same)."""
     index, count = parse_shard(shard)
-    costs = [scene_cost(str(getattr(e.cls, "name", "") or e.spec), e.params, size, frames + warmup)
-             if frames is not None else 1.0 for e in entries]
+    costs = [
+        scene_cost(str(getattr(e.cls, "name", "") or e.spec), e.params, size, frames + warmup)
+        if frames is not None
+        else 1.0
+        for e in entries
+    ]
     return [entries[i] for i in shard_indices(costs, index, count)]
 
 
@@ -386,7 +445,9 @@ def _check_images(config: RunConfig) -> Path | None:
     """The --expect-images folder, checked against the other options (ConfigError), or None."""
     if config.expect_images is None:
         if config.update_images:
-            raise ConfigError("--update-images needs --expect-images DIR: the folder the references go to")
+            raise ConfigError(
+                "--update-images needs --expect-images DIR: the folder the references go to"
+            )
         return None
     expect = Path(config.expect_images)
     if config.duration_s is not None:
@@ -398,17 +459,21 @@ def _check_images(config: RunConfig) -> Path | None:
     if config.update_images:
         _writable_dir(expect, "--expect-images directory")
     elif not expect.is_dir():
-        raise ConfigError(f"--expect-images '{expect}' does not exist (record references with --update-images)")
+        raise ConfigError(
+            f"--expect-images '{expect}' does not exist (record references with --update-images)"
+        )
     return expect
 
 
 def plan_as_dict(plan: RunPlan) -> dict[str, Any]:
-    """JSON-ready dict of every field of ``plan`` and of its config, read back by :func:`plan_from_dict`.
+    """JSON-ready dict of every field of ``plan`` and of its config, read back by
+    :func:`plan_from_dict`.
 
     Generic: it iterates :func:`dataclasses.fields`, so a field added to RunConfig or RunPlan
-    travels without this module knowing its name. Tuples become lists, paths strings; a scene
-    entry travels without its class (``label``, ``spec``, ``params``): the class is found again by spec.
-    The counted child of ``--measure instructions`` receives its plan this way (:mod:`katra3d.harness.run.measure`).
+    travels without this module knowing its name. Tuples become lists, paths strings; a scene entry
+    travels without its class (``label``, ``spec``, ``params``): the class is found again by spec.
+    The counted child of ``--measure instructions`` receives its plan this way
+    (:mod:`katra3d.harness.run.measure`).
     """
     out = _encode(plan)
     assert isinstance(out, dict)
@@ -417,8 +482,12 @@ def plan_as_dict(plan: RunPlan) -> dict[str, Any]:
 
 def _encode(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value)
-                if not isinstance(getattr(value, f.name), type)}  # a scene class is found again by spec
+        return {
+            f.name: _encode(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            # a scene class is found again by spec
+            if not isinstance(getattr(value, f.name), type)
+        }
     if isinstance(value, (tuple, list)):
         return [_encode(v) for v in value]
     if isinstance(value, Mapping):
@@ -429,11 +498,12 @@ def _encode(value: Any) -> Any:
 
 
 def plan_from_dict(data: Mapping[str, Any], scene_class: Callable[[str], type]) -> RunPlan:
-    """The :class:`RunPlan` that :func:`plan_as_dict` wrote, each field rebuilt to its annotated type.
+    """The :class:`RunPlan` that :func:`plan_as_dict` wrote, each field rebuilt to its annotated
+    type.
 
-    ``scene_class(spec)`` finds each entry's class (e.g. :func:`katra3d.scenes.registry.get_scene`). Nothing is
-    validated again: the plan was checked by :func:`plan_run` where it was made. ConfigError when
-    ``data`` is not such a plan.
+    ``scene_class(spec)`` finds each entry's class (e.g. :func:`katra3d.scenes.registry.get_scene`).
+    Nothing is validated again: the plan was checked by :func:`plan_run` where it was made.
+    ConfigError when ``data`` is not such a plan.
     """
     try:
         plan = _decode(RunPlan, data, scene_class)
@@ -459,13 +529,23 @@ def _decode(tp: Any, value: Any, scene_class: Callable[[str], type]) -> Any:
         return tuple(_decode(a, v, scene_class) for a, v in zip(args, value, strict=True))
     if origin is not None and isinstance(origin, type) and issubclass(origin, Mapping):
         key_type, value_type = typing.get_args(tp)
-        return {_decode(key_type, k, scene_class): _decode(value_type, v, scene_class) for k, v in value.items()}
+        return {
+            _decode(key_type, k, scene_class): _decode(value_type, v, scene_class)
+            for k, v in value.items()
+        }
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         hints = typing.get_type_hints(tp)
         # a field holding a class (SceneEntry.cls) did not travel: the entry's spec finds it again
-        fields = {f.name: _decode(hints[f.name], value[f.name], scene_class)
-                  for f in dataclasses.fields(tp) if hints[f.name] is not type}
-        classes = {f.name: scene_class(str(value["spec"])) for f in dataclasses.fields(tp) if hints[f.name] is type}
+        fields = {
+            f.name: _decode(hints[f.name], value[f.name], scene_class)
+            for f in dataclasses.fields(tp)
+            if hints[f.name] is not type
+        }
+        classes = {
+            f.name: scene_class(str(value["spec"]))
+            for f in dataclasses.fields(tp)
+            if hints[f.name] is type
+        }
         return tp(**fields, **classes)
     if tp is Path:
         return Path(value)

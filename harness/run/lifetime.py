@@ -1,13 +1,13 @@
 """The counted child's lifetime: it dies with its parent, and no dump directory outlives them.
 
-A counted run's child (valgrind, running ``python -m katra3d``) is started in a session of its own, so a
-Ctrl-C on the terminal reaches only the parent, which forwards it (:mod:`katra3d.harness.run.measure`). If the
-parent is killed outright (SIGKILL, the OOM killer) nothing is forwarded; so the child is started with
-Linux's parent-death signal set to SIGKILL (:func:`die_with_parent`, ``prctl(PR_SET_PDEATHSIG)`` between
-fork and exec; it survives the exec of setarch and valgrind). A killed child cannot remove its dump
-directory, and neither can a killed parent, so the directory's name carries its owner's PID
-(:func:`make_dump_dir`) and every counted run first removes the dump directories whose owner is gone
-(:func:`remove_stale_dump_dirs`).
+A counted run's child (valgrind, running ``python -m katra3d``) is started in a session of its own,
+so a Ctrl-C on the terminal reaches only the parent, which forwards it
+(:mod:`katra3d.harness.run.measure`). If the parent is killed outright (SIGKILL, the OOM killer)
+nothing is forwarded; so the child is started with Linux's parent-death signal set to SIGKILL
+(:func:`die_with_parent`, ``prctl(PR_SET_PDEATHSIG)`` between fork and exec; it survives the exec of
+setarch and valgrind). A killed child cannot remove its dump directory, and neither can a killed
+parent, so the directory's name carries its owner's PID (:func:`make_dump_dir`) and every counted
+run first removes the dump directories whose owner is gone (:func:`remove_stale_dump_dirs`).
 """
 
 from __future__ import annotations
@@ -29,22 +29,25 @@ from typing import Any
 #: ``PR_SET_PDEATHSIG`` of ``<linux/prctl.h>``.
 PR_SET_PDEATHSIG = 1
 
-#: How a dump directory's name starts; the owner's PID follows in a fixed width (the child runs in the
-#: directory, and the length of its path must not vary: it shifts the process's memory, see docs/measure.md).
+#: How a dump directory's name starts; the owner's PID follows in a fixed width (the child runs in
+#: the directory, and the length of its path must not vary: it shifts the process's memory, see
+#: docs/measure.md).
 DUMP_PREFIX = "katra3d-callgrind-"
 _PID_WIDTH = 10
 
 
 def make_dump_dir(prefix: str = DUMP_PREFIX, where: str | None = None) -> Path:
-    """A new directory in ``where`` (the temporary directory), named ``prefix`` + this process's PID (its owner)
-    + a unique part: a counted child's dump directory, or another that :func:`remove_stale_dump_dirs` removes
-    once its owner has ended."""
+    """A new directory in ``where`` (the temporary directory), named ``prefix`` + this process's PID
+    (its owner) + a unique part: a counted child's dump directory, or another that
+    :func:`remove_stale_dump_dirs` removes once its owner has ended."""
     return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid():0{_PID_WIDTH}d}-", dir=where))
 
 
 def owner_pid(path: Path, prefix: str = DUMP_PREFIX) -> int | None:
-    """The PID of the process that made the directory ``path`` (:func:`make_dump_dir`), or None if it is not one."""
-    match = re.fullmatch(re.escape(prefix) + r"(\d{%d})-[^/]+" % _PID_WIDTH, path.name)
+    """The PID of the process that made the directory ``path`` (:func:`make_dump_dir`), or None if
+    it is not one.
+    """
+    match = re.fullmatch(re.escape(prefix) + rf"(\d{{{_PID_WIDTH}}})-[^/]+", path.name)
     return int(match.group(1)) if match else None
 
 
@@ -60,10 +63,11 @@ def alive(pid: int) -> bool:
 
 
 def remove_stale_dump_dirs(where: Path | None = None, prefix: str = DUMP_PREFIX) -> list[Path]:
-    """Remove the directories ``prefix``... in ``where`` (the temporary directory) whose owner is no longer running.
+    """Remove the directories ``prefix``... in ``where`` (the temporary directory) whose owner is no
+    longer running.
 
-    Returns the ones removed. A directory of a live process, or of a PID now reused by another process,
-    stays (it is removed after that one ends); one this user may not remove stays too."""
+    Returns the ones removed. A directory of a live process, or of a PID now reused by another
+    process, stays (it is removed after that one ends); one this user may not remove stays too."""
     base = Path(where or tempfile.gettempdir())
     removed: list[Path] = []
     try:
@@ -72,7 +76,12 @@ def remove_stale_dump_dirs(where: Path | None = None, prefix: str = DUMP_PREFIX)
         return removed
     for entry in entries:
         pid = owner_pid(Path(entry.name), prefix)
-        if pid is None or pid == os.getpid() or alive(pid) or not entry.is_dir(follow_symlinks=False):
+        if (
+            pid is None
+            or pid == os.getpid()
+            or alive(pid)
+            or not entry.is_dir(follow_symlinks=False)
+        ):
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
         if not os.path.lexists(entry.path):
@@ -83,8 +92,8 @@ def remove_stale_dump_dirs(where: Path | None = None, prefix: str = DUMP_PREFIX)
 def die_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child get SIGKILL when this process ends, or None off Linux.
 
-    It also ends the child at once if this process ended before the request was made (the child then has
-    another parent already)."""
+    It also ends the child at once if this process ended before the request was made (the child then
+    has another parent already)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -105,8 +114,8 @@ def die_with_parent() -> Callable[[], None] | None:
 
 
 def signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
-    """Send ``signum`` to the process group of ``proc`` (a child started in a session of its own: valgrind and
-    whatever it started), unless it has been waited for already."""
+    """Send ``signum`` to the process group of ``proc`` (a child started in a session of its own:
+    valgrind and whatever it started), unless it has been waited for already."""
     if proc.returncode is not None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -114,17 +123,21 @@ def signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
 
 
 @contextlib.contextmanager
-def forward_signals(children: list[subprocess.Popen[bytes]], ready: Callable[[subprocess.Popen[bytes]], bool],
-                    received: list[int]) -> Iterator[None]:
-    """While the children run, send each one's process group every SIGINT/SIGTERM/SIGHUP this process gets,
-    and note it in ``received``.
+def forward_signals(
+    children: list[subprocess.Popen[bytes]],
+    ready: Callable[[subprocess.Popen[bytes]], bool],
+    received: list[int],
+) -> Iterator[None]:
+    """While the children run, send each one's process group every SIGINT/SIGTERM/SIGHUP this
+    process gets, and note it in ``received``.
 
-    Until a child is ``ready(child)`` (its katra3d code runs and has reported), it has counted nothing and has
-    no handler that would end it cleanly (a Ctrl-C during its imports would end in a traceback): it is killed
-    instead. ``children`` holds the children started so far (empty before): the handlers are set before any
-    dump directory is made, so a signal that comes while a child is being started is noted, not lost in
-    whatever Python code it interrupted (the caller kills a child started after a signal). Outside the main
-    thread no handler can be set, and nothing is forwarded."""
+    Until a child is ``ready(child)`` (its katra3d code runs and has reported), it has counted
+    nothing and has no handler that would end it cleanly (a Ctrl-C during its imports would end in a
+    traceback): it is killed instead. ``children`` holds the children started so far (empty before):
+    the handlers are set before any dump directory is made, so a signal that comes while a child is
+    being started is noted, not lost in whatever Python code it interrupted (the caller kills a
+    child started after a signal). Outside the main thread no handler can be set, and nothing is
+    forwarded."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -145,7 +158,9 @@ def forward_signals(children: list[subprocess.Popen[bytes]], ready: Callable[[su
 
 
 def wait(proc: subprocess.Popen[bytes], poll: Callable[[], object], every_s: float) -> int:
-    """Wait for ``proc`` to end, calling ``poll()`` every ``every_s`` seconds meanwhile; its exit code."""
+    """Wait for ``proc`` to end, calling ``poll()`` every ``every_s`` seconds meanwhile; its exit
+    code.
+    """
     while True:
         try:
             return proc.wait(timeout=every_s)
@@ -153,5 +168,14 @@ def wait(proc: subprocess.Popen[bytes], poll: Callable[[], object], every_s: flo
             poll()
 
 
-__all__ = ["DUMP_PREFIX", "alive", "die_with_parent", "forward_signals", "make_dump_dir", "owner_pid",
-           "remove_stale_dump_dirs", "signal_group", "wait"]
+__all__ = [
+    "DUMP_PREFIX",
+    "alive",
+    "die_with_parent",
+    "forward_signals",
+    "make_dump_dir",
+    "owner_pid",
+    "remove_stale_dump_dirs",
+    "signal_group",
+    "wait",
+]

@@ -1,17 +1,17 @@
 """``--measure``: what a run counts — time (clocks), or instructions / cycles under callgrind.
 
-``instructions`` and ``cycles`` are deterministic on a software renderer:
-llvmpipe's "GPU" is the CPU, so callgrind can count the work of each frame
-exactly. The run re-executes itself as a child process under
-``valgrind --tool=callgrind`` with single-threaded llvmpipe, a fixed hash seed
-and a pinned vector width (:func:`child_command`, :data:`PINNED_ENV`). The
-checked plan (which found valgrind, :mod:`katra3d.harness.run.valgrind`) travels as data, not as a
-command line: the parent writes a :class:`ChildOrder` into the dump directory (``args.json``), the child
-(``python -m katra3d``, no arguments) runs it through :func:`katra3d.harness.run.runner.run_child`, captures with
-:class:`katra3d.harness.engine.counting.CountTimer`, writes the trace itself and hands its
-per-scene results back (``results.json``). Every scene has a child of its own, with a one-scene plan, up to
-``--jobs`` at once (:mod:`katra3d.harness.run.children` starts them, forwards stop signals to them, joins their
-traces and removes their dump directories whatever happens). docs/measure.md says what the numbers mean.
+``instructions`` and ``cycles`` are deterministic on a software renderer: llvmpipe's "GPU" is the
+CPU, so callgrind can count the work of each frame exactly. The run re-executes itself as a child
+process under ``valgrind --tool=callgrind`` with single-threaded llvmpipe, a fixed hash seed and a
+pinned vector width (:func:`child_command`, :data:`PINNED_ENV`). The checked plan (which found
+valgrind, :mod:`katra3d.harness.run.valgrind`) travels as data, not as a command line: the parent
+writes a :class:`ChildOrder` into the dump directory (``args.json``), the child (``python -m
+katra3d``, no arguments) runs it through :func:`katra3d.harness.run.runner.run_child`, captures with
+:class:`katra3d.harness.engine.counting.CountTimer`, writes the trace itself and hands its per-scene
+results back (``results.json``). Every scene has a child of its own, with a one-scene plan, up to
+``--jobs`` at once (:mod:`katra3d.harness.run.children` starts them, forwards stop signals to them,
+joins their traces and removes their dump directories whatever happens). docs/measure.md says what
+the numbers mean.
 """
 
 from __future__ import annotations
@@ -38,50 +38,66 @@ from katra3d.harness.run.config import RunPlan, plan_as_dict, plan_from_dict
 from katra3d.harness.run.placeholders import OUTPUT_PLACEHOLDER
 from katra3d.harness.run.progress import ChildProgress
 from katra3d.harness.run.valgrind import Counting
+from katra3d.scenes.registry import (
+    absolute_spec,
+    builtin_scenes,
+    entry_point_scenes,
+    get_scene,
+    split_file_spec,
+)
 from katra_trace.errors import ConfigError, ToolUnavailable
 from katra_trace.io.header import GLInfo, MeasureOptions, SystemInfo
 from katra_trace.io.images import renderer_facts
-from katra3d.scenes.registry import absolute_spec, builtin_scenes, entry_point_scenes, get_scene, split_file_spec
 
 #: Environment of the counted child: what makes its counts repeatable and comparable.
 PINNED_ENV: dict[str, str] = {
     "PYTHONHASHSEED": "0",  # str hashes, so dict/set layouts, are the same in every process
     "LP_NUM_THREADS": "0",  # llvmpipe rasterizes on the main thread (the one that is counted)
-    "LP_NATIVE_VECTOR_WIDTH": "128",  # the JIT's vector width, pinned across CPUs with and without AVX
-    "MESA_SHADER_CACHE_DISABLE": "true",  # every process compiles its shaders: no cache hit in one, miss in another
+    # the JIT's vector width, pinned across CPUs with and without AVX
+    "LP_NATIVE_VECTOR_WIDTH": "128",
+    # every process compiles its shaders: no cache hit in one, miss in another
+    "MESA_SHADER_CACHE_DISABLE": "true",
 }
 
-#: The counted child's GIL switch interval (``sys.setswitchinterval``; Python's default is 5 ms). A thread that
-#: waits longer than this for the GIL makes the main thread hand it over at its next bytecode, a point that
-#: depends on time, and the hand-over's instructions land in whatever frame or zone it falls in. Nothing
-#: waits for it during a counted frame (the counted capture's writer is sync: its thread runs only while this
-#: one waits for it); the longer interval lets a thread that starts, or that has written its item, run on until
-#: it waits, instead of being interrupted at a point that depends on time.
+#: The counted child's GIL switch interval (``sys.setswitchinterval``; Python's default is 5 ms). A
+#: thread that waits longer than this for the GIL makes the main thread hand it over at its next
+#: bytecode, a point that depends on time, and the hand-over's instructions land in whatever frame
+#: or zone it falls in. Nothing waits for it during a counted frame (the counted capture's writer is
+#: sync: its thread runs only while this one waits for it); the longer interval lets a thread that
+#: starts, or that has written its item, run on until it waits, instead of being interrupted at a
+#: point that depends on time.
 COUNTED_SWITCH_INTERVAL_S = 1.0
 
-#: Pins a user may set explicitly to compare driver settings (``LP_NATIVE_VECTOR_WIDTH=256 katra3d run ...``): the
-#: user's value wins, and the codegen facts record it, so compare refuses to mix the two settings.
+#: Pins a user may set explicitly to compare driver settings (``LP_NATIVE_VECTOR_WIDTH=256 katra3d
+#: run ...``): the user's value wins, and the codegen facts record it, so compare refuses to mix the
+#: two settings.
 USER_SETTABLE_PINS = ("LP_NATIVE_VECTOR_WIDTH",)
 
 
 def pinned_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """:data:`PINNED_ENV` with the user's explicit value of each :data:`USER_SETTABLE_PINS` variable (scenes and
-    trace replays alike)."""
+    """:data:`PINNED_ENV` with the user's explicit value of each :data:`USER_SETTABLE_PINS` variable
+    (scenes and trace replays alike)."""
     env = os.environ if environ is None else environ
     return {**PINNED_ENV, **{k: env[k] for k in USER_SETTABLE_PINS if env.get(k)}}
 
-#: Environment variable naming the child's dump directory (its arguments and the run's facts are in it).
+
+#: Environment variable naming the child's dump directory (its arguments and the run's facts are in
+#: it).
 CHILD_ENV = "KATRA3D_MEASURE_CHILD"
 
 #: How frames are delimited (recorded in the header).
-FRAME_BOUNDARY = ("callgrind --dump-before=getppid; os.getppid() at every frame start, zone entry, zone exit "
-                  "and frame end; per-frame dumps of the main thread (--separate-threads=yes) are summed and "
-                  "deleted; the dumps between frames are discarded")
+FRAME_BOUNDARY = (
+    "callgrind --dump-before=getppid; os.getppid() at every frame start, zone entry, zone exit "
+    "and frame end; per-frame dumps of the main thread (--separate-threads=yes) are summed and "
+    "deleted; the dumps between frames are discarded"
+)
 
 #: Where callgrind's instrumentation starts (recorded in the header: ``frame_boundary``, and
-#: ``host_info.codegen.counted_from``, so that counts instrumented from different points are not compared).
+#: ``host_info.codegen.counted_from``, so that counts instrumented from different points are not
+#: compared).
 INSTRUMENTED_FROM_FIRST_FRAME = "each scene's first measured frame (warmup frames uninstrumented)"
 INSTRUMENTED_FROM_START = "the process start"
+
 
 def cpu_flags() -> list[str]:
     try:
@@ -94,8 +110,11 @@ def cpu_flags() -> list[str]:
     return []
 
 
-def codegen_facts(gl: GLInfo, system: SystemInfo, env: Mapping[str, str], counted_from: str = "") -> dict[str, Any]:
-    """What decides the instructions llvmpipe's JIT emits: instruction counts compare only when these match.
+def codegen_facts(
+    gl: GLInfo, system: SystemInfo, env: Mapping[str, str], counted_from: str = ""
+) -> dict[str, Any]:
+    """What decides the instructions llvmpipe's JIT emits: instruction counts compare only when
+    these match.
 
     CPU model and feature flags (the JIT targets the host CPU; valgrind hides
     some extensions), Mesa and LLVM versions, the vector width, the architecture;
@@ -103,7 +122,8 @@ def codegen_facts(gl: GLInfo, system: SystemInfo, env: Mapping[str, str], counte
     a process instrumented from its start lays out its memory differently, which moves
     frame counts a little, so such counts are not compared with the others either.
     """
-    facts = renderer_facts(gl.as_dict())  # the image key's facts: one parser of the renderer and version strings
+    # the image key's facts: one parser of the renderer and version strings
+    facts = renderer_facts(gl.as_dict())
     flags = cpu_flags()
     return {
         "cpu_model": system.cpu_model or "",
@@ -118,16 +138,18 @@ def codegen_facts(gl: GLInfo, system: SystemInfo, env: Mapping[str, str], counte
     }
 
 
-#: File in the dump directory holding the child's plan (JSON, :func:`katra3d.harness.run.config.plan_as_dict`) and the
-#: run's facts.
+#: File in the dump directory holding the child's plan (JSON,
+#: :func:`katra3d.harness.run.config.plan_as_dict`) and the run's facts.
 ARGS_FILE = "args.json"
-#: File in the dump directory where the child hands back its results (:func:`result_as_dict`) or its error.
+#: File in the dump directory where the child hands back its results (:func:`result_as_dict`) or its
+#: error.
 RESULTS_FILE = "results.json"
 #: Where the child writes its trace, inside the dump directory (the parent moves it into place).
 CHILD_TRACE = "trace.katra"
 #: callgrind's dump base inside the dump directory (``--callgrind-out-file``).
 DUMP_BASE = "cg.out"
-#: Where the child reports its progress, one JSON line a call (:class:`katra3d.harness.run.progress.ChildProgress`).
+#: Where the child reports its progress, one JSON line a call
+#: (:class:`katra3d.harness.run.progress.ChildProgress`).
 PROGRESS_FILE = "progress.jsonl"
 #: The child's stderr (valgrind's messages, warnings), relayed by the parent unless quiet.
 STDERR_FILE = "stderr.txt"
@@ -142,13 +164,14 @@ def in_child() -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class ChildOrder:
-    """What the parent hands its counted child, as data (the dump directory's args.json, :func:`write_order`).
+    """What the parent hands its counted child, as data (the dump directory's args.json,
+    :func:`write_order`).
 
-    ``plan``: the checked plan (its ``counting``: the mode and the valgrind found when it was planned);
-    ``dump_dir``: the dump directory; ``command``: the valgrind command the child runs under; ``deferred``:
-    callgrind's instrumentation starts at each scene's first measured frame (:func:`instrumentation_deferred`);
-    ``imports``: {spec: absolute spec} of the file scenes, ``sys_path``: the folders put first on the child's
-    import path (:func:`scene_imports`).
+    ``plan``: the checked plan (its ``counting``: the mode and the valgrind found when it was
+    planned); ``dump_dir``: the dump directory; ``command``: the valgrind command the child runs
+    under; ``deferred``: callgrind's instrumentation starts at each scene's first measured frame
+    (:func:`instrumentation_deferred`); ``imports``: {spec: absolute spec} of the file scenes,
+    ``sys_path``: the folders put first on the child's import path (:func:`scene_imports`).
     """
 
     plan: RunPlan
@@ -171,22 +194,36 @@ class ChildOrder:
 
     @property
     def trace(self) -> Path:
-        """Where the child writes its trace (the parent claimed the user's output and moves it there)."""
+        """Where the child writes its trace (the parent claimed the user's output and moves it
+        there).
+        """
         return self.dump_dir / CHILD_TRACE
 
     def measure_options(self) -> MeasureOptions:
         """What the child's trace header records under ``capture_options.measure``."""
         counting = self.counting
-        return MeasureOptions(mode=counting.mode, valgrind=counting.version, command=self.command,
-                              env=pinned_env(), frame_boundary=frame_boundary(self.deferred),
-                              pinned={k: pinned_env()[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")},
-                              output=OUTPUT_PLACEHOLDER)
+        return MeasureOptions(
+            mode=counting.mode,
+            valgrind=counting.version,
+            command=self.command,
+            env=pinned_env(),
+            frame_boundary=frame_boundary(self.deferred),
+            pinned={
+                k: pinned_env()[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")
+            },
+            output=OUTPUT_PLACEHOLDER,
+        )
 
 
 def write_order(order: ChildOrder) -> None:
     """Write ``order`` into its dump directory, where the child reads it (:func:`read_order`)."""
-    data = {"plan": plan_as_dict(order.plan), "command": list(order.command), "deferred": order.deferred,
-            "imports": dict(order.imports), "sys_path": list(order.sys_path)}
+    data = {
+        "plan": plan_as_dict(order.plan),
+        "command": list(order.command),
+        "deferred": order.deferred,
+        "imports": dict(order.imports),
+        "sys_path": list(order.sys_path),
+    }
     (order.dump_dir / ARGS_FILE).write_text(json.dumps(data), encoding="utf-8")
 
 
@@ -194,25 +231,33 @@ def child_dir() -> Path:
     """The dump directory ``$KATRA3D_MEASURE_CHILD`` names (ConfigError when it holds no order)."""
     where = Path(os.environ.get(CHILD_ENV, ""))
     if not (where / ARGS_FILE).is_file():
-        raise ConfigError(f"${CHILD_ENV} does not name a katra3d dump directory; it is set by katra3d for its "
-                          "own child")
+        raise ConfigError(
+            f"${CHILD_ENV} does not name a katra3d dump directory; it is set by katra3d for its "
+            "own child"
+        )
     return where
 
 
 def read_order(dump_dir: Path) -> ChildOrder:
-    """The order the parent wrote into ``dump_dir``, each scene class of its plan found again through the registry.
+    """The order the parent wrote into ``dump_dir``, each scene class of its plan found again
+    through the registry.
 
-    A file scene is imported from the absolute path the parent resolved (``imports``); the plan keeps the spec
-    as the user gave it, so the header records what a time run records.
+    A file scene is imported from the absolute path the parent resolved (``imports``); the plan
+    keeps the spec as the user gave it, so the header records what a time run records.
     """
     try:
         data = json.loads((dump_dir / ARGS_FILE).read_text(encoding="utf-8"))
         imports = {str(k): str(v) for k, v in data["imports"].items()}
-        sys_path, command = tuple(str(p) for p in data["sys_path"]), tuple(str(c) for c in data["command"])
+        sys_path, command = (
+            tuple(str(p) for p in data["sys_path"]),
+            tuple(str(c) for c in data["command"]),
+        )
         deferred, plan_data = bool(data["deferred"]), data["plan"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        raise ConfigError(f"{dump_dir / ARGS_FILE} is not a counted child's order; ${CHILD_ENV} is set by katra3d "
-                          "for its own child") from None
+        raise ConfigError(
+            f"{dump_dir / ARGS_FILE} is not a counted child's order; ${CHILD_ENV} is set by "
+            "katra3d for its own child"
+        ) from None
     sys.path[:0] = sys_path  # the parent's PYTHONPATH (scene_imports)
     plan = plan_from_dict(plan_data, lambda spec: get_scene(imports.get(spec, spec)))
     if plan.counting is None:
@@ -221,31 +266,36 @@ def read_order(dump_dir: Path) -> ChildOrder:
 
 
 def check_child_instrumentation(order: ChildOrder) -> str:
-    """Where this counted child's instrumentation starts (:func:`instrumentation`); ToolUnavailable (exit 3)
-    when it was started with instrumentation off but cannot make the client request that switches it on."""
+    """Where this counted child's instrumentation starts (:func:`instrumentation`); ToolUnavailable
+    (exit 3) when it was started with instrumentation off but cannot make the client request that
+    switches it on."""
     counted_from = instrumentation(order.deferred)
     if order.deferred and valgrind_request.running_on_valgrind() == 0:
-        raise ToolUnavailable("the counted child cannot make valgrind client requests, so callgrind's "
-                              "instrumentation could not be switched on at the first frame")
+        raise ToolUnavailable(
+            "the counted child cannot make valgrind client requests, so callgrind's "
+            "instrumentation could not be switched on at the first frame"
+        )
     return counted_from
 
 
 def child_progress(dump_dir: Path) -> ChildProgress:
-    """The counted child's progress reporter: its calls go to the parent through the dump directory."""
+    """The counted child's progress reporter: its calls go to the parent
+    through the dump directory."""
     return ChildProgress(dump_dir / PROGRESS_FILE)
 
 
 def instrumentation_deferred() -> bool:
-    """Whether counted children start with callgrind's instrumentation off, switched on by the harness at each
-    scene's first measured frame (:mod:`katra3d.harness.engine.valgrind_request`: this machine can make client
-    requests)."""
+    """Whether counted children start with callgrind's instrumentation off, switched on by the
+    harness at each scene's first measured frame (:mod:`katra3d.harness.engine.valgrind_request`:
+    this machine can make client requests)."""
     return valgrind_request.available()
 
 
 def stop_counting() -> None:
-    """In the counted child, after the run's last frame: switch callgrind's instrumentation off, so writing
-    the trace, the tear-down and callgrind's last dump run uninstrumented (docs/measure.md, "What start-up
-    costs"). Nothing counted moves. A no-op outside valgrind or without client requests."""
+    """In the counted child, after the run's last frame: switch callgrind's instrumentation off, so
+    writing the trace, the tear-down and callgrind's last dump run uninstrumented (docs/measure.md,
+    "What start-up costs"). Nothing counted moves. A no-op outside valgrind or without client
+    requests."""
     valgrind_request.stop_instrumentation()
 
 
@@ -256,26 +306,42 @@ def instrumentation(deferred: bool) -> str:
 
 
 def frame_boundary(deferred: bool) -> str:
-    """How frames are delimited and where instrumentation starts (the header's ``measure.frame_boundary``)."""
-    how = (" (--instr-atstart=no; CALLGRIND_START_INSTRUMENTATION and STOP_INSTRUMENTATION client requests)" if deferred
-           else " (this machine cannot make valgrind client requests)")
+    """How frames are delimited and where instrumentation starts (the header's
+    ``measure.frame_boundary``).
+    """
+    how = (
+        " (--instr-atstart=no; CALLGRIND_START_INSTRUMENTATION and STOP_INSTRUMENTATION client "
+        "requests)"
+        if deferred
+        else " (this machine cannot make valgrind client requests)"
+    )
     return f"{FRAME_BOUNDARY}; callgrind instruments from {instrumentation(deferred)}{how}"
 
 
 def child_command(valgrind: str, dump_base: Path, measure: str, *, deferred: bool) -> list[str]:
-    """The valgrind command line of the counted child; its plan is in the dump directory's args.json.
+    """The valgrind command line of the counted child; its plan is in the dump directory's
+    args.json.
 
-    ``deferred``: start with instrumentation off (``--instr-atstart=no``): Python's start-up, the imports
-    and Mesa's set-up then run several times faster, and the child's :class:`CountTimer` switches it on
-    at each scene's first measured frame (:func:`instrumentation_deferred`).
+    ``deferred``: start with instrumentation off (``--instr-atstart=no``): Python's start-up, the
+    imports and Mesa's set-up then run several times faster, and the child's :class:`CountTimer`
+    switches it on at each scene's first measured frame (:func:`instrumentation_deferred`).
     """
-    cmd = [valgrind, "--tool=callgrind", "-q", "--dump-before=getppid", "--separate-threads=yes",
-           "--dump-instr=no", "--dump-line=yes", f"--callgrind-out-file={dump_base}"]
+    cmd = [
+        valgrind,
+        "--tool=callgrind",
+        "-q",
+        "--dump-before=getppid",
+        "--separate-threads=yes",
+        "--dump-instr=no",
+        "--dump-line=yes",
+        f"--callgrind-out-file={dump_base}",
+    ]
     if deferred:
         cmd.append("--instr-atstart=no")
     if measure == "cycles":
         cmd.append("--cache-sim=yes")
-    # no address-space randomization: where the heap and libraries land changes hashing and alignment paths
+    # no address-space randomization: where the heap and libraries land changes hashing and
+    # alignment paths
     setarch = shutil.which("setarch")
     prefix = [setarch, platform.machine(), "-R"] if setarch else []
     return [*prefix, *cmd, sys.executable, "-m", "katra3d"]
@@ -301,11 +367,12 @@ def child_env(dump_dir: Path) -> dict[str, str]:
 
 
 def scene_imports(plan: RunPlan) -> tuple[dict[str, str], list[str]]:
-    """{spec: absolute spec} for the file scenes of ``plan`` (the child runs in another directory), and the
-    folders the child puts first on its import path once katra3d is loaded, so that the scenes import what
-    they import here: this process's ``$PYTHONPATH`` (absolute), then the working directory when a
-    ``package.module:Class`` spec needs it. katra3d's own code is loaded before them, whatever they hold (a
-    user's repository with its own ``scenes`` or ``harness`` package)."""
+    """{spec: absolute spec} for the file scenes of ``plan`` (the child runs in another directory),
+    and the folders the child puts first on its import path once katra3d is loaded, so that the
+    scenes import what they import here: this process's ``$PYTHONPATH`` (absolute), then the working
+    directory when a ``package.module:Class`` spec needs it. katra3d's own code is loaded before
+    them, whatever they hold (a user's repository with its own ``scenes`` or ``harness`` package).
+    """
     known = set(builtin_scenes()) | set(entry_point_scenes())
     imports: dict[str, str] = {}
     path = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -321,22 +388,30 @@ def scene_imports(plan: RunPlan) -> tuple[dict[str, str], list[str]]:
 
 
 def compile_sources(file_specs: Iterable[str] = ()) -> None:
-    """Write the bytecode of katra3d's packages and of the run's scene files before a counted child starts, in
-    the canonical form of :mod:`katra3d.harness.run.bytecode`: every child then loads the same bytes, whoever compiled
-    the sources before (a child that compiled a module itself, or loaded another writer's bytes, counted every
-    later frame differently). ``file_specs``: ``path.py:Class`` specs, made absolute."""
-    roots = [root for package in (katra3d, harness, katra_trace, scenes) for root in package.__path__]
+    """Write the bytecode of katra3d's packages and of the run's scene files before a counted child
+    starts, in the canonical form of :mod:`katra3d.harness.run.bytecode`: every child then loads the
+    same bytes, whoever compiled the sources before (a child that compiled a module itself, or
+    loaded another writer's bytes, counted every later frame differently). ``file_specs``:
+    ``path.py:Class`` specs, made absolute."""
+    roots = [
+        root for package in (katra3d, harness, katra_trace, scenes) for root in package.__path__
+    ]
     bytecode.write_canonical_tree(roots, (spec.rpartition(":")[0] for spec in file_specs))
 
 
 def result_as_dict(result: RunResult) -> dict[str, Any]:
-    """What the counted child hands back: every field of its :class:`RunResult` but the path (the parent's
-    output), and every field of each :class:`SceneResult` but ``pixels`` (the last frame's image stays in
-    the child; its checksum travels)."""
-    out: dict[str, Any] = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)
-                           if f.name not in ("path", "scenes")}
-    out["scenes"] = [{f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "pixels"}
-                     for s in result.scenes]
+    """What the counted child hands back: every field of its :class:`RunResult` but the path (the
+    parent's output), and every field of each :class:`SceneResult` but ``pixels`` (the last frame's
+    image stays in the child; its checksum travels)."""
+    out: dict[str, Any] = {
+        f.name: getattr(result, f.name)
+        for f in dataclasses.fields(result)
+        if f.name not in ("path", "scenes")
+    }
+    out["scenes"] = [
+        {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "pixels"}
+        for s in result.scenes
+    ]
     return out
 
 
@@ -363,7 +438,9 @@ def _plain(value: Any) -> Any:
 
 
 def handed_back(dump_dir: Path) -> dict[str, Any] | None:
-    """What the child handed back (results or an error), or None when it wrote nothing (it was killed)."""
+    """What the child handed back (results or an error), or None when it wrote nothing (it was
+    killed).
+    """
     try:
         data = json.loads((dump_dir / RESULTS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):

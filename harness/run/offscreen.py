@@ -18,10 +18,10 @@ import numpy as np
 
 from katra3d.harness.engine.core import Engine
 from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
-from katra_trace.errors import SceneError
-from katra_trace.io.header import build_capture_options
 from katra3d.scenes.api import SceneSkip
 from katra3d.scenes.registry import resolve_params
+from katra_trace.errors import SceneError
+from katra_trace.io.header import build_capture_options
 
 
 class MemorySink:
@@ -38,7 +38,8 @@ class MemorySink:
         self._ids: dict[str, int] = {"": 0}
         self.arrays: list[Any] = []
         self.annotations: list[dict[str, Any]] = []
-        self.images: list[tuple[dict[str, Any], bytes]] = []  #: kept frames: (facts, PNG) as TraceWriter.image got them
+        #: kept frames: (facts, PNG) as TraceWriter.image got them
+        self.images: list[tuple[dict[str, Any], bytes]] = []
         self.finished = False
         self.status = ""
         self.summary: dict[str, Any] = {}
@@ -106,11 +107,21 @@ def run_offscreen(
     resolved = resolve_params(scene_cls, params or {})
     fbo = ctx.simple_framebuffer(tuple(size), components=4, samples=samples)
     try:
-        engine = Engine(ctx, CaptureSpec(None, label, timing="sync", options=build_capture_options()),
-                        writer=MemorySink())
+        engine = Engine(
+            ctx,
+            CaptureSpec(None, label, timing="sync", options=build_capture_options()),
+            writer=MemorySink(),
+        )
         with engine:
-            scene = SceneSpec(scene_cls, label, resolved, size=(int(size[0]), int(size[1])), frames=frames,
-                              warmup=warmup, seed=seed)
+            scene = SceneSpec(
+                scene_cls,
+                label,
+                resolved,
+                size=(int(size[0]), int(size[1])),
+                frames=frames,
+                warmup=warmup,
+                seed=seed,
+            )
             result = engine.run_scene(scene, bind=fbo.use)
             engine.finish()
     finally:

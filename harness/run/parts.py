@@ -1,14 +1,15 @@
 """One trace from the part traces of a counted run's children (:mod:`katra3d.harness.run.children`).
 
-Every scene of a counted run is counted in its own valgrind child, which writes a trace of its one scene (a
-part). The parent joins the parts, in the run's order of scenes, into the run's one trace. What is this
-module's own: the header is the first part's, with the run's whole list of scenes and the earliest start;
-event times move onto the earliest part's start (``perf_counter_ns`` is one clock for every process of the
-machine, so the shifted times are the times the events happened, and the parts' clock pairs are of one
-clock); the summary's ``user`` part adds up the parts' (their scenes' rows in order); a part that ends early
-(a child killed while it wrote) gives what it holds up to the damage, as the reader reads it, and one that
-cannot be read gives nothing. The writing itself (one string table, events renumbered and moved, annotations,
-clock pairs and kept frames copied) is :class:`katra_trace.io.concat.Concatenation`'s, as for ``katra3d merge``.
+Every scene of a counted run is counted in its own valgrind child, which writes a trace of its one
+scene (a part). The parent joins the parts, in the run's order of scenes, into the run's one trace.
+What is this module's own: the header is the first part's, with the run's whole list of scenes and
+the earliest start; event times move onto the earliest part's start (``perf_counter_ns`` is one
+clock for every process of the machine, so the shifted times are the times the events happened, and
+the parts' clock pairs are of one clock); the summary's ``user`` part adds up the parts' (their
+scenes' rows in order); a part that ends early (a child killed while it wrote) gives what it holds
+up to the damage, as the reader reads it, and one that cannot be read gives nothing. The writing
+itself (one string table, events renumbered and moved, annotations, clock pairs and kept frames
+copied) is :class:`katra_trace.io.concat.Concatenation`'s, as for ``katra3d merge``.
 """
 
 from __future__ import annotations
@@ -26,28 +27,36 @@ from katra_trace.io.tracesets import open_quietly
 
 @dataclasses.dataclass
 class Joined:
-    """What :func:`join` wrote: ``parts``, the parts that could be read (the others gave nothing); ``events``,
-    the events written."""
+    """What :func:`join` wrote: ``parts``, the parts that could be read (the others gave nothing);
+    ``events``, the events written."""
 
     parts: list[Path]
     events: int
 
 
 def _open_part(path: Path, events: bool = True) -> Trace | None:
-    """The part at ``path`` through the reading service (a damaged one as far as it is intact), or None when it
-    cannot be read at all (gone, or no readable header: a child killed before it wrote one)."""
+    """The part at ``path`` through the reading service (a damaged one as far as it is intact), or
+    None when it cannot be read at all (gone, or no readable header: a child killed before it wrote
+    one)."""
     try:
         return open_quietly(path, events=events)
     except KatraError:
         return None
 
 
-def join(parts: Sequence[Path], dst: BinaryIO, *, status: str, codec: str | None = None,
-         update: Callable[[dict[str, Any]], dict[str, Any]] = lambda header: header) -> Joined:
+def join(
+    parts: Sequence[Path],
+    dst: BinaryIO,
+    *,
+    status: str,
+    codec: str | None = None,
+    update: Callable[[dict[str, Any]], dict[str, Any]] = lambda header: header,
+) -> Joined:
     """Write the trace made of ``parts`` (in that order) to ``dst``, finished with ``status``.
 
-    ``update(header)``: the joined header as it is written (the parent's own strings put back). ``codec``:
-    the joined trace's codec (None: zstd). The parts are read one at a time (their headers first).
+    ``update(header)``: the joined header as it is written (the parent's own strings put back).
+    ``codec``: the joined trace's codec (None: zstd). The parts are read one at a time (their
+    headers first).
     """
     readable = []
     for path in parts:
@@ -60,12 +69,19 @@ def join(parts: Sequence[Path], dst: BinaryIO, *, status: str, codec: str | None
     earliest = min((header for _, header in readable), key=lambda h: int(h.get("start_host_ns", 0)))
     base_ns = int(earliest.get("start_host_ns", 0))
     header = dict(readable[0][1])
-    header.update(start_host_ns=base_ns, start_wall_ns=earliest.get("start_wall_ns"), pid=earliest.get("pid"))
+    header.update(
+        start_host_ns=base_ns, start_wall_ns=earliest.get("start_wall_ns"), pid=earliest.get("pid")
+    )
     options = dict(header.get("capture_options") or {})
     resolved = dict(options.get("resolved") or {})
     if "scenes" in resolved:
-        resolved["scenes"] = [scene for _, part in readable
-                              for scene in ((part.get("capture_options") or {}).get("resolved") or {}).get("scenes", [])]
+        resolved["scenes"] = [
+            scene
+            for _, part in readable
+            for scene in ((part.get("capture_options") or {}).get("resolved") or {}).get(
+                "scenes", []
+            )
+        ]
         options["resolved"] = resolved
         header["capture_options"] = options
     out = Concatenation(dst, update(header), codec=codec)
@@ -89,8 +105,9 @@ _SUMS = frozenset({"reference_draws"})
 
 
 def _add_user(user: dict[str, Any], part: dict[str, Any]) -> None:
-    """Add a part's ``user`` summary to the joined one: lists (the scenes' rows, GL errors) in order, the counts
-    of :data:`_SUMS` added up, anything else as the first part that has it says."""
+    """Add a part's ``user`` summary to the joined one: lists (the scenes' rows, GL errors) in
+    order, the counts of :data:`_SUMS` added up, anything else as the first part that has it says.
+    """
     for key, value in part.items():
         if key not in user:
             user[key] = list(value) if isinstance(value, list) else value

@@ -1,16 +1,17 @@
-"""Progress, the one mechanism: a rich bar on a terminal, plain lines when piped, nothing with ``--quiet``.
+"""Progress, the one mechanism: a rich bar on a terminal, plain lines when piped, nothing with
+``--quiet``.
 
-:class:`Progress` shows a run's scenes and frames; :class:`Tally` shows any other command's work (events
-exported, traces read, ab's rounds, bisect's commits) the same way.
+:class:`Progress` shows a run's scenes and frames; :class:`Tally` shows any other command's work
+(events exported, traces read, ab's rounds, bisect's commits) the same way.
 
-The engine reports to any :class:`katra3d.harness.engine.results.Progress`; :class:`Progress` here is the display
-``katra3d run`` and :func:`katra3d.harness.run.runner.run` use by default.
+The engine reports to any :class:`katra3d.harness.engine.results.Progress`; :class:`Progress` here
+is the display ``katra3d run`` and :func:`katra3d.harness.run.runner.run` use by default.
 
-A counted run (``--measure instructions|cycles``) renders its frames in a child process under valgrind.
-That child reports to a :class:`ChildProgress`, which writes each call as one JSON line into a file in the
-dump directory; the parent polls the file (:class:`Relay`) and makes the same calls on its own display.
-A file works under valgrind as it does anywhere, needs no descriptor handed across ``exec``, and costs the
-child one ``write`` between frames.
+A counted run (``--measure instructions|cycles``) renders its frames in a child process under
+valgrind. That child reports to a :class:`ChildProgress`, which writes each call as one JSON line
+into a file in the dump directory; the parent polls the file (:class:`Relay`) and makes the same
+calls on its own display. A file works under valgrind as it does anywhere, needs no descriptor
+handed across ``exec``, and costs the child one ``write`` between frames.
 """
 
 from __future__ import annotations
@@ -30,14 +31,19 @@ if TYPE_CHECKING:
 class Progress:
     """A rich progress bar on a TTY, plain lines otherwise (both on ``stream``, stderr by default).
 
-    ``phase_lines``: without a terminal, print one line per phase (:meth:`phase`), with the seconds since
-    the display was made; counted runs turn it on, time runs keep one line per scene. On a terminal each
-    phase renames the scene's bar, whose counter runs over the scene's warm-up and measured frames
-    together, so it never goes back.
+    ``phase_lines``: without a terminal, print one line per phase (:meth:`phase`), with the seconds
+    since the display was made; counted runs turn it on, time runs keep one line per scene. On a
+    terminal each phase renames the scene's bar, whose counter runs over the scene's warm-up and
+    measured frames together, so it never goes back.
     """
 
-    def __init__(self, total_scenes: int, stream: TextIO | None = None, quiet: bool = False,
-                 phase_lines: bool = False) -> None:
+    def __init__(
+        self,
+        total_scenes: int,
+        stream: TextIO | None = None,
+        quiet: bool = False,
+        phase_lines: bool = False,
+    ) -> None:
         self.stream = stream or sys.stderr
         self.total = total_scenes
         self.quiet = quiet
@@ -48,19 +54,25 @@ class Progress:
         self._task: Any = None
         self._name = ""
         self._frames: int | None = None
-        self._base = 0  # frames of the scene's earlier phases (the bar's counter goes on from there)
+        # frames of the scene's earlier phases (the bar's counter goes on from there)
+        self._base = 0
         self._done = 0  # the bar's counter
 
     def __enter__(self) -> Progress:
         if self.tty:
             # deferred: rich's live display loads only on a terminal
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
             from rich.progress import Progress as RichProgress
-            from rich.progress import TextColumn, TimeElapsedColumn
 
-            self._bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                     TimeElapsedColumn(), console=Console(file=self.stream), transient=True)
+            self._bar = RichProgress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(file=self.stream),
+                transient=True,
+            )
             self._bar.__enter__()
         return self
 
@@ -116,26 +128,27 @@ class Progress:
         return self._done
 
     def description(self, done: int = 0) -> str:
-        """What the bar says after ``done`` frames of the phase: the phase, and in a phase with frames,
-        which frame of how many is being rendered (the last one once all are done)."""
+        """What the bar says after ``done`` frames of the phase: the phase, and in a phase with
+        frames, which frame of how many is being rendered (the last one once all are done)."""
         if not self._frames:
             return self._name
         return f"{self._name} frame {min(done + 1, self._frames)} of {self._frames}"
 
 
 class Lane(Progress):
-    """One counted child's share of a :class:`Progress` display (:func:`lane`): its own bar on a terminal
-    (under the others' bars), its lines and phases named after its scene in plain output.
+    """One counted child's share of a :class:`Progress` display (:func:`lane`): its own bar on a
+    terminal (under the others' bars), its lines and phases named after its scene in plain output.
 
-    The child runs a one-scene plan, so it says ``[1/1] LABEL``: the lane puts the scene's place in the run
-    in (``[3/9] LABEL``), and, when the run has more than one scene, names the scene in the phases the child
-    reports without it (opening GL, writing the trace, valgrind ending)."""
+    The child runs a one-scene plan, so it says ``[1/1] LABEL``: the lane puts the scene's place in
+    the run in (``[3/9] LABEL``), and, when the run has more than one scene, names the scene in the
+    phases the child reports without it (opening GL, writing the trace, valgrind ending)."""
 
     def __init__(self, parent: Progress, index: int, label: str) -> None:
         super().__init__(parent.total, parent.stream, parent.quiet, parent.phase_lines)
         self.tty = parent.tty
         self.started = parent.started
-        self._bar = parent._bar  # the parent's live display, entered by the parent (None off a terminal)
+        # the parent's live display, entered by the parent (None off a terminal)
+        self._bar = parent._bar
         self.renumber = _Renumber(index, parent.total, label)
 
     def __enter__(self) -> Lane:
@@ -162,8 +175,8 @@ class Lane(Progress):
 
 
 class _Renumber:
-    """A one-scene child's ``[1/1] `` as the scene's place in the run (``[index/total] ``), and its phases
-    without a scene named after it when the run has more than one."""
+    """A one-scene child's ``[1/1] `` as the scene's place in the run (``[index/total] ``), and its
+    phases without a scene named after it when the run has more than one."""
 
     def __init__(self, index: int, total: int, label: str) -> None:
         self.index, self.total = index, total
@@ -177,8 +190,8 @@ class _Renumber:
 
 
 class _RenumberedProgress:
-    """:class:`Lane` for a progress that is not a :class:`Progress` (a caller's own): the calls go on to it,
-    the scene's place in the run put in."""
+    """:class:`Lane` for a progress that is not a :class:`Progress` (a caller's own): the calls go
+    on to it, the scene's place in the run put in."""
 
     def __init__(self, progress: ProgressProtocol, index: int, total: int, label: str) -> None:
         self.progress = progress
@@ -201,20 +214,28 @@ class _RenumberedProgress:
         self.progress.advance(done)
 
 
-def lane(progress: ProgressProtocol, index: int, total: int, label: str) -> Lane | _RenumberedProgress:
-    """Where the counted child of the run's ``index``-th scene (of ``total``) reports: a :class:`Lane` of a
-    :class:`Progress` display, else the calls passed on to ``progress`` with the scene's place put in."""
-    if isinstance(progress, Progress) and not isinstance(progress, Lane) and progress.total == total:
+def lane(
+    progress: ProgressProtocol, index: int, total: int, label: str
+) -> Lane | _RenumberedProgress:
+    """Where the counted child of the run's ``index``-th scene (of ``total``) reports: a
+    :class:`Lane` of a :class:`Progress` display, else the calls passed on to ``progress`` with the
+    scene's place put in."""
+    if (
+        isinstance(progress, Progress)
+        and not isinstance(progress, Lane)
+        and progress.total == total
+    ):
         return Lane(progress, index, label)
     return _RenumberedProgress(progress, index, total, label)
 
 
 class ChildProgress:
-    """The counted child's :class:`katra3d.harness.engine.results.Progress`: every call one JSON line in ``path``.
+    """The counted child's :class:`katra3d.harness.engine.results.Progress`: every call one JSON
+    line in ``path``.
 
     ``tty`` is True so that the engine reports every frame (a counted run reports each one, see
-    :meth:`katra3d.harness.engine.core.Engine.loop`); the parent decides what to show. A write that fails (the
-    parent removed the directory) is ignored: progress never stops a run.
+    :meth:`katra3d.harness.engine.core.Engine.loop`); the parent decides what to show. A write that
+    fails (the parent removed the directory) is ignored: progress never stops a run.
     """
 
     tty = True
@@ -257,12 +278,17 @@ class ChildProgress:
 
 #: The calls a :class:`Relay` passes on, with the types of their arguments.
 _CALLS: dict[str, tuple[type | tuple[type, ...], ...]] = {
-    "line": (str,), "scene_started": (int, str, (int, type(None))), "phase": (str, (int, type(None))),
-    "advance": (int,)}
+    "line": (str,),
+    "scene_started": (int, str, (int, type(None))),
+    "phase": (str, (int, type(None))),
+    "advance": (int,),
+}
 
 
 class _Follow:
-    """The complete lines added to a file since the last :meth:`lines` (a line still being written waits)."""
+    """The complete lines added to a file since the last :meth:`lines` (a line still being written
+    waits).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -285,17 +311,20 @@ class Relay:
     """The parent's side of :class:`ChildProgress`: reads the lines added to ``path`` since the last
     :meth:`poll` and makes each call on ``progress``. A line that is not a known call is skipped.
 
-    ``stderr``: (the child's stderr file, the stream to copy its new lines to), or None to drop them."""
+    ``stderr``: (the child's stderr file, the stream to copy its new lines to), or None to drop
+    them."""
 
-    def __init__(self, path: Path, progress: ProgressProtocol,
-                 stderr: tuple[Path, TextIO] | None = None) -> None:
+    def __init__(
+        self, path: Path, progress: ProgressProtocol, stderr: tuple[Path, TextIO] | None = None
+    ) -> None:
         self.follow = _Follow(path)
         self.progress = progress
         self.calls = 0  # calls passed on so far
         self.stderr = (_Follow(stderr[0]), stderr[1]) if stderr is not None else None
 
     def poll(self) -> int:
-        """Pass on the complete lines written since the last poll; returns how many calls were made."""
+        """Pass on the complete lines written since the last poll; returns how
+        many calls were made."""
         if self.stderr is not None:
             follow, stream = self.stderr
             for raw in follow.lines():
@@ -310,7 +339,9 @@ class Relay:
                 continue
             types = _CALLS[call[0]]
             args = call[1:]
-            if len(args) != len(types) or not all(isinstance(a, t) for a, t in zip(args, types)):
+            if len(args) != len(types) or not all(
+                isinstance(a, t) for a, t in zip(args, types, strict=True)
+            ):
                 continue
             getattr(self.progress, call[0])(*args)
             made += 1
@@ -319,15 +350,24 @@ class Relay:
 
 
 class Tally:
-    """Progress of a command's work that is not a run's frames: events exported, traces read, rounds, commits.
+    """Progress of a command's work that is not a run's frames: events exported, traces read,
+    rounds, commits.
 
-    The one mechanism beside :class:`Progress` (whose terminal bar and plain lines it shares): :meth:`update`
-    drives a rich bar on a terminal and, when stderr is piped, one plain line at most every ``every_s``
-    seconds from ``every_s`` on (and then the last: work done sooner shows nothing); :meth:`line` prints a line
-    of its own (a round's, a commit's) above the bar or as it is; ``quiet`` shows nothing. Lines start with ``who`` (``katra3d``, ``katra3d ab``, ``history``)."""
+    The one mechanism beside :class:`Progress` (whose terminal bar and plain lines it shares):
+    :meth:`update` drives a rich bar on a terminal and, when stderr is piped, one plain line at most
+    every ``every_s`` seconds from ``every_s`` on (and then the last: work done sooner shows
+    nothing); :meth:`line` prints a line of its own (a round's, a commit's) above the bar or as it
+    is; ``quiet`` shows nothing. Lines start with ``who`` (``katra3d``, ``katra3d ab``,
+    ``history``)."""
 
-    def __init__(self, who: str = "katra3d", *, quiet: bool = False, stream: TextIO | None = None,
-                 every_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        who: str = "katra3d",
+        *,
+        quiet: bool = False,
+        stream: TextIO | None = None,
+        every_s: float = 1.0,
+    ) -> None:
         self.who = who
         self.quiet = quiet
         self.stream = stream or sys.stderr
@@ -357,31 +397,50 @@ class Tally:
             print(f"{self.who}: {text}", file=self.stream, flush=True)
 
     def update(self, what: str, done: int, total: int | None, detail: str = "") -> None:
-        """``done`` of ``total`` items (None: not known) of ``what`` (``"exporting events"``), with ``detail``
-        (the item now, e.g. a file's name)."""
+        """``done`` of ``total`` items (None: not known) of ``what`` (``"exporting events"``), with
+        ``detail`` (the item now, e.g. a file's name)."""
         if self.quiet:
             return
         if self.tty:
             if self._bar is None:
                 # deferred: rich's live display loads only on a terminal
                 from rich.console import Console
-                from rich.progress import BarColumn, MofNCompleteColumn
+                from rich.progress import (
+                    BarColumn,
+                    MofNCompleteColumn,
+                    TextColumn,
+                    TimeElapsedColumn,
+                )
                 from rich.progress import Progress as RichProgress
-                from rich.progress import TextColumn, TimeElapsedColumn
 
-                self._bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                         TimeElapsedColumn(), console=Console(file=self.stream), transient=True)
+                self._bar = RichProgress(
+                    TextColumn("{task.description}"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TimeElapsedColumn(),
+                    console=Console(file=self.stream),
+                    transient=True,
+                )
                 self._bar.__enter__()
                 self._task = self._bar.add_task(what, total=total)
-            self._bar.update(self._task, description=f"{what} {detail}".rstrip(), completed=done, total=total)
+            self._bar.update(
+                self._task, description=f"{what} {detail}".rstrip(), completed=done, total=total
+            )
             return
         now = time.monotonic()
         last = total is not None and done >= total
-        # piped: nothing for work that ends within every_s, then a line at most every every_s, and the last one
-        if now - self.started < self.every_s or (now - self._last < self.every_s and not (last and self._shown)):
+        # piped: nothing for work that ends within every_s, then a line at most every every_s, and
+        # the last one
+        if now - self.started < self.every_s or (
+            now - self._last < self.every_s and not (last and self._shown)
+        ):
             return
         self._last, self._shown = now, True
-        count = f"{min(done, total):,} of {total:,} ({100 * min(done, total) // total}%, " if total else f"{done:,} ("
+        count = (
+            f"{min(done, total):,} of {total:,} ({100 * min(done, total) // total}%, "
+            if total
+            else f"{done:,} ("
+        )
         self.line(f"{what}: {count}{now - self.started:.0f} s)" + (f" {detail}" if detail else ""))
 
 
@@ -390,14 +449,24 @@ def warn(message: object) -> None:
     print(f"katra3d: warning: {message}", file=sys.stderr)
 
 
-def show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                 file: object = None, line: str | None = None) -> None:
-    """A ``warnings.showwarning`` that prints one ``katra3d: warning: ...`` line on stderr (no source line)."""
+def show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: object = None,
+    line: str | None = None,
+) -> None:
+    """A ``warnings.showwarning`` that prints one ``katra3d: warning: ...`` line on stderr (no
+    source line).
+    """
     warn(message)
 
 
 class entered:
-    """Enter/exit a progress display if it is a context manager (a live display is; a plain one is not)."""
+    """Enter/exit a progress display if it is a context manager (a live display is; a plain one is
+    not).
+    """
 
     def __init__(self, progress: Any) -> None:
         self.progress = progress
@@ -413,4 +482,13 @@ class entered:
 
 
 __all__ = [
-    "ChildProgress", "Lane", "Progress", "Relay", "Tally", "entered", "lane", "show_warning", "warn"]
+    "ChildProgress",
+    "Lane",
+    "Progress",
+    "Relay",
+    "Tally",
+    "entered",
+    "lane",
+    "show_warning",
+    "warn",
+]

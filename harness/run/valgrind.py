@@ -1,6 +1,7 @@
-"""What counting (``--measure instructions|cycles``) needs of the machine, decided once: valgrind, found by
-:func:`find_valgrind` when the run is planned (:func:`katra3d.harness.run.config.plan_run` records it in the
-plan as :class:`Counting`), and a software renderer (:func:`check_renderer`, before valgrind starts).
+"""What counting (``--measure instructions|cycles``) needs of the machine, decided once: valgrind,
+found by :func:`find_valgrind` when the run is planned (:func:`katra3d.harness.run.config.plan_run`
+records it in the plan as :class:`Counting`), and a software renderer (:func:`check_renderer`,
+before valgrind starts).
 
 No GL and no katra3d module below the run layer: the plan imports this module.
 """
@@ -21,8 +22,10 @@ VALGRIND_INSTALL_LINE = "apt-get install -y valgrind"
 
 @dataclasses.dataclass(frozen=True)
 class Counting:
-    """How a counted run counts, as its plan carries it: ``mode`` (instructions | cycles), and the valgrind
-    that counts (``valgrind``: its path; ``version``: what ``valgrind --version`` said, ``3.19.0``)."""
+    """How a counted run counts, as its plan carries it: ``mode`` (instructions | cycles), and the
+    valgrind that counts (``valgrind``: its path; ``version``: what ``valgrind --version`` said,
+    ``3.19.0``).
+    """
 
     mode: str
     valgrind: str
@@ -30,14 +33,19 @@ class Counting:
 
 
 def find_valgrind() -> tuple[str, str]:
-    """(path, version) of valgrind; ToolUnavailable (exit 3) with the install line when it is missing."""
+    """(path, version) of valgrind; ToolUnavailable (exit 3) with the install line when it is
+    missing.
+    """
     path = shutil.which("valgrind")
     if path is None:
         how = VALGRIND_INSTALL_LINE if os.geteuid() == 0 else f"sudo {VALGRIND_INSTALL_LINE}"
-        raise ToolUnavailable(f"--measure instructions/cycles needs valgrind, which is not on PATH; "
-                              f"install it: {how}")
+        raise ToolUnavailable(
+            f"--measure instructions/cycles needs valgrind, which is not on PATH; install it: {how}"
+        )
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, check=False)
+        out = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=30, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolUnavailable(f"valgrind at {path} does not run: {exc}") from None
     version = out.stdout.strip().removeprefix("valgrind-")
@@ -47,20 +55,34 @@ def find_valgrind() -> tuple[str, str]:
 
 
 def counting(measure: str) -> Counting | None:
-    """The counting a ``--measure`` value asks for (valgrind found here, once), or None for ``time``."""
+    """The counting a ``--measure`` value asks for (valgrind found here, once), or None for
+    ``time``.
+    """
     if not is_count(measure):
         return None
     return Counting(measure, *find_valgrind())
 
 
 def check_renderer(measure: str, gl: GLInfo) -> None:
-    """ConfigError unless the renderer is a software one (its frames are CPU work valgrind can count)."""
+    """ConfigError unless the renderer is a software one (its frames are CPU work valgrind can
+    count).
+    """
     if is_count(measure) and not gl.software_renderer:
         renderer = gl.renderer or "this renderer"
         raise ConfigError(
-            f"--measure {measure} needs a software renderer such as llvmpipe; '{renderer}' is a hardware "
-            "renderer: instructions would count only the CPU side of a GPU frame, and GPU drivers do not run "
-            "under valgrind. Use --measure time")
+            f"--measure {measure} needs a software renderer such as llvmpipe; '{renderer}' is a "
+            "hardware "
+            "renderer: instructions would count only the CPU side of a GPU frame, and GPU drivers "
+            "do not run "
+            "under valgrind. Use --measure time"
+        )
 
 
-__all__ = ["Counting", "ToolUnavailable", "VALGRIND_INSTALL_LINE", "check_renderer", "counting", "find_valgrind"]
+__all__ = [
+    "Counting",
+    "ToolUnavailable",
+    "VALGRIND_INSTALL_LINE",
+    "check_renderer",
+    "counting",
+    "find_valgrind",
+]

@@ -1,8 +1,9 @@
-"""The git side of capturing versions: the user's repository, its revisions, the first-parent range, worktrees.
+"""The git side of capturing versions: the user's repository, its revisions, the first-parent range,
+worktrees.
 
 Every call runs ``git`` as a child process (never a library). A missing ``git`` is
-:class:`~katra_trace.errors.ToolUnavailable` (exit 3); an unknown revision, a directory that is not a
-repository, or GOOD not an ancestor of BAD is :class:`~katra_trace.errors.ConfigError` (exit 2).
+:class:`~katra_trace.errors.ToolUnavailable` (exit 3); an unknown revision, a directory that is not
+a repository, or GOOD not an ancestor of BAD is :class:`~katra_trace.errors.ConfigError` (exit 2).
 """
 
 from __future__ import annotations
@@ -36,10 +37,14 @@ class Commit:
 def _git(top: Path | None, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     git = shutil.which("git")
     if git is None:
-        raise ToolUnavailable("katra3d needs git here, which is not on PATH; install it: apt-get install -y git")
+        raise ToolUnavailable(
+            "katra3d needs git here, which is not on PATH; install it: apt-get install -y git"
+        )
     cmd = [git, *(("-C", str(top)) if top is not None else ()), *args]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False
+        )
     except OSError as exc:
         raise ToolUnavailable(f"git at {git} does not run: {exc}") from None
     if check and proc.returncode != 0:
@@ -52,8 +57,10 @@ def toplevel(cwd: Path) -> Path:
     """The top of the git work tree that holds ``cwd`` (ConfigError when it is not in one)."""
     proc = _git(cwd, "rev-parse", "--show-toplevel", check=False)
     if proc.returncode != 0 or not proc.stdout.strip():
-        raise ConfigError(f"not inside a git repository ({shown(str(cwd))}): run katra3d in the repository "
-                          "whose revisions it captures")
+        raise ConfigError(
+            f"not inside a git repository ({shown(str(cwd))}): run katra3d in the repository "
+            "whose revisions it captures"
+        )
     return Path(proc.stdout.strip())
 
 
@@ -89,26 +96,34 @@ def commit_range(top: Path, good: Commit, bad: Commit) -> list[Commit]:
     if good.sha == bad.sha:
         raise ConfigError(f"GOOD and BAD are the same commit ({good.short}): nothing to bisect")
     if not is_ancestor(top, good.sha, bad.sha):
-        raise ConfigError(f"GOOD {good.short} is not an ancestor of BAD {bad.short}: give an older GOOD "
-                          "(git merge-base GOOD BAD names a common one)")
-    shas = _git(top, "rev-list", "--reverse", "--first-parent", "--ancestry-path",
-                f"{good.sha}..{bad.sha}").stdout.split()
+        raise ConfigError(
+            f"GOOD {good.short} is not an ancestor of BAD {bad.short}: give an older GOOD "
+            "(git merge-base GOOD BAD names a common one)"
+        )
+    shas = _git(
+        top, "rev-list", "--reverse", "--first-parent", "--ancestry-path", f"{good.sha}..{bad.sha}"
+    ).stdout.split()
     if not shas or shas[-1] != bad.sha:
-        raise ConfigError(f"no first-parent line runs from GOOD {good.short} to BAD {bad.short} (GOOD is on a "
-                          "merged branch): give a GOOD on BAD's first-parent history")
+        raise ConfigError(
+            f"no first-parent line runs from GOOD {good.short} to BAD {bad.short} (GOOD is on a "
+            "merged branch): give a GOOD on BAD's first-parent history"
+        )
     first_parent = _git(top, "rev-parse", f"{shas[0]}^").stdout.strip() if shas else ""
     if first_parent != good.sha:
-        raise ConfigError(f"no first-parent line runs from GOOD {good.short} to BAD {bad.short} (GOOD is on a "
-                          "merged branch): give a GOOD on BAD's first-parent history")
+        raise ConfigError(
+            f"no first-parent line runs from GOOD {good.short} to BAD {bad.short} (GOOD is on a "
+            "merged branch): give a GOOD on BAD's first-parent history"
+        )
     subjects = _git(top, "log", "--no-walk=unsorted", "--format=%H %s", *shas).stdout.splitlines()
     named = {sha: subject for sha, _, subject in (line.partition(" ") for line in subjects)}
     return [Commit(sha, named.get(sha, "")) for sha in shas]
 
 
 class FirstParentOrder(Mapping[str, int]):
-    """Commit (as a user gave it: a sha, a short sha or a ref) -> its place on the first-parent line of HEAD in the
-    repository at ``top``, oldest first (``history``'s label order). A commit off that line, or unknown, is not
-    in it. git runs once for the line, and once per commit asked for."""
+    """Commit (as a user gave it: a sha, a short sha or a ref) -> its place on the first-parent line
+    of HEAD in the repository at ``top``, oldest first (``history``'s label order). A commit off
+    that line, or unknown, is not in it. git runs once for the line, and once per commit asked for.
+    """
 
     def __init__(self, top: Path) -> None:
         self.top = top
@@ -117,14 +132,26 @@ class FirstParentOrder(Mapping[str, int]):
 
     def _positions(self) -> dict[str, int]:
         if self._line is None:
-            shas = _git(self.top, "rev-list", "--first-parent", "--reverse", "HEAD", check=False).stdout.split()
+            shas = _git(
+                self.top, "rev-list", "--first-parent", "--reverse", "HEAD", check=False
+            ).stdout.split()
             self._line = {sha: i for i, sha in enumerate(shas)}
         return self._line
 
     def _place(self, commit: str) -> int | None:
         if commit not in self._asked:
-            proc = _git(self.top, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}", check=False) \
-                if commit and not commit.startswith("-") else None
+            proc = (
+                _git(
+                    self.top,
+                    "rev-parse",
+                    "--verify",
+                    "--quiet",
+                    f"{commit}^{{commit}}",
+                    check=False,
+                )
+                if commit and not commit.startswith("-")
+                else None
+            )
             sha = proc.stdout.strip() if proc is not None and proc.returncode == 0 else ""
             self._asked[commit] = self._positions().get(sha)
         return self._asked[commit]
@@ -146,7 +173,9 @@ class FirstParentOrder(Mapping[str, int]):
 
 
 def first_parent_order(cwd: Path) -> FirstParentOrder | None:
-    """The :class:`FirstParentOrder` of the repository holding ``cwd``; None outside one, or without git."""
+    """The :class:`FirstParentOrder` of the repository holding ``cwd``; None outside one, or without
+    git.
+    """
     try:
         return FirstParentOrder(toplevel(cwd))
     except (ConfigError, ToolUnavailable):
@@ -154,19 +183,33 @@ def first_parent_order(cwd: Path) -> FirstParentOrder | None:
 
 
 def add_worktree(top: Path, where: Path, sha: str) -> Path:
-    """Check ``sha`` out, detached, as a new worktree at ``where`` (ConfigError when git refuses)."""
+    """Check ``sha`` out, detached, as a new worktree at ``where``
+    (ConfigError when git refuses)."""
     where.parent.mkdir(parents=True, exist_ok=True)
     _git(top, "worktree", "add", "--quiet", "--detach", "--force", str(where), sha)
     return where
 
 
 def remove_worktree(top: Path, where: Path) -> None:
-    """Remove a worktree made by :func:`add_worktree`, whatever state it was left in (never raises for it)."""
+    """Remove a worktree made by :func:`add_worktree`, whatever state it was left in (never raises
+    for it).
+    """
     _git(top, "worktree", "remove", "--force", "--force", str(where), check=False)
     if where.exists():
         shutil.rmtree(where, ignore_errors=True)
     _git(top, "worktree", "prune", check=False)
 
 
-__all__ = ["SHORT", "Commit", "FirstParentOrder", "add_worktree", "commit", "commit_range", "first_parent_order",
-           "is_ancestor", "remove_worktree", "resolve", "toplevel"]
+__all__ = [
+    "SHORT",
+    "Commit",
+    "FirstParentOrder",
+    "add_worktree",
+    "commit",
+    "commit_range",
+    "first_parent_order",
+    "is_ancestor",
+    "remove_worktree",
+    "resolve",
+    "toplevel",
+]

@@ -1,7 +1,7 @@
-"""What a capture of versions runs, decided once for ``ab --refs``, ``bisect`` and ``ci/compare-versions.sh``:
-the measure (``-m``: ``auto`` is instructions when valgrind is on PATH, else time) and the default capture
-command (this katra3d's ``run``, with ``--measure WHAT --frames 10`` for counts), and worktrees of two
-revisions for as long as their captures run."""
+"""What a capture of versions runs, decided once for ``ab --refs``, ``bisect`` and
+``ci/compare-versions.sh``: the measure (``-m``: ``auto`` is instructions when valgrind is on PATH,
+else time) and the default capture command (this katra3d's ``run``, with ``--measure WHAT --frames
+10`` for counts), and worktrees of two revisions for as long as their captures run."""
 
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ COUNT_FRAMES = 10
 
 
 def resolve_measure(measure: str) -> str:
-    """``-m``: instructions, cycles or time; ``auto`` is instructions when valgrind is on PATH, else time.
-    Instructions or cycles without valgrind: ToolUnavailable (exit 3) with the install line."""
+    """``-m``: instructions, cycles or time; ``auto`` is instructions when valgrind is on PATH, else
+    time. Instructions or cycles without valgrind: ToolUnavailable (exit 3) with the install line.
+    """
     if measure == "auto":
         return "instructions" if shutil.which("valgrind") else "time"
     if measure not in MEASURES:
@@ -36,10 +37,18 @@ def resolve_measure(measure: str) -> str:
 
 
 def default_command(what: Sequence[str], measure: str, run_args: str = "") -> str:
-    """``katra3d run WHAT --quiet`` (this katra3d, as ``python -m katra3d``; WHAT: scenes, or ``--suite ci``)
-    with the measure and ``run_args`` appended, writing ``{out}``; counted runs measure :data:`COUNT_FRAMES`
-    frames unless ``run_args`` says otherwise (its options come last and win)."""
-    parts = [shlex.quote(sys.executable), "-m", "katra3d", "run", *(shlex.quote(s) for s in what), "--quiet"]
+    """``katra3d run WHAT --quiet`` (this katra3d, as ``python -m katra3d``; WHAT: scenes, or
+    ``--suite ci``) with the measure and ``run_args`` appended, writing ``{out}``; counted runs
+    measure :data:`COUNT_FRAMES` frames unless ``run_args`` says otherwise (its options come last
+    and win)."""
+    parts = [
+        shlex.quote(sys.executable),
+        "-m",
+        "katra3d",
+        "run",
+        *(shlex.quote(s) for s in what),
+        "--quiet",
+    ]
     if is_count(measure):
         parts += ["--measure", measure, "--frames", str(COUNT_FRAMES)]
     if run_args.strip():
@@ -48,9 +57,11 @@ def default_command(what: Sequence[str], measure: str, run_args: str = "") -> st
 
 
 @contextlib.contextmanager
-def worktrees(top: Path, commits: Sequence[Commit], prefix: str = "katra3d-versions-") -> Iterator[list[Path]]:
-    """Each commit checked out, detached, as a worktree in a new temporary directory, for the duration; the
-    worktrees and the directory are removed whatever happens (an error, Ctrl-C)."""
+def worktrees(
+    top: Path, commits: Sequence[Commit], prefix: str = "katra3d-versions-"
+) -> Iterator[list[Path]]:
+    """Each commit checked out, detached, as a worktree in a new temporary directory, for the
+    duration; the worktrees and the directory are removed whatever happens (an error, Ctrl-C)."""
     base = Path(tempfile.mkdtemp(prefix=prefix))
     made: list[Path] = []
     try:

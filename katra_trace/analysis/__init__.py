@@ -1,1 +1,3 @@
-"""What the numbers say: frame statistics, which traces may be compared, the decision model and the comparison."""
+"""What the numbers say: frame statistics, which traces may be compared, the decision model and the
+comparison.
+"""

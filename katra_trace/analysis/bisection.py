@@ -1,7 +1,8 @@
-"""Bisection's rule: is a commit like GOOD or like BAD, and how much of BAD's change does the culprit explain.
+"""Bisection's rule: is a commit like GOOD or like BAD, and how much of BAD's change does the
+culprit explain.
 
-Pure (stdlib only): ``katra3d bisect`` (:mod:`katra3d.harness.bisect`) measures each commit against GOOD with
-the one decision model (:func:`katra_trace.analysis.compare.compare_traces`, through
+Pure (stdlib only): ``katra3d bisect`` (:mod:`katra3d.harness.bisect`) measures each commit against
+GOOD with the one decision model (:func:`katra_trace.analysis.compare.compare_traces`, through
 :class:`~katra_trace.analysis.verdict.SceneComparison`) and hands the rows here as :class:`Effect`
 records. The rule (docs/bisect.md, "How a commit is classified"):
 
@@ -11,8 +12,8 @@ records. The rule (docs/bisect.md, "How a commit is classified"):
   the decision model *and* nearer BAD's change than no change: ``log(ratio) >= MIDPOINT *
   log(ratio_BAD)``;
 * it is **like GOOD** when, in every target scene, the upper end of its interval lies below that
-  midpoint (a regression smaller than half of BAD's, on the log scale, is like GOOD: a step of its own,
-  outside this range's main change);
+  midpoint (a regression smaller than half of BAD's, on the log scale, is like GOOD: a step of its
+  own, outside this range's main change);
 * otherwise it is **undecided** (an interval that straddles the midpoint, or a scene that could not
   be compared): bisection skips it, as a commit that failed to capture.
 
@@ -20,9 +21,10 @@ The culprit's own step is its change against GOOD less its first parent's; when 
 than :data:`PARTIAL_SHARE` of BAD's change (log scale) in a target scene, the culprit explains only
 part of it, and :func:`next_ranges` names the ranges that hold the rest.
 
-Which commits are measured next (:func:`probes`): with ``n`` measured at once a round (``--jobs``), the
-``n`` untested commits that split the open range (after the last commit like GOOD, up to the first like
-BAD) into ``n + 1`` parts as evenly as they can: halving for one, a k-ary search for more.
+Which commits are measured next (:func:`probes`): with ``n`` measured at once a round (``--jobs``),
+the ``n`` untested commits that split the open range (after the last commit like GOOD, up to the
+first like BAD) into ``n + 1`` parts as evenly as they can: halving for one, a k-ary search for
+more.
 """
 
 from __future__ import annotations
@@ -65,9 +67,17 @@ class Effect:
     @classmethod
     def from_row(cls, row: Any) -> Effect:
         """The effect of one :class:`~katra_trace.analysis.verdict.SceneComparison` row."""
-        return cls(scene=row.scene, zone=row.zone, verdict=row.verdict, ratio=row.ratio, ci_low=row.ci_low,
-                   ci_high=row.ci_high, reason=row.reason, metric=row.metric,
-                   frame_change_pct=row.frame_change_pct)
+        return cls(
+            scene=row.scene,
+            zone=row.zone,
+            verdict=row.verdict,
+            ratio=row.ratio,
+            ci_low=row.ci_low,
+            ci_high=row.ci_high,
+            reason=row.reason,
+            metric=row.metric,
+            frame_change_pct=row.frame_change_pct,
+        )
 
     @property
     def change_pct(self) -> float:
@@ -105,7 +115,8 @@ def _log(x: float) -> float:
 
 
 def target_scenes(bad: Sequence[Effect]) -> dict[str, Effect]:
-    """BAD's scene rows (not zones) that regressed against GOOD: what bisection looks for, by scene."""
+    """BAD's scene rows (not zones) that regressed against GOOD: what bisection
+    looks for, by scene."""
     return {e.scene: e for e in bad if not e.zone and e.verdict == Verdict.REGRESSION}
 
 
@@ -113,7 +124,9 @@ def classify(commit: Sequence[Effect], bad: Sequence[Effect]) -> Classification:
     """Like GOOD, like BAD or undecided (skip), by the rule in the module doc."""
     targets = target_scenes(bad)
     if not targets:
-        raise ValueError("BAD regressed no scene against GOOD: there is nothing to classify against")
+        raise ValueError(
+            "BAD regressed no scene against GOOD: there is nothing to classify against"
+        )
     rows = {e.scene: e for e in commit if not e.zone}
     undecided: list[str] = []
     below: list[str] = []
@@ -123,24 +136,32 @@ def classify(commit: Sequence[Effect], bad: Sequence[Effect]) -> Classification:
             undecided.append(f"{scene}: " + ("not measured" if row is None else row.reason))
             continue
         mid = MIDPOINT * _log(b.ratio)
-        change = f"{scene} {format_change_pct(row.change_pct, 2)} (BAD {format_change_pct(b.change_pct, 2)})"
+        change = (
+            f"{scene} {format_change_pct(row.change_pct, 2)} (BAD "
+            f"{format_change_pct(b.change_pct, 2)})"
+        )
         if row.verdict == Verdict.REGRESSION and _log(row.ratio) >= mid:
-            return Classification("bad", f"like BAD: {change}, a regression nearer BAD than no change")
+            return Classification(
+                "bad", f"like BAD: {change}, a regression nearer BAD than no change"
+            )
         if _log(row.ci_high) < mid:
             below.append(change)
         else:
-            undecided.append(f"{change}: {row.verdict}, its interval reaches past half of BAD's change")
+            undecided.append(
+                f"{change}: {row.verdict}, its interval reaches past half of BAD's change"
+            )
     if undecided:
         return Classification("skip", "undecided: " + "; ".join(undecided))
     return Classification("good", "like GOOD: " + "; ".join(below))
 
 
-def shares(culprit: Sequence[Effect], parent: Sequence[Effect] | None,
-           bad: Sequence[Effect]) -> dict[str, tuple[float, float]]:
+def shares(
+    culprit: Sequence[Effect], parent: Sequence[Effect] | None, bad: Sequence[Effect]
+) -> dict[str, tuple[float, float]]:
     """Per target scene: (the parent's share, the culprit's share) of BAD's log change against GOOD.
 
-    ``parent`` None means the culprit's parent is GOOD itself (share 0). The culprit's own step is the
-    difference of the two shares; what is left after it is ``1 - culprit's share``.
+    ``parent`` None means the culprit's parent is GOOD itself (share 0). The culprit's own step is
+    the difference of the two shares; what is left after it is ``1 - culprit's share``.
     """
     out: dict[str, tuple[float, float]] = {}
     c_rows = {e.scene: e for e in culprit if not e.zone}
@@ -156,9 +177,14 @@ def shares(culprit: Sequence[Effect], parent: Sequence[Effect] | None,
 
 
 def partial_scenes(scene_shares: Mapping[str, tuple[float, float]]) -> dict[str, float]:
-    """The target scenes whose culprit step is below :data:`PARTIAL_SHARE` of BAD's change, with that step."""
-    return {scene: c - p for scene, (p, c) in scene_shares.items()
-            if math.isfinite(c - p) and c - p < PARTIAL_SHARE}
+    """The target scenes whose culprit step is below :data:`PARTIAL_SHARE` of BAD's change, with
+    that step.
+    """
+    return {
+        scene: c - p
+        for scene, (p, c) in scene_shares.items()
+        if math.isfinite(c - p) and c - p < PARTIAL_SHARE
+    }
 
 
 def next_ranges(scene_shares: Mapping[str, tuple[float, float]]) -> tuple[bool, bool]:
@@ -172,18 +198,19 @@ def next_ranges(scene_shares: Mapping[str, tuple[float, float]]) -> tuple[bool, 
 
 
 def open_range(states: Sequence[str]) -> tuple[int, int]:
-    """The open range of a bisection, from each commit's state after GOOD (BAD last; ``""``: not measured yet):
-    (the index of the last commit like GOOD before the first like BAD, -1 for GOOD itself; the index of that
-    first, or of BAD while none is known)."""
+    """The open range of a bisection, from each commit's state after GOOD (BAD last; ``""``: not
+    measured yet): (the index of the last commit like GOOD before the first like BAD, -1 for GOOD
+    itself; the index of that first, or of BAD while none is known)."""
     hi = states.index("bad") if "bad" in states else len(states) - 1
     lo = max((i for i in range(hi) if states[i] == "good"), default=-1)
     return lo, hi
 
 
 def probes(states: Sequence[str], n: int) -> list[int]:
-    """The indexes of the (at most ``n``) commits to measure next, in history order: for ``j`` = 1..n, the
-    untested commit of the open range nearest ``lo + j * (hi - lo) / (n + 1)`` (the earlier one on a tie), each
-    once; every untested one when no more than ``n`` are left. ``n`` = 1 is halving."""
+    """The indexes of the (at most ``n``) commits to measure next, in history order: for ``j`` =
+    1..n, the untested commit of the open range nearest ``lo + j * (hi - lo) / (n + 1)`` (the
+    earlier one on a tie), each once; every untested one when no more than ``n`` are left. ``n`` = 1
+    is halving."""
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     lo, hi = open_range(states)
@@ -198,11 +225,26 @@ def probes(states: Sequence[str], n: int) -> list[int]:
 
 
 def rounds_left(untested: int, n: int) -> int:
-    """About how many rounds of ``n`` probes settle an open range with ``untested`` commits in it (0: none)."""
+    """About how many rounds of ``n`` probes settle an open range with ``untested`` commits in it
+    (0: none).
+    """
     if untested <= 0:
         return 0
     return max(1, math.ceil(math.log(untested + 1) / math.log(n + 1) - 1e-9))
 
 
-__all__ = ["MIDPOINT", "PARTIAL_SHARE", "STATES", "Classification", "Effect", "classify", "next_ranges",
-           "open_range", "partial_scenes", "probes", "rounds_left", "shares", "target_scenes"]
+__all__ = [
+    "MIDPOINT",
+    "PARTIAL_SHARE",
+    "STATES",
+    "Classification",
+    "Effect",
+    "classify",
+    "next_ranges",
+    "open_range",
+    "partial_scenes",
+    "probes",
+    "rounds_left",
+    "shares",
+    "target_scenes",
+]

@@ -27,7 +27,12 @@ from katra_trace.analysis.match import (
     resolve_metric,
 )
 from katra_trace.analysis.sequential import SequentialRule
-from katra_trace.analysis.stats import reference_durations, scene_durations, scene_labels, zone_frame_totals
+from katra_trace.analysis.stats import (
+    reference_durations,
+    scene_durations,
+    scene_labels,
+    zone_frame_totals,
+)
 from katra_trace.analysis.verdict import Comparison, SceneComparison, Verdict
 from katra_trace.errors import ConfigError
 from katra_trace.metrics import check_run_stat, is_count
@@ -41,16 +46,21 @@ def _label(trace: Any, side: str, index: int) -> str:
 
 def _check_measure_modes(sides: Mapping[str, Sequence[Any]]) -> None:
     """Refuse to mix traces measured in counts (instructions, cycles) with time traces."""
-    modes = {side: sorted({measure_mode(t.header) for t in traces}) for side, traces in sides.items()}
+    modes = {
+        side: sorted({measure_mode(t.header) for t in traces}) for side, traces in sides.items()
+    }
     kinds = {"counts" if is_count(m) else "time" for ms in modes.values() for m in ms}
     if len(kinds) > 1:
         raise ConfigError(
             f"cannot compare counts with times: BASE measured {' / '.join(modes['base'])}, NEW "
-            f"{' / '.join(modes['new'])}; capture both sides with the same --measure")
+            f"{' / '.join(modes['new'])}; capture both sides with the same --measure"
+        )
 
 
 def _reference_workload(trace: Any) -> str | None:
-    """How a trace's reference draw was defined (its ``reference`` annotation), as text; None without one."""
+    """How a trace's reference draw was defined (its ``reference`` annotation), as text; None
+    without one.
+    """
     for note in getattr(trace, "annotations", ()):
         if isinstance(note, dict) and note.get("type") == "reference":
             size, steps = note.get("size"), note.get("steps")
@@ -71,8 +81,10 @@ def _check_reference_workloads(sides: dict[str, list[Any]]) -> None:
                 seen.setdefault(what, _label(t, side, i))
     if len(seen) > 1:
         found = "; ".join(f"{what} ({where})" for what, where in seen.items())
-        raise ConfigError(f"--normalize: the traces time different reference draws ({found}); a ratio to one "
-                          "is not comparable with a ratio to another: capture both sides with one katra3d version")
+        raise ConfigError(
+            f"--normalize: the traces time different reference draws ({found}); a ratio to one "
+            "is not comparable with a ratio to another: capture both sides with one katra3d version"
+        )
 
 
 def _normalized(trace: Any, scene: str, frames_ns: np.ndarray, label: str) -> np.ndarray:
@@ -80,8 +92,11 @@ def _normalized(trace: Any, scene: str, frames_ns: np.ndarray, label: str) -> np
     ref = reference_durations(trace.events, list(trace.strings)).get(scene, {}).get("wall")
     if ref is None or ref.size == 0 or not np.median(ref) > 0:
         raise ConfigError(
-            f"--normalize: {label} has no reference markers ('{REFERENCE_NAME}', wall clock) for scene "
-            f"'{scene}'; capture it with a katra3d that times the reference workload, or drop --normalize")
+            f"--normalize: {label} has no reference markers ('{REFERENCE_NAME}', wall clock) for "
+            "scene "
+            f"'{scene}'; capture it with a katra3d that times the reference workload, or drop "
+            "--normalize"
+        )
     out: np.ndarray = frames_ns / float(np.median(ref))
     return out
 
@@ -111,32 +126,39 @@ def compare_traces(
     ``allow_*`` flags downgrade host, param and code-generator differences to
     a note.
 
-    ``normalize``: compare per-run (median frame wall) / (median reference
-    wall) instead of wall time (ConfigError when a trace lacks reference
-    markers). ``pairs``: ``(base index, new index)`` of each paired round
-    (``katra3d ab``): the paired test is used, on those traces only.
-    ``run_stat``: ``median`` or ``p10``, what reduces each run of a time metric to
-    its level (ConfigError with counts or ``normalize``); None: the default, ``median``, or the statistic of
-    :data:`~katra_trace.analysis.defaults.SOFTWARE_TIME_DEFAULT` when ``metric`` ``auto`` chose it: on a software
-    renderer whose traces all record process CPU time, ``auto`` compares that metric instead of wall time
-    (``metric_choice`` says which way the metric was chosen).
-    ``sequential``: with ``pairs``, the stopping rule of ``ab --until-decided`` decides the rounds of a time
-    metric (:func:`katra_trace.analysis.decide.compare_runs`); its alpha and threshold are used.
-    ``separate_batches``: the sides were captured apart (not interleaved, not paired): the interval of a time
-    metric allows for the drift between batches (:func:`~katra_trace.analysis.defaults.batch_drift_sd`).
-    Traces measured in counts and in time cannot be mixed (ConfigError).
+    ``normalize``: compare per-run (median frame wall) / (median reference wall) instead of wall
+    time (ConfigError when a trace lacks reference markers). ``pairs``: ``(base index, new index)``
+    of each paired round (``katra3d ab``): the paired test is used, on those traces only.
+    ``run_stat``: ``median`` or ``p10``, what reduces each run of a time metric to its level
+    (ConfigError with counts or ``normalize``); None: the default, ``median``, or the statistic of
+    :data:`~katra_trace.analysis.defaults.SOFTWARE_TIME_DEFAULT` when ``metric`` ``auto`` chose it:
+    on a software renderer whose traces all record process CPU time, ``auto`` compares that metric
+    instead of wall time (``metric_choice`` says which way the metric was chosen). ``sequential``:
+    with ``pairs``, the stopping rule of ``ab --until-decided`` decides the rounds of a time metric
+    (:func:`katra_trace.analysis.decide.compare_runs`); its alpha and threshold are used.
+    ``separate_batches``: the sides were captured apart (not interleaved, not paired): the interval
+    of a time metric allows for the drift between batches
+    (:func:`~katra_trace.analysis.defaults.batch_drift_sd`). Traces measured in counts and in time
+    cannot be mixed (ConfigError).
     """
     sides: dict[str, list[Any]] = {"base": list(base), "new": list(new)}
     if pairs is not None:
         for i, j in pairs:
             if not (0 <= i < len(sides["base"]) and 0 <= j < len(sides["new"])):
                 raise ValueError(f"pair ({i}, {j}) is out of range")
-        sides = {"base": [sides["base"][i] for i, _ in pairs], "new": [sides["new"][j] for _, j in pairs]}
+        sides = {
+            "base": [sides["base"][i] for i, _ in pairs],
+            "new": [sides["new"][j] for _, j in pairs],
+        }
     _check_measure_modes(sides)
-    durations = {side: [scene_durations(t.events, list(t.strings)) for t in traces]
-                 for side, traces in sides.items()}
+    durations = {
+        side: [scene_durations(t.events, list(t.strings)) for t in traces]
+        for side, traces in sides.items()
+    }
     headers = [t.header for traces in sides.values() for t in traces]
-    per_trace = [{c for per in run.values() for c in per} for side in durations.values() for run in side]
+    per_trace = [
+        {c for per in run.values() for c in per} for side in durations.values() for run in side
+    ]
     clocks = set().union(*per_trace) if per_trace else set()
     common = set.intersection(*per_trace) if per_trace else set()
     chosen = resolve_metric(headers, clocks, metric, common)
@@ -145,21 +167,37 @@ def compare_traces(
     default_stat = "median"
     if normalize:
         if count or metric not in ("auto", "wall"):
-            raise ConfigError(f"--normalize divides wall time by the reference workload's; it does not apply "
-                              f"to --metric {chosen if metric == 'auto' else metric}")
+            raise ConfigError(
+                f"--normalize divides wall time by the reference workload's; it does not apply "
+                f"to --metric {chosen if metric == 'auto' else metric}"
+            )
         chosen = "wall"
         _check_reference_workloads(sides)
-    elif choice == "capture" and chosen == "wall" and SOFTWARE_TIME_DEFAULT[0] in common \
-            and all(h.host_info.software for h in headers):
+    elif (
+        choice == "capture"
+        and chosen == "wall"
+        and SOFTWARE_TIME_DEFAULT[0] in common
+        and all(h.host_info.software for h in headers)
+    ):
         chosen, default_stat = SOFTWARE_TIME_DEFAULT
         choice = "software default"
-    run_stat = check_run_stat(default_stat if run_stat is None else run_stat, count=count, normalize=normalize)
+    run_stat = check_run_stat(
+        default_stat if run_stat is None else run_stat, count=count, normalize=normalize
+    )
     notes: list[str] = []
     incomparable: dict[str, str] = {}
     runs: dict[str, dict[str, list[np.ndarray]]] = {"base": {}, "new": {}}
     host_notes: set[str] = set()
-    allowed = {k for k, ok in (("renderer", allow_host_mismatch), ("driver", allow_host_mismatch),
-                               ("params", allow_param_mismatch), ("codegen", allow_codegen_mismatch)) if ok}
+    allowed = {
+        k
+        for k, ok in (
+            ("renderer", allow_host_mismatch),
+            ("driver", allow_host_mismatch),
+            ("params", allow_param_mismatch),
+            ("codegen", allow_codegen_mismatch),
+        )
+        if ok
+    }
     scenes = list(dict.fromkeys(s for side in durations.values() for run in side for s in run))
     empty = np.empty(0)
     for scene in scenes:
@@ -179,8 +217,10 @@ def compare_traces(
             present = [run[scene] for run in durations[side] if scene in run]
             if present and not any(chosen in r for r in present):
                 found = sorted({c for r in present for c in r})
-                incomparable[scene] = (f"no {chosen} frame {'counts' if count else 'times'} in {side.upper()} "
-                                       f"(found: {', '.join(found) or 'none'}); try --metric")
+                incomparable[scene] = (
+                    f"no {chosen} frame {'counts' if count else 'times'} in {side.upper()} "
+                    f"(found: {', '.join(found) or 'none'}); try --metric"
+                )
                 break
             series: list[np.ndarray] = []
             for i, (t, run) in enumerate(zip(traces, durations[side], strict=True)):
@@ -193,21 +233,38 @@ def compare_traces(
                 runs[side][scene] = series
     notes.extend(sorted(host_notes))
     if normalize:
-        notes.append("normalized: each run's median frame wall divided by the median wall of its reference "
-                     "workload (values in x reference)")
+        notes.append(
+            "normalized: each run's median frame wall divided by the median wall of its reference "
+            "workload (values in x reference)"
+        )
     if choice == "software default":
-        notes.append(f"{chosen} {run_stat}: the default on a software renderer (the frames' CPU work, which a busy "
-                     f"neighbour does not stretch; chosen by python -m bench defaults, docs/stats.md); "
-                     f"--metric wall compares wall time")
+        notes.append(
+            f"{chosen} {run_stat}: the default on a software renderer (the frames' CPU work, which "
+            "a busy "
+            f"neighbour does not stretch; chosen by python -m bench defaults, docs/stats.md); "
+            f"--metric wall compares wall time"
+        )
     if run_stat == "p10":
-        notes.append("p10: each run is reduced to the 10th percentile of its frames (the frames that nothing "
-                     "got in the way of), not the median; a change that slows only some frames does not show")
-    result = compare_runs(runs["base"], runs["new"], threshold_pct=threshold_pct, alpha=alpha,
-                          metric="wall/reference" if normalize else chosen, incomparable=incomparable,
-                          paired=pairs is not None, value_unit="x reference" if normalize else None,
-                          run_stat=run_stat, sequential=sequential if pairs is not None else None,
-                          drift_sd=batch_drift_sd("wall/reference" if normalize else chosen, run_stat)
-                          if separate_batches and pairs is None else 0.0)
+        notes.append(
+            "p10: each run is reduced to the 10th percentile of its frames (the frames that "
+            "nothing got in the way of), not the median; a change that slows only some frames does "
+            "not show"
+        )
+    result = compare_runs(
+        runs["base"],
+        runs["new"],
+        threshold_pct=threshold_pct,
+        alpha=alpha,
+        metric="wall/reference" if normalize else chosen,
+        incomparable=incomparable,
+        paired=pairs is not None,
+        value_unit="x reference" if normalize else None,
+        run_stat=run_stat,
+        sequential=sequential if pairs is not None else None,
+        drift_sd=batch_drift_sd("wall/reference" if normalize else chosen, run_stat)
+        if separate_batches and pairs is None
+        else 0.0,
+    )
     if sequential is not None and pairs is not None:
         notes.append(f"sequential: {sequential.describe()} (docs/stats.md)")
     zones: tuple[SceneComparison, ...] = ()
@@ -219,34 +276,54 @@ def compare_traces(
     return dataclasses.replace(result, notes=tuple(notes), zones=zones, metric_choice=choice)
 
 
-#: Run-to-run CV of wall time above which an inconclusive scene gets the hint of :func:`_process_hint`.
+#: Run-to-run CV of wall time above which an inconclusive scene gets the hint of
+#: :func:`_process_hint`.
 NOISY_RUN_CV = 0.05
 
 
-def _process_hint(result: Comparison, sides: Mapping[str, Sequence[Any]],
-                  durations: Mapping[str, Sequence[Mapping[str, Mapping[str, np.ndarray]]]]) -> list[str]:
-    """A note pointing to ``--metric process --stat p10`` when wall time left scenes inconclusive for its
-    run-to-run spread, and every trace is a software renderer's that recorded process CPU time."""
+def _process_hint(
+    result: Comparison,
+    sides: Mapping[str, Sequence[Any]],
+    durations: Mapping[str, Sequence[Mapping[str, Mapping[str, np.ndarray]]]],
+) -> list[str]:
+    """A note pointing to ``--metric process --stat p10`` when wall time left scenes inconclusive
+    for its run-to-run spread, and every trace is a software renderer's that recorded process CPU
+    time."""
     software = all(t.header.host_info.software for traces in sides.values() for t in traces)
     if not software:
         return []
     noisy = []
     for s in result.scenes:
         cv = max((c for c in (s.run_cv_base, s.run_cv_new) if math.isfinite(c)), default=0.0)
-        if s.verdict is not Verdict.INCONCLUSIVE or s.unit not in ("runs", "rounds") or cv <= NOISY_RUN_CV:
+        if (
+            s.verdict is not Verdict.INCONCLUSIVE
+            or s.unit not in ("runs", "rounds")
+            or cv <= NOISY_RUN_CV
+        ):
             continue
-        if all("process" in run[s.scene] for side in durations.values() for run in side if s.scene in run):
+        if all(
+            "process" in run[s.scene]
+            for side in durations.values()
+            for run in side
+            if s.scene in run
+        ):
             noisy.append((s.scene, cv))
     if not noisy:
         return []
     worst = max(cv for _, cv in noisy)
-    return [f"wall time varied up to {worst * 100:.0f} % from run to run ({', '.join(n for n, _ in noisy)}); "
-            "on this software renderer, --metric process --stat p10 compares the frames' CPU work, which a busy "
-            "neighbour does not stretch (docs/stats.md)"]
+    return [
+        f"wall time varied up to {worst * 100:.0f} % from run to run "
+        f"({', '.join(n for n, _ in noisy)}); "
+        "on this software renderer, --metric process --stat p10 compares the frames' CPU work, "
+        "which a busy "
+        "neighbour does not stretch (docs/stats.md)"
+    ]
 
 
 def _draw_names(trace: Any) -> dict[str, set[str]]:
-    """``{scene: {draw zone name}}`` of a trace captured with ``--zones draws`` (names ``pass/label#k``)."""
+    """``{scene: {draw zone name}}`` of a trace captured with ``--zones draws`` (names
+    ``pass/label#k``).
+    """
     labels = scene_labels(trace.events, list(trace.strings))
     ev = trace.events
     zones = ev[(ev["kind"] == Kind.ZONE) & (ev["flags"] == 0)]
@@ -260,7 +337,9 @@ def _draw_names(trace: Any) -> dict[str, set[str]]:
 
 
 def _draw_set_notes(sides: Mapping[str, Sequence[Any]]) -> list[str]:
-    """Notes for scenes whose draws differ between BASE and NEW: draws are paired by name, never by position."""
+    """Notes for scenes whose draws differ between BASE and NEW: draws are paired by name, never by
+    position.
+    """
     names = {side: [_draw_names(t) for t in traces] for side, traces in sides.items()}
     merged: dict[str, dict[str, set[str]]] = {}
     for side, per_trace in names.items():
@@ -273,31 +352,61 @@ def _draw_set_notes(sides: Mapping[str, Sequence[Any]]) -> list[str]:
         if not base or not new or base == new:
             continue
         only_new, only_base = sorted(new - base), sorted(base - new)
-        detail = "; ".join(part for part in (
-            f"only in NEW: {', '.join(only_new[:5])}{' ...' if len(only_new) > 5 else ''}" if only_new else "",
-            f"only in BASE: {', '.join(only_base[:5])}{' ...' if len(only_base) > 5 else ''}" if only_base else "",
-        ) if part)
-        notes.append(f"{scene}: the draw calls differ ({len(base)} draws in BASE, {len(new)} in NEW; {detail}); "
-                     "draws are compared by name, and a draw on one side only is not compared")
+        detail = "; ".join(
+            part
+            for part in (
+                f"only in NEW: {', '.join(only_new[:5])}{' ...' if len(only_new) > 5 else ''}"
+                if only_new
+                else "",
+                f"only in BASE: {', '.join(only_base[:5])}{' ...' if len(only_base) > 5 else ''}"
+                if only_base
+                else "",
+            )
+            if part
+        )
+        notes.append(
+            f"{scene}: the draw calls differ ({len(base)} draws in BASE, {len(new)} in NEW; "
+            f"{detail}); "
+            "draws are compared by name, and a draw on one side only is not compared"
+        )
     return notes
 
 
-def _zone_rows(result: Comparison, sides: Mapping[str, Sequence[Any]], metric: str) -> tuple[SceneComparison, ...]:
+def _zone_rows(
+    result: Comparison, sides: Mapping[str, Sequence[Any]], metric: str
+) -> tuple[SceneComparison, ...]:
     """Per-zone count rows of the comparable scenes (information: which pass changed)."""
     clock = int(Clock[metric.upper()])
-    totals = {side: [zone_frame_totals(t.events, list(t.strings), clock) for t in traces]
-              for side, traces in sides.items()}
+    totals = {
+        side: [zone_frame_totals(t.events, list(t.strings), clock) for t in traces]
+        for side, traces in sides.items()
+    }
     rows: list[SceneComparison] = []
     threshold = result.threshold_pct / 100.0
     for s in result.scenes:
         if s.verdict is Verdict.INCOMPARABLE:
             continue
-        zone_names = list(dict.fromkeys(z for side in totals.values() for run in side for z in run.get(s.scene, {})))
+        zone_names = list(
+            dict.fromkeys(
+                z for side in totals.values() for run in side for z in run.get(s.scene, {})
+            )
+        )
         for zone in zone_names:
-            per = {side: [run[s.scene][zone] for run in totals[side] if zone in run.get(s.scene, {})]
-                   for side in totals}
-            rows.append(decide_counts(s.scene, per["base"], per["new"], threshold=threshold, metric=metric,
-                                      zone=zone, frame_base=s.level_base))
+            per = {
+                side: [run[s.scene][zone] for run in totals[side] if zone in run.get(s.scene, {})]
+                for side in totals
+            }
+            rows.append(
+                decide_counts(
+                    s.scene,
+                    per["base"],
+                    per["new"],
+                    threshold=threshold,
+                    metric=metric,
+                    zone=zone,
+                    frame_base=s.level_base,
+                )
+            )
     return tuple(rows)
 
 

@@ -1,13 +1,16 @@
-"""The one comparison of two sides: what compare, ab, report, bisect, the pytest plugin and CI render.
+"""The one comparison of two sides: what compare, ab, report, bisect, the pytest plugin and CI
+render.
 
-A side is a trace file, a directory of traces (one per run), or one side of a ``katra3d ab`` output directory.
-:func:`open_sides` resolves the two sides (``compare DIR`` of an ab directory names both), opens every trace
-once, pairs the runs round by round when both sides are one ab output's (its ``ab.json``), and reads the
-stopping rule ``ab --until-decided`` recorded there. :func:`compare_sides` then decides timing (the decision
-model of :func:`~katra_trace.analysis.compare.compare_traces`) and images (the image rule of
-:mod:`katra_trace.analysis.images`) and returns one typed :class:`ComparisonResult`: the metric, the per-run
-statistic, each scene's levels, interval, verdict (:class:`~katra_trace.analysis.verdict.Verdict`), reason and
-what would settle it, the image verdicts, and the exit code. Commands print it; none decides anything itself.
+A side is a trace file, a directory of traces (one per run), or one side of a ``katra3d ab`` output
+directory. :func:`open_sides` resolves the two sides (``compare DIR`` of an ab directory names
+both), opens every trace once, pairs the runs round by round when both sides are one ab output's
+(its ``ab.json``), and reads the stopping rule ``ab --until-decided`` recorded there.
+:func:`compare_sides` then decides timing (the decision model of
+:func:`~katra_trace.analysis.compare.compare_traces`) and images (the image rule of
+:mod:`katra_trace.analysis.images`) and returns one typed :class:`ComparisonResult`: the metric, the
+per-run statistic, each scene's levels, interval, verdict
+(:class:`~katra_trace.analysis.verdict.Verdict`), reason and what would settle it, the image
+verdicts, and the exit code. Commands print it; none decides anything itself.
 """
 
 from __future__ import annotations
@@ -29,25 +32,28 @@ from katra_trace.analysis.images import (
 from katra_trace.analysis.sequential import SequentialRule, Settled
 from katra_trace.analysis.verdict import Comparison, Verdict
 from katra_trace.errors import ConfigError
-from katra_trace.metrics import is_count
 from katra_trace.io.reader import Trace
 from katra_trace.io.tracesets import AB_MANIFEST, ab_pairs, open_trace_sets, read_ab_manifest
+from katra_trace.metrics import is_count
 
-
-#: An ab output directory (resolved) and its manifest, read once: what pairs the rounds and holds the rule.
+#: An ab output directory (resolved) and its manifest, read once: what pairs the rounds and holds
+#: the rule.
 AbRecord = tuple[Path, dict[str, Any]]
 
 
 def resolve_sides(base: str, new: str | None) -> tuple[str, str, AbRecord | None]:
-    """BASE and NEW paths (``compare DIR`` of an ab output directory names its two sides), and the ab output
-    directory and its manifest when BASE and NEW are its two sides (its ``ab.json`` read once)."""
+    """BASE and NEW paths (``compare DIR`` of an ab output directory names its two sides), and the
+    ab output directory and its manifest when BASE and NEW are its two sides (its ``ab.json`` read
+    once)."""
     known: AbRecord | None = None
     if new is None:
         root = Path(base)
         manifest = read_ab_manifest(root) if root.is_dir() else None
         if manifest is None:
-            raise ConfigError(f"compare needs BASE and NEW, or the output directory of 'katra3d ab' "
-                              f"(with {AB_MANIFEST}); {base!r} is neither")
+            raise ConfigError(
+                f"compare needs BASE and NEW, or the output directory of 'katra3d ab' "
+                f"(with {AB_MANIFEST}); {base!r} is neither"
+            )
         base = str(root / str(manifest.get("base_dir", "base")))
         new = str(root / str(manifest.get("new_dir", "new")))
         known = (root.resolve(), manifest)
@@ -67,13 +73,17 @@ def _common_parent(base: str, new: str) -> Path | None:
 def _own_sides(base: str, new: str, root: Path, manifest: dict[str, Any]) -> AbRecord | None:
     """``(root, manifest)`` when the manifest names BASE and NEW as its sides."""
     names = (Path(base).resolve().name, Path(new).resolve().name)
-    return (root, manifest) if (manifest.get("base_dir"), manifest.get("new_dir")) == names else None
+    return (
+        (root, manifest) if (manifest.get("base_dir"), manifest.get("new_dir")) == names else None
+    )
 
 
-def round_pairs(ab: AbRecord | None, base_paths: Sequence[Path], new_paths: Sequence[Path]
-                ) -> tuple[list[tuple[int, int]] | None, list[str]]:
-    """The rounds of ``katra3d ab`` as (BASE index, NEW index) pairs of ``base_paths`` and ``new_paths``
-    when BASE and NEW are one ab output's sides (``ab``; None: unpaired), and the note that says so."""
+def round_pairs(
+    ab: AbRecord | None, base_paths: Sequence[Path], new_paths: Sequence[Path]
+) -> tuple[list[tuple[int, int]] | None, list[str]]:
+    """The rounds of ``katra3d ab`` as (BASE index, NEW index) pairs of ``base_paths`` and
+    ``new_paths`` when BASE and NEW are one ab output's sides (``ab``; None: unpaired), and the note
+    that says so."""
     if ab is None:
         return None, []
     root, manifest = ab
@@ -84,24 +94,29 @@ def round_pairs(ab: AbRecord | None, base_paths: Sequence[Path], new_paths: Sequ
     left = len(base_paths) + len(new_paths) - 2 * len(pairs)
     if not pairs:
         return None, [f"{manifest_path} pairs none of these traces: compared unpaired"]
-    return pairs, [f"paired: {len(pairs)} round(s) from {manifest_path}"
-                   + (f"; {left} trace(s) outside a complete round left out" if left else "")]
+    return pairs, [
+        f"paired: {len(pairs)} round(s) from {manifest_path}"
+        + (f"; {left} trace(s) outside a complete round left out" if left else "")
+    ]
 
 
 def recorded_rule(manifest: dict[str, Any]) -> tuple[SequentialRule | None, Settled | None]:
-    """The stopping rule an ``ab --until-decided`` output directory recorded in its ab.json (``manifest``), and
-    why its rounds stopped (None, None for fixed rounds; no stop yet for an interrupted one). ConfigError
-    when a record is not what the rounds loop writes."""
+    """The stopping rule an ``ab --until-decided`` output directory recorded in its ab.json
+    (``manifest``), and why its rounds stopped (None, None for fixed rounds; no stop yet for an
+    interrupted one). ConfigError when a record is not what the rounds loop writes."""
     if manifest.get("sequential") is None:
         return None, None
     stop = manifest.get("stop")
-    return SequentialRule.from_json(manifest["sequential"]), None if stop is None else Settled.from_dict(stop)
+    return SequentialRule.from_json(
+        manifest["sequential"]
+    ), None if stop is None else Settled.from_dict(stop)
 
 
 @dataclasses.dataclass(frozen=True)
 class Sides:
-    """Two sides, resolved and opened: their paths, traces, round pairing (None: unpaired), the stopping rule
-    ab recorded (None: fixed rounds), and notes (pairing) and damaged-trace lines for the output."""
+    """Two sides, resolved and opened: their paths, traces, round pairing (None: unpaired), the
+    stopping rule ab recorded (None: fixed rounds), and notes (pairing) and damaged-trace lines for
+    the output."""
 
     base: str
     new: str
@@ -114,53 +129,82 @@ class Sides:
     damaged: tuple[str, ...] = ()
 
 
-def open_sides(base: str | Sequence[str], new: str | Sequence[str] | None = None, *, unpaired: bool = False,
-               verb: str = "comparing") -> Sides:
-    """Resolve and open both sides (see the module docstring); ConfigError for a side that is no trace. A side
-    given as several paths (``report --baseline A --baseline B``) is all their traces, never paired."""
+def open_sides(
+    base: str | Sequence[str],
+    new: str | Sequence[str] | None = None,
+    *,
+    unpaired: bool = False,
+    verb: str = "comparing",
+) -> Sides:
+    """Resolve and open both sides (see the module docstring); ConfigError for a side that is no
+    trace. A side given as several paths (``report --baseline A --baseline B``) is all their traces,
+    never paired."""
     if not isinstance(base, str) or (new is not None and not isinstance(new, str)):
-        base_args, new_args = [base] if isinstance(base, str) else list(base), \
-            [new] if isinstance(new, str) else list(new or ())
+        base_args, new_args = (
+            [base] if isinstance(base, str) else list(base),
+            [new] if isinstance(new, str) else list(new or ()),
+        )
         if len(base_args) == len(new_args) == 1:
             return open_sides(base_args[0], new_args[0], unpaired=unpaired, verb=verb)
         base_traces, damaged_b = open_trace_sets(base_args, verb)
         new_traces, damaged_n = open_trace_sets(new_args, verb)
-        return Sides(", ".join(base_args), ", ".join(new_args), tuple(base_traces), tuple(new_traces),
-                     damaged=(*damaged_b, *damaged_n))
+        return Sides(
+            ", ".join(base_args),
+            ", ".join(new_args),
+            tuple(base_traces),
+            tuple(new_traces),
+            damaged=(*damaged_b, *damaged_n),
+        )
     base, new, ab = resolve_sides(base, new)
     base_traces, damaged_b = open_trace_sets([base], verb)
     new_traces, damaged_n = open_trace_sets([new], verb)
-    pairs, notes = round_pairs(None if unpaired else ab, [t.path for t in base_traces],
-                               [t.path for t in new_traces])
+    pairs, notes = round_pairs(
+        None if unpaired else ab, [t.path for t in base_traces], [t.path for t in new_traces]
+    )
     rule, stop = recorded_rule(ab[1]) if pairs is not None and ab is not None else (None, None)
-    return Sides(base, new, tuple(base_traces), tuple(new_traces), None if pairs is None else tuple(pairs), rule,
-                 stop, tuple(notes), (*damaged_b, *damaged_n))
+    return Sides(
+        base,
+        new,
+        tuple(base_traces),
+        tuple(new_traces),
+        None if pairs is None else tuple(pairs),
+        rule,
+        stop,
+        tuple(notes),
+        (*damaged_b, *damaged_n),
+    )
 
 
 def separate_batches(sides: Sides) -> str | None:
-    """The note that says the two sides were captured in separate batches (every run of one side before every
-    run of the other, by their capture start times, and not paired as ab's rounds): a drift of the machine
-    between the batches (another load, a warmer CPU) then shows as a change. None when the runs interleave,
-    are paired, or do not all record a start time."""
+    """The note that says the two sides were captured in separate batches (every run of one side
+    before every run of the other, by their capture start times, and not paired as ab's rounds): a
+    drift of the machine between the batches (another load, a warmer CPU) then shows as a change.
+    None when the runs interleave, are paired, or do not all record a start time."""
     if sides.pairs is not None:
         return None
-    starts = [[t.header.start_wall_ns for t in traces] for traces in (sides.base_traces, sides.new_traces)]
+    starts = [
+        [t.header.start_wall_ns for t in traces] for traces in (sides.base_traces, sides.new_traces)
+    ]
     if not all(starts) or any(v is None for side in starts for v in side):
         return None
     base, new = ([int(v) for v in side if v is not None] for side in starts)
     if max(base) < min(new) or max(new) < min(base):
         first = "BASE" if max(base) < min(new) else "NEW"
-        return (f"the sides were captured in separate batches ({first}'s {len(base if first == 'BASE' else new)} "
-                f"run(s) all before the other's): time intervals allow for the machine's drift between "
-                f"batches (docs/stats.md); katra3d ab interleaves the runs")
+        return (
+            f"the sides were captured in separate batches ({first}'s "
+            f"{len(base if first == 'BASE' else new)} "
+            f"run(s) all before the other's): time intervals allow for the machine's drift between "
+            f"batches (docs/stats.md); katra3d ab interleaves the runs"
+        )
     return None
 
 
 @dataclasses.dataclass(frozen=True)
 class ComparisonResult:
-    """One comparison, as every surface renders it: the timing decision (:class:`Comparison`: metric, per-run
-    statistic, and per scene its levels, interval, verdict, reason and ``runs_needed``), the image verdicts under
-    ``image_policy``, the stopping rule ab recorded (``sequential``), and the exit code of both."""
+    """One comparison, as every surface renders it: the timing decision (:class:`Comparison`:
+    metric, per-run statistic, and per scene its levels, interval, verdict, reason and
+    ``runs_needed``), the image verdicts under ``image_policy``, the stopping rule ab recorded
+    (``sequential``), and the exit code of both."""
 
     base: str
     new: str
@@ -169,12 +213,17 @@ class ComparisonResult:
     image_policy: str
     sequential: Mapping[str, Any] | None = None
     #: each side's kept frames by scene (what ``--image-diff`` draws); not part of the JSON
-    base_images: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
-    new_images: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    base_images: Mapping[str, Any] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False
+    )
+    new_images: Mapping[str, Any] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @property
     def exit_code(self) -> int:
-        """1 a regression (timing, or an image under the gate policy), 2 nothing comparable, else 0."""
+        """1 a regression (timing, or an image under the gate policy), 2
+        nothing comparable, else 0."""
         return exit_code_with_images(self.timing.exit_code, self.images, self.image_policy)
 
     def as_dict(self) -> dict[str, Any]:
@@ -182,32 +231,57 @@ class ComparisonResult:
         out = dict(self.timing.as_dict(), base=self.base, new=self.new)
         if self.sequential is not None:
             out["sequential"] = dict(self.sequential)
-        out.update({"image_policy": self.image_policy, "images": {s: v.as_dict() for s, v in self.images.items()},
-                    "exit_code": self.exit_code})
+        out.update(
+            {
+                "image_policy": self.image_policy,
+                "images": {s: v.as_dict() for s, v in self.images.items()},
+                "exit_code": self.exit_code,
+            }
+        )
         return out
 
 
-def compare_sides(sides: Sides, *, image_policy: str = "gate", image_limits: ImageThresholds | None = None,
-                  alpha: float = DEFAULT_ALPHA, threshold_pct: float | None = None,
-                  **options: Any) -> ComparisonResult:
-    """Decide timing and images of two opened sides. ``options`` are :func:`compare_traces`' other keyword
-    arguments (metric, run_stat, normalize, allow_*). A recorded stopping rule decides with its own alpha and
-    threshold (a note says when the ones given differ), as it did when ab stopped its rounds."""
+def compare_sides(
+    sides: Sides,
+    *,
+    image_policy: str = "gate",
+    image_limits: ImageThresholds | None = None,
+    alpha: float = DEFAULT_ALPHA,
+    threshold_pct: float | None = None,
+    **options: Any,
+) -> ComparisonResult:
+    """Decide timing and images of two opened sides. ``options`` are :func:`compare_traces`' other
+    keyword arguments (metric, run_stat, normalize, allow_*). A recorded stopping rule decides with
+    its own alpha and threshold (a note says when the ones given differ), as it did when ab stopped
+    its rounds."""
     notes = list(sides.notes)
     sequential: dict[str, Any] | None = None
     if sides.rule is not None:
         rule = sides.rule
-        sequential = {"rule": rule.to_json(), "stop": None if sides.stop is None else sides.stop.as_dict()}
+        sequential = {
+            "rule": rule.to_json(),
+            "stop": None if sides.stop is None else sides.stop.as_dict(),
+        }
         if sides.stop is not None:
             notes.append(f"ab --until-decided: {sides.stop.reason}")
         if alpha != rule.alpha or threshold_pct not in (None, rule.threshold_pct):
             thr = "the default" if rule.threshold_pct is None else f"{rule.threshold_pct:g}%"
-            notes.append(f"the stopping rule recorded in {AB_MANIFEST} decides, with its alpha {rule.alpha:g} and "
-                         f"threshold {thr}; --alpha and --threshold given here are not used")
+            notes.append(
+                f"the stopping rule recorded in {AB_MANIFEST} decides, with its alpha "
+                f"{rule.alpha:g} and "
+                f"threshold {thr}; --alpha and --threshold given here are not used"
+            )
     batches = separate_batches(sides)
-    timing = compare_traces(list(sides.base_traces), list(sides.new_traces),
-                            pairs=None if sides.pairs is None else list(sides.pairs), sequential=sides.rule,
-                            alpha=alpha, threshold_pct=threshold_pct, separate_batches=bool(batches), **options)
+    timing = compare_traces(
+        list(sides.base_traces),
+        list(sides.new_traces),
+        pairs=None if sides.pairs is None else list(sides.pairs),
+        sequential=sides.rule,
+        alpha=alpha,
+        threshold_pct=threshold_pct,
+        separate_batches=bool(batches),
+        **options,
+    )
     if batches and not is_count(timing.metric):  # counts do not drift with the machine
         notes.append(batches)
     if notes:
@@ -216,15 +290,39 @@ def compare_sides(sides: Sides, *, image_policy: str = "gate", image_limits: Ima
     base_images: dict[str, Any] = {}
     new_images: dict[str, Any] = {}
     if image_policy != "off":
-        base_images, new_images = dict(side_images(sides.base_traces)), dict(side_images(sides.new_traces))
+        base_images, new_images = (
+            dict(side_images(sides.base_traces)),
+            dict(side_images(sides.new_traces)),
+        )
         order = [s.scene for s in timing.scenes]
-        images = image_verdicts(base_images, new_images, image_limits or ImageThresholds(),
-                                scenes=dict.fromkeys([*(s for s in order if s in base_images or s in new_images),
-                                                      *base_images, *new_images]),
-                                not_comparable={s.scene: s.reason for s in timing.scenes
-                                                if s.verdict is Verdict.INCOMPARABLE})
-    return ComparisonResult(sides.base, sides.new, timing, images, image_policy, sequential, base_images, new_images)
+        images = image_verdicts(
+            base_images,
+            new_images,
+            image_limits or ImageThresholds(),
+            scenes=dict.fromkeys(
+                [
+                    *(s for s in order if s in base_images or s in new_images),
+                    *base_images,
+                    *new_images,
+                ]
+            ),
+            not_comparable={
+                s.scene: s.reason for s in timing.scenes if s.verdict is Verdict.INCOMPARABLE
+            },
+        )
+    return ComparisonResult(
+        sides.base, sides.new, timing, images, image_policy, sequential, base_images, new_images
+    )
 
 
-__all__ = ["AbRecord", "ComparisonResult", "Sides", "compare_sides", "open_sides", "recorded_rule",
-           "resolve_sides", "round_pairs", "separate_batches"]
+__all__ = [
+    "AbRecord",
+    "ComparisonResult",
+    "Sides",
+    "compare_sides",
+    "open_sides",
+    "recorded_rule",
+    "resolve_sides",
+    "round_pairs",
+    "separate_batches",
+]

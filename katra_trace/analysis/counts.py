@@ -17,7 +17,13 @@ from typing import Any
 import numpy as np
 
 from katra_trace.analysis.defaults import COUNT_JITTER_PER_FRAME
-from katra_trace.analysis.intervals import clean_runs, cv, frame_figures, geometric_mean, interval_verdict
+from katra_trace.analysis.intervals import (
+    clean_runs,
+    cv,
+    frame_figures,
+    geometric_mean,
+    interval_verdict,
+)
 from katra_trace.analysis.verdict import SceneComparison, Verdict
 from katra_trace.units import format_change_pct
 
@@ -40,8 +46,8 @@ def _run_offsets(runs: Sequence[np.ndarray]) -> list[float]:
 
 
 def _frames_match(b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]) -> bool:
-    """Whether both sides have runs and every run of both has the same number of frames (frame i of one
-    run can be set against frame i of another)."""
+    """Whether both sides have runs and every run of both has the same number of frames (frame i of
+    one run can be set against frame i of another)."""
     return bool(b_runs) and bool(n_runs) and len({r.size for r in (*b_runs, *n_runs)}) == 1
 
 
@@ -63,8 +69,14 @@ def noise_floor(b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]) -> t
     sides = [r for r in (b_runs, n_runs) if len(r) >= 2]
     if sides:
         matched = _frames_match(b_runs, n_runs)
-        sds = [float(np.array(_run_offsets(runs) if matched else np.log([np.median(x) for x in runs])).std(ddof=1))
-               for runs in sides]
+        sds = [
+            float(
+                np.array(
+                    _run_offsets(runs) if matched else np.log([np.median(x) for x in runs])
+                ).std(ddof=1)
+            )
+            for runs in sides
+        ]
         return max(sds), "across runs"
     if len(b_runs) == len(n_runs) == 1 and b_runs[0].size == n_runs[0].size:
         return _robust_rel_spread(n_runs[0] / b_runs[0]), "across matched steady frames"
@@ -72,8 +84,9 @@ def noise_floor(b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]) -> t
     return max(spreads), "across steady frames"
 
 
-def matched_profiles(b_runs: Sequence[np.ndarray],
-                     n_runs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+def matched_profiles(
+    b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray] | None:
     """Each side's frame-by-frame profile (frame i's median over the side's runs) when every run of
     both sides has the same number of frames, else None (the frames cannot be matched by index)."""
     if not _frames_match(b_runs, n_runs):
@@ -81,9 +94,16 @@ def matched_profiles(b_runs: Sequence[np.ndarray],
     return np.median(np.stack(b_runs), axis=0), np.median(np.stack(n_runs), axis=0)
 
 
-def decide_counts(scene: str, base_runs: Sequence[np.ndarray], new_runs: Sequence[np.ndarray], *,
-                  threshold: float, metric: str, zone: str = "",
-                  frame_base: float | None = None) -> SceneComparison:
+def decide_counts(
+    scene: str,
+    base_runs: Sequence[np.ndarray],
+    new_runs: Sequence[np.ndarray],
+    *,
+    threshold: float,
+    metric: str,
+    zone: str = "",
+    frame_base: float | None = None,
+) -> SceneComparison:
     """Verdict of a deterministic count metric (instructions, cycles) for one scene or zone.
 
     ``frame_base``: for a zone, the scene's BASE count per frame. A zone is then
@@ -94,13 +114,24 @@ def decide_counts(scene: str, base_runs: Sequence[np.ndarray], new_runs: Sequenc
     b_runs, n_runs = clean_runs(base_runs), clean_runs(new_runs)
     b_all = np.concatenate(b_runs) if b_runs else np.empty(0)
     n_all = np.concatenate(n_runs) if n_runs else np.empty(0)
-    m: dict[str, Any] = {"scene": scene, "zone": zone, "metric": metric, "value_unit": metric,
-                         "unit": "counts", "runs_base": len(b_runs), "runs_new": len(n_runs),
-                         "frames_base": int(b_all.size), "frames_new": int(n_all.size)}
+    m: dict[str, Any] = {
+        "scene": scene,
+        "zone": zone,
+        "metric": metric,
+        "value_unit": metric,
+        "unit": "counts",
+        "runs_base": len(b_runs),
+        "runs_new": len(n_runs),
+        "frames_base": int(b_all.size),
+        "frames_new": int(n_all.size),
+    }
     if min(b_all.size, n_all.size) < MIN_FRAMES_COUNTS:
         side = "BASE" if b_all.size == 0 else "NEW"
-        return SceneComparison(**dict(m, verdict=Verdict.INCOMPARABLE,
-                                      reason=f"missing in {side} (no measured frames)"))
+        return SceneComparison(
+            **dict(
+                m, verdict=Verdict.INCOMPARABLE, reason=f"missing in {side} (no measured frames)"
+            )
+        )
     med_b = np.array([np.median(r) for r in b_runs])
     med_n = np.array([np.median(r) for r in n_runs])
     floor, source = noise_floor(b_runs, n_runs)
@@ -111,8 +142,14 @@ def decide_counts(scene: str, base_runs: Sequence[np.ndarray], new_runs: Sequenc
         own = float(np.log(med_n).mean()) - float(np.log(med_b).mean())
     level_b, level_n = geometric_mean(med_b), geometric_mean(med_n)
     m.update(frame_figures(b_all, n_all, count=True))
-    m.update(level_base=level_b, level_new=level_n, ratio=math.exp(own), noise_floor_pct=floor * 100,
-             run_cv_base=cv(med_b), run_cv_new=cv(med_n))
+    m.update(
+        level_base=level_b,
+        level_new=level_n,
+        ratio=math.exp(own),
+        noise_floor_pct=floor * 100,
+        run_cv_base=cv(med_b),
+        run_cv_new=cv(med_n),
+    )
     est, scale = own, 1.0
     frame_level = level_b
     if frame_base is not None and frame_base > 0:  # a zone: judged on its share of the frame
@@ -133,18 +170,35 @@ def decide_counts(scene: str, base_runs: Sequence[np.ndarray], new_runs: Sequenc
         change += f" in this zone, {format_change_pct(math.expm1(est) * 100, 2)} of the frame"
     floor_txt = f"noise floor {floor * 100:.3g}% {source}"
     if jitter > NOISE_FLOOR_FACTOR * floor * scale:
-        floor_txt += (f"; cross-process jitter {COUNT_JITTER_PER_FRAME:,} {metric} a frame, "
-                      f"{math.expm1(jitter) * 100:.3g}% of this frame")
-    band = f"[{format_change_pct(math.expm1(lo) * 100, 2)}, {format_change_pct(math.expm1(hi) * 100, 2)}]"
+        floor_txt += (
+            f"; cross-process jitter {COUNT_JITTER_PER_FRAME:,} {metric} a frame, "
+            f"{math.expm1(jitter) * 100:.3g}% of this frame"
+        )
+    band = (
+        f"[{format_change_pct(math.expm1(lo) * 100, 2)}, "
+        f"{format_change_pct(math.expm1(hi) * 100, 2)}]"
+    )
     verdict = interval_verdict(est, lo, hi, threshold)
     if verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
-        return SceneComparison(**dict(m, verdict=verdict, reason=f"{change} (threshold {thr_pct:g}%, {floor_txt})"))
+        return SceneComparison(
+            **dict(m, verdict=verdict, reason=f"{change} (threshold {thr_pct:g}%, {floor_txt})")
+        )
     if verdict is Verdict.UNCHANGED:
-        return SceneComparison(**dict(m, verdict=verdict, reason=f"{change}, within +-{thr_pct:g}% ({floor_txt})"))
-    why = (f"the {floor_txt} is too large for a {thr_pct:g}% threshold"
-           if 2 * spread >= math.log1p(threshold)
-           else f"the band {band} ({floor_txt}) reaches the +-{thr_pct:g}% threshold")
+        return SceneComparison(
+            **dict(m, verdict=verdict, reason=f"{change}, within +-{thr_pct:g}% ({floor_txt})")
+        )
+    why = (
+        f"the {floor_txt} is too large for a {thr_pct:g}% threshold"
+        if 2 * spread >= math.log1p(threshold)
+        else f"the band {band} ({floor_txt}) reaches the +-{thr_pct:g}% threshold"
+    )
     return SceneComparison(**dict(m, verdict=Verdict.INCONCLUSIVE, reason=f"{change}: {why}"))
 
 
-__all__ = ["MIN_FRAMES_COUNTS", "NOISE_FLOOR_FACTOR", "decide_counts", "matched_profiles", "noise_floor"]
+__all__ = [
+    "MIN_FRAMES_COUNTS",
+    "NOISE_FLOOR_FACTOR",
+    "decide_counts",
+    "matched_profiles",
+    "noise_floor",
+]

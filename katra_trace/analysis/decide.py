@@ -54,7 +54,12 @@ from typing import Any
 import numpy as np
 
 from katra_trace.analysis.counts import NOISE_FLOOR_FACTOR, decide_counts
-from katra_trace.analysis.defaults import DEFAULT_ALPHA, check_alpha, check_threshold_pct, default_threshold_pct
+from katra_trace.analysis.defaults import (
+    DEFAULT_ALPHA,
+    check_alpha,
+    check_threshold_pct,
+    default_threshold_pct,
+)
 from katra_trace.analysis.intervals import (
     MIN_RUNS,
     TInterval,
@@ -83,22 +88,37 @@ MIN_RUNS_FOR_RUN_LEVEL = MIN_RUNS
 
 
 def run_level(values: np.ndarray, stat: str = "median") -> float:
-    """One run's level on a time metric: the median of its frames, or their 10th percentile (``p10``)."""
+    """One run's level on a time metric: the median of its frames, or their 10th percentile
+    (``p10``).
+    """
     if check_run_stat(stat) == "p10":
         return float(np.percentile(values, 10))
     return float(np.median(values))
 
 
-def _measure_time(scene: str, b_runs: list[np.ndarray], n_runs: list[np.ndarray], paired: bool,
-                  alpha: float, metric: str, value_unit: str, run_stat: str = "median",
-                  drift_sd: float = 0.0) -> dict[str, Any]:
+def _measure_time(
+    scene: str,
+    b_runs: list[np.ndarray],
+    n_runs: list[np.ndarray],
+    paired: bool,
+    alpha: float,
+    metric: str,
+    value_unit: str,
+    run_stat: str = "median",
+    drift_sd: float = 0.0,
+) -> dict[str, Any]:
     """Effect, one-sided p, interval and side figures of one scene (no verdict yet)."""
     b_all, n_all = np.concatenate(b_runs), np.concatenate(n_runs)
     out: dict[str, Any] = {
-        "scene": scene, "metric": metric, "value_unit": value_unit, "paired": paired,
+        "scene": scene,
+        "metric": metric,
+        "value_unit": value_unit,
+        "paired": paired,
         "unit": "rounds" if paired else "runs",
-        "runs_base": len(b_runs), "runs_new": len(n_runs),
-        "frames_base": int(b_all.size), "frames_new": int(n_all.size),
+        "runs_base": len(b_runs),
+        "runs_new": len(n_runs),
+        "frames_base": int(b_all.size),
+        "frames_new": int(n_all.size),
         "confidence": 1.0 - 2.0 * alpha,
     }
     # frame pacing (p99, 1 % low, stutter) is in ms: not for values in other units (x reference)
@@ -107,8 +127,13 @@ def _measure_time(scene: str, b_runs: list[np.ndarray], n_runs: list[np.ndarray]
     med_n = np.array([run_level(r, run_stat) for r in n_runs])
     lb, ln = np.log(med_b), np.log(med_n)
     scale = 1e-6 if value_unit == "ms" else 1.0
-    out.update(run_cv_base=cv(med_b), run_cv_new=cv(med_n), stat=run_stat,
-               level_base=geometric_mean(med_b) * scale, level_new=geometric_mean(med_n) * scale)
+    out.update(
+        run_cv_base=cv(med_b),
+        run_cv_new=cv(med_n),
+        stat=run_stat,
+        level_base=geometric_mean(med_b) * scale,
+        level_new=geometric_mean(med_n) * scale,
+    )
     if value_unit == "ms":
         out.update(level_base_ms=out["level_base"], level_new_ms=out["level_new"])
     if min(len(b_runs), len(n_runs)) < MIN_RUNS:
@@ -121,8 +146,13 @@ def _measure_time(scene: str, b_runs: list[np.ndarray], n_runs: list[np.ndarray]
         out["drift_allowance_pct"] = 100.0 * math.expm1(drift_sd)
         out["_drift_sd"] = drift_sd
     lo, hi = t.interval(out["confidence"])
-    out.update(ratio=math.exp(t.estimate), ci_low=math.exp(lo), ci_high=math.exp(hi),
-               p_value=t.p_directional(), dof=t.dof)
+    out.update(
+        ratio=math.exp(t.estimate),
+        ci_low=math.exp(lo),
+        ci_high=math.exp(hi),
+        p_value=t.p_directional(),
+        dof=t.dof,
+    )
     if paired:
         out["pair_cv"] = float((ln - lb).std(ddof=1))
         out["_sd_log"] = out["pair_cv"]
@@ -133,8 +163,9 @@ def _measure_time(scene: str, b_runs: list[np.ndarray], n_runs: list[np.ndarray]
     return out
 
 
-def _decide_time(m: dict[str, Any], p_holm: float, threshold: float, alpha: float,
-                 n_tests: int) -> SceneComparison:
+def _decide_time(
+    m: dict[str, Any], p_holm: float, threshold: float, alpha: float, n_tests: int
+) -> SceneComparison:
     """Turn measured figures and the Holm-adjusted p into a verdict (rule in the module doc)."""
     sd_log = m.pop("_sd_log", math.nan)
     drift_sd = m.pop("_drift_sd", 0.0)
@@ -144,18 +175,34 @@ def _decide_time(m: dict[str, Any], p_holm: float, threshold: float, alpha: floa
     base = dict(m, p_holm=p_holm)
     word = "rounds" if m["paired"] else "runs"
     if min(m["frames_base"], m["frames_new"]) < MIN_FRAMES:
-        return SceneComparison(**dict(base, verdict=Verdict.INCONCLUSIVE, frames_needed=MIN_FRAMES,
-                                      reason=f"too few frames ({m['frames_base']} base, {m['frames_new']} new; "
-                                             f"need >= {MIN_FRAMES} a side)"))
+        return SceneComparison(
+            **dict(
+                base,
+                verdict=Verdict.INCONCLUSIVE,
+                frames_needed=MIN_FRAMES,
+                reason=f"too few frames ({m['frames_base']} base, {m['frames_new']} new; "
+                f"need >= {MIN_FRAMES} a side)",
+            )
+        )
     if unit == "frames":
         frames = f"{format_change(m['frame_ratio'])} (p={m['frame_p_value']:.2g})"
-        return SceneComparison(**dict(
-            base, verdict=Verdict.INCONCLUSIVE, runs_needed=MIN_RUNS,
-            reason=f"run-to-run noise unknown ({m['runs_base']} vs {m['runs_new']} {word}): need >= {MIN_RUNS} "
-                   f"{word} a side (katra3d ab); frames, for information only: {frames}",
-            notes=(f"with fewer than {MIN_RUNS} runs a side a time metric never gives a verdict: frames of "
-                   "one run share that run's luck, and 11 of 40 single-run A/A comparisons measured on "
-                   "llvmpipe said 'regression' (docs/stats.md)",)))
+        return SceneComparison(
+            **dict(
+                base,
+                verdict=Verdict.INCONCLUSIVE,
+                runs_needed=MIN_RUNS,
+                reason=f"run-to-run noise unknown ({m['runs_base']} vs {m['runs_new']} {word}): "
+                f"need >= {MIN_RUNS} "
+                f"{word} a side (katra3d ab); frames, for information only: {frames}",
+                notes=(
+                    f"with fewer than {MIN_RUNS} runs a side a time metric never gives a verdict: "
+                    "frames of "
+                    "one run share that run's luck, and 11 of 40 single-run A/A comparisons "
+                    "measured on "
+                    "llvmpipe said 'regression' (docs/stats.md)",
+                ),
+            )
+        )
     ratio = m["ratio"]
     change = format_change(ratio)
     lo, hi = m["ci_low"], m["ci_high"]
@@ -164,44 +211,82 @@ def _decide_time(m: dict[str, Any], p_holm: float, threshold: float, alpha: floa
         interval += f" (allowing +-{m['drift_allowance_pct']:.1f}% drift between separate batches)"
     sig = p_holm < alpha
     if sig and ratio >= up:
-        return SceneComparison(**dict(base, verdict=Verdict.REGRESSION,
-                                      reason=f"{change} slower, interval {interval} (p={p_holm:.2g} on {word}, "
-                                             f"threshold {thr_pct:g}%)"))
+        return SceneComparison(
+            **dict(
+                base,
+                verdict=Verdict.REGRESSION,
+                reason=f"{change} slower, interval {interval} (p={p_holm:.2g} on {word}, "
+                f"threshold {thr_pct:g}%)",
+            )
+        )
     if sig and ratio <= down:
-        return SceneComparison(**dict(base, verdict=Verdict.IMPROVEMENT,
-                                      reason=f"{change}, interval {interval} (p={p_holm:.2g} on {word}, "
-                                             f"threshold {thr_pct:g}%)"))
+        return SceneComparison(
+            **dict(
+                base,
+                verdict=Verdict.IMPROVEMENT,
+                reason=f"{change}, interval {interval} (p={p_holm:.2g} on {word}, "
+                f"threshold {thr_pct:g}%)",
+            )
+        )
     if down < lo and hi < up:
-        return SceneComparison(**dict(base, verdict=Verdict.UNCHANGED,
-                                      reason=f"{change}; interval {interval} within +-{thr_pct:g}%"))
+        return SceneComparison(
+            **dict(
+                base,
+                verdict=Verdict.UNCHANGED,
+                reason=f"{change}; interval {interval} within +-{thr_pct:g}%",
+            )
+        )
     margin = settling_margin(math.log(ratio), threshold)
     needed = runs_needed(sd_log, margin, alpha, n_tests, m["paired"], drift_sd)
     have = min(m["runs_base"], m["runs_new"])
     if needed is not None:
         needed = max(needed, have + 1)
-    why = (f"significant but below the {thr_pct:g}% threshold, and the interval {interval} does not rule "
-           f"out {thr_pct:g}%" if sig else f"interval {interval}, p={p_holm:.2g}")
+    why = (
+        f"significant but below the {thr_pct:g}% threshold, and the interval {interval} does not "
+        "rule "
+        f"out {thr_pct:g}%"
+        if sig
+        else f"interval {interval}, p={p_holm:.2g}"
+    )
     cv = sd_log * 100
     if needed:
         need = f"~{needed} {word} a side would decide about the {change} seen"
     elif drift_sd and runs_needed(sd_log, margin, alpha, n_tests, m["paired"]) is not None:
-        need = (f"no number of runs outweighs the +-{m['drift_allowance_pct']:.1f}% drift allowed between sides "
-                f"captured in separate batches: katra3d ab interleaves the runs")
+        need = (
+            f"no number of runs outweighs the +-{m['drift_allowance_pct']:.1f}% drift allowed "
+            "between sides "
+            f"captured in separate batches: katra3d ab interleaves the runs"
+        )
     else:
         need = f"no number of {word} decides a change this close to the {thr_pct:g}% threshold"
-    return SceneComparison(**dict(
-        base, verdict=Verdict.INCONCLUSIVE, runs_needed=needed,
-        reason=f"{change}: {why}; {'round-to-round' if m['paired'] else 'run-to-run'} spread {cv:.1f}%: "
-               f"{need}"))
+    return SceneComparison(
+        **dict(
+            base,
+            verdict=Verdict.INCONCLUSIVE,
+            runs_needed=needed,
+            reason=f"{change}: {why}; {'round-to-round' if m['paired'] else 'run-to-run'} spread "
+            f"{cv:.1f}%: "
+            f"{need}",
+        )
+    )
 
 
 def _decide_sequential(m: dict[str, Any], rule: SequentialRule, n_tests: int) -> SceneComparison:
-    """The verdict of paired rounds under a stopping rule for repeated looks (``ab --until-decided``): the
-    rule's repeated interval in place of the fixed-sample one (docs/stats.md, "Stopping when decided")."""
+    """The verdict of paired rounds under a stopping rule for repeated looks (``ab
+    --until-decided``): the rule's repeated interval in place of the fixed-sample one
+    (docs/stats.md, "Stopping when decided")."""
     m.pop("_sd_log", None)
     seen = look(rule, m.pop("_log_ratios"), tests=n_tests)
-    return SceneComparison(**dict(m, verdict=seen.verdict, reason=f"sequential: {seen.reason}",
-                                  ci_low=seen.ci_low, ci_high=seen.ci_high, confidence=seen.confidence))
+    return SceneComparison(
+        **dict(
+            m,
+            verdict=seen.verdict,
+            reason=f"sequential: {seen.reason}",
+            ci_low=seen.ci_low,
+            ci_high=seen.ci_high,
+            confidence=seen.confidence,
+        )
+    )
 
 
 # --------------------------------------------------------------------------- entry point
@@ -237,11 +322,15 @@ def compare_runs(
             metric's name for counts. Anything else (e.g. ``x reference``) is shown as is.
         run_stat: what reduces a run of a time metric to its level: ``median`` or ``p10``
             (the 10th percentile of its frames). Counts always use the median.
-        sequential: paired rounds of a time metric are judged by this stopping rule for repeated looks
-            (:func:`katra_trace.analysis.sequential.look`, alpha split over the scenes); its alpha and
-            threshold replace ``alpha`` and ``threshold_pct`` (counts too). Unpaired runs ignore it.
-        drift_sd: unpaired runs of a time metric whose sides were captured in separate batches: the drift
-            between batches to allow for (sd of a log ratio; :func:`katra_trace.analysis.intervals.welch`).
+        sequential: paired rounds of a time metric are judged by this stopping rule for repeated
+        looks
+            (:func:`katra_trace.analysis.sequential.look`, alpha split over the scenes); its alpha
+            and threshold replace ``alpha`` and ``threshold_pct`` (counts too). Unpaired runs ignore
+            it.
+        drift_sd: unpaired runs of a time metric whose sides were captured in separate batches: the
+        drift
+            between batches to allow for (sd of a log ratio;
+            :func:`katra_trace.analysis.intervals.welch`).
     """
     del seed
     if sequential is not None:
@@ -260,13 +349,15 @@ def compare_runs(
     measured: dict[str, dict[str, Any]] = {}
     for scene in names:
         if scene in incomparable:
-            results[scene] = SceneComparison(scene=scene, verdict=Verdict.INCOMPARABLE,
-                                             reason=incomparable[scene], metric=metric)
+            results[scene] = SceneComparison(
+                scene=scene, verdict=Verdict.INCOMPARABLE, reason=incomparable[scene], metric=metric
+            )
             continue
         b_src, n_src = base.get(scene, ()), new.get(scene, ())
         if paired:
-            pairs = [(b, n) for b, n in zip(b_src, n_src, strict=True)
-                     if clean(b).size and clean(n).size]
+            pairs = [
+                (b, n) for b, n in zip(b_src, n_src, strict=True) if clean(b).size and clean(n).size
+            ]
             b_runs, n_runs = [clean(b) for b, _ in pairs], [clean(n) for _, n in pairs]
         else:
             b_runs, n_runs = clean_runs(b_src), clean_runs(n_src)
@@ -276,23 +367,40 @@ def compare_runs(
                 reason = "no round has measured frames on both sides"
             else:
                 reason = f"missing in {side} (no measured frames)"
-            results[scene] = SceneComparison(scene=scene, verdict=Verdict.INCOMPARABLE, reason=reason, metric=metric)
+            results[scene] = SceneComparison(
+                scene=scene, verdict=Verdict.INCOMPARABLE, reason=reason, metric=metric
+            )
         elif count:
-            results[scene] = decide_counts(scene, b_runs, n_runs, threshold=threshold, metric=metric)
+            results[scene] = decide_counts(
+                scene, b_runs, n_runs, threshold=threshold, metric=metric
+            )
         else:
-            measured[scene] = _measure_time(scene, b_runs, n_runs, paired, alpha, metric, unit, run_stat,
-                                            drift_sd)
-    tested = [s for s in measured if measured[s]["unit"] != "frames"
-              and min(measured[s]["frames_base"], measured[s]["frames_new"]) >= MIN_FRAMES]
+            measured[scene] = _measure_time(
+                scene, b_runs, n_runs, paired, alpha, metric, unit, run_stat, drift_sd
+            )
+    tested = [
+        s
+        for s in measured
+        if measured[s]["unit"] != "frames"
+        and min(measured[s]["frames_base"], measured[s]["frames_new"]) >= MIN_FRAMES
+    ]
     adjusted = dict(zip(tested, holm([measured[s]["p_value"] for s in tested]), strict=True))
     for scene, m in measured.items():
         if sequential is not None and paired and scene in adjusted:
             results[scene] = _decide_sequential(m, sequential, len(tested))
             continue
         m.pop("_log_ratios", None)
-        results[scene] = _decide_time(m, adjusted.get(scene, math.nan), threshold, alpha, max(len(tested), 1))
-    return Comparison(scenes=tuple(results[s] for s in names), threshold_pct=threshold_pct,
-                      alpha=alpha, metric=metric, paired=paired, run_stat="median" if count else run_stat)
+        results[scene] = _decide_time(
+            m, adjusted.get(scene, math.nan), threshold, alpha, max(len(tested), 1)
+        )
+    return Comparison(
+        scenes=tuple(results[s] for s in names),
+        threshold_pct=threshold_pct,
+        alpha=alpha,
+        metric=metric,
+        paired=paired,
+        run_stat="median" if count else run_stat,
+    )
 
 
 __all__ = [

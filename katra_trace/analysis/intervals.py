@@ -1,10 +1,11 @@
-"""The statistical pieces every decision uses: Holm's correction, t intervals, runs needed, and the interval rule.
+"""The statistical pieces every decision uses: Holm's correction, t intervals, runs needed, and the
+interval rule.
 
-Pure: numpy and scipy.special only (its t and normal functions; scipy.stats takes about a second to import,
-so the frame figures' Mann-Whitney p comes from :mod:`katra_trace.analysis.ranks`).
-:mod:`katra_trace.analysis.decide` (time metrics and the entry point), :mod:`katra_trace.analysis.counts`
-(count metrics) and ``history check`` (:mod:`katra_trace.history.trends`) decide through these; docs/stats.md
-states the rules.
+Pure: numpy and scipy.special only (its t and normal functions; scipy.stats takes about a second to
+import, so the frame figures' Mann-Whitney p comes from :mod:`katra_trace.analysis.ranks`).
+:mod:`katra_trace.analysis.decide` (time metrics and the entry point),
+:mod:`katra_trace.analysis.counts` (count metrics) and ``history check``
+(:mod:`katra_trace.history.trends`) decide through these; docs/stats.md states the rules.
 """
 
 from __future__ import annotations
@@ -43,13 +44,16 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 
 def t_ppf(p: Any, dof: Any) -> Any:
-    """Student's t quantile at probability ``p`` (0 < p <= 1) with ``dof`` degrees of freedom, elementwise:
-    ``scipy.stats.t.ppf``'s value through ``scipy.special.stdtrit``, which imports in a fifth of the time."""
+    """Student's t quantile at probability ``p`` (0 < p <= 1) with ``dof`` degrees of freedom,
+    elementwise: ``scipy.stats.t.ppf``'s value through ``scipy.special.stdtrit``, which imports in a
+    fifth of the time."""
     return stdtrit(dof, p)
 
 
 def t_sf(x: Any, dof: Any) -> Any:
-    """Student's t upper tail ``P(T > x)`` with ``dof`` degrees of freedom (``scipy.stats.t.sf``'s value)."""
+    """Student's t upper tail ``P(T > x)`` with ``dof`` degrees of freedom (``scipy.stats.t.sf``'s
+    value).
+    """
     return stdtr(dof, -np.asarray(x, dtype=np.float64))
 
 
@@ -61,8 +65,9 @@ def cv(values: np.ndarray) -> float:
 
 
 def geometric_mean(values: np.ndarray) -> float:
-    """Geometric mean of positive values, exact when they are all equal (one run's count stays whole), and never
-    outside their min and max (rounding cannot put a level beside its own runs)."""
+    """Geometric mean of positive values, exact when they are all equal (one run's count stays
+    whole), and never outside their min and max (rounding cannot put a level beside its own runs).
+    """
     values = np.asarray(values, dtype=np.float64)
     first = float(values[0])
     mean = first * math.exp(float(np.mean(np.log(values / first))))
@@ -103,10 +108,10 @@ class TInterval:
 def welch(log_base: np.ndarray, log_new: np.ndarray, drift_sd: float = 0.0) -> TInterval:
     """Welch's t for mean(log_new) - mean(log_base) (each side >= 2 values).
 
-    ``drift_sd``: the spread (sd of a log ratio) of the machine's drift between two batches of runs captured
-    apart, added to the standard error: runs of one batch share its machine state, so their own spread does
-    not show it. It is a given variance, not estimated from these runs, so it adds nothing to the
-    Welch-Satterthwaite denominator (its degrees of freedom are infinite)."""
+    ``drift_sd``: the spread (sd of a log ratio) of the machine's drift between two batches of runs
+    captured apart, added to the standard error: runs of one batch share its machine state, so their
+    own spread does not show it. It is a given variance, not estimated from these runs, so it adds
+    nothing to the Welch-Satterthwaite denominator (its degrees of freedom are infinite)."""
     nb, nn = log_base.size, log_new.size
     vb = float(log_base.var(ddof=1)) / nb
     vn = float(log_new.var(ddof=1)) / nn
@@ -122,27 +127,33 @@ def welch(log_base: np.ndarray, log_new: np.ndarray, drift_sd: float = 0.0) -> T
 def paired_t(log_ratios: np.ndarray) -> TInterval:
     """Paired t on per-round log ratios (>= 2 rounds)."""
     k = log_ratios.size
-    return TInterval(float(log_ratios.mean()), float(log_ratios.std(ddof=1)) / math.sqrt(k), float(k - 1))
+    return TInterval(
+        float(log_ratios.mean()), float(log_ratios.std(ddof=1)) / math.sqrt(k), float(k - 1)
+    )
 
 
 def settling_margin(estimate: float, threshold: float) -> float:
-    """How far the interval of a change seen (``estimate``, a log ratio) may reach and still decide about it:
-    beyond the threshold band (``threshold``, a fraction) its distance from no change (a regression or an
-    improvement needs the interval clear of 0), inside the band its distance to the band's edge (unchanged
-    needs the interval inside the band). 0 when the change sits on the band's edge: nothing settles it."""
+    """How far the interval of a change seen (``estimate``, a log ratio) may reach and still decide
+    about it: beyond the threshold band (``threshold``, a fraction) its distance from no change (a
+    regression or an improvement needs the interval clear of 0), inside the band its distance to the
+    band's edge (unchanged needs the interval inside the band). 0 when the change sits on the band's
+    edge: nothing settles it."""
     edge = math.log1p(threshold)
     size = abs(estimate)
     return size if size >= edge else edge - size
 
 
-def runs_needed(sd_log: float, margin: float, alpha: float, m: int, paired: bool, drift_sd: float = 0.0) -> int | None:
-    """Runs (rounds) a side for a one-sided t at alpha / m whose interval settles a change ``margin`` (a log
-    ratio, :func:`settling_margin` of the change seen) away from what it must clear.
+def runs_needed(
+    sd_log: float, margin: float, alpha: float, m: int, paired: bool, drift_sd: float = 0.0
+) -> int | None:
+    """Runs (rounds) a side for a one-sided t at alpha / m whose interval settles a change
+    ``margin`` (a log ratio, :func:`settling_margin` of the change seen) away from what it must
+    clear.
 
-    ``sd_log``: the spread of one run's log median (unpaired) or of one
-    round's log ratio (paired); power :data:`TARGET_POWER`. ``drift_sd``: the drift allowed between batches
-    captured apart (:func:`welch`), which more runs do not shrink. None when no number of runs would (a margin
-    of 0, a drift allowance as wide as the margin, or over 100,000 runs).
+    ``sd_log``: the spread of one run's log median (unpaired) or of one round's log ratio (paired);
+    power :data:`TARGET_POWER`. ``drift_sd``: the drift allowed between batches captured apart
+    (:func:`welch`), which more runs do not shrink. None when no number of runs would (a margin of
+    0, a drift allowance as wide as the margin, or over 100,000 runs).
     """
     if not math.isfinite(sd_log) or sd_log <= 0 or not math.isfinite(margin) or margin <= 0:
         return None
@@ -155,7 +166,9 @@ def runs_needed(sd_log: float, margin: float, alpha: float, m: int, paired: bool
     n_normal = sd_log * sd_log / room * (1 if paired else 2)  # t quantiles only make it larger
     if n_normal > 100_000:
         return None
-    n = np.arange(max(MIN_RUNS, math.floor(n_normal)), math.ceil(2 * n_normal) + 12, dtype=np.float64)
+    n = np.arange(
+        max(MIN_RUNS, math.floor(n_normal)), math.ceil(2 * n_normal) + 12, dtype=np.float64
+    )
     dof = n - 1 if paired else 2 * n - 2
     se = sd_log / np.sqrt(n) if paired else sd_log * np.sqrt(2.0 / n)
     se = np.sqrt(se * se + drift_sd * drift_sd)
@@ -164,12 +177,13 @@ def runs_needed(sd_log: float, margin: float, alpha: float, m: int, paired: bool
 
 
 def interval_verdict(estimate: float, low: float, high: float, threshold: float) -> Verdict:
-    """The verdict of an effect known with an interval (all three log ratios NEW / BASE, ``+`` worse)
-    against ``threshold`` (a fraction): the count metrics' rule, also ``history check``'s for a step.
+    """The verdict of an effect known with an interval (all three log ratios NEW / BASE, ``+``
+    worse) against ``threshold`` (a fraction): the count metrics' rule, also ``history check``'s for
+    a step.
 
-    **regression** when the estimate is at least ``log(1 + threshold)`` and the whole interval is above
-    0; **improvement** mirrored; **unchanged** when the whole interval lies inside the +-threshold
-    band; otherwise **inconclusive**.
+    **regression** when the estimate is at least ``log(1 + threshold)`` and the whole interval is
+    above 0; **improvement** mirrored; **unchanged** when the whole interval lies inside the
+    +-threshold band; otherwise **inconclusive**.
     """
     up = math.log1p(threshold)
     if estimate >= up and low > 0:
@@ -182,14 +196,23 @@ def interval_verdict(estimate: float, low: float, high: float, threshold: float)
 
 
 def frame_figures(b_all: np.ndarray, n_all: np.ndarray, count: bool) -> dict[str, Any]:
-    """Pooled-frame change and p (information); frame-pacing figures unless ``count`` (not times in ns)."""
-    out: dict[str, Any] = {"frame_ratio": float(np.median(n_all) / np.median(b_all)),
-                           "frame_p_value": mann_whitney_p(b_all, n_all)}
+    """Pooled-frame change and p (information); frame-pacing figures unless ``count`` (not times in
+    ns).
+    """
+    out: dict[str, Any] = {
+        "frame_ratio": float(np.median(n_all) / np.median(b_all)),
+        "frame_p_value": mann_whitney_p(b_all, n_all),
+    }
     if not count:
         fb, fn = frame_stats(b_all), frame_stats(n_all)
-        out.update(p99_base_ms=fb.p99_ms, p99_new_ms=fn.p99_ms,
-                   fps_low_1pct_base=fb.fps_low_1pct, fps_low_1pct_new=fn.fps_low_1pct,
-                   stutter_pct_base=fb.stutter_pct, stutter_pct_new=fn.stutter_pct)
+        out.update(
+            p99_base_ms=fb.p99_ms,
+            p99_new_ms=fn.p99_ms,
+            fps_low_1pct_base=fb.fps_low_1pct,
+            fps_low_1pct_new=fn.fps_low_1pct,
+            stutter_pct_base=fb.stutter_pct,
+            stutter_pct_new=fn.stutter_pct,
+        )
     return out
 
 

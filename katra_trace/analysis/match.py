@@ -1,8 +1,8 @@
 """Which traces may be compared: capture settings, host facts and the clock to compare.
 
-Host facts are a scene's: in a merged trace (``katra3d merge``, its header's ``shards``) each scene ran on
-its own shard's host, so a scene is compared only against scenes from a host comparable to that one
-(:meth:`katra_trace.io.header.TraceHeader.host_of`). Pure: reads typed trace headers
+Host facts are a scene's: in a merged trace (``katra3d merge``, its header's ``shards``) each scene
+ran on its own shard's host, so a scene is compared only against scenes from a host comparable to
+that one (:meth:`katra_trace.io.header.TraceHeader.host_of`). Pure: reads typed trace headers
 (:mod:`katra_trace.io.header`), no I/O.
 """
 
@@ -23,8 +23,8 @@ HOST_KEYS: tuple[str, ...] = ("renderer", "driver")
 
 
 def host_facts(header: TraceHeader, scene: str | None = None) -> dict[str, Any]:
-    """GL renderer and driver (name + version) of the host ``scene`` ran on (None: the trace's host; any
-    layout, see katra_trace.io.header)."""
+    """GL renderer and driver (name + version) of the host ``scene`` ran on (None: the trace's host;
+    any layout, see katra_trace.io.header)."""
     host = header.host_info if scene is None else header.host_of(scene)
     return {"renderer": host.renderer, "driver": host.driver}
 
@@ -42,23 +42,30 @@ def capture_facts(header: TraceHeader, scene: str) -> dict[str, Any]:
     when no --size was given) over the requested ones.
     """
     opts = header.capture_options
-    return {"size": opts.run_size, "samples": opts.run_samples, "timing_mode": opts.timing_mode,
-            "params": opts.params_of(scene)}
+    return {
+        "size": opts.run_size,
+        "samples": opts.run_samples,
+        "timing_mode": opts.timing_mode,
+        "params": opts.params_of(scene),
+    }
 
 
 def measure_mode(header: TraceHeader) -> str:
-    """``time``, ``instructions`` or ``cycles``: what the capture measured (traces without it: time)."""
+    """``time``, ``instructions`` or ``cycles``: what the capture measured (traces without it:
+    time).
+    """
     return header.capture_options.measure_mode
 
 
 def codegen_facts(header: TraceHeader, scene: str | None = None) -> Any:
-    """The code-generator facts (CPU model and flags, Mesa, LLVM, vector width) of the host ``scene`` ran on
-    (None: the trace's host), or None."""
+    """The code-generator facts (CPU model and flags, Mesa, LLVM, vector width) of the host
+    ``scene`` ran on (None: the trace's host), or None."""
     return (header.host_info if scene is None else header.host_of(scene)).codegen
 
 
-def resolve_metric(headers: Sequence[TraceHeader], clocks: set[str], metric: str,
-                   common: set[str] | None = None) -> str:
+def resolve_metric(
+    headers: Sequence[TraceHeader], clocks: set[str], metric: str, common: set[str] | None = None
+) -> str:
     """The clock to compare: ``metric`` itself, or for ``auto`` the one the capture trusts.
 
     ``auto``: ``instructions`` (then ``cycles``) when every trace has it
@@ -88,7 +95,9 @@ def resolve_metric(headers: Sequence[TraceHeader], clocks: set[str], metric: str
 
 def _fmt(value: Any) -> str:
     if isinstance(value, Mapping):
-        return ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0])))
+        return ", ".join(
+            f"{k}={_fmt(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))
+        )
     if isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, int) for v in value):
         return f"{value[0]}x{value[1]}"
     return repr(value) if not isinstance(value, str) else value
@@ -102,8 +111,12 @@ def _diff(a: Any, b: Any) -> tuple[Any, Any]:
     return a, b
 
 
-_OVERRIDE = {"renderer": "--allow-host-mismatch", "driver": "--allow-host-mismatch",
-             "params": "--allow-param-mismatch", "codegen": "--allow-codegen-mismatch"}
+_OVERRIDE = {
+    "renderer": "--allow-host-mismatch",
+    "driver": "--allow-host-mismatch",
+    "params": "--allow-param-mismatch",
+    "codegen": "--allow-codegen-mismatch",
+}
 
 
 def mismatch(facts: Mapping[str, list[dict[str, Any]]], allowed: set[str], notes: set[str]) -> str:
@@ -142,5 +155,14 @@ def mismatch(facts: Mapping[str, list[dict[str, Any]]], allowed: set[str], notes
     return ""
 
 
-__all__ = ["CAPTURE_KEYS", "HOST_KEYS", "capture_facts", "codegen_facts",
-           "host_facts", "measure_mode", "mismatch", "resolve_metric", "scene_params"]
+__all__ = [
+    "CAPTURE_KEYS",
+    "HOST_KEYS",
+    "capture_facts",
+    "codegen_facts",
+    "host_facts",
+    "measure_mode",
+    "mismatch",
+    "resolve_metric",
+    "scene_params",
+]

@@ -1,8 +1,9 @@
 """The two-sided Mann-Whitney U test of two samples, on numpy and scipy.special alone.
 
-Used for the pooled-frame p-value that compare shows for information (``frame_p_value``). The test is
-written here, not taken from ``scipy.stats``, because importing ``scipy.stats`` costs about a second of
-CPU in every ``compare``, ``ab``, ``report`` and ``bisect`` process, and the test is small:
+Used for the pooled-frame p-value that compare shows for information (``frame_p_value``). The test
+is written here, not taken from ``scipy.stats``, because importing ``scipy.stats`` costs about a
+second of CPU in every ``compare``, ``ab``, ``report`` and ``bisect`` process, and the test is
+small:
 
 * U of the first sample is its rank sum (ties get their average rank) minus ``m (m + 1) / 2``; the
   statistic is the larger of U and ``m n - U``, and the p-value twice its upper tail, at most 1;
@@ -25,7 +26,8 @@ import math
 import numpy as np
 from scipy.special import ndtr
 
-#: Both samples at most this long and no ties: the exact null distribution; otherwise the normal one.
+#: Both samples at most this long and no ties: the exact null distribution; otherwise the normal
+#: one.
 EXACT_MAX = 50
 
 
@@ -38,18 +40,22 @@ def average_ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @functools.lru_cache(maxsize=16)
 def u_tail_exact(m: int, n: int) -> np.ndarray:
-    """``P(U >= u)`` for u = 0 .. m n, U the Mann-Whitney statistic of samples of m and n tie-free values
-    (kept for the last few shapes, read-only: every scene of a comparison usually has the same)."""
-    # rows[j]: the distribution of U for (i, j) values, i the current row; row i = 0: U = 0 for any j
+    """``P(U >= u)`` for u = 0 .. m n, U the Mann-Whitney statistic of samples of m and n tie-free
+    values (kept for the last few shapes, read-only: every scene of a comparison usually has the
+    same)."""
+    # rows[j]: the distribution of U for (i, j) values, i the current row; row i = 0: U = 0 for any
+    # j
     rows = [np.ones(1) for _ in range(n + 1)]
     for i in range(1, m + 1):
         new = [np.ones(1)]  # (i, 0): U = 0
         for j in range(1, n + 1):
             pmf = np.zeros(i * j + 1)
-            # the largest value is in the first sample (it is above all j of the second): U grows by j
+            # the largest value is in the first sample (it is above all j of the second): U grows by
+            # j
             last_first = rows[j]  # (i - 1, j)
-            pmf[j:j + last_first.size] += (i / (i + j)) * last_first
-            pmf[:new[j - 1].size] += (j / (i + j)) * new[j - 1]  # in the second: (i, j - 1), U as it was
+            pmf[j : j + last_first.size] += (i / (i + j)) * last_first
+            # in the second: (i, j - 1), U as it was
+            pmf[: new[j - 1].size] += (j / (i + j)) * new[j - 1]
             new.append(pmf)
         rows = new
     pmf = rows[n]
@@ -72,7 +78,11 @@ def mann_whitney_p(x: np.ndarray, y: np.ndarray) -> float:
         p = 2.0 * float(u_tail_exact(m, n)[int(round(u))])
     else:
         total = m + n
-        tie_term = float(np.sum(ties.astype(np.float64) ** 3 - ties)) / (total * (total - 1)) if total > 1 else 0.0
+        tie_term = (
+            float(np.sum(ties.astype(np.float64) ** 3 - ties)) / (total * (total - 1))
+            if total > 1
+            else 0.0
+        )
         var = m * n / 12.0 * ((total + 1) - tie_term)
         if var <= 0:  # every value the same: no evidence either way
             return 1.0

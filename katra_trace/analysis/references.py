@@ -8,11 +8,12 @@ the one for its own key, and a device with none is skipped with a notice (as Mes
 does). The comparison is the image verdict (identical / within tolerance / changed:
 :func:`katra_trace.analysis.images.image_verdict`, FLIP with the thresholds of docs/images.md).
 
-Reference folders live in repositories, so their files are input like any trace: each is opened through the
-reader's rule (:func:`katra_trace.io.reader.open_regular`: regular files only, never a FIFO or a device, with
-a size cap), the facts are checked into a typed record (:class:`ReferenceFacts`) and the PNG is decoded within
-the reading budget of its size. Anything wrong is one line, exit 2. Recording writes through the output
-rule (:func:`katra_trace.io.claim.open_output`) and never through a symbolic link.
+Reference folders live in repositories, so their files are input like any trace: each is opened
+through the reader's rule (:func:`katra_trace.io.reader.open_regular`: regular files only, never a
+FIFO or a device, with a size cap), the facts are checked into a typed record
+(:class:`ReferenceFacts`) and the PNG is decoded within the reading budget of its size. Anything
+wrong is one line, exit 2. Recording writes through the output rule
+(:func:`katra_trace.io.claim.open_output`) and never through a symbolic link.
 """
 
 from __future__ import annotations
@@ -25,22 +26,46 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from katra_trace.analysis.images import ImageThresholds, ImageVerdict, file_stem, image_verdict, legacy_file_stem
+from katra_trace.analysis.images import (
+    ImageThresholds,
+    ImageVerdict,
+    file_stem,
+    image_verdict,
+    legacy_file_stem,
+)
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.io.blocks import DecodeBudget
 from katra_trace.io.claim import open_output
 from katra_trace.io.image_block import MAX_IMAGE_BYTES, KeptFrame, png_problem
-from katra_trace.io.images import FrameImage, encode_png, frame_pixels, image_checksum, key_id, png_pixels
+from katra_trace.io.images import (
+    FrameImage,
+    encode_png,
+    frame_pixels,
+    image_checksum,
+    key_id,
+    png_pixels,
+)
 from katra_trace.io.reader import read_regular
 from katra_trace.text import shown
 
 #: What a ``--duration`` run says once, and what its header records: no frame is kept or checked.
-DURATION_NOTICE = ("a --duration run keeps no frame for image checks: how many frames it renders depends on "
-                   "speed, so its last frame is a different one in every run (use --frames N)")
+DURATION_NOTICE = (
+    "a --duration run keeps no frame for image checks: how many frames it renders depends on "
+    "speed, so its last frame is a different one in every run (use --frames N)"
+)
 
 #: What an image check can say about one scene.
-CHECK_STATUSES = ("identical", "within tolerance", "changed", "other frame", "other scene", "no reference",
-                  "recorded", "not kept", "unreadable")
+CHECK_STATUSES = (
+    "identical",
+    "within tolerance",
+    "changed",
+    "other frame",
+    "other scene",
+    "no reference",
+    "recorded",
+    "not kept",
+    "unreadable",
+)
 #: The largest reference facts file read (its JSON is a few hundred bytes).
 MAX_FACTS_BYTES = 64 << 10
 #: The largest reference PNG read: the largest frame a trace keeps, plus room for PNG's own bytes.
@@ -49,9 +74,9 @@ MAX_REFERENCE_PNG_BYTES = MAX_IMAGE_BYTES + (1 << 20)
 
 @dataclasses.dataclass(frozen=True)
 class ReferenceFacts:
-    """A reference's facts (``DIR/<scene>/<key id>.json``), checked: the scene's label, the frame's index and
-    animation time (seconds), its size in pixels, the SHA-256 (hex) of its raw pixels, the image key, and its
-    channels (4 RGBA or 3 RGB; None in facts recorded before they said)."""
+    """A reference's facts (``DIR/<scene>/<key id>.json``), checked: the scene's label, the frame's
+    index and animation time (seconds), its size in pixels, the SHA-256 (hex) of its raw pixels, the
+    image key, and its channels (4 RGBA or 3 RGB; None in facts recorded before they said)."""
 
     scene: str
     frame_index: int
@@ -64,7 +89,9 @@ class ReferenceFacts:
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> ReferenceFacts:
-        """The facts of a parsed JSON document; ConfigError naming ``where`` and the first bad field."""
+        """The facts of a parsed JSON document; ConfigError naming ``where`` and the first bad
+        field.
+        """
         if not isinstance(obj, dict):
             raise ConfigError(f"{where} is not a reference's facts (a JSON object)")
 
@@ -82,10 +109,18 @@ class ReferenceFacts:
         if not isinstance(scene, str):
             raise bad("scene", "a string")
         time_s = obj.get("time_s")
-        if not isinstance(time_s, (int, float)) or isinstance(time_s, bool) or not math.isfinite(time_s):
+        if (
+            not isinstance(time_s, (int, float))
+            or isinstance(time_s, bool)
+            or not math.isfinite(time_s)
+        ):
             raise bad("time_s", "a finite number of seconds")
         sha = obj.get("sha256")
-        if not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+        if (
+            not isinstance(sha, str)
+            or len(sha) != 64
+            or any(c not in "0123456789abcdef" for c in sha)
+        ):
             raise bad("sha256", "64 lower-case hex digits")
         key = obj.get("key")
         if not isinstance(key, dict) or not all(isinstance(v, str) for v in key.values()):
@@ -93,8 +128,16 @@ class ReferenceFacts:
         channels = obj.get("channels")
         if channels is not None and (isinstance(channels, bool) or channels not in (3, 4)):
             raise bad("channels", "3 or 4")
-        return cls(scene, whole("frame_index", 0), float(time_s), whole("width", 1), whole("height", 1), sha,
-                   dict(key), channels)
+        return cls(
+            scene,
+            whole("frame_index", 0),
+            float(time_s),
+            whole("width", 1),
+            whole("height", 1),
+            sha,
+            dict(key),
+            channels,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON object written beside the reference PNG."""
@@ -130,22 +173,24 @@ class ImageCheck:
 
     @property
     def error(self) -> bool:
-        """The reference is of another frame or scene than the run kept, or the kept frame cannot be read: the
-        check cannot be made (exit 2)."""
+        """The reference is of another frame or scene than the run kept, or the kept frame cannot be
+        read: the check cannot be made (exit 2)."""
         return self.status in ("other frame", "other scene", "unreadable")
 
 
 def reference_paths(directory: Path, scene: str, key: Mapping[str, str]) -> tuple[Path, Path]:
-    """The reference PNG and its JSON facts for ``scene`` drawn under image key ``key`` (``DIR/<stem>/``, one
-    folder per label: :func:`~katra_trace.analysis.images.file_stem`)."""
+    """The reference PNG and its JSON facts for ``scene`` drawn under image key ``key``
+    (``DIR/<stem>/``, one folder per label: :func:`~katra_trace.analysis.images.file_stem`)."""
     folder = Path(directory) / file_stem(scene)
     kid = key_id(key)
     return folder / f"{kid}.png", folder / f"{kid}.json"
 
 
-def _recorded_paths(directory: Path, scene: str, key: Mapping[str, str]) -> tuple[Path, Path] | None:
-    """Where ``scene``'s reference for ``key`` is: its own folder, or the folder katra3d before 0.2 gave it
-    when the facts there name this scene; None when neither holds a file of it."""
+def _recorded_paths(
+    directory: Path, scene: str, key: Mapping[str, str]
+) -> tuple[Path, Path] | None:
+    """Where ``scene``'s reference for ``key`` is: its own folder, or the folder katra3d before 0.2
+    gave it when the facts there name this scene; None when neither holds a file of it."""
     png, facts = reference_paths(directory, scene, key)
     if os.path.lexists(png) or os.path.lexists(facts):
         return png, facts
@@ -156,113 +201,200 @@ def _recorded_paths(directory: Path, scene: str, key: Mapping[str, str]) -> tupl
     if not os.path.lexists(old_png):
         return None
     try:
-        named = json.loads(read_regular(old_facts, what="reference facts file", max_bytes=MAX_FACTS_BYTES)).get("scene")
+        named = json.loads(
+            read_regular(old_facts, what="reference facts file", max_bytes=MAX_FACTS_BYTES)
+        ).get("scene")
     except (KatraError, ValueError, RecursionError, AttributeError):
         return old_png, old_facts  # read again, and reported, by load_reference
     return (old_png, old_facts) if named == scene else None
 
 
-def record_references(directory: Path, images: Mapping[str, FrameImage | KeptFrame]) -> list[ImageCheck]:
-    """Store each kept frame of ``images`` as its scene's reference for its key, replacing the old one (a kept
-    frame is checked against its record first, and its PNG stored as it is). Written through the output rule;
-    a reference file or folder that is a symbolic link is refused (ConfigError), never written through."""
+def record_references(
+    directory: Path, images: Mapping[str, FrameImage | KeptFrame]
+) -> list[ImageCheck]:
+    """Store each kept frame of ``images`` as its scene's reference for its key, replacing the old
+    one (a kept frame is checked against its record first, and its PNG stored as it is). Written
+    through the output rule; a reference file or folder that is a symbolic link is refused
+    (ConfigError), never written through."""
     checks = []
     for scene, image in images.items():
         png, facts = reference_paths(directory, scene, image.key)
         if isinstance(image, KeptFrame):
-            frame_pixels(image)  # a damaged frame is never recorded (KeptFrameError names the trace)
+            # a damaged frame is never recorded (KeptFrameError names the trace)
+            frame_pixels(image)
             data, channels = image.png, image.channels
         else:
             data, channels = encode_png(image.pixels), int(image.pixels.shape[2])
-        record = ReferenceFacts(scene, image.frame_index, image.time_s, image.width, image.height, image.sha256,
-                                dict(image.key), channels)
+        record = ReferenceFacts(
+            scene,
+            image.frame_index,
+            image.time_s,
+            image.width,
+            image.height,
+            image.sha256,
+            dict(image.key),
+            channels,
+        )
         for link in (png.parent, png, facts):
             if link.is_symlink():
-                raise ConfigError(f"reference {shown(link)} is a symbolic link; references are never written "
-                                  "through links: remove it, or record into another --expect-images folder")
+                raise ConfigError(
+                    f"reference {shown(link)} is a symbolic link; references are never written "
+                    "through links: remove it, or record into another --expect-images folder"
+                )
         try:
             png.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ConfigError(f"recording reference image {shown(png)} failed: {exc.strerror or exc}") from None
-        for path, content in ((png, data), (facts, (json.dumps(record.as_dict(), indent=1, sort_keys=True)
-                                                    + "\n").encode("utf-8"))):
+            raise ConfigError(
+                f"recording reference image {shown(png)} failed: {exc.strerror or exc}"
+            ) from None
+        for path, content in (
+            (png, data),
+            (
+                facts,
+                (json.dumps(record.as_dict(), indent=1, sort_keys=True) + "\n").encode("utf-8"),
+            ),
+        ):
             with open_output(path, force=True, option="--expect-images", example="refs") as f:
                 f.write(content)
-        checks.append(ImageCheck(scene, "recorded", f"image reference recorded: {scene}: {png}", png))
+        checks.append(
+            ImageCheck(scene, "recorded", f"image reference recorded: {scene}: {png}", png)
+        )
     return checks
 
 
 def load_reference(png: Path, facts: Path) -> FrameImage:
-    """The reference at ``png`` and ``facts``, each read through the reader's rule with a size cap, the facts
-    checked (:class:`ReferenceFacts`) and the PNG decoded within the budget of its size; ConfigError (exit 2,
-    one line) if either is unreadable, malformed or they disagree."""
+    """The reference at ``png`` and ``facts``, each read through the reader's rule with a size cap,
+    the facts checked (:class:`ReferenceFacts`) and the PNG decoded within the budget of its size;
+    ConfigError (exit 2, one line) if either is unreadable, malformed or they disagree."""
     raw = read_regular(facts, what="reference facts file", max_bytes=MAX_FACTS_BYTES)
     try:
         obj = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ConfigError(f"reference facts {shown(facts)} are not JSON ({type(exc).__name__}: "
-                          f"{str(exc)[:80]})") from None
+        raise ConfigError(
+            f"reference facts {shown(facts)} are not JSON ({type(exc).__name__}: {str(exc)[:80]})"
+        ) from None
     record = ReferenceFacts.from_json(obj, f"reference facts {shown(facts)}")
     data = read_regular(png, what="reference image", max_bytes=MAX_REFERENCE_PNG_BYTES)
-    channels = record.channels or (4 if len(data) > 25 and data[25] == 6 else 3)  # IHDR's colour type
-    problem = png_problem(data, {"width": record.width, "height": record.height, "channels": channels})
+    # IHDR's colour type
+    channels = record.channels or (4 if len(data) > 25 and data[25] == 6 else 3)
+    problem = png_problem(
+        data, {"width": record.width, "height": record.height, "channels": channels}
+    )
     if problem is not None:
-        raise ConfigError(f"reference image {shown(png)} is not a readable PNG of its facts: {problem}")
+        raise ConfigError(
+            f"reference image {shown(png)} is not a readable PNG of its facts: {problem}"
+        )
     where = f"reference image {shown(png)}"
     try:
-        pixels = png_pixels(data, record.width, record.height, channels, where, DecodeBudget(len(data)))
+        pixels = png_pixels(
+            data, record.width, record.height, channels, where, DecodeBudget(len(data))
+        )
     except ValueError as exc:
         raise ConfigError(f"{exc}") from None
     except KatraError as exc:  # too large for the budget of its size
         raise ConfigError(str(exc)) from None
     if record.sha256 != image_checksum(pixels):
-        raise ConfigError(f"reference image {shown(png)} does not match the SHA-256 in {shown(facts)}")
-    return FrameImage(record.scene, record.frame_index, record.time_s, record.width, record.height, record.sha256,
-                      dict(record.key), pixels)
+        raise ConfigError(
+            f"reference image {shown(png)} does not match the SHA-256 in {shown(facts)}"
+        )
+    return FrameImage(
+        record.scene,
+        record.frame_index,
+        record.time_s,
+        record.width,
+        record.height,
+        record.sha256,
+        dict(record.key),
+        pixels,
+    )
 
 
-def check_references(directory: Path, images: Mapping[str, FrameImage | KeptFrame], scenes: Sequence[str],
-                     thresholds: ImageThresholds | None = None) -> list[ImageCheck]:
-    """Check the kept frame of every scene in ``scenes`` against its reference in ``directory`` for its key,
-    by the image verdict with ``thresholds`` (None: the defaults). A reference that is there but unreadable
-    is a ConfigError (exit 2), never a skipped check."""
+def check_references(
+    directory: Path,
+    images: Mapping[str, FrameImage | KeptFrame],
+    scenes: Sequence[str],
+    thresholds: ImageThresholds | None = None,
+) -> list[ImageCheck]:
+    """Check the kept frame of every scene in ``scenes`` against its reference in ``directory`` for
+    its key, by the image verdict with ``thresholds`` (None: the defaults). A reference that is
+    there but unreadable is a ConfigError (exit 2), never a skipped check."""
     checks = []
     for scene in scenes:
         image = images.get(scene)
         if image is None:
-            checks.append(ImageCheck(scene, "not kept", f"image check: {scene}: no frame kept (skipped or "
-                                     "interrupted), not checked"))
+            checks.append(
+                ImageCheck(
+                    scene,
+                    "not kept",
+                    f"image check: {scene}: no frame kept (skipped or interrupted), not checked",
+                )
+            )
             continue
         found = _recorded_paths(directory, scene, image.key)
         if found is None:
             what = ", ".join(f"{k} {v}" for k, v in image.key.items() if v) or "an unknown device"
-            checks.append(ImageCheck(scene, "no reference", f"image check: {scene}: skipped, no reference for this "
-                                     f"device (key {key_id(image.key)}: {what}); record one with --update-images"))
+            checks.append(
+                ImageCheck(
+                    scene,
+                    "no reference",
+                    f"image check: {scene}: skipped, no reference for this "
+                    f"device (key {key_id(image.key)}: {what}); record one with --update-images",
+                )
+            )
             continue
         checks.append(_check(scene, load_reference(*found), image, found[0], thresholds))
     return checks
 
 
-def _check(scene: str, ref: FrameImage, new: FrameImage | KeptFrame, png: Path,
-           thresholds: ImageThresholds | None) -> ImageCheck:
+def _check(
+    scene: str,
+    ref: FrameImage,
+    new: FrameImage | KeptFrame,
+    png: Path,
+    thresholds: ImageThresholds | None,
+) -> ImageCheck:
     if ref.scene != scene:
-        return ImageCheck(scene, "other scene", f"image check: {scene}: the reference {png} was recorded for scene "
-                          f"{ref.scene!r} (katra3d before 0.2 gave labels such as 'clear#2' and 'clear_2' one "
-                          "folder): record this scene's again with --update-images", png)
+        return ImageCheck(
+            scene,
+            "other scene",
+            f"image check: {scene}: the reference {png} was recorded for scene "
+            f"{ref.scene!r} (katra3d before 0.2 gave labels such as 'clear#2' and 'clear_2' one "
+            "folder): record this scene's again with --update-images",
+            png,
+        )
     if (ref.frame_index, ref.width, ref.height) != (new.frame_index, new.width, new.height):
-        return ImageCheck(scene, "other frame", f"image check: {scene}: the reference is frame {ref.frame_index} "
-                          f"at {ref.width}x{ref.height}, this run kept frame {new.frame_index} at "
-                          f"{new.width}x{new.height}: run with the reference's --warmup, --frames and --size, "
-                          "or record it again with --update-images", png)
+        return ImageCheck(
+            scene,
+            "other frame",
+            f"image check: {scene}: the reference is frame {ref.frame_index} "
+            f"at {ref.width}x{ref.height}, this run kept frame {new.frame_index} at "
+            f"{new.width}x{new.height}: run with the reference's --warmup, --frames and --size, "
+            "or record it again with --update-images",
+            png,
+        )
     verdict = image_verdict(ref, new, thresholds)
-    if not verdict.readable:  # the run's own kept frame: damaged, or too large for its trace's budget
-        return ImageCheck(scene, "unreadable", f"image check: {scene}: {verdict.reason}", png, verdict)
+    # the run's own kept frame: damaged, or too large for its trace's budget
+    if not verdict.readable:
+        return ImageCheck(
+            scene, "unreadable", f"image check: {scene}: {verdict.reason}", png, verdict
+        )
     status = verdict.verdict.replace("_", " ")
-    if status not in CHECK_STATUSES:  # incomparable: the sizes were checked above, so this is not expected
+    # incomparable: the sizes were checked above, so this is not expected
+    if status not in CHECK_STATUSES:
         status = "other frame"
     return ImageCheck(scene, status, f"image {status}: {scene}: {verdict.reason}", png, verdict)
 
 
-__all__ = ["CHECK_STATUSES", "DURATION_NOTICE", "MAX_FACTS_BYTES", "MAX_REFERENCE_PNG_BYTES", "ImageCheck",
-           "ReferenceFacts", "check_references", "images_policy", "load_reference", "record_references",
-           "reference_paths"]
+__all__ = [
+    "CHECK_STATUSES",
+    "DURATION_NOTICE",
+    "MAX_FACTS_BYTES",
+    "MAX_REFERENCE_PNG_BYTES",
+    "ImageCheck",
+    "ReferenceFacts",
+    "check_references",
+    "images_policy",
+    "load_reference",
+    "record_references",
+    "reference_paths",
+]

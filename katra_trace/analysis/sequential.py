@@ -1,34 +1,36 @@
-"""The stopping rule of ``katra3d ab --until-decided`` and of bisect's time mode: one look after every round,
-with the overall false-alarm rate kept at alpha however many looks are taken.
+"""The stopping rule of ``katra3d ab --until-decided`` and of bisect's time mode: one look after
+every round, with the overall false-alarm rate kept at alpha however many looks are taken.
 
 Pure: numpy and scipy.special only. The evidence is what the paired t of
-:mod:`katra_trace.analysis.decide` uses: the per-round log ratios ``log(NEW level / BASE level)``. Testing them
-at alpha after every round and stopping at the first success would give alpha a new chance at every look (the
-A/A false-alarm rate of 20 naive looks at alpha 0.01 is several times alpha: docs/stats.md). So the rule is a
-**group-sequential paired t test**:
+:mod:`katra_trace.analysis.decide` uses: the per-round log ratios ``log(NEW level / BASE level)``.
+Testing them at alpha after every round and stopping at the first success would give alpha a new
+chance at every look (the A/A false-alarm rate of 20 naive looks at alpha 0.01 is several times
+alpha: docs/stats.md). So the rule is a **group-sequential paired t test**:
 
-* ``K`` = the cap on rounds (``--rounds``), the plan over which alpha is spent; the looks are at rounds
-  ``k = min_rounds .. K``, information fraction ``t = k / K``.
-* Lan-DeMets **O'Brien-Fleming-type spending**, one-sided, for each direction:
-  ``alpha(t) = 2 (1 - Phi(z_{1 - alpha/2} / sqrt(t)))``, ``alpha(1) = alpha``: almost nothing at the first
-  looks, most of alpha at the last ones, so a long run pays little for its early looks.
-* Each look's **nominal level** ``a_k`` is the alpha spent at it (the first look takes all spent up to it);
-  the levels add up to alpha, so by the union bound the chance of a false alarm at any look is at most
-  alpha, whatever the dependence between looks, with the spread estimated afresh at each. (An exact
-  boundary for a known spread, the Armitage-McPherson-Rowe recursion, allows more at the late looks, but
-  with the spread estimated from the rounds the t test's overall rate rose to 1.12-1.17 alpha in simulation:
-  docs/stats.md.)
-* At ``k`` rounds the look draws the **repeated confidence interval** of the mean log ratio, the t interval
-  with ``k - 1`` degrees of freedom and ``a_k`` in each tail. These intervals cover the true change at every
-  look at once with probability >= ``1 - 2 alpha``.
-* The verdict is the project's interval rule (:func:`~katra_trace.analysis.intervals.interval_verdict`):
-  **regression** (the estimate at least the threshold, the whole interval above 0), **improvement** mirrored,
-  **unchanged** (the whole interval inside +-threshold: no change of practical size, the futility stop),
-  else undecided. So a false regression at some look has chance <= alpha, and a false "unchanged" when the
-  change is a threshold's or more has chance <= alpha too. Several scenes: alpha / m each (Bonferroni).
+* ``K`` = the cap on rounds (``--rounds``), the plan over which alpha is spent; the looks are at
+  rounds ``k = min_rounds .. K``, information fraction ``t = k / K``.
+* Lan-DeMets **O'Brien-Fleming-type spending**, one-sided, for each direction: ``alpha(t) = 2 (1 -
+  Phi(z_{1 - alpha/2} / sqrt(t)))``, ``alpha(1) = alpha``: almost nothing at the first looks, most
+  of alpha at the last ones, so a long run pays little for its early looks.
+* Each look's **nominal level** ``a_k`` is the alpha spent at it (the first look takes all spent up
+  to it); the levels add up to alpha, so by the union bound the chance of a false alarm at any look
+  is at most alpha, whatever the dependence between looks, with the spread estimated afresh at each.
+  (An exact boundary for a known spread, the Armitage-McPherson-Rowe recursion, allows more at the
+  late looks, but with the spread estimated from the rounds the t test's overall rate rose to
+  1.12-1.17 alpha in simulation: docs/stats.md.)
+* At ``k`` rounds the look draws the **repeated confidence interval** of the mean log ratio, the t
+  interval with ``k - 1`` degrees of freedom and ``a_k`` in each tail. These intervals cover the
+  true change at every look at once with probability >= ``1 - 2 alpha``.
+* The verdict is the project's interval rule
+  (:func:`~katra_trace.analysis.intervals.interval_verdict`): **regression** (the estimate at least
+  the threshold, the whole interval above 0), **improvement** mirrored, **unchanged** (the whole
+  interval inside +-threshold: no change of practical size, the futility stop), else undecided. So a
+  false regression at some look has chance <= alpha, and a false "unchanged" when the change is a
+  threshold's or more has chance <= alpha too. Several scenes: alpha / m each (Bonferroni).
 
-:func:`look` is the one decision on one series; :func:`settle` says whether a whole comparison is decided
-(every scene); :func:`simulate` runs the rule on seeded normal series (tests and docs/stats.md's figures).
+:func:`look` is the one decision on one series; :func:`settle` says whether a whole comparison is
+decided (every scene); :func:`simulate` runs the rule on seeded normal series (tests and
+docs/stats.md's figures).
 """
 
 from __future__ import annotations
@@ -66,9 +68,10 @@ SPENDING = "lan-demets-obrien-fleming"
 class SequentialRule:
     """A stopping rule for repeated looks at paired rounds: what ab.json records (``to_json``).
 
-    ``alpha``: the one-sided false-regression rate over all looks (per scene, before the split over scenes);
-    ``max_rounds``: the cap and the plan alpha is spent over; ``min_rounds``: the first look;
-    ``threshold_pct``: the smallest change of practical size in percent (None: the time metrics' default).
+    ``alpha``: the one-sided false-regression rate over all looks (per scene, before the split over
+    scenes); ``max_rounds``: the cap and the plan alpha is spent over; ``min_rounds``: the first
+    look; ``threshold_pct``: the smallest change of practical size in percent (None: the time
+    metrics' default).
     """
 
     alpha: float = DEFAULT_ALPHA
@@ -80,22 +83,27 @@ class SequentialRule:
 
     def __post_init__(self) -> None:
         if (self.name, self.spending) != (RULE_NAME, SPENDING):
-            raise OptionError(f"unknown sequential rule {self.name!r} with spending {self.spending!r} "
-                              f"(known: {RULE_NAME!r} with {SPENDING!r})")
+            raise OptionError(
+                f"unknown sequential rule {self.name!r} with spending {self.spending!r} "
+                f"(known: {RULE_NAME!r} with {SPENDING!r})"
+            )
         check_alpha(self.alpha)
         check_threshold_pct(self.threshold_pct)
         check_sequential_rounds(self.min_rounds, self.max_rounds)
 
     @property
     def threshold(self) -> float:
-        """The threshold as a fraction (the time metrics' default when ``threshold_pct`` is None)."""
+        """The threshold as a fraction (the time metrics' default when
+        ``threshold_pct`` is None)."""
         return threshold_for("wall", self.threshold_pct) / 100.0
 
     def describe(self) -> str:
         """One line: what the rule is, with its numbers."""
-        return (f"group-sequential paired t, O'Brien-Fleming-type alpha spending over {self.max_rounds} rounds, "
-                f"first look at round {self.min_rounds}, alpha {self.alpha:g}, threshold "
-                f"{self.threshold * 100:g}%")
+        return (
+            "group-sequential paired t, O'Brien-Fleming-type alpha spending over "
+            f"{self.max_rounds} rounds, first look at round {self.min_rounds}, alpha "
+            f"{self.alpha:g}, threshold {self.threshold * 100:g}%"
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The rule as JSON-ready data (ab.json's ``sequential``)."""
@@ -115,7 +123,9 @@ class SequentialRule:
 
 @dataclasses.dataclass(frozen=True)
 class Look:
-    """One look at ``rounds`` paired rounds: decided or not, the verdict, why; ratios NEW / BASE (> 1 slower)."""
+    """One look at ``rounds`` paired rounds: decided or not, the verdict, why; ratios NEW / BASE (>
+    1 slower).
+    """
 
     decided: bool
     verdict: Verdict  #: INCONCLUSIVE while undecided
@@ -124,7 +134,8 @@ class Look:
     ratio: float = math.nan  #: the geometric mean of the per-round ratios
     ci_low: float = math.nan  #: the repeated interval, as ratios
     ci_high: float = math.nan
-    confidence: float = math.nan  #: the repeated interval's nominal two-sided confidence at this look
+    #: the repeated interval's nominal two-sided confidence at this look
+    confidence: float = math.nan
     final: bool = False  #: this look is at the cap: no more rounds will be run
 
 
@@ -138,19 +149,27 @@ def spent(alpha: float, t: float) -> float:
 
 @functools.lru_cache(maxsize=64)
 def nominal_levels(alpha: float, min_rounds: int, max_rounds: int) -> tuple[float, ...]:
-    """The one-sided nominal level of each look ``k = min_rounds .. max_rounds`` (in that order): the alpha the
-    spending function assigns to it (the first look takes all that was spent up to it). They add up to
-    ``alpha``, so the chance of a false alarm at any look is at most ``alpha`` (the union bound), whatever
-    the dependence between the looks and with the spread estimated at each."""
+    """The one-sided nominal level of each look ``k = min_rounds .. max_rounds`` (in that order):
+    the alpha the spending function assigns to it (the first look takes all that was spent up to
+    it). They add up to ``alpha``, so the chance of a false alarm at any look is at most ``alpha``
+    (the union bound), whatever the dependence between the looks and with the spread estimated at
+    each."""
     check_alpha(alpha)
     check_sequential_rounds(min_rounds, max_rounds)
     cumulative = [spent(alpha, k / max_rounds) for k in range(min_rounds, max_rounds + 1)]
-    return tuple(max(now - before, 0.0) for now, before in zip(cumulative, [0.0, *cumulative[:-1]], strict=True))
+    return tuple(
+        max(now - before, 0.0)
+        for now, before in zip(cumulative, [0.0, *cumulative[:-1]], strict=True)
+    )
 
 
 def critical_t(rule: SequentialRule, rounds: int, tests: int = 1) -> float:
-    """The t quantile of the repeated interval at ``rounds`` rounds (inf before a look can decide anything)."""
-    level = nominal_levels(rule.alpha / max(tests, 1), rule.min_rounds, rule.max_rounds)[rounds - rule.min_rounds]
+    """The t quantile of the repeated interval at ``rounds`` rounds (inf before a look can decide
+    anything).
+    """
+    level = nominal_levels(rule.alpha / max(tests, 1), rule.min_rounds, rule.max_rounds)[
+        rounds - rule.min_rounds
+    ]
     return float(-t_ppf(level, rounds - 1)) if level > 0 else math.inf
 
 
@@ -170,7 +189,8 @@ def _pct(log_ratio: float) -> str:
 
 
 def look(rule: SequentialRule, log_ratios: Sequence[float] | np.ndarray, *, tests: int = 1) -> Look:
-    """The rule's look at the per-round log ratios NEW / BASE so far (``tests``: scenes judged together).
+    """The rule's look at the per-round log ratios NEW / BASE so far (``tests``: scenes judged
+    together).
 
     ConfigError when there are more rounds than the rule's cap (its alpha is spent by then)."""
     x = np.asarray(log_ratios, dtype=np.float64)
@@ -180,14 +200,21 @@ def look(rule: SequentialRule, log_ratios: Sequence[float] | np.ndarray, *, test
     thr = rule.threshold
     where = f"round {k} of at most {rule.max_rounds}"
     if k < rule.min_rounds:
-        return Look(False, Verdict.INCONCLUSIVE, k, f"{k} round(s): the first look is at round "
-                                                    f"{rule.min_rounds} (run-to-run noise unknown before)")
+        return Look(
+            False,
+            Verdict.INCONCLUSIVE,
+            k,
+            f"{k} round(s): the first look is at round "
+            f"{rule.min_rounds} (run-to-run noise unknown before)",
+        )
     estimate, se = float(x.mean()), float(x.std(ddof=1)) / math.sqrt(k)
     q = critical_t(rule, k, tests)
     low, high = _interval(estimate, se, q)
     verdict = interval_verdict(estimate, low, high, thr)
     level = float(t_sf(q, k - 1)) if math.isfinite(q) else 0.0  # the t tail above q
-    interval = f"repeated interval [{_pct(low)}, {_pct(high)}]" if math.isfinite(q) else "no interval yet"
+    interval = (
+        f"repeated interval [{_pct(low)}, {_pct(high)}]" if math.isfinite(q) else "no interval yet"
+    )
     thr_pct = f"{thr * 100:g}%"
     final = k == rule.max_rounds
     if verdict is Verdict.REGRESSION:
@@ -195,19 +222,35 @@ def look(rule: SequentialRule, log_ratios: Sequence[float] | np.ndarray, *, test
     elif verdict is Verdict.IMPROVEMENT:
         why = f"{_pct(estimate)}, {interval} below 0 (threshold {thr_pct}; {where})"
     elif verdict is Verdict.UNCHANGED:
-        why = f"{_pct(estimate)}, {interval} within +-{thr_pct}: no change of practical size ({where})"
+        why = (
+            f"{_pct(estimate)}, {interval} within +-{thr_pct}: no change of practical size "
+            f"({where})"
+        )
     elif final:
-        why = f"{_pct(estimate)}, {interval}: undecided at the cap of {k} rounds (threshold {thr_pct})"
+        why = (
+            f"{_pct(estimate)}, {interval}: undecided at the cap of {k} rounds (threshold "
+            f"{thr_pct})"
+        )
     else:
         why = f"{_pct(estimate)}, {interval}: not decided yet ({where}, threshold {thr_pct})"
-    return Look(decided=verdict is not Verdict.INCONCLUSIVE, verdict=verdict, rounds=k, reason=why,
-                ratio=_ratio(estimate), ci_low=_ratio(low), ci_high=_ratio(high),
-                confidence=1.0 - 2.0 * level, final=final)
+    return Look(
+        decided=verdict is not Verdict.INCONCLUSIVE,
+        verdict=verdict,
+        rounds=k,
+        reason=why,
+        ratio=_ratio(estimate),
+        ci_low=_ratio(low),
+        ci_high=_ratio(high),
+        confidence=1.0 - 2.0 * level,
+        final=final,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class Settled:
-    """Whether a comparison after ``rounds`` rounds is decided for every scene, and the one line that says so."""
+    """Whether a comparison after ``rounds`` rounds is decided for every scene, and the one line
+    that says so.
+    """
 
     decided: bool
     rounds: int
@@ -225,44 +268,73 @@ class Settled:
         try:
             if not isinstance(data, Mapping):
                 raise TypeError("not an object")
-            made = cls(decided=data["decided"], rounds=data["rounds"], max_rounds=data["max_rounds"],
-                       reason=data["reason"], undecided=tuple(data.get("undecided", ())))
-            if not (isinstance(made.decided, bool) and isinstance(made.reason, str)
-                    and all(isinstance(n, int) for n in (made.rounds, made.max_rounds))
-                    and all(isinstance(n, str) for n in made.undecided)):
+            made = cls(
+                decided=data["decided"],
+                rounds=data["rounds"],
+                max_rounds=data["max_rounds"],
+                reason=data["reason"],
+                undecided=tuple(data.get("undecided", ())),
+            )
+            if not (
+                isinstance(made.decided, bool)
+                and isinstance(made.reason, str)
+                and all(isinstance(n, int) for n in (made.rounds, made.max_rounds))
+                and all(isinstance(n, str) for n in made.undecided)
+            ):
                 raise TypeError("a field of the wrong type")
         except (KeyError, TypeError) as exc:
-            raise ConfigError(f"not a record of why ab's rounds stopped ({exc}): {data!r}") from None
+            raise ConfigError(
+                f"not a record of why ab's rounds stopped ({exc}): {data!r}"
+            ) from None
         return made
 
 
 def settle(comparison: Comparison, rounds: int, max_rounds: int) -> Settled:
-    """Is every scene of ``comparison`` decided (regression, improvement, unchanged; incomparable ones cannot
-    change)? The stop line of ``ab --until-decided``: why it stopped, or why it goes on."""
+    """Is every scene of ``comparison`` decided (regression, improvement, unchanged; incomparable
+    ones cannot change)? The stop line of ``ab --until-decided``: why it stopped, or why it goes on.
+    """
     open_ = [s.scene for s in comparison.scenes if s.verdict is Verdict.INCONCLUSIVE]
     verdicts = ", ".join(f"{s.scene} {s.verdict}" for s in comparison.scenes) or "no scenes"
     if not open_:
-        return Settled(True, rounds, max_rounds, f"decided after {rounds} of at most {max_rounds} rounds: {verdicts}")
+        return Settled(
+            True,
+            rounds,
+            max_rounds,
+            f"decided after {rounds} of at most {max_rounds} rounds: {verdicts}",
+        )
     if rounds >= max_rounds:
-        return Settled(False, rounds, max_rounds, f"undecided at the cap of {max_rounds} rounds: {verdicts}",
-                       tuple(open_))
-    return Settled(False, rounds, max_rounds, f"undecided after {rounds} of at most {max_rounds} rounds "
-                                              f"({', '.join(open_)})", tuple(open_))
+        return Settled(
+            False,
+            rounds,
+            max_rounds,
+            f"undecided at the cap of {max_rounds} rounds: {verdicts}",
+            tuple(open_),
+        )
+    return Settled(
+        False,
+        rounds,
+        max_rounds,
+        f"undecided after {rounds} of at most {max_rounds} rounds ({', '.join(open_)})",
+        tuple(open_),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class Simulation:
-    """The rule run on ``trials`` seeded normal series: how often each verdict, and the rounds used."""
+    """The rule run on ``trials`` seeded normal series: how often each verdict,
+    and the rounds used."""
 
     effect: float  #: the true change, a fraction (0.1 = +10 %)
     sd_log: float  #: the sd of one round's log ratio
     trials: int
-    rates: dict[str, float]  #: fraction of trials ending with each verdict (at the stop, or at the cap)
+    #: fraction of trials ending with each verdict (at the stop, or at the cap)
+    rates: dict[str, float]
     mean_rounds: float
 
 
-def simulate(rule: SequentialRule, effect: float, sd_log: float, trials: int, seed: int,
-             tests: int = 1) -> Simulation:
+def simulate(
+    rule: SequentialRule, effect: float, sd_log: float, trials: int, seed: int, tests: int = 1
+) -> Simulation:
     """Run :func:`look`'s rule after every round of ``trials`` series of normal log ratios (mean
     ``log(1 + effect)``, sd ``sd_log``) up to the cap; each stops at its first decided look."""
     rng = np.random.default_rng(seed)
@@ -272,7 +344,9 @@ def simulate(rule: SequentialRule, effect: float, sd_log: float, trials: int, se
     sq = np.cumsum(x * x, axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         se = np.sqrt(np.maximum(sq - k * mean * mean, 0.0) / (k - 1) / k)
-    verdict_of = np.vectorize(lambda e, lo, hi: interval_verdict(e, lo, hi, rule.threshold), otypes=[object])
+    verdict_of = np.vectorize(
+        lambda e, lo, hi: interval_verdict(e, lo, hi, rule.threshold), otypes=[object]
+    )
     final = np.full(trials, "inconclusive", dtype=object)
     used = np.full(trials, rule.max_rounds)
     open_ = np.ones(trials, dtype=bool)
@@ -288,7 +362,9 @@ def simulate(rule: SequentialRule, effect: float, sd_log: float, trials: int, se
         used[idx[done]] = r
         open_[idx[done]] = False
     rates = {name: float(np.mean(final == name)) for name in VERDICTS if name != "incomparable"}
-    return Simulation(effect=effect, sd_log=sd_log, trials=trials, rates=rates, mean_rounds=float(used.mean()))
+    return Simulation(
+        effect=effect, sd_log=sd_log, trials=trials, rates=rates, mean_rounds=float(used.mean())
+    )
 
 
 __all__ = [

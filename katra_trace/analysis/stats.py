@@ -140,10 +140,12 @@ def moving_median(dur_ns: np.ndarray, window: int = STUTTER_WINDOW_FRAMES) -> np
     return out
 
 
-def stutter_frames(dur_ns: np.ndarray, factor: float = STUTTER_FACTOR,
-                   window: int = STUTTER_WINDOW_FRAMES) -> tuple[np.ndarray, np.ndarray]:
-    """The stutter rule, the one definition: ``(slow, median)``, where ``slow[i]`` says frame ``i`` is longer
-    than ``factor`` x ``median[i]``, the centred moving median of ``window`` frames (:func:`moving_median`).
+def stutter_frames(
+    dur_ns: np.ndarray, factor: float = STUTTER_FACTOR, window: int = STUTTER_WINDOW_FRAMES
+) -> tuple[np.ndarray, np.ndarray]:
+    """The stutter rule, the one definition: ``(slow, median)``, where ``slow[i]`` says frame ``i``
+    is longer than ``factor`` x ``median[i]``, the centred moving median of ``window`` frames
+    (:func:`moving_median`).
 
     ``stutter_pct`` and the slow frames of :mod:`katra_trace.analysis.slow` both use it.
     """
@@ -153,8 +155,9 @@ def stutter_frames(dur_ns: np.ndarray, factor: float = STUTTER_FACTOR,
     return slow, median
 
 
-def stutter_pct(dur_ns: np.ndarray, factor: float = STUTTER_FACTOR,
-                window: int = STUTTER_WINDOW_FRAMES) -> float:
+def stutter_pct(
+    dur_ns: np.ndarray, factor: float = STUTTER_FACTOR, window: int = STUTTER_WINDOW_FRAMES
+) -> float:
     """Percent of total time spent in frames longer than ``factor`` x the moving median."""
     d = np.asarray(dur_ns, dtype=np.float64)
     total = float(d.sum())
@@ -227,7 +230,8 @@ class TraceLike(Protocol):
 
 
 def scene_labels(events: np.ndarray, strings: list[str]) -> dict[int, str]:
-    """A unique label per scene id: its name, and ``name#2``, ``name#3`` ... for further ids sharing it.
+    """A unique label per scene id: its name, and ``name#2``, ``name#3`` ... for further ids sharing
+    it.
 
     Ids are taken in order of first appearance in ``events`` (the order the
     capture ran them), the rule ``katra3d run`` uses for a scene named twice;
@@ -272,12 +276,15 @@ def scene_durations(events: np.ndarray, strings: list[str]) -> dict[str, dict[st
         per_scene = out.setdefault(labels[sid], {})
         for clock in np.unique(of_scene["clock"]):
             cname = clock_name(clock)
-            per_scene[cname] = _ordered(of_scene[of_scene["clock"] == clock])["dur_ns"].astype(np.float64)
+            per_scene[cname] = _ordered(of_scene[of_scene["clock"] == clock])["dur_ns"].astype(
+                np.float64
+            )
     return out
 
 
-def zone_frame_totals(events: np.ndarray, strings: list[str],
-                      clock: int) -> dict[str, dict[str, np.ndarray]]:
+def zone_frame_totals(
+    events: np.ndarray, strings: list[str], clock: int
+) -> dict[str, dict[str, np.ndarray]]:
     """``{scene: {zone: per-frame totals}}`` of measured zones on one clock, in frame order.
 
     A zone that occurs several times in a frame contributes the sum of its
@@ -306,15 +313,19 @@ def reference_durations(events: np.ndarray, strings: list[str]) -> dict[str, dic
     labels = scene_labels(events, strings)
     ev = np.asarray(events)
     excluded = EXCLUDED_FLAGS & ~int(Flag.REFERENCE)
-    sel = ev[(ev["kind"] == Kind.MARKER) & ((ev["flags"] & int(Flag.REFERENCE)) != 0)
-             & ((ev["flags"] & excluded) == 0)]
+    sel = ev[
+        (ev["kind"] == Kind.MARKER)
+        & ((ev["flags"] & int(Flag.REFERENCE)) != 0)
+        & ((ev["flags"] & excluded) == 0)
+    ]
     out: dict[str, dict[str, np.ndarray]] = {}
     for sid in _in_order(sel["scene"], labels):
         of_scene = sel[sel["scene"] == sid]
         for clock in np.unique(of_scene["clock"]):
             cname = clock_name(clock)
             out.setdefault(labels[sid], {})[cname] = _ordered(of_scene[of_scene["clock"] == clock])[
-                "dur_ns"].astype(np.float64)
+                "dur_ns"
+            ].astype(np.float64)
     return out
 
 
@@ -364,7 +375,9 @@ def _group_stats(ev: np.ndarray) -> dict[str, dict[str, float | int | None]]:
     for clock in np.unique(ev["clock"]):
         cname = clock_name(clock)
         dur = _ordered(ev[ev["clock"] == clock])["dur_ns"]
-        out[cname] = count_stats(dur, cname) if int(clock) in COUNT_CLOCKS else frame_stats(dur).as_dict()
+        out[cname] = (
+            count_stats(dur, cname) if int(clock) in COUNT_CLOCKS else frame_stats(dur).as_dict()
+        )
     return out
 
 
@@ -400,7 +413,9 @@ def trace_stats(trace: TraceLike, zones: bool = True) -> dict[str, Any]:
     return events_stats(trace.events, list(trace.strings), zones=zones)
 
 
-def flatten(stats: Mapping[str, Any], zones: bool = True) -> Iterable[tuple[str, str, str, dict[str, Any]]]:
+def flatten(
+    stats: Mapping[str, Any], zones: bool = True
+) -> Iterable[tuple[str, str, str, dict[str, Any]]]:
     """Rows ``(scene, zone or "", clock, stat dict)`` of a :func:`trace_stats` result."""
     for scene, entry in stats["scenes"].items():
         for clock, values in entry["metrics"].items():

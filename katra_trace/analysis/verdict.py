@@ -1,7 +1,8 @@
-"""What a comparison says, as data: the verdicts, one scene's (or zone's) comparison, and the whole comparison.
+"""What a comparison says, as data: the verdicts, one scene's (or zone's) comparison, and the whole
+comparison.
 
-:mod:`katra_trace.analysis.decide` fills them; compare, ab, the report, history and CI print them (``as_dict``
-is the JSON every surface writes).
+:mod:`katra_trace.analysis.decide` fills them; compare, ab, the report, history and CI print them
+(``as_dict`` is the JSON every surface writes).
 """
 
 from __future__ import annotations
@@ -14,16 +15,16 @@ from typing import Any
 from katra_trace.jsontext import record_dict
 
 
-
 class Verdict(str, enum.Enum):
-    """What a comparison says about one scene (or zone). A str, so that JSON, tables and the words a user
-    reads are its value (``regression``), and a recorded string compares equal to it."""
+    """What a comparison says about one scene (or zone). A str, so that JSON, tables and the words a
+    user reads are its value (``regression``), and a recorded string compares equal to it."""
 
     REGRESSION = "regression"  #: NEW is slower by more than the threshold, and the evidence says so
     IMPROVEMENT = "improvement"  #: NEW is faster by more than the threshold
     UNCHANGED = "unchanged"  #: the change lies within the threshold
     INCONCLUSIVE = "inconclusive"  #: too few frames or runs, or too noisy, to say
-    INCOMPARABLE = "incomparable"  #: the sides differ in what was measured (params, renderer, metric ...)
+    #: the sides differ in what was measured (params, renderer, metric ...)
+    INCOMPARABLE = "incomparable"
 
     def __str__(self) -> str:
         return self.value
@@ -54,8 +55,8 @@ class SceneComparison:
     runs_new: int = 0
     frames_base: int = 0
     frames_new: int = 0
-    #: what reduces each run to its level: ``median`` (counts always) or ``p10`` (``--stat``); the levels, the
-    #: interval and the verdict are all on it, and every name says which
+    #: what reduces each run to its level: ``median`` (counts always) or ``p10`` (``--stat``); the
+    #: levels, the interval and the verdict are all on it, and every name says which
     stat: str = "median"
     level_base: float = math.nan  #: BASE level in value_unit: geometric mean of the runs' ``stat``
     level_new: float = math.nan
@@ -73,13 +74,15 @@ class SceneComparison:
     run_cv_base: float = math.nan  #: CV of per-run medians, or p10s (needs >= 2 runs)
     run_cv_new: float = math.nan
     pair_cv: float = math.nan  #: sd of per-round log ratios (paired)
-    #: sides captured in separate batches: the drift between batches allowed for in the interval (percent)
+    #: sides captured in separate batches: the drift between batches allowed for in the interval
+    #: (percent)
     drift_allowance_pct: float = math.nan
     noise_floor_pct: float = math.nan  #: count metrics: the measured noise floor
-    #: count metrics: the cross-process jitter per frame (defaults.COUNT_JITTER_PER_FRAME) over the frame's
-    #: count, in percent; the band is never narrower than this
+    #: count metrics: the cross-process jitter per frame (defaults.COUNT_JITTER_PER_FRAME) over the
+    #: frame's count, in percent; the band is never narrower than this
     jitter_floor_pct: float = math.nan
-    frame_change_pct: float = math.nan  #: zones of count metrics: the zone's change over the frame's count
+    #: zones of count metrics: the zone's change over the frame's count
+    frame_change_pct: float = math.nan
     runs_needed: int | None = None  #: runs a side that would settle an inconclusive result
     frames_needed: int | None = None
     p99_base_ms: float = math.nan

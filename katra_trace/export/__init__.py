@@ -12,8 +12,8 @@ import dataclasses
 import io
 import os
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from katra_trace.errors import ConfigError
@@ -28,6 +28,7 @@ from katra_trace.optional import MissingDependencyError, require
 if TYPE_CHECKING:
     from katra_trace.io.reader import Trace
 
+
 @dataclasses.dataclass(frozen=True)
 class ExportResult:
     """What an export wrote."""
@@ -41,20 +42,27 @@ class ExportResult:
     warnings: tuple[str, ...]  #: things the user should know (clamped spans, a huge Chrome trace)
 
     def as_dict(self) -> dict[str, object]:
-        return {"path": str(self.path), "format": self.format, "events": self.events, "bytes": self.bytes,
-                "seconds": round(self.seconds, 3), "counts": self.counts, "warnings": list(self.warnings)}
+        return {
+            "path": str(self.path),
+            "format": self.format,
+            "events": self.events,
+            "bytes": self.bytes,
+            "seconds": round(self.seconds, 3),
+            "counts": self.counts,
+            "warnings": list(self.warnings),
+        }
 
 
-#: What an exporter's writer gets: the trace, the open output, the progress callback, and a list to add warnings
-#: to; it returns its per-format counts (rows, packets, tracks, ...).
+#: What an exporter's writer gets: the trace, the open output, the progress callback, and a list to
+#: add warnings to; it returns its per-format counts (rows, packets, tracks, ...).
 Writer = Callable[["Trace", BinaryIO, "ProgressFn | None", list[str]], dict[str, int]]
 
 
 @dataclasses.dataclass(frozen=True)
 class Exporter:
-    """One export format: its name (``--to``), the suffix of its default output, its writer, and the optional
-    modules it needs (``(module, extra)``: a missing one is MissingDependencyError, exit 3, before any file is
-    made)."""
+    """One export format: its name (``--to``), the suffix of its default output, its writer, and the
+    optional modules it needs (``(module, extra)``: a missing one is MissingDependencyError, exit 3,
+    before any file is made)."""
 
     name: str
     suffix: str
@@ -65,8 +73,10 @@ class Exporter:
 def _timeline(trace: Trace, warnings: list[str]) -> Timeline:
     tl = build_timeline(trace.events, list(trace.strings), trace.clock_syncs)
     if tl.clamped:
-        warnings.append(f"{tl.clamped} spans overhung their parent frame or the next span and were "
-                        "clamped to nest (their exact values are in the trace and the CSV export)")
+        warnings.append(
+            f"{tl.clamped} spans overhung their parent frame or the next span and were "
+            "clamped to nest (their exact values are in the trace and the CSV export)"
+        )
     return tl
 
 
@@ -76,29 +86,39 @@ def _drift(tl: Timeline, counts: dict[str, int]) -> dict[str, int]:
     return counts
 
 
-def _perfetto(trace: Trace, f: BinaryIO, progress: ProgressFn | None, warnings: list[str]) -> dict[str, int]:
+def _perfetto(
+    trace: Trace, f: BinaryIO, progress: ProgressFn | None, warnings: list[str]
+) -> dict[str, int]:
     tl = _timeline(trace, warnings)
     counts = write_perfetto(tl, trace.header, trace.summary, f, progress)
     if counts.get("timestamps_rebased"):
-        warnings.append("the trace's host start time would put events outside the timestamps "
-                        "Perfetto holds; times are shifted so that the first event is at 0")
+        warnings.append(
+            "the trace's host start time would put events outside the timestamps "
+            "Perfetto holds; times are shifted so that the first event is at 0"
+        )
     return _drift(tl, counts)
 
 
-def _chrome(trace: Trace, f: BinaryIO, progress: ProgressFn | None, warnings: list[str]) -> dict[str, int]:
+def _chrome(
+    trace: Trace, f: BinaryIO, progress: ProgressFn | None, warnings: list[str]
+) -> dict[str, int]:
     tl = _timeline(trace, warnings)
     text = io.TextIOWrapper(f, encoding="utf-8", newline="\n", write_through=False)
     counts = chrome.write_chrome(tl, trace.header, trace.summary, text, progress)
     text.flush()
     text.detach()
     if len(trace.events) > chrome.CHROME_EVENT_WARN:
-        warnings.append(f"{len(trace.events):,} events: chrome://tracing struggles beyond about "
-                        f"{chrome.CHROME_EVENT_WARN:,}; export with --to perfetto and open it in "
-                        "ui.perfetto.dev instead")
+        warnings.append(
+            f"{len(trace.events):,} events: chrome://tracing struggles beyond about "
+            f"{chrome.CHROME_EVENT_WARN:,}; export with --to perfetto and open it in "
+            "ui.perfetto.dev instead"
+        )
     return _drift(tl, counts)
 
 
-def _csv(trace: Trace, f: BinaryIO, progress: ProgressFn | None, warnings: list[str]) -> dict[str, int]:
+def _csv(
+    trace: Trace, f: BinaryIO, progress: ProgressFn | None, warnings: list[str]
+) -> dict[str, int]:
     text = io.TextIOWrapper(f, encoding="utf-8", newline="")
     rows = write_csv(trace.events, list(trace.strings), text, progress)
     text.flush()
@@ -106,17 +126,30 @@ def _csv(trace: Trace, f: BinaryIO, progress: ProgressFn | None, warnings: list[
     return {"rows": rows}
 
 
-def _parquet(trace: Trace, f: BinaryIO, progress: ProgressFn | None, warnings: list[str]) -> dict[str, int]:
-    return {"rows": write_parquet(trace.events, list(trace.strings), trace.header, trace.summary, f)}
+def _parquet(
+    trace: Trace, f: BinaryIO, progress: ProgressFn | None, warnings: list[str]
+) -> dict[str, int]:
+    return {
+        "rows": write_parquet(trace.events, list(trace.strings), trace.header, trace.summary, f)
+    }
 
 
-#: The registry of exporters, in the order ``katra3d export --to`` lists them; a new format is one entry here.
-EXPORTERS: dict[str, Exporter] = {e.name: e for e in (
-    Exporter("perfetto", ".pftrace", _perfetto, (("perfetto.protos.perfetto.trace.perfetto_trace_pb2", "export"),)),
-    Exporter("chrome", ".json", _chrome),
-    Exporter("csv", ".csv", _csv),
-    Exporter("parquet", ".parquet", _parquet, (("pyarrow.parquet", "export"),)),
-)}
+#: The registry of exporters, in the order ``katra3d export --to`` lists them; a new format is one
+#: entry here.
+EXPORTERS: dict[str, Exporter] = {
+    e.name: e
+    for e in (
+        Exporter(
+            "perfetto",
+            ".pftrace",
+            _perfetto,
+            (("perfetto.protos.perfetto.trace.perfetto_trace_pb2", "export"),),
+        ),
+        Exporter("chrome", ".json", _chrome),
+        Exporter("csv", ".csv", _csv),
+        Exporter("parquet", ".parquet", _parquet, (("pyarrow.parquet", "export"),)),
+    )
+}
 #: format -> file suffix of its default output path.
 FORMATS: dict[str, str] = {name: e.suffix for name, e in EXPORTERS.items()}
 
@@ -128,15 +161,28 @@ def _exporter(fmt: str) -> Exporter:
 
 
 def default_path(trace_path: str | os.PathLike[str], fmt: str) -> Path:
-    """The output beside the trace: ``run.katra`` -> ``run.pftrace`` / ``run.json`` / ``run.csv`` / ..."""
+    """The output beside the trace: ``run.katra`` -> ``run.pftrace`` / ``run.json`` / ``run.csv`` /
+    ...
+    """
     exporter = _exporter(fmt)
     p = Path(trace_path)
-    return p.with_suffix(exporter.suffix) if p.suffix == ".katra" else p.with_name(p.name + exporter.suffix)
+    return (
+        p.with_suffix(exporter.suffix)
+        if p.suffix == ".katra"
+        else p.with_name(p.name + exporter.suffix)
+    )
 
 
-def export_trace(trace: Trace, fmt: str, path: str | os.PathLike[str] | None = None, *, overwrite: bool = False,
-                 progress: ProgressFn | None = None) -> ExportResult:
-    """Write ``trace`` as ``fmt`` (a key of :data:`FORMATS`) to ``path`` (default: beside the trace).
+def export_trace(
+    trace: Trace,
+    fmt: str,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    overwrite: bool = False,
+    progress: ProgressFn | None = None,
+) -> ExportResult:
+    """Write ``trace`` as ``fmt`` (a key of :data:`FORMATS`) to ``path`` (default: beside the
+    trace).
 
     The file appears only when the export succeeded, and an existing file is replaced only with
     ``overwrite``. Raises :class:`ConfigError` (bad format or path), ``OutputExistsError``,
@@ -148,10 +194,14 @@ def export_trace(trace: Trace, fmt: str, path: str | os.PathLike[str] | None = N
         require(module, extra=extra, purpose=f"--to {fmt}")
     t0 = time.perf_counter()
     warnings: list[str] = []
-    with open_output(out_path, force=overwrite, inputs=[trace.path], example=default_path("out", fmt).name) as f:
+    with open_output(
+        out_path, force=overwrite, inputs=[trace.path], example=default_path("out", fmt).name
+    ) as f:
         counts = exporter.write(trace, f, progress, warnings)
         size = f.tell()
-    return ExportResult(out_path, fmt, len(trace.events), size, time.perf_counter() - t0, counts, tuple(warnings))
+    return ExportResult(
+        out_path, fmt, len(trace.events), size, time.perf_counter() - t0, counts, tuple(warnings)
+    )
 
 
 __all__ = [

@@ -12,9 +12,10 @@ Layout (docs/export.md):
 * counter tracks inside the scene for COUNTER rows and for the value clocks
   (``instructions``, ``cycles``, ``process`` CPU ns: one value per frame or zone, at its
   host time);
-* each slow frame (:mod:`katra_trace.analysis.slow`) carries its cause as arguments on its frame slices:
-  ``slow_cause`` (zone, draw, between zones, gc, machine, unknown), ``slow_cause_name`` (the zone's or
-  draw's, or the collection's generation), ``slow_excess_ms`` and ``slow_ratio`` (to the moving median);
+* each slow frame (:mod:`katra_trace.analysis.slow`) carries its cause as arguments on its frame
+  slices: ``slow_cause`` (zone, draw, between zones, gc, machine, unknown), ``slow_cause_name`` (the
+  zone's or draw's, or the collection's generation), ``slow_excess_ms`` and ``slow_ratio`` (to the
+  moving median);
 * a ``katra3d capture`` track with one slice spanning the capture whose arguments hold the
   header (capture options, host, timing mode and why) and the summary: click it in the UI;
 * each track is its own packet sequence with interned names and the track as the sequence's
@@ -60,9 +61,16 @@ _CHILD_ORDER_EXPLICIT = 3
 #: interned debug-annotation names
 _ARG_FRAME, _ARG_FLAGS, _ARG_DUR, _ARG_VALUE = 1, 2, 3, 4
 _ARG_CAUSE, _ARG_CAUSE_NAME, _ARG_EXCESS, _ARG_RATIO = 5, 6, 7, 8
-_ARG_NAMES = {_ARG_FRAME: "frame", _ARG_FLAGS: "flags", _ARG_DUR: "dur_ns", _ARG_VALUE: "value",
-              _ARG_CAUSE: "slow_cause", _ARG_CAUSE_NAME: "slow_cause_name", _ARG_EXCESS: "slow_excess_ms",
-              _ARG_RATIO: "slow_ratio"}
+_ARG_NAMES = {
+    _ARG_FRAME: "frame",
+    _ARG_FLAGS: "flags",
+    _ARG_DUR: "dur_ns",
+    _ARG_VALUE: "value",
+    _ARG_CAUSE: "slow_cause",
+    _ARG_CAUSE_NAME: "slow_cause_name",
+    _ARG_EXCESS: "slow_excess_ms",
+    _ARG_RATIO: "slow_ratio",
+}
 
 
 def _slow_args(slow: SlowFrame) -> list[dict[str, Any]]:
@@ -87,13 +95,20 @@ def timestamp_base(start_host_ns: int | None, lowest: int, highest: int) -> tupl
     Raises TraceFormatError when the events span more than the range itself.
     """
     if highest - lowest > MAX_TIMESTAMP_NS or -lowest > MAX_TIMESTAMP_NS:
-        raise TraceFormatError(f"event times from {lowest} to {highest} ns do not fit a Perfetto timeline (at most "
-                               f"{MAX_TIMESTAMP_NS} ns from the first to the last); --to csv or --to parquet "
-                               "exports them as stored")
-    base = start_host_ns if isinstance(start_host_ns, int) and not isinstance(start_host_ns, bool) else 0
+        raise TraceFormatError(
+            f"event times from {lowest} to {highest} ns do not fit a Perfetto timeline (at most "
+            f"{MAX_TIMESTAMP_NS} ns from the first to the last); --to csv or --to parquet "
+            "exports them as stored"
+        )
+    base = (
+        start_host_ns
+        if isinstance(start_host_ns, int) and not isinstance(start_host_ns, bool)
+        else 0
+    )
     if base < 0 or base + highest > MAX_TIMESTAMP_NS:
         return -lowest, True
-    return max(base, -lowest), False  # events before a host start near 0 (hand-made traces): shifted silently
+    # events before a host start near 0 (hand-made traces): shifted silently
+    return max(base, -lowest), False
 
 
 def _pb() -> Any:
@@ -124,7 +139,9 @@ def _annotation(name: str, value: Any) -> dict[str, Any]:
     elif isinstance(value, str):
         ann["string_value"] = value
     elif isinstance(value, Mapping):
-        ann["dict_entries"] = [_annotation(str(k), v) for k, v in value.items()] or [_annotation("", "{}")]
+        ann["dict_entries"] = [_annotation(str(k), v) for k, v in value.items()] or [
+            _annotation("", "{}")
+        ]
     elif isinstance(value, (list, tuple)):
         ann["array_values"] = [_annotation("", v) for v in value] or [_annotation("", "[]")]
     elif value is None:
@@ -147,8 +164,8 @@ class _Writer:
         self.packet_adder()(**fields)
 
     def packet_adder(self) -> Any:
-        """The current chunk's ``packet.add`` (flushing first when the chunk is full): for hot loops, which
-        call it again every few thousand packets."""
+        """The current chunk's ``packet.add`` (flushing first when the chunk is full): for hot
+        loops, which call it again every few thousand packets."""
         if len(self.builder.trace.packet) >= CHUNK_PACKETS or self.pending_chars >= CHUNK_CHARS:
             self.flush()
         return self.builder.trace.packet.add
@@ -162,9 +179,15 @@ class _Writer:
         self.pending_chars = 0
 
 
-def write_perfetto(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any], out: BinaryIO,
-                   progress: ProgressFn | None = None) -> dict[str, int]:
-    """Write ``tl`` as a Perfetto trace to ``out``; returns counts (packets, tracks, slices, ...)."""
+def write_perfetto(
+    tl: Timeline,
+    header: TraceHeader,
+    summary: Mapping[str, Any],
+    out: BinaryIO,
+    progress: ProgressFn | None = None,
+) -> dict[str, int]:
+    """Write ``tl`` as a Perfetto trace to ``out``; returns counts (packets,
+    tracks, slices, ...)."""
     _pb()  # fail early, before writing anything, when the package is missing
     w = _Writer(out)
     ev = tl.events
@@ -184,17 +207,31 @@ def write_perfetto(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any]
     start_wall = header.start_wall_ns
     if start_wall is not None and 0 <= start_wall <= MAX_TIMESTAMP_NS and snap_ts == base:
         clocks.append({"clock_id": _CLOCK_REALTIME, "timestamp": start_wall})
-    w.add(timestamp=snap_ts, trusted_packet_sequence_id=meta_seq, sequence_flags=_SEQ_CLEARED,
-          clock_snapshot={"clocks": clocks, "primary_trace_clock": _CLOCK_BOOTTIME})
+    w.add(
+        timestamp=snap_ts,
+        trusted_packet_sequence_id=meta_seq,
+        sequence_flags=_SEQ_CLEARED,
+        clock_snapshot={"clocks": clocks, "primary_trace_clock": _CLOCK_BOOTTIME},
+    )
     capture_uuid = next(uuid)
-    w.add(timestamp=first_ts, trusted_packet_sequence_id=meta_seq,
-          track_descriptor={"uuid": capture_uuid, "name": CAPTURE_TRACK})
+    w.add(
+        timestamp=first_ts,
+        trusted_packet_sequence_id=meta_seq,
+        track_descriptor={"uuid": capture_uuid, "name": CAPTURE_TRACK},
+    )
     scene_uuid: dict[int, int] = {}
     for rank, (sid, label) in enumerate(tl.scenes.items()):
         scene_uuid[sid] = next(uuid)
-        w.add(timestamp=first_ts, trusted_packet_sequence_id=meta_seq,
-              track_descriptor={"uuid": scene_uuid[sid], "name": label, "child_ordering": _CHILD_ORDER_EXPLICIT,
-                                "sibling_order_rank": rank + 1})
+        w.add(
+            timestamp=first_ts,
+            trusted_packet_sequence_id=meta_seq,
+            track_descriptor={
+                "uuid": scene_uuid[sid],
+                "name": label,
+                "child_ordering": _CHILD_ORDER_EXPLICIT,
+                "sibling_order_rank": rank + 1,
+            },
+        )
     last_ts = base + highest if tl.end_ns.size else first_ts
     options = header.capture_options
     args = [
@@ -210,43 +247,78 @@ def write_perfetto(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any]
         _annotation("host_info", header.host_info.as_dict()),
         _annotation("summary", dict(summary)),
     ]
-    w.add(timestamp=first_ts, trusted_packet_sequence_id=meta_seq,
-          track_event={"type": _SLICE_BEGIN, "track_uuid": capture_uuid,
-                       "name": f"capture: {header.workload or ''}", "debug_annotations": args})
-    w.add(timestamp=max(last_ts, first_ts), trusted_packet_sequence_id=meta_seq,
-          track_event={"type": _SLICE_END, "track_uuid": capture_uuid})
+    w.add(
+        timestamp=first_ts,
+        trusted_packet_sequence_id=meta_seq,
+        track_event={
+            "type": _SLICE_BEGIN,
+            "track_uuid": capture_uuid,
+            "name": f"capture: {header.workload or ''}",
+            "debug_annotations": args,
+        },
+    )
+    w.add(
+        timestamp=max(last_ts, first_ts),
+        trusted_packet_sequence_id=meta_seq,
+        track_event={"type": _SLICE_END, "track_uuid": capture_uuid},
+    )
 
     names = ev["name"]
     frames = ev["frame"]
     flags = ev["flags"]
     depth = ev["depth"]
-    counts = {"slices": 0, "instants": 0, "counter_values": 0, "slice_tracks": 0, "counter_tracks": 0}
+    counts = {
+        "slices": 0,
+        "instants": 0,
+        "counter_values": 0,
+        "slice_tracks": 0,
+        "counter_tracks": 0,
+    }
     rank_in_scene: dict[int, int] = {}
     scene_ids = {label: sid for sid, label in tl.scenes.items()}
-    slow_at = {(scene_ids[label], s.frame): s for label, found in header_slow_frames(ev, tl.strings, header).items()
-               if label in scene_ids for s in found.slow}
+    slow_at = {
+        (scene_ids[label], s.frame): s
+        for label, found in header_slow_frames(ev, tl.strings, header).items()
+        if label in scene_ids
+        for s in found.slow
+    }
 
-    def open_sequence(sid: int, name: str, used: np.ndarray, counter_unit: str | None) -> tuple[int, int, dict[int, int]]:
+    def open_sequence(
+        sid: int, name: str, used: np.ndarray, counter_unit: str | None
+    ) -> tuple[int, int, dict[int, int]]:
         seq = next(seq_ids)
         track = next(uuid)
         rank_in_scene[sid] = rank_in_scene.get(sid, 0) + 1
-        descriptor: dict[str, Any] = {"uuid": track, "parent_uuid": scene_uuid[sid], "name": name,
-                                      "sibling_order_rank": rank_in_scene[sid]}
+        descriptor: dict[str, Any] = {
+            "uuid": track,
+            "parent_uuid": scene_uuid[sid],
+            "name": name,
+            "sibling_order_rank": rank_in_scene[sid],
+        }
         if counter_unit is not None:
             descriptor["counter"] = {"unit_name": counter_unit} if counter_unit else {}
         iids = {int(n): i + 1 for i, n in enumerate(np.unique(used))}
         event_names = [{"iid": i, "name": tl.name(n)} for n, i in iids.items()]
-        interned = {"event_names": event_names,
-                    "debug_annotation_names": [{"iid": i, "name": n} for i, n in _ARG_NAMES.items()]}
-        w.add(timestamp=first_ts, trusted_packet_sequence_id=seq, sequence_flags=_SEQ_CLEARED,
-              track_descriptor=descriptor, interned_data=interned,
-              trace_packet_defaults={"track_event_defaults": {"track_uuid": track}})
+        interned = {
+            "event_names": event_names,
+            "debug_annotation_names": [{"iid": i, "name": n} for i, n in _ARG_NAMES.items()],
+        }
+        w.add(
+            timestamp=first_ts,
+            trusted_packet_sequence_id=seq,
+            sequence_flags=_SEQ_CLEARED,
+            track_descriptor=descriptor,
+            interned_data=interned,
+            trace_packet_defaults={"track_event_defaults": {"track_uuid": track}},
+        )
         w.pending_chars += len(name) + sum(len(str(e["name"])) for e in event_names)
         return seq, track, iids
 
     for track in tl.slice_tracks:
         spans, inst = track.spans, track.instants
-        seq, _, iids = open_sequence(track.scene_id, track.name, names[np.concatenate([spans, inst])], None)
+        seq, _, iids = open_sequence(
+            track.scene_id, track.name, names[np.concatenate([spans, inst])], None
+        )
         counts["slice_tracks"] += 1
         s_list = (tl.start_ns[spans] + base).tolist()
         e_list = (tl.end_ns[spans] + base).tolist()
@@ -261,18 +333,46 @@ def write_perfetto(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any]
         end_event = {"type": _SLICE_END}
         add = w.packet_adder()
 
-        def instant(k: int, add: Any) -> None:
+        def instant(
+            k: int,
+            add: Any,
+            *,
+            # this track's objects, bound now (the function is called only in this iteration)
+            inst: np.ndarray = inst,
+            i_list: list[int] = i_list,
+            e_list: list[int] = e_list,
+            stack: list[int] = stack,
+            seq: int = seq,
+            iids: dict[int, int] = iids,
+            end_event: dict[str, int] = end_event,
+        ) -> None:
             row = int(inst[k])
             t = i_list[k]
             while stack and e_list[stack[-1]] <= t:
-                add(timestamp=e_list[stack.pop()], trusted_packet_sequence_id=seq, sequence_flags=_SEQ_NEEDS_STATE,
-                    track_event=end_event)
-            annotations: list[dict[str, Any]] = [{"name_iid": _ARG_DUR, "int_value": int(ev["dur_ns"][row])},
-                           {"name_iid": _ARG_FRAME, "uint_value": int(frames[row])}]
+                add(
+                    timestamp=e_list[stack.pop()],
+                    trusted_packet_sequence_id=seq,
+                    sequence_flags=_SEQ_NEEDS_STATE,
+                    track_event=end_event,
+                )
+            annotations: list[dict[str, Any]] = [
+                {"name_iid": _ARG_DUR, "int_value": int(ev["dur_ns"][row])},
+                {"name_iid": _ARG_FRAME, "uint_value": int(frames[row])},
+            ]
             if flags[row]:
-                annotations.append({"name_iid": _ARG_FLAGS, "string_value": flag_names(int(flags[row]))})
-            add(timestamp=t, trusted_packet_sequence_id=seq, sequence_flags=_SEQ_NEEDS_STATE,
-                track_event={"type": _INSTANT, "name_iid": iids[int(names[row])], "debug_annotations": annotations})
+                annotations.append(
+                    {"name_iid": _ARG_FLAGS, "string_value": flag_names(int(flags[row]))}
+                )
+            add(
+                timestamp=t,
+                trusted_packet_sequence_id=seq,
+                sequence_flags=_SEQ_NEEDS_STATE,
+                track_event={
+                    "type": _INSTANT,
+                    "name_iid": iids[int(names[row])],
+                    "debug_annotations": annotations,
+                },
+            )
 
         for i in range(len(s_list)):
             s = s_list[i]
@@ -285,8 +385,12 @@ def write_perfetto(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any]
                 te = e_list[top]
                 if d_list[top] < d and (te > s or (te == s and e_list[i] == s)):
                     break  # the open span is this one's parent
-                add(timestamp=te, trusted_packet_sequence_id=seq, sequence_flags=_SEQ_NEEDS_STATE,
-                    track_event=end_event)
+                add(
+                    timestamp=te,
+                    trusted_packet_sequence_id=seq,
+                    sequence_flags=_SEQ_NEEDS_STATE,
+                    track_event=end_event,
+                )
                 stack.pop()
             fl = fl_list[i]
             if d == 0 or fl:  # frames carry their index (zones: their frame's), and any flags
@@ -295,11 +399,23 @@ def write_perfetto(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any]
                     ann.append({"name_iid": _ARG_FLAGS, "string_value": flag_names(fl)})
                 elif d == 0 and (slow := slow_at.get((track.scene_id, f_list[i]))) is not None:
                     ann += _slow_args(slow)
-                add(timestamp=s, trusted_packet_sequence_id=seq, sequence_flags=_SEQ_NEEDS_STATE,
-                    track_event={"type": _SLICE_BEGIN, "name_iid": n_list[i], "debug_annotations": ann})
+                add(
+                    timestamp=s,
+                    trusted_packet_sequence_id=seq,
+                    sequence_flags=_SEQ_NEEDS_STATE,
+                    track_event={
+                        "type": _SLICE_BEGIN,
+                        "name_iid": n_list[i],
+                        "debug_annotations": ann,
+                    },
+                )
             else:
-                add(timestamp=s, trusted_packet_sequence_id=seq, sequence_flags=_SEQ_NEEDS_STATE,
-                    track_event={"type": _SLICE_BEGIN, "name_iid": n_list[i]})
+                add(
+                    timestamp=s,
+                    trusted_packet_sequence_id=seq,
+                    sequence_flags=_SEQ_NEEDS_STATE,
+                    track_event={"type": _SLICE_BEGIN, "name_iid": n_list[i]},
+                )
             stack.append(i)
             if (i & 0x3FFF) == 0x3FFF:
                 add = w.packet_adder()
@@ -309,8 +425,12 @@ def write_perfetto(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any]
             instant(j, add)
             j += 1
         while stack:
-            add(timestamp=e_list[stack.pop()], trusted_packet_sequence_id=seq, sequence_flags=_SEQ_NEEDS_STATE,
-                track_event=end_event)
+            add(
+                timestamp=e_list[stack.pop()],
+                trusted_packet_sequence_id=seq,
+                sequence_flags=_SEQ_NEEDS_STATE,
+                track_event=end_event,
+            )
         counts["slices"] += len(s_list)
         counts["instants"] += n_inst
         done += len(s_list) + n_inst
@@ -319,7 +439,9 @@ def write_perfetto(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any]
 
     for ctrack in tl.counter_tracks:
         rows = ctrack.rows
-        seq, _, _ = open_sequence(ctrack.scene_id, ctrack.name, np.empty(0, dtype=np.uint32), ctrack.unit)
+        seq, _, _ = open_sequence(
+            ctrack.scene_id, ctrack.name, np.empty(0, dtype=np.uint32), ctrack.unit
+        )
         counts["counter_tracks"] += 1
         t_list = (tl.start_ns[rows] + base).tolist()
         source = ev["dur_ns"][rows] if ctrack.from_durations else ev["value"][rows]
@@ -328,8 +450,12 @@ def write_perfetto(tl: Timeline, header: TraceHeader, summary: Mapping[str, Any]
         for k, (t, v) in enumerate(zip(t_list, v_list, strict=True)):
             if (k & 0x3FFF) == 0x3FFF:
                 add = w.packet_adder()
-            add(timestamp=t, trusted_packet_sequence_id=seq, sequence_flags=_SEQ_NEEDS_STATE,
-                track_event={"type": _COUNTER, "double_counter_value": v})
+            add(
+                timestamp=t,
+                trusted_packet_sequence_id=seq,
+                sequence_flags=_SEQ_NEEDS_STATE,
+                track_event={"type": _COUNTER, "double_counter_value": v},
+            )
         counts["counter_values"] += len(t_list)
         done += len(t_list)
         if progress is not None:

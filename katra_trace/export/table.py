@@ -62,35 +62,46 @@ def _lookup(ids: np.ndarray, table: list[str]) -> tuple[np.ndarray, list[str]]:
     return codes.astype(np.int32), words
 
 
-def string_columns(events: np.ndarray, strings: list[str]) -> dict[str, tuple[np.ndarray, list[str]]]:
+def string_columns(
+    events: np.ndarray, strings: list[str]
+) -> dict[str, tuple[np.ndarray, list[str]]]:
     """``{column: (codes, dictionary)}`` for the string columns of :data:`TABLE_COLUMNS`."""
     ev = np.asarray(events)
-    labels = scene_labels(ev, strings)  # keyed by the ids the events use: never sized by an id's value
+    # keyed by the ids the events use: never sized by an id's value
+    labels = scene_labels(ev, strings)
     kind_names = {int(k): k.name.lower() for k in Kind}
     uniq, codes = np.unique(ev["scene"], return_inverse=True)
     out = {
         "scene": (codes.astype(np.int32), [labels[int(i)] for i in uniq.tolist()]),
         "name": _lookup(ev["name"], strings),
     }
-    for col, namer in (("kind", lambda v: kind_names.get(v, f"kind{v}")), ("clock", clock_name),
-                       ("flags", flag_names)):
+    for col, namer in (
+        ("kind", lambda v: kind_names.get(v, f"kind{v}")),
+        ("clock", clock_name),
+        ("flags", flag_names),
+    ):
         uniq, codes = np.unique(ev[col], return_inverse=True)
         out[col] = (codes.astype(np.int32), [namer(int(v)) for v in uniq.tolist()])
     return out
 
 
-def write_csv(events: np.ndarray, strings: list[str], out: IO[str], progress: ProgressFn | None = None) -> int:
-    """Write the table as CSV (header row first) to ``out``; returns the rows written. String cells go
-    through :func:`csv_text` (no formula injection) and are quoted (a CR or newline in a name stays in its
-    cell); numeric columns are written as plain numbers."""
+def write_csv(
+    events: np.ndarray, strings: list[str], out: IO[str], progress: ProgressFn | None = None
+) -> int:
+    """Write the table as CSV (header row first) to ``out``; returns the rows written. String cells
+    go through :func:`csv_text` (no formula injection) and are quoted (a CR or newline in a name
+    stays in its cell); numeric columns are written as plain numbers."""
     ev = np.asarray(events)
-    writer = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC)  # strings quoted, numbers not
+    # strings quoted, numbers not
+    writer = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC)
     writer.writerow([c for c, _ in TABLE_COLUMNS])
     cols = string_columns(ev, strings)
     words = {k: np.array([csv_text(w) for w in d], dtype=object) for k, (_, d) in cols.items()}
     for lo in range(0, len(ev), _ROWS_PER_CHUNK):
         part = slice(lo, lo + _ROWS_PER_CHUNK)
-        text = [words[k][cols[k][0][part]].tolist() for k in ("scene", "name", "kind", "clock", "flags")]
+        text = [
+            words[k][cols[k][0][part]].tolist() for k in ("scene", "name", "kind", "clock", "flags")
+        ]
         nums = [ev[c][part].tolist() for c in ("depth", "frame", "start_ns", "dur_ns", "value")]
         writer.writerows(zip(*text, *nums, strict=True))
         if progress is not None:
@@ -104,31 +115,46 @@ def to_arrow(trace: Trace) -> Any:
     return events_to_arrow(trace.events, list(trace.strings), trace.header, trace.summary)
 
 
-def events_to_arrow(events: np.ndarray, strings: list[str], header: TraceHeader | None = None,
-                    summary: Mapping[str, Any] | None = None) -> Any:
+def events_to_arrow(
+    events: np.ndarray,
+    strings: list[str],
+    header: TraceHeader | None = None,
+    summary: Mapping[str, Any] | None = None,
+) -> Any:
     """:func:`to_arrow` for an event array and its string table."""
     pa = require("pyarrow", extra="export", purpose="Arrow and Parquet export")
     ev = np.asarray(events)
     arrays = {}
     for name, (codes, words) in string_columns(ev, strings).items():
-        arrays[name] = pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(words, pa.string()))
+        arrays[name] = pa.DictionaryArray.from_arrays(
+            pa.array(codes, pa.int32()), pa.array(words, pa.string())
+        )
     for name in ("depth", "frame", "start_ns", "dur_ns", "value"):
         arrays[name] = pa.array(np.ascontiguousarray(ev[name]))
-    meta = {"katra3d.header": jsontext.dumps(header.as_dict() if header is not None else {}, default=str),
-            "katra3d.summary": jsontext.dumps(dict(summary or {}), default=str),
-            "katra3d.columns": jsontext.dumps(dict(TABLE_COLUMNS))}
+    meta = {
+        "katra3d.header": jsontext.dumps(
+            header.as_dict() if header is not None else {}, default=str
+        ),
+        "katra3d.summary": jsontext.dumps(dict(summary or {}), default=str),
+        "katra3d.columns": jsontext.dumps(dict(TABLE_COLUMNS)),
+    }
     return pa.table({c: arrays[c] for c, _ in TABLE_COLUMNS}, metadata=meta)
 
 
 def to_pandas(trace: Trace) -> Any:
-    """The trace's events as a ``pandas.DataFrame`` (string columns as categoricals); needs pandas and
-    pyarrow."""
+    """The trace's events as a ``pandas.DataFrame`` (string columns as categoricals); needs pandas
+    and pyarrow."""
     require("pandas", extra="pandas", purpose="to_pandas()")
     return to_arrow(trace).to_pandas()
 
 
-def write_parquet(events: np.ndarray, strings: list[str], header: TraceHeader, summary: Mapping[str, Any],
-                  out: IO[bytes]) -> int:
+def write_parquet(
+    events: np.ndarray,
+    strings: list[str],
+    header: TraceHeader,
+    summary: Mapping[str, Any],
+    out: IO[bytes],
+) -> int:
     """Write the table as Parquet (zstd) to ``out``; returns the rows written."""
     require("pyarrow", extra="export", purpose="--to parquet")
     pq = require("pyarrow.parquet", extra="export", purpose="--to parquet")
@@ -137,5 +163,14 @@ def write_parquet(events: np.ndarray, strings: list[str], header: TraceHeader, s
     return int(table.num_rows)
 
 
-__all__ = ["FORMULA_STARTS", "TABLE_COLUMNS", "csv_text", "events_to_arrow", "string_columns", "to_arrow", "to_pandas", "write_csv",
-           "write_parquet"]
+__all__ = [
+    "FORMULA_STARTS",
+    "TABLE_COLUMNS",
+    "csv_text",
+    "events_to_arrow",
+    "string_columns",
+    "to_arrow",
+    "to_pandas",
+    "write_csv",
+    "write_parquet",
+]

@@ -35,8 +35,14 @@ from katra_trace.metrics import clock_name
 from katra_trace.schema import VALUE_CLOCKS, Clock, Flag, Kind
 
 #: Order of the time clocks' tracks inside a scene.
-CLOCK_ORDER: tuple[int, ...] = (int(Clock.WALL), int(Clock.CPU), int(Clock.GPU), int(Clock.PROCESS),
-                                int(Clock.INSTRUCTIONS), int(Clock.CYCLES))
+CLOCK_ORDER: tuple[int, ...] = (
+    int(Clock.WALL),
+    int(Clock.CPU),
+    int(Clock.GPU),
+    int(Clock.PROCESS),
+    int(Clock.INSTRUCTIONS),
+    int(Clock.CYCLES),
+)
 
 
 def flag_names(flags: int) -> str:
@@ -93,7 +99,8 @@ class Timeline:
     events: np.ndarray
     strings: list[str]
     scenes: dict[int, str]  #: scene id -> unique label, in capture order
-    start_ns: np.ndarray  #: per event, int64: its start on the host clock (GPU rows drift-corrected)
+    #: per event, int64: its start on the host clock (GPU rows drift-corrected)
+    start_ns: np.ndarray
     end_ns: np.ndarray  #: per event, int64: its end, clamped so that spans nest (instants: = start)
     slice_tracks: list[SliceTrack]
     counter_tracks: list[CounterTrack]
@@ -118,13 +125,21 @@ def _sync_pairs(clock_syncs: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
     pairs = []
     for rec in clock_syncs:
         h, g = rec.get("host_ns"), rec.get("gpu_ns")
-        if isinstance(h, int) and isinstance(g, int) and not isinstance(h, bool) and not isinstance(g, bool):
+        if (
+            isinstance(h, int)
+            and isinstance(g, int)
+            and not isinstance(h, bool)
+            and not isinstance(g, bool)
+        ):
             pairs.append((h, g))
     return pairs
 
 
-def gpu_to_host(start_ns: np.ndarray, clock_syncs: Sequence[dict[str, Any]]) -> tuple[np.ndarray, float | None]:
-    """GPU rows' times (as stored: mapped with the first CLOCK_SYNC pair) re-mapped through all pairs.
+def gpu_to_host(
+    start_ns: np.ndarray, clock_syncs: Sequence[dict[str, Any]]
+) -> tuple[np.ndarray, float | None]:
+    """GPU rows' times (as stored: mapped with the first CLOCK_SYNC pair) re-mapped through all
+    pairs.
 
     The capture stores ``gpu + (host0 - gpu0)`` with the first pair ``(host0, gpu0)``. With two or
     more pairs the GPU time is recovered and mapped piecewise linearly through them (linear
@@ -137,9 +152,12 @@ def gpu_to_host(start_ns: np.ndarray, clock_syncs: Sequence[dict[str, Any]]) -> 
     if len(pairs) < 2 or not t.size:
         return t.copy(), None
     h0, g0 = pairs[0]
-    if any(abs(v) > _SYNC_LIMIT_NS for p in pairs for v in p) or \
-            max(abs(int(t.min()) - (h0 - g0)), abs(int(t.max()) - (h0 - g0))) > _SYNC_LIMIT_NS:
-        return t.copy(), None  # pairs (from the file) that int64 arithmetic cannot map: keep the capture's mapping
+    if (
+        any(abs(v) > _SYNC_LIMIT_NS for p in pairs for v in p)
+        or max(abs(int(t.min()) - (h0 - g0)), abs(int(t.max()) - (h0 - g0))) > _SYNC_LIMIT_NS
+    ):
+        # pairs (from the file) that int64 arithmetic cannot map: keep the capture's mapping
+        return t.copy(), None
     gpu = t - np.int64(h0 - g0)  # the raw GPU timestamps
     pairs = sorted(set(pairs), key=lambda p: p[1])
     gs = np.array([p[1] for p in pairs], dtype=np.int64)
@@ -149,13 +167,18 @@ def gpu_to_host(start_ns: np.ndarray, clock_syncs: Sequence[dict[str, Any]]) -> 
     seg = np.clip(np.searchsorted(gs, gpu, side="right") - 1, 0, len(gs) - 2)
     slope = (hs[1:] - hs[:-1]).astype(np.float64) / (gs[1:] - gs[:-1]).astype(np.float64)
     delta = np.rint((gpu - gs[seg]).astype(np.float64) * slope[seg])
-    if not (np.all(np.abs(delta) <= _SYNC_LIMIT_NS) and np.all(np.abs(hs[seg] + delta) <= _SYNC_LIMIT_NS)):
+    if not (
+        np.all(np.abs(delta) <= _SYNC_LIMIT_NS)
+        and np.all(np.abs(hs[seg] + delta) <= _SYNC_LIMIT_NS)
+    ):
         return t.copy(), None  # a slope that throws times out of range: keep the capture's mapping
     total = (hs[-1] - hs[0]) / (gs[-1] - gs[0])
     return hs[seg] + delta.astype(np.int64), (float(total) - 1.0) * 1e6
 
 
-def nest(starts: Sequence[int], ends: Sequence[int], depths: Sequence[int]) -> tuple[list[int], int]:
+def nest(
+    starts: Sequence[int], ends: Sequence[int], depths: Sequence[int]
+) -> tuple[list[int], int]:
     """Clamp span ends so that the spans of one track nest; spans given in (start, depth) order.
 
     A span's parent is the innermost open span of smaller depth that contains its start; a span
@@ -183,7 +206,9 @@ def nest(starts: Sequence[int], ends: Sequence[int], depths: Sequence[int]) -> t
     return out, changed
 
 
-def build_timeline(events: np.ndarray, strings: list[str], clock_syncs: Sequence[dict[str, Any]] = ()) -> Timeline:
+def build_timeline(
+    events: np.ndarray, strings: list[str], clock_syncs: Sequence[dict[str, Any]] = ()
+) -> Timeline:
     """Place ``events`` on tracks (see the module docstring)."""
     ev = np.asarray(events)
     labels = scene_labels(ev, strings)
@@ -192,7 +217,9 @@ def build_timeline(events: np.ndarray, strings: list[str], clock_syncs: Sequence
     drift: float | None = None
     if gpu_rows.any():
         mapped, drift = gpu_to_host(start[gpu_rows], clock_syncs)
-        gpu_end, _ = gpu_to_host(start[gpu_rows] + ev["dur_ns"][gpu_rows].astype(np.int64), clock_syncs)
+        gpu_end, _ = gpu_to_host(
+            start[gpu_rows] + ev["dur_ns"][gpu_rows].astype(np.int64), clock_syncs
+        )
         start[gpu_rows] = mapped
         end = start + ev["dur_ns"].astype(np.int64)
         end[gpu_rows] = np.maximum(gpu_end, mapped)
@@ -213,11 +240,17 @@ def build_timeline(events: np.ndarray, strings: list[str], clock_syncs: Sequence
     # each scene's rows, in file order, from one stable sort (not a scan of every event per scene)
     by_scene = np.argsort(ev["scene"], kind="stable")
     scene_ids, firsts = np.unique(ev["scene"][by_scene], return_index=True)
-    rows_of = dict(zip(scene_ids.tolist(), np.split(by_scene, firsts[1:]), strict=True)) if ev.size else {}
+    rows_of = (
+        dict(zip(scene_ids.tolist(), np.split(by_scene, firsts[1:]), strict=True))
+        if ev.size
+        else {}
+    )
     for sid, label in labels.items():
         of_scene = rows_of[sid]
         clock_of = ev["clock"][of_scene]
-        clocks = sorted({int(c) for c in np.unique(clock_of)}, key=lambda c: (order_rank.get(c, 99), c))
+        clocks = sorted(
+            {int(c) for c in np.unique(clock_of)}, key=lambda c: (order_rank.get(c, 99), c)
+        )
         for clock in clocks:
             on = of_scene[clock_of == clock]
             span_idx = on[is_span[on]]
@@ -225,23 +258,31 @@ def build_timeline(events: np.ndarray, strings: list[str], clock_syncs: Sequence
             if span_idx.size or inst_idx.size:
                 span_idx = span_idx[np.lexsort((span_idx, ev["depth"][span_idx], start[span_idx]))]
                 inst_idx = inst_idx[np.lexsort((inst_idx, start[inst_idx]))]
-                new_ends, changed = nest(start[span_idx].tolist(), end[span_idx].tolist(),
-                                         ev["depth"][span_idx].tolist())
+                new_ends, changed = nest(
+                    start[span_idx].tolist(), end[span_idx].tolist(), ev["depth"][span_idx].tolist()
+                )
                 end[span_idx] = new_ends
                 clamped += changed
                 slice_tracks.append(SliceTrack(sid, label, clock, span_idx, inst_idx))
             value_idx = on[is_value[on]]
             if value_idx.size:
                 vals = ev[value_idx]
-                # value-clock frames first, then zones, then counters; each by name in first-seen order
-                group_key = np.where(vals["kind"] == Kind.COUNTER, 2, np.where(vals["kind"] == Kind.FRAME, 0, 1))
-                names, first = np.unique(vals["name"].astype(np.int64) * 4 + group_key, return_index=True)
+                # value-clock frames first, then zones, then counters; each by name in first-seen
+                # order
+                group_key = np.where(
+                    vals["kind"] == Kind.COUNTER, 2, np.where(vals["kind"] == Kind.FRAME, 0, 1)
+                )
+                names, first = np.unique(
+                    vals["name"].astype(np.int64) * 4 + group_key, return_index=True
+                )
                 for key in names[np.lexsort((first, names % 4))]:
                     name_id, group = int(key) // 4, int(key) % 4
                     rows = value_idx[(vals["name"] == name_id) & (group_key == group)]
                     rows = rows[np.lexsort((rows, start[rows]))]
                     name = strings[name_id] if 0 <= name_id < len(strings) else f"?{name_id}"
-                    counter_tracks.append(CounterTrack(sid, label, clock, name_id, name, rows, group != 2))
+                    counter_tracks.append(
+                        CounterTrack(sid, label, clock, name_id, name, rows, group != 2)
+                    )
     return Timeline(ev, strings, labels, start, end, slice_tracks, counter_tracks, clamped, drift)
 
 

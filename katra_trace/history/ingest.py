@@ -1,4 +1,5 @@
-"""``history add``'s first half: find the traces, read them, and turn them into rows (no database yet).
+"""``history add``'s first half: find the traces, read them, and turn them into rows (no database
+yet).
 
 Reading happens before the store is opened, so a writer holds DuckDB's lock only while it inserts.
 """
@@ -25,15 +26,18 @@ MAX_LABEL_CHARS = 200
 
 
 def find_traces(args: Sequence[str]) -> list[Path]:
-    """Each argument: a trace file, or a directory whose ``*.katra`` files (recursively) are taken, in
-    name order. A path named twice counts once. Raises ConfigError (one line naming the path) for a
-    missing path, an empty directory, or one the system refuses (a name too long, no permission)."""
+    """Each argument: a trace file, or a directory whose ``*.katra`` files (recursively) are taken,
+    in name order. A path named twice counts once. Raises ConfigError (one line naming the path) for
+    a missing path, an empty directory, or one the system refuses (a name too long, no permission).
+    """
     out: list[Path] = []
     for arg in args:
         p = Path(arg)
         try:
             mode = os.stat(p).st_mode
-            found = sorted(f for f in p.rglob(TRACE_GLOB) if f.is_file()) if stat.S_ISDIR(mode) else [p]
+            found = (
+                sorted(f for f in p.rglob(TRACE_GLOB) if f.is_file()) if stat.S_ISDIR(mode) else [p]
+            )
         except FileNotFoundError:
             raise ConfigError(f"no such trace or directory: {shown(arg)}") from None
         except OSError as exc:
@@ -51,13 +55,18 @@ def find_traces(args: Sequence[str]) -> list[Path]:
     return unique
 
 
-def prepare_runs(paths: Sequence[Path], label: str, commit: str = "", label_time_ns: int | None = None,
-                 progress: Callable[[int, int, Path], None] | None = None,
-                 warn: Callable[[str], None] | None = None) -> tuple[list[PreparedRun], list[tuple[Path, Path]]]:
+def prepare_runs(
+    paths: Sequence[Path],
+    label: str,
+    commit: str = "",
+    label_time_ns: int | None = None,
+    progress: Callable[[int, int, Path], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> tuple[list[PreparedRun], list[tuple[Path, Path]]]:
     """Read every trace into rows. Returns (runs, [(trace, earlier path of the same bytes)]).
 
-    All or nothing: an unreadable trace raises its KatraError (exit 2) before anything is stored.
-    A damaged trace that reads in part is taken with a warning (``warn``); one with no measured frame
+    All or nothing: an unreadable trace raises its KatraError (exit 2) before anything is stored. A
+    damaged trace that reads in part is taken with a warning (``warn``); one with no measured frame
     is refused.
     """
     if not label.strip():

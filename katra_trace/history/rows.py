@@ -35,39 +35,43 @@ if TYPE_CHECKING:
 
 #: Columns of a history row, in order, with their DuckDB types.
 COLUMNS: tuple[tuple[str, str], ...] = (
-    ("trace_sha256", "VARCHAR"),    # SHA-256 of the trace file's bytes (the run's identity)
-    ("label", "VARCHAR"),           # the version this run measured (--label)
-    ("label_time_ns", "BIGINT"),    # --time, else the capture's start; UTC ns since the epoch (orders labels)
-    ("commit", "VARCHAR"),          # --commit ("" when not given)
-    ("run_start_ns", "BIGINT"),     # the capture's start (header start_wall_ns), UTC ns
-    ("added_ns", "BIGINT"),         # when `history add` stored the row, UTC ns
-    ("host_id", "VARCHAR"),         # 12 hex digits of SHA-256(renderer, driver, cpu)
+    ("trace_sha256", "VARCHAR"),  # SHA-256 of the trace file's bytes (the run's identity)
+    ("label", "VARCHAR"),  # the version this run measured (--label)
+    # --time, else the capture's start; UTC ns since the epoch (orders labels)
+    ("label_time_ns", "BIGINT"),
+    ("commit", "VARCHAR"),  # --commit ("" when not given)
+    ("run_start_ns", "BIGINT"),  # the capture's start (header start_wall_ns), UTC ns
+    ("added_ns", "BIGINT"),  # when `history add` stored the row, UTC ns
+    ("host_id", "VARCHAR"),  # 12 hex digits of SHA-256(renderer, driver, cpu)
     ("renderer", "VARCHAR"),
     ("driver", "VARCHAR"),
     ("cpu", "VARCHAR"),
-    ("codegen_id", "VARCHAR"),      # 12 hex digits of SHA-256(host_info.codegen) ("" when absent)
-    ("codegen", "VARCHAR"),         # host_info.codegen as JSON ("" when absent)
-    ("machine_name", "VARCHAR"),    # the capturing machine's hostname (information only)
-    ("mode", "VARCHAR"),            # time | instructions | cycles (what the capture measured)
-    ("size", "VARCHAR"),            # framebuffer WxH
-    ("params", "VARCHAR"),          # the scene's params as JSON ("" when not recorded)
+    ("codegen_id", "VARCHAR"),  # 12 hex digits of SHA-256(host_info.codegen) ("" when absent)
+    ("codegen", "VARCHAR"),  # host_info.codegen as JSON ("" when absent)
+    ("machine_name", "VARCHAR"),  # the capturing machine's hostname (information only)
+    ("mode", "VARCHAR"),  # time | instructions | cycles (what the capture measured)
+    ("size", "VARCHAR"),  # framebuffer WxH
+    ("params", "VARCHAR"),  # the scene's params as JSON ("" when not recorded)
     ("scene", "VARCHAR"),
-    ("zone", "VARCHAR"),            # "" for the scene's frames
-    ("metric", "VARCHAR"),          # the clock: wall, cpu, gpu, process, instructions, cycles, wall/reference
-    ("unit", "VARCHAR"),            # ms, instructions, cycles or x reference
-    ("frames", "BIGINT"),           # measured frames (zones: frames the zone ran in)
-    ("median", "DOUBLE"),           # in `unit`
+    ("zone", "VARCHAR"),  # "" for the scene's frames
+    # the clock: wall, cpu, gpu, process, instructions, cycles, wall/reference
+    ("metric", "VARCHAR"),
+    ("unit", "VARCHAR"),  # ms, instructions, cycles or x reference
+    ("frames", "BIGINT"),  # measured frames (zones: frames the zone ran in)
+    ("median", "DOUBLE"),  # in `unit`
     ("mean", "DOUBLE"),
     ("p99", "DOUBLE"),
-    ("low_1pct_fps", "DOUBLE"),     # 1 % low frame rate (average of the slowest 1 %), time clocks only
-    ("cv", "DOUBLE"),               # frame-to-frame coefficient of variation within the run
-    ("trace_path", "VARCHAR"),      # where the trace was when it was added
-    ("trace_status", "VARCHAR"),    # complete | aborted | interrupted | incomplete
+    # 1 % low frame rate (average of the slowest 1 %), time clocks only
+    ("low_1pct_fps", "DOUBLE"),
+    ("cv", "DOUBLE"),  # frame-to-frame coefficient of variation within the run
+    ("trace_path", "VARCHAR"),  # where the trace was when it was added
+    ("trace_status", "VARCHAR"),  # complete | aborted | interrupted | incomplete
     ("tool_version", "VARCHAR"),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 
-#: Metric name of the per-run ratio (median frame wall) / (median reference wall), as `compare --normalize`.
+#: Metric name of the per-run ratio (median frame wall) / (median reference wall), as `compare
+#: --normalize`.
 REFERENCE_METRIC = "wall/reference"
 _NS_PER_MS = 1e6
 
@@ -99,7 +103,8 @@ def short_id(obj: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-#: The label times a store holds (UTC ns in a signed 64-bit column), whole seconds inside that range.
+#: The label times a store holds (UTC ns in a signed 64-bit column), whole seconds inside that
+#: range.
 _TIME_MIN_NS = -(2**63) // 10**9 * 10**9 + 10**9
 _TIME_MAX_NS = (2**63 - 1) // 10**9 * 10**9
 
@@ -112,14 +117,18 @@ def parse_time_ns(text: str) -> int:
     try:
         when = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise ConfigError(f"--time {text!r} is not an ISO 8601 time (e.g. 2026-11-30T12:00:00Z; "
-                          "git show -s --format=%cI SHA prints one)") from None
+        raise ConfigError(
+            f"--time {text!r} is not an ISO 8601 time (e.g. 2026-11-30T12:00:00Z; "
+            "git show -s --format=%cI SHA prints one)"
+        ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     ns = int(round(when.timestamp() * 1e9 / 1000)) * 1000
     if not _TIME_MIN_NS <= ns <= _TIME_MAX_NS:
-        raise ConfigError(f"--time {text!r} is outside the times a history stores ({iso_utc(_TIME_MIN_NS)} to "
-                          f"{iso_utc(_TIME_MAX_NS)}: nanoseconds since 1970 in 64 bits)")
+        raise ConfigError(
+            f"--time {text!r} is outside the times a history stores ({iso_utc(_TIME_MIN_NS)} to "
+            f"{iso_utc(_TIME_MAX_NS)}: nanoseconds since 1970 in 64 bits)"
+        )
     return ns
 
 
@@ -148,8 +157,8 @@ class HostFingerprint:
 
 
 def host_fingerprint(header: TraceHeader, scene: str | None = None) -> HostFingerprint:
-    """The GL renderer, driver and CPU model of a trace header's host (``scene``'s in a merged trace), and its
-    code-generator facts."""
+    """The GL renderer, driver and CPU model of a trace header's host (``scene``'s in a merged
+    trace), and its code-generator facts."""
     facts = host_facts(header, scene)
     system = (header.host_info if scene is None else header.host_of(scene)).system
     renderer = str(facts.get("renderer") or "?")
@@ -158,7 +167,9 @@ def host_fingerprint(header: TraceHeader, scene: str | None = None) -> HostFinge
     codegen = codegen_facts(header, scene)
     return HostFingerprint(
         host_id=short_id([renderer, driver, cpu]),
-        renderer=renderer, driver=driver, cpu=cpu,
+        renderer=renderer,
+        driver=driver,
+        cpu=cpu,
         codegen_id=short_id(codegen) if codegen else "",
         codegen=jsontext.dumps(codegen, sort_keys=True, default=str) if codegen else "",
         machine_name=system.hostname or "",
@@ -208,15 +219,17 @@ class RunFacts:
 
 
 def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[dict[str, Any]]:
-    """The history rows of an opened trace (:class:`~katra_trace.io.reader.Trace`), one per run x scene x
-    zone x metric; empty when the trace has no measured frames."""
+    """The history rows of an opened trace (:class:`~katra_trace.io.reader.Trace`), one per run x
+    scene x zone x metric; empty when the trace has no measured frames."""
     header = trace.header
     host = host_fingerprint(header)
     start_ns = header.start_wall_ns
     base: dict[str, Any] = {
         "trace_sha256": sha256,
         "label": facts.label,
-        "label_time_ns": facts.label_time_ns if facts.label_time_ns is not None else (start_ns or facts.added_ns),
+        "label_time_ns": facts.label_time_ns
+        if facts.label_time_ns is not None
+        else (start_ns or facts.added_ns),
         "commit": facts.commit,
         "run_start_ns": start_ns,
         "added_ns": facts.added_ns or time.time_ns(),
@@ -233,17 +246,28 @@ def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[dict[str, Any]]
     refs = reference_durations(trace.events, strings)
     out: list[dict[str, Any]] = []
 
-    def add(scene: str, zone: str, metric: str, values: np.ndarray, unit: str | None = None) -> None:
+    def add(
+        scene: str, zone: str, metric: str, values: np.ndarray, unit: str | None = None
+    ) -> None:
         if values.size == 0:
             return
         count = is_count(metric)
         params = scene_params(opts, scene)
         if header.shards:  # a merged trace: each scene's own host (katra3d merge)
             base.update(dataclasses.asdict(host_fingerprint(header, scene)))
-        out.append({**base, "scene": scene, "zone": zone, "metric": metric,
-                    "unit": unit or (metric if count else "ms"),
-                    "params": jsontext.dumps(params, sort_keys=True, default=str) if params is not None else "",
-                    **_stats(values, count)})
+        out.append(
+            {
+                **base,
+                "scene": scene,
+                "zone": zone,
+                "metric": metric,
+                "unit": unit or (metric if count else "ms"),
+                "params": jsontext.dumps(params, sort_keys=True, default=str)
+                if params is not None
+                else "",
+                **_stats(values, count),
+            }
+        )
 
     for scene, per_clock in frames.items():
         for clock, values in per_clock.items():
@@ -265,5 +289,16 @@ def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[dict[str, Any]]
     return out
 
 
-__all__ = ["COLUMNS", "COLUMN_NAMES", "HostFingerprint", "REFERENCE_METRIC", "RunFacts", "file_sha256",
-           "host_fingerprint", "iso_utc", "parse_time_ns", "short_id", "trace_rows"]
+__all__ = [
+    "COLUMNS",
+    "COLUMN_NAMES",
+    "HostFingerprint",
+    "REFERENCE_METRIC",
+    "RunFacts",
+    "file_sha256",
+    "host_fingerprint",
+    "iso_utc",
+    "parse_time_ns",
+    "short_id",
+    "trace_rows",
+]

@@ -30,10 +30,11 @@ class Scenario:
     labels: int = 12
     runs: int = 5
     run_cv: float = 0.08
-    steps: tuple[tuple[int, float], ...] = ()  #: (1-based label where the new level starts, relative size)
+    #: (1-based label where the new level starts, relative size)
+    steps: tuple[tuple[int, float], ...] = ()
     frames: int = 0
     frame_cv: float = 0.10
-    outlier_rate: float = 0.0   #: share of runs slowed by a busy neighbour
+    outlier_rate: float = 0.0  #: share of runs slowed by a busy neighbour
     outlier_factor: float = 2.0  #: how much such a run is slowed
 
 
@@ -42,12 +43,14 @@ def simulate(sc: Scenario, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     level = np.ones(sc.labels)
     for start, size in sc.steps:
-        level[start - 1:] *= 1.0 + size
+        level[start - 1 :] *= 1.0 + size
     out = []
     for lvl in level:
         run_levels = lvl * np.exp(rng.normal(0.0, sc.run_cv, sc.runs))
         if sc.frames > 0:
-            frames = run_levels[:, None] * np.exp(rng.normal(0.0, sc.frame_cv, (sc.runs, sc.frames)))
+            frames = run_levels[:, None] * np.exp(
+                rng.normal(0.0, sc.frame_cv, (sc.runs, sc.frames))
+            )
             out.append(np.median(frames, axis=1))
         else:
             out.append(run_levels)
@@ -62,11 +65,12 @@ class Outcome:
     """Over ``n`` seeds: how often any step was reported, each true step found where it is, ..."""
 
     n: int
-    any_step: int            #: histories with at least one reported step
-    exact: int               #: histories where every true step was reported at its label
-    within_one: int          #: ... at its label +-1
+    any_step: int  #: histories with at least one reported step
+    exact: int  #: histories where every true step was reported at its label
+    within_one: int  #: ... at its label +-1
     start_range_covers: int  #: ... and each such step's start range contains the true label
-    extra_steps: int         #: histories with a reported step more than 1 label from every true step
+    #: histories with a reported step more than 1 label from every true step
+    extra_steps: int
 
 
 def run(sc: Scenario, seeds: Sequence[int], alpha: float = DEFAULT_ALPHA) -> Outcome:
@@ -78,19 +82,27 @@ def run(sc: Scenario, seeds: Sequence[int], alpha: float = DEFAULT_ALPHA) -> Out
         found = [st.index + 1 for st in fit.steps]
         any_step += bool(found)
         exact += all(t in found for t in truth)
-        near = [min(fit.steps, key=lambda st: abs(st.index + 1 - t)) if fit.steps else None for t in truth]
-        ok = [st is not None and abs(st.index + 1 - t) <= 1 for st, t in zip(near, truth, strict=True)]
+        near = [
+            min(fit.steps, key=lambda st: abs(st.index + 1 - t)) if fit.steps else None
+            for t in truth
+        ]
+        ok = [
+            st is not None and abs(st.index + 1 - t) <= 1 for st, t in zip(near, truth, strict=True)
+        ]
         within += all(ok)
-        covers += all(o and st is not None and st.start_low + 1 <= t <= st.start_high + 1
-                      for o, st, t in zip(ok, near, truth, strict=True))
+        covers += all(
+            o and st is not None and st.start_low + 1 <= t <= st.start_high + 1
+            for o, st, t in zip(ok, near, truth, strict=True)
+        )
         extra += any(all(abs(f - t) > 1 for t in truth) for f in found)
     return Outcome(len(seeds), any_step, exact, within, covers, extra)
 
 
 def oracle_exact_rate(sc: Scenario, seeds: Sequence[int]) -> float:
     """How often the true single step's label is the most likely one when the noise and the step's
-    size are known (a bound no detector can beat on average): label means vs the two known levels."""
-    (start, size), = sc.steps
+    size are known (a bound no detector can beat on average): label means vs the two known levels.
+    """
+    ((start, size),) = sc.steps
     hits = 0
     for seed in seeds:
         groups = simulate(sc, seed)
@@ -98,8 +110,13 @@ def oracle_exact_rate(sc: Scenario, seeds: Sequence[int]) -> float:
         n = np.array([g.size for g in groups])
         lo, hi = 0.0, math.log1p(size)
         # log-likelihood of "the step starts at k" up to a constant, for k = 2..L
-        ll = [-(np.sum(n[:k - 1] * (m[:k - 1] - lo) ** 2) + np.sum(n[k - 1:] * (m[k - 1:] - hi) ** 2))
-              for k in range(2, sc.labels + 1)]
+        ll = [
+            -(
+                np.sum(n[: k - 1] * (m[: k - 1] - lo) ** 2)
+                + np.sum(n[k - 1 :] * (m[k - 1 :] - hi) ** 2)
+            )
+            for k in range(2, sc.labels + 1)
+        ]
         hits += int(np.argmax(ll)) + 2 == start
     return hits / len(seeds)
 
@@ -120,38 +137,60 @@ def main(argv: Sequence[str] | None = None) -> int:
     w("Flat histories (no step): histories that show any step\n\n")
     w("| labels x runs | run CV 2 % | 4 % | 8 % | 16 % |\n|---|---|---|---|---|\n")
     for labels, runs in ((12, 5), (12, 3), (12, 1), (50, 5), (100, 3)):
-        cells = [_pct(run(Scenario(labels, runs, cv), seeds, args.alpha).any_step, args.seeds)
-                 for cv in (0.02, 0.04, 0.08, 0.16)]
+        cells = [
+            _pct(run(Scenario(labels, runs, cv), seeds, args.alpha).any_step, args.seeds)
+            for cv in (0.02, 0.04, 0.08, 0.16)
+        ]
         w(f"| {labels} x {runs} | " + " | ".join(cells) + " |\n")
-    w("\nOne step at label 7 of 12: found at label 7 / at 7 +-1 / start range covers 7 "
-      "(oracle: exact with known size and noise)\n\n")
-    w("| step | runs | run CV | at 7 | at 7 +-1 | range covers 7 | other steps | oracle at 7 |\n"
-      "|---|---|---|---|---|---|---|---|\n")
+    w(
+        "\nOne step at label 7 of 12: found at label 7 / at 7 +-1 / start range covers 7 "
+        "(oracle: exact with known size and noise)\n\n"
+    )
+    w(
+        "| step | runs | run CV | at 7 | at 7 +-1 | range covers 7 | other steps | oracle at 7 |\n"
+        "|---|---|---|---|---|---|---|---|\n"
+    )
     for size in (0.08, 0.10):
         for runs in (3, 5, 8):
             for cv in (0.02, 0.04, 0.08):
                 sc = Scenario(12, runs, cv, ((7, size),))
                 o = run(sc, seeds, args.alpha)
-                w(f"| +{size:.0%} | {runs} | {cv:.0%} | {_pct(o.exact, o.n)} | {_pct(o.within_one, o.n)} | "
-                  f"{_pct(o.start_range_covers, o.n)} | {_pct(o.extra_steps, o.n)} | "
-                  f"{100 * oracle_exact_rate(sc, seeds):.0f} % |\n")
-    w("\nTwo steps (+10 % at label 5, -10 % ... +15 % at label 9 of 12), 5 runs a label: both found\n\n")
+                w(
+                    f"| +{size:.0%} | {runs} | {cv:.0%} | {_pct(o.exact, o.n)} | "
+                    f"{_pct(o.within_one, o.n)} | "
+                    f"{_pct(o.start_range_covers, o.n)} | {_pct(o.extra_steps, o.n)} | "
+                    f"{100 * oracle_exact_rate(sc, seeds):.0f} % |\n"
+                )
+    w(
+        "\nTwo steps (+10 % at label 5, -10 % ... +15 % at label 9 of 12), 5 runs a label: both "
+        "found\n\n"
+    )
     w("| steps | run CV | both at their labels | both +-1 | other steps |\n|---|---|---|---|---|\n")
     for steps in (((5, 0.10), (9, 0.15)), ((5, 0.10), (9, -0.10))):
         for cv in (0.04, 0.08):
             o = run(Scenario(12, 5, cv, steps), seeds, args.alpha)
             desc = ", ".join(f"{s:+.0%} at {k}" for k, s in steps)
-            w(f"| {desc} | {cv:.0%} | {_pct(o.exact, o.n)} | {_pct(o.within_one, o.n)} | "
-              f"{_pct(o.extra_steps, o.n)} |\n")
-    w("\nRun medians of 60 frames (frame CV 8 %, run CV 2 %), 12 labels x 5 runs, +8 % at label 7\n\n")
+            w(
+                f"| {desc} | {cv:.0%} | {_pct(o.exact, o.n)} | {_pct(o.within_one, o.n)} | "
+                f"{_pct(o.extra_steps, o.n)} |\n"
+            )
+    w(
+        "\nRun medians of 60 frames (frame CV 8 %, run CV 2 %), 12 labels x 5 runs, +8 % at label "
+        "7\n\n"
+    )
     o = run(Scenario(12, 5, 0.02, ((7, 0.08),), frames=60, frame_cv=0.08), seeds, args.alpha)
     f = run(Scenario(12, 5, 0.02, (), frames=60, frame_cv=0.08), seeds, args.alpha)
     w(f"found at 7: {_pct(o.exact, o.n)}; flat: any step {_pct(f.any_step, f.n)}\n")
-    w("\nBusy neighbour: each run slowed 2x with probability 5 %, 12 labels x 5 runs, run CV 4 %\n\n")
+    w(
+        "\nBusy neighbour: each run slowed 2x with probability 5 %, 12 labels x 5 runs, run CV 4 "
+        "%\n\n"
+    )
     o = run(Scenario(12, 5, 0.04, ((7, 0.08),), outlier_rate=0.05), seeds, args.alpha)
     f = run(Scenario(12, 5, 0.04, (), outlier_rate=0.05), seeds, args.alpha)
-    w(f"+8 % at 7 found at 7: {_pct(o.exact, o.n)} (+-1: {_pct(o.within_one, o.n)}); "
-      f"flat: any step {_pct(f.any_step, f.n)}\n")
+    w(
+        f"+8 % at 7 found at 7: {_pct(o.exact, o.n)} (+-1: {_pct(o.within_one, o.n)}); "
+        f"flat: any step {_pct(f.any_step, f.n)}\n"
+    )
     w(f"\n({time.perf_counter() - t0:.0f} s)\n")
     return 0
 

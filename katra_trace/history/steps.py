@@ -1,7 +1,8 @@
-"""Step detection over a history: where did the level change, by how much, and is it more than noise?
+"""Step detection over a history: where did the level change, by how much, and is it more than
+noise?
 
-Pure numpy (and scipy.special for the t quantile). The input is one series (a scene, metric and host): for each
-label, in order, the values of its runs (replicates). The method:
+Pure numpy (and scipy.special for the t quantile). The input is one series (a scene, metric and
+host): for each label, in order, the values of its runs (replicates). The method:
 
 1. Work on logs (a step is a ratio; run-to-run noise is multiplicative).
    A run far from the other runs of its label (more than 5 robust sds from
@@ -56,7 +57,8 @@ MIN_REPLICATE_DF = 3
 MIN_LABELS_FOR_LABEL_NOISE = 4
 #: A run further than this many robust sds from its label's median is left out as an outlier.
 OUTLIER_SDS = 5.0
-#: A label mean's standard deviation is never taken below this (log units, 0.01 %): keeps identical counts finite.
+#: A label mean's standard deviation is never taken below this (log units, 0.01 %): keeps identical
+#: counts finite.
 MIN_SD = 1e-4
 _NORMAL = NormalDist()
 _MAD_TO_SD = 1.0 / _NORMAL.inv_cdf(0.75)
@@ -68,15 +70,17 @@ _CHI2_1_Q = _NORMAL.inv_cdf(0.5 + _DISPERSION_Q / 2) ** 2  # chi-square(1) quant
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """A change of level that starts at label index ``index`` (0-based; the first label of the new level)."""
+    """A change of level that starts at label index ``index`` (0-based; the first label of the new
+    level).
+    """
 
     index: int
-    start_low: int     #: earliest label index where the step may start (at the fit's confidence)
-    start_high: int    #: latest such index
-    ratio: float       #: new level / old level (geometric means)
-    ratio_low: float   #: lower end of the interval of ``ratio``
+    start_low: int  #: earliest label index where the step may start (at the fit's confidence)
+    start_high: int  #: latest such index
+    ratio: float  #: new level / old level (geometric means)
+    ratio_low: float  #: lower end of the interval of ``ratio``
     ratio_high: float
-    z: float           #: log ratio over its standard error
+    z: float  #: log ratio over its standard error
     level_before: float  #: geometric-mean level of the segment before (the series' unit)
     level_after: float
 
@@ -86,19 +90,22 @@ class Fit:
     """The fitted levels of one series and the steps between them."""
 
     steps: list[Step]
-    levels: list[float]         #: fitted level per label (the series' unit)
-    label_means: list[float]    #: geometric mean of each label's runs
-    noise_sd: float             #: run-to-run sd (log units ~ relative) used, per run; per label mean when
-                                #: ``noise_source`` is ``"labels"``
-    noise_source: str           #: "replicates" | "labels"
+    levels: list[float]  #: fitted level per label (the series' unit)
+    label_means: list[float]  #: geometric mean of each label's runs
+    #: run-to-run sd (log units ~ relative) used, per run; per label mean when
+    noise_sd: float
+    #: ``noise_source`` is ``"labels"``
+    noise_source: str  #: "replicates" | "labels"
     noise_df: int
-    dispersion: float           #: how much label means scatter relative to their replicates (about 1 when
-                                #: they differ by their runs' noise only; 0 without replicates)
-    penalty: float              #: the chi-square penalty per step (the null quantile)
+    #: how much label means scatter relative to their replicates (about 1 when
+    dispersion: float
+    #: they differ by their runs' noise only; 0 without replicates)
+    penalty: float  #: the chi-square penalty per step (the null quantile)
     confidence: float
-    dropped_runs: int = 0       #: runs left out as outliers (see :data:`OUTLIER_SDS`)
+    dropped_runs: int = 0  #: runs left out as outliers (see :data:`OUTLIER_SDS`)
     runs: tuple[int, ...] = ()  #: runs per label that the fit used (outliers left out)
-    run_sd: float = 0.0         #: run-to-run sd within labels (log units), pooled; 0 without replicates
+    #: run-to-run sd within labels (log units), pooled; 0 without replicates
+    run_sd: float = 0.0
 
     @property
     def change(self) -> float:
@@ -108,9 +115,10 @@ class Fit:
 
 
 def _drop_outliers(logs: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
-    """Leave out runs more than :data:`OUTLIER_SDS` robust sds from their label's median (labels of 3+
-    runs; the sd pooled from every such label's absolute deviations, one zero of an odd label left out).
-    A busy neighbour can halve one run's frame rate; that run says nothing about the version."""
+    """Leave out runs more than :data:`OUTLIER_SDS` robust sds from their label's median (labels of
+    3+ runs; the sd pooled from every such label's absolute deviations, one zero of an odd label
+    left out). A busy neighbour can halve one run's frame rate; that run says nothing about the
+    version."""
     devs = []
     for a in logs:
         if a.size >= 3:
@@ -139,15 +147,18 @@ def _label_noise_from_diffs(means: np.ndarray) -> np.ndarray:
 
 def _dispersion(means: np.ndarray, var: np.ndarray) -> float:
     """How much consecutive label means differ relative to their replicate variances ``var``: the
-    :data:`_DISPERSION_Q` quantile of ``d^2 / (v_l + v_l+1)`` over the chi-square(1) one (about 1 without
-    label-level noise; a low quantile, so the few differences that are steps barely move it)."""
+    :data:`_DISPERSION_Q` quantile of ``d^2 / (v_l + v_l+1)`` over the chi-square(1) one (about 1
+    without label-level noise; a low quantile, so the few differences that are steps barely move
+    it)."""
     d2 = np.diff(means, axis=-1) ** 2 / (var[..., :-1] + var[..., 1:])
     return float(np.quantile(d2, _DISPERSION_Q)) / _CHI2_1_Q
 
 
 @functools.lru_cache(maxsize=256)
 def null_dispersion(counts: tuple[int, ...], alpha: float, sims: int = NULL_SIMULATIONS) -> float:
-    """The ``1 - alpha`` quantile of :func:`_dispersion` when the labels differ only by their replicates."""
+    """The ``1 - alpha`` quantile of :func:`_dispersion` when the labels differ only by their
+    replicates.
+    """
     n = np.asarray(counts, dtype=np.float64)
     rng = np.random.default_rng(20261201 + n.size)
     df = int(np.sum(n - 1))
@@ -158,7 +169,9 @@ def null_dispersion(counts: tuple[int, ...], alpha: float, sims: int = NULL_SIMU
 
 
 def _split_stats(means: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Chi-square of each single split k = 1..L-1 (columns) of rows of ``means`` with weights ``w`` (1-D)."""
+    """Chi-square of each single split k = 1..L-1 (columns) of rows of ``means`` with weights ``w``
+    (1-D).
+    """
     cw = np.cumsum(w)
     cwm = np.cumsum(means * w, axis=-1)
     wa = cw[:-1]
@@ -170,7 +183,9 @@ def _split_stats(means: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=256)
-def null_penalty(counts: tuple[int, ...], alpha: float, source: str, sims: int = NULL_SIMULATIONS) -> float:
+def null_penalty(
+    counts: tuple[int, ...], alpha: float, source: str, sims: int = NULL_SIMULATIONS
+) -> float:
     """The ``1 - alpha`` quantile of the largest single-split chi-square under "no step".
 
     ``counts``: runs per label. ``source``: how the noise is estimated ("replicates" or "labels"),
@@ -231,7 +246,9 @@ def _misfit(means: np.ndarray, w: np.ndarray, starts: list[int]) -> tuple[float,
     return total, levels
 
 
-def detect_steps(groups: Sequence[Sequence[float] | np.ndarray], alpha: float = DEFAULT_ALPHA) -> Fit:
+def detect_steps(
+    groups: Sequence[Sequence[float] | np.ndarray], alpha: float = DEFAULT_ALPHA
+) -> Fit:
     """Fit levels to a series of labels (each a sequence of run values > 0) and find the steps.
 
     ``alpha``: the chance that a flat series shows a step (the penalty's null quantile), and
@@ -255,8 +272,20 @@ def detect_steps(groups: Sequence[Sequence[float] | np.ndarray], alpha: float = 
     runs = tuple(int(x) for x in n)
     run_sd = math.sqrt(ss / df_w) if df_w else 0.0
     if means.size < 2:
-        return Fit([], level_of, level_of, run_sd, "replicates", df_w, 0.0, math.inf, 1 - alpha, dropped, runs,
-                   run_sd)
+        return Fit(
+            [],
+            level_of,
+            level_of,
+            run_sd,
+            "replicates",
+            df_w,
+            0.0,
+            math.inf,
+            1 - alpha,
+            dropped,
+            runs,
+            run_sd,
+        )
     s2 = 0.0
     source = "labels"
     dispersion = 0.0
@@ -276,17 +305,30 @@ def detect_steps(groups: Sequence[Sequence[float] | np.ndarray], alpha: float = 
         noise_df = max(means.size - 2, 1)
         noise_sd = math.sqrt(float(np.max(var)))
     if source == "labels" and means.size < MIN_LABELS_FOR_LABEL_NOISE:
-        # 1-2 differences cannot tell noise from a step: no step can be established, so the model is one
-        # level (what a report draws is what check found)
+        # 1-2 differences cannot tell noise from a step: no step can be established, so the model is
+        # one level (what a report draws is what check found)
         w = 1.0 / var
         flat = [float(math.exp(float(np.sum(w * means) / np.sum(w))))] * means.size
-        return Fit([], flat, level_of, noise_sd, source, noise_df, dispersion, math.inf, 1 - alpha, dropped, runs,
-                   run_sd)
+        return Fit(
+            [],
+            flat,
+            level_of,
+            noise_sd,
+            source,
+            noise_df,
+            dispersion,
+            math.inf,
+            1 - alpha,
+            dropped,
+            runs,
+            run_sd,
+        )
     penalty = null_penalty(tuple(int(x) for x in n), alpha, source)
     starts = _optimal_partition(means, 1.0 / var, penalty)
     w = 1.0 / var
     _, levels = _misfit(means, w, starts)
-    # deferred: scipy (scipy.special, through the t quantile every decision uses) loads only when a step is tested
+    # deferred: scipy (scipy.special, through the t quantile every decision uses) loads only when a
+    # step is tested
     from katra_trace.analysis.intervals import t_ppf
 
     q_t = float(t_ppf(1 - alpha / 2, noise_df))
@@ -302,15 +344,37 @@ def detect_steps(groups: Sequence[Sequence[float] | np.ndarray], alpha: float = 
         se = math.sqrt(1 / wa + 1 / wb)
         split = _split_stats(means[a:b], w[a:b])  # split j+1 = start at a + j + 1
         near = np.flatnonzero(split >= split.max() - q_loc) + a + 1
-        out.append(Step(index=k, start_low=int(near.min()), start_high=int(near.max()),
-                        ratio=math.exp(delta), ratio_low=math.exp(delta - q_t * se),
-                        ratio_high=math.exp(delta + q_t * se), z=delta / se,
-                        level_before=math.exp(mu_a), level_after=math.exp(mu_b)))
-    return Fit(out, [float(math.exp(v)) for v in levels], level_of, noise_sd, source, noise_df,
-               dispersion, penalty, 1 - alpha, dropped, runs, run_sd)
+        out.append(
+            Step(
+                index=k,
+                start_low=int(near.min()),
+                start_high=int(near.max()),
+                ratio=math.exp(delta),
+                ratio_low=math.exp(delta - q_t * se),
+                ratio_high=math.exp(delta + q_t * se),
+                z=delta / se,
+                level_before=math.exp(mu_a),
+                level_after=math.exp(mu_b),
+            )
+        )
+    return Fit(
+        out,
+        [float(math.exp(v)) for v in levels],
+        level_of,
+        noise_sd,
+        source,
+        noise_df,
+        dispersion,
+        penalty,
+        1 - alpha,
+        dropped,
+        runs,
+        run_sd,
+    )
 
 
-#: Labels at most simulated when estimating the labels a step needs (the penalty grows very slowly beyond).
+#: Labels at most simulated when estimating the labels a step needs (the penalty grows very slowly
+#: beyond).
 _MAX_LABELS_SIMULATED = 400
 #: Simulated null series per design for that estimate (an "about N", not a test).
 _RESOLUTION_SIMULATIONS = 2000
@@ -325,50 +389,81 @@ class Resolution:
     reaches the square root of the penalty plus the power's normal quantile.
     """
 
-    source: str                #: "labels" (label-to-label scatter), "replicates" (run-to-run) or "one label"
-    noise_pct: float           #: sd of a label's level between labels ("labels") or of one run ("replicates"), %
-    run_pct: float             #: sd of a run within its label, % (0 without replicates)
-    dispersion: float          #: label-to-label scatter over what the runs explain (0 without replicates)
+    #: "labels" (label-to-label scatter), "replicates" (run-to-run) or "one label"
+    source: str
+    #: sd of a label's level between labels ("labels") or of one run ("replicates"), %
+    noise_pct: float
+    run_pct: float  #: sd of a run within its label, % (0 without replicates)
+    #: label-to-label scatter over what the runs explain (0 without replicates)
+    dispersion: float
     labels: int
-    runs: int                  #: runs a label (the median)
-    step_pct: float            #: the step size asked about, %
-    labels_needed: int | None  #: labels like these that would resolve it ("labels"; None: already enough)
-    runs_needed: int | None    #: runs a label that would resolve it ("replicates"; None: already enough)
+    runs: int  #: runs a label (the median)
+    step_pct: float  #: the step size asked about, %
+    #: labels like these that would resolve it ("labels"; None: already enough)
+    labels_needed: int | None
+    #: runs a label that would resolve it ("replicates"; None: already enough)
+    runs_needed: int | None
 
     def text(self) -> str:
-        """One line: the noise source, its size, and how many labels or runs a step of ``step_pct`` needs."""
+        """One line: the noise source, its size, and how many labels or runs a step of ``step_pct``
+        needs.
+        """
         if self.source == "one label":
             return "a single label: a step needs at least 2 labels"
-        if self.source == "labels" and self.labels < MIN_LABELS_FOR_LABEL_NOISE and self.dispersion == 0:
-            return (f"{self.labels} labels of one run each: label-to-label noise needs at least "
-                    f"{MIN_LABELS_FOR_LABEL_NOISE} labels, so no step can be established yet (give each label "
-                    "several runs, or compare the two labels' traces with katra3d compare)")
+        if (
+            self.source == "labels"
+            and self.labels < MIN_LABELS_FOR_LABEL_NOISE
+            and self.dispersion == 0
+        ):
+            return (
+                f"{self.labels} labels of one run each: label-to-label noise needs at least "
+                f"{MIN_LABELS_FOR_LABEL_NOISE} labels, so no step can be established yet (give "
+                "each label several runs, or compare the two labels' traces with katra3d compare)"
+            )
         step = f"the {self.step_pct:.3g} % change seen"
         if self.source == "labels":
             if self.dispersion > 0:
-                times = f"{self.dispersion:,.0f}" if self.dispersion >= 100 else f"{self.dispersion:.3g}"
-                noise = (f"label-to-label dispersion {times}x the run noise (a label's level "
-                         f"scatters {self.noise_pct:.2g} % between labels, its runs {self.run_pct:.2g} %)")
+                times = (
+                    f"{self.dispersion:,.0f}"
+                    if self.dispersion >= 100
+                    else f"{self.dispersion:.3g}"
+                )
+                noise = (
+                    f"label-to-label dispersion {times}x the run noise (a label's level "
+                    f"scatters {self.noise_pct:.2g} % between labels, its runs {self.run_pct:.2g} "
+                    "%)"
+                )
             else:
                 noise = f"label-to-label spread {self.noise_pct:.2g} % (one run a label)"
             if self.labels_needed is None:
                 need = f"{self.labels} labels resolve {step} most of the time; none was found here"
             else:
-                more = ("more runs a label do not help" if self.dispersion > 0
-                        else "or several runs a label, whose spread then is the noise")
-                need = f"about {self.labels_needed:,} labels at that scatter would resolve {step} " \
-                       f"({self.labels} now; {more})"
+                more = (
+                    "more runs a label do not help"
+                    if self.dispersion > 0
+                    else "or several runs a label, whose spread then is the noise"
+                )
+                need = (
+                    f"about {self.labels_needed:,} labels at that scatter would resolve {step} "
+                    f"({self.labels} now; {more})"
+                )
             return f"{noise}: {need}"
         noise = f"run-to-run spread {self.noise_pct:.2g} %"
         if self.runs_needed is None:
-            return f"{noise}: {self.runs} runs a label resolve {step} most of the time; none was found here"
-        return (f"{noise}: about {self.runs_needed} runs a label would resolve {step} "
-                f"({self.runs} now, {self.labels} labels)")
+            return (
+                f"{noise}: {self.runs} runs a label resolve {step} most of the time; none was "
+                "found here"
+            )
+        return (
+            f"{noise}: about {self.runs_needed} runs a label would resolve {step} "
+            f"({self.runs} now, {self.labels} labels)"
+        )
 
 
 def resolution(fit: Fit, step_pct: float, alpha: float) -> Resolution:
-    """What keeps ``fit`` from showing a step of ``step_pct`` (percent), and the labels or runs a label
-    that would resolve one (see :class:`Resolution`). ``alpha`` as given to :func:`detect_steps`."""
+    """What keeps ``fit`` from showing a step of ``step_pct`` (percent), and the labels or runs a
+    label that would resolve one (see :class:`Resolution`). ``alpha`` as given to
+    :func:`detect_steps`."""
     # deferred: intervals loads scipy.stats; only an explanation needs the power it is planned at
     from katra_trace.analysis.intervals import TARGET_POWER
 
@@ -376,7 +471,9 @@ def resolution(fit: Fit, step_pct: float, alpha: float) -> Resolution:
     runs = int(np.median(fit.runs)) if fit.runs else 1
     run_pct = 100 * fit.run_sd
     if labels < 2:
-        return Resolution("one label", 100 * fit.noise_sd, run_pct, 0.0, labels, runs, step_pct, 2, None)
+        return Resolution(
+            "one label", 100 * fit.noise_sd, run_pct, 0.0, labels, runs, step_pct, 2, None
+        )
     delta = math.log1p(step_pct / 100)
     z = _NORMAL.inv_cdf(TARGET_POWER)
     if fit.noise_source == "labels":
@@ -384,19 +481,46 @@ def resolution(fit: Fit, step_pct: float, alpha: float) -> Resolution:
         n_labels = max(labels, MIN_LABELS_FOR_LABEL_NOISE)
         need = n_labels
         for _ in range(8):
-            c = null_penalty((1,) * min(n_labels, _MAX_LABELS_SIMULATED), alpha, "labels", _RESOLUTION_SIMULATIONS)
-            need = max(MIN_LABELS_FOR_LABEL_NOISE, math.ceil((2 * sigma * (math.sqrt(c) + z) / delta) ** 2))
+            c = null_penalty(
+                (1,) * min(n_labels, _MAX_LABELS_SIMULATED),
+                alpha,
+                "labels",
+                _RESOLUTION_SIMULATIONS,
+            )
+            need = max(
+                MIN_LABELS_FOR_LABEL_NOISE, math.ceil((2 * sigma * (math.sqrt(c) + z) / delta) ** 2)
+            )
             if need == n_labels or need > _MAX_LABELS_SIMULATED:
                 break
             n_labels = need
         needed = None if need <= labels else need
-        return Resolution("labels", 100 * sigma, run_pct, fit.dispersion, labels, runs, step_pct, needed, None)
-    # replicates: a label mean's variance is s2 / n; the step's split in the middle has L n / 2 runs a side
+        return Resolution(
+            "labels", 100 * sigma, run_pct, fit.dispersion, labels, runs, step_pct, needed, None
+        )
+    # replicates: a label mean's variance is s2 / n; the step's split in the middle has L n / 2 runs
+    # a side
     c = fit.penalty if math.isfinite(fit.penalty) else null_penalty(fit.runs, alpha, "replicates")
     per_label = math.ceil((2 * fit.noise_sd * (math.sqrt(c) + z) / delta) ** 2 / labels)
-    return Resolution("replicates", 100 * fit.noise_sd, run_pct, fit.dispersion, labels, runs, step_pct, None,
-                      per_label if per_label > runs else None)
+    return Resolution(
+        "replicates",
+        100 * fit.noise_sd,
+        run_pct,
+        fit.dispersion,
+        labels,
+        runs,
+        step_pct,
+        None,
+        per_label if per_label > runs else None,
+    )
 
 
-__all__ = ["Fit", "MIN_REPLICATE_DF", "NULL_SIMULATIONS", "Resolution", "Step", "detect_steps", "null_penalty",
-           "resolution"]
+__all__ = [
+    "Fit",
+    "MIN_REPLICATE_DF",
+    "NULL_SIMULATIONS",
+    "Resolution",
+    "Step",
+    "detect_steps",
+    "null_penalty",
+    "resolution",
+]

@@ -16,8 +16,8 @@
   hive_partitioning = true)``; a trace stored twice (under two labels) counts
   once, under the label it was first added with.
 
-DuckDB is an optional dependency (``pip install 'katra3d[history]'``);
-without it every function here raises :class:`~katra_trace.optional.MissingDependencyError` (exit 3).
+DuckDB is an optional dependency (``pip install 'katra3d[history]'``); without it every function
+here raises :class:`~katra_trace.optional.MissingDependencyError` (exit 3).
 """
 
 from __future__ import annotations
@@ -63,7 +63,9 @@ class HistoryLockedError(KatraError):
 
 
 def duckdb_module() -> ModuleType:
-    """The ``duckdb`` module, or :class:`~katra_trace.optional.MissingDependencyError` with the install line."""
+    """The ``duckdb`` module, or :class:`~katra_trace.optional.MissingDependencyError` with the
+    install line.
+    """
     return require("duckdb", extra="history", purpose="katra3d history", what="DuckDB")
 
 
@@ -82,24 +84,35 @@ def _is_lock_error(duckdb: ModuleType, exc: BaseException) -> bool:
     return isinstance(exc, duckdb.IOException) and _LOCK_ERROR.match(str(exc)) is not None
 
 
-def store_path(path: str | os.PathLike[str], read_only: bool, create: bool = True,
-               inputs: Sequence[str | os.PathLike[str]] = ()) -> Path:
+def store_path(
+    path: str | os.PathLike[str],
+    read_only: bool,
+    create: bool = True,
+    inputs: Sequence[str | os.PathLike[str]] = (),
+) -> Path:
     """The store file ``path`` names, checked by the one output rule (:func:`check_output`: not a
     directory, FIFO or device, no trailing '/', a directory that exists), links followed. A reader
-    needs the file; a writer makes the default store's directory (``.katra``; not before the store is
-    opened: ``create`` False), and the file. The CLI calls it with ``--db`` as typed (a trailing '/'
-    is seen only there), before any trace is read; ``inputs`` (the traces) are never the store."""
+    needs the file; a writer makes the default store's directory (``.katra``; not before the store
+    is opened: ``create`` False), and the file. The CLI calls it with ``--db`` as typed (a trailing
+    '/' is seen only there), before any trace is read; ``inputs`` (the traces) are never the store.
+    """
     if read_only:
         try:
             mode = os.stat(path).st_mode
         except FileNotFoundError:
-            raise ConfigError(f"no history store at {shown(path)}; add runs with 'katra3d history add TRACE "
-                              f"--label LABEL' (or point --db at a store)") from None
+            raise ConfigError(
+                f"no history store at {shown(path)}; add runs with 'katra3d history add TRACE "
+                f"--label LABEL' (or point --db at a store)"
+            ) from None
         except OSError as exc:
-            raise ConfigError(f"history store {shown(path)} cannot be opened: {describe(exc)}") from None
+            raise ConfigError(
+                f"history store {shown(path)} cannot be opened: {describe(exc)}"
+            ) from None
         if not stat.S_ISREG(mode):
-            raise ConfigError(f"history store {shown(path)} is not a regular file (it is "
-                              f"{file_kind(mode) or 'not a file'})")
+            raise ConfigError(
+                f"history store {shown(path)} is not a regular file (it is "
+                f"{file_kind(mode) or 'not a file'})"
+            )
     else:
         if Path(path) == DEFAULT_DB and not os.path.isdir(DEFAULT_DB.parent):
             if not create:
@@ -107,13 +120,17 @@ def store_path(path: str | os.PathLike[str], read_only: bool, create: bool = Tru
             try:
                 DEFAULT_DB.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise ConfigError(f"cannot create the directory of {shown(path)}: {describe(exc)}") from None
+                raise ConfigError(
+                    f"cannot create the directory of {shown(path)}: {describe(exc)}"
+                ) from None
         check_output(path, append=True, inputs=inputs, option="--db", example="history.duckdb")
     return Path(os.path.realpath(path))
 
 
 @contextmanager
-def open_store(path: Path, read_only: bool, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[Any]:
+def open_store(
+    path: Path, read_only: bool, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+) -> Iterator[Any]:
     """A DuckDB connection to the store at ``path``, closed on exit.
 
     ``read_only``: the file must exist and hold a katra3d history (ConfigError otherwise). A writer
@@ -131,14 +148,18 @@ def open_store(path: Path, read_only: bool, lock_timeout_s: float = DEFAULT_LOCK
         except duckdb.Error as exc:
             message = _one_line(exc)
             if not _is_lock_error(duckdb, exc):
-                raise ConfigError(f"cannot open history store {shown(path)} (damaged, or not a DuckDB file?): "
-                                  f"{message}") from None
+                raise ConfigError(
+                    f"cannot open history store {shown(path)} (damaged, or not a DuckDB file?): "
+                    f"{message}"
+                ) from None
             if time.monotonic() >= deadline:
                 holder = re.search(r"\(PID (\d+)\)", message)
                 who = f" (process {holder[1]})" if holder else ""
                 raise HistoryLockedError(
-                    f"history store {shown(path)} is locked by another process{who} and stayed locked for "
-                    f"{lock_timeout_s:g} s; try again, or raise --lock-timeout") from None
+                    f"history store {shown(path)} is locked by another process{who} and stayed "
+                    "locked for "
+                    f"{lock_timeout_s:g} s; try again, or raise --lock-timeout"
+                ) from None
             time.sleep(min(delay * (0.5 + random.random()), max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, 1.0)
     try:
@@ -151,12 +172,16 @@ def open_store(path: Path, read_only: bool, lock_timeout_s: float = DEFAULT_LOCK
 def _check_schema(con: Any, path: Path, read_only: bool) -> None:
     duckdb = duckdb_module()
     try:
-        tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        tables = {
+            r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+        }
         if "katra3d_history" in tables:
-            (version,), = con.execute("SELECT version FROM katra3d_history").fetchall()
+            ((version,),) = con.execute("SELECT version FROM katra3d_history").fetchall()
             if int(version) > STORE_VERSION:
-                raise ConfigError(f"history store {str(path)!r} has format {version}, newer than this katra3d "
-                                  f"reads ({STORE_VERSION}); upgrade katra3d")
+                raise ConfigError(
+                    f"history store {str(path)!r} has format {version}, newer than this katra3d "
+                    f"reads ({STORE_VERSION}); upgrade katra3d"
+                )
             return
         if tables or read_only:
             raise ConfigError(f"{str(path)!r} is a DuckDB file but not a katra3d history store")
@@ -205,17 +230,30 @@ def _insert_sql(table: str) -> str:
     return f"INSERT INTO {table} SELECT {casts}"
 
 
-def add_to_store(path: Path, runs: Sequence[PreparedRun], lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> AddResult:
-    """Insert ``runs`` into the DuckDB store at ``path`` in one transaction; traces already there are skipped."""
+def add_to_store(
+    path: Path, runs: Sequence[PreparedRun], lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+) -> AddResult:
+    """Insert ``runs`` into the DuckDB store at ``path`` in one transaction; traces already there
+    are skipped.
+    """
     duckdb = duckdb_module()
     result = AddResult()
     with open_store(path, read_only=False, lock_timeout_s=lock_timeout_s) as con:
         try:
             con.execute("BEGIN TRANSACTION")
             shas = [r.sha256 for r in runs]
-            known = dict(con.execute(
-                f"SELECT trace_sha256, min(label) FROM {TABLE} WHERE trace_sha256 IN (SELECT unnest(?::VARCHAR[])) "
-                "GROUP BY 1", [shas]).fetchall()) if shas else {}
+            known = (
+                dict(
+                    con.execute(
+                        f"SELECT trace_sha256, min(label) FROM {TABLE} WHERE trace_sha256 IN "
+                        "(SELECT unnest(?::VARCHAR[])) "
+                        "GROUP BY 1",
+                        [shas],
+                    ).fetchall()
+                )
+                if shas
+                else {}
+            )
             rows: list[dict[str, Any]] = []
             for run in runs:
                 if run.sha256 in known:
@@ -227,17 +265,22 @@ def add_to_store(path: Path, runs: Sequence[PreparedRun], lock_timeout_s: float 
                 con.execute(_insert_sql(TABLE), _columns(rows))
             con.execute("COMMIT")
         except duckdb.Error as exc:
-            raise ConfigError(f"cannot write history store {str(path)!r}: {_one_line(exc)}") from None
+            raise ConfigError(
+                f"cannot write history store {str(path)!r}: {_one_line(exc)}"
+            ) from None
     return result
 
 
 def partition_dir(root: Path, host_id: str, label: str) -> Path:
-    """``root/host_id=<host>/label=<label>``, values percent-encoded as DuckDB's hive writer does."""
+    """``root/host_id=<host>/label=<label>``, values percent-encoded as
+    DuckDB's hive writer does."""
     return root / f"host_id={quote(host_id, safe='')}" / f"label={quote(label, safe='')}"
 
 
 def write_parquet_run(root: Path, run: PreparedRun, con: Any) -> bool:
-    """Write one run's rows as ``<partition>/<sha256>.parquet``; False when that file already exists."""
+    """Write one run's rows as ``<partition>/<sha256>.parquet``; False when that file already
+    exists.
+    """
     target_dir = partition_dir(root, run.host_id, run.label)
     target = target_dir / f"{run.sha256}.parquet"
     if target.exists():
@@ -253,7 +296,8 @@ def write_parquet_run(root: Path, run: PreparedRun, con: Any) -> bool:
         cols = ", ".join(f'"{c}"' for c in kept)
         con.execute(f"COPY (SELECT {cols} FROM one) TO '{_sql_str(str(tmp))}' (FORMAT PARQUET)")
         try:
-            move_into_place(tmp, target, replace=False)  # a runner that got there first wins, nothing is replaced
+            # a runner that got there first wins, nothing is replaced
+            move_into_place(tmp, target, replace=False)
         except OutputExistsError:
             return False
         return True
@@ -282,9 +326,13 @@ def add_to_parquet(root: Path, runs: Sequence[PreparedRun]) -> AddResult:
             else:
                 result.duplicates.append((run, run.label))
     except OSError as exc:
-        raise ConfigError(f"cannot write Parquet history under {str(root)!r}: {exc.strerror or exc}") from None
+        raise ConfigError(
+            f"cannot write Parquet history under {str(root)!r}: {exc.strerror or exc}"
+        ) from None
     except duckdb.Error as exc:
-        raise ConfigError(f"cannot write Parquet history under {str(root)!r}: {_one_line(exc)}") from None
+        raise ConfigError(
+            f"cannot write Parquet history under {str(root)!r}: {_one_line(exc)}"
+        ) from None
     finally:
         con.close()
     return result
@@ -302,8 +350,12 @@ def _parquet_labels(root: Path, shas: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def export_parquet(db: Path, root: Path, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
-                   progress: Callable[[int, int], None] | None = None) -> tuple[int, int]:
+def export_parquet(
+    db: Path,
+    root: Path,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[int, int]:
     """Write every run of the store ``db`` into the Parquet layout under ``root``.
 
     Returns (files written, runs already there). Idempotent: a run whose file exists is left alone.
@@ -311,7 +363,12 @@ def export_parquet(db: Path, root: Path, lock_timeout_s: float = DEFAULT_LOCK_TI
     duckdb = duckdb_module()
     with open_store(db, read_only=True, lock_timeout_s=lock_timeout_s) as con:
         try:
-            shas = [r[0] for r in con.execute(f"SELECT DISTINCT trace_sha256 FROM {TABLE} ORDER BY 1").fetchall()]
+            shas = [
+                r[0]
+                for r in con.execute(
+                    f"SELECT DISTINCT trace_sha256 FROM {TABLE} ORDER BY 1"
+                ).fetchall()
+            ]
             if not shas:
                 raise ConfigError(f"history store {str(db)!r} is empty: nothing to export")
             written = skipped = 0
@@ -324,8 +381,13 @@ def export_parquet(db: Path, root: Path, lock_timeout_s: float = DEFAULT_LOCK_TI
                     cur = con.execute(f"SELECT {names} FROM {TABLE} WHERE trace_sha256 = ?", [sha])
                     rows = [dict(zip(COLUMN_NAMES, r, strict=True)) for r in cur.fetchall()]
                     # a trace is stored under one label in a store; keep that label's rows
-                    run = PreparedRun(Path(rows[0]["trace_path"] or ""), sha, rows[0]["label"], rows[0]["host_id"],
-                                      rows)
+                    run = PreparedRun(
+                        Path(rows[0]["trace_path"] or ""),
+                        sha,
+                        rows[0]["label"],
+                        rows[0]["host_id"],
+                        rows,
+                    )
                     if write_parquet_run(root, run, mem):
                         written += 1
                     else:
@@ -335,9 +397,13 @@ def export_parquet(db: Path, root: Path, lock_timeout_s: float = DEFAULT_LOCK_TI
             finally:
                 mem.close()
         except OSError as exc:
-            raise ConfigError(f"cannot write Parquet history under {str(root)!r}: {exc.strerror or exc}") from None
+            raise ConfigError(
+                f"cannot write Parquet history under {str(root)!r}: {exc.strerror or exc}"
+            ) from None
         except duckdb.Error as exc:
-            raise ConfigError(f"cannot export history store {str(db)!r}: {_one_line(exc)}") from None
+            raise ConfigError(
+                f"cannot export history store {str(db)!r}: {_one_line(exc)}"
+            ) from None
     return written, skipped
 
 
@@ -356,9 +422,11 @@ class Source:
         return self.parquet_glob if self.parquet_glob is not None else str(self.db)
 
 
-def read_rows(source: Source, columns: Sequence[str], lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> list[dict[str, Any]]:
-    """The rows of ``source`` (``columns`` of them), each trace counted once. Raises ConfigError when the
-    source is missing, unreadable or empty."""
+def read_rows(
+    source: Source, columns: Sequence[str], lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+) -> list[dict[str, Any]]:
+    """The rows of ``source`` (``columns`` of them), each trace counted once. Raises ConfigError
+    when the source is missing, unreadable or empty."""
     duckdb = duckdb_module()
     unknown = [c for c in columns if c not in COLUMN_NAMES]
     if unknown:
@@ -368,11 +436,15 @@ def read_rows(source: Source, columns: Sequence[str], lock_timeout_s: float = DE
         con = duckdb.connect()
         try:
             types = ", ".join(f"'{c}': 'VARCHAR'" for c in PARTITION_COLUMNS)
-            relation = (f"read_parquet('{_sql_str(source.parquet_glob)}', hive_partitioning = true, "
-                        f"union_by_name = true, hive_types = {{{types}}})")
+            relation = (
+                f"read_parquet('{_sql_str(source.parquet_glob)}', hive_partitioning = true, "
+                f"union_by_name = true, hive_types = {{{types}}})"
+            )
             rows = _select(con, relation, names)
         except duckdb.Error as exc:
-            raise ConfigError(f"cannot read history from {source.parquet_glob!r}: {_one_line(exc)}") from None
+            raise ConfigError(
+                f"cannot read history from {source.parquet_glob!r}: {_one_line(exc)}"
+            ) from None
         finally:
             con.close()
     else:
@@ -381,22 +453,48 @@ def read_rows(source: Source, columns: Sequence[str], lock_timeout_s: float = DE
             try:
                 rows = _select(con, TABLE, names)
             except duckdb.Error as exc:
-                raise ConfigError(f"cannot read history store {str(source.db)!r}: {_one_line(exc)}") from None
+                raise ConfigError(
+                    f"cannot read history store {str(source.db)!r}: {_one_line(exc)}"
+                ) from None
     if not rows:
-        raise ConfigError(f"history {source.name!r} is empty; add runs with 'katra3d history add TRACE --label LABEL'")
+        raise ConfigError(
+            f"history {source.name!r} is empty; add runs with 'katra3d history add TRACE --label "
+            "LABEL'"
+        )
     return [dict(zip(columns, r, strict=True)) for r in rows]
 
 
 def _select(con: Any, relation: str, names: str) -> list[tuple[Any, ...]]:
-    # a trace stored under two labels (two runners, or two adds into a Parquet directory) counts once,
-    # under the label it was first added with
-    sql = (f"WITH src AS (SELECT * FROM {relation}), "
-           "firsts AS (SELECT trace_sha256, arg_min(label, added_ns) AS first_label FROM src GROUP BY 1) "
-           f"SELECT {names} FROM src JOIN firsts USING (trace_sha256) WHERE src.label = firsts.first_label")
+    # a trace stored under two labels (two runners, or two adds into a Parquet directory) counts
+    # once, under the label it was first added with
+    sql = (
+        f"WITH src AS (SELECT * FROM {relation}), "
+        "firsts AS (SELECT trace_sha256, arg_min(label, added_ns) AS first_label FROM src GROUP BY "
+        "1) "
+        f"SELECT {names} FROM src JOIN firsts USING (trace_sha256) WHERE src.label = "
+        "firsts.first_label"
+    )
     out: list[tuple[Any, ...]] = con.execute(sql).fetchall()
     return out
 
 
-__all__ = ["DEFAULT_DB", "DEFAULT_LOCK_TIMEOUT_S", "HistoryLockedError", "HistoryUnavailable", "PARTITION_COLUMNS",
-           "AddResult", "PreparedRun", "STORE_VERSION", "Source", "add_to_parquet", "add_to_store", "duckdb_module",
-           "export_parquet", "open_store", "partition_dir", "read_rows", "store_path", "write_parquet_run"]
+__all__ = [
+    "DEFAULT_DB",
+    "DEFAULT_LOCK_TIMEOUT_S",
+    "HistoryLockedError",
+    "HistoryUnavailable",
+    "PARTITION_COLUMNS",
+    "AddResult",
+    "PreparedRun",
+    "STORE_VERSION",
+    "Source",
+    "add_to_parquet",
+    "add_to_store",
+    "duckdb_module",
+    "export_parquet",
+    "open_store",
+    "partition_dir",
+    "read_rows",
+    "store_path",
+    "write_parquet_run",
+]

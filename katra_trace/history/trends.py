@@ -32,23 +32,42 @@ STATS: tuple[str, ...] = ("median", "mean", "p99", "low_1pct_fps")
 HIGHER_IS_BETTER: frozenset[str] = frozenset({"low_1pct_fps"})
 _SPARK = "▁▂▃▄▅▆▇█"
 
-_READ_COLUMNS = ("label", "label_time_ns", "run_start_ns", "added_ns", "commit", "host_id", "renderer", "driver",
-                 "cpu", "codegen_id", "scene", "zone", "metric", "unit", "size", "params", "trace_sha256", *STATS)
+_READ_COLUMNS = (
+    "label",
+    "label_time_ns",
+    "run_start_ns",
+    "added_ns",
+    "commit",
+    "host_id",
+    "renderer",
+    "driver",
+    "cpu",
+    "codegen_id",
+    "scene",
+    "zone",
+    "metric",
+    "unit",
+    "size",
+    "params",
+    "trace_sha256",
+    *STATS,
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class Selection:
-    """Which series to build. ``None`` means no filter; ``metric`` ``auto`` and ``all`` are special."""
+    """Which series to build. ``None`` means no filter; ``metric`` ``auto`` and
+    ``all`` are special."""
 
     scene: str | None = None
     metric: str = "auto"
-    host: str | None = None      #: a host id prefix, or text found in "renderer / driver / cpu"
-    zone: str | None = ""        #: "" the frames, a zone name, or None for frames and every zone
+    host: str | None = None  #: a host id prefix, or text found in "renderer / driver / cpu"
+    zone: str | None = ""  #: "" the frames, a zone name, or None for frames and every zone
     stat: str = "median"
-    last: int | None = None      #: only the newest N labels
+    last: int | None = None  #: only the newest N labels
     allow_host_mismatch: bool = False  #: one series across hosts (and code generators) per scene
-    #: commit -> its place on the first-parent line of the repository the user works in (the CLI asks git);
-    #: labels all added with such a commit are ordered by it (:func:`label_order`)
+    #: commit -> its place on the first-parent line of the repository the user works in (the CLI
+    #: asks git); labels all added with such a commit are ordered by it (:func:`label_order`)
     commit_order: Mapping[str, int] | None = None
 
 
@@ -65,9 +84,17 @@ class Point:
     rank: int = 0  #: position of the label among all labels of the source (their order)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "time": iso_utc(self.time_ns), "commit": self.commit, "runs": len(self.values),
-                "level": self.level, "min": min(self.values), "max": max(self.values), "values": self.values,
-                "settings_changed": self.settings}
+        return {
+            "label": self.label,
+            "time": iso_utc(self.time_ns),
+            "commit": self.commit,
+            "runs": len(self.values),
+            "level": self.level,
+            "min": min(self.values),
+            "max": max(self.values),
+            "values": self.values,
+            "settings_changed": self.settings,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,9 +121,18 @@ class Series:
         return sparkline([p.level for p in self.points])
 
     def as_dict(self) -> dict[str, Any]:
-        return {"scene": self.scene, "zone": self.zone, "metric": self.metric, "unit": self.unit, "stat": self.stat,
-                "host_id": self.host_id, "host": self.host, "codegen_id": self.codegen_id,
-                "sparkline": self.sparkline(), "points": [p.as_dict() for p in self.points]}
+        return {
+            "scene": self.scene,
+            "zone": self.zone,
+            "metric": self.metric,
+            "unit": self.unit,
+            "stat": self.stat,
+            "host_id": self.host_id,
+            "host": self.host,
+            "codegen_id": self.codegen_id,
+            "sparkline": self.sparkline(),
+            "points": [p.as_dict() for p in self.points],
+        }
 
 
 def sparkline(values: Sequence[float]) -> str:
@@ -106,14 +142,18 @@ def sparkline(values: Sequence[float]) -> str:
     lo, hi = min(values), max(values)
     if not hi > lo:
         return _SPARK[0] * len(values)
-    return "".join(_SPARK[min(len(_SPARK) - 1, int((v - lo) / (hi - lo) * len(_SPARK)))] for v in values)
+    return "".join(
+        _SPARK[min(len(_SPARK) - 1, int((v - lo) / (hi - lo) * len(_SPARK)))] for v in values
+    )
 
 
-def label_order(rows: Iterable[Mapping[str, Any]], commit_order: Mapping[str, int] | None = None) -> list[str]:
-    """Labels in the user's order: by their ``--time`` when every label was given one; else along the
-    first-parent line when every label was added with a ``--commit`` that ``commit_order`` places; else in
-    the order they were first added. A re-capture added later to an old label joins it and never moves it
-    (the label keeps its first add, its time and its commit). Ties by name."""
+def label_order(
+    rows: Iterable[Mapping[str, Any]], commit_order: Mapping[str, int] | None = None
+) -> list[str]:
+    """Labels in the user's order: by their ``--time`` when every label was given one; else along
+    the first-parent line when every label was added with a ``--commit`` that ``commit_order``
+    places; else in the order they were first added. A re-capture added later to an old label joins
+    it and never moves it (the label keeps its first add, its time and its commit). Ties by name."""
     added: dict[str, int] = {}
     timed: dict[str, int] = {}
     commits: dict[str, set[str]] = {}
@@ -129,7 +169,9 @@ def label_order(rows: Iterable[Mapping[str, Any]], commit_order: Mapping[str, in
     if added and timed.keys() == added.keys():
         return sorted(added, key=lambda lab: (timed[lab], added[lab], lab))
     if commit_order and commits.keys() == added.keys():
-        placed = {lab: [commit_order[c] for c in cs if c in commit_order] for lab, cs in commits.items()}
+        placed = {
+            lab: [commit_order[c] for c in cs if c in commit_order] for lab, cs in commits.items()
+        }
         if all(placed.values()):
             return sorted(added, key=lambda lab: (min(placed[lab]), added[lab], lab))
     return sorted(added, key=lambda lab: (added[lab], lab))
@@ -148,49 +190,65 @@ def _choices(values: Iterable[str]) -> str:
 
 
 def build_series(rows: Sequence[Mapping[str, Any]], sel: Selection) -> list[Series]:
-    """Group ``rows`` into series per :class:`Selection`. Raises ConfigError on an unknown scene, zone,
-    metric, stat or host (naming the ones stored)."""
+    """Group ``rows`` into series per :class:`Selection`. Raises ConfigError on an unknown scene,
+    zone, metric, stat or host (naming the ones stored)."""
     if sel.stat not in STATS:
         raise ConfigError(f"unknown stat {sel.stat!r}; choose from {', '.join(STATS)}")
     if sel.last is not None and sel.last < 1:
         raise ConfigError(f"--last must be at least 1, got {sel.last}")
     order = label_order(rows, sel.commit_order)
     if sel.last is not None:
-        keep = set(order[-sel.last:])
+        keep = set(order[-sel.last :])
         rows = [r for r in rows if r["label"] in keep]
-        order = order[-sel.last:]
+        order = order[-sel.last :]
     if sel.scene is not None:
         scenes = {r["scene"] for r in rows}
         if sel.scene not in scenes:
-            raise ConfigError(f"unknown scene {sel.scene!r} in the history; stored: {_choices(scenes)}")
+            raise ConfigError(
+                f"unknown scene {sel.scene!r} in the history; stored: {_choices(scenes)}"
+            )
         rows = [r for r in rows if r["scene"] == sel.scene]
     if sel.zone is not None:
         if sel.zone and sel.zone not in {r["zone"] for r in rows}:
-            raise ConfigError(f"unknown zone {sel.zone!r}; stored: {_choices(r['zone'] for r in rows if r['zone'])}")
+            raise ConfigError(
+                f"unknown zone {sel.zone!r}; stored: "
+                f"{_choices(r['zone'] for r in rows if r['zone'])}"
+            )
         rows = [r for r in rows if r["zone"] == sel.zone]
     if sel.host is not None:
         hosts = {r["host_id"]: _host_text(r) for r in rows}
         rows = [r for r in rows if _match_host(r, sel.host)]
         if not rows:
-            raise ConfigError(f"no host matches {sel.host!r}; stored: "
-                              + "; ".join(f"{h} ({t})" for h, t in sorted(hosts.items())))
+            raise ConfigError(
+                f"no host matches {sel.host!r}; stored: "
+                + "; ".join(f"{h} ({t})" for h, t in sorted(hosts.items()))
+            )
     metrics = {r["metric"] for r in rows}
     if sel.metric not in (AUTO, ALL) and sel.metric not in metrics:
-        raise ConfigError(f"unknown metric {sel.metric!r} in the history; stored: {_choices(metrics)} "
-                          "(or auto, all)")
-    from katra_trace.analysis.intervals import geometric_mean  # deferred: loads scipy, not while the parser is built
+        raise ConfigError(
+            f"unknown metric {sel.metric!r} in the history; stored: {_choices(metrics)} "
+            "(or auto, all)"
+        )
+    # deferred: loads scipy, not while the parser is built
+    from katra_trace.analysis.intervals import geometric_mean
 
     groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
     for r in rows:
         host = "*" if sel.allow_host_mismatch else str(r["host_id"])
-        codegen = "" if sel.allow_host_mismatch or not is_count(r["metric"]) else str(r["codegen_id"] or "")
+        codegen = (
+            ""
+            if sel.allow_host_mismatch or not is_count(r["metric"])
+            else str(r["codegen_id"] or "")
+        )
         groups.setdefault((r["scene"], r["zone"], r["metric"], host, codegen), []).append(r)
     if sel.metric == AUTO:
         # per scene, zone and host: the first metric of AUTO_ORDER it has
         chosen: dict[tuple[str, ...], str] = {}
         for scene, zone, metric, host, _c in groups:
             k = (scene, zone, host)
-            if metric in AUTO_ORDER and (k not in chosen or AUTO_ORDER.index(metric) < AUTO_ORDER.index(chosen[k])):
+            if metric in AUTO_ORDER and (
+                k not in chosen or AUTO_ORDER.index(metric) < AUTO_ORDER.index(chosen[k])
+            ):
                 chosen[k] = metric
         groups = {g: v for g, v in groups.items() if chosen.get((g[0], g[1], g[3])) == g[2]}
     elif sel.metric != ALL:
@@ -210,24 +268,57 @@ def build_series(rows: Sequence[Mapping[str, Any]], sel: Selection) -> list[Seri
         for lab in sorted(by_label, key=rank.__getitem__):
             lrows = sorted(by_label[lab], key=lambda r: str(r["trace_sha256"]))
             values = [float(r[sel.stat]) for r in lrows]
-            settings = "; ".join(sorted({f"size {r['size']}" + (f", params {r['params']}" if r["params"] else "")
-                                         for r in lrows}))
+            settings = "; ".join(
+                sorted(
+                    {
+                        f"size {r['size']}" + (f", params {r['params']}" if r["params"] else "")
+                        for r in lrows
+                    }
+                )
+            )
             if first_settings is None:
                 first_settings = settings
-            points.append(Point(lab, min(int(r["label_time_ns"] or 0) for r in lrows),
-                                ", ".join(sorted({str(r["commit"]) for r in lrows if r["commit"]})), values,
-                                geometric_mean(np.array(values)),
-                                "" if settings == first_settings else settings, rank[lab]))
+            points.append(
+                Point(
+                    lab,
+                    min(int(r["label_time_ns"] or 0) for r in lrows),
+                    ", ".join(sorted({str(r["commit"]) for r in lrows if r["commit"]})),
+                    values,
+                    geometric_mean(np.array(values)),
+                    "" if settings == first_settings else settings,
+                    rank[lab],
+                )
+            )
         host_texts = sorted({_host_text(r) for r in grows})
-        out.append(Series(scene, zone, metric, str(grows[0]["unit"]), sel.stat, host,
-                          " | ".join(host_texts), codegen, points,
-                          frozenset(str(r["trace_sha256"]) for rs in by_label.values() for r in rs)))
-    out.sort(key=lambda s: (s.scene, s.zone, AUTO_ORDER.index(s.metric) if s.metric in AUTO_ORDER else 9,
-                            s.metric, s.host_id))
+        out.append(
+            Series(
+                scene,
+                zone,
+                metric,
+                str(grows[0]["unit"]),
+                sel.stat,
+                host,
+                " | ".join(host_texts),
+                codegen,
+                points,
+                frozenset(str(r["trace_sha256"]) for rs in by_label.values() for r in rs),
+            )
+        )
+    out.sort(
+        key=lambda s: (
+            s.scene,
+            s.zone,
+            AUTO_ORDER.index(s.metric) if s.metric in AUTO_ORDER else 9,
+            s.metric,
+            s.host_id,
+        )
+    )
     return out
 
 
-def load_series(source: Source, sel: Selection, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> list[Series]:
+def load_series(
+    source: Source, sel: Selection, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+) -> list[Series]:
     """Read ``source`` and build the series of ``sel`` (ConfigError when none result)."""
     rows = read_rows(source, _READ_COLUMNS, lock_timeout_s)
     series = build_series(rows, sel)
@@ -244,45 +335,65 @@ class StepReport:
     """A step of one series, judged against the threshold."""
 
     series: Series
-    label: str            #: the first label of the new level
-    start_low: str        #: earliest label where it may start
-    start_high: str       #: latest
-    ratio: float          #: new level / old level
+    label: str  #: the first label of the new level
+    start_low: str  #: earliest label where it may start
+    start_high: str  #: latest
+    ratio: float  #: new level / old level
     ratio_low: float
     ratio_high: float
-    verdict: str          #: one of :data:`katra_trace.analysis.verdict.VERDICTS` (not "incomparable")
-    at_newest: bool       #: starts at the newest label of the selection
-    settings_changed: str  #: the capture settings of its first label, when they differ from the series' first
+    #: one of :data:`katra_trace.analysis.verdict.VERDICTS` (not "incomparable")
+    verdict: str
+    at_newest: bool  #: starts at the newest label of the selection
+    #: the capture settings of its first label, when they differ from the series' first
+    settings_changed: str
 
     def as_dict(self) -> dict[str, Any]:
         s = self.series
-        return {"scene": s.scene, "zone": s.zone, "metric": s.metric, "stat": s.stat, "host_id": s.host_id,
-                "host": s.host, "label": self.label, "start_range": [self.start_low, self.start_high],
-                "change_pct": 100 * (self.ratio - 1), "change_pct_interval": [100 * (self.ratio_low - 1),
-                                                                             100 * (self.ratio_high - 1)],
-                "verdict": self.verdict, "at_newest_label": self.at_newest,
-                "settings_changed": self.settings_changed}
+        return {
+            "scene": s.scene,
+            "zone": s.zone,
+            "metric": s.metric,
+            "stat": s.stat,
+            "host_id": s.host_id,
+            "host": s.host,
+            "label": self.label,
+            "start_range": [self.start_low, self.start_high],
+            "change_pct": 100 * (self.ratio - 1),
+            "change_pct_interval": [100 * (self.ratio_low - 1), 100 * (self.ratio_high - 1)],
+            "verdict": self.verdict,
+            "at_newest_label": self.at_newest,
+            "settings_changed": self.settings_changed,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
 class SeriesModel:
-    """One series as every surface shows it (``history show``, ``history check``, ``report --history``):
-    its fit, its change as the fitted model sees it, and, when the labels' raw change reaches the
-    threshold but no step was found, why in one line."""
+    """One series as every surface shows it (``history show``, ``history check``, ``report
+    --history``): its fit, its change as the fitted model sees it, and, when the labels' raw change
+    reaches the threshold but no step was found, why in one line."""
 
     series: Series
     fit: Fit
-    threshold_pct: float   #: the threshold this series is judged against (percent)
-    change_pct: float      #: the fitted level of the newest label over the first's, - 1 (percent)
+    threshold_pct: float  #: the threshold this series is judged against (percent)
+    change_pct: float  #: the fitted level of the newest label over the first's, - 1 (percent)
     raw_change_pct: float  #: the newest label's level over the first's, - 1 (percent)
-    no_step_reason: str    #: "" unless the raw change reaches the threshold and no step was found
+    no_step_reason: str  #: "" unless the raw change reaches the threshold and no step was found
 
     def as_dict(self) -> dict[str, Any]:
         f = self.fit
-        return {"levels": f.levels, "change_pct": self.change_pct, "raw_change_pct": self.raw_change_pct,
-                "steps": len(f.steps), "threshold_pct": self.threshold_pct, "noise_sd": f.noise_sd,
-                "noise_source": f.noise_source, "label_dispersion": f.dispersion, "run_sd": f.run_sd,
-                "outlier_runs_left_out": f.dropped_runs, "no_step_reason": self.no_step_reason}
+        return {
+            "levels": f.levels,
+            "change_pct": self.change_pct,
+            "raw_change_pct": self.raw_change_pct,
+            "steps": len(f.steps),
+            "threshold_pct": self.threshold_pct,
+            "noise_sd": f.noise_sd,
+            "noise_source": f.noise_source,
+            "label_dispersion": f.dispersion,
+            "run_sd": f.run_sd,
+            "outlier_runs_left_out": f.dropped_runs,
+            "no_step_reason": self.no_step_reason,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,19 +427,25 @@ def _model(s: Series, fit: Fit, threshold_pct: float, alpha: float) -> SeriesMod
     raw = s.points[-1].level / s.points[0].level
     reason = ""
     if not fit.steps and abs(math.log(raw)) >= math.log1p(threshold_pct / 100):
-        # what would settle it: labels or runs that would resolve the change seen, not a threshold-sized step
+        # what would settle it: labels or runs that would resolve the change seen, not a
+        # threshold-sized step
         reason = resolution(fit, 100 * abs(raw - 1), alpha).text()
     return SeriesModel(s, fit, threshold_pct, 100 * (fit.change - 1), 100 * (raw - 1), reason)
 
 
-def check_steps(series: Sequence[Series], alpha: float = DEFAULT_ALPHA, threshold_pct: float | None = None,
-                newest_label: str | None = None) -> CheckResult:
+def check_steps(
+    series: Sequence[Series],
+    alpha: float = DEFAULT_ALPHA,
+    threshold_pct: float | None = None,
+    newest_label: str | None = None,
+) -> CheckResult:
     """Fit each series and judge its steps with the decision's interval rule
-    (:func:`katra_trace.analysis.intervals.interval_verdict`, the count metrics' rule): **regression**
-    when the level got worse by at least the threshold and the whole interval is on the worse side of
-    1, **improvement** mirrored, **unchanged** when the whole interval lies within +-threshold,
-    **inconclusive** otherwise."""
-    # deferred: intervals loads scipy.stats (about a second); show and check need it, building a parser does not
+    (:func:`katra_trace.analysis.intervals.interval_verdict`, the count metrics' rule):
+    **regression** when the level got worse by at least the threshold and the whole interval is on
+    the worse side of 1, **improvement** mirrored, **unchanged** when the whole interval lies within
+    +-threshold, **inconclusive** otherwise."""
+    # deferred: intervals loads scipy.stats (about a second); show and check need it, building a
+    # parser does not
     from katra_trace.analysis.intervals import interval_verdict
 
     alpha = check_alpha(alpha)
@@ -342,9 +459,18 @@ def check_steps(series: Sequence[Series], alpha: float = DEFAULT_ALPHA, threshol
         sign = -1.0 if s.stat in HIGHER_IS_BETTER else 1.0  # log ratios with + worse
         if is_count(s.metric) and not fit.steps and len(s.points) < MIN_LABELS_FOR_LABEL_NOISE:
             counted = _count_steps(s, thr, newest, sign)
-            if counted:  # too few labels to learn their noise, but counts have a known one: compare's rule
-                models.append(SeriesModel(s, fit, thr, 100 * (fit.change - 1),
-                                          100 * (s.points[-1].level / s.points[0].level - 1), ""))
+            # too few labels to learn their noise, but counts have a known one: compare's rule
+            if counted:
+                models.append(
+                    SeriesModel(
+                        s,
+                        fit,
+                        thr,
+                        100 * (fit.change - 1),
+                        100 * (s.points[-1].level / s.points[0].level - 1),
+                        "",
+                    )
+                )
                 steps.extend(counted)
                 continue
         models.append(_model(s, fit, thr, alpha))
@@ -352,9 +478,20 @@ def check_steps(series: Sequence[Series], alpha: float = DEFAULT_ALPHA, threshol
             ends = sorted((sign * math.log(st.ratio_low), sign * math.log(st.ratio_high)))
             verdict = interval_verdict(sign * math.log(st.ratio), ends[0], ends[1], thr / 100)
             p = s.points
-            steps.append(StepReport(s, p[st.index].label, p[st.start_low].label, p[st.start_high].label, st.ratio,
-                                    st.ratio_low, st.ratio_high, verdict,
-                                    p[st.index].label == newest and p[-1].label == newest, p[st.index].settings))
+            steps.append(
+                StepReport(
+                    s,
+                    p[st.index].label,
+                    p[st.start_low].label,
+                    p[st.start_high].label,
+                    st.ratio,
+                    st.ratio_low,
+                    st.ratio_high,
+                    verdict,
+                    p[st.index].label == newest and p[-1].label == newest,
+                    p[st.index].settings,
+                )
+            )
     order = {lab: i for i, lab in enumerate(_all_labels(series))}
     steps.sort(key=lambda r: (order[r.label], r.series.scene, r.series.zone, r.series.metric))
     return CheckResult(list(series), models, steps, newest, alpha, threshold_pct)
@@ -362,24 +499,39 @@ def check_steps(series: Sequence[Series], alpha: float = DEFAULT_ALPHA, threshol
 
 def _count_steps(s: Series, threshold_pct: float, newest: str, sign: float) -> list[StepReport]:
     """The steps of a count series with too few labels for the step fit (fewer than
-    :data:`~katra_trace.history.steps.MIN_LABELS_FOR_LABEL_NOISE`): each label against the one before by the
-    count metrics' rule of ``compare`` (:func:`~katra_trace.analysis.intervals.interval_verdict`), the band the
-    cross-process jitter of a count (:data:`~katra_trace.analysis.defaults.COUNT_JITTER_PER_FRAME` over the
-    level, three times over, as compare's noise floor). Only changes (regression, improvement) are steps."""
+    :data:`~katra_trace.history.steps.MIN_LABELS_FOR_LABEL_NOISE`): each label against the one
+    before by the count metrics' rule of ``compare``
+    (:func:`~katra_trace.analysis.intervals.interval_verdict`), the band the cross-process jitter of
+    a count (:data:`~katra_trace.analysis.defaults.COUNT_JITTER_PER_FRAME` over the level, three
+    times over, as compare's noise floor). Only changes (regression, improvement) are steps."""
     # deferred: intervals loads scipy.special; only a check needs it
     from katra_trace.analysis.counts import NOISE_FLOOR_FACTOR
     from katra_trace.analysis.intervals import interval_verdict
 
     out = []
-    for before, after in zip(s.points, s.points[1:]):
+    for before, after in zip(s.points, s.points[1:], strict=False):
         ratio = after.level / before.level
-        band = NOISE_FLOOR_FACTOR * math.log1p(COUNT_JITTER_PER_FRAME / min(before.level, after.level))
+        band = NOISE_FLOOR_FACTOR * math.log1p(
+            COUNT_JITTER_PER_FRAME / min(before.level, after.level)
+        )
         estimate = sign * math.log(ratio)
         verdict = interval_verdict(estimate, estimate - band, estimate + band, threshold_pct / 100)
         if verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
             at_newest = after.label == newest and s.points[-1].label == newest
-            out.append(StepReport(s, after.label, after.label, after.label, ratio, ratio * math.exp(-band),
-                                  ratio * math.exp(band), verdict, at_newest, after.settings))
+            out.append(
+                StepReport(
+                    s,
+                    after.label,
+                    after.label,
+                    after.label,
+                    ratio,
+                    ratio * math.exp(-band),
+                    ratio * math.exp(band),
+                    verdict,
+                    at_newest,
+                    after.settings,
+                )
+            )
     return out
 
 
@@ -396,20 +548,25 @@ def _newest(series: Sequence[Series]) -> str:
     return labels[-1] if labels else ""
 
 
-def trend_data(source: Source, sel: Selection | None = None, alpha: float = DEFAULT_ALPHA,
-               threshold_pct: float | None = None, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> dict[str, Any]:
+def trend_data(
+    source: Source,
+    sel: Selection | None = None,
+    alpha: float = DEFAULT_ALPHA,
+    threshold_pct: float | None = None,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+) -> dict[str, Any]:
     """The trends a report draws, as plain JSON-able data: :func:`check_steps`' models, so that the
     line drawn is the steps ``history check`` finds.
 
     Returns ``{"source": str, "labels": [label, ...] (in order), "runs": int (traces stored),
     "scenes": [scene, ...], "alpha": float, "series": [SERIES, ...], "steps": [STEP, ...]}`` where
     SERIES is :meth:`Series.as_dict` (scene, zone, metric, unit, stat, host_id, host, codegen_id,
-    sparkline, and ``points``: per label in order ``label``, ``time`` (ISO UTC), ``commit``, ``runs``,
-    ``level`` (geometric mean of the runs' values, in ``unit``), ``min``, ``max``, ``values``,
-    ``settings_changed``) with ``fit``: :meth:`SeriesModel.as_dict` (the fitted ``levels`` per point,
-    ``change_pct``, ``raw_change_pct``, ``steps``, ``no_step_reason``, the noise), and STEP is
-    :meth:`StepReport.as_dict`. Raises ConfigError (exit 2) on a missing, empty or unreadable source and
-    on an unknown scene, metric or host.
+    sparkline, and ``points``: per label in order ``label``, ``time`` (ISO UTC), ``commit``,
+    ``runs``, ``level`` (geometric mean of the runs' values, in ``unit``), ``min``, ``max``,
+    ``values``, ``settings_changed``) with ``fit``: :meth:`SeriesModel.as_dict` (the fitted
+    ``levels`` per point, ``change_pct``, ``raw_change_pct``, ``steps``, ``no_step_reason``, the
+    noise), and STEP is :meth:`StepReport.as_dict`. Raises ConfigError (exit 2) on a missing, empty
+    or unreadable source and on an unknown scene, metric or host.
     """
     series = load_series(source, sel or Selection(), lock_timeout_s)
     result = check_steps(series, alpha=alpha, threshold_pct=threshold_pct)
@@ -418,10 +575,29 @@ def trend_data(source: Source, sel: Selection | None = None, alpha: float = DEFA
         d = s.as_dict()
         d["fit"] = model.as_dict()
         out_series.append(d)
-    return {"source": source.name, "labels": _all_labels(series), "runs": len(frozenset().union(
-                *(s.traces for s in series))), "scenes": sorted({s.scene for s in series}), "alpha": result.alpha,
-            "series": out_series, "steps": [st.as_dict() for st in result.steps]}
+    return {
+        "source": source.name,
+        "labels": _all_labels(series),
+        "runs": len(frozenset().union(*(s.traces for s in series))),
+        "scenes": sorted({s.scene for s in series}),
+        "alpha": result.alpha,
+        "series": out_series,
+        "steps": [st.as_dict() for st in result.steps],
+    }
 
 
-__all__ = ["CheckResult", "HIGHER_IS_BETTER", "Point", "STATS", "Selection", "Series", "SeriesModel", "StepReport", "build_series",
-           "check_steps", "load_series", "sparkline", "trend_data"]
+__all__ = [
+    "CheckResult",
+    "HIGHER_IS_BETTER",
+    "Point",
+    "STATS",
+    "Selection",
+    "Series",
+    "SeriesModel",
+    "StepReport",
+    "build_series",
+    "check_steps",
+    "load_series",
+    "sparkline",
+    "trend_data",
+]

@@ -1,8 +1,10 @@
-"""The bytes side of a trace writer: blocks framed onto an open file, and the counts the summary reports.
+"""The bytes side of a trace writer: blocks framed onto an open file, and the counts the summary
+reports.
 
-:class:`~katra_trace.io.writer.TraceWriter` batches events from producers; its background thread hands every
-batch, JSON record and the summary to one :class:`BlockFile`, which encodes (:mod:`katra_trace.io.format`,
-:mod:`katra_trace.io.blosc2_events`), frames and writes them. One thread uses it at a time.
+:class:`~katra_trace.io.writer.TraceWriter` batches events from producers; its background thread
+hands every batch, JSON record and the summary to one :class:`BlockFile`, which encodes
+(:mod:`katra_trace.io.format`, :mod:`katra_trace.io.blosc2_events`), frames and writes them. One
+thread uses it at a time.
 """
 
 from __future__ import annotations
@@ -22,15 +24,18 @@ from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION
 class BlockFile:
     """Frames blocks onto ``file`` and counts them.
 
-    ``codec`` is the trace's codec; codec 2 (blosc2, the module given as ``blosc2``) encodes EVENTS blocks only,
-    and every other block is written with zstd at ``compression_level``. ``pos`` is the byte offset written so
-    far, ``seq`` the next block's sequence number.
+    ``codec`` is the trace's codec; codec 2 (blosc2, the module given as ``blosc2``) encodes EVENTS
+    blocks only, and every other block is written with zstd at ``compression_level``. ``pos`` is the
+    byte offset written so far, ``seq`` the next block's sequence number.
     """
 
-    def __init__(self, file: BinaryIO, codec: fmt.Codec, compression_level: int, blosc2: Any = None) -> None:
+    def __init__(
+        self, file: BinaryIO, codec: fmt.Codec, compression_level: int, blosc2: Any = None
+    ) -> None:
         self.file = file
         self.codec = codec
-        #: codec 2 is for EVENTS blocks: the other blocks (header, strings, JSON) are written with zstd
+        #: codec 2 is for EVENTS blocks: the other blocks (header, strings, JSON) are written with
+        #: zstd
         self.other_codec = fmt.Codec.ZSTD if codec == fmt.Codec.BLOSC2 else codec
         self.blosc2 = blosc2
         self.compressor = zstandard.ZstdCompressor(level=compression_level)
@@ -48,8 +53,9 @@ class BlockFile:
         self.file.flush()
 
     def write_events(self, first_id: int, strings: list[str], batch: np.ndarray | None) -> None:
-        """The new strings (ids from ``first_id``), then the batch as one EVENTS block (the batch is the
-        writer's own: a codec-2 batch is encoded in place). ConfigError for an event the format cannot hold."""
+        """The new strings (ids from ``first_id``), then the batch as one EVENTS block (the batch is
+        the writer's own: a codec-2 batch is encoded in place). ConfigError for an event the format
+        cannot hold."""
         if strings:
             self.write_block(fmt.BlockType.STRINGS, fmt.encode_strings(first_id, strings))
         if batch is None or not len(batch):
@@ -61,8 +67,16 @@ class BlockFile:
             n_events = len(batch)
             stored = b2ev.encode_events_blosc2(batch, self.blosc2, in_place=True)
             raw_len = fmt.EVENTS_HEAD.size + n_events * EVENT_DTYPE.itemsize
-            self.write_framed(fmt.frame_block(fmt.BlockType.EVENTS, stored, raw_len, seq=self.seq,
-                                              codec=self.codec, schema=SCHEMA_VERSION))
+            self.write_framed(
+                fmt.frame_block(
+                    fmt.BlockType.EVENTS,
+                    stored,
+                    raw_len,
+                    seq=self.seq,
+                    codec=self.codec,
+                    schema=SCHEMA_VERSION,
+                )
+            )
         else:
             payload = fmt.encode_events(batch)
             problem = fmt.check_payload(payload, batch["start_ns"], fmt.FORMAT_MINOR)
@@ -72,8 +86,16 @@ class BlockFile:
         self.written_events += len(batch)
         self.event_blocks += 1
 
-    def write_summary(self, status: str, *, dropped_events: int, dropped_batches: int, strings: int,
-                      end_host_ns: int, user: dict[str, Any]) -> None:
+    def write_summary(
+        self,
+        status: str,
+        *,
+        dropped_events: int,
+        dropped_batches: int,
+        strings: int,
+        end_host_ns: int,
+        user: dict[str, Any],
+    ) -> None:
         """The SUMMARY block (with this file's counts) and the footer that points to it."""
         summary_offset = self.pos
         summary = {
@@ -90,10 +112,21 @@ class BlockFile:
         self.write_block(fmt.BlockType.SUMMARY, fmt.encode_json(summary))
         self.write_raw(fmt.encode_footer(summary_offset))
 
-    def write_block(self, btype: int, payload: bytes, schema: int = 0, codec: fmt.Codec | None = None) -> None:
-        """One block of ``payload``, with ``codec`` (None: the codec of blocks other than EVENTS)."""
-        self.write_framed(fmt.encode_block(btype, payload, seq=self.seq, codec=self.other_codec if codec is None
-                                           else codec, schema=schema, compressor=self.compressor))
+    def write_block(
+        self, btype: int, payload: bytes, schema: int = 0, codec: fmt.Codec | None = None
+    ) -> None:
+        """One block of ``payload``, with ``codec`` (None: the codec of
+        blocks other than EVENTS)."""
+        self.write_framed(
+            fmt.encode_block(
+                btype,
+                payload,
+                seq=self.seq,
+                codec=self.other_codec if codec is None else codec,
+                schema=schema,
+                compressor=self.compressor,
+            )
+        )
 
     def write_framed(self, framed: tuple[bytes, bytes]) -> None:
         head, stored = framed
@@ -107,13 +140,17 @@ class BlockFile:
         self.pos += len(data)
 
 
-def copy_with_header(src: BinaryIO, dst: BinaryIO, update: Callable[[dict[str, Any]], dict[str, Any]]) -> bool:
-    """Copy the trace ``src`` to ``dst`` with its HEADER block's JSON replaced by ``update(header)``.
+def copy_with_header(
+    src: BinaryIO, dst: BinaryIO, update: Callable[[dict[str, Any]], dict[str, Any]]
+) -> bool:
+    """Copy the trace ``src`` to ``dst`` with its HEADER block's JSON replaced by
+    ``update(header)``.
 
-    Every other block is copied byte for byte; a footer at the end (a complete trace's) is moved by the
-    header's change in length, so it still points to the SUMMARY block. A prefix of a trace (no footer)
-    is copied the same way. Returns False, having copied nothing, when ``src`` does not start with a
-    readable preamble and HEADER block: the caller copies it as it is. ``src`` is read from its start.
+    Every other block is copied byte for byte; a footer at the end (a complete trace's) is moved by
+    the header's change in length, so it still points to the SUMMARY block. A prefix of a trace (no
+    footer) is copied the same way. Returns False, having copied nothing, when ``src`` does not
+    start with a readable preamble and HEADER block: the caller copies it as it is. ``src`` is read
+    from its start.
     """
     src.seek(0)
     pre = src.read(fmt.PREAMBLE_SIZE)
@@ -126,9 +163,16 @@ def copy_with_header(src: BinaryIO, dst: BinaryIO, update: Callable[[dict[str, A
     if sync != fmt.SYNC or btype != fmt.BlockType.HEADER or len(stored) != stored_len:
         src.seek(0)
         return False
-    header = fmt.decode_json(fmt.decompress(stored, raw_len, codec, fmt.PREAMBLE_SIZE), fmt.PREAMBLE_SIZE)
-    new_head, new_stored = fmt.encode_block(fmt.BlockType.HEADER, fmt.encode_json(update(header)), seq=seq,
-                                            codec=fmt.Codec(codec), schema=schema)
+    header = fmt.decode_json(
+        fmt.decompress(stored, raw_len, codec, fmt.PREAMBLE_SIZE), fmt.PREAMBLE_SIZE
+    )
+    new_head, new_stored = fmt.encode_block(
+        fmt.BlockType.HEADER,
+        fmt.encode_json(update(header)),
+        seq=seq,
+        codec=fmt.Codec(codec),
+        schema=schema,
+    )
     delta = len(new_stored) - stored_len
     dst.write(pre)
     dst.write(new_head)

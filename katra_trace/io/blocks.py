@@ -1,8 +1,10 @@
-"""A trace's blocks, one by one: the decode budget, the block scanner, and the shape checks of each block.
+"""A trace's blocks, one by one: the decode budget, the block scanner, and the shape checks of each
+block.
 
-:func:`iter_blocks` walks a file from its preamble, checking every length against the bytes that are left before
-anything is allocated, every CRC, and the documented shape of the HEADER and SUMMARY blocks; what it met is kept in a
-:class:`ScanState` (where it stopped, and why). :mod:`katra_trace.io.reader` builds a :class:`~katra_trace.io.reader.Trace` on it.
+:func:`iter_blocks` walks a file from its preamble, checking every length against the bytes that are
+left before anything is allocated, every CRC, and the documented shape of the HEADER and SUMMARY
+blocks; what it met is kept in a :class:`ScanState` (where it stopped, and why).
+:mod:`katra_trace.io.reader` builds a :class:`~katra_trace.io.reader.Trace` on it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ MAX_RATIO_ENV = "KATRA3D_MAX_RATIO"
 
 
 def resolve_max_ratio(max_ratio: float | None) -> float:
-    """``max_ratio`` if given, else ``$KATRA3D_MAX_RATIO``, else :data:`DEFAULT_MAX_RATIO` (0: no limit)."""
+    """``max_ratio`` if given, else ``$KATRA3D_MAX_RATIO``, else :data:`DEFAULT_MAX_RATIO` (0: no
+    limit).
+    """
     if max_ratio is None:
         text = os.environ.get(MAX_RATIO_ENV, "").strip()
         if not text:
@@ -39,15 +43,19 @@ def resolve_max_ratio(max_ratio: float | None) -> float:
         try:
             max_ratio = float(text)
         except ValueError:
-            raise ConfigError(f"{MAX_RATIO_ENV}={text!r} is not a number (0 lifts the limit)") from None
+            raise ConfigError(
+                f"{MAX_RATIO_ENV}={text!r} is not a number (0 lifts the limit)"
+            ) from None
     if not max_ratio >= 0 or max_ratio == float("inf"):
-        raise ConfigError(f"max_ratio must be a finite number >= 0 (0 lifts the limit), got {max_ratio}")
+        raise ConfigError(
+            f"max_ratio must be a finite number >= 0 (0 lifts the limit), got {max_ratio}"
+        )
     return float(max_ratio)
 
 
 def decode_budget(size: int, max_ratio: float | None = None) -> int | None:
-    """How many decoded bytes a file of ``size`` bytes may hold: ``max_ratio`` x size + 64 MiB, or None
-    (no limit). A decompression bomb cannot make a reader allocate more than this."""
+    """How many decoded bytes a file of ``size`` bytes may hold: ``max_ratio`` x size + 64 MiB, or
+    None (no limit). A decompression bomb cannot make a reader allocate more than this."""
     ratio = resolve_max_ratio(max_ratio)
     if ratio == 0:
         return None
@@ -55,11 +63,12 @@ def decode_budget(size: int, max_ratio: float | None = None) -> int | None:
 
 
 class DecodeBudget:
-    """The decoded bytes one file may still make a reader hold (:func:`decode_budget`), shared by everything
-    decoded from it: its blocks while it is scanned, then its kept frames' pixels while they are held.
+    """The decoded bytes one file may still make a reader hold (:func:`decode_budget`), shared by
+    everything decoded from it: its blocks while it is scanned, then its kept frames' pixels while
+    they are held.
 
-    :meth:`take` before allocating (TraceTooLargeError when it does not fit), :meth:`give` back what was
-    freed. ``left`` None: no limit (``max_ratio`` 0)."""
+    :meth:`take` before allocating (TraceTooLargeError when it does not fit), :meth:`give` back what
+    was freed. ``left`` None: no limit (``max_ratio`` 0)."""
 
     def __init__(self, size: int, max_ratio: float | None = None) -> None:
         self.size = size
@@ -68,16 +77,20 @@ class DecodeBudget:
         self._lock = threading.Lock()
 
     def take(self, n: int, what: str, offset: int | None = None) -> None:
-        """Count ``n`` more decoded bytes against the budget; ``what`` ("the block at offset 96 would decode
-        to", ending where the byte count goes) starts the message when they do not fit."""
+        """Count ``n`` more decoded bytes against the budget; ``what`` ("the block at offset 96
+        would decode to", ending where the byte count goes) starts the message when they do not fit.
+        """
         with self._lock:
             if self.left is None:
                 return
             if n > self.left:
                 raise TraceTooLargeError(
-                    f"{what} {n} more bytes, beyond {self.ratio:g} x the file's {self.size} bytes + "
-                    f"{BUDGET_ALLOWANCE_BYTES >> 20} MiB ({self.left} bytes left; a decompression bomb?); if this "
-                    f"trace is genuine, lift the limit with {MAX_RATIO_ENV}=0 (or a larger ratio)", offset)
+                    f"{what} {n} more bytes, beyond {self.ratio:g} x the file's {self.size} bytes "
+                    f"+ {BUDGET_ALLOWANCE_BYTES >> 20} MiB ({self.left} bytes left; a "
+                    "decompression bomb?); if this trace is genuine, lift the limit with "
+                    f"{MAX_RATIO_ENV}=0 (or a larger ratio)",
+                    offset,
+                )
             self.left -= n
 
     def give(self, n: int) -> None:
@@ -94,7 +107,9 @@ class Block:
     type: int
     offset: int
     seq: int
-    payload: Any  # dict (JSON blocks), (first_id, [str]) (STRINGS), EventBatch (EVENTS), (dict, PNG bytes) (IMAGE)
+    # dict (JSON blocks), (first_id, [str]) (STRINGS), EventBatch (EVENTS), (dict, PNG bytes)
+    # (IMAGE)
+    payload: Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +119,10 @@ class EventBatch:
     n: int
     raw: bytes  #: the decoded payload (codecs 0, 1), or the stored one, still compressed (codec 2)
     offset: int
-    minor: int = fmt.FORMAT_MINOR  #: the file's format minor: which kinds, clocks and flags are defined
-    codec: int = fmt.Codec.NONE  #: fmt.Codec.BLOSC2: ``raw`` is decompressed by decode(), into ``out``
+    #: the file's format minor: which kinds, clocks and flags are defined
+    minor: int = fmt.FORMAT_MINOR
+    #: fmt.Codec.BLOSC2: ``raw`` is decompressed by decode(), into ``out``
+    codec: int = fmt.Codec.NONE
 
     def decode(self, out: np.ndarray | None = None, *, zeroed: bool = False) -> np.ndarray:
         """The events, checked (:func:`katra_trace.io.format.check_events`); raises TraceFormatError
@@ -116,9 +133,13 @@ class EventBatch:
             events = b2ev.decode_events_blosc2(self.raw, raw_len, self.offset, out)
             problem = fmt.check_events(events, self.minor)
         else:
-            events, problem = fmt.decode_checked_events(self.raw, self.offset, self.minor, out, zeroed=zeroed)
+            events, problem = fmt.decode_checked_events(
+                self.raw, self.offset, self.minor, out, zeroed=zeroed
+            )
         if problem is not None:
-            raise TraceFormatError(f"corrupt EVENTS block at offset {self.offset}: {problem}", self.offset)
+            raise TraceFormatError(
+                f"corrupt EVENTS block at offset {self.offset}: {problem}", self.offset
+            )
         return events
 
 
@@ -133,14 +154,15 @@ class ScanState:
     stop_reason: str = ""
     summary_offset: int | None = None  #: where the footer says the SUMMARY is; None: no footer
     skipped_blocks: int = 0
-    max_ratio: float | None = None  #: decoding budget (see :func:`decode_budget`); None: the default
-    budget: DecodeBudget | None = None  #: what the file may still decode (set by :func:`iter_blocks`)
+    #: decoding budget (see :func:`decode_budget`); None: the default
+    max_ratio: float | None = None
+    #: what the file may still decode (set by :func:`iter_blocks`)
+    budget: DecodeBudget | None = None
     notes: list[str] = dataclasses.field(default_factory=list)  #: content repaired while reading
 
 
 def file_size(f: BinaryIO) -> int:
     return os.fstat(f.fileno()).st_size
-
 
 
 def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator[Block]:
@@ -185,12 +207,18 @@ def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator
             stop(f"corrupt block at offset {pos}: bad sync word", pos)
             return
         if stored_len > left - fmt.BLOCK_HEADER_SIZE:
-            stop(f"torn block at offset {pos}: needs {stored_len} payload bytes, "
-                 f"{left - fmt.BLOCK_HEADER_SIZE} left", pos)
+            stop(
+                f"torn block at offset {pos}: needs {stored_len} payload bytes, "
+                f"{left - fmt.BLOCK_HEADER_SIZE} left",
+                pos,
+            )
             return
         if raw_len > fmt.MAX_BLOCK_BYTES or stored_len > fmt.MAX_BLOCK_BYTES:
-            stop(f"corrupt block at offset {pos}: length {max(raw_len, stored_len)} exceeds the "
-                 f"{fmt.MAX_BLOCK_BYTES}-byte limit", pos)
+            stop(
+                f"corrupt block at offset {pos}: length {max(raw_len, stored_len)} exceeds the "
+                f"{fmt.MAX_BLOCK_BYTES}-byte limit",
+                pos,
+            )
             return
         stored = f.read(stored_len)
         if len(stored) < stored_len:
@@ -200,11 +228,19 @@ def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator
             stop(f"corrupt block at offset {pos}: CRC mismatch", pos)
             return
         if seq != expected_seq:
-            stop(f"corrupt block at offset {pos}: sequence number {seq}, expected {expected_seq}", pos)
+            stop(
+                f"corrupt block at offset {pos}: sequence number {seq}, expected {expected_seq}",
+                pos,
+            )
             return
-        if btype == fmt.BlockType.IMAGE and codec != fmt.Codec.NONE:  # checked before anything is decoded
-            stop(f"corrupt IMAGE block at offset {pos}: codec {codec}; kept frames are stored with codec 0 "
-                 "(their PNG is compressed already)", pos)
+        # checked before anything is decoded
+        if btype == fmt.BlockType.IMAGE and codec != fmt.Codec.NONE:
+            stop(
+                f"corrupt IMAGE block at offset {pos}: codec {codec}; kept frames are stored with "
+                "codec 0 "
+                "(their PNG is compressed already)",
+                pos,
+            )
             return
         if btype in _KNOWN_TYPES:
             budget.take(raw_len, f"the block at offset {pos} would decode to", pos)
@@ -230,35 +266,55 @@ def _check_preamble(pre: bytes, size: int) -> tuple[int, int]:
     """The (major, minor) version of a valid preamble; raises otherwise."""
     if len(pre) < fmt.PREAMBLE_SIZE:
         if fmt.MAGIC.startswith(pre[:8]) and pre:
-            raise TraceFormatError(f"truncated katra3d trace: only {size} bytes, no complete preamble", 0)
+            raise TraceFormatError(
+                f"truncated katra3d trace: only {size} bytes, no complete preamble", 0
+            )
         raise TraceFormatError(f"not a katra3d trace: {size} bytes, too short for a preamble", 0)
     magic, major, minor, flags = fmt.PREAMBLE.unpack(pre)
     if magic != fmt.MAGIC:
         if magic[:4] == fmt.MAGIC[:4]:
-            raise TraceFormatError("not a readable katra3d trace: its first bytes were altered (line endings "
-                                   "converted by a text-mode copy?); copy the file as binary", 0)
+            raise TraceFormatError(
+                "not a readable katra3d trace: its first bytes were altered (line endings "
+                "converted by a text-mode copy?); copy the file as binary",
+                0,
+            )
         raise TraceFormatError("not a katra3d trace: bad magic bytes", 0)
     if major > fmt.FORMAT_MAJOR:
         raise TraceVersionError(
             f"trace format {major}.{minor} is newer than this katra3d build reads "
-            f"({fmt.FORMAT_MAJOR}.x); upgrade katra3d (pip install -U katra3d) to read it", 0)
+            f"({fmt.FORMAT_MAJOR}.x); upgrade katra3d (pip install -U katra3d) to read it",
+            0,
+        )
     if flags & ~fmt.KNOWN_FLAGS:
         raise TraceVersionError(
-            f"trace uses feature flags {flags:#x} unknown to this katra3d build (knows {fmt.KNOWN_FLAGS:#x}); "
-            "upgrade katra3d to read it, or the file is damaged", 8)
+            f"trace uses feature flags {flags:#x} unknown to this katra3d build (knows "
+            f"{fmt.KNOWN_FLAGS:#x}); "
+            "upgrade katra3d to read it, or the file is damaged",
+            8,
+        )
     if major < 1:
         raise TraceFormatError(f"trace format {major}.{minor} is not a released katra3d format", 0)
     return major, minor
 
 
-def _decode(btype: int, codec: int, schema: int, seq: int, stored: bytes, raw_len: int, pos: int,
-            minor: int = fmt.FORMAT_MINOR, notes: list[str] | None = None) -> Block | None:
+def _decode(
+    btype: int,
+    codec: int,
+    schema: int,
+    seq: int,
+    stored: bytes,
+    raw_len: int,
+    pos: int,
+    minor: int = fmt.FORMAT_MINOR,
+    notes: list[str] | None = None,
+) -> Block | None:
     if btype not in _KNOWN_TYPES:
         return None  # unknown block types are skipped by length
     t = fmt.BlockType(btype)
     if t == fmt.BlockType.EVENTS and codec == fmt.Codec.BLOSC2:
         _check_schema(schema, pos)
-        n, _ = b2ev.blosc2_events_head(stored, raw_len, pos)  # sizes checked; decoded on demand, in place
+        # sizes checked; decoded on demand, in place
+        n, _ = b2ev.blosc2_events_head(stored, raw_len, pos)
         return Block(t, pos, seq, EventBatch(n, stored, pos, minor, codec))
     payload = fmt.decompress(stored, raw_len, codec, pos)
     if t in fmt.JSON_BLOCKS:
@@ -281,7 +337,9 @@ def _check_schema(schema: int, pos: int) -> None:
     if schema > SCHEMA_VERSION:
         raise TraceFormatError(
             f"EVENTS block at offset {pos} uses event schema {schema}, newer than this build's "
-            f"{SCHEMA_VERSION}; upgrade katra3d to read it", pos)
+            f"{SCHEMA_VERSION}; upgrade katra3d to read it",
+            pos,
+        )
 
 
 _INT64 = (-(2**63), 2**63 - 1)
@@ -306,13 +364,31 @@ def _check_dict(obj: dict[str, Any], key: str, where: str, pos: int) -> None:
 #: Documented HEADER keys that readers rely on, by where they live: each must have this JSON type
 #: when present (null is allowed: "not known"). docs/trace-format.md lists them.
 _HEADER_SHAPES: dict[tuple[str, ...], dict[str, type]] = {
-    ("capture_options",): {"timing_mode": str, "timing_reason": str, "primary_clock": str, "scene": str,
-                           "measure": dict, "resolved": dict},
-    ("capture_options", "measure"): {"mode": str, "valgrind": str, "command": list, "env": dict,
-                                     "frame_boundary": str, "pinned": dict},
+    ("capture_options",): {
+        "timing_mode": str,
+        "timing_reason": str,
+        "primary_clock": str,
+        "scene": str,
+        "measure": dict,
+        "resolved": dict,
+    },
+    ("capture_options", "measure"): {
+        "mode": str,
+        "valgrind": str,
+        "command": list,
+        "env": dict,
+        "frame_boundary": str,
+        "pinned": dict,
+    },
     ("capture_options", "resolved"): {"scenes": list},
-    ("host_info",): {"gl_renderer": str, "gl_vendor": str, "gl_version": str, "driver_version": str, "gl": dict,
-                     "codegen": dict},
+    ("host_info",): {
+        "gl_renderer": str,
+        "gl_vendor": str,
+        "gl_version": str,
+        "driver_version": str,
+        "gl": dict,
+        "codegen": dict,
+    },
 }
 _TYPE_NAMES: dict[type, str] = {str: "a string", dict: "a JSON object", list: "a JSON array"}
 
@@ -346,13 +422,16 @@ def check_summary(s: dict[str, Any], pos: int) -> None:
     if "status" in s and not isinstance(s["status"], str):
         raise _shape_error("SUMMARY", pos, "status", "a string")
     if "user" in s and not isinstance(s["user"], dict):
-        raise TraceFormatError(f"corrupt SUMMARY block at offset {pos}: summary 'user' is not a JSON object", pos)
+        raise TraceFormatError(
+            f"corrupt SUMMARY block at offset {pos}: summary 'user' is not a JSON object", pos
+        )
     for key in ("events", "dropped_events", "dropped_batches", "strings", "blocks", "event_blocks"):
         if key in s:
             v = s[key]
             if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= _INT64[1]:
-                raise TraceFormatError(f"corrupt SUMMARY block at offset {pos}: summary {key!r} is not a count",
-                                       pos)
+                raise TraceFormatError(
+                    f"corrupt SUMMARY block at offset {pos}: summary {key!r} is not a count", pos
+                )
     _check_int(s, "end_host_ns", "SUMMARY", pos)
 
 

@@ -1,7 +1,9 @@
-"""EVENTS blocks with codec 2 (blosc2): ``u32 n, i64 base_ts``, then one blosc2 chunk of the packed records.
+"""EVENTS blocks with codec 2 (blosc2): ``u32 n, i64 base_ts``, then one blosc2 chunk of the packed
+records.
 
-The layout is in docs/trace-format.md; the framing, the other codecs and the checks shared with them are in
-:mod:`katra_trace.io.format`. The ``blosc2`` module itself comes from :func:`katra_trace.io.format.load_blosc2`.
+The layout is in docs/trace-format.md; the framing, the other codecs and the checks shared with them
+are in :mod:`katra_trace.io.format`. The ``blosc2`` module itself comes from
+:func:`katra_trace.io.format.load_blosc2`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from katra_trace.schema import EVENT_DTYPE
 
 def encode_events_blosc2(events: np.ndarray, blosc2: Any, *, in_place: bool = False) -> bytes:
     """The stored payload of a codec-2 EVENTS block: ``u32 n, i64 base_ts`` then one blosc2 chunk
-    holding the n packed 42-byte records with ``start_ns`` replaced by its deltas (docs/trace-format.md).
+    holding the n packed 42-byte records with ``start_ns`` replaced by its deltas
+    (docs/trace-format.md).
 
     ``blosc2`` is the module (:func:`load_blosc2`). ``events`` is not modified, unless ``in_place``
     (a contiguous, writeable EVENT_DTYPE array the caller owns): then its ``start_ns`` column is
@@ -32,7 +35,12 @@ def encode_events_blosc2(events: np.ndarray, blosc2: Any, *, in_place: bool = Fa
     n = len(events)
     if n == 0:
         return EVENTS_HEAD.pack(0, 0)
-    if in_place and events.dtype == EVENT_DTYPE and events.flags.c_contiguous and events.flags.writeable:
+    if (
+        in_place
+        and events.dtype == EVENT_DTYPE
+        and events.flags.c_contiguous
+        and events.flags.writeable
+    ):
         records = events
     else:
         records = copy_events(events)
@@ -41,8 +49,14 @@ def encode_events_blosc2(events: np.ndarray, blosc2: Any, *, in_place: bool = Fa
     delta = np.diff(start)  # int64 wrap-around, like codec 0/1
     start[0] = 0
     start[1:] = delta
-    chunk: bytes = blosc2.compress2(records, typesize=EVENT_DTYPE.itemsize, clevel=BLOSC2_CLEVEL,
-                                    codec=blosc2.Codec.LZ4, filters=[blosc2.Filter.SHUFFLE], nthreads=1)
+    chunk: bytes = blosc2.compress2(
+        records,
+        typesize=EVENT_DTYPE.itemsize,
+        clevel=BLOSC2_CLEVEL,
+        codec=blosc2.Codec.LZ4,
+        filters=[blosc2.Filter.SHUFFLE],
+        nthreads=1,
+    )
     return EVENTS_HEAD.pack(n, base) + chunk
 
 
@@ -64,22 +78,36 @@ def blosc2_events_head(stored: bytes, raw_len: int, offset: int) -> tuple[int, i
             raise TraceFormatError(f"{bad}: bytes after an empty batch", offset)
         return n, base
     if chunk_len < BLOSC2_MIN_HEADER:
-        raise TraceFormatError(f"{bad}: blosc2 chunk of {chunk_len} bytes is shorter than its header", offset)
-    _, _, _, typesize, nbytes, blocksize, cbytes = BLOSC2_CHUNK_HEAD.unpack_from(stored, EVENTS_HEAD.size)
+        raise TraceFormatError(
+            f"{bad}: blosc2 chunk of {chunk_len} bytes is shorter than its header", offset
+        )
+    _, _, _, typesize, nbytes, blocksize, cbytes = BLOSC2_CHUNK_HEAD.unpack_from(
+        stored, EVENTS_HEAD.size
+    )
     if nbytes != nbytes_expected:
-        raise TraceFormatError(f"{bad}: blosc2 chunk declares {nbytes} bytes, {n} events are {nbytes_expected}",
-                               offset)
+        raise TraceFormatError(
+            f"{bad}: blosc2 chunk declares {nbytes} bytes, {n} events are {nbytes_expected}", offset
+        )
     if cbytes != chunk_len:
-        raise TraceFormatError(f"{bad}: blosc2 chunk declares {cbytes} stored bytes, the block holds {chunk_len}",
-                               offset)
+        raise TraceFormatError(
+            f"{bad}: blosc2 chunk declares {cbytes} stored bytes, the block holds {chunk_len}",
+            offset,
+        )
     if typesize != EVENT_DTYPE.itemsize or not 0 < blocksize <= max(nbytes, BLOSC2_MIN_HEADER):
-        raise TraceFormatError(f"{bad}: blosc2 chunk header is not one katra3d writes (typesize {typesize}, "
-                               f"block size {blocksize})", offset)
+        raise TraceFormatError(
+            f"{bad}: blosc2 chunk header is not one katra3d writes (typesize {typesize}, "
+            f"block size {blocksize})",
+            offset,
+        )
     return n, base
 
 
-def decode_events_blosc2(stored: bytes, raw_len: int, offset: int, out: np.ndarray | None = None) -> np.ndarray:
-    """Decode a codec-2 EVENTS payload straight into ``out`` (contiguous EVENT_DTYPE, length n) or a new array."""
+def decode_events_blosc2(
+    stored: bytes, raw_len: int, offset: int, out: np.ndarray | None = None
+) -> np.ndarray:
+    """Decode a codec-2 EVENTS payload straight into ``out`` (contiguous EVENT_DTYPE, length n) or a
+    new array.
+    """
     n, base = blosc2_events_head(stored, raw_len, offset)
     if out is None:
         out = np.empty(n, dtype=EVENT_DTYPE)
@@ -89,12 +117,17 @@ def decode_events_blosc2(stored: bytes, raw_len: int, offset: int, out: np.ndarr
         return out
     blosc2 = load_blosc2("reading this trace's events")
     try:
-        got = blosc2.decompress2(memoryview(stored)[EVENTS_HEAD.size:], dst=out)
+        got = blosc2.decompress2(memoryview(stored)[EVENTS_HEAD.size :], dst=out)
     except (RuntimeError, ValueError, TypeError) as exc:
-        raise TraceFormatError(f"corrupt EVENTS block at offset {offset}: blosc2: {exc}", offset) from None
+        raise TraceFormatError(
+            f"corrupt EVENTS block at offset {offset}: blosc2: {exc}", offset
+        ) from None
     if isinstance(got, int) and got != n * EVENT_DTYPE.itemsize:
-        raise TraceFormatError(f"corrupt EVENTS block at offset {offset}: blosc2 decoded {got} bytes, "
-                               f"expected {n * EVENT_DTYPE.itemsize}", offset)
+        raise TraceFormatError(
+            f"corrupt EVENTS block at offset {offset}: blosc2 decoded {got} bytes, "
+            f"expected {n * EVENT_DTYPE.itemsize}",
+            offset,
+        )
     start = out["start_ns"]
     np.cumsum(start, out=start)
     start += base

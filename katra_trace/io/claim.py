@@ -33,7 +33,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from katra_trace.errors import ConfigError, KatraError, OutputBusyError, OutputExistsError, TraceIOError
+from katra_trace.errors import (
+    ConfigError,
+    KatraError,
+    OutputBusyError,
+    OutputExistsError,
+    TraceIOError,
+)
 from katra_trace.io.reader import file_kind, is_trace_file, open_trace
 from katra_trace.schema import Flag, Kind
 from katra_trace.text import escape, shown
@@ -42,6 +48,7 @@ PART_SUFFIX = ".part"
 
 #: errno values of filesystems without hard links (vfat, some FUSE and network filesystems)
 _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK, errno.EXDEV}
+
 
 def describe(exc: BaseException) -> str:
     """``No space left on device (ENOSPC)``: one line for an OSError (or any exception)."""
@@ -68,7 +75,8 @@ class Claim:
 
 
 def _identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
-    """``(st_dev, st_ino)`` of the file ``path`` names (links followed), or None when there is none."""
+    """``(st_dev, st_ino)`` of the file ``path`` names (links followed), or
+    None when there is none."""
     try:
         st = os.stat(path)
     except (OSError, ValueError):
@@ -77,8 +85,9 @@ def _identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
 
 
 def _is_input(output: Path, source: str | os.PathLike[str]) -> bool:
-    """Whether ``output`` is the input ``source``: the same file (compared by ``st_dev``/``st_ino``, so links,
-    ``./`` and hard links count), or, when ``source`` is a directory of traces, one of the traces in it."""
+    """Whether ``output`` is the input ``source``: the same file (compared by ``st_dev``/``st_ino``,
+    so links, ``./`` and hard links count), or, when ``source`` is a directory of traces, one of the
+    traces in it."""
     mine = _identity(output)
     if mine is None:
         return False
@@ -92,15 +101,25 @@ def _is_input(output: Path, source: str | os.PathLike[str]) -> bool:
 
 def exists_error(path: str | os.PathLike[str], option: str) -> OutputExistsError:
     """The one message for an output that exists and may not be replaced without ``--force``."""
-    return OutputExistsError(f"output {shown(path)} already exists; give --force (overwrite=True in Python) to "
-                             f"replace it, or choose another {option.split('/')[0]}")
+    return OutputExistsError(
+        f"output {shown(path)} already exists; give --force (overwrite=True in Python) to "
+        f"replace it, or choose another {option.split('/')[0]}"
+    )
 
 
-def check_output(text: str | os.PathLike[str], *, force: bool = False, inputs: Iterable[str | os.PathLike[str]] = (),
-                 option: str = "-o/--output", example: str = "run.katra", part: bool = False,
-                 append: bool = False) -> Path:
-    """The one check of a command's output file, made before any work starts (``run -o``, ``export -o``,
-    ``report -o``, ``history add --db``): returns the path, or raises with one set of messages.
+def check_output(
+    text: str | os.PathLike[str],
+    *,
+    force: bool = False,
+    inputs: Iterable[str | os.PathLike[str]] = (),
+    option: str = "-o/--output",
+    example: str = "run.katra",
+    part: bool = False,
+    append: bool = False,
+) -> Path:
+    """The one check of a command's output file, made before any work starts (``run -o``, ``export
+    -o``, ``report -o``, ``history add --db``): returns the path, or raises with one set of
+    messages.
 
     ConfigError (exit 2) for an empty path; a path that ends with a slash or is a directory; a
     missing parent directory; something that is not a regular file (a FIFO, a device such as
@@ -114,23 +133,32 @@ def check_output(text: str | os.PathLike[str], *, force: bool = False, inputs: I
     """
     raw = os.fspath(text)
     if not raw.strip():
-        raise ConfigError(f"empty {option} path: give a file name, e.g. {option.split('/')[0]} {example}")
+        raise ConfigError(
+            f"empty {option} path: give a file name, e.g. {option.split('/')[0]} {example}"
+        )
     output = Path(raw)
     if raw.endswith(("/", os.sep)):
-        raise ConfigError(f"output {shown(raw)} names a directory (it ends with '/'); give a file path, e.g. "
-                          f"{escape(str(output / example))}")
+        raise ConfigError(
+            f"output {shown(raw)} names a directory (it ends with '/'); give a file path, e.g. "
+            f"{escape(str(output / example))}"
+        )
     try:
         mode: int | None = output.stat().st_mode
-    except (FileNotFoundError, NotADirectoryError):  # a parent that is missing or a file: said below
+    # a parent that is missing or a file: said below
+    except (FileNotFoundError, NotADirectoryError):
         mode = None
     except OSError as exc:
         raise ConfigError(f"output {shown(raw)} cannot be checked: {describe(exc)}") from None
     if mode is not None and stat.S_ISDIR(mode):
-        raise ConfigError(f"output {shown(raw)} names a directory (it is a directory, not a file); give a file "
-                          f"path, e.g. {escape(str(output / example))}")
+        raise ConfigError(
+            f"output {shown(raw)} names a directory (it is a directory, not a file); give a file "
+            f"path, e.g. {escape(str(output / example))}"
+        )
     if mode is not None and not stat.S_ISREG(mode):
-        raise ConfigError(f"output {shown(raw)} exists and is not a regular file (it is "
-                          f"{file_kind(mode) or 'not a file'}); give a file path")
+        raise ConfigError(
+            f"output {shown(raw)} exists and is not a regular file (it is "
+            f"{file_kind(mode) or 'not a file'}); give a file path"
+        )
     parent = Path(os.path.realpath(output)).parent if mode is not None else output.parent
     try:
         parent_mode: int | None = parent.stat().st_mode
@@ -142,35 +170,46 @@ def check_output(text: str | os.PathLike[str], *, force: bool = False, inputs: I
         raise missing_directory(parent)
     for source in inputs:
         if _is_input(output, source):
-            raise ConfigError(f"output {shown(raw)} is one of this command's inputs ({shown(source)}); it is "
-                              f"never overwritten: choose another {option.split('/')[0]}")
+            raise ConfigError(
+                f"output {shown(raw)} is one of this command's inputs ({shown(source)}); it is "
+                f"never overwritten: choose another {option.split('/')[0]}"
+            )
     if mode is not None and not force and not append:
         raise exists_error(raw, option)
     if part:
         part_path = part_path_for(output)
         if os.path.lexists(part_path):
-            raise ConfigError(f"{shown(part_path)} exists: another katra3d run is writing {shown(output)}, or a run "
-                              f"that was killed left its frames there (check it with 'katra3d validate "
-                              f"{part_path}', then rename or remove it)")
+            raise ConfigError(
+                f"{shown(part_path)} exists: another katra3d run is writing {shown(output)}, or a "
+                "run "
+                f"that was killed left its frames there (check it with 'katra3d validate "
+                f"{part_path}', then rename or remove it)"
+            )
     try:
         with tempfile.TemporaryFile(dir=parent, prefix=".katra3d-write-check-"):
             pass
     except OSError as exc:
-        raise ConfigError(f"cannot write output {shown(raw)}: directory {shown(parent)} is not writable "
-                          f"({describe(exc)})") from None
+        raise ConfigError(
+            f"cannot write output {shown(raw)}: directory {shown(parent)} is not writable "
+            f"({describe(exc)})"
+        ) from None
     return output
 
 
 def missing_directory(parent: Path) -> ConfigError:
-    """The error for an output whose directory does not exist (checked first, or found when writing)."""
-    return ConfigError(f"output directory {shown(parent)} does not exist; create it first (an output is never "
-                       "written where its directory does not exist)")
+    """The error for an output whose directory does not exist (checked first, or found when
+    writing).
+    """
+    return ConfigError(
+        f"output directory {shown(parent)} does not exist; create it first (an output is never "
+        "written where its directory does not exist)"
+    )
 
 
 def check_output_dir(text: str | os.PathLike[str], *, option: str = "-o/--output") -> Path:
-    """The check of a command's output directory (``ab -o DIR``, ``--parquet DIR``), before any work:
-    ConfigError (exit 2) for an empty path, a path that exists and is not a directory, or one the
-    system refuses to look at. A missing directory is made later."""
+    """The check of a command's output directory (``ab -o DIR``, ``--parquet DIR``), before any
+    work: ConfigError (exit 2) for an empty path, a path that exists and is not a directory, or one
+    the system refuses to look at. A missing directory is made later."""
     raw = os.fspath(text)
     if not raw.strip():
         raise ConfigError(f"empty {option} path: give a directory name")
@@ -182,22 +221,31 @@ def check_output_dir(text: str | os.PathLike[str], *, option: str = "-o/--output
     except OSError as exc:
         raise ConfigError(f"output {shown(raw)} cannot be checked: {describe(exc)}") from None
     if not stat.S_ISDIR(mode):
-        raise ConfigError(f"output {shown(raw)} exists and is not a directory; give a directory path with "
-                          f"{option.split('/')[0]}")
+        raise ConfigError(
+            f"output {shown(raw)} exists and is not a directory; give a directory path with "
+            f"{option.split('/')[0]}"
+        )
     return output
 
 
 @contextlib.contextmanager
-def open_output(text: str | os.PathLike[str], *, force: bool = False, inputs: Iterable[str | os.PathLike[str]] = (),
-                option: str = "-o", example: str = "out") -> Iterator[BinaryIO]:
+def open_output(
+    text: str | os.PathLike[str],
+    *,
+    force: bool = False,
+    inputs: Iterable[str | os.PathLike[str]] = (),
+    option: str = "-o",
+    example: str = "out",
+) -> Iterator[BinaryIO]:
     """The one way a command writes an output file (export, report, the ab manifest): a binary file
     whose bytes appear at the path only if the ``with`` block succeeds.
 
     The path is checked by :func:`check_output` first. A symbolic link is written through: the file
     goes where the link points and the link is kept. The bytes go to a temporary file beside that
     target (``O_EXCL``) and are moved into place by :func:`move_into_place`: never over an existing
-    file without ``force``, and then atomically, and never over something that is not a regular file.
-    A failed write leaves no partial file behind. Raises ConfigError, OutputExistsError or TraceIOError.
+    file without ``force``, and then atomically, and never over something that is not a regular
+    file. A failed write leaves no partial file behind. Raises ConfigError, OutputExistsError or
+    TraceIOError.
     """
     check_output(text, force=force, inputs=inputs, option=option, example=example)
     path = Path(os.path.realpath(text)) if os.path.islink(text) else Path(text)
@@ -214,8 +262,10 @@ def open_output(text: str | os.PathLike[str], *, force: bool = False, inputs: It
         try:
             move_into_place(tmp, path, force)
         except OutputExistsError:
-            raise OutputExistsError(f"output {shown(path)} appeared while it was being written; nothing was "
-                                    "replaced (--force replaces it)") from None
+            raise OutputExistsError(
+                f"output {shown(path)} appeared while it was being written; nothing was "
+                "replaced (--force replaces it)"
+            ) from None
     except OSError as exc:
         raise TraceIOError(f"cannot write {shown(path)}: {describe(exc)}") from None
     finally:
@@ -224,12 +274,14 @@ def open_output(text: str | os.PathLike[str], *, force: bool = False, inputs: It
 
 
 def move_into_place(source: Path, target: Path, replace: bool) -> None:
-    """Move the finished file ``source`` to ``target`` in its directory (the one move of every output).
+    """Move the finished file ``source`` to ``target`` in its directory (the one move of every
+    output).
 
     ``replace``: ``os.replace``, atomic (readers see the old file or the new one), after refusing a
-    ``target`` that is not a regular file (a link, FIFO or device put there meanwhile is never swapped
-    out: TraceIOError). Otherwise a no-replace move (``link`` then ``unlink``): a file at ``target``
-    raises OutputExistsError and ``source`` stays. Other failures raise OSError; ``source`` stays.
+    ``target`` that is not a regular file (a link, FIFO or device put there meanwhile is never
+    swapped out: TraceIOError). Otherwise a no-replace move (``link`` then ``unlink``): a file at
+    ``target`` raises OutputExistsError and ``source`` stays. Other failures raise OSError;
+    ``source`` stays.
     """
     if replace:
         try:
@@ -237,8 +289,10 @@ def move_into_place(source: Path, target: Path, replace: bool) -> None:
         except FileNotFoundError:
             mode = None
         if mode is not None and not stat.S_ISREG(mode):
-            raise TraceIOError(f"output {shown(target)} became something that is not a regular file (it is "
-                               f"{file_kind(mode) or 'a symbolic link'}); nothing was replaced")
+            raise TraceIOError(
+                f"output {shown(target)} became something that is not a regular file (it is "
+                f"{file_kind(mode) or 'a symbolic link'}); nothing was replaced"
+            )
         os.replace(source, target)
         return
     try:
@@ -251,7 +305,9 @@ def move_into_place(source: Path, target: Path, replace: bool) -> None:
         # No hard links here: a plain rename, after a last look (a file appearing in between
         # would be replaced: the one race this filesystem leaves open).
         if os.path.lexists(target):
-            raise OutputExistsError(f"output {shown(target)} exists; nothing was replaced") from None
+            raise OutputExistsError(
+                f"output {shown(target)} exists; nothing was replaced"
+            ) from None
         os.rename(source, target)
         return
     os.unlink(source)
@@ -267,36 +323,49 @@ def claim(path: Path, overwrite: bool) -> Claim:
         path = Path(os.path.realpath(path))
     shown = str(path)
     part = part_path_for(path)
-    for _ in range(5):  # a .part that vanishes while we look at it (its run just finished): try again
-        _check_final(path, overwrite)  # refuse before a .part is made; looked at again once it is held
+    # a .part that vanishes while we look at it (its run just finished): try again
+    for _ in range(5):
+        # refuse before a .part is made; looked at again once it is held
+        _check_final(path, overwrite)
         try:
             fd = _create_locked(part)
         except FileExistsError:
             if _refuse_part(path, part):
                 continue
-            raise AssertionError("unreachable")  # pragma: no cover - _refuse_part raises or returns True
+            # _refuse_part raises or returns True
+            raise AssertionError("unreachable") from None  # pragma: no cover
         except OSError as exc:
-            hint = (f" (it is written as {part.name!r} until it is complete: shorten the name)"
-                    if exc.errno == errno.ENAMETOOLONG and len(os.fsencode(path.name)) <= 255 else "")
+            hint = (
+                f" (it is written as {part.name!r} until it is complete: shorten the name)"
+                if exc.errno == errno.ENAMETOOLONG and len(os.fsencode(path.name)) <= 255
+                else ""
+            )
             raise TraceIOError(f"cannot create trace {shown!r}: {describe(exc)}{hint}") from None
-        try:  # a run that held the .part may have finished and moved it into place since the first look
+        # a run that held the .part may have finished and moved it into place since the first look
+        try:
             existed = _check_final(path, overwrite)
         except BaseException:
             _discard(part, fd)
             raise
         return Claim(path, part, fd, overwrite, existed)
-    raise OutputBusyError(f"{str(part)!r} keeps appearing and disappearing: several katra3d runs are racing "
-                          f"for {shown!r}; give each its own -o", str(part), stale=False)
+    raise OutputBusyError(
+        f"{str(part)!r} keeps appearing and disappearing: several katra3d runs are racing "
+        f"for {shown!r}; give each its own -o",
+        str(part),
+        stale=False,
+    )
 
 
 def _create_locked(part: Path) -> int:
-    """Create ``part`` (FileExistsError if it exists) holding an exclusive ``flock``, and return its fd.
+    """Create ``part`` (FileExistsError if it exists) holding an exclusive ``flock``, and return its
+    fd.
 
-    The file is born locked where the file system allows it: a new file under a name of this process's own
-    is locked, then linked in under ``part`` (``link`` fails if the name exists), and its own name removed.
-    Created by ``part``'s name and then locked, a second run could find it in between, unlocked, and call a
-    live capture a dead one's leftover (seen once in two runs started together). Where the file system has
-    no hard links it is created with ``O_EXCL`` and locked at once, as before."""
+    The file is born locked where the file system allows it: a new file under a name of this
+    process's own is locked, then linked in under ``part`` (``link`` fails if the name exists), and
+    its own name removed. Created by ``part``'s name and then locked, a second run could find it in
+    between, unlocked, and call a live capture a dead one's leftover (seen once in two runs started
+    together). Where the file system has no hard links it is created with ``O_EXCL`` and locked at
+    once, as before."""
     own = part.with_name(f".{part.name}.{os.getpid()}.{secrets.token_hex(4)}")
     try:
         fd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -335,43 +404,64 @@ def _check_final(path: Path, overwrite: bool) -> bool:
         raise TraceIOError(f"cannot create trace {shown!r}: {describe(exc)}") from None
     what = file_kind(st.st_mode)
     if what is not None:
-        raise TraceIOError(f"cannot write a trace to {shown!r}: it is {what}, not a regular file; "
-                           "give -o a file name")
+        raise TraceIOError(
+            f"cannot write a trace to {shown!r}: it is {what}, not a regular file; "
+            "give -o a file name"
+        )
     if not overwrite:
         raise exists_error(path, "-o")
     return True
 
 
 def _refuse_part(path: Path, part: Path) -> bool:
-    """``<path>.part`` exists: raise OutputBusyError saying whose it is, or return True if it vanished."""
+    """``<path>.part`` exists: raise OutputBusyError saying whose it is, or return True if it
+    vanished.
+    """
     shown = str(part)
     try:
         fd = os.open(part, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return True
     except OSError as exc:
-        raise TraceIOError(f"cannot create trace {str(path)!r}: {shown!r} is in the way: {describe(exc)}") from None
+        raise TraceIOError(
+            f"cannot create trace {str(path)!r}: {shown!r} is in the way: {describe(exc)}"
+        ) from None
     try:
         if file_kind(os.fstat(fd).st_mode) is not None:
-            raise OutputBusyError(f"{shown!r} is in the way and is not a regular file; move it away or choose "
-                                  "another -o", shown, stale=True)
+            raise OutputBusyError(
+                f"{shown!r} is in the way and is not a regular file; move it away or choose "
+                "another -o",
+                shown,
+                stale=True,
+            )
         held = held_by_writer(fd)
     finally:
         os.close(fd)
     pid = _writer_pid(part)
     who = f"pid {pid}" if pid is not None else "pid unknown"
     if held:
-        raise OutputBusyError(f"another katra3d run ({who}) is writing {str(path)!r} (its capture is in {shown!r} "
-                              "until it finishes); wait for it, or choose another -o", shown, stale=False, pid=pid)
+        raise OutputBusyError(
+            f"another katra3d run ({who}) is writing {str(path)!r} (its capture is in {shown!r} "
+            "until it finishes); wait for it, or choose another -o",
+            shown,
+            stale=False,
+            pid=pid,
+        )
     raise OutputBusyError(
-        f"{shown!r} is left from a capture that never finished ({who}; killed or crashed); it holds that "
-        f"capture's readable prefix and is never deleted automatically: keep it with `mv {shown} "
-        f"{path.stem}-recovered{path.suffix or '.katra'}` (check it with `katra3d validate`), or delete it, "
-        "then run again", shown, stale=True, pid=pid)
+        f"{shown!r} is left from a capture that never finished ({who}; killed or crashed); it "
+        "holds that capture's readable prefix and is never deleted automatically: keep it with `mv "
+        f"{shown} {path.stem}-recovered{path.suffix or '.katra'}` (check it with `katra3d "
+        "validate`), or delete it, then run again",
+        shown,
+        stale=True,
+        pid=pid,
+    )
 
 
 def held_by_writer(fd: int) -> bool:
-    """Whether a live writer holds the ``.part`` open as ``fd`` (its exclusive ``flock``; a killed one's is free)."""
+    """Whether a live writer holds the ``.part`` open as ``fd`` (its exclusive ``flock``; a killed
+    one's is free).
+    """
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -380,7 +470,8 @@ def held_by_writer(fd: int) -> bool:
 
 
 def _writer_pid(part: Path) -> int | None:
-    """The pid in the HEADER of a .part (written and flushed when its writer started), if readable."""
+    """The pid in the HEADER of a .part (written and flushed when its writer
+    started), if readable."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -408,28 +499,35 @@ def discard(c: Claim) -> None:
 
 
 def failed_path_for(path: Path) -> Path:
-    """Where a failed capture for ``path`` keeps its frames: ``br2.katra`` -> ``br2.failed.katra``."""
-    return path.with_name(f"{path.stem}.failed{path.suffix}" if path.suffix else f"{path.name}.failed")
+    """Where a failed capture for ``path`` keeps its frames: ``br2.katra`` ->
+    ``br2.failed.katra``."""
+    return path.with_name(
+        f"{path.stem}.failed{path.suffix}" if path.suffix else f"{path.name}.failed"
+    )
 
 
 def has_measured_frames(path: Path) -> bool:
-    """Whether the trace at ``path`` holds a measured (not warmup) frame; False if it cannot be read."""
+    """Whether the trace at ``path`` holds a measured (not warmup) frame; False if it cannot be
+    read.
+    """
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             events = open_trace(path).events
     except KatraError:
         return False
-    return bool(((events["kind"] == int(Kind.FRAME)) & ((events["flags"] & int(Flag.WARMUP)) == 0)).any())
+    return bool(
+        ((events["kind"] == int(Kind.FRAME)) & ((events["flags"] & int(Flag.WARMUP)) == 0)).any()
+    )
 
 
 def set_aside(c: Claim, keep: bool) -> Path | None:
-    """A failed capture (status ``aborted``) of a ``katra3d run``: never left at the output path, where it
-    would block the rerun. ``keep`` (it measured a frame): its finished ``.part`` is moved to
-    :func:`failed_path_for` (replacing the frames of an earlier failure kept there, never any other file:
-    then ``NAME.failed-2.katra``, ...) and that path returned; otherwise the ``.part`` is removed and None
-    returned. A file at the output path is never touched. Raises TraceIOError when the move fails (the
-    capture stays in the .part)."""
+    """A failed capture (status ``aborted``) of a ``katra3d run``: never left at the output path,
+    where it would block the rerun. ``keep`` (it measured a frame): its finished ``.part`` is moved
+    to :func:`failed_path_for` (replacing the frames of an earlier failure kept there, never any
+    other file: then ``NAME.failed-2.katra``, ...) and that path returned; otherwise the ``.part``
+    is removed and None returned. A file at the output path is never touched. Raises TraceIOError
+    when the move fails (the capture stays in the .part)."""
     if not keep:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(c.part_path)
@@ -443,15 +541,19 @@ def set_aside(c: Claim, keep: bool) -> Path | None:
         except (OutputExistsError, TraceIOError):
             continue
         except OSError as exc:
-            raise TraceIOError(f"cannot move the failed capture {str(c.part_path)!r} to {str(target)!r}: "
-                               f"{describe(exc)}; it is kept in {str(c.part_path)!r}") from None
-    raise TraceIOError(f"no free name for the failed capture beside {str(first)!r}; it is kept in "
-                       f"{str(c.part_path)!r}")
+            raise TraceIOError(
+                f"cannot move the failed capture {str(c.part_path)!r} to {str(target)!r}: "
+                f"{describe(exc)}; it is kept in {str(c.part_path)!r}"
+            ) from None
+    raise TraceIOError(
+        f"no free name for the failed capture beside {str(first)!r}; it is kept in "
+        f"{str(c.part_path)!r}"
+    )
 
 
 def place(c: Claim, *, empty_failure: bool, aside: bool) -> tuple[bool, Path | None]:
-    """The end of a capture: :func:`set_aside` when ``aside`` (a failed ``katra3d run``), else :func:`publish`.
-    Returns (whether the capture is kept somewhere, where it was set aside)."""
+    """The end of a capture: :func:`set_aside` when ``aside`` (a failed ``katra3d run``), else
+    :func:`publish`. Returns (whether the capture is kept somewhere, where it was set aside)."""
     if not aside:
         return publish(c, empty_failure), None
     kept = set_aside(c, keep=not empty_failure and has_measured_frames(c.part_path))
@@ -459,8 +561,8 @@ def place(c: Claim, *, empty_failure: bool, aside: bool) -> tuple[bool, Path | N
 
 
 def _earlier_failure(path: Path) -> bool:
-    """Whether ``path`` is a regular file holding a finished trace with status ``aborted`` (an earlier
-    failure's frames, which the next failure may replace)."""
+    """Whether ``path`` is a regular file holding a finished trace with status ``aborted`` (an
+    earlier failure's frames, which the next failure may replace)."""
     if not os.path.isfile(path) or os.path.islink(path):
         return False
     try:
@@ -472,7 +574,8 @@ def _earlier_failure(path: Path) -> bool:
 
 
 def publish(c: Claim, empty_failure: bool) -> bool:
-    """Move the finished ``.part`` into place (the caller closes the file afterwards, releasing the lock).
+    """Move the finished ``.part`` into place (the caller closes the file afterwards, releasing the
+    lock).
 
     ``empty_failure``: the capture recorded no event and did not complete. Then a file that
     existed when the claim was made is kept, and the ``.part`` removed; returns False.
@@ -486,11 +589,16 @@ def publish(c: Claim, empty_failure: bool) -> bool:
     try:
         move_into_place(c.part_path, c.final_path, c.overwrite)
     except OutputExistsError:
-        raise OutputExistsError(f"{final!r} appeared while this capture ran and was not replaced; this "
-                                f"capture is kept in {part!r}", part) from None
+        raise OutputExistsError(
+            f"{final!r} appeared while this capture ran and was not replaced; this "
+            f"capture is kept in {part!r}",
+            part,
+        ) from None
     except TraceIOError as exc:
         raise TraceIOError(f"{exc}; this capture is kept in {part!r}") from None
     except OSError as exc:
-        raise TraceIOError(f"cannot move the finished capture {part!r} to {final!r}: {describe(exc)}; it is kept "
-                           f"in {part!r}") from None
+        raise TraceIOError(
+            f"cannot move the finished capture {part!r} to {final!r}: {describe(exc)}; it is kept "
+            f"in {part!r}"
+        ) from None
     return True

@@ -44,20 +44,25 @@ class MinorLimits:
     event_flags: int  #: every defined bit of the ``flags`` column
 
 
-#: Event column limits per format minor. A file of a newer minor than this build may use kinds, clocks and flag
-#: bits added after it: those rows are read and left for the consumers (which select what they understand).
+#: Event column limits per format minor. A file of a newer minor than this build may use kinds,
+#: clocks and flag bits added after it: those rows are read and left for the consumers (which select
+#: what they understand).
 MINOR_LIMITS: dict[int, MinorLimits] = {
     0: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.GPU), event_flags=0x1F),
     1: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),
-    2: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),  # adds IMAGE
-    3: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),  # header shards
+    # adds IMAGE
+    2: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),
+    # header shards
+    3: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),
 }
 assert max(MINOR_LIMITS) == FORMAT_MINOR
 assert MINOR_LIMITS[FORMAT_MINOR].event_flags == sum(int(f) for f in Flag)
-assert all(lim.event_flags & (lim.event_flags + 1) == 0 for lim in MINOR_LIMITS.values())  # low bits only
+# low bits only
+assert all(lim.event_flags & (lim.event_flags + 1) == 0 for lim in MINOR_LIMITS.values())
 
 PREAMBLE = struct.Struct("<8sHHI")  # magic, major, minor, flags
-BLOCK_HEADER = struct.Struct("<IBBHIIII")  # sync, type, codec, schema, seq, stored_len, raw_len, crc32
+# sync, type, codec, schema, seq, stored_len, raw_len, crc32
+BLOCK_HEADER = struct.Struct("<IBBHIIII")
 FOOTER = struct.Struct("<QII")  # summary offset, crc32 of the offset bytes, end magic
 
 SYNC = 0xB10C4B7A  # first 4 bytes of every block ("z K \x0c \xb1" on disk)
@@ -102,17 +107,23 @@ CodecUnavailableError = MissingDependencyError
 #: How katra3d writes a codec-2 chunk: blosc2's LZ4 at level 9, its byte-shuffle filter over the
 #: 42-byte records, one encoding thread (the render threads need the cores).
 BLOSC2_CLEVEL = 9
-#: blosc2 chunk header: version, versionlz, flags, typesize, nbytes, blocksize, cbytes (32 bytes in all)
+#: blosc2 chunk header: version, versionlz, flags, typesize, nbytes, blocksize, cbytes (32 bytes in
+#: all)
 BLOSC2_CHUNK_HEAD = struct.Struct("<BBBBiii")
 BLOSC2_MIN_HEADER = 32
 
 
 def load_blosc2(purpose: str) -> Any:
     """The ``blosc2`` module, or MissingDependencyError naming what needed it and how to get it."""
-    return require("blosc2", extra="blosc2", purpose=purpose, what="the blosc2 codec (python-blosc2)")
+    return require(
+        "blosc2", extra="blosc2", purpose=purpose, what="the blosc2 codec (python-blosc2)"
+    )
+
 
 #: Block types whose payload is one UTF-8 JSON object.
-JSON_BLOCKS = frozenset({BlockType.HEADER, BlockType.CLOCK_SYNC, BlockType.SUMMARY, BlockType.ANNOTATION})
+JSON_BLOCKS = frozenset(
+    {BlockType.HEADER, BlockType.CLOCK_SYNC, BlockType.SUMMARY, BlockType.ANNOTATION}
+)
 
 
 def encode_preamble(flags: int = 0) -> bytes:
@@ -120,10 +131,16 @@ def encode_preamble(flags: int = 0) -> bytes:
 
 
 def encode_block(
-    btype: int, payload: bytes, *, seq: int, codec: Codec, schema: int = 0,
+    btype: int,
+    payload: bytes,
+    *,
+    seq: int,
+    codec: Codec,
+    schema: int = 0,
     compressor: zstandard.ZstdCompressor | None = None,
 ) -> tuple[bytes, bytes]:
-    """Frame one block: returns the 24-byte header and the stored payload (compressed when codec is zstd).
+    """Frame one block: returns the 24-byte header and the stored payload (compressed when codec is
+    zstd).
 
     Codec 2 (blosc2) applies to EVENTS blocks only and is encoded by
     :func:`katra_trace.io.blosc2_events.encode_events_blosc2`
@@ -140,11 +157,15 @@ def encode_block(
     return frame_block(btype, stored, raw_len, seq=seq, codec=codec, schema=schema)
 
 
-def frame_block(btype: int, stored: bytes, raw_len: int, *, seq: int, codec: Codec,
-                schema: int = 0) -> tuple[bytes, bytes]:
-    """The 24-byte header (with its CRC) for an already encoded payload; returns (header, stored)."""
+def frame_block(
+    btype: int, stored: bytes, raw_len: int, *, seq: int, codec: Codec, schema: int = 0
+) -> tuple[bytes, bytes]:
+    """The 24-byte header (with its CRC) for an already encoded payload;
+    returns (header, stored)."""
     if raw_len > MAX_BLOCK_BYTES or len(stored) > MAX_BLOCK_BYTES:
-        raise ValueError(f"block payload of {max(raw_len, len(stored))} bytes exceeds {MAX_BLOCK_BYTES}")
+        raise ValueError(
+            f"block payload of {max(raw_len, len(stored))} bytes exceeds {MAX_BLOCK_BYTES}"
+        )
     head = BLOCK_HEADER.pack(SYNC, btype, codec, schema, seq, len(stored), raw_len, 0)
     crc = zlib.crc32(stored, zlib.crc32(head[:20]))
     return head[:20] + struct.pack("<I", crc), stored
@@ -166,7 +187,9 @@ def decode_footer(data: bytes) -> int | None:
 
 
 def encode_json(obj: dict[str, Any]) -> bytes:
-    """``obj`` as a JSON block payload: valid JSON (non-finite floats as null: :mod:`katra_trace.jsontext`)."""
+    """``obj`` as a JSON block payload: valid JSON (non-finite floats as null:
+    :mod:`katra_trace.jsontext`).
+    """
     return jsontext.dumps(obj, separators=(",", ":"), default=_json_default).encode("utf-8")
 
 
@@ -183,23 +206,33 @@ def _json_default(obj: Any) -> Any:
 
 
 def decode_json(payload: bytes, offset: int, notes: list[str] | None = None) -> dict[str, Any]:
-    """Decode a JSON object; lone surrogates (``\\udc80`` escapes) become U+FFFD, noted in ``notes``."""
+    """Decode a JSON object; lone surrogates (``\\udc80`` escapes) become U+FFFD, noted in
+    ``notes``.
+    """
     try:
         obj = json.loads(payload.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise TraceFormatError(f"corrupt block at offset {offset}: bad JSON ({exc})", offset) from None
+        raise TraceFormatError(
+            f"corrupt block at offset {offset}: bad JSON ({exc})", offset
+        ) from None
     if not isinstance(obj, dict):
-        raise TraceFormatError(f"corrupt block at offset {offset}: JSON payload is not an object", offset)
+        raise TraceFormatError(
+            f"corrupt block at offset {offset}: JSON payload is not an object", offset
+        )
     if b"\\ud" in payload or b"\\uD" in payload:  # only then can a lone surrogate be in there
         repaired: list[int] = []
         try:
             fixed = _repair_json(obj, repaired)
         except RecursionError:
-            raise TraceFormatError(f"corrupt block at offset {offset}: JSON nested too deep", offset) from None
+            raise TraceFormatError(
+                f"corrupt block at offset {offset}: JSON nested too deep", offset
+            ) from None
         if repaired:
             if notes is not None:
-                notes.append(f"block at offset {offset}: invalid UTF-16 (lone surrogates) in JSON strings "
-                             "replaced by U+FFFD")
+                notes.append(
+                    f"block at offset {offset}: invalid UTF-16 (lone surrogates) in JSON strings "
+                    "replaced by U+FFFD"
+                )
             assert isinstance(fixed, dict)
             obj = fixed
     return obj
@@ -236,8 +269,11 @@ def _repair_json(obj: Any, repaired: list[int]) -> Any:
 
 # -- STRINGS ---------------------------------------------------------------------------------
 
+
 def encode_strings(first_id: int, strings: Sequence[str]) -> bytes:
-    """Lone surrogates (not encodable as UTF-8) are written as U+FFFD, so every file holds valid UTF-8."""
+    """Lone surrogates (not encodable as UTF-8) are written as U+FFFD, so every file holds valid
+    UTF-8.
+    """
     blobs = [_utf8(s) for s in strings]
     lengths = np.fromiter((len(b) for b in blobs), dtype="<u4", count=len(blobs))
     return STRINGS_HEAD.pack(first_id, len(blobs)) + lengths.tobytes() + b"".join(blobs)
@@ -250,9 +286,11 @@ def _utf8(text: str) -> bytes:
         return repair_text(text).encode("utf-8")
 
 
-def decode_strings(payload: bytes, offset: int, notes: list[str] | None = None) -> tuple[int, list[str]]:
-    """Decode a STRINGS payload. Encoded surrogates (written by katra3d 0.1.0 for lone surrogates in a
-    name) are read as U+FFFD and noted in ``notes``; any other invalid UTF-8 is corruption."""
+def decode_strings(
+    payload: bytes, offset: int, notes: list[str] | None = None
+) -> tuple[int, list[str]]:
+    """Decode a STRINGS payload. Encoded surrogates (written by katra3d 0.1.0 for lone surrogates in
+    a name) are read as U+FFFD and noted in ``notes``; any other invalid UTF-8 is corruption."""
     bad = f"corrupt STRINGS block at offset {offset}"
     if len(payload) < STRINGS_HEAD.size:
         raise TraceFormatError(f"{bad}: too short", offset)
@@ -267,18 +305,22 @@ def decode_strings(payload: bytes, offset: int, notes: list[str] | None = None) 
     pos = table_end
     try:
         for n in lengths.tolist():
-            out.append(payload[pos:pos + n].decode("utf-8", "surrogatepass"))
+            out.append(payload[pos : pos + n].decode("utf-8", "surrogatepass"))
             pos += n
     except UnicodeDecodeError:
         raise TraceFormatError(f"{bad}: invalid UTF-8", offset) from None
     if any(_has_surrogate(x) for x in out):
         out = [repair_text(x) for x in out]
         if notes is not None:
-            notes.append(f"STRINGS block at offset {offset}: encoded surrogates (invalid UTF-8) read as U+FFFD")
+            notes.append(
+                f"STRINGS block at offset {offset}: encoded surrogates (invalid UTF-8) read as "
+                "U+FFFD"
+            )
     return first_id, out
 
 
 # -- EVENTS ----------------------------------------------------------------------------------
+
 
 def encode_events(events: np.ndarray) -> bytes:
     """Columnar payload: n, base_ts, then each column; start_ns as deltas.
@@ -316,15 +358,18 @@ def events_head(payload: bytes, offset: int) -> tuple[int, int]:
     return n, base
 
 
-def decode_events(payload: bytes, offset: int, out: np.ndarray | None = None, *, zeroed: bool = False) -> np.ndarray:
-    """Decode an EVENTS payload into ``out`` (a contiguous EVENT_DTYPE array of length n) or a new array,
-    unchecked. ``zeroed``: ``out`` holds only zero bytes (``np.zeros``), so the all-zero byte planes
-    (most high bytes, and ``value`` for every span) are not copied."""
+def decode_events(
+    payload: bytes, offset: int, out: np.ndarray | None = None, *, zeroed: bool = False
+) -> np.ndarray:
+    """Decode an EVENTS payload into ``out`` (a contiguous EVENT_DTYPE array of length n) or a new
+    array, unchecked. ``zeroed``: ``out`` holds only zero bytes (``np.zeros``), so the all-zero byte
+    planes (most high bytes, and ``value`` for every span) are not copied."""
     return _decode(payload, offset, out, zeroed)[0]
 
 
-def decode_checked_events(payload: bytes, offset: int, minor: int, out: np.ndarray | None = None, *,
-                          zeroed: bool = False) -> tuple[np.ndarray, str | None]:
+def decode_checked_events(
+    payload: bytes, offset: int, minor: int, out: np.ndarray | None = None, *, zeroed: bool = False
+) -> tuple[np.ndarray, str | None]:
     """:func:`decode_events`, then :func:`check_events`' verdict on them (the reader's side).
 
     The byte planes' maxima, taken while decoding, clear most batches without the per-column
@@ -335,8 +380,11 @@ def decode_checked_events(payload: bytes, offset: int, minor: int, out: np.ndarr
     return events, check_events(events, minor)
 
 
-def _decode(payload: bytes, offset: int, out: np.ndarray | None, zeroed: bool) -> tuple[np.ndarray, list[int], int]:
-    """The events, the maximum of each of the payload's byte planes, and the largest ``start_ns``."""
+def _decode(
+    payload: bytes, offset: int, out: np.ndarray | None, zeroed: bool
+) -> tuple[np.ndarray, list[int], int]:
+    """The events, the maximum of each of the payload's byte planes, and the
+    largest ``start_ns``."""
     n, base = events_head(payload, offset)
     width = EVENT_DTYPE.itemsize
     if out is None:
@@ -372,16 +420,22 @@ def _decode(payload: bytes, offset: int, out: np.ndarray | None, zeroed: bool) -
 
 def _may_break_rules(maxima: Sequence[int], start_max: int, minor: int) -> bool:
     """False when events whose byte planes have these ``maxima`` (and whose largest ``start_ns`` is
-    ``start_max``) surely pass :func:`check_events`; True when they must be checked column by column."""
+    ``start_max``) surely pass :func:`check_events`; True when they must be checked column by
+    column."""
+
     def top(column: str, byte: int) -> int:
         return maxima[_PLANES[column][0] + byte]
 
     limits = MINOR_LIMITS.get(minor)
     if limits is not None:
         flags_hi = top("flags", 1)
-        flags_bound = (flags_hi << 8) | 0xFF if flags_hi else top("flags", 0)  # no flags value exceeds it
-        if (top("kind", 0) > limits.max_kind or top("clock", 0) > limits.max_clock
-                or flags_bound > limits.event_flags):
+        # no flags value exceeds it
+        flags_bound = (flags_hi << 8) | 0xFF if flags_hi else top("flags", 0)
+        if (
+            top("kind", 0) > limits.max_kind
+            or top("clock", 0) > limits.max_clock
+            or flags_bound > limits.event_flags
+        ):
             return True
     # dur_ns below 2**62 is not negative, and its span cannot overflow from a start up to 2**62
     return top("dur_ns", 7) >= 0x40 or start_max > 1 << 62
@@ -419,7 +473,8 @@ def check_events(events: np.ndarray, minor: int) -> str | None:
 
 
 def _plane_offsets() -> dict[str, tuple[int, int]]:
-    """Per column: (byte offset of its first plane in units of n, byte width) in an EVENTS payload."""
+    """Per column: (byte offset of its first plane in units of n, byte width)
+    in an EVENTS payload."""
     out, at = {}, 0
     for name, typ, _ in COLUMNS:
         width = np.dtype(typ).itemsize
@@ -429,13 +484,20 @@ def _plane_offsets() -> dict[str, tuple[int, int]]:
 
 
 _PLANES = _plane_offsets()
-#: The byte planes :func:`_may_break_rules` reads: kind, clock, both bytes of flags, the top byte of dur_ns.
-_SCREENED_PLANES = (_PLANES["kind"][0], _PLANES["clock"][0], _PLANES["flags"][0], _PLANES["flags"][0] + 1,
-                    _PLANES["dur_ns"][0] + 7)
+#: The byte planes :func:`_may_break_rules` reads: kind, clock, both bytes of flags, the top byte of
+#: dur_ns.
+_SCREENED_PLANES = (
+    _PLANES["kind"][0],
+    _PLANES["clock"][0],
+    _PLANES["flags"][0],
+    _PLANES["flags"][0] + 1,
+    _PLANES["dur_ns"][0] + 7,
+)
 
 
 def check_payload(payload: bytes, start_ns: np.ndarray, minor: int) -> str | None:
-    """:func:`check_events`' verdict on an encoded EVENTS payload (the writer's side, before it writes).
+    """:func:`check_events`' verdict on an encoded EVENTS payload (the writer's side, before it
+    writes).
 
     The maxima of the few byte planes :func:`_may_break_rules` reads (contiguous, so fast passes)
     clear most batches; one they cannot clear is decoded and checked by :func:`check_events`.
@@ -446,7 +508,11 @@ def check_payload(payload: bytes, start_ns: np.ndarray, minor: int) -> str | Non
         return None
     maxima = [0] * EVENT_DTYPE.itemsize
     for index in _SCREENED_PLANES:
-        maxima[index] = int(np.frombuffer(payload, dtype=np.uint8, count=n, offset=EVENTS_HEAD.size + index * n).max())
+        maxima[index] = int(
+            np.frombuffer(
+                payload, dtype=np.uint8, count=n, offset=EVENTS_HEAD.size + index * n
+            ).max()
+        )
     if not _may_break_rules(maxima, int(start_ns.max()), minor):
         return None
     return check_events(decode_events(payload, 0), minor)
@@ -465,7 +531,9 @@ _DECOMPRESSORS = threading.local()
 
 
 def _zstd_decompressor() -> zstandard.ZstdDecompressor:
-    """This thread's zstd decompressor, reused for every block (one may not serve two threads at once)."""
+    """This thread's zstd decompressor, reused for every block (one may not serve two threads at
+    once).
+    """
     d: zstandard.ZstdDecompressor | None = getattr(_DECOMPRESSORS, "zstd", None)
     if d is None:
         d = _DECOMPRESSORS.zstd = zstandard.ZstdDecompressor()
@@ -473,28 +541,42 @@ def _zstd_decompressor() -> zstandard.ZstdDecompressor:
 
 
 def decompress(stored: bytes, raw_len: int, codec: int, offset: int) -> bytes:
-    """Decode a stored payload, never producing more than ``raw_len`` bytes (codecs 0 and 1; a codec-2
-    EVENTS payload is decoded by :func:`katra_trace.io.blosc2_events.decode_events_blosc2`)."""
+    """Decode a stored payload, never producing more than ``raw_len`` bytes (codecs 0 and 1; a
+    codec-2 EVENTS payload is decoded by :func:`katra_trace.io.blosc2_events.decode_events_blosc2`).
+    """
     if codec == Codec.BLOSC2:
-        raise TraceFormatError(f"corrupt block at offset {offset}: codec 2 (blosc2) is defined for EVENTS "
-                               "blocks only", offset)
+        raise TraceFormatError(
+            f"corrupt block at offset {offset}: codec 2 (blosc2) is defined for EVENTS blocks only",
+            offset,
+        )
     if codec == Codec.NONE:
         if len(stored) != raw_len:
-            raise TraceFormatError(f"corrupt block at offset {offset}: stored and raw lengths differ", offset)
+            raise TraceFormatError(
+                f"corrupt block at offset {offset}: stored and raw lengths differ", offset
+            )
         return stored
     if codec == Codec.ZSTD:
         try:
             size = zstandard.frame_content_size(stored)
             if size not in (-1, raw_len):
                 raise TraceFormatError(
-                    f"corrupt block at offset {offset}: zstd frame holds {size} bytes, header says {raw_len}", offset)
+                    f"corrupt block at offset {offset}: zstd frame holds {size} bytes, header says "
+                    f"{raw_len}",
+                    offset,
+                )
             data: bytes = _zstd_decompressor().decompress(stored, max_output_size=raw_len)
         except zstandard.ZstdError as exc:
-            raise TraceFormatError(f"corrupt block at offset {offset}: zstd: {exc}", offset) from None
+            raise TraceFormatError(
+                f"corrupt block at offset {offset}: zstd: {exc}", offset
+            ) from None
         if len(data) != raw_len:
-            raise TraceFormatError(f"corrupt block at offset {offset}: decoded {len(data)} bytes, expected {raw_len}",
-                                   offset)
+            raise TraceFormatError(
+                f"corrupt block at offset {offset}: decoded {len(data)} bytes, expected {raw_len}",
+                offset,
+            )
         return data
     raise TraceFormatError(
-        f"block at offset {offset} uses codec {codec}, unknown to this katra3d build; upgrade katra3d to read it",
-        offset)
+        f"block at offset {offset} uses codec {codec}, unknown to this katra3d build; upgrade "
+        "katra3d to read it",
+        offset,
+    )

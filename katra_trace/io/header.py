@@ -12,9 +12,9 @@ values, same order), so a header round-trips; a record built in code writes its
 fields that are not None.
 
 The record base and its converters are :mod:`katra_trace.io.records`'s. Consumers read attributes
-(``header.host_info.renderer``, ``header.capture_options.run_size``). Producers build records too: the host probe
-a :class:`HostInfo`, every capture :func:`build_capture_options`, to which the engine adds
-its facts (:meth:`_Record.replaced`); the writer turns them into the JSON object
+(``header.host_info.renderer``, ``header.capture_options.run_size``). Producers build records too:
+the host probe a :class:`HostInfo`, every capture :func:`build_capture_options`, to which the engine
+adds its facts (:meth:`_Record.replaced`); the writer turns them into the JSON object
 (:func:`header_part`), and writes only a header the reader reads back (:func:`readable_header`).
 """
 
@@ -56,18 +56,25 @@ class DriverInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TimerQueryInfo(_Record):
-    """GL_TIMESTAMP query support (``host_info.gl.timer_query``): supported, the counter's bits, a probe error."""
+    """GL_TIMESTAMP query support (``host_info.gl.timer_query``): supported, the counter's bits, a
+    probe error.
+    """
 
     supported: bool | None = None
     counter_bits: int | None = None
     error: str | None = None
 
-    _CONVERT: ClassVar[dict[str, _Convert]] = {"supported": _bool, "counter_bits": _int, "error": _str}
+    _CONVERT: ClassVar[dict[str, _Convert]] = {
+        "supported": _bool,
+        "counter_bits": _int,
+        "error": _str,
+    }
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GLInfo(_Record):
-    """The GL context a capture ran on (``host_info.gl``), as the harness's host probe records it."""
+    """The GL context a capture ran on (``host_info.gl``), as the harness's
+    host probe records it."""
 
     vendor: str | None = None
     renderer: str | None = None
@@ -85,9 +92,18 @@ class GLInfo(_Record):
     extensions_count: int | None = None
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {
-        "vendor": _str, "renderer": _str, "version": _str, "version_code": _int, "glsl_version": _str,
-        "profile": _str, "driver": _record(DriverInfo), "software_renderer": _bool,
-        "timer_query": _record(TimerQueryInfo), "khr_debug": _bool, "max_texture_size": _int, "max_samples": _int,
+        "vendor": _str,
+        "renderer": _str,
+        "version": _str,
+        "version_code": _int,
+        "glsl_version": _str,
+        "profile": _str,
+        "driver": _record(DriverInfo),
+        "software_renderer": _bool,
+        "timer_query": _record(TimerQueryInfo),
+        "khr_debug": _bool,
+        "max_texture_size": _int,
+        "max_samples": _int,
         "extensions_count": _int,
     }
 
@@ -100,7 +116,11 @@ class EGLDeviceInfo(_Record):
     renderer: str | None = None
     software: bool | None = None
 
-    _CONVERT: ClassVar[dict[str, _Convert]] = {"drm_device": _str, "renderer": _str, "software": _bool}
+    _CONVERT: ClassVar[dict[str, _Convert]] = {
+        "drm_device": _str,
+        "renderer": _str,
+        "software": _bool,
+    }
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -114,7 +134,11 @@ class EGLInfo(_Record):
     device_count: int | None = None
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {
-        "vendor": _str, "version": _str, "device_index": _int, "device": _record(EGLDeviceInfo), "device_count": _int,
+        "vendor": _str,
+        "version": _str,
+        "device_index": _int,
+        "device": _record(EGLDeviceInfo),
+        "device_count": _int,
     }
 
 
@@ -136,8 +160,17 @@ class SystemInfo(_Record):
     packages: Mapping[str, str] | None = None  #: package -> version ("" when not installed)
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {
-        "cpu_model": _str, "cpu_cores": _int, "cpu_cores_usable": _int, "ram_bytes": _int, "os": _str, "kernel": _str,
-        "platform": _str, "machine": _str, "hostname": _str, "python": _str, "python_implementation": _str,
+        "cpu_model": _str,
+        "cpu_cores": _int,
+        "cpu_cores_usable": _int,
+        "ram_bytes": _int,
+        "os": _str,
+        "kernel": _str,
+        "platform": _str,
+        "machine": _str,
+        "hostname": _str,
+        "python": _str,
+        "python_implementation": _str,
         "packages": _str_map,
     }
 
@@ -168,8 +201,12 @@ class HostInfo(_Record):
     software: bool = dataclasses.field(init=False, default=False)
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {
-        "backend": _str, "gl": _record(GLInfo), "egl": _record(EGLInfo), "system": _record(SystemInfo),
-        "env": _str_map, "codegen": _mapping,
+        "backend": _str,
+        "gl": _record(GLInfo),
+        "egl": _record(EGLInfo),
+        "system": _record(SystemInfo),
+        "env": _str_map,
+        "codegen": _mapping,
     }
 
     def __post_init__(self) -> None:
@@ -190,7 +227,8 @@ class HostInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MeasureOptions(_Record):
-    """What a capture measured (``capture_options.measure``): ``time``, or counts under callgrind."""
+    """What a capture measured (``capture_options.measure``): ``time``, or
+    counts under callgrind."""
 
     mode: str | None = None
     valgrind: str | None = None
@@ -201,14 +239,21 @@ class MeasureOptions(_Record):
     output: str | None = None
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {
-        "mode": _str, "valgrind": _str, "command": _strs, "env": _mapping, "frame_boundary": _str,
-        "pinned": _mapping, "output": _str,
+        "mode": _str,
+        "valgrind": _str,
+        "command": _strs,
+        "env": _mapping,
+        "frame_boundary": _str,
+        "pinned": _mapping,
+        "output": _str,
     }
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ResolvedOptions(_Record):
-    """The run as resolved from the request (``capture_options.resolved``): a suite's size, the scenes."""
+    """The run as resolved from the request (``capture_options.resolved``): a suite's size, the
+    scenes.
+    """
 
     frames: int | None = None
     duration_s: float | None = None  #: measured seconds per scene (host clock)
@@ -222,8 +267,15 @@ class ResolvedOptions(_Record):
     scenes: tuple[Mapping[str, Any], ...] | None = None
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {
-        "frames": _int, "duration_s": _seconds, "warmup": _int, "size": _ints, "samples": _int,
-        "backend": _str, "output": _str, "device": _int, "scenes": _scenes,
+        "frames": _int,
+        "duration_s": _seconds,
+        "warmup": _int,
+        "size": _ints,
+        "samples": _int,
+        "backend": _str,
+        "output": _str,
+        "device": _int,
+        "scenes": _scenes,
     }
 
 
@@ -269,7 +321,8 @@ class CaptureOptions(_Record):
     timing_reason: str | None = None
     primary_clock: str | None = None
     scene: str | None = None
-    shard: str | None = None  #: ``"I/N"``: the capture ran shard I of N of its scenes (``run --shard``)
+    #: ``"I/N"``: the capture ran shard I of N of its scenes (``run --shard``)
+    shard: str | None = None
     measure: MeasureOptions = dataclasses.field(default_factory=MeasureOptions)
     resolved: ResolvedOptions = dataclasses.field(default_factory=ResolvedOptions)
     run_size: tuple[int, ...] | None = dataclasses.field(init=False, default=None)
@@ -281,16 +334,33 @@ class CaptureOptions(_Record):
     scene_params: Mapping[str, Any] = dataclasses.field(init=False, default_factory=dict)
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {
-        "api": _str, "frames": _int, "warmup": _int, "size": _ints, "samples": _int, "seed": _int,
-        "timing": _str, "zones": _str_or_bool, "max_draw_zones": _int, "codec": _str, "timing_mode": _str,
-        "timing_reason": _str, "primary_clock": _str, "scene": _str, "shard": _str, "measure": _record(MeasureOptions),
+        "api": _str,
+        "frames": _int,
+        "warmup": _int,
+        "size": _ints,
+        "samples": _int,
+        "seed": _int,
+        "timing": _str,
+        "zones": _str_or_bool,
+        "max_draw_zones": _int,
+        "codec": _str,
+        "timing_mode": _str,
+        "timing_reason": _str,
+        "primary_clock": _str,
+        "scene": _str,
+        "shard": _str,
+        "measure": _record(MeasureOptions),
         "resolved": _record(ResolvedOptions),
     }
 
     def __post_init__(self) -> None:
         r = self.resolved
-        for name, value, fallback in (("run_size", r.size, self.size), ("run_samples", r.samples, self.samples),
-                                      ("run_frames", r.frames, self.frames), ("run_warmup", r.warmup, self.warmup)):
+        for name, value, fallback in (
+            ("run_size", r.size, self.size),
+            ("run_samples", r.samples, self.samples),
+            ("run_frames", r.frames, self.frames),
+            ("run_warmup", r.warmup, self.warmup),
+        ):
             object.__setattr__(self, name, value if value is not None else fallback)
         mode = self.measure.mode
         object.__setattr__(self, "measure_mode", mode if mode else "time")
@@ -303,22 +373,29 @@ class CaptureOptions(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ShardInfo(_Record):
-    """One shard of a merged trace (``shards[k]``, format 1.3; ``katra3d merge``): which shard it was, its
-    scenes, and how, when and on what it ran."""
+    """One shard of a merged trace (``shards[k]``, format 1.3; ``katra3d merge``): which shard it
+    was, its scenes, and how, when and on what it ran."""
 
     shard: str | None = None  #: ``"I/N"``
     file: str | None = None  #: the shard's trace file as merge was given it
     scenes: tuple[str, ...] | None = None  #: the labels of its scenes
     tool_version: str | None = None
     start_wall_ns: int | None = None  #: its capture start, UTC ns since the epoch
-    #: added to its event times in the merged trace: its start after the merged trace's start (wall clock), ns
+    #: added to its event times in the merged trace: its start after the merged trace's start (wall
+    #: clock), ns
     offset_ns: int | None = None
     pid: int | None = None
     host_info: HostInfo = dataclasses.field(default_factory=HostInfo)
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {
-        "shard": _str, "file": _str, "scenes": _strs, "tool_version": _str, "start_wall_ns": _int,
-        "offset_ns": _int, "pid": _int, "host_info": _record(HostInfo),
+        "shard": _str,
+        "file": _str,
+        "scenes": _strs,
+        "tool_version": _str,
+        "start_wall_ns": _int,
+        "offset_ns": _int,
+        "pid": _int,
+        "host_info": _record(HostInfo),
     }
 
 
@@ -333,7 +410,8 @@ class TraceHeader(_Record):
     capture_options: CaptureOptions = dataclasses.field(default_factory=CaptureOptions)
     host_info: HostInfo = dataclasses.field(default_factory=HostInfo)
     start_wall_ns: int | None = None  #: capture start, UTC wall clock, ns since the epoch
-    start_host_ns: int | None = None  #: capture start on the host clock (perf_counter_ns); events are relative
+    #: capture start on the host clock (perf_counter_ns); events are relative
+    start_host_ns: int | None = None
     pid: int | None = None
     workload: str | None = None
     notes: str | None = None
@@ -341,14 +419,23 @@ class TraceHeader(_Record):
     shards: tuple[ShardInfo, ...] | None = None
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {
-        "format_version": _str, "schema_version": _int, "schema_hash": _str, "tool_version": _str,
-        "capture_options": _record(CaptureOptions), "host_info": _record(HostInfo), "start_wall_ns": _int,
-        "start_host_ns": _int, "pid": _int, "workload": _str, "notes": _str, "shards": _records(ShardInfo),
+        "format_version": _str,
+        "schema_version": _int,
+        "schema_hash": _str,
+        "tool_version": _str,
+        "capture_options": _record(CaptureOptions),
+        "host_info": _record(HostInfo),
+        "start_wall_ns": _int,
+        "start_host_ns": _int,
+        "pid": _int,
+        "workload": _str,
+        "notes": _str,
+        "shards": _records(ShardInfo),
     }
 
     def host_of(self, scene: str) -> HostInfo:
-        """The host ``scene`` ran on: in a merged trace its shard's, else (and for a scene no shard names)
-        ``host_info``."""
+        """The host ``scene`` ran on: in a merged trace its shard's, else (and for a scene no shard
+        names) ``host_info``."""
         for shard in self.shards or ():
             if shard.scenes is not None and scene in shard.scenes:
                 return shard.host_info
@@ -358,13 +445,19 @@ class TraceHeader(_Record):
     def from_dict(cls, data: Any) -> TraceHeader:
         """The header of a HEADER block's JSON object; TraceFormatError when it is not an object."""
         if not isinstance(data, Mapping):
-            raise TraceFormatError(f"the trace header is not a JSON object but {type(data).__name__}")
+            raise TraceFormatError(
+                f"the trace header is not a JSON object but {type(data).__name__}"
+            )
         return super().from_dict(data)
 
 
-def build_capture_options(requested: Mapping[str, Any] | None = None, *, api: str | None = None,
-                          fixed: Mapping[str, Any] | None = None,
-                          resolved: Mapping[str, Any] | None = None) -> CaptureOptions:
+def build_capture_options(
+    requested: Mapping[str, Any] | None = None,
+    *,
+    api: str | None = None,
+    fixed: Mapping[str, Any] | None = None,
+    resolved: Mapping[str, Any] | None = None,
+) -> CaptureOptions:
     """The capture options a producer records (``katra3d run``, the pytest plugin, ``capture()``,
     the offscreen helper); the engine adds the timing mode, measure and zones.
 
@@ -382,24 +475,41 @@ def build_capture_options(requested: Mapping[str, Any] | None = None, *, api: st
 
 
 def readable_header(header: dict[str, Any], path: object) -> dict[str, Any]:
-    """``header`` (a HEADER block's JSON object about to be written to ``path``) when the reader would read it
-    back; ConfigError otherwise. The reader's shape check (:func:`katra_trace.io.blocks.check_header`) is the one
-    schema, for writing as for reading."""
+    """``header`` (a HEADER block's JSON object about to be written to ``path``) when the reader
+    would read it back; ConfigError otherwise. The reader's shape check
+    (:func:`katra_trace.io.blocks.check_header`) is the one schema, for writing as for reading."""
     try:
         check_header(header, 0)
     except TraceFormatError as exc:
-        raise ConfigError(f"cannot write trace {str(path)!r}: its header would not read back: "
-                          f"{str(exc).partition(': ')[2]}") from None
+        raise ConfigError(
+            f"cannot write trace {str(path)!r}: its header would not read back: "
+            f"{str(exc).partition(': ')[2]}"
+        ) from None
     return header
 
 
 def header_part(part: Mapping[str, Any] | CaptureOptions | HostInfo | None) -> dict[str, Any]:
-    """A header part as the JSON object written: typed records by ``as_dict()`` (the one place a producer's
-    records become a dict), mappings copied."""
+    """A header part as the JSON object written: typed records by ``as_dict()`` (the one place a
+    producer's records become a dict), mappings copied."""
     if isinstance(part, _Record):
         return part.as_dict()
     return dict(part or {})
 
 
-__all__ = ["CaptureOptions", "DriverInfo", "EGLDeviceInfo", "EGLInfo", "GLInfo", "HostInfo", "MeasureOptions",
-           "ResolvedOptions", "ShardInfo", "SystemInfo", "TimerQueryInfo", "TraceHeader", "build_capture_options", "header_part", "readable_header"]
+__all__ = [
+    "CaptureOptions",
+    "DriverInfo",
+    "EGLDeviceInfo",
+    "EGLInfo",
+    "GLInfo",
+    "HostInfo",
+    "MeasureOptions",
+    "ResolvedOptions",
+    "ShardInfo",
+    "SystemInfo",
+    "TimerQueryInfo",
+    "TraceHeader",
+    "build_capture_options",
+    "header_part",
+    "readable_header",
+]

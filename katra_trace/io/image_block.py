@@ -1,12 +1,14 @@
-"""The IMAGE block's payload (format 1.2): one kept frame, its facts as JSON, then its pixels as a PNG.
+"""The IMAGE block's payload (format 1.2): one kept frame, its facts as JSON, then its pixels as a
+PNG.
 
 A capture keeps each scene's last measured frame in the trace itself, one IMAGE block a frame
 (docs/trace-format.md, "IMAGE"). The payload is ``u32 n`` (little-endian), ``n`` bytes of UTF-8 JSON
-(:data:`IMAGE_FIELDS`), then the PNG file, byte for byte. The block is written with codec 0 (the
-PNG is compressed already), so it decodes to exactly its stored size and costs nothing of the
-reader's decompression budget beyond that. This module only frames and checks, and holds what the reader
-keeps of each kept frame (:class:`KeptFrame`: its facts, where it is, its PNG bytes, and what is wrong with
-that PNG, from its chunk structure alone); encoding and decoding the pixels is :mod:`katra_trace.io.images`.
+(:data:`IMAGE_FIELDS`), then the PNG file, byte for byte. The block is written with codec 0 (the PNG
+is compressed already), so it decodes to exactly its stored size and costs nothing of the reader's
+decompression budget beyond that. This module only frames and checks, and holds what the reader
+keeps of each kept frame (:class:`KeptFrame`: its facts, where it is, its PNG bytes, and what is
+wrong with that PNG, from its chunk structure alone); encoding and decoding the pixels is
+:mod:`katra_trace.io.images`.
 """
 
 from __future__ import annotations
@@ -58,21 +60,25 @@ def encode_image_payload(meta: dict[str, Any], png: bytes) -> bytes:
     return IMAGE_HEAD.pack(len(head)) + head + png
 
 
-def decode_image_payload(payload: bytes, offset: int,
-                         notes: list[str] | None = None) -> tuple[dict[str, Any], bytes]:
-    """The facts and the PNG bytes of an IMAGE block at ``offset``; TraceFormatError if malformed."""
+def decode_image_payload(
+    payload: bytes, offset: int, notes: list[str] | None = None
+) -> tuple[dict[str, Any], bytes]:
+    """The facts and the PNG bytes of an IMAGE block at ``offset``;
+    TraceFormatError if malformed."""
     where = f"corrupt IMAGE block at offset {offset}"
     if len(payload) < IMAGE_HEAD.size:
         raise TraceFormatError(f"{where}: {len(payload)} bytes, too short", offset)
     (n,) = IMAGE_HEAD.unpack_from(payload)
     if n > len(payload) - IMAGE_HEAD.size:
-        raise TraceFormatError(f"{where}: its JSON part claims {n} bytes, {len(payload) - IMAGE_HEAD.size} left",
-                               offset)
-    meta = fmt.decode_json(payload[IMAGE_HEAD.size:IMAGE_HEAD.size + n], offset, notes)
+        raise TraceFormatError(
+            f"{where}: its JSON part claims {n} bytes, {len(payload) - IMAGE_HEAD.size} left",
+            offset,
+        )
+    meta = fmt.decode_json(payload[IMAGE_HEAD.size : IMAGE_HEAD.size + n], offset, notes)
     problem = image_meta_problem(meta)
     if problem is not None:
         raise TraceFormatError(f"{where}: {problem}", offset)
-    return meta, bytes(payload[IMAGE_HEAD.size + n:])
+    return meta, bytes(payload[IMAGE_HEAD.size + n :])
 
 
 def image_meta_problem(meta: Any) -> str | None:
@@ -90,17 +96,24 @@ def image_meta_problem(meta: Any) -> str | None:
         if not whole(key, low):
             return f"'{key}' is not an integer >= {low}"
     time_s = meta.get("time_s")
-    if not isinstance(time_s, (int, float)) or isinstance(time_s, bool) or not math.isfinite(time_s):
+    if (
+        not isinstance(time_s, (int, float))
+        or isinstance(time_s, bool)
+        or not math.isfinite(time_s)
+    ):
         return "'time_s' is not a finite number"
     if meta.get("channels") not in (3, 4):
         return "'channels' is not 3 or 4"
     if meta["width"] * meta["height"] * meta["channels"] > MAX_IMAGE_BYTES:
-        return f"{meta['width']}x{meta['height']} pixels exceed the {MAX_IMAGE_BYTES >> 20} MiB limit"
+        return (
+            f"{meta['width']}x{meta['height']} pixels exceed the {MAX_IMAGE_BYTES >> 20} MiB limit"
+        )
     if not isinstance(meta.get("sha256"), str) or not _SHA256.fullmatch(meta["sha256"]):
         return "'sha256' is not 64 lower-case hex digits"
     kept_key = meta.get("key")
-    if not isinstance(kept_key, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                 for k, v in kept_key.items()):
+    if not isinstance(kept_key, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in kept_key.items()
+    ):
         return "'key' is not an object of strings"
     if meta.get("encoding") != IMAGE_ENCODING:
         return f"unknown encoding {meta.get('encoding')!r} (this build reads {IMAGE_ENCODING!r})"
@@ -109,19 +122,22 @@ def image_meta_problem(meta: Any) -> str | None:
 
 #: The eight bytes every PNG starts with.
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-#: PNG colour types of the kept frames, by channels: 6 truecolour with alpha (RGBA), 2 truecolour (RGB).
+#: PNG colour types of the kept frames, by channels: 6 truecolour with alpha (RGBA), 2 truecolour
+#: (RGB).
 _COLOUR_TYPES = {4: 6, 3: 2}
 _CHUNK_HEAD = struct.Struct(">I4s")
 _IHDR = struct.Struct(">IIBBBBB")
 
 
 def png_problem(png: bytes, meta: dict[str, Any]) -> str | None:
-    """What is wrong with a kept frame's PNG, from its chunks alone (no pixel is decoded); None: nothing.
+    """What is wrong with a kept frame's PNG, from its chunks alone (no pixel is decoded); None:
+    nothing.
 
-    It must be one PNG file: the signature, then chunks whose lengths fit and whose CRCs hold, IHDR first
-    (8 bits a channel, RGBA or RGB as the record's ``channels`` says, the record's width and height), at least
-    one IDAT, and IEND last, with nothing after it. What only decoding can tell (a deflate stream that ends
-    early, pixels whose SHA-256 is not the record's) is checked by :func:`katra_trace.io.images.frame_pixels`."""
+    It must be one PNG file: the signature, then chunks whose lengths fit and whose CRCs hold, IHDR
+    first (8 bits a channel, RGBA or RGB as the record's ``channels`` says, the record's width and
+    height), at least one IDAT, and IEND last, with nothing after it. What only decoding can tell (a
+    deflate stream that ends early, pixels whose SHA-256 is not the record's) is checked by
+    :func:`katra_trace.io.images.frame_pixels`."""
     if not png.startswith(PNG_SIGNATURE):
         return "its image is not a PNG (it does not start with the PNG signature)"
     pos = len(PNG_SIGNATURE)
@@ -132,14 +148,17 @@ def png_problem(png: bytes, meta: dict[str, Any]) -> str | None:
         length, kind = _CHUNK_HEAD.unpack_from(png, pos)
         end = pos + 8 + length
         if length > len(png) - pos - 12:
-            return f"its PNG is truncated: a {kind!r} chunk of {length} bytes, {len(png) - pos - 12} left"
+            return (
+                f"its PNG is truncated: a {kind!r} chunk of {length} bytes, {len(png) - pos - 12} "
+                "left"
+            )
         (crc,) = struct.unpack_from(">I", png, end)
-        if zlib.crc32(memoryview(png)[pos + 4:end]) != crc:
+        if zlib.crc32(memoryview(png)[pos + 4 : end]) != crc:
             return f"its PNG's {kind!r} chunk at byte {pos} fails its CRC"
         if not seen:
             if kind != b"IHDR" or length != _IHDR.size:
                 return "its PNG does not start with an IHDR chunk"
-            problem = _ihdr_problem(png[pos + 8:end], meta)
+            problem = _ihdr_problem(png[pos + 8 : end], meta)
             if problem is not None:
                 return problem
         seen.append(kind)
@@ -158,25 +177,35 @@ def png_problem(png: bytes, meta: dict[str, Any]) -> str | None:
 def _ihdr_problem(ihdr: bytes, meta: dict[str, Any]) -> str | None:
     width, height, depth, colour, compression, filtering, interlace = _IHDR.unpack(ihdr)
     if (width, height) != (meta["width"], meta["height"]):
-        return f"its PNG holds {width}x{height} pixels, its record says {meta['width']}x{meta['height']}"
+        return (
+            f"its PNG holds {width}x{height} pixels, its record says "
+            f"{meta['width']}x{meta['height']}"
+        )
     if depth != 8 or colour != _COLOUR_TYPES[meta["channels"]]:
-        return (f"its PNG is {depth}-bit colour type {colour}, its record says 8-bit "
-                f"{'RGBA' if meta['channels'] == 4 else 'RGB'} (colour type {_COLOUR_TYPES[meta['channels']]})")
+        return (
+            f"its PNG is {depth}-bit colour type {colour}, its record says 8-bit "
+            f"{'RGBA' if meta['channels'] == 4 else 'RGB'} (colour type "
+            f"{_COLOUR_TYPES[meta['channels']]})"
+        )
     if compression != 0 or filtering != 0 or interlace not in (0, 1):
-        return (f"its PNG's IHDR names an unknown method (compression {compression}, filter {filtering}, "
-                f"interlace {interlace})")
+        return (
+            f"its PNG's IHDR names an unknown method (compression {compression}, filter "
+            f"{filtering}, "
+            f"interlace {interlace})"
+        )
     return None
 
 
 @dataclasses.dataclass(frozen=True)
 class KeptFrame:
-    """One kept frame as :func:`~katra_trace.io.reader.open_trace` keeps it during its one scan: the facts of
-    its IMAGE block, where the block is, its PNG bytes (covered by the block's CRC) and ``damage``: what is
-    wrong with that PNG as its chunks show ("" when nothing). Its pixels are decoded only when asked for,
-    inside the file's reading budget (:func:`katra_trace.io.images.frame_pixels`).
+    """One kept frame as :func:`~katra_trace.io.reader.open_trace` keeps it during its one scan: the
+    facts of its IMAGE block, where the block is, its PNG bytes (covered by the block's CRC) and
+    ``damage``: what is wrong with that PNG as its chunks show ("" when nothing). Its pixels are
+    decoded only when asked for, inside the file's reading budget
+    (:func:`katra_trace.io.images.frame_pixels`).
 
-    ``path``: the trace file, for messages; ``budget``: the trace's :class:`~katra_trace.io.blocks.DecodeBudget`
-    (None: no limit)."""
+    ``path``: the trace file, for messages; ``budget``: the trace's
+    :class:`~katra_trace.io.blocks.DecodeBudget` (None: no limit)."""
 
     scene: str
     frame_index: int
@@ -193,12 +222,27 @@ class KeptFrame:
     budget: DecodeBudget | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_block(cls, meta: dict[str, Any], png: bytes, offset: int, path: Path,
-                   budget: DecodeBudget | None) -> KeptFrame:
-        """The kept frame of an IMAGE block whose facts ``meta`` were checked (:func:`decode_image_payload`)."""
-        return cls(meta["scene"], meta["frame_index"], float(meta["time_s"]), meta["width"], meta["height"],
-                   meta["channels"], meta["sha256"], dict(meta["key"]), offset, path, png,
-                   png_problem(png, meta) or "", budget)
+    def from_block(
+        cls, meta: dict[str, Any], png: bytes, offset: int, path: Path, budget: DecodeBudget | None
+    ) -> KeptFrame:
+        """The kept frame of an IMAGE block whose facts ``meta`` were checked
+        (:func:`decode_image_payload`).
+        """
+        return cls(
+            meta["scene"],
+            meta["frame_index"],
+            float(meta["time_s"]),
+            meta["width"],
+            meta["height"],
+            meta["channels"],
+            meta["sha256"],
+            dict(meta["key"]),
+            offset,
+            path,
+            png,
+            png_problem(png, meta) or "",
+            budget,
+        )
 
     @property
     def pixel_bytes(self) -> int:
@@ -207,14 +251,26 @@ class KeptFrame:
 
     @property
     def where(self) -> str:
-        """What every message about it starts with: the trace file's name, the scene and the block's offset."""
+        """What every message about it starts with: the trace file's name, the scene and the block's
+        offset.
+        """
         return f"{shown(self.path)}: kept frame of scene {self.scene!r} at offset {self.offset}"
 
     @property
     def damage_line(self) -> str:
-        """"FILE: kept frame of scene 's' at offset N: why" when it is damaged, else ""."""
+        """ "FILE: kept frame of scene 's' at offset N: why" when it is damaged, else ""."""
         return f"{self.where}: {self.damage}" if self.damage else ""
 
 
-__all__ = ["IMAGE_ENCODING", "IMAGE_FIELDS", "IMAGE_HEAD", "MAX_IMAGE_BYTES", "PNG_SIGNATURE", "KeptFrame",
-           "decode_image_payload", "encode_image_payload", "image_meta_problem", "png_problem"]
+__all__ = [
+    "IMAGE_ENCODING",
+    "IMAGE_FIELDS",
+    "IMAGE_HEAD",
+    "MAX_IMAGE_BYTES",
+    "PNG_SIGNATURE",
+    "KeptFrame",
+    "decode_image_payload",
+    "encode_image_payload",
+    "image_meta_problem",
+    "png_problem",
+]

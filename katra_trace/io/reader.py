@@ -7,8 +7,8 @@ by scanning when the file has none, and warns with
 :class:`~katra_trace.errors.TraceFormatError` instead. :func:`iter_blocks`
 and :meth:`Trace.iter_batches` stream a file larger than memory.
 
-The one scan keeps everything a command reads, kept frames included: each IMAGE block's facts, offset and
-PNG bytes (:attr:`Trace.kept_frames`), whose pixels are decoded only when asked for
+The one scan keeps everything a command reads, kept frames included: each IMAGE block's facts,
+offset and PNG bytes (:attr:`Trace.kept_frames`), whose pixels are decoded only when asked for
 (:func:`katra_trace.io.images.frame_pixels`), inside what is left of the file's reading budget
 (:attr:`Trace.budget`). No consumer opens the file a second time.
 
@@ -73,9 +73,11 @@ class Trace:
         #: content the reader repaired (e.g. lone surrogates read as U+FFFD); the trace is usable
         self.notes: list[str] = []
         self.max_ratio: float | None = None
-        #: each scene's kept frame (its last IMAGE block), facts and PNG bytes; pixels decoded on demand
+        #: each scene's kept frame (its last IMAGE block), facts and PNG bytes; pixels decoded on
+        #: demand
         self.kept_frames: dict[str, KeptFrame] = {}
-        #: what the file may still decode once scanned: kept frames' pixels are counted against it while held
+        #: what the file may still decode once scanned: kept frames' pixels are counted against it
+        #: while held
         self.budget: DecodeBudget | None = None
 
     @property
@@ -104,11 +106,14 @@ class Trace:
                     yield batch
 
     def __repr__(self) -> str:
-        return (f"Trace({str(self.path)!r}, events={len(self.events)}, status={self.status!r}, "
-                f"truncated={self.truncated})")
+        return (
+            f"Trace({str(self.path)!r}, events={len(self.events)}, status={self.status!r}, "
+            f"truncated={self.truncated})"
+        )
 
 
-#: What a path that is not a regular file is, by its st_mode test (messages of the reader and the output claim).
+#: What a path that is not a regular file is, by its st_mode test (messages of the reader and the
+#: output claim).
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
     (stat.S_ISFIFO, "a pipe or FIFO"),
@@ -119,13 +124,16 @@ _KINDS = (
 
 
 def file_kind(mode: int) -> str | None:
-    """``"a directory"``, ``"a pipe or FIFO"``, ... for a file that is not regular; None for a regular file."""
+    """``"a directory"``, ``"a pipe or FIFO"``, ... for a file that is not regular; None for a
+    regular file.
+    """
     return next((what for test, what in _KINDS if test(mode)), None)
 
 
 def _trace_fd(path: str | os.PathLike[str]) -> int | None:
-    """A blocking read descriptor of ``path`` when it is a regular file that starts with the trace magic, else
-    None (never blocks: the open is O_NONBLOCK, so a FIFO with no writer cannot hang it; never raises)."""
+    """A blocking read descriptor of ``path`` when it is a regular file that starts with the trace
+    magic, else None (never blocks: the open is O_NONBLOCK, so a FIFO with no writer cannot hang it;
+    never raises)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except (OSError, ValueError):
@@ -141,21 +149,27 @@ def _trace_fd(path: str | os.PathLike[str]) -> int | None:
 
 
 def is_trace_file(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a regular file that starts with the trace magic (never blocks, never raises)."""
+    """Whether ``path`` is a regular file that starts with the trace magic (never blocks, never
+    raises).
+    """
     fd = _trace_fd(path)
     if fd is not None:
         os.close(fd)
     return fd is not None
 
 
-def open_regular(path: str | os.PathLike[str], *, what: str = "trace file", max_bytes: int | None = None) -> BinaryIO:
-    """Open a file katra3d reads (a trace, or a reference image's PNG or facts: ``what``): regular files only.
+def open_regular(
+    path: str | os.PathLike[str], *, what: str = "trace file", max_bytes: int | None = None
+) -> BinaryIO:
+    """Open a file katra3d reads (a trace, or a reference image's PNG or facts: ``what``): regular
+    files only.
 
     The file is opened with O_NONBLOCK, so a FIFO with no writer cannot hang the open, and then
     refused unless it is a regular file: a trace is read with seeks and by its size, which pipes,
-    devices and sockets do not have. (``/dev/stdin`` redirected from a file is that file, and reads.)
-    A symbolic link is followed, and what it points to must be a regular file (a link to ``/dev/zero``
-    is refused like ``/dev/zero``). ``max_bytes``: a larger file is refused (ConfigError) before it is read.
+    devices and sockets do not have. (``/dev/stdin`` redirected from a file is that file, and
+    reads.) A symbolic link is followed, and what it points to must be a regular file (a link to
+    ``/dev/zero`` is refused like ``/dev/zero``). ``max_bytes``: a larger file is refused
+    (ConfigError) before it is read.
     """
     shown = str(path)
     try:
@@ -170,14 +184,24 @@ def open_regular(path: str | os.PathLike[str], *, what: str = "trace file", max_
         if kind == "a directory":
             raise ConfigError(f"{shown!r} is a directory, not a {what}")
         if kind is not None:
-            reads = "traces from regular files" if what == "trace file" else f"a {what} from a regular file"
-            raise ConfigError(f"{shown!r} is not a regular file ({kind}): katra3d reads {reads} only; save it to "
-                              "a file first")
+            reads = (
+                "traces from regular files"
+                if what == "trace file"
+                else f"a {what} from a regular file"
+            )
+            raise ConfigError(
+                f"{shown!r} is not a regular file ({kind}): katra3d reads {reads} only; save it to "
+                "a file first"
+            )
         if st.st_size == 0 and os.pread(fd, 1, 0):
-            raise ConfigError(f"{shown!r} is not a regular file (it reports size 0 but has content, like "
-                              f"files under /proc): not a katra3d {what}")
+            raise ConfigError(
+                f"{shown!r} is not a regular file (it reports size 0 but has content, like "
+                f"files under /proc): not a katra3d {what}"
+            )
         if max_bytes is not None and st.st_size > max_bytes:
-            raise ConfigError(f"{shown!r} is {st.st_size} bytes, more than a {what} may be ({max_bytes} bytes)")
+            raise ConfigError(
+                f"{shown!r} is {st.st_size} bytes, more than a {what} may be ({max_bytes} bytes)"
+            )
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except OSError as exc:
@@ -189,8 +213,9 @@ def open_regular(path: str | os.PathLike[str], *, what: str = "trace file", max_
 
 
 def read_regular(path: str | os.PathLike[str], *, what: str, max_bytes: int) -> bytes:
-    """The bytes of a small file through :func:`open_regular`'s rule, at most ``max_bytes`` of them (a file
-    that grows past them while it is read is refused too): ConfigError, exit 2, never a hang."""
+    """The bytes of a small file through :func:`open_regular`'s rule, at most ``max_bytes`` of them
+    (a file that grows past them while it is read is refused too): ConfigError, exit 2, never a
+    hang."""
     with open_regular(path, what=what, max_bytes=max_bytes) as f:
         try:
             data = f.read(max_bytes + 1)
@@ -212,31 +237,49 @@ def _summary_event_count(f: BinaryIO, budget: int | None) -> int | None:
         return None
     f.seek(size - fmt.FOOTER_SIZE)
     offset = fmt.decode_footer(f.read(fmt.FOOTER_SIZE))
-    if offset is None or not fmt.PREAMBLE_SIZE <= offset <= size - fmt.FOOTER_SIZE - fmt.BLOCK_HEADER_SIZE:
+    if (
+        offset is None
+        or not fmt.PREAMBLE_SIZE <= offset <= size - fmt.FOOTER_SIZE - fmt.BLOCK_HEADER_SIZE
+    ):
         return None
     f.seek(offset)
     head = f.read(fmt.BLOCK_HEADER_SIZE)
     if len(head) < fmt.BLOCK_HEADER_SIZE:
         return None
     sync, btype, codec, _, _, stored_len, raw_len, crc = fmt.BLOCK_HEADER.unpack(head)
-    if (sync != fmt.SYNC or btype != fmt.BlockType.SUMMARY or stored_len > size - offset - fmt.BLOCK_HEADER_SIZE
-            or raw_len > min(fmt.MAX_BLOCK_BYTES, budget if budget is not None else fmt.MAX_BLOCK_BYTES)):
+    if (
+        sync != fmt.SYNC
+        or btype != fmt.BlockType.SUMMARY
+        or stored_len > size - offset - fmt.BLOCK_HEADER_SIZE
+        or raw_len > min(fmt.MAX_BLOCK_BYTES, budget if budget is not None else fmt.MAX_BLOCK_BYTES)
+    ):
         return None
     stored = f.read(stored_len)
     if len(stored) < stored_len or zlib.crc32(stored, zlib.crc32(head[:20])) != crc:
         return None
     try:
-        count = fmt.decode_json(fmt.decompress(stored, raw_len, codec, offset), offset).get("events")
+        count = fmt.decode_json(fmt.decompress(stored, raw_len, codec, offset), offset).get(
+            "events"
+        )
     except TraceFormatError:
         return None
-    limit = budget if budget is not None else 64 * size  # no budget: still bounded by the file's size
-    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count * EVENT_DTYPE.itemsize <= limit:
+    # no budget: still bounded by the file's size
+    limit = budget if budget is not None else 64 * size
+    if (
+        not isinstance(count, int)
+        or isinstance(count, bool)
+        or not 0 <= count * EVENT_DTYPE.itemsize <= limit
+    ):
         return None
     return count
 
 
-def open_trace(path: str | os.PathLike[str], strict: bool = False, events: bool = True,
-               max_ratio: float | None = None) -> Trace:
+def open_trace(
+    path: str | os.PathLike[str],
+    strict: bool = False,
+    events: bool = True,
+    max_ratio: float | None = None,
+) -> Trace:
     """Read a trace file.
 
     Args:
@@ -249,16 +292,20 @@ def open_trace(path: str | os.PathLike[str], strict: bool = False, events: bool 
             :class:`~katra_trace.errors.TraceTooLargeError` (a decompression bomb, or a genuine
             trace that compresses unusually well).
 
-    A :class:`TraceFormatError` names the file (a trace found in a directory is otherwise anonymous).
+    A :class:`TraceFormatError` names the file (a trace found in a directory is otherwise
+    anonymous).
     """
     with open_regular(path) as f:
         return _read_named(path, f, strict, events, max_ratio)
 
 
-def open_if_trace(path: str | os.PathLike[str], events: bool = True, max_ratio: float | None = None) -> Trace | None:
-    """:func:`open_trace` of a file that is a trace, or None for one that is not (not a regular file, not
-    readable, or not starting with the trace magic: :func:`is_trace_file`'s test), decided inside the one
-    open that reads it (a directory's traces are picked out and read with one open each)."""
+def open_if_trace(
+    path: str | os.PathLike[str], events: bool = True, max_ratio: float | None = None
+) -> Trace | None:
+    """:func:`open_trace` of a file that is a trace, or None for one that is not (not a regular
+    file, not readable, or not starting with the trace magic: :func:`is_trace_file`'s test), decided
+    inside the one open that reads it (a directory's traces are picked out and read with one open
+    each)."""
     fd = _trace_fd(path)
     if fd is None:
         return None
@@ -266,8 +313,9 @@ def open_if_trace(path: str | os.PathLike[str], events: bool = True, max_ratio: 
         return _read_named(path, f, False, events, max_ratio)
 
 
-def _read_named(path: str | os.PathLike[str], f: BinaryIO, strict: bool, events: bool,
-                max_ratio: float | None) -> Trace:
+def _read_named(
+    path: str | os.PathLike[str], f: BinaryIO, strict: bool, events: bool, max_ratio: float | None
+) -> Trace:
     """:func:`_read_trace`, with the file's name in a TraceFormatError's message."""
     try:
         return _read_trace(path, f, strict, events, max_ratio)
@@ -275,8 +323,9 @@ def _read_named(path: str | os.PathLike[str], f: BinaryIO, strict: bool, events:
         raise type(exc)(f"{shown(path)}: {exc}", exc.offset) from None
 
 
-def _read_trace(path: str | os.PathLike[str], f: BinaryIO, strict: bool, events: bool,
-                max_ratio: float | None) -> Trace:
+def _read_trace(
+    path: str | os.PathLike[str], f: BinaryIO, strict: bool, events: bool, max_ratio: float | None
+) -> Trace:
     """:func:`open_trace`'s work, on ``f``: ``path`` opened for reading."""
     trace = Trace(Path(path))
     trace.max_ratio = max_ratio
@@ -292,22 +341,38 @@ def _read_trace(path: str | os.PathLike[str], f: BinaryIO, strict: bool, events:
         t = block.type
         if t == fmt.BlockType.HEADER:
             if header_seen:
-                mark_damaged(state, strict, f"second HEADER block at offset {block.offset}", block.offset)
+                mark_damaged(
+                    state, strict, f"second HEADER block at offset {block.offset}", block.offset
+                )
                 break
             header_seen = True
             trace.header = TraceHeader.from_dict(block.payload)
         elif not header_seen:
-            mark_damaged(state, strict, f"block at offset {block.offset} comes before the HEADER block", block.offset)
+            mark_damaged(
+                state,
+                strict,
+                f"block at offset {block.offset} comes before the HEADER block",
+                block.offset,
+            )
             break
         elif summary_at is not None:
-            what = "second SUMMARY block" if t == fmt.BlockType.SUMMARY else "block after the SUMMARY block"
+            what = (
+                "second SUMMARY block"
+                if t == fmt.BlockType.SUMMARY
+                else "block after the SUMMARY block"
+            )
             mark_damaged(state, strict, f"{what} at offset {block.offset}", block.offset)
             break
         elif t == fmt.BlockType.STRINGS:
             first_id, names = block.payload
             if first_id != len(trace.strings):
-                mark_damaged(state, strict, f"STRINGS block at offset {block.offset} starts at id {first_id}, "
-                         f"expected {len(trace.strings)}", block.offset)
+                mark_damaged(
+                    state,
+                    strict,
+                    f"STRINGS block at offset {block.offset} starts at id {first_id}, "
+                    f"expected {len(trace.strings)}",
+                    block.offset,
+                )
                 break
             trace.strings.extend(names)
         elif t == fmt.BlockType.EVENTS:
@@ -316,7 +381,7 @@ def _read_trace(path: str | os.PathLike[str], f: BinaryIO, strict: bool, events:
                 if not events:
                     pass
                 elif out is not None and n_events + batch.n <= len(out):
-                    batch.decode(out[n_events:n_events + batch.n], zeroed=True)
+                    batch.decode(out[n_events : n_events + batch.n], zeroed=True)
                 else:  # the summary's count was wrong: fall back to collecting batches
                     if out is not None:
                         batches.append(out[:n_events])
@@ -332,19 +397,31 @@ def _read_trace(path: str | os.PathLike[str], f: BinaryIO, strict: bool, events:
             trace.clock_syncs.append(block.payload)
         elif t == fmt.BlockType.IMAGE:
             meta, png = block.payload
-            trace.kept_frames[meta["scene"]] = KeptFrame.from_block(meta, png, block.offset, trace.path,
-                                                                    state.budget)
+            trace.kept_frames[meta["scene"]] = KeptFrame.from_block(
+                meta, png, block.offset, trace.path, state.budget
+            )
         elif t == fmt.BlockType.SUMMARY:
             trace.summary = block.payload
             summary_at = block.offset
         trace.blocks += 1
-    if state.summary_offset is not None and state.summary_offset != summary_at and not state.truncated:
-        mark_damaged(state, strict, f"footer points to offset {state.summary_offset}, but the SUMMARY block is at "
-                 f"{summary_at}", state.size - fmt.FOOTER_SIZE)
+    if (
+        state.summary_offset is not None
+        and state.summary_offset != summary_at
+        and not state.truncated
+    ):
+        mark_damaged(
+            state,
+            strict,
+            f"footer points to offset {state.summary_offset}, but the SUMMARY block is at "
+            f"{summary_at}",
+            state.size - fmt.FOOTER_SIZE,
+        )
     if not header_seen:
         reason = state.stop_reason or "no HEADER block"
-        raise TraceFormatError(f"unreadable katra3d trace {str(trace.path)!r}: {reason}; nothing to recover",
-                               state.stopped_at)
+        raise TraceFormatError(
+            f"unreadable katra3d trace {str(trace.path)!r}: {reason}; nothing to recover",
+            state.stopped_at,
+        )
     trace.truncated = state.truncated
     trace.stopped_at = state.stopped_at
     trace.stop_reason = state.stop_reason
@@ -368,6 +445,10 @@ def _read_trace(path: str | os.PathLike[str], f: BinaryIO, strict: bool, events:
         }
     if trace.truncated:
         warnings.warn(
-            f"{trace.path}: {trace.stop_reason}; recovered {n_events} events in {trace.blocks} blocks "
-            f"before offset {trace.stopped_at}", TraceRecoveryWarning, stacklevel=2)
+            f"{trace.path}: {trace.stop_reason}; recovered {n_events} events in {trace.blocks} "
+            "blocks "
+            f"before offset {trace.stopped_at}",
+            TraceRecoveryWarning,
+            stacklevel=2,
+        )
     return trace

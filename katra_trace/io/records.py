@@ -1,8 +1,9 @@
-"""Typed records of JSON objects: the base of the trace header's records (:mod:`katra_trace.io.header`).
+"""Typed records of JSON objects: the base of the trace header's records
+(:mod:`katra_trace.io.header`).
 
-A record's fields are typed by converters (a JSON value of the wrong type, or a NaN, reads as None and is
-kept as read in ``extra`` with every key the record does not know); :meth:`_Record.as_dict` gives back what
-was read, same keys, same values, same order. Pure: no I/O.
+A record's fields are typed by converters (a JSON value of the wrong type, or a NaN, reads as None
+and is kept as read in ``extra`` with every key the record does not know); :meth:`_Record.as_dict`
+gives back what was read, same keys, same values, same order. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
+
 
 class _Bad:
     """Marks a value a converter refuses (kept in ``extra``)."""
@@ -21,13 +23,19 @@ _Convert = Callable[[Any], Any]
 _R = TypeVar("_R", bound="_Record")
 
 
-# Converters of JSON values to typed fields: None (null) stays None; a value of the wrong type is _BAD.
+# Converters of JSON values to typed fields: None (null) stays None; a value of the wrong type is
+# _BAD.
+
 
 def _scalar(*types: type) -> _Convert:
-    """The converter of a JSON scalar of one of ``types`` (a bool is an int only where ``bool`` is named)."""
+    """The converter of a JSON scalar of one of ``types`` (a bool is an int only where ``bool`` is
+    named).
+    """
+
     def convert(v: Any) -> Any:
         ok = v is None or (isinstance(v, types) and (bool in types or not isinstance(v, bool)))
         return v if ok else _BAD
+
     return convert
 
 
@@ -35,14 +43,20 @@ _str, _int, _bool, _str_or_bool = _scalar(str), _scalar(int), _scalar(bool), _sc
 
 
 def _seconds(v: Any) -> Any:
-    ok = v is None or (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and math.isfinite(v))
+    ok = (
+        v is None
+        or (isinstance(v, int) and not isinstance(v, bool))
+        or (isinstance(v, float) and math.isfinite(v))
+    )
     return v if ok else _BAD
 
 
 def _ints(v: Any) -> Any:
     if v is None:
         return None
-    if isinstance(v, (list, tuple)) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+    if isinstance(v, (list, tuple)) and all(
+        isinstance(x, int) and not isinstance(x, bool) for x in v
+    ):
         return tuple(v)
     return _BAD
 
@@ -62,7 +76,9 @@ def _mapping(v: Any) -> Any:
 def _str_map(v: Any) -> Any:
     if v is None:
         return None
-    ok = isinstance(v, Mapping) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
+    ok = isinstance(v, Mapping) and all(
+        isinstance(k, str) and isinstance(x, str) for k, x in v.items()
+    )
     return dict(v) if ok else _BAD
 
 
@@ -93,10 +109,11 @@ def _empty(v: Any) -> bool:
 class _Record:
     """Base of the header records: typed fields, ``extra`` keys kept as read, the key order read."""
 
-    #: keys this record does not type (unknown, older layouts, or a value of the wrong type), as read
+    #: keys this record does not type (unknown, older layouts, or a value of the wrong type), as
+    #: read
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    #: the keys read, or the keys a producer writes, in order (empty: the fields set, in field order):
-    #: as_dict writes these, null or empty ones included
+    #: the keys read, or the keys a producer writes, in order (empty: the fields set, in field
+    #: order): as_dict writes these, null or empty ones included
     layout: tuple[str, ...] = dataclasses.field(default=(), repr=False, compare=False)
 
     #: field name -> converter of a JSON value (returns _BAD to refuse it)
@@ -104,7 +121,8 @@ class _Record:
 
     @classmethod
     def from_dict(cls: type[_R], data: Any) -> _R:
-        """The record of a JSON object; a value that is not a JSON object reads as an empty record."""
+        """The record of a JSON object; a value that is not a JSON object
+        reads as an empty record."""
         src: Mapping[Any, Any] = data if isinstance(data, Mapping) else {}
         kwargs: dict[str, Any] = {}
         extra: dict[str, Any] = {}
@@ -121,8 +139,9 @@ class _Record:
         return cls(**kwargs, extra=extra, layout=tuple(k for k in src if isinstance(k, str)))
 
     def replaced(self: _R, **fields: Any) -> _R:
-        """A copy with ``fields`` set (typed values, None included), each gone from ``extra``. Keys already
-        written keep their place; the others follow, in the order given (a producer adds to a request)."""
+        """A copy with ``fields`` set (typed values, None included), each gone from ``extra``. Keys
+        already written keep their place; the others follow, in the order given (a producer adds to
+        a request)."""
         extra = {k: v for k, v in self.extra.items() if k not in fields}
         base = self.layout or tuple(self.as_dict())
         layout = (*base, *(k for k in fields if k not in base))
@@ -154,6 +173,7 @@ def _record(cls: type[_Record]) -> _Convert:
 
 def _records(cls: type[_Record]) -> _Convert:
     """The converter of a JSON array of objects into a tuple of ``cls`` records."""
+
     def convert(v: Any) -> Any:
         if v is None:
             return None

@@ -1,9 +1,9 @@
-"""Sets of traces on disk: a trace or a directory of traces, opened under the one damaged-trace policy, and the
-``ab.json`` manifest of an A/B directory.
+"""Sets of traces on disk: a trace or a directory of traces, opened under the one damaged-trace
+policy, and the ``ab.json`` manifest of an A/B directory.
 
-``katra3d ab`` records its rounds in ``ab.json`` (which BASE and NEW traces were taken together) so that
-``katra3d compare DIR`` pairs them; every command that takes "a trace or a directory" opens its traces here,
-each with one open (a directory's files are told from its traces inside that open).
+``katra3d ab`` records its rounds in ``ab.json`` (which BASE and NEW traces were taken together) so
+that ``katra3d compare DIR`` pairs them; every command that takes "a trace or a directory" opens its
+traces here, each with one open (a directory's files are told from its traces inside that open).
 """
 
 from __future__ import annotations
@@ -30,14 +30,16 @@ AB_MANIFEST_VERSION = 1
 
 
 def write_ab_manifest(root: Path, manifest: dict[str, Any]) -> None:
-    """Write ``root/ab.json`` atomically through the one output rule (a crash leaves the previous version)."""
+    """Write ``root/ab.json`` atomically through the one output rule (a crash leaves the previous
+    version).
+    """
     with open_output(root / AB_MANIFEST, force=True, option="-o", example=AB_MANIFEST) as f:
         f.write((json.dumps(manifest, indent=2) + "\n").encode("utf-8"))
 
 
 def is_ab_dir(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is the output directory of ``katra3d ab``: a directory holding its ``ab.json``
-    (whose content :func:`read_ab_manifest` checks)."""
+    """Whether ``path`` is the output directory of ``katra3d ab``: a directory holding its
+    ``ab.json`` (whose content :func:`read_ab_manifest` checks)."""
     return (Path(path) / AB_MANIFEST).is_file()
 
 
@@ -53,55 +55,78 @@ def read_ab_manifest(root: Path) -> dict[str, Any] | None:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read the ab manifest {str(path)!r}: {exc}") from None
-    if not isinstance(data, dict) or data.get("katra3d_ab") != AB_MANIFEST_VERSION \
-            or not isinstance(data.get("rounds"), list):
-        raise ConfigError(f"{str(path)!r} is not a katra3d ab manifest (version {AB_MANIFEST_VERSION})")
+    if (
+        not isinstance(data, dict)
+        or data.get("katra3d_ab") != AB_MANIFEST_VERSION
+        or not isinstance(data.get("rounds"), list)
+    ):
+        raise ConfigError(
+            f"{str(path)!r} is not a katra3d ab manifest (version {AB_MANIFEST_VERSION})"
+        )
     return data
 
 
 def record_ab_decision(root: Path, comparison: Any) -> None:
-    """Add what ``katra3d ab`` judged its rounds on to ``root/ab.json`` (``decision``: metric, per-run statistic,
-    how the metric was chosen, alpha and threshold of ``comparison``, a :class:`Comparison`), atomically."""
+    """Add what ``katra3d ab`` judged its rounds on to ``root/ab.json`` (``decision``: metric,
+    per-run statistic, how the metric was chosen, alpha and threshold of ``comparison``, a
+    :class:`Comparison`), atomically."""
     manifest = read_ab_manifest(root)
     if manifest is None:
         return
-    manifest["decision"] = {"metric": comparison.metric, "run_stat": comparison.run_stat,
-                            "metric_choice": comparison.metric_choice, "paired": comparison.paired,
-                            "alpha": comparison.alpha, "threshold_pct": comparison.threshold_pct}
+    manifest["decision"] = {
+        "metric": comparison.metric,
+        "run_stat": comparison.run_stat,
+        "metric_choice": comparison.metric_choice,
+        "paired": comparison.paired,
+        "alpha": comparison.alpha,
+        "threshold_pct": comparison.threshold_pct,
+    }
     write_ab_manifest(root, manifest)
 
 
-#: The files ``katra3d ab`` writes into ``base/`` and ``new/``: a round's trace (complete, or finished as
-#: interrupted by a Ctrl-C), a failed capture's frames, or the ``.part`` a killed capture left.
+#: The files ``katra3d ab`` writes into ``base/`` and ``new/``: a round's trace (complete, or
+#: finished as interrupted by a Ctrl-C), a failed capture's frames, or the ``.part`` a killed
+#: capture left.
 AB_TRACE = re.compile(r"run-\d+(\.failed)?\.katra(\.part)?")
 
 
 def clear_ab_dir(root: Path) -> int:
-    """Remove the A/B run ``katra3d ab`` left in ``root``, for ``ab --force``; returns the traces removed.
+    """Remove the A/B run ``katra3d ab`` left in ``root``, for ``ab --force``; returns the traces
+    removed.
 
-    Only what ab wrote goes: ``base/run-NNN.katra`` and ``new/run-NNN.katra`` (and ``run-NNN.failed.katra``,
-    and the ``run-NNN.katra.part`` of a killed capture), then ``ab.json``, last, so that an interrupted clean-up
-    can be repeated. Nothing is removed (ConfigError) unless ``root/ab.json`` is an ab manifest, nor when
-    ``base/`` or ``new/`` hold anything else (a file of the user's, a link) or a ``.part`` a live capture is
-    writing. Other files in ``root`` and the two directories stay.
+    Only what ab wrote goes: ``base/run-NNN.katra`` and ``new/run-NNN.katra`` (and
+    ``run-NNN.failed.katra``, and the ``run-NNN.katra.part`` of a killed capture), then ``ab.json``,
+    last, so that an interrupted clean-up can be repeated. Nothing is removed (ConfigError) unless
+    ``root/ab.json`` is an ab manifest, nor when ``base/`` or ``new/`` hold anything else (a file of
+    the user's, a link) or a ``.part`` a live capture is writing. Other files in ``root`` and the
+    two directories stay.
     """
     if read_ab_manifest(root) is None:
-        raise ConfigError(f"{shown(root)} holds no {AB_MANIFEST}: it is not a katra3d ab output directory, and "
-                          "--force never removes anything from it; choose another -o directory")
+        raise ConfigError(
+            f"{shown(root)} holds no {AB_MANIFEST}: it is not a katra3d ab output directory, and "
+            "--force never removes anything from it; choose another -o directory"
+        )
     doomed: list[Path] = []
     for side in ("base", "new"):
         folder = root / side
         if not os.path.lexists(folder):
             continue
         if folder.is_symlink() or not folder.is_dir():
-            raise ConfigError(f"{shown(folder)} is not a directory katra3d ab made; nothing was removed")
+            raise ConfigError(
+                f"{shown(folder)} is not a directory katra3d ab made; nothing was removed"
+            )
         for path in sorted(folder.iterdir()):
             if not AB_TRACE.fullmatch(path.name) or path.is_symlink() or not path.is_file():
-                raise ConfigError(f"{shown(folder)} holds {shown(path.name)}, which katra3d ab did not write; "
-                                  "nothing was removed: move it away, or choose another -o directory")
+                raise ConfigError(
+                    f"{shown(folder)} holds {shown(path.name)}, which katra3d ab did not write; "
+                    "nothing was removed: move it away, or choose another -o directory"
+                )
             if path.name.endswith(PART_SUFFIX) and _in_use(path):
-                raise ConfigError(f"a capture is still writing {shown(path)}; nothing was removed: wait for it (or "
-                                  "stop it), or choose another -o directory")
+                raise ConfigError(
+                    f"a capture is still writing {shown(path)}; nothing was removed: wait for it "
+                    "(or "
+                    "stop it), or choose another -o directory"
+                )
             doomed.append(path)
     for path in doomed:
         path.unlink(missing_ok=True)
@@ -117,25 +142,35 @@ def _in_use(part: Path) -> bool:
 
 
 def ab_pairs(root: Path, manifest: dict[str, Any]) -> list[tuple[Path, Path]]:
-    """The (BASE trace, NEW trace) of each round of ``manifest`` whose two traces exist, in round order."""
+    """The (BASE trace, NEW trace) of each round of ``manifest`` whose two traces exist, in round
+    order.
+    """
     out = []
     for entry in manifest["rounds"]:
-        if not isinstance(entry, dict) or not isinstance(entry.get("base"), str) \
-                or not isinstance(entry.get("new"), str):
-            raise ConfigError(f"{str(root / AB_MANIFEST)!r}: a round lacks its base/new trace paths")
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("base"), str)
+            or not isinstance(entry.get("new"), str)
+        ):
+            raise ConfigError(
+                f"{str(root / AB_MANIFEST)!r}: a round lacks its base/new trace paths"
+            )
         b, n = (root / entry["base"]).resolve(), (root / entry["new"]).resolve()
         if b.is_file() and n.is_file():
             out.append((b, n))
     return out
 
 
-def iter_traces(path: str | os.PathLike[str], verb: str = "using") -> Iterator[tuple[Trace, str | None]]:
-    """The traces ``path`` names, each opened once, as it is reached, with its :func:`damaged_note`: the file
-    itself (:func:`open_quietly`'s rules), or the katra traces directly inside a directory, in name order (a
-    file there that is no trace is passed over, which the one open that reads a trace decides).
+def iter_traces(
+    path: str | os.PathLike[str], verb: str = "using"
+) -> Iterator[tuple[Trace, str | None]]:
+    """The traces ``path`` names, each opened once, as it is reached, with its :func:`damaged_note`:
+    the file itself (:func:`open_quietly`'s rules), or the katra traces directly inside a directory,
+    in name order (a file there that is no trace is passed over, which the one open that reads a
+    trace decides).
 
-    ConfigError (exit 2, one line naming the path) for a path that does not exist, a directory with no trace,
-    or one the system refuses to look at (a name too long, no permission)."""
+    ConfigError (exit 2, one line naming the path) for a path that does not exist, a directory with
+    no trace, or one the system refuses to look at (a name too long, no permission)."""
     p = Path(path)
     try:
         mode = os.stat(p).st_mode
@@ -162,7 +197,9 @@ def iter_traces(path: str | os.PathLike[str], verb: str = "using") -> Iterator[t
         raise ConfigError(f"no katra3d traces in directory {shown(path)}")
 
 
-def open_trace_sets(paths: Sequence[str | os.PathLike[str]], verb: str = "using") -> tuple[list[Trace], list[str]]:
+def open_trace_sets(
+    paths: Sequence[str | os.PathLike[str]], verb: str = "using"
+) -> tuple[list[Trace], list[str]]:
     """Every trace that ``paths`` (trace files and directories of traces) name, each opened once
     (:func:`iter_traces`), and the :func:`damaged_note` of each damaged one."""
     opened = [pair for path in paths for pair in iter_traces(path, verb)]
@@ -170,35 +207,56 @@ def open_trace_sets(paths: Sequence[str | os.PathLike[str]], verb: str = "using"
 
 
 def open_quietly(path: str | os.PathLike[str], events: bool = True) -> Trace:
-    """:func:`~katra_trace.io.reader.open_trace`, with the recovery warning left to the caller (it reads
-    ``trace.truncated``, and :func:`damaged_note` says it)."""
+    """:func:`~katra_trace.io.reader.open_trace`, with the recovery warning left to the caller (it
+    reads ``trace.truncated``, and :func:`damaged_note` says it)."""
     with _no_recovery_warning():
         return open_trace(path, events=events)
 
 
 @contextlib.contextmanager
 def _no_recovery_warning() -> Iterator[None]:
-    """The reader's recovery warning held back: a damaged trace is said by :func:`damaged_note` instead."""
+    """The reader's recovery warning held back: a damaged trace is said by :func:`damaged_note`
+    instead.
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TraceRecoveryWarning)
         yield
 
 
 def damaged_note(trace: Trace, verb: str = "using") -> str | None:
-    """The one line that says a trace is damaged and what of it is used, naming the file; None when whole."""
+    """The one line that says a trace is damaged and what of it is used, naming the file; None when
+    whole.
+    """
     if not trace.truncated:
         return None
-    return (f"{shown(str(trace.path))} is damaged ({trace.stop_reason}); {verb} the {len(trace.events)} events "
-            f"before offset {trace.stopped_at}")
+    return (
+        f"{shown(str(trace.path))} is damaged ({trace.stop_reason}); {verb} the "
+        f"{len(trace.events)} events before offset {trace.stopped_at}"
+    )
 
 
-def open_traces(paths: Sequence[str | os.PathLike[str]], verb: str = "using") -> tuple[list[Trace], list[str]]:
-    """Each trace opened once; a damaged one is used up to where it stops. Returns the traces and one
-    :func:`damaged_note` per damaged trace (the one damaged-trace policy of every command)."""
+def open_traces(
+    paths: Sequence[str | os.PathLike[str]], verb: str = "using"
+) -> tuple[list[Trace], list[str]]:
+    """Each trace opened once; a damaged one is used up to where it stops. Returns the traces and
+    one :func:`damaged_note` per damaged trace (the one damaged-trace policy of every command)."""
     traces = [open_quietly(p) for p in paths]
     return traces, [note for t in traces if (note := damaged_note(t, verb)) is not None]
 
 
-__all__ = ["AB_MANIFEST", "AB_MANIFEST_VERSION", "AB_TRACE", "ab_pairs", "clear_ab_dir", "damaged_note",
-           "is_ab_dir", "iter_traces", "open_quietly", "open_trace_sets", "open_traces", "read_ab_manifest",
-           "record_ab_decision", "write_ab_manifest"]
+__all__ = [
+    "AB_MANIFEST",
+    "AB_MANIFEST_VERSION",
+    "AB_TRACE",
+    "ab_pairs",
+    "clear_ab_dir",
+    "damaged_note",
+    "is_ab_dir",
+    "iter_traces",
+    "open_quietly",
+    "open_trace_sets",
+    "open_traces",
+    "read_ab_manifest",
+    "record_ab_decision",
+    "write_ab_manifest",
+]

@@ -33,7 +33,13 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from katra_trace import __version__
-from katra_trace.errors import ConfigError, KatraError, TraceIOError, WriterClosedError, write_failed
+from katra_trace.errors import (
+    ConfigError,
+    KatraError,
+    TraceIOError,
+    WriterClosedError,
+    write_failed,
+)
 from katra_trace.io import claim as claim_mod
 from katra_trace.io import format as fmt
 from katra_trace.io.blockfile import BlockFile
@@ -70,16 +76,24 @@ class TraceWriter:
         drop_policy: ``"block"`` (default, lossless: producers wait when
             ``queue_batches`` batches are pending) or ``"drop"`` (the batch is
             dropped and counted in the summary).
-        compression_level: the zstd level of codec-1 blocks. The default, 2, stored a frame + 3 zones stream in
-            5.93 bytes an event against 6.05 at level 1, for ~8 % more compression time (level 3: 5.71, 28 %).
+        compression_level: the zstd level of codec-1 blocks. The default, 2, stored a frame + 3
+        zones stream in
+            5.93 bytes an event against 6.05 at level 1, for ~8 % more compression time (level 3:
+            5.71, 28 %).
         start_host_ns: host-clock (``perf_counter_ns``) capture start; event
             times are relative to it. Defaults to now.
-        stream: write to this open binary file instead of claiming ``path`` (a pipe, a socket): no ``.part``,
-            nothing moved; the writer closes it in :meth:`finish`. ``path`` only names it (messages, thread name).
-        failed_aside: a capture finished ``aborted`` never goes to ``path`` (``katra3d run``: it would block
-            the rerun); :attr:`failed_path` says where it went (:func:`katra_trace.io.claim.set_aside`).
-        sync: every item handed to the thread is written before the call that handed it returns, so the thread
-            never runs beside the caller (a counted capture: its work would interleave with the frames').
+        stream: write to this open binary file instead of claiming ``path`` (a pipe, a socket): no
+        ``.part``,
+            nothing moved; the writer closes it in :meth:`finish`. ``path`` only names it (messages,
+            thread name).
+        failed_aside: a capture finished ``aborted`` never goes to ``path`` (``katra3d run``: it
+        would block
+            the rerun); :attr:`failed_path` says where it went
+            (:func:`katra_trace.io.claim.set_aside`).
+        sync: every item handed to the thread is written before the call that handed it returns, so
+        the thread
+            never runs beside the caller (a counted capture: its work would interleave with the
+            frames').
 
     Raises:
         OutputExistsError, OutputBusyError: the path is taken (see katra_trace/io/claim.py).
@@ -107,11 +121,17 @@ class TraceWriter:
         sync: bool = False,
     ) -> None:
         if codec not in fmt.CODEC_NAMES:
-            raise ConfigError(f"unknown codec {codec!r}; choose one of: {', '.join(fmt.CODEC_NAMES)}")
+            raise ConfigError(
+                f"unknown codec {codec!r}; choose one of: {', '.join(fmt.CODEC_NAMES)}"
+            )
         if drop_policy not in DROP_POLICIES:
-            raise ConfigError(f"unknown drop policy {drop_policy!r}; choose one of: {', '.join(DROP_POLICIES)}")
+            raise ConfigError(
+                f"unknown drop policy {drop_policy!r}; choose one of: {', '.join(DROP_POLICIES)}"
+            )
         if not 1 <= batch_events <= fmt.MAX_BLOCK_EVENTS:
-            raise ConfigError(f"batch_events must be in 1..{fmt.MAX_BLOCK_EVENTS}, got {batch_events}")
+            raise ConfigError(
+                f"batch_events must be in 1..{fmt.MAX_BLOCK_EVENTS}, got {batch_events}"
+            )
         if batch_ms <= 0 or queue_batches < 1:
             raise ConfigError("batch_ms must be > 0 and queue_batches >= 1")
         raw = os.fspath(path)
@@ -121,12 +141,17 @@ class TraceWriter:
         #: where the trace ends up: ``path``, or the file a symbolic link at ``path`` points to
         self.final_path = self.path
         #: where the trace is written until finish() moves it (None when writing to a ``stream``)
-        self.part_path: Path | None = None if stream is not None else claim_mod.part_path_for(self.path)
+        self.part_path: Path | None = (
+            None if stream is not None else claim_mod.part_path_for(self.path)
+        )
         self.failed_aside = failed_aside
-        self.failed_path: Path | None = None  #: where an aborted capture set aside went (None: nowhere)
+        #: where an aborted capture set aside went (None: nowhere)
+        self.failed_path: Path | None = None
         self.start_host_ns = time.perf_counter_ns() if start_host_ns is None else int(start_host_ns)
         self.start_wall_ns = time.time_ns()
-        blosc2: Any = fmt.load_blosc2("writing a trace with codec 'blosc2'") if codec == "blosc2" else None
+        blosc2: Any = (
+            fmt.load_blosc2("writing a trace with codec 'blosc2'") if codec == "blosc2" else None
+        )
         self._level = compression_level
         self._batch_events = batch_events
         self._batch_s = batch_ms / 1000.0
@@ -154,20 +179,24 @@ class TraceWriter:
         self._dropped_events = 0
         self._dropped_batches = 0
 
-        self.header: dict[str, Any] = readable_header({
-            "format_version": f"{fmt.FORMAT_MAJOR}.{fmt.FORMAT_MINOR}",
-            "schema_version": SCHEMA_VERSION,
-            "schema_hash": schema_hash(),
-            "tool_version": f"katra3d {__version__}",
-            "capture_options": header_part(capture_options),
-            "host_info": header_part(host_info),
-            "start_wall_ns": self.start_wall_ns,
-            "start_host_ns": self.start_host_ns,
-            "pid": os.getpid(),
-            "workload": workload,
-            "notes": notes,
-        }, self.path)
-        header_json = fmt.encode_json(self.header)  # unencodable options fail here, before any file exists
+        self.header: dict[str, Any] = readable_header(
+            {
+                "format_version": f"{fmt.FORMAT_MAJOR}.{fmt.FORMAT_MINOR}",
+                "schema_version": SCHEMA_VERSION,
+                "schema_hash": schema_hash(),
+                "tool_version": f"katra3d {__version__}",
+                "capture_options": header_part(capture_options),
+                "host_info": header_part(host_info),
+                "start_wall_ns": self.start_wall_ns,
+                "start_host_ns": self.start_host_ns,
+                "pid": os.getpid(),
+                "workload": workload,
+                "notes": notes,
+            },
+            self.path,
+        )
+        # unencodable options fail here, before any file exists
+        header_json = fmt.encode_json(self.header)
         self._claim: claim_mod.Claim | None = None
         if stream is None:
             self._claim = claim_mod.claim(self.path, overwrite)
@@ -181,10 +210,14 @@ class TraceWriter:
             self._out.start(header_json)
         except OSError as exc:
             self._abandon()
-            raise TraceIOError(f"cannot write trace {str(self.path)!r}: {claim_mod.describe(exc)}") from None
+            raise TraceIOError(
+                f"cannot write trace {str(self.path)!r}: {claim_mod.describe(exc)}"
+            ) from None
 
         self.append = self._make_append()
-        self._thread = threading.Thread(target=self._run, name=f"katra-trace-writer:{self.path.name}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"katra-trace-writer:{self.path.name}", daemon=True
+        )
         self._thread.start()
         _OPEN_WRITERS.add(self)
 
@@ -219,16 +252,40 @@ class TraceWriter:
         acquire, release = self._lock.acquire, self._lock.release
         pack, slot, cap, hand_over = _EVENT.pack_into, self._slot, self._cap, self._hand_over_locked
 
-        def append(kind: int, clock: int, scene: int, name: int, frame: int, depth: int,
-                   start_ns: int, dur_ns: int, value: float = 0.0, flags: int = 0) -> None:
-            """Append one event (fields as in :data:`katra_trace.schema.EVENT_DTYPE`). Thread-safe."""
+        def append(
+            kind: int,
+            clock: int,
+            scene: int,
+            name: int,
+            frame: int,
+            depth: int,
+            start_ns: int,
+            dur_ns: int,
+            value: float = 0.0,
+            flags: int = 0,
+        ) -> None:
+            """Append one event (fields as in
+            :data:`katra_trace.schema.EVENT_DTYPE`). Thread-safe."""
             acquire()
             try:
                 off = slot[1]
                 while off == cap:
                     hand_over()  # may wait for room, letting other threads append meanwhile
                     off = slot[1]
-                pack(slot[0], off, kind, clock, flags, depth, scene, name, frame, start_ns, dur_ns, value)
+                pack(
+                    slot[0],
+                    off,
+                    kind,
+                    clock,
+                    flags,
+                    depth,
+                    scene,
+                    name,
+                    frame,
+                    start_ns,
+                    dur_ns,
+                    value,
+                )
                 slot[1] = off + 42
             finally:
                 release()
@@ -260,12 +317,12 @@ class TraceWriter:
                     continue
                 if off == 0 and len(events) - pos >= step:
                     # A whole batch: hand over a copy (the caller may reuse its array).
-                    self._hand_over_locked(fmt.copy_events(events[pos:pos + step]))
+                    self._hand_over_locked(fmt.copy_events(events[pos : pos + step]))
                     pos += step
                     continue
                 take = min(len(events) - pos, (cap - off) // 42)
-                data = events[pos:pos + take].view(np.uint8).data
-                buf[off:off + len(data)] = data
+                data = events[pos : pos + take].view(np.uint8).data
+                buf[off : off + len(data)] = data
                 self._slot[1] = off + len(data)
                 pos += take
                 if self._slot[1] == cap:
@@ -273,14 +330,18 @@ class TraceWriter:
 
     def clock_sync(self, record: dict[str, Any]) -> None:
         """Write a CLOCK_SYNC block (e.g. a GPU/host timestamp calibration pair)."""
-        self._enqueue_block(fmt.BlockType.CLOCK_SYNC, fmt.encode_json(record))  # fails early, in the caller
+        # fails early, in the caller
+        self._enqueue_block(fmt.BlockType.CLOCK_SYNC, fmt.encode_json(record))
 
     def annotate(self, record: dict[str, Any]) -> None:
         """Write an ANNOTATION block (a JSON dict), ordered after the events appended so far."""
-        self._enqueue_block(fmt.BlockType.ANNOTATION, fmt.encode_json(record))  # fails early, in the caller
+        # fails early, in the caller
+        self._enqueue_block(fmt.BlockType.ANNOTATION, fmt.encode_json(record))
 
     def image(self, meta: dict[str, Any], png: bytes) -> None:
-        """An IMAGE block (:mod:`katra_trace.io.image_block`) after the events so far; codec 0: PNG is compressed."""
+        """An IMAGE block (:mod:`katra_trace.io.image_block`) after the events so far; codec 0: PNG
+        is compressed.
+        """
         self._enqueue_block(fmt.BlockType.IMAGE, encode_image_payload(meta, png), fmt.Codec.NONE)
 
     def flush(self) -> None:
@@ -325,7 +386,8 @@ class TraceWriter:
             self._closed = True
             if self._error is None:
                 self._hand_over_pending_locked(raise_errors=False)
-            self._slot[1] = self._cap  # producers now reach a hand-over (the buffer was handed over above)
+            # producers now reach a hand-over (the buffer was handed over above)
+            self._slot[1] = self._cap
             self._closing = True
             self._enqueue_locked(("summary", status, user))
         self._thread.join()
@@ -338,9 +400,13 @@ class TraceWriter:
                         self._file.flush()
                     except OSError as exc:
                         failure = exc
-                empty = self._out.written_events == 0 and (status != "complete" or failure is not None)
+                empty = self._out.written_events == 0 and (
+                    status != "complete" or failure is not None
+                )
                 aside = self.failed_aside and status == "aborted" and failure is None
-                published, self.failed_path = claim_mod.place(self._claim, empty_failure=empty, aside=aside)
+                published, self.failed_path = claim_mod.place(
+                    self._claim, empty_failure=empty, aside=aside
+                )
         finally:
             try:
                 self._file.close()  # also releases the .part's lock
@@ -348,8 +414,14 @@ class TraceWriter:
                 failure = failure or exc
         if failure is not None:
             where = self.final_path if published or self._claim is None else self.part_path
-            raise write_failed(self.path, failure, claim_mod.describe(failure), self._out.written_events, where,
-                               published)
+            raise write_failed(
+                self.path,
+                failure,
+                claim_mod.describe(failure),
+                self._out.written_events,
+                where,
+                published,
+            )
 
     @property
     def finished(self) -> bool:
@@ -358,8 +430,12 @@ class TraceWriter:
     def __enter__(self) -> TraceWriter:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if self._finished:
             return
         if exc_type is None:
@@ -390,11 +466,17 @@ class TraceWriter:
         self._pending.append(item)
         self._enqueued += 1
         self._cond.notify_all()
-        while self._sync and self._done < self._enqueued and self._error is None and self._thread.is_alive():
+        while (
+            self._sync
+            and self._done < self._enqueued
+            and self._error is None
+            and self._thread.is_alive()
+        ):
             self._cond.wait(0.5)
 
-    def _hand_over_locked(self, batch: np.ndarray | None = None, force: bool = False,
-                          raise_errors: bool = True) -> None:
+    def _hand_over_locked(
+        self, batch: np.ndarray | None = None, force: bool = False, raise_errors: bool = True
+    ) -> None:
         """Queue a batch (default: the current buffer) and the new strings for the writer thread."""
         if raise_errors:
             self._check_open_locked()
@@ -416,12 +498,18 @@ class TraceWriter:
             return
         self._enqueue_locked(("events", first_id, strings, batch))
         if not self._drop and not force:
-            while len(self._pending) > self._max_pending and self._error is None and self._thread.is_alive():
+            while (
+                len(self._pending) > self._max_pending
+                and self._error is None
+                and self._thread.is_alive()
+            ):
                 self._cond.wait(0.5)
         if raise_errors:
             self._raise_if_failed()
 
-    def _enqueue_block(self, btype: fmt.BlockType, payload: bytes, codec: fmt.Codec | None = None) -> None:
+    def _enqueue_block(
+        self, btype: fmt.BlockType, payload: bytes, codec: fmt.Codec | None = None
+    ) -> None:
         with self._cond:
             self._check_open_locked()
             self._hand_over_pending_locked()
@@ -431,12 +519,15 @@ class TraceWriter:
         err = self._error
         if err is None:
             return
-        if isinstance(err, ConfigError):  # an event the format cannot hold (found by the writer thread)
+        # an event the format cannot hold (found by the writer thread)
+        if isinstance(err, ConfigError):
             raise ConfigError(f"writing trace {str(self.path)!r} stopped: {err}")
         raise TraceIOError(f"writing trace {str(self.path)!r} failed: {claim_mod.describe(err)}")
 
     def _abandon(self) -> None:
-        """The header could not be written: remove our own empty .part (or leave a stream) and close."""
+        """The header could not be written: remove our own empty .part (or leave a stream) and
+        close.
+        """
         if self._claim is not None:
             claim_mod.discard(self._claim)
         with contextlib.suppress(OSError):
@@ -453,7 +544,12 @@ class TraceWriter:
             with self._cond:
                 if not self._pending and not self._closing:
                     self._cond.wait(self._batch_s)
-                    if not self._pending and self._slot[1] and not self._closing and self._error is None:
+                    if (
+                        not self._pending
+                        and self._slot[1]
+                        and not self._closing
+                        and self._error is None
+                    ):
                         self._hand_over_locked(force=True, raise_errors=False)  # the periodic flush
                 if not self._pending:
                     if self._closing:
@@ -481,9 +577,14 @@ class TraceWriter:
             self._out.write_block(btype, payload, codec=codec)
         elif what == "summary":
             _, status, user = item
-            self._out.write_summary(status, dropped_events=self._dropped_events,
-                                    dropped_batches=self._dropped_batches, strings=self._strings_flushed,
-                                    end_host_ns=time.perf_counter_ns() - self.start_host_ns, user=user)
+            self._out.write_summary(
+                status,
+                dropped_events=self._dropped_events,
+                dropped_batches=self._dropped_batches,
+                strings=self._strings_flushed,
+                end_host_ns=time.perf_counter_ns() - self.start_host_ns,
+                user=user,
+            )
         self._file.flush()
 
 

@@ -1,9 +1,9 @@
 """An HTML report of one or more runs, optionally against a baseline: ``katra3d report``.
 
 :func:`build_report` returns the page (katra_trace.report.page), :func:`write_report` writes it
-without replacing an existing file unless asked. The comparison with a baseline is the one comparison's
-(:func:`katra_trace.analysis.comparison.compare_sides`), shown as a table. Needs the optional
-``plotly`` package (its plotly.js is inlined): ``pip install 'katra3d[export]'``.
+without replacing an existing file unless asked. The comparison with a baseline is the one
+comparison's (:func:`katra_trace.analysis.comparison.compare_sides`), shown as a table. Needs the
+optional ``plotly`` package (its plotly.js is inlined): ``pip install 'katra3d[export]'``.
 """
 
 from __future__ import annotations
@@ -24,20 +24,28 @@ if TYPE_CHECKING:
     from katra_trace.analysis.comparison import ComparisonResult
 
 
-def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: str = "katra3d report",
-                 comparison: ComparisonResult | None = None, comparison_error: str | None = None,
-                 compare_options: Mapping[str, Any] | None = None, image_policy: str = "gate",
-                 image_thresholds: ImageThresholds | None = None, history: dict[str, Any] | None = None) -> str:
+def build_report(
+    runs: Sequence[Any],
+    baseline: Sequence[Any] = (),
+    *,
+    title: str = "katra3d report",
+    comparison: ComparisonResult | None = None,
+    comparison_error: str | None = None,
+    compare_options: Mapping[str, Any] | None = None,
+    image_policy: str = "gate",
+    image_thresholds: ImageThresholds | None = None,
+    history: dict[str, Any] | None = None,
+) -> str:
     """The report page for opened traces ``runs`` (one run each) and, if given, ``baseline``.
 
     With a baseline the page shows the one comparison of the two sides
-    (:func:`katra_trace.analysis.comparison.compare_sides`): ``comparison`` when the caller ran it (as
-    ``katra3d report`` does, with the sides' round pairing), else it is run here on these traces with
-    ``compare_options``, ``image_policy`` and ``image_thresholds``. The page shows its verdicts and, under its
-    image policy, each scene's image verdict and the pictures of every difference; or why the traces could not
-    be compared (``comparison_error``: counts against times, ...). ``history``
-    (:func:`katra_trace.history.trends.trend_data`'s result) adds a section of trend plots.
-    Raises MissingDependencyError (exit 3) without plotly.
+    (:func:`katra_trace.analysis.comparison.compare_sides`): ``comparison`` when the caller ran it
+    (as ``katra3d report`` does, with the sides' round pairing), else it is run here on these traces
+    with ``compare_options``, ``image_policy`` and ``image_thresholds``. The page shows its verdicts
+    and, under its image policy, each scene's image verdict and the pictures of every difference; or
+    why the traces could not be compared (``comparison_error``: counts against times, ...).
+    ``history`` (:func:`katra_trace.history.trends.trend_data`'s result) adds a section of trend
+    plots. Raises MissingDependencyError (exit 3) without plotly.
     """
     plotly_js_packed()  # fail before any work when plotly is missing
     check_text(title, "--title")
@@ -47,23 +55,43 @@ def build_report(runs: Sequence[Any], baseline: Sequence[Any] = (), *, title: st
 
         sides = Sides("baseline", "runs", tuple(baseline), tuple(runs))
         try:
-            comparison = compare_sides(sides, image_policy=image_policy, image_limits=image_thresholds,
-                                       **(compare_options or {}))
+            comparison = compare_sides(
+                sides,
+                image_policy=image_policy,
+                image_limits=image_thresholds,
+                **(compare_options or {}),
+            )
         except KatraError as exc:
             comparison_error = str(exc)
     images_html = ""
     if comparison is not None and comparison.image_policy != "off":
-        images_html = images_section(dict(comparison.images), dict(comparison.base_images),
-                                     dict(comparison.new_images), policy=comparison.image_policy)
-    return render(runs, baseline, comparison=None if comparison is None else comparison.timing.as_dict(),
-                  comparison_error=comparison_error, title=title, tool_version=f"katra3d {__version__}",
-                  history=history, images_html=images_html)
+        images_html = images_section(
+            dict(comparison.images),
+            dict(comparison.base_images),
+            dict(comparison.new_images),
+            policy=comparison.image_policy,
+        )
+    return render(
+        runs,
+        baseline,
+        comparison=None if comparison is None else comparison.timing.as_dict(),
+        comparison_error=comparison_error,
+        title=title,
+        tool_version=f"katra3d {__version__}",
+        history=history,
+        images_html=images_html,
+    )
 
 
-def write_report(path: str | os.PathLike[str], page: str, *, overwrite: bool = False,
-                 inputs: Sequence[str | os.PathLike[str]] = ()) -> int:
-    """Write ``page`` to ``path`` (refusing to replace a file unless ``overwrite``, and never one of the
-    ``inputs``: traces, directories of traces, a history store); returns its size in bytes."""
+def write_report(
+    path: str | os.PathLike[str],
+    page: str,
+    *,
+    overwrite: bool = False,
+    inputs: Sequence[str | os.PathLike[str]] = (),
+) -> int:
+    """Write ``page`` to ``path`` (refusing to replace a file unless ``overwrite``, and never one of
+    the ``inputs``: traces, directories of traces, a history store); returns its size in bytes."""
     data = page.encode("utf-8")
     with open_output(path, force=overwrite, inputs=inputs, example="report.html") as f:
         f.write(data)

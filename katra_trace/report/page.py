@@ -30,7 +30,6 @@ from katra_trace.report.figure import compact as _compact
 from katra_trace.report.figure import layout as _layout
 from katra_trace.report.history import history_section
 from katra_trace.report.plottext import plot_text
-from katra_trace.report.slow import slow_part
 from katra_trace.report.series import (
     BAND_MIN_RUNS,
     FrameSeries,
@@ -42,13 +41,15 @@ from katra_trace.report.series import (
     side_band,
     unit_of,
 )
+from katra_trace.report.slow import slow_part
 from katra_trace.report.tables import e as _e
 from katra_trace.report.tables import num as _num
 from katra_trace.report.tables import params_table, stats_table, zone_stats_table
 from katra_trace.report.tables import table as _table
 from katra_trace.report.zones import PLOT_PX, zone_figures
 
-#: Pixels a row of the frame-time plot's legend takes, and the tallest that plot grows to hold its legend.
+#: Pixels a row of the frame-time plot's legend takes, and the tallest that plot grows to hold its
+#: legend.
 LEGEND_ROW_PX = 19
 SERIES_MAX_PX = 640
 
@@ -66,7 +67,7 @@ caption{text-align:left;color:#666;padding:2px 0;caption-side:top}
 .regression{color:#b00020;font-weight:600}.improvement{color:#1b7f2a;font-weight:600}
 .muted{color:#666}details{margin:4px 0}pre{background:#fff;border:1px solid #e5e5e5;padding:8px;overflow:auto;
 max-height:360px;font-size:12px}#katra-status{color:#b00020}
-"""
+"""  # noqa: E501
 
 _LOADER = """
 (async function () {
@@ -96,7 +97,7 @@ _LOADER = """
     console.error(err);
   }
 })();
-"""
+"""  # noqa: E501
 
 
 @functools.lru_cache(maxsize=1)
@@ -104,7 +105,9 @@ def plotly_js_packed() -> str:
     """plotly.min.js from the installed ``plotly`` package, gzip-compressed and base64-encoded."""
     offline = require("plotly.offline", extra="export", purpose="katra3d report")
     js: str = offline.get_plotlyjs()
-    return base64.b64encode(gzip.compress(js.encode("utf-8"), compresslevel=9, mtime=0)).decode("ascii")
+    return base64.b64encode(gzip.compress(js.encode("utf-8"), compresslevel=9, mtime=0)).decode(
+        "ascii"
+    )
 
 
 def _json_for_script(obj: Any) -> str:
@@ -118,31 +121,50 @@ def _run_label(trace: Any, index: int, role: str) -> str:
     return f"{'baseline' if role == 'baseline' else 'run'} {index + 1}: {name}"
 
 
-def _timing_reasons(sides: Sequence[tuple[str, Sequence[TraceLike]]]) -> dict[tuple[str, str], dict[str, list[int]]]:
-    """``{(timing mode, why): {role: run numbers}}``: each distinct reason a capture gave for its timing mode,
-    in first-seen order, and the runs (1-based, per side) that gave it."""
+def _timing_reasons(
+    sides: Sequence[tuple[str, Sequence[TraceLike]]],
+) -> dict[tuple[str, str], dict[str, list[int]]]:
+    """``{(timing mode, why): {role: run numbers}}``: each distinct reason a capture gave for its
+    timing mode, in first-seen order, and the runs (1-based, per side) that gave it."""
     out: dict[tuple[str, str], dict[str, list[int]]] = {}
     for role, traces in sides:
         for i, t in enumerate(traces):
             opts = t.header.capture_options
             if opts.timing_reason:
-                out.setdefault((opts.timing_mode or "-", opts.timing_reason), {}).setdefault(role, []).append(i + 1)
+                out.setdefault((opts.timing_mode or "-", opts.timing_reason), {}).setdefault(
+                    role, []
+                ).append(i + 1)
     return out
 
 
 def _timing_note(reasons: Mapping[tuple[str, str], Mapping[str, list[int]]], total: int) -> str:
-    """The runs' timing reasons, each said once, above the runs table (the folded lines refer to them)."""
+    """The runs' timing reasons, each said once, above the runs table (the folded lines refer to
+    them).
+    """
     items = []
     for n, ((timing, why), who) in enumerate(reasons.items(), 1):
         count = sum(len(v) for v in who.values())
-        where = ("the run" if total == 1 else "every run" if count == total else
-                 "; ".join(f"{'runs' if role == 'run' else 'baseline'} {', '.join(map(str, nums))}"
-                           for role, nums in who.items()))
-        items.append(f'<span id="timing-why-{n}">timing <b>{_e(timing)}</b> on {_e(where)}, because {_e(why)}</span>')
+        where = (
+            "the run"
+            if total == 1
+            else "every run"
+            if count == total
+            else "; ".join(
+                f"{'runs' if role == 'run' else 'baseline'} {', '.join(map(str, nums))}"
+                for role, nums in who.items()
+            )
+        )
+        items.append(
+            f'<span id="timing-why-{n}">timing <b>{_e(timing)}</b> on {_e(where)}, because '
+            f"{_e(why)}</span>"
+        )
     if len(items) == 1:
         return f'<p class="timing-why">Why: {items[0]}.</p>'
-    return '<p class="timing-why">Why each timing mode:</p><ol class="timing-why">' + "".join(
-        f"<li>{item}</li>" for item in items) + "</ol>"
+    return (
+        '<p class="timing-why">Why each timing mode:</p><ol class="timing-why">'
+        + "".join(f"<li>{item}</li>" for item in items)
+        + "</ol>"
+    )
 
 
 #: Runs shown open in the runs table; more fold under one line.
@@ -164,40 +186,74 @@ def _runs_section(runs: Sequence[TraceLike], baseline: Sequence[TraceLike]) -> s
             label = _run_label(t, i, role)
             frames = "-" if opts.run_frames is None else opts.run_frames
             warmup = "-" if opts.run_warmup is None else opts.run_warmup
-            rows.append([
-                _e(label), _e(h.workload or ""), _e(getattr(t, "status", "")),
-                _e(f"measure {mode}" if mode and mode != "time" else timing),
-                _e(h.host_info.gl.renderer or "-"),
-                _e(h.host_info.system.cpu_model or "-"),
-                _e("x".join(str(v) for v in size) if size else "-"),
-                _e(f"{frames} / {warmup}"),
-                _num(len(t.events), "int"),
-            ])
+            rows.append(
+                [
+                    _e(label),
+                    _e(h.workload or ""),
+                    _e(getattr(t, "status", "")),
+                    _e(f"measure {mode}" if mode and mode != "time" else timing),
+                    _e(h.host_info.gl.renderer or "-"),
+                    _e(h.host_info.system.cpu_model or "-"),
+                    _e("x".join(str(v) for v in size) if size else "-"),
+                    _e(f"{frames} / {warmup}"),
+                    _num(len(t.events), "int"),
+                ]
+            )
             why = opts.timing_reason
             start = h.start_wall_ns
-            when = (datetime.datetime.fromtimestamp(start / 1e9, tz=datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-                    if start is not None else "-")
+            when = (
+                datetime.datetime.fromtimestamp(start / 1e9, tz=datetime.timezone.utc).strftime(
+                    "%Y-%m-%d %H:%M:%S UTC"
+                )
+                if start is not None
+                else "-"
+            )
             details.append(
                 f"<details><summary>{_e(label)}: {_e(h.tool_version or '')}, captured {_e(when)}"
-                + (f"; timing {_e(timing)} (why: {'above' if len(numbers) == 1 else f'note {numbers[(timing, why)]} above'})"
-                   if why else "") + "</summary>"
-                f"<h3>capture options</h3><pre>{_e(jsontext.dumps(opts.as_dict(), indent=2, default=str))}</pre>"
-                f"<h3>host</h3><pre>{_e(jsontext.dumps(h.host_info.as_dict(), indent=2, default=str))}</pre>"
-                + (f"<p>notes: {_e(h.notes)}</p>" if h.notes else "") + "</details>")
-    table = _table(["run", "workload", "status", "timing", "renderer", "CPU", "size", "frames / warmup", "events"],
-                   rows)
+                + (
+                    f"; timing {_e(timing)} (why: "
+                    f"{'above' if len(numbers) == 1 else f'note {numbers[(timing, why)]} above'})"
+                    if why
+                    else ""
+                )
+                + "</summary><h3>capture options</h3><pre>"
+                f"{_e(jsontext.dumps(opts.as_dict(), indent=2, default=str))}</pre>"
+                "<h3>host</h3><pre>"
+                f"{_e(jsontext.dumps(h.host_info.as_dict(), indent=2, default=str))}</pre>"
+                + (f"<p>notes: {_e(h.notes)}</p>" if h.notes else "")
+                + "</details>"
+            )
+    table = _table(
+        [
+            "run",
+            "workload",
+            "status",
+            "timing",
+            "renderer",
+            "CPU",
+            "size",
+            "frames / warmup",
+            "events",
+        ],
+        rows,
+    )
     note = _timing_note(reasons, len(runs) + len(baseline)) if reasons else ""
     body = f"{table}{''.join(details)}"
     count = len(runs) + len(baseline)
-    if count > RUNS_SHOWN:  # many runs fold, so that the verdicts and plots are not pushed down the page
-        body = f"<details><summary>{count} runs: the table of their captures</summary>{body}</details>"
+    # many runs fold, so that the verdicts and plots are not pushed down the page
+    if count > RUNS_SHOWN:
+        body = (
+            f"<details><summary>{count} runs: the table of their captures</summary>{body}</details>"
+        )
     return f'<section id="runs"><h2>Runs</h2>{note}{body}</section>'
 
 
 def _comparison_section(comparison: Mapping[str, Any] | None, error: str | None) -> str:
     if error is not None:
-        return (f'<section id="comparison"><h2>Comparison with the baseline</h2>'
-                f'<p class="regression">No comparison: {_e(error)}</p></section>')
+        return (
+            f'<section id="comparison"><h2>Comparison with the baseline</h2>'
+            f'<p class="regression">No comparison: {_e(error)}</p></section>'
+        )
     if comparison is None:
         return ""
     rows = []
@@ -206,60 +262,116 @@ def _comparison_section(comparison: Mapping[str, Any] | None, error: str | None)
         cls = str(verdict) if verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT) else ""
         unit = s.get("value_unit") or "ms"
         level_unit = "ms" if unit == "ms" else ("count" if is_count(unit) else "ratio")
-        ci = (f"[{_num(_pct(s.get('ci_low')), 'pct')}, {_num(_pct(s.get('ci_high')), 'pct')}]"
-              if s.get("ci_low") is not None else "-")
-        rows.append([
-            _e(scene), f'<span class="{cls}">{_e(verdict)}</span>', _num(s.get("change_pct"), "pct"), ci,
-            _num(s.get("p_holm"), "p"), _e(f"{s.get('runs_base', '-')} / {s.get('runs_new', '-')}"),
-            f"{_num(s.get('level_base'), level_unit)} &rarr; {_num(s.get('level_new'), level_unit)}"
-            + ("" if level_unit == "ms" else f" {_e(unit)}"),
-            f'<span class="muted">{_e(s.get("reason", ""))}</span>',
-        ])
-    table = _table(["scene", "verdict", "change", "interval", "p (Holm)", "runs base / new", "level", "why"], rows)
+        ci = (
+            f"[{_num(_pct(s.get('ci_low')), 'pct')}, {_num(_pct(s.get('ci_high')), 'pct')}]"
+            if s.get("ci_low") is not None
+            else "-"
+        )
+        rows.append(
+            [
+                _e(scene),
+                f'<span class="{cls}">{_e(verdict)}</span>',
+                _num(s.get("change_pct"), "pct"),
+                ci,
+                _num(s.get("p_holm"), "p"),
+                _e(f"{s.get('runs_base', '-')} / {s.get('runs_new', '-')}"),
+                f"{_num(s.get('level_base'), level_unit)} &rarr; "
+                f"{_num(s.get('level_new'), level_unit)}"
+                + ("" if level_unit == "ms" else f" {_e(unit)}"),
+                f'<span class="muted">{_e(s.get("reason", ""))}</span>',
+            ]
+        )
+    table = _table(
+        ["scene", "verdict", "change", "interval", "p (Holm)", "runs base / new", "level", "why"],
+        rows,
+    )
     notes = "".join(f"<li>{_e(n)}</li>" for n in comparison.get("notes") or [])
     counts = ", ".join(f"{v} {k}" for k, v in (comparison.get("verdicts") or {}).items() if v)
-    return (f'<section id="comparison"><h2>Comparison with the baseline</h2>'
-            f'<p>metric <b>{_e(comparison.get("metric", ""))}</b>, threshold {_e(comparison.get("threshold_pct"))} %, '
-            f'alpha {_e(comparison.get("alpha"))}{", paired rounds" if comparison.get("paired") else ""}: '
-            f'{_e(counts or "no scenes")}. A change is NEW over BASE: + is slower.</p>{table}'
-            + (f"<ul>{notes}</ul>" if notes else "") + "</section>")
+    return (
+        f'<section id="comparison"><h2>Comparison with the baseline</h2>'
+        f"<p>metric <b>{_e(comparison.get('metric', ''))}</b>, threshold "
+        f"{_e(comparison.get('threshold_pct'))} %, "
+        "alpha "
+        f"{_e(comparison.get('alpha'))}{', paired rounds' if comparison.get('paired') else ''}: "
+        ""
+        f"{_e(counts or 'no scenes')}. A change is NEW over BASE: + is slower.</p>{table}"
+        + (f"<ul>{notes}</ul>" if notes else "")
+        + "</section>"
+    )
 
 
 def _pct(ratio: Any) -> float | None:
     return None if ratio is None else (float(ratio) - 1.0) * 100.0
 
 
-def _side_series(role: str, name: str, runs: Sequence[tuple[int, str, FrameSeries]]) -> list[dict[str, Any]]:
-    """The frame-series traces of one side: a line per run or, from :data:`BAND_MIN_RUNS` runs, the runs'
-    median at each frame in a band from the fastest to the slowest run, each run a legend entry drawn
-    on demand (plotly's ``legendonly``)."""
+def _side_series(
+    role: str, name: str, runs: Sequence[tuple[int, str, FrameSeries]]
+) -> list[dict[str, Any]]:
+    """The frame-series traces of one side: a line per run or, from :data:`BAND_MIN_RUNS` runs, the
+    runs' median at each frame in a band from the fastest to the slowest run, each run a legend
+    entry drawn on demand (plotly's ``legendonly``)."""
     dash = "dot" if role == "baseline" else "solid"
     out: list[dict[str, Any]] = []
     banded = len(runs) >= BAND_MIN_RUNS
     if banded:
         band = side_band([s for _, _, s in runs])
         tint = _color(role, 0)
-        edge = {"type": "scatter", "mode": "lines", "x": band.band_frame.tolist(), "hoverinfo": "skip",
-                "line": {"width": 0, "color": tint}}
-        out.append({**edge, "name": f"{name}: fastest run", "y": _compact(band.low), "showlegend": False})
-        out.append({**edge, "name": f"{name}: fastest to slowest of {band.runs} runs", "y": _compact(band.high),
-                    "fill": "tonexty", "fillcolor": fill(tint, 0.22)})
-        out.append({"type": "scatter", "mode": "lines", "name": f"{name}: median of {band.runs} runs",
-                    "x": band.frame.tolist(), "y": _compact(band.median),
-                    "line": {"width": 1.5, "color": tint, "dash": dash}})
+        edge = {
+            "type": "scatter",
+            "mode": "lines",
+            "x": band.band_frame.tolist(),
+            "hoverinfo": "skip",
+            "line": {"width": 0, "color": tint},
+        }
+        out.append(
+            {**edge, "name": f"{name}: fastest run", "y": _compact(band.low), "showlegend": False}
+        )
+        out.append(
+            {
+                **edge,
+                "name": f"{name}: fastest to slowest of {band.runs} runs",
+                "y": _compact(band.high),
+                "fill": "tonexty",
+                "fillcolor": fill(tint, 0.22),
+            }
+        )
+        out.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": f"{name}: median of {band.runs} runs",
+                "x": band.frame.tolist(),
+                "y": _compact(band.median),
+                "line": {"width": 1.5, "color": tint, "dash": dash},
+            }
+        )
     for i, label, s in runs:
-        out.append({"type": "scatter", "mode": "lines", "name": plot_text(label), "x": s.frame.tolist(),
-                    "y": _compact(s.value), "line": {"width": 1, "color": _color(role, i), "dash": dash},
-                    **({"visible": "legendonly"} if banded else {})})
+        out.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": plot_text(label),
+                "x": s.frame.tolist(),
+                "y": _compact(s.value),
+                "line": {"width": 1, "color": _color(role, i), "dash": dash},
+                **({"visible": "legendonly"} if banded else {}),
+            }
+        )
     return out
 
 
-def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[TraceLike]]],
-                  stats_of: Mapping[int, Mapping[str, Any]], judged: Mapping[str, Any] | None = None,
-                  metric: str | None = None) -> tuple[str, list[dict[str, Any]]]:
-    """One scene's HTML and its figures (series, histogram, zones). With a comparison, ``metric`` is the clock
-    it judged and ``judged`` its row of this scene: the plots draw that clock, and each side's level line is
-    the table's level (its ``stat`` of the runs), so the page shows one level a side."""
+def scene_section(
+    index: int,
+    scene: str,
+    sides: Sequence[tuple[str, Sequence[TraceLike]]],
+    stats_of: Mapping[int, Mapping[str, Any]],
+    judged: Mapping[str, Any] | None = None,
+    metric: str | None = None,
+) -> tuple[str, list[dict[str, Any]]]:
+    """One scene's HTML and its figures (series, histogram, zones). With a comparison, ``metric`` is
+    the clock it judged and ``judged`` its row of this scene: the plots draw that clock, and each
+    side's level line is the table's level (its ``stat`` of the runs), so the page shows one level a
+    side."""
     figures: list[dict[str, Any]] = []
     # the clock: the one the comparison judged, else the first run's choice, else any side's
     clock: str | None = None
@@ -278,7 +390,8 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
     pooled: dict[str, list[np.ndarray]] = {"run": [], "baseline": []}
     stats_rows: list[tuple[str, str, Mapping[str, Any]]] = []
     per_side: dict[str, list[tuple[int, str, FrameSeries]]] = {}
-    labelled: list[tuple[str, TraceLike]] = []  # every run of the scene: its params and zone statistics
+    # every run of the scene: its params and zone statistics
+    labelled: list[tuple[str, TraceLike]] = []
     x_max = 0
     for role, traces in sides:
         for i, t in enumerate(traces):
@@ -293,17 +406,39 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
             if s.frame.size:
                 x_max = max(x_max, int(s.frame.max()))
             if s.warmup is not None and not shapes:
-                shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": s.warmup[0] - 0.5,
-                               "x1": s.warmup[1] + 0.5, "y0": 0, "y1": 1, "fillcolor": "rgba(120,120,120,0.15)",
-                               "line": {"width": 0}, "layer": "below"})
+                shapes.append(
+                    {
+                        "type": "rect",
+                        "xref": "x",
+                        "yref": "paper",
+                        "x0": s.warmup[0] - 0.5,
+                        "x1": s.warmup[1] + 0.5,
+                        "y0": 0,
+                        "y1": 1,
+                        "fillcolor": "rgba(120,120,120,0.15)",
+                        "line": {"width": 0},
+                        "layer": "below",
+                    }
+                )
             pooled[role].append(s.measured)
-            per_clock = (stats_of[id(t)].get("scenes", {}).get(scene, {}).get("metrics", {}))
+            per_clock = stats_of[id(t)].get("scenes", {}).get(scene, {}).get("metrics", {})
             for c, values in per_clock.items():
                 stats_rows.append((label, c, values))
     annotations = []
     if shapes:
-        annotations.append({"x": shapes[0]["x0"], "y": 1, "xref": "x", "yref": "paper", "text": "warmup",
-                            "showarrow": False, "xanchor": "left", "yanchor": "top", "font": {"size": 11}})
+        annotations.append(
+            {
+                "x": shapes[0]["x0"],
+                "y": 1,
+                "xref": "x",
+                "yref": "paper",
+                "text": "warmup",
+                "showarrow": False,
+                "xanchor": "left",
+                "yanchor": "top",
+                "font": {"size": 11},
+            }
+        )
     levels = _judged_levels(judged, unit)
     for role, name in (("run", "runs"), ("baseline", "baseline")):
         side_traces = _side_series(role, name, per_side.get(role, []))
@@ -313,68 +448,133 @@ def scene_section(index: int, scene: str, sides: Sequence[tuple[str, Sequence[Tr
             level, level_name = levels.get(role, (med, "median"))
             fmt = ".3f" if unit == "ms" else ",.0f"
             for what, v, dash in ((level_name, level, "dash"), ("p99", p99, "dashdot")):
-                side_traces.append({"type": "scatter", "mode": "lines", "x": [0, x_max], "y": [v, v],
-                                    "name": f"{name} {what} {format(v, fmt)} {unit}", "hoverinfo": "name",
-                                    "line": {"width": 1.5, "dash": dash,
-                                             "color": BASELINE_COLOR if role == "baseline" else "#d62728"}})
+                side_traces.append(
+                    {
+                        "type": "scatter",
+                        "mode": "lines",
+                        "x": [0, x_max],
+                        "y": [v, v],
+                        "name": f"{name} {what} {format(v, fmt)} {unit}",
+                        "hoverinfo": "name",
+                        "line": {
+                            "width": 1.5,
+                            "dash": dash,
+                            "color": BASELINE_COLOR if role == "baseline" else "#d62728",
+                        },
+                    }
+                )
         for trace in side_traces:
             trace["legendgroup"] = role
         series_data.extend(side_traces)
-    slow_marks, slow_html = slow_part(scene, sides, clock, _run_label)  # report/slow.py: marks coloured by cause
+    # report/slow.py: marks coloured by cause
+    slow_marks, slow_html = slow_part(scene, sides, clock, _run_label)
     series_data.extend(slow_marks)
-    top = max((float(v.max()) for r in ("run", "baseline") for v in pooled[r] if v.size), default=0.0)
+    top = max(
+        (float(v.max()) for r in ("run", "baseline") for v in pooled[r] if v.size), default=0.0
+    )
     y_axis: dict[str, Any] = {"title": {"text": unit}, "rangemode": "tozero"}
     if top > 0:
-        y_axis["range"] = [0, top * 1.08]  # measured frames set the scale; taller warmup frames are cut
+        # measured frames set the scale; taller warmup frames are cut
+        y_axis["range"] = [0, top * 1.08]
     what = f"frame time, {clock} clock (ms)" if unit == "ms" else f"{unit} per frame"
     lines = next(iter(levels.values()))[1] if levels else "median"
     base_id = f"katra-plot-{index}"
-    entries = sum(1 for d in series_data if d.get("showlegend", True)) + len(per_side)  # and a gap per group
-    figures.append({"id": f"{base_id}-series", "data": series_data,
-                    "layout": _layout(plot_text(f"{scene}: {what}"), "frame", unit,
-                                      shapes=shapes, annotations=annotations, yaxis=y_axis,
-                                      legend={**LEGEND, "traceorder": "grouped", "groupclick": "toggleitem"},
-                                      height=min(SERIES_MAX_PX, max(PLOT_PX, 70 + LEGEND_ROW_PX * entries)))})
+    # and a gap per group
+    entries = sum(1 for d in series_data if d.get("showlegend", True)) + len(per_side)
+    figures.append(
+        {
+            "id": f"{base_id}-series",
+            "data": series_data,
+            "layout": _layout(
+                plot_text(f"{scene}: {what}"),
+                "frame",
+                unit,
+                shapes=shapes,
+                annotations=annotations,
+                yaxis=y_axis,
+                legend={**LEGEND, "traceorder": "grouped", "groupclick": "toggleitem"},
+                height=min(SERIES_MAX_PX, max(PLOT_PX, 70 + LEGEND_ROW_PX * entries)),
+            ),
+        }
+    )
     series_html = plot_div(figures[-1])
     cdf_data = []
     spread = [v for r in ("run", "baseline") for v in pooled[r] if v.size]
     for role in ("run", "baseline"):
         if pooled[role]:
             x, y = cdf_points(np.concatenate(pooled[role]))
-            cdf_data.append({"type": "scatter", "mode": "lines", "name": "runs" if role == "run" else "baseline",
-                             "x": _compact(x), "y": _compact(y, 4), "line": {"color": _color(role, 0), "width": 2,
-                                                                         "dash": "dot" if role == "baseline" else "solid"}})
+            cdf_data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "name": "runs" if role == "run" else "baseline",
+                    "x": _compact(x),
+                    "y": _compact(y, 4),
+                    "line": {
+                        "color": _color(role, 0),
+                        "width": 2,
+                        "dash": "dot" if role == "baseline" else "solid",
+                    },
+                }
+            )
     lo = min((float(v.min()) for v in spread), default=1.0)
     hi = max((float(v.max()) for v in spread), default=1.0)
     log_x = lo > 0 and hi / lo > 20
-    figures.append({"id": f"{base_id}-cdf", "data": cdf_data,
-                    "layout": _layout(f"distribution ({clock})", unit,
-                                      "% of frames", xaxis={"title": {"text": unit + (" (log)" if log_x else "") + ", warmup excluded"},
-                                                           "type": "log" if log_x else "linear"},
-                                      yaxis={"title": {"text": "% of frames at or below"}, "range": [0, 100.5]})})
+    figures.append(
+        {
+            "id": f"{base_id}-cdf",
+            "data": cdf_data,
+            "layout": _layout(
+                f"distribution ({clock})",
+                unit,
+                "% of frames",
+                xaxis={
+                    "title": {"text": unit + (" (log)" if log_x else "") + ", warmup excluded"},
+                    "type": "log" if log_x else "linear",
+                },
+                yaxis={"title": {"text": "% of frames at or below"}, "range": [0, 100.5]},
+            ),
+        }
+    )
     frame_medians = {role: float(np.median(np.concatenate(v))) for role, v in pooled.items() if v}
-    zone_html, draws_html, zone_figs = zone_figures(base_id, scene, clock, sides, frame_medians, unit)
+    zone_html, draws_html, zone_figs = zone_figures(
+        base_id, scene, clock, sides, frame_medians, unit
+    )
     figures.extend(zone_figs)
     if not zone_figs:
         zone_html = '<p class="muted">No zones recorded for this scene (capture with --zones).</p>'
-    banded = [name for role, name in (("run", "runs"), ("baseline", "baseline"))
-              if len(per_side.get(role, ())) >= BAND_MIN_RUNS]
-    band_note = (f"; {' and '.join(banded)}: the median of the runs at each frame, in a band from the fastest to "
-                 "the slowest run (click a run in the legend to draw it)" if banded else "")
+    banded = [
+        name
+        for role, name in (("run", "runs"), ("baseline", "baseline"))
+        if len(per_side.get(role, ())) >= BAND_MIN_RUNS
+    ]
+    band_note = (
+        f"; {' and '.join(banded)}: the median of the runs at each frame, in a band from the "
+        "fastest to "
+        "the slowest run (click a run in the legend to draw it)"
+        if banded
+        else ""
+    )
     zone_table = zone_stats_table(scene, clock, labelled, stats_of)
-    body = (f'<section class="scene" id="scene-{index}"><h2>{_e(scene)}</h2>{params_table(scene, labelled)}'
-            f'<p class="muted">plotted: {_e(what)}; {"warmup shaded; " if shapes else ""}lines: {_e(lines)} '
-            f'and p99 of the measured frames{band_note}</p>{series_html}'
-            f'<div class="row"><div class="plot" id="{base_id}-cdf"></div>{zone_html}</div>{draws_html}{slow_html}'
-            f"<h3>statistics</h3>{stats_table(stats_rows)}"
-            + (f"<h3>zone statistics (each span as it occurred)</h3>{zone_table}" if zone_table else "")
-            + "</section>")
+    body = (
+        '<section class="scene" '
+        f'id="scene-{index}"><h2>{_e(scene)}</h2>{params_table(scene, labelled)}'
+        f'<p class="muted">plotted: {_e(what)}; {"warmup shaded; " if shapes else ""}lines: '
+        f"{_e(lines)} "
+        f"and p99 of the measured frames{band_note}</p>{series_html}"
+        '<div class="row"><div class="plot" '
+        f'id="{base_id}-cdf"></div>{zone_html}</div>{draws_html}{slow_html}'
+        f"<h3>statistics</h3>{stats_table(stats_rows)}"
+        + (f"<h3>zone statistics (each span as it occurred)</h3>{zone_table}" if zone_table else "")
+        + "</section>"
+    )
     return body, figures
 
 
 def _judged_levels(judged: Mapping[str, Any] | None, unit: str) -> dict[str, tuple[float, str]]:
-    """Each side's level as the comparison's table gives it ({"run": (level, name), "baseline": ...}), in the
-    plot's unit; {} without a comparison of this scene on this unit (the pooled median is drawn then)."""
+    """Each side's level as the comparison's table gives it ({"run": (level, name), "baseline":
+    ...}), in the plot's unit; {} without a comparison of this scene on this unit (the pooled median
+    is drawn then)."""
     if not judged:
         return {}
     stat = str(judged.get("stat") or "median")
@@ -382,30 +582,45 @@ def _judged_levels(judged: Mapping[str, Any] | None, unit: str) -> dict[str, tup
     if unit != "ms" and judged.get("value_unit") != unit:
         return {}
     out = {}
-    for role, key in zip(("run", "baseline"), keys):
+    for role, key in zip(("run", "baseline"), keys, strict=True):
         value = judged.get(key)
         if isinstance(value, (int, float)) and math.isfinite(value):
             out[role] = (float(value), f"level ({stat} of the runs)")
     return out
 
 
-def _counts(runs: Sequence[TraceLike], baseline: Sequence[TraceLike], history: Mapping[str, Any] | None) -> str:
-    """The page header's count: the runs (and baseline runs) reported, or, for a history alone, its runs,
-    labels and scenes."""
+def _counts(
+    runs: Sequence[TraceLike], baseline: Sequence[TraceLike], history: Mapping[str, Any] | None
+) -> str:
+    """The page header's count: the runs (and baseline runs) reported, or, for a history alone, its
+    runs, labels and scenes."""
     if runs or baseline or history is None:
-        return f"{len(runs)} run(s)" + (f" against {len(baseline)} baseline run(s)" if baseline else "")
+        return f"{len(runs)} run(s)" + (
+            f" against {len(baseline)} baseline run(s)" if baseline else ""
+        )
     scenes = ", ".join(str(s) for s in history.get("scenes", [])) or "none"
-    return (f"history of {int(history.get('runs', 0))} run(s) over {len(history.get('labels', []))} label(s); "
-            f"scenes: {_e(scenes)}")
+    return (
+        f"history of {int(history.get('runs', 0))} run(s) over {len(history.get('labels', []))} "
+        "label(s); "
+        f"scenes: {_e(scenes)}"
+    )
 
 
 #: The table-of-contents link to the history section.
 HISTORY_LINK = '<a href="#history">history</a>'
 
 
-def render(runs: Sequence[TraceLike], baseline: Sequence[TraceLike] = (), *, comparison: Mapping[str, Any] | None = None,
-           comparison_error: str | None = None, title: str = "katra3d report", tool_version: str = "",
-           history: Mapping[str, Any] | None = None, images_html: str = "") -> str:
+def render(
+    runs: Sequence[TraceLike],
+    baseline: Sequence[TraceLike] = (),
+    *,
+    comparison: Mapping[str, Any] | None = None,
+    comparison_error: str | None = None,
+    title: str = "katra3d report",
+    tool_version: str = "",
+    history: Mapping[str, Any] | None = None,
+    images_html: str = "",
+) -> str:
     """The whole report page as a string; ``images_html``: the image section
     (:func:`katra_trace.report.images.images_section`), placed after the comparison."""
     sides: list[tuple[str, Sequence[TraceLike]]] = [("run", runs)]
@@ -434,18 +649,28 @@ def render(runs: Sequence[TraceLike], baseline: Sequence[TraceLike] = (), *, com
     if history is not None:
         toc += (" &middot; " if toc else "") + HISTORY_LINK
     generated = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    empty = "" if scenes or history is not None else '<p class="regression">No frames in these traces: nothing to plot.</p>'
+    empty = (
+        ""
+        if scenes or history is not None
+        else '<p class="regression">No frames in these traces: nothing to plot.</p>'
+    )
     return (
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{_e(title)}</title>"
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" '
+        f'content="width=device-width,initial-scale=1"><title>{_e(title)}</title>'
         f"<style>{_CSS}</style></head><body><main>"
-        f"<h1>{_e(title)}</h1><p class=\"muted\">{_counts(runs, baseline, history)}"
-        + f"; generated {generated} by {_e(tool_version)}. {'Scenes' if scenes else 'Sections'}: {toc}</p>"
-        + "<p id=\"katra-status\"></p>"
-        + _comparison_section(comparison, comparison_error) + images_html
-        + (_runs_section(runs, baseline) if runs or baseline else "") + empty
-        + "".join(sections) + history_html
-        + f'</main><script type="application/json" id="katra-figures">{_json_for_script(figures)}</script>'
+        f'<h1>{_e(title)}</h1><p class="muted">{_counts(runs, baseline, history)}'
+        + f"; generated {generated} by {_e(tool_version)}. {'Scenes' if scenes else 'Sections'}: "
+        f"{toc}</p>"
+        + '<p id="katra-status"></p>'
+        + _comparison_section(comparison, comparison_error)
+        + images_html
+        + (_runs_section(runs, baseline) if runs or baseline else "")
+        + empty
+        + "".join(sections)
+        + history_html
+        + '</main><script type="application/json" '
+        f'id="katra-figures">{_json_for_script(figures)}</script>'
         + f'<script type="application/octet-stream" id="katra-plotly">{plotly_js_packed()}</script>'
         + f"<script>{_LOADER}</script></body></html>\n"
     )

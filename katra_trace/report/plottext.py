@@ -1,4 +1,5 @@
-"""Text that goes into a plotly figure: titles, axis titles, legend names, category ticks, hover text.
+"""Text that goes into a plotly figure: titles, axis titles, legend names, category ticks, hover
+text.
 
 plotly.js renders a subset of HTML in every one of these (``<a href>``, ``<b>``, ``<i>``,
 ``<span style>``, ``<br>``), so a scene, zone, label or file name such as

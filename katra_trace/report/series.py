@@ -35,7 +35,9 @@ class TraceLike(Protocol):
     header: TraceHeader
 
 
-def minmax_downsample(x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
+def minmax_downsample(
+    x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS
+) -> tuple[np.ndarray, np.ndarray]:
     """At most ``max_points`` of ``(x, y)``: the min and the max of each bucket, in x order.
 
     Buckets hold consecutive points; each contributes its smallest and largest ``y`` (once if
@@ -57,8 +59,8 @@ def minmax_downsample(x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS
 
 
 def primary_clock(trace: TraceLike, available: Sequence[str]) -> str | None:
-    """The clock a scene's series is drawn on: :func:`katra_trace.metrics.primary_clock_of` (the rule
-    ``stats`` and ``info`` show too)."""
+    """The clock a scene's series is drawn on: :func:`katra_trace.metrics.primary_clock_of` (the
+    rule ``stats`` and ``info`` show too)."""
     options = trace.header.capture_options
     return primary_clock_of(available, options.measure.mode, options.primary_clock)
 
@@ -80,12 +82,18 @@ class FrameSeries:
     all_value: np.ndarray  #: every value (ms or counts) of ``all_frame``, not downsampled
 
 
-def frame_series(trace: TraceLike, scene_id: int, clock: str, max_points: int = MAX_POINTS) -> FrameSeries:
+def frame_series(
+    trace: TraceLike, scene_id: int, clock: str, max_points: int = MAX_POINTS
+) -> FrameSeries:
     """The frame series of ``scene_id`` on ``clock`` (see :class:`FrameSeries`)."""
     ev = trace.events
     cid = next((c for c, n in CLOCK_NAMES.items() if n == clock), -1)
-    sel = ev[(ev["kind"] == Kind.FRAME) & (ev["scene"] == scene_id) & (ev["clock"] == cid)
-             & ((ev["flags"] & (EXCLUDED_FLAGS & ~int(Flag.WARMUP))) == 0)]
+    sel = ev[
+        (ev["kind"] == Kind.FRAME)
+        & (ev["scene"] == scene_id)
+        & (ev["clock"] == cid)
+        & ((ev["flags"] & (EXCLUDED_FLAGS & ~int(Flag.WARMUP))) == 0)
+    ]
     sel = sel[np.lexsort((sel["start_ns"], sel["frame"]))]
     values = sel["dur_ns"].astype(np.float64) * _scale(clock)
     frames = sel["frame"].astype(np.int64)
@@ -138,10 +146,11 @@ def side_band(series: Sequence[FrameSeries], max_points: int = MAX_POINTS) -> Si
     return SideBand(mx, my, bx, blo, bhi, len(series))
 
 
-def _envelope(x: np.ndarray, low: np.ndarray, high: np.ndarray,
-              max_points: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """At most ``max_points`` points of a band: each bucket of consecutive points becomes its first and
-    last x, both at the bucket's lowest ``low`` and highest ``high``."""
+def _envelope(
+    x: np.ndarray, low: np.ndarray, high: np.ndarray, max_points: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """At most ``max_points`` points of a band: each bucket of consecutive points becomes its first
+    and last x, both at the bucket's lowest ``low`` and highest ``high``."""
     n = x.size
     if n <= max_points:
         return x, low, high
@@ -157,7 +166,8 @@ def _envelope(x: np.ndarray, low: np.ndarray, high: np.ndarray,
 
 def cdf_points(values: np.ndarray, max_points: int = CDF_POINTS) -> tuple[np.ndarray, np.ndarray]:
     """The empirical CDF of ``values`` as (value, percent of values at or below it), at most
-    ``max_points`` points: every value for short series, else evenly spaced quantiles (min and max kept)."""
+    ``max_points`` points: every value for short series, else evenly spaced quantiles (min and max
+    kept)."""
     v = np.sort(np.asarray(values, dtype=np.float64))
     n = v.size
     if n == 0:
@@ -169,16 +179,22 @@ def cdf_points(values: np.ndarray, max_points: int = CDF_POINTS) -> tuple[np.nda
 
 
 def zone_medians(trace: TraceLike, scene: str, clock: str) -> dict[str, float]:
-    """Median per-frame total of each zone of ``scene`` on ``clock`` (ms or counts), measured frames only."""
+    """Median per-frame total of each zone of ``scene`` on ``clock`` (ms or counts), measured frames
+    only.
+    """
     cid = next((c for c, n in CLOCK_NAMES.items() if n == clock), -1)
-    all_totals = _remembered(trace, ("zone_frame_totals", cid),
-                             lambda: zone_frame_totals(trace.events, list(trace.strings), cid))
+    all_totals = _remembered(
+        trace,
+        ("zone_frame_totals", cid),
+        lambda: zone_frame_totals(trace.events, list(trace.strings), cid),
+    )
     totals = all_totals.get(scene, {})
     return {zone: float(np.median(v)) * _scale(clock) for zone, v in totals.items() if v.size}
 
 
 def scenes_of(trace: TraceLike) -> dict[str, tuple[int, list[str]]]:
-    """``{label: (scene id, clocks with frames)}`` in capture order (scenes without frames left out).
+    """``{label: (scene id, clocks with frames)}`` in capture order (scenes without frames left
+    out).
 
     One pass over the events, remembered per trace object (the page asks once per scene).
     """
@@ -195,20 +211,27 @@ def _scenes_of(trace: TraceLike) -> dict[str, tuple[int, list[str]]]:
     out: dict[str, tuple[int, list[str]]] = {}
     order = {name: i for i, name in enumerate(CLOCK_PREFERENCE)}
     for sid, label in scene_labels(ev, list(trace.strings)).items():
-        clocks = sorted(clocks_of.get(sid, ()), key=lambda c: (order.get(CLOCK_NAMES.get(c, ""), 99), c))
+        clocks = sorted(
+            clocks_of.get(sid, ()), key=lambda c: (order.get(CLOCK_NAMES.get(c, ""), 99), c)
+        )
         if clocks:
             out[label] = (sid, [clock_name(c) for c in clocks])
     return out
 
 
-#: What the page asks of a trace once per scene but is computed for all its scenes at once, per trace
-#: object (weakly: gone with the trace): without it a trace of many scenes made the report quadratic.
-_REMEMBERED: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Any]] = weakref.WeakKeyDictionary()
+#: What the page asks of a trace once per scene but is computed for all its scenes at once, per
+#: trace object (weakly: gone with the trace): without it a trace of many scenes made the report
+#: quadratic.
+_REMEMBERED: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Any]] = (
+    weakref.WeakKeyDictionary()
+)
 _T = TypeVar("_T")
 
 
 def _remembered(trace: TraceLike, key: tuple[Any, ...], compute: Callable[[], _T]) -> _T:
-    """``compute()`` once per trace object and ``key`` (each time for a trace that takes no weak reference)."""
+    """``compute()`` once per trace object and ``key`` (each time for a trace that takes no weak
+    reference).
+    """
     try:
         known = _REMEMBERED.setdefault(trace, {})
     except TypeError:

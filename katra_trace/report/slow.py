@@ -18,8 +18,14 @@ from katra_trace.report.series import TraceLike, _remembered
 from katra_trace.units import format_ms
 
 #: The colour of each kind of cause on the frame-time plot.
-CAUSE_COLORS: dict[str, str] = {"zone": "#d62728", "draw": "#ff7f0e", "between zones": "#9467bd", "gc": "#2ca02c",
-                                "machine": "#8c564b", "unknown": "#111111"}
+CAUSE_COLORS: dict[str, str] = {
+    "zone": "#d62728",
+    "draw": "#ff7f0e",
+    "between zones": "#9467bd",
+    "gc": "#2ca02c",
+    "machine": "#8c564b",
+    "unknown": "#111111",
+}
 #: Marker symbols of the two sides' slow frames.
 SYMBOLS = {"run": "circle", "baseline": "x"}
 
@@ -32,11 +38,12 @@ def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
-def slow_part(scene: str, sides: Sequence[tuple[str, Sequence[TraceLike]]], clock: str,
-              run_label: Any) -> tuple[list[dict[str, Any]], str]:
-    """The plot traces that mark ``scene``'s slow frames on the frame-time plot of ``clock`` (one per side
-    and kind of cause, in the legend group ``slow``), and the "Slow frames" HTML; ``run_label(trace, i, role)``
-    names a run as the page does."""
+def slow_part(
+    scene: str, sides: Sequence[tuple[str, Sequence[TraceLike]]], clock: str, run_label: Any
+) -> tuple[list[dict[str, Any]], str]:
+    """The plot traces that mark ``scene``'s slow frames on the frame-time plot of ``clock`` (one
+    per side and kind of cause, in the legend group ``slow``), and the "Slow frames" HTML;
+    ``run_label(trace, i, role)`` names a run as the page does."""
     marks: dict[tuple[str, str], dict[str, list[Any]]] = {}
     rows: list[list[str]] = []
     notes: set[str] = set()
@@ -53,33 +60,70 @@ def slow_part(scene: str, sides: Sequence[tuple[str, Sequence[TraceLike]]], cloc
             if not found.slow:
                 rows.append([_e(label), f"none of {found.frames} frames", "", "", ""])
             for g in found.groups:
-                rows.append([_e(label), _e(g.label), str(g.count), _e(g.period_text or "-"),
-                             _e(format_ms(g.typical_excess_ms))])
+                rows.append(
+                    [
+                        _e(label),
+                        _e(g.label),
+                        str(g.count),
+                        _e(g.period_text or "-"),
+                        _e(format_ms(g.typical_excess_ms)),
+                    ]
+                )
             for s in found.slow:
                 at = marks.setdefault((role, s.cause.kind), {"x": [], "y": [], "text": []})
                 at["x"].append(s.frame)
                 at["y"].append(round(s.ms, 6))
-                at["text"].append(plot_text(f"{label}: frame {s.frame}, {format_ms(s.ms)} ({s.ratio:.1f}x the "
-                                            f"moving median): {s.cause.label}, +{format_ms(s.cause.excess_ms)}"))
+                at["text"].append(
+                    plot_text(
+                        f"{label}: frame {s.frame}, {format_ms(s.ms)} ({s.ratio:.1f}x the "
+                        f"moving median): {s.cause.label}, +{format_ms(s.cause.excess_ms)}"
+                    )
+                )
     if not runs:
         return [], ""
     traces_out = []
-    for (role, kind), at in sorted(marks.items(), key=lambda kv: (kv[0][0] != "run", KINDS.index(kv[0][1]))):
-        traces_out.append({"type": "scatter", "mode": "markers", "name": f"slow: {kind}"
-                           + (" (baseline)" if role == "baseline" else ""), "x": at["x"], "y": at["y"],
-                           "text": at["text"], "hoverinfo": "text", "legendgroup": "slow",
-                           "marker": {"color": CAUSE_COLORS[kind], "size": 9, "symbol": SYMBOLS.get(role, "circle"),
-                                      "line": {"width": 1, "color": "#fff"}}})
-    head = "".join(f'<th class="l">{c}</th>' if n < 2 else f"<th>{c}</th>"
-                   for n, c in enumerate(("run", "cause", "frames", "period", "typical excess")))
-    body = "".join("<tr>" + "".join(f'<td class="l">{c}</td>' if n < 2 else f"<td>{c}</td>"
-                                    for n, c in enumerate(row)) + "</tr>" for row in rows)
+    for (role, kind), at in sorted(
+        marks.items(), key=lambda kv: (kv[0][0] != "run", KINDS.index(kv[0][1]))
+    ):
+        traces_out.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": f"slow: {kind}" + (" (baseline)" if role == "baseline" else ""),
+                "x": at["x"],
+                "y": at["y"],
+                "text": at["text"],
+                "hoverinfo": "text",
+                "legendgroup": "slow",
+                "marker": {
+                    "color": CAUSE_COLORS[kind],
+                    "size": 9,
+                    "symbol": SYMBOLS.get(role, "circle"),
+                    "line": {"width": 1, "color": "#fff"},
+                },
+            }
+        )
+    head = "".join(
+        f'<th class="l">{c}</th>' if n < 2 else f"<th>{c}</th>"
+        for n, c in enumerate(("run", "cause", "frames", "period", "typical excess"))
+    )
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="l">{c}</td>' if n < 2 else f"<td>{c}</td>" for n, c in enumerate(row)
+        )
+        + "</tr>"
+        for row in rows
+    )
     note = "".join(f'<p class="muted">{_e(n)}</p>' for n in sorted(notes))
-    html_out = (f'<h3>Slow frames</h3><p class="muted">frames over {STUTTER_FACTOR:g}x the moving median of '
-                f"{STUTTER_WINDOW_FRAMES} frames ({_e(clock)} clock), each with its main cause (marked on the "
-                "plot above, coloured by cause); causes that recur are grouped, with their period "
-                f"(docs/stats.md, \"Why a frame was slow\")</p><table><thead><tr>{head}</tr></thead>"
-                f"<tbody>{body}</tbody></table>{note}")
+    html_out = (
+        f'<h3>Slow frames</h3><p class="muted">frames over {STUTTER_FACTOR:g}x the moving median '
+        "of "
+        f"{STUTTER_WINDOW_FRAMES} frames ({_e(clock)} clock), each with its main cause (marked on "
+        "the plot above, coloured by cause); causes that recur are grouped, with their period "
+        f'(docs/stats.md, "Why a frame was slow")</p><table><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table>{note}"
+    )
     return traces_out, html_out
 
 

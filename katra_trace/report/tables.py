@@ -1,7 +1,8 @@
-"""The report's plain-HTML tables of a scene: its params, its frame statistics and its zone statistics.
+"""The report's plain-HTML tables of a scene: its params, its frame statistics and its zone
+statistics.
 
-Every number is one ``katra3d stats`` computes (:func:`katra_trace.analysis.stats.trace_stats`, zones
-included, as ``stats --zones`` gives them) and every header is the one label map's
+Every number is one ``katra3d stats`` computes (:func:`katra_trace.analysis.stats.trace_stats`,
+zones included, as ``stats --zones`` gives them) and every header is the one label map's
 (:func:`katra_trace.units.stat_label`: ``1 % low (fps)``, ``stutter (% of time)``), never a raw key.
 A duration's cell carries its unit (``150.0 µs``); a table of counts says its unit in its caption.
 The tables read where scripts are off.
@@ -20,14 +21,49 @@ from katra_trace.report.series import TraceLike
 from katra_trace.units import format_change_pct, format_ms, stat_label
 
 #: The frame statistics of a time clock, in the order shown.
-TIME_STATS: tuple[str, ...] = ("n", "median_ms", "mean_ms", "p99_ms", "mad_ms", "cv", "fps_avg", "fps_low_1pct",
-                               "stutter_pct")
-#: The frame statistics of a count clock (``{u}``: instructions or cycles): counts per frame, no rates.
-COUNT_STATS: tuple[str, ...] = ("n", "median_{u}", "mean_{u}", "p99_{u}", "min_{u}", "max_{u}", "cv")
+TIME_STATS: tuple[str, ...] = (
+    "n",
+    "median_ms",
+    "mean_ms",
+    "p99_ms",
+    "mad_ms",
+    "cv",
+    "fps_avg",
+    "fps_low_1pct",
+    "stutter_pct",
+)
+#: The frame statistics of a count clock (``{u}``: instructions or cycles): counts per frame, no
+#: rates.
+COUNT_STATS: tuple[str, ...] = (
+    "n",
+    "median_{u}",
+    "mean_{u}",
+    "p99_{u}",
+    "min_{u}",
+    "max_{u}",
+    "cv",
+)
 #: A zone's statistics on a time clock: no rates (a zone is not a frame; "zone FPS" is not a thing).
-ZONE_TIME_STATS: tuple[str, ...] = ("n", "median_ms", "mean_ms", "p95_ms", "p99_ms", "max_ms", "mad_ms", "cv")
+ZONE_TIME_STATS: tuple[str, ...] = (
+    "n",
+    "median_ms",
+    "mean_ms",
+    "p95_ms",
+    "p99_ms",
+    "max_ms",
+    "mad_ms",
+    "cv",
+)
 #: A zone's statistics on a count clock.
-ZONE_COUNT_STATS: tuple[str, ...] = ("n", "median_{u}", "mean_{u}", "p95_{u}", "p99_{u}", "max_{u}", "cv")
+ZONE_COUNT_STATS: tuple[str, ...] = (
+    "n",
+    "median_{u}",
+    "mean_{u}",
+    "p95_{u}",
+    "p99_{u}",
+    "max_{u}",
+    "cv",
+)
 #: Rows of zone statistics shown open; more (``--zones draws``, many runs) fold under one line.
 ZONE_ROWS_SHOWN = 12
 
@@ -41,15 +77,16 @@ def e(text: Any) -> str:
 
 
 def num(v: Any, unit: str) -> str:
-    """One number format per unit: durations given in ms with their own unit (:func:`katra_trace.units.format_ms`),
-    counts whole with separators, rates to 1 decimal."""
+    """One number format per unit: durations given in ms with their own unit
+    (:func:`katra_trace.units.format_ms`), counts whole with separators, rates to 1 decimal."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
     if isinstance(v, bool):
         return str(v)
     if unit == "int":
         return f"{int(v):,}"
-    if unit == "ms":  # a duration: in the unit that fits it (us, ms, s), as every text surface writes one
+    # a duration: in the unit that fits it (us, ms, s), as every text surface writes one
+    if unit == "ms":
         return format_ms(float(v))
     if unit in ("fps", "share"):
         return f"{float(v):,.1f}"
@@ -62,13 +99,27 @@ def num(v: Any, unit: str) -> str:
     return f"{float(v):,.0f}"  # counts
 
 
-def table(columns: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1, caption: str = "",
-          cls: str = "") -> str:
-    """A table: ``columns`` (text, escaped here) over ``rows`` (HTML cells); the first ``left`` columns
-    aligned left; ``caption`` (text) above it."""
-    head = "".join(f'<th class="l">{e(c)}</th>' if i < left else f"<th>{e(c)}</th>" for i, c in enumerate(columns))
-    body = "".join("<tr>" + "".join(f'<td class="l">{c}</td>' if i < left else f"<td>{c}</td>"
-                                    for i, c in enumerate(row)) + "</tr>" for row in rows)
+def table(
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    left: int = 1,
+    caption: str = "",
+    cls: str = "",
+) -> str:
+    """A table: ``columns`` (text, escaped here) over ``rows`` (HTML cells); the first ``left``
+    columns aligned left; ``caption`` (text) above it."""
+    head = "".join(
+        f'<th class="l">{e(c)}</th>' if i < left else f"<th>{e(c)}</th>"
+        for i, c in enumerate(columns)
+    )
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="l">{c}</td>' if i < left else f"<td>{c}</td>" for i, c in enumerate(row)
+        )
+        + "</tr>"
+        for row in rows
+    )
     attrs = f' class="{e(cls)}"' if cls else ""
     cap = f"<caption>{e(caption)}</caption>" if caption else ""
     return f"<table{attrs}>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -102,22 +153,41 @@ def stats_table(entries: Sequence[tuple[str, str, Mapping[str, Any]]]) -> str:
     out = []
     for unit, rows in groups.items():
         keys = TIME_STATS if unit == "ms" else tuple(k.format(u=unit) for k in COUNT_STATS)
-        body = [[e(label), e(clock), *(num(stats.get(k), _format_of(k)) for k in keys)] for label, clock, stats in rows]
-        out.append(table(["run", "clock", *(stat_label(k) for k in keys)], body, left=2, cls="stats",
-                         caption=f"{_what(unit)}, warmup excluded"))
+        body = [
+            [e(label), e(clock), *(num(stats.get(k), _format_of(k)) for k in keys)]
+            for label, clock, stats in rows
+        ]
+        out.append(
+            table(
+                ["run", "clock", *(stat_label(k) for k in keys)],
+                body,
+                left=2,
+                cls="stats",
+                caption=f"{_what(unit)}, warmup excluded",
+            )
+        )
     return "".join(out)
 
 
 def _param_text(value: Any) -> str:
-    """A param's value as ``run`` and ``info`` write it (``0.25``, ``True``); a list or mapping as JSON."""
-    return jsontext.dumps(value, default=str) if isinstance(value, (Mapping, list, tuple)) else str(value)
+    """A param's value as ``run`` and ``info`` write it (``0.25``, ``True``); a list or mapping as
+    JSON.
+    """
+    return (
+        jsontext.dumps(value, default=str)
+        if isinstance(value, (Mapping, list, tuple))
+        else str(value)
+    )
 
 
 def params_table(scene: str, runs: Sequence[Labelled]) -> str:
-    """``scene``'s params from each run's capture options: one row when every run used the same, else a row
-    per run; a line when the scene takes none; empty when no run recorded them."""
-    recorded = [(label, p) for label, t in runs
-                if isinstance(p := t.header.capture_options.params_of(scene), Mapping)]
+    """``scene``'s params from each run's capture options: one row when every run used the same,
+    else a row per run; a line when the scene takes none; empty when no run recorded them."""
+    recorded = [
+        (label, p)
+        for label, t in runs
+        if isinstance(p := t.header.capture_options.params_of(scene), Mapping)
+    ]
     if not recorded:
         return ""
     names = list(dict.fromkeys(str(k) for _, p in recorded for k in p))
@@ -126,42 +196,80 @@ def params_table(scene: str, runs: Sequence[Labelled]) -> str:
     texts = [(label, {str(k): _param_text(v) for k, v in p.items()}) for label, p in recorded]
     same = len(texts) == len(runs) and all(t == texts[0][1] for _, t in texts)
     if same:
-        return table(names, [[e(texts[0][1].get(n, "-")) for n in names]], left=0, cls="params",
-                     caption="params" + ("" if len(runs) == 1 else " (the same in every run)"))
+        return table(
+            names,
+            [[e(texts[0][1].get(n, "-")) for n in names]],
+            left=0,
+            cls="params",
+            caption="params" + ("" if len(runs) == 1 else " (the same in every run)"),
+        )
     rows = [[e(label), *(e(t.get(n, "-")) for n in names)] for label, t in texts]
     return table(["run", *names], rows, cls="params", caption="params (they differ between runs)")
 
 
 def _zone_clock(zones: Sequence[Mapping[str, Mapping[str, Any]]], clock: str) -> str | None:
-    """The clock the zone table shows: the scene's plotted ``clock`` when its zones have it, else the first
-    of :data:`katra_trace.metrics.CLOCK_PREFERENCE` they have."""
+    """The clock the zone table shows: the scene's plotted ``clock`` when its zones have it, else
+    the first of :data:`katra_trace.metrics.CLOCK_PREFERENCE` they have."""
     have = {c for per_zone in zones for per_clock in per_zone.values() for c in per_clock}
     if clock in have:
         return clock
     return next((c for c in CLOCK_PREFERENCE if c in have), min(have) if have else None)
 
 
-def zone_stats_table(scene: str, clock: str, runs: Sequence[Labelled],
-                     stats_of: Mapping[int, Mapping[str, Any]]) -> str:
-    """The statistics of each zone of ``scene`` (``stats --zones``: every span as it occurred), on ``clock``
-    when its zones were timed on it: a row per zone (and run); empty without zones."""
-    per_run = [(label, stats_of[id(t)].get("scenes", {}).get(scene, {}).get("zones", {})) for label, t in runs]
+def zone_stats_table(
+    scene: str, clock: str, runs: Sequence[Labelled], stats_of: Mapping[int, Mapping[str, Any]]
+) -> str:
+    """The statistics of each zone of ``scene`` (``stats --zones``: every span as it occurred), on
+    ``clock`` when its zones were timed on it: a row per zone (and run); empty without zones."""
+    per_run = [
+        (label, stats_of[id(t)].get("scenes", {}).get(scene, {}).get("zones", {}))
+        for label, t in runs
+    ]
     zclock = _zone_clock([z for _, z in per_run], clock)
     if zclock is None:
         return ""
     unit = unit_of(zclock)
     keys = ZONE_TIME_STATS if unit == "ms" else tuple(k.format(u=unit) for k in ZONE_COUNT_STATS)
     many = len(runs) > 1
-    rows = [[*([e(label)] if many else []), e(zone), *(num(per_clock[zclock].get(k), _format_of(k)) for k in keys)]
-            for label, zones in per_run for zone, per_clock in zones.items() if zclock in per_clock]
-    caption = f"{zclock} clock, warmup excluded" if unit == "ms" else f"{unit} per span, warmup excluded"
-    body = table([*(["run"] if many else []), "zone", *(stat_label(k, zone=True) for k in keys)], rows,
-                 left=2 if many else 1, cls="zone-stats", caption=caption)
+    rows = [
+        [
+            *([e(label)] if many else []),
+            e(zone),
+            *(num(per_clock[zclock].get(k), _format_of(k)) for k in keys),
+        ]
+        for label, zones in per_run
+        for zone, per_clock in zones.items()
+        if zclock in per_clock
+    ]
+    caption = (
+        f"{zclock} clock, warmup excluded" if unit == "ms" else f"{unit} per span, warmup excluded"
+    )
+    body = table(
+        [*(["run"] if many else []), "zone", *(stat_label(k, zone=True) for k in keys)],
+        rows,
+        left=2 if many else 1,
+        cls="zone-stats",
+        caption=caption,
+    )
     if len(rows) > ZONE_ROWS_SHOWN:
         zones = len({r[1 if many else 0] for r in rows})
-        body = f"<details><summary>{zones} zones, {len(rows)} rows: their statistics</summary>{body}</details>"
+        body = (
+            f"<details><summary>{zones} zones, {len(rows)} rows: their "
+            f"statistics</summary>{body}</details>"
+        )
     return body
 
 
-__all__ = ["COUNT_STATS", "TIME_STATS", "ZONE_COUNT_STATS", "ZONE_ROWS_SHOWN", "ZONE_TIME_STATS", "e", "num",
-           "params_table", "stats_table", "table", "zone_stats_table"]
+__all__ = [
+    "COUNT_STATS",
+    "TIME_STATS",
+    "ZONE_COUNT_STATS",
+    "ZONE_ROWS_SHOWN",
+    "ZONE_TIME_STATS",
+    "e",
+    "num",
+    "params_table",
+    "stats_table",
+    "table",
+    "zone_stats_table",
+]

@@ -1,4 +1,5 @@
-"""A scene's zones in the report: its passes in one plot and, with ``--zones draws``, each pass's draws in their own.
+"""A scene's zones in the report: its passes in one plot and, with ``--zones draws``, each pass's
+draws in their own.
 
 A capture with ``--zones draws`` times every draw as a zone named ``<pass>/<label>#<k>``, nested in
 its pass (``frame`` when no pass was open; harness/engine/draws.py). Drawn in one plot, a pass's
@@ -22,7 +23,8 @@ from katra_trace.report.series import TraceLike, zone_medians
 from katra_trace.schema import FRAME_PASS, draw_pass
 from katra_trace.units import format_count, format_ms
 
-#: Most draws one pass's plot shows: the slowest, in capture order (the plot says how many it left out).
+#: Most draws one pass's plot shows: the slowest, in capture order (the plot says how many it left
+#: out).
 MAX_DRAW_BARS = 40
 #: Height of a bars plot: the space around the bars, a category's gap, and each side's bar (pixels).
 BARS_FRAME_PX = 110
@@ -33,8 +35,10 @@ PLOT_PX = 320
 #: The lowest a plot of one pass's draws goes (one or two draws need no more).
 DRAWS_MIN_PX = 180
 
-#: The x axis of a bars plot reaches this many times its longest bar: room for the value written beside it.
+#: The x axis of a bars plot reaches this many times its longest bar: room for the value written
+#: beside it.
 TEXT_ROOM = 1.15
+
 
 def group_zones(names: Sequence[str]) -> tuple[list[str], dict[str, list[str]]]:
     """``(passes, {pass: its draws})`` of a scene's zone ``names``, each in first-seen order."""
@@ -63,39 +67,73 @@ def bars_height(categories: int, sides: int, least: int = PLOT_PX) -> int:
 
 def _bars(role: str, labels: Sequence[str], values: Sequence[float], unit: str) -> dict[str, Any]:
     """One side's horizontal bars (ms or counts), each value written beside its bar."""
-    return {"type": "bar", "orientation": "h", "name": "runs" if role == "run" else "baseline",
-            "y": [plot_text(z) for z in labels], "x": list(values), "marker": {"color": color(role, 0)},
-            "text": [format(v, ".3f" if unit == "ms" else ",.0f") for v in values], "textposition": "outside",
-            "cliponaxis": False, "textfont": {"size": 11}}
+    return {
+        "type": "bar",
+        "orientation": "h",
+        "name": "runs" if role == "run" else "baseline",
+        "y": [plot_text(z) for z in labels],
+        "x": list(values),
+        "marker": {"color": color(role, 0)},
+        "text": [format(v, ".3f" if unit == "ms" else ",.0f") for v in values],
+        "textposition": "outside",
+        "cliponaxis": False,
+        "textfont": {"size": 11},
+    }
 
 
-def _bars_layout(title: str, unit: str, labels: Sequence[str], data: Sequence[dict[str, Any]],
-                 least: int = PLOT_PX) -> dict[str, Any]:
-    """The layout of a horizontal bars plot: a row per label, every label named, room right of the longest
-    bar for its value."""
+def _bars_layout(
+    title: str,
+    unit: str,
+    labels: Sequence[str],
+    data: Sequence[dict[str, Any]],
+    least: int = PLOT_PX,
+) -> dict[str, Any]:
+    """The layout of a horizontal bars plot: a row per label, every label named, room right of the
+    longest bar for its value."""
     ticks = [plot_text(z) for z in labels]
     top = max((float(v) for d in data for v in d["x"]), default=0.0)
     xaxis: dict[str, Any] = {"title": {"text": unit}, "rangemode": "tozero"}
     if top > 0:
         xaxis["range"] = [0, top * TEXT_ROOM]
-    return layout(title, unit, "", barmode="group", height=bars_height(len(labels), len(data), least),
-                  yaxis={"automargin": True, "autorange": "reversed", "type": "category",
-                         "tickmode": "array", "tickvals": ticks, "ticktext": ticks}, xaxis=xaxis)
+    return layout(
+        title,
+        unit,
+        "",
+        barmode="group",
+        height=bars_height(len(labels), len(data), least),
+        yaxis={
+            "automargin": True,
+            "autorange": "reversed",
+            "type": "category",
+            "tickmode": "array",
+            "tickvals": ticks,
+            "ticktext": ticks,
+        },
+        xaxis=xaxis,
+    )
 
 
 def _fmt(v: float | None, unit: str) -> str:
-    """A pass total for the caption: a duration in the unit that fits it, counts whole with their unit."""
+    """A pass total for the caption: a duration in the unit that fits it, counts whole with their
+    unit.
+    """
     return "-" if v is None else format_ms(v) if unit == "ms" else f"{format_count(v)} {unit}"
 
 
-def zone_figures(base_id: str, scene: str, clock: str, sides: Sequence[tuple[str, Sequence[TraceLike]]],
-                 frame_medians: Mapping[str, float], unit: str) -> tuple[str, str, list[dict[str, Any]]]:
+def zone_figures(
+    base_id: str,
+    scene: str,
+    clock: str,
+    sides: Sequence[tuple[str, Sequence[TraceLike]]],
+    frame_medians: Mapping[str, float],
+    unit: str,
+) -> tuple[str, str, list[dict[str, Any]]]:
     """``(passes element, draws elements, figures)`` of ``scene``'s zones on ``clock``, runs against
     baseline: each side's bar is the median over its runs of each run's median per-frame time.
 
-    ``frame_medians`` is each side's median frame time, the total of the draws made outside any pass.
-    The passes element is empty when the scene has no pass zone, the draws elements when it was not
-    captured with ``--zones draws``.
+    ``frame_medians`` is each side's median frame time, the total of the draws made outside any
+    pass. The passes element is empty when the scene has no pass zone, the draws elements when it
+    was not captured with ``--zones draws``.
     """
     medians: dict[str, dict[str, float]] = {}
     for role, traces in sides:
@@ -111,19 +149,31 @@ def zone_figures(base_id: str, scene: str, clock: str, sides: Sequence[tuple[str
     figures: list[dict[str, Any]] = []
     passes_html = ""
     if passes:
-        data = [_bars(role, [z for z in passes if z in m], [m[z] for z in passes if z in m], unit)
-                for role, m in medians.items()]
+        data = [
+            _bars(role, [z for z in passes if z in m], [m[z] for z in passes if z in m], unit)
+            for role, m in medians.items()
+        ]
         title = f"{'passes' if draws else 'zones'}, median per frame ({clock})"
         data = [d for d in data if d["y"]]
-        figures.append({"id": f"{base_id}-zones", "data": data, "layout": _bars_layout(title, unit, passes, data)})
+        figures.append(
+            {
+                "id": f"{base_id}-zones",
+                "data": data,
+                "layout": _bars_layout(title, unit, passes, data),
+            }
+        )
         passes_html = plot_div(figures[-1])
     draws_html = []
     for k, (owner, members) in enumerate(draws.items()):
         shown = members
         if len(members) > MAX_DRAW_BARS:
-            slowest = set(sorted(members, key=lambda z: -max(m.get(z, 0.0) for m in medians.values()))[:MAX_DRAW_BARS])
+            slowest = set(
+                sorted(members, key=lambda z: -max(m.get(z, 0.0) for m in medians.values()))[
+                    :MAX_DRAW_BARS
+                ]
+            )
             shown = [z for z in members if z in slowest]
-        labels = [z[len(owner) + 1:] for z in shown]
+        labels = [z[len(owner) + 1 :] for z in shown]
         data = []
         totals = []
         for role, m in medians.items():
@@ -132,15 +182,34 @@ def zone_figures(base_id: str, scene: str, clock: str, sides: Sequence[tuple[str
                 data.append(_bars(role, [h[0] for h in have], [h[1] for h in have], unit))
             total = m.get(owner, frame_medians.get(role) if owner == FRAME_PASS else None)
             summed = sum(m[z] for z in members if z in m)
-            totals.append(f"{'runs' if role == 'run' else 'baseline'} {_fmt(total, unit)} "
-                          f"(its draws add up to {_fmt(summed, unit)})")
-        where = "outside any pass" if owner == FRAME_PASS and owner not in names else f"in pass {owner}"
-        left_out = f"; the {len(shown)} slowest of {len(members)} shown" if len(shown) < len(members) else ""
-        fig = {"id": f"{base_id}-draws-{k}", "data": data,
-               "layout": _bars_layout(plot_text(f"draws {where}, median per frame ({clock}){left_out}"), unit, labels,
-                                      data, DRAWS_MIN_PX)}
+            totals.append(
+                f"{'runs' if role == 'run' else 'baseline'} {_fmt(total, unit)} "
+                f"(its draws add up to {_fmt(summed, unit)})"
+            )
+        where = (
+            "outside any pass" if owner == FRAME_PASS and owner not in names else f"in pass {owner}"
+        )
+        left_out = (
+            f"; the {len(shown)} slowest of {len(members)} shown"
+            if len(shown) < len(members)
+            else ""
+        )
+        fig = {
+            "id": f"{base_id}-draws-{k}",
+            "data": data,
+            "layout": _bars_layout(
+                plot_text(f"draws {where}, median per frame ({clock}){left_out}"),
+                unit,
+                labels,
+                data,
+                DRAWS_MIN_PX,
+            ),
+        }
         figures.append(fig)
-        caption = f"{len(members)} draw{'' if len(members) == 1 else 's'} {where}; pass total per frame: {'; '.join(totals)}"
+        caption = (
+            f"{len(members)} draw{'' if len(members) == 1 else 's'} {where}; pass total per frame: "
+            f"{'; '.join(totals)}"
+        )
         draws_html.append(f'<p class="muted pass-total">{html.escape(caption)}</p>{plot_div(fig)}')
     return passes_html, "".join(draws_html), figures
 

@@ -82,8 +82,14 @@ def mat_bytes(m: np.ndarray) -> bytes:
 # -- meshes: (vertices (N, 6) float32 position+normal, indices (M,) uint32) ---------------
 
 
-def torus_knot(tube_segments: int, radial_segments: int, p: int = 2, q: int = 3,
-               radius: float = 1.0, tube: float = 0.3) -> tuple[np.ndarray, np.ndarray]:
+def torus_knot(
+    tube_segments: int,
+    radial_segments: int,
+    p: int = 2,
+    q: int = 3,
+    radius: float = 1.0,
+    tube: float = 0.3,
+) -> tuple[np.ndarray, np.ndarray]:
     """A closed (p, q) torus knot, counter-clockwise outward faces."""
     u = np.linspace(0.0, 2 * math.pi * p, tube_segments, endpoint=False)
 

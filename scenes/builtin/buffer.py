@@ -34,7 +34,7 @@ void main() {
     vec3 base = mix(vec3(0.1, 0.3, 0.6), vec3(0.9, 0.95, 1.0), clamp(v_world.y * 1.5 + 0.5, 0.0, 1.0));
     f_color = vec4(base * (0.25 + 0.75 * diff), 1.0);
 }
-"""
+"""  # noqa: E501
 
 
 class BufferScene(BuiltinScene):
@@ -65,8 +65,9 @@ class BufferScene(BuiltinScene):
         ctx = self.ctx
         n = int(self.p["grid"])
         self.n = n
-        self.program = self.own(compile_program(ctx, self.name, vertex_shader=_VERTEX,
-                                                fragment_shader=_FRAGMENT))
+        self.program = self.own(
+            compile_program(ctx, self.name, vertex_shader=_VERTEX, fragment_shader=_FRAGMENT)
+        )
         lin = np.linspace(-1.0, 1.0, n, dtype=np.float32)
         gx, gz = np.meshgrid(lin, lin)
         self.xz = np.stack([gx.ravel(), gz.ravel()], axis=1)
@@ -79,8 +80,11 @@ class BufferScene(BuiltinScene):
         a = i * n + j
         tris = np.stack([a, a + n, a + 1, a + 1, a + n, a + n + 1], axis=-1).reshape(-1)
         ibo = self.own(ctx.buffer(tris.astype(np.uint32).tobytes()))
-        self.vao = self.own(ctx.vertex_array(self.program, [(self.vbo, "3f", "in_pos")],
-                                             index_buffer=ibo, index_element_size=4))
+        self.vao = self.own(
+            ctx.vertex_array(
+                self.program, [(self.vbo, "3f", "in_pos")], index_buffer=ibo, index_element_size=4
+            )
+        )
         self.update_count = int(round(float(self.p["update_fraction"]) * n * n))
         self.cursor = 0
         vp = perspective(45.0, self.aspect, 0.1, 10.0) @ look_at((0.0, 1.4, 2.2), (0.0, -0.1, 0.0))
@@ -89,8 +93,10 @@ class BufferScene(BuiltinScene):
     def _heights(self, xz: np.ndarray, t: float) -> np.ndarray:
         x, z = xz[:, 0], xz[:, 1]
         r = np.hypot(x - 0.3 * math.sin(t * 0.7), z)
-        heights: np.ndarray = (0.12 * np.sin(r * 14.0 - t * 3.0) * np.exp(-r * 1.2)
-                               + 0.05 * np.sin(x * 9.0 + t * 1.7) * np.cos(z * 7.0 - t)).astype(np.float32)
+        heights: np.ndarray = (
+            0.12 * np.sin(r * 14.0 - t * 3.0) * np.exp(-r * 1.2)
+            + 0.05 * np.sin(x * 9.0 + t * 1.7) * np.cos(z * 7.0 - t)
+        ).astype(np.float32)
         return heights
 
     def render(self, frame: Frame) -> None:

@@ -41,4 +41,6 @@ class ClearScene(Scene):
                 x1 = (band + 1) * width // self.bands
                 hue = (frame.time_s * 0.1 + band / self.bands) % 1.0
                 r, g, b = colorsys.hsv_to_rgb(hue, 0.6, 0.9)
-                self.target.clear(r, g, b, 1.0, depth=1.0, viewport=(x0, 0, max(1, x1 - x0), height))
+                self.target.clear(
+                    r, g, b, 1.0, depth=1.0, viewport=(x0, 0, max(1, x1 - x0), height)
+                )

@@ -14,9 +14,12 @@ from katra3d.scenes.shaders import compile_compute, compile_program
 
 _LOCAL_SIZE = 256
 
-_COMPUTE = """
+_COMPUTE = (
+    """
 #version 430
-layout(local_size_x = %d) in;
+layout(local_size_x = """
+    + str(_LOCAL_SIZE)
+    + """) in;
 struct Particle { vec4 pos; vec4 vel; };   // pos.w: unused, vel.w: colour seed
 layout(std430, binding = 0) buffer Particles { Particle p[]; };
 uniform float u_time;
@@ -45,7 +48,8 @@ void main() {
     p[i].pos.xyz = pos;
     p[i].vel.xyz = vel;
 }
-""" % _LOCAL_SIZE
+"""
+)
 
 _VERTEX = """
 #version 430
@@ -61,7 +65,7 @@ void main() {
     gl_Position = vec4(in_pos.x * persp * 1.6 / u_aspect, in_pos.y * persp * 1.6, in_pos.z * 0.3, 1.0);
     gl_PointSize = 2.0;
 }
-"""
+"""  # noqa: E501
 
 _FRAGMENT = """
 #version 430
@@ -94,8 +98,9 @@ class ComputeScene(BuiltinScene):
         count = int(self.p["count"])
         self.count = count
         self.compute = self.own(compile_compute(ctx, self.name, _COMPUTE))
-        self.program = self.own(compile_program(ctx, self.name, vertex_shader=_VERTEX,
-                                                fragment_shader=_FRAGMENT))
+        self.program = self.own(
+            compile_program(ctx, self.name, vertex_shader=_VERTEX, fragment_shader=_FRAGMENT)
+        )
         rng = np.random.default_rng(2024)
         pos = rng.uniform(-1.0, 1.0, size=(count, 3)) * np.array([1.5, 0.9, 0.9])
         swirl = np.stack([-pos[:, 1], pos[:, 0], np.zeros(count)], axis=1) * 0.8
@@ -105,7 +110,9 @@ class ComputeScene(BuiltinScene):
         data[:, 4:7] = swirl
         data[:, 7] = rng.uniform(size=count)
         self.ssbo = self.own(ctx.buffer(data.tobytes()))
-        self.vao = self.own(ctx.vertex_array(self.program, [(self.ssbo, "4f 4f", "in_pos", "in_vel")]))
+        self.vao = self.own(
+            ctx.vertex_array(self.program, [(self.ssbo, "4f 4f", "in_pos", "in_vel")])
+        )
         self.compute["u_count"].value = count
         self.compute["u_dt"].value = 1.0 / NOMINAL_RATE_HZ
         self.program["u_aspect"].value = self.aspect

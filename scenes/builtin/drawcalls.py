@@ -33,29 +33,40 @@ class DrawCallsScene(BuiltinScene):
     def build(self) -> None:
         ctx = self.ctx
         count = int(self.p["count"])
-        self.program = self.own(compile_program(ctx, self.name, vertex_shader=LIT_VERTEX,
-                                                fragment_shader=LIT_FRAGMENT))
+        self.program = self.own(
+            compile_program(ctx, self.name, vertex_shader=LIT_VERTEX, fragment_shader=LIT_FRAGMENT)
+        )
         verts, indices = cube()
         vbo = self.own(ctx.buffer(verts.tobytes()))
         ibo = self.own(ctx.buffer(indices.tobytes()))
-        self.vao = self.own(ctx.vertex_array(self.program, [(vbo, "3f 3f", "in_pos", "in_normal")],
-                                             index_buffer=ibo, index_element_size=4))
+        self.vao = self.own(
+            ctx.vertex_array(
+                self.program,
+                [(vbo, "3f 3f", "in_pos", "in_normal")],
+                index_buffer=ibo,
+                index_element_size=4,
+            )
+        )
         side = math.ceil(math.sqrt(count * self.aspect))
         rows = math.ceil(count / side)
         ids = np.arange(count)
         spacing = 2.6
-        self.positions = np.stack([
-            (ids % side - (side - 1) / 2) * spacing,
-            (ids // side - (rows - 1) / 2) * spacing,
-            np.zeros(count),
-        ], axis=1).astype(np.float32)
+        self.positions = np.stack(
+            [
+                (ids % side - (side - 1) / 2) * spacing,
+                (ids // side - (rows - 1) / 2) * spacing,
+                np.zeros(count),
+            ],
+            axis=1,
+        ).astype(np.float32)
         extent = max(side * spacing / self.aspect, rows * spacing) / 2
         dist = extent / math.tan(math.radians(22.5)) + 2.0
         eye = (0.0, 0.0, dist)
         self.view_proj = perspective(45.0, self.aspect, 0.5, dist + 10.0) @ look_at(eye, (0, 0, 0))
         golden = (ids * 0.618034) % 1.0
-        self.colors = np.stack([0.5 + 0.5 * np.cos(6.283 * (golden + k / 3)) for k in range(3)],
-                               axis=1).astype(np.float32)
+        self.colors = np.stack(
+            [0.5 + 0.5 * np.cos(6.283 * (golden + k / 3)) for k in range(3)], axis=1
+        ).astype(np.float32)
         self.phases = (ids * 0.37) % (2 * math.pi)
         self.program["u_eye"].value = eye
         self.program["u_light_dir"].value = (-0.3, -0.5, -1.0)

@@ -22,11 +22,11 @@ void main() {
     float stripes = 0.5 + 0.5 * sin(40.0 * (v_uv.x * (1.0 + k) + v_uv.y * (1.0 - k)) + u_time * 2.0);
     f_color = vec4(base * (0.4 + 0.6 * stripes), 0.3);
 }
-"""
+"""  # noqa: E501
 
-_VERTEX = FULLSCREEN_VERTEX.replace("out vec2 v_uv;", "out vec2 v_uv;\nflat out int v_layer;").replace(
-    "v_uv = in_pos * 0.5 + 0.5;", "v_uv = in_pos * 0.5 + 0.5;\n    v_layer = gl_InstanceID;"
-)
+_VERTEX = FULLSCREEN_VERTEX.replace(
+    "out vec2 v_uv;", "out vec2 v_uv;\nflat out int v_layer;"
+).replace("v_uv = in_pos * 0.5 + 0.5;", "v_uv = in_pos * 0.5 + 0.5;\n    v_layer = gl_InstanceID;")
 
 
 class FillrateScene(BuiltinScene):
@@ -48,8 +48,9 @@ class FillrateScene(BuiltinScene):
     def build(self) -> None:
         ctx = self.ctx
         self.layers = int(self.p["layers"])
-        self.program = self.own(compile_program(ctx, self.name, vertex_shader=_VERTEX,
-                                                fragment_shader=_FRAGMENT))
+        self.program = self.own(
+            compile_program(ctx, self.name, vertex_shader=_VERTEX, fragment_shader=_FRAGMENT)
+        )
         vbo = self.own(ctx.buffer(FULLSCREEN_TRIANGLE.tobytes()))
         self.vao = self.own(ctx.vertex_array(self.program, [(vbo, "2f", "in_pos")]))
         self.program["u_layers"].value = self.layers

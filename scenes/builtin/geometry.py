@@ -56,8 +56,12 @@ class GeometryScene(BuiltinScene):
     description = "procedural high-poly lit mesh (torus knot): vertex and primitive throughput"
     stresses = ("vertex", "primitive-assembly")
     params: ClassVar[Mapping[str, Param]] = {
-        "detail": Param(64, int, 4, 512, "mesh detail: 8*detail x detail segments = 16*detail^2 triangles"),
-        "indexed": Param(True, bool, help="draw with a 32-bit index buffer (false: flat triangle list)"),
+        "detail": Param(
+            64, int, 4, 512, "mesh detail: 8*detail x detail segments = 16*detail^2 triangles"
+        ),
+        "indexed": Param(
+            True, bool, help="draw with a 32-bit index buffer (false: flat triangle list)"
+        ),
         "cull": Param(True, bool, help="cull back faces (the mesh is closed)"),
     }
 
@@ -66,16 +70,25 @@ class GeometryScene(BuiltinScene):
         detail = int(self.p["detail"])
         verts, indices = torus_knot(8 * detail, detail, radius=1.0, tube=0.22)
         self.triangles = len(indices) // 3
-        self.program = self.own(compile_program(ctx, self.name, vertex_shader=LIT_VERTEX,
-                                                fragment_shader=LIT_FRAGMENT))
+        self.program = self.own(
+            compile_program(ctx, self.name, vertex_shader=LIT_VERTEX, fragment_shader=LIT_FRAGMENT)
+        )
         if self.p["indexed"]:
             vbo = self.own(ctx.buffer(verts.tobytes()))
             ibo = self.own(ctx.buffer(indices.tobytes()))
-            self.vao = self.own(ctx.vertex_array(self.program, [(vbo, "3f 3f", "in_pos", "in_normal")],
-                                                 index_buffer=ibo, index_element_size=4))
+            self.vao = self.own(
+                ctx.vertex_array(
+                    self.program,
+                    [(vbo, "3f 3f", "in_pos", "in_normal")],
+                    index_buffer=ibo,
+                    index_element_size=4,
+                )
+            )
         else:
             vbo = self.own(ctx.buffer(unindex(verts, indices).tobytes()))
-            self.vao = self.own(ctx.vertex_array(self.program, [(vbo, "3f 3f", "in_pos", "in_normal")]))
+            self.vao = self.own(
+                ctx.vertex_array(self.program, [(vbo, "3f 3f", "in_pos", "in_normal")])
+            )
         eye = (0.0, 0.4, 4.0)
         self.view_proj = perspective(45.0, self.aspect, 0.1, 20.0) @ look_at(eye, (0, 0, 0))
         self.program["u_eye"].value = eye
@@ -97,7 +110,9 @@ class GeometryScene(BuiltinScene):
             else:
                 ctx.disable(ctx.CULL_FACE)
             t = frame.time_s
-            model = rotation((0.3, 1.0, 0.1), 0.6 * t) @ rotation((1.0, 0.0, 0.0), 0.25 * math.sin(t))
+            model = rotation((0.3, 1.0, 0.1), 0.6 * t) @ rotation(
+                (1.0, 0.0, 0.0), 0.25 * math.sin(t)
+            )
             self.program["u_model"].write(mat_bytes(model))
             self.program["u_mvp"].write(mat_bytes(self.view_proj @ model))
             self.vao.render()

@@ -9,7 +9,14 @@ from typing import ClassVar
 import numpy as np
 
 from katra3d.scenes.api import Frame, Param
-from katra3d.scenes.builtin._common import LIT_FRAGMENT, BuiltinScene, cube, look_at, mat_bytes, perspective
+from katra3d.scenes.builtin._common import (
+    LIT_FRAGMENT,
+    BuiltinScene,
+    cube,
+    look_at,
+    mat_bytes,
+    perspective,
+)
 from katra3d.scenes.shaders import compile_program
 
 _VERTEX = """
@@ -36,7 +43,9 @@ void main() {
 }
 """
 
-_FRAGMENT = LIT_FRAGMENT.replace("uniform vec3 u_color;", "in vec3 v_tint;").replace("u_color", "v_tint")
+_FRAGMENT = LIT_FRAGMENT.replace("uniform vec3 u_color;", "in vec3 v_tint;").replace(
+    "u_color", "v_tint"
+)
 
 
 class InstancingScene(BuiltinScene):
@@ -59,14 +68,17 @@ class InstancingScene(BuiltinScene):
         ctx = self.ctx
         count = int(self.p["count"])
         self.count = count
-        self.program = self.own(compile_program(ctx, self.name, vertex_shader=_VERTEX,
-                                                fragment_shader=_FRAGMENT))
+        self.program = self.own(
+            compile_program(ctx, self.name, vertex_shader=_VERTEX, fragment_shader=_FRAGMENT)
+        )
         verts, indices = cube()
         # instances on a jittered 3D grid (deterministic generator, fixed seed)
         rng = np.random.default_rng(12345)
         side = max(1, round(count ** (1 / 3)))
         ids = np.arange(count)
-        grid = np.stack([ids % side, (ids // side) % side, ids // (side * side)], axis=1).astype(np.float32)
+        grid = np.stack([ids % side, (ids // side) % side, ids // (side * side)], axis=1).astype(
+            np.float32
+        )
         layers = max(1, math.ceil(count / (side * side)))
         center = np.array([(side - 1) / 2, (side - 1) / 2, (layers - 1) / 2], dtype=np.float32)
         pos = (grid - center) * 1.2 + rng.uniform(-0.3, 0.3, size=(count, 3)).astype(np.float32)
@@ -76,11 +88,14 @@ class InstancingScene(BuiltinScene):
         vbo = self.own(ctx.buffer(verts.tobytes()))
         ibo = self.own(ctx.buffer(indices.tobytes()))
         ibuf = self.own(ctx.buffer(inst.tobytes()))
-        self.vao = self.own(ctx.vertex_array(
-            self.program,
-            [(vbo, "3f 3f", "in_pos", "in_normal"), (ibuf, "4f 3f/i", "in_offset", "in_tint")],
-            index_buffer=ibo, index_element_size=4,
-        ))
+        self.vao = self.own(
+            ctx.vertex_array(
+                self.program,
+                [(vbo, "3f 3f", "in_pos", "in_normal"), (ibuf, "4f 3f/i", "in_offset", "in_tint")],
+                index_buffer=ibo,
+                index_element_size=4,
+            )
+        )
         self.extent = float(np.abs(pos).max()) + 1.0
         self.program["u_light_dir"].value = (-0.4, -0.6, -0.7)
 

@@ -39,7 +39,7 @@ void main() {
     v_tint = 0.5 + 0.5 * cos(in_inst.w * 2.0 + vec3(0.0, 2.1, 4.2));
     gl_Position = u_view_proj * vec4(r * in_pos * 0.45 + in_inst.xyz, 1.0);
 }
-"""
+"""  # noqa: E501
 
 _SCENE_FRAGMENT = """
 #version 330
@@ -109,7 +109,10 @@ class PostFxScene(BuiltinScene):
     """
 
     name = "postfx"
-    description = "render to HDR texture, separable Gaussian blur (bloom), tone map: multi-pass post-processing"
+    description = (
+        "render to HDR texture, separable Gaussian blur (bloom), tone map: multi-pass "
+        "post-processing"
+    )
     stresses = ("fragment", "bandwidth", "render-to-texture", "multi-pass")
     params: ClassVar[Mapping[str, Param]] = {
         "radius": Param(8, int, 1, 64, "blur taps on each side of the centre"),
@@ -124,12 +127,21 @@ class PostFxScene(BuiltinScene):
         bw, bh = max(1, w // div), max(1, h // div)
         self.radius = int(self.p["radius"])
         self.count = int(self.p["objects"])
-        self.scene_prog = self.own(compile_program(ctx, self.name, vertex_shader=_SCENE_VERTEX,
-                                                   fragment_shader=_SCENE_FRAGMENT))
-        self.blur_prog = self.own(compile_program(ctx, self.name, vertex_shader=FULLSCREEN_VERTEX,
-                                                  fragment_shader=_BLUR_FRAGMENT))
-        self.tone_prog = self.own(compile_program(ctx, self.name, vertex_shader=FULLSCREEN_VERTEX,
-                                                  fragment_shader=_TONEMAP_FRAGMENT))
+        self.scene_prog = self.own(
+            compile_program(
+                ctx, self.name, vertex_shader=_SCENE_VERTEX, fragment_shader=_SCENE_FRAGMENT
+            )
+        )
+        self.blur_prog = self.own(
+            compile_program(
+                ctx, self.name, vertex_shader=FULLSCREEN_VERTEX, fragment_shader=_BLUR_FRAGMENT
+            )
+        )
+        self.tone_prog = self.own(
+            compile_program(
+                ctx, self.name, vertex_shader=FULLSCREEN_VERTEX, fragment_shader=_TONEMAP_FRAGMENT
+            )
+        )
         self.hdr_tex = self.own(ctx.texture((w, h), 4, dtype="f2"))
         self.hdr_depth = self.own(ctx.depth_renderbuffer((w, h)))
         self.hdr_fbo = self.own(ctx.framebuffer([self.hdr_tex], self.hdr_depth))
@@ -144,14 +156,26 @@ class PostFxScene(BuiltinScene):
         verts, indices = cube()
         side = math.ceil(math.sqrt(self.count))
         ids = np.arange(self.count)
-        inst = np.stack([(ids % side - (side - 1) / 2) * 1.3, (ids // side - (side - 1) / 2) * 1.3,
-                         -(ids % 3) * 0.8, ids * 0.713], axis=1).astype(np.float32)
+        inst = np.stack(
+            [
+                (ids % side - (side - 1) / 2) * 1.3,
+                (ids // side - (side - 1) / 2) * 1.3,
+                -(ids % 3) * 0.8,
+                ids * 0.713,
+            ],
+            axis=1,
+        ).astype(np.float32)
         vbo = self.own(ctx.buffer(verts.tobytes()))
         ibo = self.own(ctx.buffer(indices.tobytes()))
         ibuf = self.own(ctx.buffer(inst.tobytes()))
-        self.scene_vao = self.own(ctx.vertex_array(
-            self.scene_prog, [(vbo, "3f 3f", "in_pos", "in_normal"), (ibuf, "4f/i", "in_inst")],
-            index_buffer=ibo, index_element_size=4))
+        self.scene_vao = self.own(
+            ctx.vertex_array(
+                self.scene_prog,
+                [(vbo, "3f 3f", "in_pos", "in_normal"), (ibuf, "4f/i", "in_inst")],
+                index_buffer=ibo,
+                index_element_size=4,
+            )
+        )
         tri = self.own(ctx.buffer(FULLSCREEN_TRIANGLE.tobytes()))
         self.blur_vao = self.own(ctx.vertex_array(self.blur_prog, [(tri, "2f", "in_pos")]))
         self.tone_vao = self.own(ctx.vertex_array(self.tone_prog, [(tri, "2f", "in_pos")]))

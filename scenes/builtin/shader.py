@@ -54,8 +54,11 @@ class ShaderScene(BuiltinScene):
 
     def build(self) -> None:
         ctx = self.ctx
-        self.program = self.own(compile_program(ctx, self.name, vertex_shader=FULLSCREEN_VERTEX,
-                                                fragment_shader=_FRAGMENT))
+        self.program = self.own(
+            compile_program(
+                ctx, self.name, vertex_shader=FULLSCREEN_VERTEX, fragment_shader=_FRAGMENT
+            )
+        )
         vbo = self.own(ctx.buffer(FULLSCREEN_TRIANGLE.tobytes()))
         self.vao = self.own(ctx.vertex_array(self.program, [(vbo, "2f", "in_pos")]))
         self.program["u_iterations"].value = int(self.p["iterations"])

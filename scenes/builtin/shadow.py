@@ -8,7 +8,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from katra3d.scenes.api import Frame, Param
-from katra3d.scenes.builtin._common import BuiltinScene, look_at, mat_bytes, orthographic, perspective, uv_sphere
+from katra3d.scenes.builtin._common import (
+    BuiltinScene,
+    look_at,
+    mat_bytes,
+    orthographic,
+    perspective,
+    uv_sphere,
+)
 from katra3d.scenes.shaders import compile_program
 
 _DEPTH_VERTEX = """
@@ -112,23 +119,44 @@ class ShadowScene(BuiltinScene):
         ctx = self.ctx
         count = int(self.p["objects"])
         smap = int(self.p["shadow_size"])
-        self.depth_prog = self.own(compile_program(ctx, self.name, vertex_shader=_DEPTH_VERTEX,
-                                                   fragment_shader=_DEPTH_FRAGMENT))
-        self.lit_prog = self.own(compile_program(ctx, self.name, vertex_shader=_LIT_VERTEX,
-                                                 fragment_shader=_LIT_FRAGMENT))
+        self.depth_prog = self.own(
+            compile_program(
+                ctx, self.name, vertex_shader=_DEPTH_VERTEX, fragment_shader=_DEPTH_FRAGMENT
+            )
+        )
+        self.lit_prog = self.own(
+            compile_program(
+                ctx, self.name, vertex_shader=_LIT_VERTEX, fragment_shader=_LIT_FRAGMENT
+            )
+        )
         self.shadow_tex = self.own(ctx.depth_texture((smap, smap)))
         self.shadow_tex.compare_func = "<="
         self.shadow_tex.repeat_x = self.shadow_tex.repeat_y = False
         self.shadow_fbo = self.own(ctx.framebuffer(depth_attachment=self.shadow_tex))
 
         sphere_v, sphere_i = uv_sphere(24, 32)
-        ground = np.array([[-8, 0, -8, 0, 1, 0], [8, 0, 8, 0, 1, 0], [8, 0, -8, 0, 1, 0],
-                           [-8, 0, -8, 0, 1, 0], [-8, 0, 8, 0, 1, 0], [8, 0, 8, 0, 1, 0]],
-                          dtype=np.float32)
+        ground = np.array(
+            [
+                [-8, 0, -8, 0, 1, 0],
+                [8, 0, 8, 0, 1, 0],
+                [8, 0, -8, 0, 1, 0],
+                [-8, 0, -8, 0, 1, 0],
+                [-8, 0, 8, 0, 1, 0],
+                [8, 0, 8, 0, 1, 0],
+            ],
+            dtype=np.float32,
+        )
         ang = np.arange(count) * 2.39996  # golden angle spiral
         rad = 1.0 + 5.5 * np.sqrt((np.arange(count) + 0.5) / count)
-        inst = np.stack([rad * np.cos(ang), 1.2 + 0.6 * np.sin(ang * 3.0), rad * np.sin(ang),
-                         np.full(count, 0.55)], axis=1).astype(np.float32)
+        inst = np.stack(
+            [
+                rad * np.cos(ang),
+                1.2 + 0.6 * np.sin(ang * 3.0),
+                rad * np.sin(ang),
+                np.full(count, 0.55),
+            ],
+            axis=1,
+        ).astype(np.float32)
         self.count = count
         sphere_vbo = self.own(ctx.buffer(sphere_v.tobytes()))
         sphere_ibo = self.own(ctx.buffer(sphere_i.tobytes()))
@@ -137,10 +165,22 @@ class ShadowScene(BuiltinScene):
         ground_inst = self.own(ctx.buffer(np.zeros(4, np.float32).tobytes()))
 
         def vaos(prog: Any, with_normal: bool) -> tuple[Any, Any]:
-            fmt, names = ("3f 3f", ("in_pos", "in_normal")) if with_normal else ("3f 12x", ("in_pos",))
-            sph = self.own(ctx.vertex_array(prog, [(sphere_vbo, fmt, *names), (inst_vbo, "4f/i", "in_inst")],
-                                            index_buffer=sphere_ibo, index_element_size=4))
-            gnd = self.own(ctx.vertex_array(prog, [(ground_vbo, fmt, *names), (ground_inst, "4f/i", "in_inst")]))
+            fmt, names = (
+                ("3f 3f", ("in_pos", "in_normal")) if with_normal else ("3f 12x", ("in_pos",))
+            )
+            sph = self.own(
+                ctx.vertex_array(
+                    prog,
+                    [(sphere_vbo, fmt, *names), (inst_vbo, "4f/i", "in_inst")],
+                    index_buffer=sphere_ibo,
+                    index_element_size=4,
+                )
+            )
+            gnd = self.own(
+                ctx.vertex_array(
+                    prog, [(ground_vbo, fmt, *names), (ground_inst, "4f/i", "in_inst")]
+                )
+            )
             return sph, gnd
 
         self.depth_sphere, self.depth_ground = vaos(self.depth_prog, False)

@@ -115,8 +115,9 @@ class TextureScene(BuiltinScene):
         size = int(self.p["tex_size"])
         self.n_samplers = int(self.p["samplers"])
         filt = self.p["filter"]
-        self.program = self.own(compile_program(ctx, self.name, vertex_shader=_VERTEX,
-                                                fragment_shader=_FRAGMENT))
+        self.program = self.own(
+            compile_program(ctx, self.name, vertex_shader=_VERTEX, fragment_shader=_FRAGMENT)
+        )
         self.textures = []
         for i in range(self.n_samplers):
             tex = self.own(ctx.texture((size, size), 4, make_texture_rgba8(i, size).tobytes()))
@@ -138,7 +139,12 @@ class TextureScene(BuiltinScene):
         self.program["u_samplers"].value = self.n_samplers
         # floor (y = 0, 80 x 80 units, uv tiled 20x) + back wall (z = -40)
         floor = [(-40, 0, 40, 0, 0), (40, 0, 40, 20, 0), (40, 0, -40, 20, 20), (-40, 0, -40, 0, 20)]
-        wall = [(-40, 0, -40, 0, 0), (40, 0, -40, 20, 0), (40, 20, -40, 20, 5), (-40, 20, -40, 0, 5)]
+        wall = [
+            (-40, 0, -40, 0, 0),
+            (40, 0, -40, 20, 0),
+            (40, 20, -40, 20, 5),
+            (-40, 20, -40, 0, 5),
+        ]
         quads = []
         for q in (floor, wall):
             quads.extend([q[0], q[1], q[2], q[0], q[2], q[3]])

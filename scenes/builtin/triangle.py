@@ -50,7 +50,9 @@ class TriangleScene(Scene):
         self.aspect = size[0] / max(1, size[1])
         self.speed = float(params["speed"])
         self.bind_target(ctx, size)
-        self.program = self.own(compile_program(ctx, self.name, vertex_shader=_VERTEX, fragment_shader=_FRAGMENT))
+        self.program = self.own(
+            compile_program(ctx, self.name, vertex_shader=_VERTEX, fragment_shader=_FRAGMENT)
+        )
         r = 0.8
         verts: list[float] = []
         colors = ((1.0, 0.2, 0.2), (0.2, 1.0, 0.2), (0.2, 0.3, 1.0))
@@ -58,7 +60,9 @@ class TriangleScene(Scene):
             a = math.pi / 2 + i * 2 * math.pi / 3
             verts.extend((r * math.cos(a), r * math.sin(a), *col))
         self.vbo = self.own(ctx.buffer(np.array(verts, dtype="f4").tobytes()))
-        self.vao = self.own(ctx.vertex_array(self.program, [(self.vbo, "2f 3f", "in_pos", "in_color")]))
+        self.vao = self.own(
+            ctx.vertex_array(self.program, [(self.vbo, "2f 3f", "in_pos", "in_color")])
+        )
         self.program["u_aspect"].value = self.aspect
 
     def render(self, frame: Frame) -> None:

@@ -1,4 +1,5 @@
 """The smallest frame: a clear of a tiny target, no draw."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -16,7 +16,8 @@ class BrokenShader(Scene):
         compile_program(
             ctx,
             self.name,
-            vertex_shader="#version 330\nin vec2 p;\nvoid main() { gl_Position = vec4(p, 0.0, 1.0); }\n",
+            vertex_shader="#version 330\nin vec2 p;\n"
+            "void main() { gl_Position = vec4(p, 0.0, 1.0); }\n",
             fragment_shader="#version 330\nout vec4 c;\nvoid main() { c = vec3(1.0); }\n",
         )
 

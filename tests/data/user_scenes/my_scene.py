@@ -42,7 +42,9 @@ class Checker(Scene):
         self.check_requirements(ctx)
         self.bind_target(ctx, size)
         self.ctx = ctx
-        self.program = self.own(compile_program(ctx, self.name, vertex_shader=VERTEX, fragment_shader=FRAGMENT))
+        self.program = self.own(
+            compile_program(ctx, self.name, vertex_shader=VERTEX, fragment_shader=FRAGMENT)
+        )
         tri = np.array([-1, -1, 3, -1, -1, 3], dtype="f4")
         self.vbo = self.own(ctx.buffer(tri.tobytes()))
         self.vao = self.own(ctx.vertex_array(self.program, [(self.vbo, "2f", "in_pos")]))
