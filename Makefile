@@ -34,15 +34,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# mypy strict over the installed layout (katra3d, katra3d.harness, katra3d.scenes, katra_trace). setuptools maps
-# harness/ and scenes/ under katra3d through an import hook, which mypy does not run: build/typecheck holds the
-# same layout as links to the real folders, and mypy reads it there.
-TYPECHECK := build/typecheck
+# mypy strict over katra3d (harness/ and scenes/ through its links) and katra_trace, from the
+# repository root with pyproject.toml's configuration
 typecheck: $(STAMP)
-	rm -rf $(TYPECHECK) && mkdir -p $(TYPECHECK)/katra3d
-	ln -s ../../katra_trace $(TYPECHECK)/katra_trace
-	for f in harness scenes katra3d/*.py katra3d/py.typed; do ln -s "$(CURDIR)/$$f" $(TYPECHECK)/katra3d/; done
-	cd $(TYPECHECK) && $(CURDIR)/$(PY) -m mypy --config-file $(CURDIR)/pyproject.toml
+	$(PY) -m mypy
 
 sysdeps:
 	bash ci/system-deps.sh

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import platform
 import shutil
@@ -126,6 +127,11 @@ def _started(
             proc.stdout.close()
 
 
+def _no_frame_yet(out: TimedReplay, before: int) -> bool:
+    """Whether the replayer started last has not yet started or read a frame."""
+    return not out.startup_ns[-1] and len(out.frames) == before
+
+
 def _lines(
     proc: subprocess.Popen[str],
     path: Path,
@@ -201,7 +207,7 @@ def timed_frames(
                 for line in _lines(
                     proc,
                     stdout,
-                    fast=lambda before=before: not out.startup_ns[-1] and len(out.frames) == before,
+                    fast=functools.partial(_no_frame_yet, out, before),
                     stopped=stopped,
                 ):
                     if line.startswith(HEADER_LINE) and len(out.frames) == before:
