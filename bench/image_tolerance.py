@@ -117,7 +117,7 @@ def _softpipe(ctx: BenchContext, llvmpipe: Path) -> list[Row]:
 def image_tolerance(ctx: BenchContext) -> list[Row]:
     """FLIP values of another vector width, a 1-px shift and a colour step (docs/images.md)."""
     # deferred: FLIP is the optional images extra
-    from katra_trace.analysis.images import image_verdict
+    from katra_trace.analysis.images import ImageOutcome, image_verdict
 
     sizes = SIZES[:1] if ctx.quick else SIZES
     rows: list[Row] = []
@@ -137,10 +137,14 @@ def image_tolerance(ctx: BenchContext) -> list[Row]:
             }
             for name, new in cases.items():
                 v = image_verdict(base, new)
-                bad = v.verdict == "changed" if name == "vector width" else v.verdict != "changed"
+                bad = (
+                    v.verdict is ImageOutcome.CHANGED
+                    if name == "vector width"
+                    else v.verdict is not ImageOutcome.CHANGED
+                )
                 wrong[name] += int(bad)
-                mean = 0.0 if v.verdict == "identical" else v.flip_mean
-                pct = 0.0 if v.verdict == "identical" else v.outlier_pct
+                mean = 0.0 if v.verdict is ImageOutcome.IDENTICAL else v.flip_mean
+                pct = 0.0 if v.verdict is ImageOutcome.IDENTICAL else v.outlier_pct
                 groups[name].append((mean, pct))
                 table.append(
                     {

@@ -48,6 +48,7 @@ import numpy as np
 from bench._core import BenchContext, Row, at_least, at_most, bench
 from bench._proc import Job, run_jobs
 from katra_trace.analysis.ranks import average_ranks
+from katra_trace.analysis.verdict import Verdict
 
 #: Processes of the counted ci suite (the spread is taken across them).
 CI_PROCESSES = 3
@@ -251,7 +252,7 @@ def measure(ctx: BenchContext) -> list[Row]:
     aa_false = 0
     for a, b in aa_pairs:
         result = _compare(a.job.output, b.job.output)
-        aa_scene_cmp += sum(1 for s in result.scenes if s.verdict != "incomparable")
+        aa_scene_cmp += sum(1 for s in result.scenes if s.verdict is not Verdict.INCOMPARABLE)
         aa_false += len(result.regressions)
     n_aa_step = len(aa_pairs) - n_ci * (n_ci - 1) // 2
 

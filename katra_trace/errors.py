@@ -2,21 +2,33 @@
 
 Every error a user can cause (bad input, a damaged file, a missing GL stack)
 is a :class:`KatraError`. The CLI prints ``str(err)`` on one line, without a
-traceback, and exits with ``err.exit_code``:
-
-* 0 ok, 1 regression found (compare), 2 bad input, a bad file or an I/O
-  failure (disk full, ...), 3 environment (no usable GL).
+traceback, and exits with ``err.exit_code`` (:class:`ExitCode`).
 
 This module is pure stdlib so every package (scenes included) can use it.
 """
 
 from __future__ import annotations
 
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """What every katra3d command's exit status means; a stop signal N exits 128 + N
+    (:func:`signal_exit_code`)."""
+
+    OK = 0
+    #: a regression was found (compare, ab, history check, an image that changed)
+    REGRESSION = 1
+    #: bad input, a bad or damaged file, or an I/O failure (disk full, ...)
+    BAD_INPUT = 2
+    #: the environment lacks something (no usable GL, valgrind, git, glretrace)
+    ENVIRONMENT = 3
+
 
 class KatraError(Exception):
     """Base of every error katra3d reports to a user."""
 
-    exit_code: int = 2
+    exit_code: int = ExitCode.BAD_INPUT
     #: a scene's own traceback (its frames, katra3d's left out), shown by ``katra3d --traceback``;
     #: "" if none
     scene_traceback: str = ""
@@ -89,7 +101,7 @@ class SceneError(KatraError):
 class BackendUnavailable(KatraError):
     """No usable OpenGL context could be created (exit code 3)."""
 
-    exit_code = 3
+    exit_code = ExitCode.ENVIRONMENT
 
 
 def write_failed(
@@ -118,7 +130,7 @@ class ToolUnavailable(KatraError):
     """A program katra3d runs is not installed or does not run (valgrind, git, glretrace); exit 3,
     with the line that installs it."""
 
-    exit_code = 3
+    exit_code = ExitCode.ENVIRONMENT
 
 
 def signal_exit_code(signum: int) -> int:
@@ -139,12 +151,12 @@ def stopped_exit_code(signal_name: str | None) -> int:
 def child_ended(returncode: int) -> tuple[str, int]:
     """How a child process that handed back nothing ended (``"was killed by SIGKILL"``, ``"ended
     with exit code 5"``) and the exit code that reports it: :func:`signal_exit_code` of the signal
-    that killed it, else 2."""
+    that killed it, else :attr:`ExitCode.BAD_INPUT`."""
     import signal  # deferred: this module is pure and loads nothing it does not need
 
     if -returncode in {int(s) for s in signal.Signals}:
         return f"was killed by {signal.Signals(-returncode).name}", signal_exit_code(-returncode)
-    return f"ended with exit code {returncode}", 2
+    return f"ended with exit code {returncode}", ExitCode.BAD_INPUT
 
 
 class Interrupted(KeyboardInterrupt):
@@ -167,6 +179,7 @@ __all__ = [
     "BackendUnavailable",
     "Interrupted",
     "ConfigError",
+    "ExitCode",
     "KatraError",
     "OptionError",
     "OutputBusyError",

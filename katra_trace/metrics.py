@@ -25,20 +25,24 @@ from katra_trace.schema import Clock
 #: Name of every clock (``Clock.WALL`` -> ``"wall"``), by clock number.
 CLOCK_NAMES: dict[int, str] = {int(c): c.name.lower() for c in Clock}
 
-#: Clocks whose values are nanoseconds, the clock the user waits for (``wall``) first, then in clock
-#: order.
-TIME_CLOCKS: tuple[str, ...] = tuple(
-    c.name.lower()
-    for c in sorted(
-        (c for c in Clock if int(c) not in schema.COUNT_CLOCKS), key=lambda c: c != Clock.WALL
-    )
-)
+#: The clock preference order, the one definition: which clock is shown or compared when nothing
+#: else says. The clock the user waits for (``wall``) first, then the GPU's own, the counts, and the
+#: CPU-side clocks. Every other order of clocks is taken from this one.
+CLOCK_PREFERENCE: tuple[str, ...] = ("wall", "gpu", "instructions", "cycles", "process", "cpu")
 #: Clocks whose values are counts (instructions, estimated cycles), not times: deterministic
 #: metrics.
-COUNT_CLOCKS: tuple[str, ...] = tuple(CLOCK_NAMES[c] for c in sorted(schema.COUNT_CLOCKS))
+COUNT_CLOCKS: tuple[str, ...] = tuple(
+    c for c in CLOCK_PREFERENCE if schema.Clock[c.upper()] in schema.COUNT_CLOCKS
+)
+#: Clocks whose values are nanoseconds, in preference order.
+TIME_CLOCKS: tuple[str, ...] = tuple(c for c in CLOCK_PREFERENCE if c not in COUNT_CLOCKS)
 #: Clocks whose values are a value per frame, not a span on the host timeline (counts and
 #: ``process``).
-VALUE_CLOCKS: tuple[str, ...] = tuple(CLOCK_NAMES[c] for c in sorted(schema.VALUE_CLOCKS))
+VALUE_CLOCKS: tuple[str, ...] = tuple(
+    c for c in CLOCK_PREFERENCE if schema.Clock[c.upper()] in schema.VALUE_CLOCKS
+)
+#: Time clocks that time a span on the host timeline (a frame's wall, CPU or GPU time).
+SPAN_TIME_CLOCKS: tuple[str, ...] = tuple(c for c in TIME_CLOCKS if c not in VALUE_CLOCKS)
 
 #: ``--metric auto``: the capture's deterministic count when it has one, else the clock it trusts.
 AUTO = "auto"
@@ -57,14 +61,10 @@ MEASURES: tuple[str, ...] = ("time", *COUNT_CLOCKS)
 #: median.
 RUN_STATS: tuple[str, ...] = ("median", "p10")
 
-#: The clock preference order, the one definition: which clock is shown or compared when nothing
-#: else says. The clock the user waits for (``wall``) first, then the GPU's own, the counts, and the
-#: CPU-side clocks.
-CLOCK_PREFERENCE: tuple[str, ...] = ("wall", "gpu", "instructions", "cycles", "process", "cpu")
 #: ``--metric auto`` (compare, history): a deterministic count first, then :data:`CLOCK_PREFERENCE`.
 AUTO_ORDER: tuple[str, ...] = (
     *COUNT_CLOCKS,
-    *(c for c in CLOCK_PREFERENCE if c not in COUNT_CLOCKS),
+    *TIME_CLOCKS,
 )
 #: The clock each timing mode trusts (the header's ``primary_clock``): ``sync`` times frames on the
 #: host clock with glFinish (``wall``), ``gpu`` with timestamp queries, a counted mode counts on its
@@ -153,6 +153,7 @@ __all__ = [
     "CLOCK_NAMES",
     "COUNT_CLOCKS",
     "CLOCK_PREFERENCE",
+    "SPAN_TIME_CLOCKS",
     "MEASURES",
     "METRICS",
     "MODE_CLOCKS",

@@ -11,13 +11,13 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from katra_trace.errors import KatraError
+from katra_trace.errors import ExitCode, KatraError
 
 
 class MissingDependencyError(KatraError):
     """An optional Python package a feature needs is not installed (exit code 3)."""
 
-    exit_code = 3
+    exit_code = ExitCode.ENVIRONMENT
 
 
 def require(module: str, *, extra: str, purpose: str, what: str | None = None) -> ModuleType:

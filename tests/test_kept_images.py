@@ -13,7 +13,12 @@ import pytest
 from PIL import Image
 
 from katra3d.harness.run.config import RunConfig, plan_run
-from katra_trace.analysis.references import check_references, record_references, reference_paths
+from katra_trace.analysis.references import (
+    CheckStatus,
+    check_references,
+    record_references,
+    reference_paths,
+)
 from katra_trace.errors import ConfigError, TraceFormatError
 from katra_trace.io import blocks
 from katra_trace.io import format as fmt
@@ -242,7 +247,7 @@ def test_references_record_check_and_skip(tmp_path: Path) -> None:
     refs = tmp_path / "refs"
     a, b = _pixels(8), _pixels(9)
     recorded = record_references(refs, {"a": _frame("a", a), "b/x": _frame("b/x", b)})
-    assert [c.status for c in recorded] == ["recorded", "recorded"]
+    assert [c.status for c in recorded] == [CheckStatus.RECORDED] * 2
     png, facts = reference_paths(refs, "b/x", KEY)
     # 'b/x' is not a file name
     assert png.parent.name.startswith("b_x~") and png.parent.parent == refs
@@ -259,22 +264,28 @@ def test_references_record_check_and_skip(tmp_path: Path) -> None:
     )
     by = {c.scene: c for c in checks}
     assert (
-        by["a"].status == "changed"
+        by["a"].status is CheckStatus.CHANGED
         and by["a"].regression
         and by["a"].line.startswith("image changed: a: ")
     )
     assert by["a"].verdict is not None and by["a"].verdict.is_regression
-    assert by["b/x"].status == "identical" and not by["b/x"].regression
+    assert by["b/x"].status is CheckStatus.IDENTICAL and not by["b/x"].regression
     (near,) = check_references(refs, {"b/x": _frame("b/x", rounded)}, ["b/x"])
-    assert near.status == "within tolerance" and not near.regression and "FLIP mean" in near.line
     assert (
-        by["c"].status == "no reference"
+        near.status is CheckStatus.WITHIN_TOLERANCE
+        and not near.regression
+        and "FLIP mean" in near.line
+    )
+    assert (
+        by["c"].status is CheckStatus.NO_REFERENCE
         and "skipped" in by["c"].line
         and key_id(other_device) in by["c"].line
     )
-    assert by["d"].status == "not kept"
+    assert by["d"].status is CheckStatus.NOT_KEPT
     later = check_references(refs, {"a": _frame("a", a, index=9)}, ["a"])
-    assert later[0].status == "other frame" and later[0].error and "frame 5" in later[0].line
+    assert (
+        later[0].status is CheckStatus.OTHER_FRAME and later[0].error and "frame 5" in later[0].line
+    )
 
 
 def test_a_damaged_reference_is_one_line_error(tmp_path: Path) -> None:

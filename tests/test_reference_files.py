@@ -22,6 +22,7 @@ from katra_trace.analysis import images as image_rule
 from katra_trace.analysis import references
 from katra_trace.analysis.images import file_stem
 from katra_trace.analysis.references import (
+    CheckStatus,
     check_references,
     load_reference,
     record_references,
@@ -157,7 +158,7 @@ def test_a_kept_frame_is_recorded_as_its_own_png_and_checked(tmp_path: Path) -> 
         and recorded.reference.read_bytes() == trace.kept_frames["s"].png
     )
     (check,) = check_references(tmp_path / "refs", trace.kept_frames, ["s"])
-    assert check.status == "identical"
+    assert check.status is CheckStatus.IDENTICAL
 
 
 def test_recording_never_writes_through_a_symbolic_link(refs: Path, tmp_path: Path) -> None:
@@ -208,7 +209,7 @@ def test_two_labels_that_read_alike_keep_two_references(tmp_path: Path) -> None:
         {"clear#2": _frame("clear#2", 1), "clear_2": _frame("clear_2", 2)},
         ["clear#2", "clear_2"],
     )
-    assert [c.status for c in checks] == ["identical", "identical"]
+    assert [c.status for c in checks] == [CheckStatus.IDENTICAL] * 2
 
 
 def test_a_reference_recorded_under_the_old_stem_is_still_found_for_its_own_label(
@@ -220,10 +221,10 @@ def test_a_reference_recorded_under_the_old_stem_is_still_found_for_its_own_labe
     # where katra3d before 0.2 recorded it
     new_folder.rename(refs / image_rule.legacy_file_stem("clear#2"))
     found: Any = check_references(refs, {"clear#2": _frame("clear#2", 1)}, ["clear#2"])
-    assert found[0].status == "identical"
+    assert found[0].status is CheckStatus.IDENTICAL
     other: Any = check_references(refs, {"clear_2": _frame("clear_2", 1)}, ["clear_2"])
     # that folder's facts name another scene
-    assert other[0].status == "other scene" and other[0].error
+    assert other[0].status is CheckStatus.OTHER_SCENE and other[0].error
     assert "recorded for scene 'clear#2'" in other[0].line
 
 

@@ -32,7 +32,7 @@ def test_metric_kinds_come_from_the_clock_enum() -> None:
     assert not set(metrics.TIME_CLOCKS) & set(metrics.COUNT_CLOCKS)
     assert metrics.COUNT_CLOCKS == ("instructions", "cycles")
     assert set(metrics.VALUE_CLOCKS) == {"instructions", "cycles", "process"}
-    assert metrics.METRICS == ("auto", "wall", "cpu", "gpu", "process", "instructions", "cycles")
+    assert metrics.METRICS == ("auto", "wall", "gpu", "process", "cpu", "instructions", "cycles")
     assert metrics.MEASURES == ("time", "instructions", "cycles")
     # defined once, in metrics
     assert not hasattr(measure, "MEASURES") and not hasattr(measure, "COUNT_MEASURES")

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from katra3d.harness.bisect.search import Outcome
 from katra3d.harness.bisect.state import CommitResult, Setup
 from katra_trace.analysis.bisection import Effect, target_scenes
+from katra_trace.analysis.images import ImageOutcome
 from katra_trace.units import format_change, format_change_pct
 
 #: The report's file in the output directory.
@@ -59,9 +60,11 @@ def _image_word(r: CommitResult) -> str:
     }
     if not words:
         return "-"
-    if all(w == "identical" for w in words.values()):
+    if all(w == ImageOutcome.IDENTICAL.words for w in words.values()):
         return "identical"
-    return ", ".join(f"{scene} {w}" for scene, w in words.items() if w != "identical")
+    return ", ".join(
+        f"{scene} {w}" for scene, w in words.items() if w != ImageOutcome.IDENTICAL.words
+    )
 
 
 def tested_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:

@@ -25,7 +25,7 @@ from katra3d.harness.run.progress import show_warning
 from katra3d.scenes.registry import available_scene_names
 from katra3d.scenes.suites import SUITES
 from katra_trace import __version__
-from katra_trace.errors import KatraError, signal_exit_code
+from katra_trace.errors import ExitCode, KatraError, signal_exit_code
 from katra_trace.io.claim import describe
 from katra_trace.text import escape, shown
 
@@ -77,7 +77,7 @@ class KatraArgumentParser(argparse.ArgumentParser):
         where = f"{command}: " if command else ""
         helper = f"katra3d {command} --help" if command else "katra3d --help"
         print(f"katra3d: error: {where}{escape(message)} (see '{helper}')", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(ExitCode.BAD_INPUT)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -210,12 +210,12 @@ def _main(argv: Sequence[str] | None = None) -> int:
         # The reader went away (``katra3d info T | head``): stop quietly, and keep Python from
         # complaining again when it flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return ExitCode.OK
     except OSError as exc:
         # the last resort for a system refusal no check met first: one line naming the file, exit 2
         where = f"{shown(exc.filename)}: " if exc.filename is not None else ""
         print(f"katra3d: error: {where}{describe(exc)}", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_INPUT
 
 
 if __name__ == "__main__":  # pragma: no cover

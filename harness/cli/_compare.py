@@ -20,8 +20,9 @@ from katra3d.harness.cli._common import (
     print_json,
     warn_damaged,
 )
-from katra_trace.analysis.images import ImageVerdict, flip_missing, write_image_diff
+from katra_trace.analysis.images import ImageOutcome, ImageVerdict, flip_missing, write_image_diff
 from katra_trace.analysis.verdict import Comparison, Verdict
+from katra_trace.errors import ExitCode
 from katra_trace.io.claim import check_output_dir
 from katra_trace.metrics import is_count
 from katra_trace.units import format_change, format_ms
@@ -197,7 +198,7 @@ def print_images(verdicts: dict[str, ImageVerdict], policy: str, fmt: str) -> No
         return
     width = max(len(s) for s in verdicts)
     for scene, v in verdicts.items():
-        if v.verdict != "identical":
+        if v.verdict is not ImageOutcome.IDENTICAL:
             tail = (
                 " (--images warn: not a regression)" if v.is_regression and policy == "warn" else ""
             )
@@ -250,7 +251,7 @@ def compare_and_print(
     if record is not None:
         record_ab_decision(record, result.timing)
     print_result(result, args.format)
-    if result.exit_code == 2:
+    if result.exit_code == ExitCode.BAD_INPUT:
         where = "in the JSON output" if args.format == "json" else "above"
         print(
             f"katra3d: error: nothing comparable between {sides.base!r} and {sides.new!r} (reasons "

@@ -15,7 +15,7 @@ from katra3d.harness.engine import timers
 from katra3d.harness.engine.timer_check import timer_query_reliability
 from katra3d.harness.gl import backends, probe
 from katra3d.harness.run.config import parse_int
-from katra_trace.errors import BackendUnavailable
+from katra_trace.errors import BackendUnavailable, ExitCode
 from katra_trace.units import format_ms
 
 
@@ -155,4 +155,4 @@ def run(args: argparse.Namespace) -> int:
         print_json(report)
     else:
         print(render_text(report))
-    return 0 if report["ok"] else 3
+    return ExitCode.OK if report["ok"] else ExitCode.ENVIRONMENT

@@ -7,6 +7,7 @@ import argparse
 
 from katra3d.harness.cli._common import load_traces, print_json
 from katra3d.harness.run.progress import Tally, warn
+from katra_trace.errors import ExitCode
 from katra_trace.export import FORMATS, default_path, export_trace
 from katra_trace.io.claim import check_output
 
@@ -71,4 +72,4 @@ def run(args: argparse.Namespace) -> int:
             f"{result.path} ({args.to}, {result.events:,} events, {result.bytes:,} bytes, "
             f"{result.seconds:.2f} s)"
         )
-    return 0
+    return ExitCode.OK

@@ -16,7 +16,7 @@ from katra3d.harness.run.progress import Tally, warn
 from katra3d.harness.versions.git import first_parent_order
 from katra_trace.analysis.defaults import check_alpha, check_threshold_pct
 from katra_trace.analysis.verdict import Verdict
-from katra_trace.errors import ConfigError
+from katra_trace.errors import ConfigError, ExitCode
 from katra_trace.history.ingest import find_traces, prepare_runs
 from katra_trace.history.rows import iso_utc, parse_time_ns
 from katra_trace.history.store import (
@@ -242,7 +242,7 @@ def run_add(args: argparse.Namespace) -> int:
                 "rows": result.rows,
             }
         )
-        return 0
+        return ExitCode.OK
     print(
         f"history: added {len(result.added)} run(s) ({result.rows} rows) under label "
         f"{args.label!r} to {where}"
@@ -251,7 +251,7 @@ def run_add(args: argparse.Namespace) -> int:
         print(f"history: already stored, skipped: {run.path} (label {lab!r})")
     for a, b in same:
         print(f"history: same bytes as {b}, skipped: {a}")
-    return 0
+    return ExitCode.OK
 
 
 def _selection(args: argparse.Namespace) -> Any:
@@ -323,7 +323,7 @@ def run_show(args: argparse.Namespace) -> int:
                 ],
             }
         )
-        return 0
+        return ExitCode.OK
     if args.format == "csv":
         columns = [
             "scene",
@@ -362,7 +362,7 @@ def run_show(args: argparse.Namespace) -> int:
             for p, fitted in zip(s.points, m.fit.levels, strict=True)
         ]
         emit_table(columns, rows, "csv")
-        return 0
+        return ExitCode.OK
     columns = [
         "scene",
         "metric",
@@ -439,13 +439,13 @@ def run_show(args: argparse.Namespace) -> int:
             args.format,
             title=f"{_name(s)} {s.metric} {s.stat} ({s.unit}) per label",
         )
-    return 0
+    return ExitCode.OK
 
 
 def run_check(args: argparse.Namespace) -> int:
     result = _checked(args)
     series = result.series
-    code = 1 if result.regression_at_newest else 0
+    code = ExitCode.REGRESSION if result.regression_at_newest else ExitCode.OK
     if args.format == "json":
         print_json(
             {
@@ -568,4 +568,4 @@ def run_export(args: argparse.Namespace) -> int:
         f"history: exported {written} run(s) from {args.db} to {args.parquet}"
         + (f"; {skipped} already there" if skipped else "")
     )
-    return 0
+    return ExitCode.OK

@@ -16,6 +16,7 @@ import numpy as np
 
 from katra3d.harness.cli._common import print_json, terminal_width
 from katra_trace import Clock, Flag, Kind, Trace
+from katra_trace.errors import ExitCode
 from katra_trace.io.header import HostInfo
 from katra_trace.io.image_block import KeptFrame
 from katra_trace.io.tracesets import open_quietly
@@ -427,4 +428,4 @@ def run(args: argparse.Namespace) -> int:
         print_json(info_dict(trace))
     else:
         print(render_text(trace) if args.all else render_compact(trace, terminal_width()))
-    return 0
+    return ExitCode.OK

@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from katra3d.harness.cli._common import print_json
+from katra_trace.errors import ExitCode
 from katra_trace.io.merge import merge_shards
 
 
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     result = merge_shards(args.shards, args.output, force=bool(args.force), progress=progress)
     if args.json:
         print_json(result.as_dict())
-        return 0
+        return ExitCode.OK
     hosts = len(
         {
             (s.host_info.renderer, s.host_info.driver, s.host_info.system.cpu_model)
@@ -64,4 +65,4 @@ def run(args: argparse.Namespace) -> int:
         f"{result.path}: {n(len(result.shards), 'shard')}, {n(len(result.scenes), 'scene')}, "
         f"{n(result.events, 'event')}, {n(result.images, 'kept frame')}, {n(hosts, 'host')}"
     )
-    return 0
+    return ExitCode.OK

@@ -19,7 +19,7 @@ from katra3d.harness.cli._common import (
     print_json,
     warn_damaged,
 )
-from katra_trace.errors import ConfigError, KatraError
+from katra_trace.errors import ConfigError, ExitCode, KatraError
 from katra_trace.history.store import Source
 from katra_trace.history.trends import trend_data
 from katra_trace.io.claim import check_output
@@ -151,4 +151,4 @@ def run(args: argparse.Namespace) -> int:
             else f"history of {trends['runs']} run(s)"
         )
         print(f"{out} ({what}, {size / 1e6:.1f} MB)")
-    return 0
+    return ExitCode.OK

@@ -26,7 +26,7 @@ from katra3d.harness.run.jobs import parse_jobs
 from katra3d.harness.run.progress import Progress
 from katra_trace.analysis.images import flip_missing
 from katra_trace.analysis.references import check_references, record_references
-from katra_trace.errors import ConfigError, stopped_exit_code
+from katra_trace.errors import ConfigError, ExitCode, stopped_exit_code
 from katra_trace.io import format as fmt
 from katra_trace.io.tracesets import open_quietly
 
@@ -255,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
             [r.label for r in result.scenes],
             update=bool(args.update_images),
         )
-    return 0
+    return ExitCode.OK
 
 
 def _check_images(directory: Path, trace: Path, scenes: list[str], *, update: bool) -> int:
@@ -276,5 +276,5 @@ def _check_images(directory: Path, trace: Path, scenes: list[str], *, update: bo
     ):
         print(f"katra3d: notice: image checks by checksum only: {missing}", file=sys.stderr)
     if any(c.regression for c in checks):
-        return 1
-    return 2 if any(c.error for c in checks) else 0
+        return ExitCode.REGRESSION
+    return ExitCode.BAD_INPUT if any(c.error for c in checks) else ExitCode.OK

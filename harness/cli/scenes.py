@@ -14,7 +14,7 @@ from katra3d.harness.cli._common import print_json
 from katra3d.scenes.api import Scene
 from katra3d.scenes.registry import builtin_scenes, describe_range, entry_point_scenes, get_scene
 from katra3d.scenes.suites import SUITES, suites_containing
-from katra_trace.errors import SceneError
+from katra_trace.errors import ExitCode, SceneError
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -158,11 +158,11 @@ def run(args: argparse.Namespace) -> int:
             if not sc["params"]:
                 lines.append("    (no params)")
             print("\n".join(lines))
-        return 0
+        return ExitCode.OK
     cat = catalogue()
     if args.json:
         print_json(cat)
-        return 0
+        return ExitCode.OK
     lines = []
     for sc in cat["scenes"]:
         lines += scene_lines(sc)
@@ -177,4 +177,4 @@ def run(args: argparse.Namespace) -> int:
     for err in cat.get("errors", []):
         lines.append(f"warning: installed scene '{err['name']}' cannot be loaded: {err['error']}")
     print("\n".join(lines))
-    return 0
+    return ExitCode.OK

@@ -28,6 +28,7 @@ from katra3d.harness.run.progress import warn
 from katra_trace import Trace
 from katra_trace.analysis.slow import trace_slow_frames
 from katra_trace.analysis.stats import flatten, trace_stats
+from katra_trace.errors import ExitCode
 from katra_trace.metrics import COUNT_CLOCKS, primary_clock_of, unit_of
 from katra_trace.text import escape
 from katra_trace.units import format_count, format_ms, format_number, stat_label
@@ -177,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
             ],
             "csv",
         )
-    return 0
+    return ExitCode.OK
 
 
 def _tables(args: argparse.Namespace, result: dict[str, Any], name: str) -> None:
@@ -308,7 +309,7 @@ def _compact(args: argparse.Namespace, is_dir: bool) -> int:
             right=[h for h in heads if h in columns],
             title=f"{name}: {what}, {on}, warmup excluded (--all: every clock)",
         )
-    return 0
+    return ExitCode.OK
 
 
 def fit(

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from katra_trace import Trace
-from katra_trace.errors import KatraError
+from katra_trace.errors import ExitCode, KatraError
 from katra_trace.io.images import frame_pixels
 from katra_trace.io.tracesets import open_quietly
 
@@ -53,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
     for problem in problems:
         print(f"katra3d: error: {problem}", file=sys.stderr)
     if trace.truncated or problems:
-        return 2
+        return ExitCode.BAD_INPUT
     kept = len(trace.kept_frames)
     frames = f", {kept} kept frame{'s' if kept != 1 else ''} (pixels checked)" if kept else ""
     print(f"{trace.path}: ok: {n} events in {trace.blocks} blocks, status {trace.status}{frames}")
-    return 0
+    return ExitCode.OK

@@ -42,6 +42,7 @@ from katra3d.harness.run.progress import entered, show_warning
 from katra3d.harness.run.valgrind import check_renderer
 from katra_trace.analysis.references import DURATION_NOTICE, images_policy
 from katra_trace.errors import (
+    ExitCode,
     Interrupted,
     KatraError,
     OutputBusyError,
@@ -231,7 +232,7 @@ def _run_counted(plan: RunPlan, progress: Progress, *, quiet: bool) -> RunResult
         kept = handed.get("kept", "")
         note = failed_note(None if kept is None else Path(kept)) if kept != "" else ""
         failed = _ChildFailed(
-            int(handed.get("exit_code") or 2),
+            int(handed.get("exit_code") or ExitCode.BAD_INPUT),
             f"the counted run under valgrind: {handed['error']}" + note,
         )
         failed.scene_traceback = str(handed.get("traceback") or "")
@@ -243,8 +244,10 @@ def _run_counted(plan: RunPlan, progress: Progress, *, quiet: bool) -> RunResult
             exit_code, f"the counted run under valgrind {how}{kept}; it handed back no results"
         )
     result = measure.result_from_dict(handed, plan.output)
-    if code != 0 and result.status == "complete":
-        raise _ChildFailed(2, f"the counted run under valgrind ended with exit code {code}")
+    if code != ExitCode.OK and result.status == "complete":
+        raise _ChildFailed(
+            ExitCode.BAD_INPUT, f"the counted run under valgrind ended with exit code {code}"
+        )
     return result
 
 
@@ -291,7 +294,7 @@ def run_child() -> int:
     measure.hand_back(dump_dir, measure.result_as_dict(result))
     progress.phase("valgrind ending (callgrind's last dump)", None)
     if result.status != "interrupted":
-        return 0
+        return ExitCode.OK
     return stopped_exit_code(result.signal_name)
 
 

@@ -30,6 +30,7 @@ errors as its colour map's levels (``ImageVerdict.error_levels``), and the error
 from __future__ import annotations
 
 import dataclasses
+import enum
 import hashlib
 import math
 import os
@@ -64,8 +65,27 @@ from katra_trace.io.image_block import KeptFrame
 from katra_trace.io.images import KeptFrameError, encode_png, frame_pixels
 from katra_trace.jsontext import record_dict
 
-#: The verdicts of :func:`image_verdict`, from best to worst.
-IMAGE_VERDICTS = ("identical", "within_tolerance", "changed", "incomparable")
+
+class ImageOutcome(str, enum.Enum):
+    """What :func:`image_verdict` says of a pair of frames, from best to worst. A str, so JSON and
+    a recorded string compare equal to it; :attr:`words` is how a line says it."""
+
+    IDENTICAL = "identical"
+    WITHIN_TOLERANCE = "within_tolerance"
+    CHANGED = "changed"
+    INCOMPARABLE = "incomparable"
+
+    @property
+    def words(self) -> str:
+        return self.value.replace("_", " ")
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
 #: The largest frame FLIP measures, in pixels (2048 x 2048): FLIP takes about 4 us a pixel on one
 #: core, so this bounds its time (about 10-20 s on the loaded 2-core machine this was measured on;
 #: an 8192x8192 frame took 291 s). Its memory is bounded by the tiles
@@ -126,7 +146,7 @@ class ImageVerdict:
     FLIP did not run (identical, checksums only, incomparable). ``checksum_only``: the verdict rests
     on checksums (no FLIP installed, or a side kept no pixels). ``reason`` says why, in words."""
 
-    verdict: str
+    verdict: ImageOutcome
     reason: str
     flip_mean: float = math.nan
     outlier_pct: float = math.nan
@@ -146,12 +166,12 @@ class ImageVerdict:
     @property
     def line(self) -> str:
         """The output line: "image changed: FLIP mean 0.031, 2.4 % of pixels over 0.1"."""
-        return f"image {self.verdict.replace('_', ' ')}: {self.reason}"
+        return f"image {self.verdict.words}: {self.reason}"
 
     @property
     def is_regression(self) -> bool:
         """A changed image is a regression (exit 1 under ``--images gate``)."""
-        return self.verdict == "changed"
+        return self.verdict is ImageOutcome.CHANGED
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict; NaN becomes None."""
@@ -227,7 +247,7 @@ def image_verdict(
             side for side, image in (("BASE", base), ("NEW", new)) if image is None
         )
         return ImageVerdict(
-            "incomparable",
+            ImageOutcome.INCOMPARABLE,
             f"no last frame in {missing}",
             outlier_level=limits.outlier_level,
             base_sha256=_sha(base) if base is not None else "",
@@ -240,7 +260,7 @@ def image_verdict(
     }
     problems = [p for p in (unreadable(base), unreadable(new)) if p is not None]
     if problems:
-        return ImageVerdict("incomparable", "; ".join(problems), readable=False, **shas)
+        return ImageVerdict(ImageOutcome.INCOMPARABLE, "; ".join(problems), readable=False, **shas)
     if shas["base_sha256"] and shas["new_sha256"]:
         same = shas["base_sha256"] == shas["new_sha256"]
     elif _has_pixels(base) and _has_pixels(new):  # a bare array: its bytes
@@ -249,30 +269,32 @@ def image_verdict(
     else:
         same = False
     if same:
-        return ImageVerdict("identical", "same checksum", **shas)
+        return ImageVerdict(ImageOutcome.IDENTICAL, "same checksum", **shas)
     if not _has_pixels(base) or not _has_pixels(new):
         where = " and ".join(
             side for side, image in (("BASE", base), ("NEW", new)) if not _has_pixels(image)
         )
         return ImageVerdict(
-            "changed",
+            ImageOutcome.CHANGED,
             f"checksums differ ({where} kept no pixels to measure by how much)",
             checksum_only=True,
             **shas,
         )
     (wb, hb), (wn, hn) = _dims(base), _dims(new)
     if (wb, hb) != (wn, hn):
-        return ImageVerdict("incomparable", f"image sizes differ: {wb}x{hb} vs {wn}x{hn}", **shas)
+        return ImageVerdict(
+            ImageOutcome.INCOMPARABLE, f"image sizes differ: {wb}x{hb} vs {wn}x{hn}", **shas
+        )
     if flip_missing() is not None:
         return ImageVerdict(
-            "changed",
+            ImageOutcome.CHANGED,
             "checksums differ (FLIP is not installed: no tolerance)",
             checksum_only=True,
             **shas,
         )
     if wb * hb > FLIP_MAX_PIXELS:
         return ImageVerdict(
-            "changed",
+            ImageOutcome.CHANGED,
             f"checksums differ ({wb}x{hb} is over FLIP's cap of {FLIP_MAX_PIXELS} "
             "pixels: no tolerance measured)",
             checksum_only=True,
@@ -281,7 +303,7 @@ def image_verdict(
     try:
         errors = flip_errors(_load(base), _load(new))
     except KatraError as exc:  # the two frames together did not fit where each alone did
-        return ImageVerdict("incomparable", f"too large: {exc}", readable=False, **shas)
+        return ImageVerdict(ImageOutcome.INCOMPARABLE, f"too large: {exc}", readable=False, **shas)
     mean = float(errors.mean())
     outliers = float((errors > limits.outlier_level).mean() * 100.0)
     changed = mean > limits.max_mean or outliers > limits.max_outlier_pct
@@ -290,7 +312,7 @@ def image_verdict(
         reason += f" (limits {limits.max_mean:g} and {limits.max_outlier_pct:g} %)"
     levels = flip_levels(errors) if magma_colours() is not None else None
     return ImageVerdict(
-        "changed" if changed else "within_tolerance",
+        ImageOutcome.CHANGED if changed else ImageOutcome.WITHIN_TOLERANCE,
         reason,
         flip_mean=mean,
         outlier_pct=outliers,
@@ -319,7 +341,7 @@ def image_verdicts(
         why = (not_comparable or {}).get(name)
         if why is not None and name in base and name in new:
             out[name] = ImageVerdict(
-                "incomparable",
+                ImageOutcome.INCOMPARABLE,
                 f"the captures do not compare: {why}",
                 base_sha256=str(base[name].sha256),
                 new_sha256=str(new[name].sha256),
@@ -418,7 +440,7 @@ def has_pictures(verdict: ImageVerdict, base: Image | None, new: Image | None) -
     readable.
     """
     return (
-        verdict.verdict != "identical"
+        verdict.verdict is not ImageOutcome.IDENTICAL
         and verdict.readable
         and base is not None
         and new is not None
@@ -484,7 +506,7 @@ def write_image_diff(
 __all__ = [
     "FLIP_MAX_PIXELS",
     "FLIP_PURPOSE",
-    "IMAGE_VERDICTS",
+    "ImageOutcome",
     "Image",
     "ImageLike",
     "ImageRef",

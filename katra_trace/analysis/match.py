@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from katra_trace.io.header import CaptureOptions, TraceHeader
 
-from katra_trace.metrics import AUTO_ORDER, COUNT_CLOCKS, METRICS, MODE_CLOCKS, clock_name, is_count
+from katra_trace.metrics import (
+    AUTO_ORDER,
+    COUNT_CLOCKS,
+    METRICS,
+    MODE_CLOCKS,
+    SPAN_TIME_CLOCKS,
+    clock_name,
+    is_count,
+)
 
 #: capture_options keys that must match for a comparison (scene params are checked per scene).
 CAPTURE_KEYS: tuple[str, ...] = ("size", "samples", "timing_mode")
@@ -82,7 +90,7 @@ def resolve_metric(
         if count in (clocks if common is None else common):
             return count
     primary = {h.capture_options.primary_clock for h in headers}
-    if len(primary) == 1 and next(iter(primary)) in ("wall", "cpu", "gpu"):
+    if len(primary) == 1 and next(iter(primary)) in SPAN_TIME_CLOCKS:
         return str(next(iter(primary)))
     modes = {h.capture_options.timing_mode for h in headers}
     if len(modes) == 1 and (mode := next(iter(modes))) in MODE_CLOCKS:

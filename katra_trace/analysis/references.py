@@ -19,6 +19,7 @@ wrong is one line, exit 2. Recording writes through the output rule
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import math
 import os
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from katra_trace.analysis.images import (
+    ImageOutcome,
     ImageThresholds,
     ImageVerdict,
     file_stem,
@@ -54,18 +56,32 @@ DURATION_NOTICE = (
     "speed, so its last frame is a different one in every run (use --frames N)"
 )
 
-#: What an image check can say about one scene.
-CHECK_STATUSES = (
-    "identical",
-    "within tolerance",
-    "changed",
-    "other frame",
-    "other scene",
-    "no reference",
-    "recorded",
-    "not kept",
-    "unreadable",
-)
+
+class CheckStatus(str, enum.Enum):
+    """What an image check can say about one scene: the image verdict's outcomes, then the checks
+    that could not compare (:attr:`words` is how a line says it)."""
+
+    IDENTICAL = ImageOutcome.IDENTICAL.value
+    WITHIN_TOLERANCE = ImageOutcome.WITHIN_TOLERANCE.value
+    CHANGED = ImageOutcome.CHANGED.value
+    OTHER_FRAME = "other_frame"
+    OTHER_SCENE = "other_scene"
+    NO_REFERENCE = "no_reference"
+    RECORDED = "recorded"
+    NOT_KEPT = "not_kept"
+    UNREADABLE = "unreadable"
+
+    @property
+    def words(self) -> str:
+        return self.value.replace("_", " ")
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
 #: The largest reference facts file read (its JSON is a few hundred bytes).
 MAX_FACTS_BYTES = 64 << 10
 #: The largest reference PNG read: the largest frame a trace keeps, plus room for PNG's own bytes.
@@ -156,12 +172,12 @@ def images_policy(keep: bool, duration: bool) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class ImageCheck:
-    """One scene's image check: ``status`` (one of :data:`CHECK_STATUSES`), ``line`` (what to print,
+    """One scene's image check: ``status``, ``line`` (what to print,
     one line), ``reference`` (the reference PNG, when there is one), ``verdict`` (the image verdict,
     when the frame was compared)."""
 
     scene: str
-    status: str
+    status: CheckStatus
     line: str
     reference: Path | None = None
     verdict: ImageVerdict | None = None
@@ -169,13 +185,17 @@ class ImageCheck:
     @property
     def regression(self) -> bool:
         """The image changed: a regression (exit 1)."""
-        return self.status == "changed"
+        return self.status is CheckStatus.CHANGED
 
     @property
     def error(self) -> bool:
         """The reference is of another frame or scene than the run kept, or the kept frame cannot be
         read: the check cannot be made (exit 2)."""
-        return self.status in ("other frame", "other scene", "unreadable")
+        return self.status in (
+            CheckStatus.OTHER_FRAME,
+            CheckStatus.OTHER_SCENE,
+            CheckStatus.UNREADABLE,
+        )
 
 
 def reference_paths(directory: Path, scene: str, key: Mapping[str, str]) -> tuple[Path, Path]:
@@ -257,7 +277,9 @@ def record_references(
             with open_output(path, force=True, option="--expect-images", example="refs") as f:
                 f.write(content)
         checks.append(
-            ImageCheck(scene, "recorded", f"image reference recorded: {scene}: {png}", png)
+            ImageCheck(
+                scene, CheckStatus.RECORDED, f"image reference recorded: {scene}: {png}", png
+            )
         )
     return checks
 
@@ -325,7 +347,7 @@ def check_references(
             checks.append(
                 ImageCheck(
                     scene,
-                    "not kept",
+                    CheckStatus.NOT_KEPT,
                     f"image check: {scene}: no frame kept (skipped or interrupted), not checked",
                 )
             )
@@ -336,7 +358,7 @@ def check_references(
             checks.append(
                 ImageCheck(
                     scene,
-                    "no reference",
+                    CheckStatus.NO_REFERENCE,
                     f"image check: {scene}: skipped, no reference for this "
                     f"device (key {key_id(image.key)}: {what}); record one with --update-images",
                 )
@@ -356,7 +378,7 @@ def _check(
     if ref.scene != scene:
         return ImageCheck(
             scene,
-            "other scene",
+            CheckStatus.OTHER_SCENE,
             f"image check: {scene}: the reference {png} was recorded for scene "
             f"{ref.scene!r} (katra3d before 0.2 gave labels such as 'clear#2' and 'clear_2' one "
             "folder): record this scene's again with --update-images",
@@ -365,7 +387,7 @@ def _check(
     if (ref.frame_index, ref.width, ref.height) != (new.frame_index, new.width, new.height):
         return ImageCheck(
             scene,
-            "other frame",
+            CheckStatus.OTHER_FRAME,
             f"image check: {scene}: the reference is frame {ref.frame_index} "
             f"at {ref.width}x{ref.height}, this run kept frame {new.frame_index} at "
             f"{new.width}x{new.height}: run with the reference's --warmup, --frames and --size, "
@@ -376,17 +398,21 @@ def _check(
     # the run's own kept frame: damaged, or too large for its trace's budget
     if not verdict.readable:
         return ImageCheck(
-            scene, "unreadable", f"image check: {scene}: {verdict.reason}", png, verdict
+            scene, CheckStatus.UNREADABLE, f"image check: {scene}: {verdict.reason}", png, verdict
         )
-    status = verdict.verdict.replace("_", " ")
     # incomparable: the sizes were checked above, so this is not expected
-    if status not in CHECK_STATUSES:
-        status = "other frame"
-    return ImageCheck(scene, status, f"image {status}: {scene}: {verdict.reason}", png, verdict)
+    outcome = verdict.verdict
+    status = (
+        CheckStatus.OTHER_FRAME
+        if outcome is ImageOutcome.INCOMPARABLE
+        else CheckStatus(outcome.value)
+    )
+    line = f"image {status.words}: {scene}: {verdict.reason}"
+    return ImageCheck(scene, status, line, png, verdict)
 
 
 __all__ = [
-    "CHECK_STATUSES",
+    "CheckStatus",
     "DURATION_NOTICE",
     "MAX_FACTS_BYTES",
     "MAX_REFERENCE_PNG_BYTES",

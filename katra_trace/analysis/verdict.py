@@ -12,6 +12,7 @@ import enum
 import math
 from typing import Any
 
+from katra_trace.errors import ExitCode
 from katra_trace.jsontext import record_dict
 
 
@@ -136,10 +137,10 @@ class Comparison:
     def exit_code(self) -> int:
         """1 if any regression, 2 if nothing was comparable, else 0."""
         if self.regressions:
-            return 1
+            return ExitCode.REGRESSION
         if not any(s.verdict is not Verdict.INCOMPARABLE for s in self.scenes):
-            return 2
-        return 0
+            return ExitCode.BAD_INPUT
+        return ExitCode.OK
 
     def as_dict(self) -> dict[str, Any]:
         counts = {v: sum(1 for s in self.scenes if s.verdict == v) for v in VERDICTS}

@@ -31,18 +31,11 @@ from typing import Any
 import numpy as np
 
 from katra_trace.analysis.stats import scene_labels
-from katra_trace.metrics import clock_name
+from katra_trace.metrics import CLOCK_PREFERENCE, clock_name
 from katra_trace.schema import VALUE_CLOCKS, Clock, Flag, Kind
 
-#: Order of the time clocks' tracks inside a scene.
-CLOCK_ORDER: tuple[int, ...] = (
-    int(Clock.WALL),
-    int(Clock.CPU),
-    int(Clock.GPU),
-    int(Clock.PROCESS),
-    int(Clock.INSTRUCTIONS),
-    int(Clock.CYCLES),
-)
+#: Order of the clocks' tracks inside a scene: the clock preference order.
+CLOCK_ORDER: tuple[int, ...] = tuple(int(Clock[name.upper()]) for name in CLOCK_PREFERENCE)
 
 
 def flag_names(flags: int) -> str:

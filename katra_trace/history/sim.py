@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from katra_trace.analysis.defaults import DEFAULT_ALPHA
+from katra_trace.errors import ExitCode
 from katra_trace.history.steps import Fit, detect_steps
 
 
@@ -192,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"flat: any step {_pct(f.any_step, f.n)}\n"
     )
     w(f"\n({time.perf_counter() - t0:.0f} s)\n")
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":
