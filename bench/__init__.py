@@ -13,7 +13,11 @@ Layout:
 * ``_gl.py``: a plain moderngl loop and a katra3d run, each measured as a
   mean frame period on a fresh EGL context;
 * every other module (``overhead.py``, ``throughput.py``, ...) holds benches
-  and is imported by the runner.
+  that guard a target and is imported by the runner: the default ones in
+  ``make bench``, the valgrind ones in ``make bench-measure``, the defaults'
+  evidence in ``make bench-defaults``;
+* ``experiments/``: studies that measure something for a doc (the noise
+  table, the image tolerances, what ``--zones draws`` costs); run by name.
 
 Adding a bench: one function in a new or existing bench module::
 
