@@ -433,7 +433,7 @@ def _markdown(table: list[dict[str, Any]], plan: _Plan, started: dt.datetime, lo
             f"{FULL_COUNT_FRAMES} counted frames and {FULL_LEVELS} slowdown levels a scene."
         )
     lines = [
-        "### Noise table today (`make bench-noise`)",
+        "### Noise table (`make bench-noise`)",
         "",
         head,
         "",
