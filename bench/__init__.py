@@ -48,8 +48,10 @@ Adding a bench: one function in a new or existing bench module::
 variant returns its own measurement (a float) or None to be timed whole.
 Always report a ratio against a baseline timed in the same run, or a value
 that does not depend on the machine's speed (bytes, instruction counts).
-A bench that takes minutes (a noise table) is registered with
-``default=False``: it runs only when named (``python -m bench noise``).
+A bench that takes minutes (valgrind's) is registered with
+``default=False``: it runs only when named (``python -m bench measure``).
+A study whose rows only feed a doc goes in ``experiments/``, where every
+bench runs only when named.
 ``ctx.facts`` records facts in results.json; ``ctx.log`` prints progress.
 """
 
