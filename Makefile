@@ -68,8 +68,9 @@ fuzz: sysdeps-test $(STAMP) bytecode
 	KATRA3D_FUZZ_SECONDS=$${KATRA3D_FUZZ_SECONDS:-60} $(PY) -m pytest -p no:cacheprovider -n auto \
 		tests/test_fuzz_trace.py tests/test_fuzz_consumers.py
 
-# Ratios against in-run baselines, one table on stdout, bench/results.json (python -m bench --help);
-# the glmark2 parity row needs glmark2-x11, glmark2-data and Xvfb (sysdeps-bench installs them where it can)
+# The benches that guard a target: ratios against in-run baselines, one table on stdout, bench/results.json
+# (python -m bench --help); the glmark2 parity row needs glmark2-x11, glmark2-data and Xvfb (sysdeps-bench
+# installs them where it can). Studies (bench/experiments/) run by name: python -m bench --list
 bench: sysdeps-bench $(STAMP) bytecode
 	$(PY) -m bench
 
@@ -79,11 +80,12 @@ bench: sysdeps-bench $(STAMP) bytecode
 bench-measure: sysdeps-test $(STAMP) bytecode
 	$(PY) -m bench measure counts-aa counted-cost --out .benchmarks/results-measure.json
 
-# Not in `make bench` (about 30 min): the noise table, written between docs/stats.md's noise-table markers.
-# Smoke test at tiny sizes (not written to the docs): $(PY) -m bench --quick noise --out /tmp/noise.json
+# A study, not a guard (about 30 min): the noise table (bench/experiments/noise.py), written between
+# docs/stats.md's noise-table markers. Smoke test at tiny sizes (not written to the docs):
+# $(PY) -m bench --quick noise --out /tmp/noise.json
 bench-noise: sysdeps-test $(STAMP) bytecode
 	$(PY) -m bench noise --out .benchmarks/results-noise.json
-	$(PY) -m bench.noise --write-doc .benchmarks/results-noise.json docs/stats.md
+	$(PY) -m bench.experiments.noise --write-doc .benchmarks/results-noise.json docs/stats.md
 
 # Not in `make bench` (about 10 min on 2 cores): the default time metric on software renderers, chosen by evidence
 # (docs/stats.md's defaults table), and katra3d ab with its defaults beside a CPU hog

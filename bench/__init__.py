@@ -13,7 +13,11 @@ Layout:
 * ``_gl.py``: a plain moderngl loop and a katra3d run, each measured as a
   mean frame period on a fresh EGL context;
 * every other module (``overhead.py``, ``throughput.py``, ...) holds benches
-  and is imported by the runner.
+  that guard a target and is imported by the runner: the default ones in
+  ``make bench``, the valgrind ones in ``make bench-measure``, the defaults'
+  evidence in ``make bench-defaults``;
+* ``experiments/``: studies that measure something for a doc (the noise
+  table, the image tolerances, what ``--zones draws`` costs); run by name.
 
 Adding a bench: one function in a new or existing bench module::
 
@@ -44,8 +48,10 @@ Adding a bench: one function in a new or existing bench module::
 variant returns its own measurement (a float) or None to be timed whole.
 Always report a ratio against a baseline timed in the same run, or a value
 that does not depend on the machine's speed (bytes, instruction counts).
-A bench that takes minutes (a noise table) is registered with
-``default=False``: it runs only when named (``python -m bench noise``).
+A bench that takes minutes (valgrind's) is registered with
+``default=False``: it runs only when named (``python -m bench measure``).
+A study whose rows only feed a doc goes in ``experiments/``, where every
+bench runs only when named.
 ``ctx.facts`` records facts in results.json; ``ctx.log`` prints progress.
 """
 

@@ -6,6 +6,7 @@ Usage::
     python -m bench overhead trace-*   # only these (names or shell-style patterns)
     python -m bench --quick trace-read # smoke-test sizes: seconds, not measurements
     python -m bench --list             # what is registered
+    python -m bench noise              # a study of bench/experiments/ (run only when named)
 
 Every row is a ratio against a baseline measured in the same run, interleaved
 with it (see bench/_core.py), or a machine-independent value such as bytes per
@@ -28,7 +29,9 @@ Adding a bench: write a function ``fn(ctx: BenchContext) -> list[Row]`` in any
 module ``bench/<name>.py`` whose name does not start with ``_`` (every such
 module is imported), decorated with ``@bench("name")``; example in
 bench/__init__.py. Benches that take minutes take ``default=False`` and run
-only when named.
+only when named. A study that measures something once for a doc, rather than
+guarding a target, goes in ``bench/experiments/<name>.py``: imported the same
+way, run only when named.
 """
 
 from __future__ import annotations
@@ -66,10 +69,13 @@ DEFAULT_RESULTS = PACKAGE_DIR / "results.json"
 
 
 def load_benches() -> dict[str, Bench]:
-    """Import every bench module (bench/*.py not starting with ``_``) and return the registry."""
-    for info in pkgutil.iter_modules([str(PACKAGE_DIR)]):
-        if not info.name.startswith("_"):
-            importlib.import_module(f"bench.{info.name}")
+    """Import every bench module (bench/*.py and bench/experiments/*.py not starting with ``_``)
+    and return the registry."""
+    for package in ("bench", "bench.experiments"):
+        folder = PACKAGE_DIR.joinpath(*package.split(".")[1:])
+        for info in pkgutil.iter_modules([str(folder)]):
+            if not info.name.startswith("_") and not info.ispkg:
+                importlib.import_module(f"{package}.{info.name}")
     return registered()
 
 
@@ -193,10 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     benches = load_benches()
     if args.list:
         for b in benches.values():
-            flags = ("" if b.default else " [not default: name it]") + (
-                " [GL]" if b.needs_gl else ""
+            kind = (
+                " [experiment]" if b.experiment else "" if b.default else " [not default: name it]"
             )
-            print(f"{b.name:<20} {b.about}{flags}")
+            print(f"{b.name:<20} {b.about}{kind}{' [GL]' if b.needs_gl else ''}")
         return 0
     try:
         chosen = select(benches, args.names)

@@ -153,13 +153,15 @@ BenchFn = Callable[[BenchContext], Iterable[Row]]
 
 @dataclasses.dataclass(frozen=True)
 class Bench:
-    """A registered bench: ``default`` benches run when none is named on the command line."""
+    """A registered bench: ``default`` benches run when none is named on the command line;
+    ``experiment``: a study in bench/experiments/, run only when named."""
 
     name: str
     fn: BenchFn
     about: str
     default: bool
     needs_gl: bool
+    experiment: bool = False
 
 
 _REGISTRY: dict[str, Bench] = {}
@@ -169,8 +171,8 @@ def bench(
     name: str, *, about: str = "", default: bool = True, needs_gl: bool = False
 ) -> Callable[[BenchFn], BenchFn]:
     """Register ``fn`` as bench ``name`` (unique). ``default=False``: only runs when named
-    (for benches that take minutes). ``about``: one line for ``--list``; defaults to the
-    first line of the function's docstring."""
+    (for benches that take minutes; always so in bench/experiments/). ``about``: one line for
+    ``--list``; defaults to the first line of the function's docstring."""
 
     def register(fn: BenchFn) -> BenchFn:
         if name in _REGISTRY:
@@ -179,7 +181,8 @@ def bench(
                 f"and {fn.__module__})"
             )
         text = about or (fn.__doc__ or "").strip().split("\n", 1)[0]
-        _REGISTRY[name] = Bench(name, fn, text, default, needs_gl)
+        experiment = fn.__module__.startswith("bench.experiments.")
+        _REGISTRY[name] = Bench(name, fn, text, default and not experiment, needs_gl, experiment)
         return fn
 
     return register

@@ -38,6 +38,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from bench._core import median_iqr
 from katra3d.scenes.api import Frame, Param, Scene
 
 #: Warmup frames before the measured ones (plain loop and the runs built by the overhead bench).
@@ -69,6 +70,31 @@ def frame_period(starts_ns: Any) -> FramePeriod:
     return FramePeriod(
         float(kept.mean()) / 1e9, 1.0 - len(kept) / len(periods), float(periods.mean()) / 1e9
     )
+
+
+class Collect:
+    """Wraps frame-period variants for :func:`interleave` and keeps each one's excluded shares.
+
+    ``whole``: the variants give the mean of every period (:attr:`FramePeriod.whole`), none left out
+    as preempted; otherwise the mean of the kept ones.
+    """
+
+    def __init__(self, whole: bool = False) -> None:
+        self.excluded: dict[str, list[float]] = {}
+        self.whole = whole
+
+    def __call__(self, key: str, fn: Callable[[], FramePeriod]) -> Callable[[], float]:
+        shares = self.excluded.setdefault(key, [])
+
+        def call() -> float:
+            period = fn()
+            shares.append(period.excluded)
+            return period.whole if self.whole else period
+
+        return call
+
+    def note(self, key: str) -> str:
+        return f"{100 * median_iqr(self.excluded[key])[0]:.1f}%"
 
 
 class PlainFrame:

@@ -1,4 +1,5 @@
-"""The bench table (stdout) and bench/results.json (machine, date, commit, rows)."""
+"""The bench table (stdout), bench/results.json (machine, date, commit, rows), and tables written
+into docs between markers."""
 
 from __future__ import annotations
 
@@ -223,6 +224,19 @@ def write_results(path: Path, record: dict[str, Any]) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def write_doc(markdown: str, doc: Path, marks: tuple[str, str]) -> None:
+    """Replace what lies between the two ``marks`` of ``doc`` with ``markdown`` (ValueError when
+    they are missing). Every bench whose table lives in a doc writes it through this."""
+    start_mark, end_mark = marks
+    text = doc.read_text(encoding="utf-8")
+    start = text.find(start_mark)
+    end = text.find(end_mark)
+    if start < 0 or end < start:
+        raise ValueError(f"{doc} lacks the markers {start_mark} ... {end_mark}")
+    head = text[: start + len(start_mark)]
+    doc.write_text(f"{head}\n{markdown}\n{text[end:]}", encoding="utf-8")
+
+
 __all__ = [
     "BenchRun",
     "Failure",
@@ -230,5 +244,6 @@ __all__ = [
     "machine_facts",
     "print_table",
     "results_record",
+    "write_doc",
     "write_results",
 ]

@@ -6,7 +6,7 @@ Everything counted runs as ``katra3d run ... --measure instructions``
 processes, several at once (counts do not depend on load); their CPU time
 is what each would take alone on an idle core.
 
-Rows (the targets are issue 8's):
+Rows:
 
 * **spread**: per scene, (max - min) / median of the median instructions per
   frame of 3 processes of the ``ci`` suite at 20 measured frames; the worst
@@ -25,10 +25,10 @@ Rows (the targets are issue 8's):
 * **harness floor**: the instructions per frame of an empty scene (its
   ``render`` does nothing) beside the cheapest built-in scene;
 * **proxy**: the slowdown of a counted run against a plain (time) run of the
-  same suite (issue 23's row: the counted suite's wall on an idle core, its
-  CPU seconds, over the plain run's wall, the plain run alone; beside it the
-  CPU ratio), and the Spearman rank correlation between per-scene
-  instructions and wall-clock medians.
+  same suite (the counted suite's wall on an idle core, its CPU seconds, over
+  the plain run's wall, the plain run alone; beside it the CPU ratio), and the
+  Spearman rank correlation between per-scene instructions and wall-clock
+  medians.
 
 The per-scene table is logged as Markdown (stderr) and kept in results.json
 (``facts.markdown``): docs/measure.md shows it.
@@ -63,9 +63,9 @@ STEP_FRAMES = 3
 STEP_PROCESSES = (3, 2)
 SPREAD_TARGET_PCT = 0.1
 SUITE_TARGET_S = 600.0
-#: Issue 23: the counted ci suite's wall at most this many times its time run's wall (the counted
-#: child is single-threaded, so its CPU seconds are its wall on an idle core; the time run runs
-#: alone, after them).
+#: The counted ci suite's wall at most this many times its time run's wall (the counted child is
+#: single-threaded, so its CPU seconds are its wall on an idle core; the time run runs alone, after
+#: them).
 SLOWDOWN_TARGET = 40.0
 
 _EMPTY_SCENE = '''
@@ -380,8 +380,7 @@ def measure(ctx: BenchContext) -> list[Row]:
             "suite: counted wall on an idle core (its CPU s) / plain run's wall, alone",
             float(np.median(ci_cpu)) / plain.wall_s,
             target=at_most(SLOWDOWN_TARGET),
-            notes=f"issue 23's definition; plain run: {plain.wall_s:.1f} s wall, load "
-            f"{load_end[0]:.1f} at the end",
+            notes=f"plain run: {plain.wall_s:.1f} s wall, load {load_end[0]:.1f} at the end",
         ),
         Row(
             "slowdown vs plain run, CPU",

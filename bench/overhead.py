@@ -30,15 +30,11 @@ share left out per side.
 * ``overhead-reference``: the drift-normalization reference draw
   (``--reference-every 4`` vs ``0``): the median frame wall (the draw runs
   outside the frame span: target <= 1.02) and the frame loop's whole wall
-  (what the draws add to a run);
-* ``overhead-draws``: ``drawcalls`` at 320x180, count 1000 (its default) and
-  100, frame rate with ``--zones draws`` and ``passes`` over ``off``, per
-  timing mode (``gpu`` needs a hardware renderer: a skip row otherwise);
-  docs/timing.md quotes it.
+  (what the draws add to a run).
 
-Targets (zones off): frame time <= 1.03 x the plain loop on ``triangle`` (issue 36), <= 1.02 on
-``clear``; the harness's own cost (``overhead-cost``) <= 3.0 us a frame. Every row is the median of
-the rounds, shown with its 95 % interval.
+Targets (zones off): frame time <= 1.03 x the plain loop on ``triangle``, <= 1.02 on ``clear``; the
+harness's own cost (``overhead-cost``) <= 3.0 us a frame. Every row is the median of the rounds,
+shown with its 95 % interval.
 """
 
 from __future__ import annotations
@@ -63,6 +59,7 @@ from bench._core import (
 from bench._gl import (
     IDLE_SCENE,
     WARMUP,
+    Collect,
     FramePeriod,
     PlainFrame,
     capture_frame_period_s,
@@ -85,44 +82,18 @@ SCENES: tuple[tuple[str, tuple[int, int], int], ...] = (
 #: interleaved rounds (plain, zones off, zones on) per scene
 ROUNDS = 31
 ZONES_OFF_TARGET = at_most(1.02)
-#: zones off on ``triangle`` (an 80-160 us frame, where the loop's few us show most): issue 36's
-#: target
+#: zones off on ``triangle``: an 80-160 us frame, where the loop's few us show most
 ZONES_OFF_TARGETS = {"triangle": at_most(1.03)}
-#: the harness's own cost of a frame that draws nothing (issue 36: one process-clock read per frame
-#: boundary)
+#: the harness's own cost of a frame that draws nothing (one process-clock read per frame boundary
+#: included)
 PER_FRAME_TARGET = at_most(3.0)
 ZONES_NOTE = "each zone: 2 glFinish + a KHR_debug group"
-
-
-class _Collect:
-    """Wraps frame-period variants for :func:`interleave` and keeps each one's excluded shares.
-
-    ``whole``: the variants give the mean of every period (:attr:`FramePeriod.whole`), none left out
-    as preempted; otherwise the mean of the kept ones.
-    """
-
-    def __init__(self, whole: bool = False) -> None:
-        self.excluded: dict[str, list[float]] = {}
-        self.whole = whole
-
-    def __call__(self, key: str, fn: Callable[[], FramePeriod]) -> Callable[[], float]:
-        shares = self.excluded.setdefault(key, [])
-
-        def call() -> float:
-            period = fn()
-            shares.append(period.excluded)
-            return period.whole if self.whole else period
-
-        return call
-
-    def note(self, key: str) -> str:
-        return f"{100 * median_iqr(self.excluded[key])[0]:.1f}%"
 
 
 def _rows(
     label: str,
     samples: dict[str, list[float]],
-    collect: _Collect,
+    collect: Collect,
     who: str,
     target: Target = ZONES_OFF_TARGET,
 ) -> list[Row]:
@@ -186,7 +157,7 @@ def overhead_run(ctx: BenchContext) -> list[Row]:
             )
             for zones in (False, True)
         }
-        collect = _Collect()
+        collect = Collect()
         samples = interleave(
             {
                 "plain": collect(
@@ -211,8 +182,7 @@ def _capture_loops(
 ) -> tuple[Callable[[], FramePeriod], Callable[[bool], Callable[[], FramePeriod]]]:
     """The plain loop and the captured loops (zones off / on) of one scene (``overhead-capture``).
 
-    Built outside the scene loop so that each closure holds this scene's objects (the loops are
-    the same code as when they were defined in the loop body).
+    Built outside the scene loop so that each closure holds this scene's objects.
     """
 
     def plain() -> FramePeriod:
@@ -273,7 +243,7 @@ def overhead_capture(ctx: BenchContext) -> list[Row]:
                 plain, captured = _capture_loops(
                     frames, caps, scene.render, gl.finish, time.perf_counter_ns
                 )
-                collect = _Collect()
+                collect = Collect()
                 samples = interleave(
                     {
                         "plain": collect("plain", plain),
@@ -376,7 +346,7 @@ def overhead_cost(ctx: BenchContext) -> list[Row]:
     # every period counts: the idle frame is so short that the buffer's hand-over to the writer
     # (every 1,024 frames) is a > 5x period, which the preemption rule would leave out, and it is
     # the harness's own cost
-    collect = _Collect(whole=True)
+    collect = Collect(whole=True)
     samples = interleave(
         {
             "plain": collect("plain", lambda: plain_frame_period_s(IDLE_SCENE, IDLE_SIZE, frames)),
@@ -551,92 +521,4 @@ def overhead_reference(ctx: BenchContext) -> list[Row]:
                 "4th frame",
             ),
         ]
-    return rows
-
-
-# --------------------------------------------------------------------------- --zones draws
-
-#: drawcalls' draw counts for the draws-mode rows (1000 is its default) and measured frames at each.
-DRAW_COUNTS: tuple[tuple[int, int], ...] = ((1000, 20), (100, 100))
-DRAWS_ROUNDS = 9
-DRAWS_SIZE = (320, 180)
-
-
-@bench(
-    "overhead-draws",
-    about="drawcalls frame rate with --zones draws / passes vs off, per timing mode",
-    needs_gl=True,
-)
-def overhead_draws(ctx: BenchContext) -> list[Row]:
-    """What timing every draw costs: the drawcalls frame-rate ratio, zones draws (and passes) vs
-    off.
-    """
-    import dataclasses
-
-    from katra3d.harness.run.config import RunConfig
-
-    gl_renderer = renderer()
-    ctx.facts["gl_renderer"] = gl_renderer
-    from katra3d.harness.gl.probe import is_software_renderer
-
-    software = is_software_renderer(gl_renderer)
-    modes = ["sync"] if software else ["sync", "gpu"]
-    counts = ((100, 20),) if ctx.quick else DRAW_COUNTS
-    rows: list[Row] = []
-    for timing in modes:
-        for count, frames in counts:
-            label = f"drawcalls count={count} {timing}"
-            ctx.log(label)
-            off = RunConfig(
-                scenes=("drawcalls",),
-                frames=frames,
-                warmup=WARMUP,
-                size=DRAWS_SIZE,
-                backend="egl",
-                timing=timing,
-                reference_every=0,
-                params=(("drawcalls", "count", count),),
-                output=str(ctx.tmp / "draws.katra"),
-            )
-            configs = {z: dataclasses.replace(off, zones=z) for z in ("off", "passes", "draws")}
-            collect = _Collect()
-            samples = interleave(
-                {
-                    z: collect(z, functools.partial(run_frame_period_s, c))
-                    for z, c in configs.items()
-                },
-                rounds=ctx.scale(DRAWS_ROUNDS, 3),
-            )
-            fps = 1.0 / median_iqr(samples["off"])[0]
-            per_draw_us = (
-                1e6 * (median_iqr(samples["draws"])[0] - median_iqr(samples["off"])[0]) / count
-            )
-            for z in ("draws", "passes"):
-                # frame-rate ratio = inverse frame-period ratio, round by round
-                rates = pair_ratios(samples, "off", z)
-                note = (
-                    f"off ~{fps:.0f} fps; ~{per_draw_us:.1f} us more per draw"
-                    if z == "draws"
-                    else "drawcalls has one pass zone"
-                )
-                if timing == "sync" and z == "draws":
-                    note += "; sync: 2 glFinish per draw"
-                rows.append(
-                    ratio_row(
-                        f"{label} zones {z}",
-                        f"frame rate: zones {z} / off",
-                        rates,
-                        notes=f"{note}; left out as preempted: off {collect.note('off')}, "
-                        f"{z} {collect.note(z)}",
-                    )
-                )
-    if software:
-        rows.append(
-            Row(
-                f"drawcalls {DRAWS_SIZE[0]}x{DRAWS_SIZE[1]} gpu",
-                "frame rate: zones draws / off",
-                float("nan"),
-                notes=f"skipped: gpu timing needs a hardware renderer ({gl_renderer})",
-            )
-        )
     return rows

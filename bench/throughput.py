@@ -1,10 +1,10 @@
 """Trace writer and reader throughput, each against the plain-numpy (or plain-list) equivalent.
 
-Targets (from the trace-format and codec issues): per-event ``append`` >= 1/3 of the rate
-of appending tuples to a list; read >= 0.25 of ``np.fromfile`` (0.5 with blosc2); <= 6 bytes
-per event on a frame + 3 zones stream; blosc2's writer-thread CPU <= 1/3 of zstd's. Bulk write
-against ``ndarray.tofile`` has no target since issue 23 (at ~15 M events/s it is far beyond any
-capture's rate): its rows and the writer CPU per million events are reported for information.
+Targets: per-event ``append`` >= 1/3 of the rate of appending tuples to a list; read >= 0.25 of
+``np.fromfile`` (0.5 with blosc2); <= 6 bytes per event on a frame + 3 zones stream (16 in
+``trace-size``); blosc2's writer-thread CPU <= 1/3 of zstd's. Bulk write against
+``ndarray.tofile`` has no target (at ~15 M events/s it is far beyond any capture's rate): its rows
+and the writer CPU per million events are reported for information.
 Every codec is measured in the same interleaved rounds, so the codecs' ratios compare with each
 other. Each ratio is (baseline time) / (katra3d time) for the same events, i.e. katra3d's rate
 as a fraction of the baseline's rate (higher is better).

@@ -86,7 +86,7 @@ def katra_cli(tmp_path: Path) -> Any:
     return run
 
 
-# --- harness helper's fixtures (issue 3) -------------------------------------------------
+# --- harness helper's fixtures ---------------------------------------------------------
 
 
 @pytest.fixture
@@ -113,11 +113,11 @@ def harness_session() -> Iterator[Any]:
         ctx.__enter__()
 
 
-# --- issue 5 (stats/compare/CI): the pytester fixture, for tests/test_plugin.py ---------------
+# --- the pytester fixture, for tests/test_plugin.py -----------------------------------------
 pytest_plugins = ["pytester"]
 
 
-# --- scenes helper's fixtures (issue 4) ---------------------------------------------------
+# --- scenes helper's fixtures -----------------------------------------------------------
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ limits, long or hostile strings (spreadsheet formulas, markup, control character
 counter values and header numbers (NaN, inf), nesting depth and flags at their maximum; ``validate``
 passes those. And kept frames (:data:`IMAGE_WRITERS`, tests/hostile_images.py): frames whose pixels
 are far beyond the file's reading budget (one 8192x8192, 24 at 4096x4096), IMAGE blocks packed with
-zstd (refused), 300 of them, and the four damaged frames of issue 34; ``validate`` refuses those.
+zstd (refused), 300 of them, and four damaged frames; ``validate`` refuses those.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ the memory test.
 * :func:`write_frames_trace`: a capture of its scenes (timed frames a compare can decide on) that
   keeps the given IMAGE payloads, each as written, damaged or not; ``codec=1`` re-seals every block
   with zstd, IMAGE blocks included (the format says codec 0);
-* :data:`DAMAGES`: the four damages of issue 34, item 9 (a truncated PNG, a size that is not the
+* :data:`DAMAGES`: four damages of a kept frame (a truncated PNG, a size that is not the
   record's, a wrong SHA-256, bytes that are no PNG).
 """
 
@@ -115,7 +115,7 @@ def _not_png(frame: Frame) -> Frame:
     return frame[0], b"GIF89a" + b"\0" * 40
 
 
-#: name -> damage of a genuine kept frame (issue 34, item 9).
+#: name -> damage of a genuine kept frame.
 DAMAGES: dict[str, Callable[[Frame], Frame]] = {
     "truncated-png": _truncated,
     "size-mismatch": _other_size,
@@ -187,8 +187,9 @@ def zstd_packed_trace(path: Path) -> Path:
 
 
 def big_frame_traces(directory: Path) -> dict[str, Path]:
-    """The crafted traces of issue 34, item 1, in ``directory``: ``one-8192``, ``24x4096`` and
-    ``zstd-6x8192``.
+    """Traces of huge kept frames, true to their records, in ``directory``: ``one-8192`` (one
+    8192x8192 zero frame), ``24x4096`` (24 scenes of 4096x4096) and ``zstd-6x8192`` (six 8192x8192
+    frames packed with zstd).
     """
     directory.mkdir(parents=True, exist_ok=True)
     return {

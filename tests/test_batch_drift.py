@@ -1,4 +1,4 @@
-"""Sides captured in separate batches (issue 35): compare tells from the capture start times that
+"""Sides captured in separate batches: compare tells from the capture start times that
 the runs were not interleaved, says so, and its interval allows for the machine's drift between
 batches; interleaved runs of the same traces get no allowance. The allowance and the default metric
 come from ``python -m bench defaults``."""

@@ -73,7 +73,7 @@ def test_unknown_bench_is_bad_input(tmp_path: Path) -> None:
 def test_list_names_every_bench() -> None:
     done = _bench("--list")
     assert done.returncode == 0
-    names = {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
+    lines = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
     assert {
         "overhead",
         "overhead-capture",
@@ -81,7 +81,46 @@ def test_list_names_every_bench() -> None:
         "trace-write",
         "trace-read",
         "trace-size",
-    } <= names
+    } <= set(lines)
+    # the studies of bench/experiments/ are listed too, marked, and run only when named
+    for name in ("noise", "image-tolerance", "zones-draws"):
+        assert "[experiment]" in lines[name]
+    assert "[experiment]" not in lines["overhead"]
+
+
+def test_benches_named_in_the_docs_exist() -> None:
+    """Every `python -m bench NAME...` that README.md, docs/ and the Makefile show names a bench
+    that exists, and every `python -m bench.MODULE` they show imports."""
+    import fnmatch
+    import importlib
+    import re
+
+    from bench.__main__ import load_benches
+
+    benches = load_benches()
+    commands = [
+        found.groups()
+        for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+        for found in re.finditer(r"`python -m (bench[\w.]*)([^`]*)`", path.read_text("utf-8"))
+    ]
+    commands += re.findall(
+        r"(?:python|\$\(PY\)) -m (bench[\w.]*)([^\n;)]*)", (REPO / "Makefile").read_text("utf-8")
+    )
+    named: set[str] = set()
+    modules: set[str] = set()
+    for module, rest in commands:
+        if module != "bench":
+            modules.add(module)
+            continue
+        words = rest.split()
+        named.update(
+            w for i, w in enumerate(words) if w[0] != "-" and (i == 0 or words[i - 1] != "--out")
+        )
+    assert {"overhead", "noise"} <= named and modules, "the patterns find nothing"
+    unknown = sorted(n for n in named if not fnmatch.filter(benches, n))
+    assert not unknown, f"the docs name benches that do not exist: {unknown}"
+    for module in sorted(modules):
+        importlib.import_module(module)
 
 
 @pytest.fixture
@@ -139,7 +178,8 @@ def test_selection_order() -> None:
     assert chosen == ["trace-append", "trace-write", "trace-read", "trace-size"]
     chosen = [b.name for b in select(benches, ["trace-size", "trace-*", "overhead"])]
     assert chosen == ["trace-size", "trace-append", "trace-write", "trace-read", "overhead"]
-    assert all(b.default for b in select(benches, []))
+    assert all(b.default and not b.experiment for b in select(benches, []))
+    assert [b.name for b in select(benches, ["noise"])] == ["noise"]
     with pytest.raises(ValueError, match="unknown bench 'nope'"):
         select(benches, ["trace-read", "nope"])
 
@@ -255,7 +295,7 @@ def test_an_interrupt_lost_in_a_finalizer_still_stops_the_benches(tmp_path: Path
 def test_overhead_benches_run_quick(tmp_path: Path) -> None:
     """The GL benches drive the public entry points (run, capture); --quick keeps it to seconds."""
     out = tmp_path / "r.json"
-    done = _bench("--quick", "overhead*", "--out", str(out))
+    done = _bench("--quick", "overhead*", "zones-draws", "--out", str(out))
     if done.returncode == 3:
         pytest.skip(f"no OpenGL context: {done.stdout[-300:]}")
     assert done.returncode == 0, done.stderr + done.stdout
@@ -268,10 +308,10 @@ def test_overhead_benches_run_quick(tmp_path: Path) -> None:
         "overhead-capture",
         "overhead-cost",
         "overhead-reference",
-        "overhead-draws",
+        "zones-draws",
     ]
-    # the harness's own cost in microseconds, a frame and a zone: the frame's against its target
-    # (issue 36), the rest reported
+    # the harness's own cost in microseconds, a frame and a zone: the frame's against its target,
+    # the rest reported
     cost = by_bench["overhead-cost"]
     # with the frame's cost broken down by interleaved runs that leave one part out
     assert [r["name"].strip() for r in cost] == [
@@ -305,9 +345,9 @@ def test_overhead_benches_run_quick(tmp_path: Path) -> None:
     assert [r["target"] is not None for r in by_bench["overhead-reference"]] == [True, False]
     # --zones draws / passes vs off per timing mode; gpu rows only on a hardware renderer, else one
     # skip row
-    draws = {r["name"]: r for r in by_bench["overhead-draws"]}
+    draws = {r["name"]: r for r in by_bench["zones-draws"]}
     renderer = next(
-        b["facts"]["gl_renderer"] for b in record["benches"] if b["name"] == "overhead-draws"
+        b["facts"]["gl_renderer"] for b in record["benches"] if b["name"] == "zones-draws"
     )
     assert {"drawcalls count=100 sync zones draws", "drawcalls count=100 sync zones passes"} <= set(
         draws
@@ -323,19 +363,20 @@ def test_overhead_benches_run_quick(tmp_path: Path) -> None:
 
 
 def test_noise_table_goes_between_the_markers_only(tmp_path: Path) -> None:
-    from bench.noise import END_MARK, START_MARK, write_doc
-    from bench.noise import main as noise_main
+    from bench._report import write_doc
+    from bench.experiments.noise import END_MARK, START_MARK
+    from bench.experiments.noise import main as noise_main
 
     doc = tmp_path / "stats.md"
     doc.write_text(
         f"# Title\n\nbefore\n{START_MARK}\nold table\n{END_MARK}\nafter\n", encoding="utf-8"
     )
-    write_doc("| new | table |", doc)
+    write_doc("| new | table |", doc, (START_MARK, END_MARK))
     assert (
         doc.read_text(encoding="utf-8")
         == f"# Title\n\nbefore\n{START_MARK}\n| new | table |\n{END_MARK}\nafter\n"
     )
-    write_doc("| newer |", doc)  # regenerating replaces, never appends
+    write_doc("| newer |", doc, (START_MARK, END_MARK))  # regenerating replaces, never appends
     assert "| new | table |" not in doc.read_text(
         encoding="utf-8"
     ) and "| newer |" in doc.read_text(encoding="utf-8")
@@ -343,7 +384,7 @@ def test_noise_table_goes_between_the_markers_only(tmp_path: Path) -> None:
     bare = tmp_path / "bare.md"
     bare.write_text("no markers here\n", encoding="utf-8")
     with pytest.raises(ValueError, match="lacks the markers"):
-        write_doc("x", bare)
+        write_doc("x", bare, (START_MARK, END_MARK))
     assert bare.read_text(encoding="utf-8") == "no markers here\n"
 
     results = tmp_path / "r.json"
@@ -360,8 +401,8 @@ def test_noise_table_goes_between_the_markers_only(tmp_path: Path) -> None:
 
 
 def test_measure_bench_helpers() -> None:
+    from bench.experiments.noise import _smallest
     from bench.measure import spearman
-    from bench.noise import _smallest
 
     assert spearman([1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 30.0, 40.0]) == pytest.approx(1.0)
     assert spearman([1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0]) == pytest.approx(-1.0)

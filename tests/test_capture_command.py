@@ -115,8 +115,8 @@ def test_a_path_with_a_space_or_a_quote_is_written_whatever_the_quotes(
 def test_ab_writes_into_a_directory_with_a_space_with_out_in_the_users_quotes(
     tmp_path: Path, katra_cli
 ) -> None:
-    """The issue's case: `{out}` inside the user's own single quotes, -o with a space. It wrote to
-    `runs/a`, replacing any file there, then said 'wrote no trace'."""
+    """`{out}` inside the user's own single quotes, -o with a space: the trace goes into the
+    directory with the space, never to `runs/a` (replacing a file there) with 'wrote no trace'."""
     g = write_run(tmp_path / "g.katra", 10.0, seed=1)
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "a").write_text("the user's file\n")

@@ -86,8 +86,7 @@ def test_identical_distribution_high_noise_is_inconclusive_and_says_runs_needed(
 
 def test_what_would_settle_it_answers_for_the_change_seen() -> None:
     """A +40 % change on a very noisy machine: the runs needed are those that would decide about +40
-    %, not those that would resolve a 5 % step (the issue's ab said ~913 rounds for a change of
-    about 30 %)."""
+    %, not those that would resolve a 5 % step (~913 rounds for a change of about 30 %)."""
     from katra_trace.analysis.intervals import runs_needed, settling_margin
 
     rng = np.random.default_rng(7)
@@ -95,7 +94,7 @@ def test_what_would_settle_it_answers_for_the_change_seen() -> None:
         {"s": runs(rng, 4, 10.0, run_cv=0.6)}, {"s": runs(rng, 4, 14.0, run_cv=0.6)}
     ).scenes[0]
     assert s.verdict == "inconclusive" and s.runs_needed is not None, s.reason
-    five = runs_needed(0.6, math.log1p(0.05), 0.01, 1, False)  # what the message used to answer
+    five = runs_needed(0.6, math.log1p(0.05), 0.01, 1, False)  # the runs a 5 % step needs
     assert five is None or s.runs_needed * 10 < five
     assert (
         f"~{s.runs_needed} runs a side would decide about the {(s.ratio - 1) * 100:+.1f}% seen"
@@ -124,7 +123,7 @@ def test_ten_pct_slower_with_enough_runs_is_regression() -> None:
 
 def test_unchanged_only_when_the_whole_interval_is_inside_the_threshold() -> None:
     # a real +4 % change, measured precisely enough to be significant, but with an interval
-    # that reaches past +5 %: not "unchanged" (the old rule 4b said unchanged here)
+    # that reaches past +5 %: not "unchanged" (a significance-only rule would say unchanged here)
     rng = np.random.default_rng(11)
     for _ in range(20):
         base, new = runs(rng, 4, 10.0, run_cv=0.01), runs(rng, 4, 10.4, run_cv=0.01)
@@ -140,8 +139,7 @@ def test_unchanged_only_when_the_whole_interval_is_inside_the_threshold() -> Non
 
 
 def test_unequal_run_counts_use_both_real_counts() -> None:
-    # issue: 4 BASE vs 12 NEW, the effect well inside +-5 %: the smaller side no longer blocks a
-    # verdict
+    # 4 BASE vs 12 NEW, the effect well inside +-5 %: the smaller side does not block a verdict
     rng = np.random.default_rng(12)
     base = runs(rng, 4, 10.0, run_cv=0.005, frame_cv=0.02)
     new = runs(rng, 12, 10.3, run_cv=0.005, frame_cv=0.02)
@@ -152,8 +150,8 @@ def test_unequal_run_counts_use_both_real_counts() -> None:
 
 
 def test_large_effect_is_caught_from_three_runs_a_side() -> None:
-    # issue: fillrate 8 vs 16 layers, +95 % with ~1 % run CV, 3 runs a side: the rank test's floor
-    # (p >= 0.1 at 3 vs 3) made this inconclusive; Welch's t on log run medians flags it
+    # fillrate 8 vs 16 layers, +95 % with ~1 % run CV, 3 runs a side: a rank test's floor
+    # (p >= 0.1 at 3 vs 3) leaves this inconclusive; Welch's t on log run medians flags it
     rng = np.random.default_rng(4)
     few_frames = compare_runs(
         {"s": runs(rng, 1, 10.0, frames=8)}, {"s": runs(rng, 1, 20.0, frames=8)}
@@ -544,7 +542,7 @@ def test_count_change_is_taken_frame_against_frame() -> None:
     # frame against frame the change is 0 (3 of 5 frames agree exactly)
     base = np.array([131_169.0, 132_905.0, 140_405.0, 122_903.0, 121_192.0])
     new = base + np.array([-1_100.0, 1_100.0, 0.0, 0.0, 0.0])
-    assert abs(np.median(new) / np.median(base) - 1) > 0.005  # what the old rule compared
+    assert abs(np.median(new) / np.median(base) - 1) > 0.005  # the ratio of the medians
     s = compare_runs({"s": [base]}, {"s": [new]}, metric="instructions").scenes[0]
     assert s.verdict not in ("regression", "improvement"), s.reason
     assert s.ratio == 1.0 and "frame against frame" in s.reason

@@ -331,8 +331,9 @@ def test_compare_keeps_same_named_scenes_apart() -> None:
 
 def test_identical_code_counted_in_two_processes_is_not_a_change(katra_cli: Any) -> None:
     """Two real counted captures of the same command (tests/data/counted_aa/README.md: one child
-    compiled katra3d's modules from source, so every frame counts ~0.25 % fewer). The rule before
-    issue 21 called them a regression at --threshold 0.2: exit 1 on identical code."""
+    compiled katra3d's modules from source, so every frame counts ~0.25 % fewer). A rule without the
+    cross-process jitter floor calls them a regression at --threshold 0.2: exit 1 on identical
+    code."""
     data = Path(__file__).parent / "data" / "counted_aa"
     base, new = data / "base.katra", data / "new.katra"
     b = scene_durations(*_events_strings(base))["tiny"]["instructions"]

@@ -1,4 +1,4 @@
-"""Every consumer keeps the reader's memory promise on any input (issue 22, deliverable 3).
+"""Every consumer keeps the reader's memory promise on any input.
 
 Beyond the command's own baseline on a small valid trace, a command may use at most
 10x the file size + 64 MiB, whatever ids, counts, times or strings the file holds.

@@ -1,11 +1,11 @@
-"""A counted capture's trace writer works only while the frame loop waits for it (issue 36's exact
-counts).
+"""A counted capture's trace writer works only while the frame loop waits for it, so that counts are
+exact.
 
-Counts of identical code differed by a few to a few hundred instructions between two processes when
-the writer's thread ran beside the frame loop: at a time that depends on the machine, it took the
+Counts of identical code differ by a few to a few hundred instructions between two processes when
+the writer's thread runs beside the frame loop: at a time that depends on the machine, it took the
 GIL inside a counted frame, or its allocations and frees fell between the loop's, leaving Python's
 and the C library's allocators in another state for the frames after. CI saw ``--jobs 2`` and
-``--jobs 1`` differ by 37 to 214 instructions on every ``fillrate`` frame, and a later run by 6 to
+``--jobs 1`` differ by 37 to 214 instructions on every ``fillrate`` frame, and another run by 6 to
 39 on two frames of ``triangle`` and ``shader``. So a counted capture writes through a ``sync``
 writer: every item it hands over is written before the call that handed it returns.
 """

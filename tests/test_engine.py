@@ -329,7 +329,7 @@ def process_frames(sink: MemorySink) -> list[int]:
 def test_the_frame_loop_reads_the_process_clock_once_per_frame_boundary(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """In run's loop the end of one frame is the start of the next (issue 36 item 4): 2 warm-up and
+    """In run's loop the end of one frame is the start of the next: 2 warm-up and
     3 measured frames (two loops) read the process clock 2 + 1 and 3 + 1 times, and every frame
     after a loop's first spans one read interval (1,000 ns here), where two reads a frame would have
     made every frame 1,000 ns and 10 reads."""

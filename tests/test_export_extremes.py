@@ -1,6 +1,6 @@
-"""Exports and JSON outputs on traces that validate passes but whose values are extreme (issue 22,
-defects 1, 7, 11, 12): ids at 2^32-1, times at the int64 limits, spreadsheet formulas in names,
-NaN and infinity in the header. No GL."""
+"""Exports and JSON outputs on traces that validate passes but whose values are extreme: ids at
+2^32-1, times at the int64 limits, spreadsheet formulas in names, NaN and infinity in the header.
+No GL."""
 
 from __future__ import annotations
 

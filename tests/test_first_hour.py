@@ -1,4 +1,4 @@
-"""Issue 24, the command line of a scene author's first hour: a failed run does not block its rerun,
+"""The command line of a scene author's first hour: a failed run does not block its rerun,
 a scene error names the scene's file and line (and --traceback shows its frames), an unprefixed
 --param, one scene in ``katra3d scenes``, ``ab --force``, shell completion, the README's snippets, a
 quiet set-up."""

@@ -1,4 +1,4 @@
-"""The structure-aware fuzzer drives every consumer (issue 22, deliverable 4).
+"""The structure-aware fuzzer drives every consumer.
 
 tests/test_fuzz_trace.py mutates the decoded content of valid traces and re-seals them (kept frames
 included: hostile PNGs and records, large all-zero frames, many IMAGE blocks, IMAGE blocks packed

@@ -1,6 +1,6 @@
 """The history step detector on seeded synthetic histories (katra_trace.history.steps, .sim).
 
-The issue's checks (12 labels, 5 runs a label) at the noise where they are attainable, and the
+The detector's bounds (12 labels, 5 runs a label) at the noise where they are attainable, and the
 false-alarm check at 8 % run-to-run CV. docs/history.md explains why exact placement at 8 % run
 CV is beyond any detector (the oracle figures) and lists the full grid from
 ``python -m katra_trace.history.sim``.
@@ -144,7 +144,7 @@ def test_busy_neighbour_histories_rarely_raise_false_steps() -> None:
 
 
 def test_no_step_means_one_fitted_level() -> None:
-    """Three labels whose runs agree far better than the labels do (issue 21's store): no step can
+    """Three labels whose runs agree far better than the labels do: no step can
     be told from the labels' scatter, so the fitted line is flat, not the label means (what the
     report draws is what check found)."""
     rng = np.random.default_rng(3)

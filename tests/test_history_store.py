@@ -584,8 +584,8 @@ def test_trend_data_gives_a_report_the_trends_fits_and_steps(tmp_path: Path) -> 
     ] == []
 
 
-# --------------------------------------------------------------------------- issue 22: defects 2,
-# 5, 14
+# --------------------------------------------------------------------------- hostile inputs: a FIFO
+# or a device to add, a damaged store, times a store cannot hold
 
 
 def test_add_refuses_a_fifo_or_a_device_at_once_instead_of_hashing_it_forever(

@@ -247,9 +247,9 @@ def test_a_reference_draw_after_the_last_frame_does_not_replace_the_kept_frame(
 def test_expect_images_with_hostile_reference_files_is_one_line_exit_2(
     katra_cli: Any, tmp_path: Path
 ) -> None:
-    """Issue 34, items 3 and 4, through the command itself: reference facts that are a link to
-    /dev/zero, a FIFO or malformed JSON are one line and exit 2 (before: a MemoryError or a
-    ValueError/OverflowError/TypeError traceback, exit 1, or a hang)."""
+    """Through the command itself: reference facts that are a link to /dev/zero, a FIFO or malformed
+    JSON are one line and exit 2, never a MemoryError or a ValueError/OverflowError/TypeError
+    traceback, exit 1, or a hang."""
     rec = katra_cli(
         "run", "clear", *SMALL, "-o", "r.katra", "--expect-images", "refs", "--update-images"
     )

@@ -1,5 +1,5 @@
-"""Kept frames that are hostile or damaged (issue 34, items 1, 2 and 9; issue 33, deliverable 1), no
-GL.
+"""Kept frames that are hostile or damaged: huge, packed or damaged frames, FLIP's pixel cap, and
+one scan a trace, no GL.
 
 The reader keeps each kept frame's facts and PNG during its one scan and decodes pixels only on
 demand, inside the trace's reading budget (10 x its size + 64 MiB), one frame at a time; IMAGE
@@ -40,8 +40,8 @@ from tests.hostile_images import (
 )
 
 # What these tests check is named through its module (``kept.frame_pixels``,
-# ``image_rule.FLIP_MAX_PIXELS``), so that each test, run against the code before the fix, fails on
-# its own assertion rather than the whole file failing to import.
+# ``image_rule.FLIP_MAX_PIXELS``), so that each test, run against code that lacks it, fails on its
+# own assertion rather than the whole file failing to import.
 
 REPO = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
@@ -49,7 +49,7 @@ MIB = 1 << 20
 
 @pytest.fixture(scope="module")
 def big(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The three crafted traces of issue 34, item 1, and a small valid one (``small``)."""
+    """The three crafted traces of :func:`big_frame_traces` and a small valid one (``small``)."""
     root = tmp_path_factory.mktemp("big")
     out = big_frame_traces(root)
     out["small"] = write_frames_trace(root / "small.katra", {"s": picture_frame("s")})
@@ -320,10 +320,10 @@ COMMANDS: dict[str, Callable[[Path, Path], list[str]]] = {
 def test_crafted_frames_keep_every_command_within_the_reading_budget(
     big: dict[str, Path], crafted: str, tmp_path: Path
 ) -> None:
-    """Issue 34's check: through info, info --json, validate, compare --image-diff and report, none
-    of these traces takes a command past 10 x its size + 64 MiB over the same command on a small
-    trace (they took 0.8 to 3.6 GB before), and each ends with an exit code and a line for what it
-    could not decode."""
+    """Through info, info --json, validate, compare --image-diff and report, none of these traces
+    takes a command past 10 x its size + 64 MiB over the same command on a small trace (decoded
+    whole they take 0.8 to 3.6 GB), and each ends with an exit code and a line for what it could
+    not decode."""
     allowed = 10 * big[crafted].stat().st_size + 64 * MIB
     problems = []
     codes = {}

@@ -206,7 +206,7 @@ def counted_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
     # the names have one length: the child's process image then differs in no length at all (a
     # longer path or note moves counts by up to ~0.1 %, see docs/measure.md) A1 counts two scenes at
     # once (--jobs 2), A2 one at a time: every scene has its own child either way, so their counts
-    # agree on every frame (issue 36) B1 changes fillrate and shader only, so it counts only those
+    # agree on every frame. B1 changes fillrate and shader only, so it counts only those
     # two (each scene is a valgrind child of its own)
     runs = {
         "A1": ["--jobs", "2"],
@@ -449,13 +449,13 @@ def test_compare_refuses_counts_instrumented_from_different_points() -> None:
         {},
         counted_from=measure.instrumentation(True),
     )
-    # a trace counted before the key existed
+    # a trace without the key
     old = {k: v for k, v in facts.items() if k != "counted_from"}
     sides = {"base": [{"codegen": old}], "new": [{"codegen": facts}]}
     assert "counted_from" in mismatch(sides, set(), set())
     notes: set[str] = set()
     assert mismatch(sides, {"codegen"}, notes) == "" and "counted_from" in " ".join(notes)
-    # counted before issue 23, from the first warmup frame on: its frames count differently
+    # counted from the first warmup frame on: its frames count differently
     # (docs/measure.md)
     older = {**facts, "counted_from": "the first warmup frame of the first scene"}
     assert "counted_from" in mismatch(

@@ -1,4 +1,4 @@
-"""``--jobs``: counted scenes in their own valgrind children, several at once (issue 36 item 1).
+"""``--jobs``: counted scenes in their own valgrind children, several at once.
 
 Pure tests: the default and the refusal on a time run; a child's plan is the same whatever
 ``--jobs`` is; the joined trace renumbers strings, moves times and keeps the parts' order; a child's

@@ -1,4 +1,4 @@
-"""Each trace is opened once (issue 33: "strace of compare and report: each trace opened once"): a
+"""Each trace is opened once (as strace of compare and report shows): a
 directory's traces are picked out inside the one open that reads them, and an ab directory's
 ``ab.json`` is read once.
 

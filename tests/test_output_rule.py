@@ -1,9 +1,9 @@
 """The one output rule (katra_trace.io.claim.open_output / check_output / move_into_place) and the
-faults of issue 22 around it: special files and links as outputs, inputs as outputs, paths the
+faults around it: special files and links as outputs, inputs as outputs, paths the
 system refuses, bytes that are not UTF-8, a ``history add`` that must never hang on a FIFO or a
 device, a damaged history store, and names that would break a one-line error.
 
-Nothing here can damage the machine when a fix regresses: device nodes are only ever reached through
+Nothing here can damage the machine when the rule breaks: device nodes are only ever reached through
 a link inside tmp_path, ``os.replace`` is watched, and every test asserts the device is still a
 device.
 """

@@ -172,8 +172,7 @@ def test_both_paths_refuse_to_replace_a_trace_unless_told(
     measure: str, tmp_path: Path, gl_ctx: object
 ) -> None:
     """run_scene's time and counted paths follow one rule: an existing file at ``trace`` is refused
-    (OutputExistsError, the file untouched) unless ``overwrite`` (the counted path used to replace
-    it always)."""
+    (OutputExistsError, the file untouched) unless ``overwrite``."""
     trace = tmp_path / "t.katra"
     trace.write_bytes(b"someone else's file")
     with pytest.raises(OutputExistsError):

@@ -1,4 +1,4 @@
-"""Reference image folders as hostile input (issue 34, items 3, 4 and 11), no GL: ``run
+"""Reference image folders as hostile input, no GL: ``run
 --expect-images DIR`` reads files that live in repositories, where a file can be a symbolic link to
 ``/dev/zero``, a FIFO, or JSON that says anything. Each is one line, exit 2, never a traceback,
 never exit 1 (the "image changed" code), never a hang; and two scene labels never share a reference
@@ -144,7 +144,7 @@ def test_reference_facts_are_a_typed_record(refs: Path) -> None:
         "s", 13, 13 / 60, 24, 16, _frame("s").sha256, dict(KEY), 4
     )
     old = record.as_dict()
-    del old["channels"]  # facts recorded before they said
+    del old["channels"]  # facts that do not say it
     assert references.ReferenceFacts.from_json(old, "facts").channels is None
     loaded = load_reference(png, facts)
     assert np.array_equal(loaded.pixels, _frame("s").pixels)

@@ -238,9 +238,7 @@ def test_cli_report(tmp_path: Path, katra_cli: Any) -> None:
 
 
 def test_report_history_draws_the_trends_of_a_store(tmp_path: Path) -> None:
-    """`report --history DB`: a trend plot per series over the labels, steps marked (issue 11 item
-    2).
-    """
+    """`report --history DB`: a trend plot per series over the labels, steps marked."""
     import subprocess
     import sys
 
@@ -313,7 +311,7 @@ def _strings(obj: Any) -> list[str]:
 
 
 def test_hostile_names_never_reach_plotly_as_markup(tmp_path: Path) -> None:
-    """Issue 22 defect 10: plotly renders <a href>, <b>, <span style> in titles, axes, legends,
+    """plotly renders <a href>, <b>, <span style> in titles, axes, legends,
     ticks and hover text; every scene, zone, label and file name in a figure is escaped
     (report.plottext)."""
     pytest.importorskip("duckdb")
@@ -376,7 +374,7 @@ def test_the_plots_draw_the_metric_and_stat_the_verdict_judged(tmp_path: Path) -
     assert "lines: level (p10 of the runs) and p99" in page
 
 
-# -- the single-run page: params, zone statistics, readable headers (issue 35 item 3)
+# -- the single-run page: params, zone statistics, readable headers
 
 #: Every statistic key trace_stats gives (times, and counts in instructions): none may head a
 #: column.

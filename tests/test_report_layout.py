@@ -1,4 +1,4 @@
-"""katra3d report, read as a user reads it (issue 24 item 7): per-draw zones grouped under their
+"""katra3d report, read as a user reads it: per-draw zones grouped under their
 pass with every label, many runs a side as a median line in a band with each run on demand, the
 timing reason said once. Checked on the page's figure JSON and HTML; tests/test_report_browser.py
 checks the drawing."""

@@ -1,4 +1,4 @@
-"""The report of issue 24 item 7 as drawn by a real headless Chromium: the frame-time legend clear
+"""The report's per-draw layout as drawn by a real headless Chromium: the frame-time legend clear
 of the x axis title, each run drawn only when its legend entry is clicked, every draw's label on its
 own line."""
 

@@ -150,9 +150,8 @@ def test_suite_default_output_duration_and_screenshots(katra_cli: Any, tmp_path:
 
 @pytest.mark.gl
 def test_screenshots_follow_the_output_rule(katra_cli: Any, tmp_path: Path) -> None:
-    """--screenshot replaced existing files and wrote through symbolic links (issue 34 item 11). Now
-    an existing screenshot needs --force, a link is refused, and both are said before any frame is
-    rendered."""
+    """--screenshot follows the output rule: an existing screenshot needs --force, a symbolic link
+    is refused, and both are said before any frame is rendered."""
     small = (
         "--frames",
         "2",
@@ -400,8 +399,8 @@ def test_scene_failure_aborts_and_keeps_the_partial_trace(katra_cli: Any, tmp_pa
 def test_small_gaps_run_json_stats_dir_compare_csv_info_warmup(
     katra_cli: Any, tmp_path: Path
 ) -> None:
-    """Issue 10 item 3: run --json, stats over a directory, compare --format csv, one number format,
-    no FPS for zones, info counts warmup frames."""
+    """run --json, stats over a directory, compare --format csv, one number format, no FPS for
+    zones, info counts warmup frames."""
     runs = tmp_path / "runs"
     runs.mkdir()
     for i in (1, 2):

@@ -1,4 +1,4 @@
-"""Shards (issue 36 item 2): ``run --shard I/N`` runs a cost-balanced share of a run, ``merge``
+"""Shards: ``run --shard I/N`` runs a cost-balanced share of a run, ``merge``
 joins the shards into one trace that compare, report and history take, and the ci/ examples run what
 docs/ci.md runs."""
 

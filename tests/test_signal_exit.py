@@ -1,6 +1,6 @@
-"""The exit code of a signal (128 + its number) has one definition, katra_trace.errors (issue 33:
-"exit codes (128+signal included)" in one place): a recorded stop signal's name and a killed child's
-return code go through it, and no other module computes it."""
+"""The exit code of a signal (128 + its number) has one definition, katra_trace.errors: a recorded
+stop signal's name and a killed child's return code go through it, and no other module computes
+it."""
 
 from __future__ import annotations
 

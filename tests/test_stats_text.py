@@ -19,7 +19,7 @@ from tests.trace_helpers import write_trace
 
 
 def test_format_duration_scales_its_unit() -> None:
-    assert format_duration(150_000) == "150.0 µs"  # the 0.0001500 ms
+    assert format_duration(150_000) == "150.0 µs"  # not 0.0001500 ms
     assert format_duration(16_666_667) == "16.67 ms"
     assert format_duration(2.5e9) == "2.500 s"
     assert format_duration(850) == "850.0 ns"
@@ -260,5 +260,5 @@ def test_a_change_is_written_one_way_everywhere() -> None:
     assert format_change(math.inf) == "+inf%"  # an early look's interval: no upper end yet
     import katra3d.harness.bisect.report as bisect_report
 
-    # bisect's table once had a verbatim copy of compare's formatter; now both are this one
+    # bisect's table and compare's use this one formatter
     assert bisect_report._pct(1.2) == format_change(1.2, 2) == "+20.00%"

@@ -215,7 +215,7 @@ def test_run_scenes_and_the_printed_param_work_in_a_repository_with_its_own_scen
     )
     assert r.returncode == 0, r.stderr
     assert _scene_params(app / "c.katra") == {"cubes": {"count": 400}}
-    # another spelling of the same file, as the user wrote it
+    # another spelling of the same file, as a user may write it
     r = katra(
         "run",
         "./my_scene.py:Cubes",

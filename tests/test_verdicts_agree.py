@@ -1,5 +1,4 @@
-"""One model behind every verdict (issue 21, deliverable 2): the same seeded data fed to every
-surface.
+"""One model behind every verdict: the same seeded data fed to every surface.
 
 ``history show`` (its change and ``--json``), ``history check`` (its steps and its reason when there
 is none) and ``report --history`` (the fitted line it draws and the step count in its header) must
@@ -94,8 +93,8 @@ def levels_of(line: list[float]) -> int:
 def test_show_check_and_report_agree_on_the_issue_store(tmp_path: Path) -> None:
     """v1 (1 run), v2 (6 runs, layers=8), v3 (6 runs, layers=12): the labels' change is large, the
     label-to-label scatter larger than the runs explain, and three labels cannot resolve a step."""
-    store(tmp_path, [("v1", 1, 23.4, 8), ("v2", 6, 26.0, 8), ("v3", 6, 38.6, 12)], "issue")
-    s = surfaces(tmp_path, "issue")
+    store(tmp_path, [("v1", 1, 23.4, 8), ("v2", 6, 26.0, 8), ("v3", 6, 38.6, 12)], "scatter")
+    s = surfaces(tmp_path, "scatter")
     (show,), check = s["show"], s["check"]
     (noise,) = check["noise"]
     steps = len(check["steps"])
@@ -112,8 +111,8 @@ def test_show_check_and_report_agree_on_the_issue_store(tmp_path: Path) -> None:
     )
     reason = noise["no_step_reason"]
     assert reason == show["fit"]["no_step_reason"]
-    # what would settle it answers for the change seen (issue 35): it said "about 8,214 labels ...
-    # would resolve a 5 % step" of this store; now a number of labels that can be gathered
+    # what would settle it answers for the change seen: a number of labels that can be gathered,
+    # not the thousands that would resolve a 5 % step of this store
     assert (
         reason.startswith("label-to-label dispersion")
         and f"labels at that scatter would resolve the {noise['raw_change_pct']:.3g} % change seen"

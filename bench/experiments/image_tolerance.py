@@ -1,11 +1,11 @@
 """``python -m bench image-tolerance``: the FLIP values behind the image verdict's defaults
 (docs/images.md).
 
-Not a default bench (a few minutes: six captures of the ``ci`` suite). Every built-in scene is
-rendered on llvmpipe at each of :data:`SIZES`, once with ``LP_NATIVE_VECTOR_WIDTH=128`` and once
-with ``256`` (a stand-in for another device: another code generator), and the last frames are
-compared by :func:`katra_trace.analysis.images.image_verdict` with the default thresholds in three
-groups:
+A study (a few minutes: six captures of the ``ci`` suite), to rerun when llvmpipe or FLIP changes.
+Every built-in scene is rendered on llvmpipe at each of :data:`SIZES`, once with
+``LP_NATIVE_VECTOR_WIDTH=128`` and once with ``256`` (a stand-in for another device: another code
+generator), and the last frames are compared by :func:`katra_trace.analysis.images.image_verdict`
+with the default thresholds in three groups:
 
 * **vector width**: the 256 frame against the 128 frame; must be identical or within tolerance. The
   rows give the largest FLIP mean and outlier share;
@@ -111,7 +111,6 @@ def _softpipe(ctx: BenchContext, llvmpipe: Path) -> list[Row]:
 @bench(
     "image-tolerance",
     about="FLIP values of another vector width, a 1-px shift and a colour step",
-    default=False,
     needs_gl=True,
 )
 def image_tolerance(ctx: BenchContext) -> list[Row]:

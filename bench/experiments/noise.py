@@ -1,4 +1,5 @@
-"""``python -m bench noise``: the noise table of docs/stats.md (``make bench-noise``).
+"""``python -m bench noise``: the noise table of docs/stats.md (``make bench-noise``), a study of
+how each way of comparing time behaves on this machine.
 
 For ``fillrate`` and ``shader`` at 320x180, 300 measured frames a run, four
 ways to compare BASE with NEW, each with ``katra_trace.analysis.compare.compare_traces``
@@ -37,8 +38,8 @@ Run CV: CV of ``A``'s per-run medians (raw, process CPU) or 10th percentiles
 difference of the two BASE processes (instructions).
 
 The Markdown table is in results.json (``facts.markdown``); ``python -m
-bench.noise --write-doc RESULTS docs/stats.md`` puts it between the
-``noise-table`` markers of docs/stats.md (``make bench-noise`` does both).
+bench.experiments.noise --write-doc RESULTS docs/stats.md`` puts it between
+the ``noise-table`` markers of docs/stats.md (``make bench-noise`` does both).
 """
 
 from __future__ import annotations
@@ -50,9 +51,6 @@ import json
 import math
 import os
 import random
-import re
-import resource
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,6 +60,8 @@ import numpy as np
 
 from bench._core import BenchContext, Row, at_most, bench
 from bench._proc import Job, run_jobs, stop
+from bench._report import write_doc
+from bench.defaults import hog
 
 #: scene -> (param, BASE value, slowdown values): the steps add about 5, 10, 20 and 40 % of work.
 SCENES: dict[str, tuple[str, int, tuple[int, ...]]] = {
@@ -80,11 +80,8 @@ FULL_ROUNDS = 10
 FULL_COUNT_FRAMES = 10
 FULL_FRAMES = 300
 FULL_LEVELS = 4
-#: The busy child's hard CPU limit (s) and loop: it ends by itself even if the bench dies.
+#: The busy child's hard CPU limit (s): it ends by itself even if the bench dies.
 BUSY_CPU_LIMIT_S = 120
-BUSY_LOOP = (
-    "import time\nend = time.monotonic() + {s}\nx = 0\nwhile time.monotonic() < end:\n    x += 1\n"
-)
 START_MARK = "<!-- noise-table:start -->"
 END_MARK = "<!-- noise-table:end -->"
 METHODS = (
@@ -120,20 +117,6 @@ class _Plan:
         )
 
 
-def _busy() -> subprocess.Popen[bytes]:
-    """A CPU-busy child, bounded twice: its own clock and RLIMIT_CPU."""
-
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_CPU, (BUSY_CPU_LIMIT_S, BUSY_CPU_LIMIT_S))
-
-    return subprocess.Popen(
-        [sys.executable, "-c", BUSY_LOOP.format(s=BUSY_CPU_LIMIT_S)],
-        preexec_fn=limit,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
 def _capture(plan: _Plan, scene: str, key: str, value: int, path: Path) -> Any:
     from katra3d.harness.run.config import RunConfig
     from katra3d.harness.run.runner import run
@@ -167,7 +150,9 @@ def _rounds(ctx: BenchContext, plan: _Plan, scene: str, loaded: bool) -> dict[st
         if (r // len(names)) % 2:
             order.reverse()
         for name in order:
-            busy = _busy() if loaded and name == "A" and r % 2 == 1 else None
+            busy = (
+                hog(BUSY_CPU_LIMIT_S, pin=False) if loaded and name == "A" and r % 2 == 1 else None
+            )
             try:
                 trace = _capture(
                     plan,
@@ -309,7 +294,6 @@ def _smallest(rates: list[tuple[float, float]]) -> str:
 @bench(
     "noise",
     about="noise table: run CV, A/A false alarms, smallest slowdown caught (fillrate, shader)",
-    default=False,
     needs_gl=True,
 )
 def noise(ctx: BenchContext) -> list[Row]:
@@ -417,8 +401,8 @@ def noise(ctx: BenchContext) -> list[Row]:
 def _markdown(table: list[dict[str, Any]], plan: _Plan, started: dt.datetime, load0: float) -> str:
     disjoint = plan.rounds // plan.runs
     how = (
-        "a REDUCED `python -m bench noise` (bench/noise.py's sizes lowered to fit a time budget; "
-        "`make bench-noise` runs the full one)"
+        "a REDUCED `python -m bench noise` (bench/experiments/noise.py's sizes lowered to fit a "
+        "time budget; `make bench-noise` runs the full one)"
         if plan.reduced
         else "`make bench-noise` (`python -m bench noise`)"
     )
@@ -449,7 +433,7 @@ def _markdown(table: list[dict[str, Any]], plan: _Plan, started: dt.datetime, lo
             f"{FULL_COUNT_FRAMES} counted frames and {FULL_LEVELS} slowdown levels a scene."
         )
     lines = [
-        "### Noise table today (`make bench-noise`)",
+        "### Noise table (`make bench-noise`)",
         "",
         head,
         "",
@@ -493,22 +477,9 @@ DEFINITIONS = (
 )
 
 
-def write_doc(markdown: str, doc: Path, marks: tuple[str, str] = (START_MARK, END_MARK)) -> None:
-    """Replace what lies between the ``marks`` of ``doc`` (default: the noise table's; ValueError
-    when they are missing). Every bench whose table lives in a doc writes it through this."""
-    start_mark, end_mark = marks
-    text = doc.read_text(encoding="utf-8")
-    start = text.find(start_mark)
-    end = text.find(end_mark)
-    if start < 0 or end < start:
-        raise ValueError(f"{doc} lacks the markers {start_mark} ... {end_mark}")
-    head = text[: start + len(start_mark)]
-    doc.write_text(f"{head}\n{markdown}\n{text[end:]}", encoding="utf-8")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.noise",
+        prog="python -m bench.experiments.noise",
         description="write the noise table of a results.json into docs/stats.md",
     )
     parser.add_argument("--write-doc", nargs=2, metavar=("RESULTS", "DOC"), required=True)
@@ -519,22 +490,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         facts = next(b["facts"] for b in record["benches"] if b["name"] == "noise")
         if record.get("quick"):
             raise ValueError("a --quick run's table is a smoke test; run the full bench")
-        markdown = str(facts["markdown"])
-        # re-rendered: today's layout, same numbers
-        if "table" in facts and "plan" in facts and "date" in facts:
-            load = facts.get("load0")
-            if load is None:
-                found = re.search(r"Load average at the start ([\d.]+)", markdown)
-                load = float(found.group(1)) if found else math.nan
-            markdown = _markdown(
-                facts["table"],
-                _Plan(**facts["plan"]),
-                dt.datetime.fromisoformat(facts["date"]),
-                float(load),
-            )
-        write_doc(markdown, doc)
+        write_doc(str(facts["markdown"]), doc, (START_MARK, END_MARK))
     except (OSError, ValueError, KeyError, TypeError, StopIteration) as exc:
-        print(f"python -m bench.noise: error: {exc or type(exc).__name__}", file=sys.stderr)
+        print(
+            f"python -m bench.experiments.noise: error: {exc or type(exc).__name__}",
+            file=sys.stderr,
+        )
         return 2
     print(f"noise table written to {doc}")
     return 0
