@@ -312,7 +312,7 @@ def _running_median(means: np.ndarray) -> np.ndarray:
     the three at their end."""
     x = np.atleast_2d(means)
     n = x.shape[-1]
-    out = x.copy()
+    out: np.ndarray = x.copy()
     for width in range(RUNNING_MEDIAN_LABELS, 2, -2):
         if n < width:
             continue
