@@ -231,6 +231,14 @@ def _kept_variance(sq: np.ndarray) -> np.ndarray:
 _MEDIAN_VARIANCE = {2: 0.5, 4: 0.298, 6: 0.215}
 
 
+def _median(values: np.ndarray) -> np.ndarray:
+    """The median along the last axis of a few values (a sort beats np.median's partition there)."""
+    s = np.sort(values, axis=-1)
+    k = s.shape[-1]
+    out: np.ndarray = s[..., k // 2] if k % 2 else (s[..., k // 2 - 1] + s[..., k // 2]) / 2
+    return out
+
+
 def _neighbour_residuals(means: np.ndarray) -> np.ndarray:
     """Each label's difference from the median of its neighbours, over the standard deviation that
     difference has for independent normal labels of variance 1 (rows are series, at least 3 labels):
@@ -247,12 +255,10 @@ def _neighbour_residuals(means: np.ndarray) -> np.ndarray:
             continue
         else:
             near = np.concatenate([x[:, pos - h : pos], x[:, pos + 1 : pos + h + 1]], axis=-1)
-        out[:, pos] = (x[:, pos] - np.median(near, axis=-1)) / math.sqrt(
-            1 + _MEDIAN_VARIANCE[near.shape[-1]]
-        )
+        out[:, pos] = (x[:, pos] - _median(near)) / math.sqrt(1 + _MEDIAN_VARIANCE[near.shape[-1]])
     if n >= 7:
         win = np.lib.stride_tricks.sliding_window_view(x, 7, axis=-1)
-        med = np.median(np.concatenate([win[..., :3], win[..., 4:]], axis=-1), axis=-1)
+        med = _median(np.concatenate([win[..., :3], win[..., 4:]], axis=-1))
         out[:, 3 : n - 3] = (x[:, 3 : n - 3] - med) / math.sqrt(1 + _MEDIAN_VARIANCE[6])
     return out
 
@@ -317,15 +323,15 @@ def _running_median(means: np.ndarray) -> np.ndarray:
         if n < width:
             continue
         h = width // 2
-        med = np.median(np.lib.stride_tricks.sliding_window_view(x, width, axis=-1), axis=-1)
+        med = _median(np.lib.stride_tricks.sliding_window_view(x, width, axis=-1))
         if width == RUNNING_MEDIAN_LABELS:
             out[:, h : n - h] = med
         else:
             out[:, h] = med[:, 0]
             out[:, n - h - 1] = med[:, -1]
     if n >= 3:
-        out[:, 0] = np.median(x[:, :3], axis=-1)
-        out[:, -1] = np.median(x[:, -3:], axis=-1)
+        out[:, 0] = _median(x[:, :3])
+        out[:, -1] = _median(x[:, -3:])
     return out
 
 
