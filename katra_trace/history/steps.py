@@ -20,9 +20,11 @@ host): for each label, in order, the values of its runs (replicates). The method
    the 3 labels on either side of it. The variance is estimated **locally**, over the
    :data:`LOCAL_NOISE_LABELS` labels around each label, the largest fifth of the squared
    differences left out (steps and disturbed labels) and the rest scaled to a normal variance,
-   and never below half the whole series' variance. Where the spread of a history changes, its
-   labels are weighed by the spread around them, so a change of spread is not taken for a change
-   of level; values that alternate between two levels (banding) are noise of that spread.
+   and never below half the whole series' variance (the smaller of that estimate and the same
+   from consecutive differences: in a short series a step moves every label's neighbours, but
+   only one difference). Where the spread of a history changes, its labels are weighed by the
+   spread around them, so a change of spread is not taken for a change of level; values that
+   alternate between two levels (banding) are noise of that spread.
 4. **A label alone away from its neighbours is left out.** A label further than
    :data:`OUTLIER_LABEL_SDS` sds of a label mean from the running median of the
    :data:`RUNNING_MEDIAN_LABELS` labels around it is a passing departure (a busy runner, a
@@ -220,7 +222,7 @@ def _kept_variance(sq: np.ndarray) -> np.ndarray:
     """The variance of normal values from their squares ``sq`` (last axis), the largest
     ``1 - NOISE_KEPT_SHARE`` of them left out: the mean of the rest over its normal share."""
     n = sq.shape[-1]
-    k = max(1, math.ceil(NOISE_KEPT_SHARE * n))
+    k = max(1, math.floor(NOISE_KEPT_SHARE * n))
     low = np.partition(sq, k - 1, axis=-1)[..., :k]
     out: np.ndarray = low.mean(axis=-1) / _kept_share_factor(n, k)
     return out
@@ -264,16 +266,20 @@ def _neighbour_residuals(means: np.ndarray) -> np.ndarray:
 
 
 def _label_noise(means: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The variance of each label mean from its difference from the median of its neighbours
-    (rows of ``means`` are series), as item 3 of the module's method says, and each row's variance
-    over the whole series. Returns ``(per label (rows, L), whole series (rows,))``."""
+    """The variance of each label mean around each label, from its neighbours (rows of ``means``
+    are series), as item 3 of the module's method says, and each row's variance over the whole
+    series: the smaller of the estimates from consecutive differences and from the differences
+    from the neighbours' median. Returns ``(per label (rows, L), whole series (rows,))``."""
     means = np.atleast_2d(means)
     labels = means.shape[-1]
-    if labels < 3:  # one difference: its square is twice a label's variance
-        sq = np.diff(means, axis=-1) ** 2 / 2
-    else:
+    # consecutive differences: a difference is twice a label's variance
+    whole = _kept_variance(np.diff(means, axis=-1) ** 2 / 2)
+    if labels >= 3:
         sq = _neighbour_residuals(means) ** 2
-    whole = np.maximum(_kept_variance(sq), MIN_SD**2)
+        # the smaller of the two: a residual holds one disturbed label where two differences hold
+        # it, and a step is one difference where it moves the residuals of a short series
+        whole = np.minimum(whole, _kept_variance(sq))
+    whole = np.maximum(whole, MIN_SD**2)
     if labels <= LOCAL_NOISE_LABELS:
         return np.repeat(whole[:, None], labels, axis=-1), whole
     windows = np.lib.stride_tricks.sliding_window_view(sq, LOCAL_NOISE_LABELS, axis=-1)
