@@ -160,3 +160,26 @@ def test_a_short_counted_history_keeps_its_step() -> None:
     counted = check_steps([series([36.00e6, 36.0001e6, 43.0e6, 43.0002e6], metric="instructions")])
     assert [(s.label, s.verdict) for s in counted.steps] == [("v2", "regression")]
     assert not counted.regression_at_newest and counted.departures == []
+
+
+def test_the_bench_scores_one_detection_to_one_change() -> None:
+    """`python -m bench changepoints`' rule: the nearest detection within the tolerance matches a
+    change, once; a second detection near it is false."""
+    from bench.changepoints import matches
+
+    assert matches([10, 11], [10], 3) == 1
+    assert matches([9, 13], [12, 10], 3) == 2
+    assert matches([20], [10], 3) == 0
+
+
+def test_ci_like_histories_of_an_unseen_seed() -> None:
+    """The bench's CI-like histories (one run a label, 2-8 % noise, 4 % of runs doubled, 0-2 steps
+    of 4-30 %) at a seed of their own, katra3d alone (no Otava needed): F1 at least 0.70, and no
+    step in a history whose only departures are busy runs."""
+    from bench.changepoints import ci_cases, katra3d_detector, score
+
+    cases = ci_cases(7, 60)
+    detect = katra3d_detector()
+    result = score(cases, [detect(c.values) for c in cases])
+    assert result.f1 >= 0.70, result
+    assert result.outliers_only >= 5 and result.flagged_outliers_only == 0, result
