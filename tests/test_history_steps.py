@@ -71,7 +71,8 @@ def test_step_size_interval_covers_the_truth() -> None:
 
 def test_noise_comes_from_the_replicates_not_from_the_step() -> None:
     fit = detect_steps(simulate(Scenario(12, 5, 0.05, ((4, 0.5),)), 3))
-    assert fit.noise_source == "replicates" and fit.noise_df == 48
+    # pooled within labels, over the 7 labels around each (4 degrees of freedom a label)
+    assert fit.noise_source == "replicates" and fit.noise_df == 28
     assert 0.035 < fit.noise_sd < 0.07
     assert [s.index for s in fit.steps] == [3]
     assert fit.levels[0] == pytest.approx(1.0, rel=0.05) and fit.levels[-1] == pytest.approx(

@@ -369,6 +369,33 @@ def test_check_exit_1_when_the_newest_label_regresses(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_check_reports_a_newest_label_of_one_run_that_departs(tmp_path: Path) -> None:
+    """One run a label: the newest label 30 % slower on its one run is a departure with the runs
+    that would settle it, not a regression (exit 0); counted, it is one (exit 1: counts are
+    exact)."""
+    labels = [(f"v{i}", {"fill": 10.0}) for i in range(1, 10)] + [("v10", {"fill": 13.0})]
+    history_of(tmp_path, labels, runs=1)
+    res = katra("history", "check", "--db", "h.duckdb", cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "fill wall: the newest label 'v10' departs by +3" in res.stdout, res.stdout
+    assert "runs at 'v10' (1 now) would settle it" in res.stdout
+    out = json.loads(katra("history", "check", "--db", "h.duckdb", "--json", cwd=tmp_path).stdout)
+    (dep,) = out["departures"]
+    assert out["steps"] == [] and not out["regression_at_newest_label"]
+    assert dep["label"] == "v10" and dep["runs"] == 1 and dep["runs_needed"] >= 3
+    shown = katra("history", "show", "--db", "h.duckdb", cwd=tmp_path)
+    assert shown.returncode == 0 and "the newest label 'v10' departs" in shown.stdout
+    for i, (label, levels) in enumerate(labels):
+        counted = {k: v * 1e6 for k, v in levels.items()}
+        path = make_trace(tmp_path / f"{label}-i.katra", counted, seed=i, clock=Clock.INSTRUCTIONS)
+        prepared, _ = prepare_runs([path], label, "", parse_time_ns(f"2026-11-{i + 1:02d}T12:00Z"))
+        add_to_store(tmp_path / "c.duckdb", prepared)
+    res = katra("history", "check", "--db", "c.duckdb", cwd=tmp_path)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "regression starting at the newest label 'v10': fill" in res.stdout
+
+
+@pytest.mark.slow
 def test_hosts_are_never_mixed_unless_asked(tmp_path: Path) -> None:
     history_of(tmp_path, [("v1", {"fill": 10.0}), ("v2", {"fill": 10.0})], runs=2)
     history_of(

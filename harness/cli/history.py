@@ -174,7 +174,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="find the labels where a scene's level steps up or down",
         description="Step detection per scene, metric and host over labels in order, with "
         "the runs of a label as replicates. Exit 1 when a regression step starts "
-        "at the newest label.",
+        "at the newest label (a time metric's newest level on fewer than 3 runs is reported as "
+        "a departure, with the runs that would settle it, not as a regression).",
     )
     add_decision_options(check, alpha_means=ALPHA_STEPS)
     filters(check)
@@ -309,6 +310,11 @@ def _no_step_lines(result: Any) -> list[str]:
     return out
 
 
+def _departure_lines(result: Any) -> list[str]:
+    """One line per time series whose newest labels depart on too few runs for a verdict."""
+    return [f"{_name(d.series)} {d.series.metric}: {d.text()}" for d in result.departures]
+
+
 def run_show(args: argparse.Namespace) -> int:
     result = _checked(args)
     series = result.series
@@ -405,7 +411,7 @@ def run_show(args: argparse.Namespace) -> int:
     if args.format == "table":
         for host_id, text in hosts.items():
             print(f"host {host_id}: {text}")
-        for line in _no_step_lines(result):
+        for line in [*_no_step_lines(result), *_departure_lines(result)]:
             print(line)
     if len(series) == 1:
         s, m = series[0], result.models[0]
@@ -456,6 +462,7 @@ def run_check(args: argparse.Namespace) -> int:
                 "series_checked": len(series),
                 "regression_at_newest_label": result.regression_at_newest,
                 "steps": [s.as_dict() for s in result.steps],
+                "departures": [d.as_dict() for d in result.departures],
                 "by_label": {
                     lab: sorted({_name(s.series) for s in steps})
                     for lab, steps in result.by_label().items()
@@ -471,6 +478,7 @@ def run_check(args: argparse.Namespace) -> int:
                         "labels": len(s.points),
                         "label_dispersion": f.dispersion,
                         "outlier_runs_left_out": f.dropped_runs,
+                        "labels_left_out": [s.points[i].label for i in f.departed_labels],
                         "change_pct": m.change_pct,
                         "raw_change_pct": m.raw_change_pct,
                         "no_step_reason": m.no_step_reason,
@@ -534,7 +542,13 @@ def run_check(args: argparse.Namespace) -> int:
             f"{dropped} run(s) left out as outliers (far slower or faster than the other runs of "
             "their label)"
         )
-    for line in _no_step_lines(result):
+    left_out = sum(len(f.departed_labels) for f in result.fits)
+    if left_out:
+        print(
+            f"{left_out} label(s) left out as passing departures (one to three labels far from the "
+            "labels around them: a busy runner, not two steps)"
+        )
+    for line in [*_no_step_lines(result), *_departure_lines(result)]:
         print(line)
     for lab, steps in result.by_label().items():
         parts = [f"{_name(s.series)} {format_change(s.ratio)} ({s.verdict})" for s in steps]

@@ -56,9 +56,11 @@ import numpy as np
 from katra_trace.analysis.counts import NOISE_FLOOR_FACTOR, decide_counts
 from katra_trace.analysis.defaults import (
     DEFAULT_ALPHA,
+    FEW_RUNS_RULE,
     check_alpha,
     check_threshold_pct,
     default_threshold_pct,
+    runs_decide,
 )
 from katra_trace.analysis.intervals import (
     MIN_RUNS,
@@ -136,7 +138,7 @@ def _measure_time(
     )
     if value_unit == "ms":
         out.update(level_base_ms=out["level_base"], level_new_ms=out["level_new"])
-    if min(len(b_runs), len(n_runs)) < MIN_RUNS:
+    if not runs_decide(metric, min(len(b_runs), len(n_runs))):
         out["unit"] = "frames"
         out["ratio"] = out["frame_ratio"]
         return out
@@ -195,11 +197,9 @@ def _decide_time(
                 f"need >= {MIN_RUNS} "
                 f"{word} a side (katra3d ab); frames, for information only: {frames}",
                 notes=(
-                    f"with fewer than {MIN_RUNS} runs a side a time metric never gives a verdict: "
-                    "frames of "
-                    "one run share that run's luck, and 11 of 40 single-run A/A comparisons "
-                    "measured on "
-                    "llvmpipe said 'regression' (docs/stats.md)",
+                    f"{FEW_RUNS_RULE}: frames of one run share that run's luck, and 11 of 40 "
+                    "single-run A/A comparisons measured on llvmpipe said 'regression' "
+                    "(docs/stats.md)",
                 ),
             )
         )

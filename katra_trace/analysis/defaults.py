@@ -26,6 +26,11 @@ DEFAULT_THRESHOLD_COUNT_PCT = 0.5
 #: is never narrower than this over the frame's count. Measured: docs/measure.md ("Cross-process
 #: jitter"), ``python -m bench counts-aa``.
 COUNT_JITTER_PER_FRAME = 500
+#: Runs (or paired rounds) a side below which run-to-run noise is unknown: a time metric gives no
+#: verdict on fewer (:func:`runs_decide`).
+MIN_RUNS = 3
+#: That rule in words, wherever a time metric's side has too few runs (compare, history check).
+FEW_RUNS_RULE = f"with fewer than {MIN_RUNS} runs a side a time metric never gives a verdict"
 #: Thresholds (percent) at or above this are refused: a 10x change is not a "minimum effect".
 MAX_THRESHOLD_PCT = 1000.0
 #: The cap on rounds of ``ab --until-decided`` (and bisect's time mode) when ``--rounds`` is not
@@ -58,6 +63,14 @@ BATCH_DRIFT_SD: dict[tuple[str, str], float] = {
     ("wall", "median"): 0.188,
     ("wall/reference", "median"): 0.187,
 }
+
+
+def runs_decide(metric: str, runs: int) -> bool:
+    """Whether a side of ``runs`` runs of ``metric`` may give a verdict: a count's one run is
+    evidence (counts are deterministic); a time metric needs :data:`MIN_RUNS` (below that its
+    run-to-run noise is unknown, and one busy run looks like a change). compare's time rule and
+    ``history check``'s newest label both decide by it."""
+    return is_count(metric) or runs >= MIN_RUNS
 
 
 def batch_drift_sd(metric: str, run_stat: str) -> float:

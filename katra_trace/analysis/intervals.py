@@ -18,14 +18,13 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtri, stdtr, stdtrit
 
+from katra_trace.analysis.defaults import MIN_RUNS
 from katra_trace.analysis.ranks import mann_whitney_p
 from katra_trace.analysis.stats import frame_stats
 from katra_trace.analysis.verdict import Verdict
 
 #: Power assumed when estimating how many runs would be needed.
 TARGET_POWER = 0.8
-#: Runs (or paired rounds) a side below which run-to-run noise is unknown (time metrics).
-MIN_RUNS = 3
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

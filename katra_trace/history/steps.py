@@ -4,37 +4,53 @@ noise?
 Pure numpy (and scipy.special for the t quantile). The input is one series (a scene, metric and
 host): for each label, in order, the values of its runs (replicates). The method:
 
-1. Work on logs (a step is a ratio; run-to-run noise is multiplicative).
-   A run far from the other runs of its label (more than 5 robust sds from
-   the label's median, the sd pooled over labels of 3+ runs) is left out:
-   a busy neighbour can halve one run's frame rate.
-2. **Noise from replicates.** The run-to-run variance ``s2`` is pooled from
-   the spread of the runs *within* each label (``df = sum(n_l - 1)``), so a
-   step between labels cannot inflate it. A label mean then has variance
-   ``s2 / n_l``. When fewer than 3 degrees of freedom come from replicates
-   (one run per label), the noise of a label mean is estimated from the
-   differences between consecutive labels (median absolute difference,
-   robust to the few differences that are steps).
-3. **Penalized piecewise-constant fit.** The levels are fitted by exact
-   optimal partitioning (dynamic programming) minimizing the chi-square
-   misfit ``sum w_l (mean_l - level)^2`` plus a penalty ``c`` per step.
-4. **The penalty is a test.** ``c`` is the ``1 - alpha`` quantile of the
-   largest single-split chi-square of *this series' design* (its labels and
-   replicate counts, with its noise estimator) under "no step", found by a
-   seeded simulation and cached. So a flat history shows a step with
-   probability ~alpha, whatever its length or replicate counts.
-5. **Label-to-label noise.** When consecutive labels differ more than their
-   replicates explain (the 35th percentile of the squared differences over
-   their replicate variances, against its own simulated ``1 - alpha``
-   quantile; a low percentile, so a few steps do not trigger it), a label's
-   runs evidently share something (one machine state, one build): the noise
-   of a label mean is then taken from the label-to-label differences, as
-   with one run a label.
-6. Each step reports the label where the new level starts, the range of
-   labels where it may start (splits whose misfit is within the chi-square
-   ``1 - alpha`` quantile of the best one), and its size as a ratio of the
-   adjacent levels with a ``1 - alpha`` interval (t on the noise's degrees
-   of freedom).
+1. Work on logs (a step is a ratio; run-to-run noise is multiplicative). A run far from the
+   other runs of its label (more than 5 robust sds from the label's median, the sd pooled over
+   labels of 3+ runs) is left out: a busy neighbour can halve one run's frame rate.
+2. **Noise from replicates.** The run-to-run variance is pooled from the spread of the runs
+   *within* labels, so a step between labels cannot inflate it: over the labels around each
+   label that hold about :data:`LOCAL_NOISE_LABELS` degrees of freedom, and never below half the
+   whole series' pooled variance ``s2`` (``df = sum(n_l - 1)``). A label mean then has that
+   variance over ``n_l``.
+3. **Label-to-label noise.** With fewer than 3 replicate degrees of freedom (one run a label), or
+   when consecutive labels differ more than their replicates explain (the 35th percentile of the
+   squared differences over their replicate variances, against its own simulated ``1 - alpha``
+   quantile: a label's runs evidently share something, one machine state, one build), the noise
+   of a label mean comes from the labels themselves: each label's difference from the median of
+   the 3 labels on either side of it. The variance is estimated **locally**, over the
+   :data:`LOCAL_NOISE_LABELS` labels around each label, the largest fifth of the squared
+   differences left out (steps and disturbed labels) and the rest scaled to a normal variance,
+   and never below half the whole series' variance (the smaller of that estimate and the same
+   from consecutive differences: in a short series a step moves every label's neighbours, but
+   only one difference). Where the spread of a history changes, its labels are weighed by the
+   spread around them, so a change of spread is not taken for a change of level; values that
+   alternate between two levels (banding) are noise of that spread.
+4. **A label alone away from its neighbours is left out.** A label further than
+   :data:`OUTLIER_LABEL_SDS` sds of a label mean from the running median of the
+   :data:`RUNNING_MEDIAN_LABELS` labels around it is a passing departure (a busy runner, a
+   disturbed build), not two steps: it is left out of the fit and counted. A run of up to three
+   such labels is left out the same way; a longer one moves the running median with it and is a
+   level. Every level but the newest holds at least :data:`MIN_SEGMENT_LABELS` labels kept; a
+   label left out between two levels belongs to the nearer one. The newest label is never left
+   out this way (item 7).
+5. **Penalized piecewise-constant fit.** The levels are fitted by exact optimal partitioning
+   (dynamic programming) minimizing the chi-square misfit ``sum w_l (mean_l - level)^2`` over
+   the labels kept, plus a penalty ``c`` per step.
+6. **The penalty is a test.** ``c`` is the ``1 - alpha`` quantile of the largest single-split
+   chi-square of *this series' design* (its labels and replicate counts, with its noise
+   estimator and the departure rule of item 4) under "no step", found by a seeded simulation
+   and cached. So a flat history shows a step with probability about alpha, whatever its length
+   or replicate counts.
+7. **The newest labels.** A new level at the end of the series that holds fewer than
+   :data:`~katra_trace.analysis.defaults.MIN_RUNS` runs (compare's minimum a side for a time
+   metric), or a newest label of fewer runs that departs from the level before it by more than
+   the ``1 - alpha`` normal quantile of the difference's standard error, cannot tell a step from
+   disturbed runs: the fit reports it as a :class:`Departure`, not as a step, and the caller
+   decides what a departure of its metric means (a count's is a step: counts are exact).
+8. Each step reports the label where the new level starts, the range of labels where it may
+   start (splits whose misfit is within the chi-square ``1 - alpha`` quantile of the best one),
+   and its size as a ratio of the adjacent levels with a ``1 - alpha`` interval (t on the
+   noise's degrees of freedom).
 """
 
 from __future__ import annotations
@@ -47,7 +63,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from katra_trace.analysis.defaults import DEFAULT_ALPHA
+from katra_trace.analysis.defaults import DEFAULT_ALPHA, MIN_RUNS
 
 #: Simulated null series per design when calibrating the penalty.
 NULL_SIMULATIONS = 4000
@@ -57,13 +73,27 @@ MIN_REPLICATE_DF = 3
 MIN_LABELS_FOR_LABEL_NOISE = 4
 #: A run further than this many robust sds from its label's median is left out as an outlier.
 OUTLIER_SDS = 5.0
+#: A label further than this many sds of a label mean from the running median around it is left out.
+OUTLIER_LABEL_SDS = 4.0
+#: Labels in the running median that a label is held against (fewer next to the ends of the series).
+RUNNING_MEDIAN_LABELS = 7
+#: Labels whose differences from their neighbours estimate the label-to-label noise around a label.
+LOCAL_NOISE_LABELS = 24
+#: The share of those differences kept (the smallest squares): steps and departures are the rest.
+NOISE_KEPT_SHARE = 0.8
+#: The local variance of a label mean is never taken below this share of the series' variance.
+LOCAL_NOISE_FLOOR = 0.5
+#: Labels (of those kept) a level holds at least, but the newest level.
+MIN_SEGMENT_LABELS = 2
 #: A label mean's standard deviation is never taken below this (log units, 0.01 %): keeps identical
 #: counts finite.
 MIN_SD = 1e-4
+#: Null series simulated at once when calibrating (bounds the memory of a long series' design).
+_SIM_CHUNK = 500
 _NORMAL = NormalDist()
 _MAD_TO_SD = 1.0 / _NORMAL.inv_cdf(0.75)
-#: The quantile of the squared label differences that measures label-to-label noise: low enough that
-#: a few steps among a dozen labels barely move it.
+#: The quantile of the squared label differences that measures label-to-label noise: low enough
+#: that a few steps among a dozen labels barely move it.
 _DISPERSION_Q = 0.35
 _CHI2_1_Q = _NORMAL.inv_cdf(0.5 + _DISPERSION_Q / 2) ** 2  # chi-square(1) quantile
 
@@ -71,8 +101,7 @@ _CHI2_1_Q = _NORMAL.inv_cdf(0.5 + _DISPERSION_Q / 2) ** 2  # chi-square(1) quant
 @dataclasses.dataclass(frozen=True)
 class Step:
     """A change of level that starts at label index ``index`` (0-based; the first label of the new
-    level).
-    """
+    level)."""
 
     index: int
     start_low: int  #: earliest label index where the step may start (at the fit's confidence)
@@ -86,26 +115,47 @@ class Step:
 
 
 @dataclasses.dataclass(frozen=True)
+class Departure:
+    """The newest label, or a new level at the end of the series, away from the fitted level
+    before it on fewer than :data:`MIN_RUNS` runs: a step or disturbed runs, which more
+    runs there tell apart."""
+
+    index: int  #: the first label of the departing level (the newest, or one before it)
+    labels: int  #: labels at that level (those left out as departures not counted)
+    runs: int  #: their runs
+    ratio: float  #: their level / the fitted level before them
+    ratio_low: float  #: lower end of the ``1 - alpha`` interval of ``ratio``
+    ratio_high: float
+    z: float  #: log ratio over its standard error
+    level_before: float  #: the fitted level of the labels before it (the series' unit)
+    level: float  #: the level of the departing labels
+    run_sd: float  #: sd of one run's log value there (what more runs average out)
+    level_sd: float  #: sd of the log level before them (what more runs there do not shrink)
+
+
+@dataclasses.dataclass(frozen=True)
 class Fit:
     """The fitted levels of one series and the steps between them."""
 
     steps: list[Step]
     levels: list[float]  #: fitted level per label (the series' unit)
     label_means: list[float]  #: geometric mean of each label's runs
-    #: run-to-run sd (log units ~ relative) used, per run; per label mean when
+    #: run-to-run sd (log units ~ relative) used, per run; per label mean (the series' typical one)
+    #: when ``noise_source`` is ``"labels"``
     noise_sd: float
-    #: ``noise_source`` is ``"labels"``
     noise_source: str  #: "replicates" | "labels"
     noise_df: int
-    #: how much label means scatter relative to their replicates (about 1 when
+    #: how much label means scatter relative to their replicates (about 1 when they differ by their
+    #: runs' noise only; 0 without replicates)
     dispersion: float
-    #: they differ by their runs' noise only; 0 without replicates)
     penalty: float  #: the chi-square penalty per step (the null quantile)
     confidence: float
     dropped_runs: int = 0  #: runs left out as outliers (see :data:`OUTLIER_SDS`)
     runs: tuple[int, ...] = ()  #: runs per label that the fit used (outliers left out)
-    #: run-to-run sd within labels (log units), pooled; 0 without replicates
-    run_sd: float = 0.0
+    run_sd: float = 0.0  #: run-to-run sd within labels (log units), pooled; 0 without replicates
+    #: labels left out as passing departures (see :data:`OUTLIER_LABEL_SDS`), by index
+    departed_labels: tuple[int, ...] = ()
+    departure: Departure | None = None  #: the newest label's departure, when it has one
 
     @property
     def change(self) -> float:
@@ -137,12 +187,169 @@ def _drop_outliers(logs: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
     return out, dropped
 
 
-def _label_noise_from_diffs(means: np.ndarray) -> np.ndarray:
-    """Variance of a label mean from consecutive differences (rows of ``means`` are series)."""
-    d = np.diff(means, axis=-1)
-    mad = np.median(np.abs(d), axis=-1) * _MAD_TO_SD
-    var: np.ndarray = np.maximum(mad**2 / 2.0, MIN_SD**2)
-    return var
+#: Points of the integral in :func:`_kept_share_factor`.
+_FACTOR_GRID = 4000
+
+
+@functools.lru_cache(maxsize=1)
+def _half_normal_squares() -> tuple[np.ndarray, np.ndarray]:
+    """Midpoints ``u`` of the unit interval and the squared ``u`` quantile of ``|Z|`` there."""
+    u = (np.arange(_FACTOR_GRID) + 0.5) / _FACTOR_GRID
+    return u, np.array([_NORMAL.inv_cdf(0.5 + 0.5 * v) ** 2 for v in u])
+
+
+@functools.lru_cache(maxsize=1024)
+def _kept_share_factor(n: int, k: int) -> float:
+    """The expected mean of the ``k`` smallest of ``n`` squared standard normal values (1 when
+    ``k == n``): ``n / k`` times the integral over ``u`` of the squared ``u`` quantile of ``|Z|``
+    times the chance that fewer than ``k`` of the other ``n - 1`` values lie below it (the sum of
+    the densities of the ``k`` smallest order statistics)."""
+    if k >= n:
+        return 1.0
+    u, g = _half_normal_squares()
+    j = np.arange(k)[:, None]
+    log_pmf = (
+        math.lgamma(n)
+        - np.array([math.lgamma(i + 1) + math.lgamma(n - i) for i in range(k)])[:, None]
+        + j * np.log(u)
+        + (n - 1 - j) * np.log1p(-u)
+    )
+    below = np.exp(log_pmf).sum(axis=0)
+    return float(n / k * np.mean(g * below))
+
+
+def _kept_variance(sq: np.ndarray) -> np.ndarray:
+    """The variance of normal values from their squares ``sq`` (last axis), the largest
+    ``1 - NOISE_KEPT_SHARE`` of them left out: the mean of the rest over its normal share."""
+    n = sq.shape[-1]
+    k = max(1, math.floor(NOISE_KEPT_SHARE * n))
+    low = np.partition(sq, k - 1, axis=-1)[..., :k]
+    out: np.ndarray = low.mean(axis=-1) / _kept_share_factor(n, k)
+    return out
+
+
+#: The variance of the median of 2, 4 and 6 independent standard normal values (the mean of the
+#: middle two).
+_MEDIAN_VARIANCE = {2: 0.5, 4: 0.298, 6: 0.215}
+
+
+def _median(values: np.ndarray) -> np.ndarray:
+    """The median along the last axis of a few values (a sort beats np.median's partition there)."""
+    s = np.sort(values, axis=-1)
+    k = s.shape[-1]
+    out: np.ndarray = s[..., k // 2] if k % 2 else (s[..., k // 2 - 1] + s[..., k // 2]) / 2
+    return out
+
+
+def _neighbour_residuals(means: np.ndarray) -> np.ndarray:
+    """Each label's difference from the median of its neighbours, over the standard deviation that
+    difference has for independent normal labels of variance 1 (rows are series, at least 3 labels):
+    the 3 labels on either side, fewer next to the ends, and at an end the 2 labels beside it. A
+    label far from the rest moves its own residual only."""
+    x = np.atleast_2d(means)
+    n = x.shape[-1]
+    out = np.empty_like(x)
+    for pos in range(n):
+        h = min(3, pos, n - 1 - pos)
+        if h == 0:
+            near = x[:, 1:3] if pos == 0 else x[:, n - 3 : n - 1]
+        elif 3 <= pos <= n - 4:
+            continue
+        else:
+            near = np.concatenate([x[:, pos - h : pos], x[:, pos + 1 : pos + h + 1]], axis=-1)
+        out[:, pos] = (x[:, pos] - _median(near)) / math.sqrt(1 + _MEDIAN_VARIANCE[near.shape[-1]])
+    if n >= 7:
+        win = np.lib.stride_tricks.sliding_window_view(x, 7, axis=-1)
+        med = _median(np.concatenate([win[..., :3], win[..., 4:]], axis=-1))
+        out[:, 3 : n - 3] = (x[:, 3 : n - 3] - med) / math.sqrt(1 + _MEDIAN_VARIANCE[6])
+    return out
+
+
+def _label_noise(means: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The variance of each label mean around each label, from its neighbours (rows of ``means``
+    are series), as item 3 of the module's method says, and each row's variance over the whole
+    series: the smaller of the estimates from consecutive differences and from the differences
+    from the neighbours' median. Returns ``(per label (rows, L), whole series (rows,))``."""
+    means = np.atleast_2d(means)
+    labels = means.shape[-1]
+    # consecutive differences: a difference is twice a label's variance
+    whole = _kept_variance(np.diff(means, axis=-1) ** 2 / 2)
+    if labels >= 3:
+        sq = _neighbour_residuals(means) ** 2
+        # the smaller of the two: a residual holds one disturbed label where two differences hold
+        # it, and a step is one difference where it moves the residuals of a short series
+        whole = np.minimum(whole, _kept_variance(sq))
+    whole = np.maximum(whole, MIN_SD**2)
+    if labels <= LOCAL_NOISE_LABELS:
+        return np.repeat(whole[:, None], labels, axis=-1), whole
+    windows = np.lib.stride_tricks.sliding_window_view(sq, LOCAL_NOISE_LABELS, axis=-1)
+    local = _kept_variance(windows)
+    # the window centred on each label, held inside the series
+    first = np.clip(np.arange(labels) - LOCAL_NOISE_LABELS // 2, 0, labels - LOCAL_NOISE_LABELS)
+    per_label = np.maximum(local[:, first], LOCAL_NOISE_FLOOR * whole[:, None])
+    return per_label, whole
+
+
+def _run_noise_labels(df: np.ndarray) -> int:
+    """Labels pooled for the run-to-run variance around a label (an odd number): about
+    :data:`LOCAL_NOISE_LABELS` degrees of freedom from labels of ``df`` each, at least 5 labels."""
+    return 2 * max(2, math.ceil(LOCAL_NOISE_LABELS / 2 / max(float(df.mean()), 1.0))) + 1
+
+
+def _run_noise(ss: np.ndarray, df: np.ndarray) -> np.ndarray:
+    """The run-to-run variance around each label (rows of ``ss``, each label's sum of squared
+    deviations of its runs from their mean, with ``df`` degrees of freedom a label): pooled over
+    the labels around it that hold about :data:`LOCAL_NOISE_LABELS` degrees of freedom, and never
+    below :data:`LOCAL_NOISE_FLOOR` of the whole series' pooled variance."""
+    ss = np.atleast_2d(ss)
+    labels = ss.shape[-1]
+    whole = np.maximum(ss.sum(axis=-1) / max(float(df.sum()), 1.0), MIN_SD**2)
+    width = _run_noise_labels(df)
+    half = width // 2
+    if labels <= width:
+        return np.repeat(whole[:, None], labels, axis=-1)
+    c_ss = np.concatenate([np.zeros((ss.shape[0], 1)), np.cumsum(ss, axis=-1)], axis=-1)
+    c_df = np.concatenate([[0.0], np.cumsum(df)])
+    first = np.clip(np.arange(labels) - half, 0, labels - width)
+    pooled = (c_ss[:, first + width] - c_ss[:, first]) / np.maximum(
+        c_df[first + width] - c_df[first], 1.0
+    )
+    out: np.ndarray = np.maximum(pooled, LOCAL_NOISE_FLOOR * whole[:, None])
+    return out
+
+
+def _running_median(means: np.ndarray) -> np.ndarray:
+    """The running median of :data:`RUNNING_MEDIAN_LABELS` labels centred on each label (rows are
+    series), narrowing to 5 and 3 next to the ends; the first and last label take the median of
+    the three at their end."""
+    x = np.atleast_2d(means)
+    n = x.shape[-1]
+    out: np.ndarray = x.copy()
+    for width in range(RUNNING_MEDIAN_LABELS, 2, -2):
+        if n < width:
+            continue
+        h = width // 2
+        med = _median(np.lib.stride_tricks.sliding_window_view(x, width, axis=-1))
+        if width == RUNNING_MEDIAN_LABELS:
+            out[:, h : n - h] = med
+        else:
+            out[:, h] = med[:, 0]
+            out[:, n - h - 1] = med[:, -1]
+    if n >= 3:
+        out[:, 0] = _median(x[:, :3])
+        out[:, -1] = _median(x[:, -3:])
+    return out
+
+
+def _departing(means: np.ndarray, var: np.ndarray) -> np.ndarray:
+    """Labels (rows are series) further than :data:`OUTLIER_LABEL_SDS` sds from the running median
+    around them; the newest label never (its departure is judged on its own)."""
+    x = np.atleast_2d(means)
+    if x.shape[-1] < 3:
+        return np.zeros(x.shape, dtype=bool)
+    out: np.ndarray = np.abs(x - _running_median(x)) > OUTLIER_LABEL_SDS * np.sqrt(var)
+    out[:, -1] = False
+    return out
 
 
 def _dispersion(means: np.ndarray, var: np.ndarray) -> float:
@@ -157,8 +364,7 @@ def _dispersion(means: np.ndarray, var: np.ndarray) -> float:
 @functools.lru_cache(maxsize=256)
 def null_dispersion(counts: tuple[int, ...], alpha: float, sims: int = NULL_SIMULATIONS) -> float:
     """The ``1 - alpha`` quantile of :func:`_dispersion` when the labels differ only by their
-    replicates.
-    """
+    replicates."""
     n = np.asarray(counts, dtype=np.float64)
     rng = np.random.default_rng(20261201 + n.size)
     df = int(np.sum(n - 1))
@@ -170,15 +376,17 @@ def null_dispersion(counts: tuple[int, ...], alpha: float, sims: int = NULL_SIMU
 
 def _split_stats(means: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Chi-square of each single split k = 1..L-1 (columns) of rows of ``means`` with weights ``w``
-    (1-D).
-    """
-    cw = np.cumsum(w)
+    (one row, or one per row of ``means``; a weight 0 leaves a label out: a split with no weight
+    on a side is 0)."""
+    cw = np.cumsum(w, axis=-1)
     cwm = np.cumsum(means * w, axis=-1)
-    wa = cw[:-1]
-    wb = cw[-1] - wa
-    ma = cwm[..., :-1] / wa
-    mb = (cwm[..., -1:] - cwm[..., :-1]) / wb
-    out: np.ndarray = wa * wb / (wa + wb) * (ma - mb) ** 2
+    wa = cw[..., :-1]
+    wb = cw[..., -1:] - wa
+    both = (wa > 0) & (wb > 0)
+    wa_, wb_ = np.where(both, wa, 1.0), np.where(both, wb, 1.0)
+    ma = cwm[..., :-1] / wa_
+    mb = (cwm[..., -1:] - cwm[..., :-1]) / wb_
+    out: np.ndarray = np.where(both, wa_ * wb_ / (wa_ + wb_) * (ma - mb) ** 2, 0.0)
     return out
 
 
@@ -188,42 +396,47 @@ def null_penalty(
 ) -> float:
     """The ``1 - alpha`` quantile of the largest single-split chi-square under "no step".
 
-    ``counts``: runs per label. ``source``: how the noise is estimated ("replicates" or "labels"),
-    simulated with the same estimator. Seeded: the same design always gets the same penalty.
+    ``counts``: runs per label. ``source``: how the noise is estimated ("replicates" or
+    "labels"), simulated with the same estimator and the same departing labels left out.
+    Seeded: the same design always gets the same penalty.
     """
     n = np.asarray(counts, dtype=np.float64)
     if n.size < 2:
         return math.inf
     rng = np.random.default_rng(20261130 + n.size)
-    means = rng.standard_normal((sims, n.size)) / np.sqrt(n)
-    if source == "replicates":
-        df = int(np.sum(n - 1))
-        s2 = rng.chisquare(df, sims) / df
-        stat = _split_stats(means, n).max(axis=-1) / s2
-    else:
-        var = _label_noise_from_diffs(means)
-        stat = _split_stats(means, np.ones(n.size)).max(axis=-1) / var
-    return float(np.quantile(stat, 1.0 - alpha))
-
-
-def _segment_costs(means: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    z = np.concatenate([[0.0], np.cumsum(w)])
-    zm = np.concatenate([[0.0], np.cumsum(w * means)])
-    zmm = np.concatenate([[0.0], np.cumsum(w * means * means)])
-    return z, zm, zmm
+    stats = []
+    for done in range(0, sims, _SIM_CHUNK):
+        rows = min(_SIM_CHUNK, sims - done)
+        means = rng.standard_normal((rows, n.size)) / np.sqrt(n)
+        if source == "replicates":
+            var = _run_noise(rng.chisquare(np.maximum(n - 1, 1e-9), (rows, n.size)), n - 1) / n
+        else:
+            var = _label_noise(means)[0]
+        w = np.where(_departing(means, var), 0.0, 1.0 / var)
+        stats.append(_split_stats(means, w).max(axis=-1))
+    return float(np.quantile(np.concatenate(stats), 1.0 - alpha))
 
 
 def _optimal_partition(means: np.ndarray, w: np.ndarray, penalty: float) -> list[int]:
-    """Start indices of the segments (0 first) minimizing misfit + penalty x steps."""
+    """Start indices of the segments (0 first) minimizing misfit + penalty x steps, every segment
+    but the last holding at least :data:`MIN_SEGMENT_LABELS` labels of weight > 0. A label of
+    weight 0 costs nothing where it lies; where it could end one segment or start the next, the
+    earlier start is taken."""
     n = means.size
-    z, zm, zmm = _segment_costs(means, w)
+    z = np.concatenate([[0.0], np.cumsum(w)])
+    zm = np.concatenate([[0.0], np.cumsum(w * means)])
+    zmm = np.concatenate([[0.0], np.cumsum(w * means * means)])
+    kept = np.concatenate([[0], np.cumsum(w > 0)])
     best = np.zeros(n + 1)
     prev = np.zeros(n + 1, dtype=np.int64)
     for j in range(1, n + 1):
         i = np.arange(j)
         sw = z[j] - z[i]
-        cost = (zmm[j] - zmm[i]) - (zm[j] - zm[i]) ** 2 / sw
+        safe = np.where(sw > 0, sw, 1.0)
+        cost = np.where(sw > 0, (zmm[j] - zmm[i]) - (zm[j] - zm[i]) ** 2 / safe, 0.0)
         total = best[i] + cost + np.where(i > 0, penalty, 0.0)
+        if j < n:
+            total = np.where(kept[j] - kept[i] >= MIN_SEGMENT_LABELS, total, np.inf)
         k = int(np.argmin(total))
         best[j] = total[k]
         prev[j] = k
@@ -235,15 +448,31 @@ def _optimal_partition(means: np.ndarray, w: np.ndarray, penalty: float) -> list
     return sorted(starts)
 
 
-def _misfit(means: np.ndarray, w: np.ndarray, starts: list[int]) -> tuple[float, np.ndarray]:
+def _levels(means: np.ndarray, w: np.ndarray, starts: list[int]) -> np.ndarray:
+    """The fitted (log) level of every label: its segment's weighted mean."""
     bounds = [*starts, means.size]
     levels = np.empty(means.size)
-    total = 0.0
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        mu = float(np.sum(w[a:b] * means[a:b]) / np.sum(w[a:b]))
-        levels[a:b] = mu
-        total += float(np.sum(w[a:b] * (means[a:b] - mu) ** 2))
-    return total, levels
+        sw = float(np.sum(w[a:b]))
+        levels[a:b] = (
+            float(np.sum(w[a:b] * means[a:b]) / sw) if sw > 0 else float(np.mean(means[a:b]))
+        )
+    return levels
+
+
+def _place_left_out(means: np.ndarray, w: np.ndarray, starts: list[int]) -> list[int]:
+    """Left-out labels (weight 0) between two levels join the nearer one: the fit puts them after
+    a step; each that lies nearer the level before moves the step one label later."""
+    out = [0]
+    bounds = [*starts, means.size]
+    for s in range(1, len(starts)):
+        a, k, b = out[-1], bounds[s], bounds[s + 1]
+        before = float(np.sum(w[a:k] * means[a:k]) / np.sum(w[a:k]))
+        after = float(np.sum(w[k:b] * means[k:b]) / np.sum(w[k:b]))
+        while k < b - 1 and w[k] == 0 and abs(means[k] - before) < abs(means[k] - after):
+            k += 1
+        out.append(k)
+    return out
 
 
 def detect_steps(
@@ -292,21 +521,25 @@ def detect_steps(
     if df_w >= MIN_REPLICATE_DF:
         s2 = max(ss / df_w, MIN_SD**2)
         dispersion = _dispersion(means, s2 / n)
-        if means.size < 3 or dispersion <= null_dispersion(tuple(int(x) for x in n), alpha):
+        if means.size < 3 or dispersion <= null_dispersion(runs, alpha):
             source = "replicates"
     if source == "replicates":
-        var = s2 / n
-        noise_df = df_w
+        var = _run_noise(np.array([float(np.sum((a - a.mean()) ** 2)) for a in logs]), n - 1)[0] / n
+        width = _run_noise_labels(n - 1)
+        pooled = np.convolve(n - 1, np.ones(width), "valid") if means.size > width else [df_w]
+        noise_df = int(min(df_w, float(np.min(pooled))))
         noise_sd = math.sqrt(s2)
     else:
-        # one run a label, or labels that scatter more than their replicates explain (a label's runs
-        # sharing one machine state): the noise of a label mean from label-to-label differences
-        var = np.maximum(float(_label_noise_from_diffs(means)), s2 / n)
+        # one run a label, or labels that scatter more than their replicates explain (a label's
+        # runs sharing one machine state): the noise of a label mean from label-to-label
+        # differences around it
+        local, whole = _label_noise(means)
+        var = np.maximum(local[0], s2 / n)
         noise_df = max(means.size - 2, 1)
-        noise_sd = math.sqrt(float(np.max(var)))
+        noise_sd = math.sqrt(max(float(whole[0]), float(np.max(s2 / n))))
     if source == "labels" and means.size < MIN_LABELS_FOR_LABEL_NOISE:
-        # 1-2 differences cannot tell noise from a step: no step can be established, so the model is
-        # one level (what a report draws is what check found)
+        # 1-2 differences cannot tell noise from a step: no step can be established, so the model
+        # is one level (what a report draws is what check found)
         w = 1.0 / var
         flat = [float(math.exp(float(np.sum(w * means) / np.sum(w))))] * means.size
         return Fit(
@@ -323,12 +556,27 @@ def detect_steps(
             runs,
             run_sd,
         )
-    penalty = null_penalty(tuple(int(x) for x in n), alpha, source)
-    starts = _optimal_partition(means, 1.0 / var, penalty)
-    w = 1.0 / var
-    _, levels = _misfit(means, w, starts)
-    # deferred: scipy (scipy.special, through the t quantile every decision uses) loads only when a
-    # step is tested
+    departed = _departing(means, var)[0]
+    w = np.where(departed, 0.0, 1.0 / var)
+    penalty = null_penalty(runs, alpha, source)
+    starts = _optimal_partition(means, w, penalty)
+    departure = None
+    kept_runs = np.where(w > 0, n, 0.0)
+    first: int | None = None
+    if len(starts) > 1 and float(np.sum(kept_runs[starts[-1] :])) < MIN_RUNS:
+        # a new level at the end on fewer runs than compare needs a side: a departure, not a step
+        first = int(starts[-1] + np.argmax(w[starts[-1] :] > 0))
+        starts = starts[:-1]
+    elif runs[-1] < MIN_RUNS:
+        first = means.size - 1
+    if first is not None:
+        departure = _departure(means, var, w, starts[-1], first, n, alpha, noise_df)
+        if departure is not None:
+            w = np.where(np.arange(means.size) >= first, 0.0, w)
+    starts = _place_left_out(means, w, starts)
+    levels = _levels(means, w, starts)
+    # deferred: scipy (scipy.special, through the t quantile every decision uses) loads only when
+    # a step is tested
     from katra_trace.analysis.intervals import t_ppf
 
     q_t = float(t_ppf(1 - alpha / 2, noise_df))
@@ -370,6 +618,49 @@ def detect_steps(
         dropped,
         runs,
         run_sd,
+        tuple(int(i) for i in np.flatnonzero(departed)),
+        departure,
+    )
+
+
+def _departure(
+    means: np.ndarray,
+    var: np.ndarray,
+    w: np.ndarray,
+    start: int,
+    first: int,
+    n: np.ndarray,
+    alpha: float,
+    noise_df: int,
+) -> Departure | None:
+    """The newest labels from ``first`` against the level of the labels kept before them in their
+    segment (from ``start``): a :class:`Departure` when they differ by more than the ``1 - alpha``
+    normal quantile of the difference's standard error."""
+    wa, wb = float(np.sum(w[start:first])), float(np.sum(w[first:]))
+    if wa <= 0 or wb <= 0:
+        return None
+    before = float(np.sum(w[start:first] * means[start:first]) / wa)
+    after = float(np.sum(w[first:] * means[first:]) / wb)
+    delta = after - before
+    se = math.sqrt(1 / wa + 1 / wb)
+    if abs(delta) < _NORMAL.inv_cdf(1 - alpha / 2) * se:
+        return None
+    from katra_trace.analysis.intervals import t_ppf  # deferred: scipy.special
+
+    q_t = float(t_ppf(1 - alpha / 2, noise_df))
+    kept = w[first:] > 0
+    return Departure(
+        index=first,
+        labels=int(kept.sum()),
+        runs=int(np.sum(n[first:][kept])),
+        ratio=math.exp(delta),
+        ratio_low=math.exp(delta - q_t * se),
+        ratio_high=math.exp(delta + q_t * se),
+        z=delta / se,
+        level_before=math.exp(before),
+        level=math.exp(after),
+        run_sd=math.sqrt(float(np.mean((var[first:] * n[first:])[kept]))),
+        level_sd=math.sqrt(1 / wa),
     )
 
 
@@ -515,6 +806,7 @@ def resolution(fit: Fit, step_pct: float, alpha: float) -> Resolution:
 
 
 __all__ = [
+    "Departure",
     "Fit",
     "MIN_REPLICATE_DF",
     "NULL_SIMULATIONS",

@@ -16,16 +16,27 @@ import numpy as np
 from katra_trace.analysis.defaults import (
     COUNT_JITTER_PER_FRAME,
     DEFAULT_ALPHA,
+    FEW_RUNS_RULE,
+    MIN_RUNS,
     check_alpha,
     check_threshold_pct,
+    runs_decide,
     threshold_for,
 )
 from katra_trace.analysis.verdict import Verdict
 from katra_trace.errors import ConfigError
 from katra_trace.history.rows import iso_utc
-from katra_trace.history.steps import MIN_LABELS_FOR_LABEL_NOISE, Fit, detect_steps, resolution
+from katra_trace.history.steps import (
+    MIN_LABELS_FOR_LABEL_NOISE,
+    Departure,
+    Fit,
+    Step,
+    detect_steps,
+    resolution,
+)
 from katra_trace.history.store import DEFAULT_LOCK_TIMEOUT_S, Source, read_rows
 from katra_trace.metrics import ALL, AUTO, AUTO_ORDER, is_count
+from katra_trace.units import format_change
 
 #: Stats a trend can follow; all are "higher is worse" but the frame rate.
 STATS: tuple[str, ...] = ("median", "mean", "p99", "low_1pct_fps")
@@ -367,10 +378,65 @@ class StepReport:
 
 
 @dataclasses.dataclass(frozen=True)
+class DepartureReport:
+    """The newest label of a time series (or a new level of its newest labels) away from the level
+    before it on too few runs for a verdict (:func:`~katra_trace.analysis.defaults.runs_decide`,
+    compare's rule): one busy run looks just like a step. Reported with the runs there that would
+    settle it; never a regression."""
+
+    series: Series
+    label: str  #: the first departing label (the newest, or one before it)
+    labels: int  #: departing labels
+    runs: int  #: their runs
+    ratio: float  #: their level / the fitted level before them
+    ratio_low: float  #: the ``1 - alpha`` interval of ``ratio``
+    ratio_high: float
+    runs_needed: int | None  #: runs there that would settle the change seen (None: no number would)
+
+    def text(self) -> str:
+        """One line: how far the newest labels depart, on how many runs, what would settle it."""
+        if self.labels == 1:
+            who, verb, where = f"the newest label {self.label!r}", "departs", f"at {self.label!r}"
+        else:
+            who = f"the newest {self.labels} labels (from {self.label!r})"
+            verb, where = "depart", "at that level"
+        runs = f"{self.runs} run" + ("" if self.runs == 1 else "s")
+        settle = (
+            f"about {self.runs_needed} runs {where} ({self.runs} now) would settle it"
+            if self.runs_needed is not None
+            else f"no number of runs {where} settles a change this close to the threshold"
+        )
+        busy = "a busy run" if self.runs == 1 else "busy runs"
+        interval = f"[{format_change(self.ratio_low)}, {format_change(self.ratio_high)}]"
+        return (
+            f"{who} {verb} by {format_change(self.ratio)} {interval} from the level before on "
+            f"{runs}, a step or {busy}: {settle} ({FEW_RUNS_RULE})"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        s = self.series
+        return {
+            "scene": s.scene,
+            "zone": s.zone,
+            "metric": s.metric,
+            "stat": s.stat,
+            "host_id": s.host_id,
+            "label": self.label,
+            "labels": self.labels,
+            "runs": self.runs,
+            "change_pct": 100 * (self.ratio - 1),
+            "change_pct_interval": [100 * (self.ratio_low - 1), 100 * (self.ratio_high - 1)],
+            "runs_needed": self.runs_needed,
+            "text": self.text(),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
 class SeriesModel:
     """One series as every surface shows it (``history show``, ``history check``, ``report
     --history``): its fit, its change as the fitted model sees it, and, when the labels' raw change
-    reaches the threshold but no step was found, why in one line."""
+    reaches the threshold but no step was found, why in one line; the newest labels' departure,
+    when they have one."""
 
     series: Series
     fit: Fit
@@ -378,6 +444,7 @@ class SeriesModel:
     change_pct: float  #: the fitted level of the newest label over the first's, - 1 (percent)
     raw_change_pct: float  #: the newest label's level over the first's, - 1 (percent)
     no_step_reason: str  #: "" unless the raw change reaches the threshold and no step was found
+    departure: DepartureReport | None = None  #: the newest labels' departure, when they have one
 
     def as_dict(self) -> dict[str, Any]:
         f = self.fit
@@ -392,13 +459,15 @@ class SeriesModel:
             "label_dispersion": f.dispersion,
             "run_sd": f.run_sd,
             "outlier_runs_left_out": f.dropped_runs,
+            "labels_left_out": [self.series.points[i].label for i in f.departed_labels],
             "no_step_reason": self.no_step_reason,
+            "departure": None if self.departure is None else self.departure.as_dict(),
         }
 
 
 @dataclasses.dataclass(frozen=True)
 class CheckResult:
-    """Every series checked, their models, and the steps found."""
+    """Every series checked, their models, the steps found and the newest labels' departures."""
 
     series: list[Series]
     models: list[SeriesModel]
@@ -406,6 +475,8 @@ class CheckResult:
     newest_label: str
     alpha: float
     threshold_pct: float | None  #: None: the per-metric defaults
+    #: time series whose newest labels depart on too few runs for a verdict
+    departures: list[DepartureReport] = dataclasses.field(default_factory=list)
 
     @property
     def fits(self) -> list[Fit]:
@@ -423,14 +494,64 @@ class CheckResult:
         return out
 
 
-def _model(s: Series, fit: Fit, threshold_pct: float, alpha: float) -> SeriesModel:
+def _model(
+    s: Series, fit: Fit, threshold_pct: float, alpha: float, departure: DepartureReport | None
+) -> SeriesModel:
     raw = s.points[-1].level / s.points[0].level
     reason = ""
-    if not fit.steps and abs(math.log(raw)) >= math.log1p(threshold_pct / 100):
+    if (
+        not fit.steps
+        and departure is None
+        and abs(math.log(raw)) >= math.log1p(threshold_pct / 100)
+    ):
         # what would settle it: labels or runs that would resolve the change seen, not a
-        # threshold-sized step
+        # threshold-sized step (a departure of the newest labels says so itself)
         reason = resolution(fit, 100 * abs(raw - 1), alpha).text()
-    return SeriesModel(s, fit, threshold_pct, 100 * (fit.change - 1), 100 * (raw - 1), reason)
+    return SeriesModel(
+        s, fit, threshold_pct, 100 * (fit.change - 1), 100 * (raw - 1), reason, departure
+    )
+
+
+def _departure_verdict(dep: Departure, threshold_pct: float, sign: float) -> str:
+    """The interval rule's verdict on a departure's change (log ratios with + worse)."""
+    from katra_trace.analysis.intervals import interval_verdict  # deferred: scipy
+
+    ends = sorted((sign * math.log(dep.ratio_low), sign * math.log(dep.ratio_high)))
+    return interval_verdict(sign * math.log(dep.ratio), ends[0], ends[1], threshold_pct / 100)
+
+
+def _with_step(fit: Fit, dep: Departure) -> Fit:
+    """``fit`` with the departure as a step (a count's: counts are exact, one run is evidence)."""
+    step = Step(
+        dep.index,
+        dep.index,
+        dep.index,
+        dep.ratio,
+        dep.ratio_low,
+        dep.ratio_high,
+        dep.z,
+        dep.level_before,
+        dep.level,
+    )
+    levels = [*fit.levels[: dep.index], *[dep.level] * (len(fit.levels) - dep.index)]
+    return dataclasses.replace(fit, steps=[*fit.steps, step], levels=levels, departure=None)
+
+
+def _departure_report(
+    s: Series, dep: Departure, threshold_pct: float, alpha: float, sign: float
+) -> DepartureReport:
+    """A time series' departure with the runs there that would settle the change seen (a one-sided
+    t at ``alpha`` on that level's runs, the level before it known to its own standard error)."""
+    from katra_trace.analysis.intervals import runs_needed, settling_margin  # deferred: scipy
+
+    margin = settling_margin(sign * math.log(dep.ratio), threshold_pct / 100)
+    need = runs_needed(dep.run_sd, margin, alpha, 1, True, dep.level_sd)
+    if need is not None:
+        need = max(need, MIN_RUNS, dep.runs + 1)
+    label = s.points[dep.index].label
+    return DepartureReport(
+        s, label, dep.labels, dep.runs, dep.ratio, dep.ratio_low, dep.ratio_high, need
+    )
 
 
 def check_steps(
@@ -443,7 +564,10 @@ def check_steps(
     (:func:`katra_trace.analysis.intervals.interval_verdict`, the count metrics' rule):
     **regression** when the level got worse by at least the threshold and the whole interval is on
     the worse side of 1, **improvement** mirrored, **unchanged** when the whole interval lies within
-    +-threshold, **inconclusive** otherwise."""
+    +-threshold, **inconclusive** otherwise. The newest labels' departure on fewer runs than a
+    verdict takes (:class:`~katra_trace.history.steps.Departure`) is a step of a count metric
+    when it is a change, and a :class:`DepartureReport` of a time metric unless its whole
+    interval lies within +-threshold."""
     # deferred: intervals loads scipy.stats (about a second); show and check need it, building a
     # parser does not
     from katra_trace.analysis.intervals import interval_verdict
@@ -453,10 +577,24 @@ def check_steps(
     newest = newest_label if newest_label is not None else _newest(series)
     models: list[SeriesModel] = []
     steps: list[StepReport] = []
+    departures: list[DepartureReport] = []
     for s in series:
         fit = detect_steps([p.values for p in s.points], alpha=alpha)
         thr = threshold_for(s.metric, threshold_pct)
         sign = -1.0 if s.stat in HIGHER_IS_BETTER else 1.0  # log ratios with + worse
+        departure = None
+        dep = fit.departure
+        if dep is not None:
+            # the newest labels away from the level before them on few runs: a count's change is a
+            # step (counts are exact), a time metric's gets no verdict (compare's rule), only what
+            # would settle it
+            verdict = _departure_verdict(dep, thr, sign)
+            if runs_decide(s.metric, dep.runs):
+                if verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
+                    fit = _with_step(fit, dep)
+            elif verdict != Verdict.UNCHANGED:
+                departure = _departure_report(s, dep, thr, alpha, sign)
+                departures.append(departure)
         if is_count(s.metric) and not fit.steps and len(s.points) < MIN_LABELS_FOR_LABEL_NOISE:
             counted = _count_steps(s, thr, newest, sign)
             # too few labels to learn their noise, but counts have a known one: compare's rule
@@ -473,7 +611,7 @@ def check_steps(
                 )
                 steps.extend(counted)
                 continue
-        models.append(_model(s, fit, thr, alpha))
+        models.append(_model(s, fit, thr, alpha, departure))
         for st in fit.steps:
             ends = sorted((sign * math.log(st.ratio_low), sign * math.log(st.ratio_high)))
             verdict = interval_verdict(sign * math.log(st.ratio), ends[0], ends[1], thr / 100)
@@ -494,7 +632,7 @@ def check_steps(
             )
     order = {lab: i for i, lab in enumerate(_all_labels(series))}
     steps.sort(key=lambda r: (order[r.label], r.series.scene, r.series.zone, r.series.metric))
-    return CheckResult(list(series), models, steps, newest, alpha, threshold_pct)
+    return CheckResult(list(series), models, steps, newest, alpha, threshold_pct, departures)
 
 
 def _count_steps(s: Series, threshold_pct: float, newest: str, sign: float) -> list[StepReport]:
@@ -559,13 +697,15 @@ def trend_data(
     line drawn is the steps ``history check`` finds.
 
     Returns ``{"source": str, "labels": [label, ...] (in order), "runs": int (traces stored),
-    "scenes": [scene, ...], "alpha": float, "series": [SERIES, ...], "steps": [STEP, ...]}`` where
+    "scenes": [scene, ...], "alpha": float, "series": [SERIES, ...], "steps": [STEP, ...],
+    "departures": [DEPARTURE, ...]}`` where
     SERIES is :meth:`Series.as_dict` (scene, zone, metric, unit, stat, host_id, host, codegen_id,
     sparkline, and ``points``: per label in order ``label``, ``time`` (ISO UTC), ``commit``,
     ``runs``, ``level`` (geometric mean of the runs' values, in ``unit``), ``min``, ``max``,
     ``values``, ``settings_changed``) with ``fit``: :meth:`SeriesModel.as_dict` (the fitted
     ``levels`` per point, ``change_pct``, ``raw_change_pct``, ``steps``, ``no_step_reason``, the
-    noise), and STEP is :meth:`StepReport.as_dict`. Raises ConfigError (exit 2) on a missing, empty
+    noise, ``labels_left_out``, ``departure``), STEP is :meth:`StepReport.as_dict` and DEPARTURE
+    :meth:`DepartureReport.as_dict`. Raises ConfigError (exit 2) on a missing, empty
     or unreadable source and on an unknown scene, metric or host.
     """
     series = load_series(source, sel or Selection(), lock_timeout_s)
@@ -583,11 +723,13 @@ def trend_data(
         "alpha": result.alpha,
         "series": out_series,
         "steps": [st.as_dict() for st in result.steps],
+        "departures": [d.as_dict() for d in result.departures],
     }
 
 
 __all__ = [
     "CheckResult",
+    "DepartureReport",
     "HIGHER_IS_BETTER",
     "Point",
     "STATS",

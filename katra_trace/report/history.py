@@ -28,8 +28,8 @@ def _series_name(s: Mapping[str, Any]) -> str:
 
 
 def _summary(s: Mapping[str, Any], marks: int) -> str:
-    """One line under a series' title: the model's change, the labels' change, the steps, and why
-    none.
+    """One line under a series' title: the model's change, the labels' change, the steps, why
+    none, and the newest labels' departure.
     """
     fit = s.get("fit", {})
     text = (
@@ -39,6 +39,8 @@ def _summary(s: Mapping[str, Any], marks: int) -> str:
     )
     if fit.get("no_step_reason"):
         text += f"; no step: {fit['no_step_reason']}"
+    if fit.get("departure"):
+        text += f"; {fit['departure']['text']}"
     return f'<p class="muted">{html.escape(text)}</p>'
 
 
