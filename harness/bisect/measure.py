@@ -2,8 +2,8 @@
 GOOD.
 
 A commit is checked out as a detached worktree in a temporary directory and captured with the
-bisection's command, the worktree as the current directory and first on ``PYTHONPATH`` (so its
-scenes and code are the ones run, as ``ci/compare-versions.sh`` does). Traces go to ``DIR/traces/``;
+bisection's command, the worktree as the current directory (so its scenes are the ones run, as
+``ci/compare-versions.sh`` does). Traces go to ``DIR/traces/``;
 a counted capture's output to ``DIR/logs/SHORT.log`` (a failed time round's is shown on stderr). A
 complete counted trace already in place from an interrupted bisection is used again.
 
@@ -105,10 +105,11 @@ def _complete(trace: Path) -> bool:
 
 
 def in_tree(command: str, tree: Path) -> CaptureCommand:
-    """The bisection's capture command run in ``tree``: that directory current and first on
-    ``PYTHONPATH`` (for every command of it: a build step and the capture), so that the commit's
-    scenes and code are the ones run."""
-    return CaptureCommand(command, cwd=tree, pythonpath=tree)
+    """The bisection's capture command run in ``tree`` as its current directory, so that the
+    commit's scenes are the ones run. Not put on ``PYTHONPATH``: as in ``katra3d run``, a scene
+    file's folder goes last on the import path, so a project file never hides the standard
+    library."""
+    return CaptureCommand(command, cwd=tree)
 
 
 def compare_to_good(

@@ -89,7 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar=("BASE_REF", "NEW_REF"),
         help="instead of --base and --new: two git revisions of the repository you are in, each "
         "checked "
-        "out as a temporary worktree (its current directory, first on PYTHONPATH) and captured by "
+        "out as a temporary worktree (its current directory) and captured by "
         "-c CMD (default: katra3d run --suite ci --quiet -o {out}); ci/compare-versions.sh",
     )
     p.add_argument(
@@ -201,8 +201,8 @@ def _run_refs(args: argparse.Namespace) -> int:
         return _run(
             args,
             {
-                "base": dataclasses.replace(command, cwd=base_tree, pythonpath=base_tree),
-                "new": dataclasses.replace(command, cwd=new_tree, pythonpath=new_tree),
+                "base": dataclasses.replace(command, cwd=base_tree),
+                "new": dataclasses.replace(command, cwd=new_tree),
             },
         )
 

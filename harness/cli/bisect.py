@@ -144,7 +144,11 @@ def run(args: argparse.Namespace) -> int:
             max_rounds=args.max_rounds,
         )
         jobs = check_jobs(args.jobs, setup.measure)
-        root = check_new_output(args.output or f"katra3d-bisect-{time.strftime('%Y%m%d-%H%M%S')}")
+        root = check_new_output(
+            f"katra3d-bisect-{time.strftime('%Y%m%d-%H%M%S')}"
+            if args.output is None
+            else args.output
+        )
         tested = {}
         progress(
             f"{len(setup.commits)} commit(s) after GOOD {setup.good.short} up to BAD "
