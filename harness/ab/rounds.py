@@ -84,6 +84,7 @@ def run_rounds(
     rule: SequentialRule | None = None,
     *,
     on_round: Callable[[Round], None] | None = None,
+    settle_by: Callable[[Comparison, int, int], Settled] = settle,
     compare_options: Mapping[str, Any] | None = None,
     who: str = "katra3d ab",
 ) -> RoundsResult:
@@ -96,7 +97,8 @@ def run_rounds(
     and the rounds stop once every scene is decided
     (:func:`katra_trace.analysis.sequential.settle`). ab.json records the rule (``sequential``) from
     the start and why the rounds stopped (``stop``) at the end, so that ``katra3d compare DIR``
-    gives the same verdict. ``on_round`` is called after each round.
+    gives the same verdict. ``on_round`` is called after each round; ``settle_by`` is the look
+    (bisect's also stops once a commit is like GOOD or like BAD).
     """
     if rule is not None and rule.max_rounds != rounds_cap:
         raise ValueError(f"rounds_cap {rounds_cap} is not the rule's max_rounds {rule.max_rounds}")
@@ -154,7 +156,7 @@ def run_rounds(
             comparison = compare_sides(
                 sides, image_policy="off", **dict(compare_options or {})
             ).timing
-            settled = settle(comparison, i, rounds_cap)
+            settled = settle_by(comparison, i, rounds_cap)
             if settled.decided or i == rounds_cap:
                 manifest["stop"] = settled.as_dict()
         # after every round: an interrupted A/B keeps its pairs

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from katra3d.harness.bisect.state import Setup
 from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, SideBySide, run_capture
 from katra3d.harness.versions.git import Commit, add_worktree, remove_worktree
-from katra_trace.analysis.bisection import Effect
+from katra_trace.analysis.bisection import Effect, classify
 from katra_trace.analysis.defaults import DEFAULT_ALPHA
 from katra_trace.errors import ConfigError, Interrupted, KatraError
 from katra_trace.io.tracesets import AB_MANIFEST, AB_TRACE, clear_ab_dir, open_quietly
@@ -42,6 +42,7 @@ from katra_trace.text import shown
 if TYPE_CHECKING:
     from katra_trace.analysis.comparison import ComparisonResult
     from katra_trace.analysis.sequential import SequentialRule
+    from katra_trace.analysis.verdict import Comparison
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,13 +276,27 @@ def _clear_unrecorded(folder: Path) -> None:
             path.unlink()
 
 
-def measure_timed(ws: Workspace, trees: Trees, c: Commit) -> Measured:
+def measure_timed(ws: Workspace, trees: Trees, c: Commit, bad: Sequence[Effect] = ()) -> Measured:
     """Interleaved rounds of GOOD and ``c`` by ``ab``'s rounds loop into ``DIR/traces/SHORT/`` (an
     ab directory: ``katra3d compare`` of it gives the same verdict), until the sequential rule
-    decides every scene or the cap is reached. A folder left by an interrupted, unrecorded
-    measurement is measured again."""
+    decides every scene, or, given BAD's effects ``bad``, until ``c`` is like GOOD or like BAD
+    (:func:`~katra_trace.analysis.bisection.classify`), or the cap is reached. A folder left by an
+    interrupted, unrecorded measurement is measured again."""
     # deferred: the rounds loop compares with scipy; building the parser must not
     from katra3d.harness.ab.rounds import Round, run_rounds
+    from katra_trace.analysis.sequential import Settled, settle
+
+    def settle_by(comparison: Comparison, rounds: int, cap: int) -> Settled:
+        if bad and rounds >= rule.min_rounds:
+            verdict = classify([Effect.from_row(r) for r in comparison.scenes], bad)
+            if verdict.state != "skip":
+                return Settled(
+                    True,
+                    rounds,
+                    cap,
+                    f"decided after {rounds} of at most {cap} rounds: {verdict.reason}",
+                )
+        return settle(comparison, rounds, cap)
 
     t0 = time.monotonic()
 
@@ -309,6 +324,7 @@ def measure_timed(ws: Workspace, trees: Trees, c: Commit) -> Measured:
             rule.max_rounds,
             rule,
             on_round=said,
+            settle_by=settle_by,
             compare_options=ws.setup.compare,
             who="katra3d bisect",
         )

@@ -8,10 +8,10 @@ import math
 import shlex
 from collections.abc import Mapping
 
-from katra3d.harness.bisect.search import Outcome
-from katra3d.harness.bisect.state import CommitResult, Setup
+from katra3d.harness.bisect.state import Bisection, CommitResult, Setup
 from katra_trace.analysis.bisection import Effect, target_scenes
 from katra_trace.analysis.images import ImageOutcome
+from katra_trace.metrics import is_count
 from katra_trace.units import format_change, format_change_pct
 
 #: The report's file in the output directory.
@@ -85,6 +85,10 @@ def tested_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
         ]
     ]
     skipped = []
+    # time: GOOD is captured beside each commit, once a round
+    good_captures = (
+        1 if is_count(setup.measure) else sum(r.rounds for r in tested.values() if r.rounds)
+    )
     for c in (setup.good, *setup.commits):
         r = tested.get(c.sha)
         if r is None:
@@ -102,7 +106,7 @@ def tested_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
                 change,
                 _image_word(r),
                 str(r.round or "-"),
-                str(r.rounds),
+                str(good_captures if c.sha == setup.good.sha else r.rounds),
                 _traces(r),
                 c.subject,
             ]
@@ -112,8 +116,9 @@ def tested_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
     return _table(rows) + skipped
 
 
-def report_lines(setup: Setup, tested: Mapping[str, CommitResult], found: Outcome) -> list[str]:
-    """The whole report."""
+def report_lines(state: Bisection) -> list[str]:
+    """The whole report, whatever the outcome."""
+    setup, tested, found = state.setup, state.tested, state.outcome
     lines = [
         f"katra3d bisect: GOOD {setup.good.short} ({setup.good.subject}) .. BAD {setup.bad.short} "
         f"({setup.bad.subject}): {len(setup.commits)} commit(s), {setup.measure}"
@@ -151,6 +156,7 @@ def report_lines(setup: Setup, tested: Mapping[str, CommitResult], found: Outcom
                 lines.append(
                     f"  katra3d bisect {good} {bad_rev} {scenes}".rstrip() + f" -m {setup.measure}"
                 )
+        lines += found.steps
     else:
         lines += ["", found.message]
     lines += ["", "commits measured:", *tested_lines(setup, tested)]

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from katra3d.harness.bisect.plan import bisect, check_jobs, check_new_output, new_setup, resume
+from katra3d.harness.bisect.state import Bisection
 from katra3d.harness.cli._common import (
     add_comparability_options,
     add_decision_options,
@@ -123,11 +124,11 @@ def run(args: argparse.Namespace) -> int:
                 "--resume DIR continues the recorded bisection as it was set up: give no -o, -c, "
                 "-a or SCENE with it"
             )
-        root, setup, tested = resume(args.resume, args.good, args.bad)
-        jobs = check_jobs(args.jobs, setup.measure)
+        root, state = resume(args.resume, args.good, args.bad)
+        jobs = check_jobs(args.jobs, state.setup.measure)
         progress(
-            f"resuming {root}: {len(tested)} commit(s) measured already; "
-            f"{_at_once(setup.measure, jobs)}"
+            f"resuming {root}: {len(state.tested)} commit(s) measured already; "
+            f"{_at_once(state.setup.measure, jobs)}"
         )
     else:
         if args.good is None or args.bad is None:
@@ -149,17 +150,17 @@ def run(args: argparse.Namespace) -> int:
             if args.output is None
             else args.output
         )
-        tested = {}
+        state = Bisection(setup)
         progress(
             f"{len(setup.commits)} commit(s) after GOOD {setup.good.short} up to BAD "
             f"{setup.bad.short}, "
             f"{setup.measure}, {_at_once(setup.measure, jobs)}; output in {root}"
         )
     try:
-        found, lines = bisect(root, setup, tested, progress, jobs)
+        found, lines = bisect(root, state, progress, jobs)
     except KeyboardInterrupt:
         print(
-            f"katra3d bisect: stopped; {len(tested)} commit(s) kept in {root}; continue with "
+            f"katra3d bisect: stopped; {len(state.tested)} commit(s) kept in {root}; continue with "
             f"'katra3d bisect --resume {root}'",
             file=sys.stderr,
         )

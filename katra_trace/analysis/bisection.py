@@ -34,6 +34,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from katra_trace.analysis.defaults import threshold_for
 from katra_trace.analysis.verdict import Verdict
 from katra_trace.jsontext import record_dict
 from katra_trace.units import format_change_pct
@@ -197,6 +198,40 @@ def next_ranges(scene_shares: Mapping[str, tuple[float, float]]) -> tuple[bool, 
     return before, after
 
 
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """A slowdown between two commits measured one after the other (history order, skipped ones
+    left out): ``before`` and ``after`` index the sequence given to :func:`steps`; ``ratio`` is
+    after / before in ``scene``."""
+
+    before: int
+    after: int
+    scene: str
+    ratio: float
+
+
+def steps(
+    measured: Sequence[Sequence[Effect]], bad: Sequence[Effect], threshold_pct: float | None
+) -> list[Step]:
+    """Every step the captures establish in the target scenes: consecutive measured commits (GOOD
+    first, its effects empty: no change) where the later one's interval starts above the earlier
+    one's end by more than the threshold (``None``: the metric's default). A step that the
+    evidence does not separate from noise is not named."""
+    out: list[Step] = []
+    for scene in target_scenes(bad):
+        rows = [next((e for e in m if e.scene == scene and not e.zone), None) for m in measured]
+        prev = (0, 1.0, 1.0)  # GOOD: (index, ratio, upper end)
+        for i, row in enumerate(rows[1:], start=1):
+            if row is None or row.verdict == Verdict.INCOMPARABLE or not math.isfinite(row.ratio):
+                continue
+            limit = 1.0 + threshold_for(row.metric, threshold_pct) / 100.0
+            if math.isfinite(row.ci_low) and row.ci_low > prev[2] * limit:
+                out.append(Step(prev[0], i, scene, row.ratio / prev[1]))
+            hi = row.ci_high if math.isfinite(row.ci_high) else row.ratio
+            prev = (i, row.ratio, hi)
+    return out
+
+
 def open_range(states: Sequence[str]) -> tuple[int, int]:
     """The open range of a bisection, from each commit's state after GOOD (BAD last; ``""``: not
     measured yet): (the index of the last commit like GOOD before the first like BAD, -1 for GOOD
@@ -239,6 +274,7 @@ __all__ = [
     "STATES",
     "Classification",
     "Effect",
+    "Step",
     "classify",
     "next_ranges",
     "open_range",
@@ -246,5 +282,6 @@ __all__ = [
     "probes",
     "rounds_left",
     "shares",
+    "steps",
     "target_scenes",
 ]
