@@ -5,6 +5,9 @@ run a tiny scene for real."""
 
 from __future__ import annotations
 
+import json
+import math
+import random
 import shlex
 import subprocess
 from pathlib import Path
@@ -12,7 +15,8 @@ from pathlib import Path
 from katra3d.harness.bisect.measure import in_tree
 from katra3d.harness.versions.setup import default_command
 from tests.cli_helpers import katra
-from tests.test_bisect import CP, _repo
+from tests.test_bisect import CP, _git, _repo
+from tests.test_compare_counts import wall_trace
 
 
 def test_an_empty_output_directory_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -35,3 +39,69 @@ def test_a_project_file_named_like_a_standard_module_hides_nothing(tmp_path: Pat
     text = command.template.replace("{out}", shlex.quote(str(out)))
     r = subprocess.run(text, shell=True, cwd=tree, capture_output=True, text=True, check=False)
     assert r.returncode == 0 and out.is_file(), r.stderr
+
+
+def test_two_steps_in_one_range_are_both_named(tmp_path: Path) -> None:
+    """About 11x at c3 and 2x more at c5: the culprit c3 explains most of BAD's change, and the
+    second step, which the captures of c3 and a later commit establish, is named too."""
+    lighting = [1.0e7, 1.0e7, 1.0e7, 1.5e8, 1.5e8, 3.0e8, 3.0e8]
+    repo, shas = _repo(tmp_path, lighting)
+    out = tmp_path / "out"
+    r = katra(
+        "bisect",
+        shas[0],
+        shas[6],
+        "-c",
+        CP,
+        "-m",
+        "instructions",
+        "--jobs",
+        "1",
+        "-o",
+        str(out),
+        cwd=repo,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = json.loads((out / "bisect.json").read_text())
+    assert result["first_bad"] == shas[3] and not result["partial"]
+    (step,) = result["steps"]
+    measured = {t["sha"] for t in result["tested"]}
+    if shas[4] in measured:  # c4 and c5 measured: the second culprit itself
+        assert step.startswith(f"another first bad commit: {shas[5][:10]} change 5"), step
+    else:
+        later = next(shas[i] for i in (5, 6) if shas[i] in measured)
+        assert f"katra3d bisect {shas[3][:10]} {later[:10]}" in step, step
+    assert "shader +" in step and step in r.stdout
+
+
+def test_time_decides_a_commit_against_good_and_bad(tmp_path: Path) -> None:
+    """A 10x step at c2, c1 a no-op; each round's run is 10 % off its commit's level, so "unchanged
+    within 5 %" would take many rounds: c1 stops as soon as its interval lies below halfway to
+    BAD."""
+    repo = tmp_path / "timed"
+    _git(tmp_path, "init", "-q", str(repo))
+    shas = []
+    rng = random.Random(7)
+    for i, frame_ms in enumerate([10.0, 10.0, 100.0]):
+        for k in range(1, 21):
+            level = frame_ms * math.exp(rng.gauss(0, 0.1))
+            wall_trace(repo / f"timed-{k:03d}.katra", frame_ms=level, ref_ms=None, seed=100 * i + k)
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", f"timed {i}")
+        shas.append(_git(repo, "rev-parse", "HEAD"))
+    cmd = "r=$(basename {out} .katra); cp timed-${r#*-}.katra {out}"
+    out = tmp_path / "out"
+    r = katra("bisect", shas[0], shas[2], "-c", cmd, "-m", "time", "-o", str(out), cwd=repo)
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = json.loads((out / "bisect.json").read_text())
+    assert result["first_bad"] == shas[2]
+    noop = next(t for t in result["tested"] if t["sha"] == shas[1])
+    # BAD's 10x is a regression by the rule at round 6 here; c1, unchanged by no means yet, is
+    # decided at once when its interval lies below halfway to BAD (it ran all 20 rounds before)
+    bad = next(t for t in result["tested"] if t["sha"] == shas[2])
+    assert noop["state"] == "good" and noop["rounds"] <= bad["rounds"] + 1, (noop, bad)
+    assert noop["stopped"].startswith(
+        f"decided after {noop['rounds']} of at most 20 rounds: like GOOD"
+    )
+    good_row = next(line for line in r.stdout.splitlines() if "good (GOOD)" in line)
+    assert f" {noop['rounds'] + bad['rounds']} " in good_row, good_row
