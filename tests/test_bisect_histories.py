@@ -16,7 +16,7 @@ from katra3d.harness.bisect.measure import in_tree
 from katra3d.harness.versions.setup import default_command
 from tests.cli_helpers import katra
 from tests.test_bisect import CP, _git, _repo
-from tests.test_compare_counts import wall_trace
+from tests.test_compare_counts import count_trace, wall_trace
 
 
 def test_an_empty_output_directory_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -105,3 +105,88 @@ def test_time_decides_a_commit_against_good_and_bad(tmp_path: Path) -> None:
     )
     good_row = next(line for line in r.stdout.splitlines() if "good (GOOD)" in line)
     assert f" {noop['rounds'] + bad['rounds']} " in good_row, good_row
+
+
+def _params_repo(tmp_path: Path) -> tuple[Path, list[str]]:
+    """c2 raises the scene's default ``passes`` from 1 to 2, and with it the lighting work."""
+    repo = tmp_path / "params"
+    _git(tmp_path, "init", "-q", str(repo))
+    shas = []
+    for i, passes in enumerate([1, 1, 2, 2]):
+        params = {"shader": {"iterations": 48, "passes": passes}}
+        count_trace(repo / "counted.katra", lighting=1.0e7 * passes, params=params)
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", f"change {i}")
+        shas.append(_git(repo, "rev-parse", "HEAD"))
+    return repo, shas
+
+
+def test_a_changed_param_default_is_bisected_and_named(tmp_path: Path) -> None:
+    repo, shas = _params_repo(tmp_path)
+    out = tmp_path / "out"
+    r = katra("bisect", shas[0], shas[3], "-c", CP, "-m", "instructions", "-o", str(out), cwd=repo)
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = json.loads((out / "bisect.json").read_text())
+    assert result["first_bad"] == shas[2]
+    said = (
+        "shader: params differ: passes 1 -> 2, from the scene's defaults: compared as a change of "
+        f"the scene; changed by {shas[2][:10]} change 2"
+    )
+    assert said in r.stdout and (out / "bisect.txt").read_text() == r.stdout
+    # ab --refs runs one command on both sides: compared, and said after its first round
+    r = katra(
+        "ab",
+        "--refs",
+        shas[1],
+        shas[2],
+        "-c",
+        CP,
+        "-m",
+        "instructions",
+        "-o",
+        str(tmp_path / "ab"),
+        cwd=repo,
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "passes 1 -> 2, from the scene's defaults: compared as a change" in r.stderr
+    assert "round 1/1: capture wall time BASE " in r.stderr
+
+
+def test_nothing_to_bisect_still_writes_its_report_and_says_why(tmp_path: Path) -> None:
+    repo, shas = _params_repo(tmp_path)
+    out = tmp_path / "out"
+    r = katra("bisect", shas[0], shas[1], "-c", CP, "-m", "instructions", "-o", str(out), cwd=repo)
+    assert r.returncode == 2 and "nothing to bisect" in r.stderr
+    assert "nothing to bisect" in (out / "bisect.txt").read_text()
+
+
+def test_ab_stops_after_its_first_round_when_params_differ_otherwise(tmp_path: Path) -> None:
+    """Two commands with other --param values: refused after round 1 (not after all 6), naming the
+    difference and what to pass."""
+    katra(
+        "run", "clear", "--frames", "2", "--size", "16x16", "--quiet", "-o", "a.katra", cwd=tmp_path
+    )
+    base = f"cp {tmp_path / 'a.katra'} {{out}}"
+    r = katra(
+        "run",
+        "clear",
+        "--param",
+        "clear.bands=8",
+        "--frames",
+        "2",
+        "--size",
+        "16x16",
+        "--quiet",
+        "-o",
+        "b.katra",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    new = f"cp {tmp_path / 'b.katra'} {{out}}"
+    out = tmp_path / "ab"
+    r = katra("ab", "--base", base, "--new", new, "-o", str(out))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "clear: params differ: bands 4 -> 8, given as --param" in r.stderr
+    assert "--allow-param-mismatch to compare anyway" in r.stderr
+    assert "stopped after round 1 of 6" in r.stderr and len(r.stderr.splitlines()) == 1
+    assert sorted(p.name for p in (out / "new").iterdir()) == ["run-001.katra"]

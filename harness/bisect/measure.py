@@ -35,6 +35,7 @@ from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, Side
 from katra3d.harness.versions.git import Commit, add_worktree, remove_worktree
 from katra_trace.analysis.bisection import Effect, classify
 from katra_trace.analysis.defaults import DEFAULT_ALPHA
+from katra_trace.analysis.params import allow_defaults, param_changes
 from katra_trace.errors import ConfigError, Interrupted, KatraError
 from katra_trace.io.tracesets import AB_MANIFEST, AB_TRACE, clear_ab_dir, open_quietly
 from katra_trace.text import shown
@@ -75,6 +76,8 @@ class Measured:
     log: str
     #: scene -> its image verdict against GOOD as one line (:func:`image_lines`)
     images: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: each scene whose params differ from GOOD's, one line each ("from the scene's defaults")
+    params: tuple[str, ...] = ()
 
 
 def _capture(ws: Workspace, tree: Path, out: Path, log: Path) -> str:
@@ -115,24 +118,27 @@ def in_tree(command: str, tree: Path) -> CaptureCommand:
 
 def compare_to_good(
     ws: Workspace, good: Path, new: Path
-) -> tuple[tuple[Effect, ...], dict[str, str]] | str:
+) -> tuple[tuple[Effect, ...], dict[str, str], tuple[str, ...]] | str:
     """Each scene's (and zone's) change of the counted trace ``new`` against GOOD's ``good`` by the
-    one comparison, and each scene's image verdict line (:func:`image_lines`), or why the traces
-    could not be compared (counts against times ...)."""
+    one comparison, each scene's image verdict line (:func:`image_lines`) and each scene whose
+    params differ from GOOD's (compared when the scene's defaults alone differ), or why the traces
+    could not be compared (counts against times, params given otherwise ...)."""
     # deferred: the comparison loads scipy (about a second); building the parser must not
     from katra_trace.analysis.comparison import compare_sides, open_sides
 
     try:
-        result = compare_sides(
-            open_sides(str(good), str(new)), image_policy="warn", **ws.setup.compare
+        sides = open_sides(str(good), str(new))
+        changes = param_changes(
+            sides.base_traces[0].header, sides.new_traces[0].header, same_command=True
         )
+        options = allow_defaults(changes, ws.setup.compare)
+        result = compare_sides(sides, image_policy="warn", **options)
     except KatraError as exc:
         return f"not comparable with GOOD: {exc}"
     if not result.timing.scenes:
         return "no scene with measured frames in its traces"
-    return tuple(
-        Effect.from_row(r) for r in (*result.timing.scenes, *result.timing.zones)
-    ), image_lines(result)
+    effects = tuple(Effect.from_row(r) for r in (*result.timing.scenes, *result.timing.zones))
+    return effects, image_lines(result), tuple(c.line for c in changes)
 
 
 def image_lines(result: ComparisonResult) -> dict[str, str]:
@@ -247,13 +253,14 @@ def counted_result(ws: Workspace, c: Commit, failure: str, seconds: float) -> Me
     kept = (ws.rel(out),) if out.is_file() else ()
     effects: tuple[Effect, ...] = ()
     images: dict[str, str] = {}
+    params: tuple[str, ...] = ()
     if not (c.sha == ws.setup.good.sha or failure):
         compared = compare_to_good(ws, counted_trace(ws, ws.setup.good), out)
         if isinstance(compared, str):
             failure = compared
         else:
-            effects, images = compared
-    return Measured(effects, failure, kept, 1, "", seconds, ws.rel(_log(ws, c)), images)
+            effects, images, params = compared
+    return Measured(effects, failure, kept, 1, "", seconds, ws.rel(_log(ws, c)), images, params)
 
 
 def _clear_unrecorded(folder: Path) -> None:
@@ -327,6 +334,7 @@ def measure_timed(ws: Workspace, trees: Trees, c: Commit, bad: Sequence[Effect] 
             settle_by=settle_by,
             compare_options=ws.setup.compare,
             who="katra3d bisect",
+            same_command=True,
         )
     except KatraError as exc:
         rounds = len(list((folder / "new").glob("*.katra"))) if folder.exists() else 0
@@ -358,8 +366,10 @@ def measure_timed(ws: Workspace, trees: Trees, c: Commit, bad: Sequence[Effect] 
         # deferred: the comparison loads scipy (about a second); building the parser must not
         from katra_trace.analysis.comparison import compare_sides
 
-        images = image_lines(compare_sides(done.sides, image_policy="warn", **ws.setup.compare))
-    return Measured(effects, "", kept(), done.rounds, stopped, time.monotonic() - t0, "", images)
+        images = image_lines(compare_sides(done.sides, image_policy="warn", **done.compare_options))
+    return Measured(
+        effects, "", kept(), done.rounds, stopped, time.monotonic() - t0, "", images, done.params
+    )
 
 
 __all__ = [

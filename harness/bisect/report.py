@@ -116,6 +116,32 @@ def tested_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
     return _table(rows) + skipped
 
 
+def params_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
+    """Each params change the commits measured show, with the commit that made it: the first
+    measured with it, when its parent was measured without it; else the range it lies in."""
+    line = (setup.good, *setup.commits)
+    out: list[str] = []
+    named: set[str] = set()
+    for i, c in enumerate(line):
+        r = tested.get(c.sha)
+        for change in r.params if r is not None else ():
+            if change in named:
+                continue
+            named.add(change)
+            before = max(
+                j
+                for j in range(i)
+                if line[j].sha in tested and change not in tested[line[j].sha].params
+            )
+            where = (
+                f"changed by {c.short} {c.subject}"
+                if before == i - 1
+                else f"changed after {line[before].short}, by {c.short} or a commit before it"
+            )
+            out.append(f"{change}: compared as a change of the scene; {where}")
+    return out
+
+
 def report_lines(state: Bisection) -> list[str]:
     """The whole report, whatever the outcome."""
     setup, tested, found = state.setup, state.tested, state.outcome
@@ -159,8 +185,10 @@ def report_lines(state: Bisection) -> list[str]:
         lines += found.steps
     else:
         lines += ["", found.message]
+    params = params_lines(setup, tested)
+    lines += ["", *params] if params else []
     lines += ["", "commits measured:", *tested_lines(setup, tested)]
     return lines
 
 
-__all__ = ["REPORT_FILE", "effect_lines", "report_lines", "tested_lines"]
+__all__ = ["REPORT_FILE", "effect_lines", "params_lines", "report_lines", "tested_lines"]

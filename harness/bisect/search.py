@@ -68,6 +68,7 @@ def _record(c: Commit, m: Measured, state: str, reason: str, round_no: int) -> C
         log=m.log,
         images=dict(m.images),
         round=round_no,
+        params=m.params,
     )
 
 

@@ -88,7 +88,8 @@ class CommitResult:
     relative path. ``images``: scene -> its image verdict against GOOD as one line ("image changed:
     FLIP mean ..."), shown beside the timing; it does not classify the commit. ``round``: the
     bisection's round that measured it (1: GOOD and BAD; counts with ``--jobs N`` measure up to N
-    commits a round; 0: a file from before rounds).
+    commits a round; 0: a file from before rounds). ``params``: each scene whose params differ from
+    GOOD's, one line each.
     """
 
     sha: str
@@ -103,6 +104,7 @@ class CommitResult:
     log: str = ""
     images: Mapping[str, str] = dataclasses.field(default_factory=dict)
     round: int = 0
+    params: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.state not in STATES:
@@ -118,6 +120,7 @@ class CommitResult:
             effects=[e.as_dict() for e in self.effects],
             traces=list(self.traces),
             images=dict(self.images),
+            params=list(self.params),
             seconds=round(self.seconds, 3),
         )
         return out
@@ -137,6 +140,7 @@ class CommitResult:
             log=str(data.get("log", "")),
             images=dict(data.get("images", {})),
             round=int(data.get("round", 0)),
+            params=tuple(str(p) for p in data.get("params", ())),
         )
 
 

@@ -152,7 +152,9 @@ def _round_line(tally: Tally, done: Round, cap: int) -> None:
     )
     open_ = done.settled.undecided if done.settled is not None and done.number < cap else ()
     look = f"; undecided: {', '.join(open_)}" if open_ else ""
-    tally.line(f"round {done.number}/{cap}: {took}{look}")
+    tally.line(f"round {done.number}/{cap}: capture wall time {took}{look}")
+    for line in done.params:
+        tally.line(f"{line}: compared as a change of the scene")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -261,6 +263,7 @@ def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
             rule,
             on_round=lambda done: _round_line(tally, done, cap),
             compare_options=compare_kwargs(args),
+            same_command=args.refs is not None,
         )
     except Interrupted:
         kept = sorted(
@@ -276,4 +279,5 @@ def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
     # the one line that says how many rounds were used, and why it stopped
     if result.settled is not None:
         Tally("katra3d ab").line(f"stopped: {result.settled.reason}")
+    args.allow_param_mismatch = bool(result.compare_options.get("allow_param_mismatch"))
     return compare_and_print(str(dirs["base"]), str(dirs["new"]), args, record=root)
