@@ -190,3 +190,45 @@ def test_ab_stops_after_its_first_round_when_params_differ_otherwise(tmp_path: P
     assert "--allow-param-mismatch to compare anyway" in r.stderr
     assert "stopped after round 1 of 6" in r.stderr and len(r.stderr.splitlines()) == 1
     assert sorted(p.name for p in (out / "new").iterdir()) == ["run-001.katra"]
+
+
+def test_compare_of_an_interrupted_ab_directory_says_so(tmp_path: Path) -> None:
+    from katra_trace.io.tracesets import AB_MANIFEST_VERSION, write_ab_manifest
+
+    out = tmp_path / "ab"
+    for side in ("base", "new"):
+        (out / side).mkdir(parents=True)
+    manifest = {
+        "katra3d_ab": AB_MANIFEST_VERSION,
+        "base_dir": "base",
+        "new_dir": "new",
+        "base_command": "cp a {out}",
+        "new_command": "cp b {out}",
+        "started": "",
+        "rounds": [],
+        "interrupted": {"round": 1, "signal": "SIGINT", "traces": {}},
+    }
+    write_ab_manifest(out, manifest)
+    r = katra("compare", str(out))
+    assert r.returncode == 2 and "was interrupted in round 1 (SIGINT), before any round" in r.stderr
+    # one complete round, the second interrupted: the complete one is compared, and that is said
+    for side, work in (("base", 1.0e7), ("new", 1.2e7)):
+        count_trace(out / side / "run-001.katra", lighting=work)
+    manifest["rounds"] = [
+        {
+            "round": 1,
+            "order": ["base", "new"],
+            "base": "base/run-001.katra",
+            "new": "new/run-001.katra",
+            "commands": {},
+            "seconds": {},
+        },
+    ]
+    manifest["interrupted"] = {"round": 2, "signal": "SIGTERM", "traces": {}}
+    write_ab_manifest(out, manifest)
+    r = katra("compare", str(out))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert (
+        "the A/B run was interrupted in round 2 (SIGTERM): its complete rounds"
+        in r.stdout + r.stderr
+    )
