@@ -11,11 +11,14 @@ import random
 import shlex
 import subprocess
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from katra3d.harness.bisect.measure import in_tree
 from katra3d.harness.versions.setup import default_command
 from tests.cli_helpers import katra
-from tests.test_bisect import CP, _git, _repo
+from tests.test_bisect import CP, _git, _repo, _scene_repo
 from tests.test_compare_counts import count_trace, wall_trace
 
 
@@ -232,3 +235,24 @@ def test_compare_of_an_interrupted_ab_directory_says_so(tmp_path: Path) -> None:
         "the A/B run was interrupted in round 2 (SIGTERM): its complete rounds"
         in r.stdout + r.stderr
     )
+
+
+@pytest.mark.gl
+def test_images_bisects_the_first_commit_whose_kept_frame_changed(
+    tmp_path: Path, gl_ctx: Any
+) -> None:
+    """The scene draws a grey square from c2 on; its frame time does not change."""
+    repo, shas = _scene_repo(tmp_path, [0, 0, 0, 0], tinted=2)
+    out = tmp_path / "out"
+    args = ("scene.py:Slow", "-a", "--frames 2 --warmup 1 --size 16x16")
+    r = katra("bisect", shas[0], shas[3], *args, "--images", "-o", str(out), cwd=repo)
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = json.loads((out / "bisect.json").read_text())
+    assert result["first_bad"] == shas[2] and result["setup"]["measure"] == "time"
+    tested = {t["sha"]: t for t in result["tested"]}
+    assert tested[shas[2]]["reason"].startswith("like BAD: slow image changed: FLIP mean")
+    assert "kept frames against GOOD's (--images)" in r.stdout
+    # an unchanged picture: nothing to bisect, said in one line, the report written
+    r = katra("bisect", shas[0], shas[1], *args, "--images", "-o", str(tmp_path / "o2"), cwd=repo)
+    assert r.returncode == 2 and "kept frames are not changed" in r.stderr, r.stderr
+    assert (tmp_path / "o2" / "bisect.txt").is_file()

@@ -48,9 +48,11 @@ def new_setup(
     run_args: str,
     compare: Mapping[str, Any],
     max_rounds: int,
+    images: bool = False,
 ) -> Setup:
-    """The checked setup of a new bisection (ConfigError, exit 2; ToolUnavailable, exit 3)."""
-    measure = resolve_measure(measure)
+    """The checked setup of a new bisection (ConfigError, exit 2; ToolUnavailable, exit 3). With
+    ``images``, ``-m auto`` is time: a kept frame does not need counts."""
+    measure = "time" if images and measure == "auto" else resolve_measure(measure)
     if command is not None:
         CaptureCommand(command).check("-c")
         if scenes or run_args:
@@ -84,6 +86,7 @@ def new_setup(
         compare=compare,
         max_rounds=max_rounds,
         commits=tuple(commits),
+        images=images,
     )
 
 
@@ -119,13 +122,19 @@ def resume(text: str, good: str | None, bad: str | None) -> tuple[Path, Bisectio
     return root, state
 
 
-def check_jobs(text: str | None, measure: str) -> int:
+def check_jobs(text: str | None, measure: str, images: bool = False) -> int:
     """How many commits a round measures at once (``--jobs`` as typed), by ``run``'s one rule
     (:func:`~katra3d.harness.run.jobs.resolve_jobs`, worded for commits): counts, up to that many
     (default: the usable cores, fewer when memory would not hold as many valgrind children), since a
     count does not depend on what runs beside it; time, one, and an explicit ``--jobs`` over 1 is
     refused (ConfigError, exit 2), since timed captures side by side disturb each other's times."""
-    return resolve_jobs(parse_jobs(text, unit="commit"), measure, unit="commit", work="bisection")
+    # an image bisection captures one trace a commit, whose times it does not use: as counts
+    return resolve_jobs(
+        parse_jobs(text, unit="commit"),
+        "instructions" if images else measure,
+        unit="commit",
+        work="bisection",
+    )
 
 
 def bisect(

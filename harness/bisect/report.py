@@ -147,7 +147,8 @@ def report_lines(state: Bisection) -> list[str]:
     setup, tested, found = state.setup, state.tested, state.outcome
     lines = [
         f"katra3d bisect: GOOD {setup.good.short} ({setup.good.subject}) .. BAD {setup.bad.short} "
-        f"({setup.bad.subject}): {len(setup.commits)} commit(s), {setup.measure}"
+        f"({setup.bad.subject}): {len(setup.commits)} commit(s), "
+        + ("kept frames against GOOD's (--images)" if setup.images else setup.measure)
     ]
     if found.first_bad is not None:
         culprit = tested[found.first_bad.sha]

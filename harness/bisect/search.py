@@ -33,6 +33,8 @@ from katra3d.harness.versions.git import Commit
 from katra_trace.analysis.bisection import (
     Effect,
     classify,
+    classify_images,
+    image_targets,
     next_ranges,
     open_range,
     partial_scenes,
@@ -72,13 +74,15 @@ def _record(c: Commit, m: Measured, state: str, reason: str, round_no: int) -> C
     )
 
 
-def _classified(c: Commit, m: Measured, bad: CommitResult, round_no: int) -> CommitResult:
+def _classified(
+    c: Commit, m: Measured, bad: CommitResult, round_no: int, images: bool = False
+) -> CommitResult:
     """A commit of the range, measured: like GOOD, like BAD, or skipped (its capture failed, or
-    undecided).
+    undecided); by its kept frames with ``images``, else by its change.
     """
     if m.failure:
         return _record(c, m, "skip", f"skipped: {m.failure}", round_no)
-    verdict = classify(m.effects, bad.effects)
+    verdict = classify_images(m.images, bad.images) if images else classify(m.effects, bad.effects)
     return _record(
         c,
         m,
@@ -225,9 +229,14 @@ class _Search:
         bad = self.setup.bad
         if m.failure:
             raise self.not_measured("BAD", bad, m.failure)
-        state = "bad" if target_scenes(m.effects) else "good"
-        self.keep(_record(bad, m, state, f"BAD: {_effects_text(m.effects)}", 1))
-        self.progress(f"BAD against GOOD: {_effects_text(m.effects)}")
+        if self.setup.images:
+            state = "bad" if image_targets(m.images) else "good"
+            said = ", ".join(f"{s} {line}" for s, line in m.images.items()) or "no kept frames"
+        else:
+            state = "bad" if target_scenes(m.effects) else "good"
+            said = _effects_text(m.effects)
+        self.keep(_record(bad, m, state, f"BAD: {said}", 1))
+        self.progress(f"BAD against GOOD: {said}")
         self.bad_is_bad()
 
     def announce(self, round_no: int, batch: list[Commit]) -> None:
@@ -244,7 +253,8 @@ class _Search:
         )
 
     def counted(self) -> None:
-        """Counts: up to ``jobs`` commits a round, captured at once."""
+        """Counts (and ``--images``): one capture a commit, up to ``jobs`` commits a round at
+        once."""
         setup, tested, jobs = self.setup, self.tested, self.jobs
         if setup.bad.sha not in tested:
             first = [c for c in (setup.good, setup.bad) if c.sha not in tested]
@@ -278,7 +288,11 @@ class _Search:
             for c, failure, seconds in ended.values():
                 self.keep(
                     _classified(
-                        c, counted_result(self.ws, c, failure, seconds), tested[setup.bad.sha], 1
+                        c,
+                        counted_result(self.ws, c, failure, seconds),
+                        tested[setup.bad.sha],
+                        1,
+                        setup.images,
                     )
                 )
                 self.progress(f"  {c.short}: {tested[c.sha].reason}")
@@ -295,6 +309,7 @@ class _Search:
                             counted_result(self.ws, c, failure, seconds),
                             tested[setup.bad.sha],
                             round_no,
+                            setup.images,
                         )
                     )
                     self.progress(f"  {c.short}: {tested[c.sha].reason}")
@@ -332,8 +347,18 @@ class _Search:
             self.progress(f"  {c.short}: {tested[c.sha].reason}")
 
     def bad_is_bad(self) -> None:
-        """A BAD that is not slower than GOOD stops the bisection: nothing to bisect."""
+        """A BAD not slower than GOOD (``--images``: its kept frames not changed) stops the
+        bisection: nothing to bisect."""
         bad = self.tested[self.setup.bad.sha]
+        if bad.state != "bad" and self.setup.images:
+            raise _Stop(
+                Outcome(
+                    "nothing to bisect",
+                    f"nothing to bisect: BAD {self.setup.bad.short}'s kept frames are not changed "
+                    f"against GOOD {self.setup.good.short}'s beyond the image tolerance "
+                    f"({bad.reason.removeprefix('BAD: ')})",
+                )
+            )
         if bad.state != "bad":
             raise _Stop(
                 Outcome(
@@ -348,9 +373,10 @@ def run_bisection(ws: Workspace, state: Bisection, jobs: int = 1) -> Outcome:
     """Measure GOOD and BAD, then the commits the search picks, round by round (counts: up to
     ``jobs`` at once; time: one at a time), recording each in bisect.json; returns the outcome (also
     written there): found, or why not (GOOD or BAD not measured, nothing to bisect, skipped)."""
-    search = _Search(ws, state, jobs if is_count(ws.setup.measure) else 1)
+    once = is_count(ws.setup.measure) or ws.setup.images  # one capture a commit
+    search = _Search(ws, state, jobs if once else 1)
     try:
-        if is_count(ws.setup.measure):
+        if once:
             search.counted()
         else:
             search.timed()

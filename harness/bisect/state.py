@@ -35,7 +35,8 @@ class Setup:
     worktree as its current directory. ``compare``: the keyword arguments of
     :func:`katra_trace.analysis.compare.compare_traces` (metric, threshold, alpha, allow_* ...).
     ``max_rounds``: time only, the cap on interleaved rounds against GOOD per commit.
-    ``commits``: the range after GOOD up to BAD (BAD last), oldest first.
+    ``commits``: the range after GOOD up to BAD (BAD last), oldest first. ``images``: bisect the
+    first commit whose kept frame changed (``--images``), one capture a commit, not the slowdown.
     """
 
     repository: str
@@ -47,6 +48,7 @@ class Setup:
     compare: Mapping[str, Any]
     max_rounds: int
     commits: tuple[Commit, ...]
+    images: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -59,6 +61,7 @@ class Setup:
             "compare": dict(self.compare),
             "max_rounds": self.max_rounds,
             "commits": [dataclasses.asdict(c) for c in self.commits],
+            "images": self.images,
         }
 
     @classmethod
@@ -73,6 +76,7 @@ class Setup:
             compare=dict(data["compare"]),
             max_rounds=int(data["max_rounds"]),
             commits=tuple(Commit(**c) for c in data["commits"]),
+            images=bool(data.get("images", False)),
         )
 
 

@@ -1,10 +1,11 @@
 """Bisection's rule: is a commit like GOOD or like BAD, and how much of BAD's change does the
 culprit explain.
 
-Pure (stdlib only): ``katra3d bisect`` (:mod:`katra3d.harness.bisect`) measures each commit against
-GOOD with the one decision model (:func:`katra_trace.analysis.compare.compare_traces`, through
-:class:`~katra_trace.analysis.verdict.SceneComparison`) and hands the rows here as :class:`Effect`
-records. The rule (docs/bisect.md, "How a commit is classified"):
+Pure (no GL, no files): ``katra3d bisect`` (:mod:`katra3d.harness.bisect`) measures each commit
+against GOOD with the one decision model (:func:`katra_trace.analysis.compare.compare_traces`,
+through :class:`~katra_trace.analysis.verdict.SceneComparison`) and hands the rows here as
+:class:`Effect` records (``--images``: each scene's image verdict line, :func:`classify_images`).
+The rule (docs/bisect.md, "How a commit is classified"):
 
 * the **target scenes** are those BAD regressed against GOOD (verdict ``regression``); with none,
   there is nothing to bisect;
@@ -35,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from katra_trace.analysis.defaults import threshold_for
+from katra_trace.analysis.images import ImageOutcome
 from katra_trace.analysis.verdict import Verdict
 from katra_trace.jsontext import record_dict
 from katra_trace.units import format_change_pct
@@ -154,6 +156,36 @@ def classify(commit: Sequence[Effect], bad: Sequence[Effect]) -> Classification:
     if undecided:
         return Classification("skip", "undecided: " + "; ".join(undecided))
     return Classification("good", "like GOOD: " + "; ".join(below))
+
+
+def image_outcome(line: str) -> str:
+    """The verdict of an image line ("image changed: FLIP mean ..." -> ``changed``)."""
+    return line.split(":", 1)[0].removeprefix("image ").replace(" ", "_")
+
+
+def image_targets(bad: Mapping[str, str]) -> list[str]:
+    """The scenes whose kept frame BAD changed against GOOD's (``bad``: scene -> image line): what
+    ``bisect --images`` looks for."""
+    return [s for s, line in bad.items() if image_outcome(line) == ImageOutcome.CHANGED]
+
+
+def classify_images(commit: Mapping[str, str], bad: Mapping[str, str]) -> Classification:
+    """Like BAD when a target scene's kept frame changed against GOOD's beyond the image tolerance
+    (the image gate's verdict); like GOOD when every target scene's is identical or within it;
+    otherwise undecided."""
+    undecided: list[str] = []
+    for scene in image_targets(bad):
+        line = commit.get(scene, "not measured")
+        outcome = image_outcome(line)
+        if outcome == ImageOutcome.CHANGED:
+            return Classification("bad", f"like BAD: {scene} {line}")
+        if outcome not in (ImageOutcome.IDENTICAL, ImageOutcome.WITHIN_TOLERANCE):
+            undecided.append(f"{scene}: {line}")
+    if undecided:
+        return Classification("skip", "undecided: " + "; ".join(undecided))
+    return Classification(
+        "good", "like GOOD: " + "; ".join(f"{s} {commit[s]}" for s in image_targets(bad))
+    )
 
 
 def shares(
@@ -276,6 +308,9 @@ __all__ = [
     "Effect",
     "Step",
     "classify",
+    "classify_images",
+    "image_outcome",
+    "image_targets",
     "next_ranges",
     "open_range",
     "partial_scenes",
