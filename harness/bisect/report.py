@@ -5,7 +5,6 @@ its traces. Printed by ``katra3d bisect`` and kept as ``DIR/bisect.txt``."""
 from __future__ import annotations
 
 import math
-import shlex
 from collections.abc import Mapping
 
 from katra3d.harness.bisect.state import Bisection, CommitResult, Setup
@@ -177,12 +176,7 @@ def report_lines(state: Bisection) -> list[str]:
                     else ""
                 )
             )
-            for rng in found.next_ranges:
-                good, bad_rev = rng.split("..")
-                scenes = " ".join(shlex.quote(s) for s in setup.scenes)
-                lines.append(
-                    f"  katra3d bisect {good} {bad_rev} {scenes}".rstrip() + f" -m {setup.measure}"
-                )
+            lines += [f"  {setup.again(*rng.split('..'))}" for rng in found.next_ranges]
         lines += found.steps
     else:
         lines += ["", found.message]

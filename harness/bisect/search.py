@@ -138,7 +138,7 @@ def _other_steps(setup: Setup, tested: Mapping[str, CommitResult], culprit: int)
         else:
             out.append(
                 f"another step between {line[a].short} and {line[b].short} ({what}): "
-                f"katra3d bisect {line[a].short} {line[b].short}"
+                + setup.again(line[a].short, line[b].short)
             )
     return out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,16 @@ class Setup:
     max_rounds: int
     commits: tuple[Commit, ...]
     images: bool = False
+
+    def again(self, good: str, bad: str) -> str:
+        """The command that bisects ``good``..``bad`` the way this bisection captures."""
+        what = (
+            " ".join(shlex.quote(s) for s in self.scenes)
+            if self.scenes
+            else f"-c {shlex.quote(self.command)}"
+        )
+        images = " --images" if self.images else ""
+        return f"katra3d bisect {good} {bad} {what} -m {self.measure}{images}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
