@@ -19,7 +19,7 @@ from katra3d.harness.bisect.measure import in_tree
 from katra3d.harness.versions.setup import default_command
 from tests.cli_helpers import katra
 from tests.test_bisect import CP, _git, _repo, _scene_repo
-from tests.test_compare_counts import count_trace, wall_trace
+from tests.test_compare_counts import CODEGEN, count_trace, wall_trace
 
 
 def test_an_empty_output_directory_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -256,3 +256,22 @@ def test_images_bisects_the_first_commit_whose_kept_frame_changed(
     r = katra("bisect", shas[0], shas[1], *args, "--images", "-o", str(tmp_path / "o2"), cwd=repo)
     assert r.returncode == 2 and "kept frames are not changed" in r.stderr, r.stderr
     assert (tmp_path / "o2" / "bisect.txt").is_file()
+
+
+def test_a_bad_that_cannot_be_compared_says_why_and_is_not_recorded_good(tmp_path: Path) -> None:
+    repo = tmp_path / "llvm"
+    _git(tmp_path, "init", "-q", str(repo))
+    shas = []
+    for i, llvm in enumerate(["15.0.6", "17.0.1"]):
+        count_trace(
+            repo / "counted.katra", lighting=1.2e7 * (i + 1), codegen={**CODEGEN, "llvm": llvm}
+        )
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", f"llvm {i}")
+        shas.append(_git(repo, "rev-parse", "HEAD"))
+    out = tmp_path / "out"
+    r = katra("bisect", shas[0], shas[1], "-c", CP, "-m", "instructions", "-o", str(out), cwd=repo)
+    assert r.returncode == 2 and "nothing to bisect" in r.stderr
+    assert "incomparable (different codegen" in r.stderr and "--allow-codegen-mismatch" in r.stderr
+    result = json.loads((out / "bisect.json").read_text())
+    assert {t["sha"]: t["state"] for t in result["tested"]}[shas[1]] == "skip"

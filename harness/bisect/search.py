@@ -233,7 +233,9 @@ class _Search:
             state = "bad" if image_targets(m.images) else "good"
             said = ", ".join(f"{s} {line}" for s, line in m.images.items()) or "no kept frames"
         else:
-            state = "bad" if target_scenes(m.effects) else "good"
+            # BAD not compared in some scene is not like GOOD: it is recorded as skipped
+            blind = any(e.verdict == "incomparable" for e in m.effects)
+            state = "bad" if target_scenes(m.effects) else "skip" if blind else "good"
             said = _effects_text(m.effects)
         self.keep(_record(bad, m, state, f"BAD: {said}", 1))
         self.progress(f"BAD against GOOD: {said}")
