@@ -275,3 +275,62 @@ def test_a_bad_that_cannot_be_compared_says_why_and_is_not_recorded_good(tmp_pat
     assert "incomparable (different codegen" in r.stderr and "--allow-codegen-mismatch" in r.stderr
     result = json.loads((out / "bisect.json").read_text())
     assert {t["sha"]: t["state"] for t in result["tested"]}[shas[1]] == "skip"
+
+
+_PASSES = """from katra3d import Param
+from katra3d.scenes.builtin.clear import ClearScene
+
+
+class Passes(ClearScene):
+    name = "passes"
+    params = {{**ClearScene.params, "passes": Param({passes}, int, 1, 100, "render passes")}}
+
+    def setup(self, ctx, size, params):
+        super().setup(ctx, size, params)
+        self.passes = params["passes"]
+
+    def render(self, frame):
+        super().render(frame)
+        for _ in range(self.passes * 50):
+            sum(range(1000))
+"""
+
+
+@pytest.mark.gl
+@pytest.mark.slow
+def test_a_real_scenes_default_raised_is_bisected_in_time(tmp_path: Path, gl_ctx: Any) -> None:
+    """A user scene whose default ``passes`` goes from 1 to 16 at the last commit: real timed
+    captures, compared on the process's CPU time (a busy machine stretches wall time)."""
+    repo = tmp_path / "game"
+    _git(tmp_path, "init", "-q", str(repo))
+    shas = []
+    for i, passes in enumerate([1, 1, 16]):
+        (repo / "scene.py").write_text(_PASSES.format(passes=passes))
+        (repo / "notes.txt").write_text(f"{i}\n")
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", f"passes {passes}")
+        shas.append(_git(repo, "rev-parse", "HEAD"))
+    out = tmp_path / "out"
+    r = katra(
+        "bisect",
+        shas[0],
+        shas[2],
+        "scene.py:Passes",
+        "-m",
+        "time",
+        "--metric",
+        "process",
+        "--max-rounds",
+        "6",
+        "-a",
+        "--frames 20 --warmup 1 --size 16x16",
+        "-o",
+        str(out),
+        cwd=repo,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads((out / "bisect.json").read_text())["first_bad"] == shas[2]
+    assert (
+        "passes: params differ: passes 1 -> 16, from the scene's defaults: compared as a change "
+        f"of the scene; changed by {shas[2][:10]} passes 16"
+    ) in r.stdout
