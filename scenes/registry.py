@@ -308,15 +308,15 @@ def names_scene(name: str, spec: str, cls: type[Scene]) -> bool:
 
 def find_file_spec(spec: str, bases: tuple[Path, ...]) -> str:
     """A file spec with a relative path found in the first of ``bases`` (folders, in order) that has
-    the file, as an absolute spec; any other spec unchanged. SceneError naming every path tried when
-    none has it."""
+    the file, as an absolute spec; any other spec unchanged. SceneError naming each path tried
+    (once) when none has it."""
     parts = split_file_spec(spec)
     if parts is None or Path(parts[0]).expanduser().is_absolute():
         return spec
-    tried = [base / Path(parts[0]) for base in bases]
+    tried = list(dict.fromkeys(Path(os.path.abspath(base / parts[0])) for base in bases))
     for path in tried:
         if path.is_file():
-            return f"{os.path.abspath(path)}:{parts[1]}" if parts[1] else os.path.abspath(path)
+            return f"{path}:{parts[1]}" if parts[1] else str(path)
     raise SceneError(f"scene file '{parts[0]}' not found; tried {', '.join(str(p) for p in tried)}")
 
 
