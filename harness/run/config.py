@@ -198,12 +198,15 @@ class RunConfig:
 
 @dataclasses.dataclass(frozen=True)
 class SceneEntry:
-    """One scene of a plan: display ``label`` (unique in the run), spec, class, resolved params."""
+    """One scene of a plan: display ``label`` (unique in the run), spec, class, resolved params, and
+    its ``position`` in the whole run (a shard's scenes keep theirs: merge puts them back in order).
+    """
 
     label: str
     spec: str
     cls: type
     params: Mapping[str, Any]
+    position: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -383,7 +386,7 @@ def plan_run(config: RunConfig) -> RunPlan:
         params = resolve_params(cls, merged)
         seen[name] = seen.get(name, 0) + 1
         label = name if seen[name] == 1 else f"{name}#{seen[name]}"
-        entries.append(SceneEntry(label, with_class(spec, cls), cls, params))
+        entries.append(SceneEntry(label, with_class(spec, cls), cls, params, len(entries)))
     for scene_name in overrides:
         if scene_name not in used:
             raise ConfigError(
