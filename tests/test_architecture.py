@@ -81,16 +81,17 @@ def test_katra3d_code_is_imported_under_its_own_name_only() -> None:
 #: import, the command line on top and GL at the bottom (docs/architecture.md, "What each package
 #: may import").
 HARNESS_LAYERS: dict[str, frozenset[str]] = {
+    "supervisor": frozenset(),
     "gl": frozenset(),
-    "engine": frozenset({"gl"}),
-    "run": frozenset({"engine", "gl"}),
-    "replay": frozenset({"run", "engine", "gl"}),
+    "engine": frozenset({"gl", "supervisor"}),
+    "run": frozenset({"engine", "gl", "supervisor"}),
+    "replay": frozenset({"run", "engine", "gl", "supervisor"}),
     "capture": frozenset({"engine", "gl"}),
     "pytest_plugin": frozenset({"replay", "run", "engine", "gl"}),
-    "versions": frozenset({"run"}),
+    "versions": frozenset({"run", "supervisor"}),
     "ab": frozenset({"versions"}),
-    "bisect": frozenset({"ab", "versions", "run"}),
-    "cli": frozenset({"bisect", "ab", "versions", "replay", "run", "engine", "gl"}),
+    "bisect": frozenset({"ab", "versions", "run", "supervisor"}),
+    "cli": frozenset({"bisect", "ab", "versions", "replay", "run", "engine", "gl", "supervisor"}),
 }
 
 
