@@ -1,10 +1,9 @@
 """The one door for katra3d's child processes, its stop signals and its parallel jobs.
 
 * :func:`spawn` starts a child leading a process group of its own (a new session, or with
-  ``session=False`` a group in katra3d's session: under Linux's autogroup scheduling a session is a
-  scheduling group of its own, which ran a replayer at 0.75 of the frame rate, bench/replay.py),
-  and with Linux's parent-death signal set to SIGKILL, so that a katra3d killed outright takes it
-  along. :class:`Group` stops that group as one, in levels.
+  ``session=False`` a group in katra3d's session: Linux's autogroup scheduling shares a loaded
+  machine out by session, and ran a replayer in a session of its own at 0.75 of the frame rate,
+  bench/replay.py) that a katra3d killed outright takes along. :class:`Group` stops it as one.
 * :func:`handling` is the one place that installs signal handlers and puts the old ones back.
 * :class:`Supervisor` holds the groups of one command: a stop signal to katra3d reaches each as
   its policy says (``levels``: the first asks it to stop, so a run in it keeps its frames, a second
@@ -20,7 +19,6 @@ import ctypes
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -54,34 +52,24 @@ POLL_S = 0.05
 Policy = Literal["levels", "signals", "none"]
 
 
-def die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child get SIGKILL when this process ends (and ends it at once
-    if this process has ended already), or None off Linux."""
-    if not sys.platform.startswith("linux"):
-        return None
+def _preexec(session: bool) -> Callable[[], None]:
+    """The child's set-up between fork and exec: without ``session``, a group of its own in
+    katra3d's session; SIGKILL when this process ends (Linux's parent-death signal; it survives
+    exec), at once if this process has ended already."""
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, before fork
-    except (OSError, AttributeError):
-        return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
+        prctl.argtypes = [ctypes.c_int, *[ctypes.c_ulong] * 4]
+    except (OSError, AttributeError):  # not Linux
+        prctl = None
     parent = os.getpid()
-
-    def preexec() -> None:
-        if prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0 or os.getppid() != parent:
-            os._exit(127)
-
-    return preexec
-
-
-def _preexec(session: bool) -> Callable[[], None]:
-    die = die_with_parent()
 
     def preexec() -> None:
         if not session:
             os.setpgid(0, 0)
-        if die is not None:
-            die()
+        if prctl is not None and (
+            prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0 or os.getppid() != parent
+        ):
+            os._exit(127)
 
     return preexec
 
@@ -102,12 +90,6 @@ class Group:
         self.sent = 0
         self.task: int | None = None
 
-    def signal(self, signum: int) -> None:
-        """Send ``signum`` to the group unless its leader has been waited for."""
-        if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signum)
-
     def send(self, level: int) -> None:
         """Stop the group to ``level`` unless stopped as far already: SIGTERM for
         :data:`STOP_FIRST` and :data:`STOP_NOW`, SIGKILL for :data:`STOP_KILL`."""
@@ -121,8 +103,11 @@ class Group:
         """The ``count``-th stop signal to katra3d, ``signum``, as this group's policy says."""
         if self.policy == "levels":
             self.send(STOP_FIRST if count <= 1 else STOP_KILL)
-        elif self.policy == "signals":
-            self.signal(signum if self.ready is None or self.ready() else signal.SIGKILL)
+        elif self.policy == "signals" and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(
+                    self.proc.pid, signum if not self.ready or self.ready() else signal.SIGKILL
+                )
 
     def gone(self) -> bool:
         """Whether the leader is reaped and no member of the group still runs (a zombie waiting for
@@ -221,10 +206,10 @@ def handling(
 class Supervisor:
     """The child process groups of one command, stopped together by katra3d's stop signals.
 
-    Entered in the main thread it handles SIGINT, SIGTERM and SIGHUP (``handle``) and becomes
-    :attr:`active`, which threads' children join (:meth:`current`). Each signal is noted in
-    :attr:`received` and passed to every group as its policy says, those started later included.
-    What is left running when it exits is killed."""
+    Entered in the main thread it handles SIGINT, SIGTERM and SIGHUP (``handle``) and is
+    :attr:`active`, for its pool's jobs to join. Each signal is noted in :attr:`received` and
+    passed to every group by its policy, those started later included. What is left running when
+    it exits is killed."""
 
     active: ClassVar[Supervisor | None] = None
 
@@ -237,17 +222,6 @@ class Supervisor:
         self._task = threading.local()
         self._ended: set[int] = set()  # pool tasks whose groups are ended, later ones at once
         self._exit = contextlib.ExitStack()
-
-    @staticmethod
-    @contextlib.contextmanager
-    def current() -> Iterator[Supervisor]:
-        """The active supervisor, else a new one for the block (it handles signals only in the main
-        thread)."""
-        if Supervisor.active is not None:
-            yield Supervisor.active
-        else:
-            with Supervisor() as sup:
-                yield sup
 
     def __enter__(self) -> Supervisor:
         main = threading.current_thread() is threading.main_thread()
@@ -330,7 +304,7 @@ class Supervisor:
                 while True:
                     while upcoming and len(running) < jobs and not self.received:
                         if failed_at < len(tasks):
-                            break
+                            break  # a serial run would have stopped there
                         index = upcoming.pop(0)
                         if before is not None:
                             before(index)
@@ -369,7 +343,6 @@ __all__ = [
     "STOP_SIGNALS",
     "Group",
     "Supervisor",
-    "die_with_parent",
     "handling",
     "runs_in_group",
     "spawn",

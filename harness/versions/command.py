@@ -214,7 +214,9 @@ def run_capture(
             sink = stack.enter_context(tempfile.TemporaryFile())
         start = sink.seek(0, os.SEEK_END)
         t0 = time.monotonic()
-        with Supervisor.current() as sup:
+        # the pool's supervisor for its jobs (bisect's counted captures), else one of its own
+        active = Supervisor.active
+        with contextlib.nullcontext(active) if active else Supervisor() as sup:
             # a capture of a pool whose jobs were stopped before it started: it does not start
             if sup.received:
                 raise Interrupted(sup.received[0])
