@@ -134,6 +134,8 @@ class Group:
         """End the group: with ``grace_s``, SIGTERM, ``grace_s`` for the whole group to end, a
         second SIGTERM and :data:`HARD_STOP_WAIT_S` more; then (at once without) SIGKILL. Returns
         once it is gone, or :data:`KILL_WAIT_S` after the SIGKILL; never raises."""
+        if self.gone():  # nothing to signal: its ID may be another group's by now
+            return
         if grace_s > 0:
             self.send(STOP_FIRST)
             if self.wait_gone(grace_s):
