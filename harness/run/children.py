@@ -140,8 +140,8 @@ def start_child(
     # the child's stdin, stdout and stderr are the same kind of file whatever the parent's are (a
     # terminal, a pipe, /dev/null with --quiet): measured, each kind moved every frame's count (by
     # up to 188 of 275,000 instructions of a 16x16 clear frame); its stderr is relayed from a file
-    # the child forwarded each stop signal once it reports (before, it has counted nothing and has
-    # no handler that would end it cleanly: it is killed)
+    # a stop signal is forwarded to the child once it has reported; before, it has counted nothing
+    # and has no handler that would end it cleanly, and is killed
     try:
         with open(dump_dir / measure.STDERR_FILE, "wb") as err:
             child.group = sup.start(
