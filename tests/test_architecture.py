@@ -411,3 +411,22 @@ def test_no_import_circle_among_product_modules() -> None:
         "  " + ", ".join(c) + "\n    " + "; ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c)
         for c in circles
     )
+
+
+#: What only the supervisor does: start a long-lived child, signal a group, install a handler, pool.
+ONE_DOOR = re.compile(r"Popen\(|os\.killpg|signal\.signal\(|ThreadPoolExecutor|ProcessPoolExecutor")
+#: The exceptions: the katra3d command's SIGINT hand-off at start-up and at exit (before any
+#: import that takes time, and when the process is about to end: no handler to put back).
+ONE_DOOR_EXCEPTIONS = ("harness/supervisor.py", "harness/cli/__init__.py", "katra3d/__init__.py")
+
+
+def test_children_signals_and_pools_go_through_the_supervisor() -> None:
+    bad = [
+        f"{p.relative_to(REPO)}:{n}: {line.strip()}"
+        for folder in (*PRODUCT, "bench")
+        for p in _sources(folder)
+        if p.relative_to(REPO).as_posix() not in ONE_DOOR_EXCEPTIONS
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if ONE_DOOR.search(line) and not line.lstrip().startswith("#")
+    ]
+    assert not bad, "\n".join(bad)
