@@ -111,16 +111,25 @@ class Group:
 
     def gone(self) -> bool:
         """Whether the leader is reaped and no member of the group still runs (a zombie waiting for
-        its new parent is gone; the group's ID stays taken while it has a member)."""
+        its new parent is gone; the group's ID stays taken while it has a member), by ``/proc``."""
         if self.proc.poll() is None:
             return False
         try:
             os.killpg(self.proc.pid, 0)
+            names = [name for name in os.listdir("/proc") if name.isdigit()]
         except ProcessLookupError:
             return True
-        except PermissionError:
+        except OSError:  # not allowed to signal it, or no /proc: it cannot be told
             return False
-        return not runs_in_group(self.proc.pid)
+        for name in names:
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    state, _ppid, pgrp = f.read().rsplit(b")", 1)[1].split()[:3]
+            except (OSError, ValueError):
+                continue  # gone meanwhile
+            if int(pgrp) == self.proc.pid and state != b"Z":
+                return False
+        return True
 
     def wait_gone(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -145,24 +154,6 @@ class Group:
                 return
         self.send(STOP_KILL)
         self.wait_gone(KILL_WAIT_S)
-
-
-def runs_in_group(pgid: int) -> bool:
-    """Whether a process of the group ``pgid`` still runs (is not a zombie), by ``/proc``; True
-    where it cannot be told."""
-    try:
-        names = [name for name in os.listdir("/proc") if name.isdigit()]
-    except OSError:
-        return True
-    for name in names:
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                state, _ppid, pgrp = f.read().rsplit(b")", 1)[1].split()[:3]
-        except (OSError, ValueError):
-            continue  # gone meanwhile
-        if int(pgrp) == pgid and state != b"Z":
-            return True
-    return False
 
 
 def spawn(
@@ -346,6 +337,5 @@ __all__ = [
     "Group",
     "Supervisor",
     "handling",
-    "runs_in_group",
     "spawn",
 ]
