@@ -1,9 +1,9 @@
 """glretrace as katra3d drives it: timed replays, counted replays under callgrind, and the last
 frame's snapshot.
 
-Every replayer process runs in its own process group, dies with katra3d (PR_SET_PDEATHSIG) and is
-stopped (SIGTERM, then SIGKILL) when its part is done, on an error and on a stop signal: none is
-left behind.
+Every replayer process leads a process group of its own (:func:`katra3d.harness.supervisor.spawn`)
+and is stopped (SIGTERM, then SIGKILL) when its part is done, on an error and on a stop signal: none
+is left behind.
 
 * :func:`timed_frames`: ``glretrace --pframe-times`` (with ``--pcpu --min-cpu-time=0`` for draw
   zones), read line by line until enough frames ended; a trace shorter than the frames asked for is
@@ -37,7 +37,7 @@ from pathlib import Path
 from katra3d.harness.engine.counting import read_summary
 from katra3d.harness.replay.output import Frame, FrameReader
 from katra3d.harness.replay.tool import Replayer, trim
-from katra3d.harness.run.groups import own_group, stop_group
+from katra3d.harness.supervisor import spawn
 from katra_trace.errors import KatraError, SceneError
 
 #: The swap functions a counted replay dumps after, by the trace's window system.
@@ -106,8 +106,9 @@ def _started(
         open(stdout, "wb") if stdout is not None else contextlib.nullcontext() as out,
     ):
         try:
-            proc = subprocess.Popen(
+            group = spawn(
                 command,
+                session=False,
                 env=dict(env),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE if out is None else out,
@@ -115,16 +116,15 @@ def _started(
                 text=True,
                 errors="replace",
                 bufsize=1,
-                preexec_fn=own_group(),
             )
         except OSError as exc:
             raise ReplayFailed(f"cannot start {command[0]}: {exc}") from None
     try:
-        yield proc
+        yield group.proc
     finally:
-        stop_group(proc, grace_s)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        group.end(grace_s)
+        if group.proc.stdout is not None:
+            group.proc.stdout.close()
 
 
 def _no_frame_yet(out: TimedReplay, before: int) -> bool:
