@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from katra_trace import Clock, Flag, Kind, open_trace
+from katra_trace.analysis.defaults import CompareOptions
 from katra_trace.analysis.stats import FrameStats, count_stats, trace_stats
 from katra_trace.io.header import TraceHeader
 from katra_trace.report import build_report, write_report
@@ -361,7 +362,7 @@ def test_the_plots_draw_the_metric_and_stat_the_verdict_judged(tmp_path: Path) -
             )
     base = [open_trace(tmp_path / f"base-{i}.katra") for i in range(3)]
     new = [open_trace(tmp_path / f"new-{i}.katra") for i in range(3)]
-    page = build_report(new, base, compare_options={"metric": "process", "run_stat": "p10"})
+    page = build_report(new, base, compare_options=CompareOptions(metric="process", run_stat="p10"))
     series = next(f for f in _figures(page) if f["id"] == "katra-plot-0-series")
     assert "frame time, process clock (ms)" in json.dumps(series["layout"]["title"])
     level = next(d for d in series["data"] if d["name"].startswith("runs level (p10 of the runs)"))

@@ -22,6 +22,7 @@ from typing import Any
 
 from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, run_capture
 from katra_trace.analysis.comparison import Sides, compare_sides
+from katra_trace.analysis.defaults import DEFAULT_COMPARE, CompareOptions
 from katra_trace.analysis.sequential import SequentialRule, Settled, settle
 from katra_trace.analysis.verdict import Comparison
 from katra_trace.errors import Interrupted
@@ -84,7 +85,7 @@ def run_rounds(
     rule: SequentialRule | None = None,
     *,
     on_round: Callable[[Round], None] | None = None,
-    compare_options: Mapping[str, Any] | None = None,
+    options: CompareOptions = DEFAULT_COMPARE,
     who: str = "katra3d ab",
 ) -> RoundsResult:
     """Run up to ``rounds_cap`` rounds into ``out_dir`` (``base/run-NNN.katra``, ``new/...``,
@@ -92,7 +93,7 @@ def run_rounds(
 
     Without ``rule`` every round runs (the fixed-rounds mode). With one (``rounds_cap`` must be its
     ``max_rounds``), the rounds so far are compared after each round, paired, under the rule
-    (:func:`katra_trace.analysis.compare.compare_traces` with ``compare_options``, e.g. ``metric``),
+    (:func:`katra_trace.analysis.comparison.compare_sides` with ``options``),
     and the rounds stop once every scene is decided
     (:func:`katra_trace.analysis.sequential.settle`). ab.json records the rule (``sequential``) from
     the start and why the rounds stopped (``stop``) at the end, so that ``katra3d compare DIR``
@@ -151,9 +152,7 @@ def run_rounds(
                 pairs=tuple((j, j) for j in range(i)),
                 rule=rule,
             )
-            comparison = compare_sides(
-                sides, image_policy="off", **dict(compare_options or {})
-            ).timing
+            comparison = compare_sides(sides, options, image_policy="off").timing
             settled = settle(comparison, i, rounds_cap)
             if settled.decided or i == rounds_cap:
                 manifest["stop"] = settled.as_dict()

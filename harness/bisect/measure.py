@@ -34,7 +34,6 @@ from katra3d.harness.bisect.state import Setup
 from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, SideBySide, run_capture
 from katra3d.harness.versions.git import Commit, add_worktree, remove_worktree
 from katra_trace.analysis.bisection import Effect
-from katra_trace.analysis.defaults import DEFAULT_ALPHA
 from katra_trace.errors import ConfigError, Interrupted, KatraError
 from katra_trace.io.tracesets import AB_MANIFEST, AB_TRACE, clear_ab_dir, open_quietly
 from katra_trace.text import shown
@@ -122,7 +121,7 @@ def compare_to_good(
 
     try:
         result = compare_sides(
-            open_sides(str(good), str(new)), image_policy="warn", **ws.setup.compare
+            open_sides(str(good), str(new)), ws.setup.compare, image_policy="warn"
         )
     except KatraError as exc:
         return f"not comparable with GOOD: {exc}"
@@ -148,9 +147,9 @@ def sequential_rule(setup: Setup) -> SequentialRule:
     from katra_trace.analysis.sequential import SequentialRule
 
     return SequentialRule(
-        alpha=float(setup.compare.get("alpha", DEFAULT_ALPHA)),
+        alpha=setup.compare.alpha,
         max_rounds=setup.max_rounds,
-        threshold_pct=setup.compare.get("threshold_pct"),
+        threshold_pct=setup.compare.threshold_pct,
     )
 
 
@@ -308,7 +307,7 @@ def measure_timed(ws: Workspace, trees: Trees, c: Commit) -> Measured:
             rule.max_rounds,
             rule,
             on_round=said,
-            compare_options=ws.setup.compare,
+            options=ws.setup.compare,
             who="katra3d bisect",
         )
     except KatraError as exc:
@@ -341,7 +340,7 @@ def measure_timed(ws: Workspace, trees: Trees, c: Commit) -> Measured:
         # deferred: the comparison loads scipy (about a second); building the parser must not
         from katra_trace.analysis.comparison import compare_sides
 
-        images = image_lines(compare_sides(done.sides, image_policy="warn", **ws.setup.compare))
+        images = image_lines(compare_sides(done.sides, ws.setup.compare, image_policy="warn"))
     return Measured(effects, "", kept(), done.rounds, stopped, time.monotonic() - t0, "", images)
 
 

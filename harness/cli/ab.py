@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from katra3d.harness.cli._common import check_compare_options, compare_kwargs
+from katra3d.harness.cli._common import check_compare_options, compare_options
 from katra3d.harness.cli._compare import add_compare_options, compare_and_print
 from katra3d.harness.run.progress import Tally
 from katra3d.harness.versions.command import CaptureCommand
@@ -260,7 +260,7 @@ def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
             cap,
             rule,
             on_round=lambda done: _round_line(tally, done, cap),
-            compare_options=compare_kwargs(args),
+            options=compare_options(args),
         )
     except Interrupted:
         kept = sorted(

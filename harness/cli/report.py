@@ -13,7 +13,7 @@ from katra3d.harness.cli._common import (
     add_comparability_options,
     add_decision_options,
     check_compare_options,
-    compare_kwargs,
+    compare_options,
     image_options,
     iter_runs,
     print_json,
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         runs, baseline = list(sides.new_traces), list(sides.base_traces)
         try:  # traces that cannot be compared (counts against times ...): the page says why instead
             comparison = compare_sides(
-                sides, image_policy=policy, image_limits=limits, **compare_kwargs(args)
+                sides, compare_options(args), image_policy=policy, image_limits=limits
             )
         except KatraError as exc:
             error = str(exc)

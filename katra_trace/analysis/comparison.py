@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from katra_trace.analysis.compare import compare_traces
-from katra_trace.analysis.defaults import DEFAULT_ALPHA
+from katra_trace.analysis.defaults import DEFAULT_COMPARE, CompareOptions
 from katra_trace.analysis.images import (
     ImageThresholds,
     ImageVerdict,
@@ -243,17 +243,14 @@ class ComparisonResult:
 
 def compare_sides(
     sides: Sides,
+    options: CompareOptions = DEFAULT_COMPARE,
     *,
     image_policy: str = "gate",
     image_limits: ImageThresholds | None = None,
-    alpha: float = DEFAULT_ALPHA,
-    threshold_pct: float | None = None,
-    **options: Any,
 ) -> ComparisonResult:
-    """Decide timing and images of two opened sides. ``options`` are :func:`compare_traces`' other
-    keyword arguments (metric, run_stat, normalize, allow_*). A recorded stopping rule decides with
-    its own alpha and threshold (a note says when the ones given differ), as it did when ab stopped
-    its rounds."""
+    """Decide timing and images of two opened sides under ``options``. A recorded stopping rule
+    decides with its own alpha and threshold (a note says when the ones given differ), as it did
+    when ab stopped its rounds."""
     notes = list(sides.notes)
     sequential: dict[str, Any] | None = None
     if sides.rule is not None:
@@ -264,7 +261,7 @@ def compare_sides(
         }
         if sides.stop is not None:
             notes.append(f"ab --until-decided: {sides.stop.reason}")
-        if alpha != rule.alpha or threshold_pct not in (None, rule.threshold_pct):
+        if options.alpha != rule.alpha or options.threshold_pct not in (None, rule.threshold_pct):
             thr = "the default" if rule.threshold_pct is None else f"{rule.threshold_pct:g}%"
             notes.append(
                 f"the stopping rule recorded in {AB_MANIFEST} decides, with its alpha "
@@ -275,12 +272,10 @@ def compare_sides(
     timing = compare_traces(
         list(sides.base_traces),
         list(sides.new_traces),
+        options,
         pairs=None if sides.pairs is None else list(sides.pairs),
         sequential=sides.rule,
-        alpha=alpha,
-        threshold_pct=threshold_pct,
         separate_batches=bool(batches),
-        **options,
     )
     if batches and not is_count(timing.metric):  # counts do not drift with the machine
         notes.append(batches)

@@ -9,10 +9,11 @@ optional ``plotly`` package (its plotly.js is inlined): ``pip install 'katra3d[e
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from katra_trace import __version__
+from katra_trace.analysis.defaults import DEFAULT_COMPARE, CompareOptions
 from katra_trace.analysis.images import ImageThresholds
 from katra_trace.errors import KatraError
 from katra_trace.io.claim import open_output
@@ -31,7 +32,7 @@ def build_report(
     title: str = "katra3d report",
     comparison: ComparisonResult | None = None,
     comparison_error: str | None = None,
-    compare_options: Mapping[str, Any] | None = None,
+    compare_options: CompareOptions = DEFAULT_COMPARE,
     image_policy: str = "gate",
     image_thresholds: ImageThresholds | None = None,
     history: dict[str, Any] | None = None,
@@ -57,9 +58,9 @@ def build_report(
         try:
             comparison = compare_sides(
                 sides,
+                compare_options,
                 image_policy=image_policy,
                 image_limits=image_thresholds,
-                **(compare_options or {}),
             )
         except KatraError as exc:
             comparison_error = str(exc)
