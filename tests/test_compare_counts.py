@@ -300,8 +300,8 @@ def test_scene_ids_sharing_a_name_are_kept_apart_by_one_rule() -> None:
     ev, strings = _dup_events()
     # first appearance order; "fill#2" is another scene's own name, so the second "fill" is fill#3
     assert scene_labels(ev, strings) == {3: "fill", 1: "fill#3", 4: "fill#2"}
-    stats = events_stats(ev, strings)["scenes"]
-    assert {k: v["metrics"]["wall"]["median_ms"] for k, v in stats.items()} == {
+    stats = events_stats(ev, strings).scenes
+    assert {k: v.metrics["wall"].as_dict()["median_ms"] for k, v in stats.items()} == {
         "fill": 10.0,
         "fill#3": 20.0,
         "fill#2": 30.0,

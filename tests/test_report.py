@@ -381,8 +381,8 @@ def test_the_plots_draw_the_metric_and_stat_the_verdict_judged(tmp_path: Path) -
 #: column.
 RAW_KEYS = {
     *(f.name for f in dataclasses.fields(FrameStats)),
-    *count_stats(np.array([1.0]), "instructions"),
-    *count_stats(np.array([1.0]), "cycles"),
+    *count_stats(np.array([1.0]), "instructions").as_dict(),
+    *count_stats(np.array([1.0]), "cycles").as_dict(),
 }
 
 
@@ -436,7 +436,7 @@ def test_single_run_page_shows_params_zone_statistics_and_readable_headers(tmp_p
     write_trace(tmp_path / "r.katra", rich_events(), STRINGS, header=header)
     trace = open_trace(tmp_path / "r.katra")
     page = build_report([trace])
-    stats = trace_stats(trace)["scenes"]
+    stats = trace_stats(trace).as_dict()["scenes"]
     alpha, beta, gamma = (_section(page, i) for i in range(3))
 
     # params: each scene's, from the header's capture options, escaped; a scene that takes none says

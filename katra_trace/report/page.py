@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from katra_trace import jsontext
-from katra_trace.analysis.stats import trace_stats
+from katra_trace.analysis.stats import NO_STATS, ClockStats, RunStats, trace_stats
 from katra_trace.analysis.verdict import Verdict
 from katra_trace.metrics import is_count
 from katra_trace.optional import require
@@ -364,7 +364,7 @@ def scene_section(
     index: int,
     scene: str,
     sides: Sequence[tuple[str, Sequence[TraceLike]]],
-    stats_of: Mapping[int, Mapping[str, Any]],
+    stats_of: Mapping[int, RunStats],
     judged: Mapping[str, Any] | None = None,
     metric: str | None = None,
 ) -> tuple[str, list[dict[str, Any]]]:
@@ -388,7 +388,7 @@ def scene_section(
     series_data: list[dict[str, Any]] = []
     shapes: list[dict[str, Any]] = []
     pooled: dict[str, list[np.ndarray]] = {"run": [], "baseline": []}
-    stats_rows: list[tuple[str, str, Mapping[str, Any]]] = []
+    stats_rows: list[tuple[str, str, ClockStats]] = []
     per_side: dict[str, list[tuple[int, str, FrameSeries]]] = {}
     # every run of the scene: its params and zone statistics
     labelled: list[tuple[str, TraceLike]] = []
@@ -421,9 +421,8 @@ def scene_section(
                     }
                 )
             pooled[role].append(s.measured)
-            per_clock = stats_of[id(t)].get("scenes", {}).get(scene, {}).get("metrics", {})
-            for c, values in per_clock.items():
-                stats_rows.append((label, c, values))
+            for c, of_clock in stats_of[id(t)].scenes.get(scene, NO_STATS).metrics.items():
+                stats_rows.append((label, c, of_clock))
     annotations = []
     if shapes:
         annotations.append(
