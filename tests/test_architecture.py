@@ -324,3 +324,25 @@ def test_architecture_md_names_every_module() -> None:
         + "".join(f"  in the doc, not in the code: {m}\n" for m in gone)
         + "".join(f"  in the doc twice: {m}\n" for m in twice)
     )
+
+
+#: ``str -> Any`` mappings (``Mapping[str, Any]``, ``dict[str, Any]``) in the product: what is left
+#: reads or writes JSON (header JSON, ``--json`` output, files on disk); the rest has a type. The
+#: count may fall, never rise: lower it when a change removes some.
+MAX_STR_ANY_MAPPINGS = 286
+_STR_ANY = re.compile(r"(?:Mapping|dict)\[str, Any\]")
+
+
+def test_untyped_mappings_do_not_come_back() -> None:
+    files = [p for package in ("harness", "katra_trace", "scenes") for p in _sources(package)]
+    files += sorted((REPO / "katra3d").glob("*.py"))
+    found = {
+        str(p.relative_to(REPO)): n
+        for p in files
+        if (n := len(_STR_ANY.findall(p.read_text(encoding="utf-8"))))
+    }
+    most = sorted(found.items(), key=lambda kv: -kv[1])[:5]
+    assert sum(found.values()) <= MAX_STR_ANY_MAPPINGS, (
+        f"{sum(found.values())} str -> Any mappings in the product, over {MAX_STR_ANY_MAPPINGS} "
+        f"(most in {most}): give the data a type (a dataclass), or read JSON through one"
+    )
