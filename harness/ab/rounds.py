@@ -18,7 +18,6 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, run_capture
 from katra_trace.analysis.comparison import Sides, compare_sides
@@ -27,7 +26,7 @@ from katra_trace.analysis.sequential import SequentialRule, Settled, settle
 from katra_trace.analysis.verdict import Comparison
 from katra_trace.errors import Interrupted
 from katra_trace.io.reader import Trace
-from katra_trace.io.tracesets import AB_MANIFEST_VERSION, open_quietly, write_ab_manifest
+from katra_trace.io.tracesets import AbManifest, AbRound, open_quietly, write_ab_manifest
 
 #: The sides, in the order of odd rounds.
 SIDES = ("base", "new")
@@ -104,17 +103,12 @@ def run_rounds(
     dirs = {side: out_dir / side for side in SIDES}
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
-    manifest: dict[str, Any] = {
-        "katra3d_ab": AB_MANIFEST_VERSION,
-        "base_dir": "base",
-        "new_dir": "new",
-        "base_command": base_cmd.shown(),
-        "new_command": new_cmd.shown(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "rounds": [],
-    }
-    if rule is not None:
-        manifest["sequential"] = rule.to_json()
+    manifest = AbManifest(
+        base_command=base_cmd.shown(),
+        new_command=new_cmd.shown(),
+        started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        sequential=None if rule is None else rule.to_json(),
+    )
     commands = {"base": base_cmd, "new": new_cmd}
     opened: dict[str, list[Trace]] = {side: [] for side in SIDES}
     pairs: list[tuple[Path, Path]] = []
@@ -125,8 +119,9 @@ def run_rounds(
     write_ab_manifest(out_dir, manifest)
     for i in range(1, rounds_cap + 1):
         order = SIDES if i % 2 else SIDES[::-1]
-        entry: dict[str, Any] = {"round": i, "order": list(order), "commands": {}, "seconds": {}}
         paths: dict[str, Path] = {}
+        shown: dict[str, str] = {}
+        took: dict[str, float] = {}
         for side in order:
             paths[side] = dirs[side] / f"run-{i:03d}.katra"
             try:
@@ -136,10 +131,12 @@ def run_rounds(
             except Interrupted as stopped:
                 _record_interrupted(out_dir, manifest, i, paths, stopped)
                 raise
-            entry[side] = f"{side}/{paths[side].name}"
-            entry["commands"][side] = commands[side].shown(paths[side])
-            entry["seconds"][side] = round(seconds, 3)
-        manifest["rounds"].append(entry)
+            shown[side] = commands[side].shown(paths[side])
+            took[side] = round(seconds, 3)
+        done = AbRound(
+            i, f"base/{paths['base'].name}", f"new/{paths['new'].name}", order, shown, took
+        )
+        manifest = dataclasses.replace(manifest, rounds=(*manifest.rounds, done))
         pairs.append((paths["base"], paths["new"]))
         if rule is not None:
             for side in SIDES:
@@ -155,11 +152,11 @@ def run_rounds(
             comparison = compare_sides(sides, options, image_policy="off").timing
             settled = settle(comparison, i, rounds_cap)
             if settled.decided or i == rounds_cap:
-                manifest["stop"] = settled.as_dict()
+                manifest = dataclasses.replace(manifest, stop=settled.as_dict())
         # after every round: an interrupted A/B keeps its pairs
         write_ab_manifest(out_dir, manifest)
         if on_round is not None:
-            on_round(Round(number=i, order=order, seconds=dict(entry["seconds"]), settled=settled))
+            on_round(Round(number=i, order=order, seconds=took, settled=settled))
         if settled is not None and settled.decided:
             break
     return RoundsResult(
@@ -174,7 +171,7 @@ def run_rounds(
 
 def _record_interrupted(
     out_dir: Path,
-    manifest: dict[str, Any],
+    manifest: AbManifest,
     number: int,
     paths: Mapping[str, Path],
     stopped: Interrupted,
@@ -184,12 +181,8 @@ def _record_interrupted(
     round is not one of the ``rounds``, so ``katra3d compare DIR`` pairs the complete rounds only;
     ``ab --force`` removes it all."""
     traces = {side: f"{side}/{path.name}" for side, path in paths.items() if path.is_file()}
-    manifest["interrupted"] = {
-        "round": number,
-        "signal": signal.Signals(stopped.signum).name,
-        "traces": traces,
-    }
-    write_ab_manifest(out_dir, manifest)
+    interrupted = {"round": number, "signal": signal.Signals(stopped.signum).name, "traces": traces}
+    write_ab_manifest(out_dir, dataclasses.replace(manifest, interrupted=interrupted))
 
 
 __all__ = ["Round", "RoundsResult", "capture", "run_rounds"]

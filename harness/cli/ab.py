@@ -263,9 +263,10 @@ def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
             options=compare_options(args),
         )
     except Interrupted:
-        kept = sorted(
-            ((read_ab_manifest(root) or {}).get("interrupted") or {}).get("traces", {}).values()
-        )
+        manifest = read_ab_manifest(root)
+        stopped = manifest.interrupted if manifest is not None else None
+        traces = stopped.get("traces") if stopped is not None else None
+        kept = sorted(str(t) for t in traces.values()) if isinstance(traces, dict) else []
         what = f"kept as interrupted: {', '.join(kept)}" if kept else "it wrote no trace"
         Tally("katra3d ab").line(
             f"stopped: the complete rounds are recorded in {shown(str(root / AB_MANIFEST))} "

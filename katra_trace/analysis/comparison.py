@@ -33,12 +33,12 @@ from katra_trace.analysis.sequential import SequentialRule, Settled
 from katra_trace.analysis.verdict import Comparison, Verdict
 from katra_trace.errors import ConfigError
 from katra_trace.io.reader import Trace
-from katra_trace.io.tracesets import AB_MANIFEST, ab_pairs, open_trace_sets, read_ab_manifest
+from katra_trace.io.tracesets import AB_MANIFEST, AbManifest, open_trace_sets, read_ab_manifest
 from katra_trace.metrics import is_count
 
 #: An ab output directory (resolved) and its manifest, read once: what pairs the rounds and holds
 #: the rule.
-AbRecord = tuple[Path, dict[str, Any]]
+AbRecord = tuple[Path, AbManifest]
 
 
 def resolve_sides(base: str, new: str | None) -> tuple[str, str, AbRecord | None]:
@@ -54,8 +54,7 @@ def resolve_sides(base: str, new: str | None) -> tuple[str, str, AbRecord | None
                 f"compare needs BASE and NEW, or the output directory of 'katra3d ab' "
                 f"(with {AB_MANIFEST}); {base!r} is neither"
             )
-        base = str(root / str(manifest.get("base_dir", "base")))
-        new = str(root / str(manifest.get("new_dir", "new")))
+        base, new = str(root / manifest.base_dir), str(root / manifest.new_dir)
         known = (root.resolve(), manifest)
     parent = _common_parent(base, new)
     if parent is None:
@@ -70,12 +69,10 @@ def _common_parent(base: str, new: str) -> Path | None:
     return b.parent if b.is_dir() and n.is_dir() and b.parent == n.parent else None
 
 
-def _own_sides(base: str, new: str, root: Path, manifest: dict[str, Any]) -> AbRecord | None:
+def _own_sides(base: str, new: str, root: Path, manifest: AbManifest) -> AbRecord | None:
     """``(root, manifest)`` when the manifest names BASE and NEW as its sides."""
     names = (Path(base).resolve().name, Path(new).resolve().name)
-    return (
-        (root, manifest) if (manifest.get("base_dir"), manifest.get("new_dir")) == names else None
-    )
+    return (root, manifest) if (manifest.base_dir, manifest.new_dir) == names else None
 
 
 def round_pairs(
@@ -87,7 +84,7 @@ def round_pairs(
     if ab is None:
         return None, []
     root, manifest = ab
-    manifest_path, rounds = root / AB_MANIFEST, ab_pairs(root, manifest)
+    manifest_path, rounds = root / AB_MANIFEST, manifest.pairs(root)
     index_b = {p.resolve(): i for i, p in enumerate(base_paths)}
     index_n = {p.resolve(): i for i, p in enumerate(new_paths)}
     pairs = [(index_b[b], index_n[n]) for b, n in rounds if b in index_b and n in index_n]
@@ -100,15 +97,15 @@ def round_pairs(
     ]
 
 
-def recorded_rule(manifest: dict[str, Any]) -> tuple[SequentialRule | None, Settled | None]:
+def recorded_rule(manifest: AbManifest) -> tuple[SequentialRule | None, Settled | None]:
     """The stopping rule an ``ab --until-decided`` output directory recorded in its ab.json
     (``manifest``), and why its rounds stopped (None, None for fixed rounds; no stop yet for an
     interrupted one). ConfigError when a record is not what the rounds loop writes."""
-    if manifest.get("sequential") is None:
+    if manifest.sequential is None:
         return None, None
-    stop = manifest.get("stop")
+    stop = manifest.stop
     return SequentialRule.from_json(
-        manifest["sequential"]
+        manifest.sequential
     ), None if stop is None else Settled.from_dict(stop)
 
 
