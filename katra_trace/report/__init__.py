@@ -75,7 +75,7 @@ def build_report(
     return render(
         runs,
         baseline,
-        comparison=None if comparison is None else comparison.timing.as_dict(),
+        comparison=None if comparison is None else comparison.timing,
         comparison_error=comparison_error,
         title=title,
         tool_version=f"katra3d {__version__}",

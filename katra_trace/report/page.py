@@ -21,7 +21,7 @@ import numpy as np
 
 from katra_trace import jsontext
 from katra_trace.analysis.stats import NO_STATS, ClockStats, RunStats, trace_stats
-from katra_trace.analysis.verdict import Verdict
+from katra_trace.analysis.verdict import Comparison, SceneComparison, Verdict
 from katra_trace.metrics import is_count
 from katra_trace.optional import require
 from katra_trace.report.figure import BASELINE_COLOR, LEGEND, fill, plot_div
@@ -248,7 +248,7 @@ def _runs_section(runs: Sequence[TraceLike], baseline: Sequence[TraceLike]) -> s
     return f'<section id="runs"><h2>Runs</h2>{note}{body}</section>'
 
 
-def _comparison_section(comparison: Mapping[str, Any] | None, error: str | None) -> str:
+def _comparison_section(comparison: Comparison | None, error: str | None) -> str:
     if error is not None:
         return (
             f'<section id="comparison"><h2>Comparison with the baseline</h2>'
@@ -257,43 +257,39 @@ def _comparison_section(comparison: Mapping[str, Any] | None, error: str | None)
     if comparison is None:
         return ""
     rows = []
-    for scene, s in (comparison.get("scenes") or {}).items():
-        verdict = str(s.get("verdict", ""))
-        cls = str(verdict) if verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT) else ""
-        unit = s.get("value_unit") or "ms"
+    for s in {s.scene: s for s in comparison.scenes}.values():
+        verdict = str(s.verdict)
+        cls = verdict if s.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT) else ""
+        unit = s.value_unit or "ms"
         level_unit = "ms" if unit == "ms" else ("count" if is_count(unit) else "ratio")
         ci = (
-            f"[{_num(_pct(s.get('ci_low')), 'pct')}, {_num(_pct(s.get('ci_high')), 'pct')}]"
-            if s.get("ci_low") is not None
+            f"[{_num(_pct(s.ci_low), 'pct')}, {_num(_pct(s.ci_high), 'pct')}]"
+            if math.isfinite(s.ci_low)
             else "-"
         )
         rows.append(
             [
-                _e(scene),
+                _e(s.scene),
                 f'<span class="{cls}">{_e(verdict)}</span>',
-                _num(s.get("change_pct"), "pct"),
+                _num(s.change_pct, "pct"),
                 ci,
-                _num(s.get("p_holm"), "p"),
-                _e(f"{s.get('runs_base', '-')} / {s.get('runs_new', '-')}"),
-                f"{_num(s.get('level_base'), level_unit)} &rarr; "
-                f"{_num(s.get('level_new'), level_unit)}"
+                _num(s.p_holm, "p"),
+                _e(f"{s.runs_base} / {s.runs_new}"),
+                f"{_num(s.level_base, level_unit)} &rarr; {_num(s.level_new, level_unit)}"
                 + ("" if level_unit == "ms" else f" {_e(unit)}"),
-                f'<span class="muted">{_e(s.get("reason", ""))}</span>',
+                f'<span class="muted">{_e(s.reason)}</span>',
             ]
         )
     table = _table(
         ["scene", "verdict", "change", "interval", "p (Holm)", "runs base / new", "level", "why"],
         rows,
     )
-    notes = "".join(f"<li>{_e(n)}</li>" for n in comparison.get("notes") or [])
-    counts = ", ".join(f"{v} {k}" for k, v in (comparison.get("verdicts") or {}).items() if v)
+    notes = "".join(f"<li>{_e(n)}</li>" for n in comparison.notes)
+    counts = ", ".join(f"{v} {k}" for k, v in comparison.verdict_counts.items() if v)
     return (
         f'<section id="comparison"><h2>Comparison with the baseline</h2>'
-        f"<p>metric <b>{_e(comparison.get('metric', ''))}</b>, threshold "
-        f"{_e(comparison.get('threshold_pct'))} %, "
-        "alpha "
-        f"{_e(comparison.get('alpha'))}{', paired rounds' if comparison.get('paired') else ''}: "
-        ""
+        f"<p>metric <b>{_e(comparison.metric)}</b>, threshold {_e(comparison.threshold_pct)} %, "
+        f"alpha {_e(comparison.alpha)}{', paired rounds' if comparison.paired else ''}: "
         f"{_e(counts or 'no scenes')}. A change is NEW over BASE: + is slower.</p>{table}"
         + (f"<ul>{notes}</ul>" if notes else "")
         + "</section>"
@@ -365,7 +361,7 @@ def scene_section(
     scene: str,
     sides: Sequence[tuple[str, Sequence[TraceLike]]],
     stats_of: Mapping[int, RunStats],
-    judged: Mapping[str, Any] | None = None,
+    judged: SceneComparison | None = None,
     metric: str | None = None,
 ) -> tuple[str, list[dict[str, Any]]]:
     """One scene's HTML and its figures (series, histogram, zones). With a comparison, ``metric`` is
@@ -570,22 +566,22 @@ def scene_section(
     return body, figures
 
 
-def _judged_levels(judged: Mapping[str, Any] | None, unit: str) -> dict[str, tuple[float, str]]:
+def _judged_levels(judged: SceneComparison | None, unit: str) -> dict[str, tuple[float, str]]:
     """Each side's level as the comparison's table gives it ({"run": (level, name), "baseline":
     ...}), in the plot's unit; {} without a comparison of this scene on this unit (the pooled median
     is drawn then)."""
-    if not judged:
+    if judged is None or (unit != "ms" and judged.value_unit != unit):
         return {}
-    stat = str(judged.get("stat") or "median")
-    keys = ("level_new_ms", "level_base_ms") if unit == "ms" else ("level_new", "level_base")
-    if unit != "ms" and judged.get("value_unit") != unit:
-        return {}
-    out = {}
-    for role, key in zip(("run", "baseline"), keys, strict=True):
-        value = judged.get(key)
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            out[role] = (float(value), f"level ({stat} of the runs)")
-    return out
+    levels = (
+        (judged.level_new_ms, judged.level_base_ms)
+        if unit == "ms"
+        else (judged.level_new, judged.level_base)
+    )
+    return {
+        role: (value, f"level ({judged.stat or 'median'} of the runs)")
+        for role, value in zip(("run", "baseline"), levels, strict=True)
+        if math.isfinite(value)
+    }
 
 
 def _counts(
@@ -613,7 +609,7 @@ def render(
     runs: Sequence[TraceLike],
     baseline: Sequence[TraceLike] = (),
     *,
-    comparison: Mapping[str, Any] | None = None,
+    comparison: Comparison | None = None,
     comparison_error: str | None = None,
     title: str = "katra3d report",
     tool_version: str = "",
@@ -634,8 +630,8 @@ def render(
                     scenes.append(label)
     sections = []
     figures: list[dict[str, Any]] = []
-    judged = (comparison or {}).get("scenes") or {}
-    metric = (comparison or {}).get("metric") or None
+    judged = {} if comparison is None else {s.scene: s for s in comparison.scenes}
+    metric = comparison.metric or None if comparison is not None else None
     for i, scene in enumerate(scenes):
         body, figs = scene_section(i, scene, sides, stats_of, judged.get(scene), metric)
         sections.append(body)
