@@ -591,7 +591,7 @@ def test_trend_data_gives_a_report_the_trends_fits_and_steps(tmp_path: Path) -> 
 
     labels = [(f"v{i}", {"fill": 10.0 if i < 4 else 13.0, "cubes": 5.0}) for i in range(1, 7)]
     db = history_of(tmp_path, labels)
-    data = trend_data(Source(db=db))
+    data = trend_data(Source(db=db)).as_dict()
     assert data["labels"] == [f"v{i}" for i in range(1, 7)]
     fill = next(s for s in data["series"] if s["scene"] == "fill")
     assert (
@@ -605,7 +605,7 @@ def test_trend_data_gives_a_report_the_trends_fits_and_steps(tmp_path: Path) -> 
         ("fill", "v4", "regression")
     ]
     json.dumps(data)  # plain data
-    only = trend_data(Source(db=db), Selection(scene="cubes", last=3))
+    only = trend_data(Source(db=db), Selection(scene="cubes", last=3)).as_dict()
     assert [p["label"] for p in only["series"][0]["points"]] == ["v4", "v5", "v6"] and only[
         "steps"
     ] == []

@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         what = (
             f"{len(runs)} run(s)" + (f" vs {len(baseline)} baseline run(s)" if baseline else "")
             if runs or baseline or trends is None
-            else f"history of {trends['runs']} run(s)"
+            else f"history of {trends.runs} run(s)"
         )
         print(f"{out} ({what}, {size / 1e6:.1f} MB)")
     return ExitCode.OK

@@ -23,6 +23,7 @@ from katra_trace.text import check_text
 
 if TYPE_CHECKING:
     from katra_trace.analysis.comparison import ComparisonResult
+    from katra_trace.history.trends import Trends
 
 
 def build_report(
@@ -35,7 +36,7 @@ def build_report(
     compare_options: CompareOptions = DEFAULT_COMPARE,
     image_policy: str = "gate",
     image_thresholds: ImageThresholds | None = None,
-    history: dict[str, Any] | None = None,
+    history: Trends | None = None,
 ) -> str:
     """The report page for opened traces ``runs`` (one run each) and, if given, ``baseline``.
 

@@ -15,7 +15,7 @@ import functools
 import gzip
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -47,6 +47,9 @@ from katra_trace.report.tables import num as _num
 from katra_trace.report.tables import params_table, stats_table, zone_stats_table
 from katra_trace.report.tables import table as _table
 from katra_trace.report.zones import PLOT_PX, zone_figures
+
+if TYPE_CHECKING:
+    from katra_trace.history.trends import Trends
 
 #: Pixels a row of the frame-time plot's legend takes, and the tallest that plot grows to hold its
 #: legend.
@@ -585,7 +588,7 @@ def _judged_levels(judged: SceneComparison | None, unit: str) -> dict[str, tuple
 
 
 def _counts(
-    runs: Sequence[TraceLike], baseline: Sequence[TraceLike], history: Mapping[str, Any] | None
+    runs: Sequence[TraceLike], baseline: Sequence[TraceLike], history: Trends | None
 ) -> str:
     """The page header's count: the runs (and baseline runs) reported, or, for a history alone, its
     runs, labels and scenes."""
@@ -593,9 +596,9 @@ def _counts(
         return f"{len(runs)} run(s)" + (
             f" against {len(baseline)} baseline run(s)" if baseline else ""
         )
-    scenes = ", ".join(str(s) for s in history.get("scenes", [])) or "none"
+    scenes = ", ".join(history.scenes) or "none"
     return (
-        f"history of {int(history.get('runs', 0))} run(s) over {len(history.get('labels', []))} "
+        f"history of {history.runs} run(s) over {len(history.labels)} "
         "label(s); "
         f"scenes: {_e(scenes)}"
     )
@@ -613,7 +616,7 @@ def render(
     comparison_error: str | None = None,
     title: str = "katra3d report",
     tool_version: str = "",
-    history: Mapping[str, Any] | None = None,
+    history: Trends | None = None,
     images_html: str = "",
 ) -> str:
     """The whole report page as a string; ``images_html``: the image section
