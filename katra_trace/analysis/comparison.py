@@ -23,6 +23,7 @@ from typing import Any
 from katra_trace.analysis.compare import compare_traces
 from katra_trace.analysis.defaults import DEFAULT_COMPARE, CompareOptions
 from katra_trace.analysis.images import (
+    Image,
     ImageThresholds,
     ImageVerdict,
     exit_code_with_images,
@@ -201,19 +202,20 @@ class ComparisonResult:
     """One comparison, as every surface renders it: the timing decision (:class:`Comparison`:
     metric, per-run statistic, and per scene its levels, interval, verdict, reason and
     ``runs_needed``), the image verdicts under ``image_policy``, the stopping rule ab recorded
-    (``sequential``), and the exit code of both."""
+    (``rule``) and why its rounds stopped (``stop``), and the exit code of both."""
 
     base: str
     new: str
     timing: Comparison
     images: Mapping[str, ImageVerdict]
     image_policy: str
-    sequential: Mapping[str, Any] | None = None
+    rule: SequentialRule | None = None
+    stop: Settled | None = None
     #: each side's kept frames by scene (what ``--image-diff`` draws); not part of the JSON
-    base_images: Mapping[str, Any] = dataclasses.field(
+    base_images: Mapping[str, Image] = dataclasses.field(
         default_factory=dict, repr=False, compare=False
     )
-    new_images: Mapping[str, Any] = dataclasses.field(
+    new_images: Mapping[str, Image] = dataclasses.field(
         default_factory=dict, repr=False, compare=False
     )
 
@@ -226,8 +228,11 @@ class ComparisonResult:
     def as_dict(self) -> dict[str, Any]:
         """The JSON of compare and ab (``--format json``)."""
         out = dict(self.timing.as_dict(), base=self.base, new=self.new)
-        if self.sequential is not None:
-            out["sequential"] = dict(self.sequential)
+        if self.rule is not None:
+            out["sequential"] = {
+                "rule": self.rule.to_json(),
+                "stop": None if self.stop is None else self.stop.as_dict(),
+            }
         out.update(
             {
                 "image_policy": self.image_policy,
@@ -249,13 +254,8 @@ def compare_sides(
     decides with its own alpha and threshold (a note says when the ones given differ), as it did
     when ab stopped its rounds."""
     notes = list(sides.notes)
-    sequential: dict[str, Any] | None = None
     if sides.rule is not None:
         rule = sides.rule
-        sequential = {
-            "rule": rule.to_json(),
-            "stop": None if sides.stop is None else sides.stop.as_dict(),
-        }
         if sides.stop is not None:
             notes.append(f"ab --until-decided: {sides.stop.reason}")
         if options.alpha != rule.alpha or options.threshold_pct not in (None, rule.threshold_pct):
@@ -279,8 +279,8 @@ def compare_sides(
     if notes:
         timing = dataclasses.replace(timing, notes=(*notes, *timing.notes))
     images: dict[str, ImageVerdict] = {}
-    base_images: dict[str, Any] = {}
-    new_images: dict[str, Any] = {}
+    base_images: dict[str, Image] = {}
+    new_images: dict[str, Image] = {}
     if image_policy != "off":
         base_images, new_images = (
             dict(side_images(sides.base_traces)),
@@ -303,7 +303,15 @@ def compare_sides(
             },
         )
     return ComparisonResult(
-        sides.base, sides.new, timing, images, image_policy, sequential, base_images, new_images
+        sides.base,
+        sides.new,
+        timing,
+        images,
+        image_policy,
+        sides.rule,
+        sides.stop,
+        base_images,
+        new_images,
     )
 
 
