@@ -331,7 +331,7 @@ def test_architecture_md_names_every_module() -> None:
 #: ``str -> Any`` mappings (``Mapping[str, Any]``, ``dict[str, Any]``) in the product: what is left
 #: reads or writes JSON (header JSON, ``--json`` output, files on disk); the rest has a type. The
 #: count may fall, never rise: lower it when a change removes some.
-MAX_STR_ANY_MAPPINGS = 253
+MAX_STR_ANY_MAPPINGS = 246
 _STR_ANY = re.compile(r"(?:Mapping|dict)\[str, Any\]")
 
 
