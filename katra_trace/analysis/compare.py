@@ -27,7 +27,6 @@ from katra_trace.analysis.match import (
     capture_facts,
     codegen_facts,
     host_facts,
-    measure_mode,
     mismatch,
     resolve_metric,
 )
@@ -52,7 +51,8 @@ def _label(trace: Any, side: str, index: int) -> str:
 def _check_measure_modes(sides: Mapping[str, Sequence[Any]]) -> None:
     """Refuse to mix traces measured in counts (instructions, cycles) with time traces."""
     modes = {
-        side: sorted({measure_mode(t.header) for t in traces}) for side, traces in sides.items()
+        side: sorted({t.header.capture_options.measure_mode for t in traces})
+        for side, traces in sides.items()
     }
     kinds = {"counts" if is_count(m) else "time" for ms in modes.values() for m in ms}
     if len(kinds) > 1:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from katra_trace import jsontext
-from katra_trace.analysis.match import codegen_facts, host_facts, measure_mode, scene_params
+from katra_trace.analysis.match import codegen_facts, host_facts
 from katra_trace.analysis.stats import reference_durations, scene_durations, zone_frame_totals
 from katra_trace.errors import ConfigError
 from katra_trace.io.reader import open_regular
@@ -33,42 +33,6 @@ from katra_trace.schema import Clock
 if TYPE_CHECKING:
     from katra_trace.io.header import TraceHeader
 
-#: Columns of a history row, in order, with their DuckDB types.
-COLUMNS: tuple[tuple[str, str], ...] = (
-    ("trace_sha256", "VARCHAR"),  # SHA-256 of the trace file's bytes (the run's identity)
-    ("label", "VARCHAR"),  # the version this run measured (--label)
-    # --time, else the capture's start; UTC ns since the epoch (orders labels)
-    ("label_time_ns", "BIGINT"),
-    ("commit", "VARCHAR"),  # --commit ("" when not given)
-    ("run_start_ns", "BIGINT"),  # the capture's start (header start_wall_ns), UTC ns
-    ("added_ns", "BIGINT"),  # when `history add` stored the row, UTC ns
-    ("host_id", "VARCHAR"),  # 12 hex digits of SHA-256(renderer, driver, cpu)
-    ("renderer", "VARCHAR"),
-    ("driver", "VARCHAR"),
-    ("cpu", "VARCHAR"),
-    ("codegen_id", "VARCHAR"),  # 12 hex digits of SHA-256(host_info.codegen) ("" when absent)
-    ("codegen", "VARCHAR"),  # host_info.codegen as JSON ("" when absent)
-    ("machine_name", "VARCHAR"),  # the capturing machine's hostname (information only)
-    ("mode", "VARCHAR"),  # time | instructions | cycles (what the capture measured)
-    ("size", "VARCHAR"),  # framebuffer WxH
-    ("params", "VARCHAR"),  # the scene's params as JSON ("" when not recorded)
-    ("scene", "VARCHAR"),
-    ("zone", "VARCHAR"),  # "" for the scene's frames
-    # the clock: wall, cpu, gpu, process, instructions, cycles, wall/reference
-    ("metric", "VARCHAR"),
-    ("unit", "VARCHAR"),  # ms, instructions, cycles or x reference
-    ("frames", "BIGINT"),  # measured frames (zones: frames the zone ran in)
-    ("median", "DOUBLE"),  # in `unit`
-    ("mean", "DOUBLE"),
-    ("p99", "DOUBLE"),
-    # 1 % low frame rate (average of the slowest 1 %), time clocks only
-    ("low_1pct_fps", "DOUBLE"),
-    ("cv", "DOUBLE"),  # frame-to-frame coefficient of variation within the run
-    ("trace_path", "VARCHAR"),  # where the trace was when it was added
-    ("trace_status", "VARCHAR"),  # complete | aborted | interrupted | incomplete
-    ("tool_version", "VARCHAR"),
-)
-COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 
 #: Metric name of the per-run ratio (median frame wall) / (median reference wall), as `compare
 #: --normalize`.
@@ -231,37 +195,45 @@ class RunFacts:
 
 @dataclasses.dataclass(frozen=True)
 class HistoryRow:
-    """One row of the store: one run x scene x zone x metric, its fields the :data:`COLUMNS`."""
+    """One row of the store: one run x scene x zone x metric (its fields are the columns)."""
 
-    trace_sha256: str
-    label: str
-    label_time_ns: int | None
-    commit: str
-    run_start_ns: int | None
-    added_ns: int
-    host_id: str
+    trace_sha256: str  #: SHA-256 of the trace file's bytes (the run's identity)
+    label: str  #: the version this run measured (--label)
+    label_time_ns: int | None  #: --time, else the capture's start; UTC ns (orders labels)
+    commit: str  #: --commit ("" when not given)
+    run_start_ns: int | None  #: the capture's start (header start_wall_ns), UTC ns
+    added_ns: int  #: when `history add` stored the row, UTC ns
+    host_id: str  #: 12 hex digits of SHA-256(renderer, driver, cpu)
     renderer: str
     driver: str
     cpu: str
-    codegen_id: str
-    codegen: str
-    machine_name: str
-    mode: str
-    size: str
-    params: str
+    codegen_id: str  #: 12 hex digits of SHA-256(host_info.codegen) ("" when absent)
+    codegen: str  #: host_info.codegen as JSON ("" when absent)
+    machine_name: str  #: the capturing machine's hostname (information only)
+    mode: str  #: time | instructions | cycles (what the capture measured)
+    size: str  #: framebuffer WxH
+    params: str  #: the scene's params as JSON ("" when not recorded)
     scene: str
-    zone: str
-    metric: str
-    unit: str
-    frames: int
-    median: float
+    zone: str  #: "" for the scene's frames
+    metric: str  #: wall, cpu, gpu, process, instructions, cycles, wall/reference
+    unit: str  #: ms, instructions, cycles or x reference
+    frames: int  #: measured frames (zones: frames the zone ran in)
+    median: float  #: in `unit`
     mean: float
     p99: float
-    low_1pct_fps: float | None
-    cv: float | None
-    trace_path: str
-    trace_status: str
+    low_1pct_fps: float | None  #: average of the slowest 1 %, time clocks only
+    cv: float | None  #: frame-to-frame coefficient of variation within the run
+    trace_path: str  #: where the trace was when it was added
+    trace_status: str  #: complete | aborted | interrupted | incomplete
     tool_version: str
+
+
+_SQL_TYPES = {"str": "VARCHAR", "int": "BIGINT", "float": "DOUBLE"}
+#: Columns of a history row, in order, with their DuckDB types.
+COLUMNS: tuple[tuple[str, str], ...] = tuple(
+    (f.name, _SQL_TYPES[str(f.type).split(" ")[0]]) for f in dataclasses.fields(HistoryRow)
+)
+COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 
 
 def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[HistoryRow]:
@@ -277,7 +249,7 @@ def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[HistoryRow]:
     out: list[HistoryRow] = []
 
     def add(scene: str, zone: str, metric: str, figures: _Figures, unit: str | None = None) -> None:
-        params = scene_params(opts, scene)
+        params = opts.params_of(scene)
         out.append(
             HistoryRow(
                 trace_sha256=sha256,
@@ -290,7 +262,7 @@ def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[HistoryRow]:
                 added_ns=facts.added_ns or time.time_ns(),
                 # a merged trace: each scene's own host (katra3d merge)
                 **dataclasses.asdict(host_fingerprint(header, scene) if header.shards else host),
-                mode=measure_mode(header),
+                mode=opts.measure_mode,
                 size=_size(header),
                 params=jsontext.dumps(params, sort_keys=True, default=str)
                 if params is not None

@@ -60,6 +60,10 @@ class AbRound:
         }
 
 
+_MANIFEST_TEXT = ("base_dir", "new_dir", "base_command", "new_command", "started")
+_MANIFEST_RECORDS = ("sequential", "stop", "interrupted", "decision")
+
+
 @dataclasses.dataclass(frozen=True)
 class AbManifest:
     """``ab.json``, what ``katra3d ab`` recorded in its output directory: its sides' folders and
@@ -80,19 +84,12 @@ class AbManifest:
 
     def to_json(self) -> dict[str, object]:
         """The JSON object of ``ab.json``: the one place it is written."""
-        out: dict[str, object] = {
+        return {
             "katra3d_ab": AB_MANIFEST_VERSION,
-            "base_dir": self.base_dir,
-            "new_dir": self.new_dir,
-            "base_command": self.base_command,
-            "new_command": self.new_command,
-            "started": self.started,
+            **{k: getattr(self, k) for k in _MANIFEST_TEXT},
             "rounds": [r.to_json() for r in self.rounds],
+            **{k: dict(v) for k in _MANIFEST_RECORDS if (v := getattr(self, k)) is not None},
         }
-        for key in ("sequential", "stop", "interrupted", "decision"):
-            if getattr(self, key) is not None:
-                out[key] = dict(getattr(self, key))
-        return out
 
     @classmethod
     def from_json(cls, data: object, path: Path) -> AbManifest:
@@ -106,36 +103,34 @@ class AbManifest:
             raise ConfigError(
                 f"{str(path)!r} is not a katra3d ab manifest (version {AB_MANIFEST_VERSION})"
             )
-        rounds = []
-        for i, entry in enumerate(data["rounds"], 1):
-            if not (
-                isinstance(entry, dict)
-                and isinstance(entry.get("base"), str)
-                and isinstance(entry.get("new"), str)
-            ):
-                raise ConfigError(f"{str(path)!r}: a round lacks its base/new trace paths")
-            rounds.append(
-                AbRound(
-                    int(entry.get("round", i)),
-                    entry["base"],
-                    entry["new"],
-                    tuple(entry.get("order", ("base", "new"))),
-                    dict(entry.get("commands", {})),
-                    dict(entry.get("seconds", {})),
-                )
-            )
-        optional = {
-            key: data[key] if isinstance(data.get(key), dict) else None
-            for key in ("sequential", "stop", "interrupted", "decision")
-        }
+        if not all(
+            isinstance(r, dict) and isinstance(r.get("base"), str) and isinstance(r.get("new"), str)
+            for r in data["rounds"]
+        ):
+            raise ConfigError(f"{str(path)!r}: a round lacks its base/new trace paths")
+
+        def record(key: str) -> JsonObject | None:
+            value = data.get(key)
+            return value if isinstance(value, dict) else None
+
         return cls(
-            base_dir=str(data.get("base_dir", "base")),
-            new_dir=str(data.get("new_dir", "new")),
-            base_command=str(data.get("base_command", "")),
-            new_command=str(data.get("new_command", "")),
-            started=str(data.get("started", "")),
-            rounds=tuple(rounds),
-            **optional,
+            str(data.get("base_dir", "base")),
+            str(data.get("new_dir", "new")),
+            str(data.get("base_command", "")),
+            str(data.get("new_command", "")),
+            str(data.get("started", "")),
+            tuple(
+                AbRound(
+                    int(r.get("round", i)),
+                    r["base"],
+                    r["new"],
+                    tuple(r.get("order", ("base", "new"))),
+                    dict(r.get("commands", {})),
+                    dict(r.get("seconds", {})),
+                )
+                for i, r in enumerate(data["rounds"], 1)
+            ),
+            *(record(k) for k in _MANIFEST_RECORDS),
         )
 
     def pairs(self, root: Path) -> list[tuple[Path, Path]]:
