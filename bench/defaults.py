@@ -244,13 +244,12 @@ def change_of(t: dict[str, list[Any]], level: str) -> float:
     """The measured change of a slowdown (%): the ratio of process p10
     levels, interleaved rounds."""
     from katra_trace.analysis.compare import compare_traces
+    from katra_trace.analysis.defaults import CompareOptions
 
     result = compare_traces(
         t["A"],
         t[level],
-        metric="process",
-        run_stat="p10",
-        allow_param_mismatch=True,
+        CompareOptions(metric="process", run_stat="p10", allow_param_mismatch=True),
         pairs=[(i, i) for i in range(len(t["A"]))],
     )
     return 100.0 * (result.scenes[0].ratio - 1.0)

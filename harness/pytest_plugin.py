@@ -166,7 +166,7 @@ def run_scene(
     from katra3d.harness.gl import backends, probe
     from katra3d.harness.run.config import check_numbers
     from katra3d.scenes.registry import get_scene, resolve_params
-    from katra_trace.analysis.stats import trace_stats
+    from katra_trace.analysis.stats import NO_STATS, trace_stats
     from katra_trace.errors import ConfigError
     from katra_trace.io.header import build_capture_options
     from katra_trace.io.reader import open_trace
@@ -245,7 +245,7 @@ def run_scene(
 
         raise SceneSkip(outcome.reason)
     opened = open_trace(trace)
-    result = trace_stats(opened)["scenes"].get(label, {"metrics": {}, "zones": {}})
+    result = trace_stats(opened).scenes.get(label, NO_STATS).as_dict()
     options = opened.header.capture_options
     # the one rule of which clock a scene's numbers are read on (stats, info and the report use it
     # too)
@@ -311,7 +311,7 @@ def _run_apart(
     # uses it
     from katra3d.harness.replay.capture import run_any
     from katra3d.harness.run.config import RunConfig
-    from katra_trace.analysis.stats import trace_stats
+    from katra_trace.analysis.stats import NO_STATS, trace_stats
     from katra_trace.io.reader import open_trace
 
     config = RunConfig(
@@ -328,7 +328,7 @@ def _run_apart(
     )
     result = run_any(config, quiet=True)
     opened = open_trace(trace)
-    stats = trace_stats(opened)["scenes"].get(label, {"metrics": {}, "zones": {}})
+    stats = trace_stats(opened).scenes.get(label, NO_STATS).as_dict()
     host = opened.header.host_info
     clock = (
         measure if measure != "time" else (opened.header.capture_options.primary_clock or "wall")

@@ -229,8 +229,10 @@ def test_the_decision_modules_load_no_scipy_stats() -> None:
         "katra3d.harness.cli.ab, katra3d.harness.cli.report, katra3d.harness.cli.bisect, "
         "katra3d.harness.cli.history; "
         "from katra_trace.analysis.intervals import frame_figures; "
-        "frame_figures(np.arange(1.0, 31.0), np.arange(2.0, 32.0), False); "
-        "frame_figures(np.arange(1.0, 201.0), np.arange(2.0, 202.0), True); "
+        "from katra_trace.analysis.verdict import SceneComparison; "
+        "row = SceneComparison('s', 'unchanged', ''); "
+        "frame_figures(row, np.arange(1.0, 31.0), np.arange(2.0, 32.0), False); "
+        "frame_figures(row, np.arange(1.0, 201.0), np.arange(2.0, 202.0), True); "
         "print('scipy.stats' in sys.modules)"
     )
     out = subprocess.run(
@@ -430,3 +432,25 @@ def test_children_signals_and_pools_go_through_the_supervisor() -> None:
         if ONE_DOOR.search(line) and not line.lstrip().startswith("#")
     ]
     assert not bad, "\n".join(bad)
+
+
+#: ``str -> Any`` mappings (``Mapping[str, Any]``, ``dict[str, Any]``) in the product: what is left
+#: reads or writes JSON (header JSON, ``--json`` output, files on disk); the rest has a type. The
+#: count may fall, never rise: lower it when a change removes some.
+MAX_STR_ANY_MAPPINGS = 247
+_STR_ANY = re.compile(r"(?:Mapping|dict)\[str, Any\]")
+
+
+def test_untyped_mappings_do_not_come_back() -> None:
+    files = [p for package in ("harness", "katra_trace", "scenes") for p in _sources(package)]
+    files += sorted((REPO / "katra3d").glob("*.py"))
+    found = {
+        str(p.relative_to(REPO)): n
+        for p in files
+        if (n := len(_STR_ANY.findall(p.read_text(encoding="utf-8"))))
+    }
+    most = sorted(found.items(), key=lambda kv: -kv[1])[:5]
+    assert sum(found.values()) <= MAX_STR_ANY_MAPPINGS, (
+        f"{sum(found.values())} str -> Any mappings in the product, over {MAX_STR_ANY_MAPPINGS} "
+        f"(most in {most}): give the data a type (a dataclass), or read JSON through one"
+    )

@@ -196,7 +196,7 @@ def test_ab_stops_after_its_first_round_when_params_differ_otherwise(tmp_path: P
 
 
 def test_compare_of_an_interrupted_ab_directory_says_so(tmp_path: Path) -> None:
-    from katra_trace.io.tracesets import AB_MANIFEST_VERSION, write_ab_manifest
+    from katra_trace.io.tracesets import AB_MANIFEST_VERSION, AbManifest, write_ab_manifest
 
     out = tmp_path / "ab"
     for side in ("base", "new"):
@@ -211,7 +211,7 @@ def test_compare_of_an_interrupted_ab_directory_says_so(tmp_path: Path) -> None:
         "rounds": [],
         "interrupted": {"round": 1, "signal": "SIGINT", "traces": {}},
     }
-    write_ab_manifest(out, manifest)
+    write_ab_manifest(out, AbManifest.from_json(manifest, out / "ab.json"))
     r = katra("compare", str(out))
     assert r.returncode == 2 and "was interrupted in round 1 (SIGINT), before any round" in r.stderr
     # one complete round, the second interrupted: the complete one is compared, and that is said
@@ -228,7 +228,7 @@ def test_compare_of_an_interrupted_ab_directory_says_so(tmp_path: Path) -> None:
         },
     ]
     manifest["interrupted"] = {"round": 2, "signal": "SIGTERM", "traces": {}}
-    write_ab_manifest(out, manifest)
+    write_ab_manifest(out, AbManifest.from_json(manifest, out / "ab.json"))
     r = katra("compare", str(out))
     assert r.returncode == 1, r.stdout + r.stderr
     assert (

@@ -267,7 +267,7 @@ def test_each_scene_is_judged_by_its_own_shards_host(
         and verdicts["c"].verdict.value != "incomparable"
     )
     rows = trace_rows(merged, "0" * 64, RunFacts(label="x"))
-    assert {r["scene"]: r["renderer"] for r in rows} == {
+    assert {r.scene: r.renderer for r in rows} == {
         "a": KEY["renderer"],
         "c": KEY["renderer"],
         "b": "another renderer",

@@ -18,16 +18,16 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, run_capture
 from katra_trace.analysis.comparison import Sides, compare_sides
+from katra_trace.analysis.defaults import DEFAULT_COMPARE, CompareOptions
 from katra_trace.analysis.params import allow_defaults, param_changes
 from katra_trace.analysis.sequential import SequentialRule, Settled, settle
 from katra_trace.analysis.verdict import Comparison
 from katra_trace.errors import ConfigError, Interrupted
 from katra_trace.io.reader import Trace
-from katra_trace.io.tracesets import AB_MANIFEST_VERSION, open_quietly, write_ab_manifest
+from katra_trace.io.tracesets import AbManifest, AbRound, open_quietly, write_ab_manifest
 
 #: The sides, in the order of odd rounds.
 SIDES = ("base", "new")
@@ -61,7 +61,7 @@ class RoundsResult:
     #: with a rule: the traces of that look, opened (bisect's image verdicts use them)
     sides: Sides | None = None
     #: the comparison's options after round 1 (params allowed when the defaults alone differ)
-    compare_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    compare_options: CompareOptions = DEFAULT_COMPARE
     params: tuple[str, ...] = ()  #: each scene whose params differ, one line each
 
 
@@ -91,7 +91,7 @@ def run_rounds(
     *,
     on_round: Callable[[Round], None] | None = None,
     settle_by: Callable[[Comparison, int, int], Settled] = settle,
-    compare_options: Mapping[str, Any] | None = None,
+    options: CompareOptions = DEFAULT_COMPARE,
     who: str = "katra3d ab",
     same_command: bool = False,
 ) -> RoundsResult:
@@ -100,7 +100,7 @@ def run_rounds(
 
     Without ``rule`` every round runs (the fixed-rounds mode). With one (``rounds_cap`` must be its
     ``max_rounds``), the rounds so far are compared after each round, paired, under the rule
-    (:func:`katra_trace.analysis.compare.compare_traces` with ``compare_options``, e.g. ``metric``),
+    (:func:`katra_trace.analysis.comparison.compare_sides` with ``options``),
     and the rounds stop once every scene is decided
     (:func:`katra_trace.analysis.sequential.settle`). ab.json records the rule (``sequential``) from
     the start and why the rounds stopped (``stop``) at the end, so that ``katra3d compare DIR``
@@ -116,31 +116,26 @@ def run_rounds(
     dirs = {side: out_dir / side for side in SIDES}
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
-    manifest: dict[str, Any] = {
-        "katra3d_ab": AB_MANIFEST_VERSION,
-        "base_dir": "base",
-        "new_dir": "new",
-        "base_command": base_cmd.shown(),
-        "new_command": new_cmd.shown(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "rounds": [],
-    }
-    if rule is not None:
-        manifest["sequential"] = rule.to_json()
+    manifest = AbManifest(
+        base_command=base_cmd.shown(),
+        new_command=new_cmd.shown(),
+        started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        sequential=None if rule is None else rule.to_json(),
+    )
     commands = {"base": base_cmd, "new": new_cmd}
     opened: dict[str, list[Trace]] = {side: [] for side in SIDES}
     pairs: list[tuple[Path, Path]] = []
     settled: Settled | None = None
     comparison: Comparison | None = None
     sides: Sides | None = None
-    options = dict(compare_options or {})
     params: tuple[str, ...] = ()
     # before the first capture: the directory is ab's whatever happens next
     write_ab_manifest(out_dir, manifest)
     for i in range(1, rounds_cap + 1):
         order = SIDES if i % 2 else SIDES[::-1]
-        entry: dict[str, Any] = {"round": i, "order": list(order), "commands": {}, "seconds": {}}
         paths: dict[str, Path] = {}
+        shown: dict[str, str] = {}
+        took: dict[str, float] = {}
         for side in order:
             paths[side] = dirs[side] / f"run-{i:03d}.katra"
             try:
@@ -150,10 +145,12 @@ def run_rounds(
             except Interrupted as stopped:
                 _record_interrupted(out_dir, manifest, i, paths, stopped)
                 raise
-            entry[side] = f"{side}/{paths[side].name}"
-            entry["commands"][side] = commands[side].shown(paths[side])
-            entry["seconds"][side] = round(seconds, 3)
-        manifest["rounds"].append(entry)
+            shown[side] = commands[side].shown(paths[side])
+            took[side] = round(seconds, 3)
+        done = AbRound(
+            i, f"base/{paths['base'].name}", f"new/{paths['new'].name}", order, shown, took
+        )
+        manifest = dataclasses.replace(manifest, rounds=(*manifest.rounds, done))
         pairs.append((paths["base"], paths["new"]))
         if i == 1:
             changes = param_changes(
@@ -178,10 +175,10 @@ def run_rounds(
                 pairs=tuple((j, j) for j in range(i)),
                 rule=rule,
             )
-            comparison = compare_sides(sides, image_policy="off", **options).timing
+            comparison = compare_sides(sides, options, image_policy="off").timing
             settled = settle_by(comparison, i, rounds_cap)
             if settled.decided or i == rounds_cap:
-                manifest["stop"] = settled.as_dict()
+                manifest = dataclasses.replace(manifest, stop=settled.as_dict())
         # after every round: an interrupted A/B keeps its pairs
         write_ab_manifest(out_dir, manifest)
         if on_round is not None:
@@ -189,7 +186,7 @@ def run_rounds(
                 Round(
                     number=i,
                     order=order,
-                    seconds=dict(entry["seconds"]),
+                    seconds=took,
                     settled=settled,
                     params=params if i == 1 else (),
                 )
@@ -210,7 +207,7 @@ def run_rounds(
 
 def _record_interrupted(
     out_dir: Path,
-    manifest: dict[str, Any],
+    manifest: AbManifest,
     number: int,
     paths: Mapping[str, Path],
     stopped: Interrupted,
@@ -220,12 +217,8 @@ def _record_interrupted(
     round is not one of the ``rounds``, so ``katra3d compare DIR`` pairs the complete rounds only;
     ``ab --force`` removes it all."""
     traces = {side: f"{side}/{path.name}" for side, path in paths.items() if path.is_file()}
-    manifest["interrupted"] = {
-        "round": number,
-        "signal": signal.Signals(stopped.signum).name,
-        "traces": traces,
-    }
-    write_ab_manifest(out_dir, manifest)
+    interrupted = {"round": number, "signal": signal.Signals(stopped.signum).name, "traces": traces}
+    write_ab_manifest(out_dir, dataclasses.replace(manifest, interrupted=interrupted))
 
 
 __all__ = ["Round", "RoundsResult", "capture", "run_rounds"]

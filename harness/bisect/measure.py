@@ -35,7 +35,6 @@ from katra3d.harness.supervisor import Supervisor
 from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, run_capture
 from katra3d.harness.versions.git import Commit, add_worktree, remove_worktree
 from katra_trace.analysis.bisection import Effect, classify
-from katra_trace.analysis.defaults import DEFAULT_ALPHA
 from katra_trace.analysis.params import allow_defaults, param_changes
 from katra_trace.errors import ConfigError, Interrupted, KatraError
 from katra_trace.io.tracesets import AB_MANIFEST, AB_TRACE, clear_ab_dir, open_quietly
@@ -133,7 +132,7 @@ def compare_to_good(
             sides.base_traces[0].header, sides.new_traces[0].header, same_command=True
         )
         options = allow_defaults(changes, ws.setup.compare)
-        result = compare_sides(sides, image_policy="warn", **options)
+        result = compare_sides(sides, options, image_policy="warn")
     except KatraError as exc:
         return f"not comparable with GOOD: {exc}"
     if not result.timing.scenes:
@@ -157,9 +156,9 @@ def sequential_rule(setup: Setup) -> SequentialRule:
     from katra_trace.analysis.sequential import SequentialRule
 
     return SequentialRule(
-        alpha=float(setup.compare.get("alpha", DEFAULT_ALPHA)),
+        alpha=setup.compare.alpha,
         max_rounds=setup.max_rounds,
-        threshold_pct=setup.compare.get("threshold_pct"),
+        threshold_pct=setup.compare.threshold_pct,
     )
 
 
@@ -325,7 +324,7 @@ def measure_timed(ws: Workspace, trees: Trees, c: Commit, bad: Sequence[Effect] 
             rule,
             on_round=said,
             settle_by=settle_by,
-            compare_options=ws.setup.compare,
+            options=ws.setup.compare,
             who="katra3d bisect",
             same_command=True,
         )
@@ -359,7 +358,7 @@ def measure_timed(ws: Workspace, trees: Trees, c: Commit, bad: Sequence[Effect] 
         # deferred: the comparison loads scipy (about a second); building the parser must not
         from katra_trace.analysis.comparison import compare_sides
 
-        images = image_lines(compare_sides(done.sides, image_policy="warn", **done.compare_options))
+        images = image_lines(compare_sides(done.sides, done.compare_options, image_policy="warn"))
     return Measured(
         effects, "", kept(), done.rounds, stopped, time.monotonic() - t0, "", images, done.params
     )

@@ -9,14 +9,14 @@ ancestor of BAD on its first-parent line).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from katra3d.harness.bisect.measure import Workspace
 from katra3d.harness.bisect.report import REPORT_FILE, report_lines
@@ -29,6 +29,7 @@ from katra3d.harness.versions.setup import default_command, resolve_measure
 from katra_trace.analysis.defaults import (
     DEFAULT_SEQUENTIAL_MIN_ROUNDS,
     MAX_SEQUENTIAL_ROUNDS,
+    CompareOptions,
     check_sequential_rounds,
 )
 from katra_trace.errors import ConfigError, OptionError
@@ -46,7 +47,7 @@ def new_setup(
     command: str | None,
     measure: str,
     run_args: str,
-    compare: Mapping[str, Any],
+    compare: CompareOptions,
     max_rounds: int,
     images: bool = False,
 ) -> Setup:
@@ -70,9 +71,8 @@ def new_setup(
             f"--max-rounds is the cap on rounds of the sequential rule and must be from "
             f"{DEFAULT_SEQUENTIAL_MIN_ROUNDS} to {MAX_SEQUENTIAL_ROUNDS}, got {max_rounds!r}"
         ) from None
-    compare = dict(compare)
-    if is_count(measure) and compare.get("metric", "auto") == "auto":
-        compare["metric"] = measure
+    if is_count(measure) and compare.metric == "auto":
+        compare = dataclasses.replace(compare, metric=measure)
     top = toplevel(cwd)
     g, b = resolve(top, good), resolve(top, bad)
     commits = commit_range(top, g, b)

@@ -125,7 +125,7 @@ def _other_steps(setup: Setup, tested: Mapping[str, CommitResult], culprit: int)
     found = steps(
         [tested[line[i].sha].effects if i else () for i in measured],
         tested[setup.bad.sha].effects,
-        setup.compare.get("threshold_pct"),
+        setup.compare.threshold_pct,
     )
     out: list[str] = []
     for st in found:

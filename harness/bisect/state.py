@@ -18,6 +18,7 @@ from typing import Any
 from katra3d.harness.versions.git import Commit
 from katra_trace import jsontext
 from katra_trace.analysis.bisection import STATES, Effect
+from katra_trace.analysis.defaults import CompareOptions
 from katra_trace.errors import ConfigError
 from katra_trace.io.claim import open_output
 from katra_trace.text import shown
@@ -33,8 +34,7 @@ class Setup:
     """What is bisected and how: fixed when a bisection starts, taken as is by ``--resume``.
 
     ``command``: the capture command template (``{out}`` is the trace path), run with the commit's
-    worktree as its current directory. ``compare``: the keyword arguments of
-    :func:`katra_trace.analysis.compare.compare_traces` (metric, threshold, alpha, allow_* ...).
+    worktree as its current directory. ``compare``: the comparison's options.
     ``max_rounds``: time only, the cap on interleaved rounds against GOOD per commit.
     ``commits``: the range after GOOD up to BAD (BAD last), oldest first. ``images``: bisect the
     first commit whose kept frame changed (``--images``), one capture a commit, not the slowdown.
@@ -46,7 +46,7 @@ class Setup:
     measure: str
     command: str
     scenes: tuple[str, ...]
-    compare: Mapping[str, Any]
+    compare: CompareOptions
     max_rounds: int
     commits: tuple[Commit, ...]
     images: bool = False
@@ -69,7 +69,7 @@ class Setup:
             "measure": self.measure,
             "command": self.command,
             "scenes": list(self.scenes),
-            "compare": dict(self.compare),
+            "compare": self.compare.as_dict(),
             "max_rounds": self.max_rounds,
             "commits": [dataclasses.asdict(c) for c in self.commits],
             "images": self.images,
@@ -84,7 +84,7 @@ class Setup:
             measure=str(data["measure"]),
             command=str(data["command"]),
             scenes=tuple(str(s) for s in data["scenes"]),
-            compare=dict(data["compare"]),
+            compare=CompareOptions.from_dict(data["compare"]),
             max_rounds=int(data["max_rounds"]),
             commits=tuple(Commit(**c) for c in data["commits"]),
             images=bool(data.get("images", False)),

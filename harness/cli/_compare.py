@@ -14,7 +14,7 @@ from katra3d.harness.cli._common import (
     add_comparability_options,
     add_decision_options,
     check_compare_options,
-    compare_kwargs,
+    compare_options,
     emit_table,
     image_options,
     print_json,
@@ -245,7 +245,7 @@ def compare_and_print(
     for line in sides.damaged:
         warn_damaged(line)
     policy, limits = image_options(args)
-    result = compare_sides(sides, image_policy=policy, image_limits=limits, **compare_kwargs(args))
+    result = compare_sides(sides, compare_options(args), image_policy=policy, image_limits=limits)
     if getattr(args, "image_diff", None) and policy != "off":
         write_image_diff(args.image_diff, result.images, result.base_images, result.new_images)
     if record is not None:

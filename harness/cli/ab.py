@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from katra3d.harness.cli._common import check_compare_options, compare_kwargs
+from katra3d.harness.cli._common import check_compare_options, compare_options
 from katra3d.harness.cli._compare import add_compare_options, compare_and_print
 from katra3d.harness.run.progress import Tally
 from katra3d.harness.versions.command import CaptureCommand
@@ -262,13 +262,14 @@ def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
             cap,
             rule,
             on_round=lambda done: _round_line(tally, done, cap),
-            compare_options=compare_kwargs(args),
+            options=compare_options(args),
             same_command=args.refs is not None,
         )
     except Interrupted:
-        kept = sorted(
-            ((read_ab_manifest(root) or {}).get("interrupted") or {}).get("traces", {}).values()
-        )
+        manifest = read_ab_manifest(root)
+        stopped = manifest.interrupted if manifest is not None else None
+        traces = stopped.get("traces") if stopped is not None else None
+        kept = sorted(str(t) for t in traces.values()) if isinstance(traces, dict) else []
         what = f"kept as interrupted: {', '.join(kept)}" if kept else "it wrote no trace"
         Tally("katra3d ab").line(
             f"stopped: the complete rounds are recorded in {shown(str(root / AB_MANIFEST))} "
@@ -279,5 +280,5 @@ def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
     # the one line that says how many rounds were used, and why it stopped
     if result.settled is not None:
         Tally("katra3d ab").line(f"stopped: {result.settled.reason}")
-    args.allow_param_mismatch = bool(result.compare_options.get("allow_param_mismatch"))
+    args.allow_param_mismatch = result.compare_options.allow_param_mismatch
     return compare_and_print(str(dirs["base"]), str(dirs["new"]), args, record=root)

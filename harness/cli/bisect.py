@@ -20,7 +20,7 @@ from katra3d.harness.cli._common import (
     add_comparability_options,
     add_decision_options,
     check_compare_options,
-    compare_kwargs,
+    compare_options,
 )
 from katra3d.harness.run.progress import Tally
 from katra_trace.analysis.defaults import DEFAULT_SEQUENTIAL_MAX_ROUNDS
@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
             command=args.command,
             measure=args.measure,
             run_args=args.run_args,
-            compare=compare_kwargs(args),
+            compare=compare_options(args),
             max_rounds=args.max_rounds,
             images=args.by_images,
         )

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from katra_trace.analysis.defaults import CompareOptions
 from katra_trace.errors import ConfigError
 from katra_trace.io.header import TraceHeader
 
@@ -65,19 +66,19 @@ def param_changes(base: TraceHeader, new: TraceHeader, same_command: bool) -> li
     return out
 
 
-def allow_defaults(changes: list[ParamChange], options: Mapping[str, Any]) -> dict[str, Any]:
+def allow_defaults(changes: list[ParamChange], options: CompareOptions) -> CompareOptions:
     """The comparison's options given the param ``changes`` of its sides: params allowed to differ
     when the scenes' defaults alone differ; ConfigError (exit 2) naming a difference of any other
     kind and what to pass."""
-    if not changes or options.get("allow_param_mismatch"):
-        return dict(options)
+    if not changes or options.allow_param_mismatch:
+        return options
     other = next((c for c in changes if not c.from_defaults), None)
     if other is not None:
         raise ConfigError(
             f"{other.line} (or the sides ran other commands): give both the same --param values, "
             "or --allow-param-mismatch to compare anyway"
         )
-    return {**options, "allow_param_mismatch": True}
+    return dataclasses.replace(options, allow_param_mismatch=True)
 
 
 __all__ = ["FROM_DEFAULTS", "ParamChange", "allow_defaults", "param_changes"]
