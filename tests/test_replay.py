@@ -404,3 +404,29 @@ def test_ctrl_c_stops_a_counted_replay_and_keeps_its_frames(traces: Traces, tmp_
     assert kept > (restarts[-1] if restarts else 0), (kept, restarts)
     assert not subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).stdout
     assert not list(tmp.iterdir())
+
+
+def test_a_stop_ends_the_snapshot_replay_promptly(tmp_path: Path) -> None:
+    """A stop (Ctrl-C) during the untimed snapshot replay ends it within the poll, not when the
+    replayer ends: no image, and the replayer's group is stopped."""
+    import time
+
+    from katra3d.harness.replay.replayer import snapshot
+    from katra3d.harness.replay.tool import Replayer
+
+    slow = tmp_path / "glretrace"
+    slow.write_text(f"#!/bin/sh\necho $$ > {tmp_path / 'pid'}\nexec sleep 60\n")
+    slow.chmod(0o755)
+    begun = time.monotonic()
+    stop_at = begun + 0.5
+    png = snapshot(
+        Replayer(str(slow), "", "egl"),
+        "app.trace",
+        12,
+        {"PATH": "/usr/bin:/bin"},
+        stopped=lambda: time.monotonic() > stop_at,
+        where=tmp_path,
+    )
+    assert png is None and time.monotonic() - begun < 30  # a guard: the replayer sleeps 60 s
+    pid = int((tmp_path / "pid").read_text())
+    assert not subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True).stdout

@@ -483,7 +483,16 @@ class _Replay:
         when asked.
         """
         self.progress.phase(f"{self.where}: the last frame's image (an untimed replay)", None)
-        png = rp.snapshot(self.replayer, self.facts.path, call_no, env, where=self.work)
+        png = rp.snapshot(
+            self.replayer,
+            self.facts.path,
+            call_no,
+            env,
+            stopped=lambda: self.stop.set,
+            where=self.work,
+        )
+        if png is None:  # stopped: the frames are kept, without an image
+            return {}
         try:
             pixels = decode_png(png, f"glretrace's snapshot of call {call_no}")
         except ValueError as exc:

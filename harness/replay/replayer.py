@@ -249,11 +249,11 @@ def snapshot(
     call_no: int,
     env: Mapping[str, str],
     *,
+    stopped: Callable[[], bool],
     where: Path | None = None,
-) -> bytes:
+) -> bytes | None:
     """The PNG glretrace writes of the draw buffer after call ``call_no`` (a replay that is not
-    timed).
-    """
+    timed); None when ``stopped()`` first (seen within :data:`POLL_S`)."""
     with tempfile.TemporaryDirectory(prefix="katra3d-snapshot-", dir=where) as tmp:
         prefix = os.path.join(tmp, "s")
         png = Path(f"{prefix}{call_no:010d}.png")
@@ -266,17 +266,17 @@ def snapshot(
             str(call_no),
             trace,
         ]
-        with _started(command, env, Path(tmp) / "stderr.txt") as proc:
-            assert proc.stdout is not None
-            for line in proc.stdout:
+        stderr, stdout = Path(tmp) / "stderr.txt", Path(tmp) / "stdout.txt"
+        with _started(command, env, stderr, stdout) as proc:
+            for line in _lines(proc, stdout, fast=lambda: False, stopped=stopped):
                 if line.startswith("Wrote ") and png.is_file():
                     break
             else:
+                if stopped():
+                    return None
                 code = proc.wait()
                 if not png.is_file():
-                    raise _failure(
-                        f"the snapshot of call {call_no} of {trace}", code, Path(tmp) / "stderr.txt"
-                    )
+                    raise _failure(f"the snapshot of call {call_no} of {trace}", code, stderr)
         try:
             return png.read_bytes()
         except OSError as exc:
