@@ -252,10 +252,13 @@ def test_not_a_trace_is_one_line(tmp_path: Path) -> None:
     if shutil.which("apitrace") is None:
         pytest.skip("no apitrace")
     (tmp_path / "junk.trace").write_bytes(np.random.default_rng(1).bytes(4096))
-    res = katra("run", "junk.trace", "--frames", "2", "-o", "j.katra", cwd=tmp_path, env=_env())
-    assert res.returncode == 2, res.stderr
-    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
-    assert not (tmp_path / "j.katra").exists()
+    (tmp_path / "text.trace").write_text("a text file, not a trace\n")
+    for name in ("junk.trace", "text.trace"):
+        res = katra("run", name, "--frames", "2", "-o", "j.katra", cwd=tmp_path, env=_env())
+        assert res.returncode == 2, res.stderr
+        said = f"'{tmp_path / name}' is not an apitrace trace: apitrace cannot decode it"
+        assert res.stderr.strip().splitlines() == [f"katra3d: error: {said}"]
+        assert not (tmp_path / "j.katra").exists()
 
 
 def test_a_trace_that_is_not_a_file_says_what_it_is(

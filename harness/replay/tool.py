@@ -25,6 +25,8 @@ from katra_trace.errors import ConfigError, SceneError, ToolUnavailable
 APT_PACKAGE = "apitrace"
 #: Calls read to tell a GLX trace from an EGL one.
 SNIFF_CALLS = 2000
+#: The first bytes of apitrace's snappy and gzip traces (a file with neither is read as brotli).
+SNAPPY_OR_GZIP = (b"at", b"\x1f\x8b")
 _CALL = re.compile(r"^\d+ (glX|egl|wgl|CGL)[A-Za-z]*\(", re.MULTILINE)
 
 
@@ -142,6 +144,11 @@ def sniff_api(path: Path) -> str:
             f"trace '{path}' is a {'/'.join(sorted(found))} trace; katra3d replays GLX and EGL "
             "traces (Linux)"
         )
+    if out.returncode or out.stderr.strip():
+        with open(path, "rb") as fh:  # a regular file (trace_facts)
+            head = fh.read(2)
+        if head not in SNAPPY_OR_GZIP:  # apitrace took it for brotli and could not decode it
+            raise SceneError(f"'{path}' is not an apitrace trace: apitrace cannot decode it")
     why = (out.stderr.strip().splitlines() or ["no GLX or EGL call in its first calls"])[-1]
     raise SceneError(f"trace '{path}' cannot be replayed: {why[:200]}")
 
