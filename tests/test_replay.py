@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from bench.glmark2 import xvfb_display
-from katra3d.harness.replay.output import FrameReader, draw_zone, replayer_base_ns
+from katra3d.harness.replay.output import FrameReader, draw_zones, replayer_base_ns
 from katra3d.harness.replay.tool import trim
 from tests.cli_helpers import katra, katra_main
 
@@ -120,7 +120,12 @@ def test_frame_reader_parses_glretrace_lines() -> None:
     assert frames[1].draws == ()
     assert reader.rendered == 2
     assert replayer_base_ns(frames) == 1000000 - 1500000
-    assert draw_zone("glDrawArrays", 2496) == "glDrawArrays@2496"
+    # the k-th call of each function in the frame: the same names in every frame
+    assert draw_zones(frames[0].draws + frames[0].draws[1:]) == [
+        "frame/glClear#1",
+        "frame/glDrawArrays#1",
+        "frame/glDrawArrays#2",
+    ]
 
 
 @pytest.mark.gl
@@ -160,8 +165,15 @@ def test_replay_frames_zones_header_and_image(traces: Traces, tmp_path: Path) ->
     ev = t.events
     assert int((ev["kind"] == Kind.FRAME).sum()) == warmup + frames
     assert set(ev["clock"][ev["kind"] == Kind.FRAME].tolist()) == {int(Clock.WALL)}
-    names = {t.strings[n] for n in ev["name"][ev["kind"] == Kind.ZONE]}
-    assert any(re.fullmatch(r"glDrawArrays@\d+", n) for n in names), names
+    # each draw a zone named alike in every frame: one sample a measured frame
+    zones = ev[(ev["kind"] == Kind.ZONE) & (ev["flags"] == 0)]
+    assert set(zones["clock"].tolist()) == {int(Clock.CPU)}
+    names, n = np.unique(zones["name"], return_counts=True)
+    assert "frame/glDrawArrays#1" in {t.strings[i] for i in names}
+    assert set(n.tolist()) == {frames}
+    # stats --zones lists them on their clock beside the frame's
+    shown = katra("stats", "a.katra", "--zones", cwd=tmp_path).stdout
+    assert re.search(rf"app +frame/glDrawArrays#1 +cpu +{frames} ", shown), shown
     assert (ev["dur_ns"][ev["kind"] == Kind.FRAME] > 0).all()
     facts = t.header.capture_options.extra["replay"]["traces"]["app"]
     assert facts["sha256"] == hashlib.sha256(traces.app.read_bytes()).hexdigest()

@@ -8,8 +8,9 @@ replayer's ``glFinish`` after its SwapBuffers returned (``--pframe-times``), on 
 (WALL), from the end of the frame before (the first frame of a replay from the replayer's first
 call, as ``glretrace -b`` times it: making the context and compiling are in it, loading the
 replayer's libraries is not; the scene's ``replay`` annotation says how long that start-up took).
-``--zones draws``: each draw call a zone named ``glDrawArrays@2496`` on the CPU clock: the
-replayer's time in the call (``--pcpu``); a software rasterizer's fragment work runs at the frame's
+``--zones draws``: each draw call a zone on the CPU clock, named as a scene's draw without a pass
+(``frame/glDrawArrays#2``: the frame's second glDrawArrays), the replayer's time in the call
+(``--pcpu``); a software rasterizer's fragment work runs at the frame's
 end, not in the call. Counted: the replayer under callgrind on the trace's first W + N frames (a
 trimmed copy), a frame the counts between two SwapBuffers. The last measured frame is kept (an IMAGE
 block) from an untimed snapshot replay. docs/replay.md says more.
@@ -38,7 +39,7 @@ from katra3d.harness.engine.stopping import StopFlag, stop_on_signals
 from katra3d.harness.gl import backends, probe
 from katra3d.harness.replay import replayer as rp
 from katra3d.harness.replay.display import x_display
-from katra3d.harness.replay.output import draw_zone, replayer_base_ns
+from katra3d.harness.replay.output import draw_zones, replayer_base_ns
 from katra3d.harness.replay.tool import Replayer, TraceFacts, find_replayer, trace_facts
 from katra3d.harness.run import lifetime, measure, runner
 from katra3d.harness.run.config import RunConfig, RunPlan, SceneEntry, plan_run
@@ -422,13 +423,12 @@ class _Replay:
             base = bases.get(proc)
             if base is None:
                 continue
-            for draw in frame.draws:
-                name = self.writer.intern(draw_zone(draw.function, draw.call_no))
+            for draw, zone in zip(frame.draws, draw_zones(frame.draws), strict=True):
                 add(
                     int(Kind.ZONE),
                     cpu,
                     self.scene_id,
-                    name,
+                    self.writer.intern(zone),
                     k,
                     1,
                     base + draw.start_ns - self.origin,
