@@ -8,6 +8,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -231,10 +232,49 @@ def test_ab_of_two_replays_restarts_and_has_identical_images(
     t = _trace(runs[0])
     from katra_trace.schema import Kind
 
-    assert int((t.events["kind"] == Kind.FRAME).sum()) == traces.frames + 1
+    # the restart's frame is left out of the statistics: one frame more is replayed
+    assert int((t.events["kind"] == Kind.FRAME).sum()) == traces.frames + 2
     scene = next(a for a in t.annotations if a.get("type") == "scene")
     assert scene["replay"]["restarts"] == [traces.frames]
     assert len(scene["replay"]["startup_ms"]) == 2
+
+
+@pytest.mark.gl
+def test_a_restart_frame_is_said_marked_and_left_out(traces: Traces, tmp_path: Path) -> None:
+    """More frames than the trace has: the run says the trace restarts; the restart's frame (a new
+    replayer's context and compiles) is flagged SETUP, out of the statistics (one more frame is
+    replayed for it), shown by info and named by stats --slow."""
+    frames = traces.frames + 1
+    res = katra(
+        "run",
+        str(traces.app),
+        "--frames",
+        str(frames),
+        "--warmup",
+        "1",
+        "-o",
+        "r.katra",
+        cwd=tmp_path,
+        env=_env(),
+    )
+    assert res.returncode == 0, res.stderr
+    assert f"the trace ended after {traces.frames} frames" in res.stderr
+    assert f"{frames} frames, median" in res.stderr and "; 1 restart frame left out" in res.stderr
+    from katra_trace.schema import Flag, Kind
+
+    ev = _trace(tmp_path / "r.katra").events
+    frame = ev[ev["kind"] == Kind.FRAME]
+    restart = traces.frames
+    assert frame["frame"].tolist() == list(range(1 + frames + 1))
+    assert frame["flags"][frame["frame"] == restart].tolist() == [int(Flag.SETUP)]
+    stats = json.loads(katra("stats", "r.katra", "--format", "json", cwd=tmp_path).stdout)
+    assert stats["scenes"]["app"]["metrics"]["wall"]["n"] == frames
+    info = katra("info", "r.katra", cwd=tmp_path).stdout
+    assert re.search(
+        rf"restarts +app: the trace replayed again from its start at frame {restart}:", info
+    ), info
+    slow = katra("stats", "r.katra", "--slow", cwd=tmp_path).stdout
+    assert f"restarts: 1 frame (frames {restart}) began a new replay of the trace" in slow, slow
 
 
 @pytest.mark.gl

@@ -64,6 +64,11 @@ SIZE_NOTICE = (
     "scene's "
     "annotation records it)"
 )
+#: The scene annotation's word on ``restarts``.
+RESTARTS_NOTE = (
+    "a replay of the trace from its start begins at each frame in 'restarts': that frame (a new "
+    "replayer's context and compiles) is flagged SETUP and left out of the statistics"
+)
 FRAME_BOUNDARY = (
     "callgrind --dump-after={swap} in the replayer; the dumps of one SwapBuffers (GLX's dispatch "
     "and "
@@ -314,6 +319,7 @@ class _Replay:
         self.origin = writer.start_host_ns
         self.where = f"[{n}/{len(plan.entries)}] {entry.label}"
         self.startup_ns: list[int] = []  #: timed: each replayer's start to its first call
+        self.restart_said = False
 
     def run(self, counted: bool) -> SceneResult:
         plan, label = self.plan, self.entry.label
@@ -331,17 +337,20 @@ class _Replay:
             else:
                 values, last_calls, restarts = self._timed(env, total)
             done = len(values)
+            left_out = set(restarts)
+            measured = [
+                v for k, v in enumerate(values[plan.warmup :], plan.warmup) if k not in left_out
+            ]
             result = SceneResult(
                 label,
                 "ok",
-                frames=max(0, done - plan.warmup),
+                frames=len(measured),
                 warmup=min(done, plan.warmup),
                 clock=mode_clock(plan.config.measure if counted else "sync"),
                 params=dict(self.entry.params),
             )
-            if self.stop.set or done < total:
+            if self.stop.set or result.frames < (plan.frames or 0):
                 result.status = "interrupted"
-            measured = values[plan.warmup :]
             if measured:
                 result.stats = scene_stats(measured, counts=counted)
             annotation: dict[str, Any] = {
@@ -355,8 +364,7 @@ class _Replay:
                 "replay": {
                     "trace": self.facts.as_dict(),
                     "restarts": restarts,
-                    "note": "a replay of the trace from its start begins at each frame in "
-                    "'restarts'",
+                    "note": RESTARTS_NOTE,
                 },
             }
             if not self.replayer.headless:
@@ -369,8 +377,30 @@ class _Replay:
         self.progress.line(
             f"{self.where}: {result.frames} frame{'s' if result.frames != 1 else ''}"
             + median_text(result)
+            + (
+                f"; {len(restarts)} restart frame{'s' if len(restarts) > 1 else ''} left out"
+                if restarts
+                else ""
+            )
         )
         return result
+
+    def _flags(self, k: int, restarts: set[int]) -> int:
+        """Frame ``k``'s flags: WARMUP, SETUP on a restart's frame (left out of the statistics)."""
+        return (int(Flag.WARMUP) if k < self.plan.warmup else 0) | (
+            int(Flag.SETUP) if k in restarts else 0
+        )
+
+    def _restarted(self, k: int) -> None:
+        """Says, at the first restart, that the trace is replayed again and what that costs."""
+        if self.restart_said:
+            return
+        self.restart_said = True
+        self.progress.line(
+            f"{self.where}: the trace ended after {k} frames: it is replayed again from its start "
+            "by a new replayer, and each restart's frame (its context and compiles) is left out of "
+            "the statistics"
+        )
 
     def _timed(self, env: dict[str, str], total: int) -> tuple[list[int], list[int], list[int]]:
         zones = str(self.plan.config.zones) == "draws"
@@ -382,7 +412,9 @@ class _Replay:
             env,
             zones=zones,
             stopped=lambda: self.stop.set,
+            warmup=self.plan.warmup,
             on_frame=show,
+            on_restart=self._restarted,
             where=self.work,
         )
         self.startup_ns = got.startup_ns
@@ -397,6 +429,7 @@ class _Replay:
             else {}
         )
         durations: list[int] = []
+        restart_set = set(got.restarts)
         add, wall, cpu = self.writer.append, int(Clock.WALL), int(Clock.CPU)
         for k, frame in enumerate(got.frames):
             proc = got.process_of[k]
@@ -405,7 +438,7 @@ class _Replay:
                 if k == 0 or got.process_of[k - 1] != proc
                 else got.frames[k - 1].end_ns
             )
-            flags = int(Flag.WARMUP) if k < self.plan.warmup else 0
+            flags = self._flags(k, restart_set)
             dur = max(0, frame.end_ns - start)
             add(
                 int(Kind.FRAME),
@@ -449,15 +482,22 @@ class _Replay:
             cycles=cycles,
         )
         frames, last_calls, restarts = rp.counted_frames(
-            command, env, total, stopped=lambda: self.stop.set, where=self.work
+            command,
+            env,
+            total,
+            stopped=lambda: self.stop.set,
+            warmup=self.plan.warmup,
+            on_restart=self._restarted,
+            where=self.work,
         )
         values: list[int] = []
         add = self.writer.append
+        restart_set = set(restarts)
         clock = int(Clock.CYCLES if cycles else Clock.INSTRUCTIONS)
         at = 0
         for k, counts in enumerate(frames):
             value = estimated_cycles(counts) if cycles else int(counts.get("Ir", 0))
-            flags = int(Flag.WARMUP) if k < self.plan.warmup else 0
+            flags = self._flags(k, restart_set)
             add(int(Kind.FRAME), clock, self.scene_id, self.frame_name, k, 0, at, value, 0.0, flags)
             if cycles:
                 add(

@@ -8,10 +8,11 @@ left behind.
 * :func:`timed_frames`: ``glretrace --pframe-times`` (with ``--pcpu --min-cpu-time=0`` for draw
   zones), read line by line until enough frames ended; a trace shorter than the frames asked for is
   replayed again from its start by a new process (glretrace cannot replay a trace twice in one
-  process), and the frame where each replay starts is noted. A replay's first frame starts at the
-  replayer's first call: glretrace prints its profile's column line (``# call no ...``, flushed)
-  just before it reads the trace's first call, where its own ``-b`` clock starts too; the process's
-  start-up before it (loading its libraries) is no frame's.
+  process), and the frame where each replay starts is noted: that frame (a new replayer's context
+  and compiles) is left out of the statistics, so one more frame is replayed (:func:`wanted`). A
+  replay's first frame starts at the replayer's first call: glretrace prints its profile's column
+  line (``# call no ...``, flushed) just before it reads the trace's first call, where its own
+  ``-b`` clock starts too; the process's start-up before it (loading its libraries) is no frame's.
 * :func:`counted_frames`: the replayer under ``valgrind --tool=callgrind`` with a dump after every
   SwapBuffers, single-threaded llvmpipe and the counted run's pinned environment, on the trace's
   first frames only (:func:`trimmed`: ``apitrace trim --frames=0-N``, which keeps the calls and
@@ -22,6 +23,7 @@ left behind.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import functools
@@ -76,6 +78,12 @@ class TimedReplay:
     process_of: list[int] = dataclasses.field(default_factory=list)
     #: frames in one replay of the trace, once a replay ran to its end
     trace_frames: int | None = None
+
+
+def wanted(count: int, warmup: int, restarts: list[int]) -> int:
+    """Frames to replay for ``count`` (warmup included) to count: each restart's frame after the
+    first ``warmup`` is one more, as it is left out of the statistics (``restarts`` ascending)."""
+    return count + len(restarts) - bisect.bisect_left(restarts, warmup)
 
 
 def replay_args(replayer: Replayer, *, timed: bool, zones: bool) -> list[str]:
@@ -185,20 +193,25 @@ def timed_frames(
     *,
     zones: bool,
     stopped: Callable[[], bool],
+    warmup: int = 0,
     on_frame: Callable[[int], None] | None = None,
+    on_restart: Callable[[int], None] | None = None,
     where: Path | None = None,
 ) -> TimedReplay:
-    """Replay ``trace`` until ``count`` frames ended (or ``stopped()``); each frame's end on the
-    host clock. ``where``: the directory its files go in (a run's own,
+    """Replay ``trace`` until ``count`` frames ended, more after restarts (:func:`wanted`), or
+    ``stopped()``; each frame's end on the host clock. ``on_restart(k)``: a new replay begins at
+    frame ``k``. ``where``: the directory its files go in (a run's own,
     :func:`katra3d.harness.replay.capture.run`)."""
     out = TimedReplay()
     command = [replayer.path, *replay_args(replayer, timed=True, zones=zones), trace]
     with tempfile.TemporaryDirectory(prefix="katra3d-replay-", dir=where) as tmp:
         stderr, stdout = Path(tmp) / "stderr.txt", Path(tmp) / "stdout.txt"
-        while len(out.frames) < count and not stopped():
+        while len(out.frames) < wanted(count, warmup, out.restarts) and not stopped():
             before = len(out.frames)
             if before:
                 out.restarts.append(before)
+                if on_restart is not None:
+                    on_restart(before)
             spawned = time.perf_counter_ns()
             out.starts_ns.append(spawned)
             out.startup_ns.append(0)
@@ -222,7 +235,7 @@ def timed_frames(
                     out.process_of.append(len(out.starts_ns) - 1)
                     if on_frame is not None:
                         on_frame(len(out.frames))
-                    if len(out.frames) >= count or stopped():
+                    if len(out.frames) >= wanted(count, warmup, out.restarts) or stopped():
                         break
                 else:
                     if stopped():
@@ -314,10 +327,12 @@ def counted_frames(
     count: int,
     *,
     stopped: Callable[[], bool],
+    warmup: int = 0,
+    on_restart: Callable[[int], None] | None = None,
     where: Path | None = None,
 ) -> tuple[list[dict[str, int]], list[int], list[int]]:
-    """Per-frame callgrind counts (event -> count, main thread) of ``count`` frames, each frame's
-    last call before its SwapBuffers, and the restarts.
+    """Per-frame callgrind counts (event -> count, main thread) of ``count`` frames, more after
+    restarts (:func:`wanted`), each frame's last call before its SwapBuffers, and the restarts.
 
     Each replay runs the trace's first ``count`` frames (a trimmed copy, :func:`trim`) to their end
     under callgrind (its dumps are read afterwards); a nested SwapBuffers (GLX's dispatch, then
@@ -337,12 +352,13 @@ def counted_frames(
             if stopped():  # Ctrl-C reached apitrace trim too
                 return frames, last_calls, restarts
             raise
-        while len(frames) < count and not stopped():
+        while len(frames) < wanted(count, warmup, restarts) and not stopped():
             if frames:
                 restarts.append(len(frames))
-            got, calls = _counted_replay(
-                command, base_index, first, env, count - len(frames), stopped, per, where
-            )
+                if on_restart is not None:
+                    on_restart(len(frames))
+            more = wanted(count, warmup, restarts) - len(frames)
+            got, calls = _counted_replay(command, base_index, first, env, more, stopped, per, where)
             frames += got
             last_calls += calls
             if not got:
@@ -472,4 +488,5 @@ __all__ = [
     "replay_args",
     "snapshot",
     "timed_frames",
+    "wanted",
 ]

@@ -53,7 +53,7 @@ from katra_trace.analysis.stats import (
 )
 from katra_trace.jsontext import record_dict
 from katra_trace.metrics import CLOCK_NAMES, VALUE_CLOCKS, is_time, primary_clock_of
-from katra_trace.schema import GC_NAME, Kind, draw_pass
+from katra_trace.schema import GC_NAME, Flag, Kind, draw_pass
 
 #: The kinds of cause, in the order of the rule (docs/stats.md, "Why a frame was slow").
 ZONE, DRAW, BETWEEN, GC, MACHINE, UNKNOWN = (
@@ -65,6 +65,10 @@ ZONE, DRAW, BETWEEN, GC, MACHINE, UNKNOWN = (
     "unknown",
 )
 KINDS: tuple[str, ...] = (ZONE, DRAW, BETWEEN, GC, MACHINE, UNKNOWN)
+#: A replay's frame that began a new replay of its trace (Flag.SETUP): named, never a slow frame.
+RESTART = "restart"
+#: A restart's frame is flagged SETUP alone (a warmup frame is left out anyway).
+RESTART_FLAGS = int(Flag.SETUP | Flag.WARMUP)
 #: A part of the frame is its main cause when its own excess is at least this share of the frame's.
 EXPLAINS = 0.5
 #: Fewest frames of one cause for a period to be named.
@@ -223,14 +227,31 @@ class SceneSlow:
     zone_clock: str | None = None
     other_zone_clocks: tuple[str, ...] = ()
     frame_clocks: tuple[str, ...] = ()
+    #: frames where a replay restarted its trace (flagged SETUP: no slow frames, no statistics)
+    restarts: tuple[int, ...] = ()
 
     @property
     def note(self) -> str | None:
         """What the output says beside the causes: why there are none (no frame times), or where the
-        zones were (none: ``--zones`` would tell more; on another clock)."""
-        if self.clock is None:
-            return untimed_note(self.frame_clocks)
-        return zone_note(self.clock, self.zone_clock, self.other_zone_clocks)
+        zones were (none: ``--zones`` would tell more; on another clock), and the restarts."""
+        said = (
+            untimed_note(self.frame_clocks)
+            if self.clock is None
+            else zone_note(self.clock, self.zone_clock, self.other_zone_clocks)
+        )
+        if not self.restarts:
+            return said
+        period, first = period_of(self.restarts)
+        shown = ", ".join(map(str, self.restarts[:10])) + (
+            " ..." if len(self.restarts) > 10 else ""
+        )
+        when = f"every {ordinal(period)} frame from frame {first}" if period else f"frames {shown}"
+        n = len(self.restarts)
+        restart = (
+            f"{RESTART}s: {n} frame{'s' if n != 1 else ''} ({when}) began a new replay of the "
+            "trace (its context and compiles): left out of the statistics and the slow frames"
+        )
+        return f"{said}; {restart}" if said else restart
 
     def as_dict(self) -> dict[str, Any]:
         """``slow_frames`` (every slow frame), ``slow_causes`` (the groups), ``slow_clock``,
@@ -313,6 +334,11 @@ def slow_frames(
                 )
             continue
         out[label] = _scene(label, of_scene, clock, marks, strings)
+    setup = ev[(ev["kind"] == Kind.FRAME) & ((ev["flags"] & RESTART_FLAGS) == int(Flag.SETUP))]
+    for sid, label in labels.items():
+        restarts = np.unique(setup["frame"][setup["scene"] == sid])
+        if label in out and restarts.size:
+            out[label] = dataclasses.replace(out[label], restarts=tuple(restarts.tolist()))
     return out
 
 
