@@ -318,11 +318,21 @@ def test_a_trace_that_is_not_a_file_says_what_it_is(
 ) -> None:
     (tmp_path / "dir.trace").mkdir()
     os.mkfifo(tmp_path / "fifo.trace")  # never opened: reading it would wait for a writer
-    for name, what in (("dir.trace", "a directory"), ("fifo.trace", "a FIFO"), ("none.trace", "")):
+    # files of the kernel: reading pagemap takes for ever, reading kmsg consumes the kernel's log
+    (tmp_path / "pm.trace").symlink_to("/proc/self/pagemap")
+    (tmp_path / "kmsg.trace").symlink_to("/proc/kmsg")
+    (tmp_path / "kmsg.py").symlink_to("/proc/kmsg")
+    for name, said in (
+        ("dir.trace", "is a directory, not a trace file"),
+        ("fifo.trace", "is not a regular file (a pipe or FIFO)"),
+        ("none.trace", "no such trace file"),
+        ("pm.trace", "is not a regular file (a file of the kernel under /proc)"),
+        ("kmsg.trace", "is not a regular file (a file of the kernel under /proc)"),
+        ("kmsg.py", "is not a regular file (a file of the kernel under /proc)"),
+    ):
         code, _, err = katra_main(
             capsys, "run", str(tmp_path / name), "--frames", "1", "-o", str(tmp_path / "x.katra")
         )
-        said = f"is {what}, not an apitrace trace file" if what else "not found"
         assert code == 2 and said in err and err.count("\n") == 1, err
     assert not (tmp_path / "x.katra").exists()
 

@@ -230,7 +230,9 @@ def run(plan: RunPlan, progress: Progress) -> RunResult:
 
 
 def trace_facts_of(entry: SceneEntry) -> TraceFacts:
-    return trace_facts(_path(entry))
+    return trace_facts(
+        _path(entry), str(entry.params["trace_sha256"]), int(entry.params["trace_bytes"])
+    )
 
 
 def _path(entry: SceneEntry) -> Path:

@@ -11,15 +11,14 @@ size, which the trace header records and which make two replays of different tra
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
-from katra3d.scenes.registry import check_trace_file
 from katra_trace.errors import ConfigError, SceneError, ToolUnavailable
+from katra_trace.io.inputs import open_regular
 
 #: The Debian/Ubuntu package that holds apitrace, glretrace and eglretrace.
 APT_PACKAGE = "apitrace"
@@ -104,20 +103,6 @@ def package_version() -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
-def file_digest(path: Path) -> tuple[str, int]:
-    """(SHA-256 hex, size in bytes) of ``path``; SceneError when it cannot be read."""
-    digest = hashlib.sha256()
-    size = 0
-    try:
-        with open(path, "rb") as fh:
-            while chunk := fh.read(1 << 20):
-                digest.update(chunk)
-                size += len(chunk)
-    except OSError as exc:
-        raise SceneError(f"cannot read trace '{path}': {exc.strerror or exc}") from None
-    return digest.hexdigest(), size
-
-
 def sniff_api(path: Path) -> str:
     """glx or egl: the window system of the trace's first calls. ToolUnavailable without apitrace;
     SceneError when apitrace cannot read the file or it holds no GLX or EGL call (a WGL or CGL
@@ -145,7 +130,7 @@ def sniff_api(path: Path) -> str:
             "traces (Linux)"
         )
     if out.returncode or out.stderr.strip():
-        with open(path, "rb") as fh:  # a regular file (trace_facts)
+        with open_regular(path) as fh:
             head = fh.read(2)
         if head not in SNAPPY_OR_GZIP:  # apitrace took it for brotli and could not decode it
             raise SceneError(f"'{path}' is not an apitrace trace: apitrace cannot decode it")
@@ -153,13 +138,10 @@ def sniff_api(path: Path) -> str:
     raise SceneError(f"trace '{path}' cannot be replayed: {why[:200]}")
 
 
-def trace_facts(path: Path) -> TraceFacts:
-    """The facts of the trace file at ``path`` (SceneError when it is missing or not a GLX/EGL
-    trace).
-    """
-    check_trace_file(path)
-    sha, size = file_digest(path)
-    return TraceFacts(os.path.abspath(path), sha, size, sniff_api(path))
+def trace_facts(path: Path, sha256: str, size_bytes: int) -> TraceFacts:
+    """The facts of the trace file at ``path``, whose digest and size the scene registry took
+    through the input rule (SceneError when it is not a GLX/EGL trace)."""
+    return TraceFacts(os.path.abspath(path), sha256, size_bytes, sniff_api(path))
 
 
 def trim(path: str, frames: int, out: Path) -> Path:
@@ -192,7 +174,6 @@ __all__ = [
     "APT_PACKAGE",
     "Replayer",
     "TraceFacts",
-    "file_digest",
     "find_replayer",
     "install_line",
     "package_version",
