@@ -161,6 +161,9 @@ def test_replay_frames_zones_header_and_image(traces: Traces, tmp_path: Path) ->
     assert "notice: --size does not apply to a trace" in res.stderr and "; 48x40)" not in res.stdout
     assert t.header.capture_options.run_size is None
     assert t.header.capture_options.resolved.backend == "glx" == t.header.host_info.backend
+    # the GL context is the replayer's (GLX, compatibility: glmark2 asks for no core profile)
+    gl = t.header.host_info.gl
+    assert gl.profile == "compatibility" and "(Compatibility Profile)" in str(gl.version), gl
     from katra_trace.schema import Clock, Kind
 
     ev = t.events

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ from katra3d.harness.run.progress import entered
 from katra3d.harness.run.runner import capture_options, failed_note
 from katra3d.harness.run.valgrind import check_renderer
 from katra_trace.errors import ConfigError, KatraError
-from katra_trace.io.header import CaptureOptions, HostInfo, MeasureOptions
+from katra_trace.io.header import CaptureOptions, GLInfo, HostInfo, MeasureOptions
 from katra_trace.io.images import decode_png, frame_record, image_checksum, image_key
 from katra_trace.io.writer import TraceWriter
 from katra_trace.metrics import mode_clock
@@ -153,8 +154,10 @@ def run(plan: RunPlan, progress: Progress) -> RunResult:
     replayers = {facts.api: find_replayer(facts.api) for _, facts in traces}
     mode = cfg.measure if counted else "sync"
     options = _options(options, plan, traces, replayers, mode, env if counted else None)
-    # the GL facts are the probe's (EGL), the same Mesa
-    host = host.replaced(backend=options.resolved.backend)
+    first, api = traces[0][1], traces[0][1].api
+    host = host.replaced(
+        backend=options.resolved.backend, gl=_replayer_gl(host.gl, first, replayers[api], env)
+    )
     if cfg.size is not None:
         progress.line(SIZE_NOTICE)
     plan.output.parent.mkdir(parents=True, exist_ok=True)
@@ -226,6 +229,34 @@ def run(plan: RunPlan, progress: Progress) -> RunResult:
         stop.signal_name,
         # the traces' own, when one
         size=next(iter(sizes)) if len(sizes) == 1 else None,
+    )
+
+
+def _replayer_gl(gl: GLInfo, facts: TraceFacts, replayer: Replayer, env: dict[str, str]) -> GLInfo:
+    """The probe's GL facts with the context the replayer makes for the trace (glretrace's own: a
+    compatibility one unless the trace asks for core, GLX's vendor string), not katra3d's EGL core
+    one; unchanged when the trace makes no context current in its first calls."""
+    if facts.current_call is None:
+        return gl
+    with x_display(env) if not replayer.headless else contextlib.nullcontext(env) as shown:
+        got = rp.context_strings(
+            replayer, facts.path, facts.current_call, shown, stopped=lambda: False
+        )
+    version = got.get("GL_VERSION", "")
+    if not version:
+        return gl
+    vendor, renderer = got.get("GL_VENDOR", ""), got.get("GL_RENDERER", "")
+    mask = got.get("GL_CONTEXT_PROFILE_MASK")
+    number = re.match(r"(?:OpenGL ES )?(\d+)\.(\d+)", version)
+    return gl.replaced(
+        vendor=vendor,
+        renderer=renderer,
+        version=version,
+        version_code=int(number[1]) * 100 + int(number[2]) * 10 if number else None,
+        glsl_version=got.get("GL_SHADING_LANGUAGE_VERSION"),
+        profile={"1": "core", "2": "compatibility"}.get(mask or "", "unknown"),
+        driver=probe.parse_driver(version, vendor, renderer),
+        software_renderer=probe.is_software_renderer(renderer),
     )
 
 

@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -296,6 +297,51 @@ def snapshot(
             raise ReplayFailed(f"cannot read the snapshot of call {call_no}: {exc}") from None
 
 
+#: The strings of the replayer's context in its state dump (``glretrace -D CALL``: one JSON member a
+#: line, ``"GL_VERSION": "4.5 (Compatibility Profile) Mesa 22.3.6",``).
+_STATE_LINE = re.compile(
+    r'^\s*"(GL_VENDOR|GL_RENDERER|GL_VERSION|GL_SHADING_LANGUAGE_VERSION|GL_CONTEXT_PROFILE_MASK)"'
+    r':\s*"?([^"]*?)"?,?\s*$'
+)
+
+
+def context_strings(
+    replayer: Replayer,
+    trace: str,
+    call_no: int,
+    env: Mapping[str, str],
+    *,
+    stopped: Callable[[], bool],
+    where: Path | None = None,
+) -> dict[str, str]:
+    """``{GL_VERSION: ..., GL_RENDERER: ..., ...}`` of the context the replayer makes for ``trace``
+    (a compatibility one unless the trace asks for core): its state dumped after ``call_no``, the
+    trace's first MakeCurrent (a replay up to it, not timed)."""
+    found: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="katra3d-context-", dir=where) as tmp:
+        stderr, stdout = Path(tmp) / "stderr.txt", Path(tmp) / "stdout.txt"
+        command = [
+            replayer.path,
+            *(["--headless"] if replayer.headless else []),
+            "-D",
+            str(call_no),
+            "--dump-format=json",
+            trace,
+        ]
+        with _started(command, env, stderr, stdout) as proc:
+            for line in _lines(proc, stdout, fast=lambda: False, stopped=stopped):
+                if m := _STATE_LINE.match(line):
+                    found[m.group(1)] = m.group(2)
+                    if len(found) == 5:
+                        break
+            else:
+                if not found and not stopped():
+                    raise _failure(
+                        f"the state dump of call {call_no} of {trace}", proc.wait(), stderr
+                    )
+    return found
+
+
 # --------------------------------------------------------------------------- counted
 
 
@@ -483,6 +529,7 @@ __all__ = [
     "ReplayFailed",
     "SWAP_FUNCTION",
     "TimedReplay",
+    "context_strings",
     "counted_command",
     "counted_frames",
     "replay_args",

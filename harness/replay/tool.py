@@ -27,6 +27,7 @@ SNIFF_CALLS = 2000
 #: The first bytes of apitrace's snappy and gzip traces (a file with neither is read as brotli).
 SNAPPY_OR_GZIP = (b"at", b"\x1f\x8b")
 _CALL = re.compile(r"^\d+ (glX|egl|wgl|CGL)[A-Za-z]*\(", re.MULTILINE)
+_CURRENT = re.compile(r"^(\d+) (?:glXMake(?:Context)?Current|eglMakeCurrent)\(", re.MULTILINE)
 
 
 def install_line() -> str:
@@ -64,6 +65,8 @@ class TraceFacts:
     sha256: str
     size_bytes: int
     api: str
+    #: the trace's first MakeCurrent call (None: none in its first calls)
+    current_call: int | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -103,10 +106,10 @@ def package_version() -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
-def sniff_api(path: Path) -> str:
-    """glx or egl: the window system of the trace's first calls. ToolUnavailable without apitrace;
-    SceneError when apitrace cannot read the file or it holds no GLX or EGL call (a WGL or CGL
-    trace, or not a trace)."""
+def sniff_api(path: Path) -> tuple[str, int | None]:
+    """glx or egl: the window system of the trace's first calls, and its first MakeCurrent call.
+    ToolUnavailable without apitrace; SceneError when apitrace cannot read the file or it holds no
+    GLX or EGL call (a WGL or CGL trace, or not a trace)."""
     apitrace = _which("apitrace")
     try:
         out = subprocess.run(
@@ -120,10 +123,12 @@ def sniff_api(path: Path) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SceneError(f"apitrace cannot read trace '{path}': {exc}") from None
     found = {m.group(1) for m in _CALL.finditer(out.stdout)}
+    current = _CURRENT.search(out.stdout)
+    call = int(current.group(1)) if current else None
     if "glX" in found:
-        return "glx"
+        return "glx", call
     if "egl" in found:
-        return "egl"
+        return "egl", call
     if found:
         raise SceneError(
             f"trace '{path}' is a {'/'.join(sorted(found))} trace; katra3d replays GLX and EGL "
@@ -141,7 +146,7 @@ def sniff_api(path: Path) -> str:
 def trace_facts(path: Path, sha256: str, size_bytes: int) -> TraceFacts:
     """The facts of the trace file at ``path``, whose digest and size the scene registry took
     through the input rule (SceneError when it is not a GLX/EGL trace)."""
-    return TraceFacts(os.path.abspath(path), sha256, size_bytes, sniff_api(path))
+    return TraceFacts(os.path.abspath(path), sha256, size_bytes, *sniff_api(path))
 
 
 def trim(path: str, frames: int, out: Path) -> Path:
