@@ -16,6 +16,7 @@ import numpy as np
 
 from katra3d.harness.cli._common import print_json, terminal_width
 from katra_trace import Clock, Flag, Kind, Trace
+from katra_trace.analysis.slow import restarts_text
 from katra_trace.errors import ExitCode
 from katra_trace.io.header import HostInfo
 from katra_trace.io.image_block import KeptFrame
@@ -289,11 +290,10 @@ def _restart_lines(trace: Trace) -> list[str]:
         replay = a.get("replay") if a.get("type") == "scene" else None
         restarts = replay.get("restarts") if isinstance(replay, dict) else None
         if isinstance(restarts, list) and restarts:
-            shown = ", ".join(map(str, restarts[:10])) + (" ..." if len(restarts) > 10 else "")
             out.append(
-                f"{a.get('scene', '?')}: the trace replayed again from its start at frame"
-                f"{'s' if len(restarts) > 1 else ''} {shown}: a new replayer's context and "
-                "compiles, left out of statistics"
+                f"{a.get('scene', '?')}: the trace replayed again from its start at "
+                f"{restarts_text(restarts)}: a new replayer's context and compiles, left out of "
+                "statistics"
             )
     return out
 

@@ -1,19 +1,8 @@
-"""A run of trace scenes: each apitrace trace replayed by glretrace, its frames written as a katra3d
-trace.
-
-The trace's frames come from the replayer, not from katra3d's frame loop: one katra3d frame per
-SwapBuffers, ``--warmup W --frames N`` from the trace's start (a shorter trace is replayed again
-from its start, and the scene's ``replay`` annotation lists where). Timed: each frame ends when the
-replayer's ``glFinish`` after its SwapBuffers returned (``--pframe-times``), on the host clock
-(WALL), from the end of the frame before (the first frame of a replay from the replayer's first
-call, as ``glretrace -b`` times it: making the context and compiling are in it, loading the
-replayer's libraries is not; the scene's ``replay`` annotation says how long that start-up took).
-``--zones draws``: each draw call a zone on the CPU clock, named as a scene's draw without a pass
-(``frame/glDrawArrays#2``: the frame's second glDrawArrays), the replayer's time in the call
-(``--pcpu``); a software rasterizer's fragment work runs at the frame's
-end, not in the call. Counted: the replayer under callgrind on the trace's first W + N frames (a
-trimmed copy), a frame the counts between two SwapBuffers. The last measured frame is kept (an IMAGE
-block) from an untimed snapshot replay. docs/replay.md says more.
+"""A run of apitrace traces: each replayed by glretrace (:mod:`.replayer`), one katra3d frame per
+SwapBuffers, timed (wall) or counted, its draws as zones (``frame/glDrawArrays#2``: the frame's
+second glDrawArrays, on the cpu clock), a restart's frame flagged SETUP, the host's GL strings the
+replayer's context's, and the last measured frame kept from an untimed snapshot replay. How each is
+measured: docs/replay.md.
 """
 
 from __future__ import annotations
@@ -65,11 +54,6 @@ SIZE_NOTICE = (
     "scene's "
     "annotation records it)"
 )
-#: The scene annotation's word on ``restarts``.
-RESTARTS_NOTE = (
-    "a replay of the trace from its start begins at each frame in 'restarts': that frame (a new "
-    "replayer's context and compiles) is flagged SETUP and left out of the statistics"
-)
 FRAME_BOUNDARY = (
     "callgrind --dump-after={swap} in the replayer; the dumps of one SwapBuffers (GLX's dispatch "
     "and "
@@ -79,16 +63,10 @@ FRAME_BOUNDARY = (
 )
 
 
-def is_trace_entry(entry: SceneEntry) -> bool:
-    """Whether the scene is an apitrace trace (:func:`katra3d.scenes.registry.get_scene` of
-    ``x.trace``).
-    """
-    return bool(getattr(entry.cls, "trace_path", ""))
-
-
 def has_traces(plan: RunPlan) -> bool:
-    """Whether ``plan`` replays traces (then :func:`run` captures it, not the scene runner)."""
-    return any(is_trace_entry(e) for e in plan.entries)
+    """Whether ``plan`` replays apitrace traces (then :func:`run` captures it, not the scene
+    runner)."""
+    return any(getattr(e.cls, "trace_path", "") for e in plan.entries)
 
 
 def check_plan(plan: RunPlan) -> None:
@@ -239,9 +217,7 @@ def _replayer_gl(gl: GLInfo, facts: TraceFacts, replayer: Replayer, env: dict[st
     if facts.current_call is None:
         return gl
     with x_display(env) if not replayer.headless else contextlib.nullcontext(env) as shown:
-        got = rp.context_strings(
-            replayer, facts.path, facts.current_call, shown, stopped=lambda: False
-        )
+        got = rp.context_strings(replayer, facts.path, facts.current_call, shown)
     version = got.get("GL_VERSION", "")
     if not version:
         return gl
@@ -397,7 +373,8 @@ class _Replay:
                 "replay": {
                     "trace": self.facts.as_dict(),
                     "restarts": restarts,
-                    "note": RESTARTS_NOTE,
+                    "note": "a replay of the trace from its start begins at each frame in "
+                    "'restarts', flagged SETUP: left out of the statistics",
                 },
             }
             if not self.replayer.headless:
@@ -598,4 +575,4 @@ class _Replay:
         return keys
 
 
-__all__ = ["check_plan", "has_traces", "is_trace_entry", "run", "run_any"]
+__all__ = ["check_plan", "has_traces", "run", "run_any"]

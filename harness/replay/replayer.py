@@ -77,8 +77,6 @@ class TimedReplay:
     restarts: list[int] = dataclasses.field(default_factory=list)
     #: which process replayed each frame
     process_of: list[int] = dataclasses.field(default_factory=list)
-    #: frames in one replay of the trace, once a replay ran to its end
-    trace_frames: int | None = None
 
 
 def wanted(count: int, warmup: int, restarts: list[int]) -> int:
@@ -253,8 +251,28 @@ def timed_frames(
                             "without a SwapBuffers (a program that never swaps, e.g. glmark2 "
                             "--off-screen, records none)"
                         )
-                    out.trace_frames = made
     return out
+
+
+def _untimed(
+    replayer: Replayer,
+    args: list[str],
+    trace: str,
+    env: Mapping[str, str],
+    tmp: Path,
+    *,
+    stopped: Callable[[], bool],
+    until: Callable[[str], bool],
+) -> int | None:
+    """A replay that is not timed (``args`` before the trace), its output read until ``until(line)``
+    or ``stopped()`` (None, within :data:`POLL_S`); else its exit status. Its stderr is
+    ``tmp/stderr.txt``."""
+    command = [replayer.path, *(["--headless"] if replayer.headless else []), *args, trace]
+    with _started(command, env, tmp / "stderr.txt", tmp / "stdout.txt") as proc:
+        for line in _lines(proc, tmp / "stdout.txt", fast=lambda: False, stopped=stopped):
+            if until(line):
+                return None
+        return None if stopped() else proc.wait()
 
 
 def snapshot(
@@ -266,39 +284,32 @@ def snapshot(
     stopped: Callable[[], bool],
     where: Path | None = None,
 ) -> bytes | None:
-    """The PNG glretrace writes of the draw buffer after call ``call_no`` (a replay that is not
-    timed); None when ``stopped()`` first (seen within :data:`POLL_S`)."""
+    """The PNG glretrace writes of the draw buffer after call ``call_no``; None when stopped."""
     with tempfile.TemporaryDirectory(prefix="katra3d-snapshot-", dir=where) as tmp:
-        prefix = os.path.join(tmp, "s")
-        png = Path(f"{prefix}{call_no:010d}.png")
-        command = [
-            replayer.path,
-            *(["--headless"] if replayer.headless else []),
-            "-s",
-            prefix,
-            "-S",
-            str(call_no),
+        png = Path(tmp) / f"s{call_no:010d}.png"
+        args = ["-s", os.path.join(tmp, "s"), "-S", str(call_no)]
+        code = _untimed(
+            replayer,
+            args,
             trace,
-        ]
-        stderr, stdout = Path(tmp) / "stderr.txt", Path(tmp) / "stdout.txt"
-        with _started(command, env, stderr, stdout) as proc:
-            for line in _lines(proc, stdout, fast=lambda: False, stopped=stopped):
-                if line.startswith("Wrote ") and png.is_file():
-                    break
-            else:
-                if stopped():
-                    return None
-                code = proc.wait()
-                if not png.is_file():
-                    raise _failure(f"the snapshot of call {call_no} of {trace}", code, stderr)
+            env,
+            Path(tmp),
+            stopped=stopped,
+            until=lambda line: line.startswith("Wrote ") and png.is_file(),
+        )
+        if stopped():
+            return None
+        if not png.is_file():
+            raise _failure(
+                f"the snapshot of call {call_no} of {trace}", code, Path(tmp) / "stderr.txt"
+            )
         try:
             return png.read_bytes()
         except OSError as exc:
             raise ReplayFailed(f"cannot read the snapshot of call {call_no}: {exc}") from None
 
 
-#: The strings of the replayer's context in its state dump (``glretrace -D CALL``: one JSON member a
-#: line, ``"GL_VERSION": "4.5 (Compatibility Profile) Mesa 22.3.6",``).
+#: A string of the context in the replayer's state dump: ``"GL_VERSION": "4.5 (...) Mesa 22.3.6",``.
 _STATE_LINE = re.compile(
     r'^\s*"(GL_VENDOR|GL_RENDERER|GL_VERSION|GL_SHADING_LANGUAGE_VERSION|GL_CONTEXT_PROFILE_MASK)"'
     r':\s*"?([^"]*?)"?,?\s*$'
@@ -311,34 +322,24 @@ def context_strings(
     call_no: int,
     env: Mapping[str, str],
     *,
-    stopped: Callable[[], bool],
     where: Path | None = None,
 ) -> dict[str, str]:
-    """``{GL_VERSION: ..., GL_RENDERER: ..., ...}`` of the context the replayer makes for ``trace``
-    (a compatibility one unless the trace asks for core): its state dumped after ``call_no``, the
-    trace's first MakeCurrent (a replay up to it, not timed)."""
+    """``{GL_VERSION: ..., GL_RENDERER: ..., ...}`` of the context the replayer makes for ``trace``:
+    its state dumped after call ``call_no`` (``-D``)."""
     found: dict[str, str] = {}
+
+    def take(line: str) -> bool:
+        if m := _STATE_LINE.match(line):
+            found[m.group(1)] = m.group(2)
+        return len(found) == 5
+
     with tempfile.TemporaryDirectory(prefix="katra3d-context-", dir=where) as tmp:
-        stderr, stdout = Path(tmp) / "stderr.txt", Path(tmp) / "stdout.txt"
-        command = [
-            replayer.path,
-            *(["--headless"] if replayer.headless else []),
-            "-D",
-            str(call_no),
-            "--dump-format=json",
-            trace,
-        ]
-        with _started(command, env, stderr, stdout) as proc:
-            for line in _lines(proc, stdout, fast=lambda: False, stopped=stopped):
-                if m := _STATE_LINE.match(line):
-                    found[m.group(1)] = m.group(2)
-                    if len(found) == 5:
-                        break
-            else:
-                if not found and not stopped():
-                    raise _failure(
-                        f"the state dump of call {call_no} of {trace}", proc.wait(), stderr
-                    )
+        args = ["-D", str(call_no), "--dump-format=json"]
+        code = _untimed(replayer, args, trace, env, Path(tmp), stopped=lambda: False, until=take)
+        if not found:
+            raise _failure(
+                f"the state dump of call {call_no} of {trace}", code, Path(tmp) / "stderr.txt"
+            )
     return found
 
 

@@ -65,9 +65,7 @@ ZONE, DRAW, BETWEEN, GC, MACHINE, UNKNOWN = (
     "unknown",
 )
 KINDS: tuple[str, ...] = (ZONE, DRAW, BETWEEN, GC, MACHINE, UNKNOWN)
-#: A replay's frame that began a new replay of its trace (Flag.SETUP): named, never a slow frame.
-RESTART = "restart"
-#: A restart's frame is flagged SETUP alone (a warmup frame is left out anyway).
+#: A replay's restart frame is flagged SETUP alone (a warmup frame is left out anyway).
 RESTART_FLAGS = int(Flag.SETUP | Flag.WARMUP)
 #: A part of the frame is its main cause when its own excess is at least this share of the frame's.
 EXPLAINS = 0.5
@@ -241,15 +239,9 @@ class SceneSlow:
         )
         if not self.restarts:
             return said
-        period, first = period_of(self.restarts)
-        shown = ", ".join(map(str, self.restarts[:10])) + (
-            " ..." if len(self.restarts) > 10 else ""
-        )
-        when = f"every {ordinal(period)} frame from frame {first}" if period else f"frames {shown}"
-        n = len(self.restarts)
         restart = (
-            f"{RESTART}s: {n} frame{'s' if n != 1 else ''} ({when}) began a new replay of the "
-            "trace (its context and compiles): left out of the statistics and the slow frames"
+            f"restarts: {restarts_text(self.restarts)} began a new replay of the trace (its "
+            "context and compiles): left out of the statistics and the slow frames"
         )
         return f"{said}; {restart}" if said else restart
 
@@ -263,6 +255,12 @@ class SceneSlow:
             "slow_causes": [g.as_dict() for g in self.groups],
             "slow_note": self.note,
         }
+
+
+def restarts_text(frames: Sequence[int]) -> str:
+    """``frame 6`` or ``frames 6, 12, 18`` (the first ten, then ``...``)."""
+    more = " ..." if len(frames) > 10 else ""
+    return f"frame{'s' if len(frames) > 1 else ''} {', '.join(map(str, frames[:10]))}{more}"
 
 
 def ordinal(n: int) -> str:
