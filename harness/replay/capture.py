@@ -128,7 +128,10 @@ def run(plan: RunPlan, progress: Progress) -> RunResult:
         )
     else:
         env = dict(os.environ)
-    traces = [(e, trace_facts_of(e)) for e in plan.entries]
+    traces = [
+        (e, trace_facts(_path(e), e.params["trace_sha256"], e.params["trace_bytes"]))
+        for e in plan.entries
+    ]
     replayers = {facts.api: find_replayer(facts.api) for _, facts in traces}
     mode = cfg.measure if counted else "sync"
     options = _options(options, plan, traces, replayers, mode, env if counted else None)
@@ -233,12 +236,6 @@ def _replayer_gl(gl: GLInfo, facts: TraceFacts, replayer: Replayer, env: dict[st
         profile={"1": "core", "2": "compatibility"}.get(mask or "", "unknown"),
         driver=probe.parse_driver(version, vendor, renderer),
         software_renderer=probe.is_software_renderer(renderer),
-    )
-
-
-def trace_facts_of(entry: SceneEntry) -> TraceFacts:
-    return trace_facts(
-        _path(entry), str(entry.params["trace_sha256"]), int(entry.params["trace_bytes"])
     )
 
 

@@ -99,29 +99,18 @@ def replay_args(replayer: Replayer, *, timed: bool, zones: bool) -> list[str]:
 
 @contextlib.contextmanager
 def _started(
-    command: list[str],
-    env: Mapping[str, str],
-    stderr: Path,
-    stdout: Path | None = None,
-    *,
-    grace_s: float = 5.0,
-) -> Iterator[subprocess.Popen[str]]:
-    """The replayer started in its own process group, its stdout a pipe (or the file ``stdout``);
-    stopped (its whole group: SIGTERM, SIGKILL after ``grace_s``) when the block ends."""
-    with (
-        open(stderr, "wb") as err,
-        open(stdout, "wb") if stdout is not None else contextlib.nullcontext() as out,
-    ):
+    command: list[str], env: Mapping[str, str], stderr: Path, stdout: Path, *, grace_s: float = 5.0
+) -> Iterator[subprocess.Popen[bytes]]:
+    """The replayer started in its own process group, its output in the files ``stdout`` and
+    ``stderr``; its group stopped (SIGTERM, SIGKILL after ``grace_s``) when the block ends."""
+    with open(stderr, "wb") as err, open(stdout, "wb") as out:
         try:
             proc = subprocess.Popen(
                 command,
                 env=dict(env),
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE if out is None else out,
+                stdout=out,
                 stderr=err,
-                text=True,
-                errors="replace",
-                bufsize=1,
                 preexec_fn=own_group(),
             )
         except OSError as exc:
@@ -130,8 +119,6 @@ def _started(
         yield proc
     finally:
         stop_group(proc, grace_s)
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def _no_frame_yet(out: TimedReplay, before: int) -> bool:
@@ -140,7 +127,7 @@ def _no_frame_yet(out: TimedReplay, before: int) -> bool:
 
 
 def _lines(
-    proc: subprocess.Popen[str],
+    proc: subprocess.Popen[bytes],
     path: Path,
     *,
     fast: Callable[[], bool],

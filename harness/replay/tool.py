@@ -30,9 +30,9 @@ _CALL = re.compile(r"^\d+ (glX|egl|wgl|CGL)[A-Za-z]*\(", re.MULTILINE)
 _CURRENT = re.compile(r"^(\d+) (?:glXMake(?:Context)?Current|eglMakeCurrent)\(", re.MULTILINE)
 
 
-def install_line() -> str:
-    """The command that installs apitrace here (with sudo unless root)."""
-    line = f"apt-get install -y {APT_PACKAGE}"
+def install_line(package: str = APT_PACKAGE) -> str:
+    """The command that installs ``package`` here (with sudo unless root)."""
+    line = f"apt-get install -y {package}"
     return line if os.geteuid() == 0 else f"sudo {line}"
 
 
