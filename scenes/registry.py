@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 from katra3d.scenes.api import Param, Scene
 from katra_trace.errors import ConfigError, SceneError
-from katra_trace.io.inputs import check_input, open_regular
+from katra_trace.io.inputs import open_regular
 
 #: the entry-point group installed packages use to offer scenes
 ENTRY_POINT_GROUP = "katra3d.scenes"
@@ -129,7 +129,7 @@ def _load_from_file(file_part: str, class_name: str) -> type[Scene]:
     where = f"file '{file_part}'"
     if not path.is_file():
         raise SceneError(f"scene file '{file_part}' not found")
-    check_input(path, what="scene file")  # before Python reads it
+    open_regular(path, what="scene file").close()  # the input rule, before Python reads it
     resolved = path.resolve()
     _on_import_path(resolved.parent)
     digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:10]

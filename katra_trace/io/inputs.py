@@ -1,10 +1,7 @@
-"""The one rule for a file katra3d reads (a trace, a scene file, an apitrace trace, a reference
-image): a regular file, opened without blocking, refused before anything is read when it is not.
-
-Pipes, devices and sockets have no size to read by and may block; a file of the kernel's ``/proc``
-or ``/sys`` reports a size it does not have (``/proc/self/pagemap``: gigabytes read for ever) or
-consumes what is read (``/proc/kmsg``), so it is refused by its file system, never read. Pure
-standard library: the scene registry checks its inputs here too.
+"""The one rule for a file katra3d reads (a trace, a scene file, an apitrace trace, a manifest, a
+reference image): a regular file outside the kernel's ``/proc`` and ``/sys`` (which report sizes
+they do not have, or are consumed by a read: ``/proc/self/pagemap``, ``/proc/kmsg``), refused in one
+line before anything is read. Standard library only: the scene registry checks its files here too.
 """
 
 from __future__ import annotations
@@ -12,7 +9,6 @@ from __future__ import annotations
 import functools
 import os
 import stat
-from pathlib import Path
 from typing import BinaryIO
 
 from katra_trace.errors import ConfigError
@@ -114,11 +110,4 @@ def read_regular(path: str | os.PathLike[str], *, what: str, max_bytes: int) -> 
     return data
 
 
-def check_input(path: str | os.PathLike[str], *, what: str) -> Path:
-    """``path`` when :func:`open_regular` would open it: for a file that another reader reads (a
-    scene file Python imports, a trace apitrace replays)."""
-    open_regular(path, what=what).close()
-    return Path(path)
-
-
-__all__ = ["KERNEL_ROOTS", "check_input", "file_kind", "open_regular", "read_regular"]
+__all__ = ["KERNEL_ROOTS", "file_kind", "open_regular", "read_regular"]
