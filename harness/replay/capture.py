@@ -47,19 +47,15 @@ TIMED_REASON = (
     "replayed by glretrace --pframe-times: a glFinish ends each frame, timed on the host clock "
     "(the replayer's frames, not katra3d's loop)"
 )
-#: What ``--size`` does to a replay: nothing (glretrace makes the trace's own windows); the notice
-#: says so.
+#: What ``--size`` does to a replay: nothing (glretrace makes the trace's own windows).
 SIZE_NOTICE = (
     "notice: --size does not apply to a trace: it replays at the size it was recorded at (each "
-    "scene's "
-    "annotation records it)"
+    "scene's annotation records it)"
 )
 FRAME_BOUNDARY = (
     "callgrind --dump-after={swap} in the replayer; the dumps of one SwapBuffers (GLX's dispatch "
-    "and "
-    "Mesa's) are summed; main thread (--separate-threads=yes); the replayer instrumented from its "
-    "start; "
-    "the trace's first W + N frames (apitrace trim --frames=0-K)"
+    "and Mesa's) are summed; main thread (--separate-threads=yes); the replayer instrumented from "
+    "its start; the trace's first W + N frames (apitrace trim --frames=0-K)"
 )
 
 
@@ -215,15 +211,15 @@ def run(plan: RunPlan, progress: Progress) -> RunResult:
 
 def _replayer_gl(gl: GLInfo, facts: TraceFacts, replayer: Replayer, env: dict[str, str]) -> GLInfo:
     """The probe's GL facts with the context the replayer makes for the trace (glretrace's own: a
-    compatibility one unless the trace asks for core, GLX's vendor string), not katra3d's EGL core
-    one; unchanged when the trace makes no context current in its first calls."""
-    if facts.current_call is None:
-        return gl
-    with x_display(env) if not replayer.headless else contextlib.nullcontext(env) as shown:
-        got = rp.context_strings(replayer, facts.path, facts.current_call, shown)
-    version = got.get("GL_VERSION", "")
+    compatibility one unless the trace asks for core), not katra3d's EGL core one; its version and
+    profile unknown (None) when its state cannot be dumped."""
+    got: dict[str, str] = {}
+    if facts.current_call is not None:
+        with x_display(env) if not replayer.headless else contextlib.nullcontext(env) as shown:
+            got = rp.context_strings(replayer, facts.path, facts.current_call, shown)
+    version = got.get("GL_VERSION")
     if not version:
-        return gl
+        return gl.replaced(version=None, version_code=None, glsl_version=None, profile=None)
     vendor, renderer = got.get("GL_VENDOR", ""), got.get("GL_RENDERER", "")
     mask = got.get("GL_CONTEXT_PROFILE_MASK")
     number = re.match(r"(?:OpenGL ES )?(\d+)\.(\d+)", version)

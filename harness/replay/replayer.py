@@ -312,7 +312,7 @@ def context_strings(
     where: Path | None = None,
 ) -> dict[str, str]:
     """``{GL_VERSION: ..., GL_RENDERER: ..., ...}`` of the context the replayer makes for ``trace``:
-    its state dumped after call ``call_no`` (``-D``)."""
+    its state dumped after call ``call_no`` (``-D``); {} when the replayer dumps none."""
     found: dict[str, str] = {}
 
     def take(line: str) -> bool:
@@ -322,11 +322,7 @@ def context_strings(
 
     with tempfile.TemporaryDirectory(prefix="katra3d-context-", dir=where) as tmp:
         args = ["-D", str(call_no), "--dump-format=json"]
-        code = _untimed(replayer, args, trace, env, Path(tmp), stopped=lambda: False, until=take)
-        if not found:
-            raise _failure(
-                f"the state dump of call {call_no} of {trace}", code, Path(tmp) / "stderr.txt"
-            )
+        _untimed(replayer, args, trace, env, Path(tmp), stopped=lambda: False, until=take)
     return found
 
 

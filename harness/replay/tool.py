@@ -27,6 +27,8 @@ SNIFF_CALLS = 2000
 #: The first bytes of apitrace's snappy and gzip traces (a file with neither is read as brotli).
 SNAPPY_OR_GZIP = (b"at", b"\x1f\x8b")
 _CALL = re.compile(r"^\d+ (glX|egl|wgl|CGL)[A-Za-z]*\(", re.MULTILINE)
+#: The first SwapBuffers (a context is current there), else the first MakeCurrent.
+_SWAP = re.compile(r"^(\d+) (?:glX|egl)SwapBuffers\(", re.MULTILINE)
 _CURRENT = re.compile(r"^(\d+) (?:glXMake(?:Context)?Current|eglMakeCurrent)\(", re.MULTILINE)
 
 
@@ -65,7 +67,8 @@ class TraceFacts:
     sha256: str
     size_bytes: int
     api: str
-    #: the trace's first MakeCurrent call (None: none in its first calls)
+    #: a call where the trace's context is current (its first SwapBuffers or MakeCurrent; None: none
+    #: in its first calls)
     current_call: int | None = None
 
     def as_dict(self) -> dict[str, object]:
@@ -107,7 +110,7 @@ def package_version() -> str:
 
 
 def sniff_api(path: Path) -> tuple[str, int | None]:
-    """glx or egl: the window system of the trace's first calls, and its first MakeCurrent call.
+    """glx or egl: the window system of the trace's first calls, and a call with a context current.
     ToolUnavailable without apitrace; SceneError when apitrace cannot read the file or it holds no
     GLX or EGL call (a WGL or CGL trace, or not a trace)."""
     apitrace = _which("apitrace")
@@ -123,7 +126,7 @@ def sniff_api(path: Path) -> tuple[str, int | None]:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SceneError(f"apitrace cannot read trace '{path}': {exc}") from None
     found = {m.group(1) for m in _CALL.finditer(out.stdout)}
-    current = _CURRENT.search(out.stdout)
+    current = _SWAP.search(out.stdout) or _CURRENT.search(out.stdout)
     call = int(current.group(1)) if current else None
     if "glX" in found:
         return "glx", call
