@@ -210,28 +210,21 @@ def run(plan: RunPlan, progress: Progress) -> RunResult:
 
 
 def _replayer_gl(gl: GLInfo, facts: TraceFacts, replayer: Replayer, env: dict[str, str]) -> GLInfo:
-    """The probe's GL facts with the context the replayer makes for the trace (glretrace's own: a
-    compatibility one unless the trace asks for core), not katra3d's EGL core one; its version and
-    profile unknown (None) when its state cannot be dumped."""
+    """The probe's GL facts with the version and profile of the context the replayer makes for the
+    trace (a compatibility one unless the trace asks for core), not of katra3d's EGL core one; None
+    when its state cannot be dumped. The renderer stays the probe's, as for scenes (a counted run's
+    vector width is in its codegen facts)."""
     got: dict[str, str] = {}
     if facts.current_call is not None:
         with x_display(env) if not replayer.headless else contextlib.nullcontext(env) as shown:
             got = rp.context_strings(replayer, facts.path, facts.current_call, shown)
     version = got.get("GL_VERSION")
-    if not version:
-        return gl.replaced(version=None, version_code=None, glsl_version=None, profile=None)
-    vendor, renderer = got.get("GL_VENDOR", ""), got.get("GL_RENDERER", "")
-    mask = got.get("GL_CONTEXT_PROFILE_MASK")
-    number = re.match(r"(?:OpenGL ES )?(\d+)\.(\d+)", version)
+    number = re.match(r"(?:OpenGL ES )?(\d+)\.(\d+)", version or "")
     return gl.replaced(
-        vendor=vendor,
-        renderer=renderer,
         version=version,
         version_code=int(number[1]) * 100 + int(number[2]) * 10 if number else None,
         glsl_version=got.get("GL_SHADING_LANGUAGE_VERSION"),
-        profile={"1": "core", "2": "compatibility"}.get(mask or "", "unknown"),
-        driver=probe.parse_driver(version, vendor, renderer),
-        software_renderer=probe.is_software_renderer(renderer),
+        profile={"1": "core", "2": "compatibility"}.get(got.get("GL_CONTEXT_PROFILE_MASK", "")),
     )
 
 

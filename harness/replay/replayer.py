@@ -298,8 +298,7 @@ def snapshot(
 
 #: A string of the context in the replayer's state dump: ``"GL_VERSION": "4.5 (...) Mesa 22.3.6",``.
 _STATE_LINE = re.compile(
-    r'^\s*"(GL_VENDOR|GL_RENDERER|GL_VERSION|GL_SHADING_LANGUAGE_VERSION|GL_CONTEXT_PROFILE_MASK)"'
-    r':\s*"?([^"]*?)"?,?\s*$'
+    r'^\s*"(GL_VERSION|GL_SHADING_LANGUAGE_VERSION|GL_CONTEXT_PROFILE_MASK)":\s*"?([^"]*?)"?,?\s*$'
 )
 
 
@@ -311,14 +310,14 @@ def context_strings(
     *,
     where: Path | None = None,
 ) -> dict[str, str]:
-    """``{GL_VERSION: ..., GL_RENDERER: ..., ...}`` of the context the replayer makes for ``trace``:
-    its state dumped after call ``call_no`` (``-D``); {} when the replayer dumps none."""
+    """The version, GLSL version and profile mask of the context the replayer makes for ``trace``
+    (``{GL_VERSION: ...}``): its state dumped after call ``call_no`` (``-D``); {} when none."""
     found: dict[str, str] = {}
 
     def take(line: str) -> bool:
         if m := _STATE_LINE.match(line):
             found[m.group(1)] = m.group(2)
-        return len(found) == 5
+        return len(found) == 3
 
     with tempfile.TemporaryDirectory(prefix="katra3d-context-", dir=where) as tmp:
         args = ["-D", str(call_no), "--dump-format=json"]
