@@ -1,8 +1,8 @@
 """A run of apitrace traces: each replayed by glretrace (:mod:`.replayer`), one katra3d frame per
 SwapBuffers, timed (wall) or counted, its draws as zones (``frame/glDrawArrays#2``: the frame's
-second glDrawArrays, on the cpu clock), a restart's frame flagged SETUP, the host's GL strings the
-replayer's context's, and the last measured frame kept from an untimed snapshot replay. How each is
-measured: docs/replay.md.
+second glDrawArrays, on the cpu clock), a restart's frame flagged SETUP, the host's GL version and
+profile the replayer's context's, and the last measured frame kept from an untimed snapshot replay.
+How each is measured: docs/replay.md.
 """
 
 from __future__ import annotations
