@@ -26,7 +26,7 @@
 * ``--katra3d-keep DIR`` (or the ini option ``katra3d_keep = DIR``, relative to the ini
   file): ``katra_scene`` writes its traces into DIR, one file per test and call, named after
   the test (:func:`kept_trace_name`), instead of pytest's temporary directory; a rerun
-  replaces the traces of the tests it runs. See docs/pytest.md.
+  replaces the traces of the tests it runs (unless its scene fails). See docs/pytest.md.
 
 Importing this module imports nothing but pytest and the standard library:
 it is loaded into every pytest run of a project that installs katra3d. GL
@@ -149,7 +149,8 @@ def run_scene(
     overwrite: bool = False,
 ) -> SceneRun:
     """Run scene ``name`` for ``warmup`` + ``frames`` frames into the trace file ``trace``
-    (an existing file there is refused, OutputExistsError, unless ``overwrite``).
+    (an existing file there is refused, OutputExistsError, unless ``overwrite``; a failed capture
+    never replaces it: its frames go to ``NAME.failed.katra``).
 
     Raises katra_trace errors (SceneError, ConfigError, BackendUnavailable) like ``katra3d run``;
     ``benchmark`` (pytest-benchmark's fixture) times each measured frame as one pedantic round.
@@ -163,6 +164,7 @@ def run_scene(
     from katra3d.harness.engine.core import Engine
     from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
     from katra3d.harness.gl import backends, probe
+    from katra3d.harness.run.config import check_numbers
     from katra3d.scenes.registry import get_scene, resolve_params
     from katra_trace.analysis.stats import trace_stats
     from katra_trace.errors import ConfigError
@@ -170,14 +172,11 @@ def run_scene(
     from katra_trace.io.reader import open_trace
     from katra_trace.metrics import CLOCK_PREFERENCE, primary_clock_of
 
-    if frames < 1 or warmup < 0:
-        raise ConfigError(
-            f"katra_scene needs frames >= 1 and warmup >= 0, got frames={frames} warmup={warmup}"
-        )
+    checked = check_numbers(frames, warmup, size, seed, prefix="")  # the command line's checks
+    frames, warmup, size, seed = checked  # type: ignore[assignment]  # none is None here
     cls = get_scene(name)
     label = getattr(cls, "name", "") or name
     resolved = dict(resolve_params(cls, dict(params or {})))
-    size = (int(size[0]), int(size[1]))
     # an apitrace trace: replayed by glretrace (docs/replay.md)
     replayed = bool(getattr(cls, "trace_path", ""))
     if measure != "time" or replayed:
@@ -222,6 +221,7 @@ def run_scene(
             timing=timing,
             zones=zones,
             overwrite=overwrite,
+            failed_aside=True,  # as katra3d run: a failure never replaces the trace at ``trace``
         )
         engine = Engine(session.ctx, spec)
         with engine:
@@ -377,9 +377,10 @@ def katra_scene(
 
     ``name`` is a scene spec as ``katra3d run`` takes it; a relative ``path/to/file.py[:Class]`` (or
     ``path/to/app.trace``, an apitrace trace replayed by glretrace) is looked up beside the calling
-    test file, then in the working directory. Skips the test when no GL context can be opened or the
-    scene says it cannot run here (SceneSkip); traces go to a temporary directory, or with
-    ``--katra3d-keep DIR`` (ini ``katra3d_keep``) into DIR, named by :func:`kept_trace_name`.
+    test file, then in the working directory, then in pytest's rootdir. Skips the test when no GL
+    context can be opened or the scene says it cannot run here (SceneSkip); fails it with any other
+    katra3d error's one line. Traces go to a temporary directory, or with ``--katra3d-keep DIR``
+    (ini ``katra3d_keep``) into DIR, named by :func:`kept_trace_name`.
     """
     keep = keep_dir(request.config)
     base = tmp_path_factory.mktemp("katra3d") if keep is None else keep
@@ -390,31 +391,40 @@ def katra_scene(
         # test uses it
         from katra3d.scenes.api import SceneSkip
         from katra3d.scenes.registry import TRACE_SUFFIX, find_file_spec
-        from katra_trace.errors import BackendUnavailable
+        from katra_trace.errors import BackendUnavailable, KatraError
 
-        # a relative scene file (or apitrace trace) is the calling test file's neighbour first, then
-        # the working directory's
-        bases = (request.path.parent, Path.cwd())
-        spec = find_file_spec(name, bases)
-        if spec.endswith(TRACE_SUFFIX) and not Path(spec).expanduser().is_absolute():
-            spec = next((str((b / spec).resolve()) for b in bases if (b / spec).is_file()), spec)
+        # a relative scene file (or apitrace trace): beside the calling test file, then in the
+        # working directory, then in pytest's rootdir
+        bases = tuple(dict.fromkeys((request.path.parent, Path.cwd(), request.config.rootpath)))
         count[0] += 1
         if keep is None:
             path = base / f"{count[0]:02d}-{name.replace('/', '_').replace(':', '_')}.katra"
         else:
-            keep.mkdir(parents=True, exist_ok=True)
             path = keep / kept_trace_name(request.node.nodeid, count[0], name)
             # the user named the directory: a rerun of this test replaces its own trace
             kwargs.setdefault("overwrite", True)
         try:
-            result = run_scene(spec, path, **kwargs)
+            spec = find_file_spec(name, bases)
+            if spec.endswith(TRACE_SUFFIX) and not Path(spec).expanduser().is_absolute():
+                spec = next(
+                    (str((b / spec).resolve()) for b in bases if (b / spec).is_file()), spec
+                )
             if keep is not None:
-                request.config.stash[_KEPT].append(path)
-            return result
+                keep.mkdir(parents=True, exist_ok=True)
+            result = run_scene(spec, path, **kwargs)
         except BackendUnavailable as exc:
             pytest.skip(f"no usable OpenGL: {exc}")
         except SceneSkip as exc:
             pytest.skip(f"scene {name!r} cannot run here: {exc}")
+        except KatraError as exc:
+            kind = next(c.__name__ for c in type(exc).__mro__ if not c.__name__.startswith("_"))
+            failure = f"{kind}: {exc}"
+        else:
+            if keep is not None:
+                request.config.stash[_KEPT].append(path)
+            return result
+        # outside the except clause: katra3d's one line, without its internals' traceback
+        pytest.fail(failure, pytrace=False)
 
     yield run
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from katra3d.harness.bisect.state import read_state
+from katra3d.harness.bisect.state import Bisection
 from katra_trace.errors import ConfigError
 from katra_trace.io.inputs import open_regular
 from katra_trace.io.tracesets import read_ab_manifest
@@ -42,7 +42,7 @@ def test_the_manifests_and_the_bisection_file_follow_the_rule(tmp_path: Path) ->
         read_ab_manifest(tmp_path)
     (tmp_path / "bisect.json").symlink_to("/proc/self/pagemap")
     with pytest.raises(ConfigError, match=r"bisect\.json' is not a regular file"):
-        read_state(tmp_path)
+        Bisection.load(tmp_path)
     os.mkfifo(tmp_path / "fifo")
     with pytest.raises(ConfigError, match=r"a pipe or FIFO"):
         open_regular(tmp_path / "fifo")

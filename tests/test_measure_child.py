@@ -90,7 +90,7 @@ def _full_plan() -> RunPlan:
     entries = (
         SceneEntry("clear", "clear", ClearScene, {"bands": 3}),
         SceneEntry("triangle", "triangle", TriangleScene, {"speed": 0.5}),
-        SceneEntry("clear#2", "sub/tiny.py:Tiny", ClearScene, {"bands": 4}),
+        SceneEntry("clear#2", "sub/tiny.py:Tiny", ClearScene, {"bands": 4}, 5),
     )
     return RunPlan(
         config,
@@ -133,6 +133,7 @@ def test_every_field_of_the_plan_round_trips_through_json() -> None:
         "label": "clear#2",
         "spec": "sub/tiny.py:Tiny",
         "params": {"bands": 4},
+        "position": 5,
     }
     again = _through_json(plan)
     assert again == plan

@@ -22,9 +22,10 @@ from typing import Any
 
 from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, run_capture
 from katra_trace.analysis.comparison import Sides, compare_sides
+from katra_trace.analysis.params import allow_defaults, param_changes
 from katra_trace.analysis.sequential import SequentialRule, Settled, settle
 from katra_trace.analysis.verdict import Comparison
-from katra_trace.errors import Interrupted
+from katra_trace.errors import ConfigError, Interrupted
 from katra_trace.io.reader import Trace
 from katra_trace.io.tracesets import AB_MANIFEST_VERSION, open_quietly, write_ab_manifest
 
@@ -41,6 +42,8 @@ class Round:
     order: tuple[str, str]
     seconds: Mapping[str, float]
     settled: Settled | None = None
+    #: round 1: each scene whose params differ between the sides, one line each
+    params: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +60,9 @@ class RoundsResult:
     comparison: Comparison | None = None  #: with a rule: the comparison of the last look
     #: with a rule: the traces of that look, opened (bisect's image verdicts use them)
     sides: Sides | None = None
+    #: the comparison's options after round 1 (params allowed when the defaults alone differ)
+    compare_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    params: tuple[str, ...] = ()  #: each scene whose params differ, one line each
 
 
 def capture(command: CaptureCommand, out: Path, label: str, who: str = "katra3d ab") -> float:
@@ -84,8 +90,10 @@ def run_rounds(
     rule: SequentialRule | None = None,
     *,
     on_round: Callable[[Round], None] | None = None,
+    settle_by: Callable[[Comparison, int, int], Settled] = settle,
     compare_options: Mapping[str, Any] | None = None,
     who: str = "katra3d ab",
+    same_command: bool = False,
 ) -> RoundsResult:
     """Run up to ``rounds_cap`` rounds into ``out_dir`` (``base/run-NNN.katra``, ``new/...``,
     ``ab.json``).
@@ -96,7 +104,12 @@ def run_rounds(
     and the rounds stop once every scene is decided
     (:func:`katra_trace.analysis.sequential.settle`). ab.json records the rule (``sequential``) from
     the start and why the rounds stopped (``stop``) at the end, so that ``katra3d compare DIR``
-    gives the same verdict. ``on_round`` is called after each round.
+    gives the same verdict. ``on_round`` is called after each round; ``settle_by`` is the look
+    (bisect's also stops once a commit is like GOOD or like BAD).
+
+    After round 1 the sides' scene params are checked (:func:`~katra_trace.analysis.params.
+    allow_defaults`): with ``same_command`` (``ab --refs``, bisect) a change of the scenes' defaults
+    is compared and named; any other difference stops here (ConfigError), not after every round.
     """
     if rule is not None and rule.max_rounds != rounds_cap:
         raise ValueError(f"rounds_cap {rounds_cap} is not the rule's max_rounds {rule.max_rounds}")
@@ -120,6 +133,8 @@ def run_rounds(
     settled: Settled | None = None
     comparison: Comparison | None = None
     sides: Sides | None = None
+    options = dict(compare_options or {})
+    params: tuple[str, ...] = ()
     # before the first capture: the directory is ab's whatever happens next
     write_ab_manifest(out_dir, manifest)
     for i in range(1, rounds_cap + 1):
@@ -140,6 +155,18 @@ def run_rounds(
             entry["seconds"][side] = round(seconds, 3)
         manifest["rounds"].append(entry)
         pairs.append((paths["base"], paths["new"]))
+        if i == 1:
+            changes = param_changes(
+                open_quietly(paths["base"], events=False).header,
+                open_quietly(paths["new"], events=False).header,
+                same_command,
+            )
+            write_ab_manifest(out_dir, manifest)  # round 1 is recorded whatever the check says
+            try:
+                options = allow_defaults(changes, options)
+            except ConfigError as exc:
+                raise ConfigError(f"stopped after round 1 of {rounds_cap}: {exc}") from None
+            params = tuple(c.line for c in changes)
         if rule is not None:
             for side in SIDES:
                 opened[side].append(open_quietly(paths[side]))
@@ -151,16 +178,22 @@ def run_rounds(
                 pairs=tuple((j, j) for j in range(i)),
                 rule=rule,
             )
-            comparison = compare_sides(
-                sides, image_policy="off", **dict(compare_options or {})
-            ).timing
-            settled = settle(comparison, i, rounds_cap)
+            comparison = compare_sides(sides, image_policy="off", **options).timing
+            settled = settle_by(comparison, i, rounds_cap)
             if settled.decided or i == rounds_cap:
                 manifest["stop"] = settled.as_dict()
         # after every round: an interrupted A/B keeps its pairs
         write_ab_manifest(out_dir, manifest)
         if on_round is not None:
-            on_round(Round(number=i, order=order, seconds=dict(entry["seconds"]), settled=settled))
+            on_round(
+                Round(
+                    number=i,
+                    order=order,
+                    seconds=dict(entry["seconds"]),
+                    settled=settled,
+                    params=params if i == 1 else (),
+                )
+            )
         if settled is not None and settled.decided:
             break
     return RoundsResult(
@@ -170,6 +203,8 @@ def run_rounds(
         settled=settled,
         comparison=comparison,
         sides=sides,
+        compare_options=options,
+        params=params,
     )
 
 

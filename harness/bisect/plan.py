@@ -20,8 +20,8 @@ from typing import Any
 
 from katra3d.harness.bisect.measure import Workspace
 from katra3d.harness.bisect.report import REPORT_FILE, report_lines
-from katra3d.harness.bisect.search import Outcome, run_bisection
-from katra3d.harness.bisect.state import BISECT_FILE, CommitResult, Setup, read_state
+from katra3d.harness.bisect.search import run_bisection
+from katra3d.harness.bisect.state import BISECT_FILE, Bisection, Outcome, Setup
 from katra3d.harness.run.jobs import parse_jobs, resolve_jobs
 from katra3d.harness.versions.command import CaptureCommand, stop_leftover_captures
 from katra3d.harness.versions.git import commit_range, remove_worktree, resolve, toplevel
@@ -48,9 +48,11 @@ def new_setup(
     run_args: str,
     compare: Mapping[str, Any],
     max_rounds: int,
+    images: bool = False,
 ) -> Setup:
-    """The checked setup of a new bisection (ConfigError, exit 2; ToolUnavailable, exit 3)."""
-    measure = resolve_measure(measure)
+    """The checked setup of a new bisection (ConfigError, exit 2; ToolUnavailable, exit 3). With
+    ``images``, ``-m auto`` is time: a kept frame does not need counts."""
+    measure = "time" if images and measure == "auto" else resolve_measure(measure)
     if command is not None:
         CaptureCommand(command).check("-c")
         if scenes or run_args:
@@ -84,6 +86,7 @@ def new_setup(
         compare=compare,
         max_rounds=max_rounds,
         commits=tuple(commits),
+        images=images,
     )
 
 
@@ -103,13 +106,12 @@ def check_new_output(text: str) -> Path:
     return root
 
 
-def resume(
-    text: str, good: str | None, bad: str | None
-) -> tuple[Path, Setup, dict[str, CommitResult]]:
-    """The output directory, setup and measured commits of an earlier bisection (``--resume DIR``);
-    GOOD and BAD, when given again, must name the same commits."""
+def resume(text: str, good: str | None, bad: str | None) -> tuple[Path, Bisection]:
+    """The output directory and the recorded bisection of an earlier one (``--resume DIR``); GOOD
+    and BAD, when given again, must name the same commits."""
     root = check_output_dir(text, option="--resume").resolve()
-    setup, tested = read_state(root)
+    state = Bisection.load(root)
+    setup = state.setup
     top = toplevel(Path(setup.repository))
     for given, recorded, name in ((good, setup.good, "GOOD"), (bad, setup.bad, "BAD")):
         if given is not None and resolve(top, given).sha != recorded.sha:
@@ -117,29 +119,33 @@ def resume(
                 f"--resume: {name} {given!r} is not the {name} of the bisection in "
                 f"{shown(str(root))} ({recorded.short}); give no GOOD and BAD to continue it"
             )
-    return root, setup, tested
+    return root, state
 
 
-def check_jobs(text: str | None, measure: str) -> int:
+def check_jobs(text: str | None, measure: str, images: bool = False) -> int:
     """How many commits a round measures at once (``--jobs`` as typed), by ``run``'s one rule
     (:func:`~katra3d.harness.run.jobs.resolve_jobs`, worded for commits): counts, up to that many
     (default: the usable cores, fewer when memory would not hold as many valgrind children), since a
     count does not depend on what runs beside it; time, one, and an explicit ``--jobs`` over 1 is
     refused (ConfigError, exit 2), since timed captures side by side disturb each other's times."""
-    return resolve_jobs(parse_jobs(text, unit="commit"), measure, unit="commit", work="bisection")
+    # an image bisection captures one trace a commit, whose times it does not use: as counts
+    return resolve_jobs(
+        parse_jobs(text, unit="commit"),
+        "instructions" if images else measure,
+        unit="commit",
+        work="bisection",
+    )
 
 
 def bisect(
-    root: Path,
-    setup: Setup,
-    tested: dict[str, CommitResult],
-    progress: Callable[[str], None],
-    jobs: int = 1,
+    root: Path, state: Bisection, progress: Callable[[str], None], jobs: int = 1
 ) -> tuple[Outcome, list[str]]:
-    """Run (or continue) the bisection into ``root``, measuring up to ``jobs`` commits at once
-    (counts only: :func:`check_jobs`); returns its outcome and the report's lines, also written to
-    ``root/bisect.txt``. Worktrees live in a temporary directory, removed whatever happens."""
+    """Run (or continue) the bisection ``state`` into ``root``, measuring up to ``jobs`` commits at
+    once (counts only: :func:`check_jobs`); returns its outcome and the report's lines, also written
+    to ``root/bisect.txt`` whatever the outcome. Worktrees live in a temporary directory, removed
+    whatever happens."""
     root.mkdir(parents=True, exist_ok=True)
+    setup = state.setup
     top = Path(setup.repository)
     trees = trees_dir(root)
     left = remove_leftovers(top, root, trees)
@@ -151,10 +157,10 @@ def bisect(
     trees.mkdir(mode=0o700)
     try:
         ws = Workspace(top=top, root=root, trees=trees, setup=setup, progress=progress)
-        found = run_bisection(ws, tested, jobs)
+        found = run_bisection(ws, state, jobs)
     finally:
         remove_trees(top, trees)
-    lines = report_lines(setup, tested, found)
+    lines = report_lines(state)
     with open_output(root / REPORT_FILE, force=True, option="-o", example=REPORT_FILE) as f:
         f.write(("\n".join(lines) + "\n").encode("utf-8"))
     return found, lines

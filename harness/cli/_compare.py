@@ -136,14 +136,14 @@ def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
         columns = [
             "scene",
             "verdict",
-            "change",
+            f"change ({result.run_stat})",
             "interval",
             "p (Holm)",
             "runs",
             result.run_stat if unit == "ms" else f"{result.run_stat} {unit}",
             "p99",
             "1% low fps",
-            "frames: change, p",
+            "frame medians: change, p",
             "why",
         ]
         lines = list(result.scenes)

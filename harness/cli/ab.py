@@ -89,7 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar=("BASE_REF", "NEW_REF"),
         help="instead of --base and --new: two git revisions of the repository you are in, each "
         "checked "
-        "out as a temporary worktree (its current directory, first on PYTHONPATH) and captured by "
+        "out as a temporary worktree (its current directory) and captured by "
         "-c CMD (default: katra3d run --suite ci --quiet -o {out}); ci/compare-versions.sh",
     )
     p.add_argument(
@@ -152,7 +152,9 @@ def _round_line(tally: Tally, done: Round, cap: int) -> None:
     )
     open_ = done.settled.undecided if done.settled is not None and done.number < cap else ()
     look = f"; undecided: {', '.join(open_)}" if open_ else ""
-    tally.line(f"round {done.number}/{cap}: {took}{look}")
+    tally.line(f"round {done.number}/{cap}: capture wall time {took}{look}")
+    for line in done.params:
+        tally.line(f"{line}: compared as a change of the scene")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -201,8 +203,8 @@ def _run_refs(args: argparse.Namespace) -> int:
         return _run(
             args,
             {
-                "base": dataclasses.replace(command, cwd=base_tree, pythonpath=base_tree),
-                "new": dataclasses.replace(command, cwd=new_tree, pythonpath=new_tree),
+                "base": dataclasses.replace(command, cwd=base_tree),
+                "new": dataclasses.replace(command, cwd=new_tree),
             },
         )
 
@@ -261,6 +263,7 @@ def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
             rule,
             on_round=lambda done: _round_line(tally, done, cap),
             compare_options=compare_kwargs(args),
+            same_command=args.refs is not None,
         )
     except Interrupted:
         kept = sorted(
@@ -276,4 +279,5 @@ def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
     # the one line that says how many rounds were used, and why it stopped
     if result.settled is not None:
         Tally("katra3d ab").line(f"stopped: {result.settled.reason}")
+    args.allow_param_mismatch = bool(result.compare_options.get("allow_param_mismatch"))
     return compare_and_print(str(dirs["base"]), str(dirs["new"]), args, record=root)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
+import numbers
 import re
 import tempfile
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ DEFAULT_SIZE = (640, 360)
 DEFAULT_REFERENCE_EVERY = 4
 MAX_SIZE = 16384
 MAX_FRAMES = 10_000_000
+MAX_SEED = 2**63 - 1
 MAX_DURATION_S = 7 * 24 * 3600.0
 
 
@@ -51,10 +53,42 @@ def parse_size(text: str) -> tuple[int, int]:
     return size
 
 
-def _check_size(size: tuple[int, int]) -> None:
-    w, h = size
-    if not (1 <= w <= MAX_SIZE and 1 <= h <= MAX_SIZE):
-        raise ConfigError(f"bad size {w}x{h}: width and height must be in 1..{MAX_SIZE}")
+def _check_size(size: Any) -> tuple[int, int]:
+    if isinstance(size, str | bytes) or not isinstance(size, Sequence) or len(size) != 2:
+        raise ConfigError(f"bad size {size!r}: expected (WIDTH, HEIGHT), e.g. (640, 360)")
+    if not all(_whole(v) and 1 <= v <= MAX_SIZE for v in size):
+        shown = f"{size[0]}x{size[1]}" if all(map(_whole, size)) else repr(tuple(size))
+        raise ConfigError(
+            f"bad size {shown}: width and height must be whole numbers in 1..{MAX_SIZE}"
+        )
+    return int(size[0]), int(size[1])
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_whole(value: Any, option: str, low: int, high: int) -> int:
+    """``value`` as an int in ``low..high``, else ConfigError naming ``option``: the one check of a
+    run's counts (frames, warmup, seed), for the command line and the pytest fixture alike."""
+    if not _whole(value):
+        raise ConfigError(f"bad {option} {value!r}: expected a whole number in {low}..{high}")
+    if not low <= value <= high:
+        raise ConfigError(f"bad {option} {value}: must be in {low}..{high}")
+    return int(value)
+
+
+def check_numbers(
+    frames: Any, warmup: Any, size: Any, seed: Any, prefix: str = "--"
+) -> tuple[int | None, int | None, tuple[int, int] | None, int]:
+    """A run's frames, warmup, size and seed checked (None: not given), options named with
+    ``prefix`` (``--frames``; the fixture's keywords without it)."""
+    return (
+        None if frames is None else check_whole(frames, f"{prefix}frames", 1, MAX_FRAMES),
+        None if warmup is None else check_whole(warmup, f"{prefix}warmup", 0, MAX_FRAMES),
+        None if size is None else _check_size(size),
+        check_whole(seed, f"{prefix}seed", 0, MAX_SEED),
+    )
 
 
 def parse_int(value: str | None, option: str, minimum: int = 0) -> int | None:
@@ -164,12 +198,15 @@ class RunConfig:
 
 @dataclasses.dataclass(frozen=True)
 class SceneEntry:
-    """One scene of a plan: display ``label`` (unique in the run), spec, class, resolved params."""
+    """One scene of a plan: display ``label`` (unique in the run), spec, class, resolved params, and
+    its ``position`` in the whole run (a shard's scenes keep theirs: merge puts them back in order).
+    """
 
     label: str
     spec: str
     cls: type
     params: Mapping[str, Any]
+    position: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,18 +318,13 @@ def plan_run(config: RunConfig) -> RunPlan:
         raise ConfigError("nothing to run: name at least one scene, or --suite NAME")
     if config.frames is not None and config.duration_s is not None:
         raise ConfigError("give --frames or --duration, not both")
-    if config.frames is not None and not 1 <= config.frames <= MAX_FRAMES:
-        raise ConfigError(f"bad --frames {config.frames}: must be in 1..{MAX_FRAMES}")
+    check_numbers(config.frames, config.warmup, config.size, config.seed)
     if config.duration_s is not None and not (
         0 < config.duration_s <= MAX_DURATION_S and math.isfinite(config.duration_s)
     ):
         raise ConfigError(
             f"bad --duration {config.duration_s}: must be > 0 seconds (at most one week)"
         )
-    if config.warmup is not None and not 0 <= config.warmup <= MAX_FRAMES:
-        raise ConfigError(f"bad --warmup {config.warmup}: must be in 0..{MAX_FRAMES}")
-    if config.size is not None:
-        _check_size(tuple(config.size))  # type: ignore[arg-type]
     if not 0 <= config.samples <= 64:
         raise ConfigError(f"bad --samples {config.samples}: must be in 0..64")
     if config.samples & (config.samples - 1):
@@ -309,8 +341,6 @@ def plan_run(config: RunConfig) -> RunPlan:
             f"unknown --backend '{config.backend}'; choose one of: {', '.join(CHOICES)}"
         )
     resolve_name(config.backend)  # validates $KATRA3D_BACKEND too
-    if not 0 <= config.seed < 2**63:
-        raise ConfigError(f"bad --seed {config.seed}: must be in 0..2**63-1")
     zones = zone_mode(config.zones)
     if config.max_draw_zones is not None:
         if zones != "draws":
@@ -356,7 +386,7 @@ def plan_run(config: RunConfig) -> RunPlan:
         params = resolve_params(cls, merged)
         seen[name] = seen.get(name, 0) + 1
         label = name if seen[name] == 1 else f"{name}#{seen[name]}"
-        entries.append(SceneEntry(label, with_class(spec, cls), cls, params))
+        entries.append(SceneEntry(label, with_class(spec, cls), cls, params, len(entries)))
     for scene_name in overrides:
         if scene_name not in used:
             raise ConfigError(
@@ -564,6 +594,7 @@ __all__ = [
     "RunPlan",
     "SceneEntry",
     "check_measure",
+    "check_numbers",
     "check_output",
     "default_output",
     "parse_int",

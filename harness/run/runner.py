@@ -70,7 +70,8 @@ def capture_options(plan: RunPlan, session: Any) -> CaptureOptions:
             "output": str(plan.output),
             "device": session.device,
             "scenes": [
-                {"label": e.label, "spec": e.spec, "params": dict(e.params)} for e in plan.entries
+                {"label": e.label, "spec": e.spec, "params": dict(e.params), "position": e.position}
+                for e in plan.entries
             ],
             "images": images_policy(plan.keep_images, plan.duration_s is not None),
         },

@@ -35,6 +35,7 @@ from katra_trace.errors import ConfigError
 from katra_trace.io.reader import Trace
 from katra_trace.io.tracesets import AB_MANIFEST, ab_pairs, open_trace_sets, read_ab_manifest
 from katra_trace.metrics import is_count
+from katra_trace.text import shown
 
 #: An ab output directory (resolved) and its manifest, read once: what pairs the rounds and holds
 #: the rule.
@@ -112,6 +113,14 @@ def recorded_rule(manifest: dict[str, Any]) -> tuple[SequentialRule | None, Sett
     ), None if stop is None else Settled.from_dict(stop)
 
 
+def _interrupted(ab: AbRecord | None) -> str:
+    """ "was interrupted in round N (SIGINT)" when ab's record says so, else ""."""
+    stop = ab[1].get("interrupted") if ab is not None else None
+    if not isinstance(stop, dict):
+        return ""
+    return f"was interrupted in round {stop.get('round', '?')} ({stop.get('signal', 'a signal')})"
+
+
 @dataclasses.dataclass(frozen=True)
 class Sides:
     """Two sides, resolved and opened: their paths, traces, round pairing (None: unpaired), the
@@ -156,12 +165,17 @@ def open_sides(
             damaged=(*damaged_b, *damaged_n),
         )
     base, new, ab = resolve_sides(base, new)
+    stopped = _interrupted(ab)
+    if stopped and ab is not None and not ab[1].get("rounds"):
+        raise ConfigError(f"{shown(str(ab[0]))}: the A/B run {stopped}, before any round ended")
     base_traces, damaged_b = open_trace_sets([base], verb)
     new_traces, damaged_n = open_trace_sets([new], verb)
     pairs, notes = round_pairs(
         None if unpaired else ab, [t.path for t in base_traces], [t.path for t in new_traces]
     )
     rule, stop = recorded_rule(ab[1]) if pairs is not None and ab is not None else (None, None)
+    if stopped:
+        notes.append(f"the A/B run {stopped}: its complete rounds are compared")
     return Sides(
         base,
         new,

@@ -140,7 +140,8 @@ def _measure_time(
         out.update(level_base_ms=out["level_base"], level_new_ms=out["level_new"])
     if not runs_decide(metric, min(len(b_runs), len(n_runs))):
         out["unit"] = "frames"
-        out["ratio"] = out["frame_ratio"]
+        # the ratio of the levels shown beside it (each side's run statistic), as with runs
+        out["ratio"] = out["level_new"] / out["level_base"] if out["level_base"] > 0 else math.nan
         return out
     drift_sd = 0.0 if paired else drift_sd
     t = paired_t(ln - lb) if paired else welch(lb, ln, drift_sd)
@@ -195,7 +196,7 @@ def _decide_time(
                 runs_needed=MIN_RUNS,
                 reason=f"run-to-run noise unknown ({m['runs_base']} vs {m['runs_new']} {word}): "
                 f"need >= {MIN_RUNS} "
-                f"{word} a side (katra3d ab); frames, for information only: {frames}",
+                f"{word} a side (katra3d ab); frame medians, for information only: {frames}",
                 notes=(
                     f"{FEW_RUNS_RULE}: frames of one run share that run's luck, and 11 of 40 "
                     "single-run A/A comparisons measured on llvmpipe said 'regression' "

@@ -396,7 +396,7 @@ def exit_code_with_images(
     """The exit code of compare and ab: 1 when the timing found a regression or, under the gate
     policy, an image changed; else the timing's own code (0, or 2 when nothing was comparable)."""
     gated = policy == "gate" and any(v.is_regression for v in verdicts.values())
-    return 1 if gated else timing_code
+    return ExitCode.REGRESSION if gated else timing_code
 
 
 def _png(image: Image | np.ndarray) -> bytes:
