@@ -59,7 +59,7 @@ from katra_trace.analysis.flip import (
     levels_picture,
     magma_colours,
 )
-from katra_trace.errors import KatraError, TraceTooLargeError
+from katra_trace.errors import ExitCode, KatraError, TraceTooLargeError
 from katra_trace.io.claim import check_output_dir, missing_directory, open_output
 from katra_trace.io.image_block import KeptFrame
 from katra_trace.io.images import KeptFrameError, encode_png, frame_pixels
