@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from bench._core import BenchContext, Row, at_most, bench
-from bench._proc import Job, run_jobs, stop
+from bench._proc import Job, run_jobs
 from bench._report import write_doc
 from bench.defaults import hog
 
@@ -163,7 +163,7 @@ def _rounds(ctx: BenchContext, plan: _Plan, scene: str, loaded: bool) -> dict[st
                 )
             finally:
                 if busy is not None:
-                    stop(busy, timeout_s=10)
+                    busy.end(10.0)
             out[name].append(trace)
         ctx.log(f"{scene} {'loaded' if loaded else 'quiet'}: round {r + 1}/{plan.rounds}")
     return out

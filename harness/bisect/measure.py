@@ -22,16 +22,17 @@ the rows become :class:`~katra_trace.analysis.bisection.Effect` records.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from katra3d.harness.bisect.state import Setup
-from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, SideBySide, run_capture
+from katra3d.harness.supervisor import Supervisor
+from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, run_capture
 from katra3d.harness.versions.git import Commit, add_worktree, remove_worktree
 from katra_trace.analysis.bisection import Effect, classify
 from katra_trace.analysis.defaults import DEFAULT_ALPHA
@@ -194,56 +195,48 @@ def capture_counted(
     ws: Workspace, trees: Trees, commits: Sequence[Commit], jobs: int
 ) -> Generator[tuple[Commit, str, float], None, None]:
     """Capture each commit's counted trace (:func:`counted_trace`), up to ``jobs`` at a time, each
-    in a worktree of its own (GOOD's is kept) and a process group of its own (:func:`run_capture` in
-    a thread of a pool, the worktrees made and removed here, in the main thread). Yields (commit,
-    why its capture failed or "", its seconds) as each ends, in the main thread. A stop signal
-    (Ctrl-C) or an error stops every capture at once (:class:`SideBySide`) and removes their
-    worktrees; after a signal, the captures that had ended are yielded, then :class:`Interrupted`
-    raised. Close the generator when leaving it early (``contextlib.closing``)."""
-    queue = list(commits)
-    running: dict[Future[str], tuple[Commit, Path, float]] = {}
+    in a worktree of its own (GOOD's is kept) and a process group of its own (:func:`run_capture`
+    in a job of :meth:`Supervisor.pool`; the worktrees made and removed in the main thread). Yields
+    (commit, why its capture failed or "", its seconds) as each ends, in the main thread. A stop
+    signal (Ctrl-C) or an error stops every capture; after a signal, the captures that had ended
+    are yielded, then :class:`Interrupted` raised. Close the generator when leaving it early
+    (``contextlib.closing``)."""
+    started: dict[int, tuple[Path, float]] = {}
 
-    def release(c: Commit, tree: Path) -> None:
+    def begin(i: int) -> None:
+        c = commits[i]
+        tree = (
+            trees.good_tree()
+            if c.sha == ws.setup.good.sha
+            else add_worktree(ws.top, ws.trees / c.short, c.sha)
+        )
+        ws.progress(f"  {c.short} {c.subject}: capturing ({ws.setup.measure})")
+        started[i] = (tree, time.monotonic())
+
+    def task(i: int) -> Callable[[], str]:
+        c = commits[i]
+        return lambda: _capture(ws, started[i][0], counted_trace(ws, c), _log(ws, c))
+
+    def release(i: int) -> None:
+        c = commits[i]
         if c.sha != ws.setup.good.sha:
-            remove_worktree(ws.top, tree)
+            remove_worktree(ws.top, started[i][0])
 
-    with (
-        SideBySide() as side,
-        ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="katra3d-bisect") as pool,
-    ):
+    with Supervisor() as sup:
         try:
-            while queue or running:
-                while queue and len(running) < jobs and not side.received:
-                    c = queue.pop(0)
-                    tree = (
-                        trees.good_tree()
-                        if c.sha == ws.setup.good.sha
-                        else add_worktree(ws.top, ws.trees / c.short, c.sha)
-                    )
-                    ws.progress(f"  {c.short} {c.subject}: capturing ({ws.setup.measure})")
-                    future = pool.submit(_capture, ws, tree, counted_trace(ws, c), _log(ws, c))
-                    running[future] = (c, tree, time.monotonic())
-                if not running:
-                    break
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in sorted(done, key=lambda f: running[f][2]):
-                    c, tree, t0 = running.pop(future)
-                    release(c, tree)
-                    error = future.exception()
-                    if isinstance(error, Interrupted):
-                        continue  # stopped by the signal noted in side.received
-                    if error is not None:
-                        raise error
-                    yield c, future.result(), time.monotonic() - t0
+            with contextlib.closing(
+                sup.pool([task(i) for i in range(len(commits))], jobs, before=begin)
+            ) as ended:
+                for i, failure in ended:
+                    t0 = started[i][1]
+                    release(i)
+                    del started[i]
+                    yield commits[i], failure, time.monotonic() - t0
         finally:
-            # an error here or in the caller, or the caller left early: stop the rest, then clean up
-            if running:
-                side.stop()
-                wait(running)
-                for c, tree, _ in running.values():
-                    release(c, tree)
-    if side.received:
-        raise Interrupted(side.received[0])
+            for i in list(started):
+                release(i)
+        if sup.received:
+            raise Interrupted(sup.received[0])
 
 
 def counted_result(ws: Workspace, c: Commit, failure: str, seconds: float) -> Measured:

@@ -25,10 +25,10 @@ from typing import NoReturn
 from katra3d.harness.run.progress import show_warning
 from katra3d.scenes.registry import available_scene_names
 from katra3d.scenes.suites import SUITES
-from katra_trace import __version__
 from katra_trace.errors import ExitCode, KatraError, signal_exit_code
 from katra_trace.io.claim import describe
 from katra_trace.text import escape, shown
+from katra_trace.version import __version__
 
 #: (subcommand module under katra3d.harness.cli, in help order)
 COMMANDS: tuple[str, ...] = (

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from katra3d.harness.engine.counting import CountTimer
 from katra3d.harness.engine.frame import frame_time_s, seed_key
@@ -31,15 +31,63 @@ from katra_trace.io.images import encode_png, frame_record, image_checksum
 from katra_trace.schema import Flag
 
 if TYPE_CHECKING:
-    from katra3d.harness.engine.core import Engine
+    from katra3d.harness.engine.events import EventBuffer
     from katra3d.harness.engine.results import Progress
     from katra3d.harness.engine.spec import SceneSpec
+    from katra3d.harness.engine.stopping import StopFlag
+    from katra3d.harness.engine.timers import Timer
 
 _pc = time.perf_counter_ns
 
 #: ``measured_driver(one_frame, count)`` renders the measured frames by calling ``one_frame()``
 #: ``count`` times.
 MeasuredDriver = Callable[[Callable[[], None], int], None]
+
+
+class SceneEngine(Protocol):
+    """What a scene's lifecycle uses of the engine that runs it (:class:`Engine
+    <katra3d.harness.engine.core.Engine>`, which imports this module)."""
+
+    ctx: Any
+    counting: bool
+    gl_error_check: bool
+    primary_clock: str
+    image_key: dict[str, str]
+    buffer: EventBuffer
+    writer: Any
+    stop: StopFlag
+    timer: Timer
+
+    def set_scene(self, label: str) -> int: ...
+
+    def marker(self, name: str, flags: int, t0_ns: int, t1_ns: int) -> None: ...
+
+    def check_gl_errors(self, frame: int | None, where: str = "frame") -> None: ...
+
+    def quiet_process(self) -> contextlib.AbstractContextManager[None]: ...
+
+    def loop(
+        self,
+        render: Callable[[Any], None],
+        *,
+        first: int,
+        count: int | None,
+        deadline_ns: int | None,
+        flags: int,
+        key: tuple[int, int],
+        bind: Callable[[], None] | None = None,
+        progress: Progress | None = None,
+    ) -> int: ...
+
+    def drive(
+        self,
+        render: Callable[[Any], None],
+        first: int,
+        count: int,
+        key: tuple[int, int],
+        bind: Callable[[], None] | None,
+        driver: MeasuredDriver,
+    ) -> int: ...
 
 
 class SceneLifecycle:
@@ -53,7 +101,7 @@ class SceneLifecycle:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: SceneEngine,
         spec: SceneSpec,
         *,
         bind: Callable[[], None] | None = None,

@@ -2,8 +2,9 @@
 itself.
 
 Xvfb picks its own display number (``-displayfd``): a number chosen here by looking for a free one
-could be taken by another server before this one locks it. The server runs in its own process group,
-dies with katra3d (PR_SET_PDEATHSIG) and is stopped when the replay ends, whatever happens.
+could be taken by another server before this one locks it. The server leads a process group of its
+own (:func:`katra3d.harness.supervisor.spawn`) and is stopped when the replay ends, whatever
+happens.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import subprocess
 from collections.abc import Iterator
 
 from katra3d.harness.replay.tool import install_line
-from katra3d.harness.run.groups import own_group, stop_group
+from katra3d.harness.supervisor import spawn
 from katra_trace.errors import ToolUnavailable
 
 #: Seconds Xvfb has to come up.
@@ -44,13 +45,13 @@ def x_display(environ: dict[str, str]) -> Iterator[dict[str, str]]:
         )
     read_fd, write_fd = os.pipe()
     try:
-        proc = subprocess.Popen(
+        group = spawn(
             [xvfb, "-displayfd", str(write_fd), "-screen", "0", SCREEN, "-nolisten", "tcp"],
+            session=False,
             pass_fds=(write_fd,),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            preexec_fn=own_group(),
         )
     except OSError as exc:
         os.close(read_fd)
@@ -63,11 +64,12 @@ def x_display(environ: dict[str, str]) -> Iterator[dict[str, str]]:
             number = pipe.readline().strip() if ready else b""
         if not number.isdigit():
             raise ToolUnavailable(
-                f"Xvfb did not start within {START_TIMEOUT_S:.0f} s (exit status {proc.poll()})"
+                f"Xvfb did not start within {START_TIMEOUT_S:.0f} s "
+                f"(exit status {group.proc.poll()})"
             )
         yield {**environ, "DISPLAY": f":{number.decode()}"}
     finally:
-        stop_group(proc, XVFB_STOP_GRACE_S)
+        group.end(XVFB_STOP_GRACE_S)
 
 
 __all__ = ["SCREEN", "x_display"]

@@ -1,9 +1,9 @@
 """glretrace as katra3d drives it: timed replays, counted replays under callgrind, and the last
 frame's snapshot.
 
-Every replayer process runs in its own process group, dies with katra3d (PR_SET_PDEATHSIG) and is
-stopped (SIGTERM, then SIGKILL) when its part is done, on an error and on a stop signal: none is
-left behind.
+Every replayer process leads a process group of its own (:func:`katra3d.harness.supervisor.spawn`)
+and is stopped (SIGTERM, then SIGKILL) when its part is done, on an error and on a stop signal: none
+is left behind.
 
 * :func:`timed_frames`: ``glretrace --pframe-times`` (with ``--pcpu --min-cpu-time=0`` for draw
   zones), read line by line until enough frames ended; a trace shorter than the frames asked for is
@@ -40,7 +40,7 @@ from pathlib import Path
 from katra3d.harness.engine.counting import read_summary
 from katra3d.harness.replay.output import Frame, FrameReader
 from katra3d.harness.replay.tool import Replayer, trim
-from katra3d.harness.run.groups import own_group, stop_group
+from katra3d.harness.supervisor import spawn
 from katra_trace.errors import KatraError, SceneError
 
 #: The swap functions a counted replay dumps after, by the trace's window system.
@@ -105,20 +105,20 @@ def _started(
     ``stderr``; its group stopped (SIGTERM, SIGKILL after ``grace_s``) when the block ends."""
     with open(stderr, "wb") as err, open(stdout, "wb") as out:
         try:
-            proc = subprocess.Popen(
+            group = spawn(
                 command,
+                session=False,
                 env=dict(env),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
-                preexec_fn=own_group(),
             )
         except OSError as exc:
             raise ReplayFailed(f"cannot start {command[0]}: {exc}") from None
     try:
-        yield proc
+        yield group.proc
     finally:
-        stop_group(proc, grace_s)
+        group.end(grace_s)
 
 
 def _no_frame_yet(out: TimedReplay, before: int) -> bool:

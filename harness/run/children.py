@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from katra3d.harness.run.config import RunPlan
 from katra3d.harness.run.parts import join
 from katra3d.harness.run.placeholders import placeholder_plan, restore_strings
 from katra3d.harness.run.progress import Relay, lane
+from katra3d.harness.supervisor import Group, Supervisor
 from katra3d.scenes.suites import scene_cost
 from katra_trace.errors import ConfigError, ToolUnavailable, child_ended
 from katra_trace.io import claim as claim_mod
@@ -84,6 +85,7 @@ class _Child:
     relay: Relay
     progress: Any
     proc: subprocess.Popen[bytes] | None = None
+    group: Group | None = None
     code: int | None = None
     handed: dict[str, Any] | None = None
 
@@ -104,6 +106,7 @@ def start_child(
     plan: RunPlan,
     index: int,
     *,
+    sup: Supervisor,
     progress: Progress,
     quiet: bool,
     imports: dict[str, str],
@@ -137,18 +140,21 @@ def start_child(
     # the child's stdin, stdout and stderr are the same kind of file whatever the parent's are (a
     # terminal, a pipe, /dev/null with --quiet): measured, each kind moved every frame's count (by
     # up to 188 of 275,000 instructions of a 16x16 clear frame); its stderr is relayed from a file
+    # a stop signal is forwarded to the child once it has reported; before, it has counted nothing
+    # and has no handler that would end it cleanly, and is killed
     try:
         with open(dump_dir / measure.STDERR_FILE, "wb") as err:
-            child.proc = subprocess.Popen(
+            child.group = sup.start(
                 cmd,
+                policy="signals",
+                ready=lambda: relay.calls > 0,
                 env=measure.child_env(dump_dir),
                 cwd=dump_dir,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
-                start_new_session=True,
-                preexec_fn=lifetime.die_with_parent(),
             )
+            child.proc = child.group.proc
     except (OSError, subprocess.SubprocessError) as exc:
         shutil.rmtree(dump_dir, ignore_errors=True)
         raise ToolUnavailable(f"cannot start valgrind: {exc}") from None
@@ -169,76 +175,60 @@ def run_counted(
     """
     target = claim_mod.claim(plan.output, plan.config.force)
     lifetime.remove_stale_dump_dirs()
-    procs: list[subprocess.Popen[bytes]] = []
-    # pid -> the child's relay: it is ready once it has reported through it
-    ready: dict[int, Relay] = {}
-    received: list[int] = []
-    children: list[_Child] = []
+    children: dict[int, _Child] = {}
     published = False
+    n = len(plan.entries)
     # the handlers come first: a Ctrl-C while a child is being started is noted, never lost in the
     # code it interrupted (it was: inside fork's at-fork handlers, as an 'Exception ignored')
-    with lifetime.forward_signals(
-        procs, lambda p: p.pid in ready and ready[p.pid].calls > 0, received
-    ):
+    with Supervisor() as sup:
         try:
             imports, sys_path = measure.scene_imports(plan)
             measure.compile_sources(imports.values())
             deferred = measure.instrumentation_deferred()
-            failed_at = len(plan.entries)
-            running: list[_Child] = []
-            upcoming = iter(start_order(plan))
-            while True:
-                while (
-                    len(running) < max(1, plan.jobs)
-                    and not received
-                    and failed_at == len(plan.entries)
-                ):
-                    index = next(upcoming, None)
-                    if index is None:
-                        break
-                    shown = lane(progress, index + 1, len(plan.entries), plan.entries[index].label)
-                    child = start_child(
-                        plan,
-                        index,
-                        progress=shown,
-                        quiet=quiet,
-                        imports=imports,
-                        sys_path=sys_path,
-                        deferred=deferred,
-                    )
-                    assert child.proc is not None
-                    children.append(child)
-                    running.append(child)
-                    ready[child.proc.pid] = child.relay
-                    procs.append(child.proc)
-                    # stopped while the child was being started: it has counted nothing
-                    if received:
-                        lifetime.signal_group(child.proc, signal.SIGKILL)
-                if not running:
-                    break
-                _wait_a_while(running)
-                for child in list(running):
-                    child.relay.poll()
-                    assert child.proc is not None
-                    if child.proc.poll() is None:
-                        continue
-                    _ended(child)
-                    running.remove(child)
-                    if child.failed and not received and child.index < failed_at:
-                        failed_at = child.index
-                        for later in running:  # serially, the scenes after a failed one never run
-                            if later.index > failed_at and later.proc is not None:
-                                lifetime.signal_group(later.proc, signal.SIGKILL)
-            kept = sorted((c for c in children if c.index <= failed_at), key=lambda c: c.index)
-            failed = failed_at < len(plan.entries) and not received
+
+            def begin(index: int) -> None:
+                shown = lane(progress, index + 1, n, plan.entries[index].label)
+                children[index] = start_child(
+                    plan,
+                    index,
+                    sup=sup,
+                    progress=shown,
+                    quiet=quiet,
+                    imports=imports,
+                    sys_path=sys_path,
+                    deferred=deferred,
+                )
+
+            def ended(_index: int, child: _Child) -> bool:
+                _ended(child)
+                return child.failed and not sup.received
+
+            def relay() -> None:
+                for child in children.values():
+                    if child.code is None:
+                        child.relay.poll()
+
+            failed_at = n
+            tasks = [functools.partial(_wait_for, children, i) for i in range(n)]
+            for index, child in sup.pool(
+                tasks,
+                max(1, plan.jobs),
+                order=start_order(plan),
+                before=begin,
+                failed=ended,
+                idle=relay,
+            ):
+                if child.failed and not sup.received:
+                    failed_at = min(failed_at, index)
+            received = sup.received
+            kept = sorted(
+                (c for c in children.values() if c.index <= failed_at), key=lambda c: c.index
+            )
+            failed = failed_at < n and not received
             handed = _handed(kept, failed, received)
             parts = [c.part for c in kept if c.part is not None]
             status = (
-                "aborted"
-                if failed
-                else "interrupted"
-                if received or len(kept) < len(plan.entries)
-                else "complete"
+                "aborted" if failed else "interrupted" if received or len(kept) < n else "complete"
             )
             if parts:
                 with os.fdopen(os.dup(target.fd), "wb") as dst:
@@ -253,11 +243,10 @@ def run_counted(
             code = next((c.code for c in kept if c.code), 0) or 0
             return code, handed, received[0] if received else 0
         finally:
-            for child in children:
+            for child in children.values():
                 # torn down: leave no child behind
-                if child.proc is not None and child.proc.poll() is None:
-                    lifetime.signal_group(child.proc, signal.SIGKILL)
-                    child.proc.wait()
+                if child.group is not None:
+                    child.group.end(0.0)
                 with contextlib.suppress(AttributeError):
                     child.progress.close()
                 shutil.rmtree(child.dump_dir, ignore_errors=True)
@@ -268,16 +257,12 @@ def run_counted(
                     os.close(target.fd)
 
 
-def _wait_a_while(running: list[_Child]) -> None:
-    """Wait until the first running child ends, or :data:`katra3d.harness.run.measure.POLL_S`
-    seconds.
-    """
-    proc = running[0].proc
-    if proc is None:
-        time.sleep(measure.POLL_S)
-        return
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=measure.POLL_S)
+def _wait_for(children: dict[int, _Child], index: int) -> _Child:
+    """A pool's job: wait for the counted child of the ``index``-th scene to end."""
+    child = children[index]
+    assert child.proc is not None
+    child.proc.wait()
+    return child
 
 
 def _ended(child: _Child) -> None:

@@ -12,13 +12,13 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from katra_trace import __version__
 from katra_trace.analysis.images import ImageThresholds
 from katra_trace.errors import KatraError
 from katra_trace.io.claim import open_output
 from katra_trace.report.images import images_section
 from katra_trace.report.page import plotly_js_packed, render
 from katra_trace.text import check_text
+from katra_trace.version import __version__
 
 if TYPE_CHECKING:
     from katra_trace.analysis.comparison import ComparisonResult
