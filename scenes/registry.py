@@ -32,7 +32,6 @@ import inspect
 import math
 import os
 import site
-import stat
 import sys
 import sysconfig
 from collections.abc import Iterator, Mapping
@@ -41,6 +40,7 @@ from typing import Any, ClassVar
 
 from katra3d.scenes.api import Param, Scene
 from katra_trace.errors import ConfigError, SceneError
+from katra_trace.io.inputs import open_regular
 
 #: the entry-point group installed packages use to offer scenes
 ENTRY_POINT_GROUP = "katra3d.scenes"
@@ -135,6 +135,7 @@ def _load_from_file(file_part: str, class_name: str) -> type[Scene]:
     where = f"file '{file_part}'"
     if not path.is_file():
         raise SceneError(f"scene file '{file_part}' not found")
+    open_regular(path, what="scene file").close()  # the input rule, before Python reads it
     resolved = path.resolve()
     digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:10]
     module_name = f"katra3d_user_scene_{resolved.stem}_{digest}"
@@ -346,43 +347,18 @@ class TraceScene(Scene):
         raise SceneError("an apitrace trace is replayed by glretrace, not rendered by a scene")
 
 
-def check_trace_file(path: Path, spec: str | None = None) -> None:
-    """SceneError unless ``path`` is a regular file (``spec``: the name as given, in the message): a
-    missing one, a directory, a FIFO or a device each said as what it is (none is read)."""
-    name = spec if spec is not None else str(path)
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise SceneError(f"trace file '{name}' not found") from None
-    except OSError as exc:
-        raise SceneError(f"cannot read trace file '{name}': {exc.strerror or exc}") from None
-    if not stat.S_ISREG(mode):
-        what = (
-            "a directory"
-            if stat.S_ISDIR(mode)
-            else "a FIFO"
-            if stat.S_ISFIFO(mode)
-            else "a device"
-            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "a socket"
-            if stat.S_ISSOCK(mode)
-            else "something other than a file"
-        )
-        raise SceneError(f"trace '{name}' is {what}, not an apitrace trace file")
-
-
 def _load_trace(spec: str) -> type[Scene]:
     """The scene of the apitrace file ``spec`` (``path/to/app.trace``): named by the file's stem."""
     path = Path(spec).expanduser()
-    check_trace_file(path, spec)
     digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as fh:
+    size = 0
+    with open_regular(path) as fh:  # the input rule: no FIFO, device or kernel file is read
+        try:
             while chunk := fh.read(1 << 20):
                 digest.update(chunk)
-    except OSError as exc:
-        raise SceneError(f"cannot read trace file '{spec}': {exc.strerror or exc}") from None
-    size = path.stat().st_size
+                size += len(chunk)
+        except OSError as exc:
+            raise SceneError(f"cannot read trace file '{spec}': {exc.strerror or exc}") from None
     params = {
         "trace_sha256": Param(
             digest.hexdigest(),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +22,7 @@ from katra_trace.analysis.bisection import STATES, Effect
 from katra_trace.analysis.defaults import CompareOptions
 from katra_trace.errors import ConfigError
 from katra_trace.io.claim import open_output
+from katra_trace.io.inputs import read_regular
 from katra_trace.text import shown
 
 #: The state and result file in the output directory.
@@ -170,6 +172,10 @@ STATUS_EXIT = {
 }
 
 
+#: The largest bisect.json read (a bisection's file is a few KB a commit).
+MAX_STATE_BYTES = 64 << 20
+
+
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     """What a bisection found (or how far it got): ``status`` (:data:`STATUS_EXIT`), the first bad
@@ -274,14 +280,15 @@ class Bisection:
         """The bisection of ``root/bisect.json`` (ConfigError when there is none or it is not a
         bisection's file)."""
         path = root / BISECT_FILE
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+        if not os.path.lexists(path):
             raise ConfigError(
                 f"--resume: {shown(str(root))} holds no {BISECT_FILE}; give the -o directory of an "
                 "earlier 'katra3d bisect'"
-            ) from None
-        except (OSError, ValueError) as exc:
+            )
+        raw = read_regular(path, what="bisection file", max_bytes=MAX_STATE_BYTES)
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except ValueError as exc:
             raise ConfigError(f"--resume: cannot read {shown(str(path))}: {exc}") from None
         if not isinstance(data, dict) or data.get("katra3d_bisect") != BISECT_VERSION:
             raise ConfigError(

@@ -233,7 +233,8 @@ def _warn_empty(path: Path) -> None:
 
 def primary_rows(trace: Trace, run_label: str, zones: bool) -> list[Row]:
     """Each scene's statistics on its primary clock (:func:`katra_trace.metrics.primary_clock_of`),
-    and with ``zones`` its zones' on the same clock."""
+    and with ``zones`` its zones', each on that clock or, without one there, on its own (a replay's
+    draws are on the cpu clock)."""
     opts = trace.header.capture_options
     out: list[Row] = []
     for scene, entry in trace_stats(trace, zones=zones).scenes.items():
@@ -246,8 +247,8 @@ def primary_rows(trace: Trace, run_label: str, zones: bool) -> list[Row]:
         if clock in entry.metrics:
             out.append((run_label, scene, "", clock, entry.metrics[clock]))
         for zone, per_clock in entry.zones.items():
-            if clock in per_clock:
-                out.append((run_label, scene, zone, clock, per_clock[clock]))
+            on = clock if clock in per_clock else next(iter(per_clock))
+            out.append((run_label, scene, zone, on, per_clock[on]))
     return out
 
 
@@ -294,7 +295,7 @@ def _compact(args: argparse.Namespace, is_dir: bool) -> int:
             lead + heads, table, terminal_width() if args.format == "table" else None
         )
         what = "frame times" if unit == "ms" else f"{unit} per frame"
-        on = f"{clocks[0]} clock" if len(clocks) == 1 else "primary clocks"
+        on = f"{clocks[0]} clock" if len(clocks) == 1 else f"{', '.join(clocks)} clocks"
         emit_table(
             columns,
             table,

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 
+from katra3d.harness.replay.tool import install_line
 from katra3d.harness.supervisor import spawn
 from katra_trace.errors import ToolUnavailable
 
@@ -26,11 +27,6 @@ XVFB_STOP_GRACE_S = 5.0
 #: The screen of katra3d's own Xvfb (a trace's windows are made at the size the trace asks for, up
 #: to this).
 SCREEN = "4096x4096x24"
-
-
-def xvfb_install_line() -> str:
-    line = "apt-get install -y xvfb"
-    return line if os.geteuid() == 0 else f"sudo {line}"
 
 
 @contextlib.contextmanager
@@ -45,7 +41,7 @@ def x_display(environ: dict[str, str]) -> Iterator[dict[str, str]]:
     if xvfb is None:
         raise ToolUnavailable(
             f"a GLX trace replays on an X server: set DISPLAY, or install Xvfb for katra3d to "
-            f"start one: {xvfb_install_line()}"
+            f"start one: {install_line('xvfb')}"
         )
     read_fd, write_fd = os.pipe()
     try:
@@ -76,4 +72,4 @@ def x_display(environ: dict[str, str]) -> Iterator[dict[str, str]]:
         group.end(XVFB_STOP_GRACE_S)
 
 
-__all__ = ["SCREEN", "x_display", "xvfb_install_line"]
+__all__ = ["SCREEN", "x_display"]

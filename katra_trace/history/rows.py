@@ -26,7 +26,7 @@ from katra_trace import jsontext
 from katra_trace.analysis.match import codegen_facts, host_facts
 from katra_trace.analysis.stats import reference_durations, scene_durations, zone_frame_totals
 from katra_trace.errors import ConfigError
-from katra_trace.io.reader import open_regular
+from katra_trace.io.inputs import open_regular
 from katra_trace.metrics import is_count
 from katra_trace.schema import Clock
 
@@ -43,7 +43,7 @@ _NS_PER_MS = 1e6
 def file_sha256(path: Path) -> str:
     """SHA-256 (hex) of a trace file's bytes.
 
-    The file is opened as the reader opens a trace (:func:`~katra_trace.io.reader.open_regular`:
+    The file is opened as the reader opens a trace (:func:`~katra_trace.io.inputs.open_regular`:
     regular files only, so a FIFO, ``/dev/zero`` or a terminal on ``/dev/stdin`` is refused at once
     with ConfigError instead of hanging), and at most its size when opened is read.
     """

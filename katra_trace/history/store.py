@@ -39,7 +39,7 @@ from urllib.parse import quote, unquote
 from katra_trace.errors import ConfigError, KatraError, OutputExistsError
 from katra_trace.history.rows import COLUMN_NAMES, COLUMNS, HistoryRow
 from katra_trace.io.claim import check_output, describe, move_into_place
-from katra_trace.io.reader import file_kind
+from katra_trace.io.inputs import file_kind
 from katra_trace.optional import MissingDependencyError, require
 from katra_trace.text import shown
 

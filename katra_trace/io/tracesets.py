@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from katra_trace.errors import ConfigError
 from katra_trace.io.claim import PART_SUFFIX, describe, held_by_writer, open_output
+from katra_trace.io.inputs import read_regular
 from katra_trace.io.reader import Trace, TraceRecoveryWarning, open_if_trace, open_trace
 from katra_trace.text import shown
 
@@ -157,6 +158,10 @@ def is_ab_dir(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / AB_MANIFEST).is_file()
 
 
+#: The largest ab.json read (a manifest of thousands of rounds is a few MB).
+MAX_MANIFEST_BYTES = 64 << 20
+
+
 def read_ab_manifest(root: Path) -> AbManifest | None:
     """``root/ab.json`` as written by ``katra3d ab``, or None when there is none.
 
@@ -165,9 +170,10 @@ def read_ab_manifest(root: Path) -> AbManifest | None:
     path = root / AB_MANIFEST
     if not is_ab_dir(root):
         return None
+    raw = read_regular(path, what="katra3d ab manifest", max_bytes=MAX_MANIFEST_BYTES)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        data = json.loads(raw)
+    except ValueError as exc:
         raise ConfigError(f"cannot read the ab manifest {str(path)!r}: {exc}") from None
     return AbManifest.from_json(data, path)
 
