@@ -160,6 +160,7 @@ def run_scene(
     """
     # deferred: this module is loaded into every pytest run; GL and the engine load when a test runs
     # a scene
+    from katra3d.harness.engine import lifecycle
     from katra3d.harness.engine.core import Engine
     from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
     from katra3d.harness.gl import backends, probe
@@ -236,7 +237,7 @@ def run_scene(
                 spec=name,
                 read_image=False,
             )
-            outcome = engine.run_scene(scene, bind=session.bind, measured_driver=driver)
+            outcome = lifecycle.run_scene(engine, scene, bind=session.bind, measured_driver=driver)
             engine.finish("complete", {"frames": frames, "api": "katra_scene"})
     if outcome.status == "skipped":
         # deferred: the plugin loads in every pytest session; katra3d's modules load only when a

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from katra3d.harness.engine.core import Engine
+from katra3d.harness.engine.lifecycle import run_scene
 from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
 from katra3d.scenes.api import SceneSkip
 from katra3d.scenes.registry import resolve_params
@@ -122,7 +123,7 @@ def run_offscreen(
                 warmup=warmup,
                 seed=seed,
             )
-            result = engine.run_scene(scene, bind=fbo.use)
+            result = run_scene(engine, scene, bind=fbo.use)
             engine.finish()
     finally:
         fbo.release()

@@ -23,8 +23,11 @@ from typing import Any, TextIO
 
 from katra3d.harness.engine import timers
 from katra3d.harness.engine.core import Engine
+from katra3d.harness.engine.counting import CountMeasurer
+from katra3d.harness.engine.lifecycle import run_scene
+from katra3d.harness.engine.measurer import TimeMeasurer
 from katra3d.harness.engine.results import NoProgress, Progress, RunResult, SceneResult
-from katra3d.harness.engine.spec import TIMED, CaptureSpec, SceneSpec
+from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
 from katra3d.harness.engine.stopping import StopFlag, stop_on_signals
 from katra3d.harness.gl import backends, probe
 from katra3d.harness.run import children, measure
@@ -148,15 +151,18 @@ def _capture(
                         timing=cfg.timing,
                         zones=cfg.zones,
                         notes=cfg.notes,
-                        measure=TIMED if child is None else child.measure_options(),
-                        dump_base=None if child is None else child.dump_base,
                         reference_every=_reference_every(cfg),
                         overwrite=cfg.force,
                         max_draw_zones=cfg.max_draw_zones,
                         codec=cfg.codec,
                         failed_aside=child is None,
                     )
-                    engine = Engine(session.ctx, spec, stop=stop)
+                    measurer = (
+                        TimeMeasurer()
+                        if child is None
+                        else CountMeasurer(child.measure_options(), child.dump_base)
+                    )
+                    engine = Engine(session.ctx, spec, measurer=measurer, stop=stop)
                     break
                 except (OutputBusyError, OutputExistsError):
                     if cfg.output is not None or child is not None or attempt == 19:
@@ -328,7 +334,7 @@ def _run_entry(
         keep_image=plan.keep_images,
         overwrite=plan.config.force,
     )
-    return engine.run_scene(scene, bind=session.bind, progress=progress)
+    return run_scene(engine, scene, bind=session.bind, progress=progress)
 
 
 __all__ = ["capture_options", "run", "run_child"]
