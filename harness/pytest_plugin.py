@@ -161,9 +161,9 @@ def run_scene(
     # deferred: this module is loaded into every pytest run; GL and the engine load when a test runs
     # a scene
     from katra3d.harness.engine import lifecycle
-    from katra3d.harness.engine.core import Engine
     from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
     from katra3d.harness.gl import backends, probe
+    from katra3d.harness.run.pipeline import open_engine
     from katra3d.scenes.registry import get_scene, resolve_params
     from katra_trace.analysis.stats import trace_stats
     from katra_trace.errors import ConfigError
@@ -224,7 +224,7 @@ def run_scene(
             zones=zones,
             overwrite=overwrite,
         )
-        engine = Engine(session.ctx, spec)
+        engine = open_engine(session.ctx, spec)
         with engine:
             scene = SceneSpec(
                 cls,

@@ -85,7 +85,7 @@ HARNESS_LAYERS: dict[str, frozenset[str]] = {
     "engine": frozenset({"gl"}),
     "run": frozenset({"engine", "gl"}),
     "replay": frozenset({"run", "engine", "gl"}),
-    "capture": frozenset({"engine", "gl"}),
+    "capture": frozenset({"run", "engine", "gl"}),
     "pytest_plugin": frozenset({"replay", "run", "engine", "gl"}),
     "versions": frozenset({"run"}),
     "ab": frozenset({"versions"}),

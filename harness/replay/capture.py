@@ -42,8 +42,8 @@ from katra3d.harness.replay.output import draw_zone, replayer_base_ns
 from katra3d.harness.replay.tool import Replayer, TraceFacts, find_replayer, trace_facts
 from katra3d.harness.run import lifetime, measure, runner
 from katra3d.harness.run.config import RunConfig, RunPlan, SceneEntry, plan_run
+from katra3d.harness.run.pipeline import capture_options, failed_note
 from katra3d.harness.run.progress import entered
-from katra3d.harness.run.runner import capture_options, failed_note
 from katra3d.harness.run.valgrind import check_renderer
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.io.header import CaptureOptions, HostInfo, MeasureOptions
@@ -89,7 +89,7 @@ def check_plan(plan: RunPlan) -> None:
     cfg = plan.config  # a mix of traces and scenes: refused by plan_run, before a --shard split
     if plan.frames is None:
         raise ConfigError("a trace replays --frames N from its start, not --duration")
-    zones = str(cfg.zones) if cfg.zones not in (True, False) else ("passes" if cfg.zones else "off")
+    zones = plan.zones
     if zones not in ("off", "draws"):
         raise ConfigError(
             "a trace has no passes: use --zones draws (each draw call a zone) or no --zones"
@@ -242,7 +242,7 @@ def _options(
     """The capture options with the replay's facts: each trace's file, the replayer, its options;
     the backend is the traces' window systems (glx, egl), and no size (``--size`` does not apply:
     :data:`SIZE_NOTICE`)."""
-    zones = "draws" if str(plan.config.zones) == "draws" else "off"
+    zones = plan.zones
     replay: dict[str, Any] = {
         "traces": {e.label: f.as_dict() for e, f in traces},
         "replayers": {api: r.as_dict() for api, r in replayers.items()},
@@ -372,7 +372,7 @@ class _Replay:
         return result
 
     def _timed(self, env: dict[str, str], total: int) -> tuple[list[int], list[int], list[int]]:
-        zones = str(self.plan.config.zones) == "draws"
+        zones = self.plan.zones == "draws"
         show = self.progress.advance if self.progress.tty else None
         got = rp.timed_frames(
             self.replayer,

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from katra3d.harness.engine.core import Engine
 from katra3d.harness.engine.lifecycle import run_scene
 from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
+from katra3d.harness.run.pipeline import open_engine
 from katra3d.scenes.api import SceneSkip
 from katra3d.scenes.registry import resolve_params
 from katra_trace.errors import SceneError
@@ -108,7 +108,7 @@ def run_offscreen(
     resolved = resolve_params(scene_cls, params or {})
     fbo = ctx.simple_framebuffer(tuple(size), components=4, samples=samples)
     try:
-        engine = Engine(
+        engine = open_engine(
             ctx,
             CaptureSpec(None, label, timing="sync", options=build_capture_options()),
             writer=MemorySink(),

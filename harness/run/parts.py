@@ -15,7 +15,7 @@ copied) is :class:`katra_trace.io.concat.Concatenation`'s, as for ``katra3d merg
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -50,11 +50,9 @@ def join(
     *,
     status: str,
     codec: str | None = None,
-    update: Callable[[dict[str, Any]], dict[str, Any]] = lambda header: header,
 ) -> Joined:
     """Write the trace made of ``parts`` (in that order) to ``dst``, finished with ``status``.
 
-    ``update(header)``: the joined header as it is written (the parent's own strings put back).
     ``codec``: the joined trace's codec (None: zstd). The parts are read one at a time (their
     headers first).
     """
@@ -84,7 +82,7 @@ def join(
         ]
         options["resolved"] = resolved
         header["capture_options"] = options
-    out = Concatenation(dst, update(header), codec=codec)
+    out = Concatenation(dst, header, codec=codec)
     user: dict[str, Any] = {}
     joined = []
     for path, part in readable:
