@@ -22,6 +22,7 @@ import pytest
 from katra3d.harness.engine.results import RunResult, SceneResult
 from katra3d.harness.run import measure, protocol, valgrind
 from katra3d.harness.run.config import RunConfig, RunPlan, SceneEntry, plan_run
+from katra3d.harness.run.parts import RunStrings
 from katra3d.harness.run.protocol import ChildOrder, ChildResult, decode, encode
 from katra3d.harness.run.valgrind import Counting
 from katra3d.scenes.builtin.clear import ClearScene
@@ -218,8 +219,23 @@ def test_the_child_order_round_trips_and_says_what_the_header_records(tmp_path: 
         facts["frame_boundary"] == measure.frame_boundary(True)
         and facts["env"] == measure.PINNED_ENV
     )
-    # the child writes the user's output into its header itself
     assert facts["output"] == str(plan.output)
+    # what a child is told: the user's strings as stand-ins of one length, the rest of the plan
+    child = protocol.child_plan(plan)
+    assert (str(child.output), child.config.output, child.config.notes) == (
+        protocol.STAND_INS.output,
+        protocol.STAND_INS.requested,
+        protocol.STAND_INS.notes,
+    )
+    assert (
+        dataclasses.replace(
+            child, config=plan.config, output=plan.output, screenshot_dir=plan.screenshot_dir
+        )
+        == plan
+    )
+    assert protocol.run_strings(plan) == RunStrings(
+        str(plan.output), plan.config.output, plan.config.notes
+    )
     assert again.dump_base == tmp_path / "cg.out" and again.trace == tmp_path / "trace.katra"
     (tmp_path / "args.json").write_text(json.dumps({"plan": {}}), encoding="utf-8")
     with pytest.raises(ConfigError, match="is not a katra3d ChildOrder"):

@@ -25,7 +25,7 @@ import pytest
 
 from katra3d.harness.run import children, jobs, valgrind
 from katra3d.harness.run.config import RunConfig, plan_run
-from katra3d.harness.run.parts import join
+from katra3d.harness.run.parts import RunStrings, join
 from katra3d.harness.run.progress import Progress, lane
 from katra3d.harness.run.protocol import encode
 from katra_trace import open_trace
@@ -149,12 +149,16 @@ def test_the_parts_join_in_order_with_one_string_table(tmp_path: Path) -> None:
         _part(parts[-1], scene, 2 + n, extra=extra)
     starts = [open_trace(p, events=False).header.as_dict()["start_host_ns"] for p in parts]
     with open(tmp_path / "joined.katra", "wb") as dst:
-        joined = join(parts, dst, status="complete")
+        strings = RunStrings("out/run.katra", "out/run.katra", "restored")
+        joined = join(parts, dst, status="complete", strings=strings)
     assert joined.parts == parts and joined.events == 2 * (2 + 3 + 4)
     trace = open_trace(tmp_path / "joined.katra")
-    # the first part's header as its child wrote it: nothing is put back
-    first = open_trace(parts[0], events=False).header.as_dict()
-    assert trace.status == "complete" and trace.header.as_dict()["notes"] == first["notes"]
+    header = trace.header.as_dict()
+    assert trace.status == "complete" and header["notes"] == "restored"
+    # the run's own strings where the children recorded their stand-ins
+    options = header["capture_options"]
+    assert options["resolved"]["output"] == "out/run.katra" == options["measure"]["output"]
+    assert options["output"] == "out/run.katra" and options["notes"] == "restored"
     assert trace.header.as_dict()["start_host_ns"] == min(starts)
     assert [
         s["label"] for s in trace.header.as_dict()["capture_options"]["resolved"]["scenes"]

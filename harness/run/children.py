@@ -45,15 +45,15 @@ from katra_trace.io import claim as claim_mod
 
 def scene_plan(plan: RunPlan, index: int) -> RunPlan:
     """The plan the counted child of ``plan``'s ``index``-th scene (from 0) runs: that scene alone,
-    the screenshot folder made absolute (the child runs in its dump directory) and ``--jobs`` left
-    out, so the child's plan, and with it its counts, is the same whatever ``--jobs`` is."""
-    shots = plan.screenshot_dir
+    the user's strings replaced by stand-ins (:func:`katra3d.harness.run.protocol.child_plan`) and
+    ``--jobs`` left out, so the child's plan, and with it its counts, is the same whatever
+    ``--jobs`` is."""
+    one = protocol.child_plan(plan)
     return dataclasses.replace(
-        plan,
+        one,
         entries=(plan.entries[index],),
         jobs=1,
-        config=dataclasses.replace(plan.config, jobs=None),
-        screenshot_dir=Path(os.path.abspath(shots)) if shots else None,
+        config=dataclasses.replace(one.config, jobs=None),
     )
 
 
@@ -241,7 +241,13 @@ def run_counted(
             )
             if parts:
                 with os.fdopen(os.dup(target.fd), "wb") as dst:
-                    joined = join(parts, dst, status=status, codec=plan.config.codec)
+                    joined = join(
+                        parts,
+                        dst,
+                        status=status,
+                        codec=plan.config.codec,
+                        strings=protocol.run_strings(plan),
+                    )
                 if joined.parts:
                     at = claim_mod.place(target, empty_failure=False, aside=failed)[1]
                     published = True

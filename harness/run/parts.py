@@ -25,6 +25,16 @@ from katra_trace.io.reader import Trace
 from katra_trace.io.tracesets import open_quietly
 
 
+@dataclasses.dataclass(frozen=True)
+class RunStrings:
+    """The run's own strings in its header: ``output`` (resolved), ``requested`` (``-o`` as given,
+    None without one) and ``notes``."""
+
+    output: str
+    requested: str | None
+    notes: str
+
+
 @dataclasses.dataclass
 class Joined:
     """What :func:`join` wrote: ``parts``, the parts that could be read (the others gave nothing);
@@ -50,10 +60,13 @@ def join(
     *,
     status: str,
     codec: str | None = None,
+    strings: RunStrings | None = None,
 ) -> Joined:
     """Write the trace made of ``parts`` (in that order) to ``dst``, finished with ``status``.
 
-    ``codec``: the joined trace's codec (None: zstd). The parts are read one at a time (their
+    ``strings``: the run's own output and note, written where the children recorded their stand-ins
+    (:data:`katra3d.harness.run.protocol.STAND_INS`). ``codec``: the joined trace's codec (None:
+    zstd). The parts are read one at a time (their
     headers first).
     """
     readable = []
@@ -80,7 +93,14 @@ def join(
                 "scenes", []
             )
         ]
+    if strings is not None:
+        header["notes"] = options["notes"] = strings.notes
+        options["output"] = strings.requested
+        resolved["output"] = strings.output
+        options["measure"] = {**(options.get("measure") or {}), "output": strings.output}
+    if resolved:
         options["resolved"] = resolved
+    if options:
         header["capture_options"] = options
     out = Concatenation(dst, header, codec=codec)
     user: dict[str, Any] = {}
@@ -115,4 +135,4 @@ def _add_user(user: dict[str, Any], part: dict[str, Any]) -> None:
             user[key] += value
 
 
-__all__ = ["Joined", "join"]
+__all__ = ["Joined", "RunStrings", "join"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import types
 import typing
@@ -24,6 +25,7 @@ from typing import Any, TypeVar
 from katra3d.harness.engine.results import RunResult
 from katra3d.harness.run import measure
 from katra3d.harness.run.config import RunPlan
+from katra3d.harness.run.parts import RunStrings
 from katra3d.harness.run.valgrind import Counting
 from katra3d.scenes.registry import get_scene
 from katra_trace.errors import ConfigError
@@ -31,6 +33,18 @@ from katra_trace.io.header import MeasureOptions
 
 #: The protocol's version: a reader refuses a message of any other.
 VERSION = 1
+
+#: What a counted child is told in place of the user's output path (resolved, and ``-o`` as given)
+#: and note: strings of one fixed length each. A child's heap, and with it every count, depends on
+#: the lengths of the strings it holds (measured: ``-o`` names of 7 and 41 characters with notes of
+#: 0 and 33 moved a 32x32 ``triangle`` frame by up to 224 instructions, names of one length by 0),
+#: so the child records these, and the parent's join writes the run's own strings into the one
+#: trace it writes (:class:`katra3d.harness.run.parts.RunStrings`).
+STAND_INS = RunStrings(
+    output="katra3d-counted-run-output.katra",
+    requested="katra3d-counted-run-requested.katra",
+    notes="katra3d counted run note",
+)
 
 T = TypeVar("T")
 
@@ -40,7 +54,7 @@ class ChildOrder:
     """What the parent hands its counted child (``args.json`` in the dump directory).
 
     ``plan``: the checked one-scene plan (its ``counting``: the mode and the valgrind found when it
-    was planned; its output and note the user's: the child writes them into its header);
+    was planned; its output and note :data:`STAND_INS`, :func:`child_plan`);
     ``dump_dir``: the dump directory; ``command``: the valgrind command the child runs under;
     ``deferred``: callgrind's instrumentation starts at each scene's first measured frame;
     ``imports``: {spec: absolute spec} of the file scenes, ``sys_path``: the folders put first on
@@ -99,6 +113,26 @@ class ChildResult:
     @property
     def failed(self) -> bool:
         return self.run is None
+
+
+def child_plan(plan: RunPlan) -> RunPlan:
+    """``plan`` as a counted child gets it: its output (resolved and requested) and note
+    :data:`STAND_INS`, its screenshot folder absolute (the child runs in its dump directory)."""
+    config = dataclasses.replace(plan.config, notes=STAND_INS.notes)
+    if config.output is not None:
+        config = dataclasses.replace(config, output=STAND_INS.requested)
+    shots = plan.screenshot_dir
+    return dataclasses.replace(
+        plan,
+        config=config,
+        output=Path(STAND_INS.output),
+        screenshot_dir=Path(os.path.abspath(shots)) if shots else None,
+    )
+
+
+def run_strings(plan: RunPlan) -> RunStrings:
+    """The run's own strings, where its children's traces record :data:`STAND_INS`."""
+    return RunStrings(str(plan.output), plan.config.output, plan.config.notes)
 
 
 def write_order(order: ChildOrder) -> None:
@@ -244,15 +278,18 @@ def _decode(tp: Any, value: Any, scene_class: Callable[[str], type]) -> Any:
 
 
 __all__ = [
+    "STAND_INS",
     "VERSION",
     "ChildOrder",
     "ChildResult",
+    "child_plan",
     "decode",
     "encode",
     "hand_back",
     "handed_back",
     "read",
     "read_order",
+    "run_strings",
     "write",
     "write_order",
 ]
