@@ -31,7 +31,7 @@ from katra3d.harness.run.progress import entered
 from katra3d.harness.run.protocol import ChildOrder
 from katra_trace.analysis.references import images_policy
 from katra_trace.errors import KatraError, OutputBusyError, OutputExistsError
-from katra_trace.io.header import CaptureOptions, build_capture_options
+from katra_trace.io.header import CaptureOptions, ResolvedOptions
 from katra_trace.text import shown
 
 
@@ -50,25 +50,39 @@ def open_engine(
 
 
 def capture_options(plan: RunPlan, session: Any) -> CaptureOptions:
-    """The capture options recorded in the trace header: the config as given, and as resolved."""
-    cfg = plan.config
-    return build_capture_options(
-        cfg.as_dict(),
-        resolved={
-            "frames": plan.frames,
-            "duration_s": plan.duration_s,
-            "warmup": plan.warmup,
-            "size": list(plan.size),
-            "samples": cfg.samples,
-            "backend": session.backend,
-            "output": str(plan.output),
-            "device": session.device,
-            "scenes": [
-                {"label": e.label, "spec": e.spec, "params": dict(e.params)} for e in plan.entries
-            ],
-            "images": images_policy(plan.keep_images, plan.duration_s is not None),
-        },
+    """The capture options recorded in the trace header: the config as given (its one JSON form,
+    :meth:`RunConfig.as_dict`), and the plan as resolved, field by field."""
+    resolved = ResolvedOptions(
+        frames=plan.frames,
+        duration_s=plan.duration_s,
+        warmup=plan.warmup,
+        size=plan.size,
+        samples=plan.config.samples,
+        backend=session.backend,
+        output=str(plan.output),
+        device=session.device,
+        scenes=tuple(
+            {"label": e.label, "spec": e.spec, "params": dict(e.params)} for e in plan.entries
+        ),
+        extra={"images": images_policy(plan.keep_images, plan.duration_s is not None)},
+        layout=_RESOLVED_KEYS,
     )
+    return CaptureOptions.from_dict(plan.config.as_dict()).replaced(resolved=resolved)
+
+
+#: The resolved options' keys in the order the header writes them (null ones too).
+_RESOLVED_KEYS = (
+    "frames",
+    "duration_s",
+    "warmup",
+    "size",
+    "samples",
+    "backend",
+    "output",
+    "device",
+    "scenes",
+    "images",
+)
 
 
 def capture(plan: RunPlan, progress: Progress, child: ChildOrder | None = None) -> RunResult:
