@@ -310,8 +310,8 @@ def _run_apart(
     replaced only with ``overwrite``, as on the time path."""
     # deferred: the plugin loads in every pytest session; katra3d's modules load only when a test
     # uses it
-    from katra3d.harness.replay.capture import run_any
     from katra3d.harness.run.config import RunConfig
+    from katra3d.harness.run.runner import run
     from katra_trace.analysis.stats import trace_stats
     from katra_trace.io.reader import open_trace
 
@@ -327,7 +327,7 @@ def _run_apart(
         measure=measure,
         force=overwrite,
     )
-    result = run_any(config, quiet=True)
+    result = run(config, quiet=True)
     opened = open_trace(trace)
     stats = trace_stats(opened)["scenes"].get(label, {"metrics": {}, "zones": {}})
     host = opened.header.host_info

@@ -22,7 +22,7 @@ from typing import TextIO
 
 from katra3d.harness.engine.results import NoProgress, Progress, RunResult
 from katra3d.harness.gl import backends, probe
-from katra3d.harness.run import children, measure, pipeline, protocol
+from katra3d.harness.run import children, measure, pipeline, protocol, replay
 from katra3d.harness.run.config import (
     RunConfig,
     RunPlan,
@@ -59,6 +59,8 @@ def run(
     when ``quiet``).
     """
     plan = plan or plan_run(config)
+    if replay.has_traces(plan):  # apitrace traces, replayed by glretrace (docs/replay.md)
+        return replay.run(plan, progress if progress is not None and not quiet else NoProgress())
     counted = plan.counting is not None
     quiet = quiet or isinstance(progress, NoProgress) or bool(getattr(progress, "quiet", False))
     if progress is None:

@@ -1,5 +1,5 @@
-"""A run of trace scenes: each apitrace trace replayed by glretrace, its frames written as a katra3d
-trace.
+"""The replay strategy of a run: each apitrace trace replayed by glretrace, its frames written as a
+katra3d trace (the runner picks it for a plan of traces, :func:`has_traces`).
 
 The trace's frames come from the replayer, not from katra3d's frame loop: one katra3d frame per
 SwapBuffers, ``--warmup W --frames N`` from the trace's start (a shorter trace is replayed again
@@ -27,7 +27,6 @@ from katra3d.harness.engine.counting import estimated_cycles
 from katra3d.harness.engine.events import FRAME_NAME
 from katra3d.harness.engine.frame import frame_time_s
 from katra3d.harness.engine.results import (
-    NoProgress,
     Progress,
     RunResult,
     SceneResult,
@@ -40,8 +39,8 @@ from katra3d.harness.replay import replayer as rp
 from katra3d.harness.replay.display import x_display
 from katra3d.harness.replay.output import draw_zone, replayer_base_ns
 from katra3d.harness.replay.tool import Replayer, TraceFacts, find_replayer, trace_facts
-from katra3d.harness.run import lifetime, measure, runner
-from katra3d.harness.run.config import RunConfig, RunPlan, SceneEntry, plan_run
+from katra3d.harness.run import lifetime, measure
+from katra3d.harness.run.config import RunPlan, SceneEntry
 from katra3d.harness.run.pipeline import capture_options, failed_note
 from katra3d.harness.run.progress import entered
 from katra3d.harness.run.valgrind import check_renderer
@@ -80,7 +79,8 @@ def is_trace_entry(entry: SceneEntry) -> bool:
 
 
 def has_traces(plan: RunPlan) -> bool:
-    """Whether ``plan`` replays traces (then :func:`run` captures it, not the scene runner)."""
+    """Whether ``plan`` replays traces (then the runner captures it with :func:`run`, not the scene
+    loop)."""
     return any(is_trace_entry(e) for e in plan.entries)
 
 
@@ -103,22 +103,6 @@ def check_plan(plan: RunPlan) -> None:
         raise ConfigError(
             "a trace replays as it was recorded: --samples and --screenshot do not apply"
         )
-
-
-def run_any(
-    config: RunConfig,
-    *,
-    plan: RunPlan | None = None,
-    progress: Progress | None = None,
-    quiet: bool = False,
-) -> RunResult:
-    """Run ``config`` whatever it names: apitrace traces are replayed here (:func:`run`), scenes go
-    to the scene runner (:func:`katra3d.harness.run.runner.run`, whose arguments these are). The one
-    place that tells the two apart: ``katra3d run`` and the pytest fixture both come through it."""
-    plan = plan or plan_run(config)
-    if has_traces(plan):
-        return run(plan, progress if progress is not None and not quiet else NoProgress())
-    return runner.run(config, plan=plan, progress=progress, quiet=quiet)
 
 
 def run(plan: RunPlan, progress: Progress) -> RunResult:
@@ -516,4 +500,4 @@ class _Replay:
         return keys
 
 
-__all__ = ["check_plan", "has_traces", "is_trace_entry", "run", "run_any"]
+__all__ = ["check_plan", "has_traces", "is_trace_entry", "run"]
