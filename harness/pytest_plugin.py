@@ -167,7 +167,7 @@ def run_scene(
     from katra3d.scenes.registry import get_scene, resolve_params
     from katra_trace.analysis.stats import trace_stats
     from katra_trace.errors import ConfigError
-    from katra_trace.io.header import build_capture_options
+    from katra_trace.io.header import CaptureOptions, ResolvedOptions
     from katra_trace.io.reader import open_trace
     from katra_trace.metrics import CLOCK_PREFERENCE, primary_clock_of
 
@@ -206,14 +206,17 @@ def run_scene(
         )
     driver = None if benchmark is None else _benchmark_driver(benchmark)
     with backends.open_session(None, size=size) as session:
-        options = build_capture_options(
-            {"size": list(size), "samples": 0, "frames": frames, "warmup": warmup, "seed": seed},
+        options = CaptureOptions(
             api="katra_scene",
-            resolved={
-                "size": list(size),
-                "samples": 0,
-                "scenes": [{"label": label, "spec": name, "params": resolved}],
-            },
+            size=size,
+            samples=0,
+            frames=frames,
+            warmup=warmup,
+            seed=seed,
+            resolved=ResolvedOptions(
+                size=size, samples=0, scenes=({"label": label, "spec": name, "params": resolved},)
+            ),
+            layout=("api", "size", "samples", "frames", "warmup", "seed", "resolved"),
         )
         spec = CaptureSpec(
             Path(trace),

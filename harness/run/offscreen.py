@@ -22,7 +22,7 @@ from katra3d.harness.run.pipeline import open_engine
 from katra3d.scenes.api import SceneSkip
 from katra3d.scenes.registry import resolve_params
 from katra_trace.errors import SceneError
-from katra_trace.io.header import build_capture_options
+from katra_trace.io.header import CaptureOptions
 
 
 class MemorySink:
@@ -110,7 +110,7 @@ def run_offscreen(
     try:
         engine = open_engine(
             ctx,
-            CaptureSpec(None, label, timing="sync", options=build_capture_options()),
+            CaptureSpec(None, label, timing="sync", options=CaptureOptions()),
             writer=MemorySink(),
         )
         with engine:
