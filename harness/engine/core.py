@@ -1,15 +1,14 @@
 """The capture engine: one frame loop, one place that records options and cleans up failures.
 
-Every way of capturing drives this engine: ``katra3d run`` (:mod:`katra3d.harness.run.runner`), the
-Python API (:mod:`katra3d.capture`), the pytest plugin and the offscreen helper
-(:mod:`katra3d.harness.run.offscreen`), each with a
-:class:`~katra3d.harness.engine.spec.CaptureSpec`. An :class:`Engine` owns
+Every way of capturing drives this engine (``katra3d run``, the Python API, the pytest plugin, the
+offscreen helper), each with a :class:`~katra3d.harness.engine.spec.CaptureSpec`; all of them open
+it through :func:`katra3d.harness.run.pipeline.open_engine`. An :class:`Engine` owns
 
 * the trace writer (header = capture options + host info) and the event buffer;
-* the timer of the resolved timing mode (:mod:`katra3d.harness.engine.timers`);
+* its measurer's timer (:mod:`katra3d.harness.engine.measurer`: the clocks, or callgrind's counts);
 * the frame loop (:meth:`Engine.loop`); a scene's lifecycle around it (setup,
   warmup, measured frames, last image, release, its errors as
-  :class:`SceneError`) is :mod:`katra3d.harness.engine.lifecycle`, run by :meth:`Engine.run_scene`;
+  :class:`SceneError`) is :func:`katra3d.harness.engine.lifecycle.run_scene`'s;
 * the failure path: whatever happens, the frames measured so far are drained
   into the trace and the trace is finished (``aborted`` or ``interrupted``);
 * a keeper thread that hands buffered events to the writer when a frame takes

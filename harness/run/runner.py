@@ -1,10 +1,11 @@
 """The runner: a validated RunConfig in, a trace and per-scene results out.
 
-Order of work: validate the config and resolve every scene and param
+It validates the config and resolves every scene and param
 (:func:`katra3d.harness.run.config.plan_run`: no GL yet, so a bad input costs nothing and leaves
-nothing behind) -> open the backend -> probe the host -> create the capture engine (trace header =
-capture options + host info; the timing mode is chosen there) -> per scene,
-:meth:`katra3d.harness.engine.core.Engine.run_scene` -> summary.
+nothing behind), then picks the plan's strategy: the replay of apitrace traces
+(:mod:`katra3d.harness.run.replay`), the counted children (:mod:`katra3d.harness.run.children`) or
+the scene loop (:func:`katra3d.harness.run.pipeline.capture`). :func:`run_child` is a counted
+child's side.
 
 SIGINT, SIGTERM and SIGHUP stop the run at the next frame boundary, and the
 trace is finished with status ``interrupted``; a second signal stops the frame
