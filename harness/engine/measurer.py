@@ -1,10 +1,6 @@
-"""How an engine measures frames: by clock (:class:`TimeMeasurer`) or by callgrind's counts
-(:class:`~katra3d.harness.engine.counting.CountMeasurer`), behind one :class:`Measurer` protocol.
-
-The engine and a scene's lifecycle ask their measurer at each point where timing and counting
-differ (the timer, the writer's batching, what runs beside the frames, what a scene's record
-keeps); the caller that knows how the capture measures picks the measurer.
-"""
+"""How an engine measures frames, one :class:`Measurer` protocol: by clock (:class:`TimeMeasurer`)
+or by callgrind's counts (:class:`~katra3d.harness.engine.counting.CountMeasurer`), picked by the
+caller. The engine and a scene's lifecycle ask it wherever timing and counting differ."""
 
 from __future__ import annotations
 
@@ -37,46 +33,33 @@ class Mode:
 
 
 class Measurer(Protocol):
-    """What the engine asks of the way it measures frames.
-
-    ``measure``: what the header records under ``measure``; ``counts``: frames are measured in
-    counts (scene statistics, progress wording); ``relayed``: progress is reported every frame
-    and every scene's line shown (a counted child's relay), never on a clock.
-    """
+    """What the engine asks of the way it measures frames. ``measure``: what the header records;
+    ``counts``: frames are measured in counts (statistics, progress wording); ``relayed``: progress
+    is reported every frame and every scene's line shown (a counted child's relay)."""
 
     measure: MeasureOptions
     counts: bool
     relayed: bool
 
-    def mode(self, timing: str, gl: GLInfo, codec: str | None) -> Mode:
-        """The mode, its reason and the writer's arguments (ConfigError if impossible)."""
-        ...
+    def mode(self, timing: str, gl: GLInfo, codec: str | None) -> Mode: ...
 
     def start(
         self, mode: str, ctx: Any, writer: Any, *, zones: bool
-    ) -> tuple[EventBuffer, timers.Timer]:
-        """The event buffer and the timer of ``mode``."""
-        ...
+    ) -> tuple[EventBuffer, timers.Timer]: ...
 
-    def settle(self, gc_marks: GcMarks) -> None:
-        """Prepare the process once the timer runs (heap thresholds, garbage-collection marks)."""
-        ...
+    #: the process prepared once the timer runs (heap thresholds, garbage-collection marks)
+    def settle(self, gc_marks: GcMarks) -> None: ...
 
-    def frames(self, buffer: EventBuffer, writer: Any) -> contextlib.AbstractContextManager[None]:
-        """What holds while a scene's frames run."""
-        ...
+    #: what holds while a scene's frames run
+    def frames(
+        self, buffer: EventBuffer, writer: Any
+    ) -> contextlib.AbstractContextManager[None]: ...
 
-    def frames_done(self, timer: timers.Timer) -> None:
-        """After a scene's last frame, before its image is read back."""
-        ...
+    #: after a scene's last frame, before its image is read back
+    def frames_done(self, timer: timers.Timer) -> None: ...
 
-    def write_scene(self, writer: Any, annotation: dict[str, Any], result: SceneResult) -> None:
-        """Write a scene's annotation (and whatever must follow it)."""
-        ...
-
-
-def _writer_args(codec: str | None) -> dict[str, Any]:
-    return {} if codec is None else {"codec": codec}
+    #: a scene's annotation written (and whatever must follow it)
+    def write_scene(self, writer: Any, annotation: dict[str, Any], result: SceneResult) -> None: ...
 
 
 class TimeMeasurer:
@@ -88,7 +71,7 @@ class TimeMeasurer:
 
     def mode(self, timing: str, gl: GLInfo, codec: str | None) -> Mode:
         name, reason = timers.choose_mode(timing, gl)
-        return Mode(name, reason, _writer_args(codec))
+        return Mode(name, reason, {} if codec is None else {"codec": codec})
 
     def start(
         self, mode: str, ctx: Any, writer: Any, *, zones: bool

@@ -1,12 +1,9 @@
 """The capture service: a checked :class:`~katra3d.harness.run.config.RunPlan` in, a trace out.
 
-:func:`open_engine` is the one place an :class:`~katra3d.harness.engine.core.Engine` is made
-(``katra3d run``, a counted child, :func:`katra3d.capture`, the pytest plugin and the offscreen
-helper all come through it). :func:`capture` is the scene loop: it opens the backend, probes the
-host, builds the trace's capture options from the plan (:func:`capture_options`) and runs each
-scene on the engine; a counted child runs it with a
-:class:`~katra3d.harness.engine.counting.CountMeasurer`. The runner
-(:mod:`katra3d.harness.run.runner`) chooses between it and the counted children.
+:func:`open_engine` is the one place an :class:`~katra3d.harness.engine.core.Engine` is made;
+:func:`capture` is the scene loop (a counted child runs it with a
+:class:`~katra3d.harness.engine.counting.CountMeasurer`); :func:`capture_options` is what the
+trace's header records of the plan.
 """
 
 from __future__ import annotations
@@ -71,17 +68,8 @@ def capture_options(plan: RunPlan, session: Any) -> CaptureOptions:
 
 
 #: The resolved options' keys in the order the header writes them (null ones too).
-_RESOLVED_KEYS = (
-    "frames",
-    "duration_s",
-    "warmup",
-    "size",
-    "samples",
-    "backend",
-    "output",
-    "device",
-    "scenes",
-    "images",
+_RESOLVED_KEYS = tuple(
+    "frames duration_s warmup size samples backend output device scenes images".split()
 )
 
 

@@ -1,13 +1,10 @@
-"""What a run hands a child process and gets back: typed messages, one versioned serializer.
+"""What a run hands a child process and gets back: a :class:`ChildOrder` in, a
+:class:`ChildResult` out, one versioned serializer.
 
-A :class:`ChildOrder` goes in (the checked one-scene plan and how the child runs), a
-:class:`ChildResult` comes out (its :class:`~katra3d.harness.engine.results.RunResult`, or its
-error). :func:`write` and :func:`read` carry any such dataclass as JSON, field by field from its
-annotations (a field added to RunConfig or RunPlan travels without this module knowing its name),
-inside an envelope with :data:`VERSION`: a message of another version is refused, never half read.
-The counted child (``run/measure.py``, ``run/children.py``) speaks it; any process that receives a
-plan can (a capture command of ab or bisect: ``write(path, ChildOrder(...))`` there, ``read(path,
-ChildOrder, get_scene)`` in the command).
+:func:`write` and :func:`read` carry any dataclass as JSON, field by field from its annotations (a
+field added to RunConfig or RunPlan travels by itself), in an envelope with :data:`VERSION`: a
+message of another version or type is refused whole. Counted children speak it; so can any process
+that receives a plan (``write(path, plan)`` in the parent, ``read(path, RunPlan)`` in the child).
 """
 
 from __future__ import annotations
@@ -69,12 +66,6 @@ class ChildOrder:
     sys_path: tuple[str, ...]
 
     @property
-    def counting(self) -> Counting:
-        if self.plan.counting is None:
-            raise ConfigError("a counted child's plan says how it counts; this one does not")
-        return self.plan.counting
-
-    @property
     def dump_base(self) -> Path:
         """Where callgrind writes its dumps (``--callgrind-out-file``)."""
         return self.dump_dir / measure.DUMP_BASE
@@ -87,9 +78,10 @@ class ChildOrder:
     def measure_options(self) -> MeasureOptions:
         """What the child's trace header records under ``capture_options.measure``."""
         pinned = measure.pinned_env()
+        counting = typing.cast(Counting, self.plan.counting)  # a counted plan (read_order)
         return MeasureOptions(
-            mode=self.counting.mode,
-            valgrind=self.counting.version,
+            mode=counting.mode,
+            valgrind=counting.version,
             command=self.command,
             env=pinned,
             frame_boundary=measure.frame_boundary(self.deferred),

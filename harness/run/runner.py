@@ -24,11 +24,7 @@ from typing import TextIO
 from katra3d.harness.engine.results import NoProgress, Progress, RunResult
 from katra3d.harness.gl import backends, probe
 from katra3d.harness.run import children, measure, pipeline, protocol, replay
-from katra3d.harness.run.config import (
-    RunConfig,
-    RunPlan,
-    plan_run,
-)
+from katra3d.harness.run.config import RunConfig, RunPlan, plan_run
 from katra3d.harness.run.progress import Progress as RunProgress
 from katra3d.harness.run.progress import entered, show_warning
 from katra3d.harness.run.protocol import ChildResult
