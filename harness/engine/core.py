@@ -84,18 +84,18 @@ def resolve_capture(spec: CaptureSpec, measurer: Measurer | None = None) -> Reso
     """
     measurer = measurer or TimeMeasurer()
     zones = timers.zone_mode(spec.zones)
-    mode = measurer.mode(spec.timing, spec.host.gl, spec.codec)
+    mode, reason, writer_args = measurer.mode(spec.timing, spec.host.gl, spec.codec)
     recorded: dict[str, Any] = {
-        "timing_mode": mode.name,
-        "timing_reason": mode.reason,
-        "primary_clock": mode_clock(mode.name),
+        "timing_mode": mode,
+        "timing_reason": reason,
+        "primary_clock": mode_clock(mode),
         "measure": measurer.measure,
         "zones": zones,
     }
     if zones == "draws":
         recorded["max_draw_zones"] = spec.max_draw_zones
     options = spec.options.replaced(**recorded)
-    return ResolvedCapture(mode.name, mode.reason, zones, options, mode.writer_args)
+    return ResolvedCapture(mode, reason, zones, options, writer_args)
 
 
 # --------------------------------------------------------------------------- the engine

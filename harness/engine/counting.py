@@ -333,7 +333,7 @@ class CountMeasurer:
         # no time-based flushes: periodic work would land in whichever frame it happened in; and
         # the writer's thread works only while this one waits for it (docs/measure.md)
         args: dict[str, Any] = {} if codec is None else {"codec": codec}
-        return Mode(name, reason, {**args, "batch_ms": 1e9, "sync": True})
+        return name, reason, {**args, "batch_ms": 1e9, "sync": True}
 
     def start(self, mode: str, ctx: Any, writer: Any, *, zones: bool) -> tuple[EventBuffer, Timer]:
         buffer = EventBuffer(writer, max_rows=1 << 16, max_age_ns=None)

@@ -5,8 +5,7 @@ caller. The engine and a scene's lifecycle ask it wherever timing and counting d
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from katra3d.harness.engine import heap, timers
@@ -22,14 +21,9 @@ if TYPE_CHECKING:
 TIMED = MeasureOptions(mode="time")
 
 
-@dataclasses.dataclass(frozen=True)
-class Mode:
-    """A measurer's resolved mode: ``name`` (sync | gpu | instructions | cycles), ``reason`` (the
-    header's ``timing_reason``), ``writer_args`` (extra TraceWriter keywords)."""
-
-    name: str
-    reason: str
-    writer_args: Mapping[str, Any]
+#: A measurer's resolved mode: its name (sync | gpu | instructions | cycles), the reason the header
+#: records (``timing_reason``) and extra TraceWriter keywords.
+Mode = tuple[str, str, Mapping[str, Any]]
 
 
 class Measurer(Protocol):
@@ -71,7 +65,7 @@ class TimeMeasurer:
 
     def mode(self, timing: str, gl: GLInfo, codec: str | None) -> Mode:
         name, reason = timers.choose_mode(timing, gl)
-        return Mode(name, reason, {} if codec is None else {"codec": codec})
+        return name, reason, {} if codec is None else {"codec": codec}
 
     def start(
         self, mode: str, ctx: Any, writer: Any, *, zones: bool
@@ -84,9 +78,8 @@ class TimeMeasurer:
         heap.keep_freed_memory()
         gc_marks.install()
 
-    @contextlib.contextmanager
-    def frames(self, buffer: EventBuffer, writer: Any) -> Iterator[None]:
-        yield
+    def frames(self, buffer: EventBuffer, writer: Any) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
     def frames_done(self, timer: timers.Timer) -> None:
         pass

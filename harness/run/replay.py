@@ -59,15 +59,12 @@ TIMED_REASON = (
 #: says so.
 SIZE_NOTICE = (
     "notice: --size does not apply to a trace: it replays at the size it was recorded at (each "
-    "scene's "
-    "annotation records it)"
+    "scene's annotation records it)"
 )
 FRAME_BOUNDARY = (
     "callgrind --dump-after={swap} in the replayer; the dumps of one SwapBuffers (GLX's dispatch "
-    "and "
-    "Mesa's) are summed; main thread (--separate-threads=yes); the replayer instrumented from its "
-    "start; "
-    "the trace's first W + N frames (apitrace trim --frames=0-K)"
+    "and Mesa's) are summed; main thread (--separate-threads=yes); the replayer instrumented from "
+    "its start; the trace's first W + N frames (apitrace trim --frames=0-K)"
 )
 
 
