@@ -139,7 +139,7 @@ ARGS_FILE = "args.json"
 #: File in the dump directory where the child hands back its result or its error
 #: (:class:`katra3d.harness.run.protocol.ChildResult`).
 RESULTS_FILE = "results.json"
-#: Where the child writes its trace, inside the dump directory (the parent moves it into place).
+#: Where the child writes its trace, inside the dump directory (the parent joins it into the run's).
 CHILD_TRACE = "trace.katra"
 #: callgrind's dump base inside the dump directory (``--callgrind-out-file``).
 DUMP_BASE = "cg.out"
