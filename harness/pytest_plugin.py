@@ -161,14 +161,15 @@ def run_scene(
     """
     # deferred: this module is loaded into every pytest run; GL and the engine load when a test runs
     # a scene
-    from katra3d.harness.engine.core import Engine
+    from katra3d.harness.engine import lifecycle
     from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
     from katra3d.harness.gl import backends, probe
     from katra3d.harness.run.config import check_numbers
+    from katra3d.harness.run.pipeline import open_engine
     from katra3d.scenes.registry import get_scene, resolve_params
     from katra_trace.analysis.stats import NO_STATS, trace_stats
     from katra_trace.errors import ConfigError
-    from katra_trace.io.header import build_capture_options
+    from katra_trace.io.header import CaptureOptions, ResolvedOptions
     from katra_trace.io.reader import open_trace
     from katra_trace.metrics import CLOCK_PREFERENCE, primary_clock_of
 
@@ -204,14 +205,17 @@ def run_scene(
         )
     driver = None if benchmark is None else _benchmark_driver(benchmark)
     with backends.open_session(None, size=size) as session:
-        options = build_capture_options(
-            {"size": list(size), "samples": 0, "frames": frames, "warmup": warmup, "seed": seed},
+        options = CaptureOptions(
             api="katra_scene",
-            resolved={
-                "size": list(size),
-                "samples": 0,
-                "scenes": [{"label": label, "spec": name, "params": resolved}],
-            },
+            size=size,
+            samples=0,
+            frames=frames,
+            warmup=warmup,
+            seed=seed,
+            resolved=ResolvedOptions(
+                size=size, samples=0, scenes=({"label": label, "spec": name, "params": resolved},)
+            ),
+            layout=("api", "size", "samples", "frames", "warmup", "seed", "resolved"),
         )
         spec = CaptureSpec(
             Path(trace),
@@ -223,7 +227,7 @@ def run_scene(
             overwrite=overwrite,
             failed_aside=True,  # as katra3d run: a failure never replaces the trace at ``trace``
         )
-        engine = Engine(session.ctx, spec)
+        engine = open_engine(session.ctx, spec)
         with engine:
             scene = SceneSpec(
                 cls,
@@ -236,7 +240,7 @@ def run_scene(
                 spec=name,
                 read_image=False,
             )
-            outcome = engine.run_scene(scene, bind=session.bind, measured_driver=driver)
+            outcome = lifecycle.run_scene(engine, scene, bind=session.bind, measured_driver=driver)
             engine.finish("complete", {"frames": frames, "api": "katra_scene"})
     if outcome.status == "skipped":
         # deferred: the plugin loads in every pytest session; katra3d's modules load only when a
@@ -309,8 +313,8 @@ def _run_apart(
     replaced only with ``overwrite``, as on the time path."""
     # deferred: the plugin loads in every pytest session; katra3d's modules load only when a test
     # uses it
-    from katra3d.harness.replay.capture import run_any
     from katra3d.harness.run.config import RunConfig
+    from katra3d.harness.run.runner import run
     from katra_trace.analysis.stats import NO_STATS, trace_stats
     from katra_trace.io.reader import open_trace
 
@@ -326,7 +330,7 @@ def _run_apart(
         measure=measure,
         force=overwrite,
     )
-    result = run_any(config, quiet=True)
+    result = run(config, quiet=True)
     opened = open_trace(trace)
     stats = trace_stats(opened).scenes.get(label, NO_STATS).as_dict()
     host = opened.header.host_info

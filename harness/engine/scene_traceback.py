@@ -96,4 +96,18 @@ def scene_traceback(exc: BaseException) -> str:
     return "".join(lines)
 
 
-__all__ = ["location", "scene_frames", "scene_traceback"]
+def describe(exc: BaseException | None) -> str:
+    """An exception as one line of at most ~400 characters: ``Type: text`` ("" for None)."""
+    if exc is None:
+        return ""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}): scene code called sys.exit()"
+    # one line, whatever the exception's text (a GLSL compiler log has many)
+    lines = [" ".join(line.split()) for line in str(exc).splitlines()]
+    text = " | ".join(line for line in lines if line and set(line) - set("=-~"))
+    if len(text) > 400:
+        text = text[:397] + "..."
+    return f"{type(exc).__name__}: {text}".rstrip(": ")
+
+
+__all__ = ["describe", "location", "scene_frames", "scene_traceback"]

@@ -187,7 +187,7 @@ def timed_frames(
     """Replay ``trace`` until ``count`` frames ended, more after restarts (:func:`wanted`), or
     ``stopped()``; each frame's end on the host clock. ``on_restart(k)``: a new replay begins at
     frame ``k``. ``where``: the directory its files go in (a run's own,
-    :func:`katra3d.harness.replay.capture.run`)."""
+    :func:`katra3d.harness.run.replay.run`)."""
     out = TimedReplay()
     command = [replayer.path, *replay_args(replayer, timed=True, zones=zones), trace]
     with tempfile.TemporaryDirectory(prefix="katra3d-replay-", dir=where) as tmp:

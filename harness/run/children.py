@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from katra3d.harness.engine.results import Progress
-from katra3d.harness.run import lifetime, measure
+from katra3d.harness.run import lifetime, measure, protocol
 from katra3d.harness.run.config import RunPlan
 from katra3d.harness.run.parts import join
-from katra3d.harness.run.placeholders import placeholder_plan, restore_strings
 from katra3d.harness.run.progress import Relay, lane
+from katra3d.harness.run.protocol import ChildResult
 from katra3d.harness.supervisor import Group, Supervisor
 from katra3d.scenes.suites import scene_cost
 from katra_trace.errors import ConfigError, ToolUnavailable, child_ended
@@ -46,10 +46,10 @@ from katra_trace.io import claim as claim_mod
 
 def scene_plan(plan: RunPlan, index: int) -> RunPlan:
     """The plan the counted child of ``plan``'s ``index``-th scene (from 0) runs: that scene alone,
-    the user's strings replaced by placeholders
-    (:func:`katra3d.harness.run.placeholders.placeholder_plan`) and ``--jobs`` left out, so the
-    child's plan, and with it its counts, is the same whatever ``--jobs`` is."""
-    one = placeholder_plan(plan)
+    the user's strings replaced by stand-ins (:func:`katra3d.harness.run.protocol.child_plan`) and
+    ``--jobs`` left out, so the child's plan, and with it its counts, is the same whatever
+    ``--jobs`` is."""
+    one = protocol.child_plan(plan)
     return dataclasses.replace(
         one,
         entries=(plan.entries[index],),
@@ -87,7 +87,7 @@ class _Child:
     proc: subprocess.Popen[bytes] | None = None
     group: Group | None = None
     code: int | None = None
-    handed: dict[str, Any] | None = None
+    handed: ChildResult | None = None
 
     @property
     def part(self) -> Path | None:
@@ -99,7 +99,7 @@ class _Child:
     @property
     def failed(self) -> bool:
         """Whether the child ended with an error or without results (a scene failure, a crash)."""
-        return self.handed is None or "error" in self.handed
+        return self.handed is None or self.handed.failed
 
 
 def start_child(
@@ -125,8 +125,8 @@ def start_child(
     cmd = measure.child_command(
         counting.valgrind, dump_dir / measure.DUMP_BASE, counting.mode, deferred=deferred
     )
-    measure.write_order(
-        measure.ChildOrder(
+    protocol.write_order(
+        protocol.ChildOrder(
             scene_plan(plan, index), dump_dir, tuple(cmd), deferred, imports, tuple(sys_path)
         )
     )
@@ -163,15 +163,14 @@ def start_child(
 
 def run_counted(
     plan: RunPlan, *, progress: Progress, quiet: bool
-) -> tuple[int, dict[str, Any] | None, int]:
+) -> tuple[int, ChildResult | None, int]:
     """Count every scene of ``plan`` in its own child, up to ``plan.jobs`` at once, and write the
     run's trace at ``plan.output`` (claimed first, as any capture does; a failed run's is set
     aside).
 
     Returns the children's exit code (0, or the first other in the run's order), what they handed
-    back joined (:func:`katra3d.harness.run.measure.result_as_dict`'s fields, or ``{"error",
-    "exit_code", ...}`` of the first failed scene; None when no child handed anything back), and the
-    first stop signal this process got (0: none).
+    back joined (their results, or the first failed scene's error; None when no child handed
+    anything back), and the first stop signal this process got (0: none).
     """
     target = claim_mod.claim(plan.output, plan.config.force)
     lifetime.remove_stale_dump_dirs()
@@ -233,13 +232,17 @@ def run_counted(
             if parts:
                 with os.fdopen(os.dup(target.fd), "wb") as dst:
                     joined = join(
-                        parts, dst, status=status, codec=plan.config.codec, update=_update(plan)
+                        parts,
+                        dst,
+                        status=status,
+                        codec=plan.config.codec,
+                        strings=protocol.run_strings(plan),
                     )
                 if joined.parts:
                     at = claim_mod.place(target, empty_failure=False, aside=failed)[1]
                     published = True
                     if failed and handed is not None:
-                        handed["kept"] = None if at is None else str(at)
+                        handed = dataclasses.replace(handed, kept=None if at is None else str(at))
             code = next((c.code for c in kept if c.code), 0) or 0
             return code, handed, received[0] if received else 0
         finally:
@@ -270,43 +273,32 @@ def _ended(child: _Child) -> None:
     assert child.proc is not None
     child.code = child.proc.wait()
     child.relay.poll()
-    child.handed = measure.handed_back(child.dump_dir)
+    child.handed = protocol.handed_back(child.dump_dir)
     if child.handed is None:  # killed, or crashed before handing anything back
-        code = child.code
-        how, exit_code = child_ended(code)
-        child.handed = {
-            "error": f"scene '{child.label}': its child {how}; it handed back no results",
-            "exit_code": exit_code,
-            "no_results": True,
-        }
+        how, exit_code = child_ended(child.code)
+        child.handed = ChildResult(
+            error=f"scene '{child.label}': its child {how}; it handed back no results",
+            exit_code=exit_code,
+        )
 
 
-def _handed(kept: list[_Child], failed: bool, received: list[int]) -> dict[str, Any] | None:
+def _handed(kept: list[_Child], failed: bool, received: list[int]) -> ChildResult | None:
     """The results of the ``kept`` children joined in the run's order, or the first failed one's
     error.
     """
     if failed:
-        first = next(c for c in kept if c.failed)
-        return dict(first.handed or {})
-    results = [c.handed for c in kept if c.handed is not None and "error" not in c.handed]
-    if not results:
-        return None if received else dict(kept[0].handed or {}) if kept else None
-    joined = dict(results[0])
-    joined["scenes"] = [scene for r in results for scene in r.get("scenes", [])]
-    stopped = next((r for r in results if r.get("status") == "interrupted"), None)
+        return next(c.handed for c in kept if c.failed)
+    runs = [c.handed.run for c in kept if c.handed is not None and c.handed.run is not None]
+    if not runs:
+        return None if received or not kept else kept[0].handed
+    run = dataclasses.replace(runs[0], scenes=[scene for r in runs for scene in r.scenes])
+    stopped = next((r for r in runs if r.status == "interrupted"), None)
     if stopped is not None or received:
-        joined["status"] = "interrupted"
-        joined["signal_name"] = (stopped or {}).get("signal_name") or signal.Signals(
+        run.status = "interrupted"
+        run.signal_name = (stopped.signal_name if stopped else "") or signal.Signals(
             received[0]
         ).name
-    return joined
-
-
-def _update(plan: RunPlan) -> Any:
-    """The joined header's update: the user's strings put back where the children wrote
-    placeholders.
-    """
-    return restore_strings(plan)
+    return ChildResult(run)
 
 
 __all__ = ["run_counted", "scene_plan", "start_child", "start_order"]

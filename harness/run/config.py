@@ -13,9 +13,7 @@ import math
 import numbers
 import re
 import tempfile
-import types
-import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -230,6 +228,10 @@ class RunPlan:
     counting: Counting | None = None
     #: counted children at once (--jobs, resolved; 1 for a time run)
     jobs: int = 1
+    #: --zones resolved: off | passes | draws
+    zones: str = "off"
+    #: --reference-every resolved: measured frames between two reference draws (0: none)
+    reference_every: int = 0
 
 
 def _writable_dir(path: Path, what: str) -> None:
@@ -453,6 +455,10 @@ def plan_run(config: RunConfig) -> RunPlan:
         # the one look for valgrind, after every check of input
         counting=counting(config.measure),
         jobs=jobs,
+        zones=zones,
+        reference_every=DEFAULT_REFERENCE_EVERY
+        if config.reference_every is None
+        else config.reference_every,
     )
 
 
@@ -495,97 +501,6 @@ def _check_images(config: RunConfig) -> Path | None:
     return expect
 
 
-def plan_as_dict(plan: RunPlan) -> dict[str, Any]:
-    """JSON-ready dict of every field of ``plan`` and of its config, read back by
-    :func:`plan_from_dict`.
-
-    Generic: it iterates :func:`dataclasses.fields`, so a field added to RunConfig or RunPlan
-    travels without this module knowing its name. Tuples become lists, paths strings; a scene entry
-    travels without its class (``label``, ``spec``, ``params``): the class is found again by spec.
-    The counted child of ``--measure instructions`` receives its plan this way
-    (:mod:`katra3d.harness.run.measure`).
-    """
-    out = _encode(plan)
-    assert isinstance(out, dict)
-    return out
-
-
-def _encode(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            f.name: _encode(getattr(value, f.name))
-            for f in dataclasses.fields(value)
-            # a scene class is found again by spec
-            if not isinstance(getattr(value, f.name), type)
-        }
-    if isinstance(value, (tuple, list)):
-        return [_encode(v) for v in value]
-    if isinstance(value, Mapping):
-        return {str(k): _encode(v) for k, v in value.items()}
-    if isinstance(value, Path):
-        return str(value)
-    return value
-
-
-def plan_from_dict(data: Mapping[str, Any], scene_class: Callable[[str], type]) -> RunPlan:
-    """The :class:`RunPlan` that :func:`plan_as_dict` wrote, each field rebuilt to its annotated
-    type.
-
-    ``scene_class(spec)`` finds each entry's class (e.g. :func:`katra3d.scenes.registry.get_scene`).
-    Nothing is validated again: the plan was checked by :func:`plan_run` where it was made.
-    ConfigError when ``data`` is not such a plan.
-    """
-    try:
-        plan = _decode(RunPlan, data, scene_class)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ConfigError(f"not a katra3d run plan ({type(exc).__name__}: {exc})") from None
-    assert isinstance(plan, RunPlan)
-    return plan
-
-
-def _decode(tp: Any, value: Any, scene_class: Callable[[str], type]) -> Any:
-    """``value`` (as JSON gives it) rebuilt to the type ``tp`` (a field's annotation)."""
-    origin = typing.get_origin(tp)
-    if value is None or tp is Any:
-        return value
-    if origin in (typing.Union, types.UnionType):
-        kinds = [a for a in typing.get_args(tp) if a is not type(None)]
-        # one type, or several that JSON tells apart (zones: bool | str)
-        return _decode(kinds[0], value, scene_class) if len(kinds) == 1 else value
-    if origin is tuple:
-        args = typing.get_args(tp)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_decode(args[0], v, scene_class) for v in value)
-        return tuple(_decode(a, v, scene_class) for a, v in zip(args, value, strict=True))
-    if origin is not None and isinstance(origin, type) and issubclass(origin, Mapping):
-        key_type, value_type = typing.get_args(tp)
-        return {
-            _decode(key_type, k, scene_class): _decode(value_type, v, scene_class)
-            for k, v in value.items()
-        }
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        hints = typing.get_type_hints(tp)
-        # a field holding a class (SceneEntry.cls) did not travel: the entry's spec finds it again
-        fields = {
-            f.name: _decode(hints[f.name], value[f.name], scene_class)
-            for f in dataclasses.fields(tp)
-            if hints[f.name] is not type
-        }
-        classes = {
-            f.name: scene_class(str(value["spec"]))
-            for f in dataclasses.fields(tp)
-            if hints[f.name] is type
-        }
-        return tp(**fields, **classes)
-    if tp is Path:
-        return Path(value)
-    if tp is float:
-        return float(value)
-    if tp in (int, str, bool) and not isinstance(value, tp):
-        raise TypeError(f"expected {tp.__name__}, found {type(value).__name__}")
-    return value
-
-
 __all__ = [
     "DEFAULT_FRAMES",
     "DEFAULT_SIZE",
@@ -601,7 +516,5 @@ __all__ = [
     "parse_param",
     "parse_seconds",
     "parse_size",
-    "plan_as_dict",
-    "plan_from_dict",
     "plan_run",
 ]

@@ -1,4 +1,5 @@
-"""A run of apitrace traces: each replayed by glretrace (:mod:`.replayer`), one katra3d frame per
+"""The replay strategy of a run (the runner picks it for a plan of traces): apitrace traces, each
+replayed by glretrace (:mod:`.replayer`), one katra3d frame per
 SwapBuffers, timed (wall) or counted, its draws as zones (``frame/glDrawArrays#2``: the frame's
 second glDrawArrays, on the cpu clock), a restart's frame flagged SETUP, the host's GL version and
 profile the replayer's context's, and the last measured frame kept from an untimed snapshot replay.
@@ -18,7 +19,6 @@ from katra3d.harness.engine.counting import estimated_cycles
 from katra3d.harness.engine.events import FRAME_NAME
 from katra3d.harness.engine.frame import frame_time_s
 from katra3d.harness.engine.results import (
-    NoProgress,
     Progress,
     RunResult,
     SceneResult,
@@ -31,10 +31,10 @@ from katra3d.harness.replay import replayer as rp
 from katra3d.harness.replay.display import x_display
 from katra3d.harness.replay.output import draw_zones, replayer_base_ns
 from katra3d.harness.replay.tool import Replayer, TraceFacts, find_replayer, trace_facts
-from katra3d.harness.run import lifetime, measure, runner
-from katra3d.harness.run.config import RunConfig, RunPlan, SceneEntry, plan_run
+from katra3d.harness.run import lifetime, measure
+from katra3d.harness.run.config import RunPlan, SceneEntry
+from katra3d.harness.run.pipeline import capture_options, failed_note
 from katra3d.harness.run.progress import entered
-from katra3d.harness.run.runner import capture_options, failed_note
 from katra3d.harness.run.valgrind import check_renderer
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.io.header import CaptureOptions, GLInfo, HostInfo, MeasureOptions
@@ -70,7 +70,7 @@ def check_plan(plan: RunPlan) -> None:
     cfg = plan.config  # a mix of traces and scenes: refused by plan_run, before a --shard split
     if plan.frames is None:
         raise ConfigError("a trace replays --frames N from its start, not --duration")
-    zones = str(cfg.zones) if cfg.zones not in (True, False) else ("passes" if cfg.zones else "off")
+    zones = plan.zones
     if zones not in ("off", "draws"):
         raise ConfigError(
             "a trace has no passes: use --zones draws (each draw call a zone) or no --zones"
@@ -84,22 +84,6 @@ def check_plan(plan: RunPlan) -> None:
         raise ConfigError(
             "a trace replays as it was recorded: --samples and --screenshot do not apply"
         )
-
-
-def run_any(
-    config: RunConfig,
-    *,
-    plan: RunPlan | None = None,
-    progress: Progress | None = None,
-    quiet: bool = False,
-) -> RunResult:
-    """Run ``config`` whatever it names: apitrace traces are replayed here (:func:`run`), scenes go
-    to the scene runner (:func:`katra3d.harness.run.runner.run`, whose arguments these are). The one
-    place that tells the two apart: ``katra3d run`` and the pytest fixture both come through it."""
-    plan = plan or plan_run(config)
-    if has_traces(plan):
-        return run(plan, progress if progress is not None and not quiet else NoProgress())
-    return runner.run(config, plan=plan, progress=progress, quiet=quiet)
 
 
 def run(plan: RunPlan, progress: Progress) -> RunResult:
@@ -243,7 +227,7 @@ def _options(
     """The capture options with the replay's facts: each trace's file, the replayer, its options;
     the backend is the traces' window systems (glx, egl), and no size (``--size`` does not apply:
     :data:`SIZE_NOTICE`)."""
-    zones = "draws" if str(plan.config.zones) == "draws" else "off"
+    zones = plan.zones
     replay: dict[str, Any] = {
         "traces": {e.label: f.as_dict() for e, f in traces},
         "replayers": {api: r.as_dict() for api, r in replayers.items()},
@@ -399,7 +383,7 @@ class _Replay:
         )
 
     def _timed(self, env: dict[str, str], total: int) -> tuple[list[int], list[int], list[int]]:
-        zones = str(self.plan.config.zones) == "draws"
+        zones = self.plan.zones == "draws"
         show = self.progress.advance if self.progress.tty else None
         got = rp.timed_frames(
             self.replayer,
@@ -561,4 +545,4 @@ class _Replay:
         return keys
 
 
-__all__ = ["check_plan", "has_traces", "run", "run_any"]
+__all__ = ["check_plan", "has_traces", "run"]
