@@ -37,7 +37,7 @@ from katra3d.harness.engine.frame import HarnessFrame, frame_time_s
 from katra3d.harness.engine.gcmarks import GcMarks
 from katra3d.harness.engine.measurer import Measurer, TimeMeasurer
 from katra3d.harness.engine.reference import ReferenceDraw
-from katra3d.harness.engine.results import Progress
+from katra3d.harness.engine.results import ProgressSink
 from katra3d.harness.engine.scene_traceback import describe
 from katra3d.harness.engine.spec import CaptureSpec
 from katra3d.harness.engine.stopping import Keeper, StopFlag
@@ -297,7 +297,7 @@ class Engine:
         flags: int,
         key: tuple[int, int],
         bind: Callable[[], None] | None = None,
-        progress: Progress | None = None,
+        progress: ProgressSink | None = None,
     ) -> int:
         """Render frames ``first``, ``first+1``, … (``count`` of them, or until ``deadline_ns``).
 

@@ -31,7 +31,7 @@ from katra_trace.schema import Flag
 
 if TYPE_CHECKING:
     from katra3d.harness.engine.core import Engine, MeasuredDriver
-    from katra3d.harness.engine.results import Progress
+    from katra3d.harness.engine.results import ProgressSink
     from katra3d.harness.engine.spec import SceneSpec
 
 _pc = time.perf_counter_ns
@@ -42,7 +42,7 @@ def run_scene(
     scene: SceneSpec,
     *,
     bind: Callable[[], None] | None = None,
-    progress: Progress | None = None,
+    progress: ProgressSink | None = None,
     measured_driver: MeasuredDriver | None = None,
 ) -> SceneResult:
     """Set up, warm up, measure and release one scene on ``engine`` (:class:`SceneLifecycle`).
@@ -70,13 +70,13 @@ class SceneLifecycle:
         spec: SceneSpec,
         *,
         bind: Callable[[], None] | None = None,
-        progress: Progress | None = None,
+        progress: ProgressSink | None = None,
         measured_driver: MeasuredDriver | None = None,
     ) -> None:
         self.engine = engine
         self.spec = spec
         self.bind = bind
-        self.progress: Progress = progress or NoProgress()
+        self.progress: ProgressSink = progress or NoProgress()
         self.measured_driver = measured_driver
         self.scene: Any = None
 

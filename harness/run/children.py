@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from katra3d.harness.engine.results import Progress
+from katra3d.harness.engine.results import ProgressSink
 from katra3d.harness.run import lifetime, measure, protocol
 from katra3d.harness.run.config import RunPlan
 from katra3d.harness.run.parts import join
@@ -107,7 +107,7 @@ def start_child(
     index: int,
     *,
     sup: Supervisor,
-    progress: Progress,
+    progress: ProgressSink,
     quiet: bool,
     imports: dict[str, str],
     sys_path: list[str],
@@ -162,7 +162,7 @@ def start_child(
 
 
 def run_counted(
-    plan: RunPlan, *, progress: Progress, quiet: bool
+    plan: RunPlan, *, progress: ProgressSink, quiet: bool
 ) -> tuple[int, ChildResult | None, int]:
     """Count every scene of ``plan`` in its own child, up to ``plan.jobs`` at once, and write the
     run's trace at ``plan.output`` (claimed first, as any capture does; a failed run's is set

@@ -18,7 +18,7 @@ from katra3d.harness.engine.core import Engine
 from katra3d.harness.engine.counting import CountMeasurer
 from katra3d.harness.engine.lifecycle import run_scene
 from katra3d.harness.engine.measurer import Measurer, TimeMeasurer
-from katra3d.harness.engine.results import Progress, RunResult, SceneResult
+from katra3d.harness.engine.results import ProgressSink, RunResult, SceneResult
 from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
 from katra3d.harness.engine.stopping import StopFlag, stop_on_signals
 from katra3d.harness.gl import backends, probe
@@ -74,7 +74,7 @@ _RESOLVED_KEYS = tuple(
 )
 
 
-def capture(plan: RunPlan, progress: Progress, child: ChildOrder | None = None) -> RunResult:
+def capture(plan: RunPlan, progress: ProgressSink, child: ChildOrder | None = None) -> RunResult:
     """The scene loop: open the backend, probe the host and capture every scene of ``plan`` into
     its trace.
 
@@ -179,7 +179,7 @@ def failed_note(kept: Path | None) -> str:
 
 
 def _run_entry(
-    engine: Engine, plan: RunPlan, entry: SceneEntry, session: Any, progress: Progress, n: int
+    engine: Engine, plan: RunPlan, entry: SceneEntry, session: Any, progress: ProgressSink, n: int
 ) -> SceneResult:
     shot = (
         screenshot_path(plan.screenshot_dir, entry.label)

@@ -19,7 +19,7 @@ from katra3d.harness.engine.counting import estimated_cycles
 from katra3d.harness.engine.events import FRAME_NAME
 from katra3d.harness.engine.frame import frame_time_s
 from katra3d.harness.engine.results import (
-    Progress,
+    ProgressSink,
     RunResult,
     SceneResult,
     median_text,
@@ -86,7 +86,7 @@ def check_plan(plan: RunPlan) -> None:
         )
 
 
-def run(plan: RunPlan, progress: Progress) -> RunResult:
+def run(plan: RunPlan, progress: ProgressSink) -> RunResult:
     """Replay every trace of ``plan`` into one katra3d trace (the plan's output)."""
     check_plan(plan)
     cfg = plan.config
@@ -279,7 +279,7 @@ class _Replay:
         replayer: Replayer,
         env: dict[str, str],
         stop: StopFlag,
-        progress: Progress,
+        progress: ProgressSink,
         n: int,
         host: HostInfo,
         work: Path,

@@ -21,7 +21,7 @@ import warnings
 from pathlib import Path
 from typing import TextIO
 
-from katra3d.harness.engine.results import NoProgress, Progress, RunResult
+from katra3d.harness.engine.results import NoProgress, ProgressSink, RunResult
 from katra3d.harness.gl import backends, probe
 from katra3d.harness.run import children, measure, pipeline, protocol, replay
 from katra3d.harness.run.config import RunConfig, RunPlan, plan_run
@@ -43,7 +43,7 @@ from katra_trace.errors import (
 def run(
     config: RunConfig,
     *,
-    progress: Progress | None = None,
+    progress: ProgressSink | None = None,
     plan: RunPlan | None = None,
     progress_stream: TextIO | None = None,
     quiet: bool = False,
@@ -73,7 +73,7 @@ def run(
     return pipeline.capture(plan, progress)
 
 
-def _run_counted(plan: RunPlan, progress: Progress, *, quiet: bool) -> RunResult:
+def _run_counted(plan: RunPlan, progress: ProgressSink, *, quiet: bool) -> RunResult:
     """``--measure instructions|cycles``: check here, count in a child under callgrind, take back
     its results.
 
