@@ -39,6 +39,7 @@ GL, no I/O: ``stats --slow``, the report and the Perfetto export call it.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -46,6 +47,7 @@ import numpy as np
 
 from katra_trace.analysis.stats import (
     STUTTER_FACTOR,
+    groups,
     measured,
     moving_median,
     scene_labels,
@@ -309,8 +311,9 @@ def slow_frames(
     marks = ev[(ev["kind"] == Kind.MARKER) & np.isin(ev["name"], gc_ids)] if gc_ids else ev[:0]
     marks = marks[np.argsort(marks["start_ns"], kind="stable")]
     out: dict[str, SceneSlow] = {}
+    by_scene = groups(kept, "scene")
     for sid, label in labels.items():
-        of_scene = kept[kept["scene"] == sid]
+        of_scene = by_scene.get(sid, kept[:0])
         frames = of_scene[of_scene["kind"] == Kind.FRAME]
         clocks = [CLOCK_NAMES.get(int(c), "") for c in np.unique(frames["clock"])]
         spans = [c for c in clocks if is_time(c) and c not in VALUE_CLOCKS]
@@ -363,24 +366,49 @@ def _excess(values: np.ndarray) -> np.ndarray:
     return over
 
 
-def _gc_time(
-    start: np.ndarray, end: np.ndarray, marks: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per frame (spans ``start``..``end``, in order): ns of collections inside it, and the highest
-    generation collected (-1: none)."""
-    ns = np.zeros(start.size)
-    gen = np.full(start.size, -1, dtype=np.int64)
-    m0 = marks["start_ns"].astype(np.int64)
-    m1 = m0 + marks["dur_ns"].astype(np.int64)
-    for a, b, g in zip(m0.tolist(), m1.tolist(), marks["value"].tolist(), strict=True):
-        k = max(int(np.searchsorted(start, a, side="right")) - 1, 0)
-        while k < start.size and start[k] < b:
-            overlap = min(int(end[k]), b) - max(int(start[k]), a)
-            if overlap > 0:
-                ns[k] += overlap
-                gen[k] = max(int(gen[k]), int(g))
-            k += 1
-    return ns, gen
+def _covered(t: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per time of ``t``: ns the spans ``a``..``b`` ran before it (overlaps counted each time), by
+    sorting and prefix sums, never per pair: sum(b <= t: b) - t * #(b <= t) + t * #(a < t) -
+    sum(a < t: a)."""
+    a, b = np.sort(a), np.sort(b)
+    began, ended = np.searchsorted(a, t, side="left"), np.searchsorted(b, t, side="right")
+    sum_a, sum_b = np.concatenate([[0.0], np.cumsum(a)]), np.concatenate([[0.0], np.cumsum(b)])
+    out: np.ndarray = sum_b[ended] - sum_a[began] + (began - ended) * t
+    return out
+
+
+def _gc_time(start: np.ndarray, end: np.ndarray, marks: np.ndarray) -> np.ndarray:
+    """Per frame (spans ``start``..``end``): ns of collections inside it."""
+    if not marks.size:
+        return np.zeros(start.size)
+    a = marks["start_ns"].astype(np.float64)
+    b = a + marks["dur_ns"].astype(np.float64)
+    origin = a.min()  # small numbers keep the prefix sums exact
+    a, b = a - origin, b - origin
+    ns = _covered(end - origin, a, b) - _covered(start - origin, a, b)
+    return np.maximum(ns, 0.0)
+
+
+def _generations(start: np.ndarray, end: np.ndarray, marks: np.ndarray) -> list[int]:
+    """Per frame (``start``..``end``, in start order), the highest generation collected in it (-1:
+    none or not a number), in one sweep: a heap of the collections begun by the frame's end."""
+    values = marks["value"]
+    ok = np.isfinite(values) & (values >= 0) & (values <= 2**31)
+    gen = np.where(ok, values, -1).astype(np.int64).tolist()
+    a = marks["start_ns"].astype(np.float64)
+    b = (a + marks["dur_ns"].astype(np.float64)).tolist()
+    order = np.argsort(a, kind="stable").tolist()
+    a = a.tolist()
+    heap: list[tuple[int, float]] = []
+    out, j = [], 0
+    for s, e in zip(start.tolist(), end.tolist(), strict=True):
+        while j < len(order) and a[order[j]] < e:
+            heapq.heappush(heap, (-gen[order[j]], b[order[j]]))
+            j += 1
+        while heap and heap[0][1] <= s:  # ended before this frame, and so before every later one
+            heapq.heappop(heap)
+        out.append(-heap[0][0] if heap else -1)
+    return out
 
 
 def _scene(
@@ -410,8 +438,9 @@ def _scene(
     length = _aligned(idx, host["frame"].astype(np.int64), host["dur_ns"].astype(np.float64))
     start = np.where(np.isnan(start), frames["start_ns"], start)
     end = start + np.where(np.isnan(length), d, length)
-    gc_ns, gc_gen = _gc_time(start, end, marks)
-    gc_excess = _excess(gc_ns)
+    gc_excess = _excess(_gc_time(start, end, marks))
+    gc_slow = [k for k in where.tolist() if gc_excess[k] >= EXPLAINS * excess[k]]
+    gc_gen = dict(zip(gc_slow, _generations(start[gc_slow], end[gc_slow], marks), strict=True))
     machine = np.full(d.size, False)
     gap_excess = np.zeros(d.size)
     if process.size:
@@ -429,7 +458,7 @@ def _scene(
             & (gap_excess >= EXPLAINS * excess)
             & (excess - gap_excess <= (STUTTER_FACTOR - 1.0) * med)
         )
-    zone_parts = _zone_parts(zones, idx[where], strings) if has_zones else []
+    top_zone = _top_zones(zones, idx[where], EXPLAINS * excess[where], strings) if has_zones else {}
     between = d.copy()
     if has_zones:
         top = zones[zones["depth"] == 1]
@@ -443,12 +472,11 @@ def _scene(
     for j, k in enumerate(where.tolist()):
         half = EXPLAINS * excess[k]
         if gc_excess[k] >= half:
-            cause = Cause(GC, f"generation {int(gc_gen[k])}", float(gc_excess[k]) / _NS_PER_MS)
+            cause = Cause(GC, f"generation {gc_gen[k]}", float(gc_excess[k]) / _NS_PER_MS)
         elif has_zones:
             cause = _zoned_cause(
-                j,
                 float(excess[k]),
-                zone_parts,
+                top_zone.get(j),
                 float(between_excess[k]),
                 bool(machine[k]),
                 float(gap_excess[k]),
@@ -479,46 +507,56 @@ def _scene(
     )
 
 
-#: One zone's part in the slow frames: (depth, kind, name, excess ns at each slow frame, NaN where
-#: absent).
-_ZonePart = tuple[int, str, str, np.ndarray]
-
-
-def _zone_parts(zones: np.ndarray, slow_idx: np.ndarray, strings: Sequence[str]) -> list[_ZonePart]:
-    """Each zone's per-frame total over its own moving median, at the slow frames; a zone named as a
-    draw of one of the others (``--zones draws``) is a draw."""
-    parts: list[_ZonePart] = []
-    ids = np.unique(zones["name"]).tolist()
-    names = {nid: strings[nid] if 0 <= nid < len(strings) else f"?{nid}" for nid in ids}
+def _top_zones(
+    zones: np.ndarray, slow_idx: np.ndarray, half: np.ndarray, strings: Sequence[str]
+) -> dict[int, tuple[float, str, str]]:
+    """Per slow frame (its place in ``slow_idx``, sorted): the zone whose per-frame total is over
+    its own moving median by at least ``half`` of the frame's excess, the deepest then the most, as
+    (excess ns, kind, name); a zone named as a draw of one of the others (``--zones draws``) is a
+    draw. Each zone's frames are looked up once: the work is the zones', not zones x slow frames."""
+    by_name = groups(zones, "name")
+    names = {nid: strings[nid] if 0 <= nid < len(strings) else f"?{nid}" for nid in by_name}
     passes = set(names.values())
-    for nid in ids:
-        z = zones[zones["name"] == nid]
+    at_j, depth, value, part = [], [], [], []
+    for p, z in enumerate(by_name.values()):
         at, inverse = np.unique(z["frame"].astype(np.int64), return_inverse=True)
         totals = np.zeros(at.size)
         np.add.at(totals, inverse, z["dur_ns"].astype(np.float64))
-        over = _excess(totals)
-        pos = np.clip(np.searchsorted(at, slow_idx), 0, at.size - 1)
-        ex = np.where(at[pos] == slow_idx, over[pos], np.nan)
-        name = names[nid]
-        parts.append(
-            (int(z["depth"].min()), DRAW if draw_pass(name, passes) is not None else ZONE, name, ex)
-        )
-    return parts
+        pos = np.minimum(np.searchsorted(slow_idx, at), slow_idx.size - 1)
+        hit = slow_idx[pos] == at
+        if hit.any():
+            at_j.append(pos[hit])
+            value.append(_excess(totals)[hit])
+            depth.append(np.full(int(hit.sum()), int(z["depth"].min())))
+            part.append(np.full(int(hit.sum()), p))
+    if not at_j:
+        return {}
+    j, d, v, q = (np.concatenate(x) for x in (at_j, depth, value, part))
+    keep = v >= half[j]
+    j, d, v, q = j[keep], d[keep], v[keep], q[keep]
+    order = np.lexsort((-q, v, d, j))  # per frame last: the deepest, then the most, then the first
+    last = order[np.r_[j[order][1:] != j[order][:-1], True]] if order.size else order
+    ids = list(by_name)
+    out = {}
+    for k in last.tolist():
+        name = names[ids[int(q[k])]]
+        kind = DRAW if draw_pass(name, passes) is not None else ZONE
+        out[int(j[k])] = (float(v[k]), kind, name)
+    return out
 
 
 def _zoned_cause(
-    j: int, excess: float, parts: Sequence[_ZonePart], between: float, machine: bool, gap: float
+    excess: float,
+    best: tuple[float, str, str] | None,
+    between: float,
+    machine: bool,
+    gap: float,
 ) -> Cause:
     half = EXPLAINS * excess
-    best: tuple[int, float, str, str] | None = None
-    for depth, kind, name, ex in parts:
-        value = float(ex[j])
-        if value >= half and (best is None or (depth, value) > best[:2]):
-            best = (depth, value, kind, name)
-    if best is not None and best[1] >= between:
+    if best is not None and best[0] >= between:
         if machine:
             return Cause(MACHINE, None, gap / _NS_PER_MS)
-        return Cause(best[2], best[3], best[1] / _NS_PER_MS)
+        return Cause(best[1], best[2], best[0] / _NS_PER_MS)
     if between >= half:
         return Cause(BETWEEN, None, between / _NS_PER_MS)
     if machine:

@@ -129,14 +129,21 @@ def moving_median(dur_ns: np.ndarray, window: int = STUTTER_WINDOW_FRAMES) -> np
         empty: np.ndarray = d.copy()
         return empty
     half = window // 2
+    if d.size <= half + 1:  # every window holds the whole series
+        whole: np.ndarray = np.full(d.size, np.nan if np.isnan(d).all() else np.nanmedian(d))
+        return whole
     padded = np.concatenate([np.full(half, np.nan), d, np.full(half, np.nan)])
     windows = np.lib.stride_tricks.sliding_window_view(padded, window)
     out = np.empty(d.size)
-    # in blocks: nanmedian copies its input, so a whole long capture at once would take
-    # ~window x its size in memory
+    # in blocks (a sorted copy of a whole long capture would take ~window x its size); each window
+    # sorted, its NaN last: the median of its valid values, without nanmedian's per-call cost
     for start in range(0, d.size, _MEDIAN_BLOCK_FRAMES):
         stop = min(start + _MEDIAN_BLOCK_FRAMES, d.size)
-        out[start:stop] = np.nanmedian(windows[start:stop], axis=1)
+        block = np.sort(windows[start:stop], axis=1)
+        valid = window - np.isnan(block).sum(axis=1)
+        rows = np.arange(block.shape[0])
+        low, high = block[rows, np.maximum(valid - 1, 0) // 2], block[rows, valid // 2]
+        out[start:stop] = np.where(valid > 0, (low + high) / 2, np.nan)
     return out
 
 
@@ -294,10 +301,9 @@ def zone_frame_totals(
     ev = measured(events)
     zones = ev[(ev["kind"] == Kind.ZONE) & (ev["clock"] == clock)]
     out: dict[str, dict[str, np.ndarray]] = {}
+    by_scene = groups(zones, "scene")
     for sid in _in_order(zones["scene"], labels):
-        of_scene = zones[zones["scene"] == sid]
-        for zid in np.unique(of_scene["name"]):
-            z = of_scene[of_scene["name"] == zid]
+        for zid, z in groups(by_scene[sid], "name").items():
             frames, inverse = np.unique(z["frame"], return_inverse=True)
             totals = np.zeros(frames.size, dtype=np.float64)
             np.add.at(totals, inverse, z["dur_ns"].astype(np.float64))
@@ -327,6 +333,17 @@ def reference_durations(events: np.ndarray, strings: list[str]) -> dict[str, dic
                 "dur_ns"
             ].astype(np.float64)
     return out
+
+
+def groups(ev: np.ndarray, key: str) -> dict[int, np.ndarray]:
+    """``ev`` split by the value of column ``key``, each part in its original order: one stable
+    sort, not a pass over the events per value (a trace may give every zone its own name)."""
+    if not len(ev):
+        return {}
+    order = np.argsort(ev[key], kind="stable")
+    values, first = np.unique(ev[key][order], return_index=True)
+    parts = np.split(ev[order], first[1:])
+    return dict(zip(values.tolist(), parts, strict=True))
 
 
 def _in_order(scene_ids: np.ndarray, labels: Mapping[int, str]) -> list[int]:
@@ -453,15 +470,13 @@ def events_stats(events: np.ndarray, strings: list[str], zones: bool = True) -> 
     labels = scene_labels(events, strings)
     ev = measured(events)
     scenes: dict[str, SceneStats] = {}
+    by_scene = groups(ev, "scene")
     for sid in _in_order(ev["scene"], labels):
-        of_scene = ev[ev["scene"] == sid]
-        zev = of_scene[of_scene["kind"] == Kind.ZONE]
+        of_scene = by_scene[sid]
+        zev = of_scene[of_scene["kind"] == Kind.ZONE] if zones else of_scene[:0]
         scenes[labels[sid]] = SceneStats(
             _group_stats(of_scene[of_scene["kind"] == Kind.FRAME]),
-            {
-                _name(strings, int(zid)): _group_stats(zev[zev["name"] == zid])
-                for zid in (np.unique(zev["name"]) if zones else ())
-            },
+            {_name(strings, zid): _group_stats(z) for zid, z in groups(zev, "name").items()},
         )
     return RunStats(scenes)
 
@@ -489,6 +504,7 @@ __all__ = [
     "count_stats",
     "events_stats",
     "frame_stats",
+    "groups",
     "low_fps_average",
     "low_fps_integral",
     "measured",
