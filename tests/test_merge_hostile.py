@@ -4,18 +4,21 @@ line (exit 2) or merged into a trace that validates, within a memory bound set b
 from __future__ import annotations
 
 import resource
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from katra_trace.io.merge import parse_shard
 from katra_trace.io.reader import open_trace
 from tests.cli_helpers import katra
 from tests.test_shards import _edited, _shard
-from tests.trace_helpers import wall_frames, write_trace
+from tests.trace_helpers import frame_zone_stream, wall_frames, write_trace
 
 REPO = Path(__file__).resolve().parent.parent
 #: The address space a merge of these small shards may take (the interpreter and numpy included).
@@ -171,3 +174,34 @@ def test_a_shard_that_claims_other_scenes_than_it_holds_is_refused(tmp_path: Pat
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "holds scene 'b', which its header does not name (it names 'x')" in proc.stderr
     assert not (tmp_path / "m.katra").exists() and not list(tmp_path.glob(".m.katra*"))
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_stop_signal_while_an_output_is_written_removes_its_temporary_file(
+    tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    events = frame_zone_stream(1, zones=0)
+    events["flags"] = 0
+    events = np.repeat(events, 1_000_000)
+    events["frame"] = np.arange(events.size)
+    events["start_ns"] = np.arange(events.size) * 17_000_000
+    trace = tmp_path / "long.katra"
+    write_trace(trace, events, ["", "scene", "frame"], batch_events=65536)
+    out = tmp_path / "out.csv"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "katra3d", "export", str(trace), "--to", "csv", "-o", str(out)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        while not list(tmp_path.glob(".out.csv.*.tmp")):
+            assert proc.poll() is None, "the export ended before its temporary file was seen"
+            time.sleep(0.02)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == code and err == "katra3d: interrupted\n", err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.katra"]

@@ -26,8 +26,10 @@ import errno
 import fcntl
 import os
 import secrets
+import signal
 import stat
 import tempfile
+import threading
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -251,6 +253,41 @@ def open_output(
     check_output(text, force=force, inputs=inputs, option=option, example=example)
     path = Path(os.path.realpath(text)) if os.path.islink(text) else Path(text)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with _stops_raise():
+        yield from _write_then_move(tmp, path, force)
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP while an output was written (its temporary file is removed); the command
+    exits 128 + ``signum``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stops_raise() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`Stopped` in the main thread meanwhile, where nothing else
+    handles them (they would end the process with the temporary file left behind)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise Stopped(signum)
+
+    stops = [s for s in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) == signal.SIG_DFL]
+    for sig in stops:
+        signal.signal(sig, stop)
+    try:
+        yield
+    finally:
+        for sig in stops:
+            signal.signal(sig, signal.SIG_DFL)
+
+
+def _write_then_move(tmp: Path, path: Path, force: bool) -> Iterator[BinaryIO]:
     try:
         f = open(tmp, "xb")  # noqa: SIM115 - closed below
     except FileNotFoundError:
