@@ -3,6 +3,7 @@ that names the file (a small tmpfs; skipped where mounting is not allowed)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ def full_dir(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", str(where)], check=True)
 
 
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="a counted run needs valgrind")
 def test_a_counted_run_into_a_full_disk_is_refused_before_it_counts(full_dir: Path) -> None:
     out = full_dir / "t.katra"
     proc = katra("run", "triangle", "--measure", "instructions", "--frames", "2", "-o", str(out))
