@@ -345,8 +345,8 @@ def slow_frames(
 
 def _on(ev: np.ndarray, kind: Kind, clock: str) -> np.ndarray:
     cid = next(c for c, n in CLOCK_NAMES.items() if n == clock)
-    sel = ev[(ev["kind"] == kind) & (ev["clock"] == cid)]
-    ordered: np.ndarray = sel[np.lexsort((sel["start_ns"], sel["frame"]))]
+    pick = np.flatnonzero((ev["kind"] == kind) & (ev["clock"] == cid))
+    ordered: np.ndarray = ev[pick[np.lexsort((ev["start_ns"][pick], ev["frame"][pick]))]]
     return ordered
 
 

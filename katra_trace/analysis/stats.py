@@ -219,7 +219,7 @@ def measured(events: np.ndarray) -> np.ndarray:
     keep = ((ev["kind"] == Kind.FRAME) | (ev["kind"] == Kind.ZONE)) & (
         (ev["flags"] & EXCLUDED_FLAGS) == 0
     )
-    kept: np.ndarray = ev[keep]
+    kept: np.ndarray = ev if keep.all() else ev[keep]  # no copy of a trace of measured spans only
     return kept
 
 
@@ -340,6 +340,8 @@ def groups(ev: np.ndarray, key: str) -> dict[int, np.ndarray]:
     sort, not a pass over the events per value (a trace may give every zone its own name)."""
     if not len(ev):
         return {}
+    if (ev[key] == ev[key][0]).all():  # one group (one scene): the events themselves, no copy
+        return {int(ev[key][0]): ev}
     order = np.argsort(ev[key], kind="stable")
     values, first = np.unique(ev[key][order], return_index=True)
     parts = np.split(ev[order], first[1:])
@@ -458,9 +460,12 @@ class RunStats:
 
 def _group_stats(ev: np.ndarray) -> dict[str, ClockStats]:
     out: dict[str, ClockStats] = {}
-    for clock in np.unique(ev["clock"]):
+    clocks = np.unique(ev["clock"])
+    for clock in clocks:
         cname = clock_name(clock)
-        dur = _ordered(ev[ev["clock"] == clock])["dur_ns"]
+        # one column sorted, not the records
+        on = ev if len(clocks) == 1 else ev[ev["clock"] == clock]
+        dur = on["dur_ns"][np.lexsort((on["start_ns"], on["frame"]))]
         out[cname] = count_stats(dur, cname) if int(clock) in COUNT_CLOCKS else frame_stats(dur)
     return out
 
