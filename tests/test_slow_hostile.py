@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from katra_trace.analysis import slow
+from katra_trace.analysis.stats import frame_stats
 from katra_trace.schema import EVENT_DTYPE, Clock, Kind
 from tests.cli_helpers import katra_main
 from tests.extreme_traces import WRITERS
@@ -80,3 +81,11 @@ def test_the_top_zone_of_each_slow_frame_is_found_per_zone_not_per_pair() -> Non
     assert [(s.cause.kind, s.cause.name) for s in found.slow] == [
         (slow.ZONE, f"z{i % names}") for i in range(0, n, 9)
     ]
+
+
+@pytest.mark.parametrize("ns", [0.0, 7.5, 16_600_000.0, 2.0**62])
+def test_statistics_of_one_span_are_those_of_the_general_rule(ns: float) -> None:
+    one = frame_stats(np.array([ns])).as_dict()
+    two = frame_stats(np.array([ns, ns])).as_dict()  # the same series statistics, counted twice
+    assert one.pop("n") == 1 and one.pop("total_ms") == ns / 1e6
+    assert one == {k: v for k, v in two.items() if k not in ("n", "total_ms")}

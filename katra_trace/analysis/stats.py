@@ -120,6 +120,23 @@ def low_fps_integral(dur_ns: np.ndarray, fraction: float) -> float:
     return _rate_hz(1, float(desc[idx]))
 
 
+def _one_span(ns: float) -> FrameStats:
+    """:func:`frame_stats` of one duration."""
+    ms, rate = ns / _NS_PER_MS, _rate_hz(1, ns)
+    return FrameStats(
+        **{f: ms for f in ("total_ms", "mean_ms", "median_ms", "min_ms", "max_ms")},
+        **{f: ms for f in ("p90_ms", "p95_ms", "p99_ms")},
+        **{f: rate for f in ("fps_avg", "fps_low_1pct", "fps_low_0_1pct")},
+        fps_low_1pct_integral=rate,
+        fps_low_0_1pct_integral=rate,
+        n=1,
+        stdev_ms=0.0,
+        mad_ms=0.0,
+        cv=0.0 if ns > 0 else math.nan,
+        stutter_pct=0.0,
+    )
+
+
 def moving_median(dur_ns: np.ndarray, window: int = STUTTER_WINDOW_FRAMES) -> np.ndarray:
     """Centred moving median over ``window`` frames (odd), truncated at the ends."""
     d = np.asarray(dur_ns, dtype=np.float64)
@@ -183,6 +200,8 @@ def frame_stats(dur_ns: np.ndarray) -> FrameStats:
     if d.ndim != 1 or d.size == 0:
         raise ValueError(f"frame_stats needs a non-empty 1-D array, got shape {d.shape}")
     n = int(d.size)
+    if n == 1:  # a zone seen once (every draw named apart): no numpy call per statistic
+        return _one_span(float(d[0]))
     total = float(d.sum())
     mean = total / n
     median = float(np.median(d))
