@@ -385,8 +385,8 @@ def _gc_time(start: np.ndarray, end: np.ndarray, marks: np.ndarray) -> np.ndarra
     b = a + marks["dur_ns"].astype(np.float64)
     origin = a.min()  # small numbers keep the prefix sums exact
     a, b = a - origin, b - origin
-    ns = _covered(end - origin, a, b) - _covered(start - origin, a, b)
-    return np.maximum(ns, 0.0)
+    ns: np.ndarray = np.maximum(_covered(end - origin, a, b) - _covered(start - origin, a, b), 0.0)
+    return ns
 
 
 def _generations(start: np.ndarray, end: np.ndarray, marks: np.ndarray) -> list[int]:
