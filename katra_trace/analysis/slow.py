@@ -1,39 +1,12 @@
 """Why a frame was slow: every slow frame of a scene with its one main cause, from the trace alone.
 
-A **slow frame** is a stutter (:func:`katra_trace.analysis.stats.stutter_frames`, the one rule:
-longer than 2.5 x the moving median of 31 frames), on the scene's primary time clock (``wall`` in
-sync mode, ``gpu`` in gpu mode). Its **excess** is what it took over that moving median. Each part
-of the frame has an excess of its own, over its own moving median: a zone's (or draw's) per-frame
-total, the time not covered by zones (``between zones``), the time collections ran in it (``gc``,
-from the markers the harness records), and the wall time not matched by process CPU time (the
-process was not running). The main cause is the first of these that explains at least
-:data:`EXPLAINS` of the frame's excess, in this order:
-
-1. ``gc``: collections ran in the frame for that long (the name says the generation: 2 is a full
-   one);
-2. with zones, the zone or draw (``draw``: a ``--zones draws`` zone) over its own moving median by
-   the most, the deepest one when a pass and a draw inside it both explain it; but ``machine``
-   instead when that time was not CPU time either (a pass's GL work runs on the CPU under
-   llvmpipe: a pass that grew with no CPU to show for it waited for the machine);
-3. with zones, ``between zones``: the scene's own code between its zones (Python work, a blocking
-   call: a sleep there is the scene's, so idle time between zones is charged to it);
-4. ``machine``: wall time exceeded what the frame's process CPU time accounts for by more than the
-   frame's typical time (its moving median), and that gap explains the excess. CPU time accounts for
-   wall time at the scene's usual pace (moving median of wall over moving median of process CPU
-   time: 1 for one busy thread on an idle machine, less with rasterizer threads in parallel, more on
-   a loaded machine); and the frame's extra work alone (its excess less that gap) would not have
-   made it slow. So a frame that did much more work, and was preempted for it on a busy machine, is
-   put on its work; one that lost its time while not running, on the machine. Sync-mode captures
-   record the process clock; gpu-mode ones cannot say ``machine``;
-5. without zones, ``between zones`` for the whole frame; with zones, ``unknown``.
-
-The zones that split a frame are those on its clock, or for a wall frame those on the cpu clock when
-it has none on wall (:data:`ZONE_CLOCKS`: a replay's draw zones). Without zones a blocking call in
-the scene's code and a stopped process look alike (both are ``machine``); :attr:`SceneSlow.note`
-says that ``--zones`` would tell more, or on which clock the zones are. A scene whose frames are
-counts (no time clock) has no slow frames, and its note says so. Causes that recur are grouped
-(:class:`CauseGroup`), with a period when they come regularly ("every 9th frame"). Pure numpy, no
-GL, no I/O: ``stats --slow``, the report and the Perfetto export call it.
+A slow frame is a stutter (:func:`katra_trace.analysis.stats.stutter_frames`, the one rule) on the
+scene's primary time clock; its excess, and each part's (a zone or draw, ``between zones``, ``gc``,
+the time the process was not running), is over that part's own moving median. The main cause is the
+first part, in the order of :data:`KINDS`' rule, that explains :data:`EXPLAINS` of the excess
+(docs/stats.md, "Why a frame was slow", states the rule in full); causes that recur are grouped with
+their period. Pure numpy, no GL, no I/O: ``stats --slow``, the report and the Perfetto export call
+it.
 """
 
 from __future__ import annotations

@@ -277,27 +277,18 @@ def open_output(
         yield from _write_then_move(tmp, path, force)
 
 
-class Stopped(KeyboardInterrupt):
-    """SIGTERM or SIGHUP while an output was written (its temporary file is removed); the command
-    exits 128 + ``signum``."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
 @contextlib.contextmanager
 def _stops_raise() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise :class:`Stopped` in the main thread meanwhile, where nothing else
-    handles them (they would end the process with the temporary file left behind)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    """SIGTERM and SIGHUP (where nothing handles them) raise :class:`Stopped` meanwhile, so that the
+    temporary file is removed and the command exits 128 + the signal."""
 
     def stop(signum: int, _frame: object) -> None:
         raise Stopped(signum)
 
-    stops = [s for s in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) == signal.SIG_DFL]
+    main = threading.current_thread() is threading.main_thread()
+    stops = [
+        s for s in (signal.SIGTERM, signal.SIGHUP) if main and signal.getsignal(s) == signal.SIG_DFL
+    ]
     for sig in stops:
         signal.signal(sig, stop)
     try:
@@ -305,6 +296,12 @@ def _stops_raise() -> Iterator[None]:
     finally:
         for sig in stops:
             signal.signal(sig, signal.SIG_DFL)
+
+
+class Stopped(KeyboardInterrupt):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 def _write_then_move(tmp: Path, path: Path, force: bool) -> Iterator[BinaryIO]:

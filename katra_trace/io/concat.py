@@ -1,27 +1,12 @@
-"""Several traces written as one: the one definition ``katra3d merge`` (:mod:`katra_trace.io.merge`)
-and a counted run's join of its children's parts (:mod:`katra3d.harness.run.parts`) both write
-through.
+"""Several traces written as one: what ``katra3d merge`` (:mod:`katra_trace.io.merge`) and a counted
+run's join of its children's parts (:mod:`katra3d.harness.run.parts`) both write through.
 
-A :class:`Concatenation` writes a HEADER the caller made, then takes the input traces one at a time,
-each as the reading service opened it (:func:`~katra_trace.io.tracesets.open_quietly`, within its
-file's budget; a damaged one as far as it is intact), so that no more than one input is in memory at
-once. Of each it writes:
-
-- its strings, into one table (each input numbers its strings from 1: every event's scene and name
-  id is renumbered onto the joined table, an id its table lacks becomes ``?<id>``, as
-  :meth:`Trace.name` reads it);
-- its events, in blocks of :data:`BLOCK_EVENTS`, their times moved by the caller's shift (an input's
-  start after the joined trace's start);
-- its annotations (one copy of those that name no scene and are alike in several inputs: a fact of
-  the run, not of one input);
-- its clock pairs (CLOCK_SYNC), their host times moved with its events; or, where the caller says
-  the inputs' GPU clocks are not one clock, as ANNOTATIONs that say whose they are, so that no
-  timeline maps one GPU's times through another's pairs;
-- its kept frames (an IMAGE block per scene, the PNG byte for byte).
-
-The summary's own counts add up (dropped events and batches; the end is the latest moved end); what
-the producer keeps in the summary's ``user`` part is the caller's to join
-(:meth:`Concatenation.finish`).
+:class:`Concatenation` writes a HEADER the caller made, then each input as the reading service
+opened it (one in memory at a time): its strings renumbered onto one table (an id past an input's
+table becomes ``?<id>``, as :meth:`Trace.name` reads it), its events moved by the caller's shift,
+its annotations (those of the run, alike in several inputs, once), its clock pairs (as ANNOTATIONs
+naming their input where the inputs' GPU clocks differ) and its kept frames byte for byte. The
+summary's counts add up; its ``user`` part is the caller's (:meth:`Concatenation.finish`).
 """
 
 from __future__ import annotations

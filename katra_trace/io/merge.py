@@ -1,22 +1,13 @@
 """One trace from the shards of a run: what ``katra3d merge`` does (``katra3d run --shard I/N``,
 docs/ci.md).
 
-:func:`check_shards` decides whether files are the shards of one run: each a whole, complete capture
-of a ``--shard I/N`` run, all of one suite (and scenes), capture options and katra3d version, every
-shard 1..N given once and no scene in two of them (a run of apitrace traces: each shard's traces are
-its own). Else ConfigError, one line naming the files (exit 2).
-
-:func:`merge_shards` then writes them as one trace through the output rule
-(:func:`~katra_trace.io.claim .open_output`: never over a file without ``force``, then atomically;
-never over one of its inputs). The shards are read through the reading service one at a time
-(:func:`~katra_trace.io.tracesets.open_quietly`, each within its file's budget) and written by
-:class:`~katra_trace.io.concat.Concatenation` (as a counted run's parts are): their events with the
-string ids of the merged table and their times moved by the shard's start after the earliest one
-(wall clock), their annotations, their clock pairs (as CLOCK_SYNC blocks only when one shard alone
-has any: shards ran on GPUs of their own), their kept frames (byte for byte). The header records
-every shard (``shards``, format 1.3: which shard, its file, its scenes, its start and its host), so
-that each scene is compared against scenes of a comparable host
-(:meth:`~katra_trace.io.header.TraceHeader.host_of`).
+:func:`check_shards` decides whether files are the whole of one run (one suite, capture options and
+katra3d version, every shard once, no scene twice, headers of the shape a run writes); else
+ConfigError, one line (exit 2). :func:`merge_shards` writes them through the output rule
+(:func:`~katra_trace.io.claim.open_output`) and :class:`~katra_trace.io.concat.Concatenation`, one
+shard in memory at a time, each moved by its start after the earliest; the header records every
+shard and its host (``shards``, format 1.3), so that each scene is compared against a comparable
+host (:meth:`~katra_trace.io.header.TraceHeader.host_of`).
 """
 
 from __future__ import annotations
