@@ -87,16 +87,13 @@ def zone_note(clock: str, zone_clock: str | None, other: Sequence[str]) -> str |
     if zone_clock is not None:
         return (
             f"the zones are on the {zone_clock} clock (host time inside the frame; none on the "
-            f"{clock} clock): "
-            f"between zones is the {clock} time outside them"
+            f"{clock} clock): between zones is the {clock} time outside them"
         )
     if other:
         return (
             f"zones recorded on the {', '.join(other)} clock only, not on the {clock} clock of the "
-            "slow "
-            "frames, which they do not split: a slow frame is put on the whole frame (between "
-            "zones), a "
-            "collection or the machine"
+            "slow frames, which they do not split: a slow frame is put on the whole frame "
+            "(between zones), a collection or the machine"
         )
     return NO_ZONES_NOTE
 
@@ -282,7 +279,6 @@ def slow_frames(
     kept = measured(ev)
     gc_ids = [i for i, s in enumerate(strings) if s == GC_NAME]
     marks = ev[(ev["kind"] == Kind.MARKER) & np.isin(ev["name"], gc_ids)] if gc_ids else ev[:0]
-    marks = marks[np.argsort(marks["start_ns"], kind="stable")]
     out: dict[str, SceneSlow] = {}
     by_scene = groups(kept, "scene")
     for sid, label in labels.items():
@@ -292,19 +288,10 @@ def slow_frames(
         spans = [c for c in clocks if is_time(c) and c not in VALUE_CLOCKS]
         clock = (pick or (lambda a: primary_clock_of(a)))(spans) if spans else None
         if clock is None or clock not in spans:
-            if (
-                of_scene.size
-                and ((of_scene["kind"] == Kind.FRAME) | (of_scene["kind"] == Kind.ZONE)).any()
-            ):
+            if of_scene.size:  # measured frames or zones, none on a time clock
+                untimed = tuple(c for c in clocks if c)
                 out[label] = SceneSlow(
-                    label,
-                    None,
-                    int(frames.size),
-                    False,
-                    False,
-                    (),
-                    (),
-                    frame_clocks=tuple(c for c in clocks if c),
+                    label, None, frames.size, False, False, (), (), None, (), untimed
                 )
             continue
         out[label] = _scene(label, of_scene, clock, marks, strings)
