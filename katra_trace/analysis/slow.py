@@ -283,15 +283,15 @@ def slow_frames(
     by_scene = groups(kept, "scene")
     for sid, label in labels.items():
         of_scene = by_scene.get(sid, kept[:0])
-        frames = of_scene[of_scene["kind"] == Kind.FRAME]
-        clocks = [CLOCK_NAMES.get(int(c), "") for c in np.unique(frames["clock"])]
+        is_frame = of_scene["kind"] == Kind.FRAME
+        clocks = [CLOCK_NAMES.get(int(c), "") for c in np.unique(of_scene["clock"][is_frame])]
         spans = [c for c in clocks if is_time(c) and c not in VALUE_CLOCKS]
         clock = (pick or (lambda a: primary_clock_of(a)))(spans) if spans else None
         if clock is None or clock not in spans:
             if of_scene.size:  # measured frames or zones, none on a time clock
                 untimed = tuple(c for c in clocks if c)
                 out[label] = SceneSlow(
-                    label, None, frames.size, False, False, (), (), None, (), untimed
+                    label, None, int(is_frame.sum()), False, False, (), (), None, (), untimed
                 )
             continue
         out[label] = _scene(label, of_scene, clock, marks, strings)
@@ -392,12 +392,15 @@ def _scene(
         )
     excess = d - med
     where = np.flatnonzero(slow)
-    # the frame's host span (gpu frames: their cpu span, where the collections ran)
-    host = _on(ev, Kind.FRAME, "cpu") if clock == "gpu" else frames
-    start = _aligned(idx, host["frame"].astype(np.int64), host["start_ns"].astype(np.float64))
-    length = _aligned(idx, host["frame"].astype(np.int64), host["dur_ns"].astype(np.float64))
-    start = np.where(np.isnan(start), frames["start_ns"], start)
-    end = start + np.where(np.isnan(length), d, length)
+    start = frames["start_ns"].astype(np.float64)
+    end = start + d
+    if clock == "gpu":  # its frames' cpu spans, where the collections ran
+        host = _on(ev, Kind.FRAME, "cpu")
+        at = host["frame"].astype(np.int64)
+        cpu_start = _aligned(idx, at, host["start_ns"].astype(np.float64))
+        length = _aligned(idx, at, host["dur_ns"].astype(np.float64))
+        start = np.where(np.isnan(cpu_start), start, cpu_start)
+        end = start + np.where(np.isnan(length), d, length)
     gc_excess = _excess(_gc_time(start, end, marks))
     gc_slow = [k for k in where.tolist() if gc_excess[k] >= EXPLAINS * excess[k]]
     gc_gen = dict(zip(gc_slow, _generations(start[gc_slow], end[gc_slow], marks), strict=True))
