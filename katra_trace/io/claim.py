@@ -26,10 +26,8 @@ import errno
 import fcntl
 import os
 import secrets
-import signal
 import stat
 import tempfile
-import threading
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -273,38 +271,6 @@ def open_output(
     check_output(text, force=force, inputs=inputs, option=option, example=example)
     path = Path(os.path.realpath(text)) if os.path.islink(text) else Path(text)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with _stops_raise():
-        yield from _write_then_move(tmp, path, force)
-
-
-@contextlib.contextmanager
-def _stops_raise() -> Iterator[None]:
-    """SIGTERM and SIGHUP (where nothing handles them) raise :class:`Stopped` meanwhile, so that the
-    temporary file is removed and the command exits 128 + the signal."""
-
-    def stop(signum: int, _frame: object) -> None:
-        raise Stopped(signum)
-
-    main = threading.current_thread() is threading.main_thread()
-    stops = [
-        s for s in (signal.SIGTERM, signal.SIGHUP) if main and signal.getsignal(s) == signal.SIG_DFL
-    ]
-    for sig in stops:
-        signal.signal(sig, stop)
-    try:
-        yield
-    finally:
-        for sig in stops:
-            signal.signal(sig, signal.SIG_DFL)
-
-
-class Stopped(KeyboardInterrupt):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _write_then_move(tmp: Path, path: Path, force: bool) -> Iterator[BinaryIO]:
     try:
         f = open(tmp, "xb")  # noqa: SIM115 - closed below
     except FileNotFoundError:
