@@ -16,7 +16,6 @@ never a timing), the same on every machine, so that the N jobs of a CI matrix ru
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -179,19 +178,6 @@ def scene_cost(name: str, params: Mapping[str, Any], size: tuple[int, int], fram
     return SCENE_START_COST + max(1, frames) * per_frame
 
 
-def parse_shard(text: str) -> tuple[int, int]:
-    """``"2/4"`` -> (2, 4): shard I of N, 1 <= I <= N; ConfigError (the one message) otherwise."""
-    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
-    if not m:
-        raise ConfigError(f"bad --shard '{text}': expected I/N, e.g. 1/2 (shard I of N)")
-    index, count = int(m.group(1)), int(m.group(2))
-    if not 1 <= count <= 1000:
-        raise ConfigError(f"bad --shard {text.strip()}: N must be in 1..1000")
-    if not 1 <= index <= count:
-        raise ConfigError(f"bad --shard {text.strip()}: I must be in 1..{count}")
-    return index, count
-
-
 def shard_indices(costs: Sequence[float], index: int, count: int) -> tuple[int, ...]:
     """The positions (in run order) of the scenes shard ``index`` of ``count`` runs, given each
     scene's cost.
@@ -220,7 +206,6 @@ __all__ = [
     "UNKNOWN_FRAME_COST",
     "Suite",
     "get_suite",
-    "parse_shard",
     "scene_cost",
     "shard_indices",
     "suites_containing",

@@ -4,9 +4,11 @@
 Each is a small, well-formed trace (real writer, valid CRCs) with one kind of extreme value: ids at
 the top of their column (scene, name, frame: 2^32-1), start times and durations near the int64
 limits, long or hostile strings (spreadsheet formulas, markup, control characters), non-finite
-counter values and header numbers (NaN, inf), nesting depth and flags at their maximum; ``validate``
-passes those. And kept frames (:data:`IMAGE_WRITERS`, tests/hostile_images.py): frames whose pixels
-are far beyond the file's reading budget (one 8192x8192, 24 at 4096x4096), IMAGE blocks packed with
+counter values and header numbers (NaN, inf), nesting depth and flags at their maximum, thousands
+of collections overlapping thousands of frames, gc markers whose generation is NaN, inf or 1e300,
+thousands of zones each with its own name, and a shard that merge takes; ``validate`` passes
+those. And kept frames (:data:`IMAGE_WRITERS`, tests/hostile_images.py): frames whose pixels are far
+beyond the file's reading budget (one 8192x8192, 24 at 4096x4096), IMAGE blocks packed with
 zstd (refused), 300 of them, and four damaged frames; ``validate`` refuses those.
 """
 
@@ -157,6 +159,37 @@ def _host_start_max(h: dict[str, Any]) -> dict[str, Any]:
     return h
 
 
+def _write_gc_markers(path: Path, frames: int, value: float) -> None:
+    """``frames`` frames (every 7th four times as long) and as many collections, each from a
+    frame's start to the end of the capture: markers x frames overlaps."""
+    ev = frame_zone_stream(frames, zones=0)
+    ev["dur_ns"][::7] *= 4
+    marks = np.zeros(frames, dtype=EVENT_DTYPE)
+    marks["kind"], marks["clock"], marks["scene"], marks["name"] = Kind.MARKER, Clock.WALL, 1, 2
+    marks["start_ns"] = ev["start_ns"]
+    marks["dur_ns"] = int(ev["start_ns"][-1] + ev["dur_ns"][-1]) - ev["start_ns"]
+    marks["value"] = value
+    write_trace(path, np.concatenate([ev, marks]), ["", "scene", "gc"], batch_events=4096)
+
+
+def _write_zones_each_named(path: Path, zones: int = 5000) -> None:
+    """Frames of two zones, every zone with a name of its own (``--zones draws`` of a long
+    replay), every 9th frame slow."""
+    ev = frame_zone_stream(zones // 2, zones=2)
+    at = np.flatnonzero(ev["kind"] == Kind.ZONE)
+    ev["name"][at] = 3 + np.arange(at.size)
+    ev["dur_ns"][np.flatnonzero(ev["kind"] == Kind.FRAME)[::9]] *= 4
+    strings = ["", "scene", "frame", *(f"draw {i}" for i in range(at.size))]
+    write_trace(path, ev, strings, batch_events=4096)
+
+
+def _write_shard(path: Path) -> None:
+    """A whole run's one shard (``--shard 1/1``), which merge takes alone."""
+    from tests.test_shards import _shard
+
+    _shard(path, "1/1", ["a", "b"])
+
+
 #: name -> writer of one extreme trace at a path.
 WRITERS: dict[str, Callable[[Path], None]] = {
     **{name: (lambda path, e=edit: _write_events(path, e)) for name, edit in EVENT_EDITS.items()},
@@ -164,6 +197,12 @@ WRITERS: dict[str, Callable[[Path], None]] = {
     "long-strings": _write_long_strings,
     "header-nonfinite": lambda path: _write_header_edit(path, _nonfinite_header),
     "header-start-max": lambda path: _write_header_edit(path, _host_start_max),
+    "gc-markers-many": lambda path: _write_gc_markers(path, 2000, 2.0),
+    "gc-marker-nan": lambda path: _write_gc_markers(path, 100, float("nan")),
+    "gc-marker-inf": lambda path: _write_gc_markers(path, 100, float("-inf")),
+    "gc-marker-huge": lambda path: _write_gc_markers(path, 100, 1e300),
+    "zones-each-named": _write_zones_each_named,
+    "shard": _write_shard,
 }
 
 

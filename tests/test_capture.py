@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,7 @@ def test_capture_aborted_by_exception_keeps_a_valid_trace(
     path = tmp_path / "boom.katra"
     with pytest.raises(RuntimeError, match="boom"):
         with katra3d.capture(gl_ctx, path) as cap:
+            gc.collect()  # a collection whether or not the collector ran: the scene's marker
             with cap.frame():
                 vao.render()
             raise RuntimeError("boom")
@@ -154,6 +156,23 @@ def test_capture_aborted_by_exception_keeps_a_valid_trace(
     assert len(trace.events[trace.events["kind"] == Kind.FRAME]) == 3  # cpu + wall + process
     # neither workload nor scene given
     assert {trace.strings[s] for s in trace.events["scene"]} == {DEFAULT_SCENE}
+
+
+def test_a_collection_outside_any_scene_records_no_marker() -> None:
+    from types import SimpleNamespace
+
+    from katra3d.harness.engine.gcmarks import GcMarks
+
+    rows: list[tuple[Any, ...]] = []
+    timer = SimpleNamespace(scene_id=0, flags=0, frame_index=0, origin_ns=0, name_id=lambda name: 7)
+    marks = GcMarks(timer, rows.append)
+    marks("start", {})
+    marks("stop", {"generation": 2})
+    assert rows == []  # before the first scene, between scenes
+    timer.scene_id = 3
+    marks("start", {})
+    marks("stop", {"generation": 2})
+    assert [(r[4], r[5], r[9]) for r in rows] == [(3, 7, 2.0)]
 
 
 @pytest.mark.parametrize("zones", ["off", "draws"])

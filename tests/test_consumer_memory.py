@@ -40,6 +40,8 @@ CONSUMERS: dict[str, str] = {
     "info": "info {t}",
     "info-json": "info --json {t}",
     "stats": "stats {t}",
+    "stats-slow": "stats --slow --format json --zones {t}",
+    "merge": "merge {t} -o {d}/m{i}.katra --quiet",
     "compare": "compare {t} {t}",
     "compare-images": "compare {t} {t} --image-diff {d}/diff{i}",
     "report-images": "report {t} --baseline {t} -o {d}/b{i}.html",

@@ -5,10 +5,10 @@ included: hostile PNGs and records, large all-zero frames, many IMAGE blocks, IM
 with zstd); here the same mutations, started from its bases *and* from the extreme traces of
 tests/extreme_traces.py (ids at 2^32-1, times at the int64 limits, long and hostile strings, NaN in
 the header, kept frames too large for the reading budget or damaged), feed every consumer: validate,
-info, stats, compare (with ``--image-diff``), export in all four formats, report (with a baseline:
-the image section) and history add. Each extreme trace runs once unmutated first. Reference image
-folders, the input of ``run --expect-images``, are fuzzed through that command's check the same way
-(:func:`test_fuzz_reference_files`).
+info, stats (``--zones``, ``--slow``), merge, compare (with ``--image-diff``), export in all four
+formats, report (with a baseline: the image section) and history add. Each extreme trace runs once
+unmutated first. Reference image folders, the input of ``run --expect-images``, are fuzzed through
+that command's check the same way (:func:`test_fuzz_reference_files`).
 
 The outcome rule, for every run: the command's ``main(argv)`` (in this process, for speed)
 returns 0, 1 or 2, raises nothing, prints no traceback, ends within :data:`RUN_TIMEOUT_S`, and
@@ -69,6 +69,9 @@ CONSUMERS: dict[str, str] = {
     "report-images": "report {t} --baseline {k} -o {d}/r.html --force",
     "stats": "stats {t}",
     "stats-json": "stats --format json --zones {t}",
+    "stats-slow": "stats --slow --zones {t}",
+    "stats-slow-json": "stats --slow --format json {t}",
+    "merge": "merge {t} -o {d}/m{i}.katra --quiet",
     "compare": "compare {b} {t}",
     "export-csv": "export {t} --to csv -o {d}/o.csv --force --quiet",
     "export-parquet": "export {t} --to parquet -o {d}/o.parquet --force --quiet",
@@ -133,6 +136,9 @@ CAPPED = (
     "report-images",
     "stats",
     "stats-json",
+    "stats-slow",
+    "stats-slow-json",
+    "merge",
     "compare",
     "export-csv",
     "export-perfetto",
@@ -187,7 +193,8 @@ def test_fuzz_every_consumer(consumer: str, tmp_path: Path) -> None:
         return template.format(t=trace, b=base, k=kept, d=scratch, i=i).split(" ")
 
     # the baseline: lazy imports and caches are not the fuzzed runs' memory
-    rc, err = run(argv(kept if "{k}" in template else base, 0))
+    first = kept if "{k}" in template else extreme["shard"] if consumer == "merge" else base
+    rc, err = run(argv(first, 0))
     assert rc == 0, err
     baseline = _peak()
     failures: list[str] = []

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import yaml
 
-from katra3d.scenes.suites import SUITES, parse_shard, scene_cost, shard_indices
+from katra3d.scenes.suites import SUITES, scene_cost, shard_indices
 from katra_trace.analysis.compare import compare_traces
 from katra_trace.errors import ConfigError
 from katra_trace.history.rows import RunFacts, trace_rows
 from katra_trace.io.blockfile import copy_with_header
 from katra_trace.io.images import frame_record
-from katra_trace.io.merge import merge_shards
+from katra_trace.io.merge import merge_shards, parse_shard
 from katra_trace.io.reader import open_trace
 from tests.cli_helpers import katra, katra_main
 from tests.docs_commands import REPO, blocks

@@ -8,14 +8,17 @@ is a terminal, plain aligned text otherwise). Which files a path names, and the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from katra3d.harness.run.progress import warn
+from katra3d.harness.supervisor import handling
 from katra_trace import Trace, jsontext
 from katra_trace.analysis.defaults import (
     DEFAULT_ALPHA,
@@ -32,6 +35,7 @@ from katra_trace.analysis.defaults import (
     image_policy,
 )
 from katra_trace.analysis.images import ImageThresholds
+from katra_trace.errors import Interrupted
 from katra_trace.io.tracesets import iter_traces, open_traces
 from katra_trace.metrics import METRICS, RUN_STATS, check_run_stat, is_count
 
@@ -39,6 +43,18 @@ from katra_trace.metrics import METRICS, RUN_STATS, check_run_stat, is_count
 ALPHA_COMPARE = "false-regression rate per scene (one-sided, after Holm correction across scenes)"
 #: What ``--alpha`` means to step detection (history show, history check, report --history).
 ALPHA_STEPS = "chance that a flat trend shows a step; 1 - alpha is the intervals' confidence"
+
+
+@contextlib.contextmanager
+def stops_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise Interrupted meanwhile, as Ctrl-C does: a command that writes one
+    output (merge, export) removes its temporary file and exits 128 + the signal."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise Interrupted(signum)
+
+    with handling(stop, (signal.SIGTERM, signal.SIGHUP), unless_ignored=True):
+        yield
 
 
 def add_decision_options(p: argparse.ArgumentParser, alpha_means: str = ALPHA_COMPARE) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from katra3d.harness.cli._common import load_traces, print_json
+from katra3d.harness.cli._common import load_traces, print_json, stops_interrupt
 from katra3d.harness.run.progress import Tally, warn
 from katra_trace.errors import ExitCode
 from katra_trace.export import FORMATS, default_path, export_trace
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         example=default_path("out", args.to).name,
     )
     trace = load_traces([args.trace], verb="exporting")[0]
-    with Tally(quiet=args.quiet) as tally:
+    with stops_interrupt(), Tally(quiet=args.quiet) as tally:
         result = export_trace(
             trace,
             args.to,

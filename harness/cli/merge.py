@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from katra3d.harness.cli._common import print_json
+from katra3d.harness.cli._common import print_json, stops_interrupt
 from katra_trace.errors import ExitCode
 from katra_trace.io.merge import merge_shards
 
@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"merging {line}", file=sys.stderr, flush=True)
 
-    result = merge_shards(args.shards, args.output, force=bool(args.force), progress=progress)
+    with stops_interrupt():
+        result = merge_shards(args.shards, args.output, force=bool(args.force), progress=progress)
     if args.json:
         print_json(result.as_dict())
         return ExitCode.OK

@@ -50,6 +50,8 @@ class GcMarks:
         t1 = _pc()
         try:
             t = self.timer
+            if not t.scene_id:  # no scene is being captured: a marker belongs to one
+                return
             self.add(
                 (
                     _MARKER,

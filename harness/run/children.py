@@ -40,7 +40,7 @@ from katra3d.harness.run.progress import Relay, lane
 from katra3d.harness.run.protocol import ChildResult
 from katra3d.harness.supervisor import Group, Supervisor
 from katra3d.scenes.suites import scene_cost
-from katra_trace.errors import ConfigError, ToolUnavailable, child_ended
+from katra_trace.errors import ConfigError, ToolUnavailable, TraceIOError, child_ended
 from katra_trace.io import claim as claim_mod
 
 
@@ -230,14 +230,19 @@ def run_counted(
                 "aborted" if failed else "interrupted" if received or len(kept) < n else "complete"
             )
             if parts:
-                with os.fdopen(os.dup(target.fd), "wb") as dst:
-                    joined = join(
-                        parts,
-                        dst,
-                        status=status,
-                        codec=plan.config.codec,
-                        strings=protocol.run_strings(plan),
-                    )
+                try:
+                    with os.fdopen(os.dup(target.fd), "wb") as dst:
+                        joined = join(
+                            parts,
+                            dst,
+                            status=status,
+                            codec=plan.config.codec,
+                            strings=protocol.run_strings(plan),
+                        )
+                except OSError as exc:  # the file is a descriptor here: name it
+                    raise TraceIOError(
+                        f"cannot write {str(target.part_path)!r}: {claim_mod.describe(exc)}"
+                    ) from None
                 if joined.parts:
                     at = claim_mod.place(target, empty_failure=False, aside=failed)[1]
                     published = True

@@ -22,12 +22,13 @@ from katra3d.harness.gl.backends import CHOICES, resolve_name
 from katra3d.harness.run.jobs import resolve_jobs
 from katra3d.harness.run.valgrind import Counting, counting
 from katra3d.scenes.registry import TraceScene, get_scene, names_scene, resolve_params, with_class
-from katra3d.scenes.suites import get_suite, parse_shard, scene_cost, shard_indices
+from katra3d.scenes.suites import get_suite, scene_cost, shard_indices
 from katra_trace import metrics
 from katra_trace.analysis.images import file_stem
 from katra_trace.analysis.references import DURATION_NOTICE
 from katra_trace.errors import ConfigError
 from katra_trace.io import claim
+from katra_trace.io.merge import parse_shard
 
 #: Defaults when neither the command line nor a suite says.
 DEFAULT_FRAMES = 100

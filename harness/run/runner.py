@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import signal
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import TextIO
@@ -38,6 +39,7 @@ from katra_trace.errors import (
     signal_exit_code,
     stopped_exit_code,
 )
+from katra_trace.io import claim
 
 
 def run(
@@ -86,6 +88,8 @@ def _run_counted(plan: RunPlan, progress: ProgressSink, *, quiet: bool) -> RunRe
     with backends.open_session(cfg.backend, device=cfg.device, size=(16, 16)) as session:
         check_renderer(cfg.measure, probe.gl_info(session.ctx))
     plan.output.parent.mkdir(parents=True, exist_ok=True)
+    for where in (plan.output, Path(tempfile.gettempdir())):  # the trace, the children's parts
+        claim.check_free_space(where)
     with entered(progress):
         code, handed, signum = children.run_counted(plan, progress=progress, quiet=quiet)
     if signum and (handed is None or handed.failed):

@@ -1,44 +1,18 @@
 """Why a frame was slow: every slow frame of a scene with its one main cause, from the trace alone.
 
-A **slow frame** is a stutter (:func:`katra_trace.analysis.stats.stutter_frames`, the one rule:
-longer than 2.5 x the moving median of 31 frames), on the scene's primary time clock (``wall`` in
-sync mode, ``gpu`` in gpu mode). Its **excess** is what it took over that moving median. Each part
-of the frame has an excess of its own, over its own moving median: a zone's (or draw's) per-frame
-total, the time not covered by zones (``between zones``), the time collections ran in it (``gc``,
-from the markers the harness records), and the wall time not matched by process CPU time (the
-process was not running). The main cause is the first of these that explains at least
-:data:`EXPLAINS` of the frame's excess, in this order:
-
-1. ``gc``: collections ran in the frame for that long (the name says the generation: 2 is a full
-   one);
-2. with zones, the zone or draw (``draw``: a ``--zones draws`` zone) over its own moving median by
-   the most, the deepest one when a pass and a draw inside it both explain it; but ``machine``
-   instead when that time was not CPU time either (a pass's GL work runs on the CPU under
-   llvmpipe: a pass that grew with no CPU to show for it waited for the machine);
-3. with zones, ``between zones``: the scene's own code between its zones (Python work, a blocking
-   call: a sleep there is the scene's, so idle time between zones is charged to it);
-4. ``machine``: wall time exceeded what the frame's process CPU time accounts for by more than the
-   frame's typical time (its moving median), and that gap explains the excess. CPU time accounts for
-   wall time at the scene's usual pace (moving median of wall over moving median of process CPU
-   time: 1 for one busy thread on an idle machine, less with rasterizer threads in parallel, more on
-   a loaded machine); and the frame's extra work alone (its excess less that gap) would not have
-   made it slow. So a frame that did much more work, and was preempted for it on a busy machine, is
-   put on its work; one that lost its time while not running, on the machine. Sync-mode captures
-   record the process clock; gpu-mode ones cannot say ``machine``;
-5. without zones, ``between zones`` for the whole frame; with zones, ``unknown``.
-
-The zones that split a frame are those on its clock, or for a wall frame those on the cpu clock when
-it has none on wall (:data:`ZONE_CLOCKS`: a replay's draw zones). Without zones a blocking call in
-the scene's code and a stopped process look alike (both are ``machine``); :attr:`SceneSlow.note`
-says that ``--zones`` would tell more, or on which clock the zones are. A scene whose frames are
-counts (no time clock) has no slow frames, and its note says so. Causes that recur are grouped
-(:class:`CauseGroup`), with a period when they come regularly ("every 9th frame"). Pure numpy, no
-GL, no I/O: ``stats --slow``, the report and the Perfetto export call it.
+A slow frame is a stutter (:func:`katra_trace.analysis.stats.stutter_frames`, the one rule) on the
+scene's primary time clock; its excess, and each part's (a zone or draw, ``between zones``, ``gc``,
+the time the process was not running), is over that part's own moving median. The main cause is the
+first part, in the order of :data:`KINDS`' rule, that explains :data:`EXPLAINS` of the excess
+(docs/stats.md, "Why a frame was slow", states the rule in full); causes that recur are grouped with
+their period. Pure numpy, no GL, no I/O: ``stats --slow``, the report and the Perfetto export call
+it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -46,6 +20,7 @@ import numpy as np
 
 from katra_trace.analysis.stats import (
     STUTTER_FACTOR,
+    groups,
     measured,
     moving_median,
     scene_labels,
@@ -112,16 +87,13 @@ def zone_note(clock: str, zone_clock: str | None, other: Sequence[str]) -> str |
     if zone_clock is not None:
         return (
             f"the zones are on the {zone_clock} clock (host time inside the frame; none on the "
-            f"{clock} clock): "
-            f"between zones is the {clock} time outside them"
+            f"{clock} clock): between zones is the {clock} time outside them"
         )
     if other:
         return (
             f"zones recorded on the {', '.join(other)} clock only, not on the {clock} clock of the "
-            "slow "
-            "frames, which they do not split: a slow frame is put on the whole frame (between "
-            "zones), a "
-            "collection or the machine"
+            "slow frames, which they do not split: a slow frame is put on the whole frame "
+            "(between zones), a collection or the machine"
         )
     return NO_ZONES_NOTE
 
@@ -307,28 +279,19 @@ def slow_frames(
     kept = measured(ev)
     gc_ids = [i for i, s in enumerate(strings) if s == GC_NAME]
     marks = ev[(ev["kind"] == Kind.MARKER) & np.isin(ev["name"], gc_ids)] if gc_ids else ev[:0]
-    marks = marks[np.argsort(marks["start_ns"], kind="stable")]
     out: dict[str, SceneSlow] = {}
+    by_scene = groups(kept, "scene")
     for sid, label in labels.items():
-        of_scene = kept[kept["scene"] == sid]
-        frames = of_scene[of_scene["kind"] == Kind.FRAME]
-        clocks = [CLOCK_NAMES.get(int(c), "") for c in np.unique(frames["clock"])]
+        of_scene = by_scene.get(sid, kept[:0])
+        is_frame = of_scene["kind"] == Kind.FRAME
+        clocks = [CLOCK_NAMES.get(int(c), "") for c in np.unique(of_scene["clock"][is_frame])]
         spans = [c for c in clocks if is_time(c) and c not in VALUE_CLOCKS]
         clock = (pick or (lambda a: primary_clock_of(a)))(spans) if spans else None
         if clock is None or clock not in spans:
-            if (
-                of_scene.size
-                and ((of_scene["kind"] == Kind.FRAME) | (of_scene["kind"] == Kind.ZONE)).any()
-            ):
+            if of_scene.size:  # measured frames or zones, none on a time clock
+                untimed = tuple(c for c in clocks if c)
                 out[label] = SceneSlow(
-                    label,
-                    None,
-                    int(frames.size),
-                    False,
-                    False,
-                    (),
-                    (),
-                    frame_clocks=tuple(c for c in clocks if c),
+                    label, None, int(is_frame.sum()), False, False, (), (), None, (), untimed
                 )
             continue
         out[label] = _scene(label, of_scene, clock, marks, strings)
@@ -342,8 +305,8 @@ def slow_frames(
 
 def _on(ev: np.ndarray, kind: Kind, clock: str) -> np.ndarray:
     cid = next(c for c, n in CLOCK_NAMES.items() if n == clock)
-    sel = ev[(ev["kind"] == kind) & (ev["clock"] == cid)]
-    ordered: np.ndarray = sel[np.lexsort((sel["start_ns"], sel["frame"]))]
+    pick = np.flatnonzero((ev["kind"] == kind) & (ev["clock"] == cid))
+    ordered: np.ndarray = ev[pick[np.lexsort((ev["start_ns"][pick], ev["frame"][pick]))]]
     return ordered
 
 
@@ -363,24 +326,49 @@ def _excess(values: np.ndarray) -> np.ndarray:
     return over
 
 
-def _gc_time(
-    start: np.ndarray, end: np.ndarray, marks: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per frame (spans ``start``..``end``, in order): ns of collections inside it, and the highest
-    generation collected (-1: none)."""
-    ns = np.zeros(start.size)
-    gen = np.full(start.size, -1, dtype=np.int64)
-    m0 = marks["start_ns"].astype(np.int64)
-    m1 = m0 + marks["dur_ns"].astype(np.int64)
-    for a, b, g in zip(m0.tolist(), m1.tolist(), marks["value"].tolist(), strict=True):
-        k = max(int(np.searchsorted(start, a, side="right")) - 1, 0)
-        while k < start.size and start[k] < b:
-            overlap = min(int(end[k]), b) - max(int(start[k]), a)
-            if overlap > 0:
-                ns[k] += overlap
-                gen[k] = max(int(gen[k]), int(g))
-            k += 1
-    return ns, gen
+def _covered(t: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per time of ``t``: ns the spans ``a``..``b`` ran before it (overlaps counted each time), by
+    sorting and prefix sums, never per pair: sum(b <= t: b) - t * #(b <= t) + t * #(a < t) -
+    sum(a < t: a)."""
+    a, b = np.sort(a), np.sort(b)
+    began, ended = np.searchsorted(a, t, side="left"), np.searchsorted(b, t, side="right")
+    sum_a, sum_b = np.concatenate([[0.0], np.cumsum(a)]), np.concatenate([[0.0], np.cumsum(b)])
+    out: np.ndarray = sum_b[ended] - sum_a[began] + (began - ended) * t
+    return out
+
+
+def _gc_time(start: np.ndarray, end: np.ndarray, marks: np.ndarray) -> np.ndarray:
+    """Per frame (spans ``start``..``end``): ns of collections inside it."""
+    if not marks.size:
+        return np.zeros(start.size)
+    a = marks["start_ns"].astype(np.float64)
+    b = a + marks["dur_ns"].astype(np.float64)
+    origin = a.min()  # small numbers keep the prefix sums exact
+    a, b = a - origin, b - origin
+    ns: np.ndarray = np.maximum(_covered(end - origin, a, b) - _covered(start - origin, a, b), 0.0)
+    return ns
+
+
+def _generations(start: np.ndarray, end: np.ndarray, marks: np.ndarray) -> list[int]:
+    """Per frame (``start``..``end``, in start order), the highest generation collected in it (-1:
+    none or not a number), in one sweep: a heap of the collections begun by the frame's end."""
+    values = marks["value"]
+    ok = np.isfinite(values) & (values >= 0) & (values <= 2**31)
+    gen = np.where(ok, values, -1).astype(np.int64).tolist()
+    a = marks["start_ns"].astype(np.float64)
+    b = (a + marks["dur_ns"].astype(np.float64)).tolist()
+    order = np.argsort(a, kind="stable").tolist()
+    a = a.tolist()
+    heap: list[tuple[int, float]] = []
+    out, j = [], 0
+    for s, e in zip(start.tolist(), end.tolist(), strict=True):
+        while j < len(order) and a[order[j]] < e:
+            heapq.heappush(heap, (-gen[order[j]], b[order[j]]))
+            j += 1
+        while heap and heap[0][1] <= s:  # ended before this frame, and so before every later one
+            heapq.heappop(heap)
+        out.append(-heap[0][0] if heap else -1)
+    return out
 
 
 def _scene(
@@ -404,14 +392,18 @@ def _scene(
         )
     excess = d - med
     where = np.flatnonzero(slow)
-    # the frame's host span (gpu frames: their cpu span, where the collections ran)
-    host = _on(ev, Kind.FRAME, "cpu") if clock == "gpu" else frames
-    start = _aligned(idx, host["frame"].astype(np.int64), host["start_ns"].astype(np.float64))
-    length = _aligned(idx, host["frame"].astype(np.int64), host["dur_ns"].astype(np.float64))
-    start = np.where(np.isnan(start), frames["start_ns"], start)
-    end = start + np.where(np.isnan(length), d, length)
-    gc_ns, gc_gen = _gc_time(start, end, marks)
-    gc_excess = _excess(gc_ns)
+    start = frames["start_ns"].astype(np.float64)
+    end = start + d
+    if clock == "gpu":  # its frames' cpu spans, where the collections ran
+        host = _on(ev, Kind.FRAME, "cpu")
+        at = host["frame"].astype(np.int64)
+        cpu_start = _aligned(idx, at, host["start_ns"].astype(np.float64))
+        length = _aligned(idx, at, host["dur_ns"].astype(np.float64))
+        start = np.where(np.isnan(cpu_start), start, cpu_start)
+        end = start + np.where(np.isnan(length), d, length)
+    gc_excess = _excess(_gc_time(start, end, marks))
+    gc_slow = [k for k in where.tolist() if gc_excess[k] >= EXPLAINS * excess[k]]
+    gc_gen = dict(zip(gc_slow, _generations(start[gc_slow], end[gc_slow], marks), strict=True))
     machine = np.full(d.size, False)
     gap_excess = np.zeros(d.size)
     if process.size:
@@ -429,7 +421,7 @@ def _scene(
             & (gap_excess >= EXPLAINS * excess)
             & (excess - gap_excess <= (STUTTER_FACTOR - 1.0) * med)
         )
-    zone_parts = _zone_parts(zones, idx[where], strings) if has_zones else []
+    top_zone = _top_zones(zones, idx[where], EXPLAINS * excess[where], strings) if has_zones else {}
     between = d.copy()
     if has_zones:
         top = zones[zones["depth"] == 1]
@@ -443,12 +435,11 @@ def _scene(
     for j, k in enumerate(where.tolist()):
         half = EXPLAINS * excess[k]
         if gc_excess[k] >= half:
-            cause = Cause(GC, f"generation {int(gc_gen[k])}", float(gc_excess[k]) / _NS_PER_MS)
+            cause = Cause(GC, f"generation {gc_gen[k]}", float(gc_excess[k]) / _NS_PER_MS)
         elif has_zones:
             cause = _zoned_cause(
-                j,
                 float(excess[k]),
-                zone_parts,
+                top_zone.get(j),
                 float(between_excess[k]),
                 bool(machine[k]),
                 float(gap_excess[k]),
@@ -479,46 +470,56 @@ def _scene(
     )
 
 
-#: One zone's part in the slow frames: (depth, kind, name, excess ns at each slow frame, NaN where
-#: absent).
-_ZonePart = tuple[int, str, str, np.ndarray]
-
-
-def _zone_parts(zones: np.ndarray, slow_idx: np.ndarray, strings: Sequence[str]) -> list[_ZonePart]:
-    """Each zone's per-frame total over its own moving median, at the slow frames; a zone named as a
-    draw of one of the others (``--zones draws``) is a draw."""
-    parts: list[_ZonePart] = []
-    ids = np.unique(zones["name"]).tolist()
-    names = {nid: strings[nid] if 0 <= nid < len(strings) else f"?{nid}" for nid in ids}
+def _top_zones(
+    zones: np.ndarray, slow_idx: np.ndarray, half: np.ndarray, strings: Sequence[str]
+) -> dict[int, tuple[float, str, str]]:
+    """Per slow frame (its place in ``slow_idx``, sorted): the zone whose per-frame total is over
+    its own moving median by at least ``half`` of the frame's excess, the deepest then the most, as
+    (excess ns, kind, name); a zone named as a draw of one of the others (``--zones draws``) is a
+    draw. Each zone's frames are looked up once: the work is the zones', not zones x slow frames."""
+    by_name = groups(zones, "name")
+    names = {nid: strings[nid] if 0 <= nid < len(strings) else f"?{nid}" for nid in by_name}
     passes = set(names.values())
-    for nid in ids:
-        z = zones[zones["name"] == nid]
+    at_j, depth, value, part = [], [], [], []
+    for p, z in enumerate(by_name.values()):
         at, inverse = np.unique(z["frame"].astype(np.int64), return_inverse=True)
         totals = np.zeros(at.size)
         np.add.at(totals, inverse, z["dur_ns"].astype(np.float64))
-        over = _excess(totals)
-        pos = np.clip(np.searchsorted(at, slow_idx), 0, at.size - 1)
-        ex = np.where(at[pos] == slow_idx, over[pos], np.nan)
-        name = names[nid]
-        parts.append(
-            (int(z["depth"].min()), DRAW if draw_pass(name, passes) is not None else ZONE, name, ex)
-        )
-    return parts
+        pos = np.minimum(np.searchsorted(slow_idx, at), slow_idx.size - 1)
+        hit = slow_idx[pos] == at
+        if hit.any():
+            at_j.append(pos[hit])
+            value.append(_excess(totals)[hit])
+            depth.append(np.full(int(hit.sum()), int(z["depth"].min())))
+            part.append(np.full(int(hit.sum()), p))
+    if not at_j:
+        return {}
+    j, d, v, q = (np.concatenate(x) for x in (at_j, depth, value, part))
+    keep = v >= half[j]
+    j, d, v, q = j[keep], d[keep], v[keep], q[keep]
+    order = np.lexsort((-q, v, d, j))  # per frame last: the deepest, then the most, then the first
+    last = order[np.r_[j[order][1:] != j[order][:-1], True]] if order.size else order
+    ids = list(by_name)
+    out = {}
+    for k in last.tolist():
+        name = names[ids[int(q[k])]]
+        kind = DRAW if draw_pass(name, passes) is not None else ZONE
+        out[int(j[k])] = (float(v[k]), kind, name)
+    return out
 
 
 def _zoned_cause(
-    j: int, excess: float, parts: Sequence[_ZonePart], between: float, machine: bool, gap: float
+    excess: float,
+    best: tuple[float, str, str] | None,
+    between: float,
+    machine: bool,
+    gap: float,
 ) -> Cause:
     half = EXPLAINS * excess
-    best: tuple[int, float, str, str] | None = None
-    for depth, kind, name, ex in parts:
-        value = float(ex[j])
-        if value >= half and (best is None or (depth, value) > best[:2]):
-            best = (depth, value, kind, name)
-    if best is not None and best[1] >= between:
+    if best is not None and best[0] >= between:
         if machine:
             return Cause(MACHINE, None, gap / _NS_PER_MS)
-        return Cause(best[2], best[3], best[1] / _NS_PER_MS)
+        return Cause(best[1], best[2], best[0] / _NS_PER_MS)
     if between >= half:
         return Cause(BETWEEN, None, between / _NS_PER_MS)
     if machine:

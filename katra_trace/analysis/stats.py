@@ -120,6 +120,23 @@ def low_fps_integral(dur_ns: np.ndarray, fraction: float) -> float:
     return _rate_hz(1, float(desc[idx]))
 
 
+def _one_span(ns: float) -> FrameStats:
+    """:func:`frame_stats` of one duration."""
+    ms, rate = ns / _NS_PER_MS, _rate_hz(1, ns)
+    return FrameStats(
+        **{f: ms for f in ("total_ms", "mean_ms", "median_ms", "min_ms", "max_ms")},
+        **{f: ms for f in ("p90_ms", "p95_ms", "p99_ms")},
+        **{f: rate for f in ("fps_avg", "fps_low_1pct", "fps_low_0_1pct")},
+        fps_low_1pct_integral=rate,
+        fps_low_0_1pct_integral=rate,
+        n=1,
+        stdev_ms=0.0,
+        mad_ms=0.0,
+        cv=0.0 if ns > 0 else math.nan,
+        stutter_pct=0.0,
+    )
+
+
 def moving_median(dur_ns: np.ndarray, window: int = STUTTER_WINDOW_FRAMES) -> np.ndarray:
     """Centred moving median over ``window`` frames (odd), truncated at the ends."""
     d = np.asarray(dur_ns, dtype=np.float64)
@@ -129,14 +146,21 @@ def moving_median(dur_ns: np.ndarray, window: int = STUTTER_WINDOW_FRAMES) -> np
         empty: np.ndarray = d.copy()
         return empty
     half = window // 2
+    if d.size <= half + 1:  # every window holds the whole series
+        whole: np.ndarray = np.full(d.size, np.nan if np.isnan(d).all() else np.nanmedian(d))
+        return whole
     padded = np.concatenate([np.full(half, np.nan), d, np.full(half, np.nan)])
     windows = np.lib.stride_tricks.sliding_window_view(padded, window)
     out = np.empty(d.size)
-    # in blocks: nanmedian copies its input, so a whole long capture at once would take
-    # ~window x its size in memory
+    # in blocks (a sorted copy of a whole long capture would take ~window x its size); each window
+    # sorted, its NaN last: the median of its valid values, without nanmedian's per-call cost
     for start in range(0, d.size, _MEDIAN_BLOCK_FRAMES):
         stop = min(start + _MEDIAN_BLOCK_FRAMES, d.size)
-        out[start:stop] = np.nanmedian(windows[start:stop], axis=1)
+        block = np.sort(windows[start:stop], axis=1)
+        valid = window - np.isnan(block).sum(axis=1)
+        rows = np.arange(block.shape[0])
+        low, high = block[rows, np.maximum(valid - 1, 0) // 2], block[rows, valid // 2]
+        out[start:stop] = np.where(valid > 0, (low + high) / 2, np.nan)
     return out
 
 
@@ -176,6 +200,8 @@ def frame_stats(dur_ns: np.ndarray) -> FrameStats:
     if d.ndim != 1 or d.size == 0:
         raise ValueError(f"frame_stats needs a non-empty 1-D array, got shape {d.shape}")
     n = int(d.size)
+    if n == 1:  # a zone seen once (every draw named apart): no numpy call per statistic
+        return _one_span(float(d[0]))
     total = float(d.sum())
     mean = total / n
     median = float(np.median(d))
@@ -212,7 +238,7 @@ def measured(events: np.ndarray) -> np.ndarray:
     keep = ((ev["kind"] == Kind.FRAME) | (ev["kind"] == Kind.ZONE)) & (
         (ev["flags"] & EXCLUDED_FLAGS) == 0
     )
-    kept: np.ndarray = ev[keep]
+    kept: np.ndarray = ev if keep.all() else ev[keep]  # no copy of a trace of measured spans only
     return kept
 
 
@@ -294,10 +320,9 @@ def zone_frame_totals(
     ev = measured(events)
     zones = ev[(ev["kind"] == Kind.ZONE) & (ev["clock"] == clock)]
     out: dict[str, dict[str, np.ndarray]] = {}
+    by_scene = groups(zones, "scene")
     for sid in _in_order(zones["scene"], labels):
-        of_scene = zones[zones["scene"] == sid]
-        for zid in np.unique(of_scene["name"]):
-            z = of_scene[of_scene["name"] == zid]
+        for zid, z in groups(by_scene[sid], "name").items():
             frames, inverse = np.unique(z["frame"], return_inverse=True)
             totals = np.zeros(frames.size, dtype=np.float64)
             np.add.at(totals, inverse, z["dur_ns"].astype(np.float64))
@@ -327,6 +352,19 @@ def reference_durations(events: np.ndarray, strings: list[str]) -> dict[str, dic
                 "dur_ns"
             ].astype(np.float64)
     return out
+
+
+def groups(ev: np.ndarray, key: str) -> dict[int, np.ndarray]:
+    """``ev`` split by the value of column ``key``, each part in its original order: one stable
+    sort, not a pass over the events per value (a trace may give every zone its own name)."""
+    if not len(ev):
+        return {}
+    if (ev[key] == ev[key][0]).all():  # one group (one scene): the events themselves, no copy
+        return {int(ev[key][0]): ev}
+    order = np.argsort(ev[key], kind="stable")
+    values, first = np.unique(ev[key][order], return_index=True)
+    parts = np.split(ev[order], first[1:])
+    return dict(zip(values.tolist(), parts, strict=True))
 
 
 def _in_order(scene_ids: np.ndarray, labels: Mapping[int, str]) -> list[int]:
@@ -441,9 +479,12 @@ class RunStats:
 
 def _group_stats(ev: np.ndarray) -> dict[str, ClockStats]:
     out: dict[str, ClockStats] = {}
-    for clock in np.unique(ev["clock"]):
+    clocks = np.unique(ev["clock"])
+    for clock in clocks:
         cname = clock_name(clock)
-        dur = _ordered(ev[ev["clock"] == clock])["dur_ns"]
+        # one column sorted, not the records
+        on = ev if len(clocks) == 1 else ev[ev["clock"] == clock]
+        dur = on["dur_ns"][np.lexsort((on["start_ns"], on["frame"]))]
         out[cname] = count_stats(dur, cname) if int(clock) in COUNT_CLOCKS else frame_stats(dur)
     return out
 
@@ -453,15 +494,13 @@ def events_stats(events: np.ndarray, strings: list[str], zones: bool = True) -> 
     labels = scene_labels(events, strings)
     ev = measured(events)
     scenes: dict[str, SceneStats] = {}
+    by_scene = groups(ev, "scene")
     for sid in _in_order(ev["scene"], labels):
-        of_scene = ev[ev["scene"] == sid]
-        zev = of_scene[of_scene["kind"] == Kind.ZONE]
+        of_scene = by_scene[sid]
+        zev = of_scene[of_scene["kind"] == Kind.ZONE] if zones else of_scene[:0]
         scenes[labels[sid]] = SceneStats(
             _group_stats(of_scene[of_scene["kind"] == Kind.FRAME]),
-            {
-                _name(strings, int(zid)): _group_stats(zev[zev["name"] == zid])
-                for zid in (np.unique(zev["name"]) if zones else ())
-            },
+            {_name(strings, zid): _group_stats(z) for zid, z in groups(zev, "name").items()},
         )
     return RunStats(scenes)
 
@@ -489,6 +528,7 @@ __all__ = [
     "count_stats",
     "events_stats",
     "frame_stats",
+    "groups",
     "low_fps_average",
     "low_fps_integral",
     "measured",

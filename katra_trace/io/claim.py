@@ -60,6 +60,26 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+#: Free bytes a counted run needs where it writes, checked before it counts (for minutes): its trace
+#: of a few scenes takes tens of KB.
+MIN_FREE_BYTES = 1 << 20
+
+
+def check_free_space(path: Path) -> None:
+    """TraceIOError naming ``path`` when its directory's file system has less than
+    :data:`MIN_FREE_BYTES` free for this user; nothing where that cannot be told."""
+    try:
+        st = os.statvfs(path if path.is_dir() else path.parent)
+    except OSError:
+        return
+    free = st.f_bavail * st.f_frsize
+    if free < MIN_FREE_BYTES:
+        raise TraceIOError(
+            f"cannot write {shown(path)}: {free // 1024} KiB free on its file system, less than "
+            f"the {MIN_FREE_BYTES >> 10} KiB a counted run needs: No space left on device (ENOSPC)"
+        )
+
+
 def part_path_for(path: Path) -> Path:
     return path.with_name(path.name + PART_SUFFIX)
 

@@ -1,44 +1,33 @@
-"""Several traces written as one: the one definition ``katra3d merge`` (:mod:`katra_trace.io.merge`)
-and a counted run's join of its children's parts (:mod:`katra3d.harness.run.parts`) both write
-through.
+"""Several traces written as one: what ``katra3d merge`` (:mod:`katra_trace.io.merge`) and a counted
+run's join of its children's parts (:mod:`katra3d.harness.run.parts`) both write through.
 
-A :class:`Concatenation` writes a HEADER the caller made, then takes the input traces one at a time,
-each as the reading service opened it (:func:`~katra_trace.io.tracesets.open_quietly`, within its
-file's budget; a damaged one as far as it is intact), so that no more than one input is in memory at
-once. Of each it writes:
-
-- its strings, into one table (each input numbers its strings from 1: every event's scene and name
-  id is renumbered onto the joined table, an id its table lacks becomes ``?<id>``, as
-  :meth:`Trace.name` reads it);
-- its events, in blocks of :data:`BLOCK_EVENTS`, their times moved by the caller's shift (an input's
-  start after the joined trace's start);
-- its annotations (one copy of those that name no scene and are alike in several inputs: a fact of
-  the run, not of one input);
-- its clock pairs (CLOCK_SYNC), their host times moved with its events; or, where the caller says
-  the inputs' GPU clocks are not one clock, as ANNOTATIONs that say whose they are, so that no
-  timeline maps one GPU's times through another's pairs;
-- its kept frames (an IMAGE block per scene, the PNG byte for byte).
-
-The summary's own counts add up (dropped events and batches; the end is the latest moved end); what
-the producer keeps in the summary's ``user`` part is the caller's to join
-(:meth:`Concatenation.finish`).
+:class:`Concatenation` writes a HEADER the caller made, then each input as the reading service
+opened it (one in memory at a time): its strings renumbered onto one table (an id past an input's
+table becomes ``?<id>``, as :meth:`Trace.name` reads it), its events moved by the caller's shift,
+its annotations (those of the run, alike in several inputs, once), its clock pairs (as ANNOTATIONs
+naming their input where the inputs' GPU clocks differ) and its kept frames byte for byte. The
+summary's counts add up; its ``user`` part is the caller's (:meth:`Concatenation.finish`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, BinaryIO
 
 import numpy as np
 
+from katra_trace.errors import ConfigError
 from katra_trace.io import format as fmt
 from katra_trace.io.blockfile import BlockFile
 from katra_trace.io.image_block import IMAGE_ENCODING, KeptFrame, encode_image_payload
 from katra_trace.io.reader import Trace
 from katra_trace.schema import EVENT_DTYPE
+from katra_trace.text import shown
 
 #: Events in each EVENTS block written (the writer's default batch).
 BLOCK_EVENTS = 4096
+#: The latest time (ns) a span of the joined trace may end at.
+INT64_MAX = 2**63 - 1
 
 
 class Concatenation:
@@ -130,29 +119,41 @@ class Concatenation:
     def _events(self, trace: Trace, shift_ns: int) -> int:
         """Write the strings ``trace`` names and its events, renumbered and moved; how many."""
         ev = trace.events
-        used_max = int(max(ev["scene"].max(), ev["name"].max())) if len(ev) else 0
-        lookup = self._lookup(trace.strings, used_max)
+        if len(ev) and int((ev["start_ns"] + ev["dur_ns"]).max()) > INT64_MAX - shift_ns:
+            raise ConfigError(
+                f"{shown(trace.path)} starts {shift_ns} ns after the first input: its events would "
+                "end past 2**63-1 ns; its start_wall_ns is not of this run"
+            )
+        table = np.fromiter(map(self._join, trace.strings), np.uint32, len(trace.strings))
+        # ids past the table (read as ``?<id>``): only those used, never an array over every id
+        used = np.unique(np.concatenate([ev["scene"], ev["name"]]))
+        beyond = used[used >= len(table)]
+        joined = np.fromiter((self._join(f"?{i}") for i in beyond), np.uint32, len(beyond))
+
+        def renumber(ids: np.ndarray) -> np.ndarray:
+            inside = ids < len(table)
+            out = np.empty_like(ids)
+            out[inside] = table[ids[inside]]
+            out[~inside] = joined[np.searchsorted(beyond, ids[~inside])]
+            return out
+
         self.blocks.write_events(len(self._ids) - len(self._new), self._take(), None)
         for at in range(0, len(ev), BLOCK_EVENTS):
             # the writer's own
             batch = np.array(ev[at : at + BLOCK_EVENTS], dtype=EVENT_DTYPE, copy=True)
-            batch["scene"] = lookup[batch["scene"]]
-            batch["name"] = lookup[batch["name"]]
+            batch["scene"] = renumber(batch["scene"])
+            batch["name"] = renumber(batch["name"])
             batch["start_ns"] += np.int64(shift_ns)
             self.blocks.write_events(0, [], batch)
         return len(ev)
 
-    def _lookup(self, strings: Sequence[str], used_max: int) -> np.ndarray:
-        """The joined id of each of an input's ids 0..max(len(strings), used_max + 1) - 1."""
-        size = max(len(strings), used_max + 1)
-        out = np.empty(size, dtype=np.uint32)
-        for sid in range(size):
-            name = strings[sid] if sid < len(strings) else f"?{sid}"
-            if name not in self._ids:
-                self._ids[name] = len(self._ids)
-                self._new.append(name)
-            out[sid] = self._ids[name]
-        return out
+    def _join(self, name: str) -> int:
+        """The joined id of ``name``, added to the table when new."""
+        sid = self._ids.get(name)
+        if sid is None:
+            sid = self._ids[name] = len(self._ids)
+            self._new.append(name)
+        return sid
 
     def _take(self) -> list[str]:
         names, self._new = self._new, []

@@ -1,22 +1,13 @@
 """One trace from the shards of a run: what ``katra3d merge`` does (``katra3d run --shard I/N``,
 docs/ci.md).
 
-:func:`check_shards` decides whether files are the shards of one run: each a whole, complete capture
-of a ``--shard I/N`` run, all of one suite (and scenes), capture options and katra3d version, every
-shard 1..N given once and no scene in two of them (a run of apitrace traces: each shard's traces are
-its own). Else ConfigError, one line naming the files (exit 2).
-
-:func:`merge_shards` then writes them as one trace through the output rule
-(:func:`~katra_trace.io.claim .open_output`: never over a file without ``force``, then atomically;
-never over one of its inputs). The shards are read through the reading service one at a time
-(:func:`~katra_trace.io.tracesets.open_quietly`, each within its file's budget) and written by
-:class:`~katra_trace.io.concat.Concatenation` (as a counted run's parts are): their events with the
-string ids of the merged table and their times moved by the shard's start after the earliest one
-(wall clock), their annotations, their clock pairs (as CLOCK_SYNC blocks only when one shard alone
-has any: shards ran on GPUs of their own), their kept frames (byte for byte). The header records
-every shard (``shards``, format 1.3: which shard, its file, its scenes, its start and its host), so
-that each scene is compared against scenes of a comparable host
-(:meth:`~katra_trace.io.header.TraceHeader.host_of`).
+:func:`check_shards` decides whether files are the whole of one run (one suite, capture options and
+katra3d version, every shard once, no scene twice, headers of the shape a run writes); else
+ConfigError, one line (exit 2). :func:`merge_shards` writes them through the output rule
+(:func:`~katra_trace.io.claim.open_output`) and :class:`~katra_trace.io.concat.Concatenation`, one
+shard in memory at a time, each moved by its start after the earliest; the header records every
+shard and its host (``shards``, format 1.3), so that each scene is compared against a comparable
+host (:meth:`~katra_trace.io.header.TraceHeader.host_of`).
 """
 
 from __future__ import annotations
@@ -24,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -101,15 +93,30 @@ class MergeResult:
         }
 
 
+#: The most shards a run is split into.
+MAX_SHARDS = 1000
+_SHARD = re.compile(r" *([0-9]{1,4}) */ *([0-9]{1,4}) *")
+
+
+def parse_shard(text: str, what: str = "--shard") -> tuple[int, int]:
+    """``"2/4"`` -> (2, 4): shard I of N, 1 <= I <= N <= :data:`MAX_SHARDS`, ASCII digits; the one
+    parser of ``run --shard`` and of a shard's header. ConfigError naming ``what`` otherwise."""
+    m = _SHARD.fullmatch(text)
+    if not m:
+        raise ConfigError(f"bad {what} {shown(text[:40])}: expected I/N, e.g. 1/2 (shard I of N)")
+    index, count = int(m.group(1)), int(m.group(2))
+    if not 1 <= count <= MAX_SHARDS:
+        raise ConfigError(f"bad {what} {text.strip()}: N must be in 1..{MAX_SHARDS}")
+    if not 1 <= index <= count:
+        raise ConfigError(f"bad {what} {text.strip()}: I must be in 1..{count}")
+    return index, count
+
+
 def _shard_of(trace: Trace) -> tuple[int, int]:
-    """(I, N) of a shard's ``capture_options.shard``; ConfigError for a trace
-    that is not a shard."""
+    """(I, N) of a shard's ``capture_options.shard``; ConfigError for a trace not a shard."""
     text = trace.header.capture_options.shard
-    parts = text.split("/") if isinstance(text, str) else []
-    if len(parts) == 2 and all(p.strip().isdigit() for p in parts):
-        index, count = int(parts[0]), int(parts[1])
-        if 1 <= index <= count:
-            return index, count
+    if isinstance(text, str):
+        return parse_shard(text, f"shard in {shown(trace.path)}:")
     why = "a merged trace" if trace.header.shards else "not a shard (run it with --shard I/N)"
     raise ConfigError(
         f"{shown(trace.path)} is {why}: merge takes the shards of one 'katra3d run --shard I/N'"
@@ -192,6 +199,9 @@ def check_shards(paths: Sequence[str | os.PathLike[str]]) -> list[Shard]:
             )
         seen_files[st.st_dev, st.st_ino] = str(raw)
         index, count = _shard_of(trace)
+        odd = _odd_shape(trace.header)
+        if odd:
+            raise ConfigError(f"the header of {shown(raw)} is not one katra3d writes: {odd}")
         shards.append(
             Shard(
                 Path(raw), index, count, trace.header, _scene_labels(trace), bool(trace.clock_syncs)
@@ -247,13 +257,45 @@ def check_shards(paths: Sequence[str | os.PathLike[str]]) -> list[Shard]:
                     f"and in {shown(s.path)}"
                 )
             owner[scene] = s
-    missing = [f"{i}/{first.count}" for i in range(1, first.count + 1) if i not in by_index]
-    if missing:
+    lacking = first.count - len(by_index)
+    if lacking:
+        # named up to three: N may be a thousand
+        missing = (f"{i}/{first.count}" for i in range(1, first.count + 1) if i not in by_index)
+        few = [next(missing) for _ in range(min(3, lacking))]
+        more = f" and {lacking - len(few)} more" if lacking > len(few) else ""
         raise ConfigError(
-            f"shard{'s' if len(missing) > 1 else ''} {', '.join(missing)} of this run "
-            f"{'are' if len(missing) > 1 else 'is'} missing: merge needs all {first.count}"
+            f"shard{'s' if lacking > 1 else ''} {', '.join(few)}{more} of this run "
+            f"{'are' if lacking > 1 else 'is'} missing: merge needs all {first.count}"
         )
     return [by_index[i] for i in sorted(by_index)]
+
+
+def _odd_shape(header: TraceHeader) -> str | None:
+    """Which option merge reads has a shape no shard's header has, or None."""
+    options = header.capture_options.extra
+    if not isinstance(options.get("scenes"), list | None):
+        return "capture_options.scenes is not a list"
+    replay = options.get("replay")
+    if not isinstance(replay, Mapping | None):
+        return "capture_options.replay is not an object"
+    for part in SHARD_OWN_REPLAY:
+        if not isinstance((replay or {}).get(part), Mapping | None):
+            return f"capture_options.replay.{part} is not an object"
+    return None
+
+
+def _check_labels(trace: Trace, shard: Shard) -> None:
+    """ConfigError when ``trace`` holds events of a scene its header's labels do not name."""
+    ids = np.unique(trace.events["scene"])
+    stray = next(
+        (trace.name(int(i)) for i in ids if i and trace.name(int(i)) not in shard.scenes), None
+    )
+    if stray is not None:
+        raise ConfigError(
+            f"{shown(shard.path)} holds scene {shown(stray)}, which its header does not name "
+            f"(it names {', '.join(map(shown, shard.scenes[:6])) or 'none'}): not a shard as "
+            "'katra3d run --shard' writes it"
+        )
 
 
 def _replay(header: TraceHeader) -> Mapping[str, Any]:
@@ -280,7 +322,8 @@ def _merged_replay(shards: Sequence[Shard]) -> dict[str, Any]:
     for s in shards:
         for part, value in _replay(s.header).items():
             if isinstance(value, Mapping):
-                merged.setdefault(part, {}).update(value)
+                earlier = merged.get(part)
+                merged[part] = {**(earlier if isinstance(earlier, Mapping) else {}), **value}
             else:
                 merged.setdefault(part, value)
     return merged
@@ -320,8 +363,8 @@ def _run_order(shards: Sequence[Shard]) -> list[str] | None:
             ),
             len(specs),
         )
-        number = label.rpartition("#")[2]
-        return at, int(number) if "#" in label and number.isdigit() else 1, label
+        number = re.fullmatch(r".*#([0-9]{1,9})", label)
+        return at, int(number.group(1)) if number else 1, label
 
     places = {k: place(k) for k in range(len(labels))}
     if any(at == len(specs) for at, _, _ in places.values()):
@@ -491,6 +534,7 @@ def merge_shards(
             if at != k:
                 trace = None  # one shard in memory at a time
                 trace, at = open_quietly(shard.path), k
+                _check_labels(trace, shard)
             assert trace is not None
             out.add(
                 _part(trace, labels, first),
