@@ -1,11 +1,6 @@
-"""Which scenes two captures ran with other params, and whether that comes from the scenes'
-defaults alone.
-
-A commit that changes a scene's default (``passes`` 1 -> 2) changes what the scene does, as any
-other code change would: when both sides ran the same capture command with the same ``--param``
-values, ``ab --refs`` and ``bisect`` compare them and say so. Any other difference needs
-``--allow-param-mismatch`` (the decision model's comparability check, :mod:`.match`).
-"""
+"""Which scenes two captures ran with other params, and whether the scenes' defaults alone
+explain it: a changed default is a code change that ``ab --refs`` and ``bisect`` compare; any
+other difference needs ``--allow-param-mismatch``."""
 
 from __future__ import annotations
 
@@ -16,14 +11,13 @@ from typing import Any
 from katra_trace.errors import ConfigError
 from katra_trace.io.header import TraceHeader
 
-#: What the line says of a change that comes from the scenes' defaults.
 FROM_DEFAULTS = "from the scene's defaults"
 
 
 @dataclasses.dataclass(frozen=True)
 class ParamChange:
-    """One scene's params that differ between BASE and NEW (``text``: "passes 1 -> 2"), and whether
-    the scene's defaults alone made the difference."""
+    """One scene's differing params (``text``: "passes 1 -> 2"), and whether its defaults alone
+    made the difference."""
 
     scene: str
     text: str
@@ -36,8 +30,8 @@ class ParamChange:
 
 
 def _given(header: TraceHeader) -> dict[str, Any]:
-    """The ``--param NAME.KEY=VALUE`` values of the capture (a mapping per scene is an older layout
-    of the resolved params, not a value given)."""
+    """The ``--param`` values of the capture (a mapping per scene is an older layout, not a given
+    value)."""
     given = header.capture_options.extra.get("params")
     if not isinstance(given, Mapping):
         return {}
@@ -45,9 +39,8 @@ def _given(header: TraceHeader) -> dict[str, Any]:
 
 
 def param_changes(base: TraceHeader, new: TraceHeader, same_command: bool) -> list[ParamChange]:
-    """The scenes of both captures whose params differ. A difference is the defaults' when both
-    ran the same command (``same_command``) with the same ``--param`` values, none of them a key
-    that differs."""
+    """The scenes whose params differ; the defaults' difference when both ran the same command
+    with the same ``--param`` values, none of a differing key."""
     given = _given(base)
     same_given = same_command and given == _given(new)
     given_keys = {str(k).rpartition(".")[2] for k in given}
@@ -66,9 +59,8 @@ def param_changes(base: TraceHeader, new: TraceHeader, same_command: bool) -> li
 
 
 def allow_defaults(changes: list[ParamChange], options: Mapping[str, Any]) -> dict[str, Any]:
-    """The comparison's options given the param ``changes`` of its sides: params allowed to differ
-    when the scenes' defaults alone differ; ConfigError (exit 2) naming a difference of any other
-    kind and what to pass."""
+    """The comparison's options allowing params that only the defaults changed; ConfigError
+    naming any other difference and what to pass."""
     if not changes or options.get("allow_param_mismatch"):
         return dict(options)
     other = next((c for c in changes if not c.from_defaults), None)
