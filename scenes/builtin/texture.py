@@ -91,15 +91,9 @@ def make_texture_rgba8(kind: int, size: int) -> np.ndarray:
 
 
 class TextureScene(BuiltinScene):
-    """A large textured floor and back wall seen in perspective, scrolling.
-
-    ``samplers`` textures of ``tex_size``² RGBA8 with full mip chains are
-    generated in code and sampled per fragment (texture bandwidth, cache and
-    filtering). The floor runs to the horizon so many mip levels are used.
-    ``filter``: nearest (no mipmaps), linear (no mipmaps), trilinear (mipmaps),
-    anisotropic (trilinear + max anisotropy, up to 16; plain trilinear where
-    the context has no anisotropic filtering).
-    """
+    """A textured floor and back wall in perspective, scrolling: ``samplers`` procedural
+    ``tex_size``² RGBA8 textures with mip chains, the floor reaching the horizon so many levels
+    are used. ``anisotropic`` falls back to trilinear where the context lacks it."""
 
     name = "texture"
     description = "large mipmapped procedural textures, several samplers, selectable filtering"
