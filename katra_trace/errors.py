@@ -11,11 +11,11 @@ class ExitCode(enum.IntEnum):
     """What every command's exit status means; a stop signal N exits 128 + N."""
 
     OK = 0
-    #: a regression was found (compare, ab, history check, an image that changed)
+    #: a regression was found (an image that changed included)
     REGRESSION = 1
-    #: bad input, a bad or damaged file, or an I/O failure (disk full, ...)
+    #: bad input, a damaged file, or an I/O failure
     BAD_INPUT = 2
-    #: the environment lacks something (no usable GL, valgrind, git, glretrace)
+    #: the environment lacks something (GL, valgrind, git, glretrace)
     ENVIRONMENT = 3
 
 
@@ -49,8 +49,8 @@ class TraceVersionError(TraceFormatError):
 
 
 class TraceTooLargeError(TraceFormatError):
-    """Decoding a trace would take more memory than its size can honestly explain (a decompression
-    bomb, or a trace that compresses unusually well: the message says how to lift the limit)."""
+    """Decoding a trace would take more memory than its size can honestly explain; the message
+    says how to lift the limit."""
 
 
 class TraceIOError(KatraError):
@@ -67,8 +67,8 @@ class OutputExistsError(KatraError):
 
 
 class OutputBusyError(KatraError):
-    """The output's ``<path>.part`` is in the way: a live run writes it (``stale`` False), or a
-    crashed run left it (``stale`` True; never deleted)."""
+    """The output's ``<path>.part`` is in the way: a live run's (``stale`` False) or a crashed
+    run's, never deleted."""
 
     def __init__(self, message: str, part_path: str, stale: bool, pid: int | None = None) -> None:
         super().__init__(message)
@@ -99,9 +99,8 @@ def write_failed(
     where: object,
     published: bool | None,
 ) -> KatraError:
-    """The one error of a failed trace write (ConfigError when a configuration error stopped the
-    writer, else TraceIOError), saying where the ``events`` written before it can be read
-    (``published`` False: the existing file was kept)."""
+    """The one error of a failed trace write, saying where the ``events`` written before it can
+    be read (``published`` False: the existing file was kept)."""
     kept = (
         f"; the {events} events written before it are readable in {str(where)!r}"
         if published is not False
@@ -131,8 +130,7 @@ def stopped_exit_code(signal_name: str | None) -> int:
 
 
 def child_ended(returncode: int) -> tuple[str, int]:
-    """How a child that handed back nothing ended (``"was killed by SIGKILL"``) and the exit code
-    that reports it."""
+    """How a child that handed back nothing ended, and the exit code that reports it."""
     import signal  # deferred: this module is pure and loads nothing it does not need
 
     if -returncode in {int(s) for s in signal.Signals}:
@@ -141,8 +139,8 @@ def child_ended(returncode: int) -> tuple[str, int]:
 
 
 class Interrupted(KeyboardInterrupt):
-    """A stop signal ended the work. A KeyboardInterrupt, so code that lets Ctrl-C through lets it
-    through."""
+    """A stop signal ended the work; a KeyboardInterrupt, so code that lets Ctrl-C through lets
+    it through."""
 
     def __init__(self, signum: int) -> None:
         import signal  # deferred: this module is pure and loads nothing it does not need

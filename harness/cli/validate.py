@@ -25,8 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _frame_problems(trace: Trace) -> list[str]:
-    """What is wrong with each kept frame, one line each: decoded one at a time within the
-    reading budget and checked against its record."""
+    """Each damaged kept frame's line; frames are decoded one at a time within the reading
+    budget."""
     problems = []
     for frame in trace.kept_frames.values():
         try:

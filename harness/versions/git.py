@@ -84,8 +84,8 @@ def is_ancestor(top: Path, older: str, newer: str) -> bool:
 
 
 def commit_range(top: Path, good: Commit, bad: Commit) -> list[Commit]:
-    """The commits after GOOD up to BAD along BAD's first parents, oldest first. ConfigError when
-    GOOD is BAD, not its ancestor, or off BAD's first-parent line (on a merged side branch)."""
+    """The commits after GOOD up to BAD along BAD's first parents, oldest first; ConfigError
+    unless GOOD is an older commit on that line."""
     if good.sha == bad.sha:
         raise ConfigError(f"GOOD and BAD are the same commit ({good.short}): nothing to bisect")
     if not is_ancestor(top, good.sha, bad.sha):
@@ -114,8 +114,7 @@ def commit_range(top: Path, good: Commit, bad: Commit) -> list[Commit]:
 
 class FirstParentOrder(Mapping[str, int]):
     """Commit (sha, short sha or ref) -> its place on HEAD's first-parent line, oldest first
-    (``history``'s label order); a commit off the line is not in it. git runs once for the line
-    and once per commit asked."""
+    (``history``'s label order); git runs once for the line and once per commit asked."""
 
     def __init__(self, top: Path) -> None:
         self.top = top

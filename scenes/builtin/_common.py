@@ -25,7 +25,6 @@ def perspective(fovy_deg: float, aspect: float, near: float, far: float) -> np.n
 
 
 def orthographic(half_w: float, half_h: float, near: float, far: float) -> np.ndarray:
-    """Symmetric orthographic projection."""
     m = np.eye(4, dtype=np.float32)
     m[0, 0] = 1.0 / half_w
     m[1, 1] = 1.0 / half_h
@@ -35,7 +34,6 @@ def orthographic(half_w: float, half_h: float, near: float, far: float) -> np.nd
 
 
 def look_at(eye: Any, target: Any, up: Any = (0.0, 1.0, 0.0)) -> np.ndarray:
-    """View matrix looking from ``eye`` at ``target``."""
     eye_v = np.asarray(eye, dtype=np.float64)
     fwd = np.asarray(target, dtype=np.float64) - eye_v
     fwd /= np.linalg.norm(fwd)
@@ -165,7 +163,6 @@ def cube() -> tuple[np.ndarray, np.ndarray]:
 
 
 def unindex(verts: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    """Expand an indexed mesh into a flat triangle list."""
     return np.ascontiguousarray(verts[indices])
 
 

@@ -38,11 +38,9 @@ void main() {
 
 
 class BufferScene(BuiltinScene):
-    """A ``grid`` x ``grid`` height-field recomputed on the CPU and re-uploaded every frame.
-
-    Each frame a window of ``update_fraction`` of the vertices (walking through the buffer,
-    wrapping) is uploaded by ``method``: ``subdata`` (``glBufferSubData``) or ``map``
-    (``glMapBufferRange``). No culling: the surface is open."""
+    """A ``grid`` x ``grid`` height-field recomputed on the CPU; each frame a window of
+    ``update_fraction`` of it, walking and wrapping, is uploaded by ``method`` (``subdata`` or
+    ``map``). No culling: the surface is open."""
 
     name = "buffer"
     description = "per-frame dynamic vertex buffer updates: map vs sub-data, update fraction"

@@ -15,8 +15,8 @@ from katra3d.scenes.shaders import compile_program
 
 
 class DrawCallsScene(BuiltinScene):
-    """``count`` cubes, each its own ``glDrawElements`` with its own uniforms: per-draw
-    CPU/driver overhead, as the geometry is tiny."""
+    """``count`` tiny cubes, each its own draw with its own uniforms: per-draw CPU/driver
+    overhead."""
 
     name = "drawcalls"
     description = "N small objects drawn one call each, with per-object uniforms: per-draw overhead"

@@ -97,9 +97,8 @@ void main() {
 
 
 class ShadowScene(BuiltinScene):
-    """Bobbing spheres over a ground plane with directional-light shadows: a depth-only
-    ``shadow-map`` pass (front faces culled against acne), then a ``lit`` pass taking
-    ``(2*pcf+1)²`` depth-compare taps."""
+    """Spheres over a ground plane: a depth-only ``shadow-map`` pass (front faces culled against
+    acne), then a ``lit`` pass taking ``(2*pcf+1)²`` depth-compare taps."""
 
     name = "shadow"
     description = "shadow-map depth pass + lit pass with PCF: multi-pass rendering"
