@@ -1,10 +1,5 @@
-"""The katra3d exception hierarchy.
-
-Every error a user can cause (bad input, a damaged file, a missing GL stack)
-is a :class:`KatraError`. The CLI prints ``str(err)`` on one line, without a
-traceback, and exits with ``err.exit_code`` (:class:`ExitCode`).
-
-This module is pure stdlib so every package (scenes included) can use it.
+"""The katra3d exception hierarchy: every error a user can cause is a :class:`KatraError`, which the
+CLI prints on one line and exits with its ``exit_code``. Pure stdlib, so every package can use it.
 """
 
 from __future__ import annotations
@@ -13,15 +8,14 @@ import enum
 
 
 class ExitCode(enum.IntEnum):
-    """What every katra3d command's exit status means; a stop signal N exits 128 + N
-    (:func:`signal_exit_code`)."""
+    """What every command's exit status means; a stop signal N exits 128 + N."""
 
     OK = 0
-    #: a regression was found (compare, ab, history check, an image that changed)
+    #: a regression was found (an image that changed included)
     REGRESSION = 1
-    #: bad input, a bad or damaged file, or an I/O failure (disk full, ...)
+    #: bad input, a damaged file, or an I/O failure
     BAD_INPUT = 2
-    #: the environment lacks something (no usable GL, valgrind, git, glretrace)
+    #: the environment lacks something (GL, valgrind, git, glretrace)
     ENVIRONMENT = 3
 
 
@@ -29,8 +23,7 @@ class KatraError(Exception):
     """Base of every error katra3d reports to a user."""
 
     exit_code: int = ExitCode.BAD_INPUT
-    #: a scene's own traceback (its frames, katra3d's left out), shown by ``katra3d --traceback``;
-    #: "" if none
+    #: A scene's own traceback, shown by ``katra3d --traceback``; "" if none.
     scene_traceback: str = ""
 
 
@@ -39,11 +32,8 @@ class ConfigError(KatraError):
 
 
 class OptionError(ConfigError, ValueError):
-    """An option's value is outside its range (``--alpha``, ``--threshold``, ``--stat`` ...).
-
-    A ConfigError for the CLI (exit 2, one line) and a ValueError for library callers that pass
-    arguments directly. Raised only by the one check of each option
-    (:mod:`katra_trace.analysis.defaults`, :mod:`katra_trace.metrics`)."""
+    """An option's value is outside its range: a ConfigError for the CLI and a ValueError for
+    library callers."""
 
 
 class TraceFormatError(KatraError):
@@ -59,20 +49,17 @@ class TraceVersionError(TraceFormatError):
 
 
 class TraceTooLargeError(TraceFormatError):
-    """Decoding a trace would take more memory than its size can honestly explain (a
-    decompression bomb, or a genuine trace that compresses unusually well: the message says
-    how to lift the limit)."""
+    """Decoding a trace would take more memory than its size can honestly explain; the message
+    says how to lift the limit."""
 
 
 class TraceIOError(KatraError):
-    """Writing a trace failed at the operating-system level (disk full, file too large, a name
-    too long, no permission, ...). The message is one line and names the file."""
+    """Writing a trace failed at the operating-system level (disk full, no permission, ...)."""
 
 
 class OutputExistsError(KatraError):
-    """The output path already exists, or appeared while the capture ran; nothing was replaced.
-
-    ``part_path`` is the finished capture kept under its temporary name, when there is one."""
+    """The output path already exists, or appeared during the capture; nothing was replaced.
+    ``part_path``: the finished capture kept under its temporary name, if any."""
 
     def __init__(self, message: str, part_path: str | None = None) -> None:
         super().__init__(message)
@@ -80,8 +67,8 @@ class OutputExistsError(KatraError):
 
 
 class OutputBusyError(KatraError):
-    """The output's temporary ``<path>.part`` is in the way: another live run is writing it
-    (``stale`` False), or a crashed run left it behind (``stale`` True; it is never deleted)."""
+    """The output's ``<path>.part`` is in the way: a live run's (``stale`` False) or a crashed
+    run's, never deleted."""
 
     def __init__(self, message: str, part_path: str, stale: bool, pid: int | None = None) -> None:
         super().__init__(message)
@@ -112,10 +99,8 @@ def write_failed(
     where: object,
     published: bool | None,
 ) -> KatraError:
-    """The one error of a trace write that failed: ConfigError when the writer was stopped by a
-    configuration error, else TraceIOError (``described``: the failure in one line), saying where
-    the ``events`` written before it can be read (``where``; ``published`` False: the existing file
-    was kept)."""
+    """The one error of a failed trace write, saying where the ``events`` written before it can
+    be read (``published`` False: the existing file was kept)."""
     kept = (
         f"; the {events} events written before it are readable in {str(where)!r}"
         if published is not False
@@ -127,31 +112,25 @@ def write_failed(
 
 
 class ToolUnavailable(KatraError):
-    """A program katra3d runs is not installed or does not run (valgrind, git, glretrace); exit 3,
-    with the line that installs it."""
+    """A program katra3d runs (valgrind, git, glretrace) is missing or does not run."""
 
     exit_code = ExitCode.ENVIRONMENT
 
 
 def signal_exit_code(signum: int) -> int:
-    """The exit code of a command that a signal stopped: 128 + the signal's number, as a shell
-    reports it.
-    """
+    """128 + the signal's number, as a shell reports it."""
     return 128 + int(signum)
 
 
 def stopped_exit_code(signal_name: str | None) -> int:
-    """The exit code of a run that recorded the stop signal ``signal_name`` (``"SIGTERM"``; none or
-    an unknown name counts as Ctrl-C's SIGINT): :func:`signal_exit_code` of it."""
+    """The exit code of a run stopped by ``signal_name``; none or unknown counts as SIGINT."""
     import signal  # deferred: this module is pure and loads nothing it does not need
 
     return signal_exit_code(signal.Signals.__members__.get(signal_name or "", signal.SIGINT))
 
 
 def child_ended(returncode: int) -> tuple[str, int]:
-    """How a child process that handed back nothing ended (``"was killed by SIGKILL"``, ``"ended
-    with exit code 5"``) and the exit code that reports it: :func:`signal_exit_code` of the signal
-    that killed it, else :attr:`ExitCode.BAD_INPUT`."""
+    """How a child that handed back nothing ended, and the exit code that reports it."""
     import signal  # deferred: this module is pure and loads nothing it does not need
 
     if -returncode in {int(s) for s in signal.Signals}:
@@ -160,9 +139,8 @@ def child_ended(returncode: int) -> tuple[str, int]:
 
 
 class Interrupted(KeyboardInterrupt):
-    """A stop signal (``signum``: SIGINT, SIGTERM, SIGHUP) ended the work; the CLI says so in one
-    line and exits :func:`signal_exit_code`. A KeyboardInterrupt, so that code which lets Ctrl-C
-    through lets it through."""
+    """A stop signal ended the work; a KeyboardInterrupt, so code that lets Ctrl-C through lets
+    it through."""
 
     def __init__(self, signum: int) -> None:
         import signal  # deferred: this module is pure and loads nothing it does not need

@@ -1,10 +1,7 @@
-"""Valid JSON text from any value: the one encoder every JSON writer of katra3d calls.
+"""Valid JSON text from any value: the one encoder every JSON writer calls.
 
-JSON has no NaN or infinity, yet Python's ``json`` writes them as ``NaN`` / ``Infinity``, which
-strict parsers (browsers, ``jq``, most languages) refuse. A header can hold them (a trace written
-by an older build or by hand, ``katra3d.capture(capture_options=...)``), and so can statistics.
-:func:`dumps` writes every non-finite float as ``null``, and nothing else differently.
-"""
+Python's ``json`` writes NaN and infinity, which strict parsers refuse; headers and statistics can
+hold them, so :func:`dumps` writes them as ``null``."""
 
 from __future__ import annotations
 
@@ -19,11 +16,8 @@ def _null(_constant: str) -> None:
 
 
 def dumps(obj: Any, **kwargs: Any) -> str:
-    """``json.dumps(obj, **kwargs)`` with every NaN, inf and -inf written as ``null`` (valid JSON).
-
-    The common case (nothing non-finite) costs one ``json.dumps``; otherwise the text is parsed
-    back with the non-finite constants as None and written again.
-    """
+    """``json.dumps`` with every non-finite float as ``null``; only a text that has one is parsed
+    back and written again."""
     try:
         return json.dumps(obj, allow_nan=False, **kwargs)
     except ValueError:
@@ -36,13 +30,12 @@ def dumps(obj: Any, **kwargs: Any) -> str:
 
 
 def dump(obj: Any, fp: IO[str], **kwargs: Any) -> None:
-    """:func:`dumps` written to ``fp``."""
     fp.write(dumps(obj, **kwargs))
 
 
 def record_dict(record: Any) -> dict[str, Any]:
-    """A dataclass record's fields as a JSON-ready dict, field by field: non-finite floats become
-    None and tuples lists (the one rule of every record's ``as_dict``)."""
+    """A dataclass record's fields as a JSON-ready dict (non-finite floats None, tuples lists):
+    every record's ``as_dict``."""
     out: dict[str, Any] = {}
     for field in dataclasses.fields(record):
         value = getattr(record, field.name)

@@ -1,10 +1,4 @@
-"""The one loader of optional dependencies: DuckDB (history), perfetto / pyarrow / pandas / plotly
-(export, report) and python-blosc2 (the blosc2 codec).
-
-:func:`require` imports a module when a feature first needs it, or raises
-:class:`MissingDependencyError` (exit code 3: the environment lacks something) with one message
-that names what needed it and the pip line of the extra that installs it.
-"""
+"""The one loader of optional dependencies (DuckDB, perfetto, pyarrow, pandas, plotly, blosc2)."""
 
 from __future__ import annotations
 
@@ -21,13 +15,8 @@ class MissingDependencyError(KatraError):
 
 
 def require(module: str, *, extra: str, purpose: str, what: str | None = None) -> ModuleType:
-    """Import ``module`` (dotted name) or raise :class:`MissingDependencyError`.
-
-    ``extra``: the katra3d extra that installs it (``history``, ``export``, ``pandas``, ``blosc2``);
-    ``purpose``: what needed it, as the user asked for it (``--to parquet``, ``katra3d history``);
-    ``what``: how the message names the missing thing (default: the Python package, by its top
-    name).
-    """
+    """Import ``module`` or raise :class:`MissingDependencyError`, naming ``purpose`` (what the user
+    asked for) and the pip line of ``extra``; ``what`` overrides the name of the missing thing."""
     try:
         return importlib.import_module(module)
     except ImportError:

@@ -1,10 +1,6 @@
-"""The event schema: one row per measured span per clock.
-
-Events live in memory as a numpy structured array of :data:`EVENT_DTYPE`
-(packed, little-endian) and in the file as one buffer per column
-(see docs/trace-format.md). Times are integer nanoseconds on the host clock
-(``time.perf_counter_ns``), relative to the capture start in the header.
-"""
+"""The event schema: one row per measured span per clock, a packed numpy structured array in memory
+and one buffer per column on disk (docs/trace-format.md). Times are ns on the host clock since the
+capture start."""
 
 from __future__ import annotations
 
@@ -31,16 +27,12 @@ class Clock(enum.IntEnum):
     CPU = 0  #: host clock around command submission, no GPU sync
     WALL = 1  #: host clock with glFinish at the end (sync mode): what the user waits for
     GPU = 2  #: GL_TIMESTAMP queries, mapped into the host timeline
-    #: (format 1.1) callgrind instruction count of the main thread; ``dur_ns`` holds a count of
-    #: instructions, not ns (``--measure instructions``). Deterministic on software renderers.
+    #: (format 1.1) callgrind instruction count of the main thread; ``dur_ns`` holds the count.
     INSTRUCTIONS = 3
-    #: (format 1.1) estimated cycles from callgrind's cache simulation (``--measure cycles``);
-    #: ``dur_ns`` holds the estimate in cycles. The raw counts are COUNTER events on this clock.
+    #: (format 1.1) cycles estimated by callgrind's cache simulation; raw counts are COUNTER events.
     CYCLES = 4
-    #: (format 1.1) CPU time the whole process spent on the frame, every thread counted (a software
-    #: rasterizer's threads included), from its start to the end of its ``glFinish``
-    #: (``CLOCK_PROCESS_CPUTIME_ID``; sync mode). ``dur_ns`` is CPU ns, which may exceed the
-    #: frame's wall time when threads ran in parallel: a value, not a span on the host timeline.
+    #: (format 1.1) process CPU time of the frame, all threads, to the end of its ``glFinish``: may
+    #: exceed the wall time, so a value, not a span.
     PROCESS = 5
 
 
@@ -53,12 +45,11 @@ class Flag(enum.IntFlag):
     SKIPPED = 4  #: a marker recording that a scene was skipped
     ESTIMATED = 8  #: value is derived rather than measured directly
     INTERRUPTED = 16  #: the span was cut short by an interrupt
-    #: (format 1.1) a reference workload timed inside the run for drift normalization
-    #: (MARKER events named ``reference``); never a frame, excluded from frame statistics
+    #: (format 1.1) a reference workload for drift normalization; never a frame.
     REFERENCE = 32
 
 
-#: (column name, numpy type string, unit/meaning); the file stores columns in this order.
+#: (column name, numpy type string, meaning), in file order.
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("kind", "u1", "Kind enum"),
     ("clock", "u1", "Clock enum"),
@@ -72,10 +63,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("value", "<f8", "counter value (0 for spans)"),
 )
 
-#: In-memory record type (packed: 42 bytes per event).
 EVENT_DTYPE = np.dtype([(name, typ) for name, typ, _ in COLUMNS])
 
-#: Version number of the event schema, stored in each block header's ``schema`` field.
+#: Stored in each block header's ``schema`` field.
 SCHEMA_VERSION = 1
 
 
@@ -85,41 +75,31 @@ def schema_hash() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-#: Clocks whose ``dur_ns`` is a count (instructions, cycles), not a time: deterministic metrics.
 COUNT_CLOCKS: frozenset[int] = frozenset({int(Clock.INSTRUCTIONS), int(Clock.CYCLES)})
 
-#: Clocks whose ``dur_ns`` is a value, not a span on the host timeline: the counts, and process
-#: CPU time (threads running in parallel add up to more than the wall time they took).
+#: Counts and process CPU time: not spans on the host timeline.
 VALUE_CLOCKS: frozenset[int] = COUNT_CLOCKS | {int(Clock.PROCESS)}
 
-#: Name of the reference-workload markers (Flag.REFERENCE).
 REFERENCE_NAME = "reference"
 
-#: Name of the garbage-collection markers: one MARKER row per collection of Python's cyclic
-#: collector, on the wall clock, from its start to its end; ``value`` holds the generation collected
-#: (2: a full collection). MARKER rows never enter frame statistics, so this needs no new format
-#: version (docs/trace-format.md).
+#: One MARKER per cyclic-GC collection on the wall clock, ``value`` = generation. Markers never
+#: enter frame statistics, so no new format version is needed.
 GC_NAME = "gc"
 
-#: The pass of draws made while no pass zone was open (``--zones draws``).
+#: The pass of draws made while no pass zone was open.
 FRAME_PASS = "frame"
 
 _DRAW_END = re.compile(r"#[0-9]+$")
 
 
 def draw_zone_name(pass_name: str, label: str, k: int) -> str:
-    """The name of the ``k``-th draw (1-based) labelled ``label`` in pass ``pass_name`` (``--zones
-    draws``): ``<pass>/<label>#<k>``."""
+    """``<pass>/<label>#<k>``: the ``k``-th draw (1-based) of ``label`` in ``pass_name``."""
     return f"{pass_name}/{label}#{k}"
 
 
 def draw_pass(name: str, zones: Collection[str]) -> str | None:
-    """The pass that draw zone ``name`` belongs to, or None when ``name`` is not a draw.
-
-    A draw's name is :func:`draw_zone_name`'s; its pass is the longest prefix of it before a ``/``
-    that is one of ``zones`` (or :data:`FRAME_PASS`), so pass and label names may contain ``/``
-    themselves.
-    """
+    """The pass of draw zone ``name``, or None if not a draw: the longest prefix before a ``/`` that
+    is one of ``zones`` or :data:`FRAME_PASS`, so names may contain ``/``."""
     if not _DRAW_END.search(name):
         return None
     cut = name.rfind("/")

@@ -1,32 +1,22 @@
-"""Numbers as a reader sees them: the one way a duration, a count or a plain float is written as
-text.
+"""Numbers as a reader sees them: the one way a duration, a count or a float is written as text.
 
-Every text surface that prints a time (``stats``, ``info``, ``compare``, the end-of-run
-table, ``history``, ``doctor``) calls :func:`format_duration`, so that 150 µs reads as
-``150.0 µs`` everywhere and never as ``0.0001500 ms``. JSON and CSV keep their raw numbers
-(``*_ms`` keys, in milliseconds): scripts read those. What a statistic is called in a table
-header is here too (:func:`stat_label`), for the same surfaces. Pure (stdlib only).
-"""
+Every text surface calls :func:`format_duration`, so 150 µs reads ``150.0 µs`` everywhere; JSON and
+CSV keep raw ``*_ms`` numbers for scripts."""
 
 from __future__ import annotations
 
 import math
 
-#: Duration units, largest first: (symbol, nanoseconds in one). A duration is written in the
-#: largest unit in which it is at least 1; below 1 ns, in ns.
+#: (symbol, ns in one), largest first: a duration is written in the largest unit it reaches.
 DURATION_UNITS: tuple[tuple[str, float], ...] = (("s", 1e9), ("ms", 1e6), ("µs", 1e3), ("ns", 1.0))
-#: Significant digits of a duration or float in a table cell (16.67 ms, 150.0 µs, 2.500 s).
+#: Significant digits of a duration or float in a table cell.
 DIGITS = 4
-#: How a missing or non-finite value is written.
 MISSING = "-"
 
 
 def significant(value: float, digits: int = DIGITS) -> str:
-    """``value`` to ``digits`` significant digits in plain notation, never an exponent: 17390,
-    12.35, 0.008483.
-
-    A value that already has more integer digits than ``digits`` keeps them all (no rounding to
-    17400)."""
+    """``value`` to ``digits`` significant digits, never an exponent; integer digits beyond
+    ``digits`` are kept (17390, not 17400)."""
     if value == 0:
         return "0"
     if not math.isfinite(value):
@@ -40,9 +30,7 @@ def significant(value: float, digits: int = DIGITS) -> str:
 
 
 def _finite(value: object) -> float | None:
-    """``value`` as a finite float, or None (None, NaN, infinity, an int too large for a float, not
-    a number).
-    """
+    """``value`` as a finite float, or None."""
     try:
         number = float(value)  # type: ignore[arg-type]
     except (OverflowError, TypeError, ValueError):
@@ -51,15 +39,13 @@ def _finite(value: object) -> float | None:
 
 
 def format_duration(ns: float | None, digits: int = DIGITS) -> str:
-    """A duration given in **nanoseconds** as text in the unit that suits it: ``850.0 ns``,
-    ``150.0 µs``, ``16.67 ms``, ``2.500 s`` (``digits`` significant digits; seconds are the
-    largest unit). None or a non-finite value is ``-``; 0 is ``0 s``."""
+    """A duration in **nanoseconds** as text in the unit that suits it (``150.0 µs``, ``16.67 ms``);
+    None or non-finite is ``-``, 0 is ``0 s``."""
     ns = _finite(ns)
     if ns is None:
         return MISSING
     if ns == 0:
         return "0 s"
-    # the largest unit the duration reaches (ns below 1 ns too)
     i = next(
         (i for i, (_, scale) in enumerate(DURATION_UNITS) if abs(ns) >= scale),
         len(DURATION_UNITS) - 1,
@@ -73,26 +59,23 @@ def format_duration(ns: float | None, digits: int = DIGITS) -> str:
 
 
 def format_ms(ms: float | None, digits: int = DIGITS) -> str:
-    """:func:`format_duration` of a value given in **milliseconds** (the ``*_ms`` statistics)."""
+    """:func:`format_duration` of a value in **milliseconds**."""
     value = _finite(ms)
     return format_duration(None if value is None else value * 1e6, digits)
 
 
 def format_change_pct(pct: float | None, decimals: int = 1) -> str:
-    """A signed change given in **percent** as text: ``+5.2%``, ``-3.0%`` (``decimals`` after the
-    point: 1 for times, 2 for counts and bisect's effects). None or NaN is ``-``; infinity is
-    ``+inf%`` (an interval with no upper end yet)."""
+    """A signed change in **percent**: ``+5.2%``; None or NaN is ``-``, infinity ``+inf%`` (an
+    interval with no upper end yet)."""
     try:
         value = float(pct)  # type: ignore[arg-type]
     except (OverflowError, TypeError, ValueError):
         return MISSING
-    # an unbounded interval's end: +inf%
     return MISSING if math.isnan(value) else f"{value:+.{decimals}f}%"
 
 
 def format_change(ratio: float | None, decimals: int = 1) -> str:
-    """A ratio NEW/BASE as its signed percent change: 1.052 is ``+5.2%``, 0.97 is ``-3.0%``
-    (:func:`format_change_pct`)."""
+    """A ratio NEW/BASE as its signed percent change: 1.052 is ``+5.2%``."""
     try:
         value = float(ratio)  # type: ignore[arg-type]
     except (OverflowError, TypeError, ValueError):
@@ -101,9 +84,8 @@ def format_change(ratio: float | None, decimals: int = 1) -> str:
 
 
 def format_count(value: float | None) -> str:
-    """A count (instructions, cycles, frames) as a whole number with thousands separators:
-    ``1,234,567``; a fractional count below 1000 (a median of two frames) to :data:`DIGITS`
-    significant digits."""
+    """A count with thousands separators; a fractional count below 1000 (a median of two frames) to
+    :data:`DIGITS` significant digits."""
     if value is None or not math.isfinite(value):
         return MISSING
     if isinstance(value, int) or abs(value) >= 1000 or float(value).is_integer():
@@ -111,12 +93,8 @@ def format_count(value: float | None) -> str:
     return significant(float(value))
 
 
-#: What each statistic is called where a person reads it (a table header): the one map, used by
-#: ``stats``' text tables and the report. Keyed by the statistic's name without its unit suffix
-#: (``median_ms`` and ``median_instructions`` are ``median``; katra_trace.analysis.stats defines
-#: each). A rate or a share names its unit (fps, % of time); a duration's cells carry their own
-#: (``150.0 µs``) and a count's table says its unit in its title, so those labels name none. JSON
-#: and CSV keep the raw keys: scripts read those.
+#: A statistic's table header, keyed by its name without unit suffix (``median_ms`` is ``median``).
+#: A rate or share names its unit; durations' cells and counts' titles carry theirs.
 STAT_LABELS: dict[str, str] = {
     "n": "frames",
     "total": "total",
@@ -137,14 +115,12 @@ STAT_LABELS: dict[str, str] = {
     "fps_low_0_1pct_integral": "0.1 % low, integral (fps)",
     "stutter_pct": "stutter (% of time)",
 }
-#: The label of ``n`` in a table of zones: a zone's statistics count its spans, not frames.
+#: A zone's ``n`` counts spans, not frames.
 ZONE_COUNT_LABEL = "spans"
 
 
 def stat_label(key: str, *, zone: bool = False) -> str:
-    """The header of statistic ``key`` (:data:`STAT_LABELS`): ``fps_low_1pct`` is ``1 % low (fps)``,
-    ``p99_ms`` and ``p99_instructions`` are ``p99``; ``n`` of a ``zone`` is ``spans``. A key the map
-    lacks is shown as it is."""
+    """The header of statistic ``key`` (:data:`STAT_LABELS`); a key the map lacks is shown as is."""
     if zone and key == "n":
         return ZONE_COUNT_LABEL
     if key in STAT_LABELS:
@@ -153,8 +129,8 @@ def stat_label(key: str, *, zone: bool = False) -> str:
 
 
 def format_number(value: object) -> str:
-    """A table cell for a plain number: ints as they are, floats to :data:`DIGITS` significant
-    digits, None and non-finite floats as ``-``, anything else as ``str``."""
+    """A plain number's cell: ints as they are, floats to :data:`DIGITS` significant digits, None
+    and non-finite as ``-``."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return MISSING
     if isinstance(value, bool) or isinstance(value, int):

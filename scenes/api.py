@@ -1,32 +1,8 @@
-"""The Scene API: what a workload is, and what it gets each frame.
+"""The Scene API: what a workload is, and what it gets each frame (docs/scenes.md).
 
-A scene is a small class with declarative attributes and a three-step
-lifecycle::
-
-    class Spin(Scene):
-        name = "spin"
-        description = "one lit cube, rotating"
-        stresses = ("vertex",)
-        params = {"count": Param(1, int, 1, 1000, "cubes drawn")}
-
-        def setup(self, ctx, size, params):
-            self.check_requirements(ctx)          # SceneSkip if GL version/extensions lack
-            self.bind_target(ctx, size)           # the framebuffer bound now -> self.target
-            self.prog = self.own(compile_program(ctx, VS, FS, scene=self.name))
-            self.vao = self.own(ctx.vertex_array(...))   # own(): released for you
-        def render(self, frame): ...              # draw one frame into self.target
-
-``release()`` is inherited: it frees every object passed to :meth:`Scene.own`
-(newest first) and the target, so most scenes never write one. The harness
-calls it after the last frame, and also when ``setup`` fails part-way.
-
-``render`` gets a :class:`Frame` from the harness: the frame index, a
-deterministic time (``index / nominal_rate_hz``, never the wall clock), a
-seeded RNG and ``zone(name)``, a context manager that times a pass or draw
-(when zones are on) and labels it with a KHR_debug group.
-
-Scenes depend on moderngl and numpy only; they know nothing of traces.
-"""
+A scene is a small class with declarative attributes and a ``setup`` / ``render`` / ``release``
+lifecycle. ``render`` gets a :class:`Frame` whose time is ``index / NOMINAL_RATE_HZ``, never the
+wall clock, so a scene is deterministic. Scenes depend on moderngl and numpy only."""
 
 from __future__ import annotations
 
@@ -44,18 +20,14 @@ NOMINAL_RATE_HZ = 60.0
 
 
 class SceneSkip(Exception):
-    """Raised by ``setup`` when the context lacks what the scene needs.
-
-    The runner records the skip and its reason in the trace and goes on.
-    """
+    """Raised by ``setup`` when the context lacks what the scene needs; the runner records it and
+    goes on."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Param:
-    """A scene parameter: default, type, valid range (inclusive) and meaning.
-
-    ``choices`` restricts a str/bool param to a set of values.
-    """
+    """A scene parameter: default, type, inclusive range and meaning; ``choices`` restricts a
+    str/bool param."""
 
     default: Any
     type: type = int
@@ -100,8 +72,7 @@ class Scene:
     params: ClassVar[Mapping[str, Param]] = {}
 
     def setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, Any]) -> None:
-        """Create GL objects. ``ctx`` is a moderngl.Context; render into ``ctx.fbo``
-        unless the scene says otherwise via :meth:`output_framebuffer`."""
+        """Create GL objects; ``ctx`` is a moderngl.Context."""
         raise NotImplementedError
 
     def render(self, frame: Frame) -> None:
@@ -110,10 +81,9 @@ class Scene:
 
     def release(self) -> None:
         """Free every object registered with :meth:`own` (newest first), then the target.
-
-        Override it only for resources :meth:`own` cannot hold; call
-        ``super().release()`` at the end. Safe to call more than once.
-        """
+        Override only for resources :meth:`own` cannot hold, calling ``super().release()`` last;
+        safe to call twice. The harness calls it after the last frame and when ``setup`` fails
+        part-way."""
         owned: list[Any] = self.__dict__.get("_owned") or []
         self._owned: list[Any] = []
         first_error: BaseException | None = None
@@ -127,29 +97,21 @@ class Scene:
             raise first_error
 
     def own(self, obj: _T) -> _T:
-        """Register ``obj`` (anything with ``release()``: a buffer, program, texture, framebuffer,
-        VAO) to be freed by :meth:`release`; returns it, so ``self.vbo =
-        self.own(ctx.buffer(...))``."""
+        """Register ``obj`` (anything with ``release()``) to be freed by :meth:`release`; returns
+        it."""
         owned: list[Any] = self.__dict__.setdefault("_owned", [])
         owned.append(obj)
         return obj
 
     def output_framebuffer(self) -> Any | None:
-        """The framebuffer holding the final image (None: the context's default).
-
-        The default returns the target remembered by :meth:`bind_target`, if any.
-        """
+        """The framebuffer holding the final image (None: the context's default); by default the
+        target of :meth:`bind_target`."""
         return getattr(self, "target", None)
-
-    # -- helpers for subclasses -------------------------------------------------
 
     @classmethod
     def check_requirements(cls, ctx: Any) -> None:
-        """Raise :class:`SceneSkip` if ``ctx`` lacks the GL version or extensions
-        this scene declares (``min_gl_version``, ``required_extensions``).
-
-        Call it first thing in ``setup``.
-        """
+        """Raise :class:`SceneSkip` if ``ctx`` lacks ``min_gl_version`` or
+        ``required_extensions``; call it first in ``setup``."""
         have = int(getattr(ctx, "version_code", 0))
         if have < cls.min_gl_version:
             raise SceneSkip(
@@ -165,14 +127,8 @@ class Scene:
             )
 
     def bind_target(self, ctx: Any, size: tuple[int, int]) -> Any:
-        """Remember the framebuffer the scene must draw its final image into.
-
-        That is the framebuffer bound when ``setup`` is called (``ctx.fbo``; the
-        harness binds an offscreen one of ``size`` for headless contexts). If
-        none is bound, or its size differs from ``size``, the scene creates its
-        own RGBA8 + depth framebuffer, binds it and releases it in
-        :meth:`release_target`. Returns the target; also stored as ``self.target``.
-        """
+        """Remember the framebuffer bound at ``setup`` as ``self.target`` and return it. When
+        none is bound or its size is not ``size``, create, bind and own an RGBA8 + depth one."""
         current = getattr(ctx, "fbo", None)
         self._owns_target = False
         self._target_ctx = ctx
@@ -184,11 +140,8 @@ class Scene:
         return current
 
     def release_target(self) -> None:
-        """Release the framebuffer created by :meth:`bind_target`, if the scene owns it.
-
-        Binds framebuffer 0 afterwards, so that no deleted framebuffer stays bound
-        (moderngl rebinds ``ctx.fbo`` after creating objects).
-        """
+        """Release the target if the scene owns it, then bind framebuffer 0 so no deleted
+        framebuffer stays bound (moderngl rebinds ``ctx.fbo`` after creating objects)."""
         target = getattr(self, "target", None)
         if target is not None and getattr(self, "_owns_target", False):
             target.release()
@@ -198,12 +151,11 @@ class Scene:
 
 
 def _gl_version_str(code: int) -> str:
-    """430 -> '4.3'."""
     return f"{code // 100}.{(code % 100) // 10}"
 
 
 class SimpleFrame:
-    """A :class:`Frame` with no timing, for tests and for running a scene by hand."""
+    """A :class:`Frame` with no timing, for tests and running a scene by hand."""
 
     def __init__(self, index: int, seed: int = 0) -> None:
         self.index = index

@@ -1,10 +1,4 @@
-"""Read a scene's final image back from GL.
-
-The pixels are how correctness is checked beside speed: a scene is
-deterministic, so two runs on one driver give the same last-frame pixels. What
-is done with them (checksum, PNG through Pillow, the frame kept in the trace)
-is :mod:`katra_trace.io.images`, which needs no GL.
-"""
+"""Read a scene's final image back from GL; what is done with it is :mod:`katra_trace.io.images`."""
 
 from __future__ import annotations
 
@@ -14,12 +8,9 @@ import numpy as np
 
 
 def read_pixels(ctx: Any, scene: Any) -> np.ndarray:
-    """The scene's final image as an (H, W, 4) uint8 RGBA array, rows top to bottom.
-
-    Reads ``scene.output_framebuffer()``, or ``ctx.fbo`` when that is None.
-    A multisampled framebuffer is resolved into a temporary one first.
-    Waits for rendering to finish (a read-back is a sync point).
-    """
+    """The scene's final image as (H, W, 4) uint8 RGBA, rows top to bottom, from
+    ``scene.output_framebuffer()`` or ``ctx.fbo``; a multisampled one is resolved first. A sync
+    point."""
     fbo = scene.output_framebuffer() if scene is not None else None
     if fbo is None:
         fbo = ctx.fbo

@@ -1,21 +1,9 @@
 """Finding scenes by name, and validating their parameters.
 
-A scene spec (what a user types after ``katra3d run``) is one of:
-
-* a built-in name (``geometry``);
-* the name of an entry point in the group ``katra3d.scenes`` of an installed
-  package (``[project.entry-points."katra3d.scenes"] my-scene = "pkg.mod:MyScene"``);
-* ``path/to/file.py:ClassName`` — a class in a Python file, or ``path/to/file.py`` for the file's
-  one scene class;
-* ``pkg.module:ClassName`` — a class in an importable module;
-* ``path/to/app.trace`` — an apitrace trace, replayed by glretrace (:class:`TraceScene`,
-  docs/replay.md).
-
-Unknown names and missing classes raise :class:`~katra_trace.errors.SceneError`
-with the closest names and the list of what exists; bad parameters raise
-:class:`~katra_trace.errors.ConfigError` naming the scene, the parameter and
-its valid range or choices.
-"""
+A scene spec is a built-in name, an entry point of the ``katra3d.scenes`` group, ``path/file.py``
+or ``path/file.py:Class``, ``pkg.module:Class``, or an apitrace ``.trace`` (docs/scenes.md,
+docs/replay.md). Unknown names raise SceneError with the closest names; bad params raise
+ConfigError naming the scene, the param and what is valid."""
 
 from __future__ import annotations
 
@@ -42,10 +30,9 @@ from katra3d.scenes.api import Param, Scene
 from katra_trace.errors import ConfigError, SceneError
 from katra_trace.io.inputs import open_regular
 
-#: the entry-point group installed packages use to offer scenes
 ENTRY_POINT_GROUP = "katra3d.scenes"
 
-#: built-in scenes, in listing order: (module under katra3d.scenes.builtin, class name)
+#: Built-in scenes in listing order: (module under katra3d.scenes.builtin, class name).
 _BUILTINS: tuple[tuple[str, str], ...] = (
     ("clear", "ClearScene"),
     ("triangle", "TriangleScene"),
@@ -128,9 +115,7 @@ def _class_from_module(module: Any, class_name: str, where: str) -> type[Scene]:
 
 
 def _load_from_file(file_part: str, class_name: str) -> type[Scene]:
-    """The class ``class_name`` of the file ``file_part``; with no class name, the file's one scene
-    class.
-    """
+    """The class ``class_name`` of the file; with no name, the file's one scene class."""
     path = Path(file_part).expanduser()
     where = f"file '{file_part}'"
     if not path.is_file():
@@ -169,13 +154,13 @@ def _load_from_file(file_part: str, class_name: str) -> type[Scene]:
     return _class_from_module(module, class_name, where)
 
 
-#: Import names a scene file always shares with the harness (its Scene class must be katra3d's).
+#: Import names a scene file shares with the harness (its Scene class must be katra3d's).
 _SHARED_TOPS = frozenset({"katra3d", "katra_trace"})
 
 
 def _user_path(entry: str | None) -> Path | None:
-    """``entry`` (a module's file or an import path entry) resolved, or None where it is not the
-    user's: none, or in the standard library or an installed package."""
+    """``entry`` resolved, or None where it is not the user's (none, the standard library, an
+    installed package)."""
     if entry is None:
         return None
     path = Path(entry or ".").resolve()
@@ -190,8 +175,8 @@ def _installed_dirs() -> frozenset[Path]:
 
 
 class _SiblingFinder(importlib.abc.MetaPathFinder):
-    """Finds the top-level modules ``names`` in ``folder`` before any other user folder, unless the
-    standard library or an installed package has them."""
+    """Finds top-level ``names`` in ``folder`` before other user folders, unless installed ones
+    have them."""
 
     def __init__(self, folder: Path, names: set[str]) -> None:
         self.folder, self.names = folder, names
@@ -207,10 +192,9 @@ class _SiblingFinder(importlib.abc.MetaPathFinder):
 
 @contextlib.contextmanager
 def _own_siblings(folder: Path) -> Iterator[None]:
-    """While a scene file is imported, the modules and packages beside it are the ones it gets, not
-    those of another user folder (another scene's ``scenes/``, cached or earlier on the path):
-    those cached are set aside and put back after. The standard library and installed packages
-    still win, as they do over the folder ``_on_import_path`` puts last."""
+    """While a scene file is imported, the modules beside it are the ones it gets, not another
+    user folder's (cached ones are set aside and put back); the standard library and installed
+    packages still win."""
     names = {p.stem for p in folder.glob("*.py")} | {
         p.parent.name for p in folder.glob("*/__init__.py")
     }
@@ -241,10 +225,8 @@ def _own_siblings(folder: Path) -> Iterator[None]:
 
 
 def _on_import_path(folder: Path) -> None:
-    """Put a scene file's folder on the import path, as Python does for a script, so that the file
-    imports the packages beside it (a repository's own ``scenes/``) from the console script,
-    ``python -m katra3d`` and a counted child alike. Last, not first: a file beside the scene never
-    hides an installed package."""
+    """Put a scene file's folder on the import path, as Python does for a script, so it imports
+    the packages beside it from any entry point. Last, so it never hides an installed package."""
     if str(folder) not in sys.path:
         sys.path.append(str(folder))
 
@@ -266,8 +248,8 @@ def _looks_like_file(part: str) -> bool:
 
 
 def split_file_spec(spec: str) -> tuple[str, str] | None:
-    """``(file, class)`` of a file spec, ``path/to/x.py:Class`` or ``path/to/x.py`` (class ``""``:
-    the file's one scene class); None for a scene name or a ``package.module:Class`` spec."""
+    """``(file, class)`` of a file spec (class ``""``: the file's one scene class); None for any
+    other spec."""
     spec = spec.strip()
     left, sep, class_name = spec.rpartition(":")
     if sep and class_name.isidentifier() and _looks_like_file(left):
@@ -278,8 +260,8 @@ def split_file_spec(spec: str) -> tuple[str, str] | None:
 
 
 def absolute_spec(spec: str, cls: type[Scene], base: Path | None = None) -> str:
-    """``spec`` of the scene ``cls`` as ``/absolute/x.py:Class`` when it is a file spec (relative
-    paths taken from ``base``, the working directory by default), else ``spec`` unchanged."""
+    """A file spec made absolute (relative to ``base``, default the working directory); any other
+    spec unchanged."""
     parts = split_file_spec(spec)
     if parts is None:
         return spec
@@ -288,17 +270,14 @@ def absolute_spec(spec: str, cls: type[Scene], base: Path | None = None) -> str:
 
 
 def with_class(spec: str, cls: type[Scene]) -> str:
-    """``spec`` with its class named: ``x.py`` (the file's one scene class) becomes ``x.py:Class``;
-    any other spec is returned as it is."""
+    """``spec`` with its class named (``x.py`` -> ``x.py:Class``); any other spec as it is."""
     parts = split_file_spec(spec)
     return f"{parts[0]}:{cls.__name__}" if parts is not None and not parts[1] else spec.strip()
 
 
 def names_scene(name: str, spec: str, cls: type[Scene]) -> bool:
-    """Whether ``name`` (the NAME of ``--param NAME.KEY=VALUE``) names the scene given as ``spec``
-    (class ``cls``): the scene's name, its spec as given, or any spelling of its file (``x.py``,
-    ``./x.py``, ``../d/x.py``, absolute), with its ``:Class`` or, when the file has one scene class,
-    without it."""
+    """Whether ``name`` (``--param NAME.KEY=VALUE``) names the scene: its name, its spec, or any
+    spelling of its file, with its ``:Class`` or without it."""
     if name.strip() in (cls.name, spec.strip()):
         return True
     mine, theirs = split_file_spec(spec), split_file_spec(name)
@@ -308,9 +287,8 @@ def names_scene(name: str, spec: str, cls: type[Scene]) -> bool:
 
 
 def find_file_spec(spec: str, bases: tuple[Path, ...]) -> str:
-    """A file spec with a relative path found in the first of ``bases`` (folders, in order) that has
-    the file, as an absolute spec; any other spec unchanged. SceneError naming each path tried
-    (once) when none has it."""
+    """A relative file spec found in the first of ``bases`` that has it, made absolute; any other
+    spec unchanged. SceneError naming each path tried when none has it."""
     parts = split_file_spec(spec)
     if parts is None or Path(parts[0]).expanduser().is_absolute():
         return spec
@@ -321,20 +299,13 @@ def find_file_spec(spec: str, bases: tuple[Path, ...]) -> str:
     raise SceneError(f"scene file '{parts[0]}' not found; tried {', '.join(str(p) for p in tried)}")
 
 
-#: What ends the name of an apitrace trace file (``katra3d run app.trace`` replays it:
-#: docs/replay.md).
 TRACE_SUFFIX = ".trace"
 
 
 class TraceScene(Scene):
-    """An apitrace trace as a scene: katra3d.harness.replay replays it with glretrace, frame per
-    SwapBuffers.
-
-    ``trace_path``: the absolute path of the trace. Its params are the file's SHA-256 and size, so
-    that two replays of different traces (of one name) are not compared unless allowed
-    (``--allow-param-mismatch``). Its frames are not rendered by ``render``: a trace scene runs only
-    where traces are replayed.
-    """
+    """An apitrace trace as a scene, replayed by glretrace, never rendered by ``render``. Its
+    params are the file's SHA-256 and size, so replays of different traces of one name are not
+    compared unless allowed."""
 
     trace_path: ClassVar[str] = ""
 
@@ -348,7 +319,7 @@ class TraceScene(Scene):
 
 
 def _load_trace(spec: str) -> type[Scene]:
-    """The scene of the apitrace file ``spec`` (``path/to/app.trace``): named by the file's stem."""
+    """The scene of apitrace file ``spec``, named by the file's stem."""
     path = Path(spec).expanduser()
     digest = hashlib.sha256()
     size = 0
@@ -384,11 +355,8 @@ def _load_trace(spec: str) -> type[Scene]:
 
 
 def get_scene(spec: str) -> type[Scene]:
-    """Resolve a scene spec (see the module docstring) to its class.
-
-    Raises SceneError for unknown names (with the closest matches and the list
-    of available scenes), missing files/modules and missing classes.
-    """
+    """Resolve a scene spec to its class; SceneError for unknown names (with the closest
+    matches), missing files, modules and classes."""
     spec = spec.strip()
     if spec.endswith(TRACE_SUFFIX):
         return _load_trace(spec)
@@ -423,14 +391,12 @@ def get_scene(spec: str) -> type[Scene]:
     )
 
 
-# -- parameters -------------------------------------------------------------------
-
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
 def describe_range(param: Param) -> str:
-    """The valid values of a param, as text: 'choices: a, b', '1..64', '>= 0', 'true/false'."""
+    """A param's valid values as text: 'choices: a, b', '1..64', '>= 0', 'true/false'."""
     if param.choices is not None:
         return "choices: " + ", ".join(_fmt(c) for c in param.choices)
     if param.type is bool:
@@ -453,7 +419,7 @@ def _fmt(value: Any) -> str:
 
 
 def convert_param(scene_name: str, key: str, param: Param, value: Any) -> Any:
-    """Convert one value (a Python value or a CLI string) to ``param.type`` and check its range."""
+    """Convert one value (Python value or CLI string) to ``param.type`` and check its range."""
 
     def bad(why: str) -> ConfigError:
         return ConfigError(
@@ -513,11 +479,8 @@ def convert_param(scene_name: str, key: str, param: Param, value: Any) -> Any:
 
 
 def resolve_params(scene: type[Scene], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """The scene's param defaults merged with ``overrides`` (values or CLI strings).
-
-    Raises ConfigError for an unknown key or an invalid / out-of-range value,
-    naming the scene, the param and what is valid.
-    """
+    """The scene's param defaults merged with ``overrides``; ConfigError for an unknown key or an
+    invalid value, naming the scene, the param and what is valid."""
     declared = dict(scene.params)
     unknown = [k for k in overrides if k not in declared]
     if unknown:

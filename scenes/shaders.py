@@ -1,11 +1,6 @@
-"""Shader compilation with errors a user can act on.
-
-Every scene compiles through :func:`compile_program` (or
-:func:`compile_compute`), so that a GLSL error becomes a
-:class:`ShaderCompileError` (a :class:`~katra_trace.errors.SceneError`) naming
-the scene, the stage and the driver's log, instead of moderngl's bare
-``moderngl.Error``.
-"""
+"""Shader compilation with errors a user can act on: a GLSL error becomes a
+:class:`ShaderCompileError` naming the scene, the stage and the driver's log, not moderngl's bare
+``moderngl.Error``."""
 
 from __future__ import annotations
 
@@ -16,7 +11,7 @@ import moderngl
 
 from katra_trace.errors import SceneError
 
-#: moderngl's section names in its error text -> the stage names we report
+#: moderngl's section names -> the stage names reported.
 _STAGES = {
     "vertex_shader": "vertex",
     "fragment_shader": "fragment",
@@ -28,11 +23,8 @@ _STAGES = {
 
 
 class ShaderCompileError(SceneError):
-    """A scene's shader failed to compile or link.
-
-    ``stage`` is vertex, fragment, geometry, tess_control, tess_evaluation,
-    compute or link; ``log`` is the driver's GLSL log, verbatim.
-    """
+    """A scene's shader failed to compile (``stage``) or link (``link``); ``log`` is the
+    driver's, verbatim."""
 
     def __init__(self, scene_name: str, stage: str, log: str) -> None:
         self.scene_name = scene_name
@@ -62,7 +54,7 @@ def compile_program(
     geometry_shader: str | None = None,
     varyings: tuple[str, ...] = (),
 ) -> moderngl.Program:
-    """Compile and link a program; raise :class:`ShaderCompileError` on failure."""
+    """Compile and link a program, or raise :class:`ShaderCompileError`."""
     try:
         return ctx.program(
             vertex_shader=vertex_shader,
@@ -76,7 +68,7 @@ def compile_program(
 
 
 def compile_compute(ctx: Any, scene_name: str, source: str) -> moderngl.ComputeShader:
-    """Compile a compute shader; raise :class:`ShaderCompileError` on failure."""
+    """Compile a compute shader, or raise :class:`ShaderCompileError`."""
     try:
         return ctx.compute_shader(source)
     except moderngl.Error as exc:

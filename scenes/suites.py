@@ -1,18 +1,7 @@
-"""Named scene suites: which scenes a run covers, at what size, for how many frames.
+"""Named scene suites (which scenes a run covers, at what size, for how many frames) and shards.
 
-* ``ci`` — every built-in scene with small params at 320x180; the whole
-  suite runs in well under 60 s on llvmpipe on 2 cores.
-* ``default`` — every built-in scene at 1280x720 (what ``make run`` runs);
-  under 3 minutes on llvmpipe on 2 cores.
-* ``stress`` — heavier params at 1920x1080, for real GPUs.
-
-Frame counts are per scene: ``warmup`` frames (recorded, flagged) then
-``frames`` measured frames, the same for every entry of a suite.
-
-Shards (``katra3d run --shard I/N``): :func:`shard_indices` splits a run's scenes into N shares of
-about equal estimated cost (:func:`scene_cost`: a formula of the scene's params and the frame size,
-never a timing), the same on every machine, so that the N jobs of a CI matrix run every scene once.
-"""
+``--shard I/N`` splits a run's scenes by an estimated cost computed from params and frame size,
+never a timing, so every machine of a CI matrix makes the same split."""
 
 from __future__ import annotations
 
@@ -25,11 +14,8 @@ from katra_trace.errors import ConfigError
 
 @dataclass(frozen=True)
 class Suite:
-    """A named list of (scene name, param overrides) run at one size.
-
-    ``size`` is (width, height) in pixels; ``frames`` measured and ``warmup``
-    unmeasured frames per scene.
-    """
+    """A named list of (scene name, param overrides) run at one ``size`` (pixels), with
+    ``warmup`` and ``frames`` per scene."""
 
     name: str
     description: str
@@ -39,11 +25,10 @@ class Suite:
     entries: tuple[tuple[str, Mapping[str, Any]], ...]
 
     def scene_names(self) -> tuple[str, ...]:
-        """The scene names in this suite, in run order."""
         return tuple(name for name, _ in self.entries)
 
 
-#: every built-in scene, with the small params the ci suite uses
+#: Every built-in scene with small params: the whole ci suite runs in under 60 s on llvmpipe.
 _CI_ENTRIES: tuple[tuple[str, Mapping[str, Any]], ...] = (
     ("clear", {}),
     ("triangle", {}),
@@ -59,12 +44,11 @@ _CI_ENTRIES: tuple[tuple[str, Mapping[str, Any]], ...] = (
     ("compute", {"count": 16384}),
 )
 
-#: every built-in scene with its default params
 _DEFAULT_ENTRIES: tuple[tuple[str, Mapping[str, Any]], ...] = tuple(
     (name, {}) for name, _ in _CI_ENTRIES
 )
 
-#: heavier params, sized for real GPUs (far too slow for llvmpipe)
+#: Sized for real GPUs: far too slow for llvmpipe.
 _STRESS_ENTRIES: tuple[tuple[str, Mapping[str, Any]], ...] = (
     ("clear", {"bands": 64}),
     ("triangle", {}),
@@ -119,14 +103,13 @@ def get_suite(name: str) -> Suite:
 
 
 def suites_containing(scene_name: str) -> list[str]:
-    """Names of the suites that run ``scene_name``."""
     return [s.name for s in SUITES.values() if scene_name in s.scene_names()]
 
 
-#: Estimated cost of a scene's start (shader compiles, uploads, its first frames), in the units of
-#: :data:`_FRAME_COST`; for a counted run it also stands for the scene's own valgrind child.
+#: A scene's start (compiles, uploads, first frames) in :data:`_FRAME_COST` units; for a counted run
+#: also its own valgrind child.
 SCENE_START_COST = 100_000.0
-#: Per-frame cost of an unknown scene (a user's FILE.py:Class): 1 ms.
+#: Per-frame cost of a scene with no formula (a user's): 1 ms.
 UNKNOWN_FRAME_COST = 1_000.0
 
 _Cost = Callable[[Mapping[str, Any], int], float]
@@ -139,10 +122,9 @@ def _num(params: Mapping[str, Any], key: str, default: float) -> float:
     )
 
 
-#: Each built-in scene's estimated frame cost from its params and the frame's pixels ``px``, in
-#: microseconds of llvmpipe frame time on 2 cores: the work term that grows with each param, with
-#: its factor fitted once to the ``ci`` suite's medians at 320x180 (clear 158 us, triangle 63 us,
-#: ..., instancing 20.5 ms). An estimate for ordering work, not a measurement.
+#: Each built-in scene's estimated frame cost (us of llvmpipe time on 2 cores) from its params and
+#: pixels ``px``, factors fitted once to the ci suite's medians: for ordering work, not a
+#: measurement.
 _FRAME_COST: dict[str, _Cost] = {
     "clear": lambda p, px: 40 + 0.0005 * px * _num(p, "bands", 4),
     "triangle": lambda p, px: 40 + 0.0004 * px,
@@ -168,10 +150,8 @@ _FRAME_COST: dict[str, _Cost] = {
 
 
 def scene_cost(name: str, params: Mapping[str, Any], size: tuple[int, int], frames: int) -> float:
-    """The estimated cost of running scene ``name`` with ``params`` at ``size`` for ``frames``
-    frames (warmup included): :data:`SCENE_START_COST` plus ``frames`` times its frame cost
-    (:data:`_FRAME_COST`; an unknown scene :data:`UNKNOWN_FRAME_COST`). Deterministic: the same on
-    every machine."""
+    """Estimated cost of ``frames`` frames (warmup included) of scene ``name``: the same on every
+    machine."""
     frame = _FRAME_COST.get(name)
     px = max(1, size[0]) * max(1, size[1])
     per_frame = UNKNOWN_FRAME_COST if frame is None else max(1.0, float(frame(params, px)))
@@ -179,13 +159,9 @@ def scene_cost(name: str, params: Mapping[str, Any], size: tuple[int, int], fram
 
 
 def shard_indices(costs: Sequence[float], index: int, count: int) -> tuple[int, ...]:
-    """The positions (in run order) of the scenes shard ``index`` of ``count`` runs, given each
-    scene's cost.
-
-    Longest first: the scenes in order of falling cost (ties in run order) each go to the shard with
-    the least cost so far (ties: the lowest shard). Every scene lands in exactly one shard, whatever
-    machine computes it. ConfigError when the shard would have no scene (more shards than scenes).
-    """
+    """The positions of the scenes shard ``index`` of ``count`` runs: longest first, each scene
+    to the least loaded shard (ties: run order, lowest shard), so every scene lands in one shard
+    on every machine. ConfigError when there are more shards than scenes."""
     if count > len(costs):
         raise ConfigError(
             f"bad --shard {index}/{count}: this run has {len(costs)} scene(s), so at most "

@@ -1,24 +1,9 @@
-"""Measuring one commit for ``katra3d bisect``: its worktree, its captures, and its change against
-GOOD.
+"""Measuring one commit for ``katra3d bisect``: its worktree, its captures, its change against GOOD.
 
-A commit is checked out as a detached worktree in a temporary directory and captured with the
-bisection's command, the worktree as the current directory (so its scenes are the ones run, as
-``ci/compare-versions.sh`` does). Traces go to ``DIR/traces/``;
-a counted capture's output to ``DIR/logs/SHORT.log`` (a failed time round's is shown on stderr). A
-complete counted trace already in place from an interrupted bisection is used again.
-
-* **Counts** (instructions, cycles): one capture per commit, compared with GOOD's one capture; up to
-  ``--jobs`` commits are captured at once (:func:`capture_counted`), each in its own worktree and
-  process group, since counts do not depend on what runs beside them.
-* **Time** (one commit at a time: timed captures side by side disturb each other): ``ab
-  --until-decided``'s rounds loop (:func:`katra3d.harness.ab.rounds.run_rounds`): interleaved rounds
-  with GOOD as BASE (the order alternating each round), compared paired after each round by the
-  stopping rule for repeated looks (:mod:`katra_trace.analysis.sequential`), until it decides every
-  scene, or ``max_rounds`` (the rule's cap) is reached.
-
-The comparison is :func:`katra_trace.analysis.compare.compare_traces` with the bisection's options;
-the rows become :class:`~katra_trace.analysis.bisection.Effect` records.
-"""
+The capture runs with the worktree as current directory, so the commit's own scenes are run.
+Counts are captured up to ``--jobs`` commits at once, as they do not depend on what runs beside
+them; time is measured one commit at a time by ``ab --until-decided``'s rounds loop against GOOD,
+since timed captures side by side disturb each other."""
 
 from __future__ import annotations
 
@@ -48,8 +33,8 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class Workspace:
-    """Where a bisection works: the repository, the output directory (absolute), the temporary
-    directory of its worktrees, its setup, and where progress lines go."""
+    """Where a bisection works: repository, output directory (absolute), worktrees' temporary
+    directory, setup, progress sink."""
 
     top: Path
     root: Path
@@ -58,14 +43,14 @@ class Workspace:
     progress: Callable[[str], None]
 
     def rel(self, path: Path) -> str:
-        """``path`` relative to the output directory (as bisect.json records it)."""
+        """``path`` relative to the output directory, as bisect.json records it."""
         return str(path.relative_to(self.root))
 
 
 @dataclasses.dataclass(frozen=True)
 class Measured:
-    """What measuring a commit gave: its effects against GOOD (empty for GOOD itself), or why there
-    are none (``failure``); the traces kept; rounds; why the rounds stopped; seconds; its log."""
+    """A commit's effects against GOOD (empty for GOOD) or why none (``failure``), traces kept,
+    rounds, why they stopped, seconds, log."""
 
     effects: tuple[Effect, ...]
     failure: str
@@ -74,17 +59,15 @@ class Measured:
     stopped: str
     seconds: float
     log: str
-    #: scene -> its image verdict against GOOD as one line (:func:`image_lines`)
+    #: Scene -> its image verdict line against GOOD.
     images: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    #: each scene whose params differ from GOOD's, one line each ("from the scene's defaults")
+    #: Scenes whose params differ from GOOD's, one line each.
     params: tuple[str, ...] = ()
 
 
 def _capture(ws: Workspace, tree: Path, out: Path, log: Path) -> str:
-    """Run the capture command once in ``tree`` writing ``out``; "" when a trace is there, else why
-    not (with the last line of its output; all of it in ``log``). A complete trace left at ``out``
-    by an earlier, interrupted bisection is kept (its capture had finished); one that a Ctrl-C
-    finished as interrupted is removed, and the commit captured again."""
+    """Run the capture once in ``tree``; "" when a trace is there, else why not. A complete trace
+    left by an interrupted bisection is kept; one finished as interrupted is captured again."""
     if out.is_file():
         if _complete(out):
             return ""
@@ -99,8 +82,7 @@ def _capture(ws: Workspace, tree: Path, out: Path, log: Path) -> str:
 
 
 def _complete(trace: Path) -> bool:
-    """Whether ``trace`` is a whole trace of a capture that ran to its end (not one finished as
-    interrupted, nor a damaged one)."""
+    """Whether ``trace`` is whole and ran to its end."""
     try:
         opened = open_quietly(trace, events=False)
     except KatraError:
@@ -109,20 +91,16 @@ def _complete(trace: Path) -> bool:
 
 
 def in_tree(command: str, tree: Path) -> CaptureCommand:
-    """The bisection's capture command run in ``tree`` as its current directory, so that the
-    commit's scenes are the ones run. Not put on ``PYTHONPATH``: as in ``katra3d run``, a scene
-    file's folder goes last on the import path, so a project file never hides the standard
-    library."""
+    """The capture command with ``tree`` as its current directory (not on ``PYTHONPATH``, so a
+    project file never hides the standard library)."""
     return CaptureCommand(command, cwd=tree)
 
 
 def compare_to_good(
     ws: Workspace, good: Path, new: Path
 ) -> tuple[tuple[Effect, ...], dict[str, str], tuple[str, ...]] | str:
-    """Each scene's (and zone's) change of the counted trace ``new`` against GOOD's ``good`` by the
-    one comparison, each scene's image verdict line (:func:`image_lines`) and each scene whose
-    params differ from GOOD's (compared when the scene's defaults alone differ), or why the traces
-    could not be compared (counts against times, params given otherwise ...)."""
+    """The counted trace ``new``'s effects against GOOD's, image lines and differing params
+    (allowed when only the defaults differ), or why they could not be compared."""
     # deferred: the comparison loads scipy (about a second); building the parser must not
     from katra_trace.analysis.comparison import compare_sides, open_sides
 
@@ -142,16 +120,13 @@ def compare_to_good(
 
 
 def image_lines(result: ComparisonResult) -> dict[str, str]:
-    """Each scene's image verdict against GOOD, as its output line ("image identical: ...", "image
-    changed: FLIP mean 0.031, 2.4 % of pixels over 0.1"), by the one image rule with its default
-    thresholds. It is shown beside the timing and never classifies a commit: a bisection looks for a
-    slowdown. Scenes whose captures do not compare are *incomparable*."""
+    """Each scene's image verdict line against GOOD: shown beside the timing, it never classifies
+    a commit, as a bisection looks for a slowdown."""
     return {scene: v.line for scene, v in result.images.items()}
 
 
 def sequential_rule(setup: Setup) -> SequentialRule:
-    """The stopping rule of the time mode: the bisection's alpha and
-    threshold, its cap on rounds."""
+    """The time mode's stopping rule: the bisection's alpha, threshold and cap."""
     # deferred: the rule loads scipy; building the parser must not
     from katra_trace.analysis.sequential import SequentialRule
 
@@ -163,8 +138,8 @@ def sequential_rule(setup: Setup) -> SequentialRule:
 
 
 class Trees:
-    """GOOD's worktree, kept for the whole bisection (time mode captures GOOD beside every commit);
-    every other commit's lives as long as its captures."""
+    """GOOD's worktree, kept for the whole bisection (time mode captures GOOD beside every
+    commit)."""
 
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
@@ -182,7 +157,7 @@ class Trees:
 
 
 def counted_trace(ws: Workspace, c: Commit) -> Path:
-    """Where commit ``c``'s counted capture goes: ``DIR/traces/SHORT.katra``."""
+    """``DIR/traces/SHORT.katra``."""
     return ws.root / "traces" / f"{c.short}.katra"
 
 
@@ -193,13 +168,11 @@ def _log(ws: Workspace, c: Commit) -> Path:
 def capture_counted(
     ws: Workspace, trees: Trees, commits: Sequence[Commit], jobs: int
 ) -> Generator[tuple[Commit, str, float], None, None]:
-    """Capture each commit's counted trace (:func:`counted_trace`), up to ``jobs`` at a time, each
-    in a worktree of its own (GOOD's is kept) and a process group of its own (:func:`run_capture`
-    in a job of :meth:`Supervisor.pool`; the worktrees made and removed in the main thread). Yields
-    (commit, why its capture failed or "", its seconds) as each ends, in the main thread. A stop
-    signal (Ctrl-C) or an error stops every capture; after a signal, the captures that had ended
-    are yielded, then :class:`Interrupted` raised. Close the generator when leaving it early
-    (``contextlib.closing``)."""
+    """Capture each commit's counted trace, up to ``jobs`` at a time, each in its own worktree
+    and process group (worktrees made and removed in the main thread). Yields (commit, failure or
+    "", seconds) as each ends. A signal or an error stops every capture and removes their
+    worktrees; after a signal, the ended captures are yielded, then :class:`Interrupted` raised.
+    Close it when leaving early."""
     started: dict[int, tuple[Path, float]] = {}
 
     def begin(i: int) -> None:
@@ -239,8 +212,7 @@ def capture_counted(
 
 
 def counted_result(ws: Workspace, c: Commit, failure: str, seconds: float) -> Measured:
-    """Commit ``c``'s measurement from its counted capture (:func:`capture_counted`): its change
-    against GOOD's (none for GOOD itself), or why there is none."""
+    """Commit ``c``'s measurement from its counted capture: its change against GOOD, or why none."""
     out = counted_trace(ws, c)
     kept = (ws.rel(out),) if out.is_file() else ()
     effects: tuple[Effect, ...] = ()
@@ -256,10 +228,8 @@ def counted_result(ws: Workspace, c: Commit, failure: str, seconds: float) -> Me
 
 
 def _clear_unrecorded(folder: Path) -> None:
-    """Empty the folder of a measurement that was interrupted before it was recorded, so that it is
-    measured again; only what bisect's rounds wrote goes
-    (:func:`~katra_trace.io.tracesets.clear_ab_dir`: the rounds' traces, then ab.json), and a file
-    of anyone else's stops the bisection (exit 2) with nothing removed."""
+    """Empty the folder of a measurement interrupted before it was recorded; only bisect's own
+    files go, and anyone else's stops the bisection with nothing removed."""
     if not os.path.lexists(folder):
         return
     if (folder / AB_MANIFEST).is_file():
@@ -276,11 +246,9 @@ def _clear_unrecorded(folder: Path) -> None:
 
 
 def measure_timed(ws: Workspace, trees: Trees, c: Commit, bad: Sequence[Effect] = ()) -> Measured:
-    """Interleaved rounds of GOOD and ``c`` by ``ab``'s rounds loop into ``DIR/traces/SHORT/`` (an
-    ab directory: ``katra3d compare`` of it gives the same verdict), until the sequential rule
-    decides every scene, or, given BAD's effects ``bad``, until ``c`` is like GOOD or like BAD
-    (:func:`~katra_trace.analysis.bisection.classify`), or the cap is reached. A folder left by an
-    interrupted, unrecorded measurement is measured again."""
+    """Interleaved rounds of GOOD and ``c`` into ``DIR/traces/SHORT/`` (an ab directory) until
+    the sequential rule decides every scene, ``c`` classifies against BAD's ``bad``, or the cap.
+    A folder left by an unrecorded measurement is measured again."""
     # deferred: the rounds loop compares with scipy; building the parser must not
     from katra3d.harness.ab.rounds import Round, run_rounds
     from katra_trace.analysis.sequential import Settled, settle

@@ -1,11 +1,5 @@
-"""A bisection's setup from what the user gave (checked before any capture), and its run in an
-output directory: a new one, or ``--resume`` of an earlier one.
-
-The checks, in order: ``-m`` (``auto`` becomes instructions when valgrind is on PATH, else time;
-instructions or cycles without valgrind: exit 3), the capture command (``{out}`` in it, or scenes
-for the default one), the output directory, then git (a repository, GOOD and BAD known, GOOD an
-ancestor of BAD on its first-parent line).
-"""
+"""A bisection's setup, checked before any capture, and its run in an output directory, new or
+``--resume``d."""
 
 from __future__ import annotations
 
@@ -51,8 +45,8 @@ def new_setup(
     max_rounds: int,
     images: bool = False,
 ) -> Setup:
-    """The checked setup of a new bisection (ConfigError, exit 2; ToolUnavailable, exit 3). With
-    ``images``, ``-m auto`` is time: a kept frame does not need counts."""
+    """The checked setup of a new bisection; with ``images``, ``-m auto`` is time (a kept frame
+    needs no counts)."""
     measure = "time" if images and measure == "auto" else resolve_measure(measure)
     if command is not None:
         CaptureCommand(command).check("-c")
@@ -91,7 +85,7 @@ def new_setup(
 
 
 def check_new_output(text: str) -> Path:
-    """The output directory of a new bisection, absolute: refused when it holds one already."""
+    """The output directory of a new bisection, absolute; refused when not empty."""
     root = check_output_dir(text, option="-o").resolve()
     if (root / BISECT_FILE).exists():
         raise ConfigError(
@@ -107,8 +101,8 @@ def check_new_output(text: str) -> Path:
 
 
 def resume(text: str, good: str | None, bad: str | None) -> tuple[Path, Bisection]:
-    """The output directory and the recorded bisection of an earlier one (``--resume DIR``); GOOD
-    and BAD, when given again, must name the same commits."""
+    """The output directory and recorded bisection of ``--resume DIR``; GOOD and BAD, given
+    again, must name the same commits."""
     root = check_output_dir(text, option="--resume").resolve()
     state = Bisection.load(root)
     setup = state.setup
@@ -123,12 +117,10 @@ def resume(text: str, good: str | None, bad: str | None) -> tuple[Path, Bisectio
 
 
 def check_jobs(text: str | None, measure: str, images: bool = False) -> int:
-    """How many commits a round measures at once (``--jobs`` as typed), by ``run``'s one rule
-    (:func:`~katra3d.harness.run.jobs.resolve_jobs`, worded for commits): counts, up to that many
-    (default: the usable cores, fewer when memory would not hold as many valgrind children), since a
-    count does not depend on what runs beside it; time, one, and an explicit ``--jobs`` over 1 is
-    refused (ConfigError, exit 2), since timed captures side by side disturb each other's times."""
-    # an image bisection captures one trace a commit, whose times it does not use: as counts
+    """Commits a round measures at once, by ``run``'s one rule: counts in parallel (they do not
+    depend on what runs beside them); time one, refusing ``--jobs`` over 1, as timed captures
+    disturb each other."""
+    # an image bisection does not use its times: as counts
     return resolve_jobs(
         parse_jobs(text, unit="commit"),
         "instructions" if images else measure,
@@ -140,10 +132,8 @@ def check_jobs(text: str | None, measure: str, images: bool = False) -> int:
 def bisect(
     root: Path, state: Bisection, progress: Callable[[str], None], jobs: int = 1
 ) -> tuple[Outcome, list[str]]:
-    """Run (or continue) the bisection ``state`` into ``root``, measuring up to ``jobs`` commits at
-    once (counts only: :func:`check_jobs`); returns its outcome and the report's lines, also written
-    to ``root/bisect.txt`` whatever the outcome. Worktrees live in a temporary directory, removed
-    whatever happens."""
+    """Run or continue the bisection into ``root``; returns its outcome and the report's lines,
+    also written to ``root/bisect.txt``. Worktrees are removed whatever happens."""
     root.mkdir(parents=True, exist_ok=True)
     setup = state.setup
     top = Path(setup.repository)
@@ -167,15 +157,15 @@ def bisect(
 
 
 def trees_dir(root: Path) -> Path:
-    """The temporary directory of the worktrees of the bisection in ``root``: named after it, so
-    that the next command in ``root`` finds what a killed one left there."""
+    """The worktrees' temporary directory, named after ``root`` so the next command finds what a
+    killed one left."""
     digest = hashlib.sha256(str(root).encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"katra3d-bisect-{os.getuid()}-{digest}"
 
 
 def remove_trees(top: Path, trees: Path) -> int:
-    """Remove every worktree in ``trees`` (registered in ``top`` or not) and the directory; returns
-    how many. Only a directory of this user's, not a link, is touched."""
+    """Remove every worktree in ``trees`` and the directory; returns how many. Only this user's
+    directory, not a link, is touched."""
     try:
         info = trees.lstat()
     except FileNotFoundError:
@@ -192,10 +182,8 @@ def remove_trees(top: Path, trees: Path) -> int:
 
 
 def remove_leftovers(top: Path, root: Path, trees: Path) -> tuple[int, int, int]:
-    """What a bisection killed outright (SIGKILL, the OOM killer) left, removed before ``root``'s
-    next one goes on: its worktrees, the ``.part`` files of its captures (theirs by name, in
-    ``root/traces``), and capture processes still writing into ``root``. Returns the counts of each.
-    """
+    """Remove what a killed bisection left (worktrees, its ``.part`` files, captures still
+    writing into ``root``); returns the count of each."""
     processes = stop_leftover_captures(root)
     worktrees = remove_trees(top, trees)
     parts = [

@@ -1,6 +1,5 @@
-"""The text of a bisection's result: the first bad commit and its effect against GOOD per scene and
-zone, what share of BAD's change it explains and where the rest lies, and every commit measured with
-its traces. Printed by ``katra3d bisect`` and kept as ``DIR/bisect.txt``."""
+"""The text of a bisection's result, printed by ``katra3d bisect`` and kept as
+``DIR/bisect.txt``."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ from katra_trace.analysis.images import ImageOutcome
 from katra_trace.metrics import is_count
 from katra_trace.units import format_change, format_change_pct
 
-#: The report's file in the output directory.
 REPORT_FILE = "bisect.txt"
 
 
@@ -29,7 +27,7 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 
 def effect_lines(effects: tuple[Effect, ...]) -> list[str]:
-    """One row per scene (and zone): verdict, change against GOOD, its interval or band, why."""
+    """One row per scene and zone: verdict, change against GOOD, interval or band, why."""
     rows = [["scene / zone", "verdict", "change", "interval", "why"]]
     for e in effects:
         name = f"{e.scene} / {e.zone}" if e.zone else e.scene
@@ -52,8 +50,7 @@ def _traces(r: CommitResult) -> str:
 
 
 def _image_word(r: CommitResult) -> str:
-    """The images' verdicts in one cell: "identical" when every scene's is, else each other
-    scene's."""
+    """The images' verdicts in one cell: "identical", or each scene that is not."""
     words = {
         scene: line.split(":", 1)[0].removeprefix("image ") for scene, line in r.images.items()
     }
@@ -67,9 +64,7 @@ def _image_word(r: CommitResult) -> str:
 
 
 def tested_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
-    """Every commit measured, in history order (GOOD first): state, change per target scene, image
-    verdict, the bisection's round that measured it, its rounds against GOOD (time; counts: 1
-    capture), traces, subject; then why each skipped commit was skipped."""
+    """Every commit measured, in history order, then why each skipped commit was skipped."""
     targets = target_scenes(tested[setup.bad.sha].effects) if setup.bad.sha in tested else {}
     rows = [
         [
@@ -116,8 +111,8 @@ def tested_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
 
 
 def params_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
-    """Each params change the commits measured show, with the commit that made it: the first
-    measured with it, when its parent was measured without it; else the range it lies in."""
+    """Each params change the commits show, with the commit that made it (the first measured with
+    it after a parent measured without), else its range."""
     line = (setup.good, *setup.commits)
     out: list[str] = []
     named: set[str] = set()
@@ -142,7 +137,6 @@ def params_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
 
 
 def report_lines(state: Bisection) -> list[str]:
-    """The whole report, whatever the outcome."""
     setup, tested, found = state.setup, state.tested, state.outcome
     lines = [
         f"katra3d bisect: GOOD {setup.good.short} ({setup.good.subject}) .. BAD {setup.bad.short} "

@@ -1,19 +1,9 @@
-"""The bisection itself, in rounds: GOOD and BAD first (round 1), then the commits that split the
-open range (after the last like GOOD, up to the first like BAD), until one commit is left; and what
-it found, as data.
+"""The bisection itself, in rounds: GOOD and BAD first, then the commits that split the open range,
+until one commit is left; and what it found, as data.
 
-Counts measure up to ``jobs`` commits a round at once
-(:func:`katra3d.harness.bisect.measure.capture_counted`): the ``jobs`` commits that split the range
-into ``jobs + 1`` parts (:func:`katra_trace.analysis.bisection.probes`; one is halving), and in
-round 1, beside GOOD and BAD, ``jobs - 2`` commits of the range ahead of BAD's verdict. Time
-measures one commit at a time (timed captures side by side disturb each other).
-
-Every commit measured is recorded in ``DIR/bisect.json`` as soon as it is classified
-(:meth:`katra3d.harness.bisect.state.Bisection.save`), so ``--resume`` continues without measuring a
-commit twice. The classification is :func:`katra_trace.analysis.bisection.classify`'s; skipped
-commits (failed to capture, not comparable, undecided) are stepped around, as ``git bisect skip``
-does.
-"""
+Each commit is recorded in ``DIR/bisect.json`` as soon as it is classified, so ``--resume`` never
+measures a commit twice; skipped commits are stepped around, as ``git bisect skip`` does. In
+round 1, spare ``--jobs`` slots measure commits of the range ahead of BAD's verdict."""
 
 from __future__ import annotations
 
@@ -49,7 +39,7 @@ from katra_trace.units import format_change, format_change_pct
 
 
 class _Stop(Exception):
-    """The bisection cannot go on (GOOD or BAD not measured, nothing to bisect): its outcome."""
+    """The bisection cannot go on: its outcome."""
 
     def __init__(self, outcome: Outcome) -> None:
         super().__init__(outcome.message)
@@ -77,9 +67,8 @@ def _record(c: Commit, m: Measured, state: str, reason: str, round_no: int) -> C
 def _classified(
     c: Commit, m: Measured, bad: CommitResult, round_no: int, images: bool = False
 ) -> CommitResult:
-    """A commit of the range, measured: like GOOD, like BAD, or skipped (its capture failed, or
-    undecided); by its kept frames with ``images``, else by its change.
-    """
+    """A measured commit of the range: like GOOD, like BAD, or skipped; by its kept frames with
+    ``images``, else by its change."""
     if m.failure:
         return _record(c, m, "skip", f"skipped: {m.failure}", round_no)
     verdict = classify_images(m.images, bad.images) if images else classify(m.effects, bad.effects)
@@ -93,7 +82,7 @@ def _classified(
 
 
 def _effects_text(effects: tuple[Effect, ...]) -> str:
-    """Each scene's change and verdict; an incomparable scene with why (what to pass, if any)."""
+    """Each scene's change and verdict; an incomparable scene with why."""
     return ", ".join(
         f"{e.scene} {format_change_pct(e.change_pct, 2)} {e.verdict}"
         + (f" ({e.reason})" if e.verdict == "incomparable" else "")
@@ -109,15 +98,13 @@ def _states(commits: tuple[Commit, ...], tested: Mapping[str, CommitResult]) -> 
 def next_commits(
     commits: tuple[Commit, ...], tested: Mapping[str, CommitResult], n: int
 ) -> list[Commit]:
-    """The (at most ``n``) untested commits to measure next, splitting the open range into ``n + 1``
-    parts (:func:`~katra_trace.analysis.bisection.probes`); none when no commit is left to test."""
+    """Up to ``n`` untested commits splitting the open range; none when none is left."""
     return [commits[i] for i in probes(_states(commits, tested), n)]
 
 
 def _other_steps(setup: Setup, tested: Mapping[str, CommitResult], culprit: int) -> list[str]:
-    """The steps the captures establish besides the culprit's (``culprit``: its index after GOOD):
-    a commit measured right after its parent is a second culprit; a step over a range of unmeasured
-    commits is a range to bisect."""
+    """Steps the captures establish besides the culprit's (index ``culprit`` after GOOD): right
+    after its parent, a second culprit; over unmeasured commits, a range to bisect."""
     line = (setup.good, *setup.commits)
     measured = [0] + [
         i for i, c in enumerate(line) if i and c.sha in tested and tested[c.sha].effects
@@ -144,7 +131,7 @@ def _other_steps(setup: Setup, tested: Mapping[str, CommitResult], culprit: int)
 
 
 def outcome(setup: Setup, tested: Mapping[str, CommitResult]) -> Outcome:
-    """What the commits measured so far say (``running`` while commits are left to test)."""
+    """What the commits measured say (``running`` while commits are left)."""
     commits = setup.commits
     if next_commits(commits, tested, 1):
         return Outcome("running", f"bisecting: {len(tested)} commit(s) measured")
@@ -194,9 +181,7 @@ def outcome(setup: Setup, tested: Mapping[str, CommitResult]) -> Outcome:
 
 
 class _Search:
-    """One bisection's loop: its workspace, worktrees, the commits measured, and how it records
-    them.
-    """
+    """One bisection's loop."""
 
     def __init__(self, ws: Workspace, state: Bisection, jobs: int) -> None:
         self.ws, self.setup, self.state, self.jobs = ws, ws.setup, state, jobs
@@ -255,8 +240,7 @@ class _Search:
         )
 
     def counted(self) -> None:
-        """Counts (and ``--images``): one capture a commit, up to ``jobs`` commits a round at
-        once."""
+        """Counts and ``--images``: one capture a commit, up to ``jobs`` at once."""
         setup, tested, jobs = self.setup, self.tested, self.jobs
         if setup.bad.sha not in tested:
             first = [c for c in (setup.good, setup.bad) if c.sha not in tested]
@@ -317,8 +301,8 @@ class _Search:
                     self.progress(f"  {c.short}: {tested[c.sha].reason}")
 
     def timed(self) -> None:
-        """Time: one commit at a time, in interleaved rounds against GOOD; a commit of the range
-        stops as soon as it is like GOOD or like BAD."""
+        """Time: one commit at a time, interleaved against GOOD, each stopping once like GOOD or
+        like BAD."""
         setup, tested = self.setup, self.tested
         if setup.good.sha not in tested:
             self.keep(
@@ -349,8 +333,7 @@ class _Search:
             self.progress(f"  {c.short}: {tested[c.sha].reason}")
 
     def bad_is_bad(self) -> None:
-        """A BAD not slower than GOOD (``--images``: its kept frames not changed) stops the
-        bisection: nothing to bisect."""
+        """Stop when BAD is not slower than GOOD (``--images``: its frames not changed)."""
         bad = self.tested[self.setup.bad.sha]
         if bad.state != "bad" and self.setup.images:
             raise _Stop(
@@ -372,9 +355,8 @@ class _Search:
 
 
 def run_bisection(ws: Workspace, state: Bisection, jobs: int = 1) -> Outcome:
-    """Measure GOOD and BAD, then the commits the search picks, round by round (counts: up to
-    ``jobs`` at once; time: one at a time), recording each in bisect.json; returns the outcome (also
-    written there): found, or why not (GOOD or BAD not measured, nothing to bisect, skipped)."""
+    """Measure GOOD and BAD, then the commits the search picks, recording each in bisect.json;
+    returns the outcome."""
     once = is_count(ws.setup.measure) or ws.setup.images  # one capture a commit
     search = _Search(ws, state, jobs if once else 1)
     try:

@@ -1,9 +1,6 @@
-"""What a bisection is and what it found so far, as data, and its file ``DIR/bisect.json``.
-
-The file is both the state a ``--resume`` continues from and the result scripts read: it is
-rewritten atomically (through the one output rule, :func:`katra_trace.io.claim.open_output`) after
-every commit measured, so Ctrl-C or a crash loses at most the commits being measured.
-"""
+"""What a bisection is and has found, as data, and its file ``DIR/bisect.json``: the state
+``--resume`` continues from and the result scripts read, rewritten atomically after every commit
+measured, so a crash loses at most the commits being measured."""
 
 from __future__ import annotations
 
@@ -25,22 +22,16 @@ from katra_trace.io.claim import open_output
 from katra_trace.io.inputs import read_regular
 from katra_trace.text import shown
 
-#: The state and result file in the output directory.
 BISECT_FILE = "bisect.json"
-#: Its format version.
 BISECT_VERSION = 1
 
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
-    """What is bisected and how: fixed when a bisection starts, taken as is by ``--resume``.
-
-    ``command``: the capture command template (``{out}`` is the trace path), run with the commit's
-    worktree as its current directory. ``compare``: the comparison's options.
-    ``max_rounds``: time only, the cap on interleaved rounds against GOOD per commit.
-    ``commits``: the range after GOOD up to BAD (BAD last), oldest first. ``images``: bisect the
-    first commit whose kept frame changed (``--images``), one capture a commit, not the slowdown.
-    """
+    """What is bisected and how, fixed at the start. ``command`` is the capture template, run in
+    the commit's worktree; ``compare`` the comparison's options; ``max_rounds``
+    the time mode's cap per commit; ``commits`` the range after GOOD up to BAD, oldest first;
+    ``images``: look for the first changed kept frame, not a slowdown."""
 
     repository: str
     good: Commit
@@ -95,19 +86,10 @@ class Setup:
 
 @dataclasses.dataclass(frozen=True)
 class CommitResult:
-    """One measured commit: its state against GOOD and BAD, why, and what was measured.
-
-    ``state``: ``good``, ``bad`` or ``skip`` (:data:`~katra_trace.analysis.bisection.STATES`).
-    ``effects``: per scene (and per zone, counts) its change against GOOD (GOOD's own row is empty).
-    ``traces``: the traces kept, relative to the output directory. ``rounds``: captures of this
-    commit (time: interleaved rounds against GOOD; counts: 1). ``stopped``: time only, why the
-    rounds stopped. ``seconds``: wall time of this commit's captures. ``log``: the captures' output,
-    relative path. ``images``: scene -> its image verdict against GOOD as one line ("image changed:
-    FLIP mean ..."), shown beside the timing; it does not classify the commit. ``round``: the
-    bisection's round that measured it (1: GOOD and BAD; counts with ``--jobs N`` measure up to N
-    commits a round; 0: a file from before rounds). ``params``: each scene whose params differ from
-    GOOD's, one line each.
-    """
+    """One measured commit: ``state`` against GOOD and BAD and why; ``effects`` against GOOD
+    (empty for GOOD); ``rounds`` of captures (counts: 1); ``images``: scene -> image verdict
+    line, shown but not classifying; ``round``: the bisection's round that measured it (0: a file
+    from before rounds); paths relative to the output directory."""
 
     sha: str
     subject: str
@@ -161,7 +143,7 @@ class CommitResult:
         )
 
 
-#: Statuses of a bisection (``status`` in bisect.json) and the exit code each ends with.
+#: A bisection's ``status`` and the exit code each ends with.
 STATUS_EXIT = {
     "running": 2,
     "found": 0,
@@ -178,10 +160,9 @@ MAX_STATE_BYTES = 64 << 20
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """What a bisection found (or how far it got): ``status`` (:data:`STATUS_EXIT`), the first bad
-    commit (``first_bad``) or the commits it is one of (``candidates``), the last commit like GOOD,
-    the culprit's share of BAD's change per target scene, the ranges suggested next, the other
-    steps the captures establish (``steps``: one line each), and the one line that says so."""
+    """What a bisection found or how far it got: the first bad commit or the ``candidates`` it is
+    one of, the culprit's share of BAD's change per target scene, ranges to bisect next, other
+    ``steps``, and the line that says so."""
 
     status: str
     message: str
@@ -208,9 +189,8 @@ def _share(value: Any) -> float:
 
 @dataclasses.dataclass
 class Bisection:
-    """A bisection as ``DIR/bisect.json`` holds it: its setup, every commit measured (sha -> result,
-    in the order measured, GOOD and BAD first) and its outcome so far. :meth:`to_json` and
-    :meth:`from_json` are the file's one layout."""
+    """A bisection as ``DIR/bisect.json`` holds it: setup, commits measured (GOOD and BAD first)
+    and outcome so far; :meth:`to_json` and :meth:`from_json` are the file's one layout."""
 
     setup: Setup
     tested: dict[str, CommitResult] = dataclasses.field(default_factory=dict)
@@ -270,15 +250,14 @@ class Bisection:
         return cls(setup, {r.sha: r for r in tested}, outcome)
 
     def save(self, root: Path) -> None:
-        """Write ``root/bisect.json`` atomically."""
         text = jsontext.dumps(self.to_json(), indent=2) + "\n"
         with open_output(root / BISECT_FILE, force=True, option="-o", example=BISECT_FILE) as f:
             f.write(text.encode("utf-8"))
 
     @classmethod
     def load(cls, root: Path) -> Bisection:
-        """The bisection of ``root/bisect.json`` (ConfigError when there is none or it is not a
-        bisection's file)."""
+        """The bisection of ``root/bisect.json``; ConfigError when none or not a bisection's
+        file."""
         path = root / BISECT_FILE
         if not os.path.lexists(path):
             raise ConfigError(

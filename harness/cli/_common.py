@@ -1,9 +1,5 @@
-"""Helpers shared by the CLI subcommands (no GL imports here).
-
-Trace loading, JSON and table output (the table printer is rich when stdout
-is a terminal, plain aligned text otherwise). Which files a path names, and the
-``ab.json`` manifest, are the library's (:mod:`katra_trace.io.tracesets`).
-"""
+"""Helpers shared by the CLI subcommands (no GL imports): the decision's option builders, trace
+loading, JSON and table output."""
 
 from __future__ import annotations
 
@@ -39,9 +35,8 @@ from katra_trace.errors import Interrupted
 from katra_trace.io.tracesets import iter_traces, open_traces
 from katra_trace.metrics import METRICS, RUN_STATS, check_run_stat, is_count
 
-#: What ``--alpha`` means to a comparison of two sides (compare, ab, report --baseline).
+#: What ``--alpha`` means to a comparison of two sides, and to step detection.
 ALPHA_COMPARE = "false-regression rate per scene (one-sided, after Holm correction across scenes)"
-#: What ``--alpha`` means to step detection (history show, history check, report --history).
 ALPHA_STEPS = "chance that a flat trend shows a step; 1 - alpha is the intervals' confidence"
 
 
@@ -58,8 +53,7 @@ def stops_interrupt() -> Iterator[None]:
 
 
 def add_decision_options(p: argparse.ArgumentParser, alpha_means: str = ALPHA_COMPARE) -> None:
-    """``--threshold`` and ``--alpha``, the decision's two options (defaults from
-    :mod:`katra_trace.analysis.defaults`), for every command that gives a verdict."""
+    """``--threshold`` and ``--alpha``, for every command that gives a verdict."""
     p.add_argument(
         "--threshold",
         type=float,
@@ -78,10 +72,9 @@ def add_decision_options(p: argparse.ArgumentParser, alpha_means: str = ALPHA_CO
 
 
 def add_comparability_options(p: argparse.ArgumentParser, images: bool = True) -> None:
-    """What is compared and what may be compared: the options of compare, ab, report --baseline and
-    bisect (:func:`compare_options` turns them into
-    :class:`katra_trace.analysis.compare.CompareOptions`); ``images``: the image verdict's
-    options too (bisect shows image verdicts with the defaults, never gates)."""
+    """What is compared and what may be: the options of compare, ab, report --baseline and
+    bisect (:func:`compare_options` makes them one record); ``images`` adds the image verdict's
+    (bisect shows those with the defaults, never gates)."""
     p.add_argument(
         "--metric",
         choices=METRICS,
@@ -131,8 +124,7 @@ def add_comparability_options(p: argparse.ArgumentParser, images: bool = True) -
 
 
 def add_image_options(p: argparse.ArgumentParser) -> None:
-    """The image verdict's options (compare, ab, report --baseline): the policy and the two
-    thresholds (defaults from :mod:`katra_trace.analysis.defaults`; docs/images.md)."""
+    """The image verdict's policy and two thresholds (docs/images.md)."""
     p.add_argument(
         "--images",
         choices=IMAGE_POLICIES,
@@ -160,9 +152,7 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
 
 
 def image_options(args: argparse.Namespace) -> tuple[str, ImageThresholds]:
-    """The ``--images`` policy in force and the thresholds of :func:`add_image_options`, checked
-    (exit 2).
-    """
+    """The ``--images`` policy in force and the image thresholds, checked."""
     return (
         image_policy(args.images, args.allow_param_mismatch),
         ImageThresholds(max_mean=args.image_max_mean, max_outlier_pct=args.image_max_outliers),
@@ -170,9 +160,7 @@ def image_options(args: argparse.Namespace) -> tuple[str, ImageThresholds]:
 
 
 def check_compare_options(args: argparse.Namespace) -> None:
-    """The library's checks of the decision's options, before any trace is read (ConfigError, exit
-    2).
-    """
+    """The library's checks of the decision's options, before any trace is read."""
     check_alpha(args.alpha)
     check_threshold_pct(args.threshold)
     if args.stat is not None:
@@ -197,10 +185,8 @@ def compare_options(args: argparse.Namespace) -> CompareOptions:
 
 
 def load_traces(paths: Sequence[str | os.PathLike[str]], verb: str = "using") -> list[Trace]:
-    """Open each trace once (the library's one damaged-trace policy,
-    :func:`katra_trace.io.tracesets.open_traces`): a damaged one is used up to where it stops, with
-    its one-line warning on stderr ("<path> is damaged (why); <verb> the N events before offset O").
-    """
+    """Open each trace once; a damaged one is used up to where it stops, with its one-line
+    warning."""
     traces, damaged = open_traces(paths, verb)
     for line in damaged:
         warn_damaged(line)
@@ -208,9 +194,8 @@ def load_traces(paths: Sequence[str | os.PathLike[str]], verb: str = "using") ->
 
 
 def iter_runs(paths: Sequence[str], verb: str = "using") -> Iterator[Trace]:
-    """The traces that TRACE|DIR arguments name (a directory: the traces in it), each opened once as
-    it is reached (:func:`katra_trace.io.tracesets.iter_traces`), with :func:`load_traces`' warning
-    for a damaged one."""
+    """The traces TRACE|DIR arguments name, each opened as it is reached, with
+    :func:`load_traces`' warning."""
     for path in paths:
         for trace, note in iter_traces(path, verb):
             if note is not None:
@@ -219,9 +204,6 @@ def iter_runs(paths: Sequence[str], verb: str = "using") -> Iterator[Trace]:
 
 
 def warn_damaged(line: str) -> None:
-    """A damaged trace's one line (:func:`katra_trace.io.tracesets.damaged_note`) as a warning on
-    stderr.
-    """
     warn(line)
 
 
@@ -230,19 +212,17 @@ def print_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
-#: Columns of text output when neither ``COLUMNS`` nor a terminal says (piped output, CI logs).
+#: Columns of text output when neither ``COLUMNS`` nor a terminal says (pipes, CI logs).
 DEFAULT_WIDTH = 80
 
 
 def terminal_width() -> int:
-    """Columns the text output may use: ``COLUMNS`` when set (also when stdout is piped), else the
-    terminal's width, else :data:`DEFAULT_WIDTH`."""
+    """``COLUMNS`` when set, else the terminal's width, else :data:`DEFAULT_WIDTH`."""
     return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
 
 
 def table_width(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
-    """The width in characters of :func:`emit_table`'s ``table`` form of these cells on this stdout
-    (rich's borders on a terminal, two spaces between columns otherwise)."""
+    """The width of :func:`emit_table`'s table form of these cells on this stdout."""
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
     if sys.stdout.isatty():
         return sum(w + 3 for w in widths) + 1
@@ -256,8 +236,8 @@ def emit_table(
     title: str = "",
     right: Sequence[str] = (),
 ) -> None:
-    """Print ``rows`` (already formatted cells) as table (rich on a TTY), markdown or csv; the
-    columns named in ``right`` (numbers) are right-aligned in the table form."""
+    """Print formatted cells as a table (rich on a TTY), markdown or csv; columns in ``right``
+    are right-aligned."""
     out = sys.stdout
     if fmt == "csv":
         writer = csv.writer(out, lineterminator="\n")

@@ -1,6 +1,4 @@
-"""The CLI's end-of-run table (the progress display is the library's,
-:mod:`katra3d.harness.run.progress`).
-"""
+"""The CLI's end-of-run table."""
 
 from __future__ import annotations
 
@@ -13,12 +11,12 @@ from katra_trace.units import format_ms
 
 
 def _printable(text: str) -> str:
-    """``text`` with anything that cannot be encoded (a lone surrogate in a scene name) replaced."""
+    """``text`` with what cannot be encoded (a lone surrogate in a scene name) replaced."""
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def format_table(result: RunResult) -> str:
-    """The end-of-run table: per scene frames, median / p99 ms, average and 1%-low FPS, clock."""
+    """The end-of-run table: per scene frames, median / p99, FPS, clock, params."""
     # deferred: rich's console and tables load only when the end-of-run table is printed
     from rich.console import Console
     from rich.table import Table

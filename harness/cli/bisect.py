@@ -1,11 +1,5 @@
-"""``katra3d bisect GOOD BAD [SCENE ...]``: which commit made frames slower.
-
-Run inside the git repository being bisected. Each commit measured is checked out as a temporary
-worktree and captured (``-c CMD``, or ``katra3d run SCENE ...``), then set against GOOD with the
-decision model of ``compare``: counts one run a commit, time interleaved rounds against GOOD. The
-rule, the output directory and the exit codes: docs/bisect.md; the work:
-:mod:`katra3d.harness.bisect`.
-"""
+"""``katra3d bisect GOOD BAD [SCENE ...]``: which commit made frames slower (docs/bisect.md; the
+work is :mod:`katra3d.harness.bisect`)."""
 
 from __future__ import annotations
 
@@ -180,7 +174,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _at_once(setup: Setup, jobs: int) -> str:
-    """The progress note on how many commits are measured at once."""
     if is_count(setup.measure) or setup.images:
         return f"up to {jobs} commit(s) measured at once (--jobs)"
     return "one commit at a time (timed captures side by side disturb each other's times)"

@@ -1,9 +1,5 @@
-"""``katra3d doctor``: can this machine render, and how should it be timed?
-
-Lists every backend (and why one is unusable), the EGL devices, the GL strings
-of the default backend, whether its timer queries really time a draw, and the
-timing mode ``auto`` would pick. Exits 0 when a backend works, 3 when none does.
-"""
+"""``katra3d doctor``: can this machine render, and how should it be timed? Exits 0 when a
+backend works, 3 when none does."""
 
 from __future__ import annotations
 
@@ -40,8 +36,7 @@ def diagnose(backend: str | None = None, device: int | None = None) -> dict[str,
     """Everything doctor reports, as a JSON-ready dict."""
     report: dict[str, Any] = {
         "backends": [s.as_dict() for s in backends.statuses(probe_contexts=True)],
-        # keys EGL cannot fill (no DRM node for Mesa's software device) are left out, not shown
-        # empty
+        # keys EGL cannot fill (Mesa's software device has no DRM node) are left out
         "egl_devices": [
             {k: v for k, v in d.items() if k != "extensions" and v != ""}
             | {"extensions": d["extensions"]}
@@ -64,12 +59,11 @@ def diagnose(backend: str | None = None, device: int | None = None) -> dict[str,
         used = session.device if session.device is not None else 0
         for dev in report["egl_devices"]:
             if session.backend == "egl" and dev.get("index") == used and not dev.get("renderer"):
-                dev["renderer"] = gl.renderer  # EGL gives no renderer string for a device; GL does
+                dev["renderer"] = gl.renderer  # EGL names no renderer for a device; GL does
         report["egl"] = backends.current_egl_info() if session.backend == "egl" else {}
         report["timer_query_check"] = timer_query_reliability(session.ctx)
         verdict = report["timer_query_check"]["verdict"]
-        # what `katra3d run --timing auto` picks here: the engine's one rule, not a second one of
-        # doctor's
+        # the engine's one rule, not a second one of doctor's
         mode, reason = timers.choose_mode("auto", gl)
         report["recommended_timing"] = {"mode": mode, "reason": reason, "auto_picks": mode}
         if verdict == "unreliable":

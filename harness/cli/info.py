@@ -1,9 +1,5 @@
-"""``katra3d info TRACE [--all] [--json]``: what a trace holds and how it was captured.
-
-The text form is compact by default (what was run, how, on what, and how it ended, with the
-fields that are empty left out, wrapped to the terminal's width); ``--all`` prints every header
-field; ``--json`` the whole trace description, always complete.
-"""
+"""``katra3d info TRACE [--all] [--json]``: what a trace holds and how it was captured; compact
+by default, ``--all`` every header field, ``--json`` the whole description."""
 
 from __future__ import annotations
 
@@ -47,8 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _enum_name(enum: type[Kind] | type[Clock], value: int, prefix: str) -> str:
-    """``frame`` / ``wall``; a value this build does not know (a newer format
-    minor) as ``clock9``."""
+    """``frame`` / ``wall``; a value this build does not know (a newer minor) as ``clock9``."""
     try:
         return enum(value).name.lower()
     except ValueError:
@@ -56,7 +51,6 @@ def _enum_name(enum: type[Kind] | type[Clock], value: int, prefix: str) -> str:
 
 
 def event_counts(trace: Trace) -> dict[str, Any]:
-    """Counts by kind and clock, warmup events and frames, and scenes seen."""
     ev = trace.events
     kinds, kind_n = np.unique(ev["kind"], return_counts=True)
     clocks, clock_n = np.unique(ev["clock"], return_counts=True)
@@ -115,7 +109,6 @@ def info_dict(trace: Trace) -> dict[str, Any]:
 
 
 def _fmt_value(v: Any) -> str:
-    """One-line form of a scalar, a flat list or a small dict."""
     if isinstance(v, dict):
         return ", ".join(f"{k}={_fmt_value(x)}" for k, x in v.items()) or "-"
     if isinstance(v, (list, tuple)):
@@ -132,8 +125,7 @@ def _is_nested(v: Any) -> bool:
 
 
 def _lines(items: dict[str, Any], indent: str) -> list[str]:
-    """Aligned ``key  value`` lines; nested dicts and lists of dicts get
-    their own indented lines."""
+    """Aligned ``key value`` lines; nested values get their own indented lines."""
     out: list[str] = []
     width = max((len(str(k)) for k in items), default=0)
     for k, v in items.items():
@@ -154,7 +146,6 @@ def _section(title: str, items: dict[str, Any]) -> list[str]:
 
 
 def _known(v: object) -> str:
-    """A header value as text, ``?`` when not recorded."""
     return "?" if v is None else str(v)
 
 
@@ -208,12 +199,12 @@ def render_text(trace: Trace) -> str:
 
 
 def _joined(*parts: object, sep: str = ", ") -> str:
-    """The parts that say something (not None, "", "-", an empty list), joined."""
+    """The parts that say something, joined."""
     return sep.join(str(p) for p in parts if p not in (None, "", "-") and p != [] and p != ())
 
 
 def _started(start_wall_ns: int | None) -> str:
-    """The capture's start as UTC ISO 8601 to the second; "" when not recorded or not a date."""
+    """The capture's start as UTC ISO 8601 to the second; "" when unknown."""
     if start_wall_ns is None:
         return ""
     try:
@@ -225,7 +216,7 @@ def _started(start_wall_ns: int | None) -> str:
 
 
 def _capture_line(trace: Trace) -> str:
-    """Size, frames, warmup, samples, zones, backend and measure mode, those that were recorded."""
+    """The capture options that were recorded, on one line."""
     o = trace.header.capture_options
     size = f"{o.run_size[0]}x{o.run_size[1]}" if o.run_size and len(o.run_size) == 2 else ""
     duration = o.resolved.duration_s
@@ -246,8 +237,7 @@ def _capture_line(trace: Trace) -> str:
 
 
 def _scene_lines(trace: Trace, counts: dict[str, Any]) -> list[str]:
-    """One line per scene: status, frames, median on its clock, params (the run's summary when it
-    has one, else the scene names the events carry)."""
+    """One line per scene from the run's summary, else from the scene names the events carry."""
     # the summary is the file's word: anything may be there, so only a list of objects is read
     user = trace.summary.get("user")
     listed = user.get("scenes") if isinstance(user, dict) else None
@@ -299,12 +289,11 @@ def _restart_lines(trace: Trace) -> list[str]:
 
 
 def _params(params: Any) -> str:
-    """A scene's params as ``name=value`` pairs, values as given (``speed=0.25``)."""
     return " ".join(f"{k}={v}" for k, v in params.items()) if isinstance(params, dict) else ""
 
 
 def _host_text(h: HostInfo) -> list[str]:
-    """A host as up to two lines: its renderer and GL, then its machine."""
+    """A host as up to two lines: renderer and GL, then machine."""
     system = h.system.as_dict()
     cores = system.get("cpu_cores")
     gl = _joined(h.renderer, f"OpenGL {h.gl.version}" if h.gl.version else "")
@@ -319,8 +308,7 @@ def _host_text(h: HostInfo) -> list[str]:
 
 
 def _shard_lines(trace: Trace) -> list[str]:
-    """A merged trace's shards (``katra3d merge``), a line each: I/N, the file, its scenes, its
-    start and its host; or, for one shard of a run, which share it is."""
+    """A merged trace's shards, a line each; for one shard of a run, which share it is."""
     shard = trace.header.capture_options.shard
     if not trace.header.shards:
         return [f"{shard} of the run's scenes (katra3d merge joins the shards)"] if shard else []
@@ -340,9 +328,7 @@ def _shard_lines(trace: Trace) -> list[str]:
 
 
 def _kept_frames(trace: Trace) -> list[KeptFrame]:
-    """The frames the trace keeps for the image verdicts (docs/kept-images.md), as the reader found
-    them: their facts, and what is wrong with a damaged one's PNG. No pixel is decoded (``validate``
-    checks them)."""
+    """The kept frames as the reader found them; no pixel is decoded (``validate`` checks them)."""
     return list(trace.kept_frames.values())
 
 
@@ -355,8 +341,8 @@ def _image_line(frame: KeptFrame) -> str:
 
 
 def render_compact(trace: Trace, width: int = 80) -> str:
-    """``info``'s default: one line per fact worth reading, empty fields left out, values wrapped at
-    ``width`` columns under their label; ``--all`` (:func:`render_text`) has every field."""
+    """``info``'s default: facts worth reading, empty fields left out, wrapped at ``width``
+    columns."""
     h, s = trace.header, trace.summary
     counts = event_counts(trace)
     n = len(trace.events)

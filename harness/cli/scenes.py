@@ -1,9 +1,5 @@
 """``katra3d scenes [SCENE] [--json]``: the scenes katra3d can run, their params and suites.
-
-Lists the built-in scenes and those installed through the ``katra3d.scenes``
-entry point group; with SCENE (a name, ``path/to/file.py:Class`` or
-``package.module:Class``), that one scene. Imports no GL module: nothing is rendered.
-"""
+Imports no GL module."""
 
 from __future__ import annotations
 
@@ -78,9 +74,7 @@ def catalogue() -> dict[str, Any]:
 
 
 def one_scene(spec: str) -> dict[str, Any]:
-    """What ``katra3d scenes SPEC`` shows: the one scene ``spec`` names (SceneError, exit 2, if
-    none).
-    """
+    """The one scene ``spec`` names (SceneError if none)."""
     spec = spec.strip()
     cls = get_scene(spec)
     entry_points = entry_point_scenes()
@@ -92,8 +86,7 @@ def one_scene(spec: str) -> dict[str, Any]:
 
 
 def scene_entry(name: str, cls: type[Scene], origin: str) -> dict[str, Any]:
-    """One scene as ``katra3d scenes`` shows it (JSON-ready): description,
-    stresses, params, suites."""
+    """One scene as ``katra3d scenes`` shows it (JSON-ready)."""
     params = {
         key: {
             "default": _jsonable(param.default),
@@ -125,8 +118,8 @@ def _gl(code: int) -> str:
 
 
 def scene_lines(sc: dict[str, Any], prefix: str | None = None) -> list[str]:
-    """One scene of :func:`scene_entry` as text; each param as the ``--param`` that sets it to its
-    default (``prefix``: what comes before ``.KEY``, the scene's name unless given)."""
+    """One scene as text, each param as the ``--param`` that sets its default (``prefix``: before
+    ``.KEY``, default the scene's name)."""
     lines = [f"{sc['name']}  -  {sc['description']}" if sc["description"] else sc["name"]]
     extra = f"   (needs GL {_gl(sc['min_gl_version'])})" if sc["min_gl_version"] > 330 else ""
     if sc["stresses"] or extra:
@@ -150,8 +143,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print_json(sc)
         else:
-            # the spec as given (x.py:Class, ./x.py, a module's): `run` takes that spelling in
-            # --param
+            # `run` takes the spec's spelling as given in --param
             lines = scene_lines(
                 sc, prefix=None if args.scene.strip() == sc["name"] else args.scene.strip()
             )

@@ -25,9 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _frame_problems(trace: Trace) -> list[str]:
-    """What is wrong with each kept frame, one line each naming the file: each frame's PNG decoded
-    (inside the trace's reading budget) and its size and SHA-256 checked against its record, one
-    frame at a time."""
+    """Each damaged kept frame's line; frames are decoded one at a time within the reading
+    budget."""
     problems = []
     for frame in trace.kept_frames.values():
         try:

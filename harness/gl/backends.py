@@ -1,15 +1,8 @@
-"""GL backends: an ordered table of ways to get a moderngl context with no display.
+"""GL backends: an ordered table of ways to get a headless moderngl context, each imported lazily.
 
-Each backend is imported lazily (moderngl, glfw and glcontext are loaded only
-when a backend is checked or opened) and reports ``available`` and
-``why_not``. An explicitly requested backend that fails raises
-:class:`~katra_trace.errors.BackendUnavailable` naming why; ``auto`` tries
-each in order and reports every reason when none works.
-
-The harness renders into an offscreen framebuffer of the requested size and
-MSAA sample count (:class:`GLSession.fbo`), for every backend: results do not
-depend on a window's default framebuffer.
-"""
+An explicit backend that fails raises BackendUnavailable naming why; ``auto`` tries each in
+order. Every backend renders into an offscreen framebuffer of the requested size and samples, so
+results never depend on a window's default framebuffer."""
 
 from __future__ import annotations
 
@@ -24,21 +17,17 @@ from typing import Any
 
 from katra_trace.errors import BackendUnavailable, ConfigError
 
-#: The line that installs Mesa's EGL + llvmpipe on Debian/Ubuntu.
 MESA_INSTALL_LINE = "apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri"
 
-#: Environment variable that overrides the default backend.
+#: Overrides the default backend.
 BACKEND_ENV = "KATRA3D_BACKEND"
 
-#: Backend names in the order ``auto`` tries them.
 ORDER: tuple[str, ...] = ("egl", "glfw")
 
-#: Every name ``--backend`` accepts.
 CHOICES: tuple[str, ...] = ("egl", "glfw", "auto")
 
 DEFAULT_BACKEND = "egl"
 
-#: Minimum GL version requested from every backend (major*100 + minor*10).
 REQUIRE_GL = 330
 
 
@@ -56,11 +45,8 @@ class BackendStatus:
 
 @dataclasses.dataclass
 class GLSession:
-    """An open GL context plus the offscreen framebuffer the harness renders into.
-
-    ``fbo`` has ``size`` (w, h) pixels and ``samples`` MSAA samples (0 = none),
-    an RGBA8 colour attachment and a 24-bit depth attachment.
-    """
+    """An open GL context and the offscreen framebuffer (RGBA8 + 24-bit depth, ``samples`` MSAA,
+    0 = none) the harness renders into."""
 
     backend: str
     device: int | None
@@ -72,11 +58,10 @@ class GLSession:
     _attachments: tuple[Any, ...] = ()
 
     def bind(self) -> None:
-        """Make the offscreen framebuffer current (``ctx.fbo``)."""
         self.fbo.use()
 
     def close(self) -> None:
-        """Release the framebuffer and the context (and the window, for glfw)."""
+        """Release the framebuffer, the context and, for glfw, the window."""
         for obj in (self.fbo, *self._attachments):
             with contextlib.suppress(Exception):
                 obj.release()
@@ -93,9 +78,6 @@ class GLSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-# --------------------------------------------------------------------------- checks
 
 
 def _check_egl() -> str:
@@ -125,13 +107,13 @@ _CHECKS: dict[str, Callable[[], str]] = {"egl": _check_egl, "glfw": _check_glfw}
 
 
 def check(name: str) -> BackendStatus:
-    """A cheap availability check (imports, libraries, display), no context opened."""
+    """A cheap availability check (imports, libraries, display); opens no context."""
     why = _CHECKS[name]()
     return BackendStatus(name, not why, why)
 
 
 def probe(name: str, device: int | None = None) -> BackendStatus:
-    """Whether ``name`` can really open a context: opens and closes a tiny one."""
+    """Whether ``name`` can really open a context (opens a tiny one)."""
     status = check(name)
     if not status.available:
         return status
@@ -144,7 +126,7 @@ def probe(name: str, device: int | None = None) -> BackendStatus:
 
 
 def resolve_name(requested: str | None) -> str:
-    """The backend to use: ``requested``, else ``$KATRA3D_BACKEND``, else ``egl``."""
+    """``requested``, else ``$KATRA3D_BACKEND``, else ``egl``."""
     name = requested or os.environ.get(BACKEND_ENV) or DEFAULT_BACKEND
     name = name.strip().lower()
     if name not in CHOICES:
@@ -153,9 +135,6 @@ def resolve_name(requested: str | None) -> str:
             f"unknown backend '{name}' (from {source}); choose one of: {', '.join(CHOICES)}"
         )
     return name
-
-
-# --------------------------------------------------------------------------- openers
 
 
 def _offscreen(ctx: Any, size: tuple[int, int], samples: int) -> tuple[Any, tuple[Any, ...]]:
@@ -215,7 +194,7 @@ def _open_egl(device: int | None, size: tuple[int, int], samples: int) -> GLSess
     if why:
         raise BackendUnavailable(f"backend 'egl' unavailable: {why}")
     if "OpenGL" not in sys.modules and "PYOPENGL_PLATFORM" not in os.environ:
-        # Resolve the raw GL calls of the timers through EGL too (no GLX needed on headless hosts).
+        # the timers' raw GL calls resolve through EGL too: no GLX on headless hosts
         os.environ["PYOPENGL_PLATFORM"] = "egl"
     # deferred: moderngl loads only when a context is opened
     import moderngl
@@ -303,11 +282,8 @@ def open_session(
     size: tuple[int, int] = (256, 256),
     samples: int = 0,
 ) -> GLSession:
-    """Open a GL context on ``backend`` (None: ``$KATRA3D_BACKEND`` or ``egl``).
-
-    ``auto`` tries :data:`ORDER` in turn. Raises BackendUnavailable (exit code 3)
-    with every reason when nothing works; the message includes the Mesa install line.
-    """
+    """Open a GL context on ``backend`` (``auto`` tries :data:`ORDER`); BackendUnavailable with
+    every reason and the Mesa install line when nothing works."""
     name = resolve_name(backend)
     if name != "auto":
         return _OPENERS[name](device, size, samples)
@@ -324,9 +300,6 @@ def open_session(
         f"no usable OpenGL backend ({'; '.join(reasons)}); install Mesa's EGL/llvmpipe: "
         f"{MESA_INSTALL_LINE}"
     )
-
-
-# --------------------------------------------------------------------------- EGL devices
 
 
 def _egl_lib() -> Any | None:
@@ -347,11 +320,8 @@ EGL_RENDERER_EXT = 0x335F
 
 
 def list_egl_devices() -> list[dict[str, Any]]:
-    """EGL devices visible through EGL_EXT_device_enumeration, in ``--device`` order.
-
-    Each entry: index, drm_device (path or ""), renderer (when the driver names it),
-    software (Mesa's software device), extensions. Empty when EGL or the extension is missing.
-    """
+    """EGL devices (EGL_EXT_device_enumeration) in ``--device`` order; empty without EGL or the
+    extension."""
     egl = _egl_lib()
     if egl is None:
         return []
@@ -393,7 +363,7 @@ def list_egl_devices() -> list[dict[str, Any]]:
 
 
 def current_egl_info() -> dict[str, str]:
-    """EGL vendor and version of the current EGL display ({} when not on EGL)."""
+    """Vendor and version of the current EGL display ({} off EGL)."""
     egl = _egl_lib()
     if egl is None:
         return {}
@@ -410,8 +380,8 @@ def current_egl_info() -> dict[str, str]:
 
 
 def release_current_egl() -> None:
-    """Make no EGL context current on this thread (glcontext leaves a released one current,
-    which makes a later GLX context fail with BadAccess)."""
+    """Make no EGL context current: glcontext leaves a released one current, which makes a later
+    GLX context fail with BadAccess."""
     egl = _egl_lib()
     if egl is None:
         return
@@ -430,7 +400,7 @@ def release_current_egl() -> None:
 
 
 def statuses(probe_contexts: bool = False) -> Iterator[BackendStatus]:
-    """Status of every backend in :data:`ORDER` (opening a context when ``probe_contexts``)."""
+    """Status of every backend in :data:`ORDER`."""
     for name in ORDER:
         yield probe(name) if probe_contexts else check(name)
 

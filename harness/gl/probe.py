@@ -1,11 +1,5 @@
-"""Host probe: what a capture ran on, for the trace header.
-
-:func:`host_info` returns the typed record the header records
-(:class:`katra_trace.io.header.HostInfo`): a ``gl`` part (strings, parsed driver
-version, software-renderer flag, timer-query support, limits), an ``egl`` part,
-a ``system`` part (CPU, cores, RAM, OS, Python, package versions) and ``env``
-(the environment variables that change rendering).
-"""
+"""Host probe: what a capture ran on (GL, EGL, system, rendering environment), for the trace
+header."""
 
 from __future__ import annotations
 
@@ -41,7 +35,7 @@ SOFTWARE_RENDERERS: tuple[str, ...] = (
     "gdi generic",
 )
 
-#: Prefixes of environment variables that change how GL renders.
+#: Environment variables that change how GL renders.
 ENV_PREFIXES: tuple[str, ...] = (
     "LIBGL_",
     "MESA_",
@@ -54,7 +48,6 @@ ENV_PREFIXES: tuple[str, ...] = (
     "KATRA3D_",
 )
 
-#: Packages whose versions are recorded.
 PACKAGES: tuple[str, ...] = (
     "moderngl",
     "glcontext",
@@ -67,18 +60,13 @@ PACKAGES: tuple[str, ...] = (
 
 
 def is_software_renderer(renderer: str) -> bool:
-    """True when a GL_RENDERER string names a CPU rasterizer (llvmpipe, swrast, ...)."""
     low = renderer.lower()
     return any(name in low for name in SOFTWARE_RENDERERS)
 
 
 def parse_driver(version: str, vendor: str = "", renderer: str = "") -> DriverInfo:
-    """Driver name and version from GL_VERSION (and vendor/renderer).
-
-    ``"4.5 (Core Profile) Mesa 22.3.6"`` -> ``DriverInfo(name="Mesa", version="22.3.6")``;
-    ``"4.6.0 NVIDIA 535.104.05"`` -> ``DriverInfo(name="NVIDIA", version="535.104.05")``.
-    Unknown formats give the vendor as the name and version ``""``.
-    """
+    """Driver name and version from GL_VERSION (``"... Mesa 22.3.6"`` -> Mesa, 22.3.6); an
+    unknown format gives the vendor and version ``""``."""
     m = re.search(r"\bMesa\s+(\d+\.\d+(?:\.\d+)?(?:-\w+)?)", version)
     if m:
         return DriverInfo(name="Mesa", version=m.group(1))
@@ -122,7 +110,7 @@ def _glsl_version(ctx: Any) -> str:
 
 
 def timer_query_info(ctx: Any) -> TimerQueryInfo:
-    """Timer-query support: extension/version and GL_QUERY_COUNTER_BITS for GL_TIMESTAMP."""
+    """Timer-query support and GL_QUERY_COUNTER_BITS of GL_TIMESTAMP."""
     supported = ctx.version_code >= 330 or "GL_ARB_timer_query" in ctx.extensions
     bits = 0
     error = ""
@@ -137,7 +125,7 @@ def timer_query_info(ctx: Any) -> TimerQueryInfo:
 
 
 def gl_info(ctx: Any) -> GLInfo:
-    """GL strings, driver, software flag, timer queries, limits of the current context."""
+    """GL strings, driver, software flag, timer queries and limits of the current context."""
     info = ctx.info
     vendor = str(info.get("GL_VENDOR", ""))
     renderer = str(info.get("GL_RENDERER", ""))
@@ -188,7 +176,7 @@ def _versions() -> dict[str, str]:
 
 
 def system_info() -> SystemInfo:
-    """CPU model, core counts, RAM, OS/kernel, Python and package versions (no GL)."""
+    """CPU, cores, RAM, OS, Python and package versions (no GL)."""
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
@@ -210,16 +198,12 @@ def system_info() -> SystemInfo:
 
 
 def render_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment variables that change rendering (LIBGL_*, MESA_*, GALLIUM_*, LP_*, EGL_*,
-    __GL*).
-    """
     env = os.environ if environ is None else environ
     return {k: env[k] for k in sorted(env) if k.startswith(ENV_PREFIXES)}
 
 
 def egl_info(session: Any) -> EGLInfo:
-    """The EGL display, and the device ``session`` renders on (an empty
-    record on other backends)."""
+    """The EGL display and the device ``session`` renders on (empty off EGL)."""
     if getattr(session, "backend", "") != "egl":
         return EGLInfo()
     display = current_egl_info()
@@ -240,16 +224,12 @@ def egl_info(session: Any) -> EGLInfo:
     )
 
 
-#: The parts of the host info the probe writes, in this order (an empty ``egl`` part included).
+#: Host info parts in write order (an empty ``egl`` part included).
 _HOST_PARTS = ("backend", "gl", "egl", "system", "env")
 
 
 def host_info(session: Any) -> HostInfo:
-    """Everything the trace header records about where a capture ran.
-
-    ``session`` is a :class:`katra3d.harness.gl.backends.GLSession` (or anything with
-    ``ctx``, ``backend`` and ``device``).
-    """
+    """Everything the trace header records about where a capture ran."""
     return HostInfo(
         backend=getattr(session, "backend", ""),
         gl=gl_info(session.ctx),

@@ -1,12 +1,6 @@
-"""The raw-GL shim: every PyOpenGL call and GL constant the harness makes outside moderngl.
-
-moderngl covers drawing; what it lacks (timestamp queries, 64-bit query reads,
-``glGetError``, a few limits) goes through this one module, so a constant is
-defined once and a call is made one way. PyOpenGL is imported on first use
-(``import katra3d.harness.gl.shim`` loads no GL library). 64-bit reads use ctypes output
-buffers: without them ``glGetQueryObjectui64v`` raises and
-``glGetInteger64v`` returns garbage.
-"""
+"""The raw-GL shim: every PyOpenGL call and GL constant the harness makes outside moderngl, so a
+constant is defined once and a call made one way. 64-bit reads use ctypes output buffers: without
+them ``glGetQueryObjectui64v`` raises and ``glGetInteger64v`` returns garbage."""
 
 from __future__ import annotations
 
@@ -27,13 +21,9 @@ GL_SHADING_LANGUAGE_VERSION = 0x8B8C
 
 
 class RawGL:
-    """The raw entry points, resolved once (PyOpenGL, current context).
-
-    Only PyOpenGL's raw modules of the four GL versions that hold these entry points are imported
-    (``OpenGL.raw.GL.VERSION``): 0.05 s, where ``from OpenGL import GL`` takes 0.17 s in every
-    ``katra3d run`` (the host probe reads three values through here) and several seconds under
-    valgrind. Raw functions take ctypes output buffers, as every call here passes.
-    """
+    """The raw entry points, resolved once for the current context. Only PyOpenGL's raw
+    per-version modules are imported: 0.05 s against 0.17 s for ``from OpenGL import GL``
+    (seconds under valgrind)."""
 
     def __init__(self) -> None:
         # deferred: PyOpenGL loads libGL; importing the shim must not
@@ -62,19 +52,19 @@ class RawGL:
             self.GL.glDeleteQueries(len(ids), arr)
 
     def query_result_ns(self, query: int) -> int:
-        """A finished query's 64-bit result (blocks until it is available)."""
+        """A finished query's 64-bit result (blocks until available)."""
         out = ctypes.c_uint64(0)
         self.get_query_ui64v(query, GL_QUERY_RESULT, ctypes.byref(out))
         return int(out.value)
 
     def timestamp_counter_bits(self) -> int:
-        """GL_QUERY_COUNTER_BITS of GL_TIMESTAMP queries (0: no usable timestamps)."""
+        """GL_QUERY_COUNTER_BITS of GL_TIMESTAMP (0: no usable timestamps)."""
         out = ctypes.c_int(0)
         self.GL.glGetQueryiv(GL_TIMESTAMP, GL_QUERY_COUNTER_BITS, ctypes.byref(out))
         return int(out.value)
 
     def get_string(self, name: int) -> bytes | None:
-        """glGetString's bytes (None when GL returns no string)."""
+        """glGetString's bytes, or None."""
         raw = self.GL.glGetString(name)
         if raw is None or isinstance(raw, bytes):
             return raw

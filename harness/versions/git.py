@@ -1,10 +1,7 @@
-"""The git side of capturing versions: the user's repository, its revisions, the first-parent range,
-worktrees.
+"""The git side of capturing versions: repository, revisions, first-parent range, worktrees.
 
-Every call runs ``git`` as a child process (never a library). A missing ``git`` is
-:class:`~katra_trace.errors.ToolUnavailable` (exit 3); an unknown revision, a directory that is not
-a repository, or GOOD not an ancestor of BAD is :class:`~katra_trace.errors.ConfigError` (exit 2).
-"""
+``git`` always runs as a child process. Missing git is ToolUnavailable (exit 3); an unknown
+revision, a non-repository or GOOD not an ancestor of BAD is ConfigError (exit 2)."""
 
 from __future__ import annotations
 
@@ -17,20 +14,19 @@ from pathlib import Path
 from katra_trace.errors import ConfigError, ToolUnavailable
 from katra_trace.text import shown
 
-#: Characters of a commit's sha in file names and tables.
+#: Characters of a sha in file names and tables.
 SHORT = 10
 
 
 @dataclasses.dataclass(frozen=True)
 class Commit:
-    """One commit: its full sha and its subject (the first line of its message)."""
+    """One commit: full sha and subject."""
 
     sha: str
     subject: str
 
     @property
     def short(self) -> str:
-        """The first :data:`SHORT` hex digits of the sha (file names, tables)."""
         return self.sha[:SHORT]
 
 
@@ -54,7 +50,7 @@ def _git(top: Path | None, *args: str, check: bool = True) -> subprocess.Complet
 
 
 def toplevel(cwd: Path) -> Path:
-    """The top of the git work tree that holds ``cwd`` (ConfigError when it is not in one)."""
+    """The top of the work tree holding ``cwd``; ConfigError outside one."""
     proc = _git(cwd, "rev-parse", "--show-toplevel", check=False)
     if proc.returncode != 0 or not proc.stdout.strip():
         raise ConfigError(
@@ -65,7 +61,7 @@ def toplevel(cwd: Path) -> Path:
 
 
 def resolve(top: Path, rev: str) -> Commit:
-    """The commit ``rev`` names (ConfigError for an unknown revision)."""
+    """The commit ``rev`` names; ConfigError for an unknown revision."""
     if not rev or rev.startswith("-"):
         raise ConfigError(f"unknown git revision {rev!r} in {shown(str(top))}")
     proc = _git(top, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
@@ -75,13 +71,12 @@ def resolve(top: Path, rev: str) -> Commit:
 
 
 def commit(top: Path, sha: str) -> Commit:
-    """The :class:`Commit` of a full sha."""
     subject = _git(top, "log", "-1", "--format=%s", sha).stdout.strip()
     return Commit(sha, subject)
 
 
 def is_ancestor(top: Path, older: str, newer: str) -> bool:
-    """Whether ``older`` is an ancestor of ``newer`` (or the same commit)."""
+    """Whether ``older`` is an ancestor of ``newer`` or the same commit."""
     proc = _git(top, "merge-base", "--is-ancestor", older, newer, check=False)
     if proc.returncode not in (0, 1):
         raise ConfigError(f"git merge-base failed in {shown(str(top))}: {proc.stderr.strip()}")
@@ -89,10 +84,8 @@ def is_ancestor(top: Path, older: str, newer: str) -> bool:
 
 
 def commit_range(top: Path, good: Commit, bad: Commit) -> list[Commit]:
-    """The commits after GOOD up to BAD (BAD last), oldest first, along BAD's first parents.
-
-    ConfigError when GOOD is BAD, or is not an ancestor of BAD, or the first-parent line from BAD
-    does not pass through GOOD (GOOD sits on a merged side branch)."""
+    """The commits after GOOD up to BAD along BAD's first parents, oldest first; ConfigError
+    unless GOOD is an older commit on that line."""
     if good.sha == bad.sha:
         raise ConfigError(f"GOOD and BAD are the same commit ({good.short}): nothing to bisect")
     if not is_ancestor(top, good.sha, bad.sha):
@@ -108,7 +101,7 @@ def commit_range(top: Path, good: Commit, bad: Commit) -> list[Commit]:
             f"no first-parent line runs from GOOD {good.short} to BAD {bad.short} (GOOD is on a "
             "merged branch): give a GOOD on BAD's first-parent history"
         )
-    first_parent = _git(top, "rev-parse", f"{shas[0]}^").stdout.strip() if shas else ""
+    first_parent = _git(top, "rev-parse", f"{shas[0]}^").stdout.strip()
     if first_parent != good.sha:
         raise ConfigError(
             f"no first-parent line runs from GOOD {good.short} to BAD {bad.short} (GOOD is on a "
@@ -120,10 +113,8 @@ def commit_range(top: Path, good: Commit, bad: Commit) -> list[Commit]:
 
 
 class FirstParentOrder(Mapping[str, int]):
-    """Commit (as a user gave it: a sha, a short sha or a ref) -> its place on the first-parent line
-    of HEAD in the repository at ``top``, oldest first (``history``'s label order). A commit off
-    that line, or unknown, is not in it. git runs once for the line, and once per commit asked for.
-    """
+    """Commit (sha, short sha or ref) -> its place on HEAD's first-parent line, oldest first
+    (``history``'s label order); git runs once for the line and once per commit asked."""
 
     def __init__(self, top: Path) -> None:
         self.top = top
@@ -173,9 +164,8 @@ class FirstParentOrder(Mapping[str, int]):
 
 
 def first_parent_order(cwd: Path) -> FirstParentOrder | None:
-    """The :class:`FirstParentOrder` of the repository holding ``cwd``; None outside one, or without
-    git.
-    """
+    """The :class:`FirstParentOrder` of the repository holding ``cwd``; None outside one or
+    without git."""
     try:
         return FirstParentOrder(toplevel(cwd))
     except (ConfigError, ToolUnavailable):
@@ -183,17 +173,14 @@ def first_parent_order(cwd: Path) -> FirstParentOrder | None:
 
 
 def add_worktree(top: Path, where: Path, sha: str) -> Path:
-    """Check ``sha`` out, detached, as a new worktree at ``where``
-    (ConfigError when git refuses)."""
+    """Check ``sha`` out, detached, as a new worktree at ``where``."""
     where.parent.mkdir(parents=True, exist_ok=True)
     _git(top, "worktree", "add", "--quiet", "--detach", "--force", str(where), sha)
     return where
 
 
 def remove_worktree(top: Path, where: Path) -> None:
-    """Remove a worktree made by :func:`add_worktree`, whatever state it was left in (never raises
-    for it).
-    """
+    """Remove a worktree of :func:`add_worktree` whatever its state; never raises for it."""
     _git(top, "worktree", "remove", "--force", "--force", str(where), check=False)
     if where.exists():
         shutil.rmtree(where, ignore_errors=True)

@@ -1,7 +1,6 @@
 """What a capture of versions runs, decided once for ``ab --refs``, ``bisect`` and
-``ci/compare-versions.sh``: the measure (``-m``: ``auto`` is instructions when valgrind is on PATH,
-else time) and the default capture command (this katra3d's ``run``, with ``--measure WHAT --frames
-10`` for counts), and worktrees of two revisions for as long as their captures run."""
+``ci/compare-versions.sh``: the measure, the default capture command, and worktrees of the
+revisions."""
 
 from __future__ import annotations
 
@@ -19,17 +18,15 @@ from katra3d.harness.versions.git import Commit, add_worktree, remove_worktree
 from katra_trace.errors import ConfigError
 from katra_trace.metrics import MEASURES, is_count
 
-#: Measured frames of the default counted capture: counts are exact, so few frames are evidence.
+#: Counts are exact, so few frames are evidence.
 COUNT_FRAMES = 10
-#: ``python -P``: the working directory (a worktree) is not put first on the import path, so that a
-#: project file such as ``random.py`` cannot hide the standard library from katra3d (Python 3.11+).
+#: ``python -P``: a worktree's own ``random.py`` cannot hide the standard library from katra3d.
 SAFE_PATH = ("-P",) if sys.version_info >= (3, 11) else ()
 
 
 def resolve_measure(measure: str) -> str:
-    """``-m``: instructions, cycles or time; ``auto`` is instructions when valgrind is on PATH, else
-    time. Instructions or cycles without valgrind: ToolUnavailable (exit 3) with the install line.
-    """
+    """``-m``: ``auto`` is instructions when valgrind is on PATH, else time; a count without
+    valgrind is ToolUnavailable."""
     if measure == "auto":
         return "instructions" if shutil.which("valgrind") else "time"
     if measure not in MEASURES:
@@ -40,10 +37,8 @@ def resolve_measure(measure: str) -> str:
 
 
 def default_command(what: Sequence[str], measure: str, run_args: str = "") -> str:
-    """``katra3d run WHAT --quiet`` (this katra3d, as ``python -P -m katra3d``; WHAT: scenes, or
-    ``--suite ci``) with the measure and ``run_args`` appended, writing ``{out}``; counted runs
-    measure :data:`COUNT_FRAMES` frames unless ``run_args`` says otherwise (its options come last
-    and win)."""
+    """``katra3d run WHAT --quiet`` of this katra3d with the measure and ``run_args`` (last, so
+    they win) appended, writing ``{out}``; counted runs measure :data:`COUNT_FRAMES` frames."""
     parts = [
         shlex.quote(sys.executable),
         *SAFE_PATH,
@@ -64,8 +59,8 @@ def default_command(what: Sequence[str], measure: str, run_args: str = "") -> st
 def worktrees(
     top: Path, commits: Sequence[Commit], prefix: str = "katra3d-versions-"
 ) -> Iterator[list[Path]]:
-    """Each commit checked out, detached, as a worktree in a new temporary directory, for the
-    duration; the worktrees and the directory are removed whatever happens (an error, Ctrl-C)."""
+    """Each commit as a detached worktree in a new temporary directory for the duration, removed
+    whatever happens."""
     base = Path(tempfile.mkdtemp(prefix=prefix))
     made: list[Path] = []
     try:

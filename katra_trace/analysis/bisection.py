@@ -1,32 +1,11 @@
 """Bisection's rule: is a commit like GOOD or like BAD, and how much of BAD's change does the
 culprit explain.
 
-Pure (no GL, no files): ``katra3d bisect`` (:mod:`katra3d.harness.bisect`) measures each commit
-against GOOD with the one decision model (:func:`katra_trace.analysis.compare.compare_traces`,
-through :class:`~katra_trace.analysis.verdict.SceneComparison`) and hands the rows here as
-:class:`Effect` records (``--images``: each scene's image verdict line, :func:`classify_images`).
-The rule (docs/bisect.md, "How a commit is classified"):
-
-* the **target scenes** are those BAD regressed against GOOD (verdict ``regression``); with none,
-  there is nothing to bisect;
-* a commit is **like BAD** when, in some target scene, its change against GOOD is a regression by
-  the decision model *and* nearer BAD's change than no change: ``log(ratio) >= MIDPOINT *
-  log(ratio_BAD)``;
-* it is **like GOOD** when, in every target scene, the upper end of its interval lies below that
-  midpoint (a regression smaller than half of BAD's, on the log scale, is like GOOD: a step of its
-  own, outside this range's main change);
-* otherwise it is **undecided** (an interval that straddles the midpoint, or a scene that could not
-  be compared): bisection skips it, as a commit that failed to capture.
-
-The culprit's own step is its change against GOOD less its first parent's; when that step is less
-than :data:`PARTIAL_SHARE` of BAD's change (log scale) in a target scene, the culprit explains only
-part of it, and :func:`next_ranges` names the ranges that hold the rest.
-
-Which commits are measured next (:func:`probes`): with ``n`` measured at once a round (``--jobs``),
-the ``n`` untested commits that split the open range (after the last commit like GOOD, up to the
-first like BAD) into ``n + 1`` parts as evenly as they can: halving for one, a k-ary search for
-more.
-"""
+Pure: ``katra3d bisect`` measures each commit against GOOD with the one decision model and hands
+the rows here as :class:`Effect` records. The rule is in docs/bisect.md ("How a commit is
+classified"): like BAD when a target scene regressed nearer BAD's change than no change (log
+scale, :data:`MIDPOINT`), like GOOD when every target's interval lies below that midpoint, else
+skipped."""
 
 from __future__ import annotations
 
@@ -41,21 +20,17 @@ from katra_trace.analysis.verdict import Verdict
 from katra_trace.jsontext import record_dict
 from katra_trace.units import format_change_pct
 
-#: Where "like BAD" starts, as a share of BAD's log change against GOOD: nearer BAD than no change.
+#: Where "like BAD" starts, as a share of BAD's log change against GOOD.
 MIDPOINT = 0.5
-#: A culprit whose own step is below this share of BAD's log change explains only part of it.
 PARTIAL_SHARE = 2.0 / 3.0
-#: The states a tested commit can have.
 STATES = ("good", "bad", "skip")
 
 
 @dataclasses.dataclass(frozen=True)
 class Effect:
-    """One scene's (or one zone's) change of a commit against GOOD, from the decision model.
-
-    Ratios are commit / GOOD (> 1 slower); ``ci_low``/``ci_high`` the interval (times) or band
-    (counts) of the ratio; ``frame_change_pct`` a zone's change over its frame's count, in percent.
-    """
+    """One scene's (or zone's) change of a commit against GOOD: ratios commit / GOOD (> 1
+    slower), with the interval (times) or band (counts); ``frame_change_pct``: a zone's change
+    over its frame's."""
 
     scene: str
     verdict: str
@@ -69,7 +44,6 @@ class Effect:
 
     @classmethod
     def from_row(cls, row: Any) -> Effect:
-        """The effect of one :class:`~katra_trace.analysis.verdict.SceneComparison` row."""
         return cls(
             scene=row.scene,
             zone=row.zone,
@@ -84,11 +58,10 @@ class Effect:
 
     @property
     def change_pct(self) -> float:
-        """(ratio - 1) in percent: + means slower than GOOD."""
+        """+ means slower than GOOD."""
         return (self.ratio - 1.0) * 100.0
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready (non-finite floats as None)."""
         return record_dict(self)
 
     @classmethod
@@ -107,7 +80,7 @@ class Effect:
 
 @dataclasses.dataclass(frozen=True)
 class Classification:
-    """A commit's state against GOOD and BAD (``good``, ``bad`` or ``skip``) and why, in words."""
+    """A commit's state (``good``, ``bad`` or ``skip``) and why."""
 
     state: str
     reason: str
@@ -118,13 +91,12 @@ def _log(x: float) -> float:
 
 
 def target_scenes(bad: Sequence[Effect]) -> dict[str, Effect]:
-    """BAD's scene rows (not zones) that regressed against GOOD: what bisection
-    looks for, by scene."""
+    """BAD's scene rows (not zones) that regressed against GOOD, by scene."""
     return {e.scene: e for e in bad if not e.zone and e.verdict == Verdict.REGRESSION}
 
 
 def classify(commit: Sequence[Effect], bad: Sequence[Effect]) -> Classification:
-    """Like GOOD, like BAD or undecided (skip), by the rule in the module doc."""
+    """Like GOOD, like BAD or undecided (skip), by docs/bisect.md's rule."""
     targets = target_scenes(bad)
     if not targets:
         raise ValueError(
@@ -159,20 +131,18 @@ def classify(commit: Sequence[Effect], bad: Sequence[Effect]) -> Classification:
 
 
 def image_outcome(line: str) -> str:
-    """The verdict of an image line ("image changed: FLIP mean ..." -> ``changed``)."""
+    """The verdict of an image line (``image changed: ...`` -> ``changed``)."""
     return line.split(":", 1)[0].removeprefix("image ").replace(" ", "_")
 
 
 def image_targets(bad: Mapping[str, str]) -> list[str]:
-    """The scenes whose kept frame BAD changed against GOOD's (``bad``: scene -> image line): what
-    ``bisect --images`` looks for."""
+    """The scenes whose kept frame BAD changed against GOOD's (``bad``: scene -> image line)."""
     return [s for s, line in bad.items() if image_outcome(line) == ImageOutcome.CHANGED]
 
 
 def classify_images(commit: Mapping[str, str], bad: Mapping[str, str]) -> Classification:
-    """Like BAD when a target scene's kept frame changed against GOOD's beyond the image tolerance
-    (the image gate's verdict); like GOOD when every target scene's is identical or within it;
-    otherwise undecided."""
+    """Like BAD when a target's kept frame changed beyond the image tolerance, like GOOD when
+    every target's is identical or within it, else undecided."""
     undecided: list[str] = []
     for scene in image_targets(bad):
         line = commit.get(scene, "not measured")
@@ -191,11 +161,8 @@ def classify_images(commit: Mapping[str, str], bad: Mapping[str, str]) -> Classi
 def shares(
     culprit: Sequence[Effect], parent: Sequence[Effect] | None, bad: Sequence[Effect]
 ) -> dict[str, tuple[float, float]]:
-    """Per target scene: (the parent's share, the culprit's share) of BAD's log change against GOOD.
-
-    ``parent`` None means the culprit's parent is GOOD itself (share 0). The culprit's own step is
-    the difference of the two shares; what is left after it is ``1 - culprit's share``.
-    """
+    """Per target scene: (parent's share, culprit's share) of BAD's log change; ``parent`` None
+    is GOOD itself (share 0)."""
     out: dict[str, tuple[float, float]] = {}
     c_rows = {e.scene: e for e in culprit if not e.zone}
     p_rows = {e.scene: e for e in parent or () if not e.zone}
@@ -210,9 +177,7 @@ def shares(
 
 
 def partial_scenes(scene_shares: Mapping[str, tuple[float, float]]) -> dict[str, float]:
-    """The target scenes whose culprit step is below :data:`PARTIAL_SHARE` of BAD's change, with
-    that step.
-    """
+    """Target scenes whose culprit step is below :data:`PARTIAL_SHARE`, with that step."""
     return {
         scene: c - p
         for scene, (p, c) in scene_shares.items()
@@ -221,9 +186,8 @@ def partial_scenes(scene_shares: Mapping[str, tuple[float, float]]) -> dict[str,
 
 
 def next_ranges(scene_shares: Mapping[str, tuple[float, float]]) -> tuple[bool, bool]:
-    """Where the rest of BAD's change lies when the culprit explains only part of it:
-    (before the culprit: GOOD..parent holds more than 1 - PARTIAL_SHARE of it in some scene,
-    after it: culprit..BAD does)."""
+    """Where the rest of BAD's change lies when the culprit explains only part: (before the
+    culprit, after it)."""
     rest = 1.0 - PARTIAL_SHARE
     before = any(math.isfinite(p) and p > rest for p, _ in scene_shares.values())
     after = any(math.isfinite(c) and 1.0 - c > rest for _, c in scene_shares.values())
@@ -232,9 +196,8 @@ def next_ranges(scene_shares: Mapping[str, tuple[float, float]]) -> tuple[bool, 
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """A slowdown between two commits measured one after the other (history order, skipped ones
-    left out): ``before`` and ``after`` index the sequence given to :func:`steps`; ``ratio`` is
-    after / before in ``scene``."""
+    """A slowdown between consecutive measured commits (indexes into :func:`steps`' sequence);
+    ``ratio`` is after / before."""
 
     before: int
     after: int
@@ -246,9 +209,8 @@ def steps(
     measured: Sequence[Sequence[Effect]], bad: Sequence[Effect], threshold_pct: float | None
 ) -> list[Step]:
     """Every step the captures establish in the target scenes: consecutive measured commits (GOOD
-    first, its effects empty: no change) where the later one's interval starts above the earlier
-    one's end by more than the threshold (``None``: the metric's default). A step that the
-    evidence does not separate from noise is not named."""
+    first) where the later interval starts above the earlier one's end by more than the
+    threshold. Steps not separated from noise are not named."""
     out: list[Step] = []
     for scene in target_scenes(bad):
         rows = [next((e for e in m if e.scene == scene and not e.zone), None) for m in measured]
@@ -265,19 +227,16 @@ def steps(
 
 
 def open_range(states: Sequence[str]) -> tuple[int, int]:
-    """The open range of a bisection, from each commit's state after GOOD (BAD last; ``""``: not
-    measured yet): (the index of the last commit like GOOD before the first like BAD, -1 for GOOD
-    itself; the index of that first, or of BAD while none is known)."""
+    """The open range from each commit's state after GOOD (BAD last, ``""`` not measured): (last
+    like GOOD, -1 for GOOD; first like BAD, or BAD)."""
     hi = states.index("bad") if "bad" in states else len(states) - 1
     lo = max((i for i in range(hi) if states[i] == "good"), default=-1)
     return lo, hi
 
 
 def probes(states: Sequence[str], n: int) -> list[int]:
-    """The indexes of the (at most ``n``) commits to measure next, in history order: for ``j`` =
-    1..n, the untested commit of the open range nearest ``lo + j * (hi - lo) / (n + 1)`` (the
-    earlier one on a tie), each once; every untested one when no more than ``n`` are left. ``n`` = 1
-    is halving."""
+    """Up to ``n`` untested commits to measure next, splitting the open range into ``n + 1``
+    parts (earlier on a tie); ``n`` = 1 is halving."""
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     lo, hi = open_range(states)
@@ -292,9 +251,7 @@ def probes(states: Sequence[str], n: int) -> list[int]:
 
 
 def rounds_left(untested: int, n: int) -> int:
-    """About how many rounds of ``n`` probes settle an open range with ``untested`` commits in it
-    (0: none).
-    """
+    """About how many rounds of ``n`` probes settle ``untested`` commits."""
     if untested <= 0:
         return 0
     return max(1, math.ceil(math.log(untested + 1) / math.log(n + 1) - 1e-9))

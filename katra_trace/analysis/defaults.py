@@ -1,11 +1,7 @@
 """The decision's defaults (alpha, thresholds) and the one check of each of its options.
 
-Pure (stdlib): the CLI imports it to build its options' help without importing the statistics.
-compare, ab, ``history check``, the report and the CI scripts' documented defaults all read these
-values; every command and library entry point validates ``alpha`` and ``threshold`` through
-:func:`check_alpha` and :func:`check_threshold_pct`, so a bad value gets one message wherever it
-is given. The rule itself is in :mod:`katra_trace.analysis.decide` and docs/stats.md.
-"""
+Pure (stdlib) so that the CLI builds its help without importing the statistics; every command
+validates through these checks, so a bad value gets one message wherever it is given."""
 
 from __future__ import annotations
 
@@ -17,49 +13,33 @@ from typing import Any
 from katra_trace.errors import OptionError
 from katra_trace.metrics import is_count
 
-#: One-sided false-regression rate per scene after Holm correction (compare, ab); the chance that a
-#: flat history series shows a step (``history check``).
+#: One-sided false-regression rate per scene after Holm correction; for ``history check``, the
+#: chance that a flat series shows a step.
 DEFAULT_ALPHA = 0.01
-#: Default threshold (percent) of time metrics.
 DEFAULT_THRESHOLD_TIME_PCT = 5.0
-#: Default threshold (percent) of count metrics: a 1 % change of work is flagged, while two
-#: processes measured the same scene within 0.003-0.16 % of each other (docs/stats.md).
+#: A 1 % change of work is flagged; two processes agree within 0.003-0.16 % (docs/stats.md).
 DEFAULT_THRESHOLD_COUNT_PCT = 0.5
-#: Cross-process jitter of a count metric, per frame (instructions): the band of a count comparison
-#: is never narrower than this over the frame's count. Measured: docs/measure.md ("Cross-process
-#: jitter"), ``python -m bench counts-aa``.
+#: Cross-process jitter of a count metric, instructions per frame: the floor of a count band
+#: (docs/measure.md, "Cross-process jitter").
 COUNT_JITTER_PER_FRAME = 500
-#: Runs (or paired rounds) a side below which run-to-run noise is unknown: a time metric gives no
-#: verdict on fewer (:func:`runs_decide`).
+#: Runs a side below which a time metric gives no verdict: run-to-run noise is unknown.
 MIN_RUNS = 3
-#: That rule in words, wherever a time metric's side has too few runs (compare, history check).
 FEW_RUNS_RULE = f"with fewer than {MIN_RUNS} runs a side a time metric never gives a verdict"
-#: Thresholds (percent) at or above this are refused: a 10x change is not a "minimum effect".
+#: A 10x change is not a "minimum effect".
 MAX_THRESHOLD_PCT = 1000.0
-#: The cap on rounds of ``ab --until-decided`` (and bisect's time mode) when ``--rounds`` is not
-#: given: the planned maximum over which the sequential rule spends alpha (docs/stats.md, "Stopping
-#: when decided").
+#: Cap on rounds of ``ab --until-decided`` without ``--rounds``: the plan the sequential rule spends
+#: alpha over.
 DEFAULT_SEQUENTIAL_MAX_ROUNDS = 20
-#: The first look of the sequential rule: before it, run-to-run noise is unknown (``MIN_RUNS``).
 DEFAULT_SEQUENTIAL_MIN_ROUNDS = 3
-#: Caps above this are refused: the rule's boundaries are computed look by look.
+#: The rule's boundaries are computed look by look.
 MAX_SEQUENTIAL_ROUNDS = 200
 
-#: The time metric and per-run statistic that compare, ab and bisect's time mode use by default
-#: (``--metric auto``) when every trace is a software renderer's (llvmpipe) and records process CPU
-#: time: each run's 10th-percentile frame of process CPU time, the frame's own work, which a CPU hog
-#: beside the runs does not stretch. Chosen by evidence: ``python -m bench defaults``
-#: (docs/stats.md, "Default metric"), A/A false verdicts and power of wall median, process median,
-#: process p10 and normalized time, on a quiet machine and beside a CPU hog.
+#: ``--metric auto`` on software renderers that record process CPU time: each run's p10 frame of
+#: process time, which a CPU hog beside the runs does not stretch (docs/stats.md, "Default metric").
 SOFTWARE_TIME_DEFAULT: tuple[str, str] = ("process", "p10")
-#: Sides captured in separate batches (every run of one side before every run of the other, not
-#: interleaved): the drift of the machine between batches allowed for in the interval, by metric and
-#: per-run statistic, as the sd of a log ratio (``welch``'s ``drift_sd``). Runs of one batch share
-#: the machine's state, so their spread does not show it. Measured by ``python -m bench defaults``
-#: (docs/stats.md, "Sides captured in separate batches"): the root mean square of the log ratio of
-#: 84 separate-batch A/A pairs (two runs of the bench: 3 scenes, quiet and beside a CPU hog, on a
-#: 2-core machine, once shared with other jobs), which also holds the runs' own spread (so it errs
-#: wide).
+#: Drift (sd of a log ratio) allowed between sides captured in separate batches, by metric and
+#: per-run statistic: runs of one batch share the machine's state, so their spread hides it.
+#: Measured by ``python -m bench defaults`` (docs/stats.md, "Sides captured in separate batches").
 BATCH_DRIFT_SD: dict[tuple[str, str], float] = {
     ("process", "p10"): 0.075,
     ("process", "median"): 0.092,
@@ -69,64 +49,50 @@ BATCH_DRIFT_SD: dict[tuple[str, str], float] = {
 
 
 def runs_decide(metric: str, runs: int) -> bool:
-    """Whether a side of ``runs`` runs of ``metric`` may give a verdict: a count's one run is
-    evidence (counts are deterministic); a time metric needs :data:`MIN_RUNS` (below that its
-    run-to-run noise is unknown, and one busy run looks like a change). compare's time rule and
-    ``history check``'s newest label both decide by it."""
+    """Whether a side of ``runs`` runs may give a verdict: a count's one run is evidence
+    (deterministic); a time metric needs :data:`MIN_RUNS`."""
     return is_count(metric) or runs >= MIN_RUNS
 
 
 def batch_drift_sd(metric: str, run_stat: str) -> float:
-    """The drift allowed between separately captured sides (:data:`BATCH_DRIFT_SD`); a metric the
-    bench did not measure (cpu, gpu, wall/reference) gets the largest measured."""
+    """:data:`BATCH_DRIFT_SD`; a metric the bench did not measure gets the largest."""
     return BATCH_DRIFT_SD.get((metric, run_stat), max(BATCH_DRIFT_SD.values()))
 
 
-#: How a comparison's metric was chosen (``metric_choice`` in compare's JSON and ab.json): given by
-#: ``--metric``, auto as the captures' counts, auto as the clock the captures trust, or
-#: :data:`SOFTWARE_TIME_DEFAULT`.
+#: How a comparison's metric was chosen (``metric_choice`` in compare's JSON and ab.json).
 METRIC_CHOICES = ("option", "counts", "capture", "software default")
 
-#: Image verdicts (:mod:`katra_trace.analysis.images`): the FLIP mean error (0-1) at or below which
-#: a changed image is *within tolerance*. Measured (docs/images.md, ``python -m bench
-#: image-tolerance``): another vector width renders identical images, softpipe's blend rounding (2
-#: levels) gives 0.020; a colour moved by 5 of 255 levels gives 0.046 or more.
+#: FLIP mean error (0-1) up to which a changed image is within tolerance: softpipe's blend rounding
+#: gives 0.020, a colour moved by 5 levels 0.046 or more (docs/images.md).
 DEFAULT_IMAGE_MAX_MEAN = 0.03
-#: The per-pixel FLIP error (0-1) over which a pixel counts as an outlier.
 DEFAULT_IMAGE_OUTLIER_LEVEL = 0.1
-#: The share of outlier pixels (percent) at or below which a changed image is *within tolerance*.
-#: Measured (docs/images.md): a one-pixel shift of the frame puts 1 % or more of the pixels over
-#: 0.1.
+#: Share of outlier pixels (percent) within tolerance; a one-pixel shift makes 1 % or more.
 DEFAULT_IMAGE_MAX_OUTLIER_PCT = 0.3
-#: ``--images``: what a changed image does. gate = a regression (exit 1); warn = a line, exit
-#: unchanged; off = no image verdict. The default is gate, warn under ``--allow-param-mismatch``.
+#: ``--images``: gate = a regression (exit 1), warn = a line, off = no image verdict.
 IMAGE_POLICIES = ("gate", "warn", "off")
 
 
 def default_threshold_pct(metric: str) -> float:
-    """The default ``--threshold`` of a metric (percent): counts' for instructions and cycles, else
-    times'.
-    """
+    """The default ``--threshold`` (percent) of a metric: counts' or times'."""
     return DEFAULT_THRESHOLD_COUNT_PCT if is_count(metric) else DEFAULT_THRESHOLD_TIME_PCT
 
 
 def threshold_for(metric: str, threshold_pct: float | None) -> float:
-    """``threshold_pct`` when one was given, else the metric's default (percent)."""
+    """``threshold_pct`` when given, else the metric's default."""
     return default_threshold_pct(metric) if threshold_pct is None else threshold_pct
 
 
 def check_alpha(alpha: float) -> float:
-    """``alpha`` when it lies in (0, 0.5), else :class:`OptionError` (a ConfigError, exit 2).
-
-    The upper bound is 0.5 because intervals are drawn at confidence ``1 - 2 alpha``."""
+    """``alpha`` when in (0, 0.5), else :class:`OptionError`: intervals are drawn at ``1 - 2
+    alpha``."""
     if not (isinstance(alpha, (int, float)) and 0 < alpha < 0.5):
         raise OptionError(f"--alpha must be between 0 and 0.5 (exclusive), got {alpha!r}")
     return float(alpha)
 
 
 def check_threshold_pct(threshold_pct: float | None) -> float | None:
-    """``threshold_pct`` (percent, None = the per-metric default) when it is a finite number in
-    [0, :data:`MAX_THRESHOLD_PCT`), else :class:`OptionError` (a ConfigError, exit 2)."""
+    """``threshold_pct`` (None = per-metric default) when finite in [0, :data:`MAX_THRESHOLD_PCT`),
+    else :class:`OptionError`."""
     if threshold_pct is None:
         return None
     if not (
@@ -153,25 +119,20 @@ def _check_fraction(value: float, option: str, what: str, upper: float) -> float
 
 
 def check_image_max_mean(value: float) -> float:
-    """``--image-max-mean``: a FLIP mean error in [0, 1], else :class:`OptionError` (exit 2)."""
     return _check_fraction(value, "--image-max-mean", "a FLIP mean error", 1.0)
 
 
 def check_image_max_outlier_pct(value: float) -> float:
-    """``--image-max-outliers``: a share of pixels in percent, [0, 100], else :class:`OptionError`
-    (exit 2).
-    """
     return _check_fraction(value, "--image-max-outliers", "a percentage of pixels", 100.0)
 
 
 def check_image_outlier_level(value: float) -> float:
-    """The per-pixel outlier level: a FLIP error in [0, 1], else :class:`OptionError` (exit 2)."""
     return _check_fraction(value, "the outlier level", "a FLIP error", 1.0)
 
 
 def image_policy(policy: str | None, allow_param_mismatch: bool = False) -> str:
-    """The ``--images`` policy in force: the one given (checked), else gate, or warn when the params
-    differ on purpose (``--allow-param-mismatch``)."""
+    """The ``--images`` policy in force: the one given, else gate, or warn under
+    ``--allow-param-mismatch``."""
     if policy is None:
         return "warn" if allow_param_mismatch else "gate"
     if policy not in IMAGE_POLICIES:
@@ -180,12 +141,8 @@ def image_policy(policy: str | None, allow_param_mismatch: bool = False) -> str:
 
 
 def check_sequential_rounds(min_rounds: int, max_rounds: int) -> tuple[int, int]:
-    """``(min_rounds, max_rounds)`` of a sequential rule when ``DEFAULT_SEQUENTIAL_MIN_ROUNDS <=
-    min_rounds <= max_rounds <= MAX_SEQUENTIAL_ROUNDS`` (whole numbers), else :class:`OptionError`
-    (exit 2).
-
-    ``max_rounds`` is ``ab --until-decided``'s ``--rounds``: the cap, and the plan the rule spends
-    alpha over."""
+    """``(min_rounds, max_rounds)`` when whole and ``DEFAULT_SEQUENTIAL_MIN_ROUNDS <= min_rounds <=
+    max_rounds <= MAX_SEQUENTIAL_ROUNDS``, else :class:`OptionError`."""
     for value in (min_rounds, max_rounds):
         if isinstance(value, bool) or not isinstance(value, int):
             raise OptionError(f"rounds must be whole numbers, got {value!r}")

@@ -1,11 +1,6 @@
-"""Which scenes two captures ran with other params, and whether that comes from the scenes'
-defaults alone.
-
-A commit that changes a scene's default (``passes`` 1 -> 2) changes what the scene does, as any
-other code change would: when both sides ran the same capture command with the same ``--param``
-values, ``ab --refs`` and ``bisect`` compare them and say so. Any other difference needs
-``--allow-param-mismatch`` (the decision model's comparability check, :mod:`.match`).
-"""
+"""Which scenes two captures ran with other params, and whether the scenes' defaults alone
+explain it: a changed default is a code change that ``ab --refs`` and ``bisect`` compare; any
+other difference needs ``--allow-param-mismatch``."""
 
 from __future__ import annotations
 
@@ -17,14 +12,13 @@ from katra_trace.analysis.defaults import CompareOptions
 from katra_trace.errors import ConfigError
 from katra_trace.io.header import TraceHeader
 
-#: What the line says of a change that comes from the scenes' defaults.
 FROM_DEFAULTS = "from the scene's defaults"
 
 
 @dataclasses.dataclass(frozen=True)
 class ParamChange:
-    """One scene's params that differ between BASE and NEW (``text``: "passes 1 -> 2"), and whether
-    the scene's defaults alone made the difference."""
+    """One scene's differing params (``text``: "passes 1 -> 2"), and whether its defaults alone
+    made the difference."""
 
     scene: str
     text: str
@@ -37,8 +31,8 @@ class ParamChange:
 
 
 def _given(header: TraceHeader) -> dict[str, Any]:
-    """The ``--param NAME.KEY=VALUE`` values of the capture (a mapping per scene is an older layout
-    of the resolved params, not a value given)."""
+    """The ``--param`` values of the capture (a mapping per scene is an older layout, not a given
+    value)."""
     given = header.capture_options.extra.get("params")
     if not isinstance(given, Mapping):
         return {}
@@ -46,9 +40,8 @@ def _given(header: TraceHeader) -> dict[str, Any]:
 
 
 def param_changes(base: TraceHeader, new: TraceHeader, same_command: bool) -> list[ParamChange]:
-    """The scenes of both captures whose params differ. A difference is the defaults' when both
-    ran the same command (``same_command``) with the same ``--param`` values, none of them a key
-    that differs."""
+    """The scenes whose params differ; the defaults' difference when both ran the same command
+    with the same ``--param`` values, none of a differing key."""
     given = _given(base)
     same_given = same_command and given == _given(new)
     given_keys = {str(k).rpartition(".")[2] for k in given}

@@ -1,22 +1,9 @@
-"""The two-sided Mann-Whitney U test of two samples, on numpy and scipy.special alone.
+"""The two-sided Mann-Whitney U test (compare's informational ``frame_p_value``), on numpy and
+scipy.special alone: importing ``scipy.stats`` costs about a second of CPU in every process.
 
-Used for the pooled-frame p-value that compare shows for information (``frame_p_value``). The test
-is written here, not taken from ``scipy.stats``, because importing ``scipy.stats`` costs about a
-second of CPU in every ``compare``, ``ab``, ``report`` and ``bisect`` process, and the test is
-small:
-
-* U of the first sample is its rank sum (ties get their average rank) minus ``m (m + 1) / 2``; the
-  statistic is the larger of U and ``m n - U``, and the p-value twice its upper tail, at most 1;
-* **exact** (no ties, both samples of at most :data:`EXACT_MAX` values): the upper tail of U's null
-  distribution, built by the recurrence ``P(m, n; u) = m / (m + n) P(m - 1, n; u - n) + n / (m + n)
-  P(m, n - 1; u)`` (the largest value of the pooled sample is in the first sample or in the second),
-  every step a convex combination, so tail probabilities keep their relative precision;
-* **asymptotic** (otherwise): the normal approximation with the tie-corrected variance
-  ``m n / 12 ((N + 1) - sum(t^3 - t) / (N (N - 1)))`` and a continuity correction of 1/2.
-
-These are the textbook definitions that ``scipy.stats.mannwhitneyu`` also follows (with
-``method="exact"`` or ``"asymptotic"``); tests/test_ranks.py checks that the two agree.
-"""
+Exact null distribution without ties for small samples (a recurrence of convex combinations, so
+tails keep their relative precision), else the tie-corrected normal approximation with continuity
+correction; tests/test_ranks.py checks agreement with ``scipy.stats.mannwhitneyu``."""
 
 from __future__ import annotations
 
@@ -26,35 +13,31 @@ import math
 import numpy as np
 from scipy.special import ndtr
 
-#: Both samples at most this long and no ties: the exact null distribution; otherwise the normal
-#: one.
+#: Both samples at most this long and no ties: the exact null distribution.
 EXACT_MAX = 50
 
 
 def average_ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(ranks 1..N with ties given their average rank, the size of every group of equal values)."""
+    """(ranks 1..N, ties given their average rank; the size of every group of equal values)."""
     _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
-    below = np.cumsum(counts) - counts  # values smaller than each distinct value
+    below = np.cumsum(counts) - counts
     return (below + (counts + 1) / 2.0)[inverse.reshape(-1)], counts
 
 
 @functools.lru_cache(maxsize=16)
 def u_tail_exact(m: int, n: int) -> np.ndarray:
-    """``P(U >= u)`` for u = 0 .. m n, U the Mann-Whitney statistic of samples of m and n tie-free
-    values (kept for the last few shapes, read-only: every scene of a comparison usually has the
-    same)."""
-    # rows[j]: the distribution of U for (i, j) values, i the current row; row i = 0: U = 0 for any
-    # j
+    """``P(U >= u)`` for u = 0 .. m n without ties; cached read-only, as a comparison's scenes
+    usually share one shape."""
+    # rows[j]: the distribution of U for (i, j) values, i the current row
     rows = [np.ones(1) for _ in range(n + 1)]
     for i in range(1, m + 1):
-        new = [np.ones(1)]  # (i, 0): U = 0
+        new = [np.ones(1)]
         for j in range(1, n + 1):
             pmf = np.zeros(i * j + 1)
-            # the largest value is in the first sample (it is above all j of the second): U grows by
-            # j
+            # the largest value is in the first sample: U grows by j
             last_first = rows[j]  # (i - 1, j)
             pmf[j : j + last_first.size] += (i / (i + j)) * last_first
-            # in the second: (i, j - 1), U as it was
+            # or in the second: U as it was
             pmf[: new[j - 1].size] += (j / (i + j)) * new[j - 1]
             new.append(pmf)
         rows = new
@@ -65,7 +48,7 @@ def u_tail_exact(m: int, n: int) -> np.ndarray:
 
 
 def mann_whitney_p(x: np.ndarray, y: np.ndarray) -> float:
-    """Two-sided Mann-Whitney U p-value of samples ``x`` and ``y`` (1.0 when it is undefined)."""
+    """Two-sided p-value of ``x`` against ``y`` (1.0 when undefined)."""
     x = np.asarray(x, dtype=np.float64).reshape(-1)
     y = np.asarray(y, dtype=np.float64).reshape(-1)
     m, n = x.size, y.size

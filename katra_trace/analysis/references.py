@@ -1,20 +1,10 @@
 """Reference images per device: ``katra3d run --expect-images DIR`` and ``--update-images``.
 
-A reference is one scene's kept frame (:mod:`katra_trace.io.images`) for one image key (which
-device and code generator drew it), stored as ``DIR/<scene>/<key id>.png`` with
-``DIR/<scene>/<key id>.json`` beside it: the key itself, the frame index, animation time, size and
-the SHA-256 of the pixels. A scene may have references for many devices; a run is checked against
-the one for its own key, and a device with none is skipped with a notice (as Mesa's trace CI
-does). The comparison is the image verdict (identical / within tolerance / changed:
-:func:`katra_trace.analysis.images.image_verdict`, FLIP with the thresholds of docs/images.md).
-
-Reference folders live in repositories, so their files are input like any trace: each is opened
-through the input rule (:func:`katra_trace.io.inputs.open_regular`: regular files only, never a
-FIFO or a device, with a size cap), the facts are checked into a typed record
-(:class:`ReferenceFacts`) and the PNG is decoded within the reading budget of its size. Anything
-wrong is one line, exit 2. Recording writes through the output rule
-(:func:`katra_trace.io.claim.open_output`) and never through a symbolic link.
-"""
+A reference is one scene's kept frame for one image key, ``DIR/<scene>/<key id>.png`` with its
+facts in ``<key id>.json``; a device with none is skipped with a notice. Reference folders are
+input like any trace: read through the input rule with size caps, facts checked into
+:class:`ReferenceFacts`, PNG decoded within its budget; recording goes through the output rule,
+never through a symbolic link."""
 
 from __future__ import annotations
 
@@ -50,7 +40,7 @@ from katra_trace.io.images import (
 from katra_trace.io.inputs import read_regular
 from katra_trace.text import shown
 
-#: What a ``--duration`` run says once, and what its header records: no frame is kept or checked.
+#: A ``--duration`` run keeps and checks no frame.
 DURATION_NOTICE = (
     "a --duration run keeps no frame for image checks: how many frames it renders depends on "
     "speed, so its last frame is a different one in every run (use --frames N)"
@@ -58,8 +48,8 @@ DURATION_NOTICE = (
 
 
 class CheckStatus(str, enum.Enum):
-    """What an image check can say about one scene: the image verdict's outcomes, then the checks
-    that could not compare (:attr:`words` is how a line says it)."""
+    """An image check's outcome for one scene: the image verdict's, then the checks that could
+    not compare."""
 
     IDENTICAL = ImageOutcome.IDENTICAL.value
     WITHIN_TOLERANCE = ImageOutcome.WITHIN_TOLERANCE.value
@@ -82,17 +72,15 @@ class CheckStatus(str, enum.Enum):
         return format(self.value, spec)
 
 
-#: The largest reference facts file read (its JSON is a few hundred bytes).
 MAX_FACTS_BYTES = 64 << 10
-#: The largest reference PNG read: the largest frame a trace keeps, plus room for PNG's own bytes.
+#: The largest frame a trace keeps, plus room for PNG's own bytes.
 MAX_REFERENCE_PNG_BYTES = MAX_IMAGE_BYTES + (1 << 20)
 
 
 @dataclasses.dataclass(frozen=True)
 class ReferenceFacts:
-    """A reference's facts (``DIR/<scene>/<key id>.json``), checked: the scene's label, the frame's
-    index and animation time (seconds), its size in pixels, the SHA-256 (hex) of its raw pixels, the
-    image key, and its channels (4 RGBA or 3 RGB; None in facts recorded before they said)."""
+    """A reference's checked facts (``<key id>.json``): frame index, animation time (s), size,
+    SHA-256 of the raw pixels, image key, channels (None in facts recorded before they said)."""
 
     scene: str
     frame_index: int
@@ -106,8 +94,7 @@ class ReferenceFacts:
     @classmethod
     def from_json(cls, obj: Any, where: str) -> ReferenceFacts:
         """The facts of a parsed JSON document; ConfigError naming ``where`` and the first bad
-        field.
-        """
+        field."""
         if not isinstance(obj, dict):
             raise ConfigError(f"{where} is not a reference's facts (a JSON object)")
 
@@ -156,7 +143,6 @@ class ReferenceFacts:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON object written beside the reference PNG."""
         out = dataclasses.asdict(self)
         if self.channels is None:
             del out["channels"]
@@ -172,9 +158,7 @@ def images_policy(keep: bool, duration: bool) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class ImageCheck:
-    """One scene's image check: ``status``, ``line`` (what to print,
-    one line), ``reference`` (the reference PNG, when there is one), ``verdict`` (the image verdict,
-    when the frame was compared)."""
+    """One scene's image check and its one-line ``line``."""
 
     scene: str
     status: CheckStatus
@@ -184,13 +168,13 @@ class ImageCheck:
 
     @property
     def regression(self) -> bool:
-        """The image changed: a regression (exit 1)."""
+        """The image changed (exit 1)."""
         return self.status is CheckStatus.CHANGED
 
     @property
     def error(self) -> bool:
-        """The reference is of another frame or scene than the run kept, or the kept frame cannot be
-        read: the check cannot be made (exit 2)."""
+        """The check cannot be made (exit 2): the reference is of another frame or scene, or the
+        kept frame is unreadable."""
         return self.status in (
             CheckStatus.OTHER_FRAME,
             CheckStatus.OTHER_SCENE,
@@ -199,8 +183,7 @@ class ImageCheck:
 
 
 def reference_paths(directory: Path, scene: str, key: Mapping[str, str]) -> tuple[Path, Path]:
-    """The reference PNG and its JSON facts for ``scene`` drawn under image key ``key``
-    (``DIR/<stem>/``, one folder per label: :func:`~katra_trace.analysis.images.file_stem`)."""
+    """The reference PNG and facts of ``scene`` under image ``key``."""
     folder = Path(directory) / file_stem(scene)
     kid = key_id(key)
     return folder / f"{kid}.png", folder / f"{kid}.json"
@@ -209,8 +192,8 @@ def reference_paths(directory: Path, scene: str, key: Mapping[str, str]) -> tupl
 def _recorded_paths(
     directory: Path, scene: str, key: Mapping[str, str]
 ) -> tuple[Path, Path] | None:
-    """Where ``scene``'s reference for ``key`` is: its own folder, or the folder katra3d before 0.2
-    gave it when the facts there name this scene; None when neither holds a file of it."""
+    """Where ``scene``'s reference for ``key`` is: its own folder, or the pre-0.2 folder when the
+    facts there name this scene; None when neither holds it."""
     png, facts = reference_paths(directory, scene, key)
     if os.path.lexists(png) or os.path.lexists(facts):
         return png, facts
@@ -232,10 +215,9 @@ def _recorded_paths(
 def record_references(
     directory: Path, images: Mapping[str, FrameImage | KeptFrame]
 ) -> list[ImageCheck]:
-    """Store each kept frame of ``images`` as its scene's reference for its key, replacing the old
-    one (a kept frame is checked against its record first, and its PNG stored as it is). Written
-    through the output rule; a reference file or folder that is a symbolic link is refused
-    (ConfigError), never written through."""
+    """Store each kept frame as its scene's reference for its key, replacing the old one (a kept
+    frame is checked first). A reference file or folder that is a symbolic link is refused
+    (ConfigError)."""
     checks = []
     for scene, image in images.items():
         png, facts = reference_paths(directory, scene, image.key)
@@ -285,9 +267,8 @@ def record_references(
 
 
 def load_reference(png: Path, facts: Path) -> FrameImage:
-    """The reference at ``png`` and ``facts``, each read through the reader's rule with a size cap,
-    the facts checked (:class:`ReferenceFacts`) and the PNG decoded within the budget of its size;
-    ConfigError (exit 2, one line) if either is unreadable, malformed or they disagree."""
+    """The reference at ``png`` and ``facts``, read with size caps and checked; ConfigError if
+    either is unreadable, malformed or they disagree."""
     raw = read_regular(facts, what="reference facts file", max_bytes=MAX_FACTS_BYTES)
     try:
         obj = json.loads(raw.decode("utf-8"))
@@ -337,9 +318,8 @@ def check_references(
     scenes: Sequence[str],
     thresholds: ImageThresholds | None = None,
 ) -> list[ImageCheck]:
-    """Check the kept frame of every scene in ``scenes`` against its reference in ``directory`` for
-    its key, by the image verdict with ``thresholds`` (None: the defaults). A reference that is
-    there but unreadable is a ConfigError (exit 2), never a skipped check."""
+    """Check each scene's kept frame against its reference for its key (``thresholds`` None: the
+    defaults). A reference there but unreadable is a ConfigError, never a skip."""
     checks = []
     for scene in scenes:
         image = images.get(scene)
@@ -395,12 +375,11 @@ def _check(
             png,
         )
     verdict = image_verdict(ref, new, thresholds)
-    # the run's own kept frame: damaged, or too large for its trace's budget
     if not verdict.readable:
         return ImageCheck(
             scene, CheckStatus.UNREADABLE, f"image check: {scene}: {verdict.reason}", png, verdict
         )
-    # incomparable: the sizes were checked above, so this is not expected
+    # sizes were checked above: incomparable is not expected
     outcome = verdict.verdict
     status = (
         CheckStatus.OTHER_FRAME

@@ -1,37 +1,12 @@
-"""The stopping rule of ``katra3d ab --until-decided`` and of bisect's time mode: one look after
-every round, with the overall false-alarm rate kept at alpha however many looks are taken.
+"""The stopping rule of ``ab --until-decided`` and bisect's time mode: a look after every round, the
+overall false-alarm rate kept at alpha however many looks are taken.
 
-Pure: numpy and scipy.special only. The evidence is what the paired t of
-:mod:`katra_trace.analysis.decide` uses: the per-round log ratios ``log(NEW level / BASE level)``.
-Testing them at alpha after every round and stopping at the first success would give alpha a new
-chance at every look (the A/A false-alarm rate of 20 naive looks at alpha 0.01 is several times
-alpha: docs/stats.md). So the rule is a **group-sequential paired t test**:
-
-* ``K`` = the cap on rounds (``--rounds``), the plan over which alpha is spent; the looks are at
-  rounds ``k = min_rounds .. K``, information fraction ``t = k / K``.
-* Lan-DeMets **O'Brien-Fleming-type spending**, one-sided, for each direction: ``alpha(t) = 2 (1 -
-  Phi(z_{1 - alpha/2} / sqrt(t)))``, ``alpha(1) = alpha``: almost nothing at the first looks, most
-  of alpha at the last ones, so a long run pays little for its early looks.
-* Each look's **nominal level** ``a_k`` is the alpha spent at it (the first look takes all spent up
-  to it); the levels add up to alpha, so by the union bound the chance of a false alarm at any look
-  is at most alpha, whatever the dependence between looks, with the spread estimated afresh at each.
-  (An exact boundary for a known spread, the Armitage-McPherson-Rowe recursion, allows more at the
-  late looks, but with the spread estimated from the rounds the t test's overall rate rose to
-  1.12-1.17 alpha in simulation: docs/stats.md.)
-* At ``k`` rounds the look draws the **repeated confidence interval** of the mean log ratio, the t
-  interval with ``k - 1`` degrees of freedom and ``a_k`` in each tail. These intervals cover the
-  true change at every look at once with probability >= ``1 - 2 alpha``.
-* The verdict is the project's interval rule
-  (:func:`~katra_trace.analysis.intervals.interval_verdict`): **regression** (the estimate at least
-  the threshold, the whole interval above 0), **improvement** mirrored, **unchanged** (the whole
-  interval inside +-threshold: no change of practical size, the futility stop), else undecided. So a
-  false regression at some look has chance <= alpha, and a false "unchanged" when the change is a
-  threshold's or more has chance <= alpha too. Several scenes: alpha / m each (Bonferroni).
-
-:func:`look` is the one decision on one series; :func:`settle` says whether a whole comparison is
-decided (every scene); :func:`simulate` runs the rule on seeded normal series (tests and
-docs/stats.md's figures).
-"""
+A group-sequential paired t test on the per-round log ratios: Lan-DeMets O'Brien-Fleming-type
+spending over the cap ``K``; each look's nominal level is the alpha spent at it, so by the union
+bound the levels add up to alpha whatever the dependence between looks (an exact boundary
+overshot alpha with the spread estimated: docs/stats.md, "Stopping when decided"). Each look
+draws a repeated confidence interval and gives the project's interval verdict; several scenes
+split alpha (Bonferroni)."""
 
 from __future__ import annotations
 
@@ -58,21 +33,16 @@ from katra_trace.analysis.verdict import VERDICTS, Comparison, Verdict
 from katra_trace.errors import ConfigError, OptionError
 from katra_trace.units import format_change
 
-#: The rule's name, as ab.json records it.
+#: The rule's and spending function's names, as ab.json records them.
 RULE_NAME = "group-sequential-t"
-#: The spending function's name, as ab.json records it.
 SPENDING = "lan-demets-obrien-fleming"
 
 
 @dataclasses.dataclass(frozen=True)
 class SequentialRule:
-    """A stopping rule for repeated looks at paired rounds: what ab.json records (``to_json``).
-
-    ``alpha``: the one-sided false-regression rate over all looks (per scene, before the split over
-    scenes); ``max_rounds``: the cap and the plan alpha is spent over; ``min_rounds``: the first
-    look; ``threshold_pct``: the smallest change of practical size in percent (None: the time
-    metrics' default).
-    """
+    """A stopping rule for repeated looks at paired rounds (ab.json's ``sequential``). ``alpha``
+    is per scene over all looks; ``max_rounds`` the cap alpha is spent over; ``threshold_pct``
+    None is the time metrics' default."""
 
     alpha: float = DEFAULT_ALPHA
     max_rounds: int = DEFAULT_SEQUENTIAL_MAX_ROUNDS
@@ -93,8 +63,7 @@ class SequentialRule:
 
     @property
     def threshold(self) -> float:
-        """The threshold as a fraction (the time metrics' default when
-        ``threshold_pct`` is None)."""
+        """The threshold as a fraction."""
         return threshold_for("wall", self.threshold_pct) / 100.0
 
     def describe(self) -> str:
@@ -106,12 +75,11 @@ class SequentialRule:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The rule as JSON-ready data (ab.json's ``sequential``)."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, data: object) -> SequentialRule:
-        """The rule :meth:`to_json` wrote; ConfigError (exit 2) for anything else."""
+        """The rule :meth:`to_json` wrote; ConfigError for anything else."""
         fields = {f.name for f in dataclasses.fields(cls)}
         if not isinstance(data, Mapping) or not set(data) <= fields:
             raise ConfigError(f"not a sequential rule: {data!r}")
@@ -123,9 +91,7 @@ class SequentialRule:
 
 @dataclasses.dataclass(frozen=True)
 class Look:
-    """One look at ``rounds`` paired rounds: decided or not, the verdict, why; ratios NEW / BASE (>
-    1 slower).
-    """
+    """One look at ``rounds`` paired rounds; ratios NEW / BASE (> 1 slower)."""
 
     decided: bool
     verdict: Verdict  #: INCONCLUSIVE while undecided
@@ -134,26 +100,22 @@ class Look:
     ratio: float = math.nan  #: the geometric mean of the per-round ratios
     ci_low: float = math.nan  #: the repeated interval, as ratios
     ci_high: float = math.nan
-    #: the repeated interval's nominal two-sided confidence at this look
     confidence: float = math.nan
     final: bool = False  #: this look is at the cap: no more rounds will be run
 
 
 def spent(alpha: float, t: float) -> float:
-    """Alpha spent by information fraction ``t`` (O'Brien-Fleming-type, Lan-DeMets), one-sided."""
+    """Alpha spent by information fraction ``t``, one-sided."""
     if t <= 0:
         return 0.0
-    z = float(-ndtri(alpha / 2.0))  # the normal quantile with alpha / 2 above it
-    return float(2.0 * ndtr(-z / math.sqrt(min(t, 1.0))))  # twice the normal tail above z / sqrt(t)
+    z = float(-ndtri(alpha / 2.0))
+    return float(2.0 * ndtr(-z / math.sqrt(min(t, 1.0))))
 
 
 @functools.lru_cache(maxsize=64)
 def nominal_levels(alpha: float, min_rounds: int, max_rounds: int) -> tuple[float, ...]:
-    """The one-sided nominal level of each look ``k = min_rounds .. max_rounds`` (in that order):
-    the alpha the spending function assigns to it (the first look takes all that was spent up to
-    it). They add up to ``alpha``, so the chance of a false alarm at any look is at most ``alpha``
-    (the union bound), whatever the dependence between the looks and with the spread estimated at
-    each."""
+    """The one-sided nominal level of each look ``k = min_rounds .. max_rounds``: the alpha spent
+    at it (the first takes all spent up to it). They add up to ``alpha`` (union bound)."""
     check_alpha(alpha)
     check_sequential_rounds(min_rounds, max_rounds)
     cumulative = [spent(alpha, k / max_rounds) for k in range(min_rounds, max_rounds + 1)]
@@ -164,9 +126,7 @@ def nominal_levels(alpha: float, min_rounds: int, max_rounds: int) -> tuple[floa
 
 
 def critical_t(rule: SequentialRule, rounds: int, tests: int = 1) -> float:
-    """The t quantile of the repeated interval at ``rounds`` rounds (inf before a look can decide
-    anything).
-    """
+    """The repeated interval's t quantile at ``rounds`` (inf before a look can decide)."""
     level = nominal_levels(rule.alpha / max(tests, 1), rule.min_rounds, rule.max_rounds)[
         rounds - rule.min_rounds
     ]
@@ -189,10 +149,8 @@ def _pct(log_ratio: float) -> str:
 
 
 def look(rule: SequentialRule, log_ratios: Sequence[float] | np.ndarray, *, tests: int = 1) -> Look:
-    """The rule's look at the per-round log ratios NEW / BASE so far (``tests``: scenes judged
-    together).
-
-    ConfigError when there are more rounds than the rule's cap (its alpha is spent by then)."""
+    """The rule's look at the per-round log ratios so far (``tests``: scenes judged together);
+    ConfigError past the cap, where alpha is spent."""
     x = np.asarray(log_ratios, dtype=np.float64)
     k = int(x.size)
     if k > rule.max_rounds:
@@ -211,7 +169,7 @@ def look(rule: SequentialRule, log_ratios: Sequence[float] | np.ndarray, *, test
     q = critical_t(rule, k, tests)
     low, high = _interval(estimate, se, q)
     verdict = interval_verdict(estimate, low, high, thr)
-    level = float(t_sf(q, k - 1)) if math.isfinite(q) else 0.0  # the t tail above q
+    level = float(t_sf(q, k - 1)) if math.isfinite(q) else 0.0
     interval = (
         f"repeated interval [{_pct(low)}, {_pct(high)}]" if math.isfinite(q) else "no interval yet"
     )
@@ -248,9 +206,7 @@ def look(rule: SequentialRule, log_ratios: Sequence[float] | np.ndarray, *, test
 
 @dataclasses.dataclass(frozen=True)
 class Settled:
-    """Whether a comparison after ``rounds`` rounds is decided for every scene, and the one line
-    that says so.
-    """
+    """Whether a comparison is decided for every scene, and the line that says so."""
 
     decided: bool
     rounds: int
@@ -259,12 +215,11 @@ class Settled:
     undecided: tuple[str, ...] = ()  #: the scenes still inconclusive
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready (ab.json's ``stop``)."""
         return dict(dataclasses.asdict(self), undecided=list(self.undecided))
 
     @classmethod
     def from_dict(cls, data: object) -> Settled:
-        """What :meth:`as_dict` wrote; ConfigError (exit 2) for anything else."""
+        """What :meth:`as_dict` wrote; ConfigError for anything else."""
         try:
             if not isinstance(data, Mapping):
                 raise TypeError("not an object")
@@ -290,9 +245,8 @@ class Settled:
 
 
 def settle(comparison: Comparison, rounds: int, max_rounds: int) -> Settled:
-    """Is every scene of ``comparison`` decided (regression, improvement, unchanged; incomparable
-    ones cannot change)? The stop line of ``ab --until-decided``: why it stopped, or why it goes on.
-    """
+    """Whether every scene is decided (incomparable ones cannot change): ``ab --until-decided``'s
+    stop line."""
     open_ = [s.scene for s in comparison.scenes if s.verdict is Verdict.INCONCLUSIVE]
     verdicts = ", ".join(f"{s.scene} {s.verdict}" for s in comparison.scenes) or "no scenes"
     if not open_:
@@ -321,13 +275,12 @@ def settle(comparison: Comparison, rounds: int, max_rounds: int) -> Settled:
 
 @dataclasses.dataclass(frozen=True)
 class Simulation:
-    """The rule run on ``trials`` seeded normal series: how often each verdict,
-    and the rounds used."""
+    """The rule run on ``trials`` seeded normal series: rate of each verdict, rounds used."""
 
     effect: float  #: the true change, a fraction (0.1 = +10 %)
     sd_log: float  #: the sd of one round's log ratio
     trials: int
-    #: fraction of trials ending with each verdict (at the stop, or at the cap)
+    #: At the stop, or at the cap.
     rates: dict[str, float]
     mean_rounds: float
 
@@ -335,8 +288,8 @@ class Simulation:
 def simulate(
     rule: SequentialRule, effect: float, sd_log: float, trials: int, seed: int, tests: int = 1
 ) -> Simulation:
-    """Run :func:`look`'s rule after every round of ``trials`` series of normal log ratios (mean
-    ``log(1 + effect)``, sd ``sd_log``) up to the cap; each stops at its first decided look."""
+    """Run the rule after every round on ``trials`` normal series of log ratios (mean ``log(1 +
+    effect)``, sd ``sd_log``), each stopping at its first decided look."""
     rng = np.random.default_rng(seed)
     x = rng.normal(math.log1p(effect), sd_log, size=(trials, rule.max_rounds))
     k = np.arange(1, rule.max_rounds + 1)

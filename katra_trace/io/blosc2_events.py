@@ -1,10 +1,5 @@
-"""EVENTS blocks with codec 2 (blosc2): ``u32 n, i64 base_ts``, then one blosc2 chunk of the packed
-records.
-
-The layout is in docs/trace-format.md; the framing, the other codecs and the checks shared with them
-are in :mod:`katra_trace.io.format`. The ``blosc2`` module itself comes from
-:func:`katra_trace.io.format.load_blosc2`.
-"""
+"""EVENTS blocks with codec 2 (blosc2): ``u32 n, i64 base_ts``, then one blosc2 chunk of the
+packed records (docs/trace-format.md; framing and shared checks in :mod:`katra_trace.io.format`)."""
 
 from __future__ import annotations
 
@@ -25,13 +20,9 @@ from katra_trace.schema import EVENT_DTYPE
 
 
 def encode_events_blosc2(events: np.ndarray, blosc2: Any, *, in_place: bool = False) -> bytes:
-    """The stored payload of a codec-2 EVENTS block: ``u32 n, i64 base_ts`` then one blosc2 chunk
-    holding the n packed 42-byte records with ``start_ns`` replaced by its deltas
-    (docs/trace-format.md).
-
-    ``blosc2`` is the module (:func:`load_blosc2`). ``events`` is not modified, unless ``in_place``
-    (a contiguous, writeable EVENT_DTYPE array the caller owns): then its ``start_ns`` column is
-    left holding the deltas, which saves a copy of the batch (the writer thread's case)."""
+    """The stored payload of a codec-2 EVENTS block, ``start_ns`` as deltas. ``events`` is left
+    alone unless ``in_place`` (a contiguous writeable EVENT_DTYPE array the caller owns): then
+    its ``start_ns`` keeps the deltas, saving the writer thread a copy."""
     n = len(events)
     if n == 0:
         return EVENTS_HEAD.pack(0, 0)
@@ -61,10 +52,8 @@ def encode_events_blosc2(events: np.ndarray, blosc2: Any, *, in_place: bool = Fa
 
 
 def blosc2_events_head(stored: bytes, raw_len: int, offset: int) -> tuple[int, int]:
-    """Check a codec-2 EVENTS payload without decoding it; returns (n, base_ts).
-
-    The event count, the block's ``raw_len`` and the sizes the blosc2 chunk header declares must
-    agree before anything is allocated or decompressed (blosc2 trusts its header)."""
+    """(n, base_ts) of a codec-2 payload, checked without decoding: blosc2 trusts its chunk
+    header, so its sizes must agree with ``n`` and ``raw_len`` before anything is allocated."""
     bad = f"corrupt EVENTS block at offset {offset}"
     if len(stored) < EVENTS_HEAD.size:
         raise TraceFormatError(f"{bad}: too short", offset)
@@ -105,9 +94,7 @@ def blosc2_events_head(stored: bytes, raw_len: int, offset: int) -> tuple[int, i
 def decode_events_blosc2(
     stored: bytes, raw_len: int, offset: int, out: np.ndarray | None = None
 ) -> np.ndarray:
-    """Decode a codec-2 EVENTS payload straight into ``out`` (contiguous EVENT_DTYPE, length n) or a
-    new array.
-    """
+    """Decode a codec-2 payload into ``out`` (contiguous EVENT_DTYPE of length n) or a new array."""
     n, base = blosc2_events_head(stored, raw_len, offset)
     if out is None:
         out = np.empty(n, dtype=EVENT_DTYPE)

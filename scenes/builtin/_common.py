@@ -1,9 +1,5 @@
-"""Shared pieces of the built-in scenes: matrices, procedural meshes, a base class.
-
-Matrices are float32 numpy arrays in the math convention (``M @ v``, column
-vectors); :func:`mat_bytes` transposes them into GLSL's column-major layout.
-All meshes are generated here, in code: no third-party assets.
-"""
+"""Shared pieces of the built-in scenes: matrices (float32, ``M @ v``; :func:`mat_bytes` gives
+GLSL's column-major layout), procedural meshes (no third-party assets), a base class."""
 
 from __future__ import annotations
 
@@ -14,8 +10,6 @@ from typing import Any
 import numpy as np
 
 from katra3d.scenes.api import Scene
-
-# -- matrices -----------------------------------------------------------------------
 
 
 def perspective(fovy_deg: float, aspect: float, near: float, far: float) -> np.ndarray:
@@ -31,7 +25,6 @@ def perspective(fovy_deg: float, aspect: float, near: float, far: float) -> np.n
 
 
 def orthographic(half_w: float, half_h: float, near: float, far: float) -> np.ndarray:
-    """Symmetric orthographic projection."""
     m = np.eye(4, dtype=np.float32)
     m[0, 0] = 1.0 / half_w
     m[1, 1] = 1.0 / half_h
@@ -41,7 +34,6 @@ def orthographic(half_w: float, half_h: float, near: float, far: float) -> np.nd
 
 
 def look_at(eye: Any, target: Any, up: Any = (0.0, 1.0, 0.0)) -> np.ndarray:
-    """View matrix looking from ``eye`` at ``target``."""
     eye_v = np.asarray(eye, dtype=np.float64)
     fwd = np.asarray(target, dtype=np.float64) - eye_v
     fwd /= np.linalg.norm(fwd)
@@ -79,7 +71,7 @@ def mat_bytes(m: np.ndarray) -> bytes:
     return np.ascontiguousarray(np.asarray(m, dtype=np.float32).T).tobytes()
 
 
-# -- meshes: (vertices (N, 6) float32 position+normal, indices (M,) uint32) ---------------
+# Meshes are (vertices (N, 6) float32 position+normal, indices (M,) uint32).
 
 
 def torus_knot(
@@ -148,7 +140,7 @@ def uv_sphere(stacks: int, slices: int, radius: float = 1.0) -> tuple[np.ndarray
 
 
 def cube() -> tuple[np.ndarray, np.ndarray]:
-    """A unit cube (-1..1) with flat face normals, 24 vertices, 36 indices."""
+    """A unit cube (-1..1) with flat face normals."""
     verts: list[Any] = []
     idx: list[Any] = []
     for axis in range(3):
@@ -171,7 +163,6 @@ def cube() -> tuple[np.ndarray, np.ndarray]:
 
 
 def unindex(verts: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    """Expand an indexed mesh into a flat triangle list (one vertex per index)."""
     return np.ascontiguousarray(verts[indices])
 
 
@@ -212,12 +203,10 @@ void main() {
 
 class BuiltinScene(Scene):
     """Base of the built-in scenes: ``setup`` checks requirements, binds the target and calls
-    :meth:`build`; objects passed to :meth:`Scene.own` are released by the inherited ``release``.
-    """
+    :meth:`build`."""
 
     def setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, Any]) -> None:
-        """Check requirements, bind the target, then :meth:`build`; on any error,
-        release what was created and re-raise."""
+        """:meth:`build` after the checks; on any error, release what was created and re-raise."""
         self.check_requirements(ctx)
         self.begin_setup(ctx, size, params)
         try:
@@ -231,7 +220,6 @@ class BuiltinScene(Scene):
         raise NotImplementedError
 
     def begin_setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, Any]) -> None:
-        """Remember ctx/size/params and the target framebuffer."""
         self.ctx = ctx
         self.size = (int(size[0]), int(size[1]))
         self.aspect = self.size[0] / max(1, self.size[1])

@@ -38,19 +38,9 @@ void main() {
 
 
 class BufferScene(BuiltinScene):
-    """A ``grid`` x ``grid`` height-field whose vertices are recomputed on the CPU
-    and re-uploaded every frame.
-
-    Each frame updates a contiguous window of ``update_fraction`` of the
-    vertices (the window walks through the buffer, wrapping), with heights
-    computed in numpy from the frame's scene time, then uploads it with
-    ``method``:
-
-    * ``subdata``: ``glBufferSubData`` (moderngl ``Buffer.write``);
-    * ``map``: ``glMapBufferRange`` + copy + unmap (moderngl ``Buffer.write_chunks``).
-
-    Then draws the grid (indexed triangles, no culling: the surface is open).
-    """
+    """A ``grid`` x ``grid`` height-field recomputed on the CPU; each frame a window of
+    ``update_fraction`` of it, walking and wrapping, is uploaded by ``method`` (``subdata`` or
+    ``map``). No culling: the surface is open."""
 
     name = "buffer"
     description = "per-frame dynamic vertex buffer updates: map vs sub-data, update fraction"

@@ -10,13 +10,8 @@ from katra3d.scenes.api import Frame, Param, Scene
 
 
 class ClearScene(Scene):
-    """Clears the target to a colour that cycles with scene time.
-
-    Measures the harness's own per-frame cost (frame span, sync, one clear):
-    every other scene's frame time includes at least this much.
-    The final image is one flat colour plus, when ``bands`` > 1, a row of
-    scissored vertical bands so an image check can tell it from a blank frame.
-    """
+    """A colour clear per frame, cycling with scene time: the harness's own per-frame cost.
+    ``bands`` > 1 adds scissored bands, so an image check can tell it from a blank frame."""
 
     name = "clear"
     description = "colour clear only: the per-frame floor of the harness"

@@ -76,14 +76,9 @@ void main() { f_color = vec4(v_color * 0.35, 1.0); }
 
 
 class ComputeScene(BuiltinScene):
-    """``count`` particles in a shader storage buffer, advanced each frame by a
-    compute shader (three moving attractors, fixed step 1/NOMINAL_RATE_HZ s),
-    then drawn from the same buffer as 2-pixel points with additive blending.
-
-    Needs OpenGL 4.3 (compute shaders, SSBOs); raises SceneSkip below that.
-    The state carries over between frames, so the image depends on every
-    frame rendered since setup — deterministic for a given frame sequence.
-    """
+    """``count`` particles in an SSBO, advanced by a compute shader each frame, then drawn from
+    the same buffer as additive points. Needs GL 4.3; the state carries over frames, so the image
+    depends on every frame since setup."""
 
     name = "compute"
     description = "compute-shader particle simulation drawn as additive points (GL 4.3)"

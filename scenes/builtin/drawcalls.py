@@ -15,13 +15,8 @@ from katra3d.scenes.shaders import compile_program
 
 
 class DrawCallsScene(BuiltinScene):
-    """``count`` cubes on a grid, each drawn by its own ``glDrawElements`` after
-    setting its own model/MVP matrices and colour (3 uniform uploads per draw).
-
-    Measures per-draw CPU/driver overhead: the geometry is tiny (12 triangles
-    per cube), so frame time grows with ``count``, not with pixels.
-    Back faces culled, depth test on.
-    """
+    """``count`` tiny cubes, each its own draw with its own uniforms: per-draw CPU/driver
+    overhead."""
 
     name = "drawcalls"
     description = "N small objects drawn one call each, with per-object uniforms: per-draw overhead"

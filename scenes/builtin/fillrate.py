@@ -30,13 +30,8 @@ _VERTEX = FULLSCREEN_VERTEX.replace(
 
 
 class FillrateScene(BuiltinScene):
-    """``layers`` full-screen triangles blended over each other (src-alpha, one-minus-src-alpha).
-
-    One instanced draw; each instance is one layer with its own colour and
-    stripe pattern. Work is ``layers x width x height`` blended fragments, so
-    frame time scales with the layer count and the resolution. Depth test and
-    culling off.
-    """
+    """``layers`` full-screen triangles blended over each other in one instanced draw: work is
+    ``layers x width x height`` blended fragments."""
 
     name = "fillrate"
     description = "K alpha-blended full-screen layers: fill rate and blending bandwidth"

@@ -39,18 +39,8 @@ void main() {
 class GeometryScene(BuiltinScene):
     """A (2, 3) torus knot of ``16 * detail**2`` triangles, Blinn-Phong lit, rotating.
 
-    Setup is explicit because it decides what is measured:
-
-    * ``indexed`` true: 32-bit index buffer over shared vertices; false: the
-      same triangles expanded to a flat list (3 vertices per triangle). On
-      llvmpipe 32-bit indexed draws can be much slower than non-indexed
-      (up to ~3x reported; 0.8x-1.5x measured with this mesh); on GPUs
-      indexed is usually faster (post-transform cache). See docs/scenes.md.
-    * ``cull`` true (default): back faces culled (the mesh is closed and its
-      faces are wound counter-clockwise outward), which roughly halves
-      rasterization work; false draws both sides (the hidden ones fail the depth test).
-    * depth test on, blending off.
-    """
+    ``indexed`` matters: on llvmpipe 32-bit indexed draws can be slower than non-indexed, on GPUs
+    usually faster (docs/scenes.md). ``cull`` (default) halves rasterization of the closed mesh."""
 
     name = "geometry"
     description = "procedural high-poly lit mesh (torus knot): vertex and primitive throughput"

@@ -49,13 +49,8 @@ _FRAGMENT = LIT_FRAGMENT.replace("uniform vec3 u_color;", "in vec3 v_tint;").rep
 
 
 class InstancingScene(BuiltinScene):
-    """``count`` cubes (12 triangles each) in one instanced ``glDrawElementsInstanced``.
-
-    Per-instance position, phase and colour come from a static instance
-    buffer; animation is computed in the vertex shader from ``u_time``.
-    Contrast with ``drawcalls``: the same kind of work without per-draw
-    overhead. Back faces culled, depth test on.
-    """
+    """``count`` cubes in one ``glDrawElementsInstanced``, animated in the vertex shader:
+    ``drawcalls``' work without per-draw overhead."""
 
     name = "instancing"
     description = "tens of thousands of instanced cubes in a single draw call"

@@ -97,16 +97,9 @@ void main() {
 
 
 class PostFxScene(BuiltinScene):
-    """Four passes per frame, each its own zone:
-
-    1. ``scene``: instanced spinning cubes into an RGBA16F texture (+ depth) at full size;
-    2. ``blur-h``: bright-pass + horizontal Gaussian (``radius`` taps per side)
-       into a texture ``downsample`` times smaller;
-    3. ``blur-v``: vertical Gaussian of that;
-    4. ``tonemap``: scene + bloom, filmic tone map and gamma, into the target.
-
-    The target framebuffer remembered at setup is re-bound for the last pass.
-    """
+    """Four passes per frame, each its own zone: ``scene`` (cubes into an RGBA16F texture),
+    ``blur-h`` (bright-pass and horizontal Gaussian into a ``downsample`` times smaller texture),
+    ``blur-v``, ``tonemap`` (into the target)."""
 
     name = "postfx"
     description = (

@@ -38,12 +38,8 @@ void main() {
 
 
 class ShaderScene(BuiltinScene):
-    """One full-screen triangle whose fragment shader iterates a Julia set
-    ``iterations`` times per pixel, without early exit.
-
-    Work per frame is ``iterations x width x height``; memory traffic is one
-    write per pixel, so this is bound by shader arithmetic.
-    """
+    """One full-screen triangle iterating a Julia set ``iterations`` times per pixel with no
+    early exit: bound by shader arithmetic."""
 
     name = "shader"
     description = "ALU-heavy procedural fragment shader (Julia set, fixed iterations)"

@@ -97,14 +97,8 @@ void main() {
 
 
 class ShadowScene(BuiltinScene):
-    """Bobbing spheres over a ground plane, lit by a directional light with shadows.
-
-    Pass 1 (``shadow-map``): depth-only render of every object from the light
-    into a ``shadow_size``² depth texture (front faces culled against acne).
-    Pass 2 (``lit``): the camera view; each fragment takes
-    ``(2*pcf+1)²`` hardware depth-compare taps (``sampler2DShadow``).
-    All spheres are drawn with one instanced call per pass.
-    """
+    """Spheres over a ground plane: a depth-only ``shadow-map`` pass (front faces culled against
+    acne), then a ``lit`` pass taking ``(2*pcf+1)²`` depth-compare taps."""
 
     name = "shadow"
     description = "shadow-map depth pass + lit pass with PCF: multi-pass rendering"

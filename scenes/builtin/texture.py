@@ -51,7 +51,7 @@ _FILTERS = ("nearest", "linear", "trilinear", "anisotropic")
 
 
 def make_texture_rgba8(kind: int, size: int) -> np.ndarray:
-    """A procedural (size, size, 4) uint8 pattern; ``kind`` picks one of four."""
+    """A procedural (size, size, 4) uint8 pattern of four ``kind``s."""
     coords = (np.arange(size, dtype=np.float32) + 0.5) / size
     u, v = np.meshgrid(coords, coords)
     if kind == 0:  # coloured checkerboard with a fine grid
@@ -91,15 +91,8 @@ def make_texture_rgba8(kind: int, size: int) -> np.ndarray:
 
 
 class TextureScene(BuiltinScene):
-    """A large textured floor and back wall seen in perspective, scrolling.
-
-    ``samplers`` textures of ``tex_size``² RGBA8 with full mip chains are
-    generated in code and sampled per fragment (texture bandwidth, cache and
-    filtering). The floor runs to the horizon so many mip levels are used.
-    ``filter``: nearest (no mipmaps), linear (no mipmaps), trilinear (mipmaps),
-    anisotropic (trilinear + max anisotropy, up to 16; plain trilinear where
-    the context has no anisotropic filtering).
-    """
+    """A textured floor (to the horizon, so many mip levels are used) and back wall, scrolling;
+    ``anisotropic`` falls back to trilinear where the context lacks it."""
 
     name = "texture"
     description = "large mipmapped procedural textures, several samplers, selectable filtering"
