@@ -1,21 +1,8 @@
-"""Claiming a trace's output path, so that no capture destroys a file or another capture.
+"""Claiming an output path so that no capture destroys a file or another capture.
 
-A :class:`~katra_trace.io.writer.TraceWriter` never writes to its output path directly. It creates a
-sibling ``<path>.part`` with ``O_CREAT | O_EXCL`` (two writers can never share it) and holds an
-exclusive ``flock`` on it for its whole life (so a second writer can tell a live run from the
-remnant of a crashed one). When the capture ends, whatever its status, the ``.part`` is moved
-into place:
-
-* without ``overwrite``, with a no-replace move (``link`` then ``unlink``): a file that appeared at
-  the path meanwhile is never replaced; the capture stays in the ``.part`` and the error names it;
-* with ``overwrite``, with ``os.replace`` (atomic: readers see the old file or the new one);
-* except that a capture that ended without recording a single event (it failed or was
-  interrupted first) never replaces a file that existed when it started: its ``.part`` is
-  removed and the old file kept.
-
-A killed writer leaves ``<path>.part``: a readable prefix of the capture. It is never deleted
-automatically; the next writer for that path refuses and says how to recover it.
-See docs/reliability.md.
+A writer fills an exclusive, ``flock``-ed ``<path>.part`` (the lock tells a live run from a crashed
+one's leftover, which is never deleted automatically) and moves it into place at the end, without
+replacing anything unless ``overwrite``. See docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -52,7 +39,7 @@ _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.E
 
 
 def describe(exc: BaseException) -> str:
-    """``No space left on device (ENOSPC)``: one line for an OSError (or any exception)."""
+    """One line for an exception, e.g. ``No space left on device (ENOSPC)``."""
     if isinstance(exc, OSError) and exc.errno is not None:
         name = errno.errorcode.get(exc.errno, str(exc.errno))
         return f"{exc.strerror or os.strerror(exc.errno)} ({name})"
@@ -60,14 +47,12 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-#: Free bytes a counted run needs where it writes, checked before it counts (for minutes): its trace
-#: of a few scenes takes tens of KB.
+#: Free bytes a counted run needs where it writes (checked before minutes of counting).
 MIN_FREE_BYTES = 1 << 20
 
 
 def check_free_space(path: Path) -> None:
-    """TraceIOError naming ``path`` when its directory's file system has less than
-    :data:`MIN_FREE_BYTES` free for this user; nothing where that cannot be told."""
+    """TraceIOError when ``path``'s file system has under :data:`MIN_FREE_BYTES` free."""
     try:
         st = os.statvfs(path if path.is_dir() else path.parent)
     except OSError:
@@ -92,12 +77,10 @@ class Claim:
     part_path: Path
     fd: int
     overwrite: bool
-    existed: bool  #: the final path held a file when the claim was made
+    existed: bool
 
 
 def _identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
-    """``(st_dev, st_ino)`` of the file ``path`` names (links followed), or
-    None when there is none."""
     try:
         st = os.stat(path)
     except (OSError, ValueError):
@@ -106,9 +89,7 @@ def _identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
 
 
 def _is_input(output: Path, source: str | os.PathLike[str]) -> bool:
-    """Whether ``output`` is the input ``source``: the same file (compared by ``st_dev``/``st_ino``,
-    so links, ``./`` and hard links count), or, when ``source`` is a directory of traces, one of the
-    traces in it."""
+    """Whether ``output`` is ``source`` (by inode: links count) or a trace in that directory."""
     mine = _identity(output)
     if mine is None:
         return False
@@ -121,7 +102,6 @@ def _is_input(output: Path, source: str | os.PathLike[str]) -> bool:
 
 
 def exists_error(path: str | os.PathLike[str], option: str) -> OutputExistsError:
-    """The one message for an output that exists and may not be replaced without ``--force``."""
     return OutputExistsError(
         f"output {shown(path)} already exists; give --force (overwrite=True in Python) to "
         f"replace it, or choose another {option.split('/')[0]}"
@@ -138,19 +118,11 @@ def check_output(
     part: bool = False,
     append: bool = False,
 ) -> Path:
-    """The one check of a command's output file, made before any work starts (``run -o``, ``export
-    -o``, ``report -o``, ``history add --db``): returns the path, or raises with one set of
-    messages.
+    """The one check of a command's output file, before any work starts; returns the path.
 
-    ConfigError (exit 2) for an empty path; a path that ends with a slash or is a directory; a
-    missing parent directory; something that is not a regular file (a FIFO, a device such as
-    /dev/stdout, a socket); one of the command's ``inputs`` (never overwritten, even with
-    ``force``); with ``part``, a ``<path>.part`` of a running or crashed capture in the way; a
-    parent directory this process cannot write; and a path the system refuses to look at (a name
-    too long, a directory it may not search). OutputExistsError (exit 2) for an existing file
-    without ``force``, unless ``append`` (a store that is written into, never replaced).
-    ``option`` names the option in the messages; ``example`` is a file name the directory message
-    suggests. Writing stays with the writer (:func:`claim`) or :func:`open_output`.
+    ConfigError for anything that is not a writable regular-file path (or is one of ``inputs``,
+    even with ``force``; or, with ``part``, has a ``.part`` in the way); OutputExistsError for an
+    existing file without ``force`` unless ``append`` (a store written into, never replaced).
     """
     raw = os.fspath(text)
     if not raw.strip():
@@ -218,9 +190,6 @@ def check_output(
 
 
 def missing_directory(parent: Path) -> ConfigError:
-    """The error for an output whose directory does not exist (checked first, or found when
-    writing).
-    """
     return ConfigError(
         f"output directory {shown(parent)} does not exist; create it first (an output is never "
         "written where its directory does not exist)"
@@ -228,9 +197,7 @@ def missing_directory(parent: Path) -> ConfigError:
 
 
 def check_output_dir(text: str | os.PathLike[str], *, option: str = "-o/--output") -> Path:
-    """The check of a command's output directory (``ab -o DIR``, ``--parquet DIR``), before any
-    work: ConfigError (exit 2) for an empty path, a path that exists and is not a directory, or one
-    the system refuses to look at. A missing directory is made later."""
+    """Check an output directory before any work (ConfigError); a missing one is made later."""
     raw = os.fspath(text)
     if not raw.strip():
         raise ConfigError(f"empty {option} path: give a directory name")
@@ -258,15 +225,9 @@ def open_output(
     option: str = "-o",
     example: str = "out",
 ) -> Iterator[BinaryIO]:
-    """The one way a command writes an output file (export, report, the ab manifest): a binary file
-    whose bytes appear at the path only if the ``with`` block succeeds.
+    """The one way a command writes an output file: its bytes appear only if the block succeeds.
 
-    The path is checked by :func:`check_output` first. A symbolic link is written through: the file
-    goes where the link points and the link is kept. The bytes go to a temporary file beside that
-    target (``O_EXCL``) and are moved into place by :func:`move_into_place`: never over an existing
-    file without ``force``, and then atomically, and never over something that is not a regular
-    file. A failed write leaves no partial file behind. Raises ConfigError, OutputExistsError or
-    TraceIOError.
+    A symbolic link is written through and kept; a failed write leaves no partial file.
     """
     check_output(text, force=force, inputs=inputs, option=option, example=example)
     path = Path(os.path.realpath(text)) if os.path.islink(text) else Path(text)
@@ -295,14 +256,10 @@ def open_output(
 
 
 def move_into_place(source: Path, target: Path, replace: bool) -> None:
-    """Move the finished file ``source`` to ``target`` in its directory (the one move of every
-    output).
+    """The one move of every output; on any failure ``source`` stays.
 
-    ``replace``: ``os.replace``, atomic (readers see the old file or the new one), after refusing a
-    ``target`` that is not a regular file (a link, FIFO or device put there meanwhile is never
-    swapped out: TraceIOError). Otherwise a no-replace move (``link`` then ``unlink``): a file at
-    ``target`` raises OutputExistsError and ``source`` stays. Other failures raise OSError;
-    ``source`` stays.
+    ``replace``: atomic ``os.replace``, refusing a non-regular ``target`` (TraceIOError). Otherwise
+    a no-replace ``link`` + ``unlink``: an existing ``target`` raises OutputExistsError.
     """
     if replace:
         try:
@@ -323,8 +280,7 @@ def move_into_place(source: Path, target: Path, replace: bool) -> None:
     except OSError as exc:
         if exc.errno not in _NO_LINKS:
             raise
-        # No hard links here: a plain rename, after a last look (a file appearing in between
-        # would be replaced: the one race this filesystem leaves open).
+        # No hard links: rename after a last look (the one race this filesystem leaves open).
         if os.path.lexists(target):
             raise OutputExistsError(
                 f"output {shown(target)} exists; nothing was replaced"
@@ -335,10 +291,9 @@ def move_into_place(source: Path, target: Path, replace: bool) -> None:
 
 
 def claim(path: Path, overwrite: bool) -> Claim:
-    """Create and lock ``<path>.part``; raises OutputExistsError, OutputBusyError or TraceIOError.
+    """Create and lock ``<path>.part``; a symbolic link at ``path`` is followed and never replaced.
 
-    A symbolic link at ``path`` is followed: the trace goes where it points (``Claim.final_path``),
-    and the link itself is never replaced (``/dev/stdout`` redirected to a file is that file).
+    Raises OutputExistsError, OutputBusyError or TraceIOError.
     """
     if os.path.islink(path):
         path = Path(os.path.realpath(path))
@@ -346,14 +301,12 @@ def claim(path: Path, overwrite: bool) -> Claim:
     part = part_path_for(path)
     # a .part that vanishes while we look at it (its run just finished): try again
     for _ in range(5):
-        # refuse before a .part is made; looked at again once it is held
         _check_final(path, overwrite)
         try:
             fd = _create_locked(part)
         except FileExistsError:
             if _refuse_part(path, part):
                 continue
-            # _refuse_part raises or returns True
             raise AssertionError("unreachable") from None  # pragma: no cover
         except OSError as exc:
             hint = (
@@ -378,15 +331,11 @@ def claim(path: Path, overwrite: bool) -> Claim:
 
 
 def _create_locked(part: Path) -> int:
-    """Create ``part`` (FileExistsError if it exists) holding an exclusive ``flock``, and return its
-    fd.
+    """Create ``part`` (FileExistsError if it exists) with an exclusive ``flock``; returns the fd.
 
-    The file is born locked where the file system allows it: a new file under a name of this
-    process's own is locked, then linked in under ``part`` (``link`` fails if the name exists), and
-    its own name removed. Created by ``part``'s name and then locked, a second run could find it in
-    between, unlocked, and call a live capture a dead one's leftover (seen once in two runs started
-    together). Where the file system has no hard links it is created with ``O_EXCL`` and locked at
-    once, as before."""
+    It is born locked (a private name, locked, then linked in as ``part``) where hard links exist:
+    created then locked, a second run could see it unlocked and take a live capture for a dead one.
+    """
     own = part.with_name(f".{part.name}.{os.getpid()}.{secrets.token_hex(4)}")
     try:
         fd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -415,7 +364,7 @@ def _create_locked(part: Path) -> int:
 
 
 def _check_final(path: Path, overwrite: bool) -> bool:
-    """Whether ``path`` exists (a regular file); refuses what may not be replaced."""
+    """Whether ``path`` exists; refuses what may not be replaced."""
     shown = str(path)
     try:
         st = os.stat(path)
@@ -435,9 +384,7 @@ def _check_final(path: Path, overwrite: bool) -> bool:
 
 
 def _refuse_part(path: Path, part: Path) -> bool:
-    """``<path>.part`` exists: raise OutputBusyError saying whose it is, or return True if it
-    vanished.
-    """
+    """Raise OutputBusyError saying whose ``part`` is, or return True if it vanished."""
     shown = str(part)
     try:
         fd = os.open(part, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -480,9 +427,7 @@ def _refuse_part(path: Path, part: Path) -> bool:
 
 
 def held_by_writer(fd: int) -> bool:
-    """Whether a live writer holds the ``.part`` open as ``fd`` (its exclusive ``flock``; a killed
-    one's is free).
-    """
+    """Whether a live writer holds the ``.part`` open as ``fd`` (a killed one's lock is free)."""
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -491,8 +436,7 @@ def held_by_writer(fd: int) -> bool:
 
 
 def _writer_pid(part: Path) -> int | None:
-    """The pid in the HEADER of a .part (written and flushed when its writer
-    started), if readable."""
+    """The pid in a .part's HEADER, if readable."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -503,7 +447,6 @@ def _writer_pid(part: Path) -> int | None:
 
 
 def _discard(part: Path, fd: int) -> None:
-    """Remove a .part this writer created and close it (only for a capture that holds nothing)."""
     try:
         os.unlink(part)
     except OSError:
@@ -520,17 +463,14 @@ def discard(c: Claim) -> None:
 
 
 def failed_path_for(path: Path) -> Path:
-    """Where a failed capture for ``path`` keeps its frames: ``br2.katra`` ->
-    ``br2.failed.katra``."""
+    """``br2.katra`` -> ``br2.failed.katra``: where a failed capture keeps its frames."""
     return path.with_name(
         f"{path.stem}.failed{path.suffix}" if path.suffix else f"{path.name}.failed"
     )
 
 
 def has_measured_frames(path: Path) -> bool:
-    """Whether the trace at ``path`` holds a measured (not warmup) frame; False if it cannot be
-    read.
-    """
+    """Whether the trace holds a measured (not warmup) frame; False if unreadable."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -543,12 +483,11 @@ def has_measured_frames(path: Path) -> bool:
 
 
 def set_aside(c: Claim, keep: bool) -> Path | None:
-    """A failed capture (status ``aborted``) of a ``katra3d run``: never left at the output path,
-    where it would block the rerun. ``keep`` (it measured a frame): its finished ``.part`` is moved
-    to :func:`failed_path_for` (replacing the frames of an earlier failure kept there, never any
-    other file: then ``NAME.failed-2.katra``, ...) and that path returned; otherwise the ``.part``
-    is removed and None returned. A file at the output path is never touched. Raises TraceIOError
-    when the move fails (the capture stays in the .part)."""
+    """Keep a failed ``katra3d run`` off the output path, where it would block the rerun.
+
+    ``keep``: move it to :func:`failed_path_for` (replacing only an earlier failure, else
+    ``NAME.failed-2.katra``, ...) and return that; otherwise remove the ``.part``, return None.
+    """
     if not keep:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(c.part_path)
@@ -573,8 +512,7 @@ def set_aside(c: Claim, keep: bool) -> Path | None:
 
 
 def place(c: Claim, *, empty_failure: bool, aside: bool) -> tuple[bool, Path | None]:
-    """The end of a capture: :func:`set_aside` when ``aside`` (a failed ``katra3d run``), else
-    :func:`publish`. Returns (whether the capture is kept somewhere, where it was set aside)."""
+    """End a capture; returns (whether it is kept somewhere, where it was set aside)."""
     if not aside:
         return publish(c, empty_failure), None
     kept = set_aside(c, keep=not empty_failure and has_measured_frames(c.part_path))
@@ -582,8 +520,7 @@ def place(c: Claim, *, empty_failure: bool, aside: bool) -> tuple[bool, Path | N
 
 
 def _earlier_failure(path: Path) -> bool:
-    """Whether ``path`` is a regular file holding a finished trace with status ``aborted`` (an
-    earlier failure's frames, which the next failure may replace)."""
+    """Whether ``path`` is a regular file holding a trace with status ``aborted``."""
     if not os.path.isfile(path) or os.path.islink(path):
         return False
     try:
@@ -595,14 +532,12 @@ def _earlier_failure(path: Path) -> bool:
 
 
 def publish(c: Claim, empty_failure: bool) -> bool:
-    """Move the finished ``.part`` into place (the caller closes the file afterwards, releasing the
-    lock).
+    """Move the finished ``.part`` into place; on failure the capture stays in the ``.part``.
 
-    ``empty_failure``: the capture recorded no event and did not complete. Then a file that
-    existed when the claim was made is kept, and the ``.part`` removed; returns False.
-    Raises OutputExistsError (the path appeared meanwhile; the capture stays in the .part) or
-    TraceIOError (the move failed; the capture stays in the .part).
+    ``empty_failure`` (no event, not complete): a file that existed at claim time is kept and the
+    ``.part`` removed; returns False.
     """
+
     part, final = str(c.part_path), str(c.final_path)
     if empty_failure and c.existed and os.path.lexists(final):
         os.unlink(part)

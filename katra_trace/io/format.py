@@ -1,10 +1,4 @@
-"""Byte-level layout of a katra3d trace (the spec is docs/trace-format.md).
-
-This module only encodes and decodes: preamble, block framing, footer and the
-payload of each block type. The writer and reader build on it.
-
-All integers are little-endian.
-"""
+"""Byte-level encoding and decoding of a katra3d trace (docs/trace-format.md); little-endian."""
 
 from __future__ import annotations
 
@@ -30,8 +24,7 @@ from katra_trace.schema import COLUMNS, EVENT_DTYPE, Clock, Flag, Kind
 MAGIC = b"\x89KTR\r\n\x1a\n"
 FORMAT_MAJOR = 1
 FORMAT_MINOR = 3
-#: Preamble flag bits this build understands. A set bit marks a must-understand feature,
-#: so a reader refuses a file with a bit it does not know. Versions 1.0 to 1.3 define none.
+#: Must-understand preamble flags this build knows (a reader refuses others); 1.0-1.3 define none.
 KNOWN_FLAGS = 0
 
 
@@ -39,25 +32,20 @@ KNOWN_FLAGS = 0
 class MinorLimits:
     """What the event columns may hold in a file of one format minor version."""
 
-    max_kind: int  #: highest Kind value
-    max_clock: int  #: highest Clock value
-    event_flags: int  #: every defined bit of the ``flags`` column
+    max_kind: int
+    max_clock: int
+    event_flags: int  # every defined bit of ``flags``
 
 
-#: Event column limits per format minor. A file of a newer minor than this build may use kinds,
-#: clocks and flag bits added after it: those rows are read and left for the consumers (which select
-#: what they understand).
+#: Per format minor. Rows of a newer minor's new kinds, clocks, flags are left to the consumers.
 MINOR_LIMITS: dict[int, MinorLimits] = {
     0: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.GPU), event_flags=0x1F),
     1: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),
-    # adds IMAGE
     2: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),
-    # header shards
     3: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),
 }
 assert max(MINOR_LIMITS) == FORMAT_MINOR
 assert MINOR_LIMITS[FORMAT_MINOR].event_flags == sum(int(f) for f in Flag)
-# low bits only
 assert all(lim.event_flags & (lim.event_flags + 1) == 0 for lim in MINOR_LIMITS.values())
 
 PREAMBLE = struct.Struct("<8sHHI")  # magic, major, minor, flags
@@ -65,15 +53,13 @@ PREAMBLE = struct.Struct("<8sHHI")  # magic, major, minor, flags
 BLOCK_HEADER = struct.Struct("<IBBHIIII")
 FOOTER = struct.Struct("<QII")  # summary offset, crc32 of the offset bytes, end magic
 
-SYNC = 0xB10C4B7A  # first 4 bytes of every block ("z K \x0c \xb1" on disk)
+SYNC = 0xB10C4B7A  # first 4 bytes of every block
 END_MAGIC = 0x444E454B  # "KEND" on disk
 PREAMBLE_SIZE = PREAMBLE.size  # 16
 BLOCK_HEADER_SIZE = BLOCK_HEADER.size  # 24
 FOOTER_SIZE = FOOTER.size  # 16
 
-#: No block payload may claim more than this many bytes, stored or decoded.
-MAX_BLOCK_BYTES = 1 << 28  # 256 MiB
-#: Events per EVENTS block at most (keeps one decoded block under MAX_BLOCK_BYTES).
+MAX_BLOCK_BYTES = 1 << 28  # a payload's limit, stored or decoded
 MAX_BLOCK_EVENTS = (MAX_BLOCK_BYTES - 12) // EVENT_DTYPE.itemsize
 
 EVENTS_HEAD = struct.Struct("<Iq")  # n, base_ts
@@ -87,40 +73,35 @@ class BlockType(enum.IntEnum):
     CLOCK_SYNC = 4
     SUMMARY = 5
     ANNOTATION = 6
-    IMAGE = 7  #: format 1.2: a kept frame (katra_trace/io/image_block.py)
+    IMAGE = 7  # format 1.2
 
 
 class Codec(enum.IntEnum):
     NONE = 0
     ZSTD = 1
-    BLOSC2 = 2  #: EVENTS blocks only: packed records in one blosc2 chunk (byte shuffle, LZ4)
+    BLOSC2 = 2  # EVENTS blocks only
 
 
 CODEC_NAMES = {"none": Codec.NONE, "zstd": Codec.ZSTD, "blosc2": Codec.BLOSC2}
 
 
-#: A codec's library is not installed here (exit code 3): the one optional-dependency error,
-#: under the name the reader and writer document.
+#: A codec's library is not installed (exit 3), under the name the reader and writer document.
 CodecUnavailableError = MissingDependencyError
 
 
-#: How katra3d writes a codec-2 chunk: blosc2's LZ4 at level 9, its byte-shuffle filter over the
-#: 42-byte records, one encoding thread (the render threads need the cores).
+#: Codec-2 chunks: LZ4 level 9, byte shuffle, one thread (the render threads need the cores).
 BLOSC2_CLEVEL = 9
-#: blosc2 chunk header: version, versionlz, flags, typesize, nbytes, blocksize, cbytes (32 bytes in
-#: all)
+# version, versionlz, flags, typesize, nbytes, blocksize, cbytes
 BLOSC2_CHUNK_HEAD = struct.Struct("<BBBBiii")
 BLOSC2_MIN_HEADER = 32
 
 
 def load_blosc2(purpose: str) -> Any:
-    """The ``blosc2`` module, or MissingDependencyError naming what needed it and how to get it."""
     return require(
         "blosc2", extra="blosc2", purpose=purpose, what="the blosc2 codec (python-blosc2)"
     )
 
 
-#: Block types whose payload is one UTF-8 JSON object.
 JSON_BLOCKS = frozenset(
     {BlockType.HEADER, BlockType.CLOCK_SYNC, BlockType.SUMMARY, BlockType.ANNOTATION}
 )
@@ -139,12 +120,7 @@ def encode_block(
     schema: int = 0,
     compressor: zstandard.ZstdCompressor | None = None,
 ) -> tuple[bytes, bytes]:
-    """Frame one block: returns the 24-byte header and the stored payload (compressed when codec is
-    zstd).
-
-    Codec 2 (blosc2) applies to EVENTS blocks only and is encoded by
-    :func:`katra_trace.io.blosc2_events.encode_events_blosc2`
-    (then framed with :func:`frame_block`)."""
+    """Frame one block: (24-byte header, stored payload). Codec 2 is encoded in blosc2_events."""
     raw_len = len(payload)
     if raw_len > MAX_BLOCK_BYTES:
         raise ValueError(f"block payload of {raw_len} bytes exceeds {MAX_BLOCK_BYTES}")
@@ -160,8 +136,7 @@ def encode_block(
 def frame_block(
     btype: int, stored: bytes, raw_len: int, *, seq: int, codec: Codec, schema: int = 0
 ) -> tuple[bytes, bytes]:
-    """The 24-byte header (with its CRC) for an already encoded payload;
-    returns (header, stored)."""
+    """(header with its CRC, stored) for an already encoded payload."""
     if raw_len > MAX_BLOCK_BYTES or len(stored) > MAX_BLOCK_BYTES:
         raise ValueError(
             f"block payload of {max(raw_len, len(stored))} bytes exceeds {MAX_BLOCK_BYTES}"
@@ -177,7 +152,7 @@ def encode_footer(summary_offset: int) -> bytes:
 
 
 def decode_footer(data: bytes) -> int | None:
-    """The summary offset if ``data`` (16 bytes) is a valid footer, else None."""
+    """The summary offset if ``data`` is a valid footer, else None."""
     if len(data) != FOOTER_SIZE:
         return None
     offset, crc, end = FOOTER.unpack(data)
@@ -187,9 +162,7 @@ def decode_footer(data: bytes) -> int | None:
 
 
 def encode_json(obj: dict[str, Any]) -> bytes:
-    """``obj`` as a JSON block payload: valid JSON (non-finite floats as null:
-    :mod:`katra_trace.jsontext`).
-    """
+    """``obj`` as a JSON block payload (non-finite floats as null)."""
     return jsontext.dumps(obj, separators=(",", ":"), default=_json_default).encode("utf-8")
 
 
@@ -206,9 +179,7 @@ def _json_default(obj: Any) -> Any:
 
 
 def decode_json(payload: bytes, offset: int, notes: list[str] | None = None) -> dict[str, Any]:
-    """Decode a JSON object; lone surrogates (``\\udc80`` escapes) become U+FFFD, noted in
-    ``notes``.
-    """
+    """Decode a JSON object; lone surrogates become U+FFFD, noted in ``notes``."""
     try:
         obj = json.loads(payload.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -219,7 +190,7 @@ def decode_json(payload: bytes, offset: int, notes: list[str] | None = None) -> 
         raise TraceFormatError(
             f"corrupt block at offset {offset}: JSON payload is not an object", offset
         )
-    if b"\\ud" in payload or b"\\uD" in payload:  # only then can a lone surrogate be in there
+    if b"\\ud" in payload or b"\\uD" in payload:  # only then can a surrogate be there
         repaired: list[int] = []
         try:
             fixed = _repair_json(obj, repaired)
@@ -246,15 +217,14 @@ def _has_surrogate(text: str) -> bool:
 
 
 def repair_text(text: str) -> str:
-    """``text`` with valid surrogate pairs joined and lone surrogates replaced by U+FFFD."""
+    """Surrogate pairs joined, lone surrogates replaced by U+FFFD."""
     if not _has_surrogate(text):
         return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def _repair_json(obj: Any, repaired: list[int]) -> Any:
-    """A copy of ``obj`` with :func:`repair_text` applied to every string; appends to ``repaired``
-    once per string changed. (json.loads already refused nesting too deep to recurse.)"""
+    """``obj`` with :func:`repair_text` on every string; appends to ``repaired`` per change."""
     if isinstance(obj, str):
         if _has_surrogate(obj):
             repaired.append(1)
@@ -267,13 +237,8 @@ def _repair_json(obj: Any, repaired: list[int]) -> Any:
     return obj
 
 
-# -- STRINGS ---------------------------------------------------------------------------------
-
-
 def encode_strings(first_id: int, strings: Sequence[str]) -> bytes:
-    """Lone surrogates (not encodable as UTF-8) are written as U+FFFD, so every file holds valid
-    UTF-8.
-    """
+    """Lone surrogates are written as U+FFFD, so every file holds valid UTF-8."""
     blobs = [_utf8(s) for s in strings]
     lengths = np.fromiter((len(b) for b in blobs), dtype="<u4", count=len(blobs))
     return STRINGS_HEAD.pack(first_id, len(blobs)) + lengths.tobytes() + b"".join(blobs)
@@ -289,8 +254,8 @@ def _utf8(text: str) -> bytes:
 def decode_strings(
     payload: bytes, offset: int, notes: list[str] | None = None
 ) -> tuple[int, list[str]]:
-    """Decode a STRINGS payload. Encoded surrogates (written by katra3d 0.1.0 for lone surrogates in
-    a name) are read as U+FFFD and noted in ``notes``; any other invalid UTF-8 is corruption."""
+    """Decode a STRINGS payload. Encoded surrogates (katra3d 0.1.0 wrote them) become U+FFFD,
+    noted in ``notes``; other invalid UTF-8 is corruption."""
     bad = f"corrupt STRINGS block at offset {offset}"
     if len(payload) < STRINGS_HEAD.size:
         raise TraceFormatError(f"{bad}: too short", offset)
@@ -319,15 +284,9 @@ def decode_strings(
     return first_id, out
 
 
-# -- EVENTS ----------------------------------------------------------------------------------
-
-
 def encode_events(events: np.ndarray) -> bytes:
-    """Columnar payload: n, base_ts, then each column; start_ns as deltas.
-
-    Multi-byte columns are stored byte-planed (all first bytes, then all second
-    bytes, ...), which lets zstd see the slowly varying high bytes as runs.
-    """
+    """Columnar payload: n, base_ts, then each column byte-planed (zstd sees the slowly varying
+    high bytes as runs); start_ns as deltas."""
     n = len(events)
     if n == 0:
         return EVENTS_HEAD.pack(0, 0)
@@ -348,7 +307,7 @@ def encode_events(events: np.ndarray) -> bytes:
 
 
 def events_head(payload: bytes, offset: int) -> tuple[int, int]:
-    """Check an EVENTS payload's size against its event count; returns (n, base_ts)."""
+    """(n, base_ts) after checking the payload's size against n."""
     bad = f"corrupt EVENTS block at offset {offset}"
     if len(payload) < EVENTS_HEAD.size:
         raise TraceFormatError(f"{bad}: too short", offset)
@@ -361,19 +320,18 @@ def events_head(payload: bytes, offset: int) -> tuple[int, int]:
 def decode_events(
     payload: bytes, offset: int, out: np.ndarray | None = None, *, zeroed: bool = False
 ) -> np.ndarray:
-    """Decode an EVENTS payload into ``out`` (a contiguous EVENT_DTYPE array of length n) or a new
-    array, unchecked. ``zeroed``: ``out`` holds only zero bytes (``np.zeros``), so the all-zero byte
-    planes (most high bytes, and ``value`` for every span) are not copied."""
+    """Decode an EVENTS payload, unchecked, into ``out`` or a new array.
+
+    ``zeroed``: ``out`` is all zero bytes, so all-zero byte planes are not copied."""
     return _decode(payload, offset, out, zeroed)[0]
 
 
 def decode_checked_events(
     payload: bytes, offset: int, minor: int, out: np.ndarray | None = None, *, zeroed: bool = False
 ) -> tuple[np.ndarray, str | None]:
-    """:func:`decode_events`, then :func:`check_events`' verdict on them (the reader's side).
+    """:func:`decode_events` and :func:`check_events`' verdict (the reader's side).
 
-    The byte planes' maxima, taken while decoding, clear most batches without the per-column
-    passes of :func:`check_events`; only a batch they cannot clear is checked column by column."""
+    The byte planes' maxima clear most batches; only the others are checked column by column."""
     events, maxima, start_max = _decode(payload, offset, out, zeroed)
     if len(events) == 0 or not _may_break_rules(maxima, start_max, minor):
         return events, None
@@ -383,16 +341,14 @@ def decode_checked_events(
 def _decode(
     payload: bytes, offset: int, out: np.ndarray | None, zeroed: bool
 ) -> tuple[np.ndarray, list[int], int]:
-    """The events, the maximum of each of the payload's byte planes, and the
-    largest ``start_ns``."""
+    """The events, each byte plane's maximum, and the largest ``start_ns``."""
     n, base = events_head(payload, offset)
     width = EVENT_DTYPE.itemsize
     if out is None:
         out, zeroed = np.zeros(n, dtype=EVENT_DTYPE), True
     if n == 0:
         return out, [0] * width, 0
-    # Every column is stored byte-planed, in column order, so the payload is exactly the
-    # transpose of the packed records: one (width, n) -> (n, width) transpose decodes them all.
+    # the payload is exactly the transpose of the packed records
     planes = np.frombuffer(payload, dtype=np.uint8, offset=EVENTS_HEAD.size).reshape(width, n)
     maxima: list[int] = planes.max(axis=1).tolist()
     rows = out.view(np.uint8).reshape(n, width)
@@ -402,11 +358,10 @@ def _decode(
         out["start_ns"] += base
         return out, maxima, int(out["start_ns"].max())
     first, size = _PLANES["start_ns"]
-    start = np.zeros(n, dtype="<i8")  # the deltas, contiguous: a fast cumulative sum
+    start = np.zeros(n, dtype="<i8")  # contiguous: a fast cumulative sum
     start_bytes = start.view(np.uint8).reshape(n, size)
     for byte in range(width):
-        # One plane at a time: numpy copies a (width, n) -> (n, width) transpose with inner
-        # loops of `width` bytes, ~5x slower than `width` long strided copies of n bytes each.
+        # plane by plane: ~5x faster than numpy's transpose with `width`-byte inner loops
         if first <= byte < first + size:
             if maxima[byte]:
                 start_bytes[:, byte - first] = planes[byte]
@@ -419,9 +374,7 @@ def _decode(
 
 
 def _may_break_rules(maxima: Sequence[int], start_max: int, minor: int) -> bool:
-    """False when events whose byte planes have these ``maxima`` (and whose largest ``start_ns`` is
-    ``start_max``) surely pass :func:`check_events`; True when they must be checked column by
-    column."""
+    """False when events with these byte-plane ``maxima`` surely pass :func:`check_events`."""
 
     def top(column: str, byte: int) -> int:
         return maxima[_PLANES[column][0] + byte]
@@ -429,7 +382,6 @@ def _may_break_rules(maxima: Sequence[int], start_max: int, minor: int) -> bool:
     limits = MINOR_LIMITS.get(minor)
     if limits is not None:
         flags_hi = top("flags", 1)
-        # no flags value exceeds it
         flags_bound = (flags_hi << 8) | 0xFF if flags_hi else top("flags", 0)
         if (
             top("kind", 0) > limits.max_kind
@@ -447,8 +399,8 @@ _INT64_MAX = np.iinfo(np.int64).max
 def check_events(events: np.ndarray, minor: int) -> str | None:
     """Why ``events`` cannot be in a file of format minor ``minor``, or None if they can.
 
-    Kinds, clocks and flag bits must be defined by that minor (a newer minor than this build
-    knows may add some: not checked); durations are never negative and a span's end fits in int64.
+    Kinds, clocks and flags must be defined (an unknown newer minor is not checked), durations
+    non-negative, and a span's end must fit in int64.
     """
     if len(events) == 0:
         return None
@@ -459,7 +411,7 @@ def check_events(events: np.ndarray, minor: int) -> str | None:
             return f"event kind {kind_max} is not defined in format 1.{minor}"
         if clock_max > limits.max_clock:
             return f"event clock {clock_max} is not defined in format 1.{minor}"
-        if int(events["flags"].max()) & ~limits.event_flags:  # the defined bits are the low ones
+        if int(events["flags"].max()) & ~limits.event_flags:  # defined bits are the low ones
             extra = int(np.bitwise_or.reduce(events["flags"])) & ~limits.event_flags
             return f"event flag bits {extra:#x} are not defined in format 1.{minor}"
     dur = events["dur_ns"]
@@ -473,8 +425,7 @@ def check_events(events: np.ndarray, minor: int) -> str | None:
 
 
 def _plane_offsets() -> dict[str, tuple[int, int]]:
-    """Per column: (byte offset of its first plane in units of n, byte width)
-    in an EVENTS payload."""
+    """Per column: (first plane's index, byte width) in an EVENTS payload."""
     out, at = {}, 0
     for name, typ, _ in COLUMNS:
         width = np.dtype(typ).itemsize
@@ -484,8 +435,7 @@ def _plane_offsets() -> dict[str, tuple[int, int]]:
 
 
 _PLANES = _plane_offsets()
-#: The byte planes :func:`_may_break_rules` reads: kind, clock, both bytes of flags, the top byte of
-#: dur_ns.
+# the byte planes _may_break_rules reads
 _SCREENED_PLANES = (
     _PLANES["kind"][0],
     _PLANES["clock"][0],
@@ -496,12 +446,9 @@ _SCREENED_PLANES = (
 
 
 def check_payload(payload: bytes, start_ns: np.ndarray, minor: int) -> str | None:
-    """:func:`check_events`' verdict on an encoded EVENTS payload (the writer's side, before it
-    writes).
+    """:func:`check_events`' verdict on an encoded EVENTS payload (the writer's side).
 
-    The maxima of the few byte planes :func:`_may_break_rules` reads (contiguous, so fast passes)
-    clear most batches; one they cannot clear is decoded and checked by :func:`check_events`.
-    ``start_ns`` is the batch's start column, for the end-of-span overflow check.
+    The few screened planes' maxima clear most batches; others are decoded and checked.
     """
     n = len(start_ns)
     if n == 0:
@@ -519,8 +466,7 @@ def check_payload(payload: bytes, start_ns: np.ndarray, minor: int) -> str | Non
 
 
 def copy_events(events: np.ndarray) -> np.ndarray:
-    """A new contiguous EVENT_DTYPE array holding ``events``, copied as bytes: a structured copy of
-    the packed 42-byte records goes field by field, several times slower."""
+    """A contiguous copy of ``events``, as bytes (a structured copy is several times slower)."""
     src = np.ascontiguousarray(events.astype(EVENT_DTYPE, copy=False))
     out = np.empty(len(src), dtype=EVENT_DTYPE)
     out.view(np.uint8)[...] = src.view(np.uint8)
@@ -531,9 +477,7 @@ _DECOMPRESSORS = threading.local()
 
 
 def _zstd_decompressor() -> zstandard.ZstdDecompressor:
-    """This thread's zstd decompressor, reused for every block (one may not serve two threads at
-    once).
-    """
+    """This thread's zstd decompressor (one may not serve two threads at once)."""
     d: zstandard.ZstdDecompressor | None = getattr(_DECOMPRESSORS, "zstd", None)
     if d is None:
         d = _DECOMPRESSORS.zstd = zstandard.ZstdDecompressor()
@@ -541,9 +485,8 @@ def _zstd_decompressor() -> zstandard.ZstdDecompressor:
 
 
 def decompress(stored: bytes, raw_len: int, codec: int, offset: int) -> bytes:
-    """Decode a stored payload, never producing more than ``raw_len`` bytes (codecs 0 and 1; a
-    codec-2 EVENTS payload is decoded by :func:`katra_trace.io.blosc2_events.decode_events_blosc2`).
-    """
+    """Decode a codec 0 or 1 payload, never producing more than ``raw_len`` bytes."""
+
     if codec == Codec.BLOSC2:
         raise TraceFormatError(
             f"corrupt block at offset {offset}: codec 2 (blosc2) is defined for EVENTS blocks only",

@@ -1,18 +1,10 @@
 """TraceWriter: streams events into a katra3d trace from any number of threads.
 
-The producer side is cheap: :meth:`TraceWriter.append` packs one event into a
-preallocated batch buffer with one ``struct.pack_into`` call under a lock (no
-Python object per event is kept). Full batches — or whatever is pending every
-``batch_ms`` — go to a background thread that encodes them column by column,
-delta-encodes timestamps, compresses and writes them. Each block reaches the
-operating system as soon as it is written, so a killed process loses only the
-batch it had not yet handed over.
-
-The output path is claimed atomically (katra_trace/io/claim.py): the trace is written to a locked
-``<path>.part`` and moved into place when the capture ends, so no existing file and no other
-capture is ever destroyed. Every failure reaches the caller as a KatraError (exit code 2): a write
-error in the background thread is recorded and raised at the producer's next call (or by
-:meth:`TraceWriter.finish`), and any call after ``finish()`` raises WriterClosedError.
+Producers pack each event into a preallocated batch buffer (one ``struct.pack_into`` under a lock,
+no object per event); a background thread encodes, compresses and writes whole batches, each block
+reaching the OS at once, so a killed process loses only the batch not yet handed over. A write
+error in that thread is raised at the producer's next call or by ``finish()``. The output path is
+claimed as in katra_trace/io/claim.py.
 """
 
 from __future__ import annotations
@@ -47,7 +39,6 @@ from katra_trace.io.image_block import encode_image_payload
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION, schema_hash
 from katra_trace.version import __version__
 
-#: struct layout of one packed event (matches EVENT_DTYPE field for field).
 _EVENT = struct.Struct("<BBHHIIIqqd")
 assert _EVENT.size == EVENT_DTYPE.itemsize
 
@@ -56,48 +47,26 @@ DROP_POLICIES = ("block", "drop")
 
 
 class TraceWriter:
-    """Write a katra3d trace. Use as a context manager, or call :meth:`finish`.
+    """Write a katra3d trace; use as a context manager, or call :meth:`finish`.
 
     Args:
-        path: the trace to create. It is written as ``<path>.part`` (:attr:`part_path`) and moved
-            to ``path`` (:attr:`final_path`) by :meth:`finish`; a killed process leaves the
-            readable prefix in the ``.part``.
-        overwrite: replace ``path`` if it exists (else OutputExistsError). Even then, a capture
-            that records no event and does not complete keeps the existing file.
-        workload: what was run (suite or scene names).
-        capture_options: how the capture was made (a dict, or a
-            :class:`~katra_trace.io.header.CaptureOptions`, see ``build_capture_options``).
-        host_info: what it ran on (the harness's host probe; a dict or a ``HostInfo``).
-        notes: free-form text.
-        codec: ``"zstd"`` (default), ``"blosc2"`` (EVENTS blocks as blosc2 chunks, one encoding
-            thread; needs python-blosc2, else CodecUnavailableError, exit code 3) or ``"none"``.
-        batch_events: events per batch handed to the background thread.
-        batch_ms: a non-empty batch is handed over at least this often.
-        drop_policy: ``"block"`` (default, lossless: producers wait when
-            ``queue_batches`` batches are pending) or ``"drop"`` (the batch is
-            dropped and counted in the summary).
-        compression_level: the zstd level of codec-1 blocks. The default, 2, stored a frame + 3
-        zones stream in
-            5.93 bytes an event against 6.05 at level 1, for ~8 % more compression time (level 3:
-            5.71, 28 %).
-        start_host_ns: host-clock (``perf_counter_ns``) capture start; event
-            times are relative to it. Defaults to now.
-        stream: write to this open binary file instead of claiming ``path`` (a pipe, a socket): no
-        ``.part``,
-            nothing moved; the writer closes it in :meth:`finish`. ``path`` only names it (messages,
-            thread name).
-        failed_aside: a capture finished ``aborted`` never goes to ``path`` (``katra3d run``: it
-        would block
-            the rerun); :attr:`failed_path` says where it went
-            (:func:`katra_trace.io.claim.set_aside`).
-        sync: every item handed to the thread is written before the call that handed it returns, so
-        the thread
-            never runs beside the caller (a counted capture: its work would interleave with the
-            frames').
+        path: written as :attr:`part_path` and moved to :attr:`final_path` by :meth:`finish`.
+        overwrite: replace ``path`` if it exists; a capture with no event that does not complete
+            still keeps the existing file.
+        codec: ``"zstd"``, ``"blosc2"`` (needs python-blosc2, else CodecUnavailableError) or
+            ``"none"``.
+        drop_policy: ``"block"`` (lossless: producers wait when ``queue_batches`` are pending) or
+            ``"drop"`` (the batch is dropped and counted in the summary).
+        compression_level: zstd level; 2 stored 5.93 bytes/event vs 6.05 at level 1 for ~8 % more
+            time (level 3: 5.71, +28 %).
+        start_host_ns: ``perf_counter_ns`` capture start, the origin of event times (default now).
+        stream: write to this open file instead of claiming ``path`` (no ``.part``); closed by
+            :meth:`finish`.
+        failed_aside: an ``aborted`` capture goes to :attr:`failed_path`, not to ``path``.
+        sync: each item is written before the call that handed it over returns, so the thread
+            never runs beside a counted capture's frames.
 
-    Raises:
-        OutputExistsError, OutputBusyError: the path is taken (see katra_trace/io/claim.py).
-        TraceIOError: the file cannot be created or written (disk full, file too large, ...).
+    Raises OutputExistsError, OutputBusyError (the path is taken) or TraceIOError.
     """
 
     def __init__(
@@ -138,14 +107,11 @@ class TraceWriter:
         if stream is None and (not raw or raw.endswith(os.sep)):
             raise TraceIOError(f"cannot create trace {raw!r}: the output needs a file name")
         self.path = Path(path)
-        #: where the trace ends up: ``path``, or the file a symbolic link at ``path`` points to
         self.final_path = self.path
-        #: where the trace is written until finish() moves it (None when writing to a ``stream``)
         self.part_path: Path | None = (
             None if stream is not None else claim_mod.part_path_for(self.path)
         )
         self.failed_aside = failed_aside
-        #: where an aborted capture set aside went (None: nowhere)
         self.failed_path: Path | None = None
         self.start_host_ns = time.perf_counter_ns() if start_host_ns is None else int(start_host_ns)
         self.start_wall_ns = time.time_ns()
@@ -162,17 +128,17 @@ class TraceWriter:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._cap = batch_events * _EVENT.size
-        #: [current batch buffer, bytes used in it]; a list so the append closure can update it
+        # [buffer, bytes used]: a list so the append closure can update it
         self._slot: list[Any] = [bytearray(self._cap), 0]
         self._strings: dict[str, int] = {"": 0}
         self._new_strings: list[str] = []
-        self._strings_flushed = 1  # id 0 ("") is written with the header
+        self._strings_flushed = 1  # id 0 ("") goes with the header
         self._pending: collections.deque[tuple[Any, ...]] = collections.deque()
-        self._enqueued = 0  # items handed to the thread
-        self._done = 0  # items the thread has written
-        self._closing = False  #: the writer thread may exit once the queue is empty
-        self._closed = False  #: finish() began: every producer call raises
-        self._finished = False  #: finish() completed (successfully or not)
+        self._enqueued = 0
+        self._done = 0
+        self._closing = False  # the thread may exit once the queue is empty
+        self._closed = False  # finish() began: every producer call raises
+        self._finished = False
         self._finish_lock = threading.Lock()
         self._finish_error: KatraError | None = None
         self._error: BaseException | None = None
@@ -204,7 +170,6 @@ class TraceWriter:
             self._file: BinaryIO = os.fdopen(self._claim.fd, "wb")
         else:
             self._file = stream
-        #: the bytes side; owned by the background thread once started
         self._out = BlockFile(self._file, fmt.CODEC_NAMES[codec], compression_level, blosc2)
         try:
             self._out.start(header_json)
@@ -220,8 +185,6 @@ class TraceWriter:
         )
         self._thread.start()
         _OPEN_WRITERS.add(self)
-
-    # -- producer API ------------------------------------------------------------------------
 
     def now_ns(self) -> int:
         """Host-clock nanoseconds since the capture start."""
@@ -244,11 +207,10 @@ class TraceWriter:
             return sid
 
     def _make_append(self) -> Callable[..., None]:
-        """Build :meth:`append` as a closure: local names instead of attribute look-ups, and an
-        explicit acquire/release, roughly double the rate of a plain method with ``with lock``.
+        """:meth:`append` as a closure (local names, explicit acquire/release: ~2x a plain method).
 
-        It checks nothing but the batch buffer being full: finish() and a failed write mark the
-        buffer full, so the next append reaches the hand-over, which raises."""
+        It checks only for a full buffer: finish() and a failed write mark it full, so the next
+        append reaches the hand-over, which raises."""
         acquire, release = self._lock.acquire, self._lock.release
         pack, slot, cap, hand_over = _EVENT.pack_into, self._slot, self._cap, self._hand_over_locked
 
@@ -264,13 +226,12 @@ class TraceWriter:
             value: float = 0.0,
             flags: int = 0,
         ) -> None:
-            """Append one event (fields as in
-            :data:`katra_trace.schema.EVENT_DTYPE`). Thread-safe."""
+            """Append one event (fields of :data:`katra_trace.schema.EVENT_DTYPE`)."""
             acquire()
             try:
                 off = slot[1]
                 while off == cap:
-                    hand_over()  # may wait for room, letting other threads append meanwhile
+                    hand_over()  # may wait for room while other threads append
                     off = slot[1]
                 pack(
                     slot[0],
@@ -293,11 +254,9 @@ class TraceWriter:
         return append
 
     def append_array(self, events: np.ndarray) -> None:
-        """Append many events at once (an array of EVENT_DTYPE or a compatible structured array).
+        """Append an array of (or castable to) EVENT_DTYPE.
 
-        Like :meth:`append`, rows a trace may not hold (an undefined kind, clock or flag bit, a
-        negative duration) are refused by the writer thread before their batch is written: the
-        ConfigError reaches the producer at its next call, or from finish()."""
+        Invalid rows are refused by the writer thread; the ConfigError comes at the next call."""
         if events.dtype != EVENT_DTYPE:
             try:
                 events = events.astype(EVENT_DTYPE, casting="same_kind")
@@ -309,14 +268,13 @@ class TraceWriter:
             self._check_open_locked()
             pos = 0
             while pos < len(events):
-                # Re-read the slot every time: a hand-over may wait for room, and other
-                # threads may append meanwhile.
+                # re-read: a hand-over may wait, and other threads append meanwhile
                 buf, off = self._slot
-                if off == cap:  # append() leaves a full buffer for the next call to hand over
+                if off == cap:
                     self._hand_over_locked()
                     continue
                 if off == 0 and len(events) - pos >= step:
-                    # A whole batch: hand over a copy (the caller may reuse its array).
+                    # a whole batch: a copy, as the caller may reuse its array
                     self._hand_over_locked(fmt.copy_events(events[pos : pos + step]))
                     pos += step
                     continue
@@ -330,18 +288,14 @@ class TraceWriter:
 
     def clock_sync(self, record: dict[str, Any]) -> None:
         """Write a CLOCK_SYNC block (e.g. a GPU/host timestamp calibration pair)."""
-        # fails early, in the caller
         self._enqueue_block(fmt.BlockType.CLOCK_SYNC, fmt.encode_json(record))
 
     def annotate(self, record: dict[str, Any]) -> None:
-        """Write an ANNOTATION block (a JSON dict), ordered after the events appended so far."""
-        # fails early, in the caller
+        """Write an ANNOTATION block, ordered after the events appended so far."""
         self._enqueue_block(fmt.BlockType.ANNOTATION, fmt.encode_json(record))
 
     def image(self, meta: dict[str, Any], png: bytes) -> None:
-        """An IMAGE block (:mod:`katra_trace.io.image_block`) after the events so far; codec 0: PNG
-        is compressed.
-        """
+        """Write an IMAGE block after the events so far (codec none: PNG is compressed)."""
         self._enqueue_block(fmt.BlockType.IMAGE, encode_image_payload(meta, png), fmt.Codec.NONE)
 
     def flush(self) -> None:
@@ -355,19 +309,16 @@ class TraceWriter:
             self._raise_if_failed()
 
     def finish(self, summary: dict[str, Any] | None = None, status: str = "complete") -> None:
-        """Write everything pending, the SUMMARY block and the footer, close the file and move it
-        into place (see katra_trace/io/claim.py). Whatever happens, the background thread is joined
-        and the file closed before this returns or raises.
+        """Write what is pending, SUMMARY and footer; close and move the file into place.
 
-        Raises TraceIOError when a write failed (the events written before it stay readable, in
-        :attr:`final_path`, or in :attr:`part_path` when the move failed too), OutputExistsError
-        when the path appeared meanwhile. A later call raises the same error again; a later call
-        after a successful finish does nothing. Concurrent appenders get WriterClosedError.
+        The thread is joined and the file closed whatever happens. Raises TraceIOError (what was
+        written stays readable) or OutputExistsError; a later call raises the same error again or,
+        after success, does nothing.
         """
         if status not in STATUSES:
             raise ConfigError(f"unknown status {status!r}; choose one of: {', '.join(STATUSES)}")
         user = dict(summary or {})
-        with self._finish_lock:  # a second finish() waits for the first, then sees its outcome
+        with self._finish_lock:
             if self._finished:
                 if self._finish_error is not None:
                     raise self._finish_error
@@ -386,7 +337,7 @@ class TraceWriter:
             self._closed = True
             if self._error is None:
                 self._hand_over_pending_locked(raise_errors=False)
-            # producers now reach a hand-over (the buffer was handed over above)
+            # producers now reach a hand-over, which raises
             self._slot[1] = self._cap
             self._closing = True
             self._enqueue_locked(("summary", status, user))
@@ -409,7 +360,7 @@ class TraceWriter:
                 )
         finally:
             try:
-                self._file.close()  # also releases the .part's lock
+                self._file.close()  # releases the .part's lock
             except OSError as exc:
                 failure = failure or exc
         if failure is not None:
@@ -447,8 +398,6 @@ class TraceWriter:
         except KatraError:
             pass  # the original exception matters more
 
-    # -- internals (producer side, lock held) ------------------------------------------------
-
     def _raise_closed(self) -> None:
         raise WriterClosedError(f"trace writer for {str(self.path)!r} is already finished")
 
@@ -458,7 +407,6 @@ class TraceWriter:
         self._raise_if_failed()
 
     def _hand_over_pending_locked(self, raise_errors: bool = True) -> None:
-        """Hand over the current partial batch and any new strings, without waiting for room."""
         if self._slot[1] or self._new_strings:
             self._hand_over_locked(force=True, raise_errors=raise_errors)
 
@@ -477,7 +425,6 @@ class TraceWriter:
     def _hand_over_locked(
         self, batch: np.ndarray | None = None, force: bool = False, raise_errors: bool = True
     ) -> None:
-        """Queue a batch (default: the current buffer) and the new strings for the writer thread."""
         if raise_errors:
             self._check_open_locked()
         strings = self._new_strings
@@ -519,27 +466,21 @@ class TraceWriter:
         err = self._error
         if err is None:
             return
-        # an event the format cannot hold (found by the writer thread)
         if isinstance(err, ConfigError):
             raise ConfigError(f"writing trace {str(self.path)!r} stopped: {err}")
         raise TraceIOError(f"writing trace {str(self.path)!r} failed: {claim_mod.describe(err)}")
 
     def _abandon(self) -> None:
-        """The header could not be written: remove our own empty .part (or leave a stream) and
-        close.
-        """
+        """The header could not be written: remove our empty .part and close."""
         if self._claim is not None:
             claim_mod.discard(self._claim)
         with contextlib.suppress(OSError):
             self._file.close()  # a stream too: the writer owns it
         self._finished = self._closed = True
 
-    # -- the writer thread -------------------------------------------------------------------
-
     def _run(self) -> None:
-        """Write queued items until finish() closes the queue. Never raises: a failure is recorded
-        in ``_error`` (the producers see it at their next call), and the rest of the queue is
-        drained without writing so that nobody waits for room forever."""
+        """Write queued items until finish(). Never raises: a failure goes to ``_error`` and the
+        rest of the queue is drained unwritten so that nobody waits for room forever."""
         while True:
             with self._cond:
                 if not self._pending and not self._closing:
@@ -550,7 +491,7 @@ class TraceWriter:
                         and not self._closing
                         and self._error is None
                     ):
-                        self._hand_over_locked(force=True, raise_errors=False)  # the periodic flush
+                        self._hand_over_locked(force=True, raise_errors=False)
                 if not self._pending:
                     if self._closing:
                         return
@@ -562,7 +503,7 @@ class TraceWriter:
             except BaseException as exc:  # noqa: BLE001 - reported to the producer
                 with self._cond:
                     self._error = exc
-                    self._slot[1] = self._cap  # the next append() reaches a hand-over, which raises
+                    self._slot[1] = self._cap  # the next append() raises
             with self._cond:
                 self._done += 1
                 self._cond.notify_all()
@@ -593,7 +534,8 @@ _OPEN_WRITERS: weakref.WeakSet[TraceWriter] = weakref.WeakSet()
 
 @atexit.register
 def _finish_open_writers() -> None:
-    """A normal interpreter exit with a writer still open keeps its events and marks it aborted."""
+    """An exit with a writer still open keeps its events, marked aborted."""
+
     for writer in list(_OPEN_WRITERS):
         try:
             writer.finish({"error": "process exited without finish()"}, status="aborted")
