@@ -537,7 +537,6 @@ def publish(c: Claim, empty_failure: bool) -> bool:
     ``empty_failure`` (no event, not complete): a file that existed at claim time is kept and the
     ``.part`` removed; returns False.
     """
-
     part, final = str(c.part_path), str(c.final_path)
     if empty_failure and c.existed and os.path.lexists(final):
         os.unlink(part)

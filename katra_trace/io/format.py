@@ -486,7 +486,6 @@ def _zstd_decompressor() -> zstandard.ZstdDecompressor:
 
 def decompress(stored: bytes, raw_len: int, codec: int, offset: int) -> bytes:
     """Decode a codec 0 or 1 payload, never producing more than ``raw_len`` bytes."""
-
     if codec == Codec.BLOSC2:
         raise TraceFormatError(
             f"corrupt block at offset {offset}: codec 2 (blosc2) is defined for EVENTS blocks only",

@@ -1,21 +1,9 @@
-"""The trace header as typed records: how a capture was made and what it ran on.
+"""The trace header as typed records: how a capture was made and what it ran on (pure).
 
-Pure: no GL, no I/O. :meth:`TraceHeader.from_dict` is the one place that reads
-a HEADER block's JSON object: it upgrades the older layouts (``host_info.gl_renderer``
-/ ``driver_version`` / ``gl_version`` beside or instead of ``host_info.gl``;
-``capture_options.resolved.*`` beside the requested top-level values; scene params
-as ``resolved.scenes``, ``scenes`` entries or a ``params`` mapping) and tolerates
-missing or odd values: a value of the wrong type (or a NaN) reads as None ("not
-recorded") and is kept, as read, in the record's ``extra`` mapping with every
-key it does not know. :meth:`as_dict` gives back what was read (same keys, same
-values, same order), so a header round-trips; a record built in code writes its
-fields that are not None.
-
-The record base and its converters are :mod:`katra_trace.io.records`'s. Consumers read attributes
-(``header.host_info.renderer``, ``header.capture_options.run_size``). Producers build records too:
-the host probe a :class:`HostInfo`, every capture :func:`build_capture_options`, to which the engine
-adds its facts (:meth:`_Record.replaced`); the writer turns them into the JSON object
-(:func:`header_part`), and writes only a header the reader reads back (:func:`readable_header`).
+:meth:`TraceHeader.from_dict` is the one reader of a HEADER object: it upgrades older layouts and
+reads a wrong-typed value as None, kept as read in ``extra``, so :meth:`as_dict` round-trips.
+Producers build the same records; the writer writes only a header that reads back
+(:func:`readable_header`).
 """
 
 from __future__ import annotations
@@ -56,9 +44,7 @@ class DriverInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TimerQueryInfo(_Record):
-    """GL_TIMESTAMP query support (``host_info.gl.timer_query``): supported, the counter's bits, a
-    probe error.
-    """
+    """GL_TIMESTAMP query support (``host_info.gl.timer_query``)."""
 
     supported: bool | None = None
     counter_bits: int | None = None
@@ -73,21 +59,19 @@ class TimerQueryInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GLInfo(_Record):
-    """The GL context a capture ran on (``host_info.gl``), as the harness's
-    host probe records it."""
+    """The GL context a capture ran on (``host_info.gl``)."""
 
     vendor: str | None = None
     renderer: str | None = None
     version: str | None = None
-    version_code: int | None = None  #: GL version as a number (450 for 4.5)
+    version_code: int | None = None  # 450 for 4.5
     glsl_version: str | None = None
-    profile: str | None = None  #: core | compatibility | unknown
+    profile: str | None = None
     driver: DriverInfo = dataclasses.field(default_factory=DriverInfo)
-    #: GL_RENDERER names a CPU rasterizer (llvmpipe, swrast, ...)
     software_renderer: bool | None = None
     timer_query: TimerQueryInfo = dataclasses.field(default_factory=TimerQueryInfo)
     khr_debug: bool | None = None
-    max_texture_size: int | None = None  #: px
+    max_texture_size: int | None = None  # px
     max_samples: int | None = None
     extensions_count: int | None = None
 
@@ -144,11 +128,11 @@ class EGLInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SystemInfo(_Record):
-    """The machine (``host_info.system``): CPU, cores, RAM, OS, Python and package versions."""
+    """The machine (``host_info.system``)."""
 
     cpu_model: str | None = None
     cpu_cores: int | None = None
-    cpu_cores_usable: int | None = None  #: cores this process may run on
+    cpu_cores_usable: int | None = None
     ram_bytes: int | None = None
     os: str | None = None
     kernel: str | None = None
@@ -157,7 +141,7 @@ class SystemInfo(_Record):
     hostname: str | None = None
     python: str | None = None
     python_implementation: str | None = None
-    packages: Mapping[str, str] | None = None  #: package -> version ("" when not installed)
+    packages: Mapping[str, str] | None = None  # version "" when not installed
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {
         "cpu_model": _str,
@@ -177,27 +161,20 @@ class SystemInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class HostInfo(_Record):
-    """What a capture ran on (``host_info``, the harness's host probe).
+    """What a capture ran on (``host_info``).
 
-    ``renderer``, ``driver`` and ``software`` are the facts comparisons use, upgraded from
-    every layout: the 1.0 layout's ``gl_renderer`` / ``driver_version`` / ``gl_version``
-    keys (kept in ``extra``) win over ``gl.renderer`` and ``gl.driver`` (name + version,
-    else ``gl.version``).
+    ``renderer``, ``driver`` and ``software`` are what comparisons use, from any layout (the 1.0
+    keys, kept in ``extra``, win).
     """
 
     backend: str | None = None
     gl: GLInfo = dataclasses.field(default_factory=GLInfo)
     egl: EGLInfo = dataclasses.field(default_factory=EGLInfo)
     system: SystemInfo = dataclasses.field(default_factory=SystemInfo)
-    #: the environment variables that change rendering (LIBGL_*, MESA_*, ...)
     env: Mapping[str, str] | None = None
-    #: the code generator's facts (CPU model and flags, Mesa, LLVM, vector width) of a counted run
     codegen: Mapping[str, Any] | None = None
-    #: the GL renderer, from any layout (None: not recorded)
     renderer: str | None = dataclasses.field(init=False, default=None)
-    #: the driver as one string (``"Mesa 22.3.6"``), from any layout (None: not recorded)
     driver: str | None = dataclasses.field(init=False, default=None)
-    #: the capture ran on a software rasterizer (``gl.software_renderer``)
     software: bool = dataclasses.field(init=False, default=False)
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {
@@ -227,8 +204,7 @@ class HostInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MeasureOptions(_Record):
-    """What a capture measured (``capture_options.measure``): ``time``, or
-    counts under callgrind."""
+    """What a capture measured (``capture_options.measure``)."""
 
     mode: str | None = None
     valgrind: str | None = None
@@ -251,19 +227,16 @@ class MeasureOptions(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ResolvedOptions(_Record):
-    """The run as resolved from the request (``capture_options.resolved``): a suite's size, the
-    scenes.
-    """
+    """The run as resolved from the request (``capture_options.resolved``)."""
 
     frames: int | None = None
-    duration_s: float | None = None  #: measured seconds per scene (host clock)
+    duration_s: float | None = None  # per scene, host clock
     warmup: int | None = None
-    size: tuple[int, ...] | None = None  #: (width, height) px
+    size: tuple[int, ...] | None = None  # px
     samples: int | None = None
     backend: str | None = None
     output: str | None = None
     device: int | None = None
-    #: one mapping per scene run: label, spec, params
     scenes: tuple[Mapping[str, Any], ...] | None = None
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {
@@ -280,8 +253,7 @@ class ResolvedOptions(_Record):
 
 
 def _scene_params(resolved: ResolvedOptions, extra: Mapping[str, Any]) -> dict[str, Any]:
-    """Scene label -> params from every layout: ``resolved.scenes``, else ``scenes`` entries
-    (by label or name), else a ``params`` mapping keyed by scene."""
+    """Scene label -> params, from every layout."""
     out: dict[str, Any] = {}
     for source in (resolved.scenes, resolved.extra.get("scenes"), extra.get("scenes")):
         if isinstance(source, Sequence) and not isinstance(source, str):
@@ -300,28 +272,25 @@ def _scene_params(resolved: ResolvedOptions, extra: Mapping[str, Any]) -> dict[s
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CaptureOptions(_Record):
-    """How a capture was made (``capture_options``): the request, the resolved run, the timing mode.
+    """How a capture was made (``capture_options``); ``extra`` holds the rest of the request.
 
-    ``extra`` holds the rest of the request (a RunConfig's scenes, suite, params, ...).
-    The ``run_*`` fields are the values the capture ran with: the resolved value when
-    recorded, else the requested one; ``measure_mode`` is ``time`` unless counted.
+    ``run_*`` are the values it ran with: resolved when recorded, else requested.
     """
 
     api: str | None = None
     frames: int | None = None
     warmup: int | None = None
-    size: tuple[int, ...] | None = None  #: requested (width, height) px
+    size: tuple[int, ...] | None = None  # px
     samples: int | None = None
     seed: int | None = None
-    timing: str | None = None  #: requested: auto | sync | gpu
-    zones: str | bool | None = None  #: off | passes | draws (older traces: true / false)
+    timing: str | None = None  # requested
+    zones: str | bool | None = None  # older traces: true / false
     max_draw_zones: int | None = None
     codec: str | None = None
-    timing_mode: str | None = None  #: the mode used: sync | gpu | instructions | cycles
+    timing_mode: str | None = None  # the mode used
     timing_reason: str | None = None
     primary_clock: str | None = None
     scene: str | None = None
-    #: ``"I/N"``: the capture ran shard I of N of its scenes (``run --shard``)
     shard: str | None = None
     measure: MeasureOptions = dataclasses.field(default_factory=MeasureOptions)
     resolved: ResolvedOptions = dataclasses.field(default_factory=ResolvedOptions)
@@ -330,7 +299,6 @@ class CaptureOptions(_Record):
     run_frames: int | None = dataclasses.field(init=False, default=None)
     run_warmup: int | None = dataclasses.field(init=False, default=None)
     measure_mode: str = dataclasses.field(init=False, default="time")
-    #: scene label -> the params the capture used (see :meth:`params_of`)
     scene_params: Mapping[str, Any] = dataclasses.field(init=False, default_factory=dict)
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {
@@ -367,22 +335,20 @@ class CaptureOptions(_Record):
         object.__setattr__(self, "scene_params", _scene_params(r, self.extra))
 
     def params_of(self, scene: str) -> Any:
-        """The params the capture used for ``scene`` (None when not recorded)."""
+        """The params the capture used for ``scene`` (None: not recorded)."""
         return self.scene_params.get(scene)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ShardInfo(_Record):
-    """One shard of a merged trace (``shards[k]``, format 1.3; ``katra3d merge``): which shard it
-    was, its scenes, and how, when and on what it ran."""
+    """One shard of a merged trace (``shards[k]``, format 1.3)."""
 
-    shard: str | None = None  #: ``"I/N"``
-    file: str | None = None  #: the shard's trace file as merge was given it
-    scenes: tuple[str, ...] | None = None  #: the labels of its scenes
+    shard: str | None = None  # "I/N"
+    file: str | None = None
+    scenes: tuple[str, ...] | None = None
     tool_version: str | None = None
-    start_wall_ns: int | None = None  #: its capture start, UTC ns since the epoch
-    #: added to its event times in the merged trace: its start after the merged trace's start (wall
-    #: clock), ns
+    start_wall_ns: int | None = None
+    # ns added to its event times: its start after the merged trace's (wall clock)
     offset_ns: int | None = None
     pid: int | None = None
     host_info: HostInfo = dataclasses.field(default_factory=HostInfo)
@@ -409,13 +375,11 @@ class TraceHeader(_Record):
     tool_version: str | None = None
     capture_options: CaptureOptions = dataclasses.field(default_factory=CaptureOptions)
     host_info: HostInfo = dataclasses.field(default_factory=HostInfo)
-    start_wall_ns: int | None = None  #: capture start, UTC wall clock, ns since the epoch
-    #: capture start on the host clock (perf_counter_ns); events are relative
-    start_host_ns: int | None = None
+    start_wall_ns: int | None = None  # UTC, ns since the epoch
+    start_host_ns: int | None = None  # perf_counter_ns; event times are relative to it
     pid: int | None = None
     workload: str | None = None
     notes: str | None = None
-    #: (format 1.3) a merged trace's shards, in order; None: the trace is one capture
     shards: tuple[ShardInfo, ...] | None = None
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {
@@ -434,8 +398,7 @@ class TraceHeader(_Record):
     }
 
     def host_of(self, scene: str) -> HostInfo:
-        """The host ``scene`` ran on: in a merged trace its shard's, else (and for a scene no shard
-        names) ``host_info``."""
+        """The host ``scene`` ran on: its shard's in a merged trace, else ``host_info``."""
         for shard in self.shards or ():
             if shard.scenes is not None and scene in shard.scenes:
                 return shard.host_info
@@ -443,7 +406,7 @@ class TraceHeader(_Record):
 
     @classmethod
     def from_dict(cls, data: Any) -> TraceHeader:
-        """The header of a HEADER block's JSON object; TraceFormatError when it is not an object."""
+        """Read a HEADER block's JSON object; TraceFormatError when it is not an object."""
         if not isinstance(data, Mapping):
             raise TraceFormatError(
                 f"the trace header is not a JSON object but {type(data).__name__}"
@@ -458,13 +421,9 @@ def build_capture_options(
     fixed: Mapping[str, Any] | None = None,
     resolved: Mapping[str, Any] | None = None,
 ) -> CaptureOptions:
-    """The capture options a producer records (``katra3d run``, the pytest plugin, ``capture()``,
-    the offscreen helper); the engine adds the timing mode, measure and zones.
+    """The capture options every producer records; the engine adds timing mode, measure, zones.
 
-    ``requested``: the options as asked for (a RunConfig's ``as_dict()``, the plugin's
-    arguments, ``capture()``'s ``capture_options``); ``api``: the entry point (first key),
-    unless ``requested`` names one; ``fixed``: values the producer sets over the request;
-    ``resolved``: what the run resolved to (frames, size, scenes with their params ...).
+    ``api``: the entry point, unless ``requested`` names one; ``fixed`` overrides the request.
     """
     given = dict(requested or {})
     out = {"api": api, **given} if api is not None and "api" not in given else given
@@ -475,9 +434,7 @@ def build_capture_options(
 
 
 def readable_header(header: dict[str, Any], path: object) -> dict[str, Any]:
-    """``header`` (a HEADER block's JSON object about to be written to ``path``) when the reader
-    would read it back; ConfigError otherwise. The reader's shape check
-    (:func:`katra_trace.io.blocks.check_header`) is the one schema, for writing as for reading."""
+    """``header`` if the reader reads it back (its check is the one schema), else ConfigError."""
     try:
         check_header(header, 0)
     except TraceFormatError as exc:
@@ -489,8 +446,7 @@ def readable_header(header: dict[str, Any], path: object) -> dict[str, Any]:
 
 
 def header_part(part: Mapping[str, Any] | CaptureOptions | HostInfo | None) -> dict[str, Any]:
-    """A header part as the JSON object written: typed records by ``as_dict()`` (the one place a
-    producer's records become a dict), mappings copied."""
+    """A header part as the JSON object written (the one place records become a dict)."""
     if isinstance(part, _Record):
         return part.as_dict()
     return dict(part or {})

@@ -1,13 +1,9 @@
-"""One trace from the shards of a run: what ``katra3d merge`` does (``katra3d run --shard I/N``,
-docs/ci.md).
+"""``katra3d merge``: one trace from the shards of a ``katra3d run --shard I/N`` (docs/ci.md).
 
-:func:`check_shards` decides whether files are the whole of one run (one suite, capture options and
-katra3d version, every shard once, no scene twice, headers of the shape a run writes); else
-ConfigError, one line (exit 2). :func:`merge_shards` writes them through the output rule
-(:func:`~katra_trace.io.claim.open_output`) and :class:`~katra_trace.io.concat.Concatenation`, one
-shard in memory at a time, each moved by its start after the earliest; the header records every
-shard and its host (``shards``, format 1.3), so that each scene is compared against a comparable
-host (:meth:`~katra_trace.io.header.TraceHeader.host_of`).
+:func:`check_shards` decides whether files are the whole of one run (else one-line ConfigError);
+:func:`merge_shards` writes them one shard in memory at a time, each moved by its start after the
+earliest. The header records every shard's host (``shards``, format 1.3) so that each scene is
+compared against a comparable host.
 """
 
 from __future__ import annotations
@@ -32,8 +28,7 @@ from katra_trace.io.tracesets import open_quietly
 from katra_trace.schema import SCHEMA_VERSION, schema_hash
 from katra_trace.text import shown
 
-#: Capture options that may differ between the shards of one run: which shard, where its outputs
-#: went, bookkeeping (its note, --force, --jobs, the codec), and facts of the machine it ran on.
+#: Capture options that may differ between the shards of one run (and in the parts below).
 SHARD_OWN_OPTIONS = frozenset(
     {
         "shard",
@@ -48,34 +43,27 @@ SHARD_OWN_OPTIONS = frozenset(
         "timing_reason",
     }
 )
-#: The same for ``capture_options.resolved`` and ``capture_options.measure``.
 SHARD_OWN_RESOLVED = frozenset({"scenes", "output", "backend", "device"})
 SHARD_OWN_MEASURE = frozenset({"command", "output", "valgrind"})
-#: The same for ``capture_options.replay`` (a run of apitrace traces): each shard's traces are its
-#: own, and its replayers and their options are those of its traces' window systems (equal where two
-#: shards share one).
+# replayers and options are per window system: equal where two shards share one
 SHARD_OWN_REPLAY = frozenset({"traces", "replayers", "options"})
 
 
 @dataclasses.dataclass(frozen=True)
 class Shard:
-    """One input, checked: its file, its shard ``index`` of ``count``, its header and its scene
-    labels.
-    """
+    """One input, checked."""
 
     path: Path
     index: int
     count: int
     header: TraceHeader
     scenes: tuple[str, ...]
-    clock_syncs: bool = False  #: it recorded GPU clock pairs (CLOCK_SYNC blocks)
+    clock_syncs: bool = False  # it has CLOCK_SYNC blocks
 
 
 @dataclasses.dataclass(frozen=True)
 class MergeResult:
-    """What :func:`merge_shards` wrote: the trace, its scenes in order, the shards, its events and
-    kept frames.
-    """
+    """What :func:`merge_shards` wrote."""
 
     path: Path
     scenes: tuple[str, ...]
@@ -93,14 +81,12 @@ class MergeResult:
         }
 
 
-#: The most shards a run is split into.
 MAX_SHARDS = 1000
 _SHARD = re.compile(r" *([0-9]{1,4}) */ *([0-9]{1,4}) *")
 
 
 def parse_shard(text: str, what: str = "--shard") -> tuple[int, int]:
-    """``"2/4"`` -> (2, 4): shard I of N, 1 <= I <= N <= :data:`MAX_SHARDS`, ASCII digits; the one
-    parser of ``run --shard`` and of a shard's header. ConfigError naming ``what`` otherwise."""
+    """``"2/4"`` -> (2, 4), the one shard parser; ConfigError naming ``what`` otherwise."""
     m = _SHARD.fullmatch(text)
     if not m:
         raise ConfigError(f"bad {what} {shown(text[:40])}: expected I/N, e.g. 1/2 (shard I of N)")
@@ -113,7 +99,6 @@ def parse_shard(text: str, what: str = "--shard") -> tuple[int, int]:
 
 
 def _shard_of(trace: Trace) -> tuple[int, int]:
-    """(I, N) of a shard's ``capture_options.shard``; ConfigError for a trace not a shard."""
     text = trace.header.capture_options.shard
     if isinstance(text, str):
         return parse_shard(text, f"shard in {shown(trace.path)}:")
@@ -124,8 +109,7 @@ def _shard_of(trace: Trace) -> tuple[int, int]:
 
 
 def _scene_labels(trace: Trace) -> tuple[str, ...]:
-    """The labels of the scenes a shard planned (``resolved.scenes``), else
-    those its events name."""
+    """The labels of the scenes a shard planned, else those its events name."""
     planned = trace.header.capture_options.resolved.scenes or ()
     labels = [e.get("label") for e in planned]
     if labels and all(isinstance(x, str) for x in labels):
@@ -135,9 +119,7 @@ def _scene_labels(trace: Trace) -> tuple[str, ...]:
 
 
 def comparable_options(header: TraceHeader) -> dict[str, Any]:
-    """The capture options that must be equal in every shard of one run (all but
-    :data:`SHARD_OWN_OPTIONS`).
-    """
+    """The capture options that must be equal in every shard of one run."""
     options = header.capture_options.as_dict()
     out = {
         k: v
@@ -156,7 +138,7 @@ def comparable_options(header: TraceHeader) -> dict[str, Any]:
 
 
 def _differences(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """The option names (dotted) whose values differ between ``a`` and ``b``."""
+    """Dotted option names whose values differ."""
     out = []
     for key in dict.fromkeys([*a, *b]):
         x, y = a.get(key), b.get(key)
@@ -168,11 +150,7 @@ def _differences(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -
 
 
 def check_shards(paths: Sequence[str | os.PathLike[str]]) -> list[Shard]:
-    """The shards ``paths`` name, in shard order, checked to be the whole of one run (module
-    docstring).
-
-    Reads headers, strings and kept frames' facts only (no events). ConfigError, one line,
-    otherwise."""
+    """The shards in shard order, checked to be the whole of one run (no events are read)."""
     if not paths:
         raise ConfigError(
             "merge needs the shard traces of one run: katra3d merge SHARD... -o RUN.katra"
@@ -259,7 +237,6 @@ def check_shards(paths: Sequence[str | os.PathLike[str]]) -> list[Shard]:
             owner[scene] = s
     lacking = first.count - len(by_index)
     if lacking:
-        # named up to three: N may be a thousand
         missing = (f"{i}/{first.count}" for i in range(1, first.count + 1) if i not in by_index)
         few = [next(missing) for _ in range(min(3, lacking))]
         more = f" and {lacking - len(few)} more" if lacking > len(few) else ""
@@ -285,7 +262,7 @@ def _odd_shape(header: TraceHeader) -> str | None:
 
 
 def _check_labels(trace: Trace, shard: Shard) -> None:
-    """ConfigError when ``trace`` holds events of a scene its header's labels do not name."""
+    """ConfigError when ``trace`` holds events of a scene its header does not name."""
     ids = np.unique(trace.events["scene"])
     stray = next(
         (trace.name(int(i)) for i in ids if i and trace.name(int(i)) not in shard.scenes), None
@@ -304,8 +281,7 @@ def _replay(header: TraceHeader) -> Mapping[str, Any]:
 
 
 def _replay_differences(a: TraceHeader, b: TraceHeader) -> list[tuple[str, str]]:
-    """(part, window system) of the replayers and replay options two shards
-    have both but not alike."""
+    """(part, window system) that two shards both have, but not alike."""
     ra, rb = _replay(a), _replay(b)
     out = []
     for part in ("replayers", "options"):
@@ -315,9 +291,6 @@ def _replay_differences(a: TraceHeader, b: TraceHeader) -> list[tuple[str, str]]
 
 
 def _merged_replay(shards: Sequence[Shard]) -> dict[str, Any]:
-    """The merged ``capture_options.replay``: every shard's traces, replayers and options, in shard
-    order.
-    """
     merged: dict[str, Any] = {}
     for s in shards:
         for part, value in _replay(s.header).items():
@@ -330,8 +303,7 @@ def _merged_replay(shards: Sequence[Shard]) -> dict[str, Any]:
 
 
 def _workload(shards: Sequence[Shard]) -> str:
-    """The run's workload: the shards' when they agree (a suite's name), else their scenes' labels
-    joined in the run's order, as an unsharded run records it."""
+    """The shards' workload when they agree, else their scene labels joined in run order."""
     names = list(dict.fromkeys(s.header.workload or "" for s in shards))
     if len(names) == 1:
         return names[0]
@@ -340,9 +312,8 @@ def _workload(shards: Sequence[Shard]) -> str:
 
 
 def _run_order(shards: Sequence[Shard]) -> list[str] | None:
-    """Every shard's scene labels in the run's order, as an unsharded run lists them: by each
-    scene's ``position`` in the run, else (older shards) by its spec's place in
-    ``capture_options.scenes``; None when a shard does not say."""
+    """All scene labels in the run's order (by ``position``, else, in older shards, by spec);
+    None when a shard does not say."""
     specs = [str(x) for x in shards[0].header.capture_options.extra.get("scenes") or ()]
     entries = [e for s in shards for e in (s.header.capture_options.resolved.scenes or ())]
     labels = [str(e.get("label")) for e in entries if isinstance(e.get("label"), str)]
@@ -353,7 +324,6 @@ def _run_order(shards: Sequence[Shard]) -> list[str] | None:
         return [labels[k] for k in sorted(range(len(labels)), key=positions.__getitem__)]
 
     def place(k: int) -> tuple[int, int, str]:
-        # the spec as given, or with its class (x.py:Class)
         spec, label = str(entries[k].get("spec")), labels[k]
         at = next(
             (
@@ -373,8 +343,7 @@ def _run_order(shards: Sequence[Shard]) -> list[str] | None:
 
 
 def _pieces(shards: Sequence[Shard]) -> list[tuple[int, set[str] | None]]:
-    """What is written, in the run's order: (the shard's position, the labels of scenes it ran one
-    after another in the run); a whole shard (None) each when the order is not known."""
+    """(shard index, consecutive scene labels) in run order; whole shards (None) if unknown."""
     order = _run_order(shards)
     owner = {label: k for k, s in enumerate(shards) for label in s.scenes}
     if order is None or sorted(order) != sorted(owner):
@@ -390,7 +359,7 @@ def _pieces(shards: Sequence[Shard]) -> list[tuple[int, set[str] | None]]:
 
 
 def _in_order(rows: list[Any], order: Sequence[str], key: str = "scene") -> list[Any]:
-    """Rows (objects naming a scene by ``key``) in the order of ``order``; others last."""
+    """Rows naming a scene by ``key`` in the order of ``order``; others last."""
     place = {label: i for i, label in enumerate(order)}
     return sorted(
         rows,
@@ -401,9 +370,8 @@ def _in_order(rows: list[Any], order: Sequence[str], key: str = "scene") -> list
 
 
 def _part(trace: Trace, labels: set[str] | None, first: bool) -> Trace:
-    """``trace`` with only the events, scene notes and kept frames of the scenes ``labels`` (None:
-    all); its first part also takes what belongs to none of its scenes (clock pairs, notes of the
-    run, its drop counts)."""
+    """``trace`` limited to the scenes ``labels`` (None: all); the first part also takes what
+    belongs to no scene (clock pairs, run notes, drop counts)."""
     if labels is None:
         return trace
     own = set(_scene_labels(trace))
@@ -434,9 +402,7 @@ def _what(suite_and_scenes: tuple[Any, Any]) -> str:
 
 
 def _shard_infos(shards: Sequence[Shard]) -> tuple[list[ShardInfo], int]:
-    """Each shard's record for the merged header, and the earliest start (wall ns) their offsets
-    count from.
-    """
+    """Each shard's record, and the earliest start (wall ns) their offsets count from."""
     starts = [s.header.start_wall_ns for s in shards]
     origin = min((t for t in starts if t is not None), default=0)
     infos = [
@@ -458,9 +424,8 @@ def _shard_infos(shards: Sequence[Shard]) -> tuple[list[ShardInfo], int]:
 def merged_header(
     shards: Sequence[Shard], infos: Sequence[ShardInfo], origin: int, output: Path
 ) -> dict[str, Any]:
-    """The merged trace's HEADER: the first shard's capture options (no ``shard``; every shard's
-    scenes in ``resolved.scenes`` and traces in ``replay``; the output), its host (each scene's own
-    is its shard's, in ``shards``), the earliest start, the run's workload and ``shards``."""
+    """The merged HEADER: the first shard's options and host, with every shard's scenes, traces
+    and host (``shards``), the earliest start and the run's workload."""
     first = shards[0].header
     options = first.capture_options.as_dict()
     options.pop("shard", None)
@@ -505,17 +470,14 @@ def merge_shards(
     force: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> MergeResult:
-    """Merge the shards ``paths`` of one run into the trace ``output`` (the module docstring says
-    how).
+    """Merge the shards of one run into ``output``.
 
-    ConfigError (exit 2) for inputs that are not the shards of one run, or an output the rule
-    refuses (OutputExistsError without ``force``); TraceIOError when writing fails (nothing is left
-    at ``output``)."""
+    Raises ConfigError, OutputExistsError, or TraceIOError (nothing is left at ``output``)."""
     out_path = check_output(output, force=force, inputs=paths, option="-o", example="run.katra")
     shards = check_shards(paths)
     infos, origin = _shard_infos(shards)
     header = merged_header(shards, infos, origin, out_path)
-    # else each shard's pairs name their shard
+    # else each shard's clock pairs name their shard
     one_gpu_clock = sum(s.clock_syncs for s in shards) == 1
     rows: list[Any] = []
     order = _run_order(shards) or [sc for s in shards for sc in s.scenes]

@@ -535,7 +535,6 @@ _OPEN_WRITERS: weakref.WeakSet[TraceWriter] = weakref.WeakSet()
 @atexit.register
 def _finish_open_writers() -> None:
     """An exit with a writer still open keeps its events, marked aborted."""
-
     for writer in list(_OPEN_WRITERS):
         try:
             writer.finish({"error": "process exited without finish()"}, status="aborted")
