@@ -1,10 +1,7 @@
-"""A trace's blocks, one by one: the decode budget, the block scanner, and the shape checks of each
-block.
+"""A trace's blocks one by one: the decode budget, the block scanner, the shape checks.
 
-:func:`iter_blocks` walks a file from its preamble, checking every length against the bytes that are
-left before anything is allocated, every CRC, and the documented shape of the HEADER and SUMMARY
-blocks; what it met is kept in a :class:`ScanState` (where it stopped, and why).
-:mod:`katra_trace.io.reader` builds a :class:`~katra_trace.io.reader.Trace` on it.
+:func:`iter_blocks` checks every length against the bytes left before allocating, every CRC and
+the documented HEADER and SUMMARY shapes; where and why it stopped goes to a :class:`ScanState`.
 """
 
 from __future__ import annotations
@@ -24,18 +21,13 @@ from katra_trace.io import format as fmt
 from katra_trace.io.image_block import decode_image_payload
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION
 
-#: Decoded bytes a trace may hold per byte of file, by default (see :func:`decode_budget`).
 DEFAULT_MAX_RATIO = 10.0
-#: Decoded bytes every trace may hold on top of ``max_ratio`` x its size: 64 MiB (1.6 M events).
-BUDGET_ALLOWANCE_BYTES = 64 << 20
-#: Environment variable that overrides the default ratio; ``0`` lifts the limit.
+BUDGET_ALLOWANCE_BYTES = 64 << 20  # on top of max_ratio x size (1.6 M events)
 MAX_RATIO_ENV = "KATRA3D_MAX_RATIO"
 
 
 def resolve_max_ratio(max_ratio: float | None) -> float:
-    """``max_ratio`` if given, else ``$KATRA3D_MAX_RATIO``, else :data:`DEFAULT_MAX_RATIO` (0: no
-    limit).
-    """
+    """``max_ratio``, else ``$KATRA3D_MAX_RATIO``, else the default (0: no limit)."""
     if max_ratio is None:
         text = os.environ.get(MAX_RATIO_ENV, "").strip()
         if not text:
@@ -54,8 +46,7 @@ def resolve_max_ratio(max_ratio: float | None) -> float:
 
 
 def decode_budget(size: int, max_ratio: float | None = None) -> int | None:
-    """How many decoded bytes a file of ``size`` bytes may hold: ``max_ratio`` x size + 64 MiB, or
-    None (no limit). A decompression bomb cannot make a reader allocate more than this."""
+    """Decoded bytes a file of ``size`` may make a reader allocate (None: no limit)."""
     ratio = resolve_max_ratio(max_ratio)
     if ratio == 0:
         return None
@@ -63,12 +54,8 @@ def decode_budget(size: int, max_ratio: float | None = None) -> int | None:
 
 
 class DecodeBudget:
-    """The decoded bytes one file may still make a reader hold (:func:`decode_budget`), shared by
-    everything decoded from it: its blocks while it is scanned, then its kept frames' pixels while
-    they are held.
-
-    :meth:`take` before allocating (TraceTooLargeError when it does not fit), :meth:`give` back what
-    was freed. ``left`` None: no limit (``max_ratio`` 0)."""
+    """The decoded bytes one file may still make a reader hold: its blocks while scanned, then its
+    kept frames' pixels. :meth:`take` before allocating, :meth:`give` back what was freed."""
 
     def __init__(self, size: int, max_ratio: float | None = None) -> None:
         self.size = size
@@ -77,9 +64,7 @@ class DecodeBudget:
         self._lock = threading.Lock()
 
     def take(self, n: int, what: str, offset: int | None = None) -> None:
-        """Count ``n`` more decoded bytes against the budget; ``what`` ("the block at offset 96
-        would decode to", ending where the byte count goes) starts the message when they do not fit.
-        """
+        """Count ``n`` more bytes; TraceTooLargeError, its message starting with ``what``, if over."""
         with self._lock:
             if self.left is None:
                 return
@@ -94,7 +79,6 @@ class DecodeBudget:
             self.left -= n
 
     def give(self, n: int) -> None:
-        """``n`` decoded bytes taken before are free again."""
         with self._lock:
             if self.left is not None:
                 self.left += n
@@ -102,13 +86,12 @@ class DecodeBudget:
 
 @dataclasses.dataclass(frozen=True)
 class Block:
-    """One decoded block: its type, where it starts, and its decoded content."""
+    """One decoded block."""
 
     type: int
     offset: int
     seq: int
-    # dict (JSON blocks), (first_id, [str]) (STRINGS), EventBatch (EVENTS), (dict, PNG bytes)
-    # (IMAGE)
+    # dict, (first_id, [str]) for STRINGS, EventBatch, (dict, PNG bytes) for IMAGE
     payload: Any
 
 
@@ -117,17 +100,14 @@ class EventBatch:
     """An EVENTS block's checked payload, decoded on demand (into a caller's array if given)."""
 
     n: int
-    raw: bytes  #: the decoded payload (codecs 0, 1), or the stored one, still compressed (codec 2)
+    raw: bytes  # decoded, or still compressed for codec 2
     offset: int
-    #: the file's format minor: which kinds, clocks and flags are defined
     minor: int = fmt.FORMAT_MINOR
-    #: fmt.Codec.BLOSC2: ``raw`` is decompressed by decode(), into ``out``
     codec: int = fmt.Codec.NONE
 
     def decode(self, out: np.ndarray | None = None, *, zeroed: bool = False) -> np.ndarray:
-        """The events, checked (:func:`katra_trace.io.format.check_events`); raises TraceFormatError
-        (CodecUnavailableError, exit 3, when the codec's library is not installed). ``zeroed``:
-        ``out`` holds only zero bytes, so all-zero byte planes need not be copied into it."""
+        """The events, checked; TraceFormatError (or CodecUnavailableError). ``zeroed``: ``out``
+        holds only zero bytes."""
         if self.codec == fmt.Codec.BLOSC2:
             raw_len = fmt.EVENTS_HEAD.size + self.n * EVENT_DTYPE.itemsize
             events = b2ev.decode_events_blosc2(self.raw, raw_len, self.offset, out)
@@ -152,13 +132,11 @@ class ScanState:
     truncated: bool = False
     stopped_at: int | None = None
     stop_reason: str = ""
-    summary_offset: int | None = None  #: where the footer says the SUMMARY is; None: no footer
+    summary_offset: int | None = None  # None: no footer
     skipped_blocks: int = 0
-    #: decoding budget (see :func:`decode_budget`); None: the default
     max_ratio: float | None = None
-    #: what the file may still decode (set by :func:`iter_blocks`)
     budget: DecodeBudget | None = None
-    notes: list[str] = dataclasses.field(default_factory=list)  #: content repaired while reading
+    notes: list[str] = dataclasses.field(default_factory=list)  # content repaired while reading
 
 
 def file_size(f: BinaryIO) -> int:
@@ -166,12 +144,9 @@ def file_size(f: BinaryIO) -> int:
 
 
 def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator[Block]:
-    """Yield the blocks of an open trace file in order.
+    """Yield the blocks of an open trace file in order, up to the footer or the first damage.
 
-    Stops at the footer, or at the first torn or corrupt block: then it sets
-    ``state.truncated``, ``stopped_at`` and ``stop_reason`` (default) or raises
-    :class:`TraceFormatError` (``strict``). A file that is not a trace, or is
-    cut inside its preamble, always raises.
+    Damage is recorded in ``state`` (``strict``: raised); a bad preamble always raises.
     """
     size = state.size = file_size(f)
     budget = state.budget = DecodeBudget(size, state.max_ratio)
@@ -233,7 +208,6 @@ def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator
                 pos,
             )
             return
-        # checked before anything is decoded
         if btype == fmt.BlockType.IMAGE and codec != fmt.Codec.NONE:
             stop(
                 f"corrupt IMAGE block at offset {pos}: codec {codec}; kept frames are stored with "
@@ -263,7 +237,6 @@ _KNOWN_TYPES = frozenset(int(t) for t in fmt.BlockType)
 
 
 def _check_preamble(pre: bytes, size: int) -> tuple[int, int]:
-    """The (major, minor) version of a valid preamble; raises otherwise."""
     if len(pre) < fmt.PREAMBLE_SIZE:
         if fmt.MAGIC.startswith(pre[:8]) and pre:
             raise TraceFormatError(
@@ -313,7 +286,6 @@ def _decode(
     t = fmt.BlockType(btype)
     if t == fmt.BlockType.EVENTS and codec == fmt.Codec.BLOSC2:
         _check_schema(schema, pos)
-        # sizes checked; decoded on demand, in place
         n, _ = b2ev.blosc2_events_head(stored, raw_len, pos)
         return Block(t, pos, seq, EventBatch(n, stored, pos, minor, codec))
     payload = fmt.decompress(stored, raw_len, codec, pos)
@@ -361,8 +333,7 @@ def _check_dict(obj: dict[str, Any], key: str, where: str, pos: int) -> None:
         raise _shape_error(where, pos, key, "a JSON object")
 
 
-#: Documented HEADER keys that readers rely on, by where they live: each must have this JSON type
-#: when present (null is allowed: "not known"). docs/trace-format.md lists them.
+#: Documented HEADER keys readers rely on and their JSON type when present (null: not known).
 _HEADER_SHAPES: dict[tuple[str, ...], dict[str, type]] = {
     ("capture_options",): {
         "timing_mode": str,

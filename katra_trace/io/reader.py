@@ -1,20 +1,10 @@
 """Reading katra3d traces, whole or block by block, intact or damaged.
 
-:func:`open_trace` reads a file into a :class:`Trace`. By default it keeps
-every intact block before the first torn or corrupt one, rebuilds the summary
-by scanning when the file has none, and warns with
-:class:`TraceRecoveryWarning`; ``strict=True`` raises
-:class:`~katra_trace.errors.TraceFormatError` instead. :func:`iter_blocks`
-and :meth:`Trace.iter_batches` stream a file larger than memory.
-
-The one scan keeps everything a command reads, kept frames included: each IMAGE block's facts,
-offset and PNG bytes (:attr:`Trace.kept_frames`), whose pixels are decoded only when asked for
-(:func:`katra_trace.io.images.frame_pixels`), inside what is left of the file's reading budget
-(:attr:`Trace.budget`). No consumer opens the file a second time.
-
-Every length read from the file is checked against the bytes that are left
-before anything is allocated, so any byte string either parses or raises a
-:class:`~katra_trace.errors.KatraError`.
+:func:`open_trace` keeps every intact block before the first damaged one and warns
+(:class:`TraceRecoveryWarning`; ``strict=True`` raises instead). Its one scan keeps everything a
+command reads, kept frames' PNG bytes included (pixels decoded on demand, within
+:attr:`Trace.budget`), so no consumer opens the file twice. Every length read is checked against
+the bytes left before allocating, so any byte string parses or raises a KatraError.
 """
 
 from __future__ import annotations
@@ -56,7 +46,6 @@ class Trace:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        #: the HEADER block, typed (``header.as_dict()``: the JSON object as read)
         self.header = TraceHeader()
         self.summary: dict[str, Any] = {}
         self.strings: list[str] = []
@@ -71,14 +60,12 @@ class Trace:
         self.skipped_blocks = 0
         self.size = 0
         self.version = (0, 0)
-        #: content the reader repaired (e.g. lone surrogates read as U+FFFD); the trace is usable
+        # what the reader repaired (e.g. lone surrogates read as U+FFFD)
         self.notes: list[str] = []
         self.max_ratio: float | None = None
-        #: each scene's kept frame (its last IMAGE block), facts and PNG bytes; pixels decoded on
-        #: demand
+        # each scene's last IMAGE block
         self.kept_frames: dict[str, KeptFrame] = {}
-        #: what the file may still decode once scanned: kept frames' pixels are counted against it
-        #: while held
+        # what the file may still decode (kept frames' pixels count against it)
         self.budget: DecodeBudget | None = None
 
     @property
@@ -91,9 +78,8 @@ class Trace:
         return self.strings[sid] if 0 <= sid < len(self.strings) else f"?{sid}"
 
     def iter_batches(self, strict: bool = False) -> Iterator[np.ndarray]:
-        """Stream the events block by block, re-reading the file (for traces larger than memory).
-
-        Stops quietly at the first damaged block (``strict``: raises), like :func:`iter_blocks`."""
+        """Stream the events block by block, re-reading the file; stops at the first damage
+        (``strict``: raises)."""
         state = ScanState(max_ratio=self.max_ratio)
         with open_regular(self.path) as f:
             for block in iter_blocks(f, state, strict):
@@ -114,9 +100,8 @@ class Trace:
 
 
 def _trace_fd(path: str | os.PathLike[str]) -> int | None:
-    """A blocking read descriptor of ``path`` when it is a regular file that starts with the trace
-    magic, else None (never blocks: the open is O_NONBLOCK, so a FIFO with no writer cannot hang it;
-    never raises)."""
+    """A blocking read file of ``path`` if it is a regular file starting with the trace magic, else
+    None; never raises, never blocks (a FIFO with no writer is opened O_NONBLOCK)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except (OSError, ValueError):
@@ -132,9 +117,7 @@ def _trace_fd(path: str | os.PathLike[str]) -> int | None:
 
 
 def is_trace_file(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a regular file that starts with the trace magic (never blocks, never
-    raises).
-    """
+    """Whether ``path`` is a regular file starting with the trace magic (never blocks or raises)."""
     fd = _trace_fd(path)
     if fd is not None:
         os.close(fd)
@@ -142,10 +125,9 @@ def is_trace_file(path: str | os.PathLike[str]) -> bool:
 
 
 def _summary_event_count(f: BinaryIO, budget: int | None) -> int | None:
-    """The event count in the SUMMARY block the footer points to, if all of that is intact.
+    """The SUMMARY's event count, if footer and summary are intact, else None.
 
-    Lets :func:`open_trace` decode every batch straight into one preallocated array. Anything
-    unexpected returns None (the caller then collects batches); the scan checks everything anyway.
+    Lets :func:`open_trace` decode straight into one preallocated array; the scan checks anyway.
     """
     size = file_size(f)
     if size < fmt.PREAMBLE_SIZE + fmt.BLOCK_HEADER_SIZE + fmt.FOOTER_SIZE:
@@ -195,20 +177,13 @@ def open_trace(
     events: bool = True,
     max_ratio: float | None = None,
 ) -> Trace:
-    """Read a trace file.
+    """Read a trace file (a regular one: pipes, FIFOs and devices are refused).
 
     Args:
-        path: the file (a regular file: pipes, FIFOs and devices are refused).
-        strict: raise :class:`TraceFormatError` on any damage instead of
-            recovering the intact prefix (and warning).
+        strict: raise :class:`TraceFormatError` on any damage instead of recovering the prefix.
         events: load the events (False: header, strings, summary and counts only).
-        max_ratio: decoded bytes allowed per byte of file, on top of a 64 MiB allowance
-            (:func:`decode_budget`); None: ``$KATRA3D_MAX_RATIO`` or 10; 0: no limit. Beyond it,
-            :class:`~katra_trace.errors.TraceTooLargeError` (a decompression bomb, or a genuine
-            trace that compresses unusually well).
-
-    A :class:`TraceFormatError` names the file (a trace found in a directory is otherwise
-    anonymous).
+        max_ratio: decoded bytes allowed per file byte, on top of 64 MiB (None:
+            ``$KATRA3D_MAX_RATIO`` or 10; 0: no limit), else TraceTooLargeError.
     """
     with open_regular(path) as f:
         return _read_named(path, f, strict, events, max_ratio)
@@ -217,10 +192,7 @@ def open_trace(
 def open_if_trace(
     path: str | os.PathLike[str], events: bool = True, max_ratio: float | None = None
 ) -> Trace | None:
-    """:func:`open_trace` of a file that is a trace, or None for one that is not (not a regular
-    file, not readable, or not starting with the trace magic: :func:`is_trace_file`'s test), decided
-    inside the one open that reads it (a directory's traces are picked out and read with one open
-    each)."""
+    """:func:`open_trace` of a trace file, or None for a file that is not one, in one open."""
     fd = _trace_fd(path)
     if fd is None:
         return None
@@ -231,7 +203,6 @@ def open_if_trace(
 def _read_named(
     path: str | os.PathLike[str], f: BinaryIO, strict: bool, events: bool, max_ratio: float | None
 ) -> Trace:
-    """:func:`_read_trace`, with the file's name in a TraceFormatError's message."""
     try:
         return _read_trace(path, f, strict, events, max_ratio)
     except TraceFormatError as exc:
@@ -241,7 +212,6 @@ def _read_named(
 def _read_trace(
     path: str | os.PathLike[str], f: BinaryIO, strict: bool, events: bool, max_ratio: float | None
 ) -> Trace:
-    """:func:`open_trace`'s work, on ``f``: ``path`` opened for reading."""
     trace = Trace(Path(path))
     trace.max_ratio = max_ratio
     state = ScanState(max_ratio=max_ratio)
@@ -250,7 +220,7 @@ def _read_trace(
     summary_at: int | None = None
     header_seen = False
     expected = _summary_event_count(f, decode_budget(file_size(f), max_ratio)) if events else None
-    # zeroed (pages the OS hands over zero-filled): the decoder skips the all-zero byte planes
+    # zeroed (pages come zero-filled): the decoder skips all-zero byte planes
     out = np.zeros(expected, dtype=EVENT_DTYPE) if expected is not None else None
     for block in iter_blocks(f, state, strict):
         t = block.type
@@ -297,7 +267,7 @@ def _read_trace(
                     pass
                 elif out is not None and n_events + batch.n <= len(out):
                     batch.decode(out[n_events : n_events + batch.n], zeroed=True)
-                else:  # the summary's count was wrong: fall back to collecting batches
+                else:  # the summary's count was wrong: collect batches
                     if out is not None:
                         batches.append(out[:n_events])
                         out = None

@@ -1,9 +1,7 @@
-"""Sets of traces on disk: a trace or a directory of traces, opened under the one damaged-trace
-policy, and the ``ab.json`` manifest of an A/B directory.
+"""Sets of traces on disk, opened under the one damaged-trace policy, and ``ab.json``.
 
-``katra3d ab`` records its rounds in ``ab.json`` (which BASE and NEW traces were taken together) so
-that ``katra3d compare DIR`` pairs them; every command that takes "a trace or a directory" opens its
-traces here, each with one open (a directory's files are told from its traces inside that open).
+``katra3d ab`` records in ``ab.json`` which BASE and NEW traces were taken together, so that
+``katra3d compare DIR`` pairs them.
 """
 
 from __future__ import annotations
@@ -28,20 +26,16 @@ from katra_trace.text import shown
 if TYPE_CHECKING:
     from katra_trace.analysis.verdict import Comparison
 
-#: Name of the manifest ``katra3d ab`` writes into its output directory.
 AB_MANIFEST = "ab.json"
-#: Manifest format version.
 AB_MANIFEST_VERSION = 1
 
 
-#: A JSON object as ``ab.json`` holds it (the stopping rule, the stop, the decision).
 JsonObject = Mapping[str, object]
 
 
 @dataclasses.dataclass(frozen=True)
 class AbRound:
-    """One complete round of ``katra3d ab``: its number, the order its sides ran in, and each
-    side's trace (relative to the ab directory), command and seconds."""
+    """One complete round of ``katra3d ab`` (trace paths relative to the ab directory)."""
 
     number: int
     base: str
@@ -67,10 +61,8 @@ _MANIFEST_RECORDS = ("sequential", "stop", "interrupted", "decision")
 
 @dataclasses.dataclass(frozen=True)
 class AbManifest:
-    """``ab.json``, what ``katra3d ab`` recorded in its output directory: its sides' folders and
-    commands, its complete rounds (what ``compare DIR`` pairs), and, when there, the stopping rule
-    (``sequential``: :meth:`SequentialRule.to_json`), why the rounds stopped (``stop``), the round a
-    stop signal ended (``interrupted``) and what the rounds were judged on (``decision``)."""
+    """``ab.json``: the sides, their complete rounds and, when there, the stopping rule, the stop,
+    the interrupted round and what the rounds were judged on (``decision``)."""
 
     base_dir: str = "base"
     new_dir: str = "new"
@@ -84,7 +76,7 @@ class AbManifest:
     decision: JsonObject | None = None
 
     def to_json(self) -> dict[str, object]:
-        """The JSON object of ``ab.json``: the one place it is written."""
+        """The JSON object of ``ab.json`` (the one place it is written)."""
         return {
             "katra3d_ab": AB_MANIFEST_VERSION,
             **{k: getattr(self, k) for k in _MANIFEST_TEXT},
@@ -94,8 +86,7 @@ class AbManifest:
 
     @classmethod
     def from_json(cls, data: object, path: Path) -> AbManifest:
-        """The manifest :meth:`to_json` wrote (read from ``path``): the one place it is read.
-        ConfigError when it is not one."""
+        """The one reader of what :meth:`to_json` wrote; ConfigError when it is not one."""
         if (
             not isinstance(data, dict)
             or data.get("katra3d_ab") != AB_MANIFEST_VERSION
@@ -135,7 +126,7 @@ class AbManifest:
         )
 
     def pairs(self, root: Path) -> list[tuple[Path, Path]]:
-        """The (BASE trace, NEW trace) of each round whose two traces exist, in round order."""
+        """(BASE, NEW) of each round whose two traces exist, in round order."""
         out = []
         for r in self.rounds:
             b, n = (root / r.base).resolve(), (root / r.new).resolve()
@@ -145,28 +136,21 @@ class AbManifest:
 
 
 def write_ab_manifest(root: Path, manifest: AbManifest) -> None:
-    """Write ``root/ab.json`` atomically through the one output rule (a crash leaves the previous
-    version).
-    """
+    """Write ``root/ab.json`` atomically (a crash leaves the previous version)."""
     with open_output(root / AB_MANIFEST, force=True, option="-o", example=AB_MANIFEST) as f:
         f.write((json.dumps(manifest.to_json(), indent=2) + "\n").encode("utf-8"))
 
 
 def is_ab_dir(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is the output directory of ``katra3d ab``: a directory holding its
-    ``ab.json`` (whose content :func:`read_ab_manifest` checks)."""
+    """Whether ``path`` holds an ``ab.json`` (its content is checked on reading)."""
     return (Path(path) / AB_MANIFEST).is_file()
 
 
-#: The largest ab.json read (a manifest of thousands of rounds is a few MB).
 MAX_MANIFEST_BYTES = 64 << 20
 
 
 def read_ab_manifest(root: Path) -> AbManifest | None:
-    """``root/ab.json`` as written by ``katra3d ab``, or None when there is none.
-
-    Raises ConfigError when the file exists but is not a readable manifest.
-    """
+    """``root/ab.json``, or None; ConfigError when it exists but is not a readable manifest."""
     path = root / AB_MANIFEST
     if not is_ab_dir(root):
         return None
@@ -179,9 +163,7 @@ def read_ab_manifest(root: Path) -> AbManifest | None:
 
 
 def record_ab_decision(root: Path, comparison: Comparison) -> None:
-    """Add what ``katra3d ab`` judged its rounds on to ``root/ab.json`` (``decision``: metric,
-    per-run statistic, how the metric was chosen, alpha and threshold of ``comparison``, a
-    atomically."""
+    """Record in ``root/ab.json``, atomically, what ``comparison`` judged the rounds on."""
     manifest = read_ab_manifest(root)
     if manifest is None:
         return
@@ -196,22 +178,16 @@ def record_ab_decision(root: Path, comparison: Comparison) -> None:
     write_ab_manifest(root, dataclasses.replace(manifest, decision=decision))
 
 
-#: The files ``katra3d ab`` writes into ``base/`` and ``new/``: a round's trace (complete, or
-#: finished as interrupted by a Ctrl-C), a failed capture's frames, or the ``.part`` a killed
-#: capture left.
+#: The files ``katra3d ab`` writes into ``base/`` and ``new/`` (also failed and ``.part`` ones).
 AB_TRACE = re.compile(r"run-\d+(\.failed)?\.katra(\.part)?")
 
 
 def clear_ab_dir(root: Path) -> int:
-    """Remove the A/B run ``katra3d ab`` left in ``root``, for ``ab --force``; returns the traces
-    removed.
+    """Remove what ``katra3d ab`` wrote in ``root`` (``ab --force``); returns the traces removed.
 
-    Only what ab wrote goes: ``base/run-NNN.katra`` and ``new/run-NNN.katra`` (and
-    ``run-NNN.failed.katra``, and the ``run-NNN.katra.part`` of a killed capture), then ``ab.json``,
-    last, so that an interrupted clean-up can be repeated. Nothing is removed (ConfigError) unless
-    ``root/ab.json`` is an ab manifest, nor when ``base/`` or ``new/`` hold anything else (a file of
-    the user's, a link) or a ``.part`` a live capture is writing. Other files in ``root`` and the
-    two directories stay.
+    ``ab.json`` goes last, so an interrupted clean-up can be repeated. Nothing is removed
+    (ConfigError) unless ``root`` is an ab directory whose ``base/`` and ``new/`` hold only ab's
+    traces, none a live capture's ``.part``.
     """
     if read_ab_manifest(root) is None:
         raise ConfigError(
@@ -247,7 +223,6 @@ def clear_ab_dir(root: Path) -> int:
 
 
 def _in_use(part: Path) -> bool:
-    """Whether a live capture is writing the regular file ``part`` (a ``<path>.part``)."""
     with contextlib.suppress(OSError), open(part, "rb") as f:
         return held_by_writer(f.fileno())
     return False
@@ -256,13 +231,10 @@ def _in_use(part: Path) -> bool:
 def iter_traces(
     path: str | os.PathLike[str], verb: str = "using"
 ) -> Iterator[tuple[Trace, str | None]]:
-    """The traces ``path`` names, each opened once, as it is reached, with its :func:`damaged_note`:
-    the file itself (:func:`open_quietly`'s rules), or the katra traces directly inside a directory,
-    in name order (a file there that is no trace is passed over, which the one open that reads a
-    trace decides).
+    """(trace, :func:`damaged_note`) for the file ``path``, or each trace directly in a directory
+    (name order; other files passed over), each opened once as reached.
 
-    ConfigError (exit 2, one line naming the path) for a path that does not exist, a directory with
-    no trace, or one the system refuses to look at (a name too long, no permission)."""
+    ConfigError for a missing or unreadable path or a directory with no trace."""
     p = Path(path)
     try:
         mode = os.stat(p).st_mode
@@ -292,33 +264,26 @@ def iter_traces(
 def open_trace_sets(
     paths: Sequence[str | os.PathLike[str]], verb: str = "using"
 ) -> tuple[list[Trace], list[str]]:
-    """Every trace that ``paths`` (trace files and directories of traces) name, each opened once
-    (:func:`iter_traces`), and the :func:`damaged_note` of each damaged one."""
+    """Every trace ``paths`` name (:func:`iter_traces`), and the notes of the damaged ones."""
     opened = [pair for path in paths for pair in iter_traces(path, verb)]
     return [t for t, _ in opened], [note for _, note in opened if note is not None]
 
 
 def open_quietly(path: str | os.PathLike[str], events: bool = True) -> Trace:
-    """:func:`~katra_trace.io.reader.open_trace`, with the recovery warning left to the caller (it
-    reads ``trace.truncated``, and :func:`damaged_note` says it)."""
+    """:func:`~katra_trace.io.reader.open_trace` without the recovery warning (see damaged_note)."""
     with _no_recovery_warning():
         return open_trace(path, events=events)
 
 
 @contextlib.contextmanager
 def _no_recovery_warning() -> Iterator[None]:
-    """The reader's recovery warning held back: a damaged trace is said by :func:`damaged_note`
-    instead.
-    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TraceRecoveryWarning)
         yield
 
 
 def damaged_note(trace: Trace, verb: str = "using") -> str | None:
-    """The one line that says a trace is damaged and what of it is used, naming the file; None when
-    whole.
-    """
+    """The one line saying a trace is damaged and what of it is used; None when whole."""
     if not trace.truncated:
         return None
     return (
@@ -330,8 +295,7 @@ def damaged_note(trace: Trace, verb: str = "using") -> str | None:
 def open_traces(
     paths: Sequence[str | os.PathLike[str]], verb: str = "using"
 ) -> tuple[list[Trace], list[str]]:
-    """Each trace opened once; a damaged one is used up to where it stops. Returns the traces and
-    one :func:`damaged_note` per damaged trace (the one damaged-trace policy of every command)."""
+    """The traces, a damaged one used up to where it stops, and a note per damaged one."""
     traces = [open_quietly(p) for p in paths]
     return traces, [note for t in traces if (note := damaged_note(t, verb)) is not None]
 
