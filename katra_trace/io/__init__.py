@@ -1,3 +1,1 @@
-"""The trace file: byte layout, the streaming writer, the reader (whole, block by block, damaged)
-and the output claim.
-"""
+"""The trace file: byte layout, writer, reader and output claim."""

@@ -1,10 +1,5 @@
-"""The bytes side of a trace writer: blocks framed onto an open file, and the counts the summary
-reports.
-
-:class:`~katra_trace.io.writer.TraceWriter` batches events from producers; its background thread
-hands every batch, JSON record and the summary to one :class:`BlockFile`, which encodes
-(:mod:`katra_trace.io.format`, :mod:`katra_trace.io.blosc2_events`), frames and writes them. One
-thread uses it at a time.
+"""The bytes side of a trace writer: blocks encoded and framed onto an open file, and the counts
+the summary reports. One thread (the writer's) uses it at a time.
 """
 
 from __future__ import annotations
@@ -22,20 +17,13 @@ from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION
 
 
 class BlockFile:
-    """Frames blocks onto ``file`` and counts them.
-
-    ``codec`` is the trace's codec; codec 2 (blosc2, the module given as ``blosc2``) encodes EVENTS
-    blocks only, and every other block is written with zstd at ``compression_level``. ``pos`` is the
-    byte offset written so far, ``seq`` the next block's sequence number.
-    """
+    """Frames blocks onto ``file`` and counts them (with codec 2, non-EVENTS blocks use zstd)."""
 
     def __init__(
         self, file: BinaryIO, codec: fmt.Codec, compression_level: int, blosc2: Any = None
     ) -> None:
         self.file = file
         self.codec = codec
-        #: codec 2 is for EVENTS blocks: the other blocks (header, strings, JSON) are written with
-        #: zstd
         self.other_codec = fmt.Codec.ZSTD if codec == fmt.Codec.BLOSC2 else codec
         self.blosc2 = blosc2
         self.compressor = zstandard.ZstdCompressor(level=compression_level)
@@ -46,16 +34,15 @@ class BlockFile:
         self.written_events = 0
 
     def start(self, header_json: bytes) -> None:
-        """The preamble, the HEADER block and the STRINGS block of id 0 (""), flushed."""
+        """Write the preamble, HEADER and the STRINGS block of id 0 (""), flushed."""
         self.write_raw(fmt.encode_preamble())
         self.write_block(fmt.BlockType.HEADER, header_json)
         self.write_block(fmt.BlockType.STRINGS, fmt.encode_strings(0, [""]))
         self.file.flush()
 
     def write_events(self, first_id: int, strings: list[str], batch: np.ndarray | None) -> None:
-        """The new strings (ids from ``first_id``), then the batch as one EVENTS block (the batch is
-        the writer's own: a codec-2 batch is encoded in place). ConfigError for an event the format
-        cannot hold."""
+        """Write the new strings, then the batch as one EVENTS block (a codec-2 batch is encoded in
+        place). ConfigError for an event the format cannot hold."""
         if strings:
             self.write_block(fmt.BlockType.STRINGS, fmt.encode_strings(first_id, strings))
         if batch is None or not len(batch):
@@ -96,7 +83,7 @@ class BlockFile:
         end_host_ns: int,
         user: dict[str, Any],
     ) -> None:
-        """The SUMMARY block (with this file's counts) and the footer that points to it."""
+        """Write the SUMMARY block (with this file's counts) and the footer."""
         summary_offset = self.pos
         summary = {
             "status": status,
@@ -115,8 +102,7 @@ class BlockFile:
     def write_block(
         self, btype: int, payload: bytes, schema: int = 0, codec: fmt.Codec | None = None
     ) -> None:
-        """One block of ``payload``, with ``codec`` (None: the codec of
-        blocks other than EVENTS)."""
+        """Write one block (``codec`` None: that of non-EVENTS blocks)."""
         self.write_framed(
             fmt.encode_block(
                 btype,
@@ -143,14 +129,10 @@ class BlockFile:
 def copy_with_header(
     src: BinaryIO, dst: BinaryIO, update: Callable[[dict[str, Any]], dict[str, Any]]
 ) -> bool:
-    """Copy the trace ``src`` to ``dst`` with its HEADER block's JSON replaced by
-    ``update(header)``.
+    """Copy the trace ``src`` (from its start) to ``dst`` with its HEADER JSON ``update``-d.
 
-    Every other block is copied byte for byte; a footer at the end (a complete trace's) is moved by
-    the header's change in length, so it still points to the SUMMARY block. A prefix of a trace (no
-    footer) is copied the same way. Returns False, having copied nothing, when ``src`` does not
-    start with a readable preamble and HEADER block: the caller copies it as it is. ``src`` is read
-    from its start.
+    Other blocks are copied byte for byte; a footer is moved by the header's change in length.
+    False, having copied nothing, when ``src`` has no readable preamble and HEADER.
     """
     src.seek(0)
     pre = src.read(fmt.PREAMBLE_SIZE)

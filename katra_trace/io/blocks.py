@@ -64,7 +64,7 @@ class DecodeBudget:
         self._lock = threading.Lock()
 
     def take(self, n: int, what: str, offset: int | None = None) -> None:
-        """Count ``n`` more bytes; TraceTooLargeError, its message starting with ``what``, if over."""
+        """Count ``n`` more bytes; over budget: TraceTooLargeError, its message led by ``what``."""
         with self._lock:
             if self.left is None:
                 return

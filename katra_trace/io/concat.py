@@ -1,12 +1,9 @@
-"""Several traces written as one: what ``katra3d merge`` (:mod:`katra_trace.io.merge`) and a counted
-run's join of its children's parts (:mod:`katra3d.harness.run.parts`) both write through.
+"""Several traces written as one: what ``katra3d merge`` and a counted run's join of its children's
+parts both write through.
 
-:class:`Concatenation` writes a HEADER the caller made, then each input as the reading service
-opened it (one in memory at a time): its strings renumbered onto one table (an id past an input's
-table becomes ``?<id>``, as :meth:`Trace.name` reads it), its events moved by the caller's shift,
-its annotations (those of the run, alike in several inputs, once), its clock pairs (as ANNOTATIONs
-naming their input where the inputs' GPU clocks differ) and its kept frames byte for byte. The
-summary's counts add up; its ``user`` part is the caller's (:meth:`Concatenation.finish`).
+Each input (one in memory at a time) has its strings renumbered onto one table (an id past its
+table becomes ``?<id>``, as :meth:`Trace.name` reads it), its events shifted, run annotations alike
+in several inputs written once, and kept frames copied byte for byte.
 """
 
 from __future__ import annotations
@@ -24,16 +21,12 @@ from katra_trace.io.reader import Trace
 from katra_trace.schema import EVENT_DTYPE
 from katra_trace.text import shown
 
-#: Events in each EVENTS block written (the writer's default batch).
-BLOCK_EVENTS = 4096
-#: The latest time (ns) a span of the joined trace may end at.
+BLOCK_EVENTS = 4096  # the writer's default batch
 INT64_MAX = 2**63 - 1
 
 
 class Concatenation:
-    """One trace written to ``dst`` from several (module docstring): ``header``, the HEADER block's
-    JSON object; ``codec``, the trace's codec by name (None: zstd). Add the inputs in order
-    (:meth:`add`), then :meth:`finish`."""
+    """One trace written to ``dst`` from several: :meth:`add` each in order, then :meth:`finish`."""
 
     def __init__(
         self, dst: BinaryIO, header: Mapping[str, Any], *, codec: str | None = None
@@ -44,28 +37,23 @@ class Concatenation:
         )
         self.blocks = BlockFile(dst, fmt.CODEC_NAMES[name], 2, blosc2)
         self.blocks.start(fmt.encode_json(dict(header)))
-        # the joined table; id 0 ("") is written with the header
         self._ids: dict[str, int] = {"": 0}
-        self._new: list[str] = []  # its names not written yet
+        self._new: list[str] = []  # not written yet
         self._seen_notes: set[bytes] = set()
-        #: kept frames written
         self.images = 0
         self.dropped_events = 0
         self.dropped_batches = 0
-        #: the latest end of an input (its summary's ``end_host_ns`` moved by its shift)
         self.end_host_ns = 0
 
     @property
     def events(self) -> int:
-        """Events written so far."""
         return self.blocks.written_events
 
     def add(
         self, trace: Trace, shift_ns: int, *, clock_note: Mapping[str, Any] | None = None
     ) -> int:
-        """Write ``trace`` (its events' times moved by ``shift_ns``) after the inputs added before;
-        its events written. ``clock_note``: its clock pairs are written as ANNOTATIONs ``{"type":
-        "clock_sync", **clock_note, **pair}`` (None: as CLOCK_SYNC blocks)."""
+        """Write ``trace`` shifted by ``shift_ns``; returns its events written. ``clock_note``: its
+        clock pairs go as ``clock_sync`` ANNOTATIONs carrying it (None: as CLOCK_SYNC blocks)."""
         written = self._events(trace, shift_ns)
         for note in trace.annotations:
             text = fmt.encode_json(note)
@@ -103,9 +91,7 @@ class Concatenation:
         return written
 
     def finish(self, status: str, user: dict[str, Any]) -> None:
-        """The last strings, the SUMMARY block (``status``; ``user``: the producer's part) and the
-        footer.
-        """
+        """Write the last strings, the SUMMARY (``user``: the producer's part) and the footer."""
         self.blocks.write_events(len(self._ids) - len(self._new), self._take(), None)
         self.blocks.write_summary(
             status,
@@ -117,7 +103,6 @@ class Concatenation:
         )
 
     def _events(self, trace: Trace, shift_ns: int) -> int:
-        """Write the strings ``trace`` names and its events, renumbered and moved; how many."""
         ev = trace.events
         if len(ev) and int((ev["start_ns"] + ev["dur_ns"]).max()) > INT64_MAX - shift_ns:
             raise ConfigError(
@@ -125,7 +110,7 @@ class Concatenation:
                 "end past 2**63-1 ns; its start_wall_ns is not of this run"
             )
         table = np.fromiter(map(self._join, trace.strings), np.uint32, len(trace.strings))
-        # ids past the table (read as ``?<id>``): only those used, never an array over every id
+        # only the ids used, never an array over every id
         used = np.unique(np.concatenate([ev["scene"], ev["name"]]))
         beyond = used[used >= len(table)]
         joined = np.fromiter((self._join(f"?{i}") for i in beyond), np.uint32, len(beyond))
@@ -139,7 +124,6 @@ class Concatenation:
 
         self.blocks.write_events(len(self._ids) - len(self._new), self._take(), None)
         for at in range(0, len(ev), BLOCK_EVENTS):
-            # the writer's own
             batch = np.array(ev[at : at + BLOCK_EVENTS], dtype=EVENT_DTYPE, copy=True)
             batch["scene"] = renumber(batch["scene"])
             batch["name"] = renumber(batch["name"])
@@ -148,7 +132,6 @@ class Concatenation:
         return len(ev)
 
     def _join(self, name: str) -> int:
-        """The joined id of ``name``, added to the table when new."""
         sid = self._ids.get(name)
         if sid is None:
             sid = self._ids[name] = len(self._ids)
@@ -161,8 +144,6 @@ class Concatenation:
 
 
 def _kept_meta(kept: KeptFrame) -> dict[str, Any]:
-    """The facts of a kept frame's IMAGE block, as
-    :func:`~katra_trace.io.image_block.encode_image_payload` takes them."""
     return {
         "scene": kept.scene,
         "frame_index": kept.frame_index,

@@ -1,14 +1,8 @@
-"""The IMAGE block's payload (format 1.2): one kept frame, its facts as JSON, then its pixels as a
-PNG.
+"""The IMAGE block's payload (format 1.2, docs/trace-format.md): ``u32 n``, n bytes of JSON facts,
+then the PNG file, byte for byte.
 
-A capture keeps each scene's last measured frame in the trace itself, one IMAGE block a frame
-(docs/trace-format.md, "IMAGE"). The payload is ``u32 n`` (little-endian), ``n`` bytes of UTF-8 JSON
-(:data:`IMAGE_FIELDS`), then the PNG file, byte for byte. The block is written with codec 0 (the PNG
-is compressed already), so it decodes to exactly its stored size and costs nothing of the reader's
-decompression budget beyond that. This module only frames and checks, and holds what the reader
-keeps of each kept frame (:class:`KeptFrame`: its facts, where it is, its PNG bytes, and what is
-wrong with that PNG, from its chunk structure alone); encoding and decoding the pixels is
-:mod:`katra_trace.io.images`.
+Written with codec 0 (PNG is compressed already). This module frames and checks; pixels are
+:mod:`katra_trace.io.images`'s.
 """
 
 from __future__ import annotations
@@ -25,16 +19,12 @@ from katra_trace.errors import TraceFormatError
 from katra_trace.io import format as fmt
 from katra_trace.text import shown
 
-#: ``u32``: the length of the JSON part.
-IMAGE_HEAD = struct.Struct("<I")
-#: The one pixel encoding this build writes and reads.
+IMAGE_HEAD = struct.Struct("<I")  # the length of the JSON part
 IMAGE_ENCODING = "png"
-#: Largest frame kept, in pixel bytes (a kept PNG decodes to at most this much).
-MAX_IMAGE_BYTES = 1 << 28  # 256 MiB
+MAX_IMAGE_BYTES = 1 << 28  # pixel bytes of the largest frame kept
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
-#: The JSON part's keys and what each must be (checked by :func:`decode_image_payload`).
 IMAGE_FIELDS: dict[str, str] = {
     "scene": "the scene's label (a string)",
     "frame_index": "the frame's index in the scene, warmup frames counted (an integer >= 0)",
@@ -49,7 +39,7 @@ IMAGE_FIELDS: dict[str, str] = {
 
 
 def encode_image_payload(meta: dict[str, Any], png: bytes) -> bytes:
-    """An IMAGE block's payload: the JSON facts ``meta`` (checked) and the PNG bytes."""
+    """An IMAGE block's payload from the facts ``meta`` (checked) and the PNG bytes."""
     problem = image_meta_problem(meta)
     if problem is not None:
         raise ValueError(f"image record: {problem}")
@@ -60,8 +50,7 @@ def encode_image_payload(meta: dict[str, Any], png: bytes) -> bytes:
 def decode_image_payload(
     payload: bytes, offset: int, notes: list[str] | None = None
 ) -> tuple[dict[str, Any], bytes]:
-    """The facts and the PNG bytes of an IMAGE block at ``offset``;
-    TraceFormatError if malformed."""
+    """(facts, PNG bytes) of an IMAGE block; TraceFormatError if malformed."""
     where = f"corrupt IMAGE block at offset {offset}"
     if len(payload) < IMAGE_HEAD.size:
         raise TraceFormatError(f"{where}: {len(payload)} bytes, too short", offset)
@@ -117,24 +106,18 @@ def image_meta_problem(meta: Any) -> str | None:
     return None
 
 
-#: The eight bytes every PNG starts with.
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-#: PNG colour types of the kept frames, by channels: 6 truecolour with alpha (RGBA), 2 truecolour
-#: (RGB).
+# PNG colour type by channels: RGBA, RGB
 _COLOUR_TYPES = {4: 6, 3: 2}
 _CHUNK_HEAD = struct.Struct(">I4s")
 _IHDR = struct.Struct(">IIBBBBB")
 
 
 def png_problem(png: bytes, meta: dict[str, Any]) -> str | None:
-    """What is wrong with a kept frame's PNG, from its chunks alone (no pixel is decoded); None:
-    nothing.
+    """What is wrong with a kept frame's PNG from its chunks alone (None: nothing).
 
-    It must be one PNG file: the signature, then chunks whose lengths fit and whose CRCs hold, IHDR
-    first (8 bits a channel, RGBA or RGB as the record's ``channels`` says, the record's width and
-    height), at least one IDAT, and IEND last, with nothing after it. What only decoding can tell (a
-    deflate stream that ends early, pixels whose SHA-256 is not the record's) is checked by
-    :func:`katra_trace.io.images.frame_pixels`."""
+    One PNG matching the record (IHDR first, IDAT, IEND last, CRCs); what only decoding tells is
+    checked by :func:`katra_trace.io.images.frame_pixels`."""
     if not png.startswith(PNG_SIGNATURE):
         return "its image is not a PNG (it does not start with the PNG signature)"
     pos = len(PNG_SIGNATURE)
@@ -194,8 +177,7 @@ def _ihdr_problem(ihdr: bytes, meta: dict[str, Any]) -> str | None:
 
 
 class PixelBudget(Protocol):
-    """What decoded pixels are counted against: the reader's budget of their file
-    (:class:`katra_trace.io.blocks.DecodeBudget`; blocks.py imports this module)."""
+    """What decoded pixels count against (blocks.DecodeBudget; blocks.py imports this module)."""
 
     def take(self, n: int, what: str, offset: int | None = None) -> None: ...
 
@@ -204,14 +186,8 @@ class PixelBudget(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class KeptFrame:
-    """One kept frame as :func:`~katra_trace.io.reader.open_trace` keeps it during its one scan: the
-    facts of its IMAGE block, where the block is, its PNG bytes (covered by the block's CRC) and
-    ``damage``: what is wrong with that PNG as its chunks show ("" when nothing). Its pixels are
-    decoded only when asked for, inside the file's reading budget
-    (:func:`katra_trace.io.images.frame_pixels`).
-
-    ``path``: the trace file, for messages; ``budget``: the trace's decode budget (None: no
-    limit)."""
+    """One kept frame as the reader's scan keeps it: facts, offset, PNG bytes and ``damage`` (what
+    its chunks show wrong, "" when nothing); pixels are decoded on demand within ``budget``."""
 
     scene: str
     frame_index: int
@@ -231,9 +207,7 @@ class KeptFrame:
     def from_block(
         cls, meta: dict[str, Any], png: bytes, offset: int, path: Path, budget: PixelBudget | None
     ) -> KeptFrame:
-        """The kept frame of an IMAGE block whose facts ``meta`` were checked
-        (:func:`decode_image_payload`).
-        """
+        """The kept frame of an IMAGE block whose facts ``meta`` were checked."""
         return cls(
             meta["scene"],
             meta["frame_index"],
@@ -252,14 +226,11 @@ class KeptFrame:
 
     @property
     def pixel_bytes(self) -> int:
-        """The bytes its decoded pixels take."""
         return self.width * self.height * self.channels
 
     @property
     def where(self) -> str:
-        """What every message about it starts with: the trace file's name, the scene and the block's
-        offset.
-        """
+        """How every message about it starts: file, scene, offset."""
         return f"{shown(self.path)}: kept frame of scene {self.scene!r} at offset {self.offset}"
 
     @property

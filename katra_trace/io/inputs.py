@@ -1,7 +1,6 @@
-"""The one rule for a file katra3d reads (a trace, a scene file, an apitrace trace, a manifest, a
-reference image): a regular file outside the kernel's ``/proc`` and ``/sys`` (which report sizes
-they do not have, or are consumed by a read: ``/proc/self/pagemap``, ``/proc/kmsg``), refused in one
-line before anything is read. Standard library only: the scene registry checks its files here too.
+"""The one rule for a file katra3d reads: a regular file outside ``/proc`` and ``/sys`` (whose files
+misreport sizes or are consumed by a read), else refused in one line. Standard library only: the
+scene registry uses it too.
 """
 
 from __future__ import annotations
@@ -13,8 +12,6 @@ from typing import BinaryIO
 
 from katra_trace.errors import ConfigError
 
-#: What a path that is not a regular file is, by its st_mode test (messages of the reader and the
-#: output claim).
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
     (stat.S_ISFIFO, "a pipe or FIFO"),
@@ -22,20 +19,16 @@ _KINDS = (
     (stat.S_ISBLK, "a block device"),
     (stat.S_ISSOCK, "a socket"),
 )
-#: The kernel's file systems, by where they are mounted.
 KERNEL_ROOTS = ("/proc", "/sys")
 
 
 def file_kind(mode: int) -> str | None:
-    """``"a directory"``, ``"a pipe or FIFO"``, ... for a file that is not regular; None for a
-    regular file.
-    """
+    """``"a directory"``, ``"a pipe or FIFO"``, ...; None for a regular file."""
     return next((what for test, what in _KINDS if test(mode)), None)
 
 
 @functools.cache
 def _kernel_devices() -> dict[int, str]:
-    """``{st_dev: root}`` of :data:`KERNEL_ROOTS` on this machine."""
     found = {}
     for root in KERNEL_ROOTS:
         try:
@@ -48,13 +41,9 @@ def _kernel_devices() -> dict[int, str]:
 def open_regular(
     path: str | os.PathLike[str], *, what: str = "trace file", max_bytes: int | None = None
 ) -> BinaryIO:
-    """Open a file katra3d reads (``what`` it is, in the messages): regular files only, else
-    ConfigError (exit 2), never a hang.
+    """Open a regular file katra3d reads (links followed), else ConfigError; never hangs.
 
-    The open is O_NONBLOCK (a FIFO with no writer cannot hang it); a symbolic link is followed, and
-    what it points to must be a regular file outside :data:`KERNEL_ROOTS` (``/dev/stdin``
-    redirected from a file is that file, and reads). ``max_bytes``: a larger file is refused before
-    it is read.
+    ``max_bytes``: a larger file is refused before it is read.
     """
     shown = str(path)
     try:
@@ -98,8 +87,8 @@ def open_regular(
 
 
 def read_regular(path: str | os.PathLike[str], *, what: str, max_bytes: int) -> bytes:
-    """The bytes of a small file through :func:`open_regular`'s rule, at most ``max_bytes`` of them
-    (a file that grows past them while it is read is refused too)."""
+    """The bytes of a small file under :func:`open_regular`'s rule (refused if it grows past
+    ``max_bytes`` while read)."""
     with open_regular(path, what=what, max_bytes=max_bytes) as f:
         try:
             data = f.read(max_bytes + 1)

@@ -1,9 +1,7 @@
-"""Typed records of JSON objects: the base of the trace header's records
-(:mod:`katra_trace.io.header`).
+"""Typed records of JSON objects, the base of :mod:`katra_trace.io.header`'s (pure).
 
-A record's fields are typed by converters (a JSON value of the wrong type, or a NaN, reads as None
-and is kept as read in ``extra`` with every key the record does not know); :meth:`_Record.as_dict`
-gives back what was read, same keys, same values, same order. Pure: no I/O.
+A wrong-typed value (or NaN) reads as None and is kept as read in ``extra`` with unknown keys, so
+:meth:`_Record.as_dict` gives back what was read, in order.
 """
 
 from __future__ import annotations
@@ -23,14 +21,11 @@ _Convert = Callable[[Any], Any]
 _R = TypeVar("_R", bound="_Record")
 
 
-# Converters of JSON values to typed fields: None (null) stays None; a value of the wrong type is
-# _BAD.
+# Converters of JSON values: null stays None; a wrong type is _BAD.
 
 
 def _scalar(*types: type) -> _Convert:
-    """The converter of a JSON scalar of one of ``types`` (a bool is an int only where ``bool`` is
-    named).
-    """
+    """A converter of a JSON scalar of ``types`` (a bool is an int only where ``bool`` is named)."""
 
     def convert(v: Any) -> Any:
         ok = v is None or (isinstance(v, types) and (bool in types or not isinstance(v, bool)))
@@ -91,7 +86,7 @@ def _scenes(v: Any) -> Any:
 
 
 def _plain(v: Any) -> Any:
-    """A JSON-ready copy: records as dicts, tuples as lists."""
+    """A JSON-ready copy."""
     if isinstance(v, _Record):
         return v.as_dict()
     if isinstance(v, Mapping):
@@ -107,22 +102,18 @@ def _empty(v: Any) -> bool:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _Record:
-    """Base of the header records: typed fields, ``extra`` keys kept as read, the key order read."""
+    """Base of the header records."""
 
-    #: keys this record does not type (unknown, older layouts, or a value of the wrong type), as
-    #: read
+    # keys not typed (unknown, or a wrong-typed value), as read
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    #: the keys read, or the keys a producer writes, in order (empty: the fields set, in field
-    #: order): as_dict writes these, null or empty ones included
+    # the keys as_dict writes, in order (empty: the fields set)
     layout: tuple[str, ...] = dataclasses.field(default=(), repr=False, compare=False)
 
-    #: field name -> converter of a JSON value (returns _BAD to refuse it)
     _CONVERT: ClassVar[dict[str, _Convert]] = {}
 
     @classmethod
     def from_dict(cls: type[_R], data: Any) -> _R:
-        """The record of a JSON object; a value that is not a JSON object
-        reads as an empty record."""
+        """The record of a JSON object (anything else reads as an empty record)."""
         src: Mapping[Any, Any] = data if isinstance(data, Mapping) else {}
         kwargs: dict[str, Any] = {}
         extra: dict[str, Any] = {}
@@ -139,16 +130,14 @@ class _Record:
         return cls(**kwargs, extra=extra, layout=tuple(k for k in src if isinstance(k, str)))
 
     def replaced(self: _R, **fields: Any) -> _R:
-        """A copy with ``fields`` set (typed values, None included), each gone from ``extra``. Keys
-        already written keep their place; the others follow, in the order given (a producer adds to
-        a request)."""
+        """A copy with ``fields`` set and gone from ``extra``; new keys follow in given order."""
         extra = {k: v for k, v in self.extra.items() if k not in fields}
         base = self.layout or tuple(self.as_dict())
         layout = (*base, *(k for k in fields if k not in base))
         return dataclasses.replace(self, **fields, extra=extra, layout=layout)
 
     def as_dict(self) -> dict[str, Any]:
-        """The record as a JSON-ready dict: what was read, or the fields set in code."""
+        """A JSON-ready dict: what was read, or the fields set in code."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             if not f.init or f.name in ("extra", "layout") or f.name in self.extra:
@@ -172,7 +161,6 @@ def _record(cls: type[_Record]) -> _Convert:
 
 
 def _records(cls: type[_Record]) -> _Convert:
-    """The converter of a JSON array of objects into a tuple of ``cls`` records."""
 
     def convert(v: Any) -> Any:
         if v is None:
