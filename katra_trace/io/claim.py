@@ -34,7 +34,7 @@ from katra_trace.text import escape, shown
 
 PART_SUFFIX = ".part"
 
-#: errno values of filesystems without hard links (vfat, some FUSE and network filesystems)
+# errno of filesystems without hard links (vfat, some FUSE and network ones)
 _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK, errno.EXDEV}
 
 
@@ -299,7 +299,7 @@ def claim(path: Path, overwrite: bool) -> Claim:
         path = Path(os.path.realpath(path))
     shown = str(path)
     part = part_path_for(path)
-    # a .part that vanishes while we look at it (its run just finished): try again
+    # a .part that vanishes meanwhile (its run just finished): try again
     for _ in range(5):
         _check_final(path, overwrite)
         try:
@@ -315,7 +315,7 @@ def claim(path: Path, overwrite: bool) -> Claim:
                 else ""
             )
             raise TraceIOError(f"cannot create trace {shown!r}: {describe(exc)}{hint}") from None
-        # a run that held the .part may have finished and moved it into place since the first look
+        # a run holding the .part may have moved it into place since the first look
         try:
             existed = _check_final(path, overwrite)
         except BaseException:
@@ -340,7 +340,7 @@ def _create_locked(part: Path) -> int:
     try:
         fd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        if exc.errno != errno.ENAMETOOLONG:  # the longer name alone is too long: try part's own
+        if exc.errno != errno.ENAMETOOLONG:  # only the longer name is too long: try part's
             raise
     else:
         try:
@@ -458,7 +458,7 @@ def _discard(part: Path, fd: int) -> None:
 
 
 def discard(c: Claim) -> None:
-    """Give up a claim whose .part holds nothing worth keeping (the header could not be written)."""
+    """Give up a claim whose .part holds nothing (the header could not be written)."""
     _discard(c.part_path, c.fd)
 
 

@@ -248,7 +248,6 @@ def check_shards(paths: Sequence[str | os.PathLike[str]]) -> list[Shard]:
 
 
 def _odd_shape(header: TraceHeader) -> str | None:
-    """Which option merge reads has a shape no shard's header has, or None."""
     options = header.capture_options.extra
     if not isinstance(options.get("scenes"), list | None):
         return "capture_options.scenes is not a list"

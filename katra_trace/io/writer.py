@@ -1,10 +1,9 @@
 """TraceWriter: streams events into a katra3d trace from any number of threads.
 
-Producers pack each event into a preallocated batch buffer (one ``struct.pack_into`` under a lock,
-no object per event); a background thread encodes, compresses and writes whole batches, each block
-reaching the OS at once, so a killed process loses only the batch not yet handed over. A write
-error in that thread is raised at the producer's next call or by ``finish()``. The output path is
-claimed as in katra_trace/io/claim.py.
+Producers pack each event into a preallocated batch buffer (one ``struct.pack_into`` under a lock);
+a background thread encodes and writes whole batches, each reaching the OS at once, so a killed
+process loses only the batch not yet handed over. Its write errors are raised at the producer's
+next call or by ``finish()``.
 """
 
 from __future__ import annotations
@@ -50,7 +49,7 @@ class TraceWriter:
     """Write a katra3d trace; use as a context manager, or call :meth:`finish`.
 
     Args:
-        path: written as :attr:`part_path` and moved to :attr:`final_path` by :meth:`finish`.
+        path: written as :attr:`part_path`, moved to :attr:`final_path` by :meth:`finish`.
         overwrite: replace ``path`` if it exists; a capture with no event that does not complete
             still keeps the existing file.
         codec: ``"zstd"``, ``"blosc2"`` (needs python-blosc2, else CodecUnavailableError) or
@@ -63,8 +62,8 @@ class TraceWriter:
         stream: write to this open file instead of claiming ``path`` (no ``.part``); closed by
             :meth:`finish`.
         failed_aside: an ``aborted`` capture goes to :attr:`failed_path`, not to ``path``.
-        sync: each item is written before the call that handed it over returns, so the thread
-            never runs beside a counted capture's frames.
+        sync: each item is written before the call handing it over returns (the thread never
+            runs beside a counted capture's frames).
 
     Raises OutputExistsError, OutputBusyError (the path is taken) or TraceIOError.
     """
@@ -287,7 +286,7 @@ class TraceWriter:
                     self._hand_over_locked()
 
     def clock_sync(self, record: dict[str, Any]) -> None:
-        """Write a CLOCK_SYNC block (e.g. a GPU/host timestamp calibration pair)."""
+        """Write a CLOCK_SYNC block (e.g. a GPU/host timestamp pair)."""
         self._enqueue_block(fmt.BlockType.CLOCK_SYNC, fmt.encode_json(record))
 
     def annotate(self, record: dict[str, Any]) -> None:
@@ -475,7 +474,7 @@ class TraceWriter:
         if self._claim is not None:
             claim_mod.discard(self._claim)
         with contextlib.suppress(OSError):
-            self._file.close()  # a stream too: the writer owns it
+            self._file.close()  # a stream too
         self._finished = self._closed = True
 
     def _run(self) -> None:
