@@ -77,7 +77,7 @@ class Claim:
     part_path: Path
     fd: int
     overwrite: bool
-    existed: bool
+    existed: bool  # a file was at final_path when claimed
 
 
 def _identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:

@@ -46,6 +46,7 @@ MINOR_LIMITS: dict[int, MinorLimits] = {
 }
 assert max(MINOR_LIMITS) == FORMAT_MINOR
 assert MINOR_LIMITS[FORMAT_MINOR].event_flags == sum(int(f) for f in Flag)
+# defined flags are the low bits
 assert all(lim.event_flags & (lim.event_flags + 1) == 0 for lim in MINOR_LIMITS.values())
 
 PREAMBLE = struct.Struct("<8sHHI")  # magic, major, minor, flags
@@ -382,6 +383,7 @@ def _may_break_rules(maxima: Sequence[int], start_max: int, minor: int) -> bool:
     limits = MINOR_LIMITS.get(minor)
     if limits is not None:
         flags_hi = top("flags", 1)
+        # no flags value exceeds it
         flags_bound = (flags_hi << 8) | 0xFF if flags_hi else top("flags", 0)
         if (
             top("kind", 0) > limits.max_kind

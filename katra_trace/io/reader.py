@@ -100,7 +100,7 @@ class Trace:
 
 
 def _trace_fd(path: str | os.PathLike[str]) -> int | None:
-    """A blocking read file of ``path`` if it is a regular file starting with the trace magic, else
+    """A blocking read fd of ``path`` if it is a regular file starting with the trace magic, else
     None; never raises, never blocks (a FIFO with no writer is opened O_NONBLOCK)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)

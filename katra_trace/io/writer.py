@@ -269,7 +269,7 @@ class TraceWriter:
             while pos < len(events):
                 # re-read: a hand-over may wait, and other threads append meanwhile
                 buf, off = self._slot
-                if off == cap:
+                if off == cap:  # append() leaves a full buffer to hand over
                     self._hand_over_locked()
                     continue
                 if off == 0 and len(events) - pos >= step:
@@ -490,7 +490,7 @@ class TraceWriter:
                         and not self._closing
                         and self._error is None
                     ):
-                        self._hand_over_locked(force=True, raise_errors=False)
+                        self._hand_over_locked(force=True, raise_errors=False)  # periodic
                 if not self._pending:
                     if self._closing:
                         return
