@@ -163,6 +163,8 @@ class CountTimer(Timer):
         # the request's code page, made here: outside frames, in every process alike
         valgrind_request.available()
         self.zones_done: list[tuple[int, int, int, int, int]] = []
+        # each measured frame's parts and its zones' (id, first part, last part): the profile index
+        self.kept: list[tuple[int, int, list[tuple[int, int, int]]]] = []
         self.counter_ids = {name: writer.intern(name) for name in CACHE_EVENTS} if cycles else {}
         # debug groups would only add instructions here: no GL debugger runs under valgrind
         self._push = None
@@ -190,6 +192,14 @@ class CountTimer(Timer):
         back, so that reading and encoding it cost nothing counted and move nothing); the next
         scene's first measured frame switches it on again."""
         self._instrument(False)
+        if self.kept:
+            # deferred until after the frames: an import moves the memory layout, and counts with it
+            from katra_trace.profile.callgrind import write_index
+
+            names = {i: n for n, i in self._names.items()}
+            kept = [(a, b, [(names[i], c, d) for i, c, d in zs]) for a, b, zs in self.kept]
+            write_index(self.dump_base.parent, kept)
+            self.kept = []
 
     def begin_frame(self, index: int, flags: int = 0) -> None:
         self.frame_index = index
@@ -223,6 +233,7 @@ class CountTimer(Timer):
         scene = self.scene_id
         add = self.add
         total = _sum(segments, first, last)
+        self.kept.append((first, last, [(z[1], z[2] + 1, z[3]) for z in self.zones_done]))
         primary = self._emit(_FRAME, 0, self.frame_name, start, total, flags, scene, frame)
         for depth, name_id, enter, leave, t0 in self.zones_done:
             self._emit(
@@ -278,7 +289,9 @@ class CountTimer(Timer):
         return self.dump_base.with_name(f"{self.dump_base.name}.{part}-{thread:02d}")
 
     def _take(self, part: int) -> dict[str, int]:
-        counts = read_summary(self._path(part))
+        path = self._path(part)
+        counts = read_summary(path)
+        os.replace(path, path.with_name(f"profile.{part}"))  # read for the scene's profile
         self._remove(part)
         return counts
 

@@ -41,6 +41,7 @@ from katra3d.harness.run.progress import Relay, lane
 from katra3d.scenes.suites import scene_cost
 from katra_trace.errors import ConfigError, ToolUnavailable, child_ended
 from katra_trace.io import claim as claim_mod
+from katra_trace.profile.callgrind import read_scene_profile
 
 
 def scene_plan(plan: RunPlan, index: int) -> RunPlan:
@@ -86,6 +87,7 @@ class _Child:
     proc: subprocess.Popen[bytes] | None = None
     code: int | None = None
     handed: dict[str, Any] | None = None
+    profile: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def part(self) -> Path | None:
@@ -243,7 +245,12 @@ def run_counted(
             if parts:
                 with os.fdopen(os.dup(target.fd), "wb") as dst:
                     joined = join(
-                        parts, dst, status=status, codec=plan.config.codec, update=_update(plan)
+                        parts,
+                        dst,
+                        status=status,
+                        codec=plan.config.codec,
+                        update=_update(plan),
+                        profiles={c.part: c.profile for c in kept if c.part is not None},
                     )
                 if joined.parts:
                     at = claim_mod.place(target, empty_failure=False, aside=failed)[1]
@@ -286,6 +293,7 @@ def _ended(child: _Child) -> None:
     child.code = child.proc.wait()
     child.relay.poll()
     child.handed = measure.handed_back(child.dump_dir)
+    child.profile = read_scene_profile(child.dump_dir, child.label)
     if child.handed is None:  # killed, or crashed before handing anything back
         code = child.code
         how, exit_code = child_ended(code)

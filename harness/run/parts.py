@@ -15,7 +15,7 @@ copied) is :class:`katra_trace.io.concat.Concatenation`'s, as for ``katra3d merg
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -51,12 +51,13 @@ def join(
     status: str,
     codec: str | None = None,
     update: Callable[[dict[str, Any]], dict[str, Any]] = lambda header: header,
+    profiles: Mapping[Path, Sequence[Mapping[str, Any]]] | None = None,
 ) -> Joined:
     """Write the trace made of ``parts`` (in that order) to ``dst``, finished with ``status``.
 
     ``update(header)``: the joined header as it is written (the parent's own strings put back).
-    ``codec``: the joined trace's codec (None: zstd). The parts are read one at a time (their
-    headers first).
+    ``codec``: the joined trace's codec (None: zstd). ``profiles``: a part's PROFILE records. The
+    parts are read one at a time (their headers first).
     """
     readable = []
     for path in parts:
@@ -91,7 +92,8 @@ def join(
         trace = _open_part(path)
         if trace is None:
             continue
-        out.add(trace, int(part.get("start_host_ns", 0)) - base_ns)
+        shift = int(part.get("start_host_ns", 0)) - base_ns
+        out.add(trace, shift, profiles=(profiles or {}).get(path, ()))
         if not trace.summary_rebuilt:  # a part that ended early has no summary of its own
             _add_user(user, dict(trace.summary.get("user") or {}))
         joined.append(path)

@@ -17,7 +17,8 @@ once. Of each it writes:
 - its clock pairs (CLOCK_SYNC), their host times moved with its events; or, where the caller says
   the inputs' GPU clocks are not one clock, as ANNOTATIONs that say whose they are, so that no
   timeline maps one GPU's times through another's pairs;
-- its kept frames (an IMAGE block per scene, the PNG byte for byte).
+- its kept frames (an IMAGE block per scene, the PNG byte for byte);
+- its instruction profiles (PROFILE blocks), and those the caller adds.
 
 The summary's own counts add up (dropped events and batches; the end is the latest moved end); what
 the producer keeps in the summary's ``user`` part is the caller's to join
@@ -72,12 +73,20 @@ class Concatenation:
         return self.blocks.written_events
 
     def add(
-        self, trace: Trace, shift_ns: int, *, clock_note: Mapping[str, Any] | None = None
+        self,
+        trace: Trace,
+        shift_ns: int,
+        *,
+        clock_note: Mapping[str, Any] | None = None,
+        profiles: Sequence[Mapping[str, Any]] = (),
     ) -> int:
         """Write ``trace`` (its events' times moved by ``shift_ns``) after the inputs added before;
         its events written. ``clock_note``: its clock pairs are written as ANNOTATIONs ``{"type":
-        "clock_sync", **clock_note, **pair}`` (None: as CLOCK_SYNC blocks)."""
+        "clock_sync", **clock_note, **pair}`` (None: as CLOCK_SYNC blocks). ``profiles``: PROFILE
+        records written after its own."""
         written = self._events(trace, shift_ns)
+        for record in [*trace.profiles, *profiles]:
+            self.blocks.write_block(fmt.BlockType.PROFILE, fmt.encode_json(dict(record)))
         for note in trace.annotations:
             text = fmt.encode_json(note)
             if isinstance(note, Mapping) and "scene" not in note:

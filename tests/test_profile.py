@@ -1,0 +1,135 @@
+"""Instruction profiles: callgrind dumps read into functions and groups (real callgrind output of a
+small Python program), bounded rows, and the PROFILE block through a trace and a join."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from katra_trace.io.concat import Concatenation
+from katra_trace.io.reader import open_trace
+from katra_trace.profile.callgrind import bounded_rows, read_dump, read_scene_profile, write_index
+from katra_trace.profile.groups import GROUPS, JIT, JIT_OBJECT, LIBC, MESA, NUMPY, PYTHON, group_of
+from katra_trace.profile.model import REST, profile_delta, profile_record, trace_profiles
+
+PROGRAM = """
+import os, numpy as np
+def steps(n):
+    s = 0
+    for i in range(n):
+        s += i
+    return s
+np.ones(10).sum()
+os.getppid()
+steps(STEPS); np.arange(NUMS).sum()
+os.getppid()
+"""
+
+
+def _dump(tmp_path: Path, steps: int, nums: int) -> Path:
+    """Part 2 of callgrind's dumps of :data:`PROGRAM`: the work between its two getppid calls."""
+    if shutil.which("valgrind") is None:
+        pytest.skip("valgrind is not installed (ci/system-deps.sh test installs it)")
+    out = tmp_path / f"cg-{steps}-{nums}"
+    code = PROGRAM.replace("STEPS", str(steps)).replace("NUMS", str(nums))
+    subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "-q",
+            "--dump-before=getppid",
+            "--dump-instr=no",
+            "--dump-line=yes",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            "-c",
+            code,
+        ],
+        check=True,
+        timeout=300,
+    )
+    return out.with_name(out.name + ".2")
+
+
+def _summary(path: Path) -> int:
+    line = next(x for x in path.read_text().splitlines() if x.startswith("summary:"))
+    return int(line.split()[1])
+
+
+def test_a_real_dump_adds_up_and_groups_python_and_numpy(tmp_path: Path) -> None:
+    small, large = _dump(tmp_path, 1000, 1000), _dump(tmp_path, 21000, 401000)
+    a, b = read_dump(small), read_dump(large)
+    # every instruction is some function's own: self costs add up to the dump's summary
+    assert sum(v[0] for v in a.values()) == _summary(small)
+    assert sum(v[0] for v in b.values()) == _summary(large)
+    # the interpreter loop holds nearly everything below it
+    ev = [v for (obj, fn), v in b.items() if fn == "_PyEval_EvalFrameDefault"]
+    assert ev and ev[0][1] > 0.9 * _summary(large) and ev[0][0] < ev[0][1]
+    groups: dict[str, int] = {}
+    base = {k: v[0] for k, v in a.items()}
+    for (obj, fn), (own, _) in b.items():
+        g = group_of(obj)
+        groups[g] = groups.get(g, 0) + own - base.get((obj, fn), 0)
+    added = _summary(large) - _summary(small)
+    assert groups[PYTHON] > 0.5 * added and groups[NUMPY] > 0.1 * added
+    assert groups[PYTHON] + groups[NUMPY] > 0.95 * added
+
+
+def test_groups_place_each_object_once() -> None:
+    assert group_of(JIT_OBJECT) == JIT
+    assert group_of("/usr/lib/x86_64-linux-gnu/dri/swrast_dri.so") == MESA
+    assert group_of("/usr/lib/x86_64-linux-gnu/libLLVM-15.so.1") == "LLVM"
+    assert group_of("/usr/lib/x86_64-linux-gnu/libc.so.6") == LIBC
+    assert group_of("/x/lib/libpython3.11.so.1.0") == PYTHON
+    assert group_of("/x/site-packages/numpy/_core/_multiarray_umath.cpython-311.so") == NUMPY
+    assert group_of("/x/site-packages/moderngl/mgl.cpython-311-x86_64-linux-gnu.so") == "moderngl"
+    assert group_of("/opt/thing/libfoo.so") == "other"
+    assert set(GROUPS) >= {group_of(p) for p in ("a", JIT_OBJECT, "/libc.so.6")}
+
+
+def test_rows_are_bounded_and_each_objects_rest_is_one_row() -> None:
+    costs = {("/l/libc.so.6", f"f{i}"): [1, 1] for i in range(50)}
+    costs[("/l/libc.so.6", "big")] = [10_000, 10_050]
+    rows = bounded_rows(costs)
+    assert rows[0] == ["/l/libc.so.6", "big", 10_000, 10_050]
+    assert rows[-1] == ["/l/libc.so.6", REST, 50 - (len(rows) - 2), 50 - (len(rows) - 2)]
+    assert sum(r[2] for r in rows) == 10_050 and len(rows) < 10
+
+
+def test_the_profile_block_survives_a_trace_and_a_join(tmp_path: Path) -> None:
+    from tests.trace_helpers import wall_frames, write_trace
+
+    events, strings = wall_frames(["s"], 3)
+    part = tmp_path / "part.katra"
+    write_trace(part, events, strings)
+    dump_dir = tmp_path / "dumps"
+    dump_dir.mkdir()
+    (dump_dir / "profile.2").write_text(
+        "events: Ir\nsummary: 30\nob=(1) /l/libc.so.6\nfn=(1) memcpy\n0 10\n"
+        "ob=(2) ???\nfn=(2) 0x1000\n0 5\ncob=(1)\ncfn=(1)\ncalls=1 0\n0 7\n"
+    )
+    (dump_dir / "profile.3").write_text("events: Ir\nob=(1) /l/libc.so.6\nfn=(1) memcpy\n0 20\n")
+    write_index(dump_dir, [(2, 3, [("pass", 3, 3)])])
+    records = read_scene_profile(dump_dir, "s")
+    joined = tmp_path / "joined.katra"
+    with open(joined, "wb") as dst:
+        out = Concatenation(dst, open_trace(part).header.as_dict())
+        out.add(open_trace(part), 0, profiles=records)
+        out.finish("complete", {})
+    profiles = trace_profiles(open_trace(joined, strict=True).profiles)
+    scene, zone = profiles[("s", None)], profiles[("s", "pass")]
+    assert [(r.group, r.function, r.self_, r.inclusive) for r in scene.rows] == [
+        (LIBC, "memcpy", 30, 30),
+        (JIT, "0x1000", 5, 12),
+    ]
+    assert [(r.function, r.self_) for r in zone.rows] == [("memcpy", 20)]
+    assert all(r.delta == 0 for r in profile_delta(scene, scene))
+
+
+def test_a_foreign_profile_block_is_left_out() -> None:
+    good = profile_record("s", None, 2, [["/l/libc.so.6", "f", 4, 4]])
+    assert trace_profiles([good, {"scene": "s", "rows": [[1]]}, {"x": 1}]).keys() == {("s", None)}
