@@ -21,6 +21,9 @@ from katra_trace.profile.model import REST, profile_record
 #: (object, function) -> [self, inclusive] instructions.
 Costs = dict[tuple[str, str], list[int]]
 
+#: The one function name of an object's JIT code.
+JIT_FUNCTIONS = "(compiled code)"
+
 #: The index a counted child writes beside the kept dumps (katra3d.harness.engine.counting).
 PROFILE_INDEX = "profile.json"
 
@@ -75,7 +78,8 @@ def read_dump(path: Path, into: Costs | None = None) -> Costs:
                     # inclusive cost its outermost frame already holds
                     base, _, depth = name.rpartition("'")
                     nested = bool(base) and depth.isdigit()
-                    key = (obj, base if nested else name)
+                    # compiled shaders' addresses move with any change: one row for all of them
+                    key = (obj, JIT_FUNCTIONS if obj == JIT_OBJECT else base if nested else name)
                     row = costs.get(key)
                     if row is None:
                         row = costs[key] = [0, 0]
