@@ -12,7 +12,13 @@ import pytest
 
 from katra_trace.io.concat import Concatenation
 from katra_trace.io.reader import open_trace
-from katra_trace.profile.callgrind import bounded_rows, read_dump, read_scene_profile, write_index
+from katra_trace.profile.callgrind import (
+    MIN_ROWS,
+    bounded_rows,
+    read_dump,
+    read_scene_profile,
+    write_index,
+)
 from katra_trace.profile.groups import GROUPS, JIT, JIT_OBJECT, LIBC, MESA, NUMPY, PYTHON, group_of
 from katra_trace.profile.model import REST, profile_delta, profile_record, trace_profiles
 
@@ -92,12 +98,12 @@ def test_groups_place_each_object_once() -> None:
 
 
 def test_rows_are_bounded_and_each_objects_rest_is_one_row() -> None:
-    costs = {("/l/libc.so.6", f"f{i}"): [1, 1] for i in range(50)}
-    costs[("/l/libc.so.6", "big")] = [10_000, 10_050]
+    costs = {("/l/libc.so.6", f"f{i:03}"): [1, 1] for i in range(500)}
+    costs[("/l/libc.so.6", "big")] = [100_000, 100_050]
     rows = bounded_rows(costs)
-    assert rows[0] == ["/l/libc.so.6", "big", 10_000, 10_050]
-    assert rows[-1] == ["/l/libc.so.6", REST, 50 - (len(rows) - 2), 50 - (len(rows) - 2)]
-    assert sum(r[2] for r in rows) == 10_050 and len(rows) < 10
+    assert rows[0] == ["/l/libc.so.6", "big", 100_000, 100_050]
+    assert len(rows) == MIN_ROWS + 1 and rows[-1] == ["/l/libc.so.6", REST, 401, 401]
+    assert sum(r[2] for r in rows) == 100_500
 
 
 def test_the_profile_block_survives_a_trace_and_a_join(tmp_path: Path) -> None:

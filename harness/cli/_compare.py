@@ -241,14 +241,19 @@ def print_result(
 
 
 def compare_and_print(
-    base: str, new: str | None, args: argparse.Namespace, record: Path | None = None
+    base: str,
+    new: str | None,
+    args: argparse.Namespace,
+    record: Path | None = None,
+    top_profile: bool = False,
 ) -> int:
     """Open both sides, compare them (the library's one comparison), print; returns the exit code.
-    ``record``: an ab directory whose ab.json gets what the rounds were judged on (``decision``)."""
+    ``record``: an ab directory whose ab.json gets what the rounds were judged on (``decision``).
+    ``top_profile``: on counts, a line naming the top group and function of the change (ab)."""
     # deferred: the comparison loads scipy (about a second); building the parser must not
     from katra_trace.analysis.comparison import compare_sides, open_sides
     from katra_trace.io.tracesets import record_ab_decision
-    from katra_trace.profile.diff import profile_deltas
+    from katra_trace.profile.diff import profile_deltas, top_line
     from katra_trace.profile.flame import write_flame_graphs
 
     check_compare_options(args)
@@ -272,6 +277,10 @@ def compare_and_print(
         if profile_out:
             write_flame_graphs(profile_out, profiles)
     print_result(result, args.format, profiles if getattr(args, "profile", False) else None)
+    if top_profile and args.format != "json" and is_count(result.timing.metric):
+        top = top_line(profiles or profile_deltas(sides.base_traces, sides.new_traces))
+        if top:
+            print(top, file=sys.stderr if args.format == "csv" else sys.stdout)
     if result.exit_code == ExitCode.BAD_INPUT:
         where = "in the JSON output" if args.format == "json" else "above"
         print(

@@ -276,4 +276,6 @@ def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
     # the one line that says how many rounds were used, and why it stopped
     if result.settled is not None:
         Tally("katra3d ab").line(f"stopped: {result.settled.reason}")
-    return compare_and_print(str(dirs["base"]), str(dirs["new"]), args, record=root)
+    return compare_and_print(
+        str(dirs["base"]), str(dirs["new"]), args, record=root, top_profile=True
+    )

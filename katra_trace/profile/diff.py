@@ -6,8 +6,11 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
+from katra_trace.errors import KatraError
+from katra_trace.io.tracesets import open_quietly
 from katra_trace.profile.groups import group_of
 from katra_trace.profile.model import (
     DeltaRow,
@@ -102,7 +105,8 @@ def short_object(obj: str) -> str:
 
 
 def top_line(deltas: Sequence[ProfileDelta]) -> str | None:
-    """The line ab and bisect print: the scene with the largest change, and where it went."""
+    """The line ab and bisect print in counted mode: the scene with the largest change, and where
+    it went (None without profiles or without a change)."""
     scenes = [d for d in deltas if d.zone is None and d.changed]
     if not scenes:
         return None
@@ -110,4 +114,21 @@ def top_line(deltas: Sequence[ProfileDelta]) -> str | None:
     return f"profile: {d.scene}: {d.summary()}"
 
 
-__all__ = ["ProfileDelta", "profile_deltas", "short_object", "side_profiles", "top_line"]
+def top_line_of(base: Iterable[Path], new: Iterable[Path]) -> str | None:
+    """:func:`top_line` of two sides' trace files (bisect's GOOD and first bad commit); None when
+    one cannot be read (the verdict above already says why)."""
+    try:
+        sides = [[open_quietly(p) for p in side] for side in (base, new)]
+    except KatraError:
+        return None
+    return top_line(profile_deltas(*sides))
+
+
+__all__ = [
+    "ProfileDelta",
+    "profile_deltas",
+    "short_object",
+    "side_profiles",
+    "top_line",
+    "top_line_of",
+]
