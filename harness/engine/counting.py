@@ -45,6 +45,7 @@ from katra3d.harness.engine.events import EventBuffer
 from katra3d.harness.engine.timers import NULL_ZONE, Timer
 from katra_trace.errors import KatraError
 from katra_trace.metrics import MODE_CLOCKS
+from katra_trace.profile.callgrind import kept_dump, profiles_on, write_index
 from katra_trace.schema import Clock, Flag, Kind
 
 #: callgrind's event names with ``--cache-sim=yes``, in its order.
@@ -165,6 +166,7 @@ class CountTimer(Timer):
         self.zones_done: list[tuple[int, int, int, int, int]] = []
         # each measured frame's parts and its zones' (id, first part, last part): the profile index
         self.kept: list[tuple[int, int, list[tuple[int, int, int]]]] = []
+        self.profile = profiles_on()
         self.counter_ids = {name: writer.intern(name) for name in CACHE_EVENTS} if cycles else {}
         # debug groups would only add instructions here: no GL debugger runs under valgrind
         self._push = None
@@ -193,9 +195,6 @@ class CountTimer(Timer):
         scene's first measured frame switches it on again."""
         self._instrument(False)
         if self.kept:
-            # deferred until after the frames: an import moves the memory layout, and counts with it
-            from katra_trace.profile.callgrind import write_index
-
             names = {i: n for n, i in self._names.items()}
             kept = [(a, b, [(names[i], c, d) for i, c, d in zs]) for a, b, zs in self.kept]
             write_index(self.dump_base.parent, kept)
@@ -233,7 +232,8 @@ class CountTimer(Timer):
         scene = self.scene_id
         add = self.add
         total = _sum(segments, first, last)
-        self.kept.append((first, last, [(z[1], z[2] + 1, z[3]) for z in self.zones_done]))
+        if self.profile:
+            self.kept.append((first, last, [(z[1], z[2] + 1, z[3]) for z in self.zones_done]))
         primary = self._emit(_FRAME, 0, self.frame_name, start, total, flags, scene, frame)
         for depth, name_id, enter, leave, t0 in self.zones_done:
             self._emit(
@@ -291,7 +291,8 @@ class CountTimer(Timer):
     def _take(self, part: int) -> dict[str, int]:
         path = self._path(part)
         counts = read_summary(path)
-        os.replace(path, path.with_name(f"profile.{part}"))  # read for the scene's profile
+        if self.profile:  # kept for the scene's profile
+            os.replace(path, kept_dump(path.parent, part))
         self._remove(part)
         return counts
 

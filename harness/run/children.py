@@ -41,7 +41,7 @@ from katra3d.harness.run.progress import Relay, lane
 from katra3d.scenes.suites import scene_cost
 from katra_trace.errors import ConfigError, ToolUnavailable, child_ended
 from katra_trace.io import claim as claim_mod
-from katra_trace.profile.callgrind import read_scene_profile
+from katra_trace.profile.callgrind import profiles_on, read_scene_profile
 
 
 def scene_plan(plan: RunPlan, index: int) -> RunPlan:
@@ -293,7 +293,8 @@ def _ended(child: _Child) -> None:
     child.code = child.proc.wait()
     child.relay.poll()
     child.handed = measure.handed_back(child.dump_dir)
-    child.profile = read_scene_profile(child.dump_dir, child.label)
+    if profiles_on():
+        child.profile = read_scene_profile(child.dump_dir, child.label)
     if child.handed is None:  # killed, or crashed before handing anything back
         code = child.code
         how, exit_code = child_ended(code)

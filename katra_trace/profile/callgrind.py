@@ -10,6 +10,7 @@ name space each. Only the ``Ir`` column (instructions) is read.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,15 @@ Costs = dict[tuple[str, str], list[int]]
 
 #: The one function name of an object's JIT code.
 JIT_FUNCTIONS = "(compiled code)"
+
+#: ``KATRA3D_PROFILE=off`` in a counted run's environment: no profiles kept (the bench's baseline).
+PROFILE_ENV = "KATRA3D_PROFILE"
+
+
+def profiles_on() -> bool:
+    """Whether counted runs keep profiles (:data:`PROFILE_ENV` is not ``off``)."""
+    return os.environ.get(PROFILE_ENV, "") != "off"
+
 
 #: The index a counted child writes beside the kept dumps (katra3d.harness.engine.counting).
 PROFILE_INDEX = "profile.json"
@@ -174,9 +184,11 @@ def read_scene_profile(dump_dir: Path, scene: str) -> list[dict[str, Any]]:
 
 __all__ = [
     "Costs",
+    "PROFILE_ENV",
     "PROFILE_INDEX",
     "bounded_rows",
     "kept_dump",
+    "profiles_on",
     "write_index",
     "read_dump",
     "read_parts",
