@@ -20,7 +20,13 @@ from katra_trace.profile.callgrind import (
     write_index,
 )
 from katra_trace.profile.groups import GROUPS, JIT, JIT_OBJECT, LIBC, MESA, NUMPY, PYTHON, group_of
-from katra_trace.profile.model import REST, profile_delta, profile_record, trace_profiles
+from katra_trace.profile.model import (
+    REST,
+    Profile,
+    profile_delta,
+    profile_record,
+    trace_profiles,
+)
 
 PROGRAM = """
 import os, numpy as np
@@ -139,3 +145,38 @@ def test_the_profile_block_survives_a_trace_and_a_join(tmp_path: Path) -> None:
 def test_a_foreign_profile_block_is_left_out() -> None:
     good = profile_record("s", None, 2, [["/l/libc.so.6", "f", 4, 4]])
     assert trace_profiles([good, {"scene": "s", "rows": [[1]]}, {"x": 1}]).keys() == {("s", None)}
+
+
+def test_a_change_is_split_by_function_and_group_and_drawn() -> None:
+    from katra3d.harness.cli._profile import attach
+    from katra_trace.profile.diff import ProfileDelta
+    from katra_trace.profile.flame import flame_svg
+    from katra_trace.report.profile import profile_section
+
+    base = parse(["/l/libc.so.6", "memcpy", 40, 40], [JIT_OBJECT, "(compiled code)", 60, 60])
+    new = parse(["/l/libc.so.6", "memcpy", 30, 30], [JIT_OBJECT, "(compiled code)", 110, 110])
+    rows = profile_delta(base, new)
+    assert [(r.group, r.delta) for r in rows] == [(JIT, 25.0), (LIBC, -5.0)]  # a frame: 2 frames
+    d = ProfileDelta("s", None, base.instructions, new.instructions, tuple(rows))
+    assert d.delta == 20 and d.share(rows[0]) == 1.25 and d.groups() == {JIT: 25.0, LIBC: -5.0}
+    assert "shader code (JIT)" in (d.summary() or "")
+    out = {"scenes": {"s": {"verdict": "regression"}}}
+    attach(out, [d])
+    assert out["scenes"]["s"]["profile_delta"][0] == {
+        "group": JIT,
+        "object": JIT_OBJECT,
+        "function": "(compiled code)",
+        "base": 30.0,
+        "new": 55.0,
+        "delta": 25.0,
+    }
+    svg = flame_svg(d)
+    assert svg.startswith("<svg") and "rgb(235,60,60)" in svg  # the largest growth, full red
+    html = profile_section([d])
+    assert "memcpy" in html and "<svg" in html
+    same = ProfileDelta("s", None, 1, 1, tuple(profile_delta(base, base)))
+    assert profile_section([same]) == ""
+
+
+def parse(*rows: list[object]) -> Profile:
+    return trace_profiles([profile_record("s", None, 2, [list(r) for r in rows])])[("s", None)]

@@ -8,14 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from katra3d.harness.cli._common import emit_table
-from katra_trace.profile.diff import ProfileDelta, short_object
-
-#: Rows of a scene's table (the JSON lists every function).
-TABLE_ROWS = 12
-
-
-def _share(x: float | None) -> str:
-    return "-" if x is None else f"{x:.0%}"
+from katra_trace.profile.diff import TOP_ROWS, ProfileDelta, short_object
+from katra_trace.profile.model import share_text
 
 
 def attach(out: dict[str, Any], deltas: Sequence[ProfileDelta]) -> None:
@@ -51,9 +45,9 @@ def print_profiles(deltas: Sequence[ProfileDelta], fmt: str) -> None:
                 f"{r.base:,.0f}",
                 f"{r.new:,.0f}",
                 f"{r.delta:+,.0f}",
-                _share(d.share(r)),
+                share_text(d.share(r)),
             ]
-            for r in d.rows[:TABLE_ROWS]
+            for r in d.rows[:TOP_ROWS]
             if r.delta
         ]
         groups = ", ".join(f"{g} {v:+,.0f}" for g, v in d.groups().items() if v)
@@ -65,4 +59,4 @@ def print_profiles(deltas: Sequence[ProfileDelta], fmt: str) -> None:
         emit_table(columns, rows, fmt, title=title, right=columns[3:])
 
 
-__all__ = ["TABLE_ROWS", "attach", "print_profiles"]
+__all__ = ["attach", "print_profiles"]

@@ -25,6 +25,9 @@ from katra_trace.profile.model import (
 
 Key = tuple[str, str | None]
 
+#: Functions a table lists per scene and zone (JSON and flame graphs hold every one).
+TOP_ROWS = 12
+
 
 def side_profiles(traces: Iterable[Any]) -> dict[Key, Profile]:
     """One side's profiles by (scene, zone): several runs' rows averaged over all their frames."""
@@ -125,6 +128,7 @@ def top_line_of(base: Iterable[Path], new: Iterable[Path]) -> str | None:
 
 
 __all__ = [
+    "TOP_ROWS",
     "ProfileDelta",
     "profile_deltas",
     "short_object",

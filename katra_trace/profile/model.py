@@ -133,6 +133,11 @@ def share(delta: float, total: float) -> float | None:
     return delta / total if total else None
 
 
+def share_text(x: float | None) -> str:
+    """A share of a change as tables show it: ``85%``, or ``-`` when nothing changed."""
+    return "-" if x is None else f"{x:.0%}"
+
+
 def top_change(rows: Sequence[DeltaRow]) -> str | None:
     """One line naming the group and function where most of a change went, or None if none did."""
     total = sum(r.delta for r in rows)
@@ -157,6 +162,7 @@ __all__ = [
     "profile_delta",
     "profile_record",
     "share",
+    "share_text",
     "top_change",
     "trace_profiles",
 ]
