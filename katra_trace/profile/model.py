@@ -147,7 +147,7 @@ def top_change(rows: Sequence[DeltaRow]) -> str | None:
     top = rows[0]
     gshare = share(gdelta, total) or 0.0
     return (
-        f"most of the change in {group} ({gshare:+.0%} of it); "
+        f"most of the change in {group} ({share_text(gshare)} of it); "
         f"top function {top.function} ({top.object}, {top.delta:+,.0f} instructions a frame)"
     )
 
