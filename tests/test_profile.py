@@ -14,9 +14,10 @@ from katra_trace.io.concat import Concatenation
 from katra_trace.io.reader import open_trace
 from katra_trace.profile.callgrind import (
     MIN_ROWS,
+    Folder,
     bounded_rows,
+    kept_dump,
     read_dump,
-    read_scene_profile,
     write_index,
 )
 from katra_trace.profile.groups import GROUPS, JIT, JIT_OBJECT, LIBC, MESA, NUMPY, PYTHON, group_of
@@ -120,13 +121,16 @@ def test_the_profile_block_survives_a_trace_and_a_join(tmp_path: Path) -> None:
     write_trace(part, events, strings)
     dump_dir = tmp_path / "dumps"
     dump_dir.mkdir()
-    (dump_dir / "profile.2").write_text(
+    kept_dump(dump_dir, 2, []).write_text(
         "events: Ir\nsummary: 30\nob=(1) /l/libc.so.6\nfn=(1) memcpy\n0 10\n"
         "ob=(2) ???\nfn=(2) 0x1000\n0 5\ncob=(1)\ncfn=(1)\ncalls=1 0\n0 7\n"
     )
-    (dump_dir / "profile.3").write_text("events: Ir\nob=(1) /l/libc.so.6\nfn=(1) memcpy\n0 20\n")
-    write_index(dump_dir, [(2, 3, [("pass", 3, 3)])])
-    records = read_scene_profile(dump_dir, "s")
+    kept_dump(dump_dir, 3, [7]).write_text("events: Ir\nob=(1) /l/libc.so.6\nfn=(1) memcpy\n0 20\n")
+    folder = Folder(dump_dir)
+    folder.fold()  # as the parent does while the child runs: each dump read once, then deleted
+    assert not list(dump_dir.iterdir())
+    write_index(dump_dir, 1, {7: "pass", 8: "unused"})
+    records = folder.records("s")
     joined = tmp_path / "joined.katra"
     with open(joined, "wb") as dst:
         out = Concatenation(dst, open_trace(part).header.as_dict())
@@ -138,6 +142,7 @@ def test_the_profile_block_survives_a_trace_and_a_join(tmp_path: Path) -> None:
         (LIBC, "memcpy", 30, 30),
         (JIT, "(compiled code)", 5, 12),
     ]
+    assert set(profiles) == {("s", None), ("s", "pass")}
     assert [(r.function, r.self_) for r in zone.rows] == [("memcpy", 20)]
     assert all(r.delta == 0 for r in profile_delta(scene, scene))
 

@@ -164,8 +164,8 @@ class CountTimer(Timer):
         # the request's code page, made here: outside frames, in every process alike
         valgrind_request.available()
         self.zones_done: list[tuple[int, int, int, int, int]] = []
-        # each measured frame's parts and its zones' (id, first part, last part): the profile index
-        self.kept: list[tuple[int, int, list[tuple[int, int, int]]]] = []
+        # measured frames whose dumps are kept for the scene's profile
+        self.kept = 0
         self.profile = profiles_on()
         self.counter_ids = {name: writer.intern(name) for name in CACHE_EVENTS} if cycles else {}
         # debug groups would only add instructions here: no GL debugger runs under valgrind
@@ -194,11 +194,9 @@ class CountTimer(Timer):
         back, so that reading and encoding it cost nothing counted and move nothing); the next
         scene's first measured frame switches it on again."""
         self._instrument(False)
-        if self.kept:
-            names = {i: n for n, i in self._names.items()}
-            kept = [(a, b, [(names[i], c, d) for i, c, d in zs]) for a, b, zs in self.kept]
-            write_index(self.dump_base.parent, kept)
-            self.kept = []
+        if self.kept and self.profile:
+            write_index(self.dump_base.parent, self.kept, {i: n for n, i in self._names.items()})
+            self.kept = 0
 
     def begin_frame(self, index: int, flags: int = 0) -> None:
         self.frame_index = index
@@ -224,7 +222,7 @@ class CountTimer(Timer):
         # outside the frame from here on: read this frame's dumps, then delete them
         last = self.part
         first = self.first_part
-        segments = {p: self._take(p) for p in range(first, last + 1)}
+        segments = {p: self._take(p, self.zones_done) for p in range(first, last + 1)}
         self._remove(first - 1)
         start = self.t0 - self.origin_ns
         frame = self.frame_index
@@ -232,8 +230,7 @@ class CountTimer(Timer):
         scene = self.scene_id
         add = self.add
         total = _sum(segments, first, last)
-        if self.profile:
-            self.kept.append((first, last, [(z[1], z[2] + 1, z[3]) for z in self.zones_done]))
+        self.kept += 1
         primary = self._emit(_FRAME, 0, self.frame_name, start, total, flags, scene, frame)
         for depth, name_id, enter, leave, t0 in self.zones_done:
             self._emit(
@@ -288,11 +285,12 @@ class CountTimer(Timer):
     def _path(self, part: int, thread: int = 1) -> Path:
         return self.dump_base.with_name(f"{self.dump_base.name}.{part}-{thread:02d}")
 
-    def _take(self, part: int) -> dict[str, int]:
+    def _take(self, part: int, zones: list[tuple[int, int, int, int, int]]) -> dict[str, int]:
         path = self._path(part)
         counts = read_summary(path)
-        if self.profile:  # kept for the scene's profile
-            os.replace(path, kept_dump(path.parent, part))
+        if self.profile:  # kept for the scene's profile, named with the zones it lay in
+            inside = [z[1] for z in zones if z[2] < part <= z[3]]
+            os.replace(path, kept_dump(path.parent, part, inside))
         self._remove(part)
         return counts
 

@@ -41,7 +41,7 @@ from katra3d.harness.run.progress import Relay, lane
 from katra3d.scenes.suites import scene_cost
 from katra_trace.errors import ConfigError, ToolUnavailable, child_ended
 from katra_trace.io import claim as claim_mod
-from katra_trace.profile.callgrind import profiles_on, read_scene_profile
+from katra_trace.profile.callgrind import Folder, profiles_on
 
 
 def scene_plan(plan: RunPlan, index: int) -> RunPlan:
@@ -88,6 +88,10 @@ class _Child:
     code: int | None = None
     handed: dict[str, Any] | None = None
     profile: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    folder: Folder = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.folder = Folder(self.dump_dir)
 
     @property
     def part(self) -> Path | None:
@@ -221,6 +225,8 @@ def run_counted(
                 _wait_a_while(running)
                 for child in list(running):
                     child.relay.poll()
+                    if profiles_on():
+                        child.folder.fold()  # the kept dumps read as they come: few on disk
                     assert child.proc is not None
                     if child.proc.poll() is None:
                         continue
@@ -294,7 +300,7 @@ def _ended(child: _Child) -> None:
     child.relay.poll()
     child.handed = measure.handed_back(child.dump_dir)
     if profiles_on():
-        child.profile = read_scene_profile(child.dump_dir, child.label)
+        child.profile = child.folder.records(child.label)
     if child.handed is None:  # killed, or crashed before handing anything back
         code = child.code
         how, exit_code = child_ended(code)

@@ -34,6 +34,9 @@ def profiles_on() -> bool:
     return os.environ.get(PROFILE_ENV, "") != "off"
 
 
+#: The start of a kept dump's name (:func:`kept_dump`).
+KEPT_PREFIX = "seg."
+
 #: The index a counted child writes beside the kept dumps (katra3d.harness.engine.counting).
 PROFILE_INDEX = "profile.json"
 
@@ -109,14 +112,6 @@ def read_dump(path: Path, into: Costs | None = None) -> Costs:
     return costs
 
 
-def read_parts(paths: Iterable[Path]) -> Costs:
-    """The functions' instructions summed over the dumps at ``paths``."""
-    costs: Costs = {}
-    for path in paths:
-        read_dump(path, costs)
-    return costs
-
-
 #: Functions a profile keeps at least (past 99 %), so that one moving across the cut between two
 #: versions seldom reads as a change.
 MIN_ROWS = 100
@@ -143,54 +138,79 @@ def bounded_rows(costs: Costs, share: float = 0.99) -> list[list[Any]]:
     return rows
 
 
-def kept_dump(dump_dir: Path, part: int) -> Path:
-    """Where a counted child keeps a measured frame's main-thread dump of ``part``."""
-    return dump_dir / f"profile.{part}"
+def kept_dump(dump_dir: Path, part: int, zones: Iterable[int]) -> Path:
+    """Where a counted child keeps a measured frame's main-thread dump of ``part``, named with the
+    ids of the zones it lay in (``seg.12.3_5``), so that it is read without an index."""
+    return dump_dir / f"{KEPT_PREFIX}{part}.{'_'.join(str(z) for z in zones)}"
 
 
-def write_index(dump_dir: Path, kept: list[tuple[int, int, list[tuple[str, int, int]]]]) -> None:
-    """Write which kept dumps make each measured frame (``first``, ``last`` part) and each zone
-    (``name``, ``first``, ``last``) of the scene a counted child counted."""
-    if kept:
-        frames = [[first, last] for first, last, _ in kept]
-        zones = [list(z) for _, _, zs in kept for z in zs]
-        index = json.dumps({"frames": frames, "zones": zones})
-        (dump_dir / PROFILE_INDEX).write_text(index, encoding="utf-8")
+def write_index(dump_dir: Path, frames: int, names: dict[int, str]) -> None:
+    """Write how many measured frames the kept dumps hold and each zone id's name."""
+    index = json.dumps({"frames": frames, "zones": {str(i): n for i, n in names.items()}})
+    (dump_dir / PROFILE_INDEX).write_text(index, encoding="utf-8")
 
 
-def read_scene_profile(dump_dir: Path, scene: str) -> list[dict[str, Any]]:
-    """The PROFILE records of the one scene a counted child counted in ``dump_dir``: the scene's,
-    then each zone's, summed over its measured frames; none when the child kept no index (it
-    stopped before its scene's last frame)."""
-    try:
-        index = json.loads((dump_dir / PROFILE_INDEX).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
+class Folder:
+    """A counted child's kept dumps folded as they appear (:meth:`fold`, while the child runs; each
+    dump deleted once read, so that a long run keeps few on disk): per set of zones a segment lay
+    in, its functions' instructions."""
 
-    def dumps(first: int, last: int) -> list[Path]:
-        return [kept_dump(dump_dir, p) for p in range(first, last + 1)]
+    def __init__(self, dump_dir: Path) -> None:
+        self.dump_dir = dump_dir
+        self.sets: dict[frozenset[int], Costs] = {}
 
-    frames = index["frames"]
-    scene_paths = [p for first, last in frames for p in dumps(first, last)]
-    records = [profile_record(scene, None, len(frames), bounded_rows(read_parts(scene_paths)))]
-    zones: dict[str, list[Path]] = {}
-    for name, first, last in index["zones"]:
-        zones.setdefault(name, []).extend(dumps(first, last))
-    for name, paths in zones.items():
-        rows = bounded_rows(read_parts(paths))
-        records.append(profile_record(scene, name, len(frames), rows))
-    return records
+    def fold(self) -> None:
+        """Read and delete every kept dump there now (a renamed dump is complete)."""
+        try:
+            entries = [e for e in os.scandir(self.dump_dir) if e.name.startswith(KEPT_PREFIX)]
+        except FileNotFoundError:
+            return
+        for entry in entries:
+            ids = entry.name.split(".")[2]
+            key = frozenset(int(i) for i in ids.split("_") if i)
+            read_dump(Path(entry.path), self.sets.setdefault(key, {}))
+            os.unlink(entry.path)
+
+    def records(self, scene: str) -> list[dict[str, Any]]:
+        """The PROFILE records of the one scene the child counted: the scene's, then each zone's,
+        summed over its measured frames; none when the child wrote no index (it stopped before its
+        scene's last frame)."""
+        self.fold()
+        try:
+            index = json.loads((self.dump_dir / PROFILE_INDEX).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []
+        frames = int(index["frames"])
+        if frames < 1:
+            return []
+        records = [profile_record(scene, None, frames, bounded_rows(self._sum(None)))]
+        for zid, name in index["zones"].items():
+            costs = self._sum(int(zid))
+            if costs:
+                records.append(profile_record(scene, name, frames, bounded_rows(costs)))
+        return records
+
+    def _sum(self, zone: int | None) -> Costs:
+        """The segments' costs summed: all of them (``zone`` None), or those inside ``zone``."""
+        total: Costs = {}
+        for key, costs in self.sets.items():
+            if zone is None or zone in key:
+                for fn, (own, incl) in costs.items():
+                    row = total.setdefault(fn, [0, 0])
+                    row[0] += own
+                    row[1] += incl
+        return total
 
 
 __all__ = [
     "Costs",
+    "Folder",
+    "KEPT_PREFIX",
     "PROFILE_ENV",
     "PROFILE_INDEX",
     "bounded_rows",
     "kept_dump",
     "profiles_on",
-    "write_index",
     "read_dump",
-    "read_parts",
-    "read_scene_profile",
+    "write_index",
 ]
