@@ -51,7 +51,6 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from bench._core import Bench, BenchContext, Row, registered, stderr_log
 from bench._report import (
@@ -133,27 +132,10 @@ class _Interrupts:
 
     def __init__(self) -> None:
         self.seen = False
-        self._replaced: Any = None
-        self._installed = False
 
     def __call__(self, signum: int, frame: object) -> None:
         self.seen = True
         raise KeyboardInterrupt
-
-    def install(self) -> None:
-        """Handle SIGINT, unless it is ignored (a background job of a non-interactive shell)."""
-        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-            self._replaced = signal.signal(signal.SIGINT, self)
-            self._installed = True
-
-    def restore(self) -> None:
-        """Put back the SIGINT handler :meth:`install` replaced (one installed from C as SIG_DFL),
-        for a process that goes on after :func:`main` (a test calling it)."""
-        if self._installed:
-            signal.signal(
-                signal.SIGINT, self._replaced if self._replaced is not None else signal.SIG_DFL
-            )
-            self._installed = False
 
 
 def _with_bench(row: Row, name: str) -> Row:
@@ -215,26 +197,28 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     runs: list[BenchRun] = []
     interrupted = False
+    # deferred: katra3d's import is for running benches, not for --list or a bad name
+    from katra3d.harness.supervisor import handling
+
     ctrl_c = _Interrupts()
-    ctrl_c.install()
-    try:
-        for i, entry in enumerate(chosen, 1):
-            log(f"[{i}/{len(chosen)}] {entry.name}: {entry.about}")
-            run = run_one(entry, quick=args.quick, log=log)
-            # the KeyboardInterrupt was lost in a callback: the bench ran on to its end
-            if ctrl_c.seen:
-                raise KeyboardInterrupt
-            if run.failure is not None:
-                log(f"{entry.name}: {run.failure.kind}: {run.failure.message}")
-            runs.append(run)
-    except KeyboardInterrupt:
-        interrupted = True
-        print(
-            "python -m bench: interrupted: the table shows the benches that finished",
-            file=sys.stderr,
-        )
-    finally:
-        ctrl_c.restore()
+    # SIGINT left ignored where it is (a background job of a non-interactive shell)
+    with handling(ctrl_c, (signal.SIGINT,), unless_ignored=True):
+        try:
+            for i, entry in enumerate(chosen, 1):
+                log(f"[{i}/{len(chosen)}] {entry.name}: {entry.about}")
+                run = run_one(entry, quick=args.quick, log=log)
+                # the KeyboardInterrupt was lost in a callback: the bench ran on to its end
+                if ctrl_c.seen:
+                    raise KeyboardInterrupt
+                if run.failure is not None:
+                    log(f"{entry.name}: {run.failure.kind}: {run.failure.message}")
+                runs.append(run)
+        except KeyboardInterrupt:
+            interrupted = True
+            print(
+                "python -m bench: interrupted: the table shows the benches that finished",
+                file=sys.stderr,
+            )
     total_s = time.perf_counter() - t0
     print_table(runs, total_s=total_s, quick=args.quick)
     record = results_record(

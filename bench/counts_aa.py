@@ -55,9 +55,12 @@ def _compare(base: Path, new: Path) -> tuple[str, float]:
     """The scene's verdict and change (percent) of ``katra3d compare BASE NEW`` (instructions)."""
     from katra_trace import open_trace
     from katra_trace.analysis.compare import compare_traces
+    from katra_trace.analysis.defaults import CompareOptions
 
     result = compare_traces(
-        [open_trace(base)], [open_trace(new)], metric="instructions", allow_param_mismatch=True
+        [open_trace(base)],
+        [open_trace(new)],
+        CompareOptions(metric="instructions", allow_param_mismatch=True),
     )
     (scene,) = result.scenes
     return scene.verdict, scene.change_pct

@@ -53,8 +53,8 @@ from pathlib import Path
 from typing import Any
 
 from bench._core import BenchContext, Row, at_least, at_most, bench
-from bench._proc import stop
 from bench._report import write_doc
+from katra3d.harness.supervisor import Group, spawn
 
 #: scene -> (param, BASE value, (about +25 %, about +50 % of the work))
 SCENES: dict[str, tuple[str, int, tuple[int, int]]] = {
@@ -97,24 +97,21 @@ class Plan:
     comparisons: int
 
 
-def hog(cpu_limit_s: int = HOG_CPU_LIMIT_S, *, pin: bool = True) -> subprocess.Popen[bytes]:
+def hog(cpu_limit_s: int = HOG_CPU_LIMIT_S, *, pin: bool = True) -> Group:
     """A CPU-busy process, bounded by its own clock and RLIMIT_CPU (``cpu_limit_s``); with ``pin``,
-    on the last core (when there are two or more)."""
+    on the last core (when there are two or more). Stop it with ``end``."""
     import resource
 
     cores = sorted(os.sched_getaffinity(0))
-
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_limit_s, cpu_limit_s))
-        if pin and len(cores) > 1:
-            os.sched_setaffinity(0, {cores[-1]})
-
-    return subprocess.Popen(
+    group = spawn(
         [sys.executable, "-c", HOG_LOOP.format(s=cpu_limit_s)],
-        preexec_fn=limit,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    resource.prlimit(group.proc.pid, resource.RLIMIT_CPU, (cpu_limit_s, cpu_limit_s))
+    if pin and len(cores) > 1:
+        os.sched_setaffinity(group.proc.pid, {cores[-1]})
+    return group
 
 
 def _capture(plan: Plan, scene: str, value: int, path: Path) -> Any:
@@ -163,7 +160,7 @@ def captures(ctx: BenchContext, plan: Plan, scene: str, condition: str) -> dict[
             out["S2"].append(_capture(plan, scene, base, ctx.tmp / f"{scene}-{tag}-S2-{i}.katra"))
     finally:
         if busy is not None:
-            stop(busy, timeout_s=10)
+            busy.end(10.0)
     return out
 
 
@@ -247,13 +244,12 @@ def change_of(t: dict[str, list[Any]], level: str) -> float:
     """The measured change of a slowdown (%): the ratio of process p10
     levels, interleaved rounds."""
     from katra_trace.analysis.compare import compare_traces
+    from katra_trace.analysis.defaults import CompareOptions
 
     result = compare_traces(
         t["A"],
         t[level],
-        metric="process",
-        run_stat="p10",
-        allow_param_mismatch=True,
+        CompareOptions(metric="process", run_stat="p10", allow_param_mismatch=True),
         pairs=[(i, i) for i in range(len(t["A"]))],
     )
     return 100.0 * (result.scenes[0].ratio - 1.0)
@@ -477,7 +473,7 @@ def defaults_ab(ctx: BenchContext) -> list[Row]:
             f"{slow.get('stop', {}).get('reason')}"
         )
     finally:
-        stop(busy, timeout_s=10)
+        busy.end(10.0)
     ctx.facts.update(
         {
             "aa": {"exit": aa_code, "rounds": len(aa["rounds"]), "decision": aa.get("decision")},

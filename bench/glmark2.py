@@ -72,7 +72,8 @@ from bench._core import (
     ratio_row,
 )
 from bench._glmark2_scene import Glmark2Build
-from bench._proc import KATRA_RUN, stop
+from bench._proc import KATRA_RUN
+from katra3d.harness.supervisor import spawn
 from katra_trace import Clock, Flag, Kind, open_trace
 from katra_trace.analysis.stats import frame_stats
 
@@ -152,8 +153,9 @@ def xvfb_display(xvfb: str, timeout_s: float = 30.0) -> Iterator[str]:
     stopped on exit. RuntimeError when it does not come up within ``timeout_s``."""
     read_fd, write_fd = os.pipe()
     try:
-        proc = subprocess.Popen(
+        group = spawn(
             [xvfb, "-displayfd", str(write_fd), "-screen", "0", "1024x768x24", "-nolisten", "tcp"],
+            session=False,
             pass_fds=(write_fd,),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -170,11 +172,11 @@ def xvfb_display(xvfb: str, timeout_s: float = 30.0) -> Iterator[str]:
             number = pipe.readline().strip() if ready else b""
         if not number.isdigit():
             raise RuntimeError(
-                f"Xvfb did not start within {timeout_s:.0f} s (exit status {proc.poll()})"
+                f"Xvfb did not start within {timeout_s:.0f} s (exit status {group.proc.poll()})"
             )
         yield f":{number.decode()}"
     finally:
-        stop(proc, timeout_s=10)
+        group.end(10.0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -133,9 +133,12 @@ def spearman(x: list[float], y: list[float]) -> float:
 def _compare(base: Path, new: Path) -> Any:
     from katra_trace import open_trace
     from katra_trace.analysis.compare import compare_traces
+    from katra_trace.analysis.defaults import CompareOptions
 
     return compare_traces(
-        [open_trace(base)], [open_trace(new)], metric="instructions", allow_param_mismatch=True
+        [open_trace(base)],
+        [open_trace(new)],
+        CompareOptions(metric="instructions", allow_param_mismatch=True),
     )
 
 

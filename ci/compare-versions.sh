@@ -6,8 +6,8 @@
 #
 # A thin call of `katra3d ab --refs BASE_REF NEW_REF`, which does the work: it checks out both
 # revisions as temporary git worktrees of the repository you are in, runs CMD alternately in each
-# (cwd = the worktree, which is also put first on PYTHONPATH, so scenes and code of that revision
-# are used; each capture in its own process group), ROUNDS times each, removes the worktrees, and
+# (cwd = the worktree, so the scene files of that revision are used; each capture in its own
+# process group), ROUNDS times each, removes the worktrees, and
 # compares the pooled traces with the run as the unit of evidence.
 #
 #   -m WHAT    (or --measure WHAT) time (default), instructions, cycles, or auto (instructions

@@ -12,7 +12,7 @@
                     ...
 
 The trace has the same format, clocks and timing modes as ``katra3d run`` (it
-is written by the same capture engine, :mod:`katra3d.harness.engine.core`):
+is written by the same capture engine, made by :func:`katra3d.harness.run.pipeline.open_engine`):
 ``timing="auto"`` picks ``sync`` (glFinish at the end of each frame, host
 clock) on software renderers and ``gpu`` (GL_TIMESTAMP queries) elsewhere.
 The context is not changed, except that frames in ``sync`` mode end with
@@ -96,9 +96,9 @@ class Capture:
     ) -> None:
         # deferred: the engine and the host probe load when a capture starts: `import katra3d`
         # (every katra3d command) stays light
-        from katra3d.harness.engine.core import Engine
         from katra3d.harness.engine.spec import CaptureSpec
         from katra3d.harness.gl import probe
+        from katra3d.harness.run.pipeline import open_engine
         from katra3d.scenes.registry import TRACE_SUFFIX
 
         traced = next(
@@ -130,7 +130,7 @@ class Capture:
             overwrite=overwrite,
             max_draw_zones=max_draw_zones,
         )
-        self.engine = Engine(ctx, spec)
+        self.engine = open_engine(ctx, spec)
         self.timing_mode = self.engine.mode
         self.timing_reason = self.engine.reason
         self.writer = self.engine.writer

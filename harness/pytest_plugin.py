@@ -26,7 +26,7 @@
 * ``--katra3d-keep DIR`` (or the ini option ``katra3d_keep = DIR``, relative to the ini
   file): ``katra_scene`` writes its traces into DIR, one file per test and call, named after
   the test (:func:`kept_trace_name`), instead of pytest's temporary directory; a rerun
-  replaces the traces of the tests it runs. See docs/pytest.md.
+  replaces the traces of the tests it runs (unless its scene fails). See docs/pytest.md.
 
 Importing this module imports nothing but pytest and the standard library:
 it is loaded into every pytest run of a project that installs katra3d. GL
@@ -149,7 +149,8 @@ def run_scene(
     overwrite: bool = False,
 ) -> SceneRun:
     """Run scene ``name`` for ``warmup`` + ``frames`` frames into the trace file ``trace``
-    (an existing file there is refused, OutputExistsError, unless ``overwrite``).
+    (an existing file there is refused, OutputExistsError, unless ``overwrite``; a failed capture
+    never replaces it: its frames go to ``NAME.failed.katra``).
 
     Raises katra_trace errors (SceneError, ConfigError, BackendUnavailable) like ``katra3d run``;
     ``benchmark`` (pytest-benchmark's fixture) times each measured frame as one pedantic round.
@@ -160,24 +161,23 @@ def run_scene(
     """
     # deferred: this module is loaded into every pytest run; GL and the engine load when a test runs
     # a scene
-    from katra3d.harness.engine.core import Engine
+    from katra3d.harness.engine import lifecycle
     from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
     from katra3d.harness.gl import backends, probe
+    from katra3d.harness.run.config import check_numbers
+    from katra3d.harness.run.pipeline import open_engine
     from katra3d.scenes.registry import get_scene, resolve_params
-    from katra_trace.analysis.stats import trace_stats
+    from katra_trace.analysis.stats import NO_STATS, trace_stats
     from katra_trace.errors import ConfigError
-    from katra_trace.io.header import build_capture_options
+    from katra_trace.io.header import CaptureOptions, ResolvedOptions
     from katra_trace.io.reader import open_trace
     from katra_trace.metrics import CLOCK_PREFERENCE, primary_clock_of
 
-    if frames < 1 or warmup < 0:
-        raise ConfigError(
-            f"katra_scene needs frames >= 1 and warmup >= 0, got frames={frames} warmup={warmup}"
-        )
+    checked = check_numbers(frames, warmup, size, seed, prefix="")  # the command line's checks
+    frames, warmup, size, seed = checked  # type: ignore[assignment]  # none is None here
     cls = get_scene(name)
     label = getattr(cls, "name", "") or name
     resolved = dict(resolve_params(cls, dict(params or {})))
-    size = (int(size[0]), int(size[1]))
     # an apitrace trace: replayed by glretrace (docs/replay.md)
     replayed = bool(getattr(cls, "trace_path", ""))
     if measure != "time" or replayed:
@@ -205,14 +205,17 @@ def run_scene(
         )
     driver = None if benchmark is None else _benchmark_driver(benchmark)
     with backends.open_session(None, size=size) as session:
-        options = build_capture_options(
-            {"size": list(size), "samples": 0, "frames": frames, "warmup": warmup, "seed": seed},
+        options = CaptureOptions(
             api="katra_scene",
-            resolved={
-                "size": list(size),
-                "samples": 0,
-                "scenes": [{"label": label, "spec": name, "params": resolved}],
-            },
+            size=size,
+            samples=0,
+            frames=frames,
+            warmup=warmup,
+            seed=seed,
+            resolved=ResolvedOptions(
+                size=size, samples=0, scenes=({"label": label, "spec": name, "params": resolved},)
+            ),
+            layout=("api", "size", "samples", "frames", "warmup", "seed", "resolved"),
         )
         spec = CaptureSpec(
             Path(trace),
@@ -222,8 +225,9 @@ def run_scene(
             timing=timing,
             zones=zones,
             overwrite=overwrite,
+            failed_aside=True,  # as katra3d run: a failure never replaces the trace at ``trace``
         )
-        engine = Engine(session.ctx, spec)
+        engine = open_engine(session.ctx, spec)
         with engine:
             scene = SceneSpec(
                 cls,
@@ -236,7 +240,7 @@ def run_scene(
                 spec=name,
                 read_image=False,
             )
-            outcome = engine.run_scene(scene, bind=session.bind, measured_driver=driver)
+            outcome = lifecycle.run_scene(engine, scene, bind=session.bind, measured_driver=driver)
             engine.finish("complete", {"frames": frames, "api": "katra_scene"})
     if outcome.status == "skipped":
         # deferred: the plugin loads in every pytest session; katra3d's modules load only when a
@@ -245,7 +249,7 @@ def run_scene(
 
         raise SceneSkip(outcome.reason)
     opened = open_trace(trace)
-    result = trace_stats(opened)["scenes"].get(label, {"metrics": {}, "zones": {}})
+    result = trace_stats(opened).scenes.get(label, NO_STATS).as_dict()
     options = opened.header.capture_options
     # the one rule of which clock a scene's numbers are read on (stats, info and the report use it
     # too)
@@ -309,9 +313,9 @@ def _run_apart(
     replaced only with ``overwrite``, as on the time path."""
     # deferred: the plugin loads in every pytest session; katra3d's modules load only when a test
     # uses it
-    from katra3d.harness.replay.capture import run_any
     from katra3d.harness.run.config import RunConfig
-    from katra_trace.analysis.stats import trace_stats
+    from katra3d.harness.run.runner import run
+    from katra_trace.analysis.stats import NO_STATS, trace_stats
     from katra_trace.io.reader import open_trace
 
     config = RunConfig(
@@ -326,9 +330,9 @@ def _run_apart(
         measure=measure,
         force=overwrite,
     )
-    result = run_any(config, quiet=True)
+    result = run(config, quiet=True)
     opened = open_trace(trace)
-    stats = trace_stats(opened)["scenes"].get(label, {"metrics": {}, "zones": {}})
+    stats = trace_stats(opened).scenes.get(label, NO_STATS).as_dict()
     host = opened.header.host_info
     clock = (
         measure if measure != "time" else (opened.header.capture_options.primary_clock or "wall")
@@ -377,9 +381,10 @@ def katra_scene(
 
     ``name`` is a scene spec as ``katra3d run`` takes it; a relative ``path/to/file.py[:Class]`` (or
     ``path/to/app.trace``, an apitrace trace replayed by glretrace) is looked up beside the calling
-    test file, then in the working directory. Skips the test when no GL context can be opened or the
-    scene says it cannot run here (SceneSkip); traces go to a temporary directory, or with
-    ``--katra3d-keep DIR`` (ini ``katra3d_keep``) into DIR, named by :func:`kept_trace_name`.
+    test file, then in the working directory, then in pytest's rootdir. Skips the test when no GL
+    context can be opened or the scene says it cannot run here (SceneSkip); fails it with any other
+    katra3d error's one line. Traces go to a temporary directory, or with ``--katra3d-keep DIR``
+    (ini ``katra3d_keep``) into DIR, named by :func:`kept_trace_name`.
     """
     keep = keep_dir(request.config)
     base = tmp_path_factory.mktemp("katra3d") if keep is None else keep
@@ -390,31 +395,40 @@ def katra_scene(
         # test uses it
         from katra3d.scenes.api import SceneSkip
         from katra3d.scenes.registry import TRACE_SUFFIX, find_file_spec
-        from katra_trace.errors import BackendUnavailable
+        from katra_trace.errors import BackendUnavailable, KatraError
 
-        # a relative scene file (or apitrace trace) is the calling test file's neighbour first, then
-        # the working directory's
-        bases = (request.path.parent, Path.cwd())
-        spec = find_file_spec(name, bases)
-        if spec.endswith(TRACE_SUFFIX) and not Path(spec).expanduser().is_absolute():
-            spec = next((str((b / spec).resolve()) for b in bases if (b / spec).is_file()), spec)
+        # a relative scene file (or apitrace trace): beside the calling test file, then in the
+        # working directory, then in pytest's rootdir
+        bases = tuple(dict.fromkeys((request.path.parent, Path.cwd(), request.config.rootpath)))
         count[0] += 1
         if keep is None:
             path = base / f"{count[0]:02d}-{name.replace('/', '_').replace(':', '_')}.katra"
         else:
-            keep.mkdir(parents=True, exist_ok=True)
             path = keep / kept_trace_name(request.node.nodeid, count[0], name)
             # the user named the directory: a rerun of this test replaces its own trace
             kwargs.setdefault("overwrite", True)
         try:
-            result = run_scene(spec, path, **kwargs)
+            spec = find_file_spec(name, bases)
+            if spec.endswith(TRACE_SUFFIX) and not Path(spec).expanduser().is_absolute():
+                spec = next(
+                    (str((b / spec).resolve()) for b in bases if (b / spec).is_file()), spec
+                )
             if keep is not None:
-                request.config.stash[_KEPT].append(path)
-            return result
+                keep.mkdir(parents=True, exist_ok=True)
+            result = run_scene(spec, path, **kwargs)
         except BackendUnavailable as exc:
             pytest.skip(f"no usable OpenGL: {exc}")
         except SceneSkip as exc:
             pytest.skip(f"scene {name!r} cannot run here: {exc}")
+        except KatraError as exc:
+            kind = next(c.__name__ for c in type(exc).__mro__ if not c.__name__.startswith("_"))
+            failure = f"{kind}: {exc}"
+        else:
+            if keep is not None:
+                request.config.stash[_KEPT].append(path)
+            return result
+        # outside the except clause: katra3d's one line, without its internals' traceback
+        pytest.fail(failure, pytrace=False)
 
     yield run
 

@@ -20,8 +20,7 @@ from katra_trace.errors import (
     WriterClosedError,
 )
 from katra_trace.schema import COLUMNS, EVENT_DTYPE, Clock, Flag, Kind, schema_hash
-
-__version__ = "0.1.0"
+from katra_trace.version import __version__
 
 __all__ = [
     "BackendUnavailable",

@@ -49,7 +49,7 @@ class Flag(enum.IntFlag):
 
     NONE = 0
     WARMUP = 1  #: recorded during warmup: excluded from statistics
-    SETUP = 2  #: scene setup (shader compile, uploads)
+    SETUP = 2  #: scene setup (shader compile, uploads; a replay's restart frame)
     SKIPPED = 4  #: a marker recording that a scene was skipped
     ESTIMATED = 8  #: value is derived rather than measured directly
     INTERRUPTED = 16  #: the span was cut short by an interrupt

@@ -19,22 +19,28 @@ its valid range or choices.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import functools
 import hashlib
 import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import inspect
 import math
 import os
-import stat
+import site
 import sys
-from collections.abc import Mapping
+import sysconfig
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from katra3d.scenes.api import Param, Scene
 from katra_trace.errors import ConfigError, SceneError
+from katra_trace.io.inputs import open_regular
 
 #: the entry-point group installed packages use to offer scenes
 ENTRY_POINT_GROUP = "katra3d.scenes"
@@ -129,8 +135,8 @@ def _load_from_file(file_part: str, class_name: str) -> type[Scene]:
     where = f"file '{file_part}'"
     if not path.is_file():
         raise SceneError(f"scene file '{file_part}' not found")
+    open_regular(path, what="scene file").close()  # the input rule, before Python reads it
     resolved = path.resolve()
-    _on_import_path(resolved.parent)
     digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:10]
     module_name = f"katra3d_user_scene_{resolved.stem}_{digest}"
     module = sys.modules.get(module_name)
@@ -141,12 +147,14 @@ def _load_from_file(file_part: str, class_name: str) -> type[Scene]:
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
         try:
-            spec.loader.exec_module(module)
+            with _own_siblings(resolved.parent):
+                spec.loader.exec_module(module)
         except Exception as exc:  # noqa: BLE001 - a user file may raise anything
             del sys.modules[module_name]
             raise SceneError(
                 f"error while importing scene file '{file_part}': {type(exc).__name__}: {exc}"
             ) from None
+    _on_import_path(resolved.parent)
     if not class_name:
         found = _scene_classes_in(module)
         if len(found) != 1:
@@ -159,6 +167,77 @@ def _load_from_file(file_part: str, class_name: str) -> type[Scene]:
             raise SceneError(f"{where} defines {listing}")
         class_name = found[0]
     return _class_from_module(module, class_name, where)
+
+
+#: Import names a scene file always shares with the harness (its Scene class must be katra3d's).
+_SHARED_TOPS = frozenset({"katra3d", "katra_trace"})
+
+
+def _user_path(entry: str | None) -> Path | None:
+    """``entry`` (a module's file or an import path entry) resolved, or None where it is not the
+    user's: none, or in the standard library or an installed package."""
+    if entry is None:
+        return None
+    path = Path(entry or ".").resolve()
+    return None if any(path.is_relative_to(d) for d in _installed_dirs()) else path
+
+
+@functools.cache
+def _installed_dirs() -> frozenset[Path]:
+    paths = sysconfig.get_paths()
+    dirs = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return frozenset(Path(d).resolve() for d in {*dirs, *site.getsitepackages()})
+
+
+class _SiblingFinder(importlib.abc.MetaPathFinder):
+    """Finds the top-level modules ``names`` in ``folder`` before any other user folder, unless the
+    standard library or an installed package has them."""
+
+    def __init__(self, folder: Path, names: set[str]) -> None:
+        self.folder, self.names = folder, names
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if path is not None or name not in self.names:
+            return None
+        installed = [e for e in sys.path if not (p := _user_path(e)) or not p.is_dir()]
+        if importlib.machinery.PathFinder.find_spec(name, installed) is not None:
+            return None
+        return importlib.machinery.PathFinder.find_spec(name, [str(self.folder)])
+
+
+@contextlib.contextmanager
+def _own_siblings(folder: Path) -> Iterator[None]:
+    """While a scene file is imported, the modules and packages beside it are the ones it gets, not
+    those of another user folder (another scene's ``scenes/``, cached or earlier on the path):
+    those cached are set aside and put back after. The standard library and installed packages
+    still win, as they do over the folder ``_on_import_path`` puts last."""
+    names = {p.stem for p in folder.glob("*.py")} | {
+        p.parent.name for p in folder.glob("*/__init__.py")
+    }
+    names = {n for n in names if n.isidentifier()} - _SHARED_TOPS
+
+    def foreign(module: Any) -> bool:
+        where = [getattr(module, "__file__", None), *getattr(module, "__path__", ())]
+        return any(p is not None and not p.is_relative_to(folder) for p in map(_user_path, where))
+
+    clashing = {
+        top
+        for key, module in list(sys.modules.items())
+        if (top := key.partition(".")[0]) in names and foreign(module)
+    }
+    taken = {k: m for k, m in list(sys.modules.items()) if k.partition(".")[0] in clashing}
+    for key in taken:
+        del sys.modules[key]
+    finder = _SiblingFinder(folder, names)
+    sys.meta_path.insert(sys.meta_path.index(importlib.machinery.PathFinder), finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        if taken:
+            for key in [k for k in sys.modules if k.partition(".")[0] in clashing]:
+                del sys.modules[key]
+            sys.modules.update(taken)
 
 
 def _on_import_path(folder: Path) -> None:
@@ -230,15 +309,15 @@ def names_scene(name: str, spec: str, cls: type[Scene]) -> bool:
 
 def find_file_spec(spec: str, bases: tuple[Path, ...]) -> str:
     """A file spec with a relative path found in the first of ``bases`` (folders, in order) that has
-    the file, as an absolute spec; any other spec unchanged. SceneError naming every path tried when
-    none has it."""
+    the file, as an absolute spec; any other spec unchanged. SceneError naming each path tried
+    (once) when none has it."""
     parts = split_file_spec(spec)
     if parts is None or Path(parts[0]).expanduser().is_absolute():
         return spec
-    tried = [base / Path(parts[0]) for base in bases]
+    tried = list(dict.fromkeys(Path(os.path.abspath(base / parts[0])) for base in bases))
     for path in tried:
         if path.is_file():
-            return f"{os.path.abspath(path)}:{parts[1]}" if parts[1] else os.path.abspath(path)
+            return f"{path}:{parts[1]}" if parts[1] else str(path)
     raise SceneError(f"scene file '{parts[0]}' not found; tried {', '.join(str(p) for p in tried)}")
 
 
@@ -268,43 +347,18 @@ class TraceScene(Scene):
         raise SceneError("an apitrace trace is replayed by glretrace, not rendered by a scene")
 
 
-def check_trace_file(path: Path, spec: str | None = None) -> None:
-    """SceneError unless ``path`` is a regular file (``spec``: the name as given, in the message): a
-    missing one, a directory, a FIFO or a device each said as what it is (none is read)."""
-    name = spec if spec is not None else str(path)
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise SceneError(f"trace file '{name}' not found") from None
-    except OSError as exc:
-        raise SceneError(f"cannot read trace file '{name}': {exc.strerror or exc}") from None
-    if not stat.S_ISREG(mode):
-        what = (
-            "a directory"
-            if stat.S_ISDIR(mode)
-            else "a FIFO"
-            if stat.S_ISFIFO(mode)
-            else "a device"
-            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "a socket"
-            if stat.S_ISSOCK(mode)
-            else "something other than a file"
-        )
-        raise SceneError(f"trace '{name}' is {what}, not an apitrace trace file")
-
-
 def _load_trace(spec: str) -> type[Scene]:
     """The scene of the apitrace file ``spec`` (``path/to/app.trace``): named by the file's stem."""
     path = Path(spec).expanduser()
-    check_trace_file(path, spec)
     digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as fh:
+    size = 0
+    with open_regular(path) as fh:  # the input rule: no FIFO, device or kernel file is read
+        try:
             while chunk := fh.read(1 << 20):
                 digest.update(chunk)
-    except OSError as exc:
-        raise SceneError(f"cannot read trace file '{spec}': {exc.strerror or exc}") from None
-    size = path.stat().st_size
+                size += len(chunk)
+        except OSError as exc:
+            raise SceneError(f"cannot read trace file '{spec}': {exc.strerror or exc}") from None
     params = {
         "trace_sha256": Param(
             digest.hexdigest(),

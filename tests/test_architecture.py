@@ -24,8 +24,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 }
 #: Every folder of Python code in the repository: none of them imports a generic top-level module.
 ALL_CODE = ("katra3d", "harness", "scenes", "katra_trace", "tests", "bench")
-#: What every package may import from another: the one exception hierarchy.
-ALLOWED = ("katra_trace.errors",)
+#: What every package may import from another: the one exception hierarchy, the one input rule.
+ALLOWED = ("katra_trace.errors", "katra_trace.io.inputs")
 
 
 def _imports(path: Path) -> Iterator[tuple[int, str, bool]]:
@@ -81,16 +81,18 @@ def test_katra3d_code_is_imported_under_its_own_name_only() -> None:
 #: import, the command line on top and GL at the bottom (docs/architecture.md, "What each package
 #: may import").
 HARNESS_LAYERS: dict[str, frozenset[str]] = {
+    "supervisor": frozenset(),
     "gl": frozenset(),
-    "engine": frozenset({"gl"}),
-    "run": frozenset({"engine", "gl"}),
-    "replay": frozenset({"run", "engine", "gl"}),
-    "capture": frozenset({"engine", "gl"}),
+    "engine": frozenset({"gl", "supervisor"}),
+    # the runner's replay strategy drives the replayer's tools
+    "run": frozenset({"replay", "engine", "gl", "supervisor"}),
+    "replay": frozenset({"engine", "gl", "supervisor"}),
+    "capture": frozenset({"run", "engine", "gl"}),
     "pytest_plugin": frozenset({"replay", "run", "engine", "gl"}),
-    "versions": frozenset({"run"}),
+    "versions": frozenset({"run", "supervisor"}),
     "ab": frozenset({"versions"}),
-    "bisect": frozenset({"ab", "versions", "run"}),
-    "cli": frozenset({"bisect", "ab", "versions", "replay", "run", "engine", "gl"}),
+    "bisect": frozenset({"ab", "versions", "run", "supervisor"}),
+    "cli": frozenset({"bisect", "ab", "versions", "replay", "run", "engine", "gl", "supervisor"}),
 }
 
 
@@ -228,8 +230,10 @@ def test_the_decision_modules_load_no_scipy_stats() -> None:
         "katra3d.harness.cli.ab, katra3d.harness.cli.report, katra3d.harness.cli.bisect, "
         "katra3d.harness.cli.history; "
         "from katra_trace.analysis.intervals import frame_figures; "
-        "frame_figures(np.arange(1.0, 31.0), np.arange(2.0, 32.0), False); "
-        "frame_figures(np.arange(1.0, 201.0), np.arange(2.0, 202.0), True); "
+        "from katra_trace.analysis.verdict import SceneComparison; "
+        "row = SceneComparison('s', 'unchanged', ''); "
+        "frame_figures(row, np.arange(1.0, 31.0), np.arange(2.0, 32.0), False); "
+        "frame_figures(row, np.arange(1.0, 201.0), np.arange(2.0, 202.0), True); "
         "print('scipy.stats' in sys.modules)"
     )
     out = subprocess.run(
@@ -323,4 +327,131 @@ def test_architecture_md_names_every_module() -> None:
         + "".join(f"  not in the doc: {m}\n" for m in missing)
         + "".join(f"  in the doc, not in the code: {m}\n" for m in gone)
         + "".join(f"  in the doc twice: {m}\n" for m in twice)
+    )
+
+
+#: The product's folders and the module name each is imported under.
+PRODUCT = {
+    "katra3d": "katra3d",
+    "harness": "katra3d.harness",
+    "scenes": "katra3d.scenes",
+    "katra_trace": "katra_trace",
+}
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Each product module and the product modules its import statements name (every one: at the
+    top, in a function, under TYPE_CHECKING). ``from P import x`` names the module ``P.x`` when
+    there is one, else ``P``; a package's own ancestors are always loaded first, and not counted."""
+    files: dict[str, Path] = {}
+    for folder, name in PRODUCT.items():
+        for p in _sources(folder):
+            parts = p.relative_to(REPO / folder).with_suffix("").parts
+            if folder == "katra3d" and parts[0] in ("harness", "scenes"):
+                continue  # the links to harness/ and scenes/
+            files[".".join((name, *parts)).removesuffix(".__init__")] = p
+
+    def known(name: str) -> str:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        named: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                named.update(known(a.name) for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                named.update(known(f"{node.module}.{a.name}") for a in node.names)
+        graph[module] = {m for m in named if m and not module.startswith(m + ".") and m != module}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = [stack.pop()]
+            while component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_cycle_finder_finds_a_circle_and_only_it() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle_among_product_modules() -> None:
+    """A module that imports, however indirectly, a module that imports it back: the two are one
+    concept split in two, or one of them holds what belongs to a third."""
+    graph = _import_graph()
+    assert "katra_trace.io.blocks" in graph["katra_trace"]  # the graph sees the imports
+    assert "katra3d.harness.engine.core" in graph["katra3d.harness.engine.lifecycle"]
+    circles = _cycles(graph)
+    assert not circles, "import circles:\n" + "\n".join(
+        "  " + ", ".join(c) + "\n    " + "; ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c)
+        for c in circles
+    )
+
+
+#: What only the supervisor does: start a long-lived child, signal a group, install a handler, pool.
+ONE_DOOR = re.compile(r"Popen\(|os\.killpg|signal\.signal\(|ThreadPoolExecutor|ProcessPoolExecutor")
+#: The exceptions: the katra3d command's SIGINT hand-off at start-up and at exit (before any
+#: import that takes time, and when the process is about to end: no handler to put back).
+ONE_DOOR_EXCEPTIONS = ("harness/supervisor.py", "harness/cli/__init__.py", "katra3d/__init__.py")
+
+
+def test_children_signals_and_pools_go_through_the_supervisor() -> None:
+    bad = [
+        f"{p.relative_to(REPO)}:{n}: {line.strip()}"
+        for folder in (*PRODUCT, "bench")
+        for p in _sources(folder)
+        if p.relative_to(REPO).as_posix() not in ONE_DOOR_EXCEPTIONS
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if ONE_DOOR.search(line) and not line.lstrip().startswith("#")
+    ]
+    assert not bad, "\n".join(bad)
+
+
+#: ``str -> Any`` mappings (``Mapping[str, Any]``, ``dict[str, Any]``) in the product: what is left
+#: reads or writes JSON (header JSON, ``--json`` output, files on disk); the rest has a type. The
+#: count may fall, never rise: lower it when a change removes some.
+MAX_STR_ANY_MAPPINGS = 247
+_STR_ANY = re.compile(r"(?:Mapping|dict)\[str, Any\]")
+
+
+def test_untyped_mappings_do_not_come_back() -> None:
+    files = [p for package in ("harness", "katra_trace", "scenes") for p in _sources(package)]
+    files += sorted((REPO / "katra3d").glob("*.py"))
+    found = {
+        str(p.relative_to(REPO)): n
+        for p in files
+        if (n := len(_STR_ANY.findall(p.read_text(encoding="utf-8"))))
+    }
+    most = sorted(found.items(), key=lambda kv: -kv[1])[:5]
+    assert sum(found.values()) <= MAX_STR_ANY_MAPPINGS, (
+        f"{sum(found.values())} str -> Any mappings in the product, over {MAX_STR_ANY_MAPPINGS} "
+        f"(most in {most}): give the data a type (a dataclass), or read JSON through one"
     )

@@ -220,41 +220,40 @@ def test_time_stays_one_commit_at_a_time(tmp_path: Path) -> None:
 
 
 def test_captures_side_by_side_are_stopped_together_and_a_later_one_at_once(tmp_path: Path) -> None:
-    """The capture service under bisect's rounds: two captures run by threads inside SideBySide,
-    stopped (as on an error) while both hang: each raises Interrupted once its whole group is gone;
-    one started after the stop raises Interrupted too, and SideBySide leaves the signal handlers as
-    it found them."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from katra3d.harness.versions.command import CaptureCommand, SideBySide, run_capture
+    """The capture service under bisect's pool: two captures run as jobs of one supervisor,
+    stopped while both hang: each ends in Interrupted once its whole group is gone (the pool leaves
+    it out); one started after the stop raises Interrupted too, and the supervisor leaves the signal
+    handlers as it found them."""
+    from katra3d.harness.supervisor import Supervisor
+    from katra3d.harness.versions.command import CaptureCommand, run_capture
     from katra_trace.errors import Interrupted
 
     def capture(i: int) -> float:
         command = CaptureCommand(f"sleep 60 & echo $! > {tmp_path}/sleep-{i}; wait; touch {{out}}")
         return run_capture(command, tmp_path / f"out-{i}.katra")
 
+    marks = [tmp_path / f"sleep-{i}" for i in range(2)]
+    deadline = time.monotonic() + 60  # a deadline for both to hang, not a timing check
+    sleeps: list[int] = []
+
+    def stop_once_both_hang() -> None:
+        if sup.received:
+            return
+        if all(m.is_file() and m.read_text().strip() for m in marks):
+            sleeps.extend(int(m.read_text()) for m in marks)
+            sup.stop(signal.SIGTERM)
+        elif time.monotonic() > deadline:
+            sup.stop(signal.SIGTERM)
+
     before = signal.getsignal(signal.SIGINT)
-    with SideBySide() as side, ThreadPoolExecutor(max_workers=2) as pool:
-        running = [pool.submit(capture, i) for i in range(2)]
-        for _ in range(600):  # wait (up to a minute) for both to hang
-            if all(
-                (tmp_path / f"sleep-{i}").is_file()
-                and (tmp_path / f"sleep-{i}").read_text().strip()
-                for i in range(2)
-            ):
-                break
-            time.sleep(0.1)
-        sleeps = [int((tmp_path / f"sleep-{i}").read_text()) for i in range(2)]
-        side.stop()
-        for future in running:
-            assert isinstance(future.exception(timeout=60), Interrupted)
-        assert all(_gone(pid) for pid in sleeps)
-        later = pool.submit(capture, 2)
-        assert (
-            isinstance(later.exception(timeout=60), Interrupted)
-            and not (tmp_path / "out-2.katra").exists()
-        )
-    assert signal.getsignal(signal.SIGINT) is before and SideBySide.active is None
+    with Supervisor() as sup:
+        tasks = [lambda i=i: capture(i) for i in range(2)]
+        assert list(sup.pool(tasks, 2, idle=stop_once_both_hang)) == []
+        assert len(sleeps) == 2 and all(_gone(pid) for pid in sleeps)
+        with pytest.raises(Interrupted):
+            capture(2)
+        assert not (tmp_path / "out-2.katra").exists()
+    assert signal.getsignal(signal.SIGINT) is before and Supervisor.active is None
 
 
 def test_a_trace_a_ctrl_c_finished_as_interrupted_is_captured_again_a_complete_one_is_not(

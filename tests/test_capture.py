@@ -79,7 +79,7 @@ def test_capture_frames_and_nested_zones(gl_ctx: Any, program: Any, tmp_path: Pa
     # the frames are the workload's, named as the user named it (not "capture"): stats, compare, the
     # report
     assert trace.header.capture_options.scene == "my-renderer"
-    assert list(trace_stats(trace)["scenes"]) == ["my-renderer"]
+    assert list(trace_stats(trace).scenes) == ["my-renderer"]
     assert trace.header.capture_options.api == "katra3d.capture"
     assert trace.header.capture_options.timing_mode == "sync"
     assert trace.header.host_info.gl.software_renderer is True

@@ -288,12 +288,12 @@ def test_a_stopped_capture_is_waited_for_whole_then_asked_to_stop_now_then_kille
     had ended: a `katra3d run` under that shell never finished its trace. Now the whole group gets
     the grace (a process that notes each SIGTERM and goes on is asked twice: the first stop, then a
     run's stop-now), then SIGKILL."""
-    from katra3d.harness.run import groups
+    from katra3d.harness import supervisor
     from katra3d.harness.versions import command as service
 
     # shortened only: the order of the steps is what is checked
     monkeypatch.setattr(service, "STOP_GRACE_S", 0.5)
-    monkeypatch.setattr(groups, "HARD_STOP_WAIT_S", 0.5)
+    monkeypatch.setattr(supervisor, "HARD_STOP_WAIT_S", 0.5)
     got, inner = tmp_path / "got", tmp_path / "inner"
     cmd = CaptureCommand(
         f'sh -c \'trap "echo term >> {got}" TERM; echo $$ > {inner}; '

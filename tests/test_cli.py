@@ -47,3 +47,26 @@ def test_unknown_option_points_at_the_subcommands_help() -> None:
             f"katra3d: error: {' '.join(args[:-1])}: unrecognized arguments: --bogus (see "
             f"'{helper}')"
         ]
+
+
+@pytest.mark.parametrize(
+    ("args", "example"),
+    [
+        (("--frames", "10", "run", "triangle"), "katra3d run --frames 10 triangle"),
+        (
+            ("--traceback", "--size=8x8", "stats", "t.katra"),
+            "katra3d stats --traceback --size=8x8 t.katra",
+        ),
+        (("--frames", "10"), "katra3d COMMAND --frames 10"),
+    ],
+)
+def test_a_commands_option_before_the_command_says_where_it_goes(
+    capsys: pytest.CaptureFixture[str], args: tuple[str, ...], example: str
+) -> None:
+    from tests.cli_helpers import katra_main
+
+    code, _, err = katra_main(capsys, *args)
+    assert (code, err) == (
+        2,
+        f"katra3d: error: options follow the command: {example} (see 'katra3d --help')\n",
+    )

@@ -16,6 +16,7 @@ from scipy import stats as sps
 
 from katra_trace.analysis.compare import compare_traces
 from katra_trace.analysis.decide import compare_runs, holm, paired_t, welch
+from katra_trace.analysis.defaults import CompareOptions
 from katra_trace.analysis.match import resolve_metric
 from katra_trace.io.header import TraceHeader
 
@@ -421,7 +422,7 @@ def test_compare_traces_checks_comparability() -> None:
     slower = compare_traces(
         [_T(_hdr(), d * f) for f in (1.0, 1.001, 0.999)],
         [_T(_hdr(layers=4), d * f * 1.5) for f in (1.0, 1.001, 0.999)],
-        allow_param_mismatch=True,
+        CompareOptions(allow_param_mismatch=True),
     )
     assert slower.scenes[0].verdict == "regression" and "layers" in slower.notes[0]
     host = compare_traces([_T(_hdr(), d)], [_T(_hdr(renderer="softpipe"), d)])
@@ -430,12 +431,14 @@ def test_compare_traces_checks_comparability() -> None:
         and "--allow-host-mismatch" in host.scenes[0].reason
     )
     allowed = compare_traces(
-        [_T(_hdr(), d)], [_T(_hdr(renderer="softpipe"), d)], allow_host_mismatch=True
+        [_T(_hdr(), d)],
+        [_T(_hdr(renderer="softpipe"), d)],
+        CompareOptions(allow_host_mismatch=True),
     )
     assert allowed.scenes[0].verdict == "inconclusive" and allowed.notes and allowed.exit_code == 0
     mixed = compare_traces([_T(_hdr(), d), _T(_hdr(size=(32, 32)), d)], [_T(_hdr(), d)])
     assert "BASE runs differ in size" in mixed.scenes[0].reason
-    no_gpu = compare_traces([_T(_hdr(), d)], [_T(_hdr(), d)], metric="gpu")
+    no_gpu = compare_traces([_T(_hdr(), d)], [_T(_hdr(), d)], CompareOptions(metric="gpu"))
     assert (
         no_gpu.scenes[0].verdict == "incomparable"
         and "no gpu frame times" in no_gpu.scenes[0].reason

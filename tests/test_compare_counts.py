@@ -19,6 +19,7 @@ import pytest
 
 from katra_trace import Clock, Flag, Kind
 from katra_trace.analysis.compare import compare_traces
+from katra_trace.analysis.defaults import CompareOptions
 from katra_trace.analysis.stats import events_stats, scene_durations, scene_labels
 from katra_trace.errors import ConfigError
 from katra_trace.io.header import TraceHeader
@@ -200,7 +201,7 @@ def test_instruction_comparisons_refuse_a_different_code_generator(
     r = katra_cli("compare", str(a), str(b), "--allow-codegen-mismatch")
     assert r.returncode == 0 and "allowed by --allow-codegen-mismatch" in r.stdout
     # the library refuses the same way
-    c = compare_traces(_open(a), _open(b), metric="instructions")
+    c = compare_traces(_open(a), _open(b), CompareOptions(metric="instructions"))
     assert c.scenes[0].verdict == "incomparable"
 
 
@@ -266,7 +267,7 @@ def test_normalize_divides_by_the_reference_workload(tmp_path: Path, katra_cli) 
     ref = reference_durations(t.events, list(t.strings))["shader"]["wall"]
     assert ref.size == 10
     frames = scene_durations(t.events, list(t.strings))["shader"]["wall"]
-    one = compare_traces([t] * 3, [t] * 3, normalize=True).scenes[0]
+    one = compare_traces([t] * 3, [t] * 3, CompareOptions(normalize=True)).scenes[0]
     assert one.level_base == pytest.approx(np.median(frames) / np.median(ref))
 
 
@@ -277,9 +278,9 @@ def test_normalize_without_reference_markers_is_bad_input(tmp_path: Path, katra_
     assert r.returncode == 2 and "no reference markers" in r.stderr and "b.katra" in r.stderr
     c = count_trace(tmp_path / "c.katra")
     with pytest.raises(ConfigError, match="does not apply"):
-        compare_traces(_open(c), _open(c), normalize=True)
+        compare_traces(_open(c), _open(c), CompareOptions(normalize=True))
     with pytest.raises(ConfigError, match="does not apply"):
-        compare_traces(_open(a), _open(a), normalize=True, metric="cpu")
+        compare_traces(_open(a), _open(a), CompareOptions(normalize=True, metric="cpu"))
 
 
 # --------------------------------------------------------------------------- duplicate names
@@ -299,8 +300,8 @@ def test_scene_ids_sharing_a_name_are_kept_apart_by_one_rule() -> None:
     ev, strings = _dup_events()
     # first appearance order; "fill#2" is another scene's own name, so the second "fill" is fill#3
     assert scene_labels(ev, strings) == {3: "fill", 1: "fill#3", 4: "fill#2"}
-    stats = events_stats(ev, strings)["scenes"]
-    assert {k: v["metrics"]["wall"]["median_ms"] for k, v in stats.items()} == {
+    stats = events_stats(ev, strings).scenes
+    assert {k: v.metrics["wall"].as_dict()["median_ms"] for k, v in stats.items()} == {
         "fill": 10.0,
         "fill#3": 20.0,
         "fill#2": 30.0,
@@ -340,7 +341,7 @@ def test_identical_code_counted_in_two_processes_is_not_a_change(katra_cli: Any)
     n = scene_durations(*_events_strings(new))["tiny"]["instructions"]
     old_change = float(np.median(n) / np.median(b) - 1)
     assert 0.002 < old_change < 0.005 and np.all(np.abs(n - b) <= 200)  # what the pair shows
-    c = compare_traces(_open(base), _open(new), threshold_pct=0.2)
+    c = compare_traces(_open(base), _open(new), CompareOptions(threshold_pct=0.2))
     s = c.scenes[0]
     assert s.verdict == "inconclusive" and c.exit_code == 0, s.reason
     assert "cross-process jitter 500 instructions a frame" in s.reason

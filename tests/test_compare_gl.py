@@ -188,6 +188,7 @@ def test_normalize_uses_the_reference_rows_of_real_captures(
 ) -> None:
     from katra_trace import open_trace
     from katra_trace.analysis.compare import compare_traces
+    from katra_trace.analysis.defaults import CompareOptions
     from katra_trace.analysis.stats import reference_durations, scene_durations
 
     for side in ("base", "new"):
@@ -228,7 +229,9 @@ def test_normalize_uses_the_reference_rows_of_real_captures(
         frames = scene_durations(t.events, list(t.strings))["triangle"]["wall"]
         levels.append(float(np.median(frames) / np.median(ref)))
     assert scene["level_base"] == pytest.approx(float(np.exp(np.mean(np.log(levels)))), rel=1e-9)
-    assert compare_traces(traces, traces, normalize=True).scenes[0].ratio == pytest.approx(1.0)
+    assert compare_traces(traces, traces, CompareOptions(normalize=True)).scenes[
+        0
+    ].ratio == pytest.approx(1.0)
     # a capture without the reference workload cannot be normalized: bad input
     r = katra_cli(
         "run",

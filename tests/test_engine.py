@@ -21,8 +21,10 @@ import pytest
 
 from katra3d.harness.engine import stopping
 from katra3d.harness.engine.core import Engine, resolve_capture
-from katra3d.harness.engine.lifecycle import describe, scene_errors
+from katra3d.harness.engine.counting import CountMeasurer
+from katra3d.harness.engine.lifecycle import run_scene, scene_errors
 from katra3d.harness.engine.results import SceneResult
+from katra3d.harness.engine.scene_traceback import describe
 from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
 from katra3d.harness.engine.stopping import StopFlag, StopSignal
 from katra3d.harness.gl import probe
@@ -213,7 +215,7 @@ def test_resolve_capture_gpu_draws_codec_and_counting() -> None:
     assert all_draws["max_draw_zones"] is None  # recorded as null: every draw timed
     measure = MeasureOptions(mode="instructions", valgrind="3.22", pinned={"LP_NUM_THREADS": "0"})
     counted = resolve_capture(
-        CaptureSpec(None, "w", zones=True, measure=measure, dump_base=Path("/x/cg.out"))
+        CaptureSpec(None, "w", zones=True), CountMeasurer(measure, Path("/x/cg.out"))
     )
     assert counted.mode == "instructions" and "valgrind 3.22" in counted.reason
     assert counted.options.as_dict()["measure"] == {
@@ -273,7 +275,7 @@ def test_frames_are_counted_and_warmup_is_flagged() -> None:
     log: list[str] = []
     engine, sink, ctx = sink_engine()
     with engine:
-        result = engine.run_scene(scene_spec(probe_scene(log)), bind=ctx.bind)
+        result = run_scene(engine, scene_spec(probe_scene(log)), bind=ctx.bind)
         engine.finish("complete", {"frames": 3})
     assert (result.status, result.warmup, result.frames, result.clock) == ("ok", 2, 3, "wall")
     assert result.stats is not None and result.stats["n"] == 3  # warmup excluded from the stats
@@ -336,7 +338,7 @@ def test_the_frame_loop_reads_the_process_clock_once_per_frame_boundary(
     reads = _counted_process_reads(monkeypatch)
     engine, sink, ctx = sink_engine()
     with engine:
-        engine.run_scene(scene_spec(probe_scene([])), bind=ctx.bind)
+        run_scene(engine, scene_spec(probe_scene([])), bind=ctx.bind)
         engine.finish("complete")
     assert len(reads) == (2 + 1) + (3 + 1)
     assert process_frames(sink) == [1_000] * 5
@@ -368,7 +370,7 @@ def test_a_scene_measured_for_a_duration_renders_until_the_deadline() -> None:
     assert spec.total_frames is None  # no frame count for the progress bar
     t0 = time.perf_counter()
     with engine:
-        result = engine.run_scene(spec)
+        result = run_scene(engine, spec)
         engine.finish()
     assert time.perf_counter() - t0 >= 0.2 and result.frames >= 1 and result.warmup == 1
     assert wall_frames(sink) == [(0, int(Flag.WARMUP))] + [
@@ -401,8 +403,9 @@ def test_progress_hears_of_each_scene_once_it_ends() -> None:
     progress = Lines()
     engine, _, _ = sink_engine()
     with engine:
-        engine.run_scene(scene_spec(probe_scene([]), index=2, total=3), progress=progress)
-        engine.run_scene(
+        run_scene(engine, scene_spec(probe_scene([]), index=2, total=3), progress=progress)
+        run_scene(
+            engine,
             scene_spec(probe_scene([], fail_in="setup", exc=SceneSkip("no")), index=3, total=3),
             progress=progress,
         )
@@ -435,8 +438,8 @@ def test_a_measured_driver_renders_the_measured_frames() -> None:
             one_frame()
 
     with engine:
-        result = engine.run_scene(
-            scene_spec(probe_scene(log), frames=4, warmup=1), measured_driver=driver
+        result = run_scene(
+            engine, scene_spec(probe_scene(log), frames=4, warmup=1), measured_driver=driver
         )
         engine.finish()
     assert calls == [4] and (result.warmup, result.frames) == (1, 3)
@@ -458,8 +461,10 @@ def test_a_scene_that_binds_its_own_framebuffer_gets_the_harness_one_back() -> N
     log: list[str] = []
     engine, _, _ = sink_engine(ctx=ctx)
     with engine:
-        engine.run_scene(
-            scene_spec(probe_scene(log, on_render=leave_bound), frames=2, warmup=1), bind=bind
+        run_scene(
+            engine,
+            scene_spec(probe_scene(log, on_render=leave_bound), frames=2, warmup=1),
+            bind=bind,
         )
         engine.finish()
     # before setup, before frame 2 (frame 1 left another framebuffer bound), after release
@@ -470,8 +475,8 @@ def test_a_skipped_scene_is_recorded_and_released() -> None:
     log: list[str] = []
     engine, sink, _ = sink_engine()
     with engine:
-        result = engine.run_scene(
-            scene_spec(probe_scene(log, fail_in="setup", exc=SceneSkip("needs GL 4.6")))
+        result = run_scene(
+            engine, scene_spec(probe_scene(log, fail_in="setup", exc=SceneSkip("needs GL 4.6")))
         )
         engine.finish()
     assert (result.status, result.reason, result.frames) == ("skipped", "needs GL 4.6", 0)
@@ -497,7 +502,7 @@ def test_a_failing_scene_gives_scene_error_and_an_aborted_trace_with_its_frames(
     log: list[str] = []
     engine, sink, _ = sink_engine()
     with pytest.raises(SceneError) as info, engine:
-        engine.run_scene(scene_spec(probe_scene(log, fail_in=fail_in, at=3)))
+        run_scene(engine, scene_spec(probe_scene(log, fail_in=fail_in, at=3)))
     raises = [
         n
         for n, text in enumerate(Path(__file__).read_text().splitlines(), 1)
@@ -529,7 +534,7 @@ def test_sys_exit_in_a_scene_is_a_scene_error() -> None:
         ),
         engine,
     ):
-        engine.run_scene(scene_spec(probe_scene([], fail_in="render", at=0, exc=SystemExit(4))))
+        run_scene(engine, scene_spec(probe_scene([], fail_in="render", at=0, exc=SystemExit(4))))
     assert sink.status == "aborted"
 
 
@@ -537,7 +542,7 @@ def test_katra_errors_from_a_scene_pass_as_they_are() -> None:
     own = ConfigError("bad value for the scene's own parameter")
     engine, sink, _ = sink_engine()
     with pytest.raises(ConfigError) as info, engine:
-        engine.run_scene(scene_spec(probe_scene([], fail_in="render", at=1, exc=own)))
+        run_scene(engine, scene_spec(probe_scene([], fail_in="render", at=1, exc=own)))
     assert info.value is own and sink.status == "aborted"
 
 
@@ -550,7 +555,7 @@ def test_a_gl_error_in_a_frame_is_recorded_and_fails_the_scene() -> None:
 
     engine, sink, _ = sink_engine(ctx=ctx)
     with pytest.raises(SceneError, match="OpenGL reported GL_INVALID_OPERATION in frame 2"), engine:
-        engine.run_scene(scene_spec(probe_scene([], on_render=break_gl)))
+        run_scene(engine, scene_spec(probe_scene([], on_render=break_gl)))
     record = {
         "type": "gl_error",
         "scene": "probe",
@@ -579,7 +584,7 @@ def test_release_after_a_good_run_that_unbinds_the_harness_framebuffer_is_its_ow
         ),
         engine,
     ):
-        engine.run_scene(scene_spec(probe_scene(log), frames=1, warmup=0), bind=bind)
+        run_scene(engine, scene_spec(probe_scene(log), frames=1, warmup=0), bind=bind)
     assert log[-1] == "release" and calls == ["bind", "bind"]
     assert sink.status == "aborted" and [i for i, _ in wall_frames(sink)] == [0]
 
@@ -628,8 +633,8 @@ def test_a_stop_flag_set_mid_run_stops_at_the_frame_boundary(
     log: list[str] = []
     engine, sink, _ = sink_engine(stop=stop)
     with engine:
-        result = engine.run_scene(
-            scene_spec(probe_scene(log, on_render=first_signal), frames=10, warmup=warmup)
+        result = run_scene(
+            engine, scene_spec(probe_scene(log, on_render=first_signal), frames=10, warmup=warmup)
         )
         engine.finish("interrupted")
     assert (
@@ -657,7 +662,7 @@ def test_a_second_signal_interrupts_the_frame_in_progress(monkeypatch: pytest.Mo
     log: list[str] = []
     engine, sink, _ = sink_engine(stop=stop)
     with pytest.raises(StopSignal), engine:
-        engine.run_scene(scene_spec(probe_scene(log, on_render=two_signals), frames=10, warmup=0))
+        run_scene(engine, scene_spec(probe_scene(log, on_render=two_signals), frames=10, warmup=0))
     assert log[-1] == "release" and stop.hard_stop.is_set()
     assert [i for i, _ in wall_frames(sink)] == [0, 1]  # the interrupted frame is not a frame
     assert sink.status == "interrupted" and sink.summary["error"] == "StopSignal: second SIGINT"
@@ -666,7 +671,7 @@ def test_a_second_signal_interrupts_the_frame_in_progress(monkeypatch: pytest.Mo
 def test_an_interrupt_during_a_good_run_finishes_the_trace_as_interrupted() -> None:
     engine, sink, _ = sink_engine()
     with pytest.raises(KeyboardInterrupt), engine:
-        engine.run_scene(scene_spec(probe_scene([]), frames=2, warmup=0))
+        run_scene(engine, scene_spec(probe_scene([]), frames=2, warmup=0))
         raise KeyboardInterrupt
     assert sink.status == "interrupted" and [i for i, _ in wall_frames(sink)] == [0, 1]
 
@@ -716,7 +721,8 @@ def test_engine_on_llvmpipe_writes_frames_and_the_last_image(
         gl_ctx, CaptureSpec(path, "unit", host=host, options=build_capture_options(api="test"))
     )
     with engine:
-        result = engine.run_scene(
+        result = run_scene(
+            engine,
             SceneSpec(_Stripes, "stripes", {}, size=(16, 8), frames=2, warmup=1, screenshot=shot),
             bind=gl_fbo.use,
         )
@@ -753,8 +759,10 @@ def test_engine_on_llvmpipe_keeps_the_frames_of_a_failing_scene(
         ),
         engine,
     ):
-        engine.run_scene(
-            SceneSpec(_Fails, "fails", {}, size=(16, 8), frames=5, warmup=0), bind=gl_fbo.use
+        run_scene(
+            engine,
+            SceneSpec(_Fails, "fails", {}, size=(16, 8), frames=5, warmup=0),
+            bind=gl_fbo.use,
         )
     assert gl_ctx.fbo is gl_fbo  # bound again after the failure
     trace = open_trace(path)

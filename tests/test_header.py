@@ -17,7 +17,6 @@ from katra_trace.analysis.match import (
     capture_facts,
     codegen_facts,
     host_facts,
-    measure_mode,
     resolve_metric,
 )
 from katra_trace.errors import ConfigError, TraceFormatError
@@ -138,7 +137,7 @@ def test_any_header_round_trips_and_consumers_never_raise(raw: dict[str, Any]) -
     # every consumer's view of it is a plain value, whatever was in the header
     facts = {**capture_facts(h, "s"), **host_facts(h)}
     assert facts["renderer"] is None or isinstance(facts["renderer"], str)
-    assert isinstance(measure_mode(h), str) and (
+    assert isinstance(h.capture_options.measure_mode, str) and (
         codegen_facts(h) is None or isinstance(codegen_facts(h), dict)
     )
     assert resolve_metric([h], {"wall"}, "auto") in ("wall", "cpu", "gpu")

@@ -6,6 +6,7 @@ Traces are synthetic (written by TraceWriter with chosen frame times); every com
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -18,7 +19,13 @@ import pytest
 
 from katra_trace import Clock, Kind
 from katra_trace.history.ingest import prepare_runs
-from katra_trace.history.rows import RunFacts, parse_time_ns, trace_rows
+from katra_trace.history.rows import (
+    COLUMN_NAMES,
+    HistoryRow,
+    RunFacts,
+    parse_time_ns,
+    trace_rows,
+)
 from katra_trace.history.store import add_to_store
 from katra_trace.io.reader import open_trace
 from katra_trace.schema import EVENT_DTYPE
@@ -129,7 +136,8 @@ def history_of(
 def test_rows_hold_the_run_stats_zones_and_host(tmp_path: Path) -> None:
     path = make_trace(tmp_path / "a.katra", {"fill": 10.0, "cubes": 4.0}, zones=True)
     rows = trace_rows(open_trace(path), "abc", RunFacts("v1", "deadbeef", 5))
-    frames = {(r["scene"], r["zone"], r["metric"]): r for r in rows}
+    assert tuple(f.name for f in dataclasses.fields(HistoryRow)) == COLUMN_NAMES
+    frames = {(r.scene, r.zone, r.metric): r for r in rows}
     assert set(frames) == {
         ("fill", "", "wall"),
         ("cubes", "", "wall"),
@@ -137,39 +145,25 @@ def test_rows_hold_the_run_stats_zones_and_host(tmp_path: Path) -> None:
         ("cubes", "draw", "wall"),
     }
     fill = frames["fill", "", "wall"]
+    assert fill.frames == 40 and fill.unit == "ms" and fill.median == pytest.approx(10.0, rel=0.03)
+    assert 0.01 < fill.cv < 0.06 and fill.p99 > fill.median and 80 < fill.low_1pct_fps < 100
+    assert frames["fill", "draw", "wall"].median == pytest.approx(5.0, rel=0.03)
     assert (
-        fill["frames"] == 40
-        and fill["unit"] == "ms"
-        and fill["median"] == pytest.approx(10.0, rel=0.03)
+        fill.renderer.startswith("llvmpipe")
+        and fill.driver == "Mesa 22.3.6"
+        and fill.cpu == "AMD EPYC"
     )
-    assert (
-        0.01 < fill["cv"] < 0.06
-        and fill["p99"] > fill["median"]
-        and 80 < fill["low_1pct_fps"] < 100
-    )
-    assert frames["fill", "draw", "wall"]["median"] == pytest.approx(5.0, rel=0.03)
-    assert (
-        fill["renderer"].startswith("llvmpipe")
-        and fill["driver"] == "Mesa 22.3.6"
-        and fill["cpu"] == "AMD EPYC"
-    )
-    assert fill["label"] == "v1" and fill["commit"] == "deadbeef" and fill["label_time_ns"] == 5
-    assert fill["size"] == "64x64" and fill["mode"] == "time" and len(fill["host_id"]) == 12
+    assert fill.label == "v1" and fill.commit == "deadbeef" and fill.label_time_ns == 5
+    assert fill.size == "64x64" and fill.mode == "time" and len(fill.host_id) == 12
     counted = trace_rows(
         open_trace(make_trace(tmp_path / "i.katra", {"fill": 2e6}, clock=Clock.INSTRUCTIONS)),
         "def",
         RunFacts("v1"),
     )
     (row,) = counted
+    assert row.metric == "instructions" and row.unit == "instructions" and row.low_1pct_fps is None
     assert (
-        row["metric"] == "instructions"
-        and row["unit"] == "instructions"
-        and row["low_1pct_fps"] is None
-    )
-    assert (
-        row["median"] == pytest.approx(2e6, rel=0.03)
-        and row["codegen_id"]
-        and row["mode"] == "instructions"
+        row.median == pytest.approx(2e6, rel=0.03) and row.codegen_id and row.mode == "instructions"
     )
 
 
@@ -591,7 +585,7 @@ def test_trend_data_gives_a_report_the_trends_fits_and_steps(tmp_path: Path) -> 
 
     labels = [(f"v{i}", {"fill": 10.0 if i < 4 else 13.0, "cubes": 5.0}) for i in range(1, 7)]
     db = history_of(tmp_path, labels)
-    data = trend_data(Source(db=db))
+    data = trend_data(Source(db=db)).as_dict()
     assert data["labels"] == [f"v{i}" for i in range(1, 7)]
     fill = next(s for s in data["series"] if s["scene"] == "fill")
     assert (
@@ -605,7 +599,7 @@ def test_trend_data_gives_a_report_the_trends_fits_and_steps(tmp_path: Path) -> 
         ("fill", "v4", "regression")
     ]
     json.dumps(data)  # plain data
-    only = trend_data(Source(db=db), Selection(scene="cubes", last=3))
+    only = trend_data(Source(db=db), Selection(scene="cubes", last=3)).as_dict()
     assert [p["label"] for p in only["series"][0]["points"]] == ["v4", "v5", "v6"] and only[
         "steps"
     ] == []

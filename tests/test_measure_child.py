@@ -2,7 +2,7 @@
 back as data.
 
 Pure tests: every field of RunConfig and RunPlan survives the trip through args.json (so a new run
-option reaches the child without katra3d.harness.run.measure knowing its name), and so does every
+option reaches the child without katra3d.harness.run.protocol knowing its name), and so does every
 field of the child's results. One real counted run (valgrind, 16x16, 2 frames): its header records
 the same capture options as a time run with the same options, the user's -o among them.
 """
@@ -20,15 +20,10 @@ from typing import Any
 import pytest
 
 from katra3d.harness.engine.results import RunResult, SceneResult
-from katra3d.harness.run import measure, valgrind
-from katra3d.harness.run.config import (
-    RunConfig,
-    RunPlan,
-    SceneEntry,
-    plan_as_dict,
-    plan_from_dict,
-    plan_run,
-)
+from katra3d.harness.run import measure, protocol, valgrind
+from katra3d.harness.run.config import RunConfig, RunPlan, SceneEntry, plan_run
+from katra3d.harness.run.parts import RunStrings
+from katra3d.harness.run.protocol import ChildOrder, ChildResult, decode, encode
 from katra3d.harness.run.valgrind import Counting
 from katra3d.scenes.builtin.clear import ClearScene
 from katra3d.scenes.builtin.triangle import TriangleScene
@@ -90,7 +85,7 @@ def _full_plan() -> RunPlan:
     entries = (
         SceneEntry("clear", "clear", ClearScene, {"bands": 3}),
         SceneEntry("triangle", "triangle", TriangleScene, {"speed": 0.5}),
-        SceneEntry("clear#2", "sub/tiny.py:Tiny", ClearScene, {"bands": 4}),
+        SceneEntry("clear#2", "sub/tiny.py:Tiny", ClearScene, {"bands": 4}, 5),
     )
     return RunPlan(
         config,
@@ -106,6 +101,8 @@ def _full_plan() -> RunPlan:
         expect_images=Path("refs"),
         counting=Counting("instructions", "/opt/bin/valgrind", "3.99.0"),
         jobs=2,
+        zones="draws",
+        reference_every=2,
     )
 
 
@@ -114,7 +111,7 @@ def _classes(spec: str) -> type:
 
 
 def _through_json(plan: RunPlan) -> RunPlan:
-    return plan_from_dict(json.loads(json.dumps(plan_as_dict(plan))), _classes)
+    return decode(RunPlan, json.loads(json.dumps(encode(plan))), _classes)
 
 
 def test_every_field_of_the_plan_round_trips_through_json() -> None:
@@ -126,13 +123,14 @@ def test_every_field_of_the_plan_round_trips_through_json() -> None:
         )
     for field in dataclasses.fields(RunPlan):
         assert getattr(plan, field.name), f"set RunPlan.{field.name} in _full_plan"
-    data = plan_as_dict(plan)
+    data = encode(plan)
     assert set(data) == {f.name for f in dataclasses.fields(RunPlan)}
     assert set(data["config"]) == {f.name for f in dataclasses.fields(RunConfig)}
     assert data["entries"][2] == {
         "label": "clear#2",
         "spec": "sub/tiny.py:Tiny",
         "params": {"bands": 4},
+        "position": 5,
     }
     again = _through_json(plan)
     assert again == plan
@@ -154,12 +152,12 @@ def test_every_field_of_the_plan_round_trips_through_json() -> None:
 
 
 def test_a_plan_that_is_not_one_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="not a katra3d run plan"):
-        plan_from_dict({"config": {"scenes": []}}, _classes)
-    data = plan_as_dict(_full_plan())
+    with pytest.raises(ConfigError, match="not a katra3d RunPlan"):
+        decode(RunPlan, {"config": {"scenes": []}}, _classes)
+    data = encode(_full_plan())
     data["size"] = [48, 32, 1]
-    with pytest.raises(ConfigError, match="not a katra3d run plan"):
-        plan_from_dict(data, _classes)
+    with pytest.raises(ConfigError, match="not a katra3d RunPlan"):
+        decode(RunPlan, data, _classes)
 
 
 def test_the_plan_decides_counting_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -187,7 +185,7 @@ def test_the_plan_decides_counting_once(tmp_path: Path, monkeypatch: pytest.Monk
 def test_the_child_order_round_trips_and_says_what_the_header_records(tmp_path: Path) -> None:
     # built-in scenes, found by name
     plan = dataclasses.replace(_full_plan(), entries=_full_plan().entries[:2])
-    order = measure.ChildOrder(
+    order = ChildOrder(
         plan,
         tmp_path,
         ("valgrind", "--tool=callgrind"),
@@ -195,10 +193,10 @@ def test_the_child_order_round_trips_and_says_what_the_header_records(tmp_path: 
         {"a.py:A": "/abs/a.py:A"},
         ("/opt/lib",),
     )
-    measure.write_order(order)
+    protocol.write_order(order)
     import_path = list(sys.path)
     try:
-        again = measure.read_order(tmp_path)
+        again = protocol.read_order(tmp_path)
         assert sys.path[0] == "/opt/lib"
     finally:
         sys.path[:] = import_path
@@ -222,20 +220,36 @@ def test_the_child_order_round_trips_and_says_what_the_header_records(tmp_path: 
         facts["frame_boundary"] == measure.frame_boundary(True)
         and facts["env"] == measure.PINNED_ENV
     )
+    assert facts["output"] == str(plan.output)
+    # what a child is told: the user's strings as stand-ins of one length, the rest of the plan
+    child = protocol.child_plan(plan)
+    assert (str(child.output), child.config.output, child.config.notes) == (
+        protocol.STAND_INS.output,
+        protocol.STAND_INS.requested,
+        protocol.STAND_INS.notes,
+    )
+    assert (
+        dataclasses.replace(
+            child, config=plan.config, output=plan.output, screenshot_dir=plan.screenshot_dir
+        )
+        == plan
+    )
+    assert protocol.run_strings(plan) == RunStrings(
+        str(plan.output), plan.config.output, plan.config.notes
+    )
     assert again.dump_base == tmp_path / "cg.out" and again.trace == tmp_path / "trace.katra"
     (tmp_path / "args.json").write_text(json.dumps({"plan": {}}), encoding="utf-8")
-    with pytest.raises(ConfigError, match="is not a counted child's order"):
-        measure.read_order(tmp_path)
-    untimed = {
-        "plan": plan_as_dict(dataclasses.replace(plan, counting=None)),
-        "command": [],
-        "deferred": False,
-        "imports": {},
-        "sys_path": [],
-    }
-    (tmp_path / "args.json").write_text(json.dumps(untimed), encoding="utf-8")
+    with pytest.raises(ConfigError, match="is not a katra3d ChildOrder"):
+        protocol.read_order(tmp_path)
+    protocol.write_order(dataclasses.replace(order, plan=dataclasses.replace(plan, counting=None)))
     with pytest.raises(ConfigError, match="does not count"):
-        measure.read_order(tmp_path)
+        protocol.read_order(tmp_path)
+    # a message of another protocol version, or another type, is refused whole
+    envelope = json.loads((tmp_path / "args.json").read_text(encoding="utf-8"))
+    for changed in ({"katra3d_protocol": protocol.VERSION + 1}, {"type": "ChildResult"}):
+        (tmp_path / "args.json").write_text(json.dumps({**envelope, **changed}), encoding="utf-8")
+        with pytest.raises(ConfigError, match="parent and child must be one version"):
+            protocol.read_order(tmp_path)
 
 
 def test_file_scenes_are_imported_from_absolute_paths(
@@ -259,7 +273,7 @@ def test_file_scenes_are_imported_from_absolute_paths(
     assert path == [str(tmp_path), "/opt/lib"] and "PYTHONPATH" not in measure.child_env(tmp_path)
 
 
-def test_child_results_round_trip_through_json() -> None:
+def test_child_results_round_trip_through_json(tmp_path: Path) -> None:
     scenes = [
         SceneResult(
             "clear",
@@ -279,9 +293,15 @@ def test_child_results_round_trip_through_json() -> None:
     result = RunResult(
         Path("x.katra"), "interrupted", "instructions", "counted", scenes, "SIGTERM", size=(16, 16)
     )
-    data = json.loads(json.dumps(measure.result_as_dict(result)))
-    assert "path" not in data and all("pixels" not in s for s in data["scenes"])
-    assert measure.result_from_dict(data, Path("x.katra")) == result
+    protocol.hand_back(tmp_path, ChildResult(result))
+    data = json.loads((tmp_path / measure.RESULTS_FILE).read_text(encoding="utf-8"))
+    assert all("pixels" not in s for s in data["body"]["run"]["scenes"])
+    assert protocol.handed_back(tmp_path) == ChildResult(result)
+    failed = ChildResult(error="scene 'x' failed", exit_code=2, traceback="tb")
+    protocol.hand_back(tmp_path, failed)
+    assert protocol.handed_back(tmp_path) == failed and failed.failed
+    (tmp_path / measure.RESULTS_FILE).write_text("{", encoding="utf-8")  # a child killed mid-write
+    assert protocol.handed_back(tmp_path) is None
 
 
 def _run(katra_cli: Any, *args: str) -> dict[str, Any]:

@@ -24,9 +24,10 @@ import numpy as np
 import pytest
 
 from katra3d.harness.run import children, jobs, valgrind
-from katra3d.harness.run.config import RunConfig, plan_as_dict, plan_run
-from katra3d.harness.run.parts import join
+from katra3d.harness.run.config import RunConfig, plan_run
+from katra3d.harness.run.parts import RunStrings, join
 from katra3d.harness.run.progress import Progress, lane
+from katra3d.harness.run.protocol import encode
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError
 from katra_trace.schema import EVENT_DTYPE, Clock, Flag, Kind
@@ -95,7 +96,7 @@ def test_a_childs_plan_is_the_same_whatever_jobs_is(
     plans = [plan_run(dataclasses.replace(base, jobs=n)) for n in (None, 1, 2, 7)]
     assert [p.jobs for p in plans][1:] == [1, 2, 7]
     for index, label in enumerate(SCENES):
-        one = [plan_as_dict(children.scene_plan(p, index)) for p in plans]
+        one = [encode(children.scene_plan(p, index)) for p in plans]
         assert all(d == one[0] for d in one), label
         assert [e["label"] for e in one[0]["entries"]] == [label] and one[0]["jobs"] == 1
         assert one[0]["config"]["jobs"] is None and one[0]["config"]["scenes"] == list(SCENES)
@@ -148,10 +149,16 @@ def test_the_parts_join_in_order_with_one_string_table(tmp_path: Path) -> None:
         _part(parts[-1], scene, 2 + n, extra=extra)
     starts = [open_trace(p, events=False).header.as_dict()["start_host_ns"] for p in parts]
     with open(tmp_path / "joined.katra", "wb") as dst:
-        joined = join(parts, dst, status="complete", update=lambda h: {**h, "notes": "restored"})
+        strings = RunStrings("out/run.katra", "out/run.katra", "restored")
+        joined = join(parts, dst, status="complete", strings=strings)
     assert joined.parts == parts and joined.events == 2 * (2 + 3 + 4)
     trace = open_trace(tmp_path / "joined.katra")
-    assert trace.status == "complete" and trace.header.as_dict()["notes"] == "restored"
+    header = trace.header.as_dict()
+    assert trace.status == "complete" and header["notes"] == "restored"
+    # the run's own strings where the children recorded their stand-ins
+    options = header["capture_options"]
+    assert options["resolved"]["output"] == "out/run.katra" == options["measure"]["output"]
+    assert options["output"] == "out/run.katra" and options["notes"] == "restored"
     assert trace.header.as_dict()["start_host_ns"] == min(starts)
     assert [
         s["label"] for s in trace.header.as_dict()["capture_options"]["resolved"]["scenes"]

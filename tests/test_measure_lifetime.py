@@ -132,38 +132,6 @@ def test_dump_directory_names_have_one_length_and_name_their_owner(
     assert lifetime.owner_pid(a) == os.getpid()
 
 
-def test_the_child_gets_sigkill_when_its_parent_dies() -> None:
-    preexec = lifetime.die_with_parent()
-    assert preexec is not None  # Linux
-    # a middle process starts a grandchild with the pre-exec function, in a session of its own as
-    # the counted child is (without the signal it would run on: some inits end the orphans of a dead
-    # process's session), prints its PID and is killed
-    script = (
-        "import subprocess, sys, time\nfrom katra3d.harness.run import lifetime\n"
-        "p = subprocess.Popen(['sleep', '120'], preexec_fn=lifetime.die_with_parent(), "
-        "start_new_session=True, stdout=subprocess.DEVNULL)\n"
-        "print(p.pid, flush=True)\ntime.sleep(120)\n"
-    )
-    middle = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    assert middle.stdout is not None
-    grandchild = int(middle.stdout.readline())
-    assert _running(grandchild)
-    middle.kill()
-    middle.communicate()
-    deadline = time.monotonic() + 30
-    while _running(grandchild) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    survived = _running(grandchild)
-    if survived:
-        os.kill(grandchild, signal.SIGKILL)
-    assert not survived
-
-
-# --------------------------------------------------------------------------- real counted runs
-
-
-@pytest.mark.gl
-@pytest.mark.slow
 def test_sigkill_of_the_parent_ends_the_child_and_the_next_run_removes_its_dumps(
     tmp_path: Path,
 ) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from katra_trace.io.tracesets import AB_MANIFEST, write_ab_manifest
+from katra_trace.io.tracesets import AB_MANIFEST, AbManifest, AbRound, write_ab_manifest
 from tests.cli_helpers import katra_main
 from tests.test_compare_cli import write_rounds
 
@@ -33,15 +33,9 @@ def write_ab_dir(root: Path) -> Path:
     names = [f"run-{i:02d}.katra" for i in range(ROUNDS)]
     write_ab_manifest(
         root,
-        {
-            "katra3d_ab": 1,
-            "base_dir": "base",
-            "new_dir": "new",
-            "rounds": [
-                {"round": i + 1, "base": f"base/{n}", "new": f"new/{n}"}
-                for i, n in enumerate(names)
-            ],
-        },
+        AbManifest(
+            rounds=tuple(AbRound(i + 1, f"base/{n}", f"new/{n}") for i, n in enumerate(names))
+        ),
     )
     return root
 

@@ -62,12 +62,11 @@ def test_katra_scene_fixture_runs_a_scene(pytester: pytest.Pytester, gl_ctx: obj
             assert run.trace.is_file()
 
         def test_unknown_scene(katra_scene):
-            from katra_trace.errors import SceneError
-            with pytest.raises(SceneError, match="unknown scene"):
-                katra_scene("no-such-scene")
+            katra_scene("no-such-scene")
     """)
     result = pytester.runpytest_subprocess(*STRICT, timeout=240)
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["SceneError: unknown scene 'no-such-scene'; available: clear, *"])
 
 
 @pytest.mark.slow
@@ -178,3 +177,96 @@ def test_both_paths_refuse_to_replace_a_trace_unless_told(
     with pytest.raises(OutputExistsError):
         run_scene("clear", trace, frames=2, warmup=1, size=(8, 8), measure=measure)
     assert trace.read_bytes() == b"someone else's file"
+
+
+BAD_ARGUMENTS = {
+    "size=('a', 'b')": "bad size ('a', 'b'): width and height must be whole numbers in 1..16384",
+    "size=16": "bad size 16: expected (WIDTH, HEIGHT), e.g. (640, 360)",
+    "frames='3'": "bad frames '3': expected a whole number in 1..10000000",
+    "frames=2.5": "bad frames 2.5: expected a whole number in 1..10000000",
+    "seed='x'": "bad seed 'x': expected a whole number in 0..9223372036854775807",
+    "seed=2**80": f"bad seed {2**80}: must be in 0..9223372036854775807",
+}
+
+
+def test_a_katra3d_error_fails_the_test_in_one_line(pytester: pytest.Pytester) -> None:
+    """Bad arguments get the command line's checks (harness.run.config.check_numbers), before any GL
+    work; a scene file is looked up beside the test, in the working directory and in pytest's
+    rootdir, each path named once."""
+    (pytester.path / "tests").mkdir()
+    (pytester.path / "pytest.ini").write_text("[pytest]\n")
+    (pytester.path / "broken.py").write_text("raise RuntimeError('found in the rootdir')\n")
+    tests = [
+        f"def test_{i}(katra_scene):\n    katra_scene('clear', {a})\n"
+        for i, a in enumerate(BAD_ARGUMENTS)
+    ]
+    tests.append("def test_root(katra_scene):\n    katra_scene('broken.py')\n")
+    tests.append("def test_missing(katra_scene):\n    katra_scene('nothere.py:C')\n")
+    (pytester.path / "tests" / "test_args.py").write_text("\n\n".join(tests))
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", *STRICT, "-q", "test_args.py"],
+        cwd=pytester.path / "tests",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    root = pytester.path
+    expected = [f"ConfigError: {m}" for m in BAD_ARGUMENTS.values()] + [
+        f"SceneError: error while importing scene file '{root}/broken.py': RuntimeError: found in "
+        "the rootdir",
+        f"SceneError: scene file 'nothere.py' not found; tried {root}/tests/nothere.py, "
+        f"{root}/nothere.py",
+    ]
+    errors = [line for line in r.stdout.splitlines() if line.startswith(("Config", "Scene"))]
+    assert errors == expected, r.stdout
+    assert f"{len(expected)} failed" in r.stdout, r.stdout
+    assert "katra3d/" not in r.stdout and "During handling" not in r.stdout, r.stdout
+
+
+@pytest.mark.gl
+def test_a_failed_rerun_keeps_the_kept_trace(pytester: pytest.Pytester, gl_ctx: object) -> None:
+    """As ``katra3d run --force``: a rerun whose scene fails leaves the earlier trace as it was and
+    keeps its own frames beside it."""
+    pytester.makepyfile(
+        flaky="""
+        from pathlib import Path
+
+        from katra3d import Scene
+
+
+        class Flaky(Scene):
+            name = "flaky"
+            description = "fails at its second frame once the file 'fail' exists"
+
+            def setup(self, ctx, size, params):
+                self.bind_target(ctx, size)
+
+            def render(self, frame):
+                with frame.zone("clear"):
+                    self.target.use()
+                    self.target.clear(1.0, 0.0, 0.0, 1.0)
+                if frame.index >= 1 and Path("fail").exists():
+                    raise RuntimeError("it failed this time")
+
+            def release(self):
+                self.release_target()
+        """,
+        test_flaky="""
+        def test_flaky(katra_scene):
+            katra_scene("flaky.py", frames=3, warmup=0, size=(8, 8))
+        """,
+    )
+    kept = pytester.path / "kept"
+    trace = kept / "test_flaky.py.test_flaky-01-flaky.py.katra"
+    pytester.runpytest_subprocess(*STRICT, "--katra3d-keep", "kept", timeout=120).assert_outcomes(
+        passed=1
+    )
+    before = trace.read_bytes()
+    (pytester.path / "fail").write_text("")
+    result = pytester.runpytest_subprocess(*STRICT, "--katra3d-keep", "kept", timeout=120)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["SceneError: scene 'flaky' failed while rendering*"])
+    from katra_trace import open_trace
+
+    assert trace.read_bytes() == before and open_trace(trace).status == "complete"
+    assert open_trace(trace.with_name(trace.stem + ".failed.katra")).status == "aborted"

@@ -49,8 +49,8 @@ def test_reference_draws_are_recorded_after_every_kth_measured_frame(tmp_path: P
     assert list(wall["frame"]) == [4, 7, 10, 13]
     assert np.all(wall["dur_ns"] > 0)
     assert trace.summary["user"]["reference_draws"] == 4
-    stats = trace_stats(trace)["scenes"]["fillrate"]["metrics"]["wall"]
-    assert stats["n"] == 12  # statistics count frames only
+    stats = trace_stats(trace).scenes["fillrate"].metrics["wall"]
+    assert stats.n == 12  # statistics count frames only
 
 
 def test_reference_off_and_compare_normalize_uses_it(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -21,7 +22,7 @@ import numpy as np
 import pytest
 
 from bench.glmark2 import xvfb_display
-from katra3d.harness.replay.output import FrameReader, draw_zone, replayer_base_ns
+from katra3d.harness.replay.output import FrameReader, draw_zones, replayer_base_ns
 from katra3d.harness.replay.tool import trim
 from tests.cli_helpers import katra, katra_main
 
@@ -120,7 +121,12 @@ def test_frame_reader_parses_glretrace_lines() -> None:
     assert frames[1].draws == ()
     assert reader.rendered == 2
     assert replayer_base_ns(frames) == 1000000 - 1500000
-    assert draw_zone("glDrawArrays", 2496) == "glDrawArrays@2496"
+    # the k-th call of each function in the frame: the same names in every frame
+    assert draw_zones(frames[0].draws + frames[0].draws[1:]) == [
+        "frame/glClear#1",
+        "frame/glDrawArrays#1",
+        "frame/glDrawArrays#2",
+    ]
 
 
 @pytest.mark.gl
@@ -155,13 +161,23 @@ def test_replay_frames_zones_header_and_image(traces: Traces, tmp_path: Path) ->
     assert "notice: --size does not apply to a trace" in res.stderr and "; 48x40)" not in res.stdout
     assert t.header.capture_options.run_size is None
     assert t.header.capture_options.resolved.backend == "glx" == t.header.host_info.backend
+    # the GL context is the replayer's (GLX, compatibility: glmark2 asks for no core profile)
+    gl = t.header.host_info.gl
+    assert gl.profile == "compatibility" and "(Compatibility Profile)" in str(gl.version), gl
     from katra_trace.schema import Clock, Kind
 
     ev = t.events
     assert int((ev["kind"] == Kind.FRAME).sum()) == warmup + frames
     assert set(ev["clock"][ev["kind"] == Kind.FRAME].tolist()) == {int(Clock.WALL)}
-    names = {t.strings[n] for n in ev["name"][ev["kind"] == Kind.ZONE]}
-    assert any(re.fullmatch(r"glDrawArrays@\d+", n) for n in names), names
+    # each draw a zone named alike in every frame: one sample a measured frame
+    zones = ev[(ev["kind"] == Kind.ZONE) & (ev["flags"] == 0)]
+    assert set(zones["clock"].tolist()) == {int(Clock.CPU)}
+    names, n = np.unique(zones["name"], return_counts=True)
+    assert "frame/glDrawArrays#1" in {t.strings[i] for i in names}
+    assert set(n.tolist()) == {frames}
+    # stats --zones lists them on their clock beside the frame's
+    shown = katra("stats", "a.katra", "--zones", cwd=tmp_path).stdout
+    assert re.search(rf"app +frame/glDrawArrays#1 +cpu +{frames} ", shown), shown
     assert (ev["dur_ns"][ev["kind"] == Kind.FRAME] > 0).all()
     facts = t.header.capture_options.extra["replay"]["traces"]["app"]
     assert facts["sha256"] == hashlib.sha256(traces.app.read_bytes()).hexdigest()
@@ -219,10 +235,49 @@ def test_ab_of_two_replays_restarts_and_has_identical_images(
     t = _trace(runs[0])
     from katra_trace.schema import Kind
 
-    assert int((t.events["kind"] == Kind.FRAME).sum()) == traces.frames + 1
+    # the restart's frame is left out of the statistics: one frame more is replayed
+    assert int((t.events["kind"] == Kind.FRAME).sum()) == traces.frames + 2
     scene = next(a for a in t.annotations if a.get("type") == "scene")
     assert scene["replay"]["restarts"] == [traces.frames]
     assert len(scene["replay"]["startup_ms"]) == 2
+
+
+@pytest.mark.gl
+def test_a_restart_frame_is_said_marked_and_left_out(traces: Traces, tmp_path: Path) -> None:
+    """More frames than the trace has: the run says the trace restarts; the restart's frame (a new
+    replayer's context and compiles) is flagged SETUP, out of the statistics (one more frame is
+    replayed for it), shown by info and named by stats --slow."""
+    frames = traces.frames + 1
+    res = katra(
+        "run",
+        str(traces.app),
+        "--frames",
+        str(frames),
+        "--warmup",
+        "1",
+        "-o",
+        "r.katra",
+        cwd=tmp_path,
+        env=_env(),
+    )
+    assert res.returncode == 0, res.stderr
+    assert f"the trace ended after {traces.frames} frames" in res.stderr
+    assert f"{frames} frames, median" in res.stderr and "; 1 restart frame left out" in res.stderr
+    from katra_trace.schema import Flag, Kind
+
+    ev = _trace(tmp_path / "r.katra").events
+    frame = ev[ev["kind"] == Kind.FRAME]
+    restart = traces.frames
+    assert frame["frame"].tolist() == list(range(1 + frames + 1))
+    assert frame["flags"][frame["frame"] == restart].tolist() == [int(Flag.SETUP)]
+    stats = json.loads(katra("stats", "r.katra", "--format", "json", cwd=tmp_path).stdout)
+    assert stats["scenes"]["app"]["metrics"]["wall"]["n"] == frames
+    info = katra("info", "r.katra", cwd=tmp_path).stdout
+    assert re.search(
+        rf"restarts +app: the trace replayed again from its start at frame {restart}:", info
+    ), info
+    slow = katra("stats", "r.katra", "--slow", cwd=tmp_path).stdout
+    assert f"restarts: frame {restart} began a new replay of the trace" in slow, slow
 
 
 @pytest.mark.gl
@@ -233,9 +288,8 @@ def test_katra_scene_fixture_replays_a_trace(
     run = katra_scene(str(traces.app), frames=2, warmup=1)
     assert run.scene == "app" and run.clock == "wall" and run.timing_mode == "sync"
     assert run.stats["wall"]["n"] == 2
-    from katra_trace.errors import ConfigError
-
-    with pytest.raises(ConfigError, match="glretrace"):
+    # a katra3d error fails the test with its one line
+    with pytest.raises(pytest.fail.Exception, match=r"^ConfigError: .*glretrace"):
         katra_scene(str(traces.app), frames=2, benchmark=object())
 
 
@@ -252,10 +306,13 @@ def test_not_a_trace_is_one_line(tmp_path: Path) -> None:
     if shutil.which("apitrace") is None:
         pytest.skip("no apitrace")
     (tmp_path / "junk.trace").write_bytes(np.random.default_rng(1).bytes(4096))
-    res = katra("run", "junk.trace", "--frames", "2", "-o", "j.katra", cwd=tmp_path, env=_env())
-    assert res.returncode == 2, res.stderr
-    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
-    assert not (tmp_path / "j.katra").exists()
+    (tmp_path / "text.trace").write_text("a text file, not a trace\n")
+    for name in ("junk.trace", "text.trace"):
+        res = katra("run", name, "--frames", "2", "-o", "j.katra", cwd=tmp_path, env=_env())
+        assert res.returncode == 2, res.stderr
+        said = f"'{tmp_path / name}' is not an apitrace trace: apitrace cannot decode it"
+        assert res.stderr.strip().splitlines() == [f"katra3d: error: {said}"]
+        assert not (tmp_path / "j.katra").exists()
 
 
 def test_a_trace_that_is_not_a_file_says_what_it_is(
@@ -263,11 +320,21 @@ def test_a_trace_that_is_not_a_file_says_what_it_is(
 ) -> None:
     (tmp_path / "dir.trace").mkdir()
     os.mkfifo(tmp_path / "fifo.trace")  # never opened: reading it would wait for a writer
-    for name, what in (("dir.trace", "a directory"), ("fifo.trace", "a FIFO"), ("none.trace", "")):
+    # files of the kernel: reading pagemap takes for ever, reading kmsg consumes the kernel's log
+    (tmp_path / "pm.trace").symlink_to("/proc/self/pagemap")
+    (tmp_path / "kmsg.trace").symlink_to("/proc/kmsg")
+    (tmp_path / "kmsg.py").symlink_to("/proc/kmsg")
+    for name, said in (
+        ("dir.trace", "is a directory, not a trace file"),
+        ("fifo.trace", "is not a regular file (a pipe or FIFO)"),
+        ("none.trace", "no such trace file"),
+        ("pm.trace", "is not a regular file (a file of the kernel under /proc)"),
+        ("kmsg.trace", "is not a regular file (a file of the kernel under /proc)"),
+        ("kmsg.py", "is not a regular file (a file of the kernel under /proc)"),
+    ):
         code, _, err = katra_main(
             capsys, "run", str(tmp_path / name), "--frames", "1", "-o", str(tmp_path / "x.katra")
         )
-        said = f"is {what}, not an apitrace trace file" if what else "not found"
         assert code == 2 and said in err and err.count("\n") == 1, err
     assert not (tmp_path / "x.katra").exists()
 
@@ -404,3 +471,29 @@ def test_ctrl_c_stops_a_counted_replay_and_keeps_its_frames(traces: Traces, tmp_
     assert kept > (restarts[-1] if restarts else 0), (kept, restarts)
     assert not subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).stdout
     assert not list(tmp.iterdir())
+
+
+def test_a_stop_ends_the_snapshot_replay_promptly(tmp_path: Path) -> None:
+    """A stop (Ctrl-C) during the untimed snapshot replay ends it within the poll, not when the
+    replayer ends: no image, and the replayer's group is stopped."""
+    import time
+
+    from katra3d.harness.replay.replayer import snapshot
+    from katra3d.harness.replay.tool import Replayer
+
+    slow = tmp_path / "glretrace"
+    slow.write_text(f"#!/bin/sh\necho $$ > {tmp_path / 'pid'}\nexec sleep 60\n")
+    slow.chmod(0o755)
+    begun = time.monotonic()
+    stop_at = begun + 0.5
+    png = snapshot(
+        Replayer(str(slow), "", "egl"),
+        "app.trace",
+        12,
+        {"PATH": "/usr/bin:/bin"},
+        stopped=lambda: time.monotonic() > stop_at,
+        where=tmp_path,
+    )
+    assert png is None and time.monotonic() - begun < 30  # a guard: the replayer sleeps 60 s
+    pid = int((tmp_path / "pid").read_text())
+    assert not subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True).stdout

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from katra_trace import Clock, Flag, Kind, open_trace
+from katra_trace.analysis.defaults import CompareOptions
 from katra_trace.analysis.stats import FrameStats, count_stats, trace_stats
 from katra_trace.io.header import TraceHeader
 from katra_trace.report import build_report, write_report
@@ -361,7 +362,7 @@ def test_the_plots_draw_the_metric_and_stat_the_verdict_judged(tmp_path: Path) -
             )
     base = [open_trace(tmp_path / f"base-{i}.katra") for i in range(3)]
     new = [open_trace(tmp_path / f"new-{i}.katra") for i in range(3)]
-    page = build_report(new, base, compare_options={"metric": "process", "run_stat": "p10"})
+    page = build_report(new, base, compare_options=CompareOptions(metric="process", run_stat="p10"))
     series = next(f for f in _figures(page) if f["id"] == "katra-plot-0-series")
     assert "frame time, process clock (ms)" in json.dumps(series["layout"]["title"])
     level = next(d for d in series["data"] if d["name"].startswith("runs level (p10 of the runs)"))
@@ -380,8 +381,8 @@ def test_the_plots_draw_the_metric_and_stat_the_verdict_judged(tmp_path: Path) -
 #: column.
 RAW_KEYS = {
     *(f.name for f in dataclasses.fields(FrameStats)),
-    *count_stats(np.array([1.0]), "instructions"),
-    *count_stats(np.array([1.0]), "cycles"),
+    *count_stats(np.array([1.0]), "instructions").as_dict(),
+    *count_stats(np.array([1.0]), "cycles").as_dict(),
 }
 
 
@@ -435,7 +436,7 @@ def test_single_run_page_shows_params_zone_statistics_and_readable_headers(tmp_p
     write_trace(tmp_path / "r.katra", rich_events(), STRINGS, header=header)
     trace = open_trace(tmp_path / "r.katra")
     page = build_report([trace])
-    stats = trace_stats(trace)["scenes"]
+    stats = trace_stats(trace).as_dict()["scenes"]
     alpha, beta, gamma = (_section(page, i) for i in range(3))
 
     # params: each scene's, from the header's capture options, escaped; a scene that takes none says

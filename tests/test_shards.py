@@ -93,6 +93,7 @@ def _shard(
     suite: str = "ci",
     seed: int = 0,
     renderer: str = KEY["renderer"],
+    positions: list[int] | None = None,
 ) -> Path:
     events, strings = wall_frames(scenes, 20, seed=len(scenes) + seed)
     rng = np.random.default_rng(7)
@@ -109,7 +110,11 @@ def _shard(
         "size": [32, 32],
         "timing_mode": "sync",
         "resolved": {
-            "scenes": [{"label": s, "spec": s, "params": {}} for s in scenes],
+            "scenes": [
+                {"label": s, "spec": s, "params": {}}
+                | ({} if positions is None else {"position": positions[k]})
+                for k, s in enumerate(scenes)
+            ],
             "output": str(path),
             "size": [32, 32],
         },
@@ -210,6 +215,34 @@ def test_merge_keeps_every_scene_its_frames_images_and_host(
     )
 
 
+def test_a_merged_trace_lists_its_scenes_in_the_runs_order(tmp_path: Path) -> None:
+    """Shards that ran every other scene of the run merge back into the run's order: events, kept
+    frames, scene notes, the header's scenes and the summary's rows, each scene's events whole."""
+    from katra_trace.analysis.stats import scene_labels
+
+    parts = [
+        _shard(tmp_path / "s1.katra", "1/2", ["d", "b"], positions=[3, 1]),
+        _shard(tmp_path / "s2.katra", "2/2", ["c", "a"], positions=[2, 0]),
+    ]
+    result = merge_shards(parts, tmp_path / "m.katra")
+    merged = open_trace(tmp_path / "m.katra", strict=True)
+    order = ["a", "b", "c", "d"]
+    assert list(result.scenes) == order
+    assert list(scene_labels(merged.events, merged.strings).values()) == order
+    assert [e["label"] for e in merged.header.capture_options.resolved.scenes or ()] == order
+    assert [r["scene"] for r in merged.summary["user"]["scenes"]] == order
+    assert [a["scene"] for a in merged.annotations if a.get("type") == "scene"] == order
+    assert list(merged.kept_frames) == order
+    assert [a.get("type") for a in merged.annotations].count("reference") == 1
+    opened = [open_trace(p) for p in parts]
+    for scene in order:
+        mine = merged.events[merged.events["scene"] == merged.strings.index(scene)]
+        part = next(p for p in opened if scene in p.strings)
+        theirs = part.events[part.events["scene"] == part.strings.index(scene)]
+        assert np.array_equal(mine["dur_ns"], theirs["dur_ns"]), scene
+    assert len(merged.events) == sum(len(p.events) for p in opened)
+
+
 def test_each_scene_is_judged_by_its_own_shards_host(
     tmp_path: Path, shards: tuple[Path, Path]
 ) -> None:
@@ -234,7 +267,7 @@ def test_each_scene_is_judged_by_its_own_shards_host(
         and verdicts["c"].verdict.value != "incomparable"
     )
     rows = trace_rows(merged, "0" * 64, RunFacts(label="x"))
-    assert {r["scene"]: r["renderer"] for r in rows} == {
+    assert {r.scene: r.renderer for r in rows} == {
         "a": KEY["renderer"],
         "c": KEY["renderer"],
         "b": "another renderer",

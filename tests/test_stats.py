@@ -141,17 +141,17 @@ def test_events_stats_excludes_warmup_setup_and_markers() -> None:
         rows.append(_ev(Kind.FRAME, Clock.CPU, 1, 2, i, dur / 10))
         rows.append(_ev(Kind.ZONE, Clock.WALL, 1, 3, i, dur / 2, depth=1))
     ev = np.array(rows, dtype=EVENT_DTYPE)
-    out = events_stats(ev, strings)
-    fill = out["scenes"]["fill"]
-    assert set(fill["metrics"]) == {"wall", "cpu"}
-    wall = fill["metrics"]["wall"]
-    assert wall["n"] == 3 and wall["median_ms"] == pytest.approx(20.0)
-    assert wall["max_ms"] == pytest.approx(30.0)  # the 900 ms warmup frame is excluded
-    assert fill["metrics"]["cpu"]["mean_ms"] == pytest.approx(2.0)
-    assert fill["zones"]["draw"]["wall"]["n"] == 3
-    assert fill["zones"]["draw"]["wall"]["median_ms"] == pytest.approx(10.0)
-    assert "setup" not in fill["zones"]
-    assert events_stats(ev, strings, zones=False)["scenes"]["fill"]["zones"] == {}
+    fill = events_stats(ev, strings).scenes["fill"]
+    assert set(fill.metrics) == {"wall", "cpu"}
+    wall = fill.metrics["wall"]
+    assert isinstance(wall, FrameStats)
+    assert wall.n == 3 and wall.median_ms == pytest.approx(20.0)
+    assert wall.max_ms == pytest.approx(30.0)  # the 900 ms warmup frame is excluded
+    assert fill.as_dict()["metrics"]["cpu"]["mean_ms"] == pytest.approx(2.0)
+    assert fill.zones["draw"]["wall"].n == 3
+    assert fill.as_dict()["zones"]["draw"]["wall"]["median_ms"] == pytest.approx(10.0)
+    assert "setup" not in fill.zones
+    assert events_stats(ev, strings, zones=False).scenes["fill"].zones == {}
 
 
 from hypothesis import given, settings  # noqa: E402

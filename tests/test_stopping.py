@@ -18,14 +18,9 @@ import pytest
 
 from katra3d.harness.engine import stopping
 from katra3d.harness.engine.events import EventBuffer
-from katra3d.harness.engine.stopping import (
-    STOP_SIGNALS,
-    Keeper,
-    StopFlag,
-    StopSignal,
-    stop_on_signals,
-)
+from katra3d.harness.engine.stopping import Keeper, StopFlag, StopSignal, stop_on_signals
 from katra3d.harness.run.offscreen import MemorySink
+from katra3d.harness.supervisor import STOP_SIGNALS
 
 
 class Kept:

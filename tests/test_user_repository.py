@@ -389,3 +389,117 @@ def test_a_counted_bisect_names_the_right_commit_in_such_a_repository(tmp_path: 
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.loads((tmp_path / "out" / "bisect.json").read_text())
     assert result["status"] == "found" and result["first_bad"] == shas[5], result
+
+
+#: A scene that clears in its folder's colour, with a param default from its folder's package.
+FLAT = """from katra3d import Param, Scene
+from scenes import COLOUR
+
+
+class Flat(Scene):
+    name = "flat"
+    description = "one clear in the app's colour"
+    params = {"red": Param(int(COLOUR[0] * 100), int, 0, 100, "the colour's red, percent")}
+
+    def setup(self, ctx, size, params):
+        self.bind_target(ctx, size)
+
+    def render(self, frame):
+        with frame.zone("clear"):
+            self.target.use()
+            self.target.clear(*COLOUR, 1.0)
+
+    def release(self):
+        self.release_target()
+"""
+
+
+def _versions(root: Path) -> tuple[Path, Path]:
+    """Two copies of one scene file, ``old/`` red and ``new/`` blue by their own ``scenes``."""
+    out = []
+    for name, colour in (("old", "(1.0, 0.0, 0.0)"), ("new", "(0.0, 0.0, 1.0)")):
+        (root / name / "scenes").mkdir(parents=True)
+        (root / name / "scenes" / "__init__.py").write_text(f"COLOUR = {colour}\n")
+        (root / name / "bench_scene.py").write_text(FLAT)
+        out.append(root / name / "bench_scene.py")
+    return out[0], out[1]
+
+
+def test_two_copies_of_a_scene_file_each_import_their_own_folders_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    before = {k: m for k, m in sys.modules.items() if k.partition(".")[0] == "scenes"}
+    try:
+        for first, second in ("old", "new"), ("new", "old"):
+            for name in [k for k in sys.modules if k.partition(".")[0] == "scenes"]:
+                del sys.modules[name]
+            files = dict(zip(("old", "new"), _versions(tmp_path / first), strict=True))
+            # the first folder also earlier on the import path, as pytest and PYTHONPATH put it
+            sys.path.insert(0, str(files[first].parent))
+            reds = {v: get_scene(str(files[v])).params["red"].default for v in (first, second)}
+            assert reds == {"old": 100, "new": 0}, (first, reds)
+            # what was cached before the second load is cached after it
+            assert sys.modules["scenes"].__file__ == str(files[first].parent / "scenes/__init__.py")
+            assert sys.path[0] == str(files[first].parent)
+    finally:
+        for name in [k for k in sys.modules if k.partition(".")[0] == "scenes"]:
+            del sys.modules[name]
+        sys.modules.update(before)
+
+
+def test_a_scene_files_sibling_never_hides_the_standard_library(tmp_path: Path) -> None:
+    (tmp_path / "random.py").write_text(
+        "raise ImportError('the folder hid the standard library')\n"
+    )
+    (tmp_path / "s.py").write_text(SCENE.replace("import harness\n", "import random\n"))
+    (tmp_path / "scenes").mkdir()
+    (tmp_path / "scenes" / "__init__.py").write_text(APP_SCENES)
+    assert get_scene(str(tmp_path / "s.py")).name == "cubes"
+
+
+@pytest.mark.gl
+def test_two_copies_of_a_scene_file_in_one_run_give_their_own_images(
+    tmp_path: Path, gl_ctx: object
+) -> None:
+    from katra3d.harness.run.offscreen import run_offscreen
+    from katra_trace.io.images import read_frame_images
+
+    old, new = _versions(tmp_path)
+    sums = {}
+    for order in ((old, new), (new, old)):
+        out = tmp_path / f"{order[0].parent.name}-first.katra"
+        r = katra("run", *order, *SMALL, "-o", out)
+        assert r.returncode == 0, r.stderr
+        images = read_frame_images(out)
+        sums[order] = [images[label].sha256 for label in ("flat", "flat#2")]
+    assert sums[(old, new)] == sums[(new, old)][::-1] and len(set(sums[(old, new)])) == 2, sums
+    # in one process too, as run_offscreen and the pytest fixture load them
+    checksums = [
+        run_offscreen(gl_ctx, get_scene(str(f)), (16, 16), {}, frames=1).checksum
+        for f in (new, old)
+    ]
+    assert checksums == sums[(new, old)]
+
+
+@pytest.mark.gl
+def test_two_fixture_tests_in_one_session_each_load_their_own_folders_package(
+    tmp_path: Path,
+) -> None:
+    _versions(tmp_path)
+    for name, red in (("old", 100), ("new", 0)):
+        (tmp_path / name / f"test_{name}.py").write_text(
+            f"def test_{name}(katra_scene):\n"
+            "    run = katra_scene('bench_scene.py', frames=1, warmup=0, size=(16, 16))\n"
+            f"    assert run.info['params'] == {{'red': {red}}}\n"
+        )
+    env = {k: v for k, v in os.environ.items() if k != "KATRA3D_BACKEND"}
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "new", "old"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert "2 passed" in r.stdout, r.stdout + r.stderr

@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from bench._core import BenchContext, Row, at_most, bench
-from bench._proc import Job, run_jobs, stop
+from bench._proc import Job, run_jobs
 from bench._report import write_doc
 from bench.defaults import hog
 
@@ -163,7 +163,7 @@ def _rounds(ctx: BenchContext, plan: _Plan, scene: str, loaded: bool) -> dict[st
                 )
             finally:
                 if busy is not None:
-                    stop(busy, timeout_s=10)
+                    busy.end(10.0)
             out[name].append(trace)
         ctx.log(f"{scene} {'loaded' if loaded else 'quiet'}: round {r + 1}/{plan.rounds}")
     return out
@@ -175,6 +175,7 @@ def _verdicts(
     """(regressions, comparisons) per time method over ``plan.comparisons``
     subsets of the rounds."""
     from katra_trace.analysis.compare import compare_traces
+    from katra_trace.analysis.defaults import CompareOptions
 
     rounds = len(traces[base])
     k = min(plan.runs, rounds)
@@ -184,14 +185,23 @@ def _verdicts(
         b = [traces[base][i] for i in subset]
         n = [traces[new][i] for i in subset]
         results = {
-            "raw wall": compare_traces(b, n, metric="wall", allow_param_mismatch=True),
-            "normalized wall": compare_traces(b, n, normalize=True, allow_param_mismatch=True),
-            "paired (ab)": compare_traces(
-                b, n, metric="wall", allow_param_mismatch=True, pairs=[(i, i) for i in range(k)]
+            "raw wall": compare_traces(
+                b, n, CompareOptions(metric="wall", allow_param_mismatch=True)
             ),
-            "process CPU": compare_traces(b, n, metric="process", allow_param_mismatch=True),
+            "normalized wall": compare_traces(
+                b, n, CompareOptions(normalize=True, allow_param_mismatch=True)
+            ),
+            "paired (ab)": compare_traces(
+                b,
+                n,
+                CompareOptions(metric="wall", allow_param_mismatch=True),
+                pairs=[(i, i) for i in range(k)],
+            ),
+            "process CPU": compare_traces(
+                b, n, CompareOptions(metric="process", allow_param_mismatch=True)
+            ),
             "process CPU, p10": compare_traces(
-                b, n, metric="process", allow_param_mismatch=True, run_stat="p10"
+                b, n, CompareOptions(metric="process", allow_param_mismatch=True, run_stat="p10")
             ),
         }
         for method, result in results.items():
@@ -235,6 +245,7 @@ def _counted(ctx: BenchContext, plan: _Plan) -> dict[str, dict[str, Any]]:
     verdicts, one run a side."""
     from katra_trace import open_trace
     from katra_trace.analysis.compare import compare_traces
+    from katra_trace.analysis.defaults import CompareOptions
 
     jobs = []
     for scene, (key, base, _) in SCENES.items():
@@ -262,11 +273,13 @@ def _counted(ctx: BenchContext, plan: _Plan) -> dict[str, dict[str, Any]]:
             name: open_trace(done[f"{scene}-{name}"].job.output)
             for name in ("A", "A2", *(f"L{v}" for v in levels))
         }
-        aa = compare_traces([t["A2"]], [t["A"]], metric="instructions")
+        aa = compare_traces([t["A2"]], [t["A"]], CompareOptions(metric="instructions"))
         per_level = {}
         for v in levels:
             r = compare_traces(
-                [t["A"]], [t[f"L{v}"]], metric="instructions", allow_param_mismatch=True
+                [t["A"]],
+                [t[f"L{v}"]],
+                CompareOptions(metric="instructions", allow_param_mismatch=True),
             )
             per_level[f"L{v}"] = (100.0 * (r.scenes[0].ratio - 1.0), r.exit_code == 1)
         out[scene] = {

@@ -18,15 +18,16 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, run_capture
 from katra_trace.analysis.comparison import Sides, compare_sides
+from katra_trace.analysis.defaults import DEFAULT_COMPARE, CompareOptions
+from katra_trace.analysis.params import allow_defaults, param_changes
 from katra_trace.analysis.sequential import SequentialRule, Settled, settle
 from katra_trace.analysis.verdict import Comparison
-from katra_trace.errors import Interrupted
+from katra_trace.errors import ConfigError, Interrupted
 from katra_trace.io.reader import Trace
-from katra_trace.io.tracesets import AB_MANIFEST_VERSION, open_quietly, write_ab_manifest
+from katra_trace.io.tracesets import AbManifest, AbRound, open_quietly, write_ab_manifest
 
 #: The sides, in the order of odd rounds.
 SIDES = ("base", "new")
@@ -41,6 +42,8 @@ class Round:
     order: tuple[str, str]
     seconds: Mapping[str, float]
     settled: Settled | None = None
+    #: round 1: each scene whose params differ between the sides, one line each
+    params: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +60,9 @@ class RoundsResult:
     comparison: Comparison | None = None  #: with a rule: the comparison of the last look
     #: with a rule: the traces of that look, opened (bisect's image verdicts use them)
     sides: Sides | None = None
+    #: the comparison's options after round 1 (params allowed when the defaults alone differ)
+    compare_options: CompareOptions = DEFAULT_COMPARE
+    params: tuple[str, ...] = ()  #: each scene whose params differ, one line each
 
 
 def capture(command: CaptureCommand, out: Path, label: str, who: str = "katra3d ab") -> float:
@@ -84,48 +90,52 @@ def run_rounds(
     rule: SequentialRule | None = None,
     *,
     on_round: Callable[[Round], None] | None = None,
-    compare_options: Mapping[str, Any] | None = None,
+    settle_by: Callable[[Comparison, int, int], Settled] = settle,
+    options: CompareOptions = DEFAULT_COMPARE,
     who: str = "katra3d ab",
+    same_command: bool = False,
 ) -> RoundsResult:
     """Run up to ``rounds_cap`` rounds into ``out_dir`` (``base/run-NNN.katra``, ``new/...``,
     ``ab.json``).
 
     Without ``rule`` every round runs (the fixed-rounds mode). With one (``rounds_cap`` must be its
     ``max_rounds``), the rounds so far are compared after each round, paired, under the rule
-    (:func:`katra_trace.analysis.compare.compare_traces` with ``compare_options``, e.g. ``metric``),
+    (:func:`katra_trace.analysis.comparison.compare_sides` with ``options``),
     and the rounds stop once every scene is decided
     (:func:`katra_trace.analysis.sequential.settle`). ab.json records the rule (``sequential``) from
     the start and why the rounds stopped (``stop``) at the end, so that ``katra3d compare DIR``
-    gives the same verdict. ``on_round`` is called after each round.
+    gives the same verdict. ``on_round`` is called after each round; ``settle_by`` is the look
+    (bisect's also stops once a commit is like GOOD or like BAD).
+
+    After round 1 the sides' scene params are checked (:func:`~katra_trace.analysis.params.
+    allow_defaults`): with ``same_command`` (``ab --refs``, bisect) a change of the scenes' defaults
+    is compared and named; any other difference stops here (ConfigError), not after every round.
     """
     if rule is not None and rule.max_rounds != rounds_cap:
         raise ValueError(f"rounds_cap {rounds_cap} is not the rule's max_rounds {rule.max_rounds}")
     dirs = {side: out_dir / side for side in SIDES}
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
-    manifest: dict[str, Any] = {
-        "katra3d_ab": AB_MANIFEST_VERSION,
-        "base_dir": "base",
-        "new_dir": "new",
-        "base_command": base_cmd.shown(),
-        "new_command": new_cmd.shown(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "rounds": [],
-    }
-    if rule is not None:
-        manifest["sequential"] = rule.to_json()
+    manifest = AbManifest(
+        base_command=base_cmd.shown(),
+        new_command=new_cmd.shown(),
+        started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        sequential=None if rule is None else rule.to_json(),
+    )
     commands = {"base": base_cmd, "new": new_cmd}
     opened: dict[str, list[Trace]] = {side: [] for side in SIDES}
     pairs: list[tuple[Path, Path]] = []
     settled: Settled | None = None
     comparison: Comparison | None = None
     sides: Sides | None = None
+    params: tuple[str, ...] = ()
     # before the first capture: the directory is ab's whatever happens next
     write_ab_manifest(out_dir, manifest)
     for i in range(1, rounds_cap + 1):
         order = SIDES if i % 2 else SIDES[::-1]
-        entry: dict[str, Any] = {"round": i, "order": list(order), "commands": {}, "seconds": {}}
         paths: dict[str, Path] = {}
+        shown: dict[str, str] = {}
+        took: dict[str, float] = {}
         for side in order:
             paths[side] = dirs[side] / f"run-{i:03d}.katra"
             try:
@@ -135,11 +145,25 @@ def run_rounds(
             except Interrupted as stopped:
                 _record_interrupted(out_dir, manifest, i, paths, stopped)
                 raise
-            entry[side] = f"{side}/{paths[side].name}"
-            entry["commands"][side] = commands[side].shown(paths[side])
-            entry["seconds"][side] = round(seconds, 3)
-        manifest["rounds"].append(entry)
+            shown[side] = commands[side].shown(paths[side])
+            took[side] = round(seconds, 3)
+        done = AbRound(
+            i, f"base/{paths['base'].name}", f"new/{paths['new'].name}", order, shown, took
+        )
+        manifest = dataclasses.replace(manifest, rounds=(*manifest.rounds, done))
         pairs.append((paths["base"], paths["new"]))
+        if i == 1:
+            changes = param_changes(
+                open_quietly(paths["base"], events=False).header,
+                open_quietly(paths["new"], events=False).header,
+                same_command,
+            )
+            write_ab_manifest(out_dir, manifest)  # round 1 is recorded whatever the check says
+            try:
+                options = allow_defaults(changes, options)
+            except ConfigError as exc:
+                raise ConfigError(f"stopped after round 1 of {rounds_cap}: {exc}") from None
+            params = tuple(c.line for c in changes)
         if rule is not None:
             for side in SIDES:
                 opened[side].append(open_quietly(paths[side]))
@@ -151,16 +175,22 @@ def run_rounds(
                 pairs=tuple((j, j) for j in range(i)),
                 rule=rule,
             )
-            comparison = compare_sides(
-                sides, image_policy="off", **dict(compare_options or {})
-            ).timing
-            settled = settle(comparison, i, rounds_cap)
+            comparison = compare_sides(sides, options, image_policy="off").timing
+            settled = settle_by(comparison, i, rounds_cap)
             if settled.decided or i == rounds_cap:
-                manifest["stop"] = settled.as_dict()
+                manifest = dataclasses.replace(manifest, stop=settled.as_dict())
         # after every round: an interrupted A/B keeps its pairs
         write_ab_manifest(out_dir, manifest)
         if on_round is not None:
-            on_round(Round(number=i, order=order, seconds=dict(entry["seconds"]), settled=settled))
+            on_round(
+                Round(
+                    number=i,
+                    order=order,
+                    seconds=took,
+                    settled=settled,
+                    params=params if i == 1 else (),
+                )
+            )
         if settled is not None and settled.decided:
             break
     return RoundsResult(
@@ -170,12 +200,14 @@ def run_rounds(
         settled=settled,
         comparison=comparison,
         sides=sides,
+        compare_options=options,
+        params=params,
     )
 
 
 def _record_interrupted(
     out_dir: Path,
-    manifest: dict[str, Any],
+    manifest: AbManifest,
     number: int,
     paths: Mapping[str, Path],
     stopped: Interrupted,
@@ -185,12 +217,8 @@ def _record_interrupted(
     round is not one of the ``rounds``, so ``katra3d compare DIR`` pairs the complete rounds only;
     ``ab --force`` removes it all."""
     traces = {side: f"{side}/{path.name}" for side, path in paths.items() if path.is_file()}
-    manifest["interrupted"] = {
-        "round": number,
-        "signal": signal.Signals(stopped.signum).name,
-        "traces": traces,
-    }
-    write_ab_manifest(out_dir, manifest)
+    interrupted = {"round": number, "signal": signal.Signals(stopped.signum).name, "traces": traces}
+    write_ab_manifest(out_dir, dataclasses.replace(manifest, interrupted=interrupted))
 
 
 __all__ = ["Round", "RoundsResult", "capture", "run_rounds"]

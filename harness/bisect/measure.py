@@ -2,8 +2,8 @@
 GOOD.
 
 A commit is checked out as a detached worktree in a temporary directory and captured with the
-bisection's command, the worktree as the current directory and first on ``PYTHONPATH`` (so its
-scenes and code are the ones run, as ``ci/compare-versions.sh`` does). Traces go to ``DIR/traces/``;
+bisection's command, the worktree as the current directory (so its scenes are the ones run, as
+``ci/compare-versions.sh`` does). Traces go to ``DIR/traces/``;
 a counted capture's output to ``DIR/logs/SHORT.log`` (a failed time round's is shown on stderr). A
 complete counted trace already in place from an interrupted bisection is used again.
 
@@ -22,19 +22,20 @@ the rows become :class:`~katra_trace.analysis.bisection.Effect` records.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from katra3d.harness.bisect.state import Setup
-from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, SideBySide, run_capture
+from katra3d.harness.supervisor import Supervisor
+from katra3d.harness.versions.command import CaptureCommand, CaptureFailed, run_capture
 from katra3d.harness.versions.git import Commit, add_worktree, remove_worktree
-from katra_trace.analysis.bisection import Effect
-from katra_trace.analysis.defaults import DEFAULT_ALPHA
+from katra_trace.analysis.bisection import Effect, classify
+from katra_trace.analysis.params import allow_defaults, param_changes
 from katra_trace.errors import ConfigError, Interrupted, KatraError
 from katra_trace.io.tracesets import AB_MANIFEST, AB_TRACE, clear_ab_dir, open_quietly
 from katra_trace.text import shown
@@ -42,6 +43,7 @@ from katra_trace.text import shown
 if TYPE_CHECKING:
     from katra_trace.analysis.comparison import ComparisonResult
     from katra_trace.analysis.sequential import SequentialRule
+    from katra_trace.analysis.verdict import Comparison
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +76,8 @@ class Measured:
     log: str
     #: scene -> its image verdict against GOOD as one line (:func:`image_lines`)
     images: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: each scene whose params differ from GOOD's, one line each ("from the scene's defaults")
+    params: tuple[str, ...] = ()
 
 
 def _capture(ws: Workspace, tree: Path, out: Path, log: Path) -> str:
@@ -105,32 +109,36 @@ def _complete(trace: Path) -> bool:
 
 
 def in_tree(command: str, tree: Path) -> CaptureCommand:
-    """The bisection's capture command run in ``tree``: that directory current and first on
-    ``PYTHONPATH`` (for every command of it: a build step and the capture), so that the commit's
-    scenes and code are the ones run."""
-    return CaptureCommand(command, cwd=tree, pythonpath=tree)
+    """The bisection's capture command run in ``tree`` as its current directory, so that the
+    commit's scenes are the ones run. Not put on ``PYTHONPATH``: as in ``katra3d run``, a scene
+    file's folder goes last on the import path, so a project file never hides the standard
+    library."""
+    return CaptureCommand(command, cwd=tree)
 
 
 def compare_to_good(
     ws: Workspace, good: Path, new: Path
-) -> tuple[tuple[Effect, ...], dict[str, str]] | str:
+) -> tuple[tuple[Effect, ...], dict[str, str], tuple[str, ...]] | str:
     """Each scene's (and zone's) change of the counted trace ``new`` against GOOD's ``good`` by the
-    one comparison, and each scene's image verdict line (:func:`image_lines`), or why the traces
-    could not be compared (counts against times ...)."""
+    one comparison, each scene's image verdict line (:func:`image_lines`) and each scene whose
+    params differ from GOOD's (compared when the scene's defaults alone differ), or why the traces
+    could not be compared (counts against times, params given otherwise ...)."""
     # deferred: the comparison loads scipy (about a second); building the parser must not
     from katra_trace.analysis.comparison import compare_sides, open_sides
 
     try:
-        result = compare_sides(
-            open_sides(str(good), str(new)), image_policy="warn", **ws.setup.compare
+        sides = open_sides(str(good), str(new))
+        changes = param_changes(
+            sides.base_traces[0].header, sides.new_traces[0].header, same_command=True
         )
+        options = allow_defaults(changes, ws.setup.compare)
+        result = compare_sides(sides, options, image_policy="warn")
     except KatraError as exc:
         return f"not comparable with GOOD: {exc}"
     if not result.timing.scenes:
         return "no scene with measured frames in its traces"
-    return tuple(
-        Effect.from_row(r) for r in (*result.timing.scenes, *result.timing.zones)
-    ), image_lines(result)
+    effects = tuple(Effect.from_row(r) for r in (*result.timing.scenes, *result.timing.zones))
+    return effects, image_lines(result), tuple(c.line for c in changes)
 
 
 def image_lines(result: ComparisonResult) -> dict[str, str]:
@@ -148,9 +156,9 @@ def sequential_rule(setup: Setup) -> SequentialRule:
     from katra_trace.analysis.sequential import SequentialRule
 
     return SequentialRule(
-        alpha=float(setup.compare.get("alpha", DEFAULT_ALPHA)),
+        alpha=setup.compare.alpha,
         max_rounds=setup.max_rounds,
-        threshold_pct=setup.compare.get("threshold_pct"),
+        threshold_pct=setup.compare.threshold_pct,
     )
 
 
@@ -186,56 +194,48 @@ def capture_counted(
     ws: Workspace, trees: Trees, commits: Sequence[Commit], jobs: int
 ) -> Generator[tuple[Commit, str, float], None, None]:
     """Capture each commit's counted trace (:func:`counted_trace`), up to ``jobs`` at a time, each
-    in a worktree of its own (GOOD's is kept) and a process group of its own (:func:`run_capture` in
-    a thread of a pool, the worktrees made and removed here, in the main thread). Yields (commit,
-    why its capture failed or "", its seconds) as each ends, in the main thread. A stop signal
-    (Ctrl-C) or an error stops every capture at once (:class:`SideBySide`) and removes their
-    worktrees; after a signal, the captures that had ended are yielded, then :class:`Interrupted`
-    raised. Close the generator when leaving it early (``contextlib.closing``)."""
-    queue = list(commits)
-    running: dict[Future[str], tuple[Commit, Path, float]] = {}
+    in a worktree of its own (GOOD's is kept) and a process group of its own (:func:`run_capture`
+    in a job of :meth:`Supervisor.pool`; the worktrees made and removed in the main thread). Yields
+    (commit, why its capture failed or "", its seconds) as each ends, in the main thread. A stop
+    signal (Ctrl-C) or an error stops every capture; after a signal, the captures that had ended
+    are yielded, then :class:`Interrupted` raised. Close the generator when leaving it early
+    (``contextlib.closing``)."""
+    started: dict[int, tuple[Path, float]] = {}
 
-    def release(c: Commit, tree: Path) -> None:
+    def begin(i: int) -> None:
+        c = commits[i]
+        tree = (
+            trees.good_tree()
+            if c.sha == ws.setup.good.sha
+            else add_worktree(ws.top, ws.trees / c.short, c.sha)
+        )
+        ws.progress(f"  {c.short} {c.subject}: capturing ({ws.setup.measure})")
+        started[i] = (tree, time.monotonic())
+
+    def task(i: int) -> Callable[[], str]:
+        c = commits[i]
+        return lambda: _capture(ws, started[i][0], counted_trace(ws, c), _log(ws, c))
+
+    def release(i: int) -> None:
+        c = commits[i]
         if c.sha != ws.setup.good.sha:
-            remove_worktree(ws.top, tree)
+            remove_worktree(ws.top, started[i][0])
 
-    with (
-        SideBySide() as side,
-        ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="katra3d-bisect") as pool,
-    ):
+    with Supervisor() as sup:
         try:
-            while queue or running:
-                while queue and len(running) < jobs and not side.received:
-                    c = queue.pop(0)
-                    tree = (
-                        trees.good_tree()
-                        if c.sha == ws.setup.good.sha
-                        else add_worktree(ws.top, ws.trees / c.short, c.sha)
-                    )
-                    ws.progress(f"  {c.short} {c.subject}: capturing ({ws.setup.measure})")
-                    future = pool.submit(_capture, ws, tree, counted_trace(ws, c), _log(ws, c))
-                    running[future] = (c, tree, time.monotonic())
-                if not running:
-                    break
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in sorted(done, key=lambda f: running[f][2]):
-                    c, tree, t0 = running.pop(future)
-                    release(c, tree)
-                    error = future.exception()
-                    if isinstance(error, Interrupted):
-                        continue  # stopped by the signal noted in side.received
-                    if error is not None:
-                        raise error
-                    yield c, future.result(), time.monotonic() - t0
+            with contextlib.closing(
+                sup.pool([task(i) for i in range(len(commits))], jobs, before=begin)
+            ) as ended:
+                for i, failure in ended:
+                    t0 = started[i][1]
+                    release(i)
+                    del started[i]
+                    yield commits[i], failure, time.monotonic() - t0
         finally:
-            # an error here or in the caller, or the caller left early: stop the rest, then clean up
-            if running:
-                side.stop()
-                wait(running)
-                for c, tree, _ in running.values():
-                    release(c, tree)
-    if side.received:
-        raise Interrupted(side.received[0])
+            for i in list(started):
+                release(i)
+        if sup.received:
+            raise Interrupted(sup.received[0])
 
 
 def counted_result(ws: Workspace, c: Commit, failure: str, seconds: float) -> Measured:
@@ -245,13 +245,14 @@ def counted_result(ws: Workspace, c: Commit, failure: str, seconds: float) -> Me
     kept = (ws.rel(out),) if out.is_file() else ()
     effects: tuple[Effect, ...] = ()
     images: dict[str, str] = {}
+    params: tuple[str, ...] = ()
     if not (c.sha == ws.setup.good.sha or failure):
         compared = compare_to_good(ws, counted_trace(ws, ws.setup.good), out)
         if isinstance(compared, str):
             failure = compared
         else:
-            effects, images = compared
-    return Measured(effects, failure, kept, 1, "", seconds, ws.rel(_log(ws, c)), images)
+            effects, images, params = compared
+    return Measured(effects, failure, kept, 1, "", seconds, ws.rel(_log(ws, c)), images, params)
 
 
 def _clear_unrecorded(folder: Path) -> None:
@@ -274,13 +275,27 @@ def _clear_unrecorded(folder: Path) -> None:
             path.unlink()
 
 
-def measure_timed(ws: Workspace, trees: Trees, c: Commit) -> Measured:
+def measure_timed(ws: Workspace, trees: Trees, c: Commit, bad: Sequence[Effect] = ()) -> Measured:
     """Interleaved rounds of GOOD and ``c`` by ``ab``'s rounds loop into ``DIR/traces/SHORT/`` (an
     ab directory: ``katra3d compare`` of it gives the same verdict), until the sequential rule
-    decides every scene or the cap is reached. A folder left by an interrupted, unrecorded
-    measurement is measured again."""
+    decides every scene, or, given BAD's effects ``bad``, until ``c`` is like GOOD or like BAD
+    (:func:`~katra_trace.analysis.bisection.classify`), or the cap is reached. A folder left by an
+    interrupted, unrecorded measurement is measured again."""
     # deferred: the rounds loop compares with scipy; building the parser must not
     from katra3d.harness.ab.rounds import Round, run_rounds
+    from katra_trace.analysis.sequential import Settled, settle
+
+    def settle_by(comparison: Comparison, rounds: int, cap: int) -> Settled:
+        if bad and rounds >= rule.min_rounds:
+            verdict = classify([Effect.from_row(r) for r in comparison.scenes], bad)
+            if verdict.state != "skip":
+                return Settled(
+                    True,
+                    rounds,
+                    cap,
+                    f"decided after {rounds} of at most {cap} rounds: {verdict.reason}",
+                )
+        return settle(comparison, rounds, cap)
 
     t0 = time.monotonic()
 
@@ -308,8 +323,10 @@ def measure_timed(ws: Workspace, trees: Trees, c: Commit) -> Measured:
             rule.max_rounds,
             rule,
             on_round=said,
-            compare_options=ws.setup.compare,
+            settle_by=settle_by,
+            options=ws.setup.compare,
             who="katra3d bisect",
+            same_command=True,
         )
     except KatraError as exc:
         rounds = len(list((folder / "new").glob("*.katra"))) if folder.exists() else 0
@@ -341,8 +358,10 @@ def measure_timed(ws: Workspace, trees: Trees, c: Commit) -> Measured:
         # deferred: the comparison loads scipy (about a second); building the parser must not
         from katra_trace.analysis.comparison import compare_sides
 
-        images = image_lines(compare_sides(done.sides, image_policy="warn", **ws.setup.compare))
-    return Measured(effects, "", kept(), done.rounds, stopped, time.monotonic() - t0, "", images)
+        images = image_lines(compare_sides(done.sides, done.compare_options, image_policy="warn"))
+    return Measured(
+        effects, "", kept(), done.rounds, stopped, time.monotonic() - t0, "", images, done.params
+    )
 
 
 __all__ = [

@@ -9,19 +9,19 @@ ancestor of BAD on its first-parent line).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from katra3d.harness.bisect.measure import Workspace
 from katra3d.harness.bisect.report import REPORT_FILE, report_lines
-from katra3d.harness.bisect.search import Outcome, run_bisection
-from katra3d.harness.bisect.state import BISECT_FILE, CommitResult, Setup, read_state
+from katra3d.harness.bisect.search import run_bisection
+from katra3d.harness.bisect.state import BISECT_FILE, Bisection, Outcome, Setup
 from katra3d.harness.run.jobs import parse_jobs, resolve_jobs
 from katra3d.harness.versions.command import CaptureCommand, stop_leftover_captures
 from katra3d.harness.versions.git import commit_range, remove_worktree, resolve, toplevel
@@ -29,6 +29,7 @@ from katra3d.harness.versions.setup import default_command, resolve_measure
 from katra_trace.analysis.defaults import (
     DEFAULT_SEQUENTIAL_MIN_ROUNDS,
     MAX_SEQUENTIAL_ROUNDS,
+    CompareOptions,
     check_sequential_rounds,
 )
 from katra_trace.errors import ConfigError, OptionError
@@ -47,11 +48,13 @@ def new_setup(
     command: str | None,
     measure: str,
     run_args: str,
-    compare: Mapping[str, Any],
+    compare: CompareOptions,
     max_rounds: int,
+    images: bool = False,
 ) -> Setup:
-    """The checked setup of a new bisection (ConfigError, exit 2; ToolUnavailable, exit 3)."""
-    measure = resolve_measure(measure)
+    """The checked setup of a new bisection (ConfigError, exit 2; ToolUnavailable, exit 3). With
+    ``images``, ``-m auto`` is time: a kept frame does not need counts."""
+    measure = "time" if images and measure == "auto" else resolve_measure(measure)
     if command is not None:
         CaptureCommand(command).check("-c")
         if scenes or run_args:
@@ -69,9 +72,8 @@ def new_setup(
             f"--max-rounds is the cap on rounds of the sequential rule and must be from "
             f"{DEFAULT_SEQUENTIAL_MIN_ROUNDS} to {MAX_SEQUENTIAL_ROUNDS}, got {max_rounds!r}"
         ) from None
-    compare = dict(compare)
-    if is_count(measure) and compare.get("metric", "auto") == "auto":
-        compare["metric"] = measure
+    if is_count(measure) and compare.metric == "auto":
+        compare = dataclasses.replace(compare, metric=measure)
     top = toplevel(cwd)
     g, b = resolve(top, good), resolve(top, bad)
     commits = commit_range(top, g, b)
@@ -85,6 +87,7 @@ def new_setup(
         compare=compare,
         max_rounds=max_rounds,
         commits=tuple(commits),
+        images=images,
     )
 
 
@@ -104,13 +107,12 @@ def check_new_output(text: str) -> Path:
     return root
 
 
-def resume(
-    text: str, good: str | None, bad: str | None
-) -> tuple[Path, Setup, dict[str, CommitResult]]:
-    """The output directory, setup and measured commits of an earlier bisection (``--resume DIR``);
-    GOOD and BAD, when given again, must name the same commits."""
+def resume(text: str, good: str | None, bad: str | None) -> tuple[Path, Bisection]:
+    """The output directory and the recorded bisection of an earlier one (``--resume DIR``); GOOD
+    and BAD, when given again, must name the same commits."""
     root = check_output_dir(text, option="--resume").resolve()
-    setup, tested = read_state(root)
+    state = Bisection.load(root)
+    setup = state.setup
     top = toplevel(Path(setup.repository))
     for given, recorded, name in ((good, setup.good, "GOOD"), (bad, setup.bad, "BAD")):
         if given is not None and resolve(top, given).sha != recorded.sha:
@@ -118,29 +120,33 @@ def resume(
                 f"--resume: {name} {given!r} is not the {name} of the bisection in "
                 f"{shown(str(root))} ({recorded.short}); give no GOOD and BAD to continue it"
             )
-    return root, setup, tested
+    return root, state
 
 
-def check_jobs(text: str | None, measure: str) -> int:
+def check_jobs(text: str | None, measure: str, images: bool = False) -> int:
     """How many commits a round measures at once (``--jobs`` as typed), by ``run``'s one rule
     (:func:`~katra3d.harness.run.jobs.resolve_jobs`, worded for commits): counts, up to that many
     (default: the usable cores, fewer when memory would not hold as many valgrind children), since a
     count does not depend on what runs beside it; time, one, and an explicit ``--jobs`` over 1 is
     refused (ConfigError, exit 2), since timed captures side by side disturb each other's times."""
-    return resolve_jobs(parse_jobs(text, unit="commit"), measure, unit="commit", work="bisection")
+    # an image bisection captures one trace a commit, whose times it does not use: as counts
+    return resolve_jobs(
+        parse_jobs(text, unit="commit"),
+        "instructions" if images else measure,
+        unit="commit",
+        work="bisection",
+    )
 
 
 def bisect(
-    root: Path,
-    setup: Setup,
-    tested: dict[str, CommitResult],
-    progress: Callable[[str], None],
-    jobs: int = 1,
+    root: Path, state: Bisection, progress: Callable[[str], None], jobs: int = 1
 ) -> tuple[Outcome, list[str]]:
-    """Run (or continue) the bisection into ``root``, measuring up to ``jobs`` commits at once
-    (counts only: :func:`check_jobs`); returns its outcome and the report's lines, also written to
-    ``root/bisect.txt``. Worktrees live in a temporary directory, removed whatever happens."""
+    """Run (or continue) the bisection ``state`` into ``root``, measuring up to ``jobs`` commits at
+    once (counts only: :func:`check_jobs`); returns its outcome and the report's lines, also written
+    to ``root/bisect.txt`` whatever the outcome. Worktrees live in a temporary directory, removed
+    whatever happens."""
     root.mkdir(parents=True, exist_ok=True)
+    setup = state.setup
     top = Path(setup.repository)
     trees = trees_dir(root)
     left = remove_leftovers(top, root, trees)
@@ -152,12 +158,12 @@ def bisect(
     trees.mkdir(mode=0o700)
     try:
         ws = Workspace(top=top, root=root, trees=trees, setup=setup, progress=progress)
-        found = run_bisection(ws, tested, jobs)
+        found = run_bisection(ws, state, jobs)
     finally:
         remove_trees(top, trees)
-    lines = report_lines(setup, tested, found)
+    lines = report_lines(state)
     if found.first_bad is not None and is_count(setup.measure):
-        good, bad = (tested[c.sha].traces for c in (setup.good, found.first_bad))
+        good, bad = (state.tested[c.sha].traces for c in (setup.good, found.first_bad))
         line = top_line_of(*([root / t for t in ts] for ts in (good, bad)))
         lines += [line] if line else []
     with open_output(root / REPORT_FILE, force=True, option="-o", example=REPORT_FILE) as f:

@@ -5,13 +5,12 @@ its traces. Printed by ``katra3d bisect`` and kept as ``DIR/bisect.txt``."""
 from __future__ import annotations
 
 import math
-import shlex
 from collections.abc import Mapping
 
-from katra3d.harness.bisect.search import Outcome
-from katra3d.harness.bisect.state import CommitResult, Setup
+from katra3d.harness.bisect.state import Bisection, CommitResult, Setup
 from katra_trace.analysis.bisection import Effect, target_scenes
 from katra_trace.analysis.images import ImageOutcome
+from katra_trace.metrics import is_count
 from katra_trace.units import format_change, format_change_pct
 
 #: The report's file in the output directory.
@@ -85,6 +84,10 @@ def tested_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
         ]
     ]
     skipped = []
+    # time: GOOD is captured beside each commit, once a round
+    good_captures = (
+        1 if is_count(setup.measure) else sum(r.rounds for r in tested.values() if r.rounds)
+    )
     for c in (setup.good, *setup.commits):
         r = tested.get(c.sha)
         if r is None:
@@ -102,7 +105,7 @@ def tested_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
                 change,
                 _image_word(r),
                 str(r.round or "-"),
-                str(r.rounds),
+                str(good_captures if c.sha == setup.good.sha else r.rounds),
                 _traces(r),
                 c.subject,
             ]
@@ -112,11 +115,39 @@ def tested_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
     return _table(rows) + skipped
 
 
-def report_lines(setup: Setup, tested: Mapping[str, CommitResult], found: Outcome) -> list[str]:
-    """The whole report."""
+def params_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
+    """Each params change the commits measured show, with the commit that made it: the first
+    measured with it, when its parent was measured without it; else the range it lies in."""
+    line = (setup.good, *setup.commits)
+    out: list[str] = []
+    named: set[str] = set()
+    for i, c in enumerate(line):
+        r = tested.get(c.sha)
+        for change in r.params if r is not None else ():
+            if change in named:
+                continue
+            named.add(change)
+            before = max(
+                j
+                for j in range(i)
+                if line[j].sha in tested and change not in tested[line[j].sha].params
+            )
+            where = (
+                f"changed by {c.short} {c.subject}"
+                if before == i - 1
+                else f"changed after {line[before].short}, by {c.short} or a commit before it"
+            )
+            out.append(f"{change}: compared as a change of the scene; {where}")
+    return out
+
+
+def report_lines(state: Bisection) -> list[str]:
+    """The whole report, whatever the outcome."""
+    setup, tested, found = state.setup, state.tested, state.outcome
     lines = [
         f"katra3d bisect: GOOD {setup.good.short} ({setup.good.subject}) .. BAD {setup.bad.short} "
-        f"({setup.bad.subject}): {len(setup.commits)} commit(s), {setup.measure}"
+        f"({setup.bad.subject}): {len(setup.commits)} commit(s), "
+        + ("kept frames against GOOD's (--images)" if setup.images else setup.measure)
     ]
     if found.first_bad is not None:
         culprit = tested[found.first_bad.sha]
@@ -145,16 +176,14 @@ def report_lines(setup: Setup, tested: Mapping[str, CommitResult], found: Outcom
                     else ""
                 )
             )
-            for rng in found.next_ranges:
-                good, bad_rev = rng.split("..")
-                scenes = " ".join(shlex.quote(s) for s in setup.scenes)
-                lines.append(
-                    f"  katra3d bisect {good} {bad_rev} {scenes}".rstrip() + f" -m {setup.measure}"
-                )
+            lines += [f"  {setup.again(*rng.split('..'))}" for rng in found.next_ranges]
+        lines += found.steps
     else:
         lines += ["", found.message]
+    params = params_lines(setup, tested)
+    lines += ["", *params] if params else []
     lines += ["", "commits measured:", *tested_lines(setup, tested)]
     return lines
 
 
-__all__ = ["REPORT_FILE", "effect_lines", "report_lines", "tested_lines"]
+__all__ = ["REPORT_FILE", "effect_lines", "params_lines", "report_lines", "tested_lines"]

@@ -9,7 +9,7 @@ round 1, beside GOOD and BAD, ``jobs - 2`` commits of the range ahead of BAD's v
 measures one commit at a time (timed captures side by side disturb each other).
 
 Every commit measured is recorded in ``DIR/bisect.json`` as soon as it is classified
-(:func:`katra3d.harness.bisect.state.write_state`), so ``--resume`` continues without measuring a
+(:meth:`katra3d.harness.bisect.state.Bisection.save`), so ``--resume`` continues without measuring a
 commit twice. The classification is :func:`katra_trace.analysis.bisection.classify`'s; skipped
 commits (failed to capture, not comparable, undecided) are stepped around, as ``git bisect skip``
 does.
@@ -18,10 +18,7 @@ does.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import math
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from katra3d.harness.bisect.measure import (
     Measured,
@@ -31,75 +28,32 @@ from katra3d.harness.bisect.measure import (
     counted_result,
     measure_timed,
 )
-from katra3d.harness.bisect.state import BISECT_FILE, CommitResult, write_state
+from katra3d.harness.bisect.state import BISECT_FILE, Bisection, CommitResult, Outcome, Setup
 from katra3d.harness.versions.git import Commit
 from katra_trace.analysis.bisection import (
     Effect,
     classify,
+    classify_images,
+    image_targets,
     next_ranges,
     open_range,
     partial_scenes,
     probes,
     rounds_left,
     shares,
+    steps,
     target_scenes,
 )
-from katra_trace.errors import ConfigError
 from katra_trace.metrics import is_count
-from katra_trace.units import format_change_pct
-
-#: Statuses of a bisection (``status`` in bisect.json) and the exit code each ends with.
-STATUS_EXIT = {"running": 2, "found": 0, "ambiguous": 2, "all skipped": 2, "nothing to bisect": 2}
+from katra_trace.units import format_change, format_change_pct
 
 
-class BisectError(ConfigError):
-    """A bisection that cannot go on or found nothing (exit 2); its state and
-    outcome are written."""
+class _Stop(Exception):
+    """The bisection cannot go on (GOOD or BAD not measured, nothing to bisect): its outcome."""
 
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """What a bisection found (or how far it got): ``status`` (:data:`STATUS_EXIT`), the first bad
-    commit (``first_bad``) or the commits it is one of (``candidates``), the last commit like GOOD,
-    the culprit's share of BAD's change per target scene and the ranges suggested next, and the one
-    line that says so."""
-
-    status: str
-    message: str
-    first_bad: Commit | None = None
-    last_good: Commit | None = None
-    candidates: tuple[Commit, ...] = ()
-    explained: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
-    partial: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    next_ranges: tuple[str, ...] = ()
-
-    @property
-    def exit_code(self) -> int:
-        return STATUS_EXIT[self.status]
-
-    def as_dict(self, tested: Mapping[str, CommitResult]) -> dict[str, Any]:
-        """The top of bisect.json: what scripts read (``first_bad`` is the culprit's full sha)."""
-        culprit = tested.get(self.first_bad.sha) if self.first_bad else None
-        return {
-            "status": self.status,
-            "message": self.message,
-            "exit_code": self.exit_code,
-            "first_bad": self.first_bad.sha if self.first_bad else None,
-            "first_bad_subject": self.first_bad.subject if self.first_bad else None,
-            "last_good": self.last_good.sha if self.last_good else None,
-            "candidates": [c.sha for c in self.candidates],
-            "effect": [e.as_dict() for e in culprit.effects] if culprit else [],
-            "explained": {
-                s: {"before_pct": _pct(p), "culprit_pct": _pct(c), "step_pct": _pct(c - p)}
-                for s, (p, c) in self.explained.items()
-            },
-            "partial": bool(self.partial),
-            "next_ranges": list(self.next_ranges),
-        }
-
-
-def _pct(share: float) -> float | None:
-    return round(share * 100, 1) if math.isfinite(share) else None
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.message)
+        self.outcome = outcome
 
 
 def _record(c: Commit, m: Measured, state: str, reason: str, round_no: int) -> CommitResult:
@@ -116,16 +70,19 @@ def _record(c: Commit, m: Measured, state: str, reason: str, round_no: int) -> C
         log=m.log,
         images=dict(m.images),
         round=round_no,
+        params=m.params,
     )
 
 
-def _classified(c: Commit, m: Measured, bad: CommitResult, round_no: int) -> CommitResult:
+def _classified(
+    c: Commit, m: Measured, bad: CommitResult, round_no: int, images: bool = False
+) -> CommitResult:
     """A commit of the range, measured: like GOOD, like BAD, or skipped (its capture failed, or
-    undecided).
+    undecided); by its kept frames with ``images``, else by its change.
     """
     if m.failure:
         return _record(c, m, "skip", f"skipped: {m.failure}", round_no)
-    verdict = classify(m.effects, bad.effects)
+    verdict = classify_images(m.images, bad.images) if images else classify(m.effects, bad.effects)
     return _record(
         c,
         m,
@@ -136,8 +93,12 @@ def _classified(c: Commit, m: Measured, bad: CommitResult, round_no: int) -> Com
 
 
 def _effects_text(effects: tuple[Effect, ...]) -> str:
+    """Each scene's change and verdict; an incomparable scene with why (what to pass, if any)."""
     return ", ".join(
-        f"{e.scene} {format_change_pct(e.change_pct, 2)} {e.verdict}" for e in effects if not e.zone
+        f"{e.scene} {format_change_pct(e.change_pct, 2)} {e.verdict}"
+        + (f" ({e.reason})" if e.verdict == "incomparable" else "")
+        for e in effects
+        if not e.zone
     )
 
 
@@ -153,9 +114,37 @@ def next_commits(
     return [commits[i] for i in probes(_states(commits, tested), n)]
 
 
-def outcome(ws: Workspace, tested: Mapping[str, CommitResult]) -> Outcome:
+def _other_steps(setup: Setup, tested: Mapping[str, CommitResult], culprit: int) -> list[str]:
+    """The steps the captures establish besides the culprit's (``culprit``: its index after GOOD):
+    a commit measured right after its parent is a second culprit; a step over a range of unmeasured
+    commits is a range to bisect."""
+    line = (setup.good, *setup.commits)
+    measured = [0] + [
+        i for i, c in enumerate(line) if i and c.sha in tested and tested[c.sha].effects
+    ]
+    found = steps(
+        [tested[line[i].sha].effects if i else () for i in measured],
+        tested[setup.bad.sha].effects,
+        setup.compare.threshold_pct,
+    )
+    out: list[str] = []
+    for st in found:
+        a, b = measured[st.before], measured[st.after]
+        if a < culprit + 1 <= b:
+            continue  # the culprit's own step
+        what = f"{st.scene} {format_change(st.ratio, 2)}"
+        if b == a + 1:
+            out.append(f"another first bad commit: {line[b].short} {line[b].subject} ({what})")
+        else:
+            out.append(
+                f"another step between {line[a].short} and {line[b].short} ({what}): "
+                + setup.again(line[a].short, line[b].short)
+            )
+    return out
+
+
+def outcome(setup: Setup, tested: Mapping[str, CommitResult]) -> Outcome:
     """What the commits measured so far say (``running`` while commits are left to test)."""
-    setup = ws.setup
     commits = setup.commits
     if next_commits(commits, tested, 1):
         return Outcome("running", f"bisecting: {len(tested)} commit(s) measured")
@@ -168,8 +157,7 @@ def outcome(ws: Workspace, tested: Mapping[str, CommitResult]) -> Outcome:
                 "all skipped",
                 f"every commit between GOOD {setup.good.short} and BAD "
                 f"{setup.bad.short} was skipped ({len(between) - 1}); the first bad commit is one "
-                "of "
-                f"them or BAD: see {BISECT_FILE} for why each was skipped",
+                f"of them or BAD: see {BISECT_FILE} for why each was skipped",
                 last_good=last_good,
                 candidates=between,
             )
@@ -192,16 +180,16 @@ def outcome(ws: Workspace, tested: Mapping[str, CommitResult]) -> Outcome:
             ranges.append(f"{setup.good.short}..{last_good.short}")
         if after and culprit.sha != setup.bad.sha:
             ranges.append(f"{culprit.short}..{setup.bad.short}")
-    message = f"first bad commit: {culprit.short} {culprit.subject}"
     return Outcome(
         "found",
-        message,
+        f"first bad commit: {culprit.short} {culprit.subject}",
         first_bad=culprit,
         last_good=last_good,
         candidates=(culprit,),
         explained=explained,
         partial=partial,
         next_ranges=tuple(ranges),
+        steps=tuple(_other_steps(setup, tested, hi)),
     )
 
 
@@ -210,46 +198,48 @@ class _Search:
     them.
     """
 
-    def __init__(self, ws: Workspace, tested: dict[str, CommitResult], jobs: int) -> None:
-        self.ws, self.setup, self.tested, self.jobs = ws, ws.setup, tested, jobs
+    def __init__(self, ws: Workspace, state: Bisection, jobs: int) -> None:
+        self.ws, self.setup, self.state, self.jobs = ws, ws.setup, state, jobs
+        self.tested = state.tested
         self.trees = Trees(ws)
         self.progress: Callable[[str], None] = ws.progress
 
-    def save(self) -> Outcome:
+    def save(self, found: Outcome | None = None) -> Outcome:
         setup, tested = self.setup, self.tested
-        found = (
-            outcome(self.ws, tested)
-            if setup.bad.sha in tested and tested[setup.bad.sha].state == "bad"
-            else Outcome("running", "measuring GOOD and BAD")
-        )
-        write_state(self.ws.root, setup, tested, found.as_dict(tested))
+        if found is None:
+            bad = tested.get(setup.bad.sha)
+            found = (
+                outcome(setup, tested)
+                if bad is not None and bad.state == "bad"
+                else Outcome("running", "measuring GOOD and BAD")
+            )
+        self.state.outcome = found
+        self.state.save(self.ws.root)
         return found
 
     def keep(self, result: CommitResult) -> None:
         self.tested[result.sha] = result
         self.save()
 
+    def not_measured(self, which: str, c: Commit, failure: str) -> _Stop:
+        return _Stop(Outcome("not measured", f"{which} {c.short} could not be measured: {failure}"))
+
     def bad_measured(self, m: Measured) -> None:
         """BAD against GOOD (round 1): the target scenes, or nothing to bisect."""
         bad = self.setup.bad
         if m.failure:
-            raise BisectError(f"BAD {bad.short} could not be measured: {m.failure}")
-        state = "bad" if target_scenes(m.effects) else "good"
-        self.keep(_record(bad, m, state, f"BAD: {_effects_text(m.effects)}", 1))
-        self.progress(f"BAD against GOOD: {_effects_text(m.effects)}")
-        if state != "bad":
-            message = (
-                f"nothing to bisect: BAD {bad.short} is not slower than GOOD "
-                f"{self.setup.good.short} "
-                f"by the decision model ({_effects_text(m.effects)})"
-            )
-            write_state(
-                self.ws.root,
-                self.setup,
-                self.tested,
-                dict(Outcome("nothing to bisect", message).as_dict(self.tested)),
-            )
-            raise BisectError(message)
+            raise self.not_measured("BAD", bad, m.failure)
+        if self.setup.images:
+            state = "bad" if image_targets(m.images) else "good"
+            said = ", ".join(f"{s} {line}" for s, line in m.images.items()) or "no kept frames"
+        else:
+            # BAD not compared in some scene is not like GOOD: it is recorded as skipped
+            blind = any(e.verdict == "incomparable" for e in m.effects)
+            state = "bad" if target_scenes(m.effects) else "skip" if blind else "good"
+            said = _effects_text(m.effects)
+        self.keep(_record(bad, m, state, f"BAD: {said}", 1))
+        self.progress(f"BAD against GOOD: {said}")
+        self.bad_is_bad()
 
     def announce(self, round_no: int, batch: list[Commit]) -> None:
         lo, hi = open_range(_states(self.setup.commits, self.tested))
@@ -265,7 +255,8 @@ class _Search:
         )
 
     def counted(self) -> None:
-        """Counts: up to ``jobs`` commits a round, captured at once."""
+        """Counts (and ``--images``): one capture a commit, up to ``jobs`` commits a round at
+        once."""
         setup, tested, jobs = self.setup, self.tested, self.jobs
         if setup.bad.sha not in tested:
             first = [c for c in (setup.good, setup.bad) if c.sha not in tested]
@@ -287,19 +278,23 @@ class _Search:
                 for c, failure, seconds in captures:
                     if c.sha == setup.good.sha:
                         if failure:
-                            raise BisectError(f"GOOD {c.short} could not be measured: {failure}")
+                            raise self.not_measured("GOOD", c, failure)
                         self.keep(
                             _record(c, counted_result(self.ws, c, "", seconds), "good", "GOOD", 1)
                         )
                     elif c.sha == setup.bad.sha and failure:
-                        raise BisectError(f"BAD {c.short} could not be measured: {failure}")
+                        raise self.not_measured("BAD", c, failure)
                     else:
                         ended[c.sha] = (c, failure, seconds)
             self.bad_measured(counted_result(self.ws, *ended.pop(setup.bad.sha)))
             for c, failure, seconds in ended.values():
                 self.keep(
                     _classified(
-                        c, counted_result(self.ws, c, failure, seconds), tested[setup.bad.sha], 1
+                        c,
+                        counted_result(self.ws, c, failure, seconds),
+                        tested[setup.bad.sha],
+                        1,
+                        setup.images,
                     )
                 )
                 self.progress(f"  {c.short}: {tested[c.sha].reason}")
@@ -316,12 +311,14 @@ class _Search:
                             counted_result(self.ws, c, failure, seconds),
                             tested[setup.bad.sha],
                             round_no,
+                            setup.images,
                         )
                     )
                     self.progress(f"  {c.short}: {tested[c.sha].reason}")
 
     def timed(self) -> None:
-        """Time: one commit at a time, in interleaved rounds against GOOD."""
+        """Time: one commit at a time, in interleaved rounds against GOOD; a commit of the range
+        stops as soon as it is like GOOD or like BAD."""
         setup, tested = self.setup, self.tested
         if setup.good.sha not in tested:
             self.keep(
@@ -340,42 +337,56 @@ class _Search:
             )
             self.bad_measured(measure_timed(self.ws, self.trees, setup.bad))
         self.bad_is_bad()
+        bad = tested[setup.bad.sha]
         round_no = max([r.round for r in tested.values()] + [1])
         while batch := next_commits(setup.commits, tested, 1):
             round_no += 1
             self.announce(round_no, batch)
             c = batch[0]
             self.keep(
-                _classified(
-                    c, measure_timed(self.ws, self.trees, c), tested[setup.bad.sha], round_no
-                )
+                _classified(c, measure_timed(self.ws, self.trees, c, bad.effects), bad, round_no)
             )
             self.progress(f"  {c.short}: {tested[c.sha].reason}")
 
     def bad_is_bad(self) -> None:
-        """A resumed bisection whose BAD was not slower stops as it did (nothing to bisect)."""
+        """A BAD not slower than GOOD (``--images``: its kept frames not changed) stops the
+        bisection: nothing to bisect."""
         bad = self.tested[self.setup.bad.sha]
+        if bad.state != "bad" and self.setup.images:
+            raise _Stop(
+                Outcome(
+                    "nothing to bisect",
+                    f"nothing to bisect: BAD {self.setup.bad.short}'s kept frames are not changed "
+                    f"against GOOD {self.setup.good.short}'s beyond the image tolerance "
+                    f"({bad.reason.removeprefix('BAD: ')})",
+                )
+            )
         if bad.state != "bad":
-            raise BisectError(
-                f"nothing to bisect: BAD {self.setup.bad.short} is not slower than GOOD "
-                f"{self.setup.good.short} by the decision model ({_effects_text(bad.effects)})"
+            raise _Stop(
+                Outcome(
+                    "nothing to bisect",
+                    f"nothing to bisect: BAD {self.setup.bad.short} is not slower than GOOD "
+                    f"{self.setup.good.short} by the decision model ({_effects_text(bad.effects)})",
+                )
             )
 
 
-def run_bisection(ws: Workspace, tested: dict[str, CommitResult], jobs: int = 1) -> Outcome:
+def run_bisection(ws: Workspace, state: Bisection, jobs: int = 1) -> Outcome:
     """Measure GOOD and BAD, then the commits the search picks, round by round (counts: up to
     ``jobs`` at once; time: one at a time), recording each in bisect.json; returns the outcome (also
-    written there). Raises BisectError when GOOD or BAD cannot be measured, or BAD is not slower
-    than GOOD (nothing to bisect)."""
-    search = _Search(ws, tested, jobs if is_count(ws.setup.measure) else 1)
+    written there): found, or why not (GOOD or BAD not measured, nothing to bisect, skipped)."""
+    once = is_count(ws.setup.measure) or ws.setup.images  # one capture a commit
+    search = _Search(ws, state, jobs if once else 1)
     try:
-        if is_count(ws.setup.measure):
+        if once:
             search.counted()
         else:
             search.timed()
         return search.save()
+    except _Stop as stop:
+        return search.save(stop.outcome)
     finally:
         search.trees.close()
 
 
-__all__ = ["STATUS_EXIT", "BisectError", "Outcome", "next_commits", "outcome", "run_bisection"]
+__all__ = ["next_commits", "outcome", "run_bisection"]

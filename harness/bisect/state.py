@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import os
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,8 +19,10 @@ from typing import Any
 from katra3d.harness.versions.git import Commit
 from katra_trace import jsontext
 from katra_trace.analysis.bisection import STATES, Effect
+from katra_trace.analysis.defaults import CompareOptions
 from katra_trace.errors import ConfigError
 from katra_trace.io.claim import open_output
+from katra_trace.io.inputs import read_regular
 from katra_trace.text import shown
 
 #: The state and result file in the output directory.
@@ -31,10 +36,10 @@ class Setup:
     """What is bisected and how: fixed when a bisection starts, taken as is by ``--resume``.
 
     ``command``: the capture command template (``{out}`` is the trace path), run with the commit's
-    worktree as its current directory. ``compare``: the keyword arguments of
-    :func:`katra_trace.analysis.compare.compare_traces` (metric, threshold, alpha, allow_* ...).
+    worktree as its current directory. ``compare``: the comparison's options.
     ``max_rounds``: time only, the cap on interleaved rounds against GOOD per commit.
-    ``commits``: the range after GOOD up to BAD (BAD last), oldest first.
+    ``commits``: the range after GOOD up to BAD (BAD last), oldest first. ``images``: bisect the
+    first commit whose kept frame changed (``--images``), one capture a commit, not the slowdown.
     """
 
     repository: str
@@ -43,9 +48,20 @@ class Setup:
     measure: str
     command: str
     scenes: tuple[str, ...]
-    compare: Mapping[str, Any]
+    compare: CompareOptions
     max_rounds: int
     commits: tuple[Commit, ...]
+    images: bool = False
+
+    def again(self, good: str, bad: str) -> str:
+        """The command that bisects ``good``..``bad`` the way this bisection captures."""
+        what = (
+            " ".join(shlex.quote(s) for s in self.scenes)
+            if self.scenes
+            else f"-c {shlex.quote(self.command)}"
+        )
+        images = " --images" if self.images else ""
+        return f"katra3d bisect {good} {bad} {what} -m {self.measure}{images}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -55,9 +71,10 @@ class Setup:
             "measure": self.measure,
             "command": self.command,
             "scenes": list(self.scenes),
-            "compare": dict(self.compare),
+            "compare": self.compare.as_dict(),
             "max_rounds": self.max_rounds,
             "commits": [dataclasses.asdict(c) for c in self.commits],
+            "images": self.images,
         }
 
     @classmethod
@@ -69,9 +86,10 @@ class Setup:
             measure=str(data["measure"]),
             command=str(data["command"]),
             scenes=tuple(str(s) for s in data["scenes"]),
-            compare=dict(data["compare"]),
+            compare=CompareOptions.from_dict(data["compare"]),
             max_rounds=int(data["max_rounds"]),
             commits=tuple(Commit(**c) for c in data["commits"]),
+            images=bool(data.get("images", False)),
         )
 
 
@@ -87,7 +105,8 @@ class CommitResult:
     relative path. ``images``: scene -> its image verdict against GOOD as one line ("image changed:
     FLIP mean ..."), shown beside the timing; it does not classify the commit. ``round``: the
     bisection's round that measured it (1: GOOD and BAD; counts with ``--jobs N`` measure up to N
-    commits a round; 0: a file from before rounds).
+    commits a round; 0: a file from before rounds). ``params``: each scene whose params differ from
+    GOOD's, one line each.
     """
 
     sha: str
@@ -102,6 +121,7 @@ class CommitResult:
     log: str = ""
     images: Mapping[str, str] = dataclasses.field(default_factory=dict)
     round: int = 0
+    params: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.state not in STATES:
@@ -117,6 +137,7 @@ class CommitResult:
             effects=[e.as_dict() for e in self.effects],
             traces=list(self.traces),
             images=dict(self.images),
+            params=list(self.params),
             seconds=round(self.seconds, 3),
         )
         return out
@@ -136,50 +157,158 @@ class CommitResult:
             log=str(data.get("log", "")),
             images=dict(data.get("images", {})),
             round=int(data.get("round", 0)),
+            params=tuple(str(p) for p in data.get("params", ())),
         )
 
 
-def write_state(
-    root: Path, setup: Setup, tested: Mapping[str, CommitResult], outcome: Mapping[str, Any]
-) -> None:
-    """Write ``root/bisect.json`` atomically: the setup, every commit measured (in the order
-    measured, GOOD and BAD first) and the outcome so far (``status``, ``first_bad`` ...)."""
-    doc = {
-        "katra3d_bisect": BISECT_VERSION,
-        **outcome,
-        "setup": setup.as_dict(),
-        "tested": [r.as_dict() for r in tested.values()],
-    }
-    text = jsontext.dumps(doc, indent=2) + "\n"
-    with open_output(root / BISECT_FILE, force=True, option="-o", example=BISECT_FILE) as f:
-        f.write(text.encode("utf-8"))
+#: Statuses of a bisection (``status`` in bisect.json) and the exit code each ends with.
+STATUS_EXIT = {
+    "running": 2,
+    "found": 0,
+    "ambiguous": 2,
+    "all skipped": 2,
+    "nothing to bisect": 2,
+    "not measured": 2,
+}
 
 
-def read_state(root: Path) -> tuple[Setup, dict[str, CommitResult]]:
-    """The setup and the measured commits of ``root/bisect.json`` (ConfigError when there is none or
-    it is not a bisection's file)."""
-    path = root / BISECT_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(
-            f"--resume: {shown(str(root))} holds no {BISECT_FILE}; give the -o directory of an "
-            "earlier 'katra3d bisect'"
-        ) from None
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"--resume: cannot read {shown(str(path))}: {exc}") from None
-    if not isinstance(data, dict) or data.get("katra3d_bisect") != BISECT_VERSION:
-        raise ConfigError(
-            f"--resume: {shown(str(path))} is not a katra3d bisect file (version {BISECT_VERSION})"
-        )
-    try:
+#: The largest bisect.json read (a bisection's file is a few KB a commit).
+MAX_STATE_BYTES = 64 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What a bisection found (or how far it got): ``status`` (:data:`STATUS_EXIT`), the first bad
+    commit (``first_bad``) or the commits it is one of (``candidates``), the last commit like GOOD,
+    the culprit's share of BAD's change per target scene, the ranges suggested next, the other
+    steps the captures establish (``steps``: one line each), and the one line that says so."""
+
+    status: str
+    message: str
+    first_bad: Commit | None = None
+    last_good: Commit | None = None
+    candidates: tuple[Commit, ...] = ()
+    explained: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    partial: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    next_ranges: tuple[str, ...] = ()
+    steps: tuple[str, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        return STATUS_EXIT[self.status]
+
+
+def _pct(share: float) -> float | None:
+    return round(share * 100, 1) if math.isfinite(share) else None
+
+
+def _share(value: Any) -> float:
+    return math.nan if value is None else float(value) / 100
+
+
+@dataclasses.dataclass
+class Bisection:
+    """A bisection as ``DIR/bisect.json`` holds it: its setup, every commit measured (sha -> result,
+    in the order measured, GOOD and BAD first) and its outcome so far. :meth:`to_json` and
+    :meth:`from_json` are the file's one layout."""
+
+    setup: Setup
+    tested: dict[str, CommitResult] = dataclasses.field(default_factory=dict)
+    outcome: Outcome = Outcome("running", "measuring GOOD and BAD")
+
+    def to_json(self) -> dict[str, Any]:
+        o = self.outcome
+        culprit = self.tested.get(o.first_bad.sha) if o.first_bad else None
+        return {
+            "katra3d_bisect": BISECT_VERSION,
+            "status": o.status,
+            "message": o.message,
+            "exit_code": o.exit_code,
+            "first_bad": o.first_bad.sha if o.first_bad else None,
+            "first_bad_subject": o.first_bad.subject if o.first_bad else None,
+            "last_good": o.last_good.sha if o.last_good else None,
+            "candidates": [c.sha for c in o.candidates],
+            "effect": [e.as_dict() for e in culprit.effects] if culprit else [],
+            "explained": {
+                s: {"before_pct": _pct(p), "culprit_pct": _pct(c), "step_pct": _pct(c - p)}
+                for s, (p, c) in o.explained.items()
+            },
+            "partial": {s: _pct(v) for s, v in o.partial.items()},
+            "next_ranges": list(o.next_ranges),
+            "steps": list(o.steps),
+            "setup": self.setup.as_dict(),
+            "tested": [r.as_dict() for r in self.tested.values()],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Bisection:
+        """The inverse of :meth:`to_json` (KeyError, TypeError or ValueError when damaged)."""
         setup = Setup.from_dict(data["setup"])
+        known = {c.sha: c for c in (setup.good, *setup.commits)}
+
+        def commit(sha: Any) -> Commit | None:
+            return None if sha is None else known[str(sha)]
+
+        partial = data.get("partial") or {}
+        outcome = Outcome(
+            status=str(data["status"]),
+            message=str(data["message"]),
+            first_bad=commit(data.get("first_bad")),
+            last_good=commit(data.get("last_good")),
+            candidates=tuple(known[str(c)] for c in data.get("candidates", ())),
+            explained={
+                s: (_share(v["before_pct"]), _share(v["culprit_pct"]))
+                for s, v in data.get("explained", {}).items()
+            },
+            partial={s: _share(v) for s, v in partial.items()} if isinstance(partial, dict) else {},
+            next_ranges=tuple(str(r) for r in data.get("next_ranges", ())),
+            steps=tuple(str(r) for r in data.get("steps", ())),
+        )
+        if outcome.status not in STATUS_EXIT:
+            raise ValueError(f"unknown status {outcome.status!r}")
         tested = [CommitResult.from_dict(r) for r in data["tested"]]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(
-            f"--resume: {shown(str(path))} is damaged ({type(exc).__name__}: {exc})"
-        ) from None
-    return setup, {r.sha: r for r in tested}
+        return cls(setup, {r.sha: r for r in tested}, outcome)
+
+    def save(self, root: Path) -> None:
+        """Write ``root/bisect.json`` atomically."""
+        text = jsontext.dumps(self.to_json(), indent=2) + "\n"
+        with open_output(root / BISECT_FILE, force=True, option="-o", example=BISECT_FILE) as f:
+            f.write(text.encode("utf-8"))
+
+    @classmethod
+    def load(cls, root: Path) -> Bisection:
+        """The bisection of ``root/bisect.json`` (ConfigError when there is none or it is not a
+        bisection's file)."""
+        path = root / BISECT_FILE
+        if not os.path.lexists(path):
+            raise ConfigError(
+                f"--resume: {shown(str(root))} holds no {BISECT_FILE}; give the -o directory of an "
+                "earlier 'katra3d bisect'"
+            )
+        raw = read_regular(path, what="bisection file", max_bytes=MAX_STATE_BYTES)
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except ValueError as exc:
+            raise ConfigError(f"--resume: cannot read {shown(str(path))}: {exc}") from None
+        if not isinstance(data, dict) or data.get("katra3d_bisect") != BISECT_VERSION:
+            raise ConfigError(
+                f"--resume: {shown(str(path))} is not a katra3d bisect file (version "
+                f"{BISECT_VERSION})"
+            )
+        try:
+            return cls.from_json(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(
+                f"--resume: {shown(str(path))} is damaged ({type(exc).__name__}: {exc})"
+            ) from None
 
 
-__all__ = ["BISECT_FILE", "BISECT_VERSION", "CommitResult", "Setup", "read_state", "write_state"]
+__all__ = [
+    "BISECT_FILE",
+    "BISECT_VERSION",
+    "STATUS_EXIT",
+    "Bisection",
+    "CommitResult",
+    "Outcome",
+    "Setup",
+]

@@ -14,6 +14,7 @@ import argparse
 import importlib
 import io
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -24,10 +25,10 @@ from typing import NoReturn
 from katra3d.harness.run.progress import show_warning
 from katra3d.scenes.registry import available_scene_names
 from katra3d.scenes.suites import SUITES
-from katra_trace import __version__
 from katra_trace.errors import ExitCode, KatraError, signal_exit_code
 from katra_trace.io.claim import describe
 from katra_trace.text import escape, shown
+from katra_trace.version import __version__
 
 #: (subcommand module under katra3d.harness.cli, in help order)
 COMMANDS: tuple[str, ...] = (
@@ -139,6 +140,20 @@ def _remember_parsers(parser: argparse.ArgumentParser) -> None:
                 _remember_parsers(child)
 
 
+def _check_order(parser: argparse.ArgumentParser, words: list[str]) -> None:
+    """A command's option given before the command (``katra3d --frames 10 run``) is a usage error
+    that says where it goes, not argparse's "invalid choice: '10'"."""
+    at = next((i for i, w in enumerate(words) if w in COMMANDS), len(words))
+    if not any(
+        w.startswith("-") and w.partition("=")[0] not in parser._option_string_actions
+        for w in words[:at]
+    ):
+        return
+    command = words[at : at + 1] or ["COMMAND"]
+    example = shlex.join(["katra3d", *command, *words[:at], *words[at + 1 :]])
+    parser.error(f"options follow the command: {example}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     try:
@@ -180,6 +195,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             # a file name that is not UTF-8 (``$'\xff.katra'``) is printed escaped, never a
             # traceback
             stream.reconfigure(errors="backslashreplace")
+    _check_order(parser, list(sys.argv[1:] if argv is None else argv))
     args, unknown = parser.parse_known_args(argv)
     if (
         unknown

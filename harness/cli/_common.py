@@ -26,6 +26,7 @@ from katra_trace.analysis.defaults import (
     DEFAULT_THRESHOLD_TIME_PCT,
     IMAGE_POLICIES,
     SOFTWARE_TIME_DEFAULT,
+    CompareOptions,
     check_alpha,
     check_threshold_pct,
     image_policy,
@@ -62,8 +63,8 @@ def add_decision_options(p: argparse.ArgumentParser, alpha_means: str = ALPHA_CO
 
 def add_comparability_options(p: argparse.ArgumentParser, images: bool = True) -> None:
     """What is compared and what may be compared: the options of compare, ab, report --baseline and
-    bisect (:func:`compare_kwargs` turns them into
-    :func:`katra_trace.analysis.compare.compare_traces`' arguments); ``images``: the image verdict's
+    bisect (:func:`compare_options` turns them into
+    :class:`katra_trace.analysis.compare.CompareOptions`); ``images``: the image verdict's
     options too (bisect shows image verdicts with the defaults, never gates)."""
     p.add_argument(
         "--metric",
@@ -164,20 +165,19 @@ def check_compare_options(args: argparse.Namespace) -> None:
         image_options(args)
 
 
-def compare_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The options of :func:`add_decision_options` and :func:`add_comparability_options` as
-    :func:`katra_trace.analysis.compare.compare_traces`' keyword arguments: the one place they are
-    mapped."""
-    return {
-        "metric": args.metric,
-        "threshold_pct": args.threshold,
-        "alpha": args.alpha,
-        "allow_host_mismatch": args.allow_host_mismatch,
-        "allow_param_mismatch": args.allow_param_mismatch,
-        "allow_codegen_mismatch": args.allow_codegen_mismatch,
-        "normalize": args.normalize,
-        "run_stat": args.stat,
-    }
+def compare_options(args: argparse.Namespace) -> CompareOptions:
+    """The options of :func:`add_decision_options` and :func:`add_comparability_options` as one
+    :class:`~katra_trace.analysis.compare.CompareOptions`: the one place they are mapped."""
+    return CompareOptions(
+        metric=args.metric,
+        threshold_pct=args.threshold,
+        alpha=args.alpha,
+        allow_host_mismatch=args.allow_host_mismatch,
+        allow_param_mismatch=args.allow_param_mismatch,
+        allow_codegen_mismatch=args.allow_codegen_mismatch,
+        normalize=args.normalize,
+        run_stat=args.stat,
+    )
 
 
 def load_traces(paths: Sequence[str | os.PathLike[str]], verb: str = "using") -> list[Trace]:

@@ -14,7 +14,7 @@ from katra3d.harness.cli._common import (
     add_comparability_options,
     add_decision_options,
     check_compare_options,
-    compare_kwargs,
+    compare_options,
     emit_table,
     image_options,
     print_json,
@@ -140,14 +140,14 @@ def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
         columns = [
             "scene",
             "verdict",
-            "change",
+            f"change ({result.run_stat})",
             "interval",
             "p (Holm)",
             "runs",
             result.run_stat if unit == "ms" else f"{result.run_stat} {unit}",
             "p99",
             "1% low fps",
-            "frames: change, p",
+            "frame medians: change, p",
             "why",
         ]
         lines = list(result.scenes)
@@ -266,7 +266,7 @@ def compare_and_print(
     for line in sides.damaged:
         warn_damaged(line)
     policy, limits = image_options(args)
-    result = compare_sides(sides, image_policy=policy, image_limits=limits, **compare_kwargs(args))
+    result = compare_sides(sides, compare_options(args), image_policy=policy, image_limits=limits)
     if getattr(args, "image_diff", None) and policy != "off":
         write_image_diff(args.image_diff, result.images, result.base_images, result.new_images)
     if record is not None:

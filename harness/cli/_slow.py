@@ -15,9 +15,8 @@ from typing import Any
 
 from katra3d.harness.cli._common import emit_table
 from katra3d.harness.run.progress import warn
-from katra_trace import Trace
 from katra_trace.analysis.slow import SceneSlow
-from katra_trace.analysis.stats import STUTTER_FACTOR, STUTTER_WINDOW_FRAMES, trace_stats
+from katra_trace.analysis.stats import NO_STATS, STUTTER_FACTOR, STUTTER_WINDOW_FRAMES, RunStats
 from katra_trace.text import escape
 from katra_trace.units import format_ms, format_number
 
@@ -28,14 +27,14 @@ FRAME_COLUMNS = ("frame", "time", "x median", "cause", "excess")
 CSV_COLUMNS = ("scene", "frame", "ms", "ratio", "kind", "name", "excess_ms")
 
 
-def slow_json(trace: Trace, found: dict[str, SceneSlow], zones: bool) -> dict[str, Any]:
-    """``stats --format json`` of ``trace`` with each scene's slow frames
+def slow_json(stats: RunStats, found: dict[str, SceneSlow]) -> dict[str, Any]:
+    """``stats --format json`` of ``stats`` with each scene's slow frames
     (:meth:`SceneSlow.as_dict`) added.
     """
-    result = trace_stats(trace, zones=zones)
+    scenes = {s: v.as_dict() for s, v in stats.scenes.items()}
     for scene, slow in found.items():
-        result["scenes"].setdefault(scene, {"metrics": {}, "zones": {}}).update(slow.as_dict())
-    return result
+        scenes.setdefault(scene, NO_STATS.as_dict()).update(slow.as_dict())
+    return {"scenes": scenes}
 
 
 def slow_csv_rows(found: dict[str, SceneSlow], where: str, lead: list[str]) -> list[list[str]]:

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from katra3d.harness.cli._common import check_compare_options, compare_kwargs
+from katra3d.harness.cli._common import check_compare_options, compare_options
 from katra3d.harness.cli._compare import add_compare_options, compare_and_print
 from katra3d.harness.run.progress import Tally
 from katra3d.harness.versions.command import CaptureCommand
@@ -89,7 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar=("BASE_REF", "NEW_REF"),
         help="instead of --base and --new: two git revisions of the repository you are in, each "
         "checked "
-        "out as a temporary worktree (its current directory, first on PYTHONPATH) and captured by "
+        "out as a temporary worktree (its current directory) and captured by "
         "-c CMD (default: katra3d run --suite ci --quiet -o {out}); ci/compare-versions.sh",
     )
     p.add_argument(
@@ -152,7 +152,9 @@ def _round_line(tally: Tally, done: Round, cap: int) -> None:
     )
     open_ = done.settled.undecided if done.settled is not None and done.number < cap else ()
     look = f"; undecided: {', '.join(open_)}" if open_ else ""
-    tally.line(f"round {done.number}/{cap}: {took}{look}")
+    tally.line(f"round {done.number}/{cap}: capture wall time {took}{look}")
+    for line in done.params:
+        tally.line(f"{line}: compared as a change of the scene")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -201,8 +203,8 @@ def _run_refs(args: argparse.Namespace) -> int:
         return _run(
             args,
             {
-                "base": dataclasses.replace(command, cwd=base_tree, pythonpath=base_tree),
-                "new": dataclasses.replace(command, cwd=new_tree, pythonpath=new_tree),
+                "base": dataclasses.replace(command, cwd=base_tree),
+                "new": dataclasses.replace(command, cwd=new_tree),
             },
         )
 
@@ -260,12 +262,14 @@ def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
             cap,
             rule,
             on_round=lambda done: _round_line(tally, done, cap),
-            compare_options=compare_kwargs(args),
+            options=compare_options(args),
+            same_command=args.refs is not None,
         )
     except Interrupted:
-        kept = sorted(
-            ((read_ab_manifest(root) or {}).get("interrupted") or {}).get("traces", {}).values()
-        )
+        manifest = read_ab_manifest(root)
+        stopped = manifest.interrupted if manifest is not None else None
+        traces = stopped.get("traces") if stopped is not None else None
+        kept = sorted(str(t) for t in traces.values()) if isinstance(traces, dict) else []
         what = f"kept as interrupted: {', '.join(kept)}" if kept else "it wrote no trace"
         Tally("katra3d ab").line(
             f"stopped: the complete rounds are recorded in {shown(str(root / AB_MANIFEST))} "
@@ -276,6 +280,7 @@ def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
     # the one line that says how many rounds were used, and why it stopped
     if result.settled is not None:
         Tally("katra3d ab").line(f"stopped: {result.settled.reason}")
+    args.allow_param_mismatch = result.compare_options.allow_param_mismatch
     return compare_and_print(
         str(dirs["base"]), str(dirs["new"]), args, record=root, top_profile=True
     )

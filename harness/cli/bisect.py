@@ -15,11 +15,12 @@ import time
 from pathlib import Path
 
 from katra3d.harness.bisect.plan import bisect, check_jobs, check_new_output, new_setup, resume
+from katra3d.harness.bisect.state import Bisection, Setup
 from katra3d.harness.cli._common import (
     add_comparability_options,
     add_decision_options,
     check_compare_options,
-    compare_kwargs,
+    compare_options,
 )
 from katra3d.harness.run.progress import Tally
 from katra_trace.analysis.defaults import DEFAULT_SEQUENTIAL_MAX_ROUNDS
@@ -103,6 +104,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default=None,
         help="continue the bisection in DIR (after Ctrl-C or a failure) without measuring again",
     )
+    p.add_argument(
+        "--images",
+        action="store_true",
+        dest="by_images",  # not compare's --images policy (the image verdicts here use defaults)
+        help="find the first commit whose kept frame changed beyond the image tolerance "
+        "(docs/images.md) instead of a slowdown: one capture a commit (-m auto: time)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_decision_options(p)
     add_comparability_options(p, images=False)  # image verdicts are shown with their defaults
@@ -123,11 +131,11 @@ def run(args: argparse.Namespace) -> int:
                 "--resume DIR continues the recorded bisection as it was set up: give no -o, -c, "
                 "-a or SCENE with it"
             )
-        root, setup, tested = resume(args.resume, args.good, args.bad)
-        jobs = check_jobs(args.jobs, setup.measure)
+        root, state = resume(args.resume, args.good, args.bad)
+        jobs = check_jobs(args.jobs, state.setup.measure, state.setup.images)
         progress(
-            f"resuming {root}: {len(tested)} commit(s) measured already; "
-            f"{_at_once(setup.measure, jobs)}"
+            f"resuming {root}: {len(state.tested)} commit(s) measured already; "
+            f"{_at_once(state.setup, jobs)}"
         )
     else:
         if args.good is None or args.bad is None:
@@ -140,22 +148,27 @@ def run(args: argparse.Namespace) -> int:
             command=args.command,
             measure=args.measure,
             run_args=args.run_args,
-            compare=compare_kwargs(args),
+            compare=compare_options(args),
             max_rounds=args.max_rounds,
+            images=args.by_images,
         )
-        jobs = check_jobs(args.jobs, setup.measure)
-        root = check_new_output(args.output or f"katra3d-bisect-{time.strftime('%Y%m%d-%H%M%S')}")
-        tested = {}
+        jobs = check_jobs(args.jobs, setup.measure, setup.images)
+        root = check_new_output(
+            f"katra3d-bisect-{time.strftime('%Y%m%d-%H%M%S')}"
+            if args.output is None
+            else args.output
+        )
+        state = Bisection(setup)
         progress(
             f"{len(setup.commits)} commit(s) after GOOD {setup.good.short} up to BAD "
             f"{setup.bad.short}, "
-            f"{setup.measure}, {_at_once(setup.measure, jobs)}; output in {root}"
+            f"{setup.measure}, {_at_once(setup, jobs)}; output in {root}"
         )
     try:
-        found, lines = bisect(root, setup, tested, progress, jobs)
+        found, lines = bisect(root, state, progress, jobs)
     except KeyboardInterrupt:
         print(
-            f"katra3d bisect: stopped; {len(tested)} commit(s) kept in {root}; continue with "
+            f"katra3d bisect: stopped; {len(state.tested)} commit(s) kept in {root}; continue with "
             f"'katra3d bisect --resume {root}'",
             file=sys.stderr,
         )
@@ -166,8 +179,8 @@ def run(args: argparse.Namespace) -> int:
     return found.exit_code
 
 
-def _at_once(measure: str, jobs: int) -> str:
+def _at_once(setup: Setup, jobs: int) -> str:
     """The progress note on how many commits are measured at once."""
-    if is_count(measure):
+    if is_count(setup.measure) or setup.images:
         return f"up to {jobs} commit(s) measured at once (--jobs)"
     return "one commit at a time (timed captures side by side disturb each other's times)"

@@ -16,6 +16,7 @@ import numpy as np
 
 from katra3d.harness.cli._common import print_json, terminal_width
 from katra_trace import Clock, Flag, Kind, Trace
+from katra_trace.analysis.slow import restarts_text
 from katra_trace.errors import ExitCode
 from katra_trace.io.header import HostInfo
 from katra_trace.io.image_block import KeptFrame
@@ -281,6 +282,22 @@ def _scene_lines(trace: Trace, counts: dict[str, Any]) -> list[str]:
     return out
 
 
+def _restart_lines(trace: Trace) -> list[str]:
+    """A line per replayed scene whose trace was replayed again from its start (the scene
+    annotation's ``replay.restarts``): where, and that those frames are out of the statistics."""
+    out = []
+    for a in trace.annotations:
+        replay = a.get("replay") if a.get("type") == "scene" else None
+        restarts = replay.get("restarts") if isinstance(replay, dict) else None
+        if isinstance(restarts, list) and restarts:
+            out.append(
+                f"{a.get('scene', '?')}: the trace replayed again from its start at "
+                f"{restarts_text(restarts)}: a new replayer's context and compiles, left out of "
+                "statistics"
+            )
+    return out
+
+
 def _params(params: Any) -> str:
     """A scene's params as ``name=value`` pairs, values as given (``speed=0.25``)."""
     return " ".join(f"{k}={v}" for k, v in params.items()) if isinstance(params, dict) else ""
@@ -387,6 +404,7 @@ def render_compact(trace: Trace, width: int = 80) -> str:
             -3,
             ("warmup", f"{counts['warmup_frames']} warmup frames recorded, left out of statistics"),
         )
+    rows.insert(-3, ("restarts", _restart_lines(trace)))
     if s.get("dropped_events"):
         rows.append(
             (

@@ -13,7 +13,7 @@ from katra3d.harness.cli._common import (
     add_comparability_options,
     add_decision_options,
     check_compare_options,
-    compare_kwargs,
+    compare_options,
     image_options,
     iter_runs,
     print_json,
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         runs, baseline = list(sides.new_traces), list(sides.base_traces)
         try:  # traces that cannot be compared (counts against times ...): the page says why instead
             comparison = compare_sides(
-                sides, image_policy=policy, image_limits=limits, **compare_kwargs(args)
+                sides, compare_options(args), image_policy=policy, image_limits=limits
             )
         except KatraError as exc:
             error = str(exc)
@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         what = (
             f"{len(runs)} run(s)" + (f" vs {len(baseline)} baseline run(s)" if baseline else "")
             if runs or baseline or trends is None
-            else f"history of {trends['runs']} run(s)"
+            else f"history of {trends.runs} run(s)"
         )
         print(f"{out} ({what}, {size / 1e6:.1f} MB)")
     return ExitCode.OK

@@ -13,7 +13,6 @@ from typing import Any
 
 from katra3d.harness.cli._common import print_json
 from katra3d.harness.cli._table import format_table
-from katra3d.harness.replay import capture as replay_capture
 from katra3d.harness.run.config import (
     RunConfig,
     parse_int,
@@ -24,6 +23,7 @@ from katra3d.harness.run.config import (
 )
 from katra3d.harness.run.jobs import parse_jobs
 from katra3d.harness.run.progress import Progress
+from katra3d.harness.run.runner import run as run_plan
 from katra_trace.analysis.images import flip_missing
 from katra_trace.analysis.references import check_references, record_references
 from katra_trace.errors import ConfigError, ExitCode, stopped_exit_code
@@ -240,8 +240,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     plan = plan_run(config)
     progress = Progress(len(plan.entries), quiet=args.quiet, phase_lines=plan.counting is not None)
-    # apitrace traces replayed (docs/replay.md)
-    result = replay_capture.run_any(config, plan=plan, progress=progress)
+    result = run_plan(config, plan=plan, progress=progress)
     if args.json:
         print_json(result.as_dict())
     else:

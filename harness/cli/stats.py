@@ -27,7 +27,7 @@ from katra3d.harness.cli._slow import CSV_COLUMNS, print_slow, slow_csv_rows, sl
 from katra3d.harness.run.progress import warn
 from katra_trace import Trace
 from katra_trace.analysis.slow import trace_slow_frames
-from katra_trace.analysis.stats import flatten, trace_stats
+from katra_trace.analysis.stats import ClockStats, RunStats, trace_stats
 from katra_trace.errors import ExitCode
 from katra_trace.metrics import COUNT_CLOCKS, primary_clock_of, unit_of
 from katra_trace.text import escape
@@ -88,8 +88,8 @@ FRAME_ONLY_STATS = frozenset(
     }
 )
 
-#: One row of statistics: (run label, scene, zone or "", clock, {stat: value}).
-Row = tuple[str, str, str, str, dict[str, Any]]
+#: One row of statistics: (run label, scene, zone or "", clock, its statistics).
+Row = tuple[str, str, str, str, ClockStats]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -136,28 +136,25 @@ def run(args: argparse.Namespace) -> int:
     verb = "slow frames cover" if args.slow else "statistics cover"
     runs: list[dict[str, Any]] = []
     rows: list[list[str]] = []  # --slow's csv rows
-    stat_rows: list[tuple[list[str], dict[str, Any]]] = []  # csv: (run, scene, zone, clock), stats
+    stat_rows: list[tuple[list[str], dict[str, float | int | None]]] = []  # csv: cells, stats
     # one at a time: a directory's traces are never all held
     for trace in iter_runs([args.trace], verb=verb):
         path = trace.path
         label = path.name if is_dir else ""
         lead = [label] if is_dir else []
         found = trace_slow_frames(trace) if args.slow else {}
-        result = (
-            slow_json(trace, found, args.zones)
-            if args.slow
-            else trace_stats(trace, zones=args.zones)
-        )
-        if not result["scenes"]:
+        result = trace_stats(trace, zones=args.zones)
+        if not result.scenes and not found:
             _warn_empty(path)
         if args.format == "json":
-            runs.append({"run": label, **result} if is_dir else result)
+            doc = slow_json(result, found) if args.slow else result.as_dict()
+            runs.append({"run": label, **doc} if is_dir else doc)
         elif args.format == "csv" and args.slow:
             rows += slow_csv_rows(found, str(path), lead)
         elif args.format == "csv":
             stat_rows += [
-                ([*lead, scene, zone, clock], v)
-                for scene, zone, clock, v in flatten(result, args.zones)
+                ([*lead, scene, zone, clock], v.as_dict())
+                for scene, zone, clock, v in result.rows(args.zones)
             ]
         elif args.slow:
             print_slow(args, label or trace.path.name, found)
@@ -181,12 +178,12 @@ def run(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _tables(args: argparse.Namespace, result: dict[str, Any], name: str) -> None:
+def _tables(args: argparse.Namespace, result: RunStats, name: str) -> None:
     """``--all``'s tables of one trace (one per unit: frame times, then each count clock in its
     unit).
     """
-    groups: dict[str, list[tuple[str, str, str, dict[str, Any]]]] = {}
-    for row in flatten(result, zones=args.zones):
+    groups: dict[str, list[tuple[str, str, str, ClockStats]]] = {}
+    for row in result.rows(zones=args.zones):
         groups.setdefault(unit_of(row[2]), []).append(row)
     for unit, group in groups.items():
         stats = (
@@ -195,8 +192,9 @@ def _tables(args: argparse.Namespace, result: dict[str, Any], name: str) -> None
         heads = [_head(k) for k in stats]
         lead = ["scene", "zone", "clock"] if args.zones else ["scene", "clock"]
         rows = []
-        for scene, zone, clock, v in group:
+        for scene, zone, clock, values in group:
             first = [scene, zone or "(frame)", clock] if args.zones else [scene, clock]
+            v = values.as_dict()
             rows.append(
                 [
                     *first,
@@ -235,27 +233,23 @@ def _warn_empty(path: Path) -> None:
 
 def primary_rows(trace: Trace, run_label: str, zones: bool) -> list[Row]:
     """Each scene's statistics on its primary clock (:func:`katra_trace.metrics.primary_clock_of`),
-    and with ``zones`` its zones' on the same clock."""
+    and with ``zones`` its zones', each on that clock or, without one there, on its own (a replay's
+    draws are on the cpu clock)."""
     opts = trace.header.capture_options
     out: list[Row] = []
-    for scene, entry in trace_stats(trace, zones=zones)["scenes"].items():
+    for scene, entry in trace_stats(trace, zones=zones).scenes.items():
+        zone_clocks = dict.fromkeys(c for per_clock in entry.zones.values() for c in per_clock)
         clock = primary_clock_of(
-            list(entry["metrics"]) or list(_zone_clocks(entry)),
-            opts.measure.mode,
-            opts.primary_clock,
+            list(entry.metrics) or list(zone_clocks), opts.measure.mode, opts.primary_clock
         )
         if clock is None:
             continue
-        if clock in entry["metrics"]:
-            out.append((run_label, scene, "", clock, entry["metrics"][clock]))
-        for zone, per_clock in entry["zones"].items():
-            if clock in per_clock:
-                out.append((run_label, scene, zone, clock, per_clock[clock]))
+        if clock in entry.metrics:
+            out.append((run_label, scene, "", clock, entry.metrics[clock]))
+        for zone, per_clock in entry.zones.items():
+            on = clock if clock in per_clock else next(iter(per_clock))
+            out.append((run_label, scene, zone, on, per_clock[on]))
     return out
-
-
-def _zone_clocks(entry: dict[str, Any]) -> list[str]:
-    return list(dict.fromkeys(c for per_clock in entry["zones"].values() for c in per_clock))
 
 
 def _compact(args: argparse.Namespace, is_dir: bool) -> int:
@@ -290,7 +284,7 @@ def _compact(args: argparse.Namespace, is_dir: bool) -> int:
                 *([escape(zone or "(frame)")] if args.zones else []),
                 *([clock] if len(clocks) > 1 else []),
                 *(
-                    "" if zone and key in FRAME_ONLY_STATS else cell(key, v.get(key))
+                    "" if zone and key in FRAME_ONLY_STATS else cell(key, v.as_dict().get(key))
                     for _, key in spec
                 ),
             ]
@@ -301,7 +295,7 @@ def _compact(args: argparse.Namespace, is_dir: bool) -> int:
             lead + heads, table, terminal_width() if args.format == "table" else None
         )
         what = "frame times" if unit == "ms" else f"{unit} per frame"
-        on = f"{clocks[0]} clock" if len(clocks) == 1 else "primary clocks"
+        on = f"{clocks[0]} clock" if len(clocks) == 1 else f"{', '.join(clocks)} clocks"
         emit_table(
             columns,
             table,

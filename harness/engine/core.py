@@ -1,15 +1,14 @@
 """The capture engine: one frame loop, one place that records options and cleans up failures.
 
-Every way of capturing drives this engine: ``katra3d run`` (:mod:`katra3d.harness.run.runner`), the
-Python API (:mod:`katra3d.capture`), the pytest plugin and the offscreen helper
-(:mod:`katra3d.harness.run.offscreen`), each with a
-:class:`~katra3d.harness.engine.spec.CaptureSpec`. An :class:`Engine` owns
+Every way of capturing drives this engine (``katra3d run``, the Python API, the pytest plugin, the
+offscreen helper), each with a :class:`~katra3d.harness.engine.spec.CaptureSpec`; all of them open
+it through :func:`katra3d.harness.run.pipeline.open_engine`. An :class:`Engine` owns
 
 * the trace writer (header = capture options + host info) and the event buffer;
-* the timer of the resolved timing mode (:mod:`katra3d.harness.engine.timers`);
+* its measurer's timer (:mod:`katra3d.harness.engine.measurer`: the clocks, or callgrind's counts);
 * the frame loop (:meth:`Engine.loop`); a scene's lifecycle around it (setup,
   warmup, measured frames, last image, release, its errors as
-  :class:`SceneError`) is :mod:`katra3d.harness.engine.lifecycle`, run by :meth:`Engine.run_scene`;
+  :class:`SceneError`) is :func:`katra3d.harness.engine.lifecycle.run_scene`'s;
 * the failure path: whatever happens, the frames measured so far are drained
   into the trace and the trace is finished (``aborted`` or ``interrupted``);
 * a keeper thread that hands buffered events to the writer when a frame takes
@@ -26,23 +25,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from katra3d.harness.engine import heap, timers
-from katra3d.harness.engine.counting import CountTimer
+from katra3d.harness.engine import timers
 from katra3d.harness.engine.draws import DrawZones
-from katra3d.harness.engine.events import EventBuffer
 from katra3d.harness.engine.frame import HarnessFrame, frame_time_s
 from katra3d.harness.engine.gcmarks import GcMarks
-from katra3d.harness.engine.lifecycle import SceneLifecycle, describe
+from katra3d.harness.engine.measurer import Measurer, TimeMeasurer
 from katra3d.harness.engine.reference import ReferenceDraw
-from katra3d.harness.engine.results import Progress, SceneResult
-from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
+from katra3d.harness.engine.results import ProgressSink
+from katra3d.harness.engine.scene_traceback import describe
+from katra3d.harness.engine.spec import CaptureSpec
 from katra3d.harness.engine.stopping import Keeper, StopFlag
 from katra3d.scenes.api import NOMINAL_RATE_HZ
 from katra_trace.errors import ConfigError, SceneError
@@ -52,8 +49,9 @@ from katra_trace.io.writer import TraceWriter
 from katra_trace.metrics import mode_clock
 from katra_trace.schema import Clock, Kind
 
-if TYPE_CHECKING:
-    from katra3d.harness.engine.lifecycle import MeasuredDriver
+#: ``measured_driver(one_frame, count)`` renders the measured frames by calling ``one_frame()``
+#: ``count`` times (pytest-benchmark rounds).
+MeasuredDriver = Callable[[Callable[[], None], int], None]
 
 _pc = time.perf_counter_ns
 #: What ``ctx.error`` (glGetError) says when GL recorded no error.
@@ -80,34 +78,24 @@ class ResolvedCapture:
     writer_args: Mapping[str, Any]
 
 
-def resolve_capture(spec: CaptureSpec) -> ResolvedCapture:
-    """The timing mode, zone mode and recorded capture options of ``spec`` (pure; ConfigError if
-    impossible).
+def resolve_capture(spec: CaptureSpec, measurer: Measurer | None = None) -> ResolvedCapture:
+    """The mode (``measurer``'s; default: timed), zone mode and recorded capture options of
+    ``spec`` (pure; ConfigError if impossible).
     """
+    measurer = measurer or TimeMeasurer()
     zones = timers.zone_mode(spec.zones)
-    writer_args: dict[str, Any] = {} if spec.codec is None else {"codec": spec.codec}
-    if spec.counting:
-        mode = str(spec.measure.mode)
-        reason = (
-            f"--measure {mode}: counted under callgrind (valgrind {spec.measure.valgrind or '?'}), "
-            "main thread only, single-threaded llvmpipe"
-        )
-        # no time-based flushes: periodic work would land in whichever frame it happened in; and the
-        # writer's thread works only while this one waits for it, so the two never interleave
-        # (docs/measure.md)
-        writer_args.update(batch_ms=1e9, sync=True)
-    else:
-        mode, reason = timers.choose_mode(spec.timing, spec.host.gl)
+    mode, reason, writer_args = measurer.mode(spec.timing, spec.host.gl, spec.codec)
     recorded: dict[str, Any] = {
         "timing_mode": mode,
         "timing_reason": reason,
         "primary_clock": mode_clock(mode),
-        "measure": spec.measure,
+        "measure": measurer.measure,
         "zones": zones,
     }
     if zones == "draws":
         recorded["max_draw_zones"] = spec.max_draw_zones
-    return ResolvedCapture(mode, reason, zones, spec.options.replaced(**recorded), writer_args)
+    options = spec.options.replaced(**recorded)
+    return ResolvedCapture(mode, reason, zones, options, writer_args)
 
 
 # --------------------------------------------------------------------------- the engine
@@ -116,25 +104,30 @@ def resolve_capture(spec: CaptureSpec) -> ResolvedCapture:
 class Engine:
     """One capture into one trace: writer, buffer, timer, frame loop and clean-up.
 
-    ``spec`` says what to capture and how (:class:`CaptureSpec`); ``ctx`` is
-    the moderngl context. ``writer`` replaces the trace writer (any object
-    with TraceWriter's methods, e.g. :class:`~katra3d.harness.run.offscreen.MemorySink`);
+    ``spec`` says what to capture and how (:class:`CaptureSpec`); ``ctx`` is the moderngl
+    context; ``measurer`` how frames are measured (default: timed). ``writer`` replaces the
+    trace writer (any object with TraceWriter's methods, e.g.
+    :class:`~katra3d.harness.run.offscreen.MemorySink`);
     ``stop`` is the flag the frame loop polls (a fresh one if None).
     Use as a context manager: an exception finishes the trace as ``aborted``
     (``interrupted`` for KeyboardInterrupt) with every measured frame kept.
     """
 
     def __init__(
-        self, ctx: Any, spec: CaptureSpec, *, writer: Any = None, stop: StopFlag | None = None
+        self,
+        ctx: Any,
+        spec: CaptureSpec,
+        *,
+        measurer: Measurer | None = None,
+        writer: Any = None,
+        stop: StopFlag | None = None,
     ) -> None:
-        resolved = resolve_capture(spec)
+        self.measurer = measurer = measurer or TimeMeasurer()
+        resolved = resolve_capture(spec, measurer)
         self.ctx = ctx
         self.spec = spec
         self.mode, self.reason, self.zones = resolved.mode, resolved.reason, resolved.zones
-        self.counting = spec.counting
-        if not self.counting:
-            # a frame must not pay page faults for memory the driver freed in the last one (heap.py)
-            heap.keep_freed_memory()
+        self.counting = measurer.counts
         self.options = resolved.options
         self.writer = writer if writer is not None else _open_writer(spec, resolved)
         self.path = spec.path
@@ -147,11 +140,9 @@ class Engine:
         # katra_trace.io.images reads the header's mapping
         self.image_key = image_key(spec.host.as_dict())
         self._start_timer(spec)
-        # each garbage collection becomes a marker (gcmarks.py): nothing runs per frame; not while
-        # counting
+        # each garbage collection becomes a marker (gcmarks.py) where the measurer installs it
         self.gc_marks = GcMarks(self.timer, self.buffer.add)
-        if not self.counting:
-            self.gc_marks.install()
+        measurer.settle(self.gc_marks)
         self.primary_clock = self.timer.primary_clock.name.lower()
         self._start_reference(spec.reference_every)
         self._keeper = Keeper(self)
@@ -161,30 +152,13 @@ class Engine:
         """The event buffer, the timer (and the draw instrument); a failure finishes the trace as
         aborted.
         """
-        ctx, writer, timed_zones = self.ctx, self.writer, self.zones != "off"
         try:
-            if spec.counting:
-                if spec.dump_base is None:
-                    raise ConfigError(
-                        "a counted capture needs the dump base of its callgrind dumps"
-                    )
-                self.buffer = EventBuffer(writer, max_rows=1 << 16, max_age_ns=None)
-                self.timer: timers.Timer = CountTimer(
-                    ctx,
-                    writer,
-                    self.buffer,
-                    zones=timed_zones,
-                    dump_base=spec.dump_base,
-                    cycles=self.mode == "cycles",
-                )
-            else:
-                self.buffer = EventBuffer(writer)
-                self.timer = timers.make_timer(
-                    self.mode, ctx, writer, self.buffer, zones=timed_zones
-                )
+            self.buffer, self.timer = self.measurer.start(
+                self.mode, self.ctx, self.writer, zones=self.zones != "off"
+            )
             self.draws: DrawZones | None = None
             if self.zones == "draws":
-                self.draws = DrawZones(ctx, self.timer, max_draw_zones=spec.max_draw_zones)
+                self.draws = DrawZones(self.ctx, self.timer, max_draw_zones=spec.max_draw_zones)
         except BaseException as exc:
             self.finish_quietly(
                 {"error": f"timer setup failed: {type(exc).__name__}: {exc}"}, "aborted"
@@ -323,7 +297,7 @@ class Engine:
         flags: int,
         key: tuple[int, int],
         bind: Callable[[], None] | None = None,
-        progress: Progress | None = None,
+        progress: ProgressSink | None = None,
     ) -> int:
         """Render frames ``first``, ``first+1``, … (``count`` of them, or until ``deadline_ns``).
 
@@ -351,10 +325,9 @@ class Engine:
         reference = self.reference if not flags and bind is not None else None
         every = self.reference_every
         show = progress is not None and progress.tty
-        # a counted child reports every frame: the same work between frames in every process, not a
-        # clock-driven choice of frames (what runs between frames is not counted, but it shapes the
-        # heap)
-        every_frame = self.counting
+        # a relayed (counted) child reports every frame: the same work between frames in every
+        # process, not a clock-driven choice of frames (it shapes the heap)
+        every_frame = self.measurer.relayed
         next_update_ns = 0
         i = first
         done = 0
@@ -387,53 +360,6 @@ class Engine:
         if show:
             progress.advance(done)  # type: ignore[union-attr]
         return done
-
-    # -- one scene, start to end
-
-    def run_scene(
-        self,
-        scene: SceneSpec,
-        *,
-        bind: Callable[[], None] | None = None,
-        progress: Progress | None = None,
-        measured_driver: MeasuredDriver | None = None,
-    ) -> SceneResult:
-        """Set up, warm up, measure and release one scene
-        (:class:`~katra3d.harness.engine.lifecycle.SceneLifecycle`).
-
-        ``bind`` makes the harness's framebuffer current (before setup and
-        whenever the scene left another one bound). ``measured_driver(one_frame,
-        count)``, when given, renders the measured frames itself by calling
-        ``one_frame()`` ``count`` times (pytest-benchmark rounds).
-        Raises SceneError for a scene's own failure; returns a ``skipped``
-        result when the scene raises SceneSkip.
-        """
-        return SceneLifecycle(
-            self, scene, bind=bind, progress=progress, measured_driver=measured_driver
-        ).run()
-
-    @contextlib.contextmanager
-    def quiet_process(self) -> Iterator[None]:
-        """While counting: nothing but the frames may run in this process during a scene's frames.
-
-        The writer thread is made idle first (a thread taking the GIL costs the main thread
-        instructions in whichever frame it happens), and the cyclic garbage collector is paused
-        (it is triggered by allocations of all threads, so it would run in different frames in
-        different processes); it collects between scenes instead. A no-op when timing.
-        """
-        if not self.counting:
-            yield
-            return
-        self.buffer.flush()
-        self.writer.flush()
-        gc.collect()
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            yield
-        finally:
-            if was_enabled:
-                gc.enable()
 
     def drive(
         self,
@@ -560,4 +486,4 @@ def _open_writer(spec: CaptureSpec, resolved: ResolvedCapture) -> TraceWriter:
     )
 
 
-__all__ = ["Engine", "ResolvedCapture", "resolve_capture"]
+__all__ = ["Engine", "MeasuredDriver", "ResolvedCapture", "resolve_capture"]

@@ -35,18 +35,28 @@ its instruction count, with the raw counts as COUNTER events.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from katra3d.harness.engine import valgrind_request
 from katra3d.harness.engine.events import EventBuffer
+from katra3d.harness.engine.measurer import Mode
 from katra3d.harness.engine.timers import NULL_ZONE, Timer
 from katra_trace.errors import KatraError
+from katra_trace.io.header import MeasureOptions
 from katra_trace.metrics import MODE_CLOCKS
 from katra_trace.profile.callgrind import kept_dump, profiles_on, write_index
 from katra_trace.schema import Clock, Flag, Kind
+
+if TYPE_CHECKING:
+    from katra3d.harness.engine.gcmarks import GcMarks
+    from katra3d.harness.engine.results import SceneResult
+    from katra_trace.io.header import GLInfo
 
 #: callgrind's event names with ``--cache-sim=yes``, in its order.
 CACHE_EVENTS: tuple[str, ...] = ("Ir", "Dr", "Dw", "I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw")
@@ -311,6 +321,71 @@ class CountTimer(Timer):
         return out
 
 
+class CountMeasurer:
+    """Frames counted under callgrind (a :class:`~katra3d.harness.engine.measurer.Measurer`).
+
+    ``measure``: the count mode and the child's facts, as the header records them; ``dump_base``:
+    callgrind's ``--callgrind-out-file``. Nothing but the frames runs in the process while they are
+    counted: the writer is synchronous and flushed between scenes, the garbage collector paused.
+    """
+
+    counts = True
+    relayed = True  # progress every frame: the same work between frames in every process
+
+    def __init__(self, measure: MeasureOptions, dump_base: Path) -> None:
+        self.measure = measure
+        self.dump_base = Path(dump_base)
+
+    def mode(self, timing: str, gl: GLInfo, codec: str | None) -> Mode:
+        name = str(self.measure.mode)
+        reason = (
+            f"--measure {name}: counted under callgrind (valgrind {self.measure.valgrind or '?'}), "
+            "main thread only, single-threaded llvmpipe"
+        )
+        # no time-based flushes: periodic work would land in whichever frame it happened in; and
+        # the writer's thread works only while this one waits for it (docs/measure.md)
+        args: dict[str, Any] = {} if codec is None else {"codec": codec}
+        return name, reason, {**args, "batch_ms": 1e9, "sync": True}
+
+    def start(self, mode: str, ctx: Any, writer: Any, *, zones: bool) -> tuple[EventBuffer, Timer]:
+        buffer = EventBuffer(writer, max_rows=1 << 16, max_age_ns=None)
+        timer = CountTimer(
+            ctx, writer, buffer, zones=zones, dump_base=self.dump_base, cycles=mode == "cycles"
+        )
+        return buffer, timer
+
+    def settle(self, gc_marks: GcMarks) -> None:
+        pass  # the collector is paused while frames are counted: no marks
+
+    @contextlib.contextmanager
+    def frames(self, buffer: EventBuffer, writer: Any) -> Iterator[None]:
+        """The writer's thread made idle first (a thread taking the GIL costs the main thread
+        instructions in whichever frame it happens), the cyclic collector paused (allocations of
+        every thread trigger it, so it would run in different frames in different processes)."""
+        buffer.flush()
+        writer.flush()
+        gc.collect()
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            yield
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    def frames_done(self, timer: Timer) -> None:
+        cast(CountTimer, timer).stop_counting()
+
+    def write_scene(self, writer: Any, annotation: dict[str, Any], result: SceneResult) -> None:
+        # host time under valgrind is 20-100x slower than outside: no setup time anyone can use
+        annotation.pop("setup_ms", None)
+        result.setup_ms = 0.0
+        writer.annotate(annotation)
+        # everything written now, between scenes: the writer's thread must be idle while the next
+        # scene's frames are counted
+        writer.flush()
+
+
 def _sum(segments: dict[int, dict[str, int]], first: int, last: int) -> dict[str, int]:
     total: dict[str, int] = {}
     for part in range(first, last + 1):
@@ -323,6 +398,7 @@ __all__ = [
     "CACHE_EVENTS",
     "CYCLE_WEIGHTS",
     "CountError",
+    "CountMeasurer",
     "CountTimer",
     "estimated_cycles",
     "read_summary",

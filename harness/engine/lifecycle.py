@@ -19,10 +19,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from katra3d.harness.engine.counting import CountTimer
 from katra3d.harness.engine.frame import frame_time_s, seed_key
 from katra3d.harness.engine.results import NoProgress, SceneResult, median_text, scene_stats
-from katra3d.harness.engine.scene_traceback import location, scene_traceback
+from katra3d.harness.engine.scene_traceback import describe, location, scene_traceback
 from katra3d.scenes.api import SceneSkip
 from katra3d.scenes.image import read_pixels
 from katra_trace.errors import KatraError, SceneError
@@ -31,15 +30,29 @@ from katra_trace.io.images import encode_png, frame_record, image_checksum
 from katra_trace.schema import Flag
 
 if TYPE_CHECKING:
-    from katra3d.harness.engine.core import Engine
-    from katra3d.harness.engine.results import Progress
+    from katra3d.harness.engine.core import Engine, MeasuredDriver
+    from katra3d.harness.engine.results import ProgressSink
     from katra3d.harness.engine.spec import SceneSpec
 
 _pc = time.perf_counter_ns
 
-#: ``measured_driver(one_frame, count)`` renders the measured frames by calling ``one_frame()``
-#: ``count`` times.
-MeasuredDriver = Callable[[Callable[[], None], int], None]
+
+def run_scene(
+    engine: Engine,
+    scene: SceneSpec,
+    *,
+    bind: Callable[[], None] | None = None,
+    progress: ProgressSink | None = None,
+    measured_driver: MeasuredDriver | None = None,
+) -> SceneResult:
+    """Set up, warm up, measure and release one scene on ``engine`` (:class:`SceneLifecycle`).
+
+    Raises SceneError for a scene's own failure; returns a ``skipped`` result when the scene raises
+    SceneSkip.
+    """
+    return SceneLifecycle(
+        engine, scene, bind=bind, progress=progress, measured_driver=measured_driver
+    ).run()
 
 
 class SceneLifecycle:
@@ -57,13 +70,13 @@ class SceneLifecycle:
         spec: SceneSpec,
         *,
         bind: Callable[[], None] | None = None,
-        progress: Progress | None = None,
+        progress: ProgressSink | None = None,
         measured_driver: MeasuredDriver | None = None,
     ) -> None:
         self.engine = engine
         self.spec = spec
         self.bind = bind
-        self.progress: Progress = progress or NoProgress()
+        self.progress: ProgressSink = progress or NoProgress()
         self.measured_driver = measured_driver
         self.scene: Any = None
 
@@ -90,7 +103,7 @@ class SceneLifecycle:
             raise
         self.release()
         # a counted child's relay shows it on a terminal too
-        if not self.progress.tty or self.engine.counting:
+        if not self.progress.tty or self.engine.measurer.relayed:
             self.progress.line(
                 f"[{spec.index}/{spec.total}] {spec.label}: {result.frames} frames"
                 + median_text(result)
@@ -158,7 +171,10 @@ class SceneLifecycle:
         render = self.scene.render
         key = seed_key(spec.seed, spec.label)
         rebind = self.rebinder()
-        with scene_errors(spec.label, "while rendering"), engine.quiet_process():
+        with (
+            scene_errors(spec.label, "while rendering"),
+            engine.measurer.frames(engine.buffer, engine.writer),
+        ):
             self.progress.phase(f"{self.where}: warm-up", spec.warmup)
             warm = engine.loop(
                 render,
@@ -171,7 +187,8 @@ class SceneLifecycle:
                 progress=self.progress,
             )
             self.progress.phase(
-                f"{self.where}: {'counting' if engine.counting else 'measuring'}", spec.frames
+                f"{self.where}: {'counting' if engine.measurer.counts else 'measuring'}",
+                spec.frames,
             )
             if self.measured_driver is not None:
                 measured = engine.drive(
@@ -203,7 +220,7 @@ class SceneLifecycle:
         engine, spec = self.engine, self.spec
         engine.timer.settle()  # reads back this scene's pending GPU queries (no-op in sync mode)
         if engine.timer.frame_ns:
-            result.stats = scene_stats(engine.timer.frame_ns, counts=engine.counting)
+            result.stats = scene_stats(engine.timer.frame_ns, counts=engine.measurer.counts)
         annotation: dict[str, Any] = {
             "type": "scene",
             "scene": spec.label,
@@ -214,31 +231,20 @@ class SceneLifecycle:
             "warmup_frames": result.warmup,
             "measured_frames": result.frames,
         }
-        if engine.counting:
-            # host time under valgrind is 20-100x slower than outside: not a setup time anyone can
-            # use
-            del annotation["setup_ms"]
-            result.setup_ms = 0.0
         if spec.read_image and result.warmup + result.frames > 0:
             annotation.update(self.last_image(result))
         engine.buffer.flush()
-        engine.writer.annotate(annotation)
-        if engine.counting:
-            # encode and write everything now, between scenes: the writer thread must be idle while
-            # the next scene's frames are counted (taking the GIL back from it costs the main
-            # thread)
-            engine.writer.flush()
+        engine.measurer.write_scene(engine.writer, annotation, result)
 
     def last_image(self, result: SceneResult) -> dict[str, Any]:
         """Read the last rendered frame into ``result`` (pixels, sha256); keep it in the trace and
-        save the screenshot if asked. In a counted run, instrumentation is off first: counts do not
-        move.
+        save the screenshot if asked. The measurer is told first (a counted run switches
+        instrumentation off: counts do not move).
 
         Returns the annotation's last-image keys.
         """
         spec, engine = self.spec, self.engine
-        if isinstance(engine.timer, CountTimer):
-            engine.timer.stop_counting()
+        engine.measurer.frames_done(engine.timer)
         pixels = read_pixels(engine.ctx, self.scene)
         result.pixels = pixels
         result.checksum = image_checksum(pixels)
@@ -335,24 +341,10 @@ def scene_errors(
         raise err from exc
 
 
-def describe(exc: BaseException | None) -> str:
-    """An exception as one line of at most ~400 characters: ``Type: text`` ("" for None)."""
-    if exc is None:
-        return ""
-    if isinstance(exc, SystemExit):
-        return f"SystemExit({exc.code!r}): scene code called sys.exit()"
-    # one line, whatever the exception's text (a GLSL compiler log has many)
-    lines = [" ".join(line.split()) for line in str(exc).splitlines()]
-    text = " | ".join(line for line in lines if line and set(line) - set("=-~"))
-    if len(text) > 400:
-        text = text[:397] + "..."
-    return f"{type(exc).__name__}: {text}".rstrip(": ")
-
-
 def release_quietly(scene: Any) -> None:
     """``scene.release()``, ignoring its failure (the scene already failed, or is being stopped)."""
     with contextlib.suppress(Exception, SystemExit):
         scene.release()
 
 
-__all__ = ["MeasuredDriver", "SceneLifecycle", "describe", "release_quietly", "scene_errors"]
+__all__ = ["SceneLifecycle", "release_quietly", "run_scene", "scene_errors"]

@@ -85,7 +85,7 @@ class RunResult:
         }
 
 
-class Progress(Protocol):
+class ProgressSink(Protocol):
     """What the engine reports progress to (the CLI's progress bar, the counted child's relay, or
     nothing).
 
@@ -107,7 +107,7 @@ class Progress(Protocol):
 
 
 class NoProgress:
-    """A :class:`Progress` that shows nothing."""
+    """A :class:`ProgressSink` that shows nothing."""
 
     tty = False
 
@@ -150,4 +150,4 @@ def median_text(result: SceneResult) -> str:
     return f", median {s['median']:,.0f} {result.clock} per frame"
 
 
-__all__ = ["NoProgress", "Progress", "RunResult", "SceneResult", "median_text", "scene_stats"]
+__all__ = ["NoProgress", "ProgressSink", "RunResult", "SceneResult", "median_text", "scene_stats"]

@@ -12,18 +12,20 @@ installation, or a built-in scene (``scenes/builtin``).
 from __future__ import annotations
 
 import os
+import sys
 import sysconfig
 import traceback
 from pathlib import Path
 
-import katra3d
 import katra_trace
 from katra3d import scenes
 
 #: Directories of katra3d's own code: their frames are never the scene's (the Scene API's helpers
 #: included).
 _OWN = (
-    os.path.realpath(Path(str(katra3d.__file__)).parent) + os.sep,
+    # katra3d's package itself: loaded before any of its modules (importing it here would be a
+    # circle through its facade)
+    os.path.realpath(Path(str(sys.modules["katra3d"].__file__)).parent) + os.sep,
     os.path.realpath(Path(str(katra_trace.__file__)).parent) + os.sep,
     os.path.realpath(Path(__file__).parents[1]) + os.sep,
     os.path.realpath(Path(str(scenes.__file__)).parent) + os.sep,
@@ -94,4 +96,18 @@ def scene_traceback(exc: BaseException) -> str:
     return "".join(lines)
 
 
-__all__ = ["location", "scene_frames", "scene_traceback"]
+def describe(exc: BaseException | None) -> str:
+    """An exception as one line of at most ~400 characters: ``Type: text`` ("" for None)."""
+    if exc is None:
+        return ""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}): scene code called sys.exit()"
+    # one line, whatever the exception's text (a GLSL compiler log has many)
+    lines = [" ".join(line.split()) for line in str(exc).splitlines()]
+    text = " | ".join(line for line in lines if line and set(line) - set("=-~"))
+    if len(text) > 400:
+        text = text[:397] + "..."
+    return f"{type(exc).__name__}: {text}".rstrip(": ")
+
+
+__all__ = ["describe", "location", "scene_frames", "scene_traceback"]

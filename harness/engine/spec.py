@@ -17,16 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from katra_trace.io.header import CaptureOptions, HostInfo, MeasureOptions
-from katra_trace.metrics import is_count
-
-#: What a capture that times its frames records under ``measure`` (a record is frozen: one serves
-#: all).
-TIMED = MeasureOptions(mode="time")
-
-
-def _timed() -> MeasureOptions:
-    return TIMED
+from katra_trace.io.header import CaptureOptions, HostInfo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,9 +32,8 @@ class CaptureSpec:
     the timing mode, its reason, the primary clock, ``measure`` and ``zones``.
     ``timing``: auto | sync | gpu. ``zones``: True/"passes", "draws",
     False/"off". ``max_draw_zones``: with draws zones, the most draws timed a frame (None: all).
-    ``measure``: what is measured, as the header records it: mode ``time``, or a count mode
-    (``instructions``, ``cycles``) with the counted child's facts (valgrind's version, its command,
-    ...); ``dump_base``: where callgrind writes its dumps when counting. ``reference_every``: time
+    How frames are measured (timed or counted) is the engine's measurer, not the spec's
+    (:mod:`katra3d.harness.engine.measurer`). ``reference_every``: time
     the reference draw after every K-th measured frame (sync timing only; 0: off). ``overwrite``:
     replace an existing trace. ``codec``: the writer's event codec (None: its default).
     ``gl_error_check``: check ``glGetError`` after setup and after every frame. ``failed_aside``: an
@@ -59,19 +49,11 @@ class CaptureSpec:
     zones: bool | str = False
     max_draw_zones: int | None = None
     notes: str = ""
-    measure: MeasureOptions = dataclasses.field(default_factory=_timed)
-    dump_base: Path | None = None
     reference_every: int = 0
     overwrite: bool = False
     codec: str | None = None
     gl_error_check: bool = True
     failed_aside: bool = False
-
-    @property
-    def counting(self) -> bool:
-        """Whether frames are counted under callgrind (``measure.mode`` is
-        instructions or cycles)."""
-        return is_count(self.measure.mode or "time")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,4 +95,4 @@ class SceneSpec:
         return self.frames + self.warmup if self.frames is not None else None
 
 
-__all__ = ["TIMED", "CaptureSpec", "SceneSpec"]
+__all__ = ["CaptureSpec", "SceneSpec"]

@@ -19,13 +19,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+from katra3d.harness.supervisor import STOP_SIGNALS, handling
 from katra_trace.errors import signal_exit_code
 
 if TYPE_CHECKING:
     from katra3d.harness.engine.events import EventBuffer
-
-#: Signals that stop a run (the first at the next frame boundary, the second at once).
-STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 #: Seconds the keeper waits after a second stop signal before it finishes the trace itself.
 HARD_STOP_GRACE_S = 1.0
@@ -70,23 +68,9 @@ class StopFlag:
 
 @contextlib.contextmanager
 def stop_on_signals(flag: StopFlag) -> Iterator[StopFlag]:
-    """Route SIGINT/SIGTERM/SIGHUP to ``flag`` for the duration (main thread only).
-
-    The previous handlers are restored afterwards; a handler installed from C
-    (``signal.signal`` returns None for it, e.g. under apitrace) is restored as
-    ``SIG_DFL``.
-    """
-    if threading.current_thread() is not threading.main_thread():
+    """Route SIGINT/SIGTERM/SIGHUP to ``flag`` for the duration (main thread only)."""
+    with handling(flag.trip, STOP_SIGNALS):
         yield flag
-        return
-    old: dict[signal.Signals, Any] = {}
-    try:
-        for sig in STOP_SIGNALS:
-            old[sig] = signal.signal(sig, flag.trip)
-        yield flag
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 class Kept(Protocol):
@@ -165,7 +149,6 @@ class Keeper(threading.Thread):
 
 __all__ = [
     "HARD_STOP_GRACE_S",
-    "STOP_SIGNALS",
     "Keeper",
     "Kept",
     "StopFlag",

@@ -2,8 +2,9 @@
 itself.
 
 Xvfb picks its own display number (``-displayfd``): a number chosen here by looking for a free one
-could be taken by another server before this one locks it. The server runs in its own process group,
-dies with katra3d (PR_SET_PDEATHSIG) and is stopped when the replay ends, whatever happens.
+could be taken by another server before this one locks it. The server leads a process group of its
+own (:func:`katra3d.harness.supervisor.spawn`) and is stopped when the replay ends, whatever
+happens.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 
-from katra3d.harness.run.groups import own_group, stop_group
+from katra3d.harness.replay.tool import install_line
+from katra3d.harness.supervisor import spawn
 from katra_trace.errors import ToolUnavailable
 
 #: Seconds Xvfb has to come up.
@@ -25,11 +27,6 @@ XVFB_STOP_GRACE_S = 5.0
 #: The screen of katra3d's own Xvfb (a trace's windows are made at the size the trace asks for, up
 #: to this).
 SCREEN = "4096x4096x24"
-
-
-def xvfb_install_line() -> str:
-    line = "apt-get install -y xvfb"
-    return line if os.geteuid() == 0 else f"sudo {line}"
 
 
 @contextlib.contextmanager
@@ -44,17 +41,17 @@ def x_display(environ: dict[str, str]) -> Iterator[dict[str, str]]:
     if xvfb is None:
         raise ToolUnavailable(
             f"a GLX trace replays on an X server: set DISPLAY, or install Xvfb for katra3d to "
-            f"start one: {xvfb_install_line()}"
+            f"start one: {install_line('xvfb')}"
         )
     read_fd, write_fd = os.pipe()
     try:
-        proc = subprocess.Popen(
+        group = spawn(
             [xvfb, "-displayfd", str(write_fd), "-screen", "0", SCREEN, "-nolisten", "tcp"],
+            session=False,
             pass_fds=(write_fd,),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            preexec_fn=own_group(),
         )
     except OSError as exc:
         os.close(read_fd)
@@ -67,11 +64,12 @@ def x_display(environ: dict[str, str]) -> Iterator[dict[str, str]]:
             number = pipe.readline().strip() if ready else b""
         if not number.isdigit():
             raise ToolUnavailable(
-                f"Xvfb did not start within {START_TIMEOUT_S:.0f} s (exit status {proc.poll()})"
+                f"Xvfb did not start within {START_TIMEOUT_S:.0f} s "
+                f"(exit status {group.proc.poll()})"
             )
         yield {**environ, "DISPLAY": f":{number.decode()}"}
     finally:
-        stop_group(proc, XVFB_STOP_GRACE_S)
+        group.end(XVFB_STOP_GRACE_S)
 
 
-__all__ = ["SCREEN", "x_display", "xvfb_install_line"]
+__all__ = ["SCREEN", "x_display"]

@@ -13,17 +13,14 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from katra_trace.schema import FRAME_PASS, draw_zone_name
+
 #: Calls that are draws (``--zones draws``): draws, dispatches, clears and blits, as katra3d's own
 #: draw zones.
 DRAW_CALL = re.compile(
     r"^gl(Multi)?Draw[A-Za-z0-9]*$|^glDispatchCompute[A-Za-z]*$|^glClear$|^glBlitFramebuffer[A-Z]*$"
     r"|^glBegin$"
 )
-
-
-def draw_zone(function: str, call_no: int) -> str:
-    """A draw zone's name: the function and the trace's call number, ``glDrawArrays@2496``."""
-    return f"{function}@{call_no}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +93,18 @@ def _int(text: str) -> int:
         return 0
 
 
+def draw_zones(draws: tuple[Draw, ...]) -> list[str]:
+    """The zone names of a frame's ``draws``: the k-th call of each function in the frame, as a
+    scene's draws without a pass (``frame/glDrawArrays#2``), so that the same draw of every frame
+    has the same name."""
+    seen: dict[str, int] = {}
+    names = []
+    for draw in draws:
+        seen[draw.function] = seen.get(draw.function, 0) + 1
+        names.append(draw_zone_name(FRAME_PASS, draw.function, seen[draw.function]))
+    return names
+
+
 def replayer_base_ns(frames: list[Frame]) -> int | None:
     """Where the replayer's ``--pcpu`` times start on the host clock, from one process's frames:
     each frame's first call starts after the frame before ended (its ``rendering_finished`` was
@@ -109,4 +118,4 @@ def replayer_base_ns(frames: list[Frame]) -> int | None:
     return max(bounds) if bounds else None
 
 
-__all__ = ["DRAW_CALL", "Draw", "Frame", "FrameReader", "draw_zone", "replayer_base_ns"]
+__all__ = ["DRAW_CALL", "Draw", "Frame", "FrameReader", "draw_zones", "replayer_base_ns"]

@@ -1,17 +1,18 @@
 """glretrace as katra3d drives it: timed replays, counted replays under callgrind, and the last
 frame's snapshot.
 
-Every replayer process runs in its own process group, dies with katra3d (PR_SET_PDEATHSIG) and is
-stopped (SIGTERM, then SIGKILL) when its part is done, on an error and on a stop signal: none is
-left behind.
+Every replayer process leads a process group of its own (:func:`katra3d.harness.supervisor.spawn`)
+and is stopped (SIGTERM, then SIGKILL) when its part is done, on an error and on a stop signal: none
+is left behind.
 
 * :func:`timed_frames`: ``glretrace --pframe-times`` (with ``--pcpu --min-cpu-time=0`` for draw
   zones), read line by line until enough frames ended; a trace shorter than the frames asked for is
   replayed again from its start by a new process (glretrace cannot replay a trace twice in one
-  process), and the frame where each replay starts is noted. A replay's first frame starts at the
-  replayer's first call: glretrace prints its profile's column line (``# call no ...``, flushed)
-  just before it reads the trace's first call, where its own ``-b`` clock starts too; the process's
-  start-up before it (loading its libraries) is no frame's.
+  process), and the frame where each replay starts is noted: that frame (a new replayer's context
+  and compiles) is left out of the statistics, so one more frame is replayed (:func:`wanted`). A
+  replay's first frame starts at the replayer's first call: glretrace prints its profile's column
+  line (``# call no ...``, flushed) just before it reads the trace's first call, where its own
+  ``-b`` clock starts too; the process's start-up before it (loading its libraries) is no frame's.
 * :func:`counted_frames`: the replayer under ``valgrind --tool=callgrind`` with a dump after every
   SwapBuffers, single-threaded llvmpipe and the counted run's pinned environment, on the trace's
   first frames only (:func:`trimmed`: ``apitrace trim --frames=0-N``, which keeps the calls and
@@ -22,11 +23,13 @@ left behind.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import functools
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -37,7 +40,7 @@ from pathlib import Path
 from katra3d.harness.engine.counting import read_summary
 from katra3d.harness.replay.output import Frame, FrameReader
 from katra3d.harness.replay.tool import Replayer, trim
-from katra3d.harness.run.groups import own_group, stop_group
+from katra3d.harness.supervisor import spawn
 from katra_trace.errors import KatraError, SceneError
 
 #: The swap functions a counted replay dumps after, by the trace's window system.
@@ -74,8 +77,12 @@ class TimedReplay:
     restarts: list[int] = dataclasses.field(default_factory=list)
     #: which process replayed each frame
     process_of: list[int] = dataclasses.field(default_factory=list)
-    #: frames in one replay of the trace, once a replay ran to its end
-    trace_frames: int | None = None
+
+
+def wanted(count: int, warmup: int, restarts: list[int]) -> int:
+    """Frames to replay for ``count`` (warmup included) to count: each restart's frame after the
+    first ``warmup`` is one more, as it is left out of the statistics (``restarts`` ascending)."""
+    return count + len(restarts) - bisect.bisect_left(restarts, warmup)
 
 
 def replay_args(replayer: Replayer, *, timed: bool, zones: bool) -> list[str]:
@@ -92,39 +99,26 @@ def replay_args(replayer: Replayer, *, timed: bool, zones: bool) -> list[str]:
 
 @contextlib.contextmanager
 def _started(
-    command: list[str],
-    env: Mapping[str, str],
-    stderr: Path,
-    stdout: Path | None = None,
-    *,
-    grace_s: float = 5.0,
-) -> Iterator[subprocess.Popen[str]]:
-    """The replayer started in its own process group, its stdout a pipe (or the file ``stdout``);
-    stopped (its whole group: SIGTERM, SIGKILL after ``grace_s``) when the block ends."""
-    with (
-        open(stderr, "wb") as err,
-        open(stdout, "wb") if stdout is not None else contextlib.nullcontext() as out,
-    ):
+    command: list[str], env: Mapping[str, str], stderr: Path, stdout: Path, *, grace_s: float = 5.0
+) -> Iterator[subprocess.Popen[bytes]]:
+    """The replayer started in its own process group, its output in the files ``stdout`` and
+    ``stderr``; its group stopped (SIGTERM, SIGKILL after ``grace_s``) when the block ends."""
+    with open(stderr, "wb") as err, open(stdout, "wb") as out:
         try:
-            proc = subprocess.Popen(
+            group = spawn(
                 command,
+                session=False,
                 env=dict(env),
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE if out is None else out,
+                stdout=out,
                 stderr=err,
-                text=True,
-                errors="replace",
-                bufsize=1,
-                preexec_fn=own_group(),
             )
         except OSError as exc:
             raise ReplayFailed(f"cannot start {command[0]}: {exc}") from None
     try:
-        yield proc
+        yield group.proc
     finally:
-        stop_group(proc, grace_s)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        group.end(grace_s)
 
 
 def _no_frame_yet(out: TimedReplay, before: int) -> bool:
@@ -133,7 +127,7 @@ def _no_frame_yet(out: TimedReplay, before: int) -> bool:
 
 
 def _lines(
-    proc: subprocess.Popen[str],
+    proc: subprocess.Popen[bytes],
     path: Path,
     *,
     fast: Callable[[], bool],
@@ -185,20 +179,25 @@ def timed_frames(
     *,
     zones: bool,
     stopped: Callable[[], bool],
+    warmup: int = 0,
     on_frame: Callable[[int], None] | None = None,
+    on_restart: Callable[[int], None] | None = None,
     where: Path | None = None,
 ) -> TimedReplay:
-    """Replay ``trace`` until ``count`` frames ended (or ``stopped()``); each frame's end on the
-    host clock. ``where``: the directory its files go in (a run's own,
-    :func:`katra3d.harness.replay.capture.run`)."""
+    """Replay ``trace`` until ``count`` frames ended, more after restarts (:func:`wanted`), or
+    ``stopped()``; each frame's end on the host clock. ``on_restart(k)``: a new replay begins at
+    frame ``k``. ``where``: the directory its files go in (a run's own,
+    :func:`katra3d.harness.run.replay.run`)."""
     out = TimedReplay()
     command = [replayer.path, *replay_args(replayer, timed=True, zones=zones), trace]
     with tempfile.TemporaryDirectory(prefix="katra3d-replay-", dir=where) as tmp:
         stderr, stdout = Path(tmp) / "stderr.txt", Path(tmp) / "stdout.txt"
-        while len(out.frames) < count and not stopped():
+        while len(out.frames) < wanted(count, warmup, out.restarts) and not stopped():
             before = len(out.frames)
             if before:
                 out.restarts.append(before)
+                if on_restart is not None:
+                    on_restart(before)
             spawned = time.perf_counter_ns()
             out.starts_ns.append(spawned)
             out.startup_ns.append(0)
@@ -222,7 +221,7 @@ def timed_frames(
                     out.process_of.append(len(out.starts_ns) - 1)
                     if on_frame is not None:
                         on_frame(len(out.frames))
-                    if len(out.frames) >= count or stopped():
+                    if len(out.frames) >= wanted(count, warmup, out.restarts) or stopped():
                         break
                 else:
                     if stopped():
@@ -239,8 +238,28 @@ def timed_frames(
                             "without a SwapBuffers (a program that never swaps, e.g. glmark2 "
                             "--off-screen, records none)"
                         )
-                    out.trace_frames = made
     return out
+
+
+def _untimed(
+    replayer: Replayer,
+    args: list[str],
+    trace: str,
+    env: Mapping[str, str],
+    tmp: Path,
+    *,
+    stopped: Callable[[], bool],
+    until: Callable[[str], bool],
+) -> int | None:
+    """A replay that is not timed (``args`` before the trace), its output read until ``until(line)``
+    or ``stopped()`` (None, within :data:`POLL_S`); else its exit status. Its stderr is
+    ``tmp/stderr.txt``."""
+    command = [replayer.path, *(["--headless"] if replayer.headless else []), *args, trace]
+    with _started(command, env, tmp / "stderr.txt", tmp / "stdout.txt") as proc:
+        for line in _lines(proc, tmp / "stdout.txt", fast=lambda: False, stopped=stopped):
+            if until(line):
+                return None
+        return None if stopped() else proc.wait()
 
 
 def snapshot(
@@ -249,38 +268,61 @@ def snapshot(
     call_no: int,
     env: Mapping[str, str],
     *,
+    stopped: Callable[[], bool],
     where: Path | None = None,
-) -> bytes:
-    """The PNG glretrace writes of the draw buffer after call ``call_no`` (a replay that is not
-    timed).
-    """
+) -> bytes | None:
+    """The PNG glretrace writes of the draw buffer after call ``call_no``; None when stopped."""
     with tempfile.TemporaryDirectory(prefix="katra3d-snapshot-", dir=where) as tmp:
-        prefix = os.path.join(tmp, "s")
-        png = Path(f"{prefix}{call_no:010d}.png")
-        command = [
-            replayer.path,
-            *(["--headless"] if replayer.headless else []),
-            "-s",
-            prefix,
-            "-S",
-            str(call_no),
+        png = Path(tmp) / f"s{call_no:010d}.png"
+        args = ["-s", os.path.join(tmp, "s"), "-S", str(call_no)]
+        code = _untimed(
+            replayer,
+            args,
             trace,
-        ]
-        with _started(command, env, Path(tmp) / "stderr.txt") as proc:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                if line.startswith("Wrote ") and png.is_file():
-                    break
-            else:
-                code = proc.wait()
-                if not png.is_file():
-                    raise _failure(
-                        f"the snapshot of call {call_no} of {trace}", code, Path(tmp) / "stderr.txt"
-                    )
+            env,
+            Path(tmp),
+            stopped=stopped,
+            until=lambda line: line.startswith("Wrote ") and png.is_file(),
+        )
+        if stopped():
+            return None
+        if not png.is_file():
+            raise _failure(
+                f"the snapshot of call {call_no} of {trace}", code, Path(tmp) / "stderr.txt"
+            )
         try:
             return png.read_bytes()
         except OSError as exc:
             raise ReplayFailed(f"cannot read the snapshot of call {call_no}: {exc}") from None
+
+
+#: A string of the context in the replayer's state dump: ``"GL_VERSION": "4.5 (...) Mesa 22.3.6",``.
+_STATE_LINE = re.compile(
+    r'^\s*"(GL_VERSION|GL_SHADING_LANGUAGE_VERSION|GL_CONTEXT_PROFILE_MASK)":\s*"?([^"]*?)"?,?\s*$'
+)
+
+
+def context_strings(
+    replayer: Replayer,
+    trace: str,
+    call_no: int,
+    env: Mapping[str, str],
+    *,
+    where: Path | None = None,
+) -> dict[str, str]:
+    """The version, GLSL version and profile mask of the context the replayer makes for ``trace``
+    (``{GL_VERSION: ...}``): its state dumped after call ``call_no`` (``-D``); {} when none."""
+    found: dict[str, str] = {}
+
+    def take(line: str) -> bool:
+        if m := _STATE_LINE.match(line):
+            found[m.group(1)] = m.group(2)
+        return len(found) == 3
+
+    with tempfile.TemporaryDirectory(prefix="katra3d-context-", dir=where) as tmp:
+        args = ["-D", str(call_no), "--dump-format=json"]
+        _untimed(replayer, args, trace, env, Path(tmp), stopped=lambda: False, until=take)
+    return found
 
 
 # --------------------------------------------------------------------------- counted
@@ -314,10 +356,12 @@ def counted_frames(
     count: int,
     *,
     stopped: Callable[[], bool],
+    warmup: int = 0,
+    on_restart: Callable[[int], None] | None = None,
     where: Path | None = None,
 ) -> tuple[list[dict[str, int]], list[int], list[int]]:
-    """Per-frame callgrind counts (event -> count, main thread) of ``count`` frames, each frame's
-    last call before its SwapBuffers, and the restarts.
+    """Per-frame callgrind counts (event -> count, main thread) of ``count`` frames, more after
+    restarts (:func:`wanted`), each frame's last call before its SwapBuffers, and the restarts.
 
     Each replay runs the trace's first ``count`` frames (a trimmed copy, :func:`trim`) to their end
     under callgrind (its dumps are read afterwards); a nested SwapBuffers (GLX's dispatch, then
@@ -337,12 +381,13 @@ def counted_frames(
             if stopped():  # Ctrl-C reached apitrace trim too
                 return frames, last_calls, restarts
             raise
-        while len(frames) < count and not stopped():
+        while len(frames) < wanted(count, warmup, restarts) and not stopped():
             if frames:
                 restarts.append(len(frames))
-            got, calls = _counted_replay(
-                command, base_index, first, env, count - len(frames), stopped, per, where
-            )
+                if on_restart is not None:
+                    on_restart(len(frames))
+            more = wanted(count, warmup, restarts) - len(frames)
+            got, calls = _counted_replay(command, base_index, first, env, more, stopped, per, where)
             frames += got
             last_calls += calls
             if not got:
@@ -467,9 +512,11 @@ __all__ = [
     "ReplayFailed",
     "SWAP_FUNCTION",
     "TimedReplay",
+    "context_strings",
     "counted_command",
     "counted_frames",
     "replay_args",
     "snapshot",
     "timed_frames",
+    "wanted",
 ]

@@ -11,26 +11,30 @@ size, which the trace header records and which make two replays of different tra
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
-from katra3d.scenes.registry import check_trace_file
 from katra_trace.errors import ConfigError, SceneError, ToolUnavailable
+from katra_trace.io.inputs import open_regular
 
 #: The Debian/Ubuntu package that holds apitrace, glretrace and eglretrace.
 APT_PACKAGE = "apitrace"
 #: Calls read to tell a GLX trace from an EGL one.
 SNIFF_CALLS = 2000
+#: The first bytes of apitrace's snappy and gzip traces (a file with neither is read as brotli).
+SNAPPY_OR_GZIP = (b"at", b"\x1f\x8b")
 _CALL = re.compile(r"^\d+ (glX|egl|wgl|CGL)[A-Za-z]*\(", re.MULTILINE)
+#: The first SwapBuffers (a context is current there), else the first MakeCurrent.
+_SWAP = re.compile(r"^(\d+) (?:glX|egl)SwapBuffers\(", re.MULTILINE)
+_CURRENT = re.compile(r"^(\d+) (?:glXMake(?:Context)?Current|eglMakeCurrent)\(", re.MULTILINE)
 
 
-def install_line() -> str:
-    """The command that installs apitrace here (with sudo unless root)."""
-    line = f"apt-get install -y {APT_PACKAGE}"
+def install_line(package: str = APT_PACKAGE) -> str:
+    """The command that installs ``package`` here (with sudo unless root)."""
+    line = f"apt-get install -y {package}"
     return line if os.geteuid() == 0 else f"sudo {line}"
 
 
@@ -63,6 +67,9 @@ class TraceFacts:
     sha256: str
     size_bytes: int
     api: str
+    #: a call where the trace's context is current (its first SwapBuffers or MakeCurrent; None: none
+    #: in its first calls)
+    current_call: int | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -102,24 +109,10 @@ def package_version() -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
-def file_digest(path: Path) -> tuple[str, int]:
-    """(SHA-256 hex, size in bytes) of ``path``; SceneError when it cannot be read."""
-    digest = hashlib.sha256()
-    size = 0
-    try:
-        with open(path, "rb") as fh:
-            while chunk := fh.read(1 << 20):
-                digest.update(chunk)
-                size += len(chunk)
-    except OSError as exc:
-        raise SceneError(f"cannot read trace '{path}': {exc.strerror or exc}") from None
-    return digest.hexdigest(), size
-
-
-def sniff_api(path: Path) -> str:
-    """glx or egl: the window system of the trace's first calls. ToolUnavailable without apitrace;
-    SceneError when apitrace cannot read the file or it holds no GLX or EGL call (a WGL or CGL
-    trace, or not a trace)."""
+def sniff_api(path: Path) -> tuple[str, int | None]:
+    """glx or egl: the window system of the trace's first calls, and a call with a context current.
+    ToolUnavailable without apitrace; SceneError when apitrace cannot read the file or it holds no
+    GLX or EGL call (a WGL or CGL trace, or not a trace)."""
     apitrace = _which("apitrace")
     try:
         out = subprocess.run(
@@ -133,26 +126,30 @@ def sniff_api(path: Path) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SceneError(f"apitrace cannot read trace '{path}': {exc}") from None
     found = {m.group(1) for m in _CALL.finditer(out.stdout)}
+    current = _SWAP.search(out.stdout) or _CURRENT.search(out.stdout)
+    call = int(current.group(1)) if current else None
     if "glX" in found:
-        return "glx"
+        return "glx", call
     if "egl" in found:
-        return "egl"
+        return "egl", call
     if found:
         raise SceneError(
             f"trace '{path}' is a {'/'.join(sorted(found))} trace; katra3d replays GLX and EGL "
             "traces (Linux)"
         )
+    if out.returncode or out.stderr.strip():
+        with open_regular(path) as fh:
+            head = fh.read(2)
+        if head not in SNAPPY_OR_GZIP:  # apitrace took it for brotli and could not decode it
+            raise SceneError(f"'{path}' is not an apitrace trace: apitrace cannot decode it")
     why = (out.stderr.strip().splitlines() or ["no GLX or EGL call in its first calls"])[-1]
     raise SceneError(f"trace '{path}' cannot be replayed: {why[:200]}")
 
 
-def trace_facts(path: Path) -> TraceFacts:
-    """The facts of the trace file at ``path`` (SceneError when it is missing or not a GLX/EGL
-    trace).
-    """
-    check_trace_file(path)
-    sha, size = file_digest(path)
-    return TraceFacts(os.path.abspath(path), sha, size, sniff_api(path))
+def trace_facts(path: Path, sha256: str, size_bytes: int) -> TraceFacts:
+    """The facts of the trace file at ``path``, whose digest and size the scene registry took
+    through the input rule (SceneError when it is not a GLX/EGL trace)."""
+    return TraceFacts(os.path.abspath(path), sha256, size_bytes, *sniff_api(path))
 
 
 def trim(path: str, frames: int, out: Path) -> Path:
@@ -185,7 +182,6 @@ __all__ = [
     "APT_PACKAGE",
     "Replayer",
     "TraceFacts",
-    "file_digest",
     "find_replayer",
     "install_line",
     "package_version",

@@ -23,21 +23,22 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from katra3d.harness.engine.results import Progress
-from katra3d.harness.run import lifetime, measure
+from katra3d.harness.engine.results import ProgressSink
+from katra3d.harness.run import lifetime, measure, protocol
 from katra3d.harness.run.config import RunPlan
 from katra3d.harness.run.parts import join
-from katra3d.harness.run.placeholders import placeholder_plan, restore_strings
 from katra3d.harness.run.progress import Relay, lane
+from katra3d.harness.run.protocol import ChildResult
+from katra3d.harness.supervisor import Group, Supervisor
 from katra3d.scenes.suites import scene_cost
 from katra_trace.errors import ConfigError, ToolUnavailable, child_ended
 from katra_trace.io import claim as claim_mod
@@ -46,10 +47,10 @@ from katra_trace.profile.callgrind import Folder, profiles_on
 
 def scene_plan(plan: RunPlan, index: int) -> RunPlan:
     """The plan the counted child of ``plan``'s ``index``-th scene (from 0) runs: that scene alone,
-    the user's strings replaced by placeholders
-    (:func:`katra3d.harness.run.placeholders.placeholder_plan`) and ``--jobs`` left out, so the
-    child's plan, and with it its counts, is the same whatever ``--jobs`` is."""
-    one = placeholder_plan(plan)
+    the user's strings replaced by stand-ins (:func:`katra3d.harness.run.protocol.child_plan`) and
+    ``--jobs`` left out, so the child's plan, and with it its counts, is the same whatever
+    ``--jobs`` is."""
+    one = protocol.child_plan(plan)
     return dataclasses.replace(
         one,
         entries=(plan.entries[index],),
@@ -85,8 +86,9 @@ class _Child:
     relay: Relay
     progress: Any
     proc: subprocess.Popen[bytes] | None = None
+    group: Group | None = None
     code: int | None = None
-    handed: dict[str, Any] | None = None
+    handed: ChildResult | None = None
     profile: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     folder: Folder = dataclasses.field(init=False)
 
@@ -103,14 +105,15 @@ class _Child:
     @property
     def failed(self) -> bool:
         """Whether the child ended with an error or without results (a scene failure, a crash)."""
-        return self.handed is None or "error" in self.handed
+        return self.handed is None or self.handed.failed
 
 
 def start_child(
     plan: RunPlan,
     index: int,
     *,
-    progress: Progress,
+    sup: Supervisor,
+    progress: ProgressSink,
     quiet: bool,
     imports: dict[str, str],
     sys_path: list[str],
@@ -128,8 +131,8 @@ def start_child(
     cmd = measure.child_command(
         counting.valgrind, dump_dir / measure.DUMP_BASE, counting.mode, deferred=deferred
     )
-    measure.write_order(
-        measure.ChildOrder(
+    protocol.write_order(
+        protocol.ChildOrder(
             scene_plan(plan, index), dump_dir, tuple(cmd), deferred, imports, tuple(sys_path)
         )
     )
@@ -143,18 +146,21 @@ def start_child(
     # the child's stdin, stdout and stderr are the same kind of file whatever the parent's are (a
     # terminal, a pipe, /dev/null with --quiet): measured, each kind moved every frame's count (by
     # up to 188 of 275,000 instructions of a 16x16 clear frame); its stderr is relayed from a file
+    # a stop signal is forwarded to the child once it has reported; before, it has counted nothing
+    # and has no handler that would end it cleanly, and is killed
     try:
         with open(dump_dir / measure.STDERR_FILE, "wb") as err:
-            child.proc = subprocess.Popen(
+            child.group = sup.start(
                 cmd,
+                policy="signals",
+                ready=lambda: relay.calls > 0,
                 env=measure.child_env(dump_dir),
                 cwd=dump_dir,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
-                start_new_session=True,
-                preexec_fn=lifetime.die_with_parent(),
             )
+            child.proc = child.group.proc
     except (OSError, subprocess.SubprocessError) as exc:
         shutil.rmtree(dump_dir, ignore_errors=True)
         raise ToolUnavailable(f"cannot start valgrind: {exc}") from None
@@ -162,91 +168,74 @@ def start_child(
 
 
 def run_counted(
-    plan: RunPlan, *, progress: Progress, quiet: bool
-) -> tuple[int, dict[str, Any] | None, int]:
+    plan: RunPlan, *, progress: ProgressSink, quiet: bool
+) -> tuple[int, ChildResult | None, int]:
     """Count every scene of ``plan`` in its own child, up to ``plan.jobs`` at once, and write the
     run's trace at ``plan.output`` (claimed first, as any capture does; a failed run's is set
     aside).
 
     Returns the children's exit code (0, or the first other in the run's order), what they handed
-    back joined (:func:`katra3d.harness.run.measure.result_as_dict`'s fields, or ``{"error",
-    "exit_code", ...}`` of the first failed scene; None when no child handed anything back), and the
-    first stop signal this process got (0: none).
+    back joined (their results, or the first failed scene's error; None when no child handed
+    anything back), and the first stop signal this process got (0: none).
     """
     target = claim_mod.claim(plan.output, plan.config.force)
     lifetime.remove_stale_dump_dirs()
-    procs: list[subprocess.Popen[bytes]] = []
-    # pid -> the child's relay: it is ready once it has reported through it
-    ready: dict[int, Relay] = {}
-    received: list[int] = []
-    children: list[_Child] = []
+    children: dict[int, _Child] = {}
     published = False
+    n = len(plan.entries)
     # the handlers come first: a Ctrl-C while a child is being started is noted, never lost in the
     # code it interrupted (it was: inside fork's at-fork handlers, as an 'Exception ignored')
-    with lifetime.forward_signals(
-        procs, lambda p: p.pid in ready and ready[p.pid].calls > 0, received
-    ):
+    with Supervisor() as sup:
         try:
             imports, sys_path = measure.scene_imports(plan)
             measure.compile_sources(imports.values())
             deferred = measure.instrumentation_deferred()
-            failed_at = len(plan.entries)
-            running: list[_Child] = []
-            upcoming = iter(start_order(plan))
-            while True:
-                while (
-                    len(running) < max(1, plan.jobs)
-                    and not received
-                    and failed_at == len(plan.entries)
-                ):
-                    index = next(upcoming, None)
-                    if index is None:
-                        break
-                    shown = lane(progress, index + 1, len(plan.entries), plan.entries[index].label)
-                    child = start_child(
-                        plan,
-                        index,
-                        progress=shown,
-                        quiet=quiet,
-                        imports=imports,
-                        sys_path=sys_path,
-                        deferred=deferred,
-                    )
-                    assert child.proc is not None
-                    children.append(child)
-                    running.append(child)
-                    ready[child.proc.pid] = child.relay
-                    procs.append(child.proc)
-                    # stopped while the child was being started: it has counted nothing
-                    if received:
-                        lifetime.signal_group(child.proc, signal.SIGKILL)
-                if not running:
-                    break
-                _wait_a_while(running)
-                for child in list(running):
-                    child.relay.poll()
-                    if profiles_on():
-                        child.folder.fold()  # the kept dumps read as they come: few on disk
-                    assert child.proc is not None
-                    if child.proc.poll() is None:
-                        continue
-                    _ended(child)
-                    running.remove(child)
-                    if child.failed and not received and child.index < failed_at:
-                        failed_at = child.index
-                        for later in running:  # serially, the scenes after a failed one never run
-                            if later.index > failed_at and later.proc is not None:
-                                lifetime.signal_group(later.proc, signal.SIGKILL)
-            kept = sorted((c for c in children if c.index <= failed_at), key=lambda c: c.index)
-            failed = failed_at < len(plan.entries) and not received
+
+            def begin(index: int) -> None:
+                shown = lane(progress, index + 1, n, plan.entries[index].label)
+                children[index] = start_child(
+                    plan,
+                    index,
+                    sup=sup,
+                    progress=shown,
+                    quiet=quiet,
+                    imports=imports,
+                    sys_path=sys_path,
+                    deferred=deferred,
+                )
+
+            def ended(_index: int, child: _Child) -> bool:
+                _ended(child)
+                return child.failed and not sup.received
+
+            def relay() -> None:
+                for child in children.values():
+                    if child.code is None:
+                        child.relay.poll()
+                        if profiles_on():
+                            child.folder.fold()  # the kept dumps read as they come: few on disk
+
+            failed_at = n
+            tasks = [functools.partial(_wait_for, children, i) for i in range(n)]
+            for index, child in sup.pool(
+                tasks,
+                max(1, plan.jobs),
+                order=start_order(plan),
+                before=begin,
+                failed=ended,
+                idle=relay,
+            ):
+                if child.failed and not sup.received:
+                    failed_at = min(failed_at, index)
+            received = sup.received
+            kept = sorted(
+                (c for c in children.values() if c.index <= failed_at), key=lambda c: c.index
+            )
+            failed = failed_at < n and not received
             handed = _handed(kept, failed, received)
             parts = [c.part for c in kept if c.part is not None]
             status = (
-                "aborted"
-                if failed
-                else "interrupted"
-                if received or len(kept) < len(plan.entries)
-                else "complete"
+                "aborted" if failed else "interrupted" if received or len(kept) < n else "complete"
             )
             if parts:
                 with os.fdopen(os.dup(target.fd), "wb") as dst:
@@ -255,22 +244,21 @@ def run_counted(
                         dst,
                         status=status,
                         codec=plan.config.codec,
-                        update=_update(plan),
+                        strings=protocol.run_strings(plan),
                         profiles={c.part: c.profile for c in kept if c.part is not None},
                     )
                 if joined.parts:
                     at = claim_mod.place(target, empty_failure=False, aside=failed)[1]
                     published = True
                     if failed and handed is not None:
-                        handed["kept"] = None if at is None else str(at)
+                        handed = dataclasses.replace(handed, kept=None if at is None else str(at))
             code = next((c.code for c in kept if c.code), 0) or 0
             return code, handed, received[0] if received else 0
         finally:
-            for child in children:
+            for child in children.values():
                 # torn down: leave no child behind
-                if child.proc is not None and child.proc.poll() is None:
-                    lifetime.signal_group(child.proc, signal.SIGKILL)
-                    child.proc.wait()
+                if child.group is not None:
+                    child.group.end(0.0)
                 with contextlib.suppress(AttributeError):
                     child.progress.close()
                 shutil.rmtree(child.dump_dir, ignore_errors=True)
@@ -281,16 +269,12 @@ def run_counted(
                     os.close(target.fd)
 
 
-def _wait_a_while(running: list[_Child]) -> None:
-    """Wait until the first running child ends, or :data:`katra3d.harness.run.measure.POLL_S`
-    seconds.
-    """
-    proc = running[0].proc
-    if proc is None:
-        time.sleep(measure.POLL_S)
-        return
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=measure.POLL_S)
+def _wait_for(children: dict[int, _Child], index: int) -> _Child:
+    """A pool's job: wait for the counted child of the ``index``-th scene to end."""
+    child = children[index]
+    assert child.proc is not None
+    child.proc.wait()
+    return child
 
 
 def _ended(child: _Child) -> None:
@@ -298,45 +282,34 @@ def _ended(child: _Child) -> None:
     assert child.proc is not None
     child.code = child.proc.wait()
     child.relay.poll()
-    child.handed = measure.handed_back(child.dump_dir)
+    child.handed = protocol.handed_back(child.dump_dir)
     if profiles_on():
         child.profile = child.folder.records(child.label)
     if child.handed is None:  # killed, or crashed before handing anything back
-        code = child.code
-        how, exit_code = child_ended(code)
-        child.handed = {
-            "error": f"scene '{child.label}': its child {how}; it handed back no results",
-            "exit_code": exit_code,
-            "no_results": True,
-        }
+        how, exit_code = child_ended(child.code)
+        child.handed = ChildResult(
+            error=f"scene '{child.label}': its child {how}; it handed back no results",
+            exit_code=exit_code,
+        )
 
 
-def _handed(kept: list[_Child], failed: bool, received: list[int]) -> dict[str, Any] | None:
+def _handed(kept: list[_Child], failed: bool, received: list[int]) -> ChildResult | None:
     """The results of the ``kept`` children joined in the run's order, or the first failed one's
     error.
     """
     if failed:
-        first = next(c for c in kept if c.failed)
-        return dict(first.handed or {})
-    results = [c.handed for c in kept if c.handed is not None and "error" not in c.handed]
-    if not results:
-        return None if received else dict(kept[0].handed or {}) if kept else None
-    joined = dict(results[0])
-    joined["scenes"] = [scene for r in results for scene in r.get("scenes", [])]
-    stopped = next((r for r in results if r.get("status") == "interrupted"), None)
+        return next(c.handed for c in kept if c.failed)
+    runs = [c.handed.run for c in kept if c.handed is not None and c.handed.run is not None]
+    if not runs:
+        return None if received or not kept else kept[0].handed
+    run = dataclasses.replace(runs[0], scenes=[scene for r in runs for scene in r.scenes])
+    stopped = next((r for r in runs if r.status == "interrupted"), None)
     if stopped is not None or received:
-        joined["status"] = "interrupted"
-        joined["signal_name"] = (stopped or {}).get("signal_name") or signal.Signals(
+        run.status = "interrupted"
+        run.signal_name = (stopped.signal_name if stopped else "") or signal.Signals(
             received[0]
         ).name
-    return joined
-
-
-def _update(plan: RunPlan) -> Any:
-    """The joined header's update: the user's strings put back where the children wrote
-    placeholders.
-    """
-    return restore_strings(plan)
+    return ChildResult(run)
 
 
 __all__ = ["run_counted", "scene_plan", "start_child", "start_order"]

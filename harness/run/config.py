@@ -10,11 +10,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
+import numbers
 import re
 import tempfile
-import types
-import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ DEFAULT_SIZE = (640, 360)
 DEFAULT_REFERENCE_EVERY = 4
 MAX_SIZE = 16384
 MAX_FRAMES = 10_000_000
+MAX_SEED = 2**63 - 1
 MAX_DURATION_S = 7 * 24 * 3600.0
 
 
@@ -51,10 +51,42 @@ def parse_size(text: str) -> tuple[int, int]:
     return size
 
 
-def _check_size(size: tuple[int, int]) -> None:
-    w, h = size
-    if not (1 <= w <= MAX_SIZE and 1 <= h <= MAX_SIZE):
-        raise ConfigError(f"bad size {w}x{h}: width and height must be in 1..{MAX_SIZE}")
+def _check_size(size: Any) -> tuple[int, int]:
+    if isinstance(size, str | bytes) or not isinstance(size, Sequence) or len(size) != 2:
+        raise ConfigError(f"bad size {size!r}: expected (WIDTH, HEIGHT), e.g. (640, 360)")
+    if not all(_whole(v) and 1 <= v <= MAX_SIZE for v in size):
+        shown = f"{size[0]}x{size[1]}" if all(map(_whole, size)) else repr(tuple(size))
+        raise ConfigError(
+            f"bad size {shown}: width and height must be whole numbers in 1..{MAX_SIZE}"
+        )
+    return int(size[0]), int(size[1])
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_whole(value: Any, option: str, low: int, high: int) -> int:
+    """``value`` as an int in ``low..high``, else ConfigError naming ``option``: the one check of a
+    run's counts (frames, warmup, seed), for the command line and the pytest fixture alike."""
+    if not _whole(value):
+        raise ConfigError(f"bad {option} {value!r}: expected a whole number in {low}..{high}")
+    if not low <= value <= high:
+        raise ConfigError(f"bad {option} {value}: must be in {low}..{high}")
+    return int(value)
+
+
+def check_numbers(
+    frames: Any, warmup: Any, size: Any, seed: Any, prefix: str = "--"
+) -> tuple[int | None, int | None, tuple[int, int] | None, int]:
+    """A run's frames, warmup, size and seed checked (None: not given), options named with
+    ``prefix`` (``--frames``; the fixture's keywords without it)."""
+    return (
+        None if frames is None else check_whole(frames, f"{prefix}frames", 1, MAX_FRAMES),
+        None if warmup is None else check_whole(warmup, f"{prefix}warmup", 0, MAX_FRAMES),
+        None if size is None else _check_size(size),
+        check_whole(seed, f"{prefix}seed", 0, MAX_SEED),
+    )
 
 
 def parse_int(value: str | None, option: str, minimum: int = 0) -> int | None:
@@ -164,12 +196,15 @@ class RunConfig:
 
 @dataclasses.dataclass(frozen=True)
 class SceneEntry:
-    """One scene of a plan: display ``label`` (unique in the run), spec, class, resolved params."""
+    """One scene of a plan: display ``label`` (unique in the run), spec, class, resolved params, and
+    its ``position`` in the whole run (a shard's scenes keep theirs: merge puts them back in order).
+    """
 
     label: str
     spec: str
     cls: type
     params: Mapping[str, Any]
+    position: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,6 +228,10 @@ class RunPlan:
     counting: Counting | None = None
     #: counted children at once (--jobs, resolved; 1 for a time run)
     jobs: int = 1
+    #: --zones resolved: off | passes | draws
+    zones: str = "off"
+    #: --reference-every resolved: measured frames between two reference draws (0: none)
+    reference_every: int = 0
 
 
 def _writable_dir(path: Path, what: str) -> None:
@@ -281,18 +320,13 @@ def plan_run(config: RunConfig) -> RunPlan:
         raise ConfigError("nothing to run: name at least one scene, or --suite NAME")
     if config.frames is not None and config.duration_s is not None:
         raise ConfigError("give --frames or --duration, not both")
-    if config.frames is not None and not 1 <= config.frames <= MAX_FRAMES:
-        raise ConfigError(f"bad --frames {config.frames}: must be in 1..{MAX_FRAMES}")
+    check_numbers(config.frames, config.warmup, config.size, config.seed)
     if config.duration_s is not None and not (
         0 < config.duration_s <= MAX_DURATION_S and math.isfinite(config.duration_s)
     ):
         raise ConfigError(
             f"bad --duration {config.duration_s}: must be > 0 seconds (at most one week)"
         )
-    if config.warmup is not None and not 0 <= config.warmup <= MAX_FRAMES:
-        raise ConfigError(f"bad --warmup {config.warmup}: must be in 0..{MAX_FRAMES}")
-    if config.size is not None:
-        _check_size(tuple(config.size))  # type: ignore[arg-type]
     if not 0 <= config.samples <= 64:
         raise ConfigError(f"bad --samples {config.samples}: must be in 0..64")
     if config.samples & (config.samples - 1):
@@ -309,8 +343,6 @@ def plan_run(config: RunConfig) -> RunPlan:
             f"unknown --backend '{config.backend}'; choose one of: {', '.join(CHOICES)}"
         )
     resolve_name(config.backend)  # validates $KATRA3D_BACKEND too
-    if not 0 <= config.seed < 2**63:
-        raise ConfigError(f"bad --seed {config.seed}: must be in 0..2**63-1")
     zones = zone_mode(config.zones)
     if config.max_draw_zones is not None:
         if zones != "draws":
@@ -356,7 +388,7 @@ def plan_run(config: RunConfig) -> RunPlan:
         params = resolve_params(cls, merged)
         seen[name] = seen.get(name, 0) + 1
         label = name if seen[name] == 1 else f"{name}#{seen[name]}"
-        entries.append(SceneEntry(label, with_class(spec, cls), cls, params))
+        entries.append(SceneEntry(label, with_class(spec, cls), cls, params, len(entries)))
     for scene_name in overrides:
         if scene_name not in used:
             raise ConfigError(
@@ -423,6 +455,10 @@ def plan_run(config: RunConfig) -> RunPlan:
         # the one look for valgrind, after every check of input
         counting=counting(config.measure),
         jobs=jobs,
+        zones=zones,
+        reference_every=DEFAULT_REFERENCE_EVERY
+        if config.reference_every is None
+        else config.reference_every,
     )
 
 
@@ -465,97 +501,6 @@ def _check_images(config: RunConfig) -> Path | None:
     return expect
 
 
-def plan_as_dict(plan: RunPlan) -> dict[str, Any]:
-    """JSON-ready dict of every field of ``plan`` and of its config, read back by
-    :func:`plan_from_dict`.
-
-    Generic: it iterates :func:`dataclasses.fields`, so a field added to RunConfig or RunPlan
-    travels without this module knowing its name. Tuples become lists, paths strings; a scene entry
-    travels without its class (``label``, ``spec``, ``params``): the class is found again by spec.
-    The counted child of ``--measure instructions`` receives its plan this way
-    (:mod:`katra3d.harness.run.measure`).
-    """
-    out = _encode(plan)
-    assert isinstance(out, dict)
-    return out
-
-
-def _encode(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            f.name: _encode(getattr(value, f.name))
-            for f in dataclasses.fields(value)
-            # a scene class is found again by spec
-            if not isinstance(getattr(value, f.name), type)
-        }
-    if isinstance(value, (tuple, list)):
-        return [_encode(v) for v in value]
-    if isinstance(value, Mapping):
-        return {str(k): _encode(v) for k, v in value.items()}
-    if isinstance(value, Path):
-        return str(value)
-    return value
-
-
-def plan_from_dict(data: Mapping[str, Any], scene_class: Callable[[str], type]) -> RunPlan:
-    """The :class:`RunPlan` that :func:`plan_as_dict` wrote, each field rebuilt to its annotated
-    type.
-
-    ``scene_class(spec)`` finds each entry's class (e.g. :func:`katra3d.scenes.registry.get_scene`).
-    Nothing is validated again: the plan was checked by :func:`plan_run` where it was made.
-    ConfigError when ``data`` is not such a plan.
-    """
-    try:
-        plan = _decode(RunPlan, data, scene_class)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ConfigError(f"not a katra3d run plan ({type(exc).__name__}: {exc})") from None
-    assert isinstance(plan, RunPlan)
-    return plan
-
-
-def _decode(tp: Any, value: Any, scene_class: Callable[[str], type]) -> Any:
-    """``value`` (as JSON gives it) rebuilt to the type ``tp`` (a field's annotation)."""
-    origin = typing.get_origin(tp)
-    if value is None or tp is Any:
-        return value
-    if origin in (typing.Union, types.UnionType):
-        kinds = [a for a in typing.get_args(tp) if a is not type(None)]
-        # one type, or several that JSON tells apart (zones: bool | str)
-        return _decode(kinds[0], value, scene_class) if len(kinds) == 1 else value
-    if origin is tuple:
-        args = typing.get_args(tp)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_decode(args[0], v, scene_class) for v in value)
-        return tuple(_decode(a, v, scene_class) for a, v in zip(args, value, strict=True))
-    if origin is not None and isinstance(origin, type) and issubclass(origin, Mapping):
-        key_type, value_type = typing.get_args(tp)
-        return {
-            _decode(key_type, k, scene_class): _decode(value_type, v, scene_class)
-            for k, v in value.items()
-        }
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        hints = typing.get_type_hints(tp)
-        # a field holding a class (SceneEntry.cls) did not travel: the entry's spec finds it again
-        fields = {
-            f.name: _decode(hints[f.name], value[f.name], scene_class)
-            for f in dataclasses.fields(tp)
-            if hints[f.name] is not type
-        }
-        classes = {
-            f.name: scene_class(str(value["spec"]))
-            for f in dataclasses.fields(tp)
-            if hints[f.name] is type
-        }
-        return tp(**fields, **classes)
-    if tp is Path:
-        return Path(value)
-    if tp is float:
-        return float(value)
-    if tp in (int, str, bool) and not isinstance(value, tp):
-        raise TypeError(f"expected {tp.__name__}, found {type(value).__name__}")
-    return value
-
-
 __all__ = [
     "DEFAULT_FRAMES",
     "DEFAULT_SIZE",
@@ -564,13 +509,12 @@ __all__ = [
     "RunPlan",
     "SceneEntry",
     "check_measure",
+    "check_numbers",
     "check_output",
     "default_output",
     "parse_int",
     "parse_param",
     "parse_seconds",
     "parse_size",
-    "plan_as_dict",
-    "plan_from_dict",
     "plan_run",
 ]

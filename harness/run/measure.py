@@ -5,20 +5,19 @@ CPU, so callgrind can count the work of each frame exactly. The run re-executes 
 process under ``valgrind --tool=callgrind`` with single-threaded llvmpipe, a fixed hash seed and a
 pinned vector width (:func:`child_command`, :data:`PINNED_ENV`). The checked plan (which found
 valgrind, :mod:`katra3d.harness.run.valgrind`) travels as data, not as a command line: the parent
-writes a :class:`ChildOrder` into the dump directory (``args.json``), the child (``python -m
-katra3d``, no arguments) runs it through :func:`katra3d.harness.run.runner.run_child`, captures with
-:class:`katra3d.harness.engine.counting.CountTimer`, writes the trace itself and hands its per-scene
-results back (``results.json``). Every scene has a child of its own, with a one-scene plan, up to
-``--jobs`` at once (:mod:`katra3d.harness.run.children` starts them, forwards stop signals to them,
-joins their traces and removes their dump directories whatever happens). docs/measure.md says what
-the numbers mean.
+writes a :class:`~katra3d.harness.run.protocol.ChildOrder` into the dump directory (``args.json``),
+the child (``python -m katra3d``, no arguments) runs it through
+:func:`katra3d.harness.run.runner.run_child`, counts with
+:class:`katra3d.harness.engine.counting.CountMeasurer`, writes its trace, header and all, itself and
+hands back a :class:`~katra3d.harness.run.protocol.ChildResult` (``results.json``). Every scene
+has a child of its own, with a one-scene plan, up to ``--jobs`` at once
+(:mod:`katra3d.harness.run.children` starts them, forwards stop signals to them, joins their traces
+and removes their dump directories whatever happens). docs/measure.md says what the numbers mean.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
 import os
 import platform
 import shutil
@@ -31,22 +30,18 @@ import katra3d
 import katra_trace
 from katra3d import harness, scenes
 from katra3d.harness.engine import valgrind_request
-from katra3d.harness.engine.results import RunResult, SceneResult
 from katra3d.harness.gl.probe import render_env
 from katra3d.harness.run import bytecode
-from katra3d.harness.run.config import RunPlan, plan_as_dict, plan_from_dict
-from katra3d.harness.run.placeholders import OUTPUT_PLACEHOLDER
+from katra3d.harness.run.config import RunPlan
 from katra3d.harness.run.progress import ChildProgress
-from katra3d.harness.run.valgrind import Counting
 from katra3d.scenes.registry import (
     absolute_spec,
     builtin_scenes,
     entry_point_scenes,
-    get_scene,
     split_file_spec,
 )
 from katra_trace.errors import ConfigError, ToolUnavailable
-from katra_trace.io.header import GLInfo, MeasureOptions, SystemInfo
+from katra_trace.io.header import GLInfo, SystemInfo
 from katra_trace.io.images import renderer_facts
 
 #: Environment of the counted child: what makes its counts repeatable and comparable.
@@ -138,13 +133,13 @@ def codegen_facts(
     }
 
 
-#: File in the dump directory holding the child's plan (JSON,
-#: :func:`katra3d.harness.run.config.plan_as_dict`) and the run's facts.
+#: File in the dump directory holding the child's order
+#: (:class:`katra3d.harness.run.protocol.ChildOrder`).
 ARGS_FILE = "args.json"
-#: File in the dump directory where the child hands back its results (:func:`result_as_dict`) or its
-#: error.
+#: File in the dump directory where the child hands back its result or its error
+#: (:class:`katra3d.harness.run.protocol.ChildResult`).
 RESULTS_FILE = "results.json"
-#: Where the child writes its trace, inside the dump directory (the parent moves it into place).
+#: Where the child writes its trace, inside the dump directory (the parent joins it into the run's).
 CHILD_TRACE = "trace.katra"
 #: callgrind's dump base inside the dump directory (``--callgrind-out-file``).
 DUMP_BASE = "cg.out"
@@ -162,71 +157,6 @@ def in_child() -> bool:
     return bool(os.environ.get(CHILD_ENV))
 
 
-@dataclasses.dataclass(frozen=True)
-class ChildOrder:
-    """What the parent hands its counted child, as data (the dump directory's args.json,
-    :func:`write_order`).
-
-    ``plan``: the checked plan (its ``counting``: the mode and the valgrind found when it was
-    planned); ``dump_dir``: the dump directory; ``command``: the valgrind command the child runs
-    under; ``deferred``: callgrind's instrumentation starts at each scene's first measured frame
-    (:func:`instrumentation_deferred`); ``imports``: {spec: absolute spec} of the file scenes,
-    ``sys_path``: the folders put first on the child's import path (:func:`scene_imports`).
-    """
-
-    plan: RunPlan
-    dump_dir: Path
-    command: tuple[str, ...]
-    deferred: bool
-    imports: Mapping[str, str]
-    sys_path: tuple[str, ...]
-
-    @property
-    def counting(self) -> Counting:
-        if self.plan.counting is None:
-            raise ConfigError("a counted child's plan says how it counts; this one does not")
-        return self.plan.counting
-
-    @property
-    def dump_base(self) -> Path:
-        """Where callgrind writes its dumps (``--callgrind-out-file``)."""
-        return self.dump_dir / DUMP_BASE
-
-    @property
-    def trace(self) -> Path:
-        """Where the child writes its trace (the parent claimed the user's output and moves it
-        there).
-        """
-        return self.dump_dir / CHILD_TRACE
-
-    def measure_options(self) -> MeasureOptions:
-        """What the child's trace header records under ``capture_options.measure``."""
-        counting = self.counting
-        return MeasureOptions(
-            mode=counting.mode,
-            valgrind=counting.version,
-            command=self.command,
-            env=pinned_env(),
-            frame_boundary=frame_boundary(self.deferred),
-            pinned={
-                k: pinned_env()[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")
-            },
-            output=OUTPUT_PLACEHOLDER,
-        )
-
-
-def write_order(order: ChildOrder) -> None:
-    """Write ``order`` into its dump directory, where the child reads it (:func:`read_order`)."""
-    data = {
-        "plan": plan_as_dict(order.plan),
-        "command": list(order.command),
-        "deferred": order.deferred,
-        "imports": dict(order.imports),
-        "sys_path": list(order.sys_path),
-    }
-    (order.dump_dir / ARGS_FILE).write_text(json.dumps(data), encoding="utf-8")
-
-
 def child_dir() -> Path:
     """The dump directory ``$KATRA3D_MEASURE_CHILD`` names (ConfigError when it holds no order)."""
     where = Path(os.environ.get(CHILD_ENV, ""))
@@ -238,39 +168,12 @@ def child_dir() -> Path:
     return where
 
 
-def read_order(dump_dir: Path) -> ChildOrder:
-    """The order the parent wrote into ``dump_dir``, each scene class of its plan found again
-    through the registry.
-
-    A file scene is imported from the absolute path the parent resolved (``imports``); the plan
-    keeps the spec as the user gave it, so the header records what a time run records.
-    """
-    try:
-        data = json.loads((dump_dir / ARGS_FILE).read_text(encoding="utf-8"))
-        imports = {str(k): str(v) for k, v in data["imports"].items()}
-        sys_path, command = (
-            tuple(str(p) for p in data["sys_path"]),
-            tuple(str(c) for c in data["command"]),
-        )
-        deferred, plan_data = bool(data["deferred"]), data["plan"]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        raise ConfigError(
-            f"{dump_dir / ARGS_FILE} is not a counted child's order; ${CHILD_ENV} is set by "
-            "katra3d for its own child"
-        ) from None
-    sys.path[:0] = sys_path  # the parent's PYTHONPATH (scene_imports)
-    plan = plan_from_dict(plan_data, lambda spec: get_scene(imports.get(spec, spec)))
-    if plan.counting is None:
-        raise ConfigError(f"{dump_dir / ARGS_FILE} holds a plan that does not count")
-    return ChildOrder(plan, dump_dir, command, deferred, imports, sys_path)
-
-
-def check_child_instrumentation(order: ChildOrder) -> str:
+def check_child_instrumentation(deferred: bool) -> str:
     """Where this counted child's instrumentation starts (:func:`instrumentation`); ToolUnavailable
-    (exit 3) when it was started with instrumentation off but cannot make the client request that
-    switches it on."""
-    counted_from = instrumentation(order.deferred)
-    if order.deferred and valgrind_request.running_on_valgrind() == 0:
+    (exit 3) when it was started with instrumentation off (``deferred``) but cannot make the client
+    request that switches it on."""
+    counted_from = instrumentation(deferred)
+    if deferred and valgrind_request.running_on_valgrind() == 0:
         raise ToolUnavailable(
             "the counted child cannot make valgrind client requests, so callgrind's "
             "instrumentation could not be switched on at the first frame"
@@ -399,59 +302,9 @@ def compile_sources(file_specs: Iterable[str] = ()) -> None:
     bytecode.write_canonical_tree(roots, (spec.rpartition(":")[0] for spec in file_specs))
 
 
-def result_as_dict(result: RunResult) -> dict[str, Any]:
-    """What the counted child hands back: every field of its :class:`RunResult` but the path (the
-    parent's output), and every field of each :class:`SceneResult` but ``pixels`` (the last frame's
-    image stays in the child; its checksum travels)."""
-    out: dict[str, Any] = {
-        f.name: getattr(result, f.name)
-        for f in dataclasses.fields(result)
-        if f.name not in ("path", "scenes")
-    }
-    out["scenes"] = [
-        {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "pixels"}
-        for s in result.scenes
-    ]
-    return out
-
-
-def result_from_dict(data: Mapping[str, Any], path: Path) -> RunResult:
-    """The :class:`RunResult` that :func:`result_as_dict` wrote, its trace at ``path``."""
-    scenes = [SceneResult(**s) for s in data["scenes"]]
-    fields = {k: v for k, v in data.items() if k != "scenes"}
-    if fields.get("size") is not None:
-        fields["size"] = (int(fields["size"][0]), int(fields["size"][1]))
-    return RunResult(path=path, scenes=scenes, **fields)
-
-
-def hand_back(dump_dir: Path, data: Mapping[str, Any]) -> None:
-    """Write the child's results (or its error) into the dump directory, for the parent."""
-    text = json.dumps(data, default=_plain)
-    (dump_dir / RESULTS_FILE).write_text(text, encoding="utf-8")
-
-
-def _plain(value: Any) -> Any:
-    """A numpy scalar or array as the Python value JSON can hold (json.dumps' ``default``)."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-def handed_back(dump_dir: Path) -> dict[str, Any] | None:
-    """What the child handed back (results or an error), or None when it wrote nothing (it was
-    killed).
-    """
-    try:
-        data = json.loads((dump_dir / RESULTS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 __all__ = [
     "CHILD_ENV",
     "COUNTED_SWITCH_INTERVAL_S",
-    "ChildOrder",
     "FRAME_BOUNDARY",
     "PINNED_ENV",
     "USER_SETTABLE_PINS",
@@ -467,15 +320,9 @@ __all__ = [
     "codegen_facts",
     "compile_sources",
     "frame_boundary",
-    "hand_back",
     "in_child",
     "instrumentation",
     "instrumentation_deferred",
-    "read_order",
-    "result_as_dict",
-    "handed_back",
-    "result_from_dict",
     "scene_imports",
     "stop_counting",
-    "write_order",
 ]

@@ -16,12 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from katra3d.harness.engine.core import Engine
+from katra3d.harness.engine.lifecycle import run_scene
 from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
+from katra3d.harness.run.pipeline import open_engine
 from katra3d.scenes.api import SceneSkip
 from katra3d.scenes.registry import resolve_params
 from katra_trace.errors import SceneError
-from katra_trace.io.header import build_capture_options
+from katra_trace.io.header import CaptureOptions
 
 
 class MemorySink:
@@ -107,9 +108,9 @@ def run_offscreen(
     resolved = resolve_params(scene_cls, params or {})
     fbo = ctx.simple_framebuffer(tuple(size), components=4, samples=samples)
     try:
-        engine = Engine(
+        engine = open_engine(
             ctx,
-            CaptureSpec(None, label, timing="sync", options=build_capture_options()),
+            CaptureSpec(None, label, timing="sync", options=CaptureOptions()),
             writer=MemorySink(),
         )
         with engine:
@@ -122,7 +123,7 @@ def run_offscreen(
                 warmup=warmup,
                 seed=seed,
             )
-            result = engine.run_scene(scene, bind=fbo.use)
+            result = run_scene(engine, scene, bind=fbo.use)
             engine.finish()
     finally:
         fbo.release()

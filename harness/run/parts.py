@@ -15,7 +15,7 @@ copied) is :class:`katra_trace.io.concat.Concatenation`'s, as for ``katra3d merg
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -23,6 +23,16 @@ from katra_trace.errors import KatraError
 from katra_trace.io.concat import Concatenation
 from katra_trace.io.reader import Trace
 from katra_trace.io.tracesets import open_quietly
+
+
+@dataclasses.dataclass(frozen=True)
+class RunStrings:
+    """The run's own strings in its header: ``output`` (resolved), ``requested`` (``-o`` as given,
+    None without one) and ``notes``."""
+
+    output: str
+    requested: str | None
+    notes: str
 
 
 @dataclasses.dataclass
@@ -50,14 +60,15 @@ def join(
     *,
     status: str,
     codec: str | None = None,
-    update: Callable[[dict[str, Any]], dict[str, Any]] = lambda header: header,
+    strings: RunStrings | None = None,
     profiles: Mapping[Path, Sequence[Mapping[str, Any]]] | None = None,
 ) -> Joined:
     """Write the trace made of ``parts`` (in that order) to ``dst``, finished with ``status``.
 
-    ``update(header)``: the joined header as it is written (the parent's own strings put back).
-    ``codec``: the joined trace's codec (None: zstd). ``profiles``: a part's PROFILE records. The
-    parts are read one at a time (their headers first).
+    ``strings``: the run's own output and note, written where the children recorded their stand-ins
+    (:data:`katra3d.harness.run.protocol.STAND_INS`). ``codec``: the joined trace's codec (None:
+    zstd). ``profiles``: a part's PROFILE records. The parts are read one at a time (their
+    headers first).
     """
     readable = []
     for path in parts:
@@ -83,9 +94,16 @@ def join(
                 "scenes", []
             )
         ]
+    if strings is not None:
+        header["notes"] = options["notes"] = strings.notes
+        options["output"] = strings.requested
+        resolved["output"] = strings.output
+        options["measure"] = {**(options.get("measure") or {}), "output": strings.output}
+    if resolved:
         options["resolved"] = resolved
+    if options:
         header["capture_options"] = options
-    out = Concatenation(dst, update(header), codec=codec)
+    out = Concatenation(dst, header, codec=codec)
     user: dict[str, Any] = {}
     joined = []
     for path, part in readable:
@@ -119,4 +137,4 @@ def _add_user(user: dict[str, Any], part: dict[str, Any]) -> None:
             user[key] += value
 
 
-__all__ = ["Joined", "join"]
+__all__ = ["Joined", "RunStrings", "join"]

@@ -4,8 +4,8 @@
 :class:`Progress` shows a run's scenes and frames; :class:`Tally` shows any other command's work
 (events exported, traces read, ab's rounds, bisect's commits) the same way.
 
-The engine reports to any :class:`katra3d.harness.engine.results.Progress`; :class:`Progress` here
-is the display ``katra3d run`` and :func:`katra3d.harness.run.runner.run` use by default.
+The engine reports to any :class:`katra3d.harness.engine.results.ProgressSink`; :class:`Progress`
+here is the display ``katra3d run`` and :func:`katra3d.harness.run.runner.run` use by default.
 
 A counted run (``--measure instructions|cycles``) renders its frames in a child process under
 valgrind. That child reports to a :class:`ChildProgress`, which writes each call as one JSON line
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from katra3d.harness.engine.results import Progress as ProgressProtocol
+    from katra3d.harness.engine.results import ProgressSink
 
 
 class Progress:
@@ -193,7 +193,7 @@ class _RenumberedProgress:
     """:class:`Lane` for a progress that is not a :class:`Progress` (a caller's own): the calls go
     on to it, the scene's place in the run put in."""
 
-    def __init__(self, progress: ProgressProtocol, index: int, total: int, label: str) -> None:
+    def __init__(self, progress: ProgressSink, index: int, total: int, label: str) -> None:
         self.progress = progress
         self.tty = bool(getattr(progress, "tty", False))
         self.renumber = _Renumber(index, total, label)
@@ -214,9 +214,7 @@ class _RenumberedProgress:
         self.progress.advance(done)
 
 
-def lane(
-    progress: ProgressProtocol, index: int, total: int, label: str
-) -> Lane | _RenumberedProgress:
+def lane(progress: ProgressSink, index: int, total: int, label: str) -> Lane | _RenumberedProgress:
     """Where the counted child of the run's ``index``-th scene (of ``total``) reports: a
     :class:`Lane` of a :class:`Progress` display, else the calls passed on to ``progress`` with the
     scene's place put in."""
@@ -230,7 +228,7 @@ def lane(
 
 
 class ChildProgress:
-    """The counted child's :class:`katra3d.harness.engine.results.Progress`: every call one JSON
+    """The counted child's :class:`katra3d.harness.engine.results.ProgressSink`: every call one JSON
     line in ``path``.
 
     ``tty`` is True so that the engine reports every frame (a counted run reports each one, see
@@ -315,7 +313,7 @@ class Relay:
     them."""
 
     def __init__(
-        self, path: Path, progress: ProgressProtocol, stderr: tuple[Path, TextIO] | None = None
+        self, path: Path, progress: ProgressSink, stderr: tuple[Path, TextIO] | None = None
     ) -> None:
         self.follow = _Follow(path)
         self.progress = progress

@@ -12,19 +12,15 @@ around it, so that no caller does any of it a second way:
   ``$`` can neither split a word nor end a quote;
 * **where it runs**: a folder (a worktree) as the current directory, and first on ``PYTHONPATH``
   (:class:`CaptureCommand`);
-* **its processes**: the command starts a session of its own, so it and everything it starts form
-  one process group; that group is stopped whole on Ctrl-C, SIGTERM or SIGHUP to katra3d and on an
-  error, the way a ``katra3d run`` in it keeps its frames
-  (:func:`katra3d.harness.run.groups.stop_group`: SIGTERM, the whole group given
-  :data:`STOP_GRACE_S` to end, not just the shell that leads it; then the run's stop-now, a second
-  SIGTERM; then SIGKILL), and at once (SIGKILL) by a second stop signal to katra3d or when the
-  command ends (a capture's leftover background process goes with it). If katra3d is killed
-  outright, its direct child gets SIGKILL from the kernel (``PR_SET_PDEATHSIG``);
+* **its processes**: the command leads a process group (a session) of its own, started and
+  stopped by :mod:`katra3d.harness.supervisor` (policy ``levels``): Ctrl-C, SIGTERM or SIGHUP to
+  katra3d asks the group to stop, so a ``katra3d run`` in it keeps its frames, and gives it
+  :data:`~katra3d.harness.supervisor.STOP_GRACE_S`; a second stop signal, or the command's end,
+  kills what is left. A katra3d killed outright takes its direct child along (``PR_SET_PDEATHSIG``);
 * **its output**: into a log file (the caller's, or a temporary one), and the last
   :data:`FAILURE_TAIL_LINES` lines of it in the error when it fails;
-* **side by side**: captures that threads run at once (bisect's counted rounds) are stopped together
-  by one stop signal to katra3d, or on an error, through :class:`SideBySide`, which the main thread
-  opens around them.
+* **side by side**: captures that a :meth:`Supervisor.pool` runs in threads (bisect's counted
+  rounds) join its supervisor, and are stopped together.
 """
 
 from __future__ import annotations
@@ -38,14 +34,13 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, ClassVar
+from typing import IO
 
-from katra3d.harness.run.groups import STOP_FIRST, STOP_KILL, ProcessGroup
-from katra3d.harness.run.lifetime import die_with_parent, make_dump_dir, remove_stale_dump_dirs
+from katra3d.harness.run.lifetime import make_dump_dir, remove_stale_dump_dirs
+from katra3d.harness.supervisor import STOP_GRACE_S, Supervisor
 from katra_trace.errors import ConfigError, Interrupted, KatraError
 from katra_trace.io.claim import move_into_place
 from katra_trace.text import shown
@@ -65,15 +60,6 @@ LINK_DIR_PREFIX = "katra3d-out-"
 OUT_PLACEHOLDER = "{out}"
 #: Lines of a failed capture's output that its error carries (all of it is in its log).
 FAILURE_TAIL_LINES = 20
-#: Seconds a stopped capture's whole process group has, after its SIGTERM, to end on its own: a
-#: ``katra3d run`` in it stops at its next frame boundary and finishes its trace as interrupted. A
-#: counted run (16x16, under callgrind) took 3.5 s from the signal to its exit on a busy 2-core
-#: machine (its frame under callgrind, its trace written, callgrind's last dump); a time run 0.2 s.
-#: 10 s leaves room for a bigger frame and for captures that finish side by side (bisect's counted
-#: rounds).
-STOP_GRACE_S = 10.0
-#: The signals that stop a capture (and katra3d's command that runs it).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class CaptureFailed(KatraError):
@@ -195,113 +181,6 @@ def _environment(command: CaptureCommand, told: Path, out: Path) -> dict[str, st
     return env
 
 
-def _level(signals: int) -> int:
-    """How far a capture is stopped after ``signals`` stop signals to katra3d: the first asks it to
-    stop (it finishes its trace as interrupted), a second stops everything at once."""
-    return STOP_FIRST if signals <= 1 else STOP_KILL
-
-
-@contextlib.contextmanager
-def _stop_signals(received: list[int]) -> Iterator[Callable[[ProcessGroup], None]]:
-    """While a capture starts and runs, a stop signal to katra3d (main thread only) is noted in
-    ``received`` and stops the capture's group (the first asks it to stop, a second kills it:
-    :func:`_level`); the caller then raises :class:`Interrupted`. Yields the function that registers
-    the group once it has started, and stops it as far as the signals so far ask. The handlers come
-    before the start: a signal while the command is being started is noted, never lost or left to
-    Python's default (a KeyboardInterrupt between the start and the wait would leave the capture
-    running)."""
-    groups: list[ProcessGroup] = []
-    if threading.current_thread() is not threading.main_thread():
-        side = SideBySide.active
-        if side is None:
-            yield groups.append
-            return
-
-        def join(group: ProcessGroup) -> None:
-            # the main thread's stop sees the group, or the group sees the stop: never neither
-            with side.lock:
-                groups.append(group)
-                if received:
-                    group.send(_level(len(side.received)))
-
-        # joins the captures the main thread stops together; one stopped already stops at once
-        with side.lock:
-            side.members.append((groups, received))
-            received.extend(side.received[:1])
-        try:
-            yield join
-        finally:
-            with side.lock:
-                side.members.remove((groups, received))
-        return
-
-    def stop(signum: int, _frame: Any) -> None:
-        received.append(signum)
-        for group in groups:
-            group.send(_level(len(received)))
-
-    def register(group: ProcessGroup) -> None:
-        groups.append(group)
-        if received:  # a stop signal came while it was being started
-            group.send(_level(len(received)))
-
-    old = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
-    try:
-        yield register
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-
-
-class SideBySide:
-    """Captures that other threads run at the same time (:func:`run_capture` in a thread pool),
-    stopped together: open it in the main thread around those threads' work. While it is open, a
-    stop signal to katra3d (Ctrl-C, SIGTERM, SIGHUP) is noted in :attr:`received` instead of
-    raising, and stops the group of every capture of those threads, as :meth:`stop` does (on an
-    error): the first asks each to stop (each thread then gives its group the grace of
-    :func:`~katra3d.harness.run.groups.stop_group`), a second kills them all at once. Each then
-    raises :class:`Interrupted` in its thread, as does one started after. The caller waits for its
-    threads, then raises Interrupted itself when :attr:`received` says so. Captures the main thread
-    runs itself are not members: they handle signals as ever."""
-
-    active: ClassVar[SideBySide | None] = None  #: the one open now
-
-    def __init__(self) -> None:
-        # re-entrant: the signal handler runs in the main thread, which may hold it
-        self.lock = threading.RLock()
-        self.members: list[tuple[list[ProcessGroup], list[int]]] = []
-        self.received: list[int] = []
-        self._old: dict[int, Any] = {}
-
-    def stop(self, signum: int = signal.SIGTERM) -> None:
-        """Stop every member's group (SIGTERM now, then its thread's grace; SIGKILL at once from the
-        second stop on) and those started later; ``signum`` is what their Interrupted says."""
-        with self.lock:
-            self.received.append(signum)
-            for groups, received in self.members:
-                received.append(signum)
-                for group in groups:
-                    group.send(_level(len(self.received)))
-
-    def __enter__(self) -> SideBySide:
-        if (
-            threading.current_thread() is not threading.main_thread()
-            or SideBySide.active is not None
-        ):
-            raise RuntimeError("SideBySide is opened once, in the main thread")
-        self._old = {
-            sig: signal.signal(sig, lambda signum, _frame: self.stop(signum))
-            for sig in STOP_SIGNALS
-        }
-        SideBySide.active = self
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        SideBySide.active = None
-        for sig, handler in self._old.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-
-
 def _tail(log: IO[bytes], start: int) -> tuple[str, ...]:
     """The last non-empty lines the command wrote to ``log`` (from offset ``start``)."""
     log.flush()
@@ -334,35 +213,35 @@ def run_capture(
         else:
             sink = stack.enter_context(tempfile.TemporaryFile())
         start = sink.seek(0, os.SEEK_END)
-        received: list[int] = []
         t0 = time.monotonic()
-        with _stop_signals(received) as register:
-            # a side-by-side capture whose round was stopped before it started: it does not start
-            if received:
-                raise Interrupted(received[0])
+        # the pool's supervisor for its jobs (bisect's counted captures), else one of its own
+        active = Supervisor.active
+        with contextlib.nullcontext(active) if active else Supervisor() as sup:
+            # a capture of a pool whose jobs were stopped before it started: it does not start
+            if sup.received:
+                raise Interrupted(sup.received[0])
             try:
-                proc = subprocess.Popen(
+                group = sup.start(
                     ["/bin/sh", "-c", cmd],
+                    policy="levels",
                     cwd=command.cwd,
                     env=_environment(command, told, out),
                     stdin=subprocess.DEVNULL,
                     stdout=sink,
                     stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    preexec_fn=die_with_parent(),
                 )
             except OSError as exc:
                 raise CaptureFailed(
                     what, f"does not run: {exc}", command.shown(out), (), log
                 ) from None
-            group = ProcessGroup(proc)
             try:
-                register(group)
-                code = proc.wait()
+                code = group.proc.wait()
             # stopped: the run in it gets the time to finish its trace; ended: its leftovers go at
             # once
             finally:
-                group.end(STOP_GRACE_S if received else 0.0)
+                group.end(STOP_GRACE_S if group.sent else 0.0)
+                sup.release(group)
+            received = list(sup.received)
         seconds = time.monotonic() - t0
         tail = _tail(sink, start)
         if log is not None:
@@ -418,10 +297,8 @@ __all__ = [
     "OUT_ENV",
     "OUT_PLACEHOLDER",
     "PLAIN_PATH",
-    "STOP_GRACE_S",
     "CaptureCommand",
     "CaptureFailed",
-    "SideBySide",
     "one_line",
     "plain_out",
     "run_capture",

@@ -21,6 +21,9 @@ from katra_trace.metrics import MEASURES, is_count
 
 #: Measured frames of the default counted capture: counts are exact, so few frames are evidence.
 COUNT_FRAMES = 10
+#: ``python -P``: the working directory (a worktree) is not put first on the import path, so that a
+#: project file such as ``random.py`` cannot hide the standard library from katra3d (Python 3.11+).
+SAFE_PATH = ("-P",) if sys.version_info >= (3, 11) else ()
 
 
 def resolve_measure(measure: str) -> str:
@@ -37,12 +40,13 @@ def resolve_measure(measure: str) -> str:
 
 
 def default_command(what: Sequence[str], measure: str, run_args: str = "") -> str:
-    """``katra3d run WHAT --quiet`` (this katra3d, as ``python -m katra3d``; WHAT: scenes, or
+    """``katra3d run WHAT --quiet`` (this katra3d, as ``python -P -m katra3d``; WHAT: scenes, or
     ``--suite ci``) with the measure and ``run_args`` appended, writing ``{out}``; counted runs
     measure :data:`COUNT_FRAMES` frames unless ``run_args`` says otherwise (its options come last
     and win)."""
     parts = [
         shlex.quote(sys.executable),
+        *SAFE_PATH,
         "-m",
         "katra3d",
         "run",

@@ -1,10 +1,11 @@
 """Bisection's rule: is a commit like GOOD or like BAD, and how much of BAD's change does the
 culprit explain.
 
-Pure (stdlib only): ``katra3d bisect`` (:mod:`katra3d.harness.bisect`) measures each commit against
-GOOD with the one decision model (:func:`katra_trace.analysis.compare.compare_traces`, through
-:class:`~katra_trace.analysis.verdict.SceneComparison`) and hands the rows here as :class:`Effect`
-records. The rule (docs/bisect.md, "How a commit is classified"):
+Pure (no GL, no files): ``katra3d bisect`` (:mod:`katra3d.harness.bisect`) measures each commit
+against GOOD with the one decision model (:func:`katra_trace.analysis.compare.compare_traces`,
+through :class:`~katra_trace.analysis.verdict.SceneComparison`) and hands the rows here as
+:class:`Effect` records (``--images``: each scene's image verdict line, :func:`classify_images`).
+The rule (docs/bisect.md, "How a commit is classified"):
 
 * the **target scenes** are those BAD regressed against GOOD (verdict ``regression``); with none,
   there is nothing to bisect;
@@ -34,6 +35,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from katra_trace.analysis.defaults import threshold_for
+from katra_trace.analysis.images import ImageOutcome
 from katra_trace.analysis.verdict import Verdict
 from katra_trace.jsontext import record_dict
 from katra_trace.units import format_change_pct
@@ -155,6 +158,36 @@ def classify(commit: Sequence[Effect], bad: Sequence[Effect]) -> Classification:
     return Classification("good", "like GOOD: " + "; ".join(below))
 
 
+def image_outcome(line: str) -> str:
+    """The verdict of an image line ("image changed: FLIP mean ..." -> ``changed``)."""
+    return line.split(":", 1)[0].removeprefix("image ").replace(" ", "_")
+
+
+def image_targets(bad: Mapping[str, str]) -> list[str]:
+    """The scenes whose kept frame BAD changed against GOOD's (``bad``: scene -> image line): what
+    ``bisect --images`` looks for."""
+    return [s for s, line in bad.items() if image_outcome(line) == ImageOutcome.CHANGED]
+
+
+def classify_images(commit: Mapping[str, str], bad: Mapping[str, str]) -> Classification:
+    """Like BAD when a target scene's kept frame changed against GOOD's beyond the image tolerance
+    (the image gate's verdict); like GOOD when every target scene's is identical or within it;
+    otherwise undecided."""
+    undecided: list[str] = []
+    for scene in image_targets(bad):
+        line = commit.get(scene, "not measured")
+        outcome = image_outcome(line)
+        if outcome == ImageOutcome.CHANGED:
+            return Classification("bad", f"like BAD: {scene} {line}")
+        if outcome not in (ImageOutcome.IDENTICAL, ImageOutcome.WITHIN_TOLERANCE):
+            undecided.append(f"{scene}: {line}")
+    if undecided:
+        return Classification("skip", "undecided: " + "; ".join(undecided))
+    return Classification(
+        "good", "like GOOD: " + "; ".join(f"{s} {commit[s]}" for s in image_targets(bad))
+    )
+
+
 def shares(
     culprit: Sequence[Effect], parent: Sequence[Effect] | None, bad: Sequence[Effect]
 ) -> dict[str, tuple[float, float]]:
@@ -195,6 +228,40 @@ def next_ranges(scene_shares: Mapping[str, tuple[float, float]]) -> tuple[bool, 
     before = any(math.isfinite(p) and p > rest for p, _ in scene_shares.values())
     after = any(math.isfinite(c) and 1.0 - c > rest for _, c in scene_shares.values())
     return before, after
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """A slowdown between two commits measured one after the other (history order, skipped ones
+    left out): ``before`` and ``after`` index the sequence given to :func:`steps`; ``ratio`` is
+    after / before in ``scene``."""
+
+    before: int
+    after: int
+    scene: str
+    ratio: float
+
+
+def steps(
+    measured: Sequence[Sequence[Effect]], bad: Sequence[Effect], threshold_pct: float | None
+) -> list[Step]:
+    """Every step the captures establish in the target scenes: consecutive measured commits (GOOD
+    first, its effects empty: no change) where the later one's interval starts above the earlier
+    one's end by more than the threshold (``None``: the metric's default). A step that the
+    evidence does not separate from noise is not named."""
+    out: list[Step] = []
+    for scene in target_scenes(bad):
+        rows = [next((e for e in m if e.scene == scene and not e.zone), None) for m in measured]
+        prev = (0, 1.0, 1.0)  # GOOD: (index, ratio, upper end)
+        for i, row in enumerate(rows[1:], start=1):
+            if row is None or row.verdict == Verdict.INCOMPARABLE or not math.isfinite(row.ratio):
+                continue
+            limit = 1.0 + threshold_for(row.metric, threshold_pct) / 100.0
+            if math.isfinite(row.ci_low) and row.ci_low > prev[2] * limit:
+                out.append(Step(prev[0], i, scene, row.ratio / prev[1]))
+            hi = row.ci_high if math.isfinite(row.ci_high) else row.ratio
+            prev = (i, row.ratio, hi)
+    return out
 
 
 def open_range(states: Sequence[str]) -> tuple[int, int]:
@@ -239,12 +306,17 @@ __all__ = [
     "STATES",
     "Classification",
     "Effect",
+    "Step",
     "classify",
+    "classify_images",
+    "image_outcome",
+    "image_targets",
     "next_ranges",
     "open_range",
     "partial_scenes",
     "probes",
     "rounds_left",
     "shares",
+    "steps",
     "target_scenes",
 ]

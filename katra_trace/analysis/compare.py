@@ -17,12 +17,16 @@ import numpy as np
 
 from katra_trace.analysis.counts import decide_counts
 from katra_trace.analysis.decide import compare_runs
-from katra_trace.analysis.defaults import DEFAULT_ALPHA, SOFTWARE_TIME_DEFAULT, batch_drift_sd
+from katra_trace.analysis.defaults import (
+    DEFAULT_COMPARE,
+    SOFTWARE_TIME_DEFAULT,
+    CompareOptions,
+    batch_drift_sd,
+)
 from katra_trace.analysis.match import (
     capture_facts,
     codegen_facts,
     host_facts,
-    measure_mode,
     mismatch,
     resolve_metric,
 )
@@ -47,7 +51,8 @@ def _label(trace: Any, side: str, index: int) -> str:
 def _check_measure_modes(sides: Mapping[str, Sequence[Any]]) -> None:
     """Refuse to mix traces measured in counts (instructions, cycles) with time traces."""
     modes = {
-        side: sorted({measure_mode(t.header) for t in traces}) for side, traces in sides.items()
+        side: sorted({t.header.capture_options.measure_mode for t in traces})
+        for side, traces in sides.items()
     }
     kinds = {"counts" if is_count(m) else "time" for ms in modes.values() for m in ms}
     if len(kinds) > 1:
@@ -104,16 +109,9 @@ def _normalized(trace: Any, scene: str, frames_ns: np.ndarray, label: str) -> np
 def compare_traces(
     base: Sequence[Any],
     new: Sequence[Any],
+    options: CompareOptions = DEFAULT_COMPARE,
     *,
-    metric: str = "auto",
-    threshold_pct: float | None = None,
-    alpha: float = DEFAULT_ALPHA,
-    allow_host_mismatch: bool = False,
-    allow_param_mismatch: bool = False,
-    allow_codegen_mismatch: bool = False,
-    normalize: bool = False,
     pairs: Sequence[tuple[int, int]] | None = None,
-    run_stat: str | None = None,
     sequential: SequentialRule | None = None,
     separate_batches: bool = False,
 ) -> Comparison:
@@ -141,6 +139,7 @@ def compare_traces(
     (:func:`~katra_trace.analysis.defaults.batch_drift_sd`). Traces measured in counts and in time
     cannot be mixed (ConfigError).
     """
+    metric, normalize, run_stat = options.metric, options.normalize, options.run_stat
     sides: dict[str, list[Any]] = {"base": list(base), "new": list(new)}
     if pairs is not None:
         for i, j in pairs:
@@ -191,10 +190,10 @@ def compare_traces(
     allowed = {
         k
         for k, ok in (
-            ("renderer", allow_host_mismatch),
-            ("driver", allow_host_mismatch),
-            ("params", allow_param_mismatch),
-            ("codegen", allow_codegen_mismatch),
+            ("renderer", options.allow_host_mismatch),
+            ("driver", options.allow_host_mismatch),
+            ("params", options.allow_param_mismatch),
+            ("codegen", options.allow_codegen_mismatch),
         )
         if ok
     }
@@ -253,8 +252,8 @@ def compare_traces(
     result = compare_runs(
         runs["base"],
         runs["new"],
-        threshold_pct=threshold_pct,
-        alpha=alpha,
+        threshold_pct=options.threshold_pct,
+        alpha=options.alpha,
         metric="wall/reference" if normalize else chosen,
         incomparable=incomparable,
         paired=pairs is not None,

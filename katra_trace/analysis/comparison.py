@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from katra_trace.analysis.compare import compare_traces
-from katra_trace.analysis.defaults import DEFAULT_ALPHA
+from katra_trace.analysis.defaults import DEFAULT_COMPARE, CompareOptions
 from katra_trace.analysis.images import (
+    Image,
     ImageThresholds,
     ImageVerdict,
     exit_code_with_images,
@@ -33,12 +34,13 @@ from katra_trace.analysis.sequential import SequentialRule, Settled
 from katra_trace.analysis.verdict import Comparison, Verdict
 from katra_trace.errors import ConfigError
 from katra_trace.io.reader import Trace
-from katra_trace.io.tracesets import AB_MANIFEST, ab_pairs, open_trace_sets, read_ab_manifest
+from katra_trace.io.tracesets import AB_MANIFEST, AbManifest, open_trace_sets, read_ab_manifest
 from katra_trace.metrics import is_count
+from katra_trace.text import shown
 
 #: An ab output directory (resolved) and its manifest, read once: what pairs the rounds and holds
 #: the rule.
-AbRecord = tuple[Path, dict[str, Any]]
+AbRecord = tuple[Path, AbManifest]
 
 
 def resolve_sides(base: str, new: str | None) -> tuple[str, str, AbRecord | None]:
@@ -54,8 +56,7 @@ def resolve_sides(base: str, new: str | None) -> tuple[str, str, AbRecord | None
                 f"compare needs BASE and NEW, or the output directory of 'katra3d ab' "
                 f"(with {AB_MANIFEST}); {base!r} is neither"
             )
-        base = str(root / str(manifest.get("base_dir", "base")))
-        new = str(root / str(manifest.get("new_dir", "new")))
+        base, new = str(root / manifest.base_dir), str(root / manifest.new_dir)
         known = (root.resolve(), manifest)
     parent = _common_parent(base, new)
     if parent is None:
@@ -70,12 +71,10 @@ def _common_parent(base: str, new: str) -> Path | None:
     return b.parent if b.is_dir() and n.is_dir() and b.parent == n.parent else None
 
 
-def _own_sides(base: str, new: str, root: Path, manifest: dict[str, Any]) -> AbRecord | None:
+def _own_sides(base: str, new: str, root: Path, manifest: AbManifest) -> AbRecord | None:
     """``(root, manifest)`` when the manifest names BASE and NEW as its sides."""
     names = (Path(base).resolve().name, Path(new).resolve().name)
-    return (
-        (root, manifest) if (manifest.get("base_dir"), manifest.get("new_dir")) == names else None
-    )
+    return (root, manifest) if (manifest.base_dir, manifest.new_dir) == names else None
 
 
 def round_pairs(
@@ -87,7 +86,7 @@ def round_pairs(
     if ab is None:
         return None, []
     root, manifest = ab
-    manifest_path, rounds = root / AB_MANIFEST, ab_pairs(root, manifest)
+    manifest_path, rounds = root / AB_MANIFEST, manifest.pairs(root)
     index_b = {p.resolve(): i for i, p in enumerate(base_paths)}
     index_n = {p.resolve(): i for i, p in enumerate(new_paths)}
     pairs = [(index_b[b], index_n[n]) for b, n in rounds if b in index_b and n in index_n]
@@ -100,16 +99,24 @@ def round_pairs(
     ]
 
 
-def recorded_rule(manifest: dict[str, Any]) -> tuple[SequentialRule | None, Settled | None]:
+def recorded_rule(manifest: AbManifest) -> tuple[SequentialRule | None, Settled | None]:
     """The stopping rule an ``ab --until-decided`` output directory recorded in its ab.json
     (``manifest``), and why its rounds stopped (None, None for fixed rounds; no stop yet for an
     interrupted one). ConfigError when a record is not what the rounds loop writes."""
-    if manifest.get("sequential") is None:
+    if manifest.sequential is None:
         return None, None
-    stop = manifest.get("stop")
+    stop = manifest.stop
     return SequentialRule.from_json(
-        manifest["sequential"]
+        manifest.sequential
     ), None if stop is None else Settled.from_dict(stop)
+
+
+def _interrupted(ab: AbRecord | None) -> str:
+    """ "was interrupted in round N (SIGINT)" when ab's record says so, else ""."""
+    stop = ab[1].interrupted if ab is not None else None
+    if not isinstance(stop, dict):
+        return ""
+    return f"was interrupted in round {stop.get('round', '?')} ({stop.get('signal', 'a signal')})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,12 +163,17 @@ def open_sides(
             damaged=(*damaged_b, *damaged_n),
         )
     base, new, ab = resolve_sides(base, new)
+    stopped = _interrupted(ab)
+    if stopped and ab is not None and not ab[1].rounds:
+        raise ConfigError(f"{shown(str(ab[0]))}: the A/B run {stopped}, before any round ended")
     base_traces, damaged_b = open_trace_sets([base], verb)
     new_traces, damaged_n = open_trace_sets([new], verb)
     pairs, notes = round_pairs(
         None if unpaired else ab, [t.path for t in base_traces], [t.path for t in new_traces]
     )
     rule, stop = recorded_rule(ab[1]) if pairs is not None and ab is not None else (None, None)
+    if stopped:
+        notes.append(f"the A/B run {stopped}: its complete rounds are compared")
     return Sides(
         base,
         new,
@@ -204,19 +216,20 @@ class ComparisonResult:
     """One comparison, as every surface renders it: the timing decision (:class:`Comparison`:
     metric, per-run statistic, and per scene its levels, interval, verdict, reason and
     ``runs_needed``), the image verdicts under ``image_policy``, the stopping rule ab recorded
-    (``sequential``), and the exit code of both."""
+    (``rule``) and why its rounds stopped (``stop``), and the exit code of both."""
 
     base: str
     new: str
     timing: Comparison
     images: Mapping[str, ImageVerdict]
     image_policy: str
-    sequential: Mapping[str, Any] | None = None
+    rule: SequentialRule | None = None
+    stop: Settled | None = None
     #: each side's kept frames by scene (what ``--image-diff`` draws); not part of the JSON
-    base_images: Mapping[str, Any] = dataclasses.field(
+    base_images: Mapping[str, Image] = dataclasses.field(
         default_factory=dict, repr=False, compare=False
     )
-    new_images: Mapping[str, Any] = dataclasses.field(
+    new_images: Mapping[str, Image] = dataclasses.field(
         default_factory=dict, repr=False, compare=False
     )
 
@@ -229,8 +242,11 @@ class ComparisonResult:
     def as_dict(self) -> dict[str, Any]:
         """The JSON of compare and ab (``--format json``)."""
         out = dict(self.timing.as_dict(), base=self.base, new=self.new)
-        if self.sequential is not None:
-            out["sequential"] = dict(self.sequential)
+        if self.rule is not None:
+            out["sequential"] = {
+                "rule": self.rule.to_json(),
+                "stop": None if self.stop is None else self.stop.as_dict(),
+            }
         out.update(
             {
                 "image_policy": self.image_policy,
@@ -243,28 +259,20 @@ class ComparisonResult:
 
 def compare_sides(
     sides: Sides,
+    options: CompareOptions = DEFAULT_COMPARE,
     *,
     image_policy: str = "gate",
     image_limits: ImageThresholds | None = None,
-    alpha: float = DEFAULT_ALPHA,
-    threshold_pct: float | None = None,
-    **options: Any,
 ) -> ComparisonResult:
-    """Decide timing and images of two opened sides. ``options`` are :func:`compare_traces`' other
-    keyword arguments (metric, run_stat, normalize, allow_*). A recorded stopping rule decides with
-    its own alpha and threshold (a note says when the ones given differ), as it did when ab stopped
-    its rounds."""
+    """Decide timing and images of two opened sides under ``options``. A recorded stopping rule
+    decides with its own alpha and threshold (a note says when the ones given differ), as it did
+    when ab stopped its rounds."""
     notes = list(sides.notes)
-    sequential: dict[str, Any] | None = None
     if sides.rule is not None:
         rule = sides.rule
-        sequential = {
-            "rule": rule.to_json(),
-            "stop": None if sides.stop is None else sides.stop.as_dict(),
-        }
         if sides.stop is not None:
             notes.append(f"ab --until-decided: {sides.stop.reason}")
-        if alpha != rule.alpha or threshold_pct not in (None, rule.threshold_pct):
+        if options.alpha != rule.alpha or options.threshold_pct not in (None, rule.threshold_pct):
             thr = "the default" if rule.threshold_pct is None else f"{rule.threshold_pct:g}%"
             notes.append(
                 f"the stopping rule recorded in {AB_MANIFEST} decides, with its alpha "
@@ -275,20 +283,18 @@ def compare_sides(
     timing = compare_traces(
         list(sides.base_traces),
         list(sides.new_traces),
+        options,
         pairs=None if sides.pairs is None else list(sides.pairs),
         sequential=sides.rule,
-        alpha=alpha,
-        threshold_pct=threshold_pct,
         separate_batches=bool(batches),
-        **options,
     )
     if batches and not is_count(timing.metric):  # counts do not drift with the machine
         notes.append(batches)
     if notes:
         timing = dataclasses.replace(timing, notes=(*notes, *timing.notes))
     images: dict[str, ImageVerdict] = {}
-    base_images: dict[str, Any] = {}
-    new_images: dict[str, Any] = {}
+    base_images: dict[str, Image] = {}
+    new_images: dict[str, Image] = {}
     if image_policy != "off":
         base_images, new_images = (
             dict(side_images(sides.base_traces)),
@@ -311,7 +317,15 @@ def compare_sides(
             },
         )
     return ComparisonResult(
-        sides.base, sides.new, timing, images, image_policy, sequential, base_images, new_images
+        sides.base,
+        sides.new,
+        timing,
+        images,
+        image_policy,
+        sides.rule,
+        sides.stop,
+        base_images,
+        new_images,
     )
 
 

@@ -10,9 +10,9 @@ against frame i when the frames match, set against the threshold with a band of
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -114,24 +114,22 @@ def decide_counts(
     b_runs, n_runs = clean_runs(base_runs), clean_runs(new_runs)
     b_all = np.concatenate(b_runs) if b_runs else np.empty(0)
     n_all = np.concatenate(n_runs) if n_runs else np.empty(0)
-    m: dict[str, Any] = {
-        "scene": scene,
-        "zone": zone,
-        "metric": metric,
-        "value_unit": metric,
-        "unit": "counts",
-        "runs_base": len(b_runs),
-        "runs_new": len(n_runs),
-        "frames_base": int(b_all.size),
-        "frames_new": int(n_all.size),
-    }
+    m = SceneComparison(
+        scene=scene,
+        verdict=Verdict.INCOMPARABLE,
+        reason="",
+        zone=zone,
+        metric=metric,
+        value_unit=metric,
+        unit="counts",
+        runs_base=len(b_runs),
+        runs_new=len(n_runs),
+        frames_base=int(b_all.size),
+        frames_new=int(n_all.size),
+    )
     if min(b_all.size, n_all.size) < MIN_FRAMES_COUNTS:
         side = "BASE" if b_all.size == 0 else "NEW"
-        return SceneComparison(
-            **dict(
-                m, verdict=Verdict.INCOMPARABLE, reason=f"missing in {side} (no measured frames)"
-            )
-        )
+        return dataclasses.replace(m, reason=f"missing in {side} (no measured frames)")
     med_b = np.array([np.median(r) for r in b_runs])
     med_n = np.array([np.median(r) for r in n_runs])
     floor, source = noise_floor(b_runs, n_runs)
@@ -141,8 +139,8 @@ def decide_counts(
     else:
         own = float(np.log(med_n).mean()) - float(np.log(med_b).mean())
     level_b, level_n = geometric_mean(med_b), geometric_mean(med_n)
-    m.update(frame_figures(b_all, n_all, count=True))
-    m.update(
+    m = dataclasses.replace(
+        frame_figures(m, b_all, n_all, count=True),
         level_base=level_b,
         level_new=level_n,
         ratio=math.exp(own),
@@ -155,13 +153,13 @@ def decide_counts(
     if frame_base is not None and frame_base > 0:  # a zone: judged on its share of the frame
         scale = level_b / frame_base
         est = math.log1p(math.expm1(own) * scale)
-        m["frame_change_pct"] = math.expm1(est) * 100
+        m = dataclasses.replace(m, frame_change_pct=math.expm1(est) * 100)
         frame_level = frame_base
     jitter = math.log1p(COUNT_JITTER_PER_FRAME / frame_level) if frame_level > 0 else math.inf
-    m["jitter_floor_pct"] = math.expm1(jitter) * 100
+    m = dataclasses.replace(m, jitter_floor_pct=math.expm1(jitter) * 100)
     spread = max(NOISE_FLOOR_FACTOR * floor * scale, jitter)
     lo, hi = est - spread, est + spread
-    m.update(ci_low=math.exp(lo), ci_high=math.exp(hi))
+    m = dataclasses.replace(m, ci_low=math.exp(lo), ci_high=math.exp(hi))
     thr_pct = threshold * 100
     change = f"{format_change_pct(math.expm1(own) * 100, 2)} {metric}"
     if profiles is not None:
@@ -180,19 +178,19 @@ def decide_counts(
     )
     verdict = interval_verdict(est, lo, hi, threshold)
     if verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
-        return SceneComparison(
-            **dict(m, verdict=verdict, reason=f"{change} (threshold {thr_pct:g}%, {floor_txt})")
+        return dataclasses.replace(
+            m, verdict=verdict, reason=f"{change} (threshold {thr_pct:g}%, {floor_txt})"
         )
     if verdict is Verdict.UNCHANGED:
-        return SceneComparison(
-            **dict(m, verdict=verdict, reason=f"{change}, within +-{thr_pct:g}% ({floor_txt})")
+        return dataclasses.replace(
+            m, verdict=verdict, reason=f"{change}, within +-{thr_pct:g}% ({floor_txt})"
         )
     why = (
         f"the {floor_txt} is too large for a {thr_pct:g}% threshold"
         if 2 * spread >= math.log1p(threshold)
         else f"the band {band} ({floor_txt}) reaches the +-{thr_pct:g}% threshold"
     )
-    return SceneComparison(**dict(m, verdict=Verdict.INCONCLUSIVE, reason=f"{change}: {why}"))
+    return dataclasses.replace(m, verdict=Verdict.INCONCLUSIVE, reason=f"{change}: {why}")
 
 
 __all__ = [

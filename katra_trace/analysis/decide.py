@@ -47,9 +47,9 @@ docs/stats.md; in short (``thr`` = threshold, ``up = 1 + thr``,
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -108,137 +108,138 @@ def _measure_time(
     value_unit: str,
     run_stat: str = "median",
     drift_sd: float = 0.0,
-) -> dict[str, Any]:
-    """Effect, one-sided p, interval and side figures of one scene (no verdict yet)."""
+) -> tuple[SceneComparison, _Spread]:
+    """Effect, one-sided p, interval and side figures of one scene (its verdict not decided yet),
+    and the spread the verdict needs."""
     b_all, n_all = np.concatenate(b_runs), np.concatenate(n_runs)
-    out: dict[str, Any] = {
-        "scene": scene,
-        "metric": metric,
-        "value_unit": value_unit,
-        "paired": paired,
-        "unit": "rounds" if paired else "runs",
-        "runs_base": len(b_runs),
-        "runs_new": len(n_runs),
-        "frames_base": int(b_all.size),
-        "frames_new": int(n_all.size),
-        "confidence": 1.0 - 2.0 * alpha,
-    }
-    # frame pacing (p99, 1 % low, stutter) is in ms: not for values in other units (x reference)
-    out.update(frame_figures(b_all, n_all, count=value_unit != "ms"))
     med_b = np.array([run_level(r, run_stat) for r in b_runs])
     med_n = np.array([run_level(r, run_stat) for r in n_runs])
     lb, ln = np.log(med_b), np.log(med_n)
     scale = 1e-6 if value_unit == "ms" else 1.0
-    out.update(
+    level_base, level_new = geometric_mean(med_b) * scale, geometric_mean(med_n) * scale
+    out = SceneComparison(
+        scene=scene,
+        verdict=Verdict.INCONCLUSIVE,
+        reason="",
+        metric=metric,
+        value_unit=value_unit,
+        paired=paired,
+        unit="rounds" if paired else "runs",
+        runs_base=len(b_runs),
+        runs_new=len(n_runs),
+        frames_base=int(b_all.size),
+        frames_new=int(n_all.size),
+        confidence=1.0 - 2.0 * alpha,
         run_cv_base=cv(med_b),
         run_cv_new=cv(med_n),
         stat=run_stat,
-        level_base=geometric_mean(med_b) * scale,
-        level_new=geometric_mean(med_n) * scale,
+        level_base=level_base,
+        level_new=level_new,
+        level_base_ms=level_base if value_unit == "ms" else math.nan,
+        level_new_ms=level_new if value_unit == "ms" else math.nan,
     )
-    if value_unit == "ms":
-        out.update(level_base_ms=out["level_base"], level_new_ms=out["level_new"])
+    # frame pacing (p99, 1 % low, stutter) is in ms: not for values in other units (x reference)
+    out = frame_figures(out, b_all, n_all, count=value_unit != "ms")
     if not runs_decide(metric, min(len(b_runs), len(n_runs))):
-        out["unit"] = "frames"
-        out["ratio"] = out["frame_ratio"]
-        return out
+        # the ratio of the levels shown beside it (each side's run statistic), as with runs
+        ratio = out.level_new / out.level_base if out.level_base > 0 else math.nan
+        return dataclasses.replace(out, unit="frames", ratio=ratio), _Spread()
     drift_sd = 0.0 if paired else drift_sd
     t = paired_t(ln - lb) if paired else welch(lb, ln, drift_sd)
-    if drift_sd:
-        out["drift_allowance_pct"] = 100.0 * math.expm1(drift_sd)
-        out["_drift_sd"] = drift_sd
-    lo, hi = t.interval(out["confidence"])
-    out.update(
+    lo, hi = t.interval(out.confidence)
+    out = dataclasses.replace(
+        out,
         ratio=math.exp(t.estimate),
         ci_low=math.exp(lo),
         ci_high=math.exp(hi),
         p_value=t.p_directional(),
         dof=t.dof,
+        drift_allowance_pct=100.0 * math.expm1(drift_sd) if drift_sd else math.nan,
     )
     if paired:
-        out["pair_cv"] = float((ln - lb).std(ddof=1))
-        out["_sd_log"] = out["pair_cv"]
-        out["_log_ratios"] = ln - lb
-    else:
-        resid = np.concatenate([lb - lb.mean(), ln - ln.mean()])
-        out["_sd_log"] = float(np.sqrt(np.sum(resid**2) / (resid.size - 2)))
-    return out
+        pair_cv = float((ln - lb).std(ddof=1))
+        return dataclasses.replace(out, pair_cv=pair_cv), _Spread(pair_cv, drift_sd, ln - lb)
+    resid = np.concatenate([lb - lb.mean(), ln - ln.mean()])
+    return out, _Spread(float(np.sqrt(np.sum(resid**2) / (resid.size - 2))), drift_sd)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spread:
+    """What a time verdict needs beside the figures: the sd of the log run levels (or of the
+    rounds' log ratios), the drift allowed between separate batches, and the rounds' log ratios."""
+
+    sd_log: float = math.nan
+    drift_sd: float = 0.0
+    log_ratios: np.ndarray | None = None
 
 
 def _decide_time(
-    m: dict[str, Any], p_holm: float, threshold: float, alpha: float, n_tests: int
+    m: SceneComparison,
+    spread: _Spread,
+    p_holm: float,
+    threshold: float,
+    alpha: float,
+    n_tests: int,
 ) -> SceneComparison:
     """Turn measured figures and the Holm-adjusted p into a verdict (rule in the module doc)."""
-    sd_log = m.pop("_sd_log", math.nan)
-    drift_sd = m.pop("_drift_sd", 0.0)
+    sd_log, drift_sd = spread.sd_log, spread.drift_sd
     up, down = 1.0 + threshold, 1.0 / (1.0 + threshold)
     thr_pct = threshold * 100.0
-    unit = m["unit"]
-    base = dict(m, p_holm=p_holm)
-    word = "rounds" if m["paired"] else "runs"
-    if min(m["frames_base"], m["frames_new"]) < MIN_FRAMES:
-        return SceneComparison(
-            **dict(
-                base,
-                verdict=Verdict.INCONCLUSIVE,
-                frames_needed=MIN_FRAMES,
-                reason=f"too few frames ({m['frames_base']} base, {m['frames_new']} new; "
-                f"need >= {MIN_FRAMES} a side)",
-            )
+    base = dataclasses.replace(m, p_holm=p_holm)
+    word = "rounds" if m.paired else "runs"
+    if min(m.frames_base, m.frames_new) < MIN_FRAMES:
+        return dataclasses.replace(
+            base,
+            verdict=Verdict.INCONCLUSIVE,
+            frames_needed=MIN_FRAMES,
+            reason=f"too few frames ({m.frames_base} base, {m.frames_new} new; "
+            f"need >= {MIN_FRAMES} a side)",
         )
-    if unit == "frames":
-        frames = f"{format_change(m['frame_ratio'])} (p={m['frame_p_value']:.2g})"
-        return SceneComparison(
-            **dict(
-                base,
-                verdict=Verdict.INCONCLUSIVE,
-                runs_needed=MIN_RUNS,
-                reason=f"run-to-run noise unknown ({m['runs_base']} vs {m['runs_new']} {word}): "
-                f"need >= {MIN_RUNS} "
-                f"{word} a side (katra3d ab); frames, for information only: {frames}",
-                notes=(
-                    f"{FEW_RUNS_RULE}: frames of one run share that run's luck, and 11 of 40 "
-                    "single-run A/A comparisons measured on llvmpipe said 'regression' "
-                    "(docs/stats.md)",
-                ),
-            )
+    if m.unit == "frames":
+        frames = f"{format_change(m.frame_ratio)} (p={m.frame_p_value:.2g})"
+        return dataclasses.replace(
+            base,
+            verdict=Verdict.INCONCLUSIVE,
+            runs_needed=MIN_RUNS,
+            reason=f"run-to-run noise unknown ({m.runs_base} vs {m.runs_new} {word}): "
+            f"need >= {MIN_RUNS} "
+            f"{word} a side (katra3d ab); frame medians, for information only: {frames}",
+            notes=(
+                f"{FEW_RUNS_RULE}: frames of one run share that run's luck, and 11 of 40 "
+                "single-run A/A comparisons measured on llvmpipe said 'regression' "
+                "(docs/stats.md)",
+            ),
         )
-    ratio = m["ratio"]
+    ratio = m.ratio
     change = format_change(ratio)
-    lo, hi = m["ci_low"], m["ci_high"]
+    lo, hi = m.ci_low, m.ci_high
     interval = f"[{format_change(lo)}, {format_change(hi)}]"
     if drift_sd:
-        interval += f" (allowing +-{m['drift_allowance_pct']:.1f}% drift between separate batches)"
+        interval += f" (allowing +-{m.drift_allowance_pct:.1f}% drift between separate batches)"
     sig = p_holm < alpha
     if sig and ratio >= up:
-        return SceneComparison(
-            **dict(
-                base,
-                verdict=Verdict.REGRESSION,
-                reason=f"{change} slower, interval {interval} (p={p_holm:.2g} on {word}, "
-                f"threshold {thr_pct:g}%)",
-            )
+        return dataclasses.replace(
+            base,
+            verdict=Verdict.REGRESSION,
+            reason=f"{change} slower, interval {interval} (p={p_holm:.2g} on {word}, "
+            f"threshold {thr_pct:g}%)",
         )
     if sig and ratio <= down:
-        return SceneComparison(
-            **dict(
-                base,
-                verdict=Verdict.IMPROVEMENT,
-                reason=f"{change}, interval {interval} (p={p_holm:.2g} on {word}, "
-                f"threshold {thr_pct:g}%)",
-            )
+        return dataclasses.replace(
+            base,
+            verdict=Verdict.IMPROVEMENT,
+            reason=f"{change}, interval {interval} (p={p_holm:.2g} on {word}, "
+            f"threshold {thr_pct:g}%)",
         )
     if down < lo and hi < up:
-        return SceneComparison(
-            **dict(
-                base,
-                verdict=Verdict.UNCHANGED,
-                reason=f"{change}; interval {interval} within +-{thr_pct:g}%",
-            )
+        return dataclasses.replace(
+            base,
+            verdict=Verdict.UNCHANGED,
+            reason=f"{change}; interval {interval} within +-{thr_pct:g}%",
         )
     margin = settling_margin(math.log(ratio), threshold)
-    needed = runs_needed(sd_log, margin, alpha, n_tests, m["paired"], drift_sd)
-    have = min(m["runs_base"], m["runs_new"])
+    needed = runs_needed(sd_log, margin, alpha, n_tests, m.paired, drift_sd)
+    have = min(m.runs_base, m.runs_new)
     if needed is not None:
         needed = max(needed, have + 1)
     why = (
@@ -251,41 +252,39 @@ def _decide_time(
     cv = sd_log * 100
     if needed:
         need = f"~{needed} {word} a side would decide about the {change} seen"
-    elif drift_sd and runs_needed(sd_log, margin, alpha, n_tests, m["paired"]) is not None:
+    elif drift_sd and runs_needed(sd_log, margin, alpha, n_tests, m.paired) is not None:
         need = (
-            f"no number of runs outweighs the +-{m['drift_allowance_pct']:.1f}% drift allowed "
+            f"no number of runs outweighs the +-{m.drift_allowance_pct:.1f}% drift allowed "
             "between sides "
             f"captured in separate batches: katra3d ab interleaves the runs"
         )
     else:
         need = f"no number of {word} decides a change this close to the {thr_pct:g}% threshold"
-    return SceneComparison(
-        **dict(
-            base,
-            verdict=Verdict.INCONCLUSIVE,
-            runs_needed=needed,
-            reason=f"{change}: {why}; {'round-to-round' if m['paired'] else 'run-to-run'} spread "
-            f"{cv:.1f}%: "
-            f"{need}",
-        )
+    return dataclasses.replace(
+        base,
+        verdict=Verdict.INCONCLUSIVE,
+        runs_needed=needed,
+        reason=f"{change}: {why}; {'round-to-round' if m.paired else 'run-to-run'} spread "
+        f"{cv:.1f}%: "
+        f"{need}",
     )
 
 
-def _decide_sequential(m: dict[str, Any], rule: SequentialRule, n_tests: int) -> SceneComparison:
+def _decide_sequential(
+    m: SceneComparison, spread: _Spread, rule: SequentialRule, n_tests: int
+) -> SceneComparison:
     """The verdict of paired rounds under a stopping rule for repeated looks (``ab
     --until-decided``): the rule's repeated interval in place of the fixed-sample one
     (docs/stats.md, "Stopping when decided")."""
-    m.pop("_sd_log", None)
-    seen = look(rule, m.pop("_log_ratios"), tests=n_tests)
-    return SceneComparison(
-        **dict(
-            m,
-            verdict=seen.verdict,
-            reason=f"sequential: {seen.reason}",
-            ci_low=seen.ci_low,
-            ci_high=seen.ci_high,
-            confidence=seen.confidence,
-        )
+    assert spread.log_ratios is not None  # paired rounds record them
+    seen = look(rule, spread.log_ratios, tests=n_tests)
+    return dataclasses.replace(
+        m,
+        verdict=seen.verdict,
+        reason=f"sequential: {seen.reason}",
+        ci_low=seen.ci_low,
+        ci_high=seen.ci_high,
+        confidence=seen.confidence,
     )
 
 
@@ -346,7 +345,7 @@ def compare_runs(
     threshold = threshold_pct / 100.0
     names = list(dict.fromkeys([*base, *new, *incomparable]))
     results: dict[str, SceneComparison] = {}
-    measured: dict[str, dict[str, Any]] = {}
+    measured: dict[str, tuple[SceneComparison, _Spread]] = {}
     for scene in names:
         if scene in incomparable:
             results[scene] = SceneComparison(
@@ -380,18 +379,16 @@ def compare_runs(
             )
     tested = [
         s
-        for s in measured
-        if measured[s]["unit"] != "frames"
-        and min(measured[s]["frames_base"], measured[s]["frames_new"]) >= MIN_FRAMES
+        for s, (m, _) in measured.items()
+        if m.unit != "frames" and min(m.frames_base, m.frames_new) >= MIN_FRAMES
     ]
-    adjusted = dict(zip(tested, holm([measured[s]["p_value"] for s in tested]), strict=True))
-    for scene, m in measured.items():
+    adjusted = dict(zip(tested, holm([measured[s][0].p_value for s in tested]), strict=True))
+    for scene, (m, spread) in measured.items():
         if sequential is not None and paired and scene in adjusted:
-            results[scene] = _decide_sequential(m, sequential, len(tested))
+            results[scene] = _decide_sequential(m, spread, sequential, len(tested))
             continue
-        m.pop("_log_ratios", None)
         results[scene] = _decide_time(
-            m, adjusted.get(scene, math.nan), threshold, alpha, max(len(tested), 1)
+            m, spread, adjusted.get(scene, math.nan), threshold, alpha, max(len(tested), 1)
         )
     return Comparison(
         scenes=tuple(results[s] for s in names),

@@ -9,7 +9,10 @@ is given. The rule itself is in :mod:`katra_trace.analysis.decide` and docs/stat
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Mapping
+from typing import Any
 
 from katra_trace.errors import OptionError
 from katra_trace.metrics import is_count
@@ -199,7 +202,39 @@ def check_sequential_rounds(min_rounds: int, max_rounds: int) -> tuple[int, int]
     return min_rounds, max_rounds
 
 
+@dataclasses.dataclass(frozen=True)
+class CompareOptions:
+    """What is compared and what may be: the decision's options (``--metric``, ``--threshold``,
+    ``--alpha``, ``--stat``, ``--normalize``, ``--allow-*``), built once by each command from its
+    arguments and taken by :func:`compare_traces`. ``threshold_pct`` and ``run_stat`` None: the
+    metric's default."""
+
+    metric: str = "auto"
+    threshold_pct: float | None = None
+    alpha: float = DEFAULT_ALPHA
+    allow_host_mismatch: bool = False
+    allow_param_mismatch: bool = False
+    allow_codegen_mismatch: bool = False
+    normalize: bool = False
+    run_stat: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        """The options as a JSON object (bisect.json records them)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CompareOptions:
+        """The options :meth:`as_dict` wrote; a missing key keeps its default."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+#: The options of a comparison no option changed.
+DEFAULT_COMPARE = CompareOptions()
+
 __all__ = [
+    "CompareOptions",
+    "DEFAULT_COMPARE",
     "DEFAULT_IMAGE_MAX_MEAN",
     "DEFAULT_IMAGE_MAX_OUTLIER_PCT",
     "DEFAULT_IMAGE_OUTLIER_LEVEL",

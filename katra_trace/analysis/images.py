@@ -59,7 +59,7 @@ from katra_trace.analysis.flip import (
     levels_picture,
     magma_colours,
 )
-from katra_trace.errors import KatraError, TraceTooLargeError
+from katra_trace.errors import ExitCode, KatraError, TraceTooLargeError
 from katra_trace.io.claim import check_output_dir, missing_directory, open_output
 from katra_trace.io.image_block import KeptFrame
 from katra_trace.io.images import KeptFrameError, encode_png, frame_pixels
@@ -396,7 +396,7 @@ def exit_code_with_images(
     """The exit code of compare and ab: 1 when the timing found a regression or, under the gate
     policy, an image changed; else the timing's own code (0, or 2 when nothing was comparable)."""
     gated = policy == "gate" and any(v.is_regression for v in verdicts.values())
-    return 1 if gated else timing_code
+    return ExitCode.REGRESSION if gated else timing_code
 
 
 def _png(image: Image | np.ndarray) -> bytes:

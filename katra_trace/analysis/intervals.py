@@ -21,7 +21,7 @@ from scipy.special import ndtri, stdtr, stdtrit
 from katra_trace.analysis.defaults import MIN_RUNS
 from katra_trace.analysis.ranks import mann_whitney_p
 from katra_trace.analysis.stats import frame_stats
-from katra_trace.analysis.verdict import Verdict
+from katra_trace.analysis.verdict import SceneComparison, Verdict
 
 #: Power assumed when estimating how many runs would be needed.
 TARGET_POWER = 0.8
@@ -194,25 +194,28 @@ def interval_verdict(estimate: float, low: float, high: float, threshold: float)
     return Verdict.INCONCLUSIVE
 
 
-def frame_figures(b_all: np.ndarray, n_all: np.ndarray, count: bool) -> dict[str, Any]:
-    """Pooled-frame change and p (information); frame-pacing figures unless ``count`` (not times in
-    ns).
-    """
-    out: dict[str, Any] = {
-        "frame_ratio": float(np.median(n_all) / np.median(b_all)),
-        "frame_p_value": mann_whitney_p(b_all, n_all),
-    }
-    if not count:
-        fb, fn = frame_stats(b_all), frame_stats(n_all)
-        out.update(
-            p99_base_ms=fb.p99_ms,
-            p99_new_ms=fn.p99_ms,
-            fps_low_1pct_base=fb.fps_low_1pct,
-            fps_low_1pct_new=fn.fps_low_1pct,
-            stutter_pct_base=fb.stutter_pct,
-            stutter_pct_new=fn.stutter_pct,
-        )
-    return out
+def frame_figures(
+    row: SceneComparison, b_all: np.ndarray, n_all: np.ndarray, count: bool
+) -> SceneComparison:
+    """``row`` with the pooled-frame change and p (information), and the frame-pacing figures
+    unless ``count`` (not times in ns)."""
+    row = dataclasses.replace(
+        row,
+        frame_ratio=float(np.median(n_all) / np.median(b_all)),
+        frame_p_value=mann_whitney_p(b_all, n_all),
+    )
+    if count:
+        return row
+    fb, fn = frame_stats(b_all), frame_stats(n_all)
+    return dataclasses.replace(
+        row,
+        p99_base_ms=fb.p99_ms,
+        p99_new_ms=fn.p99_ms,
+        fps_low_1pct_base=fb.fps_low_1pct,
+        fps_low_1pct_new=fn.fps_low_1pct,
+        stutter_pct_base=fb.stutter_pct,
+        stutter_pct_new=fn.stutter_pct,
+    )
 
 
 __all__ = [

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from katra_trace.io.header import CaptureOptions, TraceHeader
+    from katra_trace.io.header import TraceHeader
 
 from katra_trace.metrics import (
     AUTO_ORDER,
@@ -37,12 +37,6 @@ def host_facts(header: TraceHeader, scene: str | None = None) -> dict[str, Any]:
     return {"renderer": host.renderer, "driver": host.driver}
 
 
-def scene_params(options: CaptureOptions, scene: str) -> Any:
-    """The params a capture used for ``scene`` (None when not recorded; every layout, see
-    :attr:`katra_trace.io.header.CaptureOptions.scene_params`)."""
-    return options.params_of(scene)
-
-
 def capture_facts(header: TraceHeader, scene: str) -> dict[str, Any]:
     """The capture settings of ``scene`` that must match between BASE and NEW.
 
@@ -56,13 +50,6 @@ def capture_facts(header: TraceHeader, scene: str) -> dict[str, Any]:
         "timing_mode": opts.timing_mode,
         "params": opts.params_of(scene),
     }
-
-
-def measure_mode(header: TraceHeader) -> str:
-    """``time``, ``instructions`` or ``cycles``: what the capture measured (traces without it:
-    time).
-    """
-    return header.capture_options.measure_mode
 
 
 def codegen_facts(header: TraceHeader, scene: str | None = None) -> Any:
@@ -169,8 +156,6 @@ __all__ = [
     "capture_facts",
     "codegen_facts",
     "host_facts",
-    "measure_mode",
     "mismatch",
     "resolve_metric",
-    "scene_params",
 ]

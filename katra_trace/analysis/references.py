@@ -9,7 +9,7 @@ does). The comparison is the image verdict (identical / within tolerance / chang
 :func:`katra_trace.analysis.images.image_verdict`, FLIP with the thresholds of docs/images.md).
 
 Reference folders live in repositories, so their files are input like any trace: each is opened
-through the reader's rule (:func:`katra_trace.io.reader.open_regular`: regular files only, never a
+through the input rule (:func:`katra_trace.io.inputs.open_regular`: regular files only, never a
 FIFO or a device, with a size cap), the facts are checked into a typed record
 (:class:`ReferenceFacts`) and the PNG is decoded within the reading budget of its size. Anything
 wrong is one line, exit 2. Recording writes through the output rule
@@ -47,7 +47,7 @@ from katra_trace.io.images import (
     key_id,
     png_pixels,
 )
-from katra_trace.io.reader import read_regular
+from katra_trace.io.inputs import read_regular
 from katra_trace.text import shown
 
 #: What a ``--duration`` run says once, and what its header records: no frame is kept or checked.

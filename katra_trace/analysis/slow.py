@@ -53,7 +53,7 @@ from katra_trace.analysis.stats import (
 )
 from katra_trace.jsontext import record_dict
 from katra_trace.metrics import CLOCK_NAMES, VALUE_CLOCKS, is_time, primary_clock_of
-from katra_trace.schema import GC_NAME, Kind, draw_pass
+from katra_trace.schema import GC_NAME, Flag, Kind, draw_pass
 
 #: The kinds of cause, in the order of the rule (docs/stats.md, "Why a frame was slow").
 ZONE, DRAW, BETWEEN, GC, MACHINE, UNKNOWN = (
@@ -65,6 +65,8 @@ ZONE, DRAW, BETWEEN, GC, MACHINE, UNKNOWN = (
     "unknown",
 )
 KINDS: tuple[str, ...] = (ZONE, DRAW, BETWEEN, GC, MACHINE, UNKNOWN)
+#: A replay's restart frame is flagged SETUP alone (a warmup frame is left out anyway).
+RESTART_FLAGS = int(Flag.SETUP | Flag.WARMUP)
 #: A part of the frame is its main cause when its own excess is at least this share of the frame's.
 EXPLAINS = 0.5
 #: Fewest frames of one cause for a period to be named.
@@ -223,14 +225,25 @@ class SceneSlow:
     zone_clock: str | None = None
     other_zone_clocks: tuple[str, ...] = ()
     frame_clocks: tuple[str, ...] = ()
+    #: frames where a replay restarted its trace (flagged SETUP: no slow frames, no statistics)
+    restarts: tuple[int, ...] = ()
 
     @property
     def note(self) -> str | None:
         """What the output says beside the causes: why there are none (no frame times), or where the
-        zones were (none: ``--zones`` would tell more; on another clock)."""
-        if self.clock is None:
-            return untimed_note(self.frame_clocks)
-        return zone_note(self.clock, self.zone_clock, self.other_zone_clocks)
+        zones were (none: ``--zones`` would tell more; on another clock), and the restarts."""
+        said = (
+            untimed_note(self.frame_clocks)
+            if self.clock is None
+            else zone_note(self.clock, self.zone_clock, self.other_zone_clocks)
+        )
+        if not self.restarts:
+            return said
+        restart = (
+            f"restarts: {restarts_text(self.restarts)} began a new replay of the trace (its "
+            "context and compiles): left out of the statistics and the slow frames"
+        )
+        return f"{said}; {restart}" if said else restart
 
     def as_dict(self) -> dict[str, Any]:
         """``slow_frames`` (every slow frame), ``slow_causes`` (the groups), ``slow_clock``,
@@ -242,6 +255,12 @@ class SceneSlow:
             "slow_causes": [g.as_dict() for g in self.groups],
             "slow_note": self.note,
         }
+
+
+def restarts_text(frames: Sequence[int]) -> str:
+    """``frame 6`` or ``frames 6, 12, 18`` (the first ten, then ``...``)."""
+    more = " ..." if len(frames) > 10 else ""
+    return f"frame{'s' if len(frames) > 1 else ''} {', '.join(map(str, frames[:10]))}{more}"
 
 
 def ordinal(n: int) -> str:
@@ -313,6 +332,11 @@ def slow_frames(
                 )
             continue
         out[label] = _scene(label, of_scene, clock, marks, strings)
+    setup = ev[(ev["kind"] == Kind.FRAME) & ((ev["flags"] & RESTART_FLAGS) == int(Flag.SETUP))]
+    for sid, label in labels.items():
+        restarts = np.unique(setup["frame"][setup["scene"] == sid])
+        if label in out and restarts.size:
+            out[label] = dataclasses.replace(out[label], restarts=tuple(restarts.tolist()))
     return out
 
 

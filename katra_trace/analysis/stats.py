@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -340,13 +340,40 @@ def _name(strings: list[str], sid: int) -> str:
     return strings[sid] if 0 <= sid < len(strings) else f"?{sid}"
 
 
-def count_stats(values: np.ndarray, unit: str) -> dict[str, float | int | None]:
-    """Statistics of a series of counts (instructions, cycles), keys suffixed with ``unit``.
+@dataclasses.dataclass(frozen=True)
+class CountStats:
+    """Summary of one series of counts (instructions, cycles) in ``unit``: no frame rates (a count
+    is not a time)."""
 
-    ``n``, ``total_<unit>``, ``mean_``, ``median_``, ``min_``, ``max_``,
-    ``stdev_``, ``mad_``, ``p90_``, ``p95_``, ``p99_<unit>`` and ``cv``; no
-    frame rates (a count is not a time).
-    """
+    unit: str
+    n: int
+    total: float
+    mean: float
+    median: float
+    min: float
+    max: float
+    stdev: float
+    mad: float
+    p90: float
+    p95: float
+    p99: float
+    cv: float | None
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        """``n``, ``total_<unit>`` ... ``p99_<unit>`` and ``cv``."""
+        out: dict[str, float | int | None] = {"n": self.n}
+        for f in dataclasses.fields(self)[2:-1]:
+            out[f"{f.name}_{self.unit}"] = getattr(self, f.name)
+        out["cv"] = self.cv
+        return out
+
+
+#: The statistics of one clock: times or counts.
+ClockStats = FrameStats | CountStats
+
+
+def count_stats(values: np.ndarray, unit: str) -> CountStats:
+    """Statistics of a series of counts (instructions, cycles) in ``unit``."""
     d = np.asarray(values, dtype=np.float64)
     if d.ndim != 1 or d.size == 0:
         raise ValueError(f"count_stats needs a non-empty 1-D array, got shape {d.shape}")
@@ -354,86 +381,113 @@ def count_stats(values: np.ndarray, unit: str) -> dict[str, float | int | None]:
     median = float(np.median(d))
     stdev = float(np.std(d, ddof=1)) if d.size > 1 else 0.0
     p90, p95, p99 = (float(v) for v in np.percentile(d, [90.0, 95.0, 99.0]))
-    return {
-        "n": int(d.size),
-        f"total_{unit}": float(d.sum()),
-        f"mean_{unit}": mean,
-        f"median_{unit}": median,
-        f"min_{unit}": float(d.min()),
-        f"max_{unit}": float(d.max()),
-        f"stdev_{unit}": stdev,
-        f"mad_{unit}": float(np.median(np.abs(d - median))),
-        f"p90_{unit}": p90,
-        f"p95_{unit}": p95,
-        f"p99_{unit}": p99,
-        "cv": stdev / mean if mean > 0 else None,
-    }
+    return CountStats(
+        unit=unit,
+        n=int(d.size),
+        total=float(d.sum()),
+        mean=mean,
+        median=median,
+        min=float(d.min()),
+        max=float(d.max()),
+        stdev=stdev,
+        mad=float(np.median(np.abs(d - median))),
+        p90=p90,
+        p95=p95,
+        p99=p99,
+        cv=stdev / mean if mean > 0 else None,
+    )
 
 
-def _group_stats(ev: np.ndarray) -> dict[str, dict[str, float | int | None]]:
-    out: dict[str, dict[str, float | int | None]] = {}
+@dataclasses.dataclass(frozen=True)
+class SceneStats:
+    """One scene's statistics: its frames' per clock (``metrics``) and its zones' per zone and
+    clock."""
+
+    metrics: Mapping[str, ClockStats]
+    zones: Mapping[str, Mapping[str, ClockStats]]
+
+    def as_dict(self) -> dict[str, dict[str, Any]]:
+        """The JSON of ``stats``: ``{"metrics": {CLOCK: {STAT: value}}, "zones": {ZONE: ...}}``."""
+        return {
+            "metrics": {c: v.as_dict() for c, v in self.metrics.items()},
+            "zones": {z: {c: v.as_dict() for c, v in per.items()} for z, per in self.zones.items()},
+        }
+
+
+#: A scene with no measured frames.
+NO_STATS = SceneStats({}, {})
+
+
+@dataclasses.dataclass(frozen=True)
+class RunStats:
+    """The statistics of one trace, by scene label (:func:`scene_labels`), in capture order."""
+
+    scenes: Mapping[str, SceneStats]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON of ``stats``: ``{"scenes": {SCENE: SceneStats.as_dict()}}``."""
+        return {"scenes": {s: v.as_dict() for s, v in self.scenes.items()}}
+
+    def rows(self, zones: bool = True) -> Iterator[tuple[str, str, str, ClockStats]]:
+        """``(scene, zone or "", clock, stats)`` for each scene's frames, then its zones."""
+        for scene, entry in self.scenes.items():
+            for clock, values in entry.metrics.items():
+                yield scene, "", clock, values
+            if zones:
+                for zone, per_clock in entry.zones.items():
+                    for clock, values in per_clock.items():
+                        yield scene, zone, clock, values
+
+
+def _group_stats(ev: np.ndarray) -> dict[str, ClockStats]:
+    out: dict[str, ClockStats] = {}
     for clock in np.unique(ev["clock"]):
         cname = clock_name(clock)
         dur = _ordered(ev[ev["clock"] == clock])["dur_ns"]
-        out[cname] = (
-            count_stats(dur, cname) if int(clock) in COUNT_CLOCKS else frame_stats(dur).as_dict()
-        )
+        out[cname] = count_stats(dur, cname) if int(clock) in COUNT_CLOCKS else frame_stats(dur)
     return out
 
 
-def events_stats(events: np.ndarray, strings: list[str], zones: bool = True) -> dict[str, Any]:
-    """Nested statistics of an event array; see :func:`trace_stats` for the shape."""
+def events_stats(events: np.ndarray, strings: list[str], zones: bool = True) -> RunStats:
+    """Statistics of an event array; see :func:`trace_stats`."""
     labels = scene_labels(events, strings)
     ev = measured(events)
-    scenes: dict[str, Any] = {}
+    scenes: dict[str, SceneStats] = {}
     for sid in _in_order(ev["scene"], labels):
         of_scene = ev[ev["scene"] == sid]
-        entry = scenes.setdefault(labels[sid], {"metrics": {}, "zones": {}})
-        frames = of_scene[of_scene["kind"] == Kind.FRAME]
-        entry["metrics"].update(_group_stats(frames))
-        if zones:
-            zev = of_scene[of_scene["kind"] == Kind.ZONE]
-            for zid in np.unique(zev["name"]):
-                entry["zones"][_name(strings, int(zid))] = _group_stats(zev[zev["name"] == zid])
-    return {"scenes": scenes}
+        zev = of_scene[of_scene["kind"] == Kind.ZONE]
+        scenes[labels[sid]] = SceneStats(
+            _group_stats(of_scene[of_scene["kind"] == Kind.FRAME]),
+            {
+                _name(strings, int(zid)): _group_stats(zev[zev["name"] == zid])
+                for zid in (np.unique(zev["name"]) if zones else ())
+            },
+        )
+    return RunStats(scenes)
 
 
-def trace_stats(trace: TraceLike, zones: bool = True) -> dict[str, Any]:
-    """Statistics of an opened trace.
-
-    Returns ``{"scenes": {SCENE: {"metrics": {CLOCK: {STAT: value}},
-    "zones": {ZONE: {CLOCK: {STAT: value}}}}}}`` where CLOCK is
-    ``cpu``/``wall``/``gpu`` and STAT the keys of :meth:`FrameStats.as_dict`;
-    on the count clocks (``instructions``, ``cycles``) STAT are the keys of
-    :func:`count_stats` (``median_instructions`` ...). Scenes are keyed by
-    :func:`scene_labels`.
+def trace_stats(trace: TraceLike, zones: bool = True) -> RunStats:
+    """Statistics of an opened trace: per scene (keyed by :func:`scene_labels`), per clock
+    (``cpu``/``wall``/``gpu``/``process`` times as :class:`FrameStats`, ``instructions``/``cycles``
+    as :class:`CountStats`), for its frames and, with ``zones``, each zone.
     Warmup, setup, skipped and interrupted spans and all markers/counters are
     excluded. Scenes with no measured frames or zones are absent.
     """
     return events_stats(trace.events, list(trace.strings), zones=zones)
 
 
-def flatten(
-    stats: Mapping[str, Any], zones: bool = True
-) -> Iterable[tuple[str, str, str, dict[str, Any]]]:
-    """Rows ``(scene, zone or "", clock, stat dict)`` of a :func:`trace_stats` result."""
-    for scene, entry in stats["scenes"].items():
-        for clock, values in entry["metrics"].items():
-            yield scene, "", clock, values
-        if zones:
-            for zone, per_clock in entry["zones"].items():
-                for clock, values in per_clock.items():
-                    yield scene, zone, clock, values
-
-
 __all__ = [
     "EXCLUDED_FLAGS",
+    "NO_STATS",
+    "ClockStats",
+    "CountStats",
     "FrameStats",
+    "RunStats",
+    "SceneStats",
     "STUTTER_FACTOR",
     "STUTTER_WINDOW_FRAMES",
     "count_stats",
     "events_stats",
-    "flatten",
     "frame_stats",
     "low_fps_average",
     "low_fps_integral",

@@ -142,8 +142,12 @@ class Comparison:
             return ExitCode.BAD_INPUT
         return ExitCode.OK
 
+    @property
+    def verdict_counts(self) -> dict[str, int]:
+        """How many scenes got each verdict, in :data:`VERDICTS` order."""
+        return {v: sum(1 for s in self.scenes if s.verdict == v) for v in VERDICTS}
+
     def as_dict(self) -> dict[str, Any]:
-        counts = {v: sum(1 for s in self.scenes if s.verdict == v) for v in VERDICTS}
         scenes: dict[str, Any] = {s.scene: s.as_dict() for s in self.scenes}
         for z in self.zones:
             if z.scene in scenes:
@@ -155,7 +159,7 @@ class Comparison:
             "paired": self.paired,
             "run_stat": self.run_stat,
             "metric_choice": self.metric_choice,
-            "verdicts": counts,
+            "verdicts": self.verdict_counts,
             "exit_code": self.exit_code,
             "notes": list(self.notes),
             "scenes": scenes,

@@ -18,57 +18,21 @@ import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from katra_trace import jsontext
-from katra_trace.analysis.match import codegen_facts, host_facts, measure_mode, scene_params
+from katra_trace.analysis.match import codegen_facts, host_facts
 from katra_trace.analysis.stats import reference_durations, scene_durations, zone_frame_totals
 from katra_trace.errors import ConfigError
-from katra_trace.io.reader import open_regular
+from katra_trace.io.inputs import open_regular
 from katra_trace.metrics import is_count
 from katra_trace.schema import Clock
 
 if TYPE_CHECKING:
     from katra_trace.io.header import TraceHeader
 
-#: Columns of a history row, in order, with their DuckDB types.
-COLUMNS: tuple[tuple[str, str], ...] = (
-    ("trace_sha256", "VARCHAR"),  # SHA-256 of the trace file's bytes (the run's identity)
-    ("label", "VARCHAR"),  # the version this run measured (--label)
-    # --time, else the capture's start; UTC ns since the epoch (orders labels)
-    ("label_time_ns", "BIGINT"),
-    ("commit", "VARCHAR"),  # --commit ("" when not given)
-    ("run_start_ns", "BIGINT"),  # the capture's start (header start_wall_ns), UTC ns
-    ("added_ns", "BIGINT"),  # when `history add` stored the row, UTC ns
-    ("host_id", "VARCHAR"),  # 12 hex digits of SHA-256(renderer, driver, cpu)
-    ("renderer", "VARCHAR"),
-    ("driver", "VARCHAR"),
-    ("cpu", "VARCHAR"),
-    ("codegen_id", "VARCHAR"),  # 12 hex digits of SHA-256(host_info.codegen) ("" when absent)
-    ("codegen", "VARCHAR"),  # host_info.codegen as JSON ("" when absent)
-    ("machine_name", "VARCHAR"),  # the capturing machine's hostname (information only)
-    ("mode", "VARCHAR"),  # time | instructions | cycles (what the capture measured)
-    ("size", "VARCHAR"),  # framebuffer WxH
-    ("params", "VARCHAR"),  # the scene's params as JSON ("" when not recorded)
-    ("scene", "VARCHAR"),
-    ("zone", "VARCHAR"),  # "" for the scene's frames
-    # the clock: wall, cpu, gpu, process, instructions, cycles, wall/reference
-    ("metric", "VARCHAR"),
-    ("unit", "VARCHAR"),  # ms, instructions, cycles or x reference
-    ("frames", "BIGINT"),  # measured frames (zones: frames the zone ran in)
-    ("median", "DOUBLE"),  # in `unit`
-    ("mean", "DOUBLE"),
-    ("p99", "DOUBLE"),
-    # 1 % low frame rate (average of the slowest 1 %), time clocks only
-    ("low_1pct_fps", "DOUBLE"),
-    ("cv", "DOUBLE"),  # frame-to-frame coefficient of variation within the run
-    ("trace_path", "VARCHAR"),  # where the trace was when it was added
-    ("trace_status", "VARCHAR"),  # complete | aborted | interrupted | incomplete
-    ("tool_version", "VARCHAR"),
-)
-COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 
 #: Metric name of the per-run ratio (median frame wall) / (median reference wall), as `compare
 #: --normalize`.
@@ -79,7 +43,7 @@ _NS_PER_MS = 1e6
 def file_sha256(path: Path) -> str:
     """SHA-256 (hex) of a trace file's bytes.
 
-    The file is opened as the reader opens a trace (:func:`~katra_trace.io.reader.open_regular`:
+    The file is opened as the reader opens a trace (:func:`~katra_trace.io.inputs.open_regular`:
     regular files only, so a FIFO, ``/dev/zero`` or a terminal on ``/dev/stdin`` is refused at once
     with ConfigError instead of hanging), and at most its size when opened is read.
     """
@@ -187,7 +151,18 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _stats(values: np.ndarray, count: bool) -> dict[str, Any]:
+class _Figures(NamedTuple):
+    """One run's figures on one clock (times in ms, counts as counted)."""
+
+    frames: int
+    median: float
+    mean: float
+    p99: float
+    low_1pct_fps: float | None
+    cv: float | None
+
+
+def _stats(values: np.ndarray, count: bool) -> _Figures:
     """frames, median, mean, p99, low_1pct_fps, cv of one run's values (ns on time clocks)."""
     d = np.asarray(values, dtype=np.float64)
     scale = 1.0 if count else _NS_PER_MS
@@ -198,14 +173,14 @@ def _stats(values: np.ndarray, count: bool) -> dict[str, Any]:
         k = max(1, math.ceil(0.01 * d.size - 1e-9))
         slow_ns = float(np.sort(d)[-k:].sum())
         low = k * 1e9 / slow_ns if slow_ns > 0 else None
-    return {
-        "frames": int(d.size),
-        "median": float(np.median(d)) / scale,
-        "mean": mean / scale,
-        "p99": float(np.percentile(d, 99.0)) / scale,
-        "low_1pct_fps": low,
-        "cv": _finite(stdev / mean) if mean > 0 else None,
-    }
+    return _Figures(
+        int(d.size),
+        float(np.median(d)) / scale,
+        mean / scale,
+        float(np.percentile(d, 99.0)) / scale,
+        low,
+        _finite(stdev / mean) if mean > 0 else None,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,80 +193,122 @@ class RunFacts:
     added_ns: int = 0
 
 
-def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[dict[str, Any]]:
+@dataclasses.dataclass(frozen=True)
+class HistoryRow:
+    """One row of the store: one run x scene x zone x metric (its fields are the columns)."""
+
+    trace_sha256: str  #: SHA-256 of the trace file's bytes (the run's identity)
+    label: str  #: the version this run measured (--label)
+    label_time_ns: int | None  #: --time, else the capture's start; UTC ns (orders labels)
+    commit: str  #: --commit ("" when not given)
+    run_start_ns: int | None  #: the capture's start (header start_wall_ns), UTC ns
+    added_ns: int  #: when `history add` stored the row, UTC ns
+    host_id: str  #: 12 hex digits of SHA-256(renderer, driver, cpu)
+    renderer: str
+    driver: str
+    cpu: str
+    codegen_id: str  #: 12 hex digits of SHA-256(host_info.codegen) ("" when absent)
+    codegen: str  #: host_info.codegen as JSON ("" when absent)
+    machine_name: str  #: the capturing machine's hostname (information only)
+    mode: str  #: time | instructions | cycles (what the capture measured)
+    size: str  #: framebuffer WxH
+    params: str  #: the scene's params as JSON ("" when not recorded)
+    scene: str
+    zone: str  #: "" for the scene's frames
+    metric: str  #: wall, cpu, gpu, process, instructions, cycles, wall/reference
+    unit: str  #: ms, instructions, cycles or x reference
+    frames: int  #: measured frames (zones: frames the zone ran in)
+    median: float  #: in `unit`
+    mean: float
+    p99: float
+    low_1pct_fps: float | None  #: average of the slowest 1 %, time clocks only
+    cv: float | None  #: frame-to-frame coefficient of variation within the run
+    trace_path: str  #: where the trace was when it was added
+    trace_status: str  #: complete | aborted | interrupted | incomplete
+    tool_version: str
+
+
+_SQL_TYPES = {"str": "VARCHAR", "int": "BIGINT", "float": "DOUBLE"}
+#: Columns of a history row, in order, with their DuckDB types.
+COLUMNS: tuple[tuple[str, str], ...] = tuple(
+    (f.name, _SQL_TYPES[str(f.type).split(" ")[0]]) for f in dataclasses.fields(HistoryRow)
+)
+COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
+
+
+def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[HistoryRow]:
     """The history rows of an opened trace (:class:`~katra_trace.io.reader.Trace`), one per run x
     scene x zone x metric; empty when the trace has no measured frames."""
     header = trace.header
     host = host_fingerprint(header)
     start_ns = header.start_wall_ns
-    base: dict[str, Any] = {
-        "trace_sha256": sha256,
-        "label": facts.label,
-        "label_time_ns": facts.label_time_ns
-        if facts.label_time_ns is not None
-        else (start_ns or facts.added_ns),
-        "commit": facts.commit,
-        "run_start_ns": start_ns,
-        "added_ns": facts.added_ns or time.time_ns(),
-        **{k: v for k, v in dataclasses.asdict(host).items()},
-        "mode": measure_mode(header),
-        "size": _size(header),
-        "trace_path": os.path.abspath(str(trace.path)),
-        "trace_status": trace.status,
-        "tool_version": header.tool_version or "",
-    }
     opts = header.capture_options
     strings = list(trace.strings)
     frames = scene_durations(trace.events, strings)
     refs = reference_durations(trace.events, strings)
-    out: list[dict[str, Any]] = []
+    out: list[HistoryRow] = []
 
-    def add(
-        scene: str, zone: str, metric: str, values: np.ndarray, unit: str | None = None
-    ) -> None:
-        if values.size == 0:
-            return
-        count = is_count(metric)
-        params = scene_params(opts, scene)
-        if header.shards:  # a merged trace: each scene's own host (katra3d merge)
-            base.update(dataclasses.asdict(host_fingerprint(header, scene)))
+    def add(scene: str, zone: str, metric: str, figures: _Figures, unit: str | None = None) -> None:
+        params = opts.params_of(scene)
         out.append(
-            {
-                **base,
-                "scene": scene,
-                "zone": zone,
-                "metric": metric,
-                "unit": unit or (metric if count else "ms"),
-                "params": jsontext.dumps(params, sort_keys=True, default=str)
+            HistoryRow(
+                trace_sha256=sha256,
+                label=facts.label,
+                label_time_ns=facts.label_time_ns
+                if facts.label_time_ns is not None
+                else (start_ns or facts.added_ns),
+                commit=facts.commit,
+                run_start_ns=start_ns,
+                added_ns=facts.added_ns or time.time_ns(),
+                # a merged trace: each scene's own host (katra3d merge)
+                **dataclasses.asdict(host_fingerprint(header, scene) if header.shards else host),
+                mode=opts.measure_mode,
+                size=_size(header),
+                params=jsontext.dumps(params, sort_keys=True, default=str)
                 if params is not None
                 else "",
-                **_stats(values, count),
-            }
+                scene=scene,
+                zone=zone,
+                metric=metric,
+                unit=unit or (metric if is_count(metric) else "ms"),
+                **figures._asdict(),
+                trace_path=os.path.abspath(str(trace.path)),
+                trace_status=trace.status,
+                tool_version=header.tool_version or "",
+            )
         )
+
+    def add_values(scene: str, zone: str, metric: str, values: np.ndarray) -> None:
+        if values.size:
+            add(scene, zone, metric, _stats(values, is_count(metric)))
 
     for scene, per_clock in frames.items():
         for clock, values in per_clock.items():
-            add(scene, "", clock, values)
+            add_values(scene, "", clock, values)
         ref = refs.get(scene, {}).get("wall")
         wall = per_clock.get("wall")
         if wall is not None and wall.size and ref is not None and ref.size and np.median(ref) > 0:
-            add(scene, "", REFERENCE_METRIC, wall / float(np.median(ref)), unit="x reference")
             # the ratio is unitless: undo the ns -> ms scaling _stats applies to time clocks
-            row = out[-1]
-            for key in ("median", "mean", "p99"):
-                row[key] = row[key] * _NS_PER_MS
-            row["low_1pct_fps"] = None
+            f = _stats(wall / float(np.median(ref)), False)
+            ratio = f._replace(
+                median=f.median * _NS_PER_MS,
+                mean=f.mean * _NS_PER_MS,
+                p99=f.p99 * _NS_PER_MS,
+                low_1pct_fps=None,
+            )
+            add(scene, "", REFERENCE_METRIC, ratio, unit="x reference")
     for zclock in Clock:
         zones = zone_frame_totals(trace.events, strings, int(zclock))
         for scene, per_zone in zones.items():
             for zone, totals in per_zone.items():
-                add(scene, zone, zclock.name.lower(), totals)
+                add_values(scene, zone, zclock.name.lower(), totals)
     return out
 
 
 __all__ = [
     "COLUMNS",
     "COLUMN_NAMES",
+    "HistoryRow",
     "HostFingerprint",
     "REFERENCE_METRIC",
     "RunFacts",

@@ -37,9 +37,9 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from katra_trace.errors import ConfigError, KatraError, OutputExistsError
-from katra_trace.history.rows import COLUMN_NAMES, COLUMNS
+from katra_trace.history.rows import COLUMN_NAMES, COLUMNS, HistoryRow
 from katra_trace.io.claim import check_output, describe, move_into_place
-from katra_trace.io.reader import file_kind
+from katra_trace.io.inputs import file_kind
 from katra_trace.optional import MissingDependencyError, require
 from katra_trace.text import shown
 
@@ -205,7 +205,7 @@ class PreparedRun:
     sha256: str
     label: str
     host_id: str
-    rows: list[dict[str, Any]]
+    rows: list[HistoryRow]
 
 
 @dataclasses.dataclass
@@ -221,8 +221,8 @@ class AddResult:
         return sum(len(r.rows) for r in self.added)
 
 
-def _columns(rows: Sequence[dict[str, Any]]) -> list[list[Any]]:
-    return [[row.get(name) for row in rows] for name in COLUMN_NAMES]
+def _columns(rows: Sequence[HistoryRow]) -> list[list[Any]]:
+    return [[getattr(row, name) for row in rows] for name in COLUMN_NAMES]
 
 
 def _insert_sql(table: str) -> str:
@@ -254,7 +254,7 @@ def add_to_store(
                 if shas
                 else {}
             )
-            rows: list[dict[str, Any]] = []
+            rows: list[HistoryRow] = []
             for run in runs:
                 if run.sha256 in known:
                     result.duplicates.append((run, str(known[run.sha256])))
@@ -379,14 +379,11 @@ def export_parquet(
                 names = ", ".join(f'"{c}"' for c in COLUMN_NAMES)
                 for i, sha in enumerate(shas):
                     cur = con.execute(f"SELECT {names} FROM {TABLE} WHERE trace_sha256 = ?", [sha])
-                    rows = [dict(zip(COLUMN_NAMES, r, strict=True)) for r in cur.fetchall()]
+                    rows = [HistoryRow(*r) for r in cur.fetchall()]
                     # a trace is stored under one label in a store; keep that label's rows
+                    first = rows[0]
                     run = PreparedRun(
-                        Path(rows[0]["trace_path"] or ""),
-                        sha,
-                        rows[0]["label"],
-                        rows[0]["host_id"],
-                        rows,
+                        Path(first.trace_path or ""), sha, first.label, first.host_id, rows
                     )
                     if write_parquet_run(root, run, mem):
                         written += 1

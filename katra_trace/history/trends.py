@@ -686,45 +686,56 @@ def _newest(series: Sequence[Series]) -> str:
     return labels[-1] if labels else ""
 
 
+@dataclasses.dataclass(frozen=True)
+class Trends:
+    """The trends a report draws: the series of a store (``source``) over its ``labels`` in order,
+    and :func:`check_steps`' result on them, so that the line drawn is the steps ``history check``
+    finds. ``runs``: the traces stored."""
+
+    source: str
+    labels: list[str]
+    runs: int
+    check: CheckResult
+
+    @property
+    def scenes(self) -> list[str]:
+        return sorted({s.scene for s in self.check.series})
+
+    def as_dict(self) -> dict[str, Any]:
+        """As JSON: ``source``, ``labels``, ``runs``, ``scenes``, ``alpha``, ``series`` (each
+        :meth:`Series.as_dict` with ``fit``: :meth:`SeriesModel.as_dict`), ``steps``
+        (:meth:`StepReport.as_dict`) and ``departures`` (:meth:`DepartureReport.as_dict`)."""
+        return {
+            "source": self.source,
+            "labels": self.labels,
+            "runs": self.runs,
+            "scenes": self.scenes,
+            "alpha": self.check.alpha,
+            "series": [
+                {**s.as_dict(), "fit": m.as_dict()}
+                for s, m in zip(self.check.series, self.check.models, strict=True)
+            ],
+            "steps": [st.as_dict() for st in self.check.steps],
+            "departures": [d.as_dict() for d in self.check.departures],
+        }
+
+
 def trend_data(
     source: Source,
     sel: Selection | None = None,
     alpha: float = DEFAULT_ALPHA,
     threshold_pct: float | None = None,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
-) -> dict[str, Any]:
-    """The trends a report draws, as plain JSON-able data: :func:`check_steps`' models, so that the
-    line drawn is the steps ``history check`` finds.
-
-    Returns ``{"source": str, "labels": [label, ...] (in order), "runs": int (traces stored),
-    "scenes": [scene, ...], "alpha": float, "series": [SERIES, ...], "steps": [STEP, ...],
-    "departures": [DEPARTURE, ...]}`` where
-    SERIES is :meth:`Series.as_dict` (scene, zone, metric, unit, stat, host_id, host, codegen_id,
-    sparkline, and ``points``: per label in order ``label``, ``time`` (ISO UTC), ``commit``,
-    ``runs``, ``level`` (geometric mean of the runs' values, in ``unit``), ``min``, ``max``,
-    ``values``, ``settings_changed``) with ``fit``: :meth:`SeriesModel.as_dict` (the fitted
-    ``levels`` per point, ``change_pct``, ``raw_change_pct``, ``steps``, ``no_step_reason``, the
-    noise, ``labels_left_out``, ``departure``), STEP is :meth:`StepReport.as_dict` and DEPARTURE
-    :meth:`DepartureReport.as_dict`. Raises ConfigError (exit 2) on a missing, empty
-    or unreadable source and on an unknown scene, metric or host.
-    """
+) -> Trends:
+    """The :class:`Trends` of ``source`` under ``sel``. Raises ConfigError (exit 2) on a missing,
+    empty or unreadable source and on an unknown scene, metric or host."""
     series = load_series(source, sel or Selection(), lock_timeout_s)
-    result = check_steps(series, alpha=alpha, threshold_pct=threshold_pct)
-    out_series = []
-    for s, model in zip(series, result.models, strict=True):
-        d = s.as_dict()
-        d["fit"] = model.as_dict()
-        out_series.append(d)
-    return {
-        "source": source.name,
-        "labels": _all_labels(series),
-        "runs": len(frozenset().union(*(s.traces for s in series))),
-        "scenes": sorted({s.scene for s in series}),
-        "alpha": result.alpha,
-        "series": out_series,
-        "steps": [st.as_dict() for st in result.steps],
-        "departures": [d.as_dict() for d in result.departures],
-    }
+    return Trends(
+        source.name,
+        _all_labels(series),
+        len(frozenset().union(*(s.traces for s in series))),
+        check_steps(series, alpha=alpha, threshold_pct=threshold_pct),
+    )
 
 
 __all__ = [
@@ -737,6 +748,7 @@ __all__ = [
     "Series",
     "SeriesModel",
     "StepReport",
+    "Trends",
     "build_series",
     "check_steps",
     "load_series",

@@ -40,7 +40,8 @@ from katra_trace.errors import (
     OutputExistsError,
     TraceIOError,
 )
-from katra_trace.io.reader import file_kind, is_trace_file, open_trace
+from katra_trace.io.inputs import file_kind
+from katra_trace.io.reader import is_trace_file, open_trace
 from katra_trace.schema import Flag, Kind
 from katra_trace.text import escape, shown
 

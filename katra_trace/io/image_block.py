@@ -19,14 +19,11 @@ import re
 import struct
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from katra_trace.errors import TraceFormatError
 from katra_trace.io import format as fmt
 from katra_trace.text import shown
-
-if TYPE_CHECKING:
-    from katra_trace.io.blocks import DecodeBudget
 
 #: ``u32``: the length of the JSON part.
 IMAGE_HEAD = struct.Struct("<I")
@@ -196,6 +193,15 @@ def _ihdr_problem(ihdr: bytes, meta: dict[str, Any]) -> str | None:
     return None
 
 
+class PixelBudget(Protocol):
+    """What decoded pixels are counted against: the reader's budget of their file
+    (:class:`katra_trace.io.blocks.DecodeBudget`; blocks.py imports this module)."""
+
+    def take(self, n: int, what: str, offset: int | None = None) -> None: ...
+
+    def give(self, n: int) -> None: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class KeptFrame:
     """One kept frame as :func:`~katra_trace.io.reader.open_trace` keeps it during its one scan: the
@@ -204,8 +210,8 @@ class KeptFrame:
     decoded only when asked for, inside the file's reading budget
     (:func:`katra_trace.io.images.frame_pixels`).
 
-    ``path``: the trace file, for messages; ``budget``: the trace's
-    :class:`~katra_trace.io.blocks.DecodeBudget` (None: no limit)."""
+    ``path``: the trace file, for messages; ``budget``: the trace's decode budget (None: no
+    limit)."""
 
     scene: str
     frame_index: int
@@ -219,11 +225,11 @@ class KeptFrame:
     path: Path
     png: bytes = dataclasses.field(repr=False, compare=False)
     damage: str = ""
-    budget: DecodeBudget | None = dataclasses.field(default=None, repr=False, compare=False)
+    budget: PixelBudget | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_block(
-        cls, meta: dict[str, Any], png: bytes, offset: int, path: Path, budget: DecodeBudget | None
+        cls, meta: dict[str, Any], png: bytes, offset: int, path: Path, budget: PixelBudget | None
     ) -> KeptFrame:
         """The kept frame of an IMAGE block whose facts ``meta`` were checked
         (:func:`decode_image_payload`).
@@ -269,6 +275,7 @@ __all__ = [
     "MAX_IMAGE_BYTES",
     "PNG_SIGNATURE",
     "KeptFrame",
+    "PixelBudget",
     "decode_image_payload",
     "encode_image_payload",
     "image_meta_problem",

@@ -34,9 +34,8 @@ import numpy as np
 from PIL import Image
 
 from katra_trace.errors import TraceFormatError
-from katra_trace.io.blocks import DecodeBudget
 from katra_trace.io.claim import open_output
-from katra_trace.io.image_block import IMAGE_ENCODING, MAX_IMAGE_BYTES, KeptFrame
+from katra_trace.io.image_block import IMAGE_ENCODING, MAX_IMAGE_BYTES, KeptFrame, PixelBudget
 from katra_trace.io.reader import TraceRecoveryWarning, open_trace
 
 #: The image key's fields, in order: which device and code generator drew a frame.
@@ -164,7 +163,7 @@ def png_pixels(
     height: int,
     channels: int,
     where: str,
-    budget: DecodeBudget | None = None,
+    budget: PixelBudget | None = None,
     offset: int | None = None,
 ) -> np.ndarray:
     """The pixels of a PNG that must hold ``width`` x ``height`` x ``channels`` (8-bit RGBA or RGB),

@@ -21,6 +21,7 @@ that each scene is compared against scenes of a comparable host
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -287,16 +288,26 @@ def _merged_replay(shards: Sequence[Shard]) -> dict[str, Any]:
 
 def _workload(shards: Sequence[Shard]) -> str:
     """The run's workload: the shards' when they agree (a suite's name), else their scenes' labels
-    joined in the run's order (each spec's place in ``capture_options.scenes``), as an unsharded run
-    records it."""
+    joined in the run's order, as an unsharded run records it."""
     names = list(dict.fromkeys(s.header.workload or "" for s in shards))
     if len(names) == 1:
         return names[0]
+    order = _run_order(shards)
+    return "+".join(order) if order else "+".join(n for n in names if n)
+
+
+def _run_order(shards: Sequence[Shard]) -> list[str] | None:
+    """Every shard's scene labels in the run's order, as an unsharded run lists them: by each
+    scene's ``position`` in the run, else (older shards) by its spec's place in
+    ``capture_options.scenes``; None when a shard does not say."""
     specs = [str(x) for x in shards[0].header.capture_options.extra.get("scenes") or ()]
     entries = [e for s in shards for e in (s.header.capture_options.resolved.scenes or ())]
     labels = [str(e.get("label")) for e in entries if isinstance(e.get("label"), str)]
     if len(labels) != len(entries) or not labels:
-        return "+".join(n for n in names if n)
+        return None
+    positions = [p for e in entries if type(p := e.get("position")) is int]
+    if len(set(positions)) == len(entries):
+        return [labels[k] for k in sorted(range(len(labels)), key=positions.__getitem__)]
 
     def place(k: int) -> tuple[int, int, str]:
         # the spec as given, or with its class (x.py:Class)
@@ -312,7 +323,65 @@ def _workload(shards: Sequence[Shard]) -> str:
         number = label.rpartition("#")[2]
         return at, int(number) if "#" in label and number.isdigit() else 1, label
 
-    return "+".join(labels[k] for k in sorted(range(len(labels)), key=place))
+    places = {k: place(k) for k in range(len(labels))}
+    if any(at == len(specs) for at, _, _ in places.values()):
+        return None
+    return [labels[k] for k in sorted(places, key=places.__getitem__)]
+
+
+def _pieces(shards: Sequence[Shard]) -> list[tuple[int, set[str] | None]]:
+    """What is written, in the run's order: (the shard's position, the labels of scenes it ran one
+    after another in the run); a whole shard (None) each when the order is not known."""
+    order = _run_order(shards)
+    owner = {label: k for k, s in enumerate(shards) for label in s.scenes}
+    if order is None or sorted(order) != sorted(owner):
+        return [(k, None) for k in range(len(shards))]
+    pieces: list[tuple[int, set[str] | None]] = []
+    for label in order:
+        last = pieces[-1][1] if pieces and pieces[-1][0] == owner[label] else None
+        if last is None:
+            pieces.append((owner[label], {label}))
+        else:
+            last.add(label)
+    return pieces
+
+
+def _in_order(rows: list[Any], order: Sequence[str], key: str = "scene") -> list[Any]:
+    """Rows (objects naming a scene by ``key``) in the order of ``order``; others last."""
+    place = {label: i for i, label in enumerate(order)}
+    return sorted(
+        rows,
+        key=lambda r: (
+            place.get(str(r.get(key)), len(place)) if isinstance(r, Mapping) else len(place)
+        ),
+    )
+
+
+def _part(trace: Trace, labels: set[str] | None, first: bool) -> Trace:
+    """``trace`` with only the events, scene notes and kept frames of the scenes ``labels`` (None:
+    all); its first part also takes what belongs to none of its scenes (clock pairs, notes of the
+    run, its drop counts)."""
+    if labels is None:
+        return trace
+    own = set(_scene_labels(trace))
+    ids = trace.events["scene"].astype(np.int64)
+    n = len(trace.strings)
+
+    def of(names: set[str]) -> np.ndarray:
+        table = np.array([x in names for x in trace.strings] + [False], dtype=bool)
+        return table[np.where((ids >= 0) & (ids < n), ids, n)]
+
+    def kept(scene: object) -> bool:
+        return scene in labels or (first and scene not in own)
+
+    part = copy.copy(trace)
+    part.events = trace.events[of(labels) | (first & ~of(own))]
+    part.annotations = [a for a in trace.annotations if kept(a.get("scene"))]
+    part.kept_frames = {k: f for k, f in trace.kept_frames.items() if kept(f.scene)}
+    if not first:
+        part.clock_syncs = []
+        part.summary = {k: v for k, v in trace.summary.items() if not k.startswith("dropped_")}
+    return part
 
 
 def _what(suite_and_scenes: tuple[Any, Any]) -> str:
@@ -355,9 +424,11 @@ def merged_header(
     options["output"] = str(output)
     resolved = dict(options.get("resolved") or {})
     resolved["output"] = str(output)
-    resolved["scenes"] = [
-        e for s in shards for e in (s.header.capture_options.resolved.scenes or ())
-    ]
+    resolved["scenes"] = _in_order(
+        [e for s in shards for e in (s.header.capture_options.resolved.scenes or ())],
+        _run_order(shards) or [],
+        key="label",
+    )
     options["resolved"] = resolved
     if any(_replay(s.header) for s in shards):
         options["replay"] = _merged_replay(shards)
@@ -404,28 +475,34 @@ def merge_shards(
     # else each shard's pairs name their shard
     one_gpu_clock = sum(s.clock_syncs for s in shards) == 1
     rows: list[Any] = []
+    order = _run_order(shards) or [sc for s in shards for sc in s.scenes]
+    seen: set[int] = set()
+    trace, at = None, -1
     with open_output(output, force=force, inputs=paths, option="-o", example="run.katra") as f:
         out = Concatenation(f, header)
-        for shard, info in zip(shards, infos, strict=True):
-            if progress is not None:
+        for k, labels in _pieces(shards):
+            shard, info, first = shards[k], infos[k], k not in seen
+            seen.add(k)
+            if first and progress is not None:
                 progress(
                     f"shard {info.shard}: {shown(shard.path)} ({len(shard.scenes)} "
                     f"scene{'s' if len(shard.scenes) != 1 else ''})"
                 )
-            trace = open_quietly(shard.path)
+            if at != k:
+                trace = None  # one shard in memory at a time
+                trace, at = open_quietly(shard.path), k
+            assert trace is not None
             out.add(
-                trace,
+                _part(trace, labels, first),
                 int(info.offset_ns or 0),
                 clock_note=None if one_gpu_clock else {"shard": info.shard},
             )
-            user = trace.summary.get("user")
+            user = trace.summary.get("user") if first else None
             scenes = user.get("scenes") if isinstance(user, Mapping) else None
             rows += list(scenes) if isinstance(scenes, list) else []
-            del trace  # one shard in memory at a time
-        out.finish("complete", {"scenes": rows})
-    return MergeResult(
-        out_path, tuple(sc for s in shards for sc in s.scenes), tuple(infos), out.events, out.images
-    )
+        trace = None
+        out.finish("complete", {"scenes": _in_order(rows, order)})
+    return MergeResult(out_path, tuple(order), tuple(infos), out.events, out.images)
 
 
 __all__ = [

@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from katra_trace.errors import ConfigError, TraceFormatError
+from katra_trace.errors import TraceFormatError
 from katra_trace.io import format as fmt
 from katra_trace.io.blocks import (
     DecodeBudget,
@@ -42,6 +42,7 @@ from katra_trace.io.blocks import (
 )
 from katra_trace.io.header import TraceHeader
 from katra_trace.io.image_block import KeptFrame
+from katra_trace.io.inputs import open_regular
 from katra_trace.schema import EVENT_DTYPE
 from katra_trace.text import shown
 
@@ -114,24 +115,6 @@ class Trace:
         )
 
 
-#: What a path that is not a regular file is, by its st_mode test (messages of the reader and the
-#: output claim).
-_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a pipe or FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
-def file_kind(mode: int) -> str | None:
-    """``"a directory"``, ``"a pipe or FIFO"``, ... for a file that is not regular; None for a
-    regular file.
-    """
-    return next((what for test, what in _KINDS if test(mode)), None)
-
-
 def _trace_fd(path: str | os.PathLike[str]) -> int | None:
     """A blocking read descriptor of ``path`` when it is a regular file that starts with the trace
     magic, else None (never blocks: the open is O_NONBLOCK, so a FIFO with no writer cannot hang it;
@@ -158,74 +141,6 @@ def is_trace_file(path: str | os.PathLike[str]) -> bool:
     if fd is not None:
         os.close(fd)
     return fd is not None
-
-
-def open_regular(
-    path: str | os.PathLike[str], *, what: str = "trace file", max_bytes: int | None = None
-) -> BinaryIO:
-    """Open a file katra3d reads (a trace, or a reference image's PNG or facts: ``what``): regular
-    files only.
-
-    The file is opened with O_NONBLOCK, so a FIFO with no writer cannot hang the open, and then
-    refused unless it is a regular file: a trace is read with seeks and by its size, which pipes,
-    devices and sockets do not have. (``/dev/stdin`` redirected from a file is that file, and
-    reads.) A symbolic link is followed, and what it points to must be a regular file (a link to
-    ``/dev/zero`` is refused like ``/dev/zero``). ``max_bytes``: a larger file is refused
-    (ConfigError) before it is read.
-    """
-    shown = str(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise ConfigError(f"no such {what}: {shown!r}") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {shown!r}: {exc.strerror or exc}") from None
-    try:
-        st = os.fstat(fd)
-        kind = file_kind(st.st_mode)
-        if kind == "a directory":
-            raise ConfigError(f"{shown!r} is a directory, not a {what}")
-        if kind is not None:
-            reads = (
-                "traces from regular files"
-                if what == "trace file"
-                else f"a {what} from a regular file"
-            )
-            raise ConfigError(
-                f"{shown!r} is not a regular file ({kind}): katra3d reads {reads} only; save it to "
-                "a file first"
-            )
-        if st.st_size == 0 and os.pread(fd, 1, 0):
-            raise ConfigError(
-                f"{shown!r} is not a regular file (it reports size 0 but has content, like "
-                f"files under /proc): not a katra3d {what}"
-            )
-        if max_bytes is not None and st.st_size > max_bytes:
-            raise ConfigError(
-                f"{shown!r} is {st.st_size} bytes, more than a {what} may be ({max_bytes} bytes)"
-            )
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except OSError as exc:
-        os.close(fd)
-        raise ConfigError(f"cannot read {shown!r}: {exc.strerror or exc}") from None
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def read_regular(path: str | os.PathLike[str], *, what: str, max_bytes: int) -> bytes:
-    """The bytes of a small file through :func:`open_regular`'s rule, at most ``max_bytes`` of them
-    (a file that grows past them while it is read is refused too): ConfigError, exit 2, never a
-    hang."""
-    with open_regular(path, what=what, max_bytes=max_bytes) as f:
-        try:
-            data = f.read(max_bytes + 1)
-        except OSError as exc:
-            raise ConfigError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
-    if len(data) > max_bytes:
-        raise ConfigError(f"{str(path)!r} is more than a {what} may be ({max_bytes} bytes)")
-    return data
 
 
 def _summary_event_count(f: BinaryIO, budget: int | None) -> int | None:

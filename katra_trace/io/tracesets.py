@@ -9,19 +9,24 @@ traces here, each with one open (a directory's files are told from its traces in
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
 import stat
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from katra_trace.errors import ConfigError
 from katra_trace.io.claim import PART_SUFFIX, describe, held_by_writer, open_output
+from katra_trace.io.inputs import read_regular
 from katra_trace.io.reader import Trace, TraceRecoveryWarning, open_if_trace, open_trace
 from katra_trace.text import shown
+
+if TYPE_CHECKING:
+    from katra_trace.analysis.verdict import Comparison
 
 #: Name of the manifest ``katra3d ab`` writes into its output directory.
 AB_MANIFEST = "ab.json"
@@ -29,12 +34,122 @@ AB_MANIFEST = "ab.json"
 AB_MANIFEST_VERSION = 1
 
 
-def write_ab_manifest(root: Path, manifest: dict[str, Any]) -> None:
+#: A JSON object as ``ab.json`` holds it (the stopping rule, the stop, the decision).
+JsonObject = Mapping[str, object]
+
+
+@dataclasses.dataclass(frozen=True)
+class AbRound:
+    """One complete round of ``katra3d ab``: its number, the order its sides ran in, and each
+    side's trace (relative to the ab directory), command and seconds."""
+
+    number: int
+    base: str
+    new: str
+    order: tuple[str, ...] = ("base", "new")
+    commands: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    seconds: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        traces = {"base": self.base, "new": self.new}
+        return {
+            "round": self.number,
+            "order": list(self.order),
+            "commands": dict(self.commands),
+            "seconds": dict(self.seconds),
+            **{side: traces[side] for side in self.order},
+        }
+
+
+_MANIFEST_TEXT = ("base_dir", "new_dir", "base_command", "new_command", "started")
+_MANIFEST_RECORDS = ("sequential", "stop", "interrupted", "decision")
+
+
+@dataclasses.dataclass(frozen=True)
+class AbManifest:
+    """``ab.json``, what ``katra3d ab`` recorded in its output directory: its sides' folders and
+    commands, its complete rounds (what ``compare DIR`` pairs), and, when there, the stopping rule
+    (``sequential``: :meth:`SequentialRule.to_json`), why the rounds stopped (``stop``), the round a
+    stop signal ended (``interrupted``) and what the rounds were judged on (``decision``)."""
+
+    base_dir: str = "base"
+    new_dir: str = "new"
+    base_command: str = ""
+    new_command: str = ""
+    started: str = ""
+    rounds: tuple[AbRound, ...] = ()
+    sequential: JsonObject | None = None
+    stop: JsonObject | None = None
+    interrupted: JsonObject | None = None
+    decision: JsonObject | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """The JSON object of ``ab.json``: the one place it is written."""
+        return {
+            "katra3d_ab": AB_MANIFEST_VERSION,
+            **{k: getattr(self, k) for k in _MANIFEST_TEXT},
+            "rounds": [r.to_json() for r in self.rounds],
+            **{k: dict(v) for k in _MANIFEST_RECORDS if (v := getattr(self, k)) is not None},
+        }
+
+    @classmethod
+    def from_json(cls, data: object, path: Path) -> AbManifest:
+        """The manifest :meth:`to_json` wrote (read from ``path``): the one place it is read.
+        ConfigError when it is not one."""
+        if (
+            not isinstance(data, dict)
+            or data.get("katra3d_ab") != AB_MANIFEST_VERSION
+            or not isinstance(data.get("rounds"), list)
+        ):
+            raise ConfigError(
+                f"{str(path)!r} is not a katra3d ab manifest (version {AB_MANIFEST_VERSION})"
+            )
+        if not all(
+            isinstance(r, dict) and isinstance(r.get("base"), str) and isinstance(r.get("new"), str)
+            for r in data["rounds"]
+        ):
+            raise ConfigError(f"{str(path)!r}: a round lacks its base/new trace paths")
+
+        def record(key: str) -> JsonObject | None:
+            value = data.get(key)
+            return value if isinstance(value, dict) else None
+
+        return cls(
+            str(data.get("base_dir", "base")),
+            str(data.get("new_dir", "new")),
+            str(data.get("base_command", "")),
+            str(data.get("new_command", "")),
+            str(data.get("started", "")),
+            tuple(
+                AbRound(
+                    int(r.get("round", i)),
+                    r["base"],
+                    r["new"],
+                    tuple(r.get("order", ("base", "new"))),
+                    dict(r.get("commands", {})),
+                    dict(r.get("seconds", {})),
+                )
+                for i, r in enumerate(data["rounds"], 1)
+            ),
+            *(record(k) for k in _MANIFEST_RECORDS),
+        )
+
+    def pairs(self, root: Path) -> list[tuple[Path, Path]]:
+        """The (BASE trace, NEW trace) of each round whose two traces exist, in round order."""
+        out = []
+        for r in self.rounds:
+            b, n = (root / r.base).resolve(), (root / r.new).resolve()
+            if b.is_file() and n.is_file():
+                out.append((b, n))
+        return out
+
+
+def write_ab_manifest(root: Path, manifest: AbManifest) -> None:
     """Write ``root/ab.json`` atomically through the one output rule (a crash leaves the previous
     version).
     """
     with open_output(root / AB_MANIFEST, force=True, option="-o", example=AB_MANIFEST) as f:
-        f.write((json.dumps(manifest, indent=2) + "\n").encode("utf-8"))
+        f.write((json.dumps(manifest.to_json(), indent=2) + "\n").encode("utf-8"))
 
 
 def is_ab_dir(path: str | os.PathLike[str]) -> bool:
@@ -43,7 +158,11 @@ def is_ab_dir(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / AB_MANIFEST).is_file()
 
 
-def read_ab_manifest(root: Path) -> dict[str, Any] | None:
+#: The largest ab.json read (a manifest of thousands of rounds is a few MB).
+MAX_MANIFEST_BYTES = 64 << 20
+
+
+def read_ab_manifest(root: Path) -> AbManifest | None:
     """``root/ab.json`` as written by ``katra3d ab``, or None when there is none.
 
     Raises ConfigError when the file exists but is not a readable manifest.
@@ -51,29 +170,22 @@ def read_ab_manifest(root: Path) -> dict[str, Any] | None:
     path = root / AB_MANIFEST
     if not is_ab_dir(root):
         return None
+    raw = read_regular(path, what="katra3d ab manifest", max_bytes=MAX_MANIFEST_BYTES)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        data = json.loads(raw)
+    except ValueError as exc:
         raise ConfigError(f"cannot read the ab manifest {str(path)!r}: {exc}") from None
-    if (
-        not isinstance(data, dict)
-        or data.get("katra3d_ab") != AB_MANIFEST_VERSION
-        or not isinstance(data.get("rounds"), list)
-    ):
-        raise ConfigError(
-            f"{str(path)!r} is not a katra3d ab manifest (version {AB_MANIFEST_VERSION})"
-        )
-    return data
+    return AbManifest.from_json(data, path)
 
 
-def record_ab_decision(root: Path, comparison: Any) -> None:
+def record_ab_decision(root: Path, comparison: Comparison) -> None:
     """Add what ``katra3d ab`` judged its rounds on to ``root/ab.json`` (``decision``: metric,
     per-run statistic, how the metric was chosen, alpha and threshold of ``comparison``, a
-    :class:`Comparison`), atomically."""
+    atomically."""
     manifest = read_ab_manifest(root)
     if manifest is None:
         return
-    manifest["decision"] = {
+    decision = {
         "metric": comparison.metric,
         "run_stat": comparison.run_stat,
         "metric_choice": comparison.metric_choice,
@@ -81,7 +193,7 @@ def record_ab_decision(root: Path, comparison: Any) -> None:
         "alpha": comparison.alpha,
         "threshold_pct": comparison.threshold_pct,
     }
-    write_ab_manifest(root, manifest)
+    write_ab_manifest(root, dataclasses.replace(manifest, decision=decision))
 
 
 #: The files ``katra3d ab`` writes into ``base/`` and ``new/``: a round's trace (complete, or
@@ -139,26 +251,6 @@ def _in_use(part: Path) -> bool:
     with contextlib.suppress(OSError), open(part, "rb") as f:
         return held_by_writer(f.fileno())
     return False
-
-
-def ab_pairs(root: Path, manifest: dict[str, Any]) -> list[tuple[Path, Path]]:
-    """The (BASE trace, NEW trace) of each round of ``manifest`` whose two traces exist, in round
-    order.
-    """
-    out = []
-    for entry in manifest["rounds"]:
-        if (
-            not isinstance(entry, dict)
-            or not isinstance(entry.get("base"), str)
-            or not isinstance(entry.get("new"), str)
-        ):
-            raise ConfigError(
-                f"{str(root / AB_MANIFEST)!r}: a round lacks its base/new trace paths"
-            )
-        b, n = (root / entry["base"]).resolve(), (root / entry["new"]).resolve()
-        if b.is_file() and n.is_file():
-            out.append((b, n))
-    return out
 
 
 def iter_traces(
@@ -248,7 +340,8 @@ __all__ = [
     "AB_MANIFEST",
     "AB_MANIFEST_VERSION",
     "AB_TRACE",
-    "ab_pairs",
+    "AbManifest",
+    "AbRound",
     "clear_ab_dir",
     "damaged_note",
     "is_ab_dir",

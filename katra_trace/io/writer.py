@@ -32,7 +32,6 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from katra_trace import __version__
 from katra_trace.errors import (
     ConfigError,
     KatraError,
@@ -46,6 +45,7 @@ from katra_trace.io.blockfile import BlockFile
 from katra_trace.io.header import CaptureOptions, HostInfo, header_part, readable_header
 from katra_trace.io.image_block import encode_image_payload
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION, schema_hash
+from katra_trace.version import __version__
 
 #: struct layout of one packed event (matches EVENT_DTYPE field for field).
 _EVENT = struct.Struct("<BBHHIIIqqd")

@@ -9,10 +9,10 @@ optional ``plotly`` package (its plotly.js is inlined): ``pip install 'katra3d[e
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from katra_trace import __version__
+from katra_trace.analysis.defaults import DEFAULT_COMPARE, CompareOptions
 from katra_trace.analysis.images import ImageThresholds
 from katra_trace.errors import KatraError
 from katra_trace.io.claim import open_output
@@ -21,9 +21,11 @@ from katra_trace.report.images import images_section
 from katra_trace.report.page import plotly_js_packed, render
 from katra_trace.report.profile import profile_section
 from katra_trace.text import check_text
+from katra_trace.version import __version__
 
 if TYPE_CHECKING:
     from katra_trace.analysis.comparison import ComparisonResult
+    from katra_trace.history.trends import Trends
 
 
 def build_report(
@@ -33,10 +35,10 @@ def build_report(
     title: str = "katra3d report",
     comparison: ComparisonResult | None = None,
     comparison_error: str | None = None,
-    compare_options: Mapping[str, Any] | None = None,
+    compare_options: CompareOptions = DEFAULT_COMPARE,
     image_policy: str = "gate",
     image_thresholds: ImageThresholds | None = None,
-    history: dict[str, Any] | None = None,
+    history: Trends | None = None,
 ) -> str:
     """The report page for opened traces ``runs`` (one run each) and, if given, ``baseline``.
 
@@ -59,9 +61,9 @@ def build_report(
         try:
             comparison = compare_sides(
                 sides,
+                compare_options,
                 image_policy=image_policy,
                 image_limits=image_thresholds,
-                **(compare_options or {}),
             )
         except KatraError as exc:
             comparison_error = str(exc)
@@ -78,7 +80,7 @@ def build_report(
     return render(
         runs,
         baseline,
-        comparison=None if comparison is None else comparison.timing.as_dict(),
+        comparison=None if comparison is None else comparison.timing,
         comparison_error=comparison_error,
         title=title,
         tool_version=f"katra3d {__version__}",

@@ -9,63 +9,56 @@ flat where it found no step), and each step marked at the label where it starts.
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from katra_trace.report.plottext import plot_text
 from katra_trace.units import format_change_pct
+
+if TYPE_CHECKING:
+    from katra_trace.history.trends import Series, SeriesModel, Trends
 
 #: Head room above the highest run in a history plot (a fraction of it).
 _Y_HEADROOM = 0.12
 
 
-def _series_name(s: Mapping[str, Any]) -> str:
-    zone = f" / {s['zone']}" if s.get("zone") else ""
-    return (
-        f"{s.get('scene', '?')}{zone}: {s.get('metric', '')} {s.get('stat', '')} "
-        f"({s.get('unit', '')})"
-    )
+def _series_name(s: Series) -> str:
+    zone = f" / {s.zone}" if s.zone else ""
+    return f"{s.scene}{zone}: {s.metric} {s.stat} ({s.unit})"
 
 
-def _summary(s: Mapping[str, Any], marks: int) -> str:
+def _summary(model: SeriesModel, marks: int) -> str:
     """One line under a series' title: the model's change, the labels' change, the steps, why
     none, and the newest labels' departure.
     """
-    fit = s.get("fit", {})
     text = (
-        f"change {format_change_pct(float(fit.get('change_pct', 0.0)))} (fitted levels), {marks} "
-        "step(s); "
-        f"labels' change {format_change_pct(float(fit.get('raw_change_pct', 0.0)))}"
+        f"change {format_change_pct(model.change_pct)} (fitted levels), {marks} step(s); "
+        f"labels' change {format_change_pct(model.raw_change_pct)}"
     )
-    if fit.get("no_step_reason"):
-        text += f"; no step: {fit['no_step_reason']}"
-    if fit.get("departure"):
-        text += f"; {fit['departure']['text']}"
+    if model.no_step_reason:
+        text += f"; no step: {model.no_step_reason}"
+    if model.departure is not None:
+        text += f"; {model.departure.text()}"
     return f'<p class="muted">{html.escape(text)}</p>'
 
 
-def history_section(
-    trends: Mapping[str, Any], first_figure: int = 0
-) -> tuple[str, list[dict[str, Any]]]:
-    """(HTML, plotly figures) of the history section for ``trend_data``'s result."""
-    series = list(trends.get("series", []))
-    steps = list(trends.get("steps", []))
+def history_section(trends: Trends, first_figure: int = 0) -> tuple[str, list[dict[str, Any]]]:
+    """(HTML, plotly figures) of the history section of ``trends``."""
+    check = trends.check
     figures: list[dict[str, Any]] = []
     parts = [
-        f'<section id="history"><h2>History</h2><p class="muted">{len(series)} series over '
-        f"{len(trends.get('labels', []))} label(s) and {int(trends.get('runs', 0))} run(s) from "
-        f"{html.escape(str(trends.get('source', '')))}; {len(steps)} step(s) found (katra3d "
-        "history "
-        f"check{', alpha ' + format(trends['alpha'], 'g') if 'alpha' in trends else ''}).</p>"
+        f'<section id="history"><h2>History</h2><p class="muted">{len(check.series)} series over '
+        f"{len(trends.labels)} label(s) and {trends.runs} run(s) from "
+        f"{html.escape(trends.source)}; {len(check.steps)} step(s) found (katra3d history "
+        f"check, alpha {check.alpha:g}).</p>"
     ]
-    for n, s in enumerate(series):
-        points = list(s.get("points", []))
-        labels = [plot_text(p.get("label", "")) for p in points]
-        levels = [p.get("level") for p in points]
-        lows = [(p.get("level") or 0) - (p.get("min") or p.get("level") or 0) for p in points]
-        highs = [(p.get("max") or p.get("level") or 0) - (p.get("level") or 0) for p in points]
+    for n, (s, model) in enumerate(zip(check.series, check.models, strict=True)):
+        points = s.points
+        labels = [plot_text(p.label) for p in points]
+        levels = [p.level for p in points]
+        lows = [(p.level or 0) - (min(p.values) or p.level or 0) for p in points]
+        highs = [(max(p.values) or p.level or 0) - (p.level or 0) for p in points]
         name = _series_name(s)
-        fitted = list(s.get("fit", {}).get("levels", []))
+        fitted = list(model.fit.levels)
         data: list[dict[str, Any]] = [
             {
                 "type": "scatter",
@@ -88,19 +81,17 @@ def history_section(
         ]
         marks = [
             st
-            for st in steps
-            if st.get("scene") == s.get("scene")
-            and st.get("metric") == s.get("metric")
-            and st.get("zone") == s.get("zone")
-            and st.get("host_id", s.get("host_id")) == s.get("host_id")
+            for st in check.steps
+            if (st.series.scene, st.series.metric, st.series.zone, st.series.host_id)
+            == (s.scene, s.metric, s.zone, s.host_id)
         ]
         shapes = [
             {
                 "type": "line",
                 "xref": "x",
                 "yref": "paper",
-                "x0": plot_text(st.get("label")),
-                "x1": plot_text(st.get("label")),
+                "x0": plot_text(st.label),
+                "x1": plot_text(st.label),
                 "y0": 0,
                 "y1": 1,
                 "line": {"dash": "dot", "color": "#c0392b"},
@@ -108,12 +99,11 @@ def history_section(
             for st in marks
         ]
         top = max(
-            [float(p.get("max") or p.get("level") or 0) for p in points]
-            + [float(v) for v in fitted],
+            [float(max(p.values) or p.level or 0) for p in points] + [float(v) for v in fitted],
             default=0.0,
         )
         yaxis: dict[str, Any] = {
-            "title": {"text": plot_text(s.get("unit", ""))},
+            "title": {"text": plot_text(s.unit)},
             "rangemode": "tozero",
         }
         if top > 0:
@@ -135,10 +125,10 @@ def history_section(
             }
         )
         parts.append(
-            f'<h3>{html.escape(name)}</h3>{_summary(s, len(marks))}<div class="plot" '
+            f'<h3>{html.escape(name)}</h3>{_summary(model, len(marks))}<div class="plot" '
             f'id="{fid}"></div>'
         )
-    if not series:
+    if not check.series:
         parts.append('<p class="muted">The history store holds no series.</p>')
     parts.append("</section>")
     return "".join(parts), figures

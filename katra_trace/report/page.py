@@ -15,13 +15,13 @@ import functools
 import gzip
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from katra_trace import jsontext
-from katra_trace.analysis.stats import trace_stats
-from katra_trace.analysis.verdict import Verdict
+from katra_trace.analysis.stats import NO_STATS, ClockStats, RunStats, trace_stats
+from katra_trace.analysis.verdict import Comparison, SceneComparison, Verdict
 from katra_trace.metrics import is_count
 from katra_trace.optional import require
 from katra_trace.report.figure import BASELINE_COLOR, LEGEND, fill, plot_div
@@ -47,6 +47,9 @@ from katra_trace.report.tables import num as _num
 from katra_trace.report.tables import params_table, stats_table, zone_stats_table
 from katra_trace.report.tables import table as _table
 from katra_trace.report.zones import PLOT_PX, zone_figures
+
+if TYPE_CHECKING:
+    from katra_trace.history.trends import Trends
 
 #: Pixels a row of the frame-time plot's legend takes, and the tallest that plot grows to hold its
 #: legend.
@@ -248,7 +251,7 @@ def _runs_section(runs: Sequence[TraceLike], baseline: Sequence[TraceLike]) -> s
     return f'<section id="runs"><h2>Runs</h2>{note}{body}</section>'
 
 
-def _comparison_section(comparison: Mapping[str, Any] | None, error: str | None) -> str:
+def _comparison_section(comparison: Comparison | None, error: str | None) -> str:
     if error is not None:
         return (
             f'<section id="comparison"><h2>Comparison with the baseline</h2>'
@@ -257,43 +260,39 @@ def _comparison_section(comparison: Mapping[str, Any] | None, error: str | None)
     if comparison is None:
         return ""
     rows = []
-    for scene, s in (comparison.get("scenes") or {}).items():
-        verdict = str(s.get("verdict", ""))
-        cls = str(verdict) if verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT) else ""
-        unit = s.get("value_unit") or "ms"
+    for s in {s.scene: s for s in comparison.scenes}.values():
+        verdict = str(s.verdict)
+        cls = verdict if s.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT) else ""
+        unit = s.value_unit or "ms"
         level_unit = "ms" if unit == "ms" else ("count" if is_count(unit) else "ratio")
         ci = (
-            f"[{_num(_pct(s.get('ci_low')), 'pct')}, {_num(_pct(s.get('ci_high')), 'pct')}]"
-            if s.get("ci_low") is not None
+            f"[{_num(_pct(s.ci_low), 'pct')}, {_num(_pct(s.ci_high), 'pct')}]"
+            if math.isfinite(s.ci_low)
             else "-"
         )
         rows.append(
             [
-                _e(scene),
+                _e(s.scene),
                 f'<span class="{cls}">{_e(verdict)}</span>',
-                _num(s.get("change_pct"), "pct"),
+                _num(s.change_pct, "pct"),
                 ci,
-                _num(s.get("p_holm"), "p"),
-                _e(f"{s.get('runs_base', '-')} / {s.get('runs_new', '-')}"),
-                f"{_num(s.get('level_base'), level_unit)} &rarr; "
-                f"{_num(s.get('level_new'), level_unit)}"
+                _num(s.p_holm, "p"),
+                _e(f"{s.runs_base} / {s.runs_new}"),
+                f"{_num(s.level_base, level_unit)} &rarr; {_num(s.level_new, level_unit)}"
                 + ("" if level_unit == "ms" else f" {_e(unit)}"),
-                f'<span class="muted">{_e(s.get("reason", ""))}</span>',
+                f'<span class="muted">{_e(s.reason)}</span>',
             ]
         )
     table = _table(
         ["scene", "verdict", "change", "interval", "p (Holm)", "runs base / new", "level", "why"],
         rows,
     )
-    notes = "".join(f"<li>{_e(n)}</li>" for n in comparison.get("notes") or [])
-    counts = ", ".join(f"{v} {k}" for k, v in (comparison.get("verdicts") or {}).items() if v)
+    notes = "".join(f"<li>{_e(n)}</li>" for n in comparison.notes)
+    counts = ", ".join(f"{v} {k}" for k, v in comparison.verdict_counts.items() if v)
     return (
         f'<section id="comparison"><h2>Comparison with the baseline</h2>'
-        f"<p>metric <b>{_e(comparison.get('metric', ''))}</b>, threshold "
-        f"{_e(comparison.get('threshold_pct'))} %, "
-        "alpha "
-        f"{_e(comparison.get('alpha'))}{', paired rounds' if comparison.get('paired') else ''}: "
-        ""
+        f"<p>metric <b>{_e(comparison.metric)}</b>, threshold {_e(comparison.threshold_pct)} %, "
+        f"alpha {_e(comparison.alpha)}{', paired rounds' if comparison.paired else ''}: "
         f"{_e(counts or 'no scenes')}. A change is NEW over BASE: + is slower.</p>{table}"
         + (f"<ul>{notes}</ul>" if notes else "")
         + "</section>"
@@ -364,8 +363,8 @@ def scene_section(
     index: int,
     scene: str,
     sides: Sequence[tuple[str, Sequence[TraceLike]]],
-    stats_of: Mapping[int, Mapping[str, Any]],
-    judged: Mapping[str, Any] | None = None,
+    stats_of: Mapping[int, RunStats],
+    judged: SceneComparison | None = None,
     metric: str | None = None,
 ) -> tuple[str, list[dict[str, Any]]]:
     """One scene's HTML and its figures (series, histogram, zones). With a comparison, ``metric`` is
@@ -388,7 +387,7 @@ def scene_section(
     series_data: list[dict[str, Any]] = []
     shapes: list[dict[str, Any]] = []
     pooled: dict[str, list[np.ndarray]] = {"run": [], "baseline": []}
-    stats_rows: list[tuple[str, str, Mapping[str, Any]]] = []
+    stats_rows: list[tuple[str, str, ClockStats]] = []
     per_side: dict[str, list[tuple[int, str, FrameSeries]]] = {}
     # every run of the scene: its params and zone statistics
     labelled: list[tuple[str, TraceLike]] = []
@@ -421,9 +420,8 @@ def scene_section(
                     }
                 )
             pooled[role].append(s.measured)
-            per_clock = stats_of[id(t)].get("scenes", {}).get(scene, {}).get("metrics", {})
-            for c, values in per_clock.items():
-                stats_rows.append((label, c, values))
+            for c, of_clock in stats_of[id(t)].scenes.get(scene, NO_STATS).metrics.items():
+                stats_rows.append((label, c, of_clock))
     annotations = []
     if shapes:
         annotations.append(
@@ -571,26 +569,26 @@ def scene_section(
     return body, figures
 
 
-def _judged_levels(judged: Mapping[str, Any] | None, unit: str) -> dict[str, tuple[float, str]]:
+def _judged_levels(judged: SceneComparison | None, unit: str) -> dict[str, tuple[float, str]]:
     """Each side's level as the comparison's table gives it ({"run": (level, name), "baseline":
     ...}), in the plot's unit; {} without a comparison of this scene on this unit (the pooled median
     is drawn then)."""
-    if not judged:
+    if judged is None or (unit != "ms" and judged.value_unit != unit):
         return {}
-    stat = str(judged.get("stat") or "median")
-    keys = ("level_new_ms", "level_base_ms") if unit == "ms" else ("level_new", "level_base")
-    if unit != "ms" and judged.get("value_unit") != unit:
-        return {}
-    out = {}
-    for role, key in zip(("run", "baseline"), keys, strict=True):
-        value = judged.get(key)
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            out[role] = (float(value), f"level ({stat} of the runs)")
-    return out
+    levels = (
+        (judged.level_new_ms, judged.level_base_ms)
+        if unit == "ms"
+        else (judged.level_new, judged.level_base)
+    )
+    return {
+        role: (value, f"level ({judged.stat or 'median'} of the runs)")
+        for role, value in zip(("run", "baseline"), levels, strict=True)
+        if math.isfinite(value)
+    }
 
 
 def _counts(
-    runs: Sequence[TraceLike], baseline: Sequence[TraceLike], history: Mapping[str, Any] | None
+    runs: Sequence[TraceLike], baseline: Sequence[TraceLike], history: Trends | None
 ) -> str:
     """The page header's count: the runs (and baseline runs) reported, or, for a history alone, its
     runs, labels and scenes."""
@@ -598,9 +596,9 @@ def _counts(
         return f"{len(runs)} run(s)" + (
             f" against {len(baseline)} baseline run(s)" if baseline else ""
         )
-    scenes = ", ".join(str(s) for s in history.get("scenes", [])) or "none"
+    scenes = ", ".join(history.scenes) or "none"
     return (
-        f"history of {int(history.get('runs', 0))} run(s) over {len(history.get('labels', []))} "
+        f"history of {history.runs} run(s) over {len(history.labels)} "
         "label(s); "
         f"scenes: {_e(scenes)}"
     )
@@ -614,11 +612,11 @@ def render(
     runs: Sequence[TraceLike],
     baseline: Sequence[TraceLike] = (),
     *,
-    comparison: Mapping[str, Any] | None = None,
+    comparison: Comparison | None = None,
     comparison_error: str | None = None,
     title: str = "katra3d report",
     tool_version: str = "",
-    history: Mapping[str, Any] | None = None,
+    history: Trends | None = None,
     images_html: str = "",
 ) -> str:
     """The whole report page as a string; ``images_html``: the image section
@@ -635,8 +633,8 @@ def render(
                     scenes.append(label)
     sections = []
     figures: list[dict[str, Any]] = []
-    judged = (comparison or {}).get("scenes") or {}
-    metric = (comparison or {}).get("metric") or None
+    judged = {} if comparison is None else {s.scene: s for s in comparison.scenes}
+    metric = comparison.metric or None if comparison is not None else None
     for i, scene in enumerate(scenes):
         body, figs = scene_section(i, scene, sides, stats_of, judged.get(scene), metric)
         sections.append(body)

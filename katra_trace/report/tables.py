@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from katra_trace import jsontext
+from katra_trace.analysis.stats import NO_STATS, ClockStats, RunStats
 from katra_trace.metrics import CLOCK_PREFERENCE, unit_of
 from katra_trace.report.series import TraceLike
 from katra_trace.units import format_change_pct, format_ms, stat_label
@@ -145,9 +146,9 @@ def _what(unit: str) -> str:
     return "frame times" if unit == "ms" else f"{unit} per frame"
 
 
-def stats_table(entries: Sequence[tuple[str, str, Mapping[str, Any]]]) -> str:
-    """Rows (run label, clock, stat dict of one clock) as one table per unit, readable headers."""
-    groups: dict[str, list[tuple[str, str, Mapping[str, Any]]]] = {}
+def stats_table(entries: Sequence[tuple[str, str, ClockStats]]) -> str:
+    """Rows (run label, clock, statistics of one clock) as one table per unit, readable headers."""
+    groups: dict[str, list[tuple[str, str, ClockStats]]] = {}
     for entry in entries:
         groups.setdefault(unit_of(entry[1]), []).append(entry)
     out = []
@@ -155,7 +156,7 @@ def stats_table(entries: Sequence[tuple[str, str, Mapping[str, Any]]]) -> str:
         keys = TIME_STATS if unit == "ms" else tuple(k.format(u=unit) for k in COUNT_STATS)
         body = [
             [e(label), e(clock), *(num(stats.get(k), _format_of(k)) for k in keys)]
-            for label, clock, stats in rows
+            for label, clock, stats in ((r[0], r[1], r[2].as_dict()) for r in rows)
         ]
         out.append(
             table(
@@ -207,7 +208,7 @@ def params_table(scene: str, runs: Sequence[Labelled]) -> str:
     return table(["run", *names], rows, cls="params", caption="params (they differ between runs)")
 
 
-def _zone_clock(zones: Sequence[Mapping[str, Mapping[str, Any]]], clock: str) -> str | None:
+def _zone_clock(zones: Sequence[Mapping[str, Mapping[str, ClockStats]]], clock: str) -> str | None:
     """The clock the zone table shows: the scene's plotted ``clock`` when its zones have it, else
     the first of :data:`katra_trace.metrics.CLOCK_PREFERENCE` they have."""
     have = {c for per_zone in zones for per_clock in per_zone.values() for c in per_clock}
@@ -217,14 +218,11 @@ def _zone_clock(zones: Sequence[Mapping[str, Mapping[str, Any]]], clock: str) ->
 
 
 def zone_stats_table(
-    scene: str, clock: str, runs: Sequence[Labelled], stats_of: Mapping[int, Mapping[str, Any]]
+    scene: str, clock: str, runs: Sequence[Labelled], stats_of: Mapping[int, RunStats]
 ) -> str:
     """The statistics of each zone of ``scene`` (``stats --zones``: every span as it occurred), on
     ``clock`` when its zones were timed on it: a row per zone (and run); empty without zones."""
-    per_run = [
-        (label, stats_of[id(t)].get("scenes", {}).get(scene, {}).get("zones", {}))
-        for label, t in runs
-    ]
+    per_run = [(label, stats_of[id(t)].scenes.get(scene, NO_STATS).zones) for label, t in runs]
     zclock = _zone_clock([z for _, z in per_run], clock)
     if zclock is None:
         return ""
@@ -235,7 +233,7 @@ def zone_stats_table(
         [
             *([e(label)] if many else []),
             e(zone),
-            *(num(per_clock[zclock].get(k), _format_of(k)) for k in keys),
+            *(num(per_clock[zclock].as_dict().get(k), _format_of(k)) for k in keys),
         ]
         for label, zones in per_run
         for zone, per_clock in zones.items()

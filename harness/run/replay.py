@@ -1,24 +1,16 @@
-"""A run of trace scenes: each apitrace trace replayed by glretrace, its frames written as a katra3d
-trace.
-
-The trace's frames come from the replayer, not from katra3d's frame loop: one katra3d frame per
-SwapBuffers, ``--warmup W --frames N`` from the trace's start (a shorter trace is replayed again
-from its start, and the scene's ``replay`` annotation lists where). Timed: each frame ends when the
-replayer's ``glFinish`` after its SwapBuffers returned (``--pframe-times``), on the host clock
-(WALL), from the end of the frame before (the first frame of a replay from the replayer's first
-call, as ``glretrace -b`` times it: making the context and compiling are in it, loading the
-replayer's libraries is not; the scene's ``replay`` annotation says how long that start-up took).
-``--zones draws``: each draw call a zone named ``glDrawArrays@2496`` on the CPU clock: the
-replayer's time in the call (``--pcpu``); a software rasterizer's fragment work runs at the frame's
-end, not in the call. Counted: the replayer under callgrind on the trace's first W + N frames (a
-trimmed copy), a frame the counts between two SwapBuffers. The last measured frame is kept (an IMAGE
-block) from an untimed snapshot replay. docs/replay.md says more.
+"""The replay strategy of a run (the runner picks it for a plan of traces): apitrace traces, each
+replayed by glretrace (:mod:`.replayer`), one katra3d frame per
+SwapBuffers, timed (wall) or counted, its draws as zones (``frame/glDrawArrays#2``: the frame's
+second glDrawArrays, on the cpu clock), a restart's frame flagged SETUP, the host's GL version and
+profile the replayer's context's, and the last measured frame kept from an untimed snapshot replay.
+How each is measured: docs/replay.md.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -27,8 +19,7 @@ from katra3d.harness.engine.counting import estimated_cycles
 from katra3d.harness.engine.events import FRAME_NAME
 from katra3d.harness.engine.frame import frame_time_s
 from katra3d.harness.engine.results import (
-    NoProgress,
-    Progress,
+    ProgressSink,
     RunResult,
     SceneResult,
     median_text,
@@ -38,15 +29,15 @@ from katra3d.harness.engine.stopping import StopFlag, stop_on_signals
 from katra3d.harness.gl import backends, probe
 from katra3d.harness.replay import replayer as rp
 from katra3d.harness.replay.display import x_display
-from katra3d.harness.replay.output import draw_zone, replayer_base_ns
+from katra3d.harness.replay.output import draw_zones, replayer_base_ns
 from katra3d.harness.replay.tool import Replayer, TraceFacts, find_replayer, trace_facts
-from katra3d.harness.run import lifetime, measure, runner
-from katra3d.harness.run.config import RunConfig, RunPlan, SceneEntry, plan_run
+from katra3d.harness.run import lifetime, measure
+from katra3d.harness.run.config import RunPlan, SceneEntry
+from katra3d.harness.run.pipeline import capture_options, failed_note
 from katra3d.harness.run.progress import entered
-from katra3d.harness.run.runner import capture_options, failed_note
 from katra3d.harness.run.valgrind import check_renderer
 from katra_trace.errors import ConfigError, KatraError
-from katra_trace.io.header import CaptureOptions, HostInfo, MeasureOptions
+from katra_trace.io.header import CaptureOptions, GLInfo, HostInfo, MeasureOptions
 from katra_trace.io.images import decode_png, frame_record, image_checksum, image_key
 from katra_trace.io.writer import TraceWriter
 from katra_trace.metrics import mode_clock
@@ -56,32 +47,22 @@ TIMED_REASON = (
     "replayed by glretrace --pframe-times: a glFinish ends each frame, timed on the host clock "
     "(the replayer's frames, not katra3d's loop)"
 )
-#: What ``--size`` does to a replay: nothing (glretrace makes the trace's own windows); the notice
-#: says so.
+#: What ``--size`` does to a replay: nothing (glretrace makes the trace's own windows).
 SIZE_NOTICE = (
     "notice: --size does not apply to a trace: it replays at the size it was recorded at (each "
-    "scene's "
-    "annotation records it)"
+    "scene's annotation records it)"
 )
 FRAME_BOUNDARY = (
     "callgrind --dump-after={swap} in the replayer; the dumps of one SwapBuffers (GLX's dispatch "
-    "and "
-    "Mesa's) are summed; main thread (--separate-threads=yes); the replayer instrumented from its "
-    "start; "
-    "the trace's first W + N frames (apitrace trim --frames=0-K)"
+    "and Mesa's) are summed; main thread (--separate-threads=yes); the replayer instrumented from "
+    "its start; the trace's first W + N frames (apitrace trim --frames=0-K)"
 )
 
 
-def is_trace_entry(entry: SceneEntry) -> bool:
-    """Whether the scene is an apitrace trace (:func:`katra3d.scenes.registry.get_scene` of
-    ``x.trace``).
-    """
-    return bool(getattr(entry.cls, "trace_path", ""))
-
-
 def has_traces(plan: RunPlan) -> bool:
-    """Whether ``plan`` replays traces (then :func:`run` captures it, not the scene runner)."""
-    return any(is_trace_entry(e) for e in plan.entries)
+    """Whether ``plan`` replays apitrace traces (then :func:`run` captures it, not the scene
+    runner)."""
+    return any(getattr(e.cls, "trace_path", "") for e in plan.entries)
 
 
 def check_plan(plan: RunPlan) -> None:
@@ -89,7 +70,7 @@ def check_plan(plan: RunPlan) -> None:
     cfg = plan.config  # a mix of traces and scenes: refused by plan_run, before a --shard split
     if plan.frames is None:
         raise ConfigError("a trace replays --frames N from its start, not --duration")
-    zones = str(cfg.zones) if cfg.zones not in (True, False) else ("passes" if cfg.zones else "off")
+    zones = plan.zones
     if zones not in ("off", "draws"):
         raise ConfigError(
             "a trace has no passes: use --zones draws (each draw call a zone) or no --zones"
@@ -105,23 +86,7 @@ def check_plan(plan: RunPlan) -> None:
         )
 
 
-def run_any(
-    config: RunConfig,
-    *,
-    plan: RunPlan | None = None,
-    progress: Progress | None = None,
-    quiet: bool = False,
-) -> RunResult:
-    """Run ``config`` whatever it names: apitrace traces are replayed here (:func:`run`), scenes go
-    to the scene runner (:func:`katra3d.harness.run.runner.run`, whose arguments these are). The one
-    place that tells the two apart: ``katra3d run`` and the pytest fixture both come through it."""
-    plan = plan or plan_run(config)
-    if has_traces(plan):
-        return run(plan, progress if progress is not None and not quiet else NoProgress())
-    return runner.run(config, plan=plan, progress=progress, quiet=quiet)
-
-
-def run(plan: RunPlan, progress: Progress) -> RunResult:
+def run(plan: RunPlan, progress: ProgressSink) -> RunResult:
     """Replay every trace of ``plan`` into one katra3d trace (the plan's output)."""
     check_plan(plan)
     cfg = plan.config
@@ -143,12 +108,17 @@ def run(plan: RunPlan, progress: Progress) -> RunResult:
         )
     else:
         env = dict(os.environ)
-    traces = [(e, trace_facts_of(e)) for e in plan.entries]
+    traces = [
+        (e, trace_facts(_path(e), e.params["trace_sha256"], e.params["trace_bytes"]))
+        for e in plan.entries
+    ]
     replayers = {facts.api: find_replayer(facts.api) for _, facts in traces}
     mode = cfg.measure if counted else "sync"
     options = _options(options, plan, traces, replayers, mode, env if counted else None)
-    # the GL facts are the probe's (EGL), the same Mesa
-    host = host.replaced(backend=options.resolved.backend)
+    first, api = traces[0][1], traces[0][1].api
+    host = host.replaced(
+        backend=options.resolved.backend, gl=_replayer_gl(host.gl, first, replayers[api], env)
+    )
     if cfg.size is not None:
         progress.line(SIZE_NOTICE)
     plan.output.parent.mkdir(parents=True, exist_ok=True)
@@ -223,8 +193,23 @@ def run(plan: RunPlan, progress: Progress) -> RunResult:
     )
 
 
-def trace_facts_of(entry: SceneEntry) -> TraceFacts:
-    return trace_facts(_path(entry))
+def _replayer_gl(gl: GLInfo, facts: TraceFacts, replayer: Replayer, env: dict[str, str]) -> GLInfo:
+    """The probe's GL facts with the version and profile of the context the replayer makes for the
+    trace (a compatibility one unless the trace asks for core), not of katra3d's EGL core one; None
+    when its state cannot be dumped. The renderer stays the probe's, as for scenes (a counted run's
+    vector width is in its codegen facts)."""
+    got: dict[str, str] = {}
+    if facts.current_call is not None:
+        with x_display(env) if not replayer.headless else contextlib.nullcontext(env) as shown:
+            got = rp.context_strings(replayer, facts.path, facts.current_call, shown)
+    version = got.get("GL_VERSION")
+    number = re.match(r"(?:OpenGL ES )?(\d+)\.(\d+)", version or "")
+    return gl.replaced(
+        version=version,
+        version_code=int(number[1]) * 100 + int(number[2]) * 10 if number else None,
+        glsl_version=got.get("GL_SHADING_LANGUAGE_VERSION"),
+        profile={"1": "core", "2": "compatibility"}.get(got.get("GL_CONTEXT_PROFILE_MASK", "")),
+    )
 
 
 def _path(entry: SceneEntry) -> Path:
@@ -242,7 +227,7 @@ def _options(
     """The capture options with the replay's facts: each trace's file, the replayer, its options;
     the backend is the traces' window systems (glx, egl), and no size (``--size`` does not apply:
     :data:`SIZE_NOTICE`)."""
-    zones = "draws" if str(plan.config.zones) == "draws" else "off"
+    zones = plan.zones
     replay: dict[str, Any] = {
         "traces": {e.label: f.as_dict() for e, f in traces},
         "replayers": {api: r.as_dict() for api, r in replayers.items()},
@@ -294,7 +279,7 @@ class _Replay:
         replayer: Replayer,
         env: dict[str, str],
         stop: StopFlag,
-        progress: Progress,
+        progress: ProgressSink,
         n: int,
         host: HostInfo,
         work: Path,
@@ -313,6 +298,7 @@ class _Replay:
         self.origin = writer.start_host_ns
         self.where = f"[{n}/{len(plan.entries)}] {entry.label}"
         self.startup_ns: list[int] = []  #: timed: each replayer's start to its first call
+        self.restart_said = False
 
     def run(self, counted: bool) -> SceneResult:
         plan, label = self.plan, self.entry.label
@@ -330,17 +316,20 @@ class _Replay:
             else:
                 values, last_calls, restarts = self._timed(env, total)
             done = len(values)
+            left_out = set(restarts)
+            measured = [
+                v for k, v in enumerate(values[plan.warmup :], plan.warmup) if k not in left_out
+            ]
             result = SceneResult(
                 label,
                 "ok",
-                frames=max(0, done - plan.warmup),
+                frames=len(measured),
                 warmup=min(done, plan.warmup),
                 clock=mode_clock(plan.config.measure if counted else "sync"),
                 params=dict(self.entry.params),
             )
-            if self.stop.set or done < total:
+            if self.stop.set or result.frames < (plan.frames or 0):
                 result.status = "interrupted"
-            measured = values[plan.warmup :]
             if measured:
                 result.stats = scene_stats(measured, counts=counted)
             annotation: dict[str, Any] = {
@@ -355,7 +344,7 @@ class _Replay:
                     "trace": self.facts.as_dict(),
                     "restarts": restarts,
                     "note": "a replay of the trace from its start begins at each frame in "
-                    "'restarts'",
+                    "'restarts', flagged SETUP: left out of the statistics",
                 },
             }
             if not self.replayer.headless:
@@ -368,11 +357,33 @@ class _Replay:
         self.progress.line(
             f"{self.where}: {result.frames} frame{'s' if result.frames != 1 else ''}"
             + median_text(result)
+            + (
+                f"; {len(restarts)} restart frame{'s' if len(restarts) > 1 else ''} left out"
+                if restarts
+                else ""
+            )
         )
         return result
 
+    def _flags(self, k: int, restarts: set[int]) -> int:
+        """Frame ``k``'s flags: WARMUP, SETUP on a restart's frame (left out of the statistics)."""
+        return (int(Flag.WARMUP) if k < self.plan.warmup else 0) | (
+            int(Flag.SETUP) if k in restarts else 0
+        )
+
+    def _restarted(self, k: int) -> None:
+        """Says, at the first restart, that the trace is replayed again and what that costs."""
+        if self.restart_said:
+            return
+        self.restart_said = True
+        self.progress.line(
+            f"{self.where}: the trace ended after {k} frames: it is replayed again from its start "
+            "by a new replayer, and each restart's frame (its context and compiles) is left out of "
+            "the statistics"
+        )
+
     def _timed(self, env: dict[str, str], total: int) -> tuple[list[int], list[int], list[int]]:
-        zones = str(self.plan.config.zones) == "draws"
+        zones = self.plan.zones == "draws"
         show = self.progress.advance if self.progress.tty else None
         got = rp.timed_frames(
             self.replayer,
@@ -381,7 +392,9 @@ class _Replay:
             env,
             zones=zones,
             stopped=lambda: self.stop.set,
+            warmup=self.plan.warmup,
             on_frame=show,
+            on_restart=self._restarted,
             where=self.work,
         )
         self.startup_ns = got.startup_ns
@@ -396,6 +409,7 @@ class _Replay:
             else {}
         )
         durations: list[int] = []
+        restart_set = set(got.restarts)
         add, wall, cpu = self.writer.append, int(Clock.WALL), int(Clock.CPU)
         for k, frame in enumerate(got.frames):
             proc = got.process_of[k]
@@ -404,7 +418,7 @@ class _Replay:
                 if k == 0 or got.process_of[k - 1] != proc
                 else got.frames[k - 1].end_ns
             )
-            flags = int(Flag.WARMUP) if k < self.plan.warmup else 0
+            flags = self._flags(k, restart_set)
             dur = max(0, frame.end_ns - start)
             add(
                 int(Kind.FRAME),
@@ -422,13 +436,12 @@ class _Replay:
             base = bases.get(proc)
             if base is None:
                 continue
-            for draw in frame.draws:
-                name = self.writer.intern(draw_zone(draw.function, draw.call_no))
+            for draw, zone in zip(frame.draws, draw_zones(frame.draws), strict=True):
                 add(
                     int(Kind.ZONE),
                     cpu,
                     self.scene_id,
-                    name,
+                    self.writer.intern(zone),
                     k,
                     1,
                     base + draw.start_ns - self.origin,
@@ -449,15 +462,22 @@ class _Replay:
             cycles=cycles,
         )
         frames, last_calls, restarts = rp.counted_frames(
-            command, env, total, stopped=lambda: self.stop.set, where=self.work
+            command,
+            env,
+            total,
+            stopped=lambda: self.stop.set,
+            warmup=self.plan.warmup,
+            on_restart=self._restarted,
+            where=self.work,
         )
         values: list[int] = []
         add = self.writer.append
+        restart_set = set(restarts)
         clock = int(Clock.CYCLES if cycles else Clock.INSTRUCTIONS)
         at = 0
         for k, counts in enumerate(frames):
             value = estimated_cycles(counts) if cycles else int(counts.get("Ir", 0))
-            flags = int(Flag.WARMUP) if k < self.plan.warmup else 0
+            flags = self._flags(k, restart_set)
             add(int(Kind.FRAME), clock, self.scene_id, self.frame_name, k, 0, at, value, 0.0, flags)
             if cycles:
                 add(
@@ -483,7 +503,16 @@ class _Replay:
         when asked.
         """
         self.progress.phase(f"{self.where}: the last frame's image (an untimed replay)", None)
-        png = rp.snapshot(self.replayer, self.facts.path, call_no, env, where=self.work)
+        png = rp.snapshot(
+            self.replayer,
+            self.facts.path,
+            call_no,
+            env,
+            stopped=lambda: self.stop.set,
+            where=self.work,
+        )
+        if png is None:  # stopped: the frames are kept, without an image
+            return {}
         try:
             pixels = decode_png(png, f"glretrace's snapshot of call {call_no}")
         except ValueError as exc:
@@ -516,4 +545,4 @@ class _Replay:
         return keys
 
 
-__all__ = ["check_plan", "has_traces", "is_trace_entry", "run", "run_any"]
+__all__ = ["check_plan", "has_traces", "run"]

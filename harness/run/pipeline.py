@@ -1,0 +1,208 @@
+"""The capture service: a checked :class:`~katra3d.harness.run.config.RunPlan` in, a trace out.
+
+:func:`open_engine` is the one place an :class:`~katra3d.harness.engine.core.Engine` is made;
+:func:`capture` is the scene loop (a counted child runs it with a
+:class:`~katra3d.harness.engine.counting.CountMeasurer`); :func:`capture_options` is what the
+trace's header records of the plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from katra3d.harness.engine import timers
+from katra3d.harness.engine.core import Engine
+from katra3d.harness.engine.counting import CountMeasurer
+from katra3d.harness.engine.lifecycle import run_scene
+from katra3d.harness.engine.measurer import Measurer, TimeMeasurer
+from katra3d.harness.engine.results import ProgressSink, RunResult, SceneResult
+from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
+from katra3d.harness.engine.stopping import StopFlag, stop_on_signals
+from katra3d.harness.gl import backends, probe
+from katra3d.harness.run import measure
+from katra3d.harness.run.config import RunPlan, SceneEntry, default_output, screenshot_path
+from katra3d.harness.run.progress import entered
+from katra3d.harness.run.protocol import ChildOrder
+from katra_trace.analysis.references import images_policy
+from katra_trace.errors import KatraError, OutputBusyError, OutputExistsError
+from katra_trace.io.header import CaptureOptions, ResolvedOptions
+from katra_trace.text import shown
+
+
+def open_engine(
+    ctx: Any,
+    spec: CaptureSpec,
+    *,
+    measurer: Measurer | None = None,
+    writer: Any = None,
+    stop: StopFlag | None = None,
+) -> Engine:
+    """The capture engine of ``spec`` on ``ctx``: timed unless ``measurer`` says otherwise;
+    ``writer`` replaces the trace file (an in-memory sink); ``stop``: the flag its frame loop polls.
+    """
+    return Engine(ctx, spec, measurer=measurer, writer=writer, stop=stop)
+
+
+def capture_options(plan: RunPlan, session: Any) -> CaptureOptions:
+    """The capture options recorded in the trace header: the config as given (its one JSON form,
+    :meth:`RunConfig.as_dict`), and the plan as resolved, field by field."""
+    resolved = ResolvedOptions(
+        frames=plan.frames,
+        duration_s=plan.duration_s,
+        warmup=plan.warmup,
+        size=plan.size,
+        samples=plan.config.samples,
+        backend=session.backend,
+        output=str(plan.output),
+        device=session.device,
+        scenes=tuple(
+            {"label": e.label, "spec": e.spec, "params": dict(e.params), "position": e.position}
+            for e in plan.entries
+        ),
+        extra={"images": images_policy(plan.keep_images, plan.duration_s is not None)},
+        layout=_RESOLVED_KEYS,
+    )
+    return CaptureOptions.from_dict(plan.config.as_dict()).replaced(resolved=resolved)
+
+
+#: The resolved options' keys in the order the header writes them (null ones too).
+_RESOLVED_KEYS = tuple(
+    "frames duration_s warmup size samples backend output device scenes images".split()
+)
+
+
+def capture(plan: RunPlan, progress: ProgressSink, child: ChildOrder | None = None) -> RunResult:
+    """The scene loop: open the backend, probe the host and capture every scene of ``plan`` into
+    its trace.
+
+    ``child``: the order of a counted child (:func:`katra3d.harness.run.protocol.read_order`); the
+    trace then goes into the dump directory (the parent joins it into ``plan.output``, which the
+    header records).
+    """
+    cfg = plan.config
+    session = backends.open_session(
+        cfg.backend, device=cfg.device, size=plan.size, samples=cfg.samples
+    )
+    try:
+        host = probe.host_info(session)
+        if child is not None:  # the renderer was checked by the parent, before valgrind started
+            host = host.replaced(
+                codegen=measure.codegen_facts(
+                    host.gl,
+                    host.system,
+                    os.environ,
+                    measure.check_child_instrumentation(child.deferred),
+                )
+            )
+        else:
+            # refuse an impossible mode before creating anything
+            timers.choose_mode(cfg.timing, host.gl)
+            plan.output.parent.mkdir(parents=True, exist_ok=True)
+        if plan.screenshot_dir is not None:
+            plan.screenshot_dir.mkdir(parents=True, exist_ok=True)
+        stop = StopFlag()
+        with stop_on_signals(stop):
+            for attempt in range(20):
+                try:
+                    target = plan.output if child is None else child.trace
+                    spec = CaptureSpec(
+                        target,
+                        plan.workload,
+                        host=host,
+                        options=capture_options(plan, session),
+                        timing=cfg.timing,
+                        zones=plan.zones,
+                        notes=cfg.notes,
+                        reference_every=plan.reference_every,
+                        overwrite=cfg.force,
+                        max_draw_zones=cfg.max_draw_zones,
+                        codec=cfg.codec,
+                        failed_aside=child is None,
+                    )
+                    measurer = (
+                        TimeMeasurer()
+                        if child is None
+                        else CountMeasurer(child.measure_options(), child.dump_base)
+                    )
+                    engine = open_engine(session.ctx, spec, measurer=measurer, stop=stop)
+                    break
+                except (OutputBusyError, OutputExistsError):
+                    if cfg.output is not None or child is not None or attempt == 19:
+                        raise
+                    # another run took this default name a moment ago: take the next one
+                    plan = dataclasses.replace(plan, output=default_output(plan.output.stem))
+            try:
+                with engine, entered(progress):
+                    results: list[SceneResult] = []
+                    for n, entry in enumerate(plan.entries, 1):
+                        if stop.set:
+                            break
+                        results.append(_run_entry(engine, plan, entry, session, progress, n))
+                    # the last counted frame is behind: the rest runs uninstrumented
+                    if child is not None:
+                        measure.stop_counting()
+                    status = "interrupted" if stop.set else "complete"
+                    if stop.set:
+                        progress.line(
+                            f"stopped by {stop.signal_name}: trace finished as interrupted"
+                        )
+                    progress.phase("writing the trace", None)
+                    engine.finish(status, {"scenes": [r.row() for r in results]})
+            except KatraError as err:
+                writer = engine.writer
+                if writer.failed_aside and writer.finished and not stop.set and len(err.args) == 1:
+                    err.args = (str(err) + failed_note(writer.failed_path),)
+                raise
+        return RunResult(
+            plan.output,
+            status,
+            engine.mode,
+            engine.reason,
+            results,
+            stop.signal_name,
+            size=plan.size,
+        )
+    finally:
+        session.close()
+
+
+def failed_note(kept: Path | None) -> str:
+    """What a failed run's error line adds: where its measured frames are, or that nothing was
+    written (a failed run never leaves a trace at ``-o``; :func:`katra_trace.io.claim.set_aside`).
+    """
+    if kept is None:
+        return "; no frame was measured, so no trace was written"
+    return f"; the frames it measured are in {shown(kept)} (the output was not written)"
+
+
+def _run_entry(
+    engine: Engine, plan: RunPlan, entry: SceneEntry, session: Any, progress: ProgressSink, n: int
+) -> SceneResult:
+    shot = (
+        screenshot_path(plan.screenshot_dir, entry.label)
+        if plan.screenshot_dir is not None
+        else None
+    )
+    scene = SceneSpec(
+        entry.cls,
+        entry.label,
+        entry.params,
+        size=plan.size,
+        frames=plan.frames,
+        warmup=plan.warmup,
+        duration_s=plan.duration_s,
+        seed=plan.config.seed,
+        spec=entry.spec,
+        screenshot=shot,
+        index=n,
+        total=len(plan.entries),
+        keep_image=plan.keep_images,
+        overwrite=plan.config.force,
+    )
+    return run_scene(engine, scene, bind=session.bind, progress=progress)
+
+
+__all__ = ["capture", "capture_options", "failed_note", "open_engine"]

@@ -1,0 +1,341 @@
+"""The one door for katra3d's child processes, its stop signals and its parallel jobs.
+
+* :func:`spawn` starts a child leading a process group of its own (a new session, or with
+  ``session=False`` a group in katra3d's session: Linux's autogroup scheduling shares a loaded
+  machine out by session, and ran a replayer in a session of its own at 0.75 of the frame rate,
+  bench/replay.py) that a katra3d killed outright takes along. :class:`Group` stops it as one.
+* :func:`handling` is the one place that installs signal handlers and puts the old ones back.
+* :class:`Supervisor` holds the groups of one command: a stop signal to katra3d reaches each as
+  its policy says (``levels``: the first asks it to stop, so a run in it keeps its frames, a second
+  kills it; ``signals``: the signal itself, SIGKILL while the child cannot handle it yet).
+* :meth:`Supervisor.pool` runs jobs at most ``jobs`` at a time in threads: no new one starts after
+  a stop signal or a failure, and a failure stops the running jobs after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any, ClassVar, Literal, TypeVar
+
+from katra_trace.errors import Interrupted
+
+R = TypeVar("R")
+
+#: The signals that stop katra3d and what it started.
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: ``PR_SET_PDEATHSIG`` of ``<linux/prctl.h>``.
+PR_SET_PDEATHSIG = 1
+#: How far a group has been stopped: asked to stop at its next frame boundary (SIGTERM), to stop
+#: now (a second SIGTERM), killed (SIGKILL).
+STOP_FIRST, STOP_NOW, STOP_KILL = 1, 2, 3
+#: Seconds a stopped group of a ``katra3d run`` has, after its SIGTERM, to finish its trace: a
+#: counted 16x16 run took 3.5 s from the signal to its exit on a busy 2-core machine, a time run
+#: 0.2 s; room for a bigger frame and for several groups finishing at once.
+STOP_GRACE_S = 10.0
+#: Seconds a group then has after its second SIGTERM (a run's stop-now: the keeper finishes the
+#: trace within ``engine.stopping.HARD_STOP_GRACE_S``; callgrind's last dump follows), before
+#: SIGKILL.
+HARD_STOP_WAIT_S = 5.0
+#: Seconds to wait for a SIGKILLed group to be gone.
+KILL_WAIT_S = 5.0
+#: Seconds between two looks at a group, and at a pool's jobs.
+POLL_S = 0.05
+
+Policy = Literal["levels", "signals", "none"]
+
+
+def _preexec(session: bool) -> Callable[[], None]:
+    """The child's set-up between fork and exec: without ``session``, a group of its own in
+    katra3d's session; SIGKILL when this process ends (Linux's parent-death signal; it survives
+    exec), at once if this process has ended already."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, before fork
+        prctl.argtypes = [ctypes.c_int, *[ctypes.c_ulong] * 4]
+    except (OSError, AttributeError):  # not Linux
+        prctl = None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        if not session:
+            os.setpgid(0, 0)
+        if prctl is not None and (
+            prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0 or os.getppid() != parent
+        ):
+            os._exit(127)
+
+    return preexec
+
+
+class Group:
+    """The process group that ``proc`` leads, how far it has been stopped, and what a stop signal
+    to katra3d does to it (``policy``; ``ready()``: whether the child handles a signal yet)."""
+
+    def __init__(
+        self,
+        proc: subprocess.Popen[Any],
+        policy: Policy = "none",
+        ready: Callable[[], bool] | None = None,
+    ) -> None:
+        self.proc = proc
+        self.policy = policy
+        self.ready = ready
+        self.sent = 0
+        self.task: int | None = None
+
+    def send(self, level: int) -> None:
+        """Stop the group to ``level`` unless stopped as far already: SIGTERM for
+        :data:`STOP_FIRST` and :data:`STOP_NOW`, SIGKILL for :data:`STOP_KILL`."""
+        if self.sent >= level:
+            return
+        self.sent = level  # first: a handler that runs meanwhile sends nothing twice
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL if level >= STOP_KILL else signal.SIGTERM)
+
+    def stopped_by(self, signum: int, count: int) -> None:
+        """The ``count``-th stop signal to katra3d, ``signum``, as this group's policy says."""
+        if self.policy == "levels":
+            self.send(STOP_FIRST if count <= 1 else STOP_KILL)
+        elif self.policy == "signals" and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(
+                    self.proc.pid, signum if not self.ready or self.ready() else signal.SIGKILL
+                )
+
+    def gone(self) -> bool:
+        """Whether the leader is reaped and no member of the group still runs (a zombie waiting for
+        its new parent is gone; the group's ID stays taken while it has a member), by ``/proc``."""
+        if self.proc.poll() is None:
+            return False
+        try:
+            os.killpg(self.proc.pid, 0)
+            names = [name for name in os.listdir("/proc") if name.isdigit()]
+        except ProcessLookupError:
+            return True
+        except OSError:  # not allowed to signal it, or no /proc: it cannot be told
+            return False
+        for name in names:
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    state, _ppid, pgrp = f.read().rsplit(b")", 1)[1].split()[:3]
+            except (OSError, ValueError):
+                continue  # gone meanwhile
+            if int(pgrp) == self.proc.pid and state != b"Z":
+                return False
+        return True
+
+    def wait_gone(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not self.gone():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL_S)
+        return True
+
+    def end(self, grace_s: float) -> None:
+        """End the group: with ``grace_s``, SIGTERM, ``grace_s`` for the whole group to end, a
+        second SIGTERM and :data:`HARD_STOP_WAIT_S` more; then (at once without) SIGKILL. Returns
+        once it is gone, or :data:`KILL_WAIT_S` after the SIGKILL; never raises."""
+        if self.gone():  # nothing to signal: its ID may be another group's by now
+            return
+        if grace_s > 0:
+            self.send(STOP_FIRST)
+            if self.wait_gone(grace_s):
+                return
+            self.send(STOP_NOW)
+            if self.wait_gone(HARD_STOP_WAIT_S):
+                return
+        self.send(STOP_KILL)
+        self.wait_gone(KILL_WAIT_S)
+
+
+def spawn(
+    args: Sequence[str],
+    *,
+    session: bool = True,
+    policy: Policy = "none",
+    ready: Callable[[], bool] | None = None,
+    **popen: Any,
+) -> Group:
+    """Start ``args`` leading a process group of its own (a new session, or with ``session``
+    False a group in katra3d's session) that dies with katra3d. ``popen``: the rest of
+    :class:`subprocess.Popen`'s arguments. Raises what Popen raises."""
+    proc = subprocess.Popen(
+        list(args), start_new_session=session, preexec_fn=_preexec(session), **popen
+    )
+    return Group(proc, policy, ready)
+
+
+@contextlib.contextmanager
+def handling(
+    handler: Callable[[int, Any], Any],
+    signals: Sequence[signal.Signals] = STOP_SIGNALS,
+    *,
+    unless_ignored: bool = False,
+) -> Iterator[bool]:
+    """``handler`` handles ``signals`` for the duration (main thread only; elsewhere nothing is
+    installed); yields whether it was installed. The old handlers are put back afterwards; one
+    installed from C (``signal.signal`` returns None for it, e.g. under apitrace) as ``SIG_DFL``.
+    ``unless_ignored``: a signal ignored now (a background job's SIGINT) stays ignored."""
+    old: dict[signal.Signals, Any] = {}
+    try:
+        if threading.current_thread() is threading.main_thread():
+            for sig in signals:
+                if not (unless_ignored and signal.getsignal(sig) is signal.SIG_IGN):
+                    old[sig] = signal.signal(sig, handler)
+        yield bool(old)
+    finally:
+        for sig, was in old.items():
+            signal.signal(sig, was if was is not None else signal.SIG_DFL)
+
+
+class Supervisor:
+    """The child process groups of one command, stopped together by katra3d's stop signals.
+
+    Entered in the main thread it handles SIGINT, SIGTERM and SIGHUP (``handle``) and is
+    :attr:`active`, for its pool's jobs to join. Each signal is noted in :attr:`received` and
+    passed to every group by its policy, those started later included. What is left running when
+    it exits is killed."""
+
+    active: ClassVar[Supervisor | None] = None
+
+    def __init__(self, *, handle: bool = True) -> None:
+        # re-entrant: the signal handler runs in the main thread, which may hold it
+        self.lock = threading.RLock()
+        self.groups: list[Group] = []
+        self.received: list[int] = []
+        self._handle = handle
+        self._task = threading.local()
+        self._ended: set[int] = set()  # pool tasks whose groups are ended, later ones at once
+        self._exit = contextlib.ExitStack()
+
+    def __enter__(self) -> Supervisor:
+        main = threading.current_thread() is threading.main_thread()
+        if self._handle and main:
+            if Supervisor.active is not None:
+                raise RuntimeError("one Supervisor handles signals at a time")
+            self._exit.enter_context(handling(lambda signum, _frame: self.stop(signum)))
+            Supervisor.active = self
+            self._exit.callback(setattr, Supervisor, "active", None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            for group in list(self.groups):
+                group.end(0.0)
+        finally:
+            self._exit.close()
+
+    def stop(self, signum: int) -> None:
+        """A stop signal: noted, and passed to every group."""
+        with self.lock:
+            self.received.append(signum)
+            for group in self.groups:
+                group.stopped_by(signum, len(self.received))
+
+    def start(self, args: Sequence[str], **kwargs: Any) -> Group:
+        """:func:`spawn`, the group kept until :meth:`release`; one started after a stop signal
+        gets it at once."""
+        group = spawn(args, **kwargs)
+        group.task = getattr(self._task, "index", None)
+        with self.lock:
+            self.groups.append(group)
+            if group.task in self._ended:
+                group.send(STOP_KILL)
+            elif self.received:
+                group.stopped_by(self.received[-1], len(self.received))
+        return group
+
+    def release(self, group: Group) -> None:
+        """Forget an ended group."""
+        with self.lock, contextlib.suppress(ValueError):
+            self.groups.remove(group)
+
+    def _run(self, index: int, task: Callable[[], R]) -> R:
+        self._task.index = index
+        return task()
+
+    def _end_tasks(self, tasks: set[int], grace_s: float) -> None:
+        with self.lock:
+            self._ended |= tasks
+            chosen = [g for g in self.groups if g.task in tasks]
+        for group in chosen:
+            group.end(grace_s)
+
+    def pool(
+        self,
+        tasks: Sequence[Callable[[], R]],
+        jobs: int,
+        *,
+        order: Sequence[int] | None = None,
+        before: Callable[[int], object] | None = None,
+        failed: Callable[[int, R], bool] | None = None,
+        idle: Callable[[], object] | None = None,
+    ) -> Generator[tuple[int, R], None, None]:
+        """Run ``tasks`` (each in a thread, its children started through :meth:`start`), at most
+        ``jobs`` at a time, in ``order`` (indices; default: as given); yields (index, result) as
+        each ends. ``before(i)`` runs in the calling thread just before task ``i`` starts,
+        ``failed(i, result)`` there as it ends, ``idle()`` every :data:`POLL_S` while tasks run.
+
+        No task starts after a stop signal; a task that raises :class:`Interrupted` then is left
+        out. A result that ``failed`` says is a failure stops the start of new tasks and kills the
+        running tasks after ``i`` (a serial run would not have run them); those before it finish.
+        A task that raises stops every running one (SIGTERM, :data:`STOP_GRACE_S`, then SIGKILL)
+        and the error is raised; so does an early exit of the caller."""
+        upcoming = list(range(len(tasks)) if order is None else order)
+        running: dict[Future[R], int] = {}
+        failed_at = len(tasks)
+        with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="katra3d-job") as ex:
+            try:
+                while True:
+                    while upcoming and len(running) < jobs and not self.received:
+                        if failed_at < len(tasks):
+                            break  # a serial run would have stopped there
+                        index = upcoming.pop(0)
+                        if before is not None:
+                            before(index)
+                        running[ex.submit(self._run, index, tasks[index])] = index
+                    if not running:
+                        break
+                    done, _ = wait(running, timeout=POLL_S, return_when=FIRST_COMPLETED)
+                    if idle is not None:
+                        idle()
+                    for future in sorted(done, key=running.__getitem__):
+                        index = running.pop(future)
+                        error = future.exception()
+                        if isinstance(error, Interrupted) and self.received:
+                            continue
+                        if error is not None:
+                            raise error
+                        result = future.result()
+                        if failed is not None and failed(index, result) and index < failed_at:
+                            failed_at = index
+                            self._end_tasks({i for i in running.values() if i > index}, 0.0)
+                        yield index, result
+            finally:
+                if running:  # an error, or the caller left early: nothing more starts either
+                    self.stop(signal.SIGTERM)
+                    self._end_tasks(set(running.values()), STOP_GRACE_S)
+
+
+__all__ = [
+    "HARD_STOP_WAIT_S",
+    "KILL_WAIT_S",
+    "POLL_S",
+    "STOP_FIRST",
+    "STOP_GRACE_S",
+    "STOP_KILL",
+    "STOP_NOW",
+    "STOP_SIGNALS",
+    "Group",
+    "Supervisor",
+    "handling",
+    "spawn",
+]
