@@ -24,8 +24,8 @@ from katra_trace.profile.groups import GROUPS, JIT, JIT_OBJECT, LIBC, MESA, NUMP
 from katra_trace.profile.model import (
     REST,
     Profile,
+    ProfileRecord,
     profile_delta,
-    profile_record,
     trace_profiles,
 )
 
@@ -108,8 +108,8 @@ def test_rows_are_bounded_and_each_objects_rest_is_one_row() -> None:
     costs = {("/l/libc.so.6", f"f{i:03}"): [1, 1] for i in range(500)}
     costs[("/l/libc.so.6", "big")] = [100_000, 100_050]
     rows = bounded_rows(costs)
-    assert rows[0] == ["/l/libc.so.6", "big", 100_000, 100_050]
-    assert len(rows) == MIN_ROWS + 1 and rows[-1] == ["/l/libc.so.6", REST, 401, 401]
+    assert rows[0] == ("/l/libc.so.6", "big", 100_000, 100_050)
+    assert len(rows) == MIN_ROWS + 1 and rows[-1] == ("/l/libc.so.6", REST, 401, 401)
     assert sum(r[2] for r in rows) == 100_500
 
 
@@ -148,8 +148,9 @@ def test_the_profile_block_survives_a_trace_and_a_join(tmp_path: Path) -> None:
 
 
 def test_a_foreign_profile_block_is_left_out() -> None:
-    good = profile_record("s", None, 2, [["/l/libc.so.6", "f", 4, 4]])
-    assert trace_profiles([good, {"scene": "s", "rows": [[1]]}, {"x": 1}]).keys() == {("s", None)}
+    good = ProfileRecord("s", None, 2, (("/l/libc.so.6", "f", 4, 4),)).as_json()
+    bad = [{"scene": "s", "rows": [[1]]}, {"x": 1}, [1]]
+    assert trace_profiles([good, *bad]).keys() == {("s", None)}
 
 
 def test_a_change_is_split_by_function_and_group_and_drawn() -> None:
@@ -184,4 +185,5 @@ def test_a_change_is_split_by_function_and_group_and_drawn() -> None:
 
 
 def parse(*rows: list[object]) -> Profile:
-    return trace_profiles([profile_record("s", None, 2, [list(r) for r in rows])])[("s", None)]
+    record = ProfileRecord("s", None, 2, tuple(tuple(r) for r in rows))  # type: ignore[misc]
+    return trace_profiles([record.as_json()])[("s", None)]

@@ -43,6 +43,7 @@ from katra3d.scenes.suites import scene_cost
 from katra_trace.errors import ConfigError, ToolUnavailable, child_ended
 from katra_trace.io import claim as claim_mod
 from katra_trace.profile.callgrind import Folder, profiles_on
+from katra_trace.profile.model import ProfileRecord
 
 
 def scene_plan(plan: RunPlan, index: int) -> RunPlan:
@@ -89,7 +90,7 @@ class _Child:
     group: Group | None = None
     code: int | None = None
     handed: ChildResult | None = None
-    profile: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    profile: list[ProfileRecord] = dataclasses.field(default_factory=list)
     folder: Folder = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:

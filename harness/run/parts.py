@@ -23,6 +23,7 @@ from katra_trace.errors import KatraError
 from katra_trace.io.concat import Concatenation
 from katra_trace.io.reader import Trace
 from katra_trace.io.tracesets import open_quietly
+from katra_trace.profile.model import ProfileRecord
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +62,7 @@ def join(
     status: str,
     codec: str | None = None,
     strings: RunStrings | None = None,
-    profiles: Mapping[Path, Sequence[Mapping[str, Any]]] | None = None,
+    profiles: Mapping[Path, Sequence[ProfileRecord]] | None = None,
 ) -> Joined:
     """Write the trace made of ``parts`` (in that order) to ``dst``, finished with ``status``.
 

@@ -36,6 +36,7 @@ from katra_trace.io import format as fmt
 from katra_trace.io.blockfile import BlockFile
 from katra_trace.io.image_block import IMAGE_ENCODING, KeptFrame, encode_image_payload
 from katra_trace.io.reader import Trace
+from katra_trace.profile.model import ProfileRecord
 from katra_trace.schema import EVENT_DTYPE
 
 #: Events in each EVENTS block written (the writer's default batch).
@@ -78,15 +79,15 @@ class Concatenation:
         shift_ns: int,
         *,
         clock_note: Mapping[str, Any] | None = None,
-        profiles: Sequence[Mapping[str, Any]] = (),
+        profiles: Sequence[ProfileRecord] = (),
     ) -> int:
         """Write ``trace`` (its events' times moved by ``shift_ns``) after the inputs added before;
         its events written. ``clock_note``: its clock pairs are written as ANNOTATIONs ``{"type":
         "clock_sync", **clock_note, **pair}`` (None: as CLOCK_SYNC blocks). ``profiles``: PROFILE
         records written after its own."""
         written = self._events(trace, shift_ns)
-        for record in [*trace.profiles, *profiles]:
-            self.blocks.write_block(fmt.BlockType.PROFILE, fmt.encode_json(dict(record)))
+        for record in [*trace.profiles, *(p.as_json() for p in profiles)]:
+            self.blocks.write_block(fmt.BlockType.PROFILE, fmt.encode_json(record))
         for note in trace.annotations:
             text = fmt.encode_json(note)
             if isinstance(note, Mapping) and "scene" not in note:

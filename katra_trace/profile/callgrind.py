@@ -13,11 +13,10 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from katra_trace.errors import TraceFormatError
 from katra_trace.profile.groups import JIT_OBJECT
-from katra_trace.profile.model import REST, profile_record
+from katra_trace.profile.model import REST, ProfileRecord
 
 #: (object, function) -> [self, inclusive] instructions.
 Costs = dict[tuple[str, str], list[int]]
@@ -117,25 +116,25 @@ def read_dump(path: Path, into: Costs | None = None) -> Costs:
 MIN_ROWS = 100
 
 
-def bounded_rows(costs: Costs, share: float = 0.99) -> list[list[Any]]:
+def bounded_rows(costs: Costs, share: float = 0.99) -> tuple[tuple[str, str, int, int], ...]:
     """``costs`` as rows ``[object, function, self, inclusive]``, largest self first: the functions
     that make ``share`` of the instructions (at least :data:`MIN_ROWS`), then each object's others
     as one row named :data:`REST` (so every group's sum stays exact)."""
     ranked = sorted(costs.items(), key=lambda kv: (-kv[1][0], kv[0]))
     total = sum(v[0] for _, v in ranked)
-    rows: list[list[Any]] = []
+    rows: list[tuple[str, str, int, int]] = []
     rest: dict[str, int] = {}
     running = 0
     for (obj, fn), (own, incl) in ranked:
         if own <= 0 and incl <= 0:
             continue
         if running < share * total or len(rows) < MIN_ROWS:
-            rows.append([obj, fn, own, incl])
+            rows.append((obj, fn, own, incl))
             running += own
         else:
             rest[obj] = rest.get(obj, 0) + own
-    rows.extend([obj, REST, own, own] for obj, own in sorted(rest.items()))
-    return rows
+    rows.extend((obj, REST, own, own) for obj, own in sorted(rest.items()))
+    return tuple(rows)
 
 
 def kept_dump(dump_dir: Path, part: int, zones: Iterable[int]) -> Path:
@@ -171,7 +170,7 @@ class Folder:
             read_dump(Path(entry.path), self.sets.setdefault(key, {}))
             os.unlink(entry.path)
 
-    def records(self, scene: str) -> list[dict[str, Any]]:
+    def records(self, scene: str) -> list[ProfileRecord]:
         """The PROFILE records of the one scene the child counted: the scene's, then each zone's,
         summed over its measured frames; none when the child wrote no index (it stopped before its
         scene's last frame)."""
@@ -183,11 +182,11 @@ class Folder:
         frames = int(index["frames"])
         if frames < 1:
             return []
-        records = [profile_record(scene, None, frames, bounded_rows(self._sum(None)))]
+        records = [ProfileRecord(scene, None, frames, bounded_rows(self._sum(None)))]
         for zid, name in index["zones"].items():
             costs = self._sum(int(zid))
             if costs:
-                records.append(profile_record(scene, name, frames, bounded_rows(costs)))
+                records.append(ProfileRecord(scene, name, frames, bounded_rows(costs)))
         return records
 
     def _sum(self, zone: int | None) -> Costs:

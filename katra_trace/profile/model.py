@@ -13,12 +13,19 @@ from katra_trace.profile.groups import group_of
 REST = "(other functions)"
 
 
-def profile_record(
-    scene: str, zone: str | None, frames: int, rows: list[list[Any]]
-) -> dict[str, Any]:
-    """A PROFILE block's JSON object: ``rows`` of ``[object, function, self, inclusive]``
+@dataclasses.dataclass(frozen=True)
+class ProfileRecord:
+    """What a PROFILE block holds: ``rows`` of ``(object, function, self, inclusive)``
     instructions summed over ``frames`` measured frames of ``scene`` (or of its ``zone``)."""
-    return {"scene": scene, "zone": zone, "frames": frames, "rows": rows}
+
+    scene: str
+    zone: str | None
+    frames: int
+    rows: tuple[tuple[str, str, int, int], ...]
+
+    def as_json(self) -> dict[str, Any]:
+        rows = [list(r) for r in self.rows]
+        return {"scene": self.scene, "zone": self.zone, "frames": self.frames, "rows": rows}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,9 +64,11 @@ def _row(raw: Any, frames: int) -> Row | None:
     return Row(group_of(obj), obj, fn, own / frames, incl / frames)
 
 
-def parse_profile(record: Mapping[str, Any]) -> Profile | None:
+def parse_profile(record: object) -> Profile | None:
     """A PROFILE block's object as a :class:`Profile`; None when it is not one (a damaged or
     foreign block: its rows are left out, never guessed)."""
+    if not isinstance(record, Mapping):
+        return None
     scene, zone, frames = record.get("scene"), record.get("zone"), record.get("frames")
     rows = record.get("rows")
     if not isinstance(scene, str) or not (zone is None or isinstance(zone, str)):
@@ -72,7 +81,7 @@ def parse_profile(record: Mapping[str, Any]) -> Profile | None:
     return Profile(scene, zone, frames, tuple(r for r in parsed if r is not None))
 
 
-def trace_profiles(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str | None], Profile]:
+def trace_profiles(records: Iterable[object]) -> dict[tuple[str, str | None], Profile]:
     """A trace's profiles by (scene, zone); the last block of a key wins."""
     out: dict[tuple[str, str | None], Profile] = {}
     for record in records:
@@ -160,7 +169,7 @@ __all__ = [
     "group_deltas",
     "parse_profile",
     "profile_delta",
-    "profile_record",
+    "ProfileRecord",
     "share",
     "share_text",
     "top_change",
