@@ -15,7 +15,7 @@ copied) is :class:`katra_trace.io.concat.Concatenation`'s, as for ``katra3d merg
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -23,6 +23,7 @@ from katra_trace.errors import KatraError
 from katra_trace.io.concat import Concatenation
 from katra_trace.io.reader import Trace
 from katra_trace.io.tracesets import open_quietly
+from katra_trace.profile.model import ProfileRecord
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,12 +62,13 @@ def join(
     status: str,
     codec: str | None = None,
     strings: RunStrings | None = None,
+    profiles: Mapping[Path, Sequence[ProfileRecord]] | None = None,
 ) -> Joined:
     """Write the trace made of ``parts`` (in that order) to ``dst``, finished with ``status``.
 
     ``strings``: the run's own output and note, written where the children recorded their stand-ins
     (:data:`katra3d.harness.run.protocol.STAND_INS`). ``codec``: the joined trace's codec (None:
-    zstd). The parts are read one at a time (their
+    zstd). ``profiles``: a part's PROFILE records. The parts are read one at a time (their
     headers first).
     """
     readable = []
@@ -109,7 +111,8 @@ def join(
         trace = _open_part(path)
         if trace is None:
             continue
-        out.add(trace, int(part.get("start_host_ns", 0)) - base_ns)
+        shift = int(part.get("start_host_ns", 0)) - base_ns
+        out.add(trace, shift, profiles=(profiles or {}).get(path, ()))
         if not trace.summary_rebuilt:  # a part that ended early has no summary of its own
             _add_user(user, dict(trace.summary.get("user") or {}))
         joined.append(path)
