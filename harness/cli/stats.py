@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         return _compact(args, is_dir)
     verb = "slow frames cover" if args.slow else "statistics cover"
     runs: list[dict[str, Any]] = []
-    rows: list[list[str]] = []  # --slow's csv rows
+    rows: list[list[str]] = []
     stat_rows: list[tuple[list[str], dict[str, float | int | None]]] = []
     # one at a time: a directory's traces are never all held
     for trace in iter_runs([args.trace], verb=verb):

@@ -1,10 +1,8 @@
 """Export a trace as a Perfetto protobuf trace (``.pftrace``), for ui.perfetto.dev.
 
-Uses the protos and trace builder of the optional ``perfetto`` package (extra ``export``), not
-its trace processor (which downloads a binary). Layout in docs/export.md: a group track per
-scene with slice and counter tracks, slow-frame causes as frame-slice arguments, and a
-``katra3d capture`` slice holding the header and summary. Each track is its own packet sequence
-with interned names, so an event packet holds only a timestamp, a type and a name id.
+Uses the optional ``perfetto`` package's protos and trace builder, not its trace processor
+(which downloads a binary). Layout in docs/export.md. Each track is its own packet sequence with
+interned names, so an event packet holds only a timestamp, a type and a name id.
 """
 
 from __future__ import annotations
