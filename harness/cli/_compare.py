@@ -1,5 +1,4 @@
-"""What the commands that compare share: their options, and how a comparison is printed and its exit
-code found (compare, ab). The comparison itself is the library's
+"""Options and printing shared by compare and ab; the comparison itself is the library's
 (:mod:`katra_trace.analysis.comparison`)."""
 
 from __future__ import annotations
@@ -36,9 +35,6 @@ if TYPE_CHECKING:
 
 
 def add_compare_options(p: argparse.ArgumentParser) -> None:
-    """The options shared by ``compare`` and ``ab``: the decision's, the comparability ones and
-    ``--format``.
-    """
     add_decision_options(p)
     add_comparability_options(p)
     p.add_argument(
@@ -102,9 +98,7 @@ def _count_row(s: Any) -> list[str]:
 
 
 def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
-    """Print the timing decision in ``fmt`` (table, markdown or csv; the JSON is the whole
-    result's).
-    """
+    """Print the timing decision as a table, markdown or csv."""
     count = is_count(result.metric)
     rows: list[list[str]] = []
     if count:
@@ -135,8 +129,7 @@ def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
             if result.scenes and all(s.value_unit == "ms" for s in result.scenes if s.unit)
             else "x ref"
         )
-        # times carry their unit in each cell (µs, ms, s); a ratio to the reference says so in the
-        # header
+        # times carry their unit in each cell; a ratio to the reference says so in the header
         columns = [
             "scene",
             "verdict",
@@ -166,7 +159,7 @@ def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
         f"katra3d compare ({result.metric or 'no'} {'count' if count else 'clock'}, {how}threshold "
         f"{result.threshold_pct:g}%, alpha {result.alpha:g}): {summary}"
     )
-    if fmt == "csv":  # one row per scene (and zone), the reason as a column; notes go to stderr
+    if fmt == "csv":  # the reason as a column; notes go to stderr
         emit_table(columns, rows, fmt)
         for note in result.notes:
             print(f"katra3d: note: {note}", file=sys.stderr)
@@ -174,7 +167,7 @@ def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
     if fmt == "markdown":
         sys.stdout.write(f"**BASE** `{base}` vs **NEW** `{new}`\n\n")
         emit_table(columns, rows, fmt, title=title)
-    else:  # terminal: the reasons go below the table, one line per row
+    else:  # terminal: the reasons go below the table
         emit_table(columns[:-1], [r[:-1] for r in rows], fmt, title=title)
         width = max(len(r[0]) for r in rows) if rows else 0
         for r, s in zip(rows, lines, strict=True):
@@ -192,9 +185,8 @@ def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
 
 
 def print_images(verdicts: dict[str, ImageVerdict], policy: str, fmt: str) -> None:
-    """The image verdicts' lines (one per scene whose image is not identical, then a summary), and
-    FLIP's install line once when a verdict rested on checksums for want of it. csv: on stderr, as
-    notes."""
+    """A line per scene whose image is not identical, a summary, and FLIP's install line when a
+    verdict rested on checksums for want of it (csv: on stderr)."""
     out = sys.stderr if fmt == "csv" else sys.stdout
     prefix = "katra3d: note: " if fmt == "csv" else ("- " if fmt == "markdown" else "")
     if not verdicts:
@@ -224,9 +216,8 @@ def print_images(verdicts: dict[str, ImageVerdict], policy: str, fmt: str) -> No
 def print_result(
     result: ComparisonResult, fmt: str, profiles: Sequence[ProfileDelta] | None = None
 ) -> None:
-    """A comparison as compare and ab print it: the JSON object, or the timing table and the image
-    lines; ``profiles`` (``--profile``) where the instructions went.
-    """
+    """A comparison as JSON, or as the timing table and the image lines; ``profiles``
+    (``--profile``): where the instructions went."""
     if fmt == "json":
         out = result.as_dict()
         if profiles is not None:
@@ -247,9 +238,9 @@ def compare_and_print(
     record: Path | None = None,
     top_profile: bool = False,
 ) -> int:
-    """Open both sides, compare them (the library's one comparison), print; returns the exit code.
-    ``record``: an ab directory whose ab.json gets what the rounds were judged on (``decision``).
-    ``top_profile``: on counts, a line naming the top group and function of the change (ab)."""
+    """Open, compare and print both sides; returns the exit code. ``record``: an ab directory
+    whose ab.json gets the decision. ``top_profile``: on counts, a line naming the top group and
+    function of the change (ab)."""
     # deferred: the comparison loads scipy (about a second); building the parser must not
     from katra_trace.analysis.comparison import compare_sides, open_sides
     from katra_trace.io.tracesets import record_ab_decision

@@ -1,11 +1,7 @@
 """``katra3d compare BASE NEW`` (or ``compare DIR`` of ``katra3d ab``): did NEW make frames worse?
 
-BASE and NEW are each a trace file or a directory of traces (one trace per
-run). When both are the ``base``/``new`` directories of one ``katra3d ab``
-output directory, its ``ab.json`` pairs the runs round by round and the
-paired test is used (``--unpaired`` to ignore it). Exit 0: no regression;
-1: a regression; 2: bad input or nothing comparable. The decision rule is in
-katra_trace.analysis.decide and docs/stats.md.
+An ab directory's ``ab.json`` pairs the runs round by round for the paired test. The decision
+rule is in katra_trace.analysis.decide and docs/stats.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""``katra3d export TRACE --to perfetto|chrome|csv|parquet|callgrind [-o PATH]``: the
-trace for other tools."""
+"""``katra3d export TRACE --to FORMAT``: the trace for other tools."""
 
 from __future__ import annotations
 
@@ -54,7 +53,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     output = args.output if args.output is not None else default_path(args.trace, args.to)
-    # before the trace is read
     check_output(
         output,
         force=args.force,

@@ -1,9 +1,6 @@
-"""Export a trace for other tools: Perfetto, Chrome's JSON trace format, CSV and Parquet.
+"""Export a trace for other tools: Perfetto, Chrome JSON, CSV and Parquet (docs/export.md).
 
-:func:`export_trace` writes one opened :class:`~katra_trace.io.reader.Trace` in one format;
-``katra3d export`` is its command line. docs/export.md describes each format's layout.
-Pure Python + numpy (no GL); ``perfetto`` and ``pyarrow`` are optional extras imported only
-by the formats that need them (:class:`MissingDependencyError`, exit code 3, names the pip line).
+``perfetto`` and ``pyarrow`` are optional extras, imported only by the formats that need them.
 """
 
 from __future__ import annotations
@@ -37,11 +34,11 @@ class ExportResult:
 
     path: Path
     format: str
-    events: int  #: events of the trace that were exported (all of them: every row lands somewhere)
-    bytes: int  #: size of the file written
+    events: int
+    bytes: int
     seconds: float
     counts: dict[str, int]  #: per-format details (packets, tracks, slices, ...)
-    warnings: tuple[str, ...]  #: things the user should know (clamped spans, a huge Chrome trace)
+    warnings: tuple[str, ...]
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -55,16 +52,14 @@ class ExportResult:
         }
 
 
-#: What an exporter's writer gets: the trace, the open output, the progress callback, and a list to
-#: add warnings to; it returns its per-format counts (rows, packets, tracks, ...).
+#: (trace, output, progress, warnings to append to) -> per-format counts.
 Writer = Callable[["Trace", BinaryIO, "ProgressFn | None", list[str]], dict[str, int]]
 
 
 @dataclasses.dataclass(frozen=True)
 class Exporter:
-    """One export format: its name (``--to``), the suffix of its default output, its writer, and the
-    optional modules it needs (``(module, extra)``: a missing one is MissingDependencyError, exit 3,
-    before any file is made)."""
+    """One export format; ``needs`` are optional ``(module, extra)`` pairs checked before any
+    file is made."""
 
     name: str
     suffix: str
@@ -146,8 +141,7 @@ def _callgrind(
     return write_callgrind(trace, f, scene)
 
 
-#: The registry of exporters, in the order ``katra3d export --to`` lists them; a new format is one
-#: entry here.
+#: The exporters, in ``--to`` order; a new format is one entry here.
 EXPORTERS: dict[str, Exporter] = {
     e.name: e
     for e in (
@@ -163,7 +157,6 @@ EXPORTERS: dict[str, Exporter] = {
         Exporter("callgrind", ".callgrind", _callgrind),
     )
 }
-#: format -> file suffix of its default output path.
 FORMATS: dict[str, str] = {name: e.suffix for name, e in EXPORTERS.items()}
 
 
@@ -174,9 +167,7 @@ def _exporter(fmt: str) -> Exporter:
 
 
 def default_path(trace_path: str | os.PathLike[str], fmt: str) -> Path:
-    """The output beside the trace: ``run.katra`` -> ``run.pftrace`` / ``run.json`` / ``run.csv`` /
-    ...
-    """
+    """The output beside the trace: ``run.katra`` -> ``run.pftrace``, ``run.csv``, ..."""
     exporter = _exporter(fmt)
     p = Path(trace_path)
     return (
@@ -195,13 +186,9 @@ def export_trace(
     progress: ProgressFn | None = None,
     scene: str | None = None,
 ) -> ExportResult:
-    """Write ``trace`` as ``fmt`` (a key of :data:`FORMATS`) to ``path`` (default: beside the
-    trace).
-
-    The file appears only when the export succeeded, and an existing file is replaced only with
-    ``overwrite``. ``scene``: only that scene's profile (``callgrind``). Raises
-    :class:`ConfigError` (bad format or path), ``OutputExistsError``,
-    :class:`MissingDependencyError` (exit 3) or ``TraceIOError``.
+    """Write ``trace`` as ``fmt`` to ``path`` (default: beside the trace); the file appears only
+    on success. ``scene``: only that scene's profile (``callgrind``). Raises ConfigError,
+    OutputExistsError, MissingDependencyError or TraceIOError.
     """
     exporter = _exporter(fmt)
     if scene is not None:
