@@ -41,7 +41,6 @@ _pc = time.perf_counter_ns
 _NO_ERROR = "GL_NO_ERROR"
 
 
-
 @dataclasses.dataclass(frozen=True)
 class ResolvedCapture:
     """What a :class:`CaptureSpec` resolves to before any GL work (``reason`` is recorded as
@@ -70,8 +69,6 @@ def resolve_capture(spec: CaptureSpec, measurer: Measurer | None = None) -> Reso
         recorded["max_draw_zones"] = spec.max_draw_zones
     options = spec.options.replaced(**recorded)
     return ResolvedCapture(mode, reason, zones, options, writer_args)
-
-
 
 
 class Engine:
@@ -144,7 +141,6 @@ class Engine:
         self.reference_every = int(every)
         self.writer.annotate({"type": "reference", **self.reference.options(self.reference_every)})
 
-
     def set_scene(self, label: str) -> int:
         self.scene_label = label
         if self.draws is not None:
@@ -168,7 +164,6 @@ class Engine:
                 0.0,
             )
         )
-
 
     @property
     def frame_zone(self) -> Callable[[str], Any]:
@@ -305,8 +300,7 @@ class Engine:
         bind: Callable[[], None] | None,
         driver: MeasuredDriver,
     ) -> int:
-        """Let ``driver`` render ``count`` measured frames from ``first``; returns how many it did.
-        """
+        """Let ``driver`` render ``count`` measured frames from ``first``; returns how many."""
         state = {"i": first}
 
         def one_frame() -> None:
@@ -320,7 +314,6 @@ class Engine:
 
         driver(one_frame, count)
         return state["i"] - first
-
 
     def summary(self) -> dict[str, Any]:
         """The engine's part of the trace summary."""

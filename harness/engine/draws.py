@@ -50,7 +50,6 @@ class DrawZones:
         self.installed = False
         self.untimed_name = timer.name_id(UNTIMED_NAME)
 
-
     def install(self) -> None:
         self._passes = []
         self._seen = {}
@@ -97,7 +96,6 @@ class DrawZones:
         finally:
             self._passes.pop()
 
-
     def label_of(self, obj: Any, kind: str) -> str:
         if kind in ("clear", "blit"):
             return kind
@@ -114,7 +112,6 @@ class DrawZones:
         k = self._seen.get(key, 0) + 1
         self._seen[key] = k
         return draw_zone_name(where, label, k)
-
 
     def _wrap(self, cls: str, meth: str, kind: str) -> Callable[..., Any]:
         original = self._originals[(cls, meth)]

@@ -95,7 +95,6 @@ class SceneLifecycle:
     def where(self) -> str:
         return f"[{self.spec.index}/{self.spec.total}] {self.spec.label}"
 
-
     def setup(self) -> SceneResult:
         """Set the scene up (a SETUP marker); a ``skipped`` result on SceneSkip."""
         engine, spec = self.engine, self.spec

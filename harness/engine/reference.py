@@ -58,7 +58,6 @@ def make_program(ctx: Any, steps: int) -> Any:
 
 
 class ReferenceDraw:
-
     def __init__(self, ctx: Any, timer: Any) -> None:
         self.ctx = ctx
         self.timer = timer

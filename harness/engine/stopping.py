@@ -35,7 +35,6 @@ class StopSignal(KeyboardInterrupt):
 
 
 class StopFlag:
-
     def __init__(self) -> None:
         self.set = False
         self.signal_name = ""

@@ -82,7 +82,6 @@ def choose_mode(requested: str, gl: GLInfo) -> tuple[str, str]:
 
 
 class _NullZone:
-
     __slots__ = ()
 
     def __enter__(self) -> None:
@@ -189,8 +188,6 @@ class Timer:
         }
 
 
-
-
 class _SyncZone:
     __slots__ = ("timer", "name", "name_id", "depth", "t0")
 
@@ -287,8 +284,6 @@ class SyncTimer(Timer):
         self._maybe_flush(t1)
 
 
-
-
 class _GpuZone:
     __slots__ = ("timer", "name", "name_id", "depth", "q0", "t0")
 
@@ -365,7 +360,6 @@ class GpuTimer(Timer):
         self._host0 = self.calibration["host_ns"]
         self.max_lag_frames = 0
 
-
     def calibrate(self, label: str, samples: int = 5) -> dict[str, Any]:
         """One GPU/host clock pair (the tightest of ``samples`` tries), written as CLOCK_SYNC."""
         out = ctypes.c_int64(0)
@@ -388,7 +382,6 @@ class GpuTimer(Timer):
         self.writer.clock_sync(record)
         return record
 
-
     def _stamp(self) -> int:
         free = self._free
         if not free:
@@ -398,8 +391,7 @@ class GpuTimer(Timer):
         return q
 
     def _refill(self) -> None:
-        """Ring exhausted: read back what has finished without waiting; grow if that frees nothing.
-        """
+        """Ring exhausted: read back what has finished (no wait); grow if that frees nothing."""
         self._poll(block=False)
         if not self._free:
             more = self.gl.gen_queries(max(256, len(self._all_queries) // 2))
@@ -438,7 +430,6 @@ class GpuTimer(Timer):
                 break
         if len(pending) > self.max_lag_frames:
             self.max_lag_frames = len(pending)
-
 
     def _zone(self, name: str) -> _GpuZone:
         return _GpuZone(self, name)

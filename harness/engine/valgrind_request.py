@@ -42,7 +42,6 @@ _PROT_RX = mmap.PROT_READ | mmap.PROT_EXEC
 
 
 class _Requester:
-
     def __init__(self, code: bytes) -> None:
         self.page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         self.page.write(code)
