@@ -1,8 +1,6 @@
-"""The rounds of an interleaved A/B: each round one BASE and one NEW capture, the order
-alternating, recorded in ``ab.json`` before the first capture and after every round; with a
-stopping rule, a look after every round and a stop once decided. ``katra3d ab`` and bisect's
-time mode call :func:`run_rounds`; a stop signal lets the running capture finish its trace as
-interrupted."""
+"""The rounds of an interleaved A/B (``katra3d ab``, bisect's time mode): one BASE and one NEW
+capture a round, the order alternating, recorded in ``ab.json`` from before the first capture;
+with a stopping rule, a look after every round and a stop once decided."""
 
 from __future__ import annotations
 
@@ -86,12 +84,10 @@ def run_rounds(
     ``ab.json``).
 
     With ``rule`` (``rounds_cap`` must be its ``max_rounds``) the rounds so far are compared,
-    paired, after each round, until every scene is decided; ab.json records the rule and why
-    the rounds stopped, so ``katra3d compare DIR`` gives the same verdict. ``settle_by``: the
-    look (bisect's also stops once a commit is like GOOD or BAD).
-
-    After round 1 the sides' params are checked: with ``same_command`` a change of the scenes'
-    defaults is compared and named; any other difference is a ConfigError."""
+    paired, after each round until every scene is decided; ab.json records the rule and why
+    they stopped, so ``katra3d compare DIR`` agrees. After round 1 the sides' params are
+    checked: with ``same_command`` a change of the scenes' defaults is allowed and named, any
+    other is a ConfigError."""
     if rule is not None and rule.max_rounds != rounds_cap:
         raise ValueError(f"rounds_cap {rounds_cap} is not the rule's max_rounds {rule.max_rounds}")
     dirs = {side: out_dir / side for side in SIDES}

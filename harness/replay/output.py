@@ -1,9 +1,8 @@
 """What glretrace prints, parsed (pure: no process, no GL).
 
-``--pframe-times`` prints per SwapBuffers a ``frame_end`` line, then ``rendering_finished NS``
-(CLOCK_MONOTONIC, the clock of ``time.perf_counter_ns`` on Linux); each call is a ``call NO
-... NAME`` line, whose CPU columns (``--pcpu``) hold its start, on the replayer's own base,
-and duration."""
+``--pframe-times`` prints ``frame_end`` then ``rendering_finished NS`` (CLOCK_MONOTONIC, as
+``time.perf_counter_ns``) per SwapBuffers, and a ``call NO ... NAME`` line per call, whose CPU
+columns (``--pcpu``) hold its start on the replayer's own base and its duration."""
 
 from __future__ import annotations
 
@@ -97,10 +96,9 @@ def draw_zones(draws: tuple[Draw, ...]) -> list[str]:
 
 
 def replayer_base_ns(frames: list[Frame]) -> int | None:
-    """Where the replayer's ``--pcpu`` times start on the host clock, or None (under two frames).
-
-    Each frame's first call starts after the frame before ended, so the base is at least
-    ``end[k] - first_start[k+1]``; the largest such bound is within microseconds of it."""
+    """Where the replayer's ``--pcpu`` times start on the host clock, or None (under two frames):
+    the largest ``end[k] - first_start[k+1]``, as each frame's first call starts after the
+    previous ended."""
     bounds = [
         a.end_ns - b.first_start_ns
         for a, b in zip(frames, frames[1:], strict=False)

@@ -1,11 +1,8 @@
 """glretrace as katra3d drives it: timed replays, counted replays under callgrind, and snapshots.
 
-Each replayer leads its own process group (:func:`katra3d.harness.supervisor.spawn`) and is
-stopped when its part ends, on an error or a stop signal. glretrace cannot replay a trace twice
-in one process, so a trace shorter than the frames asked for is replayed again by a new process;
-the frame each restart begins is left out of the statistics (:func:`wanted`). A replay's first
-frame starts at its profile's column line (printed just before the first call), so start-up is no
-frame's. Counted replays run only the trace's first frames (:func:`trim`). docs/replay.md."""
+Each replayer leads its own process group and is stopped when its part ends. glretrace cannot
+replay a trace twice in one process, so a short trace is replayed again by a new process,
+whose first frame is left out of the statistics (:func:`wanted`). docs/replay.md."""
 
 from __future__ import annotations
 
@@ -29,7 +26,6 @@ from katra3d.harness.replay.tool import Replayer, trim
 from katra3d.harness.supervisor import spawn
 from katra_trace.errors import KatraError, SceneError
 
-#: The swap function a counted replay dumps after, by window system.
 SWAP_FUNCTION = {"glx": "glXSwapBuffers", "egl": "eglSwapBuffers"}
 
 
@@ -325,11 +321,12 @@ def counted_frames(
     on_restart: Callable[[int], None] | None = None,
     where: Path | None = None,
 ) -> tuple[list[dict[str, int]], list[int], list[int]]:
-    """Per-frame callgrind counts (main thread) of ``count`` frames (:func:`wanted`), each frame's
-    last call, and the restarts.
+    """Per-frame callgrind counts (main thread) of ``count`` frames (:func:`wanted`), each
+    frame's last call, and the restarts; when ``stopped()``, the frames already ended are
+    kept.
 
-    A nested SwapBuffers (GLX's dispatch, then Mesa's) dumps more than once a frame: a frame is
-    the sum of its swap's dumps. When ``stopped()``, the frames already ended are kept."""
+    A nested SwapBuffers (GLX's dispatch, then Mesa's) dumps more than once: a frame sums its
+    dumps."""
     frames: list[dict[str, int]] = []
     last_calls: list[int] = []
     restarts: list[int] = []

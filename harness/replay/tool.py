@@ -1,9 +1,7 @@
-"""The replayer and the trace file: which glretrace replays a trace, its version, and the trace's
-facts.
+"""Which glretrace replays a trace, its version, and the trace's facts.
 
 A trace's ``glX*`` or ``egl*`` calls name its window system (GLX: ``glretrace`` on an X
-server; EGL: ``eglretrace --headless``); its SHA-256 and size make replays of different traces
-incomparable."""
+server, EGL: ``eglretrace --headless``)."""
 
 from __future__ import annotations
 
@@ -17,7 +15,6 @@ from pathlib import Path
 from katra_trace.errors import ConfigError, SceneError, ToolUnavailable
 from katra_trace.io.inputs import open_regular
 
-#: The Debian/Ubuntu package with apitrace, glretrace and eglretrace.
 APT_PACKAGE = "apitrace"
 #: Calls read to tell a GLX trace from an EGL one.
 SNIFF_CALLS = 2000

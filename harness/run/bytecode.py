@@ -1,11 +1,10 @@
 """The bytecode a counted child loads: the same bytes whoever wrote them.
 
-A child that compiles a module ends start-up in another heap state than one that loads
-bytecode, and ``marshal`` format 4 (what import and ``compileall`` write) flags shared
-objects, so a module's bytes depend on what else the writer had loaded (a 16x16 ``clear``
-frame counted 494 instructions apart). So the parent writes each ``.pyc`` in format 2, which
-has no references, with an ordinary timestamp header; a format-4 rewrite after a source change
-is seen by its flagged type byte and replaced before the next counted child."""
+A child that compiles a module, or loads ``marshal`` format 4 (which flags shared objects, so
+the bytes depend on what else the writer had loaded), counts differently (a 16x16 frame by 494
+instructions). So the parent writes each ``.pyc`` in format 2, which has no references, with
+an ordinary timestamp header; a format-4 rewrite is seen by its flagged type byte and
+replaced."""
 
 from __future__ import annotations
 

@@ -2,12 +2,9 @@
 once.
 
 What a process ran before moves its counts (``clear``: 491,121 instructions a frame as a
-child's second scene, 504,586 alone), so each scene gets a child with a one-scene plan and its
-counts are the same whatever ``--jobs`` is. The parent joins the children's traces in the
-run's order (:func:`katra3d.harness.run.parts.join`). A stop signal reaches every child, which
-keeps its frames; a failed scene kills the children of later scenes, as a serial run would
-stop there. Dump directories are removed whatever happens
-(:mod:`katra3d.harness.run.lifetime`)."""
+child's second scene, 504,586 alone), so each scene gets a one-scene child and its counts do
+not depend on ``--jobs``. A failed scene kills the children of later scenes, as a serial run
+would stop there."""
 
 from __future__ import annotations
 
@@ -144,10 +141,10 @@ def run_counted(
     plan: RunPlan, *, progress: ProgressSink, quiet: bool
 ) -> tuple[int, ChildResult | None, int]:
     """Count every scene of ``plan`` in its own child and write the run's trace at
-    ``plan.output`` (claimed first; a failed run's set aside).
+    ``plan.output``.
 
-    Returns the first non-zero child exit code (else 0), what the children handed back joined
-    (None when nothing), and the first stop signal this process got (0: none)."""
+    Returns the first non-zero child exit code (else 0), the children's results joined (None
+    when nothing came back), and the first stop signal received (0: none)."""
     target = claim_mod.claim(plan.output, plan.config.force)
     lifetime.remove_stale_dump_dirs()
     children: dict[int, _Child] = {}

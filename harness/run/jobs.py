@@ -1,9 +1,6 @@
 """``--jobs``: how many valgrind children count at once, and the one check of the option for
-``run`` and ``bisect``.
-
-Counts do not depend on what runs beside them, but time measurements run at once disturb each
-other (shared cores, caches, memory bandwidth), so only counts run in parallel. No GL and
-nothing below the run layer: the plan and ``bisect`` import this."""
+``run`` and ``bisect``. Only counts run in parallel: time measurements run at once disturb
+each other."""
 
 from __future__ import annotations
 

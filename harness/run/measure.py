@@ -1,10 +1,8 @@
 """``--measure``: time (clocks), or instructions / cycles counted under callgrind.
 
-Counts are deterministic on llvmpipe (its "GPU" is the CPU), so each scene runs in a child
-process under ``valgrind --tool=callgrind`` with a pinned environment. The plan travels as data:
-a :class:`~katra3d.harness.run.protocol.ChildOrder` in the dump directory, a
-:class:`~katra3d.harness.run.protocol.ChildResult` back (:mod:`katra3d.harness.run.children` runs
-them). docs/measure.md says what the numbers mean."""
+Counts are deterministic on llvmpipe (its "GPU" is the CPU): each scene runs in a child under
+``valgrind --tool=callgrind`` with a pinned environment (:mod:`.children`, :mod:`.protocol`).
+docs/measure.md says what the numbers mean."""
 
 from __future__ import annotations
 
@@ -87,10 +85,9 @@ def cpu_flags() -> list[str]:
 def codegen_facts(
     gl: GLInfo, system: SystemInfo, env: Mapping[str, str], counted_from: str = ""
 ) -> dict[str, Any]:
-    """What decides the instructions llvmpipe's JIT emits: counts compare only when these match.
-
-    ``counted_from`` (:func:`instrumentation`) is included because a process instrumented from
-    its start lays out its memory differently, which moves frame counts a little."""
+    """What decides the instructions llvmpipe's JIT emits: counts compare only when these match
+    (``counted_from`` too: instrumenting from the start moves memory layout, and counts a
+    little)."""
     facts = renderer_facts(gl.as_dict())
     flags = cpu_flags()
     return {
@@ -201,11 +198,12 @@ def child_command(valgrind: str, dump_base: Path, measure: str, *, deferred: boo
 
 
 def child_env(dump_dir: Path) -> dict[str, str]:
-    """The counted child's whole environment: fixed apart from the rendering variables the user set.
+    """The counted child's whole environment: fixed apart from the rendering variables the user
+    set.
 
-    The sizes of the environment, arguments and working directory shift the stack and heap and so
-    the counts (a longer -o name moved a frame by 0.4-0.6 %); hence a fixed PATH and locale, no
-    ``PYTHONPATH`` (:func:`scene_imports`) and a fixed-length working directory."""
+    The sizes of the environment, arguments and working directory move the counts (a longer -o
+    name moved a frame by 0.4-0.6 %): hence no ``PYTHONPATH`` (:func:`scene_imports`) and
+    fixed values."""
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
     env.update(render_env())
     env.update(pinned_env())

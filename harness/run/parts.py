@@ -1,10 +1,9 @@
-"""One trace from the part traces of a counted run's children
-(:mod:`katra3d.harness.run.children`).
+"""One trace from the part traces of a counted run's children.
 
 The header is the first part's, with every part's scenes and the earliest start; event times
-move onto that start (``perf_counter_ns`` is one clock for every process of the machine). A
-part that ends early gives what it holds up to the damage; an unreadable one gives nothing.
-The writing is :class:`katra_trace.io.concat.Concatenation`'s, as for ``katra3d merge``."""
+move onto that start (``perf_counter_ns`` is one clock for all processes). A damaged part
+gives what it holds; the writing is :class:`katra_trace.io.concat.Concatenation`'s, as for
+``katra3d merge``."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """Progress, the one mechanism: a rich bar on a terminal, plain lines when piped, nothing with
 ``--quiet``.
 
-:class:`Progress` shows a run's scenes and frames, :class:`Tally` any other command's work. A
-counted child reports through :class:`ChildProgress` (JSON lines in a file of its dump
-directory) and the parent replays the calls (:class:`Relay`): a file works under valgrind,
-needs no descriptor handed across ``exec`` and costs the child one ``write`` between frames."""
+A counted child reports through :class:`ChildProgress` (JSON lines in a file, which works
+under valgrind and needs no descriptor handed across ``exec``); the parent replays them
+(:class:`Relay`)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
 """What a run hands a child process and gets back: a :class:`ChildOrder` in, a
-:class:`ChildResult` out, one versioned serializer.
-
-:func:`write` and :func:`read` carry any dataclass as JSON, field by field from its
-annotations (a field added to RunPlan travels by itself), in an envelope with :data:`VERSION`:
-another version or type is refused whole."""
+:class:`ChildResult` out, as JSON built from the dataclasses' annotations (a new field travels
+by itself) in an envelope with :data:`VERSION`; another version or type is refused whole."""
 
 from __future__ import annotations
 
@@ -44,9 +41,8 @@ T = TypeVar("T")
 @dataclasses.dataclass(frozen=True)
 class ChildOrder:
     """What the parent hands its counted child (``args.json``): the one-scene plan
-    (:func:`child_plan`), the valgrind command, whether instrumentation is ``deferred``, and
-    the file scenes' absolute specs and import path
-    (:func:`katra3d.harness.run.measure.scene_imports`)."""
+    (:func:`child_plan`), the valgrind command, and the file scenes' absolute specs and import
+    path."""
 
     plan: RunPlan
     dump_dir: Path

@@ -1,10 +1,8 @@
 """The runner: a validated RunConfig in, a trace and per-scene results out.
 
-It plans the run (:func:`katra3d.harness.run.config.plan_run`, no GL yet), then picks the
-strategy: trace replay (:mod:`katra3d.harness.run.replay`), counted children
-(:mod:`katra3d.harness.run.children`) or the scene loop
-(:func:`katra3d.harness.run.pipeline.capture`). :func:`run_child` is a counted child's side.
-Stop signals: :mod:`katra3d.harness.engine.core`."""
+It plans the run (no GL yet), then replays traces (:mod:`.replay`), counts in children
+(:mod:`.children`) or runs the scene loop (:mod:`.pipeline`); :func:`run_child` is a counted
+child's side."""
 
 from __future__ import annotations
 
@@ -111,9 +109,8 @@ def run_child() -> int:
     """Entry point of the counted child (``python -m katra3d`` with ``$KATRA3D_MEASURE_CHILD``
     set).
 
-    Runs the plan the parent wrote (no argparse, no planning again), probing GL in this
-    process for the codegen facts, and hands back the result or the error as data. Returns 0,
-    128 + the signal when interrupted, else the error's code."""
+    Runs the plan the parent wrote (no planning again) and hands back the result or error as
+    data. Returns 0, 128 + the signal when interrupted, else the error's code."""
     sys.setswitchinterval(measure.COUNTED_SWITCH_INTERVAL_S)
     try:
         dump_dir = measure.child_dir()

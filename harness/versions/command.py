@@ -1,12 +1,10 @@
 """One capture command, run the one way: ``ab``'s rounds, bisect's captures and
 ``ci/compare-versions.sh``.
 
-A capture command is a shell command line that writes one trace; :func:`run_capture` owns all
-around it. It is told a path of plain characters only (:func:`plain_out`, through a link when
-needed), so ``{out}`` stays one word bare, in any quotes or in a nested shell. It leads its
-own process group (:mod:`katra3d.harness.supervisor`, policy ``levels``): a stop signal asks
-the group to stop, so a ``katra3d run`` in it keeps its frames; a second one, or the command's
-end, kills what is left."""
+The command is told a path of plain characters only (:func:`plain_out`), so ``{out}`` stays
+one word however it is quoted. It leads its own process group (policy ``levels``): a stop
+signal asks it to stop, so a ``katra3d run`` in it keeps its frames; a second one kills what
+is left."""
 
 from __future__ import annotations
 
@@ -112,9 +110,8 @@ def plain_out(out: Path) -> Iterator[Path]:
     """The path a capture command is told for ``out``, made of :data:`PLAIN_PATH` characters
     only.
 
-    ``out`` itself when plain; else through a symbolic link to ``out``'s folder in a plain
-    temporary directory, with a plain stand-in name whose file is moved to ``out`` at the end
-    (never over a file). What a killed katra3d left is removed by the next capture."""
+    Else a symbolic link to ``out``'s folder in a plain temporary directory, with a plain
+    stand-in name moved to ``out`` at the end (never over a file)."""
     if PLAIN_PATH.fullmatch(str(out)):
         yield out
         return
@@ -170,9 +167,9 @@ def run_capture(
 ) -> float:
     """Run ``command`` once so that it writes the trace ``out``; returns its seconds.
 
-    Output goes to ``log`` (appended) or a temporary file. Raises :class:`CaptureFailed` (with
-    the output's last lines) when it fails, does not start or writes no trace;
-    :class:`Interrupted` on a stop signal (its group stopped first)."""
+    Output goes to ``log`` (appended) or a temporary file. :class:`CaptureFailed` (with the
+    output's last lines) when it fails or writes no trace; :class:`Interrupted` on a stop
+    signal."""
     with contextlib.ExitStack() as stack:
         # first in, last out: a stand-in's trace is moved at the end
         told = stack.enter_context(plain_out(out))
@@ -230,12 +227,10 @@ def run_capture(
 
 
 def stop_leftover_captures(root: Path) -> int:
-    """SIGKILL what is left of captures whose trace was to end up in ``root`` (:data:`INTO_ENV`);
-    returns how many (0 off Linux).
+    """SIGKILL what is left of captures whose trace was to end up in ``root``; returns how many.
 
     A katra3d killed outright takes only its direct child along; the next command in that
-    output directory (``bisect --resume``) ends the rest, found by that variable, never by a
-    reusable PID."""
+    directory ends the rest, found by :data:`INTO_ENV`, never by a reusable PID."""
     prefix = str(root.resolve()) + os.sep
     killed = 0
     try:
