@@ -363,10 +363,9 @@ def _counted_replay(
     per: list[int],
     where: Path | None,
 ) -> tuple[list[dict[str, int]], list[int]]:
-    """One counted replay of the trimmed trace: its first ``wanted`` frames' counts and last calls.
-
-    On a stop the frames already ended are kept: their dumps were written at their SwapBuffers,
-    before their lines. ``per`` (dumps a swap) is learnt from the first complete replay."""
+    """One counted replay of the trimmed trace: its first ``wanted`` frames' counts and last
+    calls. On a stop, the frames already ended are kept (their dumps precede their lines);
+    ``per`` (dumps a swap) is learnt from the first complete replay."""
     with tempfile.TemporaryDirectory(prefix="katra3d-counted-replay-", dir=where) as tmp:
         dump_base = Path(tmp) / "cg.out"
         cmd = [*command[:-1], str(trace)]

@@ -212,9 +212,9 @@ def child_env(dump_dir: Path) -> dict[str, str]:
 
 
 def scene_imports(plan: RunPlan) -> tuple[dict[str, str], list[str]]:
-    """{spec: absolute spec} for the plan's file scenes, and the folders the child puts first on its
-    import path after loading katra3d (``$PYTHONPATH`` made absolute, then the working directory
-    when a ``package.module:Class`` spec needs it)."""
+    """{spec: absolute spec} for the plan's file scenes, and the folders the child puts first on
+    its import path after katra3d (``$PYTHONPATH``, then the working directory for a
+    ``pkg.mod:Class``)."""
     known = set(builtin_scenes()) | set(entry_point_scenes())
     imports: dict[str, str] = {}
     path = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -230,9 +230,8 @@ def scene_imports(plan: RunPlan) -> tuple[dict[str, str], list[str]]:
 
 
 def compile_sources(file_specs: Iterable[str] = ()) -> None:
-    """Write canonical bytecode (:mod:`katra3d.harness.run.bytecode`) for katra3d and the run's
-    scene files before a counted child starts: a child that compiled a module itself counted
-    every later frame differently."""
+    """Write canonical bytecode (:mod:`.bytecode`) for katra3d and the run's scene files before a
+    counted child starts."""
     roots = [
         root for package in (katra3d, harness, katra_trace, scenes) for root in package.__path__
     ]

@@ -23,8 +23,7 @@ class Progress:
     """A rich progress bar on a TTY, plain lines otherwise (on ``stream``, stderr by default).
 
     ``phase_lines``: off a terminal, one line per phase (counted runs) instead of one per
-    scene. The bar's counter runs over a scene's warm-up and measured frames together, so it
-    never goes back."""
+    scene."""
 
     def __init__(
         self,
@@ -208,10 +207,8 @@ def lane(progress: ProgressSink, index: int, total: int, label: str) -> Lane | _
 
 
 class ChildProgress:
-    """The counted child's progress sink: every call one JSON line in ``path``.
-
-    ``tty`` is True so that the engine reports every frame; the parent decides what to show. A
-    failed write is ignored: progress never stops a run."""
+    """The counted child's progress sink: every call one JSON line in ``path``. ``tty`` is True
+    so the engine reports every frame; a failed write is ignored (progress never stops a run)."""
 
     tty = True
 
@@ -319,10 +316,8 @@ class Relay:
 
 
 class Tally:
-    """Progress of a command's work that is not a run's frames (events exported, traces, rounds).
-
-    Piped, :meth:`update` prints at most one line every ``every_s`` seconds, none for work
-    done sooner. Lines start with ``who``."""
+    """Progress of a command's work that is not a run's frames; piped, at most one line every
+    ``every_s`` seconds, none for work done sooner."""
 
     def __init__(
         self,

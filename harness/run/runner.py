@@ -42,11 +42,8 @@ def run(
     progress_stream: TextIO | None = None,
     quiet: bool = False,
 ) -> RunResult:
-    """Run ``config``; the trace is at ``result.path``.
-
-    ConfigError/SceneError for bad input (before anything is written), BackendUnavailable when
-    no GL context opens. ``progress`` defaults to plain lines on ``progress_stream`` (nothing
-    when ``quiet``)."""
+    """Run ``config``; the trace is at ``result.path``. ConfigError/SceneError for bad input
+    (before anything is written), BackendUnavailable when no GL context opens."""
     plan = plan or plan_run(config)
     if replay.has_traces(plan):  # apitrace traces, replayed by glretrace (docs/replay.md)
         return replay.run(plan, progress if progress is not None and not quiet else NoProgress())
@@ -67,10 +64,8 @@ def run(
 
 def _run_counted(plan: RunPlan, progress: ProgressSink, *, quiet: bool) -> RunResult:
     """``--measure instructions|cycles``: count in children under callgrind and take back their
-    results.
-
-    A stop signal that ended a child before it handed back results raises
-    :class:`katra_trace.errors.Interrupted`; recorded frames are kept."""
+    results; :class:`katra_trace.errors.Interrupted` when a stop ended them before they handed
+    any back."""
     cfg = plan.config
     # the one renderer check, before valgrind starts (GPU drivers do not run under it)
     with backends.open_session(cfg.backend, device=cfg.device, size=(16, 16)) as session:
