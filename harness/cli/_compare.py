@@ -20,6 +20,7 @@ from katra3d.harness.cli._common import (
     print_json,
     warn_damaged,
 )
+from katra3d.harness.cli._profile import attach, print_profiles
 from katra_trace.analysis.images import ImageOutcome, ImageVerdict, flip_missing, write_image_diff
 from katra_trace.analysis.verdict import Comparison, Verdict
 from katra_trace.errors import ExitCode
@@ -28,7 +29,10 @@ from katra_trace.metrics import is_count
 from katra_trace.units import format_change, format_ms
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from katra_trace.analysis.comparison import ComparisonResult
+    from katra_trace.profile.diff import ProfileDelta
 
 
 def add_compare_options(p: argparse.ArgumentParser) -> None:
@@ -217,30 +221,47 @@ def print_images(verdicts: dict[str, ImageVerdict], policy: str, fmt: str) -> No
         print(f"katra3d: note: {missing}", file=sys.stderr)
 
 
-def print_result(result: ComparisonResult, fmt: str) -> None:
+def print_result(
+    result: ComparisonResult, fmt: str, profiles: Sequence[ProfileDelta] | None = None
+) -> None:
     """A comparison as compare and ab print it: the JSON object, or the timing table and the image
-    lines.
+    lines; ``profiles`` (``--profile``) where the instructions went.
     """
     if fmt == "json":
-        print_json(result.as_dict())
+        out = result.as_dict()
+        if profiles is not None:
+            attach(out, profiles)
+        print_json(out)
         return
     print_comparison(result.timing, fmt, result.base, result.new)
     if result.image_policy != "off":
         print_images(dict(result.images), result.image_policy, fmt)
+    if profiles is not None:
+        print_profiles(profiles, fmt)
 
 
 def compare_and_print(
-    base: str, new: str | None, args: argparse.Namespace, record: Path | None = None
+    base: str,
+    new: str | None,
+    args: argparse.Namespace,
+    record: Path | None = None,
+    top_profile: bool = False,
 ) -> int:
     """Open both sides, compare them (the library's one comparison), print; returns the exit code.
-    ``record``: an ab directory whose ab.json gets what the rounds were judged on (``decision``)."""
+    ``record``: an ab directory whose ab.json gets what the rounds were judged on (``decision``).
+    ``top_profile``: on counts, a line naming the top group and function of the change (ab)."""
     # deferred: the comparison loads scipy (about a second); building the parser must not
     from katra_trace.analysis.comparison import compare_sides, open_sides
     from katra_trace.io.tracesets import record_ab_decision
+    from katra_trace.profile.diff import profile_deltas, top_line
+    from katra_trace.profile.flame import write_flame_graphs
 
     check_compare_options(args)
     if getattr(args, "image_diff", None):
         check_output_dir(args.image_diff, option="--image-diff")
+    profile_out = getattr(args, "profile_out", None)
+    if profile_out:
+        check_output_dir(profile_out, option="--profile-out")
     sides = open_sides(base, new, unpaired=getattr(args, "unpaired", False))
     for line in sides.damaged:
         warn_damaged(line)
@@ -250,7 +271,16 @@ def compare_and_print(
         write_image_diff(args.image_diff, result.images, result.base_images, result.new_images)
     if record is not None:
         record_ab_decision(record, result.timing)
-    print_result(result, args.format)
+    profiles = None
+    if getattr(args, "profile", False) or profile_out:
+        profiles = profile_deltas(sides.base_traces, sides.new_traces)
+        if profile_out:
+            write_flame_graphs(profile_out, profiles)
+    print_result(result, args.format, profiles if getattr(args, "profile", False) else None)
+    if top_profile and args.format != "json" and is_count(result.timing.metric):
+        top = top_line(profiles or profile_deltas(sides.base_traces, sides.new_traces))
+        if top:
+            print(top, file=sys.stderr if args.format == "csv" else sys.stdout)
     if result.exit_code == ExitCode.BAD_INPUT:
         where = "in the JSON output" if args.format == "json" else "above"
         print(

@@ -281,4 +281,6 @@ def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
     if result.settled is not None:
         Tally("katra3d ab").line(f"stopped: {result.settled.reason}")
     args.allow_param_mismatch = result.compare_options.allow_param_mismatch
-    return compare_and_print(str(dirs["base"]), str(dirs["new"]), args, record=root)
+    return compare_and_print(
+        str(dirs["base"]), str(dirs["new"]), args, record=root, top_profile=True
+    )

@@ -51,6 +51,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "scene "
         "whose last frame is not identical (docs/images.md)",
     )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="counted runs: per changed scene and zone, where the instructions went (group, "
+        "object, function), largest change first; JSON: each scene's profile_delta "
+        "(docs/profile.md)",
+    )
+    p.add_argument(
+        "--profile-out",
+        metavar="DIR",
+        help="write DIR/<scene>.profile.svg, a differential flame graph of every profiled scene "
+        "and zone (docs/profile.md)",
+    )
     p.set_defaults(func=run)
 
 

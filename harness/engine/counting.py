@@ -50,6 +50,7 @@ from katra3d.harness.engine.timers import NULL_ZONE, Timer
 from katra_trace.errors import KatraError
 from katra_trace.io.header import MeasureOptions
 from katra_trace.metrics import MODE_CLOCKS
+from katra_trace.profile.callgrind import kept_dump, profiles_on, write_index
 from katra_trace.schema import Clock, Flag, Kind
 
 if TYPE_CHECKING:
@@ -173,6 +174,9 @@ class CountTimer(Timer):
         # the request's code page, made here: outside frames, in every process alike
         valgrind_request.available()
         self.zones_done: list[tuple[int, int, int, int, int]] = []
+        # measured frames whose dumps are kept for the scene's profile
+        self.kept = 0
+        self.profile = profiles_on()
         self.counter_ids = {name: writer.intern(name) for name in CACHE_EVENTS} if cycles else {}
         # debug groups would only add instructions here: no GL debugger runs under valgrind
         self._push = None
@@ -200,6 +204,9 @@ class CountTimer(Timer):
         back, so that reading and encoding it cost nothing counted and move nothing); the next
         scene's first measured frame switches it on again."""
         self._instrument(False)
+        if self.kept and self.profile:
+            write_index(self.dump_base.parent, self.kept, {i: n for n, i in self._names.items()})
+            self.kept = 0
 
     def begin_frame(self, index: int, flags: int = 0) -> None:
         self.frame_index = index
@@ -225,7 +232,7 @@ class CountTimer(Timer):
         # outside the frame from here on: read this frame's dumps, then delete them
         last = self.part
         first = self.first_part
-        segments = {p: self._take(p) for p in range(first, last + 1)}
+        segments = {p: self._take(p, self.zones_done) for p in range(first, last + 1)}
         self._remove(first - 1)
         start = self.t0 - self.origin_ns
         frame = self.frame_index
@@ -233,6 +240,7 @@ class CountTimer(Timer):
         scene = self.scene_id
         add = self.add
         total = _sum(segments, first, last)
+        self.kept += 1
         primary = self._emit(_FRAME, 0, self.frame_name, start, total, flags, scene, frame)
         for depth, name_id, enter, leave, t0 in self.zones_done:
             self._emit(
@@ -287,8 +295,12 @@ class CountTimer(Timer):
     def _path(self, part: int, thread: int = 1) -> Path:
         return self.dump_base.with_name(f"{self.dump_base.name}.{part}-{thread:02d}")
 
-    def _take(self, part: int) -> dict[str, int]:
-        counts = read_summary(self._path(part))
+    def _take(self, part: int, zones: list[tuple[int, int, int, int, int]]) -> dict[str, int]:
+        path = self._path(part)
+        counts = read_summary(path)
+        if self.profile:  # kept for the scene's profile, named with the zones it lay in
+            inside = [z[1] for z in zones if z[2] < part <= z[3]]
+            os.replace(path, kept_dump(path.parent, part, inside))
         self._remove(part)
         return counts
 

@@ -29,6 +29,8 @@ from katra3d.harness.supervisor import Group, Supervisor
 from katra3d.scenes.suites import scene_cost
 from katra_trace.errors import ConfigError, ToolUnavailable, TraceIOError, child_ended
 from katra_trace.io import claim as claim_mod
+from katra_trace.profile.callgrind import Folder, profiles_on
+from katra_trace.profile.model import ProfileRecord
 
 
 def scene_plan(plan: RunPlan, index: int) -> RunPlan:
@@ -68,6 +70,11 @@ class _Child:
     group: Group | None = None
     code: int | None = None
     handed: ChildResult | None = None
+    profile: list[ProfileRecord] = dataclasses.field(default_factory=list)
+    folder: Folder = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.folder = Folder(self.dump_dir)
 
     @property
     def part(self) -> Path | None:
@@ -179,6 +186,8 @@ def run_counted(
                 for child in children.values():
                     if child.code is None:
                         child.relay.poll()
+                        if profiles_on():
+                            child.folder.fold()  # the kept dumps read as they come: few on disk
 
             failed_at = n
             tasks = [functools.partial(_wait_for, children, i) for i in range(n)]
@@ -211,6 +220,7 @@ def run_counted(
                             status=status,
                             codec=plan.config.codec,
                             strings=protocol.run_strings(plan),
+                            profiles={c.part: c.profile for c in kept if c.part is not None},
                         )
                 except OSError as exc:  # the file is a descriptor here: name it
                     raise TraceIOError(
@@ -250,6 +260,8 @@ def _ended(child: _Child) -> None:
     child.code = child.proc.wait()
     child.relay.poll()
     child.handed = protocol.handed_back(child.dump_dir)
+    if profiles_on():
+        child.profile = child.folder.records(child.label)
     if child.handed is None:
         how, exit_code = child_ended(child.code)
         child.handed = ChildResult(

@@ -8,7 +8,7 @@ gives what it holds; the writing is :class:`katra_trace.io.concat.Concatenation`
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -16,6 +16,7 @@ from katra_trace.errors import KatraError
 from katra_trace.io.concat import Concatenation
 from katra_trace.io.reader import Trace
 from katra_trace.io.tracesets import open_quietly
+from katra_trace.profile.model import ProfileRecord
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,10 +52,11 @@ def join(
     status: str,
     codec: str | None = None,
     strings: RunStrings | None = None,
+    profiles: Mapping[Path, Sequence[ProfileRecord]] | None = None,
 ) -> Joined:
     """Write the trace made of ``parts`` (in that order, read one at a time) to ``dst``, finished
     with ``status``; ``strings`` replace the children's stand-ins
-    (:data:`katra3d.harness.run.protocol.STAND_INS`)."""
+    (:data:`katra3d.harness.run.protocol.STAND_INS`); ``profiles``: each part's PROFILE records."""
     readable = []
     for path in parts:
         head = _open_part(path, events=False)
@@ -95,7 +97,8 @@ def join(
         trace = _open_part(path)
         if trace is None:
             continue
-        out.add(trace, int(part.get("start_host_ns", 0)) - base_ns)
+        shift = int(part.get("start_host_ns", 0)) - base_ns
+        out.add(trace, shift, profiles=(profiles or {}).get(path, ()))
         if not trace.summary_rebuilt:  # a part that ended early has no summary of its own
             _add_user(user, dict(trace.summary.get("user") or {}))
         joined.append(path)

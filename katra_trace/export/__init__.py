@@ -9,6 +9,7 @@ by the formats that need them (:class:`MissingDependencyError`, exit code 3, nam
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import os
 import time
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from katra_trace.errors import ConfigError
 from katra_trace.export import chrome
+from katra_trace.export.callgrind import write_callgrind
 from katra_trace.export.output import ProgressFn
 from katra_trace.export.perfetto import write_perfetto
 from katra_trace.export.table import TABLE_COLUMNS, to_arrow, to_pandas, write_csv, write_parquet
@@ -134,6 +136,16 @@ def _parquet(
     }
 
 
+def _callgrind(
+    trace: Trace,
+    f: BinaryIO,
+    progress: ProgressFn | None,
+    warnings: list[str],
+    scene: str | None = None,
+) -> dict[str, int]:
+    return write_callgrind(trace, f, scene)
+
+
 #: The registry of exporters, in the order ``katra3d export --to`` lists them; a new format is one
 #: entry here.
 EXPORTERS: dict[str, Exporter] = {
@@ -148,6 +160,7 @@ EXPORTERS: dict[str, Exporter] = {
         Exporter("chrome", ".json", _chrome),
         Exporter("csv", ".csv", _csv),
         Exporter("parquet", ".parquet", _parquet, (("pyarrow.parquet", "export"),)),
+        Exporter("callgrind", ".callgrind", _callgrind),
     )
 }
 #: format -> file suffix of its default output path.
@@ -180,15 +193,21 @@ def export_trace(
     *,
     overwrite: bool = False,
     progress: ProgressFn | None = None,
+    scene: str | None = None,
 ) -> ExportResult:
     """Write ``trace`` as ``fmt`` (a key of :data:`FORMATS`) to ``path`` (default: beside the
     trace).
 
     The file appears only when the export succeeded, and an existing file is replaced only with
-    ``overwrite``. Raises :class:`ConfigError` (bad format or path), ``OutputExistsError``,
+    ``overwrite``. ``scene``: only that scene's profile (``callgrind``). Raises
+    :class:`ConfigError` (bad format or path), ``OutputExistsError``,
     :class:`MissingDependencyError` (exit 3) or ``TraceIOError``.
     """
     exporter = _exporter(fmt)
+    if scene is not None:
+        if fmt != "callgrind":
+            raise ConfigError(f"--scene applies to --to callgrind, not --to {fmt}")
+        exporter = dataclasses.replace(exporter, write=functools.partial(_callgrind, scene=scene))
     out_path = Path(path) if path is not None else default_path(trace.path, fmt)
     for module, extra in exporter.needs:
         require(module, extra=extra, purpose=f"--to {fmt}")

@@ -5,13 +5,14 @@ run's join of its children's parts (:mod:`katra3d.harness.run.parts`) both write
 opened it (one in memory at a time): its strings renumbered onto one table (an id past an input's
 table becomes ``?<id>``, as :meth:`Trace.name` reads it), its events moved by the caller's shift,
 its annotations (those of the run, alike in several inputs, once), its clock pairs (as ANNOTATIONs
-naming their input where the inputs' GPU clocks differ) and its kept frames byte for byte. The
-summary's counts add up; its ``user`` part is the caller's (:meth:`Concatenation.finish`).
+naming their input where the inputs' GPU clocks differ), its kept frames byte for byte and its
+instruction profiles (PROFILE blocks, and those the caller adds). The summary's counts add up; its
+``user`` part is the caller's (:meth:`Concatenation.finish`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -21,6 +22,7 @@ from katra_trace.io import format as fmt
 from katra_trace.io.blockfile import BlockFile
 from katra_trace.io.image_block import IMAGE_ENCODING, KeptFrame, encode_image_payload
 from katra_trace.io.reader import Trace
+from katra_trace.profile.model import ProfileRecord
 from katra_trace.schema import EVENT_DTYPE
 from katra_trace.text import shown
 
@@ -61,12 +63,20 @@ class Concatenation:
         return self.blocks.written_events
 
     def add(
-        self, trace: Trace, shift_ns: int, *, clock_note: Mapping[str, Any] | None = None
+        self,
+        trace: Trace,
+        shift_ns: int,
+        *,
+        clock_note: Mapping[str, Any] | None = None,
+        profiles: Sequence[ProfileRecord] = (),
     ) -> int:
         """Write ``trace`` (its events' times moved by ``shift_ns``) after the inputs added before;
         its events written. ``clock_note``: its clock pairs are written as ANNOTATIONs ``{"type":
-        "clock_sync", **clock_note, **pair}`` (None: as CLOCK_SYNC blocks)."""
+        "clock_sync", **clock_note, **pair}`` (None: as CLOCK_SYNC blocks). ``profiles``: PROFILE
+        records written after its own."""
         written = self._events(trace, shift_ns)
+        for record in [*trace.profiles, *(p.as_json() for p in profiles)]:
+            self.blocks.write_block(fmt.BlockType.PROFILE, fmt.encode_json(record))
         for note in trace.annotations:
             text = fmt.encode_json(note)
             if isinstance(note, Mapping) and "scene" not in note:

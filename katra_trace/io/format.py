@@ -29,7 +29,7 @@ from katra_trace.schema import COLUMNS, EVENT_DTYPE, Clock, Flag, Kind
 #: 8 bytes: a non-ASCII byte first, then CR LF and ^Z, so text-mode or 7-bit damage shows.
 MAGIC = b"\x89KTR\r\n\x1a\n"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 3
+FORMAT_MINOR = 4
 #: Preamble flag bits this build understands. A set bit marks a must-understand feature,
 #: so a reader refuses a file with a bit it does not know. Versions 1.0 to 1.3 define none.
 KNOWN_FLAGS = 0
@@ -54,6 +54,8 @@ MINOR_LIMITS: dict[int, MinorLimits] = {
     2: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),
     # header shards
     3: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),
+    # adds PROFILE
+    4: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),
 }
 assert max(MINOR_LIMITS) == FORMAT_MINOR
 assert MINOR_LIMITS[FORMAT_MINOR].event_flags == sum(int(f) for f in Flag)
@@ -88,6 +90,7 @@ class BlockType(enum.IntEnum):
     SUMMARY = 5
     ANNOTATION = 6
     IMAGE = 7  #: format 1.2: a kept frame (katra_trace/io/image_block.py)
+    PROFILE = 8  #: format 1.4: a scene's or zone's instruction profile (katra_trace/profile)
 
 
 class Codec(enum.IntEnum):
@@ -122,7 +125,13 @@ def load_blosc2(purpose: str) -> Any:
 
 #: Block types whose payload is one UTF-8 JSON object.
 JSON_BLOCKS = frozenset(
-    {BlockType.HEADER, BlockType.CLOCK_SYNC, BlockType.SUMMARY, BlockType.ANNOTATION}
+    {
+        BlockType.HEADER,
+        BlockType.CLOCK_SYNC,
+        BlockType.SUMMARY,
+        BlockType.ANNOTATION,
+        BlockType.PROFILE,
+    }
 )
 
 

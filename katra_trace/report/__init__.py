@@ -16,8 +16,10 @@ from katra_trace.analysis.defaults import DEFAULT_COMPARE, CompareOptions
 from katra_trace.analysis.images import ImageThresholds
 from katra_trace.errors import KatraError
 from katra_trace.io.claim import open_output
+from katra_trace.profile.diff import profile_deltas
 from katra_trace.report.images import images_section
 from katra_trace.report.page import plotly_js_packed, render
+from katra_trace.report.profile import profile_section
 from katra_trace.text import check_text
 from katra_trace.version import __version__
 
@@ -73,6 +75,8 @@ def build_report(
             dict(comparison.new_images),
             policy=comparison.image_policy,
         )
+    if baseline and runs:  # counted runs: where the instructions went (docs/profile.md)
+        images_html += profile_section(profile_deltas(baseline, runs))
     return render(
         runs,
         baseline,
