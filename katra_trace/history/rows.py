@@ -1,11 +1,7 @@
-"""One trace -> the rows the history store keeps (pure: reads a trace, no database).
+"""One trace -> the rows the history store keeps (pure: no database).
 
-A *row* is one run x scene x zone x metric: the run's median, p99, 1 % low,
-CV and frame count on one clock (``wall``, ``cpu``, ``gpu``, ``process``,
-``instructions``, ``cycles``, and ``wall/reference`` when the run timed the reference
-workload), with the facts of the run repeated on every row (label, commit,
-host fingerprint, the trace's SHA-256) so that a row stands alone in a
-Parquet file. ``zone`` is ``""`` for the scene's frames.
+A row is one run x scene x zone x metric with the run's facts repeated (label, commit, host, trace
+SHA-256), so that it stands alone in a Parquet file. Columns: docs/history.md.
 """
 
 from __future__ import annotations
@@ -34,18 +30,14 @@ if TYPE_CHECKING:
     from katra_trace.io.header import TraceHeader
 
 
-#: Metric name of the per-run ratio (median frame wall) / (median reference wall), as `compare
-#: --normalize`.
+#: Metric of the per-run ratio median wall / median reference wall (`compare --normalize`).
 REFERENCE_METRIC = "wall/reference"
 _NS_PER_MS = 1e6
 
 
 def file_sha256(path: Path) -> str:
-    """SHA-256 (hex) of a trace file's bytes.
-
-    The file is opened as the reader opens a trace (:func:`~katra_trace.io.inputs.open_regular`:
-    regular files only, so a FIFO, ``/dev/zero`` or a terminal on ``/dev/stdin`` is refused at once
-    with ConfigError instead of hanging), and at most its size when opened is read.
+    """SHA-256 (hex) of a trace file's bytes, at most its size when opened. Regular files only
+    (:func:`~katra_trace.io.inputs.open_regular`): a FIFO or device is a ConfigError, never a hang.
     """
     h = hashlib.sha256()
     with open_regular(path) as f:
@@ -67,17 +59,13 @@ def short_id(obj: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-#: The label times a store holds (UTC ns in a signed 64-bit column), whole seconds inside that
-#: range.
+#: Label times a store holds (UTC ns in a signed 64-bit column), in whole seconds.
 _TIME_MIN_NS = -(2**63) // 10**9 * 10**9 + 10**9
 _TIME_MAX_NS = (2**63 - 1) // 10**9 * 10**9
 
 
 def parse_time_ns(text: str) -> int:
-    """An ISO 8601 date or time (``2026-11-30``, ``2026-11-30T12:00:00+01:00``, ``...Z``) -> UTC ns.
-
-    A time without a UTC offset is taken as UTC. Raises ConfigError.
-    """
+    """An ISO 8601 date or time -> UTC ns (no offset: UTC). Raises ConfigError."""
     try:
         when = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
@@ -197,7 +185,7 @@ class RunFacts:
 class HistoryRow:
     """One row of the store: one run x scene x zone x metric (its fields are the columns)."""
 
-    trace_sha256: str  #: SHA-256 of the trace file's bytes (the run's identity)
+    trace_sha256: str  #: the run's identity
     label: str  #: the version this run measured (--label)
     label_time_ns: int | None  #: --time, else the capture's start; UTC ns (orders labels)
     commit: str  #: --commit ("" when not given)
@@ -237,8 +225,7 @@ COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 
 
 def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[HistoryRow]:
-    """The history rows of an opened trace (:class:`~katra_trace.io.reader.Trace`), one per run x
-    scene x zone x metric; empty when the trace has no measured frames."""
+    """The history rows of an opened trace; empty when it has no measured frames."""
     header = trace.header
     host = host_fingerprint(header)
     start_ns = header.start_wall_ns
