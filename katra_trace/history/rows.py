@@ -183,36 +183,36 @@ class RunFacts:
 
 @dataclasses.dataclass(frozen=True)
 class HistoryRow:
-    """One row of the store: one run x scene x zone x metric (its fields are the columns)."""
+    """One row of the store; its fields are the columns (docs/history.md)."""
 
-    trace_sha256: str  #: the run's identity
-    label: str  #: the version this run measured (--label)
-    label_time_ns: int | None  #: --time, else the capture's start; UTC ns (orders labels)
-    commit: str  #: --commit ("" when not given)
-    run_start_ns: int | None  #: the capture's start (header start_wall_ns), UTC ns
-    added_ns: int  #: when `history add` stored the row, UTC ns
-    host_id: str  #: 12 hex digits of SHA-256(renderer, driver, cpu)
+    trace_sha256: str
+    label: str
+    label_time_ns: int | None  #: UTC ns
+    commit: str
+    run_start_ns: int | None  #: UTC ns
+    added_ns: int  #: UTC ns
+    host_id: str
     renderer: str
     driver: str
     cpu: str
-    codegen_id: str  #: 12 hex digits of SHA-256(host_info.codegen) ("" when absent)
-    codegen: str  #: host_info.codegen as JSON ("" when absent)
-    machine_name: str  #: the capturing machine's hostname (information only)
-    mode: str  #: time | instructions | cycles (what the capture measured)
-    size: str  #: framebuffer WxH
-    params: str  #: the scene's params as JSON ("" when not recorded)
+    codegen_id: str
+    codegen: str  #: JSON ("" when absent)
+    machine_name: str  #: information only
+    mode: str
+    size: str
+    params: str  #: JSON ("" when not recorded)
     scene: str
     zone: str  #: "" for the scene's frames
-    metric: str  #: wall, cpu, gpu, process, instructions, cycles, wall/reference
-    unit: str  #: ms, instructions, cycles or x reference
-    frames: int  #: measured frames (zones: frames the zone ran in)
+    metric: str
+    unit: str
+    frames: int
     median: float  #: in `unit`
     mean: float
     p99: float
-    low_1pct_fps: float | None  #: average of the slowest 1 %, time clocks only
-    cv: float | None  #: frame-to-frame coefficient of variation within the run
-    trace_path: str  #: where the trace was when it was added
-    trace_status: str  #: complete | aborted | interrupted | incomplete
+    low_1pct_fps: float | None
+    cv: float | None
+    trace_path: str
+    trace_status: str
     tool_version: str
 
 
@@ -247,7 +247,7 @@ def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[HistoryRow]:
                 commit=facts.commit,
                 run_start_ns=start_ns,
                 added_ns=facts.added_ns or time.time_ns(),
-                # a merged trace: each scene's own host (katra3d merge)
+                # a merged trace: each scene's own host
                 **dataclasses.asdict(host_fingerprint(header, scene) if header.shards else host),
                 mode=opts.measure_mode,
                 size=_size(header),

@@ -57,12 +57,12 @@ class Step:
 
     index: int
     start_low: int  #: earliest label where the step may start
-    start_high: int  #: latest such index
-    ratio: float  #: new level / old level (geometric means)
+    start_high: int
+    ratio: float  #: new level / old level
     ratio_low: float
     ratio_high: float
     z: float  #: log ratio over its standard error
-    level_before: float  #: geometric mean of the segment before
+    level_before: float
     level_after: float
 
 
@@ -73,13 +73,13 @@ class Departure:
 
     index: int  #: first label of the departing level
     labels: int  #: labels at that level (kept ones)
-    runs: int  #: their runs
-    ratio: float  #: their level / the fitted level before them
+    runs: int
+    ratio: float  #: their level / the level before
     ratio_low: float
     ratio_high: float
     z: float  #: log ratio over its standard error
-    level_before: float  #: fitted level before it
-    level: float  #: the level of the departing labels
+    level_before: float
+    level: float
     run_sd: float  #: sd of one run's log there (more runs average it out)
     level_sd: float  #: sd of the log level before (more runs there do not shrink it)
 
@@ -89,20 +89,20 @@ class Fit:
     """The fitted levels of one series and the steps between them."""
 
     steps: list[Step]
-    levels: list[float]  #: fitted level per label (the series' unit)
-    label_means: list[float]  #: geometric mean of each label's runs
+    levels: list[float]  #: fitted level per label
+    label_means: list[float]  #: geometric means
     #: sd (log units) of one run, or of a label mean when ``noise_source`` is ``"labels"``
     noise_sd: float
     noise_source: str  #: "replicates" | "labels"
     noise_df: int
     #: label-mean scatter over what replicates explain (about 1 without label noise)
     dispersion: float
-    penalty: float  #: the chi-square penalty per step (the null quantile)
+    penalty: float  #: chi-square penalty per step
     confidence: float
-    dropped_runs: int = 0  #: runs left out as outliers (see :data:`OUTLIER_SDS`)
+    dropped_runs: int = 0  #: outlier runs left out
     runs: tuple[int, ...] = ()  #: runs per label used (outliers left out)
     run_sd: float = 0.0  #: pooled within-label sd (log units); 0 without replicates
-    #: indices of labels left out as passing departures (see :data:`OUTLIER_LABEL_SDS`)
+    #: indices of labels left out as passing departures
     departed_labels: tuple[int, ...] = ()
     departure: Departure | None = None
 
@@ -133,13 +133,11 @@ def _drop_outliers(logs: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
     return out, dropped
 
 
-#: Points of the integral in :func:`_kept_share_factor`.
 _FACTOR_GRID = 4000
 
 
 @functools.lru_cache(maxsize=1)
 def _half_normal_squares() -> tuple[np.ndarray, np.ndarray]:
-    """Grid midpoints ``u`` and the squared ``u`` quantile of ``|Z|``."""
     u = (np.arange(_FACTOR_GRID) + 0.5) / _FACTOR_GRID
     return u, np.array([_NORMAL.inv_cdf(0.5 + 0.5 * v) ** 2 for v in u])
 
@@ -255,8 +253,7 @@ def _run_noise(ss: np.ndarray, df: np.ndarray) -> np.ndarray:
 
 
 def _running_median(means: np.ndarray) -> np.ndarray:
-    """Centred running median of :data:`RUNNING_MEDIAN_LABELS` labels, narrowing to 5 and 3 at
-    the ends (the end labels take the median of the three there)."""
+    """Centred running median, narrowing to 5 and 3 labels (the end ones: their end's three)."""
     x = np.atleast_2d(means)
     n = x.shape[-1]
     out: np.ndarray = x.copy()
@@ -277,8 +274,7 @@ def _running_median(means: np.ndarray) -> np.ndarray:
 
 
 def _departing(means: np.ndarray, var: np.ndarray) -> np.ndarray:
-    """Labels further than :data:`OUTLIER_LABEL_SDS` sds from the running median; never the newest
-    (its departure is judged on its own)."""
+    """Labels beyond :data:`OUTLIER_LABEL_SDS` sds from the running median; never the newest."""
     x = np.atleast_2d(means)
     if x.shape[-1] < 3:
         return np.zeros(x.shape, dtype=bool)
@@ -296,8 +292,7 @@ def _dispersion(means: np.ndarray, var: np.ndarray) -> float:
 
 @functools.lru_cache(maxsize=256)
 def null_dispersion(counts: tuple[int, ...], alpha: float, sims: int = NULL_SIMULATIONS) -> float:
-    """The ``1 - alpha`` quantile of :func:`_dispersion` when the labels differ only by their
-    replicates."""
+    """The ``1 - alpha`` null quantile of :func:`_dispersion`."""
     n = np.asarray(counts, dtype=np.float64)
     rng = np.random.default_rng(20261201 + n.size)
     df = int(np.sum(n - 1))
@@ -375,7 +370,6 @@ def _optimal_partition(means: np.ndarray, w: np.ndarray, penalty: float) -> list
 
 
 def _levels(means: np.ndarray, w: np.ndarray, starts: list[int]) -> np.ndarray:
-    """Each label's segment's weighted mean (log)."""
     bounds = [*starts, means.size]
     levels = np.empty(means.size)
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
@@ -486,7 +480,7 @@ def detect_steps(
     kept_runs = np.where(w > 0, n, 0.0)
     first: int | None = None
     if len(starts) > 1 and float(np.sum(kept_runs[starts[-1] :])) < MIN_RUNS:
-        # a new level at the end on fewer runs than compare needs a side: a departure, not a step
+        # a new level on fewer runs than compare needs a side: a departure
         first = int(starts[-1] + np.argmax(w[starts[-1] :] > 0))
         starts = starts[:-1]
     elif runs[-1] < MIN_RUNS:
@@ -599,11 +593,11 @@ class Resolution:
     source: str
     #: sd of a label's level ("labels") or of one run ("replicates"), %
     noise_pct: float
-    run_pct: float  #: sd of a run within its label, % (0 without replicates)
+    run_pct: float  #: sd of a run within its label, %
     dispersion: float
     labels: int
     runs: int  #: runs a label (the median)
-    step_pct: float  #: the step size asked about, %
+    step_pct: float  #: %
     #: labels like these that would resolve it ("labels"; None: already enough)
     labels_needed: int | None
     #: runs a label that would resolve it ("replicates"; None: already enough)
@@ -678,7 +672,7 @@ def resolution(fit: Fit, step_pct: float, alpha: float) -> Resolution:
     delta = math.log1p(step_pct / 100)
     z = _NORMAL.inv_cdf(TARGET_POWER)
     if fit.noise_source == "labels":
-        sigma = fit.noise_sd  # of a label mean
+        sigma = fit.noise_sd
         n_labels = max(labels, MIN_LABELS_FOR_LABEL_NOISE)
         need = n_labels
         for _ in range(8):

@@ -81,7 +81,7 @@ class Selection:
 
 @dataclasses.dataclass(frozen=True)
 class Point:
-    """One label of a series: its runs' values and their geometric mean."""
+    """One label of a series: its runs' values and geometric mean."""
 
     label: str
     time_ns: int
@@ -340,7 +340,7 @@ class StepReport:
     series: Series
     label: str  #: the first label of the new level
     start_low: str  #: earliest label where it may start
-    start_high: str  #: latest
+    start_high: str
     ratio: float  #: new level / old level
     ratio_low: float
     ratio_high: float
@@ -377,8 +377,8 @@ class DepartureReport:
 
     series: Series
     label: str  #: the first departing label
-    labels: int  #: departing labels
-    runs: int  #: their runs
+    labels: int
+    runs: int
     ratio: float  #: their level / the level before
     ratio_low: float  #: the ``1 - alpha`` interval of ``ratio``
     ratio_high: float
@@ -428,7 +428,7 @@ class SeriesModel:
 
     series: Series
     fit: Fit
-    threshold_pct: float  #: percent
+    threshold_pct: float
     change_pct: float  #: fitted newest / first - 1 (percent)
     raw_change_pct: float  #: raw newest / first - 1 (percent)
     no_step_reason: str  #: why no step, when the raw change reaches the threshold
@@ -455,8 +455,6 @@ class SeriesModel:
 
 @dataclasses.dataclass(frozen=True)
 class CheckResult:
-    """Every series checked, their models, the steps found and the newest labels' departures."""
-
     series: list[Series]
     models: list[SeriesModel]
     steps: list[StepReport]
@@ -475,7 +473,7 @@ class CheckResult:
         return any(s.verdict == Verdict.REGRESSION and s.at_newest for s in self.steps)
 
     def by_label(self) -> dict[str, list[StepReport]]:
-        """The steps grouped by the label where they start, labels in order."""
+        """The steps grouped by their start label, in label order."""
         out: dict[str, list[StepReport]] = {}
         for step in self.steps:
             out.setdefault(step.label, []).append(step)
