@@ -1,11 +1,6 @@
-"""Step detection over a history: where the level changed, by how much, and whether it is more
-than noise.
-
-Pure numpy (scipy.special only for the t quantile). Input: one series (scene, metric, host), for
-each label in order the values of its runs. Logs are fitted piecewise-constant by exact optimal
-partitioning, with a penalty per step that is the simulated ``1 - alpha`` null quantile of this
-series' design, so a flat history shows a step with probability about alpha. The method (noise
-from replicates or from labels, departing labels, the newest label) is in docs/history.md.
+"""Step detection over a history (pure numpy): fits log levels piecewise-constant by optimal
+partitioning, with a per-step penalty simulated as this design's ``1 - alpha`` null quantile, so a
+flat history shows a step with probability about alpha. The method: docs/history.md.
 """
 
 from __future__ import annotations
@@ -20,33 +15,33 @@ import numpy as np
 
 from katra_trace.analysis.defaults import DEFAULT_ALPHA, MIN_RUNS
 
-#: Simulated null series per design when calibrating the penalty.
+#: Null series simulated per design for the penalty.
 NULL_SIMULATIONS = 4000
-#: Fewer replicate degrees of freedom: the noise comes from label-to-label differences.
+#: Fewer replicate dfs: noise from label-to-label differences.
 MIN_REPLICATE_DF = 3
-#: Labels needed when the noise comes from label-to-label differences.
+#: Labels needed for label-to-label noise.
 MIN_LABELS_FOR_LABEL_NOISE = 4
-#: Robust sds from its label's median beyond which a run is an outlier.
+#: Robust sds from its label's median that make a run an outlier.
 OUTLIER_SDS = 5.0
-#: Sds of a label mean from the running median beyond which a label is left out.
+#: Sds of a label mean from the running median that leave a label out.
 OUTLIER_LABEL_SDS = 4.0
-#: Labels in the running median a label is held against (fewer next to the ends).
+#: Labels in the running median (fewer at the ends).
 RUNNING_MEDIAN_LABELS = 7
-#: Labels whose neighbour differences estimate the label-to-label noise around a label.
+#: Labels around a label that estimate its local noise.
 LOCAL_NOISE_LABELS = 24
 #: The share of those differences kept (the smallest squares).
 NOISE_KEPT_SHARE = 0.8
-#: Floor of a label mean's local variance, as a share of the series'.
+#: Floor of a local variance, as a share of the series'.
 LOCAL_NOISE_FLOOR = 0.5
 #: Kept labels a level holds at least (but the newest).
 MIN_SEGMENT_LABELS = 2
 #: Floor of a label mean's sd (log units): keeps identical counts finite.
 MIN_SD = 1e-4
-#: Null series simulated at once (bounds memory for a long series).
+#: Null series simulated at once (bounds memory).
 _SIM_CHUNK = 500
 _NORMAL = NormalDist()
 _MAD_TO_SD = 1.0 / _NORMAL.inv_cdf(0.75)
-#: Quantile of squared label differences measuring dispersion: low, so steps barely move it.
+#: Dispersion quantile: low, so steps barely move it.
 _DISPERSION_Q = 0.35
 _CHI2_1_Q = _NORMAL.inv_cdf(0.5 + _DISPERSION_Q / 2) ** 2  # chi-square(1) quantile
 
@@ -56,12 +51,12 @@ class Step:
     """A change of level; ``index`` is the first label (0-based) of the new level."""
 
     index: int
-    start_low: int  #: earliest label where the step may start
+    start_low: int  #: earliest possible start
     start_high: int
     ratio: float  #: new level / old level
     ratio_low: float
     ratio_high: float
-    z: float  #: log ratio over its standard error
+    z: float  #: log ratio / its standard error
     level_before: float
     level_after: float
 
@@ -72,16 +67,16 @@ class Departure:
     or disturbed runs, which more runs there tell apart."""
 
     index: int  #: first label of the departing level
-    labels: int  #: labels at that level (kept ones)
+    labels: int  #: kept labels at that level
     runs: int
     ratio: float  #: their level / the level before
     ratio_low: float
     ratio_high: float
-    z: float  #: log ratio over its standard error
+    z: float
     level_before: float
     level: float
-    run_sd: float  #: sd of one run's log there (more runs average it out)
-    level_sd: float  #: sd of the log level before (more runs there do not shrink it)
+    run_sd: float  #: sd of one run's log there
+    level_sd: float  #: sd of the log level before
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,8 +108,8 @@ class Fit:
 
 
 def _drop_outliers(logs: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
-    """Leave out runs more than :data:`OUTLIER_SDS` robust sds (pooled over labels of 3+ runs, one
-    zero of an odd label dropped) from their label's median: a busy neighbour can halve one run."""
+    """Leave out runs :data:`OUTLIER_SDS` robust sds from their label's median (labels of 3+ runs):
+    a busy neighbour can halve one run."""
     devs = []
     for a in logs:
         if a.size >= 3:
@@ -144,8 +139,7 @@ def _half_normal_squares() -> tuple[np.ndarray, np.ndarray]:
 
 @functools.lru_cache(maxsize=1024)
 def _kept_share_factor(n: int, k: int) -> float:
-    """Expected mean of the ``k`` smallest of ``n`` squared standard normals (1 when ``k == n``),
-    integrated over the densities of the ``k`` smallest order statistics."""
+    """Expected mean of the ``k`` smallest of ``n`` squared standard normals."""
     if k >= n:
         return 1.0
     u, g = _half_normal_squares()
@@ -183,8 +177,7 @@ def _median(values: np.ndarray) -> np.ndarray:
 
 
 def _neighbour_residuals(means: np.ndarray) -> np.ndarray:
-    """Each label's difference from the median of up to 3 labels either side (2 beside an end),
-    standardized for unit-variance labels; rows are series of 3+ labels."""
+    """Each label's standardized difference from the median of up to 3 labels either side."""
     x = np.atleast_2d(means)
     n = x.shape[-1]
     out = np.empty_like(x)
@@ -205,9 +198,7 @@ def _neighbour_residuals(means: np.ndarray) -> np.ndarray:
 
 
 def _label_noise(means: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Label-to-label variance of a label mean: ``(per label (rows, L), whole series (rows,))``.
-    The whole-series one is the smaller of the consecutive-difference and neighbour-median
-    estimates (see docs/history.md, method item 3)."""
+    """Label-to-label variance of a label mean: ``(per label (rows, L), whole series (rows,))``."""
     means = np.atleast_2d(means)
     labels = means.shape[-1]
     # a consecutive difference has twice a label's variance
@@ -233,8 +224,7 @@ def _run_noise_labels(df: np.ndarray) -> int:
 
 
 def _run_noise(ss: np.ndarray, df: np.ndarray) -> np.ndarray:
-    """Run-to-run variance around each label from per-label sums of squares ``ss`` (rows are
-    series), pooled locally and floored at :data:`LOCAL_NOISE_FLOOR` of the whole series'."""
+    """Run-to-run variance around each label from per-label sums of squares, pooled locally."""
     ss = np.atleast_2d(ss)
     labels = ss.shape[-1]
     whole = np.maximum(ss.sum(axis=-1) / max(float(df.sum()), 1.0), MIN_SD**2)
@@ -284,8 +274,7 @@ def _departing(means: np.ndarray, var: np.ndarray) -> np.ndarray:
 
 
 def _dispersion(means: np.ndarray, var: np.ndarray) -> float:
-    """The :data:`_DISPERSION_Q` quantile of ``d^2 / (v_l + v_l+1)`` over consecutive labels, over
-    the chi-square(1) one: about 1 without label-level noise."""
+    """Label-to-label scatter over replicate variance ``var``: about 1 without label-level noise."""
     d2 = np.diff(means, axis=-1) ** 2 / (var[..., :-1] + var[..., 1:])
     return float(np.quantile(d2, _DISPERSION_Q)) / _CHI2_1_Q
 
@@ -303,8 +292,7 @@ def null_dispersion(counts: tuple[int, ...], alpha: float, sims: int = NULL_SIMU
 
 
 def _split_stats(means: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Chi-square of each single split k = 1..L-1 (columns); weight 0 leaves a label out, and a
-    split with no weight on a side scores 0."""
+    """Chi-square of each single split k = 1..L-1 (columns); weight 0 leaves a label out."""
     cw = np.cumsum(w, axis=-1)
     cwm = np.cumsum(means * w, axis=-1)
     wa = cw[..., :-1]
@@ -381,8 +369,7 @@ def _levels(means: np.ndarray, w: np.ndarray, starts: list[int]) -> np.ndarray:
 
 
 def _place_left_out(means: np.ndarray, w: np.ndarray, starts: list[int]) -> list[int]:
-    """Move each step past the left-out labels (weight 0) after it that lie nearer the level
-    before."""
+    """Left-out labels (weight 0) after a step join the level before when nearer it."""
     out = [0]
     bounds = [*starts, means.size]
     for s in range(1, len(starts)):
@@ -449,13 +436,13 @@ def detect_steps(
         noise_df = int(min(df_w, float(np.min(pooled))))
         noise_sd = math.sqrt(s2)
     else:
-        # a label's runs share one machine state: the noise comes from label-to-label differences
+        # a label's runs share one machine state: noise from label-to-label differences
         local, whole = _label_noise(means)
         var = np.maximum(local[0], s2 / n)
         noise_df = max(means.size - 2, 1)
         noise_sd = math.sqrt(max(float(whole[0]), float(np.max(s2 / n))))
     if source == "labels" and means.size < MIN_LABELS_FOR_LABEL_NOISE:
-        # 1-2 differences cannot tell noise from a step: one level (a report draws what check found)
+        # 1-2 differences cannot tell noise from a step: one level
         w = 1.0 / var
         flat = [float(math.exp(float(np.sum(w * means) / np.sum(w))))] * means.size
         return Fit(
@@ -548,8 +535,7 @@ def _departure(
     alpha: float,
     noise_df: int,
 ) -> Departure | None:
-    """A :class:`Departure` when labels from ``first`` differ from the kept labels in
-    ``start:first`` by more than the ``1 - alpha`` normal quantile of its standard error."""
+    """A :class:`Departure` when labels from ``first`` differ significantly from ``start:first``."""
     wa, wb = float(np.sum(w[start:first])), float(np.sum(w[first:]))
     if wa <= 0 or wb <= 0:
         return None
@@ -586,10 +572,9 @@ _RESOLUTION_SIMULATIONS = 2000
 
 @dataclasses.dataclass(frozen=True)
 class Resolution:
-    """Why a fit shows no step, and the labels or runs that would resolve a step of ``step_pct``
-    between the series' halves with chance :data:`~katra_trace.analysis.intervals.TARGET_POWER`."""
+    """Why a fit shows no step, and the labels or runs that would resolve one of ``step_pct``."""
 
-    #: "labels" (label-to-label scatter), "replicates" (run-to-run) or "one label"
+    #: "labels", "replicates" or "one label"
     source: str
     #: sd of a label's level ("labels") or of one run ("replicates"), %
     noise_pct: float

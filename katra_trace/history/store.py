@@ -1,10 +1,6 @@
-"""Where history rows live: an embedded DuckDB file, or Parquet files per CI runner.
-
-DuckDB lets one process write a file at a time: every open retries on the lock for
-``lock_timeout_s``, and a writer holds it only for its one-transaction insert. The Parquet layout
-(one file per trace, hive-partitioned by host and label, linked into place) lets runners share a
-directory without colliding. DuckDB is optional: without it every function here raises
-:class:`~katra_trace.optional.MissingDependencyError` (exit 3). See docs/history.md.
+"""Where history rows live: a DuckDB file (one writer at a time: opens retry on the lock, and a
+writer holds it only for its insert) or Parquet files per CI runner. DuckDB is optional (exit 3
+without it). See docs/history.md.
 """
 
 from __future__ import annotations
@@ -75,9 +71,8 @@ def store_path(
     create: bool = True,
     inputs: Sequence[str | os.PathLike[str]] = (),
 ) -> Path:
-    """The store file ``path`` names, checked by :func:`check_output` (links followed); a reader
-    needs the file to exist. Called with ``--db`` as typed (a trailing '/' is seen only there),
-    before any trace is read; ``inputs`` (the traces) are never the store."""
+    """The store file ``path`` names, checked by :func:`check_output`. Called with ``--db`` as
+    typed (a trailing '/' is seen only there), before any trace is read."""
     if read_only:
         try:
             mode = os.stat(path).st_mode
@@ -113,9 +108,8 @@ def store_path(
 def open_store(
     path: Path, read_only: bool, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
 ) -> Iterator[Any]:
-    """A DuckDB connection to the store at ``path``, closed on exit; a writer creates the file,
-    the default directory and the table. Retries the lock for ``lock_timeout_s``; any other open
-    failure, or a read-only file that is no katra3d history, is a ConfigError."""
+    """A DuckDB connection to the store, closed on exit. Retries the lock for ``lock_timeout_s``;
+    any other open failure is a ConfigError."""
     duckdb = duckdb_module()
     path = store_path(path, read_only)
     deadline = time.monotonic() + lock_timeout_s
@@ -284,7 +278,7 @@ def _sql_str(text: str) -> str:
 
 
 def add_to_parquet(root: Path, runs: Sequence[PreparedRun]) -> AddResult:
-    """Write each run's rows into the Parquet directory ``root`` (no shared database)."""
+    """Write each run's rows into the Parquet directory ``root``."""
     duckdb = duckdb_module()
     result = AddResult()
     con = duckdb.connect()
@@ -391,8 +385,8 @@ class Source:
 def read_rows(
     source: Source, columns: Sequence[str], lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
 ) -> list[dict[str, Any]]:
-    """The rows of ``source`` (``columns`` of them), each trace counted once. Raises ConfigError
-    when the source is missing, unreadable or empty."""
+    """The rows of ``source``, each trace once. ConfigError when it is missing, unreadable or
+    empty."""
     duckdb = duckdb_module()
     unknown = [c for c in columns if c not in COLUMN_NAMES]
     if unknown:

@@ -70,12 +70,12 @@ class Selection:
 
     scene: str | None = None
     metric: str = "auto"
-    host: str | None = None  #: a host id prefix, or text found in "renderer / driver / cpu"
-    zone: str | None = ""  #: "" the frames, a zone name, or None for frames and every zone
+    host: str | None = None  #: host id prefix, or text in "renderer / driver / cpu"
+    zone: str | None = ""  #: "" the frames; None: frames and every zone
     stat: str = "median"
     last: int | None = None  #: only the newest N labels
-    allow_host_mismatch: bool = False  #: one series across hosts (and code generators) per scene
-    #: commit -> its place on the user's first-parent line (see :func:`label_order`)
+    allow_host_mismatch: bool = False  #: one series across hosts per scene
+    #: commit -> place on the user's first-parent line
     commit_order: Mapping[str, int] | None = None
 
 
@@ -158,8 +158,8 @@ def sparkline(values: Sequence[float]) -> str:
 def label_order(
     rows: Iterable[Mapping[str, Any]], commit_order: Mapping[str, int] | None = None
 ) -> list[str]:
-    """Labels by ``--time`` when every label has one; else by ``commit_order`` when it places every
-    label's commit; else by first add. A later re-capture never moves a label. Ties by name."""
+    """Labels by ``--time`` when all have one, else by ``commit_order`` when it places them all,
+    else by first add; a later re-capture never moves a label."""
     added: dict[str, int] = {}
     timed: dict[str, int] = {}
     commits: dict[str, set[str]] = {}
@@ -344,10 +344,9 @@ class StepReport:
     ratio: float  #: new level / old level
     ratio_low: float
     ratio_high: float
-    #: one of :data:`katra_trace.analysis.verdict.VERDICTS` (not "incomparable")
     verdict: str
     at_newest: bool  #: starts at the newest label of the selection
-    #: the capture settings of its first label, when they differ from the series' first
+    #: its first label's settings, when they differ from the series' first
     settings_changed: str
 
     def as_dict(self) -> dict[str, Any]:
@@ -371,16 +370,15 @@ class StepReport:
 
 @dataclasses.dataclass(frozen=True)
 class DepartureReport:
-    """A time series' newest label(s) away from the level before on too few runs for a verdict
-    (:func:`~katra_trace.analysis.defaults.runs_decide`): one busy run looks like a step. Never a
-    regression."""
+    """A time series' newest label(s) away from the level before on too few runs for a verdict:
+    one busy run looks like a step. Never a regression."""
 
     series: Series
     label: str  #: the first departing label
     labels: int
     runs: int
     ratio: float  #: their level / the level before
-    ratio_low: float  #: the ``1 - alpha`` interval of ``ratio``
+    ratio_low: float
     ratio_high: float
     runs_needed: int | None  #: runs that would settle it (None: none would)
 
@@ -461,7 +459,6 @@ class CheckResult:
     newest_label: str
     alpha: float
     threshold_pct: float | None  #: None: the per-metric defaults
-    #: time series whose newest labels depart on too few runs for a verdict
     departures: list[DepartureReport] = dataclasses.field(default_factory=list)
 
     @property
@@ -544,10 +541,8 @@ def check_steps(
     threshold_pct: float | None = None,
     newest_label: str | None = None,
 ) -> CheckResult:
-    """Fit each series and judge its steps with
-    :func:`~katra_trace.analysis.intervals.interval_verdict` (the count metrics' rule). A departure
-    of the newest labels is a step of a count metric when it is a change, and a
-    :class:`DepartureReport` of a time metric unless it is unchanged."""
+    """Fit each series and judge its steps with the count metrics' interval rule; a departure of
+    the newest labels is a count's step, or a time metric's :class:`DepartureReport`."""
     # deferred: intervals loads scipy.stats (about a second), not while the parser is built
     from katra_trace.analysis.intervals import interval_verdict
 
