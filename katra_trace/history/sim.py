@@ -60,14 +60,14 @@ def simulate(sc: Scenario, seed: int) -> list[np.ndarray]:
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """Over ``n`` seeds: how often any step was reported, each true step found where it is, ..."""
+    """Counts over ``n`` simulated histories."""
 
     n: int
-    any_step: int  #: histories with at least one reported step
-    exact: int  #: histories where every true step was reported at its label
+    any_step: int  #: with a reported step
+    exact: int  #: every true step reported at its label
     within_one: int  #: ... at its label +-1
-    start_range_covers: int  #: ... and each such step's start range contains the true label
-    #: histories with a reported step more than 1 label from every true step
+    start_range_covers: int  #: ... and its start range holds the true label
+    #: with a reported step more than 1 label from every true step
     extra_steps: int
 
 

@@ -37,12 +37,8 @@ def build_report(
     image_thresholds: ImageThresholds | None = None,
     history: Trends | None = None,
 ) -> str:
-    """The report page for opened traces ``runs`` and, if given, ``baseline``.
-
-    The comparison is ``comparison`` when the caller ran it (with round pairing), else it is run
-    here with ``compare_options`` and the image settings; ``history`` adds trend plots. Raises
-    MissingDependencyError (exit 3) without plotly.
-    """
+    """The report page for ``runs`` and, if given, ``baseline``: the comparison is ``comparison``
+    when the caller ran it, else run here. Raises MissingDependencyError without plotly."""
     plotly_js_packed()  # fail before any work when plotly is missing
     check_text(title, "--title")
     if baseline and comparison is None and comparison_error is None:

@@ -1,8 +1,5 @@
-"""What every plotly figure of the report shares: run colours, layout, compact values.
-
-The legend stands outside the plot area on the right, so it never covers the data; a figure's
-``height`` is also its element's height on the page.
-"""
+"""What every plotly figure of the report shares: run colours, layout (the legend outside the
+plot area, so it never covers data), compact values."""
 
 from __future__ import annotations
 

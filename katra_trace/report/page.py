@@ -299,7 +299,7 @@ def _side_series(
     role: str, name: str, runs: Sequence[tuple[int, str, FrameSeries]]
 ) -> list[dict[str, Any]]:
     """One side's frame-series traces: a line per run or, from :data:`BAND_MIN_RUNS` runs, a median
-    in a fastest-to-slowest band with each run drawn on demand (``legendonly``)."""
+    in a band with each run drawn on demand."""
     dash = "dot" if role == "baseline" else "solid"
     out: list[dict[str, Any]] = []
     banded = len(runs) >= BAND_MIN_RUNS

@@ -1,7 +1,5 @@
-"""The numbers behind the report's plots: frame series, histograms, zone shares (pure numpy).
-
-Frame series keep warmup frames (the plot shades them); the rest use measured frames only, as
-``stats`` does. Long series keep each bucket's min and max, so one slow frame still shows.
+"""The numbers behind the report's plots (pure numpy). Frame series keep warmup frames (shaded);
+the rest use measured frames only, as ``stats`` does.
 """
 
 from __future__ import annotations
@@ -64,14 +62,14 @@ def _scale(clock: str) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class FrameSeries:
-    """One run's frames of one scene on one clock, for plotting (values in ``unit``)."""
+    """One run's frames of one scene on one clock (values in ``unit``)."""
 
-    frame: np.ndarray  #: frame indices (warmup included), downsampled
-    value: np.ndarray  #: durations (ms) or counts, downsampled
+    frame: np.ndarray  #: downsampled frame indices (warmup included)
+    value: np.ndarray  #: ms or counts, downsampled
     warmup: tuple[int, int] | None  #: first and last warmup frame index
     measured: np.ndarray  #: every measured value, not downsampled
     total_frames: int  #: frames before downsampling
-    all_frame: np.ndarray  #: every frame index (warmup included), not downsampled
+    all_frame: np.ndarray  #: every frame index
     all_value: np.ndarray  #: every value of ``all_frame``
 
 
@@ -105,11 +103,11 @@ class SideBand:
     envelope, so no slow frame of any run falls out of it."""
 
     frame: np.ndarray  #: frame indices of the median line
-    median: np.ndarray  #: median across runs at each of ``frame``
+    median: np.ndarray  #: median across runs
     band_frame: np.ndarray  #: frame indices of the band's edges
     low: np.ndarray  #: fastest run at each of ``band_frame``
     high: np.ndarray  #: slowest run
-    runs: int  #: how many runs the band summarises
+    runs: int
 
 
 def side_band(series: Sequence[FrameSeries], max_points: int = MAX_POINTS) -> SideBand:
@@ -148,8 +146,7 @@ def _envelope(
 
 
 def cdf_points(values: np.ndarray, max_points: int = CDF_POINTS) -> tuple[np.ndarray, np.ndarray]:
-    """Empirical CDF as (value, percent at or below), at most ``max_points`` (evenly spaced
-    quantiles, min and max kept)."""
+    """Empirical CDF as (value, percent at or below), at most ``max_points``."""
     v = np.sort(np.asarray(values, dtype=np.float64))
     n = v.size
     if n == 0:

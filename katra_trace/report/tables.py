@@ -133,12 +133,11 @@ def _format_of(key: str) -> str:
 
 
 def _what(unit: str) -> str:
-    """What a table of ``unit`` holds: frame times, or counts per frame in that unit."""
     return "frame times" if unit == "ms" else f"{unit} per frame"
 
 
 def stats_table(entries: Sequence[tuple[str, str, ClockStats]]) -> str:
-    """Rows (run label, clock, statistics of one clock) as one table per unit, readable headers."""
+    """Rows (run label, clock, statistics) as one table per unit."""
     groups: dict[str, list[tuple[str, str, ClockStats]]] = {}
     for entry in entries:
         groups.setdefault(unit_of(entry[1]), []).append(entry)

@@ -23,9 +23,9 @@ MAX_DRAW_BARS = 40
 BARS_FRAME_PX = 110
 ROW_GAP_PX = 8
 BAR_PX = 9
-#: The default height of a plot (the page's CSS ``.plot``): the passes plot is never lower.
+#: The page's ``.plot`` height: the passes plot is never lower.
 PLOT_PX = 320
-#: The lowest a plot of one pass's draws goes (one or two draws need no more).
+#: The lowest a plot of one pass's draws goes.
 DRAWS_MIN_PX = 180
 
 #: The x axis reaches this many times the longest bar: room for its value.
@@ -117,9 +117,8 @@ def zone_figures(
     unit: str,
 ) -> tuple[str, str, list[dict[str, Any]]]:
     """``(passes element, draws elements, figures)`` of ``scene``'s zones on ``clock``; a side's
-    bar is the median of its runs' median per-frame times. ``frame_medians`` (each side's median
-    frame) is the total for draws outside any pass. Elements are empty when there is nothing to
-    draw."""
+    bar is the median of its runs' medians. ``frame_medians`` is the total for draws outside any
+    pass."""
     medians: dict[str, dict[str, float]] = {}
     for role, traces in sides:
         per_zone: dict[str, list[float]] = {}
