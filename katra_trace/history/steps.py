@@ -108,7 +108,7 @@ class Fit:
 
 
 def _drop_outliers(logs: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
-    """Leave out runs :data:`OUTLIER_SDS` robust sds from their label's median (labels of 3+ runs):
+    """Leave out runs beyond :data:`OUTLIER_SDS` robust sds from their label's median (3+ runs):
     a busy neighbour can halve one run."""
     devs = []
     for a in logs:

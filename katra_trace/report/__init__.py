@@ -84,8 +84,8 @@ def write_report(
     overwrite: bool = False,
     inputs: Sequence[str | os.PathLike[str]] = (),
 ) -> int:
-    """Write ``page`` to ``path`` (a file only with ``overwrite``, never one of the ``inputs``);
-    returns its size in bytes."""
+    """Write ``page`` to ``path`` (replacing a file only with ``overwrite``, never one of the
+    ``inputs``); returns its size in bytes."""
     data = page.encode("utf-8")
     with open_output(path, force=overwrite, inputs=inputs, example="report.html") as f:
         f.write(data)
