@@ -76,9 +76,9 @@ bench: sysdeps-bench $(STAMP) bytecode
 
 # Not in `make bench` (valgrind, ~30 min on 2 cores): --measure instructions on the ci suite, docs/measure.md's
 # table, counted A/A on small frames (7 processes a scene and size) with the +1 % step on a ci-size frame, and
-# a short counted run's cost against the same time run
+# a short counted run's cost against the same time run, and what keeping instruction profiles adds to it
 bench-measure: sysdeps-test $(STAMP) bytecode
-	$(PY) -m bench measure counts-aa counted-cost --out .benchmarks/results-measure.json
+	$(PY) -m bench measure counts-aa counted-cost profile-cost --out .benchmarks/results-measure.json
 
 # A study, not a guard (about 30 min): the noise table (bench/experiments/noise.py), written between
 # docs/stats.md's noise-table markers. Smoke test at tiny sizes (not written to the docs):

@@ -1,25 +1,8 @@
-"""Time your own moderngl renderer into a katra3d trace.
+"""Time your own moderngl renderer into a katra3d trace (``katra3d.capture``; docs/pytest.md and
+README show its use).
 
-::
-
-    import katra3d
-    with katra3d.capture(ctx, "my.katra", workload="my-renderer") as cap:
-        for i in range(300):
-            with cap.frame():
-                with cap.zone("shadows"):
-                    ...
-                with cap.zone("lighting"):
-                    ...
-
-The trace has the same format, clocks and timing modes as ``katra3d run`` (it
-is written by the same capture engine, made by :func:`katra3d.harness.run.pipeline.open_engine`):
-``timing="auto"`` picks ``sync`` (glFinish at the end of each frame, host
-clock) on software renderers and ``gpu`` (GL_TIMESTAMP queries) elsewhere.
-The context is not changed, except that frames in ``sync`` mode end with
-``glFinish``. Frames marked ``warmup=True`` are recorded and excluded from
-statistics. A GL error during a frame ends the capture with a SceneError
-(the trace records it).
-"""
+Written by the same capture engine as ``katra3d run``: same format, clocks and timing modes. The
+context is not changed, except that ``sync`` frames end with ``glFinish``."""
 
 from __future__ import annotations
 
@@ -34,14 +17,11 @@ from katra_trace.io.header import build_capture_options
 from katra_trace.io.images import check_pixels, decode_png, frame_record
 from katra_trace.schema import Flag
 
-#: The scene name of a capture given neither ``scene`` nor ``workload``.
 DEFAULT_SCENE = "capture"
 
 
 class _FrameSpan:
-    """The context manager returned by :meth:`Capture.frame` (one per flag value, made once per
-    capture).
-    """
+    """:meth:`Capture.frame`'s context manager (one per flag value, made once per capture)."""
 
     __slots__ = ("cap", "flags", "begin", "end")
 
@@ -49,8 +29,7 @@ class _FrameSpan:
         self.cap = cap
         self.flags = flags
         engine = cap.engine
-        # the engine's own begin/end (its end checks GL errors), looked up once: two Python calls
-        # less a frame
+        # looked up once: two Python calls less a frame
         self.begin = engine.frame_begin
         self.end = engine.end_frame
 
@@ -74,11 +53,8 @@ class _FrameSpan:
 
 
 class Capture:
-    """A capture in progress: :meth:`frame` and :meth:`zone` record spans into the trace.
-
-    Create it with :func:`capture`. ``frames`` counts recorded frames;
-    ``timing_mode`` / ``timing_reason`` say which clock measured them.
-    """
+    """A capture in progress (made by :func:`capture`): :meth:`frame` and :meth:`zone` record spans
+    into the trace; ``timing_mode``/``timing_reason`` say which clock measured them."""
 
     def __init__(
         self,
@@ -94,8 +70,8 @@ class Capture:
         overwrite: bool = False,
         max_draw_zones: int | None = None,
     ) -> None:
-        # deferred: the engine and the host probe load when a capture starts: `import katra3d`
-        # (every katra3d command) stays light
+        # deferred: the engine and the probe load when a capture starts; `import katra3d` stays
+        # light
         from katra3d.harness.engine.spec import CaptureSpec
         from katra3d.harness.gl import probe
         from katra3d.harness.run.pipeline import open_engine
@@ -110,8 +86,6 @@ class Capture:
                 f"'{traced}' is an apitrace trace: replay it with `katra3d run {traced}` or the "
                 f"pytest fixture katra_scene('{traced}') (docs/replay.md)"
             )
-        # the frames' scene is the workload as the user named it (stats, compare and the report show
-        # it)
         scene = scene or workload or DEFAULT_SCENE
         session = types.SimpleNamespace(ctx=ctx, backend="external", device=None)
         host = probe.host_info(session)
@@ -164,16 +138,12 @@ class Capture:
     def keep_image(
         self, image: np.ndarray | bytes, *, frame: int | None = None, time_s: float = 0.0
     ) -> str:
-        """Keep your frame in the trace, as ``katra3d run`` keeps each scene's last measured frame.
+        """Keep your frame in the trace, as ``katra3d run`` keeps each scene's last frame; returns
+        its SHA-256 (hex).
 
-        ``image``: the pixels, an (H, W, 3|4) uint8 array with row 0 at the top (flip what
-        ``fbo.read()`` gives: GL's row 0 is the bottom), or the bytes of a PNG. ``frame``: its index
-        in the current scene (default: the last frame recorded); ``time_s``: the animation time you
-        drew it at, in seconds. Choose the same frame in every run, so that two traces compare.
-        The frame is stored under the current scene's name (a later call for the same scene
-        replaces it for readers) with this context's image key. Returns the pixels' SHA-256 (hex).
-        Call it between frames: inside one, its cost would be timed.
-        """
+        ``image``: an (H, W, 3|4) uint8 array with row 0 at the top (flip ``fbo.read()``), or PNG
+        bytes. ``frame`` defaults to the last recorded; keep the same frame in every run so traces
+        compare. Call it between frames (inside one, its cost would be timed)."""
         if self._closed:
             raise ConfigError("capture is finished: no more images can be kept")
         if self._in_frame:
@@ -236,17 +206,10 @@ def capture(
 ) -> Capture:
     """Start recording frames of your own moderngl code on ``ctx`` into the trace at ``path``.
 
-    ``workload`` names what is timed (the trace header's workload); the frames belong to scene
-    ``scene``, by default the workload's name (``capture`` when neither is given), and
-    :meth:`Capture.scene` starts another.
-
-    ``timing``: auto | sync | gpu (see docs/timing.md). ``zones``: record
-    ``zone()`` spans (each also a KHR_debug group): True or ``"passes"``,
-    ``"draws"`` (every moderngl draw on ``ctx`` inside a frame too, see
-    :mod:`katra3d.harness.engine.draws`), False or ``"off"``. Returns a :class:`Capture`;
-    use it as a context manager or call :meth:`Capture.close`. An existing file at
-    ``path`` is refused (OutputExistsError) unless ``overwrite`` is true.
-    """
+    Frames belong to scene ``scene`` (default: the workload, else ``capture``). ``timing``: auto |
+    sync | gpu (docs/timing.md). ``zones``: True/"passes", "draws" (every moderngl draw on ``ctx``
+    too), False/"off". An existing ``path`` is refused (OutputExistsError) unless ``overwrite``. Use
+    the result as a context manager or call :meth:`Capture.close`."""
     return Capture(
         ctx,
         path,

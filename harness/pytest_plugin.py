@@ -1,37 +1,9 @@
-"""pytest plugin (entry point ``pytest11``: ``katra3d``): scenes as tests and benchmarks.
+"""pytest plugin (entry point ``pytest11``: ``katra3d``): the ``katra_scene`` fixture, the ``gl``
+marker and ``--katra3d-keep``; docs/pytest.md shows their use.
 
-* Fixture ``katra_scene``: a callable that runs a scene in-process for N
-  frames on a headless GL context, records a trace, and returns a
-  :class:`SceneRun` with the scene's statistics (see katra_trace.analysis.stats)::
-
-      @pytest.mark.gl
-      def test_fill(katra_scene):
-          run = katra_scene("fillrate", frames=30, size=(64, 64), params={"layers": 2})
-          assert run.stats["wall"]["n"] == 30
-
-* With pytest-benchmark, pass its fixture: every measured frame is one
-  ``benchmark.pedantic`` round (one iteration), so pytest-benchmark's stats
-  and ``--benchmark-compare`` see frame times; GL and host info and the
-  katra3d statistics go to ``benchmark.extra_info["katra3d"]``::
-
-      def test_fill_bench(katra_scene, benchmark):
-          katra_scene("fillrate", frames=60, benchmark=benchmark)
-
-  In ``sync`` timing mode (software renderers) each frame ends with
-  glFinish, so pytest-benchmark's time per round is the frame's wall time;
-  in ``gpu`` mode it is the CPU submit time (the GPU times are in the trace).
-
-* Registers the ``gl`` marker.
-
-* ``--katra3d-keep DIR`` (or the ini option ``katra3d_keep = DIR``, relative to the ini
-  file): ``katra_scene`` writes its traces into DIR, one file per test and call, named after
-  the test (:func:`kept_trace_name`), instead of pytest's temporary directory; a rerun
-  replaces the traces of the tests it runs (unless its scene fails). See docs/pytest.md.
-
-Importing this module imports nothing but pytest and the standard library:
-it is loaded into every pytest run of a project that installs katra3d. GL
-modules are imported only when a test calls ``katra_scene``.
-"""
+With pytest-benchmark's fixture every measured frame is one pedantic round. Importing this module
+imports only pytest and the standard library: it loads into every pytest run of a project that
+installs katra3d."""
 
 from __future__ import annotations
 
@@ -45,7 +17,6 @@ from typing import Any
 import pytest
 
 GL_MARKER = "gl: renders through a real OpenGL context (Mesa llvmpipe via EGL in CI)"
-#: The command-line option and the ini option that keep katra_scene's traces in a directory.
 KEEP_OPTION = "--katra3d-keep"
 KEEP_INI = "katra3d_keep"
 KEEP_HELP = (
@@ -53,10 +24,7 @@ KEEP_HELP = (
     "replaces "
     "them) instead of pytest's temporary directory"
 )
-#: Longest file name (characters) :func:`kept_trace_name` writes; longer test ids are cut and
-#: hashed.
 MAX_NAME_CHARS = 120
-#: How many traces this pytest process kept (the terminal summary's line).
 _KEPT = pytest.StashKey[list[Path]]()
 
 
@@ -76,9 +44,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def keep_dir(config: pytest.Config) -> Path | None:
-    """Where ``katra_scene`` keeps its traces: ``--katra3d-keep`` (relative to where pytest was
-    started), else the ini option ``katra3d_keep`` (relative to the ini file's directory), else None
-    (a temporary directory per test)."""
+    """Where ``katra_scene`` keeps traces: ``--katra3d-keep`` (relative to the invocation dir), else
+    ini ``katra3d_keep`` (relative to the ini file), else None (a temporary directory)."""
     given = config.getoption("katra3d_keep", default=None)
     if given:
         return Path(config.invocation_params.dir, str(given))
@@ -89,10 +56,9 @@ def keep_dir(config: pytest.Config) -> Path | None:
 
 
 def kept_trace_name(nodeid: str, index: int, scene: str) -> str:
-    """The file name of a kept trace: the test's id (``/`` and ``::`` as ``.``, other characters
-    that do not belong in a file name as ``_``), the call's number in the test and the scene:
-    ``tests.test_fill.py.test_fast[4]-01-fillrate.katra``. Ids over :data:`MAX_NAME_CHARS` are cut
-    and end with a hash of the whole id, so two tests never share a file."""
+    """A kept trace's file name: the sanitized test id, the call's number and the scene
+    (``tests.test_fill.py.test_fast[4]-01-fillrate.katra``). Ids over :data:`MAX_NAME_CHARS` are cut
+    and end with a hash, so two tests never share a file."""
     stem = re.sub(r"[^\w.\-\[\]=,+]", "_", nodeid.replace("::", ".").replace("/", "."))
     scene_part = re.sub(r"[^\w.-]", "_", scene)
     tail = f"-{index:02d}-{scene_part}.katra"
@@ -110,14 +76,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 @dataclasses.dataclass(frozen=True)
 class SceneRun:
-    """What :func:`run_scene` produced.
-
-    ``stats``: ``{clock: {stat: value}}`` for the scene's frames (warmup
-    excluded; keys as in ``katra_trace.analysis.stats.FrameStats.as_dict``);
-    ``zones``: ``{zone: {clock: {stat: value}}}``; ``clock``: the clock the
-    capture trusts (``wall`` in sync mode, ``gpu`` in gpu mode); ``trace``:
-    the trace file; ``info``: what goes to the benchmark's extra_info.
-    """
+    """What :func:`run_scene` produced: ``stats`` ``{clock: {stat: value}}`` (warmup excluded),
+    ``zones`` ``{zone: {clock: {stat: value}}}``, the trusted ``clock``, and ``info`` for the
+    benchmark's extra_info."""
 
     scene: str
     stats: dict[str, dict[str, Any]]
@@ -129,7 +90,6 @@ class SceneRun:
 
     @property
     def primary(self) -> dict[str, Any]:
-        """The statistics on the trusted clock."""
         return self.stats[self.clock]
 
 
@@ -148,19 +108,16 @@ def run_scene(
     measure: str = "time",
     overwrite: bool = False,
 ) -> SceneRun:
-    """Run scene ``name`` for ``warmup`` + ``frames`` frames into the trace file ``trace``
-    (an existing file there is refused, OutputExistsError, unless ``overwrite``; a failed capture
-    never replaces it: its frames go to ``NAME.failed.katra``).
+    """Run scene ``name`` for ``warmup`` + ``frames`` frames into ``trace``, as ``katra3d run``
+    would.
 
-    Raises katra_trace errors (SceneError, ConfigError, BackendUnavailable) like ``katra3d run``;
-    ``benchmark`` (pytest-benchmark's fixture) times each measured frame as one pedantic round.
-    ``measure="instructions"`` (or ``"cycles"``) counts each frame's work under callgrind in a child
-    process, as ``katra3d run --measure`` does; ``stats`` then holds counts, not times. An apitrace
-    trace (``name`` ending in ``.trace``) is replayed by glretrace as ``katra3d run app.trace``
-    replays it (docs/replay.md): its frames are the trace's, ``size`` and ``timing`` do not apply.
-    """
-    # deferred: this module is loaded into every pytest run; GL and the engine load when a test runs
-    # a scene
+    An existing ``trace`` is refused unless ``overwrite``; a failed capture goes to
+    ``NAME.failed.katra``. Raises katra_trace errors. ``benchmark`` times each measured frame as one
+    pedantic round. ``measure="instructions"|"cycles"`` counts under callgrind in a child (``stats``
+    then holds counts); an apitrace ``.trace`` is replayed by glretrace (``size`` and ``timing`` do
+    not apply)."""
+    # deferred: this module loads into every pytest run; GL and the engine load when a test runs a
+    # scene
     from katra3d.harness.engine import lifecycle
     from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
     from katra3d.harness.gl import backends, probe
@@ -173,12 +130,11 @@ def run_scene(
     from katra_trace.io.reader import open_trace
     from katra_trace.metrics import CLOCK_PREFERENCE, primary_clock_of
 
-    checked = check_numbers(frames, warmup, size, seed, prefix="")  # the command line's checks
+    checked = check_numbers(frames, warmup, size, seed, prefix="")
     frames, warmup, size, seed = checked  # type: ignore[assignment]  # none is None here
     cls = get_scene(name)
     label = getattr(cls, "name", "") or name
     resolved = dict(resolve_params(cls, dict(params or {})))
-    # an apitrace trace: replayed by glretrace (docs/replay.md)
     replayed = bool(getattr(cls, "trace_path", ""))
     if measure != "time" or replayed:
         if benchmark is not None:
@@ -225,7 +181,7 @@ def run_scene(
             timing=timing,
             zones=zones,
             overwrite=overwrite,
-            failed_aside=True,  # as katra3d run: a failure never replaces the trace at ``trace``
+            failed_aside=True,  # a failure never replaces the trace at ``trace``
         )
         engine = open_engine(session.ctx, spec)
         with engine:
@@ -243,16 +199,14 @@ def run_scene(
             outcome = lifecycle.run_scene(engine, scene, bind=session.bind, measured_driver=driver)
             engine.finish("complete", {"frames": frames, "api": "katra_scene"})
     if outcome.status == "skipped":
-        # deferred: the plugin loads in every pytest session; katra3d's modules load only when a
-        # test uses it
+        # deferred: katra3d's modules load only when a test uses the plugin
         from katra3d.scenes.api import SceneSkip
 
         raise SceneSkip(outcome.reason)
     opened = open_trace(trace)
     result = trace_stats(opened).scenes.get(label, NO_STATS).as_dict()
     options = opened.header.capture_options
-    # the one rule of which clock a scene's numbers are read on (stats, info and the report use it
-    # too)
+    # the one rule of which clock a scene's numbers are read on
     clock = (
         primary_clock_of(list(result["metrics"]), options.measure_mode, options.primary_clock)
         or options.primary_clock
@@ -308,11 +262,8 @@ def _run_apart(
     measure: str,
     overwrite: bool,
 ) -> SceneRun:
-    """``katra_scene(..., measure="instructions")`` and ``katra_scene("app.trace")``: what ``katra3d
-    run`` does (a counted child process; a trace replayed by glretrace); an existing trace is
-    replaced only with ``overwrite``, as on the time path."""
-    # deferred: the plugin loads in every pytest session; katra3d's modules load only when a test
-    # uses it
+    """A counted run or a replayed apitrace trace: through ``katra3d run``'s runner."""
+    # deferred: katra3d's modules load only when a test uses the plugin
     from katra3d.harness.run.config import RunConfig
     from katra3d.harness.run.runner import run
     from katra_trace.analysis.stats import NO_STATS, trace_stats
@@ -377,35 +328,28 @@ def katra_scene(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Callable[..., SceneRun]]:
     """``katra_scene(name, frames=60, warmup=5, size=(128, 128), params=None, timing="auto",
-    zones=False, seed=0, benchmark=None) -> SceneRun``: run a scene in-process and get its stats.
+    zones=False, seed=0, benchmark=None) -> SceneRun``: run a scene in-process.
 
-    ``name`` is a scene spec as ``katra3d run`` takes it; a relative ``path/to/file.py[:Class]`` (or
-    ``path/to/app.trace``, an apitrace trace replayed by glretrace) is looked up beside the calling
-    test file, then in the working directory, then in pytest's rootdir. Skips the test when no GL
-    context can be opened or the scene says it cannot run here (SceneSkip); fails it with any other
-    katra3d error's one line. Traces go to a temporary directory, or with ``--katra3d-keep DIR``
-    (ini ``katra3d_keep``) into DIR, named by :func:`kept_trace_name`.
-    """
+    A relative scene file or ``.trace`` is looked up beside the test file, then in the working
+    directory, then in the rootdir. Skips when no GL context opens or on SceneSkip; fails with any
+    other katra3d error's one line."""
     keep = keep_dir(request.config)
     base = tmp_path_factory.mktemp("katra3d") if keep is None else keep
     count = [0]
 
     def run(name: str, **kwargs: Any) -> SceneRun:
-        # deferred: the plugin loads in every pytest session; katra3d's modules load only when a
-        # test uses it
+        # deferred: katra3d's modules load only when a test uses the plugin
         from katra3d.scenes.api import SceneSkip
         from katra3d.scenes.registry import TRACE_SUFFIX, find_file_spec
         from katra_trace.errors import BackendUnavailable, KatraError
 
-        # a relative scene file (or apitrace trace): beside the calling test file, then in the
-        # working directory, then in pytest's rootdir
         bases = tuple(dict.fromkeys((request.path.parent, Path.cwd(), request.config.rootpath)))
         count[0] += 1
         if keep is None:
             path = base / f"{count[0]:02d}-{name.replace('/', '_').replace(':', '_')}.katra"
         else:
             path = keep / kept_trace_name(request.node.nodeid, count[0], name)
-            # the user named the directory: a rerun of this test replaces its own trace
+            # the user named the directory: a rerun replaces its own trace
             kwargs.setdefault("overwrite", True)
         try:
             spec = find_file_spec(name, bases)
@@ -427,7 +371,7 @@ def katra_scene(
             if keep is not None:
                 request.config.stash[_KEPT].append(path)
             return result
-        # outside the except clause: katra3d's one line, without its internals' traceback
+        # outside the except clause: one line, without the internals' traceback
         pytest.fail(failure, pytrace=False)
 
     yield run

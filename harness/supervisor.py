@@ -1,16 +1,10 @@
 """The one door for katra3d's child processes, its stop signals and its parallel jobs.
 
-* :func:`spawn` starts a child leading a process group of its own (a new session, or with
-  ``session=False`` a group in katra3d's session: Linux's autogroup scheduling shares a loaded
-  machine out by session, and ran a replayer in a session of its own at 0.75 of the frame rate,
-  bench/replay.py) that a katra3d killed outright takes along. :class:`Group` stops it as one.
-* :func:`handling` is the one place that installs signal handlers and puts the old ones back.
-* :class:`Supervisor` holds the groups of one command: a stop signal to katra3d reaches each as
-  its policy says (``levels``: the first asks it to stop, so a run in it keeps its frames, a second
-  kills it; ``signals``: the signal itself, SIGKILL while the child cannot handle it yet).
-* :meth:`Supervisor.pool` runs jobs at most ``jobs`` at a time in threads: no new one starts after
-  a stop signal or a failure, and a failure stops the running jobs after it.
-"""
+Each child leads a process group of its own that dies with katra3d (:func:`spawn`); a
+:class:`Supervisor` passes katra3d's stop signals to its groups by policy and runs parallel jobs
+(:meth:`Supervisor.pool`). ``session=False`` keeps the group in katra3d's session: Linux's autogroup
+shares a loaded machine out by session, and a replayer in its own session ran at 0.75 of the frame
+rate (bench/replay.py)."""
 
 from __future__ import annotations
 
@@ -29,33 +23,24 @@ from katra_trace.errors import Interrupted
 
 R = TypeVar("R")
 
-#: The signals that stop katra3d and what it started.
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: ``PR_SET_PDEATHSIG`` of ``<linux/prctl.h>``.
 PR_SET_PDEATHSIG = 1
-#: How far a group has been stopped: asked to stop at its next frame boundary (SIGTERM), to stop
-#: now (a second SIGTERM), killed (SIGKILL).
+# How far a group is stopped: asked to stop at its next frame boundary, to stop now, killed.
 STOP_FIRST, STOP_NOW, STOP_KILL = 1, 2, 3
-#: Seconds a stopped group of a ``katra3d run`` has, after its SIGTERM, to finish its trace: a
-#: counted 16x16 run took 3.5 s from the signal to its exit on a busy 2-core machine, a time run
-#: 0.2 s; room for a bigger frame and for several groups finishing at once.
+# A counted 16x16 run took 3.5 s from SIGTERM to exit on a busy 2-core machine: room for more.
 STOP_GRACE_S = 10.0
-#: Seconds a group then has after its second SIGTERM (a run's stop-now: the keeper finishes the
-#: trace within ``engine.stopping.HARD_STOP_GRACE_S``; callgrind's last dump follows), before
-#: SIGKILL.
+# After the second SIGTERM: the keeper's HARD_STOP_GRACE_S, then callgrind's last dump.
 HARD_STOP_WAIT_S = 5.0
-#: Seconds to wait for a SIGKILLed group to be gone.
 KILL_WAIT_S = 5.0
-#: Seconds between two looks at a group, and at a pool's jobs.
 POLL_S = 0.05
 
 Policy = Literal["levels", "signals", "none"]
 
 
 def _preexec(session: bool) -> Callable[[], None]:
-    """The child's set-up between fork and exec: without ``session``, a group of its own in
-    katra3d's session; SIGKILL when this process ends (Linux's parent-death signal; it survives
-    exec), at once if this process has ended already."""
+    """Between fork and exec: a group of its own (without ``session``) and SIGKILL when this process
+    ends (parent-death signal), at once if it has ended already."""
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, before fork
         prctl.argtypes = [ctypes.c_int, *[ctypes.c_ulong] * 4]
@@ -75,8 +60,8 @@ def _preexec(session: bool) -> Callable[[], None]:
 
 
 class Group:
-    """The process group that ``proc`` leads, how far it has been stopped, and what a stop signal
-    to katra3d does to it (``policy``; ``ready()``: whether the child handles a signal yet)."""
+    """The process group ``proc`` leads, how far it is stopped, and what a stop signal does to it
+    (``ready()``: whether the child handles a signal yet)."""
 
     def __init__(
         self,
@@ -91,8 +76,8 @@ class Group:
         self.task: int | None = None
 
     def send(self, level: int) -> None:
-        """Stop the group to ``level`` unless stopped as far already: SIGTERM for
-        :data:`STOP_FIRST` and :data:`STOP_NOW`, SIGKILL for :data:`STOP_KILL`."""
+        """Stop the group to ``level`` unless it is that far already (SIGTERM, or SIGKILL for
+        :data:`STOP_KILL`)."""
         if self.sent >= level:
             return
         self.sent = level  # first: a handler that runs meanwhile sends nothing twice
@@ -100,7 +85,8 @@ class Group:
             os.killpg(self.proc.pid, signal.SIGKILL if level >= STOP_KILL else signal.SIGTERM)
 
     def stopped_by(self, signum: int, count: int) -> None:
-        """The ``count``-th stop signal to katra3d, ``signum``, as this group's policy says."""
+        """The ``count``-th stop signal to katra3d, ``signum``, as this group's policy says:
+        ``levels`` asks first then kills, ``signals`` passes it on (SIGKILL while not ready)."""
         if self.policy == "levels":
             self.send(STOP_FIRST if count <= 1 else STOP_KILL)
         elif self.policy == "signals" and self.proc.returncode is None:
@@ -110,8 +96,8 @@ class Group:
                 )
 
     def gone(self) -> bool:
-        """Whether the leader is reaped and no member of the group still runs (a zombie waiting for
-        its new parent is gone; the group's ID stays taken while it has a member), by ``/proc``."""
+        """Whether the leader is reaped and no member of the group still runs (zombies aside), by
+        ``/proc``."""
         if self.proc.poll() is None:
             return False
         try:
@@ -140,9 +126,9 @@ class Group:
         return True
 
     def end(self, grace_s: float) -> None:
-        """End the group: with ``grace_s``, SIGTERM, ``grace_s`` for the whole group to end, a
-        second SIGTERM and :data:`HARD_STOP_WAIT_S` more; then (at once without) SIGKILL. Returns
-        once it is gone, or :data:`KILL_WAIT_S` after the SIGKILL; never raises."""
+        """End the group: with ``grace_s``, SIGTERM, ``grace_s``, a second SIGTERM and
+        :data:`HARD_STOP_WAIT_S`; then SIGKILL. Returns once gone or :data:`KILL_WAIT_S` after;
+        never raises."""
         if self.gone():  # nothing to signal: its ID may be another group's by now
             return
         if grace_s > 0:
@@ -164,9 +150,8 @@ def spawn(
     ready: Callable[[], bool] | None = None,
     **popen: Any,
 ) -> Group:
-    """Start ``args`` leading a process group of its own (a new session, or with ``session``
-    False a group in katra3d's session) that dies with katra3d. ``popen``: the rest of
-    :class:`subprocess.Popen`'s arguments. Raises what Popen raises."""
+    """Start ``args`` leading a process group of its own that dies with katra3d (``popen``: Popen's
+    other arguments; raises what Popen raises)."""
     proc = subprocess.Popen(
         list(args), start_new_session=session, preexec_fn=_preexec(session), **popen
     )
@@ -180,10 +165,9 @@ def handling(
     *,
     unless_ignored: bool = False,
 ) -> Iterator[bool]:
-    """``handler`` handles ``signals`` for the duration (main thread only; elsewhere nothing is
-    installed); yields whether it was installed. The old handlers are put back afterwards; one
-    installed from C (``signal.signal`` returns None for it, e.g. under apitrace) as ``SIG_DFL``.
-    ``unless_ignored``: a signal ignored now (a background job's SIGINT) stays ignored."""
+    """``handler`` handles ``signals`` for the duration (main thread only); yields whether
+    installed. Old handlers are put back (one installed from C, e.g. under apitrace, as
+    ``SIG_DFL``); ``unless_ignored`` leaves ignored signals ignored."""
     old: dict[signal.Signals, Any] = {}
     try:
         if threading.current_thread() is threading.main_thread():
@@ -199,10 +183,9 @@ def handling(
 class Supervisor:
     """The child process groups of one command, stopped together by katra3d's stop signals.
 
-    Entered in the main thread it handles SIGINT, SIGTERM and SIGHUP (``handle``) and is
-    :attr:`active`, for its pool's jobs to join. Each signal is noted in :attr:`received` and
-    passed to every group by its policy, those started later included. What is left running when
-    it exits is killed."""
+    Entered in the main thread it handles the stop signals and is :attr:`active`; each signal is
+    noted in :attr:`received` and passed to every group, later ones included. What is left running
+    at exit is killed."""
 
     active: ClassVar[Supervisor | None] = None
 
@@ -234,15 +217,14 @@ class Supervisor:
             self._exit.close()
 
     def stop(self, signum: int) -> None:
-        """A stop signal: noted, and passed to every group."""
         with self.lock:
             self.received.append(signum)
             for group in self.groups:
                 group.stopped_by(signum, len(self.received))
 
     def start(self, args: Sequence[str], **kwargs: Any) -> Group:
-        """:func:`spawn`, the group kept until :meth:`release`; one started after a stop signal
-        gets it at once."""
+        """:func:`spawn`, kept until :meth:`release`; a group started after a stop signal gets it at
+        once."""
         group = spawn(args, **kwargs)
         group.task = getattr(self._task, "index", None)
         with self.lock:
@@ -254,7 +236,6 @@ class Supervisor:
         return group
 
     def release(self, group: Group) -> None:
-        """Forget an ended group."""
         with self.lock, contextlib.suppress(ValueError):
             self.groups.remove(group)
 
@@ -279,16 +260,14 @@ class Supervisor:
         failed: Callable[[int, R], bool] | None = None,
         idle: Callable[[], object] | None = None,
     ) -> Generator[tuple[int, R], None, None]:
-        """Run ``tasks`` (each in a thread, its children started through :meth:`start`), at most
-        ``jobs`` at a time, in ``order`` (indices; default: as given); yields (index, result) as
-        each ends. ``before(i)`` runs in the calling thread just before task ``i`` starts,
-        ``failed(i, result)`` there as it ends, ``idle()`` every :data:`POLL_S` while tasks run.
+        """Run ``tasks`` in threads, at most ``jobs`` at a time, in ``order``; yields (index,
+        result) as each ends. ``before(i)`` and ``failed(i, result)`` run in the calling thread,
+        ``idle()`` every :data:`POLL_S`.
 
-        No task starts after a stop signal; a task that raises :class:`Interrupted` then is left
-        out. A result that ``failed`` says is a failure stops the start of new tasks and kills the
-        running tasks after ``i`` (a serial run would not have run them); those before it finish.
-        A task that raises stops every running one (SIGTERM, :data:`STOP_GRACE_S`, then SIGKILL)
-        and the error is raised; so does an early exit of the caller."""
+        No task starts after a stop signal (an :class:`Interrupted` task is then left out). A
+        ``failed`` result stops new starts and kills the running tasks after it, as a serial run
+        would not have run them. A raising task or an early exit of the caller stops every running
+        one (SIGTERM, :data:`STOP_GRACE_S`, SIGKILL)."""
         upcoming = list(range(len(tasks)) if order is None else order)
         running: dict[Future[R], int] = {}
         failed_at = len(tasks)

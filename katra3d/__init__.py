@@ -1,25 +1,12 @@
 """katra3d: run 3D scenes headless, time every frame and draw, and compare versions.
 
-The public API for scene authors and for timing your own moderngl code::
+The public API: the Scene API (docs/scenes.md), ``capture``/``Capture`` to time your own moderngl
+loop, ``get_scene``/``run_offscreen`` to render without a trace. No top-level ``harness`` or
+``scenes`` is installed (they map under this name), so a project with its own ``scenes/`` package
+is unaffected. Importing katra3d loads no GL module: each public name is imported on first use."""
 
-    # write a scene (docs/scenes.md)
-    from katra3d import Scene, Param, Frame, SceneSkip, compile_program
-    # time your own loop (docs/cli.md)
-    from katra3d import capture, Capture
-    # render a scene without a trace
-    from katra3d import get_scene, run_offscreen
-
-The folders of the repository map under this name: ``katra3d.harness`` (GL, timing, runner, CLI) and
-``katra3d.scenes`` (the Scene API and the built-in scenes); the trace itself is ``katra_trace``. No
-generic top-level module (``harness``, ``scenes``) is installed, so a repository with its own
-``scenes/`` package uses katra3d as it is. Importing :mod:`katra3d` loads no GL module and nothing
-of the above: each public name is imported on first use.
-"""
-
-# The first statements, before any import that takes time: the window in which a Ctrl-C can still
-# print a traceback from katra3d's code is the few lines up to the handler. `_signal` is the
-# built-in module behind `signal` (already loaded by the interpreter), so importing it costs
-# nothing; `signal` itself takes about a millisecond.
+# First, before any slow import: a Ctrl-C while the katra3d command is still importing ends it
+# quietly. `_signal` is already loaded; `signal` costs about a millisecond.
 import _signal  # type: ignore[import-not-found]  # typeshed has no stub for the built-in module
 import os as _os
 import sys as _sys
@@ -28,9 +15,7 @@ if (
     _os.path.basename(_sys.argv[0] if _sys.argv else "") == "katra3d"
     and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler
 ):
-    # The katra3d command: a Ctrl-C while it is still importing ends it quietly (no traceback).
-    # katra3d.harness.cli.main restores Python's handler before doing anything else. Applications
-    # that import katra3d keep their own handlers.
+    # katra3d.harness.cli.main restores Python's handler; applications keep their own.
     def _quiet_exit(signum: int, _frame: object) -> None:
         _os.write(2, b"katra3d: interrupted\n")
         _os._exit(128 + signum)
@@ -47,7 +32,6 @@ if TYPE_CHECKING:
     from katra3d.scenes.shaders import ShaderCompileError, compile_compute, compile_program
     from katra_trace.errors import SceneError
 
-#: Each public name and the module that defines it (imported on first use of the name).
 _PUBLIC: dict[str, str] = {
     "Scene": "katra3d.scenes.api",
     "Param": "katra3d.scenes.api",
@@ -65,8 +49,7 @@ _PUBLIC: dict[str, str] = {
     "run_offscreen": "katra3d.harness.run.offscreen",
 }
 
-#: The names of :data:`_PUBLIC`, sorted: a literal list, so that linters and type checkers see
-#: the re-exports.
+# A literal list, so that linters and type checkers see the re-exports.
 __all__ = [
     "Capture",
     "Frame",
@@ -86,10 +69,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """The public names, imported from their defining module on first use (PEP 562)."""
+    """The public names, imported on first use (PEP 562)."""
     module_name = _PUBLIC.get(name)
     if module_name is None:
-        # a submodule (``from katra3d import harness``) is then imported by the import system itself
+        # a submodule (``from katra3d import harness``) is imported by the import system itself
         raise AttributeError(f"module 'katra3d' has no attribute {name!r}")
     import importlib
 

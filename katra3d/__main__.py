@@ -1,7 +1,6 @@
 # PYTHON_ARGCOMPLETE_OK  (argcomplete: `python -m katra3d` completes as katra3d does)
-"""``python -m katra3d``: the katra3d command line, or, with ``$KATRA3D_MEASURE_CHILD`` set, the
-counted child of ``--measure instructions|cycles`` (it takes no arguments: its plan is in the dump
-directory)."""
+"""``python -m katra3d``: the command line, or with ``$KATRA3D_MEASURE_CHILD`` set the counted child
+of ``--measure`` (its plan is in the dump directory)."""
 
 import sys
 

@@ -246,12 +246,12 @@ def test_v1_3_adds_only_the_shards_of_merged_traces(tmp_path: Path) -> None:
     from tests.trace_helpers import wall_frames, write_trace
 
     # no kind, clock or flag added
-    assert (fmt.FORMAT_MINOR, fmt.MINOR_LIMITS[3]) == (3, fmt.MINOR_LIMITS[2])
+    assert fmt.MINOR_LIMITS[3] == fmt.MINOR_LIMITS[2]
     events, strings = wall_frames(["a"], 5)
     path = tmp_path / "t.katra"
     write_trace(path, events, strings, header={"host_info": {"gl": {"renderer": "R"}}})
     data = bytearray(path.read_bytes())
-    assert fmt.PREAMBLE.unpack_from(data)[2] == 3
+    assert fmt.PREAMBLE.unpack_from(data)[2] == fmt.FORMAT_MINOR
     # as a 1.2 writer wrote it (the preamble has no checksum)
     data[10:12] = (2).to_bytes(2, "little")
     path.write_bytes(bytes(data))

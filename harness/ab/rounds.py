@@ -1,14 +1,6 @@
-"""The rounds of an interleaved A/B: each round one BASE and one NEW capture, the order alternating,
-recorded in ``ab.json`` (written before the first capture, then after every round); with a stopping
-rule, a look after every round and a stop once decided. A stop signal (Ctrl-C) lets the capture in
-progress finish its trace as interrupted (the capture service's grace) and notes that round in
-``ab.json`` as ``interrupted``.
-
-``katra3d ab`` (harness/cli/ab.py) and bisect's time mode call :func:`run_rounds`. Each capture is a
-:class:`~katra3d.harness.versions.command.CaptureCommand`, run by the one capture service (its own
-process group, ``{out}``, the failure tail); a failing capture's last lines are shown on stderr
-before the error.
-"""
+"""The rounds of an interleaved A/B (``katra3d ab``, bisect's time mode): one BASE and one NEW
+capture a round, the order alternating, recorded in ``ab.json`` from before the first capture;
+with a stopping rule, a look after every round and a stop once decided."""
 
 from __future__ import annotations
 
@@ -35,40 +27,33 @@ SIDES = ("base", "new")
 
 @dataclasses.dataclass(frozen=True)
 class Round:
-    """One finished round: its number, the order its captures ran in, their seconds, and (with a
-    rule) the look after it."""
+    """One finished round: its capture order, their seconds, the look after it (with a rule), and
+    in round 1 the scenes whose params differ."""
 
     number: int
     order: tuple[str, str]
     seconds: Mapping[str, float]
     settled: Settled | None = None
-    #: round 1: each scene whose params differ between the sides, one line each
     params: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
 class RoundsResult:
-    """What :func:`run_rounds` did: the rounds run, their (BASE, NEW) trace pairs, and the last
-    look.
-    """
+    """What :func:`run_rounds` did: its (BASE, NEW) trace pairs and, with a rule, the last look."""
 
     root: Path
     rounds: int
     pairs: tuple[tuple[Path, Path], ...]
-    #: with a rule: decided or not, and the one line that says why it stopped
     settled: Settled | None = None
-    comparison: Comparison | None = None  #: with a rule: the comparison of the last look
-    #: with a rule: the traces of that look, opened (bisect's image verdicts use them)
+    comparison: Comparison | None = None
     sides: Sides | None = None
-    #: the comparison's options after round 1 (params allowed when the defaults alone differ)
     compare_options: CompareOptions = DEFAULT_COMPARE
-    params: tuple[str, ...] = ()  #: each scene whose params differ, one line each
+    params: tuple[str, ...] = ()
 
 
 def capture(command: CaptureCommand, out: Path, label: str, who: str = "katra3d ab") -> float:
-    """Run one capture command writing ``out``
-    (:func:`katra3d.harness.versions.command.run_capture`); returns its seconds. A failed capture's
-    last lines are shown on stderr before its CaptureFailed is raised."""
+    """:func:`~katra3d.harness.versions.command.run_capture`, returning its seconds; a failed
+    capture's last lines are shown on stderr first."""
     try:
         return run_capture(command, out, what=label)
     except CaptureFailed as failed:
@@ -98,19 +83,11 @@ def run_rounds(
     """Run up to ``rounds_cap`` rounds into ``out_dir`` (``base/run-NNN.katra``, ``new/...``,
     ``ab.json``).
 
-    Without ``rule`` every round runs (the fixed-rounds mode). With one (``rounds_cap`` must be its
-    ``max_rounds``), the rounds so far are compared after each round, paired, under the rule
-    (:func:`katra_trace.analysis.comparison.compare_sides` with ``options``),
-    and the rounds stop once every scene is decided
-    (:func:`katra_trace.analysis.sequential.settle`). ab.json records the rule (``sequential``) from
-    the start and why the rounds stopped (``stop``) at the end, so that ``katra3d compare DIR``
-    gives the same verdict. ``on_round`` is called after each round; ``settle_by`` is the look
-    (bisect's also stops once a commit is like GOOD or like BAD).
-
-    After round 1 the sides' scene params are checked (:func:`~katra_trace.analysis.params.
-    allow_defaults`): with ``same_command`` (``ab --refs``, bisect) a change of the scenes' defaults
-    is compared and named; any other difference stops here (ConfigError), not after every round.
-    """
+    With ``rule`` (``rounds_cap`` must be its ``max_rounds``) the rounds so far are compared,
+    paired, after each round until every scene is decided; ab.json records the rule and why
+    they stopped, so ``katra3d compare DIR`` agrees. After round 1 the sides' params are
+    checked: with ``same_command`` a change of the scenes' defaults is allowed and named, any
+    other is a ConfigError."""
     if rule is not None and rule.max_rounds != rounds_cap:
         raise ValueError(f"rounds_cap {rounds_cap} is not the rule's max_rounds {rule.max_rounds}")
     dirs = {side: out_dir / side for side in SIDES}
@@ -129,7 +106,6 @@ def run_rounds(
     comparison: Comparison | None = None
     sides: Sides | None = None
     params: tuple[str, ...] = ()
-    # before the first capture: the directory is ab's whatever happens next
     write_ab_manifest(out_dir, manifest)
     for i in range(1, rounds_cap + 1):
         order = SIDES if i % 2 else SIDES[::-1]
@@ -179,7 +155,7 @@ def run_rounds(
             settled = settle_by(comparison, i, rounds_cap)
             if settled.decided or i == rounds_cap:
                 manifest = dataclasses.replace(manifest, stop=settled.as_dict())
-        # after every round: an interrupted A/B keeps its pairs
+        # an interrupted A/B keeps its pairs
         write_ab_manifest(out_dir, manifest)
         if on_round is not None:
             on_round(
@@ -212,10 +188,8 @@ def _record_interrupted(
     paths: Mapping[str, Path],
     stopped: Interrupted,
 ) -> None:
-    """Note in ``ab.json`` the round a stop signal ended (``interrupted``: its number, the signal,
-    and the traces of it that exist: a capture it stopped finished its trace as interrupted). The
-    round is not one of the ``rounds``, so ``katra3d compare DIR`` pairs the complete rounds only;
-    ``ab --force`` removes it all."""
+    """Note in ``ab.json`` the round a stop signal ended and its traces that exist. It is not one
+    of the ``rounds``, so compare pairs complete rounds only."""
     traces = {side: f"{side}/{path.name}" for side, path in paths.items() if path.is_file()}
     interrupted = {"round": number, "signal": signal.Signals(stopped.signum).name, "traces": traces}
     write_ab_manifest(out_dir, dataclasses.replace(manifest, interrupted=interrupted))

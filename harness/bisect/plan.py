@@ -29,6 +29,7 @@ from katra_trace.analysis.defaults import (
 from katra_trace.errors import ConfigError, OptionError
 from katra_trace.io.claim import check_output_dir, open_output
 from katra_trace.metrics import is_count
+from katra_trace.profile.diff import top_line_of
 from katra_trace.text import shown
 
 
@@ -151,6 +152,10 @@ def bisect(
     finally:
         remove_trees(top, trees)
     lines = report_lines(state)
+    if found.first_bad is not None and is_count(setup.measure):
+        good, bad = (state.tested[c.sha].traces for c in (setup.good, found.first_bad))
+        line = top_line_of(*([root / t for t in ts] for ts in (good, bad)))
+        lines += [line] if line else []
     with open_output(root / REPORT_FILE, force=True, option="-o", example=REPORT_FILE) as f:
         f.write(("\n".join(lines) + "\n").encode("utf-8"))
     return found, lines

@@ -1,11 +1,8 @@
-# PYTHON_ARGCOMPLETE_OK  (argcomplete's marker: this entry point completes; docs/cli.md, "Shell
-# completion")
+# PYTHON_ARGCOMPLETE_OK  (argcomplete's marker, docs/cli.md)
 """The ``katra3d`` command line.
 
-One module per subcommand; each defines ``register(subparsers)``, which adds
-its parser and sets ``func`` (``args -> exit code``) as the parser default.
-Subcommand modules are imported only to build the parser; GL modules are
-imported only inside the commands that render.
+One module per subcommand, each with ``register(subparsers)`` setting ``func`` (args -> exit
+code); GL modules are imported only inside the commands that render.
 """
 
 from __future__ import annotations
@@ -30,7 +27,7 @@ from katra_trace.io.claim import describe
 from katra_trace.text import escape, shown
 from katra_trace.version import __version__
 
-#: (subcommand module under katra3d.harness.cli, in help order)
+#: subcommand modules, in help order
 COMMANDS: tuple[str, ...] = (
     "run",
     "merge",
@@ -55,9 +52,7 @@ TRACEBACK_HELP = (
 
 
 def show_traceback(args: argparse.Namespace | None) -> bool:
-    """Whether a scene's traceback is shown: ``--traceback``, or ``$KATRA3D_DEBUG`` set to
-    1/true/yes/on.
-    """
+    """Whether a scene's traceback is shown: ``--traceback`` or ``$KATRA3D_DEBUG``."""
     debug = os.environ.get("KATRA3D_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
     return debug or bool(getattr(args, "traceback", False))
 
@@ -67,14 +62,11 @@ def _version() -> str:
 
 
 class KatraArgumentParser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line, exit code 2, no usage dump.
-
-    ``add_subparsers`` makes every subcommand's parser of this class too.
-    """
+    """An ArgumentParser whose usage errors are one line, exit code 2, no usage dump."""
 
     def error(self, message: str) -> NoReturn:
         words = self.prog.split()
-        command = " ".join(words[1:])  # "history add" for a nested command
+        command = " ".join(words[1:])
         where = f"{command}: " if command else ""
         helper = f"katra3d {command} --help" if command else "katra3d --help"
         print(f"katra3d: error: {where}{escape(message)} (see '{helper}')", file=sys.stderr)
@@ -98,9 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def complete(parser: argparse.ArgumentParser) -> None:
-    """Answer the shell's completion request (``$_ARGCOMPLETE`` set): subcommands, options, and
-    scene and suite names for ``run`` and ``scenes``; argcomplete writes them out and ends the
-    process."""
+    """Answer the shell's completion request, scene and suite names included; ends the process."""
     # deferred: argcomplete loads only when a shell asks for completions
     import argcomplete
 
@@ -122,15 +112,13 @@ def complete(parser: argparse.ArgumentParser) -> None:
 
 
 def _remember_parsers(parser: argparse.ArgumentParser) -> None:
-    """Give every (sub)command's parser a default ``_katra_parser`` naming itself, so that an
-    unknown option is reported by the command it was given to (and points at that command's help).
-    """
+    """Set ``_katra_parser`` on every (sub)command, so that an unknown option is reported by
+    the command it was given to."""
     parser.set_defaults(_katra_parser=parser)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for child in action.choices.values():
-                # --traceback after the command too (katra3d run ... --traceback); SUPPRESS keeps
-                # the top's value
+                # --traceback after the command too; SUPPRESS keeps the top's value
                 child.add_argument(
                     "--traceback",
                     action="store_true",
@@ -141,8 +129,8 @@ def _remember_parsers(parser: argparse.ArgumentParser) -> None:
 
 
 def _check_order(parser: argparse.ArgumentParser, words: list[str]) -> None:
-    """A command's option given before the command (``katra3d --frames 10 run``) is a usage error
-    that says where it goes, not argparse's "invalid choice: '10'"."""
+    """An option before its command (``katra3d --frames 10 run``): say where it goes, not
+    argparse's "invalid choice: '10'"."""
     at = next((i for i, w in enumerate(words) if w in COMMANDS), len(words))
     if not any(
         w.startswith("-") and w.partition("=")[0] not in parser._option_string_actions
@@ -155,7 +143,7 @@ def _check_order(parser: argparse.ArgumentParser, words: list[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script; returns the process exit code."""
+    """Console script entry point; returns the exit code."""
     try:
         return _main(argv)
     finally:
@@ -163,9 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.path.basename(sys.argv[0] if sys.argv else "") == "katra3d"
             and threading.current_thread() is threading.main_thread()
         ):
-            # The work is done and the process is about to exit: a late Ctrl-C must not raise
-            # KeyboardInterrupt inside a destructor during shutdown ("Exception ignored ...
-            # Traceback").
+            # a late Ctrl-C must not raise inside a destructor during shutdown
             for stream in (sys.stdout, sys.stderr):
                 try:
                     stream.flush()
@@ -187,13 +173,11 @@ def _main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("katra3d: interrupted", file=sys.stderr)
         return signal_exit_code(signal.SIGINT)
-    # the shell asks for completions (argcomplete's protocol); exits here
     if "_ARGCOMPLETE" in os.environ:
         complete(parser)
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
-            # a file name that is not UTF-8 (``$'\xff.katra'``) is printed escaped, never a
-            # traceback
+            # a non-UTF-8 file name is printed escaped, never a traceback
             stream.reconfigure(errors="backslashreplace")
     _check_order(parser, list(sys.argv[1:] if argv is None else argv))
     args, unknown = parser.parse_known_args(argv)
@@ -202,9 +186,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         and isinstance(getattr(args, "scenes", None), list)
         and not any(word.startswith("-") for word in unknown)
     ):
-        # scene names after options (`run --frames 3 triangle --param fillrate.layers=2 fillrate`):
-        # argparse takes the first group of positionals and leaves the later ones over, in the order
-        # given
+        # scene names after options: argparse leaves later positional groups over, in order
         args.scenes += unknown
         unknown = []
     if unknown:
@@ -223,12 +205,11 @@ def _main(argv: Sequence[str] | None = None) -> int:
         print("katra3d: interrupted", file=sys.stderr)
         return signal_exit_code(getattr(exc, "signum", signal.SIGINT))
     except BrokenPipeError:
-        # The reader went away (``katra3d info T | head``): stop quietly, and keep Python from
-        # complaining again when it flushes stdout at exit.
+        # the reader went away (``| head``): stop quietly, also at the exit flush
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return ExitCode.OK
     except OSError as exc:
-        # the last resort for a system refusal no check met first: one line naming the file, exit 2
+        # last resort for a system refusal no check met first
         where = f"{shown(exc.filename)}: " if exc.filename is not None else ""
         print(f"katra3d: error: {where}{describe(exc)}", file=sys.stderr)
         return ExitCode.BAD_INPUT

@@ -1,5 +1,4 @@
-"""What the commands that compare share: their options, and how a comparison is printed and its exit
-code found (compare, ab). The comparison itself is the library's
+"""Options and printing shared by compare and ab; the comparison itself is the library's
 (:mod:`katra_trace.analysis.comparison`)."""
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from katra3d.harness.cli._common import (
     print_json,
     warn_damaged,
 )
+from katra3d.harness.cli._profile import attach, print_profiles
 from katra_trace.analysis.images import ImageOutcome, ImageVerdict, flip_missing, write_image_diff
 from katra_trace.analysis.verdict import Comparison, Verdict
 from katra_trace.errors import ExitCode
@@ -28,13 +28,13 @@ from katra_trace.metrics import is_count
 from katra_trace.units import format_change, format_ms
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from katra_trace.analysis.comparison import ComparisonResult
+    from katra_trace.profile.diff import ProfileDelta
 
 
 def add_compare_options(p: argparse.ArgumentParser) -> None:
-    """The options shared by ``compare`` and ``ab``: the decision's, the comparability ones and
-    ``--format``.
-    """
     add_decision_options(p)
     add_comparability_options(p)
     p.add_argument(
@@ -98,9 +98,7 @@ def _count_row(s: Any) -> list[str]:
 
 
 def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
-    """Print the timing decision in ``fmt`` (table, markdown or csv; the JSON is the whole
-    result's).
-    """
+    """Print the timing decision as a table, markdown or csv."""
     count = is_count(result.metric)
     rows: list[list[str]] = []
     if count:
@@ -131,8 +129,7 @@ def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
             if result.scenes and all(s.value_unit == "ms" for s in result.scenes if s.unit)
             else "x ref"
         )
-        # times carry their unit in each cell (µs, ms, s); a ratio to the reference says so in the
-        # header
+        # times carry their unit in each cell; a ratio to the reference says so in the header
         columns = [
             "scene",
             "verdict",
@@ -162,7 +159,7 @@ def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
         f"katra3d compare ({result.metric or 'no'} {'count' if count else 'clock'}, {how}threshold "
         f"{result.threshold_pct:g}%, alpha {result.alpha:g}): {summary}"
     )
-    if fmt == "csv":  # one row per scene (and zone), the reason as a column; notes go to stderr
+    if fmt == "csv":  # the reason as a column; notes go to stderr
         emit_table(columns, rows, fmt)
         for note in result.notes:
             print(f"katra3d: note: {note}", file=sys.stderr)
@@ -170,7 +167,7 @@ def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
     if fmt == "markdown":
         sys.stdout.write(f"**BASE** `{base}` vs **NEW** `{new}`\n\n")
         emit_table(columns, rows, fmt, title=title)
-    else:  # terminal: the reasons go below the table, one line per row
+    else:  # terminal: the reasons go below the table
         emit_table(columns[:-1], [r[:-1] for r in rows], fmt, title=title)
         width = max(len(r[0]) for r in rows) if rows else 0
         for r, s in zip(rows, lines, strict=True):
@@ -188,9 +185,8 @@ def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
 
 
 def print_images(verdicts: dict[str, ImageVerdict], policy: str, fmt: str) -> None:
-    """The image verdicts' lines (one per scene whose image is not identical, then a summary), and
-    FLIP's install line once when a verdict rested on checksums for want of it. csv: on stderr, as
-    notes."""
+    """A line per scene whose image is not identical, a summary, and FLIP's install line when a
+    verdict rested on checksums for want of it (csv: on stderr)."""
     out = sys.stderr if fmt == "csv" else sys.stdout
     prefix = "katra3d: note: " if fmt == "csv" else ("- " if fmt == "markdown" else "")
     if not verdicts:
@@ -217,30 +213,46 @@ def print_images(verdicts: dict[str, ImageVerdict], policy: str, fmt: str) -> No
         print(f"katra3d: note: {missing}", file=sys.stderr)
 
 
-def print_result(result: ComparisonResult, fmt: str) -> None:
-    """A comparison as compare and ab print it: the JSON object, or the timing table and the image
-    lines.
-    """
+def print_result(
+    result: ComparisonResult, fmt: str, profiles: Sequence[ProfileDelta] | None = None
+) -> None:
+    """A comparison as JSON, or as the timing table and the image lines; ``profiles``
+    (``--profile``): where the instructions went."""
     if fmt == "json":
-        print_json(result.as_dict())
+        out = result.as_dict()
+        if profiles is not None:
+            attach(out, profiles)
+        print_json(out)
         return
     print_comparison(result.timing, fmt, result.base, result.new)
     if result.image_policy != "off":
         print_images(dict(result.images), result.image_policy, fmt)
+    if profiles is not None:
+        print_profiles(profiles, fmt)
 
 
 def compare_and_print(
-    base: str, new: str | None, args: argparse.Namespace, record: Path | None = None
+    base: str,
+    new: str | None,
+    args: argparse.Namespace,
+    record: Path | None = None,
+    top_profile: bool = False,
 ) -> int:
-    """Open both sides, compare them (the library's one comparison), print; returns the exit code.
-    ``record``: an ab directory whose ab.json gets what the rounds were judged on (``decision``)."""
+    """Open, compare and print both sides; returns the exit code. ``record``: an ab directory
+    whose ab.json gets the decision. ``top_profile``: on counts, a line naming the top group and
+    function of the change (ab)."""
     # deferred: the comparison loads scipy (about a second); building the parser must not
     from katra_trace.analysis.comparison import compare_sides, open_sides
     from katra_trace.io.tracesets import record_ab_decision
+    from katra_trace.profile.diff import profile_deltas, top_line
+    from katra_trace.profile.flame import write_flame_graphs
 
     check_compare_options(args)
     if getattr(args, "image_diff", None):
         check_output_dir(args.image_diff, option="--image-diff")
+    profile_out = getattr(args, "profile_out", None)
+    if profile_out:
+        check_output_dir(profile_out, option="--profile-out")
     sides = open_sides(base, new, unpaired=getattr(args, "unpaired", False))
     for line in sides.damaged:
         warn_damaged(line)
@@ -250,7 +262,16 @@ def compare_and_print(
         write_image_diff(args.image_diff, result.images, result.base_images, result.new_images)
     if record is not None:
         record_ab_decision(record, result.timing)
-    print_result(result, args.format)
+    profiles = None
+    if getattr(args, "profile", False) or profile_out:
+        profiles = profile_deltas(sides.base_traces, sides.new_traces)
+        if profile_out:
+            write_flame_graphs(profile_out, profiles)
+    print_result(result, args.format, profiles if getattr(args, "profile", False) else None)
+    if top_profile and args.format != "json" and is_count(result.timing.metric):
+        top = top_line(profiles or profile_deltas(sides.base_traces, sides.new_traces))
+        if top:
+            print(top, file=sys.stderr if args.format == "csv" else sys.stdout)
     if result.exit_code == ExitCode.BAD_INPUT:
         where = "in the JSON output" if args.format == "json" else "above"
         print(

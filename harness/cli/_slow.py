@@ -1,11 +1,5 @@
-"""``katra3d stats TRACE --slow``: each scene's slow frames and their causes (the printing; the rule
-is :mod:`katra_trace.analysis.slow`'s). ``stats`` loops over the traces and assembles json and csv.
-
-As text: per scene a short table of causes (count, period, typical excess) and, with ``--all``,
-every slow frame; a scene without frame times (a counted capture) gets one line that says why it has
-none. ``--format json`` is the statistics of ``stats --format json`` with, per scene,
-``slow_clock``, ``slow_zone_clock``, ``slow_frames``, ``slow_causes`` and ``slow_note``; ``csv`` one
-row per slow frame (a scene without frame times gets its note on stderr).
+"""Printing of ``katra3d stats TRACE --slow``: each scene's slow frames and their causes (the rule
+is :mod:`katra_trace.analysis.slow`'s; docs/stats.md).
 """
 
 from __future__ import annotations
@@ -20,17 +14,14 @@ from katra_trace.analysis.stats import NO_STATS, STUTTER_FACTOR, STUTTER_WINDOW_
 from katra_trace.text import escape
 from katra_trace.units import format_ms, format_number
 
-#: Columns of the causes table and of ``--all``'s table of every slow frame.
 CAUSE_COLUMNS = ("cause", "frames", "period", "typical excess")
 FRAME_COLUMNS = ("frame", "time", "x median", "cause", "excess")
-#: Columns of ``--format csv`` (after ``run`` for a directory): one row per slow frame.
+#: ``--format csv``: one row per slow frame (after ``run`` for a directory).
 CSV_COLUMNS = ("scene", "frame", "ms", "ratio", "kind", "name", "excess_ms")
 
 
 def slow_json(stats: RunStats, found: dict[str, SceneSlow]) -> dict[str, Any]:
-    """``stats --format json`` of ``stats`` with each scene's slow frames
-    (:meth:`SceneSlow.as_dict`) added.
-    """
+    """``stats --format json`` with each scene's slow frames added."""
     scenes = {s: v.as_dict() for s, v in stats.scenes.items()}
     for scene, slow in found.items():
         scenes.setdefault(scene, NO_STATS.as_dict()).update(slow.as_dict())
@@ -38,8 +29,8 @@ def slow_json(stats: RunStats, found: dict[str, SceneSlow]) -> dict[str, Any]:
 
 
 def slow_csv_rows(found: dict[str, SceneSlow], where: str, lead: list[str]) -> list[list[str]]:
-    """The :data:`CSV_COLUMNS` rows of the slow frames, each after ``lead`` (a directory's run); the
-    note of a scene without frame times goes to stderr, naming ``where`` (the trace)."""
+    """The CSV rows of the slow frames, each after ``lead``; a scene without frame times gets
+    its note on stderr, naming ``where``."""
     for scene, slow in found.items():
         if slow.clock is None:
             warn(f"{escape(where)}: {escape(scene)}: {slow.note}")
@@ -60,9 +51,7 @@ def slow_csv_rows(found: dict[str, SceneSlow], where: str, lead: list[str]) -> l
 
 
 def print_slow(args: argparse.Namespace, run: str, found: dict[str, SceneSlow]) -> None:
-    """The text forms (table, markdown) of one trace's slow frames, each scene under ``run:
-    scene:``.
-    """
+    """One trace's slow frames as table or markdown."""
     for scene, slow in found.items():
         if slow.clock is None:
             print(f"{run}: {escape(scene)}: {slow.note}")

@@ -1,29 +1,10 @@
 """``katra3d ab --base CMD --new CMD [--rounds K] [--until-decided] [-o DIR]``: interleaved A/B
 captures, then a paired compare.
 
-Runs the two capture commands in K rounds on the same machine, each round one
-BASE and one NEW capture (the order alternates: A B, B A, A B ...), so slow
-drifts (thermal state, neighbours on a shared CI machine) hit both sides
-alike and the round is a natural pair. Each command is a shell command line
-that writes one trace to the path put in place of ``{out}``, e.g.
-``--base "katra3d run fillrate -o {out}"``.
-
-DIR gets ``base/run-NNN.katra``, ``new/run-NNN.katra`` and ``ab.json``, the
-manifest that records the commands and which traces form each round; then
-the two sides are compared with the paired test (``katra3d compare DIR``
-repeats that comparison later). The children's output is kept quiet: one
-line per round, and a failing child's output is shown.
-
-``--until-decided``: K is the cap; after every round the rounds so far are
-judged by the stopping rule of :mod:`katra_trace.analysis.sequential`, and
-the rounds stop once every scene is decided. One line says how many rounds
-were used and why it stopped; ab.json records the rule. The loop itself is
-:func:`katra3d.harness.ab.rounds.run_rounds`.
-
-Ctrl-C (SIGTERM, SIGHUP) lets the capture in progress finish its trace as
-interrupted (the capture service's grace), notes that round in ab.json as
-``interrupted`` and exits 130 (143, 129); a second Ctrl-C stops it at once.
-``--force`` then replaces the directory.
+The order alternates each round (A B, B A, ...) so that slow drifts hit both sides alike and a
+round is a natural pair. DIR gets ``base/``, ``new/`` and the ``ab.json`` manifest. The loop is
+:func:`katra3d.harness.ab.rounds.run_rounds`; ``--until-decided`` uses the stopping rule of
+:mod:`katra_trace.analysis.sequential`. An interrupted round is kept and noted in ab.json.
 """
 
 from __future__ import annotations
@@ -55,8 +36,8 @@ if TYPE_CHECKING:
 
 #: Default rounds: 6 paired rounds give the paired t 5 degrees of freedom.
 DEFAULT_ROUNDS = 6
-#: Default rounds of ``--refs`` in time: enough for an exact rank test across the 12 scenes of the
-#: ``ci`` suite at alpha 0.01 after Holm (one scene needs 5).
+#: Default rounds of ``--refs`` in time: enough for an exact rank test over the ``ci`` suite at
+#: alpha 0.01 after Holm.
 REFS_ROUNDS = 7
 
 
@@ -175,9 +156,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_refs(args: argparse.Namespace) -> int:
-    """``ab --refs BASE_REF NEW_REF``: the two revisions as worktrees, each captured by the one
-    command.
-    """
+    """``ab --refs``: the two revisions as worktrees, each captured by the one command."""
     if args.base is not None or args.new is not None:
         raise ConfigError(
             "--refs captures both revisions with one -c CMD: give no --base or --new with it"
@@ -210,8 +189,7 @@ def _run_refs(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
-    # deferred: the rounds loop and the stopping rule load scipy (about a second); building the
-    # parser must not
+    # deferred: the rounds loop and the stopping rule load scipy; building the parser must not
     from katra3d.harness.ab.rounds import SIDES, run_rounds
     from katra_trace.analysis.sequential import SequentialRule
 
@@ -277,8 +255,9 @@ def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
             f"({what}); ab --force replaces them all"
         )
         raise
-    # the one line that says how many rounds were used, and why it stopped
     if result.settled is not None:
         Tally("katra3d ab").line(f"stopped: {result.settled.reason}")
     args.allow_param_mismatch = result.compare_options.allow_param_mismatch
-    return compare_and_print(str(dirs["base"]), str(dirs["new"]), args, record=root)
+    return compare_and_print(
+        str(dirs["base"]), str(dirs["new"]), args, record=root, top_profile=True
+    )

@@ -1,11 +1,7 @@
 """``katra3d compare BASE NEW`` (or ``compare DIR`` of ``katra3d ab``): did NEW make frames worse?
 
-BASE and NEW are each a trace file or a directory of traces (one trace per
-run). When both are the ``base``/``new`` directories of one ``katra3d ab``
-output directory, its ``ab.json`` pairs the runs round by round and the
-paired test is used (``--unpaired`` to ignore it). Exit 0: no regression;
-1: a regression; 2: bad input or nothing comparable. The decision rule is in
-katra_trace.analysis.decide and docs/stats.md.
+An ab directory's ``ab.json`` pairs the runs round by round for the paired test. The decision
+rule is in katra_trace.analysis.decide and docs/stats.md.
 """
 
 from __future__ import annotations
@@ -50,6 +46,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="write DIR/<scene>.base.png, .new.png and .flip.png (the FLIP error map) for every "
         "scene "
         "whose last frame is not identical (docs/images.md)",
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="counted runs: per changed scene and zone, where the instructions went (group, "
+        "object, function), largest change first; JSON: each scene's profile_delta "
+        "(docs/profile.md)",
+    )
+    p.add_argument(
+        "--profile-out",
+        metavar="DIR",
+        help="write DIR/<scene>.profile.svg, a differential flame graph of every profiled scene "
+        "and zone (docs/profile.md)",
     )
     p.set_defaults(func=run)
 

@@ -1,5 +1,4 @@
-"""``katra3d export TRACE --to perfetto|chrome|csv|parquet [-o PATH]``: the
-trace for other tools."""
+"""``katra3d export TRACE --to FORMAT``: the trace for other tools."""
 
 from __future__ import annotations
 
@@ -15,9 +14,10 @@ from katra_trace.io.claim import check_output
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "export",
-        help="export a trace for Perfetto, chrome://tracing, CSV or Parquet",
+        help="export a trace for Perfetto, chrome://tracing, CSV, Parquet or callgrind's tools",
         description="Write a trace in another format: perfetto (a .pftrace for ui.perfetto.dev), "
-        "chrome (Trace Event Format JSON), csv or parquet (one row per event). "
+        "chrome (Trace Event Format JSON), csv or parquet (one row per event), callgrind "
+        "(a counted run's instruction profiles, for callgrind_annotate and KCachegrind). "
         "The file goes beside the trace unless -o says otherwise; an existing file "
         "is replaced only with --force. See docs/export.md.",
     )
@@ -34,7 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--output",
         metavar="PATH",
         default=None,
-        help="output file (default: the trace's path with .pftrace, .json, .csv or .parquet)",
+        help="output file (default: the trace's path with .pftrace, .json, .csv, .parquet or "
+        ".callgrind)",
+    )
+    p.add_argument(
+        "--scene",
+        metavar="NAME",
+        default=None,
+        help="--to callgrind: only this scene's profile (default: every scene's)",
     )
     p.add_argument("--force", action="store_true", help="replace the output file if it exists")
     p.add_argument(
@@ -46,7 +53,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     output = args.output if args.output is not None else default_path(args.trace, args.to)
-    # before the trace is read
     check_output(
         output,
         force=args.force,
@@ -61,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
             args.to,
             args.output,
             overwrite=args.force,
+            scene=args.scene,
             progress=lambda done, total: tally.update("exporting events", done, total),
         )
     for warning in result.warnings:

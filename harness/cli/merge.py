@@ -1,11 +1,5 @@
-"""``katra3d merge SHARD... -o RUN.katra``: the shards of one run (``run --shard I/N``) as one
-trace.
-
-The work is :func:`katra_trace.io.merge.merge_shards`'s: it checks the shards (one suite, one set of
-capture options, one katra3d version, every shard once, no scene twice), writes the merged trace
-through the output rule and records each shard and its host in the header. This module parses and
-prints.
-"""
+"""``katra3d merge SHARD... -o RUN.katra``: the shards of one run as one trace; the checks and
+the writing are :func:`katra_trace.io.merge.merge_shards`'s."""
 
 from __future__ import annotations
 

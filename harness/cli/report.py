@@ -1,5 +1,5 @@
-"""``katra3d report TRACE|DIR... [--baseline TRACE|DIR] -o report.html`` (or ``report AB_DIR``, both
-sides of an ``katra3d ab`` output): one self-contained HTML page."""
+"""``katra3d report``: runs, a baseline comparison or history trends as one self-contained HTML
+page (docs/report.md)."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     plotly_js_packed()  # exit 3 before reading anything when plotly is missing
-    check_compare_options(args)  # a bad option is reported before any file is read
+    check_compare_options(args)  # before any file is read
     inputs = [*args.traces, *args.baseline, *([args.history] if args.history else [])]
     out = check_output(
         args.output, force=args.force, inputs=inputs, option="-o", example="report.html"
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         # deferred: the comparison loads scipy; only a report with a baseline needs it
         from katra_trace.analysis.comparison import compare_sides, open_sides
 
-        # an ab output directory is both sides, resolved (and paired) as `compare DIR` resolves it
+        # an ab directory is both sides, paired as `compare DIR` pairs them
         sides = (
             open_sides(args.traces[0], verb="reporting")
             if ab_dir
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         for line in sides.damaged:
             warn_damaged(line)
         runs, baseline = list(sides.new_traces), list(sides.base_traces)
-        try:  # traces that cannot be compared (counts against times ...): the page says why instead
+        try:  # traces that cannot be compared: the page says why
             comparison = compare_sides(
                 sides, compare_options(args), image_policy=policy, image_limits=limits
             )

@@ -1,7 +1,6 @@
 """``katra3d run``: render scenes headless, time every frame, stream a trace.
 
-Numbers and sizes are parsed here (not by argparse types) so that every bad
-value is reported as one ``katra3d: error: ...`` line with exit code 2.
+Values are parsed here, not by argparse types, so that a bad one is one error line, exit 2.
 """
 
 from __future__ import annotations
@@ -186,9 +185,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    """Build a :class:`katra3d.harness.run.config.RunConfig` from parsed arguments (ConfigError on
-    bad values).
-    """
+    """A RunConfig from parsed arguments (ConfigError on bad values)."""
     if args.frames is not None and args.duration is not None:
         raise ConfigError("give --frames or --duration, not both")
     return RunConfig(
@@ -222,8 +219,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 
 def _codec(text: str | None) -> str | None:
-    """The --codec value, checked before any GL work: an unknown name is exit 2, a codec whose
-    library is missing exit 3."""
+    """The --codec value, checked before any GL work (unknown: exit 2, library missing: 3)."""
     if text is None:
         return None
     codec = text.strip().lower()
@@ -258,9 +254,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_images(directory: Path, trace: Path, scenes: list[str], *, update: bool) -> int:
-    """--expect-images / --update-images: one line a scene; 1 when an image changed, 2 when a check
-    could not be made (a reference of another frame, a kept frame that cannot be read). The run's
-    trace is read once; each kept frame is decoded when its check comes, one at a time."""
+    """--expect-images / --update-images: a line a scene; 1 when an image changed, 2 when a check
+    could not be made. Kept frames are decoded one at a time."""
     images = open_quietly(str(trace)).kept_frames
     checks = (
         record_references(directory, images)

@@ -1,12 +1,8 @@
-"""``katra3d stats TRACE [--zones] [--all] [--format table|json|csv|markdown]``: frame-time
-statistics.
+"""``katra3d stats TRACE``: frame-time statistics.
 
-The text forms (table, markdown) are compact by default: the run's primary clock only (the
-clock ``run`` named, recorded in the header), a few columns that fit the terminal, times in the
-unit that suits them (µs, ms, s). ``--all`` shows every clock and stat; ``json`` and ``csv``
-always carry everything, in raw numbers, whatever ``--all`` says. A directory of traces is one
-output: one table with a ``run`` column (``--all``: one table per run), one csv table with ``run``
-first, one JSON document ``{"runs": [{"run": FILE NAME, ...the trace's object...}]}``.
+Text forms are compact by default (primary clock, the columns that fit the terminal); ``--all``,
+``json`` and ``csv`` carry every clock and stat. A directory of traces is one output with a
+``run`` column (JSON: ``{"runs": [...]}``).
 """
 
 from __future__ import annotations
@@ -33,7 +29,7 @@ from katra_trace.metrics import COUNT_CLOCKS, primary_clock_of, unit_of
 from katra_trace.text import escape
 from katra_trace.units import format_count, format_ms, format_number, stat_label
 
-#: Columns of ``--all``'s table/markdown forms (csv carries every stat).
+#: Columns of ``--all``'s text forms.
 TABLE_STATS: tuple[str, ...] = (
     "n",
     "median_ms",
@@ -47,8 +43,7 @@ TABLE_STATS: tuple[str, ...] = (
     "fps_low_0_1pct",
     "stutter_pct",
 )
-#: Columns of ``--all`` for the count clocks (``{unit}``: instructions or cycles): counts per frame,
-#: no rates.
+#: Columns of ``--all`` for the count clocks (``{unit}``: instructions or cycles); no rates.
 COUNT_TABLE_STATS: tuple[str, ...] = (
     "n",
     "median_{unit}",
@@ -59,24 +54,21 @@ COUNT_TABLE_STATS: tuple[str, ...] = (
     "max_{unit}",
     "cv",
 )
-#: The compact view of a time clock: (header, stat key), in the order shown; headers are the one
-#: map's (:func:`katra_trace.units.stat_label`), which the report uses too.
+#: The compact view of a time clock: (header, stat key).
 COMPACT_TIME: tuple[tuple[str, str], ...] = tuple(
     (stat_label(k), k)
     for k in ("n", "median_ms", "p99_ms", "mad_ms", "fps_avg", "fps_low_1pct", "stutter_pct", "cv")
 )
-#: The compact view of a count clock (``{unit}``: instructions or cycles).
 COMPACT_COUNT: tuple[tuple[str, str], ...] = tuple(
     (stat_label(k), k)
     for k in ("n", "median_{unit}", "p99_{unit}", "min_{unit}", "max_{unit}", "cv")
 )
-#: Compact columns in the order they are given up when the table is wider than the terminal
-#: (frames, median and p99 always stay).
+#: Compact columns in the order they are dropped when the table is wider than the terminal.
 DROP_ORDER: tuple[str, ...] = tuple(
     stat_label(k)
     for k in ("cv", "stutter_pct", "mad_ms", "min_ms", "max_ms", "fps_low_1pct", "fps_avg")
 )
-#: Rate columns that mean nothing for a zone (a zone is not a frame: "zone FPS" is not a thing).
+#: Rate columns that mean nothing for a zone.
 FRAME_ONLY_STATS = frozenset(
     {
         "fps_avg",
@@ -88,7 +80,7 @@ FRAME_ONLY_STATS = frozenset(
     }
 )
 
-#: One row of statistics: (run label, scene, zone or "", clock, its statistics).
+#: (run label, scene, zone or "", clock, statistics)
 Row = tuple[str, str, str, str, ClockStats]
 
 
@@ -135,8 +127,8 @@ def run(args: argparse.Namespace) -> int:
         return _compact(args, is_dir)
     verb = "slow frames cover" if args.slow else "statistics cover"
     runs: list[dict[str, Any]] = []
-    rows: list[list[str]] = []  # --slow's csv rows
-    stat_rows: list[tuple[list[str], dict[str, float | int | None]]] = []  # csv: cells, stats
+    rows: list[list[str]] = []
+    stat_rows: list[tuple[list[str], dict[str, float | int | None]]] = []
     # one at a time: a directory's traces are never all held
     for trace in iter_runs([args.trace], verb=verb):
         path = trace.path
@@ -179,9 +171,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _tables(args: argparse.Namespace, result: RunStats, name: str) -> None:
-    """``--all``'s tables of one trace (one per unit: frame times, then each count clock in its
-    unit).
-    """
+    """``--all``'s tables of one trace, one per unit."""
     groups: dict[str, list[tuple[str, str, str, ClockStats]]] = {}
     for row in result.rows(zones=args.zones):
         groups.setdefault(unit_of(row[2]), []).append(row)
@@ -212,14 +202,12 @@ def _tables(args: argparse.Namespace, result: RunStats, name: str) -> None:
 
 
 def _head(key: str) -> str:
-    """A stat key as a column header: times lose their ``_ms`` (their cells carry the unit)."""
+    """Times lose their ``_ms`` (their cells carry the unit)."""
     return key[:-3] if key.endswith("_ms") else key
 
 
 def cell(key: str, value: Any) -> str:
-    """One stat as a table cell: a ``*_ms`` time in the unit that suits it (``150.0 µs``), a count
-    (``*_instructions``, ``*_cycles``) whole with thousands separators, anything else to 4 digits.
-    """
+    """One stat as a table cell: times in the unit that suits them, counts whole."""
     if key.endswith("_ms"):
         return format_ms(value)
     if key.rsplit("_", 1)[-1] in COUNT_CLOCKS:
@@ -232,9 +220,8 @@ def _warn_empty(path: Path) -> None:
 
 
 def primary_rows(trace: Trace, run_label: str, zones: bool) -> list[Row]:
-    """Each scene's statistics on its primary clock (:func:`katra_trace.metrics.primary_clock_of`),
-    and with ``zones`` its zones', each on that clock or, without one there, on its own (a replay's
-    draws are on the cpu clock)."""
+    """Each scene's statistics on its primary clock, and with ``zones`` its zones' (on that clock,
+    else their own: a replay's draws are on the cpu clock)."""
     opts = trace.header.capture_options
     out: list[Row] = []
     for scene, entry in trace_stats(trace, zones=zones).scenes.items():
@@ -253,7 +240,7 @@ def primary_rows(trace: Trace, run_label: str, zones: bool) -> list[Row]:
 
 
 def _compact(args: argparse.Namespace, is_dir: bool) -> int:
-    """The default text view: one table per unit, primary clock only, the columns that fit."""
+    """The default text view: one table per unit, primary clock, the columns that fit."""
     rows: list[Row] = []
     for trace in iter_runs([args.trace], verb="statistics cover"):
         found = primary_rows(trace, trace.path.name if is_dir else "", args.zones)
@@ -309,8 +296,7 @@ def _compact(args: argparse.Namespace, is_dir: bool) -> int:
 def fit(
     columns: Sequence[str], rows: Sequence[Sequence[str]], width: int | None
 ) -> tuple[list[str], list[list[str]]]:
-    """``columns`` and ``rows`` without the columns of :data:`DROP_ORDER`, first ones first, until
-    the table is at most ``width`` characters wide (``None``: no limit); the others always stay."""
+    """Drop :data:`DROP_ORDER` columns, in order, until the table fits ``width`` (None: any)."""
     keep = list(columns)
     body = [list(r) for r in rows]
     for name in DROP_ORDER:

@@ -1,3 +1,1 @@
-"""Capturing: the engine (one frame loop), the scene lifecycle, the timers and clocks, the event
-buffer, per-draw zones, instruction counting, the reference draw and stopping. Everything that runs
-while frames are measured."""
+"""Capturing: everything that runs while frames are measured."""

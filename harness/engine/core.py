@@ -1,25 +1,9 @@
-"""The capture engine: one frame loop, one place that records options and cleans up failures.
+"""The capture engine: the one frame loop, option recording and failure clean-up that every capture
+(``katra3d run``, the API, the pytest plugin, the offscreen helper) drives through
+:func:`katra3d.harness.run.pipeline.open_engine`.
 
-Every way of capturing drives this engine (``katra3d run``, the Python API, the pytest plugin, the
-offscreen helper), each with a :class:`~katra3d.harness.engine.spec.CaptureSpec`; all of them open
-it through :func:`katra3d.harness.run.pipeline.open_engine`. An :class:`Engine` owns
-
-* the trace writer (header = capture options + host info) and the event buffer;
-* its measurer's timer (:mod:`katra3d.harness.engine.measurer`: the clocks, or callgrind's counts);
-* the frame loop (:meth:`Engine.loop`); a scene's lifecycle around it (setup,
-  warmup, measured frames, last image, release, its errors as
-  :class:`SceneError`) is :func:`katra3d.harness.engine.lifecycle.run_scene`'s;
-* the failure path: whatever happens, the frames measured so far are drained
-  into the trace and the trace is finished (``aborted`` or ``interrupted``);
-* a keeper thread that hands buffered events to the writer when a frame takes
-  long, so a stuck frame never holds back the frames before it.
-
-Stopping (:mod:`katra3d.harness.engine.stopping`): :class:`StopFlag` is polled at every frame
-boundary; :func:`stop_on_signals` routes SIGINT, SIGTERM and SIGHUP to it. A
-second signal interrupts the frame in progress (``KeyboardInterrupt``), and if
-the process has not finished its trace a second later, the keeper finishes it
-(``interrupted``) and ends the process.
-"""
+Whatever fails, the frames measured so far reach the trace and the trace is finished (``aborted`` or
+``interrupted``); a keeper thread flushes events during a long frame. See docs/architecture.md."""
 
 from __future__ import annotations
 
@@ -49,27 +33,18 @@ from katra_trace.io.writer import TraceWriter
 from katra_trace.metrics import mode_clock
 from katra_trace.schema import Clock, Kind
 
-#: ``measured_driver(one_frame, count)`` renders the measured frames by calling ``one_frame()``
-#: ``count`` times (pytest-benchmark rounds).
+# ``measured_driver(one_frame, count)`` calls ``one_frame()`` ``count`` times (pytest-benchmark
+# rounds).
 MeasuredDriver = Callable[[Callable[[], None], int], None]
 
 _pc = time.perf_counter_ns
-#: What ``ctx.error`` (glGetError) says when GL recorded no error.
 _NO_ERROR = "GL_NO_ERROR"
-
-# --------------------------------------------------------------------------- what a spec resolves
-# to
 
 
 @dataclasses.dataclass(frozen=True)
 class ResolvedCapture:
-    """What a :class:`CaptureSpec` resolves to before any GL work.
-
-    ``mode``: sync | gpu | instructions | cycles; ``reason``: why (recorded as
-    ``timing_reason``); ``zones``: off | passes | draws; ``options``: the
-    capture options as the trace header records them; ``writer_args``: extra
-    keyword arguments for the TraceWriter (codec, batching).
-    """
+    """What a :class:`CaptureSpec` resolves to before any GL work (``reason`` is recorded as
+    ``timing_reason``)."""
 
     mode: str
     reason: str
@@ -79,9 +54,7 @@ class ResolvedCapture:
 
 
 def resolve_capture(spec: CaptureSpec, measurer: Measurer | None = None) -> ResolvedCapture:
-    """The mode (``measurer``'s; default: timed), zone mode and recorded capture options of
-    ``spec`` (pure; ConfigError if impossible).
-    """
+    """Mode, zone mode and recorded options of ``spec`` (pure; ConfigError if impossible)."""
     measurer = measurer or TimeMeasurer()
     zones = timers.zone_mode(spec.zones)
     mode, reason, writer_args = measurer.mode(spec.timing, spec.host.gl, spec.codec)
@@ -98,20 +71,12 @@ def resolve_capture(spec: CaptureSpec, measurer: Measurer | None = None) -> Reso
     return ResolvedCapture(mode, reason, zones, options, writer_args)
 
 
-# --------------------------------------------------------------------------- the engine
-
-
 class Engine:
     """One capture into one trace: writer, buffer, timer, frame loop and clean-up.
 
-    ``spec`` says what to capture and how (:class:`CaptureSpec`); ``ctx`` is the moderngl
-    context; ``measurer`` how frames are measured (default: timed). ``writer`` replaces the
-    trace writer (any object with TraceWriter's methods, e.g.
-    :class:`~katra3d.harness.run.offscreen.MemorySink`);
-    ``stop`` is the flag the frame loop polls (a fresh one if None).
-    Use as a context manager: an exception finishes the trace as ``aborted``
-    (``interrupted`` for KeyboardInterrupt) with every measured frame kept.
-    """
+    ``writer`` replaces the TraceWriter (e.g. :class:`~katra3d.harness.run.offscreen.MemorySink`).
+    As a context manager, an exception finishes the trace as ``aborted`` (``interrupted`` on
+    KeyboardInterrupt) with every measured frame kept."""
 
     def __init__(
         self,
@@ -135,12 +100,8 @@ class Engine:
         self.gl_errors: list[dict[str, Any]] = []
         self.gl_error_check = bool(spec.gl_error_check)
         self.scene_label = ""
-        #: which device draws the frames, recorded with every kept frame
-        #: (katra_trace.io.images.image_key)
-        # katra_trace.io.images reads the header's mapping
         self.image_key = image_key(spec.host.as_dict())
         self._start_timer(spec)
-        # each garbage collection becomes a marker (gcmarks.py) where the measurer installs it
         self.gc_marks = GcMarks(self.timer, self.buffer.add)
         measurer.settle(self.gc_marks)
         self.primary_clock = self.timer.primary_clock.name.lower()
@@ -149,9 +110,7 @@ class Engine:
         self._keeper.start()
 
     def _start_timer(self, spec: CaptureSpec) -> None:
-        """The event buffer, the timer (and the draw instrument); a failure finishes the trace as
-        aborted.
-        """
+        """Buffer, timer and draw instrument; a failure finishes the trace as aborted."""
         try:
             self.buffer, self.timer = self.measurer.start(
                 self.mode, self.ctx, self.writer, zones=self.zones != "off"
@@ -166,8 +125,7 @@ class Engine:
             raise
 
     def _start_reference(self, every: int) -> None:
-        """The reference draw after every ``every``-th measured frame (sync
-        timing only; 0: none)."""
+        """The reference draw after every ``every``-th measured frame (sync only; 0: none)."""
         self.reference: ReferenceDraw | None = None
         self.reference_every = 0
         self.reference_draws = 0
@@ -183,17 +141,14 @@ class Engine:
         self.reference_every = int(every)
         self.writer.annotate({"type": "reference", **self.reference.options(self.reference_every)})
 
-    # -- scenes and markers
-
     def set_scene(self, label: str) -> int:
-        """Attribute the following frames to scene ``label``; returns its string id."""
         self.scene_label = label
         if self.draws is not None:
             self.draws.new_scene()
         return self.timer.set_scene(label)
 
     def marker(self, name: str, flags: int, t0_ns: int, t1_ns: int) -> None:
-        """A MARKER span (host clock, absolute perf_counter_ns) in the current scene."""
+        """A MARKER span (absolute perf_counter_ns) in the current scene."""
         t = self.timer
         self.buffer.add(
             (
@@ -210,51 +165,37 @@ class Engine:
             )
         )
 
-    # -- frames
-
     @property
     def frame_zone(self) -> Callable[[str], Any]:
-        """What ``frame.zone`` is: the timer's zone, or the draw instrument's pass zone in draws
-        mode.
-        """
+        """``frame.zone``: the timer's, or the draw instrument's pass zone in draws mode."""
         return self.draws.pass_zone if self.draws is not None else self.timer.zone
 
     @property
     def frame_begin(self) -> Callable[[int, int], None]:
-        """What opens a frame, looked up once by a frame loop: the timer's ``begin_frame``, or in
-        draws mode :meth:`begin_frame` (it installs the draw wrappers too)."""
+        """What opens a frame: the timer's ``begin_frame``, or :meth:`begin_frame` in draws mode."""
         return self.begin_frame if self.draws is not None else self.timer.begin_frame
 
     @property
     def frame_continue(self) -> Callable[[int, int], None]:
-        """What opens a frame that follows the last one with nothing but the harness between them
-        (the frame loop's frames after its first): the timer's ``continue_frame`` where it has one
-        (the sync timer starts the frame's process time where the last frame's ended: one clock read
-        per frame boundary), else :attr:`frame_begin`."""
+        """What opens a frame that directly follows the last: ``continue_frame`` where the timer has
+        one (one clock read per boundary), else :attr:`frame_begin`."""
         go_on = getattr(self.timer, "continue_frame", None)
         if go_on is None:
             return self.frame_begin
         return self._continue_frame if self.draws is not None else go_on
 
     def begin_frame(self, index: int, flags: int = 0) -> None:
-        """Open frame ``index`` (``flags``: e.g. Flag.WARMUP); in draws mode, start instrumenting
-        draws.
-        """
         self.timer.begin_frame(index, flags)
         if self.draws is not None:
             self.draws.install()
 
     def _continue_frame(self, index: int, flags: int = 0) -> None:
-        """:meth:`begin_frame` for the frame loop's later frames in draws mode
-        (:attr:`frame_continue`).
-        """
         self.timer.continue_frame(index, flags)  # type: ignore[attr-defined]
         if self.draws is not None:
             self.draws.install()
 
     def end_frame(self) -> None:
-        """Close the frame (its events go to the buffer); SceneError if GL
-        reported an error in it."""
+        """Close the frame; SceneError if GL reported an error in it."""
         if self.draws is not None:
             self.draws.uninstall()
         self.timer.end_frame()
@@ -264,15 +205,12 @@ class Engine:
                 self.gl_error(error, self.timer.frame_index)
 
     def check_gl_errors(self, frame: int | None, where: str = "frame") -> None:
-        """Raise SceneError (recorded in the trace first) if GL reports an error."""
         error = self.ctx.error
         if error != _NO_ERROR:
             self.gl_error(error, frame, where)
 
     def gl_error(self, error: object, frame: int | None, where: str = "frame") -> None:
-        """Record ``error`` (what ``ctx.error`` returned, not GL_NO_ERROR) in the trace; raise
-        SceneError.
-        """
+        """Record ``error`` in the trace, then raise SceneError."""
         label = self.scene_label
         record = {
             "type": "gl_error",
@@ -299,20 +237,12 @@ class Engine:
         bind: Callable[[], None] | None = None,
         progress: ProgressSink | None = None,
     ) -> int:
-        """Render frames ``first``, ``first+1``, … (``count`` of them, or until ``deadline_ns``).
-
-        The one frame loop of katra3d: stops early at a frame boundary when the
-        stop flag is set. Returns the number of frames rendered.
-        """
+        """The one frame loop: ``count`` frames from ``first`` (or until ``deadline_ns``), stopping
+        early at a frame boundary when the stop flag is set. Returns the number rendered."""
         timer = self.timer
-        # in draws mode the engine's begin/end install and remove the draw wrappers around each
-        # frame (an exception leaves them installed until abort() takes them out); otherwise the
-        # timer's own begin/end are called, and the GL error check is made here: two Python calls
-        # less a frame
+        # draws mode: the engine's begin/end move the draw wrappers; otherwise the timer's own are
+        # called
         draws = self.draws is not None
-        # the first frame (and one after a reference draw) reads the clocks at its start; every
-        # other frame starts where the last one ended (SyncTimer.continue_frame: one process-clock
-        # read per boundary)
         start = begin = self.frame_begin
         go_on = self.frame_continue
         end = self.end_frame if draws else timer.end_frame
@@ -321,12 +251,12 @@ class Engine:
         zone = self.frame_zone
         stop = self.stop
         pc = _pc
-        rate = NOMINAL_RATE_HZ  # frame_time_s(i), inlined: one call less a frame
+        rate = NOMINAL_RATE_HZ
         reference = self.reference if not flags and bind is not None else None
         every = self.reference_every
         show = progress is not None and progress.tty
-        # a relayed (counted) child reports every frame: the same work between frames in every
-        # process, not a clock-driven choice of frames (it shapes the heap)
+        # a relayed (counted) child reports every frame so each process does the same work (heap
+        # shape)
         every_frame = self.measurer.relayed
         next_update_ns = 0
         i = first
@@ -370,9 +300,7 @@ class Engine:
         bind: Callable[[], None] | None,
         driver: MeasuredDriver,
     ) -> int:
-        """Let ``driver`` render ``count`` measured frames from index ``first``; returns how many it
-        rendered.
-        """
+        """Let ``driver`` render ``count`` measured frames from ``first``; returns how many."""
         state = {"i": first}
 
         def one_frame() -> None:
@@ -387,12 +315,8 @@ class Engine:
         driver(one_frame, count)
         return state["i"] - first
 
-    # -- the end
-
     def summary(self) -> dict[str, Any]:
-        """The engine's part of the trace summary: timing mode and clock, GPU lag, GL errors,
-        reference draws.
-        """
+        """The engine's part of the trace summary."""
         out: dict[str, Any] = {
             "timing_mode": self.mode,
             "timing_reason": self.reason,
@@ -416,7 +340,6 @@ class Engine:
                 reference.release()
 
     def finish(self, status: str = "complete", summary: Mapping[str, Any] | None = None) -> None:
-        """Drain pending measurements, write the summary and close the trace."""
         self.gc_marks.uninstall()
         self._keeper.stop()
         self._release_reference()
@@ -429,9 +352,7 @@ class Engine:
         self.writer.finish(summary={**self.summary(), **dict(summary or {})}, status=status)
 
     def abort(self, exc: BaseException | None) -> None:
-        """Keep every frame measured so far and finish the trace as aborted/interrupted (never
-        raises).
-        """
+        """Keep every measured frame and finish the trace as aborted/interrupted (never raises)."""
         draws = getattr(self, "draws", None)
         if draws is not None:
             draws.uninstall()
@@ -449,9 +370,7 @@ class Engine:
         self.finish_quietly({**self.summary(), **error}, status)
 
     def finish_quietly(self, summary: dict[str, Any], status: str) -> None:
-        """Finish the trace with ``summary`` and ``status`` unless it is finished already (never
-        raises).
-        """
+        """Finish the trace unless already finished (never raises)."""
         writer = self.writer
         if not getattr(writer, "finished", False):
             with contextlib.suppress(Exception):
@@ -471,7 +390,7 @@ class Engine:
 
 
 def _open_writer(spec: CaptureSpec, resolved: ResolvedCapture) -> TraceWriter:
-    """The trace writer of ``spec`` (claims the output path; the header is written here)."""
+    """The trace writer of ``spec`` (claims the output path, writes the header)."""
     if spec.path is None:
         raise ConfigError("a capture needs an output path")
     return TraceWriter(

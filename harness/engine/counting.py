@@ -1,37 +1,9 @@
-"""The instruction-counting timer: per-frame and per-zone callgrind counts, inside valgrind.
+"""The instruction-counting timer: per-frame and per-zone callgrind counts, in the valgrind child of
+``katra3d run --measure instructions|cycles``.
 
-``katra3d run --measure instructions|cycles`` re-runs itself under callgrind
-(:mod:`katra3d.harness.run.measure`); in that child process the engine uses
-:class:`CountTimer` instead of a clock.
-
-Frame boundaries: callgrind runs with ``--dump-before=getppid``, so every call
-of ``os.getppid()`` first writes a dump of the costs since the previous dump.
-The timer calls it at every frame start, zone entry, zone exit and frame end,
-and numbers those calls (callgrind's *part* numbers). After the frame-end
-call, outside the frame, it reads the ``summary:`` line of each dump of the
-frame (only the main thread's file, ``--separate-threads=yes``), deletes the
-dumps, and writes the counts as events: a frame is the sum of its segments, a
-zone the segments between its entry and exit. The dump of the time between two
-frames (the harness's own work, the previous frame's bookkeeping) is deleted
-unread, so nothing is counted between frames but the fixed cost of the
-boundary calls themselves.
-
-Instrumentation: where the machine can make valgrind client requests, the
-child starts with callgrind's instrumentation off (``--instr-atstart=no``:
-start-up runs several times faster and is not counted anyway). Each scene's
-warmup frames run uninstrumented too (its shader JIT among them: LLVM's compile
-under instrumentation was most of a short counted run), so they have no counts
-and no events; the timer switches instrumentation on
-(:func:`katra3d.harness.engine.valgrind_request.start_instrumentation`) at the start of
-the scene's first measured frame (valgrind then re-translates the code it runs,
-host time that is not counted) and off again when the next scene starts
-(:meth:`CountTimer.set_scene`); the runner switches it off after the run's last
-frame. Calls of ``os.getppid()`` while it is off make no dumps.
-
-In ``cycles`` mode callgrind simulates the caches too (``--cache-sim=yes``),
-and the frame gets an estimated cycle count (:func:`estimated_cycles`) beside
-its instruction count, with the raw counts as COUNTER events.
-"""
+Callgrind runs with ``--dump-before=getppid``: the timer calls ``os.getppid()`` at every frame and
+zone boundary and reads each dump's ``summary:`` line after the frame; the dump between frames is
+deleted unread. Warmup frames run uninstrumented. See docs/measure.md."""
 
 from __future__ import annotations
 
@@ -50,6 +22,7 @@ from katra3d.harness.engine.timers import NULL_ZONE, Timer
 from katra_trace.errors import KatraError
 from katra_trace.io.header import MeasureOptions
 from katra_trace.metrics import MODE_CLOCKS
+from katra_trace.profile.callgrind import kept_dump, profiles_on, write_index
 from katra_trace.schema import Clock, Flag, Kind
 
 if TYPE_CHECKING:
@@ -57,13 +30,10 @@ if TYPE_CHECKING:
     from katra3d.harness.engine.results import SceneResult
     from katra_trace.io.header import GLInfo
 
-#: callgrind's event names with ``--cache-sim=yes``, in its order.
 CACHE_EVENTS: tuple[str, ...] = ("Ir", "Dr", "Dw", "I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw")
 
-#: Cycles per L1 hit, LL hit and RAM access in :func:`estimated_cycles`.
 CYCLE_WEIGHTS: tuple[int, int, int] = (1, 5, 35)
 
-#: Lines read from the top of a dump before giving up on its ``summary:`` line.
 _HEADER_LINES = 64
 
 _FRAME = int(Kind.FRAME)
@@ -80,13 +50,8 @@ class CountError(KatraError):
 
 
 def estimated_cycles(counts: dict[str, int]) -> int:
-    """Cycles estimated from callgrind's cache simulation.
-
-    Itamar Turner-Trauring's weighting (pythonspeed.com, "Consistent benchmarking
-    in CI", also used by iai and iai-callgrind): every access (instruction fetch,
-    data read or write) that hits L1 costs 1 cycle, one that misses L1 but hits
-    the last-level cache 5, one that goes to RAM 35.
-    """
+    """Cycles estimated from callgrind's cache simulation: an L1 hit costs 1, an LL hit 5, a RAM
+    access 35 (the weighting iai-callgrind uses; docs/measure.md)."""
     accesses = counts.get("Ir", 0) + counts.get("Dr", 0) + counts.get("Dw", 0)
     ram = counts.get("ILmr", 0) + counts.get("DLmr", 0) + counts.get("DLmw", 0)
     l1_misses = counts.get("I1mr", 0) + counts.get("D1mr", 0) + counts.get("D1mw", 0)
@@ -143,12 +108,8 @@ class CountTimer(Timer):
     """Modes ``instructions`` and ``cycles``: callgrind counts of the main thread per frame and
     zone.
 
-    ``dump_base`` is callgrind's ``--callgrind-out-file``; dumps are
-    ``<dump_base>.<part>-<thread>``. The first ``os.getppid()`` call of the
-    process with instrumentation on must be this timer's (part numbers count every
-    such call); the timer switches instrumentation on at each scene's first measured frame
-    and off when the next scene starts (warmup frames are not counted).
-    """
+    Dumps are ``<dump_base>.<part>-<thread>``; the first ``os.getppid()`` call with instrumentation
+    on must be this timer's, since part numbers count every such call."""
 
     def __init__(
         self,
@@ -168,13 +129,14 @@ class CountTimer(Timer):
         self.mark = os.getppid
         self.part = 0
         self.instrumenting = False
-        # whether the current frame is counted (a measured frame) or not (a warmup frame)
         self.counted = False
         # the request's code page, made here: outside frames, in every process alike
         valgrind_request.available()
         self.zones_done: list[tuple[int, int, int, int, int]] = []
+        # measured frames whose dumps are kept for the scene's profile
+        self.kept = 0
+        self.profile = profiles_on()
         self.counter_ids = {name: writer.intern(name) for name in CACHE_EVENTS} if cycles else {}
-        # debug groups would only add instructions here: no GL debugger runs under valgrind
         self._push = None
         self._pop = None
 
@@ -182,7 +144,6 @@ class CountTimer(Timer):
         return _CountZone(self, name) if self.counted else NULL_ZONE
 
     def _instrument(self, on: bool) -> None:
-        """Switch callgrind's instrumentation on or off, unless it already is."""
         if on != self.instrumenting:
             if on:
                 valgrind_request.start_instrumentation()
@@ -191,41 +152,41 @@ class CountTimer(Timer):
             self.instrumenting = on
 
     def set_scene(self, name: str) -> int:
-        # the scene's set-up and warmup frames (its shader JIT) run uninstrumented
         self._instrument(False)
         return super().set_scene(name)
 
     def stop_counting(self) -> None:
-        """Switch instrumentation off after a scene's last measured frame (before its image is read
-        back, so that reading and encoding it cost nothing counted and move nothing); the next
-        scene's first measured frame switches it on again."""
+        """Switch instrumentation off after a scene's last measured frame, so that reading back its
+        image counts nothing."""
         self._instrument(False)
+        if self.kept and self.profile:
+            write_index(self.dump_base.parent, self.kept, {i: n for n, i in self._names.items()})
+            self.kept = 0
 
     def begin_frame(self, index: int, flags: int = 0) -> None:
         self.frame_index = index
         self.flags = flags
         self.zones_done = []
         self.counted = not flags & _WARMUP
-        if not self.counted:  # a warmup frame: not counted, no events (its glFinish still ends it)
+        if not self.counted:
             return
-        self._instrument(True)  # the scene's first measured frame: from here on callgrind counts
+        self._instrument(True)
         self.part += 1
         self.mark()  # dumps the time since the last boundary: harness work, not this frame
         self.first_part = self.part + 1
         self.t0 = _pc()
 
     def end_frame(self) -> None:
-        # llvmpipe defers rasterization (fragment work) to the next flush; without this glFinish it
-        # would run at the next framebuffer bind, between frames, where nothing is counted
+        # llvmpipe rasterizes at the next flush; without glFinish that happens between frames,
+        # uncounted
         self.finish()
         if not self.counted:
             return
         self.part += 1
         self.mark()
-        # outside the frame from here on: read this frame's dumps, then delete them
         last = self.part
         first = self.first_part
-        segments = {p: self._take(p) for p in range(first, last + 1)}
+        segments = {p: self._take(p, self.zones_done) for p in range(first, last + 1)}
         self._remove(first - 1)
         start = self.t0 - self.origin_ns
         frame = self.frame_index
@@ -233,6 +194,7 @@ class CountTimer(Timer):
         scene = self.scene_id
         add = self.add
         total = _sum(segments, first, last)
+        self.kept += 1
         primary = self._emit(_FRAME, 0, self.frame_name, start, total, flags, scene, frame)
         for depth, name_id, enter, leave, t0 in self.zones_done:
             self._emit(
@@ -287,8 +249,12 @@ class CountTimer(Timer):
     def _path(self, part: int, thread: int = 1) -> Path:
         return self.dump_base.with_name(f"{self.dump_base.name}.{part}-{thread:02d}")
 
-    def _take(self, part: int) -> dict[str, int]:
-        counts = read_summary(self._path(part))
+    def _take(self, part: int, zones: list[tuple[int, int, int, int, int]]) -> dict[str, int]:
+        path = self._path(part)
+        counts = read_summary(path)
+        if self.profile:  # kept for the scene's profile, named with the zones it lay in
+            inside = [z[1] for z in zones if z[2] < part <= z[3]]
+            os.replace(path, kept_dump(path.parent, part, inside))
         self._remove(part)
         return counts
 
@@ -310,12 +276,8 @@ class CountTimer(Timer):
 
 
 class CountMeasurer:
-    """Frames counted under callgrind (a :class:`~katra3d.harness.engine.measurer.Measurer`).
-
-    ``measure``: the count mode and the child's facts, as the header records them; ``dump_base``:
-    callgrind's ``--callgrind-out-file``. Nothing but the frames runs in the process while they are
-    counted: the writer is synchronous and flushed between scenes, the garbage collector paused.
-    """
+    """Frames counted under callgrind. While they are counted nothing else runs in the process: the
+    writer is synchronous and flushed between scenes, the garbage collector paused."""
 
     counts = True
     relayed = True  # progress every frame: the same work between frames in every process
@@ -330,8 +292,7 @@ class CountMeasurer:
             f"--measure {name}: counted under callgrind (valgrind {self.measure.valgrind or '?'}), "
             "main thread only, single-threaded llvmpipe"
         )
-        # no time-based flushes: periodic work would land in whichever frame it happened in; and
-        # the writer's thread works only while this one waits for it (docs/measure.md)
+        # no time-based flushes: periodic work would land in whichever frame it happened in
         args: dict[str, Any] = {} if codec is None else {"codec": codec}
         return name, reason, {**args, "batch_ms": 1e9, "sync": True}
 
@@ -347,9 +308,8 @@ class CountMeasurer:
 
     @contextlib.contextmanager
     def frames(self, buffer: EventBuffer, writer: Any) -> Iterator[None]:
-        """The writer's thread made idle first (a thread taking the GIL costs the main thread
-        instructions in whichever frame it happens), the cyclic collector paused (allocations of
-        every thread trigger it, so it would run in different frames in different processes)."""
+        """Idle the writer's thread (its GIL takes cost instructions) and pause the cyclic collector
+        (it would run in different frames in different processes)."""
         buffer.flush()
         writer.flush()
         gc.collect()
@@ -365,12 +325,11 @@ class CountMeasurer:
         cast(CountTimer, timer).stop_counting()
 
     def write_scene(self, writer: Any, annotation: dict[str, Any], result: SceneResult) -> None:
-        # host time under valgrind is 20-100x slower than outside: no setup time anyone can use
+        # host time under valgrind is 20-100x slower: no usable setup time
         annotation.pop("setup_ms", None)
         result.setup_ms = 0.0
         writer.annotate(annotation)
-        # everything written now, between scenes: the writer's thread must be idle while the next
-        # scene's frames are counted
+        # the writer's thread must be idle while the next scene's frames are counted
         writer.flush()
 
 

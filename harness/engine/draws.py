@@ -1,27 +1,9 @@
-"""``--zones draws``: every draw, dispatch, clear and blit of a frame becomes a zone, with no
-annotation.
+"""``--zones draws``: every draw, dispatch, clear and blit of a frame becomes a zone named
+``<pass>/<label>#<k>`` (stable across frames and versions; docs/timing.md).
 
-While a frame runs (and only then), :class:`DrawZones` replaces these moderngl
-methods with wrappers that open a zone around the call:
-``VertexArray.render`` / ``render_indirect``, ``ComputeShader.run`` /
-``run_indirect``, ``Framebuffer.clear``, ``Context.clear`` and
-``Context.copy_framebuffer`` (the scene helpers call these too). A wrapper
-times only calls on the captured context; any other context passes straight
-through. The originals are put back at the end of every frame, so outside
-frames — and after the capture ends — moderngl is untouched, and with
-``--zones off|passes`` nothing is installed at all.
-
-Names are stable across frames, so frames and versions compare draw by draw:
-``<pass>/<label>#<k>`` — the innermost pass zone open at the call (``frame``
-when none is), the draw's label, and ``k``, the 1-based count of draws with
-that label so far in that pass in this frame. The label is the VAO's (or the
-compute shader's) moderngl ``label`` when the scene set one, otherwise
-``draw(<attribute names>)`` from the VAO's program, ``compute``, ``clear`` or
-``blit``. A draw zone nests in its pass zone (depth + 1).
-
-``max_draw_zones`` caps the draws timed per frame; the rest run untimed and a
-COUNTER ``untimed_draws`` (value = how many) is written for the frame.
-"""
+The moderngl methods in :data:`TARGETS` are wrapped only while a frame runs and only for the
+captured context; outside frames moderngl is untouched. Draws over ``max_draw_zones`` run untimed
+and are counted in the ``untimed_draws`` COUNTER."""
 
 from __future__ import annotations
 
@@ -31,10 +13,8 @@ from typing import Any
 
 from katra_trace.schema import FRAME_PASS, Clock, Kind, draw_zone_name
 
-#: Name of the per-frame counter of draws that went untimed (over the cap).
 UNTIMED_NAME = "untimed_draws"
 
-#: (class name in moderngl, method name, label kind) of every call that becomes a draw zone.
 TARGETS: tuple[tuple[str, str, str], ...] = (
     ("VertexArray", "render", "vao"),
     ("VertexArray", "render_indirect", "vao"),
@@ -55,7 +35,7 @@ class DrawZones:
 
         self.ctx = ctx
         self.timer = timer
-        self.zone = timer.zone  # the timer's own zone (passes and draws alike)
+        self.zone = timer.zone
         self.max_draw_zones = max_draw_zones
         self._classes = {name: getattr(moderngl, name) for name in {t[0] for t in TARGETS}}
         self._originals: dict[tuple[str, str], Any] = {
@@ -70,10 +50,7 @@ class DrawZones:
         self.installed = False
         self.untimed_name = timer.name_id(UNTIMED_NAME)
 
-    # -- per frame
-
     def install(self) -> None:
-        """Put the wrappers in place (at frame start)."""
         self._passes = []
         self._seen = {}
         self.drawn = 0
@@ -111,17 +88,13 @@ class DrawZones:
 
     @contextmanager
     def pass_zone(self, name: str) -> Iterator[None]:
-        """The ``frame.zone(name)`` scenes call in draws mode: the timer's zone, remembered as the
-        pass.
-        """
+        """``frame.zone(name)`` in draws mode: the timer's zone, remembered as the pass."""
         self._passes.append(name)
         try:
             with self.zone(name):
                 yield
         finally:
             self._passes.pop()
-
-    # -- naming
 
     def label_of(self, obj: Any, kind: str) -> str:
         if kind in ("clear", "blit"):
@@ -139,8 +112,6 @@ class DrawZones:
         k = self._seen.get(key, 0) + 1
         self._seen[key] = k
         return draw_zone_name(where, label, k)
-
-    # -- the wrappers
 
     def _wrap(self, cls: str, meth: str, kind: str) -> Callable[..., Any]:
         original = self._originals[(cls, meth)]

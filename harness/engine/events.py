@@ -1,9 +1,5 @@
-"""The event buffer between the timers and the trace writer.
-
-Timers add events as tuples in EVENT_DTYPE field order (and sync-mode frames
-in a compact form); the buffer hands them to the writer in batches, as numpy
-arrays, so the per-frame cost is an append or two.
-"""
+"""The event buffer between the timers and the trace writer: the per-frame cost is an append or two;
+the writer gets numpy arrays in batches."""
 
 from __future__ import annotations
 
@@ -17,7 +13,6 @@ import numpy as np
 
 from katra_trace.schema import EVENT_DTYPE, Clock, Kind
 
-#: Name of the frame spans in the string table.
 FRAME_NAME = "frame"
 
 _FRAME = int(Kind.FRAME)
@@ -26,33 +21,20 @@ _WALL = int(Clock.WALL)
 _PROCESS = int(Clock.PROCESS)
 _pc = time.perf_counter_ns
 
-#: One sync-mode frame as the timers hand it over: ``(t0, t_submit, t_end, process CPU ns, frame
-#: index, flags, scene id)``, seven little-endian int64 (times: absolute ``perf_counter_ns``
-#: values).
+# One sync frame: ``(t0, t_submit, t_end, process CPU ns, frame, flags, scene)``, absolute
+# perf_counter_ns times.
 FRAME_RECORD = struct.Struct("<7q")
-#: ``FRAME_RECORD.pack``: what a timer calls per frame before :attr:`EventBuffer.add_frame`.
 pack_frame = FRAME_RECORD.pack
 
 
 class EventBuffer:
-    """Collects events and hands them to a writer in batches (numpy arrays).
+    """Collects events and hands them to a writer in batches.
 
-    Two inputs: :attr:`add` takes one event tuple in EVENT_DTYPE field order;
-    :attr:`add_frame` takes one sync-mode frame packed by :func:`pack_frame`
-    (:data:`FRAME_RECORD`), which becomes a CPU, a WALL and a PROCESS frame
-    event at flush time, converted column by column. Packing costs the frame
-    loop ~0.1-0.2 us more than a tuple did and the flush costs ~0.3-0.4 us a
-    frame less (bytes join into one array with no per-item conversion, and,
-    not being containers, never wake the garbage collector): about 0.1 us a
-    frame in all (docs/timing.md).
-
-    Flushes when ``max_rows`` entries are pending or ``max_age_ns`` has passed
-    since the last flush (checked by :meth:`maybe_flush`, once per frame;
-    ``max_age_ns=None`` flushes by count only). Another thread may call
-    :meth:`flush` at any time (the engine's keeper does, when a frame takes
-    long): flushes take a lock, and the frame loop only appends (one atomic
-    list or deque append), so each entry is handed over exactly once.
-    """
+    :attr:`add` takes one event tuple in EVENT_DTYPE order; :attr:`add_frame` one sync frame packed
+    by :func:`pack_frame`, expanded column by column into CPU, WALL and PROCESS events at flush
+    (cheaper per frame than tuples; docs/timing.md). Flushes at ``max_rows`` or ``max_age_ns``
+    (None: by count only). Another thread may :meth:`flush` at any time: flushes take a lock and the
+    frame loop only appends, so each entry is handed over once."""
 
     def __init__(
         self, writer: Any, max_rows: int = 1024, max_age_ns: int | None = 250_000_000
@@ -109,13 +91,11 @@ class EventBuffer:
         return out
 
     def flush(self) -> None:
-        """Hand everything pending to the writer."""
         with self._flush_lock:
             self.last_flush_ns = _pc()
             pending = self.frames
             if pending:
-                # the frame loop may append meanwhile: take the first n, and leave what comes after
-                # them
+                # the frame loop may append meanwhile: take the first n only
                 n = len(pending)
                 frames = pending[:n]
                 del pending[:n]

@@ -1,6 +1,4 @@
-"""The per-frame object the harness passes to ``Scene.render`` (a
-:class:`katra3d.scenes.api.Frame`).
-"""
+"""The per-frame object the harness passes to ``Scene.render``."""
 
 from __future__ import annotations
 
@@ -14,11 +12,7 @@ from katra3d.scenes.api import NOMINAL_RATE_HZ
 
 
 class HarnessFrame:
-    """Frame index, deterministic scene time, seeded RNG and ``zone(name)``.
-
-    ``rng`` is created on first use, seeded with (run seed, crc32 of the scene
-    name, frame index), so frames that do not use it pay nothing.
-    """
+    """Frame index, deterministic scene time, a lazily created seeded RNG and ``zone(name)``."""
 
     __slots__ = ("index", "time_s", "zone", "_seed_key", "_rng")
 
@@ -39,20 +33,14 @@ class HarnessFrame:
 
 
 def frame_time_s(index: int) -> float:
-    """The animation time (seconds) a scene is given for frame ``index``: ``index /
-    NOMINAL_RATE_HZ``.
-
-    A function of the index alone, never of the clock, so frame N shows the same picture in every
-    run and every version (the kept last frame of a ``--frames`` run is compared across runs).
-    """
+    """Scene time (s) of frame ``index``: a function of the index alone, never of the clock, so
+    frame N shows the same picture in every run and version."""
     return index / NOMINAL_RATE_HZ
 
 
 def seed_key(seed: int, scene_name: str) -> tuple[int, int]:
-    """(seed, crc32(scene name)): the per-scene part of every frame's RNG seed.
-
-    Any string is accepted (a lone surrogate in a user scene's name included).
-    """
+    """(seed, crc32(scene name)): the per-scene part of every frame's RNG seed (any string, lone
+    surrogates too)."""
     return (int(seed), zlib.crc32(scene_name.encode("utf-8", "surrogatepass")))
 
 

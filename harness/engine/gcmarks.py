@@ -1,17 +1,9 @@
-"""Python's garbage collections as trace markers, so that a slow frame can be put on one.
+"""Python's garbage collections as MARKER rows (``gc``, wall clock, generation in ``value``), so
+that a slow frame can be put on one.
 
-:class:`GcMarks` is a ``gc.callbacks`` entry: the collector calls it when a collection starts and
-when it stops. At the stop it appends one MARKER row (:data:`katra_trace.schema.GC_NAME`, wall
-clock) from the collection's start to its end to the event buffer, in the scene and frame the timer
-is in, with the generation collected in ``value`` (2: a full collection). The row goes straight onto
-the buffer's queue (one deque append, atomic, so a collection started by the writer's thread is
-recorded too) and leaves with the buffer's next flush.
-
-Nothing runs per frame: a frame without a collection pays nothing (``python -m bench gc-markers``
-measures it), and a collection pays the two calls (a few µs, inside the marker's span).
-The engine installs it when it starts timing and removes it when the trace is finished; counted
-captures (``--measure``) have none (the collector is paused while frames are counted).
-"""
+Nothing runs per frame; a collection pays two callback calls inside its own span. The row is one
+atomic deque append, so a collection in the writer's thread is recorded too. Counted captures pause
+the collector and have none."""
 
 from __future__ import annotations
 
@@ -28,11 +20,7 @@ _WARMUP = int(Flag.WARMUP)
 
 
 class GcMarks:
-    """The ``gc.callbacks`` entry that records each collection as a MARKER row (see the module doc).
-
-    ``timer``: the engine's timer (its scene id, frame index, flags and origin are read at each
-    collection); ``add``: where rows go (the event buffer's ``add``).
-    """
+    """The ``gc.callbacks`` entry; ``add`` is the event buffer's."""
 
     __slots__ = ("timer", "add", "name_id", "t0", "installed")
 
@@ -50,7 +38,7 @@ class GcMarks:
         t1 = _pc()
         try:
             t = self.timer
-            if not t.scene_id:  # no scene is being captured: a marker belongs to one
+            if not t.scene_id:
                 return
             self.add(
                 (
@@ -66,12 +54,11 @@ class GcMarks:
                     float(info.get("generation", -1)),
                 )
             )
-        # a collection must never raise (it would surface in whatever code allocated)
+        # a callback must never raise (it would surface in whatever code allocated)
         except Exception:
             pass
 
     def install(self) -> None:
-        """Start recording collections (once)."""
         if not self.installed:
             gc.callbacks.append(self)
             self.installed = True

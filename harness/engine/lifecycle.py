@@ -1,16 +1,8 @@
-"""One scene on the capture engine, start to end: setup, warmup, measured frames, last image,
-release.
+"""One scene on the capture engine: setup, warmup, measured frames, last image, release.
 
-The engine (:mod:`katra3d.harness.engine.core`) owns the writer, the timer and the frame
-loop; a :class:`SceneLifecycle` drives one scene (:class:`~katra3d.harness.engine.spec.SceneSpec`)
-through them, a method per phase. The scene's own failures become
-:class:`SceneError` naming the phase ("scene 'x' failed in setup: ...",
-"... while rendering: ...", "... in release: ..."), in one line whatever the
-exception's text; errors katra3d raised itself (a GL error, an I/O failure)
-pass as they are, and so does an interrupt. Whatever happens, the scene is
-released and the harness's framebuffer bound again; the engine then keeps the
-frames measured so far (:meth:`Engine.abort <katra3d.harness.engine.core.Engine.abort>`).
-"""
+A scene's own failures become one-line :class:`SceneError` naming the phase; katra3d's own errors
+and interrupts pass as they are. Whatever happens the scene is released and the harness's
+framebuffer bound again."""
 
 from __future__ import annotations
 
@@ -45,24 +37,18 @@ def run_scene(
     progress: ProgressSink | None = None,
     measured_driver: MeasuredDriver | None = None,
 ) -> SceneResult:
-    """Set up, warm up, measure and release one scene on ``engine`` (:class:`SceneLifecycle`).
-
-    Raises SceneError for a scene's own failure; returns a ``skipped`` result when the scene raises
-    SceneSkip.
-    """
+    """Run one scene on ``engine``; SceneError for its own failure, a ``skipped`` result on
+    SceneSkip."""
     return SceneLifecycle(
         engine, scene, bind=bind, progress=progress, measured_driver=measured_driver
     ).run()
 
 
 class SceneLifecycle:
-    """Runs one scene on ``engine``: :meth:`run` calls the phases in order.
+    """Runs one scene on ``engine``, a method per phase.
 
-    ``bind`` makes the harness's framebuffer current (before setup, whenever
-    the scene left another one bound, and after release); ``progress``
-    receives the scene's progress; ``measured_driver``, when given, renders
-    the measured frames itself (pytest-benchmark rounds).
-    """
+    ``bind`` makes the harness's framebuffer current; ``measured_driver`` renders the measured
+    frames itself (pytest-benchmark rounds)."""
 
     def __init__(
         self,
@@ -81,12 +67,8 @@ class SceneLifecycle:
         self.scene: Any = None
 
     def run(self) -> SceneResult:
-        """Set up, warm up, measure, record and release the scene; its events and annotation go to
-        the trace.
-
-        Returns a ``skipped`` result when setup raises SceneSkip, an
-        ``interrupted`` one when the stop flag ended the frames early.
-        """
+        """All phases; a ``skipped`` result on SceneSkip, ``interrupted`` when the stop flag ended
+        the frames."""
         spec = self.spec
         self.engine.set_scene(spec.label)
         self.progress.scene_started(spec.index, spec.label, spec.total_frames)
@@ -102,7 +84,6 @@ class SceneLifecycle:
             self.clean_up()
             raise
         self.release()
-        # a counted child's relay shows it on a terminal too
         if not self.progress.tty or self.engine.measurer.relayed:
             self.progress.line(
                 f"[{spec.index}/{spec.total}] {spec.label}: {result.frames} frames"
@@ -112,13 +93,10 @@ class SceneLifecycle:
 
     @property
     def where(self) -> str:
-        """``[index/total] label``: how progress names this scene."""
         return f"[{self.spec.index}/{self.spec.total}] {self.spec.label}"
 
-    # -- the phases
-
     def setup(self) -> SceneResult:
-        """Set the scene up (timed: a SETUP marker); a ``skipped`` result if it raises SceneSkip."""
+        """Set the scene up (a SETUP marker); a ``skipped`` result on SceneSkip."""
         engine, spec = self.engine, self.spec
         if self.bind is not None:
             self.bind()
@@ -145,9 +123,7 @@ class SceneLifecycle:
         )
 
     def skipped(self, exc: SceneSkip, t0_ns: int) -> SceneResult:
-        """Record the skip (a SKIPPED marker from ``t0_ns`` and a ``skipped`` scene annotation),
-        release.
-        """
+        """Record the skip (SKIPPED marker, ``skipped`` annotation) and release."""
         engine, spec = self.engine, self.spec
         engine.marker("skipped", int(Flag.SKIPPED), t0_ns, _pc())
         engine.buffer.flush()
@@ -166,7 +142,7 @@ class SceneLifecycle:
         return SceneResult(spec.label, "skipped", reason=str(exc), params=dict(spec.params))
 
     def measure(self, result: SceneResult) -> None:
-        """Render the warmup frames (flagged), then the measured ones; counts go to ``result``."""
+        """Render the warmup frames, then the measured ones."""
         engine, spec = self.engine, self.spec
         render = self.scene.render
         key = seed_key(spec.seed, spec.label)
@@ -215,10 +191,9 @@ class SceneLifecycle:
 
     def record(self, result: SceneResult) -> None:
         """Read back pending measurements, take the stats and last image, write the scene
-        annotation.
-        """
+        annotation."""
         engine, spec = self.engine, self.spec
-        engine.timer.settle()  # reads back this scene's pending GPU queries (no-op in sync mode)
+        engine.timer.settle()
         if engine.timer.frame_ns:
             result.stats = scene_stats(engine.timer.frame_ns, counts=engine.measurer.counts)
         annotation: dict[str, Any] = {
@@ -237,11 +212,8 @@ class SceneLifecycle:
         engine.measurer.write_scene(engine.writer, annotation, result)
 
     def last_image(self, result: SceneResult) -> dict[str, Any]:
-        """Read the last rendered frame into ``result`` (pixels, sha256); keep it in the trace and
-        save the screenshot if asked. The measurer is told first (a counted run switches
-        instrumentation off: counts do not move).
-
-        Returns the annotation's last-image keys.
+        """Read the last frame into ``result``; keep it and save the screenshot if asked. Returns
+        the annotation's keys. The measurer is told first (counting stops, so counts do not move).
         """
         spec, engine = self.spec, self.engine
         engine.measurer.frames_done(engine.timer)
@@ -250,7 +222,7 @@ class SceneLifecycle:
         result.checksum = image_checksum(pixels)
         index = result.warmup + result.frames - 1
         keys: dict[str, Any] = {"last_frame_index": index, "last_frame_sha256": result.checksum}
-        # the frame is the same one in every run only when the scene rendered all of its frames
+        # only then is the frame the same one in every run
         if (
             spec.keep_image
             and spec.frames is not None
@@ -261,7 +233,6 @@ class SceneLifecycle:
                 *frame_record(spec.label, index, frame_time_s(index), pixels, engine.image_key)
             )
             keys["image_kept"] = True
-        # through the output rule: never over a file without --force
         if spec.screenshot is not None:
             with open_output(
                 spec.screenshot, force=spec.overwrite, option="--screenshot", example="scene.png"
@@ -271,7 +242,6 @@ class SceneLifecycle:
         return keys
 
     def release(self) -> None:
-        """Release the scene after a good run and bind the harness's framebuffer again."""
         label = self.spec.label
         with scene_errors(label, "in release", passes=()):
             self.scene.release()
@@ -285,16 +255,15 @@ class SceneLifecycle:
                 ) from exc
 
     def clean_up(self) -> None:
-        """After a failure or interrupt in the frames: release the scene and
-        rebind, never raising."""
+        """After a failure or interrupt: release the scene and rebind, never raising."""
         release_quietly(self.scene)
         if self.bind is not None:
             with contextlib.suppress(Exception):
                 self.bind()
 
     def rebinder(self) -> Callable[[], None] | None:
-        """What the frame loop calls before each frame: binds the harness's framebuffer if the scene
-        left another one bound (None without ``bind``)."""
+        """Called before each frame: rebinds the harness's framebuffer if the scene left another
+        bound."""
         bind = self.bind
         if bind is None:
             return None
@@ -312,12 +281,8 @@ class SceneLifecycle:
 def scene_errors(
     label: str, phase: str, passes: tuple[type[BaseException], ...] = (KatraError,)
 ) -> Iterator[None]:
-    """Turn an exception raised by scene ``label`` during ``phase`` into SceneError.
-
-    ``phase`` completes the message ("in setup", "while rendering"), followed by the scene's file
-    and line (``(spin.py:42)``); the SceneError carries the scene's traceback (``scene_traceback``).
-    Exceptions of the ``passes`` classes (and interrupts) go through as they are.
-    """
+    """Turn an exception of scene ``label`` during ``phase`` into SceneError naming the scene's file
+    and line; ``passes`` classes and interrupts go through."""
     try:
         yield
     except passes as exc:
@@ -327,8 +292,8 @@ def scene_errors(
             and len(exc.args) == 1
             and (at := location(exc))
         ):
-            # katra3d's own error raised from the scene's code (a shader that does not compile):
-            # name its line
+            # katra3d's own error from the scene's code (a shader that does not compile): name its
+            # line
             exc.args = (f"{exc} (in {at})",)
             exc.scene_traceback = scene_traceback(exc)
         raise
@@ -342,7 +307,7 @@ def scene_errors(
 
 
 def release_quietly(scene: Any) -> None:
-    """``scene.release()``, ignoring its failure (the scene already failed, or is being stopped)."""
+    """``scene.release()``, ignoring its failure."""
     with contextlib.suppress(Exception, SystemExit):
         scene.release()
 

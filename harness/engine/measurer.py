@@ -1,6 +1,6 @@
-"""How an engine measures frames, one :class:`Measurer` protocol: by clock (:class:`TimeMeasurer`)
-or by callgrind's counts (:class:`~katra3d.harness.engine.counting.CountMeasurer`), picked by the
-caller. The engine and a scene's lifecycle ask it wherever timing and counting differ."""
+"""How an engine measures frames: by clock (:class:`TimeMeasurer`) or by callgrind's counts
+(:class:`~katra3d.harness.engine.counting.CountMeasurer`); the engine asks it wherever timing and
+counting differ."""
 
 from __future__ import annotations
 
@@ -17,19 +17,16 @@ if TYPE_CHECKING:
     from katra3d.harness.engine.results import SceneResult
     from katra_trace.io.header import GLInfo
 
-#: What a capture that times its frames records under ``measure``.
 TIMED = MeasureOptions(mode="time")
 
 
-#: A measurer's resolved mode: its name (sync | gpu | instructions | cycles), the reason the header
-#: records (``timing_reason``) and extra TraceWriter keywords.
+# (name: sync | gpu | instructions | cycles, ``timing_reason``, extra TraceWriter keywords)
 Mode = tuple[str, str, Mapping[str, Any]]
 
 
 class Measurer(Protocol):
-    """What the engine asks of the way it measures frames. ``measure``: what the header records;
-    ``counts``: frames are measured in counts (statistics, progress wording); ``relayed``: progress
-    is reported every frame and every scene's line shown (a counted child's relay)."""
+    """``counts``: frames are measured in counts; ``relayed``: progress every frame (a counted
+    child's relay)."""
 
     measure: MeasureOptions
     counts: bool
@@ -41,24 +38,19 @@ class Measurer(Protocol):
         self, mode: str, ctx: Any, writer: Any, *, zones: bool
     ) -> tuple[EventBuffer, timers.Timer]: ...
 
-    #: the process prepared once the timer runs (heap thresholds, garbage-collection marks)
     def settle(self, gc_marks: GcMarks) -> None: ...
 
-    #: what holds while a scene's frames run
     def frames(
         self, buffer: EventBuffer, writer: Any
     ) -> contextlib.AbstractContextManager[None]: ...
 
-    #: after a scene's last frame, before its image is read back
+    # after a scene's last frame, before its image is read back
     def frames_done(self, timer: timers.Timer) -> None: ...
 
-    #: a scene's annotation written (and whatever must follow it)
     def write_scene(self, writer: Any, annotation: dict[str, Any], result: SceneResult) -> None: ...
 
 
 class TimeMeasurer:
-    """Frames timed by the clocks of ``--timing`` (:func:`timers.choose_mode`)."""
-
     measure = TIMED
     counts = False
     relayed = False
@@ -74,7 +66,7 @@ class TimeMeasurer:
         return buffer, timers.make_timer(mode, ctx, writer, buffer, zones=zones)
 
     def settle(self, gc_marks: GcMarks) -> None:
-        # a frame must not pay page faults for memory the driver freed in the last one (heap.py)
+        # a frame must not pay page faults for memory the driver freed in the last one
         heap.keep_freed_memory()
         gc_marks.install()
 

@@ -1,19 +1,9 @@
-"""The reference workload: a small fixed draw timed inside every run, for drift-normalized time.
+"""The reference workload: a small fixed draw timed inside every run; (median frame time) / (median
+reference time) cancels most of a busy neighbour's drift (``compare --normalize``).
 
-On a shared machine a busy neighbour slows every frame of a run alike. A
-reference draw that never changes, timed between the scene's frames, is slowed
-the same way, so the ratio (median frame time) / (median reference time) of a
-run cancels most of that drift (``katra3d compare --normalize``).
-
-The draw: a full-screen triangle into the reference's own 256x256 RGBA8 framebuffer, with a fragment
-shader that runs a fixed 8-step loop, bracketed by ``glFinish`` and timed on the host clock. 256x256
-is 16 of llvmpipe's 64x64 tiles, so its rasterizer threads share the draw the way they share a
-scene's frames: a CPU-busy neighbour that takes one of two cores slowed ``fillrate`` frames 1.84x
-and this draw 1.79x, while a one-tile (64x64) draw, run by one thread, did not slow at all (0.95x)
-and cancelled nothing. It runs after every K-th frame (``--reference-every K``), outside the frame
-span, and becomes a MARKER event named ``reference`` with flag REFERENCE on the WALL clock (its
-``frame`` is the frame it followed). Statistics never include it; the trace keeps it.
-"""
+256x256 px is 16 of llvmpipe's 64x64 tiles, so its rasterizer threads share the draw as they share a
+scene's frames (a one-tile draw did not slow with the neighbour and cancelled nothing). It becomes a
+MARKER ``reference`` with flag REFERENCE, never in the statistics; docs/timing.md."""
 
 from __future__ import annotations
 
@@ -24,14 +14,12 @@ import numpy as np
 
 from katra_trace.schema import REFERENCE_NAME, Clock, Flag, Kind
 
-#: Framebuffer size of the reference draw (px): several llvmpipe tiles (see the module doc).
 REFERENCE_SIZE = (256, 256)
-#: Iterations of the reference shader's loop (about 0.9 ms a draw on llvmpipe, 2 cores).
+# about 0.9 ms a draw on llvmpipe, 2 cores
 REFERENCE_STEPS = 8
 
-#: The reference shaders: a full-screen triangle, and a fragment loop of ``u_steps`` iterations.
-#: The one heavy draw of katra3d: the doctor's timer check runs it with more steps
-#: (:mod:`katra3d.harness.engine.timer_check`). Changing it changes every run's reference times.
+# The one heavy draw of katra3d (the doctor's timer check runs it with more steps); changing it
+# changes every run's reference times.
 VERTEX_SHADER = """
 #version 330
 in vec2 in_pos;
@@ -53,17 +41,13 @@ void main() {
 }
 """
 
-#: The full-screen triangle's vertices (clip space x, y; float32), the ``in_pos`` of
-#: :data:`VERTEX_SHADER`.
 FULL_SCREEN_TRIANGLE: bytes = np.array([-1, -1, 3, -1, -1, 3], dtype="f4").tobytes()
 
 _pc = time.perf_counter_ns
 
 
 def make_program(ctx: Any, steps: int) -> Any:
-    """The reference shader program on ``ctx`` (a moderngl context), its loop set to ``steps``
-    iterations.
-    """
+    """The reference shader program on ``ctx``, its loop set to ``steps`` iterations."""
     program = ctx.program(vertex_shader=VERTEX_SHADER, fragment_shader=FRAGMENT_SHADER)
     try:
         program["u_steps"].value = steps
@@ -74,8 +58,6 @@ def make_program(ctx: Any, steps: int) -> Any:
 
 
 class ReferenceDraw:
-    """Owns the reference draw's GL objects; :meth:`run` times one draw into the event buffer."""
-
     def __init__(self, ctx: Any, timer: Any) -> None:
         self.ctx = ctx
         self.timer = timer
@@ -101,9 +83,8 @@ class ReferenceDraw:
         self.count = 0
 
     def run(self, frame: int) -> None:
-        """Time one reference draw (after frame ``frame``), then bind again the framebuffer that was
-        bound: the frame's image stays the one read back after the last frame (a scene without a
-        target of its own is read from the bound framebuffer)."""
+        """Time one reference draw after frame ``frame``, then rebind the framebuffer that was bound
+        (the scene's image is read from it after the last frame)."""
         ctx = self.ctx
         timer = self.timer
         previous = ctx.fbo

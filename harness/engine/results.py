@@ -1,6 +1,4 @@
-"""What a run produced: per-scene and per-run results, the progress protocol, the per-scene summary
-stats.
-"""
+"""What a run produced: per-scene and per-run results, the progress protocol, per-scene stats."""
 
 from __future__ import annotations
 
@@ -68,9 +66,7 @@ class RunResult:
     size: tuple[int, int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """What ``katra3d run --json`` prints: the trace, the run's status and mode, a row per
-        scene.
-        """
+        """What ``katra3d run --json`` prints."""
         return {
             "trace": str(self.path),
             "status": self.status,
@@ -86,14 +82,9 @@ class RunResult:
 
 
 class ProgressSink(Protocol):
-    """What the engine reports progress to (the CLI's progress bar, the counted child's relay, or
-    nothing).
-
-    ``scene_started`` opens a scene; ``phase`` says what the run does now (its ``name`` is shown as
-    given, e.g. ``"[1/2] clear: warm-up"``; ``frames``: how many frames the phase renders, None for
-    a step without frames); ``advance(done)``: frames done in the current phase, from 1 (the engine
-    calls it only when ``tty`` is set); ``line``: a line of its own.
-    """
+    """What the engine reports progress to. ``phase`` names what the run does now (``frames``: None
+    for a step without frames); ``advance(done)`` counts frames from 1 and is called only when
+    ``tty`` is set."""
 
     tty: bool
 
@@ -107,8 +98,6 @@ class ProgressSink(Protocol):
 
 
 class NoProgress:
-    """A :class:`ProgressSink` that shows nothing."""
-
     tty = False
 
     def line(self, text: str) -> None:
@@ -125,9 +114,7 @@ class NoProgress:
 
 
 def scene_stats(values: list[int], counts: bool) -> dict[str, Any]:
-    """Per-scene statistics for the end table: frame-time stats, or count stats for
-    instructions/cycles.
-    """
+    """Per-scene statistics for the end table: frame-time stats, or count stats when ``counts``."""
     arr = np.asarray(values, dtype=np.float64)
     if not counts:
         return frame_stats(arr).as_dict()

@@ -1,13 +1,8 @@
 """A scene's own traceback: the frames of its exception that are the scene's code, not katra3d's.
 
-When a scene raises, the error line names the scene's file and line of the failing frame
-(:func:`location`), and ``katra3d --traceback`` (or ``KATRA3D_DEBUG=1``) prints the traceback cut to
-the scene's frames (:func:`scene_traceback`). katra3d's own frames (``katra3d``,
-``katra3d.harness``, ``katra_trace``, the Scene API's helpers in ``scenes``) are left out; a
-library's frames (moderngl, numpy) are kept in the traceback, since they say what raised, but the
-location is the deepest frame of scene code: a file outside katra3d and outside the Python
-installation, or a built-in scene (``scenes/builtin``).
-"""
+Library frames (moderngl, numpy) stay in the traceback since they say what raised, but
+:func:`location` is the deepest frame of scene code (outside katra3d and the Python installation, or
+a built-in scene)."""
 
 from __future__ import annotations
 
@@ -20,19 +15,15 @@ from pathlib import Path
 import katra_trace
 from katra3d import scenes
 
-#: Directories of katra3d's own code: their frames are never the scene's (the Scene API's helpers
-#: included).
+# katra3d's own code, the Scene API's helpers included.
 _OWN = (
-    # katra3d's package itself: loaded before any of its modules (importing it here would be a
-    # circle through its facade)
+    # katra3d itself: already loaded (importing it here would be a cycle through its facade)
     os.path.realpath(Path(str(sys.modules["katra3d"].__file__)).parent) + os.sep,
     os.path.realpath(Path(str(katra_trace.__file__)).parent) + os.sep,
     os.path.realpath(Path(__file__).parents[1]) + os.sep,
     os.path.realpath(Path(str(scenes.__file__)).parent) + os.sep,
 )
-#: The built-in scenes: scene code, though katra3d's.
 _BUILTIN = os.path.realpath(Path(str(scenes.__file__)).parent / "builtin") + os.sep
-#: The Python installation (standard library, site-packages): library code.
 _LIBRARY = tuple(
     sorted(
         {
@@ -45,9 +36,7 @@ _LIBRARY = tuple(
 
 
 def _kind(filename: str) -> str:
-    """``own`` (katra3d's machinery), ``scene`` (scene code) or ``library`` (Python's,
-    site-packages).
-    """
+    """``own`` (katra3d's machinery), ``scene`` or ``library``."""
     if filename.startswith("<"):
         return "library"  # <frozen importlib._bootstrap>, <string>
     path = os.path.realpath(filename)
@@ -66,7 +55,6 @@ def scene_frames(exc: BaseException) -> list[traceback.FrameSummary]:
 
 
 def _shown_path(filename: str) -> str:
-    """``filename`` relative to the working directory when it is inside it, else as it is."""
     try:
         rel = os.path.relpath(filename)
     except ValueError:
@@ -75,8 +63,7 @@ def _shown_path(filename: str) -> str:
 
 
 def location(exc: BaseException) -> str:
-    """``spin.py:42``: the scene's file and line of the deepest frame of scene code ("" when
-    none)."""
+    """``spin.py:42`` of the deepest frame of scene code ("" when none)."""
     frames = [f for f in scene_frames(exc) if _kind(f.filename) == "scene"]
     if not frames:
         return ""
@@ -84,9 +71,7 @@ def location(exc: BaseException) -> str:
 
 
 def scene_traceback(exc: BaseException) -> str:
-    """The traceback of ``exc`` cut to the scene's frames, as Python prints one ("" when it has
-    none).
-    """
+    """``exc``'s traceback cut to the scene's frames, as Python prints one ("" when none)."""
     frames = scene_frames(exc)
     if not frames:
         return ""
@@ -102,7 +87,6 @@ def describe(exc: BaseException | None) -> str:
         return ""
     if isinstance(exc, SystemExit):
         return f"SystemExit({exc.code!r}): scene code called sys.exit()"
-    # one line, whatever the exception's text (a GLSL compiler log has many)
     lines = [" ".join(line.split()) for line in str(exc).splitlines()]
     text = " | ".join(line for line in lines if line and set(line) - set("=-~"))
     if len(text) > 400:

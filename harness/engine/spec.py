@@ -1,14 +1,8 @@
-"""What the capture engine is asked to do, as data: one capture, and one scene in it.
+"""What the capture engine is asked to do, as plain records (no GL, no I/O): one capture
+(:class:`CaptureSpec`) and one scene in it (:class:`SceneSpec`).
 
-:class:`CaptureSpec` is everything that shapes a trace (its path, header and how its frames are
-measured); the :class:`~katra3d.harness.engine.core.Engine` takes one, whichever way of capturing
-built it (``katra3d run``, ``katra3d.capture``, the pytest plugin, the offscreen helper).
-:class:`SceneSpec` is one scene to run on that engine (:mod:`katra3d.harness.engine.lifecycle`).
-Both are plain records: no GL, no I/O. What the header records is typed
-(:mod:`katra_trace.io.header`'s records); only a scene's own params are a mapping. Runtime
-collaborators (the GL context, a writer override, the stop flag, the framebuffer binder, the
-progress display) are not part of a spec: they are passed beside it.
-"""
+Runtime collaborators (GL context, writer override, stop flag, binder, progress) travel beside a
+spec, not in it."""
 
 from __future__ import annotations
 
@@ -22,24 +16,14 @@ from katra_trace.io.header import CaptureOptions, HostInfo
 
 @dataclasses.dataclass(frozen=True)
 class CaptureSpec:
-    """One capture into one trace: where it goes, what its header records, how frames are measured.
+    """One capture into one trace: where it goes, what its header records, how frames are timed.
 
-    ``path``: the trace file (None only when the engine is given a writer, e.g.
-    an in-memory sink). ``workload`` and ``notes`` go to the trace header as
-    they are. ``host``: the probe's host info (its ``gl`` part picks the
-    timing mode). ``options``: the capture options to record
-    (:func:`katra_trace.io.header.build_capture_options`); the engine adds
-    the timing mode, its reason, the primary clock, ``measure`` and ``zones``.
-    ``timing``: auto | sync | gpu. ``zones``: True/"passes", "draws",
-    False/"off". ``max_draw_zones``: with draws zones, the most draws timed a frame (None: all).
-    How frames are measured (timed or counted) is the engine's measurer, not the spec's
-    (:mod:`katra3d.harness.engine.measurer`). ``reference_every``: time
-    the reference draw after every K-th measured frame (sync timing only; 0: off). ``overwrite``:
-    replace an existing trace. ``codec``: the writer's event codec (None: its default).
-    ``gl_error_check``: check ``glGetError`` after setup and after every frame. ``failed_aside``: an
-    aborted capture never goes to ``path`` (``katra3d run``: it would block the rerun): its measured
-    frames go to ``NAME.failed.katra``, or nothing is kept (TraceWriter's option).
-    """
+    ``path`` is None only when the engine is given a writer. ``options`` are completed by the engine
+    (timing mode and reason, primary clock, ``measure``, ``zones``). ``zones``: True/"passes",
+    "draws", False/"off"; ``max_draw_zones``: most draws timed a frame (None: all).
+    ``reference_every``: the reference draw after every K-th measured frame (sync only; 0: off).
+    ``failed_aside``: an aborted capture goes to ``NAME.failed.katra``, never to ``path`` (it would
+    block the rerun)."""
 
     path: Path | None
     workload: str
@@ -60,18 +44,10 @@ class CaptureSpec:
 class SceneSpec:
     """One scene to run on an engine: which, with what, for how long, and what to keep.
 
-    ``scene_cls``: the Scene class (instantiated once, by the lifecycle). ``label``: the scene's
-    name in the trace. ``params``: its resolved parameters. ``size``: framebuffer (width, height) in
-    pixels. ``frames``: measured frames, or None to measure for ``duration_s`` seconds (None with
-    both: no measured frames). ``warmup``: frames rendered first, recorded and flagged WARMUP (a
-    counted run renders them uncounted, with no events). ``seed``: the run seed of the frames' RNG.
-    ``spec``: the scene as the user named it (recorded in the scene annotation). ``read_image``:
-    read the last frame back and record its checksum; ``keep_image``: also keep it in the trace (an
-    IMAGE block, :mod:`katra_trace.io.images`) when the scene rendered all of its ``frames`` (never
-    for a ``duration_s`` run, whose last frame depends on speed); ``screenshot``: also save it as
-    this PNG. ``index``/``total``: the scene's position in the run, for progress lines
-    ("[index/total]").
-    """
+    ``size`` in pixels; ``frames`` None measures for ``duration_s`` seconds. ``warmup`` frames are
+    flagged WARMUP (uncounted in a counted run). ``keep_image`` keeps the last frame in the trace
+    only when all ``frames`` were rendered (never for a duration run, whose last frame depends on
+    speed). ``index``/``total``: position in the run for progress."""
 
     scene_cls: type
     label: str
@@ -85,13 +61,13 @@ class SceneSpec:
     read_image: bool = True
     keep_image: bool = False
     screenshot: Path | None = None
-    overwrite: bool = False  #: the screenshot may replace an existing file (``run --force``)
+    overwrite: bool = False  # screenshot may replace a file (``run --force``)
     index: int = 1
     total: int = 1
 
     @property
     def total_frames(self) -> int | None:
-        """Warmup + measured frames, or None when the scene is measured for a duration."""
+        """Warmup + measured frames, or None for a duration run."""
         return self.frames + self.warmup if self.frames is not None else None
 
 

@@ -1,12 +1,8 @@
 """Stopping a run: stop signals, the stop flag the frame loop polls, and the keeper thread.
 
-SIGINT, SIGTERM and SIGHUP set :class:`StopFlag` (the run stops at the next
-frame boundary); a second one raises :class:`StopSignal` in the main thread,
-which ends the frame in progress. The :class:`Keeper` thread hands buffered
-events to the writer when a frame takes long, and finishes the trace and ends
-the process if the main thread does not react to a second signal within
-:data:`HARD_STOP_GRACE_S`.
-"""
+A first SIGINT/SIGTERM/SIGHUP stops at the next frame boundary; a second raises :class:`StopSignal`
+in the main thread, and if the trace is not finished within :data:`HARD_STOP_GRACE_S` the
+:class:`Keeper` finishes it and ends the process."""
 
 from __future__ import annotations
 
@@ -25,7 +21,6 @@ from katra_trace.errors import signal_exit_code
 if TYPE_CHECKING:
     from katra3d.harness.engine.events import EventBuffer
 
-#: Seconds the keeper waits after a second stop signal before it finishes the trace itself.
 HARD_STOP_GRACE_S = 1.0
 
 _pc = time.perf_counter_ns
@@ -40,21 +35,17 @@ class StopSignal(KeyboardInterrupt):
 
 
 class StopFlag:
-    """Set by a stop signal while a run is in progress; the frame loop polls ``.set``."""
-
     def __init__(self) -> None:
         self.set = False
         self.signal_name = ""
         self.count = 0
         self.signum = 0
         self.hard_stop = threading.Event()
-        #: called (in the signal handler) when the second signal arrives
         self.on_hard_stop: list[Callable[[], None]] = []
 
     def trip(self, signum: int, _frame: Any = None) -> None:
         """Signal handler: the first signal asks for a stop at the next frame boundary, the second
-        stops now.
-        """
+        stops now."""
         self.count += 1
         self.set = True
         self.signum = signum
@@ -74,7 +65,7 @@ def stop_on_signals(flag: StopFlag) -> Iterator[StopFlag]:
 
 
 class Kept(Protocol):
-    """What the keeper looks after (the capture engine): its buffer, stop flag and trace."""
+    """What the keeper looks after (the capture engine)."""
 
     counting: bool
     buffer: EventBuffer
@@ -86,12 +77,11 @@ class Kept(Protocol):
 
 
 class Keeper(threading.Thread):
-    """Hands buffered events to the writer when the frame loop has not for a while, and ends a
-    process whose main thread does not react to a second stop signal.
+    """Flushes buffered events when the frame loop has not for a while; ends a process that ignores
+    a second stop signal.
 
-    When counting instructions it never wakes on a timer (a periodic wake-up would make the
-    main thread hand over the GIL inside some frame): only a second signal or the end wakes it.
-    """
+    When counting it never wakes on a timer (the main thread would hand over the GIL inside a
+    frame)."""
 
     def __init__(self, engine: Kept) -> None:
         super().__init__(name="katra3d-keeper", daemon=True)
@@ -140,7 +130,7 @@ class Keeper(threading.Thread):
         os._exit(signal_exit_code(engine.stop.signum or signal.SIGINT))
 
     def stop(self) -> None:
-        """End the keeper (the run is over) and wait up to 2 s for it."""
+        """End the keeper and wait up to 2 s for it."""
         self._finished.set()
         self._wake.set()
         if self.is_alive() and threading.current_thread() is not self:

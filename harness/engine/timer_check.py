@@ -1,8 +1,4 @@
-"""The timer-query diagnostic of ``katra3d doctor``: do GL_TIMESTAMP queries time a draw?
-
-On a real GPU a heavy draw's GPU time is close to (and at most) its wall time;
-on llvmpipe, whose queries stamp one 64x64 tile, it is a small fraction of it.
-"""
+"""The timer-query diagnostic of ``katra3d doctor``: do GL_TIMESTAMP queries time a draw?"""
 
 from __future__ import annotations
 
@@ -18,16 +14,11 @@ from katra3d.harness.gl.shim import GL_TIMESTAMP, RawGL
 def timer_query_reliability(
     ctx: Any, size: tuple[int, int] = (512, 512), iters: int = 64, repeats: int = 3
 ) -> dict[str, Any]:
-    """Do GL_TIMESTAMP queries time the draw? Compare a heavy draw's GPU time with its wall time.
+    """Compare the reference draw's (``iters`` steps) GPU time with its wall time.
 
-    The draw (the reference workload's full-screen triangle and fragment loop,
-    :mod:`katra3d.harness.engine.reference`, with ``iters`` steps) is bracketed by two
-    timestamp queries and by ``glFinish`` + host clock. On a real GPU the GPU
-    time is close to (and at most) the wall time; on llvmpipe, whose queries
-    stamp one 64x64 tile, it is a small fraction of it. Returns gpu_ms,
-    wall_ms (medians over ``repeats``), ratio = gpu / wall, and a verdict:
-    ``reliable``, ``unreliable`` (ratio < 0.5) or ``unsupported``.
-    """
+    On a real GPU they are close; llvmpipe's queries stamp one 64x64 tile. Returns gpu_ms, wall_ms
+    (medians over ``repeats``), ratio and a verdict: ``reliable``, ``unreliable`` (ratio < 0.5) or
+    ``unsupported``."""
     if ctx.version_code < 330 and "GL_ARB_timer_query" not in ctx.extensions:
         return {"verdict": "unsupported", "reason": "no GL_ARB_timer_query"}
     gl = RawGL()
@@ -42,7 +33,7 @@ def timer_query_reliability(
     previous = ctx.fbo
     try:
         fbo.use()
-        vao.render()  # warm up (shader compile on first draw)
+        vao.render()  # shader compile on first draw
         ctx.finish()
         for _ in range(repeats):
             t0 = time.perf_counter_ns()

@@ -1,27 +1,8 @@
-"""The frame timers: the clocks, the modes, the GPU query ring, the event buffer.
+"""The frame timers: ``sync`` (glFinish per frame, host clocks) and ``gpu`` (a ring of GL_TIMESTAMP
+queries read back without blocking, mapped to the host timeline by CLOCK_SYNC pairs).
 
-Modes (docs/timing.md says what each number means):
-
-* ``sync`` — every frame ends with ``glFinish``; the host clock
-  (``time.perf_counter_ns``) around render + finish gives the ``wall`` time,
-  render alone the ``cpu`` submit time, and the process CPU time across the
-  same span (every thread, a software rasterizer's included) the ``process``
-  time (in run's loop from the last frame's end: :meth:`SyncTimer.continue_frame`).
-  With zones on, each zone starts and ends with ``glFinish`` too, so a zone's
-  wall time holds its own GPU work only.
-* ``gpu`` — ``GL_TIMESTAMP`` queries (``glQueryCounter``) from a preallocated
-  ring bracket every frame and zone; results are read back without blocking
-  (``GL_QUERY_RESULT_AVAILABLE``) when they are ready, a few frames later,
-  and drained at the end. GPU timestamps are mapped into the host timeline
-  with one calibration pair taken at start (and another at the end, to show
-  drift), both written as CLOCK_SYNC blocks. ``cpu`` submit time and the
-  frame-to-frame interval (a COUNTER named ``frame_interval_ns``) come from
-  the host clock. No ``glFinish`` per frame.
-* ``auto`` — ``sync`` on software renderers (their timer queries do not time
-  the draw: llvmpipe stamps one 64x64 tile), ``gpu`` elsewhere.
-
-Events go to the trace writer through :class:`katra3d.harness.engine.events.EventBuffer`.
-"""
+``auto`` picks ``sync`` on software renderers, whose timer queries do not time the draw.
+docs/timing.md says what each number means."""
 
 from __future__ import annotations
 
@@ -48,10 +29,8 @@ from katra_trace.schema import Clock, Kind
 MODES: tuple[str, ...] = ("auto", "gpu", "sync")
 
 
-#: Queries preallocated for the GPU ring (two per frame or zone span).
 RING_QUERIES = 2048
 
-#: Name of the frame-interval counter in the string table.
 INTERVAL_NAME = "frame_interval_ns"
 
 _FRAME = int(Kind.FRAME)
@@ -62,19 +41,15 @@ _WALL = int(Clock.WALL)
 _GPU = int(Clock.GPU)
 
 _pc = time.perf_counter_ns
-#: Process CPU time, every thread counted (a software rasterizer's threads too): the PROCESS clock.
-#: Read outside the wall span (before its start, after its end), so it does not lengthen it.
+# Process CPU time of every thread (a software rasterizer's too), read outside the wall span.
 _process_ns = time.clock_gettime_ns
 _PROCESS_CLOCK = time.CLOCK_PROCESS_CPUTIME_ID
 
 
 def choose_mode(requested: str, gl: GLInfo) -> tuple[str, str]:
-    """The timing mode to use and why, from ``--timing`` and the probe's ``gl`` facts: the one rule
-    (``katra3d run``, ``capture()``, the pytest plugin and ``katra3d doctor``'s recommendation).
+    """The timing mode to use and why (the one rule for run, ``capture()``, the plugin and doctor).
 
-    Raises ConfigError when ``gpu`` is asked for on a software renderer (its
-    timer queries do not time the draw) or without timer queries.
-    """
+    Raises ConfigError when ``gpu`` is asked for on a software renderer or without timer queries."""
     if requested not in MODES:
         raise ConfigError(f"unknown timing mode '{requested}'; choose one of: {', '.join(MODES)}")
     renderer = gl.renderer if gl.renderer is not None else "?"
@@ -107,8 +82,6 @@ def choose_mode(requested: str, gl: GLInfo) -> tuple[str, str]:
 
 
 class _NullZone:
-    """The shared do-nothing context manager returned by ``zone()`` when zones are off."""
-
     __slots__ = ()
 
     def __enter__(self) -> None:
@@ -127,13 +100,10 @@ def no_zone(name: str) -> _NullZone:
 
 
 class Timer:
-    """Base of the frame timers: current scene/frame state, zones, name interning.
+    """Base of the frame timers: scene/frame state, zones, name interning.
 
-    Use: ``set_scene(name)``; per frame ``begin_frame(index, flags)`` ...
-    ``end_frame()``; ``zone(name)`` inside a frame; ``drain()`` at the end.
-    Durations of measured frames on :attr:`primary_clock` are collected in
-    ``frame_ns`` (per scene, reset by ``set_scene``).
-    """
+    Measured frames' durations on :attr:`primary_clock` collect in ``frame_ns`` (reset by
+    ``set_scene``)."""
 
     mode: str = ""
     primary_clock: Clock = Clock.WALL
@@ -152,7 +122,6 @@ class Timer:
         mglo = ctx.mglo
         self._push = mglo.push_debug_scope if self.debug else None
         self._pop = mglo.pop_debug_scope if self.debug else None
-        #: bytes a debug group's message may hold (KHR_debug: less than GL_MAX_DEBUG_MESSAGE_LENGTH)
         self._label_bytes = (
             max(0, RawGL().get_integer(GL_MAX_DEBUG_MESSAGE_LENGTH) - 1) if self.debug else 0
         )
@@ -174,9 +143,8 @@ class Timer:
         return sid
 
     def debug_label(self, name: str) -> str:
-        """The debug group message for zone ``name``: the name, cut to the driver's limit (a longer
-        one would abort the scene with GL_INVALID_VALUE; the trace keeps the whole name) and UTF-8
-        safe."""
+        """Zone ``name`` cut UTF-8-safely to the driver's debug message limit (a longer one aborts
+        the scene with GL_INVALID_VALUE; the trace keeps the whole name)."""
         label = self._labels.get(name)
         if label is None:
             data = name.encode("utf-8", "backslashreplace")[: self._label_bytes]
@@ -184,14 +152,12 @@ class Timer:
         return label
 
     def set_scene(self, name: str) -> int:
-        """Start attributing events to scene ``name``; returns its string id."""
         self.scene_id = self.writer.intern(name)
         self.frame_ns = []
         self._frame_ns_add = self.frame_ns.append
         return self.scene_id
 
     def now_ns(self) -> int:
-        """Host-clock ns since the capture start."""
         return _pc() - self.origin_ns
 
     def _zone(self, name: str) -> Any:  # pragma: no cover - overridden
@@ -204,26 +170,22 @@ class Timer:
         raise NotImplementedError
 
     def settle(self) -> None:
-        """Read back every pending measurement of the current scene (GPU queries; blocks)."""
+        """Read back every pending measurement of the current scene (blocks)."""
 
     def drain(self) -> None:
-        """Write every pending measurement (GPU queries) and flush the buffer."""
         self.settle()
         self.buffer.flush()
 
     def close(self) -> None:
-        """Free GL objects (queries)."""
+        """Free GL objects."""
 
     def options(self) -> dict[str, Any]:
-        """What goes into the capture options' ``timing`` entry."""
+        """The capture options' ``timing`` entry."""
         return {
             "mode": self.mode,
             "primary_clock": self.primary_clock.name.lower(),
             "zones": self.zones,
         }
-
-
-# --------------------------------------------------------------------------- sync
 
 
 class _SyncZone:
@@ -292,8 +254,6 @@ class SyncTimer(Timer):
     def _zone(self, name: str) -> _SyncZone:
         return _SyncZone(self, name)
 
-    #: the process clock at the last frame's end (:meth:`continue_frame` starts the next frame from
-    #: it)
     c1 = 0
 
     def begin_frame(self, index: int, flags: int = 0) -> None:
@@ -303,10 +263,8 @@ class SyncTimer(Timer):
         self.t0 = _pc()
 
     def continue_frame(self, index: int, flags: int = 0) -> None:
-        """:meth:`begin_frame` for a frame that follows the last one with only the harness between
-        them (run's loop): the last frame's end is this one's start on the process clock, one read
-        per boundary. ``katra3d.capture`` runs the user's code between frames: it uses
-        :meth:`begin_frame`."""
+        """:meth:`begin_frame` where only the harness ran since the last frame: that frame's end is
+        this one's start on the process clock (one read per boundary)."""
         self.frame_index = index
         self.flags = flags
         self.c0 = self.c1
@@ -324,9 +282,6 @@ class SyncTimer(Timer):
         if not flags:
             self._frame_ns_add(t1 - self.t0)
         self._maybe_flush(t1)
-
-
-# --------------------------------------------------------------------------- gpu
 
 
 class _GpuZone:
@@ -393,7 +348,6 @@ class GpuTimer(Timer):
         self._free: list[int] = list(reversed(self._all_queries))
         self._qc = self.gl.query_counter
         self._spans: list[tuple[int, ...]] = []
-        # pending frames, oldest first: (end query id, spans)
         self._pending: collections.deque[tuple[int, list[tuple[int, ...]]]] = collections.deque()
         self._avail = ctypes.c_int(0)
         self._avail_ref = ctypes.byref(self._avail)
@@ -405,8 +359,6 @@ class GpuTimer(Timer):
         self._gpu0 = self.calibration["gpu_ns"]
         self._host0 = self.calibration["host_ns"]
         self.max_lag_frames = 0
-
-    # -- calibration
 
     def calibrate(self, label: str, samples: int = 5) -> dict[str, Any]:
         """One GPU/host clock pair (the tightest of ``samples`` tries), written as CLOCK_SYNC."""
@@ -430,8 +382,6 @@ class GpuTimer(Timer):
         self.writer.clock_sync(record)
         return record
 
-    # -- query ring
-
     def _stamp(self) -> int:
         free = self._free
         if not free:
@@ -441,9 +391,7 @@ class GpuTimer(Timer):
         return q
 
     def _refill(self) -> None:
-        """Ring exhausted: read back what has finished (without waiting); grow when that frees
-        nothing.
-        """
+        """Ring exhausted: read back what has finished (no wait); grow if that frees nothing."""
         self._poll(block=False)
         if not self._free:
             more = self.gl.gen_queries(max(256, len(self._all_queries) // 2))
@@ -482,8 +430,6 @@ class GpuTimer(Timer):
                 break
         if len(pending) > self.max_lag_frames:
             self.max_lag_frames = len(pending)
-
-    # -- frames
 
     def _zone(self, name: str) -> _GpuZone:
         return _GpuZone(self, name)
@@ -566,13 +512,11 @@ class GpuTimer(Timer):
         return out
 
 
-#: What ``--zones`` accepts: no zones, the scene's pass zones, or every draw too (see
-#: katra3d.harness.engine.draws).
 ZONE_MODES: tuple[str, ...] = ("off", "passes", "draws")
 
 
 def zone_mode(value: bool | str | None) -> str:
-    """``--zones`` as one of :data:`ZONE_MODES` (True/False from older callers: passes/off)."""
+    """``--zones`` as one of :data:`ZONE_MODES` (True/False: passes/off)."""
     if value is None or value is False:
         return "off"
     if value is True:
@@ -586,7 +530,6 @@ def zone_mode(value: bool | str | None) -> str:
 def make_timer(
     mode: str, ctx: Any, writer: Any, buffer: EventBuffer, *, zones: bool = False
 ) -> Timer:
-    """A :class:`SyncTimer` or :class:`GpuTimer` for a resolved mode (``sync`` or ``gpu``)."""
     if mode == "sync":
         return SyncTimer(ctx, writer, buffer, zones=zones)
     if mode == "gpu":

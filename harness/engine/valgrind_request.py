@@ -1,24 +1,10 @@
-"""Valgrind client requests from Python, without a C compiler: callgrind's instrumentation switch.
+"""Valgrind client requests from Python without a C compiler: callgrind's instrumentation switch, so
+a counted child skips instrumenting its start-up (``--instr-atstart=no``).
 
-A counted child runs under ``valgrind --tool=callgrind --instr-atstart=no``:
-callgrind does not instrument start-up (Python, imports, Mesa and LLVM set-up),
-which then runs several times faster, and the harness switches instrumentation
-on (:func:`start_instrumentation`) at each scene's first measured frame
-(:class:`katra3d.harness.engine.counting.CountTimer`) and off again
-(:func:`stop_instrumentation`) when the next scene starts and after the run's last frame.
-
-A client request is the code of valgrind.h's ``VALGRIND_DO_CLIENT_REQUEST``: a
-"special instruction preamble" (four rotations of a register that cancel out,
-then a marker instruction) that valgrind recognises when it translates the
-code; outside valgrind the sequence does nothing and returns the default. The
-request's six words (the request code and five arguments) are in an array
-whose address is in ``rax``; the result comes back in ``rdx``. Here the
-sequence is machine code in a page of its own (``mmap``, written, then
-``mprotect`` to read+execute), called through ``ctypes`` as
-``size_t request(size_t *args, size_t default)``. Only x86-64 has the code;
-elsewhere :func:`available` is False and the child is instrumented from its
-start, as before (the trace header records which: ``counted_from``).
-"""
+The request is valgrind.h's ``VALGRIND_DO_CLIENT_REQUEST`` preamble as x86-64 machine code in an
+executable page called through ctypes; outside valgrind it returns the default. Elsewhere
+:func:`available` is False and the child is instrumented from its start (the header's
+``counted_from``)."""
 
 from __future__ import annotations
 
@@ -27,18 +13,16 @@ import mmap
 import platform
 from typing import Any
 
-#: valgrind.h's ``VG_USERREQ__RUNNING_ON_VALGRIND``: how many valgrinds the process runs under (0
-#: outside).
+# valgrind.h's ``VG_USERREQ__RUNNING_ON_VALGRIND`` (0 outside valgrind).
 RUNNING_ON_VALGRIND = 0x1001
 
-#: callgrind.h's ``VG_USERREQ__START_INSTRUMENTATION``: ``VG_USERREQ_TOOL_BASE('C','T') + 4``.
+# callgrind.h's ``VG_USERREQ__{START,STOP}_INSTRUMENTATION``: ``VG_USERREQ_TOOL_BASE('C','T') +
+# 4/5``.
 CALLGRIND_START_INSTRUMENTATION = (ord("C") << 24 | ord("T") << 16) + 4
 
-#: callgrind.h's ``VG_USERREQ__STOP_INSTRUMENTATION``: ``VG_USERREQ_TOOL_BASE('C','T') + 5``.
 CALLGRIND_STOP_INSTRUMENTATION = CALLGRIND_START_INSTRUMENTATION + 1
 
-#: The request as a function ``size_t f(size_t *args /* rdi */, size_t default /* rsi */)``, x86-64
-#: SysV.
+# ``size_t f(size_t *args /* rdi */, size_t default /* rsi */)``, x86-64 SysV.
 _AMD64_CODE = bytes.fromhex(
     "4889f8"  # mov rax, rdi        ; rax: the address of the six request words
     "4889f2"  # mov rdx, rsi        ; rdx: the default, the result outside valgrind
@@ -54,13 +38,10 @@ _AMD64_CODE = bytes.fromhex(
 
 _CODE: dict[str, bytes] = {"x86_64": _AMD64_CODE, "amd64": _AMD64_CODE}
 
-#: ``PROT_READ | PROT_EXEC`` for ``mprotect`` (Linux values, also in :mod:`mmap`).
 _PROT_RX = mmap.PROT_READ | mmap.PROT_EXEC
 
 
 class _Requester:
-    """The request function in its executable page (kept for the life of the process)."""
-
     def __init__(self, code: bytes) -> None:
         self.page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         self.page.write(code)
@@ -103,33 +84,25 @@ def _get() -> _Requester | None:
 
 
 def available() -> bool:
-    """Whether this process can make client requests (x86-64, and an executable
-    page could be made)."""
+    """Whether this process can make client requests (x86-64 and an executable page)."""
     return _get() is not None
 
 
 def client_request(code: int, *args: int, default: int = 0) -> int:
-    """Valgrind's answer to request ``code`` with up to five word arguments; ``default`` outside
-    valgrind or where :func:`available` is False."""
+    """Valgrind's answer to request ``code`` (up to five word arguments); ``default`` outside
+    valgrind or where unavailable."""
     requester = _get()
     return default if requester is None else requester.request(code, default, *args)
 
 
 def running_on_valgrind() -> int:
-    """How many valgrinds this process runs under: 0 outside valgrind (or where requests are
-    unavailable).
-    """
+    """How many valgrinds this process runs under (0 outside, or where requests are unavailable)."""
     return client_request(RUNNING_ON_VALGRIND)
 
 
 def start_instrumentation() -> bool:
-    """Switch callgrind's instrumentation on (a no-op when it is on); whether the request reached
-    valgrind.
-
-    From here on callgrind counts: valgrind throws away its translations and
-    re-translates the code it runs next with instrumentation, so the first
-    instrumented work runs slower (host time only: the counts do not change).
-    """
+    """Switch callgrind's instrumentation on; whether the request reached valgrind. The
+    re-translation that follows costs host time only."""
     if running_on_valgrind() == 0:
         return False
     client_request(CALLGRIND_START_INSTRUMENTATION)
@@ -137,14 +110,8 @@ def start_instrumentation() -> bool:
 
 
 def stop_instrumentation() -> bool:
-    """Switch callgrind's instrumentation off (a no-op when it is off); whether the request reached
-    valgrind.
-
-    For what runs after the last counted frame: writing the trace, Python's and Mesa's tear-down and
-    callgrind's last dump then run uninstrumented (several times faster), and ``os.getppid()`` makes
-    no more dumps. Nothing counted moves: valgrind re-translates the code it runs next without the
-    counters.
-    """
+    """Switch callgrind's instrumentation off (tear-down then runs uninstrumented and
+    ``os.getppid()`` makes no more dumps); whether the request reached valgrind."""
     if running_on_valgrind() == 0:
         return False
     client_request(CALLGRIND_STOP_INSTRUMENTATION)

@@ -1,11 +1,8 @@
-"""An X server for a GLX trace: ``$DISPLAY`` when set, else an Xvfb that katra3d starts and stops
-itself.
+"""An X server for a GLX trace: ``$DISPLAY`` when set, else an Xvfb that katra3d starts and
+stops.
 
-Xvfb picks its own display number (``-displayfd``): a number chosen here by looking for a free one
-could be taken by another server before this one locks it. The server leads a process group of its
-own (:func:`katra3d.harness.supervisor.spawn`) and is stopped when the replay ends, whatever
-happens.
-"""
+Xvfb picks its own display number (``-displayfd``): a free number chosen here could be taken
+before the server locks it."""
 
 from __future__ import annotations
 
@@ -22,18 +19,16 @@ from katra_trace.errors import ToolUnavailable
 
 #: Seconds Xvfb has to come up.
 START_TIMEOUT_S = 30.0
-#: Seconds Xvfb has to end after its SIGTERM (it ends at once), before it is killed.
+#: Seconds Xvfb has to end after SIGTERM before it is killed.
 XVFB_STOP_GRACE_S = 5.0
-#: The screen of katra3d's own Xvfb (a trace's windows are made at the size the trace asks for, up
-#: to this).
+#: The screen of katra3d's own Xvfb (a trace's windows fit in it).
 SCREEN = "4096x4096x24"
 
 
 @contextlib.contextmanager
 def x_display(environ: dict[str, str]) -> Iterator[dict[str, str]]:
-    """``environ`` with a ``DISPLAY``: its own when set, else one of an Xvfb started for the replay
-    and stopped when the block ends. ToolUnavailable (exit 3) when no display is set and Xvfb is
-    missing or does not start."""
+    """``environ`` with a ``DISPLAY``: its own, else an Xvfb's, stopped when the block ends.
+    ToolUnavailable when none is set and Xvfb is missing or does not start."""
     if environ.get("DISPLAY"):
         yield environ
         return

@@ -1,12 +1,8 @@
 """What glretrace prints, parsed (pure: no process, no GL).
 
-``--pframe-times`` makes glretrace end every frame with ``glFinish`` and print, per SwapBuffers, a
-``frame_end`` line and then ``rendering_finished NS`` (CLOCK_MONOTONIC nanoseconds, the clock of
-Python's ``time.perf_counter_ns`` on Linux); it lists each call as ``call NO GPU_START GPU_DUR
-CPU_START CPU_DUR ... NAME``. With ``--pcpu`` the CPU columns hold the call's start (ns since the
-replayer's first context was made current) and its duration. :class:`FrameReader` turns the lines
-into frames: when each ended, the last call before its SwapBuffers, and its draws.
-"""
+``--pframe-times`` prints ``frame_end`` then ``rendering_finished NS`` (CLOCK_MONOTONIC, as
+``time.perf_counter_ns``) per SwapBuffers, and a ``call NO ... NAME`` line per call, whose CPU
+columns (``--pcpu``) hold its start on the replayer's own base and its duration."""
 
 from __future__ import annotations
 
@@ -15,8 +11,7 @@ import re
 
 from katra_trace.schema import FRAME_PASS, draw_zone_name
 
-#: Calls that are draws (``--zones draws``): draws, dispatches, clears and blits, as katra3d's own
-#: draw zones.
+#: Calls that are draws (``--zones draws``), as katra3d's own draw zones.
 DRAW_CALL = re.compile(
     r"^gl(Multi)?Draw[A-Za-z0-9]*$|^glDispatchCompute[A-Za-z]*$|^glClear$|^glBlitFramebuffer[A-Z]*$"
     r"|^glBegin$"
@@ -25,9 +20,7 @@ DRAW_CALL = re.compile(
 
 @dataclasses.dataclass(frozen=True)
 class Draw:
-    """One draw call: ``call_no``, ``function``, start (ns on the replayer's own base) and CPU
-    duration (ns).
-    """
+    """One draw call: start on the replayer's own base and CPU duration, in ns."""
 
     call_no: int
     function: str
@@ -37,13 +30,12 @@ class Draw:
 
 @dataclasses.dataclass(frozen=True)
 class Frame:
-    """One replayed frame: ``end_ns`` (host clock, after its glFinish), ``last_call`` (the last call
-    made before its SwapBuffers: its snapshot is the frame's image) and its ``draws``."""
+    """One replayed frame: ``end_ns`` (host clock, after its glFinish), ``last_call`` before its
+    SwapBuffers (its snapshot is the frame's image) and its ``draws``."""
 
     end_ns: int
     last_call: int
     draws: tuple[Draw, ...] = ()
-    #: the start of its first timed call (replayer base), with --pcpu
     first_start_ns: int | None = None
 
 
@@ -55,11 +47,10 @@ class FrameReader:
         self._last_call = 0
         self._first: int | None = None
         self._ended = False
-        #: "Rendered N frames" at the end, when the replayer printed it
+        #: "Rendered N frames" at the end, when printed
         self.rendered: int | None = None
 
     def feed(self, line: str) -> Frame | None:
-        """The frame that ``line`` completes, or None."""
         if line.startswith("call "):
             fields = line.split()
             if len(fields) >= 13 and fields[1].isdigit():
@@ -94,8 +85,7 @@ def _int(text: str) -> int:
 
 
 def draw_zones(draws: tuple[Draw, ...]) -> list[str]:
-    """The zone names of a frame's ``draws``: the k-th call of each function in the frame, as a
-    scene's draws without a pass (``frame/glDrawArrays#2``), so that the same draw of every frame
+    """The zone names of a frame's draws (``frame/glDrawArrays#2``): the same draw of every frame
     has the same name."""
     seen: dict[str, int] = {}
     names = []
@@ -106,10 +96,9 @@ def draw_zones(draws: tuple[Draw, ...]) -> list[str]:
 
 
 def replayer_base_ns(frames: list[Frame]) -> int | None:
-    """Where the replayer's ``--pcpu`` times start on the host clock, from one process's frames:
-    each frame's first call starts after the frame before ended (its ``rendering_finished`` was
-    taken first), so the base is at least ``end[k] - first_start[k+1]``; the largest such bound is
-    within microseconds of it. None with fewer than two frames or no call times."""
+    """Where the replayer's ``--pcpu`` times start on the host clock, or None (under two frames):
+    the largest ``end[k] - first_start[k+1]``, as each frame's first call starts after the
+    previous ended."""
     bounds = [
         a.end_ns - b.first_start_ns
         for a, b in zip(frames, frames[1:], strict=False)

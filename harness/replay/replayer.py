@@ -1,25 +1,8 @@
-"""glretrace as katra3d drives it: timed replays, counted replays under callgrind, and the last
-frame's snapshot.
+"""glretrace as katra3d drives it: timed replays, counted replays under callgrind, and snapshots.
 
-Every replayer process leads a process group of its own (:func:`katra3d.harness.supervisor.spawn`)
-and is stopped (SIGTERM, then SIGKILL) when its part is done, on an error and on a stop signal: none
-is left behind.
-
-* :func:`timed_frames`: ``glretrace --pframe-times`` (with ``--pcpu --min-cpu-time=0`` for draw
-  zones), read line by line until enough frames ended; a trace shorter than the frames asked for is
-  replayed again from its start by a new process (glretrace cannot replay a trace twice in one
-  process), and the frame where each replay starts is noted: that frame (a new replayer's context
-  and compiles) is left out of the statistics, so one more frame is replayed (:func:`wanted`). A
-  replay's first frame starts at the replayer's first call: glretrace prints its profile's column
-  line (``# call no ...``, flushed) just before it reads the trace's first call, where its own
-  ``-b`` clock starts too; the process's start-up before it (loading its libraries) is no frame's.
-* :func:`counted_frames`: the replayer under ``valgrind --tool=callgrind`` with a dump after every
-  SwapBuffers, single-threaded llvmpipe and the counted run's pinned environment, on the trace's
-  first frames only (:func:`trimmed`: ``apitrace trim --frames=0-N``, which keeps the calls and
-  their numbers), so that a long trace is not replayed to its end under callgrind for a few frames.
-* :func:`snapshot`: one more replay, untimed, that writes the image after one call (``-s DIR/ -S
-  CALL``).
-"""
+Each replayer leads its own process group and is stopped when its part ends. glretrace cannot
+replay a trace twice in one process, so a short trace is replayed again by a new process,
+whose first frame is left out of the statistics (:func:`wanted`). docs/replay.md."""
 
 from __future__ import annotations
 
@@ -43,56 +26,47 @@ from katra3d.harness.replay.tool import Replayer, trim
 from katra3d.harness.supervisor import spawn
 from katra_trace.errors import KatraError, SceneError
 
-#: The swap functions a counted replay dumps after, by the trace's window system.
 SWAP_FUNCTION = {"glx": "glXSwapBuffers", "egl": "eglSwapBuffers"}
 
 
-#: The start of the column line glretrace's profiler prints before the trace's first call.
+#: The start of the profile's column line, printed before the trace's first call.
 HEADER_LINE = "# call no "
-#: Seconds between two reads of a timed replayer's output, and until its first call (its frames'
-#: start).
+#: Seconds between reads of a replayer's output (fast: until its first call).
 POLL_S = 0.02
 FAST_POLL_S = 0.0005
-#: The most basic blocks between two dumps of one SwapBuffers (a nested swap's return; one in Mesa
-#: 22.3 GLX).
+#: The most basic blocks between two dumps of one nested SwapBuffers (Mesa 22.3 GLX).
 SAME_SWAP_BLOCKS = 64
 
 
 class ReplayFailed(SceneError):
-    """The replayer could not replay the trace (a missing extension, an
-    unreadable call, a crash)."""
+    """The replayer could not replay the trace (missing extension, unreadable call, crash)."""
 
 
 @dataclasses.dataclass
 class TimedReplay:
-    """What timed replays gave: ``frames`` in order, ``starts_ns`` (host clock) of the processes and
-    ``restarts`` (the 0-based index of each frame that began a new replay of the trace after the
-    first)."""
+    """Timed replays' ``frames``, each process's start (host clock), and ``restarts`` (index of each
+    frame that began a new replay)."""
 
     frames: list[Frame] = dataclasses.field(default_factory=list)
-    #: per process: its first call's start (its profile's column line arrived), else its start
     starts_ns: list[int] = dataclasses.field(default_factory=list)
-    #: per process: its start to its first call
     startup_ns: list[int] = dataclasses.field(default_factory=list)
     restarts: list[int] = dataclasses.field(default_factory=list)
-    #: which process replayed each frame
     process_of: list[int] = dataclasses.field(default_factory=list)
 
 
 def wanted(count: int, warmup: int, restarts: list[int]) -> int:
-    """Frames to replay for ``count`` (warmup included) to count: each restart's frame after the
-    first ``warmup`` is one more, as it is left out of the statistics (``restarts`` ascending)."""
+    """Frames to replay: ``count`` plus one for each restart after ``warmup`` (left out)."""
     return count + len(restarts) - bisect.bisect_left(restarts, warmup)
 
 
 def replay_args(replayer: Replayer, *, timed: bool, zones: bool) -> list[str]:
     """The replayer's options for one kind of replay (recorded in the header as they are)."""
     args = ["--headless"] if replayer.headless else []
-    args.append("--pframe-times")  # a glFinish ends each frame; its end and last call are printed
+    args.append("--pframe-times")  # a glFinish ends each frame
     if zones:
         args += ["--pcpu", "--min-cpu-time=0"]
     if not timed:
-        # counted: the trace's calls on one thread, the one callgrind counts
+        # one thread, the one callgrind counts
         args.append("--singlethread")
     return args
 
@@ -101,8 +75,8 @@ def replay_args(replayer: Replayer, *, timed: bool, zones: bool) -> list[str]:
 def _started(
     command: list[str], env: Mapping[str, str], stderr: Path, stdout: Path, *, grace_s: float = 5.0
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """The replayer started in its own process group, its output in the files ``stdout`` and
-    ``stderr``; its group stopped (SIGTERM, SIGKILL after ``grace_s``) when the block ends."""
+    """The replayer in its own process group, output to files; the group is stopped (SIGTERM,
+    SIGKILL after ``grace_s``) when the block ends."""
     with open(stderr, "wb") as err, open(stdout, "wb") as out:
         try:
             group = spawn(
@@ -122,7 +96,6 @@ def _started(
 
 
 def _no_frame_yet(out: TimedReplay, before: int) -> bool:
-    """Whether the replayer started last has not yet started or read a frame."""
     return not out.startup_ns[-1] and len(out.frames) == before
 
 
@@ -133,10 +106,9 @@ def _lines(
     fast: Callable[[], bool],
     stopped: Callable[[], bool],
 ) -> Iterator[str]:
-    """The complete lines the replayer writes to the file ``path`` (its stdout), as they come, until
-    it exits or ``stopped()``. A file, not a pipe: the replayer never waits on katra3d nor wakes it
-    at each of its lines (one a call); the file is read every :data:`POLL_S`, every
-    :data:`FAST_POLL_S` while ``fast()``."""
+    """The complete lines the replayer writes to ``path``, until it exits or ``stopped()``.
+
+    A file, not a pipe: the replayer (one line a call) never waits on katra3d nor wakes it."""
     pending = b""
     with open(path, "rb") as fh:
         while not stopped():
@@ -163,8 +135,7 @@ def _failure(what: str, code: int | None, stderr: Path) -> ReplayFailed:
         lines = [ln.strip() for ln in stderr.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         lines = []
-    # glretrace prints the traced program's name first; the error is the last line that says
-    # something
+    # the last line that says something (the first is the program's name)
     said = [ln for ln in lines if "error" in ln.lower() or "warning" in ln.lower()] or lines
     tail = said[-1][:300] if said else "no message"
     how = f"exit status {code}" if code is None or code >= 0 else f"signal {-code}"
@@ -184,10 +155,8 @@ def timed_frames(
     on_restart: Callable[[int], None] | None = None,
     where: Path | None = None,
 ) -> TimedReplay:
-    """Replay ``trace`` until ``count`` frames ended, more after restarts (:func:`wanted`), or
-    ``stopped()``; each frame's end on the host clock. ``on_restart(k)``: a new replay begins at
-    frame ``k``. ``where``: the directory its files go in (a run's own,
-    :func:`katra3d.harness.run.replay.run`)."""
+    """Replay ``trace`` until enough frames ended (:func:`wanted`) or ``stopped()``; each frame's
+    end on the host clock. ``on_restart(k)``: a new replay begins at frame ``k``."""
     out = TimedReplay()
     command = [replayer.path, *replay_args(replayer, timed=True, zones=zones), trace]
     with tempfile.TemporaryDirectory(prefix="katra3d-replay-", dir=where) as tmp:
@@ -210,7 +179,6 @@ def timed_frames(
                     stopped=stopped,
                 ):
                     if line.startswith(HEADER_LINE) and len(out.frames) == before:
-                        # the replayer is about to read its first call: its frames start here
                         out.starts_ns[-1] = time.perf_counter_ns()
                         out.startup_ns[-1] = out.starts_ns[-1] - spawned
                         continue
@@ -251,9 +219,7 @@ def _untimed(
     stopped: Callable[[], bool],
     until: Callable[[str], bool],
 ) -> int | None:
-    """A replay that is not timed (``args`` before the trace), its output read until ``until(line)``
-    or ``stopped()`` (None, within :data:`POLL_S`); else its exit status. Its stderr is
-    ``tmp/stderr.txt``."""
+    """An untimed replay read until ``until(line)`` or ``stopped()`` (None), else its exit code."""
     command = [replayer.path, *(["--headless"] if replayer.headless else []), *args, trace]
     with _started(command, env, tmp / "stderr.txt", tmp / "stdout.txt") as proc:
         for line in _lines(proc, tmp / "stdout.txt", fast=lambda: False, stopped=stopped):
@@ -296,7 +262,7 @@ def snapshot(
             raise ReplayFailed(f"cannot read the snapshot of call {call_no}: {exc}") from None
 
 
-#: A string of the context in the replayer's state dump: ``"GL_VERSION": "4.5 (...) Mesa 22.3.6",``.
+#: A context string in the replayer's state dump.
 _STATE_LINE = re.compile(
     r'^\s*"(GL_VERSION|GL_SHADING_LANGUAGE_VERSION|GL_CONTEXT_PROFILE_MASK)":\s*"?([^"]*?)"?,?\s*$'
 )
@@ -310,8 +276,8 @@ def context_strings(
     *,
     where: Path | None = None,
 ) -> dict[str, str]:
-    """The version, GLSL version and profile mask of the context the replayer makes for ``trace``
-    (``{GL_VERSION: ...}``): its state dumped after call ``call_no`` (``-D``); {} when none."""
+    """``{GL_VERSION: ...}``, GLSL version and profile mask of the replayer's context for ``trace``,
+    from its state dump after ``call_no``; {} when none."""
     found: dict[str, str] = {}
 
     def take(line: str) -> bool:
@@ -325,15 +291,10 @@ def context_strings(
     return found
 
 
-# --------------------------------------------------------------------------- counted
-
-
 def counted_command(
     valgrind: str, replayer: Replayer, trace: str, dump_base: Path, *, cycles: bool
 ) -> list[str]:
-    """valgrind's command line for one counted replay (address-space randomization off, as the
-    counted run).
-    """
+    """valgrind's command line for one counted replay (no address-space randomization)."""
     cmd = [
         valgrind,
         "--tool=callgrind",
@@ -360,25 +321,22 @@ def counted_frames(
     on_restart: Callable[[int], None] | None = None,
     where: Path | None = None,
 ) -> tuple[list[dict[str, int]], list[int], list[int]]:
-    """Per-frame callgrind counts (event -> count, main thread) of ``count`` frames, more after
-    restarts (:func:`wanted`), each frame's last call before its SwapBuffers, and the restarts.
+    """Per-frame callgrind counts (main thread) of ``count`` frames (:func:`wanted`), each
+    frame's last call, and the restarts; when ``stopped()``, the frames already ended are
+    kept.
 
-    Each replay runs the trace's first ``count`` frames (a trimmed copy, :func:`trim`) to their end
-    under callgrind (its dumps are read afterwards); a nested SwapBuffers (GLX's dispatch, then
-    Mesa's) dumps more than once a frame: a frame is the sum of its swap's dumps. When
-    ``stopped()``, the replay in progress is stopped and the frames it had ended are kept
-    (:func:`_counted_replay`).
-    """
+    A nested SwapBuffers (GLX's dispatch, then Mesa's) dumps more than once: a frame sums its
+    dumps."""
     frames: list[dict[str, int]] = []
     last_calls: list[int] = []
     restarts: list[int] = []
     base_index = command.index(next(c for c in command if c.startswith("--callgrind-out-file=")))
-    per: list[int] = []  #: dumps a SwapBuffers, once a replay ran to its end
+    per: list[int] = []
     with tempfile.TemporaryDirectory(prefix="katra3d-trimmed-", dir=where) as keep:
         try:
             first = trim(command[-1], count, Path(keep) / "first-frames.trace")
         except SceneError:
-            if stopped():  # Ctrl-C reached apitrace trim too
+            if stopped():
                 return frames, last_calls, restarts
             raise
         while len(frames) < wanted(count, warmup, restarts) and not stopped():
@@ -405,28 +363,22 @@ def _counted_replay(
     per: list[int],
     where: Path | None,
 ) -> tuple[list[dict[str, int]], list[int]]:
-    """One counted replay of ``trace`` (the trimmed copy): its first ``wanted`` frames' counts and
-    last calls.
-
-    A stop is seen within :data:`POLL_S`: the replayer's group is stopped then, and the frames it
-    had ended (their lines in its output, a file read once it is stopped) are kept: their dumps were
-    written at their SwapBuffers, before their lines. ``per`` holds the dumps a SwapBuffers makes,
-    learnt from the first replay that ran to its end."""
+    """One counted replay of the trimmed trace: its first ``wanted`` frames' counts and last
+    calls. On a stop, the frames already ended are kept (their dumps precede their lines);
+    ``per`` (dumps a swap) is learnt from the first complete replay."""
     with tempfile.TemporaryDirectory(prefix="katra3d-counted-replay-", dir=where) as tmp:
         dump_base = Path(tmp) / "cg.out"
         cmd = [*command[:-1], str(trace)]
         cmd[base_index] = f"--callgrind-out-file={dump_base}"
         stderr, stdout = Path(tmp) / "stderr.txt", Path(tmp) / "stdout.txt"
-        # no grace: valgrind's end on SIGTERM writes its last dump (seconds), which no frame needs
+        # no grace: valgrind's exit on SIGTERM writes a last dump (seconds) no frame needs
         with _started(cmd, env, stderr, stdout, grace_s=0.0) as proc:
             while proc.poll() is None and not stopped():
                 time.sleep(POLL_S)
             code = proc.poll()
-        # the replayer's group is stopped (the block's end): its output is whole
         reader = FrameReader()
         with open(stdout, encoding="utf-8", errors="replace") as fh:
             ended = [f for f in map(reader.feed, fh) if f is not None]
-        # its group was stopped (the block's end): keep its frames
         if code is None or (code != 0 and stopped()):
             got = _frames_of(dump_base, None, len(ended), per[0] if per else None)
         else:
@@ -440,7 +392,7 @@ def _counted_replay(
 
 
 def _parts(dump_base: Path) -> list[int]:
-    """The numbers of callgrind's dumps at SwapBuffers (``cg.out.N-01``, main thread), in order."""
+    """The numbers of callgrind's main-thread dumps (``cg.out.N-01``), in order."""
     return sorted(
         int(p.name[len(dump_base.name) + 1 :].split("-")[0])
         for p in dump_base.parent.iterdir()
@@ -449,9 +401,7 @@ def _parts(dump_base: Path) -> list[int]:
 
 
 def _blocks(dump: Path) -> int | None:
-    """The basic blocks a callgrind dump spans (its ``desc: Timerange: Basic block A - B``), None if
-    unsaid.
-    """
+    """The basic blocks a callgrind dump spans (``desc: Timerange``), None if unsaid."""
     try:
         with open(dump, encoding="utf-8", errors="replace") as fh:
             for _, line in zip(range(40), fh, strict=False):
@@ -464,10 +414,8 @@ def _blocks(dump: Path) -> int | None:
 
 
 def _dumps_a_swap(dump_base: Path, parts: list[int]) -> int:
-    """The dumps one SwapBuffers makes, read from the dumps themselves (a stopped replay has no
-    frame count to divide them by): the first frame's first dump, then those right after it, each
-    within the return of a nested SwapBuffers (a few basic blocks: the next frame's first dump spans
-    its calls)."""
+    """The dumps one SwapBuffers makes, for a stopped replay: the first dump plus those right after
+    it that span only a nested swap's return (a few blocks)."""
     per = 1
     for part in parts[1:]:
         blocks = _blocks(dump_base.with_name(f"{dump_base.name}.{part}-01"))
@@ -480,9 +428,8 @@ def _dumps_a_swap(dump_base: Path, parts: list[int]) -> int:
 def _frames_of(
     dump_base: Path, rendered: int | None, wanted: int, per: int | None = None
 ) -> list[dict[str, int]]:
-    """The counts of the first ``wanted`` frames: ``rendered`` frames ran to the replay's end (its
-    dumps divide among them), else (``rendered`` None, a stopped replay) the ``wanted`` frames that
-    ended, ``per`` dumps each when known (else :func:`_dumps_a_swap`)."""
+    """The counts of the first ``wanted`` frames: the dumps split among ``rendered`` frames, or for
+    a stopped replay (``rendered`` None) ``per`` dumps a frame."""
     parts = _parts(dump_base)
     if rendered is None:
         per = per or _dumps_a_swap(dump_base, parts)

@@ -1,12 +1,7 @@
-"""The replayer and the trace file: which glretrace replays a trace, its version, and the trace's
-facts.
+"""Which glretrace replays a trace, its version, and the trace's facts.
 
-An apitrace trace names its window system in its calls: ``glX*`` calls (GLX, replayed by
-``glretrace`` on an X server) or ``egl*`` calls (EGL, replayed by ``eglretrace --headless``).
-:func:`trace_facts` reads that from the first calls (``apitrace dump``), and the file's SHA-256 and
-size, which the trace header records and which make two replays of different traces incomparable
-(the scene's params, :mod:`katra3d.scenes.registry`).
-"""
+A trace's ``glX*`` or ``egl*`` calls name its window system (GLX: ``glretrace`` on an X
+server, EGL: ``eglretrace --headless``)."""
 
 from __future__ import annotations
 
@@ -20,7 +15,6 @@ from pathlib import Path
 from katra_trace.errors import ConfigError, SceneError, ToolUnavailable
 from katra_trace.io.inputs import open_regular
 
-#: The Debian/Ubuntu package that holds apitrace, glretrace and eglretrace.
 APT_PACKAGE = "apitrace"
 #: Calls read to tell a GLX trace from an EGL one.
 SNIFF_CALLS = 2000
@@ -33,16 +27,14 @@ _CURRENT = re.compile(r"^(\d+) (?:glXMake(?:Context)?Current|eglMakeCurrent)\(",
 
 
 def install_line(package: str = APT_PACKAGE) -> str:
-    """The command that installs ``package`` here (with sudo unless root)."""
     line = f"apt-get install -y {package}"
     return line if os.geteuid() == 0 else f"sudo {line}"
 
 
 @dataclasses.dataclass(frozen=True)
 class Replayer:
-    """The program that replays a trace: ``path`` (glretrace or eglretrace), ``version`` (the
-    apitrace package's, e.g. ``11.1+repack-1.1+b2``; "" when no package manager says) and ``api``
-    (glx | egl)."""
+    """The program that replays a trace (glretrace or eglretrace), the apitrace package's
+    ``version`` ("" when unknown) and ``api`` (glx | egl)."""
 
     path: str
     version: str
@@ -50,7 +42,6 @@ class Replayer:
 
     @property
     def headless(self) -> bool:
-        """EGL traces replay without a window (``--headless``); GLX ones need an X server."""
         return self.api == "egl"
 
     def as_dict(self) -> dict[str, str]:
@@ -59,16 +50,13 @@ class Replayer:
 
 @dataclasses.dataclass(frozen=True)
 class TraceFacts:
-    """An apitrace file as the header records it: absolute ``path``, ``sha256``, ``size_bytes``,
-    ``api``.
-    """
+    """An apitrace file as the header records it; ``current_call``: a call where its context is
+    current (None: none in its first calls)."""
 
     path: str
     sha256: str
     size_bytes: int
     api: str
-    #: a call where the trace's context is current (its first SwapBuffers or MakeCurrent; None: none
-    #: in its first calls)
     current_call: int | None = None
 
     def as_dict(self) -> dict[str, object]:
@@ -91,8 +79,7 @@ def _which(name: str) -> str:
 
 
 def package_version() -> str:
-    """The installed apitrace package's version ("" when dpkg-query is missing or does not know
-    it)."""
+    """The installed apitrace package's version ("" when dpkg-query does not say)."""
     dpkg = shutil.which("dpkg-query")
     if dpkg is None:
         return ""
@@ -110,9 +97,9 @@ def package_version() -> str:
 
 
 def sniff_api(path: Path) -> tuple[str, int | None]:
-    """glx or egl: the window system of the trace's first calls, and a call with a context current.
-    ToolUnavailable without apitrace; SceneError when apitrace cannot read the file or it holds no
-    GLX or EGL call (a WGL or CGL trace, or not a trace)."""
+    """glx or egl (from the trace's first calls) and a call with a context current.
+    ToolUnavailable without apitrace; SceneError when the file holds no GLX or EGL call or
+    cannot be read."""
     apitrace = _which("apitrace")
     try:
         out = subprocess.run(
@@ -147,15 +134,14 @@ def sniff_api(path: Path) -> tuple[str, int | None]:
 
 
 def trace_facts(path: Path, sha256: str, size_bytes: int) -> TraceFacts:
-    """The facts of the trace file at ``path``, whose digest and size the scene registry took
-    through the input rule (SceneError when it is not a GLX/EGL trace)."""
+    """The facts of the trace at ``path`` (digest and size taken by the scene registry's input
+    rule)."""
     return TraceFacts(os.path.abspath(path), sha256, size_bytes, *sniff_api(path))
 
 
 def trim(path: str, frames: int, out: Path) -> Path:
-    """``out``: the first ``frames`` frames of the trace at ``path`` (``apitrace trim
-    --frames=0-N``: the same calls with the same numbers, up to the last one's SwapBuffers; all of a
-    shorter trace). SceneError when it fails."""
+    """``out``: the first ``frames`` frames of the trace (``apitrace trim``: same calls, same
+    numbers). SceneError when it fails."""
     command = [_which("apitrace"), "trim", f"--frames=0-{max(0, frames - 1)}", "-o", str(out), path]
     try:
         done = subprocess.run(
@@ -170,9 +156,7 @@ def trim(path: str, frames: int, out: Path) -> Path:
 
 
 def find_replayer(api: str) -> Replayer:
-    """The replayer of a trace of ``api`` (ToolUnavailable, exit 3, with the install line when
-    missing).
-    """
+    """The replayer of an ``api`` trace (ToolUnavailable with the install line when missing)."""
     if api not in ("glx", "egl"):
         raise ConfigError(f"no replayer for a {api} trace")
     return Replayer(_which("glretrace" if api == "glx" else "eglretrace"), package_version(), api)

@@ -1,2 +1,2 @@
-"""A run as data: the validated config and the resolved plan, the runner that drives the engine with
-it, the counted (``--measure instructions|cycles``) parent side, and the offscreen helper."""
+"""A run as data (config and plan), the runner that drives the engine with it, the counted parent
+side, and the offscreen helper."""

@@ -1,20 +1,10 @@
 """The bytecode a counted child loads: the same bytes whoever wrote them.
 
-A counted child that compiles a module from source ends start-up in another heap state than one that
-loads its bytecode, and counts every later frame differently. Loading bytecode is not enough either:
-``marshal`` (format 4, what ``import``, ``py_compile`` and ``compileall`` write) marks every object
-that has more than one reference when it is written, so the bytes of one module depend on what else
-the writing process had loaded. A ``.pyc`` written by ``compileall -j 0`` and one written by an
-import of the same source were loaded as different objects, and a 16x16 ``clear`` frame counted 494
-instructions apart; two first counted runs started at once raced to write their different bytes, and
-counted up to 58 apart.
-
-So the parent of a counted child writes each module's ``.pyc`` itself, before the child starts, with
-``marshal`` format 2, which has no references: the bytes depend on the source alone. An ordinary
-timestamp header is kept, so every Python process loads them and rewrites them (in format 4) when
-the source changes; format 4's code object starts with a flagged type byte, so such a rewrite is
-seen and replaced before the next counted child starts.
-"""
+A child that compiles a module, or loads ``marshal`` format 4 (which flags shared objects, so
+the bytes depend on what else the writer had loaded), counts differently (a 16x16 frame by 494
+instructions). So the parent writes each ``.pyc`` in format 2, which has no references, with
+an ordinary timestamp header; a format-4 rewrite is seen by its flagged type byte and
+replaced."""
 
 from __future__ import annotations
 
@@ -29,22 +19,20 @@ from pathlib import Path
 from katra_trace.errors import KatraError
 from katra_trace.io.claim import open_output
 
-#: marshal format without references (format 3 added them): the bytes depend only on the code object
+#: marshal format without references (format 3 added them)
 CANONICAL_FORMAT = 2
-#: the type byte of a code object in that format ('c', no reference flag)
+#: a code object's type byte in that format (no reference flag)
 _CODE_TYPE = b"c"
 
 
 def pyc_path(source: Path) -> Path:
-    """Where a plain ``python`` (no ``-O``, no ``PYTHONPYCACHEPREFIX``: the counted child) looks for
-    ``source``'s bytecode."""
+    """Where a plain ``python`` (no ``-O``, no ``PYTHONPYCACHEPREFIX``) looks for ``source``'s
+    bytecode."""
     return source.parent / "__pycache__" / f"{source.stem}.{sys.implementation.cache_tag}.pyc"
 
 
 def _header(source: Path) -> bytes:
-    """A timestamp-checked ``.pyc`` header for ``source`` as it is now (what import validates: mtime
-    and size).
-    """
+    """A ``.pyc`` header for ``source`` as it is now (import checks mtime and size)."""
     st = source.stat()
     return (
         importlib.util.MAGIC_NUMBER
@@ -55,18 +43,15 @@ def _header(source: Path) -> bytes:
 
 
 def canonical_pyc(source: Path) -> bytes:
-    """The ``.pyc`` file of ``source`` in canonical form: header, then the code in marshal format 2.
-    Compiled as import compiles it (``dont_inherit``, optimization level 0: the child runs without
-    ``-O``)."""
+    """``source``'s ``.pyc`` in canonical form, compiled as import compiles it (no ``-O``)."""
     header = _header(source)
     code = compile(source.read_bytes(), str(source), "exec", dont_inherit=True, optimize=0)
     return header + marshal.dumps(code, CANONICAL_FORMAT)
 
 
 def is_canonical(source: Path) -> bool:
-    """Whether ``source``'s ``.pyc`` is current and in canonical form (its header and first type
-    byte: cheap).
-    """
+    """Whether ``source``'s ``.pyc`` is current and canonical (header and first type byte:
+    cheap)."""
     try:
         with open(pyc_path(source), "rb") as f:
             head = f.read(17)
@@ -76,9 +61,8 @@ def is_canonical(source: Path) -> bool:
 
 
 def write_canonical(source: Path) -> None:
-    """Write ``source``'s canonical ``.pyc`` unless it is there; atomically, so a process that loads
-    it meanwhile reads the old file or the new one. Where it cannot be written (a read-only install)
-    or the source does not compile (the child reports that), nothing is written: every child then
+    """Write ``source``'s canonical ``.pyc`` atomically unless it is there. Nothing is written
+    where it cannot be (a read-only install) or the source does not compile: every child then
     does the same."""
     if is_canonical(source):
         return
@@ -91,9 +75,6 @@ def write_canonical(source: Path) -> None:
 
 
 def write_canonical_tree(roots: Iterable[str], files: Iterable[str] = ()) -> None:
-    """:func:`write_canonical` for every ``.py`` file under ``roots`` (package directories) and for
-    ``files``.
-    """
     for root in roots:
         for source in sorted(Path(root).rglob("*.py")):
             write_canonical(source)

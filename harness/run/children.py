@@ -1,23 +1,10 @@
 """A counted run's children: every scene counted in its own valgrind child, up to ``--jobs`` at
 once.
 
-What a process ran before moves its counts (``clear`` counted 491,121 instructions a frame as the
-second scene of a child and 504,586 alone), so every scene is counted in a child of its own, with a
-one-scene plan (:func:`scene_plan`), whatever ``--jobs`` is: its counts are then the same with
-``--jobs 1`` as with any other. Counts do not depend on what runs beside them, so up to
-``plan.jobs`` children run at once (:mod:`katra3d.harness.run.jobs` decides how many). Each child
-writes the trace of its scene (a part, in its dump directory) and hands back its results; the parent
-joins the parts into the run's one trace in the run's order of scenes
-(:func:`katra3d.harness.run.parts.join`) and the results into one.
-
-Progress shows every child (:func:`katra3d.harness.run.progress.lane`). A stop signal (Ctrl-C)
-reaches every child's process group: each finishes its trace as interrupted, no new child starts,
-and the run's trace keeps every scene counted so far. A scene that fails ends the run as it would
-serially: no new child starts, the running children of later scenes are killed, those of earlier
-scenes finish, and the trace (set aside, as a failed run's) holds the scenes counted up to the
-failed one. The dump directories are removed whatever happens; no child outlives the run
-(:mod:`katra3d.harness.run.lifetime`).
-"""
+What a process ran before moves its counts (``clear``: 491,121 instructions a frame as a
+child's second scene, 504,586 alone), so each scene gets a one-scene child and its counts do
+not depend on ``--jobs``. A failed scene kills the children of later scenes, as a serial run
+would stop there."""
 
 from __future__ import annotations
 
@@ -42,13 +29,14 @@ from katra3d.harness.supervisor import Group, Supervisor
 from katra3d.scenes.suites import scene_cost
 from katra_trace.errors import ConfigError, ToolUnavailable, TraceIOError, child_ended
 from katra_trace.io import claim as claim_mod
+from katra_trace.profile.callgrind import Folder, profiles_on
+from katra_trace.profile.model import ProfileRecord
 
 
 def scene_plan(plan: RunPlan, index: int) -> RunPlan:
-    """The plan the counted child of ``plan``'s ``index``-th scene (from 0) runs: that scene alone,
-    the user's strings replaced by stand-ins (:func:`katra3d.harness.run.protocol.child_plan`) and
-    ``--jobs`` left out, so the child's plan, and with it its counts, is the same whatever
-    ``--jobs`` is."""
+    """The plan the child of the ``index``-th scene runs: that scene alone, stand-in strings
+    (:func:`katra3d.harness.run.protocol.child_plan`) and no ``--jobs``, so its counts do not
+    depend on ``--jobs``."""
     one = protocol.child_plan(plan)
     return dataclasses.replace(
         one,
@@ -59,10 +47,8 @@ def scene_plan(plan: RunPlan, index: int) -> RunPlan:
 
 
 def start_order(plan: RunPlan) -> list[int]:
-    """The order the children of ``plan``'s scenes (indices from 0) start in: the run's order with
-    one job; with more, the costliest first (:func:`katra3d.scenes.suites.scene_cost`'s estimate,
-    ties in the run's order), so that no long scene starts last and runs alone at the end. The trace
-    keeps the run's order."""
+    """The order the children start in: the run's with one job, else costliest first (ties in the
+    run's order), so no long scene runs alone at the end. The trace keeps the run's order."""
     if plan.jobs <= 1:
         return list(range(len(plan.entries)))
     frames = (plan.frames or 1) + plan.warmup
@@ -75,10 +61,6 @@ def start_order(plan: RunPlan) -> list[int]:
 
 @dataclasses.dataclass
 class _Child:
-    """One scene's counted child: ``index`` (from 0) in the run, its dump directory, process and
-    relay.
-    """
-
     index: int
     label: str
     dump_dir: Path
@@ -88,6 +70,11 @@ class _Child:
     group: Group | None = None
     code: int | None = None
     handed: ChildResult | None = None
+    profile: list[ProfileRecord] = dataclasses.field(default_factory=list)
+    folder: Folder = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.folder = Folder(self.dump_dir)
 
     @property
     def part(self) -> Path | None:
@@ -98,7 +85,6 @@ class _Child:
 
     @property
     def failed(self) -> bool:
-        """Whether the child ended with an error or without results (a scene failure, a crash)."""
         return self.handed is None or self.handed.failed
 
 
@@ -113,9 +99,8 @@ def start_child(
     sys_path: list[str],
     deferred: bool,
 ) -> _Child:
-    """Start the counted child of ``plan``'s ``index``-th scene (from 0) in a new dump directory;
-    its progress goes to ``progress`` (a lane of the run's display). ToolUnavailable when valgrind
-    cannot be started."""
+    """Start the child of the ``index``-th scene in a new dump directory, its progress to
+    ``progress``; ToolUnavailable when valgrind cannot be started."""
     counting = plan.counting
     if counting is None:
         raise ConfigError(
@@ -137,11 +122,9 @@ def start_child(
     )
     child = _Child(index, plan.entries[index].label, dump_dir, relay, progress)
     progress.phase("starting valgrind, then Python and katra3d in it (not counted)", None)
-    # the child's stdin, stdout and stderr are the same kind of file whatever the parent's are (a
-    # terminal, a pipe, /dev/null with --quiet): measured, each kind moved every frame's count (by
-    # up to 188 of 275,000 instructions of a 16x16 clear frame); its stderr is relayed from a file
-    # a stop signal is forwarded to the child once it has reported; before, it has counted nothing
-    # and has no handler that would end it cleanly, and is killed
+    # the child's stdio is the same kind of file whatever the parent's are: each kind moved every
+    # frame's count (by up to 188 of 275,000 instructions of a 16x16 frame). A stop signal is
+    # forwarded once the child has reported; before, it is killed.
     try:
         with open(dump_dir / measure.STDERR_FILE, "wb") as err:
             child.group = sup.start(
@@ -164,21 +147,18 @@ def start_child(
 def run_counted(
     plan: RunPlan, *, progress: ProgressSink, quiet: bool
 ) -> tuple[int, ChildResult | None, int]:
-    """Count every scene of ``plan`` in its own child, up to ``plan.jobs`` at once, and write the
-    run's trace at ``plan.output`` (claimed first, as any capture does; a failed run's is set
-    aside).
+    """Count every scene of ``plan`` in its own child and write the run's trace at
+    ``plan.output``.
 
-    Returns the children's exit code (0, or the first other in the run's order), what they handed
-    back joined (their results, or the first failed scene's error; None when no child handed
-    anything back), and the first stop signal this process got (0: none).
-    """
+    Returns the first non-zero child exit code (else 0), the children's results joined (None
+    when nothing came back), and the first stop signal received (0: none)."""
     target = claim_mod.claim(plan.output, plan.config.force)
     lifetime.remove_stale_dump_dirs()
     children: dict[int, _Child] = {}
     published = False
     n = len(plan.entries)
-    # the handlers come first: a Ctrl-C while a child is being started is noted, never lost in the
-    # code it interrupted (it was: inside fork's at-fork handlers, as an 'Exception ignored')
+    # handlers first: a Ctrl-C while a child is being started is noted, not lost in fork's at-fork
+    # handlers
     with Supervisor() as sup:
         try:
             imports, sys_path = measure.scene_imports(plan)
@@ -206,6 +186,8 @@ def run_counted(
                 for child in children.values():
                     if child.code is None:
                         child.relay.poll()
+                        if profiles_on():
+                            child.folder.fold()  # the kept dumps read as they come: few on disk
 
             failed_at = n
             tasks = [functools.partial(_wait_for, children, i) for i in range(n)]
@@ -238,6 +220,7 @@ def run_counted(
                             status=status,
                             codec=plan.config.codec,
                             strings=protocol.run_strings(plan),
+                            profiles={c.part: c.profile for c in kept if c.part is not None},
                         )
                 except OSError as exc:  # the file is a descriptor here: name it
                     raise TraceIOError(
@@ -252,7 +235,6 @@ def run_counted(
             return code, handed, received[0] if received else 0
         finally:
             for child in children.values():
-                # torn down: leave no child behind
                 if child.group is not None:
                     child.group.end(0.0)
                 with contextlib.suppress(AttributeError):
@@ -266,7 +248,6 @@ def run_counted(
 
 
 def _wait_for(children: dict[int, _Child], index: int) -> _Child:
-    """A pool's job: wait for the counted child of the ``index``-th scene to end."""
     child = children[index]
     assert child.proc is not None
     child.proc.wait()
@@ -279,7 +260,9 @@ def _ended(child: _Child) -> None:
     child.code = child.proc.wait()
     child.relay.poll()
     child.handed = protocol.handed_back(child.dump_dir)
-    if child.handed is None:  # killed, or crashed before handing anything back
+    if profiles_on():
+        child.profile = child.folder.records(child.label)
+    if child.handed is None:
         how, exit_code = child_ended(child.code)
         child.handed = ChildResult(
             error=f"scene '{child.label}': its child {how}; it handed back no results",
@@ -288,9 +271,7 @@ def _ended(child: _Child) -> None:
 
 
 def _handed(kept: list[_Child], failed: bool, received: list[int]) -> ChildResult | None:
-    """The results of the ``kept`` children joined in the run's order, or the first failed one's
-    error.
-    """
+    """The kept children's results joined in the run's order, or the first failed one's error."""
     if failed:
         return next(c.handed for c in kept if c.failed)
     runs = [c.handed.run for c in kept if c.handed is not None and c.handed.run is not None]

@@ -1,9 +1,7 @@
 """What a run is: :class:`RunConfig` (validated input) and :class:`RunPlan` (resolved, no GL yet).
 
-Everything here is checked before any GL or disk work, so a bad input costs
-nothing and leaves nothing behind: parsers for the command line's values,
-:func:`plan_run` (scenes, params, sizes, paths) and the default output name.
-"""
+Everything is checked before any GL or disk work, so a bad input costs nothing and leaves nothing
+behind."""
 
 from __future__ import annotations
 
@@ -34,7 +32,6 @@ from katra_trace.io.merge import parse_shard
 DEFAULT_FRAMES = 100
 DEFAULT_WARMUP = 5
 DEFAULT_SIZE = (640, 360)
-#: Measured frames between two reference draws when the config does not say (sync timing only).
 DEFAULT_REFERENCE_EVERY = 4
 MAX_SIZE = 16384
 MAX_FRAMES = 10_000_000
@@ -68,8 +65,8 @@ def _whole(value: Any) -> bool:
 
 
 def check_whole(value: Any, option: str, low: int, high: int) -> int:
-    """``value`` as an int in ``low..high``, else ConfigError naming ``option``: the one check of a
-    run's counts (frames, warmup, seed), for the command line and the pytest fixture alike."""
+    """``value`` as an int in ``low..high``, else ConfigError naming ``option`` (CLI and fixture
+    alike)."""
     if not _whole(value):
         raise ConfigError(f"bad {option} {value!r}: expected a whole number in {low}..{high}")
     if not low <= value <= high:
@@ -81,7 +78,7 @@ def check_numbers(
     frames: Any, warmup: Any, size: Any, seed: Any, prefix: str = "--"
 ) -> tuple[int | None, int | None, tuple[int, int] | None, int]:
     """A run's frames, warmup, size and seed checked (None: not given), options named with
-    ``prefix`` (``--frames``; the fixture's keywords without it)."""
+    ``prefix``."""
     return (
         None if frames is None else check_whole(frames, f"{prefix}frames", 1, MAX_FRAMES),
         None if warmup is None else check_whole(warmup, f"{prefix}warmup", 0, MAX_FRAMES),
@@ -91,7 +88,6 @@ def check_numbers(
 
 
 def parse_int(value: str | None, option: str, minimum: int = 0) -> int | None:
-    """A whole-number option (None stays None); ConfigError naming ``option`` otherwise."""
     if value is None:
         return None
     try:
@@ -117,10 +113,9 @@ def parse_seconds(value: str | None, option: str) -> float | None:
 
 
 def parse_param(text: str) -> tuple[str, str, str]:
-    """``"SCENE.KEY=VALUE"`` -> (scene, key, value); ``"KEY=VALUE"`` -> ("", key, value), which
-    :func:`plan_run` applies to the run's one scene. SCENE is anything up to the last dot before the
-    first ``=`` (a scene name, ``x.py:Class``, ``./x.py:Class``, ``../d/x.py``). ConfigError when
-    malformed."""
+    """``"SCENE.KEY=VALUE"`` -> (scene, key, value); ``"KEY=VALUE"`` -> ("", key, value), for the
+    run's one scene. SCENE is anything up to the last dot before the first ``=``
+    (``./x.py:Class`` too)."""
     target, sep, value = text.strip().partition("=")
     scene, dot, key = target.rpartition(".")
     if sep and re.fullmatch(r"[A-Za-z_][\w-]*", key) and (scene.strip() or not dot):
@@ -133,29 +128,11 @@ def parse_param(text: str) -> tuple[str, str, str]:
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    """Everything that defines a run; stored whole in the trace's capture options.
+    """Everything that defines a run; stored whole in the trace's capture options (docs/cli.md).
 
-    ``scenes`` and/or ``suite`` say what runs (the suite's entries first). ``frames`` (measured, per
-    scene) or ``duration_s`` (measured seconds per scene, host clock); ``warmup`` frames per scene;
-    ``size`` (w, h) px; ``samples`` MSAA samples (0 = none). None means "the suite's value, else the
-    default". ``params``: (scene, key, value) overrides, values as typed (scene "": the run's one
-    scene). ``measure``: time (clocks), instructions or cycles (counted under callgrind, see
-    :mod:`katra3d.harness.run.measure`). ``reference_every``: time the reference draw after every
-    K-th measured frame (sync timing; 0 = never, None = :data:`DEFAULT_REFERENCE_EVERY`), see
-    :mod:`katra3d.harness.engine.reference`.
-    ``zones``: off | passes | draws (True/False mean passes/off), see
-    :mod:`katra3d.harness.engine.draws`; ``max_draw_zones`` caps the draws timed per frame.
-    ``force``: replace an existing output file (only once the new capture has recorded something;
-    see :mod:`katra_trace.io.claim`). ``codec``: the trace's codec (zstd, blosc2 or none; None =
-    TraceWriter's default). ``keep_image``: keep each scene's last measured frame in the trace
-    (``--frames`` runs; :mod:`katra_trace.io.images`). ``expect_images``: check those frames against
-    the references in this folder, or with ``update_images`` record them there
-    (:mod:`katra_trace.analysis.references`). ``shard``: ``"I/N"``, run only shard I of N of the
-    scenes (:func:`katra3d.scenes.suites.shard_indices`; ``katra3d merge`` joins them). ``jobs``:
-    counted scenes counted at once, each in its own valgrind child (None: the usable cores for a
-    count, 1 for a time run; :mod:`katra3d.harness.run.jobs`). It decides how the run is made, not
-    what it records: the trace is the same whatever it is, and it is left out of :meth:`as_dict`.
-    """
+    None means "the suite's value, else the default". ``params``: (scene, key, value) overrides
+    (scene "": the run's one scene). ``jobs`` decides how the run is made, not what it records,
+    so it is left out of :meth:`as_dict`."""
 
     scenes: tuple[str, ...] = ()
     suite: str | None = None
@@ -185,8 +162,7 @@ class RunConfig:
     jobs: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready dict of every field but ``jobs`` (params as SCENE.KEY -> value): what the
-        trace's header records as the run's request."""
+        """Every field but ``jobs``, JSON-ready: the run's request as the header records it."""
         out = dataclasses.asdict(self)
         del out["jobs"]
         out["scenes"] = list(self.scenes)
@@ -197,9 +173,8 @@ class RunConfig:
 
 @dataclasses.dataclass(frozen=True)
 class SceneEntry:
-    """One scene of a plan: display ``label`` (unique in the run), spec, class, resolved params, and
-    its ``position`` in the whole run (a shard's scenes keep theirs: merge puts them back in order).
-    """
+    """One scene of a plan; ``position`` is its place in the whole run (merge puts shards back in
+    order)."""
 
     label: str
     spec: str
@@ -210,7 +185,8 @@ class SceneEntry:
 
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
-    """A validated RunConfig with everything resolved (still no GL)."""
+    """A validated RunConfig with everything resolved (still no GL); ``counting`` None for a time
+    run."""
 
     config: RunConfig
     entries: tuple[SceneEntry, ...]
@@ -221,17 +197,11 @@ class RunPlan:
     output: Path
     screenshot_dir: Path | None
     workload: str
-    #: each scene's last frame is kept in the trace (a --frames run, not turned off)
     keep_images: bool = False
-    expect_images: Path | None = None  #: the reference folder of --expect-images
-    #: --measure instructions|cycles: the mode and the valgrind that counts, found once (None: a
-    #: time run)
+    expect_images: Path | None = None
     counting: Counting | None = None
-    #: counted children at once (--jobs, resolved; 1 for a time run)
     jobs: int = 1
-    #: --zones resolved: off | passes | draws
     zones: str = "off"
-    #: --reference-every resolved: measured frames between two reference draws (0: none)
     reference_every: int = 0
 
 
@@ -254,9 +224,7 @@ def _writable_dir(path: Path, what: str) -> None:
 
 
 def check_output(text: str, *, force: bool = False) -> Path:
-    """The ``-o`` path, checked before any GL or disk work by the library's one output check
-    (:func:`katra_trace.io.claim.check_output`, with the capture's ``<path>.part`` in the way
-    refused too): a capture never replaces a file it was not told it may replace."""
+    """The ``-o`` path, checked by :func:`katra_trace.io.claim.check_output` (its ``.part`` too)."""
     return claim.check_output(text, force=force, part=True)
 
 
@@ -287,8 +255,7 @@ def check_measure(
 
 
 def default_output(workload_name: str, now: dt.datetime | None = None) -> Path:
-    """``traces/<UTC timestamp>-<suite or scene>.katra``; ``-2``, ``-3``… when that name is taken
-    (two runs within one second must not write into the same file)."""
+    """``traces/<UTC stamp>-<suite or scene>.katra``; ``-2``, ``-3``... when that is taken."""
     now = now or dt.datetime.now(dt.timezone.utc)
     stamp = now.strftime("%Y%m%dT%H%M%SZ")
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", workload_name)[:60] or "run"
@@ -301,19 +268,14 @@ def default_output(workload_name: str, now: dt.datetime | None = None) -> Path:
 
 
 def screenshot_path(directory: Path, label: str) -> Path:
-    """Where ``--screenshot DIR`` saves the last frame of the scene ``label``: a name no other label
-    shares.
-    """
     return directory / f"{file_stem(label)}.png"
 
 
 def plan_run(config: RunConfig) -> RunPlan:
-    """Validate ``config`` and resolve scenes, params and paths; raises ConfigError/SceneError.
+    """Validate ``config`` and resolve scenes, params and paths (ConfigError/SceneError); no GL, no
+    writes.
 
-    Touches no GL and writes nothing. ``--measure`` is decided here, once: its options are checked
-    (:func:`check_measure`) and, for a count, valgrind is found (ToolUnavailable, exit 3, when it is
-    not installed) and recorded in the plan (:attr:`RunPlan.counting`).
-    """
+    A count also finds valgrind here, once (ToolUnavailable when missing)."""
     suite = None
     if config.suite is not None:
         suite = get_suite(config.suite)
@@ -380,7 +342,6 @@ def plan_run(config: RunConfig) -> RunPlan:
     for spec, suite_params in raw:
         cls = get_scene(spec)
         name = str(getattr(cls, "name", "") or spec)
-        # overrides by name first, then by spec
         mine = [n for n in overrides if names_scene(n, spec, cls)]
         used.update(mine)
         merged = dict(suite_params)
@@ -431,8 +392,7 @@ def plan_run(config: RunConfig) -> RunPlan:
         if shots.exists() and not shots.is_dir():
             raise ConfigError(f"--screenshot '{shots}' is not a directory")
         _writable_dir(shots, "--screenshot directory")
-        # the output rule, before any GL work: never over a file without --force, never through a
-        # link (a new directory holds neither; the run makes it)
+        # never over a file without --force, never through a link
         for entry in entries if shots.is_dir() else ():
             shot = screenshot_path(shots, entry.label)
             if shot.is_symlink():
@@ -453,7 +413,6 @@ def plan_run(config: RunConfig) -> RunPlan:
         workload,
         keep_images=config.keep_image and frames is not None,
         expect_images=expect,
-        # the one look for valgrind, after every check of input
         counting=counting(config.measure),
         jobs=jobs,
         zones=zones,
@@ -466,8 +425,7 @@ def plan_run(config: RunConfig) -> RunPlan:
 def _shard(
     entries: list[SceneEntry], shard: str, size: tuple[int, int], frames: int | None, warmup: int
 ) -> list[SceneEntry]:
-    """The entries of shard ``"I/N"`` (labels as in the whole run), by each scene's estimated cost
-    (:func:`katra3d.scenes.suites.scene_cost`; a --duration run's scenes all cost the same)."""
+    """The entries of shard ``"I/N"``, split by estimated cost (equal for a --duration run)."""
     index, count = parse_shard(shard)
     costs = [
         scene_cost(str(getattr(e.cls, "name", "") or e.spec), e.params, size, frames + warmup)
@@ -479,7 +437,7 @@ def _shard(
 
 
 def _check_images(config: RunConfig) -> Path | None:
-    """The --expect-images folder, checked against the other options (ConfigError), or None."""
+    """The --expect-images folder, checked against the other options, or None."""
     if config.expect_images is None:
         if config.update_images:
             raise ConfigError(

@@ -1,17 +1,6 @@
-"""``--jobs``: how many valgrind children count at once, decided once (:func:`resolve_jobs`, called
-by the plan), and the one check of the option, with its messages, for ``run`` and ``bisect``
-(:func:`parse_jobs`, :func:`resolve_jobs`; ``bisect`` counts commits at once where ``run`` counts
-scenes, and says so).
-
-Counts do not depend on what runs beside them, so a counted run may count several scenes at once,
-each in its own child (:mod:`katra3d.harness.run.children`). Time measurements running at once
-disturb each other (they share the cores, the caches and the memory bandwidth), so a time run runs
-one scene at a time. The default for a counted run is :func:`default_counted_jobs`: the cores this
-process may use, fewer when the memory available would not hold that many children.
-
-No GL and no katra3d module below the run layer: the plan imports this module, and so may
-``bisect``.
-"""
+"""``--jobs``: how many valgrind children count at once, and the one check of the option for
+``run`` and ``bisect``. Only counts run in parallel: time measurements run at once disturb
+each other."""
 
 from __future__ import annotations
 
@@ -20,14 +9,10 @@ import os
 from katra_trace.errors import ConfigError
 from katra_trace.metrics import is_count
 
-#: Memory one counted child may take (valgrind's callgrind with Python, Mesa and llvmpipe in it, a
-#: 320x180 scene with its dumps; docs/measure.md): the default number of jobs leaves this much per
-#: child.
+#: Memory one counted child may take (callgrind with Python, Mesa and llvmpipe; docs/measure.md).
 CHILD_MEMORY_BYTES = 1 << 30
 
-#: The refusal of ``--jobs N > 1`` on a time run (or bisection): one line that says why. ``unit``:
-#: what is measured at once (``scene``, ``commit``); ``work``: the command's work (``run``,
-#: ``bisection``).
+#: The refusal of ``--jobs N > 1`` on a time run or bisection.
 TIME_JOBS_REFUSAL = (
     "--jobs {jobs}: time measurements running in parallel disturb each other (they share the "
     "cores, caches and memory bandwidth), so a time {work} measures one {unit} at a time; --jobs "
@@ -36,9 +21,7 @@ TIME_JOBS_REFUSAL = (
 
 
 def usable_cores() -> int:
-    """The CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` where there is
-    none).
-    """
+    """The CPU cores this process may run on (affinity mask, else ``os.cpu_count()``)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
@@ -46,9 +29,7 @@ def usable_cores() -> int:
 
 
 def available_memory_bytes() -> int | None:
-    """The memory available for new processes (``MemAvailable`` of /proc/meminfo), or None where
-    unknown.
-    """
+    """``MemAvailable`` of /proc/meminfo, or None where unknown."""
     try:
         with open("/proc/meminfo", encoding="ascii", errors="replace") as fh:
             for line in fh:
@@ -60,8 +41,7 @@ def available_memory_bytes() -> int | None:
 
 
 def default_counted_jobs() -> int:
-    """Counted children to run at once by default: the usable cores, at most one per
-    :data:`CHILD_MEMORY_BYTES` of available memory, at least one."""
+    """The usable cores, at most one per :data:`CHILD_MEMORY_BYTES` available, at least one."""
     jobs = usable_cores()
     memory = available_memory_bytes()
     if memory is not None:
@@ -70,8 +50,8 @@ def default_counted_jobs() -> int:
 
 
 def parse_jobs(text: str | None, *, unit: str = "scene") -> int | None:
-    """``--jobs`` as typed (None stays None): a whole number, at least 1; ConfigError (one line that
-    says what it counts, ``unit``: ``scene`` or ``commit``) otherwise."""
+    """``--jobs`` as typed (None stays None): a whole number >= 1, else ConfigError naming
+    ``unit``."""
     if text is None:
         return None
     try:
@@ -92,9 +72,8 @@ def _at_least_one(jobs: int, unit: str) -> int:
 
 
 def resolve_jobs(jobs: int | None, measure: str, *, unit: str = "scene", work: str = "run") -> int:
-    """The ``--jobs`` a run (or a bisection: ``unit`` ``commit``, ``work`` ``bisection``) uses:
-    ``jobs`` as given (ConfigError below 1, or above 1 for time: :data:`TIME_JOBS_REFUSAL`), else
-    :func:`default_counted_jobs` for counts and 1 for time."""
+    """The ``--jobs`` a run or bisection uses: ``jobs`` as given (ConfigError below 1, or above 1
+    for time), else :func:`default_counted_jobs` for counts and 1 for time."""
     counted = is_count(measure)
     if jobs is None:
         return default_counted_jobs() if counted else 1

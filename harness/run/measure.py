@@ -1,19 +1,8 @@
-"""``--measure``: what a run counts — time (clocks), or instructions / cycles under callgrind.
+"""``--measure``: time (clocks), or instructions / cycles counted under callgrind.
 
-``instructions`` and ``cycles`` are deterministic on a software renderer: llvmpipe's "GPU" is the
-CPU, so callgrind can count the work of each frame exactly. The run re-executes itself as a child
-process under ``valgrind --tool=callgrind`` with single-threaded llvmpipe, a fixed hash seed and a
-pinned vector width (:func:`child_command`, :data:`PINNED_ENV`). The checked plan (which found
-valgrind, :mod:`katra3d.harness.run.valgrind`) travels as data, not as a command line: the parent
-writes a :class:`~katra3d.harness.run.protocol.ChildOrder` into the dump directory (``args.json``),
-the child (``python -m katra3d``, no arguments) runs it through
-:func:`katra3d.harness.run.runner.run_child`, counts with
-:class:`katra3d.harness.engine.counting.CountMeasurer`, writes its trace, header and all, itself and
-hands back a :class:`~katra3d.harness.run.protocol.ChildResult` (``results.json``). Every scene
-has a child of its own, with a one-scene plan, up to ``--jobs`` at once
-(:mod:`katra3d.harness.run.children` starts them, forwards stop signals to them, joins their traces
-and removes their dump directories whatever happens). docs/measure.md says what the numbers mean.
-"""
+Counts are deterministic on llvmpipe (its "GPU" is the CPU): each scene runs in a child under
+``valgrind --tool=callgrind`` with a pinned environment (:mod:`.children`, :mod:`.protocol`).
+docs/measure.md says what the numbers mean."""
 
 from __future__ import annotations
 
@@ -46,50 +35,38 @@ from katra_trace.io.images import renderer_facts
 
 #: Environment of the counted child: what makes its counts repeatable and comparable.
 PINNED_ENV: dict[str, str] = {
-    "PYTHONHASHSEED": "0",  # str hashes, so dict/set layouts, are the same in every process
-    "LP_NUM_THREADS": "0",  # llvmpipe rasterizes on the main thread (the one that is counted)
-    # the JIT's vector width, pinned across CPUs with and without AVX
+    "PYTHONHASHSEED": "0",  # same dict/set layouts in every process
+    "LP_NUM_THREADS": "0",  # rasterize on the counted main thread
+    # same JIT code with and without AVX
     "LP_NATIVE_VECTOR_WIDTH": "128",
-    # every process compiles its shaders: no cache hit in one, miss in another
-    "MESA_SHADER_CACHE_DISABLE": "true",
+    "MESA_SHADER_CACHE_DISABLE": "true",  # no cache hit in one process, miss in another
 }
 
-#: The counted child's GIL switch interval (``sys.setswitchinterval``; Python's default is 5 ms). A
-#: thread that waits longer than this for the GIL makes the main thread hand it over at its next
-#: bytecode, a point that depends on time, and the hand-over's instructions land in whatever frame
-#: or zone it falls in. Nothing waits for it during a counted frame (the counted capture's writer is
-#: sync: its thread runs only while this one waits for it); the longer interval lets a thread that
-#: starts, or that has written its item, run on until it waits, instead of being interrupted at a
-#: point that depends on time.
+#: The counted child's GIL switch interval (default 5 ms): a longer one lets a thread run on until
+#: it waits instead of being interrupted at a time-dependent point whose cost lands in a frame.
 COUNTED_SWITCH_INTERVAL_S = 1.0
 
-#: Pins a user may set explicitly to compare driver settings (``LP_NATIVE_VECTOR_WIDTH=256 katra3d
-#: run ...``): the user's value wins, and the codegen facts record it, so compare refuses to mix the
-#: two settings.
+#: Pins a user may set to compare driver settings; the codegen facts record the value.
 USER_SETTABLE_PINS = ("LP_NATIVE_VECTOR_WIDTH",)
 
 
 def pinned_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """:data:`PINNED_ENV` with the user's explicit value of each :data:`USER_SETTABLE_PINS` variable
-    (scenes and trace replays alike)."""
+    """:data:`PINNED_ENV` with the user's explicit value of each :data:`USER_SETTABLE_PINS`."""
     env = os.environ if environ is None else environ
     return {**PINNED_ENV, **{k: env[k] for k in USER_SETTABLE_PINS if env.get(k)}}
 
 
-#: Environment variable naming the child's dump directory (its arguments and the run's facts are in
-#: it).
+#: Names the counted child's dump directory.
 CHILD_ENV = "KATRA3D_MEASURE_CHILD"
 
-#: How frames are delimited (recorded in the header).
 FRAME_BOUNDARY = (
     "callgrind --dump-before=getppid; os.getppid() at every frame start, zone entry, zone exit "
     "and frame end; per-frame dumps of the main thread (--separate-threads=yes) are summed and "
     "deleted; the dumps between frames are discarded"
 )
 
-#: Where callgrind's instrumentation starts (recorded in the header: ``frame_boundary``, and
-#: ``host_info.codegen.counted_from``, so that counts instrumented from different points are not
-#: compared).
+#: Where callgrind's instrumentation starts (recorded in the header; counts from different points
+#: are not compared).
 INSTRUMENTED_FROM_FIRST_FRAME = "each scene's first measured frame (warmup frames uninstrumented)"
 INSTRUMENTED_FROM_START = "the process start"
 
@@ -108,16 +85,9 @@ def cpu_flags() -> list[str]:
 def codegen_facts(
     gl: GLInfo, system: SystemInfo, env: Mapping[str, str], counted_from: str = ""
 ) -> dict[str, Any]:
-    """What decides the instructions llvmpipe's JIT emits: instruction counts compare only when
-    these match.
-
-    CPU model and feature flags (the JIT targets the host CPU; valgrind hides
-    some extensions), Mesa and LLVM versions, the vector width, the architecture;
-    and ``counted_from``, where callgrind's instrumentation started (:func:`instrumentation`):
-    a process instrumented from its start lays out its memory differently, which moves
-    frame counts a little, so such counts are not compared with the others either.
-    """
-    # the image key's facts: one parser of the renderer and version strings
+    """What decides the instructions llvmpipe's JIT emits: counts compare only when these match
+    (``counted_from`` too: instrumenting from the start moves memory layout, and counts a
+    little)."""
     facts = renderer_facts(gl.as_dict())
     flags = cpu_flags()
     return {
@@ -133,27 +103,19 @@ def codegen_facts(
     }
 
 
-#: File in the dump directory holding the child's order
-#: (:class:`katra3d.harness.run.protocol.ChildOrder`).
+#: Files in the dump directory: the child's order, its result or error, its trace, callgrind's
+#: dumps, its progress (JSON lines) and stderr.
 ARGS_FILE = "args.json"
-#: File in the dump directory where the child hands back its result or its error
-#: (:class:`katra3d.harness.run.protocol.ChildResult`).
 RESULTS_FILE = "results.json"
-#: Where the child writes its trace, inside the dump directory (the parent joins it into the run's).
 CHILD_TRACE = "trace.katra"
-#: callgrind's dump base inside the dump directory (``--callgrind-out-file``).
 DUMP_BASE = "cg.out"
-#: Where the child reports its progress, one JSON line a call
-#: (:class:`katra3d.harness.run.progress.ChildProgress`).
 PROGRESS_FILE = "progress.jsonl"
-#: The child's stderr (valgrind's messages, warnings), relayed by the parent unless quiet.
 STDERR_FILE = "stderr.txt"
-#: How often the parent reads the child's progress while it waits, in seconds.
+#: Seconds between the parent's reads of the child's progress.
 POLL_S = 0.2
 
 
 def in_child() -> bool:
-    """Whether this process is a counted child (``$KATRA3D_MEASURE_CHILD`` is set)."""
     return bool(os.environ.get(CHILD_ENV))
 
 
@@ -169,9 +131,8 @@ def child_dir() -> Path:
 
 
 def check_child_instrumentation(deferred: bool) -> str:
-    """Where this counted child's instrumentation starts (:func:`instrumentation`); ToolUnavailable
-    (exit 3) when it was started with instrumentation off (``deferred``) but cannot make the client
-    request that switches it on."""
+    """Where this child's instrumentation starts; ToolUnavailable (exit 3) when ``deferred`` but
+    client requests cannot switch it on."""
     counted_from = instrumentation(deferred)
     if deferred and valgrind_request.running_on_valgrind() == 0:
         raise ToolUnavailable(
@@ -182,36 +143,27 @@ def check_child_instrumentation(deferred: bool) -> str:
 
 
 def child_progress(dump_dir: Path) -> ChildProgress:
-    """The counted child's progress reporter: its calls go to the parent
-    through the dump directory."""
     return ChildProgress(dump_dir / PROGRESS_FILE)
 
 
 def instrumentation_deferred() -> bool:
-    """Whether counted children start with callgrind's instrumentation off, switched on by the
-    harness at each scene's first measured frame (:mod:`katra3d.harness.engine.valgrind_request`:
-    this machine can make client requests)."""
+    """Whether children start uninstrumented, switched on at each scene's first measured frame
+    (needs valgrind client requests)."""
     return valgrind_request.available()
 
 
 def stop_counting() -> None:
-    """In the counted child, after the run's last frame: switch callgrind's instrumentation off, so
-    writing the trace, the tear-down and callgrind's last dump run uninstrumented (docs/measure.md,
-    "What start-up costs"). Nothing counted moves. A no-op outside valgrind or without client
-    requests."""
+    """After the last frame: instrumentation off, so the trace writing and tear-down are not counted
+    (docs/measure.md). A no-op outside valgrind."""
     valgrind_request.stop_instrumentation()
 
 
 def instrumentation(deferred: bool) -> str:
-    """Where callgrind's instrumentation starts: :data:`INSTRUMENTED_FROM_FIRST_FRAME` or
-    :data:`INSTRUMENTED_FROM_START` (recorded in the header)."""
     return INSTRUMENTED_FROM_FIRST_FRAME if deferred else INSTRUMENTED_FROM_START
 
 
 def frame_boundary(deferred: bool) -> str:
-    """How frames are delimited and where instrumentation starts (the header's
-    ``measure.frame_boundary``).
-    """
+    """The header's ``measure.frame_boundary``."""
     how = (
         " (--instr-atstart=no; CALLGRIND_START_INSTRUMENTATION and STOP_INSTRUMENTATION client "
         "requests)"
@@ -222,13 +174,9 @@ def frame_boundary(deferred: bool) -> str:
 
 
 def child_command(valgrind: str, dump_base: Path, measure: str, *, deferred: bool) -> list[str]:
-    """The valgrind command line of the counted child; its plan is in the dump directory's
-    args.json.
+    """The counted child's valgrind command line (its plan is in args.json).
 
-    ``deferred``: start with instrumentation off (``--instr-atstart=no``): Python's start-up, the
-    imports and Mesa's set-up then run several times faster, and the child's :class:`CountTimer`
-    switches it on at each scene's first measured frame (:func:`instrumentation_deferred`).
-    """
+    ``deferred`` adds ``--instr-atstart=no``: start-up and imports then run several times faster."""
     cmd = [
         valgrind,
         "--tool=callgrind",
@@ -243,25 +191,19 @@ def child_command(valgrind: str, dump_base: Path, measure: str, *, deferred: boo
         cmd.append("--instr-atstart=no")
     if measure == "cycles":
         cmd.append("--cache-sim=yes")
-    # no address-space randomization: where the heap and libraries land changes hashing and
-    # alignment paths
+    # no address-space randomization: heap and library addresses change hashing and alignment paths
     setarch = shutil.which("setarch")
     prefix = [setarch, platform.machine(), "-R"] if setarch else []
     return [*prefix, *cmd, sys.executable, "-m", "katra3d"]
 
 
 def child_env(dump_dir: Path) -> dict[str, str]:
-    """The counted child's whole environment: fixed apart from the rendering variables the user set.
+    """The counted child's whole environment: fixed apart from the rendering variables the user
+    set.
 
-    The lengths of the environment, the arguments and the working directory shift the
-    process's stack and heap, and with them llvmpipe's and Python's instruction counts
-    (measured: a longer -o name or --note moved a triangle frame by 0.4-0.6 %). So the
-    child gets a fixed PATH and locale, the pinned variables, the rendering variables
-    (LIBGL_*, MESA_*, GALLIUM_*, LP_*, EGL_*, __GL*, PYOPENGL_*, KATRA3D_*) and nothing else
-    (no ``PYTHONPATH``: the scenes' import path travels in the plan file, :func:`scene_imports`);
-    it runs in the dump directory, whose name has a fixed length, with no arguments, and
-    reads its plan from a file there.
-    """
+    The sizes of the environment, arguments and working directory move the counts (a longer -o
+    name moved a frame by 0.4-0.6 %): hence no ``PYTHONPATH`` (:func:`scene_imports`) and
+    fixed values."""
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
     env.update(render_env())
     env.update(pinned_env())
@@ -270,12 +212,9 @@ def child_env(dump_dir: Path) -> dict[str, str]:
 
 
 def scene_imports(plan: RunPlan) -> tuple[dict[str, str], list[str]]:
-    """{spec: absolute spec} for the file scenes of ``plan`` (the child runs in another directory),
-    and the folders the child puts first on its import path once katra3d is loaded, so that the
-    scenes import what they import here: this process's ``$PYTHONPATH`` (absolute), then the working
-    directory when a ``package.module:Class`` spec needs it. katra3d's own code is loaded before
-    them, whatever they hold (a user's repository with its own ``scenes`` or ``harness`` package).
-    """
+    """{spec: absolute spec} for the plan's file scenes, and the folders the child puts first on
+    its import path after katra3d (``$PYTHONPATH``, then the working directory for a
+    ``pkg.mod:Class``)."""
     known = set(builtin_scenes()) | set(entry_point_scenes())
     imports: dict[str, str] = {}
     path = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -291,11 +230,8 @@ def scene_imports(plan: RunPlan) -> tuple[dict[str, str], list[str]]:
 
 
 def compile_sources(file_specs: Iterable[str] = ()) -> None:
-    """Write the bytecode of katra3d's packages and of the run's scene files before a counted child
-    starts, in the canonical form of :mod:`katra3d.harness.run.bytecode`: every child then loads the
-    same bytes, whoever compiled the sources before (a child that compiled a module itself, or
-    loaded another writer's bytes, counted every later frame differently). ``file_specs``:
-    ``path.py:Class`` specs, made absolute."""
+    """Write canonical bytecode (:mod:`.bytecode`) for katra3d and the run's scene files before a
+    counted child starts."""
     roots = [
         root for package in (katra3d, harness, katra_trace, scenes) for root in package.__path__
     ]

@@ -1,11 +1,8 @@
-"""Run a scene by hand into an offscreen framebuffer, with no trace file.
+"""Run a scene by hand into an offscreen framebuffer, with no trace file (tests, quick
+measurements).
 
-Used by tests and for quick measurements. It drives the capture engine in
-``sync`` mode with an in-memory sink: the same setup, frame loop, error checks,
-last-image read-back and release as ``katra3d run``, on a framebuffer of
-``size`` that it creates. Frame times are host-clock times of ``render`` +
-``glFinish``, in ms.
-"""
+It drives the capture engine in ``sync`` mode with an in-memory sink: the same frame loop,
+checks and read-back as ``katra3d run``."""
 
 from __future__ import annotations
 
@@ -26,12 +23,7 @@ from katra_trace.io.header import CaptureOptions
 
 
 class MemorySink:
-    """A stand-in for TraceWriter that keeps events in memory (the offscreen helper uses it).
-
-    ``arrays``: the event batches (EVENT_DTYPE arrays) in the order handed over;
-    ``annotations``: the JSON annotations; ``status`` and ``summary``: what
-    :meth:`finish` was given ("" and {} until then).
-    """
+    """A stand-in for TraceWriter that keeps events, annotations and images in memory."""
 
     def __init__(self) -> None:
         self.start_host_ns = time.perf_counter_ns()
@@ -39,7 +31,6 @@ class MemorySink:
         self._ids: dict[str, int] = {"": 0}
         self.arrays: list[Any] = []
         self.annotations: list[dict[str, Any]] = []
-        #: kept frames: (facts, PNG) as TraceWriter.image got them
         self.images: list[tuple[dict[str, Any], bytes]] = []
         self.finished = False
         self.status = ""
@@ -75,8 +66,8 @@ class MemorySink:
 
 @dataclasses.dataclass(frozen=True)
 class OffscreenResult:
-    """The last frame's pixels ((H, W, 4) uint8, top row first), its checksum and
-    the measured frames' times (ms, render + glFinish on the host clock)."""
+    """The last frame's pixels ((H, W, 4) uint8, top row first), its checksum and the measured
+    frames' times (ms, render + glFinish on the host clock)."""
 
     pixels: np.ndarray
     checksum: str
@@ -100,10 +91,8 @@ def run_offscreen(
 ) -> OffscreenResult:
     """Set up ``scene_cls`` at ``size``, render ``warmup + frames`` frames, read the last one.
 
-    The framebuffer (RGBA8 + depth, ``samples`` MSAA samples) and the scene
-    are released before returning. Raises SceneSkip when the scene cannot run
-    here, SceneError when it fails.
-    """
+    Framebuffer and scene are released before returning. SceneSkip when the scene cannot run
+    here, SceneError when it fails."""
     label = str(getattr(scene_cls, "name", "") or scene_cls.__name__)
     resolved = resolve_params(scene_cls, params or {})
     fbo = ctx.simple_framebuffer(tuple(size), components=4, samples=samples)

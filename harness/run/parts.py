@@ -1,21 +1,14 @@
-"""One trace from the part traces of a counted run's children (:mod:`katra3d.harness.run.children`).
+"""One trace from the part traces of a counted run's children.
 
-Every scene of a counted run is counted in its own valgrind child, which writes a trace of its one
-scene (a part). The parent joins the parts, in the run's order of scenes, into the run's one trace.
-What is this module's own: the header is the first part's, with the run's whole list of scenes and
-the earliest start; event times move onto the earliest part's start (``perf_counter_ns`` is one
-clock for every process of the machine, so the shifted times are the times the events happened, and
-the parts' clock pairs are of one clock); the summary's ``user`` part adds up the parts' (their
-scenes' rows in order); a part that ends early (a child killed while it wrote) gives what it holds
-up to the damage, as the reader reads it, and one that cannot be read gives nothing. The writing
-itself (one string table, events renumbered and moved, annotations, clock pairs and kept frames
-copied) is :class:`katra_trace.io.concat.Concatenation`'s, as for ``katra3d merge``.
-"""
+The header is the first part's, with every part's scenes and the earliest start; event times
+move onto that start (``perf_counter_ns`` is one clock for all processes). A damaged part
+gives what it holds; the writing is :class:`katra_trace.io.concat.Concatenation`'s, as for
+``katra3d merge``."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -23,12 +16,13 @@ from katra_trace.errors import KatraError
 from katra_trace.io.concat import Concatenation
 from katra_trace.io.reader import Trace
 from katra_trace.io.tracesets import open_quietly
+from katra_trace.profile.model import ProfileRecord
 
 
 @dataclasses.dataclass(frozen=True)
 class RunStrings:
-    """The run's own strings in its header: ``output`` (resolved), ``requested`` (``-o`` as given,
-    None without one) and ``notes``."""
+    """The run's own strings: ``output`` (resolved), ``requested`` (``-o`` as given) and
+    ``notes``."""
 
     output: str
     requested: str | None
@@ -37,17 +31,14 @@ class RunStrings:
 
 @dataclasses.dataclass
 class Joined:
-    """What :func:`join` wrote: ``parts``, the parts that could be read (the others gave nothing);
-    ``events``, the events written."""
+    """What :func:`join` wrote: the parts that could be read, and the events written."""
 
     parts: list[Path]
     events: int
 
 
 def _open_part(path: Path, events: bool = True) -> Trace | None:
-    """The part at ``path`` through the reading service (a damaged one as far as it is intact), or
-    None when it cannot be read at all (gone, or no readable header: a child killed before it wrote
-    one)."""
+    """The part at ``path`` (a damaged one as far as it is intact), or None when unreadable."""
     try:
         return open_quietly(path, events=events)
     except KatraError:
@@ -61,14 +52,11 @@ def join(
     status: str,
     codec: str | None = None,
     strings: RunStrings | None = None,
+    profiles: Mapping[Path, Sequence[ProfileRecord]] | None = None,
 ) -> Joined:
-    """Write the trace made of ``parts`` (in that order) to ``dst``, finished with ``status``.
-
-    ``strings``: the run's own output and note, written where the children recorded their stand-ins
-    (:data:`katra3d.harness.run.protocol.STAND_INS`). ``codec``: the joined trace's codec (None:
-    zstd). The parts are read one at a time (their
-    headers first).
-    """
+    """Write the trace made of ``parts`` (in that order, read one at a time) to ``dst``, finished
+    with ``status``; ``strings`` replace the children's stand-ins
+    (:data:`katra3d.harness.run.protocol.STAND_INS`); ``profiles``: each part's PROFILE records."""
     readable = []
     for path in parts:
         head = _open_part(path, events=False)
@@ -109,7 +97,8 @@ def join(
         trace = _open_part(path)
         if trace is None:
             continue
-        out.add(trace, int(part.get("start_host_ns", 0)) - base_ns)
+        shift = int(part.get("start_host_ns", 0)) - base_ns
+        out.add(trace, shift, profiles=(profiles or {}).get(path, ()))
         if not trace.summary_rebuilt:  # a part that ended early has no summary of its own
             _add_user(user, dict(trace.summary.get("user") or {}))
         joined.append(path)
@@ -123,9 +112,8 @@ _SUMS = frozenset({"reference_draws"})
 
 
 def _add_user(user: dict[str, Any], part: dict[str, Any]) -> None:
-    """Add a part's ``user`` summary to the joined one: lists (the scenes' rows, GL errors) in
-    order, the counts of :data:`_SUMS` added up, anything else as the first part that has it says.
-    """
+    """Add a part's ``user`` summary: lists in order, :data:`_SUMS` added up, else the first
+    value."""
     for key, value in part.items():
         if key not in user:
             user[key] = list(value) if isinstance(value, list) else value

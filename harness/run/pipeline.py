@@ -1,10 +1,7 @@
 """The capture service: a checked :class:`~katra3d.harness.run.config.RunPlan` in, a trace out.
 
 :func:`open_engine` is the one place an :class:`~katra3d.harness.engine.core.Engine` is made;
-:func:`capture` is the scene loop (a counted child runs it with a
-:class:`~katra3d.harness.engine.counting.CountMeasurer`); :func:`capture_options` is what the
-trace's header records of the plan.
-"""
+:func:`capture` is the scene loop, a counted child's too."""
 
 from __future__ import annotations
 
@@ -40,15 +37,13 @@ def open_engine(
     writer: Any = None,
     stop: StopFlag | None = None,
 ) -> Engine:
-    """The capture engine of ``spec`` on ``ctx``: timed unless ``measurer`` says otherwise;
-    ``writer`` replaces the trace file (an in-memory sink); ``stop``: the flag its frame loop polls.
-    """
+    """The capture engine of ``spec`` on ``ctx``; ``writer`` replaces the trace file (an
+    in-memory sink)."""
     return Engine(ctx, spec, measurer=measurer, writer=writer, stop=stop)
 
 
 def capture_options(plan: RunPlan, session: Any) -> CaptureOptions:
-    """The capture options recorded in the trace header: the config as given (its one JSON form,
-    :meth:`RunConfig.as_dict`), and the plan as resolved, field by field."""
+    """The header's capture options: the config as given and the plan as resolved."""
     resolved = ResolvedOptions(
         frames=plan.frames,
         duration_s=plan.duration_s,
@@ -68,27 +63,24 @@ def capture_options(plan: RunPlan, session: Any) -> CaptureOptions:
     return CaptureOptions.from_dict(plan.config.as_dict()).replaced(resolved=resolved)
 
 
-#: The resolved options' keys in the order the header writes them (null ones too).
+#: The resolved options' keys in the header's order (null ones too).
 _RESOLVED_KEYS = tuple(
     "frames duration_s warmup size samples backend output device scenes images".split()
 )
 
 
 def capture(plan: RunPlan, progress: ProgressSink, child: ChildOrder | None = None) -> RunResult:
-    """The scene loop: open the backend, probe the host and capture every scene of ``plan`` into
-    its trace.
+    """The scene loop: open the backend, probe the host and capture every scene of ``plan``.
 
-    ``child``: the order of a counted child (:func:`katra3d.harness.run.protocol.read_order`); the
-    trace then goes into the dump directory (the parent joins it into ``plan.output``, which the
-    header records).
-    """
+    ``child``: a counted child's order; the trace then goes into its dump directory, for the
+    parent."""
     cfg = plan.config
     session = backends.open_session(
         cfg.backend, device=cfg.device, size=plan.size, samples=cfg.samples
     )
     try:
         host = probe.host_info(session)
-        if child is not None:  # the renderer was checked by the parent, before valgrind started
+        if child is not None:  # the parent checked the renderer
             host = host.replaced(
                 codegen=measure.codegen_facts(
                     host.gl,
@@ -98,7 +90,6 @@ def capture(plan: RunPlan, progress: ProgressSink, child: ChildOrder | None = No
                 )
             )
         else:
-            # refuse an impossible mode before creating anything
             timers.choose_mode(cfg.timing, host.gl)
             plan.output.parent.mkdir(parents=True, exist_ok=True)
         if plan.screenshot_dir is not None:
@@ -141,7 +132,7 @@ def capture(plan: RunPlan, progress: ProgressSink, child: ChildOrder | None = No
                         if stop.set:
                             break
                         results.append(_run_entry(engine, plan, entry, session, progress, n))
-                    # the last counted frame is behind: the rest runs uninstrumented
+                    # the rest runs uninstrumented
                     if child is not None:
                         measure.stop_counting()
                     status = "interrupted" if stop.set else "complete"
@@ -170,9 +161,8 @@ def capture(plan: RunPlan, progress: ProgressSink, child: ChildOrder | None = No
 
 
 def failed_note(kept: Path | None) -> str:
-    """What a failed run's error line adds: where its measured frames are, or that nothing was
-    written (a failed run never leaves a trace at ``-o``; :func:`katra_trace.io.claim.set_aside`).
-    """
+    """What a failed run's error adds: where its measured frames are, or that nothing was
+    written."""
     if kept is None:
         return "; no frame was measured, so no trace was written"
     return f"; the frames it measured are in {shown(kept)} (the output was not written)"

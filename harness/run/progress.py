@@ -1,18 +1,9 @@
 """Progress, the one mechanism: a rich bar on a terminal, plain lines when piped, nothing with
 ``--quiet``.
 
-:class:`Progress` shows a run's scenes and frames; :class:`Tally` shows any other command's work
-(events exported, traces read, ab's rounds, bisect's commits) the same way.
-
-The engine reports to any :class:`katra3d.harness.engine.results.ProgressSink`; :class:`Progress`
-here is the display ``katra3d run`` and :func:`katra3d.harness.run.runner.run` use by default.
-
-A counted run (``--measure instructions|cycles``) renders its frames in a child process under
-valgrind. That child reports to a :class:`ChildProgress`, which writes each call as one JSON line
-into a file in the dump directory; the parent polls the file (:class:`Relay`) and makes the same
-calls on its own display. A file works under valgrind as it does anywhere, needs no descriptor
-handed across ``exec``, and costs the child one ``write`` between frames.
-"""
+A counted child reports through :class:`ChildProgress` (JSON lines in a file, which works
+under valgrind and needs no descriptor handed across ``exec``); the parent replays them
+(:class:`Relay`)."""
 
 from __future__ import annotations
 
@@ -29,13 +20,10 @@ if TYPE_CHECKING:
 
 
 class Progress:
-    """A rich progress bar on a TTY, plain lines otherwise (both on ``stream``, stderr by default).
+    """A rich progress bar on a TTY, plain lines otherwise (on ``stream``, stderr by default).
 
-    ``phase_lines``: without a terminal, print one line per phase (:meth:`phase`), with the seconds
-    since the display was made; counted runs turn it on, time runs keep one line per scene. On a
-    terminal each phase renames the scene's bar, whose counter runs over the scene's warm-up and
-    measured frames together, so it never goes back.
-    """
+    ``phase_lines``: off a terminal, one line per phase (counted runs) instead of one per
+    scene."""
 
     def __init__(
         self,
@@ -54,9 +42,8 @@ class Progress:
         self._task: Any = None
         self._name = ""
         self._frames: int | None = None
-        # frames of the scene's earlier phases (the bar's counter goes on from there)
         self._base = 0
-        self._done = 0  # the bar's counter
+        self._done = 0
 
     def __enter__(self) -> Progress:
         if self.tty:
@@ -83,7 +70,6 @@ class Progress:
 
     @property
     def elapsed_s(self) -> float:
-        """Seconds since this display was made."""
         return time.monotonic() - self.started
 
     def line(self, text: str) -> None:
@@ -124,30 +110,25 @@ class Progress:
 
     @property
     def completed(self) -> int:
-        """The bar's counter: frames the current scene has rendered in all its phases so far."""
+        """Frames the current scene has rendered in all its phases so far."""
         return self._done
 
     def description(self, done: int = 0) -> str:
-        """What the bar says after ``done`` frames of the phase: the phase, and in a phase with
-        frames, which frame of how many is being rendered (the last one once all are done)."""
+        """The phase, and in a phase with frames, which frame of how many is being rendered."""
         if not self._frames:
             return self._name
         return f"{self._name} frame {min(done + 1, self._frames)} of {self._frames}"
 
 
 class Lane(Progress):
-    """One counted child's share of a :class:`Progress` display (:func:`lane`): its own bar on a
-    terminal (under the others' bars), its lines and phases named after its scene in plain output.
-
-    The child runs a one-scene plan, so it says ``[1/1] LABEL``: the lane puts the scene's place in
-    the run in (``[3/9] LABEL``), and, when the run has more than one scene, names the scene in the
-    phases the child reports without it (opening GL, writing the trace, valgrind ending)."""
+    """One counted child's share of a :class:`Progress` display: its own bar on a terminal, its
+    lines named after its scene in plain output (``[3/9] LABEL`` for the child's one-scene
+    ``[1/1]``)."""
 
     def __init__(self, parent: Progress, index: int, label: str) -> None:
         super().__init__(parent.total, parent.stream, parent.quiet, parent.phase_lines)
         self.tty = parent.tty
         self.started = parent.started
-        # the parent's live display, entered by the parent (None off a terminal)
         self._bar = parent._bar
         self.renumber = _Renumber(index, parent.total, label)
 
@@ -175,8 +156,8 @@ class Lane(Progress):
 
 
 class _Renumber:
-    """A one-scene child's ``[1/1] `` as the scene's place in the run (``[index/total] ``), and its
-    phases without a scene named after it when the run has more than one."""
+    """A one-scene child's ``[1/1] `` as the scene's place in the run, and its unnamed phases
+    named when the run has more than one scene."""
 
     def __init__(self, index: int, total: int, label: str) -> None:
         self.index, self.total = index, total
@@ -190,8 +171,7 @@ class _Renumber:
 
 
 class _RenumberedProgress:
-    """:class:`Lane` for a progress that is not a :class:`Progress` (a caller's own): the calls go
-    on to it, the scene's place in the run put in."""
+    """:class:`Lane` for a caller's own progress: the calls passed on, renumbered."""
 
     def __init__(self, progress: ProgressSink, index: int, total: int, label: str) -> None:
         self.progress = progress
@@ -215,9 +195,8 @@ class _RenumberedProgress:
 
 
 def lane(progress: ProgressSink, index: int, total: int, label: str) -> Lane | _RenumberedProgress:
-    """Where the counted child of the run's ``index``-th scene (of ``total``) reports: a
-    :class:`Lane` of a :class:`Progress` display, else the calls passed on to ``progress`` with the
-    scene's place put in."""
+    """Where the counted child of the run's ``index``-th scene reports: a :class:`Lane` of a
+    :class:`Progress` display, else the calls passed on to ``progress`` renumbered."""
     if (
         isinstance(progress, Progress)
         and not isinstance(progress, Lane)
@@ -228,13 +207,8 @@ def lane(progress: ProgressSink, index: int, total: int, label: str) -> Lane | _
 
 
 class ChildProgress:
-    """The counted child's :class:`katra3d.harness.engine.results.ProgressSink`: every call one JSON
-    line in ``path``.
-
-    ``tty`` is True so that the engine reports every frame (a counted run reports each one, see
-    :meth:`katra3d.harness.engine.core.Engine.loop`); the parent decides what to show. A write that
-    fails (the parent removed the directory) is ignored: progress never stops a run.
-    """
+    """The counted child's progress sink: every call one JSON line in ``path``. ``tty`` is True
+    so the engine reports every frame; a failed write is ignored (progress never stops a run)."""
 
     tty = True
 
@@ -274,7 +248,7 @@ class ChildProgress:
         self._send("advance", done)
 
 
-#: The calls a :class:`Relay` passes on, with the types of their arguments.
+#: The calls a :class:`Relay` passes on, with their argument types.
 _CALLS: dict[str, tuple[type | tuple[type, ...], ...]] = {
     "line": (str,),
     "scene_started": (int, str, (int, type(None))),
@@ -284,9 +258,7 @@ _CALLS: dict[str, tuple[type | tuple[type, ...], ...]] = {
 
 
 class _Follow:
-    """The complete lines added to a file since the last :meth:`lines` (a line still being written
-    waits).
-    """
+    """The complete lines added to a file since the last :meth:`lines`."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -306,23 +278,19 @@ class _Follow:
 
 
 class Relay:
-    """The parent's side of :class:`ChildProgress`: reads the lines added to ``path`` since the last
-    :meth:`poll` and makes each call on ``progress``. A line that is not a known call is skipped.
-
-    ``stderr``: (the child's stderr file, the stream to copy its new lines to), or None to drop
-    them."""
+    """The parent's side of :class:`ChildProgress`: passes each new known call in ``path`` on to
+    ``progress``; ``stderr``: (the child's stderr file, where to copy its new lines) or None."""
 
     def __init__(
         self, path: Path, progress: ProgressSink, stderr: tuple[Path, TextIO] | None = None
     ) -> None:
         self.follow = _Follow(path)
         self.progress = progress
-        self.calls = 0  # calls passed on so far
+        self.calls = 0
         self.stderr = (_Follow(stderr[0]), stderr[1]) if stderr is not None else None
 
     def poll(self) -> int:
-        """Pass on the complete lines written since the last poll; returns how
-        many calls were made."""
+        """Pass on the complete lines written since the last poll; returns the calls made."""
         if self.stderr is not None:
             follow, stream = self.stderr
             for raw in follow.lines():
@@ -348,15 +316,8 @@ class Relay:
 
 
 class Tally:
-    """Progress of a command's work that is not a run's frames: events exported, traces read,
-    rounds, commits.
-
-    The one mechanism beside :class:`Progress` (whose terminal bar and plain lines it shares):
-    :meth:`update` drives a rich bar on a terminal and, when stderr is piped, one plain line at most
-    every ``every_s`` seconds from ``every_s`` on (and then the last: work done sooner shows
-    nothing); :meth:`line` prints a line of its own (a round's, a commit's) above the bar or as it
-    is; ``quiet`` shows nothing. Lines start with ``who`` (``katra3d``, ``katra3d ab``,
-    ``history``)."""
+    """Progress of a command's work that is not a run's frames; piped, at most one line every
+    ``every_s`` seconds, none for work done sooner."""
 
     def __init__(
         self,
@@ -386,7 +347,6 @@ class Tally:
             self._bar = self._task = None
 
     def line(self, text: str) -> None:
-        """One line of its own: ``WHO: text``."""
         if self.quiet:
             return
         if self._bar is not None:
@@ -395,8 +355,8 @@ class Tally:
             print(f"{self.who}: {text}", file=self.stream, flush=True)
 
     def update(self, what: str, done: int, total: int | None, detail: str = "") -> None:
-        """``done`` of ``total`` items (None: not known) of ``what`` (``"exporting events"``), with
-        ``detail`` (the item now, e.g. a file's name)."""
+        """``done`` of ``total`` items (None: unknown) of ``what``, with ``detail`` (the item
+        now)."""
         if self.quiet:
             return
         if self.tty:
@@ -427,8 +387,6 @@ class Tally:
             return
         now = time.monotonic()
         last = total is not None and done >= total
-        # piped: nothing for work that ends within every_s, then a line at most every every_s, and
-        # the last one
         if now - self.started < self.every_s or (
             now - self._last < self.every_s and not (last and self._shown)
         ):
@@ -455,16 +413,12 @@ def show_warning(
     file: object = None,
     line: str | None = None,
 ) -> None:
-    """A ``warnings.showwarning`` that prints one ``katra3d: warning: ...`` line on stderr (no
-    source line).
-    """
+    """A ``warnings.showwarning`` that prints one :func:`warn` line (no source line)."""
     warn(message)
 
 
 class entered:
-    """Enter/exit a progress display if it is a context manager (a live display is; a plain one is
-    not).
-    """
+    """Enter/exit a progress display if it is a context manager (a live display is)."""
 
     def __init__(self, progress: Any) -> None:
         self.progress = progress

@@ -1,11 +1,6 @@
 """What a run hands a child process and gets back: a :class:`ChildOrder` in, a
-:class:`ChildResult` out, one versioned serializer.
-
-:func:`write` and :func:`read` carry any dataclass as JSON, field by field from its annotations (a
-field added to RunConfig or RunPlan travels by itself), in an envelope with :data:`VERSION`: a
-message of another version or type is refused whole. Counted children speak it; so can any process
-that receives a plan (``write(path, plan)`` in the parent, ``read(path, RunPlan)`` in the child).
-"""
+:class:`ChildResult` out, as JSON built from the dataclasses' annotations (a new field travels
+by itself) in an envelope with :data:`VERSION`; another version or type is refused whole."""
 
 from __future__ import annotations
 
@@ -28,15 +23,12 @@ from katra3d.scenes.registry import get_scene
 from katra_trace.errors import ConfigError
 from katra_trace.io.header import MeasureOptions
 
-#: The protocol's version: a reader refuses a message of any other.
 VERSION = 1
 
-#: What a counted child is told in place of the user's output path (resolved, and ``-o`` as given)
-#: and note: strings of one fixed length each. A child's heap, and with it every count, depends on
-#: the lengths of the strings it holds (measured: ``-o`` names of 7 and 41 characters with notes of
-#: 0 and 33 moved a 32x32 ``triangle`` frame by up to 224 instructions, names of one length by 0),
-#: so the child records these, and the parent's join writes the run's own strings into the one
-#: trace it writes (:class:`katra3d.harness.run.parts.RunStrings`).
+#: What a counted child is told in place of the output path and note: strings of one fixed length.
+#: Every count depends on the lengths of the strings the child holds (names of 7 and 41 characters
+#: moved a 32x32 frame by up to 224 instructions), so the parent's join writes the run's own strings
+#: (:class:`katra3d.harness.run.parts.RunStrings`).
 STAND_INS = RunStrings(
     output="katra3d-counted-run-output.katra",
     requested="katra3d-counted-run-requested.katra",
@@ -48,15 +40,9 @@ T = TypeVar("T")
 
 @dataclasses.dataclass(frozen=True)
 class ChildOrder:
-    """What the parent hands its counted child (``args.json`` in the dump directory).
-
-    ``plan``: the checked one-scene plan (its ``counting``: the mode and the valgrind found when it
-    was planned; its output and note :data:`STAND_INS`, :func:`child_plan`);
-    ``dump_dir``: the dump directory; ``command``: the valgrind command the child runs under;
-    ``deferred``: callgrind's instrumentation starts at each scene's first measured frame;
-    ``imports``: {spec: absolute spec} of the file scenes, ``sys_path``: the folders put first on
-    the child's import path (:func:`katra3d.harness.run.measure.scene_imports`).
-    """
+    """What the parent hands its counted child (``args.json``): the one-scene plan
+    (:func:`child_plan`), the valgrind command, and the file scenes' absolute specs and import
+    path."""
 
     plan: RunPlan
     dump_dir: Path
@@ -67,7 +53,6 @@ class ChildOrder:
 
     @property
     def dump_base(self) -> Path:
-        """Where callgrind writes its dumps (``--callgrind-out-file``)."""
         return self.dump_dir / measure.DUMP_BASE
 
     @property
@@ -76,7 +61,7 @@ class ChildOrder:
         return self.dump_dir / measure.CHILD_TRACE
 
     def measure_options(self) -> MeasureOptions:
-        """What the child's trace header records under ``capture_options.measure``."""
+        """The child's header's ``capture_options.measure``."""
         pinned = measure.pinned_env()
         counting = typing.cast(Counting, self.plan.counting)  # a counted plan (read_order)
         return MeasureOptions(
@@ -92,9 +77,9 @@ class ChildOrder:
 
 @dataclasses.dataclass(frozen=True)
 class ChildResult:
-    """What a child hands back: ``run`` (its results; each scene's image stays in the child), or
-    ``error`` with its ``exit_code`` and the scene's ``traceback``. ``kept`` is the parent's: where
-    a failed run's frames were set aside (None: nowhere, "": not said)."""
+    """What a child hands back: ``run``, or ``error`` with ``exit_code`` and ``traceback``.
+    ``kept`` is the parent's: where a failed run's frames were set aside (None: nowhere, "":
+    not said)."""
 
     run: RunResult | None = None
     error: str = ""
@@ -108,8 +93,8 @@ class ChildResult:
 
 
 def child_plan(plan: RunPlan) -> RunPlan:
-    """``plan`` as a counted child gets it: its output (resolved and requested) and note
-    :data:`STAND_INS`, its screenshot folder absolute (the child runs in its dump directory)."""
+    """``plan`` as a counted child gets it: output and note :data:`STAND_INS`, screenshot folder
+    absolute (the child runs in its dump directory)."""
     config = dataclasses.replace(plan.config, notes=STAND_INS.notes)
     if config.output is not None:
         config = dataclasses.replace(config, output=STAND_INS.requested)
@@ -128,15 +113,13 @@ def run_strings(plan: RunPlan) -> RunStrings:
 
 
 def write_order(order: ChildOrder) -> None:
-    """Write ``order`` into its dump directory, where the child reads it (:func:`read_order`)."""
     write(order.dump_dir / measure.ARGS_FILE, order)
 
 
 def read_order(dump_dir: Path) -> ChildOrder:
-    """The order the parent wrote into ``dump_dir``, each scene class found again through the
-    registry: a file scene from the absolute path the parent resolved (``imports``), after the
-    parent's import path (``sys_path``) is put first; the plan keeps each spec as the user gave it.
-    """
+    """The order in ``dump_dir``, each scene class found again (file scenes by the absolute path
+    the parent resolved, after its import path is put first); specs stay as the user gave
+    them."""
     path = dump_dir / measure.ARGS_FILE
     body = _body(path, ChildOrder)
     try:
@@ -152,7 +135,6 @@ def read_order(dump_dir: Path) -> ChildOrder:
 
 
 def hand_back(dump_dir: Path, result: ChildResult) -> None:
-    """Write the child's result (or its error) into the dump directory, for the parent."""
     write(dump_dir / measure.RESULTS_FILE, result)
 
 
@@ -172,13 +154,11 @@ def write(path: Path, message: Any) -> None:
 
 
 def read(path: Path, tp: type[T], scene_class: Callable[[str], type] = get_scene) -> T:
-    """The ``tp`` message at ``path`` (:func:`write`); ConfigError when it is not one of this
-    version. ``scene_class(spec)`` finds a scene entry's class again."""
+    """The ``tp`` message at ``path``; ConfigError when it is not one of this version."""
     return decode(tp, _body(path, tp), scene_class)
 
 
 def _body(path: Path, tp: type) -> Any:
-    """The body of the ``tp`` message at ``path``, its envelope checked."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         version, kind, body = data["katra3d_protocol"], data["type"], data["body"]
@@ -193,8 +173,8 @@ def _body(path: Path, tp: type) -> Any:
 
 
 def decode(tp: type[T], data: Any, scene_class: Callable[[str], type] = get_scene) -> T:
-    """``data`` (what :func:`encode` made, through JSON) rebuilt as a ``tp``; ConfigError when it
-    is not one. Nothing is validated again: the sender checked it."""
+    """``data`` (from :func:`encode`, through JSON) rebuilt as a ``tp``; ConfigError when it is
+    not one. Not validated again: the sender checked it."""
     try:
         value = _decode(tp, data, scene_class)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -203,9 +183,8 @@ def decode(tp: type[T], data: Any, scene_class: Callable[[str], type] = get_scen
 
 
 def encode(value: Any) -> Any:
-    """``value`` as JSON holds it: dataclasses as objects of their fields, tuples as lists, paths
-    as strings, numpy values as Python's; a field holding a class (a scene entry's) is left out
-    (its spec finds it again), and so is an image (``pixels``: it stays where it was taken)."""
+    """``value`` as JSON holds it. A field holding a class is left out (its spec finds it again),
+    and so is ``pixels`` (an image stays where it was taken)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {
             f.name: encode(getattr(value, f.name))
@@ -224,7 +203,7 @@ def encode(value: Any) -> Any:
 
 
 def _decode(tp: Any, value: Any, scene_class: Callable[[str], type]) -> Any:
-    """``value`` (as JSON gives it) rebuilt to the type ``tp`` (a field's annotation)."""
+    """``value`` (as JSON gives it) rebuilt to ``tp`` (a field's annotation)."""
     origin = typing.get_origin(tp)
     if value is None or tp is Any:
         return value
@@ -248,7 +227,7 @@ def _decode(tp: Any, value: Any, scene_class: Callable[[str], type]) -> Any:
         }
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         hints = typing.get_type_hints(tp, vars(sys.modules[tp.__module__]))
-        # a field holding a class (SceneEntry.cls) did not travel: the entry's spec finds it again
+        # a field holding a class (SceneEntry.cls) did not travel: its spec finds it again
         fields = {
             f.name: _decode(hints[f.name], value[f.name], scene_class)
             for f in dataclasses.fields(tp)

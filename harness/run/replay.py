@@ -1,10 +1,6 @@
-"""The replay strategy of a run (the runner picks it for a plan of traces): apitrace traces, each
-replayed by glretrace (:mod:`.replayer`), one katra3d frame per
-SwapBuffers, timed (wall) or counted, its draws as zones (``frame/glDrawArrays#2``: the frame's
-second glDrawArrays, on the cpu clock), a restart's frame flagged SETUP, the host's GL version and
-profile the replayer's context's, and the last measured frame kept from an untimed snapshot replay.
-How each is measured: docs/replay.md.
-"""
+"""The replay strategy of a run (for a plan of traces): each apitrace trace replayed by glretrace
+(:mod:`.replayer`), one katra3d frame per SwapBuffers, timed or counted, draws as zones, and
+the last frame kept from an untimed snapshot replay. docs/replay.md says how each is measured."""
 
 from __future__ import annotations
 
@@ -47,7 +43,6 @@ TIMED_REASON = (
     "replayed by glretrace --pframe-times: a glFinish ends each frame, timed on the host clock "
     "(the replayer's frames, not katra3d's loop)"
 )
-#: What ``--size`` does to a replay: nothing (glretrace makes the trace's own windows).
 SIZE_NOTICE = (
     "notice: --size does not apply to a trace: it replays at the size it was recorded at (each "
     "scene's annotation records it)"
@@ -60,14 +55,12 @@ FRAME_BOUNDARY = (
 
 
 def has_traces(plan: RunPlan) -> bool:
-    """Whether ``plan`` replays apitrace traces (then :func:`run` captures it, not the scene
-    runner)."""
     return any(getattr(e.cls, "trace_path", "") for e in plan.entries)
 
 
 def check_plan(plan: RunPlan) -> None:
     """ConfigError for what a replay cannot do (before anything starts)."""
-    cfg = plan.config  # a mix of traces and scenes: refused by plan_run, before a --shard split
+    cfg = plan.config
     if plan.frames is None:
         raise ConfigError("a trace replays --frames N from its start, not --duration")
     zones = plan.zones
@@ -133,8 +126,7 @@ def run(plan: RunPlan, progress: ProgressSink) -> RunResult:
     )
     stop = StopFlag()
     results: list[SceneResult] = []
-    # the replayers' files go in a directory named after this process, which the next replay or
-    # counted run removes if this one is killed before it can (harness/run/lifetime.py)
+    # named after this process, so the next run removes it if this one is killed
     lifetime.remove_stale_dump_dirs()
     work = lifetime.make_dump_dir()
     try:
@@ -188,16 +180,14 @@ def run(plan: RunPlan, progress: ProgressSink) -> RunResult:
         str(options.timing_reason or ""),
         results,
         stop.signal_name,
-        # the traces' own, when one
         size=next(iter(sizes)) if len(sizes) == 1 else None,
     )
 
 
 def _replayer_gl(gl: GLInfo, facts: TraceFacts, replayer: Replayer, env: dict[str, str]) -> GLInfo:
-    """The probe's GL facts with the version and profile of the context the replayer makes for the
-    trace (a compatibility one unless the trace asks for core), not of katra3d's EGL core one; None
-    when its state cannot be dumped. The renderer stays the probe's, as for scenes (a counted run's
-    vector width is in its codegen facts)."""
+    """The probe's GL facts with the version and profile of the replayer's context for the trace
+    (compatibility unless the trace asks for core), not katra3d's; the renderer stays the
+    probe's."""
     got: dict[str, str] = {}
     if facts.current_call is not None:
         with x_display(env) if not replayer.headless else contextlib.nullcontext(env) as shown:
@@ -224,9 +214,8 @@ def _options(
     mode: str,
     counted_env: dict[str, str] | None,
 ) -> CaptureOptions:
-    """The capture options with the replay's facts: each trace's file, the replayer, its options;
-    the backend is the traces' window systems (glx, egl), and no size (``--size`` does not apply:
-    :data:`SIZE_NOTICE`)."""
+    """The capture options with the replay's facts (trace files, replayer and its options); the
+    backend is the traces' window systems, and no size (:data:`SIZE_NOTICE`)."""
     zones = plan.zones
     replay: dict[str, Any] = {
         "traces": {e.label: f.as_dict() for e, f in traces},
@@ -292,12 +281,12 @@ class _Replay:
             replayer,
         )
         self.env, self.stop, self.progress, self.n, self.host = env, stop, progress, n, host
-        self.work = work  #: the run's directory for the replayers' files
+        self.work = work
         self.scene_id = writer.intern(entry.label)
         self.frame_name = writer.intern(FRAME_NAME)
         self.origin = writer.start_host_ns
         self.where = f"[{n}/{len(plan.entries)}] {entry.label}"
-        self.startup_ns: list[int] = []  #: timed: each replayer's start to its first call
+        self.startup_ns: list[int] = []
         self.restart_said = False
 
     def run(self, counted: bool) -> SceneResult:
@@ -372,7 +361,7 @@ class _Replay:
         )
 
     def _restarted(self, k: int) -> None:
-        """Says, at the first restart, that the trace is replayed again and what that costs."""
+        """At the first restart, say that the trace is replayed again and what that costs."""
         if self.restart_said:
             return
         self.restart_said = True
@@ -499,9 +488,7 @@ class _Replay:
     def _last_image(
         self, result: SceneResult, env: dict[str, str], call_no: int, index: int
     ) -> dict[str, Any]:
-        """The last frame's image, from a snapshot replay after its last call: kept in the trace
-        when asked.
-        """
+        """The last frame's image, from a snapshot replay after its last call."""
         self.progress.phase(f"{self.where}: the last frame's image (an untimed replay)", None)
         png = rp.snapshot(
             self.replayer,

@@ -1,16 +1,8 @@
 """The runner: a validated RunConfig in, a trace and per-scene results out.
 
-It validates the config and resolves every scene and param
-(:func:`katra3d.harness.run.config.plan_run`: no GL yet, so a bad input costs nothing and leaves
-nothing behind), then picks the plan's strategy: the replay of apitrace traces
-(:mod:`katra3d.harness.run.replay`), the counted children (:mod:`katra3d.harness.run.children`) or
-the scene loop (:func:`katra3d.harness.run.pipeline.capture`). :func:`run_child` is a counted
-child's side.
-
-SIGINT, SIGTERM and SIGHUP stop the run at the next frame boundary, and the
-trace is finished with status ``interrupted``; a second signal stops the frame
-in progress (see :mod:`katra3d.harness.engine.core`).
-"""
+It plans the run (no GL yet), then replays traces (:mod:`.replay`), counts in children
+(:mod:`.children`) or runs the scene loop (:mod:`.pipeline`); :func:`run_child` is a counted
+child's side."""
 
 from __future__ import annotations
 
@@ -50,13 +42,8 @@ def run(
     progress_stream: TextIO | None = None,
     quiet: bool = False,
 ) -> RunResult:
-    """Run ``config``: returns a :class:`RunResult`; the trace is at ``result.path``.
-
-    Raises ConfigError/SceneError for bad input (before anything is written),
-    BackendUnavailable when no GL context can be opened. ``progress`` receives
-    progress reports (default: plain lines on ``progress_stream``, or nothing
-    when ``quiet``).
-    """
+    """Run ``config``; the trace is at ``result.path``. ConfigError/SceneError for bad input
+    (before anything is written), BackendUnavailable when no GL context opens."""
     plan = plan or plan_run(config)
     if replay.has_traces(plan):  # apitrace traces, replayed by glretrace (docs/replay.md)
         return replay.run(plan, progress if progress is not None and not quiet else NoProgress())
@@ -76,15 +63,11 @@ def run(
 
 
 def _run_counted(plan: RunPlan, progress: ProgressSink, *, quiet: bool) -> RunResult:
-    """``--measure instructions|cycles``: check here, count in a child under callgrind, take back
-    its results.
-
-    A stop signal that ended the child before it handed back results raises
-    :class:`katra_trace.errors.Interrupted` (the CLI's exit 128 + the signal); the frames it
-    recorded, if any, are kept as ``<output>.part``."""
+    """``--measure instructions|cycles``: count in children under callgrind and take back their
+    results; :class:`katra_trace.errors.Interrupted` when a stop ended them before they handed
+    any back."""
     cfg = plan.config
-    # the one renderer check of a counted run, before valgrind starts (GPU drivers do not run under
-    # it); valgrind was found when the run was planned (plan.counting)
+    # the one renderer check, before valgrind starts (GPU drivers do not run under it)
     with backends.open_session(cfg.backend, device=cfg.device, size=(16, 16)) as session:
         check_renderer(cfg.measure, probe.gl_info(session.ctx))
     plan.output.parent.mkdir(parents=True, exist_ok=True)
@@ -118,15 +101,11 @@ def _run_counted(plan: RunPlan, progress: ProgressSink, *, quiet: bool) -> RunRe
 
 
 def run_child() -> int:
-    """Entry point of the counted child: ``python -m katra3d`` under valgrind,
-    ``$KATRA3D_MEASURE_CHILD`` set.
+    """Entry point of the counted child (``python -m katra3d`` with ``$KATRA3D_MEASURE_CHILD``
+    set).
 
-    Loads the checked plan the parent wrote into the dump directory (no argparse, no planning
-    again), probes the host (the codegen facts must come from this process's GL), captures, and
-    hands the results back as data (:func:`katra3d.harness.run.protocol.hand_back`); an error
-    travels the same way, for the parent to report. Returns the exit code: 0 complete, 128 + the
-    signal when interrupted, the error's code otherwise.
-    """
+    Runs the plan the parent wrote (no planning again) and hands back the result or error as
+    data. Returns 0, 128 + the signal when interrupted, else the error's code."""
     sys.setswitchinterval(measure.COUNTED_SWITCH_INTERVAL_S)
     try:
         dump_dir = measure.child_dir()
@@ -137,7 +116,7 @@ def run_child() -> int:
     progress.phase("opening GL (EGL, Mesa, llvmpipe) and probing the host", None)
     try:
         order = protocol.read_order(dump_dir)
-        with warnings.catch_warnings():  # as the CLI shows them: one "katra3d: warning:" line each
+        with warnings.catch_warnings():  # as the CLI shows them: one line each
             warnings.simplefilter("default")
             warnings.showwarning = show_warning
             result = pipeline.capture(order.plan, progress, child=order)

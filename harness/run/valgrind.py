@@ -1,10 +1,6 @@
-"""What counting (``--measure instructions|cycles``) needs of the machine, decided once: valgrind,
-found by :func:`find_valgrind` when the run is planned (:func:`katra3d.harness.run.config.plan_run`
-records it in the plan as :class:`Counting`), and a software renderer (:func:`check_renderer`,
-before valgrind starts).
-
-No GL and no katra3d module below the run layer: the plan imports this module.
-"""
+"""What counting needs of the machine: valgrind, found once when the run is planned
+(:class:`Counting`), and a software renderer (:func:`check_renderer`). No GL: the plan imports
+this."""
 
 from __future__ import annotations
 
@@ -22,10 +18,8 @@ VALGRIND_INSTALL_LINE = "apt-get install -y valgrind"
 
 @dataclasses.dataclass(frozen=True)
 class Counting:
-    """How a counted run counts, as its plan carries it: ``mode`` (instructions | cycles), and the
-    valgrind that counts (``valgrind``: its path; ``version``: what ``valgrind --version`` said,
-    ``3.19.0``).
-    """
+    """How a counted run counts: ``mode`` (instructions | cycles), valgrind's path and
+    ``version``."""
 
     mode: str
     valgrind: str
@@ -33,9 +27,7 @@ class Counting:
 
 
 def find_valgrind() -> tuple[str, str]:
-    """(path, version) of valgrind; ToolUnavailable (exit 3) with the install line when it is
-    missing.
-    """
+    """(path, version) of valgrind; ToolUnavailable with the install line when missing."""
     path = shutil.which("valgrind")
     if path is None:
         how = VALGRIND_INSTALL_LINE if os.geteuid() == 0 else f"sudo {VALGRIND_INSTALL_LINE}"
@@ -55,18 +47,14 @@ def find_valgrind() -> tuple[str, str]:
 
 
 def counting(measure: str) -> Counting | None:
-    """The counting a ``--measure`` value asks for (valgrind found here, once), or None for
-    ``time``.
-    """
+    """The counting a ``--measure`` value asks for, or None for ``time``."""
     if not is_count(measure):
         return None
     return Counting(measure, *find_valgrind())
 
 
 def check_renderer(measure: str, gl: GLInfo) -> None:
-    """ConfigError unless the renderer is a software one (its frames are CPU work valgrind can
-    count).
-    """
+    """ConfigError unless the renderer is a software one (CPU work that valgrind can count)."""
     if is_count(measure) and not gl.software_renderer:
         renderer = gl.renderer or "this renderer"
         raise ConfigError(

@@ -1,9 +1,6 @@
-"""Compare frame times of two sets of runs (BASE vs NEW), scene by scene.
-
-The entry point for opened traces, :func:`compare_traces`: it asks
-:mod:`katra_trace.analysis.match` which scenes may be compared and on which clock,
-and :mod:`katra_trace.analysis.decide` for the statistics and verdicts (the rule is
-in docs/stats.md).
+"""Compare two sets of runs (BASE vs NEW) scene by scene: :func:`compare_traces` asks
+:mod:`~katra_trace.analysis.match` what compares and :mod:`~katra_trace.analysis.decide` for the
+verdicts (rule in docs/stats.md).
 """
 
 from __future__ import annotations
@@ -49,7 +46,6 @@ def _label(trace: Any, side: str, index: int) -> str:
 
 
 def _check_measure_modes(sides: Mapping[str, Sequence[Any]]) -> None:
-    """Refuse to mix traces measured in counts (instructions, cycles) with time traces."""
     modes = {
         side: sorted({t.header.capture_options.measure_mode for t in traces})
         for side, traces in sides.items()
@@ -63,9 +59,7 @@ def _check_measure_modes(sides: Mapping[str, Sequence[Any]]) -> None:
 
 
 def _reference_workload(trace: Any) -> str | None:
-    """How a trace's reference draw was defined (its ``reference`` annotation), as text; None
-    without one.
-    """
+    """How a trace's reference draw was defined, as text; None without one."""
     for note in getattr(trace, "annotations", ()):
         if isinstance(note, dict) and note.get("type") == "reference":
             size, steps = note.get("size"), note.get("steps")
@@ -76,8 +70,7 @@ def _reference_workload(trace: Any) -> str | None:
 
 
 def _check_reference_workloads(sides: dict[str, list[Any]]) -> None:
-    """--normalize divides by the reference draw's time: every trace must time the same draw.
-    (A trace without one is refused later, per scene, for its missing markers.)"""
+    """--normalize divides by the reference draw's time: every trace must time the same draw."""
     seen: dict[str, str] = {}
     for side, traces in sides.items():
         for i, t in enumerate(traces):
@@ -93,7 +86,6 @@ def _check_reference_workloads(sides: dict[str, list[Any]]) -> None:
 
 
 def _normalized(trace: Any, scene: str, frames_ns: np.ndarray, label: str) -> np.ndarray:
-    """Frame walls divided by the median wall of the run's reference workload in ``scene``."""
     ref = reference_durations(trace.events, list(trace.strings)).get(scene, {}).get("wall")
     if ref is None or ref.size == 0 or not np.median(ref) > 0:
         raise ConfigError(
@@ -115,29 +107,13 @@ def compare_traces(
     sequential: SequentialRule | None = None,
     separate_batches: bool = False,
 ) -> Comparison:
-    """Compare two sets of opened traces (each one run), scene by scene.
+    """Compare two sets of opened traces (one run each), scene by scene.
 
-    A trace needs ``header``, ``events`` and ``strings`` (see katra_trace.io.reader.Trace).
-    Scenes whose capture settings (size, samples, timing mode, params) or
-    host (GL renderer, driver; for count metrics also the code generator)
-    differ are ``incomparable``, within a side or between sides; the
-    ``allow_*`` flags downgrade host, param and code-generator differences to
-    a note.
-
-    ``normalize``: compare per-run (median frame wall) / (median reference wall) instead of wall
-    time (ConfigError when a trace lacks reference markers). ``pairs``: ``(base index, new index)``
-    of each paired round (``katra3d ab``): the paired test is used, on those traces only.
-    ``run_stat``: ``median`` or ``p10``, what reduces each run of a time metric to its level
-    (ConfigError with counts or ``normalize``); None: the default, ``median``, or the statistic of
-    :data:`~katra_trace.analysis.defaults.SOFTWARE_TIME_DEFAULT` when ``metric`` ``auto`` chose it:
-    on a software renderer whose traces all record process CPU time, ``auto`` compares that metric
-    instead of wall time (``metric_choice`` says which way the metric was chosen). ``sequential``:
-    with ``pairs``, the stopping rule of ``ab --until-decided`` decides the rounds of a time metric
-    (:func:`katra_trace.analysis.decide.compare_runs`); its alpha and threshold are used.
-    ``separate_batches``: the sides were captured apart (not interleaved, not paired): the interval
-    of a time metric allows for the drift between batches
-    (:func:`~katra_trace.analysis.defaults.batch_drift_sd`). Traces measured in counts and in time
-    cannot be mixed (ConfigError).
+    Scenes whose capture settings or host differ are *incomparable* (``allow_*`` options make some
+    a note). ``pairs``: (base, new) index of each ab round, for the paired test. ``metric``
+    ``auto`` on an all-software renderer picks :data:`~.defaults.SOFTWARE_TIME_DEFAULT`.
+    ``separate_batches``: the interval allows for drift between batches. ConfigError when counts
+    and times mix or ``normalize`` lacks reference markers.
     """
     metric, normalize, run_stat = options.metric, options.normalize, options.run_stat
     sides: dict[str, list[Any]] = {"base": list(base), "new": list(new)}
@@ -275,8 +251,7 @@ def compare_traces(
     return dataclasses.replace(result, notes=tuple(notes), zones=zones, metric_choice=choice)
 
 
-#: Run-to-run CV of wall time above which an inconclusive scene gets the hint of
-#: :func:`_process_hint`.
+#: Run-to-run CV of wall time above which an inconclusive scene gets :func:`_process_hint`.
 NOISY_RUN_CV = 0.05
 
 
@@ -285,9 +260,8 @@ def _process_hint(
     sides: Mapping[str, Sequence[Any]],
     durations: Mapping[str, Sequence[Mapping[str, Mapping[str, np.ndarray]]]],
 ) -> list[str]:
-    """A note pointing to ``--metric process --stat p10`` when wall time left scenes inconclusive
-    for its run-to-run spread, and every trace is a software renderer's that recorded process CPU
-    time."""
+    """A note pointing to ``--metric process --stat p10`` when wall time's spread left scenes of a
+    software renderer inconclusive."""
     software = all(t.header.host_info.software for traces in sides.values() for t in traces)
     if not software:
         return []
@@ -320,9 +294,7 @@ def _process_hint(
 
 
 def _draw_names(trace: Any) -> dict[str, set[str]]:
-    """``{scene: {draw zone name}}`` of a trace captured with ``--zones draws`` (names
-    ``pass/label#k``).
-    """
+    """``{scene: {draw zone name}}`` of a trace captured with ``--zones draws``."""
     labels = scene_labels(trace.events, list(trace.strings))
     ev = trace.events
     zones = ev[(ev["kind"] == Kind.ZONE) & (ev["flags"] == 0)]
@@ -336,9 +308,7 @@ def _draw_names(trace: Any) -> dict[str, set[str]]:
 
 
 def _draw_set_notes(sides: Mapping[str, Sequence[Any]]) -> list[str]:
-    """Notes for scenes whose draws differ between BASE and NEW: draws are paired by name, never by
-    position.
-    """
+    """Notes for scenes whose draws differ between sides: draws pair by name, never by position."""
     names = {side: [_draw_names(t) for t in traces] for side, traces in sides.items()}
     merged: dict[str, dict[str, set[str]]] = {}
     for side, per_trace in names.items():
@@ -374,7 +344,7 @@ def _draw_set_notes(sides: Mapping[str, Sequence[Any]]) -> list[str]:
 def _zone_rows(
     result: Comparison, sides: Mapping[str, Sequence[Any]], metric: str
 ) -> tuple[SceneComparison, ...]:
-    """Per-zone count rows of the comparable scenes (information: which pass changed)."""
+    """Per-zone count rows of the comparable scenes (which pass changed)."""
     clock = int(Clock[metric.upper()])
     totals = {
         side: [zone_frame_totals(t.events, list(t.strings), clock) for t in traces]

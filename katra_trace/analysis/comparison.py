@@ -1,16 +1,8 @@
-"""The one comparison of two sides: what compare, ab, report, bisect, the pytest plugin and CI
-render.
+"""The one comparison of two sides that compare, ab, report, bisect, pytest and CI render.
 
-A side is a trace file, a directory of traces (one per run), or one side of a ``katra3d ab`` output
-directory. :func:`open_sides` resolves the two sides (``compare DIR`` of an ab directory names
-both), opens every trace once, pairs the runs round by round when both sides are one ab output's
-(its ``ab.json``), and reads the stopping rule ``ab --until-decided`` recorded there.
-:func:`compare_sides` then decides timing (the decision model of
-:func:`~katra_trace.analysis.compare.compare_traces`) and images (the image rule of
-:mod:`katra_trace.analysis.images`) and returns one typed :class:`ComparisonResult`: the metric, the
-per-run statistic, each scene's levels, interval, verdict
-(:class:`~katra_trace.analysis.verdict.Verdict`), reason and what would settle it, the image
-verdicts, and the exit code. Commands print it; none decides anything itself.
+:func:`open_sides` resolves and opens both sides (trace, directory of runs, or an ab output whose
+``ab.json`` pairs the rounds and holds the stopping rule); :func:`compare_sides` decides timing and
+images into one :class:`ComparisonResult`. Commands print it; none decides anything itself.
 """
 
 from __future__ import annotations
@@ -38,15 +30,13 @@ from katra_trace.io.tracesets import AB_MANIFEST, AbManifest, open_trace_sets, r
 from katra_trace.metrics import is_count
 from katra_trace.text import shown
 
-#: An ab output directory (resolved) and its manifest, read once: what pairs the rounds and holds
-#: the rule.
+#: An ab output directory (resolved) and its manifest, read once.
 AbRecord = tuple[Path, AbManifest]
 
 
 def resolve_sides(base: str, new: str | None) -> tuple[str, str, AbRecord | None]:
-    """BASE and NEW paths (``compare DIR`` of an ab output directory names its two sides), and the
-    ab output directory and its manifest when BASE and NEW are its two sides (its ``ab.json`` read
-    once)."""
+    """BASE and NEW paths (``compare DIR`` of an ab output names both), and that ab output when
+    they are its two sides."""
     known: AbRecord | None = None
     if new is None:
         root = Path(base)
@@ -66,13 +56,11 @@ def resolve_sides(base: str, new: str | None) -> tuple[str, str, AbRecord | None
 
 
 def _common_parent(base: str, new: str) -> Path | None:
-    """The directory that holds both BASE and NEW when both are directories, resolved; else None."""
     b, n = Path(base).resolve(), Path(new).resolve()
     return b.parent if b.is_dir() and n.is_dir() and b.parent == n.parent else None
 
 
 def _own_sides(base: str, new: str, root: Path, manifest: AbManifest) -> AbRecord | None:
-    """``(root, manifest)`` when the manifest names BASE and NEW as its sides."""
     names = (Path(base).resolve().name, Path(new).resolve().name)
     return (root, manifest) if (manifest.base_dir, manifest.new_dir) == names else None
 
@@ -80,9 +68,7 @@ def _own_sides(base: str, new: str, root: Path, manifest: AbManifest) -> AbRecor
 def round_pairs(
     ab: AbRecord | None, base_paths: Sequence[Path], new_paths: Sequence[Path]
 ) -> tuple[list[tuple[int, int]] | None, list[str]]:
-    """The rounds of ``katra3d ab`` as (BASE index, NEW index) pairs of ``base_paths`` and
-    ``new_paths`` when BASE and NEW are one ab output's sides (``ab``; None: unpaired), and the note
-    that says so."""
+    """ab's rounds as (BASE index, NEW index) pairs (None: unpaired), and the note that says so."""
     if ab is None:
         return None, []
     root, manifest = ab
@@ -100,9 +86,8 @@ def round_pairs(
 
 
 def recorded_rule(manifest: AbManifest) -> tuple[SequentialRule | None, Settled | None]:
-    """The stopping rule an ``ab --until-decided`` output directory recorded in its ab.json
-    (``manifest``), and why its rounds stopped (None, None for fixed rounds; no stop yet for an
-    interrupted one). ConfigError when a record is not what the rounds loop writes."""
+    """The stopping rule ``ab --until-decided`` recorded and why its rounds stopped (None, None for
+    fixed rounds). ConfigError for a record the rounds loop does not write."""
     if manifest.sequential is None:
         return None, None
     stop = manifest.stop
@@ -112,7 +97,6 @@ def recorded_rule(manifest: AbManifest) -> tuple[SequentialRule | None, Settled 
 
 
 def _interrupted(ab: AbRecord | None) -> str:
-    """ "was interrupted in round N (SIGINT)" when ab's record says so, else ""."""
     stop = ab[1].interrupted if ab is not None else None
     if not isinstance(stop, dict):
         return ""
@@ -121,9 +105,7 @@ def _interrupted(ab: AbRecord | None) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Sides:
-    """Two sides, resolved and opened: their paths, traces, round pairing (None: unpaired), the
-    stopping rule ab recorded (None: fixed rounds), and notes (pairing) and damaged-trace lines for
-    the output."""
+    """Two sides, resolved and opened, with their pairing, ab's rule, notes and damaged traces."""
 
     base: str
     new: str
@@ -143,9 +125,8 @@ def open_sides(
     unpaired: bool = False,
     verb: str = "comparing",
 ) -> Sides:
-    """Resolve and open both sides (see the module docstring); ConfigError for a side that is no
-    trace. A side given as several paths (``report --baseline A --baseline B``) is all their traces,
-    never paired."""
+    """Resolve and open both sides; ConfigError for a side that is no trace. A side of several
+    paths is all their traces, never paired."""
     if not isinstance(base, str) or (new is not None and not isinstance(new, str)):
         base_args, new_args = (
             [base] if isinstance(base, str) else list(base),
@@ -188,10 +169,8 @@ def open_sides(
 
 
 def separate_batches(sides: Sides) -> str | None:
-    """The note that says the two sides were captured in separate batches (every run of one side
-    before every run of the other, by their capture start times, and not paired as ab's rounds): a
-    drift of the machine between the batches (another load, a warmer CPU) then shows as a change.
-    None when the runs interleave, are paired, or do not all record a start time."""
+    """The note when unpaired sides were captured in separate batches (every run of one before the
+    other's), where the machine's drift shows as a change; else None."""
     if sides.pairs is not None:
         return None
     starts = [
@@ -213,10 +192,7 @@ def separate_batches(sides: Sides) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class ComparisonResult:
-    """One comparison, as every surface renders it: the timing decision (:class:`Comparison`:
-    metric, per-run statistic, and per scene its levels, interval, verdict, reason and
-    ``runs_needed``), the image verdicts under ``image_policy``, the stopping rule ab recorded
-    (``rule``) and why its rounds stopped (``stop``), and the exit code of both."""
+    """One comparison as every surface renders it: timing, image verdicts, ab's rule and stop."""
 
     base: str
     new: str
@@ -225,7 +201,7 @@ class ComparisonResult:
     image_policy: str
     rule: SequentialRule | None = None
     stop: Settled | None = None
-    #: each side's kept frames by scene (what ``--image-diff`` draws); not part of the JSON
+    #: each side's kept frames (what ``--image-diff`` draws); not in the JSON
     base_images: Mapping[str, Image] = dataclasses.field(
         default_factory=dict, repr=False, compare=False
     )
@@ -235,12 +211,9 @@ class ComparisonResult:
 
     @property
     def exit_code(self) -> int:
-        """1 a regression (timing, or an image under the gate policy), 2
-        nothing comparable, else 0."""
         return exit_code_with_images(self.timing.exit_code, self.images, self.image_policy)
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON of compare and ab (``--format json``)."""
         out = dict(self.timing.as_dict(), base=self.base, new=self.new)
         if self.rule is not None:
             out["sequential"] = {
@@ -264,9 +237,8 @@ def compare_sides(
     image_policy: str = "gate",
     image_limits: ImageThresholds | None = None,
 ) -> ComparisonResult:
-    """Decide timing and images of two opened sides under ``options``. A recorded stopping rule
-    decides with its own alpha and threshold (a note says when the ones given differ), as it did
-    when ab stopped its rounds."""
+    """Decide timing and images of two opened sides. A recorded stopping rule decides with its own
+    alpha and threshold, as when ab stopped its rounds."""
     notes = list(sides.notes)
     if sides.rule is not None:
         rule = sides.rule

@@ -1,11 +1,9 @@
 """The decision of a count metric (instructions, cycles): one run a side is evidence, no p-value.
 
-Pure: numpy only. The rule (docs/stats.md, "Instructions and cycles"; summarised in
-:mod:`katra_trace.analysis.decide`'s doc): the change is the median of the per-frame ratios frame i
-against frame i when the frames match, set against the threshold with a band of
-:data:`NOISE_FLOOR_FACTOR` measured noise floors, never narrower than the cross-process jitter
-(:data:`katra_trace.analysis.defaults.COUNT_JITTER_PER_FRAME`), and decided by
-:func:`katra_trace.analysis.intervals.interval_verdict`.
+The change (frame i against frame i when the frames match: a scene animates, so two medians could
+set different frames against each other) is set against the threshold with a band of
+:data:`NOISE_FLOOR_FACTOR` noise floors, never narrower than the cross-process jitter
+(``COUNT_JITTER_PER_FRAME``). Rule in docs/stats.md, "Instructions and cycles".
 """
 
 from __future__ import annotations
@@ -40,32 +38,19 @@ def _robust_rel_spread(values: np.ndarray) -> float:
 
 
 def _run_offsets(runs: Sequence[np.ndarray]) -> list[float]:
-    """Each run's median log ratio to its side's frame-by-frame profile (runs of equal length)."""
+    """Each run's median log ratio to its side's frame-by-frame profile."""
     profile = np.median(np.stack(runs), axis=0)
     return [float(np.median(np.log(r / profile))) for r in runs]
 
 
 def _frames_match(b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]) -> bool:
-    """Whether both sides have runs and every run of both has the same number of frames (frame i of
-    one run can be set against frame i of another)."""
     return bool(b_runs) and bool(n_runs) and len({r.size for r in (*b_runs, *n_runs)}) == 1
 
 
 def noise_floor(b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]) -> tuple[float, str]:
-    """The relative noise floor of a count metric (an sd on the log scale) and where it came from.
-
-    * a side has >= 2 runs: the sd of its runs' levels (the larger side's); a run's level is
-      its median frame, or, when all frames match by index, its median log ratio to the
-      side's frame-by-frame profile (so the animation's differences between frames do not count);
-    * one run a side with the same frames: the robust spread (1.4826 x MAD) of
-      the per-frame log ratios NEW/BASE, frame i against frame i. A scene's
-      frames may differ in work (animation), but the same frame of two runs does
-      the same work, so what the ratios spread by is noise;
-    * otherwise the robust spread of each side's log frame counts (the larger).
-
-    The median absolute deviation ignores the few frames that carry the
-    harness's periodic work.
-    """
+    """The relative noise floor of a count metric (sd on the log scale) and where it came from:
+    across runs (>= 2 a side), across matched frames (the same frame does the same work), else
+    across each side's frames. MAD-based spreads ignore the harness's periodic frames."""
     sides = [r for r in (b_runs, n_runs) if len(r) >= 2]
     if sides:
         matched = _frames_match(b_runs, n_runs)
@@ -87,8 +72,7 @@ def noise_floor(b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]) -> t
 def matched_profiles(
     b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """Each side's frame-by-frame profile (frame i's median over the side's runs) when every run of
-    both sides has the same number of frames, else None (the frames cannot be matched by index)."""
+    """Each side's frame-by-frame median over its runs when all runs match in length, else None."""
     if not _frames_match(b_runs, n_runs):
         return None
     return np.median(np.stack(b_runs), axis=0), np.median(np.stack(n_runs), axis=0)
@@ -104,13 +88,9 @@ def decide_counts(
     zone: str = "",
     frame_base: float | None = None,
 ) -> SceneComparison:
-    """Verdict of a deterministic count metric (instructions, cycles) for one scene or zone.
-
-    ``frame_base``: for a zone, the scene's BASE count per frame. A zone is then
-    judged by what its change does to the frame (its change in counts over the
-    frame's count, ``frame_change_pct``), so that a small zone's jitter does not
-    read as a regression of the frame; ``ratio`` stays the zone's own.
-    """
+    """Verdict of a count metric for one scene or zone. ``frame_base`` (a zone's scene BASE count
+    a frame): the zone is judged on its change to the frame, so a small zone's jitter is no
+    regression."""
     b_runs, n_runs = clean_runs(base_runs), clean_runs(new_runs)
     b_all = np.concatenate(b_runs) if b_runs else np.empty(0)
     n_all = np.concatenate(n_runs) if n_runs else np.empty(0)

@@ -1,48 +1,10 @@
-"""The decision of a comparison: statistics and verdicts on per-run frame durations.
+"""The decision of a comparison: statistics and verdicts on per-run frame durations (pure).
 
-Pure: numpy and scipy only, no GL, no I/O. The rule is documented in
-docs/stats.md; in short (``thr`` = threshold, ``up = 1 + thr``,
-``down = 1 / (1 + thr)``, the interval at confidence ``1 - 2 alpha``):
-
-* **Time metrics** (wall, cpu, gpu, process, wall/reference): the run is the unit of
-  evidence. Each run is reduced to its median frame time (or, with ``run_stat``
-  ``p10``, the 10th percentile of its frames); the effect is the ratio of the
-  geometric means of the per-run levels, NEW / BASE.
-
-  - unpaired runs: Welch's t on the log per-run medians (each side's real
-    run count), Welch-Satterthwaite degrees of freedom;
-  - paired rounds (``katra3d ab``): a paired t on the per-round log ratios.
-
-  The p-value is one-sided in the direction of the observed change and is
-  Holm-corrected across the scenes compared. Verdicts, in order:
-
-  1. fewer than :data:`MIN_FRAMES` frames on a side -> inconclusive;
-  2. fewer than :data:`MIN_RUNS` runs (or rounds) a side -> inconclusive
-     "(run-to-run noise unknown)"; the frame-level change is information only;
-  3. ``p_holm < alpha`` and ratio >= up -> regression;
-     ``p_holm < alpha`` and ratio <= down -> improvement;
-  4. the whole interval inside (down, up) -> unchanged;
-  5. otherwise inconclusive, with an estimate of the runs a side needed.
-
-* **Count metrics** (instructions, cycles) are deterministic: one run a side
-  is evidence. No p-value: the change is set against the threshold and
-  against a measured noise floor ``f`` (the relative spread of per-run
-  medians when a side has several runs, else across steady frames); the
-  band is ``log ratio +- NOISE_FLOOR_FACTOR * f``. Regression when the ratio
-  is >= up and the whole band is above 1 (improvement mirrored); unchanged
-  when the whole band lies inside (down, up); otherwise inconclusive.
-  With one run a side and the same frames, the floor is the spread of the
-  per-frame ratios (frame i of NEW against frame i of BASE).
-
-  When every run of both sides has the same number of frames, the change is
-  the median of the per-frame log ratios, frame i of NEW against frame i of
-  BASE (each side's frame i is its median over runs): a scene animates, so
-  its frames differ in work by design, and a ratio of two medians can set
-  frame 3 of one side against frame 1 of the other. Beside the statistical
-  floor, the band is never narrower than the measured cross-process jitter
-  :data:`~katra_trace.analysis.defaults.COUNT_JITTER_PER_FRAME` over the
-  frame's count: a few hundred instructions are nothing on a frame of
-  millions and most of a 0.5 % threshold on a 32x32 frame.
+Time metrics take the run as the unit of evidence: each run's median (or p10) level, Welch's t
+(paired t for ``ab`` rounds) on the logs, one-sided and Holm-corrected across scenes, then
+too few frames / too few runs / regression / improvement / unchanged / inconclusive with the runs
+needed. Count metrics are deterministic and go to :mod:`katra_trace.analysis.counts`. The full rule
+is in docs/stats.md.
 """
 
 from __future__ import annotations
@@ -83,16 +45,11 @@ from katra_trace.units import format_change
 
 #: Fewer measured frames than this on a side: inconclusive (time metrics).
 MIN_FRAMES = 20
-#: Kept for callers of the earlier name.
 MIN_RUNS_FOR_RUN_LEVEL = MIN_RUNS
-
-# --------------------------------------------------------------------------- time metrics
 
 
 def run_level(values: np.ndarray, stat: str = "median") -> float:
-    """One run's level on a time metric: the median of its frames, or their 10th percentile
-    (``p10``).
-    """
+    """One run's level on a time metric: its frames' median, or 10th percentile (``p10``)."""
     if check_run_stat(stat) == "p10":
         return float(np.percentile(values, 10))
     return float(np.median(values))
@@ -109,8 +66,7 @@ def _measure_time(
     run_stat: str = "median",
     drift_sd: float = 0.0,
 ) -> tuple[SceneComparison, _Spread]:
-    """Effect, one-sided p, interval and side figures of one scene (its verdict not decided yet),
-    and the spread the verdict needs."""
+    """One scene's figures (verdict not decided yet) and the spread the verdict needs."""
     b_all, n_all = np.concatenate(b_runs), np.concatenate(n_runs)
     med_b = np.array([run_level(r, run_stat) for r in b_runs])
     med_n = np.array([run_level(r, run_stat) for r in n_runs])
@@ -165,8 +121,7 @@ def _measure_time(
 
 @dataclasses.dataclass(frozen=True)
 class _Spread:
-    """What a time verdict needs beside the figures: the sd of the log run levels (or of the
-    rounds' log ratios), the drift allowed between separate batches, and the rounds' log ratios."""
+    """sd of the log run levels (or rounds' log ratios), allowed drift, the rounds' log ratios."""
 
     sd_log: float = math.nan
     drift_sd: float = 0.0
@@ -181,7 +136,7 @@ def _decide_time(
     alpha: float,
     n_tests: int,
 ) -> SceneComparison:
-    """Turn measured figures and the Holm-adjusted p into a verdict (rule in the module doc)."""
+    """Measured figures and the Holm-adjusted p to a verdict (rule in docs/stats.md)."""
     sd_log, drift_sd = spread.sd_log, spread.drift_sd
     up, down = 1.0 + threshold, 1.0 / (1.0 + threshold)
     thr_pct = threshold * 100.0
@@ -273,9 +228,8 @@ def _decide_time(
 def _decide_sequential(
     m: SceneComparison, spread: _Spread, rule: SequentialRule, n_tests: int
 ) -> SceneComparison:
-    """The verdict of paired rounds under a stopping rule for repeated looks (``ab
-    --until-decided``): the rule's repeated interval in place of the fixed-sample one
-    (docs/stats.md, "Stopping when decided")."""
+    """Paired rounds under ``ab --until-decided``'s stopping rule: its repeated interval in place
+    of the fixed-sample one."""
     assert spread.log_ratios is not None  # paired rounds record them
     seen = look(rule, spread.log_ratios, tests=n_tests)
     return dataclasses.replace(
@@ -286,9 +240,6 @@ def _decide_sequential(
         ci_high=seen.ci_high,
         confidence=seen.confidence,
     )
-
-
-# --------------------------------------------------------------------------- entry point
 
 
 def compare_runs(
@@ -308,28 +259,11 @@ def compare_runs(
 ) -> Comparison:
     """Compare per-run durations (ns) or counts, scene by scene.
 
-    Args:
-        base, new: ``{scene: [values of run 1, run 2, ...]}`` (frame order).
-        threshold_pct: minimum effect in percent; default per metric kind
-            (:func:`katra_trace.analysis.defaults.default_threshold_pct`).
-        alpha: one-sided false-regression rate per scene, after Holm correction.
-        seed: kept for callers; the decision uses no random numbers.
-        metric: the metric compared (``instructions``/``cycles`` select the count rule).
-        incomparable: ``{scene: reason}`` for scenes that must not be compared.
-        paired: ``base[scene][i]`` and ``new[scene][i]`` are one round (same length).
-        value_unit: unit of the values' levels; default ms for time metrics, the
-            metric's name for counts. Anything else (e.g. ``x reference``) is shown as is.
-        run_stat: what reduces a run of a time metric to its level: ``median`` or ``p10``
-            (the 10th percentile of its frames). Counts always use the median.
-        sequential: paired rounds of a time metric are judged by this stopping rule for repeated
-        looks
-            (:func:`katra_trace.analysis.sequential.look`, alpha split over the scenes); its alpha
-            and threshold replace ``alpha`` and ``threshold_pct`` (counts too). Unpaired runs ignore
-            it.
-        drift_sd: unpaired runs of a time metric whose sides were captured in separate batches: the
-        drift
-            between batches to allow for (sd of a log ratio;
-            :func:`katra_trace.analysis.intervals.welch`).
+    ``base``/``new``: ``{scene: [run values, ...]}``; ``paired``: run i of each side is one round.
+    ``threshold_pct`` defaults per metric kind; ``alpha`` is per scene after Holm. ``seed`` is
+    unused (no random numbers). ``sequential``: paired time rounds are judged by this stopping rule,
+    whose alpha and threshold replace the given ones. ``drift_sd``: drift allowed between unpaired
+    sides captured in separate batches (sd of a log ratio).
     """
     del seed
     if sequential is not None:

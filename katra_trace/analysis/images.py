@@ -1,30 +1,9 @@
-"""The image verdict: is NEW's last frame of a scene the same picture as BASE's?
+"""The image verdict (:func:`image_verdict`), one definition for compare, ab, the report and bisect.
 
-One definition, which compare, ab, the report and bisect call: :func:`image_verdict`.
-
-* *identical*: the same SHA-256 of the pixels (or, for bare arrays, the same bytes);
-* *within tolerance*: FLIP (NVIDIA's perceptual image difference, the ``flip-evaluator`` package,
-  LDR mode) finds a mean error at or below :attr:`ImageThresholds.max_mean` and a share of pixels
-  whose error is over :attr:`ImageThresholds.outlier_level` at or below
-  :attr:`ImageThresholds.max_outlier_pct`: another code generator rounded differently;
-* *changed*: either is over its threshold, or (without FLIP, without pixels, or over FLIP's pixel
-  cap :data:`FLIP_MAX_PIXELS`) the checksums differ;
-* *incomparable*: an image is missing on one side, the sizes differ, or a kept frame cannot be read:
-  damaged (its PNG does not hold what its record says) or too large for its trace's reading budget;
-  the reason names the trace file.
-
-A trace's kept frames come from the reader's one scan (``trace.kept_frames``); their pixels are
-decoded here, one frame a side at a time, only when the verdict needs them
-(:func:`katra_trace.io.images.frame_pixels`).
-
-The defaults live in :mod:`katra_trace.analysis.defaults` and were measured on llvmpipe renders of
-every built-in scene (docs/images.md). FLIP and Pillow are the optional extra ``katra3d[images]``;
-without FLIP the verdict rests on checksums alone and :func:`flip_missing` gives the install line to
-say once.
-
-FLIP runs once a pair (:mod:`katra_trace.analysis.flip`): a verdict that measured its pair keeps the
-errors as its colour map's levels (``ImageVerdict.error_levels``), and the error map that ``compare
---image-diff`` and the report show (:func:`diff_pngs`) is drawn from them.
+*identical* (same SHA-256), *within tolerance* (FLIP mean and outlier share under
+:class:`ImageThresholds`), *changed*, or *incomparable* (missing, other size, unreadable kept
+frame); rule and measured defaults in docs/images.md. Kept frames are decoded one a side at a
+time, only when needed; FLIP runs once a pair and the verdict keeps its levels for the error map.
 """
 
 from __future__ import annotations
@@ -67,8 +46,7 @@ from katra_trace.jsontext import record_dict
 
 
 class ImageOutcome(str, enum.Enum):
-    """What :func:`image_verdict` says of a pair of frames, from best to worst. A str, so JSON and
-    a recorded string compare equal to it; :attr:`words` is how a line says it."""
+    """What :func:`image_verdict` says, best to worst; a str so JSON and recorded strings match."""
 
     IDENTICAL = "identical"
     WITHIN_TOLERANCE = "within_tolerance"
@@ -86,20 +64,13 @@ class ImageOutcome(str, enum.Enum):
         return format(self.value, spec)
 
 
-#: The largest frame FLIP measures, in pixels (2048 x 2048): FLIP takes about 4 us a pixel on one
-#: core, so this bounds its time (about 10-20 s on the loaded 2-core machine this was measured on;
-#: an 8192x8192 frame took 291 s). Its memory is bounded by the tiles
-#: (:data:`katra_trace.analysis.flip.FLIP_TILE`). Over the cap the verdict rests on the checksums,
-#: and says so.
+#: The largest frame FLIP measures (2048 x 2048): at ~4 us a pixel this bounds its time; over it
+#: the verdict rests on the checksums.
 FLIP_MAX_PIXELS = 1 << 22
 
 
 class ImageLike(Protocol):
-    """A scene's last frame as a comparison needs it: its checksum and, when kept, its pixels.
-
-    ``katra_trace.io.images.FrameImage`` (a kept frame with its pixels) and :class:`ImageRef` both
-    are one; a trace's :class:`~katra_trace.io.image_block.KeptFrame` (pixels decoded on demand)
-    stands beside them (:data:`Image`)."""
+    """A scene's last frame: its checksum and, when kept, its pixels."""
 
     @property
     def sha256(self) -> str: ...
@@ -110,23 +81,19 @@ class ImageLike(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class ImageRef:
-    """An image known by its checksum (hex SHA-256 of the RGBA bytes), with its pixels when they
-    were kept (an (H, W, 3|4) uint8 array, rows top to bottom)."""
+    """An image by its hex SHA-256, with its (H, W, 3|4) uint8 pixels when kept."""
 
     sha256: str
     pixels: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
-#: A side's last frame: a kept frame as the reader keeps it (pixels decoded when needed) or an
-#: :class:`ImageLike`.
 Image = KeptFrame | ImageLike
 
 
 @dataclasses.dataclass(frozen=True)
 class ImageThresholds:
-    """Where *within tolerance* ends. ``max_mean``: FLIP mean error (0-1); ``outlier_level``: the
-    per-pixel FLIP error (0-1) over which a pixel is an outlier; ``max_outlier_pct``: the share of
-    outlier pixels, in percent. Checked on construction (OptionError, exit 2)."""
+    """Where *within tolerance* ends: FLIP mean (0-1), outlier share (%) over the per-pixel
+    ``outlier_level`` (0-1). Checked on construction (OptionError)."""
 
     max_mean: float = DEFAULT_IMAGE_MAX_MEAN
     max_outlier_pct: float = DEFAULT_IMAGE_MAX_OUTLIER_PCT
@@ -140,11 +107,8 @@ class ImageThresholds:
 
 @dataclasses.dataclass(frozen=True)
 class ImageVerdict:
-    """What the image comparison of one scene says.
-
-    ``flip_mean`` (0-1) and ``outlier_pct`` (percent of pixels over ``outlier_level``) are NaN when
-    FLIP did not run (identical, checksums only, incomparable). ``checksum_only``: the verdict rests
-    on checksums (no FLIP installed, or a side kept no pixels). ``reason`` says why, in words."""
+    """One scene's image comparison; ``flip_mean`` and ``outlier_pct`` are NaN when FLIP did not
+    run."""
 
     verdict: ImageOutcome
     reason: str
@@ -154,27 +118,19 @@ class ImageVerdict:
     checksum_only: bool = False
     base_sha256: str = ""
     new_sha256: str = ""
-    #: False when a side's kept frame could not be read (damaged, or over its trace's budget): no
-    #: pictures
     readable: bool = dataclasses.field(default=True, repr=False)
-    #: FLIP's errors as its colour map's levels ((H, W) uint8,
-    #: :func:`~katra_trace.analysis.flip.flip_levels`) when FLIP measured the pair and its colours
-    #: are known: the error map is drawn from them (:func:`diff_pngs`) without a second FLIP pass.
-    #: One byte a pixel, at most :data:`FLIP_MAX_PIXELS`.
+    #: FLIP's errors as colour-map levels ((H, W) uint8): the error map without a second FLIP pass.
     error_levels: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def line(self) -> str:
-        """The output line: "image changed: FLIP mean 0.031, 2.4 % of pixels over 0.1"."""
         return f"image {self.verdict.words}: {self.reason}"
 
     @property
     def is_regression(self) -> bool:
-        """A changed image is a regression (exit 1 under ``--images gate``)."""
         return self.verdict is ImageOutcome.CHANGED
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready dict; NaN becomes None."""
         out = record_dict(self)
         del out["readable"], out["error_levels"]
         out["line"] = self.line
@@ -186,12 +142,11 @@ def _sha(image: Image | np.ndarray) -> str:
 
 
 def _has_pixels(image: Image | np.ndarray) -> bool:
-    """Whether the side has pixels to measure by (a kept frame does, decoded when needed)."""
     return isinstance(image, (np.ndarray, KeptFrame)) or image.pixels is not None
 
 
 def _dims(image: Image | np.ndarray) -> tuple[int, int]:
-    """(width, height) of a side with pixels, from a kept frame's record without decoding it."""
+    """(width, height), from a kept frame's record without decoding it."""
     if isinstance(image, KeptFrame):
         return image.width, image.height
     pixels = image if isinstance(image, np.ndarray) else image.pixels
@@ -200,9 +155,6 @@ def _dims(image: Image | np.ndarray) -> tuple[int, int]:
 
 
 def _load(image: Image | np.ndarray) -> np.ndarray:
-    """The pixels of a side with pixels (a kept frame decoded now: KatraError when it cannot be
-    read).
-    """
     if isinstance(image, KeptFrame):
         return frame_pixels(image)
     pixels = image if isinstance(image, np.ndarray) else image.pixels
@@ -211,10 +163,8 @@ def _load(image: Image | np.ndarray) -> np.ndarray:
 
 
 def unreadable(image: Image | np.ndarray | None) -> str | None:
-    """Why a side's kept frame cannot be judged, naming its trace file ("damaged: FILE: kept frame
-    of scene 's' at offset N: ..." or "too large: FILE: ..."); None when it can (or is not a kept
-    frame). The frame is decoded and checked against its record, then dropped: one frame at a time.
-    """
+    """Why a kept frame cannot be judged ("damaged: FILE: ..."), or None. Decodes it, then drops
+    it: one frame at a time."""
     if not isinstance(image, KeptFrame):
         return None
     try:
@@ -233,14 +183,8 @@ def image_verdict(
     new: Image | np.ndarray | None,
     thresholds: ImageThresholds | None = None,
 ) -> ImageVerdict:
-    """The image verdict of NEW's last frame against BASE's (the rule is in this module's
-    docstring).
-
-    Each side is a trace's :class:`~katra_trace.io.image_block.KeptFrame`, an :class:`ImageLike`
-    (checksum, pixels when kept), a bare (H, W, 3|4) uint8 array, or None (no image). A kept frame
-    is decoded (inside its trace's budget) and checked against its record before anything is said of
-    it. Without ``flip-evaluator``, or over :data:`FLIP_MAX_PIXELS`, different images are *changed*
-    on their checksums alone."""
+    """NEW's last frame against BASE's (rule in the module docstring). A side is a kept frame, an
+    :class:`ImageLike`, a bare (H, W, 3|4) uint8 array, or None."""
     limits = thresholds or ImageThresholds()
     if base is None or new is None:
         missing = " and ".join(
@@ -328,13 +272,9 @@ def image_verdicts(
     scenes: Iterable[str] | None = None,
     not_comparable: Mapping[str, str] | None = None,
 ) -> dict[str, ImageVerdict]:
-    """:func:`image_verdict` of every scene with an image on either side (or of ``scenes``), in
-    order.
-
-    ``not_comparable``: scene -> why the captures themselves do not compare (another size, other
-    params, another renderer: the timing comparison's ``incomparable`` reason); such a scene's image
-    is *incomparable* for the same reason, never *changed*, since a different picture is expected.
-    """
+    """:func:`image_verdict` of each scene with an image on either side (or of ``scenes``).
+    A scene in ``not_comparable`` (scene -> timing's reason) is *incomparable*, never *changed*:
+    a different picture is expected."""
     names = list(scenes) if scenes is not None else list(dict.fromkeys([*base, *new]))
     out = {}
     for name in names:
@@ -352,10 +292,8 @@ def image_verdicts(
 
 
 def trace_images(trace: Any) -> dict[str, Image]:
-    """The last frame of each scene of an opened trace, by scene label: the kept frame the reader
-    kept (``trace.kept_frames``: facts and PNG, pixels decoded only when a verdict needs them; the
-    file is not read again) where the trace keeps one, else the checksum its scene annotation
-    recorded (``last_frame_sha256``; no pixels). Scenes with neither are absent."""
+    """Each scene's last frame in an opened trace: its kept frame, else the checksum its scene
+    annotation recorded."""
     images: dict[str, Image] = {}
     for note in getattr(trace, "annotations", ()):
         if (
@@ -369,9 +307,8 @@ def trace_images(trace: Any) -> dict[str, Image]:
 
 
 def side_images(traces: Sequence[Any]) -> dict[str, Image]:
-    """The last frame of each scene of one side of a comparison (its runs): the first run's that has
-    one, preferring a run whose frame kept its pixels, and an undamaged kept frame to a damaged one.
-    A scene renders the same frame in every run of one build, so any run stands for the side."""
+    """Each scene's last frame for one side: the first run's, preferring pixels and an undamaged
+    kept frame (every run of one build renders the same frame)."""
     side: dict[str, Image] = {}
     for trace in traces:
         for scene, image in trace_images(trace).items():
@@ -393,30 +330,20 @@ def side_images(traces: Sequence[Any]) -> dict[str, Image]:
 def exit_code_with_images(
     timing_code: int, verdicts: Mapping[str, ImageVerdict], policy: str
 ) -> int:
-    """The exit code of compare and ab: 1 when the timing found a regression or, under the gate
-    policy, an image changed; else the timing's own code (0, or 2 when nothing was comparable)."""
+    """compare/ab exit code: 1 when an image changed under the gate policy, else the timing's."""
     gated = policy == "gate" and any(v.is_regression for v in verdicts.values())
     return ExitCode.REGRESSION if gated else timing_code
 
 
 def _png(image: Image | np.ndarray) -> bytes:
-    """A side's picture as PNG bytes: a kept frame's own PNG (checked by its verdict, not decoded
-    again).
-    """
     return image.png if isinstance(image, KeptFrame) else encode_png(_load(image))
 
 
 def diff_pngs(
     base: Image | np.ndarray, new: Image | np.ndarray, verdict: ImageVerdict | None = None
 ) -> dict[str, bytes]:
-    """The pictures of one scene's difference as PNG bytes: ``base``, ``new`` and, when FLIP is
-    installed, the sizes agree and they are within :data:`FLIP_MAX_PIXELS`, ``flip``
-    (:func:`flip_error_map`). Kept frames give their own PNGs and are decoded only for the FLIP map
-    (left out when one cannot be read).
-
-    ``verdict``: this pair's :func:`image_verdict`; when FLIP measured it, the map is drawn from the
-    levels it kept (``ImageVerdict.error_levels``): FLIP runs once a pair, for the verdict, and no
-    frame is decoded here."""
+    """One scene's difference as PNGs: ``base``, ``new`` and, when FLIP can measure it, ``flip``,
+    drawn from ``verdict``'s kept levels when it has them (FLIP runs once a pair)."""
     out = {"base": _png(base), "new": _png(new)}
     (wb, hb), (wn, hn) = _dims(base), _dims(new)
     levels = verdict.error_levels if verdict is not None else None
@@ -436,9 +363,7 @@ def diff_pngs(
 
 
 def has_pictures(verdict: ImageVerdict, base: Image | None, new: Image | None) -> bool:
-    """Whether a scene's difference can be shown: not identical, pixels on both sides, both
-    readable.
-    """
+    """Whether a scene's difference can be shown."""
     return (
         verdict.verdict is not ImageOutcome.IDENTICAL
         and verdict.readable
@@ -449,17 +374,13 @@ def has_pictures(verdict: ImageVerdict, base: Image | None, new: Image | None) -
     )
 
 
-#: A scene label that is its own file name stem: letters, digits, '.', '-' and '_', not starting
-#: with '.'.
 _PLAIN_STEM = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
 
 
 def file_stem(scene: str) -> str:
-    """A scene label as a file name stem (reference folders, screenshots, ``--image-diff``
-    pictures), one stem per label: a plain label (:data:`_PLAIN_STEM`: letters, digits, '.', '-',
-    '_', at most 100) is its own stem; any other label has the characters outside that set replaced
-    by '_' and ``~`` and 12 hex digits of its SHA-256 added, so ``clear#2`` (``clear_2~...``) never
-    shares a file with ``clear_2``."""
+    """A scene label as a file name stem, one per label: a plain label is its own; any other gets
+    '_' for odd characters plus ``~`` and 12 hex of its SHA-256, so ``clear#2`` never shares
+    ``clear_2``'s file."""
     if _PLAIN_STEM.fullmatch(scene):
         return scene
     readable = re.sub(r"[^A-Za-z0-9._-]+", "_", scene).strip(".")[:80] or "scene"
@@ -468,9 +389,7 @@ def file_stem(scene: str) -> str:
 
 
 def legacy_file_stem(scene: str) -> str:
-    """The stem katra3d before 0.2 gave a label (other characters replaced by '_'; ``clear#2`` and
-    ``clear_2`` shared one): reference folders recorded then are still found for the label their
-    facts name."""
+    """The pre-0.2 stem (odd characters to '_'), so older reference folders are still found."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", scene).strip(".") or "scene"
 
 
@@ -480,10 +399,8 @@ def write_image_diff(
     base: Mapping[str, Image],
     new: Mapping[str, Image],
 ) -> list[Path]:
-    """``compare --image-diff DIR``: for every scene whose image is not identical and whose pixels
-    both sides kept, write ``DIR/<scene>.base.png``, ``.new.png`` and ``.flip.png`` (the FLIP error
-    map, when FLIP is installed). DIR is made when missing; an existing file is never replaced (the
-    output claim). Returns the paths written."""
+    """``compare --image-diff DIR``: write ``<scene>.base/new/flip.png`` for each shown difference,
+    never replacing a file. Returns the paths written."""
     root = check_output_dir(directory, option="--image-diff")
     written: list[Path] = []
     for scene, verdict in verdicts.items():

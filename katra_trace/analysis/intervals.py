@@ -1,11 +1,6 @@
-"""The statistical pieces every decision uses: Holm's correction, t intervals, runs needed, and the
-interval rule.
+"""The statistical pieces every decision uses: Holm, t intervals, runs needed, the interval rule.
 
-Pure: numpy and scipy.special only (its t and normal functions; scipy.stats takes about a second to
-import, so the frame figures' Mann-Whitney p comes from :mod:`katra_trace.analysis.ranks`).
-:mod:`katra_trace.analysis.decide` (time metrics and the entry point),
-:mod:`katra_trace.analysis.counts` (count metrics) and ``history check``
-(:mod:`katra_trace.history.trends`) decide through these; docs/stats.md states the rules.
+scipy.special only: scipy.stats takes about a second to import (Mann-Whitney is in ``ranks``).
 """
 
 from __future__ import annotations
@@ -28,7 +23,7 @@ TARGET_POWER = 0.8
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values (step-down), same order as given."""
+    """Holm-Bonferroni adjusted p-values, in the order given."""
     p = np.asarray(p_values, dtype=np.float64)
     m = p.size
     if m == 0:
@@ -43,16 +38,12 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 
 def t_ppf(p: Any, dof: Any) -> Any:
-    """Student's t quantile at probability ``p`` (0 < p <= 1) with ``dof`` degrees of freedom,
-    elementwise: ``scipy.stats.t.ppf``'s value through ``scipy.special.stdtrit``, which imports in a
-    fifth of the time."""
+    """Student's t quantile (``scipy.stats.t.ppf``), elementwise."""
     return stdtrit(dof, p)
 
 
 def t_sf(x: Any, dof: Any) -> Any:
-    """Student's t upper tail ``P(T > x)`` with ``dof`` degrees of freedom (``scipy.stats.t.sf``'s
-    value).
-    """
+    """Student's t upper tail ``P(T > x)`` (``scipy.stats.t.sf``)."""
     return stdtr(dof, -np.asarray(x, dtype=np.float64))
 
 
@@ -64,9 +55,7 @@ def cv(values: np.ndarray) -> float:
 
 
 def geometric_mean(values: np.ndarray) -> float:
-    """Geometric mean of positive values, exact when they are all equal (one run's count stays
-    whole), and never outside their min and max (rounding cannot put a level beside its own runs).
-    """
+    """Geometric mean of positive values, exact when all are equal, never outside their range."""
     values = np.asarray(values, dtype=np.float64)
     first = float(values[0])
     mean = first * math.exp(float(np.mean(np.log(values / first))))
@@ -84,33 +73,29 @@ def clean_runs(runs: Sequence[np.ndarray]) -> list[np.ndarray]:
 
 @dataclasses.dataclass(frozen=True)
 class TInterval:
-    """A t-based estimate of a log ratio: estimate, standard error, degrees of freedom."""
+    """A t-based estimate of a log ratio."""
 
     estimate: float
     se: float
     dof: float
 
     def interval(self, confidence: float) -> tuple[float, float]:
-        """Two-sided interval of the log ratio at ``confidence``."""
         if self.se == 0:
             return self.estimate, self.estimate
         q = float(t_ppf(0.5 + confidence / 2.0, self.dof))
         return self.estimate - q * self.se, self.estimate + q * self.se
 
     def p_directional(self) -> float:
-        """One-sided p-value in the direction of the estimate (0 when se is 0 and estimate != 0)."""
+        """One-sided p-value in the direction of the estimate."""
         if self.se == 0:
             return 0.0 if self.estimate != 0 else 1.0
         return float(t_sf(abs(self.estimate) / self.se, self.dof))
 
 
 def welch(log_base: np.ndarray, log_new: np.ndarray, drift_sd: float = 0.0) -> TInterval:
-    """Welch's t for mean(log_new) - mean(log_base) (each side >= 2 values).
-
-    ``drift_sd``: the spread (sd of a log ratio) of the machine's drift between two batches of runs
-    captured apart, added to the standard error: runs of one batch share its machine state, so their
-    own spread does not show it. It is a given variance, not estimated from these runs, so it adds
-    nothing to the Welch-Satterthwaite denominator (its degrees of freedom are infinite)."""
+    """Welch's t for mean(log_new) - mean(log_base) (each side >= 2 values). ``drift_sd``: drift
+    between batches captured apart, added to the standard error; a given variance, so it adds
+    nothing to the Welch-Satterthwaite denominator."""
     nb, nn = log_base.size, log_new.size
     vb = float(log_base.var(ddof=1)) / nb
     vn = float(log_new.var(ddof=1)) / nn
@@ -124,7 +109,6 @@ def welch(log_base: np.ndarray, log_new: np.ndarray, drift_sd: float = 0.0) -> T
 
 
 def paired_t(log_ratios: np.ndarray) -> TInterval:
-    """Paired t on per-round log ratios (>= 2 rounds)."""
     k = log_ratios.size
     return TInterval(
         float(log_ratios.mean()), float(log_ratios.std(ddof=1)) / math.sqrt(k), float(k - 1)
@@ -132,11 +116,8 @@ def paired_t(log_ratios: np.ndarray) -> TInterval:
 
 
 def settling_margin(estimate: float, threshold: float) -> float:
-    """How far the interval of a change seen (``estimate``, a log ratio) may reach and still decide
-    about it: beyond the threshold band (``threshold``, a fraction) its distance from no change (a
-    regression or an improvement needs the interval clear of 0), inside the band its distance to the
-    band's edge (unchanged needs the interval inside the band). 0 when the change sits on the band's
-    edge: nothing settles it."""
+    """How far an interval around ``estimate`` (log ratio) may reach and still decide: its distance
+    from 0 beyond the threshold band, to the band's edge inside it (0 on the edge)."""
     edge = math.log1p(threshold)
     size = abs(estimate)
     return size if size >= edge else edge - size
@@ -145,15 +126,9 @@ def settling_margin(estimate: float, threshold: float) -> float:
 def runs_needed(
     sd_log: float, margin: float, alpha: float, m: int, paired: bool, drift_sd: float = 0.0
 ) -> int | None:
-    """Runs (rounds) a side for a one-sided t at alpha / m whose interval settles a change
-    ``margin`` (a log ratio, :func:`settling_margin` of the change seen) away from what it must
-    clear.
-
-    ``sd_log``: the spread of one run's log median (unpaired) or of one round's log ratio (paired);
-    power :data:`TARGET_POWER`. ``drift_sd``: the drift allowed between batches captured apart
-    (:func:`welch`), which more runs do not shrink. None when no number of runs would (a margin of
-    0, a drift allowance as wide as the margin, or over 100,000 runs).
-    """
+    """Runs (rounds) a side for a one-sided t at alpha / m, power :data:`TARGET_POWER`, to settle
+    ``margin`` (:func:`settling_margin`); None when no number would (more runs do not shrink
+    ``drift_sd``) or over 100,000."""
     if not math.isfinite(sd_log) or sd_log <= 0 or not math.isfinite(margin) or margin <= 0:
         return None
     delta = margin
@@ -176,14 +151,8 @@ def runs_needed(
 
 
 def interval_verdict(estimate: float, low: float, high: float, threshold: float) -> Verdict:
-    """The verdict of an effect known with an interval (all three log ratios NEW / BASE, ``+``
-    worse) against ``threshold`` (a fraction): the count metrics' rule, also ``history check``'s for
-    a step.
-
-    **regression** when the estimate is at least ``log(1 + threshold)`` and the whole interval is
-    above 0; **improvement** mirrored; **unchanged** when the whole interval lies inside the
-    +-threshold band; otherwise **inconclusive**.
-    """
+    """The verdict of an effect with an interval (log ratios NEW / BASE) against ``threshold`` (a
+    fraction): the count metrics' rule, and ``history check``'s for a step."""
     up = math.log1p(threshold)
     if estimate >= up and low > 0:
         return Verdict.REGRESSION
@@ -197,8 +166,7 @@ def interval_verdict(estimate: float, low: float, high: float, threshold: float)
 def frame_figures(
     row: SceneComparison, b_all: np.ndarray, n_all: np.ndarray, count: bool
 ) -> SceneComparison:
-    """``row`` with the pooled-frame change and p (information), and the frame-pacing figures
-    unless ``count`` (not times in ns)."""
+    """``row`` with the pooled-frame change and p, and frame pacing unless ``count``."""
     row = dataclasses.replace(
         row,
         frame_ratio=float(np.median(n_all) / np.median(b_all)),

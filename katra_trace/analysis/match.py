@@ -1,9 +1,6 @@
 """Which traces may be compared: capture settings, host facts and the clock to compare.
 
-Host facts are a scene's: in a merged trace (``katra3d merge``, its header's ``shards``) each scene
-ran on its own shard's host, so a scene is compared only against scenes from a host comparable to
-that one (:meth:`katra_trace.io.header.TraceHeader.host_of`). Pure: reads typed trace headers
-(:mod:`katra_trace.io.header`), no I/O.
+Host facts are per scene: in a merged trace each scene ran on its own shard's host.
 """
 
 from __future__ import annotations
@@ -31,18 +28,13 @@ HOST_KEYS: tuple[str, ...] = ("renderer", "driver")
 
 
 def host_facts(header: TraceHeader, scene: str | None = None) -> dict[str, Any]:
-    """GL renderer and driver (name + version) of the host ``scene`` ran on (None: the trace's host;
-    any layout, see katra_trace.io.header)."""
+    """GL renderer and driver of the host ``scene`` ran on (None: the trace's host)."""
     host = header.host_info if scene is None else header.host_of(scene)
     return {"renderer": host.renderer, "driver": host.driver}
 
 
 def capture_facts(header: TraceHeader, scene: str) -> dict[str, Any]:
-    """The capture settings of ``scene`` that must match between BASE and NEW.
-
-    Prefers the ``resolved`` values ``katra3d run`` records (a suite's size
-    when no --size was given) over the requested ones.
-    """
+    """The capture settings of ``scene`` that must match between BASE and NEW (resolved values)."""
     opts = header.capture_options
     return {
         "size": opts.run_size,
@@ -53,22 +45,15 @@ def capture_facts(header: TraceHeader, scene: str) -> dict[str, Any]:
 
 
 def codegen_facts(header: TraceHeader, scene: str | None = None) -> Any:
-    """The code-generator facts (CPU model and flags, Mesa, LLVM, vector width) of the host
-    ``scene`` ran on (None: the trace's host), or None."""
+    """The code-generator facts (CPU, Mesa, LLVM, vector width) of the host ``scene`` ran on."""
     return (header.host_info if scene is None else header.host_of(scene)).codegen
 
 
 def resolve_metric(
     headers: Sequence[TraceHeader], clocks: set[str], metric: str, common: set[str] | None = None
 ) -> str:
-    """The clock to compare: ``metric`` itself, or for ``auto`` the one the capture trusts.
-
-    ``auto``: ``instructions`` (then ``cycles``) when every trace has it
-    (``common``: the clocks all traces share; default ``clocks``); else the
-    ``primary_clock`` the captures record, else the clock of their timing mode
-    (``metrics.MODE_CLOCKS``: ``wall`` in sync, ``gpu`` in gpu); when neither is
-    recorded, the first time clock of ``metrics.AUTO_ORDER`` the traces contain.
-    """
+    """The clock to compare: ``metric``, or for ``auto`` a count clock all traces share,
+    else the recorded primary clock, else the timing mode's, else the first of ``AUTO_ORDER``."""
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
     if metric != "auto":
@@ -99,7 +84,6 @@ def _fmt(value: Any) -> str:
 
 
 def _diff(a: Any, b: Any) -> tuple[Any, Any]:
-    """The parts of two mappings that differ (the values themselves otherwise)."""
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
         return {k: a.get(k) for k in keys}, {k: b.get(k) for k in keys}
@@ -115,12 +99,8 @@ _OVERRIDE = {
 
 
 def mismatch(facts: Mapping[str, list[dict[str, Any]]], allowed: set[str], notes: set[str]) -> str:
-    """Why BASE and NEW runs of one scene are incomparable ("" when they are comparable).
-
-    ``facts[side]`` holds one dict per run (:func:`capture_facts`,
-    :func:`host_facts`, and ``codegen`` for count metrics); a key in
-    ``allowed`` only adds a note to ``notes``.
-    """
+    """Why BASE and NEW runs of one scene are incomparable ("" when comparable); ``facts[side]``
+    has one dict a run, and a key in ``allowed`` only adds to ``notes``."""
     keys = ["size", "samples", "timing_mode", "params", *HOST_KEYS, "codegen"]
     for key in keys:
         if not any(key in f for side in facts.values() for f in side):

@@ -1,12 +1,9 @@
-"""Why a frame was slow: every slow frame of a scene with its one main cause, from the trace alone.
+"""Why a frame was slow: each stutter frame of a scene with its one main cause, from the trace.
 
-A slow frame is a stutter (:func:`katra_trace.analysis.stats.stutter_frames`, the one rule) on the
-scene's primary time clock; its excess, and each part's (a zone or draw, ``between zones``, ``gc``,
-the time the process was not running), is over that part's own moving median. The main cause is the
-first part, in the order of :data:`KINDS`' rule, that explains :data:`EXPLAINS` of the excess
-(docs/stats.md, "Why a frame was slow", states the rule in full); causes that recur are grouped with
-their period. Pure numpy, no GL, no I/O: ``stats --slow``, the report and the Perfetto export call
-it.
+Each part's excess (zone, draw, between zones, gc, machine) is over its own moving median; the main
+cause is the first, in :data:`KINDS` order, that explains :data:`EXPLAINS` of the frame's excess
+(rule in docs/stats.md, "Why a frame was slow"). Pure numpy: ``stats --slow``, the report and the
+Perfetto export call it.
 """
 
 from __future__ import annotations
@@ -30,7 +27,7 @@ from katra_trace.jsontext import record_dict
 from katra_trace.metrics import CLOCK_NAMES, VALUE_CLOCKS, is_time, primary_clock_of
 from katra_trace.schema import GC_NAME, Flag, Kind, draw_pass
 
-#: The kinds of cause, in the order of the rule (docs/stats.md, "Why a frame was slow").
+#: The kinds of cause, in the rule's order.
 ZONE, DRAW, BETWEEN, GC, MACHINE, UNKNOWN = (
     "zone",
     "draw",
@@ -46,19 +43,14 @@ RESTART_FLAGS = int(Flag.SETUP | Flag.WARMUP)
 EXPLAINS = 0.5
 #: Fewest frames of one cause for a period to be named.
 PERIOD_MIN_FRAMES = 3
-#: Share of the frames of its period (from its first frame to its last) that a cause must have taken
-#: for the period to be named: the others may have been slower for another reason, or not slow
-#: enough.
+#: Share of its period's frames (first to last) a cause must have taken for the period to be named.
 PERIOD_SHARE = 0.5
-#: What a scene without zones is told.
 NO_ZONES_NOTE = (
     "no zones recorded: a slow frame is put on the whole frame (between zones), a collection "
     "or the machine; capture with --zones to name the pass or draw"
 )
-#: The clocks whose zones split a frame of each time clock, first choice first: the frame's own; for
-#: a wall frame also the cpu clock's (host-clock spans inside the frame: a replay records its draw
-#: zones there alone, the replayer's time inside each call). GPU time is not split by host time, nor
-#: host time by GPU time.
+#: The clocks whose zones split a frame of each time clock, first choice first; a wall frame also
+#: takes cpu zones (a replay records its draw zones there alone). GPU and host time never mix.
 ZONE_CLOCKS: dict[str, tuple[str, ...]] = {
     "wall": ("wall", "cpu"),
     "cpu": ("cpu",),
@@ -67,8 +59,7 @@ ZONE_CLOCKS: dict[str, tuple[str, ...]] = {
 
 
 def untimed_note(clocks: Sequence[str]) -> str:
-    """What a scene with no frame on a time clock is told: its frames are counts (a ``--measure``
-    capture), or it has no measured frames at all."""
+    """What a scene with no frame on a time clock is told."""
     if not clocks:
         return "no measured frames: no slow frames to find"
     return (
@@ -79,9 +70,7 @@ def untimed_note(clocks: Sequence[str]) -> str:
 
 
 def zone_note(clock: str, zone_clock: str | None, other: Sequence[str]) -> str | None:
-    """What a scene on frame clock ``clock`` is told about its zones: none when they are on that
-    clock; which clock they are on when another (``zone_clock``, used; ``other``, zones not used);
-    else :data:`NO_ZONES_NOTE`."""
+    """What a scene on frame clock ``clock`` is told about its zones (None when they are on it)."""
     if zone_clock == clock:
         return None
     if zone_clock is not None:
@@ -103,9 +92,8 @@ _NS_PER_MS = 1e6
 
 @dataclasses.dataclass(frozen=True)
 class Cause:
-    """The main cause of one slow frame: ``kind`` (one of :data:`KINDS`), ``name`` (the zone's or
-    draw's name, ``generation N`` for gc, else None) and ``excess_ms``, how much longer that part
-    took than usual."""
+    """One slow frame's main cause: a :data:`KINDS` kind, a name (zone, draw, ``generation N``) and
+    how much longer than usual that part took."""
 
     kind: str
     name: str | None
@@ -116,7 +104,7 @@ class Cause:
 
     @property
     def label(self) -> str:
-        """``zone 'shade'``, ``gc (generation 2)``, ``between zones``: the cause as text."""
+        """``zone 'shade'``, ``gc (generation 2)``, ``between zones``."""
         if self.name is None:
             return self.kind
         return (
@@ -128,9 +116,7 @@ class Cause:
 
 @dataclasses.dataclass(frozen=True)
 class SlowFrame:
-    """One slow frame: its index as the scene saw it (``frame.index``, warmup counted), its time
-    (ms), ``ratio`` to the moving median, its main cause, and where it starts (ns since the capture
-    start)."""
+    """One slow frame: index (warmup counted), ms, ratio to the moving median, cause, start ns."""
 
     frame: int
     ms: float
@@ -139,7 +125,6 @@ class SlowFrame:
     start_ns: int
 
     def as_dict(self) -> dict[str, Any]:
-        """``{frame, ms, ratio, cause: {kind, name, excess_ms}}`` (the JSON of ``stats --slow``)."""
         return {
             "frame": self.frame,
             "ms": self.ms,
@@ -150,8 +135,7 @@ class SlowFrame:
 
 @dataclasses.dataclass(frozen=True)
 class CauseGroup:
-    """The slow frames of one cause (kind and name): how many, their period when regular (every
-    ``period``-th frame, from ``first``), their typical (median) excess, and which frames."""
+    """The slow frames of one cause: count, period when regular, median excess, frames."""
 
     kind: str
     name: str | None
@@ -167,7 +151,7 @@ class CauseGroup:
 
     @property
     def period_text(self) -> str:
-        """``every 9th frame`` (``every frame``, ``every 2nd frame``), or ``""`` when irregular."""
+        """``every 9th frame``, ``every frame``, or ``""`` when irregular."""
         if self.period is None:
             return ""
         return "every frame" if self.period == 1 else f"every {ordinal(self.period)} frame"
@@ -180,12 +164,8 @@ class CauseGroup:
 
 @dataclasses.dataclass(frozen=True)
 class SceneSlow:
-    """A scene's slow frames on ``clock`` of its ``frames`` measured ones, their causes grouped;
-    ``zones``: whether zones split its frames, those of ``zone_clock`` (:data:`ZONE_CLOCKS`);
-    ``other_zone_clocks``: clocks with zones that do not split them; ``machine_known``: whether it
-    recorded process CPU time (so that ``machine`` could be said). ``clock`` is None for a scene
-    with no frame on a time clock (its frames are on ``frame_clocks``, counts): it has no slow
-    frames, and :attr:`note` says why."""
+    """A scene's slow frames on ``clock``, causes grouped. ``clock`` is None when no frame is on a
+    time clock (then no slow frames; :attr:`note` says why)."""
 
     scene: str
     clock: str | None
@@ -197,13 +177,12 @@ class SceneSlow:
     zone_clock: str | None = None
     other_zone_clocks: tuple[str, ...] = ()
     frame_clocks: tuple[str, ...] = ()
-    #: frames where a replay restarted its trace (flagged SETUP: no slow frames, no statistics)
+    #: frames where a replay restarted its trace (SETUP: no slow frames, no statistics)
     restarts: tuple[int, ...] = ()
 
     @property
     def note(self) -> str | None:
-        """What the output says beside the causes: why there are none (no frame times), or where the
-        zones were (none: ``--zones`` would tell more; on another clock), and the restarts."""
+        """What the output says beside the causes: missing times or zones, and the restarts."""
         said = (
             untimed_note(self.frame_clocks)
             if self.clock is None
@@ -218,8 +197,6 @@ class SceneSlow:
         return f"{said}; {restart}" if said else restart
 
     def as_dict(self) -> dict[str, Any]:
-        """``slow_frames`` (every slow frame), ``slow_causes`` (the groups), ``slow_clock``,
-        ``slow_zone_clock`` and ``slow_note``."""
         return {
             "slow_clock": self.clock,
             "slow_zone_clock": self.zone_clock,
@@ -230,13 +207,12 @@ class SceneSlow:
 
 
 def restarts_text(frames: Sequence[int]) -> str:
-    """``frame 6`` or ``frames 6, 12, 18`` (the first ten, then ``...``)."""
+    """``frame 6`` or ``frames 6, 12, 18`` (ten, then ``...``)."""
     more = " ..." if len(frames) > 10 else ""
     return f"frame{'s' if len(frames) > 1 else ''} {', '.join(map(str, frames[:10]))}{more}"
 
 
 def ordinal(n: int) -> str:
-    """``1st``, ``2nd``, ``3rd``, ``4th``, ``11th``, ``22nd``."""
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
 
@@ -248,15 +224,12 @@ class TraceLike(Protocol):
 
 
 def trace_slow_frames(trace: TraceLike) -> dict[str, SceneSlow]:
-    """The slow frames of every scene of an opened trace, on its primary time clock (the clock
-    :func:`katra_trace.metrics.primary_clock_of` picks among ``wall``, ``gpu`` and ``cpu``)."""
+    """The slow frames of every scene of an opened trace, on its primary time clock."""
     return header_slow_frames(trace.events, list(trace.strings), trace.header)
 
 
 def header_slow_frames(events: np.ndarray, strings: list[str], header: Any) -> dict[str, SceneSlow]:
-    """:func:`trace_slow_frames` of events and strings, the clock chosen by ``header``'s capture
-    options.
-    """
+    """:func:`trace_slow_frames` of events and strings, the clock chosen by ``header``."""
     opts = header.capture_options
 
     def pick(available: Sequence[str]) -> str | None:
@@ -270,10 +243,8 @@ def slow_frames(
     strings: list[str],
     pick: Callable[[Sequence[str]], str | None] | None = None,
 ) -> dict[str, SceneSlow]:
-    """``{scene label: SceneSlow}`` of an event array; ``pick`` chooses the clock among the time
-    clocks a scene has (default: the first of wall, gpu, cpu). A scene with measured frames or zones
-    but no frame on a time clock has ``clock`` None and no slow frames; scenes with neither are
-    absent."""
+    """``{scene label: SceneSlow}`` of an event array; ``pick`` chooses among a scene's time clocks
+    (default: wall, gpu, cpu). Scenes with nothing measured are absent."""
     ev = np.asarray(events)
     labels = scene_labels(ev, strings)
     kept = measured(ev)
@@ -311,7 +282,7 @@ def _on(ev: np.ndarray, kind: Kind, clock: str) -> np.ndarray:
 
 
 def _aligned(idx: np.ndarray, at: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """``values`` (one per frame index of ``at``) at each of ``idx`` (sorted); NaN where absent."""
+    """``values`` (one per frame of ``at``) at each of ``idx`` (sorted); NaN where absent."""
     out = np.full(idx.size, np.nan)
     if at.size:
         pos = np.clip(np.searchsorted(idx, at), 0, max(idx.size - 1, 0))
@@ -321,15 +292,13 @@ def _aligned(idx: np.ndarray, at: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def _excess(values: np.ndarray) -> np.ndarray:
-    """Each value over the moving median of its series (the stutter window)."""
     over: np.ndarray = values - moving_median(values)
     return over
 
 
 def _covered(t: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Per time of ``t``: ns the spans ``a``..``b`` ran before it (overlaps counted each time), by
-    sorting and prefix sums, never per pair: sum(b <= t: b) - t * #(b <= t) + t * #(a < t) -
-    sum(a < t: a)."""
+    """Per time of ``t``: ns the spans ``a``..``b`` ran before it, by sorting and prefix sums,
+    never per pair."""
     a, b = np.sort(a), np.sort(b)
     began, ended = np.searchsorted(a, t, side="left"), np.searchsorted(b, t, side="right")
     sum_a, sum_b = np.concatenate([[0.0], np.cumsum(a)]), np.concatenate([[0.0], np.cumsum(b)])
@@ -338,7 +307,7 @@ def _covered(t: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _gc_time(start: np.ndarray, end: np.ndarray, marks: np.ndarray) -> np.ndarray:
-    """Per frame (spans ``start``..``end``): ns of collections inside it."""
+    """Per frame: ns of collections inside it."""
     if not marks.size:
         return np.zeros(start.size)
     a = marks["start_ns"].astype(np.float64)
@@ -350,8 +319,8 @@ def _gc_time(start: np.ndarray, end: np.ndarray, marks: np.ndarray) -> np.ndarra
 
 
 def _generations(start: np.ndarray, end: np.ndarray, marks: np.ndarray) -> list[int]:
-    """Per frame (``start``..``end``, in start order), the highest generation collected in it (-1:
-    none or not a number), in one sweep: a heap of the collections begun by the frame's end."""
+    """Per frame (in start order), the highest generation collected in it (-1: none), in one
+    sweep with a heap."""
     values = marks["value"]
     ok = np.isfinite(values) & (values >= 0) & (values <= 2**31)
     gen = np.where(ok, values, -1).astype(np.int64).tolist()
@@ -411,8 +380,7 @@ def _scene(
         typical_cpu = moving_median(cpu)
         with np.errstate(divide="ignore", invalid="ignore"):
             pace = np.where(typical_cpu > 0, med / typical_cpu, np.nan)
-        # the wall time its CPU time does not account for, at the scene's usual pace of wall per
-        # CPU ns
+        # the wall time its CPU time does not account for, at the scene's usual wall per CPU ns
         gap_excess = d - cpu * pace
         # ... and the frame's extra work alone (its excess less that gap) would not have made it
         # slow
@@ -473,10 +441,8 @@ def _scene(
 def _top_zones(
     zones: np.ndarray, slow_idx: np.ndarray, half: np.ndarray, strings: Sequence[str]
 ) -> dict[int, tuple[float, str, str]]:
-    """Per slow frame (its place in ``slow_idx``, sorted): the zone whose per-frame total is over
-    its own moving median by at least ``half`` of the frame's excess, the deepest then the most, as
-    (excess ns, kind, name); a zone named as a draw of one of the others (``--zones draws``) is a
-    draw. Each zone's frames are looked up once: the work is the zones', not zones x slow frames."""
+    """Per slow frame (its place in ``slow_idx``): the deepest, then largest, zone over its moving
+    median by at least ``half``, as (excess ns, kind, name). Work is per zone, not per frame."""
     by_name = groups(zones, "name")
     names = {nid: strings[nid] if 0 <= nid < len(strings) else f"?{nid}" for nid in by_name}
     passes = set(names.values())
@@ -528,10 +494,8 @@ def _zoned_cause(
 
 
 def period_of(frames: Sequence[int]) -> tuple[int | None, int]:
-    """The period of a cause's frames (sorted indices) and its first frame: the greatest common
-    divisor ``g`` of the gaps between them, when there are at least :data:`PERIOD_MIN_FRAMES` frames
-    and they are at least :data:`PERIOD_SHARE` of the frames ``first, first + g, ...`` up to the
-    last; else None."""
+    """(period, first frame) of a cause's sorted frames: the gcd of their gaps when enough frames
+    fill it (:data:`PERIOD_MIN_FRAMES`, :data:`PERIOD_SHARE`), else None."""
     first = int(frames[0]) if frames else 0
     if len(frames) < PERIOD_MIN_FRAMES:
         return None, first
@@ -543,9 +507,7 @@ def period_of(frames: Sequence[int]) -> tuple[int | None, int]:
 
 
 def group_causes(found: Sequence[SlowFrame]) -> tuple[CauseGroup, ...]:
-    """The slow frames grouped by cause (kind and name), most frequent first, then by typical
-    excess.
-    """
+    """The slow frames grouped by cause, most frequent first, then by typical excess."""
     by: dict[tuple[str, str | None], list[SlowFrame]] = {}
     for s in found:
         by.setdefault((s.cause.kind, s.cause.name), []).append(s)

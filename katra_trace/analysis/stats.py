@@ -1,28 +1,7 @@
-"""Frame-time statistics: pure functions over durations and event arrays.
+"""Frame-time statistics: pure numpy functions over durations and event arrays.
 
-Everything here is numpy only (no GL, no I/O). Inputs are durations in
-**nanoseconds** (``dur_ns``, any numeric numpy array, in frame order);
-outputs are in milliseconds (``*_ms``), frames per second (``fps_*``),
-percent (``*_pct``) or plain ratios (``cv``). See docs/stats.md for what
-each number means.
-
-Definitions (``d`` = measured frame durations, ``T = sum(d)``):
-
-* ``fps_avg`` = ``n / T``: time-weighted average frame rate (what a
-  frame counter shows), not the mean of per-frame rates.
-* ``fps_low_1pct`` ("average of the slowest 1 %"): the ``k = ceil(0.01 n)``
-  longest frames, ``k / sum(their durations)``.
-* ``fps_low_1pct_integral`` ("integral" definition): sort frames from
-  longest to shortest and accumulate their durations; the frame at which the
-  running sum first reaches 1 % of ``T`` gives ``1 / its duration``. Put
-  differently: the frame rate below which the capture spent 1 % of its time.
-* The 0.1 % lows are the same with 0.1 %.
-* ``stutter_pct``: share of ``T`` spent in frames longer than
-  :data:`STUTTER_FACTOR` times the moving median of a centred window of
-  :data:`STUTTER_WINDOW_FRAMES` frames (truncated at the ends).
-* ``mad_ms``: median absolute deviation from the median, unscaled.
-* ``stdev_ms``: sample standard deviation (ddof=1; 0 for a single frame).
-* percentiles: numpy's default (linear interpolation between order statistics).
+Inputs are durations in ns, in frame order; outputs in ms (``*_ms``), fps (``fps_*``), percent
+(``*_pct``) or ratios (``cv``). Each number's definition is in docs/stats.md.
 """
 
 from __future__ import annotations
@@ -42,7 +21,6 @@ from katra_trace.schema import COUNT_CLOCKS, Flag, Kind
 STUTTER_FACTOR = 2.5
 #: Width (frames) of the centred moving-median window used for stutter; truncated at the ends.
 STUTTER_WINDOW_FRAMES = 31
-#: Flags whose events never enter statistics (warmup, setup, skip markers, cut-short spans).
 EXCLUDED_FLAGS = int(Flag.WARMUP | Flag.SETUP | Flag.SKIPPED | Flag.INTERRUPTED | Flag.REFERENCE)
 
 _NS_PER_MS = 1e6
@@ -75,23 +53,20 @@ class FrameStats:
     stutter_pct: float
 
     def as_dict(self) -> dict[str, float | int | None]:
-        """Field name -> value; non-finite floats (e.g. fps of a 0 ns span) become None."""
+        """Field name -> value; non-finite floats become None."""
         return record_dict(self)
 
 
 def _rate_hz(count: float, dur_ns: float) -> float:
-    """``count`` spans over ``dur_ns`` nanoseconds, in 1/s (inf for 0 ns)."""
+    """In 1/s; inf for 0 ns."""
     if dur_ns <= 0:
         return math.inf
     return count * _NS_PER_S / dur_ns
 
 
 def low_fps_average(dur_ns: np.ndarray, fraction: float) -> float:
-    """'Average of the slowest ``fraction``' frame rate, in fps.
-
-    Takes the ``ceil(fraction * n)`` longest frames (at least one) and returns
-    their count divided by their summed duration.
-    """
+    """'Average of the slowest ``fraction``' frame rate (fps): the ``ceil(fraction * n)`` longest
+    frames' count over their summed duration."""
     d = np.asarray(dur_ns, dtype=np.float64)
     if d.size == 0:
         raise ValueError("low_fps_average needs at least one duration")
@@ -101,12 +76,8 @@ def low_fps_average(dur_ns: np.ndarray, fraction: float) -> float:
 
 
 def low_fps_integral(dur_ns: np.ndarray, fraction: float) -> float:
-    """'Integral' low frame rate, in fps.
-
-    Frames sorted from longest to shortest; their durations are accumulated
-    until the running sum reaches ``fraction`` of the total time; the frame
-    that reaches it gives the result, ``1 / its duration``.
-    """
+    """'Integral' low frame rate (fps): ``1 /`` the duration of the frame at which the longest
+    frames' running sum reaches ``fraction`` of the total."""
     d = np.asarray(dur_ns, dtype=np.float64)
     if d.size == 0:
         raise ValueError("low_fps_integral needs at least one duration")
@@ -121,7 +92,6 @@ def low_fps_integral(dur_ns: np.ndarray, fraction: float) -> float:
 
 
 def _one_span(ns: float) -> FrameStats:
-    """:func:`frame_stats` of one duration."""
     ms, rate = ns / _NS_PER_MS, _rate_hz(1, ns)
     return FrameStats(
         **{f: ms for f in ("total_ms", "mean_ms", "median_ms", "min_ms", "max_ms")},
@@ -167,12 +137,8 @@ def moving_median(dur_ns: np.ndarray, window: int = STUTTER_WINDOW_FRAMES) -> np
 def stutter_frames(
     dur_ns: np.ndarray, factor: float = STUTTER_FACTOR, window: int = STUTTER_WINDOW_FRAMES
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The stutter rule, the one definition: ``(slow, median)``, where ``slow[i]`` says frame ``i``
-    is longer than ``factor`` x ``median[i]``, the centred moving median of ``window`` frames
-    (:func:`moving_median`).
-
-    ``stutter_pct`` and the slow frames of :mod:`katra_trace.analysis.slow` both use it.
-    """
+    """The stutter rule, one definition for ``stutter_pct`` and slow frames: ``(slow, median)``,
+    ``slow[i]`` when frame ``i`` is over ``factor`` x its moving median."""
     d = np.asarray(dur_ns, dtype=np.float64)
     median = moving_median(d, window)
     slow: np.ndarray = d > factor * median
@@ -192,10 +158,7 @@ def stutter_pct(
 
 
 def frame_stats(dur_ns: np.ndarray) -> FrameStats:
-    """Statistics of one series of durations in ns, given in frame order.
-
-    Raises ValueError on an empty series.
-    """
+    """Statistics of durations in ns, in frame order; ValueError when empty."""
     d = np.asarray(dur_ns, dtype=np.float64)
     if d.ndim != 1 or d.size == 0:
         raise ValueError(f"frame_stats needs a non-empty 1-D array, got shape {d.shape}")
@@ -205,7 +168,7 @@ def frame_stats(dur_ns: np.ndarray) -> FrameStats:
     total = float(d.sum())
     mean = total / n
     median = float(np.median(d))
-    stdev = float(np.std(d, ddof=1)) if n > 1 else 0.0
+    stdev = float(np.std(d, ddof=1))
     p90, p95, p99 = (float(v) for v in np.percentile(d, [90.0, 95.0, 99.0]))
     return FrameStats(
         n=n,
@@ -229,11 +192,8 @@ def frame_stats(dur_ns: np.ndarray) -> FrameStats:
     )
 
 
-# --------------------------------------------------------------------------- events
-
-
 def measured(events: np.ndarray) -> np.ndarray:
-    """The events that enter statistics: frames and zones without excluded flags."""
+    """Frames and zones without excluded flags."""
     ev = np.asarray(events)
     keep = ((ev["kind"] == Kind.FRAME) | (ev["kind"] == Kind.ZONE)) & (
         (ev["flags"] & EXCLUDED_FLAGS) == 0
@@ -243,7 +203,7 @@ def measured(events: np.ndarray) -> np.ndarray:
 
 
 def _ordered(ev: np.ndarray) -> np.ndarray:
-    """Events in frame order (then start time): GPU events may be appended late."""
+    """Events in frame order, then start: GPU events may be appended late."""
     order = np.lexsort((ev["start_ns"], ev["frame"]))
     return ev[order]
 
@@ -256,14 +216,8 @@ class TraceLike(Protocol):
 
 
 def scene_labels(events: np.ndarray, strings: list[str]) -> dict[int, str]:
-    """A unique label per scene id: its name, and ``name#2``, ``name#3`` ... for further ids sharing
-    it.
-
-    Ids are taken in order of first appearance in ``events`` (the order the
-    capture ran them), the rule ``katra3d run`` uses for a scene named twice;
-    a label already taken by another scene's own name is skipped. ``stats``
-    and ``compare`` both key scenes by these labels.
-    """
+    """A unique label per scene id: its name, then ``name#2`` ... for further ids sharing it, in
+    order of first appearance (as ``katra3d run`` names a scene given twice)."""
     ev = np.asarray(events)
     if ev.size == 0:
         return {}
@@ -288,11 +242,7 @@ def scene_labels(events: np.ndarray, strings: list[str]) -> dict[int, str]:
 
 
 def scene_durations(events: np.ndarray, strings: list[str]) -> dict[str, dict[str, np.ndarray]]:
-    """``{scene: {clock: values}}`` of measured frames, in frame order.
-
-    Scenes are keyed by :func:`scene_labels` (ids sharing a name are kept apart).
-    Values are ns on time clocks, counts on count clocks (float64).
-    """
+    """``{scene label: {clock: values}}`` of measured frames, in frame order (ns or counts)."""
     labels = scene_labels(events, strings)
     ev = measured(events)
     frames = ev[ev["kind"] == Kind.FRAME]
@@ -311,11 +261,8 @@ def scene_durations(events: np.ndarray, strings: list[str]) -> dict[str, dict[st
 def zone_frame_totals(
     events: np.ndarray, strings: list[str], clock: int
 ) -> dict[str, dict[str, np.ndarray]]:
-    """``{scene: {zone: per-frame totals}}`` of measured zones on one clock, in frame order.
-
-    A zone that occurs several times in a frame contributes the sum of its
-    occurrences: what that pass cost the frame.
-    """
+    """``{scene: {zone: per-frame totals}}`` of measured zones on one clock, in frame order (a
+    zone seen several times in a frame: their sum)."""
     labels = scene_labels(events, strings)
     ev = measured(events)
     zones = ev[(ev["kind"] == Kind.ZONE) & (ev["clock"] == clock)]
@@ -331,10 +278,8 @@ def zone_frame_totals(
 
 
 def reference_durations(events: np.ndarray, strings: list[str]) -> dict[str, dict[str, np.ndarray]]:
-    """``{scene: {clock: ns}}`` of the reference workload (MARKER events flagged REFERENCE).
-
-    Warmup-flagged, interrupted and skipped reference markers are left out, as for frames.
-    """
+    """``{scene: {clock: ns}}`` of the reference workload (REFERENCE markers), excluded flags
+    left out as for frames."""
     labels = scene_labels(events, strings)
     ev = np.asarray(events)
     excluded = EXCLUDED_FLAGS & ~int(Flag.REFERENCE)
@@ -355,8 +300,8 @@ def reference_durations(events: np.ndarray, strings: list[str]) -> dict[str, dic
 
 
 def groups(ev: np.ndarray, key: str) -> dict[int, np.ndarray]:
-    """``ev`` split by the value of column ``key``, each part in its original order: one stable
-    sort, not a pass over the events per value (a trace may give every zone its own name)."""
+    """``ev`` split by column ``key``, each part in order: one stable sort, not a pass per value
+    (a trace may give every zone its own name)."""
     if not len(ev):
         return {}
     if (ev[key] == ev[key][0]).all():  # one group (one scene): the events themselves, no copy
@@ -368,20 +313,17 @@ def groups(ev: np.ndarray, key: str) -> dict[int, np.ndarray]:
 
 
 def _in_order(scene_ids: np.ndarray, labels: Mapping[int, str]) -> list[int]:
-    """The distinct ids of ``scene_ids`` in the order of ``labels`` (first appearance)."""
     present = {int(i) for i in np.unique(scene_ids)}
     return [sid for sid in labels if sid in present]
 
 
 def _name(strings: list[str], sid: int) -> str:
-    """The string with id ``sid`` (``"?<id>"`` when the table lacks it)."""
     return strings[sid] if 0 <= sid < len(strings) else f"?{sid}"
 
 
 @dataclasses.dataclass(frozen=True)
 class CountStats:
-    """Summary of one series of counts (instructions, cycles) in ``unit``: no frame rates (a count
-    is not a time)."""
+    """Summary of one series of counts (instructions, cycles) in ``unit``: no frame rates."""
 
     unit: str
     n: int
@@ -398,7 +340,6 @@ class CountStats:
     cv: float | None
 
     def as_dict(self) -> dict[str, float | int | None]:
-        """``n``, ``total_<unit>`` ... ``p99_<unit>`` and ``cv``."""
         out: dict[str, float | int | None] = {"n": self.n}
         for f in dataclasses.fields(self)[2:-1]:
             out[f"{f.name}_{self.unit}"] = getattr(self, f.name)
@@ -406,12 +347,10 @@ class CountStats:
         return out
 
 
-#: The statistics of one clock: times or counts.
 ClockStats = FrameStats | CountStats
 
 
 def count_stats(values: np.ndarray, unit: str) -> CountStats:
-    """Statistics of a series of counts (instructions, cycles) in ``unit``."""
     d = np.asarray(values, dtype=np.float64)
     if d.ndim != 1 or d.size == 0:
         raise ValueError(f"count_stats needs a non-empty 1-D array, got shape {d.shape}")
@@ -438,32 +377,28 @@ def count_stats(values: np.ndarray, unit: str) -> CountStats:
 
 @dataclasses.dataclass(frozen=True)
 class SceneStats:
-    """One scene's statistics: its frames' per clock (``metrics``) and its zones' per zone and
-    clock."""
+    """One scene's frame statistics per clock and zone statistics per zone and clock."""
 
     metrics: Mapping[str, ClockStats]
     zones: Mapping[str, Mapping[str, ClockStats]]
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
-        """The JSON of ``stats``: ``{"metrics": {CLOCK: {STAT: value}}, "zones": {ZONE: ...}}``."""
         return {
             "metrics": {c: v.as_dict() for c, v in self.metrics.items()},
             "zones": {z: {c: v.as_dict() for c, v in per.items()} for z, per in self.zones.items()},
         }
 
 
-#: A scene with no measured frames.
 NO_STATS = SceneStats({}, {})
 
 
 @dataclasses.dataclass(frozen=True)
 class RunStats:
-    """The statistics of one trace, by scene label (:func:`scene_labels`), in capture order."""
+    """One trace's statistics by scene label, in capture order."""
 
     scenes: Mapping[str, SceneStats]
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON of ``stats``: ``{"scenes": {SCENE: SceneStats.as_dict()}}``."""
         return {"scenes": {s: v.as_dict() for s, v in self.scenes.items()}}
 
     def rows(self, zones: bool = True) -> Iterator[tuple[str, str, str, ClockStats]]:
@@ -482,7 +417,6 @@ def _group_stats(ev: np.ndarray) -> dict[str, ClockStats]:
     clocks = np.unique(ev["clock"])
     for clock in clocks:
         cname = clock_name(clock)
-        # one column sorted, not the records
         on = ev if len(clocks) == 1 else ev[ev["clock"] == clock]
         dur = on["dur_ns"][np.lexsort((on["start_ns"], on["frame"]))]
         out[cname] = count_stats(dur, cname) if int(clock) in COUNT_CLOCKS else frame_stats(dur)
@@ -490,7 +424,6 @@ def _group_stats(ev: np.ndarray) -> dict[str, ClockStats]:
 
 
 def events_stats(events: np.ndarray, strings: list[str], zones: bool = True) -> RunStats:
-    """Statistics of an event array; see :func:`trace_stats`."""
     labels = scene_labels(events, strings)
     ev = measured(events)
     scenes: dict[str, SceneStats] = {}
@@ -506,12 +439,8 @@ def events_stats(events: np.ndarray, strings: list[str], zones: bool = True) -> 
 
 
 def trace_stats(trace: TraceLike, zones: bool = True) -> RunStats:
-    """Statistics of an opened trace: per scene (keyed by :func:`scene_labels`), per clock
-    (``cpu``/``wall``/``gpu``/``process`` times as :class:`FrameStats`, ``instructions``/``cycles``
-    as :class:`CountStats`), for its frames and, with ``zones``, each zone.
-    Warmup, setup, skipped and interrupted spans and all markers/counters are
-    excluded. Scenes with no measured frames or zones are absent.
-    """
+    """Statistics of an opened trace per scene and clock (times as :class:`FrameStats`, counts as
+    :class:`CountStats`), frames and, with ``zones``, each zone; excluded spans left out."""
     return events_stats(trace.events, list(trace.strings), zones=zones)
 
 

@@ -1,9 +1,4 @@
-"""What a comparison says, as data: the verdicts, one scene's (or zone's) comparison, and the whole
-comparison.
-
-:mod:`katra_trace.analysis.decide` fills them; compare, ab, the report, history and CI print them
-(``as_dict`` is the JSON every surface writes).
-"""
+"""What a comparison says, as data; ``as_dict`` is the JSON every surface writes."""
 
 from __future__ import annotations
 
@@ -17,14 +12,12 @@ from katra_trace.jsontext import record_dict
 
 
 class Verdict(str, enum.Enum):
-    """What a comparison says about one scene (or zone). A str, so that JSON, tables and the words a
-    user reads are its value (``regression``), and a recorded string compares equal to it."""
+    """What a comparison says of one scene (or zone); a str, so recorded strings compare equal."""
 
-    REGRESSION = "regression"  #: NEW is slower by more than the threshold, and the evidence says so
-    IMPROVEMENT = "improvement"  #: NEW is faster by more than the threshold
-    UNCHANGED = "unchanged"  #: the change lies within the threshold
-    INCONCLUSIVE = "inconclusive"  #: too few frames or runs, or too noisy, to say
-    #: the sides differ in what was measured (params, renderer, metric ...)
+    REGRESSION = "regression"
+    IMPROVEMENT = "improvement"
+    UNCHANGED = "unchanged"
+    INCONCLUSIVE = "inconclusive"
     INCOMPARABLE = "incomparable"
 
     def __str__(self) -> str:
@@ -43,23 +36,20 @@ class SceneComparison:
     """The comparison of one scene (or one zone of a scene). Ratios NEW/BASE (> 1 = slower)."""
 
     scene: str
-    verdict: Verdict  #: a recorded string (``"regression"``) is taken as its Verdict
+    verdict: Verdict  #: a recorded string is taken as its Verdict
     reason: str
     metric: str = ""
     zone: str = ""  #: "" for the scene's frames, else the zone this row describes
-    #: what the decision rests on: "runs" (unpaired), "rounds" (paired), "frames" (information
-    #: only: too few runs), "counts" (deterministic metric)
+    #: what the decision rests on: "runs", "rounds" (paired), "frames" (too few runs), "counts"
     unit: str = ""
-    value_unit: str = "ms"  #: unit of level_base / level_new: ms, instructions, cycles, x reference
+    value_unit: str = "ms"  #: unit of the levels: ms, instructions, cycles, x reference
     paired: bool = False
     runs_base: int = 0
     runs_new: int = 0
     frames_base: int = 0
     frames_new: int = 0
-    #: what reduces each run to its level: ``median`` (counts always) or ``p10`` (``--stat``); the
-    #: levels, the interval and the verdict are all on it, and every name says which
-    stat: str = "median"
-    level_base: float = math.nan  #: BASE level in value_unit: geometric mean of the runs' ``stat``
+    stat: str = "median"  #: what reduces each run to its level: ``median`` or ``p10``
+    level_base: float = math.nan  #: geometric mean of the runs' ``stat``
     level_new: float = math.nan
     level_base_ms: float = math.nan  #: the same in ms (time metrics only)
     level_new_ms: float = math.nan
@@ -67,22 +57,18 @@ class SceneComparison:
     ci_low: float = math.nan
     ci_high: float = math.nan
     confidence: float = math.nan
-    p_value: float = math.nan  #: one-sided, in the direction of the change, on runs or rounds
+    p_value: float = math.nan  #: one-sided, in the direction of the change
     p_holm: float = math.nan  #: Holm-adjusted across scenes
-    dof: float = math.nan  #: degrees of freedom of the t interval
+    dof: float = math.nan
     frame_ratio: float = math.nan  #: pooled-frame median ratio (information)
     frame_p_value: float = math.nan  #: two-sided Mann-Whitney U on pooled frames (information)
-    run_cv_base: float = math.nan  #: CV of per-run medians, or p10s (needs >= 2 runs)
+    run_cv_base: float = math.nan  #: CV of the per-run levels (>= 2 runs)
     run_cv_new: float = math.nan
     pair_cv: float = math.nan  #: sd of per-round log ratios (paired)
-    #: sides captured in separate batches: the drift between batches allowed for in the interval
-    #: (percent)
+    #: drift allowed in the interval for sides captured in separate batches
     drift_allowance_pct: float = math.nan
-    noise_floor_pct: float = math.nan  #: count metrics: the measured noise floor
-    #: count metrics: the cross-process jitter per frame (defaults.COUNT_JITTER_PER_FRAME) over the
-    #: frame's count, in percent; the band is never narrower than this
-    jitter_floor_pct: float = math.nan
-    #: zones of count metrics: the zone's change over the frame's count
+    noise_floor_pct: float = math.nan  #: count metrics
+    jitter_floor_pct: float = math.nan  #: count metrics: the band's least half-width
     frame_change_pct: float = math.nan
     runs_needed: int | None = None  #: runs a side that would settle an inconclusive result
     frames_needed: int | None = None
@@ -99,11 +85,10 @@ class SceneComparison:
 
     @property
     def change_pct(self) -> float:
-        """(ratio - 1) in percent: + means NEW is slower."""
+        """+ means NEW is slower."""
         return (self.ratio - 1.0) * 100.0
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready dict; non-finite floats become None."""
         out = record_dict(self)
         change = self.change_pct
         out["change_pct"] = change if math.isfinite(change) else None
@@ -112,11 +97,8 @@ class SceneComparison:
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
-    """All scenes of one comparison and the settings used.
-
-    ``zones`` holds per-zone rows (count metrics): information on which pass
-    changed; the exit code rests on the scenes' own rows.
-    """
+    """All scenes of one comparison and the settings used; ``zones`` rows (count metrics) are
+    information, not in the exit code."""
 
     scenes: tuple[SceneComparison, ...]
     threshold_pct: float
@@ -125,8 +107,7 @@ class Comparison:
     notes: tuple[str, ...] = ()
     zones: tuple[SceneComparison, ...] = ()
     paired: bool = False
-    run_stat: str = "median"  #: the per-run statistic of a time metric (:data:`RUN_STATS`)
-    #: how the metric was chosen (:data:`katra_trace.analysis.defaults.METRIC_CHOICES`)
+    run_stat: str = "median"
     metric_choice: str = "option"
 
     @property
@@ -135,7 +116,6 @@ class Comparison:
 
     @property
     def exit_code(self) -> int:
-        """1 if any regression, 2 if nothing was comparable, else 0."""
         if self.regressions:
             return ExitCode.REGRESSION
         if not any(s.verdict is not Verdict.INCOMPARABLE for s in self.scenes):
@@ -144,7 +124,6 @@ class Comparison:
 
     @property
     def verdict_counts(self) -> dict[str, int]:
-        """How many scenes got each verdict, in :data:`VERDICTS` order."""
         return {v: sum(1 for s in self.scenes if s.verdict == v) for v in VERDICTS}
 
     def as_dict(self) -> dict[str, Any]:

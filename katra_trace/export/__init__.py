@@ -1,14 +1,12 @@
-"""Export a trace for other tools: Perfetto, Chrome's JSON trace format, CSV and Parquet.
+"""Export a trace for other tools: Perfetto, Chrome JSON, CSV and Parquet (docs/export.md).
 
-:func:`export_trace` writes one opened :class:`~katra_trace.io.reader.Trace` in one format;
-``katra3d export`` is its command line. docs/export.md describes each format's layout.
-Pure Python + numpy (no GL); ``perfetto`` and ``pyarrow`` are optional extras imported only
-by the formats that need them (:class:`MissingDependencyError`, exit code 3, names the pip line).
+``perfetto`` and ``pyarrow`` are optional extras, imported only by the formats that need them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import os
 import time
@@ -18,6 +16,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from katra_trace.errors import ConfigError
 from katra_trace.export import chrome
+from katra_trace.export.callgrind import write_callgrind
 from katra_trace.export.output import ProgressFn
 from katra_trace.export.perfetto import write_perfetto
 from katra_trace.export.table import TABLE_COLUMNS, to_arrow, to_pandas, write_csv, write_parquet
@@ -35,11 +34,11 @@ class ExportResult:
 
     path: Path
     format: str
-    events: int  #: events of the trace that were exported (all of them: every row lands somewhere)
-    bytes: int  #: size of the file written
+    events: int
+    bytes: int
     seconds: float
     counts: dict[str, int]  #: per-format details (packets, tracks, slices, ...)
-    warnings: tuple[str, ...]  #: things the user should know (clamped spans, a huge Chrome trace)
+    warnings: tuple[str, ...]
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -53,16 +52,14 @@ class ExportResult:
         }
 
 
-#: What an exporter's writer gets: the trace, the open output, the progress callback, and a list to
-#: add warnings to; it returns its per-format counts (rows, packets, tracks, ...).
+#: (trace, output, progress, warnings to append to) -> per-format counts.
 Writer = Callable[["Trace", BinaryIO, "ProgressFn | None", list[str]], dict[str, int]]
 
 
 @dataclasses.dataclass(frozen=True)
 class Exporter:
-    """One export format: its name (``--to``), the suffix of its default output, its writer, and the
-    optional modules it needs (``(module, extra)``: a missing one is MissingDependencyError, exit 3,
-    before any file is made)."""
+    """One export format; ``needs`` are optional ``(module, extra)`` pairs checked before any
+    file is made."""
 
     name: str
     suffix: str
@@ -134,8 +131,17 @@ def _parquet(
     }
 
 
-#: The registry of exporters, in the order ``katra3d export --to`` lists them; a new format is one
-#: entry here.
+def _callgrind(
+    trace: Trace,
+    f: BinaryIO,
+    progress: ProgressFn | None,
+    warnings: list[str],
+    scene: str | None = None,
+) -> dict[str, int]:
+    return write_callgrind(trace, f, scene)
+
+
+#: The exporters, in ``--to`` order; a new format is one entry here.
 EXPORTERS: dict[str, Exporter] = {
     e.name: e
     for e in (
@@ -148,9 +154,9 @@ EXPORTERS: dict[str, Exporter] = {
         Exporter("chrome", ".json", _chrome),
         Exporter("csv", ".csv", _csv),
         Exporter("parquet", ".parquet", _parquet, (("pyarrow.parquet", "export"),)),
+        Exporter("callgrind", ".callgrind", _callgrind),
     )
 }
-#: format -> file suffix of its default output path.
 FORMATS: dict[str, str] = {name: e.suffix for name, e in EXPORTERS.items()}
 
 
@@ -161,9 +167,7 @@ def _exporter(fmt: str) -> Exporter:
 
 
 def default_path(trace_path: str | os.PathLike[str], fmt: str) -> Path:
-    """The output beside the trace: ``run.katra`` -> ``run.pftrace`` / ``run.json`` / ``run.csv`` /
-    ...
-    """
+    """The output beside the trace: ``run.katra`` -> ``run.pftrace``, ``run.csv``, ..."""
     exporter = _exporter(fmt)
     p = Path(trace_path)
     return (
@@ -180,15 +184,17 @@ def export_trace(
     *,
     overwrite: bool = False,
     progress: ProgressFn | None = None,
+    scene: str | None = None,
 ) -> ExportResult:
-    """Write ``trace`` as ``fmt`` (a key of :data:`FORMATS`) to ``path`` (default: beside the
-    trace).
-
-    The file appears only when the export succeeded, and an existing file is replaced only with
-    ``overwrite``. Raises :class:`ConfigError` (bad format or path), ``OutputExistsError``,
-    :class:`MissingDependencyError` (exit 3) or ``TraceIOError``.
+    """Write ``trace`` as ``fmt`` to ``path`` (default: beside the trace); the file appears only
+    on success. ``scene``: only that scene's profile (``callgrind``). Raises ConfigError,
+    OutputExistsError, MissingDependencyError or TraceIOError.
     """
     exporter = _exporter(fmt)
+    if scene is not None:
+        if fmt != "callgrind":
+            raise ConfigError(f"--scene applies to --to callgrind, not --to {fmt}")
+        exporter = dataclasses.replace(exporter, write=functools.partial(_callgrind, scene=scene))
     out_path = Path(path) if path is not None else default_path(trace.path, fmt)
     for module, extra in exporter.needs:
         require(module, extra=extra, purpose=f"--to {fmt}")

@@ -1,15 +1,7 @@
-"""Export a trace as Chrome's Trace Event Format (JSON), for chrome://tracing and other viewers.
+"""Export a trace as Chrome's Trace Event Format (JSON), for chrome://tracing.
 
-Same layout as the Perfetto export (katra_trace.export.timeline): one process per scene
-(``pid`` = its rank, named by ``M`` metadata events), one thread per time clock (``tid``:
-1 wall, 2 cpu, 3 gpu), frames and zones as ``X`` complete events (zones nest inside their
-frame by time), markers as thread-scoped instants (``i``), and counter series as ``C``
-events on the scene's process. Times are microseconds (``ts``, ``dur``) since the capture
-start, with ns precision (three decimals). The header and summary go in the top-level
-``metadata`` object and in the arguments of a ``capture`` slice on process 0.
-
-chrome://tracing slows down past about a million events; :data:`CHROME_EVENT_WARN` is where
-the exporter says so and points to the Perfetto export.
+Same tracks as the Perfetto export: a process per scene, a thread per time clock; times in
+microseconds with ns precision. Layout in docs/export.md.
 """
 
 from __future__ import annotations
@@ -29,10 +21,8 @@ if TYPE_CHECKING:
 
 #: Events beyond which chrome://tracing struggles (the export warns and suggests Perfetto).
 CHROME_EVENT_WARN = 1_000_000
-#: Events formatted at a time.
 _CHUNK = 65_536
-#: Characters written at a time (at most: a long name, repeated by every event, must not multiply
-#: memory).
+#: Characters written at a time: a long name repeated by every event must not multiply memory.
 _CHUNK_CHARS = 4 << 20
 
 
@@ -74,8 +64,7 @@ def write_chrome(
     first = True
 
     def emit(lines: Iterable[str]) -> int:
-        """Write ``lines`` (a generator: names can be long, and every event repeats its name) in
-        pieces of at most about :data:`_CHUNK_CHARS` characters; returns how many were written."""
+        """Write ``lines`` in pieces of about :data:`_CHUNK_CHARS`; returns how many."""
         nonlocal first
         n = 0
         piece: list[str] = []
@@ -193,7 +182,7 @@ def _flags_arg(flags: int) -> str:
 
 
 def _num(v: float) -> str:
-    """A JSON number (non-finite values, which JSON lacks, as null)."""
+    """A JSON number (non-finite as null)."""
     return repr(v) if v == v and v not in (float("inf"), float("-inf")) else "null"
 
 

@@ -1,29 +1,8 @@
 """Export a trace as a Perfetto protobuf trace (``.pftrace``), for ui.perfetto.dev.
 
-Built with the protos and the trace builder of the ``perfetto`` Python package (an optional
-extra: ``pip install 'katra3d[export]'``); its trace processor, which downloads a binary at
-run time, is not used.
-
-Layout (docs/export.md):
-
-* one group track per scene; inside it one slice track per time clock (``wall``, ``cpu``,
-  ``gpu``): frames as slices with their zones nested, markers (setup, skips, reference
-  draws) as instants;
-* counter tracks inside the scene for COUNTER rows and for the value clocks
-  (``instructions``, ``cycles``, ``process`` CPU ns: one value per frame or zone, at its
-  host time);
-* each slow frame (:mod:`katra_trace.analysis.slow`) carries its cause as arguments on its frame
-  slices: ``slow_cause`` (zone, draw, between zones, gc, machine, unknown), ``slow_cause_name`` (the
-  zone's or draw's, or the collection's generation), ``slow_excess_ms`` and ``slow_ratio`` (to the
-  moving median);
-* a ``katra3d capture`` track with one slice spanning the capture whose arguments hold the
-  header (capture options, host, timing mode and why) and the summary: click it in the UI;
-* each track is its own packet sequence with interned names and the track as the sequence's
-  default, so an event packet holds a timestamp, a type and a name id.
-
-Timestamps are the capture's host clock (``start_host_ns`` + the event's ``start_ns``), with
-a clock snapshot that ties them to the wall-clock start of the capture. GPU rows go through
-:func:`katra_trace.export.timeline.gpu_to_host`.
+Uses the optional ``perfetto`` package's protos and trace builder, not its trace processor
+(which downloads a binary). Layout in docs/export.md. Each track is its own packet sequence with
+interned names, so an event packet holds only a timestamp, a type and a name id.
 """
 
 from __future__ import annotations
@@ -43,22 +22,18 @@ from katra_trace.optional import require
 if TYPE_CHECKING:
     from katra_trace.io.header import TraceHeader
 
-#: Packets serialized and written at a time (bounds memory on large traces).
+#: Packets, and characters of interned names, written at a time (bounds memory).
 CHUNK_PACKETS = 200_000
-#: Characters of interned names after which the packets are written (each track interns the names it
-#: uses: long names on many tracks must not pile up in memory).
 CHUNK_CHARS = 4 << 20
-#: Largest timestamp written (ns): Perfetto's trace processor holds timestamps as int64.
+#: Perfetto's trace processor holds timestamps as int64.
 MAX_TIMESTAMP_NS = 2**63 - 1
-#: Name of the metadata track and of its one slice.
 CAPTURE_TRACK = "katra3d capture"
 
-# perfetto.protos.perfetto.trace.perfetto_trace_pb2 enum values (stable proto field values)
+# perfetto_trace_pb2 enum values (stable proto field values)
 _SLICE_BEGIN, _SLICE_END, _INSTANT, _COUNTER = 1, 2, 3, 4
 _SEQ_CLEARED, _SEQ_NEEDS_STATE = 1, 2
 _CLOCK_REALTIME, _CLOCK_BOOTTIME = 1, 6
 _CHILD_ORDER_EXPLICIT = 3
-#: interned debug-annotation names
 _ARG_FRAME, _ARG_FLAGS, _ARG_DUR, _ARG_VALUE = 1, 2, 3, 4
 _ARG_CAUSE, _ARG_CAUSE_NAME, _ARG_EXCESS, _ARG_RATIO = 5, 6, 7, 8
 _ARG_NAMES = {
@@ -74,7 +49,6 @@ _ARG_NAMES = {
 
 
 def _slow_args(slow: SlowFrame) -> list[dict[str, Any]]:
-    """A slow frame's cause as the arguments of its frame slices."""
     out: list[dict[str, Any]] = [{"name_iid": _ARG_CAUSE, "string_value": slow.cause.kind}]
     if slow.cause.name is not None:
         out.append({"name_iid": _ARG_CAUSE_NAME, "string_value": slow.cause.name})
@@ -84,15 +58,11 @@ def _slow_args(slow: SlowFrame) -> list[dict[str, Any]]:
 
 
 def timestamp_base(start_host_ns: int | None, lowest: int, highest: int) -> tuple[int, bool]:
-    """The ns added to every event time (ns since the capture start) to give its Perfetto timestamp,
-    and whether it is not the trace's own ``start_host_ns``.
+    """(ns added to every event time to give its timestamp, whether that is not ``start_host_ns``).
 
-    Timestamps must lie in ``[0, MAX_TIMESTAMP_NS]`` (protobuf's are unsigned; the trace processor
-    holds them as int64). The capture's host start is used when it keeps every event (``lowest`` to
-    ``highest``, the first start and last end) in that range; otherwise (a hand-made or damaged
-    header) the events are shifted so that the first starts at 0: True, and the export warns.
-    Events before a host start near 0 are shifted to start at 0 too, silently.
-    Raises TraceFormatError when the events span more than the range itself.
+    Timestamps must lie in ``[0, MAX_TIMESTAMP_NS]``; when the host start does not keep every
+    event in range (a damaged header) the first event is shifted to 0 and the export warns.
+    Raises TraceFormatError when the events span more than that range.
     """
     if highest - lowest > MAX_TIMESTAMP_NS or -lowest > MAX_TIMESTAMP_NS:
         raise TraceFormatError(
@@ -128,7 +98,7 @@ def _builder() -> Any:
 
 
 def _annotation(name: str, value: Any) -> dict[str, Any]:
-    """A DebugAnnotation (as a dict for the proto constructor) holding a JSON-like value."""
+    """A DebugAnnotation dict holding a JSON-like value."""
     ann: dict[str, Any] = {"name": name} if name else {}
     if isinstance(value, bool):
         ann["bool_value"] = value
@@ -152,20 +122,19 @@ def _annotation(name: str, value: Any) -> dict[str, Any]:
 
 
 class _Writer:
-    """Packets into a TraceProtoBuilder, written out every :data:`CHUNK_PACKETS`."""
+    """Packets into a TraceProtoBuilder, written out in chunks."""
 
     def __init__(self, out: BinaryIO) -> None:
         self.out = out
         self.builder = _builder()
         self.packets = 0
-        self.pending_chars = 0  #: characters of names interned into the current chunk
+        self.pending_chars = 0
 
     def add(self, **fields: Any) -> None:
         self.packet_adder()(**fields)
 
     def packet_adder(self) -> Any:
-        """The current chunk's ``packet.add`` (flushing first when the chunk is full): for hot
-        loops, which call it again every few thousand packets."""
+        """The current chunk's ``packet.add`` (flushing a full chunk first), for hot loops."""
         if len(self.builder.trace.packet) >= CHUNK_PACKETS or self.pending_chars >= CHUNK_CHARS:
             self.flush()
         return self.builder.trace.packet.add
@@ -186,9 +155,8 @@ def write_perfetto(
     out: BinaryIO,
     progress: ProgressFn | None = None,
 ) -> dict[str, int]:
-    """Write ``tl`` as a Perfetto trace to ``out``; returns counts (packets,
-    tracks, slices, ...)."""
-    _pb()  # fail early, before writing anything, when the package is missing
+    """Write ``tl`` as a Perfetto trace to ``out``; returns counts (packets, tracks, ...)."""
+    _pb()  # fail before writing anything when the package is missing
     w = _Writer(out)
     ev = tl.events
     lowest = int(tl.start_ns.min()) if tl.start_ns.size else 0
@@ -199,7 +167,6 @@ def write_perfetto(
     uuid = iter(range(1, 1 << 62))
     seq_ids = iter(range(1, 1 << 31))
 
-    # metadata: clock snapshot, scene groups, the capture track and its slice
     meta_seq = next(seq_ids)
     first_ts = base + lowest if tl.start_ns.size else base
     snap_ts = base if base >= 0 else first_ts  # the capture start, unless rebasing put it before 0
@@ -337,7 +304,7 @@ def write_perfetto(
             k: int,
             add: Any,
             *,
-            # this track's objects, bound now (the function is called only in this iteration)
+            # this track's objects, bound now
             inst: np.ndarray = inst,
             i_list: list[int] = i_list,
             e_list: list[int] = e_list,
@@ -393,7 +360,7 @@ def write_perfetto(
                 )
                 stack.pop()
             fl = fl_list[i]
-            if d == 0 or fl:  # frames carry their index (zones: their frame's), and any flags
+            if d == 0 or fl:
                 ann: list[dict[str, Any]] = [{"name_iid": _ARG_FRAME, "uint_value": f_list[i]}]
                 if fl:
                     ann.append({"name_iid": _ARG_FLAGS, "string_value": flag_names(fl)})

@@ -1,14 +1,6 @@
-"""A trace as a table: one row per event, for CSV, Parquet, Arrow and pandas.
-
-Columns (:data:`TABLE_COLUMNS`): ``scene`` (its unique label, as ``stats`` shows it),
-``name``, ``kind`` (``frame``, ``zone``, ``marker``, ``counter``), ``clock`` (``cpu``,
-``wall``, ``gpu``, ``instructions``, ``cycles``) and ``flags`` (``warmup|setup``, empty for
-none) as strings; ``depth``, ``frame``; ``start_ns`` and ``dur_ns`` in ns exactly as stored
-(``start_ns`` since the capture start on the host clock; ``dur_ns`` a count on the count
-clocks) and ``value`` (counters). Rows are in file order.
-
-Parquet and Arrow need ``pyarrow`` (``pip install 'katra3d[export]'``), pandas needs
-``pandas`` too (``pip install 'katra3d[pandas]'``); neither is needed for CSV.
+"""A trace as a table, one row per event in file order (columns: :data:`TABLE_COLUMNS`), for
+CSV, Parquet, Arrow and pandas. Times are exactly as stored. Parquet/Arrow need the ``export``
+extra (pyarrow), pandas the ``pandas`` extra; CSV needs neither.
 """
 
 from __future__ import annotations
@@ -31,7 +23,6 @@ if TYPE_CHECKING:
     from katra_trace.io.header import TraceHeader
     from katra_trace.io.reader import Trace
 
-#: (column, meaning) of the table, in order.
 TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("scene", "scene label (string)"),
     ("name", "span or counter name (string)"),
@@ -45,18 +36,16 @@ TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("value", "counter value (0 for spans)"),
 )
 _ROWS_PER_CHUNK = 131_072
-#: First characters that make a spreadsheet read a CSV cell as a formula (OWASP, "CSV Injection").
+#: First characters that make a spreadsheet read a CSV cell as a formula (OWASP).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def csv_text(text: str) -> str:
-    """A string cell for CSV that no spreadsheet runs as a formula: one starting with a character of
-    :data:`FORMULA_STARTS` gets a leading ``'`` (OWASP's advice; the cell then shows as text)."""
+    """``text`` as a CSV cell no spreadsheet runs as a formula (a leading ``'`` when needed)."""
     return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
 def _lookup(ids: np.ndarray, table: list[str]) -> tuple[np.ndarray, list[str]]:
-    """Codes into a dictionary of the strings ``ids`` uses (``?<id>`` for ids the table lacks)."""
     uniq, codes = np.unique(ids, return_inverse=True)
     words = [table[i] if 0 <= i < len(table) else f"?{i}" for i in uniq.tolist()]
     return codes.astype(np.int32), words
@@ -65,9 +54,8 @@ def _lookup(ids: np.ndarray, table: list[str]) -> tuple[np.ndarray, list[str]]:
 def string_columns(
     events: np.ndarray, strings: list[str]
 ) -> dict[str, tuple[np.ndarray, list[str]]]:
-    """``{column: (codes, dictionary)}`` for the string columns of :data:`TABLE_COLUMNS`."""
+    """``{column: (codes, dictionary)}`` for the string columns."""
     ev = np.asarray(events)
-    # keyed by the ids the events use: never sized by an id's value
     labels = scene_labels(ev, strings)
     kind_names = {int(k): k.name.lower() for k in Kind}
     uniq, codes = np.unique(ev["scene"], return_inverse=True)
@@ -88,11 +76,9 @@ def string_columns(
 def write_csv(
     events: np.ndarray, strings: list[str], out: IO[str], progress: ProgressFn | None = None
 ) -> int:
-    """Write the table as CSV (header row first) to ``out``; returns the rows written. String cells
-    go through :func:`csv_text` (no formula injection) and are quoted (a CR or newline in a name
-    stays in its cell); numeric columns are written as plain numbers."""
+    """Write the table as CSV to ``out``; returns the rows written. String cells are quoted (a
+    newline in a name stays in its cell) and formula-safe."""
     ev = np.asarray(events)
-    # strings quoted, numbers not
     writer = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC)
     writer.writerow([c for c, _ in TABLE_COLUMNS])
     cols = string_columns(ev, strings)
@@ -110,8 +96,8 @@ def write_csv(
 
 
 def to_arrow(trace: Trace) -> Any:
-    """The trace's events as a ``pyarrow.Table`` (string columns dictionary-encoded); the header and
-    summary are in the schema metadata as JSON (keys ``katra3d.header``, ``katra3d.summary``)."""
+    """The events as a ``pyarrow.Table``; header and summary are JSON in the schema metadata
+    (``katra3d.header``, ``katra3d.summary``)."""
     return events_to_arrow(trace.events, list(trace.strings), trace.header, trace.summary)
 
 
@@ -142,8 +128,7 @@ def events_to_arrow(
 
 
 def to_pandas(trace: Trace) -> Any:
-    """The trace's events as a ``pandas.DataFrame`` (string columns as categoricals); needs pandas
-    and pyarrow."""
+    """The events as a ``pandas.DataFrame`` (string columns categorical)."""
     require("pandas", extra="pandas", purpose="to_pandas()")
     return to_arrow(trace).to_pandas()
 

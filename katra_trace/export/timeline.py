@@ -1,25 +1,9 @@
-"""A trace laid out as timeline tracks: what the Perfetto and Chrome exporters share.
+"""A trace laid out as timeline tracks, shared by the Perfetto and Chrome exporters.
 
-Every event of a trace lands on one track:
-
-* a **slice track** per scene x time clock (``cpu``, ``wall``, ``gpu``): its frames as
-  slices, their zones nested inside, its markers (setup, skips, reference draws) as
-  instants;
-* a **counter track** per scene x clock x name for everything that is a value, not a span:
-  COUNTER rows (``frame_interval_ns``, the cache counts of ``--measure cycles``) and the
-  frames and zones of the value clocks: the counts (``instructions``, ``cycles``) and the
-  process CPU time (``process``, ns of CPU, which threads running in parallel make longer
-  than the span they ran in); each value sits at the row's ``start_ns``, which orders it on
-  the host clock.
-
-Times are ns on the host clock, relative to the capture start. GPU rows are already on the
-host clock (the capture maps them through its first CLOCK_SYNC pair); when the trace holds
-two or more pairs (start and end), :func:`gpu_to_host` corrects for the drift between the
-two clocks, linearly between the pairs.
-
-Spans on one track must nest for a timeline viewer. The capture writes them nested, but a
-span that overhangs its parent by a few ns (two clock reads) would make a viewer close the
-wrong slice; :func:`nest` clamps such an end to its parent's and counts it.
+A slice track per scene x time clock (frames, nested zones, markers as instants) and a counter
+track per scene x clock x name for values (COUNTER rows, frames/zones of the value clocks).
+Times are host-clock ns; GPU rows are drift-corrected and span ends clamped so that they nest
+(a viewer closes the wrong slice otherwise). See docs/trace-format.md.
 """
 
 from __future__ import annotations
@@ -34,12 +18,11 @@ from katra_trace.analysis.stats import scene_labels
 from katra_trace.metrics import CLOCK_PREFERENCE, clock_name
 from katra_trace.schema import VALUE_CLOCKS, Clock, Flag, Kind
 
-#: Order of the clocks' tracks inside a scene: the clock preference order.
 CLOCK_ORDER: tuple[int, ...] = tuple(int(Clock[name.upper()]) for name in CLOCK_PREFERENCE)
 
 
 def flag_names(flags: int) -> str:
-    """The set bits of a ``flags`` value as ``warmup|setup`` (``""`` for none)."""
+    """The set bits of ``flags`` as ``warmup|setup`` (``""`` for none)."""
     names = [f.name.lower() for f in Flag if f.value and flags & f.value and f.name]
     unknown = int(flags) & ~sum(int(f.value) for f in Flag)
     if unknown:
@@ -49,13 +32,13 @@ def flag_names(flags: int) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class SliceTrack:
-    """One scene x clock track: its spans (nested) and instants, as index arrays into the events."""
+    """One scene x clock track: index arrays of its spans and instants."""
 
     scene_id: int
     scene: str
     clock: int
-    spans: np.ndarray  #: event indices of its frames and zones, in (start, depth) order
-    instants: np.ndarray  #: event indices of its markers, in start order
+    spans: np.ndarray  #: in (start, depth) order
+    instants: np.ndarray  #: in start order
 
     @property
     def name(self) -> str:
@@ -64,14 +47,14 @@ class SliceTrack:
 
 @dataclasses.dataclass(frozen=True)
 class CounterTrack:
-    """One scene x clock x name series of values (counters, and frames/zones on value clocks)."""
+    """One scene x clock x name series of values."""
 
     scene_id: int
     scene: str
     clock: int
     name_id: int
-    label: str  #: the series' name: the counter's, or ``frame``/the zone's name on a value clock
-    rows: np.ndarray  #: event indices, in start order
+    label: str
+    rows: np.ndarray  #: in start order
     from_durations: bool  #: values are the rows' ``dur_ns`` (value clocks), else their ``value``
 
     @property
@@ -87,18 +70,17 @@ class CounterTrack:
 
 @dataclasses.dataclass
 class Timeline:
-    """A trace's events placed on tracks, with their host times (ns since the capture start)."""
+    """A trace's events on tracks, with host times (ns since the capture start)."""
 
     events: np.ndarray
     strings: list[str]
-    scenes: dict[int, str]  #: scene id -> unique label, in capture order
-    #: per event, int64: its start on the host clock (GPU rows drift-corrected)
-    start_ns: np.ndarray
-    end_ns: np.ndarray  #: per event, int64: its end, clamped so that spans nest (instants: = start)
+    scenes: dict[int, str]  #: scene id -> unique label
+    start_ns: np.ndarray  #: per event, host clock (GPU drift-corrected)
+    end_ns: np.ndarray  #: per event, clamped so that spans nest (instants: = start)
     slice_tracks: list[SliceTrack]
     counter_tracks: list[CounterTrack]
-    clamped: int  #: spans whose end was clamped to their parent's (or next sibling's) start or end
-    gpu_drift_ppm: float | None  #: drift between GPU and host clock corrected for, when known
+    clamped: int  #: spans whose end was clamped
+    gpu_drift_ppm: float | None
 
     def name(self, sid: int) -> str:
         return self.strings[sid] if 0 <= sid < len(self.strings) else f"?{sid}"
@@ -108,13 +90,11 @@ class Timeline:
         return sum(len(t.spans) for t in self.slice_tracks)
 
 
-#: Largest |time| (ns) :func:`gpu_to_host` maps: its int64 differences and float products stay exact
-#: enough and in range (2^61 ns is 73 years; a real capture's times are far below).
+#: Largest |time| (ns) :func:`gpu_to_host` maps, so int64/float arithmetic stays in range.
 _SYNC_LIMIT_NS = 2**61
 
 
 def _sync_pairs(clock_syncs: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
-    """(host_ns, gpu_ns) of every CLOCK_SYNC record holding both as integers, in host order."""
     pairs = []
     for rec in clock_syncs:
         h, g = rec.get("host_ns"), rec.get("gpu_ns")
@@ -131,14 +111,9 @@ def _sync_pairs(clock_syncs: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
 def gpu_to_host(
     start_ns: np.ndarray, clock_syncs: Sequence[dict[str, Any]]
 ) -> tuple[np.ndarray, float | None]:
-    """GPU rows' times (as stored: mapped with the first CLOCK_SYNC pair) re-mapped through all
-    pairs.
-
-    The capture stores ``gpu + (host0 - gpu0)`` with the first pair ``(host0, gpu0)``. With two or
-    more pairs the GPU time is recovered and mapped piecewise linearly through them (linear
-    extrapolation beyond the first and last pair), which removes the drift between the clocks.
-    Returns the host times and the drift in ppm between the first and last pair (None: fewer than
-    two usable pairs, times returned unchanged).
+    """GPU times (stored mapped by the first CLOCK_SYNC pair) re-mapped piecewise linearly
+    through all pairs, removing clock drift. Returns (host times, drift ppm); the times are
+    unchanged and drift None with fewer than two usable pairs.
     """
     pairs = _sync_pairs(clock_syncs)
     t = np.asarray(start_ns, dtype=np.int64)
@@ -149,14 +124,13 @@ def gpu_to_host(
         any(abs(v) > _SYNC_LIMIT_NS for p in pairs for v in p)
         or max(abs(int(t.min()) - (h0 - g0)), abs(int(t.max()) - (h0 - g0))) > _SYNC_LIMIT_NS
     ):
-        # pairs (from the file) that int64 arithmetic cannot map: keep the capture's mapping
         return t.copy(), None
-    gpu = t - np.int64(h0 - g0)  # the raw GPU timestamps
+    gpu = t - np.int64(h0 - g0)
     pairs = sorted(set(pairs), key=lambda p: p[1])
     gs = np.array([p[1] for p in pairs], dtype=np.int64)
     hs = np.array([p[0] for p in pairs], dtype=np.int64)
     if np.any(np.diff(gs) <= 0) or np.any(np.diff(hs) < 0):
-        return t.copy(), None  # pairs that do not increase together: keep the capture's mapping
+        return t.copy(), None
     seg = np.clip(np.searchsorted(gs, gpu, side="right") - 1, 0, len(gs) - 2)
     slope = (hs[1:] - hs[:-1]).astype(np.float64) / (gs[1:] - gs[:-1]).astype(np.float64)
     delta = np.rint((gpu - gs[seg]).astype(np.float64) * slope[seg])
@@ -164,7 +138,7 @@ def gpu_to_host(
         np.all(np.abs(delta) <= _SYNC_LIMIT_NS)
         and np.all(np.abs(hs[seg] + delta) <= _SYNC_LIMIT_NS)
     ):
-        return t.copy(), None  # a slope that throws times out of range: keep the capture's mapping
+        return t.copy(), None
     total = (hs[-1] - hs[0]) / (gs[-1] - gs[0])
     return hs[seg] + delta.astype(np.int64), (float(total) - 1.0) * 1e6
 
@@ -172,14 +146,11 @@ def gpu_to_host(
 def nest(
     starts: Sequence[int], ends: Sequence[int], depths: Sequence[int]
 ) -> tuple[list[int], int]:
-    """Clamp span ends so that the spans of one track nest; spans given in (start, depth) order.
-
-    A span's parent is the innermost open span of smaller depth that contains its start; a span
-    still open at a sibling's (or shallower span's) start is closed there. Returns the new ends
-    and how many were changed.
+    """Clamp span ends (spans in (start, depth) order) so that they nest: a span open at a
+    sibling's or shallower span's start closes there. Returns (new ends, how many changed).
     """
     out = list(ends)
-    stack: list[int] = []  # indices of open spans
+    stack: list[int] = []
     changed = 0
     for i in range(len(out)):
         s, d = starts[i], depths[i]
@@ -202,7 +173,7 @@ def nest(
 def build_timeline(
     events: np.ndarray, strings: list[str], clock_syncs: Sequence[dict[str, Any]] = ()
 ) -> Timeline:
-    """Place ``events`` on tracks (see the module docstring)."""
+    """Place ``events`` on tracks."""
     ev = np.asarray(events)
     labels = scene_labels(ev, strings)
     start = ev["start_ns"].astype(np.int64)
@@ -223,14 +194,13 @@ def build_timeline(
     is_span = ((kind == Kind.FRAME) | (kind == Kind.ZONE)) & ~value_clock
     is_instant = kind == Kind.MARKER
     is_value = (kind == Kind.COUNTER) | (((kind == Kind.FRAME) | (kind == Kind.ZONE)) & value_clock)
-    # anything else (a kind newer than this build) is left out of the timeline
+    # a kind newer than this build is left out
     end[~is_span] = start[~is_span]
 
     slice_tracks: list[SliceTrack] = []
     counter_tracks: list[CounterTrack] = []
     clamped = 0
     order_rank = {c: i for i, c in enumerate(CLOCK_ORDER)}
-    # each scene's rows, in file order, from one stable sort (not a scan of every event per scene)
     by_scene = np.argsort(ev["scene"], kind="stable")
     scene_ids, firsts = np.unique(ev["scene"][by_scene], return_index=True)
     rows_of = (
@@ -260,8 +230,7 @@ def build_timeline(
             value_idx = on[is_value[on]]
             if value_idx.size:
                 vals = ev[value_idx]
-                # value-clock frames first, then zones, then counters; each by name in first-seen
-                # order
+                # frames, then zones, then counters; each by name in first-seen order
                 group_key = np.where(
                     vals["kind"] == Kind.COUNTER, 2, np.where(vals["kind"] == Kind.FRAME, 0, 1)
                 )

@@ -1,8 +1,5 @@
-"""``history add``'s first half: find the traces, read them, and turn them into rows (no database
-yet).
-
-Reading happens before the store is opened, so a writer holds DuckDB's lock only while it inserts.
-"""
+"""``history add``'s first half: find and read the traces into rows before the store is opened,
+so a writer holds DuckDB's lock only while it inserts."""
 
 from __future__ import annotations
 
@@ -19,17 +16,15 @@ from katra_trace.io.claim import describe
 from katra_trace.io.tracesets import damaged_note, open_quietly
 from katra_trace.text import check_text, shown
 
-#: File name pattern of the traces a directory argument stands for (searched recursively).
+#: Traces a directory argument stands for (searched recursively).
 TRACE_GLOB = "*.katra"
 #: The longest --label (and --commit) a store takes, in characters.
 MAX_LABEL_CHARS = 200
 
 
 def find_traces(args: Sequence[str]) -> list[Path]:
-    """Each argument: a trace file, or a directory whose ``*.katra`` files (recursively) are taken,
-    in name order. A path named twice counts once. Raises ConfigError (one line naming the path) for
-    a missing path, an empty directory, or one the system refuses (a name too long, no permission).
-    """
+    """Trace files, and the ``*.katra`` files under directories (in name order), each once. Raises
+    ConfigError for a missing path, an empty directory, or one the system refuses."""
     out: list[Path] = []
     for arg in args:
         p = Path(arg)
@@ -63,12 +58,9 @@ def prepare_runs(
     progress: Callable[[int, int, Path], None] | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> tuple[list[PreparedRun], list[tuple[Path, Path]]]:
-    """Read every trace into rows. Returns (runs, [(trace, earlier path of the same bytes)]).
-
-    All or nothing: an unreadable trace raises its KatraError (exit 2) before anything is stored. A
-    damaged trace that reads in part is taken with a warning (``warn``); one with no measured frame
-    is refused.
-    """
+    """Read every trace into rows; returns (runs, [(trace, earlier path of the same bytes)]). An
+    unreadable trace raises before anything is stored; a damaged one that reads in part is taken
+    with a warning."""
     if not label.strip():
         raise ConfigError("--label must not be empty")
     check_text(label, "--label", max_chars=MAX_LABEL_CHARS)

@@ -1,11 +1,7 @@
-"""One trace -> the rows the history store keeps (pure: reads a trace, no database).
+"""One trace -> the rows the history store keeps (pure: no database).
 
-A *row* is one run x scene x zone x metric: the run's median, p99, 1 % low,
-CV and frame count on one clock (``wall``, ``cpu``, ``gpu``, ``process``,
-``instructions``, ``cycles``, and ``wall/reference`` when the run timed the reference
-workload), with the facts of the run repeated on every row (label, commit,
-host fingerprint, the trace's SHA-256) so that a row stands alone in a
-Parquet file. ``zone`` is ``""`` for the scene's frames.
+A row is one run x scene x zone x metric with the run's facts repeated (label, commit, host, trace
+SHA-256), so that it stands alone in a Parquet file. Columns: docs/history.md.
 """
 
 from __future__ import annotations
@@ -34,18 +30,14 @@ if TYPE_CHECKING:
     from katra_trace.io.header import TraceHeader
 
 
-#: Metric name of the per-run ratio (median frame wall) / (median reference wall), as `compare
-#: --normalize`.
+#: Metric of the per-run ratio median wall / median reference wall (`compare --normalize`).
 REFERENCE_METRIC = "wall/reference"
 _NS_PER_MS = 1e6
 
 
 def file_sha256(path: Path) -> str:
-    """SHA-256 (hex) of a trace file's bytes.
-
-    The file is opened as the reader opens a trace (:func:`~katra_trace.io.inputs.open_regular`:
-    regular files only, so a FIFO, ``/dev/zero`` or a terminal on ``/dev/stdin`` is refused at once
-    with ConfigError instead of hanging), and at most its size when opened is read.
+    """SHA-256 (hex) of a trace file's bytes, at most its size when opened. Regular files only
+    (:func:`~katra_trace.io.inputs.open_regular`): a FIFO or device is a ConfigError, never a hang.
     """
     h = hashlib.sha256()
     with open_regular(path) as f:
@@ -67,17 +59,13 @@ def short_id(obj: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-#: The label times a store holds (UTC ns in a signed 64-bit column), whole seconds inside that
-#: range.
+#: Label times a store holds (UTC ns in a signed 64-bit column), in whole seconds.
 _TIME_MIN_NS = -(2**63) // 10**9 * 10**9 + 10**9
 _TIME_MAX_NS = (2**63 - 1) // 10**9 * 10**9
 
 
 def parse_time_ns(text: str) -> int:
-    """An ISO 8601 date or time (``2026-11-30``, ``2026-11-30T12:00:00+01:00``, ``...Z``) -> UTC ns.
-
-    A time without a UTC offset is taken as UTC. Raises ConfigError.
-    """
+    """An ISO 8601 date or time -> UTC ns (no offset: UTC). Raises ConfigError."""
     try:
         when = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
@@ -195,36 +183,36 @@ class RunFacts:
 
 @dataclasses.dataclass(frozen=True)
 class HistoryRow:
-    """One row of the store: one run x scene x zone x metric (its fields are the columns)."""
+    """One row of the store; its fields are the columns (docs/history.md)."""
 
-    trace_sha256: str  #: SHA-256 of the trace file's bytes (the run's identity)
-    label: str  #: the version this run measured (--label)
-    label_time_ns: int | None  #: --time, else the capture's start; UTC ns (orders labels)
-    commit: str  #: --commit ("" when not given)
-    run_start_ns: int | None  #: the capture's start (header start_wall_ns), UTC ns
-    added_ns: int  #: when `history add` stored the row, UTC ns
-    host_id: str  #: 12 hex digits of SHA-256(renderer, driver, cpu)
+    trace_sha256: str
+    label: str
+    label_time_ns: int | None  #: UTC ns
+    commit: str
+    run_start_ns: int | None  #: UTC ns
+    added_ns: int  #: UTC ns
+    host_id: str
     renderer: str
     driver: str
     cpu: str
-    codegen_id: str  #: 12 hex digits of SHA-256(host_info.codegen) ("" when absent)
-    codegen: str  #: host_info.codegen as JSON ("" when absent)
-    machine_name: str  #: the capturing machine's hostname (information only)
-    mode: str  #: time | instructions | cycles (what the capture measured)
-    size: str  #: framebuffer WxH
-    params: str  #: the scene's params as JSON ("" when not recorded)
+    codegen_id: str
+    codegen: str  #: JSON ("" when absent)
+    machine_name: str  #: information only
+    mode: str
+    size: str
+    params: str  #: JSON ("" when not recorded)
     scene: str
     zone: str  #: "" for the scene's frames
-    metric: str  #: wall, cpu, gpu, process, instructions, cycles, wall/reference
-    unit: str  #: ms, instructions, cycles or x reference
-    frames: int  #: measured frames (zones: frames the zone ran in)
+    metric: str
+    unit: str
+    frames: int
     median: float  #: in `unit`
     mean: float
     p99: float
-    low_1pct_fps: float | None  #: average of the slowest 1 %, time clocks only
-    cv: float | None  #: frame-to-frame coefficient of variation within the run
-    trace_path: str  #: where the trace was when it was added
-    trace_status: str  #: complete | aborted | interrupted | incomplete
+    low_1pct_fps: float | None
+    cv: float | None
+    trace_path: str
+    trace_status: str
     tool_version: str
 
 
@@ -237,8 +225,7 @@ COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 
 
 def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[HistoryRow]:
-    """The history rows of an opened trace (:class:`~katra_trace.io.reader.Trace`), one per run x
-    scene x zone x metric; empty when the trace has no measured frames."""
+    """The history rows of an opened trace; empty when it has no measured frames."""
     header = trace.header
     host = host_fingerprint(header)
     start_ns = header.start_wall_ns
@@ -260,7 +247,7 @@ def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[HistoryRow]:
                 commit=facts.commit,
                 run_start_ns=start_ns,
                 added_ns=facts.added_ns or time.time_ns(),
-                # a merged trace: each scene's own host (katra3d merge)
+                # a merged trace: each scene's own host
                 **dataclasses.asdict(host_fingerprint(header, scene) if header.shards else host),
                 mode=opts.measure_mode,
                 size=_size(header),

@@ -1,11 +1,8 @@
-"""Seeded simulation of histories, to measure what ``history check`` finds (docs/history.md).
+"""Seeded simulation of histories, to measure what ``history check`` finds.
 
-Model of one run's value (its median frame time or count): ``level_l x exp(N(0, run_cv))``,
-where ``level_l`` is 1 before a step and ``1 + step`` after it; with ``frames > 0`` a run's value
-is instead the median of ``frames`` values ``run level x exp(N(0, frame_cv))`` (the noise of a run
-median then has a run part and a frame part). Labels are numbered from 1 in the output.
-
-``python -m katra_trace.history.sim`` prints the tables of docs/history.md (about a minute).
+A run's value is ``level x exp(N(0, run_cv))`` (with ``frames > 0``: the median of that many
+frame values around it); the level is 1 before a step and ``1 + step`` after.
+``python -m katra_trace.history.sim`` prints the tables of docs/history.md.
 """
 
 from __future__ import annotations
@@ -63,14 +60,14 @@ def simulate(sc: Scenario, seed: int) -> list[np.ndarray]:
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """Over ``n`` seeds: how often any step was reported, each true step found where it is, ..."""
+    """Counts over ``n`` simulated histories."""
 
     n: int
-    any_step: int  #: histories with at least one reported step
-    exact: int  #: histories where every true step was reported at its label
+    any_step: int  #: with a reported step
+    exact: int  #: every true step reported at its label
     within_one: int  #: ... at its label +-1
-    start_range_covers: int  #: ... and each such step's start range contains the true label
-    #: histories with a reported step more than 1 label from every true step
+    start_range_covers: int  #: ... and its start range holds the true label
+    #: with a reported step more than 1 label from every true step
     extra_steps: int
 
 
@@ -100,9 +97,8 @@ def run(sc: Scenario, seeds: Sequence[int], alpha: float = DEFAULT_ALPHA) -> Out
 
 
 def oracle_exact_rate(sc: Scenario, seeds: Sequence[int]) -> float:
-    """How often the true single step's label is the most likely one when the noise and the step's
-    size are known (a bound no detector can beat on average): label means vs the two known levels.
-    """
+    """How often the true single step's label is the most likely one given the noise and step size:
+    a bound no detector beats on average."""
     ((start, size),) = sc.steps
     hits = 0
     for seed in seeds:

@@ -1,56 +1,6 @@
-"""Step detection over a history: where did the level change, by how much, and is it more than
-noise?
-
-Pure numpy (and scipy.special for the t quantile). The input is one series (a scene, metric and
-host): for each label, in order, the values of its runs (replicates). The method:
-
-1. Work on logs (a step is a ratio; run-to-run noise is multiplicative). A run far from the
-   other runs of its label (more than 5 robust sds from the label's median, the sd pooled over
-   labels of 3+ runs) is left out: a busy neighbour can halve one run's frame rate.
-2. **Noise from replicates.** The run-to-run variance is pooled from the spread of the runs
-   *within* labels, so a step between labels cannot inflate it: over the labels around each
-   label that hold about :data:`LOCAL_NOISE_LABELS` degrees of freedom, and never below half the
-   whole series' pooled variance ``s2`` (``df = sum(n_l - 1)``). A label mean then has that
-   variance over ``n_l``.
-3. **Label-to-label noise.** With fewer than 3 replicate degrees of freedom (one run a label), or
-   when consecutive labels differ more than their replicates explain (the 35th percentile of the
-   squared differences over their replicate variances, against its own simulated ``1 - alpha``
-   quantile: a label's runs evidently share something, one machine state, one build), the noise
-   of a label mean comes from the labels themselves: each label's difference from the median of
-   the 3 labels on either side of it. The variance is estimated **locally**, over the
-   :data:`LOCAL_NOISE_LABELS` labels around each label, the largest fifth of the squared
-   differences left out (steps and disturbed labels) and the rest scaled to a normal variance,
-   and never below half the whole series' variance (the smaller of that estimate and the same
-   from consecutive differences: in a short series a step moves every label's neighbours, but
-   only one difference). Where the spread of a history changes, its labels are weighed by the
-   spread around them, so a change of spread is not taken for a change of level; values that
-   alternate between two levels (banding) are noise of that spread.
-4. **A label alone away from its neighbours is left out.** A label further than
-   :data:`OUTLIER_LABEL_SDS` sds of a label mean from the running median of the
-   :data:`RUNNING_MEDIAN_LABELS` labels around it is a passing departure (a busy runner, a
-   disturbed build), not two steps: it is left out of the fit and counted. A run of up to three
-   such labels is left out the same way; a longer one moves the running median with it and is a
-   level. Every level but the newest holds at least :data:`MIN_SEGMENT_LABELS` labels kept; a
-   label left out between two levels belongs to the nearer one. The newest label is never left
-   out this way (item 7).
-5. **Penalized piecewise-constant fit.** The levels are fitted by exact optimal partitioning
-   (dynamic programming) minimizing the chi-square misfit ``sum w_l (mean_l - level)^2`` over
-   the labels kept, plus a penalty ``c`` per step.
-6. **The penalty is a test.** ``c`` is the ``1 - alpha`` quantile of the largest single-split
-   chi-square of *this series' design* (its labels and replicate counts, with its noise
-   estimator and the departure rule of item 4) under "no step", found by a seeded simulation
-   and cached. So a flat history shows a step with probability about alpha, whatever its length
-   or replicate counts.
-7. **The newest labels.** A new level at the end of the series that holds fewer than
-   :data:`~katra_trace.analysis.defaults.MIN_RUNS` runs (compare's minimum a side for a time
-   metric), or a newest label of fewer runs that departs from the level before it by more than
-   the ``1 - alpha`` normal quantile of the difference's standard error, cannot tell a step from
-   disturbed runs: the fit reports it as a :class:`Departure`, not as a step, and the caller
-   decides what a departure of its metric means (a count's is a step: counts are exact).
-8. Each step reports the label where the new level starts, the range of labels where it may
-   start (splits whose misfit is within the chi-square ``1 - alpha`` quantile of the best one),
-   and its size as a ratio of the adjacent levels with a ``1 - alpha`` interval (t on the
-   noise's degrees of freedom).
+"""Step detection over a history (pure numpy): fits log levels piecewise-constant by optimal
+partitioning, with a per-step penalty simulated as this design's ``1 - alpha`` null quantile, so a
+flat history shows a step with probability about alpha. The method: docs/history.md.
 """
 
 from __future__ import annotations
@@ -65,72 +15,68 @@ import numpy as np
 
 from katra_trace.analysis.defaults import DEFAULT_ALPHA, MIN_RUNS
 
-#: Simulated null series per design when calibrating the penalty.
+#: Null series simulated per design for the penalty.
 NULL_SIMULATIONS = 4000
-#: Fewer replicate degrees of freedom than this: estimate the noise from label-to-label differences.
+#: Fewer replicate dfs: noise from label-to-label differences.
 MIN_REPLICATE_DF = 3
-#: Without replicates, the noise comes from label-to-label differences: at least this many labels.
+#: Labels needed for label-to-label noise.
 MIN_LABELS_FOR_LABEL_NOISE = 4
-#: A run further than this many robust sds from its label's median is left out as an outlier.
+#: Robust sds from its label's median that make a run an outlier.
 OUTLIER_SDS = 5.0
-#: A label further than this many sds of a label mean from the running median around it is left out.
+#: Sds of a label mean from the running median that leave a label out.
 OUTLIER_LABEL_SDS = 4.0
-#: Labels in the running median that a label is held against (fewer next to the ends of the series).
+#: Labels in the running median (fewer at the ends).
 RUNNING_MEDIAN_LABELS = 7
-#: Labels whose differences from their neighbours estimate the label-to-label noise around a label.
+#: Labels around a label that estimate its local noise.
 LOCAL_NOISE_LABELS = 24
-#: The share of those differences kept (the smallest squares): steps and departures are the rest.
+#: The share of those differences kept (the smallest squares).
 NOISE_KEPT_SHARE = 0.8
-#: The local variance of a label mean is never taken below this share of the series' variance.
+#: Floor of a local variance, as a share of the series'.
 LOCAL_NOISE_FLOOR = 0.5
-#: Labels (of those kept) a level holds at least, but the newest level.
+#: Kept labels a level holds at least (but the newest).
 MIN_SEGMENT_LABELS = 2
-#: A label mean's standard deviation is never taken below this (log units, 0.01 %): keeps identical
-#: counts finite.
+#: Floor of a label mean's sd (log units): keeps identical counts finite.
 MIN_SD = 1e-4
-#: Null series simulated at once when calibrating (bounds the memory of a long series' design).
+#: Null series simulated at once (bounds memory).
 _SIM_CHUNK = 500
 _NORMAL = NormalDist()
 _MAD_TO_SD = 1.0 / _NORMAL.inv_cdf(0.75)
-#: The quantile of the squared label differences that measures label-to-label noise: low enough
-#: that a few steps among a dozen labels barely move it.
+#: Dispersion quantile: low, so steps barely move it.
 _DISPERSION_Q = 0.35
 _CHI2_1_Q = _NORMAL.inv_cdf(0.5 + _DISPERSION_Q / 2) ** 2  # chi-square(1) quantile
 
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """A change of level that starts at label index ``index`` (0-based; the first label of the new
-    level)."""
+    """A change of level; ``index`` is the first label (0-based) of the new level."""
 
     index: int
-    start_low: int  #: earliest label index where the step may start (at the fit's confidence)
-    start_high: int  #: latest such index
-    ratio: float  #: new level / old level (geometric means)
-    ratio_low: float  #: lower end of the interval of ``ratio``
+    start_low: int  #: earliest possible start
+    start_high: int
+    ratio: float  #: new level / old level
+    ratio_low: float
     ratio_high: float
-    z: float  #: log ratio over its standard error
-    level_before: float  #: geometric-mean level of the segment before (the series' unit)
+    z: float  #: log ratio / its standard error
+    level_before: float
     level_after: float
 
 
 @dataclasses.dataclass(frozen=True)
 class Departure:
-    """The newest label, or a new level at the end of the series, away from the fitted level
-    before it on fewer than :data:`MIN_RUNS` runs: a step or disturbed runs, which more
-    runs there tell apart."""
+    """The newest label(s) away from the level before on fewer than :data:`MIN_RUNS` runs: a step
+    or disturbed runs, which more runs there tell apart."""
 
-    index: int  #: the first label of the departing level (the newest, or one before it)
-    labels: int  #: labels at that level (those left out as departures not counted)
-    runs: int  #: their runs
-    ratio: float  #: their level / the fitted level before them
-    ratio_low: float  #: lower end of the ``1 - alpha`` interval of ``ratio``
+    index: int  #: first label of the departing level
+    labels: int  #: kept labels at that level
+    runs: int
+    ratio: float  #: their level / the level before
+    ratio_low: float
     ratio_high: float
-    z: float  #: log ratio over its standard error
-    level_before: float  #: the fitted level of the labels before it (the series' unit)
-    level: float  #: the level of the departing labels
-    run_sd: float  #: sd of one run's log value there (what more runs average out)
-    level_sd: float  #: sd of the log level before them (what more runs there do not shrink)
+    z: float
+    level_before: float
+    level: float
+    run_sd: float  #: sd of one run's log there
+    level_sd: float  #: sd of the log level before
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,37 +84,32 @@ class Fit:
     """The fitted levels of one series and the steps between them."""
 
     steps: list[Step]
-    levels: list[float]  #: fitted level per label (the series' unit)
-    label_means: list[float]  #: geometric mean of each label's runs
-    #: run-to-run sd (log units ~ relative) used, per run; per label mean (the series' typical one)
-    #: when ``noise_source`` is ``"labels"``
+    levels: list[float]  #: fitted level per label
+    label_means: list[float]  #: geometric means
+    #: sd (log units) of one run, or of a label mean when ``noise_source`` is ``"labels"``
     noise_sd: float
     noise_source: str  #: "replicates" | "labels"
     noise_df: int
-    #: how much label means scatter relative to their replicates (about 1 when they differ by their
-    #: runs' noise only; 0 without replicates)
+    #: label-mean scatter over what replicates explain (about 1 without label noise)
     dispersion: float
-    penalty: float  #: the chi-square penalty per step (the null quantile)
+    penalty: float  #: chi-square penalty per step
     confidence: float
-    dropped_runs: int = 0  #: runs left out as outliers (see :data:`OUTLIER_SDS`)
-    runs: tuple[int, ...] = ()  #: runs per label that the fit used (outliers left out)
-    run_sd: float = 0.0  #: run-to-run sd within labels (log units), pooled; 0 without replicates
-    #: labels left out as passing departures (see :data:`OUTLIER_LABEL_SDS`), by index
+    dropped_runs: int = 0  #: outlier runs left out
+    runs: tuple[int, ...] = ()  #: runs per label used (outliers left out)
+    run_sd: float = 0.0  #: pooled within-label sd (log units); 0 without replicates
+    #: indices of labels left out as passing departures
     departed_labels: tuple[int, ...] = ()
-    departure: Departure | None = None  #: the newest label's departure, when it has one
+    departure: Departure | None = None
 
     @property
     def change(self) -> float:
-        """The fitted level of the newest label over the first's (1.0 when no step was found): the
-        change of the series as the model sees it."""
+        """The fitted level of the newest label over the first's (1.0 without a step)."""
         return self.levels[-1] / self.levels[0] if self.levels else 1.0
 
 
 def _drop_outliers(logs: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
-    """Leave out runs more than :data:`OUTLIER_SDS` robust sds from their label's median (labels of
-    3+ runs; the sd pooled from every such label's absolute deviations, one zero of an odd label
-    left out). A busy neighbour can halve one run's frame rate; that run says nothing about the
-    version."""
+    """Leave out runs beyond :data:`OUTLIER_SDS` robust sds from their label's median (3+ runs):
+    a busy neighbour can halve one run."""
     devs = []
     for a in logs:
         if a.size >= 3:
@@ -187,23 +128,18 @@ def _drop_outliers(logs: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
     return out, dropped
 
 
-#: Points of the integral in :func:`_kept_share_factor`.
 _FACTOR_GRID = 4000
 
 
 @functools.lru_cache(maxsize=1)
 def _half_normal_squares() -> tuple[np.ndarray, np.ndarray]:
-    """Midpoints ``u`` of the unit interval and the squared ``u`` quantile of ``|Z|`` there."""
     u = (np.arange(_FACTOR_GRID) + 0.5) / _FACTOR_GRID
     return u, np.array([_NORMAL.inv_cdf(0.5 + 0.5 * v) ** 2 for v in u])
 
 
 @functools.lru_cache(maxsize=1024)
 def _kept_share_factor(n: int, k: int) -> float:
-    """The expected mean of the ``k`` smallest of ``n`` squared standard normal values (1 when
-    ``k == n``): ``n / k`` times the integral over ``u`` of the squared ``u`` quantile of ``|Z|``
-    times the chance that fewer than ``k`` of the other ``n - 1`` values lie below it (the sum of
-    the densities of the ``k`` smallest order statistics)."""
+    """Expected mean of the ``k`` smallest of ``n`` squared standard normals."""
     if k >= n:
         return 1.0
     u, g = _half_normal_squares()
@@ -219,8 +155,8 @@ def _kept_share_factor(n: int, k: int) -> float:
 
 
 def _kept_variance(sq: np.ndarray) -> np.ndarray:
-    """The variance of normal values from their squares ``sq`` (last axis), the largest
-    ``1 - NOISE_KEPT_SHARE`` of them left out: the mean of the rest over its normal share."""
+    """Normal variance from squares ``sq`` (last axis), the largest ``1 - NOISE_KEPT_SHARE`` left
+    out and the rest rescaled."""
     n = sq.shape[-1]
     k = max(1, math.floor(NOISE_KEPT_SHARE * n))
     low = np.partition(sq, k - 1, axis=-1)[..., :k]
@@ -228,13 +164,12 @@ def _kept_variance(sq: np.ndarray) -> np.ndarray:
     return out
 
 
-#: The variance of the median of 2, 4 and 6 independent standard normal values (the mean of the
-#: middle two).
+#: Variance of the median of 2, 4 and 6 standard normal values.
 _MEDIAN_VARIANCE = {2: 0.5, 4: 0.298, 6: 0.215}
 
 
 def _median(values: np.ndarray) -> np.ndarray:
-    """The median along the last axis of a few values (a sort beats np.median's partition there)."""
+    """Median along the last axis (a sort beats np.median for a few values)."""
     s = np.sort(values, axis=-1)
     k = s.shape[-1]
     out: np.ndarray = s[..., k // 2] if k % 2 else (s[..., k // 2 - 1] + s[..., k // 2]) / 2
@@ -242,10 +177,7 @@ def _median(values: np.ndarray) -> np.ndarray:
 
 
 def _neighbour_residuals(means: np.ndarray) -> np.ndarray:
-    """Each label's difference from the median of its neighbours, over the standard deviation that
-    difference has for independent normal labels of variance 1 (rows are series, at least 3 labels):
-    the 3 labels on either side, fewer next to the ends, and at an end the 2 labels beside it. A
-    label far from the rest moves its own residual only."""
+    """Each label's standardized difference from the median of up to 3 labels either side."""
     x = np.atleast_2d(means)
     n = x.shape[-1]
     out = np.empty_like(x)
@@ -266,41 +198,33 @@ def _neighbour_residuals(means: np.ndarray) -> np.ndarray:
 
 
 def _label_noise(means: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The variance of each label mean around each label, from its neighbours (rows of ``means``
-    are series), as item 3 of the module's method says, and each row's variance over the whole
-    series: the smaller of the estimates from consecutive differences and from the differences
-    from the neighbours' median. Returns ``(per label (rows, L), whole series (rows,))``."""
+    """Label-to-label variance of a label mean: ``(per label (rows, L), whole series (rows,))``."""
     means = np.atleast_2d(means)
     labels = means.shape[-1]
-    # consecutive differences: a difference is twice a label's variance
+    # a consecutive difference has twice a label's variance
     whole = _kept_variance(np.diff(means, axis=-1) ** 2 / 2)
     if labels >= 3:
         sq = _neighbour_residuals(means) ** 2
-        # the smaller of the two: a residual holds one disturbed label where two differences hold
-        # it, and a step is one difference where it moves the residuals of a short series
+        # a disturbed label is one residual but two differences; a step is one difference but
+        # moves every residual of a short series
         whole = np.minimum(whole, _kept_variance(sq))
     whole = np.maximum(whole, MIN_SD**2)
     if labels <= LOCAL_NOISE_LABELS:
         return np.repeat(whole[:, None], labels, axis=-1), whole
     windows = np.lib.stride_tricks.sliding_window_view(sq, LOCAL_NOISE_LABELS, axis=-1)
     local = _kept_variance(windows)
-    # the window centred on each label, held inside the series
     first = np.clip(np.arange(labels) - LOCAL_NOISE_LABELS // 2, 0, labels - LOCAL_NOISE_LABELS)
     per_label = np.maximum(local[:, first], LOCAL_NOISE_FLOOR * whole[:, None])
     return per_label, whole
 
 
 def _run_noise_labels(df: np.ndarray) -> int:
-    """Labels pooled for the run-to-run variance around a label (an odd number): about
-    :data:`LOCAL_NOISE_LABELS` degrees of freedom from labels of ``df`` each, at least 5 labels."""
+    """Odd number of labels (5+) holding about :data:`LOCAL_NOISE_LABELS` degrees of freedom."""
     return 2 * max(2, math.ceil(LOCAL_NOISE_LABELS / 2 / max(float(df.mean()), 1.0))) + 1
 
 
 def _run_noise(ss: np.ndarray, df: np.ndarray) -> np.ndarray:
-    """The run-to-run variance around each label (rows of ``ss``, each label's sum of squared
-    deviations of its runs from their mean, with ``df`` degrees of freedom a label): pooled over
-    the labels around it that hold about :data:`LOCAL_NOISE_LABELS` degrees of freedom, and never
-    below :data:`LOCAL_NOISE_FLOOR` of the whole series' pooled variance."""
+    """Run-to-run variance around each label from per-label sums of squares, pooled locally."""
     ss = np.atleast_2d(ss)
     labels = ss.shape[-1]
     whole = np.maximum(ss.sum(axis=-1) / max(float(df.sum()), 1.0), MIN_SD**2)
@@ -319,9 +243,7 @@ def _run_noise(ss: np.ndarray, df: np.ndarray) -> np.ndarray:
 
 
 def _running_median(means: np.ndarray) -> np.ndarray:
-    """The running median of :data:`RUNNING_MEDIAN_LABELS` labels centred on each label (rows are
-    series), narrowing to 5 and 3 next to the ends; the first and last label take the median of
-    the three at their end."""
+    """Centred running median, narrowing to 5 and 3 labels (the end ones: their end's three)."""
     x = np.atleast_2d(means)
     n = x.shape[-1]
     out: np.ndarray = x.copy()
@@ -342,8 +264,7 @@ def _running_median(means: np.ndarray) -> np.ndarray:
 
 
 def _departing(means: np.ndarray, var: np.ndarray) -> np.ndarray:
-    """Labels (rows are series) further than :data:`OUTLIER_LABEL_SDS` sds from the running median
-    around them; the newest label never (its departure is judged on its own)."""
+    """Labels beyond :data:`OUTLIER_LABEL_SDS` sds from the running median; never the newest."""
     x = np.atleast_2d(means)
     if x.shape[-1] < 3:
         return np.zeros(x.shape, dtype=bool)
@@ -353,18 +274,14 @@ def _departing(means: np.ndarray, var: np.ndarray) -> np.ndarray:
 
 
 def _dispersion(means: np.ndarray, var: np.ndarray) -> float:
-    """How much consecutive label means differ relative to their replicate variances ``var``: the
-    :data:`_DISPERSION_Q` quantile of ``d^2 / (v_l + v_l+1)`` over the chi-square(1) one (about 1
-    without label-level noise; a low quantile, so the few differences that are steps barely move
-    it)."""
+    """Label-to-label scatter over replicate variance ``var``: about 1 without label-level noise."""
     d2 = np.diff(means, axis=-1) ** 2 / (var[..., :-1] + var[..., 1:])
     return float(np.quantile(d2, _DISPERSION_Q)) / _CHI2_1_Q
 
 
 @functools.lru_cache(maxsize=256)
 def null_dispersion(counts: tuple[int, ...], alpha: float, sims: int = NULL_SIMULATIONS) -> float:
-    """The ``1 - alpha`` quantile of :func:`_dispersion` when the labels differ only by their
-    replicates."""
+    """The ``1 - alpha`` null quantile of :func:`_dispersion`."""
     n = np.asarray(counts, dtype=np.float64)
     rng = np.random.default_rng(20261201 + n.size)
     df = int(np.sum(n - 1))
@@ -375,9 +292,7 @@ def null_dispersion(counts: tuple[int, ...], alpha: float, sims: int = NULL_SIMU
 
 
 def _split_stats(means: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Chi-square of each single split k = 1..L-1 (columns) of rows of ``means`` with weights ``w``
-    (one row, or one per row of ``means``; a weight 0 leaves a label out: a split with no weight
-    on a side is 0)."""
+    """Chi-square of each single split k = 1..L-1 (columns); weight 0 leaves a label out."""
     cw = np.cumsum(w, axis=-1)
     cwm = np.cumsum(means * w, axis=-1)
     wa = cw[..., :-1]
@@ -394,12 +309,8 @@ def _split_stats(means: np.ndarray, w: np.ndarray) -> np.ndarray:
 def null_penalty(
     counts: tuple[int, ...], alpha: float, source: str, sims: int = NULL_SIMULATIONS
 ) -> float:
-    """The ``1 - alpha`` quantile of the largest single-split chi-square under "no step".
-
-    ``counts``: runs per label. ``source``: how the noise is estimated ("replicates" or
-    "labels"), simulated with the same estimator and the same departing labels left out.
-    Seeded: the same design always gets the same penalty.
-    """
+    """The ``1 - alpha`` quantile of the largest single-split chi-square under "no step", for runs
+    per label ``counts`` and noise ``source``, simulated (seeded) with the fit's own estimator."""
     n = np.asarray(counts, dtype=np.float64)
     if n.size < 2:
         return math.inf
@@ -418,10 +329,8 @@ def null_penalty(
 
 
 def _optimal_partition(means: np.ndarray, w: np.ndarray, penalty: float) -> list[int]:
-    """Start indices of the segments (0 first) minimizing misfit + penalty x steps, every segment
-    but the last holding at least :data:`MIN_SEGMENT_LABELS` labels of weight > 0. A label of
-    weight 0 costs nothing where it lies; where it could end one segment or start the next, the
-    earlier start is taken."""
+    """Segment starts (0 first) minimizing misfit + penalty x steps; every segment but the last
+    holds :data:`MIN_SEGMENT_LABELS`+ labels of weight > 0."""
     n = means.size
     z = np.concatenate([[0.0], np.cumsum(w)])
     zm = np.concatenate([[0.0], np.cumsum(w * means)])
@@ -449,7 +358,6 @@ def _optimal_partition(means: np.ndarray, w: np.ndarray, penalty: float) -> list
 
 
 def _levels(means: np.ndarray, w: np.ndarray, starts: list[int]) -> np.ndarray:
-    """The fitted (log) level of every label: its segment's weighted mean."""
     bounds = [*starts, means.size]
     levels = np.empty(means.size)
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
@@ -461,8 +369,7 @@ def _levels(means: np.ndarray, w: np.ndarray, starts: list[int]) -> np.ndarray:
 
 
 def _place_left_out(means: np.ndarray, w: np.ndarray, starts: list[int]) -> list[int]:
-    """Left-out labels (weight 0) between two levels join the nearer one: the fit puts them after
-    a step; each that lies nearer the level before moves the step one label later."""
+    """Left-out labels (weight 0) after a step join the level before when nearer it."""
     out = [0]
     bounds = [*starts, means.size]
     for s in range(1, len(starts)):
@@ -478,11 +385,10 @@ def _place_left_out(means: np.ndarray, w: np.ndarray, starts: list[int]) -> list
 def detect_steps(
     groups: Sequence[Sequence[float] | np.ndarray], alpha: float = DEFAULT_ALPHA
 ) -> Fit:
-    """Fit levels to a series of labels (each a sequence of run values > 0) and find the steps.
+    """Fit levels to labels (each a sequence of run values > 0) and find the steps.
 
-    ``alpha``: the chance that a flat series shows a step (the penalty's null quantile), and
-    ``1 - alpha`` is the confidence of each step's interval and start range. Labels without a
-    positive finite value must be left out by the caller. Raises ValueError on bad input.
+    ``alpha``: the chance a flat series shows a step; ``1 - alpha`` is the confidence of intervals
+    and start ranges. Raises ValueError on bad input.
     """
     if not 0 < alpha < 0.5:
         raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
@@ -530,16 +436,13 @@ def detect_steps(
         noise_df = int(min(df_w, float(np.min(pooled))))
         noise_sd = math.sqrt(s2)
     else:
-        # one run a label, or labels that scatter more than their replicates explain (a label's
-        # runs sharing one machine state): the noise of a label mean from label-to-label
-        # differences around it
+        # a label's runs share one machine state: noise from label-to-label differences
         local, whole = _label_noise(means)
         var = np.maximum(local[0], s2 / n)
         noise_df = max(means.size - 2, 1)
         noise_sd = math.sqrt(max(float(whole[0]), float(np.max(s2 / n))))
     if source == "labels" and means.size < MIN_LABELS_FOR_LABEL_NOISE:
-        # 1-2 differences cannot tell noise from a step: no step can be established, so the model
-        # is one level (what a report draws is what check found)
+        # 1-2 differences cannot tell noise from a step: one level
         w = 1.0 / var
         flat = [float(math.exp(float(np.sum(w * means) / np.sum(w))))] * means.size
         return Fit(
@@ -564,7 +467,7 @@ def detect_steps(
     kept_runs = np.where(w > 0, n, 0.0)
     first: int | None = None
     if len(starts) > 1 and float(np.sum(kept_runs[starts[-1] :])) < MIN_RUNS:
-        # a new level at the end on fewer runs than compare needs a side: a departure, not a step
+        # a new level on fewer runs than compare needs a side: a departure
         first = int(starts[-1] + np.argmax(w[starts[-1] :] > 0))
         starts = starts[:-1]
     elif runs[-1] < MIN_RUNS:
@@ -575,8 +478,7 @@ def detect_steps(
             w = np.where(np.arange(means.size) >= first, 0.0, w)
     starts = _place_left_out(means, w, starts)
     levels = _levels(means, w, starts)
-    # deferred: scipy (scipy.special, through the t quantile every decision uses) loads only when
-    # a step is tested
+    # deferred: scipy.special (the t quantile) loads only when a step is tested
     from katra_trace.analysis.intervals import t_ppf
 
     q_t = float(t_ppf(1 - alpha / 2, noise_df))
@@ -633,9 +535,7 @@ def _departure(
     alpha: float,
     noise_df: int,
 ) -> Departure | None:
-    """The newest labels from ``first`` against the level of the labels kept before them in their
-    segment (from ``start``): a :class:`Departure` when they differ by more than the ``1 - alpha``
-    normal quantile of the difference's standard error."""
+    """A :class:`Departure` when labels from ``first`` differ significantly from ``start:first``."""
     wa, wb = float(np.sum(w[start:first])), float(np.sum(w[first:]))
     if wa <= 0 or wb <= 0:
         return None
@@ -664,41 +564,32 @@ def _departure(
     )
 
 
-#: Labels at most simulated when estimating the labels a step needs (the penalty grows very slowly
-#: beyond).
+#: Labels at most simulated when estimating labels needed (the penalty grows slowly beyond).
 _MAX_LABELS_SIMULATED = 400
-#: Simulated null series per design for that estimate (an "about N", not a test).
+#: Null series per design for that estimate (an "about N", not a test).
 _RESOLUTION_SIMULATIONS = 2000
 
 
 @dataclasses.dataclass(frozen=True)
 class Resolution:
-    """Why a fit shows no step, and what would resolve a step of ``step_pct`` in a series like it.
+    """Why a fit shows no step, and the labels or runs that would resolve one of ``step_pct``."""
 
-    A step of ``step_pct`` between the two halves of the series is found (with chance
-    :data:`katra_trace.analysis.intervals.TARGET_POWER`) when its size over its standard error
-    reaches the square root of the penalty plus the power's normal quantile.
-    """
-
-    #: "labels" (label-to-label scatter), "replicates" (run-to-run) or "one label"
+    #: "labels", "replicates" or "one label"
     source: str
-    #: sd of a label's level between labels ("labels") or of one run ("replicates"), %
+    #: sd of a label's level ("labels") or of one run ("replicates"), %
     noise_pct: float
-    run_pct: float  #: sd of a run within its label, % (0 without replicates)
-    #: label-to-label scatter over what the runs explain (0 without replicates)
+    run_pct: float  #: sd of a run within its label, %
     dispersion: float
     labels: int
     runs: int  #: runs a label (the median)
-    step_pct: float  #: the step size asked about, %
+    step_pct: float  #: %
     #: labels like these that would resolve it ("labels"; None: already enough)
     labels_needed: int | None
     #: runs a label that would resolve it ("replicates"; None: already enough)
     runs_needed: int | None
 
     def text(self) -> str:
-        """One line: the noise source, its size, and how many labels or runs a step of ``step_pct``
-        needs.
-        """
+        """One line: the noise, its size, and the labels or runs a step of ``step_pct`` needs."""
         if self.source == "one label":
             return "a single label: a step needs at least 2 labels"
         if (
@@ -752,10 +643,8 @@ class Resolution:
 
 
 def resolution(fit: Fit, step_pct: float, alpha: float) -> Resolution:
-    """What keeps ``fit`` from showing a step of ``step_pct`` (percent), and the labels or runs a
-    label that would resolve one (see :class:`Resolution`). ``alpha`` as given to
-    :func:`detect_steps`."""
-    # deferred: intervals loads scipy.stats; only an explanation needs the power it is planned at
+    """What keeps ``fit`` from showing a step of ``step_pct`` percent (see :class:`Resolution`)."""
+    # deferred: intervals loads scipy.stats, needed only for an explanation
     from katra_trace.analysis.intervals import TARGET_POWER
 
     labels = len(fit.label_means)
@@ -768,7 +657,7 @@ def resolution(fit: Fit, step_pct: float, alpha: float) -> Resolution:
     delta = math.log1p(step_pct / 100)
     z = _NORMAL.inv_cdf(TARGET_POWER)
     if fit.noise_source == "labels":
-        sigma = fit.noise_sd  # of a label mean
+        sigma = fit.noise_sd
         n_labels = max(labels, MIN_LABELS_FOR_LABEL_NOISE)
         need = n_labels
         for _ in range(8):
@@ -788,8 +677,7 @@ def resolution(fit: Fit, step_pct: float, alpha: float) -> Resolution:
         return Resolution(
             "labels", 100 * sigma, run_pct, fit.dispersion, labels, runs, step_pct, needed, None
         )
-    # replicates: a label mean's variance is s2 / n; the step's split in the middle has L n / 2 runs
-    # a side
+    # replicates: a mid-series split has L n / 2 runs a side
     c = fit.penalty if math.isfinite(fit.penalty) else null_penalty(fit.runs, alpha, "replicates")
     per_label = math.ceil((2 * fit.noise_sd * (math.sqrt(c) + z) / delta) ** 2 / labels)
     return Resolution(

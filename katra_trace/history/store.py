@@ -1,23 +1,6 @@
-"""Where history rows live: an embedded DuckDB file, or Parquet files per CI runner.
-
-* **DuckDB store** (default ``.katra/history.duckdb``): one table ``history``
-  with the columns of :data:`katra_trace.history.rows.COLUMNS`, and a
-  ``katra3d_history`` table holding the store's format version. DuckDB lets
-  one process write a file at a time: every open retries on its lock, with
-  backoff, for ``lock_timeout_s`` seconds before giving up with
-  :class:`HistoryLockedError`. A writer holds the lock only for its insert
-  (the traces are read before the store is opened), in one transaction.
-* **Parquet directory**: one file per trace,
-  ``DIR/host_id=<host>/label=<label>/<sha256>.parquet`` (hive-partitioned by
-  host and label, values percent-encoded, the partition columns only in the
-  path), written under a temporary name and linked into place, so that
-  runners sharing a directory (or a bucket, through a sync) never collide and
-  a reader never sees half a file. Read with ``read_parquet(glob,
-  hive_partitioning = true)``; a trace stored twice (under two labels) counts
-  once, under the label it was first added with.
-
-DuckDB is an optional dependency (``pip install 'katra3d[history]'``); without it every function
-here raises :class:`~katra_trace.optional.MissingDependencyError` (exit 3).
+"""Where history rows live: a DuckDB file (one writer at a time: opens retry on the lock, and a
+writer holds it only for its insert) or Parquet files per CI runner. DuckDB is optional (exit 3
+without it). See docs/history.md.
 """
 
 from __future__ import annotations
@@ -45,7 +28,7 @@ from katra_trace.text import shown
 
 #: The store a command uses when given no --db.
 DEFAULT_DB = Path(".katra") / "history.duckdb"
-#: Seconds an open waits for another process's lock on the store, by default.
+#: Seconds an open waits for another process's lock, by default.
 DEFAULT_LOCK_TIMEOUT_S = 60.0
 #: Format version of the DuckDB store (the ``katra3d_history`` table).
 STORE_VERSION = 1
@@ -54,7 +37,7 @@ PARTITION_COLUMNS = ("host_id", "label")
 TABLE = "history"
 
 
-#: DuckDB is not installed (exit 3): the one optional-dependency error, under its earlier name.
+#: DuckDB is not installed (exit 3).
 HistoryUnavailable = MissingDependencyError
 
 
@@ -63,9 +46,7 @@ class HistoryLockedError(KatraError):
 
 
 def duckdb_module() -> ModuleType:
-    """The ``duckdb`` module, or :class:`~katra_trace.optional.MissingDependencyError` with the
-    install line.
-    """
+    """The ``duckdb`` module, or :class:`~katra_trace.optional.MissingDependencyError`."""
     return require("duckdb", extra="history", purpose="katra3d history", what="DuckDB")
 
 
@@ -74,13 +55,13 @@ def _one_line(exc: BaseException) -> str:
     return re.sub(r"\s*See also https?://\S+", "", text)
 
 
-#: How DuckDB starts the message of the one error that means "another process holds the file".
+#: How DuckDB's "another process holds the file" message starts.
 _LOCK_ERROR = re.compile(r"^IO Error: Could not set lock on file ")
 
 
 def _is_lock_error(duckdb: ModuleType, exc: BaseException) -> bool:
-    """Whether ``exc`` is DuckDB's lock conflict (its IOException with that exact phrase), not any
-    message that happens to contain "lock" (a path such as ``block.duckdb``, a damaged file)."""
+    """Whether ``exc`` is DuckDB's lock conflict, not any message containing "lock" (a path such
+    as ``block.duckdb``)."""
     return isinstance(exc, duckdb.IOException) and _LOCK_ERROR.match(str(exc)) is not None
 
 
@@ -90,12 +71,8 @@ def store_path(
     create: bool = True,
     inputs: Sequence[str | os.PathLike[str]] = (),
 ) -> Path:
-    """The store file ``path`` names, checked by the one output rule (:func:`check_output`: not a
-    directory, FIFO or device, no trailing '/', a directory that exists), links followed. A reader
-    needs the file; a writer makes the default store's directory (``.katra``; not before the store
-    is opened: ``create`` False), and the file. The CLI calls it with ``--db`` as typed (a trailing
-    '/' is seen only there), before any trace is read; ``inputs`` (the traces) are never the store.
-    """
+    """The store file ``path`` names, checked by :func:`check_output`. Called with ``--db`` as
+    typed (a trailing '/' is seen only there), before any trace is read."""
     if read_only:
         try:
             mode = os.stat(path).st_mode
@@ -131,12 +108,8 @@ def store_path(
 def open_store(
     path: Path, read_only: bool, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
 ) -> Iterator[Any]:
-    """A DuckDB connection to the store at ``path``, closed on exit.
-
-    ``read_only``: the file must exist and hold a katra3d history (ConfigError otherwise). A writer
-    creates the file (and the default store's directory) and the table. Retries DuckDB's lock for
-    ``lock_timeout_s``; any other failure to open (a damaged file) is a ConfigError at once.
-    """
+    """A DuckDB connection to the store, closed on exit. Retries the lock for ``lock_timeout_s``;
+    any other open failure is a ConfigError."""
     duckdb = duckdb_module()
     path = store_path(path, read_only)
     deadline = time.monotonic() + lock_timeout_s
@@ -233,9 +206,7 @@ def _insert_sql(table: str) -> str:
 def add_to_store(
     path: Path, runs: Sequence[PreparedRun], lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
 ) -> AddResult:
-    """Insert ``runs`` into the DuckDB store at ``path`` in one transaction; traces already there
-    are skipped.
-    """
+    """Insert ``runs`` in one transaction, skipping traces already stored."""
     duckdb = duckdb_module()
     result = AddResult()
     with open_store(path, read_only=False, lock_timeout_s=lock_timeout_s) as con:
@@ -272,15 +243,12 @@ def add_to_store(
 
 
 def partition_dir(root: Path, host_id: str, label: str) -> Path:
-    """``root/host_id=<host>/label=<label>``, values percent-encoded as
-    DuckDB's hive writer does."""
+    """``root/host_id=<host>/label=<label>``, percent-encoded as DuckDB's hive writer does."""
     return root / f"host_id={quote(host_id, safe='')}" / f"label={quote(label, safe='')}"
 
 
 def write_parquet_run(root: Path, run: PreparedRun, con: Any) -> bool:
-    """Write one run's rows as ``<partition>/<sha256>.parquet``; False when that file already
-    exists.
-    """
+    """Write one run's rows as ``<partition>/<sha256>.parquet``; False when it already exists."""
     target_dir = partition_dir(root, run.host_id, run.label)
     target = target_dir / f"{run.sha256}.parquet"
     if target.exists():
@@ -310,7 +278,7 @@ def _sql_str(text: str) -> str:
 
 
 def add_to_parquet(root: Path, runs: Sequence[PreparedRun]) -> AddResult:
-    """Write each run's rows into the Parquet directory ``root`` (no shared database)."""
+    """Write each run's rows into the Parquet directory ``root``."""
     duckdb = duckdb_module()
     result = AddResult()
     con = duckdb.connect()
@@ -356,10 +324,8 @@ def export_parquet(
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[int, int]:
-    """Write every run of the store ``db`` into the Parquet layout under ``root``.
-
-    Returns (files written, runs already there). Idempotent: a run whose file exists is left alone.
-    """
+    """Write every run of ``db`` into the Parquet layout under ``root``; returns (files written,
+    runs already there)."""
     duckdb = duckdb_module()
     with open_store(db, read_only=True, lock_timeout_s=lock_timeout_s) as con:
         try:
@@ -404,9 +370,6 @@ def export_parquet(
     return written, skipped
 
 
-# --------------------------------------------------------------------------- reading
-
-
 @dataclasses.dataclass(frozen=True)
 class Source:
     """Where show/check read rows: a DuckDB store file, or a Parquet glob (``DIR/**/*.parquet``)."""
@@ -422,8 +385,8 @@ class Source:
 def read_rows(
     source: Source, columns: Sequence[str], lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
 ) -> list[dict[str, Any]]:
-    """The rows of ``source`` (``columns`` of them), each trace counted once. Raises ConfigError
-    when the source is missing, unreadable or empty."""
+    """The rows of ``source``, each trace once. ConfigError when it is missing, unreadable or
+    empty."""
     duckdb = duckdb_module()
     unknown = [c for c in columns if c not in COLUMN_NAMES]
     if unknown:
@@ -462,8 +425,7 @@ def read_rows(
 
 
 def _select(con: Any, relation: str, names: str) -> list[tuple[Any, ...]]:
-    # a trace stored under two labels (two runners, or two adds into a Parquet directory) counts
-    # once, under the label it was first added with
+    # a trace stored under two labels counts once, under its first
     sql = (
         f"WITH src AS (SELECT * FROM {relation}), "
         "firsts AS (SELECT trace_sha256, arg_min(label, added_ns) AS first_label FROM src GROUP BY "

@@ -1,8 +1,6 @@
-"""Trends: history rows grouped into series (scene x zone x metric x host) over labels in order, and
-the steps :func:`katra_trace.history.steps.detect_steps` finds in them.
-
-:func:`trend_data` is what a report draws; :func:`check_steps` is what ``history check`` decides.
-"""
+"""History rows grouped into series (scene x zone x metric x host) over labels in order, and the
+steps found in them: :func:`trend_data` is what a report draws, :func:`check_steps` what
+``history check`` decides."""
 
 from __future__ import annotations
 
@@ -72,27 +70,26 @@ class Selection:
 
     scene: str | None = None
     metric: str = "auto"
-    host: str | None = None  #: a host id prefix, or text found in "renderer / driver / cpu"
-    zone: str | None = ""  #: "" the frames, a zone name, or None for frames and every zone
+    host: str | None = None  #: host id prefix, or text in "renderer / driver / cpu"
+    zone: str | None = ""  #: "" the frames; None: frames and every zone
     stat: str = "median"
     last: int | None = None  #: only the newest N labels
-    allow_host_mismatch: bool = False  #: one series across hosts (and code generators) per scene
-    #: commit -> its place on the first-parent line of the repository the user works in (the CLI
-    #: asks git); labels all added with such a commit are ordered by it (:func:`label_order`)
+    allow_host_mismatch: bool = False  #: one series across hosts per scene
+    #: commit -> place on the user's first-parent line
     commit_order: Mapping[str, int] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Point:
-    """One label of a series: its runs' values and their geometric mean."""
+    """One label of a series: its runs' values and geometric mean."""
 
     label: str
     time_ns: int
     commit: str
     values: list[float]
     level: float
-    settings: str  #: size and params of its runs ("" when they match the series' first label)
-    rank: int = 0  #: position of the label among all labels of the source (their order)
+    settings: str  #: size and params ("" when as the series' first label)
+    rank: int = 0  #: position among all labels of the source
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -121,7 +118,7 @@ class Series:
     host: str
     codegen_id: str
     points: list[Point]
-    traces: frozenset[str] = frozenset()  #: the traces (SHA-256) whose runs the series holds
+    traces: frozenset[str] = frozenset()  #: SHA-256 of the series' traces
 
     @property
     def key(self) -> str:
@@ -161,10 +158,8 @@ def sparkline(values: Sequence[float]) -> str:
 def label_order(
     rows: Iterable[Mapping[str, Any]], commit_order: Mapping[str, int] | None = None
 ) -> list[str]:
-    """Labels in the user's order: by their ``--time`` when every label was given one; else along
-    the first-parent line when every label was added with a ``--commit`` that ``commit_order``
-    places; else in the order they were first added. A re-capture added later to an old label joins
-    it and never moves it (the label keeps its first add, its time and its commit). Ties by name."""
+    """Labels by ``--time`` when all have one, else by ``commit_order`` when it places them all,
+    else by first add; a later re-capture never moves a label."""
     added: dict[str, int] = {}
     timed: dict[str, int] = {}
     commits: dict[str, set[str]] = {}
@@ -202,7 +197,7 @@ def _choices(values: Iterable[str]) -> str:
 
 def build_series(rows: Sequence[Mapping[str, Any]], sel: Selection) -> list[Series]:
     """Group ``rows`` into series per :class:`Selection`. Raises ConfigError on an unknown scene,
-    zone, metric, stat or host (naming the ones stored)."""
+    zone, metric, stat or host."""
     if sel.stat not in STATS:
         raise ConfigError(f"unknown stat {sel.stat!r}; choose from {', '.join(STATS)}")
     if sel.last is not None and sel.last < 1:
@@ -338,9 +333,6 @@ def load_series(
     return series
 
 
-# --------------------------------------------------------------------------- steps
-
-
 @dataclasses.dataclass(frozen=True)
 class StepReport:
     """A step of one series, judged against the threshold."""
@@ -348,14 +340,13 @@ class StepReport:
     series: Series
     label: str  #: the first label of the new level
     start_low: str  #: earliest label where it may start
-    start_high: str  #: latest
+    start_high: str
     ratio: float  #: new level / old level
     ratio_low: float
     ratio_high: float
-    #: one of :data:`katra_trace.analysis.verdict.VERDICTS` (not "incomparable")
     verdict: str
     at_newest: bool  #: starts at the newest label of the selection
-    #: the capture settings of its first label, when they differ from the series' first
+    #: its first label's settings, when they differ from the series' first
     settings_changed: str
 
     def as_dict(self) -> dict[str, Any]:
@@ -379,19 +370,17 @@ class StepReport:
 
 @dataclasses.dataclass(frozen=True)
 class DepartureReport:
-    """The newest label of a time series (or a new level of its newest labels) away from the level
-    before it on too few runs for a verdict (:func:`~katra_trace.analysis.defaults.runs_decide`,
-    compare's rule): one busy run looks just like a step. Reported with the runs there that would
-    settle it; never a regression."""
+    """A time series' newest label(s) away from the level before on too few runs for a verdict:
+    one busy run looks like a step. Never a regression."""
 
     series: Series
-    label: str  #: the first departing label (the newest, or one before it)
-    labels: int  #: departing labels
-    runs: int  #: their runs
-    ratio: float  #: their level / the fitted level before them
-    ratio_low: float  #: the ``1 - alpha`` interval of ``ratio``
+    label: str  #: the first departing label
+    labels: int
+    runs: int
+    ratio: float  #: their level / the level before
+    ratio_low: float
     ratio_high: float
-    runs_needed: int | None  #: runs there that would settle the change seen (None: no number would)
+    runs_needed: int | None  #: runs that would settle it (None: none would)
 
     def text(self) -> str:
         """One line: how far the newest labels depart, on how many runs, what would settle it."""
@@ -433,18 +422,15 @@ class DepartureReport:
 
 @dataclasses.dataclass(frozen=True)
 class SeriesModel:
-    """One series as every surface shows it (``history show``, ``history check``, ``report
-    --history``): its fit, its change as the fitted model sees it, and, when the labels' raw change
-    reaches the threshold but no step was found, why in one line; the newest labels' departure,
-    when they have one."""
+    """One series as ``history show``, ``history check`` and ``report --history`` show it."""
 
     series: Series
     fit: Fit
-    threshold_pct: float  #: the threshold this series is judged against (percent)
-    change_pct: float  #: the fitted level of the newest label over the first's, - 1 (percent)
-    raw_change_pct: float  #: the newest label's level over the first's, - 1 (percent)
-    no_step_reason: str  #: "" unless the raw change reaches the threshold and no step was found
-    departure: DepartureReport | None = None  #: the newest labels' departure, when they have one
+    threshold_pct: float
+    change_pct: float  #: fitted newest / first - 1 (percent)
+    raw_change_pct: float  #: raw newest / first - 1 (percent)
+    no_step_reason: str  #: why no step, when the raw change reaches the threshold
+    departure: DepartureReport | None = None
 
     def as_dict(self) -> dict[str, Any]:
         f = self.fit
@@ -467,15 +453,12 @@ class SeriesModel:
 
 @dataclasses.dataclass(frozen=True)
 class CheckResult:
-    """Every series checked, their models, the steps found and the newest labels' departures."""
-
     series: list[Series]
     models: list[SeriesModel]
     steps: list[StepReport]
     newest_label: str
     alpha: float
     threshold_pct: float | None  #: None: the per-metric defaults
-    #: time series whose newest labels depart on too few runs for a verdict
     departures: list[DepartureReport] = dataclasses.field(default_factory=list)
 
     @property
@@ -487,7 +470,7 @@ class CheckResult:
         return any(s.verdict == Verdict.REGRESSION and s.at_newest for s in self.steps)
 
     def by_label(self) -> dict[str, list[StepReport]]:
-        """The steps grouped by the label where they start, labels in order."""
+        """The steps grouped by their start label, in label order."""
         out: dict[str, list[StepReport]] = {}
         for step in self.steps:
             out.setdefault(step.label, []).append(step)
@@ -504,8 +487,7 @@ def _model(
         and departure is None
         and abs(math.log(raw)) >= math.log1p(threshold_pct / 100)
     ):
-        # what would settle it: labels or runs that would resolve the change seen, not a
-        # threshold-sized step (a departure of the newest labels says so itself)
+        # sized for the change seen, not for a threshold-sized step
         reason = resolution(fit, 100 * abs(raw - 1), alpha).text()
     return SeriesModel(
         s, fit, threshold_pct, 100 * (fit.change - 1), 100 * (raw - 1), reason, departure
@@ -540,8 +522,7 @@ def _with_step(fit: Fit, dep: Departure) -> Fit:
 def _departure_report(
     s: Series, dep: Departure, threshold_pct: float, alpha: float, sign: float
 ) -> DepartureReport:
-    """A time series' departure with the runs there that would settle the change seen (a one-sided
-    t at ``alpha`` on that level's runs, the level before it known to its own standard error)."""
+    """A time series' departure with the runs there that would settle the change seen."""
     from katra_trace.analysis.intervals import runs_needed, settling_margin  # deferred: scipy
 
     margin = settling_margin(sign * math.log(dep.ratio), threshold_pct / 100)
@@ -560,16 +541,9 @@ def check_steps(
     threshold_pct: float | None = None,
     newest_label: str | None = None,
 ) -> CheckResult:
-    """Fit each series and judge its steps with the decision's interval rule
-    (:func:`katra_trace.analysis.intervals.interval_verdict`, the count metrics' rule):
-    **regression** when the level got worse by at least the threshold and the whole interval is on
-    the worse side of 1, **improvement** mirrored, **unchanged** when the whole interval lies within
-    +-threshold, **inconclusive** otherwise. The newest labels' departure on fewer runs than a
-    verdict takes (:class:`~katra_trace.history.steps.Departure`) is a step of a count metric
-    when it is a change, and a :class:`DepartureReport` of a time metric unless its whole
-    interval lies within +-threshold."""
-    # deferred: intervals loads scipy.stats (about a second); show and check need it, building a
-    # parser does not
+    """Fit each series and judge its steps with the count metrics' interval rule; a departure of
+    the newest labels is a count's step, or a time metric's :class:`DepartureReport`."""
+    # deferred: intervals loads scipy.stats (about a second), not while the parser is built
     from katra_trace.analysis.intervals import interval_verdict
 
     alpha = check_alpha(alpha)
@@ -585,9 +559,7 @@ def check_steps(
         departure = None
         dep = fit.departure
         if dep is not None:
-            # the newest labels away from the level before them on few runs: a count's change is a
-            # step (counts are exact), a time metric's gets no verdict (compare's rule), only what
-            # would settle it
+            # counts are exact: a count's change is a step; a time metric's gets no verdict
             verdict = _departure_verdict(dep, thr, sign)
             if runs_decide(s.metric, dep.runs):
                 if verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
@@ -636,12 +608,8 @@ def check_steps(
 
 
 def _count_steps(s: Series, threshold_pct: float, newest: str, sign: float) -> list[StepReport]:
-    """The steps of a count series with too few labels for the step fit (fewer than
-    :data:`~katra_trace.history.steps.MIN_LABELS_FOR_LABEL_NOISE`): each label against the one
-    before by the count metrics' rule of ``compare``
-    (:func:`~katra_trace.analysis.intervals.interval_verdict`), the band the cross-process jitter of
-    a count (:data:`~katra_trace.analysis.defaults.COUNT_JITTER_PER_FRAME` over the level, three
-    times over, as compare's noise floor). Only changes (regression, improvement) are steps."""
+    """Changes of a count series too short for the step fit: each label against the one before by
+    compare's count rule, within compare's jitter noise floor."""
     # deferred: intervals loads scipy.special; only a check needs it
     from katra_trace.analysis.counts import NOISE_FLOOR_FACTOR
     from katra_trace.analysis.intervals import interval_verdict
@@ -688,9 +656,8 @@ def _newest(series: Sequence[Series]) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Trends:
-    """The trends a report draws: the series of a store (``source``) over its ``labels`` in order,
-    and :func:`check_steps`' result on them, so that the line drawn is the steps ``history check``
-    finds. ``runs``: the traces stored."""
+    """The trends a report draws, with :func:`check_steps`' result so the line drawn is what
+    ``history check`` finds. ``runs``: the traces stored."""
 
     source: str
     labels: list[str]
@@ -702,9 +669,6 @@ class Trends:
         return sorted({s.scene for s in self.check.series})
 
     def as_dict(self) -> dict[str, Any]:
-        """As JSON: ``source``, ``labels``, ``runs``, ``scenes``, ``alpha``, ``series`` (each
-        :meth:`Series.as_dict` with ``fit``: :meth:`SeriesModel.as_dict`), ``steps``
-        (:meth:`StepReport.as_dict`) and ``departures`` (:meth:`DepartureReport.as_dict`)."""
         return {
             "source": self.source,
             "labels": self.labels,
@@ -727,8 +691,8 @@ def trend_data(
     threshold_pct: float | None = None,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
 ) -> Trends:
-    """The :class:`Trends` of ``source`` under ``sel``. Raises ConfigError (exit 2) on a missing,
-    empty or unreadable source and on an unknown scene, metric or host."""
+    """The :class:`Trends` of ``source`` under ``sel``. Raises ConfigError on a missing, empty or
+    unreadable source and on an unknown scene, metric or host."""
     series = load_series(source, sel or Selection(), lock_timeout_s)
     return Trends(
         source.name,

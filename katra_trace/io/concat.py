@@ -3,12 +3,12 @@ parts both write through.
 
 Each input (one in memory at a time) has its strings renumbered onto one table (an id past its
 table becomes ``?<id>``, as :meth:`Trace.name` reads it), its events shifted, run annotations alike
-in several inputs written once, and kept frames copied byte for byte.
+in several inputs written once, and kept frames and PROFILE blocks copied.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -18,6 +18,7 @@ from katra_trace.io import format as fmt
 from katra_trace.io.blockfile import BlockFile
 from katra_trace.io.image_block import IMAGE_ENCODING, KeptFrame, encode_image_payload
 from katra_trace.io.reader import Trace
+from katra_trace.profile.model import ProfileRecord
 from katra_trace.schema import EVENT_DTYPE
 from katra_trace.text import shown
 
@@ -50,11 +51,19 @@ class Concatenation:
         return self.blocks.written_events
 
     def add(
-        self, trace: Trace, shift_ns: int, *, clock_note: Mapping[str, Any] | None = None
+        self,
+        trace: Trace,
+        shift_ns: int,
+        *,
+        clock_note: Mapping[str, Any] | None = None,
+        profiles: Sequence[ProfileRecord] = (),
     ) -> int:
         """Write ``trace`` shifted by ``shift_ns``; returns its events written. ``clock_note``: its
-        clock pairs go as ``clock_sync`` ANNOTATIONs carrying it (None: as CLOCK_SYNC blocks)."""
+        clock pairs go as ``clock_sync`` ANNOTATIONs carrying it (None: as CLOCK_SYNC blocks).
+        ``profiles``: PROFILE records written after its own."""
         written = self._events(trace, shift_ns)
+        for record in [*trace.profiles, *(p.as_json() for p in profiles)]:
+            self.blocks.write_block(fmt.BlockType.PROFILE, fmt.encode_json(record))
         for note in trace.annotations:
             text = fmt.encode_json(note)
             if isinstance(note, Mapping) and "scene" not in note:

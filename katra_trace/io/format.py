@@ -23,8 +23,8 @@ from katra_trace.schema import COLUMNS, EVENT_DTYPE, Clock, Flag, Kind
 #: 8 bytes: a non-ASCII byte first, then CR LF and ^Z, so text-mode or 7-bit damage shows.
 MAGIC = b"\x89KTR\r\n\x1a\n"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 3
-#: Must-understand preamble flags this build knows (a reader refuses others); 1.0-1.3 define none.
+FORMAT_MINOR = 4
+#: Must-understand preamble flags this build knows (a reader refuses others); 1.0-1.4 define none.
 KNOWN_FLAGS = 0
 
 
@@ -43,6 +43,7 @@ MINOR_LIMITS: dict[int, MinorLimits] = {
     1: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),
     2: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),
     3: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),
+    4: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),
 }
 assert max(MINOR_LIMITS) == FORMAT_MINOR
 assert MINOR_LIMITS[FORMAT_MINOR].event_flags == sum(int(f) for f in Flag)
@@ -75,6 +76,7 @@ class BlockType(enum.IntEnum):
     SUMMARY = 5
     ANNOTATION = 6
     IMAGE = 7  # format 1.2
+    PROFILE = 8  # format 1.4: an instruction profile (katra_trace/profile)
 
 
 class Codec(enum.IntEnum):
@@ -104,7 +106,13 @@ def load_blosc2(purpose: str) -> Any:
 
 
 JSON_BLOCKS = frozenset(
-    {BlockType.HEADER, BlockType.CLOCK_SYNC, BlockType.SUMMARY, BlockType.ANNOTATION}
+    {
+        BlockType.HEADER,
+        BlockType.CLOCK_SYNC,
+        BlockType.SUMMARY,
+        BlockType.ANNOTATION,
+        BlockType.PROFILE,
+    }
 )
 
 

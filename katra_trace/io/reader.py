@@ -51,6 +51,8 @@ class Trace:
         self.strings: list[str] = []
         self.annotations: list[dict[str, Any]] = []
         self.clock_syncs: list[dict[str, Any]] = []
+        #: PROFILE blocks (katra_trace.profile.model reads them)
+        self.profiles: list[dict[str, Any]] = []
         self.events: np.ndarray = np.empty(0, dtype=EVENT_DTYPE)
         self.truncated = False
         self.stopped_at: int | None = None
@@ -280,6 +282,8 @@ def _read_trace(
             trace.annotations.append(block.payload)
         elif t == fmt.BlockType.CLOCK_SYNC:
             trace.clock_syncs.append(block.payload)
+        elif t == fmt.BlockType.PROFILE:
+            trace.profiles.append(block.payload)
         elif t == fmt.BlockType.IMAGE:
             meta, png = block.payload
             trace.kept_frames[meta["scene"]] = KeptFrame.from_block(

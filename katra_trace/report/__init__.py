@@ -1,9 +1,6 @@
-"""An HTML report of one or more runs, optionally against a baseline: ``katra3d report``.
-
-:func:`build_report` returns the page (katra_trace.report.page), :func:`write_report` writes it
-without replacing an existing file unless asked. The comparison with a baseline is the one
-comparison's (:func:`katra_trace.analysis.comparison.compare_sides`), shown as a table. Needs the
-optional ``plotly`` package (its plotly.js is inlined): ``pip install 'katra3d[export]'``.
+"""``katra3d report``: an HTML report of runs, optionally against a baseline (the one comparison,
+:func:`katra_trace.analysis.comparison.compare_sides`, shown as a table). Needs the optional
+``plotly`` package. See docs/report.md.
 """
 
 from __future__ import annotations
@@ -16,8 +13,10 @@ from katra_trace.analysis.defaults import DEFAULT_COMPARE, CompareOptions
 from katra_trace.analysis.images import ImageThresholds
 from katra_trace.errors import KatraError
 from katra_trace.io.claim import open_output
+from katra_trace.profile.diff import profile_deltas
 from katra_trace.report.images import images_section
 from katra_trace.report.page import plotly_js_packed, render
+from katra_trace.report.profile import profile_section
 from katra_trace.text import check_text
 from katra_trace.version import __version__
 
@@ -38,17 +37,8 @@ def build_report(
     image_thresholds: ImageThresholds | None = None,
     history: Trends | None = None,
 ) -> str:
-    """The report page for opened traces ``runs`` (one run each) and, if given, ``baseline``.
-
-    With a baseline the page shows the one comparison of the two sides
-    (:func:`katra_trace.analysis.comparison.compare_sides`): ``comparison`` when the caller ran it
-    (as ``katra3d report`` does, with the sides' round pairing), else it is run here on these traces
-    with ``compare_options``, ``image_policy`` and ``image_thresholds``. The page shows its verdicts
-    and, under its image policy, each scene's image verdict and the pictures of every difference; or
-    why the traces could not be compared (``comparison_error``: counts against times, ...).
-    ``history`` (:func:`katra_trace.history.trends.trend_data`'s result) adds a section of trend
-    plots. Raises MissingDependencyError (exit 3) without plotly.
-    """
+    """The report page for ``runs`` and, if given, ``baseline``: the comparison is ``comparison``
+    when the caller ran it, else run here. Raises MissingDependencyError without plotly."""
     plotly_js_packed()  # fail before any work when plotly is missing
     check_text(title, "--title")
     if baseline and comparison is None and comparison_error is None:
@@ -73,6 +63,8 @@ def build_report(
             dict(comparison.new_images),
             policy=comparison.image_policy,
         )
+    if baseline and runs:  # counted runs: where the instructions went (docs/profile.md)
+        images_html += profile_section(profile_deltas(baseline, runs))
     return render(
         runs,
         baseline,
@@ -92,8 +84,8 @@ def write_report(
     overwrite: bool = False,
     inputs: Sequence[str | os.PathLike[str]] = (),
 ) -> int:
-    """Write ``page`` to ``path`` (refusing to replace a file unless ``overwrite``, and never one of
-    the ``inputs``: traces, directories of traces, a history store); returns its size in bytes."""
+    """Write ``page`` to ``path`` (replacing a file only with ``overwrite``, never one of the
+    ``inputs``); returns its size in bytes."""
     data = page.encode("utf-8")
     with open_output(path, force=overwrite, inputs=inputs, example="report.html") as f:
         f.write(data)

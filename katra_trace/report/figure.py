@@ -1,11 +1,5 @@
-"""What every plotly figure of the report's scenes shares: the colours of the runs, the layout,
-compact values.
-
-The legend stands to the right of the plot area, top-aligned, outside it: plotly widens the right
-margin to hold it, so however many entries it has it never covers the data, the x axis's title
-(below the plot) or the tool bar (above it). A figure's ``height`` in pixels, when it has one, is
-also the height of its element on the page (:func:`plot_div`).
-"""
+"""What every plotly figure of the report shares: run colours, layout (the legend outside the
+plot area, so it never covers data), compact values."""
 
 from __future__ import annotations
 
@@ -26,7 +20,7 @@ RUN_COLORS = (
     "#ff7f0e",
 )
 BASELINE_COLOR = "#7f7f7f"
-#: Where every figure's legend stands (paper coordinates): right of the plot area, top-aligned.
+#: Every figure's legend (paper coordinates): right of the plot area, top-aligned.
 LEGEND: dict[str, Any] = {
     "orientation": "v",
     "x": 1.02,
@@ -37,8 +31,7 @@ LEGEND: dict[str, Any] = {
 
 
 def layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, Any]:
-    """A figure's layout: ``title`` top left, the axes' titles, the legend at :data:`LEGEND`;
-    ``extra`` replaces whole keys (``xaxis``, ``yaxis``, ``legend``, ``height``, ...)."""
+    """A figure's layout; ``extra`` replaces whole keys (``xaxis``, ``legend``, ``height``, ...)."""
     out: dict[str, Any] = {
         "title": {"text": title, "font": {"size": 14}, "x": 0.01, "xanchor": "left"},
         "margin": {"l": 64, "r": 16, "t": 36, "b": 44},
@@ -59,22 +52,19 @@ def color(role: str, i: int) -> str:
 
 
 def fill(hex_color: str, alpha: float) -> str:
-    """``hex_color`` (``#rrggbb``) as a CSS ``rgba()`` with opacity ``alpha`` (0..1), for bands."""
+    """``#rrggbb`` as CSS ``rgba()`` with opacity ``alpha``."""
     r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
 
 
 def compact(values: np.ndarray, decimals: int = 6) -> list[float]:
-    """Values for the page's JSON, rounded to ``decimals`` (ms to 1 ns; counts are whole already):
-    the page stays small."""
+    """Values rounded to ``decimals`` (ms to 1 ns) so the page stays small."""
     out: list[float] = np.round(np.asarray(values, dtype=np.float64), decimals).tolist()
     return out
 
 
 def plot_div(figure: dict[str, Any], extra_class: str = "") -> str:
-    """The page element ``figure`` is drawn into: as tall as the figure's ``height`` when it sets
-    one.
-    """
+    """The page element ``figure`` is drawn into."""
     height = figure["layout"].get("height")
     style = f' style="height:{int(height)}px"' if height else ""
     cls = f"plot {extra_class}".strip()

@@ -1,9 +1,6 @@
-"""The history section of the report: one trend plot per series of a history store.
-
-Built from :func:`katra_trace.history.trends.trend_data` (labels in order, each label's runs
-and level, the fitted model, the steps found): per series a plot of the level per label with
-the runs' range as error bars, the fitted levels as a line (the model ``history check`` judges:
-flat where it found no step), and each step marked at the label where it starts.
+"""The report's history section: per series of :func:`katra_trace.history.trends.trend_data`, the
+level per label with the runs' range, the fitted levels ``history check`` judges, and each step
+marked where it starts.
 """
 
 from __future__ import annotations
@@ -27,9 +24,7 @@ def _series_name(s: Series) -> str:
 
 
 def _summary(model: SeriesModel, marks: int) -> str:
-    """One line under a series' title: the model's change, the labels' change, the steps, why
-    none, and the newest labels' departure.
-    """
+    """One line under a series' title: changes, steps (or why none) and departure."""
     text = (
         f"change {format_change_pct(model.change_pct)} (fitted levels), {marks} step(s); "
         f"labels' change {format_change_pct(model.raw_change_pct)}"

@@ -1,10 +1,6 @@
-"""The report's image section: each scene's image verdict and, for every scene whose last frame is
-not identical, BASE, NEW and the FLIP error map side by side (PNG images embedded as ``data:`` URLs,
-so the page stays one self-contained file).
-
-The verdicts are :func:`katra_trace.analysis.images.image_verdict`'s (the same as ``katra3d
-compare``'s), and each error map is drawn from the FLIP levels its verdict kept (no second FLIP
-pass); this module only lays them out.
+"""The report's image section: each scene's image verdict (as ``compare`` gives it) and, where the
+last frames differ, BASE, NEW and the FLIP error map as embedded PNGs, drawn from the verdict's
+own FLIP levels.
 """
 
 from __future__ import annotations

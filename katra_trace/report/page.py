@@ -1,10 +1,6 @@
-"""The HTML report: one self-contained page, plots drawn by plotly.js inlined into it.
-
-The page works offline: plotly.js (from the installed ``plotly`` Python package) is stored in
-the page gzip-compressed and base64-encoded, and unpacked by the browser's
-``DecompressionStream`` (about 2 MB instead of 4.8 MB); the figures are JSON in the page.
-Everything that is not a plot (the runs, the statistics, the comparison) is plain HTML, readable
-even where scripts do not run.
+"""The HTML report: one self-contained page that works offline. plotly.js is inlined gzip- and
+base64-packed (about 2 MB instead of 4.8 MB) and unpacked by ``DecompressionStream``; everything
+but the plots is plain HTML, readable without scripts.
 """
 
 from __future__ import annotations
@@ -51,8 +47,7 @@ from katra_trace.report.zones import PLOT_PX, zone_figures
 if TYPE_CHECKING:
     from katra_trace.history.trends import Trends
 
-#: Pixels a row of the frame-time plot's legend takes, and the tallest that plot grows to hold its
-#: legend.
+#: Pixels per legend row of the frame-time plot, and the tallest it grows to hold its legend.
 LEGEND_ROW_PX = 19
 SERIES_MAX_PX = 640
 
@@ -114,7 +109,7 @@ def plotly_js_packed() -> str:
 
 
 def _json_for_script(obj: Any) -> str:
-    """JSON safe inside a <script> element (no ``</`` and no ``<!--`` can end or confuse it)."""
+    """JSON safe inside a <script> element (no ``</`` or ``<!--``)."""
     return jsontext.dumps(obj, separators=(",", ":"), default=str).replace("<", "\\u003c")
 
 
@@ -127,8 +122,7 @@ def _run_label(trace: Any, index: int, role: str) -> str:
 def _timing_reasons(
     sides: Sequence[tuple[str, Sequence[TraceLike]]],
 ) -> dict[tuple[str, str], dict[str, list[int]]]:
-    """``{(timing mode, why): {role: run numbers}}``: each distinct reason a capture gave for its
-    timing mode, in first-seen order, and the runs (1-based, per side) that gave it."""
+    """``{(timing mode, why): {role: 1-based run numbers}}`` in first-seen order."""
     out: dict[tuple[str, str], dict[str, list[int]]] = {}
     for role, traces in sides:
         for i, t in enumerate(traces):
@@ -141,9 +135,7 @@ def _timing_reasons(
 
 
 def _timing_note(reasons: Mapping[tuple[str, str], Mapping[str, list[int]]], total: int) -> str:
-    """The runs' timing reasons, each said once, above the runs table (the folded lines refer to
-    them).
-    """
+    """The runs' timing reasons, each said once, above the runs table."""
     items = []
     for n, ((timing, why), who) in enumerate(reasons.items(), 1):
         count = sum(len(v) for v in who.values())
@@ -306,9 +298,8 @@ def _pct(ratio: Any) -> float | None:
 def _side_series(
     role: str, name: str, runs: Sequence[tuple[int, str, FrameSeries]]
 ) -> list[dict[str, Any]]:
-    """The frame-series traces of one side: a line per run or, from :data:`BAND_MIN_RUNS` runs, the
-    runs' median at each frame in a band from the fastest to the slowest run, each run a legend
-    entry drawn on demand (plotly's ``legendonly``)."""
+    """One side's frame-series traces: a line per run or, from :data:`BAND_MIN_RUNS` runs, a median
+    in a band with each run drawn on demand."""
     dash = "dot" if role == "baseline" else "solid"
     out: list[dict[str, Any]] = []
     banded = len(runs) >= BAND_MIN_RUNS
@@ -367,12 +358,9 @@ def scene_section(
     judged: SceneComparison | None = None,
     metric: str | None = None,
 ) -> tuple[str, list[dict[str, Any]]]:
-    """One scene's HTML and its figures (series, histogram, zones). With a comparison, ``metric`` is
-    the clock it judged and ``judged`` its row of this scene: the plots draw that clock, and each
-    side's level line is the table's level (its ``stat`` of the runs), so the page shows one level a
-    side."""
+    """One scene's HTML and figures. With a comparison, the plots draw its clock ``metric`` and
+    each side's level line is the table's (``judged``), so the page shows one level a side."""
     figures: list[dict[str, Any]] = []
-    # the clock: the one the comparison judged, else the first run's choice, else any side's
     clock: str | None = None
     for _role, traces in sides:
         for t in traces:
@@ -389,7 +377,6 @@ def scene_section(
     pooled: dict[str, list[np.ndarray]] = {"run": [], "baseline": []}
     stats_rows: list[tuple[str, str, ClockStats]] = []
     per_side: dict[str, list[tuple[int, str, FrameSeries]]] = {}
-    # every run of the scene: its params and zone statistics
     labelled: list[tuple[str, TraceLike]] = []
     x_max = 0
     for role, traces in sides:
@@ -464,7 +451,6 @@ def scene_section(
         for trace in side_traces:
             trace["legendgroup"] = role
         series_data.extend(side_traces)
-    # report/slow.py: marks coloured by cause
     slow_marks, slow_html = slow_part(scene, sides, clock, _run_label)
     series_data.extend(slow_marks)
     top = max(
@@ -570,9 +556,8 @@ def scene_section(
 
 
 def _judged_levels(judged: SceneComparison | None, unit: str) -> dict[str, tuple[float, str]]:
-    """Each side's level as the comparison's table gives it ({"run": (level, name), "baseline":
-    ...}), in the plot's unit; {} without a comparison of this scene on this unit (the pooled median
-    is drawn then)."""
+    """``{role: (level, name)}`` from the comparison's table in the plot's unit; {} without one
+    (the pooled median is drawn then)."""
     if judged is None or (unit != "ms" and judged.value_unit != unit):
         return {}
     levels = (
@@ -590,8 +575,7 @@ def _judged_levels(judged: SceneComparison | None, unit: str) -> dict[str, tuple
 def _counts(
     runs: Sequence[TraceLike], baseline: Sequence[TraceLike], history: Trends | None
 ) -> str:
-    """The page header's count: the runs (and baseline runs) reported, or, for a history alone, its
-    runs, labels and scenes."""
+    """The page header's count of runs (for a history alone: runs, labels and scenes)."""
     if runs or baseline or history is None:
         return f"{len(runs)} run(s)" + (
             f" against {len(baseline)} baseline run(s)" if baseline else ""
@@ -619,8 +603,7 @@ def render(
     history: Trends | None = None,
     images_html: str = "",
 ) -> str:
-    """The whole report page as a string; ``images_html``: the image section
-    (:func:`katra_trace.report.images.images_section`), placed after the comparison."""
+    """The whole page; ``images_html`` goes after the comparison."""
     sides: list[tuple[str, Sequence[TraceLike]]] = [("run", runs)]
     if baseline:
         sides.append(("baseline", baseline))

@@ -1,11 +1,6 @@
-"""Text that goes into a plotly figure: titles, axis titles, legend names, category ticks, hover
-text.
-
-plotly.js renders a subset of HTML in every one of these (``<a href>``, ``<b>``, ``<i>``,
-``<span style>``, ``<br>``), so a scene, zone, label or file name such as
-``<a href=https://evil.example>CLICK</a>`` would become a live link. :func:`plot_text` is the one
-escape every figure of the report uses: plotly shows the entities it writes as the characters.
-"""
+"""Text inside plotly figures: plotly.js renders a subset of HTML (``<a href>``, ``<b>``, ...) in
+titles, names and hover text, so every scene, zone, label or file name goes through
+:func:`plot_text`."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The numbers behind the report's plots: per-scene frame series, histograms, zone shares.
-
-Pure numpy over opened traces (no HTML here). Frame series keep warmup frames (the plot
-shades them); histograms, zone shares and statistics use measured frames only, as ``stats``
-does. Long series are cut to at most :data:`MAX_POINTS` points by keeping the minimum and
-the maximum of each bucket of consecutive frames (:func:`minmax_downsample`), so that a
-single slow frame among 100 000 still shows as a spike.
+"""The numbers behind the report's plots (pure numpy). Frame series keep warmup frames (shaded);
+the rest use measured frames only, as ``stats`` does.
 """
 
 from __future__ import annotations
@@ -38,11 +33,8 @@ class TraceLike(Protocol):
 def minmax_downsample(
     x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS
 ) -> tuple[np.ndarray, np.ndarray]:
-    """At most ``max_points`` of ``(x, y)``: the min and the max of each bucket, in x order.
-
-    Buckets hold consecutive points; each contributes its smallest and largest ``y`` (once if
-    they are the same point), so spikes and dips survive at any length.
-    """
+    """At most ``max_points`` of ``(x, y)``: the min and max of each bucket of consecutive points,
+    in x order, so spikes and dips survive at any length."""
     n = len(y)
     if n <= max_points:
         return x, y
@@ -59,8 +51,7 @@ def minmax_downsample(
 
 
 def primary_clock(trace: TraceLike, available: Sequence[str]) -> str | None:
-    """The clock a scene's series is drawn on: :func:`katra_trace.metrics.primary_clock_of` (the
-    rule ``stats`` and ``info`` show too)."""
+    """The clock a scene's series is drawn on, as ``stats`` and ``info`` choose it."""
     options = trace.header.capture_options
     return primary_clock_of(available, options.measure.mode, options.primary_clock)
 
@@ -71,21 +62,20 @@ def _scale(clock: str) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class FrameSeries:
-    """One run's frames of one scene on one clock, for plotting (values in ``unit``)."""
+    """One run's frames of one scene on one clock (values in ``unit``)."""
 
-    frame: np.ndarray  #: frame indices (warmup included), downsampled
-    value: np.ndarray  #: durations (ms) or counts, downsampled
+    frame: np.ndarray  #: downsampled frame indices (warmup included)
+    value: np.ndarray  #: ms or counts, downsampled
     warmup: tuple[int, int] | None  #: first and last warmup frame index
-    measured: np.ndarray  #: every measured (non-warmup) value, in frame order, not downsampled
+    measured: np.ndarray  #: every measured value, not downsampled
     total_frames: int  #: frames before downsampling
-    all_frame: np.ndarray  #: every frame index (warmup included), not downsampled
-    all_value: np.ndarray  #: every value (ms or counts) of ``all_frame``, not downsampled
+    all_frame: np.ndarray  #: every frame index
+    all_value: np.ndarray  #: every value of ``all_frame``
 
 
 def frame_series(
     trace: TraceLike, scene_id: int, clock: str, max_points: int = MAX_POINTS
 ) -> FrameSeries:
-    """The frame series of ``scene_id`` on ``clock`` (see :class:`FrameSeries`)."""
     ev = trace.events
     cid = next((c for c, n in CLOCK_NAMES.items() if n == clock), -1)
     sel = ev[
@@ -103,32 +93,24 @@ def frame_series(
     return FrameSeries(x, y, warmup, values[~warm], len(values), frames, values)
 
 
-#: Fewest runs a side for which the frame-time plot draws that side as a median line with a band
-#: (fewer runs are drawn one line each).
+#: Fewest runs a side drawn as a median line with a band (fewer: one line each).
 BAND_MIN_RUNS = 3
 
 
 @dataclasses.dataclass(frozen=True)
 class SideBand:
-    """The runs of one side, frame by frame: their median and their range, for plotting.
-
-    At each frame index, ``median`` is the median of the runs that have that frame and
-    ``low``/``high`` the fastest and the slowest of them (ms or counts). Long series are cut to
-    at most ``max_points`` points: the median line as :func:`minmax_downsample` does, the band as
-    the envelope of each bucket (its fastest and its slowest frame of any run), so no slow frame
-    of any run falls out of the band.
-    """
+    """One side's runs frame by frame: their median and range. When cut, the band is each bucket's
+    envelope, so no slow frame of any run falls out of it."""
 
     frame: np.ndarray  #: frame indices of the median line
-    median: np.ndarray  #: median across runs at each of ``frame``
+    median: np.ndarray  #: median across runs
     band_frame: np.ndarray  #: frame indices of the band's edges
-    low: np.ndarray  #: fastest run at each of ``band_frame`` (the bucket's minimum when cut)
-    high: np.ndarray  #: slowest run at each of ``band_frame`` (the bucket's maximum when cut)
-    runs: int  #: how many runs the band summarises
+    low: np.ndarray  #: fastest run at each of ``band_frame``
+    high: np.ndarray  #: slowest run
+    runs: int
 
 
 def side_band(series: Sequence[FrameSeries], max_points: int = MAX_POINTS) -> SideBand:
-    """The :class:`SideBand` of the frame series of one side's runs (warmup frames included)."""
     frames = [s.all_frame for s in series if s.all_frame.size]
     if not frames:
         empty = np.empty(0)
@@ -149,8 +131,7 @@ def side_band(series: Sequence[FrameSeries], max_points: int = MAX_POINTS) -> Si
 def _envelope(
     x: np.ndarray, low: np.ndarray, high: np.ndarray, max_points: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """At most ``max_points`` points of a band: each bucket of consecutive points becomes its first
-    and last x, both at the bucket's lowest ``low`` and highest ``high``."""
+    """Each bucket of a band as its first and last x at its lowest ``low`` and highest ``high``."""
     n = x.size
     if n <= max_points:
         return x, low, high
@@ -165,9 +146,7 @@ def _envelope(
 
 
 def cdf_points(values: np.ndarray, max_points: int = CDF_POINTS) -> tuple[np.ndarray, np.ndarray]:
-    """The empirical CDF of ``values`` as (value, percent of values at or below it), at most
-    ``max_points`` points: every value for short series, else evenly spaced quantiles (min and max
-    kept)."""
+    """Empirical CDF as (value, percent at or below), at most ``max_points``."""
     v = np.sort(np.asarray(values, dtype=np.float64))
     n = v.size
     if n == 0:
@@ -179,9 +158,7 @@ def cdf_points(values: np.ndarray, max_points: int = CDF_POINTS) -> tuple[np.nda
 
 
 def zone_medians(trace: TraceLike, scene: str, clock: str) -> dict[str, float]:
-    """Median per-frame total of each zone of ``scene`` on ``clock`` (ms or counts), measured frames
-    only.
-    """
+    """Median per-frame total of each zone of ``scene`` on ``clock``, measured frames only."""
     cid = next((c for c, n in CLOCK_NAMES.items() if n == clock), -1)
     all_totals = _remembered(
         trace,
@@ -193,11 +170,7 @@ def zone_medians(trace: TraceLike, scene: str, clock: str) -> dict[str, float]:
 
 
 def scenes_of(trace: TraceLike) -> dict[str, tuple[int, list[str]]]:
-    """``{label: (scene id, clocks with frames)}`` in capture order (scenes without frames left
-    out).
-
-    One pass over the events, remembered per trace object (the page asks once per scene).
-    """
+    """``{label: (scene id, clocks with frames)}`` in capture order, scenes with frames only."""
     return _remembered(trace, ("scenes_of",), lambda: _scenes_of(trace))
 
 
@@ -219,9 +192,7 @@ def _scenes_of(trace: TraceLike) -> dict[str, tuple[int, list[str]]]:
     return out
 
 
-#: What the page asks of a trace once per scene but is computed for all its scenes at once, per
-#: trace object (weakly: gone with the trace): without it a trace of many scenes made the report
-#: quadratic.
+#: Per-trace results computed for all scenes at once (weakly held): keeps many scenes linear.
 _REMEMBERED: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Any]] = (
     weakref.WeakKeyDictionary()
 )
@@ -229,9 +200,7 @@ _T = TypeVar("_T")
 
 
 def _remembered(trace: TraceLike, key: tuple[Any, ...], compute: Callable[[], _T]) -> _T:
-    """``compute()`` once per trace object and ``key`` (each time for a trace that takes no weak
-    reference).
-    """
+    """``compute()`` once per trace object and ``key``."""
     try:
         known = _REMEMBERED.setdefault(trace, {})
     except TypeError:

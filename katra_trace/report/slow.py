@@ -1,8 +1,5 @@
-"""A scene's slow frames in the report: marks on its frame-time plot, coloured by cause, and a "Slow
-frames" table of the causes (count, period, typical excess) of each run.
-
-The causes are :func:`katra_trace.analysis.slow.trace_slow_frames`' (the rule of ``stats --slow``),
-found once per trace object.
+"""A scene's slow frames in the report: marks on the frame-time plot coloured by cause, and a
+"Slow frames" table per run (the rule of ``stats --slow``).
 """
 
 from __future__ import annotations
@@ -41,9 +38,8 @@ def _e(text: Any) -> str:
 def slow_part(
     scene: str, sides: Sequence[tuple[str, Sequence[TraceLike]]], clock: str, run_label: Any
 ) -> tuple[list[dict[str, Any]], str]:
-    """The plot traces that mark ``scene``'s slow frames on the frame-time plot of ``clock`` (one
-    per side and kind of cause, in the legend group ``slow``), and the "Slow frames" HTML;
-    ``run_label(trace, i, role)`` names a run as the page does."""
+    """Plot traces marking ``scene``'s slow frames (one per side and cause) and the "Slow frames"
+    HTML; ``run_label(trace, i, role)`` names a run as the page does."""
     marks: dict[tuple[str, str], dict[str, list[Any]]] = {}
     rows: list[list[str]] = []
     notes: set[str] = set()

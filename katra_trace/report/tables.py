@@ -1,11 +1,7 @@
-"""The report's plain-HTML tables of a scene: its params, its frame statistics and its zone
-statistics.
+"""The report's plain-HTML tables of a scene: params, frame and zone statistics.
 
-Every number is one ``katra3d stats`` computes (:func:`katra_trace.analysis.stats.trace_stats`,
-zones included, as ``stats --zones`` gives them) and every header is the one label map's
-(:func:`katra_trace.units.stat_label`: ``1 % low (fps)``, ``stutter (% of time)``), never a raw key.
-A duration's cell carries its unit (``150.0 µs``); a table of counts says its unit in its caption.
-The tables read where scripts are off.
+Every number is one ``katra3d stats`` computes and every header the one label map's
+(:func:`katra_trace.units.stat_label`), never a raw key.
 """
 
 from __future__ import annotations
@@ -33,8 +29,7 @@ TIME_STATS: tuple[str, ...] = (
     "fps_low_1pct",
     "stutter_pct",
 )
-#: The frame statistics of a count clock (``{u}``: instructions or cycles): counts per frame, no
-#: rates.
+#: The frame statistics of a count clock (``{u}``: its unit), no rates.
 COUNT_STATS: tuple[str, ...] = (
     "n",
     "median_{u}",
@@ -44,7 +39,7 @@ COUNT_STATS: tuple[str, ...] = (
     "max_{u}",
     "cv",
 )
-#: A zone's statistics on a time clock: no rates (a zone is not a frame; "zone FPS" is not a thing).
+#: A zone's statistics on a time clock: no rates (a zone is not a frame).
 ZONE_TIME_STATS: tuple[str, ...] = (
     "n",
     "median_ms",
@@ -65,7 +60,7 @@ ZONE_COUNT_STATS: tuple[str, ...] = (
     "max_{u}",
     "cv",
 )
-#: Rows of zone statistics shown open; more (``--zones draws``, many runs) fold under one line.
+#: Rows of zone statistics shown open; more fold under one line.
 ZONE_ROWS_SHOWN = 12
 
 #: A run as the tables show it: (its label on the page, the opened trace).
@@ -78,15 +73,13 @@ def e(text: Any) -> str:
 
 
 def num(v: Any, unit: str) -> str:
-    """One number format per unit: durations given in ms with their own unit
-    (:func:`katra_trace.units.format_ms`), counts whole with separators, rates to 1 decimal."""
+    """One format per unit: durations (ms) with their unit, counts whole, rates to 1 decimal."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
     if isinstance(v, bool):
         return str(v)
     if unit == "int":
         return f"{int(v):,}"
-    # a duration: in the unit that fits it (us, ms, s), as every text surface writes one
     if unit == "ms":
         return format_ms(float(v))
     if unit in ("fps", "share"):
@@ -107,8 +100,7 @@ def table(
     caption: str = "",
     cls: str = "",
 ) -> str:
-    """A table: ``columns`` (text, escaped here) over ``rows`` (HTML cells); the first ``left``
-    columns aligned left; ``caption`` (text) above it."""
+    """``columns`` (text, escaped here) over ``rows`` (HTML); the first ``left`` left-aligned."""
     head = "".join(
         f'<th class="l">{e(c)}</th>' if i < left else f"<th>{e(c)}</th>"
         for i, c in enumerate(columns)
@@ -127,7 +119,6 @@ def table(
 
 
 def _format_of(key: str) -> str:
-    """The :func:`num` format of statistic ``key``."""
     if key == "n":
         return "int"
     if key.endswith("_ms"):
@@ -142,12 +133,11 @@ def _format_of(key: str) -> str:
 
 
 def _what(unit: str) -> str:
-    """What a table of ``unit`` holds: frame times, or counts per frame in that unit."""
     return "frame times" if unit == "ms" else f"{unit} per frame"
 
 
 def stats_table(entries: Sequence[tuple[str, str, ClockStats]]) -> str:
-    """Rows (run label, clock, statistics of one clock) as one table per unit, readable headers."""
+    """Rows (run label, clock, statistics) as one table per unit."""
     groups: dict[str, list[tuple[str, str, ClockStats]]] = {}
     for entry in entries:
         groups.setdefault(unit_of(entry[1]), []).append(entry)
@@ -171,9 +161,7 @@ def stats_table(entries: Sequence[tuple[str, str, ClockStats]]) -> str:
 
 
 def _param_text(value: Any) -> str:
-    """A param's value as ``run`` and ``info`` write it (``0.25``, ``True``); a list or mapping as
-    JSON.
-    """
+    """A param's value as ``run`` and ``info`` write it; a list or mapping as JSON."""
     return (
         jsontext.dumps(value, default=str)
         if isinstance(value, (Mapping, list, tuple))
@@ -182,8 +170,8 @@ def _param_text(value: Any) -> str:
 
 
 def params_table(scene: str, runs: Sequence[Labelled]) -> str:
-    """``scene``'s params from each run's capture options: one row when every run used the same,
-    else a row per run; a line when the scene takes none; empty when no run recorded them."""
+    """``scene``'s params: one row when every run used the same, else a row per run; empty when no
+    run recorded them."""
     recorded = [
         (label, p)
         for label, t in runs
@@ -209,8 +197,7 @@ def params_table(scene: str, runs: Sequence[Labelled]) -> str:
 
 
 def _zone_clock(zones: Sequence[Mapping[str, Mapping[str, ClockStats]]], clock: str) -> str | None:
-    """The clock the zone table shows: the scene's plotted ``clock`` when its zones have it, else
-    the first of :data:`katra_trace.metrics.CLOCK_PREFERENCE` they have."""
+    """The plotted ``clock`` when the zones have it, else their first in ``CLOCK_PREFERENCE``."""
     have = {c for per_zone in zones for per_clock in per_zone.values() for c in per_clock}
     if clock in have:
         return clock
@@ -220,8 +207,7 @@ def _zone_clock(zones: Sequence[Mapping[str, Mapping[str, ClockStats]]], clock: 
 def zone_stats_table(
     scene: str, clock: str, runs: Sequence[Labelled], stats_of: Mapping[int, RunStats]
 ) -> str:
-    """The statistics of each zone of ``scene`` (``stats --zones``: every span as it occurred), on
-    ``clock`` when its zones were timed on it: a row per zone (and run); empty without zones."""
+    """A row per zone (and run) of ``stats --zones`` statistics; empty without zones."""
     per_run = [(label, stats_of[id(t)].scenes.get(scene, NO_STATS).zones) for label, t in runs]
     zclock = _zone_clock([z for _, z in per_run], clock)
     if zclock is None:

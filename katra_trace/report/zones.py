@@ -1,12 +1,6 @@
 """A scene's zones in the report: its passes in one plot and, with ``--zones draws``, each pass's
-draws in their own.
-
-A capture with ``--zones draws`` times every draw as a zone named ``<pass>/<label>#<k>``, nested in
-its pass (``frame`` when no pass was open; harness/engine/draws.py). Drawn in one plot, a pass's
-total is many times its largest draw and dwarfs them. So the passes plot shows the passes alone,
-and each pass with draws gets a plot of its own with its own scale, titled with the pass's total
-and what its draws add up to. Every bar has its label: a plot is as tall as its bars need
-(:func:`bars_height`) and names every category on its axis.
+draws in their own (a pass's total dwarfs its draws, so each gets its own scale). Every bar is
+labelled: a plot is as tall as its bars need.
 """
 
 from __future__ import annotations
@@ -23,20 +17,18 @@ from katra_trace.report.series import TraceLike, zone_medians
 from katra_trace.schema import FRAME_PASS, draw_pass
 from katra_trace.units import format_count, format_ms
 
-#: Most draws one pass's plot shows: the slowest, in capture order (the plot says how many it left
-#: out).
+#: Most draws one pass's plot shows (the slowest; the plot says how many it left out).
 MAX_DRAW_BARS = 40
-#: Height of a bars plot: the space around the bars, a category's gap, and each side's bar (pixels).
+#: Height of a bars plot: margins, a category's gap, each side's bar (pixels).
 BARS_FRAME_PX = 110
 ROW_GAP_PX = 8
 BAR_PX = 9
-#: The default height of a plot (the page's CSS ``.plot``): the passes plot is never lower.
+#: The page's ``.plot`` height: the passes plot is never lower.
 PLOT_PX = 320
-#: The lowest a plot of one pass's draws goes (one or two draws need no more).
+#: The lowest a plot of one pass's draws goes.
 DRAWS_MIN_PX = 180
 
-#: The x axis of a bars plot reaches this many times its longest bar: room for the value written
-#: beside it.
+#: The x axis reaches this many times the longest bar: room for its value.
 TEXT_ROOM = 1.15
 
 
@@ -60,8 +52,7 @@ def captured_draws(traces: Sequence[TraceLike]) -> bool:
 
 
 def bars_height(categories: int, sides: int, least: int = PLOT_PX) -> int:
-    """Pixels a horizontal bars plot needs so that each of ``categories`` has room for its label and
-    ``sides`` bars (never less than ``least``)."""
+    """Pixels a bars plot needs for each category's label and ``sides`` bars (>= ``least``)."""
     return max(least, BARS_FRAME_PX + categories * (ROW_GAP_PX + BAR_PX * max(1, sides)))
 
 
@@ -88,8 +79,7 @@ def _bars_layout(
     data: Sequence[dict[str, Any]],
     least: int = PLOT_PX,
 ) -> dict[str, Any]:
-    """The layout of a horizontal bars plot: a row per label, every label named, room right of the
-    longest bar for its value."""
+    """A bars plot layout: every label named, room right of the longest bar for its value."""
     ticks = [plot_text(z) for z in labels]
     top = max((float(v) for d in data for v in d["x"]), default=0.0)
     xaxis: dict[str, Any] = {"title": {"text": unit}, "rangemode": "tozero"}
@@ -114,9 +104,7 @@ def _bars_layout(
 
 
 def _fmt(v: float | None, unit: str) -> str:
-    """A pass total for the caption: a duration in the unit that fits it, counts whole with their
-    unit.
-    """
+    """A pass total for the caption, with its unit."""
     return "-" if v is None else format_ms(v) if unit == "ms" else f"{format_count(v)} {unit}"
 
 
@@ -128,13 +116,9 @@ def zone_figures(
     frame_medians: Mapping[str, float],
     unit: str,
 ) -> tuple[str, str, list[dict[str, Any]]]:
-    """``(passes element, draws elements, figures)`` of ``scene``'s zones on ``clock``, runs against
-    baseline: each side's bar is the median over its runs of each run's median per-frame time.
-
-    ``frame_medians`` is each side's median frame time, the total of the draws made outside any
-    pass. The passes element is empty when the scene has no pass zone, the draws elements when it
-    was not captured with ``--zones draws``.
-    """
+    """``(passes element, draws elements, figures)`` of ``scene``'s zones on ``clock``; a side's
+    bar is the median of its runs' medians. ``frame_medians`` is the total for draws outside any
+    pass."""
     medians: dict[str, dict[str, float]] = {}
     for role, traces in sides:
         per_zone: dict[str, list[float]] = {}
