@@ -51,8 +51,8 @@ class _FrameSpan:
 
 
 class Capture:
-    """A capture in progress (see :func:`capture`); ``timing_mode``/``timing_reason`` say which clock
-    measured it."""
+    """A capture in progress (see :func:`capture`); ``timing_mode``/``timing_reason`` say which
+    clock measured it."""
 
     def __init__(
         self,

@@ -116,8 +116,8 @@ class Group:
         return True
 
     def end(self, grace_s: float) -> None:
-        """SIGTERM, ``grace_s``, SIGTERM, :data:`HARD_STOP_WAIT_S` (skipped without ``grace_s``), then
-        SIGKILL; never raises."""
+        """SIGTERM, ``grace_s``, SIGTERM, :data:`HARD_STOP_WAIT_S` (none without ``grace_s``),
+        then SIGKILL; never raises."""
         if self.gone():  # nothing to signal: its ID may be another group's by now
             return
         if grace_s > 0:
@@ -153,8 +153,8 @@ def handling(
     *,
     unless_ignored: bool = False,
 ) -> Iterator[bool]:
-    """Install ``handler`` for ``signals`` (main thread only); yields whether installed. A C-installed
-    old handler (``None``, e.g. under apitrace) is restored as ``SIG_DFL``."""
+    """Install ``handler`` (main thread only); yields whether installed. An old handler set from C
+    (``None``, e.g. under apitrace) is restored as ``SIG_DFL``."""
     old: dict[signal.Signals, Any] = {}
     try:
         if threading.current_thread() is threading.main_thread():
@@ -207,7 +207,7 @@ class Supervisor:
                 group.stopped_by(signum, len(self.received))
 
     def start(self, args: Sequence[str], **kwargs: Any) -> Group:
-        """:func:`spawn`, kept until :meth:`release`; after a stop signal the group gets it at once."""
+        """:func:`spawn`, kept until :meth:`release`; after a stop signal it gets it at once."""
         group = spawn(args, **kwargs)
         group.task = getattr(self._task, "index", None)
         with self.lock:
@@ -243,9 +243,9 @@ class Supervisor:
         failed: Callable[[int, R], bool] | None = None,
         idle: Callable[[], object] | None = None,
     ) -> Generator[tuple[int, R], None, None]:
-        """Run ``tasks`` in at most ``jobs`` threads; yields (index, result) as each ends. A ``failed``
-        result kills the later running tasks (a serial run would not have run them); a raising task
-        or an early caller exit stops all. Nothing starts after a stop signal."""
+        """Run ``tasks`` in at most ``jobs`` threads; yields (index, result) as each ends. A
+        ``failed`` result kills the later running tasks (a serial run would not have run them); a
+        raising task or an early caller exit stops all. Nothing starts after a stop signal."""
         upcoming = list(range(len(tasks)) if order is None else order)
         running: dict[Future[R], int] = {}
         failed_at = len(tasks)

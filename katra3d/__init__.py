@@ -2,7 +2,7 @@
 and ``scenes`` install under this name only (a project's own ``scenes/`` is unaffected); public
 names load on first use, so importing katra3d loads no GL module."""
 
-# before any slow import: Ctrl-C while the command still imports ends it quietly (`signal` costs 1 ms)
+# before any slow import: Ctrl-C while the command imports ends it quietly (`signal` costs 1 ms)
 import _signal  # type: ignore[import-not-found]  # typeshed has no stub for the built-in module
 import os as _os
 import sys as _sys

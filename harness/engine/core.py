@@ -224,8 +224,8 @@ class Engine:
         bind: Callable[[], None] | None = None,
         progress: ProgressSink | None = None,
     ) -> int:
-        """``count`` frames from ``first`` (or until ``deadline_ns``), ending at a frame boundary once
-        the stop flag is set; returns the number rendered."""
+        """``count`` frames from ``first`` (or until ``deadline_ns``), ending at a frame boundary
+        once the stop flag is set; returns the number rendered."""
         timer = self.timer
         # in draws mode the engine's begin/end move the draw wrappers
         draws = self.draws is not None

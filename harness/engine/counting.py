@@ -1,5 +1,4 @@
-"""Per-frame and per-zone callgrind counts (``--measure instructions|cycles``, in the valgrind child).
-Callgrind dumps at each ``os.getppid()`` call (``--dump-before=getppid``), made at every frame and
+"""Per-frame and per-zone callgrind counts (``--measure``, in the valgrind child). Callgrind dumps at each ``os.getppid()`` call (``--dump-before=getppid``), made at every frame and
 zone boundary; the timer reads each dump's ``summary:`` line. See docs/measure.md."""
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ class CountError(KatraError):
 
 
 def estimated_cycles(counts: dict[str, int]) -> int:
-    """Cycles from callgrind's cache simulation, weighted by :data:`CYCLE_WEIGHTS` (docs/measure.md)."""
+    """Cycles from callgrind's cache simulation, weighted by :data:`CYCLE_WEIGHTS`."""
     accesses = counts.get("Ir", 0) + counts.get("Dr", 0) + counts.get("Dw", 0)
     ram = counts.get("ILmr", 0) + counts.get("DLmr", 0) + counts.get("DLmw", 0)
     l1_misses = counts.get("I1mr", 0) + counts.get("D1mr", 0) + counts.get("D1mw", 0)
@@ -101,8 +100,8 @@ class _CountZone:
 
 
 class CountTimer(Timer):
-    """Modes ``instructions``/``cycles``: main-thread counts per frame and zone. Dump part numbers count
-    every ``os.getppid()`` call, so the first one with instrumentation on must be this timer's."""
+    """Main-thread counts per frame and zone. Dump part numbers count every ``os.getppid()`` call,
+    so the first one with instrumentation on must be this timer's."""
 
     def __init__(
         self,
@@ -168,7 +167,7 @@ class CountTimer(Timer):
         self.t0 = _pc()
 
     def end_frame(self) -> None:
-        # llvmpipe rasterizes at the next flush: without this it would fall between frames, uncounted
+        # llvmpipe rasterizes at the next flush: else between frames, uncounted
         self.finish()
         if not self.counted:
             return
