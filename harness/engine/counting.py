@@ -1,5 +1,6 @@
-"""Per-frame and per-zone callgrind counts (``--measure``, in the valgrind child). Callgrind dumps at each ``os.getppid()`` call (``--dump-before=getppid``), made at every frame and
-zone boundary; the timer reads each dump's ``summary:`` line. See docs/measure.md."""
+"""Per-frame and per-zone callgrind counts (``--measure``, in the valgrind child). Callgrind dumps
+at each ``os.getppid()`` call (``--dump-before=getppid``), made at every frame and zone boundary;
+the timer reads each dump's ``summary:`` line. See docs/measure.md."""
 
 from __future__ import annotations
 
