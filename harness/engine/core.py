@@ -337,9 +337,8 @@ class Engine:
 
     def abort(self, exc: BaseException | None) -> None:
         """Keep the measured frames, finish as aborted/interrupted; never raises."""
-        draws = getattr(self, "draws", None)
-        if draws is not None:
-            draws.uninstall()
+        if self.draws is not None:
+            self.draws.uninstall()
         self.gc_marks.uninstall()
         self._keeper.stop()
         self._release_reference()
