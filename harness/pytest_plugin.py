@@ -120,7 +120,7 @@ def run_scene(
     from katra_trace.metrics import CLOCK_PREFERENCE, primary_clock_of
 
     checked = check_numbers(frames, warmup, size, seed, prefix="")
-    frames, warmup, size, seed = checked  # type: ignore[assignment]  # none is None here
+    frames, warmup, size, seed = checked  # type: ignore[assignment]
     cls = get_scene(name)
     label = getattr(cls, "name", "") or name
     resolved = dict(resolve_params(cls, dict(params or {})))

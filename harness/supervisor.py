@@ -95,7 +95,7 @@ class Group:
             names = [name for name in os.listdir("/proc") if name.isdigit()]
         except ProcessLookupError:
             return True
-        except OSError:  # not allowed to signal it, or no /proc: it cannot be told
+        except OSError:  # not allowed, or no /proc: cannot tell
             return False
         for name in names:
             try:
@@ -180,7 +180,7 @@ class Supervisor:
         self.received: list[int] = []
         self._handle = handle
         self._task = threading.local()
-        self._ended: set[int] = set()  # pool tasks whose groups are ended, later ones at once
+        self._ended: set[int] = set()  # pool tasks ended
         self._exit = contextlib.ExitStack()
 
     def __enter__(self) -> Supervisor:

@@ -3,7 +3,7 @@ and ``scenes`` install under this name only (a project's own ``scenes/`` is unaf
 names load on first use, so importing katra3d loads no GL module."""
 
 # before any slow import: Ctrl-C while the command imports ends it quietly (`signal` costs 1 ms)
-import _signal  # type: ignore[import-not-found]  # typeshed has no stub for the built-in module
+import _signal  # type: ignore[import-not-found]
 import os as _os
 import sys as _sys
 
@@ -18,7 +18,7 @@ if (
 
     _signal.signal(_signal.SIGINT, _quiet_exit)
 
-from typing import TYPE_CHECKING, Any  # noqa: E402  (after the Ctrl-C handler, on purpose)
+from typing import TYPE_CHECKING, Any  # noqa: E402
 
 if TYPE_CHECKING:
     from katra3d.harness.capture import Capture, capture

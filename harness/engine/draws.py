@@ -27,7 +27,7 @@ class DrawZones:
     """Installs the draw wrappers for one frame at a time, on one context."""
 
     def __init__(self, ctx: Any, timer: Any, *, max_draw_zones: int | None = None) -> None:
-        # deferred: moderngl (and the GL library) loads only when draws are instrumented
+        # deferred: moderngl loads only when draws are instrumented
         import moderngl
 
         self.ctx = ctx
@@ -137,7 +137,7 @@ def _derive_label(obj: Any, kind: str) -> str:
     """The object's label, else one derived from its program."""
     try:
         label = obj.label
-    except Exception:  # noqa: BLE001 - labels need GL_KHR_debug; a missing one is no error
+    except Exception:  # noqa: BLE001 - labels need GL_KHR_debug
         label = None
     if label:
         return str(label)
@@ -152,7 +152,7 @@ def _derive_label(obj: Any, kind: str) -> str:
         import moderngl
 
         names = sorted(name for name in program if isinstance(program[name], moderngl.Attribute))
-    except Exception:  # noqa: BLE001 - an unusual program: fall back to a plain label
+    except Exception:  # noqa: BLE001
         names = []
     return f"draw({','.join(names)})" if names else "draw"
 

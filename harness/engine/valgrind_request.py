@@ -16,7 +16,7 @@ CALLGRIND_START_INSTRUMENTATION = (ord("C") << 24 | ord("T") << 16) + 4
 
 CALLGRIND_STOP_INSTRUMENTATION = CALLGRIND_START_INSTRUMENTATION + 1
 
-# ``size_t f(size_t *args /* rdi */, size_t default /* rsi */)``, x86-64 SysV.
+# size_t f(size_t *args, size_t default), x86-64 SysV
 _AMD64_CODE = bytes.fromhex(
     "4889f8"  # mov rax, rdi  ; the six request words
     "4889f2"  # mov rdx, rsi  ; the default: the result outside valgrind
