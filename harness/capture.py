@@ -1,8 +1,6 @@
-"""Time your own moderngl renderer into a katra3d trace (``katra3d.capture``; docs/pytest.md and
-README show its use).
-
-Written by the same capture engine as ``katra3d run``: same format, clocks and timing modes. The
-context is not changed, except that ``sync`` frames end with ``glFinish``."""
+"""``katra3d.capture``: time your own moderngl renderer into a trace (docs/pytest.md), through the
+same engine as ``katra3d run``. The context is untouched except that ``sync`` frames end with
+``glFinish``."""
 
 from __future__ import annotations
 
@@ -21,7 +19,7 @@ DEFAULT_SCENE = "capture"
 
 
 class _FrameSpan:
-    """:meth:`Capture.frame`'s context manager (one per flag value, made once per capture)."""
+    """:meth:`Capture.frame`'s context manager, one per flag value."""
 
     __slots__ = ("cap", "flags", "begin", "end")
 
@@ -29,7 +27,7 @@ class _FrameSpan:
         self.cap = cap
         self.flags = flags
         engine = cap.engine
-        # looked up once: two Python calls less a frame
+        # looked up once: two Python calls less per frame
         self.begin = engine.frame_begin
         self.end = engine.end_frame
 
@@ -53,8 +51,8 @@ class _FrameSpan:
 
 
 class Capture:
-    """A capture in progress (made by :func:`capture`): :meth:`frame` and :meth:`zone` record spans
-    into the trace; ``timing_mode``/``timing_reason`` say which clock measured them."""
+    """A capture in progress (see :func:`capture`); ``timing_mode``/``timing_reason`` say which
+    clock measured it."""
 
     def __init__(
         self,
@@ -70,8 +68,7 @@ class Capture:
         overwrite: bool = False,
         max_draw_zones: int | None = None,
     ) -> None:
-        # deferred: the engine and the probe load when a capture starts; `import katra3d` stays
-        # light
+        # deferred: `import katra3d` stays light
         from katra3d.harness.engine.spec import CaptureSpec
         from katra3d.harness.gl import probe
         from katra3d.harness.run.pipeline import open_engine
@@ -80,7 +77,7 @@ class Capture:
         traced = next(
             (str(x) for x in (path, scene, workload) if str(x).endswith(TRACE_SUFFIX)), None
         )
-        if traced is not None:  # docs/replay.md says why a trace does not replay here
+        if traced is not None:
             raise ConfigError(
                 f"katra3d.capture times frames this process draws on ctx into a .katra file; "
                 f"'{traced}' is an apitrace trace: replay it with `katra3d run {traced}` or the "
@@ -118,11 +115,11 @@ class Capture:
         self._spans = (_FrameSpan(self, 0), _FrameSpan(self, int(Flag.WARMUP)))
 
     def frame(self, warmup: bool = False) -> _FrameSpan:
-        """Context manager around one frame; ``as`` gives the frame index (0, 1, ...)."""
+        """Context manager around one frame; ``as`` gives its index."""
         return self._spans[1 if warmup else 0]
 
     def zone(self, name: str) -> Any:
-        """Context manager around a pass or draw inside a frame (a no-op when zones are off)."""
+        """Context manager around a pass inside a frame (no-op when zones are off)."""
         if not self._in_frame:
             raise ConfigError(f"capture.zone('{name}') must be used inside capture.frame()")
         return self._zone(name)
@@ -138,12 +135,8 @@ class Capture:
     def keep_image(
         self, image: np.ndarray | bytes, *, frame: int | None = None, time_s: float = 0.0
     ) -> str:
-        """Keep your frame in the trace, as ``katra3d run`` keeps each scene's last frame; returns
-        its SHA-256 (hex).
-
-        ``image``: an (H, W, 3|4) uint8 array with row 0 at the top (flip ``fbo.read()``), or PNG
-        bytes. ``frame`` defaults to the last recorded; keep the same frame in every run so traces
-        compare. Call it between frames (inside one, its cost would be timed)."""
+        """Keep a frame's image (H, W, 3|4 uint8, row 0 on top, or PNG bytes) in the trace, between
+        frames; returns its SHA-256 hex. ``frame`` defaults to the last recorded."""
         if self._closed:
             raise ConfigError("capture is finished: no more images can be kept")
         if self._in_frame:
@@ -168,11 +161,10 @@ class Capture:
         return str(meta["sha256"])
 
     def annotate(self, record: dict[str, Any]) -> None:
-        """Write a JSON annotation into the trace (e.g. a checksum of your output)."""
+        """Write a JSON annotation into the trace."""
         self.writer.annotate(dict(record))
 
     def close(self, status: str = "complete") -> None:
-        """Read back pending GPU queries, write the summary and close the trace."""
         if self._closed:
             return
         self._closed = True
@@ -204,12 +196,8 @@ def capture(
     overwrite: bool = False,
     max_draw_zones: int | None = None,
 ) -> Capture:
-    """Start recording frames of your own moderngl code on ``ctx`` into the trace at ``path``.
-
-    Frames belong to scene ``scene`` (default: the workload, else ``capture``). ``timing``: auto |
-    sync | gpu (docs/timing.md). ``zones``: True/"passes", "draws" (every moderngl draw on ``ctx``
-    too), False/"off". An existing ``path`` is refused (OutputExistsError) unless ``overwrite``. Use
-    the result as a context manager or call :meth:`Capture.close`."""
+    """Record frames drawn on ``ctx`` into ``path`` (OutputExistsError unless ``overwrite``).
+    ``zones``: True/"passes", "draws", False/"off"; ``timing``: auto|sync|gpu (docs/timing.md)."""
     return Capture(
         ctx,
         path,

@@ -1,9 +1,6 @@
-"""pytest plugin (entry point ``pytest11``: ``katra3d``): the ``katra_scene`` fixture, the ``gl``
-marker and ``--katra3d-keep``; docs/pytest.md shows their use.
-
-With pytest-benchmark's fixture every measured frame is one pedantic round. Importing this module
-imports only pytest and the standard library: it loads into every pytest run of a project that
-installs katra3d."""
+"""pytest plugin: the ``katra_scene`` fixture, the ``gl`` marker and ``--katra3d-keep``
+(docs/pytest.md). It loads into every pytest run of a project that installs katra3d, so importing
+it imports only pytest and the standard library."""
 
 from __future__ import annotations
 
@@ -44,8 +41,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def keep_dir(config: pytest.Config) -> Path | None:
-    """Where ``katra_scene`` keeps traces: ``--katra3d-keep`` (relative to the invocation dir), else
-    ini ``katra3d_keep`` (relative to the ini file), else None (a temporary directory)."""
+    """``--katra3d-keep`` (relative to the invocation dir), else ini ``katra3d_keep`` (relative to
+    the ini file), else None (a temporary directory)."""
     given = config.getoption("katra3d_keep", default=None)
     if given:
         return Path(config.invocation_params.dir, str(given))
@@ -56,9 +53,8 @@ def keep_dir(config: pytest.Config) -> Path | None:
 
 
 def kept_trace_name(nodeid: str, index: int, scene: str) -> str:
-    """A kept trace's file name: the sanitized test id, the call's number and the scene
-    (``tests.test_fill.py.test_fast[4]-01-fillrate.katra``). Ids over :data:`MAX_NAME_CHARS` are cut
-    and end with a hash, so two tests never share a file."""
+    """E.g. ``tests.test_fill.py.test_fast[4]-01-fillrate.katra``; names over
+    :data:`MAX_NAME_CHARS` are cut and end with a hash, so two tests never share a file."""
     stem = re.sub(r"[^\w.\-\[\]=,+]", "_", nodeid.replace("::", ".").replace("/", "."))
     scene_part = re.sub(r"[^\w.-]", "_", scene)
     tail = f"-{index:02d}-{scene_part}.katra"
@@ -76,9 +72,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 @dataclasses.dataclass(frozen=True)
 class SceneRun:
-    """What :func:`run_scene` produced: ``stats`` ``{clock: {stat: value}}`` (warmup excluded),
-    ``zones`` ``{zone: {clock: {stat: value}}}``, the trusted ``clock``, and ``info`` for the
-    benchmark's extra_info."""
+    """``stats`` ``{clock: {stat: value}}`` (warmup excluded), ``zones`` ``{zone: stats}``, the
+    trusted ``clock``, and ``info`` for the benchmark's extra_info."""
 
     scene: str
     stats: dict[str, dict[str, Any]]
@@ -108,16 +103,10 @@ def run_scene(
     measure: str = "time",
     overwrite: bool = False,
 ) -> SceneRun:
-    """Run scene ``name`` for ``warmup`` + ``frames`` frames into ``trace``, as ``katra3d run``
-    would.
-
-    An existing ``trace`` is refused unless ``overwrite``; a failed capture goes to
-    ``NAME.failed.katra``. Raises katra_trace errors. ``benchmark`` times each measured frame as one
-    pedantic round. ``measure="instructions"|"cycles"`` counts under callgrind in a child (``stats``
-    then holds counts); an apitrace ``.trace`` is replayed by glretrace (``size`` and ``timing`` do
-    not apply)."""
-    # deferred: this module loads into every pytest run; GL and the engine load when a test runs a
-    # scene
+    """Run scene ``name`` into ``trace`` as ``katra3d run`` would; raises katra_trace errors. An
+    existing ``trace`` needs ``overwrite``; a failed capture goes to ``NAME.failed.katra``.
+    ``benchmark`` times each measured frame as one pedantic round."""
+    # deferred: this module loads into every pytest run; GL and the engine load per scene run
     from katra3d.harness.engine import lifecycle
     from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
     from katra3d.harness.gl import backends, probe
@@ -131,7 +120,7 @@ def run_scene(
     from katra_trace.metrics import CLOCK_PREFERENCE, primary_clock_of
 
     checked = check_numbers(frames, warmup, size, seed, prefix="")
-    frames, warmup, size, seed = checked  # type: ignore[assignment]  # none is None here
+    frames, warmup, size, seed = checked  # type: ignore[assignment]
     cls = get_scene(name)
     label = getattr(cls, "name", "") or name
     resolved = dict(resolve_params(cls, dict(params or {})))
@@ -181,7 +170,7 @@ def run_scene(
             timing=timing,
             zones=zones,
             overwrite=overwrite,
-            failed_aside=True,  # a failure never replaces the trace at ``trace``
+            failed_aside=True,
         )
         engine = open_engine(session.ctx, spec)
         with engine:
@@ -206,7 +195,6 @@ def run_scene(
     opened = open_trace(trace)
     result = trace_stats(opened).scenes.get(label, NO_STATS).as_dict()
     options = opened.header.capture_options
-    # the one rule of which clock a scene's numbers are read on
     clock = (
         primary_clock_of(list(result["metrics"]), options.measure_mode, options.primary_clock)
         or options.primary_clock
@@ -262,7 +250,7 @@ def _run_apart(
     measure: str,
     overwrite: bool,
 ) -> SceneRun:
-    """A counted run or a replayed apitrace trace: through ``katra3d run``'s runner."""
+    """A counted run or a replayed apitrace trace, through ``katra3d run``'s runner."""
     # deferred: katra3d's modules load only when a test uses the plugin
     from katra3d.harness.run.config import RunConfig
     from katra3d.harness.run.runner import run
@@ -309,7 +297,6 @@ def _run_apart(
 
 
 def _benchmark_driver(benchmark: Any) -> Callable[[Callable[[], None], int], None]:
-    """Render the measured frames as pytest-benchmark rounds (one frame = one round)."""
 
     def drive(one_frame: Callable[[], None], count: int) -> None:
         if getattr(benchmark, "disabled", False):
@@ -327,12 +314,9 @@ def _benchmark_driver(benchmark: Any) -> Callable[[Callable[[], None], int], Non
 def katra_scene(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Callable[..., SceneRun]]:
-    """``katra_scene(name, frames=60, warmup=5, size=(128, 128), params=None, timing="auto",
-    zones=False, seed=0, benchmark=None) -> SceneRun``: run a scene in-process.
-
-    A relative scene file or ``.trace`` is looked up beside the test file, then in the working
-    directory, then in the rootdir. Skips when no GL context opens or on SceneSkip; fails with any
-    other katra3d error's one line."""
+    """``katra_scene(name, **run_scene options) -> SceneRun``. A relative scene file is looked up
+    beside the test, in the cwd, then the rootdir. Skips without GL or on SceneSkip; other katra3d
+    errors fail with one line."""
     keep = keep_dir(request.config)
     base = tmp_path_factory.mktemp("katra3d") if keep is None else keep
     count = [0]
@@ -349,7 +333,7 @@ def katra_scene(
             path = base / f"{count[0]:02d}-{name.replace('/', '_').replace(':', '_')}.katra"
         else:
             path = keep / kept_trace_name(request.node.nodeid, count[0], name)
-            # the user named the directory: a rerun replaces its own trace
+            # a rerun replaces its own trace in the user's directory
             kwargs.setdefault("overwrite", True)
         try:
             spec = find_file_spec(name, bases)

@@ -1,10 +1,6 @@
-"""The one door for katra3d's child processes, its stop signals and its parallel jobs.
-
-Each child leads a process group of its own that dies with katra3d (:func:`spawn`); a
-:class:`Supervisor` passes katra3d's stop signals to its groups by policy and runs parallel jobs
-(:meth:`Supervisor.pool`). ``session=False`` keeps the group in katra3d's session: Linux's autogroup
-shares a loaded machine out by session, and a replayer in its own session ran at 0.75 of the frame
-rate (bench/replay.py)."""
+"""Child processes, stop signals and parallel jobs: each child leads its own process group that
+dies with katra3d. ``session=False`` keeps it in katra3d's session: autogroup shares CPU by session,
+and a replayer in its own session ran at 0.75 of the frame rate (bench/replay.py)."""
 
 from __future__ import annotations
 
@@ -24,13 +20,12 @@ from katra_trace.errors import Interrupted
 R = TypeVar("R")
 
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-#: ``PR_SET_PDEATHSIG`` of ``<linux/prctl.h>``.
 PR_SET_PDEATHSIG = 1
-# How far a group is stopped: asked to stop at its next frame boundary, to stop now, killed.
+# stop at the next frame boundary, stop now, killed
 STOP_FIRST, STOP_NOW, STOP_KILL = 1, 2, 3
-# A counted 16x16 run took 3.5 s from SIGTERM to exit on a busy 2-core machine: room for more.
+# a counted 16x16 run took 3.5 s from SIGTERM to exit on a busy 2-core machine
 STOP_GRACE_S = 10.0
-# After the second SIGTERM: the keeper's HARD_STOP_GRACE_S, then callgrind's last dump.
+# after the second SIGTERM: the keeper's HARD_STOP_GRACE_S, then callgrind's last dump
 HARD_STOP_WAIT_S = 5.0
 KILL_WAIT_S = 5.0
 POLL_S = 0.05
@@ -39,8 +34,7 @@ Policy = Literal["levels", "signals", "none"]
 
 
 def _preexec(session: bool) -> Callable[[], None]:
-    """Between fork and exec: a group of its own (without ``session``) and SIGKILL when this process
-    ends (parent-death signal), at once if it has ended already."""
+    """Between fork and exec: own group (without ``session``), SIGKILL when this process ends."""
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, before fork
         prctl.argtypes = [ctypes.c_int, *[ctypes.c_ulong] * 4]
@@ -60,8 +54,7 @@ def _preexec(session: bool) -> Callable[[], None]:
 
 
 class Group:
-    """The process group ``proc`` leads, how far it is stopped, and what a stop signal does to it
-    (``ready()``: whether the child handles a signal yet)."""
+    """The process group ``proc`` leads (``ready()``: whether the child handles signals yet)."""
 
     def __init__(
         self,
@@ -76,8 +69,6 @@ class Group:
         self.task: int | None = None
 
     def send(self, level: int) -> None:
-        """Stop the group to ``level`` unless it is that far already (SIGTERM, or SIGKILL for
-        :data:`STOP_KILL`)."""
         if self.sent >= level:
             return
         self.sent = level  # first: a handler that runs meanwhile sends nothing twice
@@ -85,8 +76,8 @@ class Group:
             os.killpg(self.proc.pid, signal.SIGKILL if level >= STOP_KILL else signal.SIGTERM)
 
     def stopped_by(self, signum: int, count: int) -> None:
-        """The ``count``-th stop signal to katra3d, ``signum``, as this group's policy says:
-        ``levels`` asks first then kills, ``signals`` passes it on (SIGKILL while not ready)."""
+        """``levels`` asks first then kills; ``signals`` passes ``signum`` on (SIGKILL while not
+        ready)."""
         if self.policy == "levels":
             self.send(STOP_FIRST if count <= 1 else STOP_KILL)
         elif self.policy == "signals" and self.proc.returncode is None:
@@ -96,8 +87,7 @@ class Group:
                 )
 
     def gone(self) -> bool:
-        """Whether the leader is reaped and no member of the group still runs (zombies aside), by
-        ``/proc``."""
+        """Leader reaped and no live (non-zombie) member left, by ``/proc``."""
         if self.proc.poll() is None:
             return False
         try:
@@ -105,7 +95,7 @@ class Group:
             names = [name for name in os.listdir("/proc") if name.isdigit()]
         except ProcessLookupError:
             return True
-        except OSError:  # not allowed to signal it, or no /proc: it cannot be told
+        except OSError:  # not allowed, or no /proc: cannot tell
             return False
         for name in names:
             try:
@@ -126,9 +116,8 @@ class Group:
         return True
 
     def end(self, grace_s: float) -> None:
-        """End the group: with ``grace_s``, SIGTERM, ``grace_s``, a second SIGTERM and
-        :data:`HARD_STOP_WAIT_S`; then SIGKILL. Returns once gone or :data:`KILL_WAIT_S` after;
-        never raises."""
+        """SIGTERM, ``grace_s``, SIGTERM, :data:`HARD_STOP_WAIT_S` (none without ``grace_s``),
+        then SIGKILL; never raises."""
         if self.gone():  # nothing to signal: its ID may be another group's by now
             return
         if grace_s > 0:
@@ -150,8 +139,7 @@ def spawn(
     ready: Callable[[], bool] | None = None,
     **popen: Any,
 ) -> Group:
-    """Start ``args`` leading a process group of its own that dies with katra3d (``popen``: Popen's
-    other arguments; raises what Popen raises)."""
+    """Start ``args`` in its own process group that dies with katra3d; raises what Popen raises."""
     proc = subprocess.Popen(
         list(args), start_new_session=session, preexec_fn=_preexec(session), **popen
     )
@@ -165,9 +153,8 @@ def handling(
     *,
     unless_ignored: bool = False,
 ) -> Iterator[bool]:
-    """``handler`` handles ``signals`` for the duration (main thread only); yields whether
-    installed. Old handlers are put back (one installed from C, e.g. under apitrace, as
-    ``SIG_DFL``); ``unless_ignored`` leaves ignored signals ignored."""
+    """Install ``handler`` (main thread only); yields whether installed. An old handler set from C
+    (``None``, e.g. under apitrace) is restored as ``SIG_DFL``."""
     old: dict[signal.Signals, Any] = {}
     try:
         if threading.current_thread() is threading.main_thread():
@@ -181,11 +168,8 @@ def handling(
 
 
 class Supervisor:
-    """The child process groups of one command, stopped together by katra3d's stop signals.
-
-    Entered in the main thread it handles the stop signals and is :attr:`active`; each signal is
-    noted in :attr:`received` and passed to every group, later ones included. What is left running
-    at exit is killed."""
+    """One command's child groups: entered in the main thread it is :attr:`active` and passes each
+    stop signal to every group, later ones included; what still runs at exit is killed."""
 
     active: ClassVar[Supervisor | None] = None
 
@@ -196,7 +180,7 @@ class Supervisor:
         self.received: list[int] = []
         self._handle = handle
         self._task = threading.local()
-        self._ended: set[int] = set()  # pool tasks whose groups are ended, later ones at once
+        self._ended: set[int] = set()  # pool tasks ended
         self._exit = contextlib.ExitStack()
 
     def __enter__(self) -> Supervisor:
@@ -223,8 +207,7 @@ class Supervisor:
                 group.stopped_by(signum, len(self.received))
 
     def start(self, args: Sequence[str], **kwargs: Any) -> Group:
-        """:func:`spawn`, kept until :meth:`release`; a group started after a stop signal gets it at
-        once."""
+        """:func:`spawn`, kept until :meth:`release`; after a stop signal it gets it at once."""
         group = spawn(args, **kwargs)
         group.task = getattr(self._task, "index", None)
         with self.lock:
@@ -260,14 +243,9 @@ class Supervisor:
         failed: Callable[[int, R], bool] | None = None,
         idle: Callable[[], object] | None = None,
     ) -> Generator[tuple[int, R], None, None]:
-        """Run ``tasks`` in threads, at most ``jobs`` at a time, in ``order``; yields (index,
-        result) as each ends. ``before(i)`` and ``failed(i, result)`` run in the calling thread,
-        ``idle()`` every :data:`POLL_S`.
-
-        No task starts after a stop signal (an :class:`Interrupted` task is then left out). A
-        ``failed`` result stops new starts and kills the running tasks after it, as a serial run
-        would not have run them. A raising task or an early exit of the caller stops every running
-        one (SIGTERM, :data:`STOP_GRACE_S`, SIGKILL)."""
+        """Run ``tasks`` in at most ``jobs`` threads; yields (index, result) as each ends. A
+        ``failed`` result kills the later running tasks (a serial run would not have run them); a
+        raising task or an early caller exit stops all. Nothing starts after a stop signal."""
         upcoming = list(range(len(tasks)) if order is None else order)
         running: dict[Future[R], int] = {}
         failed_at = len(tasks)
@@ -276,7 +254,7 @@ class Supervisor:
                 while True:
                     while upcoming and len(running) < jobs and not self.received:
                         if failed_at < len(tasks):
-                            break  # a serial run would have stopped there
+                            break
                         index = upcoming.pop(0)
                         if before is not None:
                             before(index)
@@ -299,7 +277,7 @@ class Supervisor:
                             self._end_tasks({i for i in running.values() if i > index}, 0.0)
                         yield index, result
             finally:
-                if running:  # an error, or the caller left early: nothing more starts either
+                if running:
                     self.stop(signal.SIGTERM)
                     self._end_tasks(set(running.values()), STOP_GRACE_S)
 

@@ -1,13 +1,9 @@
-"""katra3d: run 3D scenes headless, time every frame and draw, and compare versions.
+"""katra3d: run 3D scenes headless, time every frame and draw, and compare versions. ``harness``
+and ``scenes`` install under this name only (a project's own ``scenes/`` is unaffected); public
+names load on first use, so importing katra3d loads no GL module."""
 
-The public API: the Scene API (docs/scenes.md), ``capture``/``Capture`` to time your own moderngl
-loop, ``get_scene``/``run_offscreen`` to render without a trace. No top-level ``harness`` or
-``scenes`` is installed (they map under this name), so a project with its own ``scenes/`` package
-is unaffected. Importing katra3d loads no GL module: each public name is imported on first use."""
-
-# First, before any slow import: a Ctrl-C while the katra3d command is still importing ends it
-# quietly. `_signal` is already loaded; `signal` costs about a millisecond.
-import _signal  # type: ignore[import-not-found]  # typeshed has no stub for the built-in module
+# before any slow import: Ctrl-C while the command imports ends it quietly (`signal` costs 1 ms)
+import _signal  # type: ignore[import-not-found]
 import os as _os
 import sys as _sys
 
@@ -15,14 +11,14 @@ if (
     _os.path.basename(_sys.argv[0] if _sys.argv else "") == "katra3d"
     and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler
 ):
-    # katra3d.harness.cli.main restores Python's handler; applications keep their own.
+    # katra3d.harness.cli.main restores Python's handler
     def _quiet_exit(signum: int, _frame: object) -> None:
         _os.write(2, b"katra3d: interrupted\n")
         _os._exit(128 + signum)
 
     _signal.signal(_signal.SIGINT, _quiet_exit)
 
-from typing import TYPE_CHECKING, Any  # noqa: E402  (after the Ctrl-C handler, on purpose)
+from typing import TYPE_CHECKING, Any  # noqa: E402
 
 if TYPE_CHECKING:
     from katra3d.harness.capture import Capture, capture
@@ -49,7 +45,7 @@ _PUBLIC: dict[str, str] = {
     "run_offscreen": "katra3d.harness.run.offscreen",
 }
 
-# A literal list, so that linters and type checkers see the re-exports.
+# literal, so that type checkers see the re-exports
 __all__ = [
     "Capture",
     "Frame",
@@ -69,10 +65,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """The public names, imported on first use (PEP 562)."""
     module_name = _PUBLIC.get(name)
     if module_name is None:
-        # a submodule (``from katra3d import harness``) is imported by the import system itself
         raise AttributeError(f"module 'katra3d' has no attribute {name!r}")
     import importlib
 

@@ -1,6 +1,5 @@
-# PYTHON_ARGCOMPLETE_OK  (argcomplete: `python -m katra3d` completes as katra3d does)
-"""``python -m katra3d``: the command line, or with ``$KATRA3D_MEASURE_CHILD`` set the counted child
-of ``--measure`` (its plan is in the dump directory)."""
+# PYTHON_ARGCOMPLETE_OK
+"""``python -m katra3d``: the command line, or the counted child of ``--measure``."""
 
 import sys
 
@@ -8,7 +7,7 @@ from katra3d.harness.cli import main
 from katra3d.harness.run import measure
 
 if measure.in_child():
-    # deferred: only the counted child runs the engine straight away
+    # deferred: only the counted child needs the runner
     from katra3d.harness.run import runner
 
     sys.exit(runner.run_child())

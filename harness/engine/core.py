@@ -1,9 +1,6 @@
-"""The capture engine: the one frame loop, option recording and failure clean-up that every capture
-(``katra3d run``, the API, the pytest plugin, the offscreen helper) drives through
-:func:`katra3d.harness.run.pipeline.open_engine`.
-
-Whatever fails, the frames measured so far reach the trace and the trace is finished (``aborted`` or
-``interrupted``); a keeper thread flushes events during a long frame. See docs/architecture.md."""
+"""The capture engine: the one frame loop every capture drives (via ``run.pipeline.open_engine``).
+Whatever fails, measured frames reach the trace and it is finished (``aborted``/``interrupted``); a
+keeper thread flushes events during a long frame. See docs/architecture.md."""
 
 from __future__ import annotations
 
@@ -33,8 +30,7 @@ from katra_trace.io.writer import TraceWriter
 from katra_trace.metrics import mode_clock
 from katra_trace.schema import Clock, Kind
 
-# ``measured_driver(one_frame, count)`` calls ``one_frame()`` ``count`` times (pytest-benchmark
-# rounds).
+# calls ``one_frame()`` ``count`` times (pytest-benchmark rounds)
 MeasuredDriver = Callable[[Callable[[], None], int], None]
 
 _pc = time.perf_counter_ns
@@ -43,8 +39,7 @@ _NO_ERROR = "GL_NO_ERROR"
 
 @dataclasses.dataclass(frozen=True)
 class ResolvedCapture:
-    """What a :class:`CaptureSpec` resolves to before any GL work (``reason`` is recorded as
-    ``timing_reason``)."""
+    """A :class:`CaptureSpec` resolved before any GL work."""
 
     mode: str
     reason: str
@@ -72,11 +67,8 @@ def resolve_capture(spec: CaptureSpec, measurer: Measurer | None = None) -> Reso
 
 
 class Engine:
-    """One capture into one trace: writer, buffer, timer, frame loop and clean-up.
-
-    ``writer`` replaces the TraceWriter (e.g. :class:`~katra3d.harness.run.offscreen.MemorySink`).
-    As a context manager, an exception finishes the trace as ``aborted`` (``interrupted`` on
-    KeyboardInterrupt) with every measured frame kept."""
+    """One capture into one trace (``writer`` replaces the TraceWriter, e.g. a MemorySink). As a
+    context manager an exception finishes the trace ``aborted``/``interrupted``, frames kept."""
 
     def __init__(
         self,
@@ -110,7 +102,6 @@ class Engine:
         self._keeper.start()
 
     def _start_timer(self, spec: CaptureSpec) -> None:
-        """Buffer, timer and draw instrument; a failure finishes the trace as aborted."""
         try:
             self.buffer, self.timer = self.measurer.start(
                 self.mode, self.ctx, self.writer, zones=self.zones != "off"
@@ -125,7 +116,7 @@ class Engine:
             raise
 
     def _start_reference(self, every: int) -> None:
-        """The reference draw after every ``every``-th measured frame (sync only; 0: none)."""
+        """The reference draw after every ``every``-th measured frame (sync mode only)."""
         self.reference: ReferenceDraw | None = None
         self.reference_every = 0
         self.reference_draws = 0
@@ -167,18 +158,15 @@ class Engine:
 
     @property
     def frame_zone(self) -> Callable[[str], Any]:
-        """``frame.zone``: the timer's, or the draw instrument's pass zone in draws mode."""
         return self.draws.pass_zone if self.draws is not None else self.timer.zone
 
     @property
     def frame_begin(self) -> Callable[[int, int], None]:
-        """What opens a frame: the timer's ``begin_frame``, or :meth:`begin_frame` in draws mode."""
         return self.begin_frame if self.draws is not None else self.timer.begin_frame
 
     @property
     def frame_continue(self) -> Callable[[int, int], None]:
-        """What opens a frame that directly follows the last: ``continue_frame`` where the timer has
-        one (one clock read per boundary), else :attr:`frame_begin`."""
+        """Opens a frame right after the last: one clock read per boundary where the timer can."""
         go_on = getattr(self.timer, "continue_frame", None)
         if go_on is None:
             return self.frame_begin
@@ -210,7 +198,6 @@ class Engine:
             self.gl_error(error, frame, where)
 
     def gl_error(self, error: object, frame: int | None, where: str = "frame") -> None:
-        """Record ``error`` in the trace, then raise SceneError."""
         label = self.scene_label
         record = {
             "type": "gl_error",
@@ -237,11 +224,10 @@ class Engine:
         bind: Callable[[], None] | None = None,
         progress: ProgressSink | None = None,
     ) -> int:
-        """The one frame loop: ``count`` frames from ``first`` (or until ``deadline_ns``), stopping
-        early at a frame boundary when the stop flag is set. Returns the number rendered."""
+        """``count`` frames from ``first`` (or until ``deadline_ns``), ending at a frame boundary
+        once the stop flag is set; returns the number rendered."""
         timer = self.timer
-        # draws mode: the engine's begin/end move the draw wrappers; otherwise the timer's own are
-        # called
+        # in draws mode the engine's begin/end move the draw wrappers
         draws = self.draws is not None
         start = begin = self.frame_begin
         go_on = self.frame_continue
@@ -255,8 +241,7 @@ class Engine:
         reference = self.reference if not flags and bind is not None else None
         every = self.reference_every
         show = progress is not None and progress.tty
-        # a relayed (counted) child reports every frame so each process does the same work (heap
-        # shape)
+        # a relayed (counted) child reports every frame: every process does the same work
         every_frame = self.measurer.relayed
         next_update_ns = 0
         i = first
@@ -300,7 +285,7 @@ class Engine:
         bind: Callable[[], None] | None,
         driver: MeasuredDriver,
     ) -> int:
-        """Let ``driver`` render ``count`` measured frames from ``first``; returns how many."""
+        """Let ``driver`` render ``count`` measured frames; returns how many."""
         state = {"i": first}
 
         def one_frame() -> None:
@@ -316,7 +301,6 @@ class Engine:
         return state["i"] - first
 
     def summary(self) -> dict[str, Any]:
-        """The engine's part of the trace summary."""
         out: dict[str, Any] = {
             "timing_mode": self.mode,
             "timing_reason": self.reason,
@@ -352,10 +336,9 @@ class Engine:
         self.writer.finish(summary={**self.summary(), **dict(summary or {})}, status=status)
 
     def abort(self, exc: BaseException | None) -> None:
-        """Keep every measured frame and finish the trace as aborted/interrupted (never raises)."""
-        draws = getattr(self, "draws", None)
-        if draws is not None:
-            draws.uninstall()
+        """Keep the measured frames, finish as aborted/interrupted; never raises."""
+        if self.draws is not None:
+            self.draws.uninstall()
         self.gc_marks.uninstall()
         self._keeper.stop()
         self._release_reference()
@@ -370,7 +353,6 @@ class Engine:
         self.finish_quietly({**self.summary(), **error}, status)
 
     def finish_quietly(self, summary: dict[str, Any], status: str) -> None:
-        """Finish the trace unless already finished (never raises)."""
         writer = self.writer
         if not getattr(writer, "finished", False):
             with contextlib.suppress(Exception):
@@ -390,7 +372,6 @@ class Engine:
 
 
 def _open_writer(spec: CaptureSpec, resolved: ResolvedCapture) -> TraceWriter:
-    """The trace writer of ``spec`` (claims the output path, writes the header)."""
     if spec.path is None:
         raise ConfigError("a capture needs an output path")
     return TraceWriter(

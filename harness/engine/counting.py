@@ -1,9 +1,6 @@
-"""The instruction-counting timer: per-frame and per-zone callgrind counts, in the valgrind child of
-``katra3d run --measure instructions|cycles``.
-
-Callgrind runs with ``--dump-before=getppid``: the timer calls ``os.getppid()`` at every frame and
-zone boundary and reads each dump's ``summary:`` line after the frame; the dump between frames is
-deleted unread. Warmup frames run uninstrumented. See docs/measure.md."""
+"""Per-frame and per-zone callgrind counts (``--measure``, in the valgrind child). Callgrind dumps
+at each ``os.getppid()`` call (``--dump-before=getppid``), made at every frame and zone boundary;
+the timer reads each dump's ``summary:`` line. See docs/measure.md."""
 
 from __future__ import annotations
 
@@ -50,8 +47,7 @@ class CountError(KatraError):
 
 
 def estimated_cycles(counts: dict[str, int]) -> int:
-    """Cycles estimated from callgrind's cache simulation: an L1 hit costs 1, an LL hit 5, a RAM
-    access 35 (the weighting iai-callgrind uses; docs/measure.md)."""
+    """Cycles from callgrind's cache simulation, weighted by :data:`CYCLE_WEIGHTS`."""
     accesses = counts.get("Ir", 0) + counts.get("Dr", 0) + counts.get("Dw", 0)
     ram = counts.get("ILmr", 0) + counts.get("DLmr", 0) + counts.get("DLmw", 0)
     l1_misses = counts.get("I1mr", 0) + counts.get("D1mr", 0) + counts.get("D1mw", 0)
@@ -62,7 +58,7 @@ def estimated_cycles(counts: dict[str, int]) -> int:
 
 
 def read_summary(path: Path) -> dict[str, int]:
-    """The ``summary:`` counts of one callgrind dump, by event name (reads only its header)."""
+    """The ``summary:`` counts of one callgrind dump by event name; raises CountError."""
     events: list[str] = []
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
@@ -90,14 +86,14 @@ class _CountZone:
         t.depth += 1
         self.depth = t.depth
         self.t0 = _pc()
-        t.finish()  # llvmpipe rasterizes at a flush: the frame's earlier work is not this zone's
+        t.finish()  # llvmpipe rasterizes at a flush: earlier work is not this zone's
         t.part += 1
         t.mark()
         self.enter_part = t.part
 
     def __exit__(self, *exc: object) -> None:
         t = self.timer
-        t.finish()  # the zone's draws are rasterized here, inside the zone
+        t.finish()
         t.part += 1
         t.mark()
         t.zones_done.append((self.depth, self.name_id, self.enter_part, t.part, self.t0))
@@ -105,11 +101,8 @@ class _CountZone:
 
 
 class CountTimer(Timer):
-    """Modes ``instructions`` and ``cycles``: callgrind counts of the main thread per frame and
-    zone.
-
-    Dumps are ``<dump_base>.<part>-<thread>``; the first ``os.getppid()`` call with instrumentation
-    on must be this timer's, since part numbers count every such call."""
+    """Main-thread counts per frame and zone. Dump part numbers count every ``os.getppid()`` call,
+    so the first one with instrumentation on must be this timer's."""
 
     def __init__(
         self,
@@ -130,10 +123,9 @@ class CountTimer(Timer):
         self.part = 0
         self.instrumenting = False
         self.counted = False
-        # the request's code page, made here: outside frames, in every process alike
+        # makes the request's code page outside frames, in every process alike
         valgrind_request.available()
         self.zones_done: list[tuple[int, int, int, int, int]] = []
-        # measured frames whose dumps are kept for the scene's profile
         self.kept = 0
         self.profile = profiles_on()
         self.counter_ids = {name: writer.intern(name) for name in CACHE_EVENTS} if cycles else {}
@@ -156,8 +148,7 @@ class CountTimer(Timer):
         return super().set_scene(name)
 
     def stop_counting(self) -> None:
-        """Switch instrumentation off after a scene's last measured frame, so that reading back its
-        image counts nothing."""
+        """After a scene's last measured frame: reading back its image counts nothing."""
         self._instrument(False)
         if self.kept and self.profile:
             write_index(self.dump_base.parent, self.kept, {i: n for n, i in self._names.items()})
@@ -172,13 +163,12 @@ class CountTimer(Timer):
             return
         self._instrument(True)
         self.part += 1
-        self.mark()  # dumps the time since the last boundary: harness work, not this frame
+        self.mark()  # dumps the harness work since the last boundary
         self.first_part = self.part + 1
         self.t0 = _pc()
 
     def end_frame(self) -> None:
-        # llvmpipe rasterizes at the next flush; without glFinish that happens between frames,
-        # uncounted
+        # llvmpipe rasterizes at the next flush: else between frames, uncounted
         self.finish()
         if not self.counted:
             return
@@ -252,7 +242,7 @@ class CountTimer(Timer):
     def _take(self, part: int, zones: list[tuple[int, int, int, int, int]]) -> dict[str, int]:
         path = self._path(part)
         counts = read_summary(path)
-        if self.profile:  # kept for the scene's profile, named with the zones it lay in
+        if self.profile:  # named with the zones it lay in
             inside = [z[1] for z in zones if z[2] < part <= z[3]]
             os.replace(path, kept_dump(path.parent, part, inside))
         self._remove(part)
@@ -276,11 +266,11 @@ class CountTimer(Timer):
 
 
 class CountMeasurer:
-    """Frames counted under callgrind. While they are counted nothing else runs in the process: the
-    writer is synchronous and flushed between scenes, the garbage collector paused."""
+    """Frames counted under callgrind: while counted nothing else runs in the process (writer idle,
+    collector paused)."""
 
     counts = True
-    relayed = True  # progress every frame: the same work between frames in every process
+    relayed = True
 
     def __init__(self, measure: MeasureOptions, dump_base: Path) -> None:
         self.measure = measure
@@ -308,8 +298,8 @@ class CountMeasurer:
 
     @contextlib.contextmanager
     def frames(self, buffer: EventBuffer, writer: Any) -> Iterator[None]:
-        """Idle the writer's thread (its GIL takes cost instructions) and pause the cyclic collector
-        (it would run in different frames in different processes)."""
+        """Idle the writer's thread (GIL hand-offs cost instructions), pause the collector (it would
+        run in different frames in different processes)."""
         buffer.flush()
         writer.flush()
         gc.collect()
@@ -325,11 +315,10 @@ class CountMeasurer:
         cast(CountTimer, timer).stop_counting()
 
     def write_scene(self, writer: Any, annotation: dict[str, Any], result: SceneResult) -> None:
-        # host time under valgrind is 20-100x slower: no usable setup time
+        # setup time under valgrind (20-100x slower) means nothing
         annotation.pop("setup_ms", None)
         result.setup_ms = 0.0
         writer.annotate(annotation)
-        # the writer's thread must be idle while the next scene's frames are counted
         writer.flush()
 
 

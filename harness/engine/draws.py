@@ -1,9 +1,6 @@
-"""``--zones draws``: every draw, dispatch, clear and blit of a frame becomes a zone named
-``<pass>/<label>#<k>`` (stable across frames and versions; docs/timing.md).
-
-The moderngl methods in :data:`TARGETS` are wrapped only while a frame runs and only for the
-captured context; outside frames moderngl is untouched. Draws over ``max_draw_zones`` run untimed
-and are counted in the ``untimed_draws`` COUNTER."""
+"""``--zones draws``: every draw, dispatch, clear and blit becomes a zone ``<pass>/<label>#<k>``
+(docs/timing.md). The moderngl methods in :data:`TARGETS` are wrapped only while a frame of the
+captured context runs; draws over ``max_draw_zones`` are only counted (``untimed_draws``)."""
 
 from __future__ import annotations
 
@@ -27,10 +24,10 @@ TARGETS: tuple[tuple[str, str, str], ...] = (
 
 
 class DrawZones:
-    """Installs the draw wrappers for one frame at a time, on one context, for one timer."""
+    """Installs the draw wrappers for one frame at a time, on one context."""
 
     def __init__(self, ctx: Any, timer: Any, *, max_draw_zones: int | None = None) -> None:
-        # deferred: moderngl (and the GL library) loads only when draws are instrumented
+        # deferred: moderngl loads only when draws are instrumented
         import moderngl
 
         self.ctx = ctx
@@ -60,7 +57,7 @@ class DrawZones:
         self.installed = True
 
     def uninstall(self) -> None:
-        """Put moderngl's own methods back (at frame end; also after an error)."""
+        """Put moderngl's own methods back."""
         if not self.installed:
             return
         for (cls, meth), original in self._originals.items():
@@ -88,7 +85,7 @@ class DrawZones:
 
     @contextmanager
     def pass_zone(self, name: str) -> Iterator[None]:
-        """``frame.zone(name)`` in draws mode: the timer's zone, remembered as the pass."""
+        """``frame.zone(name)`` in draws mode, remembered as the pass."""
         self._passes.append(name)
         try:
             with self.zone(name):
@@ -137,10 +134,10 @@ class DrawZones:
 
 
 def _derive_label(obj: Any, kind: str) -> str:
-    """The scene's label for a VAO or compute shader, else one derived from its program."""
+    """The object's label, else one derived from its program."""
     try:
         label = obj.label
-    except Exception:  # noqa: BLE001 - labels need GL_KHR_debug; a missing one is no error
+    except Exception:  # noqa: BLE001 - labels need GL_KHR_debug
         label = None
     if label:
         return str(label)
@@ -155,7 +152,7 @@ def _derive_label(obj: Any, kind: str) -> str:
         import moderngl
 
         names = sorted(name for name in program if isinstance(program[name], moderngl.Attribute))
-    except Exception:  # noqa: BLE001 - an unusual program: fall back to a plain label
+    except Exception:  # noqa: BLE001
         names = []
     return f"draw({','.join(names)})" if names else "draw"
 

@@ -1,5 +1,5 @@
-"""The event buffer between the timers and the trace writer: the per-frame cost is an append or two;
-the writer gets numpy arrays in batches."""
+"""The event buffer between timers and trace writer: an append or two per frame, numpy batches to
+the writer."""
 
 from __future__ import annotations
 
@@ -21,20 +21,15 @@ _WALL = int(Clock.WALL)
 _PROCESS = int(Clock.PROCESS)
 _pc = time.perf_counter_ns
 
-# One sync frame: ``(t0, t_submit, t_end, process CPU ns, frame, flags, scene)``, absolute
-# perf_counter_ns times.
+# (t0, t_submit, t_end, process CPU ns, frame, flags, scene); absolute perf_counter_ns
 FRAME_RECORD = struct.Struct("<7q")
 pack_frame = FRAME_RECORD.pack
 
 
 class EventBuffer:
-    """Collects events and hands them to a writer in batches.
-
-    :attr:`add` takes one event tuple in EVENT_DTYPE order; :attr:`add_frame` one sync frame packed
-    by :func:`pack_frame`, expanded column by column into CPU, WALL and PROCESS events at flush
-    (cheaper per frame than tuples; docs/timing.md). Flushes at ``max_rows`` or ``max_age_ns``
-    (None: by count only). Another thread may :meth:`flush` at any time: flushes take a lock and the
-    frame loop only appends, so each entry is handed over once."""
+    """:attr:`add` takes an EVENT_DTYPE tuple; :attr:`add_frame` a packed sync frame, expanded into
+    events at flush (cheaper per frame). Any thread may :meth:`flush`: flushes lock and the frame
+    loop only appends."""
 
     def __init__(
         self, writer: Any, max_rows: int = 1024, max_age_ns: int | None = 250_000_000

@@ -12,7 +12,7 @@ from katra3d.scenes.api import NOMINAL_RATE_HZ
 
 
 class HarnessFrame:
-    """Frame index, deterministic scene time, a lazily created seeded RNG and ``zone(name)``."""
+    """Frame index, scene time, a lazily seeded RNG and ``zone(name)``."""
 
     __slots__ = ("index", "time_s", "zone", "_seed_key", "_rng")
 
@@ -33,14 +33,12 @@ class HarnessFrame:
 
 
 def frame_time_s(index: int) -> float:
-    """Scene time (s) of frame ``index``: a function of the index alone, never of the clock, so
-    frame N shows the same picture in every run and version."""
+    """Scene time (s) of frame ``index``, not of the clock: frame N looks alike in every run."""
     return index / NOMINAL_RATE_HZ
 
 
 def seed_key(seed: int, scene_name: str) -> tuple[int, int]:
-    """(seed, crc32(scene name)): the per-scene part of every frame's RNG seed (any string, lone
-    surrogates too)."""
+    """(seed, crc32(scene name)): the per-scene part of every frame's RNG seed."""
     return (int(seed), zlib.crc32(scene_name.encode("utf-8", "surrogatepass")))
 
 

@@ -1,9 +1,5 @@
-"""Python's garbage collections as MARKER rows (``gc``, wall clock, generation in ``value``), so
-that a slow frame can be put on one.
-
-Nothing runs per frame; a collection pays two callback calls inside its own span. The row is one
-atomic deque append, so a collection in the writer's thread is recorded too. Counted captures pause
-the collector and have none."""
+"""Python's garbage collections as MARKER rows (``gc``, generation in ``value``), so a slow frame
+can be put on one. Nothing runs per frame; the row is one atomic deque append (any thread)."""
 
 from __future__ import annotations
 
@@ -20,8 +16,6 @@ _WARMUP = int(Flag.WARMUP)
 
 
 class GcMarks:
-    """The ``gc.callbacks`` entry; ``add`` is the event buffer's."""
-
     __slots__ = ("timer", "add", "name_id", "t0", "installed")
 
     def __init__(self, timer: Any, add: Any) -> None:
@@ -54,7 +48,7 @@ class GcMarks:
                     float(info.get("generation", -1)),
                 )
             )
-        # a callback must never raise (it would surface in whatever code allocated)
+        # a raise would surface in whatever code allocated
         except Exception:
             pass
 
@@ -64,7 +58,6 @@ class GcMarks:
             self.installed = True
 
     def uninstall(self) -> None:
-        """Stop recording collections; safe to call more than once."""
         if self.installed:
             self.installed = False
             try:

@@ -1,10 +1,5 @@
-"""Keep freed C heap memory in the process, so that a frame does not pay page faults for the last
-one's.
-
-A software renderer mallocs and frees its per-frame memory (llvmpipe: several MB for a large mesh);
-glibc handed the heap top back after every frame, so every frame faulted it in again (~25 % more
-process time on glmark2's bunny; docs/timing.md). Counted runs do not count kernel time and leave
-the allocator as it is."""
+"""Keep freed C heap memory in the process: glibc handed llvmpipe's per-frame memory back after each
+frame, and faulting it in again cost ~25 % process time on glmark2's bunny (docs/timing.md)."""
 
 from __future__ import annotations
 
@@ -13,18 +8,17 @@ import ctypes.util
 import functools
 import sys
 
-# glibc's ``mallopt`` parameter numbers (malloc.h).
+# malloc.h
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
-# glibc's largest dynamic mmap threshold (64-bit) and 2x it for trim, as its dynamic rule sets them.
+# glibc's largest dynamic mmap threshold (64-bit) and 2x it for trim
 MMAP_THRESHOLD_BYTES = 32 << 20
 TRIM_THRESHOLD_BYTES = 64 << 20
 
 
 @functools.lru_cache(maxsize=1)
 def keep_freed_memory() -> bool:
-    """Set glibc's thresholds to what its dynamic rule settles at, once per process; False where
-    there is no ``mallopt`` or it refused."""
+    """Fix glibc's thresholds where its dynamic rule settles, once; False without ``mallopt``."""
     if not sys.platform.startswith("linux"):
         return False
     try:

@@ -1,8 +1,5 @@
-"""One scene on the capture engine: setup, warmup, measured frames, last image, release.
-
-A scene's own failures become one-line :class:`SceneError` naming the phase; katra3d's own errors
-and interrupts pass as they are. Whatever happens the scene is released and the harness's
-framebuffer bound again."""
+"""One scene on the capture engine: setup, warmup, measured frames, last image, release. A scene's
+failures become a one-line SceneError naming the phase; the scene is always released."""
 
 from __future__ import annotations
 
@@ -37,18 +34,14 @@ def run_scene(
     progress: ProgressSink | None = None,
     measured_driver: MeasuredDriver | None = None,
 ) -> SceneResult:
-    """Run one scene on ``engine``; SceneError for its own failure, a ``skipped`` result on
-    SceneSkip."""
+    """SceneError for the scene's own failure; a ``skipped`` result on SceneSkip."""
     return SceneLifecycle(
         engine, scene, bind=bind, progress=progress, measured_driver=measured_driver
     ).run()
 
 
 class SceneLifecycle:
-    """Runs one scene on ``engine``, a method per phase.
-
-    ``bind`` makes the harness's framebuffer current; ``measured_driver`` renders the measured
-    frames itself (pytest-benchmark rounds)."""
+    """One scene, a method per phase (``bind`` makes the harness's framebuffer current)."""
 
     def __init__(
         self,
@@ -67,8 +60,6 @@ class SceneLifecycle:
         self.scene: Any = None
 
     def run(self) -> SceneResult:
-        """All phases; a ``skipped`` result on SceneSkip, ``interrupted`` when the stop flag ended
-        the frames."""
         spec = self.spec
         self.engine.set_scene(spec.label)
         self.progress.scene_started(spec.index, spec.label, spec.total_frames)
@@ -96,7 +87,6 @@ class SceneLifecycle:
         return f"[{self.spec.index}/{self.spec.total}] {self.spec.label}"
 
     def setup(self) -> SceneResult:
-        """Set the scene up (a SETUP marker); a ``skipped`` result on SceneSkip."""
         engine, spec = self.engine, self.spec
         if self.bind is not None:
             self.bind()
@@ -123,7 +113,6 @@ class SceneLifecycle:
         )
 
     def skipped(self, exc: SceneSkip, t0_ns: int) -> SceneResult:
-        """Record the skip (SKIPPED marker, ``skipped`` annotation) and release."""
         engine, spec = self.engine, self.spec
         engine.marker("skipped", int(Flag.SKIPPED), t0_ns, _pc())
         engine.buffer.flush()
@@ -142,7 +131,6 @@ class SceneLifecycle:
         return SceneResult(spec.label, "skipped", reason=str(exc), params=dict(spec.params))
 
     def measure(self, result: SceneResult) -> None:
-        """Render the warmup frames, then the measured ones."""
         engine, spec = self.engine, self.spec
         render = self.scene.render
         key = seed_key(spec.seed, spec.label)
@@ -190,8 +178,6 @@ class SceneLifecycle:
             result.status = "interrupted"
 
     def record(self, result: SceneResult) -> None:
-        """Read back pending measurements, take the stats and last image, write the scene
-        annotation."""
         engine, spec = self.engine, self.spec
         engine.timer.settle()
         if engine.timer.frame_ns:
@@ -212,9 +198,7 @@ class SceneLifecycle:
         engine.measurer.write_scene(engine.writer, annotation, result)
 
     def last_image(self, result: SceneResult) -> dict[str, Any]:
-        """Read the last frame into ``result``; keep it and save the screenshot if asked. Returns
-        the annotation's keys. The measurer is told first (counting stops, so counts do not move).
-        """
+        """Read the last frame (counting stopped first); returns the annotation's keys."""
         spec, engine = self.spec, self.engine
         engine.measurer.frames_done(engine.timer)
         pixels = read_pixels(engine.ctx, self.scene)
@@ -255,15 +239,14 @@ class SceneLifecycle:
                 ) from exc
 
     def clean_up(self) -> None:
-        """After a failure or interrupt: release the scene and rebind, never raising."""
+        """Release the scene and rebind, never raising."""
         release_quietly(self.scene)
         if self.bind is not None:
             with contextlib.suppress(Exception):
                 self.bind()
 
     def rebinder(self) -> Callable[[], None] | None:
-        """Called before each frame: rebinds the harness's framebuffer if the scene left another
-        bound."""
+        """Before each frame: rebind the harness's framebuffer if the scene left another bound."""
         bind = self.bind
         if bind is None:
             return None
@@ -281,8 +264,7 @@ class SceneLifecycle:
 def scene_errors(
     label: str, phase: str, passes: tuple[type[BaseException], ...] = (KatraError,)
 ) -> Iterator[None]:
-    """Turn an exception of scene ``label`` during ``phase`` into SceneError naming the scene's file
-    and line; ``passes`` classes and interrupts go through."""
+    """Turn a scene's exception into SceneError naming its file and line (``passes`` go through)."""
     try:
         yield
     except passes as exc:
@@ -292,8 +274,7 @@ def scene_errors(
             and len(exc.args) == 1
             and (at := location(exc))
         ):
-            # katra3d's own error from the scene's code (a shader that does not compile): name its
-            # line
+            # katra3d's own error from the scene's code (a bad shader): name its line
             exc.args = (f"{exc} (in {at})",)
             exc.scene_traceback = scene_traceback(exc)
         raise
@@ -307,7 +288,6 @@ def scene_errors(
 
 
 def release_quietly(scene: Any) -> None:
-    """``scene.release()``, ignoring its failure."""
     with contextlib.suppress(Exception, SystemExit):
         scene.release()
 

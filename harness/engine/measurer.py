@@ -1,6 +1,5 @@
-"""How an engine measures frames: by clock (:class:`TimeMeasurer`) or by callgrind's counts
-(:class:`~katra3d.harness.engine.counting.CountMeasurer`); the engine asks it wherever timing and
-counting differ."""
+"""How an engine measures frames: by clock (:class:`TimeMeasurer`) or by callgrind counts
+(``counting.CountMeasurer``); the engine asks it wherever the two differ."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ Mode = tuple[str, str, Mapping[str, Any]]
 
 
 class Measurer(Protocol):
-    """``counts``: frames are measured in counts; ``relayed``: progress every frame (a counted
-    child's relay)."""
+    """``relayed``: progress every frame (a counted child's relay)."""
 
     measure: MeasureOptions
     counts: bool
@@ -66,7 +64,6 @@ class TimeMeasurer:
         return buffer, timers.make_timer(mode, ctx, writer, buffer, zones=zones)
 
     def settle(self, gc_marks: GcMarks) -> None:
-        # a frame must not pay page faults for memory the driver freed in the last one
         heap.keep_freed_memory()
         gc_marks.install()
 

@@ -1,9 +1,6 @@
-"""The reference workload: a small fixed draw timed inside every run; (median frame time) / (median
-reference time) cancels most of a busy neighbour's drift (``compare --normalize``).
-
-256x256 px is 16 of llvmpipe's 64x64 tiles, so its rasterizer threads share the draw as they share a
-scene's frames (a one-tile draw did not slow with the neighbour and cancelled nothing). It becomes a
-MARKER ``reference`` with flag REFERENCE, never in the statistics; docs/timing.md."""
+"""A fixed draw timed inside every run: frame time / reference time cancels most of a busy
+neighbour's drift (``compare --normalize``; docs/timing.md). 256x256 px spans 16 llvmpipe tiles, so
+its threads share it as they share a frame (a one-tile draw did not slow with the neighbour)."""
 
 from __future__ import annotations
 
@@ -18,8 +15,7 @@ REFERENCE_SIZE = (256, 256)
 # about 0.9 ms a draw on llvmpipe, 2 cores
 REFERENCE_STEPS = 8
 
-# The one heavy draw of katra3d (the doctor's timer check runs it with more steps); changing it
-# changes every run's reference times.
+# changing it changes every run's reference times
 VERTEX_SHADER = """
 #version 330
 in vec2 in_pos;
@@ -47,7 +43,6 @@ _pc = time.perf_counter_ns
 
 
 def make_program(ctx: Any, steps: int) -> Any:
-    """The reference shader program on ``ctx``, its loop set to ``steps`` iterations."""
     program = ctx.program(vertex_shader=VERTEX_SHADER, fragment_shader=FRAGMENT_SHADER)
     try:
         program["u_steps"].value = steps
@@ -83,8 +78,7 @@ class ReferenceDraw:
         self.count = 0
 
     def run(self, frame: int) -> None:
-        """Time one reference draw after frame ``frame``, then rebind the framebuffer that was bound
-        (the scene's image is read from it after the last frame)."""
+        """Time one reference draw after ``frame``, then rebind the previous framebuffer."""
         ctx = self.ctx
         timer = self.timer
         previous = ctx.fbo

@@ -14,7 +14,7 @@ from katra_trace.units import format_ms
 
 @dataclasses.dataclass
 class SceneResult:
-    """What one scene produced: status (ok | skipped | interrupted), measured frames, stats."""
+    """``status``: ok | skipped | interrupted."""
 
     label: str
     status: str
@@ -55,7 +55,7 @@ class SceneResult:
 
 @dataclasses.dataclass
 class RunResult:
-    """The outcome of a run: trace path, status (complete | interrupted), per-scene results."""
+    """``status``: complete | interrupted."""
 
     path: Path
     status: str
@@ -66,7 +66,7 @@ class RunResult:
     size: tuple[int, int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """What ``katra3d run --json`` prints."""
+        """``katra3d run --json``'s output."""
         return {
             "trace": str(self.path),
             "status": self.status,
@@ -82,9 +82,7 @@ class RunResult:
 
 
 class ProgressSink(Protocol):
-    """What the engine reports progress to. ``phase`` names what the run does now (``frames``: None
-    for a step without frames); ``advance(done)`` counts frames from 1 and is called only when
-    ``tty`` is set."""
+    """What the engine reports progress to; ``advance(done)`` is called only when ``tty``."""
 
     tty: bool
 
@@ -114,7 +112,7 @@ class NoProgress:
 
 
 def scene_stats(values: list[int], counts: bool) -> dict[str, Any]:
-    """Per-scene statistics for the end table: frame-time stats, or count stats when ``counts``."""
+    """Frame-time stats, or count stats when ``counts``."""
     arr = np.asarray(values, dtype=np.float64)
     if not counts:
         return frame_stats(arr).as_dict()

@@ -1,8 +1,5 @@
-"""A scene's own traceback: the frames of its exception that are the scene's code, not katra3d's.
-
-Library frames (moderngl, numpy) stay in the traceback since they say what raised, but
-:func:`location` is the deepest frame of scene code (outside katra3d and the Python installation, or
-a built-in scene)."""
+"""A scene's own traceback: its exception's frames without katra3d's. Library frames stay (they say
+what raised); :func:`location` is the deepest frame of scene code."""
 
 from __future__ import annotations
 
@@ -15,9 +12,8 @@ from pathlib import Path
 import katra_trace
 from katra3d import scenes
 
-# katra3d's own code, the Scene API's helpers included.
 _OWN = (
-    # katra3d itself: already loaded (importing it here would be a cycle through its facade)
+    # already loaded: importing katra3d here would be a cycle
     os.path.realpath(Path(str(sys.modules["katra3d"].__file__)).parent) + os.sep,
     os.path.realpath(Path(str(katra_trace.__file__)).parent) + os.sep,
     os.path.realpath(Path(__file__).parents[1]) + os.sep,
@@ -36,7 +32,6 @@ _LIBRARY = tuple(
 
 
 def _kind(filename: str) -> str:
-    """``own`` (katra3d's machinery), ``scene`` or ``library``."""
     if filename.startswith("<"):
         return "library"  # <frozen importlib._bootstrap>, <string>
     path = os.path.realpath(filename)
@@ -50,7 +45,7 @@ def _kind(filename: str) -> str:
 
 
 def scene_frames(exc: BaseException) -> list[traceback.FrameSummary]:
-    """The frames of ``exc``'s traceback that are not katra3d's own, outermost first."""
+    """``exc``'s traceback frames that are not katra3d's own, outermost first."""
     return [f for f in traceback.extract_tb(exc.__traceback__) if _kind(f.filename) != "own"]
 
 
@@ -71,7 +66,7 @@ def location(exc: BaseException) -> str:
 
 
 def scene_traceback(exc: BaseException) -> str:
-    """``exc``'s traceback cut to the scene's frames, as Python prints one ("" when none)."""
+    """``exc``'s traceback cut to the scene's frames ("" when none)."""
     frames = scene_frames(exc)
     if not frames:
         return ""
@@ -82,7 +77,7 @@ def scene_traceback(exc: BaseException) -> str:
 
 
 def describe(exc: BaseException | None) -> str:
-    """An exception as one line of at most ~400 characters: ``Type: text`` ("" for None)."""
+    """``Type: text`` in one line of at most ~400 characters ("" for None)."""
     if exc is None:
         return ""
     if isinstance(exc, SystemExit):

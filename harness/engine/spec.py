@@ -1,8 +1,5 @@
-"""What the capture engine is asked to do, as plain records (no GL, no I/O): one capture
-(:class:`CaptureSpec`) and one scene in it (:class:`SceneSpec`).
-
-Runtime collaborators (GL context, writer override, stop flag, binder, progress) travel beside a
-spec, not in it."""
+"""What the capture engine is asked to do, as plain records (no GL, no I/O); runtime collaborators
+(context, stop flag, progress) travel beside a spec, not in it."""
 
 from __future__ import annotations
 
@@ -16,14 +13,8 @@ from katra_trace.io.header import CaptureOptions, HostInfo
 
 @dataclasses.dataclass(frozen=True)
 class CaptureSpec:
-    """One capture into one trace: where it goes, what its header records, how frames are timed.
-
-    ``path`` is None only when the engine is given a writer. ``options`` are completed by the engine
-    (timing mode and reason, primary clock, ``measure``, ``zones``). ``zones``: True/"passes",
-    "draws", False/"off"; ``max_draw_zones``: most draws timed a frame (None: all).
-    ``reference_every``: the reference draw after every K-th measured frame (sync only; 0: off).
-    ``failed_aside``: an aborted capture goes to ``NAME.failed.katra``, never to ``path`` (it would
-    block the rerun)."""
+    """One capture into one trace (``path`` None only with a given writer). ``failed_aside``: an
+    aborted capture goes to ``NAME.failed.katra``, where it does not block the rerun."""
 
     path: Path | None
     workload: str
@@ -42,12 +33,8 @@ class CaptureSpec:
 
 @dataclasses.dataclass(frozen=True)
 class SceneSpec:
-    """One scene to run on an engine: which, with what, for how long, and what to keep.
-
-    ``size`` in pixels; ``frames`` None measures for ``duration_s`` seconds. ``warmup`` frames are
-    flagged WARMUP (uncounted in a counted run). ``keep_image`` keeps the last frame in the trace
-    only when all ``frames`` were rendered (never for a duration run, whose last frame depends on
-    speed). ``index``/``total``: position in the run for progress."""
+    """One scene on an engine; ``size`` in pixels, ``frames`` None measures for ``duration_s``.
+    ``keep_image`` only when all ``frames`` ran (a duration run's last frame depends on speed)."""
 
     scene_cls: type
     label: str
@@ -61,13 +48,12 @@ class SceneSpec:
     read_image: bool = True
     keep_image: bool = False
     screenshot: Path | None = None
-    overwrite: bool = False  # screenshot may replace a file (``run --force``)
+    overwrite: bool = False  # of the screenshot
     index: int = 1
     total: int = 1
 
     @property
     def total_frames(self) -> int | None:
-        """Warmup + measured frames, or None for a duration run."""
         return self.frames + self.warmup if self.frames is not None else None
 
 

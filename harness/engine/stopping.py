@@ -1,8 +1,6 @@
-"""Stopping a run: stop signals, the stop flag the frame loop polls, and the keeper thread.
-
-A first SIGINT/SIGTERM/SIGHUP stops at the next frame boundary; a second raises :class:`StopSignal`
-in the main thread, and if the trace is not finished within :data:`HARD_STOP_GRACE_S` the
-:class:`Keeper` finishes it and ends the process."""
+"""Stopping a run: a first stop signal stops at the next frame boundary; a second raises
+:class:`StopSignal`, and if the trace is not finished within :data:`HARD_STOP_GRACE_S` the
+:class:`Keeper` thread finishes it and ends the process."""
 
 from __future__ import annotations
 
@@ -27,7 +25,7 @@ _pc = time.perf_counter_ns
 
 
 class StopSignal(KeyboardInterrupt):
-    """Raised in the main thread by a second stop signal; ``signum`` says which."""
+    """Raised in the main thread by a second stop signal."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(f"second {signal.Signals(signum).name}")
@@ -44,8 +42,6 @@ class StopFlag:
         self.on_hard_stop: list[Callable[[], None]] = []
 
     def trip(self, signum: int, _frame: Any = None) -> None:
-        """Signal handler: the first signal asks for a stop at the next frame boundary, the second
-        stops now."""
         self.count += 1
         self.set = True
         self.signum = signum
@@ -59,14 +55,12 @@ class StopFlag:
 
 @contextlib.contextmanager
 def stop_on_signals(flag: StopFlag) -> Iterator[StopFlag]:
-    """Route SIGINT/SIGTERM/SIGHUP to ``flag`` for the duration (main thread only)."""
+    """Route the stop signals to ``flag`` (main thread only)."""
     with handling(flag.trip, STOP_SIGNALS):
         yield flag
 
 
 class Kept(Protocol):
-    """What the keeper looks after (the capture engine)."""
-
     counting: bool
     buffer: EventBuffer
     stop: StopFlag
@@ -77,11 +71,8 @@ class Kept(Protocol):
 
 
 class Keeper(threading.Thread):
-    """Flushes buffered events when the frame loop has not for a while; ends a process that ignores
-    a second stop signal.
-
-    When counting it never wakes on a timer (the main thread would hand over the GIL inside a
-    frame)."""
+    """Flushes events the frame loop has not for a while; ends a process that ignores a second stop
+    signal. When counting it never wakes on a timer (a GIL hand-off inside a frame)."""
 
     def __init__(self, engine: Kept) -> None:
         super().__init__(name="katra3d-keeper", daemon=True)
@@ -130,7 +121,6 @@ class Keeper(threading.Thread):
         os._exit(signal_exit_code(engine.stop.signum or signal.SIGINT))
 
     def stop(self) -> None:
-        """End the keeper and wait up to 2 s for it."""
         self._finished.set()
         self._wake.set()
         if self.is_alive() and threading.current_thread() is not self:

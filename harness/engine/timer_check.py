@@ -14,11 +14,8 @@ from katra3d.harness.gl.shim import GL_TIMESTAMP, RawGL
 def timer_query_reliability(
     ctx: Any, size: tuple[int, int] = (512, 512), iters: int = 64, repeats: int = 3
 ) -> dict[str, Any]:
-    """Compare the reference draw's (``iters`` steps) GPU time with its wall time.
-
-    On a real GPU they are close; llvmpipe's queries stamp one 64x64 tile. Returns gpu_ms, wall_ms
-    (medians over ``repeats``), ratio and a verdict: ``reliable``, ``unreliable`` (ratio < 0.5) or
-    ``unsupported``."""
+    """The reference draw's GPU vs wall time (llvmpipe's queries stamp one 64x64 tile): gpu_ms,
+    wall_ms, ratio, verdict ``reliable``, ``unreliable`` (ratio < 0.5) or ``unsupported``."""
     if ctx.version_code < 330 and "GL_ARB_timer_query" not in ctx.extensions:
         return {"verdict": "unsupported", "reason": "no GL_ARB_timer_query"}
     gl = RawGL()

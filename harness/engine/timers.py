@@ -1,8 +1,6 @@
-"""The frame timers: ``sync`` (glFinish per frame, host clocks) and ``gpu`` (a ring of GL_TIMESTAMP
-queries read back without blocking, mapped to the host timeline by CLOCK_SYNC pairs).
-
-``auto`` picks ``sync`` on software renderers, whose timer queries do not time the draw.
-docs/timing.md says what each number means."""
+"""Frame timers: ``sync`` (glFinish per frame, host clocks) and ``gpu`` (GL_TIMESTAMP query ring,
+read back without blocking). ``auto`` picks ``sync`` on software renderers, whose timer queries do
+not time the draw. See docs/timing.md."""
 
 from __future__ import annotations
 
@@ -41,15 +39,14 @@ _WALL = int(Clock.WALL)
 _GPU = int(Clock.GPU)
 
 _pc = time.perf_counter_ns
-# Process CPU time of every thread (a software rasterizer's too), read outside the wall span.
+# CPU time of every thread (a software rasterizer's too)
 _process_ns = time.clock_gettime_ns
 _PROCESS_CLOCK = time.CLOCK_PROCESS_CPUTIME_ID
 
 
 def choose_mode(requested: str, gl: GLInfo) -> tuple[str, str]:
-    """The timing mode to use and why (the one rule for run, ``capture()``, the plugin and doctor).
-
-    Raises ConfigError when ``gpu`` is asked for on a software renderer or without timer queries."""
+    """The timing mode to use and why; ConfigError for ``gpu`` on a software renderer or without
+    timer queries."""
     if requested not in MODES:
         raise ConfigError(f"unknown timing mode '{requested}'; choose one of: {', '.join(MODES)}")
     renderer = gl.renderer if gl.renderer is not None else "?"
@@ -95,15 +92,13 @@ NULL_ZONE = _NullZone()
 
 
 def no_zone(name: str) -> _NullZone:
-    """``zone()`` when zones are off: no timing, no debug group, no allocation."""
+    """``zone()`` when zones are off: no timing, no allocation."""
     return NULL_ZONE
 
 
 class Timer:
-    """Base of the frame timers: scene/frame state, zones, name interning.
-
-    Measured frames' durations on :attr:`primary_clock` collect in ``frame_ns`` (reset by
-    ``set_scene``)."""
+    """Base of the frame timers; measured frames' :attr:`primary_clock` durations collect in
+    ``frame_ns`` (reset by ``set_scene``)."""
 
     mode: str = ""
     primary_clock: Clock = Clock.WALL
@@ -143,8 +138,8 @@ class Timer:
         return sid
 
     def debug_label(self, name: str) -> str:
-        """Zone ``name`` cut UTF-8-safely to the driver's debug message limit (a longer one aborts
-        the scene with GL_INVALID_VALUE; the trace keeps the whole name)."""
+        """``name`` cut UTF-8-safely to the driver's debug message limit (beyond it GL raises
+        GL_INVALID_VALUE)."""
         label = self._labels.get(name)
         if label is None:
             data = name.encode("utf-8", "backslashreplace")[: self._label_bytes]
@@ -177,10 +172,9 @@ class Timer:
         self.buffer.flush()
 
     def close(self) -> None:
-        """Free GL objects."""
+        pass
 
     def options(self) -> dict[str, Any]:
-        """The capture options' ``timing`` entry."""
         return {
             "mode": self.mode,
             "primary_clock": self.primary_clock.name.lower(),
@@ -263,8 +257,8 @@ class SyncTimer(Timer):
         self.t0 = _pc()
 
     def continue_frame(self, index: int, flags: int = 0) -> None:
-        """:meth:`begin_frame` where only the harness ran since the last frame: that frame's end is
-        this one's start on the process clock (one read per boundary)."""
+        """:meth:`begin_frame` reusing the last frame's end on the process clock (one read per
+        boundary)."""
         self.frame_index = index
         self.flags = flags
         self.c0 = self.c1
@@ -361,7 +355,7 @@ class GpuTimer(Timer):
         self.max_lag_frames = 0
 
     def calibrate(self, label: str, samples: int = 5) -> dict[str, Any]:
-        """One GPU/host clock pair (the tightest of ``samples`` tries), written as CLOCK_SYNC."""
+        """The tightest of ``samples`` GPU/host clock pairs, written as CLOCK_SYNC."""
         out = ctypes.c_int64(0)
         ref = ctypes.byref(out)
         best: tuple[int, int, int] | None = None
@@ -391,7 +385,7 @@ class GpuTimer(Timer):
         return q
 
     def _refill(self) -> None:
-        """Ring exhausted: read back what has finished (no wait); grow if that frees nothing."""
+        """Read back what has finished (no wait); grow the ring if that frees nothing."""
         self._poll(block=False)
         if not self._free:
             more = self.gl.gen_queries(max(256, len(self._all_queries) // 2))

@@ -1,10 +1,6 @@
-"""Valgrind client requests from Python without a C compiler: callgrind's instrumentation switch, so
-a counted child skips instrumenting its start-up (``--instr-atstart=no``).
-
-The request is valgrind.h's ``VALGRIND_DO_CLIENT_REQUEST`` preamble as x86-64 machine code in an
-executable page called through ctypes; outside valgrind it returns the default. Elsewhere
-:func:`available` is False and the child is instrumented from its start (the header's
-``counted_from``)."""
+"""Valgrind client requests without a C compiler, so a counted child skips instrumenting its
+start-up: valgrind.h's request preamble as x86-64 code in an executable page called through ctypes.
+Elsewhere :func:`available` is False and the child is instrumented from its start."""
 
 from __future__ import annotations
 
@@ -13,25 +9,22 @@ import mmap
 import platform
 from typing import Any
 
-# valgrind.h's ``VG_USERREQ__RUNNING_ON_VALGRIND`` (0 outside valgrind).
 RUNNING_ON_VALGRIND = 0x1001
 
-# callgrind.h's ``VG_USERREQ__{START,STOP}_INSTRUMENTATION``: ``VG_USERREQ_TOOL_BASE('C','T') +
-# 4/5``.
+# callgrind.h: VG_USERREQ_TOOL_BASE('C','T') + 4/5
 CALLGRIND_START_INSTRUMENTATION = (ord("C") << 24 | ord("T") << 16) + 4
 
 CALLGRIND_STOP_INSTRUMENTATION = CALLGRIND_START_INSTRUMENTATION + 1
 
-# ``size_t f(size_t *args /* rdi */, size_t default /* rsi */)``, x86-64 SysV.
+# size_t f(size_t *args, size_t default), x86-64 SysV
 _AMD64_CODE = bytes.fromhex(
-    "4889f8"  # mov rax, rdi        ; rax: the address of the six request words
-    "4889f2"  # mov rdx, rsi        ; rdx: the default, the result outside valgrind
-    # rol rdi, 3        ; valgrind.h's special instruction preamble (rotations by 128 bits in all:
-    "48c1c703"
-    "48c1c70d"  # rol rdi, 13       ; rdi is unchanged) ...
-    "48c1c73d"  # rol rdi, 61
-    "48c1c733"  # rol rdi, 51
-    "4887db"  # xchg rbx, rbx       ; ... and the marker: rdx = client_request(rax)
+    "4889f8"  # mov rax, rdi  ; the six request words
+    "4889f2"  # mov rdx, rsi  ; the default: the result outside valgrind
+    "48c1c703"  # rol rdi, 3 / 13 / 61 / 51: valgrind's preamble (128 bits in all: a no-op)
+    "48c1c70d"
+    "48c1c73d"
+    "48c1c733"
+    "4887db"  # xchg rbx, rbx ; rdx = client_request(rax)
     "4889d0"  # mov rax, rdx
     "c3"  # ret
 )
@@ -45,7 +38,7 @@ class _Requester:
     def __init__(self, code: bytes) -> None:
         self.page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         self.page.write(code)
-        self.anchor = ctypes.c_char.from_buffer(self.page)  # pins the page: it is never unmapped
+        self.anchor = ctypes.c_char.from_buffer(self.page)  # pins the page: never unmapped
         address = ctypes.addressof(self.anchor)
         libc = ctypes.CDLL(None, use_errno=True)
         libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
@@ -71,7 +64,6 @@ _failed = False
 
 
 def _get() -> _Requester | None:
-    """The process's requester, made on first use; None where this machine has none."""
     global _requester, _failed
     if _requester is None and not _failed:
         code = _CODE.get(platform.machine().lower())
@@ -84,25 +76,23 @@ def _get() -> _Requester | None:
 
 
 def available() -> bool:
-    """Whether this process can make client requests (x86-64 and an executable page)."""
+    """Whether this process can make client requests."""
     return _get() is not None
 
 
 def client_request(code: int, *args: int, default: int = 0) -> int:
-    """Valgrind's answer to request ``code`` (up to five word arguments); ``default`` outside
-    valgrind or where unavailable."""
+    """Valgrind's answer to ``code`` (up to five word args); ``default`` outside valgrind."""
     requester = _get()
     return default if requester is None else requester.request(code, default, *args)
 
 
 def running_on_valgrind() -> int:
-    """How many valgrinds this process runs under (0 outside, or where requests are unavailable)."""
+    """How many valgrinds this process runs under (0 outside)."""
     return client_request(RUNNING_ON_VALGRIND)
 
 
 def start_instrumentation() -> bool:
-    """Switch callgrind's instrumentation on; whether the request reached valgrind. The
-    re-translation that follows costs host time only."""
+    """Whether the request reached valgrind (the re-translation costs host time only)."""
     if running_on_valgrind() == 0:
         return False
     client_request(CALLGRIND_START_INSTRUMENTATION)
@@ -110,8 +100,7 @@ def start_instrumentation() -> bool:
 
 
 def stop_instrumentation() -> bool:
-    """Switch callgrind's instrumentation off (tear-down then runs uninstrumented and
-    ``os.getppid()`` makes no more dumps); whether the request reached valgrind."""
+    """Whether the request reached valgrind (then ``os.getppid()`` makes no more dumps)."""
     if running_on_valgrind() == 0:
         return False
     client_request(CALLGRIND_STOP_INSTRUMENTATION)
