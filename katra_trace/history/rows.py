@@ -48,7 +48,7 @@ def file_sha256(path: Path) -> str:
 
 
 def short_id(obj: Any) -> str:
-    """12 hex digits of the SHA-256 of ``obj`` as canonical JSON ("" for None)."""
+    """12 hex digits of canonical JSON's SHA-256 ("" for None)."""
     if obj is None:
         return ""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
@@ -134,7 +134,7 @@ def _finite(x: float) -> float | None:
 
 
 class _Figures(NamedTuple):
-    """One run's figures on one clock (times in ms, counts as counted)."""
+    """Times in ms, counts as counted."""
 
     frames: int
     median: float

@@ -78,12 +78,10 @@ class Fit:
     steps: list[Step]
     levels: list[float]
     label_means: list[float]  #: geometric means
-    #: sd (log units) of one run, or of a label mean when ``noise_source`` is ``"labels"``
-    noise_sd: float
+    noise_sd: float  #: log units; of a label mean when ``noise_source`` is "labels"
     noise_source: str
     noise_df: int
-    #: label-mean scatter over what replicates explain (about 1 without label noise)
-    dispersion: float
+    dispersion: float  #: about 1 without label noise
     penalty: float
     confidence: float
     dropped_runs: int = 0
@@ -295,8 +293,8 @@ def _split_stats(means: np.ndarray, w: np.ndarray) -> np.ndarray:
 def null_penalty(
     counts: tuple[int, ...], alpha: float, source: str, sims: int = NULL_SIMULATIONS
 ) -> float:
-    """The ``1 - alpha`` quantile of the largest single-split chi-square under "no step", for runs
-    per label ``counts`` and noise ``source``, simulated (seeded) with the fit's own estimator."""
+    """``1 - alpha`` null quantile of the largest split chi-square, simulated (seeded) with the
+    fit's own estimator."""
     n = np.asarray(counts, dtype=np.float64)
     if n.size < 2:
         return math.inf
@@ -315,8 +313,7 @@ def null_penalty(
 
 
 def _optimal_partition(means: np.ndarray, w: np.ndarray, penalty: float) -> list[int]:
-    """Segment starts (0 first) minimizing misfit + penalty x steps; every segment but the last
-    holds :data:`MIN_SEGMENT_LABELS`+ labels of weight > 0."""
+    """Segment starts (0 first) minimizing misfit + penalty x steps."""
     n = means.size
     z = np.concatenate([[0.0], np.cumsum(w)])
     zm = np.concatenate([[0.0], np.cumsum(w * means)])
@@ -518,7 +515,7 @@ def _departure(
     alpha: float,
     noise_df: int,
 ) -> Departure | None:
-    """A :class:`Departure` when labels from ``first`` differ significantly from ``start:first``."""
+    """A :class:`Departure` when labels from ``first`` differ from ``start:first``."""
     wa, wb = float(np.sum(w[start:first])), float(np.sum(w[first:]))
     if wa <= 0 or wb <= 0:
         return None
@@ -553,7 +550,7 @@ _RESOLUTION_SIMULATIONS = 2000
 
 @dataclasses.dataclass(frozen=True)
 class Resolution:
-    """Why a fit shows no step, and the labels or runs that would resolve one of ``step_pct``."""
+    """Why a fit shows no step, and what would resolve one of ``step_pct``."""
 
     source: str  #: "labels", "replicates" or "one label"
     noise_pct: float  #: sd of a label's level or of one run, %

@@ -190,7 +190,7 @@ def _insert_sql(table: str) -> str:
 def add_to_store(
     path: Path, runs: Sequence[PreparedRun], lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
 ) -> AddResult:
-    """Insert ``runs`` in one transaction, skipping traces already stored."""
+    """One transaction; skips traces already stored."""
     duckdb = duckdb_module()
     result = AddResult()
     with open_store(path, read_only=False, lock_timeout_s=lock_timeout_s) as con:
@@ -353,7 +353,7 @@ def export_parquet(
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """Where show/check read rows: a DuckDB store file, or a Parquet glob (``DIR/**/*.parquet``)."""
+    """A DuckDB store file, or a Parquet glob (``DIR/**/*.parquet``)."""
 
     db: Path | None = None
     parquet_glob: str | None = None

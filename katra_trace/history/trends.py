@@ -592,8 +592,7 @@ def check_steps(
 
 
 def _count_steps(s: Series, threshold_pct: float, newest: str, sign: float) -> list[StepReport]:
-    """A count series too short for the step fit: each label against the one before by compare's
-    count rule."""
+    """A count series too short to fit: each label against the one before by compare's rule."""
     # deferred: intervals loads scipy.special; only a check needs it
     from katra_trace.analysis.counts import NOISE_FLOOR_FACTOR
     from katra_trace.analysis.intervals import interval_verdict
@@ -640,8 +639,7 @@ def _newest(series: Sequence[Series]) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Trends:
-    """The trends a report draws, with :func:`check_steps`' result so the line drawn is what
-    ``history check`` finds."""
+    """The trends a report draws, with what ``history check`` finds in them."""
 
     source: str
     labels: list[str]
