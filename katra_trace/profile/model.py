@@ -144,7 +144,7 @@ def share_text(x: float | None) -> str:
 def top_change(rows: Sequence[DeltaRow]) -> str | None:
     """The group and function where most of a change went, or None."""
     total = sum(r.delta for r in rows)
-    if not rows or not total:
+    if not total:
         return None
     group, gdelta = next(iter(group_deltas(rows).items()))
     top = rows[0]
