@@ -1,5 +1,5 @@
-"""``history add``'s first half: find and read the traces into rows before the store is opened,
-so a writer holds DuckDB's lock only while it inserts."""
+"""``history add``'s first half: read traces into rows before the store opens, so a writer holds
+DuckDB's lock only to insert."""
 
 from __future__ import annotations
 
@@ -16,15 +16,13 @@ from katra_trace.io.claim import describe
 from katra_trace.io.tracesets import damaged_note, open_quietly
 from katra_trace.text import check_text, shown
 
-#: Traces a directory argument stands for (searched recursively).
 TRACE_GLOB = "*.katra"
-#: The longest --label (and --commit) a store takes, in characters.
 MAX_LABEL_CHARS = 200
 
 
 def find_traces(args: Sequence[str]) -> list[Path]:
-    """Trace files, and the ``*.katra`` files under directories (in name order), each once. Raises
-    ConfigError for a missing path, an empty directory, or one the system refuses."""
+    """Trace files and the ``*.katra`` under directories (name order), each once; ConfigError for a
+    missing path, an empty directory, or one the system refuses."""
     out: list[Path] = []
     for arg in args:
         p = Path(arg)
@@ -58,9 +56,8 @@ def prepare_runs(
     progress: Callable[[int, int, Path], None] | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> tuple[list[PreparedRun], list[tuple[Path, Path]]]:
-    """Read every trace into rows; returns (runs, [(trace, earlier path of the same bytes)]). An
-    unreadable trace raises before anything is stored; a damaged one that reads in part is taken
-    with a warning."""
+    """Returns (runs, [(trace, earlier path of the same bytes)]); an unreadable trace raises before
+    anything is stored, a partly readable one is taken with a warning."""
     if not label.strip():
         raise ConfigError("--label must not be empty")
     check_text(label, "--label", max_chars=MAX_LABEL_CHARS)
@@ -73,7 +70,7 @@ def prepare_runs(
         if progress is not None:
             progress(i, len(paths), path)
         try:
-            sha = file_sha256(path)  # regular files only, read up to their size: never hangs
+            sha = file_sha256(path)
         except OSError as exc:
             raise ConfigError(f"cannot read {shown(path)}: {describe(exc)}") from None
         if sha in by_sha:

@@ -1,8 +1,5 @@
-"""One trace -> the rows the history store keeps (pure: no database).
-
-A row is one run x scene x zone x metric with the run's facts repeated (label, commit, host, trace
-SHA-256), so that it stands alone in a Parquet file. Columns: docs/history.md.
-"""
+"""One trace -> history rows (no database): one per run x scene x zone x metric, repeating the
+run's facts so a row stands alone in Parquet. Columns: docs/history.md."""
 
 from __future__ import annotations
 
@@ -30,15 +27,14 @@ if TYPE_CHECKING:
     from katra_trace.io.header import TraceHeader
 
 
-#: Metric of the per-run ratio median wall / median reference wall (`compare --normalize`).
+#: Per-run median wall / median reference wall (`compare --normalize`).
 REFERENCE_METRIC = "wall/reference"
 _NS_PER_MS = 1e6
 
 
 def file_sha256(path: Path) -> str:
-    """SHA-256 (hex) of a trace file's bytes, at most its size when opened. Regular files only
-    (:func:`~katra_trace.io.inputs.open_regular`): a FIFO or device is a ConfigError, never a hang.
-    """
+    """SHA-256 (hex) of a trace file up to its size when opened; a FIFO or device is a
+    ConfigError, never a hang."""
     h = hashlib.sha256()
     with open_regular(path) as f:
         left = os.fstat(f.fileno()).st_size
@@ -52,14 +48,14 @@ def file_sha256(path: Path) -> str:
 
 
 def short_id(obj: Any) -> str:
-    """12 hex digits of the SHA-256 of ``obj`` as canonical JSON ("" for None)."""
+    """12 hex digits of canonical JSON's SHA-256 ("" for None)."""
     if obj is None:
         return ""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-#: Label times a store holds (UTC ns in a signed 64-bit column), in whole seconds.
+#: Label times a signed 64-bit ns column holds, in whole seconds.
 _TIME_MIN_NS = -(2**63) // 10**9 * 10**9 + 10**9
 _TIME_MAX_NS = (2**63 - 1) // 10**9 * 10**9
 
@@ -85,7 +81,6 @@ def parse_time_ns(text: str) -> int:
 
 
 def iso_utc(ns: int | None) -> str:
-    """UTC ns -> ``YYYY-MM-DDTHH:MM:SSZ`` ("" for None)."""
     if ns is None:
         return ""
     return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -93,7 +88,7 @@ def iso_utc(ns: int | None) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class HostFingerprint:
-    """What must match for two runs' numbers to sit on one trend (see :func:`host_fingerprint`)."""
+    """What must match for two runs' numbers to sit on one trend."""
 
     host_id: str
     renderer: str
@@ -109,8 +104,7 @@ class HostFingerprint:
 
 
 def host_fingerprint(header: TraceHeader, scene: str | None = None) -> HostFingerprint:
-    """The GL renderer, driver and CPU model of a trace header's host (``scene``'s in a merged
-    trace), and its code-generator facts."""
+    """A header's host (``scene``'s in a merged trace): renderer, driver, CPU, codegen."""
     facts = host_facts(header, scene)
     system = (header.host_info if scene is None else header.host_of(scene)).system
     renderer = str(facts.get("renderer") or "?")
@@ -140,7 +134,7 @@ def _finite(x: float) -> float | None:
 
 
 class _Figures(NamedTuple):
-    """One run's figures on one clock (times in ms, counts as counted)."""
+    """Times in ms, counts as counted."""
 
     frames: int
     median: float
@@ -151,7 +145,6 @@ class _Figures(NamedTuple):
 
 
 def _stats(values: np.ndarray, count: bool) -> _Figures:
-    """frames, median, mean, p99, low_1pct_fps, cv of one run's values (ns on time clocks)."""
     d = np.asarray(values, dtype=np.float64)
     scale = 1.0 if count else _NS_PER_MS
     mean = float(d.mean())
@@ -173,8 +166,6 @@ def _stats(values: np.ndarray, count: bool) -> _Figures:
 
 @dataclasses.dataclass(frozen=True)
 class RunFacts:
-    """The facts `history add` attaches to every row of one trace."""
-
     label: str
     commit: str = ""
     label_time_ns: int | None = None  #: None: the capture's start
@@ -183,8 +174,6 @@ class RunFacts:
 
 @dataclasses.dataclass(frozen=True)
 class HistoryRow:
-    """One row of the store; its fields are the columns (docs/history.md)."""
-
     trace_sha256: str
     label: str
     label_time_ns: int | None  #: UTC ns
@@ -197,7 +186,7 @@ class HistoryRow:
     cpu: str
     codegen_id: str
     codegen: str  #: JSON ("" when absent)
-    machine_name: str  #: information only
+    machine_name: str
     mode: str
     size: str
     params: str  #: JSON ("" when not recorded)
@@ -217,7 +206,6 @@ class HistoryRow:
 
 
 _SQL_TYPES = {"str": "VARCHAR", "int": "BIGINT", "float": "DOUBLE"}
-#: Columns of a history row, in order, with their DuckDB types.
 COLUMNS: tuple[tuple[str, str], ...] = tuple(
     (f.name, _SQL_TYPES[str(f.type).split(" ")[0]]) for f in dataclasses.fields(HistoryRow)
 )
@@ -225,7 +213,6 @@ COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 
 
 def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[HistoryRow]:
-    """The history rows of an opened trace; empty when it has no measured frames."""
     header = trace.header
     host = host_fingerprint(header)
     start_ns = header.start_wall_ns
@@ -275,7 +262,7 @@ def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[HistoryRow]:
         ref = refs.get(scene, {}).get("wall")
         wall = per_clock.get("wall")
         if wall is not None and wall.size and ref is not None and ref.size and np.median(ref) > 0:
-            # the ratio is unitless: undo the ns -> ms scaling _stats applies to time clocks
+            # unitless: undo _stats' ns -> ms scaling
             f = _stats(wall / float(np.median(ref)), False)
             ratio = f._replace(
                 median=f.median * _NS_PER_MS,

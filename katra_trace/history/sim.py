@@ -1,9 +1,6 @@
-"""Seeded simulation of histories, to measure what ``history check`` finds.
-
-A run's value is ``level x exp(N(0, run_cv))`` (with ``frames > 0``: the median of that many
-frame values around it); the level is 1 before a step and ``1 + step`` after.
-``python -m katra_trace.history.sim`` prints the tables of docs/history.md.
-"""
+"""Seeded simulated histories, to measure what ``history check`` finds; a run is
+``level x exp(N(0, run_cv))``. ``python -m katra_trace.history.sim`` prints docs/history.md's
+tables."""
 
 from __future__ import annotations
 
@@ -23,21 +20,18 @@ from katra_trace.history.steps import Fit, detect_steps
 
 @dataclasses.dataclass(frozen=True)
 class Scenario:
-    """One simulated history design."""
-
     labels: int = 12
     runs: int = 5
     run_cv: float = 0.08
-    #: (1-based label where the new level starts, relative size)
+    #: (1-based first label of the new level, relative size)
     steps: tuple[tuple[int, float], ...] = ()
     frames: int = 0
     frame_cv: float = 0.10
     outlier_rate: float = 0.0  #: share of runs slowed by a busy neighbour
-    outlier_factor: float = 2.0  #: how much such a run is slowed
+    outlier_factor: float = 2.0
 
 
 def simulate(sc: Scenario, seed: int) -> list[np.ndarray]:
-    """One history: per label, the run values."""
     rng = np.random.default_rng(seed)
     level = np.ones(sc.labels)
     for start, size in sc.steps:
@@ -60,8 +54,6 @@ def simulate(sc: Scenario, seed: int) -> list[np.ndarray]:
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """Counts over ``n`` simulated histories."""
-
     n: int
     any_step: int  #: with a reported step
     exact: int  #: every true step reported at its label
@@ -72,7 +64,6 @@ class Outcome:
 
 
 def run(sc: Scenario, seeds: Sequence[int], alpha: float = DEFAULT_ALPHA) -> Outcome:
-    """Detect steps in ``len(seeds)`` simulated histories of ``sc``."""
     any_step = exact = within = covers = extra = 0
     truth = [s for s, _ in sc.steps]
     for seed in seeds:
@@ -97,8 +88,7 @@ def run(sc: Scenario, seeds: Sequence[int], alpha: float = DEFAULT_ALPHA) -> Out
 
 
 def oracle_exact_rate(sc: Scenario, seeds: Sequence[int]) -> float:
-    """How often the true single step's label is the most likely one given the noise and step size:
-    a bound no detector beats on average."""
+    """How often the true step's label is the most likely one: a bound no detector beats."""
     ((start, size),) = sc.steps
     hits = 0
     for seed in seeds:

@@ -1,7 +1,5 @@
-"""Step detection over a history (pure numpy): fits log levels piecewise-constant by optimal
-partitioning, with a per-step penalty simulated as this design's ``1 - alpha`` null quantile, so a
-flat history shows a step with probability about alpha. The method: docs/history.md.
-"""
+"""Step detection over a history: piecewise-constant log levels, the per-step penalty simulated so
+a flat history shows a step with probability about alpha. Method: docs/history.md."""
 
 from __future__ import annotations
 
@@ -15,35 +13,29 @@ import numpy as np
 
 from katra_trace.analysis.defaults import DEFAULT_ALPHA, MIN_RUNS
 
-#: Null series simulated per design for the penalty.
 NULL_SIMULATIONS = 4000
 #: Fewer replicate dfs: noise from label-to-label differences.
 MIN_REPLICATE_DF = 3
-#: Labels needed for label-to-label noise.
 MIN_LABELS_FOR_LABEL_NOISE = 4
 #: Robust sds from its label's median that make a run an outlier.
 OUTLIER_SDS = 5.0
-#: Sds of a label mean from the running median that leave a label out.
+#: Sds from the running median that leave a label out.
 OUTLIER_LABEL_SDS = 4.0
-#: Labels in the running median (fewer at the ends).
 RUNNING_MEDIAN_LABELS = 7
-#: Labels around a label that estimate its local noise.
 LOCAL_NOISE_LABELS = 24
-#: The share of those differences kept (the smallest squares).
+#: Share of the local differences kept (the smallest squares).
 NOISE_KEPT_SHARE = 0.8
 #: Floor of a local variance, as a share of the series'.
 LOCAL_NOISE_FLOOR = 0.5
-#: Kept labels a level holds at least (but the newest).
 MIN_SEGMENT_LABELS = 2
 #: Floor of a label mean's sd (log units): keeps identical counts finite.
 MIN_SD = 1e-4
-#: Null series simulated at once (bounds memory).
 _SIM_CHUNK = 500
 _NORMAL = NormalDist()
 _MAD_TO_SD = 1.0 / _NORMAL.inv_cdf(0.75)
-#: Dispersion quantile: low, so steps barely move it.
+#: Low, so steps barely move the dispersion.
 _DISPERSION_Q = 0.35
-_CHI2_1_Q = _NORMAL.inv_cdf(0.5 + _DISPERSION_Q / 2) ** 2  # chi-square(1) quantile
+_CHI2_1_Q = _NORMAL.inv_cdf(0.5 + _DISPERSION_Q / 2) ** 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,9 +43,9 @@ class Step:
     """A change of level; ``index`` is the first label (0-based) of the new level."""
 
     index: int
-    start_low: int  #: earliest possible start
+    start_low: int
     start_high: int
-    ratio: float  #: new level / old level
+    ratio: float
     ratio_low: float
     ratio_high: float
     z: float  #: log ratio / its standard error
@@ -63,20 +55,20 @@ class Step:
 
 @dataclasses.dataclass(frozen=True)
 class Departure:
-    """The newest label(s) away from the level before on fewer than :data:`MIN_RUNS` runs: a step
-    or disturbed runs, which more runs there tell apart."""
+    """Newest label(s) off the level before on fewer than :data:`MIN_RUNS` runs: a step or
+    disturbed runs, which more runs tell apart."""
 
-    index: int  #: first label of the departing level
-    labels: int  #: kept labels at that level
+    index: int
+    labels: int
     runs: int
-    ratio: float  #: their level / the level before
+    ratio: float
     ratio_low: float
     ratio_high: float
     z: float
     level_before: float
     level: float
-    run_sd: float  #: sd of one run's log there
-    level_sd: float  #: sd of the log level before
+    run_sd: float
+    level_sd: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,32 +76,28 @@ class Fit:
     """The fitted levels of one series and the steps between them."""
 
     steps: list[Step]
-    levels: list[float]  #: fitted level per label
+    levels: list[float]
     label_means: list[float]  #: geometric means
-    #: sd (log units) of one run, or of a label mean when ``noise_source`` is ``"labels"``
-    noise_sd: float
-    noise_source: str  #: "replicates" | "labels"
+    noise_sd: float  #: log units; of a label mean when ``noise_source`` is "labels"
+    noise_source: str
     noise_df: int
-    #: label-mean scatter over what replicates explain (about 1 without label noise)
-    dispersion: float
-    penalty: float  #: chi-square penalty per step
+    dispersion: float  #: about 1 without label noise
+    penalty: float
     confidence: float
-    dropped_runs: int = 0  #: outlier runs left out
-    runs: tuple[int, ...] = ()  #: runs per label used (outliers left out)
-    run_sd: float = 0.0  #: pooled within-label sd (log units); 0 without replicates
-    #: indices of labels left out as passing departures
+    dropped_runs: int = 0
+    runs: tuple[int, ...] = ()  #: runs per label, outliers left out
+    run_sd: float = 0.0  #: pooled within-label sd (log units)
     departed_labels: tuple[int, ...] = ()
     departure: Departure | None = None
 
     @property
     def change(self) -> float:
-        """The fitted level of the newest label over the first's (1.0 without a step)."""
+        """Newest fitted level over the first (1.0 without a step)."""
         return self.levels[-1] / self.levels[0] if self.levels else 1.0
 
 
 def _drop_outliers(logs: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
-    """Leave out runs beyond :data:`OUTLIER_SDS` robust sds from their label's median (3+ runs):
-    a busy neighbour can halve one run."""
+    """Leave out far outlier runs (labels of 3+ runs): a busy neighbour can halve one run."""
     devs = []
     for a in logs:
         if a.size >= 3:
@@ -155,8 +143,7 @@ def _kept_share_factor(n: int, k: int) -> float:
 
 
 def _kept_variance(sq: np.ndarray) -> np.ndarray:
-    """Normal variance from squares ``sq`` (last axis), the largest ``1 - NOISE_KEPT_SHARE`` left
-    out and the rest rescaled."""
+    """Normal variance from squares ``sq`` (last axis), the largest left out, the rest rescaled."""
     n = sq.shape[-1]
     k = max(1, math.floor(NOISE_KEPT_SHARE * n))
     low = np.partition(sq, k - 1, axis=-1)[..., :k]
@@ -177,7 +164,6 @@ def _median(values: np.ndarray) -> np.ndarray:
 
 
 def _neighbour_residuals(means: np.ndarray) -> np.ndarray:
-    """Each label's standardized difference from the median of up to 3 labels either side."""
     x = np.atleast_2d(means)
     n = x.shape[-1]
     out = np.empty_like(x)
@@ -219,12 +205,10 @@ def _label_noise(means: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _run_noise_labels(df: np.ndarray) -> int:
-    """Odd number of labels (5+) holding about :data:`LOCAL_NOISE_LABELS` degrees of freedom."""
     return 2 * max(2, math.ceil(LOCAL_NOISE_LABELS / 2 / max(float(df.mean()), 1.0))) + 1
 
 
 def _run_noise(ss: np.ndarray, df: np.ndarray) -> np.ndarray:
-    """Run-to-run variance around each label from per-label sums of squares, pooled locally."""
     ss = np.atleast_2d(ss)
     labels = ss.shape[-1]
     whole = np.maximum(ss.sum(axis=-1) / max(float(df.sum()), 1.0), MIN_SD**2)
@@ -243,7 +227,7 @@ def _run_noise(ss: np.ndarray, df: np.ndarray) -> np.ndarray:
 
 
 def _running_median(means: np.ndarray) -> np.ndarray:
-    """Centred running median, narrowing to 5 and 3 labels (the end ones: their end's three)."""
+    """Centred running median, narrowing to 5 and 3 labels at the ends."""
     x = np.atleast_2d(means)
     n = x.shape[-1]
     out: np.ndarray = x.copy()
@@ -264,7 +248,7 @@ def _running_median(means: np.ndarray) -> np.ndarray:
 
 
 def _departing(means: np.ndarray, var: np.ndarray) -> np.ndarray:
-    """Labels beyond :data:`OUTLIER_LABEL_SDS` sds from the running median; never the newest."""
+    """Labels far from the running median; never the newest."""
     x = np.atleast_2d(means)
     if x.shape[-1] < 3:
         return np.zeros(x.shape, dtype=bool)
@@ -274,7 +258,7 @@ def _departing(means: np.ndarray, var: np.ndarray) -> np.ndarray:
 
 
 def _dispersion(means: np.ndarray, var: np.ndarray) -> float:
-    """Label-to-label scatter over replicate variance ``var``: about 1 without label-level noise."""
+    """Label-to-label scatter over replicate variance: about 1 without label-level noise."""
     d2 = np.diff(means, axis=-1) ** 2 / (var[..., :-1] + var[..., 1:])
     return float(np.quantile(d2, _DISPERSION_Q)) / _CHI2_1_Q
 
@@ -309,8 +293,8 @@ def _split_stats(means: np.ndarray, w: np.ndarray) -> np.ndarray:
 def null_penalty(
     counts: tuple[int, ...], alpha: float, source: str, sims: int = NULL_SIMULATIONS
 ) -> float:
-    """The ``1 - alpha`` quantile of the largest single-split chi-square under "no step", for runs
-    per label ``counts`` and noise ``source``, simulated (seeded) with the fit's own estimator."""
+    """``1 - alpha`` null quantile of the largest split chi-square, simulated (seeded) with the
+    fit's own estimator."""
     n = np.asarray(counts, dtype=np.float64)
     if n.size < 2:
         return math.inf
@@ -329,8 +313,7 @@ def null_penalty(
 
 
 def _optimal_partition(means: np.ndarray, w: np.ndarray, penalty: float) -> list[int]:
-    """Segment starts (0 first) minimizing misfit + penalty x steps; every segment but the last
-    holds :data:`MIN_SEGMENT_LABELS`+ labels of weight > 0."""
+    """Segment starts (0 first) minimizing misfit + penalty x steps."""
     n = means.size
     z = np.concatenate([[0.0], np.cumsum(w)])
     zm = np.concatenate([[0.0], np.cumsum(w * means)])
@@ -385,11 +368,8 @@ def _place_left_out(means: np.ndarray, w: np.ndarray, starts: list[int]) -> list
 def detect_steps(
     groups: Sequence[Sequence[float] | np.ndarray], alpha: float = DEFAULT_ALPHA
 ) -> Fit:
-    """Fit levels to labels (each a sequence of run values > 0) and find the steps.
-
-    ``alpha``: the chance a flat series shows a step; ``1 - alpha`` is the confidence of intervals
-    and start ranges. Raises ValueError on bad input.
-    """
+    """Fit levels to labels (run values > 0) and find steps; ``alpha``: chance a flat series shows
+    one. Raises ValueError on bad input."""
     if not 0 < alpha < 0.5:
         raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
     logs = []
@@ -436,7 +416,7 @@ def detect_steps(
         noise_df = int(min(df_w, float(np.min(pooled))))
         noise_sd = math.sqrt(s2)
     else:
-        # a label's runs share one machine state: noise from label-to-label differences
+        # a label's runs share one machine state
         local, whole = _label_noise(means)
         var = np.maximum(local[0], s2 / n)
         noise_df = max(means.size - 2, 1)
@@ -482,7 +462,7 @@ def detect_steps(
     from katra_trace.analysis.intervals import t_ppf
 
     q_t = float(t_ppf(1 - alpha / 2, noise_df))
-    q_loc = _NORMAL.inv_cdf(1 - alpha / 2) ** 2  # chi-square(1) quantile 1 - alpha
+    q_loc = _NORMAL.inv_cdf(1 - alpha / 2) ** 2
     bounds = [*starts, means.size]
     out: list[Step] = []
     for s in range(1, len(starts)):
@@ -535,7 +515,7 @@ def _departure(
     alpha: float,
     noise_df: int,
 ) -> Departure | None:
-    """A :class:`Departure` when labels from ``first`` differ significantly from ``start:first``."""
+    """A :class:`Departure` when labels from ``first`` differ from ``start:first``."""
     wa, wb = float(np.sum(w[start:first])), float(np.sum(w[first:]))
     if wa <= 0 or wb <= 0:
         return None
@@ -564,32 +544,25 @@ def _departure(
     )
 
 
-#: Labels at most simulated when estimating labels needed (the penalty grows slowly beyond).
-_MAX_LABELS_SIMULATED = 400
-#: Null series per design for that estimate (an "about N", not a test).
+_MAX_LABELS_SIMULATED = 400  # the penalty grows slowly beyond
 _RESOLUTION_SIMULATIONS = 2000
 
 
 @dataclasses.dataclass(frozen=True)
 class Resolution:
-    """Why a fit shows no step, and the labels or runs that would resolve one of ``step_pct``."""
+    """Why a fit shows no step, and what would resolve one of ``step_pct``."""
 
-    #: "labels", "replicates" or "one label"
-    source: str
-    #: sd of a label's level ("labels") or of one run ("replicates"), %
-    noise_pct: float
-    run_pct: float  #: sd of a run within its label, %
+    source: str  #: "labels", "replicates" or "one label"
+    noise_pct: float  #: sd of a label's level or of one run, %
+    run_pct: float  #: %
     dispersion: float
     labels: int
-    runs: int  #: runs a label (the median)
-    step_pct: float  #: %
-    #: labels like these that would resolve it ("labels"; None: already enough)
-    labels_needed: int | None
-    #: runs a label that would resolve it ("replicates"; None: already enough)
+    runs: int  #: median per label
+    step_pct: float
+    labels_needed: int | None  #: None: already enough
     runs_needed: int | None
 
     def text(self) -> str:
-        """One line: the noise, its size, and the labels or runs a step of ``step_pct`` needs."""
         if self.source == "one label":
             return "a single label: a step needs at least 2 labels"
         if (
@@ -643,7 +616,7 @@ class Resolution:
 
 
 def resolution(fit: Fit, step_pct: float, alpha: float) -> Resolution:
-    """What keeps ``fit`` from showing a step of ``step_pct`` percent (see :class:`Resolution`)."""
+    """What keeps ``fit`` from showing a step of ``step_pct`` percent."""
     # deferred: intervals loads scipy.stats, needed only for an explanation
     from katra_trace.analysis.intervals import TARGET_POWER
 

@@ -1,7 +1,5 @@
-"""Where history rows live: a DuckDB file (one writer at a time: opens retry on the lock, and a
-writer holds it only for its insert) or Parquet files per CI runner. DuckDB is optional (exit 3
-without it). See docs/history.md.
-"""
+"""History storage: a DuckDB file (opens retry on the lock; a writer holds it only to insert) or
+Parquet files per CI runner. DuckDB is optional (exit 3). See docs/history.md."""
 
 from __future__ import annotations
 
@@ -26,27 +24,21 @@ from katra_trace.io.inputs import file_kind
 from katra_trace.optional import MissingDependencyError, require
 from katra_trace.text import shown
 
-#: The store a command uses when given no --db.
 DEFAULT_DB = Path(".katra") / "history.duckdb"
-#: Seconds an open waits for another process's lock, by default.
 DEFAULT_LOCK_TIMEOUT_S = 60.0
-#: Format version of the DuckDB store (the ``katra3d_history`` table).
 STORE_VERSION = 1
-#: The partition columns of the Parquet layout, in path order.
 PARTITION_COLUMNS = ("host_id", "label")
 TABLE = "history"
 
 
-#: DuckDB is not installed (exit 3).
 HistoryUnavailable = MissingDependencyError
 
 
 class HistoryLockedError(KatraError):
-    """Another process held the store's lock for longer than the lock timeout."""
+    """Another process held the store's lock past the lock timeout."""
 
 
 def duckdb_module() -> ModuleType:
-    """The ``duckdb`` module, or :class:`~katra_trace.optional.MissingDependencyError`."""
     return require("duckdb", extra="history", purpose="katra3d history", what="DuckDB")
 
 
@@ -55,13 +47,11 @@ def _one_line(exc: BaseException) -> str:
     return re.sub(r"\s*See also https?://\S+", "", text)
 
 
-#: How DuckDB's "another process holds the file" message starts.
 _LOCK_ERROR = re.compile(r"^IO Error: Could not set lock on file ")
 
 
 def _is_lock_error(duckdb: ModuleType, exc: BaseException) -> bool:
-    """Whether ``exc`` is DuckDB's lock conflict, not any message containing "lock" (a path such
-    as ``block.duckdb``)."""
+    """DuckDB's lock conflict, not any message containing "lock" (``block.duckdb``)."""
     return isinstance(exc, duckdb.IOException) and _LOCK_ERROR.match(str(exc)) is not None
 
 
@@ -71,8 +61,8 @@ def store_path(
     create: bool = True,
     inputs: Sequence[str | os.PathLike[str]] = (),
 ) -> Path:
-    """The store file ``path`` names, checked by :func:`check_output`. Called with ``--db`` as
-    typed (a trailing '/' is seen only there), before any trace is read."""
+    """The store file ``path`` names, checked; called with ``--db`` as typed (a trailing '/' is
+    seen only there)."""
     if read_only:
         try:
             mode = os.stat(path).st_mode
@@ -108,8 +98,7 @@ def store_path(
 def open_store(
     path: Path, read_only: bool, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
 ) -> Iterator[Any]:
-    """A DuckDB connection to the store, closed on exit. Retries the lock for ``lock_timeout_s``;
-    any other open failure is a ConfigError."""
+    """A DuckDB connection, closed on exit; retries the lock, any other failure is a ConfigError."""
     duckdb = duckdb_module()
     path = store_path(path, read_only)
     deadline = time.monotonic() + lock_timeout_s
@@ -172,8 +161,6 @@ def _check_schema(con: Any, path: Path, read_only: bool) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class PreparedRun:
-    """One trace read and turned into rows, ready to store."""
-
     path: Path
     sha256: str
     label: str
@@ -183,10 +170,7 @@ class PreparedRun:
 
 @dataclasses.dataclass
 class AddResult:
-    """What an add stored and what it skipped."""
-
     added: list[PreparedRun] = dataclasses.field(default_factory=list)
-    #: (run, label it is already stored under)
     duplicates: list[tuple[PreparedRun, str]] = dataclasses.field(default_factory=list)
 
     @property
@@ -206,7 +190,7 @@ def _insert_sql(table: str) -> str:
 def add_to_store(
     path: Path, runs: Sequence[PreparedRun], lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
 ) -> AddResult:
-    """Insert ``runs`` in one transaction, skipping traces already stored."""
+    """One transaction; skips traces already stored."""
     duckdb = duckdb_module()
     result = AddResult()
     with open_store(path, read_only=False, lock_timeout_s=lock_timeout_s) as con:
@@ -243,7 +227,7 @@ def add_to_store(
 
 
 def partition_dir(root: Path, host_id: str, label: str) -> Path:
-    """``root/host_id=<host>/label=<label>``, percent-encoded as DuckDB's hive writer does."""
+    """``root/host_id=<host>/label=<label>``, percent-encoded as DuckDB's hive writer."""
     return root / f"host_id={quote(host_id, safe='')}" / f"label={quote(label, safe='')}"
 
 
@@ -278,7 +262,6 @@ def _sql_str(text: str) -> str:
 
 
 def add_to_parquet(root: Path, runs: Sequence[PreparedRun]) -> AddResult:
-    """Write each run's rows into the Parquet directory ``root``."""
     duckdb = duckdb_module()
     result = AddResult()
     con = duckdb.connect()
@@ -307,7 +290,6 @@ def add_to_parquet(root: Path, runs: Sequence[PreparedRun]) -> AddResult:
 
 
 def _parquet_labels(root: Path, shas: Sequence[str]) -> dict[str, str]:
-    """sha -> label of the runs among ``shas`` already stored under ``root`` (by file name)."""
     wanted = set(shas)
     out: dict[str, str] = {}
     if not root.is_dir():
@@ -324,8 +306,7 @@ def export_parquet(
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[int, int]:
-    """Write every run of ``db`` into the Parquet layout under ``root``; returns (files written,
-    runs already there)."""
+    """Export ``db`` to Parquet under ``root``; returns (files written, runs already there)."""
     duckdb = duckdb_module()
     with open_store(db, read_only=True, lock_timeout_s=lock_timeout_s) as con:
         try:
@@ -346,7 +327,7 @@ def export_parquet(
                 for i, sha in enumerate(shas):
                     cur = con.execute(f"SELECT {names} FROM {TABLE} WHERE trace_sha256 = ?", [sha])
                     rows = [HistoryRow(*r) for r in cur.fetchall()]
-                    # a trace is stored under one label in a store; keep that label's rows
+                    # a trace lives under one label in a store
                     first = rows[0]
                     run = PreparedRun(
                         Path(first.trace_path or ""), sha, first.label, first.host_id, rows
@@ -372,7 +353,7 @@ def export_parquet(
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """Where show/check read rows: a DuckDB store file, or a Parquet glob (``DIR/**/*.parquet``)."""
+    """A DuckDB store file, or a Parquet glob (``DIR/**/*.parquet``)."""
 
     db: Path | None = None
     parquet_glob: str | None = None
@@ -385,8 +366,7 @@ class Source:
 def read_rows(
     source: Source, columns: Sequence[str], lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
 ) -> list[dict[str, Any]]:
-    """The rows of ``source``, each trace once. ConfigError when it is missing, unreadable or
-    empty."""
+    """The rows of ``source``, each trace once; ConfigError if missing, unreadable or empty."""
     duckdb = duckdb_module()
     unknown = [c for c in columns if c not in COLUMN_NAMES]
     if unknown:

@@ -1,6 +1,5 @@
-"""History rows grouped into series (scene x zone x metric x host) over labels in order, and the
-steps found in them: :func:`trend_data` is what a report draws, :func:`check_steps` what
-``history check`` decides."""
+"""History rows as series (scene x zone x metric x host) over labels, and their steps: what a
+report draws (:func:`trend_data`) and ``history check`` decides (:func:`check_steps`)."""
 
 from __future__ import annotations
 
@@ -65,8 +64,7 @@ _READ_COLUMNS = (
 
 @dataclasses.dataclass(frozen=True)
 class Selection:
-    """Which series to build. ``None`` means no filter; ``metric`` ``auto`` and
-    ``all`` are special."""
+    """Which series to build; ``None``: no filter."""
 
     scene: str | None = None
     metric: str = "auto"
@@ -75,20 +73,17 @@ class Selection:
     stat: str = "median"
     last: int | None = None  #: only the newest N labels
     allow_host_mismatch: bool = False  #: one series across hosts per scene
-    #: commit -> place on the user's first-parent line
     commit_order: Mapping[str, int] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Point:
-    """One label of a series: its runs' values and geometric mean."""
-
     label: str
     time_ns: int
     commit: str
     values: list[float]
     level: float
-    settings: str  #: size and params ("" when as the series' first label)
+    settings: str  #: "" when as the series' first label
     rank: int = 0  #: position among all labels of the source
 
     def as_dict(self) -> dict[str, Any]:
@@ -107,7 +102,7 @@ class Point:
 
 @dataclasses.dataclass(frozen=True)
 class Series:
-    """A trend: one scene's (zone's) metric and stat on one host, over labels in order."""
+    """One scene's (zone's) metric and stat on one host, over labels in order."""
 
     scene: str
     zone: str
@@ -144,7 +139,6 @@ class Series:
 
 
 def sparkline(values: Sequence[float]) -> str:
-    """One block character per value, scaled between the series' min and max (flat: all low)."""
     if not values:
         return ""
     lo, hi = min(values), max(values)
@@ -158,8 +152,8 @@ def sparkline(values: Sequence[float]) -> str:
 def label_order(
     rows: Iterable[Mapping[str, Any]], commit_order: Mapping[str, int] | None = None
 ) -> list[str]:
-    """Labels by ``--time`` when all have one, else by ``commit_order`` when it places them all,
-    else by first add; a later re-capture never moves a label."""
+    """Labels by ``--time`` if all have one, else ``commit_order`` if it places all, else by first
+    add; a later re-capture never moves a label."""
     added: dict[str, int] = {}
     timed: dict[str, int] = {}
     commits: dict[str, set[str]] = {}
@@ -196,8 +190,7 @@ def _choices(values: Iterable[str]) -> str:
 
 
 def build_series(rows: Sequence[Mapping[str, Any]], sel: Selection) -> list[Series]:
-    """Group ``rows`` into series per :class:`Selection`. Raises ConfigError on an unknown scene,
-    zone, metric, stat or host."""
+    """Group ``rows`` into series; ConfigError on an unknown scene, zone, metric, stat or host."""
     if sel.stat not in STATS:
         raise ConfigError(f"unknown stat {sel.stat!r}; choose from {', '.join(STATS)}")
     if sel.last is not None and sel.last < 1:
@@ -325,7 +318,7 @@ def build_series(rows: Sequence[Mapping[str, Any]], sel: Selection) -> list[Seri
 def load_series(
     source: Source, sel: Selection, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
 ) -> list[Series]:
-    """Read ``source`` and build the series of ``sel`` (ConfigError when none result)."""
+    """The series of ``sel`` in ``source`` (ConfigError when none result)."""
     rows = read_rows(source, _READ_COLUMNS, lock_timeout_s)
     series = build_series(rows, sel)
     if not series:
@@ -335,19 +328,16 @@ def load_series(
 
 @dataclasses.dataclass(frozen=True)
 class StepReport:
-    """A step of one series, judged against the threshold."""
-
     series: Series
-    label: str  #: the first label of the new level
-    start_low: str  #: earliest label where it may start
+    label: str  #: first label of the new level
+    start_low: str
     start_high: str
-    ratio: float  #: new level / old level
+    ratio: float
     ratio_low: float
     ratio_high: float
     verdict: str
-    at_newest: bool  #: starts at the newest label of the selection
-    #: its first label's settings, when they differ from the series' first
-    settings_changed: str
+    at_newest: bool
+    settings_changed: str  #: "" unless they differ from the series' first
 
     def as_dict(self) -> dict[str, Any]:
         s = self.series
@@ -370,20 +360,19 @@ class StepReport:
 
 @dataclasses.dataclass(frozen=True)
 class DepartureReport:
-    """A time series' newest label(s) away from the level before on too few runs for a verdict:
-    one busy run looks like a step. Never a regression."""
+    """A time series' newest label(s) off the level before on too few runs for a verdict (one busy
+    run looks like a step). Never a regression."""
 
     series: Series
-    label: str  #: the first departing label
+    label: str
     labels: int
     runs: int
-    ratio: float  #: their level / the level before
+    ratio: float
     ratio_low: float
     ratio_high: float
-    runs_needed: int | None  #: runs that would settle it (None: none would)
+    runs_needed: int | None  #: None: none would settle it
 
     def text(self) -> str:
-        """One line: how far the newest labels depart, on how many runs, what would settle it."""
         if self.labels == 1:
             who, verb, where = f"the newest label {self.label!r}", "departs", f"at {self.label!r}"
         else:
@@ -422,14 +411,12 @@ class DepartureReport:
 
 @dataclasses.dataclass(frozen=True)
 class SeriesModel:
-    """One series as ``history show``, ``history check`` and ``report --history`` show it."""
-
     series: Series
     fit: Fit
     threshold_pct: float
-    change_pct: float  #: fitted newest / first - 1 (percent)
-    raw_change_pct: float  #: raw newest / first - 1 (percent)
-    no_step_reason: str  #: why no step, when the raw change reaches the threshold
+    change_pct: float  #: fitted newest / first - 1, %
+    raw_change_pct: float  #: %
+    no_step_reason: str  #: set when the raw change reaches the threshold
     departure: DepartureReport | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -470,7 +457,6 @@ class CheckResult:
         return any(s.verdict == Verdict.REGRESSION and s.at_newest for s in self.steps)
 
     def by_label(self) -> dict[str, list[StepReport]]:
-        """The steps grouped by their start label, in label order."""
         out: dict[str, list[StepReport]] = {}
         for step in self.steps:
             out.setdefault(step.label, []).append(step)
@@ -495,7 +481,6 @@ def _model(
 
 
 def _departure_verdict(dep: Departure, threshold_pct: float, sign: float) -> str:
-    """The interval rule's verdict on a departure's change (log ratios with + worse)."""
     from katra_trace.analysis.intervals import interval_verdict  # deferred: scipy
 
     ends = sorted((sign * math.log(dep.ratio_low), sign * math.log(dep.ratio_high)))
@@ -503,7 +488,7 @@ def _departure_verdict(dep: Departure, threshold_pct: float, sign: float) -> str
 
 
 def _with_step(fit: Fit, dep: Departure) -> Fit:
-    """``fit`` with the departure as a step (a count's: counts are exact, one run is evidence)."""
+    """``fit`` with the departure as a step (counts are exact: one run is evidence)."""
     step = Step(
         dep.index,
         dep.index,
@@ -522,7 +507,6 @@ def _with_step(fit: Fit, dep: Departure) -> Fit:
 def _departure_report(
     s: Series, dep: Departure, threshold_pct: float, alpha: float, sign: float
 ) -> DepartureReport:
-    """A time series' departure with the runs there that would settle the change seen."""
     from katra_trace.analysis.intervals import runs_needed, settling_margin  # deferred: scipy
 
     margin = settling_margin(sign * math.log(dep.ratio), threshold_pct / 100)
@@ -541,9 +525,9 @@ def check_steps(
     threshold_pct: float | None = None,
     newest_label: str | None = None,
 ) -> CheckResult:
-    """Fit each series and judge its steps with the count metrics' interval rule; a departure of
-    the newest labels is a count's step, or a time metric's :class:`DepartureReport`."""
-    # deferred: intervals loads scipy.stats (about a second), not while the parser is built
+    """Fit each series and judge its steps; a departure of the newest labels is a count's step or
+    a time metric's :class:`DepartureReport`."""
+    # deferred: intervals loads scipy.stats (about a second)
     from katra_trace.analysis.intervals import interval_verdict
 
     alpha = check_alpha(alpha)
@@ -559,7 +543,7 @@ def check_steps(
         departure = None
         dep = fit.departure
         if dep is not None:
-            # counts are exact: a count's change is a step; a time metric's gets no verdict
+            # counts are exact; a time metric's departure gets no verdict
             verdict = _departure_verdict(dep, thr, sign)
             if runs_decide(s.metric, dep.runs):
                 if verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
@@ -569,7 +553,7 @@ def check_steps(
                 departures.append(departure)
         if is_count(s.metric) and not fit.steps and len(s.points) < MIN_LABELS_FOR_LABEL_NOISE:
             counted = _count_steps(s, thr, newest, sign)
-            # too few labels to learn their noise, but counts have a known one: compare's rule
+            # too few labels to learn noise, but a count's noise is known
             if counted:
                 models.append(
                     SeriesModel(
@@ -608,8 +592,7 @@ def check_steps(
 
 
 def _count_steps(s: Series, threshold_pct: float, newest: str, sign: float) -> list[StepReport]:
-    """Changes of a count series too short for the step fit: each label against the one before by
-    compare's count rule, within compare's jitter noise floor."""
+    """A count series too short to fit: each label against the one before by compare's rule."""
     # deferred: intervals loads scipy.special; only a check needs it
     from katra_trace.analysis.counts import NOISE_FLOOR_FACTOR
     from katra_trace.analysis.intervals import interval_verdict
@@ -656,8 +639,7 @@ def _newest(series: Sequence[Series]) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Trends:
-    """The trends a report draws, with :func:`check_steps`' result so the line drawn is what
-    ``history check`` finds. ``runs``: the traces stored."""
+    """The trends a report draws, with what ``history check`` finds in them."""
 
     source: str
     labels: list[str]
@@ -691,8 +673,7 @@ def trend_data(
     threshold_pct: float | None = None,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
 ) -> Trends:
-    """The :class:`Trends` of ``source`` under ``sel``. Raises ConfigError on a missing, empty or
-    unreadable source and on an unknown scene, metric or host."""
+    """ConfigError on a missing, empty or unreadable source, or an unknown scene, metric or host."""
     series = load_series(source, sel or Selection(), lock_timeout_s)
     return Trends(
         source.name,

@@ -1,1 +1,1 @@
-"""Instruction profiles of counted runs: per scene and zone, grouped, and their difference."""
+"""Instruction profiles of counted runs and their difference."""

@@ -1,11 +1,5 @@
-"""callgrind dumps read into per-function instruction counts, and a scene's profile built from the
-dumps its counted child kept (docs/profile.md).
-
-A dump holds, per function (``fn=``) of an object (``ob=``), cost lines (its self cost) and calls
-(``calls=`` then one cost line: the callee's inclusive cost, added to the caller's inclusive cost).
-Names are compressed (``(id) name`` once, then ``(id)``) per file; objects and functions have a
-name space each. Only the ``Ir`` column (instructions) is read.
-"""
+"""callgrind dumps read into per-function instruction counts (``Ir`` only), and a scene's profile
+built from the dumps its counted child kept. Format and design: docs/profile.md."""
 
 from __future__ import annotations
 
@@ -18,30 +12,24 @@ from katra_trace.errors import TraceFormatError
 from katra_trace.profile.groups import JIT_OBJECT
 from katra_trace.profile.model import REST, ProfileRecord
 
-#: (object, function) -> [self, inclusive] instructions.
 Costs = dict[tuple[str, str], list[int]]
 
-#: The one function name of an object's JIT code.
 JIT_FUNCTIONS = "(compiled code)"
 
-#: ``KATRA3D_PROFILE=off`` in a counted run's environment: no profiles kept (the bench's baseline).
+#: ``off``: counted runs keep no profiles (the bench's baseline).
 PROFILE_ENV = "KATRA3D_PROFILE"
 
 
 def profiles_on() -> bool:
-    """Whether counted runs keep profiles (:data:`PROFILE_ENV` is not ``off``)."""
     return os.environ.get(PROFILE_ENV, "") != "off"
 
 
-#: The start of a kept dump's name (:func:`kept_dump`).
 KEPT_PREFIX = "seg."
 
-#: The index a counted child writes beside the kept dumps (katra3d.harness.engine.counting).
 PROFILE_INDEX = "profile.json"
 
 
 def _name(value: str, table: dict[str, str]) -> str:
-    """A compressed name: ``(id) name`` defines ``id``, ``(id)`` refers to it."""
     value = value.strip()
     if value.startswith("("):
         end = value.find(")")
@@ -58,7 +46,6 @@ def _object(name: str) -> str:
 
 
 def read_dump(path: Path, into: Costs | None = None) -> Costs:
-    """The instructions of every function in the callgrind dump at ``path``, added into ``into``."""
     costs: Costs = {} if into is None else into
     objects: dict[str, str] = {}
     functions: dict[str, str] = {}
@@ -86,11 +73,10 @@ def read_dump(path: Path, into: Costs | None = None) -> Costs:
                             row[1] += value
                 elif line.startswith("fn="):
                     name = _name(line[3:], functions)
-                    # callgrind names a recursive call's frames fn'2, fn'3: one function, whose
-                    # inclusive cost its outermost frame already holds
+                    # fn'2, fn'3: recursive frames; the outermost holds the inclusive cost
                     base, _, depth = name.rpartition("'")
                     nested = bool(base) and depth.isdigit()
-                    # compiled shaders' addresses move with any change: one row for all of them
+                    # compiled shaders' addresses move with any change: one row
                     key = (obj, JIT_FUNCTIONS if obj == JIT_OBJECT else base if nested else name)
                     row = costs.get(key)
                     if row is None:
@@ -111,15 +97,13 @@ def read_dump(path: Path, into: Costs | None = None) -> Costs:
     return costs
 
 
-#: Functions a profile keeps at least (past 99 %), so that one moving across the cut between two
-#: versions seldom reads as a change.
+#: Rows kept past 99 %, so a function crossing the cut seldom reads as a change.
 MIN_ROWS = 100
 
 
 def bounded_rows(costs: Costs, share: float = 0.99) -> tuple[tuple[str, str, int, int], ...]:
-    """``costs`` as rows ``[object, function, self, inclusive]``, largest self first: the functions
-    that make ``share`` of the instructions (at least :data:`MIN_ROWS`), then each object's others
-    as one row named :data:`REST` (so every group's sum stays exact)."""
+    """Rows largest self first, covering ``share``; each object's others as one :data:`REST` row
+    (so every group's sum stays exact)."""
     ranked = sorted(costs.items(), key=lambda kv: (-kv[1][0], kv[0]))
     total = sum(v[0] for _, v in ranked)
     rows: list[tuple[str, str, int, int]] = []
@@ -138,28 +122,25 @@ def bounded_rows(costs: Costs, share: float = 0.99) -> tuple[tuple[str, str, int
 
 
 def kept_dump(dump_dir: Path, part: int, zones: Iterable[int]) -> Path:
-    """Where a counted child keeps a measured frame's main-thread dump of ``part``, named with the
-    ids of the zones it lay in (``seg.12.3_5``), so that it is read without an index."""
+    """A kept dump's path, named with its zone ids (``seg.12.3_5``) so it reads without an index."""
     return dump_dir / f"{KEPT_PREFIX}{part}.{'_'.join(str(z) for z in zones)}"
 
 
 def write_index(dump_dir: Path, frames: int, names: dict[int, str]) -> None:
-    """Write how many measured frames the kept dumps hold and each zone id's name."""
     index = json.dumps({"frames": frames, "zones": {str(i): n for i, n in names.items()}})
     (dump_dir / PROFILE_INDEX).write_text(index, encoding="utf-8")
 
 
 class Folder:
-    """A counted child's kept dumps folded as they appear (:meth:`fold`, while the child runs; each
-    dump deleted once read, so that a long run keeps few on disk): per set of zones a segment lay
-    in, its functions' instructions."""
+    """A counted child's kept dumps, folded and deleted as they appear (few on disk in a long run),
+    per set of zones."""
 
     def __init__(self, dump_dir: Path) -> None:
         self.dump_dir = dump_dir
         self.sets: dict[frozenset[int], Costs] = {}
 
     def fold(self) -> None:
-        """Read and delete every kept dump there now (a renamed dump is complete)."""
+        """Read and delete every kept dump (a renamed dump is complete)."""
         try:
             entries = [e for e in os.scandir(self.dump_dir) if e.name.startswith(KEPT_PREFIX)]
         except FileNotFoundError:
@@ -171,9 +152,8 @@ class Folder:
             os.unlink(entry.path)
 
     def records(self, scene: str) -> list[ProfileRecord]:
-        """The PROFILE records of the one scene the child counted: the scene's, then each zone's,
-        summed over its measured frames; none when the child wrote no index (it stopped before its
-        scene's last frame)."""
+        """PROFILE records: the scene's, then each zone's; none without an index (the child
+        stopped early)."""
         self.fold()
         try:
             index = json.loads((self.dump_dir / PROFILE_INDEX).read_text(encoding="utf-8"))
@@ -190,7 +170,6 @@ class Folder:
         return records
 
     def _sum(self, zone: int | None) -> Costs:
-        """The segments' costs summed: all of them (``zone`` None), or those inside ``zone``."""
         total: Costs = {}
         for key, costs in self.sets.items():
             if zone is None or zone in key:

@@ -1,5 +1,4 @@
-"""Where a change went: two sides' profiles paired per scene and zone (``compare --profile``, the
-report, ab's and bisect's summaries)."""
+"""Where a change went: two sides' profiles paired per scene and zone."""
 
 from __future__ import annotations
 
@@ -25,12 +24,12 @@ from katra_trace.profile.model import (
 
 Key = tuple[str, str | None]
 
-#: Functions a table lists per scene and zone (JSON and flame graphs hold every one).
+#: Rows a table lists (JSON and flame graphs hold every one).
 TOP_ROWS = 12
 
 
 def side_profiles(traces: Iterable[Any]) -> dict[Key, Profile]:
-    """One side's profiles by (scene, zone): several runs' rows averaged over all their frames."""
+    """One side's profiles by (scene, zone), runs averaged over all their frames."""
     sums: dict[Key, tuple[int, dict[tuple[str, str], list[float]]]] = {}
     for trace in traces:
         for key, p in trace_profiles(getattr(trace, "profiles", ())).items():
@@ -56,8 +55,7 @@ def side_profiles(traces: Iterable[Any]) -> dict[Key, Profile]:
 
 @dataclasses.dataclass(frozen=True)
 class ProfileDelta:
-    """One scene's (or zone's) profile difference, a measured frame: every function, largest change
-    first."""
+    """One scene's (or zone's) profile difference a frame, largest change first."""
 
     scene: str
     zone: str | None
@@ -87,7 +85,7 @@ class ProfileDelta:
 
 
 def profile_deltas(base_traces: Iterable[Any], new_traces: Iterable[Any]) -> list[ProfileDelta]:
-    """Every scene and zone profiled on both sides, in BASE's order (each scene, then its zones)."""
+    """Every scene and zone profiled on both sides, in BASE's order."""
     base, new = side_profiles(base_traces), side_profiles(new_traces)
     return [
         ProfileDelta(
@@ -103,13 +101,11 @@ def profile_deltas(base_traces: Iterable[Any], new_traces: Iterable[Any]) -> lis
 
 
 def short_object(obj: str) -> str:
-    """An object as a table shows it: its file name."""
     return os.path.basename(obj) or obj
 
 
 def top_line(deltas: Sequence[ProfileDelta]) -> str | None:
-    """The line ab and bisect print in counted mode: the scene with the largest change, and where
-    it went (None without profiles or without a change)."""
+    """ab's and bisect's counted-mode line: the largest change and where it went, or None."""
     scenes = [d for d in deltas if d.zone is None and d.changed]
     if not scenes:
         return None
@@ -118,8 +114,7 @@ def top_line(deltas: Sequence[ProfileDelta]) -> str | None:
 
 
 def top_line_of(base: Iterable[Path], new: Iterable[Path]) -> str | None:
-    """:func:`top_line` of two sides' trace files (bisect's GOOD and first bad commit); None when
-    one cannot be read (the verdict above already says why)."""
+    """:func:`top_line` of two trace files; None when one cannot be read (the verdict says why)."""
     try:
         sides = [[open_quietly(p) for p in side] for side in (base, new)]
     except KatraError:

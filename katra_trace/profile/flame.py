@@ -1,6 +1,5 @@
-"""A differential flame graph of one scene's profile difference, as a self-contained SVG: three
-levels (group, object, function; a profile holds no call stacks), each box as wide as the larger of
-its two sides, red where NEW runs more instructions, blue where fewer."""
+"""Differential flame graph SVG of a profile difference: group, object, function (no call stacks);
+red where NEW runs more instructions, blue fewer."""
 
 from __future__ import annotations
 
@@ -18,14 +17,12 @@ ROW = 22
 
 
 def _colour(delta: float, scale: float) -> str:
-    """White for no change, up to full red (more) or blue (fewer) at ``scale``."""
     t = min(1.0, abs(delta) / scale) if scale else 0.0
     fade = int(235 - 175 * t)
     return f"rgb(235,{fade},{fade})" if delta > 0 else f"rgb({fade},{fade},235)"
 
 
 def flame_svg(d: ProfileDelta) -> str:
-    """The SVG of ``d`` (one scene or zone)."""
     tree: dict[str, dict[str, list[tuple[str, float, float]]]] = {}
     for r in d.rows:
         tree.setdefault(r.group, {}).setdefault(short_object(r.object), []).append(
@@ -73,8 +70,7 @@ def flame_svg(d: ProfileDelta) -> str:
 def write_flame_graphs(
     directory: str | os.PathLike[str], deltas: Sequence[ProfileDelta]
 ) -> list[Path]:
-    """``compare --profile-out DIR``: ``DIR/<scene>.profile.svg`` (``<scene>.<zone>.profile.svg``)
-    for every profiled scene and zone; DIR made when missing, no file replaced (output claim)."""
+    """``DIR/<scene>[.<zone>].profile.svg`` each; DIR made when missing, no file replaced."""
     root = check_output_dir(directory, option="--profile-out")
     try:
         root.mkdir(exist_ok=True)

@@ -1,4 +1,4 @@
-"""The group a profiled function belongs to: the one classification every profile view uses."""
+"""The group of a profiled function: the one classification every profile view uses."""
 
 from __future__ import annotations
 
@@ -14,14 +14,13 @@ MODERNGL = "moderngl"
 LIBC = "C library"
 OTHER = "other"
 
-#: Every group, in the order tables list groups of equal size.
+#: Table order for groups of equal size.
 GROUPS: tuple[str, ...] = (JIT, MESA, LLVM, PYTHON, NUMPY, MODERNGL, LIBC, OTHER)
 
-#: The object of code no ELF file holds (llvmpipe's compiled shaders): callgrind names it ``???``.
+#: llvmpipe's compiled shaders (callgrind's ``???``).
 JIT_OBJECT = "JIT code"
 
-# (pattern on the object's path, group), first match wins; the path's folders count for the
-# Python packages (numpy's and moderngl's extension modules live under their package folder)
+# first match wins; folders count (numpy's, moderngl's extensions live under their package)
 _RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(p), g)
     for p, g in (
@@ -41,7 +40,6 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 
 
 def group_of(obj: str) -> str:
-    """The group of every function of object ``obj`` (an ELF path, or :data:`JIT_OBJECT`)."""
     if obj == JIT_OBJECT:
         return JIT
     path = os.path.normpath(obj) if obj else ""

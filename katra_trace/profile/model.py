@@ -1,5 +1,4 @@
-"""Profiles as data: the PROFILE block's record, profiles read from a trace, and the difference of
-two profiles (``compare --profile``)."""
+"""Profiles as data: PROFILE records, profiles read from a trace, and their difference."""
 
 from __future__ import annotations
 
@@ -9,14 +8,14 @@ from typing import Any
 
 from katra_trace.profile.groups import group_of
 
-#: The row that holds an object's functions outside the top 99 % of a profile.
+#: The row holding an object's functions outside a profile's top 99 %.
 REST = "(other functions)"
 
 
 @dataclasses.dataclass(frozen=True)
 class ProfileRecord:
-    """What a PROFILE block holds: ``rows`` of ``(object, function, self, inclusive)``
-    instructions summed over ``frames`` measured frames of ``scene`` (or of its ``zone``)."""
+    """A PROFILE block: ``(object, function, self, inclusive)`` instructions summed over
+    ``frames``."""
 
     scene: str
     zone: str | None
@@ -30,7 +29,7 @@ class ProfileRecord:
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-    """One function's instructions a measured frame: ``self_`` in it, ``inclusive`` with callees."""
+    """One function's instructions a measured frame."""
 
     group: str
     object: str
@@ -41,7 +40,7 @@ class Row:
 
 @dataclasses.dataclass(frozen=True)
 class Profile:
-    """The profile of one scene (``zone`` None) or of one zone of it, a measured frame."""
+    """One scene's (``zone`` None) or zone's profile, per measured frame."""
 
     scene: str
     zone: str | None
@@ -65,8 +64,7 @@ def _row(raw: Any, frames: int) -> Row | None:
 
 
 def parse_profile(record: object) -> Profile | None:
-    """A PROFILE block's object as a :class:`Profile`; None when it is not one (a damaged or
-    foreign block: its rows are left out, never guessed)."""
+    """None for a damaged or foreign block: its rows are left out, never guessed."""
     if not isinstance(record, Mapping):
         return None
     scene, zone, frames = record.get("scene"), record.get("zone"), record.get("frames")
@@ -82,7 +80,7 @@ def parse_profile(record: object) -> Profile | None:
 
 
 def trace_profiles(records: Iterable[object]) -> dict[tuple[str, str | None], Profile]:
-    """A trace's profiles by (scene, zone); the last block of a key wins."""
+    """By (scene, zone); the last block of a key wins."""
     out: dict[tuple[str, str | None], Profile] = {}
     for record in records:
         profile = parse_profile(record)
@@ -93,7 +91,7 @@ def trace_profiles(records: Iterable[object]) -> dict[tuple[str, str | None], Pr
 
 @dataclasses.dataclass(frozen=True)
 class DeltaRow:
-    """Where instructions went between two profiles: one function, a measured frame."""
+    """One function's self instructions a frame on each side."""
 
     group: str
     object: str
@@ -117,8 +115,7 @@ class DeltaRow:
 
 
 def profile_delta(base: Profile, new: Profile) -> list[DeltaRow]:
-    """Every function of either profile, its self instructions a frame in each, largest change
-    first (ties by name, so identical profiles list in one order)."""
+    """Every function of either profile, largest change first (ties by name: a stable order)."""
     b = {(r.object, r.function): r.self_ for r in base.rows}
     n = {(r.object, r.function): r.self_ for r in new.rows}
     rows = [
@@ -130,7 +127,6 @@ def profile_delta(base: Profile, new: Profile) -> list[DeltaRow]:
 
 
 def group_deltas(rows: Iterable[DeltaRow]) -> dict[str, float]:
-    """Each group's change (instructions a frame), largest change first."""
     sums: dict[str, float] = {}
     for r in rows:
         sums[r.group] = sums.get(r.group, 0.0) + r.delta
@@ -138,19 +134,17 @@ def group_deltas(rows: Iterable[DeltaRow]) -> dict[str, float]:
 
 
 def share(delta: float, total: float) -> float | None:
-    """``delta``'s share of a scene's change ``total`` (None when nothing changed)."""
     return delta / total if total else None
 
 
 def share_text(x: float | None) -> str:
-    """A share of a change as tables show it: ``85%``, or ``-`` when nothing changed."""
     return "-" if x is None else f"{x:.0%}"
 
 
 def top_change(rows: Sequence[DeltaRow]) -> str | None:
-    """One line naming the group and function where most of a change went, or None if none did."""
+    """The group and function where most of a change went, or None."""
     total = sum(r.delta for r in rows)
-    if not rows or not total:
+    if not total:
         return None
     group, gdelta = next(iter(group_deltas(rows).items()))
     top = rows[0]

@@ -1,7 +1,5 @@
-"""``katra3d report``: an HTML report of runs, optionally against a baseline (the one comparison,
-:func:`katra_trace.analysis.comparison.compare_sides`, shown as a table). Needs the optional
-``plotly`` package. See docs/report.md.
-"""
+"""``katra3d report``: an HTML report of runs, optionally against a baseline (compare's one
+comparison as a table). Needs the optional ``plotly``. See docs/report.md."""
 
 from __future__ import annotations
 
@@ -37,12 +35,12 @@ def build_report(
     image_thresholds: ImageThresholds | None = None,
     history: Trends | None = None,
 ) -> str:
-    """The report page for ``runs`` and, if given, ``baseline``: the comparison is ``comparison``
-    when the caller ran it, else run here. Raises MissingDependencyError without plotly."""
-    plotly_js_packed()  # fail before any work when plotly is missing
+    """The report page; ``comparison`` is run here unless the caller ran it. Raises
+    MissingDependencyError without plotly."""
+    plotly_js_packed()  # fail before any work
     check_text(title, "--title")
     if baseline and comparison is None and comparison_error is None:
-        # deferred: the comparison loads scipy; only a report with a baseline needs it
+        # deferred: the comparison loads scipy
         from katra_trace.analysis.comparison import Sides, compare_sides
 
         sides = Sides("baseline", "runs", tuple(baseline), tuple(runs))
@@ -63,7 +61,7 @@ def build_report(
             dict(comparison.new_images),
             policy=comparison.image_policy,
         )
-    if baseline and runs:  # counted runs: where the instructions went (docs/profile.md)
+    if baseline and runs:
         images_html += profile_section(profile_deltas(baseline, runs))
     return render(
         runs,
@@ -84,8 +82,7 @@ def write_report(
     overwrite: bool = False,
     inputs: Sequence[str | os.PathLike[str]] = (),
 ) -> int:
-    """Write ``page`` to ``path`` (replacing a file only with ``overwrite``, never one of the
-    ``inputs``); returns its size in bytes."""
+    """Write ``page`` (replacing only with ``overwrite``, never an input); returns its bytes."""
     data = page.encode("utf-8")
     with open_output(path, force=overwrite, inputs=inputs, example="report.html") as f:
         f.write(data)

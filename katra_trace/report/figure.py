@@ -1,5 +1,5 @@
-"""What every plotly figure of the report shares: run colours, layout (the legend outside the
-plot area, so it never covers data), compact values."""
+"""What every report figure shares: run colours, layout (legend outside the plot, never over
+data), compact values."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-#: Plot colours of the runs (NEW side) and of the baseline runs.
 RUN_COLORS = (
     "#1f77b4",
     "#2ca02c",
@@ -20,7 +19,6 @@ RUN_COLORS = (
     "#ff7f0e",
 )
 BASELINE_COLOR = "#7f7f7f"
-#: Every figure's legend (paper coordinates): right of the plot area, top-aligned.
 LEGEND: dict[str, Any] = {
     "orientation": "v",
     "x": 1.02,
@@ -47,24 +45,21 @@ def layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, An
 
 
 def color(role: str, i: int) -> str:
-    """The colour of run ``i`` of side ``role`` (``run`` or ``baseline``)."""
     return BASELINE_COLOR if role == "baseline" else RUN_COLORS[i % len(RUN_COLORS)]
 
 
 def fill(hex_color: str, alpha: float) -> str:
-    """``#rrggbb`` as CSS ``rgba()`` with opacity ``alpha``."""
     r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
 
 
 def compact(values: np.ndarray, decimals: int = 6) -> list[float]:
-    """Values rounded to ``decimals`` (ms to 1 ns) so the page stays small."""
+    """Values rounded (ms to 1 ns by default) so the page stays small."""
     out: list[float] = np.round(np.asarray(values, dtype=np.float64), decimals).tolist()
     return out
 
 
 def plot_div(figure: dict[str, Any], extra_class: str = "") -> str:
-    """The page element ``figure`` is drawn into."""
     height = figure["layout"].get("height")
     style = f' style="height:{int(height)}px"' if height else ""
     cls = f"plot {extra_class}".strip()

@@ -1,7 +1,5 @@
-"""The report's history section: per series of :func:`katra_trace.history.trends.trend_data`, the
-level per label with the runs' range, the fitted levels ``history check`` judges, and each step
-marked where it starts.
-"""
+"""The report's history section: per series, each label's level and run range, the fitted levels
+``history check`` judges, and each step marked where it starts."""
 
 from __future__ import annotations
 
@@ -14,7 +12,7 @@ from katra_trace.units import format_change_pct
 if TYPE_CHECKING:
     from katra_trace.history.trends import Series, SeriesModel, Trends
 
-#: Head room above the highest run in a history plot (a fraction of it).
+#: Head room above the highest run, a fraction of it.
 _Y_HEADROOM = 0.12
 
 
@@ -24,7 +22,6 @@ def _series_name(s: Series) -> str:
 
 
 def _summary(model: SeriesModel, marks: int) -> str:
-    """One line under a series' title: changes, steps (or why none) and departure."""
     text = (
         f"change {format_change_pct(model.change_pct)} (fitted levels), {marks} step(s); "
         f"labels' change {format_change_pct(model.raw_change_pct)}"
@@ -37,7 +34,6 @@ def _summary(model: SeriesModel, marks: int) -> str:
 
 
 def history_section(trends: Trends, first_figure: int = 0) -> tuple[str, list[dict[str, Any]]]:
-    """(HTML, plotly figures) of the history section of ``trends``."""
     check = trends.check
     figures: list[dict[str, Any]] = []
     parts = [

@@ -1,7 +1,5 @@
-"""The report's image section: each scene's image verdict (as ``compare`` gives it) and, where the
-last frames differ, BASE, NEW and the FLIP error map as embedded PNGs, drawn from the verdict's
-own FLIP levels.
-"""
+"""The report's image section: each scene's image verdict (``compare``'s) and, where last frames
+differ, BASE, NEW and the FLIP error map as embedded PNGs."""
 
 from __future__ import annotations
 
@@ -12,7 +10,6 @@ from typing import Any
 
 from katra_trace.analysis.images import Image, ImageVerdict, diff_pngs, flip_missing, has_pictures
 
-#: The section's CSS (scoped to #images), added to the page's own.
 IMAGES_CSS = (
     "#images .trio{display:flex;flex-wrap:wrap;gap:12px;margin:8px 0 20px}"
     "#images figure{margin:0}#images img{image-rendering:pixelated;max-width:420px;"
@@ -36,7 +33,7 @@ def images_section(
     new: Mapping[str, Image],
     policy: str = "gate",
 ) -> str:
-    """The ``<section id="images">`` of the report ("" when neither side kept a last frame)."""
+    """Empty when neither side kept a last frame."""
     if not verdicts:
         return ""
     rows = []

@@ -1,7 +1,5 @@
-"""The HTML report: one self-contained page that works offline. plotly.js is inlined gzip- and
-base64-packed (about 2 MB instead of 4.8 MB) and unpacked by ``DecompressionStream``; everything
-but the plots is plain HTML, readable without scripts.
-"""
+"""The HTML report: one self-contained offline page; plotly.js inlined gzip+base64 (about 2 MB,
+not 4.8) and unpacked by ``DecompressionStream``; all but the plots read without scripts."""
 
 from __future__ import annotations
 
@@ -47,7 +45,7 @@ from katra_trace.report.zones import PLOT_PX, zone_figures
 if TYPE_CHECKING:
     from katra_trace.history.trends import Trends
 
-#: Pixels per legend row of the frame-time plot, and the tallest it grows to hold its legend.
+#: Pixels per legend row, and the tallest the frame-time plot grows for its legend.
 LEGEND_ROW_PX = 19
 SERIES_MAX_PX = 640
 
@@ -100,7 +98,6 @@ _LOADER = """
 
 @functools.lru_cache(maxsize=1)
 def plotly_js_packed() -> str:
-    """plotly.min.js from the installed ``plotly`` package, gzip-compressed and base64-encoded."""
     offline = require("plotly.offline", extra="export", purpose="katra3d report")
     js: str = offline.get_plotlyjs()
     return base64.b64encode(gzip.compress(js.encode("utf-8"), compresslevel=9, mtime=0)).decode(
@@ -122,7 +119,6 @@ def _run_label(trace: Any, index: int, role: str) -> str:
 def _timing_reasons(
     sides: Sequence[tuple[str, Sequence[TraceLike]]],
 ) -> dict[tuple[str, str], dict[str, list[int]]]:
-    """``{(timing mode, why): {role: 1-based run numbers}}`` in first-seen order."""
     out: dict[tuple[str, str], dict[str, list[int]]] = {}
     for role, traces in sides:
         for i, t in enumerate(traces):
@@ -135,7 +131,6 @@ def _timing_reasons(
 
 
 def _timing_note(reasons: Mapping[tuple[str, str], Mapping[str, list[int]]], total: int) -> str:
-    """The runs' timing reasons, each said once, above the runs table."""
     items = []
     for n, ((timing, why), who) in enumerate(reasons.items(), 1):
         count = sum(len(v) for v in who.values())
@@ -162,7 +157,6 @@ def _timing_note(reasons: Mapping[tuple[str, str], Mapping[str, list[int]]], tot
     )
 
 
-#: Runs shown open in the runs table; more fold under one line.
 RUNS_SHOWN = 4
 
 
@@ -235,7 +229,7 @@ def _runs_section(runs: Sequence[TraceLike], baseline: Sequence[TraceLike]) -> s
     note = _timing_note(reasons, len(runs) + len(baseline)) if reasons else ""
     body = f"{table}{''.join(details)}"
     count = len(runs) + len(baseline)
-    # many runs fold, so that the verdicts and plots are not pushed down the page
+    # so the verdicts and plots are not pushed down the page
     if count > RUNS_SHOWN:
         body = (
             f"<details><summary>{count} runs: the table of their captures</summary>{body}</details>"
@@ -298,8 +292,7 @@ def _pct(ratio: Any) -> float | None:
 def _side_series(
     role: str, name: str, runs: Sequence[tuple[int, str, FrameSeries]]
 ) -> list[dict[str, Any]]:
-    """One side's frame-series traces: a line per run or, from :data:`BAND_MIN_RUNS` runs, a median
-    in a band with each run drawn on demand."""
+    """A line per run or, from :data:`BAND_MIN_RUNS` runs, a median in a band (runs on demand)."""
     dash = "dot" if role == "baseline" else "solid"
     out: list[dict[str, Any]] = []
     banded = len(runs) >= BAND_MIN_RUNS
@@ -358,8 +351,8 @@ def scene_section(
     judged: SceneComparison | None = None,
     metric: str | None = None,
 ) -> tuple[str, list[dict[str, Any]]]:
-    """One scene's HTML and figures. With a comparison, the plots draw its clock ``metric`` and
-    each side's level line is the table's (``judged``), so the page shows one level a side."""
+    """One scene's HTML and figures; with a comparison each side's level line is the table's, so
+    the page shows one level a side."""
     figures: list[dict[str, Any]] = []
     clock: str | None = None
     for _role, traces in sides:
@@ -463,7 +456,7 @@ def scene_section(
     what = f"frame time, {clock} clock (ms)" if unit == "ms" else f"{unit} per frame"
     lines = next(iter(levels.values()))[1] if levels else "median"
     base_id = f"katra-plot-{index}"
-    # and a gap per group
+    # legend rows: one per entry and a gap per side
     entries = sum(1 for d in series_data if d.get("showlegend", True)) + len(per_side)
     figures.append(
         {
@@ -556,8 +549,7 @@ def scene_section(
 
 
 def _judged_levels(judged: SceneComparison | None, unit: str) -> dict[str, tuple[float, str]]:
-    """``{role: (level, name)}`` from the comparison's table in the plot's unit; {} without one
-    (the pooled median is drawn then)."""
+    """``{role: (level, name)}`` from the comparison's table; {} without one."""
     if judged is None or (unit != "ms" and judged.value_unit != unit):
         return {}
     levels = (
@@ -575,7 +567,6 @@ def _judged_levels(judged: SceneComparison | None, unit: str) -> dict[str, tuple
 def _counts(
     runs: Sequence[TraceLike], baseline: Sequence[TraceLike], history: Trends | None
 ) -> str:
-    """The page header's count of runs (for a history alone: runs, labels and scenes)."""
     if runs or baseline or history is None:
         return f"{len(runs)} run(s)" + (
             f" against {len(baseline)} baseline run(s)" if baseline else ""
@@ -588,7 +579,6 @@ def _counts(
     )
 
 
-#: The table-of-contents link to the history section.
 HISTORY_LINK = '<a href="#history">history</a>'
 
 
@@ -603,7 +593,6 @@ def render(
     history: Trends | None = None,
     images_html: str = "",
 ) -> str:
-    """The whole page; ``images_html`` goes after the comparison."""
     sides: list[tuple[str, Sequence[TraceLike]]] = [("run", runs)]
     if baseline:
         sides.append(("baseline", baseline))

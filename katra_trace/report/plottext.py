@@ -1,6 +1,5 @@
-"""Text inside plotly figures: plotly.js renders a subset of HTML (``<a href>``, ``<b>``, ...) in
-titles, names and hover text, so every scene, zone, label or file name goes through
-:func:`plot_text`."""
+"""Text in plotly figures: plotly.js renders some HTML in titles, names and hover text, so every
+name goes through :func:`plot_text`."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ from typing import Any
 
 
 def plot_text(value: Any) -> str:
-    """``value`` as text plotly shows literally: ``&``, ``<`` and ``>`` become entities."""
+    """``value`` as plotly shows it literally (``&``, ``<``, ``>`` as entities)."""
     return html.escape(str(value), quote=False)
 
 

@@ -1,5 +1,4 @@
-"""The report's profile section: for each scene and zone profiled on both sides whose profile
-changed, where the instructions went (the top functions) and its differential flame graph."""
+"""The report's profile section: where changed profiles' instructions went, and flame graphs."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from katra_trace.profile.model import share_text
 
 
 def profile_section(deltas: Sequence[ProfileDelta]) -> str:
-    """The section's HTML; empty when no profile changed."""
     parts = []
     for d in deltas:
         if not d.changed:

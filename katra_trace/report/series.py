@@ -1,6 +1,5 @@
-"""The numbers behind the report's plots (pure numpy). Frame series keep warmup frames (shaded);
-the rest use measured frames only, as ``stats`` does.
-"""
+"""The numbers behind the report's plots. Frame series keep warmup frames (shaded); the rest use
+measured frames only, as ``stats`` does."""
 
 from __future__ import annotations
 
@@ -20,7 +19,6 @@ if TYPE_CHECKING:
 
 #: Most points drawn per frame series (min and max of MAX_POINTS / 2 buckets).
 MAX_POINTS = 4000
-#: Most points of a distribution (CDF) curve.
 CDF_POINTS = 1000
 
 
@@ -33,8 +31,7 @@ class TraceLike(Protocol):
 def minmax_downsample(
     x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS
 ) -> tuple[np.ndarray, np.ndarray]:
-    """At most ``max_points`` of ``(x, y)``: the min and max of each bucket of consecutive points,
-    in x order, so spikes and dips survive at any length."""
+    """At most ``max_points`` of ``(x, y)``: each bucket's min and max, so spikes survive."""
     n = len(y)
     if n <= max_points:
         return x, y
@@ -62,15 +59,13 @@ def _scale(clock: str) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class FrameSeries:
-    """One run's frames of one scene on one clock (values in ``unit``)."""
-
-    frame: np.ndarray  #: downsampled frame indices (warmup included)
+    frame: np.ndarray  #: downsampled, warmup included
     value: np.ndarray  #: ms or counts, downsampled
     warmup: tuple[int, int] | None  #: first and last warmup frame index
-    measured: np.ndarray  #: every measured value, not downsampled
-    total_frames: int  #: frames before downsampling
-    all_frame: np.ndarray  #: every frame index
-    all_value: np.ndarray  #: every value of ``all_frame``
+    measured: np.ndarray  #: not downsampled
+    total_frames: int
+    all_frame: np.ndarray
+    all_value: np.ndarray
 
 
 def frame_series(
@@ -93,20 +88,20 @@ def frame_series(
     return FrameSeries(x, y, warmup, values[~warm], len(values), frames, values)
 
 
-#: Fewest runs a side drawn as a median line with a band (fewer: one line each).
+#: Fewest runs a side drawn as a median in a band (fewer: a line each).
 BAND_MIN_RUNS = 3
 
 
 @dataclasses.dataclass(frozen=True)
 class SideBand:
-    """One side's runs frame by frame: their median and range. When cut, the band is each bucket's
-    envelope, so no slow frame of any run falls out of it."""
+    """One side's runs frame by frame; when cut, the band is each bucket's envelope, so no slow
+    frame falls out of it."""
 
-    frame: np.ndarray  #: frame indices of the median line
-    median: np.ndarray  #: median across runs
-    band_frame: np.ndarray  #: frame indices of the band's edges
+    frame: np.ndarray
+    median: np.ndarray
+    band_frame: np.ndarray
     low: np.ndarray  #: fastest run at each of ``band_frame``
-    high: np.ndarray  #: slowest run
+    high: np.ndarray
     runs: int
 
 
@@ -131,7 +126,6 @@ def side_band(series: Sequence[FrameSeries], max_points: int = MAX_POINTS) -> Si
 def _envelope(
     x: np.ndarray, low: np.ndarray, high: np.ndarray, max_points: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each bucket of a band as its first and last x at its lowest ``low`` and highest ``high``."""
     n = x.size
     if n <= max_points:
         return x, low, high
@@ -146,7 +140,7 @@ def _envelope(
 
 
 def cdf_points(values: np.ndarray, max_points: int = CDF_POINTS) -> tuple[np.ndarray, np.ndarray]:
-    """Empirical CDF as (value, percent at or below), at most ``max_points``."""
+    """Empirical CDF: (value, percent at or below)."""
     v = np.sort(np.asarray(values, dtype=np.float64))
     n = v.size
     if n == 0:
@@ -158,7 +152,7 @@ def cdf_points(values: np.ndarray, max_points: int = CDF_POINTS) -> tuple[np.nda
 
 
 def zone_medians(trace: TraceLike, scene: str, clock: str) -> dict[str, float]:
-    """Median per-frame total of each zone of ``scene`` on ``clock``, measured frames only."""
+    """Median per-frame total of each zone, measured frames only."""
     cid = next((c for c, n in CLOCK_NAMES.items() if n == clock), -1)
     all_totals = _remembered(
         trace,
@@ -170,7 +164,6 @@ def zone_medians(trace: TraceLike, scene: str, clock: str) -> dict[str, float]:
 
 
 def scenes_of(trace: TraceLike) -> dict[str, tuple[int, list[str]]]:
-    """``{label: (scene id, clocks with frames)}`` in capture order, scenes with frames only."""
     return _remembered(trace, ("scenes_of",), lambda: _scenes_of(trace))
 
 
@@ -192,7 +185,7 @@ def _scenes_of(trace: TraceLike) -> dict[str, tuple[int, list[str]]]:
     return out
 
 
-#: Per-trace results computed for all scenes at once (weakly held): keeps many scenes linear.
+#: Per-trace results for all scenes at once (weakly held): keeps many scenes linear.
 _REMEMBERED: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Any]] = (
     weakref.WeakKeyDictionary()
 )
@@ -200,7 +193,6 @@ _T = TypeVar("_T")
 
 
 def _remembered(trace: TraceLike, key: tuple[Any, ...], compute: Callable[[], _T]) -> _T:
-    """``compute()`` once per trace object and ``key``."""
     try:
         known = _REMEMBERED.setdefault(trace, {})
     except TypeError:

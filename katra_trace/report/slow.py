@@ -1,6 +1,5 @@
 """A scene's slow frames in the report: marks on the frame-time plot coloured by cause, and a
-"Slow frames" table per run (the rule of ``stats --slow``).
-"""
+table per run (``stats --slow``'s rule)."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ from katra_trace.report.plottext import plot_text
 from katra_trace.report.series import TraceLike, _remembered
 from katra_trace.units import format_ms
 
-#: The colour of each kind of cause on the frame-time plot.
 CAUSE_COLORS: dict[str, str] = {
     "zone": "#d62728",
     "draw": "#ff7f0e",
@@ -23,7 +21,6 @@ CAUSE_COLORS: dict[str, str] = {
     "machine": "#8c564b",
     "unknown": "#111111",
 }
-#: Marker symbols of the two sides' slow frames.
 SYMBOLS = {"run": "circle", "baseline": "x"}
 
 
@@ -38,8 +35,7 @@ def _e(text: Any) -> str:
 def slow_part(
     scene: str, sides: Sequence[tuple[str, Sequence[TraceLike]]], clock: str, run_label: Any
 ) -> tuple[list[dict[str, Any]], str]:
-    """Plot traces marking ``scene``'s slow frames (one per side and cause) and the "Slow frames"
-    HTML; ``run_label(trace, i, role)`` names a run as the page does."""
+    """Plot traces marking slow frames (per side and cause) and the "Slow frames" HTML."""
     marks: dict[tuple[str, str], dict[str, list[Any]]] = {}
     rows: list[list[str]] = []
     notes: set[str] = set()

@@ -1,8 +1,5 @@
-"""The report's plain-HTML tables of a scene: params, frame and zone statistics.
-
-Every number is one ``katra3d stats`` computes and every header the one label map's
-(:func:`katra_trace.units.stat_label`), never a raw key.
-"""
+"""A scene's plain-HTML tables: params, frame and zone statistics, numbers as ``katra3d stats``
+computes them, headers from :func:`katra_trace.units.stat_label`."""
 
 from __future__ import annotations
 
@@ -17,7 +14,6 @@ from katra_trace.metrics import CLOCK_PREFERENCE, unit_of
 from katra_trace.report.series import TraceLike
 from katra_trace.units import format_change_pct, format_ms, stat_label
 
-#: The frame statistics of a time clock, in the order shown.
 TIME_STATS: tuple[str, ...] = (
     "n",
     "median_ms",
@@ -29,7 +25,7 @@ TIME_STATS: tuple[str, ...] = (
     "fps_low_1pct",
     "stutter_pct",
 )
-#: The frame statistics of a count clock (``{u}``: its unit), no rates.
+#: ``{u}``: the count clock's unit.
 COUNT_STATS: tuple[str, ...] = (
     "n",
     "median_{u}",
@@ -39,7 +35,7 @@ COUNT_STATS: tuple[str, ...] = (
     "max_{u}",
     "cv",
 )
-#: A zone's statistics on a time clock: no rates (a zone is not a frame).
+#: No rates: a zone is not a frame.
 ZONE_TIME_STATS: tuple[str, ...] = (
     "n",
     "median_ms",
@@ -50,7 +46,6 @@ ZONE_TIME_STATS: tuple[str, ...] = (
     "mad_ms",
     "cv",
 )
-#: A zone's statistics on a count clock.
 ZONE_COUNT_STATS: tuple[str, ...] = (
     "n",
     "median_{u}",
@@ -60,20 +55,19 @@ ZONE_COUNT_STATS: tuple[str, ...] = (
     "max_{u}",
     "cv",
 )
-#: Rows of zone statistics shown open; more fold under one line.
 ZONE_ROWS_SHOWN = 12
 
-#: A run as the tables show it: (its label on the page, the opened trace).
+#: (its label on the page, the opened trace)
 Labelled = tuple[str, TraceLike]
 
 
 def e(text: Any) -> str:
-    """``text`` escaped for HTML (quotes too)."""
+    """HTML-escaped, quotes too."""
     return html.escape(str(text), quote=True)
 
 
 def num(v: Any, unit: str) -> str:
-    """One format per unit: durations (ms) with their unit, counts whole, rates to 1 decimal."""
+    """Durations (ms) with their unit, counts whole, rates to 1 decimal."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
     if isinstance(v, bool):
@@ -90,7 +84,7 @@ def num(v: Any, unit: str) -> str:
         return format_change_pct(float(v), 2)
     if unit == "p":
         return f"{float(v):.2g}"
-    return f"{float(v):,.0f}"  # counts
+    return f"{float(v):,.0f}"
 
 
 def table(
@@ -100,7 +94,7 @@ def table(
     caption: str = "",
     cls: str = "",
 ) -> str:
-    """``columns`` (text, escaped here) over ``rows`` (HTML); the first ``left`` left-aligned."""
+    """``columns`` (escaped here) over ``rows`` (HTML); the first ``left`` left-aligned."""
     head = "".join(
         f'<th class="l">{e(c)}</th>' if i < left else f"<th>{e(c)}</th>"
         for i, c in enumerate(columns)
@@ -137,7 +131,6 @@ def _what(unit: str) -> str:
 
 
 def stats_table(entries: Sequence[tuple[str, str, ClockStats]]) -> str:
-    """Rows (run label, clock, statistics) as one table per unit."""
     groups: dict[str, list[tuple[str, str, ClockStats]]] = {}
     for entry in entries:
         groups.setdefault(unit_of(entry[1]), []).append(entry)
@@ -161,7 +154,6 @@ def stats_table(entries: Sequence[tuple[str, str, ClockStats]]) -> str:
 
 
 def _param_text(value: Any) -> str:
-    """A param's value as ``run`` and ``info`` write it; a list or mapping as JSON."""
     return (
         jsontext.dumps(value, default=str)
         if isinstance(value, (Mapping, list, tuple))
@@ -170,8 +162,7 @@ def _param_text(value: Any) -> str:
 
 
 def params_table(scene: str, runs: Sequence[Labelled]) -> str:
-    """``scene``'s params: one row when every run used the same, else a row per run; empty when no
-    run recorded them."""
+    """One row when every run used the same params, else a row per run; empty when none recorded."""
     recorded = [
         (label, p)
         for label, t in runs
@@ -197,7 +188,6 @@ def params_table(scene: str, runs: Sequence[Labelled]) -> str:
 
 
 def _zone_clock(zones: Sequence[Mapping[str, Mapping[str, ClockStats]]], clock: str) -> str | None:
-    """The plotted ``clock`` when the zones have it, else their first in ``CLOCK_PREFERENCE``."""
     have = {c for per_zone in zones for per_clock in per_zone.values() for c in per_clock}
     if clock in have:
         return clock
@@ -207,7 +197,6 @@ def _zone_clock(zones: Sequence[Mapping[str, Mapping[str, ClockStats]]], clock: 
 def zone_stats_table(
     scene: str, clock: str, runs: Sequence[Labelled], stats_of: Mapping[int, RunStats]
 ) -> str:
-    """A row per zone (and run) of ``stats --zones`` statistics; empty without zones."""
     per_run = [(label, stats_of[id(t)].scenes.get(scene, NO_STATS).zones) for label, t in runs]
     zclock = _zone_clock([z for _, z in per_run], clock)
     if zclock is None:

@@ -1,7 +1,5 @@
-"""A scene's zones in the report: its passes in one plot and, with ``--zones draws``, each pass's
-draws in their own (a pass's total dwarfs its draws, so each gets its own scale). Every bar is
-labelled: a plot is as tall as its bars need.
-"""
+"""A scene's zones in the report: passes in one plot and, with ``--zones draws``, each pass's draws
+in their own (a pass's total dwarfs its draws). A plot is as tall as its labelled bars need."""
 
 from __future__ import annotations
 
@@ -17,23 +15,22 @@ from katra_trace.report.series import TraceLike, zone_medians
 from katra_trace.schema import FRAME_PASS, draw_pass
 from katra_trace.units import format_count, format_ms
 
-#: Most draws one pass's plot shows (the slowest; the plot says how many it left out).
+#: The slowest draws one pass's plot shows (it says how many it left out).
 MAX_DRAW_BARS = 40
-#: Height of a bars plot: margins, a category's gap, each side's bar (pixels).
+#: Bars plot height, px: margins, a category's gap, each side's bar.
 BARS_FRAME_PX = 110
 ROW_GAP_PX = 8
 BAR_PX = 9
-#: The page's ``.plot`` height: the passes plot is never lower.
+#: The page's ``.plot`` height (the passes plot's least).
 PLOT_PX = 320
-#: The lowest a plot of one pass's draws goes.
 DRAWS_MIN_PX = 180
 
-#: The x axis reaches this many times the longest bar: room for its value.
+#: x axis / longest bar: room for its value.
 TEXT_ROOM = 1.15
 
 
 def group_zones(names: Sequence[str]) -> tuple[list[str], dict[str, list[str]]]:
-    """``(passes, {pass: its draws})`` of a scene's zone ``names``, each in first-seen order."""
+    """``(passes, {pass: its draws})`` in first-seen order."""
     known = set(names)
     passes: list[str] = []
     draws: dict[str, list[str]] = {}
@@ -47,17 +44,14 @@ def group_zones(names: Sequence[str]) -> tuple[list[str], dict[str, list[str]]]:
 
 
 def captured_draws(traces: Sequence[TraceLike]) -> bool:
-    """Whether any of ``traces`` was captured with ``--zones draws``."""
     return any(t.header.capture_options.zones == "draws" for t in traces)
 
 
 def bars_height(categories: int, sides: int, least: int = PLOT_PX) -> int:
-    """Pixels a bars plot needs for each category's label and ``sides`` bars (>= ``least``)."""
     return max(least, BARS_FRAME_PX + categories * (ROW_GAP_PX + BAR_PX * max(1, sides)))
 
 
 def _bars(role: str, labels: Sequence[str], values: Sequence[float], unit: str) -> dict[str, Any]:
-    """One side's horizontal bars (ms or counts), each value written beside its bar."""
     return {
         "type": "bar",
         "orientation": "h",
@@ -79,7 +73,6 @@ def _bars_layout(
     data: Sequence[dict[str, Any]],
     least: int = PLOT_PX,
 ) -> dict[str, Any]:
-    """A bars plot layout: every label named, room right of the longest bar for its value."""
     ticks = [plot_text(z) for z in labels]
     top = max((float(v) for d in data for v in d["x"]), default=0.0)
     xaxis: dict[str, Any] = {"title": {"text": unit}, "rangemode": "tozero"}
@@ -104,7 +97,6 @@ def _bars_layout(
 
 
 def _fmt(v: float | None, unit: str) -> str:
-    """A pass total for the caption, with its unit."""
     return "-" if v is None else format_ms(v) if unit == "ms" else f"{format_count(v)} {unit}"
 
 
@@ -116,9 +108,8 @@ def zone_figures(
     frame_medians: Mapping[str, float],
     unit: str,
 ) -> tuple[str, str, list[dict[str, Any]]]:
-    """``(passes element, draws elements, figures)`` of ``scene``'s zones on ``clock``; a side's
-    bar is the median of its runs' medians. ``frame_medians`` is the total for draws outside any
-    pass."""
+    """``(passes element, draws elements, figures)``; a side's bar is the median of its runs'
+    medians, ``frame_medians`` the total for draws outside any pass."""
     medians: dict[str, dict[str, float]] = {}
     for role, traces in sides:
         per_zone: dict[str, list[float]] = {}
