@@ -5,7 +5,6 @@ FLIP runs once a pair and the verdict keeps its levels for the error map."""
 from __future__ import annotations
 
 import dataclasses
-import enum
 import hashlib
 import math
 import os
@@ -34,6 +33,7 @@ from katra_trace.analysis.flip import (
     levels_picture,
     magma_colours,
 )
+from katra_trace.analysis.verdict import ValueEnum
 from katra_trace.errors import ExitCode, KatraError, TraceTooLargeError
 from katra_trace.io.claim import check_output_dir, missing_directory, open_output
 from katra_trace.io.image_block import KeptFrame
@@ -41,23 +41,13 @@ from katra_trace.io.images import KeptFrameError, encode_png, frame_pixels
 from katra_trace.jsontext import record_dict
 
 
-class ImageOutcome(str, enum.Enum):
-    """Best to worst; a str so JSON and recorded strings match."""
+class ImageOutcome(ValueEnum):
+    """Best to worst."""
 
     IDENTICAL = "identical"
     WITHIN_TOLERANCE = "within_tolerance"
     CHANGED = "changed"
     INCOMPARABLE = "incomparable"
-
-    @property
-    def words(self) -> str:
-        return self.value.replace("_", " ")
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
 
 
 #: Largest frame FLIP measures (~4 us a pixel bounds its time); over it only checksums count.

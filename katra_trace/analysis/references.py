@@ -5,7 +5,6 @@ kept frame per image key, ``DIR/<scene>/<key id>.png`` + ``.json`` facts. Read a
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 import math
 import os
@@ -21,6 +20,7 @@ from katra_trace.analysis.images import (
     image_verdict,
     legacy_file_stem,
 )
+from katra_trace.analysis.verdict import ValueEnum
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.io.blocks import DecodeBudget
 from katra_trace.io.claim import open_output
@@ -42,7 +42,7 @@ DURATION_NOTICE = (
 )
 
 
-class CheckStatus(str, enum.Enum):
+class CheckStatus(ValueEnum):
     """The image verdict's outcomes, then the checks that could not compare."""
 
     IDENTICAL = ImageOutcome.IDENTICAL.value
@@ -54,16 +54,6 @@ class CheckStatus(str, enum.Enum):
     RECORDED = "recorded"
     NOT_KEPT = "not_kept"
     UNREADABLE = "unreadable"
-
-    @property
-    def words(self) -> str:
-        return self.value.replace("_", " ")
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
 
 
 MAX_FACTS_BYTES = 64 << 10

@@ -11,20 +11,28 @@ from katra_trace.errors import ExitCode
 from katra_trace.jsontext import record_dict
 
 
-class Verdict(str, enum.Enum):
-    """A str, so recorded strings compare equal."""
+class ValueEnum(str, enum.Enum):
+    """A str, so recorded strings compare equal; prints as its value (``words``: with spaces)."""
 
-    REGRESSION = "regression"
-    IMPROVEMENT = "improvement"
-    UNCHANGED = "unchanged"
-    INCONCLUSIVE = "inconclusive"
-    INCOMPARABLE = "incomparable"
+    _value_: str
+
+    @property
+    def words(self) -> str:
+        return self.value.replace("_", " ")
 
     def __str__(self) -> str:
         return self.value
 
     def __format__(self, spec: str) -> str:
         return format(self.value, spec)
+
+
+class Verdict(ValueEnum):
+    REGRESSION = "regression"
+    IMPROVEMENT = "improvement"
+    UNCHANGED = "unchanged"
+    INCONCLUSIVE = "inconclusive"
+    INCOMPARABLE = "incomparable"
 
 
 #: In the order every summary lists them.
