@@ -1,3 +1,1 @@
-"""What the numbers say: frame statistics, which traces may be compared, the decision model and the
-comparison.
-"""
+"""Frame statistics, what may be compared, the decision model and the comparison."""

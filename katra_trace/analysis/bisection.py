@@ -1,11 +1,6 @@
-"""Bisection's rule: is a commit like GOOD or like BAD, and how much of BAD's change does the
-culprit explain.
-
-Pure: ``katra3d bisect`` measures each commit against GOOD with the one decision model and hands
-the rows here as :class:`Effect` records. The rule is in docs/bisect.md ("How a commit is
-classified"): like BAD when a target scene regressed nearer BAD's change than no change (log
-scale, :data:`MIDPOINT`), like GOOD when every target's interval lies below that midpoint, else
-skipped."""
+"""Bisection's rule, pure: is a commit like GOOD or BAD, and how much of BAD's change does the
+culprit explain. ``katra3d bisect`` measures and hands rows here as :class:`Effect` records; the
+rule is in docs/bisect.md ("How a commit is classified")."""
 
 from __future__ import annotations
 
@@ -28,9 +23,8 @@ STATES = ("good", "bad", "skip")
 
 @dataclasses.dataclass(frozen=True)
 class Effect:
-    """One scene's (or zone's) change of a commit against GOOD: ratios commit / GOOD (> 1
-    slower), with the interval (times) or band (counts); ``frame_change_pct``: a zone's change
-    over its frame's."""
+    """A scene's (or zone's) ratios commit / GOOD (> 1 slower) with interval or band;
+    ``frame_change_pct``: a zone's change over its frame's."""
 
     scene: str
     verdict: str
@@ -58,7 +52,6 @@ class Effect:
 
     @property
     def change_pct(self) -> float:
-        """+ means slower than GOOD."""
         return (self.ratio - 1.0) * 100.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -66,7 +59,7 @@ class Effect:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Effect:
-        """The inverse of :meth:`as_dict` (None back to NaN)."""
+        """None back to NaN."""
         kwargs: dict[str, Any] = {}
         for field in dataclasses.fields(cls):
             value = data.get(field.name)
@@ -80,8 +73,6 @@ class Effect:
 
 @dataclasses.dataclass(frozen=True)
 class Classification:
-    """A commit's state (``good``, ``bad`` or ``skip``) and why."""
-
     state: str
     reason: str
 
@@ -96,7 +87,6 @@ def target_scenes(bad: Sequence[Effect]) -> dict[str, Effect]:
 
 
 def classify(commit: Sequence[Effect], bad: Sequence[Effect]) -> Classification:
-    """Like GOOD, like BAD or undecided (skip), by docs/bisect.md's rule."""
     targets = target_scenes(bad)
     if not targets:
         raise ValueError(
@@ -131,18 +121,17 @@ def classify(commit: Sequence[Effect], bad: Sequence[Effect]) -> Classification:
 
 
 def image_outcome(line: str) -> str:
-    """The verdict of an image line (``image changed: ...`` -> ``changed``)."""
+    """``image changed: ...`` -> ``changed``."""
     return line.split(":", 1)[0].removeprefix("image ").replace(" ", "_")
 
 
 def image_targets(bad: Mapping[str, str]) -> list[str]:
-    """The scenes whose kept frame BAD changed against GOOD's (``bad``: scene -> image line)."""
+    """Scenes whose kept frame BAD changed (``bad``: scene -> image line)."""
     return [s for s, line in bad.items() if image_outcome(line) == ImageOutcome.CHANGED]
 
 
 def classify_images(commit: Mapping[str, str], bad: Mapping[str, str]) -> Classification:
-    """Like BAD when a target's kept frame changed beyond the image tolerance, like GOOD when
-    every target's is identical or within it, else undecided."""
+    """Like BAD when a target's frame changed beyond tolerance, GOOD when all are within it."""
     undecided: list[str] = []
     for scene in image_targets(bad):
         line = commit.get(scene, "not measured")
@@ -161,8 +150,7 @@ def classify_images(commit: Mapping[str, str], bad: Mapping[str, str]) -> Classi
 def shares(
     culprit: Sequence[Effect], parent: Sequence[Effect] | None, bad: Sequence[Effect]
 ) -> dict[str, tuple[float, float]]:
-    """Per target scene: (parent's share, culprit's share) of BAD's log change; ``parent`` None
-    is GOOD itself (share 0)."""
+    """Per target: (parent's, culprit's) share of BAD's log change; ``parent`` None is GOOD."""
     out: dict[str, tuple[float, float]] = {}
     c_rows = {e.scene: e for e in culprit if not e.zone}
     p_rows = {e.scene: e for e in parent or () if not e.zone}
@@ -177,7 +165,6 @@ def shares(
 
 
 def partial_scenes(scene_shares: Mapping[str, tuple[float, float]]) -> dict[str, float]:
-    """Target scenes whose culprit step is below :data:`PARTIAL_SHARE`, with that step."""
     return {
         scene: c - p
         for scene, (p, c) in scene_shares.items()
@@ -186,8 +173,7 @@ def partial_scenes(scene_shares: Mapping[str, tuple[float, float]]) -> dict[str,
 
 
 def next_ranges(scene_shares: Mapping[str, tuple[float, float]]) -> tuple[bool, bool]:
-    """Where the rest of BAD's change lies when the culprit explains only part: (before the
-    culprit, after it)."""
+    """Where the rest of BAD's change lies: (before the culprit, after it)."""
     rest = 1.0 - PARTIAL_SHARE
     before = any(math.isfinite(p) and p > rest for p, _ in scene_shares.values())
     after = any(math.isfinite(c) and 1.0 - c > rest for _, c in scene_shares.values())
@@ -196,8 +182,7 @@ def next_ranges(scene_shares: Mapping[str, tuple[float, float]]) -> tuple[bool, 
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """A slowdown between consecutive measured commits (indexes into :func:`steps`' sequence);
-    ``ratio`` is after / before."""
+    """A slowdown between consecutive measured commits; ``ratio`` is after / before."""
 
     before: int
     after: int
@@ -208,13 +193,12 @@ class Step:
 def steps(
     measured: Sequence[Sequence[Effect]], bad: Sequence[Effect], threshold_pct: float | None
 ) -> list[Step]:
-    """Every step the captures establish in the target scenes: consecutive measured commits (GOOD
-    first) where the later interval starts above the earlier one's end by more than the
-    threshold. Steps not separated from noise are not named."""
+    """Consecutive measured commits where the later interval starts above the earlier one's end
+    by more than the threshold (steps within noise are not named)."""
     out: list[Step] = []
     for scene in target_scenes(bad):
         rows = [next((e for e in m if e.scene == scene and not e.zone), None) for m in measured]
-        prev = (0, 1.0, 1.0)  # GOOD: (index, ratio, upper end)
+        prev = (0, 1.0, 1.0)
         for i, row in enumerate(rows[1:], start=1):
             if row is None or row.verdict == Verdict.INCOMPARABLE or not math.isfinite(row.ratio):
                 continue
@@ -227,16 +211,14 @@ def steps(
 
 
 def open_range(states: Sequence[str]) -> tuple[int, int]:
-    """The open range from each commit's state after GOOD (BAD last, ``""`` not measured): (last
-    like GOOD, -1 for GOOD; first like BAD, or BAD)."""
+    """(last like GOOD, -1 for GOOD; first like BAD) from states after GOOD (``""``: unmeasured)."""
     hi = states.index("bad") if "bad" in states else len(states) - 1
     lo = max((i for i in range(hi) if states[i] == "good"), default=-1)
     return lo, hi
 
 
 def probes(states: Sequence[str], n: int) -> list[int]:
-    """Up to ``n`` untested commits to measure next, splitting the open range into ``n + 1``
-    parts (earlier on a tie); ``n`` = 1 is halving."""
+    """Up to ``n`` untested commits splitting the open range into ``n + 1`` parts."""
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     lo, hi = open_range(states)
@@ -251,7 +233,7 @@ def probes(states: Sequence[str], n: int) -> list[int]:
 
 
 def rounds_left(untested: int, n: int) -> int:
-    """About how many rounds of ``n`` probes settle ``untested`` commits."""
+    """Rounds of ``n`` probes that settle ``untested`` commits, about."""
     if untested <= 0:
         return 0
     return max(1, math.ceil(math.log(untested + 1) / math.log(n + 1) - 1e-9))

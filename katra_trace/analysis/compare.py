@@ -1,7 +1,5 @@
-"""Compare two sets of runs (BASE vs NEW) scene by scene: :func:`compare_traces` asks
-:mod:`~katra_trace.analysis.match` what compares and :mod:`~katra_trace.analysis.decide` for the
-verdicts (rule in docs/stats.md).
-"""
+"""BASE vs NEW scene by scene: ``match`` says what compares, ``decide`` the verdicts
+(docs/stats.md)."""
 
 from __future__ import annotations
 
@@ -59,7 +57,6 @@ def _check_measure_modes(sides: Mapping[str, Sequence[Any]]) -> None:
 
 
 def _reference_workload(trace: Any) -> str | None:
-    """How a trace's reference draw was defined, as text; None without one."""
     for note in getattr(trace, "annotations", ()):
         if isinstance(note, dict) and note.get("type") == "reference":
             size, steps = note.get("size"), note.get("steps")
@@ -70,7 +67,7 @@ def _reference_workload(trace: Any) -> str | None:
 
 
 def _check_reference_workloads(sides: dict[str, list[Any]]) -> None:
-    """--normalize divides by the reference draw's time: every trace must time the same draw."""
+    """--normalize divides by the reference draw's time: all traces must time the same draw."""
     seen: dict[str, str] = {}
     for side, traces in sides.items():
         for i, t in enumerate(traces):
@@ -107,14 +104,9 @@ def compare_traces(
     sequential: SequentialRule | None = None,
     separate_batches: bool = False,
 ) -> Comparison:
-    """Compare two sets of opened traces (one run each), scene by scene.
-
-    Scenes whose capture settings or host differ are *incomparable* (``allow_*`` options make some
-    a note). ``pairs``: (base, new) index of each ab round, for the paired test. ``metric``
-    ``auto`` on an all-software renderer picks :data:`~.defaults.SOFTWARE_TIME_DEFAULT`.
-    ``separate_batches``: the interval allows for drift between batches. ConfigError when counts
-    and times mix or ``normalize`` lacks reference markers.
-    """
+    """Scenes whose settings or host differ are *incomparable* (``allow_*`` makes some a note);
+    ``pairs``: ab rounds' (base, new) indexes. ConfigError when counts and times mix or
+    ``normalize`` lacks reference markers."""
     metric, normalize, run_stat = options.metric, options.normalize, options.run_stat
     sides: dict[str, list[Any]] = {"base": list(base), "new": list(new)}
     if pairs is not None:
@@ -251,7 +243,6 @@ def compare_traces(
     return dataclasses.replace(result, notes=tuple(notes), zones=zones, metric_choice=choice)
 
 
-#: Run-to-run CV of wall time above which an inconclusive scene gets :func:`_process_hint`.
 NOISY_RUN_CV = 0.05
 
 
@@ -260,8 +251,7 @@ def _process_hint(
     sides: Mapping[str, Sequence[Any]],
     durations: Mapping[str, Sequence[Mapping[str, Mapping[str, np.ndarray]]]],
 ) -> list[str]:
-    """A note pointing to ``--metric process --stat p10`` when wall time's spread left scenes of a
-    software renderer inconclusive."""
+    """Points to ``--metric process --stat p10`` when wall noise left software scenes undecided."""
     software = all(t.header.host_info.software for traces in sides.values() for t in traces)
     if not software:
         return []
@@ -294,7 +284,6 @@ def _process_hint(
 
 
 def _draw_names(trace: Any) -> dict[str, set[str]]:
-    """``{scene: {draw zone name}}`` of a trace captured with ``--zones draws``."""
     labels = scene_labels(trace.events, list(trace.strings))
     ev = trace.events
     zones = ev[(ev["kind"] == Kind.ZONE) & (ev["flags"] == 0)]
@@ -308,7 +297,7 @@ def _draw_names(trace: Any) -> dict[str, set[str]]:
 
 
 def _draw_set_notes(sides: Mapping[str, Sequence[Any]]) -> list[str]:
-    """Notes for scenes whose draws differ between sides: draws pair by name, never by position."""
+    """Draws pair by name, never by position."""
     names = {side: [_draw_names(t) for t in traces] for side, traces in sides.items()}
     merged: dict[str, dict[str, set[str]]] = {}
     for side, per_trace in names.items():
@@ -344,7 +333,7 @@ def _draw_set_notes(sides: Mapping[str, Sequence[Any]]) -> list[str]:
 def _zone_rows(
     result: Comparison, sides: Mapping[str, Sequence[Any]], metric: str
 ) -> tuple[SceneComparison, ...]:
-    """Per-zone count rows of the comparable scenes (which pass changed)."""
+    """Per-zone count rows (which pass changed)."""
     clock = int(Clock[metric.upper()])
     totals = {
         side: [zone_frame_totals(t.events, list(t.strings), clock) for t in traces]

@@ -1,9 +1,5 @@
-"""The one comparison of two sides that compare, ab, report, bisect, pytest and CI render.
-
-:func:`open_sides` resolves and opens both sides (trace, directory of runs, or an ab output whose
-``ab.json`` pairs the rounds and holds the stopping rule); :func:`compare_sides` decides timing and
-images into one :class:`ComparisonResult`. Commands print it; none decides anything itself.
-"""
+"""The one comparison of two sides that compare, ab, report, bisect, pytest and CI render:
+:func:`open_sides` then :func:`compare_sides`; commands print the result and decide nothing."""
 
 from __future__ import annotations
 
@@ -30,13 +26,11 @@ from katra_trace.io.tracesets import AB_MANIFEST, AbManifest, open_trace_sets, r
 from katra_trace.metrics import is_count
 from katra_trace.text import shown
 
-#: An ab output directory (resolved) and its manifest, read once.
 AbRecord = tuple[Path, AbManifest]
 
 
 def resolve_sides(base: str, new: str | None) -> tuple[str, str, AbRecord | None]:
-    """BASE and NEW paths (``compare DIR`` of an ab output names both), and that ab output when
-    they are its two sides."""
+    """BASE and NEW paths, and the ab output when they are its two sides."""
     known: AbRecord | None = None
     if new is None:
         root = Path(base)
@@ -68,7 +62,7 @@ def _own_sides(base: str, new: str, root: Path, manifest: AbManifest) -> AbRecor
 def round_pairs(
     ab: AbRecord | None, base_paths: Sequence[Path], new_paths: Sequence[Path]
 ) -> tuple[list[tuple[int, int]] | None, list[str]]:
-    """ab's rounds as (BASE index, NEW index) pairs (None: unpaired), and the note that says so."""
+    """(BASE index, NEW index) pairs (None: unpaired) and the note that says so."""
     if ab is None:
         return None, []
     root, manifest = ab
@@ -86,8 +80,8 @@ def round_pairs(
 
 
 def recorded_rule(manifest: AbManifest) -> tuple[SequentialRule | None, Settled | None]:
-    """The stopping rule ``ab --until-decided`` recorded and why its rounds stopped (None, None for
-    fixed rounds). ConfigError for a record the rounds loop does not write."""
+    """The recorded stopping rule and stop (None, None for fixed rounds); ConfigError if
+    malformed."""
     if manifest.sequential is None:
         return None, None
     stop = manifest.stop
@@ -105,8 +99,6 @@ def _interrupted(ab: AbRecord | None) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Sides:
-    """Two sides, resolved and opened, with their pairing, ab's rule, notes and damaged traces."""
-
     base: str
     new: str
     base_traces: tuple[Trace, ...]
@@ -125,8 +117,7 @@ def open_sides(
     unpaired: bool = False,
     verb: str = "comparing",
 ) -> Sides:
-    """Resolve and open both sides; ConfigError for a side that is no trace. A side of several
-    paths is all their traces, never paired."""
+    """ConfigError for a side that is no trace; a side of several paths is never paired."""
     if not isinstance(base, str) or (new is not None and not isinstance(new, str)):
         base_args, new_args = (
             [base] if isinstance(base, str) else list(base),
@@ -169,8 +160,7 @@ def open_sides(
 
 
 def separate_batches(sides: Sides) -> str | None:
-    """The note when unpaired sides were captured in separate batches (every run of one before the
-    other's), where the machine's drift shows as a change; else None."""
+    """The note when unpaired sides were captured in separate batches (drift shows as change)."""
     if sides.pairs is not None:
         return None
     starts = [
@@ -192,7 +182,7 @@ def separate_batches(sides: Sides) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class ComparisonResult:
-    """One comparison as every surface renders it: timing, image verdicts, ab's rule and stop."""
+    """Timing, image verdicts, ab's rule and stop."""
 
     base: str
     new: str
@@ -201,7 +191,7 @@ class ComparisonResult:
     image_policy: str
     rule: SequentialRule | None = None
     stop: Settled | None = None
-    #: each side's kept frames (what ``--image-diff`` draws); not in the JSON
+    #: not in the JSON
     base_images: Mapping[str, Image] = dataclasses.field(
         default_factory=dict, repr=False, compare=False
     )
@@ -237,8 +227,7 @@ def compare_sides(
     image_policy: str = "gate",
     image_limits: ImageThresholds | None = None,
 ) -> ComparisonResult:
-    """Decide timing and images of two opened sides. A recorded stopping rule decides with its own
-    alpha and threshold, as when ab stopped its rounds."""
+    """A recorded stopping rule decides with its own alpha and threshold, as ab did."""
     notes = list(sides.notes)
     if sides.rule is not None:
         rule = sides.rule
@@ -260,7 +249,7 @@ def compare_sides(
         sequential=sides.rule,
         separate_batches=bool(batches),
     )
-    if batches and not is_count(timing.metric):  # counts do not drift with the machine
+    if batches and not is_count(timing.metric):
         notes.append(batches)
     if notes:
         timing = dataclasses.replace(timing, notes=(*notes, *timing.notes))

@@ -1,10 +1,6 @@
-"""The decision of a count metric (instructions, cycles): one run a side is evidence, no p-value.
-
-The change (frame i against frame i when the frames match: a scene animates, so two medians could
-set different frames against each other) is set against the threshold with a band of
-:data:`NOISE_FLOOR_FACTOR` noise floors, never narrower than the cross-process jitter
-(``COUNT_JITTER_PER_FRAME``). Rule in docs/stats.md, "Instructions and cycles".
-"""
+"""Count metrics' decision: one run a side is evidence; the change (frame i against frame i when
+frames match, as scenes animate) against the threshold with a noise band. Rule in docs/stats.md,
+"Instructions and cycles"."""
 
 from __future__ import annotations
 
@@ -25,20 +21,18 @@ from katra_trace.analysis.intervals import (
 from katra_trace.analysis.verdict import SceneComparison, Verdict
 from katra_trace.units import format_change_pct
 
-#: Fewer measured frames than this on a side: incomparable (count metrics).
 MIN_FRAMES_COUNTS = 1
-#: Half-width of the count metrics' band, in noise floors.
+#: Band half-width, in noise floors.
 NOISE_FLOOR_FACTOR = 3.0
 
 
 def _robust_rel_spread(values: np.ndarray) -> float:
-    """1.4826 x MAD of log values: a robust relative sd (0 for identical values)."""
+    """1.4826 x MAD of log values: a robust relative sd."""
     logs = np.log(values)
     return 1.4826 * float(np.median(np.abs(logs - np.median(logs))))
 
 
 def _run_offsets(runs: Sequence[np.ndarray]) -> list[float]:
-    """Each run's median log ratio to its side's frame-by-frame profile."""
     profile = np.median(np.stack(runs), axis=0)
     return [float(np.median(np.log(r / profile))) for r in runs]
 
@@ -48,9 +42,8 @@ def _frames_match(b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]) ->
 
 
 def noise_floor(b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]) -> tuple[float, str]:
-    """The relative noise floor of a count metric (sd on the log scale) and where it came from:
-    across runs (>= 2 a side), across matched frames (the same frame does the same work), else
-    across each side's frames. MAD-based spreads ignore the harness's periodic frames."""
+    """(sd on the log scale, source): across runs, else matched frames, else each side's frames;
+    MAD ignores the harness's periodic frames."""
     sides = [r for r in (b_runs, n_runs) if len(r) >= 2]
     if sides:
         matched = _frames_match(b_runs, n_runs)
@@ -72,7 +65,7 @@ def noise_floor(b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]) -> t
 def matched_profiles(
     b_runs: Sequence[np.ndarray], n_runs: Sequence[np.ndarray]
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """Each side's frame-by-frame median over its runs when all runs match in length, else None."""
+    """Per-frame medians over runs when all runs match in length, else None."""
     if not _frames_match(b_runs, n_runs):
         return None
     return np.median(np.stack(b_runs), axis=0), np.median(np.stack(n_runs), axis=0)
@@ -88,9 +81,8 @@ def decide_counts(
     zone: str = "",
     frame_base: float | None = None,
 ) -> SceneComparison:
-    """Verdict of a count metric for one scene or zone. ``frame_base`` (a zone's scene BASE count
-    a frame): the zone is judged on its change to the frame, so a small zone's jitter is no
-    regression."""
+    """``frame_base``: a zone's scene BASE count a frame; the zone is judged on its change to the
+    frame, so a small zone's jitter is no regression."""
     b_runs, n_runs = clean_runs(base_runs), clean_runs(new_runs)
     b_all = np.concatenate(b_runs) if b_runs else np.empty(0)
     n_all = np.concatenate(n_runs) if n_runs else np.empty(0)
@@ -114,7 +106,7 @@ def decide_counts(
     med_n = np.array([np.median(r) for r in n_runs])
     floor, source = noise_floor(b_runs, n_runs)
     profiles = matched_profiles(b_runs, n_runs)
-    if profiles is not None:  # frame i against frame i: the median of the per-frame log ratios
+    if profiles is not None:
         own = float(np.median(np.log(profiles[1] / profiles[0])))
     else:
         own = float(np.log(med_n).mean()) - float(np.log(med_b).mean())
@@ -130,7 +122,7 @@ def decide_counts(
     )
     est, scale = own, 1.0
     frame_level = level_b
-    if frame_base is not None and frame_base > 0:  # a zone: judged on its share of the frame
+    if frame_base is not None and frame_base > 0:
         scale = level_b / frame_base
         est = math.log1p(math.expm1(own) * scale)
         m = dataclasses.replace(m, frame_change_pct=math.expm1(est) * 100)

@@ -1,11 +1,6 @@
-"""The decision of a comparison: statistics and verdicts on per-run frame durations (pure).
-
-Time metrics take the run as the unit of evidence: each run's median (or p10) level, Welch's t
-(paired t for ``ab`` rounds) on the logs, one-sided and Holm-corrected across scenes, then
-too few frames / too few runs / regression / improvement / unchanged / inconclusive with the runs
-needed. Count metrics are deterministic and go to :mod:`katra_trace.analysis.counts`. The full rule
-is in docs/stats.md.
-"""
+"""The decision of a comparison on per-run values (pure). A time metric's unit of evidence is the
+run's level (Welch's or paired t on logs, Holm across scenes); counts go to
+:mod:`~katra_trace.analysis.counts`. Rule in docs/stats.md."""
 
 from __future__ import annotations
 
@@ -43,13 +38,12 @@ from katra_trace.analysis.verdict import Comparison, SceneComparison, Verdict
 from katra_trace.metrics import check_run_stat, is_count
 from katra_trace.units import format_change
 
-#: Fewer measured frames than this on a side: inconclusive (time metrics).
 MIN_FRAMES = 20
 MIN_RUNS_FOR_RUN_LEVEL = MIN_RUNS
 
 
 def run_level(values: np.ndarray, stat: str = "median") -> float:
-    """One run's level on a time metric: its frames' median, or 10th percentile (``p10``)."""
+    """Its frames' median, or 10th percentile (``p10``)."""
     if check_run_stat(stat) == "p10":
         return float(np.percentile(values, 10))
     return float(np.median(values))
@@ -66,7 +60,6 @@ def _measure_time(
     run_stat: str = "median",
     drift_sd: float = 0.0,
 ) -> tuple[SceneComparison, _Spread]:
-    """One scene's figures (verdict not decided yet) and the spread the verdict needs."""
     b_all, n_all = np.concatenate(b_runs), np.concatenate(n_runs)
     med_b = np.array([run_level(r, run_stat) for r in b_runs])
     med_n = np.array([run_level(r, run_stat) for r in n_runs])
@@ -94,10 +87,9 @@ def _measure_time(
         level_base_ms=level_base if value_unit == "ms" else math.nan,
         level_new_ms=level_new if value_unit == "ms" else math.nan,
     )
-    # frame pacing (p99, 1 % low, stutter) is in ms: not for values in other units (x reference)
+    # frame pacing is in ms only
     out = frame_figures(out, b_all, n_all, count=value_unit != "ms")
     if not runs_decide(metric, min(len(b_runs), len(n_runs))):
-        # the ratio of the levels shown beside it (each side's run statistic), as with runs
         ratio = out.level_new / out.level_base if out.level_base > 0 else math.nan
         return dataclasses.replace(out, unit="frames", ratio=ratio), _Spread()
     drift_sd = 0.0 if paired else drift_sd
@@ -121,8 +113,6 @@ def _measure_time(
 
 @dataclasses.dataclass(frozen=True)
 class _Spread:
-    """sd of the log run levels (or rounds' log ratios), allowed drift, the rounds' log ratios."""
-
     sd_log: float = math.nan
     drift_sd: float = 0.0
     log_ratios: np.ndarray | None = None
@@ -136,7 +126,6 @@ def _decide_time(
     alpha: float,
     n_tests: int,
 ) -> SceneComparison:
-    """Measured figures and the Holm-adjusted p to a verdict (rule in docs/stats.md)."""
     sd_log, drift_sd = spread.sd_log, spread.drift_sd
     up, down = 1.0 + threshold, 1.0 / (1.0 + threshold)
     thr_pct = threshold * 100.0
@@ -228,9 +217,8 @@ def _decide_time(
 def _decide_sequential(
     m: SceneComparison, spread: _Spread, rule: SequentialRule, n_tests: int
 ) -> SceneComparison:
-    """Paired rounds under ``ab --until-decided``'s stopping rule: its repeated interval in place
-    of the fixed-sample one."""
-    assert spread.log_ratios is not None  # paired rounds record them
+    """The stopping rule's repeated interval in place of the fixed-sample one."""
+    assert spread.log_ratios is not None
     seen = look(rule, spread.log_ratios, tests=n_tests)
     return dataclasses.replace(
         m,
@@ -257,14 +245,9 @@ def compare_runs(
     sequential: SequentialRule | None = None,
     drift_sd: float = 0.0,
 ) -> Comparison:
-    """Compare per-run durations (ns) or counts, scene by scene.
-
-    ``base``/``new``: ``{scene: [run values, ...]}``; ``paired``: run i of each side is one round.
-    ``threshold_pct`` defaults per metric kind; ``alpha`` is per scene after Holm. ``seed`` is
-    unused (no random numbers). ``sequential``: paired time rounds are judged by this stopping rule,
-    whose alpha and threshold replace the given ones. ``drift_sd``: drift allowed between unpaired
-    sides captured in separate batches (sd of a log ratio).
-    """
+    """``{scene: [run values (ns or counts)]}`` per side; ``paired``: run i is one round.
+    ``sequential``'s alpha and threshold replace the given ones; ``seed`` is unused; ``drift_sd``:
+    sd of a log ratio allowed between separate batches."""
     del seed
     if sequential is not None:
         alpha, threshold_pct = sequential.alpha, sequential.threshold_pct

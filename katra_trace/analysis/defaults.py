@@ -1,7 +1,5 @@
-"""The decision's defaults (alpha, thresholds) and the one check of each of its options.
-
-Pure (stdlib) so that the CLI builds its help without importing the statistics; every command
-validates through these checks, so a bad value gets one message wherever it is given."""
+"""The decision's defaults and the one check of each of its options. Stdlib only, so the CLI
+builds its help without importing the statistics."""
 
 from __future__ import annotations
 
@@ -13,33 +11,23 @@ from typing import Any
 from katra_trace.errors import OptionError
 from katra_trace.metrics import is_count
 
-#: One-sided false-regression rate per scene after Holm correction; for ``history check``, the
-#: chance that a flat series shows a step.
+#: One-sided false-regression rate per scene after Holm (``history check``: a false step).
 DEFAULT_ALPHA = 0.01
 DEFAULT_THRESHOLD_TIME_PCT = 5.0
-#: A 1 % change of work is flagged; two processes agree within 0.003-0.16 % (docs/stats.md).
+#: Two processes agree within 0.003-0.16 % (docs/stats.md).
 DEFAULT_THRESHOLD_COUNT_PCT = 0.5
-#: Cross-process jitter of a count metric, instructions per frame: the floor of a count band
-#: (docs/measure.md, "Cross-process jitter").
+#: Instructions per frame: the floor of a count band (docs/measure.md, "Cross-process jitter").
 COUNT_JITTER_PER_FRAME = 500
-#: Runs a side below which a time metric gives no verdict: run-to-run noise is unknown.
 MIN_RUNS = 3
 FEW_RUNS_RULE = f"with fewer than {MIN_RUNS} runs a side a time metric never gives a verdict"
-#: A 10x change is not a "minimum effect".
 MAX_THRESHOLD_PCT = 1000.0
-#: Cap on rounds of ``ab --until-decided`` without ``--rounds``: the plan the sequential rule spends
-#: alpha over.
 DEFAULT_SEQUENTIAL_MAX_ROUNDS = 20
 DEFAULT_SEQUENTIAL_MIN_ROUNDS = 3
-#: The rule's boundaries are computed look by look.
 MAX_SEQUENTIAL_ROUNDS = 200
 
-#: ``--metric auto`` on software renderers that record process CPU time: each run's p10 frame of
-#: process time, which a CPU hog beside the runs does not stretch (docs/stats.md, "Default metric").
+#: A CPU hog beside the runs does not stretch process p10 (docs/stats.md, "Default metric").
 SOFTWARE_TIME_DEFAULT: tuple[str, str] = ("process", "p10")
-#: Drift (sd of a log ratio) allowed between sides captured in separate batches, by metric and
-#: per-run statistic: runs of one batch share the machine's state, so their spread hides it.
-#: Measured by ``python -m bench defaults`` (docs/stats.md, "Sides captured in separate batches").
+#: sd of a log ratio between separate batches, by ``python -m bench defaults`` (docs/stats.md).
 BATCH_DRIFT_SD: dict[tuple[str, str], float] = {
     ("process", "p10"): 0.075,
     ("process", "median"): 0.092,
@@ -49,50 +37,44 @@ BATCH_DRIFT_SD: dict[tuple[str, str], float] = {
 
 
 def runs_decide(metric: str, runs: int) -> bool:
-    """Whether a side of ``runs`` runs may give a verdict: a count's one run is evidence
-    (deterministic); a time metric needs :data:`MIN_RUNS`."""
+    """A count's one run is evidence (deterministic); a time metric needs :data:`MIN_RUNS`."""
     return is_count(metric) or runs >= MIN_RUNS
 
 
 def batch_drift_sd(metric: str, run_stat: str) -> float:
-    """:data:`BATCH_DRIFT_SD`; a metric the bench did not measure gets the largest."""
+    """An unmeasured metric gets the largest."""
     return BATCH_DRIFT_SD.get((metric, run_stat), max(BATCH_DRIFT_SD.values()))
 
 
-#: How a comparison's metric was chosen (``metric_choice`` in compare's JSON and ab.json).
+#: ``metric_choice`` in compare's JSON and ab.json.
 METRIC_CHOICES = ("option", "counts", "capture", "software default")
 
-#: FLIP mean error (0-1) up to which a changed image is within tolerance: softpipe's blend rounding
-#: gives 0.020, a colour moved by 5 levels 0.046 or more (docs/images.md).
+#: softpipe's blend rounding gives 0.020, a colour moved by 5 levels 0.046+ (docs/images.md).
 DEFAULT_IMAGE_MAX_MEAN = 0.03
 DEFAULT_IMAGE_OUTLIER_LEVEL = 0.1
-#: Share of outlier pixels (percent) within tolerance; a one-pixel shift makes 1 % or more.
+#: Percent; a one-pixel shift makes 1 % or more.
 DEFAULT_IMAGE_MAX_OUTLIER_PCT = 0.3
-#: ``--images``: gate = a regression (exit 1), warn = a line, off = no image verdict.
 IMAGE_POLICIES = ("gate", "warn", "off")
 
 
 def default_threshold_pct(metric: str) -> float:
-    """The default ``--threshold`` (percent) of a metric: counts' or times'."""
+    """Percent."""
     return DEFAULT_THRESHOLD_COUNT_PCT if is_count(metric) else DEFAULT_THRESHOLD_TIME_PCT
 
 
 def threshold_for(metric: str, threshold_pct: float | None) -> float:
-    """``threshold_pct`` when given, else the metric's default."""
     return default_threshold_pct(metric) if threshold_pct is None else threshold_pct
 
 
 def check_alpha(alpha: float) -> float:
-    """``alpha`` when in (0, 0.5), else :class:`OptionError`: intervals are drawn at ``1 - 2
-    alpha``."""
+    """:class:`OptionError` outside (0, 0.5): intervals are drawn at ``1 - 2 alpha``."""
     if not (isinstance(alpha, (int, float)) and 0 < alpha < 0.5):
         raise OptionError(f"--alpha must be between 0 and 0.5 (exclusive), got {alpha!r}")
     return float(alpha)
 
 
 def check_threshold_pct(threshold_pct: float | None) -> float | None:
-    """``threshold_pct`` (None = per-metric default) when finite in [0, :data:`MAX_THRESHOLD_PCT`),
-    else :class:`OptionError`."""
+    """:class:`OptionError` unless None or finite in [0, :data:`MAX_THRESHOLD_PCT`)."""
     if threshold_pct is None:
         return None
     if not (
@@ -131,8 +113,7 @@ def check_image_outlier_level(value: float) -> float:
 
 
 def image_policy(policy: str | None, allow_param_mismatch: bool = False) -> str:
-    """The ``--images`` policy in force: the one given, else gate, or warn under
-    ``--allow-param-mismatch``."""
+    """The one given, else gate, or warn under ``--allow-param-mismatch``."""
     if policy is None:
         return "warn" if allow_param_mismatch else "gate"
     if policy not in IMAGE_POLICIES:
@@ -141,8 +122,7 @@ def image_policy(policy: str | None, allow_param_mismatch: bool = False) -> str:
 
 
 def check_sequential_rounds(min_rounds: int, max_rounds: int) -> tuple[int, int]:
-    """``(min_rounds, max_rounds)`` when whole and ``DEFAULT_SEQUENTIAL_MIN_ROUNDS <= min_rounds <=
-    max_rounds <= MAX_SEQUENTIAL_ROUNDS``, else :class:`OptionError`."""
+    """:class:`OptionError` unless whole and within the sequential rule's bounds."""
     for value in (min_rounds, max_rounds):
         if isinstance(value, bool) or not isinstance(value, int):
             raise OptionError(f"rounds must be whole numbers, got {value!r}")
@@ -161,10 +141,8 @@ def check_sequential_rounds(min_rounds: int, max_rounds: int) -> tuple[int, int]
 
 @dataclasses.dataclass(frozen=True)
 class CompareOptions:
-    """What is compared and what may be: the decision's options (``--metric``, ``--threshold``,
-    ``--alpha``, ``--stat``, ``--normalize``, ``--allow-*``), built once by each command from its
-    arguments and taken by :func:`compare_traces`. ``threshold_pct`` and ``run_stat`` None: the
-    metric's default."""
+    """The decision's options (``--metric``, ``--threshold``, ``--alpha``, ``--stat``, ...);
+    ``threshold_pct`` and ``run_stat`` None: the metric's default."""
 
     metric: str = "auto"
     threshold_pct: float | None = None
@@ -176,17 +154,15 @@ class CompareOptions:
     run_stat: str | None = None
 
     def as_dict(self) -> dict[str, object]:
-        """The options as a JSON object (bisect.json records them)."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CompareOptions:
-        """The options :meth:`as_dict` wrote; a missing key keeps its default."""
+        """A missing key keeps its default."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
-#: The options of a comparison no option changed.
 DEFAULT_COMPARE = CompareOptions()
 
 __all__ = [

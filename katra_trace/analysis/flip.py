@@ -1,10 +1,6 @@
-"""FLIP (``flip-evaluator``, LDR mode) as the image verdict and its pictures use it: one pass a pair
-of frames, tile by tile.
-
-flip-evaluator exposes no colour map, and ``evaluate`` returns either errors or colours, never
-both. FLIP colours a pixel by its error alone (entry ``int(error * 255 + 0.5)`` of a 256-colour
-table), so :func:`magma_colours` learns that table from FLIP once a process, and a picture needs
-no second FLIP pass."""
+"""FLIP (``flip-evaluator``, LDR) for the image verdict, tile by tile. ``evaluate`` returns errors
+or colours, never both, and exposes no colour map; a pixel's colour depends on its error alone,
+so :func:`magma_colours` learns the table once and a picture needs no second pass."""
 
 from __future__ import annotations
 
@@ -15,26 +11,22 @@ import numpy as np
 
 from katra_trace.optional import MissingDependencyError, require
 
-#: What needs FLIP, as the install line names it.
 FLIP_PURPOSE = "an image tolerance (identical / within tolerance / changed)"
-#: Tile side in pixels, read with :data:`FLIP_MARGIN` of context, so memory stays near 50 MB
-#: whatever the frame's size.
+#: Tile side (px): memory stays near 50 MB whatever the frame's size.
 FLIP_TILE = 512
-#: FLIP's filters reach about 10 pixels; from 16 pixels of context the tiled errors equal the whole
-#: frame's bit for bit (8 did not).
+#: Context (px); FLIP's filters reach ~10, and from 16 tiles match the whole frame bit for bit.
 FLIP_MARGIN = 32
 LEVELS = 256
 
 
 def flip_module() -> ModuleType:
-    """``flip_evaluator``, or :class:`MissingDependencyError`."""
     return require(
         "flip_evaluator", extra="images", purpose=FLIP_PURPOSE, what="FLIP (flip-evaluator)"
     )
 
 
 def flip_missing() -> str | None:
-    """The install message when FLIP is missing (said once per command), else None."""
+    """The install message when FLIP is missing, else None."""
     try:
         flip_module()
     except MissingDependencyError as exc:
@@ -43,7 +35,6 @@ def flip_missing() -> str | None:
 
 
 def _rgb01(pixels: np.ndarray) -> np.ndarray:
-    """(H, W, 3) float32 in [0, 1] of an (H, W, 3|4) uint8 image, alpha dropped."""
     arr = np.asarray(pixels)
     if arr.ndim != 3 or arr.shape[2] not in (3, 4) or arr.dtype != np.uint8:
         raise ValueError(f"expected an (H, W, 3|4) uint8 image, got {arr.dtype} {arr.shape}")
@@ -52,14 +43,12 @@ def _rgb01(pixels: np.ndarray) -> np.ndarray:
 
 
 def _evaluate(base: np.ndarray, new: np.ndarray, magma: bool) -> np.ndarray:
-    """One FLIP evaluation: errors (H, W), or with ``magma`` colours (H, W, 3)."""
     result, _mean, _params = flip_module().evaluate(base, new, "LDR", applyMagma=magma)
     return np.asarray(result, dtype=np.float32).reshape(base.shape if magma else base.shape[:2])
 
 
 def _flip_tiles(base: np.ndarray, new: np.ndarray, magma: bool) -> np.ndarray:
-    """FLIP tile by tile: (H, W) errors or (H, W, 3) ``magma`` colours, equal to a whole-frame
-    pass."""
+    """Equal to a whole-frame pass."""
     height, width = base.shape[:2]
     out = np.empty((height, width, 3) if magma else (height, width), dtype=np.float32)
     for top in range(0, height, FLIP_TILE):
@@ -76,21 +65,18 @@ def _flip_tiles(base: np.ndarray, new: np.ndarray, magma: bool) -> np.ndarray:
 
 
 def flip_errors(base: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """FLIP's per-pixel error (H, W) float32 in [0, 1] of NEW against BASE, in tiles; raises
-    :class:`MissingDependencyError` without ``flip-evaluator``."""
+    """(H, W) float32 in [0, 1]; :class:`MissingDependencyError` without ``flip-evaluator``."""
     return _flip_tiles(base, new, magma=False)
 
 
 def flip_levels(errors: np.ndarray) -> np.ndarray:
-    """The errors as colour-map levels, (H, W) uint8, rounded in float32 as FLIP's ``colorMap``
-    does."""
+    """(H, W) uint8 colour-map levels, rounded in float32 as FLIP's ``colorMap`` does."""
     scaled = np.asarray(errors, dtype=np.float32) * np.float32(LEVELS - 1) + np.float32(0.5)
     return np.ascontiguousarray(scaled.astype(np.int32) % LEVELS, dtype=np.uint8)
 
 
 def _calibration() -> tuple[np.ndarray, np.ndarray]:
-    """A 4-row pair whose errors reach all 256 levels: green against green turning blue column by
-    column, the share of blue growing as the column's square (the error climbs steeply at first)."""
+    """A 4-row pair whose errors reach all 256 levels (blue share grows as the column's square)."""
     share = np.concatenate([np.zeros(32), np.linspace(0.0, 1.0, 2048) ** 2, np.ones(32)]).astype(
         np.float32
     )
@@ -103,8 +89,7 @@ def _calibration() -> tuple[np.ndarray, np.ndarray]:
 
 @functools.cache
 def magma_colours() -> np.ndarray | None:
-    """FLIP's magma map, (256, 3) uint8, learnt from FLIP; None when a level is missed or has two
-    colours (then pictures take FLIP's own pass)."""
+    """(256, 3) uint8 learnt from FLIP; None when a level is missed or ambiguous."""
     base, new = _calibration()
     levels = flip_levels(_evaluate(base.copy(), new.copy(), magma=False)).ravel()
     colours = _evaluate(base, new, magma=True).reshape(-1, 3)
@@ -122,16 +107,13 @@ def _picture_bytes(colours: np.ndarray) -> np.ndarray:
 
 
 def levels_picture(levels: np.ndarray) -> np.ndarray | None:
-    """The magma picture (H, W, 3) uint8 of kept levels, without FLIP; None when the colours are
-    unknown."""
+    """(H, W, 3) uint8 of kept levels; None when the colours are unknown."""
     table = magma_colours()
     return None if table is None else np.ascontiguousarray(table[levels])
 
 
 def flip_error_map(base: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """FLIP's error map of NEW against BASE in magma colours, (H, W, 3) uint8: the picture
-    ``compare --image-diff`` and the report show. FLIP runs once unless the colours could not be
-    learnt."""
+    """(H, W, 3) uint8 magma error map, as ``--image-diff`` and the report show it."""
     picture = (
         levels_picture(flip_levels(flip_errors(base, new))) if magma_colours() is not None else None
     )

@@ -1,15 +1,10 @@
-"""The image verdict (:func:`image_verdict`), one definition for compare, ab, the report and bisect.
-
-*identical* (same SHA-256), *within tolerance* (FLIP mean and outlier share under
-:class:`ImageThresholds`), *changed*, or *incomparable* (missing, other size, unreadable kept
-frame); rule and measured defaults in docs/images.md. Kept frames are decoded one a side at a
-time, only when needed; FLIP runs once a pair and the verdict keeps its levels for the error map.
-"""
+"""The image verdict (identical / within tolerance / changed / incomparable) for compare, ab,
+report and bisect; rule and defaults in docs/images.md. Kept frames are decoded one at a time;
+FLIP runs once a pair and the verdict keeps its levels for the error map."""
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import hashlib
 import math
 import os
@@ -38,6 +33,7 @@ from katra_trace.analysis.flip import (
     levels_picture,
     magma_colours,
 )
+from katra_trace.analysis.verdict import ValueEnum
 from katra_trace.errors import ExitCode, KatraError, TraceTooLargeError
 from katra_trace.io.claim import check_output_dir, missing_directory, open_output
 from katra_trace.io.image_block import KeptFrame
@@ -45,33 +41,20 @@ from katra_trace.io.images import KeptFrameError, encode_png, frame_pixels
 from katra_trace.jsontext import record_dict
 
 
-class ImageOutcome(str, enum.Enum):
-    """What :func:`image_verdict` says, best to worst; a str so JSON and recorded strings match."""
+class ImageOutcome(ValueEnum):
+    """Best to worst."""
 
     IDENTICAL = "identical"
     WITHIN_TOLERANCE = "within_tolerance"
     CHANGED = "changed"
     INCOMPARABLE = "incomparable"
 
-    @property
-    def words(self) -> str:
-        return self.value.replace("_", " ")
 
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
-
-
-#: The largest frame FLIP measures (2048 x 2048): at ~4 us a pixel this bounds its time; over it
-#: the verdict rests on the checksums.
+#: Largest frame FLIP measures (~4 us a pixel bounds its time); over it only checksums count.
 FLIP_MAX_PIXELS = 1 << 22
 
 
 class ImageLike(Protocol):
-    """A scene's last frame: its checksum and, when kept, its pixels."""
-
     @property
     def sha256(self) -> str: ...
 
@@ -81,7 +64,7 @@ class ImageLike(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class ImageRef:
-    """An image by its hex SHA-256, with its (H, W, 3|4) uint8 pixels when kept."""
+    """Hex SHA-256, with (H, W, 3|4) uint8 pixels when kept."""
 
     sha256: str
     pixels: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
@@ -92,8 +75,7 @@ Image = KeptFrame | ImageLike
 
 @dataclasses.dataclass(frozen=True)
 class ImageThresholds:
-    """Where *within tolerance* ends: FLIP mean (0-1), outlier share (%) over the per-pixel
-    ``outlier_level`` (0-1). Checked on construction (OptionError)."""
+    """FLIP mean (0-1), outlier share (%) over ``outlier_level`` (0-1); OptionError if invalid."""
 
     max_mean: float = DEFAULT_IMAGE_MAX_MEAN
     max_outlier_pct: float = DEFAULT_IMAGE_MAX_OUTLIER_PCT
@@ -107,8 +89,7 @@ class ImageThresholds:
 
 @dataclasses.dataclass(frozen=True)
 class ImageVerdict:
-    """One scene's image comparison; ``flip_mean`` and ``outlier_pct`` are NaN when FLIP did not
-    run."""
+    """``flip_mean`` and ``outlier_pct`` are NaN when FLIP did not run."""
 
     verdict: ImageOutcome
     reason: str
@@ -119,7 +100,7 @@ class ImageVerdict:
     base_sha256: str = ""
     new_sha256: str = ""
     readable: bool = dataclasses.field(default=True, repr=False)
-    #: FLIP's errors as colour-map levels ((H, W) uint8): the error map without a second FLIP pass.
+    #: (H, W) uint8 colour-map levels: the error map without a second FLIP pass.
     error_levels: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
@@ -146,7 +127,6 @@ def _has_pixels(image: Image | np.ndarray) -> bool:
 
 
 def _dims(image: Image | np.ndarray) -> tuple[int, int]:
-    """(width, height), from a kept frame's record without decoding it."""
     if isinstance(image, KeptFrame):
         return image.width, image.height
     pixels = image if isinstance(image, np.ndarray) else image.pixels
@@ -163,8 +143,7 @@ def _load(image: Image | np.ndarray) -> np.ndarray:
 
 
 def unreadable(image: Image | np.ndarray | None) -> str | None:
-    """Why a kept frame cannot be judged ("damaged: FILE: ..."), or None. Decodes it, then drops
-    it: one frame at a time."""
+    """Why a kept frame cannot be judged ("damaged: FILE: ..."), or None."""
     if not isinstance(image, KeptFrame):
         return None
     try:
@@ -183,8 +162,7 @@ def image_verdict(
     new: Image | np.ndarray | None,
     thresholds: ImageThresholds | None = None,
 ) -> ImageVerdict:
-    """NEW's last frame against BASE's (rule in the module docstring). A side is a kept frame, an
-    :class:`ImageLike`, a bare (H, W, 3|4) uint8 array, or None."""
+    """A side is a kept frame, an :class:`ImageLike`, a (H, W, 3|4) uint8 array, or None."""
     limits = thresholds or ImageThresholds()
     if base is None or new is None:
         missing = " and ".join(
@@ -207,7 +185,7 @@ def image_verdict(
         return ImageVerdict(ImageOutcome.INCOMPARABLE, "; ".join(problems), readable=False, **shas)
     if shas["base_sha256"] and shas["new_sha256"]:
         same = shas["base_sha256"] == shas["new_sha256"]
-    elif _has_pixels(base) and _has_pixels(new):  # a bare array: its bytes
+    elif _has_pixels(base) and _has_pixels(new):
         pb, pn = _load(base), _load(new)
         same = pb.shape == pn.shape and np.array_equal(pb, pn)
     else:
@@ -246,7 +224,7 @@ def image_verdict(
         )
     try:
         errors = flip_errors(_load(base), _load(new))
-    except KatraError as exc:  # the two frames together did not fit where each alone did
+    except KatraError as exc:  # both frames together did not fit
         return ImageVerdict(ImageOutcome.INCOMPARABLE, f"too large: {exc}", readable=False, **shas)
     mean = float(errors.mean())
     outliers = float((errors > limits.outlier_level).mean() * 100.0)
@@ -272,8 +250,7 @@ def image_verdicts(
     scenes: Iterable[str] | None = None,
     not_comparable: Mapping[str, str] | None = None,
 ) -> dict[str, ImageVerdict]:
-    """:func:`image_verdict` of each scene with an image on either side (or of ``scenes``).
-    A scene in ``not_comparable`` (scene -> timing's reason) is *incomparable*, never *changed*:
+    """Per scene; one in ``not_comparable`` (scene -> reason) is *incomparable*, never *changed*:
     a different picture is expected."""
     names = list(scenes) if scenes is not None else list(dict.fromkeys([*base, *new]))
     out = {}
@@ -292,8 +269,7 @@ def image_verdicts(
 
 
 def trace_images(trace: Any) -> dict[str, Image]:
-    """Each scene's last frame in an opened trace: its kept frame, else the checksum its scene
-    annotation recorded."""
+    """Each scene's kept last frame, else the checksum its scene annotation recorded."""
     images: dict[str, Image] = {}
     for note in getattr(trace, "annotations", ()):
         if (
@@ -307,8 +283,8 @@ def trace_images(trace: Any) -> dict[str, Image]:
 
 
 def side_images(traces: Sequence[Any]) -> dict[str, Image]:
-    """Each scene's last frame for one side: the first run's, preferring pixels and an undamaged
-    kept frame (every run of one build renders the same frame)."""
+    """One side's last frames, preferring pixels and undamaged kept frames (every run of one build
+    renders the same frame)."""
     side: dict[str, Image] = {}
     for trace in traces:
         for scene, image in trace_images(trace).items():
@@ -330,7 +306,7 @@ def side_images(traces: Sequence[Any]) -> dict[str, Image]:
 def exit_code_with_images(
     timing_code: int, verdicts: Mapping[str, ImageVerdict], policy: str
 ) -> int:
-    """compare/ab exit code: 1 when an image changed under the gate policy, else the timing's."""
+    """1 when an image changed under the gate policy, else the timing's code."""
     gated = policy == "gate" and any(v.is_regression for v in verdicts.values())
     return ExitCode.REGRESSION if gated else timing_code
 
@@ -342,8 +318,7 @@ def _png(image: Image | np.ndarray) -> bytes:
 def diff_pngs(
     base: Image | np.ndarray, new: Image | np.ndarray, verdict: ImageVerdict | None = None
 ) -> dict[str, bytes]:
-    """One scene's difference as PNGs: ``base``, ``new`` and, when FLIP can measure it, ``flip``,
-    drawn from ``verdict``'s kept levels when it has them (FLIP runs once a pair)."""
+    """``base``, ``new`` and, when measurable, ``flip`` PNGs (from ``verdict``'s kept levels)."""
     out = {"base": _png(base), "new": _png(new)}
     (wb, hb), (wn, hn) = _dims(base), _dims(new)
     levels = verdict.error_levels if verdict is not None else None
@@ -357,13 +332,12 @@ def diff_pngs(
     elif (wb, hb) == (wn, hn) and wb * hb <= FLIP_MAX_PIXELS and flip_missing() is None:
         try:
             out["flip"] = encode_png(flip_error_map(_load(base), _load(new)))
-        except KatraError:  # a damaged or too large frame: its verdict says so
+        except KatraError:  # its verdict says why
             pass
     return out
 
 
 def has_pictures(verdict: ImageVerdict, base: Image | None, new: Image | None) -> bool:
-    """Whether a scene's difference can be shown."""
     return (
         verdict.verdict is not ImageOutcome.IDENTICAL
         and verdict.readable
@@ -378,9 +352,8 @@ _PLAIN_STEM = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
 
 
 def file_stem(scene: str) -> str:
-    """A scene label as a file name stem, one per label: a plain label is its own; any other gets
-    '_' for odd characters plus ``~`` and 12 hex of its SHA-256, so ``clear#2`` never shares
-    ``clear_2``'s file."""
+    """A plain label is its own stem; others get ``~`` and 12 hex of their SHA-256, so ``clear#2``
+    never shares ``clear_2``'s file."""
     if _PLAIN_STEM.fullmatch(scene):
         return scene
     readable = re.sub(r"[^A-Za-z0-9._-]+", "_", scene).strip(".")[:80] or "scene"
@@ -389,7 +362,7 @@ def file_stem(scene: str) -> str:
 
 
 def legacy_file_stem(scene: str) -> str:
-    """The pre-0.2 stem (odd characters to '_'), so older reference folders are still found."""
+    """The older stem, so older reference folders are still found."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", scene).strip(".") or "scene"
 
 
@@ -399,8 +372,7 @@ def write_image_diff(
     base: Mapping[str, Image],
     new: Mapping[str, Image],
 ) -> list[Path]:
-    """``compare --image-diff DIR``: write ``<scene>.base/new/flip.png`` for each shown difference,
-    never replacing a file. Returns the paths written."""
+    """``--image-diff``: write ``<scene>.base/new/flip.png`` per difference; never replaces."""
     root = check_output_dir(directory, option="--image-diff")
     written: list[Path] = []
     for scene, verdict in verdicts.items():

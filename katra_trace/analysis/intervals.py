@@ -1,7 +1,5 @@
-"""The statistical pieces every decision uses: Holm, t intervals, runs needed, the interval rule.
-
-scipy.special only: scipy.stats takes about a second to import (Mann-Whitney is in ``ranks``).
-"""
+"""Holm, t intervals, runs needed and the interval rule, for every decision. scipy.special only:
+scipy.stats takes about a second to import."""
 
 from __future__ import annotations
 
@@ -18,12 +16,11 @@ from katra_trace.analysis.ranks import mann_whitney_p
 from katra_trace.analysis.stats import frame_stats
 from katra_trace.analysis.verdict import SceneComparison, Verdict
 
-#: Power assumed when estimating how many runs would be needed.
 TARGET_POWER = 0.8
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values, in the order given."""
+    """Holm-Bonferroni adjusted, in the order given."""
     p = np.asarray(p_values, dtype=np.float64)
     m = p.size
     if m == 0:
@@ -38,12 +35,12 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 
 def t_ppf(p: Any, dof: Any) -> Any:
-    """Student's t quantile (``scipy.stats.t.ppf``), elementwise."""
+    """``scipy.stats.t.ppf``."""
     return stdtrit(dof, p)
 
 
 def t_sf(x: Any, dof: Any) -> Any:
-    """Student's t upper tail ``P(T > x)`` (``scipy.stats.t.sf``)."""
+    """``scipy.stats.t.sf``."""
     return stdtr(dof, -np.asarray(x, dtype=np.float64))
 
 
@@ -55,7 +52,7 @@ def cv(values: np.ndarray) -> float:
 
 
 def geometric_mean(values: np.ndarray) -> float:
-    """Geometric mean of positive values, exact when all are equal, never outside their range."""
+    """Exact when all are equal, never outside their range."""
     values = np.asarray(values, dtype=np.float64)
     first = float(values[0])
     mean = first * math.exp(float(np.mean(np.log(values / first))))
@@ -73,8 +70,6 @@ def clean_runs(runs: Sequence[np.ndarray]) -> list[np.ndarray]:
 
 @dataclasses.dataclass(frozen=True)
 class TInterval:
-    """A t-based estimate of a log ratio."""
-
     estimate: float
     se: float
     dof: float
@@ -86,16 +81,15 @@ class TInterval:
         return self.estimate - q * self.se, self.estimate + q * self.se
 
     def p_directional(self) -> float:
-        """One-sided p-value in the direction of the estimate."""
+        """One-sided, in the estimate's direction."""
         if self.se == 0:
             return 0.0 if self.estimate != 0 else 1.0
         return float(t_sf(abs(self.estimate) / self.se, self.dof))
 
 
 def welch(log_base: np.ndarray, log_new: np.ndarray, drift_sd: float = 0.0) -> TInterval:
-    """Welch's t for mean(log_new) - mean(log_base) (each side >= 2 values). ``drift_sd``: drift
-    between batches captured apart, added to the standard error; a given variance, so it adds
-    nothing to the Welch-Satterthwaite denominator."""
+    """Each side >= 2 values. ``drift_sd`` adds to the standard error as a known variance, so not
+    to the Welch-Satterthwaite degrees of freedom."""
     nb, nn = log_base.size, log_new.size
     vb = float(log_base.var(ddof=1)) / nb
     vn = float(log_new.var(ddof=1)) / nn
@@ -116,8 +110,7 @@ def paired_t(log_ratios: np.ndarray) -> TInterval:
 
 
 def settling_margin(estimate: float, threshold: float) -> float:
-    """How far an interval around ``estimate`` (log ratio) may reach and still decide: its distance
-    from 0 beyond the threshold band, to the band's edge inside it (0 on the edge)."""
+    """How far an interval around ``estimate`` (log ratio) may reach and still decide."""
     edge = math.log1p(threshold)
     size = abs(estimate)
     return size if size >= edge else edge - size
@@ -126,18 +119,17 @@ def settling_margin(estimate: float, threshold: float) -> float:
 def runs_needed(
     sd_log: float, margin: float, alpha: float, m: int, paired: bool, drift_sd: float = 0.0
 ) -> int | None:
-    """Runs (rounds) a side for a one-sided t at alpha / m, power :data:`TARGET_POWER`, to settle
-    ``margin`` (:func:`settling_margin`); None when no number would (more runs do not shrink
-    ``drift_sd``) or over 100,000."""
+    """Runs a side to settle ``margin`` at alpha / m and :data:`TARGET_POWER`; None when none would
+    (runs do not shrink ``drift_sd``) or over 100,000."""
     if not math.isfinite(sd_log) or sd_log <= 0 or not math.isfinite(margin) or margin <= 0:
         return None
     delta = margin
     a = alpha / max(m, 1)
     z = float(ndtri(1 - a)) + float(ndtri(TARGET_POWER))
-    room = (delta / z) ** 2 - drift_sd * drift_sd  # the variance the runs may leave
+    room = (delta / z) ** 2 - drift_sd * drift_sd
     if room <= 0:
         return None
-    n_normal = sd_log * sd_log / room * (1 if paired else 2)  # t quantiles only make it larger
+    n_normal = sd_log * sd_log / room * (1 if paired else 2)
     if n_normal > 100_000:
         return None
     n = np.arange(
@@ -151,8 +143,7 @@ def runs_needed(
 
 
 def interval_verdict(estimate: float, low: float, high: float, threshold: float) -> Verdict:
-    """The verdict of an effect with an interval (log ratios NEW / BASE) against ``threshold`` (a
-    fraction): the count metrics' rule, and ``history check``'s for a step."""
+    """Log ratios NEW / BASE against ``threshold`` (a fraction): the counts' and history's rule."""
     up = math.log1p(threshold)
     if estimate >= up and low > 0:
         return Verdict.REGRESSION
@@ -166,7 +157,7 @@ def interval_verdict(estimate: float, low: float, high: float, threshold: float)
 def frame_figures(
     row: SceneComparison, b_all: np.ndarray, n_all: np.ndarray, count: bool
 ) -> SceneComparison:
-    """``row`` with the pooled-frame change and p, and frame pacing unless ``count``."""
+    """Adds the pooled-frame change and p, and frame pacing unless ``count``."""
     row = dataclasses.replace(
         row,
         frame_ratio=float(np.median(n_all) / np.median(b_all)),

@@ -1,7 +1,5 @@
-"""Which traces may be compared: capture settings, host facts and the clock to compare.
-
-Host facts are per scene: in a merged trace each scene ran on its own shard's host.
-"""
+"""Which traces may be compared: capture settings, host facts, the clock. Host facts are per
+scene: in a merged trace each scene ran on its own shard's host."""
 
 from __future__ import annotations
 
@@ -21,20 +19,19 @@ from katra_trace.metrics import (
     is_count,
 )
 
-#: capture_options keys that must match for a comparison (scene params are checked per scene).
+#: Scene params are checked per scene.
 CAPTURE_KEYS: tuple[str, ...] = ("size", "samples", "timing_mode")
-#: host facts that must match unless ``allow_host_mismatch``.
 HOST_KEYS: tuple[str, ...] = ("renderer", "driver")
 
 
 def host_facts(header: TraceHeader, scene: str | None = None) -> dict[str, Any]:
-    """GL renderer and driver of the host ``scene`` ran on (None: the trace's host)."""
+    """``scene`` None: the trace's host."""
     host = header.host_info if scene is None else header.host_of(scene)
     return {"renderer": host.renderer, "driver": host.driver}
 
 
 def capture_facts(header: TraceHeader, scene: str) -> dict[str, Any]:
-    """The capture settings of ``scene`` that must match between BASE and NEW (resolved values)."""
+    """Resolved values that must match between BASE and NEW."""
     opts = header.capture_options
     return {
         "size": opts.run_size,
@@ -45,15 +42,15 @@ def capture_facts(header: TraceHeader, scene: str) -> dict[str, Any]:
 
 
 def codegen_facts(header: TraceHeader, scene: str | None = None) -> Any:
-    """The code-generator facts (CPU, Mesa, LLVM, vector width) of the host ``scene`` ran on."""
+    """CPU, Mesa, LLVM, vector width."""
     return (header.host_info if scene is None else header.host_of(scene)).codegen
 
 
 def resolve_metric(
     headers: Sequence[TraceHeader], clocks: set[str], metric: str, common: set[str] | None = None
 ) -> str:
-    """The clock to compare: ``metric``, or for ``auto`` a count clock all traces share,
-    else the recorded primary clock, else the timing mode's, else the first of ``AUTO_ORDER``."""
+    """``auto``: a count clock all share, else the recorded primary, else the timing mode's, else
+    the first of ``AUTO_ORDER``."""
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
     if metric != "auto":
@@ -99,8 +96,7 @@ _OVERRIDE = {
 
 
 def mismatch(facts: Mapping[str, list[dict[str, Any]]], allowed: set[str], notes: set[str]) -> str:
-    """Why BASE and NEW runs of one scene are incomparable ("" when comparable); ``facts[side]``
-    has one dict a run, and a key in ``allowed`` only adds to ``notes``."""
+    """Why one scene's runs are incomparable ("" when not); an ``allowed`` key only adds a note."""
     keys = ["size", "samples", "timing_mode", "params", *HOST_KEYS, "codegen"]
     for key in keys:
         if not any(key in f for side in facts.values() for f in side):
@@ -117,7 +113,7 @@ def mismatch(facts: Mapping[str, list[dict[str, Any]]], allowed: set[str], notes
         b = list(dict.fromkeys(_fmt(v) for v in values["base"]))
         n = list(dict.fromkeys(_fmt(v) for v in values["new"]))
         if b and n and b != n:
-            if len(b) == 1 and len(n) == 1:  # name only what differs (codegen facts are long)
+            if len(b) == 1 and len(n) == 1:  # codegen facts are long
                 bd, nd = _diff(values["base"][0], values["new"][0])
                 b, n = [_fmt(bd)], [_fmt(nd)]
             msg = f"different {key}: BASE {' / '.join(b)} vs NEW {' / '.join(n)}"

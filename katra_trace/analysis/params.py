@@ -1,6 +1,5 @@
-"""Which scenes two captures ran with other params, and whether the scenes' defaults alone
-explain it: a changed default is a code change that ``ab --refs`` and ``bisect`` compare; any
-other difference needs ``--allow-param-mismatch``."""
+"""Scenes two captures ran with other params: a changed default is a code change (``ab --refs``,
+``bisect`` compare it); any other difference needs ``--allow-param-mismatch``."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ FROM_DEFAULTS = "from the scene's defaults"
 
 @dataclasses.dataclass(frozen=True)
 class ParamChange:
-    """One scene's differing params (``text``: "passes 1 -> 2"), and whether its defaults alone
-    made the difference."""
+    """``text``: "passes 1 -> 2"; whether the defaults alone made the difference."""
 
     scene: str
     text: str
@@ -31,8 +29,7 @@ class ParamChange:
 
 
 def _given(header: TraceHeader) -> dict[str, Any]:
-    """The ``--param`` values of the capture (a mapping per scene is an older layout, not a given
-    value)."""
+    """The ``--param`` values (a mapping per scene is an older layout, not a given value)."""
     given = header.capture_options.extra.get("params")
     if not isinstance(given, Mapping):
         return {}
@@ -40,8 +37,8 @@ def _given(header: TraceHeader) -> dict[str, Any]:
 
 
 def param_changes(base: TraceHeader, new: TraceHeader, same_command: bool) -> list[ParamChange]:
-    """The scenes whose params differ; the defaults' difference when both ran the same command
-    with the same ``--param`` values, none of a differing key."""
+    """Defaults-only when both ran the same command and ``--param`` values, none of a differing
+    key."""
     given = _given(base)
     same_given = same_command and given == _given(new)
     given_keys = {str(k).rpartition(".")[2] for k in given}
@@ -60,9 +57,7 @@ def param_changes(base: TraceHeader, new: TraceHeader, same_command: bool) -> li
 
 
 def allow_defaults(changes: list[ParamChange], options: CompareOptions) -> CompareOptions:
-    """The comparison's options given the param ``changes`` of its sides: params allowed to differ
-    when the scenes' defaults alone differ; ConfigError (exit 2) naming a difference of any other
-    kind and what to pass."""
+    """Allows params to differ when only defaults differ; else ConfigError naming what to pass."""
     if not changes or options.allow_param_mismatch:
         return options
     other = next((c for c in changes if not c.from_defaults), None)

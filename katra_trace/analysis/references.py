@@ -1,15 +1,10 @@
-"""Reference images per device: ``katra3d run --expect-images DIR`` and ``--update-images``.
-
-A reference is one scene's kept frame for one image key, ``DIR/<scene>/<key id>.png`` with its
-facts in ``<key id>.json``; a device with none is skipped with a notice. Reference folders are
-input like any trace: read through the input rule with size caps, facts checked into
-:class:`ReferenceFacts`, PNG decoded within its budget; recording goes through the output rule,
-never through a symbolic link."""
+"""Reference images per device (``run --expect-images DIR`` / ``--update-images``): one scene's
+kept frame per image key, ``DIR/<scene>/<key id>.png`` + ``.json`` facts. Read as untrusted input
+(size caps, checked facts); written through the output rule, never through a symbolic link."""
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 import math
 import os
@@ -25,6 +20,7 @@ from katra_trace.analysis.images import (
     image_verdict,
     legacy_file_stem,
 )
+from katra_trace.analysis.verdict import ValueEnum
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.io.blocks import DecodeBudget
 from katra_trace.io.claim import open_output
@@ -40,16 +36,14 @@ from katra_trace.io.images import (
 from katra_trace.io.inputs import read_regular
 from katra_trace.text import shown
 
-#: A ``--duration`` run keeps and checks no frame.
 DURATION_NOTICE = (
     "a --duration run keeps no frame for image checks: how many frames it renders depends on "
     "speed, so its last frame is a different one in every run (use --frames N)"
 )
 
 
-class CheckStatus(str, enum.Enum):
-    """An image check's outcome for one scene: the image verdict's, then the checks that could
-    not compare."""
+class CheckStatus(ValueEnum):
+    """The image verdict's outcomes, then the checks that could not compare."""
 
     IDENTICAL = ImageOutcome.IDENTICAL.value
     WITHIN_TOLERANCE = ImageOutcome.WITHIN_TOLERANCE.value
@@ -61,26 +55,15 @@ class CheckStatus(str, enum.Enum):
     NOT_KEPT = "not_kept"
     UNREADABLE = "unreadable"
 
-    @property
-    def words(self) -> str:
-        return self.value.replace("_", " ")
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
-
 
 MAX_FACTS_BYTES = 64 << 10
-#: The largest frame a trace keeps, plus room for PNG's own bytes.
 MAX_REFERENCE_PNG_BYTES = MAX_IMAGE_BYTES + (1 << 20)
 
 
 @dataclasses.dataclass(frozen=True)
 class ReferenceFacts:
-    """A reference's checked facts (``<key id>.json``): frame index, animation time (s), size,
-    SHA-256 of the raw pixels, image key, channels (None in facts recorded before they said)."""
+    """``<key id>.json``: frame, animation time (s), size, raw pixels' SHA-256, key, channels
+    (None in older facts)."""
 
     scene: str
     frame_index: int
@@ -93,8 +76,7 @@ class ReferenceFacts:
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> ReferenceFacts:
-        """The facts of a parsed JSON document; ConfigError naming ``where`` and the first bad
-        field."""
+        """ConfigError naming ``where`` and the first bad field."""
         if not isinstance(obj, dict):
             raise ConfigError(f"{where} is not a reference's facts (a JSON object)")
 
@@ -150,7 +132,7 @@ class ReferenceFacts:
 
 
 def images_policy(keep: bool, duration: bool) -> str:
-    """What a run's header records about kept frames (``capture_options.resolved.images``)."""
+    """``capture_options.resolved.images`` of a run's header."""
     if duration:
         return f"not kept: {DURATION_NOTICE}"
     return "kept: each scene's last measured frame" if keep else "off (--no-keep-image)"
@@ -158,8 +140,6 @@ def images_policy(keep: bool, duration: bool) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class ImageCheck:
-    """One scene's image check and its one-line ``line``."""
-
     scene: str
     status: CheckStatus
     line: str
@@ -168,13 +148,12 @@ class ImageCheck:
 
     @property
     def regression(self) -> bool:
-        """The image changed (exit 1)."""
+        """Exit 1."""
         return self.status is CheckStatus.CHANGED
 
     @property
     def error(self) -> bool:
-        """The check cannot be made (exit 2): the reference is of another frame or scene, or the
-        kept frame is unreadable."""
+        """Exit 2: the reference is of another frame or scene, or the kept frame is unreadable."""
         return self.status in (
             CheckStatus.OTHER_FRAME,
             CheckStatus.OTHER_SCENE,
@@ -183,7 +162,6 @@ class ImageCheck:
 
 
 def reference_paths(directory: Path, scene: str, key: Mapping[str, str]) -> tuple[Path, Path]:
-    """The reference PNG and facts of ``scene`` under image ``key``."""
     folder = Path(directory) / file_stem(scene)
     kid = key_id(key)
     return folder / f"{kid}.png", folder / f"{kid}.json"
@@ -192,8 +170,7 @@ def reference_paths(directory: Path, scene: str, key: Mapping[str, str]) -> tupl
 def _recorded_paths(
     directory: Path, scene: str, key: Mapping[str, str]
 ) -> tuple[Path, Path] | None:
-    """Where ``scene``'s reference for ``key`` is: its own folder, or the pre-0.2 folder when the
-    facts there name this scene; None when neither holds it."""
+    """Its own folder, or the older one when the facts there name this scene; else None."""
     png, facts = reference_paths(directory, scene, key)
     if os.path.lexists(png) or os.path.lexists(facts):
         return png, facts
@@ -208,21 +185,19 @@ def _recorded_paths(
             read_regular(old_facts, what="reference facts file", max_bytes=MAX_FACTS_BYTES)
         ).get("scene")
     except (KatraError, ValueError, RecursionError, AttributeError):
-        return old_png, old_facts  # read again, and reported, by load_reference
+        return old_png, old_facts  # load_reference reports it
     return (old_png, old_facts) if named == scene else None
 
 
 def record_references(
     directory: Path, images: Mapping[str, FrameImage | KeptFrame]
 ) -> list[ImageCheck]:
-    """Store each kept frame as its scene's reference for its key, replacing the old one (a kept
-    frame is checked first). A reference file or folder that is a symbolic link is refused
-    (ConfigError)."""
+    """Store each kept frame as its scene's reference, replacing the old one; ConfigError for a
+    symbolic link."""
     checks = []
     for scene, image in images.items():
         png, facts = reference_paths(directory, scene, image.key)
         if isinstance(image, KeptFrame):
-            # a damaged frame is never recorded (KeptFrameError names the trace)
             frame_pixels(image)
             data, channels = image.png, image.channels
         else:
@@ -267,8 +242,7 @@ def record_references(
 
 
 def load_reference(png: Path, facts: Path) -> FrameImage:
-    """The reference at ``png`` and ``facts``, read with size caps and checked; ConfigError if
-    either is unreadable, malformed or they disagree."""
+    """ConfigError if either is unreadable, malformed or they disagree."""
     raw = read_regular(facts, what="reference facts file", max_bytes=MAX_FACTS_BYTES)
     try:
         obj = json.loads(raw.decode("utf-8"))
@@ -294,7 +268,7 @@ def load_reference(png: Path, facts: Path) -> FrameImage:
         )
     except ValueError as exc:
         raise ConfigError(f"{exc}") from None
-    except KatraError as exc:  # too large for the budget of its size
+    except KatraError as exc:
         raise ConfigError(str(exc)) from None
     if record.sha256 != image_checksum(pixels):
         raise ConfigError(
@@ -318,8 +292,7 @@ def check_references(
     scenes: Sequence[str],
     thresholds: ImageThresholds | None = None,
 ) -> list[ImageCheck]:
-    """Check each scene's kept frame against its reference for its key (``thresholds`` None: the
-    defaults). A reference there but unreadable is a ConfigError, never a skip."""
+    """A reference there but unreadable is a ConfigError, never a skip."""
     checks = []
     for scene in scenes:
         image = images.get(scene)
@@ -379,7 +352,6 @@ def _check(
         return ImageCheck(
             scene, CheckStatus.UNREADABLE, f"image check: {scene}: {verdict.reason}", png, verdict
         )
-    # sizes were checked above: incomparable is not expected
     outcome = verdict.verdict
     status = (
         CheckStatus.OTHER_FRAME

@@ -1,12 +1,6 @@
-"""The stopping rule of ``ab --until-decided`` and bisect's time mode: a look after every round, the
-overall false-alarm rate kept at alpha however many looks are taken.
-
-A group-sequential paired t test on the per-round log ratios: Lan-DeMets O'Brien-Fleming-type
-spending over the cap ``K``; each look's nominal level is the alpha spent at it, so by the union
-bound the levels add up to alpha whatever the dependence between looks (an exact boundary
-overshot alpha with the spread estimated: docs/stats.md, "Stopping when decided"). Each look
-draws a repeated confidence interval and gives the project's interval verdict; several scenes
-split alpha (Bonferroni)."""
+"""Stopping rule of ``ab --until-decided`` and bisect's time mode: a group-sequential paired t test
+with O'Brien-Fleming-type spending; each look's level is the alpha spent at it, so by the union
+bound the false-alarm rate stays at alpha (docs/stats.md, "Stopping when decided")."""
 
 from __future__ import annotations
 
@@ -33,16 +27,14 @@ from katra_trace.analysis.verdict import VERDICTS, Comparison, Verdict
 from katra_trace.errors import ConfigError, OptionError
 from katra_trace.units import format_change
 
-#: The rule's and spending function's names, as ab.json records them.
 RULE_NAME = "group-sequential-t"
 SPENDING = "lan-demets-obrien-fleming"
 
 
 @dataclasses.dataclass(frozen=True)
 class SequentialRule:
-    """A stopping rule for repeated looks at paired rounds (ab.json's ``sequential``). ``alpha``
-    is per scene over all looks; ``max_rounds`` the cap alpha is spent over; ``threshold_pct``
-    None is the time metrics' default."""
+    """``alpha`` is per scene over all looks, spent up to ``max_rounds``; ``threshold_pct`` None
+    is the time metrics' default."""
 
     alpha: float = DEFAULT_ALPHA
     max_rounds: int = DEFAULT_SEQUENTIAL_MAX_ROUNDS
@@ -63,11 +55,9 @@ class SequentialRule:
 
     @property
     def threshold(self) -> float:
-        """The threshold as a fraction."""
         return threshold_for("wall", self.threshold_pct) / 100.0
 
     def describe(self) -> str:
-        """One line: what the rule is, with its numbers."""
         return (
             "group-sequential paired t, O'Brien-Fleming-type alpha spending over "
             f"{self.max_rounds} rounds, first look at round {self.min_rounds}, alpha "
@@ -79,7 +69,7 @@ class SequentialRule:
 
     @classmethod
     def from_json(cls, data: object) -> SequentialRule:
-        """The rule :meth:`to_json` wrote; ConfigError for anything else."""
+        """ConfigError for anything :meth:`to_json` did not write."""
         fields = {f.name for f in dataclasses.fields(cls)}
         if not isinstance(data, Mapping) or not set(data) <= fields:
             raise ConfigError(f"not a sequential rule: {data!r}")
@@ -91,21 +81,21 @@ class SequentialRule:
 
 @dataclasses.dataclass(frozen=True)
 class Look:
-    """One look at ``rounds`` paired rounds; ratios NEW / BASE (> 1 slower)."""
+    """Ratios NEW / BASE (> 1 slower)."""
 
     decided: bool
-    verdict: Verdict  #: INCONCLUSIVE while undecided
+    verdict: Verdict
     rounds: int
     reason: str
-    ratio: float = math.nan  #: the geometric mean of the per-round ratios
-    ci_low: float = math.nan  #: the repeated interval, as ratios
+    ratio: float = math.nan  #: geometric mean
+    ci_low: float = math.nan
     ci_high: float = math.nan
     confidence: float = math.nan
-    final: bool = False  #: this look is at the cap: no more rounds will be run
+    final: bool = False  #: at the cap
 
 
 def spent(alpha: float, t: float) -> float:
-    """Alpha spent by information fraction ``t``, one-sided."""
+    """One-sided alpha spent by information fraction ``t``."""
     if t <= 0:
         return 0.0
     z = float(-ndtri(alpha / 2.0))
@@ -114,8 +104,8 @@ def spent(alpha: float, t: float) -> float:
 
 @functools.lru_cache(maxsize=64)
 def nominal_levels(alpha: float, min_rounds: int, max_rounds: int) -> tuple[float, ...]:
-    """The one-sided nominal level of each look ``k = min_rounds .. max_rounds``: the alpha spent
-    at it (the first takes all spent up to it). They add up to ``alpha`` (union bound)."""
+    """One-sided level of each look ``min_rounds .. max_rounds``: the alpha spent at it (the first
+    takes all spent up to it)."""
     check_alpha(alpha)
     check_sequential_rounds(min_rounds, max_rounds)
     cumulative = [spent(alpha, k / max_rounds) for k in range(min_rounds, max_rounds + 1)]
@@ -126,7 +116,7 @@ def nominal_levels(alpha: float, min_rounds: int, max_rounds: int) -> tuple[floa
 
 
 def critical_t(rule: SequentialRule, rounds: int, tests: int = 1) -> float:
-    """The repeated interval's t quantile at ``rounds`` (inf before a look can decide)."""
+    """t quantile at ``rounds`` (inf before a look can decide)."""
     level = nominal_levels(rule.alpha / max(tests, 1), rule.min_rounds, rule.max_rounds)[
         rounds - rule.min_rounds
     ]
@@ -140,7 +130,7 @@ def _interval(estimate: float, se: float, q: float) -> tuple[float, float]:
 
 
 def _ratio(log_ratio: float) -> float:
-    """exp, with inf for a bound too far out to be a number (an early look's interval)."""
+    """exp, inf on overflow (an early look's interval)."""
     return math.exp(log_ratio) if log_ratio < 700 else math.inf
 
 
@@ -149,8 +139,8 @@ def _pct(log_ratio: float) -> str:
 
 
 def look(rule: SequentialRule, log_ratios: Sequence[float] | np.ndarray, *, tests: int = 1) -> Look:
-    """The rule's look at the per-round log ratios so far (``tests``: scenes judged together);
-    ConfigError past the cap, where alpha is spent."""
+    """A look at the per-round log ratios (``tests``: scenes sharing alpha); ConfigError past the
+    cap."""
     x = np.asarray(log_ratios, dtype=np.float64)
     k = int(x.size)
     if k > rule.max_rounds:
@@ -206,20 +196,18 @@ def look(rule: SequentialRule, log_ratios: Sequence[float] | np.ndarray, *, test
 
 @dataclasses.dataclass(frozen=True)
 class Settled:
-    """Whether a comparison is decided for every scene, and the line that says so."""
-
     decided: bool
     rounds: int
     max_rounds: int
     reason: str
-    undecided: tuple[str, ...] = ()  #: the scenes still inconclusive
+    undecided: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return dict(dataclasses.asdict(self), undecided=list(self.undecided))
 
     @classmethod
     def from_dict(cls, data: object) -> Settled:
-        """What :meth:`as_dict` wrote; ConfigError for anything else."""
+        """ConfigError for anything :meth:`as_dict` did not write."""
         try:
             if not isinstance(data, Mapping):
                 raise TypeError("not an object")
@@ -245,8 +233,7 @@ class Settled:
 
 
 def settle(comparison: Comparison, rounds: int, max_rounds: int) -> Settled:
-    """Whether every scene is decided (incomparable ones cannot change): ``ab --until-decided``'s
-    stop line."""
+    """Whether every scene is decided (incomparable ones cannot change)."""
     open_ = [s.scene for s in comparison.scenes if s.verdict is Verdict.INCONCLUSIVE]
     verdicts = ", ".join(f"{s.scene} {s.verdict}" for s in comparison.scenes) or "no scenes"
     if not open_:
@@ -275,12 +262,11 @@ def settle(comparison: Comparison, rounds: int, max_rounds: int) -> Settled:
 
 @dataclasses.dataclass(frozen=True)
 class Simulation:
-    """The rule run on ``trials`` seeded normal series: rate of each verdict, rounds used."""
+    """Rate of each verdict (at the stop or cap) and rounds used over seeded normal series."""
 
-    effect: float  #: the true change, a fraction (0.1 = +10 %)
-    sd_log: float  #: the sd of one round's log ratio
+    effect: float  #: a fraction (0.1 = +10 %)
+    sd_log: float  #: of one round's log ratio
     trials: int
-    #: At the stop, or at the cap.
     rates: dict[str, float]
     mean_rounds: float
 
@@ -288,8 +274,7 @@ class Simulation:
 def simulate(
     rule: SequentialRule, effect: float, sd_log: float, trials: int, seed: int, tests: int = 1
 ) -> Simulation:
-    """Run the rule after every round on ``trials`` normal series of log ratios (mean ``log(1 +
-    effect)``, sd ``sd_log``), each stopping at its first decided look."""
+    """Each of ``trials`` normal log-ratio series stops at its first decided look."""
     rng = np.random.default_rng(seed)
     x = rng.normal(math.log1p(effect), sd_log, size=(trials, rule.max_rounds))
     k = np.arange(1, rule.max_rounds + 1)

@@ -1,10 +1,7 @@
-"""Why a frame was slow: each stutter frame of a scene with its one main cause, from the trace.
+"""Why a frame was slow: each stutter frame's one main cause (``stats --slow``, report, Perfetto).
 
-Each part's excess (zone, draw, between zones, gc, machine) is over its own moving median; the main
-cause is the first, in :data:`KINDS` order, that explains :data:`EXPLAINS` of the frame's excess
-(rule in docs/stats.md, "Why a frame was slow"). Pure numpy: ``stats --slow``, the report and the
-Perfetto export call it.
-"""
+Rule in docs/stats.md ("Why a frame was slow"): the first part, in :data:`KINDS` order, whose excess
+over its own moving median explains :data:`EXPLAINS` of the frame's."""
 
 from __future__ import annotations
 
@@ -27,7 +24,6 @@ from katra_trace.jsontext import record_dict
 from katra_trace.metrics import CLOCK_NAMES, VALUE_CLOCKS, is_time, primary_clock_of
 from katra_trace.schema import GC_NAME, Flag, Kind, draw_pass
 
-#: The kinds of cause, in the rule's order.
 ZONE, DRAW, BETWEEN, GC, MACHINE, UNKNOWN = (
     "zone",
     "draw",
@@ -37,20 +33,16 @@ ZONE, DRAW, BETWEEN, GC, MACHINE, UNKNOWN = (
     "unknown",
 )
 KINDS: tuple[str, ...] = (ZONE, DRAW, BETWEEN, GC, MACHINE, UNKNOWN)
-#: A replay's restart frame is flagged SETUP alone (a warmup frame is left out anyway).
+#: A replay's restart frame is flagged SETUP alone.
 RESTART_FLAGS = int(Flag.SETUP | Flag.WARMUP)
-#: A part of the frame is its main cause when its own excess is at least this share of the frame's.
 EXPLAINS = 0.5
-#: Fewest frames of one cause for a period to be named.
 PERIOD_MIN_FRAMES = 3
-#: Share of its period's frames (first to last) a cause must have taken for the period to be named.
 PERIOD_SHARE = 0.5
 NO_ZONES_NOTE = (
     "no zones recorded: a slow frame is put on the whole frame (between zones), a collection "
     "or the machine; capture with --zones to name the pass or draw"
 )
-#: The clocks whose zones split a frame of each time clock, first choice first; a wall frame also
-#: takes cpu zones (a replay records its draw zones there alone). GPU and host time never mix.
+#: Zone clocks per frame clock; wall takes cpu zones (a replay draws there); GPU and host never mix.
 ZONE_CLOCKS: dict[str, tuple[str, ...]] = {
     "wall": ("wall", "cpu"),
     "cpu": ("cpu",),
@@ -59,7 +51,6 @@ ZONE_CLOCKS: dict[str, tuple[str, ...]] = {
 
 
 def untimed_note(clocks: Sequence[str]) -> str:
-    """What a scene with no frame on a time clock is told."""
     if not clocks:
         return "no measured frames: no slow frames to find"
     return (
@@ -70,7 +61,6 @@ def untimed_note(clocks: Sequence[str]) -> str:
 
 
 def zone_note(clock: str, zone_clock: str | None, other: Sequence[str]) -> str | None:
-    """What a scene on frame clock ``clock`` is told about its zones (None when they are on it)."""
     if zone_clock == clock:
         return None
     if zone_clock is not None:
@@ -92,8 +82,7 @@ _NS_PER_MS = 1e6
 
 @dataclasses.dataclass(frozen=True)
 class Cause:
-    """One slow frame's main cause: a :data:`KINDS` kind, a name (zone, draw, ``generation N``) and
-    how much longer than usual that part took."""
+    """A :data:`KINDS` kind, a name (zone, draw, ``generation N``) and that part's excess."""
 
     kind: str
     name: str | None
@@ -104,7 +93,6 @@ class Cause:
 
     @property
     def label(self) -> str:
-        """``zone 'shade'``, ``gc (generation 2)``, ``between zones``."""
         if self.name is None:
             return self.kind
         return (
@@ -116,7 +104,7 @@ class Cause:
 
 @dataclasses.dataclass(frozen=True)
 class SlowFrame:
-    """One slow frame: index (warmup counted), ms, ratio to the moving median, cause, start ns."""
+    """Index (warmup counted), ms, ratio to the moving median, cause, start ns."""
 
     frame: int
     ms: float
@@ -135,8 +123,6 @@ class SlowFrame:
 
 @dataclasses.dataclass(frozen=True)
 class CauseGroup:
-    """The slow frames of one cause: count, period when regular, median excess, frames."""
-
     kind: str
     name: str | None
     count: int
@@ -151,7 +137,6 @@ class CauseGroup:
 
     @property
     def period_text(self) -> str:
-        """``every 9th frame``, ``every frame``, or ``""`` when irregular."""
         if self.period is None:
             return ""
         return "every frame" if self.period == 1 else f"every {ordinal(self.period)} frame"
@@ -164,8 +149,7 @@ class CauseGroup:
 
 @dataclasses.dataclass(frozen=True)
 class SceneSlow:
-    """A scene's slow frames on ``clock``, causes grouped. ``clock`` is None when no frame is on a
-    time clock (then no slow frames; :attr:`note` says why)."""
+    """``clock`` is None when no frame is on a time clock (:attr:`note` says why)."""
 
     scene: str
     clock: str | None
@@ -177,12 +161,11 @@ class SceneSlow:
     zone_clock: str | None = None
     other_zone_clocks: tuple[str, ...] = ()
     frame_clocks: tuple[str, ...] = ()
-    #: frames where a replay restarted its trace (SETUP: no slow frames, no statistics)
+    #: frames where a replay restarted (no slow frames, no statistics)
     restarts: tuple[int, ...] = ()
 
     @property
     def note(self) -> str | None:
-        """What the output says beside the causes: missing times or zones, and the restarts."""
         said = (
             untimed_note(self.frame_clocks)
             if self.clock is None
@@ -207,7 +190,6 @@ class SceneSlow:
 
 
 def restarts_text(frames: Sequence[int]) -> str:
-    """``frame 6`` or ``frames 6, 12, 18`` (ten, then ``...``)."""
     more = " ..." if len(frames) > 10 else ""
     return f"frame{'s' if len(frames) > 1 else ''} {', '.join(map(str, frames[:10]))}{more}"
 
@@ -224,12 +206,11 @@ class TraceLike(Protocol):
 
 
 def trace_slow_frames(trace: TraceLike) -> dict[str, SceneSlow]:
-    """The slow frames of every scene of an opened trace, on its primary time clock."""
+    """Every scene's slow frames, on the trace's primary time clock."""
     return header_slow_frames(trace.events, list(trace.strings), trace.header)
 
 
 def header_slow_frames(events: np.ndarray, strings: list[str], header: Any) -> dict[str, SceneSlow]:
-    """:func:`trace_slow_frames` of events and strings, the clock chosen by ``header``."""
     opts = header.capture_options
 
     def pick(available: Sequence[str]) -> str | None:
@@ -243,8 +224,7 @@ def slow_frames(
     strings: list[str],
     pick: Callable[[Sequence[str]], str | None] | None = None,
 ) -> dict[str, SceneSlow]:
-    """``{scene label: SceneSlow}`` of an event array; ``pick`` chooses among a scene's time clocks
-    (default: wall, gpu, cpu). Scenes with nothing measured are absent."""
+    """``{scene: SceneSlow}``; ``pick`` chooses among time clocks (default wall, gpu, cpu)."""
     ev = np.asarray(events)
     labels = scene_labels(ev, strings)
     kept = measured(ev)
@@ -259,7 +239,7 @@ def slow_frames(
         spans = [c for c in clocks if is_time(c) and c not in VALUE_CLOCKS]
         clock = (pick or (lambda a: primary_clock_of(a)))(spans) if spans else None
         if clock is None or clock not in spans:
-            if of_scene.size:  # measured frames or zones, none on a time clock
+            if of_scene.size:
                 untimed = tuple(c for c in clocks if c)
                 out[label] = SceneSlow(
                     label, None, int(is_frame.sum()), False, False, (), (), None, (), untimed
@@ -282,7 +262,6 @@ def _on(ev: np.ndarray, kind: Kind, clock: str) -> np.ndarray:
 
 
 def _aligned(idx: np.ndarray, at: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """``values`` (one per frame of ``at``) at each of ``idx`` (sorted); NaN where absent."""
     out = np.full(idx.size, np.nan)
     if at.size:
         pos = np.clip(np.searchsorted(idx, at), 0, max(idx.size - 1, 0))
@@ -297,8 +276,7 @@ def _excess(values: np.ndarray) -> np.ndarray:
 
 
 def _covered(t: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Per time of ``t``: ns the spans ``a``..``b`` ran before it, by sorting and prefix sums,
-    never per pair."""
+    """Per time of ``t``: ns the spans ``a``..``b`` ran before it (prefix sums, not per pair)."""
     a, b = np.sort(a), np.sort(b)
     began, ended = np.searchsorted(a, t, side="left"), np.searchsorted(b, t, side="right")
     sum_a, sum_b = np.concatenate([[0.0], np.cumsum(a)]), np.concatenate([[0.0], np.cumsum(b)])
@@ -307,7 +285,6 @@ def _covered(t: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _gc_time(start: np.ndarray, end: np.ndarray, marks: np.ndarray) -> np.ndarray:
-    """Per frame: ns of collections inside it."""
     if not marks.size:
         return np.zeros(start.size)
     a = marks["start_ns"].astype(np.float64)
@@ -319,8 +296,7 @@ def _gc_time(start: np.ndarray, end: np.ndarray, marks: np.ndarray) -> np.ndarra
 
 
 def _generations(start: np.ndarray, end: np.ndarray, marks: np.ndarray) -> list[int]:
-    """Per frame (in start order), the highest generation collected in it (-1: none), in one
-    sweep with a heap."""
+    """Per frame, the highest generation collected in it (-1: none)."""
     values = marks["value"]
     ok = np.isfinite(values) & (values >= 0) & (values <= 2**31)
     gen = np.where(ok, values, -1).astype(np.int64).tolist()
@@ -334,7 +310,7 @@ def _generations(start: np.ndarray, end: np.ndarray, marks: np.ndarray) -> list[
         while j < len(order) and a[order[j]] < e:
             heapq.heappush(heap, (-gen[order[j]], b[order[j]]))
             j += 1
-        while heap and heap[0][1] <= s:  # ended before this frame, and so before every later one
+        while heap and heap[0][1] <= s:  # frames come in start order
             heapq.heappop(heap)
         out.append(-heap[0][0] if heap else -1)
     return out
@@ -363,7 +339,7 @@ def _scene(
     where = np.flatnonzero(slow)
     start = frames["start_ns"].astype(np.float64)
     end = start + d
-    if clock == "gpu":  # its frames' cpu spans, where the collections ran
+    if clock == "gpu":  # collections run on the cpu spans
         host = _on(ev, Kind.FRAME, "cpu")
         at = host["frame"].astype(np.int64)
         cpu_start = _aligned(idx, at, host["start_ns"].astype(np.float64))
@@ -380,10 +356,9 @@ def _scene(
         typical_cpu = moving_median(cpu)
         with np.errstate(divide="ignore", invalid="ignore"):
             pace = np.where(typical_cpu > 0, med / typical_cpu, np.nan)
-        # the wall time its CPU time does not account for, at the scene's usual wall per CPU ns
+        # wall time not accounted for by CPU time at the usual pace; machine when the frame's
+        # own extra work would not have made it slow
         gap_excess = d - cpu * pace
-        # ... and the frame's extra work alone (its excess less that gap) would not have made it
-        # slow
         machine = (
             (gap_excess > med)
             & (gap_excess >= EXPLAINS * excess)
@@ -441,8 +416,8 @@ def _scene(
 def _top_zones(
     zones: np.ndarray, slow_idx: np.ndarray, half: np.ndarray, strings: Sequence[str]
 ) -> dict[int, tuple[float, str, str]]:
-    """Per slow frame (its place in ``slow_idx``): the deepest, then largest, zone over its moving
-    median by at least ``half``, as (excess ns, kind, name). Work is per zone, not per frame."""
+    """Per slow frame: the deepest, then largest, zone over its median by ``half``, as
+    (excess ns, kind, name)."""
     by_name = groups(zones, "name")
     names = {nid: strings[nid] if 0 <= nid < len(strings) else f"?{nid}" for nid in by_name}
     passes = set(names.values())
@@ -463,7 +438,7 @@ def _top_zones(
     j, d, v, q = (np.concatenate(x) for x in (at_j, depth, value, part))
     keep = v >= half[j]
     j, d, v, q = j[keep], d[keep], v[keep], q[keep]
-    order = np.lexsort((-q, v, d, j))  # per frame last: the deepest, then the most, then the first
+    order = np.lexsort((-q, v, d, j))
     last = order[np.r_[j[order][1:] != j[order][:-1], True]] if order.size else order
     ids = list(by_name)
     out = {}
@@ -494,8 +469,7 @@ def _zoned_cause(
 
 
 def period_of(frames: Sequence[int]) -> tuple[int | None, int]:
-    """(period, first frame) of a cause's sorted frames: the gcd of their gaps when enough frames
-    fill it (:data:`PERIOD_MIN_FRAMES`, :data:`PERIOD_SHARE`), else None."""
+    """(period, first frame): the gcd of the gaps when enough frames fill it, else None."""
     first = int(frames[0]) if frames else 0
     if len(frames) < PERIOD_MIN_FRAMES:
         return None, first
@@ -507,7 +481,7 @@ def period_of(frames: Sequence[int]) -> tuple[int | None, int]:
 
 
 def group_causes(found: Sequence[SlowFrame]) -> tuple[CauseGroup, ...]:
-    """The slow frames grouped by cause, most frequent first, then by typical excess."""
+    """Most frequent cause first, then by typical excess."""
     by: dict[tuple[str, str | None], list[SlowFrame]] = {}
     for s in found:
         by.setdefault((s.cause.kind, s.cause.name), []).append(s)

@@ -1,8 +1,5 @@
-"""Frame-time statistics: pure numpy functions over durations and event arrays.
-
-Inputs are durations in ns, in frame order; outputs in ms (``*_ms``), fps (``fps_*``), percent
-(``*_pct``) or ratios (``cv``). Each number's definition is in docs/stats.md.
-"""
+"""Frame-time statistics in pure numpy: ns in frame order in; ms, fps, % or ratios out.
+Each number's definition is in docs/stats.md."""
 
 from __future__ import annotations
 
@@ -17,21 +14,20 @@ from katra_trace.jsontext import record_dict
 from katra_trace.metrics import clock_name
 from katra_trace.schema import COUNT_CLOCKS, Flag, Kind
 
-#: A frame is a stutter when it is longer than this many times the moving median.
 STUTTER_FACTOR = 2.5
-#: Width (frames) of the centred moving-median window used for stutter; truncated at the ends.
+#: Frames in the centred moving-median window of the stutter rule.
 STUTTER_WINDOW_FRAMES = 31
 EXCLUDED_FLAGS = int(Flag.WARMUP | Flag.SETUP | Flag.SKIPPED | Flag.INTERRUPTED | Flag.REFERENCE)
 
 _NS_PER_MS = 1e6
-#: Frames per block of the moving median (bounds its memory at ~window x this x 8 bytes x 3).
+#: Bounds the moving median's memory at ~window x this x 24 bytes.
 _MEDIAN_BLOCK_FRAMES = 8192
 _NS_PER_S = 1e9
 
 
 @dataclasses.dataclass(frozen=True)
 class FrameStats:
-    """Summary of one series of span durations (frames or zone occurrences)."""
+    """Summary of span durations (frames or zone occurrences)."""
 
     n: int
     total_ms: float
@@ -53,20 +49,18 @@ class FrameStats:
     stutter_pct: float
 
     def as_dict(self) -> dict[str, float | int | None]:
-        """Field name -> value; non-finite floats become None."""
+        """Non-finite floats become None."""
         return record_dict(self)
 
 
 def _rate_hz(count: float, dur_ns: float) -> float:
-    """In 1/s; inf for 0 ns."""
     if dur_ns <= 0:
         return math.inf
     return count * _NS_PER_S / dur_ns
 
 
 def low_fps_average(dur_ns: np.ndarray, fraction: float) -> float:
-    """'Average of the slowest ``fraction``' frame rate (fps): the ``ceil(fraction * n)`` longest
-    frames' count over their summed duration."""
+    """fps of the ``ceil(fraction * n)`` longest frames: their count over their summed time."""
     d = np.asarray(dur_ns, dtype=np.float64)
     if d.size == 0:
         raise ValueError("low_fps_average needs at least one duration")
@@ -76,8 +70,7 @@ def low_fps_average(dur_ns: np.ndarray, fraction: float) -> float:
 
 
 def low_fps_integral(dur_ns: np.ndarray, fraction: float) -> float:
-    """'Integral' low frame rate (fps): ``1 /`` the duration of the frame at which the longest
-    frames' running sum reaches ``fraction`` of the total."""
+    """fps of the frame where the longest frames' running sum reaches ``fraction`` of the total."""
     d = np.asarray(dur_ns, dtype=np.float64)
     if d.size == 0:
         raise ValueError("low_fps_integral needs at least one duration")
@@ -108,7 +101,7 @@ def _one_span(ns: float) -> FrameStats:
 
 
 def moving_median(dur_ns: np.ndarray, window: int = STUTTER_WINDOW_FRAMES) -> np.ndarray:
-    """Centred moving median over ``window`` frames (odd), truncated at the ends."""
+    """Over ``window`` frames (odd), truncated at the ends."""
     d = np.asarray(dur_ns, dtype=np.float64)
     if window < 1 or window % 2 == 0:
         raise ValueError(f"window must be a positive odd number of frames, got {window}")
@@ -116,14 +109,13 @@ def moving_median(dur_ns: np.ndarray, window: int = STUTTER_WINDOW_FRAMES) -> np
         empty: np.ndarray = d.copy()
         return empty
     half = window // 2
-    if d.size <= half + 1:  # every window holds the whole series
+    if d.size <= half + 1:
         whole: np.ndarray = np.full(d.size, np.nan if np.isnan(d).all() else np.nanmedian(d))
         return whole
     padded = np.concatenate([np.full(half, np.nan), d, np.full(half, np.nan)])
     windows = np.lib.stride_tricks.sliding_window_view(padded, window)
     out = np.empty(d.size)
-    # in blocks (a sorted copy of a whole long capture would take ~window x its size); each window
-    # sorted, its NaN last: the median of its valid values, without nanmedian's per-call cost
+    # blocks bound memory; sorting puts NaN last, so no per-window nanmedian
     for start in range(0, d.size, _MEDIAN_BLOCK_FRAMES):
         stop = min(start + _MEDIAN_BLOCK_FRAMES, d.size)
         block = np.sort(windows[start:stop], axis=1)
@@ -137,8 +129,7 @@ def moving_median(dur_ns: np.ndarray, window: int = STUTTER_WINDOW_FRAMES) -> np
 def stutter_frames(
     dur_ns: np.ndarray, factor: float = STUTTER_FACTOR, window: int = STUTTER_WINDOW_FRAMES
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The stutter rule, one definition for ``stutter_pct`` and slow frames: ``(slow, median)``,
-    ``slow[i]`` when frame ``i`` is over ``factor`` x its moving median."""
+    """The stutter rule: ``(slow, median)``, ``slow[i]`` when over ``factor`` x moving median."""
     d = np.asarray(dur_ns, dtype=np.float64)
     median = moving_median(d, window)
     slow: np.ndarray = d > factor * median
@@ -148,7 +139,7 @@ def stutter_frames(
 def stutter_pct(
     dur_ns: np.ndarray, factor: float = STUTTER_FACTOR, window: int = STUTTER_WINDOW_FRAMES
 ) -> float:
-    """Percent of total time spent in frames longer than ``factor`` x the moving median."""
+    """Percent of total time spent in stutter frames."""
     d = np.asarray(dur_ns, dtype=np.float64)
     total = float(d.sum())
     if d.size == 0 or total <= 0:
@@ -158,12 +149,12 @@ def stutter_pct(
 
 
 def frame_stats(dur_ns: np.ndarray) -> FrameStats:
-    """Statistics of durations in ns, in frame order; ValueError when empty."""
+    """ValueError when empty."""
     d = np.asarray(dur_ns, dtype=np.float64)
     if d.ndim != 1 or d.size == 0:
         raise ValueError(f"frame_stats needs a non-empty 1-D array, got shape {d.shape}")
     n = int(d.size)
-    if n == 1:  # a zone seen once (every draw named apart): no numpy call per statistic
+    if n == 1:  # common for named draws: skip the numpy calls
         return _one_span(float(d[0]))
     total = float(d.sum())
     mean = total / n
@@ -193,31 +184,27 @@ def frame_stats(dur_ns: np.ndarray) -> FrameStats:
 
 
 def measured(events: np.ndarray) -> np.ndarray:
-    """Frames and zones without excluded flags."""
     ev = np.asarray(events)
     keep = ((ev["kind"] == Kind.FRAME) | (ev["kind"] == Kind.ZONE)) & (
         (ev["flags"] & EXCLUDED_FLAGS) == 0
     )
-    kept: np.ndarray = ev if keep.all() else ev[keep]  # no copy of a trace of measured spans only
+    kept: np.ndarray = ev if keep.all() else ev[keep]
     return kept
 
 
 def _ordered(ev: np.ndarray) -> np.ndarray:
-    """Events in frame order, then start: GPU events may be appended late."""
+    """GPU events may be appended late."""
     order = np.lexsort((ev["start_ns"], ev["frame"]))
     return ev[order]
 
 
 class TraceLike(Protocol):
-    """What :func:`trace_stats` needs from an opened trace."""
-
     events: np.ndarray
     strings: list[str]
 
 
 def scene_labels(events: np.ndarray, strings: list[str]) -> dict[int, str]:
-    """A unique label per scene id: its name, then ``name#2`` ... for further ids sharing it, in
-    order of first appearance (as ``katra3d run`` names a scene given twice)."""
+    """Per scene id: its name, then ``name#2`` ... for later ids sharing it (as ``katra3d run``)."""
     ev = np.asarray(events)
     if ev.size == 0:
         return {}
@@ -242,7 +229,7 @@ def scene_labels(events: np.ndarray, strings: list[str]) -> dict[int, str]:
 
 
 def scene_durations(events: np.ndarray, strings: list[str]) -> dict[str, dict[str, np.ndarray]]:
-    """``{scene label: {clock: values}}`` of measured frames, in frame order (ns or counts)."""
+    """``{scene: {clock: values}}`` of measured frames, in frame order."""
     labels = scene_labels(events, strings)
     ev = measured(events)
     frames = ev[ev["kind"] == Kind.FRAME]
@@ -261,8 +248,7 @@ def scene_durations(events: np.ndarray, strings: list[str]) -> dict[str, dict[st
 def zone_frame_totals(
     events: np.ndarray, strings: list[str], clock: int
 ) -> dict[str, dict[str, np.ndarray]]:
-    """``{scene: {zone: per-frame totals}}`` of measured zones on one clock, in frame order (a
-    zone seen several times in a frame: their sum)."""
+    """``{scene: {zone: per-frame totals}}`` of measured zones on one clock."""
     labels = scene_labels(events, strings)
     ev = measured(events)
     zones = ev[(ev["kind"] == Kind.ZONE) & (ev["clock"] == clock)]
@@ -278,8 +264,7 @@ def zone_frame_totals(
 
 
 def reference_durations(events: np.ndarray, strings: list[str]) -> dict[str, dict[str, np.ndarray]]:
-    """``{scene: {clock: ns}}`` of the reference workload (REFERENCE markers), excluded flags
-    left out as for frames."""
+    """``{scene: {clock: ns}}`` of the reference workload (REFERENCE markers)."""
     labels = scene_labels(events, strings)
     ev = np.asarray(events)
     excluded = EXCLUDED_FLAGS & ~int(Flag.REFERENCE)
@@ -300,11 +285,10 @@ def reference_durations(events: np.ndarray, strings: list[str]) -> dict[str, dic
 
 
 def groups(ev: np.ndarray, key: str) -> dict[int, np.ndarray]:
-    """``ev`` split by column ``key``, each part in order: one stable sort, not a pass per value
-    (a trace may give every zone its own name)."""
+    """``ev`` split by column ``key``, in order: one stable sort (zones may be many)."""
     if not len(ev):
         return {}
-    if (ev[key] == ev[key][0]).all():  # one group (one scene): the events themselves, no copy
+    if (ev[key] == ev[key][0]).all():
         return {int(ev[key][0]): ev}
     order = np.argsort(ev[key], kind="stable")
     values, first = np.unique(ev[key][order], return_index=True)
@@ -323,7 +307,7 @@ def _name(strings: list[str], sid: int) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class CountStats:
-    """Summary of one series of counts (instructions, cycles) in ``unit``: no frame rates."""
+    """Counts (instructions, cycles) in ``unit``: no frame rates."""
 
     unit: str
     n: int
@@ -377,8 +361,6 @@ def count_stats(values: np.ndarray, unit: str) -> CountStats:
 
 @dataclasses.dataclass(frozen=True)
 class SceneStats:
-    """One scene's frame statistics per clock and zone statistics per zone and clock."""
-
     metrics: Mapping[str, ClockStats]
     zones: Mapping[str, Mapping[str, ClockStats]]
 
@@ -394,15 +376,13 @@ NO_STATS = SceneStats({}, {})
 
 @dataclasses.dataclass(frozen=True)
 class RunStats:
-    """One trace's statistics by scene label, in capture order."""
-
     scenes: Mapping[str, SceneStats]
 
     def as_dict(self) -> dict[str, Any]:
         return {"scenes": {s: v.as_dict() for s, v in self.scenes.items()}}
 
     def rows(self, zones: bool = True) -> Iterator[tuple[str, str, str, ClockStats]]:
-        """``(scene, zone or "", clock, stats)`` for each scene's frames, then its zones."""
+        """``(scene, zone or "", clock, stats)``, frames then zones."""
         for scene, entry in self.scenes.items():
             for clock, values in entry.metrics.items():
                 yield scene, "", clock, values
@@ -439,8 +419,7 @@ def events_stats(events: np.ndarray, strings: list[str], zones: bool = True) -> 
 
 
 def trace_stats(trace: TraceLike, zones: bool = True) -> RunStats:
-    """Statistics of an opened trace per scene and clock (times as :class:`FrameStats`, counts as
-    :class:`CountStats`), frames and, with ``zones``, each zone; excluded spans left out."""
+    """Per scene and clock, frames and (with ``zones``) each zone; excluded spans left out."""
     return events_stats(trace.events, list(trace.strings), zones=zones)
 
 

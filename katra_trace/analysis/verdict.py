@@ -11,14 +11,14 @@ from katra_trace.errors import ExitCode
 from katra_trace.jsontext import record_dict
 
 
-class Verdict(str, enum.Enum):
-    """What a comparison says of one scene (or zone); a str, so recorded strings compare equal."""
+class ValueEnum(str, enum.Enum):
+    """A str, so recorded strings compare equal; prints as its value (``words``: with spaces)."""
 
-    REGRESSION = "regression"
-    IMPROVEMENT = "improvement"
-    UNCHANGED = "unchanged"
-    INCONCLUSIVE = "inconclusive"
-    INCOMPARABLE = "incomparable"
+    _value_: str
+
+    @property
+    def words(self) -> str:
+        return self.value.replace("_", " ")
 
     def __str__(self) -> str:
         return self.value
@@ -27,50 +27,58 @@ class Verdict(str, enum.Enum):
         return format(self.value, spec)
 
 
-#: The verdicts' words, in the order every summary lists them.
+class Verdict(ValueEnum):
+    REGRESSION = "regression"
+    IMPROVEMENT = "improvement"
+    UNCHANGED = "unchanged"
+    INCONCLUSIVE = "inconclusive"
+    INCOMPARABLE = "incomparable"
+
+
+#: In the order every summary lists them.
 VERDICTS: tuple[str, ...] = tuple(v.value for v in Verdict)
 
 
 @dataclasses.dataclass(frozen=True)
 class SceneComparison:
-    """The comparison of one scene (or one zone of a scene). Ratios NEW/BASE (> 1 = slower)."""
+    """One scene (or zone). Ratios NEW/BASE (> 1 = slower)."""
 
     scene: str
-    verdict: Verdict  #: a recorded string is taken as its Verdict
+    verdict: Verdict
     reason: str
     metric: str = ""
-    zone: str = ""  #: "" for the scene's frames, else the zone this row describes
-    #: what the decision rests on: "runs", "rounds" (paired), "frames" (too few runs), "counts"
+    zone: str = ""  #: "" for the scene's frames
+    #: "runs", "rounds" (paired), "frames" (too few runs), "counts"
     unit: str = ""
-    value_unit: str = "ms"  #: unit of the levels: ms, instructions, cycles, x reference
+    value_unit: str = "ms"  #: ms, instructions, cycles, x reference
     paired: bool = False
     runs_base: int = 0
     runs_new: int = 0
     frames_base: int = 0
     frames_new: int = 0
-    stat: str = "median"  #: what reduces each run to its level: ``median`` or ``p10``
-    level_base: float = math.nan  #: geometric mean of the runs' ``stat``
+    stat: str = "median"
+    level_base: float = math.nan  #: geometric mean of runs
     level_new: float = math.nan
-    level_base_ms: float = math.nan  #: the same in ms (time metrics only)
+    level_base_ms: float = math.nan  #: time metrics only
     level_new_ms: float = math.nan
     ratio: float = math.nan
     ci_low: float = math.nan
     ci_high: float = math.nan
     confidence: float = math.nan
-    p_value: float = math.nan  #: one-sided, in the direction of the change
-    p_holm: float = math.nan  #: Holm-adjusted across scenes
+    p_value: float = math.nan  #: one-sided
+    p_holm: float = math.nan
     dof: float = math.nan
-    frame_ratio: float = math.nan  #: pooled-frame median ratio (information)
-    frame_p_value: float = math.nan  #: two-sided Mann-Whitney U on pooled frames (information)
-    run_cv_base: float = math.nan  #: CV of the per-run levels (>= 2 runs)
+    frame_ratio: float = math.nan  #: pooled frames (information)
+    frame_p_value: float = math.nan  #: Mann-Whitney U (information)
+    run_cv_base: float = math.nan
     run_cv_new: float = math.nan
-    pair_cv: float = math.nan  #: sd of per-round log ratios (paired)
-    #: drift allowed in the interval for sides captured in separate batches
+    pair_cv: float = math.nan  #: sd of log ratios
+    #: for sides captured in separate batches
     drift_allowance_pct: float = math.nan
     noise_floor_pct: float = math.nan  #: count metrics
-    jitter_floor_pct: float = math.nan  #: count metrics: the band's least half-width
+    jitter_floor_pct: float = math.nan  #: the band's least half-width
     frame_change_pct: float = math.nan
-    runs_needed: int | None = None  #: runs a side that would settle an inconclusive result
+    runs_needed: int | None = None  #: to settle an inconclusive result
     frames_needed: int | None = None
     p99_base_ms: float = math.nan
     p99_new_ms: float = math.nan
@@ -85,7 +93,6 @@ class SceneComparison:
 
     @property
     def change_pct(self) -> float:
-        """+ means NEW is slower."""
         return (self.ratio - 1.0) * 100.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -97,8 +104,7 @@ class SceneComparison:
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
-    """All scenes of one comparison and the settings used; ``zones`` rows (count metrics) are
-    information, not in the exit code."""
+    """``zones`` rows (count metrics) are information, not in the exit code."""
 
     scenes: tuple[SceneComparison, ...]
     threshold_pct: float
