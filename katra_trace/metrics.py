@@ -81,8 +81,7 @@ def mode_clock(mode: str) -> str:
 
 
 def check_run_stat(stat: str, *, count: bool = False, normalize: bool = False) -> str:
-    """``stat``, or :class:`OptionError` if unknown or not the median for a count or ``normalize``."""
-
+    """``stat``, or OptionError if unknown, or not the median with ``count``/``normalize``."""
     if stat not in RUN_STATS:
         raise OptionError(
             f"unknown run statistic (--stat) {stat!r}; choose one of: {', '.join(RUN_STATS)}"
