@@ -1,9 +1,5 @@
-"""Export a trace as a Perfetto protobuf trace (``.pftrace``), for ui.perfetto.dev.
-
-Uses the optional ``perfetto`` package's protos and trace builder, not its trace processor
-(which downloads a binary). Layout in docs/export.md. Each track is its own packet sequence with
-interned names, so an event packet holds only a timestamp, a type and a name id.
-"""
+"""Export a trace as a Perfetto ``.pftrace`` (docs/export.md), with the optional ``perfetto``
+package's builder, not its trace processor (which downloads a binary)."""
 
 from __future__ import annotations
 
@@ -22,7 +18,7 @@ from katra_trace.optional import require
 if TYPE_CHECKING:
     from katra_trace.io.header import TraceHeader
 
-#: Packets, and characters of interned names, written at a time (bounds memory).
+#: Packets and interned-name characters written at a time (bounds memory).
 CHUNK_PACKETS = 200_000
 CHUNK_CHARS = 4 << 20
 #: Perfetto's trace processor holds timestamps as int64.
@@ -58,12 +54,9 @@ def _slow_args(slow: SlowFrame) -> list[dict[str, Any]]:
 
 
 def timestamp_base(start_host_ns: int | None, lowest: int, highest: int) -> tuple[int, bool]:
-    """(ns added to every event time to give its timestamp, whether that is not ``start_host_ns``).
-
-    Timestamps must lie in ``[0, MAX_TIMESTAMP_NS]``; when the host start does not keep every
-    event in range (a damaged header) the first event is shifted to 0 and the export warns.
-    Raises TraceFormatError when the events span more than that range.
-    """
+    """(ns added to every event time, whether that is not ``start_host_ns``): the first event
+    goes to 0 if the host start leaves one outside ``[0, MAX_TIMESTAMP_NS]``.
+    Raises TraceFormatError when the events span more than that range."""
     if highest - lowest > MAX_TIMESTAMP_NS or -lowest > MAX_TIMESTAMP_NS:
         raise TraceFormatError(
             f"event times from {lowest} to {highest} ns do not fit a Perfetto timeline (at most "
@@ -98,7 +91,6 @@ def _builder() -> Any:
 
 
 def _annotation(name: str, value: Any) -> dict[str, Any]:
-    """A DebugAnnotation dict holding a JSON-like value."""
     ann: dict[str, Any] = {"name": name} if name else {}
     if isinstance(value, bool):
         ann["bool_value"] = value
@@ -122,8 +114,6 @@ def _annotation(name: str, value: Any) -> dict[str, Any]:
 
 
 class _Writer:
-    """Packets into a TraceProtoBuilder, written out in chunks."""
-
     def __init__(self, out: BinaryIO) -> None:
         self.out = out
         self.builder = _builder()
@@ -134,7 +124,7 @@ class _Writer:
         self.packet_adder()(**fields)
 
     def packet_adder(self) -> Any:
-        """The current chunk's ``packet.add`` (flushing a full chunk first), for hot loops."""
+        """The current chunk's ``packet.add`` (flushing a full chunk first)."""
         if len(self.builder.trace.packet) >= CHUNK_PACKETS or self.pending_chars >= CHUNK_CHARS:
             self.flush()
         return self.builder.trace.packet.add
@@ -155,7 +145,7 @@ def write_perfetto(
     out: BinaryIO,
     progress: ProgressFn | None = None,
 ) -> dict[str, int]:
-    """Write ``tl`` as a Perfetto trace to ``out``; returns counts (packets, tracks, ...)."""
+    """Write ``tl`` to ``out``; returns counts (packets, tracks, ...)."""
     _pb()  # fail before writing anything when the package is missing
     w = _Writer(out)
     ev = tl.events
@@ -304,7 +294,6 @@ def write_perfetto(
             k: int,
             add: Any,
             *,
-            # this track's objects, bound now
             inst: np.ndarray = inst,
             i_list: list[int] = i_list,
             e_list: list[int] = e_list,
