@@ -7,7 +7,7 @@ import enum
 
 
 class ExitCode(enum.IntEnum):
-    """What every command's exit status means; a stop signal N exits 128 + N."""
+    """Every command's exit status; a stop signal N exits 128 + N."""
 
     OK = 0
     REGRESSION = 1
@@ -18,15 +18,13 @@ class ExitCode(enum.IntEnum):
 
 
 class KatraError(Exception):
-    """Base of every error katra3d reports to a user."""
-
     exit_code: int = ExitCode.BAD_INPUT
-    #: A scene's own traceback, shown by ``katra3d --traceback``; "" if none.
+    #: A scene's own traceback, for ``--traceback``.
     scene_traceback: str = ""
 
 
 class ConfigError(KatraError):
-    """A command-line option, run configuration or parameter is invalid."""
+    """An option, run configuration or parameter is invalid."""
 
 
 class OptionError(ConfigError, ValueError):
@@ -34,7 +32,7 @@ class OptionError(ConfigError, ValueError):
 
 
 class TraceFormatError(KatraError):
-    """A file is not a katra3d trace, or a block in it is torn or corrupt."""
+    """Not a katra3d trace, or a block in it is torn or corrupt."""
 
     def __init__(self, message: str, offset: int | None = None) -> None:
         super().__init__(message)
@@ -42,7 +40,7 @@ class TraceFormatError(KatraError):
 
 
 class TraceVersionError(TraceFormatError):
-    """A trace was written by a newer, incompatible major format version."""
+    """A trace of a newer, incompatible major format version."""
 
 
 class TraceTooLargeError(TraceFormatError):
@@ -72,7 +70,7 @@ class OutputBusyError(KatraError):
 
 
 class WriterClosedError(KatraError):
-    """A TraceWriter was used after :meth:`~katra_trace.io.writer.TraceWriter.finish`."""
+    """A TraceWriter was used after ``finish``."""
 
 
 class SceneError(KatraError):
@@ -117,14 +115,14 @@ def signal_exit_code(signum: int) -> int:
 
 def stopped_exit_code(signal_name: str | None) -> int:
     """Exit code of a run stopped by ``signal_name`` (none or unknown: SIGINT)."""
-    import signal  # deferred: this module is pure and loads nothing it does not need
+    import signal  # deferred: keeps this module import-light
 
     return signal_exit_code(signal.Signals.__members__.get(signal_name or "", signal.SIGINT))
 
 
 def child_ended(returncode: int) -> tuple[str, int]:
     """How a child that handed back nothing ended, and its exit code."""
-    import signal  # deferred: this module is pure and loads nothing it does not need
+    import signal  # deferred: keeps this module import-light
 
     if -returncode in {int(s) for s in signal.Signals}:
         return f"was killed by {signal.Signals(-returncode).name}", signal_exit_code(-returncode)
@@ -135,7 +133,7 @@ class Interrupted(KeyboardInterrupt):
     """A stop signal ended the work; a KeyboardInterrupt so Ctrl-C handling applies."""
 
     def __init__(self, signum: int) -> None:
-        import signal  # deferred: this module is pure and loads nothing it does not need
+        import signal  # deferred: keeps this module import-light
 
         super().__init__(f"interrupted by {signal.Signals(signum).name}")
         self.signum = int(signum)

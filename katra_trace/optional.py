@@ -1,4 +1,4 @@
-"""The one loader of optional dependencies (DuckDB, perfetto, pyarrow, pandas, plotly, blosc2)."""
+"""The one loader of optional dependencies."""
 
 from __future__ import annotations
 

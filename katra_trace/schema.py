@@ -85,8 +85,8 @@ def draw_zone_name(pass_name: str, label: str, k: int) -> str:
 
 
 def draw_pass(name: str, zones: Collection[str]) -> str | None:
-    """The pass of draw zone ``name`` (None if not a draw): the longest ``/``-prefix in ``zones``
-    or :data:`FRAME_PASS`, so names may contain ``/``."""
+    """The pass of draw zone ``name`` (or None): its longest ``/``-prefix in ``zones`` or
+    :data:`FRAME_PASS`."""
 
     if not _DRAW_END.search(name):
         return None

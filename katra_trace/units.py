@@ -68,7 +68,7 @@ def format_change_pct(pct: float | None, decimals: int = 1) -> str:
 
 
 def format_change(ratio: float | None, decimals: int = 1) -> str:
-    """A ratio NEW/BASE as its signed percent change: 1.052 is ``+5.2%``."""
+    """A ratio NEW/BASE as a percent change: 1.052 is ``+5.2%``."""
     try:
         value = float(ratio)  # type: ignore[arg-type]
     except (OverflowError, TypeError, ValueError):

@@ -1,4 +1,4 @@
-# PYTHON_ARGCOMPLETE_OK  (argcomplete's marker, docs/cli.md)
+# PYTHON_ARGCOMPLETE_OK
 """The ``katra3d`` command line: a module per subcommand whose ``register`` sets ``func`` (args ->
 exit code); GL modules load only inside the commands that render."""
 
@@ -59,7 +59,7 @@ def _version() -> str:
 
 
 class KatraArgumentParser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line, exit code 2, no usage dump."""
+    """Usage errors are one line, exit code 2, no usage dump."""
 
     def error(self, message: str) -> NoReturn:
         words = self.prog.split()
@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def complete(parser: argparse.ArgumentParser) -> None:
     """Answer the shell's completion request; ends the process."""
-    # deferred: argcomplete loads only when a shell asks for completions
+    # deferred: argcomplete loads only to complete
     import argcomplete
 
     def scene_names(prefix: str, **_: object) -> list[str]:
@@ -179,7 +179,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         and isinstance(getattr(args, "scenes", None), list)
         and not any(word.startswith("-") for word in unknown)
     ):
-        # scene names after options: argparse leaves later positional groups over, in order
+        # scene names after options: argparse leaves them over, in order
         args.scenes += unknown
         unknown = []
     if unknown:
@@ -198,11 +198,11 @@ def _main(argv: Sequence[str] | None = None) -> int:
         print("katra3d: interrupted", file=sys.stderr)
         return signal_exit_code(getattr(exc, "signum", signal.SIGINT))
     except BrokenPipeError:
-        # the reader went away (``| head``): stop quietly, also at the exit flush
+        # the reader went away (``| head``): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return ExitCode.OK
     except OSError as exc:
-        # last resort for a system refusal no check met first
+        # a system refusal no check met first
         where = f"{shown(exc.filename)}: " if exc.filename is not None else ""
         print(f"katra3d: error: {where}{describe(exc)}", file=sys.stderr)
         return ExitCode.BAD_INPUT

@@ -214,7 +214,6 @@ def terminal_width() -> int:
 
 
 def table_width(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
-    """The width of :func:`emit_table`'s table of these cells."""
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
     if sys.stdout.isatty():
         return sum(w + 3 for w in widths) + 1
@@ -245,7 +244,7 @@ def emit_table(
         out.write("\n")
         return
     if out.isatty():
-        # deferred: rich's console and tables load only when a table goes to a terminal
+        # deferred: rich loads only for a terminal
         from rich.console import Console
         from rich.table import Table
 

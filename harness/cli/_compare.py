@@ -127,7 +127,7 @@ def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
             if result.scenes and all(s.value_unit == "ms" for s in result.scenes if s.unit)
             else "x ref"
         )
-        # times carry their unit in each cell; a ratio to the reference says so in the header
+        # times carry their unit per cell; a ratio says so in the header
         columns = [
             "scene",
             "verdict",
@@ -235,8 +235,7 @@ def compare_and_print(
     record: Path | None = None,
     top_profile: bool = False,
 ) -> int:
-    """Open, compare and print both sides; returns the exit code. ``record``: an ab directory
-    whose ab.json gets the decision."""
+    """Open, compare and print both sides; returns the exit code. ``record``: an ab directory."""
     # deferred: the comparison loads scipy (about a second)
     from katra_trace.analysis.comparison import compare_sides, open_sides
     from katra_trace.io.tracesets import record_ab_decision

@@ -1,5 +1,5 @@
-"""``katra3d ab``: interleaved A/B captures (A B, B A, ... so slow drifts hit both sides alike),
-then a paired compare; the loop is :func:`katra3d.harness.ab.rounds.run_rounds`."""
+"""``katra3d ab``: interleaved A/B captures (A B, B A, ... so drifts hit both sides alike), then a
+paired compare."""
 
 from __future__ import annotations
 
@@ -149,7 +149,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_refs(args: argparse.Namespace) -> int:
-    """``ab --refs``: the two revisions as worktrees, captured by one command."""
     if args.base is not None or args.new is not None:
         raise ConfigError(
             "--refs captures both revisions with one -c CMD: give no --base or --new with it"

@@ -124,7 +124,6 @@ def _is_nested(v: Any) -> bool:
 
 
 def _lines(items: dict[str, Any], indent: str) -> list[str]:
-    """Aligned ``key value`` lines; nested values indented."""
     out: list[str] = []
     width = max((len(str(k)) for k in items), default=0)
     for k, v in items.items():
@@ -202,7 +201,6 @@ def _joined(*parts: object, sep: str = ", ") -> str:
 
 
 def _started(start_wall_ns: int | None) -> str:
-    """UTC ISO 8601 to the second; "" when unknown."""
     if start_wall_ns is None:
         return ""
     try:
@@ -234,7 +232,6 @@ def _capture_line(trace: Trace) -> str:
 
 
 def _scene_lines(trace: Trace, counts: dict[str, Any]) -> list[str]:
-    """A line per scene from the summary, else from the events' scene names."""
     # the summary may hold anything: only a list of objects is read
     user = trace.summary.get("user")
     listed = user.get("scenes") if isinstance(user, dict) else None
@@ -303,7 +300,6 @@ def _host_text(h: HostInfo) -> list[str]:
 
 
 def _shard_lines(trace: Trace) -> list[str]:
-    """A merged trace's shards, a line each; for one shard, which share it is."""
     shard = trace.header.capture_options.shard
     if not trace.header.shards:
         return [f"{shard} of the run's scenes (katra3d merge joins the shards)"] if shard else []

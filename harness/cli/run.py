@@ -1,5 +1,5 @@
-"""``katra3d run``: render scenes headless and stream a trace. Values are parsed here, not by
-argparse types, so a bad one is one error line."""
+"""``katra3d run``: render scenes headless, stream a trace. Values are parsed here, not by
+argparse, so a bad one is one error line."""
 
 from __future__ import annotations
 
@@ -217,7 +217,6 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 
 def _codec(text: str | None) -> str | None:
-    """The --codec value, checked before any GL work."""
     if text is None:
         return None
     codec = text.strip().lower()

@@ -39,7 +39,6 @@ def _jsonable(value: Any) -> Any:
 
 
 def catalogue() -> dict[str, Any]:
-    """Everything ``katra3d scenes`` shows, JSON-ready."""
     scenes: list[dict[str, Any]] = []
     builtins = builtin_scenes()
     errors: list[dict[str, str]] = []

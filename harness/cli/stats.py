@@ -1,5 +1,4 @@
-"""``katra3d stats TRACE``: frame-time statistics; text is compact (primary clock, columns that
-fit), ``--all``, json and csv carry every clock and stat."""
+"""``katra3d stats TRACE``: frame-time statistics; ``--all``, json and csv carry every clock."""
 
 from __future__ import annotations
 
@@ -196,7 +195,6 @@ def _tables(args: argparse.Namespace, result: RunStats, name: str) -> None:
 
 
 def _head(key: str) -> str:
-    """Times lose their ``_ms``: their cells carry the unit."""
     return key[:-3] if key.endswith("_ms") else key
 
 
@@ -214,8 +212,7 @@ def _warn_empty(path: Path) -> None:
 
 
 def primary_rows(trace: Trace, run_label: str, zones: bool) -> list[Row]:
-    """Each scene's statistics on its primary clock, with ``zones`` its zones' too (else on their
-    own clock: a replay's draws are on cpu)."""
+    """Each scene's statistics on its primary clock, and with ``zones`` its zones'."""
     opts = trace.header.capture_options
     out: list[Row] = []
     for scene, entry in trace_stats(trace, zones=zones).scenes.items():
@@ -234,7 +231,6 @@ def primary_rows(trace: Trace, run_label: str, zones: bool) -> list[Row]:
 
 
 def _compact(args: argparse.Namespace, is_dir: bool) -> int:
-    """The default text view: a table per unit, the columns that fit."""
     rows: list[Row] = []
     for trace in iter_runs([args.trace], verb="statistics cover"):
         found = primary_rows(trace, trace.path.name if is_dir else "", args.zones)

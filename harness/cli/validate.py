@@ -25,7 +25,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _frame_problems(trace: Trace) -> list[str]:
-    """A line per damaged kept frame."""
     problems = []
     for frame in trace.kept_frames.values():
         try:

@@ -135,7 +135,7 @@ def _callgrind(
     return write_callgrind(trace, f, scene)
 
 
-#: The exporters, in ``--to`` order; a new format is one entry here.
+#: In ``--to`` order; a new format is one entry here.
 EXPORTERS: dict[str, Exporter] = {
     e.name: e
     for e in (
@@ -180,8 +180,8 @@ def export_trace(
     progress: ProgressFn | None = None,
     scene: str | None = None,
 ) -> ExportResult:
-    """Write ``trace`` as ``fmt`` to ``path`` (default beside it), which appears only on success.
-    Raises ConfigError, OutputExistsError, MissingDependencyError or TraceIOError."""
+    """Write ``trace`` as ``fmt`` to ``path`` (default beside it) only on success. Raises
+    ConfigError, OutputExistsError, MissingDependencyError or TraceIOError."""
     exporter = _exporter(fmt)
     if scene is not None:
         if fmt != "callgrind":

@@ -17,8 +17,8 @@ def _clean(name: str) -> str:
 
 
 def write_callgrind(trace: Trace, f: BinaryIO, scene: str | None = None) -> dict[str, int]:
-    """Write ``scene``'s profile (None: every scene) to ``f``; returns the functions written.
-    ConfigError when the trace holds no such profile."""
+    """Write ``scene``'s profile (None: all) to ``f``; returns the functions written.
+    ConfigError when there is none."""
     profiles = [p for (s, zone), p in trace_profiles(trace.profiles).items() if zone is None]
     if scene is not None:
         profiles = [p for p in profiles if p.scene == scene]

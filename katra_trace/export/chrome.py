@@ -178,7 +178,6 @@ def _flags_arg(flags: int) -> str:
 
 
 def _num(v: float) -> str:
-    """A JSON number, non-finite as null."""
     return repr(v) if v == v and v not in (float("inf"), float("-inf")) else "null"
 
 

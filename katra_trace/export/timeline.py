@@ -1,5 +1,5 @@
-"""A trace as timeline tracks for the Perfetto and Chrome exporters (docs/export.md). GPU rows are
-drift-corrected and span ends clamped so that they nest, or a viewer closes the wrong slice."""
+"""A trace as timeline tracks for the exporters (docs/export.md); span ends are clamped so that
+they nest, or a viewer closes the wrong slice."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ class Timeline:
         return sum(len(t.spans) for t in self.slice_tracks)
 
 
-#: Largest |time| (ns) :func:`gpu_to_host` maps, keeping int64/float math in range.
+#: Largest |time| (ns) mapped, keeping int64/float math in range.
 _SYNC_LIMIT_NS = 2**61
 
 
@@ -104,8 +104,8 @@ def _sync_pairs(clock_syncs: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
 def gpu_to_host(
     start_ns: np.ndarray, clock_syncs: Sequence[dict[str, Any]]
 ) -> tuple[np.ndarray, float | None]:
-    """GPU times re-mapped piecewise linearly through all CLOCK_SYNC pairs, removing drift.
-    Returns (host times, drift ppm); unchanged and None with fewer than two usable pairs."""
+    """GPU times mapped piecewise through all CLOCK_SYNC pairs, removing drift: (host times,
+    drift ppm), unchanged and None with under two usable pairs."""
     pairs = _sync_pairs(clock_syncs)
     t = np.asarray(start_ns, dtype=np.int64)
     if len(pairs) < 2 or not t.size:
@@ -137,8 +137,7 @@ def gpu_to_host(
 def nest(
     starts: Sequence[int], ends: Sequence[int], depths: Sequence[int]
 ) -> tuple[list[int], int]:
-    """Clamp span ends so that spans nest: a span open at a sibling's or shallower span's start
-    closes there. Returns (new ends, how many changed)."""
+    """Clamp span ends so that spans nest; returns (new ends, how many changed)."""
     out = list(ends)
     stack: list[int] = []
     changed = 0
