@@ -123,7 +123,7 @@ def format_number(value: object) -> str:
 
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return MISSING
-    if isinstance(value, bool) or isinstance(value, int):
+    if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
         return significant(value)
