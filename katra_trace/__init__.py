@@ -1,8 +1,5 @@
-"""katra_trace: the katra3d trace format — writer, reader, stats and comparison.
-
-Pure Python + numpy + zstandard (python-blosc2 for trace codec 2, optional); imports no GL module,
-so traces can be read and compared on any machine.
-"""
+"""The katra3d trace format: writer, reader, stats, comparison. Imports no GL module, so traces
+can be read on any machine."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The katra3d exception hierarchy: every error a user can cause is a :class:`KatraError`, which the
-CLI prints on one line and exits with its ``exit_code``. Pure stdlib, so every package can use it.
-"""
+"""Every error a user can cause is a :class:`KatraError`: the CLI prints one line and exits with
+its ``exit_code``. Pure stdlib."""
 
 from __future__ import annotations
 
@@ -8,36 +7,32 @@ import enum
 
 
 class ExitCode(enum.IntEnum):
-    """What every command's exit status means; a stop signal N exits 128 + N."""
+    """Every command's exit status; a stop signal N exits 128 + N."""
 
     OK = 0
-    #: a regression was found (an image that changed included)
     REGRESSION = 1
     #: bad input, a damaged file, or an I/O failure
     BAD_INPUT = 2
-    #: the environment lacks something (GL, valgrind, git, glretrace)
+    #: GL, valgrind, git or glretrace missing
     ENVIRONMENT = 3
 
 
 class KatraError(Exception):
-    """Base of every error katra3d reports to a user."""
-
     exit_code: int = ExitCode.BAD_INPUT
-    #: A scene's own traceback, shown by ``katra3d --traceback``; "" if none.
+    #: A scene's own traceback, for ``--traceback``.
     scene_traceback: str = ""
 
 
 class ConfigError(KatraError):
-    """A command-line option, run configuration or parameter is invalid."""
+    """An option, run configuration or parameter is invalid."""
 
 
 class OptionError(ConfigError, ValueError):
-    """An option's value is outside its range: a ConfigError for the CLI and a ValueError for
-    library callers."""
+    """An option's value is out of range (a ValueError too, for library callers)."""
 
 
 class TraceFormatError(KatraError):
-    """A file is not a katra3d trace, or a block in it is torn or corrupt."""
+    """Not a katra3d trace, or a block in it is torn or corrupt."""
 
     def __init__(self, message: str, offset: int | None = None) -> None:
         super().__init__(message)
@@ -45,21 +40,19 @@ class TraceFormatError(KatraError):
 
 
 class TraceVersionError(TraceFormatError):
-    """A trace was written by a newer, incompatible major format version."""
+    """A trace of a newer, incompatible major format version."""
 
 
 class TraceTooLargeError(TraceFormatError):
-    """Decoding a trace would take more memory than its size can honestly explain; the message
-    says how to lift the limit."""
+    """Decoding would take more memory than the trace's size explains."""
 
 
 class TraceIOError(KatraError):
-    """Writing a trace failed at the operating-system level (disk full, no permission, ...)."""
+    """Writing a trace failed in the OS (disk full, no permission, ...)."""
 
 
 class OutputExistsError(KatraError):
-    """The output path already exists, or appeared during the capture; nothing was replaced.
-    ``part_path``: the finished capture kept under its temporary name, if any."""
+    """The output exists (or appeared during capture); ``part_path`` keeps the capture, if any."""
 
     def __init__(self, message: str, part_path: str | None = None) -> None:
         super().__init__(message)
@@ -67,8 +60,7 @@ class OutputExistsError(KatraError):
 
 
 class OutputBusyError(KatraError):
-    """The output's ``<path>.part`` is in the way: a live run's (``stale`` False) or a crashed
-    run's, never deleted."""
+    """``<path>.part`` is in the way: a live run's or (``stale``) a crashed run's; never deleted."""
 
     def __init__(self, message: str, part_path: str, stale: bool, pid: int | None = None) -> None:
         super().__init__(message)
@@ -78,7 +70,7 @@ class OutputBusyError(KatraError):
 
 
 class WriterClosedError(KatraError):
-    """A TraceWriter was used after :meth:`~katra_trace.io.writer.TraceWriter.finish`."""
+    """A TraceWriter was used after ``finish``."""
 
 
 class SceneError(KatraError):
@@ -86,7 +78,7 @@ class SceneError(KatraError):
 
 
 class BackendUnavailable(KatraError):
-    """No usable OpenGL context could be created (exit code 3)."""
+    """No usable OpenGL context could be created."""
 
     exit_code = ExitCode.ENVIRONMENT
 
@@ -99,8 +91,7 @@ def write_failed(
     where: object,
     published: bool | None,
 ) -> KatraError:
-    """The one error of a failed trace write, saying where the ``events`` written before it can
-    be read (``published`` False: the existing file was kept)."""
+    """The error of a failed trace write; says where the ``events`` written so far can be read."""
     kept = (
         f"; the {events} events written before it are readable in {str(where)!r}"
         if published is not False
@@ -112,7 +103,7 @@ def write_failed(
 
 
 class ToolUnavailable(KatraError):
-    """A program katra3d runs (valgrind, git, glretrace) is missing or does not run."""
+    """valgrind, git or glretrace is missing or does not run."""
 
     exit_code = ExitCode.ENVIRONMENT
 
@@ -123,15 +114,15 @@ def signal_exit_code(signum: int) -> int:
 
 
 def stopped_exit_code(signal_name: str | None) -> int:
-    """The exit code of a run stopped by ``signal_name``; none or unknown counts as SIGINT."""
-    import signal  # deferred: this module is pure and loads nothing it does not need
+    """Exit code of a run stopped by ``signal_name`` (none or unknown: SIGINT)."""
+    import signal  # deferred: keeps this module import-light
 
     return signal_exit_code(signal.Signals.__members__.get(signal_name or "", signal.SIGINT))
 
 
 def child_ended(returncode: int) -> tuple[str, int]:
-    """How a child that handed back nothing ended, and the exit code that reports it."""
-    import signal  # deferred: this module is pure and loads nothing it does not need
+    """How a child that handed back nothing ended, and its exit code."""
+    import signal  # deferred: keeps this module import-light
 
     if -returncode in {int(s) for s in signal.Signals}:
         return f"was killed by {signal.Signals(-returncode).name}", signal_exit_code(-returncode)
@@ -139,11 +130,10 @@ def child_ended(returncode: int) -> tuple[str, int]:
 
 
 class Interrupted(KeyboardInterrupt):
-    """A stop signal ended the work; a KeyboardInterrupt, so code that lets Ctrl-C through lets
-    it through."""
+    """A stop signal ended the work; a KeyboardInterrupt so Ctrl-C handling applies."""
 
     def __init__(self, signum: int) -> None:
-        import signal  # deferred: this module is pure and loads nothing it does not need
+        import signal  # deferred: keeps this module import-light
 
         super().__init__(f"interrupted by {signal.Signals(signum).name}")
         self.signum = int(signum)

@@ -1,7 +1,4 @@
-"""Valid JSON text from any value: the one encoder every JSON writer calls.
-
-Python's ``json`` writes NaN and infinity, which strict parsers refuse; headers and statistics can
-hold them, so :func:`dumps` writes them as ``null``."""
+"""The one JSON encoder: writes NaN and infinity as ``null``, which strict parsers accept."""
 
 from __future__ import annotations
 
@@ -16,8 +13,7 @@ def _null(_constant: str) -> None:
 
 
 def dumps(obj: Any, **kwargs: Any) -> str:
-    """``json.dumps`` with every non-finite float as ``null``; only a text that has one is parsed
-    back and written again."""
+    """``json.dumps`` with non-finite floats as ``null``."""
     try:
         return json.dumps(obj, allow_nan=False, **kwargs)
     except ValueError:
@@ -34,8 +30,8 @@ def dump(obj: Any, fp: IO[str], **kwargs: Any) -> None:
 
 
 def record_dict(record: Any) -> dict[str, Any]:
-    """A dataclass record's fields as a JSON-ready dict (non-finite floats None, tuples lists):
-    every record's ``as_dict``."""
+    """A dataclass's fields as a JSON-ready dict: every record's ``as_dict``."""
+
     out: dict[str, Any] = {}
     for field in dataclasses.fields(record):
         value = getattr(record, field.name)

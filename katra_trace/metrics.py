@@ -1,8 +1,5 @@
-"""The metric names and their kinds: the one place that says which clock is a time and which a
-count.
-
-Derived from :class:`katra_trace.schema.Clock`, so a new clock is classified once. Value clocks
-(counts and ``process``) hold a value per frame, not a span on the host timeline."""
+"""Metric names and kinds, derived from :class:`katra_trace.schema.Clock`: the one place that
+says which clock is a time and which a count."""
 
 from __future__ import annotations
 
@@ -14,8 +11,7 @@ from katra_trace.schema import Clock
 
 CLOCK_NAMES: dict[int, str] = {int(c): c.name.lower() for c in Clock}
 
-#: The one clock preference order (shown or compared when nothing else says): what the user waits
-#: for first, then the GPU's own, the counts, the CPU-side clocks.
+#: The clock shown or compared when nothing else says, best first.
 CLOCK_PREFERENCE: tuple[str, ...] = ("wall", "gpu", "instructions", "cycles", "process", "cpu")
 COUNT_CLOCKS: tuple[str, ...] = tuple(
     c for c in CLOCK_PREFERENCE if schema.Clock[c.upper()] in schema.COUNT_CLOCKS
@@ -33,8 +29,7 @@ METRICS: tuple[str, ...] = (AUTO, *TIME_CLOCKS, *COUNT_CLOCKS)
 
 MEASURES: tuple[str, ...] = ("time", *COUNT_CLOCKS)
 
-#: Per-run statistics of a time metric: p10 is the cost of a frame nothing got in the way of, when
-#: interference only adds (docs/stats.md); counts always use the median.
+#: Per-run statistics of a time metric (docs/stats.md); counts always use the median.
 RUN_STATS: tuple[str, ...] = ("median", "p10")
 
 AUTO_ORDER: tuple[str, ...] = (
@@ -50,7 +45,7 @@ MODE_CLOCKS: dict[str, Clock] = {
 
 
 def clock_name(clock: int) -> str:
-    """The name of clock number ``clock``; ``clockN`` for one this build does not know."""
+    """The name of clock ``clock``; ``clockN`` if unknown."""
     return CLOCK_NAMES.get(int(clock), f"clock{int(clock)}")
 
 
@@ -74,9 +69,7 @@ def unit_of(name: str) -> str:
 def primary_clock_of(
     available: Sequence[str], measure: str | None = None, recorded: str | None = None
 ) -> str | None:
-    """The clock a scene's numbers are shown on: the counted clock of a ``--measure`` capture, else
-    the capture's recorded primary, else the first of :data:`CLOCK_PREFERENCE` it has; None if none.
-    """
+    """The clock a scene is shown on: ``measure``, else ``recorded``, else the first preferred."""
     for name in (measure, recorded, *CLOCK_PREFERENCE):
         if name is not None and name in available:
             return name
@@ -88,8 +81,7 @@ def mode_clock(mode: str) -> str:
 
 
 def check_run_stat(stat: str, *, count: bool = False, normalize: bool = False) -> str:
-    """``stat`` when one of :data:`RUN_STATS` and it applies, else :class:`OptionError`: a count or
-    normalized ratios (``normalize``) always use the median."""
+    """``stat``, or OptionError if unknown, or not the median with ``count``/``normalize``."""
     if stat not in RUN_STATS:
         raise OptionError(
             f"unknown run statistic (--stat) {stat!r}; choose one of: {', '.join(RUN_STATS)}"

@@ -1,4 +1,4 @@
-"""The one loader of optional dependencies (DuckDB, perfetto, pyarrow, pandas, plotly, blosc2)."""
+"""The one loader of optional dependencies."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ from katra_trace.errors import ExitCode, KatraError
 
 
 class MissingDependencyError(KatraError):
-    """An optional Python package a feature needs is not installed (exit code 3)."""
+    """An optional package a feature needs is not installed."""
 
     exit_code = ExitCode.ENVIRONMENT
 
 
 def require(module: str, *, extra: str, purpose: str, what: str | None = None) -> ModuleType:
-    """Import ``module`` or raise :class:`MissingDependencyError`, naming ``purpose`` (what the user
-    asked for) and the pip line of ``extra``; ``what`` overrides the name of the missing thing."""
+    """Import ``module`` or raise :class:`MissingDependencyError` naming ``purpose`` and the pip
+    line of ``extra``."""
+
     try:
         return importlib.import_module(module)
     except ImportError:

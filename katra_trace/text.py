@@ -1,8 +1,5 @@
-"""Names and text fields as they reach a message, a terminal or a file: the one escaping rule.
-
-A name may hold newlines, escapes or non-UTF-8 bytes (as lone surrogates): messages quote it with
-:func:`shown` so a one-line error stays one line. Stored text fields are checked by
-:func:`check_text`; paths are never refused for their bytes."""
+"""The one escaping rule: :func:`shown` keeps a message with any name on one line; stored text
+fields pass :func:`check_text`; paths are never refused for their bytes."""
 
 from __future__ import annotations
 
@@ -12,7 +9,7 @@ from katra_trace.errors import ConfigError
 
 
 def escape(text: str) -> str:
-    """``text`` with every non-printable character as its backslash escape."""
+    """``text`` with non-printable characters backslash-escaped."""
     if text.isprintable():
         return text
     return "".join(
@@ -21,14 +18,14 @@ def escape(text: str) -> str:
 
 
 def shown(name: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> str:
-    """A name or path for a one-line message, quoted and escaped as ``repr`` writes it."""
+    """A name or path quoted and escaped as ``repr`` writes it."""
     text = os.fsdecode(name)
     return repr(text)
 
 
 def check_text(value: str, option: str, *, max_chars: int | None = None) -> str:
-    """``value`` of a text field, or ConfigError when it holds lone surrogates, control characters
-    or more than ``max_chars`` characters."""
+    """``value``, or ConfigError for surrogates, control characters or over ``max_chars``."""
+
     bad = next((c for c in value if not c.isprintable() and c != " "), None)
     if bad is not None:
         what = "bytes that are not UTF-8" if 0xD800 <= ord(bad) <= 0xDFFF else "control characters"

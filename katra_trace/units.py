@@ -1,22 +1,18 @@
-"""Numbers as a reader sees them: the one way a duration, a count or a float is written as text.
-
-Every text surface calls :func:`format_duration`, so 150 µs reads ``150.0 µs`` everywhere; JSON and
-CSV keep raw ``*_ms`` numbers for scripts."""
+"""The one way a duration, count or float is written as text (150 µs reads ``150.0 µs``
+everywhere); JSON and CSV keep raw ``*_ms`` numbers."""
 
 from __future__ import annotations
 
 import math
 
-#: (symbol, ns in one), largest first: a duration is written in the largest unit it reaches.
+#: (symbol, ns in one), largest first.
 DURATION_UNITS: tuple[tuple[str, float], ...] = (("s", 1e9), ("ms", 1e6), ("µs", 1e3), ("ns", 1.0))
-#: Significant digits of a duration or float in a table cell.
 DIGITS = 4
 MISSING = "-"
 
 
 def significant(value: float, digits: int = DIGITS) -> str:
-    """``value`` to ``digits`` significant digits, never an exponent; integer digits beyond
-    ``digits`` are kept (17390, not 17400)."""
+    """``value`` to ``digits`` significant digits, no exponent; integer digits are kept (17390)."""
     if value == 0:
         return "0"
     if not math.isfinite(value):
@@ -30,7 +26,6 @@ def significant(value: float, digits: int = DIGITS) -> str:
 
 
 def _finite(value: object) -> float | None:
-    """``value`` as a finite float, or None."""
     try:
         number = float(value)  # type: ignore[arg-type]
     except (OverflowError, TypeError, ValueError):
@@ -39,8 +34,7 @@ def _finite(value: object) -> float | None:
 
 
 def format_duration(ns: float | None, digits: int = DIGITS) -> str:
-    """A duration in **nanoseconds** as text in the unit that suits it (``150.0 µs``, ``16.67 ms``);
-    None or non-finite is ``-``, 0 is ``0 s``."""
+    """A duration in **ns** as text in the largest unit it reaches (``16.67 ms``); None is ``-``."""
     ns = _finite(ns)
     if ns is None:
         return MISSING
@@ -52,7 +46,7 @@ def format_duration(ns: float | None, digits: int = DIGITS) -> str:
     )
     text = significant(ns / DURATION_UNITS[i][1], digits)
     if i > 0 and abs(float(text)) >= 1000:
-        # 999.96 µs rounds to "1000": write it in the next unit up (1.000 ms)
+        # 999.96 µs rounds to "1000": use the next unit up
         i -= 1
         text = significant(ns / DURATION_UNITS[i][1], digits)
     return f"{text} {DURATION_UNITS[i][0]}"
@@ -65,8 +59,7 @@ def format_ms(ms: float | None, digits: int = DIGITS) -> str:
 
 
 def format_change_pct(pct: float | None, decimals: int = 1) -> str:
-    """A signed change in **percent**: ``+5.2%``; None or NaN is ``-``, infinity ``+inf%`` (an
-    interval with no upper end yet)."""
+    """A signed change in **percent**: ``+5.2%``; None or NaN is ``-``."""
     try:
         value = float(pct)  # type: ignore[arg-type]
     except (OverflowError, TypeError, ValueError):
@@ -75,7 +68,7 @@ def format_change_pct(pct: float | None, decimals: int = 1) -> str:
 
 
 def format_change(ratio: float | None, decimals: int = 1) -> str:
-    """A ratio NEW/BASE as its signed percent change: 1.052 is ``+5.2%``."""
+    """A ratio NEW/BASE as a percent change: 1.052 is ``+5.2%``."""
     try:
         value = float(ratio)  # type: ignore[arg-type]
     except (OverflowError, TypeError, ValueError):
@@ -84,8 +77,7 @@ def format_change(ratio: float | None, decimals: int = 1) -> str:
 
 
 def format_count(value: float | None) -> str:
-    """A count with thousands separators; a fractional count below 1000 (a median of two frames) to
-    :data:`DIGITS` significant digits."""
+    """A count with thousands separators; a fraction below 1000 to :data:`DIGITS` digits."""
     if value is None or not math.isfinite(value):
         return MISSING
     if isinstance(value, int) or abs(value) >= 1000 or float(value).is_integer():
@@ -93,8 +85,7 @@ def format_count(value: float | None) -> str:
     return significant(float(value))
 
 
-#: A statistic's table header, keyed by its name without unit suffix (``median_ms`` is ``median``).
-#: A rate or share names its unit; durations' cells and counts' titles carry theirs.
+#: A statistic's table header, keyed by its name without unit suffix.
 STAT_LABELS: dict[str, str] = {
     "n": "frames",
     "total": "total",
@@ -115,12 +106,11 @@ STAT_LABELS: dict[str, str] = {
     "fps_low_0_1pct_integral": "0.1 % low, integral (fps)",
     "stutter_pct": "stutter (% of time)",
 }
-#: A zone's ``n`` counts spans, not frames.
 ZONE_COUNT_LABEL = "spans"
 
 
 def stat_label(key: str, *, zone: bool = False) -> str:
-    """The header of statistic ``key`` (:data:`STAT_LABELS`); a key the map lacks is shown as is."""
+    """The header of statistic ``key``; an unknown key is shown as is."""
     if zone and key == "n":
         return ZONE_COUNT_LABEL
     if key in STAT_LABELS:
@@ -129,11 +119,11 @@ def stat_label(key: str, *, zone: bool = False) -> str:
 
 
 def format_number(value: object) -> str:
-    """A plain number's cell: ints as they are, floats to :data:`DIGITS` significant digits, None
-    and non-finite as ``-``."""
+    """A plain number's cell: floats to :data:`DIGITS` digits, None and non-finite as ``-``."""
+
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return MISSING
-    if isinstance(value, bool) or isinstance(value, int):
+    if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
         return significant(value)

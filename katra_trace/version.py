@@ -1,3 +1,3 @@
-"""katra3d's version, the one definition: the trace header's tool_version, katra3d --version."""
+"""katra3d's version: the trace header's tool_version and ``--version``."""
 
 __version__ = "0.1.0"

@@ -1,9 +1,6 @@
-# PYTHON_ARGCOMPLETE_OK  (argcomplete's marker, docs/cli.md)
-"""The ``katra3d`` command line.
-
-One module per subcommand, each with ``register(subparsers)`` setting ``func`` (args -> exit
-code); GL modules are imported only inside the commands that render.
-"""
+# PYTHON_ARGCOMPLETE_OK
+"""The ``katra3d`` command line: a module per subcommand whose ``register`` sets ``func`` (args ->
+exit code); GL modules load only inside the commands that render."""
 
 from __future__ import annotations
 
@@ -27,7 +24,7 @@ from katra_trace.io.claim import describe
 from katra_trace.text import escape, shown
 from katra_trace.version import __version__
 
-#: subcommand modules, in help order
+#: in help order
 COMMANDS: tuple[str, ...] = (
     "run",
     "merge",
@@ -52,7 +49,7 @@ TRACEBACK_HELP = (
 
 
 def show_traceback(args: argparse.Namespace | None) -> bool:
-    """Whether a scene's traceback is shown: ``--traceback`` or ``$KATRA3D_DEBUG``."""
+    """``--traceback`` or ``$KATRA3D_DEBUG``."""
     debug = os.environ.get("KATRA3D_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
     return debug or bool(getattr(args, "traceback", False))
 
@@ -62,7 +59,7 @@ def _version() -> str:
 
 
 class KatraArgumentParser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line, exit code 2, no usage dump."""
+    """Usage errors are one line, exit code 2, no usage dump."""
 
     def error(self, message: str) -> NoReturn:
         words = self.prog.split()
@@ -90,8 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def complete(parser: argparse.ArgumentParser) -> None:
-    """Answer the shell's completion request, scene and suite names included; ends the process."""
-    # deferred: argcomplete loads only when a shell asks for completions
+    """Answer the shell's completion request; ends the process."""
+    # deferred: argcomplete loads only to complete
     import argcomplete
 
     def scene_names(prefix: str, **_: object) -> list[str]:
@@ -112,8 +109,7 @@ def complete(parser: argparse.ArgumentParser) -> None:
 
 
 def _remember_parsers(parser: argparse.ArgumentParser) -> None:
-    """Set ``_katra_parser`` on every (sub)command, so that an unknown option is reported by
-    the command it was given to."""
+    """Tag each (sub)command, so an unknown option is reported by the command it was given to."""
     parser.set_defaults(_katra_parser=parser)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -129,8 +125,7 @@ def _remember_parsers(parser: argparse.ArgumentParser) -> None:
 
 
 def _check_order(parser: argparse.ArgumentParser, words: list[str]) -> None:
-    """An option before its command (``katra3d --frames 10 run``): say where it goes, not
-    argparse's "invalid choice: '10'"."""
+    """Say where an option given before its command goes, not "invalid choice"."""
     at = next((i for i, w in enumerate(words) if w in COMMANDS), len(words))
     if not any(
         w.startswith("-") and w.partition("=")[0] not in parser._option_string_actions
@@ -143,7 +138,6 @@ def _check_order(parser: argparse.ArgumentParser, words: list[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console script entry point; returns the exit code."""
     try:
         return _main(argv)
     finally:
@@ -166,7 +160,6 @@ def _main(argv: Sequence[str] | None = None) -> int:
         and signal.getsignal(signal.SIGINT) is not signal.default_int_handler
         and getattr(signal.getsignal(signal.SIGINT), "__name__", "") == "_quiet_exit"
     ):
-        # set by katra3d/__init__ for start-up
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         parser = build_parser()
@@ -186,7 +179,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         and isinstance(getattr(args, "scenes", None), list)
         and not any(word.startswith("-") for word in unknown)
     ):
-        # scene names after options: argparse leaves later positional groups over, in order
+        # scene names after options: argparse leaves them over, in order
         args.scenes += unknown
         unknown = []
     if unknown:
@@ -205,11 +198,11 @@ def _main(argv: Sequence[str] | None = None) -> int:
         print("katra3d: interrupted", file=sys.stderr)
         return signal_exit_code(getattr(exc, "signum", signal.SIGINT))
     except BrokenPipeError:
-        # the reader went away (``| head``): stop quietly, also at the exit flush
+        # the reader went away (``| head``): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return ExitCode.OK
     except OSError as exc:
-        # last resort for a system refusal no check met first
+        # a system refusal no check met first
         where = f"{shown(exc.filename)}: " if exc.filename is not None else ""
         print(f"katra3d: error: {where}{describe(exc)}", file=sys.stderr)
         return ExitCode.BAD_INPUT

@@ -1,5 +1,4 @@
-"""Helpers shared by the CLI subcommands (no GL imports): the decision's option builders, trace
-loading, JSON and table output."""
+"""Helpers shared by the CLI subcommands (no GL imports): option builders, trace loading, output."""
 
 from __future__ import annotations
 
@@ -42,8 +41,7 @@ ALPHA_STEPS = "chance that a flat trend shows a step; 1 - alpha is the intervals
 
 @contextlib.contextmanager
 def stops_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise Interrupted meanwhile, as Ctrl-C does: a command that writes one
-    output (merge, export) removes its temporary file and exits 128 + the signal."""
+    """SIGTERM and SIGHUP raise Interrupted meanwhile, so a command removes its temporary file."""
 
     def stop(signum: int, _frame: object) -> None:
         raise Interrupted(signum)
@@ -72,9 +70,8 @@ def add_decision_options(p: argparse.ArgumentParser, alpha_means: str = ALPHA_CO
 
 
 def add_comparability_options(p: argparse.ArgumentParser, images: bool = True) -> None:
-    """What is compared and what may be: the options of compare, ab, report --baseline and
-    bisect (:func:`compare_options` makes them one record); ``images`` adds the image verdict's
-    (bisect shows those with the defaults, never gates)."""
+    """What is compared and what may be (compare, ab, report --baseline, bisect); ``images`` adds
+    the image verdict's options."""
     p.add_argument(
         "--metric",
         choices=METRICS,
@@ -124,7 +121,6 @@ def add_comparability_options(p: argparse.ArgumentParser, images: bool = True) -
 
 
 def add_image_options(p: argparse.ArgumentParser) -> None:
-    """The image verdict's policy and two thresholds (docs/images.md)."""
     p.add_argument(
         "--images",
         choices=IMAGE_POLICIES,
@@ -152,7 +148,7 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
 
 
 def image_options(args: argparse.Namespace) -> tuple[str, ImageThresholds]:
-    """The ``--images`` policy in force and the image thresholds, checked."""
+    """The ``--images`` policy and the image thresholds, checked."""
     return (
         image_policy(args.images, args.allow_param_mismatch),
         ImageThresholds(max_mean=args.image_max_mean, max_outlier_pct=args.image_max_outliers),
@@ -160,18 +156,17 @@ def image_options(args: argparse.Namespace) -> tuple[str, ImageThresholds]:
 
 
 def check_compare_options(args: argparse.Namespace) -> None:
-    """The library's checks of the decision's options, before any trace is read."""
+    """Check the decision's options before any trace is read."""
     check_alpha(args.alpha)
     check_threshold_pct(args.threshold)
     if args.stat is not None:
         check_run_stat(args.stat, count=is_count(args.metric), normalize=args.normalize)
-    if hasattr(args, "images"):  # commands that take the image options (not bisect)
+    if hasattr(args, "images"):  # not bisect
         image_options(args)
 
 
 def compare_options(args: argparse.Namespace) -> CompareOptions:
-    """The options of :func:`add_decision_options` and :func:`add_comparability_options` as one
-    :class:`~katra_trace.analysis.compare.CompareOptions`: the one place they are mapped."""
+    """The decision and comparability options as one CompareOptions: the one place mapped."""
     return CompareOptions(
         metric=args.metric,
         threshold_pct=args.threshold,
@@ -185,8 +180,7 @@ def compare_options(args: argparse.Namespace) -> CompareOptions:
 
 
 def load_traces(paths: Sequence[str | os.PathLike[str]], verb: str = "using") -> list[Trace]:
-    """Open each trace once; a damaged one is used up to where it stops, with its one-line
-    warning."""
+    """Open each trace; a damaged one is used up to where it stops, with a one-line warning."""
     traces, damaged = open_traces(paths, verb)
     for line in damaged:
         warn_damaged(line)
@@ -194,8 +188,7 @@ def load_traces(paths: Sequence[str | os.PathLike[str]], verb: str = "using") ->
 
 
 def iter_runs(paths: Sequence[str], verb: str = "using") -> Iterator[Trace]:
-    """The traces TRACE|DIR arguments name, each opened as it is reached, with
-    :func:`load_traces`' warning."""
+    """The traces TRACE|DIR arguments name, each opened as it is reached."""
     for path in paths:
         for trace, note in iter_traces(path, verb):
             if note is not None:
@@ -212,17 +205,15 @@ def print_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
-#: Columns of text output when neither ``COLUMNS`` nor a terminal says (pipes, CI logs).
+#: Columns when neither ``COLUMNS`` nor a terminal says.
 DEFAULT_WIDTH = 80
 
 
 def terminal_width() -> int:
-    """``COLUMNS`` when set, else the terminal's width, else :data:`DEFAULT_WIDTH`."""
     return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
 
 
 def table_width(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
-    """The width of :func:`emit_table`'s table form of these cells on this stdout."""
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
     if sys.stdout.isatty():
         return sum(w + 3 for w in widths) + 1
@@ -236,8 +227,7 @@ def emit_table(
     title: str = "",
     right: Sequence[str] = (),
 ) -> None:
-    """Print formatted cells as a table (rich on a TTY), markdown or csv; columns in ``right``
-    are right-aligned."""
+    """Print cells as a table (rich on a TTY), markdown or csv; ``right`` columns right-aligned."""
     out = sys.stdout
     if fmt == "csv":
         writer = csv.writer(out, lineterminator="\n")
@@ -254,7 +244,7 @@ def emit_table(
         out.write("\n")
         return
     if out.isatty():
-        # deferred: rich's console and tables load only when a table goes to a terminal
+        # deferred: rich loads only for a terminal
         from rich.console import Console
         from rich.table import Table
 

@@ -1,5 +1,4 @@
-"""Options and printing shared by compare and ab; the comparison itself is the library's
-(:mod:`katra_trace.analysis.comparison`)."""
+"""Printing shared by compare and ab; the comparison is :mod:`katra_trace.analysis.comparison`."""
 
 from __future__ import annotations
 
@@ -98,7 +97,6 @@ def _count_row(s: Any) -> list[str]:
 
 
 def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
-    """Print the timing decision as a table, markdown or csv."""
     count = is_count(result.metric)
     rows: list[list[str]] = []
     if count:
@@ -129,7 +127,7 @@ def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
             if result.scenes and all(s.value_unit == "ms" for s in result.scenes if s.unit)
             else "x ref"
         )
-        # times carry their unit in each cell; a ratio to the reference says so in the header
+        # times carry their unit per cell; a ratio says so in the header
         columns = [
             "scene",
             "verdict",
@@ -185,8 +183,8 @@ def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
 
 
 def print_images(verdicts: dict[str, ImageVerdict], policy: str, fmt: str) -> None:
-    """A line per scene whose image is not identical, a summary, and FLIP's install line when a
-    verdict rested on checksums for want of it (csv: on stderr)."""
+    """A line per changed image, a summary, and FLIP's install line when a verdict fell back to
+    checksums (csv: on stderr)."""
     out = sys.stderr if fmt == "csv" else sys.stdout
     prefix = "katra3d: note: " if fmt == "csv" else ("- " if fmt == "markdown" else "")
     if not verdicts:
@@ -216,8 +214,7 @@ def print_images(verdicts: dict[str, ImageVerdict], policy: str, fmt: str) -> No
 def print_result(
     result: ComparisonResult, fmt: str, profiles: Sequence[ProfileDelta] | None = None
 ) -> None:
-    """A comparison as JSON, or as the timing table and the image lines; ``profiles``
-    (``--profile``): where the instructions went."""
+    """A comparison as JSON, or as the timing table and image lines, with ``profiles``."""
     if fmt == "json":
         out = result.as_dict()
         if profiles is not None:
@@ -238,10 +235,8 @@ def compare_and_print(
     record: Path | None = None,
     top_profile: bool = False,
 ) -> int:
-    """Open, compare and print both sides; returns the exit code. ``record``: an ab directory
-    whose ab.json gets the decision. ``top_profile``: on counts, a line naming the top group and
-    function of the change (ab)."""
-    # deferred: the comparison loads scipy (about a second); building the parser must not
+    """Open, compare and print both sides; returns the exit code. ``record``: an ab directory."""
+    # deferred: the comparison loads scipy (about a second)
     from katra_trace.analysis.comparison import compare_sides, open_sides
     from katra_trace.io.tracesets import record_ab_decision
     from katra_trace.profile.diff import profile_deltas, top_line

@@ -1,5 +1,4 @@
-"""``compare --profile``: where each changed scene's (and zone's) instructions went, as a table, or
-as ``profile_delta`` lists in the JSON; ``--profile-out DIR``: the differential flame graphs."""
+"""``compare --profile``: where each changed scene's and zone's instructions went."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from katra_trace.profile.model import share_text
 
 
 def attach(out: dict[str, Any], deltas: Sequence[ProfileDelta]) -> None:
-    """Give each scene (and zone) of compare's JSON ``out`` its ``profile_delta`` list."""
+    """Give each scene and zone of compare's JSON its ``profile_delta`` list."""
     scenes = out.get("scenes") or {}
     for d in deltas:
         entry = scenes.get(d.scene)
@@ -24,7 +23,7 @@ def attach(out: dict[str, Any], deltas: Sequence[ProfileDelta]) -> None:
 
 
 def print_profiles(deltas: Sequence[ProfileDelta], fmt: str) -> None:
-    """One table per scene and zone whose profile changed, largest change first."""
+    """A table per changed scene and zone profile, largest change first."""
     if not deltas:
         print(
             "katra3d: note: --profile: no instruction profiles on both sides (a counted run, "

@@ -1,6 +1,4 @@
-"""Printing of ``katra3d stats TRACE --slow``: each scene's slow frames and their causes (the rule
-is :mod:`katra_trace.analysis.slow`'s; docs/stats.md).
-"""
+"""Printing of ``stats --slow``; the rule is :mod:`katra_trace.analysis.slow` (docs/stats.md)."""
 
 from __future__ import annotations
 
@@ -16,12 +14,11 @@ from katra_trace.units import format_ms, format_number
 
 CAUSE_COLUMNS = ("cause", "frames", "period", "typical excess")
 FRAME_COLUMNS = ("frame", "time", "x median", "cause", "excess")
-#: ``--format csv``: one row per slow frame (after ``run`` for a directory).
+#: ``--format csv``: a row per slow frame.
 CSV_COLUMNS = ("scene", "frame", "ms", "ratio", "kind", "name", "excess_ms")
 
 
 def slow_json(stats: RunStats, found: dict[str, SceneSlow]) -> dict[str, Any]:
-    """``stats --format json`` with each scene's slow frames added."""
     scenes = {s: v.as_dict() for s, v in stats.scenes.items()}
     for scene, slow in found.items():
         scenes.setdefault(scene, NO_STATS.as_dict()).update(slow.as_dict())
@@ -29,8 +26,7 @@ def slow_json(stats: RunStats, found: dict[str, SceneSlow]) -> dict[str, Any]:
 
 
 def slow_csv_rows(found: dict[str, SceneSlow], where: str, lead: list[str]) -> list[list[str]]:
-    """The CSV rows of the slow frames, each after ``lead``; a scene without frame times gets
-    its note on stderr, naming ``where``."""
+    """The slow frames' CSV rows after ``lead``; a scene without frame times gets a stderr note."""
     for scene, slow in found.items():
         if slow.clock is None:
             warn(f"{escape(where)}: {escape(scene)}: {slow.note}")
@@ -51,7 +47,6 @@ def slow_csv_rows(found: dict[str, SceneSlow], where: str, lead: list[str]) -> l
 
 
 def print_slow(args: argparse.Namespace, run: str, found: dict[str, SceneSlow]) -> None:
-    """One trace's slow frames as table or markdown."""
     for scene, slow in found.items():
         if slow.clock is None:
             print(f"{run}: {escape(scene)}: {slow.note}")

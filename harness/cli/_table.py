@@ -11,13 +11,13 @@ from katra_trace.units import format_ms
 
 
 def _printable(text: str) -> str:
-    """``text`` with what cannot be encoded (a lone surrogate in a scene name) replaced."""
+    """``text`` with what cannot be encoded (a lone surrogate) replaced."""
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def format_table(result: RunResult) -> str:
-    """The end-of-run table: per scene frames, median / p99, FPS, clock, params."""
-    # deferred: rich's console and tables load only when the end-of-run table is printed
+    """Per scene: frames, median / p99, FPS, clock, params."""
+    # deferred: rich loads only when the table is printed
     from rich.console import Console
     from rich.table import Table
 

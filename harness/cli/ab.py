@@ -1,11 +1,5 @@
-"""``katra3d ab --base CMD --new CMD [--rounds K] [--until-decided] [-o DIR]``: interleaved A/B
-captures, then a paired compare.
-
-The order alternates each round (A B, B A, ...) so that slow drifts hit both sides alike and a
-round is a natural pair. DIR gets ``base/``, ``new/`` and the ``ab.json`` manifest. The loop is
-:func:`katra3d.harness.ab.rounds.run_rounds`; ``--until-decided`` uses the stopping rule of
-:mod:`katra_trace.analysis.sequential`. An interrupted round is kept and noted in ab.json.
-"""
+"""``katra3d ab``: interleaved A/B captures (A B, B A, ... so drifts hit both sides alike), then a
+paired compare."""
 
 from __future__ import annotations
 
@@ -36,8 +30,7 @@ if TYPE_CHECKING:
 
 #: Default rounds: 6 paired rounds give the paired t 5 degrees of freedom.
 DEFAULT_ROUNDS = 6
-#: Default rounds of ``--refs`` in time: enough for an exact rank test over the ``ci`` suite at
-#: alpha 0.01 after Holm.
+#: Default ``--refs`` rounds in time: enough for an exact rank test of the ``ci`` suite after Holm.
 REFS_ROUNDS = 7
 
 
@@ -156,7 +149,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_refs(args: argparse.Namespace) -> int:
-    """``ab --refs``: the two revisions as worktrees, each captured by the one command."""
     if args.base is not None or args.new is not None:
         raise ConfigError(
             "--refs captures both revisions with one -c CMD: give no --base or --new with it"
@@ -189,7 +181,7 @@ def _run_refs(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
-    # deferred: the rounds loop and the stopping rule load scipy; building the parser must not
+    # deferred: the rounds loop and the stopping rule load scipy
     from katra3d.harness.ab.rounds import SIDES, run_rounds
     from katra_trace.analysis.sequential import SequentialRule
 
@@ -207,7 +199,7 @@ def _run(args: argparse.Namespace, commands: dict[str, CaptureCommand]) -> int:
         cap = DEFAULT_ROUNDS if args.rounds is None else args.rounds
         if cap < 1:
             raise ConfigError(f"--rounds must be >= 1, got {cap}")
-    # absolute, so that commands which change directory still write where we look
+    # absolute: commands that change directory still write where we look
     root = check_output_dir(
         args.output or f"katra3d-ab-{time.strftime('%Y%m%d-%H%M%S')}", option="-o"
     ).resolve()

@@ -1,5 +1,4 @@
-"""``katra3d bisect GOOD BAD [SCENE ...]``: which commit made frames slower (docs/bisect.md; the
-work is :mod:`katra3d.harness.bisect`)."""
+"""``katra3d bisect``: which commit made frames slower (docs/bisect.md)."""
 
 from __future__ import annotations
 
@@ -101,13 +100,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--images",
         action="store_true",
-        dest="by_images",  # not compare's --images policy (the image verdicts here use defaults)
+        dest="by_images",  # not compare's --images policy
         help="find the first commit whose kept frame changed beyond the image tolerance "
         "(docs/images.md) instead of a slowdown: one capture a commit (-m auto: time)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_decision_options(p)
-    add_comparability_options(p, images=False)  # image verdicts are shown with their defaults
+    add_comparability_options(p, images=False)
     p.set_defaults(func=run)
 
 

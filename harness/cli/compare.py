@@ -1,8 +1,5 @@
-"""``katra3d compare BASE NEW`` (or ``compare DIR`` of ``katra3d ab``): did NEW make frames worse?
-
-An ab directory's ``ab.json`` pairs the runs round by round for the paired test. The decision
-rule is in katra_trace.analysis.decide and docs/stats.md.
-"""
+"""``katra3d compare``: did NEW make frames worse? An ab directory pairs its runs by round;
+the rule is in docs/stats.md."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""``katra3d doctor``: can this machine render, and how should it be timed? Exits 0 when a
-backend works, 3 when none does."""
+"""``katra3d doctor``: can this machine render, and how should it be timed?"""
 
 from __future__ import annotations
 
@@ -33,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def diagnose(backend: str | None = None, device: int | None = None) -> dict[str, Any]:
-    """Everything doctor reports, as a JSON-ready dict."""
+    """Everything doctor reports, JSON-ready."""
     report: dict[str, Any] = {
         "backends": [s.as_dict() for s in backends.statuses(probe_contexts=True)],
         # keys EGL cannot fill (Mesa's software device has no DRM node) are left out
@@ -63,7 +62,6 @@ def diagnose(backend: str | None = None, device: int | None = None) -> dict[str,
         report["egl"] = backends.current_egl_info() if session.backend == "egl" else {}
         report["timer_query_check"] = timer_query_reliability(session.ctx)
         verdict = report["timer_query_check"]["verdict"]
-        # the engine's one rule, not a second one of doctor's
         mode, reason = timers.choose_mode("auto", gl)
         report["recommended_timing"] = {"mode": mode, "reason": reason, "auto_picks": mode}
         if verdict == "unreliable":

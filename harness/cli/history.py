@@ -1,6 +1,4 @@
-"""``katra3d history add|show|check|export``: per-run summaries across versions, trends and step
-detection, in a DuckDB store or Parquet files (docs/history.md).
-"""
+"""``katra3d history``: per-run summaries across versions, trends and steps (docs/history.md)."""
 
 from __future__ import annotations
 
@@ -276,14 +274,12 @@ def _name(series: Any) -> str:
 
 
 def _val(value: float, unit: str) -> str:
-    """A level in its unit: times scaled, counts whole, ratios to 4 digits."""
     if unit == "ms":
         return format_ms(value)
     return format_count(value) if is_count(unit) else format_number(value)
 
 
 def _checked(args: argparse.Namespace) -> Any:
-    """The selected series and their step models, which show and check print."""
     check_alpha(args.alpha)  # before the store is opened: a bad option is reported first
     check_threshold_pct(args.threshold)
     series = load_series(_source(args), _selection(args), _lock_timeout(args))
@@ -291,7 +287,6 @@ def _checked(args: argparse.Namespace) -> Any:
 
 
 def _no_step_lines(result: Any) -> list[str]:
-    """A line per series that changed by the threshold or more with no step found."""
     out = []
     for m in result.models:
         if m.no_step_reason:
@@ -305,7 +300,6 @@ def _no_step_lines(result: Any) -> list[str]:
 
 
 def _departure_lines(result: Any) -> list[str]:
-    """A line per series whose newest labels depart on too few runs for a verdict."""
     return [f"{_name(d.series)} {d.series.metric}: {d.text()}" for d in result.departures]
 
 

@@ -1,5 +1,4 @@
-"""``katra3d info TRACE [--all] [--json]``: what a trace holds and how it was captured; compact
-by default, ``--all`` every header field, ``--json`` the whole description."""
+"""``katra3d info TRACE``: what a trace holds and how it was captured."""
 
 from __future__ import annotations
 
@@ -43,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _enum_name(enum: type[Kind] | type[Clock], value: int, prefix: str) -> str:
-    """``frame`` / ``wall``; a value this build does not know (a newer minor) as ``clock9``."""
+    """``frame`` / ``wall``; an unknown value (a newer minor) as ``clock9``."""
     try:
         return enum(value).name.lower()
     except ValueError:
@@ -63,7 +62,7 @@ def event_counts(trace: Trace) -> dict[str, Any]:
         "by_kind": by_kind,
         "by_clock": by_clock,
         "warmup_events": int(((ev["flags"] & Flag.WARMUP) != 0).sum()),
-        # frames, not events: one warmup frame is an event per clock (and zone)
+        # one warmup frame is an event per clock and zone
         "warmup_frames": int(
             len(
                 {
@@ -125,7 +124,6 @@ def _is_nested(v: Any) -> bool:
 
 
 def _lines(items: dict[str, Any], indent: str) -> list[str]:
-    """Aligned ``key value`` lines; nested values get their own indented lines."""
     out: list[str] = []
     width = max((len(str(k)) for k in items), default=0)
     for k, v in items.items():
@@ -150,7 +148,7 @@ def _known(v: object) -> str:
 
 
 def render_text(trace: Trace) -> str:
-    """``info --all``: every header field, host fact, capture option and summary value."""
+    """``info --all``: every header, host, capture and summary field."""
     h, s = trace.header, trace.summary
     started = _started(h.start_wall_ns) or "?"
     n = len(trace.events)
@@ -199,12 +197,10 @@ def render_text(trace: Trace) -> str:
 
 
 def _joined(*parts: object, sep: str = ", ") -> str:
-    """The parts that say something, joined."""
     return sep.join(str(p) for p in parts if p not in (None, "", "-") and p != [] and p != ())
 
 
 def _started(start_wall_ns: int | None) -> str:
-    """The capture's start as UTC ISO 8601 to the second; "" when unknown."""
     if start_wall_ns is None:
         return ""
     try:
@@ -216,7 +212,6 @@ def _started(start_wall_ns: int | None) -> str:
 
 
 def _capture_line(trace: Trace) -> str:
-    """The capture options that were recorded, on one line."""
     o = trace.header.capture_options
     size = f"{o.run_size[0]}x{o.run_size[1]}" if o.run_size and len(o.run_size) == 2 else ""
     duration = o.resolved.duration_s
@@ -237,8 +232,7 @@ def _capture_line(trace: Trace) -> str:
 
 
 def _scene_lines(trace: Trace, counts: dict[str, Any]) -> list[str]:
-    """One line per scene from the run's summary, else from the scene names the events carry."""
-    # the summary is the file's word: anything may be there, so only a list of objects is read
+    # the summary may hold anything: only a list of objects is read
     user = trace.summary.get("user")
     listed = user.get("scenes") if isinstance(user, dict) else None
     recorded = [s for s in listed if isinstance(s, dict)] if isinstance(listed, list) else []
@@ -273,8 +267,7 @@ def _scene_lines(trace: Trace, counts: dict[str, Any]) -> list[str]:
 
 
 def _restart_lines(trace: Trace) -> list[str]:
-    """A line per replayed scene whose trace was replayed again from its start (the scene
-    annotation's ``replay.restarts``): where, and that those frames are out of the statistics."""
+    """A line per replayed scene restarted from its start: where, and that those frames are out."""
     out = []
     for a in trace.annotations:
         replay = a.get("replay") if a.get("type") == "scene" else None
@@ -293,7 +286,6 @@ def _params(params: Any) -> str:
 
 
 def _host_text(h: HostInfo) -> list[str]:
-    """A host as up to two lines: renderer and GL, then machine."""
     system = h.system.as_dict()
     cores = system.get("cpu_cores")
     gl = _joined(h.renderer, f"OpenGL {h.gl.version}" if h.gl.version else "")
@@ -308,7 +300,6 @@ def _host_text(h: HostInfo) -> list[str]:
 
 
 def _shard_lines(trace: Trace) -> list[str]:
-    """A merged trace's shards, a line each; for one shard of a run, which share it is."""
     shard = trace.header.capture_options.shard
     if not trace.header.shards:
         return [f"{shard} of the run's scenes (katra3d merge joins the shards)"] if shard else []
@@ -328,7 +319,7 @@ def _shard_lines(trace: Trace) -> list[str]:
 
 
 def _kept_frames(trace: Trace) -> list[KeptFrame]:
-    """The kept frames as the reader found them; no pixel is decoded (``validate`` checks them)."""
+    """The kept frames as found; no pixel is decoded (``validate`` checks them)."""
     return list(trace.kept_frames.values())
 
 
@@ -341,8 +332,7 @@ def _image_line(frame: KeptFrame) -> str:
 
 
 def render_compact(trace: Trace, width: int = 80) -> str:
-    """``info``'s default: facts worth reading, empty fields left out, wrapped at ``width``
-    columns."""
+    """``info``'s default: the facts worth reading, wrapped at ``width``."""
     h, s = trace.header, trace.summary
     counts = event_counts(trace)
     n = len(trace.events)

@@ -1,5 +1,4 @@
-"""``katra3d merge SHARD... -o RUN.katra``: the shards of one run as one trace; the checks and
-the writing are :func:`katra_trace.io.merge.merge_shards`'s."""
+"""``katra3d merge``: a run's shards as one trace (:func:`katra_trace.io.merge.merge_shards`)."""
 
 from __future__ import annotations
 

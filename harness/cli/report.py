@@ -1,5 +1,4 @@
-"""``katra3d report``: runs, a baseline comparison or history trends as one self-contained HTML
-page (docs/report.md)."""
+"""``katra3d report``: runs, a comparison or trends as one HTML page (docs/report.md)."""
 
 from __future__ import annotations
 
@@ -84,7 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     plotly_js_packed()  # exit 3 before reading anything when plotly is missing
-    check_compare_options(args)  # before any file is read
+    check_compare_options(args)
     inputs = [*args.traces, *args.baseline, *([args.history] if args.history else [])]
     out = check_output(
         args.output, force=args.force, inputs=inputs, option="-o", example="report.html"
@@ -96,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     error: str | None = None
     ab_dir = not args.baseline and len(args.traces) == 1 and is_ab_dir(args.traces[0])
     if args.baseline or ab_dir:
-        # deferred: the comparison loads scipy; only a report with a baseline needs it
+        # deferred: the comparison loads scipy
         from katra_trace.analysis.comparison import compare_sides, open_sides
 
         # an ab directory is both sides, paired as `compare DIR` pairs them

@@ -1,7 +1,5 @@
-"""``katra3d run``: render scenes headless, time every frame, stream a trace.
-
-Values are parsed here, not by argparse types, so that a bad one is one error line, exit 2.
-"""
+"""``katra3d run``: render scenes headless, stream a trace. Values are parsed here, not by
+argparse, so a bad one is one error line."""
 
 from __future__ import annotations
 
@@ -185,7 +183,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    """A RunConfig from parsed arguments (ConfigError on bad values)."""
+    """A RunConfig from the arguments (ConfigError on bad values)."""
     if args.frames is not None and args.duration is not None:
         raise ConfigError("give --frames or --duration, not both")
     return RunConfig(
@@ -219,7 +217,6 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 
 def _codec(text: str | None) -> str | None:
-    """The --codec value, checked before any GL work (unknown: exit 2, library missing: 3)."""
     if text is None:
         return None
     codec = text.strip().lower()
@@ -254,8 +251,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_images(directory: Path, trace: Path, scenes: list[str], *, update: bool) -> int:
-    """--expect-images / --update-images: a line a scene; 1 when an image changed, 2 when a check
-    could not be made. Kept frames are decoded one at a time."""
+    """--expect-images / --update-images: a line a scene; exit 1 on a change, 2 if a check
+    could not be made."""
     images = open_quietly(str(trace)).kept_frames
     checks = (
         record_references(directory, images)

@@ -1,5 +1,4 @@
-"""``katra3d scenes [SCENE] [--json]``: the scenes katra3d can run, their params and suites.
-Imports no GL module."""
+"""``katra3d scenes``: the scenes katra3d can run, their params and suites; no GL import."""
 
 from __future__ import annotations
 
@@ -40,7 +39,6 @@ def _jsonable(value: Any) -> Any:
 
 
 def catalogue() -> dict[str, Any]:
-    """Everything ``katra3d scenes`` shows, as one JSON-ready dict."""
     scenes: list[dict[str, Any]] = []
     builtins = builtin_scenes()
     errors: list[dict[str, str]] = []
@@ -74,7 +72,7 @@ def catalogue() -> dict[str, Any]:
 
 
 def one_scene(spec: str) -> dict[str, Any]:
-    """The one scene ``spec`` names (SceneError if none)."""
+    """The scene ``spec`` names (SceneError if none)."""
     spec = spec.strip()
     cls = get_scene(spec)
     entry_points = entry_point_scenes()
@@ -86,7 +84,6 @@ def one_scene(spec: str) -> dict[str, Any]:
 
 
 def scene_entry(name: str, cls: type[Scene], origin: str) -> dict[str, Any]:
-    """One scene as ``katra3d scenes`` shows it (JSON-ready)."""
     params = {
         key: {
             "default": _jsonable(param.default),
@@ -118,8 +115,8 @@ def _gl(code: int) -> str:
 
 
 def scene_lines(sc: dict[str, Any], prefix: str | None = None) -> list[str]:
-    """One scene as text, each param as the ``--param`` that sets its default (``prefix``: before
-    ``.KEY``, default the scene's name)."""
+    """One scene as text, each param as the ``--param`` that sets it (``prefix``: default the
+    scene's name)."""
     lines = [f"{sc['name']}  -  {sc['description']}" if sc["description"] else sc["name"]]
     extra = f"   (needs GL {_gl(sc['min_gl_version'])})" if sc["min_gl_version"] > 330 else ""
     if sc["stresses"] or extra:

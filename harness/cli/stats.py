@@ -1,9 +1,4 @@
-"""``katra3d stats TRACE``: frame-time statistics.
-
-Text forms are compact by default (primary clock, the columns that fit the terminal); ``--all``,
-``json`` and ``csv`` carry every clock and stat. A directory of traces is one output with a
-``run`` column (JSON: ``{"runs": [...]}``).
-"""
+"""``katra3d stats TRACE``: frame-time statistics; ``--all``, json and csv carry every clock."""
 
 from __future__ import annotations
 
@@ -29,7 +24,6 @@ from katra_trace.metrics import COUNT_CLOCKS, primary_clock_of, unit_of
 from katra_trace.text import escape
 from katra_trace.units import format_count, format_ms, format_number, stat_label
 
-#: Columns of ``--all``'s text forms.
 TABLE_STATS: tuple[str, ...] = (
     "n",
     "median_ms",
@@ -43,7 +37,7 @@ TABLE_STATS: tuple[str, ...] = (
     "fps_low_0_1pct",
     "stutter_pct",
 )
-#: Columns of ``--all`` for the count clocks (``{unit}``: instructions or cycles); no rates.
+#: ``--all``'s columns for the count clocks; no rates.
 COUNT_TABLE_STATS: tuple[str, ...] = (
     "n",
     "median_{unit}",
@@ -54,7 +48,7 @@ COUNT_TABLE_STATS: tuple[str, ...] = (
     "max_{unit}",
     "cv",
 )
-#: The compact view of a time clock: (header, stat key).
+#: (header, stat key) of the compact view.
 COMPACT_TIME: tuple[tuple[str, str], ...] = tuple(
     (stat_label(k), k)
     for k in ("n", "median_ms", "p99_ms", "mad_ms", "fps_avg", "fps_low_1pct", "stutter_pct", "cv")
@@ -63,7 +57,7 @@ COMPACT_COUNT: tuple[tuple[str, str], ...] = tuple(
     (stat_label(k), k)
     for k in ("n", "median_{unit}", "p99_{unit}", "min_{unit}", "max_{unit}", "cv")
 )
-#: Compact columns in the order they are dropped when the table is wider than the terminal.
+#: Compact columns in the order they are dropped to fit the terminal.
 DROP_ORDER: tuple[str, ...] = tuple(
     stat_label(k)
     for k in ("cv", "stutter_pct", "mad_ms", "min_ms", "max_ms", "fps_low_1pct", "fps_avg")
@@ -129,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     runs: list[dict[str, Any]] = []
     rows: list[list[str]] = []
     stat_rows: list[tuple[list[str], dict[str, float | int | None]]] = []
-    # one at a time: a directory's traces are never all held
+    # a directory's traces are never all held
     for trace in iter_runs([args.trace], verb=verb):
         path = trace.path
         label = path.name if is_dir else ""
@@ -171,7 +165,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _tables(args: argparse.Namespace, result: RunStats, name: str) -> None:
-    """``--all``'s tables of one trace, one per unit."""
     groups: dict[str, list[tuple[str, str, str, ClockStats]]] = {}
     for row in result.rows(zones=args.zones):
         groups.setdefault(unit_of(row[2]), []).append(row)
@@ -202,12 +195,11 @@ def _tables(args: argparse.Namespace, result: RunStats, name: str) -> None:
 
 
 def _head(key: str) -> str:
-    """Times lose their ``_ms`` (their cells carry the unit)."""
     return key[:-3] if key.endswith("_ms") else key
 
 
 def cell(key: str, value: Any) -> str:
-    """One stat as a table cell: times in the unit that suits them, counts whole."""
+    """One stat as a cell: times in the unit that suits them, counts whole."""
     if key.endswith("_ms"):
         return format_ms(value)
     if key.rsplit("_", 1)[-1] in COUNT_CLOCKS:
@@ -220,8 +212,7 @@ def _warn_empty(path: Path) -> None:
 
 
 def primary_rows(trace: Trace, run_label: str, zones: bool) -> list[Row]:
-    """Each scene's statistics on its primary clock, and with ``zones`` its zones' (on that clock,
-    else their own: a replay's draws are on the cpu clock)."""
+    """Each scene's statistics on its primary clock, and with ``zones`` its zones'."""
     opts = trace.header.capture_options
     out: list[Row] = []
     for scene, entry in trace_stats(trace, zones=zones).scenes.items():
@@ -240,7 +231,6 @@ def primary_rows(trace: Trace, run_label: str, zones: bool) -> list[Row]:
 
 
 def _compact(args: argparse.Namespace, is_dir: bool) -> int:
-    """The default text view: one table per unit, primary clock, the columns that fit."""
     rows: list[Row] = []
     for trace in iter_runs([args.trace], verb="statistics cover"):
         found = primary_rows(trace, trace.path.name if is_dir else "", args.zones)
@@ -296,7 +286,7 @@ def _compact(args: argparse.Namespace, is_dir: bool) -> int:
 def fit(
     columns: Sequence[str], rows: Sequence[Sequence[str]], width: int | None
 ) -> tuple[list[str], list[list[str]]]:
-    """Drop :data:`DROP_ORDER` columns, in order, until the table fits ``width`` (None: any)."""
+    """Drop :data:`DROP_ORDER` columns until the table fits ``width`` (None: any)."""
     keep = list(columns)
     body = [list(r) for r in rows]
     for name in DROP_ORDER:

@@ -1,4 +1,4 @@
-"""``katra3d validate TRACE``: exit 0 if the trace is intact, 2 if damaged."""
+"""``katra3d validate TRACE``: is the trace intact?"""
 
 from __future__ import annotations
 
@@ -25,8 +25,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _frame_problems(trace: Trace) -> list[str]:
-    """Each damaged kept frame's line; frames are decoded one at a time within the reading
-    budget."""
     problems = []
     for frame in trace.kept_frames.values():
         try:

@@ -1,7 +1,4 @@
-"""Export a trace for other tools: Perfetto, Chrome JSON, CSV and Parquet (docs/export.md).
-
-``perfetto`` and ``pyarrow`` are optional extras, imported only by the formats that need them.
-"""
+"""Export a trace for other tools (docs/export.md); optional extras load only for their format."""
 
 from __future__ import annotations
 
@@ -30,14 +27,12 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class ExportResult:
-    """What an export wrote."""
-
     path: Path
     format: str
     events: int
     bytes: int
     seconds: float
-    counts: dict[str, int]  #: per-format details (packets, tracks, slices, ...)
+    counts: dict[str, int]  #: per format: packets, tracks, slices, ...
     warnings: tuple[str, ...]
 
     def as_dict(self) -> dict[str, object]:
@@ -58,8 +53,7 @@ Writer = Callable[["Trace", BinaryIO, "ProgressFn | None", list[str]], dict[str,
 
 @dataclasses.dataclass(frozen=True)
 class Exporter:
-    """One export format; ``needs`` are optional ``(module, extra)`` pairs checked before any
-    file is made."""
+    """One format; ``needs``: ``(module, extra)`` pairs checked before any file is made."""
 
     name: str
     suffix: str
@@ -141,7 +135,7 @@ def _callgrind(
     return write_callgrind(trace, f, scene)
 
 
-#: The exporters, in ``--to`` order; a new format is one entry here.
+#: In ``--to`` order; a new format is one entry here.
 EXPORTERS: dict[str, Exporter] = {
     e.name: e
     for e in (
@@ -167,7 +161,7 @@ def _exporter(fmt: str) -> Exporter:
 
 
 def default_path(trace_path: str | os.PathLike[str], fmt: str) -> Path:
-    """The output beside the trace: ``run.katra`` -> ``run.pftrace``, ``run.csv``, ..."""
+    """The output beside the trace: ``run.katra`` -> ``run.pftrace``."""
     exporter = _exporter(fmt)
     p = Path(trace_path)
     return (
@@ -186,10 +180,8 @@ def export_trace(
     progress: ProgressFn | None = None,
     scene: str | None = None,
 ) -> ExportResult:
-    """Write ``trace`` as ``fmt`` to ``path`` (default: beside the trace); the file appears only
-    on success. ``scene``: only that scene's profile (``callgrind``). Raises ConfigError,
-    OutputExistsError, MissingDependencyError or TraceIOError.
-    """
+    """Write ``trace`` as ``fmt`` to ``path`` (default beside it) only on success. Raises
+    ConfigError, OutputExistsError, MissingDependencyError or TraceIOError."""
     exporter = _exporter(fmt)
     if scene is not None:
         if fmt != "callgrind":

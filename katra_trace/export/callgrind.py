@@ -1,7 +1,5 @@
-"""A counted trace's instruction profiles as a callgrind file (``export --to callgrind``), which
-``callgrind_annotate`` and KCachegrind read: each function's own instructions a measured frame,
-under a file named after its scene (a profile holds no call graph: the tools' inclusive costs are
-self costs)."""
+"""A counted trace's instruction profiles as a callgrind file for KCachegrind: self instructions
+a frame, a file per scene; no call graph, so inclusive costs are self costs."""
 
 from __future__ import annotations
 
@@ -15,13 +13,12 @@ from katra_trace.text import shown
 
 
 def _clean(name: str) -> str:
-    """A name on one line (the format is line-based)."""
     return " ".join(name.split()) or "?"
 
 
 def write_callgrind(trace: Trace, f: BinaryIO, scene: str | None = None) -> dict[str, int]:
-    """Write the profile of ``scene`` (None: every scene, a part each) to ``f``; the functions
-    written. ConfigError when the trace holds none (not a counted run) or not that scene's."""
+    """Write ``scene``'s profile (None: all) to ``f``; returns the functions written.
+    ConfigError when there is none."""
     profiles = [p for (s, zone), p in trace_profiles(trace.profiles).items() if zone is None]
     if scene is not None:
         profiles = [p for p in profiles if p.scene == scene]

@@ -1,8 +1,5 @@
-"""Export a trace as Chrome's Trace Event Format (JSON), for chrome://tracing.
-
-Same tracks as the Perfetto export: a process per scene, a thread per time clock; times in
-microseconds with ns precision. Layout in docs/export.md.
-"""
+"""Export a trace as Chrome Trace Event JSON: the Perfetto export's tracks, times in µs with ns
+precision (docs/export.md)."""
 
 from __future__ import annotations
 
@@ -19,10 +16,10 @@ from katra_trace.metrics import clock_name
 if TYPE_CHECKING:
     from katra_trace.io.header import TraceHeader
 
-#: Events beyond which chrome://tracing struggles (the export warns and suggests Perfetto).
+#: Events beyond which chrome://tracing struggles (the export warns).
 CHROME_EVENT_WARN = 1_000_000
 _CHUNK = 65_536
-#: Characters written at a time: a long name repeated by every event must not multiply memory.
+#: Characters written at a time, so a long name in every event does not multiply memory.
 _CHUNK_CHARS = 4 << 20
 
 
@@ -37,7 +34,7 @@ def write_chrome(
     out: IO[str],
     progress: ProgressFn | None = None,
 ) -> dict[str, int]:
-    """Write ``tl`` as a Trace Event Format JSON object to ``out``; returns event counts."""
+    """Write ``tl`` as JSON to ``out``; returns event counts."""
     ev = tl.events
     total = len(ev)
     done = 0
@@ -64,7 +61,6 @@ def write_chrome(
     first = True
 
     def emit(lines: Iterable[str]) -> int:
-        """Write ``lines`` in pieces of about :data:`_CHUNK_CHARS`; returns how many."""
         nonlocal first
         n = 0
         piece: list[str] = []
@@ -182,7 +178,6 @@ def _flags_arg(flags: int) -> str:
 
 
 def _num(v: float) -> str:
-    """A JSON number (non-finite as null)."""
     return repr(v) if v == v and v not in (float("inf"), float("-inf")) else "null"
 
 

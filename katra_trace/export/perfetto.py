@@ -1,9 +1,5 @@
-"""Export a trace as a Perfetto protobuf trace (``.pftrace``), for ui.perfetto.dev.
-
-Uses the optional ``perfetto`` package's protos and trace builder, not its trace processor
-(which downloads a binary). Layout in docs/export.md. Each track is its own packet sequence with
-interned names, so an event packet holds only a timestamp, a type and a name id.
-"""
+"""Export a trace as a Perfetto ``.pftrace`` (docs/export.md), with the optional ``perfetto``
+package's builder, not its trace processor (which downloads a binary)."""
 
 from __future__ import annotations
 
@@ -22,14 +18,14 @@ from katra_trace.optional import require
 if TYPE_CHECKING:
     from katra_trace.io.header import TraceHeader
 
-#: Packets, and characters of interned names, written at a time (bounds memory).
+#: Packets and name characters written at a time (bounds memory).
 CHUNK_PACKETS = 200_000
 CHUNK_CHARS = 4 << 20
 #: Perfetto's trace processor holds timestamps as int64.
 MAX_TIMESTAMP_NS = 2**63 - 1
 CAPTURE_TRACK = "katra3d capture"
 
-# perfetto_trace_pb2 enum values (stable proto field values)
+# perfetto_trace_pb2 enum values
 _SLICE_BEGIN, _SLICE_END, _INSTANT, _COUNTER = 1, 2, 3, 4
 _SEQ_CLEARED, _SEQ_NEEDS_STATE = 1, 2
 _CLOCK_REALTIME, _CLOCK_BOOTTIME = 1, 6
@@ -58,12 +54,8 @@ def _slow_args(slow: SlowFrame) -> list[dict[str, Any]]:
 
 
 def timestamp_base(start_host_ns: int | None, lowest: int, highest: int) -> tuple[int, bool]:
-    """(ns added to every event time to give its timestamp, whether that is not ``start_host_ns``).
-
-    Timestamps must lie in ``[0, MAX_TIMESTAMP_NS]``; when the host start does not keep every
-    event in range (a damaged header) the first event is shifted to 0 and the export warns.
-    Raises TraceFormatError when the events span more than that range.
-    """
+    """(ns added to every event time, whether it is not ``start_host_ns``): the first event goes
+    to 0 if needed to keep all in ``[0, MAX_TIMESTAMP_NS]``; TraceFormatError if they span more."""
     if highest - lowest > MAX_TIMESTAMP_NS or -lowest > MAX_TIMESTAMP_NS:
         raise TraceFormatError(
             f"event times from {lowest} to {highest} ns do not fit a Perfetto timeline (at most "
@@ -77,13 +69,13 @@ def timestamp_base(start_host_ns: int | None, lowest: int, highest: int) -> tupl
     )
     if base < 0 or base + highest > MAX_TIMESTAMP_NS:
         return -lowest, True
-    # events before a host start near 0 (hand-made traces): shifted silently
+    # hand-made traces start near 0: shifted silently
     return max(base, -lowest), False
 
 
 def _pb() -> Any:
     require("perfetto", extra="export", purpose="--to perfetto")
-    # deferred: the optional perfetto package loads only when exporting to it
+    # deferred: optional package
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2
 
     return perfetto_trace_pb2
@@ -91,14 +83,13 @@ def _pb() -> Any:
 
 def _builder() -> Any:
     require("perfetto", extra="export", purpose="--to perfetto")
-    # deferred: the optional perfetto package loads only when exporting to it
+    # deferred: optional package
     from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
     return TraceProtoBuilder()
 
 
 def _annotation(name: str, value: Any) -> dict[str, Any]:
-    """A DebugAnnotation dict holding a JSON-like value."""
     ann: dict[str, Any] = {"name": name} if name else {}
     if isinstance(value, bool):
         ann["bool_value"] = value
@@ -122,8 +113,6 @@ def _annotation(name: str, value: Any) -> dict[str, Any]:
 
 
 class _Writer:
-    """Packets into a TraceProtoBuilder, written out in chunks."""
-
     def __init__(self, out: BinaryIO) -> None:
         self.out = out
         self.builder = _builder()
@@ -134,7 +123,7 @@ class _Writer:
         self.packet_adder()(**fields)
 
     def packet_adder(self) -> Any:
-        """The current chunk's ``packet.add`` (flushing a full chunk first), for hot loops."""
+        """The current chunk's ``packet.add`` (flushing a full chunk first)."""
         if len(self.builder.trace.packet) >= CHUNK_PACKETS or self.pending_chars >= CHUNK_CHARS:
             self.flush()
         return self.builder.trace.packet.add
@@ -142,7 +131,7 @@ class _Writer:
     def flush(self) -> None:
         pending = len(self.builder.trace.packet)
         if pending:
-            self.out.write(self.builder.serialize())  # concatenated Trace messages are one Trace
+            self.out.write(self.builder.serialize())  # concatenated Traces are one Trace
             self.packets += pending
             self.builder = _builder()
         self.pending_chars = 0
@@ -155,8 +144,8 @@ def write_perfetto(
     out: BinaryIO,
     progress: ProgressFn | None = None,
 ) -> dict[str, int]:
-    """Write ``tl`` as a Perfetto trace to ``out``; returns counts (packets, tracks, ...)."""
-    _pb()  # fail before writing anything when the package is missing
+    """Write ``tl`` to ``out``; returns counts."""
+    _pb()  # fail before writing anything
     w = _Writer(out)
     ev = tl.events
     lowest = int(tl.start_ns.min()) if tl.start_ns.size else 0
@@ -169,7 +158,7 @@ def write_perfetto(
 
     meta_seq = next(seq_ids)
     first_ts = base + lowest if tl.start_ns.size else base
-    snap_ts = base if base >= 0 else first_ts  # the capture start, unless rebasing put it before 0
+    snap_ts = base if base >= 0 else first_ts  # capture start, unless rebased before 0
     clocks = [{"clock_id": _CLOCK_BOOTTIME, "timestamp": snap_ts}]
     start_wall = header.start_wall_ns
     if start_wall is not None and 0 <= start_wall <= MAX_TIMESTAMP_NS and snap_ts == base:
@@ -304,7 +293,6 @@ def write_perfetto(
             k: int,
             add: Any,
             *,
-            # this track's objects, bound now
             inst: np.ndarray = inst,
             i_list: list[int] = i_list,
             e_list: list[int] = e_list,

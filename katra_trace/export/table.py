@@ -1,7 +1,5 @@
-"""A trace as a table, one row per event in file order (columns: :data:`TABLE_COLUMNS`), for
-CSV, Parquet, Arrow and pandas. Times are exactly as stored. Parquet/Arrow need the ``export``
-extra (pyarrow), pandas the ``pandas`` extra; CSV needs neither.
-"""
+"""A trace as a table, one row per event in file order, times as stored: CSV, and with the
+optional extras Parquet, Arrow and pandas."""
 
 from __future__ import annotations
 
@@ -41,7 +39,7 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def csv_text(text: str) -> str:
-    """``text`` as a CSV cell no spreadsheet runs as a formula (a leading ``'`` when needed)."""
+    """``text`` as a CSV cell no spreadsheet runs as a formula."""
     return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
@@ -54,7 +52,6 @@ def _lookup(ids: np.ndarray, table: list[str]) -> tuple[np.ndarray, list[str]]:
 def string_columns(
     events: np.ndarray, strings: list[str]
 ) -> dict[str, tuple[np.ndarray, list[str]]]:
-    """``{column: (codes, dictionary)}`` for the string columns."""
     ev = np.asarray(events)
     labels = scene_labels(ev, strings)
     kind_names = {int(k): k.name.lower() for k in Kind}
@@ -76,8 +73,7 @@ def string_columns(
 def write_csv(
     events: np.ndarray, strings: list[str], out: IO[str], progress: ProgressFn | None = None
 ) -> int:
-    """Write the table as CSV to ``out``; returns the rows written. String cells are quoted (a
-    newline in a name stays in its cell) and formula-safe."""
+    """CSV of the table; returns the rows written. Cells are quoted and formula-safe."""
     ev = np.asarray(events)
     writer = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC)
     writer.writerow([c for c, _ in TABLE_COLUMNS])
@@ -96,8 +92,7 @@ def write_csv(
 
 
 def to_arrow(trace: Trace) -> Any:
-    """The events as a ``pyarrow.Table``; header and summary are JSON in the schema metadata
-    (``katra3d.header``, ``katra3d.summary``)."""
+    """The events as a ``pyarrow.Table``; header and summary are JSON in its schema metadata."""
     return events_to_arrow(trace.events, list(trace.strings), trace.header, trace.summary)
 
 
@@ -107,7 +102,6 @@ def events_to_arrow(
     header: TraceHeader | None = None,
     summary: Mapping[str, Any] | None = None,
 ) -> Any:
-    """:func:`to_arrow` for an event array and its string table."""
     pa = require("pyarrow", extra="export", purpose="Arrow and Parquet export")
     ev = np.asarray(events)
     arrays = {}
@@ -140,7 +134,7 @@ def write_parquet(
     summary: Mapping[str, Any],
     out: IO[bytes],
 ) -> int:
-    """Write the table as Parquet (zstd) to ``out``; returns the rows written."""
+    """Write the table as Parquet (zstd); returns the rows written."""
     require("pyarrow", extra="export", purpose="--to parquet")
     pq = require("pyarrow.parquet", extra="export", purpose="--to parquet")
     table = events_to_arrow(events, strings, header, summary)

@@ -1,10 +1,5 @@
-"""A trace laid out as timeline tracks, shared by the Perfetto and Chrome exporters.
-
-A slice track per scene x time clock (frames, nested zones, markers as instants) and a counter
-track per scene x clock x name for values (COUNTER rows, frames/zones of the value clocks).
-Times are host-clock ns; GPU rows are drift-corrected and span ends clamped so that they nest
-(a viewer closes the wrong slice otherwise). See docs/trace-format.md.
-"""
+"""A trace as timeline tracks for the exporters (docs/export.md); span ends are clamped so that
+they nest, or a viewer closes the wrong slice."""
 
 from __future__ import annotations
 
@@ -22,7 +17,7 @@ CLOCK_ORDER: tuple[int, ...] = tuple(int(Clock[name.upper()]) for name in CLOCK_
 
 
 def flag_names(flags: int) -> str:
-    """The set bits of ``flags`` as ``warmup|setup`` (``""`` for none)."""
+    """The set bits of ``flags`` as ``warmup|setup``."""
     names = [f.name.lower() for f in Flag if f.value and flags & f.value and f.name]
     unknown = int(flags) & ~sum(int(f.value) for f in Flag)
     if unknown:
@@ -32,7 +27,7 @@ def flag_names(flags: int) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class SliceTrack:
-    """One scene x clock track: index arrays of its spans and instants."""
+    """One scene x clock track: indices of its spans and instants."""
 
     scene_id: int
     scene: str
@@ -47,15 +42,13 @@ class SliceTrack:
 
 @dataclasses.dataclass(frozen=True)
 class CounterTrack:
-    """One scene x clock x name series of values."""
-
     scene_id: int
     scene: str
     clock: int
     name_id: int
     label: str
     rows: np.ndarray  #: in start order
-    from_durations: bool  #: values are the rows' ``dur_ns`` (value clocks), else their ``value``
+    from_durations: bool  #: values are ``dur_ns`` (value clocks), else ``value``
 
     @property
     def name(self) -> str:
@@ -70,16 +63,16 @@ class CounterTrack:
 
 @dataclasses.dataclass
 class Timeline:
-    """A trace's events on tracks, with host times (ns since the capture start)."""
+    """A trace's events on tracks, host times in ns since capture start."""
 
     events: np.ndarray
     strings: list[str]
     scenes: dict[int, str]  #: scene id -> unique label
-    start_ns: np.ndarray  #: per event, host clock (GPU drift-corrected)
-    end_ns: np.ndarray  #: per event, clamped so that spans nest (instants: = start)
+    start_ns: np.ndarray  #: GPU drift-corrected
+    end_ns: np.ndarray  #: clamped so that spans nest
     slice_tracks: list[SliceTrack]
     counter_tracks: list[CounterTrack]
-    clamped: int  #: spans whose end was clamped
+    clamped: int
     gpu_drift_ppm: float | None
 
     def name(self, sid: int) -> str:
@@ -90,7 +83,7 @@ class Timeline:
         return sum(len(t.spans) for t in self.slice_tracks)
 
 
-#: Largest |time| (ns) :func:`gpu_to_host` maps, so int64/float arithmetic stays in range.
+#: Largest |time| (ns) mapped, keeping int64/float math in range.
 _SYNC_LIMIT_NS = 2**61
 
 
@@ -111,10 +104,8 @@ def _sync_pairs(clock_syncs: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
 def gpu_to_host(
     start_ns: np.ndarray, clock_syncs: Sequence[dict[str, Any]]
 ) -> tuple[np.ndarray, float | None]:
-    """GPU times (stored mapped by the first CLOCK_SYNC pair) re-mapped piecewise linearly
-    through all pairs, removing clock drift. Returns (host times, drift ppm); the times are
-    unchanged and drift None with fewer than two usable pairs.
-    """
+    """GPU times mapped piecewise through all CLOCK_SYNC pairs, removing drift: (host times,
+    drift ppm), unchanged and None with under two usable pairs."""
     pairs = _sync_pairs(clock_syncs)
     t = np.asarray(start_ns, dtype=np.int64)
     if len(pairs) < 2 or not t.size:
@@ -146,9 +137,7 @@ def gpu_to_host(
 def nest(
     starts: Sequence[int], ends: Sequence[int], depths: Sequence[int]
 ) -> tuple[list[int], int]:
-    """Clamp span ends (spans in (start, depth) order) so that they nest: a span open at a
-    sibling's or shallower span's start closes there. Returns (new ends, how many changed).
-    """
+    """Clamp span ends so that spans nest; returns (new ends, how many changed)."""
     out = list(ends)
     stack: list[int] = []
     changed = 0
@@ -173,7 +162,6 @@ def nest(
 def build_timeline(
     events: np.ndarray, strings: list[str], clock_syncs: Sequence[dict[str, Any]] = ()
 ) -> Timeline:
-    """Place ``events`` on tracks."""
     ev = np.asarray(events)
     labels = scene_labels(ev, strings)
     start = ev["start_ns"].astype(np.int64)
@@ -230,7 +218,6 @@ def build_timeline(
             value_idx = on[is_value[on]]
             if value_idx.size:
                 vals = ev[value_idx]
-                # frames, then zones, then counters; each by name in first-seen order
                 group_key = np.where(
                     vals["kind"] == Kind.COUNTER, 2, np.where(vals["kind"] == Kind.FRAME, 0, 1)
                 )
