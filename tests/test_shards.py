@@ -19,6 +19,7 @@ from katra_trace.analysis.compare import compare_traces
 from katra_trace.errors import ConfigError
 from katra_trace.history.rows import RunFacts, trace_rows
 from katra_trace.io.blockfile import copy_with_header
+from katra_trace.io.format import FORMAT_MAJOR, FORMAT_MINOR
 from katra_trace.io.images import frame_record
 from katra_trace.io.merge import merge_shards, parse_shard
 from katra_trace.io.reader import open_trace
@@ -182,7 +183,7 @@ def test_merge_keeps_every_scene_its_frames_images_and_host(
     result = merge_shards([s2, s1], tmp_path / "m.katra")  # any order in, shard order out
     merged = open_trace(tmp_path / "m.katra", strict=True)
     parts = [open_trace(s1), open_trace(s2)]
-    assert merged.version == (1, 3) and merged.status == "complete"
+    assert merged.version == (FORMAT_MAJOR, FORMAT_MINOR) and merged.status == "complete"
     assert result.scenes == ("a", "c", "b") and [s.shard for s in merged.header.shards or ()] == [
         "1/2",
         "2/2",
