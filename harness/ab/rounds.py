@@ -25,7 +25,7 @@ SIDES = ("base", "new")
 
 @dataclasses.dataclass(frozen=True)
 class Round:
-    """One finished round; ``param_changes`` only in round 1."""
+    """One finished round; ``params``: in round 1, the scenes whose params differ."""
 
     number: int
     order: tuple[str, str]
