@@ -1,2 +1,1 @@
-"""Interleaved A/B rounds: the loop ``katra3d ab`` runs and bisect's time mode reuses
-(:mod:`katra3d.harness.ab.rounds`)."""
+"""Interleaved A/B rounds for ``katra3d ab`` and bisect's time mode."""

@@ -1,6 +1,5 @@
-"""The rounds of an interleaved A/B (``katra3d ab``, bisect's time mode): one BASE and one NEW
-capture a round, the order alternating, recorded in ``ab.json`` from before the first capture;
-with a stopping rule, a look after every round and a stop once decided."""
+"""Interleaved A/B rounds (``katra3d ab``, bisect's time mode): BASE and NEW alternating, in
+``ab.json`` from the start; with a stopping rule, a look after each round."""
 
 from __future__ import annotations
 
@@ -21,14 +20,12 @@ from katra_trace.errors import ConfigError, Interrupted
 from katra_trace.io.reader import Trace
 from katra_trace.io.tracesets import AbManifest, AbRound, open_quietly, write_ab_manifest
 
-#: The sides, in the order of odd rounds.
 SIDES = ("base", "new")
 
 
 @dataclasses.dataclass(frozen=True)
 class Round:
-    """One finished round: its capture order, their seconds, the look after it (with a rule), and
-    in round 1 the scenes whose params differ."""
+    """One finished round; ``params``: in round 1, the scenes whose params differ."""
 
     number: int
     order: tuple[str, str]
@@ -39,7 +36,7 @@ class Round:
 
 @dataclasses.dataclass(frozen=True)
 class RoundsResult:
-    """What :func:`run_rounds` did: its (BASE, NEW) trace pairs and, with a rule, the last look."""
+    """(BASE, NEW) trace pairs and, with a rule, the last look."""
 
     root: Path
     rounds: int
@@ -52,8 +49,7 @@ class RoundsResult:
 
 
 def capture(command: CaptureCommand, out: Path, label: str, who: str = "katra3d ab") -> float:
-    """:func:`~katra3d.harness.versions.command.run_capture`, returning its seconds; a failed
-    capture's last lines are shown on stderr first."""
+    """``run_capture``, returning its seconds; a failure's last lines go to stderr first."""
     try:
         return run_capture(command, out, what=label)
     except CaptureFailed as failed:
@@ -80,14 +76,9 @@ def run_rounds(
     who: str = "katra3d ab",
     same_command: bool = False,
 ) -> RoundsResult:
-    """Run up to ``rounds_cap`` rounds into ``out_dir`` (``base/run-NNN.katra``, ``new/...``,
-    ``ab.json``).
-
-    With ``rule`` (``rounds_cap`` must be its ``max_rounds``) the rounds so far are compared,
-    paired, after each round until every scene is decided; ab.json records the rule and why
-    they stopped, so ``katra3d compare DIR`` agrees. After round 1 the sides' params are
-    checked: with ``same_command`` a change of the scenes' defaults is allowed and named, any
-    other is a ConfigError."""
+    """Run up to ``rounds_cap`` rounds into ``out_dir``; with ``rule`` (its ``max_rounds`` =
+    ``rounds_cap``), stop once every scene is decided. A params change after round 1 is a
+    ConfigError unless ``same_command`` (scene defaults changed: named)."""
     if rule is not None and rule.max_rounds != rounds_cap:
         raise ValueError(f"rounds_cap {rounds_cap} is not the rule's max_rounds {rule.max_rounds}")
     dirs = {side: out_dir / side for side in SIDES}
@@ -188,8 +179,8 @@ def _record_interrupted(
     paths: Mapping[str, Path],
     stopped: Interrupted,
 ) -> None:
-    """Note in ``ab.json`` the round a stop signal ended and its traces that exist. It is not one
-    of the ``rounds``, so compare pairs complete rounds only."""
+    """Note in ``ab.json`` the round a stop signal ended (not in ``rounds``: compare pairs complete
+    rounds only)."""
     traces = {side: f"{side}/{path.name}" for side, path in paths.items() if path.is_file()}
     interrupted = {"round": number, "signal": signal.Signals(stopped.signum).name, "traces": traces}
     write_ab_manifest(out_dir, dataclasses.replace(manifest, interrupted=interrupted))

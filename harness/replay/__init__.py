@@ -1,3 +1,1 @@
-"""apitrace traces as scenes: ``katra3d run APP.trace`` replays the trace with the installed
-glretrace; :mod:`katra3d.harness.run.replay` turns its frames into a katra3d trace
-(docs/replay.md)."""
+"""apitrace traces as scenes, replayed with glretrace (docs/replay.md)."""

@@ -1,8 +1,5 @@
-"""An X server for a GLX trace: ``$DISPLAY`` when set, else an Xvfb that katra3d starts and
-stops.
-
-Xvfb picks its own display number (``-displayfd``): a free number chosen here could be taken
-before the server locks it."""
+"""An X server for a GLX trace: ``$DISPLAY``, else our own Xvfb (which picks its display number:
+one chosen here could be taken before it locks it)."""
 
 from __future__ import annotations
 
@@ -17,18 +14,14 @@ from katra3d.harness.replay.tool import install_line
 from katra3d.harness.supervisor import spawn
 from katra_trace.errors import ToolUnavailable
 
-#: Seconds Xvfb has to come up.
 START_TIMEOUT_S = 30.0
-#: Seconds Xvfb has to end after SIGTERM before it is killed.
 XVFB_STOP_GRACE_S = 5.0
-#: The screen of katra3d's own Xvfb (a trace's windows fit in it).
 SCREEN = "4096x4096x24"
 
 
 @contextlib.contextmanager
 def x_display(environ: dict[str, str]) -> Iterator[dict[str, str]]:
-    """``environ`` with a ``DISPLAY``: its own, else an Xvfb's, stopped when the block ends.
-    ToolUnavailable when none is set and Xvfb is missing or does not start."""
+    """``environ`` with a ``DISPLAY``; ToolUnavailable when Xvfb is needed but will not start."""
     if environ.get("DISPLAY"):
         yield environ
         return

@@ -1,8 +1,5 @@
-"""What glretrace prints, parsed (pure: no process, no GL).
-
-``--pframe-times`` prints ``frame_end`` then ``rendering_finished NS`` (CLOCK_MONOTONIC, as
-``time.perf_counter_ns``) per SwapBuffers, and a ``call NO ... NAME`` line per call, whose CPU
-columns (``--pcpu``) hold its start on the replayer's own base and its duration."""
+"""glretrace's output parsed: per SwapBuffers ``rendering_finished NS`` (CLOCK_MONOTONIC), per
+call a line whose ``--pcpu`` columns hold start (replayer's base) and duration."""
 
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ import re
 
 from katra_trace.schema import FRAME_PASS, draw_zone_name
 
-#: Calls that are draws (``--zones draws``), as katra3d's own draw zones.
+#: Calls that are draws (``--zones draws``).
 DRAW_CALL = re.compile(
     r"^gl(Multi)?Draw[A-Za-z0-9]*$|^glDispatchCompute[A-Za-z]*$|^glClear$|^glBlitFramebuffer[A-Z]*$"
     r"|^glBegin$"
@@ -20,7 +17,7 @@ DRAW_CALL = re.compile(
 
 @dataclasses.dataclass(frozen=True)
 class Draw:
-    """One draw call: start on the replayer's own base and CPU duration, in ns."""
+    """Start (replayer's base) and CPU duration, in ns."""
 
     call_no: int
     function: str
@@ -30,8 +27,7 @@ class Draw:
 
 @dataclasses.dataclass(frozen=True)
 class Frame:
-    """One replayed frame: ``end_ns`` (host clock, after its glFinish), ``last_call`` before its
-    SwapBuffers (its snapshot is the frame's image) and its ``draws``."""
+    """``end_ns`` on the host clock, after its glFinish; ``last_call`` before its SwapBuffers."""
 
     end_ns: int
     last_call: int
@@ -40,7 +36,7 @@ class Frame:
 
 
 class FrameReader:
-    """Feed it glretrace's stdout line by line; complete frames come out of :meth:`feed`."""
+    """Feed it glretrace's stdout line by line; :meth:`feed` returns complete frames."""
 
     def __init__(self) -> None:
         self._draws: list[Draw] = []
@@ -85,8 +81,7 @@ def _int(text: str) -> int:
 
 
 def draw_zones(draws: tuple[Draw, ...]) -> list[str]:
-    """The zone names of a frame's draws (``frame/glDrawArrays#2``): the same draw of every frame
-    has the same name."""
+    """Zone names of a frame's draws (``frame/glDrawArrays#2``), stable across frames."""
     seen: dict[str, int] = {}
     names = []
     for draw in draws:
@@ -96,9 +91,8 @@ def draw_zones(draws: tuple[Draw, ...]) -> list[str]:
 
 
 def replayer_base_ns(frames: list[Frame]) -> int | None:
-    """Where the replayer's ``--pcpu`` times start on the host clock, or None (under two frames):
-    the largest ``end[k] - first_start[k+1]``, as each frame's first call starts after the
-    previous ended."""
+    """Where ``--pcpu`` times start on the host clock (largest ``end[k] - first_start[k+1]``);
+    None under two frames."""
     bounds = [
         a.end_ns - b.first_start_ns
         for a, b in zip(frames, frames[1:], strict=False)

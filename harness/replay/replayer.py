@@ -1,8 +1,7 @@
-"""glretrace as katra3d drives it: timed replays, counted replays under callgrind, and snapshots.
+"""glretrace driven by katra3d: timed and counted replays, snapshots; docs/replay.md.
 
-Each replayer leads its own process group and is stopped when its part ends. glretrace cannot
-replay a trace twice in one process, so a short trace is replayed again by a new process,
-whose first frame is left out of the statistics (:func:`wanted`). docs/replay.md."""
+glretrace cannot replay twice in one process, so a short trace restarts in a new process whose
+first frame is left out (:func:`wanted`)."""
 
 from __future__ import annotations
 
@@ -29,9 +28,8 @@ from katra_trace.errors import KatraError, SceneError
 SWAP_FUNCTION = {"glx": "glXSwapBuffers", "egl": "eglSwapBuffers"}
 
 
-#: The start of the profile's column line, printed before the trace's first call.
+#: Printed before the trace's first call.
 HEADER_LINE = "# call no "
-#: Seconds between reads of a replayer's output (fast: until its first call).
 POLL_S = 0.02
 FAST_POLL_S = 0.0005
 #: The most basic blocks between two dumps of one nested SwapBuffers (Mesa 22.3 GLX).
@@ -39,13 +37,12 @@ SAME_SWAP_BLOCKS = 64
 
 
 class ReplayFailed(SceneError):
-    """The replayer could not replay the trace (missing extension, unreadable call, crash)."""
+    """The replayer could not replay the trace."""
 
 
 @dataclasses.dataclass
 class TimedReplay:
-    """Timed replays' ``frames``, each process's start (host clock), and ``restarts`` (index of each
-    frame that began a new replay)."""
+    """Timed frames, each process's start (host clock) and ``restarts`` (frames that began one)."""
 
     frames: list[Frame] = dataclasses.field(default_factory=list)
     starts_ns: list[int] = dataclasses.field(default_factory=list)
@@ -60,13 +57,11 @@ def wanted(count: int, warmup: int, restarts: list[int]) -> int:
 
 
 def replay_args(replayer: Replayer, *, timed: bool, zones: bool) -> list[str]:
-    """The replayer's options for one kind of replay (recorded in the header as they are)."""
     args = ["--headless"] if replayer.headless else []
     args.append("--pframe-times")  # a glFinish ends each frame
     if zones:
         args += ["--pcpu", "--min-cpu-time=0"]
     if not timed:
-        # one thread, the one callgrind counts
         args.append("--singlethread")
     return args
 
@@ -75,8 +70,7 @@ def replay_args(replayer: Replayer, *, timed: bool, zones: bool) -> list[str]:
 def _started(
     command: list[str], env: Mapping[str, str], stderr: Path, stdout: Path, *, grace_s: float = 5.0
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """The replayer in its own process group, output to files; the group is stopped (SIGTERM,
-    SIGKILL after ``grace_s``) when the block ends."""
+    """The replayer in its own process group, stopped when the block ends."""
     with open(stderr, "wb") as err, open(stdout, "wb") as out:
         try:
             group = spawn(
@@ -106,9 +100,7 @@ def _lines(
     fast: Callable[[], bool],
     stopped: Callable[[], bool],
 ) -> Iterator[str]:
-    """The complete lines the replayer writes to ``path``, until it exits or ``stopped()``.
-
-    A file, not a pipe: the replayer (one line a call) never waits on katra3d nor wakes it."""
+    """Lines the replayer writes to ``path`` (a file, so it never waits on katra3d)."""
     pending = b""
     with open(path, "rb") as fh:
         while not stopped():
@@ -135,7 +127,6 @@ def _failure(what: str, code: int | None, stderr: Path) -> ReplayFailed:
         lines = [ln.strip() for ln in stderr.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         lines = []
-    # the last line that says something (the first is the program's name)
     said = [ln for ln in lines if "error" in ln.lower() or "warning" in ln.lower()] or lines
     tail = said[-1][:300] if said else "no message"
     how = f"exit status {code}" if code is None or code >= 0 else f"signal {-code}"
@@ -155,8 +146,7 @@ def timed_frames(
     on_restart: Callable[[int], None] | None = None,
     where: Path | None = None,
 ) -> TimedReplay:
-    """Replay ``trace`` until enough frames ended (:func:`wanted`) or ``stopped()``; each frame's
-    end on the host clock. ``on_restart(k)``: a new replay begins at frame ``k``."""
+    """Replay ``trace`` until :func:`wanted` frames ended or ``stopped()``."""
     out = TimedReplay()
     command = [replayer.path, *replay_args(replayer, timed=True, zones=zones), trace]
     with tempfile.TemporaryDirectory(prefix="katra3d-replay-", dir=where) as tmp:
@@ -219,7 +209,7 @@ def _untimed(
     stopped: Callable[[], bool],
     until: Callable[[str], bool],
 ) -> int | None:
-    """An untimed replay read until ``until(line)`` or ``stopped()`` (None), else its exit code."""
+    """Exit code of an untimed replay; None when ``until(line)`` or ``stopped()``."""
     command = [replayer.path, *(["--headless"] if replayer.headless else []), *args, trace]
     with _started(command, env, tmp / "stderr.txt", tmp / "stdout.txt") as proc:
         for line in _lines(proc, tmp / "stdout.txt", fast=lambda: False, stopped=stopped):
@@ -262,7 +252,6 @@ def snapshot(
             raise ReplayFailed(f"cannot read the snapshot of call {call_no}: {exc}") from None
 
 
-#: A context string in the replayer's state dump.
 _STATE_LINE = re.compile(
     r'^\s*"(GL_VERSION|GL_SHADING_LANGUAGE_VERSION|GL_CONTEXT_PROFILE_MASK)":\s*"?([^"]*?)"?,?\s*$'
 )
@@ -276,8 +265,7 @@ def context_strings(
     *,
     where: Path | None = None,
 ) -> dict[str, str]:
-    """``{GL_VERSION: ...}``, GLSL version and profile mask of the replayer's context for ``trace``,
-    from its state dump after ``call_no``; {} when none."""
+    """GL_VERSION, GLSL version and profile mask from the state dump after ``call_no``."""
     found: dict[str, str] = {}
 
     def take(line: str) -> bool:
@@ -294,7 +282,6 @@ def context_strings(
 def counted_command(
     valgrind: str, replayer: Replayer, trace: str, dump_base: Path, *, cycles: bool
 ) -> list[str]:
-    """valgrind's command line for one counted replay (no address-space randomization)."""
     cmd = [
         valgrind,
         "--tool=callgrind",
@@ -321,12 +308,8 @@ def counted_frames(
     on_restart: Callable[[int], None] | None = None,
     where: Path | None = None,
 ) -> tuple[list[dict[str, int]], list[int], list[int]]:
-    """Per-frame callgrind counts (main thread) of ``count`` frames (:func:`wanted`), each
-    frame's last call, and the restarts; when ``stopped()``, the frames already ended are
-    kept.
-
-    A nested SwapBuffers (GLX's dispatch, then Mesa's) dumps more than once: a frame sums its
-    dumps."""
+    """Per-frame callgrind counts, each frame's last call, and the restarts; a stop keeps the
+    frames ended. A nested SwapBuffers dumps more than once: a frame sums its dumps."""
     frames: list[dict[str, int]] = []
     last_calls: list[int] = []
     restarts: list[int] = []
@@ -363,15 +346,14 @@ def _counted_replay(
     per: list[int],
     where: Path | None,
 ) -> tuple[list[dict[str, int]], list[int]]:
-    """One counted replay of the trimmed trace: its first ``wanted`` frames' counts and last
-    calls. On a stop, the frames already ended are kept (their dumps precede their lines);
-    ``per`` (dumps a swap) is learnt from the first complete replay."""
+    """Counts and last calls of one counted replay; ``per`` (dumps a swap) is learnt from the
+    first complete one."""
     with tempfile.TemporaryDirectory(prefix="katra3d-counted-replay-", dir=where) as tmp:
         dump_base = Path(tmp) / "cg.out"
         cmd = [*command[:-1], str(trace)]
         cmd[base_index] = f"--callgrind-out-file={dump_base}"
         stderr, stdout = Path(tmp) / "stderr.txt", Path(tmp) / "stdout.txt"
-        # no grace: valgrind's exit on SIGTERM writes a last dump (seconds) no frame needs
+        # no grace: valgrind's SIGTERM exit writes a last dump no frame needs
         with _started(cmd, env, stderr, stdout, grace_s=0.0) as proc:
             while proc.poll() is None and not stopped():
                 time.sleep(POLL_S)
@@ -392,7 +374,6 @@ def _counted_replay(
 
 
 def _parts(dump_base: Path) -> list[int]:
-    """The numbers of callgrind's main-thread dumps (``cg.out.N-01``), in order."""
     return sorted(
         int(p.name[len(dump_base.name) + 1 :].split("-")[0])
         for p in dump_base.parent.iterdir()
@@ -401,7 +382,6 @@ def _parts(dump_base: Path) -> list[int]:
 
 
 def _blocks(dump: Path) -> int | None:
-    """The basic blocks a callgrind dump spans (``desc: Timerange``), None if unsaid."""
     try:
         with open(dump, encoding="utf-8", errors="replace") as fh:
             for _, line in zip(range(40), fh, strict=False):
@@ -414,8 +394,7 @@ def _blocks(dump: Path) -> int | None:
 
 
 def _dumps_a_swap(dump_base: Path, parts: list[int]) -> int:
-    """The dumps one SwapBuffers makes, for a stopped replay: the first dump plus those right after
-    it that span only a nested swap's return (a few blocks)."""
+    """Dumps per SwapBuffers: the first plus those that span only a nested swap's return."""
     per = 1
     for part in parts[1:]:
         blocks = _blocks(dump_base.with_name(f"{dump_base.name}.{part}-01"))
@@ -428,8 +407,7 @@ def _dumps_a_swap(dump_base: Path, parts: list[int]) -> int:
 def _frames_of(
     dump_base: Path, rendered: int | None, wanted: int, per: int | None = None
 ) -> list[dict[str, int]]:
-    """The counts of the first ``wanted`` frames: the dumps split among ``rendered`` frames, or for
-    a stopped replay (``rendered`` None) ``per`` dumps a frame."""
+    """Counts of the first ``wanted`` frames; a stopped replay (``rendered`` None) uses ``per``."""
     parts = _parts(dump_base)
     if rendered is None:
         per = per or _dumps_a_swap(dump_base, parts)

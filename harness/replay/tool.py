@@ -1,7 +1,5 @@
-"""Which glretrace replays a trace, its version, and the trace's facts.
-
-A trace's ``glX*`` or ``egl*`` calls name its window system (GLX: ``glretrace`` on an X
-server, EGL: ``eglretrace --headless``)."""
+"""Which glretrace replays a trace (its ``glX*``/``egl*`` calls say), its version, the trace's
+facts."""
 
 from __future__ import annotations
 
@@ -16,9 +14,8 @@ from katra_trace.errors import ConfigError, SceneError, ToolUnavailable
 from katra_trace.io.inputs import open_regular
 
 APT_PACKAGE = "apitrace"
-#: Calls read to tell a GLX trace from an EGL one.
 SNIFF_CALLS = 2000
-#: The first bytes of apitrace's snappy and gzip traces (a file with neither is read as brotli).
+#: Snappy and gzip magic (a file with neither is read as brotli).
 SNAPPY_OR_GZIP = (b"at", b"\x1f\x8b")
 _CALL = re.compile(r"^\d+ (glX|egl|wgl|CGL)[A-Za-z]*\(", re.MULTILINE)
 #: The first SwapBuffers (a context is current there), else the first MakeCurrent.
@@ -33,8 +30,7 @@ def install_line(package: str = APT_PACKAGE) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Replayer:
-    """The program that replays a trace (glretrace or eglretrace), the apitrace package's
-    ``version`` ("" when unknown) and ``api`` (glx | egl)."""
+    """glretrace or eglretrace, apitrace's ``version`` ("" when unknown), ``api`` (glx | egl)."""
 
     path: str
     version: str
@@ -50,8 +46,7 @@ class Replayer:
 
 @dataclasses.dataclass(frozen=True)
 class TraceFacts:
-    """An apitrace file as the header records it; ``current_call``: a call where its context is
-    current (None: none in its first calls)."""
+    """An apitrace file as the header records it; ``current_call``: one with a context current."""
 
     path: str
     sha256: str
@@ -79,7 +74,7 @@ def _which(name: str) -> str:
 
 
 def package_version() -> str:
-    """The installed apitrace package's version ("" when dpkg-query does not say)."""
+    """apitrace's version ("" when dpkg-query does not say)."""
     dpkg = shutil.which("dpkg-query")
     if dpkg is None:
         return ""
@@ -97,9 +92,8 @@ def package_version() -> str:
 
 
 def sniff_api(path: Path) -> tuple[str, int | None]:
-    """glx or egl (from the trace's first calls) and a call with a context current.
-    ToolUnavailable without apitrace; SceneError when the file holds no GLX or EGL call or
-    cannot be read."""
+    """glx or egl and a call with a context current; ToolUnavailable without apitrace, SceneError
+    for no GLX/EGL call or an unreadable file."""
     apitrace = _which("apitrace")
     try:
         out = subprocess.run(
@@ -134,14 +128,11 @@ def sniff_api(path: Path) -> tuple[str, int | None]:
 
 
 def trace_facts(path: Path, sha256: str, size_bytes: int) -> TraceFacts:
-    """The facts of the trace at ``path`` (digest and size taken by the scene registry's input
-    rule)."""
     return TraceFacts(os.path.abspath(path), sha256, size_bytes, *sniff_api(path))
 
 
 def trim(path: str, frames: int, out: Path) -> Path:
-    """``out``: the first ``frames`` frames of the trace (``apitrace trim``: same calls, same
-    numbers). SceneError when it fails."""
+    """``out``: the first ``frames`` frames (same call numbers); SceneError when it fails."""
     command = [_which("apitrace"), "trim", f"--frames=0-{max(0, frames - 1)}", "-o", str(out), path]
     try:
         done = subprocess.run(
@@ -156,7 +147,7 @@ def trim(path: str, frames: int, out: Path) -> Path:
 
 
 def find_replayer(api: str) -> Replayer:
-    """The replayer of an ``api`` trace (ToolUnavailable with the install line when missing)."""
+    """The replayer of an ``api`` trace; ToolUnavailable when missing."""
     if api not in ("glx", "egl"):
         raise ConfigError(f"no replayer for a {api} trace")
     return Replayer(_which("glretrace" if api == "glx" else "eglretrace"), package_version(), api)

@@ -1,2 +1,1 @@
-"""A run as data (config and plan), the runner that drives the engine with it, the counted parent
-side, and the offscreen helper."""
+"""A run: config and plan, the runner, the counted parent side, the offscreen helper."""

@@ -1,10 +1,5 @@
-"""The bytecode a counted child loads: the same bytes whoever wrote them.
-
-A child that compiles a module, or loads ``marshal`` format 4 (which flags shared objects, so
-the bytes depend on what else the writer had loaded), counts differently (a 16x16 frame by 494
-instructions). So the parent writes each ``.pyc`` in format 2, which has no references, with
-an ordinary timestamp header; a format-4 rewrite is seen by its flagged type byte and
-replaced."""
+"""Canonical bytecode for a counted child: compiling, or format-4 ``marshal`` bytes that depend
+on the writer, move counts, so the parent writes each ``.pyc`` in format 2 (no references)."""
 
 from __future__ import annotations
 
@@ -26,13 +21,11 @@ _CODE_TYPE = b"c"
 
 
 def pyc_path(source: Path) -> Path:
-    """Where a plain ``python`` (no ``-O``, no ``PYTHONPYCACHEPREFIX``) looks for ``source``'s
-    bytecode."""
+    """Where a plain ``python`` looks for ``source``'s bytecode."""
     return source.parent / "__pycache__" / f"{source.stem}.{sys.implementation.cache_tag}.pyc"
 
 
 def _header(source: Path) -> bytes:
-    """A ``.pyc`` header for ``source`` as it is now (import checks mtime and size)."""
     st = source.stat()
     return (
         importlib.util.MAGIC_NUMBER
@@ -43,15 +36,14 @@ def _header(source: Path) -> bytes:
 
 
 def canonical_pyc(source: Path) -> bytes:
-    """``source``'s ``.pyc`` in canonical form, compiled as import compiles it (no ``-O``)."""
+    """``source``'s ``.pyc`` in canonical form."""
     header = _header(source)
     code = compile(source.read_bytes(), str(source), "exec", dont_inherit=True, optimize=0)
     return header + marshal.dumps(code, CANONICAL_FORMAT)
 
 
 def is_canonical(source: Path) -> bool:
-    """Whether ``source``'s ``.pyc`` is current and canonical (header and first type byte:
-    cheap)."""
+    """Whether ``source``'s ``.pyc`` is current and canonical (header and first byte only)."""
     try:
         with open(pyc_path(source), "rb") as f:
             head = f.read(17)
@@ -61,9 +53,8 @@ def is_canonical(source: Path) -> bool:
 
 
 def write_canonical(source: Path) -> None:
-    """Write ``source``'s canonical ``.pyc`` atomically unless it is there. Nothing is written
-    where it cannot be (a read-only install) or the source does not compile: every child then
-    does the same."""
+    """Write ``source``'s canonical ``.pyc`` atomically unless there; nothing where it cannot be
+    (then every child does the same)."""
     if is_canonical(source):
         return
     with contextlib.suppress(OSError, SyntaxError, ValueError, KatraError):

@@ -1,10 +1,5 @@
-"""A counted run's children: every scene counted in its own valgrind child, up to ``--jobs`` at
-once.
-
-What a process ran before moves its counts (``clear``: 491,121 instructions a frame as a
-child's second scene, 504,586 alone), so each scene gets a one-scene child and its counts do
-not depend on ``--jobs``. A failed scene kills the children of later scenes, as a serial run
-would stop there."""
+"""A counted run: each scene in its own valgrind child (what a process ran before moves its
+counts), up to ``--jobs`` at once; a failed scene kills later scenes' children."""
 
 from __future__ import annotations
 
@@ -34,9 +29,7 @@ from katra_trace.profile.model import ProfileRecord
 
 
 def scene_plan(plan: RunPlan, index: int) -> RunPlan:
-    """The plan the child of the ``index``-th scene runs: that scene alone, stand-in strings
-    (:func:`katra3d.harness.run.protocol.child_plan`) and no ``--jobs``, so its counts do not
-    depend on ``--jobs``."""
+    """The ``index``-th scene alone, with stand-in strings and no ``--jobs``."""
     one = protocol.child_plan(plan)
     return dataclasses.replace(
         one,
@@ -47,8 +40,7 @@ def scene_plan(plan: RunPlan, index: int) -> RunPlan:
 
 
 def start_order(plan: RunPlan) -> list[int]:
-    """The order the children start in: the run's with one job, else costliest first (ties in the
-    run's order), so no long scene runs alone at the end. The trace keeps the run's order."""
+    """The run's order with one job, else costliest first (no long scene alone at the end)."""
     if plan.jobs <= 1:
         return list(range(len(plan.entries)))
     frames = (plan.frames or 1) + plan.warmup
@@ -99,8 +91,7 @@ def start_child(
     sys_path: list[str],
     deferred: bool,
 ) -> _Child:
-    """Start the child of the ``index``-th scene in a new dump directory, its progress to
-    ``progress``; ToolUnavailable when valgrind cannot be started."""
+    """Start the ``index``-th scene's child; ToolUnavailable when valgrind cannot start."""
     counting = plan.counting
     if counting is None:
         raise ConfigError(
@@ -122,9 +113,7 @@ def start_child(
     )
     child = _Child(index, plan.entries[index].label, dump_dir, relay, progress)
     progress.phase("starting valgrind, then Python and katra3d in it (not counted)", None)
-    # the child's stdio is the same kind of file whatever the parent's are: each kind moved every
-    # frame's count (by up to 188 of 275,000 instructions of a 16x16 frame). A stop signal is
-    # forwarded once the child has reported; before, it is killed.
+    # the same kind of stdio whatever the parent's (each kind moves counts)
     try:
         with open(dump_dir / measure.STDERR_FILE, "wb") as err:
             child.group = sup.start(
@@ -147,18 +136,14 @@ def start_child(
 def run_counted(
     plan: RunPlan, *, progress: ProgressSink, quiet: bool
 ) -> tuple[int, ChildResult | None, int]:
-    """Count every scene of ``plan`` in its own child and write the run's trace at
-    ``plan.output``.
-
-    Returns the first non-zero child exit code (else 0), the children's results joined (None
-    when nothing came back), and the first stop signal received (0: none)."""
+    """Count every scene in its own child and write ``plan.output``. Returns the first non-zero
+    exit code, the results joined (None: nothing came back), and the first stop signal (0: none)."""
     target = claim_mod.claim(plan.output, plan.config.force)
     lifetime.remove_stale_dump_dirs()
     children: dict[int, _Child] = {}
     published = False
     n = len(plan.entries)
-    # handlers first: a Ctrl-C while a child is being started is noted, not lost in fork's at-fork
-    # handlers
+    # handlers first: a Ctrl-C during a child's start is not lost
     with Supervisor() as sup:
         try:
             imports, sys_path = measure.scene_imports(plan)
@@ -255,7 +240,6 @@ def _wait_for(children: dict[int, _Child], index: int) -> _Child:
 
 
 def _ended(child: _Child) -> None:
-    """Take in what an ended child left: its exit code, its last progress, what it handed back."""
     assert child.proc is not None
     child.code = child.proc.wait()
     child.relay.poll()
@@ -271,7 +255,7 @@ def _ended(child: _Child) -> None:
 
 
 def _handed(kept: list[_Child], failed: bool, received: list[int]) -> ChildResult | None:
-    """The kept children's results joined in the run's order, or the first failed one's error."""
+    """The results joined in the run's order, or the first failed one's error."""
     if failed:
         return next(c.handed for c in kept if c.failed)
     runs = [c.handed.run for c in kept if c.handed is not None and c.handed.run is not None]

@@ -1,7 +1,5 @@
-"""What a run is: :class:`RunConfig` (validated input) and :class:`RunPlan` (resolved, no GL yet).
-
-Everything is checked before any GL or disk work, so a bad input costs nothing and leaves nothing
-behind."""
+"""What a run is: :class:`RunConfig` (validated input) and :class:`RunPlan` (resolved, no GL
+yet), all checked before any GL or disk work so a bad input leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -28,7 +26,6 @@ from katra_trace.errors import ConfigError
 from katra_trace.io import claim
 from katra_trace.io.merge import parse_shard
 
-#: Defaults when neither the command line nor a suite says.
 DEFAULT_FRAMES = 100
 DEFAULT_WARMUP = 5
 DEFAULT_SIZE = (640, 360)
@@ -65,8 +62,7 @@ def _whole(value: Any) -> bool:
 
 
 def check_whole(value: Any, option: str, low: int, high: int) -> int:
-    """``value`` as an int in ``low..high``, else ConfigError naming ``option`` (CLI and fixture
-    alike)."""
+    """``value`` as an int in ``low..high``, else ConfigError naming ``option``."""
     if not _whole(value):
         raise ConfigError(f"bad {option} {value!r}: expected a whole number in {low}..{high}")
     if not low <= value <= high:
@@ -77,8 +73,6 @@ def check_whole(value: Any, option: str, low: int, high: int) -> int:
 def check_numbers(
     frames: Any, warmup: Any, size: Any, seed: Any, prefix: str = "--"
 ) -> tuple[int | None, int | None, tuple[int, int] | None, int]:
-    """A run's frames, warmup, size and seed checked (None: not given), options named with
-    ``prefix``."""
     return (
         None if frames is None else check_whole(frames, f"{prefix}frames", 1, MAX_FRAMES),
         None if warmup is None else check_whole(warmup, f"{prefix}warmup", 0, MAX_FRAMES),
@@ -113,9 +107,8 @@ def parse_seconds(value: str | None, option: str) -> float | None:
 
 
 def parse_param(text: str) -> tuple[str, str, str]:
-    """``"SCENE.KEY=VALUE"`` -> (scene, key, value); ``"KEY=VALUE"`` -> ("", key, value), for the
-    run's one scene. SCENE is anything up to the last dot before the first ``=``
-    (``./x.py:Class`` too)."""
+    """``"SCENE.KEY=VALUE"`` -> (scene, key, value); ``"KEY=VALUE"`` -> ("", key, value). SCENE
+    ends at the last dot before the first ``=``."""
     target, sep, value = text.strip().partition("=")
     scene, dot, key = target.rpartition(".")
     if sep and re.fullmatch(r"[A-Za-z_][\w-]*", key) and (scene.strip() or not dot):
@@ -128,11 +121,8 @@ def parse_param(text: str) -> tuple[str, str, str]:
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    """Everything that defines a run; stored whole in the trace's capture options (docs/cli.md).
-
-    None means "the suite's value, else the default". ``params``: (scene, key, value) overrides
-    (scene "": the run's one scene). ``jobs`` decides how the run is made, not what it records,
-    so it is left out of :meth:`as_dict`."""
+    """Everything that defines a run, stored in the trace's capture options (docs/cli.md); None:
+    the suite's value, else the default. ``jobs`` is not recorded."""
 
     scenes: tuple[str, ...] = ()
     suite: str | None = None
@@ -162,7 +152,7 @@ class RunConfig:
     jobs: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """Every field but ``jobs``, JSON-ready: the run's request as the header records it."""
+        """Every field but ``jobs``, JSON-ready."""
         out = dataclasses.asdict(self)
         del out["jobs"]
         out["scenes"] = list(self.scenes)
@@ -173,8 +163,7 @@ class RunConfig:
 
 @dataclasses.dataclass(frozen=True)
 class SceneEntry:
-    """One scene of a plan; ``position`` is its place in the whole run (merge puts shards back in
-    order)."""
+    """One scene of a plan; ``position`` is its place in the whole run."""
 
     label: str
     spec: str
@@ -185,8 +174,7 @@ class SceneEntry:
 
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
-    """A validated RunConfig with everything resolved (still no GL); ``counting`` None for a time
-    run."""
+    """A RunConfig resolved (no GL yet); ``counting`` None for a time run."""
 
     config: RunConfig
     entries: tuple[SceneEntry, ...]
@@ -224,14 +212,14 @@ def _writable_dir(path: Path, what: str) -> None:
 
 
 def check_output(text: str, *, force: bool = False) -> Path:
-    """The ``-o`` path, checked by :func:`katra_trace.io.claim.check_output` (its ``.part`` too)."""
+    """The ``-o`` path, checked (its ``.part`` too)."""
     return claim.check_output(text, force=force, part=True)
 
 
 def check_measure(
     measure: str, *, timing: str, duration_s: float | None, warmup: int | None
 ) -> None:
-    """ConfigError for a measure that is unknown or makes no sense with the other options."""
+    """ConfigError for a measure unknown or at odds with the other options."""
     if measure not in metrics.MEASURES:
         raise ConfigError(
             f"unknown --measure '{measure}'; choose one of: {', '.join(metrics.MEASURES)}"
@@ -272,10 +260,8 @@ def screenshot_path(directory: Path, label: str) -> Path:
 
 
 def plan_run(config: RunConfig) -> RunPlan:
-    """Validate ``config`` and resolve scenes, params and paths (ConfigError/SceneError); no GL, no
-    writes.
-
-    A count also finds valgrind here, once (ToolUnavailable when missing)."""
+    """Validate and resolve ``config`` (ConfigError/SceneError, ToolUnavailable without valgrind
+    for a count); no GL, no writes."""
     suite = None
     if config.suite is not None:
         suite = get_suite(config.suite)
@@ -437,7 +423,6 @@ def _shard(
 
 
 def _check_images(config: RunConfig) -> Path | None:
-    """The --expect-images folder, checked against the other options, or None."""
     if config.expect_images is None:
         if config.update_images:
             raise ConfigError(

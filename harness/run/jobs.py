@@ -1,6 +1,5 @@
-"""``--jobs``: how many valgrind children count at once, and the one check of the option for
-``run`` and ``bisect``. Only counts run in parallel: time measurements run at once disturb
-each other."""
+"""``--jobs``: valgrind children counting at once, checked once for ``run`` and ``bisect``; time
+runs stay serial (parallel ones disturb each other)."""
 
 from __future__ import annotations
 
@@ -9,10 +8,9 @@ import os
 from katra_trace.errors import ConfigError
 from katra_trace.metrics import is_count
 
-#: Memory one counted child may take (callgrind with Python, Mesa and llvmpipe; docs/measure.md).
+#: Memory one counted child may take (docs/measure.md).
 CHILD_MEMORY_BYTES = 1 << 30
 
-#: The refusal of ``--jobs N > 1`` on a time run or bisection.
 TIME_JOBS_REFUSAL = (
     "--jobs {jobs}: time measurements running in parallel disturb each other (they share the "
     "cores, caches and memory bandwidth), so a time {work} measures one {unit} at a time; --jobs "
@@ -29,7 +27,7 @@ def usable_cores() -> int:
 
 
 def available_memory_bytes() -> int | None:
-    """``MemAvailable`` of /proc/meminfo, or None where unknown."""
+    """``MemAvailable`` of /proc/meminfo, or None."""
     try:
         with open("/proc/meminfo", encoding="ascii", errors="replace") as fh:
             for line in fh:
@@ -41,7 +39,7 @@ def available_memory_bytes() -> int | None:
 
 
 def default_counted_jobs() -> int:
-    """The usable cores, at most one per :data:`CHILD_MEMORY_BYTES` available, at least one."""
+    """Usable cores, at most one per :data:`CHILD_MEMORY_BYTES` available, at least one."""
     jobs = usable_cores()
     memory = available_memory_bytes()
     if memory is not None:
@@ -50,8 +48,7 @@ def default_counted_jobs() -> int:
 
 
 def parse_jobs(text: str | None, *, unit: str = "scene") -> int | None:
-    """``--jobs`` as typed (None stays None): a whole number >= 1, else ConfigError naming
-    ``unit``."""
+    """``--jobs`` as a whole number >= 1 (None stays None), else ConfigError."""
     if text is None:
         return None
     try:
@@ -72,8 +69,8 @@ def _at_least_one(jobs: int, unit: str) -> int:
 
 
 def resolve_jobs(jobs: int | None, measure: str, *, unit: str = "scene", work: str = "run") -> int:
-    """The ``--jobs`` a run or bisection uses: ``jobs`` as given (ConfigError below 1, or above 1
-    for time), else :func:`default_counted_jobs` for counts and 1 for time."""
+    """``jobs`` as given (ConfigError below 1, or above 1 for time), else the default for the
+    measure."""
     counted = is_count(measure)
     if jobs is None:
         return default_counted_jobs() if counted else 1

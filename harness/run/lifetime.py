@@ -1,7 +1,5 @@
-"""No dump directory outlives its owner.
-
-A killed child or parent cannot remove its dump directory, so the directory's name carries its
-owner's PID and every counted run first removes those whose owner is gone."""
+"""No dump directory outlives its owner: its name carries the owner's PID and every counted run
+first removes those whose owner is gone."""
 
 from __future__ import annotations
 
@@ -11,19 +9,16 @@ import shutil
 import tempfile
 from pathlib import Path
 
-#: The owner's PID follows in a fixed width: the child runs in the directory, and its path's length
-#: shifts the process's memory (docs/measure.md).
+#: Fixed-width PID: the child runs in the directory, and its path's length moves counts.
 DUMP_PREFIX = "katra3d-callgrind-"
 _PID_WIDTH = 10
 
 
 def make_dump_dir(prefix: str = DUMP_PREFIX, where: str | None = None) -> Path:
-    """A new directory in ``where`` named ``prefix`` + this process's PID + a unique part."""
     return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid():0{_PID_WIDTH}d}-", dir=where))
 
 
 def owner_pid(path: Path, prefix: str = DUMP_PREFIX) -> int | None:
-    """The PID in a :func:`make_dump_dir` name, or None if ``path`` is not one."""
     match = re.fullmatch(re.escape(prefix) + rf"(\d{{{_PID_WIDTH}}})-[^/]+", path.name)
     return int(match.group(1)) if match else None
 
@@ -40,10 +35,7 @@ def alive(pid: int) -> bool:
 
 
 def remove_stale_dump_dirs(where: Path | None = None, prefix: str = DUMP_PREFIX) -> list[Path]:
-    """Remove the ``prefix`` directories in ``where`` whose owner is no longer running; returns
-    them.
-
-    One of a live process (or a reused PID) stays until that one ends."""
+    """Remove and return the ``prefix`` directories in ``where`` whose owner is gone."""
     base = Path(where or tempfile.gettempdir())
     removed: list[Path] = []
     try:

@@ -1,8 +1,5 @@
-"""``--measure``: time (clocks), or instructions / cycles counted under callgrind.
-
-Counts are deterministic on llvmpipe (its "GPU" is the CPU): each scene runs in a child under
-``valgrind --tool=callgrind`` with a pinned environment (:mod:`.children`, :mod:`.protocol`).
-docs/measure.md says what the numbers mean."""
+"""``--measure``: instructions / cycles counted in a child under callgrind with a pinned
+environment (deterministic on llvmpipe); docs/measure.md."""
 
 from __future__ import annotations
 
@@ -33,30 +30,25 @@ from katra_trace.errors import ConfigError, ToolUnavailable
 from katra_trace.io.header import GLInfo, SystemInfo
 from katra_trace.io.images import renderer_facts
 
-#: Environment of the counted child: what makes its counts repeatable and comparable.
+#: Environment that makes the counted child's counts repeatable and comparable.
 PINNED_ENV: dict[str, str] = {
-    "PYTHONHASHSEED": "0",  # same dict/set layouts in every process
+    "PYTHONHASHSEED": "0",
     "LP_NUM_THREADS": "0",  # rasterize on the counted main thread
-    # same JIT code with and without AVX
-    "LP_NATIVE_VECTOR_WIDTH": "128",
-    "MESA_SHADER_CACHE_DISABLE": "true",  # no cache hit in one process, miss in another
+    "LP_NATIVE_VECTOR_WIDTH": "128",  # same JIT code with and without AVX
+    "MESA_SHADER_CACHE_DISABLE": "true",
 }
 
-#: The counted child's GIL switch interval (default 5 ms): a longer one lets a thread run on until
-#: it waits instead of being interrupted at a time-dependent point whose cost lands in a frame.
+#: Long GIL switch interval: no thread switch at a time-dependent point whose cost lands in a frame.
 COUNTED_SWITCH_INTERVAL_S = 1.0
 
-#: Pins a user may set to compare driver settings; the codegen facts record the value.
 USER_SETTABLE_PINS = ("LP_NATIVE_VECTOR_WIDTH",)
 
 
 def pinned_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """:data:`PINNED_ENV` with the user's explicit value of each :data:`USER_SETTABLE_PINS`."""
     env = os.environ if environ is None else environ
     return {**PINNED_ENV, **{k: env[k] for k in USER_SETTABLE_PINS if env.get(k)}}
 
 
-#: Names the counted child's dump directory.
 CHILD_ENV = "KATRA3D_MEASURE_CHILD"
 
 FRAME_BOUNDARY = (
@@ -65,8 +57,7 @@ FRAME_BOUNDARY = (
     "deleted; the dumps between frames are discarded"
 )
 
-#: Where callgrind's instrumentation starts (recorded in the header; counts from different points
-#: are not compared).
+#: Where instrumentation starts (in the header; counts from different points are not compared).
 INSTRUMENTED_FROM_FIRST_FRAME = "each scene's first measured frame (warmup frames uninstrumented)"
 INSTRUMENTED_FROM_START = "the process start"
 
@@ -85,9 +76,7 @@ def cpu_flags() -> list[str]:
 def codegen_facts(
     gl: GLInfo, system: SystemInfo, env: Mapping[str, str], counted_from: str = ""
 ) -> dict[str, Any]:
-    """What decides the instructions llvmpipe's JIT emits: counts compare only when these match
-    (``counted_from`` too: instrumenting from the start moves memory layout, and counts a
-    little)."""
+    """What decides the code llvmpipe's JIT emits: counts compare only when these match."""
     facts = renderer_facts(gl.as_dict())
     flags = cpu_flags()
     return {
@@ -103,15 +92,13 @@ def codegen_facts(
     }
 
 
-#: Files in the dump directory: the child's order, its result or error, its trace, callgrind's
-#: dumps, its progress (JSON lines) and stderr.
+#: Files in the child's dump directory.
 ARGS_FILE = "args.json"
 RESULTS_FILE = "results.json"
 CHILD_TRACE = "trace.katra"
 DUMP_BASE = "cg.out"
 PROGRESS_FILE = "progress.jsonl"
 STDERR_FILE = "stderr.txt"
-#: Seconds between the parent's reads of the child's progress.
 POLL_S = 0.2
 
 
@@ -120,7 +107,7 @@ def in_child() -> bool:
 
 
 def child_dir() -> Path:
-    """The dump directory ``$KATRA3D_MEASURE_CHILD`` names (ConfigError when it holds no order)."""
+    """The dump directory ``$KATRA3D_MEASURE_CHILD`` names; ConfigError when it holds no order."""
     where = Path(os.environ.get(CHILD_ENV, ""))
     if not (where / ARGS_FILE).is_file():
         raise ConfigError(
@@ -131,8 +118,7 @@ def child_dir() -> Path:
 
 
 def check_child_instrumentation(deferred: bool) -> str:
-    """Where this child's instrumentation starts; ToolUnavailable (exit 3) when ``deferred`` but
-    client requests cannot switch it on."""
+    """Where instrumentation starts; ToolUnavailable when ``deferred`` without client requests."""
     counted_from = instrumentation(deferred)
     if deferred and valgrind_request.running_on_valgrind() == 0:
         raise ToolUnavailable(
@@ -147,14 +133,12 @@ def child_progress(dump_dir: Path) -> ChildProgress:
 
 
 def instrumentation_deferred() -> bool:
-    """Whether children start uninstrumented, switched on at each scene's first measured frame
-    (needs valgrind client requests)."""
+    """Whether children start uninstrumented (needs valgrind client requests)."""
     return valgrind_request.available()
 
 
 def stop_counting() -> None:
-    """After the last frame: instrumentation off, so the trace writing and tear-down are not counted
-    (docs/measure.md). A no-op outside valgrind."""
+    """Instrumentation off after the last frame, so tear-down is not counted."""
     valgrind_request.stop_instrumentation()
 
 
@@ -163,7 +147,6 @@ def instrumentation(deferred: bool) -> str:
 
 
 def frame_boundary(deferred: bool) -> str:
-    """The header's ``measure.frame_boundary``."""
     how = (
         " (--instr-atstart=no; CALLGRIND_START_INSTRUMENTATION and STOP_INSTRUMENTATION client "
         "requests)"
@@ -174,9 +157,7 @@ def frame_boundary(deferred: bool) -> str:
 
 
 def child_command(valgrind: str, dump_base: Path, measure: str, *, deferred: bool) -> list[str]:
-    """The counted child's valgrind command line (its plan is in args.json).
-
-    ``deferred`` adds ``--instr-atstart=no``: start-up and imports then run several times faster."""
+    """The counted child's valgrind command line (its plan is in args.json)."""
     cmd = [
         valgrind,
         "--tool=callgrind",
@@ -191,19 +172,15 @@ def child_command(valgrind: str, dump_base: Path, measure: str, *, deferred: boo
         cmd.append("--instr-atstart=no")
     if measure == "cycles":
         cmd.append("--cache-sim=yes")
-    # no address-space randomization: heap and library addresses change hashing and alignment paths
+    # no ASLR: addresses change hashing and alignment paths
     setarch = shutil.which("setarch")
     prefix = [setarch, platform.machine(), "-R"] if setarch else []
     return [*prefix, *cmd, sys.executable, "-m", "katra3d"]
 
 
 def child_env(dump_dir: Path) -> dict[str, str]:
-    """The counted child's whole environment: fixed apart from the rendering variables the user
-    set.
-
-    The sizes of the environment, arguments and working directory move the counts (a longer -o
-    name moved a frame by 0.4-0.6 %): hence no ``PYTHONPATH`` (:func:`scene_imports`) and
-    fixed values."""
+    """The counted child's whole, fixed environment (its size moves the counts, so no
+    ``PYTHONPATH``: :func:`scene_imports`)."""
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
     env.update(render_env())
     env.update(pinned_env())
@@ -212,9 +189,7 @@ def child_env(dump_dir: Path) -> dict[str, str]:
 
 
 def scene_imports(plan: RunPlan) -> tuple[dict[str, str], list[str]]:
-    """{spec: absolute spec} for the plan's file scenes, and the folders the child puts first on
-    its import path after katra3d (``$PYTHONPATH``, then the working directory for a
-    ``pkg.mod:Class``)."""
+    """{spec: absolute spec} for file scenes, and the folders the child puts on its import path."""
     known = set(builtin_scenes()) | set(entry_point_scenes())
     imports: dict[str, str] = {}
     path = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -230,8 +205,7 @@ def scene_imports(plan: RunPlan) -> tuple[dict[str, str], list[str]]:
 
 
 def compile_sources(file_specs: Iterable[str] = ()) -> None:
-    """Write canonical bytecode (:mod:`.bytecode`) for katra3d and the run's scene files before a
-    counted child starts."""
+    """Write canonical bytecode for katra3d and the run's scene files before a counted child."""
     roots = [
         root for package in (katra3d, harness, katra_trace, scenes) for root in package.__path__
     ]

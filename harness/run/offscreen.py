@@ -1,8 +1,5 @@
-"""Run a scene by hand into an offscreen framebuffer, with no trace file (tests, quick
-measurements).
-
-It drives the capture engine in ``sync`` mode with an in-memory sink: the same frame loop,
-checks and read-back as ``katra3d run``."""
+"""Run a scene into an offscreen framebuffer with no trace file: the capture engine in ``sync``
+mode with an in-memory sink (same frame loop as ``katra3d run``)."""
 
 from __future__ import annotations
 
@@ -23,7 +20,7 @@ from katra_trace.io.header import CaptureOptions
 
 
 class MemorySink:
-    """A stand-in for TraceWriter that keeps events, annotations and images in memory."""
+    """A TraceWriter stand-in keeping everything in memory."""
 
     def __init__(self) -> None:
         self.start_host_ns = time.perf_counter_ns()
@@ -66,8 +63,7 @@ class MemorySink:
 
 @dataclasses.dataclass(frozen=True)
 class OffscreenResult:
-    """The last frame's pixels ((H, W, 4) uint8, top row first), its checksum and the measured
-    frames' times (ms, render + glFinish on the host clock)."""
+    """Last frame's pixels ((H, W, 4) uint8, top row first), checksum, frame times (ms)."""
 
     pixels: np.ndarray
     checksum: str
@@ -89,10 +85,8 @@ def run_offscreen(
     seed: int = 0,
     samples: int = 0,
 ) -> OffscreenResult:
-    """Set up ``scene_cls`` at ``size``, render ``warmup + frames`` frames, read the last one.
-
-    Framebuffer and scene are released before returning. SceneSkip when the scene cannot run
-    here, SceneError when it fails."""
+    """Render ``warmup + frames`` frames of ``scene_cls`` and read the last; SceneSkip when it
+    cannot run here, SceneError when it fails."""
     label = str(getattr(scene_cls, "name", "") or scene_cls.__name__)
     resolved = resolve_params(scene_cls, params or {})
     fbo = ctx.simple_framebuffer(tuple(size), components=4, samples=samples)

@@ -1,9 +1,5 @@
-"""One trace from the part traces of a counted run's children.
-
-The header is the first part's, with every part's scenes and the earliest start; event times
-move onto that start (``perf_counter_ns`` is one clock for all processes). A damaged part
-gives what it holds; the writing is :class:`katra_trace.io.concat.Concatenation`'s, as for
-``katra3d merge``."""
+"""One trace from a counted run's part traces (as ``katra3d merge`` writes them); a damaged part
+gives what it holds."""
 
 from __future__ import annotations
 
@@ -21,8 +17,7 @@ from katra_trace.profile.model import ProfileRecord
 
 @dataclasses.dataclass(frozen=True)
 class RunStrings:
-    """The run's own strings: ``output`` (resolved), ``requested`` (``-o`` as given) and
-    ``notes``."""
+    """``output`` (resolved), ``requested`` (``-o`` as given) and ``notes``."""
 
     output: str
     requested: str | None
@@ -31,14 +26,14 @@ class RunStrings:
 
 @dataclasses.dataclass
 class Joined:
-    """What :func:`join` wrote: the parts that could be read, and the events written."""
+    """The parts read and the events written."""
 
     parts: list[Path]
     events: int
 
 
 def _open_part(path: Path, events: bool = True) -> Trace | None:
-    """The part at ``path`` (a damaged one as far as it is intact), or None when unreadable."""
+    """The part at ``path`` as far as intact, or None."""
     try:
         return open_quietly(path, events=events)
     except KatraError:
@@ -54,9 +49,7 @@ def join(
     strings: RunStrings | None = None,
     profiles: Mapping[Path, Sequence[ProfileRecord]] | None = None,
 ) -> Joined:
-    """Write the trace made of ``parts`` (in that order, read one at a time) to ``dst``, finished
-    with ``status``; ``strings`` replace the children's stand-ins
-    (:data:`katra3d.harness.run.protocol.STAND_INS`); ``profiles``: each part's PROFILE records."""
+    """Write ``parts`` (one at a time) to ``dst``, ``strings`` replacing the stand-ins."""
     readable = []
     for path in parts:
         head = _open_part(path, events=False)
@@ -102,7 +95,7 @@ def join(
         if not trace.summary_rebuilt:  # a part that ended early has no summary of its own
             _add_user(user, dict(trace.summary.get("user") or {}))
         joined.append(path)
-        del trace  # one part in memory at a time
+        del trace
     out.finish(status, user)
     return Joined(joined, out.events)
 
@@ -112,8 +105,7 @@ _SUMS = frozenset({"reference_draws"})
 
 
 def _add_user(user: dict[str, Any], part: dict[str, Any]) -> None:
-    """Add a part's ``user`` summary: lists in order, :data:`_SUMS` added up, else the first
-    value."""
+    """Lists in order, :data:`_SUMS` added up, else the first value."""
     for key, value in part.items():
         if key not in user:
             user[key] = list(value) if isinstance(value, list) else value

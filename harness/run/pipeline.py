@@ -1,7 +1,5 @@
-"""The capture service: a checked :class:`~katra3d.harness.run.config.RunPlan` in, a trace out.
-
-:func:`open_engine` is the one place an :class:`~katra3d.harness.engine.core.Engine` is made;
-:func:`capture` is the scene loop, a counted child's too."""
+"""The capture service: a checked RunPlan in, a trace out; :func:`open_engine` is the one place
+an Engine is made."""
 
 from __future__ import annotations
 
@@ -37,13 +35,11 @@ def open_engine(
     writer: Any = None,
     stop: StopFlag | None = None,
 ) -> Engine:
-    """The capture engine of ``spec`` on ``ctx``; ``writer`` replaces the trace file (an
-    in-memory sink)."""
+    """The capture engine of ``spec`` on ``ctx``; ``writer`` replaces the trace file."""
     return Engine(ctx, spec, measurer=measurer, writer=writer, stop=stop)
 
 
 def capture_options(plan: RunPlan, session: Any) -> CaptureOptions:
-    """The header's capture options: the config as given and the plan as resolved."""
     resolved = ResolvedOptions(
         frames=plan.frames,
         duration_s=plan.duration_s,
@@ -63,17 +59,13 @@ def capture_options(plan: RunPlan, session: Any) -> CaptureOptions:
     return CaptureOptions.from_dict(plan.config.as_dict()).replaced(resolved=resolved)
 
 
-#: The resolved options' keys in the header's order (null ones too).
 _RESOLVED_KEYS = tuple(
     "frames duration_s warmup size samples backend output device scenes images".split()
 )
 
 
 def capture(plan: RunPlan, progress: ProgressSink, child: ChildOrder | None = None) -> RunResult:
-    """The scene loop: open the backend, probe the host and capture every scene of ``plan``.
-
-    ``child``: a counted child's order; the trace then goes into its dump directory, for the
-    parent."""
+    """Capture every scene of ``plan``; ``child``: a counted child's order."""
     cfg = plan.config
     session = backends.open_session(
         cfg.backend, device=cfg.device, size=plan.size, samples=cfg.samples
@@ -132,7 +124,6 @@ def capture(plan: RunPlan, progress: ProgressSink, child: ChildOrder | None = No
                         if stop.set:
                             break
                         results.append(_run_entry(engine, plan, entry, session, progress, n))
-                    # the rest runs uninstrumented
                     if child is not None:
                         measure.stop_counting()
                     status = "interrupted" if stop.set else "complete"
@@ -161,8 +152,7 @@ def capture(plan: RunPlan, progress: ProgressSink, child: ChildOrder | None = No
 
 
 def failed_note(kept: Path | None) -> str:
-    """What a failed run's error adds: where its measured frames are, or that nothing was
-    written."""
+    """Where a failed run's frames are, or that nothing was written."""
     if kept is None:
         return "; no frame was measured, so no trace was written"
     return f"; the frames it measured are in {shown(kept)} (the output was not written)"

@@ -1,9 +1,7 @@
-"""Progress, the one mechanism: a rich bar on a terminal, plain lines when piped, nothing with
-``--quiet``.
+"""Progress: a rich bar on a terminal, plain lines when piped, nothing with ``--quiet``.
 
-A counted child reports through :class:`ChildProgress` (JSON lines in a file, which works
-under valgrind and needs no descriptor handed across ``exec``); the parent replays them
-(:class:`Relay`)."""
+A counted child writes JSON lines to a file (:class:`ChildProgress`; works under valgrind); the
+parent passes them on (:class:`Relay`)."""
 
 from __future__ import annotations
 
@@ -20,10 +18,7 @@ if TYPE_CHECKING:
 
 
 class Progress:
-    """A rich progress bar on a TTY, plain lines otherwise (on ``stream``, stderr by default).
-
-    ``phase_lines``: off a terminal, one line per phase (counted runs) instead of one per
-    scene."""
+    """A rich bar on a TTY, else plain lines (``phase_lines``: one per phase, not per scene)."""
 
     def __init__(
         self,
@@ -47,20 +42,7 @@ class Progress:
 
     def __enter__(self) -> Progress:
         if self.tty:
-            # deferred: rich's live display loads only on a terminal
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-            from rich.progress import Progress as RichProgress
-
-            self._bar = RichProgress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=Console(file=self.stream),
-                transient=True,
-            )
-            self._bar.__enter__()
+            self._bar = _rich_bar(self.stream)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -104,26 +86,41 @@ class Progress:
             self.line(f"{what} ({self.elapsed_s:.1f} s)")
 
     def advance(self, done: int) -> None:
-        self._done = max(self._done, self._base + done)  # never back
+        self._done = max(self._done, self._base + done)
         if self._bar is not None:
             self._bar.update(self._task, description=self.description(done), completed=self._done)
 
     @property
     def completed(self) -> int:
-        """Frames the current scene has rendered in all its phases so far."""
+        """Frames the current scene has rendered in all its phases."""
         return self._done
 
     def description(self, done: int = 0) -> str:
-        """The phase, and in a phase with frames, which frame of how many is being rendered."""
         if not self._frames:
             return self._name
         return f"{self._name} frame {min(done + 1, self._frames)} of {self._frames}"
 
 
+def _rich_bar(stream: TextIO) -> Any:
+    # deferred: rich's live display loads only on a terminal
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as RichProgress
+
+    bar = RichProgress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(file=stream),
+        transient=True,
+    )
+    bar.__enter__()
+    return bar
+
+
 class Lane(Progress):
-    """One counted child's share of a :class:`Progress` display: its own bar on a terminal, its
-    lines named after its scene in plain output (``[3/9] LABEL`` for the child's one-scene
-    ``[1/1]``)."""
+    """One counted child's bar of a :class:`Progress`, its ``[1/1]`` renumbered as the scene's."""
 
     def __init__(self, parent: Progress, index: int, label: str) -> None:
         super().__init__(parent.total, parent.stream, parent.quiet, parent.phase_lines)
@@ -139,7 +136,6 @@ class Lane(Progress):
         self.close()
 
     def close(self) -> None:
-        """Take this lane's bar off the display (the child ended)."""
         if self._bar is not None and self._task is not None:
             self._bar.remove_task(self._task)
         self._task = None
@@ -156,8 +152,7 @@ class Lane(Progress):
 
 
 class _Renumber:
-    """A one-scene child's ``[1/1] `` as the scene's place in the run, and its unnamed phases
-    named when the run has more than one scene."""
+    """A one-scene child's ``[1/1] `` as the scene's place in the run."""
 
     def __init__(self, index: int, total: int, label: str) -> None:
         self.index, self.total = index, total
@@ -171,7 +166,7 @@ class _Renumber:
 
 
 class _RenumberedProgress:
-    """:class:`Lane` for a caller's own progress: the calls passed on, renumbered."""
+    """:class:`Lane` for a caller's own progress sink."""
 
     def __init__(self, progress: ProgressSink, index: int, total: int, label: str) -> None:
         self.progress = progress
@@ -179,7 +174,7 @@ class _RenumberedProgress:
         self.renumber = _Renumber(index, total, label)
 
     def close(self) -> None:
-        """Nothing to take off."""
+        pass
 
     def line(self, text: str) -> None:
         self.progress.line(self.renumber.text(text, phase=False))
@@ -195,8 +190,7 @@ class _RenumberedProgress:
 
 
 def lane(progress: ProgressSink, index: int, total: int, label: str) -> Lane | _RenumberedProgress:
-    """Where the counted child of the run's ``index``-th scene reports: a :class:`Lane` of a
-    :class:`Progress` display, else the calls passed on to ``progress`` renumbered."""
+    """Where the counted child of the ``index``-th scene reports."""
     if (
         isinstance(progress, Progress)
         and not isinstance(progress, Lane)
@@ -207,8 +201,8 @@ def lane(progress: ProgressSink, index: int, total: int, label: str) -> Lane | _
 
 
 class ChildProgress:
-    """The counted child's progress sink: every call one JSON line in ``path``. ``tty`` is True
-    so the engine reports every frame; a failed write is ignored (progress never stops a run)."""
+    """The counted child's sink: a JSON line a call; a failed write is ignored. ``tty`` so the
+    engine reports every frame."""
 
     tty = True
 
@@ -248,7 +242,6 @@ class ChildProgress:
         self._send("advance", done)
 
 
-#: The calls a :class:`Relay` passes on, with their argument types.
 _CALLS: dict[str, tuple[type | tuple[type, ...], ...]] = {
     "line": (str,),
     "scene_started": (int, str, (int, type(None))),
@@ -258,8 +251,6 @@ _CALLS: dict[str, tuple[type | tuple[type, ...], ...]] = {
 
 
 class _Follow:
-    """The complete lines added to a file since the last :meth:`lines`."""
-
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = 0
@@ -278,8 +269,8 @@ class _Follow:
 
 
 class Relay:
-    """The parent's side of :class:`ChildProgress`: passes each new known call in ``path`` on to
-    ``progress``; ``stderr``: (the child's stderr file, where to copy its new lines) or None."""
+    """Passes each new :class:`ChildProgress` call on to ``progress``; ``stderr``: (the child's
+    stderr file, where to copy it) or None."""
 
     def __init__(
         self, path: Path, progress: ProgressSink, stderr: tuple[Path, TextIO] | None = None
@@ -290,7 +281,7 @@ class Relay:
         self.stderr = (_Follow(stderr[0]), stderr[1]) if stderr is not None else None
 
     def poll(self) -> int:
-        """Pass on the complete lines written since the last poll; returns the calls made."""
+        """Returns the calls passed on."""
         if self.stderr is not None:
             follow, stream = self.stderr
             for raw in follow.lines():
@@ -316,8 +307,7 @@ class Relay:
 
 
 class Tally:
-    """Progress of a command's work that is not a run's frames; piped, at most one line every
-    ``every_s`` seconds, none for work done sooner."""
+    """Progress of work that is not a run's frames; piped, at most a line every ``every_s``."""
 
     def __init__(
         self,
@@ -355,31 +345,11 @@ class Tally:
             print(f"{self.who}: {text}", file=self.stream, flush=True)
 
     def update(self, what: str, done: int, total: int | None, detail: str = "") -> None:
-        """``done`` of ``total`` items (None: unknown) of ``what``, with ``detail`` (the item
-        now)."""
         if self.quiet:
             return
         if self.tty:
             if self._bar is None:
-                # deferred: rich's live display loads only on a terminal
-                from rich.console import Console
-                from rich.progress import (
-                    BarColumn,
-                    MofNCompleteColumn,
-                    TextColumn,
-                    TimeElapsedColumn,
-                )
-                from rich.progress import Progress as RichProgress
-
-                self._bar = RichProgress(
-                    TextColumn("{task.description}"),
-                    BarColumn(),
-                    MofNCompleteColumn(),
-                    TimeElapsedColumn(),
-                    console=Console(file=self.stream),
-                    transient=True,
-                )
-                self._bar.__enter__()
+                self._bar = _rich_bar(self.stream)
                 self._task = self._bar.add_task(what, total=total)
             self._bar.update(
                 self._task, description=f"{what} {detail}".rstrip(), completed=done, total=total
@@ -401,7 +371,7 @@ class Tally:
 
 
 def warn(message: object) -> None:
-    """One ``katra3d: warning: ...`` line on stderr: every warning katra3d prints."""
+    """One ``katra3d: warning: ...`` line on stderr."""
     print(f"katra3d: warning: {message}", file=sys.stderr)
 
 
@@ -413,12 +383,12 @@ def show_warning(
     file: object = None,
     line: str | None = None,
 ) -> None:
-    """A ``warnings.showwarning`` that prints one :func:`warn` line (no source line)."""
+    """A ``warnings.showwarning`` printing one :func:`warn` line."""
     warn(message)
 
 
 class entered:
-    """Enter/exit a progress display if it is a context manager (a live display is)."""
+    """Enter/exit a progress display if it is a context manager."""
 
     def __init__(self, progress: Any) -> None:
         self.progress = progress

@@ -1,6 +1,5 @@
-"""What a run hands a child process and gets back: a :class:`ChildOrder` in, a
-:class:`ChildResult` out, as JSON built from the dataclasses' annotations (a new field travels
-by itself) in an envelope with :data:`VERSION`; another version or type is refused whole."""
+"""A counted child's :class:`ChildOrder` in and :class:`ChildResult` out: JSON built from the
+dataclasses' annotations, in an envelope with :data:`VERSION` (another is refused whole)."""
 
 from __future__ import annotations
 
@@ -25,10 +24,8 @@ from katra_trace.io.header import MeasureOptions
 
 VERSION = 1
 
-#: What a counted child is told in place of the output path and note: strings of one fixed length.
-#: Every count depends on the lengths of the strings the child holds (names of 7 and 41 characters
-#: moved a 32x32 frame by up to 224 instructions), so the parent's join writes the run's own strings
-#: (:class:`katra3d.harness.run.parts.RunStrings`).
+#: Fixed-length stand-ins for output and note (string lengths move counts); the join writes the
+#: run's own strings.
 STAND_INS = RunStrings(
     output="katra3d-counted-run-output.katra",
     requested="katra3d-counted-run-requested.katra",
@@ -40,9 +37,7 @@ T = TypeVar("T")
 
 @dataclasses.dataclass(frozen=True)
 class ChildOrder:
-    """What the parent hands its counted child (``args.json``): the one-scene plan
-    (:func:`child_plan`), the valgrind command, and the file scenes' absolute specs and import
-    path."""
+    """``args.json``: the one-scene plan, valgrind command, file scenes' specs and import path."""
 
     plan: RunPlan
     dump_dir: Path
@@ -57,13 +52,11 @@ class ChildOrder:
 
     @property
     def trace(self) -> Path:
-        """Where the child writes its trace (the parent joins it into the user's output)."""
         return self.dump_dir / measure.CHILD_TRACE
 
     def measure_options(self) -> MeasureOptions:
-        """The child's header's ``capture_options.measure``."""
         pinned = measure.pinned_env()
-        counting = typing.cast(Counting, self.plan.counting)  # a counted plan (read_order)
+        counting = typing.cast(Counting, self.plan.counting)
         return MeasureOptions(
             mode=counting.mode,
             valgrind=counting.version,
@@ -77,9 +70,8 @@ class ChildOrder:
 
 @dataclasses.dataclass(frozen=True)
 class ChildResult:
-    """What a child hands back: ``run``, or ``error`` with ``exit_code`` and ``traceback``.
-    ``kept`` is the parent's: where a failed run's frames were set aside (None: nowhere, "":
-    not said)."""
+    """``run``, or ``error`` with ``exit_code``; ``kept``: where the parent set a failed run's
+    frames aside (None: nowhere, "": not said)."""
 
     run: RunResult | None = None
     error: str = ""
@@ -93,8 +85,7 @@ class ChildResult:
 
 
 def child_plan(plan: RunPlan) -> RunPlan:
-    """``plan`` as a counted child gets it: output and note :data:`STAND_INS`, screenshot folder
-    absolute (the child runs in its dump directory)."""
+    """``plan`` with :data:`STAND_INS` for output and note, screenshot folder absolute."""
     config = dataclasses.replace(plan.config, notes=STAND_INS.notes)
     if config.output is not None:
         config = dataclasses.replace(config, output=STAND_INS.requested)
@@ -117,9 +108,7 @@ def write_order(order: ChildOrder) -> None:
 
 
 def read_order(dump_dir: Path) -> ChildOrder:
-    """The order in ``dump_dir``, each scene class found again (file scenes by the absolute path
-    the parent resolved, after its import path is put first); specs stay as the user gave
-    them."""
+    """The order in ``dump_dir``, each scene class found again (specs stay as given)."""
     path = dump_dir / measure.ARGS_FILE
     body = _body(path, ChildOrder)
     try:
@@ -139,7 +128,7 @@ def hand_back(dump_dir: Path, result: ChildResult) -> None:
 
 
 def handed_back(dump_dir: Path) -> ChildResult | None:
-    """What the child handed back, or None when it wrote nothing readable (it was killed)."""
+    """What the child handed back; None when it wrote nothing readable."""
     try:
         return read(dump_dir / measure.RESULTS_FILE, ChildResult)
     except ConfigError:
@@ -147,7 +136,6 @@ def handed_back(dump_dir: Path) -> ChildResult | None:
 
 
 def write(path: Path, message: Any) -> None:
-    """Write ``message`` (a dataclass) to ``path`` in the envelope of :data:`VERSION`."""
     kind = type(message).__name__
     envelope = {"katra3d_protocol": VERSION, "type": kind, "body": encode(message)}
     path.write_text(json.dumps(envelope), encoding="utf-8")
@@ -173,8 +161,8 @@ def _body(path: Path, tp: type) -> Any:
 
 
 def decode(tp: type[T], data: Any, scene_class: Callable[[str], type] = get_scene) -> T:
-    """``data`` (from :func:`encode`, through JSON) rebuilt as a ``tp``; ConfigError when it is
-    not one. Not validated again: the sender checked it."""
+    """``data`` (from :func:`encode`) rebuilt as a ``tp``, not validated again; ConfigError when it
+    is not one."""
     try:
         value = _decode(tp, data, scene_class)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -183,8 +171,7 @@ def decode(tp: type[T], data: Any, scene_class: Callable[[str], type] = get_scen
 
 
 def encode(value: Any) -> Any:
-    """``value`` as JSON holds it. A field holding a class is left out (its spec finds it again),
-    and so is ``pixels`` (an image stays where it was taken)."""
+    """``value`` as JSON holds it, less fields holding a class and ``pixels``."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {
             f.name: encode(getattr(value, f.name))
@@ -203,7 +190,6 @@ def encode(value: Any) -> Any:
 
 
 def _decode(tp: Any, value: Any, scene_class: Callable[[str], type]) -> Any:
-    """``value`` (as JSON gives it) rebuilt to ``tp`` (a field's annotation)."""
     origin = typing.get_origin(tp)
     if value is None or tp is Any:
         return value
@@ -227,7 +213,6 @@ def _decode(tp: Any, value: Any, scene_class: Callable[[str], type]) -> Any:
         }
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         hints = typing.get_type_hints(tp, vars(sys.modules[tp.__module__]))
-        # a field holding a class (SceneEntry.cls) did not travel: its spec finds it again
         fields = {
             f.name: _decode(hints[f.name], value[f.name], scene_class)
             for f in dataclasses.fields(tp)

@@ -1,6 +1,5 @@
-"""The replay strategy of a run (for a plan of traces): each apitrace trace replayed by glretrace
-(:mod:`.replayer`), one katra3d frame per SwapBuffers, timed or counted, draws as zones, and
-the last frame kept from an untimed snapshot replay. docs/replay.md says how each is measured."""
+"""A run of apitrace traces: glretrace replays, one frame per SwapBuffers, draws as zones;
+docs/replay.md."""
 
 from __future__ import annotations
 
@@ -59,7 +58,7 @@ def has_traces(plan: RunPlan) -> bool:
 
 
 def check_plan(plan: RunPlan) -> None:
-    """ConfigError for what a replay cannot do (before anything starts)."""
+    """ConfigError for what a replay cannot do."""
     cfg = plan.config
     if plan.frames is None:
         raise ConfigError("a trace replays --frames N from its start, not --duration")
@@ -80,7 +79,7 @@ def check_plan(plan: RunPlan) -> None:
 
 
 def run(plan: RunPlan, progress: ProgressSink) -> RunResult:
-    """Replay every trace of ``plan`` into one katra3d trace (the plan's output)."""
+    """Replay every trace of ``plan`` into its output."""
     check_plan(plan)
     cfg = plan.config
     counted = plan.counting is not None
@@ -185,9 +184,7 @@ def run(plan: RunPlan, progress: ProgressSink) -> RunResult:
 
 
 def _replayer_gl(gl: GLInfo, facts: TraceFacts, replayer: Replayer, env: dict[str, str]) -> GLInfo:
-    """The probe's GL facts with the version and profile of the replayer's context for the trace
-    (compatibility unless the trace asks for core), not katra3d's; the renderer stays the
-    probe's."""
+    """The probe's GL facts with the version and profile of the replayer's context."""
     got: dict[str, str] = {}
     if facts.current_call is not None:
         with x_display(env) if not replayer.headless else contextlib.nullcontext(env) as shown:
@@ -214,8 +211,7 @@ def _options(
     mode: str,
     counted_env: dict[str, str] | None,
 ) -> CaptureOptions:
-    """The capture options with the replay's facts (trace files, replayer and its options); the
-    backend is the traces' window systems, and no size (:data:`SIZE_NOTICE`)."""
+    """The capture options with the replay's facts; no size (:data:`SIZE_NOTICE`)."""
     zones = plan.zones
     replay: dict[str, Any] = {
         "traces": {e.label: f.as_dict() for e, f in traces},
@@ -257,8 +253,6 @@ def _options(
 
 
 class _Replay:
-    """One trace scene: its replays, its events, its kept frame and its annotation."""
-
     def __init__(
         self,
         writer: TraceWriter,
@@ -355,13 +349,12 @@ class _Replay:
         return result
 
     def _flags(self, k: int, restarts: set[int]) -> int:
-        """Frame ``k``'s flags: WARMUP, SETUP on a restart's frame (left out of the statistics)."""
+        """SETUP on a restart's frame: left out of the statistics."""
         return (int(Flag.WARMUP) if k < self.plan.warmup else 0) | (
             int(Flag.SETUP) if k in restarts else 0
         )
 
     def _restarted(self, k: int) -> None:
-        """At the first restart, say that the trace is replayed again and what that costs."""
         if self.restart_said:
             return
         self.restart_said = True
@@ -488,7 +481,6 @@ class _Replay:
     def _last_image(
         self, result: SceneResult, env: dict[str, str], call_no: int, index: int
     ) -> dict[str, Any]:
-        """The last frame's image, from a snapshot replay after its last call."""
         self.progress.phase(f"{self.where}: the last frame's image (an untimed replay)", None)
         png = rp.snapshot(
             self.replayer,

@@ -1,8 +1,5 @@
-"""The runner: a validated RunConfig in, a trace and per-scene results out.
-
-It plans the run (no GL yet), then replays traces (:mod:`.replay`), counts in children
-(:mod:`.children`) or runs the scene loop (:mod:`.pipeline`); :func:`run_child` is a counted
-child's side."""
+"""The runner: a RunConfig in, a trace and per-scene results out (replay, counted children or the
+scene loop)."""
 
 from __future__ import annotations
 
@@ -42,10 +39,10 @@ def run(
     progress_stream: TextIO | None = None,
     quiet: bool = False,
 ) -> RunResult:
-    """Run ``config``; the trace is at ``result.path``. ConfigError/SceneError for bad input
-    (before anything is written), BackendUnavailable when no GL context opens."""
+    """Run ``config`` into ``result.path``; ConfigError/SceneError before any write,
+    BackendUnavailable when no GL context opens."""
     plan = plan or plan_run(config)
-    if replay.has_traces(plan):  # apitrace traces, replayed by glretrace (docs/replay.md)
+    if replay.has_traces(plan):
         return replay.run(plan, progress if progress is not None and not quiet else NoProgress())
     counted = plan.counting is not None
     quiet = quiet or isinstance(progress, NoProgress) or bool(getattr(progress, "quiet", False))
@@ -63,15 +60,13 @@ def run(
 
 
 def _run_counted(plan: RunPlan, progress: ProgressSink, *, quiet: bool) -> RunResult:
-    """``--measure instructions|cycles``: count in children under callgrind and take back their
-    results; :class:`katra_trace.errors.Interrupted` when a stop ended them before they handed
-    any back."""
+    """Count in children; Interrupted when a stop ended them before any handed back."""
     cfg = plan.config
     # the one renderer check, before valgrind starts (GPU drivers do not run under it)
     with backends.open_session(cfg.backend, device=cfg.device, size=(16, 16)) as session:
         check_renderer(cfg.measure, probe.gl_info(session.ctx))
     plan.output.parent.mkdir(parents=True, exist_ok=True)
-    for where in (plan.output, Path(tempfile.gettempdir())):  # the trace, the children's parts
+    for where in (plan.output, Path(tempfile.gettempdir())):
         claim.check_free_space(where)
     with entered(progress):
         code, handed, signum = children.run_counted(plan, progress=progress, quiet=quiet)
@@ -101,11 +96,8 @@ def _run_counted(plan: RunPlan, progress: ProgressSink, *, quiet: bool) -> RunRe
 
 
 def run_child() -> int:
-    """Entry point of the counted child (``python -m katra3d`` with ``$KATRA3D_MEASURE_CHILD``
-    set).
-
-    Runs the plan the parent wrote (no planning again) and hands back the result or error as
-    data. Returns 0, 128 + the signal when interrupted, else the error's code."""
+    """The counted child: runs the parent's plan and hands back result or error. Returns 0,
+    128 + signal when interrupted, else the error's code."""
     sys.setswitchinterval(measure.COUNTED_SWITCH_INTERVAL_S)
     try:
         dump_dir = measure.child_dir()

@@ -1,6 +1,4 @@
-"""What counting needs of the machine: valgrind, found once when the run is planned
-(:class:`Counting`), and a software renderer (:func:`check_renderer`). No GL: the plan imports
-this."""
+"""What counting needs: valgrind (found once at planning) and a software renderer. No GL."""
 
 from __future__ import annotations
 
@@ -18,8 +16,7 @@ VALGRIND_INSTALL_LINE = "apt-get install -y valgrind"
 
 @dataclasses.dataclass(frozen=True)
 class Counting:
-    """How a counted run counts: ``mode`` (instructions | cycles), valgrind's path and
-    ``version``."""
+    """``mode`` (instructions | cycles), valgrind's path and ``version``."""
 
     mode: str
     valgrind: str
@@ -47,14 +44,14 @@ def find_valgrind() -> tuple[str, str]:
 
 
 def counting(measure: str) -> Counting | None:
-    """The counting a ``--measure`` value asks for, or None for ``time``."""
+    """None for ``time``."""
     if not is_count(measure):
         return None
     return Counting(measure, *find_valgrind())
 
 
 def check_renderer(measure: str, gl: GLInfo) -> None:
-    """ConfigError unless the renderer is a software one (CPU work that valgrind can count)."""
+    """ConfigError unless the renderer is a software one (valgrind counts CPU work)."""
     if is_count(measure) and not gl.software_renderer:
         renderer = gl.renderer or "this renderer"
         raise ConfigError(
