@@ -56,8 +56,6 @@ class Frame(Protocol):
 
 
 class Scene:
-    """Base class of every scene; subclasses set the class attributes."""
-
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     stresses: ClassVar[tuple[str, ...]] = ()
@@ -96,7 +94,7 @@ class Scene:
         return obj
 
     def output_framebuffer(self) -> Any | None:
-        """The framebuffer of the final image (None: the default); :meth:`bind_target`'s."""
+        """The final image's framebuffer (None: the default)."""
         return getattr(self, "target", None)
 
     @classmethod
@@ -144,7 +142,7 @@ def _gl_version_str(code: int) -> str:
 
 
 class SimpleFrame:
-    """A :class:`Frame` with no timing, for tests and running a scene by hand."""
+    """A :class:`Frame` with no timing, for tests and by-hand runs."""
 
     def __init__(self, index: int, seed: int = 0) -> None:
         self.index = index

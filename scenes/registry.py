@@ -59,7 +59,7 @@ def entry_point_scenes() -> dict[str, importlib.metadata.EntryPoint]:
 
 
 def available_scene_names() -> list[str]:
-    """Built-in names, then entry-point names (sorted) that do not shadow a built-in."""
+    """Built-ins, then the entry points that do not shadow one."""
     names = list(builtin_scenes())
     names.extend(sorted(n for n in entry_point_scenes() if n not in names))
     return names
@@ -167,8 +167,6 @@ def _installed_dirs() -> frozenset[Path]:
 
 
 class _SiblingFinder(importlib.abc.MetaPathFinder):
-    """Finds top-level ``names`` in ``folder`` before other user folders, after installed ones."""
-
     def __init__(self, folder: Path, names: set[str]) -> None:
         self.folder, self.names = folder, names
 
@@ -248,7 +246,7 @@ def split_file_spec(spec: str) -> tuple[str, str] | None:
 
 
 def absolute_spec(spec: str, cls: type[Scene], base: Path | None = None) -> str:
-    """A file spec made absolute (against ``base``, default cwd); other specs unchanged."""
+    """A file spec made absolute against ``base`` (default cwd)."""
     parts = split_file_spec(spec)
     if parts is None:
         return spec
@@ -257,7 +255,7 @@ def absolute_spec(spec: str, cls: type[Scene], base: Path | None = None) -> str:
 
 
 def with_class(spec: str, cls: type[Scene]) -> str:
-    """``spec`` with its class named (``x.py`` -> ``x.py:Class``); any other spec as it is."""
+    """``x.py`` -> ``x.py:Class``; other specs as they are."""
     parts = split_file_spec(spec)
     return f"{parts[0]}:{cls.__name__}" if parts is not None and not parts[1] else spec.strip()
 
@@ -273,8 +271,7 @@ def names_scene(name: str, spec: str, cls: type[Scene]) -> bool:
 
 
 def find_file_spec(spec: str, bases: tuple[Path, ...]) -> str:
-    """A relative file spec resolved against the first of ``bases`` that has it; SceneError
-    naming the paths tried when none has."""
+    """A relative file spec resolved against the first of ``bases`` having it, else SceneError."""
     parts = split_file_spec(spec)
     if parts is None or Path(parts[0]).expanduser().is_absolute():
         return spec
@@ -339,7 +336,7 @@ def _load_trace(spec: str) -> type[Scene]:
 
 
 def get_scene(spec: str) -> type[Scene]:
-    """The class of a scene spec; SceneError (with close matches) when it cannot be found."""
+    """SceneError (with close matches) when the spec names no scene."""
     spec = spec.strip()
     if spec.endswith(TRACE_SUFFIX):
         return _load_trace(spec)
@@ -351,7 +348,7 @@ def get_scene(spec: str) -> type[Scene]:
         ep = entry_points[spec]
         try:
             obj = ep.load()
-        except Exception as exc:  # noqa: BLE001 - a third-party package may raise anything
+        except Exception as exc:  # noqa: BLE001 - a package may raise anything
             raise SceneError(
                 f"cannot load scene '{spec}' from entry point '{ep.value}': "
                 f"{type(exc).__name__}: {exc}"
@@ -379,7 +376,7 @@ _FALSE = {"0", "false", "no", "off"}
 
 
 def describe_range(param: Param) -> str:
-    """A param's valid values as text: 'choices: a, b', '1..64', '>= 0', 'true/false'."""
+    """'choices: a, b', '1..64', '>= 0', 'true/false'."""
     if param.choices is not None:
         return "choices: " + ", ".join(_fmt(c) for c in param.choices)
     if param.type is bool:
@@ -402,7 +399,7 @@ def _fmt(value: Any) -> str:
 
 
 def convert_param(scene_name: str, key: str, param: Param, value: Any) -> Any:
-    """One value (Python or CLI string) as ``param.type``, range-checked; else ConfigError."""
+    """A Python value or CLI string as ``param.type``, range-checked; else ConfigError."""
 
     def bad(why: str) -> ConfigError:
         return ConfigError(
@@ -462,7 +459,7 @@ def convert_param(scene_name: str, key: str, param: Param, value: Any) -> Any:
 
 
 def resolve_params(scene: type[Scene], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """The scene's param defaults merged with ``overrides``; ConfigError for a bad key or value."""
+    """Defaults merged with ``overrides``; ConfigError for a bad key or value."""
     declared = dict(scene.params)
     unknown = [k for k in overrides if k not in declared]
     if unknown:

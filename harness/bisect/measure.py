@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class Workspace:
-    """Where a bisection works: repository, output dir (absolute), worktrees' temp dir."""
-
     top: Path
     root: Path
     trees: Path
@@ -89,7 +87,7 @@ def in_tree(command: str, tree: Path) -> CaptureCommand:
 def compare_to_good(
     ws: Workspace, good: Path, new: Path
 ) -> tuple[tuple[Effect, ...], dict[str, str], tuple[str, ...]] | str:
-    """``new``'s effects, image lines and differing params against GOOD, or why not comparable."""
+    """``new``'s effects, image lines and param changes against GOOD, or why not comparable."""
     # deferred: loads scipy (about a second)
     from katra_trace.analysis.comparison import compare_sides, open_sides
 
@@ -125,8 +123,6 @@ def sequential_rule(setup: Setup) -> SequentialRule:
 
 
 class Trees:
-    """GOOD's worktree, kept for the whole bisection."""
-
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
         self.good: Path | None = None
@@ -143,7 +139,6 @@ class Trees:
 
 
 def counted_trace(ws: Workspace, c: Commit) -> Path:
-    """``DIR/traces/SHORT.katra``."""
     return ws.root / "traces" / f"{c.short}.katra"
 
 

@@ -84,7 +84,7 @@ def new_setup(
 
 
 def check_new_output(text: str) -> Path:
-    """The new bisection's absolute output directory; ConfigError when not empty."""
+    """ConfigError when not empty."""
     root = check_output_dir(text, option="-o").resolve()
     if (root / BISECT_FILE).exists():
         raise ConfigError(

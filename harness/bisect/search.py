@@ -92,7 +92,6 @@ def _states(commits: tuple[Commit, ...], tested: Mapping[str, CommitResult]) -> 
 def next_commits(
     commits: tuple[Commit, ...], tested: Mapping[str, CommitResult], n: int
 ) -> list[Commit]:
-    """Up to ``n`` untested commits splitting the open range."""
     return [commits[i] for i in probes(_states(commits, tested), n)]
 
 

@@ -92,7 +92,7 @@ def _check_glfw() -> str:
     try:
         # deferred: loaded only when probed
         import glfw  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - the glfw wrapper raises ImportError or others
+    except Exception as exc:  # noqa: BLE001 - not only ImportError
         return f"cannot import glfw: {exc}"
     return ""
 
@@ -101,7 +101,7 @@ _CHECKS: dict[str, Callable[[], str]] = {"egl": _check_egl, "glfw": _check_glfw}
 
 
 def check(name: str) -> BackendStatus:
-    """A cheap availability check (imports, libraries, display); opens no context."""
+    """Imports, libraries, display; opens no context."""
     why = _CHECKS[name]()
     return BackendStatus(name, not why, why)
 
@@ -356,7 +356,7 @@ def list_egl_devices() -> list[dict[str, Any]]:
 
 
 def current_egl_info() -> dict[str, str]:
-    """Vendor and version of the current EGL display ({} off EGL)."""
+    """{} off EGL."""
     egl = _egl_lib()
     if egl is None:
         return {}

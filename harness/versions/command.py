@@ -70,7 +70,6 @@ class CaptureCommand:
             )
 
     def shown(self, out: Path | None = None) -> str:
-        """The command on one line for people, ``{out}`` quoted, with its folder."""
         text = one_line(self.template)
         if out is not None:
             text = text.replace(OUT_PLACEHOLDER, shlex.quote(str(out)))
@@ -160,7 +159,7 @@ def run_capture(
             sink = stack.enter_context(tempfile.TemporaryFile())
         start = sink.seek(0, os.SEEK_END)
         t0 = time.monotonic()
-        # the pool's supervisor for its jobs (bisect's counted captures), else its own
+        # a pool's supervisor (bisect's counted captures), else its own
         active = Supervisor.active
         with contextlib.nullcontext(active) if active else Supervisor() as sup:
             if sup.received:

@@ -164,7 +164,6 @@ def first_parent_order(cwd: Path) -> FirstParentOrder | None:
 
 
 def add_worktree(top: Path, where: Path, sha: str) -> Path:
-    """A new detached worktree of ``sha`` at ``where``."""
     where.parent.mkdir(parents=True, exist_ok=True)
     _git(top, "worktree", "add", "--quiet", "--detach", "--force", str(where), sha)
     return where

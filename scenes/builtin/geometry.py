@@ -37,10 +37,8 @@ void main() {
 
 
 class GeometryScene(BuiltinScene):
-    """A (2, 3) torus knot of ``16 * detail**2`` triangles, Blinn-Phong lit, rotating.
-
-    ``indexed`` matters: on llvmpipe 32-bit indexed draws can be slower than non-indexed, on GPUs
-    usually faster (docs/scenes.md). ``cull`` (default) halves rasterization of the closed mesh."""
+    """A torus knot of ``16 * detail**2`` triangles. On llvmpipe indexed draws can be slower than
+    non-indexed, on GPUs usually faster (docs/scenes.md)."""
 
     name = "geometry"
     description = "procedural high-poly lit mesh (torus knot): vertex and primitive throughput"

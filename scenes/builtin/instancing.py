@@ -49,8 +49,7 @@ _FRAGMENT = LIT_FRAGMENT.replace("uniform vec3 u_color;", "in vec3 v_tint;").rep
 
 
 class InstancingScene(BuiltinScene):
-    """``count`` cubes in one ``glDrawElementsInstanced``, animated in the vertex shader:
-    ``drawcalls``' work without per-draw overhead."""
+    """``drawcalls``' work in one instanced draw, animated in the vertex shader."""
 
     name = "instancing"
     description = "tens of thousands of instanced cubes in a single draw call"
@@ -67,7 +66,7 @@ class InstancingScene(BuiltinScene):
             compile_program(ctx, self.name, vertex_shader=_VERTEX, fragment_shader=_FRAGMENT)
         )
         verts, indices = cube()
-        # instances on a jittered 3D grid (deterministic generator, fixed seed)
+        # a jittered 3D grid, fixed seed
         rng = np.random.default_rng(12345)
         side = max(1, round(count ** (1 / 3)))
         ids = np.arange(count)

@@ -97,9 +97,8 @@ void main() {
 
 
 class PostFxScene(BuiltinScene):
-    """Four passes per frame, each its own zone: ``scene`` (cubes into an RGBA16F texture),
-    ``blur-h`` (bright-pass and horizontal Gaussian into a ``downsample`` times smaller texture),
-    ``blur-v``, ``tonemap`` (into the target)."""
+    """Four zoned passes: ``scene`` (RGBA16F), ``blur-h`` (bright-pass, ``downsample`` times
+    smaller), ``blur-v``, ``tonemap``."""
 
     name = "postfx"
     description = (
