@@ -207,6 +207,17 @@ class BuiltinScene(Scene):
         """Create GL objects (``self.ctx``, ``self.size``, ``self.p`` are set)."""
         raise NotImplementedError
 
+    def mesh_vao(self, program: Any, verts: np.ndarray, indices: np.ndarray, *inst: Any) -> Any:
+        """An owned indexed VAO of a position+normal mesh; ``inst``: (array, format, names...)."""
+        vbo = self.own(self.ctx.buffer(verts.tobytes()))
+        ibo = self.own(self.ctx.buffer(indices.tobytes()))
+        layout: list[tuple[Any, ...]] = [(vbo, "3f 3f", "in_pos", "in_normal")]
+        if inst:
+            layout.append((self.own(self.ctx.buffer(inst[0].tobytes())), *inst[1:]))
+        return self.own(
+            self.ctx.vertex_array(program, layout, index_buffer=ibo, index_element_size=4)
+        )
+
     def begin_setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, Any]) -> None:
         self.ctx = ctx
         self.size = (int(size[0]), int(size[1]))

@@ -30,17 +30,7 @@ class DrawCallsScene(BuiltinScene):
         self.program = self.own(
             compile_program(ctx, self.name, vertex_shader=LIT_VERTEX, fragment_shader=LIT_FRAGMENT)
         )
-        verts, indices = cube()
-        vbo = self.own(ctx.buffer(verts.tobytes()))
-        ibo = self.own(ctx.buffer(indices.tobytes()))
-        self.vao = self.own(
-            ctx.vertex_array(
-                self.program,
-                [(vbo, "3f 3f", "in_pos", "in_normal")],
-                index_buffer=ibo,
-                index_element_size=4,
-            )
-        )
+        self.vao = self.mesh_vao(self.program, *cube())
         side = math.ceil(math.sqrt(count * self.aspect))
         rows = math.ceil(count / side)
         ids = np.arange(count)

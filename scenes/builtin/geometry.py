@@ -62,16 +62,7 @@ class GeometryScene(BuiltinScene):
             compile_program(ctx, self.name, vertex_shader=LIT_VERTEX, fragment_shader=LIT_FRAGMENT)
         )
         if self.p["indexed"]:
-            vbo = self.own(ctx.buffer(verts.tobytes()))
-            ibo = self.own(ctx.buffer(indices.tobytes()))
-            self.vao = self.own(
-                ctx.vertex_array(
-                    self.program,
-                    [(vbo, "3f 3f", "in_pos", "in_normal")],
-                    index_buffer=ibo,
-                    index_element_size=4,
-                )
-            )
+            self.vao = self.mesh_vao(self.program, verts, indices)
         else:
             vbo = self.own(ctx.buffer(unindex(verts, indices).tobytes()))
             self.vao = self.own(

@@ -79,16 +79,8 @@ class InstancingScene(BuiltinScene):
         phase = rng.uniform(0, 2 * math.pi, size=(count, 1)).astype(np.float32)
         tint = (0.35 + 0.65 * rng.uniform(size=(count, 3))).astype(np.float32)
         inst = np.concatenate([pos, phase, tint], axis=1).astype(np.float32)
-        vbo = self.own(ctx.buffer(verts.tobytes()))
-        ibo = self.own(ctx.buffer(indices.tobytes()))
-        ibuf = self.own(ctx.buffer(inst.tobytes()))
-        self.vao = self.own(
-            ctx.vertex_array(
-                self.program,
-                [(vbo, "3f 3f", "in_pos", "in_normal"), (ibuf, "4f 3f/i", "in_offset", "in_tint")],
-                index_buffer=ibo,
-                index_element_size=4,
-            )
+        self.vao = self.mesh_vao(
+            self.program, verts, indices, inst, "4f 3f/i", "in_offset", "in_tint"
         )
         self.extent = float(np.abs(pos).max()) + 1.0
         self.program["u_light_dir"].value = (-0.4, -0.6, -0.7)
