@@ -321,24 +321,19 @@ class _Search:
             self.progress(f"  {c.short}: {tested[c.sha].reason}")
 
     def bad_is_bad(self) -> None:
-        bad = self.tested[self.setup.bad.sha]
-        if bad.state != "bad" and self.setup.images:
-            raise _Stop(
-                Outcome(
-                    "nothing to bisect",
-                    f"nothing to bisect: BAD {self.setup.bad.short}'s kept frames are not changed "
-                    f"against GOOD {self.setup.good.short}'s beyond the image tolerance "
-                    f"({bad.reason.removeprefix('BAD: ')})",
-                )
-            )
-        if bad.state != "bad":
-            raise _Stop(
-                Outcome(
-                    "nothing to bisect",
-                    f"nothing to bisect: BAD {self.setup.bad.short} is not slower than GOOD "
-                    f"{self.setup.good.short} by the decision model ({_effects_text(bad.effects)})",
-                )
-            )
+        bad, good = self.tested[self.setup.bad.sha], self.setup.good.short
+        if bad.state == "bad":
+            return
+        why = (
+            f"'s kept frames are not changed against GOOD {good}'s beyond the image tolerance "
+            f"({bad.reason.removeprefix('BAD: ')})"
+            if self.setup.images
+            else f" is not slower than GOOD {good} by the decision model "
+            f"({_effects_text(bad.effects)})"
+        )
+        raise _Stop(
+            Outcome("nothing to bisect", f"nothing to bisect: BAD {self.setup.bad.short}{why}")
+        )
 
 
 def run_bisection(ws: Workspace, state: Bisection, jobs: int = 1) -> Outcome:
