@@ -1,8 +1,6 @@
-"""The Scene API: what a workload is, and what it gets each frame (docs/scenes.md).
+"""The Scene API (docs/scenes.md): declarative class attributes, ``setup``/``render``/``release``.
 
-A scene is a small class with declarative attributes and a ``setup`` / ``render`` / ``release``
-lifecycle. ``render`` gets a :class:`Frame` whose time is ``index / NOMINAL_RATE_HZ``, never the
-wall clock, so a scene is deterministic. Scenes depend on moderngl and numpy only."""
+Frame time is ``index / NOMINAL_RATE_HZ``, never the wall clock, so scenes are deterministic."""
 
 from __future__ import annotations
 
@@ -15,19 +13,16 @@ import numpy as np
 
 _T = TypeVar("_T")
 
-#: The rate that maps frame indices to scene time: ``time_s = index / NOMINAL_RATE_HZ``.
 NOMINAL_RATE_HZ = 60.0
 
 
 class SceneSkip(Exception):
-    """Raised by ``setup`` when the context lacks what the scene needs; the runner records it and
-    goes on."""
+    """Raised by ``setup`` when the context lacks what the scene needs; the run records it."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Param:
-    """A scene parameter: default, type, inclusive range and meaning; ``choices`` restricts a
-    str/bool param."""
+    """A scene parameter: default, type, inclusive range, help; ``choices`` for str/bool."""
 
     default: Any
     type: type = int
@@ -42,17 +37,17 @@ class Frame(Protocol):
 
     @property
     def index(self) -> int:
-        """Frame index within the scene, warmup frames included."""
+        """Warmup frames included."""
         ...
 
     @property
     def time_s(self) -> float:
-        """Deterministic scene time, ``index / NOMINAL_RATE_HZ``."""
+        """``index / NOMINAL_RATE_HZ``."""
         ...
 
     @property
     def rng(self) -> np.random.Generator:
-        """A generator seeded per (run seed, scene, frame index)."""
+        """Seeded per (run seed, scene, frame index)."""
         ...
 
     def zone(self, name: str) -> contextlib.AbstractContextManager[None]:
@@ -61,8 +56,6 @@ class Frame(Protocol):
 
 
 class Scene:
-    """Base class of every scene. Subclasses set the class attributes below."""
-
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     stresses: ClassVar[tuple[str, ...]] = ()
@@ -80,10 +73,8 @@ class Scene:
         raise NotImplementedError
 
     def release(self) -> None:
-        """Free every object registered with :meth:`own` (newest first), then the target.
-        Override only for resources :meth:`own` cannot hold, calling ``super().release()`` last;
-        safe to call twice. The harness calls it after the last frame and when ``setup`` fails
-        part-way."""
+        """Free what :meth:`own` holds (newest first), then the target; safe twice, also called
+        when ``setup`` fails part-way. Overrides call ``super().release()`` last."""
         owned: list[Any] = self.__dict__.get("_owned") or []
         self._owned: list[Any] = []
         first_error: BaseException | None = None
@@ -97,21 +88,18 @@ class Scene:
             raise first_error
 
     def own(self, obj: _T) -> _T:
-        """Register ``obj`` (anything with ``release()``) to be freed by :meth:`release`; returns
-        it."""
+        """Register ``obj`` (anything with ``release()``) for :meth:`release`; returns it."""
         owned: list[Any] = self.__dict__.setdefault("_owned", [])
         owned.append(obj)
         return obj
 
     def output_framebuffer(self) -> Any | None:
-        """The framebuffer holding the final image (None: the context's default); by default the
-        target of :meth:`bind_target`."""
+        """The final image's framebuffer (None: the default)."""
         return getattr(self, "target", None)
 
     @classmethod
     def check_requirements(cls, ctx: Any) -> None:
-        """Raise :class:`SceneSkip` if ``ctx`` lacks ``min_gl_version`` or
-        ``required_extensions``; call it first in ``setup``."""
+        """Raise :class:`SceneSkip` if ``ctx`` lacks the version or extensions; call first."""
         have = int(getattr(ctx, "version_code", 0))
         if have < cls.min_gl_version:
             raise SceneSkip(
@@ -127,8 +115,8 @@ class Scene:
             )
 
     def bind_target(self, ctx: Any, size: tuple[int, int]) -> Any:
-        """Remember the framebuffer bound at ``setup`` as ``self.target`` and return it. When
-        none is bound or its size is not ``size``, create, bind and own an RGBA8 + depth one."""
+        """``self.target``: the bound framebuffer, or an owned RGBA8 + depth one when none of
+        ``size`` is bound."""
         current = getattr(ctx, "fbo", None)
         self._owns_target = False
         self._target_ctx = ctx
@@ -140,8 +128,7 @@ class Scene:
         return current
 
     def release_target(self) -> None:
-        """Release the target if the scene owns it, then bind framebuffer 0 so no deleted
-        framebuffer stays bound (moderngl rebinds ``ctx.fbo`` after creating objects)."""
+        """Release an owned target, then bind framebuffer 0 so no deleted one stays bound."""
         target = getattr(self, "target", None)
         if target is not None and getattr(self, "_owns_target", False):
             target.release()
@@ -155,7 +142,7 @@ def _gl_version_str(code: int) -> str:
 
 
 class SimpleFrame:
-    """A :class:`Frame` with no timing, for tests and running a scene by hand."""
+    """A :class:`Frame` with no timing, for tests and by-hand runs."""
 
     def __init__(self, index: int, seed: int = 0) -> None:
         self.index = index

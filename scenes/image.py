@@ -1,4 +1,4 @@
-"""Read a scene's final image back from GL; what is done with it is :mod:`katra_trace.io.images`."""
+"""Reading a scene's final image back from GL (used by :mod:`katra_trace.io.images`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ import numpy as np
 
 
 def read_pixels(ctx: Any, scene: Any) -> np.ndarray:
-    """The scene's final image as (H, W, 4) uint8 RGBA, rows top to bottom, from
-    ``scene.output_framebuffer()`` or ``ctx.fbo``; a multisampled one is resolved first. A sync
-    point."""
+    """(H, W, 4) uint8 RGBA, top row first, MSAA resolved; a sync point."""
     fbo = scene.output_framebuffer() if scene is not None else None
     if fbo is None:
         fbo = ctx.fbo

@@ -1,9 +1,6 @@
-"""Finding scenes by name, and validating their parameters.
+"""Scene lookup by spec (built-in, entry point, file, module, ``.trace``) and param validation.
 
-A scene spec is a built-in name, an entry point of the ``katra3d.scenes`` group, ``path/file.py``
-or ``path/file.py:Class``, ``pkg.module:Class``, or an apitrace ``.trace`` (docs/scenes.md,
-docs/replay.md). Unknown names raise SceneError with the closest names; bad params raise
-ConfigError naming the scene, the param and what is valid."""
+Specs: docs/scenes.md, docs/replay.md."""
 
 from __future__ import annotations
 
@@ -32,7 +29,6 @@ from katra_trace.io.inputs import open_regular
 
 ENTRY_POINT_GROUP = "katra3d.scenes"
 
-#: Built-in scenes in listing order: (module under katra3d.scenes.builtin, class name).
 _BUILTINS: tuple[tuple[str, str], ...] = (
     ("clear", "ClearScene"),
     ("triangle", "TriangleScene"),
@@ -50,7 +46,6 @@ _BUILTINS: tuple[tuple[str, str], ...] = (
 
 
 def builtin_scenes() -> dict[str, type[Scene]]:
-    """The built-in scenes by name, in listing order."""
     out: dict[str, type[Scene]] = {}
     for module_name, class_name in _BUILTINS:
         module = importlib.import_module(f"katra3d.scenes.builtin.{module_name}")
@@ -60,12 +55,11 @@ def builtin_scenes() -> dict[str, type[Scene]]:
 
 
 def entry_point_scenes() -> dict[str, importlib.metadata.EntryPoint]:
-    """Entry points in the ``katra3d.scenes`` group, by name (not loaded)."""
     return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 
 def available_scene_names() -> list[str]:
-    """Built-in names, then entry-point names (sorted) that do not shadow a built-in."""
+    """Built-ins, then the entry points that do not shadow one."""
     names = list(builtin_scenes())
     names.extend(sorted(n for n in entry_point_scenes() if n not in names))
     return names
@@ -115,12 +109,11 @@ def _class_from_module(module: Any, class_name: str, where: str) -> type[Scene]:
 
 
 def _load_from_file(file_part: str, class_name: str) -> type[Scene]:
-    """The class ``class_name`` of the file; with no name, the file's one scene class."""
     path = Path(file_part).expanduser()
     where = f"file '{file_part}'"
     if not path.is_file():
         raise SceneError(f"scene file '{file_part}' not found")
-    open_regular(path, what="scene file").close()  # the input rule, before Python reads it
+    open_regular(path, what="scene file").close()  # the input rule
     resolved = path.resolve()
     digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:10]
     module_name = f"katra3d_user_scene_{resolved.stem}_{digest}"
@@ -154,13 +147,12 @@ def _load_from_file(file_part: str, class_name: str) -> type[Scene]:
     return _class_from_module(module, class_name, where)
 
 
-#: Import names a scene file shares with the harness (its Scene class must be katra3d's).
+# a scene file's Scene class must be katra3d's
 _SHARED_TOPS = frozenset({"katra3d", "katra_trace"})
 
 
 def _user_path(entry: str | None) -> Path | None:
-    """``entry`` resolved, or None where it is not the user's (none, the standard library, an
-    installed package)."""
+    """``entry`` resolved, or None where it is not the user's (stdlib, installed package)."""
     if entry is None:
         return None
     path = Path(entry or ".").resolve()
@@ -175,9 +167,6 @@ def _installed_dirs() -> frozenset[Path]:
 
 
 class _SiblingFinder(importlib.abc.MetaPathFinder):
-    """Finds top-level ``names`` in ``folder`` before other user folders, unless installed ones
-    have them."""
-
     def __init__(self, folder: Path, names: set[str]) -> None:
         self.folder, self.names = folder, names
 
@@ -192,9 +181,8 @@ class _SiblingFinder(importlib.abc.MetaPathFinder):
 
 @contextlib.contextmanager
 def _own_siblings(folder: Path) -> Iterator[None]:
-    """While a scene file is imported, the modules beside it are the ones it gets, not another
-    user folder's (cached ones are set aside and put back); the standard library and installed
-    packages still win."""
+    """While a scene file is imported, it gets the modules beside it, not another user folder's
+    cached ones (set aside, then put back); stdlib and installed packages still win."""
     names = {p.stem for p in folder.glob("*.py")} | {
         p.parent.name for p in folder.glob("*/__init__.py")
     }
@@ -225,8 +213,7 @@ def _own_siblings(folder: Path) -> Iterator[None]:
 
 
 def _on_import_path(folder: Path) -> None:
-    """Put a scene file's folder on the import path, as Python does for a script, so it imports
-    the packages beside it from any entry point. Last, so it never hides an installed package."""
+    """Appends a scene file's folder to sys.path, as for a script; last, so it hides nothing."""
     if str(folder) not in sys.path:
         sys.path.append(str(folder))
 
@@ -248,8 +235,7 @@ def _looks_like_file(part: str) -> bool:
 
 
 def split_file_spec(spec: str) -> tuple[str, str] | None:
-    """``(file, class)`` of a file spec (class ``""``: the file's one scene class); None for any
-    other spec."""
+    """``(file, class)`` of a file spec (class ``""``: its one scene class), else None."""
     spec = spec.strip()
     left, sep, class_name = spec.rpartition(":")
     if sep and class_name.isidentifier() and _looks_like_file(left):
@@ -260,8 +246,7 @@ def split_file_spec(spec: str) -> tuple[str, str] | None:
 
 
 def absolute_spec(spec: str, cls: type[Scene], base: Path | None = None) -> str:
-    """A file spec made absolute (relative to ``base``, default the working directory); any other
-    spec unchanged."""
+    """A file spec made absolute against ``base`` (default cwd)."""
     parts = split_file_spec(spec)
     if parts is None:
         return spec
@@ -270,14 +255,13 @@ def absolute_spec(spec: str, cls: type[Scene], base: Path | None = None) -> str:
 
 
 def with_class(spec: str, cls: type[Scene]) -> str:
-    """``spec`` with its class named (``x.py`` -> ``x.py:Class``); any other spec as it is."""
+    """``x.py`` -> ``x.py:Class``; other specs as they are."""
     parts = split_file_spec(spec)
     return f"{parts[0]}:{cls.__name__}" if parts is not None and not parts[1] else spec.strip()
 
 
 def names_scene(name: str, spec: str, cls: type[Scene]) -> bool:
-    """Whether ``name`` (``--param NAME.KEY=VALUE``) names the scene: its name, its spec, or any
-    spelling of its file, with its ``:Class`` or without it."""
+    """Whether ``name`` (``--param NAME.KEY=VALUE``) is the scene's name, spec or file spelling."""
     if name.strip() in (cls.name, spec.strip()):
         return True
     mine, theirs = split_file_spec(spec), split_file_spec(name)
@@ -287,8 +271,7 @@ def names_scene(name: str, spec: str, cls: type[Scene]) -> bool:
 
 
 def find_file_spec(spec: str, bases: tuple[Path, ...]) -> str:
-    """A relative file spec found in the first of ``bases`` that has it, made absolute; any other
-    spec unchanged. SceneError naming each path tried when none has it."""
+    """A relative file spec resolved against the first of ``bases`` having it, else SceneError."""
     parts = split_file_spec(spec)
     if parts is None or Path(parts[0]).expanduser().is_absolute():
         return spec
@@ -303,9 +286,8 @@ TRACE_SUFFIX = ".trace"
 
 
 class TraceScene(Scene):
-    """An apitrace trace as a scene, replayed by glretrace, never rendered by ``render``. Its
-    params are the file's SHA-256 and size, so replays of different traces of one name are not
-    compared unless allowed."""
+    """An apitrace trace, replayed by glretrace. Its params (SHA-256, size) keep different traces
+    of one name from being compared unless allowed."""
 
     trace_path: ClassVar[str] = ""
 
@@ -319,11 +301,10 @@ class TraceScene(Scene):
 
 
 def _load_trace(spec: str) -> type[Scene]:
-    """The scene of apitrace file ``spec``, named by the file's stem."""
     path = Path(spec).expanduser()
     digest = hashlib.sha256()
     size = 0
-    with open_regular(path) as fh:  # the input rule: no FIFO, device or kernel file is read
+    with open_regular(path) as fh:  # the input rule: no FIFO or device
         try:
             while chunk := fh.read(1 << 20):
                 digest.update(chunk)
@@ -355,8 +336,7 @@ def _load_trace(spec: str) -> type[Scene]:
 
 
 def get_scene(spec: str) -> type[Scene]:
-    """Resolve a scene spec to its class; SceneError for unknown names (with the closest
-    matches), missing files, modules and classes."""
+    """SceneError (with close matches) when the spec names no scene."""
     spec = spec.strip()
     if spec.endswith(TRACE_SUFFIX):
         return _load_trace(spec)
@@ -368,7 +348,7 @@ def get_scene(spec: str) -> type[Scene]:
         ep = entry_points[spec]
         try:
             obj = ep.load()
-        except Exception as exc:  # noqa: BLE001 - a third-party package may raise anything
+        except Exception as exc:  # noqa: BLE001 - a package may raise anything
             raise SceneError(
                 f"cannot load scene '{spec}' from entry point '{ep.value}': "
                 f"{type(exc).__name__}: {exc}"
@@ -396,7 +376,7 @@ _FALSE = {"0", "false", "no", "off"}
 
 
 def describe_range(param: Param) -> str:
-    """A param's valid values as text: 'choices: a, b', '1..64', '>= 0', 'true/false'."""
+    """'choices: a, b', '1..64', '>= 0', 'true/false'."""
     if param.choices is not None:
         return "choices: " + ", ".join(_fmt(c) for c in param.choices)
     if param.type is bool:
@@ -419,7 +399,7 @@ def _fmt(value: Any) -> str:
 
 
 def convert_param(scene_name: str, key: str, param: Param, value: Any) -> Any:
-    """Convert one value (Python value or CLI string) to ``param.type`` and check its range."""
+    """A Python value or CLI string as ``param.type``, range-checked; else ConfigError."""
 
     def bad(why: str) -> ConfigError:
         return ConfigError(
@@ -479,8 +459,7 @@ def convert_param(scene_name: str, key: str, param: Param, value: Any) -> Any:
 
 
 def resolve_params(scene: type[Scene], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """The scene's param defaults merged with ``overrides``; ConfigError for an unknown key or an
-    invalid value, naming the scene, the param and what is valid."""
+    """Defaults merged with ``overrides``; ConfigError for a bad key or value."""
     declared = dict(scene.params)
     unknown = [k for k in overrides if k not in declared]
     if unknown:

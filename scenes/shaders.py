@@ -1,6 +1,4 @@
-"""Shader compilation with errors a user can act on: a GLSL error becomes a
-:class:`ShaderCompileError` naming the scene, the stage and the driver's log, not moderngl's bare
-``moderngl.Error``."""
+"""Shader compilation whose GLSL errors name the scene, the stage and the driver's log."""
 
 from __future__ import annotations
 
@@ -11,7 +9,6 @@ import moderngl
 
 from katra_trace.errors import SceneError
 
-#: moderngl's section names -> the stage names reported.
 _STAGES = {
     "vertex_shader": "vertex",
     "fragment_shader": "fragment",
@@ -23,8 +20,7 @@ _STAGES = {
 
 
 class ShaderCompileError(SceneError):
-    """A scene's shader failed to compile (``stage``) or link (``link``); ``log`` is the
-    driver's, verbatim."""
+    """A shader failed to compile (``stage``) or link (``link``); ``log``: the driver's."""
 
     def __init__(self, scene_name: str, stage: str, log: str) -> None:
         self.scene_name = scene_name
@@ -54,7 +50,7 @@ def compile_program(
     geometry_shader: str | None = None,
     varyings: tuple[str, ...] = (),
 ) -> moderngl.Program:
-    """Compile and link a program, or raise :class:`ShaderCompileError`."""
+    """Raises :class:`ShaderCompileError`."""
     try:
         return ctx.program(
             vertex_shader=vertex_shader,
@@ -68,7 +64,7 @@ def compile_program(
 
 
 def compile_compute(ctx: Any, scene_name: str, source: str) -> moderngl.ComputeShader:
-    """Compile a compute shader, or raise :class:`ShaderCompileError`."""
+    """Raises :class:`ShaderCompileError`."""
     try:
         return ctx.compute_shader(source)
     except moderngl.Error as exc:

@@ -1,7 +1,5 @@
-"""Named scene suites (which scenes a run covers, at what size, for how many frames) and shards.
-
-``--shard I/N`` splits a run's scenes by an estimated cost computed from params and frame size,
-never a timing, so every machine of a CI matrix makes the same split."""
+"""Named scene suites, and ``--shard I/N``: split by a cost estimated from params and size, never
+a timing, so every machine of a CI matrix makes the same split."""
 
 from __future__ import annotations
 
@@ -14,8 +12,7 @@ from katra_trace.errors import ConfigError
 
 @dataclass(frozen=True)
 class Suite:
-    """A named list of (scene name, param overrides) run at one ``size`` (pixels), with
-    ``warmup`` and ``frames`` per scene."""
+    """(scene name, param overrides) entries run at one ``size`` (pixels)."""
 
     name: str
     description: str
@@ -28,7 +25,7 @@ class Suite:
         return tuple(name for name, _ in self.entries)
 
 
-#: Every built-in scene with small params: the whole ci suite runs in under 60 s on llvmpipe.
+#: Small params: the whole ci suite runs in under 60 s on llvmpipe.
 _CI_ENTRIES: tuple[tuple[str, Mapping[str, Any]], ...] = (
     ("clear", {}),
     ("triangle", {}),
@@ -48,7 +45,6 @@ _DEFAULT_ENTRIES: tuple[tuple[str, Mapping[str, Any]], ...] = tuple(
     (name, {}) for name, _ in _CI_ENTRIES
 )
 
-#: Sized for real GPUs: far too slow for llvmpipe.
 _STRESS_ENTRIES: tuple[tuple[str, Mapping[str, Any]], ...] = (
     ("clear", {"bands": 64}),
     ("triangle", {}),
@@ -95,7 +91,6 @@ SUITES: dict[str, Suite] = {
 
 
 def get_suite(name: str) -> Suite:
-    """The suite called ``name``; ConfigError listing the valid names otherwise."""
     try:
         return SUITES[name]
     except KeyError:
@@ -106,10 +101,9 @@ def suites_containing(scene_name: str) -> list[str]:
     return [s.name for s in SUITES.values() if scene_name in s.scene_names()]
 
 
-#: A scene's start (compiles, uploads, first frames) in :data:`_FRAME_COST` units; for a counted run
-#: also its own valgrind child.
+#: A scene's start (compiles, uploads; a counted run's valgrind child) in :data:`_FRAME_COST` units.
 SCENE_START_COST = 100_000.0
-#: Per-frame cost of a scene with no formula (a user's): 1 ms.
+#: A user scene's frame cost: 1 ms.
 UNKNOWN_FRAME_COST = 1_000.0
 
 _Cost = Callable[[Mapping[str, Any], int], float]
@@ -122,9 +116,8 @@ def _num(params: Mapping[str, Any], key: str, default: float) -> float:
     )
 
 
-#: Each built-in scene's estimated frame cost (us of llvmpipe time on 2 cores) from its params and
-#: pixels ``px``, factors fitted once to the ci suite's medians: for ordering work, not a
-#: measurement.
+#: Estimated frame cost (us of llvmpipe on 2 cores) from params and pixels ``px``, fitted once to
+#: the ci suite's medians: for ordering work, not a measurement.
 _FRAME_COST: dict[str, _Cost] = {
     "clear": lambda p, px: 40 + 0.0005 * px * _num(p, "bands", 4),
     "triangle": lambda p, px: 40 + 0.0004 * px,
@@ -150,8 +143,7 @@ _FRAME_COST: dict[str, _Cost] = {
 
 
 def scene_cost(name: str, params: Mapping[str, Any], size: tuple[int, int], frames: int) -> float:
-    """Estimated cost of ``frames`` frames (warmup included) of scene ``name``: the same on every
-    machine."""
+    """Estimated cost of ``frames`` frames (warmup included), the same on every machine."""
     frame = _FRAME_COST.get(name)
     px = max(1, size[0]) * max(1, size[1])
     per_frame = UNKNOWN_FRAME_COST if frame is None else max(1.0, float(frame(params, px)))
@@ -159,9 +151,8 @@ def scene_cost(name: str, params: Mapping[str, Any], size: tuple[int, int], fram
 
 
 def shard_indices(costs: Sequence[float], index: int, count: int) -> tuple[int, ...]:
-    """The positions of the scenes shard ``index`` of ``count`` runs: longest first, each scene
-    to the least loaded shard (ties: run order, lowest shard), so every scene lands in one shard
-    on every machine. ConfigError when there are more shards than scenes."""
+    """Positions of shard ``index``/``count``'s scenes: longest first to the least loaded shard,
+    deterministic. ConfigError when there are more shards than scenes."""
     if count > len(costs):
         raise ConfigError(
             f"bad --shard {index}/{count}: this run has {len(costs)} scene(s), so at most "

@@ -1,2 +1,1 @@
-"""``katra3d bisect``: which commit of a git history made a scene slower. The rule that
-classifies a commit is the library's (:mod:`katra_trace.analysis.bisection`)."""
+"""``katra3d bisect``: which commit made a scene slower (rule: katra_trace.analysis.bisection)."""

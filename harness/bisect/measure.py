@@ -1,9 +1,7 @@
-"""Measuring one commit for ``katra3d bisect``: its worktree, its captures, its change against GOOD.
+"""Measuring one commit for ``katra3d bisect``: worktree, captures, change against GOOD.
 
-The capture runs with the worktree as current directory, so the commit's own scenes are run.
-Counts are captured up to ``--jobs`` commits at once, as they do not depend on what runs beside
-them; time is measured one commit at a time by ``ab --until-decided``'s rounds loop against GOOD,
-since timed captures side by side disturb each other."""
+Counts are captured up to ``--jobs`` at once; time one commit at a time by ``ab``'s rounds loop
+against GOOD, as timed captures side by side disturb each other (docs/bisect.md)."""
 
 from __future__ import annotations
 
@@ -33,9 +31,6 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class Workspace:
-    """Where a bisection works: repository, output directory (absolute), worktrees' temporary
-    directory, setup, progress sink."""
-
     top: Path
     root: Path
     trees: Path
@@ -43,14 +38,12 @@ class Workspace:
     progress: Callable[[str], None]
 
     def rel(self, path: Path) -> str:
-        """``path`` relative to the output directory, as bisect.json records it."""
         return str(path.relative_to(self.root))
 
 
 @dataclasses.dataclass(frozen=True)
 class Measured:
-    """A commit's effects against GOOD (empty for GOOD) or why none (``failure``), traces kept,
-    rounds, why they stopped, seconds, log."""
+    """A commit's effects against GOOD (empty for GOOD) or why none (``failure``)."""
 
     effects: tuple[Effect, ...]
     failure: str
@@ -59,15 +52,12 @@ class Measured:
     stopped: str
     seconds: float
     log: str
-    #: Scene -> its image verdict line against GOOD.
     images: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    #: Scenes whose params differ from GOOD's, one line each.
     params: tuple[str, ...] = ()
 
 
 def _capture(ws: Workspace, tree: Path, out: Path, log: Path) -> str:
-    """Run the capture once in ``tree``; "" when a trace is there, else why not. A complete trace
-    left by an interrupted bisection is kept; one finished as interrupted is captured again."""
+    """ "" when a trace is there, else why not; a complete trace from an interrupted run is kept."""
     if out.is_file():
         if _complete(out):
             return ""
@@ -82,7 +72,6 @@ def _capture(ws: Workspace, tree: Path, out: Path, log: Path) -> str:
 
 
 def _complete(trace: Path) -> bool:
-    """Whether ``trace`` is whole and ran to its end."""
     try:
         opened = open_quietly(trace, events=False)
     except KatraError:
@@ -91,17 +80,15 @@ def _complete(trace: Path) -> bool:
 
 
 def in_tree(command: str, tree: Path) -> CaptureCommand:
-    """The capture command with ``tree`` as its current directory (not on ``PYTHONPATH``, so a
-    project file never hides the standard library)."""
+    """The capture run in ``tree`` (not on ``PYTHONPATH``: a project file never hides stdlib)."""
     return CaptureCommand(command, cwd=tree)
 
 
 def compare_to_good(
     ws: Workspace, good: Path, new: Path
 ) -> tuple[tuple[Effect, ...], dict[str, str], tuple[str, ...]] | str:
-    """The counted trace ``new``'s effects against GOOD's, image lines and differing params
-    (allowed when only the defaults differ), or why they could not be compared."""
-    # deferred: the comparison loads scipy (about a second); building the parser must not
+    """``new``'s effects, image lines and param changes against GOOD, or why not comparable."""
+    # deferred: loads scipy (about a second)
     from katra_trace.analysis.comparison import compare_sides, open_sides
 
     try:
@@ -120,14 +107,12 @@ def compare_to_good(
 
 
 def image_lines(result: ComparisonResult) -> dict[str, str]:
-    """Each scene's image verdict line against GOOD: shown beside the timing, it never classifies
-    a commit, as a bisection looks for a slowdown."""
+    """Each scene's image verdict line: shown, never used to classify (bisect seeks slowdowns)."""
     return {scene: v.line for scene, v in result.images.items()}
 
 
 def sequential_rule(setup: Setup) -> SequentialRule:
-    """The time mode's stopping rule: the bisection's alpha, threshold and cap."""
-    # deferred: the rule loads scipy; building the parser must not
+    # deferred: loads scipy
     from katra_trace.analysis.sequential import SequentialRule
 
     return SequentialRule(
@@ -138,9 +123,6 @@ def sequential_rule(setup: Setup) -> SequentialRule:
 
 
 class Trees:
-    """GOOD's worktree, kept for the whole bisection (time mode captures GOOD beside every
-    commit)."""
-
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
         self.good: Path | None = None
@@ -157,7 +139,6 @@ class Trees:
 
 
 def counted_trace(ws: Workspace, c: Commit) -> Path:
-    """``DIR/traces/SHORT.katra``."""
     return ws.root / "traces" / f"{c.short}.katra"
 
 
@@ -168,11 +149,8 @@ def _log(ws: Workspace, c: Commit) -> Path:
 def capture_counted(
     ws: Workspace, trees: Trees, commits: Sequence[Commit], jobs: int
 ) -> Generator[tuple[Commit, str, float], None, None]:
-    """Capture each commit's counted trace, up to ``jobs`` at a time, each in its own worktree
-    and process group (worktrees made and removed in the main thread). Yields (commit, failure or
-    "", seconds) as each ends. A signal or an error stops every capture and removes their
-    worktrees; after a signal, the ended captures are yielded, then :class:`Interrupted` raised.
-    Close it when leaving early."""
+    """Yields (commit, failure or "", seconds) as each counted capture ends, ``jobs`` at a time.
+    A signal or error stops all and removes their worktrees; a signal then raises Interrupted."""
     started: dict[int, tuple[Path, float]] = {}
 
     def begin(i: int) -> None:
@@ -212,7 +190,6 @@ def capture_counted(
 
 
 def counted_result(ws: Workspace, c: Commit, failure: str, seconds: float) -> Measured:
-    """Commit ``c``'s measurement from its counted capture: its change against GOOD, or why none."""
     out = counted_trace(ws, c)
     kept = (ws.rel(out),) if out.is_file() else ()
     effects: tuple[Effect, ...] = ()
@@ -228,14 +205,13 @@ def counted_result(ws: Workspace, c: Commit, failure: str, seconds: float) -> Me
 
 
 def _clear_unrecorded(folder: Path) -> None:
-    """Empty the folder of a measurement interrupted before it was recorded; only bisect's own
-    files go, and anyone else's stops the bisection with nothing removed."""
+    """Empty an unrecorded measurement's folder; a file not bisect's stops it, nothing removed."""
     if not os.path.lexists(folder):
         return
     if (folder / AB_MANIFEST).is_file():
         clear_ab_dir(folder)
         return
-    for side in ("base", "new"):  # killed before its first round was recorded: no ab.json yet
+    for side in ("base", "new"):  # killed before its first round: no ab.json yet
         for path in sorted((folder / side).glob("*")) if (folder / side).is_dir() else ():
             if not AB_TRACE.fullmatch(path.name) or path.is_symlink() or not path.is_file():
                 raise ConfigError(
@@ -246,10 +222,9 @@ def _clear_unrecorded(folder: Path) -> None:
 
 
 def measure_timed(ws: Workspace, trees: Trees, c: Commit, bad: Sequence[Effect] = ()) -> Measured:
-    """Interleaved rounds of GOOD and ``c`` into ``DIR/traces/SHORT/`` (an ab directory) until
-    the sequential rule decides every scene, ``c`` classifies against BAD's ``bad``, or the cap.
-    A folder left by an unrecorded measurement is measured again."""
-    # deferred: the rounds loop compares with scipy; building the parser must not
+    """Interleaved GOOD/``c`` rounds into ``DIR/traces/SHORT/`` until every scene is decided,
+    ``c`` classifies against ``bad``, or the cap."""
+    # deferred: loads scipy
     from katra3d.harness.ab.rounds import Round, run_rounds
     from katra_trace.analysis.sequential import Settled, settle
 
@@ -322,8 +297,8 @@ def measure_timed(ws: Workspace, trees: Trees, c: Commit, bad: Sequence[Effect] 
     effects = tuple(Effect.from_row(r) for r in (*done.comparison.scenes, *done.comparison.zones))
     stopped = done.settled.reason if done.settled is not None else ""
     images: dict[str, str] = {}
-    if done.sides is not None:  # the traces of the last look, opened once by the rounds loop
-        # deferred: the comparison loads scipy (about a second); building the parser must not
+    if done.sides is not None:  # the last look's traces, already opened
+        # deferred: loads scipy
         from katra_trace.analysis.comparison import compare_sides
 
         images = image_lines(compare_sides(done.sides, done.compare_options, image_policy="warn"))

@@ -1,5 +1,4 @@
-"""A bisection's setup, checked before any capture, and its run in an output directory, new or
-``--resume``d."""
+"""A bisection's setup, checked before any capture, and its run into a new or resumed directory."""
 
 from __future__ import annotations
 
@@ -46,8 +45,7 @@ def new_setup(
     max_rounds: int,
     images: bool = False,
 ) -> Setup:
-    """The checked setup of a new bisection; with ``images``, ``-m auto`` is time (a kept frame
-    needs no counts)."""
+    """The checked setup of a new bisection; with ``images``, ``-m auto`` is time."""
     measure = "time" if images and measure == "auto" else resolve_measure(measure)
     if command is not None:
         CaptureCommand(command).check("-c")
@@ -86,7 +84,7 @@ def new_setup(
 
 
 def check_new_output(text: str) -> Path:
-    """The output directory of a new bisection, absolute; refused when not empty."""
+    """ConfigError when not empty."""
     root = check_output_dir(text, option="-o").resolve()
     if (root / BISECT_FILE).exists():
         raise ConfigError(
@@ -102,8 +100,7 @@ def check_new_output(text: str) -> Path:
 
 
 def resume(text: str, good: str | None, bad: str | None) -> tuple[Path, Bisection]:
-    """The output directory and recorded bisection of ``--resume DIR``; GOOD and BAD, given
-    again, must name the same commits."""
+    """``--resume DIR``'s directory and bisection; GOOD and BAD given again must match."""
     root = check_output_dir(text, option="--resume").resolve()
     state = Bisection.load(root)
     setup = state.setup
@@ -118,10 +115,7 @@ def resume(text: str, good: str | None, bad: str | None) -> tuple[Path, Bisectio
 
 
 def check_jobs(text: str | None, measure: str, images: bool = False) -> int:
-    """Commits a round measures at once, by ``run``'s one rule: counts in parallel (they do not
-    depend on what runs beside them); time one, refusing ``--jobs`` over 1, as timed captures
-    disturb each other."""
-    # an image bisection does not use its times: as counts
+    """Commits measured at once, by ``run``'s jobs rule (an image bisection counts as counts)."""
     return resolve_jobs(
         parse_jobs(text, unit="commit"),
         "instructions" if images else measure,
@@ -133,8 +127,8 @@ def check_jobs(text: str | None, measure: str, images: bool = False) -> int:
 def bisect(
     root: Path, state: Bisection, progress: Callable[[str], None], jobs: int = 1
 ) -> tuple[Outcome, list[str]]:
-    """Run or continue the bisection into ``root``; returns its outcome and the report's lines,
-    also written to ``root/bisect.txt``. Worktrees are removed whatever happens."""
+    """Run or continue the bisection into ``root``; returns the outcome and the report's lines
+    (also written to bisect.txt). Worktrees are always removed."""
     root.mkdir(parents=True, exist_ok=True)
     setup = state.setup
     top = Path(setup.repository)
@@ -162,15 +156,13 @@ def bisect(
 
 
 def trees_dir(root: Path) -> Path:
-    """The worktrees' temporary directory, named after ``root`` so the next command finds what a
-    killed one left."""
+    """The worktrees' temp dir, named after ``root`` so a killed run's leftovers are found."""
     digest = hashlib.sha256(str(root).encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"katra3d-bisect-{os.getuid()}-{digest}"
 
 
 def remove_trees(top: Path, trees: Path) -> int:
-    """Remove every worktree in ``trees`` and the directory; returns how many. Only this user's
-    directory, not a link, is touched."""
+    """Remove ``trees`` (this user's, not a link) and its worktrees; returns how many."""
     try:
         info = trees.lstat()
     except FileNotFoundError:
@@ -187,8 +179,7 @@ def remove_trees(top: Path, trees: Path) -> int:
 
 
 def remove_leftovers(top: Path, root: Path, trees: Path) -> tuple[int, int, int]:
-    """Remove what a killed bisection left (worktrees, its ``.part`` files, captures still
-    writing into ``root``); returns the count of each."""
+    """Remove a killed bisection's worktrees, ``.part`` files and captures; returns each count."""
     processes = stop_leftover_captures(root)
     worktrees = remove_trees(top, trees)
     parts = [

@@ -1,5 +1,4 @@
-"""The text of a bisection's result, printed by ``katra3d bisect`` and kept as
-``DIR/bisect.txt``."""
+"""A bisection's result as text, printed and kept as ``DIR/bisect.txt``."""
 
 from __future__ import annotations
 
@@ -27,7 +26,6 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 
 def effect_lines(effects: tuple[Effect, ...]) -> list[str]:
-    """One row per scene and zone: verdict, change against GOOD, interval or band, why."""
     rows = [["scene / zone", "verdict", "change", "interval", "why"]]
     for e in effects:
         name = f"{e.scene} / {e.zone}" if e.zone else e.scene
@@ -50,7 +48,6 @@ def _traces(r: CommitResult) -> str:
 
 
 def _image_word(r: CommitResult) -> str:
-    """The images' verdicts in one cell: "identical", or each scene that is not."""
     words = {
         scene: line.split(":", 1)[0].removeprefix("image ") for scene, line in r.images.items()
     }
@@ -64,7 +61,7 @@ def _image_word(r: CommitResult) -> str:
 
 
 def tested_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
-    """Every commit measured, in history order, then why each skipped commit was skipped."""
+    """Commits measured, in history order, then why each skipped one was skipped."""
     targets = target_scenes(tested[setup.bad.sha].effects) if setup.bad.sha in tested else {}
     rows = [
         [
@@ -79,7 +76,7 @@ def tested_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
         ]
     ]
     skipped = []
-    # time: GOOD is captured beside each commit, once a round
+    # time: GOOD is captured once a round beside each commit
     good_captures = (
         1 if is_count(setup.measure) else sum(r.rounds for r in tested.values() if r.rounds)
     )
@@ -111,8 +108,7 @@ def tested_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
 
 
 def params_lines(setup: Setup, tested: Mapping[str, CommitResult]) -> list[str]:
-    """Each params change the commits show, with the commit that made it (the first measured with
-    it after a parent measured without), else its range."""
+    """Each params change with the commit that made it, or the range it lies in."""
     line = (setup.good, *setup.commits)
     out: list[str] = []
     named: set[str] = set()

@@ -1,9 +1,7 @@
-"""The bisection itself, in rounds: GOOD and BAD first, then the commits that split the open range,
-until one commit is left; and what it found, as data.
+"""The bisection loop: GOOD and BAD, then commits splitting the open range, until one is left.
 
-Each commit is recorded in ``DIR/bisect.json`` as soon as it is classified, so ``--resume`` never
-measures a commit twice; skipped commits are stepped around, as ``git bisect skip`` does. In
-round 1, spare ``--jobs`` slots measure commits of the range ahead of BAD's verdict."""
+Each commit is saved to ``DIR/bisect.json`` once classified, so ``--resume`` never measures one
+twice; skipped commits are stepped around as ``git bisect skip`` does (docs/bisect.md)."""
 
 from __future__ import annotations
 
@@ -39,8 +37,6 @@ from katra_trace.units import format_change, format_change_pct
 
 
 class _Stop(Exception):
-    """The bisection cannot go on: its outcome."""
-
     def __init__(self, outcome: Outcome) -> None:
         super().__init__(outcome.message)
         self.outcome = outcome
@@ -67,8 +63,7 @@ def _record(c: Commit, m: Measured, state: str, reason: str, round_no: int) -> C
 def _classified(
     c: Commit, m: Measured, bad: CommitResult, round_no: int, images: bool = False
 ) -> CommitResult:
-    """A measured commit of the range: like GOOD, like BAD, or skipped; by its kept frames with
-    ``images``, else by its change."""
+    """Good, bad or skip: by kept frames with ``images``, else by its change."""
     if m.failure:
         return _record(c, m, "skip", f"skipped: {m.failure}", round_no)
     verdict = classify_images(m.images, bad.images) if images else classify(m.effects, bad.effects)
@@ -82,7 +77,6 @@ def _classified(
 
 
 def _effects_text(effects: tuple[Effect, ...]) -> str:
-    """Each scene's change and verdict; an incomparable scene with why."""
     return ", ".join(
         f"{e.scene} {format_change_pct(e.change_pct, 2)} {e.verdict}"
         + (f" ({e.reason})" if e.verdict == "incomparable" else "")
@@ -98,13 +92,11 @@ def _states(commits: tuple[Commit, ...], tested: Mapping[str, CommitResult]) -> 
 def next_commits(
     commits: tuple[Commit, ...], tested: Mapping[str, CommitResult], n: int
 ) -> list[Commit]:
-    """Up to ``n`` untested commits splitting the open range; none when none is left."""
     return [commits[i] for i in probes(_states(commits, tested), n)]
 
 
 def _other_steps(setup: Setup, tested: Mapping[str, CommitResult], culprit: int) -> list[str]:
-    """Steps the captures establish besides the culprit's (index ``culprit`` after GOOD): right
-    after its parent, a second culprit; over unmeasured commits, a range to bisect."""
+    """Steps other than the culprit's: a second culprit, or a range still to bisect."""
     line = (setup.good, *setup.commits)
     measured = [0] + [
         i for i, c in enumerate(line) if i and c.sha in tested and tested[c.sha].effects
@@ -181,8 +173,6 @@ def outcome(setup: Setup, tested: Mapping[str, CommitResult]) -> Outcome:
 
 
 class _Search:
-    """One bisection's loop."""
-
     def __init__(self, ws: Workspace, state: Bisection, jobs: int) -> None:
         self.ws, self.setup, self.state, self.jobs = ws, ws.setup, state, jobs
         self.tested = state.tested
@@ -210,7 +200,6 @@ class _Search:
         return _Stop(Outcome("not measured", f"{which} {c.short} could not be measured: {failure}"))
 
     def bad_measured(self, m: Measured) -> None:
-        """BAD against GOOD (round 1): the target scenes, or nothing to bisect."""
         bad = self.setup.bad
         if m.failure:
             raise self.not_measured("BAD", bad, m.failure)
@@ -218,7 +207,7 @@ class _Search:
             state = "bad" if image_targets(m.images) else "good"
             said = ", ".join(f"{s} {line}" for s, line in m.images.items()) or "no kept frames"
         else:
-            # BAD not compared in some scene is not like GOOD: it is recorded as skipped
+            # BAD incomparable in some scene is not like GOOD: skipped
             blind = any(e.verdict == "incomparable" for e in m.effects)
             state = "bad" if target_scenes(m.effects) else "skip" if blind else "good"
             said = _effects_text(m.effects)
@@ -240,7 +229,7 @@ class _Search:
         )
 
     def counted(self) -> None:
-        """Counts and ``--images``: one capture a commit, up to ``jobs`` at once."""
+        """One capture a commit, ``jobs`` at once; round 1 fills spare slots from the range."""
         setup, tested, jobs = self.setup, self.tested, self.jobs
         if setup.bad.sha not in tested:
             first = [c for c in (setup.good, setup.bad) if c.sha not in tested]
@@ -301,8 +290,7 @@ class _Search:
                     self.progress(f"  {c.short}: {tested[c.sha].reason}")
 
     def timed(self) -> None:
-        """Time: one commit at a time, interleaved against GOOD, each stopping once like GOOD or
-        like BAD."""
+        """One commit at a time, interleaved against GOOD until like GOOD or like BAD."""
         setup, tested = self.setup, self.tested
         if setup.good.sha not in tested:
             self.keep(
@@ -333,30 +321,23 @@ class _Search:
             self.progress(f"  {c.short}: {tested[c.sha].reason}")
 
     def bad_is_bad(self) -> None:
-        """Stop when BAD is not slower than GOOD (``--images``: its frames not changed)."""
-        bad = self.tested[self.setup.bad.sha]
-        if bad.state != "bad" and self.setup.images:
-            raise _Stop(
-                Outcome(
-                    "nothing to bisect",
-                    f"nothing to bisect: BAD {self.setup.bad.short}'s kept frames are not changed "
-                    f"against GOOD {self.setup.good.short}'s beyond the image tolerance "
-                    f"({bad.reason.removeprefix('BAD: ')})",
-                )
-            )
-        if bad.state != "bad":
-            raise _Stop(
-                Outcome(
-                    "nothing to bisect",
-                    f"nothing to bisect: BAD {self.setup.bad.short} is not slower than GOOD "
-                    f"{self.setup.good.short} by the decision model ({_effects_text(bad.effects)})",
-                )
-            )
+        bad, good = self.tested[self.setup.bad.sha], self.setup.good.short
+        if bad.state == "bad":
+            return
+        why = (
+            f"'s kept frames are not changed against GOOD {good}'s beyond the image tolerance "
+            f"({bad.reason.removeprefix('BAD: ')})"
+            if self.setup.images
+            else f" is not slower than GOOD {good} by the decision model "
+            f"({_effects_text(bad.effects)})"
+        )
+        raise _Stop(
+            Outcome("nothing to bisect", f"nothing to bisect: BAD {self.setup.bad.short}{why}")
+        )
 
 
 def run_bisection(ws: Workspace, state: Bisection, jobs: int = 1) -> Outcome:
-    """Measure GOOD and BAD, then the commits the search picks, recording each in bisect.json;
-    returns the outcome."""
+    """Run (or resume) the bisection, saving each commit to bisect.json; returns the outcome."""
     once = is_count(ws.setup.measure) or ws.setup.images  # one capture a commit
     search = _Search(ws, state, jobs if once else 1)
     try:

@@ -1,6 +1,5 @@
-"""What a bisection is and has found, as data, and its file ``DIR/bisect.json``: the state
-``--resume`` continues from and the result scripts read, rewritten atomically after every commit
-measured, so a crash loses at most the commits being measured."""
+"""A bisection's state and result as data, and its file ``DIR/bisect.json`` (for ``--resume``
+and scripts), rewritten atomically after every commit so a crash loses only those in flight."""
 
 from __future__ import annotations
 
@@ -28,10 +27,8 @@ BISECT_VERSION = 1
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
-    """What is bisected and how, fixed at the start. ``command`` is the capture template, run in
-    the commit's worktree; ``compare`` the comparison's options; ``max_rounds``
-    the time mode's cap per commit; ``commits`` the range after GOOD up to BAD, oldest first;
-    ``images``: look for the first changed kept frame, not a slowdown."""
+    """What is bisected and how, fixed at the start; ``commits``: after GOOD up to BAD, oldest
+    first; ``images``: seek the first changed kept frame, not a slowdown."""
 
     repository: str
     good: Commit
@@ -45,7 +42,6 @@ class Setup:
     images: bool = False
 
     def again(self, good: str, bad: str) -> str:
-        """The command that bisects ``good``..``bad`` the way this bisection captures."""
         what = (
             " ".join(shlex.quote(s) for s in self.scenes)
             if self.scenes
@@ -86,10 +82,8 @@ class Setup:
 
 @dataclasses.dataclass(frozen=True)
 class CommitResult:
-    """One measured commit: ``state`` against GOOD and BAD and why; ``effects`` against GOOD
-    (empty for GOOD); ``rounds`` of captures (counts: 1); ``images``: scene -> image verdict
-    line, shown but not classifying; ``round``: the bisection's round that measured it (0: a file
-    from before rounds); paths relative to the output directory."""
+    """One measured commit; ``effects`` against GOOD; ``round``: the bisection round that measured
+    it (0: an older file); paths relative to the output directory."""
 
     sha: str
     subject: str
@@ -143,7 +137,6 @@ class CommitResult:
         )
 
 
-#: A bisection's ``status`` and the exit code each ends with.
 STATUS_EXIT = {
     "running": 2,
     "found": 0,
@@ -154,15 +147,13 @@ STATUS_EXIT = {
 }
 
 
-#: The largest bisect.json read (a bisection's file is a few KB a commit).
 MAX_STATE_BYTES = 64 << 20
 
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """What a bisection found or how far it got: the first bad commit or the ``candidates`` it is
-    one of, the culprit's share of BAD's change per target scene, ranges to bisect next, other
-    ``steps``, and the line that says so."""
+    """What a bisection found or how far it got; ``explained``: the culprit's share of BAD's
+    change per scene."""
 
     status: str
     message: str
@@ -189,8 +180,8 @@ def _share(value: Any) -> float:
 
 @dataclasses.dataclass
 class Bisection:
-    """A bisection as ``DIR/bisect.json`` holds it: setup, commits measured (GOOD and BAD first)
-    and outcome so far; :meth:`to_json` and :meth:`from_json` are the file's one layout."""
+    """A bisection as ``DIR/bisect.json`` holds it; :meth:`to_json`/:meth:`from_json` are its
+    one layout."""
 
     setup: Setup
     tested: dict[str, CommitResult] = dataclasses.field(default_factory=dict)
@@ -222,7 +213,7 @@ class Bisection:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Bisection:
-        """The inverse of :meth:`to_json` (KeyError, TypeError or ValueError when damaged)."""
+        """KeyError, TypeError or ValueError when damaged."""
         setup = Setup.from_dict(data["setup"])
         known = {c.sha: c for c in (setup.good, *setup.commits)}
 
@@ -256,8 +247,7 @@ class Bisection:
 
     @classmethod
     def load(cls, root: Path) -> Bisection:
-        """The bisection of ``root/bisect.json``; ConfigError when none or not a bisection's
-        file."""
+        """ConfigError when ``root`` has no valid bisect.json."""
         path = root / BISECT_FILE
         if not os.path.lexists(path):
             raise ConfigError(

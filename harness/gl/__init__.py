@@ -1,2 +1,1 @@
-"""GL at the edge: backends, the raw-GL shim, the host probe. Importing it loads no GL library
-until a backend is opened."""
+"""GL at the edge: backends, raw-GL shim, host probe; no GL library loads until one is opened."""

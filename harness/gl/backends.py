@@ -1,8 +1,7 @@
-"""GL backends: an ordered table of ways to get a headless moderngl context, each imported lazily.
+"""An ordered table of headless moderngl context backends, each imported lazily.
 
-An explicit backend that fails raises BackendUnavailable naming why; ``auto`` tries each in
-order. Every backend renders into an offscreen framebuffer of the requested size and samples, so
-results never depend on a window's default framebuffer."""
+Explicit backends fail loudly, ``auto`` tries each; all render offscreen, never to a window's
+framebuffer, so results do not depend on one."""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ from katra_trace.errors import BackendUnavailable, ConfigError
 
 MESA_INSTALL_LINE = "apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri"
 
-#: Overrides the default backend.
 BACKEND_ENV = "KATRA3D_BACKEND"
 
 ORDER: tuple[str, ...] = ("egl", "glfw")
@@ -33,8 +31,6 @@ REQUIRE_GL = 330
 
 @dataclasses.dataclass(frozen=True)
 class BackendStatus:
-    """Whether a backend can open a context here, and if not, why."""
-
     name: str
     available: bool
     why_not: str = ""
@@ -45,8 +41,7 @@ class BackendStatus:
 
 @dataclasses.dataclass
 class GLSession:
-    """An open GL context and the offscreen framebuffer (RGBA8 + 24-bit depth, ``samples`` MSAA,
-    0 = none) the harness renders into."""
+    """An open GL context and its offscreen RGBA8 + depth framebuffer (``samples``: 0 = no MSAA)."""
 
     backend: str
     device: int | None
@@ -61,7 +56,6 @@ class GLSession:
         self.fbo.use()
 
     def close(self) -> None:
-        """Release the framebuffer, the context and, for glfw, the window."""
         for obj in (self.fbo, *self._attachments):
             with contextlib.suppress(Exception):
                 obj.release()
@@ -82,7 +76,7 @@ class GLSession:
 
 def _check_egl() -> str:
     try:
-        # deferred: a backend's GL modules load only when it is probed
+        # deferred: loaded only when probed
         import glcontext.egl  # noqa: F401
         import moderngl  # noqa: F401
     except ImportError as exc:
@@ -96,9 +90,9 @@ def _check_glfw() -> str:
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         return "no display: DISPLAY is not set (start Xvfb, or use --backend egl)"
     try:
-        # deferred: a backend's GL modules load only when it is probed
+        # deferred: loaded only when probed
         import glfw  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - the glfw wrapper raises ImportError or others
+    except Exception as exc:  # noqa: BLE001 - not only ImportError
         return f"cannot import glfw: {exc}"
     return ""
 
@@ -107,13 +101,13 @@ _CHECKS: dict[str, Callable[[], str]] = {"egl": _check_egl, "glfw": _check_glfw}
 
 
 def check(name: str) -> BackendStatus:
-    """A cheap availability check (imports, libraries, display); opens no context."""
+    """Imports, libraries, display; opens no context."""
     why = _CHECKS[name]()
     return BackendStatus(name, not why, why)
 
 
 def probe(name: str, device: int | None = None) -> BackendStatus:
-    """Whether ``name`` can really open a context (opens a tiny one)."""
+    """Whether ``name`` really opens a (tiny) context."""
     status = check(name)
     if not status.available:
         return status
@@ -196,7 +190,7 @@ def _open_egl(device: int | None, size: tuple[int, int], samples: int) -> GLSess
     if "OpenGL" not in sys.modules and "PYOPENGL_PLATFORM" not in os.environ:
         # the timers' raw GL calls resolve through EGL too: no GLX on headless hosts
         os.environ["PYOPENGL_PLATFORM"] = "egl"
-    # deferred: moderngl loads only when a context is opened
+    # deferred: loaded only when a context is opened
     import moderngl
 
     kwargs: dict[str, Any] = {"backend": "egl", "require": REQUIRE_GL}
@@ -223,7 +217,7 @@ def _open_glfw(device: int | None, size: tuple[int, int], samples: int) -> GLSes
         raise BackendUnavailable(f"backend 'glfw' unavailable: {why}")
     if device is not None:
         raise ConfigError("--device selects an EGL device; backend 'glfw' does not take one")
-    # deferred: glfw loads only when its backend is opened
+    # deferred: loaded only when its backend is opened
     import glfw
 
     errors: list[str] = []
@@ -256,7 +250,7 @@ def _open_glfw(device: int | None, size: tuple[int, int], samples: int) -> GLSes
         glfw.destroy_window(window)
         glfw.terminate()
 
-    # deferred: moderngl loads only when a context is opened
+    # deferred: loaded only when a context is opened
     import moderngl
 
     try:
@@ -282,8 +276,8 @@ def open_session(
     size: tuple[int, int] = (256, 256),
     samples: int = 0,
 ) -> GLSession:
-    """Open a GL context on ``backend`` (``auto`` tries :data:`ORDER`); BackendUnavailable with
-    every reason and the Mesa install line when nothing works."""
+    """A GL session on ``backend`` (``auto`` tries :data:`ORDER`); BackendUnavailable with every
+    reason when none works."""
     name = resolve_name(backend)
     if name != "auto":
         return _OPENERS[name](device, size, samples)
@@ -320,8 +314,7 @@ EGL_RENDERER_EXT = 0x335F
 
 
 def list_egl_devices() -> list[dict[str, Any]]:
-    """EGL devices (EGL_EXT_device_enumeration) in ``--device`` order; empty without EGL or the
-    extension."""
+    """EGL devices in ``--device`` order; empty without EGL_EXT_device_enumeration."""
     egl = _egl_lib()
     if egl is None:
         return []
@@ -363,7 +356,7 @@ def list_egl_devices() -> list[dict[str, Any]]:
 
 
 def current_egl_info() -> dict[str, str]:
-    """Vendor and version of the current EGL display ({} off EGL)."""
+    """{} off EGL."""
     egl = _egl_lib()
     if egl is None:
         return {}
@@ -380,8 +373,7 @@ def current_egl_info() -> dict[str, str]:
 
 
 def release_current_egl() -> None:
-    """Make no EGL context current: glcontext leaves a released one current, which makes a later
-    GLX context fail with BadAccess."""
+    """Make no EGL context current: a released one left current breaks a later GLX context."""
     egl = _egl_lib()
     if egl is None:
         return
@@ -400,7 +392,6 @@ def release_current_egl() -> None:
 
 
 def statuses(probe_contexts: bool = False) -> Iterator[BackendStatus]:
-    """Status of every backend in :data:`ORDER`."""
     for name in ORDER:
         yield probe(name) if probe_contexts else check(name)
 

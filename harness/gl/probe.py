@@ -1,5 +1,4 @@
-"""Host probe: what a capture ran on (GL, EGL, system, rendering environment), for the trace
-header."""
+"""What a capture ran on (GL, EGL, system, rendering environment), for the trace header."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ from katra_trace.io.header import (
     TimerQueryInfo,
 )
 
-#: Substrings (lower case) of GL_RENDERER that mean a CPU rasterizer.
+#: Lower-case GL_RENDERER substrings of CPU rasterizers.
 SOFTWARE_RENDERERS: tuple[str, ...] = (
     "llvmpipe",
     "softpipe",
@@ -35,7 +34,6 @@ SOFTWARE_RENDERERS: tuple[str, ...] = (
     "gdi generic",
 )
 
-#: Environment variables that change how GL renders.
 ENV_PREFIXES: tuple[str, ...] = (
     "LIBGL_",
     "MESA_",
@@ -65,8 +63,7 @@ def is_software_renderer(renderer: str) -> bool:
 
 
 def parse_driver(version: str, vendor: str = "", renderer: str = "") -> DriverInfo:
-    """Driver name and version from GL_VERSION (``"... Mesa 22.3.6"`` -> Mesa, 22.3.6); an
-    unknown format gives the vendor and version ``""``."""
+    """Driver from GL_VERSION (``"... Mesa 22.3.6"`` -> Mesa, 22.3.6); unknown: vendor, ``""``."""
     m = re.search(r"\bMesa\s+(\d+\.\d+(?:\.\d+)?(?:-\w+)?)", version)
     if m:
         return DriverInfo(name="Mesa", version=m.group(1))
@@ -110,7 +107,6 @@ def _glsl_version(ctx: Any) -> str:
 
 
 def timer_query_info(ctx: Any) -> TimerQueryInfo:
-    """Timer-query support and GL_QUERY_COUNTER_BITS of GL_TIMESTAMP."""
     supported = ctx.version_code >= 330 or "GL_ARB_timer_query" in ctx.extensions
     bits = 0
     error = ""
@@ -125,7 +121,6 @@ def timer_query_info(ctx: Any) -> TimerQueryInfo:
 
 
 def gl_info(ctx: Any) -> GLInfo:
-    """GL strings, driver, software flag, timer queries and limits of the current context."""
     info = ctx.info
     vendor = str(info.get("GL_VENDOR", ""))
     renderer = str(info.get("GL_RENDERER", ""))
@@ -176,7 +171,6 @@ def _versions() -> dict[str, str]:
 
 
 def system_info() -> SystemInfo:
-    """CPU, cores, RAM, OS, Python and package versions (no GL)."""
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
@@ -203,7 +197,7 @@ def render_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def egl_info(session: Any) -> EGLInfo:
-    """The EGL display and the device ``session`` renders on (empty off EGL)."""
+    """Empty off EGL."""
     if getattr(session, "backend", "") != "egl":
         return EGLInfo()
     display = current_egl_info()
@@ -224,12 +218,11 @@ def egl_info(session: Any) -> EGLInfo:
     )
 
 
-#: Host info parts in write order (an empty ``egl`` part included).
+# write order (an empty ``egl`` part included)
 _HOST_PARTS = ("backend", "gl", "egl", "system", "env")
 
 
 def host_info(session: Any) -> HostInfo:
-    """Everything the trace header records about where a capture ran."""
     return HostInfo(
         backend=getattr(session, "backend", ""),
         gl=gl_info(session.ctx),

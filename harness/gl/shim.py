@@ -1,6 +1,7 @@
-"""The raw-GL shim: every PyOpenGL call and GL constant the harness makes outside moderngl, so a
-constant is defined once and a call made one way. 64-bit reads use ctypes output buffers: without
-them ``glGetQueryObjectui64v`` raises and ``glGetInteger64v`` returns garbage."""
+"""Every raw PyOpenGL call and GL constant used outside moderngl, each defined once.
+
+64-bit reads use ctypes buffers: otherwise ``glGetQueryObjectui64v`` raises and
+``glGetInteger64v`` returns garbage."""
 
 from __future__ import annotations
 
@@ -21,12 +22,11 @@ GL_SHADING_LANGUAGE_VERSION = 0x8B8C
 
 
 class RawGL:
-    """The raw entry points, resolved once for the current context. Only PyOpenGL's raw
-    per-version modules are imported: 0.05 s against 0.17 s for ``from OpenGL import GL``
-    (seconds under valgrind)."""
+    """Raw entry points of the current context; only PyOpenGL's raw modules are imported (0.05 s
+    against 0.17 s for ``OpenGL.GL``, seconds under valgrind)."""
 
     def __init__(self) -> None:
-        # deferred: PyOpenGL loads libGL; importing the shim must not
+        # deferred: PyOpenGL loads libGL
         from OpenGL.raw.GL.VERSION import GL_1_0, GL_1_5, GL_3_2, GL_3_3
 
         self.GL = types.SimpleNamespace(
@@ -52,23 +52,22 @@ class RawGL:
             self.GL.glDeleteQueries(len(ids), arr)
 
     def query_result_ns(self, query: int) -> int:
-        """A finished query's 64-bit result (blocks until available)."""
+        """Blocks until the result is available."""
         out = ctypes.c_uint64(0)
         self.get_query_ui64v(query, GL_QUERY_RESULT, ctypes.byref(out))
         return int(out.value)
 
     def timestamp_counter_bits(self) -> int:
-        """GL_QUERY_COUNTER_BITS of GL_TIMESTAMP (0: no usable timestamps)."""
+        """0: no usable timestamps."""
         out = ctypes.c_int(0)
         self.GL.glGetQueryiv(GL_TIMESTAMP, GL_QUERY_COUNTER_BITS, ctypes.byref(out))
         return int(out.value)
 
     def get_string(self, name: int) -> bytes | None:
-        """glGetString's bytes, or None."""
         raw = self.GL.glGetString(name)
         if raw is None or isinstance(raw, bytes):
             return raw
-        return ctypes.cast(raw, ctypes.c_char_p).value  # the raw function gives a GLubyte pointer
+        return ctypes.cast(raw, ctypes.c_char_p).value  # a GLubyte pointer
 
     def get_integer(self, pname: int) -> int:
         out = ctypes.c_int(0)

@@ -1,2 +1,1 @@
-"""Capturing versions of the user's code: the one capture service of ``ab``, ``bisect`` and
-``ci/``."""
+"""Capturing versions of the user's code, for ``ab``, ``bisect`` and ``ci/``."""

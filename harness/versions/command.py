@@ -1,10 +1,7 @@
-"""One capture command, run the one way: ``ab``'s rounds, bisect's captures and
-``ci/compare-versions.sh``.
+"""Running one capture command, for ``ab``, bisect and ``ci/compare-versions.sh``.
 
-The command is told a path of plain characters only (:func:`plain_out`), so ``{out}`` stays
-one word however it is quoted. It leads its own process group (policy ``levels``): a stop
-signal asks it to stop, so a ``katra3d run`` in it keeps its frames; a second one kills what
-is left."""
+``{out}`` is always a plain path (one shell word however quoted); the command leads its own
+process group, so a first stop signal lets a ``katra3d run`` keep its frames, a second kills."""
 
 from __future__ import annotations
 
@@ -28,25 +25,17 @@ from katra_trace.errors import ConfigError, Interrupted, KatraError
 from katra_trace.io.claim import move_into_place
 from katra_trace.text import shown
 
-#: The path a capture command writes its trace to.
 OUT_ENV = "KATRA3D_OUT"
-#: Where the trace ends up ($KATRA3D_OUT may lead there through a link):
-#: :func:`stop_leftover_captures` finds a killed katra3d's captures by it.
+#: The trace's real place ($KATRA3D_OUT may be a link): finds a killed katra3d's captures.
 INTO_ENV = "KATRA3D_CAPTURE_INTO"
-#: A path told to a capture command: one shell word that reads the same quoted or not.
 PLAIN_PATH = re.compile(r"[A-Za-z0-9_./+:-]+")
-#: Prefix of the temporary directory holding the link to a trace's folder (owner's PID follows).
 LINK_DIR_PREFIX = "katra3d-out-"
 OUT_PLACEHOLDER = "{out}"
-#: Lines of a failed capture's output its error carries (all of it is in its log).
 FAILURE_TAIL_LINES = 20
 
 
 class CaptureFailed(KatraError):
-    """A capture command failed, did not run, or exited 0 without writing its trace.
-
-    ``tail``: the last lines of its output; ``log``: the file with all of it (None when there
-    was none)."""
+    """A capture command failed, did not run, or wrote no trace; ``tail``: its last lines."""
 
     def __init__(
         self,
@@ -64,16 +53,14 @@ class CaptureFailed(KatraError):
 
 @dataclasses.dataclass(frozen=True)
 class CaptureCommand:
-    """A shell command line that writes one trace to ``{out}`` (or ``$KATRA3D_OUT``), run in
-    ``cwd`` with ``pythonpath`` (a worktree's code) first on ``PYTHONPATH``."""
+    """A shell command writing one trace to ``{out}`` or ``$KATRA3D_OUT``; ``pythonpath`` first."""
 
     template: str
     cwd: Path | None = None
     pythonpath: Path | None = None
 
     def check(self, option: str) -> None:
-        """ConfigError when the command names no place to write (neither ``{out}`` nor
-        ``$KATRA3D_OUT``)."""
+        """ConfigError when the command names no place to write."""
         if not self.template.strip():
             raise ConfigError(f"{option} command is empty")
         if OUT_PLACEHOLDER not in self.template and OUT_ENV not in self.template:
@@ -83,8 +70,6 @@ class CaptureCommand:
             )
 
     def shown(self, out: Path | None = None) -> str:
-        """The command on one line as a person reads it: ``{out}`` as the path (quoted), in its
-        folder."""
         text = one_line(self.template)
         if out is not None:
             text = text.replace(OUT_PLACEHOLDER, shlex.quote(str(out)))
@@ -92,12 +77,10 @@ class CaptureCommand:
 
 
 def one_line(command: str) -> str:
-    """A command of several lines on one line, joined by ``; `` (for messages and records)."""
     return "; ".join(line.strip() for line in command.splitlines() if line.strip())
 
 
 def substitute_out(template: str, path: Path) -> str:
-    """``template`` with each ``{out}`` replaced by the plain ``path`` (:func:`plain_out`)."""
     if not PLAIN_PATH.fullmatch(str(path)):
         raise ConfigError(
             f"{shown(str(path))} is not a plain path for a capture command (plain_out makes one)"
@@ -107,11 +90,8 @@ def substitute_out(template: str, path: Path) -> str:
 
 @contextlib.contextmanager
 def plain_out(out: Path) -> Iterator[Path]:
-    """The path a capture command is told for ``out``, made of :data:`PLAIN_PATH` characters
-    only.
-
-    Else a symbolic link to ``out``'s folder in a plain temporary directory, with a plain
-    stand-in name moved to ``out`` at the end (never over a file)."""
+    """``out``, or when not plain, a path through a link in a plain temp dir, with a stand-in
+    name moved to ``out`` at the end (never over a file)."""
     if PLAIN_PATH.fullmatch(str(out)):
         yield out
         return
@@ -165,13 +145,9 @@ def _tail(log: IO[bytes], start: int) -> tuple[str, ...]:
 def run_capture(
     command: CaptureCommand, out: Path, *, log: Path | None = None, what: str = "capture"
 ) -> float:
-    """Run ``command`` once so that it writes the trace ``out``; returns its seconds.
-
-    Output goes to ``log`` (appended) or a temporary file. :class:`CaptureFailed` (with the
-    output's last lines) when it fails or writes no trace; :class:`Interrupted` on a stop
-    signal."""
+    """Run ``command`` once to write ``out``; returns its seconds. Output appends to ``log``.
+    Raises CaptureFailed when it fails or writes no trace, Interrupted on a stop signal."""
     with contextlib.ExitStack() as stack:
-        # first in, last out: a stand-in's trace is moved at the end
         told = stack.enter_context(plain_out(out))
         cmd = substitute_out(command.template, told)
         if log is not None:
@@ -183,7 +159,7 @@ def run_capture(
             sink = stack.enter_context(tempfile.TemporaryFile())
         start = sink.seek(0, os.SEEK_END)
         t0 = time.monotonic()
-        # the pool's supervisor for its jobs (bisect's counted captures), else its own
+        # a pool's supervisor (bisect's counted captures), else its own
         active = Supervisor.active
         with contextlib.nullcontext(active) if active else Supervisor() as sup:
             if sup.received:
@@ -204,7 +180,6 @@ def run_capture(
                 ) from None
             try:
                 code = group.proc.wait()
-            # stopped: the run in it gets time to finish its trace
             finally:
                 group.end(STOP_GRACE_S if group.sent else 0.0)
                 sup.release(group)
@@ -227,10 +202,8 @@ def run_capture(
 
 
 def stop_leftover_captures(root: Path) -> int:
-    """SIGKILL what is left of captures whose trace was to end up in ``root``; returns how many.
-
-    A katra3d killed outright takes only its direct child along; the next command in that
-    directory ends the rest, found by :data:`INTO_ENV`, never by a reusable PID."""
+    """SIGKILL leftover captures of a killed katra3d writing into ``root``; returns how many.
+    Found by :data:`INTO_ENV`, never by a reusable PID."""
     prefix = str(root.resolve()) + os.sep
     killed = 0
     try:

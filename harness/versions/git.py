@@ -1,7 +1,6 @@
-"""The git side of capturing versions: repository, revisions, first-parent range, worktrees.
+"""git for capturing versions: revisions, first-parent range, worktrees (git run as a child).
 
-``git`` always runs as a child process. Missing git is ToolUnavailable (exit 3); an unknown
-revision, a non-repository or GOOD not an ancestor of BAD is ConfigError (exit 2)."""
+Missing git is ToolUnavailable (exit 3); a bad revision or range is ConfigError (exit 2)."""
 
 from __future__ import annotations
 
@@ -14,14 +13,11 @@ from pathlib import Path
 from katra_trace.errors import ConfigError, ToolUnavailable
 from katra_trace.text import shown
 
-#: Characters of a sha in file names and tables.
 SHORT = 10
 
 
 @dataclasses.dataclass(frozen=True)
 class Commit:
-    """One commit: full sha and subject."""
-
     sha: str
     subject: str
 
@@ -50,7 +46,7 @@ def _git(top: Path | None, *args: str, check: bool = True) -> subprocess.Complet
 
 
 def toplevel(cwd: Path) -> Path:
-    """The top of the work tree holding ``cwd``; ConfigError outside one."""
+    """ConfigError outside a work tree."""
     proc = _git(cwd, "rev-parse", "--show-toplevel", check=False)
     if proc.returncode != 0 or not proc.stdout.strip():
         raise ConfigError(
@@ -61,7 +57,6 @@ def toplevel(cwd: Path) -> Path:
 
 
 def resolve(top: Path, rev: str) -> Commit:
-    """The commit ``rev`` names; ConfigError for an unknown revision."""
     if not rev or rev.startswith("-"):
         raise ConfigError(f"unknown git revision {rev!r} in {shown(str(top))}")
     proc = _git(top, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
@@ -76,7 +71,6 @@ def commit(top: Path, sha: str) -> Commit:
 
 
 def is_ancestor(top: Path, older: str, newer: str) -> bool:
-    """Whether ``older`` is an ancestor of ``newer`` or the same commit."""
     proc = _git(top, "merge-base", "--is-ancestor", older, newer, check=False)
     if proc.returncode not in (0, 1):
         raise ConfigError(f"git merge-base failed in {shown(str(top))}: {proc.stderr.strip()}")
@@ -84,8 +78,8 @@ def is_ancestor(top: Path, older: str, newer: str) -> bool:
 
 
 def commit_range(top: Path, good: Commit, bad: Commit) -> list[Commit]:
-    """The commits after GOOD up to BAD along BAD's first parents, oldest first; ConfigError
-    unless GOOD is an older commit on that line."""
+    """The commits after GOOD up to BAD on BAD's first-parent line, oldest first; ConfigError
+    unless GOOD is on that line."""
     if good.sha == bad.sha:
         raise ConfigError(f"GOOD and BAD are the same commit ({good.short}): nothing to bisect")
     if not is_ancestor(top, good.sha, bad.sha):
@@ -96,13 +90,11 @@ def commit_range(top: Path, good: Commit, bad: Commit) -> list[Commit]:
     shas = _git(
         top, "rev-list", "--reverse", "--first-parent", "--ancestry-path", f"{good.sha}..{bad.sha}"
     ).stdout.split()
-    if not shas or shas[-1] != bad.sha:
-        raise ConfigError(
-            f"no first-parent line runs from GOOD {good.short} to BAD {bad.short} (GOOD is on a "
-            "merged branch): give a GOOD on BAD's first-parent history"
-        )
-    first_parent = _git(top, "rev-parse", f"{shas[0]}^").stdout.strip()
-    if first_parent != good.sha:
+    if (
+        not shas
+        or shas[-1] != bad.sha
+        or _git(top, "rev-parse", f"{shas[0]}^").stdout.strip() != good.sha
+    ):
         raise ConfigError(
             f"no first-parent line runs from GOOD {good.short} to BAD {bad.short} (GOOD is on a "
             "merged branch): give a GOOD on BAD's first-parent history"
@@ -113,8 +105,8 @@ def commit_range(top: Path, good: Commit, bad: Commit) -> list[Commit]:
 
 
 class FirstParentOrder(Mapping[str, int]):
-    """Commit (sha, short sha or ref) -> its place on HEAD's first-parent line, oldest first
-    (``history``'s label order); git runs once for the line and once per commit asked."""
+    """Commit (sha, short sha or ref) -> its place on HEAD's first-parent line, oldest first;
+    git runs once for the line and once per commit asked."""
 
     def __init__(self, top: Path) -> None:
         self.top = top
@@ -164,8 +156,7 @@ class FirstParentOrder(Mapping[str, int]):
 
 
 def first_parent_order(cwd: Path) -> FirstParentOrder | None:
-    """The :class:`FirstParentOrder` of the repository holding ``cwd``; None outside one or
-    without git."""
+    """None outside a repository or without git."""
     try:
         return FirstParentOrder(toplevel(cwd))
     except (ConfigError, ToolUnavailable):
@@ -173,14 +164,13 @@ def first_parent_order(cwd: Path) -> FirstParentOrder | None:
 
 
 def add_worktree(top: Path, where: Path, sha: str) -> Path:
-    """Check ``sha`` out, detached, as a new worktree at ``where``."""
     where.parent.mkdir(parents=True, exist_ok=True)
     _git(top, "worktree", "add", "--quiet", "--detach", "--force", str(where), sha)
     return where
 
 
 def remove_worktree(top: Path, where: Path) -> None:
-    """Remove a worktree of :func:`add_worktree` whatever its state; never raises for it."""
+    """Remove a worktree whatever its state; never raises for it."""
     _git(top, "worktree", "remove", "--force", "--force", str(where), check=False)
     if where.exists():
         shutil.rmtree(where, ignore_errors=True)

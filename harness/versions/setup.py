@@ -1,6 +1,5 @@
-"""What a capture of versions runs, decided once for ``ab --refs``, ``bisect`` and
-``ci/compare-versions.sh``: the measure, the default capture command, and worktrees of the
-revisions."""
+"""The measure, default capture command and worktrees of a capture of versions, shared by
+``ab --refs``, ``bisect`` and ``ci/compare-versions.sh``."""
 
 from __future__ import annotations
 
@@ -18,15 +17,15 @@ from katra3d.harness.versions.git import Commit, add_worktree, remove_worktree
 from katra_trace.errors import ConfigError
 from katra_trace.metrics import MEASURES, is_count
 
-#: Counts are exact, so few frames are evidence.
+# counts are exact, so few frames are evidence
 COUNT_FRAMES = 10
-#: ``python -P``: a worktree's own ``random.py`` cannot hide the standard library from katra3d.
+#: ``python -P``: a worktree's ``random.py`` cannot hide the standard library.
 SAFE_PATH = ("-P",) if sys.version_info >= (3, 11) else ()
 
 
 def resolve_measure(measure: str) -> str:
-    """``-m``: ``auto`` is instructions when valgrind is on PATH, else time; a count without
-    valgrind is ToolUnavailable."""
+    """``auto``: instructions with valgrind on PATH, else time; a count without it raises
+    ToolUnavailable."""
     if measure == "auto":
         return "instructions" if shutil.which("valgrind") else "time"
     if measure not in MEASURES:
@@ -37,8 +36,7 @@ def resolve_measure(measure: str) -> str:
 
 
 def default_command(what: Sequence[str], measure: str, run_args: str = "") -> str:
-    """``katra3d run WHAT --quiet`` of this katra3d with the measure and ``run_args`` (last, so
-    they win) appended, writing ``{out}``; counted runs measure :data:`COUNT_FRAMES` frames."""
+    """``katra3d run WHAT --quiet ... -o {out}`` of this katra3d; ``run_args`` come last, so win."""
     parts = [
         shlex.quote(sys.executable),
         *SAFE_PATH,
@@ -59,8 +57,7 @@ def default_command(what: Sequence[str], measure: str, run_args: str = "") -> st
 def worktrees(
     top: Path, commits: Sequence[Commit], prefix: str = "katra3d-versions-"
 ) -> Iterator[list[Path]]:
-    """Each commit as a detached worktree in a new temporary directory for the duration, removed
-    whatever happens."""
+    """Each commit as a detached worktree in a new temp dir, removed whatever happens."""
     base = Path(tempfile.mkdtemp(prefix=prefix))
     made: list[Path] = []
     try:

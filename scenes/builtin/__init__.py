@@ -1,1 +1,1 @@
-"""The built-in scenes. Each module defines one :class:`~katra3d.scenes.api.Scene` subclass."""
+"""The built-in scenes, one Scene subclass a module."""

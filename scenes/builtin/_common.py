@@ -1,5 +1,5 @@
-"""Shared pieces of the built-in scenes: matrices (float32, ``M @ v``; :func:`mat_bytes` gives
-GLSL's column-major layout), procedural meshes (no third-party assets), a base class."""
+"""Shared pieces of the built-in scenes: float32 matrices (``M @ v``), procedural meshes
+(position+normal vertices, uint32 indices), a base class."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from katra3d.scenes.api import Scene
 
 
 def perspective(fovy_deg: float, aspect: float, near: float, far: float) -> np.ndarray:
-    """OpenGL-style perspective projection (clip z in -1..1)."""
+    """Clip z in -1..1."""
     f = 1.0 / math.tan(math.radians(fovy_deg) / 2.0)
     m = np.zeros((4, 4), dtype=np.float32)
     m[0, 0] = f / aspect
@@ -47,7 +47,6 @@ def look_at(eye: Any, target: Any, up: Any = (0.0, 1.0, 0.0)) -> np.ndarray:
 
 
 def rotation(axis: Any, angle_rad: float) -> np.ndarray:
-    """4x4 rotation about ``axis`` (Rodrigues)."""
     a = np.asarray(axis, dtype=np.float64)
     x, y, z = a / np.linalg.norm(a)
     c, s, t = math.cos(angle_rad), math.sin(angle_rad), 1.0 - math.cos(angle_rad)
@@ -67,11 +66,16 @@ def translation(x: float, y: float, z: float) -> np.ndarray:
 
 
 def mat_bytes(m: np.ndarray) -> bytes:
-    """A 4x4 matrix as GLSL mat4 bytes (column-major float32)."""
+    """GLSL mat4 bytes (column-major)."""
     return np.ascontiguousarray(np.asarray(m, dtype=np.float32).T).tobytes()
 
 
-# Meshes are (vertices (N, 6) float32 position+normal, indices (M,) uint32).
+def _outward(verts: np.ndarray, tris: np.ndarray) -> np.ndarray:
+    """Flat indices, flipped when face normals disagree with vertex normals."""
+    p0, p1, p2 = (verts[tris[:, k], :3] for k in range(3))
+    if float(np.sum(np.cross(p1 - p0, p2 - p0) * verts[tris[:, 0], 3:])) < 0:
+        tris = tris[:, ::-1]
+    return np.ascontiguousarray(tris.reshape(-1), dtype=np.uint32)
 
 
 def torus_knot(
@@ -82,7 +86,6 @@ def torus_knot(
     radius: float = 1.0,
     tube: float = 0.3,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """A closed (p, q) torus knot, counter-clockwise outward faces."""
     u = np.linspace(0.0, 2 * math.pi * p, tube_segments, endpoint=False)
 
     def curve(t: np.ndarray) -> np.ndarray:
@@ -112,16 +115,10 @@ def torus_knot(
     c = i1 * radial_segments + j1
     d = i * radial_segments + j1
     tris = np.stack([a, b, d, b, c, d], axis=-1).reshape(-1, 3)
-    # orient faces outward: flip if the geometric normal disagrees with the vertex normal
-    p0, p1, p2 = (verts[tris[:, k], :3] for k in range(3))
-    face_n = np.cross(p1 - p0, p2 - p0)
-    if float(np.sum(face_n * verts[tris[:, 0], 3:])) < 0:
-        tris = tris[:, ::-1]
-    return verts, np.ascontiguousarray(tris.reshape(-1), dtype=np.uint32)
+    return verts, _outward(verts, tris)
 
 
 def uv_sphere(stacks: int, slices: int, radius: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    """A closed UV sphere, counter-clockwise outward faces."""
     phi = np.linspace(0.0, math.pi, stacks + 1)
     theta = np.linspace(0.0, 2 * math.pi, slices + 1)
     ph, th = np.meshgrid(phi, theta, indexing="ij")
@@ -132,15 +129,11 @@ def uv_sphere(stacks: int, slices: int, radius: float = 1.0) -> tuple[np.ndarray
     a = i * (slices + 1) + j
     b = (i + 1) * (slices + 1) + j
     tris = np.stack([a, b, a + 1, b, b + 1, a + 1], axis=-1).reshape(-1, 3)
-    p0, p1, p2 = (verts[tris[:, k], :3] for k in range(3))
-    face_n = np.cross(p1 - p0, p2 - p0)
-    if float(np.sum(face_n * verts[tris[:, 0], 3:])) < 0:
-        tris = tris[:, ::-1]
-    return verts, np.ascontiguousarray(tris.reshape(-1), dtype=np.uint32)
+    return verts, _outward(verts, tris)
 
 
 def cube() -> tuple[np.ndarray, np.ndarray]:
-    """A unit cube (-1..1) with flat face normals."""
+    """A -1..1 cube with flat face normals."""
     verts: list[Any] = []
     idx: list[Any] = []
     for axis in range(3):
@@ -155,11 +148,7 @@ def cube() -> tuple[np.ndarray, np.ndarray]:
                 verts.append(np.concatenate([n + du * u + dw * w, n]))
             idx.extend([base, base + 1, base + 2, base, base + 2, base + 3])
     v = np.array(verts, dtype=np.float32)
-    t = np.array(idx, dtype=np.uint32).reshape(-1, 3)
-    p0, p1, p2 = (v[t[:, k], :3] for k in range(3))
-    if float(np.sum(np.cross(p1 - p0, p2 - p0) * v[t[:, 0], 3:])) < 0:
-        t = t[:, ::-1]
-    return v, np.ascontiguousarray(t.reshape(-1), dtype=np.uint32)
+    return v, _outward(v, np.array(idx, dtype=np.uint32).reshape(-1, 3))
 
 
 def unindex(verts: np.ndarray, indices: np.ndarray) -> np.ndarray:
@@ -176,10 +165,10 @@ void main() {
 }
 """
 
-#: one triangle that covers the whole viewport (in_pos, 2 floats per vertex)
+#: one triangle covering the viewport (in_pos)
 FULLSCREEN_TRIANGLE = np.array([-1.0, -1.0, 3.0, -1.0, -1.0, 3.0], dtype=np.float32)
 
-#: Blinn-Phong lit shading, used by several scenes (varyings v_normal, v_world)
+#: Blinn-Phong (varyings v_normal, v_world)
 LIT_FRAGMENT = """
 #version 330
 uniform vec3 u_color;
@@ -202,11 +191,10 @@ void main() {
 
 
 class BuiltinScene(Scene):
-    """Base of the built-in scenes: ``setup`` checks requirements, binds the target and calls
-    :meth:`build`."""
+    """``setup`` checks requirements, binds the target, calls :meth:`build`."""
 
     def setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, Any]) -> None:
-        """:meth:`build` after the checks; on any error, release what was created and re-raise."""
+        """On any error, release what was created and re-raise."""
         self.check_requirements(ctx)
         self.begin_setup(ctx, size, params)
         try:
@@ -216,8 +204,19 @@ class BuiltinScene(Scene):
             raise
 
     def build(self) -> None:
-        """Create the scene's GL objects (``self.ctx``, ``self.size``, ``self.p`` are set)."""
+        """Create GL objects (``self.ctx``, ``self.size``, ``self.p`` are set)."""
         raise NotImplementedError
+
+    def mesh_vao(self, program: Any, verts: np.ndarray, indices: np.ndarray, *inst: Any) -> Any:
+        """An owned indexed VAO of a position+normal mesh; ``inst``: (array, format, names...)."""
+        vbo = self.own(self.ctx.buffer(verts.tobytes()))
+        ibo = self.own(self.ctx.buffer(indices.tobytes()))
+        layout: list[tuple[Any, ...]] = [(vbo, "3f 3f", "in_pos", "in_normal")]
+        if inst:
+            layout.append((self.own(self.ctx.buffer(inst[0].tobytes())), *inst[1:]))
+        return self.own(
+            self.ctx.vertex_array(program, layout, index_buffer=ibo, index_element_size=4)
+        )
 
     def begin_setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, Any]) -> None:
         self.ctx = ctx

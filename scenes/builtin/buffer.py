@@ -38,9 +38,8 @@ void main() {
 
 
 class BufferScene(BuiltinScene):
-    """A ``grid`` x ``grid`` height-field recomputed on the CPU; each frame a window of
-    ``update_fraction`` of it, walking and wrapping, is uploaded by ``method`` (``subdata`` or
-    ``map``). No culling: the surface is open."""
+    """A CPU height-field; each frame a walking window of ``update_fraction`` of it is uploaded
+    by ``method``. No culling: the surface is open."""
 
     name = "buffer"
     description = "per-frame dynamic vertex buffer updates: map vs sub-data, update fraction"
@@ -97,7 +96,7 @@ class BufferScene(BuiltinScene):
             if count > 0:
                 start = self.cursor
                 stop = start + count
-                # one or two contiguous windows (the second when wrapping around)
+                # a second window when wrapping around
                 windows = [(start, min(stop, total))]
                 if stop > total:
                     windows.append((0, stop - total))

@@ -10,8 +10,7 @@ from katra3d.scenes.api import Frame, Param, Scene
 
 
 class ClearScene(Scene):
-    """A colour clear per frame, cycling with scene time: the harness's own per-frame cost.
-    ``bands`` > 1 adds scissored bands, so an image check can tell it from a blank frame."""
+    """``bands`` > 1 adds scissored bands, so an image check can tell it from a blank frame."""
 
     name = "clear"
     description = "colour clear only: the per-frame floor of the harness"

@@ -76,9 +76,8 @@ void main() { f_color = vec4(v_color * 0.35, 1.0); }
 
 
 class ComputeScene(BuiltinScene):
-    """``count`` particles in an SSBO, advanced by a compute shader each frame, then drawn from
-    the same buffer as additive points. Needs GL 4.3; the state carries over frames, so the image
-    depends on every frame since setup."""
+    """Particles in an SSBO advanced by a compute shader, drawn from the same buffer; state
+    carries over, so the image depends on every frame since setup."""
 
     name = "compute"
     description = "compute-shader particle simulation drawn as additive points (GL 4.3)"
@@ -119,7 +118,6 @@ class ComputeScene(BuiltinScene):
             self.ssbo.bind_to_storage_buffer(0)
             self.compute["u_time"].value = frame.time_s
             self.compute.run(group_x=self.groups)
-            # the draw reads what the dispatch wrote, as vertex attributes
             ctx.memory_barrier()
         with frame.zone("draw"):
             self.target.use()

@@ -15,8 +15,7 @@ from katra3d.scenes.shaders import compile_program
 
 
 class DrawCallsScene(BuiltinScene):
-    """``count`` tiny cubes, each its own draw with its own uniforms: per-draw CPU/driver
-    overhead."""
+    """``count`` tiny cubes, each its own draw and uniforms."""
 
     name = "drawcalls"
     description = "N small objects drawn one call each, with per-object uniforms: per-draw overhead"
@@ -31,17 +30,7 @@ class DrawCallsScene(BuiltinScene):
         self.program = self.own(
             compile_program(ctx, self.name, vertex_shader=LIT_VERTEX, fragment_shader=LIT_FRAGMENT)
         )
-        verts, indices = cube()
-        vbo = self.own(ctx.buffer(verts.tobytes()))
-        ibo = self.own(ctx.buffer(indices.tobytes()))
-        self.vao = self.own(
-            ctx.vertex_array(
-                self.program,
-                [(vbo, "3f 3f", "in_pos", "in_normal")],
-                index_buffer=ibo,
-                index_element_size=4,
-            )
-        )
+        self.vao = self.mesh_vao(self.program, *cube())
         side = math.ceil(math.sqrt(count * self.aspect))
         rows = math.ceil(count / side)
         ids = np.arange(count)
@@ -70,12 +59,11 @@ class DrawCallsScene(BuiltinScene):
         self.u_color = self.program["u_color"]
 
     def _models(self, t: float) -> np.ndarray:
-        """(count, 4, 4) model matrices: each cube spins about its own tilted axis."""
+        """(count, 4, 4): each cube spins about its own tilted axis."""
         angle = t * 1.5 + self.phases
         c, s = np.cos(angle), np.sin(angle)
         n = len(angle)
         m = np.zeros((n, 4, 4), dtype=np.float32)
-        # rotation about y, then about x by a fixed tilt
         ct, st = math.cos(0.5), math.sin(0.5)
         m[:, 0, 0], m[:, 0, 2] = c, s
         m[:, 1, 0], m[:, 1, 1], m[:, 1, 2] = st * s, ct, -st * c
@@ -94,7 +82,7 @@ class DrawCallsScene(BuiltinScene):
             ctx.disable(ctx.BLEND)
             models = self._models(frame.time_s)
             mvps = np.matmul(self.view_proj[None], models)
-            # GLSL wants column-major: transpose each matrix once, in bulk
+            # column-major for GLSL, transposed in bulk
             models_gl = np.ascontiguousarray(models.transpose(0, 2, 1))
             mvps_gl = np.ascontiguousarray(mvps.transpose(0, 2, 1))
             for i in range(len(models)):

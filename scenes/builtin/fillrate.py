@@ -30,8 +30,7 @@ _VERTEX = FULLSCREEN_VERTEX.replace(
 
 
 class FillrateScene(BuiltinScene):
-    """``layers`` full-screen triangles blended over each other in one instanced draw: work is
-    ``layers x width x height`` blended fragments."""
+    """One instanced draw of ``layers x width x height`` blended fragments."""
 
     name = "fillrate"
     description = "K alpha-blended full-screen layers: fill rate and blending bandwidth"

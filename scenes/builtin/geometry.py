@@ -37,10 +37,8 @@ void main() {
 
 
 class GeometryScene(BuiltinScene):
-    """A (2, 3) torus knot of ``16 * detail**2`` triangles, Blinn-Phong lit, rotating.
-
-    ``indexed`` matters: on llvmpipe 32-bit indexed draws can be slower than non-indexed, on GPUs
-    usually faster (docs/scenes.md). ``cull`` (default) halves rasterization of the closed mesh."""
+    """A torus knot of ``16 * detail**2`` triangles. On llvmpipe indexed draws can be slower than
+    non-indexed, on GPUs usually faster (docs/scenes.md)."""
 
     name = "geometry"
     description = "procedural high-poly lit mesh (torus knot): vertex and primitive throughput"
@@ -64,16 +62,7 @@ class GeometryScene(BuiltinScene):
             compile_program(ctx, self.name, vertex_shader=LIT_VERTEX, fragment_shader=LIT_FRAGMENT)
         )
         if self.p["indexed"]:
-            vbo = self.own(ctx.buffer(verts.tobytes()))
-            ibo = self.own(ctx.buffer(indices.tobytes()))
-            self.vao = self.own(
-                ctx.vertex_array(
-                    self.program,
-                    [(vbo, "3f 3f", "in_pos", "in_normal")],
-                    index_buffer=ibo,
-                    index_element_size=4,
-                )
-            )
+            self.vao = self.mesh_vao(self.program, verts, indices)
         else:
             vbo = self.own(ctx.buffer(unindex(verts, indices).tobytes()))
             self.vao = self.own(

@@ -49,8 +49,7 @@ _FRAGMENT = LIT_FRAGMENT.replace("uniform vec3 u_color;", "in vec3 v_tint;").rep
 
 
 class InstancingScene(BuiltinScene):
-    """``count`` cubes in one ``glDrawElementsInstanced``, animated in the vertex shader:
-    ``drawcalls``' work without per-draw overhead."""
+    """``drawcalls``' work in one instanced draw, animated in the vertex shader."""
 
     name = "instancing"
     description = "tens of thousands of instanced cubes in a single draw call"
@@ -67,7 +66,7 @@ class InstancingScene(BuiltinScene):
             compile_program(ctx, self.name, vertex_shader=_VERTEX, fragment_shader=_FRAGMENT)
         )
         verts, indices = cube()
-        # instances on a jittered 3D grid (deterministic generator, fixed seed)
+        # a jittered 3D grid, fixed seed
         rng = np.random.default_rng(12345)
         side = max(1, round(count ** (1 / 3)))
         ids = np.arange(count)
@@ -80,16 +79,8 @@ class InstancingScene(BuiltinScene):
         phase = rng.uniform(0, 2 * math.pi, size=(count, 1)).astype(np.float32)
         tint = (0.35 + 0.65 * rng.uniform(size=(count, 3))).astype(np.float32)
         inst = np.concatenate([pos, phase, tint], axis=1).astype(np.float32)
-        vbo = self.own(ctx.buffer(verts.tobytes()))
-        ibo = self.own(ctx.buffer(indices.tobytes()))
-        ibuf = self.own(ctx.buffer(inst.tobytes()))
-        self.vao = self.own(
-            ctx.vertex_array(
-                self.program,
-                [(vbo, "3f 3f", "in_pos", "in_normal"), (ibuf, "4f 3f/i", "in_offset", "in_tint")],
-                index_buffer=ibo,
-                index_element_size=4,
-            )
+        self.vao = self.mesh_vao(
+            self.program, verts, indices, inst, "4f 3f/i", "in_offset", "in_tint"
         )
         self.extent = float(np.abs(pos).max()) + 1.0
         self.program["u_light_dir"].value = (-0.4, -0.6, -0.7)

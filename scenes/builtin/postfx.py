@@ -97,9 +97,8 @@ void main() {
 
 
 class PostFxScene(BuiltinScene):
-    """Four passes per frame, each its own zone: ``scene`` (cubes into an RGBA16F texture),
-    ``blur-h`` (bright-pass and horizontal Gaussian into a ``downsample`` times smaller texture),
-    ``blur-v``, ``tonemap`` (into the target)."""
+    """Four zoned passes: ``scene`` (RGBA16F), ``blur-h`` (bright-pass, ``downsample`` times
+    smaller), ``blur-v``, ``tonemap``."""
 
     name = "postfx"
     description = (
@@ -158,17 +157,7 @@ class PostFxScene(BuiltinScene):
             ],
             axis=1,
         ).astype(np.float32)
-        vbo = self.own(ctx.buffer(verts.tobytes()))
-        ibo = self.own(ctx.buffer(indices.tobytes()))
-        ibuf = self.own(ctx.buffer(inst.tobytes()))
-        self.scene_vao = self.own(
-            ctx.vertex_array(
-                self.scene_prog,
-                [(vbo, "3f 3f", "in_pos", "in_normal"), (ibuf, "4f/i", "in_inst")],
-                index_buffer=ibo,
-                index_element_size=4,
-            )
-        )
+        self.scene_vao = self.mesh_vao(self.scene_prog, verts, indices, inst, "4f/i", "in_inst")
         tri = self.own(ctx.buffer(FULLSCREEN_TRIANGLE.tobytes()))
         self.blur_vao = self.own(ctx.vertex_array(self.blur_prog, [(tri, "2f", "in_pos")]))
         self.tone_vao = self.own(ctx.vertex_array(self.tone_prog, [(tri, "2f", "in_pos")]))

@@ -38,8 +38,7 @@ void main() {
 
 
 class ShaderScene(BuiltinScene):
-    """One full-screen triangle iterating a Julia set ``iterations`` times per pixel with no
-    early exit: bound by shader arithmetic."""
+    """``iterations`` Julia steps per pixel, no early exit."""
 
     name = "shader"
     description = "ALU-heavy procedural fragment shader (Julia set, fixed iterations)"

@@ -32,8 +32,7 @@ vec3 place(vec3 p) {
 void main() { gl_Position = u_light_vp * vec4(place(in_pos), 1.0); }
 """
 
-#: depth-only pass: an empty fragment shader (a program without one would be
-#: treated by moderngl as a transform-feedback program)
+#: empty, as moderngl takes a program without one for transform feedback
 _DEPTH_FRAGMENT = """
 #version 330
 void main() {}
@@ -97,8 +96,8 @@ void main() {
 
 
 class ShadowScene(BuiltinScene):
-    """Spheres over a ground plane: a depth-only ``shadow-map`` pass (front faces culled against
-    acne), then a ``lit`` pass taking ``(2*pcf+1)²`` depth-compare taps."""
+    """A ``shadow-map`` pass (front faces culled against acne), then a ``lit`` pass of
+    ``(2*pcf+1)²`` taps."""
 
     name = "shadow"
     description = "shadow-map depth pass + lit pass with PCF: multi-pass rendering"

@@ -51,10 +51,10 @@ _FILTERS = ("nearest", "linear", "trilinear", "anisotropic")
 
 
 def make_texture_rgba8(kind: int, size: int) -> np.ndarray:
-    """A procedural (size, size, 4) uint8 pattern of four ``kind``s."""
+    """A (size, size, 4) uint8 pattern, one of four ``kind``s."""
     coords = (np.arange(size, dtype=np.float32) + 0.5) / size
     u, v = np.meshgrid(coords, coords)
-    if kind == 0:  # coloured checkerboard with a fine grid
+    if kind == 0:  # checkerboard with a fine grid
         check = ((np.floor(u * 16) + np.floor(v * 16)) % 2).astype(np.float32)
         grid = ((u * 128 % 1.0) < 0.06) | ((v * 128 % 1.0) < 0.06)
         rgb = np.stack([0.3 + 0.6 * check, 0.35 + 0.3 * u, 0.6 - 0.4 * check * v], axis=-1)
@@ -63,7 +63,7 @@ def make_texture_rgba8(kind: int, size: int) -> np.ndarray:
         r = np.hypot(u - 0.5, v - 0.5)
         ring = 0.5 + 0.5 * np.sin(r * 180.0)
         rgb = np.stack([ring, 0.5 * ring + 0.3 * u, 1.0 - ring * 0.7], axis=-1)
-    elif kind == 2:  # value noise, 4 octaves (seeded, deterministic)
+    elif kind == 2:  # value noise, 4 octaves, seeded
         rng = np.random.default_rng(7)
         acc = np.zeros((size, size), dtype=np.float32)
         amp = 0.5
@@ -91,8 +91,8 @@ def make_texture_rgba8(kind: int, size: int) -> np.ndarray:
 
 
 class TextureScene(BuiltinScene):
-    """A textured floor (to the horizon, so many mip levels are used) and back wall, scrolling;
-    ``anisotropic`` falls back to trilinear where the context lacks it."""
+    """A floor to the horizon (many mip levels) and a wall; ``anisotropic`` falls back to
+    trilinear where unsupported."""
 
     name = "texture"
     description = "large mipmapped procedural textures, several samplers, selectable filtering"
@@ -130,7 +130,7 @@ class TextureScene(BuiltinScene):
             if name in self.program:
                 self.program[name].value = min(i, self.n_samplers - 1)
         self.program["u_samplers"].value = self.n_samplers
-        # floor (y = 0, 80 x 80 units, uv tiled 20x) + back wall (z = -40)
+        # floor (y = 0, 80 x 80, uv tiled 20x) + wall (z = -40)
         floor = [(-40, 0, 40, 0, 0), (40, 0, 40, 20, 0), (40, 0, -40, 20, 20), (-40, 0, -40, 0, 20)]
         wall = [
             (-40, 0, -40, 0, 0),

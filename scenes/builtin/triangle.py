@@ -35,7 +35,7 @@ void main() { f_color = vec4(v_color, 1.0); }
 
 
 class TriangleScene(Scene):
-    """One triangle with per-vertex colours, rotating at ``speed`` turns/s."""
+    """Rotating at ``speed`` turns/s."""
 
     name = "triangle"
     description = "one rotating colour triangle: smoke test of the whole path"
