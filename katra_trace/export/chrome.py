@@ -107,7 +107,8 @@ def write_chrome(
         )
     for track in tl.slice_tracks:
         meta.append(
-            f'{{"ph":"M","pid":{pid_of[track.scene_id]},"tid":{_tid(track.clock)},"name":"thread_name",'
+            f'{{"ph":"M","pid":{pid_of[track.scene_id]},"tid":{_tid(track.clock)},'
+            '"name":"thread_name",'
             f'"args":{{"name":{dumps(clock_name(track.clock))}}}}}'
         )
     counts["metadata"] = len(meta) - 1
@@ -129,7 +130,8 @@ def write_chrome(
             dur = ((tl.end_ns[part] - tl.start_ns[part]) / 1e3).tolist()
             cat = ['"frame"' if k == 0 else '"zone"' for k in kinds[part].tolist()]
             written = emit(
-                f'{{"ph":"X","pid":{pid},"tid":{tid},"name":{q(n)},"cat":{c},"ts":{t:.3f},"dur":{d:.3f},'
+                f'{{"ph":"X","pid":{pid},"tid":{tid},"name":{q(n)},"cat":{c},'
+                f'"ts":{t:.3f},"dur":{d:.3f},'
                 f'"args":{{"frame":{f}{_flags_arg(fl)}}}}}'
                 for n, c, t, d, f, fl in zip(
                     ev["name"][part].tolist(),

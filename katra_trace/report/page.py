@@ -50,7 +50,8 @@ LEGEND_ROW_PX = 19
 SERIES_MAX_PX = 640
 
 _CSS = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#222;background:#fafafa}
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#222;
+background:#fafafa}
 main{max-width:1200px;margin:0 auto;padding:16px 24px 48px}
 h1{font-size:24px;margin:8px 0 4px}h2{font-size:19px;margin:28px 0 8px;border-bottom:1px solid #ddd}
 h3{font-size:15px;margin:16px 0 6px}
@@ -61,7 +62,8 @@ caption{text-align:left;color:#666;padding:2px 0;caption-side:top}
 .plot{height:320px;background:#fff;border:1px solid #e5e5e5;margin:6px 0}
 .row{display:flex;gap:12px}.row>.plot{flex:1 1 0;min-width:0}
 .regression{color:#b00020;font-weight:600}.improvement{color:#1b7f2a;font-weight:600}
-.muted{color:#666}details{margin:4px 0}pre{background:#fff;border:1px solid #e5e5e5;padding:8px;overflow:auto;
+.muted{color:#666}details{margin:4px 0}
+pre{background:#fff;border:1px solid #e5e5e5;padding:8px;overflow:auto;
 max-height:360px;font-size:12px}#katra-status{color:#b00020}
 """  # noqa: E501
 
@@ -71,7 +73,8 @@ _LOADER = """
   try {
     if (!window.Plotly) {
       if (typeof DecompressionStream === "undefined") {
-        throw new Error("this browser lacks DecompressionStream (use a browser from 2023 or later)");
+        throw new Error(
+          "this browser lacks DecompressionStream (use a browser from 2023 or later)");
       }
       const packed = atob(document.getElementById("katra-plotly").textContent.trim());
       const bytes = new Uint8Array(packed.length);

@@ -31,7 +31,8 @@ void main() {
     // flat-shaded from screen-space derivatives: no normals to upload
     vec3 n = normalize(cross(dFdx(v_world), dFdy(v_world)));
     float diff = abs(dot(n, normalize(vec3(0.4, 1.0, 0.3))));
-    vec3 base = mix(vec3(0.1, 0.3, 0.6), vec3(0.9, 0.95, 1.0), clamp(v_world.y * 1.5 + 0.5, 0.0, 1.0));
+    vec3 base = mix(vec3(0.1, 0.3, 0.6), vec3(0.9, 0.95, 1.0),
+                    clamp(v_world.y * 1.5 + 0.5, 0.0, 1.0));
     f_color = vec4(base * (0.25 + 0.75 * diff), 1.0);
 }
 """  # noqa: E501

@@ -62,7 +62,8 @@ void main() {
     v_color = mix(vec3(0.2, 0.4, 1.0), vec3(1.0, 0.6, 0.2), clamp(speed * 0.5, 0.0, 1.0))
               * (0.6 + 0.4 * in_vel.w);
     float persp = 1.0 / (2.5 - in_pos.z);
-    gl_Position = vec4(in_pos.x * persp * 1.6 / u_aspect, in_pos.y * persp * 1.6, in_pos.z * 0.3, 1.0);
+    gl_Position = vec4(in_pos.x * persp * 1.6 / u_aspect, in_pos.y * persp * 1.6,
+                       in_pos.z * 0.3, 1.0);
     gl_PointSize = 2.0;
 }
 """  # noqa: E501

@@ -19,7 +19,8 @@ out vec4 f_color;
 void main() {
     float k = float(v_layer) / float(max(u_layers, 1));
     vec3 base = 0.5 + 0.5 * cos(6.2831 * (k + vec3(0.0, 0.33, 0.67)));
-    float stripes = 0.5 + 0.5 * sin(40.0 * (v_uv.x * (1.0 + k) + v_uv.y * (1.0 - k)) + u_time * 2.0);
+    float stripes = 0.5 + 0.5 * sin(40.0 * (v_uv.x * (1.0 + k) + v_uv.y * (1.0 - k))
+                                    + u_time * 2.0);
     f_color = vec4(base * (0.4 + 0.6 * stripes), 0.3);
 }
 """  # noqa: E501

@@ -33,7 +33,8 @@ out vec3 v_tint;
 void main() {
     float a = u_time + in_inst.w;
     float c = cos(a), s = sin(a);
-    mat3 r = mat3(c, s, 0.0, -s, c, 0.0, 0.0, 0.0, 1.0) * mat3(1.0, 0.0, 0.0, 0.0, c, -s, 0.0, s, c);
+    mat3 r = mat3(c, s, 0.0, -s, c, 0.0, 0.0, 0.0, 1.0)
+           * mat3(1.0, 0.0, 0.0, 0.0, c, -s, 0.0, s, c);
     v_normal = r * in_normal;
     v_glow = 0.5 + 0.5 * sin(u_time * 2.0 + in_inst.w * 5.0);
     v_tint = 0.5 + 0.5 * cos(in_inst.w * 2.0 + vec3(0.0, 2.1, 4.2));
