@@ -1,9 +1,5 @@
-"""The trace header as typed records: how a capture was made and what it ran on (pure).
-
-:meth:`TraceHeader.from_dict` is the one reader of a HEADER object: it upgrades older layouts and
-reads a wrong-typed value as None, kept as read in ``extra``, so :meth:`as_dict` round-trips.
-Producers build the same records; the writer writes only a header that reads back
-(:func:`readable_header`).
+"""The trace header as typed records (pure). :meth:`TraceHeader.from_dict` is the one reader: it
+upgrades older layouts and keeps wrong-typed values in ``extra`` so :meth:`as_dict` round-trips.
 """
 
 from __future__ import annotations
@@ -34,7 +30,7 @@ from katra_trace.io.records import (
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DriverInfo(_Record):
-    """The GL driver parsed from GL_VERSION (``host_info.gl.driver``): ``Mesa`` ``22.3.6``."""
+    """The GL driver parsed from GL_VERSION (``host_info.gl.driver``)."""
 
     name: str | None = None
     version: str | None = None
@@ -161,11 +157,8 @@ class SystemInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class HostInfo(_Record):
-    """What a capture ran on (``host_info``).
-
-    ``renderer``, ``driver`` and ``software`` are what comparisons use, from any layout (the 1.0
-    keys, kept in ``extra``, win).
-    """
+    """What a capture ran on (``host_info``); comparisons use ``renderer``, ``driver``,
+    ``software`` (the 1.0 keys, kept in ``extra``, win)."""
 
     backend: str | None = None
     gl: GLInfo = dataclasses.field(default_factory=GLInfo)
@@ -253,7 +246,6 @@ class ResolvedOptions(_Record):
 
 
 def _scene_params(resolved: ResolvedOptions, extra: Mapping[str, Any]) -> dict[str, Any]:
-    """Scene label -> params, from every layout."""
     out: dict[str, Any] = {}
     for source in (resolved.scenes, resolved.extra.get("scenes"), extra.get("scenes")):
         if isinstance(source, Sequence) and not isinstance(source, str):
@@ -272,10 +264,7 @@ def _scene_params(resolved: ResolvedOptions, extra: Mapping[str, Any]) -> dict[s
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CaptureOptions(_Record):
-    """How a capture was made (``capture_options``); ``extra`` holds the rest of the request.
-
-    ``run_*`` are the values it ran with: resolved when recorded, else requested.
-    """
+    """How a capture was made (``capture_options``); ``run_*``: resolved values, else requested."""
 
     api: str | None = None
     frames: int | None = None
@@ -348,7 +337,7 @@ class ShardInfo(_Record):
     scenes: tuple[str, ...] | None = None
     tool_version: str | None = None
     start_wall_ns: int | None = None
-    # ns added to its event times: its start after the merged trace's (wall clock)
+    # ns added to its event times (its wall-clock start after the merged trace's)
     offset_ns: int | None = None
     pid: int | None = None
     host_info: HostInfo = dataclasses.field(default_factory=HostInfo)
@@ -421,10 +410,8 @@ def build_capture_options(
     fixed: Mapping[str, Any] | None = None,
     resolved: Mapping[str, Any] | None = None,
 ) -> CaptureOptions:
-    """The capture options every producer records; the engine adds timing mode, measure, zones.
-
-    ``api``: the entry point, unless ``requested`` names one; ``fixed`` overrides the request.
-    """
+    """The capture options every producer records (the engine adds timing mode, measure, zones);
+    ``fixed`` overrides ``requested``."""
     given = dict(requested or {})
     out = {"api": api, **given} if api is not None and "api" not in given else given
     out.update(fixed or {})
@@ -434,7 +421,7 @@ def build_capture_options(
 
 
 def readable_header(header: dict[str, Any], path: object) -> dict[str, Any]:
-    """``header`` if the reader reads it back (its check is the one schema), else ConfigError."""
+    """``header`` if the reader reads it back, else ConfigError (the one schema check)."""
     try:
         check_header(header, 0)
     except TraceFormatError as exc:
@@ -446,7 +433,7 @@ def readable_header(header: dict[str, Any], path: object) -> dict[str, Any]:
 
 
 def header_part(part: Mapping[str, Any] | CaptureOptions | HostInfo | None) -> dict[str, Any]:
-    """A header part as the JSON object written (the one place records become a dict)."""
+    """A header part as the JSON object written."""
     if isinstance(part, _Record):
         return part.as_dict()
     return dict(part or {})

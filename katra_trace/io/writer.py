@@ -1,9 +1,7 @@
 """TraceWriter: streams events into a katra3d trace from any number of threads.
 
-Producers pack each event into a preallocated batch buffer (one ``struct.pack_into`` under a lock);
-a background thread encodes and writes whole batches, each reaching the OS at once, so a killed
-process loses only the batch not yet handed over. Its write errors are raised at the producer's
-next call or by ``finish()``.
+Producers pack events into a batch buffer under a lock; a thread writes whole batches, so a killed
+process loses only the batch not yet handed over. Write errors surface at the next call or finish().
 """
 
 from __future__ import annotations
@@ -49,23 +47,16 @@ class TraceWriter:
     """Write a katra3d trace; use as a context manager, or call :meth:`finish`.
 
     Args:
-        path: written as :attr:`part_path`, moved to :attr:`final_path` by :meth:`finish`.
-        overwrite: replace ``path`` if it exists; a capture with no event that does not complete
-            still keeps the existing file.
-        codec: ``"zstd"``, ``"blosc2"`` (needs python-blosc2, else CodecUnavailableError) or
-            ``"none"``.
-        drop_policy: ``"block"`` (lossless: producers wait when ``queue_batches`` are pending) or
-            ``"drop"`` (the batch is dropped and counted in the summary).
-        compression_level: zstd level; 2 stored 5.93 bytes/event vs 6.05 at level 1 for ~8 % more
-            time (level 3: 5.71, +28 %).
-        start_host_ns: ``perf_counter_ns`` capture start, the origin of event times (default now).
-        stream: write to this open file instead of claiming ``path`` (no ``.part``); closed by
-            :meth:`finish`.
+        overwrite: replace ``path``; a capture with no event that does not complete keeps it.
+        codec: ``"zstd"``, ``"blosc2"`` (else CodecUnavailableError) or ``"none"``.
+        drop_policy: ``"block"`` (producers wait for room) or ``"drop"`` (counted in the summary).
+        compression_level: zstd level; 2 stores 5.93 bytes/event vs 6.05 at 1 for ~8 % more time.
+        start_host_ns: ``perf_counter_ns`` origin of event times (default now).
+        stream: write to this open file instead of claiming ``path``; closed by :meth:`finish`.
         failed_aside: an ``aborted`` capture goes to :attr:`failed_path`, not to ``path``.
-        sync: each item is written before the call handing it over returns (the thread never
-            runs beside a counted capture's frames).
+        sync: write each item before returning (no thread beside a counted capture's frames).
 
-    Raises OutputExistsError, OutputBusyError (the path is taken) or TraceIOError.
+    Raises OutputExistsError, OutputBusyError or TraceIOError.
     """
 
     def __init__(
@@ -127,7 +118,7 @@ class TraceWriter:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._cap = batch_events * _EVENT.size
-        # [buffer, bytes used]: a list so the append closure can update it
+        # [buffer, bytes used], updated by the append closure
         self._slot: list[Any] = [bytearray(self._cap), 0]
         self._strings: dict[str, int] = {"": 0}
         self._new_strings: list[str] = []
@@ -160,7 +151,6 @@ class TraceWriter:
             },
             self.path,
         )
-        # unencodable options fail here, before any file exists
         header_json = fmt.encode_json(self.header)
         self._claim: claim_mod.Claim | None = None
         if stream is None:
@@ -186,11 +176,10 @@ class TraceWriter:
         _OPEN_WRITERS.add(self)
 
     def now_ns(self) -> int:
-        """Host-clock nanoseconds since the capture start."""
         return time.perf_counter_ns() - self.start_host_ns
 
     def intern(self, name: str) -> int:
-        """The id of ``name`` in the trace's string table (added on first use)."""
+        """The id of ``name`` in the string table (added on first use)."""
         if self._closed:
             self._raise_closed()
         sid = self._strings.get(name)
@@ -206,10 +195,8 @@ class TraceWriter:
             return sid
 
     def _make_append(self) -> Callable[..., None]:
-        """:meth:`append` as a closure (local names, explicit acquire/release: ~2x a plain method).
-
-        It checks only for a full buffer: finish() and a failed write mark it full, so the next
-        append reaches the hand-over, which raises."""
+        """:meth:`append` as a closure (~2x a plain method); it checks only for a full buffer:
+        finish() and a failed write mark it full, so the next append raises at the hand-over."""
         acquire, release = self._lock.acquire, self._lock.release
         pack, slot, cap, hand_over = _EVENT.pack_into, self._slot, self._cap, self._hand_over_locked
 
@@ -253,9 +240,7 @@ class TraceWriter:
         return append
 
     def append_array(self, events: np.ndarray) -> None:
-        """Append an array of (or castable to) EVENT_DTYPE.
-
-        Invalid rows are refused by the writer thread; the ConfigError comes at the next call."""
+        """Append an EVENT_DTYPE array; invalid rows raise ConfigError at the next call."""
         if events.dtype != EVENT_DTYPE:
             try:
                 events = events.astype(EVENT_DTYPE, casting="same_kind")
@@ -267,13 +252,13 @@ class TraceWriter:
             self._check_open_locked()
             pos = 0
             while pos < len(events):
-                # re-read: a hand-over may wait, and other threads append meanwhile
+                # re-read: other threads append while a hand-over waits
                 buf, off = self._slot
                 if off == cap:  # append() leaves a full buffer to hand over
                     self._hand_over_locked()
                     continue
                 if off == 0 and len(events) - pos >= step:
-                    # a whole batch: a copy, as the caller may reuse its array
+                    # a copy: the caller may reuse its array
                     self._hand_over_locked(fmt.copy_events(events[pos : pos + step]))
                     pos += step
                     continue
@@ -290,7 +275,7 @@ class TraceWriter:
         self._enqueue_block(fmt.BlockType.CLOCK_SYNC, fmt.encode_json(record))
 
     def annotate(self, record: dict[str, Any]) -> None:
-        """Write an ANNOTATION block, ordered after the events appended so far."""
+        """Write an ANNOTATION block after the events so far."""
         self._enqueue_block(fmt.BlockType.ANNOTATION, fmt.encode_json(record))
 
     def image(self, meta: dict[str, Any], png: bytes) -> None:
@@ -298,7 +283,7 @@ class TraceWriter:
         self._enqueue_block(fmt.BlockType.IMAGE, encode_image_payload(meta, png), fmt.Codec.NONE)
 
     def flush(self) -> None:
-        """Return once everything appended so far has been written to the file."""
+        """Return once everything appended so far is written."""
         with self._cond:
             self._check_open_locked()
             self._hand_over_pending_locked()
@@ -310,9 +295,8 @@ class TraceWriter:
     def finish(self, summary: dict[str, Any] | None = None, status: str = "complete") -> None:
         """Write what is pending, SUMMARY and footer; close and move the file into place.
 
-        The thread is joined and the file closed whatever happens. Raises TraceIOError (what was
-        written stays readable) or OutputExistsError; a later call raises the same error again or,
-        after success, does nothing.
+        Raises TraceIOError (what was written stays readable) or OutputExistsError, again on a
+        later call; after success a later call does nothing.
         """
         if status not in STATUSES:
             raise ConfigError(f"unknown status {status!r}; choose one of: {', '.join(STATUSES)}")
@@ -470,7 +454,7 @@ class TraceWriter:
         raise TraceIOError(f"writing trace {str(self.path)!r} failed: {claim_mod.describe(err)}")
 
     def _abandon(self) -> None:
-        """The header could not be written: remove our empty .part and close."""
+        """The header could not be written: remove the empty .part and close."""
         if self._claim is not None:
             claim_mod.discard(self._claim)
         with contextlib.suppress(OSError):
@@ -478,8 +462,8 @@ class TraceWriter:
         self._finished = self._closed = True
 
     def _run(self) -> None:
-        """Write queued items until finish(). Never raises: a failure goes to ``_error`` and the
-        rest of the queue is drained unwritten so that nobody waits for room forever."""
+        """Write queued items until finish(). A failure goes to ``_error`` and the rest of the
+        queue is drained unwritten, so nobody waits for room forever."""
         while True:
             with self._cond:
                 if not self._pending and not self._closing:
