@@ -20,7 +20,7 @@ from katra_trace.io.image_block import decode_image_payload
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION
 
 DEFAULT_MAX_RATIO = 10.0
-BUDGET_ALLOWANCE_BYTES = 64 << 20  # on top of max_ratio x size (1.6 M events)
+BUDGET_ALLOWANCE_BYTES = 64 << 20  # on top of max_ratio x size
 MAX_RATIO_ENV = "KATRA3D_MAX_RATIO"
 
 
@@ -43,7 +43,7 @@ def resolve_max_ratio(max_ratio: float | None) -> float:
 
 
 def decode_budget(size: int, max_ratio: float | None = None) -> int | None:
-    """Decoded bytes a file of ``size`` may make a reader allocate (None: no limit)."""
+    """Decoded bytes a file of ``size`` may cost a reader (None: no limit)."""
     ratio = resolve_max_ratio(max_ratio)
     if ratio == 0:
         return None
@@ -271,7 +271,7 @@ def _decode(
     notes: list[str] | None = None,
 ) -> Block | None:
     if btype not in _KNOWN_TYPES:
-        return None  # unknown block types are skipped by length
+        return None  # unknown block types are skipped
     t = fmt.BlockType(btype)
     if t == fmt.BlockType.EVENTS and codec == fmt.Codec.BLOSC2:
         _check_schema(schema, pos)

@@ -1,7 +1,5 @@
 """Claiming output paths: a writer fills a ``flock``-ed ``<path>.part`` (the lock tells a live run
-from a crashed one's leftover) and moves it into place, replacing nothing unless asked.
-See docs/reliability.md.
-"""
+from a crashed one's leftover) and moves it into place (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -32,12 +30,12 @@ from katra_trace.text import escape, shown
 
 PART_SUFFIX = ".part"
 
-# errno of filesystems without hard links (vfat, some FUSE and network ones)
+# errno of filesystems without hard links
 _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK, errno.EXDEV}
 
 
 def describe(exc: BaseException) -> str:
-    """One line for an exception, e.g. ``No space left on device (ENOSPC)``."""
+    """One line for an exception."""
     if isinstance(exc, OSError) and exc.errno is not None:
         name = errno.errorcode.get(exc.errno, str(exc.errno))
         return f"{exc.strerror or os.strerror(exc.errno)} ({name})"
@@ -69,7 +67,7 @@ def part_path_for(path: Path) -> Path:
 
 @dataclasses.dataclass
 class Claim:
-    """An output path claimed by one writer: its locked ``.part`` file descriptor."""
+    """An output path claimed by one writer (its locked ``.part``)."""
 
     final_path: Path
     part_path: Path
@@ -193,7 +191,7 @@ def missing_directory(parent: Path) -> ConfigError:
 
 
 def check_output_dir(text: str | os.PathLike[str], *, option: str = "-o/--output") -> Path:
-    """Check an output directory before any work (ConfigError); a missing one is made later."""
+    """Check an output directory before any work (ConfigError)."""
     raw = os.fspath(text)
     if not raw.strip():
         raise ConfigError(f"empty {option} path: give a directory name")
@@ -288,7 +286,7 @@ def claim(path: Path, overwrite: bool) -> Claim:
         path = Path(os.path.realpath(path))
     shown = str(path)
     part = part_path_for(path)
-    # a .part that vanishes meanwhile (its run just finished): try again
+    # a .part that vanishes meanwhile: try again
     for _ in range(5):
         _check_final(path, overwrite)
         try:
@@ -304,7 +302,7 @@ def claim(path: Path, overwrite: bool) -> Claim:
                 else ""
             )
             raise TraceIOError(f"cannot create trace {shown!r}: {describe(exc)}{hint}") from None
-        # a run holding the .part may have moved it into place since the first look
+        # a run holding the .part may have moved it into place meanwhile
         try:
             existed = _check_final(path, overwrite)
         except BaseException:
@@ -326,7 +324,7 @@ def _create_locked(part: Path) -> int:
     try:
         fd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        if exc.errno != errno.ENAMETOOLONG:  # only the longer name is too long: try part's
+        if exc.errno != errno.ENAMETOOLONG:  # else only the longer name is too long
             raise
     else:
         try:
@@ -369,7 +367,7 @@ def _check_final(path: Path, overwrite: bool) -> bool:
 
 
 def _refuse_part(path: Path, part: Path) -> bool:
-    """Raise OutputBusyError saying whose ``part`` is, or return True if it vanished."""
+    """Raise OutputBusyError, or return True if ``part`` vanished."""
     shown = str(part)
     try:
         fd = os.open(part, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -454,7 +452,7 @@ def failed_path_for(path: Path) -> Path:
 
 
 def has_measured_frames(path: Path) -> bool:
-    """Whether the trace holds a measured (not warmup) frame; False if unreadable."""
+    """Whether the trace holds a measured frame; False if unreadable."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -493,7 +491,7 @@ def set_aside(c: Claim, keep: bool) -> Path | None:
 
 
 def place(c: Claim, *, empty_failure: bool, aside: bool) -> tuple[bool, Path | None]:
-    """End a capture; returns (whether it is kept somewhere, where it was set aside)."""
+    """End a capture; returns (whether it is kept, where it was set aside)."""
     if not aside:
         return publish(c, empty_failure), None
     kept = set_aside(c, keep=not empty_failure and has_measured_frames(c.part_path))

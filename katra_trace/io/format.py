@@ -30,7 +30,7 @@ KNOWN_FLAGS = 0
 
 @dataclasses.dataclass(frozen=True)
 class MinorLimits:
-    """What the event columns may hold in a file of one format minor version."""
+    """What event columns may hold in one format minor."""
 
     max_kind: int
     max_clock: int
@@ -125,7 +125,7 @@ def encode_block(
     schema: int = 0,
     compressor: zstandard.ZstdCompressor | None = None,
 ) -> tuple[bytes, bytes]:
-    """Frame one block: (header, stored payload). Codec 2 is encoded in blosc2_events."""
+    """Frame one block: (header, stored payload); codec 2 is blosc2_events'."""
     raw_len = len(payload)
     if raw_len > MAX_BLOCK_BYTES:
         raise ValueError(f"block payload of {raw_len} bytes exceeds {MAX_BLOCK_BYTES}")
@@ -241,7 +241,7 @@ def _repair_json(obj: Any, repaired: list[int]) -> Any:
 
 
 def encode_strings(first_id: int, strings: Sequence[str]) -> bytes:
-    """Lone surrogates are written as U+FFFD, so every file holds valid UTF-8."""
+    """Lone surrogates go as U+FFFD: every file holds valid UTF-8."""
     blobs = [_utf8(s) for s in strings]
     lengths = np.fromiter((len(b) for b in blobs), dtype="<u4", count=len(blobs))
     return STRINGS_HEAD.pack(first_id, len(blobs)) + lengths.tobytes() + b"".join(blobs)
@@ -309,7 +309,6 @@ def encode_events(events: np.ndarray) -> bytes:
 
 
 def events_head(payload: bytes, offset: int) -> tuple[int, int]:
-    """(n, base_ts) after checking the payload's size against n."""
     bad = f"corrupt EVENTS block at offset {offset}"
     if len(payload) < EVENTS_HEAD.size:
         raise TraceFormatError(f"{bad}: too short", offset)
@@ -322,8 +321,7 @@ def events_head(payload: bytes, offset: int) -> tuple[int, int]:
 def decode_events(
     payload: bytes, offset: int, out: np.ndarray | None = None, *, zeroed: bool = False
 ) -> np.ndarray:
-    """Decode an EVENTS payload, unchecked; ``zeroed``: ``out`` is zeros, so zero planes are
-    skipped."""
+    """Decode an EVENTS payload, unchecked (``zeroed``: ``out`` is zeros)."""
     return _decode(payload, offset, out, zeroed)[0]
 
 
@@ -387,7 +385,7 @@ def _may_break_rules(maxima: Sequence[int], start_max: int, minor: int) -> bool:
             or flags_bound > limits.event_flags
         ):
             return True
-    # dur_ns < 2**62 is non-negative and cannot overflow from a start up to 2**62
+    # dur_ns < 2**62: non-negative, and no overflow from a start up to 2**62
     return top("dur_ns", 7) >= 0x40 or start_max > 1 << 62
 
 
@@ -458,7 +456,7 @@ def check_payload(payload: bytes, start_ns: np.ndarray, minor: int) -> str | Non
 
 
 def copy_events(events: np.ndarray) -> np.ndarray:
-    """A contiguous copy of ``events`` as bytes (several times faster than a structured copy)."""
+    """``events`` as bytes (several times faster than a structured copy)."""
     src = np.ascontiguousarray(events.astype(EVENT_DTYPE, copy=False))
     out = np.empty(len(src), dtype=EVENT_DTYPE)
     out.view(np.uint8)[...] = src.view(np.uint8)
@@ -469,7 +467,7 @@ _DECOMPRESSORS = threading.local()
 
 
 def _zstd_decompressor() -> zstandard.ZstdDecompressor:
-    """This thread's zstd decompressor (one may not serve two threads at once)."""
+    """This thread's zstd decompressor (one may not serve two threads)."""
     d: zstandard.ZstdDecompressor | None = getattr(_DECOMPRESSORS, "zstd", None)
     if d is None:
         d = _DECOMPRESSORS.zstd = zstandard.ZstdDecompressor()

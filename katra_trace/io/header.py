@@ -30,7 +30,7 @@ from katra_trace.io.records import (
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DriverInfo(_Record):
-    """The GL driver parsed from GL_VERSION (``host_info.gl.driver``)."""
+    """``host_info.gl.driver``, parsed from GL_VERSION."""
 
     name: str | None = None
     version: str | None = None
@@ -40,7 +40,7 @@ class DriverInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TimerQueryInfo(_Record):
-    """GL_TIMESTAMP query support (``host_info.gl.timer_query``)."""
+    """``host_info.gl.timer_query``."""
 
     supported: bool | None = None
     counter_bits: int | None = None
@@ -55,7 +55,7 @@ class TimerQueryInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GLInfo(_Record):
-    """The GL context a capture ran on (``host_info.gl``)."""
+    """``host_info.gl``."""
 
     vendor: str | None = None
     renderer: str | None = None
@@ -90,7 +90,7 @@ class GLInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EGLDeviceInfo(_Record):
-    """The EGL device a capture ran on (``host_info.egl.device``)."""
+    """``host_info.egl.device``."""
 
     drm_device: str | None = None
     renderer: str | None = None
@@ -105,7 +105,7 @@ class EGLDeviceInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EGLInfo(_Record):
-    """The EGL display and device (``host_info.egl``; empty on other backends)."""
+    """``host_info.egl`` (empty on other backends)."""
 
     vendor: str | None = None
     version: str | None = None
@@ -124,7 +124,7 @@ class EGLInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SystemInfo(_Record):
-    """The machine (``host_info.system``)."""
+    """``host_info.system``."""
 
     cpu_model: str | None = None
     cpu_cores: int | None = None
@@ -197,7 +197,7 @@ class HostInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MeasureOptions(_Record):
-    """What a capture measured (``capture_options.measure``)."""
+    """``capture_options.measure``."""
 
     mode: str | None = None
     valgrind: str | None = None
@@ -220,7 +220,7 @@ class MeasureOptions(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ResolvedOptions(_Record):
-    """The run as resolved from the request (``capture_options.resolved``)."""
+    """``capture_options.resolved``."""
 
     frames: int | None = None
     duration_s: float | None = None  # per scene, host clock
@@ -330,7 +330,7 @@ class CaptureOptions(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ShardInfo(_Record):
-    """One shard of a merged trace (``shards[k]``, format 1.3)."""
+    """One shard of a merged trace (``shards[k]``)."""
 
     shard: str | None = None  # "I/N"
     file: str | None = None
@@ -356,7 +356,7 @@ class ShardInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TraceHeader(_Record):
-    """A trace's HEADER block: what ran, how, on what, when (docs/trace-format.md)."""
+    """A trace's HEADER block (docs/trace-format.md)."""
 
     format_version: str | None = None
     schema_version: int | None = None
@@ -365,7 +365,7 @@ class TraceHeader(_Record):
     capture_options: CaptureOptions = dataclasses.field(default_factory=CaptureOptions)
     host_info: HostInfo = dataclasses.field(default_factory=HostInfo)
     start_wall_ns: int | None = None  # UTC, ns since the epoch
-    start_host_ns: int | None = None  # perf_counter_ns; event times are relative to it
+    start_host_ns: int | None = None  # perf_counter_ns, the origin of event times
     pid: int | None = None
     workload: str | None = None
     notes: str | None = None
@@ -395,7 +395,7 @@ class TraceHeader(_Record):
 
     @classmethod
     def from_dict(cls, data: Any) -> TraceHeader:
-        """Read a HEADER block's JSON object; TraceFormatError when it is not an object."""
+        """Read a HEADER JSON object; TraceFormatError when it is not an object."""
         if not isinstance(data, Mapping):
             raise TraceFormatError(
                 f"the trace header is not a JSON object but {type(data).__name__}"

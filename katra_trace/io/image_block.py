@@ -109,8 +109,7 @@ _IHDR = struct.Struct(">IIBBBBB")
 
 
 def png_problem(png: bytes, meta: dict[str, Any]) -> str | None:
-    """What is wrong with a kept frame's PNG from its chunks alone (None: nothing); decoding
-    checks the rest (:func:`katra_trace.io.images.frame_pixels`)."""
+    """What is wrong with a kept frame's PNG from its chunks alone (None: nothing)."""
     if not png.startswith(PNG_SIGNATURE):
         return "its image is not a PNG (it does not start with the PNG signature)"
     pos = len(PNG_SIGNATURE)
@@ -170,7 +169,7 @@ def _ihdr_problem(ihdr: bytes, meta: dict[str, Any]) -> str | None:
 
 
 class PixelBudget(Protocol):
-    """What decoded pixels count against (blocks.DecodeBudget; blocks.py imports this module)."""
+    """What decoded pixels count against (blocks.DecodeBudget, which imports this module)."""
 
     def take(self, n: int, what: str, offset: int | None = None) -> None: ...
 
@@ -179,8 +178,8 @@ class PixelBudget(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class KeptFrame:
-    """One kept frame as the reader's scan keeps it (``damage``: what its chunks show wrong, or
-    ""); pixels are decoded on demand within ``budget``."""
+    """A kept frame as the scan keeps it (``damage``: what its chunks show wrong, or ""); pixels
+    are decoded on demand."""
 
     scene: str
     frame_index: int

@@ -1,6 +1,6 @@
-"""Kept frames: each scene's last measured frame as a PNG in an IMAGE block, and reading it back
-(checked against its record, counted in the reading budget). Frames are expected identical only
-under one image key (:func:`image_key`); see docs/kept-images.md."""
+"""Kept frames: each scene's last measured frame as a PNG in an IMAGE block, read back checked
+and within the reading budget; frames compare only under one :func:`image_key`
+(docs/kept-images.md)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def image_checksum(pixels: np.ndarray) -> str:
 
 
 def check_pixels(pixels: Any) -> np.ndarray:
-    """``pixels`` as a C-ordered (H, W, 3|4) uint8 array; ValueError for anything else."""
+    """``pixels`` as a C-ordered (H, W, 3|4) uint8 array, else ValueError."""
     arr = np.asarray(pixels)
     if (
         arr.dtype != np.uint8
@@ -80,7 +80,7 @@ def encode_png(pixels: np.ndarray, level: int = PNG_LEVEL) -> bytes:
 def decode_png(data: bytes, what: str = "PNG") -> np.ndarray:
     """A PNG's pixels as 8-bit RGB(A); ValueError naming ``what`` if unreadable or too large."""
     try:
-        with warnings.catch_warnings():  # the size is checked below, against katra3d's own limit
+        with warnings.catch_warnings():  # the size is checked below, against our own limit
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             img_file = Image.open(io.BytesIO(data), formats=["PNG"])
         with img_file as img:
@@ -109,7 +109,7 @@ _PNG_ERRORS = (
     zlib.error,
     Image.DecompressionBombError,
 )
-#: Rows are copied out of Pillow in strips of about this size (bounds the extra memory).
+#: Rows are copied out of Pillow in strips of about this size (bounds the memory used).
 STRIP_BYTES = 4 << 20
 
 
@@ -132,9 +132,8 @@ def png_pixels(
     budget: PixelBudget | None = None,
     offset: int | None = None,
 ) -> np.ndarray:
-    """A PNG's pixels, decoded only if :func:`decode_cost` fits ``budget`` (TraceTooLargeError),
-    counted while alive; ValueError (starting with ``where``) unless ``width`` x ``height`` x
-    ``channels``."""
+    """A PNG's pixels if :func:`decode_cost` fits ``budget`` (else TraceTooLargeError), counted
+    while alive; ValueError unless ``width`` x ``height`` x ``channels``."""
     working, held = decode_cost(width, height, channels)
     if budget is not None:
         budget.take(working, f"{where}: its {width}x{height} pixels would decode to", offset)
@@ -265,9 +264,8 @@ def frame_record(
 
 
 def read_frame_images(path: str | os.PathLike[str]) -> dict[str, FrameImage]:
-    """The kept frames at ``path`` by scene label ({} if none; a damaged trace's intact prefix).
-    Raises :class:`KeptFrameError` or TraceTooLargeError; for one frame at a time use
-    ``open_trace(path).kept_frames`` and :func:`frame_pixels`."""
+    """The kept frames at ``path`` by scene label (a damaged trace's intact prefix); raises
+    :class:`KeptFrameError` or TraceTooLargeError. One at a time: :func:`frame_pixels`."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TraceRecoveryWarning)
         trace = open_trace(path)

@@ -1,6 +1,5 @@
-"""``katra3d merge``: one trace from the shards of a ``katra3d run --shard I/N`` (docs/ci.md).
-One shard is in memory at a time; the header records every shard's host (``shards``) so each scene
-is compared against a comparable host."""
+"""``katra3d merge``: one trace from the shards of a ``katra3d run --shard I/N`` (docs/ci.md),
+one shard in memory at a time; ``shards`` in the header keeps each shard's host for comparisons."""
 
 from __future__ import annotations
 
@@ -57,8 +56,6 @@ class Shard:
 
 @dataclasses.dataclass(frozen=True)
 class MergeResult:
-    """What :func:`merge_shards` wrote."""
-
     path: Path
     scenes: tuple[str, ...]
     shards: tuple[ShardInfo, ...]
@@ -112,7 +109,7 @@ def _scene_labels(trace: Trace) -> tuple[str, ...]:
 
 
 def comparable_options(header: TraceHeader) -> dict[str, Any]:
-    """The capture options that must be equal in every shard of one run."""
+    """The capture options every shard of one run must share."""
     options = header.capture_options.as_dict()
     out = {
         k: v
@@ -355,8 +352,7 @@ def _in_order(rows: list[Any], order: Sequence[str], key: str = "scene") -> list
 
 
 def _part(trace: Trace, labels: set[str] | None, first: bool) -> Trace:
-    """``trace`` limited to ``labels`` (None: all); the first part also takes what belongs to no
-    scene."""
+    """``trace`` limited to ``labels`` (None: all; the first part also takes what has no scene)."""
     if labels is None:
         return trace
     own = set(_scene_labels(trace))
@@ -387,7 +383,7 @@ def _what(suite_and_scenes: tuple[Any, Any]) -> str:
 
 
 def _shard_infos(shards: Sequence[Shard]) -> tuple[list[ShardInfo], int]:
-    """Each shard's record, and the earliest start (wall ns) the offsets count from."""
+    """Each shard's record, and the earliest start (wall ns)."""
     starts = [s.header.start_wall_ns for s in shards]
     origin = min((t for t in starts if t is not None), default=0)
     infos = [
@@ -477,7 +473,7 @@ def merge_shards(
                     f"scene{'s' if len(shard.scenes) != 1 else ''})"
                 )
             if at != k:
-                trace = None  # one shard in memory at a time
+                trace = None  # one shard in memory
                 trace, at = open_quietly(shard.path), k
                 _check_labels(trace, shard)
             assert trace is not None

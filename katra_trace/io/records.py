@@ -98,9 +98,9 @@ def _empty(v: Any) -> bool:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _Record:
-    # keys not typed (unknown, or a wrong-typed value), as read
+    # keys not typed (unknown or wrong-typed), as read
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    # the keys as_dict writes, in order (empty: the fields set)
+    # the keys as_dict writes (empty: the fields set)
     layout: tuple[str, ...] = dataclasses.field(default=(), repr=False, compare=False)
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {}
@@ -131,7 +131,7 @@ class _Record:
         return dataclasses.replace(self, **fields, extra=extra, layout=layout)
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict: what was read, or the fields set in code."""
+        """A JSON-ready dict: what was read, or the fields set."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             if not f.init or f.name in ("extra", "layout") or f.name in self.extra:

@@ -58,7 +58,7 @@ _MANIFEST_RECORDS = ("sequential", "stop", "interrupted", "decision")
 
 @dataclasses.dataclass(frozen=True)
 class AbManifest:
-    """``ab.json``: the sides, their complete rounds, and optionally the stopping rule, the stop,
+    """``ab.json``: the sides, their complete rounds, and optionally the stopping rule and stop,
     the interrupted round and the ``decision``."""
 
     base_dir: str = "base"
@@ -138,7 +138,7 @@ def write_ab_manifest(root: Path, manifest: AbManifest) -> None:
 
 
 def is_ab_dir(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` holds an ``ab.json`` (its content is checked on reading)."""
+    """Whether ``path`` holds an ``ab.json`` (not read)."""
     return (Path(path) / AB_MANIFEST).is_file()
 
 
@@ -178,9 +178,8 @@ AB_TRACE = re.compile(r"run-\d+(\.failed)?\.katra(\.part)?")
 
 
 def clear_ab_dir(root: Path) -> int:
-    """Remove what ``katra3d ab`` wrote in ``root``; returns the traces removed. ConfigError (and
-    nothing removed) unless ``base/`` and ``new/`` hold only ab's traces, none live; ``ab.json``
-    goes last, so an interrupted clean-up can be repeated."""
+    """Remove what ``katra3d ab`` wrote in ``root`` (``ab.json`` last, so it can be repeated);
+    returns the traces removed. ConfigError, nothing removed, unless only ab's traces, none live."""
     if read_ab_manifest(root) is None:
         raise ConfigError(
             f"{shown(root)} holds no {AB_MANIFEST}: it is not a katra3d ab output directory, and "
@@ -273,7 +272,7 @@ def _no_recovery_warning() -> Iterator[None]:
 
 
 def damaged_note(trace: Trace, verb: str = "using") -> str | None:
-    """The one line saying a trace is damaged and what of it is used; None when whole."""
+    """One line saying a trace is damaged and what of it is used; None when whole."""
     if not trace.truncated:
         return None
     return (

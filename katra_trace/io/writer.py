@@ -1,8 +1,6 @@
-"""TraceWriter: streams events into a katra3d trace from any number of threads.
-
-Producers pack events into a batch buffer under a lock; a thread writes whole batches, so a killed
-process loses only the batch not yet handed over. Write errors surface at the next call or finish().
-"""
+"""TraceWriter: any number of threads pack events into a batch buffer under a lock; one thread
+writes whole batches (a killed process loses only the batch not handed over) and its errors
+surface at the next call or finish()."""
 
 from __future__ import annotations
 
@@ -46,16 +44,9 @@ DROP_POLICIES = ("block", "drop")
 class TraceWriter:
     """Write a katra3d trace; use as a context manager, or call :meth:`finish`.
 
-    Args:
-        overwrite: replace ``path``; a capture with no event that does not complete keeps it.
-        codec: ``"zstd"``, ``"blosc2"`` (else CodecUnavailableError) or ``"none"``.
-        drop_policy: ``"block"`` (producers wait for room) or ``"drop"`` (counted in the summary).
-        compression_level: zstd level; 2 stores 5.93 bytes/event vs 6.05 at 1 for ~8 % more time.
-        start_host_ns: ``perf_counter_ns`` origin of event times (default now).
-        stream: write to this open file instead of claiming ``path``; closed by :meth:`finish`.
-        failed_aside: an ``aborted`` capture goes to :attr:`failed_path`, not to ``path``.
-        sync: write each item before returning (no thread beside a counted capture's frames).
-
+    ``codec`` blosc2 may raise CodecUnavailableError; ``drop_policy`` "drop" counts dropped
+    batches; ``compression_level`` 2 stores 5.93 bytes/event vs 6.05 at 1 for ~8 % more time;
+    ``stream``: an open file instead of a ``.part``; ``sync``: no thread beside counted frames.
     Raises OutputExistsError, OutputBusyError or TraceIOError.
     """
 
@@ -126,8 +117,8 @@ class TraceWriter:
         self._pending: collections.deque[tuple[Any, ...]] = collections.deque()
         self._enqueued = 0
         self._done = 0
-        self._closing = False  # the thread may exit once the queue is empty
-        self._closed = False  # finish() began: every producer call raises
+        self._closing = False  # the thread exits once the queue is empty
+        self._closed = False  # finish() began: producer calls raise
         self._finished = False
         self._finish_lock = threading.Lock()
         self._finish_error: KatraError | None = None
@@ -212,12 +203,12 @@ class TraceWriter:
             value: float = 0.0,
             flags: int = 0,
         ) -> None:
-            """Append one event (fields of :data:`katra_trace.schema.EVENT_DTYPE`)."""
+            """Append one event (the fields of EVENT_DTYPE)."""
             acquire()
             try:
                 off = slot[1]
                 while off == cap:
-                    hand_over()  # may wait for room while other threads append
+                    hand_over()  # may wait for room
                     off = slot[1]
                 pack(
                     slot[0],
@@ -254,7 +245,7 @@ class TraceWriter:
             while pos < len(events):
                 # re-read: other threads append while a hand-over waits
                 buf, off = self._slot
-                if off == cap:  # append() leaves a full buffer to hand over
+                if off == cap:  # append() leaves a full buffer
                     self._hand_over_locked()
                     continue
                 if off == 0 and len(events) - pos >= step:
@@ -271,7 +262,7 @@ class TraceWriter:
                     self._hand_over_locked()
 
     def clock_sync(self, record: dict[str, Any]) -> None:
-        """Write a CLOCK_SYNC block (e.g. a GPU/host timestamp pair)."""
+        """Write a CLOCK_SYNC block (e.g. a GPU/host pair)."""
         self._enqueue_block(fmt.BlockType.CLOCK_SYNC, fmt.encode_json(record))
 
     def annotate(self, record: dict[str, Any]) -> None:
@@ -279,7 +270,7 @@ class TraceWriter:
         self._enqueue_block(fmt.BlockType.ANNOTATION, fmt.encode_json(record))
 
     def image(self, meta: dict[str, Any], png: bytes) -> None:
-        """Write an IMAGE block after the events so far (codec none: PNG is compressed)."""
+        """Write an IMAGE block after the events so far."""
         self._enqueue_block(fmt.BlockType.IMAGE, encode_image_payload(meta, png), fmt.Codec.NONE)
 
     def flush(self) -> None:
@@ -293,10 +284,8 @@ class TraceWriter:
             self._raise_if_failed()
 
     def finish(self, summary: dict[str, Any] | None = None, status: str = "complete") -> None:
-        """Write what is pending, SUMMARY and footer; close and move the file into place.
-
-        Raises TraceIOError (what was written stays readable) or OutputExistsError, again on a
-        later call; after success a later call does nothing.
+        """Write what is pending, SUMMARY and footer; close and move the file into place. Raises
+        TraceIOError (what was written stays readable) or OutputExistsError, again if called again.
         """
         if status not in STATUSES:
             raise ConfigError(f"unknown status {status!r}; choose one of: {', '.join(STATUSES)}")
@@ -423,7 +412,7 @@ class TraceWriter:
         if self._drop and len(self._pending) >= self._max_pending and not force:
             self._dropped_events += n
             self._dropped_batches += 1
-            if strings:  # the names are kept even when their events are dropped
+            if strings:  # kept even when their events are dropped
                 self._enqueue_locked(("events", first_id, strings, None))
             return
         self._enqueue_locked(("events", first_id, strings, batch))
@@ -454,7 +443,6 @@ class TraceWriter:
         raise TraceIOError(f"writing trace {str(self.path)!r} failed: {claim_mod.describe(err)}")
 
     def _abandon(self) -> None:
-        """The header could not be written: remove the empty .part and close."""
         if self._claim is not None:
             claim_mod.discard(self._claim)
         with contextlib.suppress(OSError):
@@ -462,8 +450,8 @@ class TraceWriter:
         self._finished = self._closed = True
 
     def _run(self) -> None:
-        """Write queued items until finish(). A failure goes to ``_error`` and the rest of the
-        queue is drained unwritten, so nobody waits for room forever."""
+        """Write queued items until finish(); after a failure (``_error``) drain the queue
+        unwritten, so nobody waits for room forever."""
         while True:
             with self._cond:
                 if not self._pending and not self._closing:
