@@ -16,7 +16,7 @@ from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION
 
 
 class BlockFile:
-    """Frames blocks onto ``file`` and counts them (with codec 2, non-EVENTS blocks use zstd)."""
+    """Frames blocks onto ``file`` and counts them (codec 2: other blocks use zstd)."""
 
     def __init__(
         self, file: BinaryIO, codec: fmt.Codec, compression_level: int, blosc2: Any = None
@@ -66,7 +66,7 @@ class BlockFile:
         else:
             payload = fmt.encode_events(batch)
             problem = fmt.check_payload(payload, batch["start_ns"], fmt.FORMAT_MINOR)
-            if problem is not None:  # once written, no reader would read past it
+            if problem is not None:
                 raise ConfigError(f"append: {problem}")
             self.write_block(fmt.BlockType.EVENTS, payload, schema=SCHEMA_VERSION)
         self.written_events += len(batch)

@@ -85,7 +85,7 @@ class Block:
     type: int
     offset: int
     seq: int
-    # dict, (first_id, [str]) for STRINGS, EventBatch, (dict, PNG bytes) for IMAGE
+    # dict; (first_id, [str]) for STRINGS; EventBatch; (dict, PNG) for IMAGE
     payload: Any
 
 
@@ -135,8 +135,8 @@ def file_size(f: BinaryIO) -> int:
 
 
 def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator[Block]:
-    """Yield the blocks in order up to the footer or the first damage (recorded in ``state``;
-    ``strict``: raised); a bad preamble always raises."""
+    """Yield the blocks up to the footer or the first damage (in ``state``; ``strict``: raised);
+    a bad preamble always raises."""
     size = state.size = file_size(f)
     budget = state.budget = DecodeBudget(size, state.max_ratio)
     f.seek(0)

@@ -20,8 +20,8 @@ from katra_trace.schema import EVENT_DTYPE
 
 
 def encode_events_blosc2(events: np.ndarray, blosc2: Any, *, in_place: bool = False) -> bytes:
-    """The stored payload of a codec-2 EVENTS block, ``start_ns`` as deltas; ``in_place`` writes
-    the deltas into ``events`` (which the caller owns), saving a copy."""
+    """A codec-2 EVENTS payload, ``start_ns`` as deltas (``in_place``: written into ``events``,
+    saving a copy)."""
     n = len(events)
     if n == 0:
         return EVENTS_HEAD.pack(0, 0)
@@ -93,7 +93,6 @@ def blosc2_events_head(stored: bytes, raw_len: int, offset: int) -> tuple[int, i
 def decode_events_blosc2(
     stored: bytes, raw_len: int, offset: int, out: np.ndarray | None = None
 ) -> np.ndarray:
-    """Decode a codec-2 payload into ``out`` or a new array."""
     n, base = blosc2_events_head(stored, raw_len, offset)
     if out is None:
         out = np.empty(n, dtype=EVENT_DTYPE)

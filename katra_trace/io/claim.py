@@ -85,7 +85,7 @@ def _identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
 
 
 def _is_input(output: Path, source: str | os.PathLike[str]) -> bool:
-    """Whether ``output`` is ``source`` (by inode) or a trace in that directory."""
+    """Whether ``output`` is ``source`` (by inode) or a trace in it."""
     mine = _identity(output)
     if mine is None:
         return False
@@ -219,8 +219,7 @@ def open_output(
     option: str = "-o",
     example: str = "out",
 ) -> Iterator[BinaryIO]:
-    """The one way a command writes a file: it appears only if the block succeeds (a symbolic
-    link is written through)."""
+    """The one way a command writes a file: it appears only if the block succeeds."""
     check_output(text, force=force, inputs=inputs, option=option, example=example)
     path = Path(os.path.realpath(text)) if os.path.islink(text) else Path(text)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -280,8 +279,7 @@ def move_into_place(source: Path, target: Path, replace: bool) -> None:
 
 
 def claim(path: Path, overwrite: bool) -> Claim:
-    """Create and lock ``<path>.part`` (a symlink at ``path`` is followed, never replaced).
-    Raises OutputExistsError, OutputBusyError or TraceIOError."""
+    """Create and lock ``<path>.part``; raises OutputExistsError, OutputBusyError, TraceIOError."""
     if os.path.islink(path):
         path = Path(os.path.realpath(path))
     shown = str(path)
@@ -318,8 +316,8 @@ def claim(path: Path, overwrite: bool) -> Claim:
 
 
 def _create_locked(part: Path) -> int:
-    """Create ``part`` exclusively, born locked (locked under a private name, then linked in) so
-    no other run sees it unlocked and takes a live capture for a dead one; returns the fd."""
+    """Create ``part`` born locked (under a private name, then linked): seen unlocked, a live
+    capture would pass for a dead one."""
     own = part.with_name(f".{part.name}.{os.getpid()}.{secrets.token_hex(4)}")
     try:
         fd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -465,8 +463,8 @@ def has_measured_frames(path: Path) -> bool:
 
 
 def set_aside(c: Claim, keep: bool) -> Path | None:
-    """Keep a failed run off the output path: ``keep`` moves it to :func:`failed_path_for` (or
-    ``NAME.failed-2.katra``, ...) and returns that; else removes the ``.part``, returns None."""
+    """Keep a failed run off the output path: ``keep`` moves it to :func:`failed_path_for` and
+    returns that; else removes the ``.part`` and returns None."""
     if not keep:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(c.part_path)
@@ -510,8 +508,8 @@ def _earlier_failure(path: Path) -> bool:
 
 
 def publish(c: Claim, empty_failure: bool) -> bool:
-    """Move the finished ``.part`` into place (on failure it stays). ``empty_failure``: an existing
-    file is kept, the ``.part`` removed; returns False."""
+    """Move the finished ``.part`` into place (on failure it stays); ``empty_failure`` keeps an
+    existing file, removes the ``.part`` and returns False."""
     part, final = str(c.part_path), str(c.final_path)
     if empty_failure and c.existed and os.path.lexists(final):
         os.unlink(part)

@@ -53,8 +53,8 @@ class Concatenation:
         clock_note: Mapping[str, Any] | None = None,
         profiles: Sequence[ProfileRecord] = (),
     ) -> int:
-        """Write ``trace`` shifted by ``shift_ns``; returns its events written. ``clock_note``: its
-        clock pairs go as ``clock_sync`` ANNOTATIONs carrying it (None: CLOCK_SYNC blocks)."""
+        """Write ``trace`` shifted by ``shift_ns``; returns its events written. ``clock_note``:
+        its clock pairs go as ``clock_sync`` ANNOTATIONs carrying it."""
         written = self._events(trace, shift_ns)
         for record in [*trace.profiles, *(p.as_json() for p in profiles)]:
             self.blocks.write_block(fmt.BlockType.PROFILE, fmt.encode_json(record))
@@ -113,7 +113,7 @@ class Concatenation:
                 "end past 2**63-1 ns; its start_wall_ns is not of this run"
             )
         table = np.fromiter(map(self._join, trace.strings), np.uint32, len(trace.strings))
-        # only the ids used, never an array over every id
+        # only the ids used, not an array over every id
         used = np.unique(np.concatenate([ev["scene"], ev["name"]]))
         beyond = used[used >= len(table)]
         joined = np.fromiter((self._join(f"?{i}") for i in beyond), np.uint32, len(beyond))

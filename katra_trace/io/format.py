@@ -51,7 +51,7 @@ assert all(lim.event_flags & (lim.event_flags + 1) == 0 for lim in MINOR_LIMITS.
 
 PREAMBLE = struct.Struct("<8sHHI")  # magic, major, minor, flags
 BLOCK_HEADER = struct.Struct("<IBBHIIII")
-FOOTER = struct.Struct("<QII")  # summary offset, crc32 of the offset bytes, end magic
+FOOTER = struct.Struct("<QII")  # summary offset, its crc32, end magic
 
 SYNC = 0xB10C4B7A  # first 4 bytes of every block
 END_MAGIC = 0x444E454B  # "KEND" on disk
@@ -59,7 +59,7 @@ PREAMBLE_SIZE = PREAMBLE.size
 BLOCK_HEADER_SIZE = BLOCK_HEADER.size
 FOOTER_SIZE = FOOTER.size
 
-MAX_BLOCK_BYTES = 1 << 28  # a payload's limit, stored or decoded
+MAX_BLOCK_BYTES = 1 << 28  # stored or decoded
 MAX_BLOCK_EVENTS = (MAX_BLOCK_BYTES - 12) // EVENT_DTYPE.itemsize
 
 EVENTS_HEAD = struct.Struct("<Iq")  # n, base_ts
@@ -328,8 +328,7 @@ def decode_events(
 def decode_checked_events(
     payload: bytes, offset: int, minor: int, out: np.ndarray | None = None, *, zeroed: bool = False
 ) -> tuple[np.ndarray, str | None]:
-    """:func:`decode_events` and :func:`check_events`' verdict; byte-plane maxima clear most
-    batches."""
+    """:func:`decode_events` and :func:`check_events`' verdict (plane maxima clear most)."""
     events, maxima, start_max = _decode(payload, offset, out, zeroed)
     if len(events) == 0 or not _may_break_rules(maxima, start_max, minor):
         return events, None
@@ -438,8 +437,7 @@ _SCREENED_PLANES = (
 
 
 def check_payload(payload: bytes, start_ns: np.ndarray, minor: int) -> str | None:
-    """:func:`check_events`' verdict on an encoded EVENTS payload; screened planes' maxima clear
-    most batches."""
+    """:func:`check_events`' verdict on an encoded EVENTS payload (plane maxima clear most)."""
     n = len(start_ns)
     if n == 0:
         return None

@@ -157,8 +157,7 @@ class SystemInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class HostInfo(_Record):
-    """What a capture ran on (``host_info``); comparisons use ``renderer``, ``driver``,
-    ``software`` (the 1.0 keys, kept in ``extra``, win)."""
+    """``host_info``; comparisons use ``renderer``, ``driver``, ``software`` (the 1.0 keys win)."""
 
     backend: str | None = None
     gl: GLInfo = dataclasses.field(default_factory=GLInfo)
@@ -387,7 +386,7 @@ class TraceHeader(_Record):
     }
 
     def host_of(self, scene: str) -> HostInfo:
-        """The host ``scene`` ran on: its shard's in a merged trace, else ``host_info``."""
+        """The host ``scene`` ran on (its shard's in a merged trace)."""
         for shard in self.shards or ():
             if shard.scenes is not None and scene in shard.scenes:
                 return shard.host_info
@@ -410,8 +409,7 @@ def build_capture_options(
     fixed: Mapping[str, Any] | None = None,
     resolved: Mapping[str, Any] | None = None,
 ) -> CaptureOptions:
-    """The capture options every producer records (the engine adds timing mode, measure, zones);
-    ``fixed`` overrides ``requested``."""
+    """The capture options every producer records; ``fixed`` overrides ``requested``."""
     given = dict(requested or {})
     out = {"api": api, **given} if api is not None and "api" not in given else given
     out.update(fixed or {})

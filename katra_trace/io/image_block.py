@@ -15,7 +15,7 @@ from katra_trace.errors import TraceFormatError
 from katra_trace.io import format as fmt
 from katra_trace.text import shown
 
-IMAGE_HEAD = struct.Struct("<I")  # the length of the JSON part
+IMAGE_HEAD = struct.Struct("<I")  # JSON length
 IMAGE_ENCODING = "png"
 MAX_IMAGE_BYTES = 1 << 28  # pixel bytes of the largest kept frame
 
@@ -169,7 +169,7 @@ def _ihdr_problem(ihdr: bytes, meta: dict[str, Any]) -> str | None:
 
 
 class PixelBudget(Protocol):
-    """What decoded pixels count against (blocks.DecodeBudget, which imports this module)."""
+    """What decoded pixels count against (blocks.DecodeBudget; it imports this module)."""
 
     def take(self, n: int, what: str, offset: int | None = None) -> None: ...
 

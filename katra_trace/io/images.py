@@ -182,8 +182,8 @@ def _decode_strips(png: bytes, width: int, height: int, channels: int, where: st
 
 
 def frame_pixels(frame: KeptFrame) -> np.ndarray:
-    """A kept frame's pixels, checked against its record and counted in the reading budget while
-    alive (TraceTooLargeError); :class:`KeptFrameError` for a damaged frame."""
+    """A kept frame's pixels, checked against its record, counted in the reading budget while
+    alive; TraceTooLargeError or :class:`KeptFrameError`."""
     if frame.damage:
         raise KeptFrameError(frame.damage_line, frame.offset)
     try:
@@ -219,7 +219,7 @@ def load_png(path: str | os.PathLike[str]) -> np.ndarray:
 
 
 def renderer_facts(gl: Mapping[str, Any]) -> dict[str, str]:
-    """The image key's facts from ``host_info["gl"]``; "" where unknown."""
+    """The image key's facts from ``host_info["gl"]`` ("" where unknown)."""
     renderer = str(gl.get("renderer", ""))
     version = str(gl.get("version", ""))
     llvm = re.search(r"LLVM\s+([\d.]+)", renderer)

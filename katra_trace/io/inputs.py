@@ -39,8 +39,8 @@ def _kernel_devices() -> dict[int, str]:
 def open_regular(
     path: str | os.PathLike[str], *, what: str = "trace file", max_bytes: int | None = None
 ) -> BinaryIO:
-    """Open a regular file (links followed; larger than ``max_bytes``: refused), else ConfigError;
-    never hangs."""
+    """Open a regular file (links followed) of at most ``max_bytes``, else ConfigError; never
+    hangs."""
     shown = str(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)

@@ -40,7 +40,7 @@ SHARD_OWN_OPTIONS = frozenset(
 )
 SHARD_OWN_RESOLVED = frozenset({"scenes", "output", "backend", "device"})
 SHARD_OWN_MEASURE = frozenset({"command", "output", "valgrind"})
-# replayers and options are per window system: equal where two shards share one
+# per window system: equal where two shards share one
 SHARD_OWN_REPLAY = frozenset({"traces", "replayers", "options"})
 
 

@@ -37,7 +37,7 @@ class TraceRecoveryWarning(UserWarning):
 
 
 class Trace:
-    """A trace read from a file. See :func:`open_trace`."""
+    """A trace read from a file (:func:`open_trace`)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -72,7 +72,7 @@ class Trace:
         return self.strings[sid] if 0 <= sid < len(self.strings) else f"?{sid}"
 
     def iter_batches(self, strict: bool = False) -> Iterator[np.ndarray]:
-        """Stream the events block by block from the file; stops at the first damage."""
+        """Stream the events block by block; stops at the first damage."""
         state = ScanState(max_ratio=self.max_ratio)
         with open_regular(self.path) as f:
             for block in iter_blocks(f, state, strict):
@@ -93,8 +93,7 @@ class Trace:
 
 
 def _trace_fd(path: str | os.PathLike[str]) -> int | None:
-    """A read fd of ``path`` if it is a regular file starting with the trace magic, else None;
-    never raises or blocks (a FIFO is opened O_NONBLOCK)."""
+    """A read fd of a regular trace file, else None; never raises or blocks."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except (OSError, ValueError):
@@ -167,12 +166,9 @@ def open_trace(
     events: bool = True,
     max_ratio: float | None = None,
 ) -> Trace:
-    """Read a regular trace file (pipes, FIFOs and devices are refused).
-
-    ``strict``: raise :class:`TraceFormatError` on damage; ``events=False``: no events;
-    ``max_ratio``: decoded bytes per file byte beyond 64 MiB (None: ``$KATRA3D_MAX_RATIO`` or 10;
-    0: no limit), else TraceTooLargeError.
-    """
+    """Read a regular trace file. ``strict``: raise TraceFormatError on damage; ``max_ratio``:
+    decoded bytes per file byte beyond 64 MiB (None: ``$KATRA3D_MAX_RATIO`` or 10; 0: no limit),
+    else TraceTooLargeError."""
     with open_regular(path) as f:
         return _read_named(path, f, strict, events, max_ratio)
 
@@ -180,7 +176,7 @@ def open_trace(
 def open_if_trace(
     path: str | os.PathLike[str], events: bool = True, max_ratio: float | None = None
 ) -> Trace | None:
-    """:func:`open_trace`, or None for a file that is not a trace, in one open."""
+    """:func:`open_trace`, or None for a file that is not a trace (one open)."""
     fd = _trace_fd(path)
     if fd is None:
         return None
@@ -255,7 +251,7 @@ def _read_trace(
                     pass
                 elif out is not None and n_events + batch.n <= len(out):
                     batch.decode(out[n_events : n_events + batch.n], zeroed=True)
-                else:  # the summary's count was wrong: collect batches
+                else:  # the summary's count was wrong
                     if out is not None:
                         batches.append(out[:n_events])
                         out = None

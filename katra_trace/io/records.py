@@ -18,7 +18,7 @@ _Convert = Callable[[Any], Any]
 _R = TypeVar("_R", bound="_Record")
 
 
-# Converters of JSON values: null stays None; a wrong type is _BAD.
+# Converters of JSON values: null stays None, a wrong type is _BAD.
 
 
 def _scalar(*types: type) -> _Convert:
@@ -107,7 +107,7 @@ class _Record:
 
     @classmethod
     def from_dict(cls: type[_R], data: Any) -> _R:
-        """The record of a JSON object (anything else: an empty record)."""
+        """The record of a JSON object (else an empty record)."""
         src: Mapping[Any, Any] = data if isinstance(data, Mapping) else {}
         kwargs: dict[str, Any] = {}
         extra: dict[str, Any] = {}

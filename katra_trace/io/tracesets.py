@@ -1,5 +1,5 @@
 """Sets of traces on disk, opened under the one damaged-trace policy, and ``ab.json`` (which
-BASE and NEW traces ``katra3d ab`` took together, so ``katra3d compare DIR`` pairs them)."""
+BASE and NEW traces ``katra3d ab`` took together)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ JsonObject = Mapping[str, object]
 
 @dataclasses.dataclass(frozen=True)
 class AbRound:
-    """One complete ``katra3d ab`` round (paths relative to the ab directory)."""
+    """One complete ``katra3d ab`` round (paths relative to its directory)."""
 
     number: int
     base: str
@@ -58,8 +58,8 @@ _MANIFEST_RECORDS = ("sequential", "stop", "interrupted", "decision")
 
 @dataclasses.dataclass(frozen=True)
 class AbManifest:
-    """``ab.json``: the sides, their complete rounds, and optionally the stopping rule and stop,
-    the interrupted round and the ``decision``."""
+    """``ab.json``: the sides, complete rounds, and optionally the stopping rule, stop,
+    interrupted round and ``decision``."""
 
     base_dir: str = "base"
     new_dir: str = "new"
@@ -122,7 +122,7 @@ class AbManifest:
         )
 
     def pairs(self, root: Path) -> list[tuple[Path, Path]]:
-        """(BASE, NEW) of each round whose two traces exist, in round order."""
+        """(BASE, NEW) of each round whose two traces exist."""
         out = []
         for r in self.rounds:
             b, n = (root / r.base).resolve(), (root / r.new).resolve()
@@ -222,8 +222,8 @@ def _in_use(part: Path) -> bool:
 def iter_traces(
     path: str | os.PathLike[str], verb: str = "using"
 ) -> Iterator[tuple[Trace, str | None]]:
-    """(trace, :func:`damaged_note`) for the file ``path`` or each trace in a directory (name
-    order), opened as reached; ConfigError for an unreadable path or a directory with no trace."""
+    """(trace, :func:`damaged_note`) for ``path`` or each trace in a directory, opened as
+    reached; ConfigError for an unreadable path or a directory with no trace."""
     p = Path(path)
     try:
         mode = os.stat(p).st_mode
@@ -253,7 +253,6 @@ def iter_traces(
 def open_trace_sets(
     paths: Sequence[str | os.PathLike[str]], verb: str = "using"
 ) -> tuple[list[Trace], list[str]]:
-    """Every trace ``paths`` name, and the notes of the damaged ones."""
     opened = [pair for path in paths for pair in iter_traces(path, verb)]
     return [t for t, _ in opened], [note for _, note in opened if note is not None]
 
@@ -284,7 +283,7 @@ def damaged_note(trace: Trace, verb: str = "using") -> str | None:
 def open_traces(
     paths: Sequence[str | os.PathLike[str]], verb: str = "using"
 ) -> tuple[list[Trace], list[str]]:
-    """The traces (a damaged one up to where it stops) and a note per damaged one."""
+    """The traces and a note per damaged one."""
     traces = [open_quietly(p) for p in paths]
     return traces, [note for t in traces if (note := damaged_note(t, verb)) is not None]
 

@@ -44,10 +44,9 @@ DROP_POLICIES = ("block", "drop")
 class TraceWriter:
     """Write a katra3d trace; use as a context manager, or call :meth:`finish`.
 
-    ``codec`` blosc2 may raise CodecUnavailableError; ``drop_policy`` "drop" counts dropped
-    batches; ``compression_level`` 2 stores 5.93 bytes/event vs 6.05 at 1 for ~8 % more time;
-    ``stream``: an open file instead of a ``.part``; ``sync``: no thread beside counted frames.
-    Raises OutputExistsError, OutputBusyError or TraceIOError.
+    ``overwrite`` still keeps the file if an empty capture fails; ``compression_level`` 2 stores
+    5.93 bytes/event vs 6.05 at 1 for ~8 % more time; ``sync``: no thread beside counted frames.
+    Raises OutputExistsError, OutputBusyError, TraceIOError or CodecUnavailableError.
     """
 
     def __init__(
@@ -109,7 +108,7 @@ class TraceWriter:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._cap = batch_events * _EVENT.size
-        # [buffer, bytes used], updated by the append closure
+        # [buffer, bytes used], shared with the append closure
         self._slot: list[Any] = [bytearray(self._cap), 0]
         self._strings: dict[str, int] = {"": 0}
         self._new_strings: list[str] = []
@@ -186,8 +185,8 @@ class TraceWriter:
             return sid
 
     def _make_append(self) -> Callable[..., None]:
-        """:meth:`append` as a closure (~2x a plain method); it checks only for a full buffer:
-        finish() and a failed write mark it full, so the next append raises at the hand-over."""
+        """:meth:`append` as a closure (~2x a plain method); finish() and a failed write mark the
+        buffer full, so the next append raises at the hand-over."""
         acquire, release = self._lock.acquire, self._lock.release
         pack, slot, cap, hand_over = _EVENT.pack_into, self._slot, self._cap, self._hand_over_locked
 
@@ -309,7 +308,6 @@ class TraceWriter:
             self._closed = True
             if self._error is None:
                 self._hand_over_pending_locked(raise_errors=False)
-            # producers now reach a hand-over, which raises
             self._slot[1] = self._cap
             self._closing = True
             self._enqueue_locked(("summary", status, user))
@@ -450,8 +448,8 @@ class TraceWriter:
         self._finished = self._closed = True
 
     def _run(self) -> None:
-        """Write queued items until finish(); after a failure (``_error``) drain the queue
-        unwritten, so nobody waits for room forever."""
+        """Write queued items until finish(); after a failure, drain the queue unwritten so
+        nobody waits for room forever."""
         while True:
             with self._cond:
                 if not self._pending and not self._closing:
@@ -505,7 +503,7 @@ _OPEN_WRITERS: weakref.WeakSet[TraceWriter] = weakref.WeakSet()
 
 @atexit.register
 def _finish_open_writers() -> None:
-    """An exit with a writer still open keeps its events, marked aborted."""
+    """At exit, an open writer keeps its events, marked aborted."""
     for writer in list(_OPEN_WRITERS):
         try:
             writer.finish({"error": "process exited without finish()"}, status="aborted")
