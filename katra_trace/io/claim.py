@@ -191,7 +191,7 @@ def missing_directory(parent: Path) -> ConfigError:
 
 
 def check_output_dir(text: str | os.PathLike[str], *, option: str = "-o/--output") -> Path:
-    """Check an output directory before any work (ConfigError)."""
+    """Check an output directory before any work; ConfigError."""
     raw = os.fspath(text)
     if not raw.strip():
         raise ConfigError(f"empty {option} path: give a directory name")
@@ -268,7 +268,7 @@ def move_into_place(source: Path, target: Path, replace: bool) -> None:
     except OSError as exc:
         if exc.errno not in _NO_LINKS:
             raise
-        # No hard links: rename after a last look (a race this filesystem leaves open).
+        # No hard links: rename after a last look (a race left open).
         if os.path.lexists(target):
             raise OutputExistsError(
                 f"output {shown(target)} exists; nothing was replaced"
@@ -450,7 +450,7 @@ def failed_path_for(path: Path) -> Path:
 
 
 def has_measured_frames(path: Path) -> bool:
-    """Whether the trace holds a measured frame; False if unreadable."""
+    """Whether the trace holds a measured frame (False if unreadable)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -37,7 +37,7 @@ class MinorLimits:
     event_flags: int  # every defined bit of ``flags``
 
 
-#: Per format minor; a newer minor's rows are left to the consumers.
+#: Per format minor; a newer minor's rows are the consumers' to check.
 MINOR_LIMITS: dict[int, MinorLimits] = {
     0: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.GPU), event_flags=0x1F),
     1: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),
@@ -157,7 +157,7 @@ def encode_footer(summary_offset: int) -> bytes:
 
 
 def decode_footer(data: bytes) -> int | None:
-    """The summary offset if ``data`` is a valid footer, else None."""
+    """The summary offset of a valid footer, else None."""
     if len(data) != FOOTER_SIZE:
         return None
     offset, crc, end = FOOTER.unpack(data)

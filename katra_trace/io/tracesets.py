@@ -146,7 +146,7 @@ MAX_MANIFEST_BYTES = 64 << 20
 
 
 def read_ab_manifest(root: Path) -> AbManifest | None:
-    """``root/ab.json``, or None; ConfigError when it is not a readable manifest."""
+    """``root/ab.json``, or None; ConfigError if it is not a readable manifest."""
     path = root / AB_MANIFEST
     if not is_ab_dir(root):
         return None
@@ -271,7 +271,7 @@ def _no_recovery_warning() -> Iterator[None]:
 
 
 def damaged_note(trace: Trace, verb: str = "using") -> str | None:
-    """One line saying a trace is damaged and what of it is used; None when whole."""
+    """One line saying a trace is damaged and what of it is used (None: whole)."""
     if not trace.truncated:
         return None
     return (
