@@ -43,7 +43,7 @@ def resolve_max_ratio(max_ratio: float | None) -> float:
 
 
 def decode_budget(size: int, max_ratio: float | None = None) -> int | None:
-    """Decoded bytes a file of ``size`` may cost a reader (None: no limit)."""
+    """Decoded bytes a file of ``size`` may cost (None: no limit)."""
     ratio = resolve_max_ratio(max_ratio)
     if ratio == 0:
         return None
@@ -322,7 +322,7 @@ def _check_dict(obj: dict[str, Any], key: str, where: str, pos: int) -> None:
         raise _shape_error(where, pos, key, "a JSON object")
 
 
-#: Documented HEADER keys readers rely on and their JSON type (null: not known).
+#: HEADER keys readers rely on and their JSON type (null: not known).
 _HEADER_SHAPES: dict[tuple[str, ...], dict[str, type]] = {
     ("capture_options",): {
         "timing_mode": str,
