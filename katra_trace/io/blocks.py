@@ -100,7 +100,7 @@ class EventBatch:
     codec: int = fmt.Codec.NONE
 
     def decode(self, out: np.ndarray | None = None, *, zeroed: bool = False) -> np.ndarray:
-        """The events, checked; TraceFormatError or CodecUnavailableError."""
+        """The events, checked (TraceFormatError, CodecUnavailableError)."""
         if self.codec == fmt.Codec.BLOSC2:
             raw_len = fmt.EVENTS_HEAD.size + self.n * EVENT_DTYPE.itemsize
             events = b2ev.decode_events_blosc2(self.raw, raw_len, self.offset, out)
@@ -163,7 +163,7 @@ def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator
             stop(f"torn block header or footer at offset {pos}: {left} bytes left", pos)
             return
         head = f.read(fmt.BLOCK_HEADER_SIZE)
-        if len(head) < fmt.BLOCK_HEADER_SIZE:  # the file shrank meanwhile
+        if len(head) < fmt.BLOCK_HEADER_SIZE:  # the file shrank
             stop(f"torn block header at offset {pos}: the file ends early", pos)
             return
         sync, btype, codec, schema, seq, stored_len, raw_len, crc = fmt.BLOCK_HEADER.unpack(head)

@@ -191,7 +191,7 @@ def missing_directory(parent: Path) -> ConfigError:
 
 
 def check_output_dir(text: str | os.PathLike[str], *, option: str = "-o/--output") -> Path:
-    """Check an output directory before any work; ConfigError."""
+    """Check an output directory before any work (ConfigError)."""
     raw = os.fspath(text)
     if not raw.strip():
         raise ConfigError(f"empty {option} path: give a directory name")
@@ -322,7 +322,7 @@ def _create_locked(part: Path) -> int:
     try:
         fd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        if exc.errno != errno.ENAMETOOLONG:  # else only the longer name is too long
+        if exc.errno != errno.ENAMETOOLONG:  # else only the private name is too long
             raise
     else:
         try:

@@ -53,7 +53,7 @@ PREAMBLE = struct.Struct("<8sHHI")  # magic, major, minor, flags
 BLOCK_HEADER = struct.Struct("<IBBHIIII")
 FOOTER = struct.Struct("<QII")  # summary offset, its crc32, end magic
 
-SYNC = 0xB10C4B7A  # first 4 bytes of every block
+SYNC = 0xB10C4B7A  # starts every block
 END_MAGIC = 0x444E454B  # "KEND" on disk
 PREAMBLE_SIZE = PREAMBLE.size
 BLOCK_HEADER_SIZE = BLOCK_HEADER.size

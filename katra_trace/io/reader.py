@@ -149,7 +149,7 @@ def _summary_event_count(f: BinaryIO, budget: int | None) -> int | None:
         )
     except TraceFormatError:
         return None
-    # no budget: still bounded by the file's size
+    # no budget: bounded by the file's size
     limit = budget if budget is not None else 64 * size
     if (
         not isinstance(count, int)

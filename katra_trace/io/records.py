@@ -18,7 +18,7 @@ _Convert = Callable[[Any], Any]
 _R = TypeVar("_R", bound="_Record")
 
 
-# Converters of JSON values: null stays None, a wrong type is _BAD.
+# Converters: null stays None, a wrong type is _BAD.
 
 
 def _scalar(*types: type) -> _Convert:
@@ -131,7 +131,7 @@ class _Record:
         return dataclasses.replace(self, **fields, extra=extra, layout=layout)
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict: what was read, or the fields set."""
+        """A JSON-ready dict of what was read, or the fields set."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             if not f.init or f.name in ("extra", "layout") or f.name in self.extra:

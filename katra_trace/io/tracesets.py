@@ -223,7 +223,7 @@ def iter_traces(
     path: str | os.PathLike[str], verb: str = "using"
 ) -> Iterator[tuple[Trace, str | None]]:
     """(trace, :func:`damaged_note`) for ``path`` or each trace in a directory, opened as
-    reached; ConfigError for an unreadable path or a directory with no trace."""
+    reached; ConfigError for an unreadable path or no trace."""
     p = Path(path)
     try:
         mode = os.stat(p).st_mode

@@ -166,6 +166,7 @@ class TraceWriter:
         _OPEN_WRITERS.add(self)
 
     def now_ns(self) -> int:
+        """Host-clock ns since the capture start."""
         return time.perf_counter_ns() - self.start_host_ns
 
     def intern(self, name: str) -> int:
