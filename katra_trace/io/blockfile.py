@@ -1,6 +1,5 @@
-"""The bytes side of a trace writer: blocks encoded and framed onto an open file, and the counts
-the summary reports. One thread (the writer's) uses it at a time.
-"""
+"""The bytes side of a trace writer: blocks framed onto an open file, and the summary's counts.
+One thread (the writer's) uses it at a time."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION
 
 
 class BlockFile:
-    """Frames blocks onto ``file`` and counts them (with codec 2, non-EVENTS blocks use zstd)."""
+    """Frames blocks onto ``file`` and counts them (codec 2: other blocks use zstd)."""
 
     def __init__(
         self, file: BinaryIO, codec: fmt.Codec, compression_level: int, blosc2: Any = None
@@ -34,15 +33,15 @@ class BlockFile:
         self.written_events = 0
 
     def start(self, header_json: bytes) -> None:
-        """Write the preamble, HEADER and the STRINGS block of id 0 (""), flushed."""
+        """Write the preamble, HEADER and the STRINGS block of id 0, flushed."""
         self.write_raw(fmt.encode_preamble())
         self.write_block(fmt.BlockType.HEADER, header_json)
         self.write_block(fmt.BlockType.STRINGS, fmt.encode_strings(0, [""]))
         self.file.flush()
 
     def write_events(self, first_id: int, strings: list[str], batch: np.ndarray | None) -> None:
-        """Write the new strings, then the batch as one EVENTS block (a codec-2 batch is encoded in
-        place). ConfigError for an event the format cannot hold."""
+        """Write the new strings, then the batch as one EVENTS block (codec 2: encoded in place);
+        ConfigError for an event the format cannot hold."""
         if strings:
             self.write_block(fmt.BlockType.STRINGS, fmt.encode_strings(first_id, strings))
         if batch is None or not len(batch):
@@ -67,7 +66,7 @@ class BlockFile:
         else:
             payload = fmt.encode_events(batch)
             problem = fmt.check_payload(payload, batch["start_ns"], fmt.FORMAT_MINOR)
-            if problem is not None:  # once written, no reader would read past it
+            if problem is not None:
                 raise ConfigError(f"append: {problem}")
             self.write_block(fmt.BlockType.EVENTS, payload, schema=SCHEMA_VERSION)
         self.written_events += len(batch)
@@ -83,7 +82,6 @@ class BlockFile:
         end_host_ns: int,
         user: dict[str, Any],
     ) -> None:
-        """Write the SUMMARY block (with this file's counts) and the footer."""
         summary_offset = self.pos
         summary = {
             "status": status,
@@ -129,11 +127,8 @@ class BlockFile:
 def copy_with_header(
     src: BinaryIO, dst: BinaryIO, update: Callable[[dict[str, Any]], dict[str, Any]]
 ) -> bool:
-    """Copy the trace ``src`` (from its start) to ``dst`` with its HEADER JSON ``update``-d.
-
-    Other blocks are copied byte for byte; a footer is moved by the header's change in length.
-    False, having copied nothing, when ``src`` has no readable preamble and HEADER.
-    """
+    """Copy the trace ``src`` to ``dst`` with its HEADER ``update``-d, other blocks byte for byte;
+    False (nothing copied) when ``src`` has no readable preamble and HEADER."""
     src.seek(0)
     pre = src.read(fmt.PREAMBLE_SIZE)
     head = src.read(fmt.BLOCK_HEADER_SIZE)

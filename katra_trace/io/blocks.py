@@ -1,7 +1,5 @@
-"""A trace's blocks one by one: the decode budget, the block scanner, the shape checks.
-
-:func:`iter_blocks` checks every length against the bytes left before allocating, every CRC and
-the documented HEADER and SUMMARY shapes; where and why it stopped goes to a :class:`ScanState`.
+"""A trace's blocks one by one: the decode budget, the scanner, the shape checks. Every length is
+checked against the bytes left before allocating, so any byte string parses or raises KatraError.
 """
 
 from __future__ import annotations
@@ -22,12 +20,11 @@ from katra_trace.io.image_block import decode_image_payload
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION
 
 DEFAULT_MAX_RATIO = 10.0
-BUDGET_ALLOWANCE_BYTES = 64 << 20  # on top of max_ratio x size (1.6 M events)
+BUDGET_ALLOWANCE_BYTES = 64 << 20  # on top of max_ratio x size
 MAX_RATIO_ENV = "KATRA3D_MAX_RATIO"
 
 
 def resolve_max_ratio(max_ratio: float | None) -> float:
-    """``max_ratio``, else ``$KATRA3D_MAX_RATIO``, else the default (0: no limit)."""
     if max_ratio is None:
         text = os.environ.get(MAX_RATIO_ENV, "").strip()
         if not text:
@@ -46,7 +43,7 @@ def resolve_max_ratio(max_ratio: float | None) -> float:
 
 
 def decode_budget(size: int, max_ratio: float | None = None) -> int | None:
-    """Decoded bytes a file of ``size`` may make a reader allocate (None: no limit)."""
+    """Decoded bytes a file of ``size`` may cost (None: no limit)."""
     ratio = resolve_max_ratio(max_ratio)
     if ratio == 0:
         return None
@@ -54,8 +51,7 @@ def decode_budget(size: int, max_ratio: float | None = None) -> int | None:
 
 
 class DecodeBudget:
-    """The decoded bytes one file may still make a reader hold: its blocks while scanned, then its
-    kept frames' pixels. :meth:`take` before allocating, :meth:`give` back what was freed."""
+    """The decoded bytes one file may still make a reader hold (blocks, then frames' pixels)."""
 
     def __init__(self, size: int, max_ratio: float | None = None) -> None:
         self.size = size
@@ -64,7 +60,7 @@ class DecodeBudget:
         self._lock = threading.Lock()
 
     def take(self, n: int, what: str, offset: int | None = None) -> None:
-        """Count ``n`` more bytes; over budget: TraceTooLargeError, its message led by ``what``."""
+        """Count ``n`` more bytes; over budget: TraceTooLargeError led by ``what``."""
         with self._lock:
             if self.left is None:
                 return
@@ -86,18 +82,16 @@ class DecodeBudget:
 
 @dataclasses.dataclass(frozen=True)
 class Block:
-    """One decoded block."""
-
     type: int
     offset: int
     seq: int
-    # dict, (first_id, [str]) for STRINGS, EventBatch, (dict, PNG bytes) for IMAGE
+    # dict; (first_id, [str]) for STRINGS; EventBatch; (dict, PNG) for IMAGE
     payload: Any
 
 
 @dataclasses.dataclass(frozen=True)
 class EventBatch:
-    """An EVENTS block's checked payload, decoded on demand (into a caller's array if given)."""
+    """An EVENTS block's checked payload, decoded on demand."""
 
     n: int
     raw: bytes  # decoded, or still compressed for codec 2
@@ -106,8 +100,7 @@ class EventBatch:
     codec: int = fmt.Codec.NONE
 
     def decode(self, out: np.ndarray | None = None, *, zeroed: bool = False) -> np.ndarray:
-        """The events, checked; TraceFormatError (or CodecUnavailableError). ``zeroed``: ``out``
-        holds only zero bytes."""
+        """The events, checked (TraceFormatError, CodecUnavailableError)."""
         if self.codec == fmt.Codec.BLOSC2:
             raw_len = fmt.EVENTS_HEAD.size + self.n * EVENT_DTYPE.itemsize
             events = b2ev.decode_events_blosc2(self.raw, raw_len, self.offset, out)
@@ -125,8 +118,6 @@ class EventBatch:
 
 @dataclasses.dataclass
 class ScanState:
-    """What a scan learned about the file beyond its blocks."""
-
     size: int = 0
     version: tuple[int, int] = (0, 0)
     truncated: bool = False
@@ -136,7 +127,7 @@ class ScanState:
     skipped_blocks: int = 0
     max_ratio: float | None = None
     budget: DecodeBudget | None = None
-    notes: list[str] = dataclasses.field(default_factory=list)  # content repaired while reading
+    notes: list[str] = dataclasses.field(default_factory=list)  # content repaired
 
 
 def file_size(f: BinaryIO) -> int:
@@ -144,10 +135,8 @@ def file_size(f: BinaryIO) -> int:
 
 
 def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator[Block]:
-    """Yield the blocks of an open trace file in order, up to the footer or the first damage.
-
-    Damage is recorded in ``state`` (``strict``: raised); a bad preamble always raises.
-    """
+    """Yield the blocks up to the footer or the first damage (in ``state``; ``strict``: raised);
+    a bad preamble always raises."""
     size = state.size = file_size(f)
     budget = state.budget = DecodeBudget(size, state.max_ratio)
     f.seek(0)
@@ -174,7 +163,7 @@ def iter_blocks(f: BinaryIO, state: ScanState, strict: bool = False) -> Iterator
             stop(f"torn block header or footer at offset {pos}: {left} bytes left", pos)
             return
         head = f.read(fmt.BLOCK_HEADER_SIZE)
-        if len(head) < fmt.BLOCK_HEADER_SIZE:  # the file shrank while we read it
+        if len(head) < fmt.BLOCK_HEADER_SIZE:  # the file shrank
             stop(f"torn block header at offset {pos}: the file ends early", pos)
             return
         sync, btype, codec, schema, seq, stored_len, raw_len, crc = fmt.BLOCK_HEADER.unpack(head)
@@ -282,7 +271,7 @@ def _decode(
     notes: list[str] | None = None,
 ) -> Block | None:
     if btype not in _KNOWN_TYPES:
-        return None  # unknown block types are skipped by length
+        return None  # unknown block types are skipped
     t = fmt.BlockType(btype)
     if t == fmt.BlockType.EVENTS and codec == fmt.Codec.BLOSC2:
         _check_schema(schema, pos)
@@ -333,7 +322,7 @@ def _check_dict(obj: dict[str, Any], key: str, where: str, pos: int) -> None:
         raise _shape_error(where, pos, key, "a JSON object")
 
 
-#: Documented HEADER keys readers rely on and their JSON type when present (null: not known).
+#: HEADER keys readers rely on and their JSON type (null: not known).
 _HEADER_SHAPES: dict[tuple[str, ...], dict[str, type]] = {
     ("capture_options",): {
         "timing_mode": str,
@@ -365,7 +354,7 @@ _TYPE_NAMES: dict[type, str] = {str: "a string", dict: "a JSON object", list: "a
 
 
 def check_header(h: dict[str, Any], pos: int) -> None:
-    """Refuse a HEADER whose documented keys have the wrong shape (docs/trace-format.md)."""
+    """Refuse a HEADER whose documented keys have the wrong shape."""
     if not h:
         raise TraceFormatError(f"corrupt HEADER block at offset {pos} is empty", pos)
     for key in ("capture_options", "host_info"):
@@ -389,7 +378,6 @@ def check_header(h: dict[str, Any], pos: int) -> None:
 
 
 def check_summary(s: dict[str, Any], pos: int) -> None:
-    """Refuse a SUMMARY whose documented keys have the wrong shape."""
     if "status" in s and not isinstance(s["status"], str):
         raise _shape_error("SUMMARY", pos, "status", "a string")
     if "user" in s and not isinstance(s["user"], dict):
@@ -407,7 +395,7 @@ def check_summary(s: dict[str, Any], pos: int) -> None:
 
 
 def mark_damaged(state: ScanState, strict: bool, reason: str, at: int) -> None:
-    """Record where and why reading stopped; in strict mode, raise instead."""
+    """Record where and why reading stopped (strict: raise)."""
     state.truncated = True
     state.stopped_at = at
     state.stop_reason = reason

@@ -1,5 +1,5 @@
-"""EVENTS blocks with codec 2 (blosc2): ``u32 n, i64 base_ts``, then one blosc2 chunk of the
-packed records (docs/trace-format.md; framing and shared checks in :mod:`katra_trace.io.format`)."""
+"""EVENTS blocks with codec 2 (blosc2): ``u32 n, i64 base_ts``, one chunk of the packed records
+(docs/trace-format.md)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,8 @@ from katra_trace.schema import EVENT_DTYPE
 
 
 def encode_events_blosc2(events: np.ndarray, blosc2: Any, *, in_place: bool = False) -> bytes:
-    """The stored payload of a codec-2 EVENTS block, ``start_ns`` as deltas. ``events`` is left
-    alone unless ``in_place`` (a contiguous writeable EVENT_DTYPE array the caller owns): then
-    its ``start_ns`` keeps the deltas, saving the writer thread a copy."""
+    """A codec-2 EVENTS payload, ``start_ns`` as deltas (``in_place``: written into ``events``,
+    saving a copy)."""
     n = len(events)
     if n == 0:
         return EVENTS_HEAD.pack(0, 0)
@@ -52,8 +51,8 @@ def encode_events_blosc2(events: np.ndarray, blosc2: Any, *, in_place: bool = Fa
 
 
 def blosc2_events_head(stored: bytes, raw_len: int, offset: int) -> tuple[int, int]:
-    """(n, base_ts) of a codec-2 payload, checked without decoding: blosc2 trusts its chunk
-    header, so its sizes must agree with ``n`` and ``raw_len`` before anything is allocated."""
+    """(n, base_ts) of a codec-2 payload, checked before allocating: blosc2 trusts its chunk
+    header, so its sizes must agree with ``n`` and ``raw_len``."""
     bad = f"corrupt EVENTS block at offset {offset}"
     if len(stored) < EVENTS_HEAD.size:
         raise TraceFormatError(f"{bad}: too short", offset)
@@ -94,7 +93,6 @@ def blosc2_events_head(stored: bytes, raw_len: int, offset: int) -> tuple[int, i
 def decode_events_blosc2(
     stored: bytes, raw_len: int, offset: int, out: np.ndarray | None = None
 ) -> np.ndarray:
-    """Decode a codec-2 payload into ``out`` (contiguous EVENT_DTYPE of length n) or a new array."""
     n, base = blosc2_events_head(stored, raw_len, offset)
     if out is None:
         out = np.empty(n, dtype=EVENT_DTYPE)

@@ -1,9 +1,5 @@
-"""Claiming an output path so that no capture destroys a file or another capture.
-
-A writer fills an exclusive, ``flock``-ed ``<path>.part`` (the lock tells a live run from a crashed
-one's leftover, which is never deleted automatically) and moves it into place at the end, without
-replacing anything unless ``overwrite``. See docs/reliability.md.
-"""
+"""Claiming output paths: a writer fills a ``flock``-ed ``<path>.part`` (the lock tells a live run
+from a crashed one's leftover) and moves it into place (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -34,12 +30,12 @@ from katra_trace.text import escape, shown
 
 PART_SUFFIX = ".part"
 
-# errno of filesystems without hard links (vfat, some FUSE and network ones)
+# errno of filesystems without hard links
 _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK, errno.EXDEV}
 
 
 def describe(exc: BaseException) -> str:
-    """One line for an exception, e.g. ``No space left on device (ENOSPC)``."""
+    """One line for an exception."""
     if isinstance(exc, OSError) and exc.errno is not None:
         name = errno.errorcode.get(exc.errno, str(exc.errno))
         return f"{exc.strerror or os.strerror(exc.errno)} ({name})"
@@ -47,12 +43,12 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-#: Free bytes a counted run needs where it writes (checked before minutes of counting).
 MIN_FREE_BYTES = 1 << 20
 
 
 def check_free_space(path: Path) -> None:
-    """TraceIOError when ``path``'s file system has under :data:`MIN_FREE_BYTES` free."""
+    """TraceIOError when ``path``'s file system has under :data:`MIN_FREE_BYTES` free (checked
+    before minutes of counting)."""
     try:
         st = os.statvfs(path if path.is_dir() else path.parent)
     except OSError:
@@ -71,7 +67,7 @@ def part_path_for(path: Path) -> Path:
 
 @dataclasses.dataclass
 class Claim:
-    """An output path claimed by one writer: its locked ``.part`` file descriptor."""
+    """An output path claimed by one writer (its locked ``.part``)."""
 
     final_path: Path
     part_path: Path
@@ -89,7 +85,7 @@ def _identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
 
 
 def _is_input(output: Path, source: str | os.PathLike[str]) -> bool:
-    """Whether ``output`` is ``source`` (by inode: links count) or a trace in that directory."""
+    """Whether ``output`` is ``source`` (by inode) or a trace in it."""
     mine = _identity(output)
     if mine is None:
         return False
@@ -118,11 +114,10 @@ def check_output(
     part: bool = False,
     append: bool = False,
 ) -> Path:
-    """The one check of a command's output file, before any work starts; returns the path.
+    """The one check of a command's output file, before any work; returns the path.
 
-    ConfigError for anything that is not a writable regular-file path (or is one of ``inputs``,
-    even with ``force``; or, with ``part``, has a ``.part`` in the way); OutputExistsError for an
-    existing file without ``force`` unless ``append`` (a store written into, never replaced).
+    ConfigError for a non-writable/non-regular path, one of ``inputs`` or a ``.part`` in the way;
+    OutputExistsError for an existing file without ``force`` (unless ``append``).
     """
     raw = os.fspath(text)
     if not raw.strip():
@@ -137,7 +132,6 @@ def check_output(
         )
     try:
         mode: int | None = output.stat().st_mode
-    # a parent that is missing or a file: said below
     except (FileNotFoundError, NotADirectoryError):
         mode = None
     except OSError as exc:
@@ -197,7 +191,7 @@ def missing_directory(parent: Path) -> ConfigError:
 
 
 def check_output_dir(text: str | os.PathLike[str], *, option: str = "-o/--output") -> Path:
-    """Check an output directory before any work (ConfigError); a missing one is made later."""
+    """Check an output directory before any work (ConfigError)."""
     raw = os.fspath(text)
     if not raw.strip():
         raise ConfigError(f"empty {option} path: give a directory name")
@@ -225,10 +219,7 @@ def open_output(
     option: str = "-o",
     example: str = "out",
 ) -> Iterator[BinaryIO]:
-    """The one way a command writes an output file: its bytes appear only if the block succeeds.
-
-    A symbolic link is written through and kept; a failed write leaves no partial file.
-    """
+    """The one way a command writes a file: it appears only if the block succeeds."""
     check_output(text, force=force, inputs=inputs, option=option, example=example)
     path = Path(os.path.realpath(text)) if os.path.islink(text) else Path(text)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -256,11 +247,8 @@ def open_output(
 
 
 def move_into_place(source: Path, target: Path, replace: bool) -> None:
-    """The one move of every output; on any failure ``source`` stays.
-
-    ``replace``: atomic ``os.replace``, refusing a non-regular ``target`` (TraceIOError). Otherwise
-    a no-replace ``link`` + ``unlink``: an existing ``target`` raises OutputExistsError.
-    """
+    """The one move of every output; on failure ``source`` stays. ``replace``: atomic, refusing a
+    non-regular ``target`` (TraceIOError); else no-replace (OutputExistsError)."""
     if replace:
         try:
             mode = os.lstat(target).st_mode
@@ -280,7 +268,7 @@ def move_into_place(source: Path, target: Path, replace: bool) -> None:
     except OSError as exc:
         if exc.errno not in _NO_LINKS:
             raise
-        # No hard links: rename after a last look (the one race this filesystem leaves open).
+        # No hard links: rename after a last look (a race left open).
         if os.path.lexists(target):
             raise OutputExistsError(
                 f"output {shown(target)} exists; nothing was replaced"
@@ -291,15 +279,12 @@ def move_into_place(source: Path, target: Path, replace: bool) -> None:
 
 
 def claim(path: Path, overwrite: bool) -> Claim:
-    """Create and lock ``<path>.part``; a symbolic link at ``path`` is followed and never replaced.
-
-    Raises OutputExistsError, OutputBusyError or TraceIOError.
-    """
+    """Create and lock ``<path>.part``; raises OutputExistsError, OutputBusyError, TraceIOError."""
     if os.path.islink(path):
         path = Path(os.path.realpath(path))
     shown = str(path)
     part = part_path_for(path)
-    # a .part that vanishes meanwhile (its run just finished): try again
+    # a .part that vanishes meanwhile: try again
     for _ in range(5):
         _check_final(path, overwrite)
         try:
@@ -315,7 +300,7 @@ def claim(path: Path, overwrite: bool) -> Claim:
                 else ""
             )
             raise TraceIOError(f"cannot create trace {shown!r}: {describe(exc)}{hint}") from None
-        # a run holding the .part may have moved it into place since the first look
+        # a run holding the .part may have moved it into place meanwhile
         try:
             existed = _check_final(path, overwrite)
         except BaseException:
@@ -331,16 +316,13 @@ def claim(path: Path, overwrite: bool) -> Claim:
 
 
 def _create_locked(part: Path) -> int:
-    """Create ``part`` (FileExistsError if it exists) with an exclusive ``flock``; returns the fd.
-
-    It is born locked (a private name, locked, then linked in as ``part``) where hard links exist:
-    created then locked, a second run could see it unlocked and take a live capture for a dead one.
-    """
+    """Create ``part`` born locked (under a private name, then linked): seen unlocked, a live
+    capture would pass for a dead one."""
     own = part.with_name(f".{part.name}.{os.getpid()}.{secrets.token_hex(4)}")
     try:
         fd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        if exc.errno != errno.ENAMETOOLONG:  # only the longer name is too long: try part's
+        if exc.errno != errno.ENAMETOOLONG:  # else only the private name is too long
             raise
     else:
         try:
@@ -364,7 +346,6 @@ def _create_locked(part: Path) -> int:
 
 
 def _check_final(path: Path, overwrite: bool) -> bool:
-    """Whether ``path`` exists; refuses what may not be replaced."""
     shown = str(path)
     try:
         st = os.stat(path)
@@ -384,7 +365,7 @@ def _check_final(path: Path, overwrite: bool) -> bool:
 
 
 def _refuse_part(path: Path, part: Path) -> bool:
-    """Raise OutputBusyError saying whose ``part`` is, or return True if it vanished."""
+    """Raise OutputBusyError, or return True if ``part`` vanished."""
     shown = str(part)
     try:
         fd = os.open(part, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -436,7 +417,6 @@ def held_by_writer(fd: int) -> bool:
 
 
 def _writer_pid(part: Path) -> int | None:
-    """The pid in a .part's HEADER, if readable."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -458,7 +438,7 @@ def _discard(part: Path, fd: int) -> None:
 
 
 def discard(c: Claim) -> None:
-    """Give up a claim whose .part holds nothing (the header could not be written)."""
+    """Give up a claim whose .part holds nothing."""
     _discard(c.part_path, c.fd)
 
 
@@ -470,7 +450,7 @@ def failed_path_for(path: Path) -> Path:
 
 
 def has_measured_frames(path: Path) -> bool:
-    """Whether the trace holds a measured (not warmup) frame; False if unreadable."""
+    """Whether the trace holds a measured frame (False if unreadable)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -483,11 +463,8 @@ def has_measured_frames(path: Path) -> bool:
 
 
 def set_aside(c: Claim, keep: bool) -> Path | None:
-    """Keep a failed ``katra3d run`` off the output path, where it would block the rerun.
-
-    ``keep``: move it to :func:`failed_path_for` (replacing only an earlier failure, else
-    ``NAME.failed-2.katra``, ...) and return that; otherwise remove the ``.part``, return None.
-    """
+    """Keep a failed run off the output path: ``keep`` moves it to :func:`failed_path_for` and
+    returns that; else removes the ``.part`` and returns None."""
     if not keep:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(c.part_path)
@@ -512,7 +489,7 @@ def set_aside(c: Claim, keep: bool) -> Path | None:
 
 
 def place(c: Claim, *, empty_failure: bool, aside: bool) -> tuple[bool, Path | None]:
-    """End a capture; returns (whether it is kept somewhere, where it was set aside)."""
+    """End a capture; returns (whether it is kept, where it was set aside)."""
     if not aside:
         return publish(c, empty_failure), None
     kept = set_aside(c, keep=not empty_failure and has_measured_frames(c.part_path))
@@ -520,7 +497,6 @@ def place(c: Claim, *, empty_failure: bool, aside: bool) -> tuple[bool, Path | N
 
 
 def _earlier_failure(path: Path) -> bool:
-    """Whether ``path`` is a regular file holding a trace with status ``aborted``."""
     if not os.path.isfile(path) or os.path.islink(path):
         return False
     try:
@@ -532,11 +508,8 @@ def _earlier_failure(path: Path) -> bool:
 
 
 def publish(c: Claim, empty_failure: bool) -> bool:
-    """Move the finished ``.part`` into place; on failure the capture stays in the ``.part``.
-
-    ``empty_failure`` (no event, not complete): a file that existed at claim time is kept and the
-    ``.part`` removed; returns False.
-    """
+    """Move the finished ``.part`` into place (on failure it stays); ``empty_failure`` keeps an
+    existing file, removes the ``.part`` and returns False."""
     part, final = str(c.part_path), str(c.final_path)
     if empty_failure and c.existed and os.path.lexists(final):
         os.unlink(part)

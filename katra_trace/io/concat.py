@@ -1,10 +1,5 @@
-"""Several traces written as one: what ``katra3d merge`` and a counted run's join of its children's
-parts both write through.
-
-Each input (one in memory at a time) has its strings renumbered onto one table (an id past its
-table becomes ``?<id>``, as :meth:`Trace.name` reads it), its events shifted, run annotations alike
-in several inputs written once, and kept frames and PROFILE blocks copied.
-"""
+"""Several traces written as one (``katra3d merge`` and a counted run's join of its parts): one
+input in memory at a time, strings renumbered onto one table, events shifted."""
 
 from __future__ import annotations
 
@@ -27,7 +22,7 @@ INT64_MAX = 2**63 - 1
 
 
 class Concatenation:
-    """One trace written to ``dst`` from several: :meth:`add` each in order, then :meth:`finish`."""
+    """One trace written to ``dst``: :meth:`add` each input in order, then :meth:`finish`."""
 
     def __init__(
         self, dst: BinaryIO, header: Mapping[str, Any], *, codec: str | None = None
@@ -58,9 +53,8 @@ class Concatenation:
         clock_note: Mapping[str, Any] | None = None,
         profiles: Sequence[ProfileRecord] = (),
     ) -> int:
-        """Write ``trace`` shifted by ``shift_ns``; returns its events written. ``clock_note``: its
-        clock pairs go as ``clock_sync`` ANNOTATIONs carrying it (None: as CLOCK_SYNC blocks).
-        ``profiles``: PROFILE records written after its own."""
+        """Write ``trace`` shifted by ``shift_ns``; returns its events written. ``clock_note``:
+        its clock pairs go as ``clock_sync`` ANNOTATIONs carrying it."""
         written = self._events(trace, shift_ns)
         for record in [*trace.profiles, *(p.as_json() for p in profiles)]:
             self.blocks.write_block(fmt.BlockType.PROFILE, fmt.encode_json(record))
@@ -100,7 +94,7 @@ class Concatenation:
         return written
 
     def finish(self, status: str, user: dict[str, Any]) -> None:
-        """Write the last strings, the SUMMARY (``user``: the producer's part) and the footer."""
+        """Write the last strings, the SUMMARY (``user``: the producer's part), the footer."""
         self.blocks.write_events(len(self._ids) - len(self._new), self._take(), None)
         self.blocks.write_summary(
             status,
@@ -119,7 +113,7 @@ class Concatenation:
                 "end past 2**63-1 ns; its start_wall_ns is not of this run"
             )
         table = np.fromiter(map(self._join, trace.strings), np.uint32, len(trace.strings))
-        # only the ids used, never an array over every id
+        # only the ids used, not an array over every id
         used = np.unique(np.concatenate([ev["scene"], ev["name"]]))
         beyond = used[used >= len(table)]
         joined = np.fromiter((self._join(f"?{i}") for i in beyond), np.uint32, len(beyond))

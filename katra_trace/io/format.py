@@ -20,24 +20,24 @@ from katra_trace.errors import TraceFormatError
 from katra_trace.optional import MissingDependencyError, require
 from katra_trace.schema import COLUMNS, EVENT_DTYPE, Clock, Flag, Kind
 
-#: 8 bytes: a non-ASCII byte first, then CR LF and ^Z, so text-mode or 7-bit damage shows.
+#: A non-ASCII byte, CR LF and ^Z: text-mode or 7-bit damage shows.
 MAGIC = b"\x89KTR\r\n\x1a\n"
 FORMAT_MAJOR = 1
 FORMAT_MINOR = 4
-#: Must-understand preamble flags this build knows (a reader refuses others); 1.0-1.4 define none.
+#: Must-understand preamble flags this build knows (a reader refuses others).
 KNOWN_FLAGS = 0
 
 
 @dataclasses.dataclass(frozen=True)
 class MinorLimits:
-    """What the event columns may hold in a file of one format minor version."""
+    """What event columns may hold in one format minor."""
 
     max_kind: int
     max_clock: int
     event_flags: int  # every defined bit of ``flags``
 
 
-#: Per format minor. Rows of a newer minor's new kinds, clocks, flags are left to the consumers.
+#: Per format minor; a newer minor's rows are the consumers' to check.
 MINOR_LIMITS: dict[int, MinorLimits] = {
     0: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.GPU), event_flags=0x1F),
     1: MinorLimits(max_kind=int(Kind.COUNTER), max_clock=int(Clock.PROCESS), event_flags=0x3F),
@@ -47,21 +47,19 @@ MINOR_LIMITS: dict[int, MinorLimits] = {
 }
 assert max(MINOR_LIMITS) == FORMAT_MINOR
 assert MINOR_LIMITS[FORMAT_MINOR].event_flags == sum(int(f) for f in Flag)
-# defined flags are the low bits
 assert all(lim.event_flags & (lim.event_flags + 1) == 0 for lim in MINOR_LIMITS.values())
 
 PREAMBLE = struct.Struct("<8sHHI")  # magic, major, minor, flags
-# sync, type, codec, schema, seq, stored_len, raw_len, crc32
 BLOCK_HEADER = struct.Struct("<IBBHIIII")
-FOOTER = struct.Struct("<QII")  # summary offset, crc32 of the offset bytes, end magic
+FOOTER = struct.Struct("<QII")  # summary offset, its crc32, end magic
 
-SYNC = 0xB10C4B7A  # first 4 bytes of every block
+SYNC = 0xB10C4B7A  # starts every block
 END_MAGIC = 0x444E454B  # "KEND" on disk
-PREAMBLE_SIZE = PREAMBLE.size  # 16
-BLOCK_HEADER_SIZE = BLOCK_HEADER.size  # 24
-FOOTER_SIZE = FOOTER.size  # 16
+PREAMBLE_SIZE = PREAMBLE.size
+BLOCK_HEADER_SIZE = BLOCK_HEADER.size
+FOOTER_SIZE = FOOTER.size
 
-MAX_BLOCK_BYTES = 1 << 28  # a payload's limit, stored or decoded
+MAX_BLOCK_BYTES = 1 << 28  # stored or decoded
 MAX_BLOCK_EVENTS = (MAX_BLOCK_BYTES - 12) // EVENT_DTYPE.itemsize
 
 EVENTS_HEAD = struct.Struct("<Iq")  # n, base_ts
@@ -76,7 +74,7 @@ class BlockType(enum.IntEnum):
     SUMMARY = 5
     ANNOTATION = 6
     IMAGE = 7  # format 1.2
-    PROFILE = 8  # format 1.4: an instruction profile (katra_trace/profile)
+    PROFILE = 8  # format 1.4
 
 
 class Codec(enum.IntEnum):
@@ -88,13 +86,11 @@ class Codec(enum.IntEnum):
 CODEC_NAMES = {"none": Codec.NONE, "zstd": Codec.ZSTD, "blosc2": Codec.BLOSC2}
 
 
-#: A codec's library is not installed (exit 3), under the name the reader and writer document.
 CodecUnavailableError = MissingDependencyError
 
 
-#: Codec-2 chunks: LZ4 level 9, byte shuffle, one thread (the render threads need the cores).
+#: Codec-2 chunks: one thread, as the render threads need the cores.
 BLOSC2_CLEVEL = 9
-# version, versionlz, flags, typesize, nbytes, blocksize, cbytes
 BLOSC2_CHUNK_HEAD = struct.Struct("<BBBBiii")
 BLOSC2_MIN_HEADER = 32
 
@@ -129,7 +125,7 @@ def encode_block(
     schema: int = 0,
     compressor: zstandard.ZstdCompressor | None = None,
 ) -> tuple[bytes, bytes]:
-    """Frame one block: (24-byte header, stored payload). Codec 2 is encoded in blosc2_events."""
+    """Frame one block: (header, stored payload); codec 2 is blosc2_events'."""
     raw_len = len(payload)
     if raw_len > MAX_BLOCK_BYTES:
         raise ValueError(f"block payload of {raw_len} bytes exceeds {MAX_BLOCK_BYTES}")
@@ -161,7 +157,7 @@ def encode_footer(summary_offset: int) -> bytes:
 
 
 def decode_footer(data: bytes) -> int | None:
-    """The summary offset if ``data`` is a valid footer, else None."""
+    """The summary offset of a valid footer, else None."""
     if len(data) != FOOTER_SIZE:
         return None
     offset, crc, end = FOOTER.unpack(data)
@@ -171,7 +167,6 @@ def decode_footer(data: bytes) -> int | None:
 
 
 def encode_json(obj: dict[str, Any]) -> bytes:
-    """``obj`` as a JSON block payload (non-finite floats as null)."""
     return jsontext.dumps(obj, separators=(",", ":"), default=_json_default).encode("utf-8")
 
 
@@ -199,7 +194,7 @@ def decode_json(payload: bytes, offset: int, notes: list[str] | None = None) -> 
         raise TraceFormatError(
             f"corrupt block at offset {offset}: JSON payload is not an object", offset
         )
-    if b"\\ud" in payload or b"\\uD" in payload:  # only then can a surrogate be there
+    if b"\\ud" in payload or b"\\uD" in payload:
         repaired: list[int] = []
         try:
             fixed = _repair_json(obj, repaired)
@@ -233,7 +228,6 @@ def repair_text(text: str) -> str:
 
 
 def _repair_json(obj: Any, repaired: list[int]) -> Any:
-    """``obj`` with :func:`repair_text` on every string; appends to ``repaired`` per change."""
     if isinstance(obj, str):
         if _has_surrogate(obj):
             repaired.append(1)
@@ -247,7 +241,7 @@ def _repair_json(obj: Any, repaired: list[int]) -> Any:
 
 
 def encode_strings(first_id: int, strings: Sequence[str]) -> bytes:
-    """Lone surrogates are written as U+FFFD, so every file holds valid UTF-8."""
+    """Lone surrogates go as U+FFFD: every file holds valid UTF-8."""
     blobs = [_utf8(s) for s in strings]
     lengths = np.fromiter((len(b) for b in blobs), dtype="<u4", count=len(blobs))
     return STRINGS_HEAD.pack(first_id, len(blobs)) + lengths.tobytes() + b"".join(blobs)
@@ -263,8 +257,7 @@ def _utf8(text: str) -> bytes:
 def decode_strings(
     payload: bytes, offset: int, notes: list[str] | None = None
 ) -> tuple[int, list[str]]:
-    """Decode a STRINGS payload. Encoded surrogates (katra3d 0.1.0 wrote them) become U+FFFD,
-    noted in ``notes``; other invalid UTF-8 is corruption."""
+    """Decode a STRINGS payload; encoded surrogates become U+FFFD, noted in ``notes``."""
     bad = f"corrupt STRINGS block at offset {offset}"
     if len(payload) < STRINGS_HEAD.size:
         raise TraceFormatError(f"{bad}: too short", offset)
@@ -294,8 +287,8 @@ def decode_strings(
 
 
 def encode_events(events: np.ndarray) -> bytes:
-    """Columnar payload: n, base_ts, then each column byte-planed (zstd sees the slowly varying
-    high bytes as runs); start_ns as deltas."""
+    """Columnar payload: n, base_ts, byte-planed columns (zstd sees high bytes as runs),
+    start_ns as deltas."""
     n = len(events)
     if n == 0:
         return EVENTS_HEAD.pack(0, 0)
@@ -316,7 +309,6 @@ def encode_events(events: np.ndarray) -> bytes:
 
 
 def events_head(payload: bytes, offset: int) -> tuple[int, int]:
-    """(n, base_ts) after checking the payload's size against n."""
     bad = f"corrupt EVENTS block at offset {offset}"
     if len(payload) < EVENTS_HEAD.size:
         raise TraceFormatError(f"{bad}: too short", offset)
@@ -329,18 +321,14 @@ def events_head(payload: bytes, offset: int) -> tuple[int, int]:
 def decode_events(
     payload: bytes, offset: int, out: np.ndarray | None = None, *, zeroed: bool = False
 ) -> np.ndarray:
-    """Decode an EVENTS payload, unchecked, into ``out`` or a new array.
-
-    ``zeroed``: ``out`` is all zero bytes, so all-zero byte planes are not copied."""
+    """Decode an EVENTS payload, unchecked (``zeroed``: ``out`` is zeros)."""
     return _decode(payload, offset, out, zeroed)[0]
 
 
 def decode_checked_events(
     payload: bytes, offset: int, minor: int, out: np.ndarray | None = None, *, zeroed: bool = False
 ) -> tuple[np.ndarray, str | None]:
-    """:func:`decode_events` and :func:`check_events`' verdict (the reader's side).
-
-    The byte planes' maxima clear most batches; only the others are checked column by column."""
+    """:func:`decode_events` and :func:`check_events`' verdict (plane maxima clear most)."""
     events, maxima, start_max = _decode(payload, offset, out, zeroed)
     if len(events) == 0 or not _may_break_rules(maxima, start_max, minor):
         return events, None
@@ -350,27 +338,25 @@ def decode_checked_events(
 def _decode(
     payload: bytes, offset: int, out: np.ndarray | None, zeroed: bool
 ) -> tuple[np.ndarray, list[int], int]:
-    """The events, each byte plane's maximum, and the largest ``start_ns``."""
     n, base = events_head(payload, offset)
     width = EVENT_DTYPE.itemsize
     if out is None:
         out, zeroed = np.zeros(n, dtype=EVENT_DTYPE), True
     if n == 0:
         return out, [0] * width, 0
-    # the payload is exactly the transpose of the packed records
     planes = np.frombuffer(payload, dtype=np.uint8, offset=EVENTS_HEAD.size).reshape(width, n)
     maxima: list[int] = planes.max(axis=1).tolist()
     rows = out.view(np.uint8).reshape(n, width)
-    if n < 256:  # a small batch: one call beats `width` short ones
+    if n < 256:  # one call beats `width` short ones
         rows[...] = planes.T
         np.cumsum(out["start_ns"], out=out["start_ns"])
         out["start_ns"] += base
         return out, maxima, int(out["start_ns"].max())
     first, size = _PLANES["start_ns"]
-    start = np.zeros(n, dtype="<i8")  # contiguous: a fast cumulative sum
+    start = np.zeros(n, dtype="<i8")  # contiguous: fast cumsum
     start_bytes = start.view(np.uint8).reshape(n, size)
     for byte in range(width):
-        # plane by plane: ~5x faster than numpy's transpose with `width`-byte inner loops
+        # plane by plane: ~5x faster than numpy's transpose
         if first <= byte < first + size:
             if maxima[byte]:
                 start_bytes[:, byte - first] = planes[byte]
@@ -391,7 +377,6 @@ def _may_break_rules(maxima: Sequence[int], start_max: int, minor: int) -> bool:
     limits = MINOR_LIMITS.get(minor)
     if limits is not None:
         flags_hi = top("flags", 1)
-        # no flags value exceeds it
         flags_bound = (flags_hi << 8) | 0xFF if flags_hi else top("flags", 0)
         if (
             top("kind", 0) > limits.max_kind
@@ -399,7 +384,7 @@ def _may_break_rules(maxima: Sequence[int], start_max: int, minor: int) -> bool:
             or flags_bound > limits.event_flags
         ):
             return True
-    # dur_ns below 2**62 is not negative, and its span cannot overflow from a start up to 2**62
+    # dur_ns < 2**62: non-negative, and no overflow from a start up to 2**62
     return top("dur_ns", 7) >= 0x40 or start_max > 1 << 62
 
 
@@ -407,11 +392,8 @@ _INT64_MAX = np.iinfo(np.int64).max
 
 
 def check_events(events: np.ndarray, minor: int) -> str | None:
-    """Why ``events`` cannot be in a file of format minor ``minor``, or None if they can.
-
-    Kinds, clocks and flags must be defined (an unknown newer minor is not checked), durations
-    non-negative, and a span's end must fit in int64.
-    """
+    """Why ``events`` cannot be in a file of format minor ``minor``, or None: undefined kinds,
+    clocks or flags, negative durations, or a span end past int64."""
     if len(events) == 0:
         return None
     limits = MINOR_LIMITS.get(minor)
@@ -421,21 +403,20 @@ def check_events(events: np.ndarray, minor: int) -> str | None:
             return f"event kind {kind_max} is not defined in format 1.{minor}"
         if clock_max > limits.max_clock:
             return f"event clock {clock_max} is not defined in format 1.{minor}"
-        if int(events["flags"].max()) & ~limits.event_flags:  # defined bits are the low ones
+        if int(events["flags"].max()) & ~limits.event_flags:
             extra = int(np.bitwise_or.reduce(events["flags"])) & ~limits.event_flags
             return f"event flag bits {extra:#x} are not defined in format 1.{minor}"
     dur = events["dur_ns"]
     if int(dur.min()) < 0:
         return f"negative duration {int(dur.min())} (dur_ns is never negative)"
     start = events["start_ns"]
-    if int(dur.max()) > 1 << 62 or int(start.max()) > 1 << 62:  # only then can start + dur overflow
+    if int(dur.max()) > 1 << 62 or int(start.max()) > 1 << 62:  # else start + dur cannot overflow
         if bool((start > _INT64_MAX - dur).any()):
             return "a span ends beyond the int64 nanosecond range"
     return None
 
 
 def _plane_offsets() -> dict[str, tuple[int, int]]:
-    """Per column: (first plane's index, byte width) in an EVENTS payload."""
     out, at = {}, 0
     for name, typ, _ in COLUMNS:
         width = np.dtype(typ).itemsize
@@ -456,10 +437,7 @@ _SCREENED_PLANES = (
 
 
 def check_payload(payload: bytes, start_ns: np.ndarray, minor: int) -> str | None:
-    """:func:`check_events`' verdict on an encoded EVENTS payload (the writer's side).
-
-    The few screened planes' maxima clear most batches; others are decoded and checked.
-    """
+    """:func:`check_events`' verdict on an encoded EVENTS payload (plane maxima clear most)."""
     n = len(start_ns)
     if n == 0:
         return None
@@ -476,7 +454,7 @@ def check_payload(payload: bytes, start_ns: np.ndarray, minor: int) -> str | Non
 
 
 def copy_events(events: np.ndarray) -> np.ndarray:
-    """A contiguous copy of ``events``, as bytes (a structured copy is several times slower)."""
+    """``events`` as bytes (several times faster than a structured copy)."""
     src = np.ascontiguousarray(events.astype(EVENT_DTYPE, copy=False))
     out = np.empty(len(src), dtype=EVENT_DTYPE)
     out.view(np.uint8)[...] = src.view(np.uint8)
@@ -487,7 +465,7 @@ _DECOMPRESSORS = threading.local()
 
 
 def _zstd_decompressor() -> zstandard.ZstdDecompressor:
-    """This thread's zstd decompressor (one may not serve two threads at once)."""
+    """This thread's zstd decompressor (one may not serve two threads)."""
     d: zstandard.ZstdDecompressor | None = getattr(_DECOMPRESSORS, "zstd", None)
     if d is None:
         d = _DECOMPRESSORS.zstd = zstandard.ZstdDecompressor()

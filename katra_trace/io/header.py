@@ -1,9 +1,5 @@
-"""The trace header as typed records: how a capture was made and what it ran on (pure).
-
-:meth:`TraceHeader.from_dict` is the one reader of a HEADER object: it upgrades older layouts and
-reads a wrong-typed value as None, kept as read in ``extra``, so :meth:`as_dict` round-trips.
-Producers build the same records; the writer writes only a header that reads back
-(:func:`readable_header`).
+"""The trace header as typed records (pure). :meth:`TraceHeader.from_dict` is the one reader: it
+upgrades older layouts and keeps wrong-typed values in ``extra`` so :meth:`as_dict` round-trips.
 """
 
 from __future__ import annotations
@@ -34,7 +30,7 @@ from katra_trace.io.records import (
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DriverInfo(_Record):
-    """The GL driver parsed from GL_VERSION (``host_info.gl.driver``): ``Mesa`` ``22.3.6``."""
+    """``host_info.gl.driver``, parsed from GL_VERSION."""
 
     name: str | None = None
     version: str | None = None
@@ -44,7 +40,7 @@ class DriverInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TimerQueryInfo(_Record):
-    """GL_TIMESTAMP query support (``host_info.gl.timer_query``)."""
+    """``host_info.gl.timer_query``."""
 
     supported: bool | None = None
     counter_bits: int | None = None
@@ -59,7 +55,7 @@ class TimerQueryInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GLInfo(_Record):
-    """The GL context a capture ran on (``host_info.gl``)."""
+    """``host_info.gl``."""
 
     vendor: str | None = None
     renderer: str | None = None
@@ -94,7 +90,7 @@ class GLInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EGLDeviceInfo(_Record):
-    """The EGL device a capture ran on (``host_info.egl.device``)."""
+    """``host_info.egl.device``."""
 
     drm_device: str | None = None
     renderer: str | None = None
@@ -109,7 +105,7 @@ class EGLDeviceInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EGLInfo(_Record):
-    """The EGL display and device (``host_info.egl``; empty on other backends)."""
+    """``host_info.egl`` (empty on other backends)."""
 
     vendor: str | None = None
     version: str | None = None
@@ -128,7 +124,7 @@ class EGLInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SystemInfo(_Record):
-    """The machine (``host_info.system``)."""
+    """``host_info.system``."""
 
     cpu_model: str | None = None
     cpu_cores: int | None = None
@@ -161,11 +157,7 @@ class SystemInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class HostInfo(_Record):
-    """What a capture ran on (``host_info``).
-
-    ``renderer``, ``driver`` and ``software`` are what comparisons use, from any layout (the 1.0
-    keys, kept in ``extra``, win).
-    """
+    """``host_info``; comparisons use ``renderer``, ``driver``, ``software`` (the 1.0 keys win)."""
 
     backend: str | None = None
     gl: GLInfo = dataclasses.field(default_factory=GLInfo)
@@ -204,7 +196,7 @@ class HostInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MeasureOptions(_Record):
-    """What a capture measured (``capture_options.measure``)."""
+    """``capture_options.measure``."""
 
     mode: str | None = None
     valgrind: str | None = None
@@ -227,7 +219,7 @@ class MeasureOptions(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ResolvedOptions(_Record):
-    """The run as resolved from the request (``capture_options.resolved``)."""
+    """``capture_options.resolved``."""
 
     frames: int | None = None
     duration_s: float | None = None  # per scene, host clock
@@ -253,7 +245,6 @@ class ResolvedOptions(_Record):
 
 
 def _scene_params(resolved: ResolvedOptions, extra: Mapping[str, Any]) -> dict[str, Any]:
-    """Scene label -> params, from every layout."""
     out: dict[str, Any] = {}
     for source in (resolved.scenes, resolved.extra.get("scenes"), extra.get("scenes")):
         if isinstance(source, Sequence) and not isinstance(source, str):
@@ -272,10 +263,7 @@ def _scene_params(resolved: ResolvedOptions, extra: Mapping[str, Any]) -> dict[s
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CaptureOptions(_Record):
-    """How a capture was made (``capture_options``); ``extra`` holds the rest of the request.
-
-    ``run_*`` are the values it ran with: resolved when recorded, else requested.
-    """
+    """How a capture was made (``capture_options``); ``run_*``: resolved values, else requested."""
 
     api: str | None = None
     frames: int | None = None
@@ -341,14 +329,14 @@ class CaptureOptions(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ShardInfo(_Record):
-    """One shard of a merged trace (``shards[k]``, format 1.3)."""
+    """One shard of a merged trace (``shards[k]``)."""
 
     shard: str | None = None  # "I/N"
     file: str | None = None
     scenes: tuple[str, ...] | None = None
     tool_version: str | None = None
     start_wall_ns: int | None = None
-    # ns added to its event times: its start after the merged trace's (wall clock)
+    # ns added to its event times (its wall-clock start after the merged trace's)
     offset_ns: int | None = None
     pid: int | None = None
     host_info: HostInfo = dataclasses.field(default_factory=HostInfo)
@@ -367,7 +355,7 @@ class ShardInfo(_Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TraceHeader(_Record):
-    """A trace's HEADER block: what ran, how, on what, when (docs/trace-format.md)."""
+    """A trace's HEADER block (docs/trace-format.md)."""
 
     format_version: str | None = None
     schema_version: int | None = None
@@ -376,7 +364,7 @@ class TraceHeader(_Record):
     capture_options: CaptureOptions = dataclasses.field(default_factory=CaptureOptions)
     host_info: HostInfo = dataclasses.field(default_factory=HostInfo)
     start_wall_ns: int | None = None  # UTC, ns since the epoch
-    start_host_ns: int | None = None  # perf_counter_ns; event times are relative to it
+    start_host_ns: int | None = None  # perf_counter_ns, the origin of event times
     pid: int | None = None
     workload: str | None = None
     notes: str | None = None
@@ -398,7 +386,7 @@ class TraceHeader(_Record):
     }
 
     def host_of(self, scene: str) -> HostInfo:
-        """The host ``scene`` ran on: its shard's in a merged trace, else ``host_info``."""
+        """The host ``scene`` ran on (its shard's in a merged trace)."""
         for shard in self.shards or ():
             if shard.scenes is not None and scene in shard.scenes:
                 return shard.host_info
@@ -406,7 +394,7 @@ class TraceHeader(_Record):
 
     @classmethod
     def from_dict(cls, data: Any) -> TraceHeader:
-        """Read a HEADER block's JSON object; TraceFormatError when it is not an object."""
+        """Read a HEADER JSON object; TraceFormatError when it is not an object."""
         if not isinstance(data, Mapping):
             raise TraceFormatError(
                 f"the trace header is not a JSON object but {type(data).__name__}"
@@ -421,10 +409,7 @@ def build_capture_options(
     fixed: Mapping[str, Any] | None = None,
     resolved: Mapping[str, Any] | None = None,
 ) -> CaptureOptions:
-    """The capture options every producer records; the engine adds timing mode, measure, zones.
-
-    ``api``: the entry point, unless ``requested`` names one; ``fixed`` overrides the request.
-    """
+    """The capture options every producer records; ``fixed`` overrides ``requested``."""
     given = dict(requested or {})
     out = {"api": api, **given} if api is not None and "api" not in given else given
     out.update(fixed or {})
@@ -434,7 +419,7 @@ def build_capture_options(
 
 
 def readable_header(header: dict[str, Any], path: object) -> dict[str, Any]:
-    """``header`` if the reader reads it back (its check is the one schema), else ConfigError."""
+    """``header`` if the reader reads it back, else ConfigError (the one schema check)."""
     try:
         check_header(header, 0)
     except TraceFormatError as exc:
@@ -446,7 +431,7 @@ def readable_header(header: dict[str, Any], path: object) -> dict[str, Any]:
 
 
 def header_part(part: Mapping[str, Any] | CaptureOptions | HostInfo | None) -> dict[str, Any]:
-    """A header part as the JSON object written (the one place records become a dict)."""
+    """A header part as the JSON object written."""
     if isinstance(part, _Record):
         return part.as_dict()
     return dict(part or {})

@@ -1,9 +1,5 @@
-"""The IMAGE block's payload (format 1.2, docs/trace-format.md): ``u32 n``, n bytes of JSON facts,
-then the PNG file, byte for byte.
-
-Written with codec 0 (PNG is compressed already). This module frames and checks; pixels are
-:mod:`katra_trace.io.images`'s.
-"""
+"""The IMAGE block's payload (docs/trace-format.md): ``u32 n``, n bytes of JSON facts, the PNG
+file; framed and checked here, pixels in :mod:`katra_trace.io.images`."""
 
 from __future__ import annotations
 
@@ -19,9 +15,9 @@ from katra_trace.errors import TraceFormatError
 from katra_trace.io import format as fmt
 from katra_trace.text import shown
 
-IMAGE_HEAD = struct.Struct("<I")  # the length of the JSON part
+IMAGE_HEAD = struct.Struct("<I")  # JSON length
 IMAGE_ENCODING = "png"
-MAX_IMAGE_BYTES = 1 << 28  # pixel bytes of the largest frame kept
+MAX_IMAGE_BYTES = 1 << 28  # pixel bytes of the largest kept frame
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -39,7 +35,6 @@ IMAGE_FIELDS: dict[str, str] = {
 
 
 def encode_image_payload(meta: dict[str, Any], png: bytes) -> bytes:
-    """An IMAGE block's payload from the facts ``meta`` (checked) and the PNG bytes."""
     problem = image_meta_problem(meta)
     if problem is not None:
         raise ValueError(f"image record: {problem}")
@@ -114,10 +109,7 @@ _IHDR = struct.Struct(">IIBBBBB")
 
 
 def png_problem(png: bytes, meta: dict[str, Any]) -> str | None:
-    """What is wrong with a kept frame's PNG from its chunks alone (None: nothing).
-
-    One PNG matching the record (IHDR first, IDAT, IEND last, CRCs); what only decoding tells is
-    checked by :func:`katra_trace.io.images.frame_pixels`."""
+    """What is wrong with a kept frame's PNG from its chunks alone (None: nothing)."""
     if not png.startswith(PNG_SIGNATURE):
         return "its image is not a PNG (it does not start with the PNG signature)"
     pos = len(PNG_SIGNATURE)
@@ -177,7 +169,7 @@ def _ihdr_problem(ihdr: bytes, meta: dict[str, Any]) -> str | None:
 
 
 class PixelBudget(Protocol):
-    """What decoded pixels count against (blocks.DecodeBudget; blocks.py imports this module)."""
+    """What decoded pixels count against (blocks.DecodeBudget; it imports this module)."""
 
     def take(self, n: int, what: str, offset: int | None = None) -> None: ...
 
@@ -186,8 +178,8 @@ class PixelBudget(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class KeptFrame:
-    """One kept frame as the reader's scan keeps it: facts, offset, PNG bytes and ``damage`` (what
-    its chunks show wrong, "" when nothing); pixels are decoded on demand within ``budget``."""
+    """A kept frame as the scan keeps it (``damage``: what its chunks show wrong, or ""); pixels
+    are decoded on demand."""
 
     scene: str
     frame_index: int
@@ -207,7 +199,6 @@ class KeptFrame:
     def from_block(
         cls, meta: dict[str, Any], png: bytes, offset: int, path: Path, budget: PixelBudget | None
     ) -> KeptFrame:
-        """The kept frame of an IMAGE block whose facts ``meta`` were checked."""
         return cls(
             meta["scene"],
             meta["frame_index"],
@@ -230,12 +221,12 @@ class KeptFrame:
 
     @property
     def where(self) -> str:
-        """How every message about it starts: file, scene, offset."""
+        """How every message about it starts."""
         return f"{shown(self.path)}: kept frame of scene {self.scene!r} at offset {self.offset}"
 
     @property
     def damage_line(self) -> str:
-        """ "FILE: kept frame of scene 's' at offset N: why" when it is damaged, else ""."""
+        """The damage as one message line, else ""."""
         return f"{self.where}: {self.damage}" if self.damage else ""
 
 

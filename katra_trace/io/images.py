@@ -1,9 +1,6 @@
-"""Kept frames: each scene's last measured frame, kept losslessly as a PNG in an IMAGE block of the
-trace, and how to read it back.
-
-Decoding is checked against the frame's record and counted against the trace's reading budget.
-The image key (:func:`image_key`) says which device drew a frame: frames of one scene are
-expected identical only under the same key, so references are kept per key."""
+"""Kept frames: each scene's last measured frame as a PNG in an IMAGE block, read back checked
+and within the reading budget; frames compare only under one :func:`image_key`
+(docs/kept-images.md)."""
 
 from __future__ import annotations
 
@@ -31,16 +28,14 @@ from katra_trace.io.reader import TraceRecoveryWarning, open_trace
 
 KEY_FIELDS: tuple[str, ...] = ("renderer", "mesa", "llvm", "vector_bits")
 
-#: zlib level of a kept PNG: level 1 encoded 3.2x as fast as Pillow's default for files 13 % larger
-#: (docs/kept-images.md).
+#: zlib level 1: 3.2x as fast as Pillow's default for 13 % larger files.
 PNG_LEVEL = 1
 
 
 @dataclasses.dataclass(frozen=True)
 class FrameImage:
-    """One kept frame of one scene. ``frame_index`` counts warmup frames; ``time_s`` is the
-    animation time it was given (s); ``sha256`` is of the raw pixels; ``pixels`` is (H, W, 4|3)
-    uint8, row 0 = top."""
+    """One kept frame. ``frame_index`` counts warmup frames; ``time_s``: animation time (s);
+    ``pixels``: (H, W, 4|3) uint8, row 0 = top."""
 
     scene: str
     frame_index: int
@@ -53,12 +48,12 @@ class FrameImage:
 
 
 def image_checksum(pixels: np.ndarray) -> str:
-    """SHA-256 (hex) of the pixel bytes in C order."""
+    """SHA-256 (hex) of the C-order pixel bytes."""
     return hashlib.sha256(np.ascontiguousarray(pixels, dtype=np.uint8).data).hexdigest()
 
 
 def check_pixels(pixels: Any) -> np.ndarray:
-    """``pixels`` as a C-ordered (H, W, 3|4) uint8 array; ValueError for anything else."""
+    """``pixels`` as a C-ordered (H, W, 3|4) uint8 array, else ValueError."""
     arr = np.asarray(pixels)
     if (
         arr.dtype != np.uint8
@@ -83,10 +78,9 @@ def encode_png(pixels: np.ndarray, level: int = PNG_LEVEL) -> bytes:
 
 
 def decode_png(data: bytes, what: str = "PNG") -> np.ndarray:
-    """The pixels of a PNG, grey, palette and 16-bit converted to 8-bit RGB(A); ValueError naming
-    ``what`` if unreadable or larger than ``MAX_IMAGE_BYTES``."""
+    """A PNG's pixels as 8-bit RGB(A); ValueError naming ``what`` if unreadable or too large."""
     try:
-        with warnings.catch_warnings():  # the size is checked below, against katra3d's own limit
+        with warnings.catch_warnings():  # the size is checked below, against our own limit
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             img_file = Image.open(io.BytesIO(data), formats=["PNG"])
         with img_file as img:
@@ -105,7 +99,6 @@ def decode_png(data: bytes, what: str = "PNG") -> np.ndarray:
     return check_pixels(arr)
 
 
-#: What Pillow raises on bytes that are not a readable PNG.
 _PNG_ERRORS = (
     OSError,
     SyntaxError,
@@ -116,14 +109,12 @@ _PNG_ERRORS = (
     zlib.error,
     Image.DecompressionBombError,
 )
-#: Rows are copied out of Pillow in strips of about this size: the only copy beside Pillow's buffer
-#: and the result.
+#: Rows are copied out of Pillow in strips of about this size (bounds the memory used).
 STRIP_BYTES = 4 << 20
 
 
 class KeptFrameError(TraceFormatError):
-    """A kept frame's PNG does not hold the pixels its record describes; the message names the
-    trace, the scene and the block's offset."""
+    """A kept frame's PNG does not hold the pixels its record describes."""
 
 
 def decode_cost(width: int, height: int, channels: int) -> tuple[int, int]:
@@ -141,9 +132,8 @@ def png_pixels(
     budget: PixelBudget | None = None,
     offset: int | None = None,
 ) -> np.ndarray:
-    """The pixels of a PNG that must hold ``width`` x ``height`` x ``channels``, decoded only
-    when :func:`decode_cost` fits in ``budget`` (else TraceTooLargeError); the result's bytes
-    stay counted while it lives. ValueError starting with ``where`` for any other PNG."""
+    """A PNG's pixels if :func:`decode_cost` fits ``budget`` (else TraceTooLargeError), counted
+    while alive; ValueError unless ``width`` x ``height`` x ``channels``."""
     working, held = decode_cost(width, height, channels)
     if budget is not None:
         budget.take(working, f"{where}: its {width}x{height} pixels would decode to", offset)
@@ -162,7 +152,6 @@ def png_pixels(
 def _decode_strips(png: bytes, width: int, height: int, channels: int, where: str) -> np.ndarray:
     mode = "RGBA" if channels == 4 else "RGB"
     try:
-        # the caller checked the size against its own budget
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             img_file = Image.open(io.BytesIO(png), formats=["PNG"])
@@ -193,9 +182,8 @@ def _decode_strips(png: bytes, width: int, height: int, channels: int, where: st
 
 
 def frame_pixels(frame: KeptFrame) -> np.ndarray:
-    """The pixels of a trace's kept frame, decoded from the bytes the reader kept and checked
-    against the record. They count against the trace's reading budget while alive
-    (TraceTooLargeError when they do not fit); :class:`KeptFrameError` for a damaged frame."""
+    """A kept frame's pixels, checked against its record, counted in the reading budget while
+    alive; TraceTooLargeError or :class:`KeptFrameError`."""
     if frame.damage:
         raise KeptFrameError(frame.damage_line, frame.offset)
     try:
@@ -220,20 +208,18 @@ def frame_pixels(frame: KeptFrame) -> np.ndarray:
 def save_png(
     path: str | os.PathLike[str], image: FrameImage | np.ndarray, *, overwrite: bool = True
 ) -> None:
-    """Write ``image`` to ``path`` as a PNG through the output rule; over an existing file only
-    with ``overwrite`` (this script helper's default)."""
+    """Write ``image`` to ``path`` as a PNG through the output rule."""
     pixels = image.pixels if isinstance(image, FrameImage) else image
     with open_output(path, force=overwrite, option="save_png", example="frame.png") as f:
         f.write(encode_png(pixels))
 
 
 def load_png(path: str | os.PathLike[str]) -> np.ndarray:
-    """The pixels of the PNG at ``path``; ValueError if unreadable."""
     return decode_png(Path(path).read_bytes(), f"'{os.fspath(path)}'")
 
 
 def renderer_facts(gl: Mapping[str, Any]) -> dict[str, str]:
-    """The image key's facts from ``host_info["gl"]``; "" where unknown."""
+    """The image key's facts from ``host_info["gl"]`` ("" where unknown)."""
     renderer = str(gl.get("renderer", ""))
     version = str(gl.get("version", ""))
     llvm = re.search(r"LLVM\s+([\d.]+)", renderer)
@@ -248,7 +234,7 @@ def renderer_facts(gl: Mapping[str, Any]) -> dict[str, str]:
 
 
 def image_key(host_info: Mapping[str, Any]) -> dict[str, str]:
-    """The image key of frames drawn on the host a trace header's ``host_info`` describes."""
+    """The image key of frames drawn on the host ``host_info`` describes."""
     gl = host_info.get("gl")
     return renderer_facts(gl if isinstance(gl, Mapping) else {})
 
@@ -278,10 +264,8 @@ def frame_record(
 
 
 def read_frame_images(path: str | os.PathLike[str]) -> dict[str, FrameImage]:
-    """The kept frames of the trace at ``path`` by scene label, with pixels ({} if none); reads a
-    damaged trace's intact prefix. Raises :class:`KeptFrameError` for a damaged frame and
-    TraceTooLargeError when the frames together exceed the reading budget; to hold one frame at a
-    time use ``open_trace(path).kept_frames`` and :func:`frame_pixels`."""
+    """The kept frames at ``path`` by scene label (a damaged trace's intact prefix); raises
+    :class:`KeptFrameError` or TraceTooLargeError. One at a time: :func:`frame_pixels`."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TraceRecoveryWarning)
         trace = open_trace(path)

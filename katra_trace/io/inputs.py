@@ -1,7 +1,5 @@
-"""The one rule for a file katra3d reads: a regular file outside ``/proc`` and ``/sys`` (whose files
-misreport sizes or are consumed by a read), else refused in one line. Standard library only: the
-scene registry uses it too.
-"""
+"""The one rule for a file katra3d reads: a regular file outside ``/proc`` and ``/sys`` (sizes lie
+there), else refused in one line. Standard library only: the scene registry uses it too."""
 
 from __future__ import annotations
 
@@ -41,10 +39,8 @@ def _kernel_devices() -> dict[int, str]:
 def open_regular(
     path: str | os.PathLike[str], *, what: str = "trace file", max_bytes: int | None = None
 ) -> BinaryIO:
-    """Open a regular file katra3d reads (links followed), else ConfigError; never hangs.
-
-    ``max_bytes``: a larger file is refused before it is read.
-    """
+    """Open a regular file (links followed) of at most ``max_bytes``, else ConfigError; never
+    hangs."""
     shown = str(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -87,8 +83,7 @@ def open_regular(
 
 
 def read_regular(path: str | os.PathLike[str], *, what: str, max_bytes: int) -> bytes:
-    """The bytes of a small file under :func:`open_regular`'s rule (refused if it grows past
-    ``max_bytes`` while read)."""
+    """The bytes of a small file under :func:`open_regular`'s rule."""
     with open_regular(path, what=what, max_bytes=max_bytes) as f:
         try:
             data = f.read(max_bytes + 1)

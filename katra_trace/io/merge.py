@@ -1,10 +1,5 @@
-"""``katra3d merge``: one trace from the shards of a ``katra3d run --shard I/N`` (docs/ci.md).
-
-:func:`check_shards` decides whether files are the whole of one run (else one-line ConfigError);
-:func:`merge_shards` writes them one shard in memory at a time, each moved by its start after the
-earliest. The header records every shard's host (``shards``, format 1.3) so that each scene is
-compared against a comparable host.
-"""
+"""``katra3d merge``: one trace from the shards of a ``katra3d run --shard I/N`` (docs/ci.md),
+one shard in memory at a time; ``shards`` in the header keeps each shard's host for comparisons."""
 
 from __future__ import annotations
 
@@ -28,7 +23,7 @@ from katra_trace.io.tracesets import open_quietly
 from katra_trace.schema import SCHEMA_VERSION, schema_hash
 from katra_trace.text import shown
 
-#: Capture options that may differ between the shards of one run (and in the parts below).
+#: Capture options that may differ between the shards of one run.
 SHARD_OWN_OPTIONS = frozenset(
     {
         "shard",
@@ -45,26 +40,22 @@ SHARD_OWN_OPTIONS = frozenset(
 )
 SHARD_OWN_RESOLVED = frozenset({"scenes", "output", "backend", "device"})
 SHARD_OWN_MEASURE = frozenset({"command", "output", "valgrind"})
-# replayers and options are per window system: equal where two shards share one
+# per window system: equal where two shards share one
 SHARD_OWN_REPLAY = frozenset({"traces", "replayers", "options"})
 
 
 @dataclasses.dataclass(frozen=True)
 class Shard:
-    """One input, checked."""
-
     path: Path
     index: int
     count: int
     header: TraceHeader
     scenes: tuple[str, ...]
-    clock_syncs: bool = False  # it has CLOCK_SYNC blocks
+    clock_syncs: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
 class MergeResult:
-    """What :func:`merge_shards` wrote."""
-
     path: Path
     scenes: tuple[str, ...]
     shards: tuple[ShardInfo, ...]
@@ -86,7 +77,7 @@ _SHARD = re.compile(r" *([0-9]{1,4}) */ *([0-9]{1,4}) *")
 
 
 def parse_shard(text: str, what: str = "--shard") -> tuple[int, int]:
-    """``"2/4"`` -> (2, 4), the one shard parser; ConfigError naming ``what`` otherwise."""
+    """``"2/4"`` -> (2, 4); ConfigError naming ``what`` otherwise."""
     m = _SHARD.fullmatch(text)
     if not m:
         raise ConfigError(f"bad {what} {shown(text[:40])}: expected I/N, e.g. 1/2 (shard I of N)")
@@ -109,7 +100,6 @@ def _shard_of(trace: Trace) -> tuple[int, int]:
 
 
 def _scene_labels(trace: Trace) -> tuple[str, ...]:
-    """The labels of the scenes a shard planned, else those its events name."""
     planned = trace.header.capture_options.resolved.scenes or ()
     labels = [e.get("label") for e in planned]
     if labels and all(isinstance(x, str) for x in labels):
@@ -119,7 +109,7 @@ def _scene_labels(trace: Trace) -> tuple[str, ...]:
 
 
 def comparable_options(header: TraceHeader) -> dict[str, Any]:
-    """The capture options that must be equal in every shard of one run."""
+    """The capture options every shard of one run must share."""
     options = header.capture_options.as_dict()
     out = {
         k: v
@@ -138,7 +128,6 @@ def comparable_options(header: TraceHeader) -> dict[str, Any]:
 
 
 def _differences(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """Dotted option names whose values differ."""
     out = []
     for key in dict.fromkeys([*a, *b]):
         x, y = a.get(key), b.get(key)
@@ -150,7 +139,7 @@ def _differences(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -
 
 
 def check_shards(paths: Sequence[str | os.PathLike[str]]) -> list[Shard]:
-    """The shards in shard order, checked to be the whole of one run (no events are read)."""
+    """The shards in order, checked to be the whole of one run (no events are read)."""
     if not paths:
         raise ConfigError(
             "merge needs the shard traces of one run: katra3d merge SHARD... -o RUN.katra"
@@ -261,7 +250,6 @@ def _odd_shape(header: TraceHeader) -> str | None:
 
 
 def _check_labels(trace: Trace, shard: Shard) -> None:
-    """ConfigError when ``trace`` holds events of a scene its header does not name."""
     ids = np.unique(trace.events["scene"])
     stray = next(
         (trace.name(int(i)) for i in ids if i and trace.name(int(i)) not in shard.scenes), None
@@ -280,7 +268,6 @@ def _replay(header: TraceHeader) -> Mapping[str, Any]:
 
 
 def _replay_differences(a: TraceHeader, b: TraceHeader) -> list[tuple[str, str]]:
-    """(part, window system) that two shards both have, but not alike."""
     ra, rb = _replay(a), _replay(b)
     out = []
     for part in ("replayers", "options"):
@@ -302,7 +289,6 @@ def _merged_replay(shards: Sequence[Shard]) -> dict[str, Any]:
 
 
 def _workload(shards: Sequence[Shard]) -> str:
-    """The shards' workload when they agree, else their scene labels joined in run order."""
     names = list(dict.fromkeys(s.header.workload or "" for s in shards))
     if len(names) == 1:
         return names[0]
@@ -311,8 +297,7 @@ def _workload(shards: Sequence[Shard]) -> str:
 
 
 def _run_order(shards: Sequence[Shard]) -> list[str] | None:
-    """All scene labels in the run's order (by ``position``, else, in older shards, by spec);
-    None when a shard does not say."""
+    """All scene labels in run order (by ``position``, else by spec); None if a shard lacks it."""
     specs = [str(x) for x in shards[0].header.capture_options.extra.get("scenes") or ()]
     entries = [e for s in shards for e in (s.header.capture_options.resolved.scenes or ())]
     labels = [str(e.get("label")) for e in entries if isinstance(e.get("label"), str)]
@@ -342,7 +327,6 @@ def _run_order(shards: Sequence[Shard]) -> list[str] | None:
 
 
 def _pieces(shards: Sequence[Shard]) -> list[tuple[int, set[str] | None]]:
-    """(shard index, consecutive scene labels) in run order; whole shards (None) if unknown."""
     order = _run_order(shards)
     owner = {label: k for k, s in enumerate(shards) for label in s.scenes}
     if order is None or sorted(order) != sorted(owner):
@@ -358,7 +342,6 @@ def _pieces(shards: Sequence[Shard]) -> list[tuple[int, set[str] | None]]:
 
 
 def _in_order(rows: list[Any], order: Sequence[str], key: str = "scene") -> list[Any]:
-    """Rows naming a scene by ``key`` in the order of ``order``; others last."""
     place = {label: i for i, label in enumerate(order)}
     return sorted(
         rows,
@@ -369,8 +352,7 @@ def _in_order(rows: list[Any], order: Sequence[str], key: str = "scene") -> list
 
 
 def _part(trace: Trace, labels: set[str] | None, first: bool) -> Trace:
-    """``trace`` limited to the scenes ``labels`` (None: all); the first part also takes what
-    belongs to no scene (clock pairs, run notes, drop counts)."""
+    """``trace`` limited to ``labels`` (None: all; the first part also takes what has no scene)."""
     if labels is None:
         return trace
     own = set(_scene_labels(trace))
@@ -401,7 +383,7 @@ def _what(suite_and_scenes: tuple[Any, Any]) -> str:
 
 
 def _shard_infos(shards: Sequence[Shard]) -> tuple[list[ShardInfo], int]:
-    """Each shard's record, and the earliest start (wall ns) their offsets count from."""
+    """Each shard's record, and the earliest start (wall ns)."""
     starts = [s.header.start_wall_ns for s in shards]
     origin = min((t for t in starts if t is not None), default=0)
     infos = [
@@ -423,8 +405,7 @@ def _shard_infos(shards: Sequence[Shard]) -> tuple[list[ShardInfo], int]:
 def merged_header(
     shards: Sequence[Shard], infos: Sequence[ShardInfo], origin: int, output: Path
 ) -> dict[str, Any]:
-    """The merged HEADER: the first shard's options and host, with every shard's scenes, traces
-    and host (``shards``), the earliest start and the run's workload."""
+    """The merged HEADER: the first shard's options and host, plus every shard's (``shards``)."""
     first = shards[0].header
     options = first.capture_options.as_dict()
     options.pop("shard", None)
@@ -469,9 +450,8 @@ def merge_shards(
     force: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> MergeResult:
-    """Merge the shards of one run into ``output``.
-
-    Raises ConfigError, OutputExistsError, or TraceIOError (nothing is left at ``output``)."""
+    """Merge the shards of one run into ``output``; raises ConfigError, OutputExistsError or
+    TraceIOError (nothing left at ``output``)."""
     out_path = check_output(output, force=force, inputs=paths, option="-o", example="run.katra")
     shards = check_shards(paths)
     infos, origin = _shard_infos(shards)
@@ -493,7 +473,7 @@ def merge_shards(
                     f"scene{'s' if len(shard.scenes) != 1 else ''})"
                 )
             if at != k:
-                trace = None  # one shard in memory at a time
+                trace = None  # one shard in memory
                 trace, at = open_quietly(shard.path), k
                 _check_labels(trace, shard)
             assert trace is not None

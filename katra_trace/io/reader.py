@@ -1,10 +1,5 @@
-"""Reading katra3d traces, whole or block by block, intact or damaged.
-
-:func:`open_trace` keeps every intact block before the first damaged one and warns
-(:class:`TraceRecoveryWarning`; ``strict=True`` raises instead). Its one scan keeps everything a
-command reads, kept frames' PNG bytes included (pixels decoded on demand, within
-:attr:`Trace.budget`), so no consumer opens the file twice. Every length read is checked against
-the bytes left before allocating, so any byte string parses or raises a KatraError.
+"""Reading katra3d traces, intact or damaged: :func:`open_trace` keeps the intact prefix and warns
+(``strict``: raises); its one scan keeps all a command reads, so no consumer opens the file twice.
 """
 
 from __future__ import annotations
@@ -42,7 +37,7 @@ class TraceRecoveryWarning(UserWarning):
 
 
 class Trace:
-    """A trace read from a file. See :func:`open_trace`."""
+    """A trace read from a file (:func:`open_trace`)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -51,7 +46,6 @@ class Trace:
         self.strings: list[str] = []
         self.annotations: list[dict[str, Any]] = []
         self.clock_syncs: list[dict[str, Any]] = []
-        #: PROFILE blocks (katra_trace.profile.model reads them)
         self.profiles: list[dict[str, Any]] = []
         self.events: np.ndarray = np.empty(0, dtype=EVENT_DTYPE)
         self.truncated = False
@@ -62,12 +56,10 @@ class Trace:
         self.skipped_blocks = 0
         self.size = 0
         self.version = (0, 0)
-        # what the reader repaired (e.g. lone surrogates read as U+FFFD)
+        # what the reader repaired (e.g. lone surrogates)
         self.notes: list[str] = []
         self.max_ratio: float | None = None
-        # each scene's last IMAGE block
         self.kept_frames: dict[str, KeptFrame] = {}
-        # what the file may still decode (kept frames' pixels count against it)
         self.budget: DecodeBudget | None = None
 
     @property
@@ -80,8 +72,7 @@ class Trace:
         return self.strings[sid] if 0 <= sid < len(self.strings) else f"?{sid}"
 
     def iter_batches(self, strict: bool = False) -> Iterator[np.ndarray]:
-        """Stream the events block by block, re-reading the file; stops at the first damage
-        (``strict``: raises)."""
+        """Stream the events block by block; stops at the first damage."""
         state = ScanState(max_ratio=self.max_ratio)
         with open_regular(self.path) as f:
             for block in iter_blocks(f, state, strict):
@@ -102,8 +93,7 @@ class Trace:
 
 
 def _trace_fd(path: str | os.PathLike[str]) -> int | None:
-    """A blocking read fd of ``path`` if it is a regular file starting with the trace magic, else
-    None; never raises, never blocks (a FIFO with no writer is opened O_NONBLOCK)."""
+    """A read fd of a regular trace file, else None; never raises or blocks."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except (OSError, ValueError):
@@ -119,7 +109,7 @@ def _trace_fd(path: str | os.PathLike[str]) -> int | None:
 
 
 def is_trace_file(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a regular file starting with the trace magic (never blocks or raises)."""
+    """Whether ``path`` is a regular trace file (never blocks or raises)."""
     fd = _trace_fd(path)
     if fd is not None:
         os.close(fd)
@@ -127,10 +117,7 @@ def is_trace_file(path: str | os.PathLike[str]) -> bool:
 
 
 def _summary_event_count(f: BinaryIO, budget: int | None) -> int | None:
-    """The SUMMARY's event count, if footer and summary are intact, else None.
-
-    Lets :func:`open_trace` decode straight into one preallocated array; the scan checks anyway.
-    """
+    """The SUMMARY's event count if intact, else None: lets :func:`open_trace` preallocate."""
     size = file_size(f)
     if size < fmt.PREAMBLE_SIZE + fmt.BLOCK_HEADER_SIZE + fmt.FOOTER_SIZE:
         return None
@@ -162,7 +149,7 @@ def _summary_event_count(f: BinaryIO, budget: int | None) -> int | None:
         )
     except TraceFormatError:
         return None
-    # no budget: still bounded by the file's size
+    # no budget: bounded by the file's size
     limit = budget if budget is not None else 64 * size
     if (
         not isinstance(count, int)
@@ -179,14 +166,9 @@ def open_trace(
     events: bool = True,
     max_ratio: float | None = None,
 ) -> Trace:
-    """Read a trace file (a regular one: pipes, FIFOs and devices are refused).
-
-    Args:
-        strict: raise :class:`TraceFormatError` on any damage instead of recovering the prefix.
-        events: load the events (False: header, strings, summary and counts only).
-        max_ratio: decoded bytes allowed per file byte, on top of 64 MiB (None:
-            ``$KATRA3D_MAX_RATIO`` or 10; 0: no limit), else TraceTooLargeError.
-    """
+    """Read a regular trace file. ``strict``: raise TraceFormatError on damage; ``max_ratio``:
+    decoded bytes per file byte beyond 64 MiB (None: ``$KATRA3D_MAX_RATIO`` or 10; 0: no limit),
+    else TraceTooLargeError."""
     with open_regular(path) as f:
         return _read_named(path, f, strict, events, max_ratio)
 
@@ -194,7 +176,7 @@ def open_trace(
 def open_if_trace(
     path: str | os.PathLike[str], events: bool = True, max_ratio: float | None = None
 ) -> Trace | None:
-    """:func:`open_trace` of a trace file, or None for a file that is not one, in one open."""
+    """:func:`open_trace`, or None for a file that is not a trace (one open)."""
     fd = _trace_fd(path)
     if fd is None:
         return None
@@ -222,7 +204,7 @@ def _read_trace(
     summary_at: int | None = None
     header_seen = False
     expected = _summary_event_count(f, decode_budget(file_size(f), max_ratio)) if events else None
-    # zeroed (pages come zero-filled): the decoder skips all-zero byte planes
+    # zeroed pages: the decoder skips all-zero byte planes
     out = np.zeros(expected, dtype=EVENT_DTYPE) if expected is not None else None
     for block in iter_blocks(f, state, strict):
         t = block.type
@@ -269,7 +251,7 @@ def _read_trace(
                     pass
                 elif out is not None and n_events + batch.n <= len(out):
                     batch.decode(out[n_events : n_events + batch.n], zeroed=True)
-                else:  # the summary's count was wrong: collect batches
+                else:  # the summary's count was wrong
                     if out is not None:
                         batches.append(out[:n_events])
                         out = None

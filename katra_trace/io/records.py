@@ -1,8 +1,5 @@
-"""Typed records of JSON objects, the base of :mod:`katra_trace.io.header`'s (pure).
-
-A wrong-typed value (or NaN) reads as None and is kept as read in ``extra`` with unknown keys, so
-:meth:`_Record.as_dict` gives back what was read, in order.
-"""
+"""Typed records of JSON objects (pure): a wrong-typed value reads as None and is kept in
+``extra``, so :meth:`_Record.as_dict` gives back what was read, in order."""
 
 from __future__ import annotations
 
@@ -13,7 +10,7 @@ from typing import Any, ClassVar, TypeVar
 
 
 class _Bad:
-    """Marks a value a converter refuses (kept in ``extra``)."""
+    """A value a converter refuses (kept in ``extra``)."""
 
 
 _BAD = _Bad()
@@ -21,11 +18,11 @@ _Convert = Callable[[Any], Any]
 _R = TypeVar("_R", bound="_Record")
 
 
-# Converters of JSON values: null stays None; a wrong type is _BAD.
+# Converters: null stays None, a wrong type is _BAD.
 
 
 def _scalar(*types: type) -> _Convert:
-    """A converter of a JSON scalar of ``types`` (a bool is an int only where ``bool`` is named)."""
+    """A converter of a JSON scalar (a bool is an int only where ``bool`` is named)."""
 
     def convert(v: Any) -> Any:
         ok = v is None or (isinstance(v, types) and (bool in types or not isinstance(v, bool)))
@@ -86,7 +83,6 @@ def _scenes(v: Any) -> Any:
 
 
 def _plain(v: Any) -> Any:
-    """A JSON-ready copy."""
     if isinstance(v, _Record):
         return v.as_dict()
     if isinstance(v, Mapping):
@@ -102,18 +98,16 @@ def _empty(v: Any) -> bool:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _Record:
-    """Base of the header records."""
-
-    # keys not typed (unknown, or a wrong-typed value), as read
+    # keys not typed (unknown or wrong-typed), as read
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    # the keys as_dict writes, in order (empty: the fields set)
+    # the keys as_dict writes (empty: the fields set)
     layout: tuple[str, ...] = dataclasses.field(default=(), repr=False, compare=False)
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {}
 
     @classmethod
     def from_dict(cls: type[_R], data: Any) -> _R:
-        """The record of a JSON object (anything else reads as an empty record)."""
+        """The record of a JSON object (else an empty record)."""
         src: Mapping[Any, Any] = data if isinstance(data, Mapping) else {}
         kwargs: dict[str, Any] = {}
         extra: dict[str, Any] = {}
@@ -130,14 +124,14 @@ class _Record:
         return cls(**kwargs, extra=extra, layout=tuple(k for k in src if isinstance(k, str)))
 
     def replaced(self: _R, **fields: Any) -> _R:
-        """A copy with ``fields`` set and gone from ``extra``; new keys follow in given order."""
+        """A copy with ``fields`` set and gone from ``extra``."""
         extra = {k: v for k, v in self.extra.items() if k not in fields}
         base = self.layout or tuple(self.as_dict())
         layout = (*base, *(k for k in fields if k not in base))
         return dataclasses.replace(self, **fields, extra=extra, layout=layout)
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict: what was read, or the fields set in code."""
+        """A JSON-ready dict of what was read, or the fields set."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             if not f.init or f.name in ("extra", "layout") or f.name in self.extra:

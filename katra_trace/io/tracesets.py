@@ -1,8 +1,5 @@
-"""Sets of traces on disk, opened under the one damaged-trace policy, and ``ab.json``.
-
-``katra3d ab`` records in ``ab.json`` which BASE and NEW traces were taken together, so that
-``katra3d compare DIR`` pairs them.
-"""
+"""Sets of traces on disk, opened under the one damaged-trace policy, and ``ab.json`` (which
+BASE and NEW traces ``katra3d ab`` took together)."""
 
 from __future__ import annotations
 
@@ -35,7 +32,7 @@ JsonObject = Mapping[str, object]
 
 @dataclasses.dataclass(frozen=True)
 class AbRound:
-    """One complete round of ``katra3d ab`` (trace paths relative to the ab directory)."""
+    """One complete ``katra3d ab`` round (paths relative to its directory)."""
 
     number: int
     base: str
@@ -61,8 +58,8 @@ _MANIFEST_RECORDS = ("sequential", "stop", "interrupted", "decision")
 
 @dataclasses.dataclass(frozen=True)
 class AbManifest:
-    """``ab.json``: the sides, their complete rounds and, when there, the stopping rule, the stop,
-    the interrupted round and what the rounds were judged on (``decision``)."""
+    """``ab.json``: the sides, complete rounds, and optionally the stopping rule, stop,
+    interrupted round and ``decision``."""
 
     base_dir: str = "base"
     new_dir: str = "new"
@@ -76,7 +73,6 @@ class AbManifest:
     decision: JsonObject | None = None
 
     def to_json(self) -> dict[str, object]:
-        """The JSON object of ``ab.json`` (the one place it is written)."""
         return {
             "katra3d_ab": AB_MANIFEST_VERSION,
             **{k: getattr(self, k) for k in _MANIFEST_TEXT},
@@ -86,7 +82,7 @@ class AbManifest:
 
     @classmethod
     def from_json(cls, data: object, path: Path) -> AbManifest:
-        """The one reader of what :meth:`to_json` wrote; ConfigError when it is not one."""
+        """The one reader of :meth:`to_json`'s object; ConfigError otherwise."""
         if (
             not isinstance(data, dict)
             or data.get("katra3d_ab") != AB_MANIFEST_VERSION
@@ -126,7 +122,7 @@ class AbManifest:
         )
 
     def pairs(self, root: Path) -> list[tuple[Path, Path]]:
-        """(BASE, NEW) of each round whose two traces exist, in round order."""
+        """(BASE, NEW) of each round whose two traces exist."""
         out = []
         for r in self.rounds:
             b, n = (root / r.base).resolve(), (root / r.new).resolve()
@@ -136,13 +132,13 @@ class AbManifest:
 
 
 def write_ab_manifest(root: Path, manifest: AbManifest) -> None:
-    """Write ``root/ab.json`` atomically (a crash leaves the previous version)."""
+    """Write ``root/ab.json`` atomically."""
     with open_output(root / AB_MANIFEST, force=True, option="-o", example=AB_MANIFEST) as f:
         f.write((json.dumps(manifest.to_json(), indent=2) + "\n").encode("utf-8"))
 
 
 def is_ab_dir(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` holds an ``ab.json`` (its content is checked on reading)."""
+    """Whether ``path`` holds an ``ab.json`` (not read)."""
     return (Path(path) / AB_MANIFEST).is_file()
 
 
@@ -150,7 +146,7 @@ MAX_MANIFEST_BYTES = 64 << 20
 
 
 def read_ab_manifest(root: Path) -> AbManifest | None:
-    """``root/ab.json``, or None; ConfigError when it exists but is not a readable manifest."""
+    """``root/ab.json``, or None; ConfigError if it is not a readable manifest."""
     path = root / AB_MANIFEST
     if not is_ab_dir(root):
         return None
@@ -163,7 +159,7 @@ def read_ab_manifest(root: Path) -> AbManifest | None:
 
 
 def record_ab_decision(root: Path, comparison: Comparison) -> None:
-    """Record in ``root/ab.json``, atomically, what ``comparison`` judged the rounds on."""
+    """Record in ``root/ab.json`` what ``comparison`` judged the rounds on."""
     manifest = read_ab_manifest(root)
     if manifest is None:
         return
@@ -178,17 +174,12 @@ def record_ab_decision(root: Path, comparison: Comparison) -> None:
     write_ab_manifest(root, dataclasses.replace(manifest, decision=decision))
 
 
-#: The files ``katra3d ab`` writes into ``base/`` and ``new/`` (also failed and ``.part`` ones).
 AB_TRACE = re.compile(r"run-\d+(\.failed)?\.katra(\.part)?")
 
 
 def clear_ab_dir(root: Path) -> int:
-    """Remove what ``katra3d ab`` wrote in ``root`` (``ab --force``); returns the traces removed.
-
-    ``ab.json`` goes last, so an interrupted clean-up can be repeated. Nothing is removed
-    (ConfigError) unless ``root`` is an ab directory whose ``base/`` and ``new/`` hold only ab's
-    traces, none a live capture's ``.part``.
-    """
+    """Remove what ``katra3d ab`` wrote in ``root`` (``ab.json`` last, so it can be repeated);
+    returns the traces removed. ConfigError, nothing removed, unless only ab's traces, none live."""
     if read_ab_manifest(root) is None:
         raise ConfigError(
             f"{shown(root)} holds no {AB_MANIFEST}: it is not a katra3d ab output directory, and "
@@ -231,10 +222,8 @@ def _in_use(part: Path) -> bool:
 def iter_traces(
     path: str | os.PathLike[str], verb: str = "using"
 ) -> Iterator[tuple[Trace, str | None]]:
-    """(trace, :func:`damaged_note`) for the file ``path``, or each trace directly in a directory
-    (name order; other files passed over), each opened once as reached.
-
-    ConfigError for a missing or unreadable path or a directory with no trace."""
+    """(trace, :func:`damaged_note`) for ``path`` or each trace in a directory, opened as
+    reached; ConfigError for an unreadable path or no trace."""
     p = Path(path)
     try:
         mode = os.stat(p).st_mode
@@ -264,13 +253,12 @@ def iter_traces(
 def open_trace_sets(
     paths: Sequence[str | os.PathLike[str]], verb: str = "using"
 ) -> tuple[list[Trace], list[str]]:
-    """Every trace ``paths`` name (:func:`iter_traces`), and the notes of the damaged ones."""
     opened = [pair for path in paths for pair in iter_traces(path, verb)]
     return [t for t, _ in opened], [note for _, note in opened if note is not None]
 
 
 def open_quietly(path: str | os.PathLike[str], events: bool = True) -> Trace:
-    """:func:`~katra_trace.io.reader.open_trace` without the recovery warning (see damaged_note)."""
+    """:func:`~katra_trace.io.reader.open_trace` without the recovery warning."""
     with _no_recovery_warning():
         return open_trace(path, events=events)
 
@@ -283,7 +271,7 @@ def _no_recovery_warning() -> Iterator[None]:
 
 
 def damaged_note(trace: Trace, verb: str = "using") -> str | None:
-    """The one line saying a trace is damaged and what of it is used; None when whole."""
+    """One line saying a trace is damaged and what of it is used (None: whole)."""
     if not trace.truncated:
         return None
     return (
@@ -295,7 +283,7 @@ def damaged_note(trace: Trace, verb: str = "using") -> str | None:
 def open_traces(
     paths: Sequence[str | os.PathLike[str]], verb: str = "using"
 ) -> tuple[list[Trace], list[str]]:
-    """The traces, a damaged one used up to where it stops, and a note per damaged one."""
+    """The traces and a note per damaged one."""
     traces = [open_quietly(p) for p in paths]
     return traces, [note for t in traces if (note := damaged_note(t, verb)) is not None]
 

@@ -1,10 +1,6 @@
-"""TraceWriter: streams events into a katra3d trace from any number of threads.
-
-Producers pack each event into a preallocated batch buffer (one ``struct.pack_into`` under a lock);
-a background thread encodes and writes whole batches, each reaching the OS at once, so a killed
-process loses only the batch not yet handed over. Its write errors are raised at the producer's
-next call or by ``finish()``.
-"""
+"""TraceWriter: any number of threads pack events into a batch buffer under a lock; one thread
+writes whole batches (a killed process loses only the batch not handed over) and its errors
+surface at the next call or finish()."""
 
 from __future__ import annotations
 
@@ -48,24 +44,9 @@ DROP_POLICIES = ("block", "drop")
 class TraceWriter:
     """Write a katra3d trace; use as a context manager, or call :meth:`finish`.
 
-    Args:
-        path: written as :attr:`part_path`, moved to :attr:`final_path` by :meth:`finish`.
-        overwrite: replace ``path`` if it exists; a capture with no event that does not complete
-            still keeps the existing file.
-        codec: ``"zstd"``, ``"blosc2"`` (needs python-blosc2, else CodecUnavailableError) or
-            ``"none"``.
-        drop_policy: ``"block"`` (lossless: producers wait when ``queue_batches`` are pending) or
-            ``"drop"`` (the batch is dropped and counted in the summary).
-        compression_level: zstd level; 2 stored 5.93 bytes/event vs 6.05 at level 1 for ~8 % more
-            time (level 3: 5.71, +28 %).
-        start_host_ns: ``perf_counter_ns`` capture start, the origin of event times (default now).
-        stream: write to this open file instead of claiming ``path`` (no ``.part``); closed by
-            :meth:`finish`.
-        failed_aside: an ``aborted`` capture goes to :attr:`failed_path`, not to ``path``.
-        sync: each item is written before the call handing it over returns (the thread never
-            runs beside a counted capture's frames).
-
-    Raises OutputExistsError, OutputBusyError (the path is taken) or TraceIOError.
+    ``overwrite`` still keeps the file if an empty capture fails; ``compression_level`` 2 stores
+    5.93 bytes/event vs 6.05 at 1 for ~8 % more time; ``sync``: no thread beside counted frames.
+    Raises OutputExistsError, OutputBusyError, TraceIOError or CodecUnavailableError.
     """
 
     def __init__(
@@ -127,7 +108,7 @@ class TraceWriter:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._cap = batch_events * _EVENT.size
-        # [buffer, bytes used]: a list so the append closure can update it
+        # [buffer, bytes used], shared with the append closure
         self._slot: list[Any] = [bytearray(self._cap), 0]
         self._strings: dict[str, int] = {"": 0}
         self._new_strings: list[str] = []
@@ -135,8 +116,8 @@ class TraceWriter:
         self._pending: collections.deque[tuple[Any, ...]] = collections.deque()
         self._enqueued = 0
         self._done = 0
-        self._closing = False  # the thread may exit once the queue is empty
-        self._closed = False  # finish() began: every producer call raises
+        self._closing = False  # the thread exits once the queue is empty
+        self._closed = False  # finish() began: producer calls raise
         self._finished = False
         self._finish_lock = threading.Lock()
         self._finish_error: KatraError | None = None
@@ -160,7 +141,6 @@ class TraceWriter:
             },
             self.path,
         )
-        # unencodable options fail here, before any file exists
         header_json = fmt.encode_json(self.header)
         self._claim: claim_mod.Claim | None = None
         if stream is None:
@@ -186,11 +166,11 @@ class TraceWriter:
         _OPEN_WRITERS.add(self)
 
     def now_ns(self) -> int:
-        """Host-clock nanoseconds since the capture start."""
+        """Host-clock ns since the capture start."""
         return time.perf_counter_ns() - self.start_host_ns
 
     def intern(self, name: str) -> int:
-        """The id of ``name`` in the trace's string table (added on first use)."""
+        """The id of ``name`` in the string table (added on first use)."""
         if self._closed:
             self._raise_closed()
         sid = self._strings.get(name)
@@ -206,10 +186,8 @@ class TraceWriter:
             return sid
 
     def _make_append(self) -> Callable[..., None]:
-        """:meth:`append` as a closure (local names, explicit acquire/release: ~2x a plain method).
-
-        It checks only for a full buffer: finish() and a failed write mark it full, so the next
-        append reaches the hand-over, which raises."""
+        """:meth:`append` as a closure (~2x a plain method); finish() and a failed write mark the
+        buffer full, so the next append raises at the hand-over."""
         acquire, release = self._lock.acquire, self._lock.release
         pack, slot, cap, hand_over = _EVENT.pack_into, self._slot, self._cap, self._hand_over_locked
 
@@ -225,12 +203,12 @@ class TraceWriter:
             value: float = 0.0,
             flags: int = 0,
         ) -> None:
-            """Append one event (fields of :data:`katra_trace.schema.EVENT_DTYPE`)."""
+            """Append one event (the fields of EVENT_DTYPE)."""
             acquire()
             try:
                 off = slot[1]
                 while off == cap:
-                    hand_over()  # may wait for room while other threads append
+                    hand_over()  # may wait for room
                     off = slot[1]
                 pack(
                     slot[0],
@@ -253,9 +231,7 @@ class TraceWriter:
         return append
 
     def append_array(self, events: np.ndarray) -> None:
-        """Append an array of (or castable to) EVENT_DTYPE.
-
-        Invalid rows are refused by the writer thread; the ConfigError comes at the next call."""
+        """Append an EVENT_DTYPE array; invalid rows raise ConfigError at the next call."""
         if events.dtype != EVENT_DTYPE:
             try:
                 events = events.astype(EVENT_DTYPE, casting="same_kind")
@@ -267,13 +243,13 @@ class TraceWriter:
             self._check_open_locked()
             pos = 0
             while pos < len(events):
-                # re-read: a hand-over may wait, and other threads append meanwhile
+                # re-read: other threads append while a hand-over waits
                 buf, off = self._slot
-                if off == cap:  # append() leaves a full buffer to hand over
+                if off == cap:  # append() leaves a full buffer
                     self._hand_over_locked()
                     continue
                 if off == 0 and len(events) - pos >= step:
-                    # a whole batch: a copy, as the caller may reuse its array
+                    # a copy: the caller may reuse its array
                     self._hand_over_locked(fmt.copy_events(events[pos : pos + step]))
                     pos += step
                     continue
@@ -286,19 +262,19 @@ class TraceWriter:
                     self._hand_over_locked()
 
     def clock_sync(self, record: dict[str, Any]) -> None:
-        """Write a CLOCK_SYNC block (e.g. a GPU/host timestamp pair)."""
+        """Write a CLOCK_SYNC block (e.g. a GPU/host pair)."""
         self._enqueue_block(fmt.BlockType.CLOCK_SYNC, fmt.encode_json(record))
 
     def annotate(self, record: dict[str, Any]) -> None:
-        """Write an ANNOTATION block, ordered after the events appended so far."""
+        """Write an ANNOTATION block after the events so far."""
         self._enqueue_block(fmt.BlockType.ANNOTATION, fmt.encode_json(record))
 
     def image(self, meta: dict[str, Any], png: bytes) -> None:
-        """Write an IMAGE block after the events so far (codec none: PNG is compressed)."""
+        """Write an IMAGE block after the events so far."""
         self._enqueue_block(fmt.BlockType.IMAGE, encode_image_payload(meta, png), fmt.Codec.NONE)
 
     def flush(self) -> None:
-        """Return once everything appended so far has been written to the file."""
+        """Return once everything appended so far is written."""
         with self._cond:
             self._check_open_locked()
             self._hand_over_pending_locked()
@@ -308,11 +284,8 @@ class TraceWriter:
             self._raise_if_failed()
 
     def finish(self, summary: dict[str, Any] | None = None, status: str = "complete") -> None:
-        """Write what is pending, SUMMARY and footer; close and move the file into place.
-
-        The thread is joined and the file closed whatever happens. Raises TraceIOError (what was
-        written stays readable) or OutputExistsError; a later call raises the same error again or,
-        after success, does nothing.
+        """Write what is pending, SUMMARY and footer; close and move the file into place. Raises
+        TraceIOError (what was written stays readable) or OutputExistsError, again if called again.
         """
         if status not in STATUSES:
             raise ConfigError(f"unknown status {status!r}; choose one of: {', '.join(STATUSES)}")
@@ -336,7 +309,6 @@ class TraceWriter:
             self._closed = True
             if self._error is None:
                 self._hand_over_pending_locked(raise_errors=False)
-            # producers now reach a hand-over, which raises
             self._slot[1] = self._cap
             self._closing = True
             self._enqueue_locked(("summary", status, user))
@@ -439,7 +411,7 @@ class TraceWriter:
         if self._drop and len(self._pending) >= self._max_pending and not force:
             self._dropped_events += n
             self._dropped_batches += 1
-            if strings:  # the names are kept even when their events are dropped
+            if strings:  # kept even when their events are dropped
                 self._enqueue_locked(("events", first_id, strings, None))
             return
         self._enqueue_locked(("events", first_id, strings, batch))
@@ -470,7 +442,6 @@ class TraceWriter:
         raise TraceIOError(f"writing trace {str(self.path)!r} failed: {claim_mod.describe(err)}")
 
     def _abandon(self) -> None:
-        """The header could not be written: remove our empty .part and close."""
         if self._claim is not None:
             claim_mod.discard(self._claim)
         with contextlib.suppress(OSError):
@@ -478,8 +449,8 @@ class TraceWriter:
         self._finished = self._closed = True
 
     def _run(self) -> None:
-        """Write queued items until finish(). Never raises: a failure goes to ``_error`` and the
-        rest of the queue is drained unwritten so that nobody waits for room forever."""
+        """Write queued items until finish(); after a failure, drain the queue unwritten so
+        nobody waits for room forever."""
         while True:
             with self._cond:
                 if not self._pending and not self._closing:
@@ -533,7 +504,7 @@ _OPEN_WRITERS: weakref.WeakSet[TraceWriter] = weakref.WeakSet()
 
 @atexit.register
 def _finish_open_writers() -> None:
-    """An exit with a writer still open keeps its events, marked aborted."""
+    """At exit, an open writer keeps its events, marked aborted."""
     for writer in list(_OPEN_WRITERS):
         try:
             writer.finish({"error": "process exited without finish()"}, status="aborted")
