@@ -13,6 +13,7 @@ import pytest
 from katra_trace.io.concat import Concatenation
 from katra_trace.io.reader import open_trace
 from katra_trace.profile.callgrind import (
+    KEPT_DIR,
     MIN_ROWS,
     Folder,
     bounded_rows,
@@ -121,6 +122,7 @@ def test_the_profile_block_survives_a_trace_and_a_join(tmp_path: Path) -> None:
     write_trace(part, events, strings)
     dump_dir = tmp_path / "dumps"
     dump_dir.mkdir()
+    (dump_dir / KEPT_DIR).mkdir()
     kept_dump(dump_dir, 2, []).write_text(
         "events: Ir\nsummary: 30\nob=(1) /l/libc.so.6\nfn=(1) memcpy\n0 10\n"
         "ob=(2) ???\nfn=(2) 0x1000\n0 5\ncob=(1)\ncfn=(1)\ncalls=1 0\n0 7\n"
@@ -128,7 +130,7 @@ def test_the_profile_block_survives_a_trace_and_a_join(tmp_path: Path) -> None:
     kept_dump(dump_dir, 3, [7]).write_text("events: Ir\nob=(1) /l/libc.so.6\nfn=(1) memcpy\n0 20\n")
     folder = Folder(dump_dir)
     folder.fold()  # as the parent does while the child runs: each dump read once, then deleted
-    assert not list(dump_dir.iterdir())
+    assert not list((dump_dir / KEPT_DIR).iterdir())
     write_index(dump_dir, 1, {7: "pass", 8: "unused"})
     records = folder.records("s")
     joined = tmp_path / "joined.katra"

@@ -19,7 +19,7 @@ from katra3d.harness.engine.timers import NULL_ZONE, Timer
 from katra_trace.errors import KatraError
 from katra_trace.io.header import MeasureOptions
 from katra_trace.metrics import MODE_CLOCKS
-from katra_trace.profile.callgrind import kept_dump, profiles_on, write_index
+from katra_trace.profile.callgrind import KEPT_DIR, kept_dump, profiles_on, write_index
 from katra_trace.schema import Clock, Flag, Kind
 
 if TYPE_CHECKING:
@@ -128,6 +128,8 @@ class CountTimer(Timer):
         self.zones_done: list[tuple[int, int, int, int, int]] = []
         self.kept = 0
         self.profile = profiles_on()
+        if self.profile:
+            (self.dump_base.parent / KEPT_DIR).mkdir(exist_ok=True)
         self.counter_ids = {name: writer.intern(name) for name in CACHE_EVENTS} if cycles else {}
         self._push = None
         self._pop = None

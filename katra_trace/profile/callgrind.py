@@ -121,9 +121,15 @@ def bounded_rows(costs: Costs, share: float = 0.99) -> tuple[tuple[str, str, int
     return tuple(rows)
 
 
+#: The kept dumps' folder inside the dump directory: the parent folds and deletes them while the
+#: child runs, and the child's own scans of the dump directory must not see that (what it lists
+#: between frames moves its allocator, and so the next frames' counts).
+KEPT_DIR = "kept"
+
+
 def kept_dump(dump_dir: Path, part: int, zones: Iterable[int]) -> Path:
     """A kept dump's path, named with its zone ids (``seg.12.3_5``) so it reads without an index."""
-    return dump_dir / f"{KEPT_PREFIX}{part}.{'_'.join(str(z) for z in zones)}"
+    return dump_dir / KEPT_DIR / f"{KEPT_PREFIX}{part}.{'_'.join(str(z) for z in zones)}"
 
 
 def write_index(dump_dir: Path, frames: int, names: dict[int, str]) -> None:
@@ -142,7 +148,9 @@ class Folder:
     def fold(self) -> None:
         """Read and delete every kept dump (a renamed dump is complete)."""
         try:
-            entries = [e for e in os.scandir(self.dump_dir) if e.name.startswith(KEPT_PREFIX)]
+            entries = [
+                e for e in os.scandir(self.dump_dir / KEPT_DIR) if e.name.startswith(KEPT_PREFIX)
+            ]
         except FileNotFoundError:
             return
         for entry in entries:
@@ -183,6 +191,7 @@ class Folder:
 __all__ = [
     "Costs",
     "Folder",
+    "KEPT_DIR",
     "KEPT_PREFIX",
     "PROFILE_ENV",
     "PROFILE_INDEX",
