@@ -74,6 +74,7 @@ def _summary(path: Path) -> int:
     return int(line.split()[1])
 
 
+@pytest.mark.slow  # runs a Python program under callgrind
 def test_a_real_dump_adds_up_and_groups_python_and_numpy(tmp_path: Path) -> None:
     small, large = _dump(tmp_path, 1000, 1000), _dump(tmp_path, 21000, 401000)
     a, b = read_dump(small), read_dump(large)

@@ -19,6 +19,9 @@ from katra_trace.profile.groups import JIT, PYTHON
 from katra_trace.schema import Clock, Kind
 from tests.cli_helpers import katra
 
+# valgrind under llvmpipe: each counted run takes seconds
+pytestmark = [pytest.mark.gl, pytest.mark.slow]
+
 SCENE = '''
 import moderngl
 import numpy as np
