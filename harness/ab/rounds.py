@@ -125,10 +125,10 @@ def run_rounds(
                 open_quietly(paths["new"], events=False).header,
                 same_command,
             )
-            write_ab_manifest(out_dir, manifest)  # round 1 is recorded whatever the check says
             try:
                 options = allow_defaults(changes, options)
             except ConfigError as exc:
+                write_ab_manifest(out_dir, manifest)  # round 1 is recorded all the same
                 raise ConfigError(f"stopped after round 1 of {rounds_cap}: {exc}") from None
             params = tuple(c.line for c in changes)
         if rule is not None:
