@@ -171,8 +171,6 @@ def run_counted(
                 for child in children.values():
                     if child.code is None:
                         child.relay.poll()
-                        if profiles_on():
-                            child.folder.fold()  # the kept dumps read as they come: few on disk
 
             failed_at = n
             tasks = [functools.partial(_wait_for, children, i) for i in range(n)]

@@ -121,9 +121,8 @@ def bounded_rows(costs: Costs, share: float = 0.99) -> tuple[tuple[str, str, int
     return tuple(rows)
 
 
-#: The kept dumps' folder inside the dump directory: the parent folds and deletes them while the
-#: child runs, and the child's own scans of the dump directory must not see that (what it lists
-#: between frames moves its allocator, and so the next frames' counts).
+#: The kept dumps' folder inside the dump directory, apart from the dumps the child scans between
+#: frames (what it lists there moves its allocator, and so the next frames' counts).
 KEPT_DIR = "kept"
 
 
@@ -138,8 +137,8 @@ def write_index(dump_dir: Path, frames: int, names: dict[int, str]) -> None:
 
 
 class Folder:
-    """A counted child's kept dumps, folded and deleted as they appear (few on disk in a long run),
-    per set of zones."""
+    """A counted child's kept dumps, folded per set of zones and deleted once the child has ended
+    (never while it runs: the child's counts must not depend on the parent's timing)."""
 
     def __init__(self, dump_dir: Path) -> None:
         self.dump_dir = dump_dir
