@@ -5,7 +5,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import IO, Any
+from collections.abc import Mapping, Sequence
+from typing import IO, Any, TypeAlias
+
+#: A value JSON holds; read-only containers, so ``list[int]`` and ``dict[str, float]`` are too.
+JsonValue: TypeAlias = (
+    None | bool | int | float | str | Sequence["JsonValue"] | Mapping[str, "JsonValue"]
+)
+#: A JSON object being built or written: what an ``as_dict`` returns.
+JsonObject: TypeAlias = dict[str, JsonValue]
 
 
 def _null(_constant: str) -> None:
@@ -29,10 +37,10 @@ def dump(obj: Any, fp: IO[str], **kwargs: Any) -> None:
     fp.write(dumps(obj, **kwargs))
 
 
-def record_dict(record: Any) -> dict[str, Any]:
+def record_dict(record: Any) -> JsonObject:
     """A dataclass's fields as a JSON-ready dict: every record's ``as_dict``."""
 
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for field in dataclasses.fields(record):
         value = getattr(record, field.name)
         if isinstance(value, float) and not math.isfinite(value):
@@ -43,4 +51,4 @@ def record_dict(record: Any) -> dict[str, Any]:
     return out
 
 
-__all__ = ["dump", "dumps", "record_dict"]
+__all__ = ["JsonObject", "JsonValue", "dump", "dumps", "record_dict"]

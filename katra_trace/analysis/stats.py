@@ -50,7 +50,9 @@ class FrameStats:
 
     def as_dict(self) -> dict[str, float | int | None]:
         """Non-finite floats become None."""
-        return record_dict(self)
+        return {
+            k: v for k, v in record_dict(self).items() if isinstance(v, (int, float, type(None)))
+        }
 
 
 def _rate_hz(count: float, dur_ns: float) -> float:
