@@ -10,6 +10,7 @@ from typing import Any
 
 from katra_trace.errors import KatraError
 from katra_trace.io.tracesets import open_quietly
+from katra_trace.jsontext import JsonObject
 from katra_trace.profile.groups import group_of
 from katra_trace.profile.model import (
     DeltaRow,
@@ -80,7 +81,7 @@ class ProfileDelta:
     def summary(self) -> str | None:
         return top_change(self.rows)
 
-    def as_list(self) -> list[dict[str, Any]]:
+    def as_list(self) -> list[JsonObject]:
         return [r.as_dict() for r in self.rows]
 
 
