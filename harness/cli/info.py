@@ -191,8 +191,8 @@ def render_text(trace: Trace) -> str:
         )
     lines += _section("capture options", opts.as_dict())
     lines += _section("host", h.host_info.as_dict())
-    if s.get("user"):
-        lines += _section("summary", dict(s["user"]))
+    if isinstance(user := s.get("user"), dict) and user:
+        lines += _section("summary", user)
     return "\n".join(lines)
 
 

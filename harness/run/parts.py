@@ -12,6 +12,7 @@ from katra_trace.errors import KatraError
 from katra_trace.io.concat import Concatenation
 from katra_trace.io.reader import Trace
 from katra_trace.io.tracesets import open_quietly
+from katra_trace.jsontext import JsonValue
 from katra_trace.profile.model import ProfileRecord
 
 
@@ -87,8 +88,10 @@ def join(
             continue
         shift = (part.start_host_ns or 0) - base_ns
         out.add(trace, shift, profiles=(profiles or {}).get(path, ()))
-        if not trace.summary_rebuilt:  # a part that ended early has no summary of its own
-            _add_user(user, dict(trace.summary.get("user") or {}))
+        part_user = trace.summary.get("user")
+        # a part that ended early has no summary of its own
+        if not trace.summary_rebuilt and isinstance(part_user, Mapping):
+            _add_user(user, part_user)
         joined.append(path)
         del trace
     out.finish(status, user)
@@ -99,7 +102,7 @@ def join(
 _SUMS = frozenset({"reference_draws"})
 
 
-def _add_user(user: dict[str, Any], part: dict[str, Any]) -> None:
+def _add_user(user: dict[str, Any], part: Mapping[str, JsonValue]) -> None:
     """Lists in order, :data:`_SUMS` added up, else the first value."""
     for key, value in part.items():
         if key not in user:

@@ -3,7 +3,7 @@ One thread (the writer's) uses it at a time."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -12,6 +12,7 @@ import zstandard
 from katra_trace.errors import ConfigError
 from katra_trace.io import blosc2_events as b2ev
 from katra_trace.io import format as fmt
+from katra_trace.jsontext import JsonObject, JsonValue
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION
 
 
@@ -80,10 +81,10 @@ class BlockFile:
         dropped_batches: int,
         strings: int,
         end_host_ns: int,
-        user: dict[str, Any],
+        user: Mapping[str, JsonValue],
     ) -> None:
         summary_offset = self.pos
-        summary = {
+        summary: JsonObject = {
             "status": status,
             "events": self.written_events,
             "dropped_events": dropped_events,
@@ -125,7 +126,7 @@ class BlockFile:
 
 
 def copy_with_header(
-    src: BinaryIO, dst: BinaryIO, update: Callable[[dict[str, Any]], dict[str, Any]]
+    src: BinaryIO, dst: BinaryIO, update: Callable[[JsonObject], Mapping[str, JsonValue]]
 ) -> bool:
     """Copy the trace ``src`` to ``dst`` with its HEADER ``update``-d, other blocks byte for byte;
     False (nothing copied) when ``src`` has no readable preamble and HEADER."""

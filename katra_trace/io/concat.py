@@ -4,15 +4,21 @@ input in memory at a time, strings renumbered onto one table, events shifted."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 
 from katra_trace.errors import ConfigError
 from katra_trace.io import format as fmt
 from katra_trace.io.blockfile import BlockFile
-from katra_trace.io.image_block import IMAGE_ENCODING, KeptFrame, encode_image_payload
+from katra_trace.io.image_block import (
+    IMAGE_ENCODING,
+    ImageMeta,
+    KeptFrame,
+    encode_image_payload,
+)
 from katra_trace.io.reader import Trace
+from katra_trace.jsontext import JsonValue
 from katra_trace.profile.model import ProfileRecord
 from katra_trace.schema import EVENT_DTYPE
 from katra_trace.text import shown
@@ -25,7 +31,7 @@ class Concatenation:
     """One trace written to ``dst``: :meth:`add` each input in order, then :meth:`finish`."""
 
     def __init__(
-        self, dst: BinaryIO, header: Mapping[str, Any], *, codec: str | None = None
+        self, dst: BinaryIO, header: Mapping[str, JsonValue], *, codec: str | None = None
     ) -> None:
         name = codec or "zstd"
         blosc2 = (
@@ -50,7 +56,7 @@ class Concatenation:
         trace: Trace,
         shift_ns: int,
         *,
-        clock_note: Mapping[str, Any] | None = None,
+        clock_note: Mapping[str, JsonValue] | None = None,
         profiles: Sequence[ProfileRecord] = (),
     ) -> int:
         """Write ``trace`` shifted by ``shift_ns``; returns its events written. ``clock_note``:
@@ -93,7 +99,7 @@ class Concatenation:
             self.end_host_ns = max(self.end_host_ns, end + shift_ns)
         return written
 
-    def finish(self, status: str, user: dict[str, Any]) -> None:
+    def finish(self, status: str, user: Mapping[str, JsonValue]) -> None:
         """Write the last strings, the SUMMARY (``user``: the producer's part), the footer."""
         self.blocks.write_events(len(self._ids) - len(self._new), self._take(), None)
         self.blocks.write_summary(
@@ -146,7 +152,7 @@ class Concatenation:
         return names
 
 
-def _kept_meta(kept: KeptFrame) -> dict[str, Any]:
+def _kept_meta(kept: KeptFrame) -> ImageMeta:
     return {
         "scene": kept.scene,
         "frame_index": kept.frame_index,

@@ -9,7 +9,7 @@ import re
 import struct
 import zlib
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from katra_trace.errors import TraceFormatError
 from katra_trace.io import format as fmt
@@ -34,7 +34,26 @@ IMAGE_FIELDS: dict[str, str] = {
 }
 
 
-def encode_image_payload(meta: dict[str, Any], png: bytes) -> bytes:
+class PngShape(TypedDict):
+    """What a PNG's IHDR must match."""
+
+    width: int  # px
+    height: int  # px
+    channels: int
+
+
+class ImageMeta(PngShape):
+    """An IMAGE block's facts (:data:`IMAGE_FIELDS`)."""
+
+    scene: str
+    frame_index: int
+    time_s: float
+    sha256: str
+    key: dict[str, str]
+    encoding: str
+
+
+def encode_image_payload(meta: ImageMeta, png: bytes) -> bytes:
     problem = image_meta_problem(meta)
     if problem is not None:
         raise ValueError(f"image record: {problem}")
@@ -44,7 +63,7 @@ def encode_image_payload(meta: dict[str, Any], png: bytes) -> bytes:
 
 def decode_image_payload(
     payload: bytes, offset: int, notes: list[str] | None = None
-) -> tuple[dict[str, Any], bytes]:
+) -> tuple[ImageMeta, bytes]:
     """(facts, PNG bytes) of an IMAGE block; TraceFormatError if malformed."""
     where = f"corrupt IMAGE block at offset {offset}"
     if len(payload) < IMAGE_HEAD.size:
@@ -59,7 +78,18 @@ def decode_image_payload(
     problem = image_meta_problem(meta)
     if problem is not None:
         raise TraceFormatError(f"{where}: {problem}", offset)
-    return meta, bytes(payload[IMAGE_HEAD.size + n :])
+    facts = ImageMeta(
+        scene=meta["scene"],
+        frame_index=meta["frame_index"],
+        time_s=meta["time_s"],
+        width=meta["width"],
+        height=meta["height"],
+        channels=meta["channels"],
+        sha256=meta["sha256"],
+        key=meta["key"],
+        encoding=meta["encoding"],
+    )
+    return facts, bytes(payload[IMAGE_HEAD.size + n :])
 
 
 def image_meta_problem(meta: Any) -> str | None:
@@ -108,7 +138,7 @@ _CHUNK_HEAD = struct.Struct(">I4s")
 _IHDR = struct.Struct(">IIBBBBB")
 
 
-def png_problem(png: bytes, meta: dict[str, Any]) -> str | None:
+def png_problem(png: bytes, meta: PngShape) -> str | None:
     """What is wrong with a kept frame's PNG from its chunks alone (None: nothing)."""
     if not png.startswith(PNG_SIGNATURE):
         return "its image is not a PNG (it does not start with the PNG signature)"
@@ -146,7 +176,7 @@ def png_problem(png: bytes, meta: dict[str, Any]) -> str | None:
     return None
 
 
-def _ihdr_problem(ihdr: bytes, meta: dict[str, Any]) -> str | None:
+def _ihdr_problem(ihdr: bytes, meta: PngShape) -> str | None:
     width, height, depth, colour, compression, filtering, interlace = _IHDR.unpack(ihdr)
     if (width, height) != (meta["width"], meta["height"]):
         return (
@@ -197,7 +227,7 @@ class KeptFrame:
 
     @classmethod
     def from_block(
-        cls, meta: dict[str, Any], png: bytes, offset: int, path: Path, budget: PixelBudget | None
+        cls, meta: ImageMeta, png: bytes, offset: int, path: Path, budget: PixelBudget | None
     ) -> KeptFrame:
         return cls(
             meta["scene"],
@@ -234,10 +264,12 @@ __all__ = [
     "IMAGE_ENCODING",
     "IMAGE_FIELDS",
     "IMAGE_HEAD",
+    "ImageMeta",
     "MAX_IMAGE_BYTES",
     "PNG_SIGNATURE",
     "KeptFrame",
     "PixelBudget",
+    "PngShape",
     "decode_image_payload",
     "encode_image_payload",
     "image_meta_problem",

@@ -10,7 +10,7 @@ import warnings
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from katra_trace.io.blocks import (
 from katra_trace.io.header import TraceHeader
 from katra_trace.io.image_block import KeptFrame
 from katra_trace.io.inputs import open_regular
+from katra_trace.jsontext import JsonObject
 from katra_trace.schema import EVENT_DTYPE
 from katra_trace.text import shown
 
@@ -42,11 +43,11 @@ class Trace:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.header = TraceHeader()
-        self.summary: dict[str, Any] = {}
+        self.summary: JsonObject = {}
         self.strings: list[str] = []
-        self.annotations: list[dict[str, Any]] = []
-        self.clock_syncs: list[dict[str, Any]] = []
-        self.profiles: list[dict[str, Any]] = []
+        self.annotations: list[JsonObject] = []
+        self.clock_syncs: list[JsonObject] = []
+        self.profiles: list[JsonObject] = []
         self.events: np.ndarray = np.empty(0, dtype=EVENT_DTYPE)
         self.truncated = False
         self.stopped_at: int | None = None
