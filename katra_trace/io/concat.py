@@ -38,7 +38,7 @@ class Concatenation:
             fmt.load_blosc2("writing a trace with codec 'blosc2'") if name == "blosc2" else None
         )
         self.blocks = BlockFile(dst, fmt.CODEC_NAMES[name], 2, blosc2)
-        self.blocks.start(fmt.encode_json(dict(header)))
+        self.blocks.start(fmt.encode_json(header))
         self._ids: dict[str, int] = {"": 0}
         self._new: list[str] = []  # not written yet
         self._seen_notes: set[bytes] = set()
@@ -66,7 +66,7 @@ class Concatenation:
             self.blocks.write_block(fmt.BlockType.PROFILE, fmt.encode_json(record))
         for note in trace.annotations:
             text = fmt.encode_json(note)
-            if isinstance(note, Mapping) and "scene" not in note:
+            if "scene" not in note:
                 if text in self._seen_notes:
                     continue
                 self._seen_notes.add(text)
