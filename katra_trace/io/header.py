@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from katra_trace.errors import ConfigError, TraceFormatError
 from katra_trace.io.blocks import check_header
@@ -394,7 +394,7 @@ class TraceHeader(_Record):
         return self.host_info
 
     @classmethod
-    def from_dict(cls, data: Any) -> TraceHeader:
+    def from_dict(cls, data: object) -> TraceHeader:
         """Read a HEADER JSON object; TraceFormatError when it is not an object."""
         if not isinstance(data, Mapping):
             raise TraceFormatError(

@@ -9,7 +9,7 @@ import re
 import struct
 import zlib
 from pathlib import Path
-from typing import Any, Protocol, TypedDict
+from typing import Protocol, TypedDict
 
 from katra_trace.errors import TraceFormatError
 from katra_trace.io import format as fmt
@@ -92,7 +92,7 @@ def decode_image_payload(
     return facts, bytes(payload[IMAGE_HEAD.size + n :])
 
 
-def image_meta_problem(meta: Any) -> str | None:
+def image_meta_problem(meta: object) -> str | None:
     """What is wrong with an IMAGE block's facts (None: nothing)."""
     if not isinstance(meta, dict):
         return "its JSON part is not an object"

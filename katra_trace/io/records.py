@@ -108,7 +108,7 @@ class _Record:
     _CONVERT: ClassVar[dict[str, _Convert]] = {}
 
     @classmethod
-    def from_dict(cls: type[_R], data: Any) -> _R:
+    def from_dict(cls: type[_R], data: object) -> _R:
         """The record of a JSON object (else an empty record)."""
         src: Mapping[Any, Any] = data if isinstance(data, Mapping) else {}
         kwargs: dict[str, Any] = {}
