@@ -63,11 +63,7 @@ def timestamp_base(start_host_ns: int | None, lowest: int, highest: int) -> tupl
             f"{MAX_TIMESTAMP_NS} ns from the first to the last); --to csv or --to parquet "
             "exports them as stored"
         )
-    base = (
-        start_host_ns
-        if isinstance(start_host_ns, int) and not isinstance(start_host_ns, bool)
-        else 0
-    )
+    base = 0 if start_host_ns is None else start_host_ns
     if base < 0 or base + highest > MAX_TIMESTAMP_NS:
         return -lowest, True
     # hand-made traces start near 0: shifted silently
