@@ -111,7 +111,7 @@ class _Record:
     def from_dict(cls: type[_R], data: object) -> _R:
         """The record of a JSON object (else an empty record)."""
         src: Mapping[Any, Any] = data if isinstance(data, Mapping) else {}
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, object] = {}
         extra: JsonObject = {}
         for key, value in src.items():
             convert = cls._CONVERT.get(key) if isinstance(key, str) else None
