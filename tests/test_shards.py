@@ -206,7 +206,7 @@ def test_merge_keeps_every_scene_its_frames_images_and_host(
     assert len(merged.events) == sum(len(p.events) for p in parts) and result.images == 3
     # alike in every shard: once
     assert [a.get("type") for a in merged.annotations].count("reference") == 1
-    assert [r["scene"] for r in merged.summary["user"]["scenes"]] == ["a", "c", "b"]
+    assert [r["scene"] for r in merged.summary.user["scenes"]] == ["a", "c", "b"]
     offset = merged.header.shards[1].offset_ns
     b = merged.strings.index("b")
     assert offset is not None and offset >= 0
@@ -231,7 +231,7 @@ def test_a_merged_trace_lists_its_scenes_in_the_runs_order(tmp_path: Path) -> No
     assert list(result.scenes) == order
     assert list(scene_labels(merged.events, merged.strings).values()) == order
     assert [e["label"] for e in merged.header.capture_options.resolved.scenes or ()] == order
-    assert [r["scene"] for r in merged.summary["user"]["scenes"]] == order
+    assert [r["scene"] for r in merged.summary.user["scenes"]] == order
     assert [a["scene"] for a in merged.annotations if a.get("type") == "scene"] == order
     assert list(merged.kept_frames) == order
     assert [a.get("type") for a in merged.annotations].count("reference") == 1

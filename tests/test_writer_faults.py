@@ -102,7 +102,7 @@ def test_finish_while_threads_append_never_deadlocks_and_keeps_every_returned_ap
     assert not errors, errors
     t = open_trace(path, strict=True)
     # every append that returned is in the file
-    assert len(t.events) == sum(ok) == t.summary["events"]
+    assert len(t.events) == sum(ok) == t.summary.events
     assert not _writer_threads()
 
 

@@ -80,7 +80,7 @@ def info_dict(trace: Trace) -> dict[str, Any]:
         "path": str(trace.path),
         "size_bytes": trace.size,
         "header": trace.header.as_dict(),
-        "summary": trace.summary,
+        "summary": trace.summary.as_dict(),
         "events": len(trace.events),
         "counts": event_counts(trace),
         "annotations": trace.annotations,
@@ -149,7 +149,7 @@ def _known(v: object) -> str:
 
 def render_text(trace: Trace) -> str:
     """``info --all``: every header, host, capture and summary field."""
-    h, s = trace.header, trace.summary
+    h, s = trace.header, trace.summary.as_dict()
     started = _started(h.start_wall_ns) or "?"
     n = len(trace.events)
     counts = event_counts(trace)
@@ -233,7 +233,7 @@ def _capture_line(trace: Trace) -> str:
 
 def _scene_lines(trace: Trace, counts: dict[str, Any]) -> list[str]:
     # the summary may hold anything: only a list of objects is read
-    user = trace.summary.get("user")
+    user = trace.summary.user
     listed = user.get("scenes") if isinstance(user, dict) else None
     recorded = [s for s in listed if isinstance(s, dict)] if isinstance(listed, list) else []
     params = trace.header.capture_options.scene_params
@@ -333,7 +333,7 @@ def _image_line(frame: KeptFrame) -> str:
 
 def render_compact(trace: Trace, width: int = 80) -> str:
     """``info``'s default: the facts worth reading, wrapped at ``width``."""
-    h, s = trace.header, trace.summary
+    h, s = trace.header, trace.summary.as_dict()
     counts = event_counts(trace)
     n = len(trace.events)
     o = h.capture_options

@@ -88,9 +88,9 @@ def join(
             continue
         shift = (part.start_host_ns or 0) - base_ns
         out.add(trace, shift, profiles=(profiles or {}).get(path, ()))
-        part_user = trace.summary.get("user")
+        part_user = trace.summary.user
         # a part that ended early has no summary of its own
-        if not trace.summary_rebuilt and isinstance(part_user, Mapping):
+        if not trace.summary_rebuilt and part_user is not None:
             _add_user(user, part_user)
         joined.append(path)
         del trace

@@ -94,7 +94,7 @@ def write_csv(
 
 def to_arrow(trace: Trace) -> Any:
     """The events as a ``pyarrow.Table``; header and summary are JSON in its schema metadata."""
-    return events_to_arrow(trace.events, list(trace.strings), trace.header, trace.summary)
+    return events_to_arrow(trace.events, list(trace.strings), trace.header, trace.summary.as_dict())
 
 
 def events_to_arrow(

@@ -92,10 +92,10 @@ class Concatenation:
                 codec=fmt.Codec.NONE,
             )
             self.images += 1
-        self.dropped_events += _count(trace.summary.get("dropped_events"))
-        self.dropped_batches += _count(trace.summary.get("dropped_batches"))
-        end = trace.summary.get("end_host_ns")
-        if isinstance(end, int) and not isinstance(end, bool):
+        self.dropped_events += trace.summary.dropped_events or 0
+        self.dropped_batches += trace.summary.dropped_batches or 0
+        end = trace.summary.end_host_ns
+        if end is not None:
             self.end_host_ns = max(self.end_host_ns, end + shift_ns)
         return written
 
@@ -164,10 +164,6 @@ def _kept_meta(kept: KeptFrame) -> ImageMeta:
         "key": dict(kept.key),
         "encoding": IMAGE_ENCODING,
     }
-
-
-def _count(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 __all__ = ["BLOCK_EVENTS", "Concatenation"]

@@ -378,7 +378,7 @@ def _part(trace: Trace, labels: set[str] | None, first: bool) -> Trace:
     part.kept_frames = {k: f for k, f in trace.kept_frames.items() if kept(f.scene)}
     if not first:
         part.clock_syncs = []
-        part.summary = {k: v for k, v in trace.summary.items() if not k.startswith("dropped_")}
+        part.summary = trace.summary.replaced(dropped_events=None, dropped_batches=None)
     return part
 
 
@@ -489,8 +489,8 @@ def merge_shards(
                 int(info.offset_ns or 0),
                 clock_note=None if one_gpu_clock else {"shard": info.shard},
             )
-            user = trace.summary.get("user") if first else None
-            scenes = user.get("scenes") if isinstance(user, Mapping) else None
+            user = trace.summary.user if first else None
+            scenes = user.get("scenes") if user is not None else None
             rows += list(scenes) if isinstance(scenes, list) else []
         trace = None
         out.finish("complete", {"scenes": _in_order(rows, order)})
