@@ -18,14 +18,13 @@ from katra3d.scenes.suites import SUITES, scene_cost, shard_indices
 from katra_trace.analysis.compare import compare_traces
 from katra_trace.errors import ConfigError
 from katra_trace.history.rows import RunFacts, trace_rows
-from katra_trace.io.blockfile import copy_with_header
 from katra_trace.io.format import FORMAT_MAJOR, FORMAT_MINOR
 from katra_trace.io.images import frame_record
 from katra_trace.io.merge import merge_shards, parse_shard
 from katra_trace.io.reader import open_trace
 from tests.cli_helpers import katra, katra_main
 from tests.docs_commands import REPO, blocks
-from tests.trace_helpers import wall_frames, write_trace
+from tests.trace_helpers import copy_with_header, wall_frames, write_trace
 
 KEY = {
     "renderer": "llvmpipe (LLVM 15.0.6, 256 bits)",

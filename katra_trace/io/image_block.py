@@ -21,36 +21,24 @@ MAX_IMAGE_BYTES = 1 << 28  # pixel bytes of the largest kept frame
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
-IMAGE_FIELDS: dict[str, str] = {
-    "scene": "the scene's label (a string)",
-    "frame_index": "the frame's index in the scene, warmup frames counted (an integer >= 0)",
-    "time_s": "the animation time the scene was given for that frame, in seconds (a finite number)",
-    "width": "pixels (an integer >= 1)",
-    "height": "pixels (an integer >= 1)",
-    "channels": "4 (RGBA) or 3 (RGB), 8 bits each",
-    "sha256": "SHA-256 (hex) of the raw pixels, rows top to bottom, in C order",
-    "key": "the image key: which device drew it (an object of strings)",
-    "encoding": "png",
-}
-
 
 class PngShape(TypedDict):
     """What a PNG's IHDR must match."""
 
-    width: int  # px
-    height: int  # px
-    channels: int
+    width: int  # px, >= 1
+    height: int  # px, >= 1
+    channels: int  # 4 (RGBA) or 3 (RGB), 8 bits each
 
 
 class ImageMeta(PngShape):
-    """An IMAGE block's facts (:data:`IMAGE_FIELDS`)."""
+    """An IMAGE block's facts."""
 
-    scene: str
-    frame_index: int
-    time_s: float
-    sha256: str
-    key: dict[str, str]
-    encoding: str
+    scene: str  # the scene's label
+    frame_index: int  # in the scene, warmup frames counted
+    time_s: float  # the animation time the scene was given for that frame
+    sha256: str  # hex, of the raw pixels, rows top to bottom, in C order
+    key: dict[str, str]  # the image key: which device drew it
+    encoding: str  # "png"
 
 
 def encode_image_payload(meta: ImageMeta, png: bytes) -> bytes:
@@ -262,7 +250,6 @@ class KeptFrame:
 
 __all__ = [
     "IMAGE_ENCODING",
-    "IMAGE_FIELDS",
     "IMAGE_HEAD",
     "ImageMeta",
     "MAX_IMAGE_BYTES",
