@@ -15,6 +15,7 @@ import warnings
 import weakref
 import zlib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -220,6 +221,10 @@ def save_png(
         f.write(encode_png(pixels))
 
 
+def load_png(path: str | os.PathLike[str]) -> np.ndarray:
+    return decode_png(Path(path).read_bytes(), f"'{os.fspath(path)}'")
+
+
 def renderer_facts(gl: Mapping[str, JsonValue]) -> dict[str, str]:
     """The image key's facts from ``host_info["gl"]`` ("" where unknown)."""
     renderer = str(gl.get("renderer", ""))
@@ -303,6 +308,7 @@ __all__ = [
     "image_checksum",
     "image_key",
     "key_id",
+    "load_png",
     "png_pixels",
     "read_frame_images",
     "renderer_facts",
