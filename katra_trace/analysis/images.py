@@ -38,7 +38,7 @@ from katra_trace.errors import ExitCode, KatraError, TraceTooLargeError
 from katra_trace.io.claim import check_output_dir, missing_directory, open_output
 from katra_trace.io.image_block import KeptFrame
 from katra_trace.io.images import KeptFrameError, encode_png, frame_pixels
-from katra_trace.jsontext import record_dict
+from katra_trace.jsontext import JsonObject, record_dict
 
 
 class ImageOutcome(ValueEnum):
@@ -111,7 +111,7 @@ class ImageVerdict:
     def is_regression(self) -> bool:
         return self.verdict is ImageOutcome.CHANGED
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         out = record_dict(self)
         del out["readable"], out["error_levels"]
         out["line"] = self.line

@@ -34,6 +34,7 @@ from katra_trace.io.images import (
     png_pixels,
 )
 from katra_trace.io.inputs import read_regular
+from katra_trace.jsontext import JsonObject
 from katra_trace.text import shown
 
 DURATION_NOTICE = (
@@ -124,7 +125,7 @@ class ReferenceFacts:
             channels,
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         out = dataclasses.asdict(self)
         if self.channels is None:
             del out["channels"]

@@ -20,7 +20,7 @@ from katra_trace.analysis.stats import (
     scene_labels,
     stutter_frames,
 )
-from katra_trace.jsontext import record_dict
+from katra_trace.jsontext import JsonObject, record_dict
 from katra_trace.metrics import CLOCK_NAMES, VALUE_CLOCKS, is_time, primary_clock_of
 from katra_trace.schema import GC_NAME, Flag, Kind, draw_pass
 
@@ -88,7 +88,7 @@ class Cause:
     name: str | None
     excess_ms: float
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return record_dict(self)
 
     @property
@@ -112,7 +112,7 @@ class SlowFrame:
     cause: Cause
     start_ns: int
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "frame": self.frame,
             "ms": self.ms,
@@ -141,7 +141,7 @@ class CauseGroup:
             return ""
         return "every frame" if self.period == 1 else f"every {ordinal(self.period)} frame"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         out = record_dict(self)
         out["period_text"] = self.period_text or None
         return out
@@ -179,7 +179,7 @@ class SceneSlow:
         )
         return f"{said}; {restart}" if said else restart
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "slow_clock": self.clock,
             "slow_zone_clock": self.zone_clock,

@@ -32,6 +32,7 @@ from katra_trace.history.steps import (
     resolution,
 )
 from katra_trace.history.store import DEFAULT_LOCK_TIMEOUT_S, Source, read_rows
+from katra_trace.jsontext import JsonObject
 from katra_trace.metrics import ALL, AUTO, AUTO_ORDER, is_count
 from katra_trace.units import format_change
 
@@ -86,7 +87,7 @@ class Point:
     settings: str  #: "" when as the series' first label
     rank: int = 0  #: position among all labels of the source
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "label": self.label,
             "time": iso_utc(self.time_ns),
@@ -123,7 +124,7 @@ class Series:
     def sparkline(self) -> str:
         return sparkline([p.level for p in self.points])
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "scene": self.scene,
             "zone": self.zone,
@@ -339,7 +340,7 @@ class StepReport:
     at_newest: bool
     settings_changed: str  #: "" unless they differ from the series' first
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         s = self.series
         return {
             "scene": s.scene,
@@ -391,7 +392,7 @@ class DepartureReport:
             f"{runs}, a step or {busy}: {settle} ({FEW_RUNS_RULE})"
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         s = self.series
         return {
             "scene": s.scene,
@@ -419,7 +420,7 @@ class SeriesModel:
     no_step_reason: str  #: set when the raw change reaches the threshold
     departure: DepartureReport | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         f = self.fit
         return {
             "levels": f.levels,
@@ -650,7 +651,7 @@ class Trends:
     def scenes(self) -> list[str]:
         return sorted({s.scene for s in self.check.series})
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "source": self.source,
             "labels": self.labels,
