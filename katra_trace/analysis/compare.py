@@ -168,11 +168,14 @@ def compare_traces(
     scenes = list(dict.fromkeys(s for side in durations.values() for run in side for s in run))
     empty = np.empty(0)
     for scene in scenes:
-        facts: dict[str, list[dict[str, Any]]] = {"base": [], "new": []}
+        facts: dict[str, list[Mapping[str, object]]] = {"base": [], "new": []}
         for side, traces in sides.items():
             for t, run in zip(traces, durations[side], strict=True):
                 if scene in run:
-                    fact = {**capture_facts(t.header, scene), **host_facts(t.header, scene)}
+                    fact: dict[str, object] = {
+                        **capture_facts(t.header, scene),
+                        **host_facts(t.header, scene),
+                    }
                     if count:
                         fact["codegen"] = codegen_facts(t.header, scene)
                     facts[side].append(fact)
