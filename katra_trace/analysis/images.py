@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
@@ -157,6 +157,14 @@ def unreadable(image: Image | np.ndarray | None) -> str | None:
     return None
 
 
+class _Known(TypedDict):
+    """The fields of every :class:`ImageVerdict` once both sides exist."""
+
+    base_sha256: str
+    new_sha256: str
+    outlier_level: float
+
+
 def image_verdict(
     base: Image | np.ndarray | None,
     new: Image | np.ndarray | None,
@@ -175,11 +183,7 @@ def image_verdict(
             base_sha256=_sha(base) if base is not None else "",
             new_sha256=_sha(new) if new is not None else "",
         )
-    shas: dict[str, Any] = {
-        "base_sha256": _sha(base),
-        "new_sha256": _sha(new),
-        "outlier_level": limits.outlier_level,
-    }
+    shas = _Known(base_sha256=_sha(base), new_sha256=_sha(new), outlier_level=limits.outlier_level)
     problems = [p for p in (unreadable(base), unreadable(new)) if p is not None]
     if problems:
         return ImageVerdict(ImageOutcome.INCOMPARABLE, "; ".join(problems), readable=False, **shas)
