@@ -47,7 +47,7 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def short_id(obj: Any) -> str:
+def short_id(obj: object) -> str:
     """12 hex digits of canonical JSON's SHA-256 ("" for None)."""
     if obj is None:
         return ""

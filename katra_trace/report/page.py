@@ -9,14 +9,14 @@ import functools
 import gzip
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from katra_trace import jsontext
 from katra_trace.analysis.stats import NO_STATS, ClockStats, RunStats, trace_stats
 from katra_trace.analysis.verdict import Comparison, SceneComparison, Verdict
-from katra_trace.jsontext import JsonObject
+from katra_trace.jsontext import JsonObject, JsonValue
 from katra_trace.metrics import is_count
 from katra_trace.optional import require
 from katra_trace.report.figure import BASELINE_COLOR, LEGEND, Figure, fill, plot_div
@@ -109,12 +109,12 @@ def plotly_js_packed() -> str:
     )
 
 
-def _json_for_script(obj: Any) -> str:
+def _json_for_script(obj: JsonValue) -> str:
     """JSON safe inside a <script> element (no ``</`` or ``<!--``)."""
     return jsontext.dumps(obj, separators=(",", ":"), default=str).replace("<", "\\u003c")
 
 
-def _run_label(trace: Any, index: int, role: str) -> str:
+def _run_label(trace: TraceLike, index: int, role: str) -> str:
     path = getattr(trace, "path", None)
     name = path.name if path is not None else f"{index + 1}"
     return f"{'baseline' if role == 'baseline' else 'run'} {index + 1}: {name}"
@@ -289,7 +289,7 @@ def _comparison_section(comparison: Comparison | None, error: str | None) -> str
     )
 
 
-def _pct(ratio: Any) -> float | None:
+def _pct(ratio: float | None) -> float | None:
     return None if ratio is None else (float(ratio) - 1.0) * 100.0
 
 

@@ -4,8 +4,7 @@ table per run (``stats --slow``'s rule)."""
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from katra_trace.analysis.slow import KINDS, SceneSlow, trace_slow_frames
 from katra_trace.analysis.stats import STUTTER_FACTOR, STUTTER_WINDOW_FRAMES
@@ -29,12 +28,15 @@ def _slow_of(trace: TraceLike, scene: str) -> SceneSlow | None:
     return _remembered(trace, ("slow_frames",), lambda: trace_slow_frames(trace)).get(scene)
 
 
-def _e(text: Any) -> str:
+def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
 def slow_part(
-    scene: str, sides: Sequence[tuple[str, Sequence[TraceLike]]], clock: str, run_label: Any
+    scene: str,
+    sides: Sequence[tuple[str, Sequence[TraceLike]]],
+    clock: str,
+    run_label: Callable[[TraceLike, int, str], str],
 ) -> tuple[list[JsonObject], str]:
     """Plot traces marking slow frames (per side and cause) and the "Slow frames" HTML."""
     #: (side, cause kind): frame indices, ms and hover texts
