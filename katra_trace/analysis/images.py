@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypedDict
+from typing import Protocol, TypedDict
 
 import numpy as np
 
@@ -272,7 +272,7 @@ def image_verdicts(
     return out
 
 
-def trace_images(trace: Any) -> dict[str, Image]:
+def trace_images(trace: object) -> dict[str, Image]:
     """Each scene's kept last frame, else the checksum its scene annotation recorded."""
     images: dict[str, Image] = {}
     for note in getattr(trace, "annotations", ()):
@@ -286,7 +286,7 @@ def trace_images(trace: Any) -> dict[str, Image]:
     return images
 
 
-def side_images(traces: Sequence[Any]) -> dict[str, Image]:
+def side_images(traces: Sequence[object]) -> dict[str, Image]:
     """One side's last frames, preferring pixels and undamaged kept frames (every run of one build
     renders the same frame)."""
     side: dict[str, Image] = {}

@@ -8,12 +8,13 @@ from __future__ import annotations
 import dataclasses
 import heapq
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from katra_trace.analysis.stats import (
     STUTTER_FACTOR,
+    HeadedTrace,
     groups,
     measured,
     moving_median,
@@ -23,6 +24,9 @@ from katra_trace.analysis.stats import (
 from katra_trace.jsontext import JsonObject, record_dict
 from katra_trace.metrics import CLOCK_NAMES, VALUE_CLOCKS, is_time, primary_clock_of
 from katra_trace.schema import GC_NAME, Flag, Kind, draw_pass
+
+if TYPE_CHECKING:
+    from katra_trace.io.header import TraceHeader
 
 ZONE, DRAW, BETWEEN, GC, MACHINE, UNKNOWN = (
     "zone",
@@ -199,18 +203,14 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-class TraceLike(Protocol):
-    events: np.ndarray
-    strings: list[str]
-    header: Any
-
-
-def trace_slow_frames(trace: TraceLike) -> dict[str, SceneSlow]:
+def trace_slow_frames(trace: HeadedTrace) -> dict[str, SceneSlow]:
     """Every scene's slow frames, on the trace's primary time clock."""
     return header_slow_frames(trace.events, list(trace.strings), trace.header)
 
 
-def header_slow_frames(events: np.ndarray, strings: list[str], header: Any) -> dict[str, SceneSlow]:
+def header_slow_frames(
+    events: np.ndarray, strings: list[str], header: TraceHeader
+) -> dict[str, SceneSlow]:
     opts = header.capture_options
 
     def pick(available: Sequence[str]) -> str | None:

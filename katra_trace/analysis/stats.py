@@ -6,13 +6,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator, Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from katra_trace.jsontext import JsonObject, record_dict
 from katra_trace.metrics import clock_name
 from katra_trace.schema import COUNT_CLOCKS, Flag, Kind
+
+if TYPE_CHECKING:
+    from katra_trace.io.header import TraceHeader
 
 STUTTER_FACTOR = 2.5
 #: Frames in the centred moving-median window of the stutter rule.
@@ -203,6 +206,12 @@ def _ordered(ev: np.ndarray) -> np.ndarray:
 class TraceLike(Protocol):
     events: np.ndarray
     strings: list[str]
+
+
+class HeadedTrace(TraceLike, Protocol):
+    """An opened trace, or a stand-in with the same fields."""
+
+    header: TraceHeader
 
 
 def scene_labels(events: np.ndarray, strings: list[str]) -> dict[int, str]:
