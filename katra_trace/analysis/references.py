@@ -10,7 +10,6 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from katra_trace.analysis.images import (
     ImageOutcome,
@@ -76,7 +75,7 @@ class ReferenceFacts:
     channels: int | None = None
 
     @classmethod
-    def from_json(cls, obj: Any, where: str) -> ReferenceFacts:
+    def from_json(cls, obj: object, where: str) -> ReferenceFacts:
         """ConfigError naming ``where`` and the first bad field."""
         if not isinstance(obj, dict):
             raise ConfigError(f"{where} is not a reference's facts (a JSON object)")
