@@ -39,7 +39,7 @@ def slow_part(
     run_label: Callable[[TraceLike, int, str], str],
 ) -> tuple[list[JsonObject], str]:
     """Plot traces marking slow frames (per side and cause) and the "Slow frames" HTML."""
-    #: (side, cause kind): frame indices, ms and hover texts
+    # (side, cause kind): frame indices, ms and hover texts
     marks: dict[tuple[str, str], tuple[list[int], list[float], list[str]]] = {}
     rows: list[list[str]] = []
     notes: set[str] = set()
