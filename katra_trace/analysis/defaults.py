@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from katra_trace.errors import OptionError
-from katra_trace.jsontext import JsonObject
 from katra_trace.metrics import is_count
 
 #: One-sided false-regression rate per scene after Holm (``history check``: a false step).
@@ -154,7 +153,7 @@ class CompareOptions:
     normalize: bool = False
     run_stat: str | None = None
 
-    def as_dict(self) -> JsonObject:
+    def as_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
     @classmethod
