@@ -193,16 +193,17 @@ def run_scene(
 
         raise SceneSkip(outcome.reason)
     opened = open_trace(trace)
-    result = trace_stats(opened).scenes.get(label, NO_STATS).as_dict()
+    found = trace_stats(opened).scenes.get(label, NO_STATS)
+    metrics = found.metrics_json()
     options = opened.header.capture_options
     clock = (
-        primary_clock_of(list(result["metrics"]), options.measure_mode, options.primary_clock)
+        primary_clock_of(list(found.metrics), options.measure_mode, options.primary_clock)
         or options.primary_clock
         or CLOCK_PREFERENCE[0]
     )
     host = opened.header.host_info
     gl = host.gl
-    primary = result["metrics"].get(clock, {})
+    primary = metrics.get(clock, {})
     info = {
         "scene": label,
         "params": resolved,
@@ -231,9 +232,7 @@ def run_scene(
     }
     if benchmark is not None:
         benchmark.extra_info["katra3d"] = info
-    return SceneRun(
-        label, result["metrics"], result["zones"], clock, engine.mode, Path(trace), info
-    )
+    return SceneRun(label, metrics, found.zones_json(), clock, engine.mode, Path(trace), info)
 
 
 def _run_apart(
@@ -271,7 +270,8 @@ def _run_apart(
     )
     result = run(config, quiet=True)
     opened = open_trace(trace)
-    stats = trace_stats(opened).scenes.get(label, NO_STATS).as_dict()
+    found = trace_stats(opened).scenes.get(label, NO_STATS)
+    metrics = found.metrics_json()
     host = opened.header.host_info
     clock = (
         measure if measure != "time" else (opened.header.capture_options.primary_clock or "wall")
@@ -287,12 +287,12 @@ def _run_apart(
         "trace": str(trace),
         "gl_renderer": host.gl.renderer,
         "codegen": host.codegen or {},
-        "median": stats["metrics"]
-        .get(clock, {})
-        .get("median_ms" if measure == "time" else f"median_{measure}"),
+        "median": metrics.get(clock, {}).get(
+            "median_ms" if measure == "time" else f"median_{measure}"
+        ),
     }
     return SceneRun(
-        label, stats["metrics"], stats["zones"], clock, result.timing_mode, Path(trace), info
+        label, metrics, found.zones_json(), clock, result.timing_mode, Path(trace), info
     )
 
 
