@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from katra3d.scenes.api import Param, Scene
+from katra3d.scenes.api import Param, ParamValue, Scene
 from katra_trace.errors import ConfigError, SceneError
 from katra_trace.io.inputs import open_regular
 
@@ -291,7 +291,7 @@ class TraceScene(Scene):
 
     trace_path: ClassVar[str] = ""
 
-    def setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, Any]) -> None:
+    def setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, ParamValue]) -> None:
         raise SceneError(
             f"'{self.trace_path}' is an apitrace trace: replay it with katra3d run (docs/replay.md)"
         )
@@ -458,7 +458,9 @@ def convert_param(scene_name: str, key: str, param: Param, value: Any) -> Any:
     return out
 
 
-def resolve_params(scene: type[Scene], overrides: Mapping[str, Any]) -> dict[str, Any]:
+def resolve_params(
+    scene: type[Scene], overrides: Mapping[str, ParamValue]
+) -> dict[str, ParamValue]:
     """Defaults merged with ``overrides``; ConfigError for a bad key or value."""
     declared = dict(scene.params)
     unknown = [k for k in overrides if k not in declared]
@@ -468,7 +470,7 @@ def resolve_params(scene: type[Scene], overrides: Mapping[str, Any]) -> dict[str
         hint = f"; did you mean '{close[0]}'?" if close else ""
         valid = ", ".join(declared) if declared else "none"
         raise ConfigError(f"scene '{scene.name}' has no param '{key}'{hint} valid params: {valid}")
-    out: dict[str, Any] = {}
+    out: dict[str, ParamValue] = {}
     for key, param in declared.items():
         value = overrides[key] if key in overrides else param.default
         out[key] = convert_param(scene.name, key, param, value)
