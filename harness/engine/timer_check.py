@@ -9,11 +9,12 @@ import numpy as np
 
 from katra3d.harness.engine.reference import FULL_SCREEN_TRIANGLE, make_program
 from katra3d.harness.gl.shim import GL_TIMESTAMP, RawGL
+from katra_trace.jsontext import JsonObject
 
 
 def timer_query_reliability(
     ctx: Any, size: tuple[int, int] = (512, 512), iters: int = 64, repeats: int = 3
-) -> dict[str, Any]:
+) -> JsonObject:
     """The reference draw's GPU vs wall time (llvmpipe's queries stamp one 64x64 tile): gpu_ms,
     wall_ms, ratio, verdict ``reliable``, ``unreliable`` (ratio < 0.5) or ``unsupported``."""
     if ctx.version_code < 330 and "GL_ARB_timer_query" not in ctx.extensions:
