@@ -9,9 +9,14 @@ import hashlib
 import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from katra3d.harness.engine.results import StatsDict
+    from katra3d.scenes.api import ParamValue
+    from katra_trace.jsontext import JsonObject
 
 GL_MARKER = "gl: renders through a real OpenGL context (Mesa llvmpipe via EGL in CI)"
 KEEP_OPTION = "--katra3d-keep"
@@ -76,15 +81,15 @@ class SceneRun:
     trusted ``clock``, and ``info`` for the benchmark's extra_info."""
 
     scene: str
-    stats: dict[str, dict[str, Any]]
-    zones: dict[str, dict[str, dict[str, Any]]]
+    stats: dict[str, StatsDict]
+    zones: dict[str, dict[str, StatsDict]]
     clock: str
     timing_mode: str
     trace: Path
-    info: dict[str, Any]
+    info: JsonObject
 
     @property
-    def primary(self) -> dict[str, Any]:
+    def primary(self) -> StatsDict:
         return self.stats[self.clock]
 
 
@@ -95,7 +100,7 @@ def run_scene(
     frames: int = 60,
     warmup: int = 5,
     size: tuple[int, int] = (128, 128),
-    params: Mapping[str, Any] | None = None,
+    params: Mapping[str, ParamValue] | None = None,
     timing: str = "auto",
     zones: bool | str = False,
     seed: int = 0,
@@ -204,7 +209,7 @@ def run_scene(
     host = opened.header.host_info
     gl = host.gl
     primary = metrics.get(clock, {})
-    info = {
+    info: JsonObject = {
         "scene": label,
         "params": resolved,
         "size": list(size),
@@ -243,7 +248,7 @@ def _run_apart(
     frames: int,
     warmup: int,
     size: tuple[int, int],
-    params: Mapping[str, Any],
+    params: Mapping[str, ParamValue],
     zones: bool | str,
     seed: int,
     measure: str,
@@ -276,7 +281,7 @@ def _run_apart(
     clock = (
         measure if measure != "time" else (opened.header.capture_options.primary_clock or "wall")
     )
-    info = {
+    info: JsonObject = {
         "scene": label,
         "params": dict(params),
         "size": list(size),
