@@ -39,12 +39,11 @@ class Diagnosis:
     """What doctor found; ``gl`` None: no usable GL (``error`` says why)."""
 
     backends: list[BackendStatus]
-    egl_devices: list[EglDevice]
+    egl_devices: list[JsonObject]
     default_backend: str
     env: dict[str, str]
     error: str = ""
     backend_used: str = ""
-    device: int = 0
     gl: GLInfo | None = None
     egl: dict[str, str] = dataclasses.field(default_factory=dict)
     check: TimerCheck = TimerCheck("")
@@ -54,35 +53,11 @@ class Diagnosis:
     def ok(self) -> bool:
         return self.gl is not None
 
-    def renderer_of(self, d: EglDevice) -> str | None:
-        """EGL names no renderer for a device; GL does for the one in use."""
-        if (
-            d["renderer"]
-            or self.gl is None
-            or self.backend_used != "egl"
-            or d["index"] != self.device
-        ):
-            return d["renderer"]
-        return self.gl.renderer
-
     def as_dict(self) -> JsonObject:
         """``doctor --json``'s object."""
-        devices: list[JsonObject] = []
-        for d in self.egl_devices:
-            # keys EGL cannot fill (Mesa's software device has no DRM node) are left out
-            dev: JsonObject = {"index": d["index"]}
-            if d["drm_device"]:
-                dev["drm_device"] = d["drm_device"]
-            if d["renderer"]:
-                dev["renderer"] = d["renderer"]
-            dev.update(software=d["software"], extensions=d["extensions"])
-            renderer = self.renderer_of(d)
-            if renderer != d["renderer"]:
-                dev["renderer"] = renderer
-            devices.append(dev)
         out: JsonObject = {
             "backends": [s.as_dict() for s in self.backends],
-            "egl_devices": devices,
+            "egl_devices": self.egl_devices,
             "default_backend": self.default_backend,
             "env": self.env,
             "ok": self.ok,
@@ -101,11 +76,22 @@ class Diagnosis:
         return out
 
 
+def _device_json(d: EglDevice) -> JsonObject:
+    # keys EGL cannot fill (Mesa's software device has no DRM node) are left out
+    out: JsonObject = {"index": d["index"]}
+    if d["drm_device"]:
+        out["drm_device"] = d["drm_device"]
+    if d["renderer"]:
+        out["renderer"] = d["renderer"]
+    out.update(software=d["software"], extensions=d["extensions"])
+    return out
+
+
 def diagnose(backend: str | None = None, device: int | None = None) -> Diagnosis:
     """Everything doctor reports."""
     report = Diagnosis(
         list(backends.statuses(probe_contexts=True)),
-        backends.list_egl_devices(),
+        [_device_json(d) for d in backends.list_egl_devices()],
         backends.resolve_name(backend),
         probe.render_env(),
     )
@@ -116,8 +102,11 @@ def diagnose(backend: str | None = None, device: int | None = None) -> Diagnosis
         return report
     try:
         report.backend_used = session.backend
-        report.device = session.device if session.device is not None else 0
         gl = probe.gl_info(session.ctx)
+        used = session.device if session.device is not None else 0
+        for dev in report.egl_devices:
+            if session.backend == "egl" and dev["index"] == used and not dev.get("renderer"):
+                dev["renderer"] = gl.renderer  # EGL names no renderer for a device; GL does
         report.egl = backends.current_egl_info() if session.backend == "egl" else {}
         report.check = timer_query_reliability(session.ctx)
         report.timing = mode, _ = timers.choose_mode("auto", gl)
@@ -148,11 +137,11 @@ def render_text(report: Diagnosis) -> str:
     if not report.egl_devices:
         lines.append("  (none listed: EGL_EXT_device_enumeration missing)")
     for d in report.egl_devices:
-        desc = report.renderer_of(d) or (
-            "Mesa software device" if d["software"] else d["drm_device"] or "device"
+        desc = d.get("renderer") or (
+            "Mesa software device" if d["software"] else d.get("drm_device") or "device"
         )
         lines.append(
-            f"  {d['index']}: {desc}" + (f" ({d['drm_device']})" if d["drm_device"] else "")
+            f"  {d['index']}: {desc}" + (f" ({d['drm_device']})" if d.get("drm_device") else "")
         )
     gl = report.gl
     if gl is None:
