@@ -95,10 +95,7 @@ class Catalogue:
                     "size": list(s.size),
                     "frames": s.frames,
                     "warmup": s.warmup,
-                    "entries": [
-                        {"scene": n, "params": {k: _jsonable(v) for k, v in p.items()}}
-                        for n, p in s.entries
-                    ],
+                    "entries": [{"scene": n, "params": dict(p)} for n, p in s.entries],
                 }
                 for s in SUITES.values()
             },
