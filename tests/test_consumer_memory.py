@@ -58,6 +58,9 @@ CHILD = r"""
 import contextlib, io, json, resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
 from katra3d.harness.cli import main
+
+# its module-scoped fixture is built once: all of it runs on one xdist worker
+pytestmark = pytest.mark.xdist_group("consumer_memory")
 template, scratch = sys.argv[2], sys.argv[3]
 for i, trace in enumerate(sys.argv[4:]):
     argv = template.format(t=trace, d=scratch, i=i).split(" ")

@@ -24,6 +24,9 @@ SCENE = '''
 import gc, os, time
 from katra3d import Param, Scene
 
+# its module-scoped fixture is built once: all of it runs on one xdist worker
+pytestmark = pytest.mark.xdist_group("slow_gl")
+
 
 def cpu_ms(ms):
     end = time.process_time_ns() + int(ms * 1e6)
