@@ -418,7 +418,7 @@ def test_progress_hears_of_each_scene_once_it_ends() -> None:
     ]
     assert progress.seen[4].startswith("[2/3] probe: 3 frames, median ")
     # the unit that suits it
-    assert progress.seen[4].endswith((" µs (wall)", " ms (wall)", " s (wall)"))
+    assert progress.seen[4].endswith((" ns (wall)", " µs (wall)", " ms (wall)", " s (wall)"))
     assert progress.seen[5:] == [
         "started 3 probe 5",
         "phase [3/3] probe: setting up None",
