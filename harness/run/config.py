@@ -151,15 +151,6 @@ class RunConfig:
     shard: str | None = None
     jobs: int | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        """Every field but ``jobs``, JSON-ready."""
-        out = dataclasses.asdict(self)
-        del out["jobs"]
-        out["scenes"] = list(self.scenes)
-        out["size"] = list(self.size) if self.size else None
-        out["params"] = {f"{s}.{k}" if s else k: v for s, k, v in self.params}
-        return out
-
 
 @dataclasses.dataclass(frozen=True)
 class SceneEntry:

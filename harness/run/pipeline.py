@@ -24,6 +24,7 @@ from katra3d.harness.run.protocol import ChildOrder
 from katra_trace.analysis.references import images_policy
 from katra_trace.errors import KatraError, OutputBusyError, OutputExistsError
 from katra_trace.io.header import CaptureOptions, ResolvedOptions
+from katra_trace.jsontext import JsonObject
 from katra_trace.text import shown
 
 
@@ -39,16 +40,19 @@ def open_engine(
     return Engine(ctx, spec, measurer=measurer, writer=writer, stop=stop)
 
 
-def capture_options(plan: RunPlan, session: Any) -> CaptureOptions:
+def capture_options(plan: RunPlan, backend: str | None, device: int | None) -> CaptureOptions:
+    """The header's capture options: the run as requested (every RunConfig field but ``jobs``,
+    in its order; ``measure`` is the measurer's record), then ``resolved``."""
+    cfg = plan.config
     resolved = ResolvedOptions(
         frames=plan.frames,
         duration_s=plan.duration_s,
         warmup=plan.warmup,
         size=plan.size,
-        samples=plan.config.samples,
-        backend=session.backend,
+        samples=cfg.samples,
+        backend=backend,
         output=str(plan.output),
-        device=session.device,
+        device=device,
         scenes=tuple(
             {"label": e.label, "spec": e.spec, "params": dict(e.params), "position": e.position}
             for e in plan.entries
@@ -56,11 +60,46 @@ def capture_options(plan: RunPlan, session: Any) -> CaptureOptions:
         extra={"images": images_policy(plan.keep_images, plan.duration_s is not None)},
         layout=_RESOLVED_KEYS,
     )
-    return CaptureOptions.from_dict(plan.config.as_dict()).replaced(resolved=resolved)
+    requested: JsonObject = {
+        "scenes": list(cfg.scenes),
+        "suite": cfg.suite,
+        "duration_s": cfg.duration_s,
+        "backend": cfg.backend,
+        "device": cfg.device,
+        "params": {f"{s}.{k}" if s else k: v for s, k, v in cfg.params},
+        "output": cfg.output,
+        "notes": cfg.notes,
+        "screenshot_dir": cfg.screenshot_dir,
+        "reference_every": cfg.reference_every,
+        "force": cfg.force,
+        "keep_image": cfg.keep_image,
+        "expect_images": cfg.expect_images,
+        "update_images": cfg.update_images,
+    }
+    return CaptureOptions(
+        frames=cfg.frames,
+        warmup=cfg.warmup,
+        size=cfg.size,
+        samples=cfg.samples,
+        seed=cfg.seed,
+        timing=cfg.timing,
+        zones=cfg.zones,
+        max_draw_zones=cfg.max_draw_zones,
+        codec=cfg.codec,
+        shard=cfg.shard,
+        resolved=resolved,
+        extra=requested,
+        layout=_REQUESTED_KEYS,
+    )
 
 
 _RESOLVED_KEYS = tuple(
     "frames duration_s warmup size samples backend output device scenes images".split()
+)
+_REQUESTED_KEYS = tuple(
+    "scenes suite frames duration_s warmup size samples backend device timing zones seed params "
+    "output notes screenshot_dir measure reference_every force max_draw_zones codec keep_image "
+    "expect_images update_images shard resolved".split()
 )
 
 
@@ -95,7 +134,7 @@ def capture(plan: RunPlan, progress: ProgressSink, child: ChildOrder | None = No
                         target,
                         plan.workload,
                         host=host,
-                        options=capture_options(plan, session),
+                        options=capture_options(plan, session.backend, session.device),
                         timing=cfg.timing,
                         zones=plan.zones,
                         notes=cfg.notes,

@@ -4,6 +4,7 @@ docs/replay.md."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import shutil
@@ -35,6 +36,7 @@ from katra_trace.errors import ConfigError, KatraError
 from katra_trace.io.header import CaptureOptions, GLInfo, HostInfo, MeasureOptions
 from katra_trace.io.images import decode_png, frame_record, image_checksum, image_key
 from katra_trace.io.writer import TraceWriter
+from katra_trace.jsontext import JsonObject
 from katra_trace.metrics import mode_clock
 from katra_trace.schema import Clock, Flag, Kind
 
@@ -85,7 +87,7 @@ def run(plan: RunPlan, progress: ProgressSink) -> RunResult:
     counted = plan.counting is not None
     with backends.open_session(cfg.backend, device=cfg.device, size=(16, 16)) as session:
         host = probe.host_info(session)
-        options = capture_options(plan, session)
+        device = session.device
     if counted:
         check_renderer(cfg.measure, host.gl)
         env = {
@@ -106,7 +108,7 @@ def run(plan: RunPlan, progress: ProgressSink) -> RunResult:
     ]
     replayers = {facts.api: find_replayer(facts.api) for _, facts in traces}
     mode = cfg.measure if counted else "sync"
-    options = _options(options, plan, traces, replayers, mode, env if counted else None)
+    options = _options(plan, device, traces, replayers, mode, env if counted else None)
     first, api = traces[0][1], traces[0][1].api
     host = host.replaced(
         backend=options.resolved.backend, gl=_replayer_gl(host.gl, first, replayers[api], env)
@@ -204,8 +206,8 @@ def _path(entry: SceneEntry) -> Path:
 
 
 def _options(
-    options: CaptureOptions,
     plan: RunPlan,
+    device: int | None,
     traces: list[tuple[SceneEntry, TraceFacts]],
     replayers: dict[str, Replayer],
     mode: str,
@@ -213,7 +215,7 @@ def _options(
 ) -> CaptureOptions:
     """The capture options with the replay's facts; no size (:data:`SIZE_NOTICE`)."""
     zones = plan.zones
-    replay: dict[str, Any] = {
+    replay: JsonObject = {
         "traces": {e.label: f.as_dict() for e, f in traces},
         "replayers": {api: r.as_dict() for api, r in replayers.items()},
         "options": {
@@ -224,23 +226,14 @@ def _options(
     if "glx" in replayers:
         given = (counted_env if counted_env is not None else os.environ).get("DISPLAY")
         replay["display"] = f"$DISPLAY {given}" if given else "an Xvfb of katra3d's own"
-    resolved = {**options.resolved.as_dict(), "size": None, "backend": "+".join(sorted(replayers))}
-    data = {
-        **options.as_dict(),
-        "size": None,
-        "resolved": resolved,
-        "replay": replay,
-        "timing_mode": mode,
-        "primary_clock": mode_clock(mode),
-        "zones": zones,
-        "timing_reason": TIMED_REASON
-        if counted_env is None
-        else f"--measure {mode}: the replayer counted under callgrind, single-threaded llvmpipe",
-        "measure": MeasureOptions(mode="time").as_dict(),
-    }
+    base = capture_options(plan, "+".join(sorted(replayers)), device)
+    base = dataclasses.replace(
+        base, extra={**base.extra, "replay": replay}, layout=(*base.layout, "replay")
+    )
+    measured = MeasureOptions(mode="time")
     if counted_env is not None and plan.counting is not None:
         pins = measure.pinned_env()
-        data["measure"] = MeasureOptions(
+        measured = MeasureOptions(
             mode=mode,
             valgrind=plan.counting.version,
             env=pins,
@@ -248,8 +241,18 @@ def _options(
                 swap="/".join(sorted(rp.SWAP_FUNCTION[a] for a in replayers))
             ),
             pinned={k: pins[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")},
-        ).as_dict()
-    return CaptureOptions.from_dict(data)
+        )
+    return base.replaced(
+        size=None,
+        resolved=base.resolved.replaced(size=None),
+        timing_mode=mode,
+        primary_clock=mode_clock(mode),
+        zones=zones,
+        timing_reason=TIMED_REASON
+        if counted_env is None
+        else f"--measure {mode}: the replayer counted under callgrind, single-threaded llvmpipe",
+        measure=measured,
+    )
 
 
 class _Replay:
