@@ -13,6 +13,9 @@ import numpy as np
 
 _T = TypeVar("_T")
 
+#: A resolved scene parameter's value.
+ParamValue = bool | int | float | str
+
 NOMINAL_RATE_HZ = 60.0
 
 
@@ -64,7 +67,7 @@ class Scene:
     required_extensions: ClassVar[tuple[str, ...]] = ()
     params: ClassVar[Mapping[str, Param]] = {}
 
-    def setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, Any]) -> None:
+    def setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, ParamValue]) -> None:
         """Create GL objects; ``ctx`` is a moderngl.Context."""
         raise NotImplementedError
 
@@ -154,4 +157,4 @@ class SimpleFrame:
         yield
 
 
-__all__ = ["Frame", "NOMINAL_RATE_HZ", "Param", "Scene", "SceneSkip", "SimpleFrame"]
+__all__ = ["Frame", "NOMINAL_RATE_HZ", "Param", "ParamValue", "Scene", "SceneSkip", "SimpleFrame"]

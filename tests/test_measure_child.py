@@ -131,6 +131,7 @@ def test_every_field_of_the_plan_round_trips_through_json() -> None:
         "spec": "sub/tiny.py:Tiny",
         "params": {"bands": 4},
         "position": 5,
+        "trace": None,
     }
     again = _through_json(plan)
     assert again == plan

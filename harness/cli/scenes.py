@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from typing import Any
 
 from katra3d.harness.cli._common import print_json
-from katra3d.scenes.api import Scene
-from katra3d.scenes.registry import builtin_scenes, describe_range, entry_point_scenes, get_scene
+from katra3d.scenes.api import Param, Scene
+from katra3d.scenes.registry import (
+    builtin_scenes,
+    describe_range,
+    entry_point_scenes,
+    get_scene,
+    is_trace_spec,
+    trace_file,
+)
 from katra3d.scenes.suites import SUITES, suites_containing
 from katra_trace.errors import ExitCode, SceneError
 
@@ -74,6 +82,13 @@ def catalogue() -> dict[str, Any]:
 def one_scene(spec: str) -> dict[str, Any]:
     """The scene ``spec`` names (SceneError if none)."""
     spec = spec.strip()
+    if is_trace_spec(spec):  # a trace shows the Scene defaults beside its own facts
+        trace = trace_file(spec)
+        return {
+            **scene_entry(trace.name, Scene, spec),
+            "description": trace.description,
+            "params": _params(trace.params),
+        }
     cls = get_scene(spec)
     entry_points = entry_point_scenes()
     if builtin_scenes().get(spec) is cls:
@@ -83,8 +98,8 @@ def one_scene(spec: str) -> dict[str, Any]:
     return scene_entry(str(getattr(cls, "name", "") or spec), cls, spec)
 
 
-def scene_entry(name: str, cls: type[Scene], origin: str) -> dict[str, Any]:
-    params = {
+def _params(params: Mapping[str, Param]) -> dict[str, Any]:
+    return {
         key: {
             "default": _jsonable(param.default),
             "type": param.type.__name__,
@@ -94,8 +109,11 @@ def scene_entry(name: str, cls: type[Scene], origin: str) -> dict[str, Any]:
             "range": describe_range(param),
             "help": param.help,
         }
-        for key, param in cls.params.items()
+        for key, param in params.items()
     }
+
+
+def scene_entry(name: str, cls: type[Scene], origin: str) -> dict[str, Any]:
     return {
         "name": name,
         # a user's scene often says what it is in its docstring only
@@ -104,7 +122,7 @@ def scene_entry(name: str, cls: type[Scene], origin: str) -> dict[str, Any]:
         "stresses": list(cls.stresses),
         "min_gl_version": cls.min_gl_version,
         "required_extensions": list(cls.required_extensions),
-        "params": params,
+        "params": _params(cls.params),
         "suites": suites_containing(name),
         "origin": origin,
     }

@@ -189,6 +189,14 @@ def encode(value: Any) -> Any:
     return value
 
 
+def _holds_class(tp: Any) -> bool:
+    """A field holding a scene class (``type``, ``type[Scene] | None``): found again by spec."""
+    kinds = (
+        typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    )
+    return any(k is type or typing.get_origin(k) is type for k in kinds)
+
+
 def _decode(tp: Any, value: Any, scene_class: Callable[[str], type]) -> Any:
     origin = typing.get_origin(tp)
     if value is None or tp is Any:
@@ -216,12 +224,12 @@ def _decode(tp: Any, value: Any, scene_class: Callable[[str], type]) -> Any:
         fields = {
             f.name: _decode(hints[f.name], value[f.name], scene_class)
             for f in dataclasses.fields(tp)
-            if hints[f.name] is not type and f.name in value
+            if not _holds_class(hints[f.name]) and f.name in value
         }
         classes = {
             f.name: scene_class(str(value["spec"]))
             for f in dataclasses.fields(tp)
-            if hints[f.name] is type
+            if _holds_class(hints[f.name])
         }
         return tp(**fields, **classes)
     if tp is Path:

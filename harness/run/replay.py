@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
 
 from katra3d.harness.engine.counting import estimated_cycles
 from katra3d.harness.engine.events import FRAME_NAME
@@ -29,7 +28,7 @@ from katra3d.harness.replay.output import draw_zones, replayer_base_ns
 from katra3d.harness.replay.tool import Replayer, TraceFacts, find_replayer, trace_facts
 from katra3d.harness.run import lifetime, measure
 from katra3d.harness.run.config import RunPlan, SceneEntry
-from katra3d.harness.run.pipeline import capture_options, failed_note
+from katra3d.harness.run.pipeline import capture_options, failed_note, open_writer, run_output
 from katra3d.harness.run.progress import entered
 from katra3d.harness.run.valgrind import check_renderer
 from katra_trace.errors import ConfigError, KatraError
@@ -56,7 +55,7 @@ FRAME_BOUNDARY = (
 
 
 def has_traces(plan: RunPlan) -> bool:
-    return any(getattr(e.cls, "trace_path", "") for e in plan.entries)
+    return any(e.trace for e in plan.entries)
 
 
 def check_plan(plan: RunPlan) -> None:
@@ -103,27 +102,30 @@ def run(plan: RunPlan, progress: ProgressSink) -> RunResult:
     else:
         env = dict(os.environ)
     traces = [
-        (e, trace_facts(_path(e), e.params["trace_sha256"], e.params["trace_bytes"]))
+        (e, trace_facts(Path(e.trace.path), e.trace.sha256, e.trace.size_bytes))
         for e in plan.entries
+        if e.trace is not None
     ]
     replayers = {facts.api: find_replayer(facts.api) for _, facts in traces}
     mode = cfg.measure if counted else "sync"
-    options = _options(plan, device, traces, replayers, mode, env if counted else None)
     first, api = traces[0][1], traces[0][1].api
     host = host.replaced(
-        backend=options.resolved.backend, gl=_replayer_gl(host.gl, first, replayers[api], env)
+        backend="+".join(sorted(replayers)), gl=_replayer_gl(host.gl, first, replayers[api], env)
     )
     if cfg.size is not None:
         progress.line(SIZE_NOTICE)
     plan.output.parent.mkdir(parents=True, exist_ok=True)
-    writer = TraceWriter(
-        plan.output,
-        workload=plan.workload,
-        capture_options=options,
-        host_info=host,
-        notes=cfg.notes,
-        overwrite=cfg.force,
-        failed_aside=True,
+    plan, writer = run_output(
+        plan,
+        lambda plan: open_writer(
+            plan.output,
+            workload=plan.workload,
+            options=_options(plan, device, traces, replayers, mode, env if counted else None),
+            host=host,
+            notes=cfg.notes,
+            overwrite=cfg.force,
+            failed_aside=True,
+        ),
     )
     stop = StopFlag()
     results: list[SceneResult] = []
@@ -153,7 +155,7 @@ def run(plan: RunPlan, progress: ProgressSink) -> RunResult:
             writer.finish(
                 summary={
                     "timing_mode": mode,
-                    "timing_reason": options.timing_reason,
+                    "timing_reason": _reason(mode, counted),
                     "primary_clock": mode_clock(mode),
                     "scenes": [r.row() for r in results],
                 },
@@ -178,7 +180,7 @@ def run(plan: RunPlan, progress: ProgressSink) -> RunResult:
         plan.output,
         status,
         mode,
-        str(options.timing_reason or ""),
+        _reason(mode, counted),
         results,
         stop.signal_name,
         size=next(iter(sizes)) if len(sizes) == 1 else None,
@@ -199,10 +201,6 @@ def _replayer_gl(gl: GLInfo, facts: TraceFacts, replayer: Replayer, env: dict[st
         glsl_version=got.get("GL_SHADING_LANGUAGE_VERSION"),
         profile={"1": "core", "2": "compatibility"}.get(got.get("GL_CONTEXT_PROFILE_MASK", "")),
     )
-
-
-def _path(entry: SceneEntry) -> Path:
-    return Path(str(getattr(entry.cls, "trace_path", "")))
 
 
 def _options(
@@ -248,11 +246,15 @@ def _options(
         timing_mode=mode,
         primary_clock=mode_clock(mode),
         zones=zones,
-        timing_reason=TIMED_REASON
-        if counted_env is None
-        else f"--measure {mode}: the replayer counted under callgrind, single-threaded llvmpipe",
+        timing_reason=_reason(mode, counted_env is not None),
         measure=measured,
     )
+
+
+def _reason(mode: str, counted: bool) -> str:
+    if counted:
+        return f"--measure {mode}: the replayer counted under callgrind, single-threaded llvmpipe"
+    return TIMED_REASON
 
 
 class _Replay:
@@ -318,7 +320,17 @@ class _Replay:
                 result.status = "interrupted"
             if measured:
                 result.stats = scene_stats(measured, counts=counted)
-            annotation: dict[str, Any] = {
+            replay: JsonObject = {
+                "trace": self.facts.as_dict(),
+                "restarts": restarts,
+                "note": "a replay of the trace from its start begins at each frame in "
+                "'restarts', flagged SETUP: left out of the statistics",
+            }
+            if not self.replayer.headless:
+                replay["display"] = env.get("DISPLAY", "")
+            if self.startup_ns:
+                replay["startup_ms"] = [round(ns / 1e6, 3) for ns in self.startup_ns]
+            annotation: JsonObject = {
                 "type": "scene",
                 "scene": label,
                 "spec": self.entry.spec,
@@ -326,17 +338,8 @@ class _Replay:
                 "params": dict(self.entry.params),
                 "warmup_frames": result.warmup,
                 "measured_frames": result.frames,
-                "replay": {
-                    "trace": self.facts.as_dict(),
-                    "restarts": restarts,
-                    "note": "a replay of the trace from its start begins at each frame in "
-                    "'restarts', flagged SETUP: left out of the statistics",
-                },
+                "replay": replay,
             }
-            if not self.replayer.headless:
-                annotation["replay"]["display"] = env.get("DISPLAY", "")
-            if self.startup_ns:
-                annotation["replay"]["startup_ms"] = [round(ns / 1e6, 3) for ns in self.startup_ns]
             if done and last_calls and not self.stop.set:  # stopped: no more replays
                 annotation.update(self._last_image(result, env, last_calls[done - 1], done - 1))
         self.writer.annotate(annotation)
@@ -483,7 +486,7 @@ class _Replay:
 
     def _last_image(
         self, result: SceneResult, env: dict[str, str], call_no: int, index: int
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         self.progress.phase(f"{self.where}: the last frame's image (an untimed replay)", None)
         png = rp.snapshot(
             self.replayer,
@@ -507,7 +510,7 @@ class _Replay:
             )
         result.pixels = pixels
         result.checksum = image_checksum(pixels)
-        keys: dict[str, Any] = {
+        keys: JsonObject = {
             "last_frame_index": index,
             "last_frame_sha256": result.checksum,
             "last_frame_call": call_no,
