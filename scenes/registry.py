@@ -312,19 +312,13 @@ class TraceFile:
 
     @property
     def params(self) -> dict[str, Param]:
+        sha, n = self.sha256, self.size_bytes
         return {
             "trace_sha256": Param(
-                self.sha256,
-                str,
-                help="the trace file's SHA-256 (not to be set)",
-                choices=(self.sha256,),
+                sha, str, help="the trace file's SHA-256 (not to be set)", choices=(sha,)
             ),
             "trace_bytes": Param(
-                self.size_bytes,
-                int,
-                self.size_bytes,
-                self.size_bytes,
-                help="the trace file's size in bytes (not to be set)",
+                n, int, n, n, help="the trace file's size in bytes (not to be set)"
             ),
         }
 

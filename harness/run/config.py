@@ -175,9 +175,8 @@ class SceneEntry:
 
     @property
     def name(self) -> str:
-        if self.trace is not None:
-            return self.trace.name
-        return str(getattr(self.cls, "name", "") or self.spec)
+        kind = self.trace or self.cls
+        return (kind.name if kind is not None else "") or self.spec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -336,7 +335,7 @@ def plan_run(config: RunConfig) -> RunPlan:
     for spec, suite_params in raw:
         kind = trace_file(spec) if is_trace_spec(spec) else get_scene(spec)
         trace, cls = (kind, None) if isinstance(kind, TraceFile) else (None, kind)
-        name = kind.name if trace is not None else str(getattr(kind, "name", "") or spec)
+        name = kind.name or spec
         mine = [n for n in overrides if names_scene(n, spec, kind)]
         used.update(mine)
         merged = dict(suite_params)
