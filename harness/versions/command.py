@@ -210,13 +210,15 @@ def _failure(
 ) -> str | None:
     """Why the capture failed (None: it did not): what a ``katra3d run`` handed back, else the
     command's exit code and whether ``out`` is there."""
+    run = handed.run if handed is not None else None
     if handed is not None and handed.failed:
         return f"failed with exit code {handed.exit_code or code}: {error}"
+    if run is not None and run.status != "complete":
+        return f"was stopped by {run.signal_name or 'a signal'}: its trace is {run.status}"
     if code != 0:
         return f"failed with exit code {code}"
     if out.is_file():
         return None
-    run = handed.run if handed is not None else None
     if run is not None and (cwd or Path()).joinpath(run.path).is_file():
         return f"wrote its trace at {shown(str(run.path))}, not at {shown(str(out))}"
     return f"exited 0 but wrote no trace at {shown(str(out))}"
