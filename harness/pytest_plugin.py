@@ -9,9 +9,14 @@ import hashlib
 import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from katra3d.harness.engine.results import StatsDict
+    from katra3d.scenes.api import ParamValue
+    from katra_trace.jsontext import JsonObject
 
 GL_MARKER = "gl: renders through a real OpenGL context (Mesa llvmpipe via EGL in CI)"
 KEEP_OPTION = "--katra3d-keep"
@@ -76,15 +81,15 @@ class SceneRun:
     trusted ``clock``, and ``info`` for the benchmark's extra_info."""
 
     scene: str
-    stats: dict[str, dict[str, Any]]
-    zones: dict[str, dict[str, dict[str, Any]]]
+    stats: dict[str, StatsDict]
+    zones: dict[str, dict[str, StatsDict]]
     clock: str
     timing_mode: str
     trace: Path
-    info: dict[str, Any]
+    info: JsonObject
 
     @property
-    def primary(self) -> dict[str, Any]:
+    def primary(self) -> StatsDict:
         return self.stats[self.clock]
 
 
@@ -95,7 +100,7 @@ def run_scene(
     frames: int = 60,
     warmup: int = 5,
     size: tuple[int, int] = (128, 128),
-    params: Mapping[str, Any] | None = None,
+    params: Mapping[str, ParamValue] | None = None,
     timing: str = "auto",
     zones: bool | str = False,
     seed: int = 0,
@@ -199,17 +204,18 @@ def run_scene(
 
         raise SceneSkip(outcome.reason)
     opened = open_trace(trace)
-    result = trace_stats(opened).scenes.get(label, NO_STATS).as_dict()
+    found = trace_stats(opened).scenes.get(label, NO_STATS)
+    metrics = found.metrics_json()
     options = opened.header.capture_options
     clock = (
-        primary_clock_of(list(result["metrics"]), options.measure_mode, options.primary_clock)
+        primary_clock_of(list(found.metrics), options.measure_mode, options.primary_clock)
         or options.primary_clock
         or CLOCK_PREFERENCE[0]
     )
     host = opened.header.host_info
     gl = host.gl
-    primary = result["metrics"].get(clock, {})
-    info = {
+    primary = metrics.get(clock, {})
+    info: JsonObject = {
         "scene": label,
         "params": resolved,
         "size": list(size),
@@ -237,9 +243,7 @@ def run_scene(
     }
     if benchmark is not None:
         benchmark.extra_info["katra3d"] = info
-    return SceneRun(
-        label, result["metrics"], result["zones"], clock, engine.mode, Path(trace), info
-    )
+    return SceneRun(label, metrics, found.zones_json(), clock, engine.mode, Path(trace), info)
 
 
 def _run_apart(
@@ -250,7 +254,7 @@ def _run_apart(
     frames: int,
     warmup: int,
     size: tuple[int, int],
-    params: Mapping[str, Any],
+    params: Mapping[str, ParamValue],
     zones: bool | str,
     seed: int,
     measure: str,
@@ -277,12 +281,13 @@ def _run_apart(
     )
     result = run(config, quiet=True)
     opened = open_trace(trace)
-    stats = trace_stats(opened).scenes.get(label, NO_STATS).as_dict()
+    found = trace_stats(opened).scenes.get(label, NO_STATS)
+    metrics = found.metrics_json()
     host = opened.header.host_info
     clock = (
         measure if measure != "time" else (opened.header.capture_options.primary_clock or "wall")
     )
-    info = {
+    info: JsonObject = {
         "scene": label,
         "params": dict(params),
         "size": list(size),
@@ -293,12 +298,12 @@ def _run_apart(
         "trace": str(trace),
         "gl_renderer": host.gl.renderer,
         "codegen": host.codegen or {},
-        "median": stats["metrics"]
-        .get(clock, {})
-        .get("median_ms" if measure == "time" else f"median_{measure}"),
+        "median": metrics.get(clock, {}).get(
+            "median_ms" if measure == "time" else f"median_{measure}"
+        ),
     }
     return SceneRun(
-        label, stats["metrics"], stats["zones"], clock, result.timing_mode, Path(trace), info
+        label, metrics, found.zones_json(), clock, result.timing_mode, Path(trace), info
     )
 
 

@@ -20,7 +20,7 @@ def _null(_constant: str) -> None:
     return None
 
 
-def dumps(obj: Any, **kwargs: Any) -> str:
+def dumps(obj: object, **kwargs: Any) -> str:
     """``json.dumps`` with non-finite floats as ``null``."""
     try:
         return json.dumps(obj, allow_nan=False, **kwargs)
@@ -33,7 +33,7 @@ def dumps(obj: Any, **kwargs: Any) -> str:
     return json.dumps(json.loads(text, parse_constant=_null), allow_nan=False, **kwargs)
 
 
-def dump(obj: Any, fp: IO[str], **kwargs: Any) -> None:
+def dump(obj: object, fp: IO[str], **kwargs: Any) -> None:
     fp.write(dumps(obj, **kwargs))
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from katra3d.scenes.api import ParamValue
 from katra_trace.errors import ConfigError
 
 
@@ -19,14 +19,14 @@ class Suite:
     size: tuple[int, int]
     frames: int
     warmup: int
-    entries: tuple[tuple[str, Mapping[str, Any]], ...]
+    entries: tuple[tuple[str, Mapping[str, ParamValue]], ...]
 
     def scene_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.entries)
 
 
 #: Small params: the whole ci suite runs in under 60 s on llvmpipe.
-_CI_ENTRIES: tuple[tuple[str, Mapping[str, Any]], ...] = (
+_CI_ENTRIES: tuple[tuple[str, Mapping[str, ParamValue]], ...] = (
     ("clear", {}),
     ("triangle", {}),
     ("geometry", {"detail": 24}),
@@ -41,11 +41,11 @@ _CI_ENTRIES: tuple[tuple[str, Mapping[str, Any]], ...] = (
     ("compute", {"count": 16384}),
 )
 
-_DEFAULT_ENTRIES: tuple[tuple[str, Mapping[str, Any]], ...] = tuple(
+_DEFAULT_ENTRIES: tuple[tuple[str, Mapping[str, ParamValue]], ...] = tuple(
     (name, {}) for name, _ in _CI_ENTRIES
 )
 
-_STRESS_ENTRIES: tuple[tuple[str, Mapping[str, Any]], ...] = (
+_STRESS_ENTRIES: tuple[tuple[str, Mapping[str, ParamValue]], ...] = (
     ("clear", {"bands": 64}),
     ("triangle", {}),
     ("geometry", {"detail": 256}),
@@ -106,10 +106,10 @@ SCENE_START_COST = 100_000.0
 #: A user scene's frame cost: 1 ms.
 UNKNOWN_FRAME_COST = 1_000.0
 
-_Cost = Callable[[Mapping[str, Any], int], float]
+_Cost = Callable[[Mapping[str, ParamValue], int], float]
 
 
-def _num(params: Mapping[str, Any], key: str, default: float) -> float:
+def _num(params: Mapping[str, ParamValue], key: str, default: float) -> float:
     value = params.get(key, default)
     return (
         float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
@@ -142,7 +142,9 @@ _FRAME_COST: dict[str, _Cost] = {
 }
 
 
-def scene_cost(name: str, params: Mapping[str, Any], size: tuple[int, int], frames: int) -> float:
+def scene_cost(
+    name: str, params: Mapping[str, ParamValue], size: tuple[int, int], frames: int
+) -> float:
     """Estimated cost of ``frames`` frames (warmup included), the same on every machine."""
     frame = _FRAME_COST.get(name)
     px = max(1, size[0]) * max(1, size[1])

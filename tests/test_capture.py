@@ -75,7 +75,7 @@ def test_capture_frames_and_nested_zones(gl_ctx: Any, program: Any, tmp_path: Pa
     assert _debug_group_depth() == base_depth
 
     trace = open_trace(path)
-    assert trace.summary["status"] == "complete"
+    assert trace.summary.status == "complete"
     assert trace.header.workload == "my-renderer" and trace.header.notes == "hello"
     # the frames are the workload's, named as the user named it (not "capture"): stats, compare, the
     # report
@@ -151,8 +151,8 @@ def test_capture_aborted_by_exception_keeps_a_valid_trace(
                 vao.render()
             raise RuntimeError("boom")
     trace = open_trace(path)
-    assert trace.summary["status"] == "aborted"
-    assert "boom" in trace.summary["user"]["error"]
+    assert trace.summary.status == "aborted"
+    assert "boom" in trace.summary.user["error"]
     assert len(trace.events[trace.events["kind"] == Kind.FRAME]) == 3  # cpu + wall + process
     # neither workload nor scene given
     assert {trace.strings[s] for s in trace.events["scene"]} == {DEFAULT_SCENE}
@@ -190,8 +190,8 @@ def test_a_gl_error_in_a_frame_ends_the_capture_naming_the_frame(
                         gl_ctx.enable_direct(0xFFFF)  # glEnable of no capability: GL_INVALID_ENUM
     assert gl_ctx.error == "GL_NO_ERROR"  # glGetError read it, as the capture did
     trace = open_trace(path)
-    assert trace.summary["status"] == "aborted"
-    assert trace.summary["user"]["gl_errors"][0]["frame"] == 1
+    assert trace.summary.status == "aborted"
+    assert trace.summary.user["gl_errors"][0]["frame"] == 1
     wall = trace.events[
         (trace.events["kind"] == Kind.FRAME) & (trace.events["clock"] == Clock.WALL)
     ]

@@ -266,7 +266,7 @@ def test_without_blosc2_reading_a_blosc2_trace_fails_cleanly_with_exit_3() -> No
         t = open_trace({str(DATA / "golden-v1.1.katra")!r}, strict=True)  # zstd traces still read
         # so do headers and counts
         h = open_trace({str(DATA / "golden-v1.1-blosc2.katra")!r}, events=False)
-        print(len(t.events), h.summary["events"])
+        print(len(t.events), h.summary.events)
     """)
     assert r.returncode == 0 and r.stdout.split() == ["78", "78"], r.stderr
 

@@ -120,13 +120,11 @@ def test_events_keep_their_names_move_by_their_shift_and_share_one_table(
     moved_b = [(s, n, k, t + 1_000_000, d) for s, n, k, t, d in _named(b)]
     assert _named(joined) == _named(a) + moved_b
     # a's events in two blocks of at most BLOCK_EVENTS, b's in one
-    assert joined.summary["event_blocks"] == 3
-    assert joined.summary["user"] == {"mine": 1} and joined.summary["strings"] == len(
-        joined.strings
-    )
+    assert joined.summary.event_blocks == 3
+    assert joined.summary.user == {"mine": 1} and joined.summary.strings == len(joined.strings)
     # the latest end, moved: b's, a million nanoseconds on
-    assert joined.summary["end_host_ns"] == max(
-        a.summary["end_host_ns"], b.summary["end_host_ns"] + 1_000_000
+    assert joined.summary.end_host_ns == max(
+        a.summary.end_host_ns, b.summary.end_host_ns + 1_000_000
     )
 
 
@@ -173,4 +171,4 @@ def test_a_damaged_input_gives_what_it_holds_and_an_unreadable_part_nothing(
         (s, n, k, t + shift, d) for s, n, k, t, d in _named(held)
     ]
     # the torn part has no summary
-    assert [r["scene"] for r in trace.summary["user"]["scenes"]] == ["a"]
+    assert [r["scene"] for r in trace.summary.user["scenes"]] == ["a"]

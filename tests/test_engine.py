@@ -767,9 +767,7 @@ def test_engine_on_llvmpipe_keeps_the_frames_of_a_failing_scene(
         )
     assert gl_ctx.fbo is gl_fbo  # bound again after the failure
     trace = open_trace(path)
-    assert (
-        trace.status == "aborted" and "render failed on purpose" in trace.summary["user"]["error"]
-    )
+    assert trace.status == "aborted" and "render failed on purpose" in trace.summary.user["error"]
     wall = trace.events[
         (trace.events["kind"] == int(Kind.FRAME)) & (trace.events["clock"] == int(Clock.WALL))
     ]

@@ -210,7 +210,7 @@ def test_nan_in_capture_options_is_written_as_null(tmp_path: Path) -> None:
     trace = open_trace(path)
     assert trace.header.capture_options.as_dict()["ratio"] is None
     assert trace.header.capture_options.as_dict()["limits"] == [1.0, None]
-    assert trace.summary["user"] == {"worst": None}
+    assert trace.summary.user == {"worst": None}
 
 
 def test_report_scans_a_trace_once_for_all_its_scenes(

@@ -13,7 +13,7 @@ import pytest
 from katra3d.harness.cli import doctor
 from katra3d.harness.engine import events, timers
 from katra3d.harness.engine.frame import HarnessFrame, seed_key
-from katra3d.harness.engine.timer_check import timer_query_reliability
+from katra3d.harness.engine.timer_check import TimerCheck, timer_query_reliability
 from katra3d.harness.gl import probe
 from katra3d.harness.run.config import RunConfig, parse_param, parse_size, plan_run
 from katra3d.harness.run.pipeline import capture_options
@@ -190,8 +190,8 @@ def test_doctor_recommends_what_run_picks(
     monkeypatch.setattr(doctor.backends, "list_egl_devices", lambda: [])
     monkeypatch.setattr(doctor.backends, "open_session", lambda backend, device, size: session)
     monkeypatch.setattr(doctor.probe, "gl_info", lambda ctx: gl)
-    monkeypatch.setattr(doctor, "timer_query_reliability", lambda ctx: {"verdict": verdict})
-    report = doctor.diagnose("glfw")
+    monkeypatch.setattr(doctor, "timer_query_reliability", lambda ctx: TimerCheck(verdict))
+    report = doctor.diagnose("glfw").as_dict()
     picked = timers.choose_mode("auto", gl)
     assert report["recommended_timing"] == {
         "mode": picked[0],
@@ -321,8 +321,9 @@ def test_timer_query_reliability_flags_llvmpipe(gl_ctx: Any) -> None:
     assert gl_ctx.fbo is mine  # the caller's framebuffer is bound again
     mine.release()
     gl_ctx.detect_framebuffer(0).use()
-    assert check["verdict"] == "unreliable"
-    assert check["wall_ms"] > 0 and check["ratio"] < 0.5
+    assert check.verdict == "unreliable"
+    assert check.wall_ms is not None and check.wall_ms > 0
+    assert check.ratio is not None and check.ratio < 0.5
 
 
 # --------------------------------------------------------------------------- run planning

@@ -16,6 +16,7 @@ import pytest
 
 from katra_trace.history.sim import Scenario, oracle_exact_rate, run, simulate
 from katra_trace.history.steps import detect_steps, null_penalty, resolution
+from katra_trace.history.trends import TrendRow
 
 SEEDS = range(20)
 
@@ -199,14 +200,30 @@ def test_too_few_labels_say_so_and_the_change_seen_is_what_would_be_settled() ->
 
 def _row(
     label: str, added: int, start: int, label_time: int | None = None, commit: str = ""
-) -> dict[str, object]:
-    return {
-        "label": label,
-        "added_ns": added,
-        "run_start_ns": start,
-        "label_time_ns": start if label_time is None else label_time,
-        "commit": commit,
-    }
+) -> TrendRow:
+    return TrendRow(
+        label=label,
+        label_time_ns=start if label_time is None else label_time,
+        run_start_ns=start,
+        added_ns=added,
+        commit=commit,
+        host_id="h",
+        renderer="llvmpipe",
+        driver="Mesa",
+        cpu="cpu",
+        codegen_id="",
+        scene="cubes",
+        zone="",
+        metric="wall",
+        unit="ms",
+        size="64x64",
+        params="",
+        trace_sha256=f"{label}-{added}",
+        median=1.0,
+        mean=1.0,
+        p99=1.0,
+        low_1pct_fps=None,
+    )
 
 
 def test_labels_follow_the_user_not_the_capture_time(tmp_path: Path) -> None:

@@ -406,7 +406,7 @@ def test_pytest_plugin_counts_too(tmp_path: Path) -> None:
     # interrupted (exit 128+n) or aborted (exit 1) has no measured frames, hence no "instructions"
     # in run.stats. Say which, with the child's error (its stderr is discarded when quiet), before
     # reading the stats.
-    summary = open_trace(run.trace, events=False).summary or {}
+    summary = open_trace(run.trace, events=False).summary.as_dict()
     assert summary.get("status") == "complete", summary
     assert run.clock == "instructions" and run.stats["instructions"]["n"] == 2
     assert run.info["median"] > 10_000 and run.info["codegen"]["llvm"]

@@ -394,7 +394,7 @@ def test_counted_run_records_the_options_of_a_time_run(katra_cli: Any, tmp_path:
         assert rows[label]["status"] == "ok" and rows[label]["frames"] == 2
         assert rows[label]["clock"] == "instructions" and rows[label]["params"] == {"bands": bands}
         assert rows[label]["median"] > 10_000  # a real frame of work
-    summary = {row["scene"]: row for row in (trace.summary or {})["user"]["scenes"]}
+    summary = {row["scene"]: row for row in trace.summary.user["scenes"]}
     assert summary["clear"]["median"] == rows["clear"]["median"]
     assert not os.environ.get(measure.CHILD_ENV)
 

@@ -178,7 +178,7 @@ def test_the_parts_join_in_order_with_one_string_table(tmp_path: Path) -> None:
     for n, scene in enumerate(("clear", "triangle", "shader")):
         first = frames[[trace.name(int(s)) == scene for s in frames["scene"]]][0]
         assert int(first["start_ns"]) == starts[n] - min(starts)
-    user = trace.summary["user"]
+    user = trace.summary.user
     assert [r["scene"] for r in user["scenes"]] == ["clear", "triangle", "shader"]
     assert user["timing_mode"] == "instructions"
     assert [a["scene"] for a in trace.annotations if a.get("type") == "scene"] == [
@@ -290,6 +290,6 @@ def test_ctrl_c_stops_every_child_and_keeps_the_scenes_counted(tmp_path: Path) -
         trace.name(int(s)): int(np.sum(frames["scene"] == s)) for s in np.unique(frames["scene"])
     }
     assert per_scene.get("clear") == 40 and 0 < per_scene.get("slow", 0) < 40, per_scene
-    assert [r["scene"] for r in trace.summary["user"]["scenes"]] == ["clear", "slow"]
+    assert [r["scene"] for r in trace.summary.user["scenes"]] == ["clear", "slow"]
     assert list(tmp.iterdir()) == [], "the dump directories must be removed"
     assert "clear" in stdout and "slow" in stdout

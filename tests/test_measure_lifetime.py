@@ -185,6 +185,6 @@ def test_ctrl_c_while_counting_exits_130_and_keeps_the_counted_frames(tmp_path: 
     assert "Traceback" not in stderr and "error" not in stderr
     assert "(interrupted)" in stdout
     trace = open_trace(tmp_path / "t.katra")
-    assert (trace.summary or {}).get("status") == "interrupted"
-    assert trace.summary["user"]["scenes"][0]["frames"] >= 2
+    assert trace.summary.status == "interrupted"
+    assert trace.summary.user["scenes"][0]["frames"] >= 2
     assert list(tmp.iterdir()) == []

@@ -232,7 +232,7 @@ def test_a_counted_scene_failure_is_one_error_line(tmp_path: Path) -> None:
         + " (the output was not written)"
     )
     assert not (tmp_path / "b.katra").exists()
-    summary = open_trace(tmp_path / "b.failed.katra", events=False).summary or {}
+    summary = open_trace(tmp_path / "b.failed.katra", events=False).summary.as_dict()
     assert summary.get("status") == "aborted", summary
 
 

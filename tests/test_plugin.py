@@ -162,7 +162,7 @@ def test_keep_option_keeps_traces_and_a_rerun_replaces_them(
     assert sorted(p.name for p in (pytester.path / "from-ini").iterdir()) == names
     from katra_trace import open_trace
 
-    assert open_trace(pytester.path / "from-ini" / names[1]).summary["status"] == "complete"
+    assert open_trace(pytester.path / "from-ini" / names[1]).summary.status == "complete"
 
 
 @pytest.mark.gl

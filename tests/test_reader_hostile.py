@@ -338,7 +338,7 @@ def test_bomb_cli_is_one_line_and_opt_out_reads_it(
     monkeypatch.setenv("KATRA3D_MAX_RATIO", "0")
     with pytest.warns(TraceRecoveryWarning, match="without a footer"):
         t = open_trace(path, events=False)
-    assert t.summary["events"] == fmt.MAX_BLOCK_EVENTS and t.summary["rebuilt"]
+    assert t.summary.events == fmt.MAX_BLOCK_EVENTS and t.summary.rebuilt
 
 
 def test_genuine_well_compressed_trace_reads_under_the_default_limit(tmp_path: Path) -> None:
@@ -424,4 +424,4 @@ def test_json_summary_shapes(tmp_path: Path, base: bytes) -> None:
     """A summary with every documented count is accepted; the summary's keys are all optional."""
     path = _craft(tmp_path, base, _summary(lambda s: {"status": "complete"}))
     t = open_trace(path, strict=True)
-    assert t.status == "complete" and json.dumps(t.summary)
+    assert t.status == "complete" and json.dumps(t.summary.as_dict())

@@ -48,7 +48,7 @@ def test_reference_draws_are_recorded_after_every_kth_measured_frame(tmp_path: P
     # after measured frames 3, 6, 9, 12 (indices after 2 warmup)
     assert list(wall["frame"]) == [4, 7, 10, 13]
     assert np.all(wall["dur_ns"] > 0)
-    assert trace.summary["user"]["reference_draws"] == 4
+    assert trace.summary.user["reference_draws"] == 4
     stats = trace_stats(trace).scenes["fillrate"].metrics["wall"]
     assert stats.n == 12  # statistics count frames only
 

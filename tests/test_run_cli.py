@@ -47,7 +47,7 @@ def test_run_triangle_30_frames(katra_cli: Any, tmp_path: Path) -> None:
     assert "Traceback" not in res.stderr
     trace = open_trace(tmp_path / "t.katra")
     ev = trace.events
-    assert trace.summary["status"] == "complete"
+    assert trace.summary.status == "complete"
 
     measured = _frames(ev, Clock.WALL, warmup=False)
     assert len(measured) == 30
@@ -80,7 +80,7 @@ def test_run_triangle_30_frames(katra_cli: Any, tmp_path: Path) -> None:
     assert scene_note["measured_frames"] == 30 and scene_note["warmup_frames"] == 3
 
     assert "triangle" in res.stdout and "wall" in res.stdout and "t.katra" in res.stdout
-    assert trace.summary["user"]["scenes"][0]["frames"] == 30
+    assert trace.summary.user["scenes"][0]["frames"] == 30
 
 
 def test_zones_nest_inside_their_frame(katra_cli: Any, tmp_path: Path) -> None:
@@ -219,7 +219,7 @@ def test_signal_stops_at_frame_end_and_marks_interrupted(tmp_path: Path, signum:
     assert "Traceback" not in err
     assert f"stopped by {signal.Signals(signum).name}" in err
     trace = open_trace(tmp_path / "i.katra")
-    assert trace.summary["status"] == "interrupted"
+    assert trace.summary.status == "interrupted"
     assert not trace.truncated
     frames = _frames(trace.events, Clock.WALL, warmup=False)
     assert len(frames) >= 1
@@ -392,7 +392,7 @@ def test_scene_failure_aborts_and_keeps_the_partial_trace(katra_cli: Any, tmp_pa
     )
     assert not (tmp_path / "b.katra").exists()  # nothing in the way of the rerun
     trace = open_trace(tmp_path / "b.failed.katra")
-    assert trace.summary["status"] == "aborted"
+    assert trace.summary.status == "aborted"
     assert len(_frames(trace.events, Clock.WALL, warmup=False)) == 2
 
 

@@ -18,14 +18,13 @@ from katra3d.scenes.suites import SUITES, scene_cost, shard_indices
 from katra_trace.analysis.compare import compare_traces
 from katra_trace.errors import ConfigError
 from katra_trace.history.rows import RunFacts, trace_rows
-from katra_trace.io.blockfile import copy_with_header
 from katra_trace.io.format import FORMAT_MAJOR, FORMAT_MINOR
 from katra_trace.io.images import frame_record
 from katra_trace.io.merge import merge_shards, parse_shard
 from katra_trace.io.reader import open_trace
 from tests.cli_helpers import katra, katra_main
 from tests.docs_commands import REPO, blocks
-from tests.trace_helpers import wall_frames, write_trace
+from tests.trace_helpers import copy_with_header, wall_frames, write_trace
 
 KEY = {
     "renderer": "llvmpipe (LLVM 15.0.6, 256 bits)",
@@ -206,7 +205,7 @@ def test_merge_keeps_every_scene_its_frames_images_and_host(
     assert len(merged.events) == sum(len(p.events) for p in parts) and result.images == 3
     # alike in every shard: once
     assert [a.get("type") for a in merged.annotations].count("reference") == 1
-    assert [r["scene"] for r in merged.summary["user"]["scenes"]] == ["a", "c", "b"]
+    assert [r["scene"] for r in merged.summary.user["scenes"]] == ["a", "c", "b"]
     offset = merged.header.shards[1].offset_ns
     b = merged.strings.index("b")
     assert offset is not None and offset >= 0
@@ -231,7 +230,7 @@ def test_a_merged_trace_lists_its_scenes_in_the_runs_order(tmp_path: Path) -> No
     assert list(result.scenes) == order
     assert list(scene_labels(merged.events, merged.strings).values()) == order
     assert [e["label"] for e in merged.header.capture_options.resolved.scenes or ()] == order
-    assert [r["scene"] for r in merged.summary["user"]["scenes"]] == order
+    assert [r["scene"] for r in merged.summary.user["scenes"]] == order
     assert [a["scene"] for a in merged.annotations if a.get("type") == "scene"] == order
     assert list(merged.kept_frames) == order
     assert [a.get("type") for a in merged.annotations].count("reference") == 1

@@ -44,7 +44,7 @@ def test_golden_v1_0_trace_still_reads() -> None:
     assert counter["value"].tolist() == [12345.5] and t.name(int(counter["name"][0])) == "triangles"
     assert t.clock_syncs == [{"host_ns": 1000, "gpu_ns": 5000}]
     assert t.annotations == [{"scene": "golden-scene", "last_frame_sha256": "0" * 64}]
-    assert t.summary["status"] == "complete" and t.summary["user"] == {"scenes": 1}
+    assert t.summary.status == "complete" and t.summary.user == {"scenes": 1}
 
 
 def test_golden_v1_1_trace_reads() -> None:
@@ -88,7 +88,7 @@ def test_golden_v1_1_trace_reads() -> None:
     assert refs["frame"].tolist() == [3, 3, 7, 7, 11, 11]
     assert not (ev[np.isin(ev["clock"], list(COUNT_CLOCKS))]["kind"] == Kind.MARKER).any()
     assert t.annotations == [{"scene": "golden-cycles", "last_frame_sha256": "1" * 64}]
-    assert t.summary["status"] == "complete" and t.summary["user"] == {"scenes": 2}
+    assert t.summary.status == "complete" and t.summary.user == {"scenes": 2}
 
 
 def test_golden_v1_1_is_what_make_golden_writes(tmp_path: Path) -> None:
@@ -158,7 +158,7 @@ def test_sigkilled_writer_keeps_every_flushed_batch(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TraceRecoveryWarning)
         t = open_trace(path.with_name("killed.katra.part"))
-    assert t.summary.get("rebuilt") and t.status == "incomplete"
+    assert t.summary.rebuilt and t.status == "incomplete"
     n = len(t.events)
     assert n >= flushed  # every batch flushed before the kill is there
     assert t.events["frame"].tolist() == list(range(n))  # and nothing but an intact prefix

@@ -90,7 +90,7 @@ def test_every_truncation_recovers_exactly_the_complete_blocks(tmp_path: Path, s
         n_strings = sum(len(b.payload[1]) for b in complete if b.type == fmt.BlockType.STRINGS)
         assert t.strings == STRINGS[:n_strings], cut
         has_summary = any(b.type == fmt.BlockType.SUMMARY for b in complete)
-        assert t.summary.get("rebuilt", False) is not has_summary, cut
+        assert t.summary.rebuilt is not has_summary, cut
         with pytest.raises(TraceFormatError):
             _read_prefix(tmp_path, prefix, strict=True)
     whole = _read_prefix(tmp_path, data, strict=True)

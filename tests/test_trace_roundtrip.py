@@ -210,9 +210,9 @@ def test_any_events_strings_and_header_round_trip(
     assert t.header.capture_options.as_dict() == capture and t.header.host_info.as_dict() == host
     assert t.header.notes == notes and t.header.workload == workload
     assert t.annotations == [capture]
-    assert t.summary["status"] == "complete"
-    assert t.summary["events"] == len(events)
-    assert t.summary["user"] == {"note": "test"}
+    assert t.summary.status == "complete"
+    assert t.summary.events == len(events)
+    assert t.summary.user == {"note": "test"}
 
 
 def test_per_event_append_and_intern(tmp_path: Path) -> None:
@@ -239,7 +239,7 @@ def test_per_event_append_and_intern(tmp_path: Path) -> None:
     assert t.events["value"].tolist() == [0.5 * i for i in range(50)]
     assert t.events["flags"].tolist() == [i % 2 for i in range(50)]
     assert t.name(int(t.events["name"][0])) == "frame"
-    assert t.summary["event_blocks"] == 8  # 50 events in batches of 7
+    assert t.summary.event_blocks == 8  # 50 events in batches of 7
 
 
 def test_appends_from_many_threads_are_serialized(tmp_path: Path) -> None:
@@ -273,8 +273,8 @@ def test_exception_in_with_body_leaves_an_aborted_summary(tmp_path: Path) -> Non
             w.append_array(events)
             raise RuntimeError("boom")
     t = open_trace(path, strict=True)
-    assert t.summary["status"] == "aborted"
-    assert "boom" in t.summary["user"]["error"]
+    assert t.summary.status == "aborted"
+    assert "boom" in t.summary.user["error"]
     assert len(t.events) == len(events)
 
 
@@ -283,7 +283,7 @@ def test_keyboard_interrupt_marks_summary_interrupted(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         with TraceWriter(path):
             raise KeyboardInterrupt
-    assert open_trace(path, strict=True).summary["status"] == "interrupted"
+    assert open_trace(path, strict=True).summary.status == "interrupted"
 
 
 def test_drop_policy_counts_what_it_dropped(tmp_path: Path) -> None:
@@ -307,8 +307,8 @@ def test_drop_policy_counts_what_it_dropped(tmp_path: Path) -> None:
     sink.start_draining()
     w.finish()
     t = sink.read_trace(tmp_path / "drained.katra")
-    dropped = t.summary["dropped_events"]
-    assert dropped > 0 and t.summary["dropped_batches"] == dropped // 100
+    dropped = t.summary.dropped_events
+    assert dropped > 0 and t.summary.dropped_batches == dropped // 100
     assert len(t.events) + dropped == total
     kept = t.events["frame"]
     assert (np.diff(kept.astype(np.int64)) > 0).all()  # what was kept is in order
@@ -343,7 +343,7 @@ def test_flush_puts_everything_on_disk(tmp_path: Path) -> None:
     assert w.part_path == tmp_path / "fl.katra.part" and not path.exists()
     with pytest.warns(UserWarning, match="without a footer"):
         t = open_trace(w.part_path)
-    assert len(t.events) == 40 and t.truncated and t.summary["rebuilt"]
+    assert len(t.events) == 40 and t.truncated and t.summary.rebuilt
     w.finish()
     assert path.exists() and not w.part_path.exists()
 
@@ -365,7 +365,7 @@ def test_iter_batches_streams_blocks(tmp_path: Path) -> None:
     events = frame_zone_stream(100)
     write_trace(path, events, ["", "s", "frame", "a", "b", "c"], batch_events=64)
     t = open_trace(path, events=False)
-    assert len(t.events) == 0 and t.summary["events"] == len(events)
+    assert len(t.events) == 0 and t.summary.events == len(events)
     batches = list(t.iter_batches())
     assert [len(b) for b in batches][:-1] == [64] * (len(batches) - 1)
     assert np.concatenate(batches).tobytes() == events.tobytes()
@@ -437,7 +437,7 @@ def test_mixed_appends_flushes_and_annotations_from_many_threads(tmp_path: Path)
     sink.slow.clear()
     w.finish()
     t = sink.read_trace(tmp_path / "mixed.katra")
-    assert len(t.events) == sum(sent) == t.summary["events"]
+    assert len(t.events) == sum(sent) == t.summary.events
     singles = t.events[t.events["dur_ns"] == 5]
     for k in range(4):
         mine = singles[singles["value"] == k]

@@ -102,7 +102,7 @@ def test_finish_while_threads_append_never_deadlocks_and_keeps_every_returned_ap
     assert not errors, errors
     t = open_trace(path, strict=True)
     # every append that returned is in the file
-    assert len(t.events) == sum(ok) == t.summary["events"]
+    assert len(t.events) == sum(ok) == t.summary.events
     assert not _writer_threads()
 
 
@@ -374,7 +374,7 @@ def test_append_speed_path_is_unchanged_for_valid_data(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("codec", ["zstd", "none"])
 def test_copy_with_header_replaces_only_the_header(tmp_path: Path, codec: str) -> None:
-    from katra_trace.io.blockfile import copy_with_header
+    from tests.trace_helpers import copy_with_header
 
     events, strings = frame_zone_stream(30), ["", "scene", "frame", "zone a", "zone b", "zone c"]
     src = tmp_path / "src.katra"

@@ -8,13 +8,14 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pytest
 
 from katra_trace import Clock, Flag, Kind, TraceRecoveryWarning, TraceWriter, open_trace
 from katra_trace.errors import ConfigError, TraceFormatError
+from katra_trace.io import format as fmt
 from katra_trace.schema import EVENT_DTYPE
 
 
@@ -263,3 +264,55 @@ def edit_json_block(
     found = [i for i, b in enumerate(blocks) if b[0] == btype]
     i = found[which]
     blocks[i] = (btype, json.dumps(edit(json.loads(blocks[i][1]))).encode(), blocks[i][2])
+
+
+def copy_with_header(
+    src: BinaryIO, dst: BinaryIO, update: Callable[[dict[str, Any]], dict[str, Any]]
+) -> bool:
+    """Copy the trace ``src`` to ``dst`` with its HEADER ``update``-d, other blocks byte for byte;
+    False (nothing copied) when ``src`` has no readable preamble and HEADER."""
+    src.seek(0)
+    pre = src.read(fmt.PREAMBLE_SIZE)
+    head = src.read(fmt.BLOCK_HEADER_SIZE)
+    if len(pre) < fmt.PREAMBLE_SIZE or len(head) < fmt.BLOCK_HEADER_SIZE or pre[:8] != fmt.MAGIC:
+        src.seek(0)
+        return False
+    sync, btype, codec, schema, seq, stored_len, raw_len, _crc = fmt.BLOCK_HEADER.unpack(head)
+    stored = src.read(stored_len)
+    if sync != fmt.SYNC or btype != fmt.BlockType.HEADER or len(stored) != stored_len:
+        src.seek(0)
+        return False
+    header = fmt.decode_json(
+        fmt.decompress(stored, raw_len, codec, fmt.PREAMBLE_SIZE), fmt.PREAMBLE_SIZE
+    )
+    new_head, new_stored = fmt.encode_block(
+        fmt.BlockType.HEADER,
+        fmt.encode_json(update(header)),
+        seq=seq,
+        codec=fmt.Codec(codec),
+        schema=schema,
+    )
+    delta = len(new_stored) - stored_len
+    dst.write(pre)
+    dst.write(new_head)
+    dst.write(new_stored)
+    rest_start = src.tell()
+    end = src.seek(0, 2)
+    footer = b""
+    if end - rest_start >= fmt.FOOTER_SIZE:
+        src.seek(end - fmt.FOOTER_SIZE)
+        tail = src.read(fmt.FOOTER_SIZE)
+        offset = fmt.decode_footer(tail)
+        if offset is not None and offset >= rest_start:
+            footer = fmt.encode_footer(offset + delta)
+            end -= fmt.FOOTER_SIZE
+    src.seek(rest_start)
+    remaining = end - rest_start
+    while remaining > 0:
+        chunk = src.read(min(remaining, 1 << 20))
+        if not chunk:
+            break
+        dst.write(chunk)
+        remaining -= len(chunk)
+    dst.write(footer)
+    return True

@@ -19,6 +19,7 @@ from katra_trace.analysis.defaults import CompareOptions
 from katra_trace.errors import ConfigError
 from katra_trace.io.claim import open_output
 from katra_trace.io.inputs import read_regular
+from katra_trace.jsontext import JsonObject
 from katra_trace.text import shown
 
 BISECT_FILE = "bisect.json"
@@ -50,7 +51,7 @@ class Setup:
         images = " --images" if self.images else ""
         return f"katra3d bisect {good} {bad} {what} -m {self.measure}{images}"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "repository": self.repository,
             "good": dataclasses.asdict(self.good),
@@ -107,13 +108,11 @@ class CommitResult:
     def short(self) -> str:
         return Commit(self.sha, self.subject).short
 
-    def as_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    def as_dict(self) -> JsonObject:
+        out = jsontext.record_dict(self)
         out.update(
             effects=[e.as_dict() for e in self.effects],
-            traces=list(self.traces),
             images=dict(self.images),
-            params=list(self.params),
             seconds=round(self.seconds, 3),
         )
         return out
@@ -187,7 +186,7 @@ class Bisection:
     tested: dict[str, CommitResult] = dataclasses.field(default_factory=dict)
     outcome: Outcome = Outcome("running", "measuring GOOD and BAD")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         o = self.outcome
         culprit = self.tested.get(o.first_bad.sha) if o.first_bad else None
         return {

@@ -148,7 +148,7 @@ def print_comparison(result: Comparison, fmt: str, base: str, new: str) -> None:
                 if s.verdict is Verdict.INCOMPARABLE
                 else _time_row(s)
             )
-    counts = result.as_dict()["verdicts"]
+    counts = result.verdict_counts
     summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     how = ("paired rounds, " if result.paired else "") + (
         "p10 of each run, " if result.run_stat == "p10" else ""

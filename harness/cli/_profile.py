@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from katra3d.harness.cli._common import emit_table
+from katra_trace.jsontext import JsonObject
 from katra_trace.profile.diff import TOP_ROWS, ProfileDelta, short_object
 from katra_trace.profile.model import share_text
 
 
-def attach(out: dict[str, Any], deltas: Sequence[ProfileDelta]) -> None:
+def attach(out: JsonObject, deltas: Sequence[ProfileDelta]) -> None:
     """Give each scene and zone of compare's JSON its ``profile_delta`` list."""
-    scenes = out.get("scenes") or {}
+    scenes = out.get("scenes")
     for d in deltas:
-        entry = scenes.get(d.scene)
-        if entry is not None and d.zone is not None:
-            entry = (entry.get("zones") or {}).get(d.zone)
-        if entry is not None:
+        entry = scenes.get(d.scene) if isinstance(scenes, dict) else None
+        if isinstance(entry, dict) and d.zone is not None:
+            zones = entry.get("zones")
+            entry = zones.get(d.zone) if isinstance(zones, dict) else None
+        if isinstance(entry, dict):
             entry["profile_delta"] = d.as_list()
 
 

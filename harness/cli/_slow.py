@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from katra3d.harness.cli._common import emit_table
 from katra3d.harness.run.progress import warn
 from katra_trace.analysis.slow import SceneSlow
 from katra_trace.analysis.stats import NO_STATS, STUTTER_FACTOR, STUTTER_WINDOW_FRAMES, RunStats
+from katra_trace.jsontext import JsonObject
 from katra_trace.text import escape
 from katra_trace.units import format_ms, format_number
 
@@ -18,10 +18,10 @@ FRAME_COLUMNS = ("frame", "time", "x median", "cause", "excess")
 CSV_COLUMNS = ("scene", "frame", "ms", "ratio", "kind", "name", "excess_ms")
 
 
-def slow_json(stats: RunStats, found: dict[str, SceneSlow]) -> dict[str, Any]:
-    scenes = {s: v.as_dict() for s, v in stats.scenes.items()}
+def slow_json(stats: RunStats, found: dict[str, SceneSlow]) -> JsonObject:
+    scenes: JsonObject = {s: v.as_dict() for s, v in stats.scenes.items()}
     for scene, slow in found.items():
-        scenes.setdefault(scene, NO_STATS.as_dict()).update(slow.as_dict())
+        scenes[scene] = {**stats.scenes.get(scene, NO_STATS).as_dict(), **slow.as_dict()}
     return {"scenes": scenes}
 
 

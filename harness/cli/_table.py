@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from katra3d.harness.engine.results import RunResult
 from katra_trace.metrics import is_count
@@ -42,10 +41,10 @@ def format_table(result: RunResult) -> str:
     for col in columns:
         table.add_column(col, justify="left" if col in ("scene", "clock", "params") else "right")
 
-    def f(value: Any, digits: int) -> str:
+    def f(value: float | None, digits: int) -> str:
         return "-" if value is None else f"{value:.{digits}f}"
 
-    def n(value: Any) -> str:
+    def n(value: float | None) -> str:
         return "-" if value is None else f"{value:,.0f}"
 
     for r in result.scenes:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import textwrap
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -16,6 +18,7 @@ from katra_trace.errors import ExitCode
 from katra_trace.io.header import HostInfo
 from katra_trace.io.image_block import KeptFrame
 from katra_trace.io.tracesets import open_quietly
+from katra_trace.jsontext import JsonObject, JsonValue, record_dict
 from katra_trace.text import escape
 from katra_trace.units import format_ms, significant
 
@@ -49,7 +52,16 @@ def _enum_name(enum: type[Kind] | type[Clock], value: int, prefix: str) -> str:
         return f"{prefix}{value}"
 
 
-def event_counts(trace: Trace) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class EventCounts:
+    by_kind: dict[str, int]
+    by_clock: dict[str, int]
+    warmup_events: int
+    warmup_frames: int
+    scenes: list[str]
+
+
+def event_counts(trace: Trace) -> EventCounts:
     ev = trace.events
     kinds, kind_n = np.unique(ev["kind"], return_counts=True)
     clocks, clock_n = np.unique(ev["clock"], return_counts=True)
@@ -58,12 +70,12 @@ def event_counts(trace: Trace) -> dict[str, Any]:
         _enum_name(Clock, int(c), "clock"): int(n) for c, n in zip(clocks, clock_n, strict=True)
     }
     scenes = sorted({trace.name(s) for s in set(ev["scene"].tolist()) if s})
-    return {
-        "by_kind": by_kind,
-        "by_clock": by_clock,
-        "warmup_events": int(((ev["flags"] & Flag.WARMUP) != 0).sum()),
+    return EventCounts(
+        by_kind,
+        by_clock,
+        warmup_events=int(((ev["flags"] & Flag.WARMUP) != 0).sum()),
         # one warmup frame is an event per clock and zone
-        "warmup_frames": int(
+        warmup_frames=int(
             len(
                 {
                     (int(e["scene"]), int(e["frame"]))
@@ -71,18 +83,18 @@ def event_counts(trace: Trace) -> dict[str, Any]:
                 }
             )
         ),
-        "scenes": scenes,
-    }
+        scenes=scenes,
+    )
 
 
-def info_dict(trace: Trace) -> dict[str, Any]:
+def info_dict(trace: Trace) -> JsonObject:
     return {
         "path": str(trace.path),
         "size_bytes": trace.size,
         "header": trace.header.as_dict(),
-        "summary": trace.summary,
+        "summary": trace.summary.as_dict(),
         "events": len(trace.events),
-        "counts": event_counts(trace),
+        "counts": record_dict(event_counts(trace)),
         "annotations": trace.annotations,
         "clock_syncs": trace.clock_syncs,
         "truncated": trace.truncated,
@@ -107,7 +119,7 @@ def info_dict(trace: Trace) -> dict[str, Any]:
     }
 
 
-def _fmt_value(v: Any) -> str:
+def _fmt_value(v: object) -> str:
     if isinstance(v, dict):
         return ", ".join(f"{k}={_fmt_value(x)}" for k, x in v.items()) or "-"
     if isinstance(v, (list, tuple)):
@@ -117,13 +129,13 @@ def _fmt_value(v: Any) -> str:
     return "-" if v is None or v == "" else str(v)
 
 
-def _is_nested(v: Any) -> bool:
+def _is_nested(v: object) -> bool:
     if isinstance(v, dict):
         return any(isinstance(x, (dict, list, tuple)) for x in v.values())
     return isinstance(v, (list, tuple)) and any(isinstance(x, (dict, list, tuple)) for x in v)
 
 
-def _lines(items: dict[str, Any], indent: str) -> list[str]:
+def _lines(items: Mapping[str, JsonValue], indent: str) -> list[str]:
     out: list[str] = []
     width = max((len(str(k)) for k in items), default=0)
     for k, v in items.items():
@@ -131,7 +143,7 @@ def _lines(items: dict[str, Any], indent: str) -> list[str]:
             out.append(f"{indent}{k}:")
             if isinstance(v, dict):
                 out += _lines(v, indent + "  ")
-            else:
+            elif isinstance(v, (list, tuple)):
                 for x in v:
                     out.append(f"{indent}  - {_fmt_value(x)}")
         else:
@@ -139,7 +151,7 @@ def _lines(items: dict[str, Any], indent: str) -> list[str]:
     return out
 
 
-def _section(title: str, items: dict[str, Any]) -> list[str]:
+def _section(title: str, items: Mapping[str, JsonValue]) -> list[str]:
     return [f"{title}:"] + (_lines(items, "  ") if items else ["  (none)"])
 
 
@@ -149,7 +161,7 @@ def _known(v: object) -> str:
 
 def render_text(trace: Trace) -> str:
     """``info --all``: every header, host, capture and summary field."""
-    h, s = trace.header, trace.summary
+    h, s = trace.header, trace.summary.as_dict()
     started = _started(h.start_wall_ns) or "?"
     n = len(trace.events)
     counts = event_counts(trace)
@@ -161,10 +173,10 @@ def render_text(trace: Trace) -> str:
         f"started   {started}  pid {_known(h.pid)}",
         f"status    {s.get('status', '?')}"
         + ("  (summary rebuilt by scanning)" if trace.summary_rebuilt else ""),
-        f"events    {n}  ({_fmt_value(counts['by_kind'])}; clocks: "
-        f"{_fmt_value(counts['by_clock'])}; "
-        f"warmup frames {counts['warmup_frames']})",
-        f"scenes    {', '.join(counts['scenes']) or '-'}",
+        f"events    {n}  ({_fmt_value(counts.by_kind)}; clocks: "
+        f"{_fmt_value(counts.by_clock)}; "
+        f"warmup frames {counts.warmup_frames})",
+        f"scenes    {', '.join(counts.scenes) or '-'}",
         f"size      {trace.size} bytes" + (f", {trace.size / n:.1f} bytes/event" if n else ""),
     ]
     if s.get("dropped_events"):
@@ -191,8 +203,8 @@ def render_text(trace: Trace) -> str:
         )
     lines += _section("capture options", opts.as_dict())
     lines += _section("host", h.host_info.as_dict())
-    if s.get("user"):
-        lines += _section("summary", dict(s["user"]))
+    if isinstance(user := s.get("user"), dict) and user:
+        lines += _section("summary", user)
     return "\n".join(lines)
 
 
@@ -231,14 +243,14 @@ def _capture_line(trace: Trace) -> str:
     )
 
 
-def _scene_lines(trace: Trace, counts: dict[str, Any]) -> list[str]:
+def _scene_lines(trace: Trace, counts: EventCounts) -> list[str]:
     # the summary may hold anything: only a list of objects is read
-    user = trace.summary.get("user")
+    user = trace.summary.user
     listed = user.get("scenes") if isinstance(user, dict) else None
     recorded = [s for s in listed if isinstance(s, dict)] if isinstance(listed, list) else []
     params = trace.header.capture_options.scene_params
     if not recorded:
-        return [_joined(name, _params(params.get(name)), sep="  ") for name in counts["scenes"]]
+        return [_joined(name, _params(params.get(name)), sep="  ") for name in counts.scenes]
     width = max(len(str(s.get("scene", "?"))) for s in recorded)
     out = []
     for s in recorded:
@@ -333,7 +345,7 @@ def _image_line(frame: KeptFrame) -> str:
 
 def render_compact(trace: Trace, width: int = 80) -> str:
     """``info``'s default: the facts worth reading, wrapped at ``width``."""
-    h, s = trace.header, trace.summary
+    h, s = trace.header, trace.summary.as_dict()
     counts = event_counts(trace)
     n = len(trace.events)
     o = h.capture_options
@@ -365,9 +377,7 @@ def render_compact(trace: Trace, width: int = 80) -> str:
         ("capture", _capture_line(trace)),
         (
             "events",
-            f"{_fmt_value(counts['by_kind'])}; clocks {_fmt_value(counts['by_clock'])}"
-            if n
-            else "",
+            f"{_fmt_value(counts.by_kind)}; clocks {_fmt_value(counts.by_clock)}" if n else "",
         ),
         ("scenes", _scene_lines(trace, counts)),
         ("images", [_image_line(i) for i in _kept_frames(trace)]),
@@ -375,10 +385,10 @@ def render_compact(trace: Trace, width: int = 80) -> str:
         ("shards" if trace.header.shards else "shard", _shard_lines(trace)),
         ("notes", h.notes or ""),
     ]
-    if counts["warmup_frames"]:
+    if counts.warmup_frames:
         rows.insert(
             -3,
-            ("warmup", f"{counts['warmup_frames']} warmup frames recorded, left out of statistics"),
+            ("warmup", f"{counts.warmup_frames} warmup frames recorded, left out of statistics"),
         )
     rows.insert(-3, ("restarts", _restart_lines(trace)))
     if s.get("dropped_events"):

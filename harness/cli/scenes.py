@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Mapping
-from typing import Any
 
 from katra3d.harness.cli._common import print_json
 from katra3d.scenes.api import Param, Scene
 from katra3d.scenes.registry import (
+    TraceFile,
     builtin_scenes,
     describe_range,
     entry_point_scenes,
@@ -18,6 +19,7 @@ from katra3d.scenes.registry import (
 )
 from katra3d.scenes.suites import SUITES, suites_containing
 from katra_trace.errors import ExitCode, SceneError
+from katra_trace.jsontext import JsonObject, JsonValue
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -38,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> JsonValue:
     if isinstance(value, (bool, int, float, str)) or value is None:
         return value
     if isinstance(value, (list, tuple)):
@@ -46,108 +48,131 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def catalogue() -> dict[str, Any]:
-    scenes: list[dict[str, Any]] = []
+@dataclasses.dataclass(frozen=True)
+class SceneEntry:
+    """A scene as listed; ``origin``: builtin, its entry point, or the spec that loaded it;
+    ``trace``: an apitrace trace (its description and params, the Scene defaults beside them)."""
+
+    name: str
+    cls: type[Scene]
+    origin: str
+    trace: TraceFile | None = None
+
+    @property
+    def description(self) -> str:
+        if self.trace is not None:
+            return self.trace.description
+        # a user's scene often says what it is in its docstring only
+        cls = self.cls
+        return cls.description or (cls.__dict__.get("__doc__") or "").strip().split("\n")[0]
+
+    @property
+    def params(self) -> Mapping[str, Param]:
+        return self.trace.params if self.trace is not None else self.cls.params
+
+    def as_dict(self) -> JsonObject:
+        cls = self.cls
+        params: JsonObject = {
+            key: {
+                "default": _jsonable(param.default),
+                "type": param.type.__name__,
+                "min": param.min,
+                "max": param.max,
+                "choices": _jsonable(param.choices) if param.choices is not None else None,
+                "range": describe_range(param),
+                "help": param.help,
+            }
+            for key, param in self.params.items()
+        }
+        return {
+            "name": self.name,
+            "description": self.description,
+            "stresses": list(cls.stresses),
+            "min_gl_version": cls.min_gl_version,
+            "required_extensions": list(cls.required_extensions),
+            "params": params,
+            "suites": suites_containing(self.name),
+            "origin": self.origin,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Catalogue:
+    """Every scene; ``errors``: (entry point, why it cannot be loaded)."""
+
+    scenes: list[SceneEntry]
+    errors: list[tuple[str, str]]
+
+    def as_dict(self) -> JsonObject:
+        out: JsonObject = {
+            "scenes": [sc.as_dict() for sc in self.scenes],
+            "suites": {
+                s.name: {
+                    "description": s.description,
+                    "size": list(s.size),
+                    "frames": s.frames,
+                    "warmup": s.warmup,
+                    "entries": [{"scene": n, "params": dict(p)} for n, p in s.entries],
+                }
+                for s in SUITES.values()
+            },
+        }
+        if self.errors:
+            out["errors"] = [{"name": name, "error": why} for name, why in self.errors]
+        return out
+
+
+def catalogue() -> Catalogue:
     builtins = builtin_scenes()
-    errors: list[dict[str, str]] = []
-    classes: list[tuple[str, type[Scene], str]] = [(n, c, "builtin") for n, c in builtins.items()]
+    scenes = [SceneEntry(n, c, "builtin") for n, c in builtins.items()]
+    errors: list[tuple[str, str]] = []
     for ep_name, ep in sorted(entry_point_scenes().items()):
         if ep_name in builtins:
             continue
         try:
-            classes.append((ep_name, get_scene(ep_name), f"entry point {ep.value}"))
+            scenes.append(SceneEntry(ep_name, get_scene(ep_name), f"entry point {ep.value}"))
         except SceneError as err:
-            errors.append({"name": ep_name, "error": str(err)})
-    for name, cls, origin in classes:
-        scenes.append(scene_entry(name, cls, origin))
-    suites = {
-        s.name: {
-            "description": s.description,
-            "size": list(s.size),
-            "frames": s.frames,
-            "warmup": s.warmup,
-            "entries": [
-                {"scene": n, "params": {k: _jsonable(v) for k, v in p.items()}}
-                for n, p in s.entries
-            ],
-        }
-        for s in SUITES.values()
-    }
-    out: dict[str, Any] = {"scenes": scenes, "suites": suites}
-    if errors:
-        out["errors"] = errors
-    return out
+            errors.append((ep_name, str(err)))
+    return Catalogue(scenes, errors)
 
 
-def one_scene(spec: str) -> dict[str, Any]:
+def one_scene(spec: str) -> SceneEntry:
     """The scene ``spec`` names (SceneError if none)."""
     spec = spec.strip()
-    if is_trace_spec(spec):  # a trace shows the Scene defaults beside its own facts
+    if is_trace_spec(spec):
         trace = trace_file(spec)
-        return {
-            **scene_entry(trace.name, Scene, spec),
-            "description": trace.description,
-            "params": _params(trace.params),
-        }
+        return SceneEntry(trace.name, Scene, spec, trace)
     cls = get_scene(spec)
     entry_points = entry_point_scenes()
     if builtin_scenes().get(spec) is cls:
-        return scene_entry(spec, cls, "builtin")
+        return SceneEntry(spec, cls, "builtin")
     if spec in entry_points:
-        return scene_entry(spec, cls, f"entry point {entry_points[spec].value}")
-    return scene_entry(str(getattr(cls, "name", "") or spec), cls, spec)
-
-
-def _params(params: Mapping[str, Param]) -> dict[str, Any]:
-    return {
-        key: {
-            "default": _jsonable(param.default),
-            "type": param.type.__name__,
-            "min": param.min,
-            "max": param.max,
-            "choices": _jsonable(param.choices) if param.choices is not None else None,
-            "range": describe_range(param),
-            "help": param.help,
-        }
-        for key, param in params.items()
-    }
-
-
-def scene_entry(name: str, cls: type[Scene], origin: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        # a user's scene often says what it is in its docstring only
-        "description": cls.description
-        or (cls.__dict__.get("__doc__") or "").strip().split("\n")[0],
-        "stresses": list(cls.stresses),
-        "min_gl_version": cls.min_gl_version,
-        "required_extensions": list(cls.required_extensions),
-        "params": _params(cls.params),
-        "suites": suites_containing(name),
-        "origin": origin,
-    }
+        return SceneEntry(spec, cls, f"entry point {entry_points[spec].value}")
+    return SceneEntry(str(getattr(cls, "name", "") or spec), cls, spec)
 
 
 def _gl(code: int) -> str:
     return f"{code // 100}.{(code % 100) // 10}"
 
 
-def scene_lines(sc: dict[str, Any], prefix: str | None = None) -> list[str]:
+def scene_lines(sc: SceneEntry, prefix: str | None = None) -> list[str]:
     """One scene as text, each param as the ``--param`` that sets it (``prefix``: default the
     scene's name)."""
-    lines = [f"{sc['name']}  -  {sc['description']}" if sc["description"] else sc["name"]]
-    extra = f"   (needs GL {_gl(sc['min_gl_version'])})" if sc["min_gl_version"] > 330 else ""
-    if sc["stresses"] or extra:
-        lines.append(f"    stresses: {', '.join(sc['stresses']) or '-'}{extra}")
-    if sc["suites"]:
-        lines.append(f"    suites:   {', '.join(sc['suites'])}")
-    if sc["origin"] != "builtin":
-        lines.append(f"    from:     {sc['origin']}")
-    for key, p in sc["params"].items():
-        default = p["default"]
+    cls = sc.cls
+    lines = [f"{sc.name}  -  {sc.description}" if sc.description else sc.name]
+    extra = f"   (needs GL {_gl(cls.min_gl_version)})" if cls.min_gl_version > 330 else ""
+    if cls.stresses or extra:
+        lines.append(f"    stresses: {', '.join(cls.stresses) or '-'}{extra}")
+    suites = suites_containing(sc.name)
+    if suites:
+        lines.append(f"    suites:   {', '.join(suites)}")
+    if sc.origin != "builtin":
+        lines.append(f"    from:     {sc.origin}")
+    for key, p in sc.params.items():
+        default = _jsonable(p.default)
         shown = ("true" if default else "false") if isinstance(default, bool) else default
         lines.append(
-            f"    --param {prefix or sc['name']}.{key}={shown}   [{p['range']}]  {p['help']}"
+            f"    --param {prefix or sc.name}.{key}={shown}   [{describe_range(p)}]  {p.help}"
         )
     return lines
 
@@ -156,32 +181,32 @@ def run(args: argparse.Namespace) -> int:
     if args.scene is not None:
         sc = one_scene(args.scene)
         if args.json:
-            print_json(sc)
+            print_json(sc.as_dict())
         else:
             # `run` takes the spec's spelling as given in --param
             lines = scene_lines(
-                sc, prefix=None if args.scene.strip() == sc["name"] else args.scene.strip()
+                sc, prefix=None if args.scene.strip() == sc.name else args.scene.strip()
             )
-            if not sc["params"]:
+            if not sc.params:
                 lines.append("    (no params)")
             print("\n".join(lines))
         return ExitCode.OK
     cat = catalogue()
     if args.json:
-        print_json(cat)
+        print_json(cat.as_dict())
         return ExitCode.OK
     lines = []
-    for sc in cat["scenes"]:
+    for sc in cat.scenes:
         lines += scene_lines(sc)
         lines.append("")
     lines.append("suites:")
-    for name, s in cat["suites"].items():
-        w, h = s["size"]
+    for s in SUITES.values():
+        w, h = s.size
         lines.append(
-            f"  {name:8} {w}x{h}, {s['frames']} frames + {s['warmup']} warmup per scene, "
-            f"{len(s['entries'])} scenes: {s['description']}"
+            f"  {s.name:8} {w}x{h}, {s.frames} frames + {s.warmup} warmup per scene, "
+            f"{len(s.entries)} scenes: {s.description}"
         )
-    for err in cat.get("errors", []):
-        lines.append(f"warning: installed scene '{err['name']}' cannot be loaded: {err['error']}")
+    for name, why in cat.errors:
+        lines.append(f"warning: installed scene '{name}' cannot be loaded: {why}")
     print("\n".join(lines))
     return ExitCode.OK

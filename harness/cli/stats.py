@@ -20,6 +20,7 @@ from katra_trace import Trace
 from katra_trace.analysis.slow import trace_slow_frames
 from katra_trace.analysis.stats import ClockStats, RunStats, trace_stats
 from katra_trace.errors import ExitCode
+from katra_trace.jsontext import JsonObject
 from katra_trace.metrics import COUNT_CLOCKS, primary_clock_of, unit_of
 from katra_trace.text import escape
 from katra_trace.units import format_count, format_ms, format_number, stat_label
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format in ("table", "markdown") and not args.all and not args.slow:
         return _compact(args, is_dir)
     verb = "slow frames cover" if args.slow else "statistics cover"
-    runs: list[dict[str, Any]] = []
+    runs: list[JsonObject] = []
     rows: list[list[str]] = []
     stat_rows: list[tuple[list[str], dict[str, float | int | None]]] = []
     # a directory's traces are never all held

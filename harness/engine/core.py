@@ -15,7 +15,7 @@ from katra3d.harness.engine import timers
 from katra3d.harness.engine.draws import DrawZones
 from katra3d.harness.engine.frame import HarnessFrame, frame_time_s
 from katra3d.harness.engine.gcmarks import GcMarks
-from katra3d.harness.engine.measurer import Measurer, TimeMeasurer
+from katra3d.harness.engine.measurer import Measurer, TimeMeasurer, WriterArgs
 from katra3d.harness.engine.reference import ReferenceDraw
 from katra3d.harness.engine.results import ProgressSink
 from katra3d.harness.engine.scene_traceback import describe
@@ -25,6 +25,7 @@ from katra3d.scenes.api import NOMINAL_RATE_HZ
 from katra_trace.errors import SceneError
 from katra_trace.io.header import CaptureOptions
 from katra_trace.io.images import image_key
+from katra_trace.jsontext import JsonObject, JsonValue
 from katra_trace.metrics import mode_clock
 from katra_trace.schema import Clock, Kind
 
@@ -43,7 +44,7 @@ class ResolvedCapture:
     reason: str
     zones: str
     options: CaptureOptions
-    writer_args: Mapping[str, Any]
+    writer_args: WriterArgs
 
 
 def resolve_capture(spec: CaptureSpec, measurer: Measurer | None = None) -> ResolvedCapture:
@@ -51,16 +52,15 @@ def resolve_capture(spec: CaptureSpec, measurer: Measurer | None = None) -> Reso
     measurer = measurer or TimeMeasurer()
     zones = timers.zone_mode(spec.zones)
     mode, reason, writer_args = measurer.mode(spec.timing, spec.host.gl, spec.codec)
-    recorded: dict[str, Any] = {
-        "timing_mode": mode,
-        "timing_reason": reason,
-        "primary_clock": mode_clock(mode),
-        "measure": measurer.measure,
-        "zones": zones,
-    }
+    options = spec.options.replaced(
+        timing_mode=mode,
+        timing_reason=reason,
+        primary_clock=mode_clock(mode),
+        measure=measurer.measure,
+        zones=zones,
+    )
     if zones == "draws":
-        recorded["max_draw_zones"] = spec.max_draw_zones
-    options = spec.options.replaced(**recorded)
+        options = options.replaced(max_draw_zones=spec.max_draw_zones)
     return ResolvedCapture(mode, reason, zones, options, writer_args)
 
 
@@ -89,7 +89,7 @@ class Engine:
         self.writer = writer
         self.path = spec.path
         self.stop = stop or StopFlag()
-        self.gl_errors: list[dict[str, Any]] = []
+        self.gl_errors: list[JsonObject] = []
         self.gl_error_check = bool(spec.gl_error_check)
         self.scene_label = ""
         self.image_key = image_key(spec.host.as_dict())
@@ -199,7 +199,7 @@ class Engine:
 
     def gl_error(self, error: object, frame: int | None, where: str = "frame") -> None:
         label = self.scene_label
-        record = {
+        record: JsonObject = {
             "type": "gl_error",
             "scene": label,
             "frame": frame,
@@ -300,8 +300,8 @@ class Engine:
         driver(one_frame, count)
         return state["i"] - first
 
-    def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def summary(self) -> JsonObject:
+        out: JsonObject = {
             "timing_mode": self.mode,
             "timing_reason": self.reason,
             "primary_clock": self.primary_clock,
@@ -323,7 +323,9 @@ class Engine:
             with contextlib.suppress(Exception):
                 reference.release()
 
-    def finish(self, status: str = "complete", summary: Mapping[str, Any] | None = None) -> None:
+    def finish(
+        self, status: str = "complete", summary: Mapping[str, JsonValue] | None = None
+    ) -> None:
         self.gc_marks.uninstall()
         self._keeper.stop()
         self._release_reference()
@@ -352,7 +354,7 @@ class Engine:
         error = {"error": describe(exc)} if exc is not None else {}
         self.finish_quietly({**self.summary(), **error}, status)
 
-    def finish_quietly(self, summary: dict[str, Any], status: str) -> None:
+    def finish_quietly(self, summary: JsonObject, status: str) -> None:
         writer = self.writer
         if not getattr(writer, "finished", False):
             with contextlib.suppress(Exception):

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from katra3d.harness.engine import valgrind_request
 from katra3d.harness.engine.events import EventBuffer
-from katra3d.harness.engine.measurer import Mode
+from katra3d.harness.engine.measurer import Mode, WriterArgs
 from katra3d.harness.engine.timers import NULL_ZONE, Timer
 from katra_trace.errors import KatraError
 from katra_trace.io.header import MeasureOptions
+from katra_trace.jsontext import JsonObject
 from katra_trace.metrics import MODE_CLOCKS
 from katra_trace.profile.callgrind import KEPT_DIR, kept_dump, profiles_on, write_index
 from katra_trace.schema import Clock, Flag, Kind
@@ -261,11 +262,6 @@ class CountTimer(Timer):
                 except FileNotFoundError:
                     pass
 
-    def options(self) -> dict[str, Any]:
-        out = super().options()
-        out["dump_base"] = str(self.dump_base)
-        return out
-
 
 class CountMeasurer:
     """Frames counted under callgrind: while counted nothing else runs in the process (writer idle,
@@ -285,8 +281,10 @@ class CountMeasurer:
             "main thread only, single-threaded llvmpipe"
         )
         # no time-based flushes: periodic work would land in whichever frame it happened in
-        args: dict[str, Any] = {} if codec is None else {"codec": codec}
-        return name, reason, {**args, "batch_ms": 1e9, "sync": True}
+        args: WriterArgs = {"batch_ms": 1e9, "sync": True}
+        if codec is not None:
+            args["codec"] = codec
+        return name, reason, args
 
     def start(self, mode: str, ctx: Any, writer: Any, *, zones: bool) -> tuple[EventBuffer, Timer]:
         buffer = EventBuffer(writer, max_rows=1 << 16, max_age_ns=None)
@@ -316,7 +314,7 @@ class CountMeasurer:
     def frames_done(self, timer: Timer) -> None:
         cast(CountTimer, timer).stop_counting()
 
-    def write_scene(self, writer: Any, annotation: dict[str, Any], result: SceneResult) -> None:
+    def write_scene(self, writer: Any, annotation: JsonObject, result: SceneResult) -> None:
         # setup time under valgrind (20-100x slower) means nothing
         annotation.pop("setup_ms", None)
         result.setup_ms = 0.0

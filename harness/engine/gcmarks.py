@@ -25,7 +25,7 @@ class GcMarks:
         self.t0 = 0
         self.installed = False
 
-    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self.t0 = _pc()
             return

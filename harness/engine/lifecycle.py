@@ -16,6 +16,7 @@ from katra3d.scenes.image import read_pixels
 from katra_trace.errors import KatraError, SceneError
 from katra_trace.io.claim import open_output
 from katra_trace.io.images import encode_png, frame_record, image_checksum
+from katra_trace.jsontext import JsonObject
 from katra_trace.schema import Flag
 
 if TYPE_CHECKING:
@@ -182,7 +183,7 @@ class SceneLifecycle:
         engine.timer.settle()
         if engine.timer.frame_ns:
             result.stats = scene_stats(engine.timer.frame_ns, counts=engine.measurer.counts)
-        annotation: dict[str, Any] = {
+        annotation: JsonObject = {
             "type": "scene",
             "scene": spec.label,
             "spec": spec.spec,
@@ -197,7 +198,7 @@ class SceneLifecycle:
         engine.buffer.flush()
         engine.measurer.write_scene(engine.writer, annotation, result)
 
-    def last_image(self, result: SceneResult) -> dict[str, Any]:
+    def last_image(self, result: SceneResult) -> JsonObject:
         """Read the last frame (counting stopped first); returns the annotation's keys."""
         spec, engine = self.spec, self.engine
         engine.measurer.frames_done(engine.timer)
@@ -205,7 +206,7 @@ class SceneLifecycle:
         result.pixels = pixels
         result.checksum = image_checksum(pixels)
         index = result.warmup + result.frames - 1
-        keys: dict[str, Any] = {"last_frame_index": index, "last_frame_sha256": result.checksum}
+        keys: JsonObject = {"last_frame_index": index, "last_frame_sha256": result.checksum}
         # only then is the frame the same one in every run
         if (
             spec.keep_image

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from katra3d.harness.engine import heap, timers
 from katra3d.harness.engine.events import EventBuffer
 from katra_trace.io.header import MeasureOptions
+from katra_trace.jsontext import JsonObject
 
 if TYPE_CHECKING:
     from katra3d.harness.engine.gcmarks import GcMarks
@@ -19,8 +19,16 @@ if TYPE_CHECKING:
 TIMED = MeasureOptions(mode="time")
 
 
+class WriterArgs(TypedDict, total=False):
+    """The TraceWriter keywords a measurer sets."""
+
+    codec: str
+    batch_ms: float
+    sync: bool
+
+
 # (name: sync | gpu | instructions | cycles, ``timing_reason``, extra TraceWriter keywords)
-Mode = tuple[str, str, Mapping[str, Any]]
+Mode = tuple[str, str, WriterArgs]
 
 
 class Measurer(Protocol):
@@ -45,7 +53,7 @@ class Measurer(Protocol):
     # after a scene's last frame, before its image is read back
     def frames_done(self, timer: timers.Timer) -> None: ...
 
-    def write_scene(self, writer: Any, annotation: dict[str, Any], result: SceneResult) -> None: ...
+    def write_scene(self, writer: Any, annotation: JsonObject, result: SceneResult) -> None: ...
 
 
 class TimeMeasurer:
@@ -73,8 +81,8 @@ class TimeMeasurer:
     def frames_done(self, timer: timers.Timer) -> None:
         pass
 
-    def write_scene(self, writer: Any, annotation: dict[str, Any], result: SceneResult) -> None:
+    def write_scene(self, writer: Any, annotation: JsonObject, result: SceneResult) -> None:
         writer.annotate(annotation)
 
 
-__all__ = ["TIMED", "Measurer", "Mode", "TimeMeasurer"]
+__all__ = ["TIMED", "Measurer", "Mode", "TimeMeasurer", "WriterArgs"]

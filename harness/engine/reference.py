@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from katra_trace.jsontext import JsonObject
 from katra_trace.schema import REFERENCE_NAME, Clock, Flag, Kind
 
 REFERENCE_SIZE = (256, 256)
@@ -123,7 +124,7 @@ class ReferenceDraw:
         )
         self.count += 1
 
-    def options(self, every: int) -> dict[str, Any]:
+    def options(self, every: int) -> JsonObject:
         return {
             "every_frames": every,
             "size": list(REFERENCE_SIZE),

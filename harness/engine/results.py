@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 import numpy as np
 
+from katra3d.scenes.api import ParamValue
 from katra_trace.analysis.stats import frame_stats
+from katra_trace.jsontext import JsonObject
 from katra_trace.units import format_ms
+
+#: A scene's frame-time or count stats, by name (``median_ms``, ``median``, ...).
+StatsDict: TypeAlias = dict[str, float | int | None]
 
 
 @dataclasses.dataclass
@@ -22,15 +27,15 @@ class SceneResult:
     warmup: int = 0
     setup_ms: float = 0.0
     clock: str = ""
-    stats: dict[str, Any] | None = None
+    stats: StatsDict | None = None
     checksum: str = ""
     reason: str = ""
     pixels: Any = None
-    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    params: dict[str, ParamValue] = dataclasses.field(default_factory=dict)
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> JsonObject:
         s = self.stats or {}
-        row = {
+        row: JsonObject = {
             "scene": self.label,
             "status": self.status,
             "frames": self.frames,
@@ -65,7 +70,7 @@ class RunResult:
     signal_name: str = ""
     size: tuple[int, int] | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """``katra3d run --json``'s output."""
         return {
             "trace": str(self.path),
@@ -111,7 +116,7 @@ class NoProgress:
         pass
 
 
-def scene_stats(values: list[int], counts: bool) -> dict[str, Any]:
+def scene_stats(values: list[int], counts: bool) -> StatsDict:
     """Frame-time stats, or count stats when ``counts``."""
     arr = np.asarray(values, dtype=np.float64)
     if not counts:
@@ -135,4 +140,12 @@ def median_text(result: SceneResult) -> str:
     return f", median {s['median']:,.0f} {result.clock} per frame"
 
 
-__all__ = ["NoProgress", "ProgressSink", "RunResult", "SceneResult", "median_text", "scene_stats"]
+__all__ = [
+    "NoProgress",
+    "ProgressSink",
+    "RunResult",
+    "SceneResult",
+    "StatsDict",
+    "median_text",
+    "scene_stats",
+]

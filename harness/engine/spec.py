@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
+from katra3d.scenes.api import ParamValue
 from katra_trace.io.header import CaptureOptions, HostInfo
 
 
@@ -38,7 +38,7 @@ class SceneSpec:
 
     scene_cls: type
     label: str
-    params: Mapping[str, Any]
+    params: Mapping[str, ParamValue]
     size: tuple[int, int]
     frames: int | None
     warmup: int

@@ -18,6 +18,7 @@ from katra_trace.errors import signal_exit_code
 
 if TYPE_CHECKING:
     from katra3d.harness.engine.events import EventBuffer
+    from katra_trace.jsontext import JsonObject
 
 HARD_STOP_GRACE_S = 1.0
 
@@ -65,9 +66,9 @@ class Kept(Protocol):
     buffer: EventBuffer
     stop: StopFlag
 
-    def summary(self) -> dict[str, Any]: ...
+    def summary(self) -> JsonObject: ...
 
-    def finish_quietly(self, summary: dict[str, Any], status: str) -> None: ...
+    def finish_quietly(self, summary: JsonObject, status: str) -> None: ...
 
 
 class Keeper(threading.Thread):

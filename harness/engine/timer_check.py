@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -9,15 +10,33 @@ import numpy as np
 
 from katra3d.harness.engine.reference import FULL_SCREEN_TRIANGLE, make_program
 from katra3d.harness.gl.shim import GL_TIMESTAMP, RawGL
+from katra_trace.jsontext import JsonObject, record_dict
+
+
+@dataclasses.dataclass(frozen=True)
+class TimerCheck:
+    """:func:`timer_query_reliability`'s result; ``note``: doctor's advice."""
+
+    verdict: str
+    reason: str | None = None
+    gpu_ms: float | None = None
+    wall_ms: float | None = None
+    ratio: float | None = None
+    draw: str | None = None
+    note: str | None = None
+
+    def as_dict(self) -> JsonObject:
+        """The fields set."""
+        return {k: v for k, v in record_dict(self).items() if v is not None}
 
 
 def timer_query_reliability(
     ctx: Any, size: tuple[int, int] = (512, 512), iters: int = 64, repeats: int = 3
-) -> dict[str, Any]:
+) -> TimerCheck:
     """The reference draw's GPU vs wall time (llvmpipe's queries stamp one 64x64 tile): gpu_ms,
     wall_ms, ratio, verdict ``reliable``, ``unreliable`` (ratio < 0.5) or ``unsupported``."""
     if ctx.version_code < 330 and "GL_ARB_timer_query" not in ctx.extensions:
-        return {"verdict": "unsupported", "reason": "no GL_ARB_timer_query"}
+        return TimerCheck("unsupported", reason="no GL_ARB_timer_query")
     gl = RawGL()
     prog = make_program(ctx, iters)
     vbo = ctx.buffer(FULL_SCREEN_TRIANGLE)
@@ -51,14 +70,14 @@ def timer_query_reliability(
     wall_ms = float(np.median(wall_ns)) / 1e6
     ratio = gpu_ms / wall_ms if wall_ms > 0 else 0.0
     verdict = "reliable" if ratio >= 0.5 else "unreliable"
-    return {
-        "verdict": verdict,
-        "gpu_ms": round(gpu_ms, 4),
-        "wall_ms": round(wall_ms, 4),
-        "ratio": round(ratio, 4),
-        "draw": f"the reference shader: full-screen triangle, {size[0]}x{size[1]}, {iters}-step "
+    return TimerCheck(
+        verdict,
+        gpu_ms=round(gpu_ms, 4),
+        wall_ms=round(wall_ms, 4),
+        ratio=round(ratio, 4),
+        draw=f"the reference shader: full-screen triangle, {size[0]}x{size[1]}, {iters}-step "
         "fragment loop",
-    }
+    )
 
 
-__all__ = ["timer_query_reliability"]
+__all__ = ["TimerCheck", "timer_query_reliability"]

@@ -174,13 +174,6 @@ class Timer:
     def close(self) -> None:
         pass
 
-    def options(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "primary_clock": self.primary_clock.name.lower(),
-            "zones": self.zones,
-        }
-
 
 class _SyncZone:
     __slots__ = ("timer", "name", "name_id", "depth", "t0")
@@ -349,13 +342,11 @@ class GpuTimer(Timer):
         self._result_ref = ctypes.byref(self._result)
         self.interval_name = writer.intern(INTERVAL_NAME)
         self._prev_t0: int | None = None
-        self.calibration = self.calibrate("start")
-        self._gpu0 = self.calibration["gpu_ns"]
-        self._host0 = self.calibration["host_ns"]
+        self._host0, self._gpu0 = self.calibrate("start")
         self.max_lag_frames = 0
 
-    def calibrate(self, label: str, samples: int = 5) -> dict[str, Any]:
-        """The tightest of ``samples`` GPU/host clock pairs, written as CLOCK_SYNC."""
+    def calibrate(self, label: str, samples: int = 5) -> tuple[int, int]:
+        """The tightest of ``samples`` (host, GPU) ns clock pairs, written as CLOCK_SYNC."""
         out = ctypes.c_int64(0)
         ref = ctypes.byref(out)
         best: tuple[int, int, int] | None = None
@@ -366,15 +357,17 @@ class GpuTimer(Timer):
             if best is None or h1 - h0 < best[2]:
                 best = ((h0 + h1) // 2, int(out.value), h1 - h0)
         assert best is not None
-        record = {
-            "label": label,
-            "host_ns": best[0] - self.origin_ns,
-            "gpu_ns": best[1],
-            "uncertainty_ns": best[2] // 2,
-            "method": "glGetInteger64v(GL_TIMESTAMP) between two perf_counter_ns reads",
-        }
-        self.writer.clock_sync(record)
-        return record
+        host_ns = best[0] - self.origin_ns
+        self.writer.clock_sync(
+            {
+                "label": label,
+                "host_ns": host_ns,
+                "gpu_ns": best[1],
+                "uncertainty_ns": best[2] // 2,
+                "method": "glGetInteger64v(GL_TIMESTAMP) between two perf_counter_ns reads",
+            }
+        )
+        return host_ns, best[1]
 
     def _stamp(self) -> int:
         free = self._free
@@ -499,11 +492,6 @@ class GpuTimer(Timer):
         self.gl.delete_queries(self._all_queries)
         self._all_queries = []
         self._free = []
-
-    def options(self) -> dict[str, Any]:
-        out = super().options()
-        out["ring_queries"] = len(self._all_queries)
-        return out
 
 
 ZONE_MODES: tuple[str, ...] = ("off", "passes", "draws")

@@ -12,9 +12,10 @@ import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 from katra_trace.errors import BackendUnavailable, ConfigError
+from katra_trace.jsontext import JsonObject, record_dict
 
 MESA_INSTALL_LINE = "apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri"
 
@@ -35,8 +36,8 @@ class BackendStatus:
     available: bool
     why_not: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def as_dict(self) -> JsonObject:
+        return record_dict(self)
 
 
 @dataclasses.dataclass
@@ -193,11 +194,9 @@ def _open_egl(device: int | None, size: tuple[int, int], samples: int) -> GLSess
     # deferred: loaded only when a context is opened
     import moderngl
 
-    kwargs: dict[str, Any] = {"backend": "egl", "require": REQUIRE_GL}
-    if device is not None:
-        kwargs["device_index"] = device
+    where = {} if device is None else {"device_index": device}
     try:
-        ctx = moderngl.create_standalone_context(**kwargs)
+        ctx = moderngl.create_standalone_context(backend="egl", require=REQUIRE_GL, **where)
     except Exception as exc:  # noqa: BLE001 - glcontext raises plain Exception
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if device is not None and "device" in detail.lower():
@@ -313,7 +312,17 @@ EGL_DRM_DEVICE_FILE_EXT = 0x3233
 EGL_RENDERER_EXT = 0x335F
 
 
-def list_egl_devices() -> list[dict[str, Any]]:
+class EglDevice(TypedDict):
+    """An EGL device; ``drm_device`` and ``renderer`` "" where EGL does not say."""
+
+    index: int
+    drm_device: str
+    renderer: str
+    software: bool
+    extensions: list[str]
+
+
+def list_egl_devices() -> list[EglDevice]:
     """EGL devices in ``--device`` order; empty without EGL_EXT_device_enumeration."""
     egl = _egl_lib()
     if egl is None:
@@ -334,7 +343,7 @@ def list_egl_devices() -> list[dict[str, Any]]:
     devices = (ctypes.c_void_p * count.value)()
     if not query_devices(count.value, devices, ctypes.byref(count)):
         return []
-    out: list[dict[str, Any]] = []
+    out: list[EglDevice] = []
     for index in range(count.value):
         exts = (query_string(devices[index], EGL_EXTENSIONS) or b"").decode(errors="replace")
         drm = b""
@@ -399,6 +408,7 @@ def statuses(probe_contexts: bool = False) -> Iterator[BackendStatus]:
 __all__ = [
     "BACKEND_ENV",
     "BackendStatus",
+    "EglDevice",
     "CHOICES",
     "DEFAULT_BACKEND",
     "GLSession",

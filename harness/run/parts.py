@@ -55,31 +55,26 @@ def join(
     for path in parts:
         head = _open_part(path, events=False)
         if head is not None:
-            readable.append((path, head.header.as_dict()))
+            readable.append((path, head.header))
             del head
     if not readable:
         return Joined([], 0)
-    earliest = min((header for _, header in readable), key=lambda h: int(h.get("start_host_ns", 0)))
-    base_ns = int(earliest.get("start_host_ns", 0))
-    header = dict(readable[0][1])
-    header.update(
-        start_host_ns=base_ns, start_wall_ns=earliest.get("start_wall_ns"), pid=earliest.get("pid")
-    )
-    options = dict(header.get("capture_options") or {})
-    resolved = dict(options.get("resolved") or {})
+    earliest = min((header for _, header in readable), key=lambda h: h.start_host_ns or 0)
+    base_ns = earliest.start_host_ns or 0
+    first = readable[0][1]
+    header = first.as_dict()
+    header.update(start_host_ns=base_ns, start_wall_ns=earliest.start_wall_ns, pid=earliest.pid)
+    options = first.capture_options.as_dict()
+    resolved = first.capture_options.resolved.as_dict()
     if "scenes" in resolved:
         resolved["scenes"] = [
-            scene
-            for _, part in readable
-            for scene in ((part.get("capture_options") or {}).get("resolved") or {}).get(
-                "scenes", []
-            )
+            scene for _, part in readable for scene in part.capture_options.resolved.scenes or ()
         ]
     if strings is not None:
         header["notes"] = options["notes"] = strings.notes
         options["output"] = strings.requested
         resolved["output"] = strings.output
-        options["measure"] = {**(options.get("measure") or {}), "output": strings.output}
+        options["measure"] = {**first.capture_options.measure.as_dict(), "output": strings.output}
     if resolved:
         options["resolved"] = resolved
     if options:
@@ -91,10 +86,12 @@ def join(
         trace = _open_part(path)
         if trace is None:
             continue
-        shift = int(part.get("start_host_ns", 0)) - base_ns
+        shift = (part.start_host_ns or 0) - base_ns
         out.add(trace, shift, profiles=(profiles or {}).get(path, ()))
-        if not trace.summary_rebuilt:  # a part that ended early has no summary of its own
-            _add_user(user, dict(trace.summary.get("user") or {}))
+        part_user = trace.summary.user
+        # a part that ended early has no summary of its own
+        if not trace.summary_rebuilt and part_user is not None:
+            _add_user(user, part_user)
         joined.append(path)
         del trace
     out.finish(status, user)

@@ -7,12 +7,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from katra_trace.analysis.defaults import threshold_for
 from katra_trace.analysis.images import ImageOutcome
-from katra_trace.analysis.verdict import Verdict
-from katra_trace.jsontext import record_dict
+from katra_trace.analysis.verdict import SceneComparison, Verdict
+from katra_trace.jsontext import JsonObject, JsonValue, record_dict
 from katra_trace.units import format_change_pct
 
 #: Where "like BAD" starts, as a share of BAD's log change against GOOD.
@@ -37,7 +36,7 @@ class Effect:
     frame_change_pct: float = math.nan
 
     @classmethod
-    def from_row(cls, row: Any) -> Effect:
+    def from_row(cls, row: SceneComparison) -> Effect:
         return cls(
             scene=row.scene,
             zone=row.zone,
@@ -54,21 +53,36 @@ class Effect:
     def change_pct(self) -> float:
         return (self.ratio - 1.0) * 100.0
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return record_dict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Effect:
-        """None back to NaN."""
-        kwargs: dict[str, Any] = {}
-        for field in dataclasses.fields(cls):
-            value = data.get(field.name)
-            if field.type in ("float",):
-                value = math.nan if value is None else float(value)
-            elif value is None:
-                value = ""
-            kwargs[field.name] = value
-        return cls(**kwargs)
+    def from_dict(cls, data: Mapping[str, JsonValue]) -> Effect:
+        """None (a non-finite number in :meth:`as_dict`) back to NaN."""
+
+        def text(key: str) -> str:
+            value = data.get(key)
+            return "" if value is None else str(value)
+
+        def number(key: str) -> float:
+            value = data.get(key)
+            if value is None:
+                return math.nan
+            if not isinstance(value, (int, float, str)):
+                raise ValueError(f"{key} is not a number: {value!r}")
+            return float(value)
+
+        return cls(
+            scene=text("scene"),
+            verdict=text("verdict"),
+            ratio=number("ratio"),
+            ci_low=number("ci_low"),
+            ci_high=number("ci_high"),
+            reason=text("reason"),
+            metric=text("metric"),
+            zone=text("zone"),
+            frame_change_pct=number("frame_change_pct"),
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,13 +37,16 @@ from katra_trace.errors import ConfigError
 from katra_trace.metrics import check_run_stat, is_count
 from katra_trace.schema import REFERENCE_NAME, Clock, Kind, draw_pass
 
+if TYPE_CHECKING:
+    from katra_trace.io.reader import Trace
 
-def _label(trace: Any, side: str, index: int) -> str:
+
+def _label(trace: Trace, side: str, index: int) -> str:
     path = getattr(trace, "path", None)
     return str(path) if path is not None else f"{side.upper()} run {index + 1}"
 
 
-def _check_measure_modes(sides: Mapping[str, Sequence[Any]]) -> None:
+def _check_measure_modes(sides: Mapping[str, Sequence[Trace]]) -> None:
     modes = {
         side: sorted({t.header.capture_options.measure_mode for t in traces})
         for side, traces in sides.items()
@@ -56,7 +59,7 @@ def _check_measure_modes(sides: Mapping[str, Sequence[Any]]) -> None:
         )
 
 
-def _reference_workload(trace: Any) -> str | None:
+def _reference_workload(trace: Trace) -> str | None:
     for note in getattr(trace, "annotations", ()):
         if isinstance(note, dict) and note.get("type") == "reference":
             size, steps = note.get("size"), note.get("steps")
@@ -66,7 +69,7 @@ def _reference_workload(trace: Any) -> str | None:
     return None
 
 
-def _check_reference_workloads(sides: dict[str, list[Any]]) -> None:
+def _check_reference_workloads(sides: dict[str, list[Trace]]) -> None:
     """--normalize divides by the reference draw's time: all traces must time the same draw."""
     seen: dict[str, str] = {}
     for side, traces in sides.items():
@@ -82,7 +85,7 @@ def _check_reference_workloads(sides: dict[str, list[Any]]) -> None:
         )
 
 
-def _normalized(trace: Any, scene: str, frames_ns: np.ndarray, label: str) -> np.ndarray:
+def _normalized(trace: Trace, scene: str, frames_ns: np.ndarray, label: str) -> np.ndarray:
     ref = reference_durations(trace.events, list(trace.strings)).get(scene, {}).get("wall")
     if ref is None or ref.size == 0 or not np.median(ref) > 0:
         raise ConfigError(
@@ -96,8 +99,8 @@ def _normalized(trace: Any, scene: str, frames_ns: np.ndarray, label: str) -> np
 
 
 def compare_traces(
-    base: Sequence[Any],
-    new: Sequence[Any],
+    base: Sequence[Trace],
+    new: Sequence[Trace],
     options: CompareOptions = DEFAULT_COMPARE,
     *,
     pairs: Sequence[tuple[int, int]] | None = None,
@@ -108,7 +111,7 @@ def compare_traces(
     ``pairs``: ab rounds' (base, new) indexes. ConfigError when counts and times mix or
     ``normalize`` lacks reference markers."""
     metric, normalize, run_stat = options.metric, options.normalize, options.run_stat
-    sides: dict[str, list[Any]] = {"base": list(base), "new": list(new)}
+    sides: dict[str, list[Trace]] = {"base": list(base), "new": list(new)}
     if pairs is not None:
         for i, j in pairs:
             if not (0 <= i < len(sides["base"]) and 0 <= j < len(sides["new"])):
@@ -168,11 +171,14 @@ def compare_traces(
     scenes = list(dict.fromkeys(s for side in durations.values() for run in side for s in run))
     empty = np.empty(0)
     for scene in scenes:
-        facts: dict[str, list[dict[str, Any]]] = {"base": [], "new": []}
+        facts: dict[str, list[Mapping[str, object]]] = {"base": [], "new": []}
         for side, traces in sides.items():
             for t, run in zip(traces, durations[side], strict=True):
                 if scene in run:
-                    fact = {**capture_facts(t.header, scene), **host_facts(t.header, scene)}
+                    fact: dict[str, object] = {
+                        **capture_facts(t.header, scene),
+                        **host_facts(t.header, scene),
+                    }
                     if count:
                         fact["codegen"] = codegen_facts(t.header, scene)
                     facts[side].append(fact)
@@ -248,7 +254,7 @@ NOISY_RUN_CV = 0.05
 
 def _process_hint(
     result: Comparison,
-    sides: Mapping[str, Sequence[Any]],
+    sides: Mapping[str, Sequence[Trace]],
     durations: Mapping[str, Sequence[Mapping[str, Mapping[str, np.ndarray]]]],
 ) -> list[str]:
     """Points to ``--metric process --stat p10`` when wall noise left software scenes undecided."""
@@ -283,7 +289,7 @@ def _process_hint(
     ]
 
 
-def _draw_names(trace: Any) -> dict[str, set[str]]:
+def _draw_names(trace: Trace) -> dict[str, set[str]]:
     labels = scene_labels(trace.events, list(trace.strings))
     ev = trace.events
     zones = ev[(ev["kind"] == Kind.ZONE) & (ev["flags"] == 0)]
@@ -296,7 +302,7 @@ def _draw_names(trace: Any) -> dict[str, set[str]]:
     return out
 
 
-def _draw_set_notes(sides: Mapping[str, Sequence[Any]]) -> list[str]:
+def _draw_set_notes(sides: Mapping[str, Sequence[Trace]]) -> list[str]:
     """Draws pair by name, never by position."""
     names = {side: [_draw_names(t) for t in traces] for side, traces in sides.items()}
     merged: dict[str, dict[str, set[str]]] = {}
@@ -331,7 +337,7 @@ def _draw_set_notes(sides: Mapping[str, Sequence[Any]]) -> list[str]:
 
 
 def _zone_rows(
-    result: Comparison, sides: Mapping[str, Sequence[Any]], metric: str
+    result: Comparison, sides: Mapping[str, Sequence[Trace]], metric: str
 ) -> tuple[SceneComparison, ...]:
     """Per-zone count rows (which pass changed)."""
     clock = int(Clock[metric.upper()])

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from katra_trace.analysis.compare import compare_traces
 from katra_trace.analysis.defaults import DEFAULT_COMPARE, CompareOptions
@@ -23,6 +22,7 @@ from katra_trace.analysis.verdict import Comparison, Verdict
 from katra_trace.errors import ConfigError
 from katra_trace.io.reader import Trace
 from katra_trace.io.tracesets import AB_MANIFEST, AbManifest, open_trace_sets, read_ab_manifest
+from katra_trace.jsontext import JsonObject
 from katra_trace.metrics import is_count
 from katra_trace.text import shown
 
@@ -203,7 +203,7 @@ class ComparisonResult:
     def exit_code(self) -> int:
         return exit_code_with_images(self.timing.exit_code, self.images, self.image_policy)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         out = dict(self.timing.as_dict(), base=self.base, new=self.new)
         if self.rule is not None:
             out["sequential"] = {

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from katra_trace.errors import OptionError
+from katra_trace.jsontext import JsonObject, record_dict
 from katra_trace.metrics import is_count
 
 #: One-sided false-regression rate per scene after Holm (``history check``: a false step).
@@ -153,8 +154,8 @@ class CompareOptions:
     normalize: bool = False
     run_stat: str | None = None
 
-    def as_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
+    def as_dict(self) -> JsonObject:
+        return record_dict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CompareOptions:

@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from katra_trace.errors import ExitCode, KatraError, TraceTooLargeError
 from katra_trace.io.claim import check_output_dir, missing_directory, open_output
 from katra_trace.io.image_block import KeptFrame
 from katra_trace.io.images import KeptFrameError, encode_png, frame_pixels
-from katra_trace.jsontext import record_dict
+from katra_trace.jsontext import JsonObject, record_dict
 
 
 class ImageOutcome(ValueEnum):
@@ -111,7 +111,7 @@ class ImageVerdict:
     def is_regression(self) -> bool:
         return self.verdict is ImageOutcome.CHANGED
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         out = record_dict(self)
         del out["readable"], out["error_levels"]
         out["line"] = self.line
@@ -157,6 +157,14 @@ def unreadable(image: Image | np.ndarray | None) -> str | None:
     return None
 
 
+class _Known(TypedDict):
+    """The fields of every :class:`ImageVerdict` once both sides exist."""
+
+    base_sha256: str
+    new_sha256: str
+    outlier_level: float
+
+
 def image_verdict(
     base: Image | np.ndarray | None,
     new: Image | np.ndarray | None,
@@ -175,11 +183,7 @@ def image_verdict(
             base_sha256=_sha(base) if base is not None else "",
             new_sha256=_sha(new) if new is not None else "",
         )
-    shas: dict[str, Any] = {
-        "base_sha256": _sha(base),
-        "new_sha256": _sha(new),
-        "outlier_level": limits.outlier_level,
-    }
+    shas = _Known(base_sha256=_sha(base), new_sha256=_sha(new), outlier_level=limits.outlier_level)
     problems = [p for p in (unreadable(base), unreadable(new)) if p is not None]
     if problems:
         return ImageVerdict(ImageOutcome.INCOMPARABLE, "; ".join(problems), readable=False, **shas)
@@ -268,7 +272,7 @@ def image_verdicts(
     return out
 
 
-def trace_images(trace: Any) -> dict[str, Image]:
+def trace_images(trace: object) -> dict[str, Image]:
     """Each scene's kept last frame, else the checksum its scene annotation recorded."""
     images: dict[str, Image] = {}
     for note in getattr(trace, "annotations", ()):
@@ -282,7 +286,7 @@ def trace_images(trace: Any) -> dict[str, Image]:
     return images
 
 
-def side_images(traces: Sequence[Any]) -> dict[str, Image]:
+def side_images(traces: Sequence[object]) -> dict[str, Image]:
     """One side's last frames, preferring pixels and undamaged kept frames (every run of one build
     renders the same frame)."""
     side: dict[str, Image] = {}

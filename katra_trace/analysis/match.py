@@ -4,10 +4,11 @@ scene: in a merged trace each scene ran on its own shard's host."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     from katra_trace.io.header import TraceHeader
+    from katra_trace.jsontext import JsonValue
 
 from katra_trace.metrics import (
     AUTO_ORDER,
@@ -24,13 +25,25 @@ CAPTURE_KEYS: tuple[str, ...] = ("size", "samples", "timing_mode")
 HOST_KEYS: tuple[str, ...] = ("renderer", "driver")
 
 
-def host_facts(header: TraceHeader, scene: str | None = None) -> dict[str, Any]:
+class HostFacts(TypedDict):
+    renderer: str | None
+    driver: str | None
+
+
+class CaptureFacts(TypedDict):
+    size: tuple[int, ...] | None
+    samples: int | None
+    timing_mode: str | None
+    params: object
+
+
+def host_facts(header: TraceHeader, scene: str | None = None) -> HostFacts:
     """``scene`` None: the trace's host."""
     host = header.host_info if scene is None else header.host_of(scene)
     return {"renderer": host.renderer, "driver": host.driver}
 
 
-def capture_facts(header: TraceHeader, scene: str) -> dict[str, Any]:
+def capture_facts(header: TraceHeader, scene: str) -> CaptureFacts:
     """Resolved values that must match between BASE and NEW."""
     opts = header.capture_options
     return {
@@ -41,7 +54,7 @@ def capture_facts(header: TraceHeader, scene: str) -> dict[str, Any]:
     }
 
 
-def codegen_facts(header: TraceHeader, scene: str | None = None) -> Any:
+def codegen_facts(header: TraceHeader, scene: str | None = None) -> Mapping[str, JsonValue] | None:
     """CPU, Mesa, LLVM, vector width."""
     return (header.host_info if scene is None else header.host_of(scene)).codegen
 
@@ -70,7 +83,7 @@ def resolve_metric(
     return "wall"
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: object) -> str:
     if isinstance(value, Mapping):
         return ", ".join(
             f"{k}={_fmt(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))
@@ -80,7 +93,7 @@ def _fmt(value: Any) -> str:
     return repr(value) if not isinstance(value, str) else value
 
 
-def _diff(a: Any, b: Any) -> tuple[Any, Any]:
+def _diff(a: object, b: object) -> tuple[object, object]:
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
         return {k: a.get(k) for k in keys}, {k: b.get(k) for k in keys}
@@ -95,7 +108,9 @@ _OVERRIDE = {
 }
 
 
-def mismatch(facts: Mapping[str, list[dict[str, Any]]], allowed: set[str], notes: set[str]) -> str:
+def mismatch(
+    facts: Mapping[str, Sequence[Mapping[str, object]]], allowed: set[str], notes: set[str]
+) -> str:
     """Why one scene's runs are incomparable ("" when not); an ``allowed`` key only adds a note."""
     keys = ["size", "samples", "timing_mode", "params", *HOST_KEYS, "codegen"]
     for key in keys:
@@ -129,6 +144,8 @@ def mismatch(facts: Mapping[str, list[dict[str, Any]]], allowed: set[str], notes
 __all__ = [
     "CAPTURE_KEYS",
     "HOST_KEYS",
+    "CaptureFacts",
+    "HostFacts",
     "capture_facts",
     "codegen_facts",
     "host_facts",

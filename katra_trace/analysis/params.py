@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
 
 from katra_trace.analysis.defaults import CompareOptions
 from katra_trace.errors import ConfigError
@@ -28,7 +27,7 @@ class ParamChange:
         return f"{self.scene}: params differ: {self.text}, {why}"
 
 
-def _given(header: TraceHeader) -> dict[str, Any]:
+def _given(header: TraceHeader) -> dict[str, object]:
     """The ``--param`` values (a mapping per scene is an older layout, not a given value)."""
     given = header.capture_options.extra.get("params")
     if not isinstance(given, Mapping):

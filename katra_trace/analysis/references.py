@@ -10,7 +10,6 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from katra_trace.analysis.images import (
     ImageOutcome,
@@ -34,6 +33,7 @@ from katra_trace.io.images import (
     png_pixels,
 )
 from katra_trace.io.inputs import read_regular
+from katra_trace.jsontext import JsonObject
 from katra_trace.text import shown
 
 DURATION_NOTICE = (
@@ -75,7 +75,7 @@ class ReferenceFacts:
     channels: int | None = None
 
     @classmethod
-    def from_json(cls, obj: Any, where: str) -> ReferenceFacts:
+    def from_json(cls, obj: object, where: str) -> ReferenceFacts:
         """ConfigError naming ``where`` and the first bad field."""
         if not isinstance(obj, dict):
             raise ConfigError(f"{where} is not a reference's facts (a JSON object)")
@@ -124,7 +124,7 @@ class ReferenceFacts:
             channels,
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         out = dataclasses.asdict(self)
         if self.channels is None:
             del out["channels"]

@@ -8,7 +8,6 @@ import dataclasses
 import functools
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 from scipy.special import ndtr, ndtri
@@ -25,6 +24,7 @@ from katra_trace.analysis.defaults import (
 from katra_trace.analysis.intervals import interval_verdict, t_ppf, t_sf
 from katra_trace.analysis.verdict import VERDICTS, Comparison, Verdict
 from katra_trace.errors import ConfigError, OptionError
+from katra_trace.jsontext import JsonObject
 from katra_trace.units import format_change
 
 RULE_NAME = "group-sequential-t"
@@ -64,7 +64,7 @@ class SequentialRule:
             f"{self.alpha:g}, threshold {self.threshold * 100:g}%"
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return dataclasses.asdict(self)
 
     @classmethod
@@ -202,7 +202,7 @@ class Settled:
     reason: str
     undecided: tuple[str, ...] = ()
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return dict(dataclasses.asdict(self), undecided=list(self.undecided))
 
     @classmethod

@@ -8,21 +8,25 @@ from __future__ import annotations
 import dataclasses
 import heapq
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from katra_trace.analysis.stats import (
     STUTTER_FACTOR,
+    HeadedTrace,
     groups,
     measured,
     moving_median,
     scene_labels,
     stutter_frames,
 )
-from katra_trace.jsontext import record_dict
+from katra_trace.jsontext import JsonObject, record_dict
 from katra_trace.metrics import CLOCK_NAMES, VALUE_CLOCKS, is_time, primary_clock_of
 from katra_trace.schema import GC_NAME, Flag, Kind, draw_pass
+
+if TYPE_CHECKING:
+    from katra_trace.io.header import TraceHeader
 
 ZONE, DRAW, BETWEEN, GC, MACHINE, UNKNOWN = (
     "zone",
@@ -88,7 +92,7 @@ class Cause:
     name: str | None
     excess_ms: float
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return record_dict(self)
 
     @property
@@ -112,7 +116,7 @@ class SlowFrame:
     cause: Cause
     start_ns: int
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "frame": self.frame,
             "ms": self.ms,
@@ -141,7 +145,7 @@ class CauseGroup:
             return ""
         return "every frame" if self.period == 1 else f"every {ordinal(self.period)} frame"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         out = record_dict(self)
         out["period_text"] = self.period_text or None
         return out
@@ -179,7 +183,7 @@ class SceneSlow:
         )
         return f"{said}; {restart}" if said else restart
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "slow_clock": self.clock,
             "slow_zone_clock": self.zone_clock,
@@ -199,18 +203,14 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-class TraceLike(Protocol):
-    events: np.ndarray
-    strings: list[str]
-    header: Any
-
-
-def trace_slow_frames(trace: TraceLike) -> dict[str, SceneSlow]:
+def trace_slow_frames(trace: HeadedTrace) -> dict[str, SceneSlow]:
     """Every scene's slow frames, on the trace's primary time clock."""
     return header_slow_frames(trace.events, list(trace.strings), trace.header)
 
 
-def header_slow_frames(events: np.ndarray, strings: list[str], header: Any) -> dict[str, SceneSlow]:
+def header_slow_frames(
+    events: np.ndarray, strings: list[str], header: TraceHeader
+) -> dict[str, SceneSlow]:
     opts = header.capture_options
 
     def pick(available: Sequence[str]) -> str | None:

@@ -6,13 +6,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from katra_trace.jsontext import record_dict
+from katra_trace.jsontext import JsonObject, record_dict
 from katra_trace.metrics import clock_name
 from katra_trace.schema import COUNT_CLOCKS, Flag, Kind
+
+if TYPE_CHECKING:
+    from katra_trace.io.header import TraceHeader
 
 STUTTER_FACTOR = 2.5
 #: Frames in the centred moving-median window of the stutter rule.
@@ -205,6 +208,12 @@ class TraceLike(Protocol):
     strings: list[str]
 
 
+class HeadedTrace(TraceLike, Protocol):
+    """An opened trace, or a stand-in with the same fields."""
+
+    header: TraceHeader
+
+
 def scene_labels(events: np.ndarray, strings: list[str]) -> dict[int, str]:
     """Per scene id: its name, then ``name#2`` ... for later ids sharing it (as ``katra3d run``)."""
     ev = np.asarray(events)
@@ -366,11 +375,14 @@ class SceneStats:
     metrics: Mapping[str, ClockStats]
     zones: Mapping[str, Mapping[str, ClockStats]]
 
-    def as_dict(self) -> dict[str, dict[str, Any]]:
-        return {
-            "metrics": {c: v.as_dict() for c, v in self.metrics.items()},
-            "zones": {z: {c: v.as_dict() for c, v in per.items()} for z, per in self.zones.items()},
-        }
+    def metrics_json(self) -> dict[str, dict[str, float | int | None]]:
+        return {c: v.as_dict() for c, v in self.metrics.items()}
+
+    def zones_json(self) -> dict[str, dict[str, dict[str, float | int | None]]]:
+        return {z: {c: v.as_dict() for c, v in per.items()} for z, per in self.zones.items()}
+
+    def as_dict(self) -> JsonObject:
+        return {"metrics": self.metrics_json(), "zones": self.zones_json()}
 
 
 NO_STATS = SceneStats({}, {})
@@ -380,7 +392,7 @@ NO_STATS = SceneStats({}, {})
 class RunStats:
     scenes: Mapping[str, SceneStats]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {"scenes": {s: v.as_dict() for s, v in self.scenes.items()}}
 
     def rows(self, zones: bool = True) -> Iterator[tuple[str, str, str, ClockStats]]:

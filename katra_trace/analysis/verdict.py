@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from typing import Any
 
 from katra_trace.errors import ExitCode
-from katra_trace.jsontext import record_dict
+from katra_trace.jsontext import JsonObject, record_dict
 
 
 class ValueEnum(str, enum.Enum):
@@ -95,7 +94,7 @@ class SceneComparison:
     def change_pct(self) -> float:
         return (self.ratio - 1.0) * 100.0
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         out = record_dict(self)
         change = self.change_pct
         out["change_pct"] = change if math.isfinite(change) else None
@@ -132,11 +131,14 @@ class Comparison:
     def verdict_counts(self) -> dict[str, int]:
         return {v: sum(1 for s in self.scenes if s.verdict == v) for v in VERDICTS}
 
-    def as_dict(self) -> dict[str, Any]:
-        scenes: dict[str, Any] = {s.scene: s.as_dict() for s in self.scenes}
+    def as_dict(self) -> JsonObject:
+        scenes = {s.scene: s.as_dict() for s in self.scenes}
+        zones: dict[str, JsonObject] = {}
         for z in self.zones:
             if z.scene in scenes:
-                scenes[z.scene].setdefault("zones", {})[z.zone] = z.as_dict()
+                zones.setdefault(z.scene, {})[z.zone] = z.as_dict()
+        for scene, per_zone in zones.items():
+            scenes[scene]["zones"] = per_zone
         return {
             "threshold_pct": self.threshold_pct,
             "alpha": self.alpha,

@@ -81,7 +81,7 @@ def _perfetto(
     trace: Trace, f: BinaryIO, progress: ProgressFn | None, warnings: list[str]
 ) -> dict[str, int]:
     tl = _timeline(trace, warnings)
-    counts = write_perfetto(tl, trace.header, trace.summary, f, progress)
+    counts = write_perfetto(tl, trace.header, trace.summary.as_dict(), f, progress)
     if counts.get("timestamps_rebased"):
         warnings.append(
             "the trace's host start time would put events outside the timestamps "
@@ -95,7 +95,7 @@ def _chrome(
 ) -> dict[str, int]:
     tl = _timeline(trace, warnings)
     text = io.TextIOWrapper(f, encoding="utf-8", newline="\n", write_through=False)
-    counts = chrome.write_chrome(tl, trace.header, trace.summary, text, progress)
+    counts = chrome.write_chrome(tl, trace.header, trace.summary.as_dict(), text, progress)
     text.flush()
     text.detach()
     if len(trace.events) > chrome.CHROME_EVENT_WARN:
@@ -121,7 +121,9 @@ def _parquet(
     trace: Trace, f: BinaryIO, progress: ProgressFn | None, warnings: list[str]
 ) -> dict[str, int]:
     return {
-        "rows": write_parquet(trace.events, list(trace.strings), trace.header, trace.summary, f)
+        "rows": write_parquet(
+            trace.events, list(trace.strings), trace.header, trace.summary.as_dict(), f
+        )
     }
 
 

@@ -4,13 +4,14 @@ precision (docs/export.md)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
 from katra_trace import jsontext
 from katra_trace.export.output import ProgressFn
 from katra_trace.export.timeline import Timeline, flag_names
+from katra_trace.jsontext import JsonValue
 from katra_trace.metrics import clock_name
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ def _tid(clock: int) -> int:
 def write_chrome(
     tl: Timeline,
     header: TraceHeader,
-    summary: Mapping[str, Any],
+    summary: Mapping[str, JsonValue],
     out: IO[str],
     progress: ProgressFn | None = None,
 ) -> dict[str, int]:

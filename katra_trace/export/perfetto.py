@@ -13,6 +13,7 @@ from katra_trace.analysis.slow import SlowFrame, header_slow_frames
 from katra_trace.errors import TraceFormatError
 from katra_trace.export.output import ProgressFn
 from katra_trace.export.timeline import Timeline, flag_names
+from katra_trace.jsontext import JsonObject, JsonValue
 from katra_trace.optional import require
 
 if TYPE_CHECKING:
@@ -44,8 +45,8 @@ _ARG_NAMES = {
 }
 
 
-def _slow_args(slow: SlowFrame) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = [{"name_iid": _ARG_CAUSE, "string_value": slow.cause.kind}]
+def _slow_args(slow: SlowFrame) -> list[JsonObject]:
+    out: list[JsonObject] = [{"name_iid": _ARG_CAUSE, "string_value": slow.cause.kind}]
     if slow.cause.name is not None:
         out.append({"name_iid": _ARG_CAUSE_NAME, "string_value": slow.cause.name})
     out.append({"name_iid": _ARG_EXCESS, "double_value": slow.cause.excess_ms})
@@ -62,11 +63,7 @@ def timestamp_base(start_host_ns: int | None, lowest: int, highest: int) -> tupl
             f"{MAX_TIMESTAMP_NS} ns from the first to the last); --to csv or --to parquet "
             "exports them as stored"
         )
-    base = (
-        start_host_ns
-        if isinstance(start_host_ns, int) and not isinstance(start_host_ns, bool)
-        else 0
-    )
+    base = 0 if start_host_ns is None else start_host_ns
     if base < 0 or base + highest > MAX_TIMESTAMP_NS:
         return -lowest, True
     # hand-made traces start near 0: shifted silently
@@ -89,8 +86,8 @@ def _builder() -> Any:
     return TraceProtoBuilder()
 
 
-def _annotation(name: str, value: Any) -> dict[str, Any]:
-    ann: dict[str, Any] = {"name": name} if name else {}
+def _annotation(name: str, value: object) -> JsonObject:
+    ann: JsonObject = {"name": name} if name else {}
     if isinstance(value, bool):
         ann["bool_value"] = value
     elif isinstance(value, int) and -(2**63) <= value < 2**63:
@@ -140,7 +137,7 @@ class _Writer:
 def write_perfetto(
     tl: Timeline,
     header: TraceHeader,
-    summary: Mapping[str, Any],
+    summary: Mapping[str, JsonValue],
     out: BinaryIO,
     progress: ProgressFn | None = None,
 ) -> dict[str, int]:
@@ -245,7 +242,7 @@ def write_perfetto(
         seq = next(seq_ids)
         track = next(uuid)
         rank_in_scene[sid] = rank_in_scene.get(sid, 0) + 1
-        descriptor: dict[str, Any] = {
+        descriptor: JsonObject = {
             "uuid": track,
             "parent_uuid": scene_uuid[sid],
             "name": name,
@@ -310,7 +307,7 @@ def write_perfetto(
                     sequence_flags=_SEQ_NEEDS_STATE,
                     track_event=end_event,
                 )
-            annotations: list[dict[str, Any]] = [
+            annotations: list[JsonObject] = [
                 {"name_iid": _ARG_DUR, "int_value": int(ev["dur_ns"][row])},
                 {"name_iid": _ARG_FRAME, "uint_value": int(frames[row])},
             ]
@@ -349,7 +346,7 @@ def write_perfetto(
                 stack.pop()
             fl = fl_list[i]
             if d == 0 or fl:
-                ann: list[dict[str, Any]] = [{"name_iid": _ARG_FRAME, "uint_value": f_list[i]}]
+                ann: list[JsonObject] = [{"name_iid": _ARG_FRAME, "uint_value": f_list[i]}]
                 if fl:
                     ann.append({"name_iid": _ARG_FLAGS, "string_value": flag_names(fl)})
                 elif d == 0 and (slow := slow_at.get((track.scene_id, f_list[i]))) is not None:

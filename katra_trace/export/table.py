@@ -13,6 +13,7 @@ from katra_trace import jsontext
 from katra_trace.analysis.stats import scene_labels
 from katra_trace.export.output import ProgressFn
 from katra_trace.export.timeline import flag_names
+from katra_trace.jsontext import JsonValue
 from katra_trace.metrics import clock_name
 from katra_trace.optional import require
 from katra_trace.schema import Kind
@@ -93,14 +94,14 @@ def write_csv(
 
 def to_arrow(trace: Trace) -> Any:
     """The events as a ``pyarrow.Table``; header and summary are JSON in its schema metadata."""
-    return events_to_arrow(trace.events, list(trace.strings), trace.header, trace.summary)
+    return events_to_arrow(trace.events, list(trace.strings), trace.header, trace.summary.as_dict())
 
 
 def events_to_arrow(
     events: np.ndarray,
     strings: list[str],
     header: TraceHeader | None = None,
-    summary: Mapping[str, Any] | None = None,
+    summary: Mapping[str, JsonValue] | None = None,
 ) -> Any:
     pa = require("pyarrow", extra="export", purpose="Arrow and Parquet export")
     ev = np.asarray(events)
@@ -131,7 +132,7 @@ def write_parquet(
     events: np.ndarray,
     strings: list[str],
     header: TraceHeader,
-    summary: Mapping[str, Any],
+    summary: Mapping[str, JsonValue],
     out: IO[bytes],
 ) -> int:
     """Write the table as Parquet (zstd); returns the rows written."""

@@ -4,12 +4,12 @@ they nest, or a viewer closes the wrong slice."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from katra_trace.analysis.stats import scene_labels
+from katra_trace.jsontext import JsonValue
 from katra_trace.metrics import CLOCK_PREFERENCE, clock_name
 from katra_trace.schema import VALUE_CLOCKS, Clock, Flag, Kind
 
@@ -87,7 +87,7 @@ class Timeline:
 _SYNC_LIMIT_NS = 2**61
 
 
-def _sync_pairs(clock_syncs: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
+def _sync_pairs(clock_syncs: Sequence[Mapping[str, JsonValue]]) -> list[tuple[int, int]]:
     pairs = []
     for rec in clock_syncs:
         h, g = rec.get("host_ns"), rec.get("gpu_ns")
@@ -102,7 +102,7 @@ def _sync_pairs(clock_syncs: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
 
 
 def gpu_to_host(
-    start_ns: np.ndarray, clock_syncs: Sequence[dict[str, Any]]
+    start_ns: np.ndarray, clock_syncs: Sequence[Mapping[str, JsonValue]]
 ) -> tuple[np.ndarray, float | None]:
     """GPU times mapped piecewise through all CLOCK_SYNC pairs, removing drift: (host times,
     drift ppm), unchanged and None with under two usable pairs."""
@@ -160,7 +160,7 @@ def nest(
 
 
 def build_timeline(
-    events: np.ndarray, strings: list[str], clock_syncs: Sequence[dict[str, Any]] = ()
+    events: np.ndarray, strings: list[str], clock_syncs: Sequence[Mapping[str, JsonValue]] = ()
 ) -> Timeline:
     ev = np.asarray(events)
     labels = scene_labels(ev, strings)

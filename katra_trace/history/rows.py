@@ -11,7 +11,7 @@ import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from katra_trace.schema import Clock
 
 if TYPE_CHECKING:
     from katra_trace.io.header import TraceHeader
+    from katra_trace.io.reader import Trace
 
 
 #: Per-run median wall / median reference wall (`compare --normalize`).
@@ -47,7 +48,7 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def short_id(obj: Any) -> str:
+def short_id(obj: object) -> str:
     """12 hex digits of canonical JSON's SHA-256 ("" for None)."""
     if obj is None:
         return ""
@@ -212,7 +213,7 @@ COLUMNS: tuple[tuple[str, str], ...] = tuple(
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 
 
-def trace_rows(trace: Any, sha256: str, facts: RunFacts) -> list[HistoryRow]:
+def trace_rows(trace: Trace, sha256: str, facts: RunFacts) -> list[HistoryRow]:
     header = trace.header
     host = host_fingerprint(header)
     start_ns = header.start_wall_ns

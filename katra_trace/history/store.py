@@ -365,8 +365,9 @@ class Source:
 
 def read_rows(
     source: Source, columns: Sequence[str], lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
-) -> list[dict[str, Any]]:
-    """The rows of ``source``, each trace once; ConfigError if missing, unreadable or empty."""
+) -> list[tuple[Any, ...]]:
+    """The ``columns`` of each row of ``source`` (each trace once), as DuckDB returns them;
+    ConfigError if missing, unreadable or empty."""
     duckdb = duckdb_module()
     unknown = [c for c in columns if c not in COLUMN_NAMES]
     if unknown:
@@ -401,7 +402,7 @@ def read_rows(
             f"history {source.name!r} is empty; add runs with 'katra3d history add TRACE --label "
             "LABEL'"
         )
-    return [dict(zip(columns, r, strict=True)) for r in rows]
+    return rows
 
 
 def _select(con: Any, relation: str, names: str) -> list[tuple[Any, ...]]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -32,6 +31,7 @@ from katra_trace.history.steps import (
     resolution,
 )
 from katra_trace.history.store import DEFAULT_LOCK_TIMEOUT_S, Source, read_rows
+from katra_trace.jsontext import JsonObject
 from katra_trace.metrics import ALL, AUTO, AUTO_ORDER, is_count
 from katra_trace.units import format_change
 
@@ -40,26 +40,40 @@ STATS: tuple[str, ...] = ("median", "mean", "p99", "low_1pct_fps")
 HIGHER_IS_BETTER: frozenset[str] = frozenset({"low_1pct_fps"})
 _SPARK = "▁▂▃▄▅▆▇█"
 
-_READ_COLUMNS = (
-    "label",
-    "label_time_ns",
-    "run_start_ns",
-    "added_ns",
-    "commit",
-    "host_id",
-    "renderer",
-    "driver",
-    "cpu",
-    "codegen_id",
-    "scene",
-    "zone",
-    "metric",
-    "unit",
-    "size",
-    "params",
-    "trace_sha256",
-    *STATS,
-)
+
+@dataclasses.dataclass(frozen=True)
+class TrendRow:
+    """The history columns a trend reads; a column an older Parquet file lacks reads None."""
+
+    label: str
+    label_time_ns: int | None
+    run_start_ns: int | None
+    added_ns: int | None
+    commit: str | None
+    host_id: str
+    renderer: str
+    driver: str
+    cpu: str
+    codegen_id: str | None
+    scene: str
+    zone: str
+    metric: str
+    unit: str
+    size: str
+    params: str | None
+    trace_sha256: str
+    median: float | None
+    mean: float | None
+    p99: float | None
+    low_1pct_fps: float | None
+
+    def stat(self, name: str) -> float | None:
+        """The value of one of :data:`STATS`."""
+        value: float | None = getattr(self, name)
+        return value
+
+
+_READ_COLUMNS = tuple(f.name for f in dataclasses.fields(TrendRow))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +100,7 @@ class Point:
     settings: str  #: "" when as the series' first label
     rank: int = 0  #: position among all labels of the source
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "label": self.label,
             "time": iso_utc(self.time_ns),
@@ -123,7 +137,7 @@ class Series:
     def sparkline(self) -> str:
         return sparkline([p.level for p in self.points])
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "scene": self.scene,
             "zone": self.zone,
@@ -150,7 +164,7 @@ def sparkline(values: Sequence[float]) -> str:
 
 
 def label_order(
-    rows: Iterable[Mapping[str, Any]], commit_order: Mapping[str, int] | None = None
+    rows: Iterable[TrendRow], commit_order: Mapping[str, int] | None = None
 ) -> list[str]:
     """Labels by ``--time`` if all have one, else ``commit_order`` if it places all, else by first
     add; a later re-capture never moves a label."""
@@ -158,14 +172,14 @@ def label_order(
     timed: dict[str, int] = {}
     commits: dict[str, set[str]] = {}
     for r in rows:
-        lab = str(r["label"])
-        when = int(r["added_ns"] or 0)
+        lab = str(r.label)
+        when = int(r.added_ns or 0)
         added[lab] = min(added.get(lab, when), when)
-        label_time, start = r["label_time_ns"], r.get("run_start_ns")
-        if label_time is not None and label_time not in (start, r["added_ns"]):  # given with --time
+        label_time = r.label_time_ns
+        if label_time is not None and label_time not in (r.run_start_ns, r.added_ns):  # --time
             timed[lab] = min(timed.get(lab, int(label_time)), int(label_time))
-        if r["commit"]:
-            commits.setdefault(lab, set()).add(str(r["commit"]))
+        if r.commit:
+            commits.setdefault(lab, set()).add(str(r.commit))
     if added and timed.keys() == added.keys():
         return sorted(added, key=lambda lab: (timed[lab], added[lab], lab))
     if commit_order and commits.keys() == added.keys():
@@ -177,19 +191,19 @@ def label_order(
     return sorted(added, key=lambda lab: (added[lab], lab))
 
 
-def _host_text(r: Mapping[str, Any]) -> str:
-    return f"{r['renderer']} / {r['driver']} / {r['cpu']}"
+def _host_text(r: TrendRow) -> str:
+    return f"{r.renderer} / {r.driver} / {r.cpu}"
 
 
-def _match_host(r: Mapping[str, Any], host: str) -> bool:
-    return str(r["host_id"]).startswith(host) or host.lower() in _host_text(r).lower()
+def _match_host(r: TrendRow, host: str) -> bool:
+    return str(r.host_id).startswith(host) or host.lower() in _host_text(r).lower()
 
 
 def _choices(values: Iterable[str]) -> str:
     return ", ".join(sorted(set(values))) or "(none)"
 
 
-def build_series(rows: Sequence[Mapping[str, Any]], sel: Selection) -> list[Series]:
+def build_series(rows: Sequence[TrendRow], sel: Selection) -> list[Series]:
     """Group ``rows`` into series; ConfigError on an unknown scene, zone, metric, stat or host."""
     if sel.stat not in STATS:
         raise ConfigError(f"unknown stat {sel.stat!r}; choose from {', '.join(STATS)}")
@@ -198,31 +212,30 @@ def build_series(rows: Sequence[Mapping[str, Any]], sel: Selection) -> list[Seri
     order = label_order(rows, sel.commit_order)
     if sel.last is not None:
         keep = set(order[-sel.last :])
-        rows = [r for r in rows if r["label"] in keep]
+        rows = [r for r in rows if r.label in keep]
         order = order[-sel.last :]
     if sel.scene is not None:
-        scenes = {r["scene"] for r in rows}
+        scenes = {r.scene for r in rows}
         if sel.scene not in scenes:
             raise ConfigError(
                 f"unknown scene {sel.scene!r} in the history; stored: {_choices(scenes)}"
             )
-        rows = [r for r in rows if r["scene"] == sel.scene]
+        rows = [r for r in rows if r.scene == sel.scene]
     if sel.zone is not None:
-        if sel.zone and sel.zone not in {r["zone"] for r in rows}:
+        if sel.zone and sel.zone not in {r.zone for r in rows}:
             raise ConfigError(
-                f"unknown zone {sel.zone!r}; stored: "
-                f"{_choices(r['zone'] for r in rows if r['zone'])}"
+                f"unknown zone {sel.zone!r}; stored: {_choices(r.zone for r in rows if r.zone)}"
             )
-        rows = [r for r in rows if r["zone"] == sel.zone]
+        rows = [r for r in rows if r.zone == sel.zone]
     if sel.host is not None:
-        hosts = {r["host_id"]: _host_text(r) for r in rows}
+        hosts = {r.host_id: _host_text(r) for r in rows}
         rows = [r for r in rows if _match_host(r, sel.host)]
         if not rows:
             raise ConfigError(
                 f"no host matches {sel.host!r}; stored: "
                 + "; ".join(f"{h} ({t})" for h, t in sorted(hosts.items()))
             )
-    metrics = {r["metric"] for r in rows}
+    metrics = {r.metric for r in rows}
     if sel.metric not in (AUTO, ALL) and sel.metric not in metrics:
         raise ConfigError(
             f"unknown metric {sel.metric!r} in the history; stored: {_choices(metrics)} "
@@ -231,15 +244,13 @@ def build_series(rows: Sequence[Mapping[str, Any]], sel: Selection) -> list[Seri
     # deferred: loads scipy, not while the parser is built
     from katra_trace.analysis.intervals import geometric_mean
 
-    groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+    groups: dict[tuple[str, ...], list[TrendRow]] = {}
     for r in rows:
-        host = "*" if sel.allow_host_mismatch else str(r["host_id"])
+        host = "*" if sel.allow_host_mismatch else str(r.host_id)
         codegen = (
-            ""
-            if sel.allow_host_mismatch or not is_count(r["metric"])
-            else str(r["codegen_id"] or "")
+            "" if sel.allow_host_mismatch or not is_count(r.metric) else str(r.codegen_id or "")
         )
-        groups.setdefault((r["scene"], r["zone"], r["metric"], host, codegen), []).append(r)
+        groups.setdefault((r.scene, r.zone, r.metric, host, codegen), []).append(r)
     if sel.metric == AUTO:
         # per scene, zone and host: the first metric of AUTO_ORDER it has
         chosen: dict[tuple[str, ...], str] = {}
@@ -255,24 +266,22 @@ def build_series(rows: Sequence[Mapping[str, Any]], sel: Selection) -> list[Seri
     rank = {lab: i for i, lab in enumerate(order)}
     out = []
     for (scene, zone, metric, host, codegen), grows in groups.items():
-        by_label: dict[str, list[Mapping[str, Any]]] = {}
+        by_label: dict[str, list[tuple[TrendRow, float]]] = {}
         for r in grows:
-            value = r[sel.stat]
+            value = r.stat(sel.stat)
             if value is not None and math.isfinite(value) and value > 0:
-                by_label.setdefault(r["label"], []).append(r)
+                by_label.setdefault(r.label, []).append((r, float(value)))
         if not by_label:
             continue
         points = []
         first_settings: str | None = None
         for lab in sorted(by_label, key=rank.__getitem__):
-            lrows = sorted(by_label[lab], key=lambda r: str(r["trace_sha256"]))
-            values = [float(r[sel.stat]) for r in lrows]
+            pairs = sorted(by_label[lab], key=lambda rv: rv[0].trace_sha256)
+            lrows = [r for r, _ in pairs]
+            values = [v for _, v in pairs]
             settings = "; ".join(
                 sorted(
-                    {
-                        f"size {r['size']}" + (f", params {r['params']}" if r["params"] else "")
-                        for r in lrows
-                    }
+                    {f"size {r.size}" + (f", params {r.params}" if r.params else "") for r in lrows}
                 )
             )
             if first_settings is None:
@@ -280,8 +289,8 @@ def build_series(rows: Sequence[Mapping[str, Any]], sel: Selection) -> list[Seri
             points.append(
                 Point(
                     lab,
-                    min(int(r["label_time_ns"] or 0) for r in lrows),
-                    ", ".join(sorted({str(r["commit"]) for r in lrows if r["commit"]})),
+                    min(int(r.label_time_ns or 0) for r in lrows),
+                    ", ".join(sorted({str(r.commit) for r in lrows if r.commit})),
                     values,
                     geometric_mean(np.array(values)),
                     "" if settings == first_settings else settings,
@@ -294,13 +303,13 @@ def build_series(rows: Sequence[Mapping[str, Any]], sel: Selection) -> list[Seri
                 scene,
                 zone,
                 metric,
-                str(grows[0]["unit"]),
+                str(grows[0].unit),
                 sel.stat,
                 host,
                 " | ".join(host_texts),
                 codegen,
                 points,
-                frozenset(str(r["trace_sha256"]) for rs in by_label.values() for r in rs),
+                frozenset(r.trace_sha256 for kept in by_label.values() for r, _ in kept),
             )
         )
     out.sort(
@@ -319,7 +328,7 @@ def load_series(
     source: Source, sel: Selection, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
 ) -> list[Series]:
     """The series of ``sel`` in ``source`` (ConfigError when none result)."""
-    rows = read_rows(source, _READ_COLUMNS, lock_timeout_s)
+    rows = [TrendRow(*r) for r in read_rows(source, _READ_COLUMNS, lock_timeout_s)]
     series = build_series(rows, sel)
     if not series:
         raise ConfigError(f"history {source.name!r} has no {sel.stat} values for that selection")
@@ -339,7 +348,7 @@ class StepReport:
     at_newest: bool
     settings_changed: str  #: "" unless they differ from the series' first
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         s = self.series
         return {
             "scene": s.scene,
@@ -391,7 +400,7 @@ class DepartureReport:
             f"{runs}, a step or {busy}: {settle} ({FEW_RUNS_RULE})"
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         s = self.series
         return {
             "scene": s.scene,
@@ -419,7 +428,7 @@ class SeriesModel:
     no_step_reason: str  #: set when the raw change reaches the threshold
     departure: DepartureReport | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         f = self.fit
         return {
             "levels": f.levels,
@@ -650,7 +659,7 @@ class Trends:
     def scenes(self) -> list[str]:
         return sorted({s.scene for s in self.check.series})
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "source": self.source,
             "labels": self.labels,
@@ -690,6 +699,7 @@ __all__ = [
     "Point",
     "STATS",
     "Selection",
+    "TrendRow",
     "Series",
     "SeriesModel",
     "StepReport",

@@ -3,7 +3,7 @@ One thread (the writer's) uses it at a time."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -12,6 +12,7 @@ import zstandard
 from katra_trace.errors import ConfigError
 from katra_trace.io import blosc2_events as b2ev
 from katra_trace.io import format as fmt
+from katra_trace.jsontext import JsonObject, JsonValue
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION
 
 
@@ -80,10 +81,10 @@ class BlockFile:
         dropped_batches: int,
         strings: int,
         end_host_ns: int,
-        user: dict[str, Any],
+        user: Mapping[str, JsonValue],
     ) -> None:
         summary_offset = self.pos
-        summary = {
+        summary: JsonObject = {
             "status": status,
             "events": self.written_events,
             "dropped_events": dropped_events,
@@ -124,56 +125,4 @@ class BlockFile:
         self.pos += len(data)
 
 
-def copy_with_header(
-    src: BinaryIO, dst: BinaryIO, update: Callable[[dict[str, Any]], dict[str, Any]]
-) -> bool:
-    """Copy the trace ``src`` to ``dst`` with its HEADER ``update``-d, other blocks byte for byte;
-    False (nothing copied) when ``src`` has no readable preamble and HEADER."""
-    src.seek(0)
-    pre = src.read(fmt.PREAMBLE_SIZE)
-    head = src.read(fmt.BLOCK_HEADER_SIZE)
-    if len(pre) < fmt.PREAMBLE_SIZE or len(head) < fmt.BLOCK_HEADER_SIZE or pre[:8] != fmt.MAGIC:
-        src.seek(0)
-        return False
-    sync, btype, codec, schema, seq, stored_len, raw_len, _crc = fmt.BLOCK_HEADER.unpack(head)
-    stored = src.read(stored_len)
-    if sync != fmt.SYNC or btype != fmt.BlockType.HEADER or len(stored) != stored_len:
-        src.seek(0)
-        return False
-    header = fmt.decode_json(
-        fmt.decompress(stored, raw_len, codec, fmt.PREAMBLE_SIZE), fmt.PREAMBLE_SIZE
-    )
-    new_head, new_stored = fmt.encode_block(
-        fmt.BlockType.HEADER,
-        fmt.encode_json(update(header)),
-        seq=seq,
-        codec=fmt.Codec(codec),
-        schema=schema,
-    )
-    delta = len(new_stored) - stored_len
-    dst.write(pre)
-    dst.write(new_head)
-    dst.write(new_stored)
-    rest_start = src.tell()
-    end = src.seek(0, 2)
-    footer = b""
-    if end - rest_start >= fmt.FOOTER_SIZE:
-        src.seek(end - fmt.FOOTER_SIZE)
-        tail = src.read(fmt.FOOTER_SIZE)
-        offset = fmt.decode_footer(tail)
-        if offset is not None and offset >= rest_start:
-            footer = fmt.encode_footer(offset + delta)
-            end -= fmt.FOOTER_SIZE
-    src.seek(rest_start)
-    remaining = end - rest_start
-    while remaining > 0:
-        chunk = src.read(min(remaining, 1 << 20))
-        if not chunk:
-            break
-        dst.write(chunk)
-        remaining -= len(chunk)
-    dst.write(footer)
-    return True
-
-
-__all__ = ["BlockFile", "copy_with_header"]
+__all__ = ["BlockFile"]

@@ -8,7 +8,7 @@ import dataclasses
 import os
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -310,14 +310,16 @@ def _shape_error(where: str, pos: int, key: str, what: str) -> TraceFormatError:
     return TraceFormatError(f"corrupt {where} block at offset {pos}: {key!r} is not {what}", pos)
 
 
-def _check_int(obj: dict[str, Any], key: str, where: str, pos: int, low: int = _INT64[0]) -> None:
+def _check_int(
+    obj: Mapping[str, object], key: str, where: str, pos: int, low: int = _INT64[0]
+) -> None:
     if key in obj:
         v = obj[key]
         if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= _INT64[1]:
             raise _shape_error(where, pos, key, f"an integer in {low}..2**63-1")
 
 
-def _check_dict(obj: dict[str, Any], key: str, where: str, pos: int) -> None:
+def _check_dict(obj: Mapping[str, object], key: str, where: str, pos: int) -> None:
     if key in obj and not isinstance(obj[key], dict):
         raise _shape_error(where, pos, key, "a JSON object")
 
@@ -353,14 +355,14 @@ _HEADER_SHAPES: dict[tuple[str, ...], dict[str, type]] = {
 _TYPE_NAMES: dict[type, str] = {str: "a string", dict: "a JSON object", list: "a JSON array"}
 
 
-def check_header(h: dict[str, Any], pos: int) -> None:
+def check_header(h: Mapping[str, object], pos: int) -> None:
     """Refuse a HEADER whose documented keys have the wrong shape."""
     if not h:
         raise TraceFormatError(f"corrupt HEADER block at offset {pos} is empty", pos)
     for key in ("capture_options", "host_info"):
         _check_dict(h, key, "HEADER", pos)
     for section, shapes in _HEADER_SHAPES.items():
-        part: Any = h
+        part: object = h
         for key in section:
             part = part.get(key) if isinstance(part, dict) else None
         if not isinstance(part, dict):
@@ -377,7 +379,7 @@ def check_header(h: dict[str, Any], pos: int) -> None:
             raise _shape_error("HEADER", pos, key, "a string")
 
 
-def check_summary(s: dict[str, Any], pos: int) -> None:
+def check_summary(s: Mapping[str, object], pos: int) -> None:
     if "status" in s and not isinstance(s["status"], str):
         raise _shape_error("SUMMARY", pos, "status", "a string")
     if "user" in s and not isinstance(s["user"], dict):

@@ -4,15 +4,21 @@ input in memory at a time, strings renumbered onto one table, events shifted."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 
 from katra_trace.errors import ConfigError
 from katra_trace.io import format as fmt
 from katra_trace.io.blockfile import BlockFile
-from katra_trace.io.image_block import IMAGE_ENCODING, KeptFrame, encode_image_payload
+from katra_trace.io.image_block import (
+    IMAGE_ENCODING,
+    ImageMeta,
+    KeptFrame,
+    encode_image_payload,
+)
 from katra_trace.io.reader import Trace
+from katra_trace.jsontext import JsonValue
 from katra_trace.profile.model import ProfileRecord
 from katra_trace.schema import EVENT_DTYPE
 from katra_trace.text import shown
@@ -25,14 +31,14 @@ class Concatenation:
     """One trace written to ``dst``: :meth:`add` each input in order, then :meth:`finish`."""
 
     def __init__(
-        self, dst: BinaryIO, header: Mapping[str, Any], *, codec: str | None = None
+        self, dst: BinaryIO, header: Mapping[str, JsonValue], *, codec: str | None = None
     ) -> None:
         name = codec or "zstd"
         blosc2 = (
             fmt.load_blosc2("writing a trace with codec 'blosc2'") if name == "blosc2" else None
         )
         self.blocks = BlockFile(dst, fmt.CODEC_NAMES[name], 2, blosc2)
-        self.blocks.start(fmt.encode_json(dict(header)))
+        self.blocks.start(fmt.encode_json(header))
         self._ids: dict[str, int] = {"": 0}
         self._new: list[str] = []  # not written yet
         self._seen_notes: set[bytes] = set()
@@ -50,7 +56,7 @@ class Concatenation:
         trace: Trace,
         shift_ns: int,
         *,
-        clock_note: Mapping[str, Any] | None = None,
+        clock_note: Mapping[str, JsonValue] | None = None,
         profiles: Sequence[ProfileRecord] = (),
     ) -> int:
         """Write ``trace`` shifted by ``shift_ns``; returns its events written. ``clock_note``:
@@ -60,7 +66,7 @@ class Concatenation:
             self.blocks.write_block(fmt.BlockType.PROFILE, fmt.encode_json(record))
         for note in trace.annotations:
             text = fmt.encode_json(note)
-            if isinstance(note, Mapping) and "scene" not in note:
+            if "scene" not in note:
                 if text in self._seen_notes:
                     continue
                 self._seen_notes.add(text)
@@ -86,14 +92,14 @@ class Concatenation:
                 codec=fmt.Codec.NONE,
             )
             self.images += 1
-        self.dropped_events += _count(trace.summary.get("dropped_events"))
-        self.dropped_batches += _count(trace.summary.get("dropped_batches"))
-        end = trace.summary.get("end_host_ns")
-        if isinstance(end, int) and not isinstance(end, bool):
+        self.dropped_events += trace.summary.dropped_events or 0
+        self.dropped_batches += trace.summary.dropped_batches or 0
+        end = trace.summary.end_host_ns
+        if end is not None:
             self.end_host_ns = max(self.end_host_ns, end + shift_ns)
         return written
 
-    def finish(self, status: str, user: dict[str, Any]) -> None:
+    def finish(self, status: str, user: Mapping[str, JsonValue]) -> None:
         """Write the last strings, the SUMMARY (``user``: the producer's part), the footer."""
         self.blocks.write_events(len(self._ids) - len(self._new), self._take(), None)
         self.blocks.write_summary(
@@ -146,7 +152,7 @@ class Concatenation:
         return names
 
 
-def _kept_meta(kept: KeptFrame) -> dict[str, Any]:
+def _kept_meta(kept: KeptFrame) -> ImageMeta:
     return {
         "scene": kept.scene,
         "frame_index": kept.frame_index,
@@ -158,10 +164,6 @@ def _kept_meta(kept: KeptFrame) -> dict[str, Any]:
         "key": dict(kept.key),
         "encoding": IMAGE_ENCODING,
     }
-
-
-def _count(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 __all__ = ["BLOCK_EVENTS", "Concatenation"]

@@ -9,7 +9,7 @@ import re
 import struct
 import threading
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -166,7 +166,7 @@ def decode_footer(data: bytes) -> int | None:
     return int(offset)
 
 
-def encode_json(obj: dict[str, Any]) -> bytes:
+def encode_json(obj: Mapping[str, object]) -> bytes:
     return jsontext.dumps(obj, separators=(",", ":"), default=_json_default).encode("utf-8")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from katra_trace.errors import ConfigError, TraceFormatError
 from katra_trace.io.blocks import check_header
@@ -26,6 +26,7 @@ from katra_trace.io.records import (
     _str_or_bool,
     _strs,
 )
+from katra_trace.jsontext import JsonObject, JsonValue
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -164,7 +165,7 @@ class HostInfo(_Record):
     egl: EGLInfo = dataclasses.field(default_factory=EGLInfo)
     system: SystemInfo = dataclasses.field(default_factory=SystemInfo)
     env: Mapping[str, str] | None = None
-    codegen: Mapping[str, Any] | None = None
+    codegen: Mapping[str, JsonValue] | None = None
     renderer: str | None = dataclasses.field(init=False, default=None)
     driver: str | None = dataclasses.field(init=False, default=None)
     software: bool = dataclasses.field(init=False, default=False)
@@ -201,9 +202,9 @@ class MeasureOptions(_Record):
     mode: str | None = None
     valgrind: str | None = None
     command: tuple[str, ...] | None = None
-    env: Mapping[str, Any] | None = None
+    env: Mapping[str, JsonValue] | None = None
     frame_boundary: str | None = None
-    pinned: Mapping[str, Any] | None = None
+    pinned: Mapping[str, JsonValue] | None = None
     output: str | None = None
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {
@@ -229,7 +230,7 @@ class ResolvedOptions(_Record):
     backend: str | None = None
     output: str | None = None
     device: int | None = None
-    scenes: tuple[Mapping[str, Any], ...] | None = None
+    scenes: tuple[Mapping[str, JsonValue], ...] | None = None
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {
         "frames": _int,
@@ -244,8 +245,8 @@ class ResolvedOptions(_Record):
     }
 
 
-def _scene_params(resolved: ResolvedOptions, extra: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _scene_params(resolved: ResolvedOptions, extra: Mapping[str, JsonValue]) -> JsonObject:
+    out: JsonObject = {}
     for source in (resolved.scenes, resolved.extra.get("scenes"), extra.get("scenes")):
         if isinstance(source, Sequence) and not isinstance(source, str):
             for entry in source:
@@ -287,7 +288,7 @@ class CaptureOptions(_Record):
     run_frames: int | None = dataclasses.field(init=False, default=None)
     run_warmup: int | None = dataclasses.field(init=False, default=None)
     measure_mode: str = dataclasses.field(init=False, default="time")
-    scene_params: Mapping[str, Any] = dataclasses.field(init=False, default_factory=dict)
+    scene_params: Mapping[str, JsonValue] = dataclasses.field(init=False, default_factory=dict)
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {
         "api": _str,
@@ -322,7 +323,7 @@ class CaptureOptions(_Record):
         object.__setattr__(self, "measure_mode", mode if mode else "time")
         object.__setattr__(self, "scene_params", _scene_params(r, self.extra))
 
-    def params_of(self, scene: str) -> Any:
+    def params_of(self, scene: str) -> JsonValue:
         """The params the capture used for ``scene`` (None: not recorded)."""
         return self.scene_params.get(scene)
 
@@ -393,7 +394,7 @@ class TraceHeader(_Record):
         return self.host_info
 
     @classmethod
-    def from_dict(cls, data: Any) -> TraceHeader:
+    def from_dict(cls, data: object) -> TraceHeader:
         """Read a HEADER JSON object; TraceFormatError when it is not an object."""
         if not isinstance(data, Mapping):
             raise TraceFormatError(
@@ -403,11 +404,11 @@ class TraceHeader(_Record):
 
 
 def build_capture_options(
-    requested: Mapping[str, Any] | None = None,
+    requested: Mapping[str, JsonValue] | None = None,
     *,
     api: str | None = None,
-    fixed: Mapping[str, Any] | None = None,
-    resolved: Mapping[str, Any] | None = None,
+    fixed: Mapping[str, JsonValue] | None = None,
+    resolved: Mapping[str, JsonValue] | None = None,
 ) -> CaptureOptions:
     """The capture options every producer records; ``fixed`` overrides ``requested``."""
     given = dict(requested or {})
@@ -418,7 +419,7 @@ def build_capture_options(
     return CaptureOptions.from_dict(out)
 
 
-def readable_header(header: dict[str, Any], path: object) -> dict[str, Any]:
+def readable_header(header: JsonObject, path: object) -> JsonObject:
     """``header`` if the reader reads it back, else ConfigError (the one schema check)."""
     try:
         check_header(header, 0)
@@ -430,7 +431,7 @@ def readable_header(header: dict[str, Any], path: object) -> dict[str, Any]:
     return header
 
 
-def header_part(part: Mapping[str, Any] | CaptureOptions | HostInfo | None) -> dict[str, Any]:
+def header_part(part: Mapping[str, JsonValue] | CaptureOptions | HostInfo | None) -> JsonObject:
     """A header part as the JSON object written."""
     if isinstance(part, _Record):
         return part.as_dict()

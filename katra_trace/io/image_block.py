@@ -9,7 +9,7 @@ import re
 import struct
 import zlib
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 from katra_trace.errors import TraceFormatError
 from katra_trace.io import format as fmt
@@ -21,20 +21,27 @@ MAX_IMAGE_BYTES = 1 << 28  # pixel bytes of the largest kept frame
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
-IMAGE_FIELDS: dict[str, str] = {
-    "scene": "the scene's label (a string)",
-    "frame_index": "the frame's index in the scene, warmup frames counted (an integer >= 0)",
-    "time_s": "the animation time the scene was given for that frame, in seconds (a finite number)",
-    "width": "pixels (an integer >= 1)",
-    "height": "pixels (an integer >= 1)",
-    "channels": "4 (RGBA) or 3 (RGB), 8 bits each",
-    "sha256": "SHA-256 (hex) of the raw pixels, rows top to bottom, in C order",
-    "key": "the image key: which device drew it (an object of strings)",
-    "encoding": "png",
-}
+
+class PngShape(TypedDict):
+    """What a PNG's IHDR must match."""
+
+    width: int  # px, >= 1
+    height: int  # px, >= 1
+    channels: int  # 4 (RGBA) or 3 (RGB), 8 bits each
 
 
-def encode_image_payload(meta: dict[str, Any], png: bytes) -> bytes:
+class ImageMeta(PngShape):
+    """An IMAGE block's facts."""
+
+    scene: str  # the scene's label
+    frame_index: int  # in the scene, warmup frames counted
+    time_s: float  # the animation time the scene was given for that frame
+    sha256: str  # hex, of the raw pixels, rows top to bottom, in C order
+    key: dict[str, str]  # the image key: which device drew it
+    encoding: str  # "png"
+
+
+def encode_image_payload(meta: ImageMeta, png: bytes) -> bytes:
     problem = image_meta_problem(meta)
     if problem is not None:
         raise ValueError(f"image record: {problem}")
@@ -44,7 +51,7 @@ def encode_image_payload(meta: dict[str, Any], png: bytes) -> bytes:
 
 def decode_image_payload(
     payload: bytes, offset: int, notes: list[str] | None = None
-) -> tuple[dict[str, Any], bytes]:
+) -> tuple[ImageMeta, bytes]:
     """(facts, PNG bytes) of an IMAGE block; TraceFormatError if malformed."""
     where = f"corrupt IMAGE block at offset {offset}"
     if len(payload) < IMAGE_HEAD.size:
@@ -59,10 +66,21 @@ def decode_image_payload(
     problem = image_meta_problem(meta)
     if problem is not None:
         raise TraceFormatError(f"{where}: {problem}", offset)
-    return meta, bytes(payload[IMAGE_HEAD.size + n :])
+    facts = ImageMeta(
+        scene=meta["scene"],
+        frame_index=meta["frame_index"],
+        time_s=meta["time_s"],
+        width=meta["width"],
+        height=meta["height"],
+        channels=meta["channels"],
+        sha256=meta["sha256"],
+        key=meta["key"],
+        encoding=meta["encoding"],
+    )
+    return facts, bytes(payload[IMAGE_HEAD.size + n :])
 
 
-def image_meta_problem(meta: Any) -> str | None:
+def image_meta_problem(meta: object) -> str | None:
     """What is wrong with an IMAGE block's facts (None: nothing)."""
     if not isinstance(meta, dict):
         return "its JSON part is not an object"
@@ -108,7 +126,7 @@ _CHUNK_HEAD = struct.Struct(">I4s")
 _IHDR = struct.Struct(">IIBBBBB")
 
 
-def png_problem(png: bytes, meta: dict[str, Any]) -> str | None:
+def png_problem(png: bytes, meta: PngShape) -> str | None:
     """What is wrong with a kept frame's PNG from its chunks alone (None: nothing)."""
     if not png.startswith(PNG_SIGNATURE):
         return "its image is not a PNG (it does not start with the PNG signature)"
@@ -146,7 +164,7 @@ def png_problem(png: bytes, meta: dict[str, Any]) -> str | None:
     return None
 
 
-def _ihdr_problem(ihdr: bytes, meta: dict[str, Any]) -> str | None:
+def _ihdr_problem(ihdr: bytes, meta: PngShape) -> str | None:
     width, height, depth, colour, compression, filtering, interlace = _IHDR.unpack(ihdr)
     if (width, height) != (meta["width"], meta["height"]):
         return (
@@ -197,7 +215,7 @@ class KeptFrame:
 
     @classmethod
     def from_block(
-        cls, meta: dict[str, Any], png: bytes, offset: int, path: Path, budget: PixelBudget | None
+        cls, meta: ImageMeta, png: bytes, offset: int, path: Path, budget: PixelBudget | None
     ) -> KeptFrame:
         return cls(
             meta["scene"],
@@ -232,12 +250,13 @@ class KeptFrame:
 
 __all__ = [
     "IMAGE_ENCODING",
-    "IMAGE_FIELDS",
     "IMAGE_HEAD",
+    "ImageMeta",
     "MAX_IMAGE_BYTES",
     "PNG_SIGNATURE",
     "KeptFrame",
     "PixelBudget",
+    "PngShape",
     "decode_image_payload",
     "encode_image_payload",
     "image_meta_problem",

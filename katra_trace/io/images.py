@@ -23,8 +23,15 @@ from PIL import Image
 
 from katra_trace.errors import TraceFormatError
 from katra_trace.io.claim import open_output
-from katra_trace.io.image_block import IMAGE_ENCODING, MAX_IMAGE_BYTES, KeptFrame, PixelBudget
+from katra_trace.io.image_block import (
+    IMAGE_ENCODING,
+    MAX_IMAGE_BYTES,
+    ImageMeta,
+    KeptFrame,
+    PixelBudget,
+)
 from katra_trace.io.reader import TraceRecoveryWarning, open_trace
+from katra_trace.jsontext import JsonValue
 
 KEY_FIELDS: tuple[str, ...] = ("renderer", "mesa", "llvm", "vector_bits")
 
@@ -218,7 +225,7 @@ def load_png(path: str | os.PathLike[str]) -> np.ndarray:
     return decode_png(Path(path).read_bytes(), f"'{os.fspath(path)}'")
 
 
-def renderer_facts(gl: Mapping[str, Any]) -> dict[str, str]:
+def renderer_facts(gl: Mapping[str, JsonValue]) -> dict[str, str]:
     """The image key's facts from ``host_info["gl"]`` ("" where unknown)."""
     renderer = str(gl.get("renderer", ""))
     version = str(gl.get("version", ""))
@@ -233,7 +240,7 @@ def renderer_facts(gl: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
-def image_key(host_info: Mapping[str, Any]) -> dict[str, str]:
+def image_key(host_info: Mapping[str, JsonValue]) -> dict[str, str]:
     """The image key of frames drawn on the host ``host_info`` describes."""
     gl = host_info.get("gl")
     return renderer_facts(gl if isinstance(gl, Mapping) else {})
@@ -247,9 +254,9 @@ def key_id(key: Mapping[str, str]) -> str:
 
 def frame_record(
     scene: str, frame_index: int, time_s: float, pixels: np.ndarray, key: Mapping[str, str]
-) -> tuple[dict[str, Any], bytes]:
+) -> tuple[ImageMeta, bytes]:
     arr = check_pixels(pixels)
-    meta = {
+    meta: ImageMeta = {
         "scene": scene,
         "frame_index": int(frame_index),
         "time_s": float(time_s),

@@ -9,7 +9,6 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -20,6 +19,7 @@ from katra_trace.io.concat import Concatenation
 from katra_trace.io.header import ShardInfo, TraceHeader, readable_header
 from katra_trace.io.reader import Trace
 from katra_trace.io.tracesets import open_quietly
+from katra_trace.jsontext import JsonObject, JsonValue
 from katra_trace.schema import SCHEMA_VERSION, schema_hash
 from katra_trace.text import shown
 
@@ -62,7 +62,7 @@ class MergeResult:
     events: int
     images: int
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "path": str(self.path),
             "scenes": list(self.scenes),
@@ -108,10 +108,10 @@ def _scene_labels(trace: Trace) -> tuple[str, ...]:
     return tuple(trace.name(int(i)) for i in ids if int(i) != 0)
 
 
-def comparable_options(header: TraceHeader) -> dict[str, Any]:
+def comparable_options(header: TraceHeader) -> JsonObject:
     """The capture options every shard of one run must share."""
     options = header.capture_options.as_dict()
-    out = {
+    out: JsonObject = {
         k: v
         for k, v in options.items()
         if k not in SHARD_OWN_OPTIONS and k not in ("resolved", "measure", "replay")
@@ -127,7 +127,9 @@ def comparable_options(header: TraceHeader) -> dict[str, Any]:
     return out
 
 
-def _differences(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> list[str]:
+def _differences(
+    a: Mapping[str, JsonValue], b: Mapping[str, JsonValue], prefix: str = ""
+) -> list[str]:
     out = []
     for key in dict.fromkeys([*a, *b]):
         x, y = a.get(key), b.get(key)
@@ -262,7 +264,7 @@ def _check_labels(trace: Trace, shard: Shard) -> None:
         )
 
 
-def _replay(header: TraceHeader) -> Mapping[str, Any]:
+def _replay(header: TraceHeader) -> Mapping[str, JsonValue]:
     replay = header.capture_options.extra.get("replay")
     return replay if isinstance(replay, Mapping) else {}
 
@@ -271,13 +273,14 @@ def _replay_differences(a: TraceHeader, b: TraceHeader) -> list[tuple[str, str]]
     ra, rb = _replay(a), _replay(b)
     out = []
     for part in ("replayers", "options"):
-        x, y = ra.get(part) or {}, rb.get(part) or {}
-        out += [(part, api) for api in x if api in y and x[api] != y[api]]
+        x, y = ra.get(part), rb.get(part)
+        if isinstance(x, Mapping) and isinstance(y, Mapping):
+            out += [(part, api) for api in x if api in y and x[api] != y[api]]
     return out
 
 
-def _merged_replay(shards: Sequence[Shard]) -> dict[str, Any]:
-    merged: dict[str, Any] = {}
+def _merged_replay(shards: Sequence[Shard]) -> JsonObject:
+    merged: JsonObject = {}
     for s in shards:
         for part, value in _replay(s.header).items():
             if isinstance(value, Mapping):
@@ -298,7 +301,8 @@ def _workload(shards: Sequence[Shard]) -> str:
 
 def _run_order(shards: Sequence[Shard]) -> list[str] | None:
     """All scene labels in run order (by ``position``, else by spec); None if a shard lacks it."""
-    specs = [str(x) for x in shards[0].header.capture_options.extra.get("scenes") or ()]
+    given = shards[0].header.capture_options.extra.get("scenes")
+    specs = [str(x) for x in given] if isinstance(given, list) else []
     entries = [e for s in shards for e in (s.header.capture_options.resolved.scenes or ())]
     labels = [str(e.get("label")) for e in entries if isinstance(e.get("label"), str)]
     if len(labels) != len(entries) or not labels:
@@ -341,7 +345,9 @@ def _pieces(shards: Sequence[Shard]) -> list[tuple[int, set[str] | None]]:
     return pieces
 
 
-def _in_order(rows: list[Any], order: Sequence[str], key: str = "scene") -> list[Any]:
+def _in_order(
+    rows: Sequence[JsonValue], order: Sequence[str], key: str = "scene"
+) -> list[JsonValue]:
     place = {label: i for i, label in enumerate(order)}
     return sorted(
         rows,
@@ -372,13 +378,13 @@ def _part(trace: Trace, labels: set[str] | None, first: bool) -> Trace:
     part.kept_frames = {k: f for k, f in trace.kept_frames.items() if kept(f.scene)}
     if not first:
         part.clock_syncs = []
-        part.summary = {k: v for k, v in trace.summary.items() if not k.startswith("dropped_")}
+        part.summary = trace.summary.replaced(dropped_events=None, dropped_batches=None)
     return part
 
 
-def _what(suite_and_scenes: tuple[Any, Any]) -> str:
+def _what(suite_and_scenes: tuple[JsonValue, JsonValue]) -> str:
     suite, scenes = suite_and_scenes
-    named = f"scenes {', '.join(map(str, scenes))}" if scenes else ""
+    named = f"scenes {', '.join(map(str, scenes))}" if isinstance(scenes, list) and scenes else ""
     return " + ".join(p for p in (f"suite {suite}" if suite else "", named) if p) or "no suite"
 
 
@@ -404,13 +410,13 @@ def _shard_infos(shards: Sequence[Shard]) -> tuple[list[ShardInfo], int]:
 
 def merged_header(
     shards: Sequence[Shard], infos: Sequence[ShardInfo], origin: int, output: Path
-) -> dict[str, Any]:
+) -> JsonObject:
     """The merged HEADER: the first shard's options and host, plus every shard's (``shards``)."""
     first = shards[0].header
     options = first.capture_options.as_dict()
     options.pop("shard", None)
     options["output"] = str(output)
-    resolved = dict(options.get("resolved") or {})
+    resolved = first.capture_options.resolved.as_dict()
     resolved["output"] = str(output)
     resolved["scenes"] = _in_order(
         [e for s in shards for e in (s.header.capture_options.resolved.scenes or ())],
@@ -420,8 +426,9 @@ def merged_header(
     options["resolved"] = resolved
     if any(_replay(s.header) for s in shards):
         options["replay"] = _merged_replay(shards)
-    if isinstance(options.get("measure"), Mapping) and "output" in options["measure"]:
-        options["measure"] = {**options["measure"], "output": str(output)}
+    measure = options.get("measure")
+    if isinstance(measure, Mapping) and "output" in measure:
+        options["measure"] = {**measure, "output": str(output)}
     earliest = next(s.header for s, i in zip(shards, infos, strict=True) if i.offset_ns == 0)
     notes = list(dict.fromkeys(s.header.notes for s in shards if s.header.notes))
     return readable_header(
@@ -458,7 +465,7 @@ def merge_shards(
     header = merged_header(shards, infos, origin, out_path)
     # else each shard's clock pairs name their shard
     one_gpu_clock = sum(s.clock_syncs for s in shards) == 1
-    rows: list[Any] = []
+    rows: list[JsonValue] = []
     order = _run_order(shards) or [sc for s in shards for sc in s.scenes]
     seen: set[int] = set()
     trace, at = None, -1
@@ -482,8 +489,8 @@ def merge_shards(
                 int(info.offset_ns or 0),
                 clock_note=None if one_gpu_clock else {"shard": info.shard},
             )
-            user = trace.summary.get("user") if first else None
-            scenes = user.get("scenes") if isinstance(user, Mapping) else None
+            user = trace.summary.user if first else None
+            scenes = user.get("scenes") if user is not None else None
             rows += list(scenes) if isinstance(scenes, list) else []
         trace = None
         out.finish("complete", {"scenes": _in_order(rows, order)})

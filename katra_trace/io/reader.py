@@ -4,13 +4,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 import warnings
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO, ClassVar
 
 import numpy as np
 
@@ -28,6 +29,8 @@ from katra_trace.io.blocks import (
 from katra_trace.io.header import TraceHeader
 from katra_trace.io.image_block import KeptFrame
 from katra_trace.io.inputs import open_regular
+from katra_trace.io.records import _bool, _Convert, _int, _mapping, _Record, _str
+from katra_trace.jsontext import JsonObject, JsonValue
 from katra_trace.schema import EVENT_DTYPE
 from katra_trace.text import shown
 
@@ -36,17 +39,47 @@ class TraceRecoveryWarning(UserWarning):
     """A damaged trace was read as far as it was intact."""
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TraceSummary(_Record):
+    """A trace's SUMMARY block (docs/trace-format.md); ``rebuilt``: none was written, the reader
+    counted by scanning."""
+
+    status: str | None = None
+    events: int | None = None
+    dropped_events: int | None = None
+    dropped_batches: int | None = None
+    strings: int | None = None
+    blocks: int | None = None
+    event_blocks: int | None = None
+    end_host_ns: int | None = None
+    user: Mapping[str, JsonValue] | None = None  # the producer's part
+    rebuilt: bool | None = None
+
+    _CONVERT: ClassVar[dict[str, _Convert]] = {
+        "status": _str,
+        "events": _int,
+        "dropped_events": _int,
+        "dropped_batches": _int,
+        "strings": _int,
+        "blocks": _int,
+        "event_blocks": _int,
+        "end_host_ns": _int,
+        "user": _mapping,
+        "rebuilt": _bool,
+    }
+
+
 class Trace:
     """A trace read from a file (:func:`open_trace`)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.header = TraceHeader()
-        self.summary: dict[str, Any] = {}
+        self.summary = TraceSummary()
         self.strings: list[str] = []
-        self.annotations: list[dict[str, Any]] = []
-        self.clock_syncs: list[dict[str, Any]] = []
-        self.profiles: list[dict[str, Any]] = []
+        self.annotations: list[JsonObject] = []
+        self.clock_syncs: list[JsonObject] = []
+        self.profiles: list[JsonObject] = []
         self.events: np.ndarray = np.empty(0, dtype=EVENT_DTYPE)
         self.truncated = False
         self.stopped_at: int | None = None
@@ -65,7 +98,7 @@ class Trace:
     @property
     def status(self) -> str:
         """complete | aborted | interrupted (from the summary) or incomplete (no summary)."""
-        return str(self.summary.get("status", "incomplete"))
+        return "incomplete" if self.summary.status is None else self.summary.status
 
     def name(self, sid: int) -> str:
         """The string with id ``sid`` (``"?<id>"`` if the table lacks it)."""
@@ -272,7 +305,7 @@ def _read_trace(
                 meta, png, block.offset, trace.path, state.budget
             )
         elif t == fmt.BlockType.SUMMARY:
-            trace.summary = block.payload
+            trace.summary = TraceSummary.from_dict(block.payload)
             summary_at = block.offset
         trace.blocks += 1
     if (
@@ -307,13 +340,13 @@ def _read_trace(
         trace.events = batches[0] if len(batches) == 1 else np.concatenate(batches)
     if summary_at is None:
         trace.summary_rebuilt = True
-        trace.summary = {
-            "status": "incomplete",
-            "events": n_events,
-            "strings": len(trace.strings),
-            "blocks": trace.blocks,
-            "rebuilt": True,
-        }
+        trace.summary = TraceSummary(
+            status="incomplete",
+            events=n_events,
+            strings=len(trace.strings),
+            blocks=trace.blocks,
+            rebuilt=True,
+        )
     if trace.truncated:
         warnings.warn(
             f"{trace.path}: {trace.stop_reason}; recovered {n_events} events in {trace.blocks} "

@@ -8,6 +8,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
 
+from katra_trace.jsontext import JsonObject, JsonValue
+
 
 class _Bad:
     """A value a converter refuses (kept in ``extra``)."""
@@ -99,18 +101,18 @@ def _empty(v: Any) -> bool:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _Record:
     # keys not typed (unknown or wrong-typed), as read
-    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    extra: Mapping[str, JsonValue] = dataclasses.field(default_factory=dict)
     # the keys as_dict writes (empty: the fields set)
     layout: tuple[str, ...] = dataclasses.field(default=(), repr=False, compare=False)
 
     _CONVERT: ClassVar[dict[str, _Convert]] = {}
 
     @classmethod
-    def from_dict(cls: type[_R], data: Any) -> _R:
+    def from_dict(cls: type[_R], data: object) -> _R:
         """The record of a JSON object (else an empty record)."""
         src: Mapping[Any, Any] = data if isinstance(data, Mapping) else {}
-        kwargs: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
+        kwargs: dict[str, object] = {}
+        extra: JsonObject = {}
         for key, value in src.items():
             convert = cls._CONVERT.get(key) if isinstance(key, str) else None
             if convert is None:
@@ -130,9 +132,9 @@ class _Record:
         layout = (*base, *(k for k in fields if k not in base))
         return dataclasses.replace(self, **fields, extra=extra, layout=layout)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """A JSON-ready dict of what was read, or the fields set."""
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for f in dataclasses.fields(self):
             if not f.init or f.name in ("extra", "layout") or f.name in self.extra:
                 continue

@@ -30,7 +30,8 @@ from katra_trace.io import claim as claim_mod
 from katra_trace.io import format as fmt
 from katra_trace.io.blockfile import BlockFile
 from katra_trace.io.header import CaptureOptions, HostInfo, header_part, readable_header
-from katra_trace.io.image_block import encode_image_payload
+from katra_trace.io.image_block import ImageMeta, encode_image_payload
+from katra_trace.jsontext import JsonObject, JsonValue
 from katra_trace.schema import EVENT_DTYPE, SCHEMA_VERSION, schema_hash
 from katra_trace.version import __version__
 
@@ -54,8 +55,8 @@ class TraceWriter:
         path: str | os.PathLike[str],
         *,
         workload: str = "",
-        capture_options: Mapping[str, Any] | CaptureOptions | None = None,
-        host_info: Mapping[str, Any] | HostInfo | None = None,
+        capture_options: Mapping[str, JsonValue] | CaptureOptions | None = None,
+        host_info: Mapping[str, JsonValue] | HostInfo | None = None,
         notes: str = "",
         codec: str = "zstd",
         batch_events: int = 4096,
@@ -125,7 +126,7 @@ class TraceWriter:
         self._dropped_events = 0
         self._dropped_batches = 0
 
-        self.header: dict[str, Any] = readable_header(
+        self.header: JsonObject = readable_header(
             {
                 "format_version": f"{fmt.FORMAT_MAJOR}.{fmt.FORMAT_MINOR}",
                 "schema_version": SCHEMA_VERSION,
@@ -261,15 +262,15 @@ class TraceWriter:
                 if self._slot[1] == cap:
                     self._hand_over_locked()
 
-    def clock_sync(self, record: dict[str, Any]) -> None:
+    def clock_sync(self, record: Mapping[str, JsonValue]) -> None:
         """Write a CLOCK_SYNC block (e.g. a GPU/host pair)."""
         self._enqueue_block(fmt.BlockType.CLOCK_SYNC, fmt.encode_json(record))
 
-    def annotate(self, record: dict[str, Any]) -> None:
+    def annotate(self, record: Mapping[str, JsonValue]) -> None:
         """Write an ANNOTATION block after the events so far."""
         self._enqueue_block(fmt.BlockType.ANNOTATION, fmt.encode_json(record))
 
-    def image(self, meta: dict[str, Any], png: bytes) -> None:
+    def image(self, meta: ImageMeta, png: bytes) -> None:
         """Write an IMAGE block after the events so far."""
         self._enqueue_block(fmt.BlockType.IMAGE, encode_image_payload(meta, png), fmt.Codec.NONE)
 
@@ -283,7 +284,9 @@ class TraceWriter:
                 self._cond.wait(0.5)
             self._raise_if_failed()
 
-    def finish(self, summary: dict[str, Any] | None = None, status: str = "complete") -> None:
+    def finish(
+        self, summary: Mapping[str, JsonValue] | None = None, status: str = "complete"
+    ) -> None:
         """Write what is pending, SUMMARY and footer; close and move the file into place. Raises
         TraceIOError (what was written stays readable) or OutputExistsError, again if called again.
         """
@@ -304,7 +307,7 @@ class TraceWriter:
                 self._finished = True
                 _OPEN_WRITERS.discard(self)
 
-    def _finish(self, status: str, user: dict[str, Any]) -> None:
+    def _finish(self, status: str, user: JsonObject) -> None:
         with self._cond:
             self._closed = True
             if self._error is None:

@@ -6,10 +6,11 @@ import dataclasses
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 from katra_trace.errors import KatraError
+from katra_trace.io.reader import Trace
 from katra_trace.io.tracesets import open_quietly
+from katra_trace.jsontext import JsonObject
 from katra_trace.profile.groups import group_of
 from katra_trace.profile.model import (
     DeltaRow,
@@ -28,11 +29,11 @@ Key = tuple[str, str | None]
 TOP_ROWS = 12
 
 
-def side_profiles(traces: Iterable[Any]) -> dict[Key, Profile]:
+def side_profiles(traces: Iterable[Trace]) -> dict[Key, Profile]:
     """One side's profiles by (scene, zone), runs averaged over all their frames."""
     sums: dict[Key, tuple[int, dict[tuple[str, str], list[float]]]] = {}
     for trace in traces:
-        for key, p in trace_profiles(getattr(trace, "profiles", ())).items():
+        for key, p in trace_profiles(trace.profiles).items():
             frames, rows = sums.get(key, (0, {}))
             for r in p.rows:
                 acc = rows.setdefault((r.object, r.function), [0.0, 0.0])
@@ -80,11 +81,11 @@ class ProfileDelta:
     def summary(self) -> str | None:
         return top_change(self.rows)
 
-    def as_list(self) -> list[dict[str, Any]]:
+    def as_list(self) -> list[JsonObject]:
         return [r.as_dict() for r in self.rows]
 
 
-def profile_deltas(base_traces: Iterable[Any], new_traces: Iterable[Any]) -> list[ProfileDelta]:
+def profile_deltas(base_traces: Iterable[Trace], new_traces: Iterable[Trace]) -> list[ProfileDelta]:
     """Every scene and zone profiled on both sides, in BASE's order."""
     base, new = side_profiles(base_traces), side_profiles(new_traces)
     return [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
+from katra_trace.jsontext import JsonObject, JsonValue
 from katra_trace.profile.groups import group_of
 
 #: The row holding an object's functions outside a profile's top 99 %.
@@ -22,8 +22,8 @@ class ProfileRecord:
     frames: int
     rows: tuple[tuple[str, str, int, int], ...]
 
-    def as_json(self) -> dict[str, Any]:
-        rows = [list(r) for r in self.rows]
+    def as_json(self) -> JsonObject:
+        rows: list[JsonValue] = [[o, f, own, incl] for o, f, own, incl in self.rows]
         return {"scene": self.scene, "zone": self.zone, "frames": self.frames, "rows": rows}
 
 
@@ -52,7 +52,7 @@ class Profile:
         return sum(r.self_ for r in self.rows)
 
 
-def _row(raw: Any, frames: int) -> Row | None:
+def _row(raw: object, frames: int) -> Row | None:
     if not (isinstance(raw, Sequence) and len(raw) == 4):
         return None
     obj, fn, own, incl = raw
@@ -103,7 +103,7 @@ class DeltaRow:
     def delta(self) -> float:
         return self.new - self.base
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "group": self.group,
             "object": self.object,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from katra_trace.analysis.defaults import DEFAULT_COMPARE, CompareOptions
 from katra_trace.analysis.images import ImageThresholds
@@ -21,11 +21,12 @@ from katra_trace.version import __version__
 if TYPE_CHECKING:
     from katra_trace.analysis.comparison import ComparisonResult
     from katra_trace.history.trends import Trends
+    from katra_trace.io.reader import Trace
 
 
 def build_report(
-    runs: Sequence[Any],
-    baseline: Sequence[Any] = (),
+    runs: Sequence[Trace],
+    baseline: Sequence[Trace] = (),
     *,
     title: str = "katra3d report",
     comparison: ComparisonResult | None = None,

@@ -3,10 +3,12 @@ data), compact values."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
-from typing import Any
 
 import numpy as np
+
+from katra_trace.jsontext import JsonObject, JsonValue
 
 RUN_COLORS = (
     "#1f77b4",
@@ -19,7 +21,7 @@ RUN_COLORS = (
     "#ff7f0e",
 )
 BASELINE_COLOR = "#7f7f7f"
-LEGEND: dict[str, Any] = {
+LEGEND: JsonObject = {
     "orientation": "v",
     "x": 1.02,
     "xanchor": "left",
@@ -28,9 +30,21 @@ LEGEND: dict[str, Any] = {
 }
 
 
-def layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """A plotly figure; the page's loader draws it into the element with this ``id``."""
+
+    id: str
+    data: list[JsonObject]
+    layout: JsonObject
+
+    def as_dict(self) -> JsonObject:
+        return {"id": self.id, "data": self.data, "layout": self.layout}
+
+
+def layout(title: str, x_title: str, y_title: str, **extra: JsonValue) -> JsonObject:
     """A figure's layout; ``extra`` replaces whole keys (``xaxis``, ``legend``, ``height``, ...)."""
-    out: dict[str, Any] = {
+    out: JsonObject = {
         "title": {"text": title, "font": {"size": 14}, "x": 0.01, "xanchor": "left"},
         "margin": {"l": 64, "r": 16, "t": 36, "b": 44},
         "xaxis": {"title": {"text": x_title}},
@@ -59,15 +73,18 @@ def compact(values: np.ndarray, decimals: int = 6) -> list[float]:
     return out
 
 
-def plot_div(figure: dict[str, Any], extra_class: str = "") -> str:
-    height = figure["layout"].get("height")
-    style = f' style="height:{int(height)}px"' if height else ""
+def plot_div(figure: Figure, extra_class: str = "") -> str:
+    height = figure.layout.get("height")
+    style = (
+        f' style="height:{int(height)}px"' if isinstance(height, (int, float)) and height else ""
+    )
     cls = f"plot {extra_class}".strip()
-    return f'<div class="{cls}" id="{html.escape(figure["id"], quote=True)}"{style}></div>'
+    return f'<div class="{cls}" id="{html.escape(figure.id, quote=True)}"{style}></div>'
 
 
 __all__ = [
     "BASELINE_COLOR",
+    "Figure",
     "LEGEND",
     "RUN_COLORS",
     "color",

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from katra_trace.jsontext import JsonObject
+from katra_trace.report.figure import Figure
 from katra_trace.report.plottext import plot_text
 from katra_trace.units import format_change_pct
 
@@ -33,9 +35,9 @@ def _summary(model: SeriesModel, marks: int) -> str:
     return f'<p class="muted">{html.escape(text)}</p>'
 
 
-def history_section(trends: Trends, first_figure: int = 0) -> tuple[str, list[dict[str, Any]]]:
+def history_section(trends: Trends, first_figure: int = 0) -> tuple[str, list[Figure]]:
     check = trends.check
-    figures: list[dict[str, Any]] = []
+    figures: list[Figure] = []
     parts = [
         f'<section id="history"><h2>History</h2><p class="muted">{len(check.series)} series over '
         f"{len(trends.labels)} label(s) and {trends.runs} run(s) from "
@@ -50,7 +52,7 @@ def history_section(trends: Trends, first_figure: int = 0) -> tuple[str, list[di
         highs = [(max(p.values) or p.level or 0) - (p.level or 0) for p in points]
         name = _series_name(s)
         fitted = list(model.fit.levels)
-        data: list[dict[str, Any]] = [
+        data: list[JsonObject] = [
             {
                 "type": "scatter",
                 "mode": "markers",
@@ -76,7 +78,7 @@ def history_section(trends: Trends, first_figure: int = 0) -> tuple[str, list[di
             if (st.series.scene, st.series.metric, st.series.zone, st.series.host_id)
             == (s.scene, s.metric, s.zone, s.host_id)
         ]
-        shapes = [
+        shapes: list[JsonObject] = [
             {
                 "type": "line",
                 "xref": "x",
@@ -93,7 +95,7 @@ def history_section(trends: Trends, first_figure: int = 0) -> tuple[str, list[di
             [float(max(p.values) or p.level or 0) for p in points] + [float(v) for v in fitted],
             default=0.0,
         )
-        yaxis: dict[str, Any] = {
+        yaxis: JsonObject = {
             "title": {"text": plot_text(s.unit)},
             "rangemode": "tozero",
         }
@@ -102,10 +104,10 @@ def history_section(trends: Trends, first_figure: int = 0) -> tuple[str, list[di
             yaxis["range"] = [0, top * (1 + _Y_HEADROOM)]
         fid = f"history-{first_figure + n}"
         figures.append(
-            {
-                "id": fid,
-                "data": data,
-                "layout": {
+            Figure(
+                fid,
+                data,
+                {
                     "title": {"text": plot_text(name), "x": 0},
                     "xaxis": {"title": {"text": "label"}, "type": "category"},
                     "yaxis": yaxis,
@@ -113,7 +115,7 @@ def history_section(trends: Trends, first_figure: int = 0) -> tuple[str, list[di
                     "height": 320,
                     "margin": {"t": 40, "l": 60, "r": 20, "b": 50},
                 },
-            }
+            )
         )
         parts.append(
             f'<h3>{html.escape(name)}</h3>{_summary(model, len(marks))}<div class="plot" '

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import html
 from collections.abc import Mapping
-from typing import Any
 
 from katra_trace.analysis.images import Image, ImageVerdict, diff_pngs, flip_missing, has_pictures
 
@@ -19,7 +18,7 @@ IMAGES_CSS = (
 _CAPTIONS = {"base": "BASE", "new": "NEW", "flip": "FLIP error map (black: no visible difference)"}
 
 
-def _e(text: Any) -> str:
+def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 

@@ -9,16 +9,17 @@ import functools
 import gzip
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from katra_trace import jsontext
 from katra_trace.analysis.stats import NO_STATS, ClockStats, RunStats, trace_stats
 from katra_trace.analysis.verdict import Comparison, SceneComparison, Verdict
+from katra_trace.jsontext import JsonObject, JsonValue
 from katra_trace.metrics import is_count
 from katra_trace.optional import require
-from katra_trace.report.figure import BASELINE_COLOR, LEGEND, fill, plot_div
+from katra_trace.report.figure import BASELINE_COLOR, LEGEND, Figure, fill, plot_div
 from katra_trace.report.figure import color as _color
 from katra_trace.report.figure import compact as _compact
 from katra_trace.report.figure import layout as _layout
@@ -108,12 +109,12 @@ def plotly_js_packed() -> str:
     )
 
 
-def _json_for_script(obj: Any) -> str:
+def _json_for_script(obj: JsonValue) -> str:
     """JSON safe inside a <script> element (no ``</`` or ``<!--``)."""
     return jsontext.dumps(obj, separators=(",", ":"), default=str).replace("<", "\\u003c")
 
 
-def _run_label(trace: Any, index: int, role: str) -> str:
+def _run_label(trace: TraceLike, index: int, role: str) -> str:
     path = getattr(trace, "path", None)
     name = path.name if path is not None else f"{index + 1}"
     return f"{'baseline' if role == 'baseline' else 'run'} {index + 1}: {name}"
@@ -288,21 +289,21 @@ def _comparison_section(comparison: Comparison | None, error: str | None) -> str
     )
 
 
-def _pct(ratio: Any) -> float | None:
+def _pct(ratio: float | None) -> float | None:
     return None if ratio is None else (float(ratio) - 1.0) * 100.0
 
 
 def _side_series(
     role: str, name: str, runs: Sequence[tuple[int, str, FrameSeries]]
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     """A line per run or, from :data:`BAND_MIN_RUNS` runs, a median in a band (runs on demand)."""
     dash = "dot" if role == "baseline" else "solid"
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     banded = len(runs) >= BAND_MIN_RUNS
     if banded:
         band = side_band([s for _, _, s in runs])
         tint = _color(role, 0)
-        edge = {
+        edge: JsonObject = {
             "type": "scatter",
             "mode": "lines",
             "x": band.band_frame.tolist(),
@@ -353,10 +354,10 @@ def scene_section(
     stats_of: Mapping[int, RunStats],
     judged: SceneComparison | None = None,
     metric: str | None = None,
-) -> tuple[str, list[dict[str, Any]]]:
+) -> tuple[str, list[Figure]]:
     """One scene's HTML and figures; with a comparison each side's level line is the table's, so
     the page shows one level a side."""
-    figures: list[dict[str, Any]] = []
+    figures: list[Figure] = []
     clock: str | None = None
     for _role, traces in sides:
         for t in traces:
@@ -368,8 +369,8 @@ def scene_section(
     if clock is None:
         return "", []
     unit = unit_of(clock)
-    series_data: list[dict[str, Any]] = []
-    shapes: list[dict[str, Any]] = []
+    series_data: list[JsonObject] = []
+    shapes: list[JsonObject] = []
     pooled: dict[str, list[np.ndarray]] = {"run": [], "baseline": []}
     stats_rows: list[tuple[str, str, ClockStats]] = []
     per_side: dict[str, list[tuple[int, str, FrameSeries]]] = {}
@@ -405,7 +406,7 @@ def scene_section(
             pooled[role].append(s.measured)
             for c, of_clock in stats_of[id(t)].scenes.get(scene, NO_STATS).metrics.items():
                 stats_rows.append((label, c, of_clock))
-    annotations = []
+    annotations: list[JsonObject] = []
     if shapes:
         annotations.append(
             {
@@ -452,7 +453,7 @@ def scene_section(
     top = max(
         (float(v.max()) for r in ("run", "baseline") for v in pooled[r] if v.size), default=0.0
     )
-    y_axis: dict[str, Any] = {"title": {"text": unit}, "rangemode": "tozero"}
+    y_axis: JsonObject = {"title": {"text": unit}, "rangemode": "tozero"}
     if top > 0:
         # measured frames set the scale; taller warmup frames are cut
         y_axis["range"] = [0, top * 1.08]
@@ -462,10 +463,10 @@ def scene_section(
     # legend rows: one per entry and a gap per side
     entries = sum(1 for d in series_data if d.get("showlegend", True)) + len(per_side)
     figures.append(
-        {
-            "id": f"{base_id}-series",
-            "data": series_data,
-            "layout": _layout(
+        Figure(
+            f"{base_id}-series",
+            series_data,
+            _layout(
                 plot_text(f"{scene}: {what}"),
                 "frame",
                 unit,
@@ -475,10 +476,10 @@ def scene_section(
                 legend={**LEGEND, "traceorder": "grouped", "groupclick": "toggleitem"},
                 height=min(SERIES_MAX_PX, max(PLOT_PX, 70 + LEGEND_ROW_PX * entries)),
             ),
-        }
+        )
     )
     series_html = plot_div(figures[-1])
-    cdf_data = []
+    cdf_data: list[JsonObject] = []
     spread = [v for r in ("run", "baseline") for v in pooled[r] if v.size]
     for role in ("run", "baseline"):
         if pooled[role]:
@@ -501,10 +502,10 @@ def scene_section(
     hi = max((float(v.max()) for v in spread), default=1.0)
     log_x = lo > 0 and hi / lo > 20
     figures.append(
-        {
-            "id": f"{base_id}-cdf",
-            "data": cdf_data,
-            "layout": _layout(
+        Figure(
+            f"{base_id}-cdf",
+            cdf_data,
+            _layout(
                 f"distribution ({clock})",
                 unit,
                 "% of frames",
@@ -514,7 +515,7 @@ def scene_section(
                 },
                 yaxis={"title": {"text": "% of frames at or below"}, "range": [0, 100.5]},
             ),
-        }
+        )
     )
     frame_medians = {role: float(np.median(np.concatenate(v))) for role, v in pooled.items() if v}
     zone_html, draws_html, zone_figs = zone_figures(
@@ -607,7 +608,7 @@ def render(
                 if label not in scenes:
                     scenes.append(label)
     sections = []
-    figures: list[dict[str, Any]] = []
+    figures: list[Figure] = []
     judged = {} if comparison is None else {s.scene: s for s in comparison.scenes}
     metric = comparison.metric or None if comparison is not None else None
     for i, scene in enumerate(scenes):
@@ -643,7 +644,7 @@ def render(
         + "".join(sections)
         + history_html
         + '</main><script type="application/json" '
-        f'id="katra-figures">{_json_for_script(figures)}</script>'
+        f'id="katra-figures">{_json_for_script([f.as_dict() for f in figures])}</script>'
         + f'<script type="application/octet-stream" id="katra-plotly">{plotly_js_packed()}</script>'
         + f"<script>{_LOADER}</script></body></html>\n"
     )

@@ -4,10 +4,9 @@ name goes through :func:`plot_text`."""
 from __future__ import annotations
 
 import html
-from typing import Any
 
 
-def plot_text(value: Any) -> str:
+def plot_text(value: object) -> str:
     """``value`` as plotly shows it literally (``&``, ``<``, ``>`` as entities)."""
     return html.escape(str(value), quote=False)
 

@@ -6,26 +6,18 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
 from katra_trace.analysis.stats import EXCLUDED_FLAGS, scene_labels, zone_frame_totals
+from katra_trace.analysis.stats import HeadedTrace as TraceLike
 from katra_trace.metrics import CLOCK_NAMES, CLOCK_PREFERENCE, clock_name, primary_clock_of, unit_of
 from katra_trace.schema import Flag, Kind
-
-if TYPE_CHECKING:
-    from katra_trace.io.header import TraceHeader
 
 #: Most points drawn per frame series (min and max of MAX_POINTS / 2 buckets).
 MAX_POINTS = 4000
 CDF_POINTS = 1000
-
-
-class TraceLike(Protocol):
-    events: np.ndarray
-    strings: list[str]
-    header: TraceHeader
 
 
 def minmax_downsample(
@@ -206,6 +198,7 @@ __all__ = [
     "BAND_MIN_RUNS",
     "FrameSeries",
     "SideBand",
+    "TraceLike",
     "CDF_POINTS",
     "MAX_POINTS",
     "frame_series",

@@ -4,11 +4,11 @@ table per run (``stats --slow``'s rule)."""
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from katra_trace.analysis.slow import KINDS, SceneSlow, trace_slow_frames
 from katra_trace.analysis.stats import STUTTER_FACTOR, STUTTER_WINDOW_FRAMES
+from katra_trace.jsontext import JsonObject
 from katra_trace.report.plottext import plot_text
 from katra_trace.report.series import TraceLike, _remembered
 from katra_trace.units import format_ms
@@ -28,15 +28,19 @@ def _slow_of(trace: TraceLike, scene: str) -> SceneSlow | None:
     return _remembered(trace, ("slow_frames",), lambda: trace_slow_frames(trace)).get(scene)
 
 
-def _e(text: Any) -> str:
+def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
 def slow_part(
-    scene: str, sides: Sequence[tuple[str, Sequence[TraceLike]]], clock: str, run_label: Any
-) -> tuple[list[dict[str, Any]], str]:
+    scene: str,
+    sides: Sequence[tuple[str, Sequence[TraceLike]]],
+    clock: str,
+    run_label: Callable[[TraceLike, int, str], str],
+) -> tuple[list[JsonObject], str]:
     """Plot traces marking slow frames (per side and cause) and the "Slow frames" HTML."""
-    marks: dict[tuple[str, str], dict[str, list[Any]]] = {}
+    # (side, cause kind): frame indices, ms and hover texts
+    marks: dict[tuple[str, str], tuple[list[int], list[float], list[str]]] = {}
     rows: list[list[str]] = []
     notes: set[str] = set()
     runs = 0
@@ -62,10 +66,10 @@ def slow_part(
                     ]
                 )
             for s in found.slow:
-                at = marks.setdefault((role, s.cause.kind), {"x": [], "y": [], "text": []})
-                at["x"].append(s.frame)
-                at["y"].append(round(s.ms, 6))
-                at["text"].append(
+                frames, ms, texts = marks.setdefault((role, s.cause.kind), ([], [], []))
+                frames.append(s.frame)
+                ms.append(round(s.ms, 6))
+                texts.append(
                     plot_text(
                         f"{label}: frame {s.frame}, {format_ms(s.ms)} ({s.ratio:.1f}x the "
                         f"moving median): {s.cause.label}, +{format_ms(s.cause.excess_ms)}"
@@ -73,8 +77,8 @@ def slow_part(
                 )
     if not runs:
         return [], ""
-    traces_out = []
-    for (role, kind), at in sorted(
+    traces_out: list[JsonObject] = []
+    for (role, kind), (frames, ms, texts) in sorted(
         marks.items(), key=lambda kv: (kv[0][0] != "run", KINDS.index(kv[0][1]))
     ):
         traces_out.append(
@@ -82,9 +86,9 @@ def slow_part(
                 "type": "scatter",
                 "mode": "markers",
                 "name": f"slow: {kind}" + (" (baseline)" if role == "baseline" else ""),
-                "x": at["x"],
-                "y": at["y"],
-                "text": at["text"],
+                "x": frames,
+                "y": ms,
+                "text": texts,
                 "hoverinfo": "text",
                 "legendgroup": "slow",
                 "marker": {

@@ -6,7 +6,6 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from katra_trace import jsontext
 from katra_trace.analysis.stats import NO_STATS, ClockStats, RunStats
@@ -61,12 +60,12 @@ ZONE_ROWS_SHOWN = 12
 Labelled = tuple[str, TraceLike]
 
 
-def e(text: Any) -> str:
+def e(text: object) -> str:
     """HTML-escaped, quotes too."""
     return html.escape(str(text), quote=True)
 
 
-def num(v: Any, unit: str) -> str:
+def num(v: float | None, unit: str) -> str:
     """Durations (ms) with their unit, counts whole, rates to 1 decimal."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
@@ -153,7 +152,7 @@ def stats_table(entries: Sequence[tuple[str, str, ClockStats]]) -> str:
     return "".join(out)
 
 
-def _param_text(value: Any) -> str:
+def _param_text(value: object) -> str:
     return (
         jsontext.dumps(value, default=str)
         if isinstance(value, (Mapping, list, tuple))

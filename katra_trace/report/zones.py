@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
-from katra_trace.report.figure import color, layout, plot_div
+from katra_trace.jsontext import JsonObject
+from katra_trace.report.figure import Figure, color, layout, plot_div
 from katra_trace.report.plottext import plot_text
 from katra_trace.report.series import TraceLike, zone_medians
 from katra_trace.schema import FRAME_PASS, draw_pass
@@ -51,7 +51,7 @@ def bars_height(categories: int, sides: int, least: int = PLOT_PX) -> int:
     return max(least, BARS_FRAME_PX + categories * (ROW_GAP_PX + BAR_PX * max(1, sides)))
 
 
-def _bars(role: str, labels: Sequence[str], values: Sequence[float], unit: str) -> dict[str, Any]:
+def _bars(role: str, labels: Sequence[str], values: Sequence[float], unit: str) -> JsonObject:
     return {
         "type": "bar",
         "orientation": "h",
@@ -70,12 +70,13 @@ def _bars_layout(
     title: str,
     unit: str,
     labels: Sequence[str],
-    data: Sequence[dict[str, Any]],
+    sides: int,
+    top: float,
     least: int = PLOT_PX,
-) -> dict[str, Any]:
+) -> JsonObject:
+    """``top``: the longest bar."""
     ticks = [plot_text(z) for z in labels]
-    top = max((float(v) for d in data for v in d["x"]), default=0.0)
-    xaxis: dict[str, Any] = {"title": {"text": unit}, "rangemode": "tozero"}
+    xaxis: JsonObject = {"title": {"text": unit}, "rangemode": "tozero"}
     if top > 0:
         xaxis["range"] = [0, top * TEXT_ROOM]
     return layout(
@@ -83,7 +84,7 @@ def _bars_layout(
         unit,
         "",
         barmode="group",
-        height=bars_height(len(labels), len(data), least),
+        height=bars_height(len(labels), sides, least),
         yaxis={
             "automargin": True,
             "autorange": "reversed",
@@ -107,7 +108,7 @@ def zone_figures(
     sides: Sequence[tuple[str, Sequence[TraceLike]]],
     frame_medians: Mapping[str, float],
     unit: str,
-) -> tuple[str, str, list[dict[str, Any]]]:
+) -> tuple[str, str, list[Figure]]:
     """``(passes element, draws elements, figures)``; a side's bar is the median of its runs'
     medians, ``frame_medians`` the total for draws outside any pass."""
     medians: dict[str, dict[str, float]] = {}
@@ -121,21 +122,22 @@ def zone_figures(
     names = list(dict.fromkeys(z for m in medians.values() for z in m))
     draws_mode = captured_draws([t for _, traces in sides for t in traces])
     passes, draws = group_zones(names) if draws_mode else (names, {})
-    figures: list[dict[str, Any]] = []
+    figures: list[Figure] = []
     passes_html = ""
     if passes:
-        data = [
-            _bars(role, [z for z in passes if z in m], [m[z] for z in passes if z in m], unit)
+        bars = [
+            (role, [z for z in passes if z in m], [m[z] for z in passes if z in m])
             for role, m in medians.items()
         ]
+        bars = [b for b in bars if b[1]]
         title = f"{'passes' if draws else 'zones'}, median per frame ({clock})"
-        data = [d for d in data if d["y"]]
+        top = max((v for _, _, values in bars for v in values), default=0.0)
         figures.append(
-            {
-                "id": f"{base_id}-zones",
-                "data": data,
-                "layout": _bars_layout(title, unit, passes, data),
-            }
+            Figure(
+                f"{base_id}-zones",
+                [_bars(role, labels, values, unit) for role, labels, values in bars],
+                _bars_layout(title, unit, passes, len(bars), top),
+            )
         )
         passes_html = plot_div(figures[-1])
     draws_html = []
@@ -149,12 +151,14 @@ def zone_figures(
             )
             shown = [z for z in members if z in slowest]
         labels = [z[len(owner) + 1 :] for z in shown]
-        data = []
+        data: list[JsonObject] = []
         totals = []
+        top = 0.0
         for role, m in medians.items():
             have = [(label, m[z]) for label, z in zip(labels, shown, strict=True) if z in m]
             if have:
                 data.append(_bars(role, [h[0] for h in have], [h[1] for h in have], unit))
+                top = max([top, *(h[1] for h in have)])
             total = m.get(owner, frame_medians.get(role) if owner == FRAME_PASS else None)
             summed = sum(m[z] for z in members if z in m)
             totals.append(
@@ -169,17 +173,18 @@ def zone_figures(
             if len(shown) < len(members)
             else ""
         )
-        fig = {
-            "id": f"{base_id}-draws-{k}",
-            "data": data,
-            "layout": _bars_layout(
+        fig = Figure(
+            f"{base_id}-draws-{k}",
+            data,
+            _bars_layout(
                 plot_text(f"draws {where}, median per frame ({clock}){left_out}"),
                 unit,
                 labels,
-                data,
+                len(data),
+                top,
                 DRAWS_MIN_PX,
             ),
-        }
+        )
         figures.append(fig)
         caption = (
             f"{len(members)} draw{'' if len(members) == 1 else 's'} {where}; pass total per frame: "

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from katra3d.scenes.api import Scene
+from katra3d.scenes.api import ParamValue, Scene
 
 
 def perspective(fovy_deg: float, aspect: float, near: float, far: float) -> np.ndarray:
@@ -193,7 +193,7 @@ void main() {
 class BuiltinScene(Scene):
     """``setup`` checks requirements, binds the target, calls :meth:`build`."""
 
-    def setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, Any]) -> None:
+    def setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, ParamValue]) -> None:
         """On any error, release what was created and re-raise."""
         self.check_requirements(ctx)
         self.begin_setup(ctx, size, params)
@@ -218,7 +218,9 @@ class BuiltinScene(Scene):
             self.ctx.vertex_array(program, layout, index_buffer=ibo, index_element_size=4)
         )
 
-    def begin_setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, Any]) -> None:
+    def begin_setup(
+        self, ctx: Any, size: tuple[int, int], params: Mapping[str, ParamValue]
+    ) -> None:
         self.ctx = ctx
         self.size = (int(size[0]), int(size[1]))
         self.aspect = self.size[0] / max(1, self.size[1])

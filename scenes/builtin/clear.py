@@ -6,7 +6,7 @@ import colorsys
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from katra3d.scenes.api import Frame, Param, Scene
+from katra3d.scenes.api import Frame, Param, ParamValue, Scene
 
 
 class ClearScene(Scene):
@@ -19,7 +19,7 @@ class ClearScene(Scene):
         "bands": Param(4, int, 1, 64, "scissored clears per frame (vertical colour bands)"),
     }
 
-    def setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, Any]) -> None:
+    def setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, ParamValue]) -> None:
         self.check_requirements(ctx)
         self.ctx = ctx
         self.size = (int(size[0]), int(size[1]))

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from katra3d.scenes.api import Frame, Param, Scene
+from katra3d.scenes.api import Frame, Param, ParamValue, Scene
 from katra3d.scenes.shaders import compile_program
 
 _VERTEX = """
@@ -44,7 +44,7 @@ class TriangleScene(Scene):
         "speed": Param(0.25, float, 0.0, 10.0, "rotation speed (turns per second of scene time)"),
     }
 
-    def setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, Any]) -> None:
+    def setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, ParamValue]) -> None:
         self.check_requirements(ctx)
         self.ctx = ctx
         self.aspect = size[0] / max(1, size[1])
