@@ -14,7 +14,7 @@ from katra3d.harness.engine import timers
 from katra3d.harness.engine.core import Engine, resolve_capture
 from katra3d.harness.engine.counting import CountMeasurer
 from katra3d.harness.engine.lifecycle import run_scene
-from katra3d.harness.engine.measurer import Measurer, TimeMeasurer
+from katra3d.harness.engine.measurer import Measurer, TimeMeasurer, WriterArgs
 from katra3d.harness.engine.results import ProgressSink, RunResult, SceneResult
 from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
 from katra3d.harness.engine.stopping import StopFlag, stop_on_signals
@@ -57,7 +57,7 @@ def open_engine(
             notes=spec.notes,
             overwrite=spec.overwrite,
             failed_aside=spec.failed_aside,
-            **resolved.writer_args,
+            writer_args=resolved.writer_args,
         )
     return Engine(ctx, spec, writer, measurer=measurer, stop=stop, resolved=resolved)
 
@@ -71,7 +71,7 @@ def open_writer(
     notes: str,
     overwrite: bool,
     failed_aside: bool,
-    **writer_args: Any,
+    writer_args: WriterArgs | None = None,
 ) -> TraceWriter:
     """The one place a capture's trace is opened: ``path`` claimed, an existing file replaced
     only with ``overwrite`` (--force); ``failed_aside``: a failed capture's frames go to
@@ -84,7 +84,7 @@ def open_writer(
         notes=notes,
         overwrite=overwrite,
         failed_aside=failed_aside,
-        **writer_args,
+        **(writer_args or {}),
     )
 
 
