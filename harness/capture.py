@@ -5,6 +5,7 @@ same engine as ``katra3d run``. The context is untouched except that ``sync`` fr
 from __future__ import annotations
 
 import types
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import numpy as np
 from katra_trace.errors import ConfigError
 from katra_trace.io.header import build_capture_options
 from katra_trace.io.images import check_pixels, decode_png, frame_record
+from katra_trace.jsontext import JsonValue
 from katra_trace.schema import Flag
 
 DEFAULT_SCENE = "capture"
@@ -64,7 +66,7 @@ class Capture:
         zones: bool | str = True,
         timing: str = "auto",
         notes: str = "",
-        capture_options: dict[str, Any] | None = None,
+        capture_options: Mapping[str, JsonValue] | None = None,
         overwrite: bool = False,
         max_draw_zones: int | None = None,
     ) -> None:
@@ -160,7 +162,7 @@ class Capture:
         self.writer.image(meta, png)
         return str(meta["sha256"])
 
-    def annotate(self, record: dict[str, Any]) -> None:
+    def annotate(self, record: Mapping[str, JsonValue]) -> None:
         """Write a JSON annotation into the trace."""
         self.writer.annotate(dict(record))
 
@@ -192,7 +194,7 @@ def capture(
     zones: bool | str = True,
     timing: str = "auto",
     notes: str = "",
-    capture_options: dict[str, Any] | None = None,
+    capture_options: Mapping[str, JsonValue] | None = None,
     overwrite: bool = False,
     max_draw_zones: int | None = None,
 ) -> Capture:

@@ -117,7 +117,13 @@ def run_scene(
     from katra3d.harness.gl import backends, probe
     from katra3d.harness.run.config import check_numbers
     from katra3d.harness.run.pipeline import open_engine
-    from katra3d.scenes.registry import get_scene, resolve_params
+    from katra3d.scenes.registry import (
+        TraceFile,
+        get_scene,
+        is_trace_spec,
+        resolve_params,
+        trace_file,
+    )
     from katra_trace.analysis.stats import NO_STATS, trace_stats
     from katra_trace.errors import ConfigError
     from katra_trace.io.header import CaptureOptions, ResolvedOptions
@@ -126,11 +132,11 @@ def run_scene(
 
     checked = check_numbers(frames, warmup, size, seed, prefix="")
     frames, warmup, size, seed = checked  # type: ignore[assignment]
-    cls = get_scene(name)
+    cls = trace_file(name) if is_trace_spec(name) else get_scene(name)
     label = getattr(cls, "name", "") or name
     resolved = dict(resolve_params(cls, dict(params or {})))
-    replayed = bool(getattr(cls, "trace_path", ""))
-    if measure != "time" or replayed:
+    replayed = isinstance(cls, TraceFile)
+    if measure != "time" or isinstance(cls, TraceFile):
         if benchmark is not None:
             raise ConfigError(
                 "katra_scene(benchmark=...) times frames rendered in this process: "

@@ -5,6 +5,7 @@ Specs: docs/scenes.md, docs/replay.md."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import functools
 import hashlib
@@ -21,7 +22,7 @@ import sys
 import sysconfig
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from katra3d.scenes.api import Param, ParamValue, Scene
 from katra_trace.errors import ConfigError, SceneError
@@ -254,18 +255,20 @@ def absolute_spec(spec: str, cls: type[Scene], base: Path | None = None) -> str:
     return f"{os.path.abspath(path if base is None else base / path)}:{parts[1] or cls.__name__}"
 
 
-def with_class(spec: str, cls: type[Scene]) -> str:
+def with_class(spec: str, cls: type[Scene] | TraceFile) -> str:
     """``x.py`` -> ``x.py:Class``; other specs as they are."""
     parts = split_file_spec(spec)
-    return f"{parts[0]}:{cls.__name__}" if parts is not None and not parts[1] else spec.strip()
+    name = cls.class_name if isinstance(cls, TraceFile) else cls.__name__
+    return f"{parts[0]}:{name}" if parts is not None and not parts[1] else spec.strip()
 
 
-def names_scene(name: str, spec: str, cls: type[Scene]) -> bool:
+def names_scene(name: str, spec: str, cls: type[Scene] | TraceFile) -> bool:
     """Whether ``name`` (``--param NAME.KEY=VALUE``) is the scene's name, spec or file spelling."""
     if name.strip() in (cls.name, spec.strip()):
         return True
     mine, theirs = split_file_spec(spec), split_file_spec(name)
-    if mine is None or theirs is None or theirs[1] not in ("", cls.__name__):
+    class_name = cls.class_name if isinstance(cls, TraceFile) else cls.__name__
+    if mine is None or theirs is None or theirs[1] not in ("", class_name):
         return False
     return Path(mine[0]).expanduser().resolve() == Path(theirs[0]).expanduser().resolve()
 
@@ -285,23 +288,48 @@ def find_file_spec(spec: str, bases: tuple[Path, ...]) -> str:
 TRACE_SUFFIX = ".trace"
 
 
-class TraceScene(Scene):
-    """An apitrace trace, replayed by glretrace. Its params (SHA-256, size) keep different traces
-    of one name from being compared unless allowed."""
+@dataclasses.dataclass(frozen=True)
+class TraceFile:
+    """An apitrace trace a run replays with glretrace (not a Scene). Its params (SHA-256, size)
+    keep different traces of one name from being compared unless allowed."""
 
-    trace_path: ClassVar[str] = ""
+    path: str  # absolute
+    sha256: str
+    size_bytes: int
 
-    def setup(self, ctx: Any, size: tuple[int, int], params: Mapping[str, ParamValue]) -> None:
-        raise SceneError(
-            f"'{self.trace_path}' is an apitrace trace: replay it with katra3d run (docs/replay.md)"
-        )
+    @property
+    def name(self) -> str:
+        return Path(self.path).stem
 
-    def render(self, frame: Any) -> None:
-        raise SceneError("an apitrace trace is replayed by glretrace, not rendered by a scene")
+    @property
+    def description(self) -> str:
+        return f"apitrace trace {Path(self.path).name}, replayed by glretrace"
+
+    @property
+    def class_name(self) -> str:
+        """What a file spec records after ``:`` (``FILE.trace:Trace_STEM``)."""
+        return f"Trace_{self.name}"
+
+    @property
+    def params(self) -> dict[str, Param]:
+        sha, n = self.sha256, self.size_bytes
+        return {
+            "trace_sha256": Param(
+                sha, str, help="the trace file's SHA-256 (not to be set)", choices=(sha,)
+            ),
+            "trace_bytes": Param(
+                n, int, n, n, help="the trace file's size in bytes (not to be set)"
+            ),
+        }
 
 
-def _load_trace(spec: str) -> type[Scene]:
-    path = Path(spec).expanduser()
+def is_trace_spec(spec: str) -> bool:
+    return spec.strip().endswith(TRACE_SUFFIX)
+
+
+def trace_file(spec: str) -> TraceFile:
+    """The apitrace trace ``spec`` names, read once for its SHA-256 and size."""
+    path = Path(spec.strip()).expanduser()
     digest = hashlib.sha256()
     size = 0
     with open_regular(path) as fh:  # the input rule: no FIFO or device
@@ -311,35 +339,17 @@ def _load_trace(spec: str) -> type[Scene]:
                 size += len(chunk)
         except OSError as exc:
             raise SceneError(f"cannot read trace file '{spec}': {exc.strerror or exc}") from None
-    params = {
-        "trace_sha256": Param(
-            digest.hexdigest(),
-            str,
-            help="the trace file's SHA-256 (not to be set)",
-            choices=(digest.hexdigest(),),
-        ),
-        "trace_bytes": Param(
-            size, int, size, size, help="the trace file's size in bytes (not to be set)"
-        ),
-    }
-    return type(
-        f"Trace_{path.stem}",
-        (TraceScene,),
-        {
-            "name": path.stem,
-            "trace_path": os.path.abspath(path),
-            "params": params,
-            "__module__": __name__,
-            "description": f"apitrace trace {path.name}, replayed by glretrace",
-        },
-    )
+    return TraceFile(os.path.abspath(path), digest.hexdigest(), size)
 
 
 def get_scene(spec: str) -> type[Scene]:
     """SceneError (with close matches) when the spec names no scene."""
     spec = spec.strip()
-    if spec.endswith(TRACE_SUFFIX):
-        return _load_trace(spec)
+    if is_trace_spec(spec):
+        raise SceneError(
+            f"'{spec}' is an apitrace trace, not a scene: replay it with katra3d run "
+            "(docs/replay.md)"
+        )
     builtins = builtin_scenes()
     if spec in builtins:
         return builtins[spec]
@@ -459,7 +469,7 @@ def convert_param(scene_name: str, key: str, param: Param, value: Any) -> Any:
 
 
 def resolve_params(
-    scene: type[Scene], overrides: Mapping[str, ParamValue]
+    scene: type[Scene] | TraceFile, overrides: Mapping[str, ParamValue]
 ) -> dict[str, ParamValue]:
     """Defaults merged with ``overrides``; ConfigError for a bad key or value."""
     declared = dict(scene.params)
@@ -480,12 +490,14 @@ def resolve_params(
 __all__ = [
     "ENTRY_POINT_GROUP",
     "TRACE_SUFFIX",
-    "TraceScene",
+    "TraceFile",
     "available_scene_names",
     "builtin_scenes",
     "convert_param",
     "describe_range",
     "entry_point_scenes",
     "get_scene",
+    "is_trace_spec",
     "resolve_params",
+    "trace_file",
 ]

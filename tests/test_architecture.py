@@ -455,3 +455,15 @@ def test_untyped_mappings_do_not_come_back() -> None:
         f"{sum(found.values())} str -> Any mappings in the product, over {MAX_STR_ANY_MAPPINGS} "
         f"(most in {most}): give the data a type (a dataclass), or read JSON through one"
     )
+
+
+def test_a_capture_trace_is_opened_by_the_capture_service_only() -> None:
+    """pipeline.open_writer is the one place a capture's TraceWriter is made (the scene loop, the
+    replay, the counted child, katra3d.capture, the pytest plugin)."""
+    made = [
+        f"{p.relative_to(REPO)}:{n}"
+        for p in _sources("harness")
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if "TraceWriter(" in line
+    ]
+    assert [m.partition(":")[0] for m in made] == ["harness/run/pipeline.py"], made

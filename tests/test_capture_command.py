@@ -461,3 +461,41 @@ def test_ctrl_c_of_ab_before_its_capture_wrote_a_trace_says_so(tmp_path: Path) -
         err
     )
     assert json.loads((tmp_path / "ab" / "ab.json").read_text())["interrupted"]["traces"] == {}
+
+
+@pytest.mark.gl
+def test_a_katra3d_run_hands_its_result_back_through_the_child_protocol(tmp_path: Path) -> None:
+    """``katra3d run`` under a capture command writes a ChildResult where $KATRA3D_RESULT says: its
+    error line and exit code reach the failure even when the shell exits 0, a trace written
+    elsewhere is named, and a run stopped by a signal is a failure; a command that is not katra3d
+    is judged by exit code and file alone."""
+    katra3d = f"{shlex.quote(sys.executable)} -m katra3d run"
+    out = tmp_path / "x.katra"
+    with pytest.raises(CaptureFailed) as failed:
+        run_capture(CaptureCommand(f"{katra3d} no-such-scene -o {{out}}; true"), out)
+    assert failed.value.reason.startswith("failed with exit code 2: unknown scene 'no-such-scene'")
+    assert failed.value.error.startswith("unknown scene 'no-such-scene'") and not out.exists()
+    elsewhere = tmp_path / "elsewhere.katra"
+    with pytest.raises(CaptureFailed) as moved:
+        run_capture(
+            CaptureCommand(f"{katra3d} clear --frames 2 --size 8x8 -o {elsewhere} # {{out}}"), out
+        )
+    assert moved.value.reason == f"wrote its trace at '{elsewhere}', not at '{out}'"
+    assert elsewhere.is_file() and not moved.value.error
+    assert run_capture(CaptureCommand(f"{katra3d} clear --frames 2 --size 8x8 -o {{out}}"), out)
+    assert out.is_file()
+    with pytest.raises(CaptureFailed) as plain:
+        run_capture(CaptureCommand("exit 0 # {out}"), tmp_path / "none.katra")
+    assert plain.value.reason.startswith("exited 0 but wrote no trace at ")
+    stopped = tmp_path / "stopped.katra"
+    with pytest.raises(CaptureFailed) as interrupted:
+        run_capture(
+            CaptureCommand(
+                f"{katra3d} triangle --size 8x8 --frames 10000000 -o {{out}} & pid=$!; "
+                "while [ ! -e {out}.part ]; do sleep 0.1; done; sleep 1; kill -TERM $pid; "
+                "wait $pid; exit 0"
+            ),
+            stopped,
+        )
+    assert interrupted.value.reason == "was stopped by SIGTERM: its trace is interrupted"
+    assert stopped.is_file()

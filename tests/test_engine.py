@@ -29,6 +29,7 @@ from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
 from katra3d.harness.engine.stopping import StopFlag, StopSignal
 from katra3d.harness.gl import probe
 from katra3d.harness.run.offscreen import MemorySink
+from katra3d.harness.run.pipeline import open_engine
 from katra3d.scenes.api import NOMINAL_RATE_HZ, Scene, SceneSkip
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError, SceneError
@@ -233,7 +234,7 @@ def test_the_writer_is_the_one_place_the_header_becomes_a_dict(tmp_path: Path) -
     """The engine hands its typed records to the writer, which writes exactly their JSON object."""
     path = tmp_path / "t.katra"
     options = build_capture_options({"frames": 3, "zones": "off"}, api="test")
-    engine = Engine(
+    engine = open_engine(
         FakeContext(), CaptureSpec(path, "w", host=SOFTWARE_GL, options=options, timing="sync")
     )
     assert isinstance(engine.options, type(options)) and isinstance(
@@ -265,7 +266,7 @@ def test_resolve_capture_refuses_impossible_specs(spec: CaptureSpec, match: str)
 
 def test_an_engine_without_writer_or_path_is_refused() -> None:
     with pytest.raises(ConfigError, match="needs an output path"):
-        Engine(FakeContext(), CaptureSpec(None, "w", host=SOFTWARE_GL))
+        open_engine(FakeContext(), CaptureSpec(None, "w", host=SOFTWARE_GL))
 
 
 # --------------------------------------------------------------------------- a good run (pure)
@@ -717,7 +718,7 @@ def test_engine_on_llvmpipe_writes_frames_and_the_last_image(
     path = tmp_path / "e.katra"
     shot = tmp_path / "last.png"
     host = HostInfo(gl=probe.gl_info(gl_ctx))
-    engine = Engine(
+    engine = open_engine(
         gl_ctx, CaptureSpec(path, "unit", host=host, options=build_capture_options(api="test"))
     )
     with engine:
@@ -750,7 +751,7 @@ def test_engine_on_llvmpipe_keeps_the_frames_of_a_failing_scene(
     gl_ctx: Any, gl_fbo: Any, tmp_path: Path
 ) -> None:
     path = tmp_path / "f.katra"
-    engine = Engine(gl_ctx, CaptureSpec(path, "unit", host=SOFTWARE_GL))
+    engine = open_engine(gl_ctx, CaptureSpec(path, "unit", host=SOFTWARE_GL))
     with (
         pytest.raises(
             SceneError,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -15,9 +16,10 @@ from katra3d.harness.engine.frame import HarnessFrame, seed_key
 from katra3d.harness.engine.timer_check import TimerCheck, timer_query_reliability
 from katra3d.harness.gl import probe
 from katra3d.harness.run.config import RunConfig, parse_param, parse_size, plan_run
+from katra3d.harness.run.pipeline import capture_options
 from katra_trace import open_trace
 from katra_trace.errors import ConfigError, SceneError
-from katra_trace.io.header import GLInfo, TimerQueryInfo
+from katra_trace.io.header import CaptureOptions, GLInfo, TimerQueryInfo
 from katra_trace.io.writer import TraceWriter
 from katra_trace.schema import Clock, Flag, Kind
 
@@ -347,7 +349,7 @@ def test_an_unprefixed_param_applies_to_the_one_scene_and_is_refused_with_severa
     out = str(tmp_path / "o.katra")
     one = plan_run(RunConfig(scenes=("triangle",), params=(parse_param("speed=2"),), output=out))
     assert one.entries[0].params["speed"] == 2.0
-    assert one.config.as_dict()["params"] == {"speed": "2"}
+    assert capture_options(one, "egl", None).as_dict()["params"] == {"speed": "2"}
     with pytest.raises(ConfigError, match=r"unknown param 'sped'|'sped'"):
         plan_run(RunConfig(scenes=("triangle",), params=(parse_param("sped=2"),), output=out))
     with pytest.raises(ConfigError) as info:
@@ -472,12 +474,29 @@ def test_plan_rejects_unwritable_outputs(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
-def test_config_as_dict_is_json_ready() -> None:
+def test_the_requested_capture_options_are_json_ready(tmp_path: Path) -> None:
     import json
 
     cfg = RunConfig(
-        scenes=("triangle",), size=(64, 32), params=(("triangle", "speed", "1"),), zones=True
+        scenes=("triangle",),
+        size=(64, 32),
+        params=(("triangle", "speed", "1"),),
+        zones=True,
+        output=str(tmp_path / "o.katra"),
     )
-    d = json.loads(json.dumps(cfg.as_dict()))
+    d = json.loads(json.dumps(capture_options(plan_run(cfg), "egl", None).as_dict()))
     assert d["scenes"] == ["triangle"] and d["size"] == [64, 32]
     assert d["params"] == {"triangle.speed": "1"} and d["zones"] is True
+    # the header's layout: every RunConfig field but jobs, in its order, then what it resolved to
+    fields = [f.name for f in dataclasses.fields(RunConfig) if f.name != "jobs"]
+    assert list(d) == [*fields, "resolved"]
+    assert d["measure"] == {} and d["suite"] is None and d["force"] is False
+    assert list(d["resolved"]) == [
+        *("frames", "duration_s", "warmup", "size", "samples", "backend", "output", "device"),
+        *("scenes", "images"),
+    ]
+    assert d["resolved"]["scenes"] == [
+        {"label": "triangle", "spec": "triangle", "params": {"speed": 1.0}, "position": 0}
+    ]
+    options = capture_options(plan_run(cfg), "egl", None)
+    assert CaptureOptions.from_dict(options.as_dict()).as_dict() == options.as_dict()

@@ -131,6 +131,7 @@ def test_every_field_of_the_plan_round_trips_through_json() -> None:
         "spec": "sub/tiny.py:Tiny",
         "params": {"bands": 4},
         "position": 5,
+        "trace": None,
     }
     again = _through_json(plan)
     assert again == plan
@@ -396,3 +397,23 @@ def test_counted_run_records_the_options_of_a_time_run(katra_cli: Any, tmp_path:
     summary = {row["scene"]: row for row in trace.summary.user["scenes"]}
     assert summary["clear"]["median"] == rows["clear"]["median"]
     assert not os.environ.get(measure.CHILD_ENV)
+
+
+def test_a_run_reports_its_result_only_where_asked_and_never_over_a_file_of_the_users(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = ChildResult(error="unknown scene 'x'", exit_code=2)
+    monkeypatch.delenv(protocol.RESULT_ENV, raising=False)
+    protocol.report_run(result)  # not asked: nothing written anywhere
+    theirs = tmp_path / "notes.txt"
+    theirs.write_text("the user's file\n")
+    monkeypatch.setenv(protocol.RESULT_ENV, str(theirs))
+    protocol.report_run(result)
+    assert theirs.read_text() == "the user's file\n"
+    asked = tmp_path / "result.json"
+    monkeypatch.setenv(protocol.RESULT_ENV, str(asked))
+    protocol.report_run(result)
+    assert protocol.handed_result(asked) == result
+    protocol.report_run(ChildResult(error="a later run", exit_code=3))  # the last run wins
+    assert protocol.handed_result(asked) == ChildResult(error="a later run", exit_code=3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "result.json"]

@@ -99,6 +99,33 @@ def _trace(path: Path) -> Any:
     return open_trace(path)
 
 
+def test_a_trace_is_a_plan_entry_of_its_own_kind_not_a_scene(tmp_path: Path) -> None:
+    """A .trace spec plans as a TraceFile (path, SHA-256, size) with no scene class; the params the
+    header records are its facts, and get_scene refuses it."""
+    from katra3d.harness.run.config import RunConfig, plan_run
+    from katra3d.scenes.registry import get_scene
+    from katra_trace.errors import SceneError
+
+    data = b"not really apitrace, but planned without a replayer"
+    (tmp_path / "game.trace").write_bytes(data)
+    plan = plan_run(
+        RunConfig(scenes=(str(tmp_path / "game.trace"),), output=str(tmp_path / "o.katra"))
+    )
+    (entry,) = plan.entries
+    assert entry.cls is None and entry.trace is not None and entry.label == "game"
+    assert entry.trace.path == str(tmp_path / "game.trace")
+    assert (entry.trace.sha256, entry.trace.size_bytes) == (
+        hashlib.sha256(data).hexdigest(),
+        len(data),
+    )
+    assert dict(entry.params) == {"trace_sha256": entry.trace.sha256, "trace_bytes": len(data)}
+    assert entry.spec == f"{tmp_path / 'game.trace'}:Trace_game"
+    with pytest.raises(
+        SceneError, match=r"apitrace trace, not a scene: replay it with katra3d run"
+    ):
+        get_scene(str(tmp_path / "game.trace"))
+
+
 def test_frame_reader_parses_glretrace_lines() -> None:
     reader = FrameReader()
     lines = [

@@ -66,7 +66,8 @@ def _capture(ws: Workspace, tree: Path, out: Path, log: Path) -> str:
     try:
         run_capture(in_tree(ws.setup.command, tree), out, log=log, what="the capture")
     except CaptureFailed as failed:
-        last = f": {failed.tail[-1]}" if failed.tail else ""
+        # katra3d's error line is in the reason; another command's is its output's last line
+        last = f": {failed.tail[-1]}" if failed.tail and not failed.error else ""
         return f"the capture {failed.reason}{last}; its output: {ws.rel(log)}"
     return ""
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from katra3d.harness.cli._common import print_json
 from katra3d.harness.cli._table import format_table
+from katra3d.harness.engine.results import RunResult
 from katra3d.harness.run.config import (
     RunConfig,
     parse_int,
@@ -20,10 +21,11 @@ from katra3d.harness.run.config import (
 )
 from katra3d.harness.run.jobs import parse_jobs
 from katra3d.harness.run.progress import Progress
+from katra3d.harness.run.protocol import ChildResult, report_run
 from katra3d.harness.run.runner import run as run_plan
 from katra_trace.analysis.images import flip_missing
 from katra_trace.analysis.references import check_references, record_references
-from katra_trace.errors import ConfigError, ExitCode, stopped_exit_code
+from katra_trace.errors import ConfigError, ExitCode, KatraError, stopped_exit_code
 from katra_trace.io import format as fmt
 from katra_trace.io.tracesets import open_quietly
 
@@ -230,6 +232,17 @@ def _codec(text: str | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The run, its result handed to a capture command's parent (ab, bisect) when it asks."""
+    try:
+        result, code = _run(args)
+    except KatraError as err:
+        report_run(ChildResult(error=str(err), exit_code=err.exit_code))
+        raise
+    report_run(ChildResult(result, exit_code=code))
+    return code
+
+
+def _run(args: argparse.Namespace) -> tuple[RunResult, int]:
     config = config_from_args(args)
     plan = plan_run(config)
     progress = Progress(len(plan.entries), quiet=args.quiet, phase_lines=plan.counting is not None)
@@ -239,15 +252,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(result))
     if result.status == "interrupted":
-        return stopped_exit_code(result.signal_name)
+        return result, stopped_exit_code(result.signal_name)
     if plan.expect_images is not None:
-        return _check_images(
+        return result, _check_images(
             plan.expect_images,
             result.path,
             [r.label for r in result.scenes],
             update=bool(args.update_images),
         )
-    return ExitCode.OK
+    return result, ExitCode.OK
 
 
 def _check_images(directory: Path, trace: Path, scenes: list[str], *, update: bool) -> int:

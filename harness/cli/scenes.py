@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Mapping
 
 from katra3d.harness.cli._common import print_json
-from katra3d.scenes.api import Scene
-from katra3d.scenes.registry import builtin_scenes, describe_range, entry_point_scenes, get_scene
+from katra3d.scenes.api import Param, Scene
+from katra3d.scenes.registry import (
+    TraceFile,
+    builtin_scenes,
+    describe_range,
+    entry_point_scenes,
+    get_scene,
+    is_trace_spec,
+    trace_file,
+)
 from katra3d.scenes.suites import SUITES, suites_containing
 from katra_trace.errors import ExitCode, SceneError
 from katra_trace.jsontext import JsonObject, JsonValue
@@ -41,17 +50,25 @@ def _jsonable(value: object) -> JsonValue:
 
 @dataclasses.dataclass(frozen=True)
 class SceneEntry:
-    """A scene as listed; ``origin``: builtin, its entry point, or the spec that loaded it."""
+    """A scene as listed; ``origin``: builtin, its entry point, or the spec that loaded it;
+    ``trace``: an apitrace trace (its description and params, the Scene defaults beside them)."""
 
     name: str
     cls: type[Scene]
     origin: str
+    trace: TraceFile | None = None
 
     @property
     def description(self) -> str:
+        if self.trace is not None:
+            return self.trace.description
         # a user's scene often says what it is in its docstring only
         cls = self.cls
         return cls.description or (cls.__dict__.get("__doc__") or "").strip().split("\n")[0]
+
+    @property
+    def params(self) -> Mapping[str, Param]:
+        return self.trace.params if self.trace is not None else self.cls.params
 
     def as_dict(self) -> JsonObject:
         cls = self.cls
@@ -65,7 +82,7 @@ class SceneEntry:
                 "range": describe_range(param),
                 "help": param.help,
             }
-            for key, param in cls.params.items()
+            for key, param in self.params.items()
         }
         return {
             "name": self.name,
@@ -122,6 +139,9 @@ def catalogue() -> Catalogue:
 def one_scene(spec: str) -> SceneEntry:
     """The scene ``spec`` names (SceneError if none)."""
     spec = spec.strip()
+    if is_trace_spec(spec):
+        trace = trace_file(spec)
+        return SceneEntry(trace.name, Scene, spec, trace)
     cls = get_scene(spec)
     entry_points = entry_point_scenes()
     if builtin_scenes().get(spec) is cls:
@@ -148,7 +168,7 @@ def scene_lines(sc: SceneEntry, prefix: str | None = None) -> list[str]:
         lines.append(f"    suites:   {', '.join(suites)}")
     if sc.origin != "builtin":
         lines.append(f"    from:     {sc.origin}")
-    for key, p in cls.params.items():
+    for key, p in sc.params.items():
         default = _jsonable(p.default)
         shown = ("true" if default else "false") if isinstance(default, bool) else default
         lines.append(
@@ -167,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
             lines = scene_lines(
                 sc, prefix=None if args.scene.strip() == sc.name else args.scene.strip()
             )
-            if not sc.cls.params:
+            if not sc.params:
                 lines.append("    (no params)")
             print("\n".join(lines))
         return ExitCode.OK

@@ -9,7 +9,6 @@ import dataclasses
 import sys
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from katra3d.harness.engine import timers
@@ -23,10 +22,9 @@ from katra3d.harness.engine.scene_traceback import describe
 from katra3d.harness.engine.spec import CaptureSpec
 from katra3d.harness.engine.stopping import Keeper, StopFlag
 from katra3d.scenes.api import NOMINAL_RATE_HZ
-from katra_trace.errors import ConfigError, SceneError
+from katra_trace.errors import SceneError
 from katra_trace.io.header import CaptureOptions
 from katra_trace.io.images import image_key
-from katra_trace.io.writer import TraceWriter
 from katra_trace.jsontext import JsonObject, JsonValue
 from katra_trace.metrics import mode_clock
 from katra_trace.schema import Clock, Kind
@@ -67,26 +65,28 @@ def resolve_capture(spec: CaptureSpec, measurer: Measurer | None = None) -> Reso
 
 
 class Engine:
-    """One capture into one trace (``writer`` replaces the TraceWriter, e.g. a MemorySink). As a
-    context manager an exception finishes the trace ``aborted``/``interrupted``, frames kept."""
+    """One capture into one trace (``writer``: the TraceWriter the capture service opened, or a
+    MemorySink). As a context manager an exception finishes the trace ``aborted``/``interrupted``,
+    frames kept."""
 
     def __init__(
         self,
         ctx: Any,
         spec: CaptureSpec,
+        writer: Any,
         *,
         measurer: Measurer | None = None,
-        writer: Any = None,
         stop: StopFlag | None = None,
+        resolved: ResolvedCapture | None = None,
     ) -> None:
         self.measurer = measurer = measurer or TimeMeasurer()
-        resolved = resolve_capture(spec, measurer)
+        resolved = resolved or resolve_capture(spec, measurer)
         self.ctx = ctx
         self.spec = spec
         self.mode, self.reason, self.zones = resolved.mode, resolved.reason, resolved.zones
         self.counting = measurer.counts
         self.options = resolved.options
-        self.writer = writer if writer is not None else _open_writer(spec, resolved)
+        self.writer = writer
         self.path = spec.path
         self.stop = stop or StopFlag()
         self.gl_errors: list[JsonObject] = []
@@ -371,21 +371,6 @@ class Engine:
         else:
             self.gc_marks.uninstall()
             self._keeper.stop()
-
-
-def _open_writer(spec: CaptureSpec, resolved: ResolvedCapture) -> TraceWriter:
-    if spec.path is None:
-        raise ConfigError("a capture needs an output path")
-    return TraceWriter(
-        Path(spec.path),
-        workload=spec.workload,
-        capture_options=resolved.options,
-        host_info=spec.host,
-        notes=spec.notes,
-        overwrite=spec.overwrite,
-        failed_aside=spec.failed_aside,
-        **resolved.writer_args,
-    )
 
 
 __all__ = ["Engine", "MeasuredDriver", "ResolvedCapture", "resolve_capture"]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from katra_trace.errors import ConfigError, SceneError, ToolUnavailable
 from katra_trace.io.inputs import open_regular
+from katra_trace.jsontext import JsonObject
 
 APT_PACKAGE = "apitrace"
 SNIFF_CALLS = 2000
@@ -54,7 +55,7 @@ class TraceFacts:
     api: str
     current_call: int | None = None
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> JsonObject:
         return {
             "path": self.path,
             "sha256": self.sha256,

@@ -44,10 +44,7 @@ def start_order(plan: RunPlan) -> list[int]:
     if plan.jobs <= 1:
         return list(range(len(plan.entries)))
     frames = (plan.frames or 1) + plan.warmup
-    cost = [
-        scene_cost(str(getattr(e.cls, "name", "") or e.spec), e.params, plan.size, frames)
-        for e in plan.entries
-    ]
+    cost = [scene_cost(e.name, e.params, plan.size, frames) for e in plan.entries]
     return sorted(range(len(plan.entries)), key=lambda i: -cost[i])
 
 
@@ -134,11 +131,11 @@ def start_child(
 
 
 def run_counted(
-    plan: RunPlan, *, progress: ProgressSink, quiet: bool
+    plan: RunPlan, target: claim_mod.Claim, *, progress: ProgressSink, quiet: bool
 ) -> tuple[int, ChildResult | None, int]:
-    """Count every scene in its own child and write ``plan.output``. Returns the first non-zero
-    exit code, the results joined (None: nothing came back), and the first stop signal (0: none)."""
-    target = claim_mod.claim(plan.output, plan.config.force)
+    """Count every scene in its own child and join their traces into ``target`` (the claimed
+    ``plan.output``). Returns the first non-zero exit code, the results joined (None: nothing came
+    back), and the first stop signal (0: none)."""
     lifetime.remove_stale_dump_dirs()
     children: dict[int, _Child] = {}
     published = False

@@ -17,7 +17,16 @@ from katra3d.harness.engine.timers import MODES, zone_mode
 from katra3d.harness.gl.backends import CHOICES, resolve_name
 from katra3d.harness.run.jobs import resolve_jobs
 from katra3d.harness.run.valgrind import Counting, counting
-from katra3d.scenes.registry import TraceScene, get_scene, names_scene, resolve_params, with_class
+from katra3d.scenes.api import ParamValue, Scene
+from katra3d.scenes.registry import (
+    TraceFile,
+    get_scene,
+    is_trace_spec,
+    names_scene,
+    resolve_params,
+    trace_file,
+    with_class,
+)
 from katra3d.scenes.suites import get_suite, scene_cost, shard_indices
 from katra_trace import metrics
 from katra_trace.analysis.images import file_stem
@@ -151,25 +160,23 @@ class RunConfig:
     shard: str | None = None
     jobs: int | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        """Every field but ``jobs``, JSON-ready."""
-        out = dataclasses.asdict(self)
-        del out["jobs"]
-        out["scenes"] = list(self.scenes)
-        out["size"] = list(self.size) if self.size else None
-        out["params"] = {f"{s}.{k}" if s else k: v for s, k, v in self.params}
-        return out
-
 
 @dataclasses.dataclass(frozen=True)
 class SceneEntry:
-    """One scene of a plan; ``position`` is its place in the whole run."""
+    """One scene of a plan (``cls``), or an apitrace trace a replay runs (``trace``, ``cls``
+    None); ``position`` is its place in the whole run."""
 
     label: str
     spec: str
-    cls: type
-    params: Mapping[str, Any]
+    cls: type[Scene] | None
+    params: Mapping[str, ParamValue]
     position: int = 0
+    trace: TraceFile | None = None
+
+    @property
+    def name(self) -> str:
+        kind = self.trace or self.cls
+        return (kind.name if kind is not None else "") or self.spec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,9 +316,9 @@ def plan_run(config: RunConfig) -> RunPlan:
     )
     jobs = resolve_jobs(config.jobs, config.measure)
 
-    raw: list[tuple[str, Mapping[str, Any]]] = list(suite.entries) if suite else []
+    raw: list[tuple[str, Mapping[str, ParamValue]]] = list(suite.entries) if suite else []
     raw += [(name, {}) for name in config.scenes]
-    overrides: dict[str, dict[str, Any]] = {}
+    overrides: dict[str, dict[str, ParamValue]] = {}
     for scene_name, key, value in config.params:
         if not scene_name:  # KEY=VALUE: the run's one scene
             if len(raw) != 1:
@@ -326,17 +333,18 @@ def plan_run(config: RunConfig) -> RunPlan:
     seen: dict[str, int] = {}
     used: set[str] = set()
     for spec, suite_params in raw:
-        cls = get_scene(spec)
-        name = str(getattr(cls, "name", "") or spec)
-        mine = [n for n in overrides if names_scene(n, spec, cls)]
+        kind = trace_file(spec) if is_trace_spec(spec) else get_scene(spec)
+        trace, cls = (kind, None) if isinstance(kind, TraceFile) else (None, kind)
+        name = kind.name or spec
+        mine = [n for n in overrides if names_scene(n, spec, kind)]
         used.update(mine)
         merged = dict(suite_params)
         for n in sorted(mine, key=lambda n: n.strip() != name):
             merged.update(overrides[n])
-        params = resolve_params(cls, merged)
+        params = resolve_params(kind, merged)
         seen[name] = seen.get(name, 0) + 1
         label = name if seen[name] == 1 else f"{name}#{seen[name]}"
-        entries.append(SceneEntry(label, with_class(spec, cls), cls, params, len(entries)))
+        entries.append(SceneEntry(label, with_class(spec, kind), cls, params, len(entries), trace))
     for scene_name in overrides:
         if scene_name not in used:
             raise ConfigError(
@@ -353,9 +361,7 @@ def plan_run(config: RunConfig) -> RunPlan:
     if metrics.is_count(config.measure):
         warmup = max(1, warmup)  # the first frame pays the shader JIT
     size = tuple(config.size) if config.size else (tuple(suite.size) if suite else DEFAULT_SIZE)
-    if any(issubclass(e.cls, TraceScene) for e in entries) and not all(
-        issubclass(e.cls, TraceScene) for e in entries
-    ):
+    if any(e.trace for e in entries) and not all(e.trace for e in entries):
         raise ConfigError(
             "a run replays traces or renders scenes, not both: run the .trace files and the scenes "
             "separately"
@@ -414,9 +420,7 @@ def _shard(
     """The entries of shard ``"I/N"``, split by estimated cost (equal for a --duration run)."""
     index, count = parse_shard(shard)
     costs = [
-        scene_cost(str(getattr(e.cls, "name", "") or e.spec), e.params, size, frames + warmup)
-        if frames is not None
-        else 1.0
+        scene_cost(e.name, e.params, size, frames + warmup) if frames is not None else 1.0
         for e in entries
     ]
     return [entries[i] for i in shard_indices(costs, index, count)]

@@ -10,7 +10,6 @@ import shutil
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 import katra3d
 import katra_trace
@@ -29,6 +28,7 @@ from katra3d.scenes.registry import (
 from katra_trace.errors import ConfigError, ToolUnavailable
 from katra_trace.io.header import GLInfo, SystemInfo
 from katra_trace.io.images import renderer_facts
+from katra_trace.jsontext import JsonObject
 
 #: Environment that makes the counted child's counts repeatable and comparable.
 PINNED_ENV: dict[str, str] = {
@@ -75,7 +75,7 @@ def cpu_flags() -> list[str]:
 
 def codegen_facts(
     gl: GLInfo, system: SystemInfo, env: Mapping[str, str], counted_from: str = ""
-) -> dict[str, Any]:
+) -> JsonObject:
     """What decides the code llvmpipe's JIT emits: counts compare only when these match."""
     facts = renderer_facts(gl.as_dict())
     flags = cpu_flags()
@@ -195,7 +195,7 @@ def scene_imports(plan: RunPlan) -> tuple[dict[str, str], list[str]]:
     path = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     for entry in plan.entries:
         spec = entry.spec.strip()
-        if spec in known or ":" not in spec:
+        if entry.cls is None or spec in known or ":" not in spec:
             continue
         if split_file_spec(spec) is not None:
             imports[entry.spec] = absolute_spec(spec, entry.cls)

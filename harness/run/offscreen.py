@@ -13,10 +13,11 @@ import numpy as np
 from katra3d.harness.engine.lifecycle import run_scene
 from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
 from katra3d.harness.run.pipeline import open_engine
-from katra3d.scenes.api import SceneSkip
+from katra3d.scenes.api import ParamValue, SceneSkip
 from katra3d.scenes.registry import resolve_params
 from katra_trace.errors import SceneError
 from katra_trace.io.header import CaptureOptions
+from katra_trace.jsontext import JsonObject, JsonValue
 
 
 class MemorySink:
@@ -27,11 +28,11 @@ class MemorySink:
         self.strings: list[str] = [""]
         self._ids: dict[str, int] = {"": 0}
         self.arrays: list[Any] = []
-        self.annotations: list[dict[str, Any]] = []
-        self.images: list[tuple[dict[str, Any], bytes]] = []
+        self.annotations: list[JsonObject] = []
+        self.images: list[tuple[JsonObject, bytes]] = []
         self.finished = False
         self.status = ""
-        self.summary: dict[str, Any] = {}
+        self.summary: JsonObject = {}
 
     def intern(self, name: str) -> int:
         sid = self._ids.get(name)
@@ -43,19 +44,21 @@ class MemorySink:
     def append_array(self, arr: Any) -> None:
         self.arrays.append(arr.copy())
 
-    def annotate(self, record: dict[str, Any]) -> None:
+    def annotate(self, record: Mapping[str, JsonValue]) -> None:
         self.annotations.append(dict(record))
 
-    def image(self, meta: dict[str, Any], png: bytes) -> None:
+    def image(self, meta: Mapping[str, JsonValue], png: bytes) -> None:
         self.images.append((dict(meta), bytes(png)))
 
-    def clock_sync(self, record: dict[str, Any]) -> None:
+    def clock_sync(self, record: Mapping[str, JsonValue]) -> None:
         self.annotations.append({"type": "clock_sync", **record})
 
     def flush(self) -> None:
         pass
 
-    def finish(self, summary: dict[str, Any] | None = None, status: str = "complete") -> None:
+    def finish(
+        self, summary: Mapping[str, JsonValue] | None = None, status: str = "complete"
+    ) -> None:
         self.finished = True
         self.status = status
         self.summary = dict(summary or {})
@@ -78,7 +81,7 @@ def run_offscreen(
     ctx: Any,
     scene_cls: type,
     size: tuple[int, int],
-    params: Mapping[str, Any] | None = None,
+    params: Mapping[str, ParamValue] | None = None,
     *,
     frames: int = 1,
     warmup: int = 0,

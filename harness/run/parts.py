@@ -6,13 +6,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from katra_trace.errors import KatraError
 from katra_trace.io.concat import Concatenation
 from katra_trace.io.reader import Trace
 from katra_trace.io.tracesets import open_quietly
-from katra_trace.jsontext import JsonValue
+from katra_trace.jsontext import JsonObject, JsonValue
 from katra_trace.profile.model import ProfileRecord
 
 
@@ -80,7 +80,7 @@ def join(
     if options:
         header["capture_options"] = options
     out = Concatenation(dst, header, codec=codec)
-    user: dict[str, Any] = {}
+    user: JsonObject = {}
     joined = []
     for path, part in readable:
         trace = _open_part(path)
@@ -102,15 +102,16 @@ def join(
 _SUMS = frozenset({"reference_draws"})
 
 
-def _add_user(user: dict[str, Any], part: Mapping[str, JsonValue]) -> None:
+def _add_user(user: JsonObject, part: Mapping[str, JsonValue]) -> None:
     """Lists in order, :data:`_SUMS` added up, else the first value."""
     for key, value in part.items():
+        have = user.get(key)
         if key not in user:
             user[key] = list(value) if isinstance(value, list) else value
-        elif isinstance(value, list) and isinstance(user[key], list):
-            user[key].extend(value)
-        elif key in _SUMS and isinstance(value, int) and isinstance(user[key], int):
-            user[key] += value
+        elif isinstance(value, list) and isinstance(have, list):
+            have.extend(value)
+        elif key in _SUMS and isinstance(value, int) and isinstance(have, int):
+            user[key] = have + value
 
 
 __all__ = ["Joined", "RunStrings", "join"]

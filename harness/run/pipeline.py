@@ -1,18 +1,20 @@
-"""The capture service: a checked RunPlan in, a trace out; :func:`open_engine` is the one place
-an Engine is made."""
+"""The capture service: a checked RunPlan in, a trace out. :func:`open_engine` is the one place an
+Engine is made, :func:`open_writer` the one place a capture's trace is opened, :func:`run_output`
+the one rule of a run's output name (the scene loop, the replay and the counted parent's join)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from katra3d.harness.engine import timers
-from katra3d.harness.engine.core import Engine
+from katra3d.harness.engine.core import Engine, resolve_capture
 from katra3d.harness.engine.counting import CountMeasurer
 from katra3d.harness.engine.lifecycle import run_scene
-from katra3d.harness.engine.measurer import Measurer, TimeMeasurer
+from katra3d.harness.engine.measurer import Measurer, TimeMeasurer, WriterArgs
 from katra3d.harness.engine.results import ProgressSink, RunResult, SceneResult
 from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
 from katra3d.harness.engine.stopping import StopFlag, stop_on_signals
@@ -22,9 +24,14 @@ from katra3d.harness.run.config import RunPlan, SceneEntry, default_output, scre
 from katra3d.harness.run.progress import entered
 from katra3d.harness.run.protocol import ChildOrder
 from katra_trace.analysis.references import images_policy
-from katra_trace.errors import KatraError, OutputBusyError, OutputExistsError
-from katra_trace.io.header import CaptureOptions, ResolvedOptions
+from katra_trace.errors import ConfigError, KatraError, OutputBusyError, OutputExistsError
+from katra_trace.io import claim
+from katra_trace.io.header import CaptureOptions, HostInfo, ResolvedOptions
+from katra_trace.io.writer import TraceWriter
+from katra_trace.jsontext import JsonObject
 from katra_trace.text import shown
+
+T = TypeVar("T")
 
 
 def open_engine(
@@ -35,20 +42,83 @@ def open_engine(
     writer: Any = None,
     stop: StopFlag | None = None,
 ) -> Engine:
-    """The capture engine of ``spec`` on ``ctx``; ``writer`` replaces the trace file."""
-    return Engine(ctx, spec, measurer=measurer, writer=writer, stop=stop)
+    """The capture engine of ``spec`` on ``ctx``, into ``writer`` (a MemorySink) or else the trace
+    :func:`open_writer` opens at ``spec.path``."""
+    measurer = measurer or TimeMeasurer()
+    resolved = resolve_capture(spec, measurer)
+    if writer is None:
+        if spec.path is None:
+            raise ConfigError("a capture needs an output path")
+        writer = open_writer(
+            spec.path,
+            workload=spec.workload,
+            options=resolved.options,
+            host=spec.host,
+            notes=spec.notes,
+            overwrite=spec.overwrite,
+            failed_aside=spec.failed_aside,
+            writer_args=resolved.writer_args,
+        )
+    return Engine(ctx, spec, writer, measurer=measurer, stop=stop, resolved=resolved)
 
 
-def capture_options(plan: RunPlan, session: Any) -> CaptureOptions:
+def open_writer(
+    path: Path,
+    *,
+    workload: str,
+    options: CaptureOptions,
+    host: HostInfo,
+    notes: str,
+    overwrite: bool,
+    failed_aside: bool,
+    writer_args: WriterArgs | None = None,
+) -> TraceWriter:
+    """The one place a capture's trace is opened: ``path`` claimed, an existing file replaced
+    only with ``overwrite`` (--force); ``failed_aside``: a failed capture's frames go to
+    ``NAME.failed.katra``."""
+    return TraceWriter(
+        path,
+        workload=workload,
+        capture_options=options,
+        host_info=host,
+        notes=notes,
+        overwrite=overwrite,
+        failed_aside=failed_aside,
+        **(writer_args or {}),
+    )
+
+
+def run_output(plan: RunPlan, opened: Callable[[RunPlan], T]) -> tuple[RunPlan, T]:
+    """``opened(plan)``, which claims ``plan.output``: -o as given, else the default name, or the
+    next default name when another run took it a moment ago."""
+    for _ in range(19):
+        try:
+            return plan, opened(plan)
+        except (OutputBusyError, OutputExistsError):
+            if plan.config.output is not None:
+                raise
+            plan = dataclasses.replace(plan, output=default_output(plan.output.stem))
+    return plan, opened(plan)
+
+
+def claim_output(plan: RunPlan) -> tuple[RunPlan, claim.Claim]:
+    """The counted parent's output, claimed for the join of its children's traces."""
+    return run_output(plan, lambda plan: claim.claim(plan.output, plan.config.force))
+
+
+def capture_options(plan: RunPlan, backend: str | None, device: int | None) -> CaptureOptions:
+    """The header's capture options: the run as requested (every RunConfig field but ``jobs``,
+    in its order; ``measure`` is the measurer's record), then ``resolved``."""
+    cfg = plan.config
     resolved = ResolvedOptions(
         frames=plan.frames,
         duration_s=plan.duration_s,
         warmup=plan.warmup,
         size=plan.size,
-        samples=plan.config.samples,
-        backend=session.backend,
+        samples=cfg.samples,
+        backend=backend,
         output=str(plan.output),
-        device=session.device,
+        device=device,
         scenes=tuple(
             {"label": e.label, "spec": e.spec, "params": dict(e.params), "position": e.position}
             for e in plan.entries
@@ -56,11 +126,46 @@ def capture_options(plan: RunPlan, session: Any) -> CaptureOptions:
         extra={"images": images_policy(plan.keep_images, plan.duration_s is not None)},
         layout=_RESOLVED_KEYS,
     )
-    return CaptureOptions.from_dict(plan.config.as_dict()).replaced(resolved=resolved)
+    requested: JsonObject = {
+        "scenes": list(cfg.scenes),
+        "suite": cfg.suite,
+        "duration_s": cfg.duration_s,
+        "backend": cfg.backend,
+        "device": cfg.device,
+        "params": {f"{s}.{k}" if s else k: v for s, k, v in cfg.params},
+        "output": cfg.output,
+        "notes": cfg.notes,
+        "screenshot_dir": cfg.screenshot_dir,
+        "reference_every": cfg.reference_every,
+        "force": cfg.force,
+        "keep_image": cfg.keep_image,
+        "expect_images": cfg.expect_images,
+        "update_images": cfg.update_images,
+    }
+    return CaptureOptions(
+        frames=cfg.frames,
+        warmup=cfg.warmup,
+        size=cfg.size,
+        samples=cfg.samples,
+        seed=cfg.seed,
+        timing=cfg.timing,
+        zones=cfg.zones,
+        max_draw_zones=cfg.max_draw_zones,
+        codec=cfg.codec,
+        shard=cfg.shard,
+        resolved=resolved,
+        extra=requested,
+        layout=_REQUESTED_KEYS,
+    )
 
 
 _RESOLVED_KEYS = tuple(
     "frames duration_s warmup size samples backend output device scenes images".split()
+)
+_REQUESTED_KEYS = tuple(
+    "scenes suite frames duration_s warmup size samples backend device timing zones seed params "
+    "output notes screenshot_dir measure reference_every force max_draw_zones codec keep_image "
+    "expect_images update_images shard resolved".split()
 )
 
 
@@ -87,36 +192,31 @@ def capture(plan: RunPlan, progress: ProgressSink, child: ChildOrder | None = No
         if plan.screenshot_dir is not None:
             plan.screenshot_dir.mkdir(parents=True, exist_ok=True)
         stop = StopFlag()
+
+        def opened(plan: RunPlan) -> Engine:
+            spec = CaptureSpec(
+                plan.output if child is None else child.trace,
+                plan.workload,
+                host=host,
+                options=capture_options(plan, session.backend, session.device),
+                timing=cfg.timing,
+                zones=plan.zones,
+                notes=cfg.notes,
+                reference_every=plan.reference_every,
+                overwrite=cfg.force,
+                max_draw_zones=cfg.max_draw_zones,
+                codec=cfg.codec,
+                failed_aside=child is None,
+            )
+            measurer = (
+                TimeMeasurer()
+                if child is None
+                else CountMeasurer(child.measure_options(), child.dump_base)
+            )
+            return open_engine(session.ctx, spec, measurer=measurer, stop=stop)
+
         with stop_on_signals(stop):
-            for attempt in range(20):
-                try:
-                    target = plan.output if child is None else child.trace
-                    spec = CaptureSpec(
-                        target,
-                        plan.workload,
-                        host=host,
-                        options=capture_options(plan, session),
-                        timing=cfg.timing,
-                        zones=plan.zones,
-                        notes=cfg.notes,
-                        reference_every=plan.reference_every,
-                        overwrite=cfg.force,
-                        max_draw_zones=cfg.max_draw_zones,
-                        codec=cfg.codec,
-                        failed_aside=child is None,
-                    )
-                    measurer = (
-                        TimeMeasurer()
-                        if child is None
-                        else CountMeasurer(child.measure_options(), child.dump_base)
-                    )
-                    engine = open_engine(session.ctx, spec, measurer=measurer, stop=stop)
-                    break
-                except (OutputBusyError, OutputExistsError):
-                    if cfg.output is not None or child is not None or attempt == 19:
-                        raise
-                    # another run took this default name a moment ago: take the next one
-                    plan = dataclasses.replace(plan, output=default_output(plan.output.stem))
+            plan, engine = run_output(plan, opened) if child is None else (plan, opened(plan))
             try:
                 with engine, entered(progress):
                     results: list[SceneResult] = []
@@ -166,6 +266,7 @@ def _run_entry(
         if plan.screenshot_dir is not None
         else None
     )
+    assert entry.cls is not None  # plan_run: a run with traces is a replay
     scene = SceneSpec(
         entry.cls,
         entry.label,
@@ -185,4 +286,12 @@ def _run_entry(
     return run_scene(engine, scene, bind=session.bind, progress=progress)
 
 
-__all__ = ["capture", "capture_options", "failed_note", "open_engine"]
+__all__ = [
+    "capture",
+    "capture_options",
+    "claim_output",
+    "failed_note",
+    "open_engine",
+    "open_writer",
+    "run_output",
+]

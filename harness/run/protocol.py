@@ -3,6 +3,7 @@ dataclasses' annotations, in an envelope with :data:`VERSION` (another is refuse
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -23,6 +24,8 @@ from katra_trace.errors import ConfigError
 from katra_trace.io.header import MeasureOptions
 
 VERSION = 1
+#: Set by ab's and bisect's capture commands: the file ``katra3d run`` hands its ChildResult to.
+RESULT_ENV = "KATRA3D_RESULT"
 
 #: Fixed-length stand-ins for output and note (string lengths move counts); the join writes the
 #: run's own strings.
@@ -129,8 +132,26 @@ def hand_back(dump_dir: Path, result: ChildResult) -> None:
 
 def handed_back(dump_dir: Path) -> ChildResult | None:
     """What the child handed back; None when it wrote nothing readable."""
+    return handed_result(dump_dir / measure.RESULTS_FILE)
+
+
+def report_run(result: ChildResult) -> None:
+    """``result`` into $KATRA3D_RESULT when set (the last run of a command wins), never over a file
+    that is not a ChildResult."""
+    where = os.environ.get(RESULT_ENV)
+    if not where:
+        return
+    path = Path(where)
+    if path.exists() and handed_result(path) is None:
+        return
+    with contextlib.suppress(OSError):  # the run's own outcome stands
+        write(path, result)
+
+
+def handed_result(path: Path) -> ChildResult | None:
+    """The ChildResult a ``katra3d run`` wrote at ``path``; None when it wrote none readable."""
     try:
-        return read(dump_dir / measure.RESULTS_FILE, ChildResult)
+        return read(path, ChildResult)
     except ConfigError:
         return None
 
@@ -189,6 +210,14 @@ def encode(value: Any) -> Any:
     return value
 
 
+def _holds_class(tp: Any) -> bool:
+    """A field holding a scene class (``type``, ``type[Scene] | None``): found again by spec."""
+    kinds = (
+        typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    )
+    return any(k is type or typing.get_origin(k) is type for k in kinds)
+
+
 def _decode(tp: Any, value: Any, scene_class: Callable[[str], type]) -> Any:
     origin = typing.get_origin(tp)
     if value is None or tp is Any:
@@ -216,12 +245,12 @@ def _decode(tp: Any, value: Any, scene_class: Callable[[str], type]) -> Any:
         fields = {
             f.name: _decode(hints[f.name], value[f.name], scene_class)
             for f in dataclasses.fields(tp)
-            if hints[f.name] is not type and f.name in value
+            if not _holds_class(hints[f.name]) and f.name in value
         }
         classes = {
             f.name: scene_class(str(value["spec"]))
             for f in dataclasses.fields(tp)
-            if hints[f.name] is type
+            if _holds_class(hints[f.name])
         }
         return tp(**fields, **classes)
     if tp is Path:
@@ -234,6 +263,7 @@ def _decode(tp: Any, value: Any, scene_class: Callable[[str], type]) -> Any:
 
 
 __all__ = [
+    "RESULT_ENV",
     "STAND_INS",
     "VERSION",
     "ChildOrder",
@@ -243,8 +273,10 @@ __all__ = [
     "encode",
     "hand_back",
     "handed_back",
+    "handed_result",
     "read",
     "read_order",
+    "report_run",
     "run_strings",
     "write",
     "write_order",

@@ -4,11 +4,11 @@ docs/replay.md."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
 
 from katra3d.harness.engine.counting import estimated_cycles
 from katra3d.harness.engine.events import FRAME_NAME
@@ -28,13 +28,14 @@ from katra3d.harness.replay.output import draw_zones, replayer_base_ns
 from katra3d.harness.replay.tool import Replayer, TraceFacts, find_replayer, trace_facts
 from katra3d.harness.run import lifetime, measure
 from katra3d.harness.run.config import RunPlan, SceneEntry
-from katra3d.harness.run.pipeline import capture_options, failed_note
+from katra3d.harness.run.pipeline import capture_options, failed_note, open_writer, run_output
 from katra3d.harness.run.progress import entered
 from katra3d.harness.run.valgrind import check_renderer
 from katra_trace.errors import ConfigError, KatraError
 from katra_trace.io.header import CaptureOptions, GLInfo, HostInfo, MeasureOptions
 from katra_trace.io.images import decode_png, frame_record, image_checksum, image_key
 from katra_trace.io.writer import TraceWriter
+from katra_trace.jsontext import JsonObject
 from katra_trace.metrics import mode_clock
 from katra_trace.schema import Clock, Flag, Kind
 
@@ -54,7 +55,7 @@ FRAME_BOUNDARY = (
 
 
 def has_traces(plan: RunPlan) -> bool:
-    return any(getattr(e.cls, "trace_path", "") for e in plan.entries)
+    return any(e.trace for e in plan.entries)
 
 
 def check_plan(plan: RunPlan) -> None:
@@ -85,7 +86,7 @@ def run(plan: RunPlan, progress: ProgressSink) -> RunResult:
     counted = plan.counting is not None
     with backends.open_session(cfg.backend, device=cfg.device, size=(16, 16)) as session:
         host = probe.host_info(session)
-        options = capture_options(plan, session)
+        device = session.device
     if counted:
         check_renderer(cfg.measure, host.gl)
         env = {
@@ -101,27 +102,30 @@ def run(plan: RunPlan, progress: ProgressSink) -> RunResult:
     else:
         env = dict(os.environ)
     traces = [
-        (e, trace_facts(_path(e), e.params["trace_sha256"], e.params["trace_bytes"]))
+        (e, trace_facts(Path(e.trace.path), e.trace.sha256, e.trace.size_bytes))
         for e in plan.entries
+        if e.trace is not None
     ]
     replayers = {facts.api: find_replayer(facts.api) for _, facts in traces}
     mode = cfg.measure if counted else "sync"
-    options = _options(options, plan, traces, replayers, mode, env if counted else None)
     first, api = traces[0][1], traces[0][1].api
     host = host.replaced(
-        backend=options.resolved.backend, gl=_replayer_gl(host.gl, first, replayers[api], env)
+        backend="+".join(sorted(replayers)), gl=_replayer_gl(host.gl, first, replayers[api], env)
     )
     if cfg.size is not None:
         progress.line(SIZE_NOTICE)
     plan.output.parent.mkdir(parents=True, exist_ok=True)
-    writer = TraceWriter(
-        plan.output,
-        workload=plan.workload,
-        capture_options=options,
-        host_info=host,
-        notes=cfg.notes,
-        overwrite=cfg.force,
-        failed_aside=True,
+    plan, writer = run_output(
+        plan,
+        lambda plan: open_writer(
+            plan.output,
+            workload=plan.workload,
+            options=_options(plan, device, traces, replayers, mode, env if counted else None),
+            host=host,
+            notes=cfg.notes,
+            overwrite=cfg.force,
+            failed_aside=True,
+        ),
     )
     stop = StopFlag()
     results: list[SceneResult] = []
@@ -151,7 +155,7 @@ def run(plan: RunPlan, progress: ProgressSink) -> RunResult:
             writer.finish(
                 summary={
                     "timing_mode": mode,
-                    "timing_reason": options.timing_reason,
+                    "timing_reason": _reason(mode, counted),
                     "primary_clock": mode_clock(mode),
                     "scenes": [r.row() for r in results],
                 },
@@ -176,7 +180,7 @@ def run(plan: RunPlan, progress: ProgressSink) -> RunResult:
         plan.output,
         status,
         mode,
-        str(options.timing_reason or ""),
+        _reason(mode, counted),
         results,
         stop.signal_name,
         size=next(iter(sizes)) if len(sizes) == 1 else None,
@@ -199,13 +203,9 @@ def _replayer_gl(gl: GLInfo, facts: TraceFacts, replayer: Replayer, env: dict[st
     )
 
 
-def _path(entry: SceneEntry) -> Path:
-    return Path(str(getattr(entry.cls, "trace_path", "")))
-
-
 def _options(
-    options: CaptureOptions,
     plan: RunPlan,
+    device: int | None,
     traces: list[tuple[SceneEntry, TraceFacts]],
     replayers: dict[str, Replayer],
     mode: str,
@@ -213,7 +213,7 @@ def _options(
 ) -> CaptureOptions:
     """The capture options with the replay's facts; no size (:data:`SIZE_NOTICE`)."""
     zones = plan.zones
-    replay: dict[str, Any] = {
+    replay: JsonObject = {
         "traces": {e.label: f.as_dict() for e, f in traces},
         "replayers": {api: r.as_dict() for api, r in replayers.items()},
         "options": {
@@ -224,23 +224,14 @@ def _options(
     if "glx" in replayers:
         given = (counted_env if counted_env is not None else os.environ).get("DISPLAY")
         replay["display"] = f"$DISPLAY {given}" if given else "an Xvfb of katra3d's own"
-    resolved = {**options.resolved.as_dict(), "size": None, "backend": "+".join(sorted(replayers))}
-    data = {
-        **options.as_dict(),
-        "size": None,
-        "resolved": resolved,
-        "replay": replay,
-        "timing_mode": mode,
-        "primary_clock": mode_clock(mode),
-        "zones": zones,
-        "timing_reason": TIMED_REASON
-        if counted_env is None
-        else f"--measure {mode}: the replayer counted under callgrind, single-threaded llvmpipe",
-        "measure": MeasureOptions(mode="time").as_dict(),
-    }
+    base = capture_options(plan, "+".join(sorted(replayers)), device)
+    base = dataclasses.replace(
+        base, extra={**base.extra, "replay": replay}, layout=(*base.layout, "replay")
+    )
+    measured = MeasureOptions(mode="time")
     if counted_env is not None and plan.counting is not None:
         pins = measure.pinned_env()
-        data["measure"] = MeasureOptions(
+        measured = MeasureOptions(
             mode=mode,
             valgrind=plan.counting.version,
             env=pins,
@@ -248,8 +239,22 @@ def _options(
                 swap="/".join(sorted(rp.SWAP_FUNCTION[a] for a in replayers))
             ),
             pinned={k: pins[k] for k in ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DISABLE")},
-        ).as_dict()
-    return CaptureOptions.from_dict(data)
+        )
+    return base.replaced(
+        size=None,
+        resolved=base.resolved.replaced(size=None),
+        timing_mode=mode,
+        primary_clock=mode_clock(mode),
+        zones=zones,
+        timing_reason=_reason(mode, counted_env is not None),
+        measure=measured,
+    )
+
+
+def _reason(mode: str, counted: bool) -> str:
+    if counted:
+        return f"--measure {mode}: the replayer counted under callgrind, single-threaded llvmpipe"
+    return TIMED_REASON
 
 
 class _Replay:
@@ -315,7 +320,17 @@ class _Replay:
                 result.status = "interrupted"
             if measured:
                 result.stats = scene_stats(measured, counts=counted)
-            annotation: dict[str, Any] = {
+            replay: JsonObject = {
+                "trace": self.facts.as_dict(),
+                "restarts": restarts,
+                "note": "a replay of the trace from its start begins at each frame in "
+                "'restarts', flagged SETUP: left out of the statistics",
+            }
+            if not self.replayer.headless:
+                replay["display"] = env.get("DISPLAY", "")
+            if self.startup_ns:
+                replay["startup_ms"] = [round(ns / 1e6, 3) for ns in self.startup_ns]
+            annotation: JsonObject = {
                 "type": "scene",
                 "scene": label,
                 "spec": self.entry.spec,
@@ -323,17 +338,8 @@ class _Replay:
                 "params": dict(self.entry.params),
                 "warmup_frames": result.warmup,
                 "measured_frames": result.frames,
-                "replay": {
-                    "trace": self.facts.as_dict(),
-                    "restarts": restarts,
-                    "note": "a replay of the trace from its start begins at each frame in "
-                    "'restarts', flagged SETUP: left out of the statistics",
-                },
+                "replay": replay,
             }
-            if not self.replayer.headless:
-                annotation["replay"]["display"] = env.get("DISPLAY", "")
-            if self.startup_ns:
-                annotation["replay"]["startup_ms"] = [round(ns / 1e6, 3) for ns in self.startup_ns]
             if done and last_calls and not self.stop.set:  # stopped: no more replays
                 annotation.update(self._last_image(result, env, last_calls[done - 1], done - 1))
         self.writer.annotate(annotation)
@@ -480,7 +486,7 @@ class _Replay:
 
     def _last_image(
         self, result: SceneResult, env: dict[str, str], call_no: int, index: int
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         self.progress.phase(f"{self.where}: the last frame's image (an untimed replay)", None)
         png = rp.snapshot(
             self.replayer,
@@ -504,7 +510,7 @@ class _Replay:
             )
         result.pixels = pixels
         result.checksum = image_checksum(pixels)
-        keys: dict[str, Any] = {
+        keys: JsonObject = {
             "last_frame_index": index,
             "last_frame_sha256": result.checksum,
             "last_frame_call": call_no,

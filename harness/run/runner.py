@@ -68,8 +68,9 @@ def _run_counted(plan: RunPlan, progress: ProgressSink, *, quiet: bool) -> RunRe
     plan.output.parent.mkdir(parents=True, exist_ok=True)
     for where in (plan.output, Path(tempfile.gettempdir())):
         claim.check_free_space(where)
+    plan, target = pipeline.claim_output(plan)
     with entered(progress):
-        code, handed, signum = children.run_counted(plan, progress=progress, quiet=quiet)
+        code, handed, signum = children.run_counted(plan, target, progress=progress, quiet=quiet)
     if signum and (handed is None or handed.failed):
         raise Interrupted(signum)
     if handed is not None and handed.failed:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from katra3d.harness.run.lifetime import make_dump_dir, remove_stale_dump_dirs
+from katra3d.harness.run.protocol import RESULT_ENV, ChildResult, handed_result
 from katra3d.harness.supervisor import STOP_GRACE_S, Supervisor
 from katra_trace.errors import ConfigError, Interrupted, KatraError
 from katra_trace.io.claim import move_into_place
@@ -35,7 +36,8 @@ FAILURE_TAIL_LINES = 20
 
 
 class CaptureFailed(KatraError):
-    """A capture command failed, did not run, or wrote no trace; ``tail``: its last lines."""
+    """A capture command failed, did not run, or wrote no trace; ``tail``: its last lines;
+    ``error``: katra3d's error line, when a ``katra3d run`` handed one back."""
 
     def __init__(
         self,
@@ -44,11 +46,13 @@ class CaptureFailed(KatraError):
         command: str,
         tail: tuple[str, ...] = (),
         log: Path | None = None,
+        error: str = "",
     ) -> None:
         super().__init__(f"{what} command {reason}: {command}")
         self.reason = reason
         self.tail = tail
         self.log = log
+        self.error = error
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,10 +127,11 @@ def plain_out(out: Path) -> Iterator[Path]:
         shutil.rmtree(holder, ignore_errors=True)
 
 
-def _environment(command: CaptureCommand, told: Path, out: Path) -> dict[str, str]:
+def _environment(command: CaptureCommand, told: Path, out: Path, result: Path) -> dict[str, str]:
     env = dict(os.environ)
     env[OUT_ENV] = str(told)
     env[INTO_ENV] = str(out.resolve())
+    env[RESULT_ENV] = str(result)
     if command.pythonpath is not None:
         rest = env.get("PYTHONPATH", "")
         env["PYTHONPATH"] = str(command.pythonpath) + (os.pathsep + rest if rest else "")
@@ -149,6 +154,8 @@ def run_capture(
     Raises CaptureFailed when it fails or writes no trace, Interrupted on a stop signal."""
     with contextlib.ExitStack() as stack:
         told = stack.enter_context(plain_out(out))
+        result = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="katra3d-result-")))
+        result /= "result.json"
         cmd = substitute_out(command.template, told)
         if log is not None:
             log.parent.mkdir(parents=True, exist_ok=True)
@@ -169,7 +176,7 @@ def run_capture(
                     ["/bin/sh", "-c", cmd],
                     policy="levels",
                     cwd=command.cwd,
-                    env=_environment(command, told, out),
+                    env=_environment(command, told, out, result),
                     stdin=subprocess.DEVNULL,
                     stdout=sink,
                     stderr=subprocess.STDOUT,
@@ -190,15 +197,31 @@ def run_capture(
             sink.write(f"[exit {code}]\n".encode())
         if received:
             raise Interrupted(received[0])
-        if code != 0:
-            raise CaptureFailed(
-                what, f"failed with exit code {code}", command.shown(out), tail, log
-            )
-    if not out.is_file():
-        raise CaptureFailed(
-            what, f"exited 0 but wrote no trace at {shown(str(out))}", command.shown(out), tail, log
-        )
+        handed = handed_result(result)
+    error = handed.error.partition("\n")[0] if handed is not None else ""
+    why = _failure(handed, error, code, out, command.cwd)
+    if why is not None:
+        raise CaptureFailed(what, why, command.shown(out), tail, log, error)
     return seconds
+
+
+def _failure(
+    handed: ChildResult | None, error: str, code: int, out: Path, cwd: Path | None
+) -> str | None:
+    """Why the capture failed (None: it did not): what a ``katra3d run`` handed back, else the
+    command's exit code and whether ``out`` is there."""
+    run = handed.run if handed is not None else None
+    if handed is not None and handed.failed:
+        return f"failed with exit code {handed.exit_code or code}: {error}"
+    if run is not None and run.status != "complete":
+        return f"was stopped by {run.signal_name or 'a signal'}: its trace is {run.status}"
+    if code != 0:
+        return f"failed with exit code {code}"
+    if out.is_file():
+        return None
+    if run is not None and (cwd or Path()).joinpath(run.path).is_file():
+        return f"wrote its trace at {shown(str(run.path))}, not at {shown(str(out))}"
+    return f"exited 0 but wrote no trace at {shown(str(out))}"
 
 
 def stop_leftover_captures(root: Path) -> int:
