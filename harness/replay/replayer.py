@@ -161,7 +161,9 @@ def timed_frames(
             out.starts_ns.append(spawned)
             out.startup_ns.append(0)
             reader = FrameReader()
-            with _started(command, env, stderr, stdout) as proc:
+            # no grace: its frames are read already, and glretrace 11.1 can take 10 s and a
+            # SIGKILL to end after a SIGTERM
+            with _started(command, env, stderr, stdout, grace_s=0.0) as proc:
                 for line in _lines(
                     proc,
                     stdout,
