@@ -54,12 +54,12 @@ run: sysdeps $(STAMP)
 	$(VENV)/bin/katra3d run --suite default
 
 test: sysdeps-test $(STAMP) bytecode lint typecheck
-	$(PY) -m pytest -p no:cacheprovider -n auto --dist loadgroup tests
+	$(PY) -m pytest -p no:cacheprovider -n auto --dist loadfile tests
 
 # Every test but those marked `slow` (each over ~5 s: valgrind counts, many captures, the browser), and the
 # structure-aware fuzzers for 1 s per consumer (2 in `make test`); `make test` still runs them all.
 test-quick: sysdeps-test $(STAMP) bytecode
-	KATRA3D_FUZZ_SECONDS=$${KATRA3D_FUZZ_SECONDS:-1} $(PY) -m pytest -p no:cacheprovider -n auto --dist loadgroup \
+	KATRA3D_FUZZ_SECONDS=$${KATRA3D_FUZZ_SECONDS:-1} $(PY) -m pytest -p no:cacheprovider -n auto --dist loadfile \
 		-m "not slow" tests
 
 # The structure-aware fuzzers (reader, and every consumer on mutated and extreme traces) for longer than

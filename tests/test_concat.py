@@ -28,9 +28,6 @@ from katra_trace.io.tracesets import open_quietly
 from katra_trace.schema import EVENT_DTYPE, Clock, Kind
 from tests.trace_helpers import write_trace
 
-# its module-scoped fixture is built once: all of it runs on one xdist worker
-pytestmark = pytest.mark.xdist_group("concat")
-
 KEY = {"renderer": "test renderer"}
 REFERENCE = {"type": "reference", "steps": 8}
 

@@ -25,9 +25,6 @@ import pytest
 
 from tests.extreme_traces import write_all, write_base
 
-# its module-scoped fixture is built once: all of it runs on one xdist worker
-pytestmark = pytest.mark.xdist_group("consumer_memory")
-
 REPO = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
 #: The reader's promise, as every consumer must keep it: bytes allowed beyond the baseline.
@@ -61,7 +58,6 @@ CHILD = r"""
 import contextlib, io, json, resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
 from katra3d.harness.cli import main
-
 template, scratch = sys.argv[2], sys.argv[3]
 for i, trace in enumerate(sys.argv[4:]):
     argv = template.format(t=trace, d=scratch, i=i).split(" ")

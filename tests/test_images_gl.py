@@ -16,7 +16,7 @@ from katra_trace.analysis.images import image_verdict
 from katra_trace.io.images import load_png
 from tests.cli_helpers import katra
 
-pytestmark = [pytest.mark.gl, pytest.mark.slow, pytest.mark.xdist_group("images_gl")]
+pytestmark = [pytest.mark.gl, pytest.mark.slow]
 
 
 def shifted(pixels: np.ndarray) -> np.ndarray:

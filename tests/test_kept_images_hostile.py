@@ -39,9 +39,6 @@ from tests.hostile_images import (
     zstd_packed_trace,
 )
 
-# its module-scoped fixtures are built once: all of it runs on one xdist worker
-pytestmark = pytest.mark.xdist_group("kept_images_hostile")
-
 # What these tests check is named through its module (``kept.frame_pixels``,
 # ``image_rule.FLIP_MAX_PIXELS``), so that each test, run against code that lacks it, fails on its
 # own assertion rather than the whole file failing to import.
@@ -292,7 +289,6 @@ def test_a_damaged_kept_frame_leaves_the_timing_verdict_standing(
 CHILD = r"""
 import contextlib, io, json, resource, sys
 from katra3d.harness.cli import main
-
 for argv in json.loads(sys.argv[1]):
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

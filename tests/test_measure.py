@@ -33,9 +33,6 @@ from katra_trace.io.images import read_frame_images
 from katra_trace.schema import Clock, Kind
 from tests.cli_helpers import katra
 
-# its module-scoped fixture is built once: all of it runs on one xdist worker
-pytestmark = pytest.mark.xdist_group("measure")
-
 KATRA3D = str(Path(sys.executable).with_name("katra3d"))
 HAVE_VALGRIND = shutil.which("valgrind") is not None
 SCENES = ("clear", "triangle", "fillrate", "shader")

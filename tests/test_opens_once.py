@@ -22,9 +22,6 @@ from katra_trace.io.tracesets import AB_MANIFEST, AbManifest, AbRound, write_ab_
 from tests.cli_helpers import katra_main
 from tests.test_compare_cli import write_rounds
 
-# its module-scoped fixture is built once: all of it runs on one xdist worker
-pytestmark = pytest.mark.xdist_group("opens_once")
-
 ROUNDS = 3
 
 

@@ -20,7 +20,7 @@ from katra_trace.schema import Clock, Kind
 from tests.cli_helpers import katra
 
 # valgrind under llvmpipe: each counted run takes seconds
-pytestmark = [pytest.mark.gl, pytest.mark.slow, pytest.mark.xdist_group("profile_gl")]
+pytestmark = [pytest.mark.gl, pytest.mark.slow]
 
 SCENE = '''
 import moderngl

@@ -35,9 +35,6 @@ from tests.trace_helpers import (
     write_trace,
 )
 
-# its module-scoped fixture is built once: all of it runs on one xdist worker
-pytestmark = pytest.mark.xdist_group("reader_hostile")
-
 REPO = Path(__file__).resolve().parent.parent
 STRINGS = ["", "scene", "frame", "pass-a", "pass-b", "pass-c"]
 Blocks = list[tuple[int, bytes, int]]

@@ -26,9 +26,6 @@ from katra3d.harness.replay.output import FrameReader, draw_zones, replayer_base
 from katra3d.harness.replay.tool import trim
 from tests.cli_helpers import katra, katra_main
 
-# its module-scoped fixture is built once: all of it runs on one xdist worker
-pytestmark = pytest.mark.xdist_group("replay")
-
 NEEDED = ("apitrace", "glretrace", "glmark2", "Xvfb")
 
 

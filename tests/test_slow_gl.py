@@ -20,13 +20,9 @@ from katra_trace.io.tracesets import open_quietly
 from katra_trace.schema import GC_NAME, Kind
 from tests.cli_helpers import katra
 
-# its module-scoped fixture is built once: all of it runs on one xdist worker
-pytestmark = pytest.mark.xdist_group("slow_gl")
-
 SCENE = '''
 import gc, os, time
 from katra3d import Param, Scene
-
 
 
 def cpu_ms(ms):

@@ -24,9 +24,6 @@ from katra_trace.io import format as fmt
 from katra_trace.io.blocks import ScanState, iter_blocks
 from tests.trace_helpers import frame_zone_stream, seal_blocks, split_blocks, write_trace
 
-# its module-scoped fixture is built once: all of it runs on one xdist worker
-pytestmark = pytest.mark.xdist_group("trace_damage")
-
 STRINGS = ["", "scene", "frame", "pass-a", "pass-b", "pass-c"]
 
 
