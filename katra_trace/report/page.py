@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from katra_trace import jsontext
-from katra_trace.analysis.stats import NO_STATS, ClockStats, RunStats, trace_stats
+from katra_trace.analysis.stats import NO_STATS, ClockStats, HeadedTrace, RunStats, trace_stats
 from katra_trace.analysis.verdict import Comparison, SceneComparison, Verdict
 from katra_trace.jsontext import JsonObject, JsonValue
 from katra_trace.metrics import is_count
@@ -28,7 +28,6 @@ from katra_trace.report.plottext import plot_text
 from katra_trace.report.series import (
     BAND_MIN_RUNS,
     FrameSeries,
-    TraceLike,
     cdf_points,
     frame_series,
     primary_clock,
@@ -114,14 +113,14 @@ def _json_for_script(obj: JsonValue) -> str:
     return jsontext.dumps(obj, separators=(",", ":"), default=str).replace("<", "\\u003c")
 
 
-def _run_label(trace: TraceLike, index: int, role: str) -> str:
+def _run_label(trace: HeadedTrace, index: int, role: str) -> str:
     path = getattr(trace, "path", None)
     name = path.name if path is not None else f"{index + 1}"
     return f"{'baseline' if role == 'baseline' else 'run'} {index + 1}: {name}"
 
 
 def _timing_reasons(
-    sides: Sequence[tuple[str, Sequence[TraceLike]]],
+    sides: Sequence[tuple[str, Sequence[HeadedTrace]]],
 ) -> dict[tuple[str, str], dict[str, list[int]]]:
     out: dict[tuple[str, str], dict[str, list[int]]] = {}
     for role, traces in sides:
@@ -164,7 +163,7 @@ def _timing_note(reasons: Mapping[tuple[str, str], Mapping[str, list[int]]], tot
 RUNS_SHOWN = 4
 
 
-def _runs_section(runs: Sequence[TraceLike], baseline: Sequence[TraceLike]) -> str:
+def _runs_section(runs: Sequence[HeadedTrace], baseline: Sequence[HeadedTrace]) -> str:
     rows = []
     details = []
     reasons = _timing_reasons((("run", runs), ("baseline", baseline)))
@@ -350,7 +349,7 @@ def _side_series(
 def scene_section(
     index: int,
     scene: str,
-    sides: Sequence[tuple[str, Sequence[TraceLike]]],
+    sides: Sequence[tuple[str, Sequence[HeadedTrace]]],
     stats_of: Mapping[int, RunStats],
     judged: SceneComparison | None = None,
     metric: str | None = None,
@@ -374,7 +373,7 @@ def scene_section(
     pooled: dict[str, list[np.ndarray]] = {"run": [], "baseline": []}
     stats_rows: list[tuple[str, str, ClockStats]] = []
     per_side: dict[str, list[tuple[int, str, FrameSeries]]] = {}
-    labelled: list[tuple[str, TraceLike]] = []
+    labelled: list[tuple[str, HeadedTrace]] = []
     x_max = 0
     for role, traces in sides:
         for i, t in enumerate(traces):
@@ -569,7 +568,7 @@ def _judged_levels(judged: SceneComparison | None, unit: str) -> dict[str, tuple
 
 
 def _counts(
-    runs: Sequence[TraceLike], baseline: Sequence[TraceLike], history: Trends | None
+    runs: Sequence[HeadedTrace], baseline: Sequence[HeadedTrace], history: Trends | None
 ) -> str:
     if runs or baseline or history is None:
         return f"{len(runs)} run(s)" + (
@@ -587,8 +586,8 @@ HISTORY_LINK = '<a href="#history">history</a>'
 
 
 def render(
-    runs: Sequence[TraceLike],
-    baseline: Sequence[TraceLike] = (),
+    runs: Sequence[HeadedTrace],
+    baseline: Sequence[HeadedTrace] = (),
     *,
     comparison: Comparison | None = None,
     comparison_error: str | None = None,
@@ -597,7 +596,7 @@ def render(
     history: Trends | None = None,
     images_html: str = "",
 ) -> str:
-    sides: list[tuple[str, Sequence[TraceLike]]] = [("run", runs)]
+    sides: list[tuple[str, Sequence[HeadedTrace]]] = [("run", runs)]
     if baseline:
         sides.append(("baseline", baseline))
     stats_of = {id(t): trace_stats(t, zones=True) for _, traces in sides for t in traces}

@@ -10,8 +10,7 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 
-from katra_trace.analysis.stats import EXCLUDED_FLAGS, scene_labels, zone_frame_totals
-from katra_trace.analysis.stats import HeadedTrace as TraceLike
+from katra_trace.analysis.stats import EXCLUDED_FLAGS, HeadedTrace, scene_labels, zone_frame_totals
 from katra_trace.metrics import CLOCK_NAMES, CLOCK_PREFERENCE, clock_name, primary_clock_of, unit_of
 from katra_trace.schema import Flag, Kind
 
@@ -39,7 +38,7 @@ def minmax_downsample(
     return x[keep], y[keep]
 
 
-def primary_clock(trace: TraceLike, available: Sequence[str]) -> str | None:
+def primary_clock(trace: HeadedTrace, available: Sequence[str]) -> str | None:
     """The clock a scene's series is drawn on, as ``stats`` and ``info`` choose it."""
     options = trace.header.capture_options
     return primary_clock_of(available, options.measure.mode, options.primary_clock)
@@ -61,7 +60,7 @@ class FrameSeries:
 
 
 def frame_series(
-    trace: TraceLike, scene_id: int, clock: str, max_points: int = MAX_POINTS
+    trace: HeadedTrace, scene_id: int, clock: str, max_points: int = MAX_POINTS
 ) -> FrameSeries:
     ev = trace.events
     cid = next((c for c, n in CLOCK_NAMES.items() if n == clock), -1)
@@ -143,7 +142,7 @@ def cdf_points(values: np.ndarray, max_points: int = CDF_POINTS) -> tuple[np.nda
     return v[idx], (idx + 1) * (100.0 / n)
 
 
-def zone_medians(trace: TraceLike, scene: str, clock: str) -> dict[str, float]:
+def zone_medians(trace: HeadedTrace, scene: str, clock: str) -> dict[str, float]:
     """Median per-frame total of each zone, measured frames only."""
     cid = next((c for c, n in CLOCK_NAMES.items() if n == clock), -1)
     all_totals = _remembered(
@@ -155,11 +154,11 @@ def zone_medians(trace: TraceLike, scene: str, clock: str) -> dict[str, float]:
     return {zone: float(np.median(v)) * _scale(clock) for zone, v in totals.items() if v.size}
 
 
-def scenes_of(trace: TraceLike) -> dict[str, tuple[int, list[str]]]:
+def scenes_of(trace: HeadedTrace) -> dict[str, tuple[int, list[str]]]:
     return _remembered(trace, ("scenes_of",), lambda: _scenes_of(trace))
 
 
-def _scenes_of(trace: TraceLike) -> dict[str, tuple[int, list[str]]]:
+def _scenes_of(trace: HeadedTrace) -> dict[str, tuple[int, list[str]]]:
     ev = trace.events
     frames = ev[ev["kind"] == Kind.FRAME]
     keys = np.unique(frames["scene"].astype(np.int64) * 256 + frames["clock"])
@@ -184,7 +183,7 @@ _REMEMBERED: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Any]] = (
 _T = TypeVar("_T")
 
 
-def _remembered(trace: TraceLike, key: tuple[Any, ...], compute: Callable[[], _T]) -> _T:
+def _remembered(trace: HeadedTrace, key: tuple[Any, ...], compute: Callable[[], _T]) -> _T:
     try:
         known = _REMEMBERED.setdefault(trace, {})
     except TypeError:
@@ -198,7 +197,6 @@ __all__ = [
     "BAND_MIN_RUNS",
     "FrameSeries",
     "SideBand",
-    "TraceLike",
     "CDF_POINTS",
     "MAX_POINTS",
     "frame_series",

@@ -7,10 +7,10 @@ import html
 from collections.abc import Callable, Sequence
 
 from katra_trace.analysis.slow import KINDS, SceneSlow, trace_slow_frames
-from katra_trace.analysis.stats import STUTTER_FACTOR, STUTTER_WINDOW_FRAMES
+from katra_trace.analysis.stats import STUTTER_FACTOR, STUTTER_WINDOW_FRAMES, HeadedTrace
 from katra_trace.jsontext import JsonObject
 from katra_trace.report.plottext import plot_text
-from katra_trace.report.series import TraceLike, _remembered
+from katra_trace.report.series import _remembered
 from katra_trace.units import format_ms
 
 CAUSE_COLORS: dict[str, str] = {
@@ -24,7 +24,7 @@ CAUSE_COLORS: dict[str, str] = {
 SYMBOLS = {"run": "circle", "baseline": "x"}
 
 
-def _slow_of(trace: TraceLike, scene: str) -> SceneSlow | None:
+def _slow_of(trace: HeadedTrace, scene: str) -> SceneSlow | None:
     return _remembered(trace, ("slow_frames",), lambda: trace_slow_frames(trace)).get(scene)
 
 
@@ -34,9 +34,9 @@ def _e(text: object) -> str:
 
 def slow_part(
     scene: str,
-    sides: Sequence[tuple[str, Sequence[TraceLike]]],
+    sides: Sequence[tuple[str, Sequence[HeadedTrace]]],
     clock: str,
-    run_label: Callable[[TraceLike, int, str], str],
+    run_label: Callable[[HeadedTrace, int, str], str],
 ) -> tuple[list[JsonObject], str]:
     """Plot traces marking slow frames (per side and cause) and the "Slow frames" HTML."""
     # (side, cause kind): frame indices, ms and hover texts

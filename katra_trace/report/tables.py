@@ -8,9 +8,8 @@ import math
 from collections.abc import Mapping, Sequence
 
 from katra_trace import jsontext
-from katra_trace.analysis.stats import NO_STATS, ClockStats, RunStats
+from katra_trace.analysis.stats import NO_STATS, ClockStats, HeadedTrace, RunStats
 from katra_trace.metrics import CLOCK_PREFERENCE, unit_of
-from katra_trace.report.series import TraceLike
 from katra_trace.units import format_change_pct, format_ms, stat_label
 
 TIME_STATS: tuple[str, ...] = (
@@ -57,7 +56,7 @@ ZONE_COUNT_STATS: tuple[str, ...] = (
 ZONE_ROWS_SHOWN = 12
 
 #: (its label on the page, the opened trace)
-Labelled = tuple[str, TraceLike]
+Labelled = tuple[str, HeadedTrace]
 
 
 def e(text: object) -> str:

@@ -8,10 +8,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from katra_trace.analysis.stats import HeadedTrace
 from katra_trace.jsontext import JsonObject
 from katra_trace.report.figure import Figure, color, layout, plot_div
 from katra_trace.report.plottext import plot_text
-from katra_trace.report.series import TraceLike, zone_medians
+from katra_trace.report.series import zone_medians
 from katra_trace.schema import FRAME_PASS, draw_pass
 from katra_trace.units import format_count, format_ms
 
@@ -43,7 +44,7 @@ def group_zones(names: Sequence[str]) -> tuple[list[str], dict[str, list[str]]]:
     return passes, draws
 
 
-def captured_draws(traces: Sequence[TraceLike]) -> bool:
+def captured_draws(traces: Sequence[HeadedTrace]) -> bool:
     return any(t.header.capture_options.zones == "draws" for t in traces)
 
 
@@ -105,7 +106,7 @@ def zone_figures(
     base_id: str,
     scene: str,
     clock: str,
-    sides: Sequence[tuple[str, Sequence[TraceLike]]],
+    sides: Sequence[tuple[str, Sequence[HeadedTrace]]],
     frame_medians: Mapping[str, float],
     unit: str,
 ) -> tuple[str, str, list[Figure]]:
