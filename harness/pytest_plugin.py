@@ -119,10 +119,8 @@ def run_scene(
     from katra3d.harness.run.pipeline import open_engine
     from katra3d.scenes.registry import (
         TraceFile,
-        get_scene,
-        is_trace_spec,
         resolve_params,
-        trace_file,
+        scene_or_trace,
     )
     from katra_trace.analysis.stats import NO_STATS, trace_stats
     from katra_trace.errors import ConfigError
@@ -132,11 +130,11 @@ def run_scene(
 
     checked = check_numbers(frames, warmup, size, seed, prefix="")
     frames, warmup, size, seed = checked  # type: ignore[assignment]
-    cls = trace_file(name) if is_trace_spec(name) else get_scene(name)
+    cls = scene_or_trace(name)
     label = getattr(cls, "name", "") or name
     resolved = dict(resolve_params(cls, dict(params or {})))
     replayed = isinstance(cls, TraceFile)
-    if measure != "time" or isinstance(cls, TraceFile):
+    if measure != "time" or isinstance(cls, TraceFile):  # narrows cls below
         if benchmark is not None:
             raise ConfigError(
                 "katra_scene(benchmark=...) times frames rendered in this process: "

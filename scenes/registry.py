@@ -258,8 +258,7 @@ def absolute_spec(spec: str, cls: type[Scene], base: Path | None = None) -> str:
 def with_class(spec: str, cls: type[Scene] | TraceFile) -> str:
     """``x.py`` -> ``x.py:Class``; other specs as they are."""
     parts = split_file_spec(spec)
-    name = cls.class_name if isinstance(cls, TraceFile) else cls.__name__
-    return f"{parts[0]}:{name}" if parts is not None and not parts[1] else spec.strip()
+    return f"{parts[0]}:{_class_name(cls)}" if parts is not None and not parts[1] else spec.strip()
 
 
 def names_scene(name: str, spec: str, cls: type[Scene] | TraceFile) -> bool:
@@ -267,8 +266,7 @@ def names_scene(name: str, spec: str, cls: type[Scene] | TraceFile) -> bool:
     if name.strip() in (cls.name, spec.strip()):
         return True
     mine, theirs = split_file_spec(spec), split_file_spec(name)
-    class_name = cls.class_name if isinstance(cls, TraceFile) else cls.__name__
-    if mine is None or theirs is None or theirs[1] not in ("", class_name):
+    if mine is None or theirs is None or theirs[1] not in ("", _class_name(cls)):
         return False
     return Path(mine[0]).expanduser().resolve() == Path(theirs[0]).expanduser().resolve()
 
@@ -325,6 +323,16 @@ class TraceFile:
 
 def is_trace_spec(spec: str) -> bool:
     return spec.strip().endswith(TRACE_SUFFIX)
+
+
+def scene_or_trace(spec: str) -> type[Scene] | TraceFile:
+    """What a run's ``spec`` names: a scene class, or an apitrace trace to replay."""
+    return trace_file(spec) if is_trace_spec(spec) else get_scene(spec)
+
+
+def _class_name(kind: type[Scene] | TraceFile) -> str:
+    """What a file spec records after ``:``."""
+    return kind.class_name if isinstance(kind, TraceFile) else kind.__name__
 
 
 def trace_file(spec: str) -> TraceFile:
@@ -499,5 +507,6 @@ __all__ = [
     "get_scene",
     "is_trace_spec",
     "resolve_params",
+    "scene_or_trace",
     "trace_file",
 ]

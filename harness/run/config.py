@@ -20,11 +20,9 @@ from katra3d.harness.run.valgrind import Counting, counting
 from katra3d.scenes.api import ParamValue, Scene
 from katra3d.scenes.registry import (
     TraceFile,
-    get_scene,
-    is_trace_spec,
     names_scene,
     resolve_params,
-    trace_file,
+    scene_or_trace,
     with_class,
 )
 from katra3d.scenes.suites import get_suite, scene_cost, shard_indices
@@ -333,7 +331,7 @@ def plan_run(config: RunConfig) -> RunPlan:
     seen: dict[str, int] = {}
     used: set[str] = set()
     for spec, suite_params in raw:
-        kind = trace_file(spec) if is_trace_spec(spec) else get_scene(spec)
+        kind = scene_or_trace(spec)
         trace, cls = (kind, None) if isinstance(kind, TraceFile) else (None, kind)
         name = kind.name or spec
         mine = [n for n in overrides if names_scene(n, spec, kind)]
