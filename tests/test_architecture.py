@@ -225,7 +225,8 @@ def test_the_decision_modules_load_no_scipy_stats() -> None:
     code = (
         "import sys, numpy as np; import katra_trace.analysis.decide, "
         "katra_trace.analysis.sequential, "
-        "katra_trace.history.trends, katra_trace.history.steps, katra_trace.report, "
+        "katra_trace.history.trends, katra_trace.history.series, katra_trace.history.steps, "
+        "katra_trace.report, "
         "katra3d.harness.cli.compare, "
         "katra3d.harness.cli.ab, katra3d.harness.cli.report, katra3d.harness.cli.bisect, "
         "katra3d.harness.cli.history; "

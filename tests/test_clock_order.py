@@ -13,7 +13,7 @@ from katra3d.harness.engine import timers
 from katra3d.harness.engine.core import resolve_capture
 from katra3d.harness.engine.spec import CaptureSpec
 from katra_trace import metrics
-from katra_trace.history import trends
+from katra_trace.history import series as history_series
 from katra_trace.io.header import HostInfo
 from katra_trace.io.reader import open_trace
 from katra_trace.report import series
@@ -28,7 +28,7 @@ def test_the_preference_order_names_every_clock_once() -> None:
     # --metric auto: the deterministic counts first, then the same order; history uses this one, not
     # a copy
     assert metrics.AUTO_ORDER == ("instructions", "cycles", "wall", "gpu", "process", "cpu")
-    assert trends.AUTO_ORDER is metrics.AUTO_ORDER
+    assert history_series.AUTO_ORDER is metrics.AUTO_ORDER
 
 
 def test_every_timing_mode_has_one_clock() -> None:

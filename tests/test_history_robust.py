@@ -8,8 +8,9 @@ import math
 import numpy as np
 import pytest
 
+from katra_trace.history.series import Point, Series
 from katra_trace.history.steps import detect_steps
-from katra_trace.history.trends import Point, Series, check_steps
+from katra_trace.history.trends import check_steps
 
 
 def one_run(values: np.ndarray) -> list[list[float]]:

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from katra_trace.history.series import TrendRow
 from katra_trace.history.sim import Scenario, oracle_exact_rate, run, simulate
 from katra_trace.history.steps import detect_steps, null_penalty, resolution
-from katra_trace.history.trends import TrendRow
 
 SEEDS = range(20)
 
@@ -233,7 +233,7 @@ def test_labels_follow_the_user_not_the_capture_time(tmp_path: Path) -> None:
     import subprocess
 
     from katra3d.harness.versions.git import FirstParentOrder
-    from katra_trace.history.trends import label_order
+    from katra_trace.history.series import label_order
 
     # added v1, v2, v3 (captured in the opposite order), then v1 captured again: first-added order,
     # v1 stays
@@ -294,7 +294,8 @@ def test_three_counted_labels_step_as_compare_says() -> None:
     two says regression (exit 1), and history check said "no step" (the four-label minimum). Counts
     have a known noise: with too few labels, each label is judged against the one before by
     compare's count rule."""
-    from katra_trace.history.trends import Point, Series, check_steps
+    from katra_trace.history.series import Point, Series
+    from katra_trace.history.trends import check_steps
 
     def series(levels: list[float], metric: str = "instructions") -> Series:
         points = [Point(f"v{i}", i, "", [v], v, "", i) for i, v in enumerate(levels)]

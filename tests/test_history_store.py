@@ -580,8 +580,9 @@ def test_runners_write_their_own_parquet_files(tmp_path: Path) -> None:
 
 
 def test_trend_data_gives_a_report_the_trends_fits_and_steps(tmp_path: Path) -> None:
+    from katra_trace.history.series import Selection
     from katra_trace.history.store import Source
-    from katra_trace.history.trends import Selection, trend_data
+    from katra_trace.history.trends import trend_data
 
     labels = [(f"v{i}", {"fill": 10.0 if i < 4 else 13.0, "cubes": 5.0}) for i in range(1, 7)]
     db = history_of(tmp_path, labels)

@@ -14,6 +14,7 @@ from katra_trace.analysis.verdict import Verdict
 from katra_trace.errors import ConfigError, ExitCode
 from katra_trace.history.ingest import find_traces, prepare_runs
 from katra_trace.history.rows import iso_utc, parse_time_ns
+from katra_trace.history.series import STATS, Selection, load_series
 from katra_trace.history.store import (
     DEFAULT_DB,
     DEFAULT_LOCK_TIMEOUT_S,
@@ -24,7 +25,7 @@ from katra_trace.history.store import (
     export_parquet,
     store_path,
 )
-from katra_trace.history.trends import STATS, Selection, check_steps, load_series
+from katra_trace.history.trends import check_steps
 from katra_trace.io.claim import check_output_dir
 from katra_trace.metrics import ALL, AUTO, COUNT_CLOCKS, TIME_CLOCKS, is_count
 from katra_trace.units import (

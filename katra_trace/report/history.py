@@ -12,7 +12,8 @@ from katra_trace.report.plottext import plot_text
 from katra_trace.units import format_change_pct
 
 if TYPE_CHECKING:
-    from katra_trace.history.trends import Series, SeriesModel, Trends
+    from katra_trace.history.series import Series
+    from katra_trace.history.trends import SeriesModel, Trends
 
 #: Head room above the highest run, a fraction of it.
 _Y_HEADROOM = 0.12
