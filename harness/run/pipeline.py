@@ -20,7 +20,13 @@ from katra3d.harness.engine.spec import CaptureSpec, SceneSpec
 from katra3d.harness.engine.stopping import StopFlag, stop_on_signals
 from katra3d.harness.gl import backends, probe
 from katra3d.harness.run import measure
-from katra3d.harness.run.config import RunPlan, SceneEntry, default_output, screenshot_path
+from katra3d.harness.run.config import (
+    RunConfig,
+    RunPlan,
+    SceneEntry,
+    default_output,
+    screenshot_path,
+)
 from katra3d.harness.run.progress import entered
 from katra3d.harness.run.protocol import ChildOrder
 from katra_trace.analysis.references import images_policy
@@ -162,11 +168,8 @@ def capture_options(plan: RunPlan, backend: str | None, device: int | None) -> C
 _RESOLVED_KEYS = tuple(
     "frames duration_s warmup size samples backend output device scenes images".split()
 )
-_REQUESTED_KEYS = tuple(
-    "scenes suite frames duration_s warmup size samples backend device timing zones seed params "
-    "output notes screenshot_dir measure reference_every force max_draw_zones codec keep_image "
-    "expect_images update_images shard resolved".split()
-)
+#: RunConfig's fields in order (``jobs`` says how a run was counted, not what), then ``resolved``.
+_REQUESTED_KEYS = (*(f.name for f in dataclasses.fields(RunConfig) if f.name != "jobs"), "resolved")
 
 
 def capture(plan: RunPlan, progress: ProgressSink, child: ChildOrder | None = None) -> RunResult:
