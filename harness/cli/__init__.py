@@ -154,18 +154,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _main(argv: Sequence[str] | None = None) -> int:
+def _quiet_start_ended() -> None:
+    """Python's own Ctrl-C handler again, once the command is parsed and about to run: until then
+    the start-up handler (katra3d/__init__.py) ends the process with one line, wherever it is."""
     if (
         threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGINT) is not signal.default_int_handler
         and getattr(signal.getsignal(signal.SIGINT), "__name__", "") == "_quiet_exit"
     ):
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        parser = build_parser()
-    except KeyboardInterrupt:
-        print("katra3d: interrupted", file=sys.stderr)
-        return signal_exit_code(signal.SIGINT)
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = build_parser()
     if "_ARGCOMPLETE" in os.environ:
         complete(parser)
     for stream in (sys.stdout, sys.stderr):
@@ -184,7 +184,14 @@ def _main(argv: Sequence[str] | None = None) -> int:
         unknown = []
     if unknown:
         getattr(args, "_katra_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    args: argparse.Namespace | None = None
     try:
+        args = _parse(argv)
+        _quiet_start_ended()
         with warnings.catch_warnings():
             warnings.simplefilter("default")
             warnings.showwarning = show_warning
