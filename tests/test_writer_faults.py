@@ -423,3 +423,40 @@ def test_copy_with_header_replaces_only_the_header(tmp_path: Path, codec: str) -
     junk.write_bytes(b"not a trace at all, not even close")
     with open(junk, "rb") as s, open(tmp_path / "j2", "wb") as d:
         assert not copy_with_header(s, d, update) and s.tell() == 0
+
+
+def test_a_sync_writer_writes_on_the_producers_thread_and_starts_none(tmp_path: Path) -> None:
+    """Counted runs write with ``sync``: a writer thread woken beside counted frames, or a wait
+    that times out when a write is slow (a loaded machine), changed their instruction counts."""
+    writers: list[str] = []
+    real = TraceWriter._write_item
+
+    def recording(self: TraceWriter, item: tuple[object, ...]) -> None:
+        writers.append(threading.current_thread().name)
+        real(self, item)
+
+    path = tmp_path / "sync.katra"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(TraceWriter, "_write_item", recording)
+        w = TraceWriter(path, batch_events=10, sync=True, batch_ms=1e9)
+        assert not _writer_threads()
+        w.append_array(frame_zone_stream(40))  # several batches
+        w.annotate({"scene": "a"})
+        w.flush()
+        w.finish()
+    assert len(writers) >= 5 and set(writers) == {threading.current_thread().name}
+    trace = open_trace(path)
+    assert len(trace.events) == len(frame_zone_stream(40)) and trace.summary.status == "complete"
+
+
+def test_a_write_error_in_a_sync_writer_reaches_the_producer(tmp_path: Path) -> None:
+    r, wfd = os.pipe()
+    stream = os.fdopen(wfd, "wb")
+    w = TraceWriter(tmp_path / "s.katra", stream=stream, batch_events=10, sync=True)
+    os.read(r, 1 << 16)
+    os.close(r)
+    with pytest.raises(TraceIOError, match="EPIPE"):
+        w.append_array(frame_zone_stream(40))
+    with pytest.raises(TraceIOError, match="EPIPE"):
+        w.finish()
+    assert w.finished and stream.closed and not _writer_threads()

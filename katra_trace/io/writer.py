@@ -102,7 +102,6 @@ class TraceWriter:
         self._level = compression_level
         self._batch_events = batch_events
         self._batch_s = batch_ms / 1000.0
-        self._sync = sync
         self._drop = drop_policy == "drop"
         self._max_pending = queue_batches
 
@@ -160,10 +159,14 @@ class TraceWriter:
             ) from None
 
         self.append = self._make_append()
-        self._thread = threading.Thread(
-            target=self._run, name=f"katra-trace-writer:{self.path.name}", daemon=True
-        )
-        self._thread.start()
+        # sync: items are written on the producer's thread, so no other thread ever wants the GIL
+        # and no wait times out (either would cost the producer instructions that depend on time)
+        self._thread: threading.Thread | None = None
+        if not sync:
+            self._thread = threading.Thread(
+                target=self._run, name=f"katra-trace-writer:{self.path.name}", daemon=True
+            )
+            self._thread.start()
         _OPEN_WRITERS.add(self)
 
     def now_ns(self) -> int:
@@ -280,7 +283,7 @@ class TraceWriter:
             self._check_open_locked()
             self._hand_over_pending_locked()
             target = self._enqueued
-            while self._done < target and self._error is None and self._thread.is_alive():
+            while self._done < target and self._error is None and self._writing():
                 self._cond.wait(0.5)
             self._raise_if_failed()
 
@@ -315,7 +318,8 @@ class TraceWriter:
             self._slot[1] = self._cap
             self._closing = True
             self._enqueue_locked(("summary", status, user))
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         failure = self._error
         published: bool | None = None
         try:
@@ -384,17 +388,17 @@ class TraceWriter:
         if self._slot[1] or self._new_strings:
             self._hand_over_locked(force=True, raise_errors=raise_errors)
 
+    def _writing(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def _enqueue_locked(self, item: tuple[Any, ...]) -> None:
-        self._pending.append(item)
         self._enqueued += 1
+        if self._thread is None:
+            self._write_caught(item)
+            self._done += 1
+            return
+        self._pending.append(item)
         self._cond.notify_all()
-        while (
-            self._sync
-            and self._done < self._enqueued
-            and self._error is None
-            and self._thread.is_alive()
-        ):
-            self._cond.wait(0.5)
 
     def _hand_over_locked(
         self, batch: np.ndarray | None = None, force: bool = False, raise_errors: bool = True
@@ -420,9 +424,7 @@ class TraceWriter:
         self._enqueue_locked(("events", first_id, strings, batch))
         if not self._drop and not force:
             while (
-                len(self._pending) > self._max_pending
-                and self._error is None
-                and self._thread.is_alive()
+                len(self._pending) > self._max_pending and self._error is None and self._writing()
             ):
                 self._cond.wait(0.5)
         if raise_errors:
@@ -470,16 +472,27 @@ class TraceWriter:
                         return
                     continue
                 item = self._pending.popleft()
-            try:
-                if self._error is None:
-                    self._write_item(item)
-            except BaseException as exc:  # noqa: BLE001 - reported to the producer
-                with self._cond:
-                    self._error = exc
-                    self._slot[1] = self._cap  # the next append() raises
+            self._write_caught(item, self._cond)
             with self._cond:
                 self._done += 1
                 self._cond.notify_all()
+
+    def _write_caught(
+        self, item: tuple[Any, ...], lock: contextlib.AbstractContextManager[Any] | None = None
+    ) -> None:
+        """Write ``item`` unless a write failed before; a failure is kept for the producer (the
+        next append() raises). An interrupt on the producer's own thread (sync) is kept too, and
+        goes on."""
+        if self._error is not None:
+            return
+        try:
+            self._write_item(item)
+        except BaseException as exc:  # noqa: BLE001 - reported to the producer
+            with lock or contextlib.nullcontext():
+                self._error = exc
+                self._slot[1] = self._cap
+            if not isinstance(exc, Exception) and self._thread is None:
+                raise
 
     def _write_item(self, item: tuple[Any, ...]) -> None:
         what = item[0]
