@@ -18,6 +18,19 @@ if (
 
     _signal.signal(_signal.SIGINT, _quiet_exit)
 
+_M = _sys.orig_argv.index("-m") + 1 if "-m" in _sys.orig_argv else len(_sys.orig_argv)
+if "OPENBLAS_NUM_THREADS" not in _os.environ and (
+    _os.path.basename(_sys.argv[0] if _sys.argv else "") == "katra3d"
+    or _sys.orig_argv[_M : _M + 1] == ["katra3d"]  # python -m katra3d
+):
+    # the command does no linear algebra: without this, OpenBLAS starts a thread a core at numpy's
+    # import, ~0.1 s of CPU a command; only numpy's import sees it, so no child inherits it
+    _os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        import numpy  # noqa: F401
+    finally:
+        del _os.environ["OPENBLAS_NUM_THREADS"]
+
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
 if TYPE_CHECKING:

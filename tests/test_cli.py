@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 
@@ -70,3 +74,26 @@ def test_a_commands_option_before_the_command_says_where_it_goes(
         2,
         f"katra3d: error: options follow the command: {example} (see 'katra3d --help')\n",
     )
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="OpenBLAS starts no thread on one core")
+def test_the_command_starts_no_openblas_threads_and_passes_on_no_setting() -> None:
+    """The command imports numpy with one OpenBLAS thread (its threads, started at the import, cost
+    every command CPU); a program that imports katra3d keeps its own, and no child inherits it."""
+    probe = (
+        "import os, sys; sys.argv[0] = {argv0!r}; import katra3d, numpy; "
+        "print(len(os.listdir('/proc/self/task')), 'OPENBLAS_NUM_THREADS' in os.environ)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    counts = {}
+    for argv0 in ("/usr/local/bin/katra3d", "app.py"):
+        out = subprocess.run(
+            [sys.executable, "-c", probe.format(argv0=argv0)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        ).stdout.split()
+        counts[argv0] = int(out[0])
+        assert out[1] == "False"
+    assert counts["/usr/local/bin/katra3d"] == 1 < counts["app.py"]
