@@ -7,10 +7,8 @@ import _signal  # type: ignore[import-not-found]
 import os as _os
 import sys as _sys
 
-if (
-    _os.path.basename(_sys.argv[0] if _sys.argv else "") == "katra3d"
-    and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler
-):
+_COMMAND = _os.path.basename(_sys.argv[0] if _sys.argv else "") == "katra3d"
+if _COMMAND and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
     # katra3d.harness.cli.main restores Python's handler
     def _quiet_exit(signum: int, _frame: object) -> None:
         _os.write(2, b"katra3d: interrupted\n")
@@ -18,14 +16,11 @@ if (
 
     _signal.signal(_signal.SIGINT, _quiet_exit)
 
-_M = _sys.orig_argv.index("-m") + 1 if "-m" in _sys.orig_argv else len(_sys.orig_argv)
 if "OPENBLAS_NUM_THREADS" not in _os.environ and (
-    _os.path.basename(_sys.argv[0] if _sys.argv else "") == "katra3d"
-    or _sys.orig_argv[_M : _M + 1] == ["katra3d"]  # python -m katra3d
+    _COMMAND or _sys.orig_argv[1:3] == ["-m", "katra3d"]
 ):
-    # the command does no linear algebra: without this, OpenBLAS starts a thread a core at numpy's
-    # import, ~0.1 s of CPU a command; only numpy's import sees it, so no child inherits it
-    _os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    # no linear algebra here: OpenBLAS's threads, started at numpy's import, cost ~0.1 s of CPU
+    _os.environ["OPENBLAS_NUM_THREADS"] = "1"  # numpy's import only: no child inherits it
     try:
         import numpy  # noqa: F401
     finally:

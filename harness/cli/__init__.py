@@ -11,11 +11,11 @@ import os
 import shlex
 import signal
 import sys
-import threading
 import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
+import katra3d
 from katra3d.harness.run.progress import show_warning
 from katra3d.scenes.registry import available_scene_names
 from katra3d.scenes.suites import SUITES
@@ -141,10 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
     finally:
-        if (
-            os.path.basename(sys.argv[0] if sys.argv else "") == "katra3d"
-            and threading.current_thread() is threading.main_thread()
-        ):
+        if katra3d._COMMAND:
             # a late Ctrl-C must not raise inside a destructor during shutdown
             for stream in (sys.stdout, sys.stderr):
                 try:
@@ -155,12 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _quiet_start_ended() -> None:
-    """Python's own Ctrl-C handler again, once the command is parsed and about to run: until then
-    the start-up handler (katra3d/__init__.py) ends the process with one line, wherever it is."""
-    if (
-        threading.current_thread() is threading.main_thread()
-        and getattr(signal.getsignal(signal.SIGINT), "__name__", "") == "_quiet_exit"
-    ):
+    """Python's Ctrl-C handler once the command is parsed (before, katra3d's exits quietly)."""
+    if getattr(signal.getsignal(signal.SIGINT), "__name__", "") == "_quiet_exit":
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 

@@ -298,8 +298,8 @@ class CountMeasurer:
 
     @contextlib.contextmanager
     def frames(self, buffer: EventBuffer, writer: Any) -> Iterator[None]:
-        """Write what is pending before the frames (the sync writer writes on this thread), pause
-        the collector (it would run in different frames in different processes)."""
+        """Write what is pending, pause the collector (it would run in different frames in
+        different processes)."""
         buffer.flush()
         writer.flush()
         gc.collect()

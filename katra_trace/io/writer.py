@@ -102,6 +102,7 @@ class TraceWriter:
         self._level = compression_level
         self._batch_events = batch_events
         self._batch_s = batch_ms / 1000.0
+        self._sync = sync
         self._drop = drop_policy == "drop"
         self._max_pending = queue_batches
 
@@ -159,13 +160,11 @@ class TraceWriter:
             ) from None
 
         self.append = self._make_append()
-        # sync: items are written on the producer's thread, so no other thread ever wants the GIL
-        # and no wait times out (either would cost the producer instructions that depend on time)
-        self._thread: threading.Thread | None = None
+        # sync: written on the producer's thread; no GIL hand-off or timed wait moves its counts
+        self._thread = threading.Thread(
+            target=self._run, name=f"katra-trace-writer:{self.path.name}", daemon=True
+        )
         if not sync:
-            self._thread = threading.Thread(
-                target=self._run, name=f"katra-trace-writer:{self.path.name}", daemon=True
-            )
             self._thread.start()
         _OPEN_WRITERS.add(self)
 
@@ -283,7 +282,7 @@ class TraceWriter:
             self._check_open_locked()
             self._hand_over_pending_locked()
             target = self._enqueued
-            while self._done < target and self._error is None and self._writing():
+            while self._done < target and self._error is None and self._thread.is_alive():
                 self._cond.wait(0.5)
             self._raise_if_failed()
 
@@ -318,7 +317,7 @@ class TraceWriter:
             self._slot[1] = self._cap
             self._closing = True
             self._enqueue_locked(("summary", status, user))
-        if self._thread is not None:
+        if not self._sync:
             self._thread.join()
         failure = self._error
         published: bool | None = None
@@ -388,12 +387,9 @@ class TraceWriter:
         if self._slot[1] or self._new_strings:
             self._hand_over_locked(force=True, raise_errors=raise_errors)
 
-    def _writing(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def _enqueue_locked(self, item: tuple[Any, ...]) -> None:
         self._enqueued += 1
-        if self._thread is None:
+        if self._sync:
             self._write_caught(item)
             self._done += 1
             return
@@ -424,7 +420,9 @@ class TraceWriter:
         self._enqueue_locked(("events", first_id, strings, batch))
         if not self._drop and not force:
             while (
-                len(self._pending) > self._max_pending and self._error is None and self._writing()
+                len(self._pending) > self._max_pending
+                and self._error is None
+                and self._thread.is_alive()
             ):
                 self._cond.wait(0.5)
         if raise_errors:
@@ -480,9 +478,8 @@ class TraceWriter:
     def _write_caught(
         self, item: tuple[Any, ...], lock: contextlib.AbstractContextManager[Any] | None = None
     ) -> None:
-        """Write ``item`` unless a write failed before; a failure is kept for the producer (the
-        next append() raises). An interrupt on the producer's own thread (sync) is kept too, and
-        goes on."""
+        """Write ``item`` unless a write failed; a failure is kept for the producer (the next
+        append() raises); an interrupt of a sync write also goes on."""
         if self._error is not None:
             return
         try:
@@ -491,7 +488,7 @@ class TraceWriter:
             with lock or contextlib.nullcontext():
                 self._error = exc
                 self._slot[1] = self._cap
-            if not isinstance(exc, Exception) and self._thread is None:
+            if not isinstance(exc, Exception) and self._sync:
                 raise
 
     def _write_item(self, item: tuple[Any, ...]) -> None:
