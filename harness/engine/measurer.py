@@ -23,7 +23,6 @@ class WriterArgs(TypedDict, total=False):
     """The TraceWriter keywords a measurer sets."""
 
     codec: str
-    batch_ms: float
     sync: bool
 
 
