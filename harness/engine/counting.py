@@ -280,8 +280,8 @@ class CountMeasurer:
             f"--measure {name}: counted under callgrind (valgrind {self.measure.valgrind or '?'}), "
             "main thread only, single-threaded llvmpipe"
         )
-        # written on this thread between frames: no periodic flush lands in a frame
-        args: WriterArgs = {"sync": True}
+        # no time-based flushes: periodic work would land in whichever frame it happened in
+        args: WriterArgs = {"batch_ms": 1e9, "sync": True}
         if codec is not None:
             args["codec"] = codec
         return name, reason, args

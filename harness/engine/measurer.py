@@ -23,6 +23,7 @@ class WriterArgs(TypedDict, total=False):
     """The TraceWriter keywords a measurer sets."""
 
     codec: str
+    batch_ms: float
     sync: bool
 
 
