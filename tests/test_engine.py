@@ -130,7 +130,7 @@ def sink_engine(*, stop: StopFlag | None = None, ctx: FakeContext | None = None)
     """An engine in sync mode on a stand-in context, writing into a MemorySink."""
     ctx = ctx or FakeContext()
     sink = MemorySink()
-    engine = Engine(
+    engine = open_engine(
         ctx, CaptureSpec(None, "unit", host=SOFTWARE_GL, timing="sync"), writer=sink, stop=stop
     )
     return engine, sink, ctx

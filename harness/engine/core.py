@@ -75,12 +75,11 @@ class Engine:
         spec: CaptureSpec,
         writer: Any,
         *,
-        measurer: Measurer | None = None,
+        measurer: Measurer,
+        resolved: ResolvedCapture,
         stop: StopFlag | None = None,
-        resolved: ResolvedCapture | None = None,
     ) -> None:
-        self.measurer = measurer = measurer or TimeMeasurer()
-        resolved = resolved or resolve_capture(spec, measurer)
+        self.measurer = measurer
         self.ctx = ctx
         self.spec = spec
         self.mode, self.reason, self.zones = resolved.mode, resolved.reason, resolved.zones
