@@ -49,7 +49,7 @@ def _jsonable(value: object) -> JsonValue:
 
 
 @dataclasses.dataclass(frozen=True)
-class SceneEntry:
+class ListedScene:
     """A scene as listed; ``origin``: builtin, its entry point, or the spec that loaded it;
     ``trace``: an apitrace trace (its description and params, the Scene defaults beside them)."""
 
@@ -100,7 +100,7 @@ class SceneEntry:
 class Catalogue:
     """Every scene; ``errors``: (entry point, why it cannot be loaded)."""
 
-    scenes: list[SceneEntry]
+    scenes: list[ListedScene]
     errors: list[tuple[str, str]]
 
     def as_dict(self) -> JsonObject:
@@ -124,38 +124,38 @@ class Catalogue:
 
 def catalogue() -> Catalogue:
     builtins = builtin_scenes()
-    scenes = [SceneEntry(n, c, "builtin") for n, c in builtins.items()]
+    scenes = [ListedScene(n, c, "builtin") for n, c in builtins.items()]
     errors: list[tuple[str, str]] = []
     for ep_name, ep in sorted(entry_point_scenes().items()):
         if ep_name in builtins:
             continue
         try:
-            scenes.append(SceneEntry(ep_name, get_scene(ep_name), f"entry point {ep.value}"))
+            scenes.append(ListedScene(ep_name, get_scene(ep_name), f"entry point {ep.value}"))
         except SceneError as err:
             errors.append((ep_name, str(err)))
     return Catalogue(scenes, errors)
 
 
-def one_scene(spec: str) -> SceneEntry:
+def one_scene(spec: str) -> ListedScene:
     """The scene ``spec`` names (SceneError if none)."""
     spec = spec.strip()
     if is_trace_spec(spec):
         trace = trace_file(spec)
-        return SceneEntry(trace.name, Scene, spec, trace)
+        return ListedScene(trace.name, Scene, spec, trace)
     cls = get_scene(spec)
     entry_points = entry_point_scenes()
     if builtin_scenes().get(spec) is cls:
-        return SceneEntry(spec, cls, "builtin")
+        return ListedScene(spec, cls, "builtin")
     if spec in entry_points:
-        return SceneEntry(spec, cls, f"entry point {entry_points[spec].value}")
-    return SceneEntry(str(getattr(cls, "name", "") or spec), cls, spec)
+        return ListedScene(spec, cls, f"entry point {entry_points[spec].value}")
+    return ListedScene(str(getattr(cls, "name", "") or spec), cls, spec)
 
 
 def _gl(code: int) -> str:
     return f"{code // 100}.{(code % 100) // 10}"
 
 
-def scene_lines(sc: SceneEntry, prefix: str | None = None) -> list[str]:
+def scene_lines(sc: ListedScene, prefix: str | None = None) -> list[str]:
     """One scene as text, each param as the ``--param`` that sets it (``prefix``: default the
     scene's name)."""
     cls = sc.cls
